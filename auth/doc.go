@@ -1,0 +1,8 @@
+// Package auth owns identity: who is calling. It verifies API keys, OIDC logins
+// and bearer tokens, keeps server-side sessions, and turns each of them into a
+// Principal that carries the caller's platform role and team memberships.
+//
+// It decides nothing about objects: domain packages ask the Principal which
+// teams it may read or write and put that scope into their SQL. It must not
+// import chi, templ or handlers.
+package auth

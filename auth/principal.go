@@ -1,0 +1,100 @@
+package auth
+
+import "errors"
+
+// Role is a member's role in a team, or a key's role.
+type Role string
+
+// Team roles, weakest first, and the two org-wide roles.
+const (
+	RoleViewer        Role = "viewer"
+	RoleEngineer      Role = "engineer"
+	RoleAdmin         Role = "admin"
+	RolePlatformAdmin Role = "platform_admin"
+	RoleFinance       Role = "finance"
+)
+
+// ValidTeamRole reports whether r is a role a team member or team key may hold.
+func ValidTeamRole(r Role) bool {
+	return r == RoleViewer || r == RoleEngineer || r == RoleAdmin
+}
+
+// ErrUnauthenticated means the credentials are missing, malformed, unknown,
+// expired or revoked. Callers answer 401 and never say which.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrForbidden means the caller is known but its role does not allow the action
+// on an object it can see.
+var ErrForbidden = errors.New("forbidden")
+
+// Membership is one team the principal belongs to.
+type Membership struct {
+	TeamID int64
+	Team   string
+	Role   Role
+}
+
+// Principal is an authenticated caller: a signed-in user, an OIDC bearer token
+// or an API key.
+type Principal struct {
+	UserID       int64  // 0 for API keys
+	KeyID        int64  // 0 unless authenticated by API key
+	Name         string // email for users, key prefix for keys
+	Via          string // "session", "oidc-token" or "api-key"
+	PlatformRole Role   // "", RolePlatformAdmin or RoleFinance
+	Teams        []Membership
+}
+
+// PlatformAdmin reports whether the principal administers the whole platform.
+func (p *Principal) PlatformAdmin() bool { return p.PlatformRole == RolePlatformAdmin }
+
+// Finance reports whether the principal reads chargeback for every team.
+func (p *Principal) Finance() bool { return p.PlatformRole == RoleFinance || p.PlatformAdmin() }
+
+// Scope returns the teams whose objects the principal may see, in the form the
+// team-scoped queries take: all teams, or the listed ids.
+func (p *Principal) Scope() (all bool, teamIDs []int64) {
+	if p.PlatformAdmin() {
+		return true, []int64{}
+	}
+	ids := make([]int64, 0, len(p.Teams))
+	for _, m := range p.Teams {
+		ids = append(ids, m.TeamID)
+	}
+	return false, ids
+}
+
+// RoleIn returns the principal's role in a team, or "" when it is not a member.
+func (p *Principal) RoleIn(teamID int64) Role {
+	for _, m := range p.Teams {
+		if m.TeamID == teamID {
+			return m.Role
+		}
+	}
+	return ""
+}
+
+// Membership returns the principal's membership of the named team.
+func (p *Principal) Membership(team string) (Membership, bool) {
+	for _, m := range p.Teams {
+		if m.Team == team {
+			return m, true
+		}
+	}
+	return Membership{}, false
+}
+
+// CanWrite reports whether the principal may change a team's models and
+// endpoints: engineers, admins and platform admins.
+func (p *Principal) CanWrite(teamID int64) bool {
+	r := p.RoleIn(teamID)
+	return p.PlatformAdmin() || r == RoleAdmin || r == RoleEngineer
+}
+
+// CanAdmin reports whether the principal may manage a team's members and keys.
+func (p *Principal) CanAdmin(teamID int64) bool {
+	return p.PlatformAdmin() || p.RoleIn(teamID) == RoleAdmin
+}
+
+// Actor is how the audit log names the principal.
+func (p *Principal) Actor() string { return p.Name }

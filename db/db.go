@@ -1,0 +1,60 @@
+// Package db is the PostgreSQL access layer: sqlc-generated queries (the *_gen.go
+// files, from queries/ and migrations/postgres/) plus the few helpers every
+// domain package uses. It holds no business rules; callers turn its rows into
+// domain types.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound means the row does not exist or is not visible to the caller's
+// teams; callers cannot and must not tell the two apart.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict means a unique constraint refused the write.
+var ErrConflict = errors.New("already exists")
+
+// Interpret maps driver errors to this package's sentinels, keeping the
+// original for anything else.
+func Interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	}
+	return err
+}
+
+// Open connects a pool and checks the server answers.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// InTx runs fn in one transaction and commits when fn returns nil.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(q *Queries) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(New(tx)) })
+}

@@ -1,0 +1,27 @@
+-- name: EndpointCreate :one
+INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
+    sampling_rate, retention_days)
+VALUES (@team_id, @name, @model_id, @runtime, @instance_profile, @min_replicas, @max_replicas, @tier,
+    @sampling_rate, @retention_days)
+RETURNING *;
+
+-- name: EndpointGet :one
+SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task
+FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
+WHERE e.name = @name AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]));
+
+-- name: EndpointList :many
+SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task
+FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
+WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[])) AND e.id > @after_id
+ORDER BY e.id LIMIT @lim;
+
+-- name: EndpointUpdate :one
+UPDATE endpoints SET instance_profile = @instance_profile, min_replicas = @min_replicas,
+    max_replicas = @max_replicas, tier = @tier, sampling_rate = @sampling_rate,
+    retention_days = @retention_days, updated_at = now()
+WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
+RETURNING *;
+
+-- name: EndpointDelete :execrows
+DELETE FROM endpoints WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));

@@ -1,0 +1,22 @@
+-- name: ModelVersionCreate :one
+INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes,
+    gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset,
+    offline_metrics, sim_profile, created_by)
+VALUES (@model_id, @team_id, @name, @format, @runtime, @artifact_uri, @manifest, @size_bytes,
+    @gpu_count, @gpu_memory_mb, @gpu_type, sqlc.narg(p99_latency_ms), sqlc.narg(p99_tpot_ms), @parent_version,
+    @training_job, @dataset, @offline_metrics, sqlc.narg(sim_profile), @created_by)
+RETURNING *;
+
+-- name: ModelVersionGet :one
+SELECT * FROM model_versions
+WHERE model_id = @model_id AND name = @name AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: ModelVersionListByModel :many
+SELECT * FROM model_versions
+WHERE model_id = @model_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[])) AND id > @after_id
+ORDER BY id LIMIT @lim;
+
+-- name: ModelVersionListAllByModel :many
+SELECT * FROM model_versions
+WHERE model_id = @model_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
+ORDER BY id;

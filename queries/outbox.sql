@@ -1,0 +1,8 @@
+-- name: OutboxInsert :one
+INSERT INTO outbox (subject, payload) VALUES (@subject, @payload) RETURNING id;
+
+-- name: OutboxPending :many
+SELECT * FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT @lim;
+
+-- name: OutboxMarkPublished :exec
+UPDATE outbox SET published_at = now() WHERE id = @id;
