@@ -5,4 +5,7 @@
 // It decides nothing about objects: domain packages ask the Principal which
 // teams it may read or write and put that scope into their SQL. It must not
 // import chi, templ or handlers.
+//
+// Subpackage devidp is a development OpenID Connect provider with demo users,
+// for `modelplane dev` and for tests of this package.
 package auth

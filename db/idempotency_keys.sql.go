@@ -10,6 +10,39 @@ import (
 	"time"
 )
 
+const idempotencyAbort = `-- name: IdempotencyAbort :exec
+DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2 AND status = 0
+`
+
+type IdempotencyAbortParams struct {
+	Principal string
+	Key       string
+}
+
+func (q *Queries) IdempotencyAbort(ctx context.Context, arg IdempotencyAbortParams) error {
+	_, err := q.db.Exec(ctx, idempotencyAbort, arg.Principal, arg.Key)
+	return err
+}
+
+const idempotencyBegin = `-- name: IdempotencyBegin :execrows
+INSERT INTO idempotency_keys (principal, key, request_hash, status, content_type, body)
+VALUES ($1, $2, '', 0, '', '')
+ON CONFLICT (principal, key) DO NOTHING
+`
+
+type IdempotencyBeginParams struct {
+	Principal string
+	Key       string
+}
+
+func (q *Queries) IdempotencyBegin(ctx context.Context, arg IdempotencyBeginParams) (int64, error) {
+	result, err := q.db.Exec(ctx, idempotencyBegin, arg.Principal, arg.Key)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const idempotencyDeleteOld = `-- name: IdempotencyDeleteOld :execrows
 DELETE FROM idempotency_keys WHERE created_at < $1
 `
@@ -20,6 +53,32 @@ func (q *Queries) IdempotencyDeleteOld(ctx context.Context, before time.Time) (i
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const idempotencyFinish = `-- name: IdempotencyFinish :exec
+UPDATE idempotency_keys SET request_hash = $1, status = $2, content_type = $3, body = $4
+WHERE principal = $5 AND key = $6
+`
+
+type IdempotencyFinishParams struct {
+	RequestHash []byte
+	Status      int32
+	ContentType string
+	Body        []byte
+	Principal   string
+	Key         string
+}
+
+func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishParams) error {
+	_, err := q.db.Exec(ctx, idempotencyFinish,
+		arg.RequestHash,
+		arg.Status,
+		arg.ContentType,
+		arg.Body,
+		arg.Principal,
+		arg.Key,
+	)
+	return err
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one
@@ -44,31 +103,4 @@ func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) 
 		&i.CreatedAt,
 	)
 	return i, err
-}
-
-const idempotencyPut = `-- name: IdempotencyPut :exec
-INSERT INTO idempotency_keys (principal, key, request_hash, status, content_type, body)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (principal, key) DO NOTHING
-`
-
-type IdempotencyPutParams struct {
-	Principal   string
-	Key         string
-	RequestHash []byte
-	Status      int32
-	ContentType string
-	Body        []byte
-}
-
-func (q *Queries) IdempotencyPut(ctx context.Context, arg IdempotencyPutParams) error {
-	_, err := q.db.Exec(ctx, idempotencyPut,
-		arg.Principal,
-		arg.Key,
-		arg.RequestHash,
-		arg.Status,
-		arg.ContentType,
-		arg.Body,
-	)
-	return err
 }

@@ -10,27 +10,6 @@ import (
 	"time"
 )
 
-const oIDCLoginCreate = `-- name: OIDCLoginCreate :exec
-INSERT INTO oidc_logins (state, nonce, code_verifier, return_to) VALUES ($1, $2, $3, $4)
-`
-
-type OIDCLoginCreateParams struct {
-	State        string
-	Nonce        string
-	CodeVerifier string
-	ReturnTo     string
-}
-
-func (q *Queries) OIDCLoginCreate(ctx context.Context, arg OIDCLoginCreateParams) error {
-	_, err := q.db.Exec(ctx, oIDCLoginCreate,
-		arg.State,
-		arg.Nonce,
-		arg.CodeVerifier,
-		arg.ReturnTo,
-	)
-	return err
-}
-
 const oIDCLoginDeleteOld = `-- name: OIDCLoginDeleteOld :execrows
 DELETE FROM oidc_logins WHERE created_at <= $1
 `
@@ -41,6 +20,32 @@ func (q *Queries) OIDCLoginDeleteOld(ctx context.Context, notBefore time.Time) (
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const oIDCLoginInsert = `-- name: OIDCLoginInsert :exec
+INSERT INTO oidc_logins (state, nonce, code_verifier, return_to, created_at)
+VALUES ($1, $2, $3, $4, $5)
+`
+
+type OIDCLoginInsertParams struct {
+	State        string
+	Nonce        string
+	CodeVerifier string
+	ReturnTo     string
+	CreatedAt    time.Time
+}
+
+// OIDCLoginInsert is OIDCLoginCreate with created_at from the caller's clock,
+// the same clock OIDCLoginTake's not_before comes from.
+func (q *Queries) OIDCLoginInsert(ctx context.Context, arg OIDCLoginInsertParams) error {
+	_, err := q.db.Exec(ctx, oIDCLoginInsert,
+		arg.State,
+		arg.Nonce,
+		arg.CodeVerifier,
+		arg.ReturnTo,
+		arg.CreatedAt,
+	)
+	return err
 }
 
 const oIDCLoginTake = `-- name: OIDCLoginTake :one

@@ -10,28 +10,6 @@ import (
 	"time"
 )
 
-const sessionCreate = `-- name: SessionCreate :exec
-INSERT INTO sessions (id_hash, user_id, csrf_token, expires_at)
-VALUES ($1, $2, $3, $4)
-`
-
-type SessionCreateParams struct {
-	IDHash    []byte
-	UserID    int64
-	CsrfToken string
-	ExpiresAt time.Time
-}
-
-func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) error {
-	_, err := q.db.Exec(ctx, sessionCreate,
-		arg.IDHash,
-		arg.UserID,
-		arg.CsrfToken,
-		arg.ExpiresAt,
-	)
-	return err
-}
-
 const sessionDelete = `-- name: SessionDelete :exec
 DELETE FROM sessions WHERE id_hash = $1
 `
@@ -74,6 +52,32 @@ func (q *Queries) SessionGet(ctx context.Context, idHash []byte) (Session, error
 		&i.ExpiresAt,
 	)
 	return i, err
+}
+
+const sessionInsert = `-- name: SessionInsert :exec
+INSERT INTO sessions (id_hash, user_id, csrf_token, created_at, last_seen_at, expires_at)
+VALUES ($1, $2, $3, $4, $4, $5)
+`
+
+type SessionInsertParams struct {
+	IDHash    []byte
+	UserID    int64
+	CsrfToken string
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// SessionInsert is SessionCreate with the times taken from the caller's clock,
+// so idle and absolute timeouts follow one (injectable) clock.
+func (q *Queries) SessionInsert(ctx context.Context, arg SessionInsertParams) error {
+	_, err := q.db.Exec(ctx, sessionInsert,
+		arg.IDHash,
+		arg.UserID,
+		arg.CsrfToken,
+		arg.Now,
+		arg.ExpiresAt,
+	)
+	return err
 }
 
 const sessionTouch = `-- name: SessionTouch :exec

@@ -46,17 +46,34 @@ func (q *Queries) TeamGetByName(ctx context.Context, name string) (Team, error) 
 	return i, err
 }
 
-const teamList = `-- name: TeamList :many
-SELECT id, name, display_name, created_at FROM teams WHERE id > $1 ORDER BY id LIMIT $2
+const teamGetScoped = `-- name: TeamGetScoped :one
+SELECT id, name, display_name, created_at FROM teams WHERE name = $1 AND ($2::boolean OR id = ANY($3::bigint[]))
 `
 
-type TeamListParams struct {
-	AfterID int64
-	Lim     int32
+type TeamGetScopedParams struct {
+	Name     string
+	AllTeams bool
+	TeamIDs  []int64
 }
 
-func (q *Queries) TeamList(ctx context.Context, arg TeamListParams) ([]Team, error) {
-	rows, err := q.db.Query(ctx, teamList, arg.AfterID, arg.Lim)
+func (q *Queries) TeamGetScoped(ctx context.Context, arg TeamGetScopedParams) (Team, error) {
+	row := q.db.QueryRow(ctx, teamGetScoped, arg.Name, arg.AllTeams, arg.TeamIDs)
+	var i Team
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.DisplayName,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const teamListByIDs = `-- name: TeamListByIDs :many
+SELECT id, name, display_name, created_at FROM teams WHERE id = ANY($1::bigint[]) ORDER BY name
+`
+
+func (q *Queries) TeamListByIDs(ctx context.Context, ids []int64) ([]Team, error) {
+	rows, err := q.db.Query(ctx, teamListByIDs, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -80,12 +97,24 @@ func (q *Queries) TeamList(ctx context.Context, arg TeamListParams) ([]Team, err
 	return items, nil
 }
 
-const teamListByIDs = `-- name: TeamListByIDs :many
-SELECT id, name, display_name, created_at FROM teams WHERE id = ANY($1::bigint[]) ORDER BY name
+const teamListScoped = `-- name: TeamListScoped :many
+SELECT id, name, display_name, created_at FROM teams WHERE ($1::boolean OR id = ANY($2::bigint[])) AND id > $3 ORDER BY id LIMIT $4
 `
 
-func (q *Queries) TeamListByIDs(ctx context.Context, ids []int64) ([]Team, error) {
-	rows, err := q.db.Query(ctx, teamListByIDs, ids)
+type TeamListScopedParams struct {
+	AllTeams bool
+	TeamIDs  []int64
+	AfterID  int64
+	Lim      int32
+}
+
+func (q *Queries) TeamListScoped(ctx context.Context, arg TeamListScopedParams) ([]Team, error) {
+	rows, err := q.db.Query(ctx, teamListScoped,
+		arg.AllTeams,
+		arg.TeamIDs,
+		arg.AfterID,
+		arg.Lim,
+	)
 	if err != nil {
 		return nil, err
 	}

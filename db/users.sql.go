@@ -9,6 +9,32 @@ import (
 	"context"
 )
 
+const userCreateIfMissing = `-- name: UserCreateIfMissing :exec
+INSERT INTO users (issuer, subject, email, name)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (issuer, subject) DO NOTHING
+`
+
+type UserCreateIfMissingParams struct {
+	Issuer  string
+	Subject string
+	Email   string
+	Name    string
+}
+
+// UserCreateIfMissing adds a user first seen through a bearer token. Unlike
+// UserUpsert it leaves an existing row alone: an access token often carries
+// no email or name, and must not blank what the last login wrote.
+func (q *Queries) UserCreateIfMissing(ctx context.Context, arg UserCreateIfMissingParams) error {
+	_, err := q.db.Exec(ctx, userCreateIfMissing,
+		arg.Issuer,
+		arg.Subject,
+		arg.Email,
+		arg.Name,
+	)
+	return err
+}
+
 const userGet = `-- name: UserGet :one
 SELECT id, issuer, subject, email, name, platform_role, created_at, last_login_at FROM users WHERE id = $1
 `
@@ -35,6 +61,31 @@ SELECT id, issuer, subject, email, name, platform_role, created_at, last_login_a
 
 func (q *Queries) UserGetByEmail(ctx context.Context, email string) (User, error) {
 	row := q.db.QueryRow(ctx, userGetByEmail, email)
+	var i User
+	err := row.Scan(
+		&i.ID,
+		&i.Issuer,
+		&i.Subject,
+		&i.Email,
+		&i.Name,
+		&i.PlatformRole,
+		&i.CreatedAt,
+		&i.LastLoginAt,
+	)
+	return i, err
+}
+
+const userGetByIdentity = `-- name: UserGetByIdentity :one
+SELECT id, issuer, subject, email, name, platform_role, created_at, last_login_at FROM users WHERE issuer = $1 AND subject = $2
+`
+
+type UserGetByIdentityParams struct {
+	Issuer  string
+	Subject string
+}
+
+func (q *Queries) UserGetByIdentity(ctx context.Context, arg UserGetByIdentityParams) (User, error) {
+	row := q.db.QueryRow(ctx, userGetByIdentity, arg.Issuer, arg.Subject)
 	var i User
 	err := row.Scan(
 		&i.ID,

@@ -4,8 +4,11 @@ INSERT INTO teams (name, display_name) VALUES (@name, @display_name) RETURNING *
 -- name: TeamGetByName :one
 SELECT * FROM teams WHERE name = @name;
 
--- name: TeamList :many
-SELECT * FROM teams WHERE id > @after_id ORDER BY id LIMIT @lim;
-
 -- name: TeamListByIDs :many
 SELECT * FROM teams WHERE id = ANY(@ids::bigint[]) ORDER BY name;
+
+-- name: TeamGetScoped :one
+SELECT * FROM teams WHERE name = @name AND (@all_teams::boolean OR id = ANY(@team_ids::bigint[]));
+
+-- name: TeamListScoped :many
+SELECT * FROM teams WHERE (@all_teams::boolean OR id = ANY(@team_ids::bigint[])) AND id > @after_id ORDER BY id LIMIT @lim;

@@ -13,3 +13,14 @@ SELECT * FROM users WHERE email = @email ORDER BY id LIMIT 1;
 
 -- name: UserSetPlatformRole :exec
 UPDATE users SET platform_role = sqlc.narg(platform_role) WHERE id = @id;
+
+-- name: UserGetByIdentity :one
+SELECT * FROM users WHERE issuer = @issuer AND subject = @subject;
+
+-- UserCreateIfMissing adds a user first seen through a bearer token. Unlike
+-- UserUpsert it leaves an existing row alone: an access token often carries
+-- no email or name, and must not blank what the last login wrote.
+-- name: UserCreateIfMissing :exec
+INSERT INTO users (issuer, subject, email, name)
+VALUES (@issuer, @subject, @email, @name)
+ON CONFLICT (issuer, subject) DO NOTHING;

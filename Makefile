@@ -1,0 +1,29 @@
+# The two commands of the quick start: `make run` and `make test`.
+GO ?= go
+BIN := bin/modelplane
+
+.PHONY: run test build generate bench lint deps deps-test
+
+run: deps build
+	./$(BIN) dev
+
+test: deps-test
+	./scripts/check-generated.sh
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+build:
+	$(GO) build -o $(BIN) ./cmd/modelplane
+
+generate:
+	$(GO) tool sqlc generate
+	$(GO) tool templ generate -path web
+
+bench: deps build
+	./$(BIN) bench api --json
+
+deps:
+	./scripts/install-deps.sh
+
+deps-test:
+	./scripts/install-deps.sh test

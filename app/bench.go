@@ -1,0 +1,216 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/internal/pgproc"
+	"modelplane/migrations"
+	"modelplane/tenant"
+)
+
+// BenchConfig configures `modelplane bench`.
+type BenchConfig struct {
+	JSON     bool
+	Duration time.Duration
+	Clients  int
+}
+
+// Flags registers the bench settings on fs.
+func (c *BenchConfig) Flags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
+	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long to drive load")
+	fs.IntVar(&c.Clients, "clients", 50, "concurrent clients")
+}
+
+// BenchResult is what a benchmark prints.
+type BenchResult struct {
+	Name     string  `json:"name"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	RPS      float64 `json:"rps"`
+	Requests int     `json:"requests"`
+	Errors   int     `json:"errors"`
+	Teams    int     `json:"teams"`
+	Endpts   int     `json:"endpoints"`
+	Versions int     `json:"versions"`
+	Clients  int     `json:"clients"`
+	Seconds  float64 `json:"seconds"`
+}
+
+// RunBench runs the named benchmark ("api") and prints its result.
+func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
+	if len(args) != 1 || args[0] != "api" {
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]")
+	}
+	res, err := benchAPI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	_, err = fmt.Fprintf(out, "api: p50 %.2f ms, p99 %.2f ms, %.0f req/s over %d requests (%d errors)\n", res.P50Ms, res.P99Ms, res.RPS, res.Requests, res.Errors)
+	return err
+}
+
+// benchAPI seeds 50 teams, 1,000 endpoints and 10,000 versions in a private
+// PostgreSQL, then drives the main list and detail pages and API reads with
+// concurrent clients over real HTTP.
+func benchAPI(ctx context.Context, cfg BenchConfig) (BenchResult, error) {
+	dir, err := os.MkdirTemp("", "mp-bench-")
+	if err != nil {
+		return BenchResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	pg, err := pgproc.Start(ctx, filepath.Join(dir, "pg"))
+	if err != nil {
+		return BenchResult{}, err
+	}
+	defer pg.Stop()
+	pool, err := db.Open(ctx, pg.URL("postgres"))
+	if err != nil {
+		return BenchResult{}, err
+	}
+	defer pool.Close()
+	if err := migrations.Postgres(ctx, pool); err != nil {
+		return BenchResult{}, err
+	}
+	const teams, endpoints, versionsPerModel = 50, 1000, 10
+	seed := `
+INSERT INTO teams (name) SELECT 'team-' || g FROM generate_series(1, 50) g;
+INSERT INTO users (issuer, subject, email) SELECT 'bench', 'u' || g, 'u' || g || '@example.com' FROM generate_series(1, 50) g;
+INSERT INTO team_members (team_id, user_id, role) SELECT g, g, 'admin' FROM generate_series(1, 50) g;
+INSERT INTO models (team_id, name, task, feature_names) SELECT 1 + (g % 50), 'model-' || g, 'classification', '{a,b,c}' FROM generate_series(1, 1000) g;
+INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, parent_version)
+  SELECT m.id, m.team_id, 'v' || v, 'safetensors', 'onnxruntime', 'sha256-manifest:' || md5(m.id || '-' || v),
+         '{"model.safetensors":"` + "0000000000000000000000000000000000000000000000000000000000000000" + `"}', 1024, CASE WHEN v > 1 THEN 'v' || (v - 1) ELSE '' END
+  FROM models m, generate_series(1, 10) v;
+INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier)
+  SELECT m.team_id, 'endpoint-' || m.id, m.id, 'onnxruntime', 'mig-1g.10gb', 1, 4, 'standard' FROM models m;
+INSERT INTO routing_rules (endpoint_id, version_id, weight)
+  SELECT e.id, v.id, CASE WHEN v.name = 'v10' THEN 90 ELSE 10 END FROM endpoints e JOIN model_versions v ON v.model_id = e.model_id AND v.name IN ('v9', 'v10');
+ANALYZE;`
+	if _, err := pool.Exec(ctx, seed); err != nil {
+		return BenchResult{}, fmt.Errorf("seed: %w", err)
+	}
+	h, err := controlPlane{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Pool: pool, ArtifactDir: filepath.Join(dir, "artifacts"), MaxUploadBytes: 1 << 30,
+		Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: time.Hour}}.handler()
+	if err != nil {
+		return BenchResult{}, err
+	}
+	h.Ready = nil
+	keys := make([]string, teams)
+	cookies := make([]string, teams)
+	for i := range teams {
+		p := &auth.Principal{Name: "bench", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+		raw, _, err := h.Tenant.CreateKey(ctx, p, tenantKey(fmt.Sprintf("team-%d", i+1)))
+		if err != nil {
+			return BenchResult{}, err
+		}
+		keys[i] = raw
+		tok, _, err := h.Sessions.Create(ctx, int64(i+1))
+		if err != nil {
+			return BenchResult{}, err
+		}
+		cookies[i] = tok
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return BenchResult{}, err
+	}
+	srv := &http.Server{Handler: h.Handler()}
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+
+	// Each client is one team's admin. Model i belongs to team 1+(i%50); it
+	// walks its own team's endpoints and models.
+	type target struct {
+		path   string
+		portal bool
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs int
+	deadline := time.Now().Add(cfg.Duration)
+	start := time.Now()
+	var wg sync.WaitGroup
+	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Clients * 2}
+	for c := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			team := c % teams
+			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			var mine []time.Duration
+			bad := 0
+			for n := 0; time.Now().Before(deadline); n++ {
+				model := team + teams*((n%(endpoints/teams))+0)
+				if model == 0 {
+					model = teams
+				}
+				targets := []target{
+					{"/api/v1/endpoints?limit=50", false},
+					{fmt.Sprintf("/api/v1/endpoints/endpoint-%d", model), false},
+					{fmt.Sprintf("/api/v1/models/model-%d/versions", model), false},
+					{"/api/v1/models?limit=50", false},
+					{"/endpoints", true},
+					{fmt.Sprintf("/endpoints/endpoint-%d", model), true},
+					{fmt.Sprintf("/models/model-%d", model), true},
+				}
+				t := targets[n%len(targets)]
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+t.path, nil)
+				if t.portal {
+					req.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: cookies[team]})
+				} else {
+					req.Header.Set("Authorization", "Bearer "+keys[team])
+				}
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				mine = append(mine, time.Since(t0))
+				if err != nil || resp.StatusCode != http.StatusOK {
+					bad++
+				}
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += bad
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
+	}
+	return BenchResult{Name: "api", P50Ms: pct(0.50), P99Ms: pct(0.99), RPS: float64(len(lat)) / elapsed.Seconds(), Requests: len(lat), Errors: errs,
+		Teams: teams, Endpts: endpoints, Versions: endpoints * versionsPerModel, Clients: cfg.Clients, Seconds: elapsed.Seconds()}, nil
+}
+
+func tenantKey(team string) tenant.KeyRequest {
+	return tenant.KeyRequest{Name: "bench", Team: team, Role: auth.RoleViewer}
+}

@@ -1,0 +1,152 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Secret is a setting that never prints.
+type Secret string
+
+func (Secret) String() string { return "<secret>" }
+
+// LogValue keeps secrets out of structured logs.
+func (Secret) LogValue() slog.Value { return slog.StringValue("<secret>") }
+
+// ServerConfig configures `modelplane server`.
+type ServerConfig struct {
+	HTTPAddr       string
+	PublicURL      string
+	DatabaseURL    Secret
+	ClickHouseURL  Secret
+	NATSURL        string
+	OIDCIssuer     string
+	OIDCClientID   string
+	OIDCSecret     Secret
+	ArtifactDir    string
+	MaxUploadBytes int64
+	SessionIdle    time.Duration
+	SessionMax     time.Duration
+	LogLevel       string
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int64) int64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+		return -1 // Validate names it
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		return -1
+	}
+	return def
+}
+
+type secretFlag struct{ s *Secret }
+
+func (f secretFlag) String() string {
+	if f.s == nil || *f.s == "" {
+		return ""
+	}
+	return "<secret>"
+}
+func (f secretFlag) Set(v string) error { *f.s = Secret(v); return nil }
+
+// Flags registers the server settings on fs, with MP_* environment variables
+// as defaults.
+func (c *ServerConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", ":8080"), "portal and API listen address (MP_HTTP_ADDR)")
+	fs.StringVar(&c.PublicURL, "public-url", env("MP_PUBLIC_URL", "http://127.0.0.1:8080"), "URL people use to reach the portal; the OIDC redirect is built from it (MP_PUBLIC_URL)")
+	c.DatabaseURL = Secret(env("MP_DATABASE_URL", ""))
+	fs.Var(secretFlag{&c.DatabaseURL}, "database-url", "PostgreSQL URL (MP_DATABASE_URL)")
+	c.ClickHouseURL = Secret(env("MP_CLICKHOUSE_URL", ""))
+	fs.Var(secretFlag{&c.ClickHouseURL}, "clickhouse-url", "ClickHouse URL, clickhouse://user:pass@host:9000/db (MP_CLICKHOUSE_URL)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("MP_NATS_URL", ""), "NATS URL (MP_NATS_URL)")
+	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", env("MP_OIDC_ISSUER", ""), "OIDC issuer URL (MP_OIDC_ISSUER)")
+	fs.StringVar(&c.OIDCClientID, "oidc-client-id", env("MP_OIDC_CLIENT_ID", ""), "OIDC client id (MP_OIDC_CLIENT_ID)")
+	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
+	fs.Var(secretFlag{&c.OIDCSecret}, "oidc-client-secret", "OIDC client secret (MP_OIDC_CLIENT_SECRET)")
+	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
+	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", envInt("MP_MAX_UPLOAD_BYTES", 10<<30), "largest version upload (MP_MAX_UPLOAD_BYTES)")
+	fs.DurationVar(&c.SessionIdle, "session-idle", envDuration("MP_SESSION_IDLE", 8*time.Hour), "portal session idle timeout (MP_SESSION_IDLE)")
+	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
+	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+}
+
+// Validate names every bad setting.
+func (c *ServerConfig) Validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if c.HTTPAddr == "" {
+		bad("MP_HTTP_ADDR (--http-addr) is required")
+	}
+	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		bad("MP_PUBLIC_URL (--public-url) must be an http(s) URL, got %q", c.PublicURL)
+	}
+	if !strings.HasPrefix(string(c.DatabaseURL), "postgres://") && !strings.HasPrefix(string(c.DatabaseURL), "postgresql://") {
+		bad("MP_DATABASE_URL (--database-url) must be a postgres:// URL")
+	}
+	if !strings.HasPrefix(string(c.ClickHouseURL), "clickhouse://") {
+		bad("MP_CLICKHOUSE_URL (--clickhouse-url) must be a clickhouse:// URL")
+	}
+	if c.NATSURL == "" {
+		bad("MP_NATS_URL (--nats-url) is required")
+	}
+	if c.OIDCIssuer == "" {
+		bad("MP_OIDC_ISSUER (--oidc-issuer) is required: modelplane server signs people in with your identity provider")
+	}
+	if c.OIDCClientID == "" {
+		bad("MP_OIDC_CLIENT_ID (--oidc-client-id) is required")
+	}
+	if c.ArtifactDir == "" {
+		bad("MP_ARTIFACT_DIR (--artifact-dir) is required")
+	}
+	if c.MaxUploadBytes <= 0 {
+		bad("MP_MAX_UPLOAD_BYTES (--max-upload-bytes) must be a positive number of bytes")
+	}
+	if c.SessionIdle <= 0 || c.SessionMax <= 0 || c.SessionIdle > c.SessionMax {
+		bad("MP_SESSION_IDLE and MP_SESSION_MAX must be positive durations with idle <= max")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("MP_LOG_LEVEL (--log-level) %v", err)
+	}
+	if len(errs) > 0 {
+		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// NewLogger returns the JSON logger every command uses.
+func NewLogger(level string) *slog.Logger {
+	l, _ := parseLevel(level)
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,191 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/auth"
+	"modelplane/auth/devidp"
+	"modelplane/db"
+	"modelplane/endpoint"
+	"modelplane/handlers"
+	"modelplane/registry"
+	"modelplane/tenant"
+)
+
+// system is the principal demo seeding acts as; the audit log names it.
+var system = &auth.Principal{Name: "modelplane-dev", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+
+// seedDemo loads the demo teams, users, models, versions and endpoints. It is
+// idempotent: what exists is left alone, so the next run keeps the data.
+func seedDemo(ctx context.Context, pool *pgxpool.Pool, h *handlers.Server, idp *devidp.IdP) error {
+	for _, team := range []string{"risk", "search"} {
+		if _, err := h.Tenant.CreateTeam(ctx, system, team, strings.ToUpper(team[:1])+team[1:]); err != nil && !errors.Is(err, db.ErrConflict) {
+			return err
+		}
+	}
+	q := db.New(pool)
+	for _, u := range idp.Users() {
+		row, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idp.Issuer(), Subject: u.Subject, Email: u.Email, Name: u.Name})
+		if err != nil {
+			return err
+		}
+		if u.PlatformRole != "" {
+			role := u.PlatformRole
+			if err := q.UserSetPlatformRole(ctx, db.UserSetPlatformRoleParams{ID: row.ID, PlatformRole: &role}); err != nil {
+				return err
+			}
+		}
+		if u.Team != "" {
+			t, err := q.TeamGetByName(ctx, u.Team)
+			if err != nil {
+				return err
+			}
+			if _, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: t.ID, UserID: row.ID, Role: u.TeamRole}); err != nil {
+				return err
+			}
+		}
+	}
+	for _, m := range demoModels {
+		if err := seedModel(ctx, h, m); err != nil {
+			return fmt.Errorf("%s: %w", m.spec.Name, err)
+		}
+	}
+	return nil
+}
+
+type demoModel struct {
+	spec     registry.ModelSpec
+	versions []registry.VersionSpec
+	endpoint endpoint.Spec
+	traffic  []endpoint.Weight
+}
+
+func ms(v float64) *float64 { return &v }
+
+var demoModels = []demoModel{
+	{
+		spec: registry.ModelSpec{Team: "risk", Name: "fraud-detector", Task: registry.TaskClassification,
+			Description:  "Card-payment fraud score.",
+			InputSchema:  json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","minimum":0},"merchant_category":{"type":"string"},"country":{"type":"string","minLength":2,"maxLength":2}},"required":["amount","merchant_category","country"],"additionalProperties":false}`),
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"score":{"type":"number"},"label":{"type":"string","enum":["legit","fraud"]}}}`),
+			FeatureNames: []string{"amount", "merchant_category", "country"}},
+		versions: []registry.VersionSpec{
+			{Name: "v23", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
+				Lineage: registry.Lineage{TrainingJob: "train-fraud-2311", Dataset: "payments-2026-10"}, OfflineMetrics: map[string]float64{"auc": 0.941},
+				Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.12,"sd":0.18},"class_balance":{"legit":0.97,"fraud":0.03}}`)},
+			{Name: "v24", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
+				Lineage: registry.Lineage{ParentVersion: "v23", TrainingJob: "train-fraud-2411", Dataset: "payments-2026-11"}, OfflineMetrics: map[string]float64{"auc": 0.947},
+				Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.49,"sd":0.28},"class_balance":{"legit":0.6,"fraud":0.4}}`)},
+		},
+		endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23", Runtime: "onnxruntime",
+			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 2, MaxReplicas: 8, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
+	},
+	{
+		spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,
+			Description: "Support chat LLM (8B, fp16).",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)},
+		versions: []registry.VersionSpec{
+			{Name: "v42", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
+				Lineage: registry.Lineage{TrainingJob: "sft-chat-42", Dataset: "support-dialogs-v7"},
+				Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":12,"decode_ms_per_seq":0.35,"kv_mb_per_token":0.8,"usable_gb":13}`)},
+			{Name: "v43", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
+				Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "sft-chat-43", Dataset: "support-dialogs-v8"},
+				Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":23,"decode_ms_per_seq":0.65,"kv_mb_per_token":0.8,"usable_gb":13}`)},
+		},
+		endpoint: endpoint.Spec{Name: "support-chat", Model: "chat-assistant", Version: "v42", Runtime: "vllm",
+			Settings: endpoint.Settings{InstanceProfile: "mig-4g.40gb", MinReplicas: 1, MaxReplicas: 4, Tier: "standard", RetentionDays: 14}},
+	},
+}
+
+func seedModel(ctx context.Context, h *handlers.Server, m demoModel) error {
+	if _, err := h.Registry.CreateModel(ctx, system, m.spec); err != nil && !errors.Is(err, db.ErrConflict) {
+		return err
+	}
+	for _, v := range m.versions {
+		if _, err := h.Registry.Version(ctx, system, m.spec.Name, v.Name); err == nil {
+			continue
+		}
+		files := demoArtifact(m.spec.Name, v.Name)
+		manifest := map[string]string{}
+		for name, b := range files {
+			sum := sha256.Sum256(b)
+			manifest[name] = hex.EncodeToString(sum[:])
+		}
+		mj, _ := json.Marshal(manifest)
+		upload := func(add func(string, io.Reader) error) error {
+			for name, b := range files {
+				if err := add(name, bytes.NewReader(b)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if _, err := h.Registry.RegisterVersion(ctx, system, m.spec.Name, v, mj, upload); err != nil {
+			return err
+		}
+	}
+	if _, err := h.Endpoints.Create(ctx, system, m.endpoint); err != nil && !errors.Is(err, db.ErrConflict) {
+		return err
+	}
+	return nil
+}
+
+// demoArtifact builds a tiny real safetensors file and a config for a demo
+// version, so demo versions go through the same upload checks as any other.
+func demoArtifact(model, version string) map[string][]byte {
+	header := []byte(`{"weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"model":"` + model + `","version":"` + version + `"}}`)
+	var st bytes.Buffer
+	_ = binary.Write(&st, binary.LittleEndian, uint64(len(header)))
+	st.Write(header)
+	st.Write(make([]byte, 16))
+	return map[string][]byte{
+		"model.safetensors": st.Bytes(),
+		"config.json":       []byte(`{"model":"` + model + `","version":"` + version + `"}`),
+	}
+}
+
+// devKeys are the ready API keys written to dev.env.
+var devKeys = []struct {
+	env  string
+	team string
+	role auth.Role
+}{
+	{"MP_ADMIN_KEY", "", auth.RolePlatformAdmin},
+	{"MP_RISK_KEY", "risk", auth.RoleAdmin},
+	{"MP_SEARCH_KEY", "search", auth.RoleAdmin},
+	{"MP_FINANCE_KEY", "", auth.RoleFinance},
+}
+
+// writeDevEnv writes dev.env with working API keys, keeping the keys of the
+// previous run when they still authenticate.
+func writeDevEnv(ctx context.Context, path, baseURL, natsURL string, h *handlers.Server) error {
+	old := readEnvFile(path)
+	var b strings.Builder
+	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
+	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\n", baseURL, natsURL)
+	for _, k := range devKeys {
+		key := old[k.env]
+		if p, err := h.Keys.Authenticate(ctx, key); err != nil || p == nil {
+			raw, _, err := h.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "dev " + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k.env, "MP_"), "_KEY")),
+				Team: k.team, Role: k.role})
+			if err != nil {
+				return err
+			}
+			key = raw
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", k.env, key)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}

@@ -1,0 +1,228 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"modelplane/auth"
+	"modelplane/auth/devidp"
+	"modelplane/handlers"
+	"modelplane/internal/chproc"
+	"modelplane/internal/pgproc"
+)
+
+// DevConfig configures `modelplane dev`.
+type DevConfig struct {
+	Dir         string
+	HTTPAddr    string
+	IdPAddr     string
+	LogLevel    string
+	MaxUploadMB int64
+}
+
+// Flags registers the dev settings on fs.
+func (c *DevConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
+	fs.StringVar(&c.IdPAddr, "idp-addr", env("MP_DEV_IDP_ADDR", "127.0.0.1:8082"), "development identity provider address; keep it stable, users are keyed by issuer (MP_DEV_IDP_ADDR)")
+	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
+	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
+}
+
+// Validate names every bad setting.
+func (c *DevConfig) Validate() error {
+	var errs []string
+	if c.Dir == "" {
+		errs = append(errs, "MP_DEV_DIR (--dir) is required")
+	}
+	if c.HTTPAddr == "" {
+		errs = append(errs, "MP_HTTP_ADDR (--http-addr) is required")
+	}
+	if c.MaxUploadMB <= 0 {
+		errs = append(errs, "MP_MAX_UPLOAD_MB (--max-upload-mb) must be a positive number")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, "MP_LOG_LEVEL (--log-level) "+err.Error())
+	}
+	if len(errs) > 0 {
+		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// Dev is a running `modelplane dev`; Ready is closed once it serves.
+type Dev struct {
+	Ready   chan struct{}
+	BaseURL string
+	EnvFile string
+}
+
+// RunDev runs everything on one machine until ctx ends: private PostgreSQL and
+// ClickHouse child processes, embedded NATS, the development identity
+// provider, demo data and the portal/API. Everything started is stopped on
+// return; data stays in cfg.Dir for the next run.
+func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := NewLogger(cfg.LogLevel)
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "starting PostgreSQL, ClickHouse and NATS under", dir)
+	pg, err := pgproc.Start(ctx, filepath.Join(dir, "postgres"))
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	if err := createDatabase(ctx, pg.URL("postgres"), "modelplane"); err != nil {
+		return err
+	}
+	ch, err := chproc.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		return err
+	}
+	defer ch.Stop()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("embedded nats did not start")
+	}
+	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), ch.URL("modelplane"), ns.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer chConn.Close()
+	defer nc.Close()
+
+	baseURL := "http://" + cfg.HTTPAddr
+	idp, err := devidp.Start(devidp.Config{Addr: cfg.IdPAddr, ClientID: "modelplane-dev", ClientSecret: "modelplane-dev-secret",
+		RedirectURLs: []string{baseURL + "/auth/callback"}})
+	if err != nil {
+		return fmt.Errorf("development identity provider: %w", err)
+	}
+	defer idp.Close()
+	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
+		RedirectURL: baseURL + "/auth/callback"}, pool, time.Now)
+	if err != nil {
+		return fmt.Errorf("oidc: %w", err)
+	}
+	artifactDir := filepath.Join(dir, "artifacts")
+	var devUsers []handlers.DevUser
+	for _, u := range idp.Users() {
+		devUsers = append(devUsers, handlers.DevUser{Email: u.Email, Description: u.Description})
+	}
+	cp := controlPlane{Log: log, Pool: pool, CH: chConn, NC: nc, OIDC: oidc, ArtifactDir: artifactDir,
+		MaxUploadBytes: cfg.MaxUploadMB << 20, DevUsers: devUsers,
+		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}}
+	h, err := cp.handler()
+	if err != nil {
+		return err
+	}
+	if err := seedDemo(ctx, pool, h, idp); err != nil {
+		return fmt.Errorf("demo data: %w", err)
+	}
+	envFile := filepath.Join(dir, "dev.env")
+	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), h); err != nil {
+		return fmt.Errorf("dev credentials: %w", err)
+	}
+	go sweep(ctx, log, h)
+	fmt.Fprintf(out, `
+modelplane dev is running.
+
+  portal   %[1]s
+           sign in with SSO: the development identity provider (%[2]s) lists the demo
+           users (platform admin, risk admin/engineer/viewer, search admin, finance); no password.
+  API      %[1]s/api/v1   (OpenAPI: %[1]s/api/v1/openapi.json)
+           source %[3]s   # MP_API, MP_ADMIN_KEY, MP_RISK_KEY, MP_SEARCH_KEY, MP_FINANCE_KEY
+           curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
+  NATS     %[4]s
+  data     %[5]s (kept between runs; delete it to start over)
+
+Ctrl-C stops everything.
+`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir)
+	if d != nil {
+		d.BaseURL, d.EnvFile = baseURL, envFile
+		close(d.Ready)
+	}
+	return serve(ctx, log, cfg.HTTPAddr, h.Handler())
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	c, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweep removes expired sessions and abandoned logins every few minutes.
+func sweep(ctx context.Context, log *slog.Logger, h *handlers.Server) {
+	t := time.NewTicker(5 * time.Minute)
+	defer t.Stop()
+	for {
+		if _, err := h.Sessions.Sweep(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("sweep sessions", slog.String("error", err.Error()))
+		}
+		if h.OIDC != nil {
+			if _, err := h.OIDC.Sweep(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("sweep logins", slog.String("error", err.Error()))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readEnvFile reads KEY=value lines.
+func readEnvFile(path string) map[string]string {
+	out := map[string]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+		if ok {
+			out[k] = strings.Trim(v, `"'`)
+		}
+	}
+	return out
+}

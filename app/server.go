@@ -1,0 +1,194 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"modelplane/artifact"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/endpoint"
+	"modelplane/handlers"
+	"modelplane/ingest"
+	"modelplane/migrations"
+	"modelplane/registry"
+	"modelplane/tenant"
+)
+
+// natsPinger checks the NATS connection for /readyz.
+type natsPinger struct{ nc *nats.Conn }
+
+func (p natsPinger) Ping(ctx context.Context) error { return p.nc.FlushWithContext(ctx) }
+
+// controlPlane is what `server` and `dev` both run: the portal and API over
+// PostgreSQL, ClickHouse and NATS.
+type controlPlane struct {
+	Log            *slog.Logger
+	Pool           *pgxpool.Pool
+	CH             driver.Conn
+	NC             *nats.Conn
+	OIDC           *auth.OIDC
+	Sessions       auth.SessionConfig
+	ArtifactDir    string
+	MaxUploadBytes int64
+	DevUsers       []handlers.DevUser
+}
+
+func (cp controlPlane) handler() (*handlers.Server, error) {
+	store, err := artifact.NewStore(cp.ArtifactDir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	now := time.Now
+	return handlers.New(handlers.Deps{
+		Log:            cp.Log,
+		Pool:           cp.Pool,
+		Keys:           auth.NewKeys(cp.Pool, now),
+		OIDC:           cp.OIDC,
+		Sessions:       auth.NewSessions(cp.Pool, cp.Sessions, now),
+		Tenant:         tenant.New(cp.Pool, now),
+		Registry:       registry.New(cp.Pool, store, artifact.Limits{MaxTotalBytes: cp.MaxUploadBytes, MaxFileBytes: cp.MaxUploadBytes}),
+		Endpoints:      endpoint.New(cp.Pool),
+		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
+		Metrics:        reg,
+		Now:            now,
+		DevUsers:       cp.DevUsers,
+		MaxUploadBytes: cp.MaxUploadBytes,
+	}), nil
+}
+
+// serve runs h on addr until ctx ends, then drains in-flight requests.
+func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		log.Warn("http shutdown", slog.String("error", err.Error()))
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// openStores connects PostgreSQL, ClickHouse and NATS and applies migrations.
+func openStores(ctx context.Context, dbURL, chURL, natsURL string) (*pgxpool.Pool, driver.Conn, *nats.Conn, error) {
+	pool, err := db.Open(ctx, dbURL)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := migrations.Postgres(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	ch, err := ingest.OpenClickHouse(ctx, chURL)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	if err := migrations.ClickHouse(ctx, ch); err != nil {
+		pool.Close()
+		ch.Close()
+		return nil, nil, nil, err
+	}
+	nc, err := nats.Connect(natsURL, nats.Name("modelplane-server"), nats.MaxReconnects(-1))
+	if err != nil {
+		pool.Close()
+		ch.Close()
+		return nil, nil, nil, fmt.Errorf("connect nats: %w", err)
+	}
+	return pool, ch, nc, nil
+}
+
+// RunServer runs `modelplane server` until ctx ends.
+func RunServer(ctx context.Context, cfg ServerConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := NewLogger(cfg.LogLevel)
+	pool, ch, nc, err := openStores(ctx, string(cfg.DatabaseURL), string(cfg.ClickHouseURL), cfg.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer ch.Close()
+	defer nc.Close()
+	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
+		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback"}, pool, time.Now)
+	if err != nil {
+		return fmt.Errorf("oidc: %w", err)
+	}
+	h, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc, OIDC: oidc,
+		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
+		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes}.handler()
+	if err != nil {
+		return err
+	}
+	go sweep(ctx, log, h)
+	log.Info("modelplane server listening", slog.String("addr", cfg.HTTPAddr))
+	return serve(ctx, log, cfg.HTTPAddr, h.Handler())
+}
+
+// MigrateConfig configures `modelplane migrate`.
+type MigrateConfig struct {
+	DatabaseURL   Secret
+	ClickHouseURL Secret
+}
+
+// Flags registers the migrate settings on fs.
+func (c *MigrateConfig) Flags(fs *flag.FlagSet) {
+	c.DatabaseURL = Secret(env("MP_DATABASE_URL", ""))
+	fs.Var(secretFlag{&c.DatabaseURL}, "database-url", "PostgreSQL URL (MP_DATABASE_URL)")
+	c.ClickHouseURL = Secret(env("MP_CLICKHOUSE_URL", ""))
+	fs.Var(secretFlag{&c.ClickHouseURL}, "clickhouse-url", "ClickHouse URL (MP_CLICKHOUSE_URL); empty skips ClickHouse")
+}
+
+// RunMigrate applies PostgreSQL and ClickHouse migrations.
+func RunMigrate(ctx context.Context, cfg MigrateConfig) error {
+	if cfg.DatabaseURL == "" {
+		return errors.New("invalid configuration: MP_DATABASE_URL (--database-url) is required")
+	}
+	pool, err := db.Open(ctx, string(cfg.DatabaseURL))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Postgres(ctx, pool); err != nil {
+		return err
+	}
+	if cfg.ClickHouseURL == "" {
+		return nil
+	}
+	ch, err := ingest.OpenClickHouse(ctx, string(cfg.ClickHouseURL))
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	return migrations.ClickHouse(ctx, ch)
+}

@@ -1,0 +1,153 @@
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// A Store keeps blobs on local disk under their sha256, at
+// <dir>/sha256/<first two hex digits>/<digest>, so the same content is
+// stored once and a blob's name proves its content. Blobs are written to a
+// temporary file in <dir>/tmp and renamed into place, so a reader never sees
+// a partial blob. A Store is safe for concurrent use.
+type Store struct {
+	dir string
+}
+
+// A Blob is one stored file.
+type Blob struct {
+	// Digest is the lowercase hex sha256 of the content.
+	Digest string `json:"digest"`
+	// Size is the content length in bytes.
+	Size int64 `json:"size"`
+	// Format is what Detect recognised the content as.
+	Format Format `json:"format"`
+}
+
+// NewStore returns a store rooted at dir, creating its directories.
+func NewStore(dir string) (*Store, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("create artifact store: %w", err)
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir returns the store's root directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(digest string) string {
+	return filepath.Join(s.dir, "sha256", digest[:2], digest)
+}
+
+// Put streams r into the store while hashing it, refuses it with a
+// *Rejection wrapping ErrTooLarge as soon as it passes limit bytes, inspects
+// the content with Detect (name is used for the checks and the messages,
+// not for storage), and moves the blob into place. Content already stored
+// is kept as it is. A refused or failed Put leaves nothing behind.
+func (s *Store) Put(ctx context.Context, name string, r io.Reader, limit int64) (Blob, error) {
+	if limit < 0 {
+		return Blob{}, fmt.Errorf("put %s: negative limit %d", name, limit)
+	}
+	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "put-*")
+	if err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name()) // a no-op once renamed into place
+	}()
+
+	h := sha256.New()
+	read := limit
+	if read < math.MaxInt64 {
+		read++ // one byte more than allowed tells a file at the limit from one past it
+	}
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(ctxReader{ctx, r}, read))
+	if err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	if n > limit {
+		return Blob{}, tooLarge(name, "file is larger than the limit of %d bytes", limit)
+	}
+	format, err := Detect(name, io.NewSectionReader(tmp, 0, n), n)
+	if err != nil {
+		return Blob{}, err
+	}
+	b := Blob{Digest: hex.EncodeToString(h.Sum(nil)), Size: n, Format: format}
+
+	dst := s.path(b.Digest)
+	if _, err := os.Stat(dst); err == nil {
+		return b, nil
+	}
+	if err := tmp.Chmod(0o440); err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// Open returns the content of a stored blob. The error wraps ErrNotFound when
+// the store does not hold it.
+func (s *Store) Open(digest string) (io.ReadCloser, error) {
+	if !IsDigest(digest) {
+		return nil, fmt.Errorf("open blob %q: not a sha256 digest: %w", digest, ErrNotFound)
+	}
+	f, err := os.Open(s.path(digest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open blob %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", digest, err)
+	}
+	return f, nil
+}
+
+// Verify hashes a stored blob again. The error wraps ErrCorrupt when the
+// content on disk no longer matches its digest, and ErrNotFound when the
+// blob is missing.
+func (s *Store) Verify(digest string) error {
+	rc, err := s.Open(digest)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, rc); err != nil {
+		return fmt.Errorf("verify blob %s: %w", digest, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != digest {
+		return fmt.Errorf("verify blob %s: content hashes to %s: %w", digest, got, ErrCorrupt)
+	}
+	return nil
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

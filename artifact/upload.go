@@ -1,0 +1,200 @@
+package artifact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Default limits, used for a Limits field left at zero.
+const (
+	DefaultMaxFileBytes  int64 = 64 << 30
+	DefaultMaxTotalBytes int64 = 256 << 30
+)
+
+// Limits bound the size of one upload. A zero field means its default.
+type Limits struct {
+	// MaxFileBytes is the largest single file.
+	MaxFileBytes int64
+	// MaxTotalBytes is the largest sum of the files of one version.
+	MaxTotalBytes int64
+}
+
+func (l Limits) file() int64 {
+	if l.MaxFileBytes <= 0 {
+		return DefaultMaxFileBytes
+	}
+	return l.MaxFileBytes
+}
+
+func (l Limits) total() int64 {
+	if l.MaxTotalBytes <= 0 {
+		return DefaultMaxTotalBytes
+	}
+	return l.MaxTotalBytes
+}
+
+// An Upload collects the files of one model version against its manifest:
+// each file must be listed, arrive once, pass Detect and hash to its listed
+// digest. An Upload is not safe for concurrent use.
+type Upload struct {
+	store    *Store
+	manifest Manifest
+	limits   Limits
+	err      error // a manifest that does not validate
+	blobs    map[string]Blob
+	size     int64
+	done     bool
+}
+
+// A Result is a complete upload.
+type Result struct {
+	// Files maps each manifest path to its stored blob.
+	Files map[string]Blob
+	// Size is the sum of the file sizes.
+	Size int64
+	// Format is the version's model format: the model format
+	// (safetensors, onnx, gguf, xgboost-json, lightgbm) holding the most
+	// bytes. When no file holds a model it is json or text, and the caller
+	// decides whether a version of configs alone makes sense.
+	Format Format
+	// URI is the manifest's URI, "sha256-manifest:<hex>" (see Manifest.URI).
+	URI string
+}
+
+// NewUpload starts an upload of the files listed in m into store. A manifest
+// that does not validate makes every Add and Finish fail.
+func NewUpload(store *Store, m Manifest, limits Limits) *Upload {
+	return &Upload{store: store, manifest: m, limits: limits, err: m.Validate(), blobs: map[string]Blob{}}
+}
+
+var errFinished = errors.New("upload already finished")
+
+// Add stores the file at path p, read from r. It refuses, with a *Rejection,
+// a path that is not clean or not in the manifest (an extra file), a path
+// added before, content that Detect refuses, and content whose sha256
+// differs from the manifest's; it refuses with ErrTooLarge a file over the
+// per-file limit or one that takes the upload over the total limit. A
+// refused file is not part of the upload; its blob may stay in the store.
+func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
+	switch {
+	case u.err != nil:
+		return u.err
+	case u.done:
+		return errFinished
+	}
+	if err := CheckPath(p); err != nil {
+		return err
+	}
+	want, ok := u.manifest[p]
+	if !ok {
+		return reject(p, "extra file: not listed in the manifest")
+	}
+	if _, dup := u.blobs[p]; dup {
+		return reject(p, "uploaded twice")
+	}
+	limit, byTotal := u.limits.file(), false
+	if left := u.limits.total() - u.size; left < limit {
+		limit, byTotal = left, true
+	}
+	b, err := u.store.Put(ctx, p, r, limit)
+	if errors.Is(err, ErrTooLarge) && byTotal {
+		return tooLarge(p, "upload is larger than the total limit of %d bytes", u.limits.total())
+	}
+	if err != nil {
+		return err
+	}
+	if b.Digest != want {
+		return reject(p, "digest mismatch: manifest says sha256 %s, content is %s", want, b.Digest)
+	}
+	u.blobs[p] = b
+	u.size += b.Size
+	return nil
+}
+
+// AddTar adds every regular file of a tar archive, optionally gzipped, as Add
+// would, under its entry path (a leading "./" dropped). It refuses the
+// archive at the first entry that escapes it ("..", an absolute path), is a
+// symlink, hard link, device or other special file, or is refused by Add.
+// Directory entries are skipped.
+func (u *Upload) AddTar(ctx context.Context, r io.Reader) error {
+	switch {
+	case u.err != nil:
+		return u.err
+	case u.done:
+		return errFinished
+	}
+	return walkTar(r, func(name string, _ int64, body io.Reader) error {
+		return u.Add(ctx, name, body)
+	})
+}
+
+// Finish checks every manifest file was added and returns the result. It
+// refuses, with a *Rejection, an upload with files missing. The upload
+// cannot be added to afterwards.
+func (u *Upload) Finish() (Result, error) {
+	switch {
+	case u.err != nil:
+		return Result{}, u.err
+	case u.done:
+		return Result{}, errFinished
+	}
+	var missing []string
+	for _, p := range u.manifest.Paths() {
+		if _, ok := u.blobs[p]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	switch {
+	case len(missing) == 1:
+		return Result{}, reject(missing[0], "missing file: listed in the manifest but not uploaded")
+	case len(missing) > 1:
+		return Result{}, reject("", "missing files: %s listed in the manifest but not uploaded", listPaths(missing, 5))
+	}
+	u.done = true
+	files := make(map[string]Blob, len(u.blobs))
+	for p, b := range u.blobs {
+		files[p] = b
+	}
+	return Result{Files: files, Size: u.size, Format: dominant(files), URI: u.manifest.URI()}, nil
+}
+
+// dominant returns the model format holding the most bytes or, without a
+// model file, the config format holding the most. Ties go to the format
+// listed first.
+func dominant(files map[string]Blob) Format {
+	size := map[Format]int64{}
+	for _, b := range files {
+		size[b.Format] += b.Size + 1 // +1 so an empty file still counts
+	}
+	groups := [][]Format{
+		{FormatSafetensors, FormatGGUF, FormatONNX, FormatXGBoostJSON, FormatLightGBM},
+		{FormatJSON, FormatText},
+	}
+	for _, group := range groups {
+		var best Format
+		for _, f := range group {
+			if n, ok := size[f]; ok && (best == "" || n > size[best]) {
+				best = f
+			}
+		}
+		if best != "" {
+			return best
+		}
+	}
+	return ""
+}
+
+func listPaths(ps []string, n int) string {
+	shown := make([]string, 0, n)
+	for _, p := range ps[:min(len(ps), n)] {
+		shown = append(shown, displayPath(p))
+	}
+	s := strings.Join(shown, ", ")
+	if len(ps) > n {
+		s += fmt.Sprintf(" and %d more", len(ps)-n)
+	}
+	return s
+}

@@ -1,0 +1,82 @@
+// Command modelplane is the one binary of the platform; each subcommand parses
+// its flags and calls package app.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"modelplane/app"
+)
+
+const usage = `usage: modelplane <command> [flags]
+
+commands:
+  dev       everything on one machine: PostgreSQL, ClickHouse, NATS, demo data, portal and API
+  server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
+  migrate   apply PostgreSQL and ClickHouse migrations
+  bench     benchmarks printing JSON: bench api --json
+
+run 'modelplane <command> -h' for its flags`
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	var err error
+	switch cmd {
+	case "dev":
+		var cfg app.DevConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunDev(ctx, cfg, os.Stdout, nil)
+	case "server":
+		var cfg app.ServerConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunServer(ctx, cfg)
+	case "migrate":
+		var cfg app.MigrateConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunMigrate(ctx, cfg)
+	case "bench":
+		var cfg app.BenchConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunBench(ctx, cfg, fs.Args(), os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s\n", cmd, usage)
+		return 2
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "modelplane:", err)
+		return 1
+	}
+	return 0
+}

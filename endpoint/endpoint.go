@@ -1,0 +1,338 @@
+// Package endpoint owns inference endpoints: their settings and the traffic
+// split over model versions. Placement of replicas is package placement's job;
+// an endpoint stays "pending" until then. Lookups are scoped to the caller's
+// teams in SQL, and every change is written with its audit record in one
+// transaction.
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/validate"
+)
+
+// Tiers keep workloads of different criticality apart on the fleet.
+var Tiers = []string{"critical", "standard", "batch"}
+
+// InstanceProfiles are the GPU allocations a replica can ask for: a whole GPU
+// of a type, or a MIG slice.
+var InstanceProfiles = []string{"gpu-a100-80gb", "gpu-h100-80gb", "mig-1g.10gb", "mig-2g.20gb", "mig-3g.40gb", "mig-4g.40gb", "mig-7g.80gb"}
+
+// Endpoint is a served endpoint.
+type Endpoint struct {
+	ID              int64     `json:"-"`
+	TeamID          int64     `json:"-"`
+	Name            string    `json:"name"`
+	Team            string    `json:"team"`
+	Model           string    `json:"model"`
+	Task            string    `json:"task"`
+	Runtime         string    `json:"runtime"`
+	InstanceProfile string    `json:"instance_profile"`
+	MinReplicas     int32     `json:"min_replicas"`
+	MaxReplicas     int32     `json:"max_replicas"`
+	Tier            string    `json:"tier"`
+	SamplingRate    float64   `json:"sampling_rate"`
+	RetentionDays   int32     `json:"retention_days"`
+	Status          string    `json:"status"`
+	Traffic         []Weight  `json:"traffic"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+}
+
+// Weight is one version's share of traffic, in percent.
+type Weight struct {
+	Version string `json:"version"`
+	Weight  int32  `json:"weight"`
+}
+
+// Settings are the changeable settings of an endpoint.
+type Settings struct {
+	InstanceProfile string
+	MinReplicas     int32
+	MaxReplicas     int32
+	Tier            string
+	SamplingRate    float64
+	RetentionDays   int32
+}
+
+// Spec creates an endpoint.
+type Spec struct {
+	Name    string
+	Model   string
+	Version string
+	Runtime string
+	Settings
+}
+
+// Service manages endpoints.
+type Service struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Service.
+func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
+
+func checkSettings(errs *validate.Errors, s Settings) {
+	validate.OneOf(errs, "instance_profile", s.InstanceProfile, InstanceProfiles...)
+	validate.OneOf(errs, "tier", s.Tier, Tiers...)
+	if s.MinReplicas < 0 || s.MinReplicas > 1000 {
+		errs.Add("min_replicas", "must be between 0 and 1000")
+	}
+	if s.MaxReplicas < 1 || s.MaxReplicas > 1000 {
+		errs.Add("max_replicas", "must be between 1 and 1000")
+	}
+	if s.MinReplicas > s.MaxReplicas {
+		errs.Add("min_replicas", "must not exceed max_replicas")
+	}
+	if !(s.SamplingRate >= 0 && s.SamplingRate <= 1) {
+		errs.Add("sampling_rate", "must be between 0 and 1")
+	}
+	if s.RetentionDays < 1 || s.RetentionDays > 3650 {
+		errs.Add("retention_days", "must be between 1 and 3650")
+	}
+}
+
+// Create creates an endpoint serving one version of a model at 100 percent.
+func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (Endpoint, error) {
+	var errs validate.Errors
+	validate.Name(&errs, "name", spec.Name)
+	if spec.Model == "" {
+		errs.Add("model", "is required")
+	}
+	if spec.Version == "" {
+		errs.Add("version", "is required")
+	}
+	if spec.Runtime == "" {
+		errs.Add("runtime", "is required")
+	}
+	checkSettings(&errs, spec.Settings)
+	if err := errs.Err(); err != nil {
+		return Endpoint{}, err
+	}
+	all, ids := p.Scope()
+	var out Endpoint
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		m, err := q.ModelGet(ctx, db.ModelGetParams{Name: spec.Model, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				return validate.Errors{{Field: "model", Message: "no such model"}}
+			}
+			return err
+		}
+		if !p.CanWrite(m.TeamID) {
+			return auth.ErrForbidden
+		}
+		v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				return validate.Errors{{Field: "version", Message: "no such version of " + spec.Model}}
+			}
+			return err
+		}
+		e, err := q.EndpointCreate(ctx, db.EndpointCreateParams{TeamID: m.TeamID, Name: spec.Name, ModelID: m.ID, Runtime: spec.Runtime,
+			InstanceProfile: spec.InstanceProfile, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Tier: spec.Tier,
+			SamplingRate: spec.SamplingRate, RetentionDays: spec.RetentionDays})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: e.ID, VersionID: v.ID, Weight: 100}); err != nil {
+			return err
+		}
+		out = Endpoint{ID: e.ID, TeamID: e.TeamID, Name: e.Name, Team: teamName(ctx, q, p, m.TeamID), Model: m.Name, Task: m.Task,
+			Runtime: e.Runtime, InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
+			SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays, Status: e.Status,
+			Traffic: []Weight{{Version: v.Name, Weight: 100}}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "endpoint.create", ObjectType: "endpoint", ObjectName: spec.Name, After: out})
+	})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
+	}
+	return out, nil
+}
+
+func teamName(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int64) string {
+	for _, m := range p.Teams {
+		if m.TeamID == teamID {
+			return m.Team
+		}
+	}
+	rows, err := q.TeamListByIDs(ctx, []int64{teamID})
+	if err != nil || len(rows) == 0 {
+		return ""
+	}
+	return rows[0].Name
+}
+
+func fromRow(r db.EndpointGetRow) Endpoint {
+	return Endpoint{ID: r.ID, TeamID: r.TeamID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
+		Runtime: r.Runtime, InstanceProfile: r.InstanceProfile, MinReplicas: r.MinReplicas, MaxReplicas: r.MaxReplicas,
+		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+func (s *Service) get(ctx context.Context, q *db.Queries, p *auth.Principal, name string) (Endpoint, error) {
+	all, ids := p.Scope()
+	r, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: name, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %s: %w", name, db.Interpret(err))
+	}
+	e := fromRow(r)
+	rules, err := q.RoutingRuleList(ctx, db.RoutingRuleListParams{EndpointID: e.ID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %s traffic: %w", name, err)
+	}
+	e.Traffic = make([]Weight, len(rules))
+	for i, r := range rules {
+		e.Traffic[i] = Weight{Version: r.VersionName, Weight: r.Weight}
+	}
+	return e, nil
+}
+
+// Get returns an endpoint visible to the caller, with its traffic split.
+func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endpoint, error) {
+	return s.get(ctx, db.New(s.pool), p, name)
+}
+
+// List returns the endpoints visible to the caller, after the given id.
+func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, limit int) ([]Endpoint, error) {
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).EndpointList(ctx, db.EndpointListParams{AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	out := make([]Endpoint, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(db.EndpointGetRow(r))
+	}
+	return out, nil
+}
+
+// Update changes an endpoint's settings.
+func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, set Settings) (Endpoint, error) {
+	var errs validate.Errors
+	checkSettings(&errs, set)
+	if err := errs.Err(); err != nil {
+		return Endpoint{}, err
+	}
+	all, ids := p.Scope()
+	var out Endpoint
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		before, err := s.get(ctx, q, p, name)
+		if err != nil {
+			return err
+		}
+		if !p.CanWrite(before.TeamID) {
+			return auth.ErrForbidden
+		}
+		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,
+			MinReplicas: set.MinReplicas, MaxReplicas: set.MaxReplicas, Tier: set.Tier, SamplingRate: set.SamplingRate,
+			RetentionDays: set.RetentionDays, AllTeams: all, TeamIDs: ids}); err != nil {
+			return db.Interpret(err)
+		}
+		if out, err = s.get(ctx, q, p, name); err != nil {
+			return err
+		}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &before.TeamID, Action: "endpoint.update", ObjectType: "endpoint", ObjectName: name, Before: before, After: out})
+	})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
+	}
+	return out, nil
+}
+
+// Delete removes an endpoint and its traffic rules.
+func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) error {
+	all, ids := p.Scope()
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		before, err := s.get(ctx, q, p, name)
+		if err != nil {
+			return err
+		}
+		if !p.CanWrite(before.TeamID) {
+			return auth.ErrForbidden
+		}
+		if _, err := q.EndpointDelete(ctx, db.EndpointDeleteParams{ID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
+			return err
+		}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &before.TeamID, Action: "endpoint.delete", ObjectType: "endpoint", ObjectName: name, Before: before})
+	})
+	if err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
+	return nil
+}
+
+// SetTraffic replaces the endpoint's traffic split. Every version must be a
+// registered version of the endpoint's model, named once, and the weights must
+// sum to 100.
+func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string, weights []Weight) (Endpoint, error) {
+	var errs validate.Errors
+	sum := int32(0)
+	seen := map[string]bool{}
+	for i, w := range weights {
+		if w.Weight < 0 || w.Weight > 100 {
+			errs.Add(fmt.Sprintf("weights[%d].weight", i), "must be between 0 and 100")
+		}
+		if seen[w.Version] {
+			errs.Add(fmt.Sprintf("weights[%d].version", i), "is named twice")
+		}
+		seen[w.Version] = true
+		sum += w.Weight
+	}
+	if len(weights) == 0 {
+		errs.Add("weights", "must name at least one version")
+	} else if sum != 100 {
+		errs.Add("weights", "must sum to 100, not %d", sum)
+	}
+	if err := errs.Err(); err != nil {
+		return Endpoint{}, err
+	}
+	sort.Slice(weights, func(i, j int) bool { return weights[i].Version < weights[j].Version })
+	all, ids := p.Scope()
+	var out Endpoint
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		before, err := s.get(ctx, q, p, name)
+		if err != nil {
+			return err
+		}
+		if !p.CanWrite(before.TeamID) {
+			return auth.ErrForbidden
+		}
+		r, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: name, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		if err := q.RoutingRuleDeleteByEndpoint(ctx, before.ID); err != nil {
+			return err
+		}
+		for i, w := range weights {
+			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: r.ModelID, Name: w.Version, AllTeams: all, TeamIDs: ids})
+			if err != nil {
+				if errors.Is(db.Interpret(err), db.ErrNotFound) {
+					return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
+				}
+				return err
+			}
+			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight}); err != nil {
+				return err
+			}
+		}
+		if out, err = s.get(ctx, q, p, name); err != nil {
+			return err
+		}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &before.TeamID, Action: "endpoint.traffic", ObjectType: "endpoint", ObjectName: name,
+			Before: before.Traffic, After: out.Traffic})
+	})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("set traffic: %w", err)
+	}
+	return out, nil
+}

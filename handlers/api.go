@@ -1,0 +1,95 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/base64"
+	"io"
+	"reflect"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humachi"
+	"github.com/go-chi/chi/v5"
+)
+
+var hook sync.Once
+
+// newAPI builds the huma API on the /api/v1 sub-router. The OpenAPI document
+// is generated from the same registrations that serve the routes.
+func (s *Server) newAPI(r chi.Router) huma.API {
+	hook.Do(configureHuma)
+	cfg := huma.DefaultConfig("modelplane API", "1.0.0")
+	cfg.OpenAPIPath = "/openapi"
+	cfg.DocsPath = ""
+	cfg.SchemasPath = ""
+	cfg.CreateHooks = nil
+	cfg.Servers = []*huma.Server{{URL: "/api/v1"}}
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key (mpk_...) or an OIDC access/ID token."},
+	}
+	cfg.Security = []map[string][]string{{"bearer": {}}}
+	api := humachi.New(r, cfg)
+	s.registerAPI(api)
+	return api
+}
+
+// op fills the parts every operation shares.
+func (s *Server) op(id, method, path, summary string, tags ...string) huma.Operation {
+	o := huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Tags: tags, MaxBodyBytes: s.MaxBodyBytes}
+	if method == http.MethodPost {
+		o.DefaultStatus = http.StatusCreated
+	}
+	return o
+}
+
+// Page is the cursor-pagination query every list takes.
+type Page struct {
+	Cursor string `query:"cursor" doc:"Opaque cursor from a previous page's next_cursor."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Items per page."`
+}
+
+// after decodes the cursor into the id to continue after.
+func (p Page) after() (int64, error) {
+	if p.Cursor == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+	if err != nil {
+		return 0, huma.Error400BadRequest("bad cursor", &huma.ErrorDetail{Location: "query.cursor", Message: "is not a cursor from this API"})
+	}
+	id, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || id < 0 {
+		return 0, huma.Error400BadRequest("bad cursor", &huma.ErrorDetail{Location: "query.cursor", Message: "is not a cursor from this API"})
+	}
+	return id, nil
+}
+
+// List is one page of items.
+type List[T any] struct {
+	Body struct {
+		Items      []T    `json:"items"`
+		NextCursor string `json:"next_cursor,omitempty" doc:"Pass as cursor to get the next page; absent on the last page."`
+	}
+}
+
+// page trims a limit+1 result to limit and sets the cursor when there is more.
+func page[T any](items []T, limit int, id func(T) int64) *List[T] {
+	out := &List[T]{}
+	if len(items) > limit {
+		items = items[:limit]
+		out.Body.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id(items[len(items)-1]), 10)))
+	}
+	out.Body.Items = items
+	return out
+}
+
+// One wraps a single object as a response body.
+type One[T any] struct {
+	Body T
+}
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -1,0 +1,107 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"modelplane/endpoint"
+)
+
+// EndpointSettings are the settable fields of an endpoint.
+type EndpointSettings struct {
+	InstanceProfile string  `json:"instance_profile" enum:"gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb"`
+	MinReplicas     int32   `json:"min_replicas" minimum:"0" maximum:"1000"`
+	MaxReplicas     int32   `json:"max_replicas" minimum:"1" maximum:"1000"`
+	Tier            string  `json:"tier" enum:"critical,standard,batch" default:"standard"`
+	SamplingRate    float64 `json:"sampling_rate,omitempty" minimum:"0" maximum:"1" doc:"Share of requests whose prediction is sampled; 0 turns sampling off."`
+	RetentionDays   int32   `json:"retention_days,omitempty" minimum:"1" maximum:"3650" default:"30"`
+}
+
+func (e EndpointSettings) settings() endpoint.Settings {
+	return endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas,
+		Tier: e.Tier, SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays}
+}
+
+type endpointCreateInput struct {
+	Body struct {
+		Name    string `json:"name" doc:"Globally unique, DNS-label-like; part of the inference URL."`
+		Model   string `json:"model"`
+		Version string `json:"version" doc:"Initial version, served at 100 percent."`
+		Runtime string `json:"runtime"`
+		EndpointSettings
+	}
+}
+
+type endpointPath struct {
+	Endpoint string `path:"endpoint"`
+}
+
+type endpointUpdateInput struct {
+	Endpoint string `path:"endpoint"`
+	Body     EndpointSettings
+}
+
+type trafficInput struct {
+	Endpoint string `path:"endpoint"`
+	Body     struct {
+		Weights []endpoint.Weight `json:"weights" doc:"Version weights in percent; they must sum to 100."`
+	}
+}
+
+func (s *Server) registerEndpoints(api huma.API) {
+	huma.Register(api, s.op("endpoints-list", http.MethodGet, "/endpoints", "List endpoints", "endpoints"),
+		func(ctx context.Context, in *Page) (*List[endpoint.Endpoint], error) {
+			after, err := in.after()
+			if err != nil {
+				return nil, err
+			}
+			es, err := s.Endpoints.List(ctx, principal(ctx), after, in.Limit+1)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return page(es, in.Limit, func(e endpoint.Endpoint) int64 { return e.ID }), nil
+		})
+	huma.Register(api, s.op("endpoints-create", http.MethodPost, "/endpoints", "Create an endpoint", "endpoints"),
+		func(ctx context.Context, in *endpointCreateInput) (*One[endpoint.Endpoint], error) {
+			b := in.Body
+			e, err := s.Endpoints.Create(ctx, principal(ctx), endpoint.Spec{Name: b.Name, Model: b.Model, Version: b.Version,
+				Runtime: b.Runtime, Settings: b.settings()})
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+	huma.Register(api, s.op("endpoint-get", http.MethodGet, "/endpoints/{endpoint}", "Get an endpoint", "endpoints"),
+		func(ctx context.Context, in *endpointPath) (*One[endpoint.Endpoint], error) {
+			e, err := s.Endpoints.Get(ctx, principal(ctx), in.Endpoint)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+	huma.Register(api, s.op("endpoint-update", http.MethodPut, "/endpoints/{endpoint}", "Update an endpoint's settings", "endpoints"),
+		func(ctx context.Context, in *endpointUpdateInput) (*One[endpoint.Endpoint], error) {
+			e, err := s.Endpoints.Update(ctx, principal(ctx), in.Endpoint, in.Body.settings())
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+	huma.Register(api, s.op("endpoint-delete", http.MethodDelete, "/endpoints/{endpoint}", "Delete an endpoint", "endpoints"),
+		func(ctx context.Context, in *endpointPath) (*struct{}, error) {
+			if err := s.Endpoints.Delete(ctx, principal(ctx), in.Endpoint); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return nil, nil
+		})
+	huma.Register(api, s.op("endpoint-traffic-set", http.MethodPut, "/endpoints/{endpoint}/traffic", "Set the traffic split", "endpoints"),
+		func(ctx context.Context, in *trafficInput) (*One[endpoint.Endpoint], error) {
+			e, err := s.Endpoints.SetTraffic(ctx, principal(ctx), in.Endpoint, in.Body.Weights)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+}

@@ -1,0 +1,15 @@
+package handlers
+
+import "github.com/danielgtaylor/huma/v2"
+
+// registerAPI registers every /api/v1 operation; the OpenAPI document and the
+// cross-team test matrix are both derived from these registrations.
+func (s *Server) registerAPI(api huma.API) {
+	s.registerMe(api)
+	s.registerTeams(api)
+	s.registerKeys(api)
+	s.registerModels(api)
+	s.registerVersions(api)
+	s.registerEndpoints(api)
+	s.registerAudit(api)
+}

@@ -1,0 +1,168 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/registry"
+	"modelplane/validate"
+)
+
+type versionPath struct {
+	Model   string `path:"model"`
+	Version string `path:"version"`
+}
+
+type versionsListInput struct {
+	Model string `path:"model"`
+	Page
+}
+
+// versionJSON registers a version whose artifact is kept elsewhere.
+type versionJSON struct {
+	Metadata registry.VersionSpec `json:"metadata"`
+	Manifest json.RawMessage      `json:"manifest"`
+}
+
+func (s *Server) registerVersions(api huma.API) {
+	huma.Register(api, s.op("versions-list", http.MethodGet, "/models/{model}/versions", "List a model's versions", "models"),
+		func(ctx context.Context, in *versionsListInput) (*List[registry.Version], error) {
+			after, err := in.after()
+			if err != nil {
+				return nil, err
+			}
+			vs, err := s.Registry.Versions(ctx, principal(ctx), in.Model, after, in.Limit+1)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return page(vs, in.Limit, func(v registry.Version) int64 { return v.ID }), nil
+		})
+	huma.Register(api, s.op("version-get", http.MethodGet, "/models/{model}/versions/{version}", "Get a version", "models"),
+		func(ctx context.Context, in *versionPath) (*One[registry.Version], error) {
+			v, err := s.Registry.Version(ctx, principal(ctx), in.Model, in.Version)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[registry.Version]{Body: v}, nil
+		})
+	// Registration streams multipart uploads straight into the artifact store,
+	// so it is a plain handler (mounted in routes.go) documented here by hand.
+	reg := huma.Registry(api.OpenAPI().Components.Schemas)
+	api.OpenAPI().AddOperation(&huma.Operation{
+		OperationID: "versions-register", Method: http.MethodPost, Path: "/models/{model}/versions", Tags: []string{"models"},
+		Summary: "Register an immutable version",
+		Description: "multipart/form-data: a `metadata` part (JSON version metadata), a `manifest` part (JSON path → sha256), " +
+			"then one part per file whose form name is its manifest path; metadata and manifest must come first. " +
+			"Or application/json {\"metadata\": {..., \"artifact_uri\": \"s3://...\", \"format\": \"safetensors\"}, \"manifest\": {...}} for artifacts kept elsewhere.",
+		Parameters: []*huma.Param{{Name: "model", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}},
+		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
+			"multipart/form-data": {Schema: &huma.Schema{Type: "object", Properties: map[string]*huma.Schema{
+				"metadata": reg.Schema(typeOf[registry.VersionSpec](), true, "VersionSpec"),
+				"manifest": {Type: "object", AdditionalProperties: &huma.Schema{Type: "string"}},
+			}}},
+			"application/json": {Schema: reg.Schema(typeOf[versionJSON](), true, "VersionJSON")},
+		}},
+		Responses: map[string]*huma.Response{
+			"201":     {Description: "Registered", Content: map[string]*huma.MediaType{"application/json": {Schema: reg.Schema(typeOf[registry.Version](), true, "Version")}}},
+			"default": {Description: "Error", Content: map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(typeOf[huma.ErrorModel](), true, "ErrorModel")}}},
+		},
+	})
+}
+
+// versionRegister handles POST /api/v1/models/{model}/versions.
+func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := principal(ctx)
+	model := chi.URLParam(r, "model")
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var v registry.Version
+	var err error
+	switch mt {
+	case "application/json":
+		r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
+		var in versionJSON
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			writeProblem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+			return
+		}
+		v, err = s.Registry.RegisterVersion(ctx, p, model, in.Metadata, in.Manifest, nil)
+	case "multipart/form-data":
+		r.Body = http.MaxBytesReader(w, r.Body, s.MaxUploadBytes)
+		v, err = s.registerMultipart(ctx, r, model)
+	default:
+		writeProblem(w, http.StatusUnsupportedMediaType, "send multipart/form-data (upload) or application/json (external artifact)")
+		return
+	}
+	if err != nil {
+		status, msg, details := statusOf(err)
+		if status == http.StatusInternalServerError {
+			s.fail(w, r, err)
+			return
+		}
+		writeProblem(w, status, msg, details...)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/api/v1/models/%s/versions/%s", model, v.Name))
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model string) (registry.Version, error) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return registry.Version{}, validate.Errors{{Field: "body", Message: "is not a multipart body: " + err.Error()}}
+	}
+	var spec registry.VersionSpec
+	var manifest []byte
+	for manifest == nil || spec.Name == "" {
+		part, err := mr.NextPart()
+		if err != nil {
+			return registry.Version{}, validate.Errors{{Field: "body", Message: "needs a metadata and a manifest part before any file"}}
+		}
+		b, err := io.ReadAll(io.LimitReader(part, 1<<20))
+		if err != nil {
+			return registry.Version{}, err
+		}
+		switch part.FormName() {
+		case "metadata":
+			dec := json.NewDecoder(bytesReader(b))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&spec); err != nil {
+				return registry.Version{}, validate.Errors{{Field: "metadata", Message: "is not valid version metadata: " + err.Error()}}
+			}
+			if spec.Name == "" {
+				return registry.Version{}, validate.Errors{{Field: "metadata.name", Message: "is required"}}
+			}
+		case "manifest":
+			manifest = b
+		default:
+			return registry.Version{}, validate.Errors{{Field: part.FormName(), Message: "file parts must come after the metadata and manifest parts"}}
+		}
+	}
+	files := func(add func(path string, r io.Reader) error) error {
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := add(part.FormName(), part); err != nil {
+				return err
+			}
+		}
+	}
+	return s.Registry.RegisterVersion(ctx, principal(ctx), model, spec, manifest, files)
+}

@@ -1,0 +1,100 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"modelplane/artifact"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/tenant"
+	"modelplane/validate"
+)
+
+// statusOf maps a domain error to an HTTP status and a message safe to show.
+// Not-found and not-yours are the same 404; anything unknown is a 500 whose
+// detail is not shown.
+func statusOf(err error) (int, string, []*huma.ErrorDetail) {
+	var verrs validate.Errors
+	switch {
+	case errors.As(err, &verrs):
+		details := make([]*huma.ErrorDetail, len(verrs))
+		for i, f := range verrs {
+			details[i] = &huma.ErrorDetail{Location: "body." + f.Field, Message: f.Message}
+		}
+		return http.StatusBadRequest, "validation failed", details
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return http.StatusUnauthorized, "authentication required", nil
+	case errors.Is(err, auth.ErrForbidden):
+		return http.StatusForbidden, "your role does not allow this", nil
+	case errors.Is(err, db.ErrNotFound):
+		return http.StatusNotFound, "not found", nil
+	case errors.Is(err, db.ErrConflict):
+		return http.StatusConflict, "already exists", nil
+	case errors.Is(err, tenant.ErrLastAdmin):
+		return http.StatusConflict, tenant.ErrLastAdmin.Error(), nil
+	case errors.Is(err, artifact.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, rejection(err), nil
+	case errors.Is(err, artifact.ErrRejected):
+		return http.StatusUnprocessableEntity, rejection(err), nil
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit), nil
+	}
+	return http.StatusInternalServerError, "internal error", nil
+}
+
+// rejection keeps the artifact package's reason but not our wrapping.
+func rejection(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "register version: "); i >= 0 {
+		msg = msg[i+len("register version: "):]
+	}
+	return msg
+}
+
+// apiError turns a domain error into a huma problem response, logging 500s once.
+func (s *Server) apiError(ctx context.Context, err error) error {
+	status, msg, details := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.Log.ErrorContext(ctx, "request failed", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
+	}
+	errs := make([]error, len(details))
+	for i, d := range details {
+		errs[i] = d
+	}
+	return huma.NewError(status, msg, errs...)
+}
+
+// writeProblem writes an application/problem+json response outside huma
+// (middleware and the streaming upload).
+func writeProblem(w http.ResponseWriter, status int, detail string, details ...*huma.ErrorDetail) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(&huma.ErrorModel{Status: status, Title: http.StatusText(status), Detail: detail, Errors: details})
+}
+
+// configureHuma makes huma's own validation failures (malformed JSON, wrong
+// types, unknown fields) 400s like ours, instead of its default 422, so a
+// client sees one status for bad input whoever caught it.
+func configureHuma() {
+	base := huma.NewError
+	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
+		if status == http.StatusUnprocessableEntity && msg == "validation failed" {
+			status = http.StatusBadRequest
+		}
+		return base(status, msg, errs...)
+	}
+}
+
+func validateErr(field, msg string) error {
+	return validate.Errors{{Field: field, Message: msg}}
+}

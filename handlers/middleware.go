@@ -1,0 +1,201 @@
+package handlers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"modelplane/auth"
+)
+
+type ctxKey int
+
+const (
+	keyPrincipal ctxKey = iota
+	keyRequestID
+	keySession
+)
+
+// principal returns the authenticated caller; routes behind the auth
+// middleware always have one.
+func principal(ctx context.Context) *auth.Principal {
+	p, _ := ctx.Value(keyPrincipal).(*auth.Principal)
+	return p
+}
+
+func withPrincipal(ctx context.Context, p *auth.Principal) context.Context {
+	return context.WithValue(ctx, keyPrincipal, p)
+}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(keyRequestID).(string)
+	return id
+}
+
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mp_http_requests_total", Help: "HTTP requests by route and status."}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mp_http_request_duration_seconds", Help: "HTTP request duration by route.", Buckets: prometheus.DefBuckets}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+// observe assigns a request id, recovers panics, and writes one log line and
+// the metrics per request. Payloads, tokens and cookies are never logged.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.Now()
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 64 {
+			b := make([]byte, 8)
+			_, _ = rand.Read(b)
+			id = hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), keyRequestID, id)
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.Log.ErrorContext(ctx, "panic", slog.Any("panic", v), slog.String("request_id", id))
+				if ww.Status() == 0 {
+					writeProblem(ww, http.StatusInternalServerError, "internal error")
+				}
+			}
+			route := chi.RouteContext(ctx).RoutePattern()
+			if route == "" {
+				route = "unmatched"
+			}
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			d := s.Now().Sub(start)
+			s.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+			s.metrics.duration.WithLabelValues(route, r.Method).Observe(d.Seconds())
+			attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method), slog.String("route", route),
+				slog.Int("status", status), slog.Duration("duration", d)}
+			if p, ok := ctx.Value(keyPrincipalHolder).(*principalHolder); ok && p.p != nil {
+				attrs = append(attrs, slog.String("user", p.p.Name), slog.String("teams", teamNames(p.p)))
+			}
+			s.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+		}()
+		holder := &principalHolder{}
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(ctx, keyPrincipalHolder, holder)))
+	})
+}
+
+// principalHolder lets the outer logging middleware learn the principal that
+// an inner middleware authenticated.
+type principalHolder struct{ p *auth.Principal }
+
+const keyPrincipalHolder ctxKey = 100
+
+func setPrincipal(r *http.Request, p *auth.Principal) *http.Request {
+	if h, ok := r.Context().Value(keyPrincipalHolder).(*principalHolder); ok {
+		h.p = p
+	}
+	return r.WithContext(withPrincipal(r.Context(), p))
+}
+
+func teamNames(p *auth.Principal) string {
+	if p.PlatformRole != "" {
+		return string(p.PlatformRole)
+	}
+	names := make([]string, len(p.Teams))
+	for i, m := range p.Teams {
+		names[i] = m.Team
+	}
+	return strings.Join(names, ",")
+}
+
+// securityHeaders sets the headers every response carries. The CSP allows
+// only our own scripts and styles: no inline script, no eval.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// credentialParams are query parameters that would carry a secret; the API
+// refuses them so keys never land in access logs or browser history.
+var credentialParams = []string{"api_key", "apikey", "key", "token", "access_token", "auth"}
+
+// apiAuth authenticates API calls by bearer token: an API key or an OIDC
+// token. Cookies are not accepted on the API.
+func (s *Server) apiAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		for _, name := range credentialParams {
+			if q.Has(name) {
+				writeProblem(w, http.StatusBadRequest, "credentials in the query string are refused; send Authorization: Bearer <key>")
+				return
+			}
+		}
+		if r.URL.Path == "/api/v1/openapi.json" || r.URL.Path == "/api/v1/openapi.yaml" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
+			writeProblem(w, http.StatusUnauthorized, "authentication required: send Authorization: Bearer <key>")
+			return
+		}
+		var p *auth.Principal
+		var err error
+		switch {
+		case auth.LooksLikeKey(token):
+			p, err = s.Keys.Authenticate(r.Context(), token)
+		case s.OIDC != nil:
+			p, err = s.OIDC.AuthenticateToken(r.Context(), token)
+		default:
+			err = auth.ErrUnauthenticated
+		}
+		if err != nil {
+			if !errors.Is(err, auth.ErrUnauthenticated) {
+				s.Log.ErrorContext(r.Context(), "authenticate", slog.String("error", err.Error()), slog.String("request_id", requestID(r.Context())))
+				writeProblem(w, http.StatusInternalServerError, "internal error")
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+			writeProblem(w, http.StatusUnauthorized, "invalid, expired or revoked credentials")
+			return
+		}
+		next.ServeHTTP(w, setPrincipal(r, p))
+	})
+}
+
+// limitBody bounds every request body; the upload route sets its own bound.
+func limitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Body != nil {
+				r.Body = http.MaxBytesReader(w, r.Body, n)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

@@ -1,0 +1,200 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime/multipart"
+	"log/slog"
+	"net/http"
+	"net/url"
+
+	"github.com/a-h/templ"
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/auth"
+	"modelplane/static"
+	"modelplane/web"
+)
+
+// portalRoutes mounts the server-rendered portal.
+func (s *Server) portalRoutes(r chi.Router) {
+	r.Handle("/static/*", http.StripPrefix("/static/", static.Handler()))
+	r.Group(func(r chi.Router) {
+		r.Use(limitBody(s.MaxBodyBytes))
+		r.Get("/login", s.loginPage)
+		r.Post("/login", s.loginStart)
+		r.Get("/auth/callback", s.loginCallback)
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(s.session, s.csrfCheck)
+		r.Post("/models/{model}/versions", s.portalVersionCreate) // bounded by MaxUploadBytes itself
+		r.Group(func(r chi.Router) {
+			r.Use(limitBody(s.MaxBodyBytes))
+			r.Post("/logout", s.logout)
+			r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/endpoints", http.StatusSeeOther) })
+			r.Get("/endpoints", s.portalEndpoints)
+			r.Get("/endpoints/new", s.portalEndpointNew)
+			r.Post("/endpoints", s.portalEndpointCreate)
+			r.Get("/endpoints/{endpoint}", s.portalEndpoint)
+			r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
+			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)
+			r.Get("/models", s.portalModels)
+			r.Get("/models/new", s.portalModelNew)
+			r.Post("/models", s.portalModelCreate)
+			r.Get("/models/{model}", s.portalModel)
+			r.Get("/models/{model}/versions/new", s.portalVersionNew)
+			r.Get("/models/{model}/versions/{version}", s.portalVersion)
+			r.Get("/team", s.portalTeam)
+			r.Post("/team/switch", s.portalTeamSwitch)
+			r.Post("/team/members", s.portalMemberSet)
+			r.Post("/team/keys", s.portalKeyCreate)
+			r.Post("/team/keys/{id}/revoke", s.portalKeyRevoke)
+			r.Get("/audit", s.portalAudit)
+		})
+	})
+}
+
+type sessionInfo struct {
+	token string
+	csrf  string
+}
+
+// session requires a signed-in user; others go to the sign-in page and come
+// back where they were.
+func (s *Server) session(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := r.Cookie(auth.SessionCookie)
+		var p *auth.Principal
+		var csrf string
+		if err == nil {
+			p, csrf, err = s.Sessions.Lookup(r.Context(), c.Value)
+		}
+		if err != nil || p == nil {
+			if err != nil && !errors.Is(err, auth.ErrUnauthenticated) && !errors.Is(err, http.ErrNoCookie) {
+				s.fail(w, r, err)
+				return
+			}
+			target := "/login?return_to=" + url.QueryEscape(r.URL.RequestURI())
+			if r.Header.Get("HX-Request") == "true" {
+				w.Header().Set("HX-Redirect", target)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			http.Redirect(w, r, target, http.StatusSeeOther)
+			return
+		}
+		ctx := context.WithValue(r.Context(), keySession, sessionInfo{token: c.Value, csrf: csrf})
+		next.ServeHTTP(w, setPrincipal(r.WithContext(ctx), p))
+	})
+}
+
+func sessionOf(ctx context.Context) sessionInfo {
+	si, _ := ctx.Value(keySession).(sessionInfo)
+	return si
+}
+
+// csrfCheck refuses a state-changing request whose CSRF token (form field
+// "csrf" or header X-CSRF-Token, as htmx sends it) is not the session's.
+func (s *Server) csrfCheck(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sent := r.Header.Get("X-CSRF-Token")
+		if sent == "" {
+			r, sent = csrfFromForm(r)
+		}
+		if !auth.ValidCSRF(sessionOf(r.Context()).csrf, sent) {
+			s.renderError(w, r, http.StatusForbidden, "the form expired or did not come from this site; reload the page and try again")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type multipartKey struct{}
+
+// csrfFromForm reads the csrf field. A multipart form must send it as its
+// first part, so the check happens before any upload is read; the reader,
+// positioned after that part, travels on in the context.
+func csrfFromForm(r *http.Request) (*http.Request, string) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return r, r.PostFormValue("csrf")
+	}
+	part, err := mr.NextPart()
+	if err != nil || part.FormName() != "csrf" {
+		return r, ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(part, 256))
+	return r.WithContext(context.WithValue(r.Context(), multipartKey{}, mr)), string(b)
+}
+
+// multipartOf returns the multipart reader csrfCheck started, if any.
+func multipartOf(r *http.Request) *multipart.Reader {
+	mr, _ := r.Context().Value(multipartKey{}).(*multipart.Reader)
+	return mr
+}
+
+// layout fills the page frame for the signed-in user.
+func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active string) web.Layout {
+	p := principal(r.Context())
+	l := web.Layout{Title: title, Active: active, User: p.Name, Role: string(p.PlatformRole), CSRF: sessionOf(r.Context()).csrf}
+	for _, m := range p.Teams {
+		l.Teams = append(l.Teams, m.Team)
+	}
+	l.ActiveTeam = activeTeam(r, p)
+	if c, err := r.Cookie("mp_flash"); err == nil {
+		l.Flash, _ = url.QueryUnescape(c.Value)
+		http.SetCookie(w, &http.Cookie{Name: "mp_flash", Path: "/", MaxAge: -1, Secure: true, HttpOnly: true})
+	}
+	return l
+}
+
+// activeTeam is the team chosen in the header's switcher, or the first.
+func activeTeam(r *http.Request, p *auth.Principal) string {
+	if c, err := r.Cookie("mp_team"); err == nil {
+		if _, ok := p.Membership(c.Value); ok {
+			return c.Value
+		}
+	}
+	if len(p.Teams) > 0 {
+		return p.Teams[0].Team
+	}
+	return ""
+}
+
+// render writes a component with a status.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := c.Render(r.Context(), w); err != nil {
+		s.Log.ErrorContext(r.Context(), "render", slog.String("error", err.Error()))
+	}
+}
+
+// renderError shows an error page; unknown errors are logged and shown as 500.
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	l := web.Layout{Title: "Error"}
+	if p := principal(r.Context()); p != nil {
+		l = s.layout(w, r, "Error", "")
+	}
+	s.render(w, r, status, web.ErrorPage(web.ErrorProps{Layout: l, Status: status, Message: msg}))
+}
+
+// portalError maps a domain error onto an error page.
+func (s *Server) portalError(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg, _ := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.Log.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()), slog.String("request_id", requestID(r.Context())))
+	}
+	s.renderError(w, r, status, msg)
+}
+
+// redirectFlash sends the browser to target with a one-time message.
+func redirectFlash(w http.ResponseWriter, r *http.Request, target, msg string) {
+	http.SetCookie(w, &http.Cookie{Name: "mp_flash", Value: url.QueryEscape(msg), Path: "/", MaxAge: 60, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}

@@ -1,0 +1,241 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/db"
+	"modelplane/endpoint"
+	"modelplane/registry"
+	"modelplane/validate"
+	"modelplane/web"
+)
+
+func endpointRow(e endpoint.Endpoint) web.EndpointRow {
+	parts := make([]string, 0, len(e.Traffic))
+	for _, t := range e.Traffic {
+		parts = append(parts, fmt.Sprintf("%s %d%%", t.Version, t.Weight))
+	}
+	return web.EndpointRow{Name: e.Name, Team: e.Team, Model: e.Model, Status: e.Status, Tier: e.Tier, Profile: e.InstanceProfile,
+		Traffic: strings.Join(parts, ", "), MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas}
+}
+
+func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
+	pg := Page{Cursor: r.URL.Query().Get("cursor"), Limit: 50}
+	after, err := pg.after()
+	if err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
+		return
+	}
+	es, err := s.Endpoints.List(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
+	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor}
+	for _, e := range list.Body.Items {
+		e, err := s.Endpoints.Get(r.Context(), principal(r.Context()), e.Name)
+		if err != nil {
+			s.portalError(w, r, err)
+			return
+		}
+		props.Rows = append(props.Rows, endpointRow(e))
+	}
+	s.render(w, r, http.StatusOK, web.EndpointsPage(props))
+}
+
+func (s *Server) endpointNewProps(w http.ResponseWriter, r *http.Request, f web.EndpointForm, errs web.FieldErrors) (web.EndpointNewProps, error) {
+	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), 0, 500)
+	if err != nil {
+		return web.EndpointNewProps{}, err
+	}
+	p := web.EndpointNewProps{Layout: s.layout(w, r, "New endpoint", "endpoints"), Form: f, Errors: errs,
+		Profiles: endpoint.InstanceProfiles, Tiers: endpoint.Tiers, Runtimes: registry.Runtimes}
+	for _, m := range ms {
+		p.Models = append(p.Models, m.Name)
+	}
+	return p, nil
+}
+
+func (s *Server) portalEndpointNew(w http.ResponseWriter, r *http.Request) {
+	p, err := s.endpointNewProps(w, r, web.EndpointForm{Tier: "standard", MinReplicas: "1", MaxReplicas: "2", SamplingRate: "0", RetentionDays: "30"}, nil)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.EndpointNewPage(p))
+}
+
+// fieldErrors turns a validation error into form field messages; ok is false
+// for any other error.
+func fieldErrors(err error) (web.FieldErrors, bool) {
+	var verrs validate.Errors
+	if !errors.As(err, &verrs) {
+		return nil, false
+	}
+	out := web.FieldErrors{}
+	for _, f := range verrs {
+		field := strings.TrimPrefix(f.Field, "metadata.")
+		if i := strings.IndexAny(field, ".["); i > 0 && !strings.HasPrefix(f.Field, "metadata.") {
+			field = field[:i]
+		}
+		out[field] = f.Message
+	}
+	return out, true
+}
+
+// intField parses a form number, recording a field error when it is not one.
+func intField(errs web.FieldErrors, r *http.Request, name string) int32 {
+	v, err := strconv.ParseInt(strings.TrimSpace(r.PostFormValue(name)), 10, 32)
+	if err != nil {
+		errs[name] = "must be a whole number"
+	}
+	return int32(v)
+}
+
+func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
+	f := web.EndpointForm{Name: r.PostFormValue("name"), Model: r.PostFormValue("model"), Version: r.PostFormValue("version"),
+		Runtime: r.PostFormValue("runtime"), Profile: r.PostFormValue("instance_profile"), Tier: r.PostFormValue("tier"),
+		MinReplicas: r.PostFormValue("min_replicas"), MaxReplicas: r.PostFormValue("max_replicas"),
+		SamplingRate: r.PostFormValue("sampling_rate"), RetentionDays: r.PostFormValue("retention_days")}
+	errs := web.FieldErrors{}
+	spec := endpoint.Spec{Name: f.Name, Model: f.Model, Version: f.Version, Runtime: f.Runtime, Settings: endpoint.Settings{
+		InstanceProfile: f.Profile, Tier: f.Tier, MinReplicas: intField(errs, r, "min_replicas"), MaxReplicas: intField(errs, r, "max_replicas"),
+		RetentionDays: intField(errs, r, "retention_days")}}
+	rate, err := strconv.ParseFloat(strings.TrimSpace(f.SamplingRate), 64)
+	if err != nil {
+		errs["sampling_rate"] = "must be a number between 0 and 1"
+	}
+	spec.SamplingRate = rate
+	if len(errs) == 0 {
+		_, err = s.Endpoints.Create(r.Context(), principal(r.Context()), spec)
+		if err == nil {
+			redirectFlash(w, r, "/endpoints/"+spec.Name, "Endpoint "+spec.Name+" created.")
+			return
+		}
+		var ok bool
+		if errs, ok = fieldErrors(err); !ok {
+			if errors.Is(err, db.ErrConflict) {
+				errs = web.FieldErrors{"name": "an endpoint with this name already exists"}
+			} else {
+				s.portalError(w, r, err)
+				return
+			}
+		}
+	}
+	p, err := s.endpointNewProps(w, r, f, errs)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointNewPage(p))
+}
+
+func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name string) (web.EndpointProps, error) {
+	p := principal(r.Context())
+	e, err := s.Endpoints.Get(r.Context(), p, name)
+	if err != nil {
+		return web.EndpointProps{}, err
+	}
+	vs, err := s.Registry.Versions(r.Context(), p, e.Model, 0, 500)
+	if err != nil {
+		return web.EndpointProps{}, err
+	}
+	props := web.EndpointProps{Layout: s.layout(w, r, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
+		SamplingRate: strconv.FormatFloat(e.SamplingRate, 'f', -1, 64), RetentionDays: e.RetentionDays, CanWrite: p.CanWrite(e.TeamID)}
+	for _, t := range e.Traffic {
+		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight})
+	}
+	for _, v := range vs {
+		props.Versions = append(props.Versions, v.Name)
+	}
+	return props, nil
+}
+
+func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
+	props, err := s.endpointProps(w, r, chi.URLParam(r, "endpoint"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.EndpointPage(props))
+}
+
+// portalTrafficSet sets the split from "w_<version>" fields. htmx gets the
+// traffic fragment back; a plain form post gets the whole page.
+func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "endpoint")
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "malformed form")
+		return
+	}
+	var weights []endpoint.Weight
+	errs := web.FieldErrors{}
+	for k, vals := range r.PostForm {
+		v, ok := strings.CutPrefix(k, "w_")
+		if !ok || strings.TrimSpace(vals[0]) == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(vals[0]), 10, 32)
+		if err != nil {
+			errs["weights"] = "weight of " + v + " must be a whole number"
+			continue
+		}
+		if n > 0 {
+			weights = append(weights, endpoint.Weight{Version: v, Weight: int32(n)})
+		}
+	}
+	status := http.StatusOK
+	if len(errs) == 0 {
+		if _, err := s.Endpoints.SetTraffic(r.Context(), principal(r.Context()), name, weights); err != nil {
+			fe, ok := fieldErrors(err)
+			if !ok {
+				s.portalError(w, r, err)
+				return
+			}
+			errs = fe
+		}
+	}
+	if len(errs) > 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	props, err := s.endpointProps(w, r, name)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.TrafficErrors = errs
+	if status == http.StatusOK {
+		props.Flash = "Traffic updated."
+	}
+	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
+		s.render(w, r, status, web.TrafficForm(props))
+		return
+	}
+	s.render(w, r, status, web.EndpointPage(props))
+}
+
+func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "endpoint")
+	if r.PostFormValue("confirm") != name {
+		props, err := s.endpointProps(w, r, name)
+		if err != nil {
+			s.portalError(w, r, err)
+			return
+		}
+		props.TrafficErrors = web.FieldErrors{"confirm": "type " + name + " to confirm"}
+		s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
+		return
+	}
+	if err := s.Endpoints.Delete(r.Context(), principal(r.Context()), name); err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	redirectFlash(w, r, "/endpoints", "Endpoint "+name+" deleted.")
+}

@@ -1,0 +1,281 @@
+package handlers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/db"
+	"modelplane/registry"
+	"modelplane/web"
+)
+
+func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
+	pg := Page{Cursor: r.URL.Query().Get("cursor"), Limit: 50}
+	after, err := pg.after()
+	if err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
+		return
+	}
+	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	list := page(ms, pg.Limit, func(m registry.Model) int64 { return m.ID })
+	props := web.ModelsProps{Layout: s.layout(w, r, "Models", "models"), NextCursor: list.Body.NextCursor}
+	for _, m := range list.Body.Items {
+		props.Rows = append(props.Rows, web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: m.Versions})
+	}
+	s.render(w, r, http.StatusOK, web.ModelsPage(props))
+}
+
+func (s *Server) modelNewProps(w http.ResponseWriter, r *http.Request, f web.ModelForm, errs web.FieldErrors) web.ModelNewProps {
+	p := web.ModelNewProps{Layout: s.layout(w, r, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
+	for _, m := range principal(r.Context()).Teams {
+		p.Teams = append(p.Teams, m.Team)
+	}
+	if p.Form.Team == "" {
+		p.Form.Team = p.ActiveTeam
+	}
+	return p
+}
+
+func (s *Server) portalModelNew(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, http.StatusOK, web.ModelNewPage(s.modelNewProps(w, r, web.ModelForm{Task: "classification", InputSchema: `{"type": "object"}`}, nil)))
+}
+
+func (s *Server) portalModelCreate(w http.ResponseWriter, r *http.Request) {
+	f := web.ModelForm{Team: r.PostFormValue("team"), Name: r.PostFormValue("name"), Task: r.PostFormValue("task"),
+		Description: r.PostFormValue("description"), InputSchema: r.PostFormValue("input_schema"), FeatureNames: r.PostFormValue("feature_names")}
+	var features []string
+	for _, n := range strings.Split(f.FeatureNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			features = append(features, n)
+		}
+	}
+	_, err := s.Registry.CreateModel(r.Context(), principal(r.Context()), registry.ModelSpec{Team: f.Team, Name: f.Name, Task: f.Task,
+		Description: f.Description, InputSchema: json.RawMessage(f.InputSchema), FeatureNames: features})
+	if err == nil {
+		redirectFlash(w, r, "/models/"+f.Name, "Model "+f.Name+" created.")
+		return
+	}
+	errs, ok := fieldErrors(err)
+	switch {
+	case ok:
+	case errors.Is(err, db.ErrConflict):
+		errs = web.FieldErrors{"name": "a model with this name already exists"}
+	default:
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusUnprocessableEntity, web.ModelNewPage(s.modelNewProps(w, r, f, errs)))
+}
+
+func versionRow(v registry.Version) web.VersionRow {
+	return web.VersionRow{Name: v.Name, Format: v.Format, Runtime: v.Runtime, Parent: v.Lineage.ParentVersion,
+		Created: v.CreatedAt.UTC().Format("2006-01-02 15:04 UTC"), Size: humanize.IBytes(uint64(v.SizeBytes))}
+}
+
+// lineageGraph lays versions out by generation (depth from a root), one
+// column per generation.
+func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Lineage {
+	parent := map[string]string{}
+	for _, e := range edges {
+		parent[e.Child] = e.Parent
+	}
+	depth := func(name string) int {
+		d := 0
+		for seen := map[string]bool{}; parent[name] != "" && !seen[name]; d++ {
+			seen[name] = true
+			name = parent[name]
+		}
+		return d
+	}
+	g := web.Lineage{}
+	pos := map[string][2]int{}
+	rows := map[int]int{}
+	for _, v := range vs {
+		d := depth(v.Name)
+		x, y := 60+d*120, 24+rows[d]*40
+		rows[d]++
+		pos[v.Name] = [2]int{x, y}
+		g.Nodes = append(g.Nodes, web.LineageNode{Name: v.Name, X: x, Y: y})
+		g.Width = max(g.Width, x+60)
+		g.Height = max(g.Height, y+24)
+	}
+	for _, e := range edges {
+		a, b := pos[e.Parent], pos[e.Child]
+		g.Links = append(g.Links, web.LineageLink{X1: a[0] + 40, Y1: a[1], X2: b[0] - 40, Y2: b[1]})
+	}
+	return g
+}
+
+func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	m, err := s.Registry.Model(r.Context(), p, chi.URLParam(r, "model"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	vs, edges, err := s.Registry.LineageOf(r.Context(), p, m.Name)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	schema, _ := json.MarshalIndent(json.RawMessage(m.InputSchema), "", "  ")
+	props := web.ModelProps{Layout: s.layout(w, r, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
+		Row: web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
+		Lineage: lineageGraph(vs, edges), CanWrite: p.CanWrite(m.TeamID)}
+	for _, v := range vs {
+		props.Versions = append(props.Versions, versionRow(v))
+	}
+	s.render(w, r, http.StatusOK, web.ModelPage(props))
+}
+
+const versionMetadataExample = `{
+  "name": "v1",
+  "runtime": "onnxruntime",
+  "resources": {"gpu_count": 1, "gpu_memory_mb": 4096},
+  "sla": {"p99_latency_ms": 50},
+  "lineage": {"parent_version": "", "training_job": "", "dataset": ""}
+}`
+
+func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
+	m, err := s.Registry.Model(r.Context(), principal(r.Context()), chi.URLParam(r, "model"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"),
+		Model: m.Name, Metadata: versionMetadataExample}))
+}
+
+// portalVersionCreate registers a version from the browser form: the files
+// are spooled to temporary files while their sha256 is computed, which makes
+// the manifest, then streamed through the same registration as the API.
+func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
+	model := chi.URLParam(r, "model")
+	mr := multipartOf(r)
+	if mr == nil {
+		s.renderError(w, r, http.StatusBadRequest, "send the form as multipart/form-data")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.MaxUploadBytes)
+	props := web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"), Model: model}
+	tmp, err := os.MkdirTemp("", "mp-upload-")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer os.RemoveAll(tmp)
+	manifest := map[string]string{}
+	var order []string
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			s.portalError(w, r, err)
+			return
+		}
+		if part.FormName() == "metadata" {
+			b, _ := io.ReadAll(io.LimitReader(part, 1<<20))
+			props.Metadata = string(b)
+			continue
+		}
+		if part.FormName() != "files" || part.FileName() == "" {
+			continue
+		}
+		name := part.FileName()
+		if _, dup := manifest[name]; dup {
+			props.Error = name + ": uploaded twice"
+			s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+			return
+		}
+		f, err := os.Create(fmt.Sprintf("%s/%d", tmp, len(order)))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h := sha256.New()
+		_, err = io.Copy(io.MultiWriter(f, h), part)
+		f.Close()
+		if err != nil {
+			s.portalError(w, r, err)
+			return
+		}
+		manifest[name] = hex.EncodeToString(h.Sum(nil))
+		order = append(order, name)
+	}
+	var spec registry.VersionSpec
+	dec := json.NewDecoder(strings.NewReader(props.Metadata))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		props.Errors = web.FieldErrors{"metadata": "is not valid version metadata: " + err.Error()}
+		s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+		return
+	}
+	mj, _ := json.Marshal(manifest)
+	files := func(add func(string, io.Reader) error) error {
+		for i, name := range order {
+			f, err := os.Open(fmt.Sprintf("%s/%d", tmp, i))
+			if err != nil {
+				return err
+			}
+			err = add(name, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	v, err := s.Registry.RegisterVersion(r.Context(), principal(r.Context()), model, spec, mj, files)
+	if err != nil {
+		status, msg, _ := statusOf(err)
+		if fe, ok := fieldErrors(err); ok {
+			props.Errors = fe
+			parts := []string{}
+			for k, m := range fe {
+				parts = append(parts, k+": "+m)
+			}
+			msg = strings.Join(parts, "; ")
+		} else if status == http.StatusInternalServerError || status == http.StatusNotFound || status == http.StatusForbidden {
+			s.portalError(w, r, err)
+			return
+		}
+		props.Error = msg
+		s.render(w, r, status, web.VersionNewPage(props))
+		return
+	}
+	redirectFlash(w, r, "/models/"+model+"/versions/"+v.Name, "Version "+v.Name+" registered.")
+}
+
+func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	model := chi.URLParam(r, "model")
+	v, err := s.Registry.Version(r.Context(), p, model, chi.URLParam(r, "version"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	meta, _ := json.MarshalIndent(v, "", "  ")
+	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: s.layout(w, r, model+" "+v.Name, "models"), Model: model,
+		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges)}))
+}

@@ -1,0 +1,69 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"modelplane/auth"
+	"modelplane/endpoint"
+	"modelplane/registry"
+	"modelplane/tenant"
+)
+
+// Pinger reports whether a dependency is reachable, for /readyz.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Deps are what the handlers need; cmd builds them.
+type Deps struct {
+	Log       *slog.Logger
+	Pool      *pgxpool.Pool
+	Keys      *auth.Keys
+	OIDC      *auth.OIDC // nil disables SSO sign-in and bearer tokens
+	Sessions  *auth.Sessions
+	Tenant    *tenant.Service
+	Registry  *registry.Service
+	Endpoints *endpoint.Service
+	Ready     map[string]Pinger // name → dependency checked by /readyz
+	Metrics   *prometheus.Registry
+	Now       func() time.Time
+	// DevUsers, when set, are shown on the sign-in page (modelplane dev).
+	DevUsers []DevUser
+	// MaxUploadBytes bounds a version upload; other bodies are bounded by MaxBodyBytes.
+	MaxUploadBytes int64
+	MaxBodyBytes   int64
+}
+
+// DevUser is a demo identity offered on the sign-in page.
+type DevUser struct {
+	Email       string
+	Description string
+}
+
+// Server serves the control plane's HTTP routes.
+type Server struct {
+	Deps
+	metrics *httpMetrics
+}
+
+// New returns a Server; call Handler for its routes.
+func New(d Deps) *Server {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.MaxBodyBytes == 0 {
+		d.MaxBodyBytes = 1 << 20
+	}
+	if d.MaxUploadBytes == 0 {
+		d.MaxUploadBytes = 10 << 30
+	}
+	if d.Metrics == nil {
+		d.Metrics = prometheus.NewRegistry()
+	}
+	return &Server{Deps: d, metrics: newHTTPMetrics(d.Metrics)}
+}

@@ -1,0 +1,433 @@
+// Package registry owns models and their immutable, checksummed versions.
+// Uploaded files go through package artifact (content inspection, manifest
+// check, content-addressed store) before a version row exists; a version is
+// written with its audit record in one transaction and never changes after.
+// Lookups are scoped to the caller's teams in SQL.
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"modelplane/artifact"
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/validate"
+)
+
+// Tasks a model can perform.
+const (
+	TaskClassification = "classification"
+	TaskRegression     = "regression"
+	TaskLLM            = "llm"
+)
+
+// Runtimes a version can be served by.
+var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "sim"}
+
+// Model is a named model owned by one team.
+type Model struct {
+	ID           int64           `json:"-"`
+	TeamID       int64           `json:"-"`
+	Name         string          `json:"name"`
+	Team         string          `json:"team"`
+	Task         string          `json:"task"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	OutputSchema json.RawMessage `json:"output_schema"`
+	FeatureNames []string        `json:"feature_names"`
+	CreatedBy    string          `json:"created_by"`
+	CreatedAt    time.Time       `json:"created_at"`
+	Versions     int64           `json:"version_count"`
+}
+
+// ModelSpec is what a caller gives to create a model.
+type ModelSpec struct {
+	Team         string
+	Name         string
+	Task         string
+	Description  string
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+	FeatureNames []string
+}
+
+// Service manages models and versions.
+type Service struct {
+	pool  *pgxpool.Pool
+	store *artifact.Store
+	max   artifact.Limits
+}
+
+// New returns a registry service storing uploads in store.
+func New(pool *pgxpool.Pool, store *artifact.Store, limits artifact.Limits) *Service {
+	return &Service{pool: pool, store: store, max: limits}
+}
+
+// checkSchema reports whether raw is empty or a JSON Schema that compiles.
+func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return json.RawMessage(`{}`)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		errs.Add(field, "is not valid JSON: %v", err)
+		return nil
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("mem://schema.json", doc); err != nil {
+		errs.Add(field, "is not a valid JSON Schema: %v", err)
+		return nil
+	}
+	if _, err := c.Compile("mem://schema.json"); err != nil {
+		errs.Add(field, "is not a valid JSON Schema: %v", err)
+		return nil
+	}
+	return raw
+}
+
+// CreateModel creates a model in one of the caller's teams.
+func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec ModelSpec) (Model, error) {
+	var errs validate.Errors
+	validate.Name(&errs, "name", spec.Name)
+	validate.OneOf(&errs, "task", spec.Task, TaskClassification, TaskRegression, TaskLLM)
+	if len(spec.Description) > 2000 {
+		errs.Add("description", "must be at most 2000 characters")
+	}
+	in := checkSchema(&errs, "input_schema", spec.InputSchema)
+	out := checkSchema(&errs, "output_schema", spec.OutputSchema)
+	seen := map[string]bool{}
+	for i, f := range spec.FeatureNames {
+		if f == "" || len(f) > 200 || seen[f] {
+			errs.Add(fmt.Sprintf("feature_names[%d]", i), "must be a unique non-empty name of at most 200 characters")
+		}
+		seen[f] = true
+	}
+	m, ok := p.Membership(spec.Team)
+	if spec.Team == "" {
+		if len(p.Teams) == 1 {
+			m, ok = p.Teams[0], true
+		} else {
+			errs.Add("team", "is required")
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return Model{}, err
+	}
+	q := db.New(s.pool)
+	if !ok && p.PlatformAdmin() {
+		t, err := q.TeamGetByName(ctx, spec.Team)
+		if err != nil {
+			return Model{}, fmt.Errorf("team %s: %w", spec.Team, db.Interpret(err))
+		}
+		m, ok = auth.Membership{TeamID: t.ID, Team: t.Name, Role: auth.RoleAdmin}, true
+	}
+	if !ok {
+		return Model{}, fmt.Errorf("team %s: %w", spec.Team, db.ErrNotFound)
+	}
+	if !p.CanWrite(m.TeamID) {
+		return Model{}, auth.ErrForbidden
+	}
+	if spec.FeatureNames == nil {
+		spec.FeatureNames = []string{}
+	}
+	var res Model
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		row, err := q.ModelCreate(ctx, db.ModelCreateParams{TeamID: m.TeamID, Name: spec.Name, Task: spec.Task,
+			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor()})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		res = Model{ID: row.ID, TeamID: row.TeamID, Name: row.Name, Team: m.Team, Task: row.Task, Description: row.Description,
+			InputSchema: row.InputSchema, OutputSchema: row.OutputSchema, FeatureNames: row.FeatureNames, CreatedBy: row.CreatedBy, CreatedAt: row.CreatedAt}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "model.create", ObjectType: "model", ObjectName: spec.Name, After: res})
+	})
+	if err != nil {
+		return Model{}, fmt.Errorf("create model: %w", err)
+	}
+	return res, nil
+}
+
+func modelOf(r db.ModelGetRow) Model {
+	return Model{ID: r.ID, TeamID: r.TeamID, Name: r.Name, Team: r.TeamName, Task: r.Task, Description: r.Description,
+		InputSchema: r.InputSchema, OutputSchema: r.OutputSchema, FeatureNames: r.FeatureNames, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+// Model returns a model visible to the caller.
+func (s *Service) Model(ctx context.Context, p *auth.Principal, name string) (Model, error) {
+	all, ids := p.Scope()
+	r, err := db.New(s.pool).ModelGet(ctx, db.ModelGetParams{Name: name, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Model{}, fmt.Errorf("model %s: %w", name, db.Interpret(err))
+	}
+	return modelOf(r), nil
+}
+
+// Models lists the models visible to the caller, after the given id.
+func (s *Service) Models(ctx context.Context, p *auth.Principal, afterID int64, limit int) ([]Model, error) {
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).ModelList(ctx, db.ModelListParams{AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	out := make([]Model, len(rows))
+	for i, r := range rows {
+		out[i] = Model{ID: r.ID, TeamID: r.TeamID, Name: r.Name, Team: r.TeamName, Task: r.Task, Description: r.Description,
+			InputSchema: r.InputSchema, OutputSchema: r.OutputSchema, FeatureNames: r.FeatureNames, CreatedBy: r.CreatedBy,
+			CreatedAt: r.CreatedAt, Versions: r.VersionCount}
+	}
+	return out, nil
+}
+
+// Resources is what one replica of a version needs.
+type Resources struct {
+	GPUCount    int32  `json:"gpu_count"`
+	GPUMemoryMB int32  `json:"gpu_memory_mb"`
+	GPUType     string `json:"gpu_type,omitempty"`
+}
+
+// SLA is the version's latency objective; the rollout judge holds it to it.
+type SLA struct {
+	P99LatencyMs *float64 `json:"p99_latency_ms,omitempty"`
+	P99TPOTMs    *float64 `json:"p99_tpot_ms,omitempty"`
+}
+
+// Lineage says where a version came from.
+type Lineage struct {
+	ParentVersion string `json:"parent_version,omitempty"`
+	TrainingJob   string `json:"training_job,omitempty"`
+	Dataset       string `json:"dataset,omitempty"`
+}
+
+// VersionSpec is a version's metadata as registered.
+type VersionSpec struct {
+	Name           string             `json:"name"`
+	Format         string             `json:"format,omitempty"`
+	Runtime        string             `json:"runtime"`
+	ArtifactURI    string             `json:"artifact_uri,omitempty"`
+	Resources      Resources          `json:"resources"`
+	SLA            SLA                `json:"sla"`
+	Lineage        Lineage            `json:"lineage"`
+	OfflineMetrics map[string]float64 `json:"offline_metrics,omitempty"`
+	Sim            json.RawMessage    `json:"sim,omitempty"`
+}
+
+// Version is a registered, immutable model version.
+type Version struct {
+	VersionSpec
+	Model     string            `json:"model"`
+	Manifest  map[string]string `json:"manifest"`
+	SizeBytes int64             `json:"size_bytes"`
+	Status    string            `json:"status"`
+	CreatedBy string            `json:"created_by"`
+	CreatedAt time.Time         `json:"created_at"`
+	ID        int64             `json:"-"`
+}
+
+// Files streams a version's uploaded files: it calls add once per file, with
+// the file's manifest path, and returns add's first error. Uploads are never
+// held in memory.
+type Files func(add func(path string, r io.Reader) error) error
+
+// Formats a version may declare when its artifact lives elsewhere.
+var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "lightgbm"}
+
+func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
+	validate.VersionName(errs, "metadata.name", spec.Name)
+	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
+	r := spec.Resources
+	if r.GPUCount < 0 || r.GPUCount > 16 {
+		errs.Add("metadata.resources.gpu_count", "must be between 0 and 16")
+	}
+	if r.GPUMemoryMB < 0 || r.GPUMemoryMB > 16*80*1024 {
+		errs.Add("metadata.resources.gpu_memory_mb", "must be between 0 and %d", 16*80*1024)
+	}
+	if r.GPUType != "" {
+		validate.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
+	}
+	for name, v := range map[string]*float64{"p99_latency_ms": spec.SLA.P99LatencyMs, "p99_tpot_ms": spec.SLA.P99TPOTMs} {
+		if v != nil && !(*v > 0 && *v < 3_600_000) {
+			errs.Add("metadata.sla."+name, "must be a positive number of milliseconds")
+		}
+	}
+	if spec.Lineage.ParentVersion != "" {
+		validate.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
+	}
+	if len(spec.Sim) > 0 && !json.Valid(spec.Sim) {
+		errs.Add("metadata.sim", "must be a JSON object")
+	}
+}
+
+// RegisterVersion registers a version of a model from uploaded files checked
+// against manifest, or from an external artifact URI (files nil) whose
+// manifest is recorded as given.
+func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model string, spec VersionSpec, manifest []byte, files Files) (Version, error) {
+	m, err := s.Model(ctx, p, model)
+	if err != nil {
+		return Version{}, err
+	}
+	if !p.CanWrite(m.TeamID) {
+		return Version{}, auth.ErrForbidden
+	}
+	var errs validate.Errors
+	s.checkSpec(&errs, &spec)
+	man, err := artifact.ParseManifest(manifest)
+	if err != nil {
+		errs.Add("manifest", "%s", strings.TrimPrefix(err.Error(), artifact.ErrRejected.Error()+": "))
+	}
+	if files == nil {
+		u, err := url.Parse(spec.ArtifactURI)
+		if spec.ArtifactURI == "" || err != nil || u.Scheme == "" || !(u.Scheme == "s3" || u.Scheme == "gs" || u.Scheme == "https" || u.Scheme == "oci") {
+			errs.Add("metadata.artifact_uri", "is required without uploaded files and must be an s3://, gs://, oci:// or https:// URI")
+		}
+		validate.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
+	} else if spec.ArtifactURI != "" {
+		errs.Add("metadata.artifact_uri", "must be empty when files are uploaded")
+	}
+	if err := errs.Err(); err != nil {
+		return Version{}, err
+	}
+	q := db.New(s.pool)
+	all, ids := p.Scope()
+	if _, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: spec.Name, AllTeams: all, TeamIDs: ids}); err == nil {
+		return Version{}, fmt.Errorf("version %s of %s: %w", spec.Name, model, db.ErrConflict)
+	}
+	var size int64
+	if files != nil {
+		res, err := s.upload(ctx, man, files)
+		if err != nil {
+			return Version{}, err
+		}
+		if spec.Format != "" && spec.Format != string(res.Format) {
+			return Version{}, validate.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}
+		}
+		spec.Format, spec.ArtifactURI, size = string(res.Format), res.URI, res.Size
+	}
+	manJSON, _ := json.Marshal(man)
+	metrics, _ := json.Marshal(spec.OfflineMetrics)
+	if spec.OfflineMetrics == nil {
+		metrics = []byte(`{}`)
+	}
+	var sim []byte
+	if len(spec.Sim) > 0 {
+		sim = spec.Sim
+	}
+	var out Version
+	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		row, err := q.ModelVersionCreate(ctx, db.ModelVersionCreateParams{ModelID: m.ID, TeamID: m.TeamID, Name: spec.Name,
+			Format: spec.Format, Runtime: spec.Runtime, ArtifactURI: spec.ArtifactURI, Manifest: manJSON, SizeBytes: size,
+			GPUCount: spec.Resources.GPUCount, GPUMemoryMB: spec.Resources.GPUMemoryMB, GPUType: spec.Resources.GPUType,
+			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
+			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
+			CreatedBy: p.Actor()})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		out = versionOf(row, model)
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "version.register", ObjectType: "model_version",
+			ObjectName: model + "/" + spec.Name, After: out})
+	})
+	if err != nil {
+		return Version{}, fmt.Errorf("register version: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Service) upload(ctx context.Context, man artifact.Manifest, files Files) (artifact.Result, error) {
+	up := artifact.NewUpload(s.store, man, s.max)
+	if err := files(func(path string, r io.Reader) error { return up.Add(ctx, path, r) }); err != nil {
+		return artifact.Result{}, err
+	}
+	return up.Finish()
+}
+
+func versionOf(r db.ModelVersion, model string) Version {
+	v := Version{ID: r.ID, Model: model, SizeBytes: r.SizeBytes, Status: r.Status, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+	v.Name, v.Format, v.Runtime, v.ArtifactURI = r.Name, r.Format, r.Runtime, r.ArtifactURI
+	v.Resources = Resources{GPUCount: r.GPUCount, GPUMemoryMB: r.GPUMemoryMB, GPUType: r.GPUType}
+	v.SLA = SLA{P99LatencyMs: r.P99LatencyMs, P99TPOTMs: r.P99TPOTMs}
+	v.Lineage = Lineage{ParentVersion: r.ParentVersion, TrainingJob: r.TrainingJob, Dataset: r.Dataset}
+	_ = json.Unmarshal(r.OfflineMetrics, &v.OfflineMetrics)
+	_ = json.Unmarshal(r.Manifest, &v.Manifest)
+	if len(r.SimProfile) > 0 {
+		v.Sim = r.SimProfile
+	}
+	return v
+}
+
+// Version returns one version of a model visible to the caller.
+func (s *Service) Version(ctx context.Context, p *auth.Principal, model, name string) (Version, error) {
+	m, err := s.Model(ctx, p, model)
+	if err != nil {
+		return Version{}, err
+	}
+	all, ids := p.Scope()
+	r, err := db.New(s.pool).ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: name, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Version{}, fmt.Errorf("version %s of %s: %w", name, model, db.Interpret(err))
+	}
+	return versionOf(r, model), nil
+}
+
+// Versions lists a model's versions after the given id.
+func (s *Service) Versions(ctx context.Context, p *auth.Principal, model string, afterID int64, limit int) ([]Version, error) {
+	m, err := s.Model(ctx, p, model)
+	if err != nil {
+		return nil, err
+	}
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).ModelVersionListByModel(ctx, db.ModelVersionListByModelParams{ModelID: m.ID, AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	out := make([]Version, len(rows))
+	for i, r := range rows {
+		out[i] = versionOf(r, model)
+	}
+	return out, nil
+}
+
+// LineageEdge links a version to its parent for the lineage graph.
+type LineageEdge struct{ Parent, Child string }
+
+// LineageOf returns the edges among a model's versions whose parent is also
+// registered, oldest first.
+func (s *Service) LineageOf(ctx context.Context, p *auth.Principal, model string) ([]Version, []LineageEdge, error) {
+	m, err := s.Model(ctx, p, model)
+	if err != nil {
+		return nil, nil, err
+	}
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: m.ID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, nil, fmt.Errorf("lineage: %w", err)
+	}
+	vs := make([]Version, len(rows))
+	known := map[string]bool{}
+	for i, r := range rows {
+		vs[i] = versionOf(r, model)
+		known[r.Name] = true
+	}
+	var edges []LineageEdge
+	for _, v := range vs {
+		if v.Lineage.ParentVersion != "" && known[v.Lineage.ParentVersion] {
+			edges = append(edges, LineageEdge{Parent: v.Lineage.ParentVersion, Child: v.Name})
+		}
+	}
+	return vs, edges, nil
+}
+
+// IsRejected reports whether err is an artifact rejection (bad content,
+// manifest mismatch) rather than a server fault.
+func IsRejected(err error) bool { return errors.Is(err, artifact.ErrRejected) }

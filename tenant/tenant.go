@@ -1,0 +1,352 @@
+// Package tenant owns teams, their members and their API keys: who belongs to
+// which team with which role. Authentication itself (verifying a key or a
+// login) is package auth; tenant only manages the records. Every lookup is
+// scoped to the caller's teams in SQL.
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/validate"
+)
+
+// Team is a group of people that owns models and endpoints.
+type Team struct {
+	ID          int64     `json:"-"`
+	Name        string    `json:"name"`
+	DisplayName string    `json:"display_name"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Member is a user's membership of a team.
+type Member struct {
+	Email string    `json:"email"`
+	Name  string    `json:"name"`
+	Role  auth.Role `json:"role"`
+	Since time.Time `json:"since"`
+}
+
+// Key is an API key as listed; the secret is never kept.
+type Key struct {
+	ID         int64      `json:"id"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	Team       string     `json:"team,omitempty"`
+	Role       auth.Role  `json:"role"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Service manages teams, members and keys.
+type Service struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+// New returns a Service.
+func New(pool *pgxpool.Pool, now func() time.Time) *Service { return &Service{pool: pool, now: now} }
+
+func teamOf(t db.Team) Team {
+	return Team{ID: t.ID, Name: t.Name, DisplayName: t.DisplayName, CreatedAt: t.CreatedAt}
+}
+
+// CreateTeam creates a team; only platform admins may.
+func (s *Service) CreateTeam(ctx context.Context, p *auth.Principal, name, displayName string) (Team, error) {
+	if !p.PlatformAdmin() {
+		return Team{}, auth.ErrForbidden
+	}
+	var errs validate.Errors
+	validate.Name(&errs, "name", name)
+	if len(displayName) > 200 {
+		errs.Add("display_name", "must be at most 200 characters")
+	}
+	if err := errs.Err(); err != nil {
+		return Team{}, err
+	}
+	var out Team
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		t, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: name, DisplayName: displayName})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		out = teamOf(t)
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "team.create", ObjectType: "team", ObjectName: name, After: out})
+	})
+	if err != nil {
+		return Team{}, fmt.Errorf("create team: %w", err)
+	}
+	return out, nil
+}
+
+// Team returns a team the caller belongs to (platform admins: any team).
+func (s *Service) Team(ctx context.Context, p *auth.Principal, name string) (Team, error) {
+	all, ids := p.Scope()
+	t, err := db.New(s.pool).TeamGetScoped(ctx, db.TeamGetScopedParams{Name: name, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Team{}, fmt.Errorf("team %s: %w", name, db.Interpret(err))
+	}
+	return teamOf(t), nil
+}
+
+// Teams lists the teams the caller can see, after the given id.
+func (s *Service) Teams(ctx context.Context, p *auth.Principal, afterID int64, limit int) ([]Team, error) {
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).TeamListScoped(ctx, db.TeamListScopedParams{AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list teams: %w", err)
+	}
+	out := make([]Team, len(rows))
+	for i, r := range rows {
+		out[i] = teamOf(r)
+	}
+	return out, nil
+}
+
+// Members lists a team's members.
+func (s *Service) Members(ctx context.Context, p *auth.Principal, team string) ([]Member, error) {
+	t, err := s.Team(ctx, p, team)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.New(s.pool).TeamMemberListByTeam(ctx, t.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	out := make([]Member, len(rows))
+	for i, r := range rows {
+		out[i] = Member{Email: r.Email, Name: r.Name, Role: auth.Role(r.Role), Since: r.CreatedAt}
+	}
+	return out, nil
+}
+
+// ErrUnknownUser means no user with that email has signed in yet; users are
+// created by their first SSO login.
+var ErrUnknownUser = errors.New("no user with that email has signed in yet")
+
+// ErrLastAdmin means the change would leave a team without an admin.
+var ErrLastAdmin = errors.New("a team must keep at least one admin")
+
+// SetMember adds a user to a team or changes their role; team admins only.
+func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email string, role auth.Role) (Member, error) {
+	var errs validate.Errors
+	if !auth.ValidTeamRole(role) {
+		errs.Add("role", "must be one of admin, engineer, viewer")
+	}
+	if email == "" {
+		errs.Add("email", "is required")
+	}
+	if err := errs.Err(); err != nil {
+		return Member{}, err
+	}
+	t, err := s.Team(ctx, p, team)
+	if err != nil {
+		return Member{}, err
+	}
+	if !p.CanAdmin(t.ID) {
+		return Member{}, auth.ErrForbidden
+	}
+	var out Member
+	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		u, err := q.UserGetByEmail(ctx, email)
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
+			}
+			return err
+		}
+		m, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: t.ID, UserID: u.ID, Role: string(role)})
+		if err != nil {
+			return err
+		}
+		if err := s.keepAdmin(ctx, q, t.ID); err != nil {
+			return err
+		}
+		out = Member{Email: u.Email, Name: u.Name, Role: role, Since: m.CreatedAt}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.set", ObjectType: "member", ObjectName: team + "/" + email, After: out})
+	})
+	if err != nil {
+		return Member{}, fmt.Errorf("set member: %w", err)
+	}
+	return out, nil
+}
+
+// RemoveMember takes a user out of a team; team admins only.
+func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, email string) error {
+	t, err := s.Team(ctx, p, team)
+	if err != nil {
+		return err
+	}
+	if !p.CanAdmin(t.ID) {
+		return auth.ErrForbidden
+	}
+	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		u, err := q.UserGetByEmail(ctx, email)
+		if err != nil {
+			return db.Interpret(err)
+		}
+		n, err := q.TeamMemberDelete(ctx, db.TeamMemberDeleteParams{TeamID: t.ID, UserID: u.ID})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return db.ErrNotFound
+		}
+		if err := s.keepAdmin(ctx, q, t.ID); err != nil {
+			return err
+		}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.remove", ObjectType: "member", ObjectName: team + "/" + email})
+	})
+	if err != nil {
+		return fmt.Errorf("remove member: %w", err)
+	}
+	return nil
+}
+
+func (s *Service) keepAdmin(ctx context.Context, q *db.Queries, teamID int64) error {
+	n, err := q.TeamAdminCount(ctx, teamID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrLastAdmin
+	}
+	return nil
+}
+
+// KeyRequest asks for a new API key.
+type KeyRequest struct {
+	Name      string
+	Team      string // empty for org-wide keys
+	Role      auth.Role
+	ExpiresAt *time.Time
+}
+
+// CreateKey creates an API key and returns it once, in clear, with its record.
+// Team admins create keys for their team; platform admins also create
+// org-wide platform_admin and finance keys (with no team).
+func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest) (string, Key, error) {
+	var errs validate.Errors
+	if r.Name == "" || len(r.Name) > 100 {
+		errs.Add("name", "must be 1-100 characters")
+	}
+	orgWide := r.Role == auth.RolePlatformAdmin || r.Role == auth.RoleFinance
+	switch {
+	case orgWide && r.Team != "":
+		errs.Add("team", "must be empty for an org-wide %s key", r.Role)
+	case !orgWide && !auth.ValidTeamRole(r.Role):
+		errs.Add("role", "must be one of admin, engineer, viewer, platform_admin, finance")
+	case !orgWide && r.Team == "":
+		errs.Add("team", "is required")
+	}
+	if r.ExpiresAt != nil && !r.ExpiresAt.After(s.now()) {
+		errs.Add("expires_at", "must be in the future")
+	}
+	if err := errs.Err(); err != nil {
+		return "", Key{}, err
+	}
+	var teamID *int64
+	if orgWide {
+		if !p.PlatformAdmin() {
+			return "", Key{}, auth.ErrForbidden
+		}
+	} else {
+		t, err := s.Team(ctx, p, r.Team)
+		if err != nil {
+			return "", Key{}, err
+		}
+		if !p.CanAdmin(t.ID) {
+			return "", Key{}, auth.ErrForbidden
+		}
+		teamID = &t.ID
+	}
+	raw, prefix, err := auth.NewKey()
+	if err != nil {
+		return "", Key{}, err
+	}
+	var createdBy *int64
+	if p.UserID != 0 {
+		createdBy = &p.UserID
+	}
+	var out Key
+	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		k, err := q.APIKeyCreate(ctx, db.APIKeyCreateParams{TeamID: teamID, Name: r.Name, Prefix: prefix,
+			Hash: auth.HashKey(raw), Role: string(r.Role), CreatedBy: createdBy, ExpiresAt: r.ExpiresAt})
+		if err != nil {
+			return err
+		}
+		out = Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Team: r.Team, Role: r.Role, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: teamID, Action: "api_key.create", ObjectType: "api_key", ObjectName: prefix, After: out})
+	})
+	if err != nil {
+		return "", Key{}, fmt.Errorf("create key: %w", err)
+	}
+	return raw, out, nil
+}
+
+// adminScope is the set of teams whose keys the caller manages.
+func adminScope(p *auth.Principal) (bool, []int64) {
+	ids := []int64{}
+	for _, m := range p.Teams {
+		if m.Role == auth.RoleAdmin {
+			ids = append(ids, m.TeamID)
+		}
+	}
+	return p.PlatformAdmin(), ids
+}
+
+func keyOf(k db.APIKey, team string) Key {
+	return Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Team: team, Role: auth.Role(k.Role), CreatedAt: k.CreatedAt,
+		ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
+}
+
+// Keys lists the team keys the caller administers.
+func (s *Service) Keys(ctx context.Context, p *auth.Principal, afterID int64, limit int) ([]Key, error) {
+	all, ids := adminScope(p)
+	rows, err := db.New(s.pool).APIKeyListByTeam(ctx, db.APIKeyListByTeamParams{AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = keyOf(db.APIKey{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Role: r.Role, CreatedAt: r.CreatedAt,
+			ExpiresAt: r.ExpiresAt, LastUsedAt: r.LastUsedAt, RevokedAt: r.RevokedAt}, r.TeamName)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes a key of a team the caller administers.
+func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (Key, error) {
+	all, ids := adminScope(p)
+	var out Key
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		k, err := q.APIKeyGet(ctx, db.APIKeyGetParams{ID: id, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		r, err := q.APIKeyRevoke(ctx, db.APIKeyRevokeParams{ID: id, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				out = keyOf(db.APIKey{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Role: k.Role, CreatedAt: k.CreatedAt,
+					ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}, k.TeamName)
+				return nil // already revoked: revoking again changes nothing
+			}
+			return err
+		}
+		out = keyOf(r, k.TeamName)
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: r.TeamID, Action: "api_key.revoke", ObjectType: "api_key", ObjectName: r.Prefix, After: out})
+	})
+	if err != nil {
+		return Key{}, fmt.Errorf("revoke key: %w", err)
+	}
+	return out, nil
+}

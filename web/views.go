@@ -1,0 +1,203 @@
+package web
+
+// Layout is what every page's frame shows.
+type Layout struct {
+	Title      string
+	Active     string // nav section: endpoints, models, team, audit
+	User       string
+	Role       string // platform role, if any
+	Teams      []string
+	ActiveTeam string
+	CSRF       string
+	Flash      string
+}
+
+// FieldErrors maps a form field to its message.
+type FieldErrors map[string]string
+
+// DevUser is a demo identity offered on the sign-in page.
+type DevUser struct {
+	Email       string
+	Description string
+}
+
+// LoginProps fills the sign-in page.
+type LoginProps struct {
+	DevUsers []DevUser
+	Error    string
+	ReturnTo string
+}
+
+// EndpointRow is one endpoint in the list.
+type EndpointRow struct {
+	Name, Team, Model, Status, Tier, Profile, Traffic string
+	MinReplicas, MaxReplicas                          int32
+}
+
+// EndpointsProps fills the endpoints list.
+type EndpointsProps struct {
+	Layout
+	Rows       []EndpointRow
+	NextCursor string
+}
+
+// EndpointForm is the create-endpoint form's values, as typed.
+type EndpointForm struct {
+	Name, Model, Version, Runtime, Profile, Tier, MinReplicas, MaxReplicas, SamplingRate, RetentionDays string
+}
+
+// EndpointNewProps fills the create-endpoint page.
+type EndpointNewProps struct {
+	Layout
+	Form     EndpointForm
+	Errors   FieldErrors
+	Models   []string
+	Profiles []string
+	Tiers    []string
+	Runtimes []string
+}
+
+// TrafficRow is one version's weight on the endpoint page.
+type TrafficRow struct {
+	Version string
+	Weight  int32
+}
+
+// EndpointProps fills the endpoint page.
+type EndpointProps struct {
+	Layout
+	Row           EndpointRow
+	SamplingRate  string
+	RetentionDays int32
+	Runtime       string
+	Traffic       []TrafficRow
+	Versions      []string // all versions of the model, for the traffic form
+	CanWrite      bool
+	TrafficErrors FieldErrors
+}
+
+// ModelRow is one model in the list.
+type ModelRow struct {
+	Name, Team, Task, Description string
+	Versions                      int64
+}
+
+// ModelsProps fills the models list.
+type ModelsProps struct {
+	Layout
+	Rows       []ModelRow
+	NextCursor string
+}
+
+// ModelForm is the create-model form's values.
+type ModelForm struct {
+	Team, Name, Task, Description, InputSchema, FeatureNames string
+}
+
+// ModelNewProps fills the create-model page.
+type ModelNewProps struct {
+	Layout
+	Form   ModelForm
+	Errors FieldErrors
+	Teams  []string
+}
+
+// VersionRow is one version in a model page.
+type VersionRow struct {
+	Name, Format, Runtime, Parent, Created, Size string
+}
+
+// LineageNode places a version in the lineage graph.
+type LineageNode struct {
+	Name string
+	X, Y int
+}
+
+// LineageLink joins two placed versions.
+type LineageLink struct {
+	X1, Y1, X2, Y2 int
+}
+
+// Lineage is the server-rendered lineage graph.
+type Lineage struct {
+	Width, Height int
+	Nodes         []LineageNode
+	Links         []LineageLink
+}
+
+// ModelProps fills a model's page.
+type ModelProps struct {
+	Layout
+	Row          ModelRow
+	InputSchema  string
+	FeatureNames string
+	Versions     []VersionRow
+	Lineage      Lineage
+	CanWrite     bool
+}
+
+// VersionNewProps fills the register-version page.
+type VersionNewProps struct {
+	Layout
+	Model    string
+	Metadata string
+	Manifest string
+	Error    string
+	Errors   FieldErrors
+}
+
+// VersionProps fills a version's page.
+type VersionProps struct {
+	Layout
+	Model    string
+	Row      VersionRow
+	Metadata string // pretty JSON of the whole version
+	Lineage  Lineage
+}
+
+// MemberRow is one team member.
+type MemberRow struct {
+	Email, Name, Role string
+}
+
+// KeyRow is one API key.
+type KeyRow struct {
+	ID                                               int64
+	Name, Prefix, Team, Role, Created, Expires, Used string
+	Revoked                                          bool
+}
+
+// TeamProps fills the team page.
+type TeamProps struct {
+	Layout
+	Team       string
+	Members    []MemberRow
+	Keys       []KeyRow
+	IsAdmin    bool
+	NewKey     string // shown once, right after creation
+	Errors     FieldErrors
+	MemberForm MemberRow
+	KeyForm    KeyRow
+}
+
+// AuditRow is one audit record.
+type AuditRow struct {
+	At, Team, Actor, Via, Action, Object, Before, After string
+}
+
+// AuditProps fills the audit page.
+type AuditProps struct {
+	Layout
+	Rows       []AuditRow
+	Action     string
+	ObjectType string
+	Actor      string
+	NextURL    string
+}
+
+// ErrorProps fills an error page.
+type ErrorProps struct {
+	Layout
+	Status  int
+	Message string
+}
