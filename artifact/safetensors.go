@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"unicode/utf8"
 )
 
@@ -66,7 +67,13 @@ func parseSafetensorsHeader(hdr []byte, dataLen int64) error {
 	if entries == nil {
 		return fmt.Errorf("header is not a json object")
 	}
-	for name, raw := range entries {
+	names := make([]string, 0, len(entries))
+	for name := range entries {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first bad tensor reported is the same every time
+	for _, name := range names {
+		raw := entries[name]
 		if name == "__metadata__" {
 			var meta map[string]string
 			if err := json.Unmarshal(raw, &meta); err != nil {

@@ -78,3 +78,49 @@ func (q *Queries) RoutingRuleList(ctx context.Context, arg RoutingRuleListParams
 	}
 	return items, nil
 }
+
+const routingRuleListByEndpoints = `-- name: RoutingRuleListByEndpoints :many
+SELECT r.endpoint_id, r.version_id, r.weight, v.name AS version_name
+FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.endpoint_id = ANY($1::bigint[]) AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
+ORDER BY r.endpoint_id, v.name
+`
+
+type RoutingRuleListByEndpointsParams struct {
+	EndpointIDs []int64
+	AllTeams    bool
+	TeamIDs     []int64
+}
+
+type RoutingRuleListByEndpointsRow struct {
+	EndpointID  int64
+	VersionID   int64
+	Weight      int32
+	VersionName string
+}
+
+func (q *Queries) RoutingRuleListByEndpoints(ctx context.Context, arg RoutingRuleListByEndpointsParams) ([]RoutingRuleListByEndpointsRow, error) {
+	rows, err := q.db.Query(ctx, routingRuleListByEndpoints, arg.EndpointIDs, arg.AllTeams, arg.TeamIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingRuleListByEndpointsRow{}
+	for rows.Next() {
+		var i RoutingRuleListByEndpointsRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.VersionID,
+			&i.Weight,
+			&i.VersionName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -209,8 +209,20 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
 	out := make([]Endpoint, len(rows))
+	idx := make(map[int64]int, len(rows))
+	ids2 := make([]int64, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(db.EndpointGetRow(r))
+		out[i].Traffic = []Weight{}
+		idx[r.ID], ids2[i] = i, r.ID
+	}
+	rules, err := db.New(s.pool).RoutingRuleListByEndpoints(ctx, db.RoutingRuleListByEndpointsParams{EndpointIDs: ids2, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints traffic: %w", err)
+	}
+	for _, r := range rules {
+		e := &out[idx[r.EndpointID]]
+		e.Traffic = append(e.Traffic, Weight{Version: r.VersionName, Weight: r.Weight})
 	}
 	return out, nil
 }

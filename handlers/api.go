@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"io"
-	"reflect"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"mime/multipart"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 

@@ -40,11 +40,6 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
 	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor}
 	for _, e := range list.Body.Items {
-		e, err := s.Endpoints.Get(r.Context(), principal(r.Context()), e.Name)
-		if err != nil {
-			s.portalError(w, r, err)
-			return
-		}
 		props.Rows = append(props.Rows, endpointRow(e))
 	}
 	s.render(w, r, http.StatusOK, web.EndpointsPage(props))

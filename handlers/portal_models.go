@@ -134,7 +134,7 @@ func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
 	}
 	schema, _ := json.MarshalIndent(json.RawMessage(m.InputSchema), "", "  ")
 	props := web.ModelProps{Layout: s.layout(w, r, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
-		Row: web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
+		Row:     web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
 		Lineage: lineageGraph(vs, edges), CanWrite: p.CanWrite(m.TeamID)}
 	for _, v := range vs {
 		props.Versions = append(props.Versions, versionRow(v))

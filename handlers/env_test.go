@@ -1,0 +1,228 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"modelplane/artifact"
+	"modelplane/auth"
+	"modelplane/auth/devidp"
+	"modelplane/db"
+	"modelplane/endpoint"
+	"modelplane/internal/pgtest"
+	"modelplane/registry"
+	"modelplane/tenant"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	os.Exit(code)
+}
+
+// testEnv is a real control plane over a fresh PostgreSQL database and a real
+// OIDC provider, served over HTTP, with two teams (risk, search), the demo
+// users and one API key per role.
+type testEnv struct {
+	t    *testing.T
+	srv  *Server
+	ts   *httptest.Server
+	URL  string
+	idp  *devidp.IdP
+	pool interface{ Close() }
+	// Keys by role name: platform-admin, finance, risk-admin, risk-engineer,
+	// risk-viewer, search-admin, search-viewer.
+	Keys map[string]string
+}
+
+// system seeds fixtures as a platform admin.
+var system = &auth.Principal{Name: "test-seed", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	ts := httptest.NewUnstartedServer(nil)
+	base := "http://" + ts.Listener.Addr().String()
+	idp, err := devidp.Start(devidp.Config{RedirectURLs: []string{base + "/auth/callback"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idp.Close() })
+	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
+		RedirectURL: base + "/auth/callback"}, pool, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := artifact.NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devUsers []DevUser
+	for _, u := range idp.Users() {
+		devUsers = append(devUsers, DevUser{Email: u.Email, Description: u.Description})
+	}
+	srv := New(Deps{
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pool:           pool,
+		Keys:           auth.NewKeys(pool, time.Now),
+		OIDC:           oidc,
+		Sessions:       auth.NewSessions(pool, auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour}, time.Now),
+		Tenant:         tenant.New(pool, time.Now),
+		Registry:       registry.New(pool, store, artifact.Limits{MaxFileBytes: 1 << 20, MaxTotalBytes: 2 << 20}),
+		Endpoints:      endpoint.New(pool),
+		Ready:          map[string]Pinger{"postgres": pool},
+		DevUsers:       devUsers,
+		MaxUploadBytes: 2 << 20,
+	})
+	ts.Config.Handler = srv.Handler()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	e := &testEnv{t: t, srv: srv, ts: ts, URL: base, idp: idp, pool: pool, Keys: map[string]string{}}
+	e.seed(ctx)
+	return e
+}
+
+func (e *testEnv) seed(ctx context.Context) {
+	t := e.t
+	for _, team := range []string{"risk", "search"} {
+		if _, err := e.srv.Tenant.CreateTeam(ctx, system, team, team); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := db.New(e.srv.Pool)
+	for _, u := range e.idp.Users() {
+		row, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: e.idp.Issuer(), Subject: u.Subject, Email: u.Email, Name: u.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.PlatformRole != "" {
+			role := u.PlatformRole
+			if err := q.UserSetPlatformRole(ctx, db.UserSetPlatformRoleParams{ID: row.ID, PlatformRole: &role}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u.Team != "" {
+			tm, err := q.TeamGetByName(ctx, u.Team)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: tm.ID, UserID: row.ID, Role: u.TeamRole}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, req := range map[string]tenant.KeyRequest{
+		"platform-admin": {Role: auth.RolePlatformAdmin},
+		"finance":        {Role: auth.RoleFinance},
+		"risk-admin":     {Team: "risk", Role: auth.RoleAdmin},
+		"risk-engineer":  {Team: "risk", Role: auth.RoleEngineer},
+		"risk-viewer":    {Team: "risk", Role: auth.RoleViewer},
+		"search-admin":   {Team: "search", Role: auth.RoleAdmin},
+		"search-viewer":  {Team: "search", Role: auth.RoleViewer},
+	} {
+		req.Name = name
+		raw, _, err := e.srv.Tenant.CreateKey(ctx, system, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Keys[name] = raw
+	}
+	// One model, two versions and one endpoint per team.
+	for _, team := range []string{"risk", "search"} {
+		model := team + "-model"
+		if _, err := e.srv.Registry.CreateModel(ctx, system, registry.ModelSpec{Team: team, Name: model, Task: registry.TaskClassification,
+			InputSchema: json.RawMessage(`{"type":"object"}`), FeatureNames: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"v1", "v2"} {
+			files := map[string][]byte{"model.safetensors": safetensorsFile(team + v)}
+			if _, err := e.srv.Registry.RegisterVersion(ctx, system, model, registry.VersionSpec{Name: v, Runtime: "onnxruntime",
+				Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 1024}}, manifestOf(files), filesOf(files)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: team + "-endpoint", Model: model, Version: "v1", Runtime: "onnxruntime",
+			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 2, Tier: "standard", RetentionDays: 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// safetensorsFile is a small valid safetensors file whose bytes depend on tag.
+func safetensorsFile(tag string) []byte {
+	header := []byte(`{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"tag":"` + tag + `"}}`)
+	var b bytes.Buffer
+	_ = binary.Write(&b, binary.LittleEndian, uint64(len(header)))
+	b.Write(header)
+	b.Write([]byte{0, 0, 128, 63})
+	return b.Bytes()
+}
+
+func manifestOf(files map[string][]byte) []byte {
+	m := map[string]string{}
+	for name, b := range files {
+		sum := sha256.Sum256(b)
+		m[name] = hex.EncodeToString(sum[:])
+	}
+	out, _ := json.Marshal(m)
+	return out
+}
+
+func filesOf(files map[string][]byte) registry.Files {
+	return func(add func(string, io.Reader) error) error {
+		for name, b := range files {
+			if err := add(name, bytes.NewReader(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// api calls the REST API with a key ("" for none) and returns the status and body.
+func (e *testEnv) api(key, method, path string, body any, headers ...string) (int, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, e.URL+"/api/v1"+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
