@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,6 +149,10 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), h); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
+	}
 	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `
 modelplane dev is running.
@@ -167,7 +172,7 @@ Ctrl-C stops everything.
 		d.BaseURL, d.EnvFile = baseURL, envFile
 		close(d.Ready)
 	}
-	return serve(ctx, log, cfg.HTTPAddr, h.Handler())
+	return serveOn(ctx, log, ln, h.Handler())
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {

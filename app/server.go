@@ -78,6 +78,11 @@ func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) e
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
+	return serveOn(ctx, log, ln, h)
+}
+
+// serveOn is serve on a listener the caller opened.
+func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

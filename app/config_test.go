@@ -1,0 +1,46 @@
+package app
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestServerConfigValidateNamesBadSettings(t *testing.T) {
+	t.Setenv("MP_OIDC_ISSUER", "")
+	t.Setenv("MP_DATABASE_URL", "")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil for an empty configuration; want an error")
+	}
+	for _, want := range []string{"MP_OIDC_ISSUER", "MP_DATABASE_URL", "MP_CLICKHOUSE_URL", "MP_NATS_URL", "MP_OIDC_CLIENT_ID"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q; want it to name %s", err, want)
+		}
+	}
+}
+
+func TestServerRefusesToStartWithoutIssuer(t *testing.T) {
+	t.Setenv("MP_DATABASE_URL", "postgres://x@127.0.0.1:1/x")
+	t.Setenv("MP_CLICKHOUSE_URL", "clickhouse://x@127.0.0.1:1/x")
+	t.Setenv("MP_NATS_URL", "nats://127.0.0.1:1")
+	t.Setenv("MP_OIDC_CLIENT_ID", "modelplane")
+	t.Setenv("MP_OIDC_ISSUER", "")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	err := RunServer(t.Context(), c)
+	if err == nil || !strings.Contains(err.Error(), "MP_OIDC_ISSUER") {
+		t.Fatalf("RunServer without issuer = %v; want a refusal naming MP_OIDC_ISSUER", err)
+	}
+}
+
+func TestSecretsNeverPrint(t *testing.T) {
+	c := ServerConfig{DatabaseURL: "postgres://u:hunter2@db/x", OIDCSecret: "s3cret"}
+	for _, s := range []string{c.DatabaseURL.String(), c.OIDCSecret.String()} {
+		if s != "<secret>" {
+			t.Errorf("secret printed as %q; want <secret>", s)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"modelplane/internal/freeport"
+)
+
+// syncBuffer collects RunDev's output across goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startDev runs `modelplane dev` in dir and returns once it serves, with a
+// stop function that cancels it and waits for it to return.
+func startDev(t *testing.T, dir string) (*Dev, func()) {
+	t.Helper()
+	httpPort, _ := freeport.Get()
+	idpPort, _ := freeport.Get()
+	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), LogLevel: "warn", MaxUploadMB: 16}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Dev{Ready: make(chan struct{})}
+	done := make(chan error, 1)
+	var out syncBuffer
+	go func() { done <- RunDev(ctx, cfg, &out, d) }()
+	select {
+	case <-d.Ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("dev exited before it was ready: %v\n%s", err, out.String())
+	case <-time.After(3 * time.Minute):
+		cancel()
+		t.Fatalf("dev not ready after 3 minutes:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), d.BaseURL) || !strings.Contains(out.String(), "dev.env") {
+		t.Errorf("banner does not say where to go and how to sign in:\n%s", out.String())
+	}
+	return d, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dev returned %v", err)
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestDevStartsServesAndStopsCleanly runs the embedded default twice on one
+// directory: the dev.env keys work against the API, Ctrl-C (context
+// cancellation) leaves no child process, and the second run keeps the data
+// and the keys.
+func TestDevStartsServesAndStopsCleanly(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mp-dev-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	stateDir := filepath.Join(dir, ".modelplane")
+
+	d, stop := startDev(t, stateDir)
+	env := readEnvFile(d.EnvFile)
+	for _, k := range []string{"MP_API", "MP_ADMIN_KEY", "MP_RISK_KEY", "MP_SEARCH_KEY", "MP_FINANCE_KEY"} {
+		if env[k] == "" {
+			t.Fatalf("dev.env lacks %s: %v", k, env)
+		}
+	}
+	for key, want := range map[string]string{"MP_RISK_KEY": "fraud-scoring", "MP_SEARCH_KEY": "support-chat", "MP_ADMIN_KEY": "fraud-scoring"} {
+		body := get(t, env["MP_API"]+"/endpoints", env[key])
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /endpoints with %s: %s; want it to list %s", key, body, want)
+		}
+	}
+	if body := get(t, env["MP_API"]+"/endpoints", env["MP_SEARCH_KEY"]); strings.Contains(body, "fraud-scoring") {
+		t.Errorf("search key sees risk's endpoint: %s", body)
+	}
+	stop()
+	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("child processes left behind after stop: pids %s", out)
+	}
+
+	d, stop = startDev(t, stateDir)
+	defer stop()
+	again := readEnvFile(d.EnvFile)
+	if again["MP_RISK_KEY"] != env["MP_RISK_KEY"] {
+		t.Errorf("second run changed MP_RISK_KEY; want the working key kept")
+	}
+	if body := get(t, again["MP_API"]+"/models/fraud-detector/versions", again["MP_RISK_KEY"]); !strings.Contains(body, `"v24"`) {
+		t.Errorf("second run lost data: %s", body)
+	}
+}
+
+func get(t *testing.T, url, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, b.String())
+	}
+	return b.String()
+}
