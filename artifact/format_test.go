@@ -15,6 +15,10 @@ func detectBytes(name string, b []byte) (Format, error) {
 // multi-byte runes that fall across read boundaries.
 var bigText = strings.Repeat("ligne numéro — 日本語 ✓\n", 8000)
 
+// bigPickle0 is a protocol 0 pickle of a list of 20000 strings, longer than
+// the head Detect reads up front.
+var bigPickle0 = []byte("(lp0\n" + strings.Repeat("Vtoken\np1\na", 20000) + ".")
+
 var bigJSON = `{"vocab":{` + strings.Repeat(`"naïve日本":1,`, 20000) + `"end":2}}`
 
 func TestDetectAccepts(t *testing.T) {
@@ -49,6 +53,8 @@ func TestDetectAccepts(t *testing.T) {
 		{"crlf text", "merges.txt", []byte("#version: 0.2\r\nĠ t\r\n"), FormatText},
 		{"long text", "corpus.txt", []byte(bigText), FormatText},
 		{"long json", "tokenizer.json", []byte(bigJSON), FormatJSON},
+		{"long text that starts like an opcode", "trees.txt", []byte(strings.Repeat("Tree=0\nnum_leaves=31\n", 4000)), FormatText},
+		{"long text, first line like a global", "notes.txt", []byte("cat\ndog\n" + bigText), FormatText},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,6 +92,8 @@ func TestDetectRejects(t *testing.T) {
 			"notes.txt: pickle content is not accepted (raw pickle protocol 0)"},
 		{"pickle protocol 0 dict", "config.yaml", pickle0,
 			"config.yaml: pickle content is not accepted (raw pickle protocol 0)"},
+		{"long pickle protocol 0", "data.txt", bigPickle0,
+			"data.txt: pickle content is not accepted (raw pickle protocol 0)"},
 		{"torch zip", "model.pt", torchZip(t),
 			"model.pt: zip archives are not accepted (torch .pt/.pth zips contain pickle)"},
 		{"torch zip renamed safetensors", "model.safetensors", torchZip(t),
@@ -134,11 +142,11 @@ func TestDetectRejects(t *testing.T) {
 		{"onnx truncated", "model.onnx", validONNX[:len(validONNX)-3],
 			"model.onnx: invalid onnx model: model: field 8 length 4 runs past the end"},
 		{"invalid json", "config.json", []byte(`{"a": 1,}`),
-			"config.json: invalid json: invalid character '}' looking for beginning of object key string"},
+			"config.json: invalid json: invalid character '}' at offset 8 looking for an object key"},
 		{"two json values", "config.json", []byte(`{} {}`),
-			"config.json: invalid json: more than one top-level value"},
+			"config.json: invalid json: invalid character '{' at offset 3 after the top-level value"},
 		{"empty json", "config.json", nil,
-			"config.json: invalid json: unexpected EOF"},
+			"config.json: invalid json: unexpected end of input"},
 		{"text named safetensors", "model.safetensors", []byte("not really\n"),
 			"model.safetensors: content is text, not safetensors"},
 		{"json named onnx", "model.onnx", []byte(configJSON),

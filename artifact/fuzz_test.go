@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -78,6 +79,15 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 			"escaped":   manifest(`{"\u00e9\/x":"` + digestA + `"}`),
 		},
 		"FuzzScanPickle": pickles,
+		"FuzzJSONScanner": {
+			"config":  []byte(configJSON),
+			"xgboost": []byte(xgboostJSON),
+			"numbers": []byte(`[0, -0, 1.5, -2e10, 3E+2, 4e-3, 12345678901234567890]`),
+			"escapes": []byte(`{"a\u00e9\n\"": "\\ \/ \b \f \r \t"}`),
+			"scalars": []byte(` true `),
+			"nested":  []byte(`{"a":[{"b":[[],{}]},null,false]}`),
+			"invalid": []byte(`[1,]`),
+		},
 		"FuzzCheckTar": {
 			"version":    versionTar(t),
 			"version-gz": gzipBytes(t, versionTar(t)),
@@ -209,6 +219,29 @@ func FuzzCheckTar(f *testing.F) {
 		err := CheckTar(bytes.NewReader(b), Limits{MaxFileBytes: 1 << 20, MaxTotalBytes: 4 << 20})
 		if err != nil && !errors.Is(err, ErrRejected) && !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("CheckTar error %v is not a rejection", err)
+		}
+	})
+}
+
+func FuzzJSONScanner(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s jsonScanner
+		err := s.write(b)
+		if err == nil {
+			err = s.end()
+		}
+		if got, want := err == nil, json.Valid(b); got != want {
+			t.Fatalf("jsonScanner on %q: valid %v (%v), json.Valid says %v", b, got, err, want)
+		}
+		if err == nil {
+			var v any
+			if json.Unmarshal(b, &v) == nil {
+				m, ok := v.(map[string]any)
+				_, learner := m["learner"]
+				if wantXGB := ok && learner && !bytes.Contains(b, []byte(`\`)); wantXGB && s.format() != FormatXGBoostJSON {
+					t.Fatalf("jsonScanner on %q: format %s, want xgboost-json", b, s.format())
+				}
+			}
 		}
 	})
 }

@@ -115,8 +115,10 @@ var pickleOps = map[byte]pickleOp{
 
 // pickleScan is what scanPickle found.
 type pickleScan struct {
-	found bool // a pickle that loads, or a prefix of one that ran out of input
-	proto int  // the protocol it declares, or the highest its opcodes need
+	found   bool // a pickle that loads, or a prefix of one that ran out of input
+	stopped bool // the opcodes reached STOP
+	ops     int  // opcodes run before STOP or the end of the input
+	proto   int  // the protocol it declares, or the highest its opcodes need
 }
 
 // maxPickleMarks bounds the mark stack the scan keeps.
@@ -125,11 +127,11 @@ const maxPickleMarks = 1 << 16
 // scanPickle reports whether b starts with a pickle opcode stream that reaches
 // STOP with a value on the stack, as pickle.load would, ignoring what follows.
 // When complete is false b is only a prefix of the file, and a stream still
-// valid where b ends counts as a pickle too: no real text or binary model
-// runs that long as valid opcodes.
+// valid where b ends counts as found too; callers that must not mistake text
+// for a pickle also look at how many opcodes ran.
 func scanPickle(b []byte, complete bool) pickleScan {
 	frames := []int{0} // items on the stack above each mark; frames[0] is below all marks
-	proto, declared := 0, -1
+	proto, declared, ops := 0, -1, 0
 	for i := 0; i < len(b); {
 		op, ok := pickleOps[b[i]]
 		if !ok {
@@ -142,7 +144,7 @@ func scanPickle(b []byte, complete bool) pickleScan {
 			return pickleScan{}
 		}
 		if next > len(b) { // argument runs past the prefix
-			return pickleScan{found: !complete, proto: protoOf(declared, max(proto, op.proto))}
+			return pickleScan{found: !complete, ops: ops, proto: protoOf(declared, max(proto, op.proto))}
 		}
 		if code == 0x80 {
 			declared = int(b[i])
@@ -151,6 +153,7 @@ func scanPickle(b []byte, complete bool) pickleScan {
 			}
 		}
 		i = next
+		ops++
 		proto = max(proto, op.proto)
 
 		top := len(frames) - 1
@@ -176,10 +179,10 @@ func scanPickle(b []byte, complete bool) pickleScan {
 		}
 		frames[top] += op.push - op.pop
 		if code == '.' {
-			return pickleScan{found: true, proto: protoOf(declared, proto)}
+			return pickleScan{found: true, stopped: true, ops: ops, proto: protoOf(declared, proto)}
 		}
 	}
-	return pickleScan{found: !complete && len(b) > 0, proto: protoOf(declared, proto)}
+	return pickleScan{found: !complete && len(b) > 0, ops: ops, proto: protoOf(declared, proto)}
 }
 
 func protoOf(declared, used int) int {

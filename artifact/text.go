@@ -1,10 +1,7 @@
 package artifact
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -21,10 +18,6 @@ type textState struct {
 	carry []byte // start of a rune cut by the end of the last chunk
 }
 
-type textError struct{ reason string }
-
-func (e *textError) Error() string { return e.reason }
-
 func (t *textState) check(b []byte) error {
 	for len(t.carry) > 0 && len(b) > 0 {
 		t.carry = append(t.carry, b[0])
@@ -34,7 +27,7 @@ func (t *textState) check(b []byte) error {
 		}
 		r, n := utf8.DecodeRune(t.carry)
 		if r == utf8.RuneError && n == 1 {
-			return &textError{fmt.Sprintf("invalid utf-8 at offset %d", t.off)}
+			return fmt.Errorf("invalid utf-8 at offset %d", t.off)
 		}
 		// A full rune is at most 4 bytes, so the carry (at most 3) plus
 		// the bytes just taken hold exactly one rune.
@@ -46,9 +39,9 @@ func (t *textState) check(b []byte) error {
 		if c < utf8.RuneSelf {
 			if c < 0x20 && !textControls[c] {
 				if c == 0 {
-					return &textError{fmt.Sprintf("binary content (nul byte at offset %d)", t.off+int64(i))}
+					return fmt.Errorf("binary content (nul byte at offset %d)", t.off+int64(i))
 				}
-				return &textError{fmt.Sprintf("binary content (control byte 0x%02x at offset %d)", c, t.off+int64(i))}
+				return fmt.Errorf("binary content (control byte 0x%02x at offset %d)", c, t.off+int64(i))
 			}
 			i++
 			continue
@@ -60,7 +53,7 @@ func (t *textState) check(b []byte) error {
 				t.off += int64(i)
 				return nil
 			}
-			return &textError{fmt.Sprintf("invalid utf-8 at offset %d", t.off+int64(i))}
+			return fmt.Errorf("invalid utf-8 at offset %d", t.off+int64(i))
 		}
 		i += n
 	}
@@ -68,119 +61,65 @@ func (t *textState) check(b []byte) error {
 	return nil
 }
 
-// textReader passes a stream through while checking it is text.
-type textReader struct {
-	r   io.Reader
-	t   textState
-	err error // the first text error, kept so it wins over what a reader above makes of it
-}
-
-func (tr *textReader) Read(p []byte) (int, error) {
-	if tr.err != nil {
-		return 0, tr.err
-	}
-	n, err := tr.r.Read(p)
-	if cerr := tr.t.check(p[:n]); cerr != nil {
-		tr.err = cerr
-		return 0, cerr
-	}
-	if err == io.EOF && len(tr.t.carry) > 0 {
-		tr.err = &textError{fmt.Sprintf("invalid utf-8 at offset %d (truncated)", tr.t.off)}
-		return n, tr.err
-	}
-	return n, err
-}
-
-// maxJSONDepth bounds nesting so a hostile file cannot grow the walk's stack
-// without limit.
-const maxJSONDepth = 10000
-
-// checkText checks the whole file is text and tells JSON, XGBoost JSON,
-// LightGBM and plain text apart. JSON is recognised when the text starts
-// with an object or array and parses as exactly one JSON value; a file named
-// .json must be JSON.
-func checkText(name string, head []byte, rest io.Reader, size int64) (Format, error) {
-	tr := &textReader{r: io.MultiReader(bytes.NewReader(head), rest)}
-	first := bytes.TrimLeft(head, " \t\r\n")
+// checkText reads the whole file and checks it is text, telling JSON,
+// XGBoost JSON, LightGBM and plain text apart. JSON is recognised when the
+// text starts with an object or array and is exactly one JSON value; a file
+// named .json must be JSON.
+func checkText(name string, head []byte, rest io.Reader) (Format, error) {
 	isJSONName := strings.EqualFold(path.Ext(name), ".json")
-	if isJSONName || len(first) > 0 && (first[0] == '{' || first[0] == '[') {
-		f, jerr := walkJSON(tr)
-		if tr.err != nil {
-			return "", reject("", "%s", tr.err.Error())
+	var js *jsonScanner
+	var jsErr error
+	if first := bytes.TrimLeft(head, " \t\r\n"); isJSONName || len(first) > 0 && (first[0] == '{' || first[0] == '[') {
+		js = &jsonScanner{}
+	}
+	var text textState
+	feed := func(b []byte) error {
+		if err := text.check(b); err != nil {
+			return reject("", "%v", err)
 		}
-		if jerr == nil {
-			return f, nil
+		if js != nil && jsErr == nil {
+			jsErr = js.write(b)
+		}
+		if isJSONName && jsErr != nil {
+			return reject("", "invalid json: %v", jsErr)
+		}
+		return nil
+	}
+	if err := feed(head); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := rest.Read(buf)
+		if ferr := feed(buf[:n]); ferr != nil {
+			return "", ferr
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	if len(text.carry) > 0 {
+		return "", reject("", "invalid utf-8 at offset %d (truncated)", text.off)
+	}
+	if js != nil {
+		if jsErr == nil {
+			jsErr = js.end()
+		}
+		if jsErr == nil {
+			return js.format(), nil
 		}
 		if isJSONName {
-			return "", reject("", "invalid json: %v", jerr)
+			return "", reject("", "invalid json: %v", jsErr)
 		}
-		// Not JSON after all (an INI section, say): plain text if the rest is.
-	}
-	if _, err := io.Copy(io.Discard, tr); err != nil {
-		var te *textError
-		if errors.As(err, &te) {
-			return "", reject("", "%s", te.Error())
-		}
-		return "", err
+		// Not JSON after all (an INI section, say), but text.
 	}
 	if isLightGBM(head) {
 		return FormatLightGBM, nil
 	}
 	return FormatText, nil
-}
-
-// walkJSON checks r holds exactly one JSON value, streaming token by token
-// so memory stays bounded, and reports XGBoost's JSON model format (a
-// top-level object with a "learner" key) apart from other JSON.
-func walkJSON(r io.Reader) (Format, error) {
-	dec := json.NewDecoder(bufio.NewReaderSize(r, 64<<10))
-	dec.UseNumber()
-	type frame struct{ object, wantKey bool }
-	var stack []frame
-	format := FormatJSON
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", unexpected(err)
-		}
-		top := len(stack) - 1
-		switch v := tok.(type) {
-		case json.Delim:
-			switch v {
-			case '{', '[':
-				if top >= 0 && stack[top].object {
-					stack[top].wantKey = true
-				}
-				if len(stack) == maxJSONDepth {
-					return "", fmt.Errorf("nested deeper than %d", maxJSONDepth)
-				}
-				stack = append(stack, frame{object: v == '{', wantKey: v == '{'})
-			default:
-				stack = stack[:top]
-			}
-		case string:
-			if top >= 0 && stack[top].object {
-				if stack[top].wantKey && top == 0 && v == "learner" {
-					format = FormatXGBoostJSON
-				}
-				stack[top].wantKey = !stack[top].wantKey
-			}
-		default:
-			if top >= 0 && stack[top].object {
-				stack[top].wantKey = true
-			}
-		}
-		if len(stack) == 0 {
-			break
-		}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			return "", errors.New("more than one top-level value")
-		}
-		return "", err
-	}
-	return format, nil
 }
 
 // isLightGBM reports whether text looks like a LightGBM model file: its first
