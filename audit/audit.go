@@ -98,9 +98,10 @@ func List(ctx context.Context, q *db.Queries, p *auth.Principal, f Filter) ([]Ro
 	if !all && len(ids) == 0 {
 		return nil, auth.ErrForbidden
 	}
-	if f.Limit <= 0 || f.Limit > 500 {
+	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	f.Limit = min(f.Limit, 501) // callers ask for one more than a page of 500
 	rows, err := q.AuditList(ctx, db.AuditListParams{
 		AllTeams: all, TeamIDs: ids, Action: f.Action, ObjectType: f.ObjectType,
 		Actor: f.Actor, BeforeID: f.BeforeID, Lim: int32(f.Limit),

@@ -55,7 +55,7 @@ func (q *Queries) APIKeyCreate(ctx context.Context, arg APIKeyCreateParams) (API
 
 const aPIKeyGet = `-- name: APIKeyGet :one
 SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
-FROM api_keys k JOIN teams t ON t.id = k.team_id
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.id = $1 AND ($2::boolean OR k.team_id = ANY($3::bigint[]))
 `
 
@@ -77,7 +77,7 @@ type APIKeyGetRow struct {
 	ExpiresAt  *time.Time
 	LastUsedAt *time.Time
 	RevokedAt  *time.Time
-	TeamName   string
+	TeamName   *string
 }
 
 func (q *Queries) APIKeyGet(ctx context.Context, arg APIKeyGetParams) (APIKeyGetRow, error) {
@@ -143,7 +143,7 @@ func (q *Queries) APIKeyGetByPrefix(ctx context.Context, prefix string) (APIKeyG
 
 const aPIKeyListByTeam = `-- name: APIKeyListByTeam :many
 SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
-FROM api_keys k JOIN teams t ON t.id = k.team_id
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE ($1::boolean OR k.team_id = ANY($2::bigint[])) AND k.id > $3
 ORDER BY k.id LIMIT $4
 `
@@ -167,7 +167,7 @@ type APIKeyListByTeamRow struct {
 	ExpiresAt  *time.Time
 	LastUsedAt *time.Time
 	RevokedAt  *time.Time
-	TeamName   string
+	TeamName   *string
 }
 
 func (q *Queries) APIKeyListByTeam(ctx context.Context, arg APIKeyListByTeamParams) ([]APIKeyListByTeamRow, error) {

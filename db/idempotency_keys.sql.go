@@ -56,14 +56,15 @@ func (q *Queries) IdempotencyDeleteOld(ctx context.Context, before time.Time) (i
 }
 
 const idempotencyFinish = `-- name: IdempotencyFinish :exec
-UPDATE idempotency_keys SET request_hash = $1, status = $2, content_type = $3, body = $4
-WHERE principal = $5 AND key = $6
+UPDATE idempotency_keys SET request_hash = $1, status = $2, content_type = $3, location = $4, body = $5
+WHERE principal = $6 AND key = $7
 `
 
 type IdempotencyFinishParams struct {
 	RequestHash []byte
 	Status      int32
 	ContentType string
+	Location    string
 	Body        []byte
 	Principal   string
 	Key         string
@@ -74,6 +75,7 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 		arg.RequestHash,
 		arg.Status,
 		arg.ContentType,
+		arg.Location,
 		arg.Body,
 		arg.Principal,
 		arg.Key,
@@ -82,7 +84,7 @@ func (q *Queries) IdempotencyFinish(ctx context.Context, arg IdempotencyFinishPa
 }
 
 const idempotencyGet = `-- name: IdempotencyGet :one
-SELECT principal, key, request_hash, status, content_type, body, created_at FROM idempotency_keys WHERE principal = $1 AND key = $2
+SELECT principal, key, request_hash, status, content_type, location, body, created_at FROM idempotency_keys WHERE principal = $1 AND key = $2
 `
 
 type IdempotencyGetParams struct {
@@ -99,6 +101,7 @@ func (q *Queries) IdempotencyGet(ctx context.Context, arg IdempotencyGetParams) 
 		&i.RequestHash,
 		&i.Status,
 		&i.ContentType,
+		&i.Location,
 		&i.Body,
 		&i.CreatedAt,
 	)

@@ -58,6 +58,7 @@ type IdempotencyKey struct {
 	RequestHash []byte
 	Status      int32
 	ContentType string
+	Location    string
 	Body        []byte
 	CreatedAt   time.Time
 }

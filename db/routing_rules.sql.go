@@ -10,11 +10,18 @@ import (
 )
 
 const routingRuleDeleteByEndpoint = `-- name: RoutingRuleDeleteByEndpoint :exec
-DELETE FROM routing_rules WHERE endpoint_id = $1
+DELETE FROM routing_rules r USING endpoints e
+WHERE r.endpoint_id = $1 AND e.id = r.endpoint_id AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
 `
 
-func (q *Queries) RoutingRuleDeleteByEndpoint(ctx context.Context, endpointID int64) error {
-	_, err := q.db.Exec(ctx, routingRuleDeleteByEndpoint, endpointID)
+type RoutingRuleDeleteByEndpointParams struct {
+	EndpointID int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+func (q *Queries) RoutingRuleDeleteByEndpoint(ctx context.Context, arg RoutingRuleDeleteByEndpointParams) error {
+	_, err := q.db.Exec(ctx, routingRuleDeleteByEndpoint, arg.EndpointID, arg.AllTeams, arg.TeamIDs)
 	return err
 }
 

@@ -137,3 +137,18 @@ func (q *Queries) TeamListScoped(ctx context.Context, arg TeamListScopedParams) 
 	}
 	return items, nil
 }
+
+const teamLock = `-- name: TeamLock :exec
+SELECT id FROM teams WHERE id = $1 AND ($2::boolean OR id = ANY($3::bigint[])) FOR UPDATE
+`
+
+type TeamLockParams struct {
+	ID       int64
+	AllTeams bool
+	TeamIDs  []int64
+}
+
+func (q *Queries) TeamLock(ctx context.Context, arg TeamLockParams) error {
+	_, err := q.db.Exec(ctx, teamLock, arg.ID, arg.AllTeams, arg.TeamIDs)
+	return err
+}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +16,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/registry"
 	"modelplane/validate"
 )
 
@@ -111,9 +111,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	if spec.Version == "" {
 		errs.Add("version", "is required")
 	}
-	if spec.Runtime == "" {
-		errs.Add("runtime", "is required")
-	}
+	validate.OneOf(&errs, "runtime", spec.Runtime, registry.Runtimes...)
 	checkSettings(&errs, spec.Settings)
 	if err := errs.Err(); err != nil {
 		return Endpoint{}, err
@@ -307,7 +305,6 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	if err := errs.Err(); err != nil {
 		return Endpoint{}, err
 	}
-	sort.Slice(weights, func(i, j int) bool { return weights[i].Version < weights[j].Version })
 	all, ids := p.Scope()
 	var out Endpoint
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -322,7 +319,7 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 		if err != nil {
 			return db.Interpret(err)
 		}
-		if err := q.RoutingRuleDeleteByEndpoint(ctx, before.ID); err != nil {
+		if err := q.RoutingRuleDeleteByEndpoint(ctx, db.RoutingRuleDeleteByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
 		}
 		for i, w := range weights {

@@ -26,6 +26,13 @@ type CreatedKey struct {
 	Secret string `json:"key" doc:"The API key. It is shown only in this response."`
 }
 
+// createdKeyOutput is never cached nor kept for idempotent replay: it holds
+// the secret.
+type createdKeyOutput struct {
+	CacheControl string `header:"Cache-Control"`
+	Body         CreatedKey
+}
+
 type keyPath struct {
 	ID int64 `path:"id"`
 }
@@ -44,13 +51,13 @@ func (s *Server) registerKeys(api huma.API) {
 			return page(ks, in.Limit, func(k tenant.Key) int64 { return k.ID }), nil
 		})
 	huma.Register(api, s.op("api-keys-create", http.MethodPost, "/api-keys", "Create an API key (team admins)", "api-keys"),
-		func(ctx context.Context, in *keyCreateInput) (*One[CreatedKey], error) {
+		func(ctx context.Context, in *keyCreateInput) (*createdKeyOutput, error) {
 			raw, k, err := s.Tenant.CreateKey(ctx, principal(ctx), tenant.KeyRequest{Name: in.Body.Name, Team: in.Body.Team,
 				Role: auth.Role(in.Body.Role), ExpiresAt: in.Body.ExpiresAt})
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}
-			return &One[CreatedKey]{Body: CreatedKey{Key: k, Secret: raw}}, nil
+			return &createdKeyOutput{CacheControl: "no-store", Body: CreatedKey{Key: k, Secret: raw}}, nil
 		})
 	huma.Register(api, s.op("api-keys-revoke", http.MethodDelete, "/api-keys/{id}", "Revoke an API key", "api-keys"),
 		func(ctx context.Context, in *keyPath) (*One[tenant.Key], error) {

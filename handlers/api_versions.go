@@ -92,6 +92,11 @@ func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+				return
+			}
 			writeProblem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
 			return
 		}

@@ -3,11 +3,15 @@ package handlers
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"hash"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
 
 	"modelplane/db"
 )
@@ -17,6 +21,10 @@ import (
 // the same method, path and body replays it; the same key with another request
 // is a 422; a retry while the first is still running is a 409. The body is
 // hashed while the handler streams it, so uploads are never buffered.
+//
+// A response marked Cache-Control: no-store (a new API key) holds a secret
+// shown once: it is not kept, and a retry gets a 409 saying the request
+// succeeded, so a retry never creates a second key nor shows the first again.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -41,24 +49,34 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			s.replay(w, r, q, who, key)
 			return
 		}
-		h := newRequestHash(r)
-		r.Body = readCloser{io.TeeReader(r.Body, h), r.Body}
-		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		body := &hashingBody{rc: r.Body, h: newRequestHash(r)}
+		r.Body = body
+		rec := &recorder{ResponseWriter: w}
+		finished := false
 		defer func() {
-			if rec.status >= 500 || rec.status == 0 {
+			if !finished {
 				_ = q.IdempotencyAbort(ctx, db.IdempotencyAbortParams{Principal: who, Key: key})
 			}
 		}()
 		next.ServeHTTP(rec, r)
-		if rec.status >= 500 {
+		// Only a request whose whole body was hashed can be matched later; a
+		// handler that stopped early (body too large) leaves nothing stored.
+		if rec.status >= 500 || rec.status == 0 || !body.drain() {
 			return
 		}
-		_, _ = io.Copy(h, r.Body) // a handler may stop reading early; hash what it left
-		err = q.IdempotencyFinish(ctx, db.IdempotencyFinishParams{Principal: who, Key: key, RequestHash: h.Sum(nil),
-			Status: int32(rec.status), ContentType: rec.Header().Get("Content-Type"), Body: rec.body.Bytes()})
+		status, ctype, stored := rec.status, rec.Header().Get("Content-Type"), rec.body.Bytes()
+		if strings.Contains(rec.Header().Get("Cache-Control"), "no-store") {
+			status, ctype = http.StatusConflict, "application/problem+json"
+			stored, _ = json.Marshal(&huma.ErrorModel{Status: status, Title: http.StatusText(status),
+				Detail: "the request with this Idempotency-Key succeeded; its response held a secret that is shown only once"})
+		}
+		err = q.IdempotencyFinish(ctx, db.IdempotencyFinishParams{Principal: who, Key: key, RequestHash: body.h.Sum(nil),
+			Status: int32(status), ContentType: ctype, Location: rec.Header().Get("Location"), Body: stored})
 		if err != nil {
 			s.Log.ErrorContext(ctx, "store idempotency record", slog.String("error", err.Error()))
+			return
 		}
+		finished = true
 	})
 }
 
@@ -73,7 +91,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q *db.Queries, w
 		return
 	}
 	h := newRequestHash(r)
-	if _, err := io.Copy(h, r.Body); err != nil {
+	if _, err := io.Copy(h, http.MaxBytesReader(w, r.Body, s.MaxUploadBytes)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeProblem(w, http.StatusRequestEntityTooLarge, "request body too large")
@@ -87,6 +105,9 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q *db.Queries, w
 		return
 	}
 	w.Header().Set("Content-Type", rec.ContentType)
+	if rec.Location != "" {
+		w.Header().Set("Location", rec.Location)
+	}
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.WriteHeader(int(rec.Status))
 	_, _ = w.Write(rec.Body)
@@ -103,9 +124,32 @@ func newRequestHash(r *http.Request) hash.Hash {
 	return h
 }
 
-type readCloser struct {
-	io.Reader
-	io.Closer
+// hashingBody hashes a request body as the handler reads it.
+type hashingBody struct {
+	rc  io.ReadCloser
+	h   hash.Hash
+	eof bool
+}
+
+func (b *hashingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.h.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *hashingBody) Close() error { return b.rc.Close() }
+
+// drain hashes what the handler left unread and reports whether the whole
+// body was hashed.
+func (b *hashingBody) drain() bool {
+	if b.eof {
+		return true
+	}
+	_, err := io.Copy(io.Discard, b)
+	return err == nil && b.eof
 }
 
 // recorder passes a response through and keeps a copy for replay.
@@ -113,18 +157,19 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	body   bytes.Buffer
-	wrote  bool
 }
 
 func (r *recorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.status, r.wrote = code, true
+	if r.status == 0 {
+		r.status = code
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
-	r.wrote = true
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
 	r.body.Write(b)
 	return r.ResponseWriter.Write(b)
 }

@@ -154,7 +154,7 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if r.URL.Path == "/api/v1/openapi.json" || r.URL.Path == "/api/v1/openapi.yaml" {
+		if strings.HasPrefix(r.URL.Path, "/api/v1/openapi") {
 			next.ServeHTTP(w, r)
 			return
 		}

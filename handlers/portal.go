@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -27,10 +28,13 @@ func (s *Server) portalRoutes(r chi.Router) {
 		r.Get("/auth/callback", s.loginCallback)
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(s.session, s.csrfCheck)
-		r.Post("/models/{model}/versions", s.portalVersionCreate) // bounded by MaxUploadBytes itself
+		// The body bound goes on before csrfCheck, which is the first to read
+		// the body; wrapped later, it would not bound what csrfCheck's form
+		// parser or multipart reader reads.
+		r.Use(s.session)
+		r.With(limitBody(s.MaxUploadBytes), s.csrfCheck).Post("/models/{model}/versions", s.portalVersionCreate)
 		r.Group(func(r chi.Router) {
-			r.Use(limitBody(s.MaxBodyBytes))
+			r.Use(limitBody(s.MaxBodyBytes), s.csrfCheck)
 			r.Post("/logout", s.logout)
 			r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/endpoints", http.StatusSeeOther) })
 			r.Get("/endpoints", s.portalEndpoints)
@@ -118,11 +122,17 @@ type multipartKey struct{}
 
 // csrfFromForm reads the csrf field. A multipart form must send it as its
 // first part, so the check happens before any upload is read; the reader,
-// positioned after that part, travels on in the context.
+// positioned after that part, travels on in the context. Only a multipart
+// body may reach r.MultipartReader: that call marks the request as read by a
+// reader even when it fails, after which r.PostFormValue returns "" for
+// every field of a urlencoded form.
 func csrfFromForm(r *http.Request) (*http.Request, string) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+		return r, r.PostFormValue("csrf")
+	}
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return r, r.PostFormValue("csrf")
+		return r, ""
 	}
 	part, err := mr.NextPart()
 	if err != nil || part.FormName() != "csrf" {

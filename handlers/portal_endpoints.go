@@ -208,6 +208,14 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	props.TrafficErrors = errs
 	if status == http.StatusOK {
 		props.Flash = "Traffic updated."
+	} else {
+		// Show the weights as typed, not the stored ones, next to the error.
+		props.Traffic = props.Traffic[:0]
+		for _, v := range props.Versions {
+			if n, err := strconv.ParseInt(strings.TrimSpace(r.PostForm.Get("w_"+v)), 10, 32); err == nil {
+				props.Traffic = append(props.Traffic, web.TrafficRow{Version: v, Weight: int32(n)})
+			}
+		}
 	}
 	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
 		s.render(w, r, status, web.TrafficForm(props))

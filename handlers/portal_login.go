@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"modelplane/auth"
 	"modelplane/web"
@@ -17,8 +18,25 @@ func (s *Server) loginProps(r *http.Request) web.LoginProps {
 	return p
 }
 
+// loginFormTargets are where the sign-in page's forms may also lead. A
+// browser applies form-action to every redirect that follows a form post, so
+// under the site-wide form-action 'self' the 303 from POST /login to the
+// IdP's authorize endpoint is blocked and nobody can sign in. The IdP's exact
+// origin is not known here (auth.OIDC does not expose its authorization
+// endpoint), so any https origin is allowed, and http on loopback for the
+// development IdP; the page holds no secret.
+const loginFormTargets = "https: http://127.0.0.1:* http://localhost:*"
+
+// renderLogin shows the sign-in page under the site-wide CSP (set by
+// securityHeaders) widened by loginFormTargets.
+func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int, p web.LoginProps) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", strings.Replace(h.Get("Content-Security-Policy"), "form-action 'self'", "form-action 'self' "+loginFormTargets, 1))
+	s.render(w, r, status, web.LoginPage(p))
+}
+
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, http.StatusOK, web.LoginPage(s.loginProps(r)))
+	s.renderLogin(w, r, http.StatusOK, s.loginProps(r))
 }
 
 // loginStart sends the browser to the identity provider.
@@ -26,7 +44,7 @@ func (s *Server) loginStart(w http.ResponseWriter, r *http.Request) {
 	if s.OIDC == nil {
 		p := s.loginProps(r)
 		p.Error = "single sign-on is not configured"
-		s.render(w, r, http.StatusServiceUnavailable, web.LoginPage(p))
+		s.renderLogin(w, r, http.StatusServiceUnavailable, p)
 		return
 	}
 	u, err := s.OIDC.BeginHint(r.Context(), r.PostFormValue("return_to"), r.PostFormValue("login_hint"))
@@ -49,7 +67,7 @@ func (s *Server) loginCallback(w http.ResponseWriter, r *http.Request) {
 	if e := q.Get("error"); e != "" {
 		p := s.loginProps(r)
 		p.Error = "the identity provider refused the sign-in: " + e
-		s.render(w, r, http.StatusBadRequest, web.LoginPage(p))
+		s.renderLogin(w, r, http.StatusBadRequest, p)
 		return
 	}
 	// The state must also be the one this browser started with: a callback
@@ -70,7 +88,7 @@ func (s *Server) loginCallback(w http.ResponseWriter, r *http.Request) {
 		s.Log.InfoContext(r.Context(), "sign-in failed", slog.String("reason", err.Error()), slog.String("request_id", requestID(r.Context())))
 		p := s.loginProps(r)
 		p.Error = "sign-in failed or expired; please try again"
-		s.render(w, r, http.StatusBadRequest, web.LoginPage(p))
+		s.renderLogin(w, r, http.StatusBadRequest, p)
 		return
 	}
 	old := ""

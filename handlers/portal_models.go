@@ -165,12 +165,16 @@ func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
 // the manifest, then streamed through the same registration as the API.
 func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 	model := chi.URLParam(r, "model")
+	// csrfCheck has started the reader when the token came as the form's
+	// first part; with the token in X-CSRF-Token (htmx) nothing read the body yet.
 	mr := multipartOf(r)
 	if mr == nil {
-		s.renderError(w, r, http.StatusBadRequest, "send the form as multipart/form-data")
-		return
+		var err error
+		if mr, err = r.MultipartReader(); err != nil {
+			s.renderError(w, r, http.StatusBadRequest, "send the form as multipart/form-data")
+			return
+		}
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.MaxUploadBytes)
 	props := web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"), Model: model}
 	tmp, err := os.MkdirTemp("", "mp-upload-")
 	if err != nil {

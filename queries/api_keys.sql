@@ -14,13 +14,13 @@ WHERE id = @id AND (last_used_at IS NULL OR last_used_at < @stale_before);
 
 -- name: APIKeyListByTeam :many
 SELECT k.*, t.name AS team_name
-FROM api_keys k JOIN teams t ON t.id = k.team_id
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE (@all_teams::boolean OR k.team_id = ANY(@team_ids::bigint[])) AND k.id > @after_id
 ORDER BY k.id LIMIT @lim;
 
 -- name: APIKeyGet :one
 SELECT k.*, t.name AS team_name
-FROM api_keys k JOIN teams t ON t.id = k.team_id
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.id = @id AND (@all_teams::boolean OR k.team_id = ANY(@team_ids::bigint[]));
 
 -- name: APIKeyRevoke :one

@@ -7,7 +7,7 @@ VALUES (@principal, @key, '', 0, '', '')
 ON CONFLICT (principal, key) DO NOTHING;
 
 -- name: IdempotencyFinish :exec
-UPDATE idempotency_keys SET request_hash = @request_hash, status = @status, content_type = @content_type, body = @body
+UPDATE idempotency_keys SET request_hash = @request_hash, status = @status, content_type = @content_type, location = @location, body = @body
 WHERE principal = @principal AND key = @key;
 
 -- name: IdempotencyAbort :exec

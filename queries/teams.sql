@@ -12,3 +12,6 @@ SELECT * FROM teams WHERE name = @name AND (@all_teams::boolean OR id = ANY(@tea
 
 -- name: TeamListScoped :many
 SELECT * FROM teams WHERE (@all_teams::boolean OR id = ANY(@team_ids::bigint[])) AND id > @after_id ORDER BY id LIMIT @lim;
+
+-- name: TeamLock :exec
+SELECT id FROM teams WHERE id = @id AND (@all_teams::boolean OR id = ANY(@team_ids::bigint[])) FOR UPDATE;

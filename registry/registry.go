@@ -264,7 +264,7 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
 	if spec.Lineage.ParentVersion != "" {
 		validate.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
 	}
-	if len(spec.Sim) > 0 && !json.Valid(spec.Sim) {
+	if len(spec.Sim) > 0 && (!json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{') {
 		errs.Add("metadata.sim", "must be a JSON object")
 	}
 }
@@ -308,6 +308,9 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		res, err := s.upload(ctx, man, files)
 		if err != nil {
 			return Version{}, err
+		}
+		if !res.Format.IsModel() {
+			return Version{}, validate.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
 		}
 		if spec.Format != "" && spec.Format != string(res.Format) {
 			return Version{}, validate.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}

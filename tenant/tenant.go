@@ -157,6 +157,10 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 	}
 	var out Member
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		admins, err := s.lockTeam(ctx, q, p, t.ID)
+		if err != nil {
+			return err
+		}
 		u, err := q.UserGetByEmail(ctx, email)
 		if err != nil {
 			if errors.Is(db.Interpret(err), db.ErrNotFound) {
@@ -168,7 +172,7 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		if err != nil {
 			return err
 		}
-		if err := s.keepAdmin(ctx, q, t.ID); err != nil {
+		if err := keepAdmin(ctx, q, t.ID, admins); err != nil {
 			return err
 		}
 		out = Member{Email: u.Email, Name: u.Name, Role: role, Since: m.CreatedAt}
@@ -190,6 +194,10 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 		return auth.ErrForbidden
 	}
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		admins, err := s.lockTeam(ctx, q, p, t.ID)
+		if err != nil {
+			return err
+		}
 		u, err := q.UserGetByEmail(ctx, email)
 		if err != nil {
 			return db.Interpret(err)
@@ -201,7 +209,7 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 		if n == 0 {
 			return db.ErrNotFound
 		}
-		if err := s.keepAdmin(ctx, q, t.ID); err != nil {
+		if err := keepAdmin(ctx, q, t.ID, admins); err != nil {
 			return err
 		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.remove", ObjectType: "member", ObjectName: team + "/" + email})
@@ -212,12 +220,24 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 	return nil
 }
 
-func (s *Service) keepAdmin(ctx context.Context, q *db.Queries, teamID int64) error {
+// lockTeam serialises membership changes of one team (so two admins demoting
+// each other cannot both pass the last-admin check) and returns the team's
+// admin count before the change.
+func (s *Service) lockTeam(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int64) (int64, error) {
+	all, ids := p.Scope()
+	if err := q.TeamLock(ctx, db.TeamLockParams{ID: teamID, AllTeams: all, TeamIDs: ids}); err != nil {
+		return 0, db.Interpret(err)
+	}
+	return q.TeamAdminCount(ctx, teamID)
+}
+
+// keepAdmin refuses a change that leaves a team that had admins without one.
+func keepAdmin(ctx context.Context, q *db.Queries, teamID, before int64) error {
 	n, err := q.TeamAdminCount(ctx, teamID)
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	if before > 0 && n == 0 {
 		return ErrLastAdmin
 	}
 	return nil
@@ -304,12 +324,17 @@ func adminScope(p *auth.Principal) (bool, []int64) {
 	return p.PlatformAdmin(), ids
 }
 
-func keyOf(k db.APIKey, team string) Key {
-	return Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Team: team, Role: auth.Role(k.Role), CreatedAt: k.CreatedAt,
+func keyOf(k db.APIKey, team *string) Key {
+	name := ""
+	if team != nil {
+		name = *team
+	}
+	return Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Team: name, Role: auth.Role(k.Role), CreatedAt: k.CreatedAt,
 		ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
 }
 
-// Keys lists the team keys the caller administers.
+// Keys lists the keys the caller administers: its teams' keys, and for
+// platform admins every key including org-wide ones.
 func (s *Service) Keys(ctx context.Context, p *auth.Principal, afterID int64, limit int) ([]Key, error) {
 	all, ids := adminScope(p)
 	rows, err := db.New(s.pool).APIKeyListByTeam(ctx, db.APIKeyListByTeamParams{AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
@@ -324,25 +349,29 @@ func (s *Service) Keys(ctx context.Context, p *auth.Principal, afterID int64, li
 	return out, nil
 }
 
-// RevokeKey revokes a key of a team the caller administers.
+// RevokeKey revokes a key. A key of a team the caller cannot see is not
+// found; one it sees but does not administer is forbidden.
 func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (Key, error) {
-	all, ids := adminScope(p)
+	all, ids := p.Scope()
 	var out Key
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		k, err := q.APIKeyGet(ctx, db.APIKeyGetParams{ID: id, AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			return db.Interpret(err)
 		}
+		if !p.PlatformAdmin() && (k.TeamID == nil || !p.CanAdmin(*k.TeamID)) {
+			return auth.ErrForbidden
+		}
+		out = keyOf(db.APIKey{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Role: k.Role, CreatedAt: k.CreatedAt,
+			ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}, k.TeamName)
+		if k.RevokedAt != nil {
+			return nil // already revoked: revoking again changes nothing
+		}
 		r, err := q.APIKeyRevoke(ctx, db.APIKeyRevokeParams{ID: id, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrNotFound) {
-				out = keyOf(db.APIKey{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Role: k.Role, CreatedAt: k.CreatedAt,
-					ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}, k.TeamName)
-				return nil // already revoked: revoking again changes nothing
-			}
-			return err
+			return db.Interpret(err)
 		}
-		out = keyOf(r, k.TeamName)
+		out.RevokedAt = r.RevokedAt
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: r.TeamID, Action: "api_key.revoke", ObjectType: "api_key", ObjectName: r.Prefix, After: out})
 	})
 	if err != nil {

@@ -175,6 +175,7 @@ CREATE TABLE idempotency_keys (
     request_hash bytea NOT NULL,
     status       integer NOT NULL,
     content_type text NOT NULL,
+    location     text NOT NULL DEFAULT '',
     body         bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (principal, key)

@@ -1,0 +1,352 @@
+package db
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// teamOwned are the tables whose rows belong to a team. A query that reads or
+// changes one of them must say which teams the caller may touch, in the SQL.
+var teamOwned = map[string]bool{
+	"teams":          true,
+	"team_members":   true,
+	"api_keys":       true,
+	"models":         true,
+	"model_versions": true,
+	"endpoints":      true,
+	"routing_rules":  true,
+	"audit_log":      true,
+}
+
+// teamPredicate is the one form every team-scoped query takes its scope in:
+// (@all_teams::boolean OR x.team_id = ANY(@team_ids::bigint[])).
+const teamPredicate = "team_ids::bigint[]"
+
+// unscoped lists the queries on team-owned tables that carry no team
+// predicate, each with why that is safe. Adding a query here is a decision a
+// reviewer must see; the reason says who checked the team instead.
+var unscoped = map[string]string{
+	// Writes that take a team id (or a row id) the domain method has already
+	// resolved through a team-scoped query, in the same transaction.
+	"APIKeyCreate":                "insert; tenant.CreateKey resolved the team with TeamGetScoped and checked CanAdmin (or PlatformAdmin for org-wide keys)",
+	"AuditInsert":                 "insert; audit.Record runs inside the domain change's transaction with that change's already-scoped team id",
+	"ModelCreate":                 "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
+	"ModelVersionCreate":          "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
+	"EndpointCreate":              "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
+	"RoutingRuleInsert":           "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
+	"TeamCreate":                  "insert; platform admins only (tenant.CreateTeam)",
+	"TeamMemberUpsert":            "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
+	"TeamMemberDelete":            "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
+	"TeamMemberListByTeam":        "tenant.Members resolved the team with TeamGetScoped first",
+	"TeamAdminCount":              "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+
+	// Authentication: no principal, hence no teams, exists yet.
+	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
+	"APIKeyTouch":          "authentication: stamps last_used_at of the key that just authenticated",
+	"TeamMemberListByUser": "builds the caller's own principal (auth.LoadUser); the teams it returns are the scope",
+
+	// Team names and ids, not team-owned data.
+	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",
+	"TeamListByIDs": "endpoint.teamName resolves the name of a team id taken from an already-scoped row",
+}
+
+// namedQuery is one "-- name: X :kind" block of a queries/*.sql file.
+type namedQuery struct {
+	Name string
+	File string
+	SQL  string
+}
+
+var nameLine = regexp.MustCompile(`^--\s*name:\s*(\w+)\s+:(\w+)\s*$`)
+
+// parseQueries splits a queries file into its named blocks. Comment lines
+// are dropped from the SQL, so a predicate only in a comment does not count.
+func parseQueries(file, src string) []namedQuery {
+	var out []namedQuery
+	var cur *namedQuery
+	for _, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if m := nameLine.FindStringSubmatch(trimmed); m != nil {
+			out = append(out, namedQuery{Name: m[1], File: file})
+			cur = &out[len(out)-1]
+			continue
+		}
+		if cur == nil || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		cur.SQL += line + "\n"
+	}
+	return out
+}
+
+// tableRef finds the relations a statement reads or writes: the names after
+// FROM, JOIN, INTO, UPDATE and USING, and those listed after a comma in a
+// FROM clause.
+var tableRef = regexp.MustCompile(`(?i)\b(?:from|join|into|update|using)\s+([a-z_][a-z0-9_]*)((?:\s+(?:as\s+)?[a-z_][a-z0-9_]*)?(?:\s*,\s*[a-z_][a-z0-9_]*(?:\s+(?:as\s+)?[a-z_][a-z0-9_]*)?)*)`)
+
+var commaTable = regexp.MustCompile(`,\s*([a-z_][a-z0-9_]*)`)
+
+// tablesOf returns the team-owned tables q reads or changes, sorted.
+func tablesOf(sql string) []string {
+	seen := map[string]bool{}
+	lower := strings.ToLower(sql)
+	for _, m := range tableRef.FindAllStringSubmatch(lower, -1) {
+		names := []string{m[1]}
+		for _, c := range commaTable.FindAllStringSubmatch(m[2], -1) {
+			names = append(names, c[1])
+		}
+		for _, n := range names {
+			if teamOwned[n] {
+				seen[n] = true
+			}
+		}
+	}
+	var out []string
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// scopeProblems returns one message per query on a team-owned table that has
+// neither the team predicate nor an allowlist entry, and per allowlist entry
+// that names no query or one that no longer needs the exemption.
+func scopeProblems(qs []namedQuery, allow map[string]string) []string {
+	var problems []string
+	byName := map[string]namedQuery{}
+	for _, q := range qs {
+		if prev, dup := byName[q.Name]; dup {
+			problems = append(problems, "query "+q.Name+" is defined twice ("+prev.File+", "+q.File+")")
+		}
+		byName[q.Name] = q
+		tables := tablesOf(q.SQL)
+		if len(tables) == 0 {
+			continue
+		}
+		scoped := strings.Contains(strings.ToLower(q.SQL), teamPredicate)
+		_, allowed := allow[q.Name]
+		switch {
+		case !scoped && !allowed:
+			problems = append(problems, "query "+q.Name+" ("+q.File+") reads or changes "+strings.Join(tables, ", ")+
+				" without the team predicate "+teamPredicate+"; scope it, or add it to the allowlist with a reason")
+		case scoped && allowed:
+			problems = append(problems, "query "+q.Name+" ("+q.File+") carries the team predicate; remove its allowlist entry")
+		}
+	}
+	var names []string
+	for n := range allow {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if strings.TrimSpace(allow[n]) == "" {
+			problems = append(problems, "allowlist entry "+n+" has no reason")
+		}
+		q, ok := byName[n]
+		switch {
+		case !ok:
+			problems = append(problems, "allowlist entry "+n+" names no query in queries/*.sql; remove it")
+		case len(tablesOf(q.SQL)) == 0:
+			problems = append(problems, "allowlist entry "+n+" touches no team-owned table; remove it")
+		}
+	}
+	return problems
+}
+
+func loadQueries(t *testing.T) []namedQuery {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "queries", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no queries/*.sql files found")
+	}
+	var qs []namedQuery
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, parseQueries(filepath.Base(f), string(b))...)
+	}
+	return qs
+}
+
+// TestQueriesAreTeamScoped is the accounting test of STYLE.md: every query on
+// a team-owned table carries the team predicate or an allowlisted reason.
+func TestQueriesAreTeamScoped(t *testing.T) {
+	t.Parallel()
+	qs := loadQueries(t)
+	if len(qs) < 20 {
+		t.Fatalf("parsed %d queries; want the whole queries/ folder (is the name line format still `-- name: X :kind`?)", len(qs))
+	}
+	for _, p := range scopeProblems(qs, unscoped) {
+		t.Error(p)
+	}
+}
+
+// TestScopedQueriesSeen guards the parser: queries known to be scoped must be
+// found, touch the tables they touch, and carry the predicate.
+func TestScopedQueriesSeen(t *testing.T) {
+	t.Parallel()
+	byName := map[string]namedQuery{}
+	for _, q := range loadQueries(t) {
+		byName[q.Name] = q
+	}
+	for name, want := range map[string]string{
+		"EndpointGet":        "endpoints,models,teams",
+		"ModelList":          "model_versions,models,teams",
+		"RoutingRuleList":    "endpoints,model_versions,routing_rules",
+		"AuditList":          "audit_log,teams",
+		"APIKeyRevoke":       "api_keys",
+		"EndpointDelete":     "endpoints",
+		"ModelVersionCreate": "model_versions",
+		"TeamMemberUpsert":   "team_members",
+		"UserGetByEmail":     "",
+		"SessionInsert":      "",
+	} {
+		q, ok := byName[name]
+		if !ok {
+			t.Errorf("query %s not parsed", name)
+			continue
+		}
+		if got := strings.Join(tablesOf(q.SQL), ","); got != want {
+			t.Errorf("tablesOf(%s) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestScopeProblems(t *testing.T) {
+	t.Parallel()
+	const scoped = "SELECT * FROM endpoints WHERE name = @name AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));"
+	tests := []struct {
+		name  string
+		src   string
+		allow map[string]string
+		want  []string // substrings, one per problem, in order
+	}{
+		{
+			name: "scoped query passes",
+			src:  "-- name: EndpointGet :one\n" + scoped,
+		},
+		{
+			name: "unscoped read fails naming the query",
+			src:  "-- name: EndpointGetByID :one\nSELECT * FROM endpoints WHERE id = @id;",
+			want: []string{"query EndpointGetByID (x.sql) reads or changes endpoints without the team predicate"},
+		},
+		{
+			name: "unscoped delete fails",
+			src:  "-- name: ModelDelete :exec\nDELETE FROM models WHERE id = @id;",
+			want: []string{"query ModelDelete"},
+		},
+		{
+			name: "unscoped update fails",
+			src:  "-- name: KeyRename :exec\nUPDATE api_keys SET name = @name WHERE id = @id;",
+			want: []string{"query KeyRename"},
+		},
+		{
+			name: "team table reached only through a join fails",
+			src:  "-- name: Sneaky :many\nSELECT u.* FROM users u JOIN team_members m ON m.user_id = u.id WHERE m.team_id = @team_id;",
+			want: []string{"query Sneaky (x.sql) reads or changes team_members"},
+		},
+		{
+			name: "comma join is seen",
+			src:  "-- name: Comma :many\nSELECT * FROM users u, audit_log a WHERE a.actor = u.email;",
+			want: []string{"query Comma (x.sql) reads or changes audit_log"},
+		},
+		{
+			name: "predicate in a comment does not count",
+			src:  "-- name: Commented :one\nSELECT * FROM endpoints WHERE id = @id; -- team_ids::bigint[]",
+			want: []string{"query Commented"},
+		},
+		{
+			name:  "allowlisted unscoped query passes",
+			src:   "-- name: EndpointGetByID :one\nSELECT * FROM endpoints WHERE id = @id;",
+			allow: map[string]string{"EndpointGetByID": "reason"},
+		},
+		{
+			name: "table that is not team owned passes",
+			src:  "-- name: SessionGet :one\nSELECT * FROM sessions WHERE id_hash = @id_hash;",
+		},
+		{
+			name:  "stale allowlist entry fails",
+			src:   "-- name: EndpointGet :one\n" + scoped,
+			allow: map[string]string{"EndpointGetByID": "reason"},
+			want:  []string{"allowlist entry EndpointGetByID names no query"},
+		},
+		{
+			name:  "allowlisted query that is now scoped fails",
+			src:   "-- name: EndpointGet :one\n" + scoped,
+			allow: map[string]string{"EndpointGet": "reason"},
+			want:  []string{"query EndpointGet (x.sql) carries the team predicate"},
+		},
+		{
+			name:  "allowlist entry for a query on no team table fails",
+			src:   "-- name: SessionGet :one\nSELECT * FROM sessions WHERE id_hash = @id_hash;",
+			allow: map[string]string{"SessionGet": "reason"},
+			want:  []string{"allowlist entry SessionGet touches no team-owned table"},
+		},
+		{
+			name:  "allowlist entry without a reason fails",
+			src:   "-- name: EndpointGetByID :one\nSELECT * FROM endpoints WHERE id = @id;",
+			allow: map[string]string{"EndpointGetByID": " "},
+			want:  []string{"allowlist entry EndpointGetByID has no reason"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := scopeProblems(parseQueries("x.sql", tt.src), tt.allow)
+			if len(got) != len(tt.want) {
+				t.Fatalf("problems = %q, want %d matching %q", got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tt.want[i]) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestGeneratedQueriesMatchSources keeps the test honest about what runs: the
+// SQL sqlc generated must be the SQL the test read, so an edit of db/*.sql.go
+// cannot slip a query past it.
+func TestGeneratedQueriesMatchSources(t *testing.T) {
+	t.Parallel()
+	gen, err := filepath.Glob("*.sql.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, f := range gen {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	src := map[string]bool{}
+	for _, q := range loadQueries(t) {
+		src[q.Name] = true
+		if !strings.Contains(all.String(), "-- name: "+q.Name+" :") {
+			t.Errorf("query %s (%s) has no generated code in db/; run make generate", q.Name, q.File)
+		}
+	}
+	for _, m := range genName.FindAllStringSubmatch(all.String(), -1) {
+		if !src[m[1]] {
+			t.Errorf("generated query %s has no source in queries/*.sql; run make generate", m[1])
+		}
+	}
+}
+
+var genName = regexp.MustCompile(`(?m)^const \w+ = ` + "`" + `-- name: (\w+) :`)

@@ -1,0 +1,414 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The tenancy matrix: every route that names an object is called by someone
+// who must not touch it, and must answer like the object does not exist
+// (another team) or refuse (a viewer of the owning team). The routes come
+// from the live chi tree, so a new route without a fixture fails
+// TestTenancyMatrix/covers_every_route instead of going untested.
+
+// endpointSettings is a valid settings body for PUT /endpoints/{endpoint}.
+var endpointSettings = map[string]any{"instance_profile": "mig-2g.20gb", "min_replicas": 0, "max_replicas": 3, "tier": "batch",
+	"sampling_rate": 0.5, "retention_days": 7}
+
+// apiFixtures are plausible valid requests for every API route that takes a
+// path parameter or writes, keyed "METHOD /pattern" below /api/v1. A nil
+// payload sends no body; several payloads are several variants of the route.
+func apiFixtures() map[string][]*payload {
+	return map[string][]*payload{
+		"GET /teams/{team}/members":            {nil},
+		"POST /teams/{team}/members":           {jsonPayload(map[string]any{"email": "search-admin@example.com", "role": "admin"})},
+		"DELETE /teams/{team}/members/{email}": {nil},
+		"DELETE /api-keys/{id}":                {nil},
+		"GET /models/{model}":                  {nil},
+		"GET /models/{model}/versions":         {nil},
+		// The plain chi upload route and its JSON form for external artifacts.
+		"POST /models/{model}/versions":          {versionUpload("v9"), versionExternal("v9")},
+		"GET /models/{model}/versions/{version}": {nil},
+		"GET /endpoints/{endpoint}":              {nil},
+		"PUT /endpoints/{endpoint}":              {jsonPayload(endpointSettings)},
+		"DELETE /endpoints/{endpoint}":           {nil},
+		"PUT /endpoints/{endpoint}/traffic":      {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
+		"POST /teams":                            {jsonPayload(map[string]any{"name": "matrix-team"})},
+		"POST /api-keys":                         {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
+		"POST /models":                           {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
+		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
+			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
+	}
+}
+
+// portalFixtures are the same for the portal: every route with a path
+// parameter or a POST, except portalExempt. Forms carry the session's CSRF
+// token (first, for multipart) so that the request reaches the handler.
+func portalFixtures() map[string]func(v map[string]string, csrf string) *payload {
+	form := func(pairs ...string) func(map[string]string, string) *payload {
+		return func(_ map[string]string, csrf string) *payload {
+			f := url.Values{"csrf": {csrf}}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				f.Set(pairs[i], pairs[i+1])
+			}
+			return formPayload(f)
+		}
+	}
+	return map[string]func(map[string]string, string) *payload{
+		"GET /endpoints/{endpoint}":              nil,
+		"POST /endpoints/{endpoint}/traffic":     form("w_v1", "50", "w_v2", "50"),
+		"POST /endpoints/{endpoint}/delete":      func(v map[string]string, csrf string) *payload { return form("confirm", v["endpoint"])(v, csrf) },
+		"GET /models/{model}":                    nil,
+		"GET /models/{model}/versions/new":       nil,
+		"GET /models/{model}/versions/{version}": nil,
+		"POST /team/keys/{id}/revoke":            form(),
+		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
+		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
+		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
+		"POST /team/keys":                        form("name", "matrix-key", "key_role", "viewer"),
+		"POST /models/{model}/versions": func(_ map[string]string, csrf string) *payload {
+			meta := `{"name": "v9", "runtime": "onnxruntime", "resources": {"gpu_count": 1, "gpu_memory_mb": 1024}}`
+			return multipartPayload([3]string{"csrf", "", csrf}, [3]string{"metadata", "", meta},
+				[3]string{"files", "model.safetensors", string(safetensorsFile("portal-v9"))})
+		},
+	}
+}
+
+// portalExempt are portal POSTs that change no team object: signing in and
+// out, and choosing the active team (which TestTenancyMatrix checks apart).
+var portalExempt = []string{"POST /login", "POST /logout", "POST /team/switch"}
+
+// exemptPortal reports whether a portal route needs no fixture: the exempt
+// POSTs, and the metrics and static files, mounted for every method.
+func exemptPortal(route string) bool {
+	_, path, _ := strings.Cut(route, " ")
+	return slices.Contains(portalExempt, route) || path == "/metrics" || path == "/static/*"
+}
+
+// riskValues are the path parameters naming the risk team's objects, and
+// ones naming nothing at all.
+func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
+	t.Helper()
+	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
+		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com"}
+	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
+		"id": "987654321", "email": "nobody@example.com"}
+	return risk, missing
+}
+
+// keyID finds the id of one of the seeded keys by its name.
+func (e *testEnv) keyID(t testing.TB, name string) int64 {
+	t.Helper()
+	var list struct {
+		Items []struct {
+			ID     int64  `json:"id"`
+			Name   string `json:"name"`
+			Prefix string `json:"prefix"`
+		} `json:"items"`
+	}
+	e.getJSON(t, e.Keys["platform-admin"], "/api-keys?limit=500", &list)
+	for _, k := range list.Items {
+		if k.Name == name && strings.HasPrefix(e.Keys[name], k.Prefix) {
+			return k.ID
+		}
+	}
+	t.Fatalf("no key named %s", name)
+	return 0
+}
+
+// riskData are strings that only the risk team's objects contain.
+func (e *testEnv) riskData() []string {
+	out := []string{"risk-model", "risk-endpoint", "risk-admin@example.com", "risk-engineer@example.com", "risk-viewer@example.com",
+		"Rita Risk", "Ravi Engineer", "Vera Viewer"}
+	for _, k := range []string{"risk-admin", "risk-engineer", "risk-viewer"} {
+		out = append(out, e.Keys[k][:len("mpk_")+12]) // the public prefix
+	}
+	return out
+}
+
+// leaks returns the risk data in body that the caller did not send itself.
+func (e *testEnv) leaks(path string, body []byte) []string {
+	var out []string
+	for _, s := range e.riskData() {
+		if !strings.Contains(path, s) && bytes.Contains(body, []byte(s)) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// snapshot is what the risk team's objects look like to a platform admin,
+// minus last-used times, which reads by the test itself move.
+func (e *testEnv) snapshot(t testing.TB) map[string]string {
+	t.Helper()
+	key := e.Keys["platform-admin"]
+	out := map[string]string{}
+	for _, path := range []string{"/endpoints/risk-endpoint", "/models/risk-model", "/models/risk-model/versions?limit=500",
+		"/models/risk-model/versions/v1", "/teams/risk/members", "/teams?limit=500", "/models?limit=500", "/endpoints?limit=500"} {
+		r := e.call(t, key, http.MethodGet, path, nil)
+		out[path] = fmt.Sprintf("%d %s", r.status, r.body)
+	}
+	var keys struct {
+		Items []map[string]any `json:"items"`
+	}
+	e.getJSON(t, key, "/api-keys?limit=500", &keys)
+	for _, k := range keys.Items {
+		delete(k, "last_used_at")
+	}
+	b, _ := json.Marshal(keys.Items)
+	out["/api-keys"] = string(b)
+	var audit struct {
+		Items []struct {
+			ID     int64  `json:"id"`
+			Action string `json:"action"`
+		} `json:"items"`
+	}
+	e.getJSON(t, key, "/audit?limit=500", &audit)
+	b, _ = json.Marshal(audit.Items)
+	out["/audit"] = string(b)
+	return out
+}
+
+func (e *testEnv) unchanged(t testing.TB, before map[string]string) {
+	t.Helper()
+	after := e.snapshot(t)
+	for path, b := range before {
+		if after[path] != b {
+			t.Errorf("GET %s changed:\n before %s\n after  %s", path, b, after[path])
+		}
+	}
+}
+
+// TestTenancyMatrix calls every route that names an object with another
+// team's admin key (404, no byte of the other team's data, same answer as for
+// an object that does not exist), a viewer key of the owning team (403 on
+// every write) and a finance key, through the API and the portal, and checks
+// afterwards that nothing changed.
+func TestTenancyMatrix(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	h := e.ts.Config.Handler
+	risk, missing := e.riskValues(t)
+	before := e.snapshot(t)
+	api := apiFixtures()
+	pf := portalFixtures()
+
+	t.Run("covers every route", func(t *testing.T) {
+		var need []string
+		for _, r := range apiRoutes(t, h) {
+			method, _, _ := strings.Cut(r, " ")
+			if hasParam(r) || isWrite(method) {
+				need = append(need, r)
+				if _, ok := api[r]; !ok {
+					t.Errorf("API route %s has no entry in apiFixtures: add a valid request for it", r)
+				}
+			}
+		}
+		// The upload route is a plain chi route outside huma; it must be in
+		// the walked tree, not only in the OpenAPI document.
+		if !slices.Contains(need, "POST /models/{model}/versions") {
+			t.Errorf("walked routes %v lack POST /models/{model}/versions", need)
+		}
+		for r := range api {
+			if !slices.Contains(need, r) {
+				t.Errorf("apiFixtures entry %s is not a route with a parameter or a write", r)
+			}
+		}
+		var pneed []string
+		for _, r := range portalRouteList(t, h) {
+			method, _, _ := strings.Cut(r, " ")
+			if (hasParam(r) || isWrite(method)) && !exemptPortal(r) {
+				pneed = append(pneed, r)
+				if _, ok := pf[r]; !ok {
+					t.Errorf("portal route %s has no entry in portalFixtures: add a valid request for it", r)
+				}
+			}
+		}
+		for r := range pf {
+			if !slices.Contains(pneed, r) {
+				t.Errorf("portalFixtures entry %s is not a portal route with a parameter or a write", r)
+			}
+		}
+	})
+
+	t.Run("cases", func(t *testing.T) {
+		for _, route := range apiRoutes(t, h) {
+			method, pattern, _ := strings.Cut(route, " ")
+			for i, p := range api[route] {
+				name := fmt.Sprintf("%s/%d", route, i)
+				if hasParam(route) {
+					t.Run("api other team/"+name, func(t *testing.T) {
+						t.Parallel()
+						path := fill(t, pattern, risk)
+						got := e.call(t, e.Keys["search-admin"], method, path, p)
+						what := "search admin " + method + " " + path
+						doc := problem(t, what, got, http.StatusNotFound)
+						if doc.Detail != "not found" || len(doc.Errors) != 0 {
+							t.Errorf("%s = %s; want the generic not-found problem", what, got)
+						}
+						if l := e.leaks(path, got.body); len(l) > 0 {
+							t.Errorf("%s leaks %q: %s", what, l, got)
+						}
+						none := e.call(t, e.Keys["search-admin"], method, fill(t, pattern, missing), p)
+						if none.status != got.status || !bytes.Equal(none.body, got.body) {
+							t.Errorf("%s = %d %s; for an object that does not exist it is %d %s; want the same", what, got.status, got, none.status, none)
+						}
+					})
+				}
+				if isWrite(method) {
+					t.Run("api viewer/"+name, func(t *testing.T) {
+						t.Parallel()
+						path := fill(t, pattern, risk)
+						got := e.call(t, e.Keys["risk-viewer"], method, path, p)
+						problem(t, "risk viewer "+method+" "+path, got, http.StatusForbidden)
+					})
+					t.Run("api finance/"+name, func(t *testing.T) {
+						t.Parallel()
+						// Finance is org-wide but belongs to no team, so team
+						// objects are invisible to it: a path naming one is a
+						// 404, a body naming the risk team is a 404 (no such
+						// team for you), a body naming the risk model is a 400
+						// on that field (as for a model that does not exist),
+						// and creating a team needs a platform admin: 403.
+						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
+							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest}
+						status, ok := want[route]
+						if !ok {
+							if !hasParam(route) {
+								t.Fatalf("no finance expectation for %s", route)
+							}
+							status = http.StatusNotFound
+						}
+						path := fill(t, pattern, risk)
+						got := e.call(t, e.Keys["finance"], method, path, p)
+						doc := problem(t, "finance "+method+" "+path, got, status)
+						if route == "POST /endpoints" && !doc.names("body.model") {
+							t.Errorf("finance POST /endpoints errors at %v; want body.model", doc.locations())
+						}
+						if l := e.leaks(path, got.body); len(l) > 0 {
+							t.Errorf("finance %s %s leaks %q: %s", method, path, l, got)
+						}
+					})
+				}
+				if method == http.MethodGet {
+					t.Run("api viewer reads/"+name, func(t *testing.T) {
+						t.Parallel()
+						path := fill(t, pattern, risk)
+						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != http.StatusOK {
+							t.Errorf("risk viewer GET %s = %d %s; want 200", path, got.status, got)
+						}
+						got := e.call(t, e.Keys["finance"], method, path, nil)
+						problem(t, "finance GET "+path, got, http.StatusNotFound)
+					})
+				}
+			}
+		}
+
+		t.Run("api other team lists", func(t *testing.T) {
+			t.Parallel()
+			for _, path := range []string{"/endpoints", "/models", "/teams", "/api-keys", "/audit", "/me", "/teams/search/members"} {
+				got := e.call(t, e.Keys["search-admin"], http.MethodGet, path, nil)
+				if got.status != http.StatusOK {
+					t.Errorf("search admin GET %s = %d %s; want 200", path, got.status, got)
+				}
+				if l := e.leaks(path, got.body); len(l) > 0 || bytes.Contains(got.body, []byte(`"risk"`)) {
+					t.Errorf("search admin GET %s shows risk data %q: %s", path, l, got)
+				}
+			}
+		})
+
+		t.Run("api other team in body", func(t *testing.T) {
+			t.Parallel()
+			// Naming another team's object in a body answers as if it did
+			// not exist: compare with a name that exists nowhere.
+			for _, c := range []struct {
+				path        string
+				risk, other map[string]any
+			}{
+				{"/models", map[string]any{"team": "risk", "name": "x-model", "task": "regression"},
+					map[string]any{"team": "no-such-team", "name": "x-model", "task": "regression"}},
+				{"/api-keys", map[string]any{"team": "risk", "name": "x", "role": "admin"},
+					map[string]any{"team": "no-such-team", "name": "x", "role": "admin"}},
+				{"/endpoints", map[string]any{"name": "x-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
+					"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 1, "tier": "standard"},
+					map[string]any{"name": "x-endpoint", "model": "no-such-model", "version": "v1", "runtime": "onnxruntime",
+						"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 1, "tier": "standard"}},
+			} {
+				got := e.call(t, e.Keys["search-admin"], http.MethodPost, c.path, jsonPayload(c.risk))
+				none := e.call(t, e.Keys["search-admin"], http.MethodPost, c.path, jsonPayload(c.other))
+				if got.status < 400 || got.status >= 500 {
+					t.Errorf("search admin POST %s naming risk = %d %s; want a 4xx", c.path, got.status, got)
+				}
+				norm := bytes.ReplaceAll(none.body, []byte("no-such-model"), []byte("risk-model"))
+				norm = bytes.ReplaceAll(norm, []byte("no-such-team"), []byte("risk"))
+				if got.status != none.status || !bytes.Equal(got.body, norm) {
+					t.Errorf("search admin POST %s naming risk = %d %s; naming nothing = %d %s; want the same", c.path, got.status, got, none.status, none)
+				}
+			}
+		})
+
+		searchAdmin := e.signIn(t, "search-admin@example.com")
+		riskViewer := e.signIn(t, "risk-viewer@example.com")
+		for _, route := range portalRouteList(t, h) {
+			method, pattern, _ := strings.Cut(route, " ")
+			mk, ok := pf[route]
+			if !ok {
+				continue
+			}
+			body := func(s session, v map[string]string) *payload {
+				if mk == nil {
+					return nil
+				}
+				return mk(v, s.csrf)
+			}
+			if hasParam(route) {
+				t.Run("portal other team/"+route, func(t *testing.T) {
+					t.Parallel()
+					path := fill(t, pattern, risk)
+					got := e.portal(t, searchAdmin, method, path, body(searchAdmin, risk))
+					if got.status != http.StatusNotFound {
+						t.Errorf("search admin %s %s = %d; want 404\n%s", method, path, got.status, got)
+					}
+					if l := e.leaks(path, got.body); len(l) > 0 || bytes.Contains(got.body, []byte(">risk<")) {
+						t.Errorf("search admin %s %s leaks %q:\n%s", method, path, l, got)
+					}
+					none := e.portal(t, searchAdmin, method, fill(t, pattern, missing), body(searchAdmin, missing))
+					if none.status != got.status || !bytes.Equal(none.body, got.body) {
+						t.Errorf("search admin %s %s = %d, and for an object that does not exist %d; want the same page\n%s\n----\n%s",
+							method, path, got.status, none.status, got, none)
+					}
+				})
+			}
+			if isWrite(method) {
+				t.Run("portal viewer/"+route, func(t *testing.T) {
+					t.Parallel()
+					path := fill(t, pattern, risk)
+					got := e.portal(t, riskViewer, method, path, body(riskViewer, risk))
+					if got.status != http.StatusForbidden || bytes.Contains(got.body, []byte("did not come from this site")) {
+						t.Errorf("risk viewer %s %s = %d; want 403 for the role, not for CSRF\n%s", method, path, got.status, got)
+					}
+				})
+			}
+		}
+
+		t.Run("portal switch to other team", func(t *testing.T) {
+			t.Parallel()
+			got := e.portal(t, searchAdmin, http.MethodPost, "/team/switch", formPayload(url.Values{"csrf": {searchAdmin.csrf}, "team": {"risk"}}))
+			if got.status != http.StatusNotFound {
+				t.Errorf("search admin switching to team risk = %d; want 404\n%s", got.status, got)
+			}
+			if c := got.header.Get("Set-Cookie"); strings.Contains(c, "mp_team=risk") {
+				t.Errorf("search admin switching to team risk set %q", c)
+			}
+		})
+	})
+
+	e.unchanged(t, before)
+}
