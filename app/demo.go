@@ -9,12 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
 	"modelplane/db"
@@ -124,9 +124,9 @@ func seedModel(ctx context.Context, h *handlers.Server, m demoModel) error {
 			manifest[name] = hex.EncodeToString(sum[:])
 		}
 		mj, _ := json.Marshal(manifest)
-		upload := func(add func(string, io.Reader) error) error {
+		upload := func(u *artifact.Upload) error {
 			for name, b := range files {
-				if err := add(name, bytes.NewReader(b)); err != nil {
+				if err := u.Add(context.Background(), name, bytes.NewReader(b)); err != nil {
 					return err
 				}
 			}

@@ -301,3 +301,13 @@ func randomToken() (string, error) {
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
+
+// AuthOrigin is the scheme://host[:port] of the provider's authorization
+// endpoint: the sign-in page's CSP must let its form post redirect there.
+func (o *OIDC) AuthOrigin() string {
+	u, err := url.Parse(o.oauth.Endpoint.AuthURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}

@@ -32,17 +32,17 @@ const teamPredicate = "team_ids::bigint[]"
 var unscoped = map[string]string{
 	// Writes that take a team id (or a row id) the domain method has already
 	// resolved through a team-scoped query, in the same transaction.
-	"APIKeyCreate":                "insert; tenant.CreateKey resolved the team with TeamGetScoped and checked CanAdmin (or PlatformAdmin for org-wide keys)",
-	"AuditInsert":                 "insert; audit.Record runs inside the domain change's transaction with that change's already-scoped team id",
-	"ModelCreate":                 "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
-	"ModelVersionCreate":          "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
-	"EndpointCreate":              "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
-	"RoutingRuleInsert":           "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
-	"TeamCreate":                  "insert; platform admins only (tenant.CreateTeam)",
-	"TeamMemberUpsert":            "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
-	"TeamMemberDelete":            "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
-	"TeamMemberListByTeam":        "tenant.Members resolved the team with TeamGetScoped first",
-	"TeamAdminCount":              "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+	"APIKeyCreate":         "insert; tenant.CreateKey resolved the team with TeamGetScoped and checked CanAdmin (or PlatformAdmin for org-wide keys)",
+	"AuditInsert":          "insert; audit.Record runs inside the domain change's transaction with that change's already-scoped team id",
+	"ModelCreate":          "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
+	"ModelVersionCreate":   "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
+	"EndpointCreate":       "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
+	"RoutingRuleInsert":    "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
+	"TeamCreate":           "insert; platform admins only (tenant.CreateTeam)",
+	"TeamMemberUpsert":     "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
+	"TeamMemberDelete":     "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
+	"TeamMemberListByTeam": "tenant.Members resolved the team with TeamGetScoped first",
+	"TeamAdminCount":       "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",

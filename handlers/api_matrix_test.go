@@ -73,6 +73,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
 		"POST /team/keys":                        form("name", "matrix-key", "key_role", "viewer"),
+		"POST /endpoints/{endpoint}/settings":    form("instance_profile", "mig-2g.20gb", "tier", "standard", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0", "retention_days", "30"),
+		"POST /teams":                            form("team_name", "matrix-team"),
 		"POST /models/{model}/versions": func(_ map[string]string, csrf string) *payload {
 			meta := `{"name": "v9", "runtime": "onnxruntime", "resources": {"gpu_count": 1, "gpu_memory_mb": 1024}}`
 			return multipartPayload([3]string{"csrf", "", csrf}, [3]string{"metadata", "", meta},

@@ -12,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
 
+	"modelplane/artifact"
 	"modelplane/registry"
 	"modelplane/validate"
 )
@@ -25,6 +26,10 @@ type versionsListInput struct {
 	Model string `path:"model"`
 	Page
 }
+
+// archivePart is the multipart form name of a tar (or tar.gz) archive holding
+// some or all of the manifest's files.
+const archivePart = "archive"
 
 // versionJSON registers a version whose artifact is kept elsewhere.
 type versionJSON struct {
@@ -60,7 +65,7 @@ func (s *Server) registerVersions(api huma.API) {
 		OperationID: "versions-register", Method: http.MethodPost, Path: "/models/{model}/versions", Tags: []string{"models"},
 		Summary: "Register an immutable version",
 		Description: "multipart/form-data: a `metadata` part (JSON version metadata), a `manifest` part (JSON path → sha256), " +
-			"then one part per file whose form name is its manifest path; metadata and manifest must come first. " +
+			"then one part per file whose form name is its manifest path, or parts named `archive` holding a tar or tar.gz of such files; metadata and manifest must come first. " +
 			"Or application/json {\"metadata\": {..., \"artifact_uri\": \"s3://...\", \"format\": \"safetensors\"}, \"manifest\": {...}} for artifacts kept elsewhere.",
 		Parameters: []*huma.Param{{Name: "model", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}},
 		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
@@ -155,7 +160,7 @@ func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model s
 			return registry.Version{}, validate.Errors{{Field: part.FormName(), Message: "file parts must come after the metadata and manifest parts"}}
 		}
 	}
-	files := func(add func(path string, r io.Reader) error) error {
+	files := func(u *artifact.Upload) error {
 		for {
 			part, err := mr.NextPart()
 			if errors.Is(err, io.EOF) {
@@ -164,7 +169,11 @@ func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model s
 			if err != nil {
 				return err
 			}
-			if err := add(part.FormName(), part); err != nil {
+			add := u.Add
+			if part.FormName() == archivePart {
+				add = func(ctx context.Context, _ string, r io.Reader) error { return u.AddTar(ctx, r) }
+			}
+			if err := add(ctx, part.FormName(), part); err != nil {
 				return err
 			}
 		}

@@ -181,9 +181,9 @@ func manifestOf(files map[string][]byte) []byte {
 }
 
 func filesOf(files map[string][]byte) registry.Files {
-	return func(add func(string, io.Reader) error) error {
+	return func(u *artifact.Upload) error {
 		for name, b := range files {
-			if err := add(name, bytes.NewReader(b)); err != nil {
+			if err := u.Add(context.Background(), name, bytes.NewReader(b)); err != nil {
 				return err
 			}
 		}

@@ -43,6 +43,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/endpoints/{endpoint}", s.portalEndpoint)
 			r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
 			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)
+			r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
 			r.Get("/models", s.portalModels)
 			r.Get("/models/new", s.portalModelNew)
 			r.Post("/models", s.portalModelCreate)
@@ -51,6 +52,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/models/{model}/versions/{version}", s.portalVersion)
 			r.Get("/team", s.portalTeam)
 			r.Post("/team/switch", s.portalTeamSwitch)
+			r.Post("/teams", s.portalTeamCreate)
 			r.Post("/team/members", s.portalMemberSet)
 			r.Post("/team/keys", s.portalKeyCreate)
 			r.Post("/team/keys/{id}/revoke", s.portalKeyRevoke)
@@ -154,6 +156,16 @@ func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active st
 	l := web.Layout{Title: title, Active: active, User: p.Name, Role: string(p.PlatformRole), CSRF: sessionOf(r.Context()).csrf}
 	for _, m := range p.Teams {
 		l.Teams = append(l.Teams, m.Team)
+		l.ShowAudit = l.ShowAudit || m.Role == auth.RoleAdmin
+	}
+	if p.PlatformAdmin() {
+		l.ShowAudit = true
+		l.Teams = nil
+		if ts, err := s.Tenant.Teams(r.Context(), p, 0, 500); err == nil {
+			for _, t := range ts {
+				l.Teams = append(l.Teams, t.Name)
+			}
+		}
 	}
 	l.ActiveTeam = activeTeam(r, p)
 	if c, err := r.Cookie("mp_flash"); err == nil {
@@ -166,7 +178,7 @@ func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active st
 // activeTeam is the team chosen in the header's switcher, or the first.
 func activeTeam(r *http.Request, p *auth.Principal) string {
 	if c, err := r.Cookie("mp_team"); err == nil {
-		if _, ok := p.Membership(c.Value); ok {
+		if _, ok := p.Membership(c.Value); ok || p.PlatformAdmin() {
 			return c.Value
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/registry"
@@ -38,7 +39,7 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
-	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor}
+	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
 	for _, e := range list.Body.Items {
 		props.Rows = append(props.Rows, endpointRow(e))
 	}
@@ -147,6 +148,9 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	for _, t := range e.Traffic {
 		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight})
 	}
+	props.Profiles, props.Tiers = endpoint.InstanceProfiles, endpoint.Tiers
+	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
+		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays))}
 	for _, v := range vs {
 		props.Versions = append(props.Versions, v.Name)
 	}
@@ -206,9 +210,8 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	props.TrafficErrors = errs
-	if status == http.StatusOK {
-		props.Flash = "Traffic updated."
-	} else {
+	props.TrafficSaved = status == http.StatusOK
+	if !props.TrafficSaved {
 		// Show the weights as typed, not the stored ones, next to the error.
 		props.Traffic = props.Traffic[:0]
 		for _, v := range props.Versions {
@@ -241,4 +244,55 @@ func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	redirectFlash(w, r, "/endpoints", "Endpoint "+name+" deleted.")
+}
+
+// canCreate reports whether the user may create models or endpoints in any
+// team, so list pages offer the button only to them.
+func canCreate(p *auth.Principal) bool {
+	for _, m := range p.Teams {
+		if p.CanWrite(m.TeamID) {
+			return true
+		}
+	}
+	return p.PlatformAdmin()
+}
+
+// settingsFrom reads the settings form, recording number errors.
+func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endpoint.Settings) {
+	f := web.EndpointForm{Profile: r.PostFormValue("instance_profile"), Tier: r.PostFormValue("tier"),
+		MinReplicas: r.PostFormValue("min_replicas"), MaxReplicas: r.PostFormValue("max_replicas"),
+		SamplingRate: r.PostFormValue("sampling_rate"), RetentionDays: r.PostFormValue("retention_days")}
+	set := endpoint.Settings{InstanceProfile: f.Profile, Tier: f.Tier, MinReplicas: intField(errs, r, "min_replicas"),
+		MaxReplicas: intField(errs, r, "max_replicas"), RetentionDays: intField(errs, r, "retention_days")}
+	rate, err := strconv.ParseFloat(strings.TrimSpace(f.SamplingRate), 64)
+	if err != nil {
+		errs["sampling_rate"] = "must be a number between 0 and 1"
+	}
+	set.SamplingRate = rate
+	return f, set
+}
+
+func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "endpoint")
+	errs := web.FieldErrors{}
+	f, set := settingsFrom(r, errs)
+	if len(errs) == 0 {
+		_, err := s.Endpoints.Update(r.Context(), principal(r.Context()), name, set)
+		if err == nil {
+			redirectFlash(w, r, "/endpoints/"+name, "Settings saved.")
+			return
+		}
+		var ok bool
+		if errs, ok = fieldErrors(err); !ok {
+			s.portalError(w, r, err)
+			return
+		}
+	}
+	props, err := s.endpointProps(w, r, name)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Settings, props.SettingsErrors = f, errs
+	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
 }

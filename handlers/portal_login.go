@@ -18,20 +18,17 @@ func (s *Server) loginProps(r *http.Request) web.LoginProps {
 	return p
 }
 
-// loginFormTargets are where the sign-in page's forms may also lead. A
-// browser applies form-action to every redirect that follows a form post, so
-// under the site-wide form-action 'self' the 303 from POST /login to the
-// IdP's authorize endpoint is blocked and nobody can sign in. The IdP's exact
-// origin is not known here (auth.OIDC does not expose its authorization
-// endpoint), so any https origin is allowed, and http on loopback for the
-// development IdP; the page holds no secret.
-const loginFormTargets = "https: http://127.0.0.1:* http://localhost:*"
-
-// renderLogin shows the sign-in page under the site-wide CSP (set by
-// securityHeaders) widened by loginFormTargets.
+// renderLogin shows the sign-in page. A browser applies the CSP's
+// form-action to every redirect that follows a form post, so this page also
+// allows the identity provider's origin: POST /login answers with a redirect
+// to its authorization endpoint.
 func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int, p web.LoginProps) {
-	h := w.Header()
-	h.Set("Content-Security-Policy", strings.Replace(h.Get("Content-Security-Policy"), "form-action 'self'", "form-action 'self' "+loginFormTargets, 1))
+	if s.OIDC != nil {
+		if origin := s.OIDC.AuthOrigin(); origin != "" {
+			h := w.Header()
+			h.Set("Content-Security-Policy", strings.Replace(h.Get("Content-Security-Policy"), "form-action 'self'", "form-action 'self' "+origin, 1))
+		}
+	}
 	s.render(w, r, status, web.LoginPage(p))
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/go-chi/chi/v5"
 
+	"modelplane/artifact"
 	"modelplane/db"
 	"modelplane/registry"
 	"modelplane/web"
@@ -32,7 +33,7 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := page(ms, pg.Limit, func(m registry.Model) int64 { return m.ID })
-	props := web.ModelsProps{Layout: s.layout(w, r, "Models", "models"), NextCursor: list.Body.NextCursor}
+	props := web.ModelsProps{Layout: s.layout(w, r, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
 	for _, m := range list.Body.Items {
 		props.Rows = append(props.Rows, web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: m.Versions})
 	}
@@ -231,13 +232,13 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mj, _ := json.Marshal(manifest)
-	files := func(add func(string, io.Reader) error) error {
+	files := func(u *artifact.Upload) error {
 		for i, name := range order {
 			f, err := os.Open(fmt.Sprintf("%s/%d", tmp, i))
 			if err != nil {
 				return err
 			}
-			err = add(name, f)
+			err = u.Add(r.Context(), name, f)
 			f.Close()
 			if err != nil {
 				return err

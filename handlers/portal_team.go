@@ -30,11 +30,17 @@ func (s *Server) teamProps(w http.ResponseWriter, r *http.Request) (web.TeamProp
 	p := principal(r.Context())
 	props := web.TeamProps{Layout: s.layout(w, r, "Team", "team")}
 	props.Team = props.ActiveTeam
+	if p.PlatformAdmin() {
+		props.PlatformAdmin, props.AllTeams = true, props.Teams
+	}
 	if props.Team == "" {
 		return props, nil
 	}
-	m, _ := p.Membership(props.Team)
-	props.IsAdmin = p.CanAdmin(m.TeamID)
+	t, err := s.Tenant.Team(r.Context(), p, props.Team)
+	if err != nil {
+		return props, err
+	}
+	props.IsAdmin = p.CanAdmin(t.ID)
 	members, err := s.Tenant.Members(r.Context(), p, props.Team)
 	if err != nil {
 		return props, err
@@ -181,4 +187,22 @@ func (s *Server) portalAudit(w http.ResponseWriter, r *http.Request) {
 			Action: a.Action, Object: a.ObjectType + " " + a.ObjectName, Before: string(a.Before), After: string(a.After)})
 	}
 	s.render(w, r, http.StatusOK, web.AuditPage(props))
+}
+
+func (s *Server) portalTeamCreate(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimSpace(r.PostFormValue("team_name"))
+	_, err := s.Tenant.CreateTeam(r.Context(), principal(r.Context()), name, "")
+	if err == nil {
+		http.SetCookie(w, &http.Cookie{Name: "mp_team", Value: name, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		redirectFlash(w, r, "/team", "Team "+name+" created.")
+		return
+	}
+	if errors.Is(err, db.ErrConflict) {
+		err = validateErr("name", "a team with this name already exists")
+	}
+	if fe, ok := fieldErrors(err); ok {
+		s.teamFormFailed(w, r, validateErr("team_name", fe["name"]), func(tp *web.TeamProps) { tp.TeamForm = name })
+		return
+	}
+	s.portalError(w, r, err)
 }

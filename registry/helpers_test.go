@@ -2,12 +2,12 @@ package registry_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"sort"
 	"testing"
 
@@ -50,9 +50,9 @@ type upload []upFile
 
 // files returns the registry.Files streaming u.
 func (u upload) files() registry.Files {
-	return func(add func(string, io.Reader) error) error {
+	return func(up *artifact.Upload) error {
 		for _, f := range u {
-			if err := add(f.path, bytes.NewReader(f.data)); err != nil {
+			if err := up.Add(context.Background(), f.path, bytes.NewReader(f.data)); err != nil {
 				return err
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -235,10 +234,10 @@ type Version struct {
 	ID        int64             `json:"-"`
 }
 
-// Files streams a version's uploaded files: it calls add once per file, with
-// the file's manifest path, and returns add's first error. Uploads are never
-// held in memory.
-type Files func(add func(path string, r io.Reader) error) error
+// Files streams a version's uploaded files into u: each file with its
+// manifest path (u.Add), or tar archives whose entries are checked like files
+// (u.AddTar). It returns the first error. Uploads are never held in memory.
+type Files func(u *artifact.Upload) error
 
 // Formats a version may declare when its artifact lives elsewhere.
 var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "lightgbm"}
@@ -349,7 +348,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 
 func (s *Service) upload(ctx context.Context, man artifact.Manifest, files Files) (artifact.Result, error) {
 	up := artifact.NewUpload(s.store, man, s.max)
-	if err := files(func(path string, r io.Reader) error { return up.Add(ctx, path, r) }); err != nil {
+	if err := files(up); err != nil {
 		return artifact.Result{}, err
 	}
 	return up.Finish()

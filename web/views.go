@@ -10,6 +10,7 @@ type Layout struct {
 	ActiveTeam string
 	CSRF       string
 	Flash      string
+	ShowAudit  bool // team admins and platform admins
 }
 
 // FieldErrors maps a form field to its message.
@@ -39,6 +40,7 @@ type EndpointsProps struct {
 	Layout
 	Rows       []EndpointRow
 	NextCursor string
+	CanCreate  bool
 }
 
 // EndpointForm is the create-endpoint form's values, as typed.
@@ -66,14 +68,19 @@ type TrafficRow struct {
 // EndpointProps fills the endpoint page.
 type EndpointProps struct {
 	Layout
-	Row           EndpointRow
-	SamplingRate  string
-	RetentionDays int32
-	Runtime       string
-	Traffic       []TrafficRow
-	Versions      []string // all versions of the model, for the traffic form
-	CanWrite      bool
-	TrafficErrors FieldErrors
+	Row            EndpointRow
+	SamplingRate   string
+	RetentionDays  int32
+	Runtime        string
+	Traffic        []TrafficRow
+	Versions       []string // all versions of the model, for the traffic form
+	CanWrite       bool
+	TrafficErrors  FieldErrors
+	TrafficSaved   bool
+	Settings       EndpointForm
+	SettingsErrors FieldErrors
+	Profiles       []string
+	Tiers          []string
 }
 
 // ModelRow is one model in the list.
@@ -87,6 +94,7 @@ type ModelsProps struct {
 	Layout
 	Rows       []ModelRow
 	NextCursor string
+	CanCreate  bool
 }
 
 // ModelForm is the create-model form's values.
@@ -178,6 +186,10 @@ type TeamProps struct {
 	Errors     FieldErrors
 	MemberForm MemberRow
 	KeyForm    KeyRow
+	// Platform admins also see every team and may create teams.
+	PlatformAdmin bool
+	AllTeams      []string
+	TeamForm      string
 }
 
 // AuditRow is one audit record.
