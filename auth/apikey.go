@@ -97,9 +97,12 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 	if row.RevokedAt != nil || (row.ExpiresAt != nil && !now.Before(*row.ExpiresAt)) {
 		return nil, ErrUnauthenticated
 	}
-	stale := now.Add(-time.Minute)
-	if err := q.APIKeyTouch(ctx, db.APIKeyTouchParams{ID: row.ID, Now: &now, StaleBefore: &stale}); err != nil {
-		return nil, fmt.Errorf("authenticate key: %w", err)
+	// last_used_at is written at most once a minute per key, so reads stay
+	// reads; the query re-checks staleness against concurrent requests.
+	if stale := now.Add(-time.Minute); row.LastUsedAt == nil || row.LastUsedAt.Before(stale) {
+		if err := q.APIKeyTouch(ctx, db.APIKeyTouchParams{ID: row.ID, Now: &now, StaleBefore: &stale}); err != nil {
+			return nil, fmt.Errorf("authenticate key: %w", err)
+		}
 	}
 	p := &Principal{KeyID: row.ID, Name: row.Prefix, Via: "api-key"}
 	if row.TeamID == nil {

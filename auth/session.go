@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -115,7 +116,8 @@ func (s *Sessions) Lookup(ctx context.Context, token string) (*Principal, string
 	}
 	q := db.New(s.pool)
 	h := hashToken(token)
-	row, err := q.SessionGet(ctx, h)
+	// One round trip: the session, its user and the user's memberships.
+	row, err := q.SessionLookup(ctx, h)
 	if err != nil {
 		if errors.Is(db.Interpret(err), db.ErrNotFound) {
 			return nil, "", ErrUnauthenticated
@@ -134,9 +136,23 @@ func (s *Sessions) Lookup(ctx context.Context, token string) (*Principal, string
 			return nil, "", fmt.Errorf("lookup session: %w", err)
 		}
 	}
-	p, err := LoadUser(ctx, q, row.UserID, "session")
-	if err != nil {
-		return nil, "", err
+	p := &Principal{UserID: row.UserID, Name: row.Email, Via: "session"}
+	if p.Name == "" {
+		p.Name = row.Subject
+	}
+	if row.PlatformRole != nil {
+		p.PlatformRole = Role(*row.PlatformRole)
+	}
+	var teams []struct {
+		TeamID int64  `json:"team_id"`
+		Team   string `json:"team"`
+		Role   string `json:"role"`
+	}
+	if err := json.Unmarshal([]byte(row.Teams), &teams); err != nil {
+		return nil, "", fmt.Errorf("lookup session: memberships: %w", err)
+	}
+	for _, t := range teams {
+		p.Teams = append(p.Teams, Membership{TeamID: t.TeamID, Team: t.Team, Role: Role(t.Role)})
 	}
 	return p, row.CsrfToken, nil
 }

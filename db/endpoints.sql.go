@@ -83,7 +83,9 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE e.name = $1 AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
 `
@@ -112,6 +114,7 @@ type EndpointGetRow struct {
 	TeamName        string
 	ModelName       string
 	ModelTask       string
+	Traffic         string
 }
 
 func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (EndpointGetRow, error) {
@@ -135,12 +138,15 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
+		&i.Traffic,
 	)
 	return i, err
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE ($1::boolean OR e.team_id = ANY($2::bigint[])) AND e.id > $3
 ORDER BY e.id LIMIT $4
@@ -171,6 +177,7 @@ type EndpointListRow struct {
 	TeamName        string
 	ModelName       string
 	ModelTask       string
+	Traffic         string
 }
 
 func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]EndpointListRow, error) {
@@ -205,6 +212,7 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
+			&i.Traffic,
 		); err != nil {
 			return nil, err
 		}

@@ -48,6 +48,7 @@ var unscoped = map[string]string{
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
 	"APIKeyTouch":          "authentication: stamps last_used_at of the key that just authenticated",
 	"TeamMemberListByUser": "builds the caller's own principal (auth.LoadUser); the teams it returns are the scope",
+	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",
@@ -203,16 +204,16 @@ func TestScopedQueriesSeen(t *testing.T) {
 		byName[q.Name] = q
 	}
 	for name, want := range map[string]string{
-		"EndpointGet":        "endpoints,models,teams",
-		"ModelList":          "model_versions,models,teams",
-		"RoutingRuleList":    "endpoints,model_versions,routing_rules",
-		"AuditList":          "audit_log,teams",
-		"APIKeyRevoke":       "api_keys",
-		"EndpointDelete":     "endpoints",
-		"ModelVersionCreate": "model_versions",
-		"TeamMemberUpsert":   "team_members",
-		"UserGetByEmail":     "",
-		"SessionInsert":      "",
+		"EndpointGet":                 "endpoints,model_versions,models,routing_rules,teams",
+		"ModelList":                   "model_versions,models,teams",
+		"RoutingRuleDeleteByEndpoint": "endpoints,routing_rules",
+		"AuditList":                   "audit_log,teams",
+		"APIKeyRevoke":                "api_keys",
+		"EndpointDelete":              "endpoints",
+		"ModelVersionCreate":          "model_versions",
+		"TeamMemberUpsert":            "team_members",
+		"UserGetByEmail":              "",
+		"SessionInsert":               "",
 	} {
 		q, ok := byName[name]
 		if !ok {

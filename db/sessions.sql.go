@@ -80,6 +80,41 @@ func (q *Queries) SessionInsert(ctx context.Context, arg SessionInsertParams) er
 	return err
 }
 
+const sessionLookup = `-- name: SessionLookup :one
+SELECT s.user_id, s.csrf_token, s.last_seen_at, s.expires_at, u.email, u.subject, u.platform_role,
+       coalesce((SELECT json_agg(json_build_object('team_id', m.team_id, 'team', t.name, 'role', m.role) ORDER BY t.name)
+                 FROM team_members m JOIN teams t ON t.id = m.team_id WHERE m.user_id = s.user_id), '[]')::text AS teams
+FROM sessions s JOIN users u ON u.id = s.user_id
+WHERE s.id_hash = $1
+`
+
+type SessionLookupRow struct {
+	UserID       int64
+	CsrfToken    string
+	LastSeenAt   time.Time
+	ExpiresAt    time.Time
+	Email        string
+	Subject      string
+	PlatformRole *string
+	Teams        string
+}
+
+func (q *Queries) SessionLookup(ctx context.Context, idHash []byte) (SessionLookupRow, error) {
+	row := q.db.QueryRow(ctx, sessionLookup, idHash)
+	var i SessionLookupRow
+	err := row.Scan(
+		&i.UserID,
+		&i.CsrfToken,
+		&i.LastSeenAt,
+		&i.ExpiresAt,
+		&i.Email,
+		&i.Subject,
+		&i.PlatformRole,
+		&i.Teams,
+	)
+	return i, err
+}
+
 const sessionTouch = `-- name: SessionTouch :exec
 UPDATE sessions SET last_seen_at = $1 WHERE id_hash = $2
 `

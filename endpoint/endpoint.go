@@ -7,6 +7,7 @@ package endpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -31,6 +32,7 @@ var InstanceProfiles = []string{"gpu-a100-80gb", "gpu-h100-80gb", "mig-1g.10gb",
 type Endpoint struct {
 	ID              int64     `json:"-"`
 	TeamID          int64     `json:"-"`
+	ModelID         int64     `json:"-"`
 	Name            string    `json:"name"`
 	Team            string    `json:"team"`
 	Model           string    `json:"model"`
@@ -171,9 +173,14 @@ func teamName(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int6
 }
 
 func fromRow(r db.EndpointGetRow) Endpoint {
-	return Endpoint{ID: r.ID, TeamID: r.TeamID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
+	e := Endpoint{ID: r.ID, TeamID: r.TeamID, ModelID: r.ModelID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
 		Runtime: r.Runtime, InstanceProfile: r.InstanceProfile, MinReplicas: r.MinReplicas, MaxReplicas: r.MaxReplicas,
 		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	// The query aggregates the traffic rules as JSON it built itself.
+	if err := json.Unmarshal([]byte(r.Traffic), &e.Traffic); err != nil || e.Traffic == nil {
+		e.Traffic = []Weight{}
+	}
+	return e
 }
 
 func (s *Service) get(ctx context.Context, q *db.Queries, p *auth.Principal, name string) (Endpoint, error) {
@@ -182,16 +189,7 @@ func (s *Service) get(ctx context.Context, q *db.Queries, p *auth.Principal, nam
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint %s: %w", name, db.Interpret(err))
 	}
-	e := fromRow(r)
-	rules, err := q.RoutingRuleList(ctx, db.RoutingRuleListParams{EndpointID: e.ID, AllTeams: all, TeamIDs: ids})
-	if err != nil {
-		return Endpoint{}, fmt.Errorf("endpoint %s traffic: %w", name, err)
-	}
-	e.Traffic = make([]Weight, len(rules))
-	for i, r := range rules {
-		e.Traffic[i] = Weight{Version: r.VersionName, Weight: r.Weight}
-	}
-	return e, nil
+	return fromRow(r), nil
 }
 
 // Get returns an endpoint visible to the caller, with its traffic split.
@@ -207,20 +205,8 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
 	out := make([]Endpoint, len(rows))
-	idx := make(map[int64]int, len(rows))
-	ids2 := make([]int64, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(db.EndpointGetRow(r))
-		out[i].Traffic = []Weight{}
-		idx[r.ID], ids2[i] = i, r.ID
-	}
-	rules, err := db.New(s.pool).RoutingRuleListByEndpoints(ctx, db.RoutingRuleListByEndpointsParams{EndpointIDs: ids2, AllTeams: all, TeamIDs: ids})
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints traffic: %w", err)
-	}
-	for _, r := range rules {
-		e := &out[idx[r.EndpointID]]
-		e.Traffic = append(e.Traffic, Weight{Version: r.VersionName, Weight: r.Weight})
 	}
 	return out, nil
 }

@@ -139,7 +139,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	if err != nil {
 		return web.EndpointProps{}, err
 	}
-	vs, err := s.Registry.Versions(r.Context(), p, e.Model, 0, 500)
+	versions, err := s.Registry.VersionNames(r.Context(), p, e.ModelID)
 	if err != nil {
 		return web.EndpointProps{}, err
 	}
@@ -151,9 +151,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	props.Profiles, props.Tiers = endpoint.InstanceProfiles, endpoint.Tiers
 	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
 		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays))}
-	for _, v := range vs {
-		props.Versions = append(props.Versions, v.Name)
-	}
+	props.Versions = versions
 	return props, nil
 }
 

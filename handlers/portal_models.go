@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -123,12 +124,7 @@ func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Linea
 
 func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
-	m, err := s.Registry.Model(r.Context(), p, chi.URLParam(r, "model"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	vs, edges, err := s.Registry.LineageOf(r.Context(), p, m.Name)
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, chi.URLParam(r, "model"))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -270,16 +266,17 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
 	model := chi.URLParam(r, "model")
-	v, err := s.Registry.Version(r.Context(), p, model, chi.URLParam(r, "version"))
+	_, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
-	vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
-	if err != nil {
-		s.portalError(w, r, err)
+	i := slices.IndexFunc(vs, func(v registry.Version) bool { return v.Name == chi.URLParam(r, "version") })
+	if i < 0 {
+		s.portalError(w, r, db.ErrNotFound)
 		return
 	}
+	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
 	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: s.layout(w, r, model+" "+v.Name, "models"), Model: model,
 		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges)}))

@@ -6,12 +6,16 @@ VALUES (@team_id, @name, @model_id, @runtime, @instance_profile, @min_replicas, 
 RETURNING *;
 
 -- name: EndpointGet :one
-SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task
+SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE e.name = @name AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]));
 
 -- name: EndpointList :many
-SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task
+SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[])) AND e.id > @after_id
 ORDER BY e.id LIMIT @lim;

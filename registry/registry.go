@@ -400,20 +400,36 @@ func (s *Service) Versions(ctx context.Context, p *auth.Principal, model string,
 	return out, nil
 }
 
+// VersionNames lists the names of a model's versions, oldest first, for a
+// model the caller already loaded (an endpoint's).
+func (s *Service) VersionNames(ctx context.Context, p *auth.Principal, modelID int64) ([]string, error) {
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: modelID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Name
+	}
+	return names, nil
+}
+
 // LineageEdge links a version to its parent for the lineage graph.
 type LineageEdge struct{ Parent, Child string }
 
-// LineageOf returns the edges among a model's versions whose parent is also
-// registered, oldest first.
-func (s *Service) LineageOf(ctx context.Context, p *auth.Principal, model string) ([]Version, []LineageEdge, error) {
+// LineageOf returns a model with all its versions, oldest first, and the
+// edges among them whose parent is also registered: everything a model page
+// shows, in two queries.
+func (s *Service) LineageOf(ctx context.Context, p *auth.Principal, model string) (Model, []Version, []LineageEdge, error) {
 	m, err := s.Model(ctx, p, model)
 	if err != nil {
-		return nil, nil, err
+		return Model{}, nil, nil, err
 	}
 	all, ids := p.Scope()
 	rows, err := db.New(s.pool).ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: m.ID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return nil, nil, fmt.Errorf("lineage: %w", err)
+		return Model{}, nil, nil, fmt.Errorf("lineage: %w", err)
 	}
 	vs := make([]Version, len(rows))
 	known := map[string]bool{}
@@ -427,7 +443,7 @@ func (s *Service) LineageOf(ctx context.Context, p *auth.Principal, model string
 			edges = append(edges, LineageEdge{Parent: v.Lineage.ParentVersion, Child: v.Name})
 		}
 	}
-	return vs, edges, nil
+	return m, vs, edges, nil
 }
 
 // IsRejected reports whether err is an artifact rejection (bad content,

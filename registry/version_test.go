@@ -285,7 +285,7 @@ func TestVersionScoping(t *testing.T) {
 			if err == nil && len(vs) != 4 {
 				t.Errorf("Versions = %d, want 4", len(vs))
 			}
-			all, edges, err := f.svc.LineageOf(ctx, tt.p, "llama")
+			_, all, edges, err := f.svc.LineageOf(ctx, tt.p, "llama")
 			if !errors.Is(err, tt.wantErr) {
 				t.Errorf("LineageOf error = %v, want %v", err, tt.wantErr)
 			}

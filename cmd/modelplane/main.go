@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"modelplane/app"
@@ -63,10 +64,14 @@ func run() int {
 	case "bench":
 		var cfg app.BenchConfig
 		cfg.Flags(fs)
+		var names []string
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			names, args = args[:1], args[1:] // bench NAME [flags]
+		}
 		if fs.Parse(args) != nil {
 			return 2
 		}
-		err = app.RunBench(ctx, cfg, fs.Args(), os.Stdout)
+		err = app.RunBench(ctx, cfg, append(names, fs.Args()...), os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0
