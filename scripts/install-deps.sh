@@ -17,7 +17,7 @@ sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
+$sudo apt-get install -y -qq "${want[@]}" >/dev/null
 # The distribution starts its own clusters and servers; modelplane runs private
 # ones as child processes, so stop the system-wide ones to free memory and ports.
 if [[ " ${want[*]} " == *" postgresql "* ]]; then $sudo service postgresql stop >/dev/null 2>&1 || true; fi
