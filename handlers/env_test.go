@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
@@ -25,11 +24,7 @@ import (
 	"modelplane/tenant"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // testEnv is a real control plane over a fresh PostgreSQL database and a real
 // OIDC provider, served over HTTP, with two teams (risk, search), the demo

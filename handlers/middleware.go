@@ -23,6 +23,7 @@ const (
 	keyPrincipal ctxKey = iota
 	keyRequestID
 	keySession
+	keyPrincipalHolder
 )
 
 // principal returns the authenticated caller; routes behind the auth
@@ -69,6 +70,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		ctx := context.WithValue(r.Context(), keyRequestID, id)
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		holder := &principalHolder{}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -92,12 +94,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			s.metrics.duration.WithLabelValues(route, r.Method).Observe(d.Seconds())
 			attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method), slog.String("route", route),
 				slog.Int("status", status), slog.Duration("duration", d)}
-			if p, ok := ctx.Value(keyPrincipalHolder).(*principalHolder); ok && p.p != nil {
-				attrs = append(attrs, slog.String("user", p.p.Name), slog.String("teams", teamNames(p.p)))
+			if p := holder.p; p != nil {
+				attrs = append(attrs, slog.String("user", p.Name), slog.String("teams", teamNames(p)))
 			}
 			s.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 		}()
-		holder := &principalHolder{}
 		next.ServeHTTP(ww, r.WithContext(context.WithValue(ctx, keyPrincipalHolder, holder)))
 	})
 }
@@ -105,8 +106,6 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // principalHolder lets the outer logging middleware learn the principal that
 // an inner middleware authenticated.
 type principalHolder struct{ p *auth.Principal }
-
-const keyPrincipalHolder ctxKey = 100
 
 func setPrincipal(r *http.Request, p *auth.Principal) *http.Request {
 	if h, ok := r.Context().Value(keyPrincipalHolder).(*principalHolder); ok {

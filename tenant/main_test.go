@@ -1,14 +1,9 @@
 package tenant_test
 
 import (
-	"os"
 	"testing"
 
 	"modelplane/internal/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }

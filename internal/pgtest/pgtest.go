@@ -102,3 +102,11 @@ func Stop() {
 		os.RemoveAll(baseDir)
 	}
 }
+
+// Main runs a package's tests and then stops the server: call it from
+// TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
