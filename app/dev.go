@@ -19,6 +19,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/db"
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
@@ -193,7 +194,8 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
-// sweep removes expired sessions and abandoned logins every few minutes.
+// sweep removes expired sessions, abandoned logins and Idempotency-Key
+// records older than a day, every few minutes.
 func sweep(ctx context.Context, log *slog.Logger, h *handlers.Server) {
 	t := time.NewTicker(5 * time.Minute)
 	defer t.Stop()
@@ -205,6 +207,9 @@ func sweep(ctx context.Context, log *slog.Logger, h *handlers.Server) {
 			if _, err := h.OIDC.Sweep(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("sweep logins", slog.String("error", err.Error()))
 			}
+		}
+		if _, err := db.New(h.Pool).IdempotencyDeleteOld(ctx, time.Now().Add(-24*time.Hour)); err != nil && ctx.Err() == nil {
+			log.Warn("sweep idempotency keys", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():
