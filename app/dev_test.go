@@ -97,6 +97,12 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, env["MP_API"]+"/endpoints", env["MP_SEARCH_KEY"]); strings.Contains(body, "fraud-scoring") {
 		t.Errorf("search key sees risk's endpoint: %s", body)
 	}
+	if body := get(t, d.BaseURL+"/readyz", ""); body != `{"clickhouse":"ok","nats":"ok","postgres":"ok"}`+"\n" {
+		t.Errorf("/readyz = %s; want all three dependencies ok", body)
+	}
+	if body := get(t, d.BaseURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
+		t.Errorf("/metrics lacks mp_http_requests_total")
+	}
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -116,7 +122,9 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 func get(t *testing.T, url, key string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
