@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/modelplane
 
-.PHONY: run test build generate bench lint deps deps-test
+.PHONY: run test build generate bench deps deps-test
 
 run: deps build
 	./$(BIN) dev
@@ -10,6 +10,7 @@ run: deps build
 test: deps-test
 	./scripts/check-generated.sh
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 build:

@@ -69,7 +69,6 @@ type demoModel struct {
 	spec     registry.ModelSpec
 	versions []registry.VersionSpec
 	endpoint endpoint.Spec
-	traffic  []endpoint.Weight
 }
 
 func ms(v float64) *float64 { return &v }
