@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"modelplane/static"
 )
 
 // Handler returns the one route tree of the control plane.
@@ -24,4 +26,47 @@ func (s *Server) Handler() http.Handler {
 
 	s.portalRoutes(r)
 	return r
+}
+
+// portalRoutes mounts the server-rendered portal.
+func (s *Server) portalRoutes(r chi.Router) {
+	r.Handle("/static/*", http.StripPrefix("/static/", static.Handler()))
+	r.Group(func(r chi.Router) {
+		r.Use(limitBody(s.MaxBodyBytes))
+		r.Get("/login", s.loginPage)
+		r.Post("/login", s.loginStart)
+		r.Get("/auth/callback", s.loginCallback)
+	})
+	r.Group(func(r chi.Router) {
+		// The body bound goes on before csrfCheck, which is the first to read
+		// the body; wrapped later, it would not bound what csrfCheck's form
+		// parser or multipart reader reads.
+		r.Use(s.session)
+		r.With(limitBody(s.MaxUploadBytes), s.csrfCheck).Post("/models/{model}/versions", s.portalVersionCreate)
+		r.Group(func(r chi.Router) {
+			r.Use(limitBody(s.MaxBodyBytes), s.csrfCheck)
+			r.Post("/logout", s.logout)
+			r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/endpoints", http.StatusSeeOther) })
+			r.Get("/endpoints", s.portalEndpoints)
+			r.Get("/endpoints/new", s.portalEndpointNew)
+			r.Post("/endpoints", s.portalEndpointCreate)
+			r.Get("/endpoints/{endpoint}", s.portalEndpoint)
+			r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
+			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)
+			r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
+			r.Get("/models", s.portalModels)
+			r.Get("/models/new", s.portalModelNew)
+			r.Post("/models", s.portalModelCreate)
+			r.Get("/models/{model}", s.portalModel)
+			r.Get("/models/{model}/versions/new", s.portalVersionNew)
+			r.Get("/models/{model}/versions/{version}", s.portalVersion)
+			r.Get("/team", s.portalTeam)
+			r.Post("/team/switch", s.portalTeamSwitch)
+			r.Post("/teams", s.portalTeamCreate)
+			r.Post("/team/members", s.portalMemberSet)
+			r.Post("/team/keys", s.portalKeyCreate)
+			r.Post("/team/keys/{id}/revoke", s.portalKeyRevoke)
+			r.Get("/audit", s.portalAudit)
+		})
+	})
 }
