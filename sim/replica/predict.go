@@ -1,0 +1,124 @@
+package replica
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// predictRequest is the body of POST /predict. Other top-level keys (for
+// example "parameters") are ignored.
+type predictRequest struct {
+	Instances []json.RawMessage `json:"instances"`
+}
+
+// predictResponse is the answer: one prediction per instance, in order.
+type predictResponse struct {
+	Predictions  []any  `json:"predictions"`
+	ModelVersion string `json:"model_version"`
+}
+
+// parsePredict reads a predict body and returns each instance in canonical
+// form: compact JSON with object keys sorted and numbers as written, so that
+// whitespace and key order do not change an instance's hash. Its errors are
+// safe to show the client; they never quote the payload.
+func parsePredict(body []byte, maxInstances int) ([][]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var req predictRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("body must be a JSON object with an instances array: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("body must hold one JSON object")
+	}
+	switch {
+	case req.Instances == nil:
+		return nil, errors.New("instances is required")
+	case len(req.Instances) == 0:
+		return nil, errors.New("instances must not be empty")
+	case len(req.Instances) > maxInstances:
+		return nil, fmt.Errorf("at most %d instances per request", maxInstances)
+	}
+	out := make([][]byte, len(req.Instances))
+	for i, raw := range req.Instances {
+		c, err := canonical(raw)
+		if err != nil {
+			return nil, fmt.Errorf("instances[%d]: %s", i, jsonProblem(err))
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// canonical re-encodes one JSON value with sorted keys and no whitespace.
+func canonical(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// jsonProblem describes a decoding error without echoing input.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("malformed JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Sprintf("%s has the wrong type", typ.Field)
+		}
+		return "wrong JSON type"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected end of JSON"
+	default:
+		return "malformed JSON"
+	}
+}
+
+// predict answers POST /predict. The request-level draw (failure, latency)
+// is seeded by all instances together; each prediction by its own instance,
+// so an instance gets the same answer whatever it is batched with.
+func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	instances, err := parsePredict(body, s.cfg.MaxInstances)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	start := s.clock.Now()
+	rr := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, instances...))
+	fail, latency := s.model.outcome(rr)
+	if latency > 0 {
+		select {
+		case <-s.clock.After(latency):
+		case <-r.Context().Done():
+			return // the client left; nothing to write
+		}
+	}
+	s.stats.latencySample(s.clock.Now().Sub(start))
+	if fail {
+		writeProblem(w, http.StatusInternalServerError, "simulated model failure")
+		return
+	}
+	preds := make([]any, len(instances))
+	for i, inst := range instances {
+		ir := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, []byte("instance"), inst))
+		if s.cfg.Task == TaskRegression {
+			preds[i] = s.model.regress(ir)
+		} else {
+			preds[i] = s.model.classify(ir)
+		}
+	}
+	writeJSON(w, http.StatusOK, predictResponse{Predictions: preds, ModelVersion: s.cfg.Version})
+}
