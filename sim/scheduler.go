@@ -1,0 +1,828 @@
+package sim
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Errors of Scheduler.Submit. Each is wrapped with the reason; the text
+// names sizes, never prompt content.
+var (
+	// ErrInvalidRequest is a request with a missing id or a negative or
+	// zero size.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrDuplicateID is a request whose id is already waiting or running.
+	ErrDuplicateID = errors.New("duplicate request id")
+	// ErrTooLarge is a request that could never run: its prompt fills the
+	// context window, or it needs more KV pages than the cache or its
+	// tenant's share holds.
+	ErrTooLarge = errors.New("request too large")
+)
+
+// Request is one generation request as the scheduler sees it: sizes and
+// times, never text.
+type Request struct {
+	// ID identifies the request among those waiting or running; it may be
+	// reused once the request has finished or been cancelled.
+	ID string
+	// Tenant is the key of the per-tenant caps (Profile.TenantBatchShare,
+	// Profile.TenantKVShare). Empty is a tenant like any other.
+	Tenant string
+	// Priority orders the waiting queue, higher first. A request that
+	// cannot be admitted preempts running sequences of lower priority, and
+	// only those. Default 0.
+	Priority int
+	// Arrival is when the request arrived, as time since the caller's start,
+	// on the same clock as the now given to Step. TTFT is measured from it,
+	// and a step does not admit a request that arrives after it starts.
+	Arrival time.Duration
+	// PromptTokens is the prompt length, at least 1.
+	PromptTokens int
+	// MaxTokens caps the completion (the OpenAI max_tokens); reaching it
+	// ends the completion with FinishLength. 0: no cap but the context
+	// window.
+	MaxTokens int
+	// OutputTokens, when above 0, is how many tokens the simulated model
+	// produces before it stops (capped by MaxTokens). When 0 the length is
+	// drawn from the profile's output_tokens, or is MaxTokens, or
+	// DefaultMaxTokens.
+	OutputTokens int
+	// PrefixKey names the first PrefixTokens tokens of the prompt: requests
+	// with the same key have the same tokens there (a shared system prompt,
+	// say its hash). The full KV pages of the prefix are then shared and
+	// not prefilled again while some request holding them is running.
+	// Empty: no sharing.
+	PrefixKey    string
+	PrefixTokens int
+}
+
+// TokenEvent is one generated token, to stream to the client.
+type TokenEvent struct {
+	// ID is the request's.
+	ID string
+	// Index is the token's position in the completion, from 0. A request's
+	// events come in Index order, each index exactly once, preemptions or
+	// not.
+	Index int
+	// Token is a pseudo token id in [0, 32000), drawn from a generator
+	// seeded by the scheduler seed and the request id: reproducible, and
+	// meaningless.
+	Token int
+	// Time is when the token exists: the end of the step that made it.
+	Time time.Duration
+	// Last marks the completion's final token. By the time Step returns it
+	// the request has left the batch and its pages are free.
+	Last bool
+}
+
+// FinishReason says why a completion ended.
+type FinishReason string
+
+// The finish reasons, named as in the OpenAI API.
+const (
+	// FinishStop: the model stopped on its own.
+	FinishStop FinishReason = "stop"
+	// FinishLength: the completion reached max_tokens or the context window.
+	FinishLength FinishReason = "length"
+	// FinishCancelled: the caller cancelled it (Scheduler.Cancel).
+	FinishCancelled FinishReason = "cancelled"
+)
+
+// Finished is a request that left the scheduler, with its usage and timing
+// in model time.
+type Finished struct {
+	ID       string
+	Tenant   string
+	Priority int
+	Reason   FinishReason
+	// PromptTokens and CompletionTokens are the usage block's counts;
+	// CompletionTokens equals the number of TokenEvents of the request.
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens are prompt tokens found in shared prefix pages at the
+	// first admission, which cost no prefill.
+	CachedTokens int
+	// PrefillTokens are the tokens prefilled, re-prefills after
+	// preemptions included: the GPU work the prompt cost.
+	PrefillTokens int
+	// Preemptions counts the times the request was evicted and re-queued.
+	Preemptions int
+	// Arrival is Request.Arrival; Done is when it finished or was cancelled.
+	Arrival time.Duration
+	Done    time.Duration
+	// TokenTimes holds when each completion token was generated.
+	TokenTimes []time.Duration
+}
+
+// TTFT is the time from arrival to the first token; 0 when there was none.
+func (f Finished) TTFT() time.Duration {
+	if len(f.TokenTimes) == 0 {
+		return 0
+	}
+	return f.TokenTimes[0] - f.Arrival
+}
+
+// TPOT is the mean time per output token after the first:
+// (last - first) / (tokens - 1); 0 with fewer than two tokens.
+func (f Finished) TPOT() time.Duration {
+	n := len(f.TokenTimes)
+	if n < 2 {
+		return 0
+	}
+	return (f.TokenTimes[n-1] - f.TokenTimes[0]) / time.Duration(n-1)
+}
+
+// StepResult is what one scheduler step did.
+type StepResult struct {
+	// Start is when the step began: the now given to Step, or the end of
+	// the previous step when that is later (the GPU was busy), or, when
+	// nothing was running, the first waiting request's arrival when that is
+	// later still (the GPU was idle until then).
+	Start time.Duration
+	// Duration is the modelled GPU time of the step; 0 when it ran no
+	// forward pass because nothing could run. A real-time caller sleeps it
+	// before handing out Events; a virtual-time caller advances its clock.
+	Duration time.Duration
+	// Admitted counts the sequences admitted this step. Prefilled counts
+	// those that computed prompt tokens, PrefillTokens the tokens computed,
+	// and Decoded those that decoded a token.
+	Admitted      int
+	Prefilled     int
+	PrefillTokens int
+	Decoded       int
+	// Batch is the number of sequences in the step, Waiting the queue left
+	// behind it and KVPagesUsed the pages held after it.
+	Batch       int
+	Waiting     int
+	KVPagesUsed int
+	// Events are the tokens generated in the step, in batch order: the
+	// first token of every sequence whose prefill completed and the next
+	// token of every decoding sequence, page-boundary tokens included.
+	Events []TokenEvent
+	// Finished are the requests that produced their last token; their pages
+	// are already free.
+	Finished []Finished
+	// Preempted are the ids evicted back to the waiting queue; they re-
+	// prefill their prompt and output so far when readmitted.
+	Preempted []string
+}
+
+// End is Start + Duration: when the step's tokens exist.
+func (r StepResult) End() time.Duration { return r.Start + r.Duration }
+
+// Config configures a Scheduler.
+type Config struct {
+	// Profile is the version's sim profile; it must describe an LLM.
+	// Defaults are filled in as by ParseProfile.
+	Profile Profile
+	// Seed makes completion lengths and token ids reproducible.
+	Seed uint64
+}
+
+// Scheduler is a continuous-batching scheduler over a paged KV cache for one
+// simulated GPU. Each Step admits waiting requests, runs one fused forward
+// pass (prefill for the newly admitted, one decode token for every other
+// running sequence) and returns the pass's modelled duration and tokens.
+//
+// The scheduler never reads a clock: the caller passes the time to Step
+// and each request's arrival to Submit, and decides what a step's duration
+// means: a real-time replica sleeps it, a simulation advances a virtual
+// clock (see RunVirtual).
+//
+// Admission, per step, in queue order (priority, then arrival):
+//   - a request that arrives after the step starts waits;
+//   - a request of a tenant at its batch-slot or page cap rotates to the
+//     back of its priority class, and nobody is evicted for it;
+//   - a request is admitted while the batch has a slot, the step's prefill
+//     budget is not spent and the pages it needs (less the shared prefix
+//     pages) are free after the growth reservation of the running
+//     sequences (see Reserve), so a running sequence never fails to grow;
+//   - otherwise, when running sequences of lower priority would free enough,
+//     the lowest-priority, most recently admitted of them are preempted
+//     back to the queue; else admission stops for this step, so a large
+//     request is not overtaken forever by small ones.
+//
+// A Scheduler is safe for concurrent use: a replica's HTTP handlers may
+// Submit and Cancel while its loop calls Step.
+type Scheduler struct {
+	mu sync.Mutex
+
+	p             Profile
+	seed          uint64
+	kv            *KV
+	tenantSlots   int
+	tenantPages   int
+	prefillBudget int // math.MaxInt when uncapped
+
+	clock   time.Duration // end of the last step
+	waiting []*seq        // by priority (high first), then order
+	running []*seq        // in admission order
+	live    map[string]*seq
+	tenants map[string]*tenantUse
+
+	nextOrder int64
+	nextAdmit int64
+
+	rec                 recorder
+	submitted           int64
+	completed           int64
+	cancelled           int64
+	priorityPreemptions int64
+	growthPreemptions   int64
+	growFailures        int64
+}
+
+type tenantUse struct {
+	running int
+	pages   int
+}
+
+// seq is one request inside the scheduler.
+type seq struct {
+	req    Request
+	order  int64 // queue position: lower goes first within a priority
+	target int   // completion tokens the model produces
+	reason FinishReason
+	commit int // pages reserved to the final length (ReserveFinal, ReserveMaxTokens)
+	rng    *rand.Rand
+
+	running   bool
+	admitted  int64 // admission serial: higher is more recent
+	generated int
+	tokens    int // tokens in the KV cache while running
+	pages     int // pages held while running
+	charged   int // pages charged to the tenant while running
+	prefill   int // prompt tokens still to prefill; 0 when decoding
+	plan      int // prompt tokens to prefill in the current step
+
+	first       bool // admitted at least once
+	cached      int
+	prefilled   int
+	preemptions int
+	times       []time.Duration
+}
+
+const vocabSize = 32000
+
+// NewScheduler returns a scheduler for cfg.Profile with an empty queue and
+// a free KV cache of cfg.Profile.Pages() pages.
+func NewScheduler(cfg Config) (*Scheduler, error) {
+	p := cfg.Profile.WithDefaults()
+	if !p.IsLLM() {
+		return nil, fmt.Errorf("%w: not an LLM profile (no decode_base_ms, kv_mb_per_token or usable_gb)", ErrInvalidProfile)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	pages := p.Pages()
+	s := &Scheduler{
+		p:             p,
+		seed:          cfg.Seed,
+		kv:            NewKV(pages, p.PageTokens),
+		tenantSlots:   max(1, int(math.Floor(p.TenantBatchShare*float64(p.MaxBatch)))),
+		tenantPages:   max(1, int(math.Floor(p.TenantKVShare*float64(pages)))),
+		prefillBudget: math.MaxInt,
+		live:          map[string]*seq{},
+		tenants:       map[string]*tenantUse{},
+	}
+	if p.MaxPrefillTokens > 0 {
+		s.prefillBudget = p.MaxPrefillTokens
+	}
+	// A share of 1 is no cap, not a cap at the whole GPU: a tenant alone on
+	// a full cache must still be able to preempt its own lower priorities.
+	if p.TenantBatchShare >= 1 {
+		s.tenantSlots = math.MaxInt
+	}
+	if p.TenantKVShare >= 1 {
+		s.tenantPages = math.MaxInt
+	}
+	return s, nil
+}
+
+// Profile returns the profile in use, defaults filled in.
+func (s *Scheduler) Profile() Profile { return s.p }
+
+// KVPages is the size of the KV cache in pages.
+func (s *Scheduler) KVPages() int { return s.kv.Total() }
+
+// Submit queues a request for admission by a later Step. It fails, queuing
+// nothing, with ErrInvalidRequest, ErrDuplicateID or ErrTooLarge.
+func (s *Scheduler) Submit(r Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case r.ID == "":
+		return fmt.Errorf("%w: id is required", ErrInvalidRequest)
+	case r.PromptTokens < 1:
+		return fmt.Errorf("%w: prompt of %d tokens; want at least 1", ErrInvalidRequest, r.PromptTokens)
+	case r.MaxTokens < 0 || r.OutputTokens < 0 || r.PrefixTokens < 0 || r.Arrival < 0:
+		return fmt.Errorf("%w: negative max tokens, output tokens, prefix tokens or arrival", ErrInvalidRequest)
+	case s.live[r.ID] != nil:
+		return fmt.Errorf("%w: %q is already queued or running", ErrDuplicateID, r.ID)
+	case s.p.MaxModelLen > 0 && r.PromptTokens >= s.p.MaxModelLen:
+		return fmt.Errorf("%w: prompt of %d tokens leaves no room in the context window of %d", ErrTooLarge, r.PromptTokens, s.p.MaxModelLen)
+	}
+	r.PrefixTokens = min(r.PrefixTokens, r.PromptTokens)
+	q := &seq{req: r, rng: rand.New(rand.NewPCG(s.seed, hashID(s.seed, r.ID)))}
+	limit := r.MaxTokens
+	if w := s.p.MaxModelLen - r.PromptTokens; s.p.MaxModelLen > 0 && (limit == 0 || w < limit) {
+		limit = w
+	}
+	switch {
+	case r.OutputTokens > 0:
+		q.target = r.OutputTokens
+	case s.p.OutputTokens != nil:
+		q.target = s.p.OutputTokens.Draw(q.rng)
+	case limit > 0:
+		q.target = limit
+	default:
+		q.target, limit = DefaultMaxTokens, DefaultMaxTokens
+	}
+	q.reason = FinishStop
+	if limit > 0 && q.target >= limit {
+		q.target, q.reason = limit, FinishLength
+	}
+	final := s.kv.PagesFor(r.PromptTokens + q.target)
+	q.commit = final
+	if s.p.KVReserve == ReserveMaxTokens && limit > 0 {
+		q.commit = s.kv.PagesFor(r.PromptTokens + limit)
+	}
+	tenantNeed := q.commit
+	if s.p.KVReserve == ReserveStep {
+		tenantNeed = s.kv.PagesFor(r.PromptTokens + 1)
+	}
+	if need := max(final, q.commit); need > s.kv.Total() {
+		return fmt.Errorf("%w: %d prompt and %d completion tokens need %d KV pages; the cache has %d",
+			ErrTooLarge, r.PromptTokens, q.target, need, s.kv.Total())
+	}
+	if tenantNeed > s.tenantPages {
+		return fmt.Errorf("%w: %d prompt and %d completion tokens need %d KV pages; a tenant may hold %d",
+			ErrTooLarge, r.PromptTokens, q.target, tenantNeed, s.tenantPages)
+	}
+	q.order = s.nextOrder
+	s.nextOrder++
+	s.live[r.ID] = q
+	s.insertWaiting(q)
+	s.submitted++
+	return nil
+}
+
+// hashID mixes the seed and a request id into a generator stream, so a
+// request's draws do not depend on what else the scheduler runs.
+func hashID(seed uint64, id string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	_, _ = h.Write(b[:])
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// Cancel removes a waiting or running request and frees its pages before it
+// returns; no later step reports a token for it. It returns the request's
+// usage so far, and false when the id is not waiting or running.
+func (s *Scheduler) Cancel(id string) (Finished, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.live[id]
+	if q == nil {
+		return Finished{}, false
+	}
+	if q.running {
+		s.release(q)
+		s.running = slices.DeleteFunc(s.running, func(x *seq) bool { return x == q })
+	} else {
+		s.waiting = slices.DeleteFunc(s.waiting, func(x *seq) bool { return x == q })
+	}
+	delete(s.live, id)
+	s.cancelled++
+	return s.finished(q, FinishCancelled, s.clock), true
+}
+
+// Step runs one scheduler step: admission, then one forward pass. now is
+// the caller's current time on the clock of Request.Arrival; the step
+// starts then, or later if the previous step has not ended or nothing has
+// arrived yet (see StepResult.Start). A caller without a clock may pass 0
+// and get steps back to back. See Scheduler for the admission rules and
+// Profile.DecodeMsPerSeq for the step's duration.
+func (s *Scheduler) Step(now time.Duration) StepResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := max(now, s.clock)
+	if len(s.running) == 0 && len(s.waiting) > 0 {
+		// An idle GPU starts when the first request arrives, so a caller
+		// that does not track time (now 0) still gets a sound schedule.
+		first := s.waiting[0].req.Arrival
+		for _, q := range s.waiting {
+			first = min(first, q.req.Arrival)
+		}
+		start = max(start, first)
+	}
+	res := StepResult{Start: start}
+
+	// The prefill budget goes first to sequences admitted in earlier steps
+	// that are still prefilling, then to the newly admitted.
+	budget := s.prefillBudget
+	for _, q := range s.running {
+		q.plan = 0
+		if q.prefill > 0 {
+			q.plan = min(q.prefill, budget)
+			budget -= q.plan
+		}
+	}
+	s.admit(start, budget, &res)
+
+	pt := s.kv.PageTokens()
+	emits := func(q *seq) bool { return q.prefill == 0 || q.plan == q.prefill }
+	if s.p.KVReserve == ReserveStep {
+		// Make room for every page this step's tokens need, evicting the
+		// lowest-priority, most recently admitted sequences.
+		need := 0
+		for _, q := range s.running {
+			if emits(q) && q.tokens == q.pages*pt {
+				need++
+			}
+		}
+		for need > s.kv.FreePages() && len(s.running) > 0 {
+			v := s.victims(math.MaxInt)[0]
+			if emits(v) && v.tokens == v.pages*pt {
+				need--
+			}
+			s.preempt(v, &res)
+			s.insertWaiting(v)
+			s.growthPreemptions++
+		}
+	}
+
+	var decoded, prefillTokens, prefilled int
+	for _, q := range s.running {
+		switch {
+		case q.prefill == 0:
+			decoded++
+		case q.plan > 0:
+			prefilled++
+			prefillTokens += q.plan
+		}
+	}
+	res.Batch = len(s.running)
+	if decoded == 0 && prefillTokens == 0 {
+		res.Waiting, res.KVPagesUsed = len(s.waiting), s.kv.UsedPages()
+		return res
+	}
+	ms := s.p.DecodeBaseMs + s.p.DecodeMsPerSeq*float64(decoded) + s.p.PrefillMsPerToken*float64(prefillTokens)
+	// At least a nanosecond: a step that ran must move time, or a caller
+	// would take it for an idle one.
+	res.Duration = max(1, time.Duration(math.Round(ms*float64(time.Millisecond))))
+	res.Decoded, res.Prefilled, res.PrefillTokens = decoded, prefilled, prefillTokens
+	end := res.End()
+
+	var failed []*seq
+	done := false
+	res.Events = make([]TokenEvent, 0, len(s.running))
+	for _, q := range s.running {
+		if q.prefill > 0 {
+			if q.plan == 0 {
+				continue
+			}
+			q.prefill -= q.plan
+			q.prefilled += q.plan
+			q.plan = 0
+			if q.req.PrefixKey != "" {
+				s.kv.MarkComputed(q.req.ID, q.tokens-q.prefill)
+			}
+			if q.prefill > 0 {
+				continue
+			}
+		}
+		if err := s.kv.Grow(q.req.ID, 1); err != nil {
+			// Admission reserves against this; reaching it is a bug, made
+			// visible in Stats and survived by preempting the sequence.
+			s.growFailures++
+			failed = append(failed, q)
+			continue
+		}
+		q.tokens++
+		if q.tokens > q.pages*pt {
+			q.pages++
+			if s.p.KVReserve == ReserveStep {
+				s.charge(q, 1)
+			}
+		}
+		q.times = append(q.times, end)
+		ev := TokenEvent{ID: q.req.ID, Index: q.generated, Token: q.rng.IntN(vocabSize), Time: end}
+		q.generated++
+		if q.generated >= q.target {
+			ev.Last = true
+			s.release(q)
+			delete(s.live, q.req.ID)
+			s.completed++
+			f := s.finished(q, q.reason, end)
+			s.rec.ttft.add(f.TTFT())
+			if len(f.TokenTimes) > 1 {
+				s.rec.tpot.add(f.TPOT())
+			}
+			res.Finished = append(res.Finished, f)
+			done = true
+		}
+		res.Events = append(res.Events, ev)
+	}
+	if done {
+		s.running = slices.DeleteFunc(s.running, func(q *seq) bool { return !q.running })
+	}
+	for _, q := range failed {
+		s.preempt(q, &res)
+		s.insertWaiting(q)
+	}
+	s.clock = end
+	s.rec.step(start, end, len(res.Events))
+	res.Waiting, res.KVPagesUsed = len(s.waiting), s.kv.UsedPages()
+	return res
+}
+
+// admit runs the admission pass of a step; budget is the prefill budget
+// left to new sequences.
+func (s *Scheduler) admit(start time.Duration, budget int, res *StepResult) {
+	if len(s.waiting) == 0 {
+		return
+	}
+	avail := s.available()
+	// Compact s.waiting in place: n counts the kept, and n <= i always.
+	w := s.waiting
+	var rotated, evicted []*seq
+	n, i := 0, 0
+	for ; i < len(w); i++ {
+		q := w[i]
+		if q.req.Arrival > start {
+			w[n] = q
+			n++
+			continue
+		}
+		if budget == 0 {
+			break
+		}
+		if s.overQuota(q) {
+			rotated = append(rotated, q)
+			continue
+		}
+		need := s.need(q)
+		if len(s.running) >= s.p.MaxBatch || need > avail {
+			victims := s.preemptFor(q, need, avail)
+			if victims == nil {
+				break
+			}
+			for _, v := range victims {
+				budget += v.plan
+				s.preempt(v, res)
+				s.priorityPreemptions++
+				evicted = append(evicted, v)
+			}
+			avail, need = s.available(), s.need(q)
+			if len(s.running) >= s.p.MaxBatch || need > avail {
+				break
+			}
+		}
+		if !s.start(q) {
+			break
+		}
+		q.plan = min(q.prefill, budget)
+		budget -= q.plan
+		avail -= need
+		res.Admitted++
+	}
+	n += copy(w[n:], w[i:])
+	clear(w[n:]) // drop the admitted from the backing array
+	s.waiting = w[:n]
+	for _, q := range rotated {
+		q.order = s.nextOrder
+		s.nextOrder++
+	}
+	s.waiting = append(append(s.waiting, rotated...), evicted...)
+	if (len(rotated) > 0 || len(evicted) > 0) && !slices.IsSortedFunc(s.waiting, queueOrder) {
+		slices.SortStableFunc(s.waiting, queueOrder)
+	}
+}
+
+// queueOrder is the waiting queue's order: higher priority first, then
+// lower order (earlier submission, or earlier rotation).
+func queueOrder(a, b *seq) int {
+	if a.req.Priority != b.req.Priority {
+		return b.req.Priority - a.req.Priority
+	}
+	switch {
+	case a.order < b.order:
+		return -1
+	case a.order > b.order:
+		return 1
+	}
+	return 0
+}
+
+func (s *Scheduler) insertWaiting(q *seq) {
+	i, _ := slices.BinarySearchFunc(s.waiting, q, queueOrder)
+	s.waiting = slices.Insert(s.waiting, i, q)
+}
+
+// available is the number of free pages admission may hand out: the free
+// pages less those reserved for the running sequences' growth.
+func (s *Scheduler) available() int {
+	return s.kv.FreePages() - s.reserved()
+}
+
+func (s *Scheduler) reserved() int {
+	n := 0
+	if s.p.KVReserve == ReserveStep {
+		pt := s.kv.PageTokens()
+		for _, q := range s.running {
+			if q.tokens == q.pages*pt {
+				n++
+			}
+		}
+		return n
+	}
+	for _, q := range s.running {
+		n += q.commit - q.pages
+	}
+	return n
+}
+
+// need is the number of free pages admitting q takes, counting its
+// reservation.
+func (s *Scheduler) need(q *seq) int {
+	tokens := q.req.PromptTokens + q.generated
+	shared := s.kv.SharedPages(q.req.PrefixKey, q.req.PrefixTokens, tokens)
+	if s.p.KVReserve == ReserveStep {
+		return s.kv.PagesFor(tokens+1) - shared
+	}
+	return q.commit - shared
+}
+
+// tenantNeed is what admitting q charges to its tenant's page cap.
+func (s *Scheduler) tenantNeed(q *seq) int {
+	if s.p.KVReserve == ReserveStep {
+		return s.kv.PagesFor(q.req.PromptTokens + q.generated + 1)
+	}
+	return q.commit
+}
+
+func (s *Scheduler) overQuota(q *seq) bool {
+	t := s.tenants[q.req.Tenant]
+	if t == nil {
+		return false
+	}
+	return t.running >= s.tenantSlots || t.pages > s.tenantPages-s.tenantNeed(q)
+}
+
+// preemptFor returns the running sequences to evict so that q fits: the
+// fewest of lower priority than q, lowest priority and most recently
+// admitted first. It returns nil when even all of them would not make
+// room, so nothing is evicted in vain.
+func (s *Scheduler) preemptFor(q *seq, need, avail int) []*seq {
+	cands := s.victims(q.req.Priority)
+	slots := len(s.running) + 1 - s.p.MaxBatch
+	pt := s.kv.PageTokens()
+	for i, v := range cands {
+		slots--
+		freed := s.kv.exclusivePages(v.req.ID)
+		if s.p.KVReserve == ReserveStep {
+			if v.tokens == v.pages*pt {
+				freed++
+			}
+		} else {
+			freed += v.commit - v.pages
+		}
+		avail += freed
+		if slots <= 0 && need <= avail {
+			return cands[:i+1]
+		}
+	}
+	return nil
+}
+
+// victims returns the running sequences of priority below limit (all of
+// them when limit is math.MaxInt) in eviction order: lowest priority first,
+// then most recently admitted.
+func (s *Scheduler) victims(limit int) []*seq {
+	var v []*seq
+	for _, q := range s.running {
+		if q.req.Priority < limit || limit == math.MaxInt {
+			v = append(v, q)
+		}
+	}
+	slices.SortFunc(v, func(a, b *seq) int {
+		if a.req.Priority != b.req.Priority {
+			return a.req.Priority - b.req.Priority
+		}
+		return int(b.admitted - a.admitted)
+	})
+	return v
+}
+
+// start admits q: it allocates the pages of its prompt (and, after a
+// preemption, of its output so far) and sets what is left to prefill.
+func (s *Scheduler) start(q *seq) bool {
+	tokens := q.req.PromptTokens + q.generated
+	shared, err := s.kv.Allocate(q.req.ID, tokens, q.req.PrefixKey, q.req.PrefixTokens)
+	if err != nil {
+		return false // admission checked the pages; unreachable
+	}
+	// At least the last token is computed: it yields the next token.
+	compute := max(1, tokens-shared*s.kv.PageTokens())
+	if !q.first {
+		q.first, q.cached = true, tokens-compute
+	}
+	q.running, q.admitted = true, s.nextAdmit
+	s.nextAdmit++
+	q.tokens, q.pages, q.prefill = tokens, s.kv.Pages(q.req.ID), compute
+	s.running = append(s.running, q)
+	t := s.tenants[q.req.Tenant]
+	if t == nil {
+		t = &tenantUse{}
+		s.tenants[q.req.Tenant] = t
+	}
+	t.running++
+	if s.p.KVReserve == ReserveStep {
+		s.charge(q, q.pages)
+	} else {
+		s.charge(q, q.commit)
+	}
+	return true
+}
+
+func (s *Scheduler) charge(q *seq, pages int) {
+	q.charged += pages
+	s.tenants[q.req.Tenant].pages += pages
+}
+
+// release frees a running sequence's pages and tenant charges. The caller
+// removes it from s.running.
+func (s *Scheduler) release(q *seq) {
+	s.kv.Free(q.req.ID)
+	t := s.tenants[q.req.Tenant]
+	t.running--
+	t.pages -= q.charged
+	if t.running == 0 {
+		delete(s.tenants, q.req.Tenant)
+	}
+	q.running, q.charged, q.tokens, q.pages, q.prefill, q.plan = false, 0, 0, 0, 0, 0
+}
+
+// preempt evicts a running sequence: it frees its pages and takes it out of
+// the batch. It keeps its output so far and re-prefills it with the prompt
+// when readmitted; the caller puts it back in the waiting queue.
+func (s *Scheduler) preempt(q *seq, res *StepResult) {
+	s.release(q)
+	s.running = slices.DeleteFunc(s.running, func(x *seq) bool { return x == q })
+	q.preemptions++
+	res.Preempted = append(res.Preempted, q.req.ID)
+}
+
+func (s *Scheduler) finished(q *seq, reason FinishReason, done time.Duration) Finished {
+	return Finished{
+		ID:               q.req.ID,
+		Tenant:           q.req.Tenant,
+		Priority:         q.req.Priority,
+		Reason:           reason,
+		PromptTokens:     q.req.PromptTokens,
+		CompletionTokens: q.generated,
+		CachedTokens:     q.cached,
+		PrefillTokens:    q.prefilled,
+		Preemptions:      q.preemptions,
+		Arrival:          q.req.Arrival,
+		Done:             done,
+		TokenTimes:       q.times,
+	}
+}
+
+// Stats returns a snapshot at now (normally the caller's current time).
+func (s *Scheduler) Stats(now time.Duration) Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{
+		Now:                 now,
+		Waiting:             len(s.waiting),
+		Running:             len(s.running),
+		KVPagesTotal:        s.kv.Total(),
+		KVPagesUsed:         s.kv.UsedPages(),
+		KVPagesReserved:     s.reserved(),
+		TokensPerSecond:     s.rec.tokensPerSecond(now),
+		TTFT:                PercentilesOf(s.rec.ttft.v),
+		TPOT:                PercentilesOf(s.rec.tpot.v),
+		Submitted:           s.submitted,
+		Completed:           s.completed,
+		Cancelled:           s.cancelled,
+		PriorityPreemptions: s.priorityPreemptions,
+		GrowthPreemptions:   s.growthPreemptions,
+		GrowFailures:        s.growFailures,
+	}
+	if st.KVPagesTotal > 0 {
+		st.KVUtilization = float64(st.KVPagesUsed) / float64(st.KVPagesTotal)
+	}
+	return st
+}
