@@ -1,0 +1,57 @@
+package replica
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"modelplane/sim"
+)
+
+// TestChatOverRealScheduler streams chat completions through the real
+// continuous-batching scheduler and paged KV cache: every request streams
+// exactly usage.completion_tokens tokens, and the cache is empty afterwards.
+func TestChatOverRealScheduler(t *testing.T) {
+	t.Parallel()
+	profile := `{"prefill_ms_per_token":0.001,"decode_base_ms":0.2,"decode_ms_per_seq":0.01,"kv_mb_per_token":0.8,"usable_gb":0.2,"max_batch":3}`
+	p, err := sim.ParseProfile([]byte(profile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := NewSchedulerEngine(s)
+	srv, base := startReady(t, Config{Task: TaskLLM, Version: "v42", Profile: json.RawMessage(profile), Engine: eng, Seed: 7})
+	c := newClient(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			maxTokens := 5 + 13*i // crosses 16-token page boundaries
+			resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(fmt.Sprint("q", i), maxTokens, true)))
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("request %d: status %d", i, resp.StatusCode)
+				return
+			}
+			got, err := readSSE(resp.Body)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			if got.usage == nil || got.content != got.usage.CompletionTokens || got.content != maxTokens {
+				t.Errorf("request %d: streamed %d tokens, usage %+v; want %d in both", i, got.content, got.usage, maxTokens)
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "KV cache empty", func() bool { return srv.Stats().KVPagesUsed == 0 })
+}
