@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"modelplane/db"
 	"modelplane/internal/pgproc"
 	"modelplane/migrations"
+	"modelplane/sim/scenario"
 	"modelplane/tenant"
 )
 
@@ -57,10 +59,14 @@ type BenchResult struct {
 	RouteP99Ms map[string]float64 `json:"route_p99_ms"`
 }
 
-// RunBench runs the named benchmark ("api") and prints its result.
+// RunBench runs the named benchmark ("api" or "engine") and prints its
+// result.
 func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
+	if len(args) == 1 && args[0] == "engine" {
+		return runBenchEngine(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {
@@ -248,4 +254,115 @@ func percentile(d []time.Duration, p float64) float64 {
 	}
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+}
+
+// EngineBenchResult is what `modelplane bench engine` prints: the fleet
+// engine's speed and the paged KV cache and continuous batching measured
+// against their baselines, on the seed-fleet scenario.
+type EngineBenchResult struct {
+	Name string `json:"name"`
+	// SimSpeedup is simulated seconds per wall second of the seed-fleet run
+	// on one core (GOMAXPROCS 1).
+	SimSpeedup float64 `json:"sim_speedup_vs_realtime"`
+	// KVWastePagedPct and KVWasteContiguousPct are v42's time-averaged KV
+	// waste in the run: allocated page slots holding no token, and slots a
+	// contiguous engine reserving ContiguousMaxLen per sequence would leave
+	// empty (see scenario.VersionReport).
+	KVWastePagedPct      float64 `json:"kv_waste_paged_pct"`
+	KVWasteContiguousPct float64 `json:"kv_waste_contiguous_pct"`
+	// ContinuousVsStatic is continuous over static batching's throughput at
+	// equal median latency on one GPU (see scenario.CompareBatching).
+	ContinuousVsStatic float64 `json:"continuous_vs_static_throughput"`
+
+	Scenario         string  `json:"scenario"`
+	GOMAXPROCS       int     `json:"gomaxprocs"`
+	GPUs             int     `json:"gpus"`
+	OfferedRPS       float64 `json:"offered_rps"`
+	CompletedRPS     float64 `json:"completed_rps"`
+	SimSeconds       float64 `json:"sim_seconds"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	Steps            int64   `json:"steps"`
+	Tokens           int64   `json:"tokens"`
+	ContiguousMaxLen int     `json:"contiguous_max_len"`
+	KVUtilization    float64 `json:"kv_utilization"`
+	MeanBatch        float64 `json:"mean_batch_per_gpu"`
+	TTFTP50Ms        float64 `json:"ttft_p50_ms"`
+	TTFTP99Ms        float64 `json:"ttft_p99_ms"`
+	TPOTP50Ms        float64 `json:"tpot_p50_ms"`
+	TPOTP99Ms        float64 `json:"tpot_p99_ms"`
+	// Batching is the whole continuous-vs-static comparison.
+	Batching scenario.Comparison `json:"batching"`
+	// TargetsMet says, for each target of the engine issue, whether it was
+	// met.
+	TargetsMet map[string]bool `json:"targets_met"`
+}
+
+// runBenchEngine runs the seed-fleet scenario on one core and the batching
+// comparison, and prints the result. --duration and --clients are the api
+// benchmark's and are ignored: the scenario fixes its own duration.
+func runBenchEngine(ctx context.Context, cfg BenchConfig, out io.Writer) error {
+	res, err := benchEngine(ctx)
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	_, err = fmt.Fprintf(out, "engine: %s on %d GPUs simulated %.0f s in %.2f s on one core (%.1fx real time); KV waste paged %.1f%%, contiguous@%d %.1f%%; continuous/static throughput at equal median latency %.1fx\n",
+		res.Scenario, res.GPUs, res.SimSeconds, res.WallSeconds, res.SimSpeedup, res.KVWastePagedPct, res.ContiguousMaxLen, res.KVWasteContiguousPct, res.ContinuousVsStatic)
+	return err
+}
+
+func benchEngine(ctx context.Context) (EngineBenchResult, error) {
+	const name, version = "seed-fleet", "v42"
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	sc, err := scenario.Builtin(name)
+	if err != nil {
+		return EngineBenchResult{}, err
+	}
+	runtime.GC() // start the timed run without the previous garbage
+	rep, err := scenario.Run(ctx, sc, scenario.Options{Now: time.Now})
+	if err != nil {
+		return EngineBenchResult{}, err
+	}
+	v, ok := rep.Version(version)
+	if !ok || len(v.Contiguous) == 0 {
+		return EngineBenchResult{}, fmt.Errorf("scenario %s has no version %s", name, version)
+	}
+	cmp, err := scenario.CompareBatching(ctx, sc, version, 0)
+	if err != nil {
+		return EngineBenchResult{}, err
+	}
+	res := EngineBenchResult{
+		Name:                 "engine",
+		SimSpeedup:           rep.SpeedUp,
+		KVWastePagedPct:      v.KVWastePagedPct,
+		KVWasteContiguousPct: v.Contiguous[0].WastePct,
+		ContinuousVsStatic:   cmp.Ratio,
+		Scenario:             name,
+		GOMAXPROCS:           1,
+		GPUs:                 rep.GPUs,
+		OfferedRPS:           rep.Rate,
+		CompletedRPS:         v.CompletedPerSecond,
+		SimSeconds:           rep.SimSeconds,
+		WallSeconds:          rep.WallSeconds,
+		Steps:                rep.Steps,
+		Tokens:               rep.Tokens,
+		ContiguousMaxLen:     v.Contiguous[0].MaxLen,
+		KVUtilization:        v.KVUtilization,
+		MeanBatch:            v.MeanBatch,
+		TTFTP50Ms:            v.TTFT.P50,
+		TTFTP99Ms:            v.TTFT.P99,
+		TPOTP50Ms:            v.TPOT.P50,
+		TPOTP99Ms:            v.TPOT.P99,
+		Batching:             cmp,
+	}
+	res.TargetsMet = map[string]bool{
+		"sim_speedup_at_least_10x":           res.SimSpeedup >= 10,
+		"kv_waste_paged_at_most_4pct":        res.KVWastePagedPct <= 4,
+		"kv_waste_contiguous_at_least_60pct": res.KVWasteContiguousPct >= 60,
+		"continuous_at_least_2x_static":      res.ContinuousVsStatic >= 2,
+	}
+	return res, nil
 }

@@ -21,7 +21,8 @@ commands:
   dev       everything on one machine: PostgreSQL, ClickHouse, NATS, demo data, portal and API
   server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
   migrate   apply PostgreSQL and ClickHouse migrations
-  bench     benchmarks printing JSON: bench api --json
+  sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
+  bench     benchmarks printing JSON: bench api --json, bench engine --json
 
 run 'modelplane <command> -h' for its flags`
 
@@ -72,6 +73,17 @@ func run() int {
 			return 2
 		}
 		err = app.RunBench(ctx, cfg, append(names, fs.Args()...), os.Stdout)
+	case "sim":
+		var cfg app.SimConfig
+		cfg.Flags(fs)
+		var words []string
+		for len(args) > 0 && len(words) < 2 && !strings.HasPrefix(args[0], "-") {
+			words, args = append(words, args[0]), args[1:] // sim run NAME [flags]
+		}
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunSim(ctx, cfg, append(words, fs.Args()...), os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0

@@ -1,0 +1,468 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"modelplane/sim"
+)
+
+// Options are how a run is observed; none of them changes its result.
+type Options struct {
+	// Now, when set, is read before and after the run to report its wall
+	// time and speed-up over real time. Without it they are 0, and two runs
+	// of a scenario give equal reports.
+	Now func() time.Time
+}
+
+// Independent generator streams, so that, for instance, changing the
+// routing weights does not change the arrival times or lengths drawn.
+const (
+	streamArrivals = 0xa1
+	streamLengths  = 0x1e
+	streamRouting  = 0x20
+	streamTenants  = 0x7e
+)
+
+// Run simulates the scenario in virtual time and reports what it measured.
+//
+// Each GPU is a sim.Scheduler. An arrival picks a tenant by share and a
+// version by weight, then the version's replica with the fewest requests
+// queued or running (ties go round-robin), and is submitted to it. A
+// replica with work steps back to back: at the end of each step the
+// step's tokens and finished requests are handed out and the next step
+// starts; an idle replica wakes at its next arrival. The loop always takes
+// the earliest event next, an arrival before a step ending at the same
+// instant (so the step admits it), and replicas by index on a tie.
+//
+// It returns the context's error when ctx is done before the run is.
+func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
+	sc = sc.WithDefaults()
+	if err := sc.Validate(); err != nil {
+		return Report{}, err
+	}
+	var t0 time.Time
+	if opt.Now != nil {
+		t0 = opt.Now()
+	}
+	f, err := newFleet(sc)
+	if err != nil {
+		return Report{}, err
+	}
+	if err := f.run(ctx); err != nil {
+		return Report{}, err
+	}
+	rep := f.report()
+	if opt.Now != nil {
+		rep.WallSeconds = opt.Now().Sub(t0).Seconds()
+		if rep.WallSeconds > 0 {
+			rep.SpeedUp = rep.SimSeconds / rep.WallSeconds
+		}
+	}
+	return rep, nil
+}
+
+// fleet is the state of one run.
+type fleet struct {
+	sc        Scenario
+	reps      []replica
+	byVersion [][]int // replica indexes of each version
+	rr        []int   // round-robin start of each version's least-outstanding scan
+	heap      []int   // replicas with a pending event, earliest first
+
+	arrivals, lengths, routing, tenantRNG *rand.Rand
+	cumWeight, cumShare                   []float64
+	tenantIdx                             map[string]int
+	nextArrival                           time.Duration
+	promptSum, outputSum                  int64
+
+	prompt []int32 // prompt tokens of each request, by request number (its id)
+
+	now     time.Duration // time of the last event handled
+	steps   int64
+	tokens  int64
+	vs      []versionStats
+	ts      []tenantStats
+	pageErr int // steps whose counted pages differ from the scheduler's (tests)
+}
+
+type replica struct {
+	s           *sim.Scheduler
+	version     int
+	at          time.Duration  // when the pending event is due
+	res         sim.StepResult // the step in flight, handed out at its end
+	scheduled   bool           // in the heap
+	outstanding int            // submitted and not finished
+}
+
+type versionStats struct {
+	requests, shed, rejected, completed, completedWindow int
+	tokensWindow                                         int64
+	preemptions                                          int
+	ttft, tpot, e2e                                      []time.Duration
+	maxBatch                                             int
+	maxKV                                                float64
+	// integrals over measured steps of duration (seconds) × quantity
+	batch, kv, pagedSlots, held float64
+	contig                      []float64
+}
+
+type tenantStats struct {
+	requests, completed int
+	ttft, tpot          []time.Duration
+}
+
+func newFleet(sc Scenario) (*fleet, error) {
+	f := &fleet{
+		sc:        sc,
+		byVersion: make([][]int, len(sc.Versions)),
+		rr:        make([]int, len(sc.Versions)),
+		arrivals:  rand.New(rand.NewPCG(sc.Seed, streamArrivals)),
+		lengths:   rand.New(rand.NewPCG(sc.Seed, streamLengths)),
+		routing:   rand.New(rand.NewPCG(sc.Seed, streamRouting)),
+		tenantRNG: rand.New(rand.NewPCG(sc.Seed, streamTenants)),
+		tenantIdx: map[string]int{},
+		vs:        make([]versionStats, len(sc.Versions)),
+		ts:        make([]tenantStats, len(sc.Tenants)),
+	}
+	var sum float64
+	for vi, v := range sc.Versions {
+		sum += v.Weight
+		f.cumWeight = append(f.cumWeight, sum)
+		f.vs[vi].contig = make([]float64, len(sc.ContiguousMaxLen))
+		for range v.GPUs {
+			idx := len(f.reps)
+			// Each replica's own stream: completion lengths the profile
+			// draws and token ids.
+			s, err := sim.NewScheduler(sim.Config{Profile: v.Profile, Seed: sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15)})
+			if err != nil {
+				return nil, fmt.Errorf("%w: versions[%d].profile: %w", ErrInvalidScenario, vi, err)
+			}
+			f.reps = append(f.reps, replica{s: s, version: vi})
+			f.byVersion[vi] = append(f.byVersion[vi], idx)
+		}
+	}
+	sum = 0
+	for i, t := range sc.Tenants {
+		sum += t.Share
+		f.cumShare = append(f.cumShare, sum)
+		f.tenantIdx[t.Name] = i
+	}
+	f.heap = make([]int, 0, len(f.reps))
+	f.prompt = make([]int32, 0, int(min(sc.Arrivals.Rate*sc.Duration.Seconds()*1.05+16, 1<<24)))
+	f.nextArrival = f.arrivalAfter(0, 0)
+	return f, nil
+}
+
+// arrivalAfter is the arrival time of request i, the one after prev.
+func (f *fleet) arrivalAfter(i int, prev time.Duration) time.Duration {
+	rate := f.sc.Arrivals.Rate
+	if f.sc.Arrivals.Process == Constant {
+		return time.Duration(math.Round(float64(i) / rate * float64(time.Second)))
+	}
+	return prev + time.Duration(math.Round(f.arrivals.ExpFloat64()/rate*float64(time.Second)))
+}
+
+func (f *fleet) run(ctx context.Context) error {
+	end := f.sc.Duration
+	for n := 0; ; n++ {
+		if n&0xfff == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		next := time.Duration(math.MaxInt64)
+		if len(f.heap) > 0 {
+			next = f.reps[f.heap[0]].at
+		}
+		if f.nextArrival < end && f.nextArrival <= next {
+			f.now = f.nextArrival
+			f.arrive(f.nextArrival)
+			f.nextArrival = f.arrivalAfter(len(f.prompt), f.nextArrival)
+			continue
+		}
+		if len(f.heap) == 0 || (!f.sc.Drain && next > end) {
+			break
+		}
+		f.now = next
+		f.advance(f.pop())
+	}
+	f.now = max(f.now, end)
+	return nil
+}
+
+// arrive draws request number len(f.prompt), arriving at t, and routes it.
+func (f *fleet) arrive(t time.Duration) {
+	id := len(f.prompt)
+	prompt := f.sc.PromptTokens.Draw(f.lengths)
+	out := 0
+	if f.sc.OutputTokens != nil {
+		out = f.sc.OutputTokens.Draw(f.lengths)
+	}
+	f.prompt = append(f.prompt, int32(min(prompt, math.MaxInt32)))
+	f.promptSum += int64(prompt)
+	f.outputSum += int64(out)
+
+	tenant := -1
+	if len(f.cumShare) > 0 {
+		tenant = pick(f.cumShare, f.tenantRNG.Float64())
+		f.ts[tenant].requests++
+	}
+	vi := pick(f.cumWeight, f.routing.Float64())
+	v := &f.vs[vi]
+	v.requests++
+
+	reps := f.byVersion[vi]
+	best := -1
+	for j := range reps {
+		r := reps[(f.rr[vi]+j)%len(reps)]
+		if best < 0 || f.reps[r].outstanding < f.reps[best].outstanding {
+			best = r
+		}
+	}
+	f.rr[vi] = (f.rr[vi] + 1) % len(reps)
+	rep := &f.reps[best]
+	if f.sc.ShedOutstanding > 0 && rep.outstanding >= f.sc.ShedOutstanding {
+		v.shed++
+		return
+	}
+	req := sim.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
+	if tenant >= 0 {
+		req.Tenant, req.Priority = f.sc.Tenants[tenant].Name, f.sc.Tenants[tenant].Priority
+	}
+	if err := rep.s.Submit(req); err != nil {
+		v.rejected++
+		return
+	}
+	rep.outstanding++
+	if !rep.scheduled {
+		rep.at = t
+		f.push(best)
+	}
+}
+
+// pick returns the index whose cumulative weight first exceeds u × total.
+func pick(cum []float64, u float64) int {
+	x := u * cum[len(cum)-1]
+	for i, c := range cum {
+		if x < c {
+			return i
+		}
+	}
+	return len(cum) - 1
+}
+
+// advance handles replica r's event: the end of its step in flight, whose
+// tokens and finished requests are handed out, then the start of its next
+// step, if it has work.
+func (f *fleet) advance(r int) {
+	rep := &f.reps[r]
+	if rep.res.Duration > 0 {
+		f.account(rep, &rep.res)
+	}
+	for {
+		res := rep.s.Step(rep.at)
+		if res.Duration == 0 {
+			if len(res.Preempted) > 0 {
+				f.vs[rep.version].preemptions += len(res.Preempted)
+				continue // evictions made room; the next step admits
+			}
+			rep.res = sim.StepResult{}
+			return // idle until the next arrival pushes it again
+		}
+		rep.res = res
+		rep.at = res.End()
+		f.push(r)
+		return
+	}
+}
+
+// account hands out a finished step: latencies of the finished requests,
+// and the step's share of the time averages.
+func (f *fleet) account(rep *replica, res *sim.StepResult) {
+	v := &f.vs[rep.version]
+	warmup := f.sc.Warmup
+	f.steps++
+	f.tokens += int64(len(res.Events))
+	v.preemptions += len(res.Preempted)
+	for i := range res.Finished {
+		fin := &res.Finished[i]
+		rep.outstanding--
+		v.completed++
+		if fin.Done >= warmup {
+			v.completedWindow++
+		}
+		var ts *tenantStats
+		if t, ok := f.tenantIdx[fin.Tenant]; ok {
+			ts = &f.ts[t]
+			ts.completed++
+		}
+		if fin.Arrival < warmup {
+			continue
+		}
+		ttft, tpot := fin.TTFT(), fin.TPOT()
+		v.ttft = append(v.ttft, ttft)
+		v.e2e = append(v.e2e, fin.Done-fin.Arrival)
+		if fin.CompletionTokens > 1 {
+			v.tpot = append(v.tpot, tpot)
+		}
+		if ts != nil {
+			ts.ttft = append(ts.ttft, ttft)
+			if fin.CompletionTokens > 1 {
+				ts.tpot = append(ts.tpot, tpot)
+			}
+		}
+	}
+	if res.Start < warmup {
+		return
+	}
+	v.tokensWindow += int64(len(res.Events))
+	// The KV cache after the step: every sequence that made a token and
+	// did not finish holds its prompt and its tokens so far.
+	pt := rep.s.Profile().PageTokens
+	held, pages := 0, 0
+	lens := f.sc.ContiguousMaxLen
+	var contig [maxContiguousLen]int
+	for i := range res.Events {
+		ev := &res.Events[i]
+		if ev.Last {
+			continue
+		}
+		id, _ := strconv.Atoi(ev.ID) // ids are request numbers
+		n := int(f.prompt[id]) + ev.Index + 1
+		held += n
+		pages += (n + pt - 1) / pt
+		for k, l := range lens {
+			contig[k] += max(l, n)
+		}
+	}
+	if pages != res.KVPagesUsed {
+		f.pageErr++
+	}
+	d := res.Duration.Seconds()
+	kv := float64(res.KVPagesUsed) / float64(rep.s.KVPages())
+	v.batch += d * float64(res.Batch)
+	v.kv += d * kv
+	v.pagedSlots += d * float64(pages*pt)
+	v.held += d * float64(held)
+	for k := range lens {
+		v.contig[k] += d * float64(contig[k])
+	}
+	v.maxBatch = max(v.maxBatch, res.Batch)
+	v.maxKV = max(v.maxKV, kv)
+}
+
+func (f *fleet) report() Report {
+	sc := f.sc
+	measured := (f.now - sc.Warmup).Seconds()
+	rep := Report{
+		Scenario: sc.Name, Seed: sc.Seed, Process: sc.Arrivals.Process, Rate: sc.Arrivals.Rate, GPUs: sc.GPUs(),
+		SimSeconds: f.now.Seconds(), MeasuredSeconds: measured,
+		Requests: len(f.prompt), Steps: f.steps, Tokens: f.tokens,
+	}
+	if n := len(f.prompt); n > 0 {
+		rep.MeanPromptTokens = float64(f.promptSum) / float64(n)
+		rep.MeanOutputTokens = float64(f.outputSum) / float64(n)
+	}
+	total := f.cumWeight[len(f.cumWeight)-1]
+	for vi, v := range sc.Versions {
+		s := &f.vs[vi]
+		pt := v.Profile.PageTokens
+		vr := VersionReport{
+			Name: v.Name, GPUs: v.GPUs, Share: v.Weight / total,
+			KVPages: v.Profile.Pages(), PageTokens: pt,
+			Requests: s.requests, Shed: s.shed, Rejected: s.rejected, Completed: s.completed,
+			Unfinished:  s.requests - s.shed - s.rejected - s.completed,
+			TTFT:        latencyOf(s.ttft),
+			TPOT:        latencyOf(s.tpot),
+			E2E:         latencyOf(s.e2e),
+			MaxBatch:    s.maxBatch,
+			Preemptions: s.preemptions,
+		}
+		for _, r := range f.byVersion[vi] {
+			vr.GrowFailures += int(f.reps[r].s.Stats(f.now).GrowFailures)
+		}
+		if measured > 0 {
+			gpuSecs := measured * float64(v.GPUs)
+			vr.CompletedPerSecond = float64(s.completedWindow) / measured
+			vr.TokensPerSecond = float64(s.tokensWindow) / measured
+			vr.MeanBatch = s.batch / gpuSecs
+			vr.KVUtilization = s.kv / gpuSecs
+		}
+		vr.MaxKVUtilization = s.maxKV
+		if s.pagedSlots > 0 {
+			vr.KVWastePagedPct = 100 * (s.pagedSlots - s.held) / s.pagedSlots
+		}
+		for k, l := range sc.ContiguousMaxLen {
+			c := Contiguous{MaxLen: l, SequencesPerGPU: vr.KVPages / ((l + pt - 1) / pt)}
+			if s.contig[k] > 0 {
+				c.WastePct = 100 * (s.contig[k] - s.held) / s.contig[k]
+			}
+			vr.Contiguous = append(vr.Contiguous, c)
+		}
+		if v.Claims != (Claims{}) {
+			vr.Claims = &ClaimsReport{v.Claims.PagedSequencesPerGPU, v.Claims.ContiguousSequencesPerGPU, v.Claims.TPOTP99Ms}
+		}
+		rep.Versions = append(rep.Versions, vr)
+	}
+	for i, t := range sc.Tenants {
+		ts := &f.ts[i]
+		rep.Tenants = append(rep.Tenants, TenantReport{Name: t.Name, Requests: ts.requests, Completed: ts.completed,
+			TTFT: latencyOf(ts.ttft), TPOT: latencyOf(ts.tpot)})
+	}
+	return rep
+}
+
+// The heap of pending replica events, earliest first, by index on a tie.
+
+func (f *fleet) before(a, b int) bool {
+	ta, tb := f.reps[a].at, f.reps[b].at
+	if ta != tb {
+		return ta < tb
+	}
+	return a < b
+}
+
+func (f *fleet) push(r int) {
+	f.reps[r].scheduled = true
+	h := append(f.heap, r)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !f.before(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	f.heap = h
+}
+
+func (f *fleet) pop() int {
+	h := f.heap
+	r := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < len(h) && f.before(h[l], h[m]) {
+			m = l
+		}
+		if l+1 < len(h) && f.before(h[l+1], h[m]) {
+			m = l + 1
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	f.heap = h
+	f.reps[r].scheduled = false
+	return r
+}
