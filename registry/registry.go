@@ -22,6 +22,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/sim"
 	"modelplane/validate"
 )
 
@@ -263,8 +264,12 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
 	if spec.Lineage.ParentVersion != "" {
 		validate.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
 	}
-	if len(spec.Sim) > 0 && (!json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{') {
-		errs.Add("metadata.sim", "must be a JSON object")
+	if len(spec.Sim) > 0 {
+		if !json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{' {
+			errs.Add("metadata.sim", "must be a JSON object")
+		} else if _, err := sim.ParseProfile(spec.Sim); err != nil {
+			errs.Add("metadata.sim", "%s", strings.TrimPrefix(err.Error(), sim.ErrInvalidProfile.Error()+": "))
+		}
 	}
 }
 

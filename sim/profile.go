@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
+	"strings"
 )
 
 // Profile is a model version's "sim" profile: the JSON object stored with the
@@ -209,6 +211,15 @@ func ParseProfile(data []byte) (Profile, error) {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Profile{}, fmt.Errorf("%w: data after the profile object", ErrInvalidProfile)
+	}
+	// encoding/json matches field names ignoring case, so a misspelt
+	// "Decode_Base_MS" would pass DisallowUnknownFields: check exact names.
+	var raw any
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Profile{}, fmt.Errorf("%w: %w", ErrInvalidProfile, err)
+	}
+	if err := exactKeys("", raw, reflect.TypeFor[Profile]()); err != nil {
+		return Profile{}, err
 	}
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
@@ -479,4 +490,38 @@ func finite(xs ...float64) bool {
 		}
 	}
 	return true
+}
+
+// exactKeys refuses an object key that is not exactly a JSON field name of
+// the struct type t, recursing into struct-typed fields. Types with their
+// own key sets (ClassBalance's labels) are not checked here.
+func exactKeys(path string, v any, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	obj, ok := v.(map[string]any)
+	if !ok || t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for k, sub := range obj {
+		key := k
+		if path != "" {
+			key = path + "." + k
+		}
+		ft, ok := fields[k]
+		if !ok {
+			return fmt.Errorf("%w: unknown key %q", ErrInvalidProfile, key)
+		}
+		if err := exactKeys(key, sub, ft); err != nil {
+			return err
+		}
+	}
+	return nil
 }

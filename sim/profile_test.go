@@ -250,3 +250,19 @@ func FuzzParseProfile(f *testing.F) {
 		}
 	})
 }
+
+// Keys must match exactly: encoding/json alone would accept any case.
+func TestParseProfileExactKeys(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		`{"Decode_Base_MS":12,"kv_mb_per_token":0.8,"usable_gb":13}`,
+		`{"latency_ms":{"P50":1,"p99":3}}`,
+	} {
+		if _, err := ParseProfile([]byte(in)); !errors.Is(err, ErrInvalidProfile) {
+			t.Errorf("ParseProfile(%s) = %v; want ErrInvalidProfile", in, err)
+		}
+	}
+	if _, err := ParseProfile([]byte(`{"latency_ms":{"p50":1,"p99":3},"class_balance":{"Legit":0.9,"Fraud":0.1}}`)); err != nil {
+		t.Errorf("class labels are free-form, got %v", err)
+	}
+}
