@@ -193,23 +193,23 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 	return items, nil
 }
 
-const modelVersionListByModel = `-- name: ModelVersionListByModel :many
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at FROM model_versions
-WHERE model_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[])) AND id > $4
-ORDER BY id LIMIT $5
+const modelVersionListByModelName = `-- name: ModelVersionListByModelName :many
+SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at FROM model_versions v JOIN models m ON m.id = v.model_id
+WHERE m.name = $1 AND ($2::boolean OR v.team_id = ANY($3::bigint[])) AND v.id > $4
+ORDER BY v.id LIMIT $5
 `
 
-type ModelVersionListByModelParams struct {
-	ModelID  int64
-	AllTeams bool
-	TeamIDs  []int64
-	AfterID  int64
-	Lim      int32
+type ModelVersionListByModelNameParams struct {
+	ModelName string
+	AllTeams  bool
+	TeamIDs   []int64
+	AfterID   int64
+	Lim       int32
 }
 
-func (q *Queries) ModelVersionListByModel(ctx context.Context, arg ModelVersionListByModelParams) ([]ModelVersion, error) {
-	rows, err := q.db.Query(ctx, modelVersionListByModel,
-		arg.ModelID,
+func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVersionListByModelNameParams) ([]ModelVersion, error) {
+	rows, err := q.db.Query(ctx, modelVersionListByModelName,
+		arg.ModelName,
 		arg.AllTeams,
 		arg.TeamIDs,
 		arg.AfterID,

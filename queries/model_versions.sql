@@ -11,12 +11,12 @@ RETURNING *;
 SELECT * FROM model_versions
 WHERE model_id = @model_id AND name = @name AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
 
--- name: ModelVersionListByModel :many
-SELECT * FROM model_versions
-WHERE model_id = @model_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[])) AND id > @after_id
-ORDER BY id LIMIT @lim;
-
 -- name: ModelVersionListAllByModel :many
 SELECT * FROM model_versions
 WHERE model_id = @model_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
 ORDER BY id;
+
+-- name: ModelVersionListByModelName :many
+SELECT v.* FROM model_versions v JOIN models m ON m.id = v.model_id
+WHERE m.name = @model_name AND (@all_teams::boolean OR v.team_id = ANY(@team_ids::bigint[])) AND v.id > @after_id
+ORDER BY v.id LIMIT @lim;

@@ -389,14 +389,17 @@ func (s *Service) Version(ctx context.Context, p *auth.Principal, model, name st
 
 // Versions lists a model's versions after the given id.
 func (s *Service) Versions(ctx context.Context, p *auth.Principal, model string, afterID int64, limit int) ([]Version, error) {
-	m, err := s.Model(ctx, p, model)
-	if err != nil {
-		return nil, err
-	}
 	all, ids := p.Scope()
-	rows, err := db.New(s.pool).ModelVersionListByModel(ctx, db.ModelVersionListByModelParams{ModelID: m.ID, AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
+	rows, err := db.New(s.pool).ModelVersionListByModelName(ctx, db.ModelVersionListByModelNameParams{ModelName: model, AllTeams: all, TeamIDs: ids, AfterID: afterID, Lim: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	if len(rows) == 0 {
+		// An empty page: the model may have no (more) versions, or not be
+		// visible at all, which is a 404.
+		if _, err := s.Model(ctx, p, model); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]Version, len(rows))
 	for i, r := range rows {
