@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"modelplane/sim"
 )
 
 // Task is what a version does; the values are the registry's task names.
@@ -52,7 +54,9 @@ type Config struct {
 	// Seed makes every draw reproducible: the same seed and input give the
 	// same prediction, latency, failure and generated text.
 	Seed uint64
-	// Engine generates tokens; required for TaskLLM, unused otherwise.
+	// Engine generates tokens for TaskLLM (unused otherwise). Nil means
+	// the real scheduler: sim.Scheduler with the paged KV cache, built from
+	// Profile and Seed.
 	Engine Engine
 
 	// LoadDelay is how long the model takes to "load" after Start: until it
@@ -199,6 +203,17 @@ type Server struct {
 // New checks cfg and parses the profile. It starts nothing.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
+	if cfg.Task == TaskLLM && cfg.Engine == nil {
+		p, err := sim.ParseProfile(cfg.Profile)
+		if err != nil {
+			return nil, fmt.Errorf("replica config: %w", err)
+		}
+		s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: cfg.Seed})
+		if err != nil {
+			return nil, fmt.Errorf("replica config: %w", err)
+		}
+		cfg.Engine = NewSchedulerEngine(s)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("replica config: %w", err)
 	}

@@ -25,7 +25,7 @@ func TestNewValidates(t *testing.T) {
 		{"no replica id", func(c *Config) { c.ReplicaID = "" }, "replica id"},
 		{"no version", func(c *Config) { c.Version = "" }, "version"},
 		{"unknown task", func(c *Config) { c.Task = "ranking" }, "task"},
-		{"llm without engine", func(c *Config) { c.Task = TaskLLM }, "engine"},
+		{"llm with a classifier profile and no engine", func(c *Config) { c.Task = TaskLLM }, "not an LLM profile"},
 		{"negative load delay", func(c *Config) { c.LoadDelay = -time.Second }, "load delay"},
 		{"profile not json", func(c *Config) { c.Profile = json.RawMessage(`{`) }, "sim profile"},
 		{"p99 below p50", func(c *Config) { c.Profile = json.RawMessage(`{"latency_ms":{"p50":10,"p99":5}}`) }, "latency_ms"},

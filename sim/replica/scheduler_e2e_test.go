@@ -55,3 +55,17 @@ func TestChatOverRealScheduler(t *testing.T) {
 	wg.Wait()
 	waitFor(t, "KV cache empty", func() bool { return srv.Stats().KVPagesUsed == 0 })
 }
+
+// Without an Engine an llm replica runs the real scheduler from its profile.
+func TestLLMReplicaDefaultsToScheduler(t *testing.T) {
+	t.Parallel()
+	profile := `{"prefill_ms_per_token":0.001,"decode_base_ms":0.2,"decode_ms_per_seq":0.01,"kv_mb_per_token":0.8,"usable_gb":0.2}`
+	srv, base := startReady(t, Config{Task: TaskLLM, Version: "v42", Profile: json.RawMessage(profile), Seed: 1})
+	code, _, raw := post(t, newClient(t), base+"/v1/chat/completions", chatBody("hello", 20, false))
+	if code != http.StatusOK || !strings.Contains(string(raw), `"completion_tokens":20`) {
+		t.Fatalf("chat = %d %s; want 200 with 20 completion tokens", code, raw)
+	}
+	if st := srv.Stats(); st.KVPagesTotal == 0 {
+		t.Errorf("stats show no KV cache: %+v", st)
+	}
+}
