@@ -22,6 +22,7 @@ generate:
 
 bench: deps build
 	./$(BIN) bench api --json
+	./$(BIN) bench engine --json
 
 deps:
 	./scripts/install-deps.sh
