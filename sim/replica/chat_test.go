@@ -318,7 +318,7 @@ func TestChatQueueFull(t *testing.T) {
 
 func TestChatErrorRate(t *testing.T) {
 	t.Parallel()
-	_, base := startLLM(t, newTestEngine(), func(c *Config) { c.Profile = json.RawMessage(`{"error_rate":0.5,"decode_base_ms":12}`) })
+	_, base := startLLM(t, newTestEngine(), func(c *Config) { c.Profile = json.RawMessage(`{"error_rate":0.5,` + llmProfile[1:]) })
 	c := newClient(t)
 	failed := 0
 	const n = 200

@@ -1,82 +1,30 @@
 package replica
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
+
+	"modelplane/sim"
 )
 
-// profile is the part of a version's sim profile that predict and the error
-// injection read. Unknown keys, the LLM step-time keys among them, are
-// ignored, so one profile type serves every task.
+// A replica reads its version's sim profile with sim.ParseProfile, so the
+// keys, their exact spelling and their checks are those of sim.Profile;
+// unknown keys are refused. Beyond that the task decides which profiles fit:
+//
+//   - classification and regression: a predictor profile (latency_ms,
+//     error_rate, score, value, class_balance); LLM keys are refused.
+//   - llm: an LLM profile; the predictor keys are refused. Predict's draws are
+//     unused, only error_rate is read. Without an injected Engine the profile
+//     must also drive a sim.Scheduler (see New).
 //
 //	{"latency_ms":{"p50":8,"p99":21}, "error_rate":0.001,
-//	 "score":{"mean":0.12,"sd":0.18}, "class_balance":{"legit":0.97,"fraud":0.03},
-//	 "value":{"mean":3.2,"sd":0.9}}
+//	 "score":{"mean":0.12,"sd":0.18}, "class_balance":{"legit":0.97,"fraud":0.03}}
 //
-// "value" is for regressors; a regressor without it uses "score".
-type profile struct {
-	Latency      *percentiles `json:"latency_ms"`
-	ErrorRate    float64      `json:"error_rate"`
-	Score        *moments     `json:"score"`
-	Value        *moments     `json:"value"`
-	ClassBalance classBalance `json:"class_balance"`
-}
-
-type percentiles struct {
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99"`
-}
-
-type moments struct {
-	Mean float64 `json:"mean"`
-	SD   float64 `json:"sd"`
-}
-
-// classShare is one class and its share of predictions.
-type classShare struct {
-	Label string
-	Share float64
-}
-
-// classBalance keeps the classes in the order the profile lists them: the
-// order decides which class gets the highest scores (the last one).
-type classBalance []classShare
-
-func (c *classBalance) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
-		*c = nil
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return errors.New("must be an object of class to share")
-	}
-	seen := map[string]bool{}
-	var out classBalance
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		label := t.(string) // object keys are always strings
-		var share float64
-		if err := dec.Decode(&share); err != nil {
-			return fmt.Errorf("class %q: share must be a number", label)
-		}
-		if seen[label] {
-			return fmt.Errorf("class %q listed twice", label)
-		}
-		seen[label] = true
-		out = append(out, classShare{Label: label, Share: share})
-	}
-	*c = out
-	return nil
-}
+// "value" is for regressors; a regressor without it uses "score", and
+// without either N(0, 1).
 
 // behaviour is a parsed, validated profile ready to draw from.
 type behaviour struct {
@@ -85,59 +33,58 @@ type behaviour struct {
 	score     beta
 	// bands are the classes with cumulative upper bounds of the score
 	// quantile, in profile order; the last bound is 1.
-	bands []classShare
-	value moments
+	bands []sim.ClassShare
+	value sim.Moments
 }
 
 // Defaults for profiles that leave a key out.
 var (
-	defaultScore = moments{Mean: 0.5, SD: 0.25}
-	defaultValue = moments{Mean: 0, SD: 1}
+	defaultScore = sim.Moments{Mean: 0.5, SD: 0.25}
+	defaultValue = sim.Moments{Mean: 0, SD: 1}
 )
 
 // parseProfile reads and checks a sim profile for the given task. An empty
 // profile means no latency, no errors and the default distributions.
-func parseProfile(raw json.RawMessage, task Task) (behaviour, error) {
-	var p profile
-	if len(bytes.TrimSpace(raw)) > 0 {
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return behaviour{}, fmt.Errorf("sim profile: %w", err)
-		}
+func parseProfile(raw json.RawMessage, task Task) (sim.Profile, behaviour, error) {
+	p, err := sim.ParseProfile(raw)
+	if err != nil {
+		return sim.Profile{}, behaviour{}, err
 	}
-	var b behaviour
-	if l := p.Latency; l != nil {
-		if !finite(l.P50, l.P99) || l.P50 < 0 || l.P99 < l.P50 {
-			return behaviour{}, errors.New("sim profile: latency_ms: want 0 <= p50 <= p99")
-		}
-		b.latency = fitLogNormal(l.P50, l.P99)
-	} else {
-		b.latency = fitLogNormal(0, 0)
+	b, err := newBehaviour(p, task)
+	if err != nil {
+		return sim.Profile{}, behaviour{}, fmt.Errorf("%w: %w", sim.ErrInvalidProfile, err)
 	}
-	if !finite(p.ErrorRate) || p.ErrorRate < 0 || p.ErrorRate > 1 {
-		return behaviour{}, errors.New("sim profile: error_rate: want a share between 0 and 1")
-	}
-	b.errorRate = p.ErrorRate
+	return p, b, nil
+}
+
+// newBehaviour turns a parsed, validated profile into the task's draws. It
+// checks only what sim.Profile.Validate leaves to the task.
+func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
+	b := behaviour{errorRate: p.ErrorRate, latency: fitLogNormal(0, 0)}
 	if task == TaskLLM {
+		if p.LatencyMs != nil || p.Score != nil || p.Value != nil || p.ClassBalance != nil {
+			return behaviour{}, errors.New("not an LLM profile: latency_ms, score, value and class_balance are for classifiers and regressors")
+		}
 		return b, nil
 	}
-
-	score := defaultScore
-	if p.Score != nil {
-		score = *p.Score
+	if p.IsLLM() {
+		return behaviour{}, fmt.Errorf("an LLM profile (step-time or KV-cache keys) does not fit a %s replica", task)
+	}
+	if l := p.LatencyMs; l != nil {
+		b.latency = fitLogNormal(l.P50, l.P99)
 	}
 	if task == TaskClassification {
-		if !finite(score.Mean, score.SD) || score.Mean <= 0 || score.Mean >= 1 || score.SD <= 0 {
-			return behaviour{}, errors.New("sim profile: score: want 0 < mean < 1 and sd > 0")
+		score := defaultScore
+		if p.Score != nil {
+			score = *p.Score
+		}
+		if score.Mean <= 0 || score.Mean >= 1 || score.SD <= 0 {
+			return behaviour{}, errors.New("score: want 0 < mean < 1 and sd > 0")
 		}
 		b.score = fitBeta(score.Mean, score.SD)
-		bands, err := cumulative(p.ClassBalance)
-		if err != nil {
-			return behaviour{}, err
-		}
-		b.bands = bands
+		b.bands = cumulative(p.ClassBalance)
 		return b, nil
 	}
-
 	b.value = defaultValue
 	switch {
 	case p.Value != nil:
@@ -145,46 +92,29 @@ func parseProfile(raw json.RawMessage, task Task) (behaviour, error) {
 	case p.Score != nil:
 		b.value = *p.Score
 	}
-	if !finite(b.value.Mean, b.value.SD) || b.value.SD < 0 {
-		return behaviour{}, errors.New("sim profile: value: want a finite mean and sd >= 0")
-	}
 	return b, nil
 }
 
-// cumulative normalises the class shares and turns them into bands. Without
-// classes the labels are "negative" and "positive" split at a score of 0.5,
-// which the caller handles by the empty result.
-func cumulative(classes classBalance) ([]classShare, error) {
+// cumulative normalises the class shares, which sim.Profile.Validate has
+// checked (finite, >= 0, a positive sum, no label twice), and turns them into
+// bands. Without classes the labels are "negative" and "positive" split at a
+// score of 0.5, which the caller handles by the empty result.
+func cumulative(classes sim.ClassBalance) []sim.ClassShare {
 	if len(classes) == 0 {
-		return nil, nil
+		return nil
 	}
 	var sum float64
 	for _, c := range classes {
-		if !finite(c.Share) || c.Share < 0 {
-			return nil, fmt.Errorf("sim profile: class_balance: class %q: want a share >= 0", c.Label)
-		}
 		sum += c.Share
 	}
-	if sum <= 0 {
-		return nil, errors.New("sim profile: class_balance: shares add up to 0")
-	}
-	bands := make([]classShare, len(classes))
+	bands := make([]sim.ClassShare, len(classes))
 	var acc float64
 	for i, c := range classes {
 		acc += c.Share / sum
-		bands[i] = classShare{Label: c.Label, Share: acc}
+		bands[i] = sim.ClassShare{Label: c.Label, Share: acc}
 	}
 	bands[len(bands)-1].Share = 1
-	return bands, nil
-}
-
-func finite(xs ...float64) bool {
-	for _, x := range xs {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return false
-		}
-	}
-	return true
+	return bands
 }
 
 // classification is one classifier output.

@@ -48,8 +48,8 @@ type Config struct {
 	Endpoint  string
 	Version   string
 	Task      Task
-	// Profile is the version's sim profile JSON; see profile.go for the keys
-	// predict reads. Keys it does not know are ignored.
+	// Profile is the version's sim profile JSON, read by sim.ParseProfile:
+	// unknown keys are refused. Its kind must fit Task; see profile.go.
 	Profile json.RawMessage
 	// Seed makes every draw reproducible: the same seed and input give the
 	// same prediction, latency, failure and generated text.
@@ -203,11 +203,11 @@ type Server struct {
 // New checks cfg and parses the profile. It starts nothing.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
+	p, model, err := parseProfile(cfg.Profile, cfg.Task)
+	if err != nil {
+		return nil, fmt.Errorf("replica config: %w", err)
+	}
 	if cfg.Task == TaskLLM && cfg.Engine == nil {
-		p, err := sim.ParseProfile(cfg.Profile)
-		if err != nil {
-			return nil, fmt.Errorf("replica config: %w", err)
-		}
 		s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: cfg.Seed})
 		if err != nil {
 			return nil, fmt.Errorf("replica config: %w", err)
@@ -215,10 +215,6 @@ func New(cfg Config) (*Server, error) {
 		cfg.Engine = NewSchedulerEngine(s)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("replica config: %w", err)
-	}
-	model, err := parseProfile(cfg.Profile, cfg.Task)
-	if err != nil {
 		return nil, fmt.Errorf("replica config: %w", err)
 	}
 	s := &Server{

@@ -20,7 +20,12 @@ func TestNewValidates(t *testing.T) {
 		{"valid classifier", func(*Config) {}, ""},
 		{"valid regressor", func(c *Config) { c.Task, c.Profile = TaskRegression, json.RawMessage(regressorProfile) }, ""},
 		{"valid llm", func(c *Config) { c.Task, c.Profile, c.Engine = TaskLLM, json.RawMessage(llmProfile), newTestEngine() }, ""},
-		{"classifier tolerates llm keys", func(c *Config) { c.Profile = json.RawMessage(llmProfile) }, ""},
+		{"classifier with an llm profile", func(c *Config) { c.Profile = json.RawMessage(llmProfile) }, "LLM profile"},
+		{"regressor with an llm profile", func(c *Config) { c.Task, c.Profile = TaskRegression, json.RawMessage(llmProfile) }, "LLM profile"},
+		{"llm with a classifier profile and an engine", func(c *Config) { c.Task, c.Engine = TaskLLM, newTestEngine() }, "not an LLM profile"},
+		{"unknown key", func(c *Config) { c.Profile = json.RawMessage(`{"scores":{"mean":0.5,"sd":0.1}}`) }, `"scores"`},
+		{"key in the wrong case", func(c *Config) { c.Profile = json.RawMessage(`{"Error_Rate":0.1}`) }, `"Error_Rate"`},
+		{"unknown nested key", func(c *Config) { c.Profile = json.RawMessage(`{"latency_ms":{"p50":1,"p95":3}}`) }, `"p95"`},
 		{"empty profile", func(c *Config) { c.Profile = nil }, ""},
 		{"no replica id", func(c *Config) { c.ReplicaID = "" }, "replica id"},
 		{"no version", func(c *Config) { c.Version = "" }, "version"},
@@ -36,6 +41,8 @@ func TestNewValidates(t *testing.T) {
 		{"class listed twice", func(c *Config) { c.Profile = json.RawMessage(`{"class_balance":{"a":0.5,"a":0.5}}`) }, "twice"},
 		{"class balance not an object", func(c *Config) { c.Profile = json.RawMessage(`{"class_balance":[1]}`) }, "object"},
 		{"negative value sd", func(c *Config) { c.Task, c.Profile = TaskRegression, json.RawMessage(`{"value":{"mean":1,"sd":-1}}`) }, "value"},
+		{"regressor falling back to a bad score", func(c *Config) { c.Task, c.Profile = TaskRegression, json.RawMessage(`{"score":{"mean":1,"sd":-1}}`) }, "score"},
+		{"class shares adding up to 0", func(c *Config) { c.Profile = json.RawMessage(`{"class_balance":{"a":0,"b":0}}`) }, "class_balance"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
