@@ -192,6 +192,19 @@ func (s *Service) get(ctx context.Context, q *db.Queries, p *auth.Principal, nam
 	return fromRow(r), nil
 }
 
+// getForWrite loads an endpoint the caller may change: one it cannot see is
+// not found, one it only reads is forbidden.
+func (s *Service) getForWrite(ctx context.Context, q *db.Queries, p *auth.Principal, name string) (Endpoint, error) {
+	e, err := s.get(ctx, q, p, name)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if !p.CanWrite(e.TeamID) {
+		return Endpoint{}, auth.ErrForbidden
+	}
+	return e, nil
+}
+
 // Get returns an endpoint visible to the caller, with its traffic split.
 func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endpoint, error) {
 	return s.get(ctx, db.New(s.pool), p, name)
@@ -221,12 +234,9 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 	all, ids := p.Scope()
 	var out Endpoint
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		before, err := s.get(ctx, q, p, name)
+		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
 			return err
-		}
-		if !p.CanWrite(before.TeamID) {
-			return auth.ErrForbidden
 		}
 		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,
 			MinReplicas: set.MinReplicas, MaxReplicas: set.MaxReplicas, Tier: set.Tier, SamplingRate: set.SamplingRate,
@@ -248,12 +258,9 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) error {
 	all, ids := p.Scope()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		before, err := s.get(ctx, q, p, name)
+		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
 			return err
-		}
-		if !p.CanWrite(before.TeamID) {
-			return auth.ErrForbidden
 		}
 		if _, err := q.EndpointDelete(ctx, db.EndpointDeleteParams{ID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
@@ -294,22 +301,15 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	all, ids := p.Scope()
 	var out Endpoint
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		before, err := s.get(ctx, q, p, name)
+		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
 			return err
-		}
-		if !p.CanWrite(before.TeamID) {
-			return auth.ErrForbidden
-		}
-		r, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: name, AllTeams: all, TeamIDs: ids})
-		if err != nil {
-			return db.Interpret(err)
 		}
 		if err := q.RoutingRuleDeleteByEndpoint(ctx, db.RoutingRuleDeleteByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
 		}
 		for i, w := range weights {
-			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: r.ModelID, Name: w.Version, AllTeams: all, TeamIDs: ids})
+			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: before.ModelID, Name: w.Version, AllTeams: all, TeamIDs: ids})
 			if err != nil {
 				if errors.Is(db.Interpret(err), db.ErrNotFound) {
 					return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
