@@ -3,6 +3,8 @@ package app
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -88,7 +90,19 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	fmt.Fprintln(out, "starting PostgreSQL, ClickHouse and NATS under", dir)
-	pg, err := pgproc.Start(ctx, filepath.Join(dir, "postgres"))
+	pgDir := filepath.Join(dir, "postgres")
+	if err := pgproc.Reachable(pgDir); err != nil {
+		// Run as root from a directory the postgres user cannot enter (a
+		// checkout under /root): keep the cluster in a directory of its own,
+		// named after this state directory so the next run finds it again.
+		sum := sha256.Sum256([]byte(dir))
+		pgDir = filepath.Join("/var/lib/modelplane", hex.EncodeToString(sum[:8]), "postgres")
+		if err := os.MkdirAll(filepath.Dir(pgDir), 0o755); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "the postgres user cannot reach %s; PostgreSQL keeps its data in %s\n", dir, pgDir)
+	}
+	pg, err := pgproc.Start(ctx, pgDir)
 	if err != nil {
 		return err
 	}

@@ -128,6 +128,21 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	return s, nil
 }
 
+// Reachable reports whether PostgreSQL, run as the user Start would run it
+// as, can reach dir: as root it runs as "postgres", which cannot enter a
+// directory under, say, a 0700 home of root's.
+func Reachable(dir string) error {
+	cred, err := credential()
+	if err != nil || cred == nil {
+		return err
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	return checkReachable(dir, cred)
+}
+
 func checkReachable(dir string, cred *syscall.Credential) error {
 	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
