@@ -1,11 +1,8 @@
 package handlers
 
 import (
-	"bytes"
 	"encoding/base64"
-	"io"
 	"net/http"
-	"reflect"
 	"strconv"
 	"sync"
 
@@ -89,7 +86,3 @@ func page[T any](items []T, limit int, id func(T) int64) *List[T] {
 type One[T any] struct {
 	Body T
 }
-
-func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

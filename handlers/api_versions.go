@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
@@ -70,14 +72,14 @@ func (s *Server) registerVersions(api huma.API) {
 		Parameters: []*huma.Param{{Name: "model", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}},
 		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
 			"multipart/form-data": {Schema: &huma.Schema{Type: "object", Properties: map[string]*huma.Schema{
-				"metadata": reg.Schema(typeOf[registry.VersionSpec](), true, "VersionSpec"),
+				"metadata": reg.Schema(reflect.TypeFor[registry.VersionSpec](), true, "VersionSpec"),
 				"manifest": {Type: "object", AdditionalProperties: &huma.Schema{Type: "string"}},
 			}}},
-			"application/json": {Schema: reg.Schema(typeOf[versionJSON](), true, "VersionJSON")},
+			"application/json": {Schema: reg.Schema(reflect.TypeFor[versionJSON](), true, "VersionJSON")},
 		}},
 		Responses: map[string]*huma.Response{
-			"201":     {Description: "Registered", Content: map[string]*huma.MediaType{"application/json": {Schema: reg.Schema(typeOf[registry.Version](), true, "Version")}}},
-			"default": {Description: "Error", Content: map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(typeOf[huma.ErrorModel](), true, "ErrorModel")}}},
+			"201":     {Description: "Registered", Content: map[string]*huma.MediaType{"application/json": {Schema: reg.Schema(reflect.TypeFor[registry.Version](), true, "Version")}}},
+			"default": {Description: "Error", Content: map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")}}},
 		},
 	})
 }
@@ -146,7 +148,7 @@ func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model s
 		}
 		switch part.FormName() {
 		case "metadata":
-			dec := json.NewDecoder(bytesReader(b))
+			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&spec); err != nil {
 				return registry.Version{}, validate.Errors{{Field: "metadata", Message: "is not valid version metadata: " + err.Error()}}

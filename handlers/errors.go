@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -52,13 +51,14 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 	return http.StatusInternalServerError, "internal error", nil
 }
 
-// rejection keeps the artifact package's reason but not our wrapping.
+// rejection is the artifact package's "file: reason", without whatever
+// wrapping the error picked up on its way here.
 func rejection(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, "register version: "); i >= 0 {
-		msg = msg[i+len("register version: "):]
+	var r *artifact.Rejection
+	if errors.As(err, &r) {
+		return r.Error()
 	}
-	return msg
+	return err.Error()
 }
 
 // apiError turns a domain error into a huma problem response, logging 500s once.
