@@ -15,7 +15,7 @@ INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_r
     sampling_rate, retention_days)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10)
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error
 `
 
 type EndpointCreateParams struct {
@@ -60,6 +60,7 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		&i.Status,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.PlacementError,
 	)
 	return i, err
 }
@@ -83,7 +84,7 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
@@ -111,6 +112,7 @@ type EndpointGetRow struct {
 	Status          string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	PlacementError  string
 	TeamName        string
 	ModelName       string
 	ModelTask       string
@@ -135,6 +137,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.Status,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.PlacementError,
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
@@ -144,7 +147,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
@@ -174,6 +177,7 @@ type EndpointListRow struct {
 	Status          string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	PlacementError  string
 	TeamName        string
 	ModelName       string
 	ModelTask       string
@@ -209,6 +213,7 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.Status,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.PlacementError,
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
@@ -229,7 +234,7 @@ UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     max_replicas = $3, tier = $4, sampling_rate = $5,
     retention_days = $6, updated_at = now()
 WHERE id = $7 AND ($8::boolean OR team_id = ANY($9::bigint[]))
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error
 `
 
 type EndpointUpdateParams struct {
@@ -272,6 +277,7 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		&i.Status,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.PlacementError,
 	)
 	return i, err
 }

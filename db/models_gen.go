@@ -22,6 +22,13 @@ type APIKey struct {
 	RevokedAt  *time.Time
 }
 
+type Allocation struct {
+	NodeID    int64
+	Gpu       int32
+	Slice     int32
+	ReplicaID int64
+}
+
 type AuditLog struct {
 	ID         int64
 	At         time.Time
@@ -33,6 +40,16 @@ type AuditLog struct {
 	ObjectName string
 	Before     []byte
 	After      []byte
+}
+
+type CostRate struct {
+	ID            int64
+	GPUType       string
+	Profile       string
+	UusdPerHour   int64
+	EffectiveFrom time.Time
+	CreatedBy     string
+	CreatedAt     time.Time
 }
 
 type Endpoint struct {
@@ -50,6 +67,16 @@ type Endpoint struct {
 	Status          string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	PlacementError  string
+}
+
+type GpuSlice struct {
+	NodeID   int64
+	Gpu      int32
+	Slice    int32
+	GPUType  string
+	Profile  string
+	MemoryMb int32
 }
 
 type IdempotencyKey struct {
@@ -101,6 +128,21 @@ type ModelVersion struct {
 	CreatedAt      time.Time
 }
 
+type Node struct {
+	ID                int64
+	Name              string
+	State             string
+	BootID            string
+	LeaseSeconds      int32
+	LastHeartbeat     time.Time
+	RegisteredAt      time.Time
+	Inventory         []byte
+	GpuUse            []byte
+	Generation        int64
+	DesiredHash       string
+	AppliedGeneration int64
+}
+
 type OIDCLogin struct {
 	State        string
 	Nonce        string
@@ -115,6 +157,28 @@ type Outbox struct {
 	Payload     []byte
 	CreatedAt   time.Time
 	PublishedAt *time.Time
+}
+
+type Replica struct {
+	ID         int64
+	Name       string
+	TeamID     int64
+	EndpointID int64
+	VersionID  int64
+	NodeID     int64
+	GPUType    string
+	Profile    string
+	State      string
+	Addr       string
+	Reason     string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+type RouteEntry struct {
+	Endpoint   string
+	Generation int64
+	Hash       string
 }
 
 type RoutingRule struct {

@@ -121,7 +121,15 @@ func ClickHouse(ctx context.Context, conn driver.Conn) error {
 				return fmt.Errorf("migrate clickhouse %s: %w", m.name, err)
 			}
 		}
-		if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", uint32(m.version), m.name); err != nil {
+		// An INSERT with inline VALUES never answers on ClickHouse 18.16 over
+		// the native protocol; a batch with a column list does.
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name)")
+		if err == nil {
+			if err = b.Append(uint32(m.version), m.name); err == nil {
+				err = b.Send()
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("migrate clickhouse %s: %w", m.name, err)
 		}
 	}
