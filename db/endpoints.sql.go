@@ -229,6 +229,22 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 	return items, nil
 }
 
+const endpointSetPlacement = `-- name: EndpointSetPlacement :exec
+UPDATE endpoints SET status = $1, placement_error = $2
+WHERE id = $3 AND (status, placement_error) IS DISTINCT FROM ($1::text, $2::text)
+`
+
+type EndpointSetPlacementParams struct {
+	Status         string
+	PlacementError string
+	ID             int64
+}
+
+func (q *Queries) EndpointSetPlacement(ctx context.Context, arg EndpointSetPlacementParams) error {
+	_, err := q.db.Exec(ctx, endpointSetPlacement, arg.Status, arg.PlacementError, arg.ID)
+	return err
+}
+
 const endpointUpdate = `-- name: EndpointUpdate :one
 UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     max_replicas = $3, tier = $4, sampling_rate = $5,

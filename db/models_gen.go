@@ -24,7 +24,7 @@ type APIKey struct {
 
 type Allocation struct {
 	NodeID    int64
-	Gpu       int32
+	GPU       int32
 	Slice     int32
 	ReplicaID int64
 }
@@ -72,11 +72,11 @@ type Endpoint struct {
 
 type GpuSlice struct {
 	NodeID   int64
-	Gpu      int32
+	GPU      int32
 	Slice    int32
 	GPUType  string
 	Profile  string
-	MemoryMb int32
+	MemoryMB int32
 }
 
 type IdempotencyKey struct {
@@ -137,7 +137,7 @@ type Node struct {
 	LastHeartbeat     time.Time
 	RegisteredAt      time.Time
 	Inventory         []byte
-	GpuUse            []byte
+	GPUUse            []byte
 	Generation        int64
 	DesiredHash       string
 	AppliedGeneration int64

@@ -7,7 +7,20 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const outboxDeletePublished = `-- name: OutboxDeletePublished :execrows
+DELETE FROM outbox WHERE published_at < $1::timestamptz
+`
+
+func (q *Queries) OutboxDeletePublished(ctx context.Context, before time.Time) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeletePublished, before)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const outboxInsert = `-- name: OutboxInsert :one
 INSERT INTO outbox (subject, payload) VALUES ($1, $2) RETURNING id
@@ -31,6 +44,15 @@ UPDATE outbox SET published_at = now() WHERE id = $1
 
 func (q *Queries) OutboxMarkPublished(ctx context.Context, id int64) error {
 	_, err := q.db.Exec(ctx, outboxMarkPublished, id)
+	return err
+}
+
+const outboxMarkPublishedMany = `-- name: OutboxMarkPublishedMany :exec
+UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) OutboxMarkPublishedMany(ctx context.Context, ids []int64) error {
+	_, err := q.db.Exec(ctx, outboxMarkPublishedMany, ids)
 	return err
 }
 

@@ -39,3 +39,69 @@ func (q *Queries) RoutingRuleInsert(ctx context.Context, arg RoutingRuleInsertPa
 	_, err := q.db.Exec(ctx, routingRuleInsert, arg.EndpointID, arg.VersionID, arg.Weight)
 	return err
 }
+
+const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
+       e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
+       v.gpu_memory_mb, v.gpu_type, r.weight
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+ORDER BY e.id, v.id
+`
+
+type RoutingRuleListForPlacementRow struct {
+	EndpointID      int64
+	Endpoint        string
+	TeamID          int64
+	Team            string
+	Tier            string
+	InstanceProfile string
+	MinReplicas     int32
+	Model           string
+	Task            string
+	VersionID       int64
+	Version         string
+	GPUCount        int32
+	GPUMemoryMB     int32
+	GPUType         string
+	Weight          int32
+}
+
+func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
+	rows, err := q.db.Query(ctx, routingRuleListForPlacement)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingRuleListForPlacementRow{}
+	for rows.Next() {
+		var i RoutingRuleListForPlacementRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Endpoint,
+			&i.TeamID,
+			&i.Team,
+			&i.Tier,
+			&i.InstanceProfile,
+			&i.MinReplicas,
+			&i.Model,
+			&i.Task,
+			&i.VersionID,
+			&i.Version,
+			&i.GPUCount,
+			&i.GPUMemoryMB,
+			&i.GPUType,
+			&i.Weight,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -20,6 +20,7 @@ var teamOwned = map[string]bool{
 	"endpoints":      true,
 	"routing_rules":  true,
 	"audit_log":      true,
+	"replicas":       true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -43,6 +44,19 @@ var unscoped = map[string]string{
 	"TeamMemberDelete":     "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
 	"TeamMemberListByTeam": "tenant.Members resolved the team with TeamGetScoped first",
 	"TeamAdminCount":       "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+
+	// The fleet's control loops act for the platform, not for a caller: they
+	// read and write every team's replicas by design (fleet package).
+	"EndpointSetPlacement":        "fleet reconciler: writes the placement outcome of every endpoint; no caller",
+	"GPUSliceListReady":           "fleet reconciler: placement sees the whole fleet and every slice's owner; no caller",
+	"GPUSliceListByNode":          "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",
+	"ReplicaListAll":              "fleet reconciler: desired state of every node and the routing table of every endpoint; no caller",
+	"ReplicaInsertMany":           "fleet reconciler: places replicas for every endpoint; team ids come from RoutingRuleListForPlacement",
+	"ReplicaDeleteByIDs":          "fleet reconciler: scales down or removes replicas it listed with ReplicaListAll",
+	"ReplicaDeleteOnLostNodes":    "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",
+	"ReplicaDeleteByNode":         "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",
+	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
+	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",

@@ -30,24 +30,44 @@ var InstanceProfiles = []string{"gpu-a100-80gb", "gpu-h100-80gb", "mig-1g.10gb",
 
 // Endpoint is a served endpoint.
 type Endpoint struct {
-	ID              int64     `json:"-"`
-	TeamID          int64     `json:"-"`
-	ModelID         int64     `json:"-"`
-	Name            string    `json:"name"`
-	Team            string    `json:"team"`
-	Model           string    `json:"model"`
-	Task            string    `json:"task"`
-	Runtime         string    `json:"runtime"`
-	InstanceProfile string    `json:"instance_profile"`
-	MinReplicas     int32     `json:"min_replicas"`
-	MaxReplicas     int32     `json:"max_replicas"`
-	Tier            string    `json:"tier"`
-	SamplingRate    float64   `json:"sampling_rate"`
-	RetentionDays   int32     `json:"retention_days"`
-	Status          string    `json:"status"`
-	Traffic         []Weight  `json:"traffic"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	ID              int64   `json:"-"`
+	TeamID          int64   `json:"-"`
+	ModelID         int64   `json:"-"`
+	Name            string  `json:"name"`
+	Team            string  `json:"team"`
+	Model           string  `json:"model"`
+	Task            string  `json:"task"`
+	Runtime         string  `json:"runtime"`
+	InstanceProfile string  `json:"instance_profile"`
+	MinReplicas     int32   `json:"min_replicas"`
+	MaxReplicas     int32   `json:"max_replicas"`
+	Tier            string  `json:"tier"`
+	SamplingRate    float64 `json:"sampling_rate"`
+	RetentionDays   int32   `json:"retention_days"`
+	Status          string  `json:"status"`
+	// PlacementError says why replicas could not be placed; empty when they were.
+	PlacementError string   `json:"placement_error"`
+	Traffic        []Weight `json:"traffic"`
+	// Replicas are filled by Get only.
+	Replicas  []Replica `json:"replicas,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Replica is one running (or starting) copy of a version, where it runs and
+// the GPU slices it holds.
+type Replica struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	Node      string    `json:"node"`
+	State     string    `json:"state"`
+	Addr      string    `json:"addr,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	GPUType   string    `json:"gpu_type"`
+	Profile   string    `json:"profile"`
+	Slots     []string  `json:"slots"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Weight is one version's share of traffic, in percent.
@@ -175,7 +195,7 @@ func teamName(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int6
 func fromRow(r db.EndpointGetRow) Endpoint {
 	e := Endpoint{ID: r.ID, TeamID: r.TeamID, ModelID: r.ModelID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
 		Runtime: r.Runtime, InstanceProfile: r.InstanceProfile, MinReplicas: r.MinReplicas, MaxReplicas: r.MaxReplicas,
-		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, PlacementError: r.PlacementError, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	// The query aggregates the traffic rules as JSON it built itself.
 	if err := json.Unmarshal([]byte(r.Traffic), &e.Traffic); err != nil || e.Traffic == nil {
 		e.Traffic = []Weight{}
@@ -205,9 +225,28 @@ func (s *Service) getForWrite(ctx context.Context, q *db.Queries, p *auth.Princi
 	return e, nil
 }
 
-// Get returns an endpoint visible to the caller, with its traffic split.
+// Get returns an endpoint visible to the caller, with its traffic split and
+// its replicas.
 func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endpoint, error) {
-	return s.get(ctx, db.New(s.pool), p, name)
+	q := db.New(s.pool)
+	e, err := s.get(ctx, q, p, name)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	all, ids := p.Scope()
+	rows, err := q.ReplicaListByEndpoint(ctx, db.ReplicaListByEndpointParams{EndpointID: e.ID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %s replicas: %w", name, err)
+	}
+	e.Replicas = make([]Replica, len(rows))
+	for i, r := range rows {
+		e.Replicas[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
+			GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{}}
+		for j := range r.SlotGpus {
+			e.Replicas[i].Slots = append(e.Replicas[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
+		}
+	}
+	return e, nil
 }
 
 // List returns the endpoints visible to the caller, after the given id.

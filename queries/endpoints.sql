@@ -29,3 +29,7 @@ RETURNING *;
 
 -- name: EndpointDelete :execrows
 DELETE FROM endpoints WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: EndpointSetPlacement :exec
+UPDATE endpoints SET status = @status, placement_error = @placement_error
+WHERE id = @id AND (status, placement_error) IS DISTINCT FROM (@status::text, @placement_error::text);

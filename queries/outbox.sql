@@ -6,3 +6,9 @@ SELECT * FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT @lim;
 
 -- name: OutboxMarkPublished :exec
 UPDATE outbox SET published_at = now() WHERE id = @id;
+
+-- name: OutboxMarkPublishedMany :exec
+UPDATE outbox SET published_at = now() WHERE id = ANY(@ids::bigint[]);
+
+-- name: OutboxDeletePublished :execrows
+DELETE FROM outbox WHERE published_at < @before::timestamptz;

@@ -4,3 +4,14 @@ WHERE r.endpoint_id = @endpoint_id AND e.id = r.endpoint_id AND (@all_teams::boo
 
 -- name: RoutingRuleInsert :exec
 INSERT INTO routing_rules (endpoint_id, version_id, weight) VALUES (@endpoint_id, @version_id, @weight);
+
+-- name: RoutingRuleListForPlacement :many
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
+       e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
+       v.gpu_memory_mb, v.gpu_type, r.weight
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+ORDER BY e.id, v.id;

@@ -1,0 +1,58 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Controller runs reconcile passes: whenever woken (a heartbeat changed a
+// replica's state, an endpoint changed) and at least every interval (node
+// leases expire without any event).
+type Controller struct {
+	fleet    *Fleet
+	log      *slog.Logger
+	interval time.Duration
+	// watchingSince is when this process started receiving heartbeats.
+	watchingSince time.Time
+	// published is called after a pass wrote to the outbox (it wakes the relay).
+	published func()
+	wake      chan struct{}
+}
+
+// NewController returns a Controller. watchingSince is when this process's
+// Intake started; published is called when a pass wrote outbox rows.
+func NewController(f *Fleet, log *slog.Logger, interval time.Duration, watchingSince time.Time, published func()) *Controller {
+	return &Controller{fleet: f, log: log, interval: interval, watchingSince: watchingSince, published: published, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a pass now.
+func (c *Controller) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends. Run it under a leader lease (db.Lead).
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		pass, err := c.fleet.Reconcile(pctx, c.watchingSince)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.log.Warn("fleet reconcile", slog.String("error", err.Error()))
+		case err == nil && pass.Wrote() && c.published != nil:
+			c.published()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,12 @@
+// Package fleet is the control plane's side of the GPU fleet: it records what
+// node agents report (inventory, heartbeats, replica states), turns each
+// endpoint's demand into replicas placed by package placement, marks silent
+// nodes lost and places their replicas elsewhere, and writes the desired state
+// of every node (KV mp_desired) and the routing table of every endpoint (KV
+// mp_routes) to the outbox in the same transaction as the change.
+//
+// It never talks to an agent or a gateway directly: everything it sends goes
+// through the outbox relay, everything it hears comes from heartbeats. Its
+// loops are level-triggered: each pass reads the whole demand and the whole
+// observed state and converges, so a missed event costs at most one pass.
+package fleet

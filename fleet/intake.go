@@ -1,0 +1,295 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"modelplane/agent/proto"
+	"modelplane/db"
+)
+
+// nodeName is what a node may be called: it is a KV key and a NATS subject
+// token, so no dots, spaces or wildcards.
+var nodeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Profiles the fleet knows, with the GPU memory of each slice.
+var sliceMemoryMB = map[string]int{
+	proto.ProfileFull: 81920,
+	"mig-1g.10gb":     10240,
+	"mig-2g.20gb":     20480,
+	"mig-3g.40gb":     40960,
+	"mig-4g.40gb":     40960,
+	"mig-7g.80gb":     81920,
+}
+
+var gpuTypes = []string{"A100-80GB", "H100-80GB"}
+
+// ErrBadStatus means a heartbeat was malformed; it is dropped and counted.
+var ErrBadStatus = errors.New("bad node status")
+
+// inventoryGPU is the part of a GPU that placement depends on; a change of it
+// is a new layout.
+type inventoryGPU struct {
+	Index    int           `json:"index"`
+	Type     string        `json:"type"`
+	MemoryMB int           `json:"memory_mb"`
+	MIG      bool          `json:"mig"`
+	Slices   []proto.Slice `json:"slices"`
+}
+
+type gpuUse struct {
+	Index        int     `json:"index"`
+	UtilPct      float64 `json:"util_pct"`
+	MemoryUsedMB int     `json:"memory_used_mb"`
+}
+
+func checkStatus(st proto.NodeStatus) error {
+	if !nodeName.MatchString(st.Node) {
+		return fmt.Errorf("%w: node name %q must be a DNS label", ErrBadStatus, st.Node)
+	}
+	if st.LeaseSeconds < 1 || st.LeaseSeconds > 3600 {
+		return fmt.Errorf("%w: node %s: lease_seconds %d out of 1..3600", ErrBadStatus, st.Node, st.LeaseSeconds)
+	}
+	if len(st.GPUs) > 64 {
+		return fmt.Errorf("%w: node %s: %d GPUs", ErrBadStatus, st.Node, len(st.GPUs))
+	}
+	for i, g := range st.GPUs {
+		if g.Index != i {
+			return fmt.Errorf("%w: node %s: GPU %d listed at position %d", ErrBadStatus, st.Node, g.Index, i)
+		}
+		if !slices.Contains(gpuTypes, g.Type) {
+			return fmt.Errorf("%w: node %s: GPU %d has unknown type %q", ErrBadStatus, st.Node, i, g.Type)
+		}
+		if len(g.Slices) == 0 || len(g.Slices) > 7 {
+			return fmt.Errorf("%w: node %s: GPU %d has %d slices", ErrBadStatus, st.Node, i, len(g.Slices))
+		}
+		for j, s := range g.Slices {
+			if _, ok := sliceMemoryMB[s.Profile]; !ok || s.Index != j || (s.Profile == proto.ProfileFull) == g.MIG {
+				return fmt.Errorf("%w: node %s: GPU %d slice %d (%s) does not fit its MIG mode", ErrBadStatus, st.Node, i, j, s.Profile)
+			}
+		}
+	}
+	for _, r := range st.Replicas {
+		if r.State != proto.StateStarting && r.State != proto.StateReady && r.State != proto.StateFailed {
+			return fmt.Errorf("%w: node %s: replica %s in unknown state %q", ErrBadStatus, st.Node, r.ID, r.State)
+		}
+	}
+	return nil
+}
+
+// Observe records one heartbeat: it registers the node (again, when its GPU
+// layout changed: the old allocations go and their replicas are placed
+// anew), stamps the heartbeat, brings a lost node back, and records the state
+// and address of each replica the agent runs. It reports whether anything
+// placement or routing depends on changed.
+func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool, err error) {
+	if err := checkStatus(st); err != nil {
+		return false, err
+	}
+	inv := make([]inventoryGPU, len(st.GPUs))
+	use := make([]gpuUse, len(st.GPUs))
+	for i, g := range st.GPUs {
+		inv[i] = inventoryGPU{Index: g.Index, Type: g.Type, MemoryMB: g.MemoryMB, MIG: g.MIG, Slices: g.Slices}
+		use[i] = gpuUse{Index: g.Index, UtilPct: g.UtilPct, MemoryUsedMB: g.MemoryUsedMB}
+	}
+	invJSON, _ := json.Marshal(inv)
+	useJSON, _ := json.Marshal(use)
+	now := f.now()
+	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
+		node, err := q.NodeGetForUpdate(ctx, st.Node)
+		found := err == nil
+		if err != nil && !errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return err
+		}
+		if !found || !sameInventory(node.Inventory, inv) {
+			if found {
+				// A new GPU layout (MIG reconfigured): allocations on the old
+				// slices are meaningless; their replicas are placed again.
+				if err := q.ReplicaDeleteByNode(ctx, node.ID); err != nil {
+					return err
+				}
+				if err := q.GPUSliceDeleteByNode(ctx, node.ID); err != nil {
+					return err
+				}
+			}
+			node, err = q.NodeRegister(ctx, db.NodeRegisterParams{Name: st.Node, BootID: st.BootID, LeaseSeconds: int32(st.LeaseSeconds),
+				LastHeartbeat: now, Inventory: invJSON, GPUUse: useJSON, AppliedGeneration: st.Generation})
+			if err != nil {
+				return err
+			}
+			var p db.GPUSliceInsertManyParams
+			p.NodeID = node.ID
+			for _, g := range inv {
+				for _, s := range g.Slices {
+					p.GPUs = append(p.GPUs, int32(g.Index))
+					p.Slices = append(p.Slices, int32(s.Index))
+					p.GPUTypes = append(p.GPUTypes, g.Type)
+					p.Profiles = append(p.Profiles, s.Profile)
+					p.MemoryMBs = append(p.MemoryMBs, int32(sliceMemoryMB[s.Profile]))
+				}
+			}
+			if err := q.GPUSliceInsertMany(ctx, p); err != nil {
+				return err
+			}
+			f.log.Info("node registered", slog.String("node", st.Node), slog.Int("gpus", len(inv)))
+			changed = true
+		} else {
+			if node.State == "lost" {
+				f.log.Info("lost node is back", slog.String("node", st.Node))
+				changed = true
+			}
+			if err := q.NodeHeartbeat(ctx, db.NodeHeartbeatParams{ID: node.ID, BootID: st.BootID, LeaseSeconds: int32(st.LeaseSeconds),
+				LastHeartbeat: now, GPUUse: useJSON, AppliedGeneration: st.Generation}); err != nil {
+				return err
+			}
+		}
+		if len(st.Replicas) == 0 {
+			return nil
+		}
+		p := db.ReplicaObserveParams{NodeID: node.ID}
+		for _, r := range st.Replicas {
+			p.Names = append(p.Names, r.ID)
+			p.States = append(p.States, r.State)
+			p.Addrs = append(p.Addrs, r.Addr)
+			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
+		}
+		touched, err := q.ReplicaObserve(ctx, p)
+		if err != nil {
+			return err
+		}
+		changed = changed || len(touched) > 0
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("observe node %s: %w", st.Node, err)
+	}
+	return changed, nil
+}
+
+func sameInventory(stored []byte, inv []inventoryGPU) bool {
+	var old []inventoryGPU
+	if err := json.Unmarshal(stored, &old); err != nil {
+		return false
+	}
+	a, _ := json.Marshal(old)
+	b, _ := json.Marshal(inv)
+	return string(a) == string(b)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Intake subscribes to every node's heartbeats and records them, spreading
+// nodes over a few workers (one node's heartbeats stay in order). Several
+// control-plane replicas share the load through a queue group.
+type Intake struct {
+	fleet   *Fleet
+	nc      *nats.Conn
+	log     *slog.Logger
+	onDirty func()
+	workers int
+
+	sub  *nats.Subscription
+	wg   sync.WaitGroup
+	work []chan proto.NodeStatus
+}
+
+// NewIntake returns an Intake; onDirty is called after a heartbeat changed
+// something placement or routing depends on (it wakes the reconciler).
+func NewIntake(f *Fleet, nc *nats.Conn, log *slog.Logger, onDirty func()) *Intake {
+	return &Intake{fleet: f, nc: nc, log: log, onDirty: onDirty, workers: 8}
+}
+
+// Start subscribes and starts the workers; they stop when ctx ends or Stop is called.
+func (in *Intake) Start(ctx context.Context) error {
+	in.work = make([]chan proto.NodeStatus, in.workers)
+	for i := range in.work {
+		in.work[i] = make(chan proto.NodeStatus, 64)
+		in.wg.Add(1)
+		go in.run(ctx, in.work[i])
+	}
+	sub, err := in.nc.QueueSubscribe(proto.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
+		var st proto.NodeStatus
+		if err := json.Unmarshal(m.Data, &st); err != nil {
+			in.log.Warn("heartbeat does not decode", slog.String("subject", m.Subject), slog.String("error", err.Error()))
+			return
+		}
+		h := fnv.New32a()
+		h.Write([]byte(st.Node))
+		select {
+		case in.work[h.Sum32()%uint32(len(in.work))] <- st:
+		default:
+			// Falling behind: a heartbeat is only the latest state, the
+			// next one carries it again.
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe heartbeats: %w", err)
+	}
+	in.sub = sub
+	return nil
+}
+
+func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
+	defer in.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case st, ok := <-ch:
+			if !ok {
+				return
+			}
+			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			changed, err := in.fleet.Observe(octx, st)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					in.log.Warn("heartbeat not recorded", slog.String("node", st.Node), slog.String("error", err.Error()))
+				}
+				continue
+			}
+			if changed && in.onDirty != nil {
+				in.onDirty()
+			}
+		}
+	}
+}
+
+// Stop unsubscribes and waits for the workers.
+func (in *Intake) Stop() {
+	if in.sub != nil {
+		in.sub.Unsubscribe()
+	}
+	for _, ch := range in.work {
+		close(ch)
+	}
+	in.wg.Wait()
+}
+
+// Fleet holds the fleet's state in PostgreSQL.
+type Fleet struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// New returns a Fleet; now is the clock heartbeats and leases are measured by.
+func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Fleet {
+	return &Fleet{pool: pool, log: log, now: now}
+}

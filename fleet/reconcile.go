@@ -1,0 +1,478 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"modelplane/agent/proto"
+	"modelplane/db"
+	"modelplane/placement"
+)
+
+// Endpoint statuses the reconciler writes.
+const (
+	StatusStarting     = "starting"       // replicas placed, none ready yet
+	StatusReady        = "ready"          // every desired replica ready
+	StatusDegraded     = "degraded"       // some ready, some missing or not ready
+	StatusUnplaced     = "unplaced"       // nothing ready and placement failed
+	StatusScaledToZero = "scaled-to-zero" // no replica wanted
+)
+
+// Pass is what one reconcile pass did.
+type Pass struct {
+	LostNodes      []string
+	Removed        int // replicas removed (scale down, lost node, version gone)
+	Placed         int
+	Unplaced       int
+	DesiredWritten int // nodes whose desired state went to the outbox
+	RoutesWritten  int // endpoints whose routing entry went to the outbox
+}
+
+// Wrote reports whether the pass wrote anything to the outbox.
+func (p Pass) Wrote() bool { return p.DesiredWritten+p.RoutesWritten > 0 }
+
+// Reconcile runs one level-triggered pass over the whole fleet in one
+// transaction: mark silent nodes lost (only once this process has watched
+// heartbeats for longer than their lease, so a control plane that just
+// started does not declare the whole fleet lost), remove replicas that are no
+// longer wanted, place missing ones, then write every node's desired state and
+// every endpoint's routing entry that changed to the outbox. Concurrent
+// passes serialise on a transaction-level advisory lock; the allocations
+// primary key is what guarantees no slice is ever given twice.
+func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, error) {
+	var pass Pass
+	err := db.InTx(ctx, f.pool, func(q *db.Queries) error {
+		pass = Pass{}
+		if err := q.PlacementLock(ctx); err != nil {
+			return err
+		}
+		lost, err := q.NodeMarkLost(ctx, db.NodeMarkLostParams{Now: f.now(), WatchingSince: watchingSince})
+		if err != nil {
+			return err
+		}
+		for _, n := range lost {
+			pass.LostNodes = append(pass.LostNodes, n.Name)
+		}
+		gone, err := q.ReplicaDeleteOnLostNodes(ctx)
+		if err != nil {
+			return err
+		}
+		pass.Removed += len(gone)
+		demand, err := q.RoutingRuleListForPlacement(ctx)
+		if err != nil {
+			return err
+		}
+		reps, err := q.ReplicaListAll(ctx)
+		if err != nil {
+			return err
+		}
+		removeIDs, keep := surplus(demand, reps)
+		if len(removeIDs) > 0 {
+			if err := q.ReplicaDeleteByIDs(ctx, removeIDs); err != nil {
+				return err
+			}
+			pass.Removed += len(removeIDs)
+		}
+		errs, err := f.placeMissing(ctx, q, demand, keep, &pass)
+		if err != nil {
+			return err
+		}
+		if pass.Placed > 0 {
+			if reps, err = q.ReplicaListAll(ctx); err != nil {
+				return err
+			}
+		} else {
+			reps = keepRows(reps, removeIDs)
+		}
+		if err := writeStatuses(ctx, q, demand, reps, errs); err != nil {
+			return err
+		}
+		if pass.DesiredWritten, err = writeDesired(ctx, q, reps); err != nil {
+			return err
+		}
+		pass.RoutesWritten, err = writeRoutes(ctx, q, demand, reps)
+		return err
+	})
+	if err != nil {
+		return Pass{}, fmt.Errorf("reconcile fleet: %w", err)
+	}
+	if len(pass.LostNodes) > 0 {
+		f.log.Warn("nodes lost; their replicas are placed elsewhere", slog.Any("nodes", pass.LostNodes))
+	}
+	return pass, nil
+}
+
+type versionKey struct{ endpoint, version int64 }
+
+// surplus picks the replicas to remove: those of versions no longer routed,
+// and those beyond the wanted count (not-ready ones first, then the newest).
+// It returns the kept replicas per endpoint version.
+func surplus(demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow) ([]int64, map[versionKey][]db.ReplicaListAllRow) {
+	want := map[versionKey]int{}
+	for _, d := range demand {
+		want[versionKey{d.EndpointID, d.VersionID}] = int(d.MinReplicas)
+	}
+	have := map[versionKey][]db.ReplicaListAllRow{}
+	for _, r := range reps {
+		k := versionKey{r.EndpointID, r.VersionID}
+		have[k] = append(have[k], r)
+	}
+	var remove []int64
+	keep := map[versionKey][]db.ReplicaListAllRow{}
+	for k, rs := range have {
+		n, ok := want[k]
+		if !ok {
+			n = 0
+		}
+		if len(rs) <= n {
+			keep[k] = rs
+			continue
+		}
+		slices.SortFunc(rs, func(a, b db.ReplicaListAllRow) int {
+			ar, br := a.State == proto.StateReady, b.State == proto.StateReady
+			if ar != br {
+				if ar {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.ID, b.ID)
+		})
+		keep[k] = rs[:n]
+		for _, r := range rs[n:] {
+			remove = append(remove, r.ID)
+		}
+	}
+	return remove, keep
+}
+
+func keepRows(reps []db.ReplicaListAllRow, removed []int64) []db.ReplicaListAllRow {
+	if len(removed) == 0 {
+		return reps
+	}
+	out := reps[:0:0]
+	for _, r := range reps {
+		if !slices.Contains(removed, r.ID) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// tierOrder places critical endpoints first when the fleet is short.
+var tierOrder = map[string]int{"critical": 0, "standard": 1, "batch": 2}
+
+// placeMissing asks placement for every missing replica and stores the
+// placed ones with their allocations. It returns, per endpoint, why replicas
+// could not be placed.
+func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow,
+	keep map[versionKey][]db.ReplicaListAllRow, pass *Pass) (map[int64]string, error) {
+	type need struct {
+		d db.RoutingRuleListForPlacementRow
+		n int
+	}
+	var needs []need
+	total := 0
+	for _, d := range demand {
+		if n := int(d.MinReplicas) - len(keep[versionKey{d.EndpointID, d.VersionID}]); n > 0 {
+			needs = append(needs, need{d, n})
+			total += n
+		}
+	}
+	errs := map[int64]string{}
+	if total == 0 {
+		return errs, nil
+	}
+	// Biggest first (first-fit decreasing packs better), critical tier first.
+	slices.SortStableFunc(needs, func(a, b need) int {
+		if c := cmp.Compare(tierOrder[a.d.Tier], tierOrder[b.d.Tier]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.d.GPUCount, a.d.GPUCount); c != 0 {
+			return c
+		}
+		return cmp.Compare(size(b.d), size(a.d))
+	})
+	ids, err := q.ReplicaNextIDs(ctx, int32(total))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.GPUSliceListReady(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, nodeIDs, err := fleetNodes(ctx, q, rows)
+	if err != nil {
+		return nil, err
+	}
+	var reqs []placement.Request
+	byReplica := map[string]db.RoutingRuleListForPlacementRow{}
+	replicaID := map[string]int64{}
+	i := 0
+	for _, nd := range needs {
+		minProfile, gpuType, msg := fromInstanceProfile(nd.d)
+		for range nd.n {
+			id := ids[i]
+			i++
+			if msg != "" {
+				errs[nd.d.EndpointID] = nd.d.Version + ": " + msg
+				pass.Unplaced++
+				continue
+			}
+			name := fmt.Sprintf("%s-%s-r%d", nd.d.Endpoint, nd.d.Version, id)
+			byReplica[name] = nd.d
+			replicaID[name] = id
+			reqs = append(reqs, placement.Request{Replica: name, Endpoint: nd.d.Endpoint, Tier: nd.d.Tier,
+				MemoryMB: int(nd.d.GPUMemoryMB), GPUCount: max(1, int(nd.d.GPUCount)), GPUType: gpuType, MinProfile: minProfile})
+		}
+	}
+	var ins db.ReplicaInsertManyParams
+	var alloc db.AllocationInsertManyParams
+	for _, res := range placement.Plan(nodes, reqs) {
+		d := byReplica[res.Replica]
+		if res.Err != "" {
+			if _, seen := errs[d.EndpointID]; !seen {
+				errs[d.EndpointID] = d.Version + ": " + res.Err
+			}
+			pass.Unplaced++
+			continue
+		}
+		id, nodeID := replicaID[res.Replica], nodeIDs[res.Node]
+		ins.IDs = append(ins.IDs, id)
+		ins.Names = append(ins.Names, res.Replica)
+		ins.OwnerTeams = append(ins.OwnerTeams, d.TeamID)
+		ins.EndpointIDs = append(ins.EndpointIDs, d.EndpointID)
+		ins.VersionIDs = append(ins.VersionIDs, d.VersionID)
+		ins.NodeIDs = append(ins.NodeIDs, nodeID)
+		ins.GPUTypes = append(ins.GPUTypes, res.GPUType)
+		ins.Profiles = append(ins.Profiles, res.Profile)
+		for _, s := range res.Slots {
+			alloc.NodeIDs = append(alloc.NodeIDs, nodeID)
+			alloc.GPUs = append(alloc.GPUs, int32(s.GPU))
+			alloc.Slices = append(alloc.Slices, int32(s.Slice))
+			alloc.ReplicaIDs = append(alloc.ReplicaIDs, id)
+		}
+		pass.Placed++
+	}
+	if pass.Placed == 0 {
+		return errs, nil
+	}
+	if err := q.ReplicaInsertMany(ctx, ins); err != nil {
+		return nil, err
+	}
+	if err := q.AllocationInsertMany(ctx, alloc); err != nil {
+		return nil, db.Interpret(err)
+	}
+	return errs, nil
+}
+
+func size(d db.RoutingRuleListForPlacementRow) int32 {
+	if d.GPUMemoryMB == 0 {
+		return 1 << 30
+	}
+	return d.GPUMemoryMB
+}
+
+// fromInstanceProfile turns the endpoint's instance profile into the
+// smallest allocation placement may give and a GPU type; a whole-GPU profile
+// of one type names that type. msg says why nothing can satisfy it.
+func fromInstanceProfile(d db.RoutingRuleListForPlacementRow) (minProfile, gpuType, msg string) {
+	gpuType = d.GPUType
+	p := d.InstanceProfile
+	if t, ok := strings.CutPrefix(p, "gpu-"); ok {
+		t = strings.ToUpper(t)
+		if gpuType != "" && gpuType != t {
+			return "", "", fmt.Sprintf("the endpoint asks for %s GPUs but the version needs %s", t, gpuType)
+		}
+		return proto.ProfileFull, t, ""
+	}
+	return p, gpuType, ""
+}
+
+func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyRow) ([]placement.Node, map[string]int64, error) {
+	all, err := q.NodeList(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make(map[string]int64, len(all))
+	for _, n := range all {
+		ids[n.Name] = n.ID
+	}
+	var nodes []placement.Node
+	for _, r := range rows {
+		if len(nodes) == 0 || nodes[len(nodes)-1].Name != r.Node {
+			nodes = append(nodes, placement.Node{Name: r.Node})
+		}
+		n := &nodes[len(nodes)-1]
+		n.Slices = append(n.Slices, placement.Slice{GPU: int(r.GPU), Index: int(r.Slice), GPUType: r.GPUType, Profile: r.Profile,
+			MemoryMB: int(r.MemoryMB), Owner: r.Owner, OwnerEndpoint: r.OwnerEndpoint, OwnerTier: r.OwnerTier})
+	}
+	return nodes, ids, nil
+}
+
+func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow, errs map[int64]string) error {
+	want := map[int64]int{}
+	var order []int64
+	for _, d := range demand {
+		if _, ok := want[d.EndpointID]; !ok {
+			order = append(order, d.EndpointID)
+		}
+		want[d.EndpointID] += int(d.MinReplicas)
+	}
+	ready := map[int64]int{}
+	for _, r := range reps {
+		if r.State == proto.StateReady {
+			ready[r.EndpointID]++
+		}
+	}
+	for _, id := range order {
+		var status string
+		switch {
+		case want[id] == 0:
+			status = StatusScaledToZero
+		case ready[id] >= want[id] && errs[id] == "":
+			status = StatusReady
+		case ready[id] == 0 && errs[id] != "":
+			status = StatusUnplaced
+		case ready[id] == 0:
+			status = StatusStarting
+		default:
+			status = StatusDegraded
+		}
+		if err := q.EndpointSetPlacement(ctx, db.EndpointSetPlacementParams{ID: id, Status: status, PlacementError: errs[id]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hashOf(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// writeDesired writes the desired state of every node whose replica set
+// changed, lost nodes included (an empty set: when such a node comes back,
+// its agent stops what it still runs).
+func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRow) (int, error) {
+	nodes, err := q.NodeList(ctx)
+	if err != nil {
+		return 0, err
+	}
+	byNode := map[int64][]proto.ReplicaSpec{}
+	for _, r := range reps {
+		spec := proto.ReplicaSpec{ID: r.Name, Team: r.Team, Endpoint: r.Endpoint, Model: r.Model, Version: r.Version, Task: r.Task,
+			GPUType: r.GPUType, Profile: r.Profile, Sim: json.RawMessage(r.SimProfile)}
+		for i := range r.SlotGpus {
+			spec.Slots = append(spec.Slots, proto.Slot{GPU: int(r.SlotGpus[i]), Slice: int(r.SlotSlices[i])})
+		}
+		byNode[r.NodeID] = append(byNode[r.NodeID], spec)
+	}
+	written := 0
+	for _, n := range nodes {
+		specs := byNode[n.ID]
+		if specs == nil {
+			specs = []proto.ReplicaSpec{}
+		}
+		slices.SortFunc(specs, func(a, b proto.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
+		h := hashOf(specs)
+		if h == n.DesiredHash {
+			continue
+		}
+		gen := n.Generation + 1
+		payload, err := json.Marshal(proto.Desired{Node: n.Name, Generation: gen, Replicas: specs})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketDesired, n.Name), Payload: payload}); err != nil {
+			return 0, err
+		}
+		if err := q.NodeSetDesired(ctx, db.NodeSetDesiredParams{ID: n.ID, Generation: gen, DesiredHash: h}); err != nil {
+			return 0, err
+		}
+		written++
+	}
+	return written, nil
+}
+
+// writeRoutes writes the routing entry of every endpoint whose versions,
+// weights or ready replicas changed, and deletes the entries of endpoints
+// that are gone.
+func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow) (int, error) {
+	ready := map[versionKey][]proto.RouteReplica{}
+	for _, r := range reps {
+		if r.State == proto.StateReady && r.Addr != "" {
+			k := versionKey{r.EndpointID, r.VersionID}
+			ready[k] = append(ready[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr})
+		}
+	}
+	routes := map[string]*proto.Route{}
+	var names []string
+	for _, d := range demand {
+		rt := routes[d.Endpoint]
+		if rt == nil {
+			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task}
+			routes[d.Endpoint] = rt
+			names = append(names, d.Endpoint)
+		}
+		rr := ready[versionKey{d.EndpointID, d.VersionID}]
+		if rr == nil {
+			rr = []proto.RouteReplica{}
+		}
+		slices.SortFunc(rr, func(a, b proto.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
+		rt.Versions = append(rt.Versions, proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Replicas: rr})
+	}
+	entries, err := q.RouteEntryList(ctx)
+	if err != nil {
+		return 0, err
+	}
+	old := make(map[string]db.RouteEntry, len(entries))
+	for _, e := range entries {
+		old[e.Endpoint] = e
+	}
+	written := 0
+	for _, name := range names {
+		rt := routes[name]
+		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
+		h := hashOf(rt)
+		prev, had := old[name]
+		if had && prev.Hash == h {
+			continue
+		}
+		rt.Generation = prev.Generation + 1
+		payload, err := json.Marshal(rt)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, name), Payload: payload}); err != nil {
+			return 0, err
+		}
+		if err := q.RouteEntryUpsert(ctx, db.RouteEntryUpsertParams{Endpoint: name, Generation: rt.Generation, Hash: h}); err != nil {
+			return 0, err
+		}
+		written++
+	}
+	for name := range old {
+		if _, ok := routes[name]; ok {
+			continue
+		}
+		// A JSON null tells the relay to delete the key.
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, name), Payload: []byte("null")}); err != nil {
+			return 0, err
+		}
+		if err := q.RouteEntryDelete(ctx, name); err != nil {
+			return 0, err
+		}
+		written++
+	}
+	return written, nil
+}

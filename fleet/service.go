@@ -1,0 +1,147 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"modelplane/auth"
+	"modelplane/db"
+)
+
+// Node is a node as people see it.
+type Node struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// HeartbeatAgeSeconds is how long ago the last heartbeat arrived.
+	HeartbeatAgeSeconds float64   `json:"heartbeat_age_seconds"`
+	LastHeartbeat       time.Time `json:"last_heartbeat"`
+	LeaseSeconds        int32     `json:"lease_seconds"`
+	GPUCount            int       `json:"gpu_count"`
+	GPUTypes            []string  `json:"gpu_types"`
+	MIG                 bool      `json:"mig"`
+	Slices              int64     `json:"slices"`
+	SlicesUsed          int64     `json:"slices_used"`
+	UtilPct             float64   `json:"util_pct"`
+	Generation          int64     `json:"generation"`
+	AppliedGeneration   int64     `json:"applied_generation"`
+	GPUs                []GPU     `json:"gpus,omitempty"`
+}
+
+// GPU is one GPU of a node with its slices and who uses them.
+type GPU struct {
+	Index        int         `json:"index"`
+	Type         string      `json:"type"`
+	MemoryMB     int         `json:"memory_mb"`
+	MIG          bool        `json:"mig"`
+	UtilPct      float64     `json:"util_pct"`
+	MemoryUsedMB int         `json:"memory_used_mb"`
+	Slices       []SliceView `json:"slices"`
+}
+
+// SliceView is one slice and the replica holding it, if any.
+type SliceView struct {
+	Index        int    `json:"index"`
+	Profile      string `json:"profile"`
+	MemoryMB     int    `json:"memory_mb"`
+	Replica      string `json:"replica,omitempty"`
+	ReplicaState string `json:"replica_state,omitempty"`
+	Team         string `json:"team,omitempty"`
+	Endpoint     string `json:"endpoint,omitempty"`
+	Version      string `json:"version,omitempty"`
+}
+
+func (f *Fleet) nodeView(n db.Node) Node {
+	v := Node{Name: n.Name, State: n.State, LastHeartbeat: n.LastHeartbeat, LeaseSeconds: n.LeaseSeconds,
+		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), Generation: n.Generation, AppliedGeneration: n.AppliedGeneration}
+	var inv []inventoryGPU
+	_ = json.Unmarshal(n.Inventory, &inv)
+	var use []gpuUse
+	_ = json.Unmarshal(n.GPUUse, &use)
+	v.GPUCount = len(inv)
+	seen := map[string]bool{}
+	for _, g := range inv {
+		if !seen[g.Type] {
+			seen[g.Type] = true
+			v.GPUTypes = append(v.GPUTypes, g.Type)
+		}
+		v.MIG = v.MIG || g.MIG
+	}
+	if len(use) > 0 {
+		for _, u := range use {
+			v.UtilPct += u.UtilPct
+		}
+		v.UtilPct /= float64(len(use))
+	}
+	return v
+}
+
+// Nodes lists every node; platform admins only.
+func (f *Fleet) Nodes(ctx context.Context, p *auth.Principal) ([]Node, error) {
+	if !p.PlatformAdmin() {
+		return nil, auth.ErrForbidden
+	}
+	q := db.New(f.pool)
+	rows, err := q.NodeList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	counts, err := q.GPUSliceCountByNode(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	byNode := map[int64]db.GPUSliceCountByNodeRow{}
+	for _, c := range counts {
+		byNode[c.NodeID] = c
+	}
+	out := make([]Node, 0, len(rows))
+	for _, n := range rows {
+		v := f.nodeView(n)
+		v.Slices, v.SlicesUsed = byNode[n.ID].Slices, byNode[n.ID].Used
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Node returns one node with its GPUs, slices and their users; platform
+// admins only.
+func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node, error) {
+	if !p.PlatformAdmin() {
+		return Node{}, auth.ErrForbidden
+	}
+	q := db.New(f.pool)
+	n, err := q.NodeGet(ctx, name)
+	if err != nil {
+		return Node{}, fmt.Errorf("node %s: %w", name, db.Interpret(err))
+	}
+	v := f.nodeView(n)
+	var inv []inventoryGPU
+	_ = json.Unmarshal(n.Inventory, &inv)
+	var use []gpuUse
+	_ = json.Unmarshal(n.GPUUse, &use)
+	rows, err := q.GPUSliceListByNode(ctx, n.ID)
+	if err != nil {
+		return Node{}, fmt.Errorf("node %s: %w", name, err)
+	}
+	for _, g := range inv {
+		gv := GPU{Index: g.Index, Type: g.Type, MemoryMB: g.MemoryMB, MIG: g.MIG, Slices: []SliceView{}}
+		if g.Index < len(use) {
+			gv.UtilPct, gv.MemoryUsedMB = use[g.Index].UtilPct, use[g.Index].MemoryUsedMB
+		}
+		v.GPUs = append(v.GPUs, gv)
+	}
+	for _, r := range rows {
+		v.Slices++
+		if r.Replica != "" {
+			v.SlicesUsed++
+		}
+		if int(r.GPU) >= len(v.GPUs) {
+			continue
+		}
+		g := &v.GPUs[r.GPU]
+		g.Slices = append(g.Slices, SliceView{Index: int(r.Slice), Profile: r.Profile, MemoryMB: int(r.MemoryMB), Replica: r.Replica,
+			ReplicaState: r.ReplicaState, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version})
+	}
+	return v, nil
+}

@@ -1,0 +1,119 @@
+// Package outbox publishes the outbox table to NATS. Domain changes write an
+// outbox row in their own transaction (DESIGN.md section 4); the relay here
+// publishes the rows in id order through JetStream with the row id as
+// Nats-Msg-Id, so a row published twice (a relay that died before marking
+// it) is stored once. It owns no domain logic: a row is a subject and a
+// payload. A JSON null payload on a KV subject deletes the key.
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/db"
+)
+
+// Relay publishes unpublished outbox rows.
+type Relay struct {
+	pool *pgxpool.Pool
+	js   jetstream.JetStream
+	log  *slog.Logger
+	wake chan struct{}
+}
+
+// NewRelay returns a Relay.
+func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger) *Relay {
+	return &Relay{pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes a running relay look for rows now rather than at its next tick.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends: whenever woken, and every interval in case a
+// wake-up came from another process. Published rows older than a day are
+// deleted every hour.
+func (r *Relay) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastSweep time.Time
+	for {
+		if _, err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("outbox relay", slog.String("error", err.Error()))
+		}
+		if time.Since(lastSweep) > time.Hour {
+			if _, err := db.New(r.pool).OutboxDeletePublished(ctx, time.Now().Add(-24*time.Hour)); err == nil {
+				lastSweep = time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// Flush publishes every pending row, oldest first, and returns how many it
+// published. It stops at the first row NATS does not take, so that a key's
+// values are never published out of order; the rest wait for the next call.
+func (r *Relay) Flush(ctx context.Context) (int, error) {
+	q := db.New(r.pool)
+	total := 0
+	for {
+		rows, err := q.OutboxPending(ctx, 500)
+		if err != nil {
+			return total, fmt.Errorf("outbox pending: %w", err)
+		}
+		if len(rows) == 0 {
+			return total, nil
+		}
+		var done []int64
+		var pubErr error
+		for _, row := range rows {
+			if pubErr = r.publish(ctx, row); pubErr != nil {
+				break
+			}
+			done = append(done, row.ID)
+		}
+		if len(done) > 0 {
+			if err := q.OutboxMarkPublishedMany(ctx, done); err != nil {
+				return total, fmt.Errorf("outbox mark published: %w", err)
+			}
+			total += len(done)
+		}
+		if pubErr != nil {
+			return total, pubErr
+		}
+	}
+}
+
+func (r *Relay) publish(ctx context.Context, row db.Outbox) error {
+	m := nats.NewMsg(row.Subject)
+	m.Header.Set(jetstream.MsgIDHeader, "outbox-"+strconv.FormatInt(row.ID, 10))
+	if _, _, isKV := proto.KVKey(row.Subject); isKV && bytes.Equal(bytes.TrimSpace(row.Payload), []byte("null")) {
+		m.Header.Set("KV-Operation", "DEL")
+	} else {
+		m.Data = row.Payload
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := r.js.PublishMsg(pctx, m); err != nil {
+		return fmt.Errorf("publish outbox %d to %s: %w", row.ID, row.Subject, err)
+	}
+	return nil
+}

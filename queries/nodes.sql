@@ -1,0 +1,32 @@
+-- name: NodeGetForUpdate :one
+SELECT * FROM nodes WHERE name = @name FOR UPDATE;
+
+-- name: NodeRegister :one
+INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
+    inventory = $5, gpu_use = $6, applied_generation = $7, state = 'ready'
+RETURNING *;
+
+-- name: NodeHeartbeat :exec
+UPDATE nodes SET boot_id = @boot_id, lease_seconds = @lease_seconds, last_heartbeat = @last_heartbeat,
+    gpu_use = @gpu_use, applied_generation = @applied_generation, state = 'ready'
+WHERE id = @id;
+
+-- name: NodeMarkLost :many
+UPDATE nodes SET state = 'lost'
+WHERE state = 'ready' AND last_heartbeat + make_interval(0, 0, 0, 0, 0, 0, lease_seconds) < sqlc.arg(now)::timestamptz
+  AND sqlc.arg(watching_since)::timestamptz + make_interval(0, 0, 0, 0, 0, 0, lease_seconds) < sqlc.arg(now)::timestamptz
+RETURNING id, name;
+
+-- name: NodeList :many
+SELECT * FROM nodes ORDER BY name;
+
+-- name: NodeGet :one
+SELECT * FROM nodes WHERE name = @name;
+
+-- name: NodeSetDesired :exec
+UPDATE nodes SET generation = @generation, desired_hash = @desired_hash WHERE id = @id;
+
+-- name: PlacementLock :exec
+SELECT pg_advisory_xact_lock(7316020003);

@@ -1,0 +1,49 @@
+-- name: ReplicaListAll :many
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile,
+       t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
+       coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
+       coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN teams t ON t.id = r.team_id
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+ORDER BY r.id;
+
+-- name: ReplicaNextIDs :many
+SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, @n::int);
+
+-- name: ReplicaInsertMany :exec
+INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile)
+SELECT unnest(@ids::bigint[]), unnest(@names::text[]), unnest(@owner_teams::bigint[]), unnest(@endpoint_ids::bigint[]),
+       unnest(@version_ids::bigint[]), unnest(@node_ids::bigint[]), unnest(@gpu_types::text[]), unnest(@profiles::text[]);
+
+-- name: ReplicaDeleteByIDs :exec
+DELETE FROM replicas WHERE id = ANY(@ids::bigint[]);
+
+-- name: ReplicaDeleteOnLostNodes :many
+DELETE FROM replicas r USING nodes n
+WHERE r.node_id = n.id AND n.state = 'lost'
+RETURNING r.name, r.endpoint_id;
+
+-- name: ReplicaDeleteByNode :exec
+DELETE FROM replicas WHERE node_id = @node_id;
+
+-- name: ReplicaObserve :many
+UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, updated_at = now()
+FROM (SELECT unnest(@names::text[]) AS name, unnest(@states::text[]) AS state,
+             unnest(@addrs::text[]) AS addr, unnest(@reasons::text[]) AS reason) u
+WHERE r.name = u.name AND r.node_id = @node_id
+  AND (r.state, r.addr, r.reason) IS DISTINCT FROM (u.state, u.addr, u.reason)
+RETURNING r.endpoint_id;
+
+-- name: ReplicaListByEndpoint :many
+SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
+       coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
+       coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN model_versions v ON v.id = r.version_id
+WHERE r.endpoint_id = @endpoint_id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
+ORDER BY v.name, r.name;
