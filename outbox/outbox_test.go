@@ -1,0 +1,106 @@
+package outbox_test
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/bus"
+	"modelplane/db"
+	"modelplane/internal/natstest"
+	"modelplane/internal/pgtest"
+	"modelplane/outbox"
+)
+
+func TestRelayPublishesInOrderOnceAndDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := db.New(pool)
+	subject := proto.KVSubject(proto.BucketDesired, "node-a")
+	for _, payload := range []string{`{"generation":1}`, `{"generation":2}`, `{"generation":3}`} {
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: subject, Payload: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	if n, err := relay.Flush(ctx); err != nil || n != 3 {
+		t.Fatalf("flush = %d, %v; want 3", n, err)
+	}
+	e, err := kv.Get(ctx, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Value()) != `{"generation": 3}` && string(e.Value()) != `{"generation":3}` {
+		t.Fatalf("kv value = %s, want the last row", e.Value())
+	}
+	rev := e.Revision()
+	if n, _ := relay.Flush(ctx); n != 0 {
+		t.Fatalf("second flush published %d rows, want 0", n)
+	}
+
+	// A relay that died before marking its rows publishes them again: the
+	// outbox id as Nats-Msg-Id makes JetStream store them once.
+	if _, err := pool.Exec(ctx, "UPDATE outbox SET published_at = NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.Flush(ctx); err != nil || n != 3 {
+		t.Fatalf("republish = %d, %v", n, err)
+	}
+	if e, _ := kv.Get(ctx, "node-a"); e.Revision() != rev {
+		t.Fatalf("revision moved from %d to %d: a republished row was stored again", rev, e.Revision())
+	}
+
+	// A JSON null deletes the key.
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: subject, Payload: []byte("null")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "node-a"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("get after delete: %v, want ErrKeyNotFound", err)
+	}
+}
+
+func TestRelayKeepsRowsWhenNATSIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	srv, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	q := db.New(pool)
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	if n, err := relay.Flush(ctx); err == nil || n != 0 {
+		t.Fatalf("flush with NATS down = %d, %v; want an error and nothing marked", n, err)
+	}
+	rows, err := q.OutboxPending(ctx, 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("pending = %d, %v; want the row kept", len(rows), err)
+	}
+}
