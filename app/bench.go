@@ -65,8 +65,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 	if len(args) == 1 && args[0] == "engine" {
 		return runBenchEngine(ctx, cfg, out)
 	}
+	if len(args) == 1 && args[0] == "placement" {
+		return runBenchPlacement(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {

@@ -168,6 +168,11 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
+	stop, err := cp.startLoops(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `
 modelplane dev is running.

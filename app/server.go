@@ -155,6 +155,11 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
+	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	go sweep(ctx, log, h)
 	log.Info("modelplane server listening", slog.String("addr", cfg.HTTPAddr))
 	return serve(ctx, log, cfg.HTTPAddr, h.Handler())

@@ -220,6 +220,15 @@ func (q *Queries) NodeSetDesired(ctx context.Context, arg NodeSetDesiredParams) 
 	return err
 }
 
+const placementBulkPlans = `-- name: PlacementBulkPlans :exec
+SET LOCAL enable_nestloop = off
+`
+
+func (q *Queries) PlacementBulkPlans(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, placementBulkPlans)
+	return err
+}
+
 const placementLock = `-- name: PlacementLock :exec
 SELECT pg_advisory_xact_lock(7316020003)
 `

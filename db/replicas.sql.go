@@ -93,14 +93,15 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 const replicaListAll = `-- name: ReplicaListAll :many
 SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
-       coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
-       coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
+       coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
 FROM replicas r
 JOIN nodes n ON n.id = r.node_id
 JOIN teams t ON t.id = r.team_id
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN (SELECT replica_id, array_agg(gpu ORDER BY gpu, slice) AS gpus, array_agg(slice ORDER BY gpu, slice) AS slices
+           FROM allocations GROUP BY replica_id) s ON s.replica_id = r.id
 ORDER BY r.id
 `
 

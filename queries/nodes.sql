@@ -30,3 +30,6 @@ UPDATE nodes SET generation = @generation, desired_hash = @desired_hash WHERE id
 
 -- name: PlacementLock :exec
 SELECT pg_advisory_xact_lock(7316020003);
+
+-- name: PlacementBulkPlans :exec
+SET LOCAL enable_nestloop = off;
