@@ -49,7 +49,7 @@ type Endpoint struct {
 	PlacementError string   `json:"placement_error"`
 	Traffic        []Weight `json:"traffic"`
 	// Replicas are filled by Get only.
-	Replicas  []Replica `json:"replicas,omitempty"`
+	Replicas  []Replica `json:"replicas,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

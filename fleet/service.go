@@ -54,7 +54,7 @@ type SliceView struct {
 
 func (f *Fleet) nodeView(n db.Node) Node {
 	v := Node{Name: n.Name, State: n.State, LastHeartbeat: n.LastHeartbeat, LeaseSeconds: n.LeaseSeconds,
-		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), Generation: n.Generation, AppliedGeneration: n.AppliedGeneration}
+		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration}
 	var inv []inventoryGPU
 	_ = json.Unmarshal(n.Inventory, &inv)
 	var use []gpuUse

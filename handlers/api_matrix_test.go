@@ -37,6 +37,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /models/{model}/versions":          {versionUpload("v9"), versionExternal("v9")},
 		"GET /models/{model}/versions/{version}": {nil},
 		"GET /endpoints/{endpoint}":              {nil},
+		"GET /nodes/{node}":                      {nil},
 		"PUT /endpoints/{endpoint}":              {jsonPayload(endpointSettings)},
 		"DELETE /endpoints/{endpoint}":           {nil},
 		"PUT /endpoints/{endpoint}/traffic":      {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
@@ -63,6 +64,9 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 	}
 	return map[string]func(map[string]string, string) *payload{
 		"GET /endpoints/{endpoint}":              nil,
+		"GET /endpoints/{endpoint}/replicas":     nil,
+		"GET /fleet/{node}":                      nil,
+		"GET /fleet/{node}/gpus":                 nil,
 		"POST /endpoints/{endpoint}/traffic":     form("w_v1", "50", "w_v2", "50"),
 		"POST /endpoints/{endpoint}/delete":      func(v map[string]string, csrf string) *payload { return form("confirm", v["endpoint"])(v, csrf) },
 		"GET /models/{model}":                    nil,
@@ -83,6 +87,20 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 	}
 }
 
+// platformOnly are the routes for platform admins alone. Nodes belong to no
+// team, so there is nothing to hide: everyone else is refused with 403,
+// whether the node exists or not, and a platform admin gets 200 or 404.
+var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus"}
+
+// refusal is the status and API problem detail a team member gets for a
+// route that names another team's object (or none).
+func refusal(route string) (int, string) {
+	if slices.Contains(platformOnly, route) {
+		return http.StatusForbidden, "your role does not allow this"
+	}
+	return http.StatusNotFound, "not found"
+}
+
 // portalExempt are portal POSTs that change no team object: signing in and
 // out, and choosing the active team (which TestTenancyMatrix checks apart).
 var portalExempt = []string{"POST /login", "POST /logout", "POST /team/switch"}
@@ -94,14 +112,14 @@ func exemptPortal(route string) bool {
 	return slices.Contains(portalExempt, route) || path == "/metrics" || path == "/static/*"
 }
 
-// riskValues are the path parameters naming the risk team's objects, and
-// ones naming nothing at all.
+// riskValues are the path parameters naming the risk team's objects (and the
+// node of seedFleet that runs a risk replica), and ones naming nothing at all.
 func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
-		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com"}
+		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01"}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node"}
 	return risk, missing
 }
 
@@ -196,6 +214,7 @@ func (e *testEnv) unchanged(t testing.TB, before map[string]string) {
 func TestTenancyMatrix(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
+	e.seedFleet(t)
 	h := e.ts.Config.Handler
 	risk, missing := e.riskValues(t)
 	before := e.snapshot(t)
@@ -251,9 +270,10 @@ func TestTenancyMatrix(t *testing.T) {
 						path := fill(t, pattern, risk)
 						got := e.call(t, e.Keys["search-admin"], method, path, p)
 						what := "search admin " + method + " " + path
-						doc := problem(t, what, got, http.StatusNotFound)
-						if doc.Detail != "not found" || len(doc.Errors) != 0 {
-							t.Errorf("%s = %s; want the generic not-found problem", what, got)
+						status, detail := refusal(route)
+						doc := problem(t, what, got, status)
+						if doc.Detail != detail || len(doc.Errors) != 0 {
+							t.Errorf("%s = %s; want the generic %q problem", what, got, detail)
 						}
 						if l := e.leaks(path, got.body); len(l) > 0 {
 							t.Errorf("%s leaks %q: %s", what, l, got)
@@ -303,6 +323,17 @@ func TestTenancyMatrix(t *testing.T) {
 					t.Run("api viewer reads/"+name, func(t *testing.T) {
 						t.Parallel()
 						path := fill(t, pattern, risk)
+						if slices.Contains(platformOnly, route) {
+							for _, key := range []string{"risk-viewer", "risk-admin", "finance"} {
+								problem(t, key+" GET "+path, e.call(t, e.Keys[key], method, path, nil), http.StatusForbidden)
+							}
+							if got := e.call(t, e.Keys["platform-admin"], method, path, nil); got.status != http.StatusOK {
+								t.Errorf("platform admin GET %s = %d %s; want 200", path, got.status, got)
+							}
+							none := fill(t, pattern, missing)
+							problem(t, "platform admin GET "+none, e.call(t, e.Keys["platform-admin"], method, none, nil), http.StatusNotFound)
+							return
+						}
 						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != http.StatusOK {
 							t.Errorf("risk viewer GET %s = %d %s; want 200", path, got.status, got)
 						}
@@ -375,8 +406,8 @@ func TestTenancyMatrix(t *testing.T) {
 					t.Parallel()
 					path := fill(t, pattern, risk)
 					got := e.portal(t, searchAdmin, method, path, body(searchAdmin, risk))
-					if got.status != http.StatusNotFound {
-						t.Errorf("search admin %s %s = %d; want 404\n%s", method, path, got.status, got)
+					if status, _ := refusal(route); got.status != status {
+						t.Errorf("search admin %s %s = %d; want %d\n%s", method, path, got.status, status, got)
 					}
 					if l := e.leaks(path, got.body); len(l) > 0 || bytes.Contains(got.body, []byte(">risk<")) {
 						t.Errorf("search admin %s %s leaks %q:\n%s", method, path, l, got)

@@ -18,7 +18,12 @@ type openAPIDoc struct {
 	Servers []struct {
 		URL string `json:"url"`
 	} `json:"servers"`
-	Paths map[string]map[string]json.RawMessage `json:"paths"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		} `json:"schemas"`
+	} `json:"components"`
 }
 
 type openAPIOperation struct {
@@ -104,6 +109,21 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, r := range documented {
 		if !slices.Contains(served, r) {
 			t.Errorf("operation %s is in the OpenAPI document but not served", r)
+		}
+	}
+	// The endpoint carries its replicas and why it could not be placed; a
+	// node its GPUs and their slices.
+	for schema, props := range map[string][]string{
+		"Endpoint":  {"replicas", "placement_error", "status"},
+		"Replica":   {"name", "version", "node", "state", "addr", "reason", "gpu_type", "profile", "slots"},
+		"Node":      {"name", "state", "heartbeat_age_seconds", "slices", "slices_used", "gpus"},
+		"GPU":       {"type", "memory_mb", "util_pct", "memory_used_mb", "slices"},
+		"SliceView": {"profile", "replica", "team", "endpoint", "version", "replica_state"},
+	} {
+		for _, p := range props {
+			if _, ok := doc.Components.Schemas[schema].Properties[p]; !ok {
+				t.Errorf("schema %s has no property %s", schema, p)
+			}
 		}
 	}
 	if len(served) < 15 {

@@ -12,4 +12,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerVersions(api)
 	s.registerEndpoints(api)
 	s.registerAudit(api)
+	s.registerNodes(api)
 }

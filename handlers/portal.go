@@ -114,7 +114,7 @@ func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active st
 		l.ShowAudit = l.ShowAudit || m.Role == auth.RoleAdmin
 	}
 	if p.PlatformAdmin() {
-		l.ShowAudit = true
+		l.ShowAudit, l.ShowFleet = true, true
 		l.Teams = nil
 		if ts, err := s.Tenant.Teams(r.Context(), p, 0, 500); err == nil {
 			for _, t := range ts {

@@ -152,7 +152,31 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
 		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays))}
 	props.Versions = versions
+	props.Replicas = replicasProps(e, p)
 	return props, nil
+}
+
+// replicasProps fills the live replicas section; node names link to the
+// fleet pages only for those who may open them.
+func replicasProps(e endpoint.Endpoint, p *auth.Principal) web.ReplicasProps {
+	out := web.ReplicasProps{Endpoint: e.Name, Status: e.Status, PlacementError: e.PlacementError, LinkNodes: p.PlatformAdmin()}
+	for _, r := range e.Replicas {
+		out.Rows = append(out.Rows, web.ReplicaRow{Name: r.Name, Version: r.Version, Node: r.Node, GPUType: r.GPUType, Profile: r.Profile,
+			Slots: strings.Join(r.Slots, ", "), State: r.State, Addr: r.Addr, Reason: r.Reason})
+	}
+	return out
+}
+
+// portalEndpointReplicas is the endpoint page's replicas section alone, which
+// the page re-fetches every 2 s.
+func (s *Server) portalEndpointReplicas(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	e, err := s.Endpoints.Get(r.Context(), p, chi.URLParam(r, "endpoint"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.ReplicasSection(replicasProps(e, p)))
 }
 
 func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/endpoints/new", s.portalEndpointNew)
 			r.Post("/endpoints", s.portalEndpointCreate)
 			r.Get("/endpoints/{endpoint}", s.portalEndpoint)
+			r.Get("/endpoints/{endpoint}/replicas", s.portalEndpointReplicas)
 			r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
 			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)
 			r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
@@ -67,6 +68,9 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Post("/team/keys", s.portalKeyCreate)
 			r.Post("/team/keys/{id}/revoke", s.portalKeyRevoke)
 			r.Get("/audit", s.portalAudit)
+			r.Get("/fleet", s.portalFleet)
+			r.Get("/fleet/{node}", s.portalNode)
+			r.Get("/fleet/{node}/gpus", s.portalNodeGPUs)
 		})
 	})
 }

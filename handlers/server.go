@@ -10,6 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/endpoint"
+	"modelplane/fleet"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -29,6 +30,7 @@ type Deps struct {
 	Tenant    *tenant.Service
 	Registry  *registry.Service
 	Endpoints *endpoint.Service
+	Fleet     *fleet.Fleet      // nil: one is built on Pool and Now
 	Ready     map[string]Pinger // name → dependency checked by /readyz
 	Metrics   *prometheus.Registry
 	Now       func() time.Time
@@ -61,6 +63,9 @@ func New(d Deps) *Server {
 	}
 	if d.MaxUploadBytes == 0 {
 		d.MaxUploadBytes = 10 << 30
+	}
+	if d.Fleet == nil && d.Pool != nil {
+		d.Fleet = fleet.New(d.Pool, d.Log, d.Now)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()

@@ -3,7 +3,7 @@ package web
 // Layout is what every page's frame shows.
 type Layout struct {
 	Title      string
-	Active     string // nav section: endpoints, models, team, audit
+	Active     string // nav section: endpoints, models, team, audit, fleet
 	User       string
 	Role       string // platform role, if any
 	Teams      []string
@@ -11,6 +11,7 @@ type Layout struct {
 	CSRF       string
 	Flash      string
 	ShowAudit  bool // team admins and platform admins
+	ShowFleet  bool // platform admins
 }
 
 // FieldErrors maps a form field to its message.
@@ -81,6 +82,21 @@ type EndpointProps struct {
 	SettingsErrors FieldErrors
 	Profiles       []string
 	Tiers          []string
+	Replicas       ReplicasProps
+}
+
+// ReplicaRow is one replica on the endpoint page.
+type ReplicaRow struct {
+	Name, Version, Node, GPUType, Profile, Slots, State, Addr, Reason string
+}
+
+// ReplicasProps fills the endpoint page's live replicas section.
+type ReplicasProps struct {
+	Endpoint       string
+	Status         string
+	PlacementError string // why replicas could not be placed; "" when they were
+	Rows           []ReplicaRow
+	LinkNodes      bool // node names link to the fleet pages (platform admins)
 }
 
 // ModelRow is one model in the list.
@@ -205,6 +221,48 @@ type AuditProps struct {
 	ObjectType string
 	Actor      string
 	NextURL    string
+}
+
+// NodeRow is one node in the fleet table, and the summary of a node page.
+type NodeRow struct {
+	Name, State string
+	Lost        bool
+	GPUCount    int
+	GPUTypes    string
+	MIG         string // yes or no
+	Slices      string // used / total
+	Util        string
+	Heartbeat   string // "3 s ago"
+	Generation  string // desired / applied
+	Behind      bool   // the agent has not applied the desired generation yet
+}
+
+// FleetProps fills the fleet page.
+type FleetProps struct {
+	Layout
+	Nodes []NodeRow
+}
+
+// SliceBox is one GPU slice on a node page; Size is the CSS class that sizes
+// its box by profile (g1 to g7; a whole GPU is g7).
+type SliceBox struct {
+	Profile, Size, Memory                          string
+	Used                                           bool
+	Team, Endpoint, Version, Replica, ReplicaState string
+}
+
+// GPUView is one GPU of a node with its slices.
+type GPUView struct {
+	Index                            int
+	Type, Memory, MIG, Util, MemUsed string
+	Slices                           []SliceBox
+}
+
+// NodeProps fills a node's page.
+type NodeProps struct {
+	Layout
+	Node NodeRow
+	GPUs []GPUView
 }
 
 // ErrorProps fills an error page.

@@ -1,0 +1,128 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/agent/proto"
+	"modelplane/fleet"
+	"modelplane/web"
+)
+
+// portalFleet shows every node to platform admins; others get the forbidden
+// page, as fleet.Nodes refuses them. With ?fragment=nodes it renders only the
+// table the page re-fetches. The fragment is a query rather than a path like
+// /fleet/nodes, which would shadow the page of a node called "nodes".
+func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
+	ns, err := s.Fleet.Nodes(r.Context(), principal(r.Context()))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	rows := make([]web.NodeRow, len(ns))
+	for i, n := range ns {
+		rows[i] = nodeRow(n)
+	}
+	if r.URL.Query().Get("fragment") == "nodes" {
+		s.render(w, r, http.StatusOK, web.FleetTable(rows))
+		return
+	}
+	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: s.layout(w, r, "Fleet", "fleet"), Nodes: rows}))
+}
+
+// portalNode shows one node's GPUs and who uses each slice.
+func (s *Server) portalNode(w http.ResponseWriter, r *http.Request) {
+	props, err := s.nodeProps(r, chi.URLParam(r, "node"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Layout = s.layout(w, r, props.Node.Name, "fleet")
+	s.render(w, r, http.StatusOK, web.NodePage(props))
+}
+
+// portalNodeGPUs is the node page's live fragment.
+func (s *Server) portalNodeGPUs(w http.ResponseWriter, r *http.Request) {
+	props, err := s.nodeProps(r, chi.URLParam(r, "node"))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.NodeGPUs(props))
+}
+
+func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) {
+	n, err := s.Fleet.Node(r.Context(), principal(r.Context()), name)
+	if err != nil {
+		return web.NodeProps{}, err
+	}
+	props := web.NodeProps{Node: nodeRow(n)}
+	for _, g := range n.GPUs {
+		gv := web.GPUView{Index: g.Index, Type: g.Type, Memory: gigabytes(g.MemoryMB), MIG: yesNo(g.MIG),
+			Util: percent(g.UtilPct), MemUsed: gigabytes(g.MemoryUsedMB)}
+		for _, sl := range g.Slices {
+			gv.Slices = append(gv.Slices, web.SliceBox{Profile: sl.Profile, Size: sliceSize(sl.Profile), Memory: gigabytes(sl.MemoryMB),
+				Used: sl.Replica != "", Team: sl.Team, Endpoint: sl.Endpoint, Version: sl.Version, Replica: sl.Replica, ReplicaState: sl.ReplicaState})
+		}
+		props.GPUs = append(props.GPUs, gv)
+	}
+	return props, nil
+}
+
+func nodeRow(n fleet.Node) web.NodeRow {
+	return web.NodeRow{Name: n.Name, State: n.State, Lost: n.State == "lost", GPUCount: n.GPUCount, GPUTypes: strings.Join(n.GPUTypes, ", "),
+		MIG: yesNo(n.MIG), Slices: fmt.Sprintf("%d / %d", n.SlicesUsed, n.Slices), Util: percent(n.UtilPct),
+		Heartbeat:  ago(time.Duration(n.HeartbeatAgeSeconds * float64(time.Second))),
+		Generation: fmt.Sprintf("%d / %d", n.Generation, n.AppliedGeneration), Behind: n.AppliedGeneration < n.Generation}
+}
+
+// sliceSize is the CSS class that sizes a slice's box by its share of the
+// GPU: g1 to g7 for MIG profiles by their compute slices, g7 for a whole GPU.
+func sliceSize(profile string) string {
+	rest, ok := strings.CutPrefix(profile, proto.MIGPrefix)
+	if !ok {
+		return "g7"
+	}
+	g, _, _ := strings.Cut(rest, "g.")
+	if n, err := strconv.Atoi(g); err == nil && n >= 1 && n <= 7 {
+		return "g" + g
+	}
+	return "g1"
+}
+
+// ago says how long ago, the way a person reads it: "3 s ago", "4 min ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 s ago"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%d s ago", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d min ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d d ago", int(d.Hours()/24))
+}
+
+// gigabytes shows a size in MB as GB, with one decimal when it is not whole.
+func gigabytes(mb int) string {
+	if mb%1024 == 0 {
+		return fmt.Sprintf("%d GB", mb/1024)
+	}
+	return fmt.Sprintf("%.1f GB", float64(mb)/1024)
+}
+
+func percent(p float64) string { return fmt.Sprintf("%.0f%%", p) }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
