@@ -20,6 +20,7 @@ const usage = `usage: modelplane <command> [flags]
 commands:
   dev       everything on one machine: PostgreSQL, ClickHouse, NATS, demo data, portal and API
   server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
+  agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
   bench     benchmarks printing JSON: bench api --json, bench engine --json
@@ -55,6 +56,13 @@ func run() int {
 			return 2
 		}
 		err = app.RunServer(ctx, cfg)
+	case "agent":
+		var cfg app.AgentConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunAgent(ctx, cfg)
 	case "migrate":
 		var cfg app.MigrateConfig
 		cfg.Flags(fs)

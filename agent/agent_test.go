@@ -1,0 +1,454 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/bus"
+	"modelplane/internal/natstest"
+)
+
+func TestDesiredStateReconciles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	drv := newCountingDriver(t)
+	a := start(t, testConfig(t, "node-desired", drv), e.nc)
+
+	e.put(t, "node-desired", 1, classifier("r1", 0), classifier("r2", 1))
+	addrs := allReady(t, a, "r1", "r2")
+	if got := drv.starts.Load(); got != 2 {
+		t.Fatalf("starts = %d, want 2", got)
+	}
+
+	// A change stops and starts only the difference.
+	e.put(t, "node-desired", 2, classifier("r2", 1), classifier("r3", 0))
+	after := allReady(t, a, "r2", "r3")
+	if after["r2"] != addrs["r2"] {
+		t.Errorf("r2 moved from %s to %s; an unchanged replica must keep running", addrs["r2"], after["r2"])
+	}
+	eventually(t, 5*time.Second, func() error {
+		if code := httpGet(addrs["r1"], "/v2/health/live"); code != 0 {
+			return fmt.Errorf("r1 still answers %d after leaving the desired set", code)
+		}
+		return nil
+	})
+	if got, c := drv.starts.Load(), a.Counters(); got != 3 || c.ReplicaStops != 1 {
+		t.Fatalf("starts = %d, stops = %d; want 3 and 1", got, c.ReplicaStops)
+	}
+	if g := a.Status().Generation; g != 2 {
+		t.Fatalf("generation %d, want 2", g)
+	}
+
+	// A stale generation and a replayed one change nothing.
+	for i, d := range []struct {
+		gen   int64
+		specs []proto.ReplicaSpec
+	}{
+		{1, []proto.ReplicaSpec{classifier("r9", 3)}},
+		{2, []proto.ReplicaSpec{classifier("r2", 1), classifier("r3", 0)}},
+		{2, nil},
+	} {
+		ignored := a.Counters().DesiredIgnored
+		e.put(t, "node-desired", d.gen, d.specs...)
+		eventually(t, 5*time.Second, func() error {
+			if a.Counters().DesiredIgnored != ignored+1 {
+				return fmt.Errorf("put %d (generation %d) not seen yet", i, d.gen)
+			}
+			return nil
+		})
+		if got, c := drv.starts.Load(), a.Counters(); got != 3 || c.ReplicaStops != 1 {
+			t.Fatalf("after generation %d again: starts = %d, stops = %d; want 3 and 1", d.gen, got, c.ReplicaStops)
+		}
+		allReady(t, a, "r2", "r3")
+	}
+
+	// A deleted key stops everything.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.kv.Delete(ctx, "node-desired"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if rs := replicas(a); len(rs) != 0 {
+			return fmt.Errorf("replicas after delete: %v", rs)
+		}
+		if c := a.Counters(); c.ReplicaStops != 3 {
+			return fmt.Errorf("stops = %d, want 3", c.ReplicaStops)
+		}
+		return nil
+	})
+	for _, addr := range after {
+		eventually(t, 5*time.Second, func() error {
+			if code := httpGet(addr, "/v2/health/live"); code != 0 {
+				return fmt.Errorf("%s still answers after the key was deleted", addr)
+			}
+			return nil
+		})
+	}
+}
+
+func TestHeartbeatReportsInventoryAndUse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig(t, "node-hb", nil)
+	cfg.GPUs = inventory(t, "1xA100-80GB,1xH100-80GB", "1:3g.40gb+4g.40gb")
+	beats := make(chan proto.NodeStatus, 64)
+	sub, err := e.nc.Subscribe(proto.NodeStatusSubject("node-hb"), func(m *nats.Msg) {
+		var st proto.NodeStatus
+		if json.Unmarshal(m.Data, &st) == nil {
+			select {
+			case beats <- st:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	llm := proto.ReplicaSpec{ID: "chat-1", Team: "support", Endpoint: "chat", Model: "llama", Version: "v1",
+		Task: "llm", GPUType: "H100-80GB", Profile: "mig-4g.40gb", Slots: []proto.Slot{{GPU: 1, Slice: 1}}, Sim: json.RawMessage(llmSim)}
+	e.put(t, "node-hb", 7, classifier("clf-1", 0), llm)
+	a := start(t, cfg, e.nc)
+	allReady(t, a, "clf-1", "chat-1")
+
+	deadline := time.After(10 * time.Second)
+	for {
+		var st proto.NodeStatus
+		select {
+		case st = <-beats:
+		case <-deadline:
+			t.Fatal("no heartbeat with both replicas ready")
+		}
+		if len(st.Replicas) != 2 || st.Replicas[0].State != proto.StateReady || st.Replicas[1].State != proto.StateReady {
+			continue
+		}
+		if st.Node != "node-hb" || st.BootID != a.BootID() || st.LeaseSeconds != 2 || st.Generation != 7 {
+			t.Fatalf("heartbeat header: %+v", st)
+		}
+		if len(st.GPUs) != 2 || st.GPUs[0].Type != "A100-80GB" || st.GPUs[1].Type != "H100-80GB" || !st.GPUs[1].MIG || len(st.GPUs[1].Slices) != 2 {
+			t.Fatalf("inventory: %+v", st.GPUs)
+		}
+		// Predictors hold 30% of their slot, LLM runtimes 90%.
+		if got, want := st.GPUs[0].MemoryUsedMB, 81920*3/10; got != want {
+			t.Errorf("gpu 0 memory used %d, want %d", got, want)
+		}
+		if got, want := st.GPUs[1].MemoryUsedMB, 40960*9/10; got != want {
+			t.Errorf("gpu 1 memory used %d, want %d", got, want)
+		}
+		if st.Replicas[0].ID != "chat-1" || !strings.HasPrefix(st.Replicas[0].Addr, "127.0.0.1:") {
+			t.Errorf("replicas sorted by id with addresses: %+v", st.Replicas)
+		}
+		return
+	}
+}
+
+func TestReplicaThatCannotStartFailsWithReasonAndBacksOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	drv := newCountingDriver(t)
+	a := start(t, testConfig(t, "node-fail", drv), e.nc)
+
+	bad := classifier("bad-profile", 0)
+	bad.Sim = json.RawMessage(`{"no_such_key":1}`)
+	nowhere := classifier("no-gpu", 9)
+	clash := classifier("clash", 1)
+	e.put(t, "node-fail", 1, bad, classifier("good", 1), nowhere, clash)
+
+	allReadyOrFailed := func() error {
+		rs := replicas(a)
+		if rs["good"].State != proto.StateReady {
+			return fmt.Errorf("good: %+v", rs["good"])
+		}
+		for id, want := range map[string]string{"bad-profile": "no_such_key", "no-gpu": "gpu 9 does not exist", "clash": "already replica good's"} {
+			if r := rs[id]; r.State != proto.StateFailed || !strings.Contains(r.Reason, want) {
+				return fmt.Errorf("%s: %+v, want failed saying %q", id, r, want)
+			}
+		}
+		return nil
+	}
+	eventually(t, 10*time.Second, allReadyOrFailed)
+	time.Sleep(2500 * time.Millisecond)
+	// Backoff 1 s, 2 s, 4 s…: within 2.5 s at most three attempts, never a
+	// hot loop; slots that do not fit are never tried.
+	if got := a.Counters().ReplicaStartFailures; got < 2 || got > 3 {
+		t.Errorf("start failures after 2.5 s = %d, want 2 or 3", got)
+	}
+	if got := drv.starts.Load(); got != 1+int64(a.Counters().ReplicaStartFailures) {
+		t.Errorf("driver starts = %d: only good and the bad profile's attempts may reach the driver", got)
+	}
+	if err := allReadyOrFailed(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestartAdoptsRunningReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	drv := newCountingDriver(t)
+	cfg := testConfig(t, "node-adopt", drv)
+	e.put(t, "node-adopt", 3, classifier("a1", 0), classifier("a2", 1))
+	first, err := New(cfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := allReady(t, first, "a1", "a2")
+	first.Stop()
+	for id, addr := range before {
+		if code := httpGet(addr, "/v2/health/ready"); code != http.StatusOK {
+			t.Fatalf("%s stopped with its agent: %d", id, code)
+		}
+	}
+
+	// Same driver, as in one process: the new agent takes the replicas
+	// over and the replayed generation 3 changes nothing.
+	second := start(t, cfg, e.nc)
+	after := allReady(t, second, "a1", "a2")
+	eventually(t, 5*time.Second, func() error {
+		if second.Counters().DesiredIgnored != 1 {
+			return fmt.Errorf("the replayed desired state was not seen yet")
+		}
+		return nil
+	})
+	if got := drv.starts.Load(); got != 2 {
+		t.Fatalf("driver starts = %d, want the first agent's 2 only", got)
+	}
+	if c := second.Counters(); c.ReplicaAdoptions != 2 || c.ReplicaStarts != 0 || c.ReplicaStops != 0 {
+		t.Fatalf("second agent: %+v", c)
+	}
+	for id := range before {
+		if before[id] != after[id] {
+			t.Errorf("%s moved from %s to %s", id, before[id], after[id])
+		}
+	}
+	if second.BootID() == first.BootID() {
+		t.Error("a new run must have a new boot id")
+	}
+}
+
+func TestFreshProcessAdoptsLiveReplicasByProbe(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	old := newCountingDriver(t)
+	cfg := testConfig(t, "node-probe", old)
+	e.put(t, "node-probe", 1, classifier("p1", 0), classifier("p2", 2))
+	first, err := New(cfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := allReady(t, first, "p1", "p2")
+	first.Stop()
+
+	// A new driver knows nothing: the state file's addresses still answer
+	// as the same replicas, so they are adopted, not started twice.
+	fresh := newCountingDriver(t)
+	cfg.Driver = fresh
+	second := start(t, cfg, e.nc)
+	after := allReady(t, second, "p1", "p2")
+	if fresh.starts.Load() != 0 || fresh.adopts.Load() != 2 {
+		t.Fatalf("fresh driver: %d starts, %d adoptions; want 0 and 2", fresh.starts.Load(), fresh.adopts.Load())
+	}
+	for id := range before {
+		if before[id] != after[id] {
+			t.Errorf("%s: %s then %s", id, before[id], after[id])
+		}
+	}
+}
+
+func TestFreshProcessRestartsGoneReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	old := newCountingDriver(t)
+	cfg := testConfig(t, "node-gone", old)
+	e.put(t, "node-gone", 1, classifier("g1", 0), classifier("g2", 1))
+	first, err := New(cfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := allReady(t, first, "g1", "g2")
+	first.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	old.Close(ctx) // the process died with its replicas
+
+	fresh := newCountingDriver(t)
+	cfg.Driver = fresh
+	second := start(t, cfg, e.nc)
+	after := allReady(t, second, "g1", "g2")
+	if got := fresh.starts.Load(); got != 2 {
+		t.Fatalf("fresh driver starts = %d, want 2", got)
+	}
+	for id := range before {
+		if before[id] != after[id] {
+			t.Errorf("%s restarted on %s, want its old address %s", id, after[id], before[id])
+		}
+	}
+}
+
+func TestNATSDownReplicasKeepServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := start(t, testConfig(t, "node-outage", nil), e.nc)
+	e.put(t, "node-outage", 1, classifier("o1", 0))
+	addrs := allReady(t, a, "o1")
+
+	e.srv.Shutdown()
+	failed := a.Counters().HeartbeatsFailed
+	for range 10 {
+		time.Sleep(200 * time.Millisecond)
+		if code := httpGet(addrs["o1"], "/v2/health/ready"); code != http.StatusOK {
+			t.Fatalf("replica answers %d while NATS is down", code)
+		}
+		predict(t, addrs["o1"])
+	}
+	c := a.Counters()
+	if c.HeartbeatsFailed <= failed {
+		t.Errorf("heartbeats failed %d, want more than %d while NATS is down", c.HeartbeatsFailed, failed)
+	}
+	if c.ReplicaStops != 0 || replicas(a)["o1"].State != proto.StateReady {
+		t.Fatalf("losing NATS must stop nothing: %+v, %+v", c, replicas(a))
+	}
+
+	e.srv.Restart()
+	sent := a.Counters().HeartbeatsSent
+	eventually(t, 10*time.Second, func() error {
+		if a.Counters().HeartbeatsSent <= sent {
+			return fmt.Errorf("no heartbeat since NATS came back")
+		}
+		return nil
+	})
+	// The desired-state watch survives the outage.
+	t0 := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		data, _ := json.Marshal(proto.Desired{Node: "node-outage", Generation: 2, Replicas: []proto.ReplicaSpec{classifier("o1", 0), classifier("o2", 1)}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := e.kv.Put(ctx, "node-outage", data)
+		return err
+	})
+	allReady(t, a, "o1", "o2")
+	t.Logf("desired state after the outage applied in %s", time.Since(t0))
+}
+
+func TestAgentStartsFromItsStateFileWithoutNATS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	drv := newCountingDriver(t)
+	cfg := testConfig(t, "node-offline", drv)
+	e.put(t, "node-offline", 1, classifier("s1", 0))
+	first, err := New(cfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	allReady(t, first, "s1")
+	first.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	drv.Close(ctx)
+
+	// The machine rebooted and NATS is unreachable: serve what was desired.
+	e.srv.Shutdown()
+	second := start(t, Config{Node: cfg.Node, GPUs: cfg.GPUs, StateDir: cfg.StateDir, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat, Driver: drv}, e.nc)
+	allReady(t, second, "s1")
+	if g := second.Status().Generation; g != 1 {
+		t.Fatalf("generation %d from the state file, want 1", g)
+	}
+}
+
+func TestAgentsSharingOneDriverLeaveEachOtherAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	drv := newCountingDriver(t)
+	e.put(t, "node-a", 1, classifier("a-1", 0))
+	e.put(t, "node-b", 1, classifier("b-1", 0))
+	a := start(t, testConfig(t, "node-a", drv), e.nc)
+	bcfg := testConfig(t, "node-b", drv)
+	b, err := New(bcfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	allReady(t, a, "a-1")
+	allReady(t, b, "b-1")
+	b.Stop()
+
+	// A restarted agent of one node, and a brand-new one, see the other
+	// node's replica in the shared driver and leave it be.
+	b2 := start(t, bcfg, e.nc)
+	c := start(t, testConfig(t, "node-c", drv), e.nc)
+	allReady(t, b2, "b-1")
+	time.Sleep(300 * time.Millisecond)
+	if rs := replicas(c); len(rs) != 0 {
+		t.Fatalf("node-c took over %v", rs)
+	}
+	for _, x := range []*Agent{a, b2, c} {
+		if n := x.Counters().ReplicaStops; n != 0 {
+			t.Fatalf("an agent stopped %d replicas", n)
+		}
+	}
+	if got := drv.starts.Load(); got != 2 {
+		t.Fatalf("driver starts = %d, want 2", got)
+	}
+	allReady(t, a, "a-1")
+}
+
+func TestWaitsForTheDesiredBucketAndReportsLoading(t *testing.T) {
+	t.Parallel()
+	srv := natstest.NewRestartable(t)
+	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	drv := NewSimDriver(SimDriverConfig{LoadDelay: 700 * time.Millisecond, Log: testLog(t)})
+	t.Cleanup(func() { drv.Close(context.Background()) })
+	a := start(t, testConfig(t, "node-early", drv), nc)
+
+	// The control plane has not created the buckets yet: the agent waits,
+	// heartbeating, and does not fail.
+	time.Sleep(1500 * time.Millisecond)
+	if c := a.Counters(); c.HeartbeatsSent == 0 || c.DesiredApplied != 0 {
+		t.Fatalf("before the bucket exists: %+v", c)
+	}
+	e := &env{srv: srv, nc: nc}
+	e.js, _ = jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bus.Ensure(ctx, e.js); err != nil {
+		t.Fatal(err)
+	}
+	if e.kv, err = e.js.KeyValue(ctx, proto.BucketDesired); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "node-early", 1, classifier("late", 0))
+	eventually(t, 5*time.Second, func() error {
+		if r := replicas(a)["late"]; r.State != proto.StateStarting || r.Addr == "" {
+			return fmt.Errorf("late: %+v, want starting while its model loads", r)
+		}
+		return nil
+	})
+	allReady(t, a, "late")
+}

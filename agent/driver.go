@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	"modelplane/agent/proto"
+)
+
+// Driver runs replicas on this machine: the sim driver serves them in this
+// process; a process or Kubernetes driver would launch runtimes. The agent
+// decides what runs; the driver only does it. A driver may outlive the
+// Agent that uses it, which is how an agent restarted in the same process
+// adopts what is running instead of starting it twice.
+type Driver interface {
+	// Start launches the replica and returns once it accepts connections;
+	// it may still be loading (Observation.Ready false). addr is a
+	// preferred listen address, the one a previous run used, or ""; a
+	// driver that cannot take it picks another. Starting a replica the
+	// driver already runs with the same spec returns the running one: one
+	// id never runs twice.
+	Start(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
+	// Running lists the replicas the driver runs now, of every agent that
+	// shares it; an agent picks its own by id.
+	Running() []Replica
+	// Adopt takes over a replica a previous agent process left running at
+	// addr. It returns ErrNotRunning unless something there answers as that
+	// replica; the agent then starts it afresh.
+	Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
+}
+
+// Replica is one replica as its driver runs it.
+type Replica interface {
+	Spec() proto.ReplicaSpec
+	// Addr is where it serves, host:port.
+	Addr() string
+	// Observe reports readiness, load and GPU use. An error means the
+	// replica no longer answers.
+	Observe(ctx context.Context) (Observation, error)
+	// Stop ends the replica, draining in-flight requests, and returns when
+	// it has ended. It may be called more than once.
+	Stop(ctx context.Context) error
+}
+
+// ErrNotRunning is Driver.Adopt's answer when the replica is not there.
+var ErrNotRunning = errors.New("replica is not running")
+
+// Observation is a replica's state at one moment, as a heartbeat and the
+// meter need it.
+type Observation struct {
+	Ready bool
+	// QueueDepth counts requests waiting for a batch slot.
+	QueueDepth int
+	// KVUsedPct is the share of KV-cache pages in use, 0–100.
+	KVUsedPct float64
+	// Requests counts requests answered since the replica started.
+	Requests uint64
+	// UtilPct is the replica's compute utilisation, 0–100, the same on
+	// each of its slots.
+	UtilPct float64
+	// MemoryMB is the GPU memory the replica holds over all its slots.
+	MemoryMB int64
+}
