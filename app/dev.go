@@ -34,6 +34,9 @@ type DevConfig struct {
 	IdPAddr     string
 	LogLevel    string
 	MaxUploadMB int64
+	// SimNodes and SimGPUsPerNode size the simulated GPU fleet.
+	SimNodes       int
+	SimGPUsPerNode int
 }
 
 // Flags registers the dev settings on fs.
@@ -43,6 +46,8 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.IdPAddr, "idp-addr", env("MP_DEV_IDP_ADDR", "127.0.0.1:8082"), "development identity provider address; keep it stable, users are keyed by issuer (MP_DEV_IDP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
+	fs.IntVar(&c.SimNodes, "sim-nodes", int(envInt("MP_SIM_NODES", 4)), "simulated GPU nodes; A100 and H100 alternate, every fourth node in MIG mode; 0 for none (MP_SIM_NODES)")
+	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
 }
 
 // Validate names every bad setting.
@@ -56,6 +61,12 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.MaxUploadMB <= 0 {
 		errs = append(errs, "MP_MAX_UPLOAD_MB (--max-upload-mb) must be a positive number")
+	}
+	if c.SimNodes < 0 || c.SimNodes > 1000 {
+		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
+	}
+	if c.SimGPUsPerNode < 1 || c.SimGPUsPerNode > 16 {
+		errs = append(errs, "MP_SIM_GPUS_PER_NODE (--sim-gpus-per-node) must be between 1 and 16")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, "MP_LOG_LEVEL (--log-level) "+err.Error())
@@ -173,6 +184,13 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	defer stop()
+	if cfg.SimNodes > 0 {
+		stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
+		if err != nil {
+			return err
+		}
+		defer stopFleet()
+	}
 	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `
 modelplane dev is running.

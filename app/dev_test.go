@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,7 +41,8 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 	t.Helper()
 	httpPort, _ := freeport.Get()
 	idpPort, _ := freeport.Get()
-	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), LogLevel: "warn", MaxUploadMB: 16}
+	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), LogLevel: "warn", MaxUploadMB: 16,
+		SimNodes: 4, SimGPUsPerNode: 8}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)
@@ -103,6 +105,8 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.BaseURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
 		t.Errorf("/metrics lacks mp_http_requests_total")
 	}
+	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
+	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -117,6 +121,44 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, again["MP_API"]+"/models/fraud-detector/versions", again["MP_RISK_KEY"]); !strings.Contains(body, `"v24"`) {
 		t.Errorf("second run lost data: %s", body)
 	}
+	// The agents' replicas died with the first run; the second run's agents
+	// start them again from their state files.
+	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, "mig-1g.10gb")
+}
+
+// waitServing waits until the endpoint has n ready replicas of the given
+// allocation profile, each answering its readiness probe over HTTP.
+func waitServing(t *testing.T, env map[string]string, name, key string, n int, profile string) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		last = get(t, env["MP_API"]+"/endpoints/"+name, key)
+		var e struct {
+			Status   string
+			Replicas []struct{ State, Addr, Profile, Node string }
+		}
+		if err := json.Unmarshal([]byte(last), &e); err != nil {
+			t.Fatal(err)
+		}
+		ready := 0
+		for _, r := range e.Replicas {
+			if r.State == "ready" && r.Profile == profile {
+				resp, err := http.Get("http://" + r.Addr + "/v2/health/ready")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						ready++
+					}
+				}
+			}
+		}
+		if e.Status == "ready" && ready == n && len(e.Replicas) == n {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s not served by %d ready %s replicas after 90 s: %s", name, n, profile, last)
 }
 
 func get(t *testing.T, url, key string) string {

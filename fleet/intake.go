@@ -19,9 +19,9 @@ import (
 	"modelplane/db"
 )
 
-// nodeName is what a node may be called: it is a KV key and a NATS subject
-// token, so no dots, spaces or wildcards.
-var nodeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// nodeName is what a node may be called (the agent checks the same): it is a
+// KV key and a NATS subject token, so no dots, spaces or wildcards.
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Profiles the fleet knows, with the GPU memory of each slice.
 var sliceMemoryMB = map[string]int{
@@ -56,7 +56,7 @@ type gpuUse struct {
 
 func checkStatus(st proto.NodeStatus) error {
 	if !nodeName.MatchString(st.Node) {
-		return fmt.Errorf("%w: node name %q must be a DNS label", ErrBadStatus, st.Node)
+		return fmt.Errorf("%w: node name %q: use up to 64 letters, digits, '-' and '_'", ErrBadStatus, st.Node)
 	}
 	if st.LeaseSeconds < 1 || st.LeaseSeconds > 3600 {
 		return fmt.Errorf("%w: node %s: lease_seconds %d out of 1..3600", ErrBadStatus, st.Node, st.LeaseSeconds)
