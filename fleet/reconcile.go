@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,10 +209,6 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		}
 		return cmp.Compare(size(b.d), size(a.d))
 	})
-	ids, err := q.ReplicaNextIDs(ctx, int32(total))
-	if err != nil {
-		return nil, err
-	}
 	rows, err := q.GPUSliceListReady(ctx)
 	if err != nil {
 		return nil, err
@@ -220,41 +217,53 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	if err != nil {
 		return nil, err
 	}
+	// Requests carry their index as a provisional name: ids (and with them
+	// names) are taken from the sequence only for replicas that were placed.
 	var reqs []placement.Request
-	byReplica := map[string]db.RoutingRuleListForPlacementRow{}
-	replicaID := map[string]int64{}
-	i := 0
+	var reqDemand []db.RoutingRuleListForPlacementRow
 	for _, nd := range needs {
 		minProfile, gpuType, msg := fromInstanceProfile(nd.d)
 		for range nd.n {
-			id := ids[i]
-			i++
 			if msg != "" {
 				errs[nd.d.EndpointID] = nd.d.Version + ": " + msg
 				pass.Unplaced++
 				continue
 			}
-			name := fmt.Sprintf("%s-%s-r%d", nd.d.Endpoint, nd.d.Version, id)
-			byReplica[name] = nd.d
-			replicaID[name] = id
-			reqs = append(reqs, placement.Request{Replica: name, Endpoint: nd.d.Endpoint, Tier: nd.d.Tier,
+			reqs = append(reqs, placement.Request{Replica: strconv.Itoa(len(reqs)), Endpoint: nd.d.Endpoint, Tier: nd.d.Tier,
 				MemoryMB: int(nd.d.GPUMemoryMB), GPUCount: max(1, int(nd.d.GPUCount)), GPUType: gpuType, MinProfile: minProfile})
+			reqDemand = append(reqDemand, nd.d)
 		}
+	}
+	plan := placement.Plan(nodes, reqs)
+	placed := 0
+	for i, res := range plan {
+		if res.Err == "" {
+			placed++
+			continue
+		}
+		d := reqDemand[i]
+		if _, seen := errs[d.EndpointID]; !seen {
+			errs[d.EndpointID] = d.Version + ": " + res.Err
+		}
+		pass.Unplaced++
+	}
+	if placed == 0 {
+		return errs, nil
+	}
+	ids, err := q.ReplicaNextIDs(ctx, int32(placed))
+	if err != nil {
+		return nil, err
 	}
 	var ins db.ReplicaInsertManyParams
 	var alloc db.AllocationInsertManyParams
-	for _, res := range placement.Plan(nodes, reqs) {
-		d := byReplica[res.Replica]
+	for i, res := range plan {
 		if res.Err != "" {
-			if _, seen := errs[d.EndpointID]; !seen {
-				errs[d.EndpointID] = d.Version + ": " + res.Err
-			}
-			pass.Unplaced++
 			continue
 		}
-		id, nodeID := replicaID[res.Replica], nodeIDs[res.Node]
+		d := reqDemand[i]
+		id, nodeID := ids[pass.Placed], nodeIDs[res.Node]
 		ins.IDs = append(ins.IDs, id)
-		ins.Names = append(ins.Names, res.Replica)
+		ins.Names = append(ins.Names, fmt.Sprintf("%s-%s-r%d", d.Endpoint, d.Version, id))
 		ins.OwnerTeams = append(ins.OwnerTeams, d.TeamID)
 		ins.EndpointIDs = append(ins.EndpointIDs, d.EndpointID)
 		ins.VersionIDs = append(ins.VersionIDs, d.VersionID)
@@ -268,9 +277,6 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 			alloc.ReplicaIDs = append(alloc.ReplicaIDs, id)
 		}
 		pass.Placed++
-	}
-	if pass.Placed == 0 {
-		return errs, nil
 	}
 	if err := q.ReplicaInsertMany(ctx, ins); err != nil {
 		return nil, err
