@@ -169,11 +169,11 @@ var devKeys = []struct {
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate.
-func writeDevEnv(ctx context.Context, path, baseURL, natsURL string, h *handlers.Server) error {
+func writeDevEnv(ctx context.Context, path, baseURL, natsURL, clickhouseURL string, h *handlers.Server) error {
 	old := readEnvFile(path)
 	var b strings.Builder
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
-	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\n", baseURL, natsURL)
+	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, clickhouseURL)
 	for _, k := range devKeys {
 		key := old[k.env]
 		if p, err := h.Keys.Authenticate(ctx, key); err != nil || p == nil {

@@ -172,14 +172,14 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("demo data: %w", err)
 	}
 	envFile := filepath.Join(dir, "dev.env")
-	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), h); err != nil {
+	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), ch.URL("modelplane"), h); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
-	stop, err := cp.startLoops(ctx)
+	stop, err := cp.startLoops(ctx, h.Metrics)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/ingest"
 	"modelplane/internal/freeport"
 )
 
@@ -107,6 +108,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	}
 	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
+	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -178,4 +180,46 @@ func get(t *testing.T, url, key string) string {
 		t.Fatalf("GET %s = %d %s", url, resp.StatusCode, b.String())
 	}
 	return b.String()
+}
+
+// waitMetered waits until ClickHouse holds priced GPU-seconds of both demo
+// endpoints, and checks that the hourly rollup is fed.
+func waitMetered(t *testing.T, url string) {
+	t.Helper()
+	ch, err := ingest.OpenClickHouse(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var seconds, cost uint64
+		if err := ch.QueryRow(t.Context(), `SELECT count(), sum(rate_uusd_per_hour) FROM gpu_usage
+			WHERE endpoint IN ('fraud-scoring', 'support-chat') AND team IN ('risk', 'search')`).Scan(&seconds, &cost); err != nil {
+			t.Fatal(err)
+		}
+		var endpoints uint64
+		if err := ch.QueryRow(t.Context(), `SELECT uniqExact(endpoint) FROM gpu_usage`).Scan(&endpoints); err != nil {
+			t.Fatal(err)
+		}
+		if endpoints == 2 && seconds >= 6 && cost > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s ClickHouse holds %d GPU-seconds of %d endpoints costing %d; want both demo endpoints metered and priced", seconds, endpoints, cost)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The ingest tests prove rollup == raw exactly; here the rollup must
+	// simply be fed.
+	var raw, rolled uint64
+	if err := ch.QueryRow(t.Context(), `SELECT count() FROM gpu_usage`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueryRow(t.Context(), `SELECT sum(gpu_seconds) FROM gpu_usage_hourly`).Scan(&rolled); err != nil {
+		t.Fatal(err)
+	}
+	if raw == 0 || rolled == 0 {
+		t.Fatalf("raw %d, rollup %d GPU-seconds; want both non-zero", raw, rolled)
+	}
 }

@@ -3,28 +3,34 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"modelplane/billing"
 	"modelplane/bus"
 	"modelplane/db"
 	"modelplane/fleet"
+	"modelplane/ingest"
 	"modelplane/outbox"
 )
 
 // Advisory-lock ids of the loops that run once per control plane.
 const (
-	leadFleet  = 7_316_020_010
-	leadOutbox = 7_316_020_011
+	leadFleet       = 7_316_020_010
+	leadOutbox      = 7_316_020_011
+	leadUsageIngest = 7_316_020_012
 )
 
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
-// reconciler and outbox relay (one leader each). The returned stop waits for
-// all of it.
-func (cp controlPlane) startLoops(ctx context.Context) (stop func(), err error) {
+// reconciler, the outbox relay and the usage ingest (one leader each: the
+// ingest's check-then-insert is exactly-once only with one consumer). The
+// returned stop waits for all of it.
+func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Registerer) (stop func(), err error) {
 	js, err := jetstream.New(cp.NC)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -32,6 +38,11 @@ func (cp controlPlane) startLoops(ctx context.Context) (stop func(), err error) 
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = bus.Ensure(ectx, js)
 	cancel()
+	if err != nil {
+		return nil, err
+	}
+	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: js, CH: cp.CH, Log: cp.Log, Metrics: metrics,
+		LoadRates: func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(cp.Pool)) }})
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +59,13 @@ func (cp controlPlane) startLoops(ctx context.Context) (stop func(), err error) 
 	wg.Go(func() { db.Lead(ctx, cp.Pool, leadFleet, 2*time.Second, ctl.Run) })
 	wg.Go(func() {
 		db.Lead(ctx, cp.Pool, leadOutbox, 2*time.Second, func(ctx context.Context) { relay.Run(ctx, 250*time.Millisecond) })
+	})
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadUsageIngest, 2*time.Second, func(ctx context.Context) {
+			if err := usage.Run(ctx); err != nil && ctx.Err() == nil {
+				cp.Log.Warn("usage ingest", slog.String("error", err.Error()))
+			}
+		})
 	})
 	return func() {
 		cancel()

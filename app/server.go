@@ -155,7 +155,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx)
+	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx, h.Metrics)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,3 @@
-// Package ingest owns the ClickHouse side of modelplane: the connection, and
-// (in later work) the JetStream consumers that land usage, prediction samples
-// and request statistics in ClickHouse exactly once. It never writes PostgreSQL.
 package ingest
 
 import (

@@ -23,7 +23,7 @@ commands:
   agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
-  bench     benchmarks printing JSON: bench api --json, bench engine --json
+  bench     benchmarks printing JSON: bench api --json, bench engine --json, bench ingest --json
 
 run 'modelplane <command> -h' for its flags`
 

@@ -1,0 +1,499 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"modelplane/agent/proto"
+)
+
+// Pricer gives the rate in force for one second of one GPU allocation, in
+// micro-USD per hour; *billing.Rates is one.
+type Pricer interface {
+	At(gpuType, profile string, t time.Time) (uusdPerHour int64, ok bool)
+}
+
+// UsageConfig configures the usage consumer. JS, CH and LoadRates are
+// required; a zero value of any other field takes the default its comment
+// names.
+type UsageConfig struct {
+	JS jetstream.JetStream
+	CH driver.Conn
+	// LoadRates reads the rate table. It is called before the first message
+	// is consumed (nothing is consumed until it succeeds, so no second is
+	// ever priced without a table) and then every RateRefresh.
+	LoadRates func(ctx context.Context) (Pricer, error)
+	Log       *slog.Logger
+	// Metrics, when set, gets the consumer's counters and lag gauge.
+	Metrics prometheus.Registerer
+	// Now is the clock lag is measured with; default time.Now.
+	Now func() time.Time
+
+	// Stream is the stream consumed; default proto.StreamUsage. Its
+	// subjects must be proto.UsageSubject's: the node a batch bills is
+	// checked against its subject, and a message on any other subject is
+	// terminated as poison.
+	Stream string
+	// Durable names the durable consumer; default "ingest-usage".
+	Durable string
+	// Workers is the number of parallel inserts; default GOMAXPROCS, at
+	// least 2 and at most 4. A worker decodes its messages itself, so it
+	// keeps a core busy; on 2 cores a third one only took CPU from
+	// ClickHouse (modelplane bench ingest). Each node's batches always go to
+	// the same worker.
+	Workers int
+	// BatchRows is the number of rows a worker gathers before it inserts;
+	// default 50,000. ClickHouse wants few large inserts: each insert is a
+	// part on disk (and one in the rollup) that merges must fold later.
+	BatchRows int
+	// FlushInterval bounds how long a worker holds a message before it
+	// inserts what it has; default 500ms: at the fleet's real pace that is
+	// a couple of inserts a second per worker, near ClickHouse's advice of
+	// about one, while keeping lag well under a second of it.
+	FlushInterval time.Duration
+	// PrefetchBytes bounds the message bytes pulled ahead of the workers;
+	// default 16 MiB. It is counted in bytes, not messages, because the
+	// client drops messages (and the server redelivers them only after
+	// AckWait) once a subscription buffers more than 64 MiB, and batches
+	// vary in size with the agents' chunking.
+	PrefetchBytes int
+	// MaxAckPending is the consumer's limit on delivered, unacknowledged
+	// messages; default 20,000. It must exceed what is prefetched plus what
+	// the workers hold, or pulling stalls until they flush.
+	MaxAckPending int
+	// AckWait is how long the server waits for an ack before it redelivers;
+	// default 1 minute, above Timeout so a slow insert is not redelivered
+	// while it is still running.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message; default 2,000. Failed
+	// inserts are retried by redelivery with a delay growing to MaxNakDelay,
+	// so the default rides out about 16 hours of ClickHouse outage. A message
+	// past it stays in the stream and can be replayed: replays are skipped
+	// where already stored.
+	MaxDeliver int
+	// NakDelay is the redelivery delay after the first failed insert,
+	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
+	NakDelay    time.Duration
+	MaxNakDelay time.Duration
+	// RateRefresh is how often the rate table is reloaded; default 1 minute.
+	RateRefresh time.Duration
+	// Timeout bounds each ClickHouse call; default 30s.
+	Timeout time.Duration
+	// AfterInsert, when set, is called after ClickHouse accepted an insert
+	// and before the messages are acked, with the ids of the batches whose
+	// rows that insert stored. Benchmarks time batches with it; tests return
+	// an error from it to abandon the messages unacked, as a process killed
+	// at that point would.
+	AfterInsert func(batchIDs []string) error
+}
+
+// Usage consumes MP_USAGE into ClickHouse gpu_usage exactly once; see the
+// package comment for how.
+type Usage struct {
+	cfg   UsageConfig
+	log   *slog.Logger
+	stats usageCounters
+
+	rates  atomic.Value // rateTable
+	warned sync.Map     // "type/profile" → struct{}: unpriced, logged once
+
+	mu  sync.Mutex
+	run *usageRun // nil while stopped
+}
+
+// usageRun is one Start-to-Stop run of the consumer.
+type usageRun struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type rateTable struct{ Pricer }
+
+// usageCounters are the consumer's running totals.
+type usageCounters struct {
+	rows, dupRows, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
+	lagNanos                                                             atomic.Int64
+}
+
+// UsageStats is a snapshot of the consumer's counters since it was built.
+type UsageStats struct {
+	// Rows is the number of rows inserted into gpu_usage.
+	Rows uint64
+	// DuplicateRows is the number of rows skipped because they were already
+	// stored or repeated within what one worker gathered.
+	DuplicateRows uint64
+	// Batches is the number of messages acked after their rows were stored.
+	Batches uint64
+	// DuplicateBatches is the number of messages none of whose rows needed
+	// inserting.
+	DuplicateBatches uint64
+	// Poison is the number of messages terminated because they do not
+	// decode or do not describe the node they were published for.
+	Poison uint64
+	// UnpricedRows is the number of rows stored at price 0 because no rate
+	// was in force for their GPU type and profile.
+	UnpricedRows uint64
+	// InsertFailures is the number of gathered sets that ClickHouse refused
+	// (each set's messages are redelivered later).
+	InsertFailures uint64
+	// Lag is, at the last insert, the time since the newest second it
+	// stored.
+	Lag time.Duration
+}
+
+// NewUsage checks cfg, fills defaults and registers metrics. It starts
+// nothing; call Start.
+func NewUsage(cfg UsageConfig) (*Usage, error) {
+	if cfg.JS == nil || cfg.CH == nil || cfg.LoadRates == nil {
+		return nil, errors.New("usage consumer: JS, CH and LoadRates are required")
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = proto.StreamUsage
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "ingest-usage"
+	}
+	def(&cfg.Workers, min(4, max(2, runtime.GOMAXPROCS(0))))
+	def(&cfg.BatchRows, 50_000)
+	def(&cfg.PrefetchBytes, 16<<20)
+	def(&cfg.MaxAckPending, 20_000)
+	def(&cfg.MaxDeliver, 2_000)
+	defDur(&cfg.FlushInterval, 500*time.Millisecond)
+	defDur(&cfg.AckWait, time.Minute)
+	defDur(&cfg.NakDelay, time.Second)
+	defDur(&cfg.MaxNakDelay, 30*time.Second)
+	defDur(&cfg.RateRefresh, time.Minute)
+	defDur(&cfg.Timeout, 30*time.Second)
+	u := &Usage{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
+	if cfg.Metrics != nil {
+		if err := u.register(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("usage consumer metrics: %w", err)
+		}
+	}
+	return u, nil
+}
+
+func (u *Usage) register(r prometheus.Registerer) error {
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	s := &u.stats
+	for _, c := range []prometheus.Collector{
+		counter("mp_ingest_usage_rows_total", "Usage rows inserted into ClickHouse.", &s.rows),
+		counter("mp_ingest_usage_duplicate_rows_total", "Usage rows skipped because they were already stored.", &s.dupRows),
+		counter("mp_ingest_usage_batches_total", "Usage messages stored and acked.", &s.batches),
+		counter("mp_ingest_usage_poison_total", "Usage messages terminated because they do not decode or bill another node than their subject's.", &s.poison),
+		counter("mp_ingest_usage_unpriced_rows_total", "Usage rows stored at price 0 for want of a rate.", &s.unpriced),
+		counter("mp_ingest_usage_insert_failures_total", "Usage inserts ClickHouse refused; their messages are redelivered.", &s.insertFailures),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mp_ingest_usage_lag_seconds", Help: "Time from the newest usage second to its insert, at the last insert."},
+			func() float64 { return time.Duration(s.lagNanos.Load()).Seconds() }),
+	} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stats returns the counters so far.
+func (u *Usage) Stats() UsageStats {
+	s := &u.stats
+	return UsageStats{
+		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
+		Poison: s.poison.Load(), UnpricedRows: s.unpriced.Load(), InsertFailures: s.insertFailures.Load(),
+		Lag: time.Duration(s.lagNanos.Load()),
+	}
+}
+
+// Start creates or updates the durable consumer and starts consuming in the
+// background until ctx ends or Stop is called. It fails only when the
+// consumer cannot be created; later NATS, ClickHouse and PostgreSQL failures
+// are logged and retried. A stopped Usage can be started again, so that one
+// Usage (and its metrics) serves every lease a process takes.
+func (u *Usage) Start(ctx context.Context) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.run != nil {
+		return errors.New("usage consumer: already started")
+	}
+	cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+	_, err := u.ensureConsumer(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r := &usageRun{}
+	ctx, r.cancel = context.WithCancel(ctx)
+	shards := make([]chan jetstream.Msg, u.cfg.Workers)
+	for i := range shards {
+		shards[i] = make(chan jetstream.Msg, 256)
+		r.wg.Go(func() { u.work(ctx, shards[i]) })
+	}
+	ready := make(chan struct{})
+	r.wg.Go(func() { u.refreshRates(ctx, ready) })
+	r.wg.Go(func() { u.read(ctx, ready, shards) })
+	u.run = r
+	return nil
+}
+
+// Stop stops pulling, inserts and acks what the workers hold (bounded by
+// Timeout), and waits for every goroutine to end. Messages still unacked
+// are redelivered to the next consumer after AckWait.
+func (u *Usage) Stop() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.run == nil {
+		return
+	}
+	u.run.cancel()
+	u.run.wg.Wait()
+	u.run = nil
+}
+
+// Run consumes until ctx ends, then stops: the form a leader lease wants,
+// as in db.Lead(ctx, pool, lockID, retry, func(ctx context.Context) { _ = u.Run(ctx) }).
+func (u *Usage) Run(ctx context.Context) error {
+	if err := u.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	u.Stop()
+	return nil
+}
+
+func (u *Usage) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := u.cfg.JS.CreateOrUpdateConsumer(ctx, u.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       u.cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       u.cfg.AckWait,
+		MaxDeliver:    u.cfg.MaxDeliver,
+		MaxAckPending: u.cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage consumer %s on %s: %w", u.cfg.Durable, u.cfg.Stream, err)
+	}
+	return cons, nil
+}
+
+// refreshRates loads the rate table until it has one, closing ready, then
+// reloads it every RateRefresh. A failed reload keeps the table it had:
+// rates change rarely and are entered ahead of their effective time.
+func (u *Usage) refreshRates(ctx context.Context, ready chan<- struct{}) {
+	retry := time.Second
+	loaded := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+		p, err := u.cfg.LoadRates(cctx)
+		cancel()
+		wait := u.cfg.RateRefresh
+		switch {
+		case err == nil:
+			u.rates.Store(rateTable{p})
+			if !loaded {
+				loaded = true
+				close(ready)
+			}
+		case ctx.Err() != nil:
+			return
+		default:
+			u.log.Warn("load cost rates", "err", err)
+			if !loaded {
+				wait = retry
+				retry = min(2*retry, u.cfg.RateRefresh)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// read pulls messages and hands each to the worker of its node. It waits
+// for the first rate table, and recreates the consumer and its iterator
+// whenever the iterator ends for another reason than Stop (the consumer
+// deleted, the connection closed for good).
+func (u *Usage) read(ctx context.Context, ratesReady <-chan struct{}, shards []chan jetstream.Msg) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-ratesReady:
+	}
+	retry := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := u.pull(ctx, shards)
+		if ctx.Err() != nil {
+			return
+		}
+		u.log.Warn("pull usage messages", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, 5*time.Second)
+	}
+}
+
+func (u *Usage) pull(ctx context.Context, shards []chan jetstream.Msg) error {
+	cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+	cons, err := u.ensureConsumer(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxBytes(u.cfg.PrefetchBytes))
+	if err != nil {
+		return fmt.Errorf("usage messages: %w", err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		select {
+		case shards[shardOf(msg.Subject(), len(shards))] <- msg:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// shardOf keeps every batch of one node on one worker: the batches a worker
+// checks and inserts can then never be in flight on another worker.
+func shardOf(subject string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(subject))
+	return int(h.Sum32() % uint32(n))
+}
+
+// work gathers decoded messages until it holds BatchRows rows or the oldest
+// has waited FlushInterval, then stores them. While ClickHouse refuses
+// inserts it waits longer between attempts (up to MaxNakDelay) and holds at
+// most one insert's worth, so an outage costs neither a log line per
+// message nor memory for the whole backlog. When ctx ends it stores what it
+// holds and returns.
+func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
+	var (
+		held     []heldBatch
+		rows     int
+		timer    = time.NewTimer(time.Hour)
+		backoff  time.Duration // 0 while inserts succeed
+		failures int
+	)
+	timer.Stop()
+	add := func(msg jetstream.Msg) {
+		b, ok := u.decode(msg)
+		if !ok {
+			return
+		}
+		if len(held) == 0 {
+			timer.Reset(max(u.cfg.FlushInterval, backoff))
+		}
+		held = append(held, b)
+		rows += len(b.batch.Records)
+	}
+	// An insert under way when Stop comes is finished, not abandoned: its
+	// rows would be stored and its messages redelivered for nothing.
+	flush := func() {
+		timer.Stop()
+		if len(held) == 0 {
+			return
+		}
+		err := u.store(context.WithoutCancel(ctx), held)
+		held, rows = nil, 0
+		switch {
+		case err == nil && failures > 0:
+			u.log.Info("usage inserts resumed", "failed_attempts", failures)
+			backoff, failures = 0, 0
+		case err != nil:
+			if failures == 0 {
+				u.log.Warn("usage insert failed; retrying by redelivery", "err", err)
+			} else {
+				u.log.Debug("usage insert failed again", "attempt", failures+1, "err", err)
+			}
+			failures++
+			backoff = min(max(2*backoff, u.cfg.NakDelay), u.cfg.MaxNakDelay)
+		}
+	}
+	for {
+		recv := in
+		if backoff > 0 && rows >= u.cfg.BatchRows {
+			recv = nil
+		}
+		select {
+		case msg := <-recv:
+			add(msg)
+			if rows >= u.cfg.BatchRows && backoff == 0 {
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		case <-ctx.Done():
+			// Take what the reader already handed over: it is delivered,
+			// and storing it now spares a redelivery after AckWait.
+		drain:
+			for {
+				select {
+				case msg := <-in:
+					add(msg)
+				default:
+					break drain
+				}
+			}
+			flush()
+			return
+		}
+	}
+}
+
+// nakDelay grows with the delivery count so that an outage is retried
+// quickly at first and then without hammering ClickHouse.
+func (u *Usage) nakDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	d := u.cfg.NakDelay
+	for i := uint64(1); i < n && d < u.cfg.MaxNakDelay; i++ {
+		d *= 2
+	}
+	return min(d, u.cfg.MaxNakDelay)
+}
+
+func (u *Usage) pricer() Pricer {
+	t, _ := u.rates.Load().(rateTable)
+	return t.Pricer
+}

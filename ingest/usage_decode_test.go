@@ -1,0 +1,81 @@
+package ingest
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"modelplane/agent/proto"
+)
+
+// FuzzDecodeBatch holds the usage decoder to encoding/json: whatever the
+// input it does not panic, what encoding/json accepts it decodes to the same
+// batch, and checkBatch never panics on what it returns.
+func FuzzDecodeBatch(f *testing.F) {
+	seed, _ := json.Marshal(proto.UsageBatch{ID: "gpu-node-07/1764500000/0", Node: "gpu-node-07", Records: []proto.Usage{
+		{Time: 1764500000, Node: "gpu-node-07", GPU: 1, Slice: 3, GPUType: "A100-80GB", Profile: "mig-1g.10gb", Team: "risk", Endpoint: "fraud",
+			Model: "fraud-xgb", Version: "v3", Replica: "fraud-v3-1", UtilPct: 61.25, MemoryMB: 9000, Requests: 17},
+		{Time: 1764500000, Node: "gpu-node-07", GPU: 2, GPUType: "A100-80GB", Profile: "full"},
+	}})
+	for _, s := range []string{
+		string(seed),
+		`{"id":"a","node":"n","records":[]}`,
+		`{"id":"a","node":"n","records":null}`,
+		` {"records":[{"t":1,"util_pct":1e2,"requests":-0}], "id":"x\u00e9","node":"ñ"} `,
+		`{"ID":"a","Node":"n"}`,
+		`{"id":"a","records":[{"t":1.5}]}`,
+		`{"id":"a","records":[{"t":01}]}`,
+		`{"id":"a","records":[{"gpu":99999999999999999999}]}`,
+		`{"id":"a","records":[{"team":"\xff"}]}`,
+		`{"id":"a","id":"b","records":[{"t":1}],"records":[{"t":2},{"t":3}]}`,
+		`{"id":"a"} x`,
+		`[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast, std proto.UsageBatch
+		fastErr := decodeBatch(data, &fast)
+		if json.Unmarshal(data, &std) == nil {
+			if fastErr != nil {
+				t.Fatalf("decodeBatch refused what encoding/json accepts: %v", fastErr)
+			}
+			if !reflect.DeepEqual(fast, std) {
+				t.Fatalf("decodeBatch = %+v\nencoding/json = %+v", fast, std)
+			}
+		}
+		if fastErr == nil {
+			_ = checkBatch(proto.UsageSubject(fast.Node), &fast)
+		}
+	})
+}
+
+// BenchmarkDecodeBatch compares the decoder with encoding/json on a node's
+// second (56 allocations).
+func BenchmarkDecodeBatch(b *testing.B) {
+	batch := proto.UsageBatch{ID: "gpu-node-007/1764500000/0", Node: "gpu-node-007"}
+	for i := range 56 {
+		batch.Records = append(batch.Records, proto.Usage{Time: 1764500000, Node: "gpu-node-007", GPU: i / 7, Slice: i % 7, GPUType: "A100-80GB",
+			Profile: "mig-1g.10gb", Team: "team-3", Endpoint: "endpoint-17", Model: "model-17", Version: "v10", Replica: "endpoint-17-r1",
+			UtilPct: 42.5, MemoryMB: 4096, Requests: 12})
+	}
+	data, _ := json.Marshal(batch)
+	b.Run("decodeBatch", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var v proto.UsageBatch
+			if err := decodeBatch(data, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var v proto.UsageBatch
+			if err := json.Unmarshal(data, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
