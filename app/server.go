@@ -19,6 +19,7 @@ import (
 
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/billing"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/handlers"
@@ -55,6 +56,10 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	now := time.Now
+	var meter *billing.Meter
+	if cp.CH != nil {
+		meter = billing.NewMeter(cp.CH)
+	}
 	return handlers.New(handlers.Deps{
 		Log:            cp.Log,
 		Pool:           cp.Pool,
@@ -64,6 +69,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Tenant:         tenant.New(cp.Pool, now),
 		Registry:       registry.New(cp.Pool, store, artifact.Limits{MaxTotalBytes: cp.MaxUploadBytes, MaxFileBytes: cp.MaxUploadBytes}),
 		Endpoints:      endpoint.New(cp.Pool),
+		Meter:          meter,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,

@@ -5,7 +5,8 @@
 //
 // billing reads rates from PostgreSQL through the generated queries in db; it
 // never writes them (a rate change is a new cost_rates row, written by the
-// control plane) and it never touches ClickHouse or NATS. The ingest consumer
+// control plane) and it never touches NATS. It reads usage back from
+// ClickHouse (Meter) but never writes it: package ingest does. The ingest consumer
 // prices each usage second with a table from here at insert time, so a rate
 // must be entered before the seconds it applies to are ingested: a rate
 // back-dated after the fact does not reprice rows already stored.

@@ -2,15 +2,22 @@ package billing_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	"modelplane/billing"
 	"modelplane/db"
+	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	chtest.Stop()
+	pgtest.Stop()
+	os.Exit(code)
+}
 
 // TestDefaultRates checks the seeded rates of the seed documents' cost model,
 // each MIG profile at its own rate rather than a share of the full GPU.

@@ -24,15 +24,25 @@ func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	rows := make([]web.NodeRow, len(ns))
+	t := web.FleetTableProps{Nodes: make([]web.NodeRow, len(ns))}
 	for i, n := range ns {
-		rows[i] = nodeRow(n)
+		t.Nodes[i] = nodeRow(n)
+	}
+	if s.Meter != nil {
+		day := s.Now().UTC().Truncate(24 * time.Hour)
+		if m, err := s.Meter.Since(r.Context(), principal(r.Context()), day); err == nil {
+			t.Metered = fmt.Sprintf("%d GPU-seconds metered today (UTC), $%d.%06d", m.GPUSeconds, m.CostMicroUSD/1_000_000, m.CostMicroUSD%1_000_000)
+		} else {
+			// ClickHouse is for reports, never for the fleet's state: say it
+			// is unavailable rather than failing the page.
+			t.Metered = "metered usage unavailable"
+		}
 	}
 	if r.URL.Query().Get("fragment") == "nodes" {
-		s.render(w, r, http.StatusOK, web.FleetTable(rows))
+		s.render(w, r, http.StatusOK, web.FleetTable(t))
 		return
 	}
-	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: s.layout(w, r, "Fleet", "fleet"), Nodes: rows}))
+	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: s.layout(w, r, "Fleet", "fleet"), Table: t}))
 }
 
 // portalNode shows one node's GPUs and who uses each slice.

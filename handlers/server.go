@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/auth"
+	"modelplane/billing"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
@@ -31,6 +32,7 @@ type Deps struct {
 	Registry  *registry.Service
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet      // nil: one is built on Pool and Now
+	Meter     *billing.Meter    // nil: the fleet page shows no metered total
 	Ready     map[string]Pinger // name → dependency checked by /readyz
 	Metrics   *prometheus.Registry
 	Now       func() time.Time

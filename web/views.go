@@ -237,10 +237,17 @@ type NodeRow struct {
 	Behind      bool   // the agent has not applied the desired generation yet
 }
 
+// FleetTableProps fills the nodes table and the metered total above it.
+type FleetTableProps struct {
+	Nodes []NodeRow
+	// Metered is the line on GPU time and cost metered today; empty hides it.
+	Metered string
+}
+
 // FleetProps fills the fleet page.
 type FleetProps struct {
 	Layout
-	Nodes []NodeRow
+	Table FleetTableProps
 }
 
 // SliceBox is one GPU slice on a node page; Size is the CSS class that sizes
