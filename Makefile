@@ -23,6 +23,8 @@ generate:
 bench: deps build
 	./$(BIN) bench api --json
 	./$(BIN) bench engine --json
+	./$(BIN) bench placement --json
+	./$(BIN) bench ingest --json
 
 deps:
 	./scripts/install-deps.sh
