@@ -32,23 +32,14 @@ type migProfile struct {
 }
 
 // lookupMIG returns the partition shape named p ("1g.10gb", any case, with
-// or without the "mig-" prefix). A function rather than a table variable so
-// that the package holds no mutable state.
+// or without the "mig-" prefix), from the contract's table.
 func lookupMIG(p string) (migProfile, bool) {
 	p = strings.TrimPrefix(strings.ToLower(p), proto.MIGPrefix)
-	switch p {
-	case "1g.10gb":
-		return migProfile{p, 1, 1, 10 * 1024}, true
-	case "2g.20gb":
-		return migProfile{p, 2, 2, 20 * 1024}, true
-	case "3g.40gb":
-		return migProfile{p, 3, 4, 40 * 1024}, true
-	case "4g.40gb":
-		return migProfile{p, 4, 4, 40 * 1024}, true
-	case "7g.80gb":
-		return migProfile{p, 7, 8, 80 * 1024}, true
+	m, ok := proto.MIG(proto.MIGPrefix + p)
+	if !ok {
+		return migProfile{}, false
 	}
-	return migProfile{}, false
+	return migProfile{p, m.Compute, m.MemorySlices, m.MemoryMB}, true
 }
 
 const migNames = "1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb or 7g.80gb"

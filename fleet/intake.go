@@ -23,14 +23,14 @@ import (
 // KV key and a NATS subject token, so no dots, spaces or wildcards.
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// Profiles the fleet knows, with the GPU memory of each slice.
-var sliceMemoryMB = map[string]int{
-	proto.ProfileFull: 81920,
-	"mig-1g.10gb":     10240,
-	"mig-2g.20gb":     20480,
-	"mig-3g.40gb":     40960,
-	"mig-4g.40gb":     40960,
-	"mig-7g.80gb":     81920,
+// sliceMemoryMB is the memory of a slice of an 80 GB GPU; ok is false for a
+// profile the fleet does not know.
+func sliceMemoryMB(profile string) (int, bool) {
+	if profile == proto.ProfileFull {
+		return 80 * 1024, true
+	}
+	m, ok := proto.MIG(profile)
+	return m.MemoryMB, ok
 }
 
 var gpuTypes = []string{"A100-80GB", "H100-80GB"}
@@ -75,7 +75,7 @@ func checkStatus(st proto.NodeStatus) error {
 			return fmt.Errorf("%w: node %s: GPU %d has %d slices", ErrBadStatus, st.Node, i, len(g.Slices))
 		}
 		for j, s := range g.Slices {
-			if _, ok := sliceMemoryMB[s.Profile]; !ok || s.Index != j || (s.Profile == proto.ProfileFull) == g.MIG {
+			if _, ok := sliceMemoryMB(s.Profile); !ok || s.Index != j || (s.Profile == proto.ProfileFull) == g.MIG {
 				return fmt.Errorf("%w: node %s: GPU %d slice %d (%s) does not fit its MIG mode", ErrBadStatus, st.Node, i, j, s.Profile)
 			}
 		}
@@ -136,7 +136,8 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 					p.Slices = append(p.Slices, int32(s.Index))
 					p.GPUTypes = append(p.GPUTypes, g.Type)
 					p.Profiles = append(p.Profiles, s.Profile)
-					p.MemoryMBs = append(p.MemoryMBs, int32(sliceMemoryMB[s.Profile]))
+					mem, _ := sliceMemoryMB(s.Profile)
+					p.MemoryMBs = append(p.MemoryMBs, int32(mem))
 				}
 			}
 			if err := q.GPUSliceInsertMany(ctx, p); err != nil {

@@ -50,21 +50,35 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
 	}
-	var ports [3]int
-	for i := range ports {
-		if ports[i], err = freeport.Get(); err != nil {
-			return nil, err
-		}
+	s := &Server{Dir: dir}
+	if s.TCPPort, err = freeport.Get(); err != nil {
+		return nil, err
 	}
-	s := &Server{Dir: dir, TCPPort: ports[0], HTTPPort: ports[1], done: make(chan error, 1)}
+	if s.HTTPPort, err = freeport.Get(); err != nil {
+		return nil, err
+	}
+	if err := s.launch(ctx, bin); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch runs the server on s's directory and TCP and HTTP ports and waits
+// until it answers.
+func (s *Server) launch(ctx context.Context, bin string) error {
+	interserver, err := freeport.Get()
+	if err != nil {
+		return err
+	}
+	dir := s.Dir
 	cmd := exec.Command(bin, "--config-file="+systemConfig, "--",
 		"--path="+filepath.Join(dir, "data")+"/",
 		"--tmp_path="+filepath.Join(dir, "tmp")+"/",
 		"--user_files_path="+filepath.Join(dir, "user_files")+"/",
 		"--format_schema_path="+filepath.Join(dir, "format_schemas")+"/",
-		"--tcp_port="+strconv.Itoa(ports[0]),
-		"--http_port="+strconv.Itoa(ports[1]),
-		"--interserver_http_port="+strconv.Itoa(ports[2]),
+		"--tcp_port="+strconv.Itoa(s.TCPPort),
+		"--http_port="+strconv.Itoa(s.HTTPPort),
+		"--interserver_http_port="+strconv.Itoa(interserver),
 		"--listen_host=127.0.0.1",
 		"--logger.level=warning",
 		"--logger.log="+filepath.Join(dir, "server.log"),
@@ -73,20 +87,21 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	out, err := os.OpenFile(filepath.Join(dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		return nil, fmt.Errorf("start clickhouse: %w", err)
+		return fmt.Errorf("start clickhouse: %w", err)
 	}
-	s.cmd = cmd
-	go func() { s.done <- cmd.Wait(); out.Close() }()
+	done := make(chan error, 1)
+	s.cmd, s.done = cmd, done
+	go func() { done <- cmd.Wait(); out.Close() }()
 	if err := s.waitReady(ctx); err != nil {
 		s.Stop()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) waitReady(ctx context.Context) error {
