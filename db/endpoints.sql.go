@@ -230,18 +230,20 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 }
 
 const endpointSetPlacement = `-- name: EndpointSetPlacement :exec
-UPDATE endpoints SET status = $1, placement_error = $2
-WHERE id = $3 AND (status, placement_error) IS DISTINCT FROM ($1::text, $2::text)
+UPDATE endpoints e SET status = u.status, placement_error = u.placement_error
+FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS status,
+             unnest($3::text[]) AS placement_error) u
+WHERE e.id = u.id AND (e.status, e.placement_error) IS DISTINCT FROM (u.status, u.placement_error)
 `
 
 type EndpointSetPlacementParams struct {
-	Status         string
-	PlacementError string
-	ID             int64
+	IDs             []int64
+	Statuses        []string
+	PlacementErrors []string
 }
 
 func (q *Queries) EndpointSetPlacement(ctx context.Context, arg EndpointSetPlacementParams) error {
-	_, err := q.db.Exec(ctx, endpointSetPlacement, arg.Status, arg.PlacementError, arg.ID)
+	_, err := q.db.Exec(ctx, endpointSetPlacement, arg.IDs, arg.Statuses, arg.PlacementErrors)
 	return err
 }
 

@@ -346,6 +346,7 @@ func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleLi
 			ready[r.EndpointID]++
 		}
 	}
+	var set db.EndpointSetPlacementParams
 	for _, id := range order {
 		var status string
 		switch {
@@ -360,11 +361,11 @@ func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleLi
 		default:
 			status = StatusDegraded
 		}
-		if err := q.EndpointSetPlacement(ctx, db.EndpointSetPlacementParams{ID: id, Status: status, PlacementError: errs[id]}); err != nil {
-			return err
-		}
+		set.IDs = append(set.IDs, id)
+		set.Statuses = append(set.Statuses, status)
+		set.PlacementErrors = append(set.PlacementErrors, errs[id])
 	}
-	return nil
+	return q.EndpointSetPlacement(ctx, set)
 }
 
 func hashOf(v any) string {

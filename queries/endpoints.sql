@@ -31,5 +31,7 @@ RETURNING *;
 DELETE FROM endpoints WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
 
 -- name: EndpointSetPlacement :exec
-UPDATE endpoints SET status = @status, placement_error = @placement_error
-WHERE id = @id AND (status, placement_error) IS DISTINCT FROM (@status::text, @placement_error::text);
+UPDATE endpoints e SET status = u.status, placement_error = u.placement_error
+FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@statuses::text[]) AS status,
+             unnest(@placement_errors::text[]) AS placement_error) u
+WHERE e.id = u.id AND (e.status, e.placement_error) IS DISTINCT FROM (u.status, u.placement_error);
