@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
 )
@@ -109,6 +113,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
+	waitRoute(t, env["MP_NATS_URL"], "fraud-scoring", "v23", 2)
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -222,4 +227,52 @@ func waitMetered(t *testing.T, url string) {
 	if raw == 0 || rolled == 0 {
 		t.Fatalf("raw %d, rollup %d GPU-seconds; want both non-zero", raw, rolled)
 	}
+}
+
+// waitRoute waits until the endpoint's entry in KV mp_routes lists n ready
+// replicas of the version, each answering its readiness probe: what a
+// gateway would route to.
+func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), proto.BucketRoutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last proto.Route
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		e, err := kv.Get(t.Context(), endpoint)
+		if err != nil {
+			continue
+		}
+		if err := json.Unmarshal(e.Value(), &last); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range last.Versions {
+			if v.Name != version || v.Weight != 100 || len(v.Replicas) != n {
+				continue
+			}
+			serving := 0
+			for _, r := range v.Replicas {
+				if resp, err := http.Get("http://" + r.Addr + "/v2/health/ready"); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						serving++
+					}
+				}
+			}
+			if serving == n {
+				return
+			}
+		}
+	}
+	t.Fatalf("mp_routes/%s = %+v; want %d ready replicas of %s at weight 100", endpoint, last, n, version)
 }
