@@ -16,10 +16,24 @@
 // never sees a duplicate. Rows are never compared by content: two identical
 // seconds of two idle GPUs are two rows.
 //
+// The rollup needs one more rule. On ClickHouse 18.16 an insert writes
+// gpu_usage's part, then the view's; an insert that fails in between
+// (ClickHouse killed, the view's SELECT refused) leaves rows stored that
+// the rollup never saw, and the redelivery skips them as stored. So the
+// consumer notes the hours of every insert that failed, and once ClickHouse
+// answers again, or every RepairInterval, RepairRollup compares the
+// rollup with gpu_usage key by key over those hours and inserts what the
+// rollup lacks. Each start does the same for the last RepairWindow, for a
+// process that died with a repair pending. A repair only adds: its reads
+// are ordered, and it gives up while an insert of this package is running
+// or a row arrives under it, so a concurrent insert is never counted
+// twice (RepairRollup says why).
+//
 // Check-then-insert is only atomic while one process consumes: run one Usage
 // per durable consumer, under a leader lease (db.Lead calling Usage.Run).
 // Inside the process, batches of one node always go to the same worker, so
-// concurrent inserts never race on one batch.
+// concurrent inserts never race on one batch; the same single consumer
+// keeps two repairs of one database from running at once.
 //
 // ingest never writes PostgreSQL and holds no business rules beyond pricing
 // a second; rates come from the caller (package billing).

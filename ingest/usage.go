@@ -90,6 +90,12 @@ type UsageConfig struct {
 	RateRefresh time.Duration
 	// Timeout bounds each ClickHouse call; default 30s.
 	Timeout time.Duration
+	// RepairInterval is how often, at most, the hourly rollup is repaired
+	// while a repair is pending (see RepairRollup), apart from one early
+	// retry of a repair that failed with ClickHouse; default 30s. A repair
+	// is pending after an insert failed, for the hours it tried to write,
+	// and at Start, for the last RepairWindow.
+	RepairInterval time.Duration
 	// AfterInsert, when set, is called after ClickHouse accepted an insert
 	// and before the messages are acked, with the ids of the batches whose
 	// rows that insert stored. Benchmarks time batches with it; tests return
@@ -108,6 +114,9 @@ type Usage struct {
 	rates  atomic.Value // rateTable
 	warned sync.Map     // "type/profile" → struct{}: unpriced, logged once
 
+	db     atomic.Pointer[string] // ClickHouse database, once known; tags inserts
+	repair rollupPending
+
 	mu  sync.Mutex
 	run *usageRun // nil while stopped
 }
@@ -123,6 +132,7 @@ type rateTable struct{ Pricer }
 // usageCounters are the consumer's running totals.
 type usageCounters struct {
 	rows, dupRows, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
+	rollupRepairs, rollupKeys                                            atomic.Uint64
 	lagNanos                                                             atomic.Int64
 }
 
@@ -147,6 +157,14 @@ type UsageStats struct {
 	// InsertFailures is the number of gathered sets that ClickHouse refused
 	// (each set's messages are redelivered later).
 	InsertFailures uint64
+	// RollupRepairs is the number of rollup repairs that found keys short
+	// and inserted their difference; RollupKeysRepaired counts the keys.
+	RollupRepairs      uint64
+	RollupKeysRepaired uint64
+	// RollupRepairPending says whether some hours of the rollup may still
+	// be short: a failed insert's, or the last RepairWindow's at Start, until
+	// a repair of them succeeds.
+	RollupRepairPending bool
 	// Lag is, at the last insert, the time since the newest second it
 	// stored.
 	Lag time.Duration
@@ -191,7 +209,9 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	defDur(&cfg.MaxNakDelay, 30*time.Second)
 	defDur(&cfg.RateRefresh, time.Minute)
 	defDur(&cfg.Timeout, 30*time.Second)
+	defDur(&cfg.RepairInterval, 30*time.Second)
 	u := &Usage{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
+	u.repair.wake = make(chan struct{}, 1)
 	if cfg.Metrics != nil {
 		if err := u.register(cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("usage consumer metrics: %w", err)
@@ -212,6 +232,15 @@ func (u *Usage) register(r prometheus.Registerer) error {
 		counter("mp_ingest_usage_poison_total", "Usage messages terminated because they do not decode or bill another node than their subject's.", &s.poison),
 		counter("mp_ingest_usage_unpriced_rows_total", "Usage rows stored at price 0 for want of a rate.", &s.unpriced),
 		counter("mp_ingest_usage_insert_failures_total", "Usage inserts ClickHouse refused; their messages are redelivered.", &s.insertFailures),
+		counter("mp_ingest_usage_rollup_repairs_total", "Repairs that inserted into the hourly rollup what a failed insert left out of it.", &s.rollupRepairs),
+		counter("mp_ingest_usage_rollup_keys_repaired_total", "Hourly rollup keys a repair inserted a difference for.", &s.rollupKeys),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mp_ingest_usage_rollup_repair_pending", Help: "1 while hours of the hourly rollup wait for a repair after a failed insert."},
+			func() float64 {
+				if u.repair.pending() {
+					return 1
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mp_ingest_usage_lag_seconds", Help: "Time from the newest usage second to its insert, at the last insert."},
 			func() float64 { return time.Duration(s.lagNanos.Load()).Seconds() }),
 	} {
@@ -228,6 +257,7 @@ func (u *Usage) Stats() UsageStats {
 	return UsageStats{
 		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
 		Poison: s.poison.Load(), UnpricedRows: s.unpriced.Load(), InsertFailures: s.insertFailures.Load(),
+		RollupRepairs: s.rollupRepairs.Load(), RollupKeysRepaired: s.rollupKeys.Load(), RollupRepairPending: u.repair.pending(),
 		Lag: time.Duration(s.lagNanos.Load()),
 	}
 }
@@ -236,7 +266,8 @@ func (u *Usage) Stats() UsageStats {
 // background until ctx ends or Stop is called. It fails only when the
 // consumer cannot be created; later NATS, ClickHouse and PostgreSQL failures
 // are logged and retried. A stopped Usage can be started again, so that one
-// Usage (and its metrics) serves every lease a process takes.
+// Usage (and its metrics) serves every lease a process takes. Each start
+// repairs the hourly rollup of the last RepairWindow.
 func (u *Usage) Start(ctx context.Context) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -256,6 +287,11 @@ func (u *Usage) Start(ctx context.Context) error {
 		shards[i] = make(chan jetstream.Msg, 256)
 		r.wg.Go(func() { u.work(ctx, shards[i]) })
 	}
+	// A process that died with a repair pending left no note of it.
+	now := u.cfg.Now()
+	u.repair.add(now.Add(-RepairWindow), now)
+	u.repair.poke()
+	r.wg.Go(func() { u.repairRollups(ctx) })
 	ready := make(chan struct{})
 	r.wg.Go(func() { u.refreshRates(ctx, ready) })
 	r.wg.Go(func() { u.read(ctx, ready, shards) })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,6 +114,11 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		u.retry(held)
 		return fmt.Errorf("find stored usage rows: %w", err)
 	}
+	db, err := u.database(ctx)
+	if err != nil {
+		u.retry(held)
+		return err
+	}
 	cols, ids, skipped, newest := u.columns(prices, uniq, stored)
 	dupRows += skipped
 	for _, b := range uniq {
@@ -121,7 +127,12 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		}
 	}
 	if n := len(cols.batchID); n > 0 {
-		if err := u.insert(ctx, cols); err != nil {
+		if err := u.insert(ctx, db, cols); err != nil {
+			// ClickHouse 18.16 may have stored the rows and not fed them
+			// to the rollup's view; the redelivery will skip them as
+			// stored, so only a repair brings the rollup level.
+			oldest := slices.Min(cols.ts)
+			u.repair.add(time.Unix(oldest, 0), time.Unix(newest+1, 0))
 			u.retry(held)
 			return fmt.Errorf("insert usage rows: %w", err)
 		}
@@ -144,6 +155,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	u.stats.batches.Add(uint64(len(held)))
 	u.stats.dupBatches.Add(dupBatches)
 	u.stats.dupRows.Add(dupRows)
+	u.repair.poke()
 	return nil
 }
 
@@ -396,9 +408,12 @@ func (u *Usage) warnUnpriced(gpuType, profile string) {
 }
 
 // insert writes the rows in one INSERT with its column list: ClickHouse
-// 18.16 sees no columns in a batch without one.
-func (u *Usage) insert(ctx context.Context, c usageColumns) error {
-	batch, err := u.cfg.CH.PrepareBatch(ctx, insertColumns)
+// 18.16 sees no columns in a batch without one. It is tagged as a write of
+// database db for RepairRollup, and holds off the consumer's repairs.
+func (u *Usage) insert(ctx context.Context, db string, c usageColumns) error {
+	u.repair.writes.RLock()
+	defer u.repair.writes.RUnlock()
+	batch, err := u.cfg.CH.PrepareBatch(writeContext(ctx, db), insertColumns)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,10 @@ type Server struct {
 	TCPPort  int
 	HTTPPort int
 	cmd      *exec.Cmd
-	done     chan error
+	// exited is closed when the process of the current launch has exited;
+	// waitErr is its exit error, readable once exited is closed.
+	exited  chan struct{}
+	waitErr error
 }
 
 // Addr is the native-protocol address for clickhouse-go.
@@ -94,9 +97,13 @@ func (s *Server) launch(ctx context.Context, bin string) error {
 		out.Close()
 		return fmt.Errorf("start clickhouse: %w", err)
 	}
-	done := make(chan error, 1)
-	s.cmd, s.done = cmd, done
-	go func() { done <- cmd.Wait(); out.Close() }()
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	go func() {
+		s.waitErr = cmd.Wait()
+		out.Close()
+		close(exited)
+	}()
 	if err := s.waitReady(ctx); err != nil {
 		s.Stop()
 		return err
@@ -116,7 +123,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 			}
 		}
 		select {
-		case err := <-s.done:
+		case <-s.exited:
+			err := s.waitErr
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "error.log"))
 			if len(log) > 2000 {
 				log = log[len(log)-2000:]
@@ -137,11 +145,24 @@ func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	if !s.running() {
+		return
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.done:
+	case <-s.exited:
 	case <-time.After(20 * time.Second):
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
+		<-s.exited
+	}
+}
+
+// running reports whether the process of the current launch still runs.
+func (s *Server) running() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
 	}
 }

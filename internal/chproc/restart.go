@@ -10,12 +10,11 @@ import (
 // Kill ends the server at once with SIGKILL, as a crash or the OOM killer
 // would, and waits for it to exit. Restart brings it back.
 func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil || s.cmd.ProcessState != nil {
+	if s.cmd == nil || s.cmd.Process == nil || !s.running() {
 		return
 	}
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	// Put the exit back so that a later Stop returns at once.
-	s.done <- <-s.done
+	<-s.exited
 }
 
 // Restart starts a stopped or killed server again with the same directory
@@ -23,7 +22,7 @@ func (s *Server) Kill() {
 // clickhouse-go pool) reconnect to it as they would to a production server
 // coming back. Outage tests use it.
 func (s *Server) Restart(ctx context.Context) error {
-	if s.cmd != nil && s.cmd.ProcessState == nil {
+	if s.cmd != nil && s.running() {
 		return errors.New("clickhouse: restart of a server that is still running")
 	}
 	bin, err := exec.LookPath("clickhouse-server")
