@@ -34,8 +34,20 @@ func (c *Controller) Wake() {
 	}
 }
 
+// Settle is how long a controller listens to heartbeats before its first
+// pass: longer than an agent's heartbeat interval, so that every live node
+// has reported before anything is placed. Placing earlier puts replicas on
+// whichever nodes spoke first (a 4 GB model on a whole GPU because the MIG
+// node had not registered yet), and nothing moves them back.
+const Settle = 5 * time.Second
+
 // Run reconciles until ctx ends. Run it under a leader lease (db.Lead).
 func (c *Controller) Run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Until(c.watchingSince.Add(Settle))):
+	}
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
