@@ -31,6 +31,7 @@ import (
 type DevConfig struct {
 	Dir         string
 	HTTPAddr    string
+	GatewayAddr string
 	IdPAddr     string
 	LogLevel    string
 	MaxUploadMB int64
@@ -43,6 +44,7 @@ type DevConfig struct {
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
+	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
 	fs.StringVar(&c.IdPAddr, "idp-addr", env("MP_DEV_IDP_ADDR", "127.0.0.1:8082"), "development identity provider address; keep it stable, users are keyed by issuer (MP_DEV_IDP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
@@ -191,6 +193,15 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		}
 		defer stopFleet()
 	}
+	gatewayURL := "off (MP_GATEWAY_ADDR is empty)"
+	if cfg.GatewayAddr != "" {
+		gatewayURL = "http://" + cfg.GatewayAddr
+		stopGateway, err := startDevGateway(ctx, log, nc, dir, cfg.GatewayAddr, envFile)
+		if err != nil {
+			return err
+		}
+		defer stopGateway()
+	}
 	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `
 modelplane dev is running.
@@ -201,11 +212,15 @@ modelplane dev is running.
   API      %[1]s/api/v1   (OpenAPI: %[1]s/api/v1/openapi.json)
            source %[3]s   # MP_API, MP_ADMIN_KEY, MP_RISK_KEY, MP_SEARCH_KEY, MP_FINANCE_KEY
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
+  gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
+           curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
+                -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
+  fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
   NATS     %[4]s
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.
-`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir)
+`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir, gatewayURL, cfg.SimNodes, cfg.SimGPUsPerNode)
 	if d != nil {
 		d.BaseURL, d.EnvFile = baseURL, envFile
 		close(d.Ready)

@@ -46,8 +46,9 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 	t.Helper()
 	httpPort, _ := freeport.Get()
 	idpPort, _ := freeport.Get()
+	gwPort, _ := freeport.Get()
 	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), LogLevel: "warn", MaxUploadMB: 16,
-		SimNodes: 4, SimGPUsPerNode: 8}
+		SimNodes: 4, SimGPUsPerNode: 8, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)
@@ -114,6 +115,8 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, env["MP_NATS_URL"], "fraud-scoring", "v23", 2)
+	env = readEnvFile(d.EnvFile)
+	predictThroughGateway(t, env)
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -275,4 +278,47 @@ func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
 		}
 	}
 	t.Fatalf("mp_routes/%s = %+v; want %d ready replicas of %s at weight 100", endpoint, last, n, version)
+}
+
+// predictThroughGateway sends a prediction and a streamed chat completion
+// through the dev gateway with the dev.env keys, as the README shows.
+func predictThroughGateway(t *testing.T, env map[string]string) {
+	t.Helper()
+	if env["MP_GATEWAY"] == "" {
+		t.Fatalf("dev.env lacks MP_GATEWAY: %v", env)
+	}
+	post := func(path, key, body string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, env["MP_GATEWAY"]+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp, b.String()
+	}
+	// The key's entry reaches the gateway through the outbox and NATS.
+	var resp *http.Response
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
+			`{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}`)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"predictions"`) || resp.Header.Get("X-Model-Version") != "v23" {
+		t.Fatalf("predict through the gateway = %d %s (X-Model-Version %q)", resp.StatusCode, body, resp.Header.Get("X-Model-Version"))
+	}
+	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_SEARCH_KEY"], `{"instances":[{}]}`); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another team's endpoint through the gateway = %d %s, want 404", resp.StatusCode, body)
+	}
+	resp, body = post("/v1/endpoints/support-chat/chat/completions", env["MP_SEARCH_KEY"],
+		`{"messages":[{"role":"user","content":"where is my parcel?"}],"stream":true,"max_tokens":8}`)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"usage"`) || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
+		t.Fatalf("streamed chat through the gateway = %d %s", resp.StatusCode, body)
+	}
 }

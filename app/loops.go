@@ -16,6 +16,7 @@ import (
 	"modelplane/fleet"
 	"modelplane/ingest"
 	"modelplane/outbox"
+	"modelplane/tenant"
 )
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -40,6 +41,11 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	cancel()
 	if err != nil {
 		return nil, err
+	}
+	// Gateways authenticate from mp_keys; keys made before it existed (or
+	// whose entry was lost) are published again. The relay sends them.
+	if _, err := tenant.New(cp.Pool, time.Now).PublishKeys(ctx); err != nil {
+		return nil, fmt.Errorf("publish key digests: %w", err)
 	}
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: js, CH: cp.CH, Log: cp.Log, Metrics: metrics,
 		LoadRates: func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(cp.Pool)) }})

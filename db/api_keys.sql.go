@@ -141,6 +141,61 @@ func (q *Queries) APIKeyGetByPrefix(ctx context.Context, prefix string) (APIKeyG
 	return i, err
 }
 
+const aPIKeyListActive = `-- name: APIKeyListActive :many
+SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
+WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $1::timestamptz)
+ORDER BY k.id
+`
+
+type APIKeyListActiveRow struct {
+	ID         int64
+	TeamID     *int64
+	Name       string
+	Prefix     string
+	Hash       []byte
+	Role       string
+	CreatedBy  *int64
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	LastUsedAt *time.Time
+	RevokedAt  *time.Time
+	TeamName   *string
+}
+
+func (q *Queries) APIKeyListActive(ctx context.Context, now time.Time) ([]APIKeyListActiveRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyListActive, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []APIKeyListActiveRow{}
+	for rows.Next() {
+		var i APIKeyListActiveRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TeamID,
+			&i.Name,
+			&i.Prefix,
+			&i.Hash,
+			&i.Role,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.LastUsedAt,
+			&i.RevokedAt,
+			&i.TeamName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const aPIKeyListByTeam = `-- name: APIKeyListByTeam :many
 SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
 FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id

@@ -61,6 +61,7 @@ var unscoped = map[string]string{
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
 	"APIKeyTouch":          "authentication: stamps last_used_at of the key that just authenticated",
+	"APIKeyListActive":     "control plane only: tenant.PublishKeys republishes every active key's digest to the gateways (mp_keys); no caller, no team",
 	"TeamMemberListByUser": "builds the caller's own principal (auth.LoadUser); the teams it returns are the scope",
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 

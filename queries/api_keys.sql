@@ -27,3 +27,9 @@ WHERE k.id = @id AND (@all_teams::boolean OR k.team_id = ANY(@team_ids::bigint[]
 UPDATE api_keys SET revoked_at = now()
 WHERE id = @id AND revoked_at IS NULL AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
 RETURNING *;
+
+-- name: APIKeyListActive :many
+SELECT k.*, t.name AS team_name
+FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
+WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > @now::timestamptz)
+ORDER BY k.id;

@@ -6,12 +6,15 @@ package tenant
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
@@ -305,6 +308,9 @@ func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest
 			return err
 		}
 		out = Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Team: r.Team, Role: r.Role, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt}
+		if err := publishKey(ctx, q, k, r.Team); err != nil {
+			return err
+		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: teamID, Action: "api_key.create", ObjectType: "api_key", ObjectName: prefix, After: out})
 	})
 	if err != nil {
@@ -372,10 +378,63 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 			return db.Interpret(err)
 		}
 		out.RevokedAt = r.RevokedAt
+		if err := unpublishKey(ctx, q, r.Prefix); err != nil {
+			return err
+		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: r.TeamID, Action: "api_key.revoke", ObjectType: "api_key", ObjectName: r.Prefix, After: out})
 	})
 	if err != nil {
 		return Key{}, fmt.Errorf("revoke key: %w", err)
 	}
 	return out, nil
+}
+
+// publishKey writes the key's digest for the gateways (proto.BucketKeys) to
+// the outbox, in the caller's transaction.
+func publishKey(ctx context.Context, q *db.Queries, k db.APIKey, team string) error {
+	payload, err := json.Marshal(proto.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
+		Role: k.Role, ExpiresAt: k.ExpiresAt})
+	if err != nil {
+		return err
+	}
+	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, k.Prefix), Payload: payload})
+	return err
+}
+
+// unpublishKey deletes the key's digest from the gateways: the relay turns a
+// JSON null into a KV delete.
+func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
+	_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, prefix), Payload: []byte("null")})
+	return err
+}
+
+// PublishKeys writes the digest of every active key to the outbox again, so
+// that keys created before gateways authenticated from NATS (or whose entry
+// was lost with a bucket) reach them. It is idempotent: gateways treat an
+// entry as the key's current state, and republishing one changes nothing.
+// The control plane calls it once at start.
+func (s *Service) PublishKeys(ctx context.Context) (int, error) {
+	n := 0
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
+		rows, err := q.APIKeyListActive(ctx, s.now())
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			team := ""
+			if r.TeamName != nil {
+				team = *r.TeamName
+			}
+			k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+			if err := publishKey(ctx, q, k, team); err != nil {
+				return err
+			}
+		}
+		n = len(rows)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("publish keys: %w", err)
+	}
+	return n, nil
 }

@@ -16,6 +16,9 @@ const (
 	BucketDesired = "mp_desired"
 	// BucketRoutes holds, per endpoint, the routing table gateways serve from.
 	BucketRoutes = "mp_routes"
+	// BucketKeys holds, per API key prefix, the key's digest, so that
+	// gateways authenticate requests without a database.
+	BucketKeys = "mp_keys"
 )
 
 // Streams and their subject prefixes.
@@ -44,6 +47,7 @@ type Stream struct {
 var Buckets = []Bucket{
 	{Name: BucketDesired, History: 1},
 	{Name: BucketRoutes, History: 1},
+	{Name: BucketKeys, History: 1},
 }
 
 // Streams are the streams the control plane creates at start. MaxAge bounds
@@ -265,4 +269,20 @@ type RouteVersion struct {
 type RouteReplica struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
+}
+
+// KeyEntry is the value of an API key's prefix in BucketKeys: what a gateway
+// needs to authenticate the key locally. Only active keys have an entry; the
+// control plane deletes it when the key is revoked. It never holds the key.
+type KeyEntry struct {
+	// Prefix is the key's public lookup id, as in "mpk_0123456789ab".
+	Prefix string `json:"prefix"`
+	// SHA256 is the hex SHA-256 of the whole key.
+	SHA256 string `json:"sha256"`
+	// Team is the team the key belongs to; empty for an org-wide key.
+	Team string `json:"team,omitempty"`
+	// Role is the key's role: a team role, or platform_admin or finance for
+	// an org-wide key.
+	Role      string     `json:"role"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }

@@ -20,6 +20,7 @@ const usage = `usage: modelplane <command> [flags]
 commands:
   dev       everything on one machine: PostgreSQL, ClickHouse, NATS, demo data, portal and API
   server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
+  gateway   inference gateway: routes /v1/endpoints/{endpoint}/... to replicas (needs only NATS: MP_NATS_URL)
   agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
@@ -56,6 +57,13 @@ func run() int {
 			return 2
 		}
 		err = app.RunServer(ctx, cfg)
+	case "gateway":
+		var cfg app.GatewayConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunGateway(ctx, cfg)
 	case "agent":
 		var cfg app.AgentConfig
 		cfg.Flags(fs)

@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"modelplane/gateway"
+)
+
+// GatewayConfig configures `modelplane gateway`.
+type GatewayConfig struct {
+	Addr         string
+	NATSURL      string
+	StateDir     string
+	MaxBodyBytes int64
+	Timeout      time.Duration
+	StallTimeout time.Duration
+	LogLevel     string
+}
+
+// Flags registers the gateway settings on fs, with MP_* environment
+// variables as defaults.
+func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", env("MP_GATEWAY_ADDR", ":8081"), "listen address (MP_GATEWAY_ADDR)")
+	fs.StringVar(&c.NATSURL, "nats", env("MP_NATS_URL", nats.DefaultURL), "NATS URL (MP_NATS_URL)")
+	fs.StringVar(&c.StateDir, "state-dir", env("MP_GATEWAY_STATE_DIR", ".modelplane/gateway"), "last good routing snapshot; keep it across restarts (MP_GATEWAY_STATE_DIR)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body (MP_GATEWAY_MAX_BODY_BYTES)")
+	fs.DurationVar(&c.Timeout, "timeout", envDuration("MP_GATEWAY_TIMEOUT", gateway.DefaultTimeout), "upstream timeout of every endpoint, to the answer or to the first streamed byte (MP_GATEWAY_TIMEOUT)")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", envDuration("MP_GATEWAY_STALL_TIMEOUT", gateway.DefaultStallTimeout), "a streaming client that takes longer to accept an event is cut (MP_GATEWAY_STALL_TIMEOUT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+}
+
+// gatewayConfig checks the command's settings and turns them into the
+// package's; the error names every bad setting.
+func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if c.Addr == "" {
+		bad("MP_GATEWAY_ADDR (--addr) is required")
+	}
+	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
+		bad("MP_NATS_URL (--nats) must be a nats:// or tls:// URL, got %q", c.NATSURL)
+	}
+	if c.StateDir == "" {
+		bad("MP_GATEWAY_STATE_DIR (--state-dir) is required")
+	}
+	if c.MaxBodyBytes <= 0 {
+		bad("MP_GATEWAY_MAX_BODY_BYTES (--max-body-bytes) must be a positive number")
+	}
+	if c.Timeout <= 0 {
+		bad("MP_GATEWAY_TIMEOUT (--timeout) must be a positive duration")
+	}
+	if c.StallTimeout <= 0 {
+		bad("MP_GATEWAY_STALL_TIMEOUT (--stall-timeout) must be a positive duration")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("MP_LOG_LEVEL (--log-level) %v", err)
+	}
+	if len(errs) > 0 {
+		return gateway.Config{}, errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
+	}
+	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout}, nil
+}
+
+// Validate names every bad setting.
+func (c *GatewayConfig) Validate() error {
+	_, err := c.gatewayConfig()
+	return err
+}
+
+// RunGateway runs `modelplane gateway` until ctx ends. It starts even while
+// NATS is unreachable: it serves from its snapshot and connects when NATS
+// comes.
+func RunGateway(ctx context.Context, c GatewayConfig) error {
+	cfg, err := c.gatewayConfig()
+	if err != nil {
+		return err
+	}
+	log := NewLogger(c.LogLevel)
+	nc, err := nats.Connect(c.NATSURL,
+		nats.Name("modelplane-gateway"),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second))
+	if err != nil {
+		return fmt.Errorf("connect nats: %w", err)
+	}
+	defer nc.Close()
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", c.Addr, err)
+	}
+	stop, h, err := startGateway(ctx, cfg, nc, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stop()
+	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("state_dir", cfg.StateDir))
+	return serveGateway(ctx, log, ln, h)
+}
+
+// startGateway builds and starts a gateway; stop ends it.
+func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *slog.Logger) (stop func(), h http.Handler, err error) {
+	g, err := gateway.New(cfg, nc, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := g.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	return g.Stop, g.Handler(), nil
+}
+
+// startDevGateway runs the gateway of `modelplane dev` on addr with its
+// snapshot under dir/gateway, and adds MP_GATEWAY to the dev.env file. stop
+// ends it.
+func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, addr, envFile string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", addr, err)
+	}
+	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway")}
+	stopGW, h, err := startGateway(ctx, cfg, nc, log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	f, err := os.OpenFile(envFile, os.O_APPEND|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "export MP_GATEWAY=http://%s\n", ln.Addr())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		ln.Close()
+		stopGW()
+		return nil, fmt.Errorf("dev.env: %w", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := serveGateway(sctx, log, ln, h); err != nil {
+			log.Error("gateway", slog.String("error", err.Error()))
+		}
+	}()
+	return func() { cancel(); <-done; stopGW() }, nil
+}
+
+// serveGateway serves the gateway on ln until ctx ends. There is no write
+// timeout: streams last as long as generations, and the gateway cuts stalled
+// clients itself.
+func serveGateway(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		log.Warn("gateway shutdown", slog.String("error", err.Error()))
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

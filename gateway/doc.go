@@ -1,0 +1,28 @@
+// Package gateway is the inference data plane: it authenticates, authorises
+// and routes every prediction and chat-completion request to a ready replica
+// and relays the answer, streaming server-sent events as they come.
+//
+// It works from two KV buckets the control plane writes (agent/proto):
+// mp_routes (the routing table) and mp_keys (API key digests). It watches
+// both, serves from an in-memory snapshot swapped atomically (the request
+// path takes no lock), and keeps the last good snapshot on disk so that a
+// gateway started while NATS or the control plane is down still serves. It
+// never calls the control plane, a database or the replicas' management API
+// on the request path, and it must not import db (nor auth, which reads the
+// database): everything it knows arrives over NATS.
+//
+// Decisions worth knowing:
+//   - Each (re)watch of a bucket replaces the whole table with the bucket's
+//     content, so an endpoint or key deleted while the gateway was away is
+//     gone; between resyncs a routing entry older than the one held is a
+//     replay and ignored, and a deletion forgets the generation (the control
+//     plane restarts generations for an endpoint created again).
+//   - Another team's endpoint, and an LLM endpoint called on /predict (or the
+//     reverse), answer 404 exactly like an unknown one.
+//   - A request is retried on another replica only when the first could not
+//     be connected to, so nothing was sent; any later failure is the
+//     caller's to retry.
+//   - A streaming client that takes longer than the stall timeout to accept
+//     an event is cut; cancelling the upstream request makes the replica
+//     cancel the generation and free its KV pages.
+package gateway

@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultTimeout      = 60 * time.Second
+	DefaultStallTimeout = 2 * time.Second
+	DefaultStreamBuffer = 64
+	DefaultRetryAfter   = time.Second
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// StateDir keeps the last good snapshot; required.
+	StateDir string
+	// MaxBodyBytes limits request bodies (413 beyond).
+	MaxBodyBytes int64
+	// Timeout bounds a request from the gateway's first byte upstream to
+	// the end of a plain answer, or to the first byte of a stream. Routes
+	// carry no timeout of their own yet, so every endpoint uses this one.
+	Timeout time.Duration
+	// StallTimeout is how long a streaming client may take to accept one
+	// event before the stream is cut and the upstream generation cancelled.
+	StallTimeout time.Duration
+	// StreamBuffer is how many events may wait for a slow streaming client.
+	StreamBuffer int
+	// RetryAfter is the hint sent with 503 when no replica is ready.
+	RetryAfter time.Duration
+	// Now is the clock for key expiry; the wall clock when nil.
+	Now func() time.Time
+	// Transport reaches the replicas; a tuned shared one when nil.
+	Transport http.RoundTripper
+}
+
+func (c *Config) defaults() {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.StreamBuffer == 0 {
+		c.StreamBuffer = DefaultStreamBuffer
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate names every bad setting.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("state dir is required"))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("max body bytes must not be negative"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
+	}
+	if c.StreamBuffer < 0 {
+		errs = append(errs, errors.New("stream buffer must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// NewTransport returns the transport the gateway uses for replicas: pooled
+// keep-alive connections, no compression (bodies pass through as they are)
+// and a short dial timeout, so that a dead replica is retried elsewhere fast.
+func NewTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:           d.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ExpectContinueTimeout: 0,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+}
+
+// Gateway serves inference requests from the routing table and key digests
+// it watches in NATS. Build it with New, run it with Start, end it with Stop.
+type Gateway struct {
+	cfg       Config
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	log       *slog.Logger
+	transport http.RoundTripper
+	snapPath  string
+
+	routes atomic.Pointer[routeTable]
+	keys   atomic.Pointer[keyTable]
+	ready  atomic.Bool
+
+	// mu serialises writers of routes and keys (the watchers and the
+	// loader); readers never take it.
+	mu sync.Mutex
+	// synced records which buckets have delivered their full content since
+	// start, for readiness.
+	routesSynced, keysSynced bool
+
+	save chan struct{}
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New checks cfg, prepares the state directory and loads the last good
+// snapshot when there is one. It starts nothing. nc may be disconnected (or
+// still connecting); the watchers retry.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("gateway state dir: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway jetstream: %w", err)
+	}
+	g := &Gateway{cfg: cfg, nc: nc, js: js, log: log, transport: cfg.Transport,
+		snapPath: snapshotPath(cfg.StateDir), save: make(chan struct{}, 1)}
+	if g.transport == nil {
+		g.transport = NewTransport()
+	}
+	g.routes.Store(&routeTable{byName: map[string]*route{}})
+	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
+	if err := g.loadSnapshot(); err != nil {
+		// A damaged snapshot is not fatal: NATS has the truth.
+		log.Warn("gateway snapshot unreadable; waiting for NATS", slog.String("path", g.snapPath), slog.String("error", err.Error()))
+	}
+	return g, nil
+}
+
+// Start begins watching the routing table and the key digests. It returns at
+// once; the gateway serves from the loaded snapshot until NATS answers.
+func (g *Gateway) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	g.wg.Add(3)
+	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
+	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
+	go func() { defer g.wg.Done(); g.saveLoop(ctx) }()
+	return nil
+}
+
+// Stop ends the watchers and writes the snapshot a last time.
+func (g *Gateway) Stop() {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.wg.Wait()
+	if g.ready.Load() {
+		if err := g.writeSnapshot(); err != nil {
+			g.log.Warn("gateway snapshot", slog.String("error", err.Error()))
+		}
+	}
+	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// Ready reports whether the gateway has a routing table to serve from: one
+// loaded from NATS or from its snapshot on disk.
+func (g *Gateway) Ready() bool { return g.ready.Load() }
+
+// Handler is the gateway's HTTP interface.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !g.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("no routing table yet\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("POST /v1/endpoints/{endpoint}/predict", g.inference(kindPredict))
+	mux.Handle("POST /v1/endpoints/{endpoint}/chat/completions", g.inference(kindChat))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		id := requestID(r.Header.Get("X-Request-Id"))
+		w.Header().Set("X-Request-Id", id)
+		problem(w, http.StatusNotFound, "not found", "no such route: use POST /v1/endpoints/{endpoint}/predict or /chat/completions", id)
+	})
+	return mux
+}

@@ -1,0 +1,232 @@
+package gateway_test
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/bus"
+	"modelplane/gateway"
+	"modelplane/internal/natstest"
+	"modelplane/sim/replica"
+)
+
+// Replica profiles with latencies small enough for fast tests.
+const (
+	classifierProfile = `{"latency_ms":{"p50":1,"p99":3},"error_rate":0,"score":{"mean":0.3,"sd":0.2},"class_balance":{"legit":0.7,"fraud":0.3}}`
+	llmProfile        = `{"prefill_ms_per_token":0.05,"decode_base_ms":2,"decode_ms_per_seq":0.1,"kv_mb_per_token":0.8,"usable_gb":13}`
+)
+
+// env is an embedded NATS with the contract's buckets.
+type env struct {
+	url    string
+	nc     *nats.Conn
+	routes jetstream.KeyValue
+	keys   jetstream.KeyValue
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	s, nc := natstest.Connect(t)
+	return setupEnv(t, s.ClientURL(), nc)
+}
+
+func setupEnv(t *testing.T, url string, nc *nats.Conn) *env {
+	t.Helper()
+	ctx := t.Context()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{url: url, nc: nc}
+	if e.routes, err = js.KeyValue(ctx, proto.BucketRoutes); err != nil {
+		t.Fatal(err)
+	}
+	if e.keys, err = js.KeyValue(ctx, proto.BucketKeys); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// putRoute publishes a routing entry as the control plane's relay would.
+func (e *env) putRoute(t *testing.T, rt proto.Route) {
+	t.Helper()
+	b, err := json.Marshal(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.routes.Put(t.Context(), rt.Endpoint, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newKey makes an API key of team (empty: org-wide) with role, publishes
+// its digest and returns the key.
+func (e *env) newKey(t *testing.T, team, role string, expires *time.Time) string {
+	t.Helper()
+	raw, prefix := makeKey(t)
+	sum := sha256.Sum256([]byte(raw))
+	b, err := json.Marshal(proto.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: team, Role: role, ExpiresAt: expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.keys.Put(t.Context(), prefix, b); err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// makeKey returns a key of the shape package auth makes, and its prefix.
+func makeKey(t *testing.T) (raw, prefix string) {
+	t.Helper()
+	id := make([]byte, 6)
+	secret := make([]byte, 32)
+	_, _ = rand.Read(id)
+	_, _ = rand.Read(secret)
+	prefix = "mpk_" + hex.EncodeToString(id)
+	return prefix + "_" + base64.RawURLEncoding.EncodeToString(secret), prefix
+}
+
+// gw is a running gateway behind a real HTTP server.
+type gw struct {
+	*gateway.Gateway
+	url string
+}
+
+// startGateway runs a gateway on nc; it is stopped when the test ends.
+func startGateway(t *testing.T, nc *nats.Conn, cfg gateway.Config) *gw {
+	t.Helper()
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	g, err := gateway.New(cfg, nc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(func() { srv.Close(); g.Stop() })
+	return &gw{Gateway: g, url: srv.URL}
+}
+
+// startReplica runs a sim replica and returns its address.
+func startReplica(t *testing.T, version string, task replica.Task) string {
+	t.Helper()
+	_, addr := startReplicaServer(t, version, task)
+	return addr
+}
+
+// startReplicaServer runs a sim replica and returns it and its address.
+func startReplicaServer(t *testing.T, version string, task replica.Task) (*replica.Server, string) {
+	t.Helper()
+	profile := classifierProfile
+	if task == replica.TaskLLM {
+		profile = llmProfile
+	}
+	s, err := replica.New(replica.Config{ReplicaID: "r-" + version + "-" + rand.Text()[:6], Endpoint: "e", Version: version,
+		Task: task, Profile: json.RawMessage(profile), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := s.Start(t.Context(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	waitFor(t, "replica ready", s.Ready)
+	return s, addr.String()
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// result is one gateway answer.
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// call POSTs body to the gateway with key (none when empty) and extra
+// headers given as name, value pairs.
+func call(t *testing.T, base, path, key, body string, hdr ...string) result {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+const predictBody = `{"instances":[{"amount":12.5,"country":"DE"},{"amount":900,"country":"US"}]}`
+
+func predictPath(endpoint string) string { return "/v1/endpoints/" + endpoint + "/predict" }
+func chatPath(endpoint string) string    { return "/v1/endpoints/" + endpoint + "/chat/completions" }
+
+// route is a one-version routing entry.
+func route(endpoint, team, task string, gen int64, versions ...proto.RouteVersion) proto.Route {
+	return proto.Route{Endpoint: endpoint, Team: team, Task: task, Generation: gen, Versions: versions}
+}
+
+func ver(name string, weight int, addrs ...string) proto.RouteVersion {
+	v := proto.RouteVersion{Name: name, Weight: weight, Replicas: []proto.RouteReplica{}}
+	for i, a := range addrs {
+		v.Replicas = append(v.Replicas, proto.RouteReplica{ID: name + "-" + string(rune('a'+i)), Addr: a})
+	}
+	return v
+}

@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// rolePlatformAdmin is the org-wide role that may call every endpoint.
+const rolePlatformAdmin = "platform_admin"
+
+// call is what the gateway learnt about one request, for its log line.
+type call struct {
+	id       string
+	endpoint string
+	team     string
+	key      string
+	version  string
+	replica  string
+	status   int
+	retried  bool
+}
+
+func (g *Gateway) inference(k kind) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint")}
+		w.Header().Set("X-Request-Id", c.id)
+		g.serve(k, c, w, r)
+		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
+			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.version),
+			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+	})
+}
+
+func (g *Gateway) fail(w http.ResponseWriter, c *call, status int, title, detail string) {
+	c.status = status
+	problem(w, status, title, detail, c.id)
+}
+
+// serve runs the request path: authenticate, authorise, read and check the
+// body, choose a version and a replica, proxy.
+func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request) {
+	raw, prefix, ok := bearerKey(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
+		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "send an API key: Authorization: Bearer mpk_...")
+		return
+	}
+	key := g.keys.Load().byPrefix[prefix]
+	if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
+		(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
+		return
+	}
+	c.key, c.team = prefix, key.team
+	rt := g.routes.Load().byName[c.endpoint]
+	// Another team's endpoint answers exactly like one that does not exist.
+	if rt == nil || !(key.team == rt.src.Team || key.team == "" && key.role == rolePlatformAdmin) {
+		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
+		return
+	}
+	if (rt.src.Task == "llm") != (k == kindChat) {
+		what := "predict"
+		if rt.src.Task == "llm" {
+			what = "chat/completions"
+		}
+		g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" serves "+what)
+		return
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
+			return
+		}
+		g.fail(w, c, http.StatusBadRequest, "bad request", "cannot read the request body")
+		return
+	}
+	stream, err := decodeRequest(k, body)
+	if err != nil {
+		g.fail(w, c, http.StatusBadRequest, "bad request", strings.TrimPrefix(err.Error(), errBadRequest.Error()+"\n"))
+		return
+	}
+	var v *version
+	if pin := r.Header.Get("X-Model-Version"); pin != "" {
+		if v = rt.byName[pin]; v == nil {
+			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin))
+			return
+		}
+	} else if v = rt.pick(); v == nil {
+		g.unavailable(w, c, "no version of this endpoint takes traffic")
+		return
+	}
+	c.version = v.name
+	w.Header().Set("X-Model-Version", v.name)
+	g.proxy(k, c, v, body, stream, w, r)
+}
+
+func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
+	g.fail(w, c, http.StatusServiceUnavailable, "no replica ready", detail)
+}
+
+// hopHeaders are connection-level headers a proxy must not pass on.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// proxy sends the request to the least loaded replica of v, retrying once on
+// another replica when the first could not be connected to (so nothing was
+// sent), and relays the answer.
+func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(g.cfg.Timeout, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
+
+	u := v.pick(nil)
+	if u == nil {
+		g.unavailable(w, c, "version "+strconv.Quote(v.name)+" has no ready replica")
+		return
+	}
+	u.inFlight.Add(1)
+	resp, err := g.send(ctx, k, u, body, c.id, r)
+	if err != nil && dialFailed(err) && ctx.Err() == nil {
+		u.inFlight.Add(-1)
+		if next := v.pick(u); next != nil {
+			c.retried = true
+			u = next
+			u.inFlight.Add(1)
+			resp, err = g.send(ctx, k, u, body, c.id, r)
+		} else {
+			u = nil
+		}
+	}
+	if u != nil {
+		defer u.inFlight.Add(-1)
+		c.replica = u.id
+	}
+	if err != nil {
+		switch {
+		case timedOut.Load():
+			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the replica did not answer within "+g.cfg.Timeout.String())
+		case r.Context().Err() != nil:
+			c.status = 499 // the caller went away; nobody reads an answer
+		case u == nil || dialFailed(err):
+			g.unavailable(w, c, "no replica of version "+strconv.Quote(v.name)+" could be reached")
+		default:
+			g.fail(w, c, http.StatusBadGateway, "bad gateway", "the replica failed to answer")
+		}
+		return
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	for name, vals := range resp.Header {
+		if hopHeaders[name] {
+			continue
+		}
+		h[name] = vals
+	}
+	h.Set("X-Model-Version", v.name)
+	h.Set("X-Request-Id", c.id)
+	c.status = resp.StatusCode
+	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// The stream has started: from here the stall timeout guards it,
+		// not the request timeout.
+		timer.Stop()
+		h.Del("Content-Length")
+		g.relay(ctx, cancel, w, resp)
+		return
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
+		g.log.Debug("gateway: relay cut", slog.String("request_id", c.id), slog.String("error", err.Error()))
+	}
+}
+
+// send makes one upstream call.
+func (g *Gateway) send(ctx context.Context, k kind, u *upstream, body []byte, id string, in *http.Request) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+k.upstreamPath(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if a := in.Header.Get("Accept"); a != "" {
+		req.Header.Set("Accept", a)
+	}
+	req.Header.Set("X-Request-Id", id)
+	return g.transport.RoundTrip(req)
+}
+
+// dialFailed reports whether err happened while connecting, before any byte
+// of the request was sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// relay streams server-sent events to the client one by one, flushing after
+// each. Events wait in a bounded buffer; a client that takes longer than the
+// stall timeout to accept one is cut, and cancelling the upstream request
+// makes the replica stop the generation and free its pages.
+func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, resp *http.Response) {
+	rc := http.NewResponseController(w)
+	w.WriteHeader(resp.StatusCode)
+	if err := rc.Flush(); err != nil {
+		cancel()
+		return
+	}
+	events := make(chan []byte, g.cfg.StreamBuffer)
+	go func() {
+		defer close(events)
+		er := newEventReader(resp.Body)
+		for {
+			ev, err := er.next()
+			if err != nil {
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		for range events { // let the reader end before the body closes
+		}
+	}()
+	for ev := range events {
+		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.StallTimeout))
+		if _, err := w.Write(ev); err != nil {
+			cancel()
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			cancel()
+			return
+		}
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
+}
