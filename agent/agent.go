@@ -124,7 +124,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Agent, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With(slog.String("node", cfg.Node))
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight))
+	// Without a timeout, a publish whose ack never comes while the
+	// connection stays up would hold its in-flight slot until a reconnect.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight), jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}

@@ -237,3 +237,12 @@ func (q *Queries) PlacementLock(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, placementLock)
 	return err
 }
+
+const placementLockShared = `-- name: PlacementLockShared :exec
+SELECT pg_advisory_xact_lock_shared(7316020003)
+`
+
+func (q *Queries) PlacementLockShared(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, placementLockShared)
+	return err
+}

@@ -13,17 +13,18 @@ type Controller struct {
 	fleet    *Fleet
 	log      *slog.Logger
 	interval time.Duration
-	// watchingSince is when this process started receiving heartbeats.
-	watchingSince time.Time
+	// listeningSince is when this process last started hearing heartbeats.
+	listeningSince func() time.Time
 	// published is called after a pass wrote to the outbox (it wakes the relay).
 	published func()
 	wake      chan struct{}
 }
 
-// NewController returns a Controller. watchingSince is when this process's
-// Intake started; published is called when a pass wrote outbox rows.
-func NewController(f *Fleet, log *slog.Logger, interval time.Duration, watchingSince time.Time, published func()) *Controller {
-	return &Controller{fleet: f, log: log, interval: interval, watchingSince: watchingSince, published: published, wake: make(chan struct{}, 1)}
+// NewController returns a Controller. listeningSince tells when this
+// process last started hearing heartbeats (Intake.ListeningSince);
+// published is called when a pass wrote outbox rows.
+func NewController(f *Fleet, log *slog.Logger, interval time.Duration, listeningSince func() time.Time, published func()) *Controller {
+	return &Controller{fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now.
@@ -46,13 +47,13 @@ func (c *Controller) Run(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(time.Until(c.watchingSince.Add(Settle))):
+	case <-time.After(Settle):
 	}
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pass, err := c.fleet.Reconcile(pctx, c.watchingSince)
+		pass, err := c.fleet.Reconcile(pctx, c.listeningSince())
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -107,6 +107,13 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	useJSON, _ := json.Marshal(use)
 	now := f.now()
 	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
+		// Heartbeats share the lock a reconcile pass holds alone: a pass
+		// locks replica rows before node rows and a heartbeat the other way
+		// round (they deadlocked), and a new GPU layout must not land
+		// between a pass's read of the slices and its allocations.
+		if err := q.PlacementLockShared(ctx); err != nil {
+			return err
+		}
 		node, err := q.NodeGetForUpdate(ctx, st.Node)
 		found := err == nil
 		if err != nil && !errors.Is(db.Interpret(err), db.ErrNotFound) {
@@ -205,9 +212,11 @@ type Intake struct {
 	onDirty func()
 	workers int
 
-	sub  *nats.Subscription
-	wg   sync.WaitGroup
-	work []chan proto.NodeStatus
+	sub    *nats.Subscription
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	work   []chan proto.NodeStatus
+	heard  heard
 }
 
 // NewIntake returns an Intake; onDirty is called after a heartbeat changed
@@ -218,6 +227,7 @@ func NewIntake(f *Fleet, nc *nats.Conn, log *slog.Logger, onDirty func()) *Intak
 
 // Start subscribes and starts the workers; they stop when ctx ends or Stop is called.
 func (in *Intake) Start(ctx context.Context) error {
+	ctx, in.cancel = context.WithCancel(ctx)
 	in.work = make([]chan proto.NodeStatus, in.workers)
 	for i := range in.work {
 		in.work[i] = make(chan proto.NodeStatus, 64)
@@ -225,6 +235,7 @@ func (in *Intake) Start(ctx context.Context) error {
 		go in.run(ctx, in.work[i])
 	}
 	sub, err := in.nc.QueueSubscribe(proto.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
+		in.heard.beat(time.Now())
 		var st proto.NodeStatus
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			in.log.Warn("heartbeat does not decode", slog.String("subject", m.Subject), slog.String("error", err.Error()))
@@ -252,10 +263,7 @@ func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
 		select {
 		case <-ctx.Done():
 			return
-		case st, ok := <-ch:
-			if !ok {
-				return
-			}
+		case st := <-ch:
 			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			changed, err := in.fleet.Observe(octx, st)
 			cancel()
@@ -272,13 +280,53 @@ func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
 	}
 }
 
-// Stop unsubscribes and waits for the workers.
+// ListeningSince is when this process last started hearing the fleet; the
+// reconciler declares no node lost before it has listened for a full lease
+// (Fleet.Reconcile's watchingSince).
+func (in *Intake) ListeningSince() time.Time { return in.heard.since(time.Now()) }
+
+// fleetSilence is how long the whole fleet may be silent before this process
+// counts as cut off: agents beat every few seconds, so a silence of every
+// node at once means NATS is gone for the control plane (or for the agents),
+// not that every node died in the same instant.
+const fleetSilence = 10 * time.Second
+
+// heard tracks whether heartbeats reach this process. While none have
+// arrived for fleetSilence, since answers "now", so no node is declared lost
+// (and its replicas torn down) because the control plane went deaf; once
+// heartbeats flow again, since is when they resumed.
+type heard struct {
+	mu      sync.Mutex
+	resumed time.Time
+	last    time.Time
+}
+
+func (h *heard) beat(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last.IsZero() || now.Sub(h.last) > fleetSilence {
+		h.resumed = now
+	}
+	h.last = now
+}
+
+func (h *heard) since(now time.Time) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last.IsZero() || now.Sub(h.last) > fleetSilence {
+		return now
+	}
+	return h.resumed
+}
+
+// Stop unsubscribes and waits for the workers. The work channels stay open:
+// a subscription callback may still be running after Unsubscribe returns.
 func (in *Intake) Stop() {
 	if in.sub != nil {
 		in.sub.Unsubscribe()
 	}
-	for _, ch := range in.work {
-		close(ch)
+	if in.cancel != nil {
+		in.cancel()
 	}
 	in.wg.Wait()
 }

@@ -33,3 +33,6 @@ SELECT pg_advisory_xact_lock(7316020003);
 
 -- name: PlacementBulkPlans :exec
 SET LOCAL enable_nestloop = off;
+
+-- name: PlacementLockShared :exec
+SELECT pg_advisory_xact_lock_shared(7316020003);
