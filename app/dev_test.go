@@ -117,6 +117,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitRoute(t, env["MP_NATS_URL"], "fraud-scoring", "v23", 2)
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
+	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
@@ -321,4 +322,26 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"usage"`) || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
 		t.Fatalf("streamed chat through the gateway = %d %s", resp.StatusCode, body)
 	}
+}
+
+// waitRequestStats waits until the gateway's statistics of the requests
+// predictThroughGateway sent are in ClickHouse request_stats.
+func waitRequestStats(t *testing.T, url string) {
+	t.Helper()
+	ch, err := ingest.OpenClickHouse(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var predicts, streams uint64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if err := ch.QueryRow(t.Context(), `SELECT sumIf(requests, endpoint = 'fraud-scoring' AND version = 'v23'),
+			sumIf(streams, endpoint = 'support-chat' AND version = 'v42') FROM request_stats`).Scan(&predicts, &streams); err != nil {
+			t.Fatal(err)
+		}
+		if predicts >= 1 && streams >= 1 {
+			return
+		}
+	}
+	t.Fatalf("request_stats holds %d fraud-scoring requests and %d support-chat streams after 30 s; want both", predicts, streams)
 }

@@ -26,7 +26,11 @@ type GatewayConfig struct {
 	MaxBodyBytes int64
 	Timeout      time.Duration
 	StallTimeout time.Duration
-	LogLevel     string
+	// ID names this gateway in request statistics; StatsInterval is how
+	// often they are published.
+	ID            string
+	StatsInterval time.Duration
+	LogLevel      string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -38,6 +42,8 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body (MP_GATEWAY_MAX_BODY_BYTES)")
 	fs.DurationVar(&c.Timeout, "timeout", envDuration("MP_GATEWAY_TIMEOUT", gateway.DefaultTimeout), "upstream timeout of every endpoint, to the answer or to the first streamed byte (MP_GATEWAY_TIMEOUT)")
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", envDuration("MP_GATEWAY_STALL_TIMEOUT", gateway.DefaultStallTimeout), "a streaming client that takes longer to accept an event is cut (MP_GATEWAY_STALL_TIMEOUT)")
+	fs.StringVar(&c.ID, "id", env("MP_GATEWAY_ID", ""), "gateway name in request statistics; default host name plus a random suffix (MP_GATEWAY_ID)")
+	fs.DurationVar(&c.StatsInterval, "stats-interval", envDuration("MP_GATEWAY_STATS_INTERVAL", gateway.DefaultStatsInterval), "how often request statistics are published (MP_GATEWAY_STATS_INTERVAL)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 }
 
@@ -64,13 +70,17 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.StallTimeout <= 0 {
 		bad("MP_GATEWAY_STALL_TIMEOUT (--stall-timeout) must be a positive duration")
 	}
+	if c.StatsInterval <= 0 {
+		bad("MP_GATEWAY_STATS_INTERVAL (--stats-interval) must be a positive duration")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
 	}
 	if len(errs) > 0 {
 		return gateway.Config{}, errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
 	}
-	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout}, nil
+	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
+		ID: c.ID, StatsInterval: c.StatsInterval}, nil
 }
 
 // Validate names every bad setting.

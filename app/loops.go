@@ -24,12 +24,14 @@ const (
 	leadFleet       = 7_316_020_010
 	leadOutbox      = 7_316_020_011
 	leadUsageIngest = 7_316_020_012
+	leadReqStats    = 7_316_020_013
 )
 
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
-// reconciler, the outbox relay and the usage ingest (one leader each: the
-// ingest's check-then-insert is exactly-once only with one consumer). The
+// reconciler, the outbox relay and the usage and request-statistics ingests
+// (one leader each: an ingest's check-then-insert is exactly-once only with
+// one consumer). The
 // returned stop waits for all of it.
 func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Registerer) (stop func(), err error) {
 	js, err := jetstream.New(cp.NC)
@@ -52,11 +54,16 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	reqstats, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: js, CH: cp.CH, Log: cp.Log})
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
 	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
-	ctl := fleet.NewController(f, cp.Log, time.Second, time.Now(), relay.Wake)
-	intake := fleet.NewIntake(f, cp.NC, cp.Log, ctl.Wake)
+	var intake *fleet.Intake
+	ctl := fleet.NewController(f, cp.Log, time.Second, func() time.Time { return intake.ListeningSince() }, relay.Wake)
+	intake = fleet.NewIntake(f, cp.NC, cp.Log, ctl.Wake)
 	if err := intake.Start(ctx); err != nil {
 		cancel()
 		return nil, err
@@ -70,6 +77,13 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		db.Lead(ctx, cp.Pool, leadUsageIngest, 2*time.Second, func(ctx context.Context) {
 			if err := usage.Run(ctx); err != nil && ctx.Err() == nil {
 				cp.Log.Warn("usage ingest", slog.String("error", err.Error()))
+			}
+		})
+	})
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadReqStats, 2*time.Second, func(ctx context.Context) {
+			if err := reqstats.Run(ctx); err != nil && ctx.Err() == nil {
+				cp.Log.Warn("request statistics ingest", slog.String("error", err.Error()))
 			}
 		})
 	})

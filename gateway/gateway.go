@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,13 @@ type Config struct {
 	Now func() time.Time
 	// Transport reaches the replicas; a tuned shared one when nil.
 	Transport http.RoundTripper
+	// ID names this gateway in its request statistics, whose message ids
+	// it starts; unique among gateways. Default: host name and a random
+	// suffix.
+	ID string
+	// StatsInterval is how often request statistics per endpoint and
+	// version are published to MP_REQSTATS; DefaultStatsInterval when 0.
+	StatsInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -67,6 +75,13 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = DefaultStatsInterval
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = host + "-" + rand.Text()[:8]
+	}
 }
 
 // Validate names every bad setting.
@@ -81,7 +96,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}} {
+	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 		}
@@ -132,6 +147,8 @@ type Gateway struct {
 
 	save chan struct{}
 
+	stats *statsRecorder
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -159,6 +176,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = NewTransport()
 	}
+	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
 	if err := g.loadSnapshot(); err != nil {
@@ -173,7 +191,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
-	g.wg.Add(3)
+	g.wg.Add(4)
+	go func() { defer g.wg.Done(); g.stats.run(ctx) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
 	go func() { defer g.wg.Done(); g.saveLoop(ctx) }()
@@ -186,6 +205,11 @@ func (g *Gateway) Stop() {
 		g.cancel()
 	}
 	g.wg.Wait()
+	// The last window is published, so that a stopped gateway's requests
+	// are counted too.
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	g.stats.flush(fctx)
+	cancel()
 	if g.ready.Load() {
 		if err := g.writeSnapshot(); err != nil {
 			g.log.Warn("gateway snapshot", slog.String("error", err.Error()))
@@ -195,6 +219,9 @@ func (g *Gateway) Stop() {
 		t.CloseIdleConnections()
 	}
 }
+
+// Stats returns the request statistics publisher's counters.
+func (g *Gateway) Stats() StatsCounters { return g.stats.counters() }
 
 // Ready reports whether the gateway has a routing table to serve from: one
 // loaded from NATS or from its snapshot on disk.

@@ -28,6 +28,14 @@ type call struct {
 	replica  string
 	status   int
 	retried  bool
+
+	// owner is the endpoint's team, for the statistics.
+	owner string
+	// streamed is set once an event stream is relayed; firstEvent is when
+	// its first event was written and tokens the completion tokens seen.
+	streamed   bool
+	firstEvent time.Time
+	tokens     int
 }
 
 func (g *Gateway) inference(k kind) http.Handler {
@@ -36,11 +44,20 @@ func (g *Gateway) inference(k kind) http.Handler {
 		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint")}
 		w.Header().Set("X-Request-Id", c.id)
 		g.serve(k, c, w, r)
+		end := time.Now()
+		if c.version != "" && g.stats != nil {
+			o := observation{endpoint: c.endpoint, team: c.owner, version: c.version, status: c.status,
+				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens}
+			if o.streamed {
+				o.ttft = c.firstEvent.Sub(start)
+			}
+			g.stats.record(&o)
+		}
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
 			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.version),
 			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+			slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
 	})
 }
 
@@ -67,6 +84,9 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	c.key, c.team = prefix, key.team
 	rt := g.routes.Load().byName[c.endpoint]
+	if rt != nil {
+		c.owner = rt.src.Team
+	}
 	// Another team's endpoint answers exactly like one that does not exist.
 	if rt == nil || !(key.team == rt.src.Team || key.team == "" && key.role == rolePlatformAdmin) {
 		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
@@ -186,7 +206,8 @@ func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w
 		// not the request timeout.
 		timer.Stop()
 		h.Del("Content-Length")
-		g.relay(ctx, cancel, w, resp)
+		c.streamed = true
+		g.relay(ctx, cancel, c, w, resp)
 		return
 	}
 	w.WriteHeader(resp.StatusCode)
@@ -220,7 +241,7 @@ func dialFailed(err error) bool {
 // each. Events wait in a bounded buffer; a client that takes longer than the
 // stall timeout to accept one is cut, and cancelling the upstream request
 // makes the replica stop the generation and free its pages.
-func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, resp *http.Response) {
+func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, c *call, w http.ResponseWriter, resp *http.Response) {
 	rc := http.NewResponseController(w)
 	w.WriteHeader(resp.StatusCode)
 	if err := rc.Flush(); err != nil {
@@ -247,6 +268,8 @@ func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, w http.R
 		for range events { // let the reader end before the body closes
 		}
 	}()
+	counted, final := 0, false
+	defer func() { c.tokens = counted }()
 	for ev := range events {
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.StallTimeout))
 		if _, err := w.Write(ev); err != nil {
@@ -256,6 +279,17 @@ func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, w http.R
 		if err := rc.Flush(); err != nil {
 			cancel()
 			return
+		}
+		if c.firstEvent.IsZero() {
+			c.firstEvent = time.Now()
+		}
+		if !final {
+			n, f := streamTokens(ev)
+			if f {
+				counted, final = n, true
+			} else {
+				counted += n
+			}
 		}
 	}
 	_ = rc.SetWriteDeadline(time.Time{})

@@ -6,6 +6,7 @@ package proto
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -285,4 +286,117 @@ type KeyEntry struct {
 	// an org-wide key.
 	Role      string     `json:"role"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ReqStatsSubject is where a gateway publishes its statistics of one
+// endpoint (MP_REQSTATS).
+func ReqStatsSubject(endpoint string) string { return "mp.reqstats." + endpoint }
+
+// latencyBoundsUS are the upper bounds, in microseconds, of the buckets of
+// every ReqStats histogram (latency, TTFT, TPOT): the E24 series from 0.1 ms
+// to 91 s, so that neighbouring bounds are about 10 percent apart and a p99
+// read from the buckets tells 22 ms from 30 ms, and a 20 percent regression
+// from noise. A last bucket past the final bound counts the rest (+Inf).
+var latencyBoundsUS = [...]uint64{
+	100, 110, 120, 130, 150, 160, 180, 200, 220, 240, 270, 300, 330, 360, 390, 430, 470, 510,
+	560, 620, 680, 750, 820, 910, 1_000, 1_100, 1_200, 1_300, 1_500, 1_600, 1_800, 2_000, 2_200,
+	2_400, 2_700, 3_000, 3_300, 3_600, 3_900, 4_300, 4_700, 5_100, 5_600, 6_200, 6_800, 7_500,
+	8_200, 9_100, 10_000, 11_000, 12_000, 13_000, 15_000, 16_000, 18_000, 20_000, 22_000,
+	24_000, 27_000, 30_000, 33_000, 36_000, 39_000, 43_000, 47_000, 51_000, 56_000, 62_000,
+	68_000, 75_000, 82_000, 91_000, 100_000, 110_000, 120_000, 130_000, 150_000, 160_000,
+	180_000, 200_000, 220_000, 240_000, 270_000, 300_000, 330_000, 360_000, 390_000, 430_000,
+	470_000, 510_000, 560_000, 620_000, 680_000, 750_000, 820_000, 910_000, 1_000_000,
+	1_100_000, 1_200_000, 1_300_000, 1_500_000, 1_600_000, 1_800_000, 2_000_000, 2_200_000,
+	2_400_000, 2_700_000, 3_000_000, 3_300_000, 3_600_000, 3_900_000, 4_300_000, 4_700_000,
+	5_100_000, 5_600_000, 6_200_000, 6_800_000, 7_500_000, 8_200_000, 9_100_000, 10_000_000,
+	11_000_000, 12_000_000, 13_000_000, 15_000_000, 16_000_000, 18_000_000, 20_000_000,
+	22_000_000, 24_000_000, 27_000_000, 30_000_000, 33_000_000, 36_000_000, 39_000_000,
+	43_000_000, 47_000_000, 51_000_000, 56_000_000, 62_000_000, 68_000_000, 75_000_000,
+	82_000_000, 91_000_000,
+}
+
+// LatencyBuckets is the number of buckets of a ReqStats histogram: one per
+// bound and the +Inf bucket.
+const LatencyBuckets = len(latencyBoundsUS) + 1
+
+// LatencyBoundsUS returns the upper bounds, in microseconds, of the buckets
+// of every ReqStats histogram; bucket i counts values in
+// (bound[i-1], bound[i]], the last bucket those above the last bound. The
+// gateway counts with them and request_stats stores the counts in the same
+// order, so quantiles are read the same way everywhere. Changing them
+// changes the meaning of stored rows: add a field instead.
+func LatencyBoundsUS() []uint64 { return append([]uint64(nil), latencyBoundsUS[:]...) }
+
+// LatencyBucket is the index of the bucket that counts d: the first whose
+// bound is at least d.
+func LatencyBucket(d time.Duration) int {
+	lo, hi := 0, len(latencyBoundsUS)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if time.Duration(latencyBoundsUS[mid])*time.Microsecond < d {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// ReqStats is one MP_REQSTATS message: what one gateway served of one
+// version of one endpoint during one window. Windows of one gateway and
+// version follow each other without gap or overlap, so sums over messages
+// are exact. ID is also the Nats-Msg-Id.
+type ReqStats struct {
+	ID string `json:"id"`
+	// WindowStart and WindowEnd bound the window, in Unix milliseconds;
+	// a request is counted in the window in which it ended.
+	WindowStart int64  `json:"window_start"`
+	WindowEnd   int64  `json:"window_end"`
+	Gateway     string `json:"gateway"`
+	Endpoint    string `json:"endpoint"`
+	Team        string `json:"team"`
+	Version     string `json:"version"`
+	// Count is the number of requests routed to the version, whatever
+	// their outcome.
+	Count  uint64      `json:"count"`
+	Errors ErrorCounts `json:"errors"`
+	// Latency counts requests by duration, from the gateway's first byte to
+	// the end of the answer, over LatencyBoundsUS; it sums to Count.
+	Latency []uint64 `json:"latency"`
+	// LatencySumMS is the sum of the durations, in milliseconds.
+	LatencySumMS float64 `json:"latency_sum_ms"`
+	// Streams is the number of streamed completions, which TTFT counts.
+	Streams uint64 `json:"streams"`
+	// TTFT counts streamed completions by the time to their first event;
+	// it and TPOT are empty for an endpoint that streams nothing.
+	TTFT      []uint64 `json:"ttft"`
+	TTFTSumMS float64  `json:"ttft_sum_ms"`
+	// TPOT counts streamed completions of at least two tokens by their
+	// time per output token after the first: (total − TTFT) / (tokens − 1).
+	TPOT      []uint64 `json:"tpot"`
+	TPOTSumMS float64  `json:"tpot_sum_ms"`
+	// Tokens is the number of completion tokens streamed.
+	Tokens uint64 `json:"tokens"`
+}
+
+// ErrorCounts are a window's failed requests by class; each request is in at
+// most one class.
+type ErrorCounts struct {
+	// Client counts 4xx answers other than 429 (the caller's fault).
+	Client uint64 `json:"client"`
+	// Upstream counts 5xx answers other than 504: replica failures and
+	// no replica reachable.
+	Upstream uint64 `json:"upstream"`
+	// Timeout counts 504: the replica did not answer in time.
+	Timeout uint64 `json:"timeout"`
+	// Shed counts 429: rate limited or load shed.
+	Shed uint64 `json:"shed"`
+	// Canceled counts requests whose caller went away before the answer.
+	Canceled uint64 `json:"canceled"`
+}
+
+// ReqStatsID is the id of the message of one gateway, endpoint, version and
+// window (start in Unix milliseconds).
+func ReqStatsID(gateway, endpoint, version string, windowStart int64) string {
+	return gateway + "/" + endpoint + "/" + version + "/" + strconv.FormatInt(windowStart, 10)
 }

@@ -1,0 +1,323 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+)
+
+// DefaultStatsInterval is how often request statistics are published.
+const DefaultStatsInterval = 5 * time.Second
+
+// statsPruneAfter is how many windows without traffic a series is kept
+// before it is forgotten, so that deleted versions do not pile up.
+const statsPruneAfter = 60
+
+// StatsCounters are the statistics publisher's running totals since the
+// gateway was built.
+type StatsCounters struct {
+	// Published is the number of MP_REQSTATS messages JetStream acknowledged.
+	Published uint64
+	// PublishedRequests is the number of requests those messages counted.
+	PublishedRequests uint64
+	// Dropped is the number of messages given up because JetStream did not
+	// acknowledge them in time (NATS slow or down).
+	Dropped uint64
+	// DroppedRequests is the number of requests those messages counted.
+	DroppedRequests uint64
+}
+
+// statsPublisher is the part of JetStream the recorder publishes with.
+type statsPublisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+type statsKey struct{ endpoint, version string }
+
+// series counts one endpoint × version. Requests add under its mutex (held
+// for a few additions, never across I/O); the flusher takes the window and
+// zeroes it under the same mutex, so every request lands in exactly one
+// window and each window's histograms sum to its count.
+type series struct {
+	mu   sync.Mutex
+	dead bool // pruned: a request that finds it dead looks the series up again
+	w    statsWindow
+
+	team string
+	idle int // windows without traffic; the flusher's alone
+}
+
+// statsWindow is what one series counted since the last flush.
+type statsWindow struct {
+	count      uint64
+	errors     proto.ErrorCounts
+	latency    [proto.LatencyBuckets]uint64
+	latencySum float64
+	streams    uint64
+	ttft       [proto.LatencyBuckets]uint64
+	ttftSum    float64
+	tpot       [proto.LatencyBuckets]uint64
+	tpotSum    float64
+	tokens     uint64
+}
+
+// observation is one finished request as the statistics see it.
+type observation struct {
+	endpoint, team, version string
+	status                  int
+	duration                time.Duration
+	// streamed is set for a relayed event stream; ttft is then the time to
+	// its first event and tokens the completion tokens it carried.
+	streamed bool
+	ttft     time.Duration
+	tokens   int
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (w *statsWindow) add(o *observation) {
+	w.count++
+	switch s := o.status; {
+	case s == 499:
+		w.errors.Canceled++
+	case s == 429:
+		w.errors.Shed++
+	case s == 504:
+		w.errors.Timeout++
+	case s >= 500:
+		w.errors.Upstream++
+	case s >= 400:
+		w.errors.Client++
+	}
+	w.latency[proto.LatencyBucket(o.duration)]++
+	w.latencySum += ms(o.duration)
+	if !o.streamed {
+		return
+	}
+	w.streams++
+	w.ttft[proto.LatencyBucket(o.ttft)]++
+	w.ttftSum += ms(o.ttft)
+	if o.tokens > 0 {
+		w.tokens += uint64(o.tokens)
+	}
+	if o.tokens >= 2 {
+		p := (o.duration - o.ttft) / time.Duration(o.tokens-1)
+		w.tpot[proto.LatencyBucket(p)]++
+		w.tpotSum += ms(p)
+	}
+}
+
+// statsRecorder counts requests per endpoint × version and publishes one
+// proto.ReqStats per series with traffic every interval. The request path
+// only looks the series up in a copy-on-write map (no lock, no allocation)
+// and adds under the series' mutex; publishing runs on the flusher's
+// goroutine and never holds a series' mutex, so a slow NATS delays only the
+// next flush. A window JetStream does not acknowledge in time is dropped and
+// counted, never retried into a later window, so published sums never count
+// a request twice.
+type statsRecorder struct {
+	gateway  string
+	interval time.Duration
+	now      func() time.Time
+	pub      statsPublisher
+	log      *slog.Logger
+
+	series atomic.Pointer[map[statsKey]*series]
+	mu     sync.Mutex // serialises writers of series
+
+	flushMu sync.Mutex
+	start   time.Time // start of the current window; under flushMu
+
+	published, publishedReqs, dropped, droppedReqs atomic.Uint64
+}
+
+func newStatsRecorder(gatewayID string, interval time.Duration, now func() time.Time, pub statsPublisher, log *slog.Logger) *statsRecorder {
+	r := &statsRecorder{gateway: gatewayID, interval: interval, now: now, pub: pub, log: log, start: now()}
+	m := map[statsKey]*series{}
+	r.series.Store(&m)
+	return r
+}
+
+// record counts one finished request.
+func (r *statsRecorder) record(o *observation) {
+	k := statsKey{o.endpoint, o.version}
+	for {
+		s := (*r.series.Load())[k]
+		if s == nil {
+			s = r.add(k, o.team)
+		}
+		s.mu.Lock()
+		if s.dead {
+			s.mu.Unlock()
+			continue
+		}
+		s.w.add(o)
+		s.mu.Unlock()
+		return
+	}
+}
+
+func (r *statsRecorder) add(k statsKey, team string) *series {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.series.Load()
+	if s := old[k]; s != nil {
+		return s
+	}
+	m := make(map[statsKey]*series, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	s := &series{team: team}
+	m[k] = s
+	r.series.Store(&m)
+	return s
+}
+
+// counters returns the running totals.
+func (r *statsRecorder) counters() StatsCounters {
+	return StatsCounters{Published: r.published.Load(), PublishedRequests: r.publishedReqs.Load(),
+		Dropped: r.dropped.Load(), DroppedRequests: r.droppedReqs.Load()}
+}
+
+// run flushes every interval until ctx ends.
+func (r *statsRecorder) run(ctx context.Context) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, r.interval)
+			r.flush(fctx)
+			cancel()
+		}
+	}
+}
+
+// flush ends the current window: it takes every series' counts and
+// publishes one message per series with traffic, each bounded by ctx. After
+// the first failed publish the rest of the round is dropped at once, since
+// NATS is evidently not answering.
+func (r *statsRecorder) flush(ctx context.Context) {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	end := r.now()
+	if !end.After(r.start) {
+		end = r.start.Add(time.Millisecond) // window ids must differ
+	}
+	start := r.start
+	r.start = end
+	var msgs []proto.ReqStats
+	for k, s := range *r.series.Load() {
+		s.mu.Lock()
+		w := s.w
+		s.w = statsWindow{}
+		s.mu.Unlock()
+		if w.count == 0 {
+			if s.idle++; s.idle >= statsPruneAfter {
+				r.prune(k, s)
+			}
+			continue
+		}
+		s.idle = 0
+		msgs = append(msgs, w.message(r.gateway, k, s.team, start, end))
+	}
+	failed := false
+	for i := range msgs {
+		m := &msgs[i]
+		if !failed {
+			if err := r.publish(ctx, m); err == nil {
+				r.published.Add(1)
+				r.publishedReqs.Add(m.Count)
+				continue
+			} else {
+				failed = true
+				r.log.Warn("gateway: request statistics dropped", slog.String("endpoint", m.Endpoint),
+					slog.String("version", m.Version), slog.String("error", err.Error()))
+			}
+		}
+		r.dropped.Add(1)
+		r.droppedReqs.Add(m.Count)
+	}
+}
+
+func (r *statsRecorder) publish(ctx context.Context, m *proto.ReqStats) error {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(m); err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: proto.ReqStatsSubject(m.Endpoint), Data: buf.Bytes(), Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+	_, err := r.pub.PublishMsg(ctx, msg)
+	return err
+}
+
+// prune forgets a series that has had no traffic for a while, unless a
+// request reached it meanwhile. The map without it is stored before the
+// series is marked dead, so a request that finds it dead finds the new map.
+func (r *statsRecorder) prune(k statsKey, s *series) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w.count != 0 {
+		return
+	}
+	old := *r.series.Load()
+	m := make(map[statsKey]*series, len(old))
+	for k2, v := range old {
+		if k2 != k {
+			m[k2] = v
+		}
+	}
+	r.series.Store(&m)
+	s.dead = true
+}
+
+func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) proto.ReqStats {
+	return proto.ReqStats{
+		ID:          proto.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()),
+		WindowStart: start.UnixMilli(), WindowEnd: end.UnixMilli(),
+		Gateway: gatewayID, Endpoint: k.endpoint, Team: team, Version: k.version,
+		Count: w.count, Errors: w.errors,
+		Latency: w.latency[:], LatencySumMS: w.latencySum,
+		Streams: w.streams, TTFT: w.ttft[:], TTFTSumMS: w.ttftSum,
+		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
+	}
+}
+
+// streamTokens reads the completion tokens of one relayed event: the
+// usage an OpenAI-style stream sends at its end, or else one per data event
+// with content. final reports whether n is the final usage, which replaces
+// the per-event count.
+func streamTokens(ev []byte) (n int, final bool) {
+	if !bytes.Contains(ev, []byte("data:")) || bytes.Contains(ev, []byte("[DONE]")) {
+		return 0, false
+	}
+	if bytes.Contains(ev, []byte(`"completion_tokens"`)) {
+		data := ev[bytes.Index(ev, []byte("data:"))+len("data:"):]
+		var u struct {
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(bytes.TrimSpace(data), &u) == nil && u.Usage != nil {
+			return u.Usage.CompletionTokens, true
+		}
+	}
+	if bytes.Contains(ev, []byte(`"content"`)) {
+		return 1, false
+	}
+	return 0, false
+}

@@ -1,0 +1,396 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/bus"
+	"modelplane/internal/natstest"
+)
+
+// fakeClock moves forward a millisecond every time it is read, so that
+// every flush ends a distinct window.
+type fakeClock struct{ ms atomic.Int64 }
+
+func (c *fakeClock) now() time.Time { return time.UnixMilli(1_800_000_000_000 + c.ms.Add(1)) }
+
+// load is a counted load: request i of it has a status, a duration and, for
+// the chat endpoint, a stream shape that follow from i alone.
+func load(i int) observation {
+	statuses := []int{200, 200, 200, 200, 400, 404, 429, 500, 502, 503, 504, 499}
+	o := observation{endpoint: "fraud", team: "risk", version: []string{"v1", "v2"}[i%2],
+		status: statuses[i%len(statuses)], duration: time.Duration(i%15000) * 700 * time.Microsecond}
+	if i%3 == 0 {
+		o.endpoint, o.team = "chat", "assist"
+		o.streamed = true
+		o.ttft = o.duration / 4
+		o.tokens = i % 7 // 0 and 1 token streams have no TPOT
+	}
+	return o
+}
+
+type tally struct {
+	count, streams, tpots, tokens uint64
+	errors                        proto.ErrorCounts
+	latency, ttft, tpot           [proto.LatencyBuckets]uint64
+}
+
+func (t *tally) addObservation(o observation) {
+	var w statsWindow
+	w.add(&o)
+	t.addWindow(&w)
+}
+
+func (t *tally) addWindow(w *statsWindow) {
+	t.count += w.count
+	t.streams += w.streams
+	t.tokens += w.tokens
+	t.errors.Client += w.errors.Client
+	t.errors.Upstream += w.errors.Upstream
+	t.errors.Timeout += w.errors.Timeout
+	t.errors.Shed += w.errors.Shed
+	t.errors.Canceled += w.errors.Canceled
+	for i := range w.latency {
+		t.latency[i] += w.latency[i]
+		t.ttft[i] += w.ttft[i]
+		t.tpot[i] += w.tpot[i]
+		t.tpots += w.tpot[i]
+	}
+}
+
+func (t *tally) addMessage(m *proto.ReqStats) {
+	var w statsWindow
+	w.count, w.streams, w.tokens, w.errors = m.Count, m.Streams, m.Tokens, m.Errors
+	copy(w.latency[:], m.Latency)
+	copy(w.ttft[:], m.TTFT)
+	copy(w.tpot[:], m.TPOT)
+	t.addWindow(&w)
+}
+
+func sum(h []uint64) (n uint64) {
+	for _, v := range h {
+		n += v
+	}
+	return n
+}
+
+// TestStatsExactAgainstCountedLoad records a counted load from several
+// goroutines while windows are flushed to JetStream all along, and checks
+// that the published messages add up to exactly the load: no request lost
+// or counted twice at a window boundary, errors by class exact, every
+// message's histograms summing to its count.
+func TestStatsExactAgainstCountedLoad(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := bus.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	var clock fakeClock
+	r := newStatsRecorder("gw-1", time.Second, clock.now, js, slog.New(slog.DiscardHandler))
+
+	const n, workers = 30_000, 8
+	want := map[statsKey]*tally{}
+	for i := range n {
+		o := load(i)
+		k := statsKey{o.endpoint, o.version}
+		if want[k] == nil {
+			want[k] = &tally{}
+		}
+		want[k].addObservation(o)
+	}
+
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				o := load(i)
+				r.record(&o)
+			}
+		})
+	}
+	done := make(chan struct{})
+	flushes := make(chan int)
+	go func() {
+		k := 0
+		for {
+			select {
+			case <-done:
+				flushes <- k
+				return
+			default:
+				r.flush(ctx)
+				k++
+			}
+		}
+	}()
+	wg.Wait()
+	close(done)
+	if k := <-flushes; k < 2 {
+		t.Logf("only %d flushes during the load", k)
+	}
+	r.flush(ctx)
+
+	c := r.counters()
+	if c.PublishedRequests != n || c.Dropped != 0 || c.DroppedRequests != 0 {
+		t.Fatalf("counters %+v, want %d requests published and nothing dropped", c, n)
+	}
+	got := map[statsKey]*tally{}
+	ids := map[string]bool{}
+	for _, m := range readStats(t, js, int(c.Published)) {
+		if ids[m.ID] {
+			t.Errorf("message id %s published twice", m.ID)
+		}
+		ids[m.ID] = true
+		if m.ID != proto.ReqStatsID("gw-1", m.Endpoint, m.Version, m.WindowStart) || m.Gateway != "gw-1" {
+			t.Errorf("message %s: id or gateway does not name its gateway, endpoint, version and window", m.ID)
+		}
+		if m.WindowEnd <= m.WindowStart {
+			t.Errorf("message %s: window [%d, %d] is empty", m.ID, m.WindowStart, m.WindowEnd)
+		}
+		if wantTeam := map[string]string{"fraud": "risk", "chat": "assist"}[m.Endpoint]; m.Team != wantTeam {
+			t.Errorf("message %s: team %q, want %q", m.ID, m.Team, wantTeam)
+		}
+		if s := sum(m.Latency); s != m.Count {
+			t.Errorf("message %s: latency histogram sums to %d, count is %d", m.ID, s, m.Count)
+		}
+		if s := sum(m.TTFT); s != m.Streams {
+			t.Errorf("message %s: TTFT histogram sums to %d, streams are %d", m.ID, s, m.Streams)
+		}
+		k := statsKey{m.Endpoint, m.Version}
+		if got[k] == nil {
+			got[k] = &tally{}
+		}
+		got[k].addMessage(&m)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("messages for %d series, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		g := got[k]
+		if g == nil {
+			t.Errorf("%v: no message", k)
+			continue
+		}
+		if *g != *w {
+			t.Errorf("%v: published %+v, want %+v", k, *g, *w)
+		}
+	}
+	// The load's own shape, so that the comparison above is not vacuous.
+	var all tally
+	for _, w := range want {
+		all.count += w.count
+		all.errors.Timeout += w.errors.Timeout
+		all.tpots += w.tpots
+	}
+	if all.count != n || all.errors.Timeout != n/12 || all.tpots == 0 {
+		t.Fatalf("load: %d requests, %d timeouts, %d TPOT samples; the test does not test what it says", all.count, all.errors.Timeout, all.tpots)
+	}
+}
+
+// readStats reads every message of MP_REQSTATS, expecting want of them.
+func readStats(t *testing.T, js jetstream.JetStream, want int) []proto.ReqStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proto.ReqStats
+	for len(out) < want {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", len(out), want, err)
+		}
+		var m proto.ReqStats
+		if err := json.Unmarshal(msg.Data(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if msg.Subject() != proto.ReqStatsSubject(m.Endpoint) || msg.Headers().Get(jetstream.MsgIDHeader) != m.ID {
+			t.Errorf("message %s on %s with Nats-Msg-Id %q", m.ID, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// stuckPublisher does not answer until the publish gives up, like a NATS
+// that is down; then it starts working and keeps what it gets.
+type stuckPublisher struct {
+	mu      sync.Mutex
+	stuck   bool
+	got     []proto.ReqStats
+	entered chan struct{} // when set, receives a value per hung publish
+}
+
+func (p *stuckPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	p.mu.Lock()
+	stuck := p.stuck
+	p.mu.Unlock()
+	if stuck {
+		if p.entered != nil {
+			select {
+			case p.entered <- struct{}{}:
+			default:
+			}
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	var m proto.ReqStats
+	if err := json.Unmarshal(msg.Data, &m); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.got = append(p.got, m)
+	p.mu.Unlock()
+	return &jetstream.PubAck{}, nil
+}
+
+// TestStatsDropWhenNATSIsDown checks that a window JetStream does not take
+// is dropped and counted, that requests are recorded without waiting while
+// a publish hangs, and that what they counted goes out with the next window
+// once NATS answers again, never with the dropped one.
+func TestStatsDropWhenNATSIsDown(t *testing.T) {
+	t.Parallel()
+	var clock fakeClock
+	pub := &stuckPublisher{stuck: true, entered: make(chan struct{}, 1)}
+	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
+	for i := range 300 {
+		o := load(i)
+		r.record(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	flushed := make(chan struct{})
+	go func() { r.flush(ctx); close(flushed) }()
+	<-pub.entered
+
+	// While the flush hangs on NATS, requests are recorded at once.
+	start := time.Now()
+	for i := range 1000 {
+		o := load(i)
+		r.record(&o)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("recording 1000 requests during a hung publish took %v", d)
+	}
+	<-flushed
+	c := r.counters()
+	if c.Dropped != 4 || c.DroppedRequests != 300 || c.Published != 0 {
+		t.Fatalf("after a hung publish: %+v, want 4 windows and 300 requests dropped", c)
+	}
+
+	pub.mu.Lock()
+	pub.stuck = false
+	pub.mu.Unlock()
+	r.flush(context.Background())
+	c = r.counters()
+	if c.Published != 4 || c.PublishedRequests != 1000 || c.DroppedRequests != 300 {
+		t.Fatalf("after NATS came back: %+v, want 4 windows and 1000 requests published", c)
+	}
+	var total uint64
+	for _, m := range pub.got {
+		total += m.Count
+	}
+	if total != 1000 {
+		t.Errorf("published messages count %d requests, want 1000", total)
+	}
+}
+
+// TestStatsPruneIdleSeries checks that a series without traffic is
+// forgotten after statsPruneAfter windows and that a request arriving later
+// is counted in a new series.
+func TestStatsPruneIdleSeries(t *testing.T) {
+	t.Parallel()
+	var clock fakeClock
+	pub := &stuckPublisher{}
+	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
+	o := observation{endpoint: "e", version: "v1", status: 200, duration: time.Millisecond}
+	r.record(&o)
+	old := (*r.series.Load())[statsKey{"e", "v1"}]
+	for range statsPruneAfter + 1 {
+		r.flush(context.Background())
+	}
+	if len(*r.series.Load()) != 0 || !old.dead {
+		t.Fatalf("an idle series is kept after %d windows", statsPruneAfter+1)
+	}
+	r.record(&o)
+	r.flush(context.Background())
+	if c := r.counters(); c.PublishedRequests != 2 {
+		t.Errorf("published %d requests, want 2", c.PublishedRequests)
+	}
+}
+
+func TestStreamTokens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ev    string
+		n     int
+		final bool
+	}{
+		{`data: {"choices":[{"delta":{"role":"assistant","content":"Hi"}}]}` + "\n\n", 1, false},
+		{`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\n", 0, false},
+		{`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":17,"total_tokens":20}}` + "\n\n", 17, true},
+		{"data: [DONE]\n\n", 0, false},
+		{": keep-alive\n\n", 0, false},
+		{`data: {"usage":"completion_tokens"` + "\n\n", 0, false},
+	} {
+		n, final := streamTokens([]byte(tc.ev))
+		if n != tc.n || final != tc.final {
+			t.Errorf("streamTokens(%q) = %d, %v; want %d, %v", tc.ev, n, final, tc.n, tc.final)
+		}
+	}
+}
+
+var _ statsPublisher = jetstream.JetStream(nil)
+
+// TestLatencyBuckets checks the shared bucket bounds: increasing, at most 16
+// percent apart, a value on a bound counted in that bound's bucket, and
+// the seed documents' TPOT figures (22 ms, SLA 30 ms, 41 ms) in distinct
+// buckets.
+func TestLatencyBuckets(t *testing.T) {
+	t.Parallel()
+	b := proto.LatencyBoundsUS()
+	if len(b)+1 != proto.LatencyBuckets {
+		t.Fatalf("%d bounds, %d buckets", len(b), proto.LatencyBuckets)
+	}
+	for i := 1; i < len(b); i++ {
+		if b[i] <= b[i-1] || float64(b[i]) > 1.16*float64(b[i-1]) {
+			t.Errorf("bound %d: %d µs after %d µs", i, b[i], b[i-1])
+		}
+	}
+	for i, us := range b {
+		d := time.Duration(us) * time.Microsecond
+		if got := proto.LatencyBucket(d); got != i {
+			t.Errorf("LatencyBucket(%v) = %d, want %d", d, got, i)
+		}
+		if got := proto.LatencyBucket(d + time.Nanosecond); got != i+1 {
+			t.Errorf("LatencyBucket(%v) = %d, want %d", d+time.Nanosecond, got, i+1)
+		}
+	}
+	if got := proto.LatencyBucket(0); got != 0 {
+		t.Errorf("LatencyBucket(0) = %d", got)
+	}
+	if got := proto.LatencyBucket(time.Hour); got != proto.LatencyBuckets-1 {
+		t.Errorf("LatencyBucket(1h) = %d, want the +Inf bucket %d", got, proto.LatencyBuckets-1)
+	}
+	p22, sla, p41 := proto.LatencyBucket(22*time.Millisecond), proto.LatencyBucket(30*time.Millisecond+time.Microsecond), proto.LatencyBucket(41*time.Millisecond)
+	if p22 >= sla || sla >= p41 {
+		t.Errorf("22 ms, just over 30 ms and 41 ms fall in buckets %d, %d, %d; the judge could not tell them apart", p22, sla, p41)
+	}
+}

@@ -1,0 +1,402 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+)
+
+// ReqStatsConfig configures the request statistics consumer. JS and CH are
+// required; a zero value of any other field takes the default its comment
+// names.
+type ReqStatsConfig struct {
+	JS  jetstream.JetStream
+	CH  driver.Conn
+	Log *slog.Logger
+
+	// Stream is the stream consumed; default proto.StreamReqStats.
+	Stream string
+	// Durable names the durable consumer; default "ingest-reqstats".
+	Durable string
+	// Batch is the most messages fetched and inserted at once; default 500.
+	// Gateways send one message per endpoint version every few seconds, so
+	// one fetch usually takes everything waiting.
+	Batch int
+	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
+	MaxWait time.Duration
+	// AckWait is how long the server waits for an ack before it
+	// redelivers; default 1 minute, above Timeout.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message; default 2,000, which with
+	// the growing NakDelay rides out hours of ClickHouse outage.
+	MaxDeliver int
+	// NakDelay is the redelivery delay after the first failed insert,
+	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
+	NakDelay    time.Duration
+	MaxNakDelay time.Duration
+	// Timeout bounds each NATS and ClickHouse call; default 30s.
+	Timeout time.Duration
+}
+
+// ReqStats consumes MP_REQSTATS into ClickHouse request_stats exactly once:
+// before it inserts a fetched set it asks request_stats which of their
+// message ids it already holds (within the set's endpoints and windows, the
+// table's sort key) and skips those, and it acks only after the insert. A
+// message redelivered after its insert succeeded (the ack lost, the process
+// killed in between) or published again after the duplicate window is
+// therefore stored once. One goroutine inserts, so no two inserts of the
+// same id can race.
+type ReqStats struct {
+	cfg   ReqStatsConfig
+	log   *slog.Logger
+	stats reqStatsCounters
+
+	mu  sync.Mutex
+	run *usageRun // nil while stopped
+}
+
+type reqStatsCounters struct {
+	rows, duplicates, poison, insertFailures atomic.Uint64
+}
+
+// ReqStatsStats is a snapshot of the consumer's counters.
+type ReqStatsStats struct {
+	// Rows is the number of rows inserted into request_stats.
+	Rows uint64
+	// Duplicates is the number of messages acked without an insert because
+	// their id was stored already or repeated in the same fetch.
+	Duplicates uint64
+	// Poison is the number of messages terminated because they do not
+	// decode or do not describe the endpoint of their subject.
+	Poison uint64
+	// InsertFailures is the number of fetched sets ClickHouse refused; their
+	// messages are redelivered.
+	InsertFailures uint64
+}
+
+// NewReqStats checks cfg and fills defaults. It starts nothing; call Start.
+func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
+	if cfg.JS == nil || cfg.CH == nil {
+		return nil, errors.New("reqstats consumer: JS and CH are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = proto.StreamReqStats
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "ingest-reqstats"
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = 2_000
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.MaxWait, time.Second}, {&cfg.AckWait, time.Minute}, {&cfg.NakDelay, time.Second},
+		{&cfg.MaxNakDelay, 30 * time.Second}, {&cfg.Timeout, 30 * time.Second}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	return &ReqStats{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}, nil
+}
+
+// Stats returns the counters so far.
+func (c *ReqStats) Stats() ReqStatsStats {
+	s := &c.stats
+	return ReqStatsStats{Rows: s.rows.Load(), Duplicates: s.duplicates.Load(), Poison: s.poison.Load(),
+		InsertFailures: s.insertFailures.Load()}
+}
+
+// Start creates or updates the durable consumer and consumes in the
+// background until ctx ends or Stop is called. It fails only when the
+// consumer cannot be created; later failures are logged and retried. A
+// stopped ReqStats can be started again.
+func (c *ReqStats) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != nil {
+		return errors.New("reqstats consumer: already started")
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	_, err := c.ensureConsumer(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r := &usageRun{}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.wg.Go(func() { c.loop(ctx) })
+	c.run = r
+	return nil
+}
+
+// Stop stops consuming and waits for the insert under way, if any.
+func (c *ReqStats) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil {
+		return
+	}
+	c.run.cancel()
+	c.run.wg.Wait()
+	c.run = nil
+}
+
+// Run consumes until ctx ends, then stops: the form a leader lease wants.
+func (c *ReqStats) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	c.Stop()
+	return nil
+}
+
+func (c *ReqStats) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       c.cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.cfg.AckWait,
+		MaxDeliver:    c.cfg.MaxDeliver,
+		MaxAckPending: 10 * c.cfg.Batch,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reqstats consumer %s on %s: %w", c.cfg.Durable, c.cfg.Stream, err)
+	}
+	return cons, nil
+}
+
+// loop fetches and stores sets of messages until ctx ends. After a failed
+// fetch or insert it waits, growing the wait up to MaxNakDelay.
+func (c *ReqStats) loop(ctx context.Context) {
+	var cons jetstream.Consumer
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		if cons == nil {
+			cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			var err error
+			cons, err = c.ensureConsumer(cctx)
+			cancel()
+			if err != nil {
+				c.log.Warn("reqstats consumer", "err", err)
+				backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
+				continue
+			}
+		}
+		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("fetch reqstats messages", "err", err)
+			}
+			cons = nil
+			backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
+			continue
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			c.log.Debug("fetch reqstats messages", "err", err)
+		}
+		if len(msgs) == 0 {
+			backoff = 0
+			continue
+		}
+		// An insert under way when Stop comes is finished, not abandoned.
+		if err := c.store(context.WithoutCancel(ctx), msgs); err != nil {
+			backoff = min(max(2*backoff, c.cfg.NakDelay), c.cfg.MaxNakDelay)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+type heldStats struct {
+	msg jetstream.Msg
+	seq uint64
+	s   proto.ReqStats
+}
+
+// store decodes msgs, terminates poison, inserts what request_stats does
+// not hold yet and acks; on a ClickHouse failure it naks every valid
+// message with a growing delay and returns the error.
+func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
+	var held []heldStats
+	for _, m := range msgs {
+		var s proto.ReqStats
+		err := json.Unmarshal(m.Data(), &s)
+		switch {
+		case err != nil:
+		case s.ID == "" || s.Endpoint == "" || s.Version == "":
+			err = errors.New("missing id, endpoint or version")
+		case m.Subject() != proto.ReqStatsSubject(s.Endpoint):
+			err = fmt.Errorf("endpoint %q published on %s", s.Endpoint, m.Subject())
+		case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT):
+			err = fmt.Errorf("a histogram does not have %d buckets", proto.LatencyBuckets)
+		case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
+			err = errors.New("window ends before it starts")
+		}
+		if err != nil {
+			c.stats.poison.Add(1)
+			c.log.Error("reqstats message terminated", "subject", m.Subject(), "err", err)
+			if terr := m.TermWithReason(err.Error()); terr != nil {
+				c.log.Warn("terminate reqstats message", "err", terr)
+			}
+			continue
+		}
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		held = append(held, heldStats{msg: m, seq: seq, s: s})
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	err := c.insertNew(cctx, held)
+	if err != nil {
+		c.stats.insertFailures.Add(1)
+		c.log.Warn("reqstats insert failed; retrying by redelivery", "err", err)
+		for _, h := range held {
+			if nerr := h.msg.NakWithDelay(c.nakDelay(h.msg)); nerr != nil {
+				c.log.Debug("nak reqstats message", "err", nerr)
+			}
+		}
+		return err
+	}
+	for _, h := range held {
+		if aerr := h.msg.Ack(); aerr != nil {
+			c.log.Debug("ack reqstats message", "err", aerr)
+		}
+	}
+	return nil
+}
+
+func histogram(h []uint64) bool { return len(h) == 0 || len(h) == proto.LatencyBuckets }
+
+// insertNew inserts the held messages whose ids request_stats does not hold
+// yet, each id once.
+func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
+	stored, err := c.storedIDs(ctx, held)
+	if err != nil {
+		return fmt.Errorf("reqstats stored ids: %w", err)
+	}
+	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
+		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
+		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq)")
+	if err != nil {
+		return fmt.Errorf("reqstats insert: %w", err)
+	}
+	defer batch.Close()
+	rows := 0
+	for _, h := range held {
+		s := &h.s
+		if stored[s.ID] {
+			c.stats.duplicates.Add(1)
+			continue
+		}
+		stored[s.ID] = true
+		if err := batch.Append(
+			time.UnixMilli(s.WindowStart).UTC(), uint16(s.WindowStart%1000),
+			time.UnixMilli(s.WindowEnd).UTC(), uint16(s.WindowEnd%1000),
+			s.Gateway, s.Endpoint, s.Team, s.Version, s.Count,
+			s.Errors.Client, s.Errors.Upstream, s.Errors.Timeout, s.Errors.Shed, s.Errors.Canceled,
+			buckets(s.Latency), s.LatencySumMS, s.Streams, buckets(s.TTFT), s.TTFTSumMS, buckets(s.TPOT), s.TPOTSumMS,
+			s.Tokens, s.ID, h.seq,
+		); err != nil {
+			return fmt.Errorf("reqstats insert: %w", err)
+		}
+		rows++
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("reqstats insert: %w", err)
+	}
+	c.stats.rows.Add(uint64(rows))
+	return nil
+}
+
+// buckets stores an absent histogram (a predict endpoint's TTFT) as zeros,
+// so every row's arrays line up with proto.LatencyBoundsMS.
+func buckets(h []uint64) []uint64 {
+	if len(h) == 0 {
+		return make([]uint64, proto.LatencyBuckets)
+	}
+	return h
+}
+
+// storedIDs returns which of the held ids request_stats holds. The query
+// names the endpoints and the window range, the table's sort key, so
+// ClickHouse reads only the granules they could be in.
+func (c *ReqStats) storedIDs(ctx context.Context, held []heldStats) (map[string]bool, error) {
+	endpoints := map[string]bool{}
+	var ids, eps []string
+	from, to := held[0].s.WindowStart, held[0].s.WindowStart
+	for _, h := range held {
+		ids = append(ids, h.s.ID)
+		if !endpoints[h.s.Endpoint] {
+			endpoints[h.s.Endpoint] = true
+			eps = append(eps, h.s.Endpoint)
+		}
+		from, to = min(from, h.s.WindowStart), max(to, h.s.WindowStart)
+	}
+	rows, err := c.cfg.CH.Query(ctx, `SELECT msg_id FROM request_stats
+		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN ?`,
+		set(eps), from/1000, to/1000, set(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	stored := make(map[string]bool, len(held))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		stored[id] = true
+	}
+	return stored, rows.Err()
+}
+
+// nakDelay grows with the delivery count so that an outage is retried
+// quickly at first and then without hammering ClickHouse.
+func (c *ReqStats) nakDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	d := c.cfg.NakDelay
+	for i := uint64(1); i < n && d < c.cfg.MaxNakDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxNakDelay)
+}

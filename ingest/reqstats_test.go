@@ -1,0 +1,260 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/bus"
+	"modelplane/ingest"
+	"modelplane/internal/chtest"
+	"modelplane/internal/natstest"
+)
+
+type reqStatsEnv struct {
+	js jetstream.JetStream
+	ch driver.Conn
+}
+
+func newReqStatsEnv(t *testing.T) *reqStatsEnv {
+	t.Helper()
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	return &reqStatsEnv{js: js, ch: chtest.New(t)}
+}
+
+func (e *reqStatsEnv) start(t *testing.T, cfg ingest.ReqStatsConfig) *ingest.ReqStats {
+	t.Helper()
+	cfg.JS = e.js
+	if cfg.CH == nil {
+		cfg.CH = e.ch
+	}
+	cfg.MaxWait = 100 * time.Millisecond
+	c, err := ingest.NewReqStats(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// reqStatsMsg is window i of a gateway's statistics for one version.
+func reqStatsMsg(i int) proto.ReqStats {
+	start := int64(1_800_000_000_000) + int64(i)*5_000 + 123
+	m := proto.ReqStats{WindowStart: start, WindowEnd: start + 5_000, Gateway: "gw-1",
+		Endpoint: []string{"fraud", "chat"}[i%2], Team: "risk", Version: []string{"v1", "v2"}[i/2%2],
+		Count: uint64(100 + i), Errors: proto.ErrorCounts{Client: 1, Upstream: uint64(i % 3), Timeout: 1, Shed: 2},
+		Latency: make([]uint64, proto.LatencyBuckets), LatencySumMS: float64(i) * 10}
+	m.ID = proto.ReqStatsID(m.Gateway, m.Endpoint, m.Version, m.WindowStart)
+	m.Latency[i%proto.LatencyBuckets] = m.Count
+	if m.Endpoint == "chat" {
+		m.Streams, m.Tokens = m.Count, 8*m.Count
+		m.TTFT = make([]uint64, proto.LatencyBuckets)
+		m.TPOT = make([]uint64, proto.LatencyBuckets)
+		m.TTFT[3], m.TPOT[4] = m.Count, m.Count
+	}
+	return m
+}
+
+func (e *reqStatsEnv) publish(t *testing.T, m proto.ReqStats, withID bool) {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishRaw(t, proto.ReqStatsSubject(m.Endpoint), b, m.ID, withID)
+}
+
+func (e *reqStatsEnv) publishRaw(t *testing.T, subject string, data []byte, id string, withID bool) {
+	t.Helper()
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	if withID {
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	if _, err := e.js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitReqStats(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// drained reports whether the consumer has nothing pending or unacked.
+func (e *reqStatsEnv) drained(t *testing.T) bool {
+	t.Helper()
+	c, err := e.js.Consumer(t.Context(), proto.StreamReqStats, "ingest-reqstats")
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(t.Context())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+type reqStatsTotals struct {
+	rows, ids, requests, upstream, tokens, latency, ttft uint64
+}
+
+func (e *reqStatsEnv) totals(t *testing.T) reqStatsTotals {
+	t.Helper()
+	var s reqStatsTotals
+	if err := e.ch.QueryRow(context.Background(), `SELECT count(), uniqExact(msg_id), sum(requests), sum(errors_upstream), sum(tokens),
+		sum(arraySum(latency_buckets)), sum(arraySum(ttft_buckets)) FROM request_stats`).
+		Scan(&s.rows, &s.ids, &s.requests, &s.upstream, &s.tokens, &s.latency, &s.ttft); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func wantTotals(ms []proto.ReqStats) reqStatsTotals {
+	var s reqStatsTotals
+	for _, m := range ms {
+		s.rows++
+		s.ids++
+		s.requests += m.Count
+		s.upstream += m.Errors.Upstream
+		s.tokens += m.Tokens
+		for i := range m.Latency {
+			s.latency += m.Latency[i]
+		}
+		for i := range m.TTFT {
+			s.ttft += m.TTFT[i]
+		}
+	}
+	return s
+}
+
+// TestReqStatsExactlyOnce stores every message once: copies of a message
+// that JetStream did not deduplicate (published without its id, as after
+// the duplicate window), in the same fetch as the original and after the
+// original was stored, are acked without a second row.
+func TestReqStatsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	var ms []proto.ReqStats
+	for i := range 40 {
+		ms = append(ms, reqStatsMsg(i))
+		e.publish(t, ms[i], true)
+	}
+	for i := range 10 {
+		e.publish(t, ms[i], false)
+	}
+	c := e.start(t, ingest.ReqStatsConfig{})
+	waitReqStats(t, "first messages stored", func() bool { s := c.Stats(); return s.Rows == 40 && s.Duplicates == 10 && e.drained(t) })
+	for i := 20; i < 30; i++ {
+		e.publish(t, ms[i], false)
+	}
+	waitReqStats(t, "late copies skipped", func() bool { return c.Stats().Duplicates == 20 && e.drained(t) })
+	if s := c.Stats(); s.Rows != 40 || s.Poison != 0 {
+		t.Errorf("stats %+v, want 40 rows and no poison", s)
+	}
+	if got, want := e.totals(t), wantTotals(ms); got != want {
+		t.Errorf("request_stats totals %+v, want %+v", got, want)
+	}
+
+	// One row read back field by field.
+	m := ms[7]
+	var (
+		start, end       time.Time
+		startMS, endMS   uint16
+		lat, ttft, tpot  []uint64
+		team, gw         string
+		count, shed, seq uint64
+	)
+	if err := e.ch.QueryRow(context.Background(), `SELECT window_start, window_start_ms, window_end, window_end_ms, team, gateway,
+		requests, errors_shed, latency_buckets, ttft_buckets, tpot_buckets, stream_seq FROM request_stats WHERE msg_id = ?`, m.ID).
+		Scan(&start, &startMS, &end, &endMS, &team, &gw, &count, &shed, &lat, &ttft, &tpot, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if start.UnixMilli()+int64(startMS) != m.WindowStart || end.UnixMilli()+int64(endMS) != m.WindowEnd {
+		t.Errorf("window %v+%dms–%v+%dms, want %d–%d", start, startMS, end, endMS, m.WindowStart, m.WindowEnd)
+	}
+	if team != m.Team || gw != m.Gateway || count != m.Count || shed != m.Errors.Shed || seq == 0 {
+		t.Errorf("row team %q gateway %q requests %d shed %d seq %d, want %q %q %d %d and a stream sequence", team, gw, count, shed, seq, m.Team, m.Gateway, m.Count, m.Errors.Shed)
+	}
+	if fmt.Sprint(lat) != fmt.Sprint(m.Latency) || fmt.Sprint(ttft) != fmt.Sprint(m.TTFT) || fmt.Sprint(tpot) != fmt.Sprint(m.TPOT) {
+		t.Errorf("histograms %v %v %v, want %v %v %v", lat, ttft, tpot, m.Latency, m.TTFT, m.TPOT)
+	}
+}
+
+// TestReqStatsPoisonTerminated terminates what is not a statistics message
+// of its subject's endpoint and stores the rest.
+func TestReqStatsPoisonTerminated(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	good := reqStatsMsg(1)
+	e.publish(t, good, true)
+	e.publishRaw(t, proto.ReqStatsSubject("fraud"), []byte("{not json"), "p1", true)
+	other := reqStatsMsg(2)
+	b, _ := json.Marshal(other)
+	e.publishRaw(t, proto.ReqStatsSubject("someone-else"), b, "p2", true)
+	short := reqStatsMsg(4)
+	short.ID += "-short"
+	short.Latency = short.Latency[:3]
+	e.publish(t, short, true)
+	c := e.start(t, ingest.ReqStatsConfig{})
+	waitReqStats(t, "poison terminated", func() bool { s := c.Stats(); return s.Poison == 3 && s.Rows == 1 && e.drained(t) })
+	if got, want := e.totals(t), wantTotals([]proto.ReqStats{good}); got != want {
+		t.Errorf("request_stats totals %+v, want %+v", got, want)
+	}
+}
+
+// failingCH refuses the first inserts, as ClickHouse down would.
+type failingCH struct {
+	driver.Conn
+	fail atomic.Int32
+}
+
+func (c *failingCH) PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error) {
+	if c.fail.Add(-1) >= 0 {
+		return nil, errors.New("clickhouse is down")
+	}
+	return c.Conn.PrepareBatch(ctx, query, opts...)
+}
+
+// TestReqStatsClickHouseFailure naks what it could not insert and stores it
+// once when ClickHouse accepts inserts again.
+func TestReqStatsClickHouseFailure(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	ch := &failingCH{Conn: e.ch}
+	ch.fail.Store(3)
+	var ms []proto.ReqStats
+	for i := range 12 {
+		ms = append(ms, reqStatsMsg(i))
+		e.publish(t, ms[i], true)
+	}
+	c := e.start(t, ingest.ReqStatsConfig{CH: ch, NakDelay: 20 * time.Millisecond, MaxNakDelay: 100 * time.Millisecond})
+	waitReqStats(t, "stored after the outage", func() bool { return c.Stats().Rows == 12 && e.drained(t) })
+	if s := c.Stats(); s.InsertFailures < 3 || s.Duplicates != 0 {
+		t.Errorf("stats %+v, want at least 3 insert failures and no duplicates", s)
+	}
+	if got, want := e.totals(t), wantTotals(ms); got != want {
+		t.Errorf("request_stats totals %+v, want %+v", got, want)
+	}
+}
