@@ -274,6 +274,10 @@ func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
 				}
 			}
 			if serving == n {
+				// The gateway validates and samples from the same entry.
+				if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != 3 {
+					t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
+				}
 				return
 			}
 		}

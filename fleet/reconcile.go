@@ -434,7 +434,8 @@ func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleList
 	for _, d := range demand {
 		rt := routes[d.Endpoint]
 		if rt == nil {
-			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task}
+			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
+				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate}
 			routes[d.Endpoint] = rt
 			names = append(names, d.Endpoint)
 		}

@@ -256,6 +256,14 @@ type Route struct {
 	// Generation increases with every change of the entry.
 	Generation int64          `json:"generation"`
 	Versions   []RouteVersion `json:"versions"`
+	// InputSchema is the model's JSON Schema for one instance (predict) or
+	// one request body (LLM); empty or {} accepts anything.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// FeatureNames are the model's input features, in order, for samples.
+	FeatureNames []string `json:"feature_names,omitempty"`
+	// SamplingRate is the share of predictions sampled to MP_PREDICTIONS,
+	// 0 (off, the default) to 1.
+	SamplingRate float64 `json:"sampling_rate"`
 }
 
 // RouteVersion is one version of an endpoint in the routing table.
