@@ -318,6 +318,18 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"predictions"`) || resp.Header.Get("X-Model-Version") != "v23" {
 		t.Fatalf("predict through the gateway = %d %s (X-Model-Version %q)", resp.StatusCode, body, resp.Header.Get("X-Model-Version"))
 	}
+	// fraud-scoring samples 5 % of its predictions: 200 more make a sample
+	// all but certain (1 - 0.95^200).
+	for range 200 {
+		if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
+			`{"instances":[{"amount":12,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("predict = %d %s", resp.StatusCode, body)
+		}
+	}
+	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
+		`{"instances":[{"amount":-1,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "amount") {
+		t.Fatalf("a negative amount through the gateway = %d %s, want 400 naming the path", resp.StatusCode, body)
+	}
 	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_SEARCH_KEY"], `{"instances":[{}]}`); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("another team's endpoint through the gateway = %d %s, want 404", resp.StatusCode, body)
 	}
@@ -329,7 +341,8 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 }
 
 // waitRequestStats waits until the gateway's statistics of the requests
-// predictThroughGateway sent are in ClickHouse request_stats.
+// predictThroughGateway sent are in ClickHouse request_stats, and a sampled
+// prediction with its features is in prediction_samples.
 func waitRequestStats(t *testing.T, url string) {
 	t.Helper()
 	ch, err := ingest.OpenClickHouse(t.Context(), url)
@@ -343,9 +356,14 @@ func waitRequestStats(t *testing.T, url string) {
 			sumIf(streams, endpoint = 'support-chat' AND version = 'v42') FROM request_stats`).Scan(&predicts, &streams); err != nil {
 			t.Fatal(err)
 		}
-		if predicts >= 1 && streams >= 1 {
+		var samples uint64
+		if err := ch.QueryRow(t.Context(), `SELECT count() FROM prediction_samples WHERE endpoint = 'fraud-scoring' AND version = 'v23'
+			AND has(feature_names, 'amount')`).Scan(&samples); err != nil {
+			t.Fatal(err)
+		}
+		if predicts >= 1 && streams >= 1 && samples >= 1 {
 			return
 		}
 	}
-	t.Fatalf("request_stats holds %d fraud-scoring requests and %d support-chat streams after 30 s; want both", predicts, streams)
+	t.Fatalf("after 30 s request_stats holds %d fraud-scoring requests and %d support-chat streams, and prediction_samples no fraud-scoring sample; want all three", predicts, streams)
 }

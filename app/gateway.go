@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +32,14 @@ type GatewayConfig struct {
 	// often they are published.
 	ID            string
 	StatsInterval time.Duration
-	LogLevel      string
+	// Rate limits per API key and per endpoint (0: unlimited), and the
+	// load-shedding bound per replica (0: off).
+	KeyRPS                   float64
+	KeyBurst                 int64
+	EndpointRPS              float64
+	EndpointBurst            int64
+	MaxOutstandingPerReplica int64
+	LogLevel                 string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -44,6 +53,12 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", envDuration("MP_GATEWAY_STALL_TIMEOUT", gateway.DefaultStallTimeout), "a streaming client that takes longer to accept an event is cut (MP_GATEWAY_STALL_TIMEOUT)")
 	fs.StringVar(&c.ID, "id", env("MP_GATEWAY_ID", ""), "gateway name in request statistics; default host name plus a random suffix (MP_GATEWAY_ID)")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", envDuration("MP_GATEWAY_STATS_INTERVAL", gateway.DefaultStatsInterval), "how often request statistics are published (MP_GATEWAY_STATS_INTERVAL)")
+	fs.Float64Var(&c.KeyRPS, "key-rps", envFloat("MP_GATEWAY_KEY_RPS", 0), "requests per second each API key may make; 0 is unlimited (MP_GATEWAY_KEY_RPS)")
+	fs.Int64Var(&c.KeyBurst, "key-burst", envInt("MP_GATEWAY_KEY_BURST", 0), "burst of each API key; 0 is the rate rounded up (MP_GATEWAY_KEY_BURST)")
+	fs.Float64Var(&c.EndpointRPS, "endpoint-rps", envFloat("MP_GATEWAY_ENDPOINT_RPS", 0), "requests per second each endpoint takes from all callers; 0 is unlimited (MP_GATEWAY_ENDPOINT_RPS)")
+	fs.Int64Var(&c.EndpointBurst, "endpoint-burst", envInt("MP_GATEWAY_ENDPOINT_BURST", 0), "burst of each endpoint; 0 is the rate rounded up (MP_GATEWAY_ENDPOINT_BURST)")
+	fs.Int64Var(&c.MaxOutstandingPerReplica, "max-outstanding-per-replica", envInt("MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA", gateway.DefaultMaxOutstandingPerReplica),
+		"requests a replica may have outstanding at this gateway before more get 429; 0 is off (MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 }
 
@@ -73,6 +88,21 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.StatsInterval <= 0 {
 		bad("MP_GATEWAY_STATS_INTERVAL (--stats-interval) must be a positive duration")
 	}
+	if c.KeyRPS < 0 || math.IsNaN(c.KeyRPS) || math.IsInf(c.KeyRPS, 0) {
+		bad("MP_GATEWAY_KEY_RPS (--key-rps) must be a number, 0 or more")
+	}
+	if c.KeyBurst < 0 || c.KeyBurst > math.MaxInt32 {
+		bad("MP_GATEWAY_KEY_BURST (--key-burst) must be a whole number, 0 or more")
+	}
+	if c.EndpointRPS < 0 || math.IsNaN(c.EndpointRPS) || math.IsInf(c.EndpointRPS, 0) {
+		bad("MP_GATEWAY_ENDPOINT_RPS (--endpoint-rps) must be a number, 0 or more")
+	}
+	if c.EndpointBurst < 0 || c.EndpointBurst > math.MaxInt32 {
+		bad("MP_GATEWAY_ENDPOINT_BURST (--endpoint-burst) must be a whole number, 0 or more")
+	}
+	if c.MaxOutstandingPerReplica < 0 {
+		bad("MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA (--max-outstanding-per-replica) must be a whole number, 0 or more")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
 	}
@@ -80,13 +110,26 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 		return gateway.Config{}, errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
 	}
 	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
-		ID: c.ID, StatsInterval: c.StatsInterval}, nil
+		ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
+		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica}, nil
 }
 
 // Validate names every bad setting.
 func (c *GatewayConfig) Validate() error {
 	_, err := c.gatewayConfig()
 	return err
+}
+
+// envFloat reads a number from the environment; -1 (which Validate names)
+// when it is not one.
+func envFloat(name string, def float64) float64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			return f
+		}
+		return -1
+	}
+	return def
 }
 
 // RunGateway runs `modelplane gateway` until ctx ends. It starts even while
@@ -141,7 +184,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	if err != nil {
 		return nil, fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", addr, err)
 	}
-	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway")}
+	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway"), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}
 	stopGW, h, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
 		ln.Close()

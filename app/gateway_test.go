@@ -34,3 +34,43 @@ func TestGatewayConfigDefaults(t *testing.T) {
 		t.Errorf("state dir = %q, want .modelplane/gateway", c.StateDir)
 	}
 }
+
+func TestGatewayLimitSettings(t *testing.T) {
+	t.Setenv("MP_GATEWAY_KEY_RPS", "fast")
+	t.Setenv("MP_GATEWAY_ENDPOINT_BURST", "-3")
+	var c GatewayConfig
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse([]string{"--endpoint-rps", "-1", "--max-outstanding-per-replica", "-2"}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil for bad limits; want an error")
+	}
+	for _, want := range []string{"MP_GATEWAY_KEY_RPS", "MP_GATEWAY_ENDPOINT_RPS", "MP_GATEWAY_ENDPOINT_BURST", "MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q; want it to name %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "MP_GATEWAY_KEY_BURST") {
+		t.Errorf("Validate() = %q names the good key burst", err)
+	}
+
+	t.Setenv("MP_GATEWAY_KEY_RPS", "2.5")
+	t.Setenv("MP_GATEWAY_ENDPOINT_BURST", "10")
+	c = GatewayConfig{}
+	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.gatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KeyRPS != 2.5 || cfg.EndpointBurst != 10 || cfg.EndpointRPS != 0 || cfg.MaxOutstandingPerReplica != 64 {
+		t.Errorf("config = key rps %v, endpoint burst %d, endpoint rps %v, max outstanding %d; want 2.5, 10, 0 (unlimited), 64",
+			cfg.KeyRPS, cfg.EndpointBurst, cfg.EndpointRPS, cfg.MaxOutstandingPerReplica)
+	}
+}

@@ -25,11 +25,13 @@ const (
 	leadOutbox      = 7_316_020_011
 	leadUsageIngest = 7_316_020_012
 	leadReqStats    = 7_316_020_013
+	leadPredictions = 7_316_020_014
 )
 
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
-// reconciler, the outbox relay and the usage and request-statistics ingests
+// reconciler, the outbox relay and the usage, request-statistics and
+// prediction-sample ingests
 // (one leader each: an ingest's check-then-insert is exactly-once only with
 // one consumer). The
 // returned stop waits for all of it.
@@ -55,6 +57,10 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		return nil, err
 	}
 	reqstats, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: js, CH: cp.CH, Log: cp.Log})
+	if err != nil {
+		return nil, err
+	}
+	predictions, err := ingest.NewPredictions(ingest.PredictionsConfig{JS: js, CH: cp.CH, Log: cp.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +90,13 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		db.Lead(ctx, cp.Pool, leadReqStats, 2*time.Second, func(ctx context.Context) {
 			if err := reqstats.Run(ctx); err != nil && ctx.Err() == nil {
 				cp.Log.Warn("request statistics ingest", slog.String("error", err.Error()))
+			}
+		})
+	})
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadPredictions, 2*time.Second, func(ctx context.Context) {
+			if err := predictions.Run(ctx); err != nil && ctx.Err() == nil {
+				cp.Log.Warn("prediction samples ingest", slog.String("error", err.Error()))
 			}
 		})
 	})

@@ -19,6 +19,21 @@
 //     plane restarts generations for an endpoint created again).
 //   - Another team's endpoint, and an LLM endpoint called on /predict (or the
 //     reverse), answer 404 exactly like an unknown one.
+//   - Inputs are checked against the endpoint's JSON Schema (one instance of
+//     a predict body, the whole body of a chat call), compiled once when the
+//     routing entry arrives or its schema changes, never on the request path;
+//     external $refs are refused. A schema that does not compile is logged
+//     once, on the endpoint's first request, and the endpoint is served
+//     without validation rather than refusing every call.
+//   - Rate limits are token buckets per API key, then per endpoint, created
+//     on first use and evicted once full again (a full bucket is a new one).
+//     Every endpoint shares Config's bound until the endpoint record carries
+//     its own. A refused request gets 429 with Retry-After from the bucket.
+//   - Load shedding: a replica takes at most MaxOutstandingPerReplica
+//     requests from this gateway at once; when every replica of the chosen
+//     version has that many, the request gets 429 instead of a queue, so
+//     that replicas are never driven into preemption. The bound is per
+//     gateway, not across gateways.
 //   - A request is retried on another replica only when the first could not
 //     be connected to, so nothing was sent; any later failure is the
 //     caller's to retry.

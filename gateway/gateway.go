@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,9 @@ const (
 	DefaultStallTimeout = 2 * time.Second
 	DefaultStreamBuffer = 64
 	DefaultRetryAfter   = time.Second
+	// DefaultMaxOutstandingPerReplica is the load-shedding bound the
+	// command uses unless told otherwise (Config's zero turns it off).
+	DefaultMaxOutstandingPerReplica = 64
 )
 
 // Config configures a Gateway.
@@ -54,6 +58,20 @@ type Config struct {
 	// StatsInterval is how often request statistics per endpoint and
 	// version are published to MP_REQSTATS; DefaultStatsInterval when 0.
 	StatsInterval time.Duration
+	// KeyRPS and KeyBurst bound each API key's requests with a token
+	// bucket: KeyRPS per second, bursts of KeyBurst (the rate rounded up
+	// when 0). KeyRPS 0 is unlimited.
+	KeyRPS   float64
+	KeyBurst int
+	// EndpointRPS and EndpointBurst do the same for each endpoint, across
+	// all callers. Every endpoint gets the same bound until the endpoint
+	// record carries its own.
+	EndpointRPS   float64
+	EndpointBurst int
+	// MaxOutstandingPerReplica sheds load: when every ready replica of the
+	// chosen version already has this many requests outstanding at this
+	// gateway, the request gets 429 instead of queueing. 0 turns it off.
+	MaxOutstandingPerReplica int64
 }
 
 func (c *Config) defaults() {
@@ -99,6 +117,15 @@ func (c *Config) Validate() error {
 	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    float64
+	}{{"key rps", c.KeyRPS}, {"key burst", float64(c.KeyBurst)}, {"endpoint rps", c.EndpointRPS},
+		{"endpoint burst", float64(c.EndpointBurst)}, {"max outstanding per replica", float64(c.MaxOutstandingPerReplica)}} {
+		if n.v < 0 || math.IsNaN(n.v) || math.IsInf(n.v, 0) {
+			errs = append(errs, fmt.Errorf("%s must be a finite number, not negative", n.name))
 		}
 	}
 	if c.StreamBuffer < 0 {
@@ -147,7 +174,12 @@ type Gateway struct {
 
 	save chan struct{}
 
-	stats *statsRecorder
+	// keyLimit and endpointLimit are the token buckets; nil when unlimited.
+	keyLimit, endpointLimit *limiter
+
+	stats   *statsRecorder
+	samples *sampler
+	metrics *metrics
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -176,7 +208,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = NewTransport()
 	}
+	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
+	g.endpointLimit = newLimiter(cfg.EndpointRPS, cfg.EndpointBurst)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)
+	g.samples = newSampler(js, log, sampleQueue)
+	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
 	if err := g.loadSnapshot(); err != nil {
@@ -191,8 +227,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
-	g.wg.Add(4)
+	g.wg.Add(5)
 	go func() { defer g.wg.Done(); g.stats.run(ctx) }()
+	go func() { defer g.wg.Done(); g.samples.run(ctx) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
 	go func() { defer g.wg.Done(); g.saveLoop(ctx) }()
@@ -223,6 +260,9 @@ func (g *Gateway) Stop() {
 // Stats returns the request statistics publisher's counters.
 func (g *Gateway) Stats() StatsCounters { return g.stats.counters() }
 
+// Samples returns the prediction sampler's counters.
+func (g *Gateway) Samples() SampleCounters { return g.samples.counters() }
+
 // Ready reports whether the gateway has a routing table to serve from: one
 // loaded from NATS or from its snapshot on disk.
 func (g *Gateway) Ready() bool { return g.ready.Load() }
@@ -234,6 +274,7 @@ func (g *Gateway) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.Handle("GET /metrics", g.metrics.handler())
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !g.Ready() {

@@ -36,12 +36,21 @@ type call struct {
 	streamed   bool
 	firstEvent time.Time
 	tokens     int
+
+	// start is when the gateway got the request; upstream the time spent
+	// waiting on replicas (zero when none was called), for the metrics.
+	start    time.Time
+	upstream time.Duration
+	// sampled is set when the request is sampled; sampleOf then holds what
+	// the sample needs (see sample.go), never logged.
+	sampled  bool
+	sampleOf pending
 }
 
 func (g *Gateway) inference(k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint")}
+		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: start}
 		w.Header().Set("X-Request-Id", c.id)
 		g.serve(k, c, w, r)
 		end := time.Now()
@@ -52,6 +61,12 @@ func (g *Gateway) inference(k kind) http.Handler {
 				o.ttft = c.firstEvent.Sub(start)
 			}
 			g.stats.record(&o)
+		}
+		if c.version != "" && g.metrics != nil {
+			g.metrics.observe(c, end.Sub(start))
+		}
+		if c.sampled && c.status == http.StatusOK {
+			g.offerSample(c, k, end)
 		}
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
@@ -119,6 +134,13 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusBadRequest, "bad request", strings.TrimPrefix(err.Error(), errBadRequest.Error()+"\n"))
 		return
 	}
+	if bad := g.validate(rt, k, body); bad != nil {
+		g.fail(w, c, http.StatusBadRequest, "invalid input", bad.Error())
+		return
+	}
+	if !g.admit(w, c) {
+		return
+	}
 	var v *version
 	if pin := r.Header.Get("X-Model-Version"); pin != "" {
 		if v = rt.byName[pin]; v == nil {
@@ -130,6 +152,9 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		return
 	}
 	c.version = v.name
+	if c.sampled = g.samples.draw(rt.src.SamplingRate); c.sampled {
+		c.sampleOf.body, c.sampleOf.features = body, rt.src.FeatureNames
+	}
 	w.Header().Set("X-Model-Version", v.name)
 	g.proxy(k, c, v, body, stream, w, r)
 }
@@ -155,19 +180,23 @@ func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w
 	timer := time.AfterFunc(g.cfg.Timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
-	u := v.pick(nil)
+	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica)
 	if u == nil {
+		if saturated {
+			g.shed(w, c)
+			return
+		}
 		g.unavailable(w, c, "version "+strconv.Quote(v.name)+" has no ready replica")
 		return
 	}
-	u.inFlight.Add(1)
+	sent := time.Now()
+	defer func() { c.upstream = time.Since(sent) }()
 	resp, err := g.send(ctx, k, u, body, c.id, r)
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
 		u.inFlight.Add(-1)
-		if next := v.pick(u); next != nil {
+		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica); next != nil {
 			c.retried = true
 			u = next
-			u.inFlight.Add(1)
 			resp, err = g.send(ctx, k, u, body, c.id, r)
 		} else {
 			u = nil
@@ -207,12 +236,24 @@ func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w
 		timer.Stop()
 		h.Del("Content-Length")
 		c.streamed = true
+		done := g.metrics.streaming(c.endpoint, c.version)
 		g.relay(ctx, cancel, c, w, resp)
+		done()
 		return
 	}
 	w.WriteHeader(resp.StatusCode)
-	if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
+	dst := io.Writer(w)
+	var kept *answerBuffer
+	if c.sampled {
+		kept = &answerBuffer{}
+		dst = io.MultiWriter(w, kept)
+	}
+	if _, err := io.Copy(dst, resp.Body); err != nil && ctx.Err() == nil {
 		g.log.Debug("gateway: relay cut", slog.String("request_id", c.id), slog.String("error", err.Error()))
+		c.sampled = false
+	}
+	if kept != nil && !kept.cut {
+		c.sampleOf.answer = kept.buf.Bytes()
 	}
 }
 

@@ -25,6 +25,8 @@ type route struct {
 	byName   map[string]*version
 	// totalWeight is the sum of the versions' weights.
 	totalWeight int
+	// schema validates inputs; nil accepts anything.
+	schema *inputSchema
 }
 
 // version is one version of an endpoint with its ready replicas.
@@ -54,6 +56,13 @@ func newRoute(src proto.Route, prev *route) *route {
 		}
 	}
 	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions))}
+	// The schema is compiled here, once per change of it, never on the
+	// request path.
+	if prev != nil && prev.schema.sameSchema(src.InputSchema) {
+		rt.schema = prev.schema
+	} else {
+		rt.schema = compileSchema(src.InputSchema)
+	}
 	for _, sv := range src.Versions {
 		v := &version{name: sv.Name, weight: max(sv.Weight, 0)}
 		for _, r := range sv.Replicas {
@@ -112,6 +121,31 @@ func (v *version) pick(skip *upstream) *upstream {
 		}
 	}
 	return best
+}
+
+// acquire chooses the replica with the fewest outstanding requests, as pick
+// does, and counts the request on it. With bound > 0 it takes no replica
+// that already has bound requests outstanding: nil and saturated when every
+// one has, so that the caller sheds the request instead of queueing it.
+func (v *version) acquire(skip *upstream, bound int64) (u *upstream, saturated bool) {
+	for {
+		u = v.pick(skip)
+		if u == nil {
+			return nil, false
+		}
+		if bound <= 0 {
+			u.inFlight.Add(1)
+			return u, false
+		}
+		l := u.inFlight.Load()
+		if l >= bound {
+			// The least loaded replica is full, so all are.
+			return nil, true
+		}
+		if u.inFlight.CompareAndSwap(l, l+1) {
+			return u, false
+		}
+	}
 }
 
 // withRoute returns a copy of t with name set to src (or removed when src is

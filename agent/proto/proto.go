@@ -408,3 +408,42 @@ type ErrorCounts struct {
 func ReqStatsID(gateway, endpoint, version string, windowStart int64) string {
 	return gateway + "/" + endpoint + "/" + version + "/" + strconv.FormatInt(windowStart, 10)
 }
+
+// PredictionSubject is where a gateway publishes the sampled predictions of
+// one endpoint (MP_PREDICTIONS).
+func PredictionSubject(endpoint string) string { return "mp.pred." + endpoint }
+
+// PredictionSample is one MP_PREDICTIONS message: one sampled request, with
+// the model's input features and its outputs, and never anything else of the
+// request or answer body. ID is the request id and the Nats-Msg-Id.
+type PredictionSample struct {
+	ID string `json:"id"`
+	// Time is when the request ended, in Unix milliseconds.
+	Time     int64  `json:"t"`
+	Endpoint string `json:"endpoint"`
+	Team     string `json:"team"`
+	Version  string `json:"version"`
+	// LatencyMS is the request's duration through the gateway.
+	LatencyMS float64 `json:"latency_ms"`
+	// FeatureNames are the route's feature names; every instance's Num and
+	// Str are parallel to them.
+	FeatureNames []string `json:"feature_names,omitempty"`
+	// Instances are a predict request's instances, in order; empty for an
+	// LLM endpoint.
+	Instances []SampleInstance `json:"instances,omitempty"`
+	// Tokens is an LLM completion's length in tokens (the LLM's output).
+	Tokens int `json:"tokens,omitempty"`
+}
+
+// SampleInstance is one instance's features and output. A numeric (or
+// boolean, as 0 or 1) feature has its value in Num and "" in Str; a string
+// feature has its value in Str and 0 in Num; a missing, null or nested
+// feature has 0 and "".
+type SampleInstance struct {
+	Num []float64 `json:"num"`
+	Str []string  `json:"str"`
+	// Score is the predicted score or regression value; Label the predicted
+	// class, "" for regression.
+	Score float64 `json:"score"`
+	Label string  `json:"label,omitempty"`
+}

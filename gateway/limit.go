@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// maxBuckets is how many token buckets a limiter holds before it evicts the
+// full ones. API keys and endpoints are bounded by the tables the gateway
+// watches, so the map only outgrows this after many deletions.
+const maxBuckets = 1 << 16
+
+// limiter is a set of token buckets, one per name (an API key prefix or an
+// endpoint), created on first use. A nil *limiter lets everything through.
+type limiter struct {
+	limit rate.Limit
+	burst int
+
+	buckets  sync.Map // string → *rate.Limiter
+	n        atomic.Int64
+	sweeping atomic.Bool
+}
+
+// newLimiter returns a limiter of rps requests per second with bursts of
+// burst (at least one, the rate rounded up when 0); nil when rps is 0.
+func newLimiter(rps float64, burst int) *limiter {
+	if rps <= 0 {
+		return nil
+	}
+	if burst <= 0 {
+		burst = max(1, int(math.Ceil(rps)))
+	}
+	return &limiter{limit: rate.Limit(rps), burst: burst}
+}
+
+// allow takes one token from name's bucket at now. When there is none it
+// returns how long until there will be, and takes nothing.
+func (l *limiter) allow(name string, now time.Time) (ok bool, retry time.Duration) {
+	if l == nil {
+		return true, 0
+	}
+	b := l.bucket(name, now)
+	if b.AllowN(now, 1) {
+		return true, 0
+	}
+	// Only the refused pay for a reservation, to learn the delay.
+	r := b.ReserveN(now, 1)
+	if !r.OK() {
+		return false, time.Second
+	}
+	d := r.DelayFrom(now)
+	if d <= 0 {
+		return true, 0 // refilled in between: keep the token
+	}
+	r.CancelAt(now)
+	return false, d
+}
+
+func (l *limiter) bucket(name string, now time.Time) *rate.Limiter {
+	if b, ok := l.buckets.Load(name); ok {
+		return b.(*rate.Limiter)
+	}
+	b, loaded := l.buckets.LoadOrStore(name, rate.NewLimiter(l.limit, l.burst))
+	if !loaded && l.n.Add(1) > maxBuckets {
+		l.sweep(now)
+	}
+	return b.(*rate.Limiter)
+}
+
+// sweep forgets the buckets that are full again: a full bucket behaves
+// exactly like a new one, so evicting it changes no answer (a token taken
+// during the sweep may be forgiven). One sweep runs
+// at a time; the others carry on.
+func (l *limiter) sweep(now time.Time) {
+	if !l.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	defer l.sweeping.Store(false)
+	full := float64(l.burst)
+	l.buckets.Range(func(k, v any) bool {
+		if v.(*rate.Limiter).TokensAt(now) >= full {
+			l.buckets.Delete(k)
+			l.n.Add(-1)
+		}
+		return true
+	})
+}
+
+// retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(1, s), 10)
+}
+
+// admit applies the rate limits, the caller's key first and then the
+// endpoint, and answers 429 when one is spent. A request refused by the
+// endpoint's bucket has still used its key's token.
+func (g *Gateway) admit(w http.ResponseWriter, c *call) bool {
+	if g.keyLimit == nil && g.endpointLimit == nil {
+		return true
+	}
+	now := g.cfg.Now()
+	if ok, d := g.keyLimit.allow(c.key, now); !ok {
+		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
+		return false
+	}
+	if ok, d := g.endpointLimit.allow(c.endpoint, now); !ok {
+		g.tooMany(w, c, d, "rate limited", "endpoint "+strconv.Quote(c.endpoint)+" is over its request rate")
+		return false
+	}
+	return true
+}
+
+// shed answers a request that no replica of its version can take now
+// without queueing past MaxOutstandingPerReplica.
+func (g *Gateway) shed(w http.ResponseWriter, c *call) {
+	g.tooMany(w, c, time.Second, "overloaded", "every replica of version "+strconv.Quote(c.version)+" is at its bound of outstanding requests")
+}
+
+func (g *Gateway) tooMany(w http.ResponseWriter, c *call, d time.Duration, title, detail string) {
+	w.Header().Set("Retry-After", retryAfter(d))
+	g.fail(w, c, http.StatusTooManyRequests, title, detail)
+}

@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestLimiterRetryAfterAndIndependentKeys(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := newLimiter(0.5, 2) // one token every 2 s, bursts of 2
+	for i := range 2 {
+		if ok, _ := l.allow("a", now); !ok {
+			t.Fatalf("request %d within the burst refused", i+1)
+		}
+	}
+	ok, d := l.allow("a", now)
+	if ok || d != 2*time.Second || retryAfter(d) != "2" {
+		t.Fatalf("over the burst: ok %v delay %v Retry-After %s, want refused, 2s, 2", ok, d, retryAfter(d))
+	}
+	if ok, _ := l.allow("b", now); !ok {
+		t.Error("key b refused because key a is spent")
+	}
+	// A refusal takes no token: after 2 s there is exactly one again.
+	now = now.Add(2 * time.Second)
+	if ok, _ := l.allow("a", now); !ok {
+		t.Error("refilled token refused")
+	}
+	if ok, _ := l.allow("a", now); ok {
+		t.Error("second request after one refill allowed")
+	}
+}
+
+func TestLimiterUnlimitedAndDefaults(t *testing.T) {
+	t.Parallel()
+	if l := newLimiter(0, 5); l != nil {
+		t.Errorf("rate 0 = %+v, want nil (unlimited)", l)
+	}
+	var l *limiter
+	if ok, _ := l.allow("x", time.Now()); !ok {
+		t.Error("nil limiter refused")
+	}
+	if got := newLimiter(2.5, 0).burst; got != 3 {
+		t.Errorf("default burst of 2.5 rps = %d, want 3", got)
+	}
+	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 90 * time.Second: "90"} {
+		if got := retryAfter(d); got != want {
+			t.Errorf("retryAfter(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestLimiterEvictsFullBuckets(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := newLimiter(1, 1)
+	for i := range maxBuckets {
+		l.allow(strconv.Itoa(i), now)
+	}
+	// Every bucket refills within a second; the next new one sweeps them.
+	l.allow("new", now.Add(2*time.Second))
+	if n := l.n.Load(); n > 1 {
+		t.Errorf("%d buckets after the sweep, want at most 1", n)
+	}
+	// A spent bucket survives the sweep: its caller stays limited.
+	l.allow("spent", now.Add(2*time.Second))
+	if ok, _ := l.allow("spent", now.Add(2*time.Second)); ok {
+		t.Error("spent bucket forgotten")
+	}
+}
+
+func TestAcquireNeverExceedsBound(t *testing.T) {
+	t.Parallel()
+	v := &version{name: "v1", upstreams: []*upstream{{id: "a"}, {id: "b"}}}
+	const bound = 3
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got, shed := 0, 0
+	for range 100 {
+		wg.Go(func() {
+			u, saturated := v.acquire(nil, bound)
+			mu.Lock()
+			defer mu.Unlock()
+			if u != nil {
+				got++
+			} else if saturated {
+				shed++
+			}
+		})
+	}
+	wg.Wait()
+	if got != 2*bound || shed != 100-2*bound {
+		t.Errorf("acquired %d, shed %d; want %d and %d", got, shed, 2*bound, 100-2*bound)
+	}
+	for _, u := range v.upstreams {
+		if n := u.inFlight.Load(); n != bound {
+			t.Errorf("replica %s has %d outstanding, want %d", u.id, n, bound)
+		}
+	}
+	if u, saturated := (&version{}).acquire(nil, bound); u != nil || saturated {
+		t.Error("a version without replicas is not saturated, it is unavailable")
+	}
+	if u, _ := v.acquire(nil, 0); u == nil {
+		t.Error("bound 0 (off) refused")
+	}
+}

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metricBuckets are the millisecond buckets of the gateway's histograms:
+// fine below a millisecond, where the platform overhead lives, and coarse up
+// to a minute.
+var metricBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+
+// statusClasses label the request duration by status class; index s/100.
+var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// metrics are the gateway's Prometheus series, in a registry of its own.
+// The request path finds the label children of its endpoint × version in a
+// copy-on-write map (no lock, no allocation once created), as the
+// statistics recorder does.
+type metrics struct {
+	reg *prometheus.Registry
+
+	duration  *prometheus.HistogramVec
+	overhead  *prometheus.HistogramVec
+	ttft      *prometheus.HistogramVec
+	itl       *prometheus.HistogramVec
+	streams   *prometheus.GaugeVec
+	tokens    *prometheus.CounterVec
+	children  atomic.Pointer[map[statsKey]*metricChildren]
+	childrenM sync.Mutex
+}
+
+// metricChildren are the label children of one endpoint × version.
+type metricChildren struct {
+	duration [len(statusClasses)]prometheus.Observer
+	overhead prometheus.Observer
+	ttft     prometheus.Observer
+	itl      prometheus.Observer
+	streams  prometheus.Gauge
+	tokens   prometheus.Counter
+}
+
+func newMetrics(g *Gateway) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metricBuckets}, labels)
+	}
+	m.duration = hist("ml_serving_request_duration_ms", "End-to-end latency through the gateway, in milliseconds.", "endpoint", "version", "status_class")
+	m.overhead = hist("ml_serving_platform_overhead_ms", "Gateway-added latency: time in the gateway minus time waiting on the replica, in milliseconds.", "endpoint", "version")
+	m.ttft = hist("ml_serving_ttft_ms", "Time to the first streamed event, in milliseconds.", "endpoint", "version")
+	m.itl = hist("ml_serving_inter_token_latency_ms", "Mean time per output token after the first of each stream, in milliseconds.", "endpoint", "version")
+	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_concurrent_streams", Help: "Server-sent event streams being relayed."}, []string{"endpoint", "version"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ml_serving_tokens_total", Help: "Completion tokens streamed."}, []string{"endpoint", "version"})
+	empty := map[statsKey]*metricChildren{}
+	m.children.Store(&empty)
+	m.reg.MustRegister(m.duration, m.overhead, m.ttft, m.itl, m.streams, m.tokens,
+		inFlightCollector{g},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_request_stats_dropped_total",
+			Help: "MP_REQSTATS messages dropped because NATS did not acknowledge them in time."},
+			func() float64 { return float64(g.stats.counters().Dropped) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_prediction_samples_dropped_total",
+			Help: "Prediction samples dropped: queue full, NATS slow or down, or an unreadable answer."},
+			func() float64 { return float64(g.samples.counters().Dropped) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_prediction_samples_published_total",
+			Help: "Prediction samples JetStream acknowledged."},
+			func() float64 { return float64(g.samples.counters().Published) }),
+	)
+	return m
+}
+
+// handler serves the registry.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func (m *metrics) of(endpoint, version string) *metricChildren {
+	k := statsKey{endpoint, version}
+	if c := (*m.children.Load())[k]; c != nil {
+		return c
+	}
+	m.childrenM.Lock()
+	defer m.childrenM.Unlock()
+	old := *m.children.Load()
+	if c := old[k]; c != nil {
+		return c
+	}
+	c := &metricChildren{overhead: m.overhead.WithLabelValues(endpoint, version),
+		ttft: m.ttft.WithLabelValues(endpoint, version), itl: m.itl.WithLabelValues(endpoint, version),
+		streams: m.streams.WithLabelValues(endpoint, version), tokens: m.tokens.WithLabelValues(endpoint, version)}
+	for i := 1; i < len(statusClasses); i++ {
+		c.duration[i] = m.duration.WithLabelValues(endpoint, version, statusClasses[i])
+	}
+	n := make(map[statsKey]*metricChildren, len(old)+1)
+	for k2, v := range old {
+		n[k2] = v
+	}
+	n[k] = c
+	m.children.Store(&n)
+	return c
+}
+
+// observe records one finished request routed to a version. upstream is the
+// time spent waiting on the replica, zero when none was called.
+func (m *metrics) observe(c *call, total time.Duration) {
+	ch := m.of(c.endpoint, c.version)
+	class := min(max(c.status/100, 1), len(statusClasses)-1)
+	ch.duration[class].Observe(ms(total))
+	if c.upstream > 0 {
+		ch.overhead.Observe(ms(max(total-c.upstream, 0)))
+	}
+	if c.streamed && !c.firstEvent.IsZero() {
+		ttft := c.firstEvent.Sub(c.start)
+		ch.ttft.Observe(ms(ttft))
+		if c.tokens >= 2 {
+			ch.itl.Observe(ms((total - ttft) / time.Duration(c.tokens-1)))
+		}
+		if c.tokens > 0 {
+			ch.tokens.Add(float64(c.tokens))
+		}
+	}
+}
+
+// streaming counts a stream of endpoint × version as relayed until the
+// returned function is called.
+func (m *metrics) streaming(endpoint, version string) func() {
+	g := m.of(endpoint, version).streams
+	g.Inc()
+	return g.Dec
+}
+
+// inFlightCollector reports the requests outstanding at each endpoint ×
+// version from the replicas' counters in the routing table, at scrape time,
+// so the request path pays nothing for it.
+type inFlightCollector struct{ g *Gateway }
+
+var inFlightDesc = prometheus.NewDesc("ml_serving_in_flight_requests",
+	"Requests sent to a replica and not yet answered.", []string{"endpoint", "version"}, nil)
+
+func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- inFlightDesc }
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, rt := range c.g.routes.Load().byName {
+		for _, v := range rt.versions {
+			var n int64
+			for _, u := range v.upstreams {
+				n += u.inFlight.Load()
+			}
+			ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(n), name, v.name)
+		}
+	}
+}

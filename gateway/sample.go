@@ -1,0 +1,290 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+)
+
+// Sampling defaults.
+const (
+	// sampleQueue bounds the samples waiting to be published; beyond it
+	// samples are dropped and counted.
+	sampleQueue = 1024
+	// samplePublishTimeout bounds one publish: NATS slower than this drops
+	// the sample.
+	samplePublishTimeout = 2 * time.Second
+	// maxSampledAnswer bounds the answer bytes kept for a sample; a longer
+	// answer is relayed whole but not sampled.
+	maxSampledAnswer = 1 << 20
+)
+
+// SampleCounters are the prediction sampler's running totals since the
+// gateway was built.
+type SampleCounters struct {
+	// Published is the number of samples JetStream acknowledged.
+	Published uint64
+	// Dropped is the number of samples given up: queue full, NATS slow or
+	// down, or an answer that could not be read.
+	Dropped uint64
+}
+
+// pending is a sampled request as the request path hands it over: raw bytes
+// only, parsed on the sampler's goroutine so that the request path pays for
+// nothing but the draw and a channel send. The bodies never leave the
+// sampler except as the features and outputs it extracts.
+type pending struct {
+	id, endpoint, team, version string
+	end                         time.Time
+	latency                     time.Duration
+	llm                         bool
+	features                    []string
+	body                        []byte
+	answer                      []byte
+	tokens                      int
+	streamed                    bool
+}
+
+// sampler publishes sampled predictions to MP_PREDICTIONS from one
+// goroutine, fed through a bounded queue: offer never blocks.
+type sampler struct {
+	pub   statsPublisher
+	log   *slog.Logger
+	queue chan *pending
+
+	published, dropped atomic.Uint64
+}
+
+func newSampler(pub statsPublisher, log *slog.Logger, queue int) *sampler {
+	return &sampler{pub: pub, log: log, queue: make(chan *pending, queue)}
+}
+
+// draw reports whether a request to rt is sampled: with probability
+// rt.SamplingRate, never when it is 0 or less.
+func (s *sampler) draw(rate float64) bool {
+	return s != nil && rate > 0 && (rate >= 1 || rand.Float64() < rate)
+}
+
+// offer queues p, or drops and counts it when the queue is full.
+func (s *sampler) offer(p *pending) {
+	select {
+	case s.queue <- p:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+func (s *sampler) counters() SampleCounters {
+	return SampleCounters{Published: s.published.Load(), Dropped: s.dropped.Load()}
+}
+
+// run publishes queued samples until ctx ends; what is still queued then is
+// dropped and counted.
+func (s *sampler) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case <-s.queue:
+					s.dropped.Add(1)
+				default:
+					return
+				}
+			}
+		case p := <-s.queue:
+			s.publish(ctx, p)
+		}
+	}
+}
+
+func (s *sampler) publish(ctx context.Context, p *pending) {
+	m, ok := p.sample()
+	if !ok {
+		s.dropped.Add(1)
+		return
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		s.dropped.Add(1)
+		return
+	}
+	msg := &nats.Msg{Subject: proto.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
+	_, err = s.pub.PublishMsg(pctx, msg)
+	cancel()
+	if err != nil {
+		s.dropped.Add(1)
+		// The error names no body content; the sample itself is never logged.
+		s.log.Debug("gateway: prediction sample dropped", slog.String("endpoint", m.Endpoint), slog.String("error", err.Error()))
+		return
+	}
+	s.published.Add(1)
+}
+
+// sample extracts the features and outputs of p; ok is false when the
+// answer cannot be read.
+func (p *pending) sample() (proto.PredictionSample, bool) {
+	m := proto.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
+		Version: p.version, LatencyMS: ms(p.latency)}
+	if p.llm {
+		m.Tokens = p.tokens
+		if !p.streamed {
+			var a struct {
+				Usage *struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if json.Unmarshal(p.answer, &a) != nil || a.Usage == nil {
+				return m, false
+			}
+			m.Tokens = a.Usage.CompletionTokens
+		}
+		return m, true
+	}
+	var req struct {
+		Instances []json.RawMessage `json:"instances"`
+	}
+	var ans struct {
+		Predictions []json.RawMessage `json:"predictions"`
+	}
+	if json.Unmarshal(p.body, &req) != nil || json.Unmarshal(p.answer, &ans) != nil {
+		return m, false
+	}
+	m.FeatureNames = p.features
+	m.Instances = make([]proto.SampleInstance, len(ans.Predictions))
+	for i := range m.Instances {
+		in := &m.Instances[i]
+		in.Num = make([]float64, len(p.features))
+		in.Str = make([]string, len(p.features))
+		if i < len(req.Instances) {
+			features(in, p.features, req.Instances[i])
+		}
+		in.Score, in.Label = output(ans.Predictions[i])
+	}
+	return m, true
+}
+
+// features fills in's values from one instance: an object is read by
+// feature name, an array by position.
+func features(in *proto.SampleInstance, names []string, raw json.RawMessage) {
+	raw = bytes.TrimSpace(raw)
+	if len(names) == 0 || len(raw) == 0 {
+		return
+	}
+	switch raw[0] {
+	case '{':
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return
+		}
+		for i, n := range names {
+			in.Num[i], in.Str[i] = value(obj[n])
+		}
+	case '[':
+		var arr []json.RawMessage
+		if json.Unmarshal(raw, &arr) != nil {
+			return
+		}
+		for i := range names {
+			if i < len(arr) {
+				in.Num[i], in.Str[i] = value(arr[i])
+			}
+		}
+	}
+}
+
+// value reads one scalar feature value.
+func value(raw json.RawMessage) (float64, string) {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return 0, ""
+	}
+	switch x := v.(type) {
+	case float64:
+		return x, ""
+	case string:
+		return 0, x
+	case bool:
+		if x {
+			return 1, ""
+		}
+	}
+	return 0, ""
+}
+
+// output reads one prediction: a number (score or regression value), a
+// string (label), or an object with score (or probability, value) and label
+// (or class).
+func output(raw json.RawMessage) (float64, string) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return 0, ""
+	}
+	switch x := v.(type) {
+	case float64:
+		return x, ""
+	case string:
+		return 0, x
+	case map[string]any:
+		var score float64
+		var label string
+		for _, k := range []string{"score", "probability", "value", "prediction"} {
+			if f, ok := x[k].(float64); ok {
+				score = f
+				break
+			}
+		}
+		for _, k := range []string{"label", "class"} {
+			if s, ok := x[k].(string); ok {
+				label = s
+				break
+			}
+		}
+		return score, label
+	}
+	return 0, ""
+}
+
+// answerBuffer keeps up to maxSampledAnswer bytes of a relayed answer for
+// its sample; past that it keeps nothing more and marks itself cut, but
+// never fails the relay.
+type answerBuffer struct {
+	buf bytes.Buffer
+	cut bool
+}
+
+func (b *answerBuffer) Write(p []byte) (int, error) {
+	if !b.cut {
+		if b.buf.Len()+len(p) > maxSampledAnswer {
+			b.cut = true
+			b.buf = bytes.Buffer{}
+		} else {
+			b.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+// offerSample hands a sampled, successful request to the sampler. An
+// answer too long to keep is not sampled.
+func (g *Gateway) offerSample(c *call, k kind, end time.Time) {
+	p := c.sampleOf
+	p.id, p.endpoint, p.team, p.version = c.id, c.endpoint, c.owner, c.version
+	p.end, p.latency = end, end.Sub(c.start)
+	p.llm, p.tokens, p.streamed = k == kindChat, c.tokens, c.streamed
+	if p.answer == nil && !p.streamed {
+		return
+	}
+	g.samples.offer(&p)
+}

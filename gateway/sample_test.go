@@ -1,0 +1,266 @@
+package gateway_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/gateway"
+	"modelplane/sim/replica"
+)
+
+// fakeModel is a predict replica that answers at once with one prediction
+// per instance and extra content that must never reach a sample.
+func fakeModel(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Instances []json.RawMessage `json:"instances"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		preds := make([]any, len(req.Instances))
+		for i := range preds {
+			if i%2 == 0 {
+				preds[i] = map[string]any{"label": "legit", "score": 0.125, "explanation": "top-secret-answer"}
+			} else {
+				preds[i] = 0.75
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"predictions": preds, "model_version": "v1", "debug": "top-secret-answer"})
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+const sampledBody = `{"instances":[{"amount":12.5,"country":"DE","name":"Alice Secret","flag":true},[900,"US"]]}`
+
+// predictionsIn returns the stream's message count.
+func predictionsIn(t *testing.T, e *env) uint64 {
+	t.Helper()
+	js, _ := jetstream.New(e.nc)
+	s, err := js.Stream(t.Context(), proto.StreamPredictions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// settle waits until the gateway's sampler has published or dropped all it
+// will: its counters hold still and match the stream.
+func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
+	t.Helper()
+	var last gateway.SampleCounters
+	stable := 0
+	waitFor(t, "sampler settled", func() bool {
+		c := g.Samples()
+		if c == last && predictionsIn(t, e) == c.Published {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = c
+		time.Sleep(20 * time.Millisecond)
+		return stable >= 10
+	})
+	return last
+}
+
+func sampledRoute(endpoint string, rate float64, addr string) proto.Route {
+	rt := route(endpoint, "risk", "classification", 1, ver("v1", 100, addr))
+	rt.FeatureNames, rt.SamplingRate = []string{"amount", "country", "flag", "missing"}, rate
+	return rt
+}
+
+// TestSamplingRate sends 2,000 requests at a 10 percent rate and expects
+// the samples within five standard deviations of 200; at rate 0 nothing is
+// sampled.
+func TestSamplingRate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := fakeModel(t)
+	e.putRoute(t, sampledRoute("fraud", 0.1, addr))
+	e.putRoute(t, sampledRoute("quiet", 0, addr))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	waitFor(t, "routes", func() bool {
+		return call(t, g.url, predictPath("quiet"), key, sampledBody).status == http.StatusOK &&
+			call(t, g.url, predictPath("fraud"), key, sampledBody).status == http.StatusOK
+	})
+	settle(t, e, g)
+	before := g.Samples().Published
+
+	send := func(endpoint string, n int) {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < n; i += 8 {
+					if r := call(t, g.url, predictPath(endpoint), key, sampledBody); r.status != http.StatusOK {
+						t.Errorf("%s: status %d", endpoint, r.status)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	send("quiet", 500)
+	c := settle(t, e, g)
+	if c.Published != before || c.Dropped != 0 {
+		t.Fatalf("rate 0: %+v, want nothing beyond %d published", c, before)
+	}
+	const n, p = 2000, 0.1
+	send("fraud", n)
+	c = settle(t, e, g)
+	got := float64(c.Published - before)
+	mean, sd := n*p, 13.4 // sqrt(2000 × 0.1 × 0.9)
+	if c.Dropped != 0 || got < mean-5*sd || got > mean+5*sd {
+		t.Fatalf("sampled %v of %d at %v (dropped %d); want %v ± %v", got, n, p, c.Dropped, mean, 5*sd)
+	}
+}
+
+// TestSampleContent checks that a sample carries the request id, the
+// configured features of each instance (objects by name, arrays by
+// position) and each output, and nothing else of either body; and that an
+// LLM sample carries the completion length.
+func TestSampleContent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putRoute(t, sampledRoute("fraud", 1, fakeModel(t)))
+	chat := route("chat", "risk", "llm", 1, ver("v9", 100, startReplica(t, "v9", replica.TaskLLM)))
+	chat.SamplingRate = 1
+	e.putRoute(t, chat)
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	waitFor(t, "gateway ready", g.Ready)
+	r := call(t, g.url, predictPath("fraud"), key, sampledBody)
+	if r.status != http.StatusOK {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+	js, _ := jetstream.New(e.nc)
+	s, err := js.Stream(t.Context(), proto.StreamPredictions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg *jetstream.RawStreamMsg
+	waitFor(t, "sample published", func() bool {
+		msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("fraud"))
+		return err == nil
+	})
+	if id := msg.Header.Get(jetstream.MsgIDHeader); id != r.header.Get("X-Request-Id") || id == "" {
+		t.Fatalf("Nats-Msg-Id %q, want the request id %q", id, r.header.Get("X-Request-Id"))
+	}
+	for _, secret := range []string{"Alice", "top-secret", `"name"`, `"debug"`, "explanation", "model_version"} {
+		if bytes.Contains(msg.Data, []byte(secret)) {
+			t.Fatalf("sample carries %q: %s", secret, msg.Data)
+		}
+	}
+	var got proto.PredictionSample
+	if err := json.Unmarshal(msg.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != r.header.Get("X-Request-Id") || got.Endpoint != "fraud" || got.Team != "risk" || got.Version != "v1" ||
+		got.Time == 0 || got.LatencyMS <= 0 {
+		t.Fatalf("sample header fields: %+v", got)
+	}
+	want := []proto.SampleInstance{
+		{Num: []float64{12.5, 0, 1, 0}, Str: []string{"", "DE", "", ""}, Score: 0.125, Label: "legit"},
+		{Num: []float64{900, 0, 0, 0}, Str: []string{"", "US", "", ""}, Score: 0.75},
+	}
+	if fmt.Sprint(got.FeatureNames) != "[amount country flag missing]" || fmt.Sprintf("%+v", got.Instances) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("features %v instances %+v; want %+v", got.FeatureNames, got.Instances, want)
+	}
+
+	for _, stream := range []bool{true, false} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+chatPath("chat"),
+			strings.NewReader(fmt.Sprintf(`{"messages":[{"role":"user","content":"my card number is 4111"}],"max_tokens":6,"stream":%v}`, stream)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("chat: %d", resp.StatusCode)
+		}
+		waitFor(t, "chat sample", func() bool {
+			msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("chat"))
+			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
+		})
+		if bytes.Contains(msg.Data, []byte("4111")) {
+			t.Fatalf("chat sample carries the prompt: %s", msg.Data)
+		}
+		var cs proto.PredictionSample
+		if err := json.Unmarshal(msg.Data, &cs); err != nil {
+			t.Fatal(err)
+		}
+		if cs.Tokens <= 0 || cs.Tokens > 6 || len(cs.Instances) != 0 {
+			t.Fatalf("stream %v: chat sample %+v; want 1..6 tokens and no instances", stream, cs)
+		}
+	}
+}
+
+// TestMetricsAfterTraffic scrapes /metrics after predictions and a stream.
+func TestMetricsAfterTraffic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putRoute(t, sampledRoute("fraud", 0, fakeModel(t)))
+	e.putRoute(t, route("chat", "risk", "llm", 1, ver("v9", 100, startReplica(t, "v9", replica.TaskLLM))))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	waitFor(t, "gateway ready", g.Ready)
+	for range 3 {
+		if r := call(t, g.url, predictPath("fraud"), key, sampledBody); r.status != http.StatusOK {
+			t.Fatalf("predict: %d", r.status)
+		}
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+chatPath("chat"),
+		strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	mresp, err := http.Get(g.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`ml_serving_request_duration_ms_count{endpoint="fraud",status_class="2xx",version="v1"} 3`,
+		`ml_serving_platform_overhead_ms_count{endpoint="fraud",version="v1"} 3`,
+		`ml_serving_in_flight_requests{endpoint="fraud",version="v1"} 0`,
+		`ml_serving_ttft_ms_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_inter_token_latency_ms_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_concurrent_streams{endpoint="chat",version="v9"} 0`,
+		`ml_serving_tokens_total{endpoint="chat",version="v9"} 5`,
+		`ml_serving_request_stats_dropped_total 0`,
+		`ml_serving_prediction_samples_dropped_total 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}

@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	jskind "github.com/santhosh-tekuri/jsonschema/v6/kind"
+)
+
+// inputSchema is an endpoint's input JSON Schema, compiled once when its
+// routing entry arrives and shared by every table that holds the entry
+// unchanged. A nil *inputSchema accepts anything.
+type inputSchema struct {
+	// raw is the schema as the routing entry carried it, to tell whether a
+	// later entry changed it.
+	raw    json.RawMessage
+	schema *jsonschema.Schema
+	// err is why the schema did not compile; the endpoint is then served
+	// without validation, and warned reports it once.
+	err    error
+	warned sync.Once
+}
+
+// schemaURL names the schema inside its compiler; nothing is fetched.
+const schemaURL = "mem://input-schema.json"
+
+// errNoLoad refuses every $ref outside the schema: the gateway never reads
+// files or the network to compile one.
+var errNoLoad = errors.New("external schema references are not allowed")
+
+type noLoader struct{}
+
+func (noLoader) Load(string) (any, error) { return nil, errNoLoad }
+
+// compileSchema compiles raw. An empty, null, true or {} schema accepts
+// anything and gives nil, so that such endpoints pay nothing per request.
+func compileSchema(raw json.RawMessage) *inputSchema {
+	if acceptsAll(raw) {
+		return nil
+	}
+	s := &inputSchema{raw: raw}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		s.err = err
+		return s
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(noLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		s.err = err
+		return s
+	}
+	s.schema, s.err = c.Compile(schemaURL)
+	return s
+}
+
+// acceptsAll reports whether raw is a schema that accepts anything: empty,
+// null, true or {}.
+func acceptsAll(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return true
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, raw) != nil {
+		return false
+	}
+	switch compact.String() {
+	case "null", "{}", "true":
+		return true
+	}
+	return false
+}
+
+// sameSchema reports whether raw is the schema s was compiled from.
+func (s *inputSchema) sameSchema(raw json.RawMessage) bool {
+	if s == nil {
+		return acceptsAll(raw)
+	}
+	return bytes.Equal(s.raw, raw)
+}
+
+// invalidInput is a body that does not match its endpoint's schema. Path is
+// the failing location ("instances/3/amount"), Reason what is wrong; neither
+// echoes a value from the body.
+type invalidInput struct {
+	Path   string
+	Reason string
+}
+
+func (e *invalidInput) Error() string { return e.Path + ": " + e.Reason }
+
+// validate checks an already decoded body (decodeRequest has accepted it)
+// against s: for predict every instance in order, for chat the whole body.
+// It reports the first failing instance and, within it, the failing
+// location that sorts first, so that the answer is the same every time.
+func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
+	if s == nil || s.schema == nil {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return &invalidInput{Path: "body", Reason: "is not valid JSON"}
+	}
+	if k == kindChat {
+		return check(s.schema, doc, "")
+	}
+	obj, _ := doc.(map[string]any)
+	instances, _ := obj["instances"].([]any)
+	for i, inst := range instances {
+		if bad := check(s.schema, inst, "instances/"+strconv.Itoa(i)); bad != nil {
+			return bad
+		}
+	}
+	return nil
+}
+
+// check validates v and turns the library's error tree into one location.
+func check(sch *jsonschema.Schema, v any, prefix string) *invalidInput {
+	err := sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &invalidInput{Path: orBody(prefix), Reason: "does not match the schema"}
+	}
+	var best *invalidInput
+	for _, leaf := range leaves(ve, nil) {
+		in := describe(leaf, prefix)
+		if best == nil || in.Path < best.Path || in.Path == best.Path && in.Reason < best.Reason {
+			best = in
+		}
+	}
+	if best == nil {
+		return &invalidInput{Path: orBody(prefix), Reason: "does not match the schema"}
+	}
+	return best
+}
+
+func leaves(e *jsonschema.ValidationError, out []*jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return append(out, e)
+	}
+	for _, c := range e.Causes {
+		out = leaves(c, out)
+	}
+	return out
+}
+
+func orBody(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+// describe words one failure. Values from the body never appear: only the
+// schema's bounds, types and property names.
+func describe(e *jsonschema.ValidationError, prefix string) *invalidInput {
+	loc := slices.Clone(e.InstanceLocation)
+	if prefix != "" {
+		loc = append([]string{prefix}, loc...)
+	}
+	reason := ""
+	switch k := e.ErrorKind.(type) {
+	case *jskind.Type:
+		reason = "must be " + strings.Join(k.Want, " or ") + ", not " + k.Got
+	case *jskind.Required:
+		if len(k.Missing) > 0 {
+			loc = append(loc, slices.Min(k.Missing))
+		}
+		reason = "is required"
+	case *jskind.AdditionalProperties:
+		if len(k.Properties) > 0 {
+			loc = append(loc, slices.Min(k.Properties))
+		}
+		reason = "is not allowed"
+	case *jskind.Minimum:
+		reason = "must be >= " + ratString(k.Want)
+	case *jskind.Maximum:
+		reason = "must be <= " + ratString(k.Want)
+	case *jskind.ExclusiveMinimum:
+		reason = "must be > " + ratString(k.Want)
+	case *jskind.ExclusiveMaximum:
+		reason = "must be < " + ratString(k.Want)
+	case *jskind.MinLength:
+		reason = "must be at least " + strconv.Itoa(k.Want) + " characters"
+	case *jskind.MaxLength:
+		reason = "must be at most " + strconv.Itoa(k.Want) + " characters"
+	case *jskind.MinItems:
+		reason = "must have at least " + strconv.Itoa(k.Want) + " items"
+	case *jskind.MaxItems:
+		reason = "must have at most " + strconv.Itoa(k.Want) + " items"
+	case *jskind.Enum, *jskind.Const:
+		reason = "is not an allowed value"
+	case nil:
+		reason = "does not match the schema"
+	default:
+		reason = "does not satisfy " + strings.Join(k.KeywordPath(), "/")
+	}
+	return &invalidInput{Path: orBody(strings.Join(loc, "/")), Reason: reason}
+}
+
+func ratString(r *big.Rat) string {
+	if r == nil {
+		return "?"
+	}
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// validate checks body against rt's input schema. An endpoint whose schema
+// does not compile is served without validation, and the first request to
+// it says so in the log, once per schema.
+func (g *Gateway) validate(rt *route, k kind, body []byte) *invalidInput {
+	s := rt.schema
+	if s == nil {
+		return nil
+	}
+	if s.err != nil {
+		s.warned.Do(func() {
+			g.log.Warn("gateway: input schema does not compile; serving without validation",
+				slog.String("endpoint", rt.src.Endpoint), slog.Int64("generation", rt.src.Generation),
+				slog.String("error", s.err.Error()))
+		})
+		return nil
+	}
+	return s.validate(k, body)
+}

@@ -1,0 +1,409 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+)
+
+// PredictionsConfig configures the prediction samples consumer. JS and CH
+// are required; a zero value of any other field takes the default its
+// comment names.
+type PredictionsConfig struct {
+	JS  jetstream.JetStream
+	CH  driver.Conn
+	Log *slog.Logger
+
+	// Stream is the stream consumed; default proto.StreamPredictions.
+	Stream string
+	// Durable names the durable consumer; default "ingest-predictions".
+	Durable string
+	// Batch is the most messages fetched and inserted at once; default 1,000.
+	Batch int
+	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
+	MaxWait time.Duration
+	// AckWait is how long the server waits for an ack before it
+	// redelivers; default 1 minute, above Timeout.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message; default 2,000, which with
+	// the growing NakDelay rides out hours of ClickHouse outage.
+	MaxDeliver int
+	// NakDelay is the redelivery delay after the first failed insert,
+	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
+	NakDelay    time.Duration
+	MaxNakDelay time.Duration
+	// Timeout bounds each NATS and ClickHouse call; default 30s.
+	Timeout time.Duration
+}
+
+// Predictions consumes MP_PREDICTIONS into ClickHouse prediction_samples,
+// one row per instance (one per completion for an LLM), exactly once in
+// the way ReqStats is: before it inserts a fetched set it asks
+// prediction_samples which request ids it holds already (within the set's
+// endpoints and times, the table's sort key) and skips those, and it acks
+// only after the insert. One goroutine inserts.
+type Predictions struct {
+	cfg   PredictionsConfig
+	log   *slog.Logger
+	stats predictionsCounters
+
+	mu  sync.Mutex
+	run *usageRun // nil while stopped
+}
+
+type predictionsCounters struct {
+	samples, rows, duplicates, poison, insertFailures atomic.Uint64
+}
+
+// PredictionsStats is a snapshot of the consumer's counters.
+type PredictionsStats struct {
+	// Samples is the number of samples stored; Rows the rows they made.
+	Samples, Rows uint64
+	// Duplicates is the number of messages acked without an insert because
+	// their request id was stored already or repeated in the same fetch.
+	Duplicates uint64
+	// Poison is the number of messages terminated because they do not
+	// decode or do not describe the endpoint of their subject.
+	Poison uint64
+	// InsertFailures is the number of fetched sets ClickHouse refused; their
+	// messages are redelivered.
+	InsertFailures uint64
+}
+
+// NewPredictions checks cfg and fills defaults. It starts nothing; call Start.
+func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
+	if cfg.JS == nil || cfg.CH == nil {
+		return nil, errors.New("predictions consumer: JS and CH are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = proto.StreamPredictions
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "ingest-predictions"
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1_000
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = 2_000
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.MaxWait, time.Second}, {&cfg.AckWait, time.Minute}, {&cfg.NakDelay, time.Second},
+		{&cfg.MaxNakDelay, 30 * time.Second}, {&cfg.Timeout, 30 * time.Second}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	return &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}, nil
+}
+
+// Stats returns the counters so far.
+func (c *Predictions) Stats() PredictionsStats {
+	s := &c.stats
+	return PredictionsStats{Samples: s.samples.Load(), Rows: s.rows.Load(), Duplicates: s.duplicates.Load(),
+		Poison: s.poison.Load(), InsertFailures: s.insertFailures.Load()}
+}
+
+// Start creates or updates the durable consumer and consumes in the
+// background until ctx ends or Stop is called. It fails only when the
+// consumer cannot be created; later failures are logged and retried.
+func (c *Predictions) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != nil {
+		return errors.New("predictions consumer: already started")
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	_, err := c.ensureConsumer(cctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r := &usageRun{}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.wg.Go(func() { c.loop(ctx) })
+	c.run = r
+	return nil
+}
+
+// Stop stops consuming and waits for the insert under way, if any.
+func (c *Predictions) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil {
+		return
+	}
+	c.run.cancel()
+	c.run.wg.Wait()
+	c.run = nil
+}
+
+// Run consumes until ctx ends, then stops: the form a leader lease wants.
+func (c *Predictions) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	c.Stop()
+	return nil
+}
+
+func (c *Predictions) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       c.cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.cfg.AckWait,
+		MaxDeliver:    c.cfg.MaxDeliver,
+		MaxAckPending: 10 * c.cfg.Batch,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("predictions consumer %s on %s: %w", c.cfg.Durable, c.cfg.Stream, err)
+	}
+	return cons, nil
+}
+
+// loop fetches and stores sets of messages until ctx ends. After a failed
+// fetch or insert it waits, growing the wait up to MaxNakDelay.
+func (c *Predictions) loop(ctx context.Context) {
+	var cons jetstream.Consumer
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		if cons == nil {
+			cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			var err error
+			cons, err = c.ensureConsumer(cctx)
+			cancel()
+			if err != nil {
+				c.log.Warn("predictions consumer", "err", err)
+				backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
+				continue
+			}
+		}
+		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("fetch prediction samples", "err", err)
+			}
+			cons = nil
+			backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
+			continue
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			c.log.Debug("fetch prediction samples", "err", err)
+		}
+		if len(msgs) == 0 {
+			backoff = 0
+			continue
+		}
+		// An insert under way when Stop comes is finished, not abandoned.
+		if err := c.store(context.WithoutCancel(ctx), msgs); err != nil {
+			backoff = min(max(2*backoff, c.cfg.NakDelay), c.cfg.MaxNakDelay)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+type heldSample struct {
+	msg jetstream.Msg
+	seq uint64
+	s   proto.PredictionSample
+}
+
+// checkSample reports why a decoded sample cannot be stored, nil when it can.
+func checkSample(subject string, s *proto.PredictionSample) error {
+	switch {
+	case s.ID == "" || s.Endpoint == "" || s.Version == "":
+		return errors.New("missing id, endpoint or version")
+	case subject != proto.PredictionSubject(s.Endpoint):
+		return fmt.Errorf("endpoint %q published on %s", s.Endpoint, subject)
+	case s.Time <= 0:
+		return errors.New("missing time")
+	case s.Tokens < 0:
+		return errors.New("negative token count")
+	}
+	for i, in := range s.Instances {
+		if len(in.Num) != len(s.FeatureNames) || len(in.Str) != len(s.FeatureNames) {
+			return fmt.Errorf("instance %d has %d numbers and %d strings for %d features", i, len(in.Num), len(in.Str), len(s.FeatureNames))
+		}
+	}
+	return nil
+}
+
+// store decodes msgs, terminates poison, inserts what prediction_samples
+// does not hold yet and acks; on a ClickHouse failure it naks every valid
+// message with a growing delay and returns the error. Log lines name the
+// subject and the reason, never the sample's content.
+func (c *Predictions) store(ctx context.Context, msgs []jetstream.Msg) error {
+	var held []heldSample
+	for _, m := range msgs {
+		var s proto.PredictionSample
+		err := json.Unmarshal(m.Data(), &s)
+		if err == nil {
+			err = checkSample(m.Subject(), &s)
+		}
+		if err != nil {
+			c.stats.poison.Add(1)
+			c.log.Error("prediction sample terminated", "subject", m.Subject(), "err", err)
+			if terr := m.TermWithReason(err.Error()); terr != nil {
+				c.log.Warn("terminate prediction sample", "err", terr)
+			}
+			continue
+		}
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		held = append(held, heldSample{msg: m, seq: seq, s: s})
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if err := c.insertNew(cctx, held); err != nil {
+		c.stats.insertFailures.Add(1)
+		c.log.Warn("prediction samples insert failed; retrying by redelivery", "err", err)
+		for _, h := range held {
+			if nerr := h.msg.NakWithDelay(c.nakDelay(h.msg)); nerr != nil {
+				c.log.Debug("nak prediction sample", "err", nerr)
+			}
+		}
+		return err
+	}
+	for _, h := range held {
+		if aerr := h.msg.Ack(); aerr != nil {
+			c.log.Debug("ack prediction sample", "err", aerr)
+		}
+	}
+	return nil
+}
+
+// insertNew inserts the held samples whose request ids prediction_samples
+// does not hold yet, each id once.
+func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
+	stored, err := c.storedIDs(ctx, held)
+	if err != nil {
+		return fmt.Errorf("prediction samples stored ids: %w", err)
+	}
+	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, "+
+		"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)")
+	if err != nil {
+		return fmt.Errorf("prediction samples insert: %w", err)
+	}
+	defer batch.Close()
+	samples, rows := 0, 0
+	for _, h := range held {
+		s := &h.s
+		if stored[s.ID] {
+			c.stats.duplicates.Add(1)
+			continue
+		}
+		stored[s.ID] = true
+		samples++
+		ts, tsMS := time.UnixMilli(s.Time).UTC(), uint16(s.Time%1000)
+		names := s.FeatureNames
+		if names == nil {
+			names = []string{}
+		}
+		if len(s.Instances) == 0 {
+			// An LLM completion, or a predict answer without predictions:
+			// one row keeps the request counted.
+			if err := batch.Append(ts, tsMS, s.Endpoint, s.Team, s.Version, s.ID, uint32(0),
+				[]string{}, []float64{}, []string{}, 0.0, "", uint32(s.Tokens), s.LatencyMS, h.seq); err != nil {
+				return fmt.Errorf("prediction samples insert: %w", err)
+			}
+			rows++
+			continue
+		}
+		for i, in := range s.Instances {
+			if err := batch.Append(ts, tsMS, s.Endpoint, s.Team, s.Version, s.ID, uint32(i),
+				names, in.Num, in.Str, in.Score, in.Label, uint32(s.Tokens), s.LatencyMS, h.seq); err != nil {
+				return fmt.Errorf("prediction samples insert: %w", err)
+			}
+			rows++
+		}
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("prediction samples insert: %w", err)
+	}
+	c.stats.samples.Add(uint64(samples))
+	c.stats.rows.Add(uint64(rows))
+	return nil
+}
+
+// storedIDs returns which of the held request ids prediction_samples
+// holds. The query names the endpoints and the time range, the table's
+// sort key, so ClickHouse reads only the granules they could be in.
+func (c *Predictions) storedIDs(ctx context.Context, held []heldSample) (map[string]bool, error) {
+	endpoints := map[string]bool{}
+	var ids, eps []string
+	from, to := held[0].s.Time, held[0].s.Time
+	for _, h := range held {
+		ids = append(ids, h.s.ID)
+		if !endpoints[h.s.Endpoint] {
+			endpoints[h.s.Endpoint] = true
+			eps = append(eps, h.s.Endpoint)
+		}
+		from, to = min(from, h.s.Time), max(to, h.s.Time)
+	}
+	rows, err := c.cfg.CH.Query(ctx, `SELECT DISTINCT request_id FROM prediction_samples
+		WHERE endpoint IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND request_id IN ?`,
+		set(eps), from/1000, to/1000, set(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	stored := make(map[string]bool, len(held))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		stored[id] = true
+	}
+	return stored, rows.Err()
+}
+
+// nakDelay grows with the delivery count, as ReqStats' does.
+func (c *Predictions) nakDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	d := c.cfg.NakDelay
+	for i := uint64(1); i < n && d < c.cfg.MaxNakDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxNakDelay)
+}

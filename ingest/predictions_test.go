@@ -1,0 +1,129 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"modelplane/agent/proto"
+	"modelplane/ingest"
+)
+
+func (e *reqStatsEnv) startPredictions(t *testing.T) *ingest.Predictions {
+	t.Helper()
+	c, err := ingest.NewPredictions(ingest.PredictionsConfig{JS: e.js, CH: e.ch, MaxWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func (e *reqStatsEnv) predictionsDrained(t *testing.T) bool {
+	t.Helper()
+	c, err := e.js.Consumer(t.Context(), proto.StreamPredictions, "ingest-predictions")
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(t.Context())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+func fraudSample(i int) proto.PredictionSample {
+	return proto.PredictionSample{ID: fmt.Sprintf("req-%d", i), Time: 1_800_000_000_000 + int64(i)*1_000 + 7,
+		Endpoint: "fraud", Team: "risk", Version: "v23", LatencyMS: 1.5,
+		FeatureNames: []string{"amount", "country"},
+		Instances: []proto.SampleInstance{
+			{Num: []float64{12.5, 0}, Str: []string{"", "DE"}, Score: 0.1, Label: "legit"},
+			{Num: []float64{900, 0}, Str: []string{"", "US"}, Score: 0.9, Label: "fraud"},
+		}}
+}
+
+// TestPredictionsExactlyOnce stores samples as one row per instance (one per
+// completion for an LLM), each request id once even when published again
+// without a Nats-Msg-Id, which the stream's duplicate window cannot catch.
+func TestPredictionsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	c := e.startPredictions(t)
+	const n = 20
+	for i := range n {
+		b, _ := json.Marshal(fraudSample(i))
+		e.publishRaw(t, proto.PredictionSubject("fraud"), b, fmt.Sprintf("req-%d", i), true)
+	}
+	llm := proto.PredictionSample{ID: "chat-1", Time: 1_800_000_000_000, Endpoint: "chat", Team: "search", Version: "v42", Tokens: 17, LatencyMS: 90}
+	b, _ := json.Marshal(llm)
+	e.publishRaw(t, proto.PredictionSubject("chat"), b, llm.ID, true)
+	waitReqStats(t, "first pass stored", func() bool { return c.Stats().Samples == n+1 })
+	// Published again without ids: redeliveries past the duplicate window.
+	for i := range 5 {
+		b, _ := json.Marshal(fraudSample(i))
+		e.publishRaw(t, proto.PredictionSubject("fraud"), b, "", false)
+	}
+	waitReqStats(t, "drained", func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 5 })
+
+	var rows, ids uint64
+	if err := e.ch.QueryRow(context.Background(), `SELECT count(), uniqExact(request_id) FROM prediction_samples`).Scan(&rows, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2*n+1 || ids != n+1 {
+		t.Fatalf("rows %d, ids %d; want %d, %d", rows, ids, 2*n+1, n+1)
+	}
+	var names, strs []string
+	var vals []float64
+	var score float64
+	var label string
+	var ts time.Time
+	var tsMS uint16
+	if err := e.ch.QueryRow(context.Background(), `SELECT feature_names, feature_values, feature_strings, score, label, ts, ts_ms
+		FROM prediction_samples WHERE request_id = 'req-3' AND instance = 1`).Scan(&names, &vals, &strs, &score, &label, &ts, &tsMS); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%v %v %q %v %q", names, vals, strs, score, label); got != `[amount country] [900 0] ["" "US"] 0.9 "fraud"` {
+		t.Fatalf("row: %s", got)
+	}
+	if got := ts.UnixMilli() + int64(tsMS); got != fraudSample(3).Time {
+		t.Fatalf("time %d, want %d", got, fraudSample(3).Time)
+	}
+	var tokens uint32
+	if err := e.ch.QueryRow(context.Background(), `SELECT tokens FROM prediction_samples WHERE request_id = 'chat-1'`).Scan(&tokens); err != nil {
+		t.Fatal(err)
+	}
+	if tokens != 17 {
+		t.Fatalf("tokens %d, want 17", tokens)
+	}
+}
+
+// TestPredictionsPoisonTerminated terminates what cannot be stored and
+// stores the rest.
+func TestPredictionsPoisonTerminated(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	c := e.startPredictions(t)
+	ragged := fraudSample(1)
+	ragged.Instances[0].Num = []float64{1}
+	wrongSubject := fraudSample(2)
+	wrongSubject.Endpoint = "other"
+	for i, data := range [][]byte{[]byte("not json"), mustJSON(t, ragged), mustJSON(t, wrongSubject), mustJSON(t, proto.PredictionSample{Endpoint: "fraud"})} {
+		e.publishRaw(t, proto.PredictionSubject("fraud"), data, fmt.Sprintf("poison-%d", i), true)
+	}
+	e.publishRaw(t, proto.PredictionSubject("fraud"), mustJSON(t, fraudSample(9)), "req-9", true)
+	waitReqStats(t, "drained", func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 1 })
+	if s := c.Stats(); s.Poison != 4 || s.Rows != 2 {
+		t.Fatalf("stats %+v; want 4 poison, 2 rows", s)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
