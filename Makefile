@@ -25,6 +25,8 @@ bench: deps build
 	./$(BIN) bench engine --json
 	./$(BIN) bench placement --json
 	./$(BIN) bench ingest --json
+	./scripts/bench-proxies.sh
+	./$(BIN) bench gateway --json
 
 deps:
 	./scripts/install-deps.sh

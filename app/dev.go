@@ -201,6 +201,9 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 			return err
 		}
 		defer stopGateway()
+		// The portal's "Try it" sends through the gateway as the platform
+		// admin: a development convenience only; server leaves it off.
+		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 	}
 	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `

@@ -27,6 +27,7 @@ import (
 	"modelplane/migrations"
 	"modelplane/registry"
 	"modelplane/tenant"
+	"modelplane/traffic"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -57,8 +58,10 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	now := time.Now
 	var meter *billing.Meter
+	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
+		trafficReader = traffic.NewReader(cp.CH, now)
 	}
 	return handlers.New(handlers.Deps{
 		Log:            cp.Log,
@@ -70,6 +73,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Registry:       registry.New(cp.Pool, store, artifact.Limits{MaxTotalBytes: cp.MaxUploadBytes, MaxFileBytes: cp.MaxUploadBytes}),
 		Endpoints:      endpoint.New(cp.Pool),
 		Meter:          meter,
+		Traffic:        trafficReader,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,17 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			body: func(i int, csrf string) (string, []byte) {
 				w := 60 - 30*i
 				return portalURLEncoded(csrf, "w_v1", fmt.Sprint(w), "w_v2", fmt.Sprint(100-w))
+			},
+		},
+		{
+			route: "/endpoints/{endpoint}/try", path: fixed("/endpoints/risk-endpoint/try"), status: http.StatusOK,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "body", fmt.Sprintf(`{"instances": [{"n": %d}]}`, i))
+			},
+			check: func(t *testing.T, r portalResponse, _ *portalUser) {
+				if !bytes.Contains(r.Body, []byte("/v1/endpoints/risk-endpoint/predict")) || !bytes.Contains(r.Body, []byte(testGatewayKey)) {
+					t.Errorf("POST try did not show the gateway's answer:\n%.600s", r.Body)
+				}
 			},
 		},
 		{

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -19,12 +20,18 @@ import (
 	"modelplane/auth/devidp"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	chtest.Stop()
+	pgtest.Stop()
+	os.Exit(code)
+}
 
 // testEnv is a real control plane over a fresh PostgreSQL database and a real
 // OIDC provider, served over HTTP, with two teams (risk, search), the demo
@@ -45,6 +52,16 @@ type testEnv struct {
 var system = &auth.Principal{Name: "test-seed", Via: "system", PlatformRole: auth.RolePlatformAdmin}
 
 func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, nil)
+}
+
+// testGatewayKey is the key the portal's Try it sends to the stand-in gateway.
+const testGatewayKey = "mp_test_gateway_key"
+
+// newTestEnvWith is newTestEnv with deps changed by with before the server
+// is built (for the optional ones, such as Traffic).
+func newTestEnvWith(t *testing.T, with func(*Deps)) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.New(t)
@@ -68,7 +85,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	for _, u := range idp.Users() {
 		devUsers = append(devUsers, DevUser{Email: u.Email, Description: u.Description})
 	}
-	srv := New(Deps{
+	deps := Deps{
 		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Pool:           pool,
 		Keys:           auth.NewKeys(pool, time.Now),
@@ -80,7 +97,19 @@ func newTestEnv(t *testing.T) *testEnv {
 		Ready:          map[string]Pinger{"postgres": pool},
 		DevUsers:       devUsers,
 		MaxUploadBytes: 2 << 20,
-	})
+	}
+	// A stand-in gateway that echoes what Try it sends it.
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"path": r.URL.Path, "authorization": r.Header.Get("Authorization"), "body": string(b)})
+	}))
+	t.Cleanup(gw.Close)
+	deps.GatewayURL, deps.GatewayKey = gw.URL, testGatewayKey
+	if with != nil {
+		with(&deps)
+	}
+	srv := New(deps)
 	ts.Config.Handler = srv.Handler()
 	ts.Start()
 	t.Cleanup(ts.Close)

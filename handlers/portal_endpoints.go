@@ -153,6 +153,10 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays))}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
+	props.Stats = s.statsProps(r.Context(), e.Name)
+	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
+		return web.EndpointProps{}, err
+	}
 	return props, nil
 }
 

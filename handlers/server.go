@@ -14,6 +14,7 @@ import (
 	"modelplane/fleet"
 	"modelplane/registry"
 	"modelplane/tenant"
+	"modelplane/traffic"
 )
 
 // Pinger reports whether a dependency is reachable, for /readyz.
@@ -31,16 +32,32 @@ type Deps struct {
 	Tenant    *tenant.Service
 	Registry  *registry.Service
 	Endpoints *endpoint.Service
-	Fleet     *fleet.Fleet      // nil: one is built on Pool and Now
-	Meter     *billing.Meter    // nil: the fleet page shows no metered total
-	Ready     map[string]Pinger // name → dependency checked by /readyz
-	Metrics   *prometheus.Registry
-	Now       func() time.Time
+	Fleet     *fleet.Fleet   // nil: one is built on Pool and Now
+	Meter     *billing.Meter // nil: the fleet page shows no metered total
+	// Traffic reads the gateways' request statistics (a *traffic.Reader
+	// over ClickHouse); nil: the endpoint page and API say they are
+	// unavailable.
+	Traffic TrafficReader
+	// GatewayURL is the inference gateway's base URL; "" makes the
+	// endpoint page's Try it section say the gateway is not configured.
+	GatewayURL string
+	// GatewayKey is a platform API key the Try it section sends requests
+	// with (modelplane dev sets one); "" shows only the curl command.
+	GatewayKey string
+	Ready      map[string]Pinger // name → dependency checked by /readyz
+	Metrics    *prometheus.Registry
+	Now        func() time.Time
 	// DevUsers, when set, are shown on the sign-in page (modelplane dev).
 	DevUsers []DevUser
 	// MaxUploadBytes bounds a version upload; other bodies are bounded by MaxBodyBytes.
 	MaxUploadBytes int64
 	MaxBodyBytes   int64
+}
+
+// TrafficReader reads an endpoint's per-version request statistics by
+// name; handlers scope the endpoint to the caller's team before asking.
+type TrafficReader interface {
+	Last(ctx context.Context, endpoint string, minutes int) (traffic.Window, error)
 }
 
 // DevUser is a demo identity offered on the sign-in page.

@@ -83,6 +83,8 @@ type EndpointProps struct {
 	Profiles       []string
 	Tiers          []string
 	Replicas       ReplicasProps
+	Stats          StatsProps
+	TryIt          TryItProps
 }
 
 // ReplicaRow is one replica on the endpoint page.
@@ -277,4 +279,51 @@ type ErrorProps struct {
 	Layout
 	Status  int
 	Message string
+}
+
+// StatsProps is the endpoint page's live traffic section.
+type StatsProps struct {
+	Endpoint string
+	Minutes  int
+	// Unavailable, when set, is shown instead of charts: there is no
+	// statistics store, or reading it failed.
+	Unavailable string
+	Versions    []VersionStats
+}
+
+// VersionStats are one version's charts.
+type VersionStats struct {
+	Version string
+	Charts  []Chart
+}
+
+// Chart is one line chart over the section's window; every line has one
+// value per step, oldest first, and the chart scales to the largest value.
+type Chart struct {
+	ID, Title, Unit string
+	Lines           []ChartLine
+}
+
+// ChartLine is one series of a chart.
+type ChartLine struct {
+	Label  string
+	Values []float64
+}
+
+// TryItProps is the endpoint page's Try it section: a request body to edit,
+// the curl command that sends it, and, when the portal may send it itself,
+// the gateway's answer.
+type TryItProps struct {
+	Endpoint string
+	CSRF     string
+	Body     string
+	Curl     string
+	// Configured is false when the portal knows no gateway URL; CanSend when
+	// it also holds a key to send with and the caller may write.
+	Configured, CanSend bool
+	// Status and Response are the gateway's answer to the last Send; Error
+	// says why there is none.
+	Status   int
+	Response string
+	Error    string
 }

@@ -1,0 +1,228 @@
+package traffic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"modelplane/agent/proto"
+)
+
+// queryTimeout bounds one read; the portal polls every few seconds, so a
+// slow ClickHouse must not pile requests up.
+const queryTimeout = 5 * time.Second
+
+// ErrWindow is returned for a window the reader refuses: not positive, or
+// more steps than a chart can show.
+var ErrWindow = errors.New("traffic: bad window")
+
+// MaxSteps is the most points one series may have.
+const MaxSteps = 360
+
+// Reader reads request_stats.
+type Reader struct {
+	ch  driver.Conn
+	now func() time.Time
+}
+
+// NewReader returns a Reader over ch; now is the clock that ends every
+// window (time.Now when nil).
+func NewReader(ch driver.Conn, now func() time.Time) *Reader {
+	if now == nil {
+		now = time.Now
+	}
+	return &Reader{ch: ch, now: now}
+}
+
+// Point is one step of one version's series. Latencies are in
+// milliseconds; a quantile of a step without samples is zero and Requests
+// tells it apart.
+type Point struct {
+	Start     time.Time `json:"start"`
+	Requests  uint64    `json:"requests"`
+	QPS       float64   `json:"qps"`
+	Errors    uint64    `json:"errors"`
+	ErrorRate float64   `json:"error_rate"`
+	P50MS     float64   `json:"p50_ms"`
+	P99MS     float64   `json:"p99_ms"`
+	Streams   uint64    `json:"streams"`
+	TTFTP50MS float64   `json:"ttft_p50_ms"`
+	TTFTP99MS float64   `json:"ttft_p99_ms"`
+	TPOTP50MS float64   `json:"tpot_p50_ms"`
+	TPOTP99MS float64   `json:"tpot_p99_ms"`
+}
+
+// Series is one version's points, oldest first, one per step of the window
+// (steps without traffic included, as zeros).
+type Series struct {
+	Version string  `json:"version"`
+	Points  []Point `json:"points"`
+	// Streaming is true when any window of the version counted a stream,
+	// so the caller shows TTFT and TPOT.
+	Streaming bool `json:"streaming"`
+}
+
+// Window is what Read returns: the series of every version with traffic,
+// by version name.
+type Window struct {
+	From     time.Time     `json:"from"`
+	Step     time.Duration `json:"step"`
+	Versions []Series      `json:"versions"`
+}
+
+// Read returns the series of endpoint over the steps × step ending now,
+// aligned to step. Errors counted are upstream, timeout and shed failures
+// (a client's bad request is not the endpoint's error); the rate divides
+// them by requests.
+func (r *Reader) Read(ctx context.Context, endpoint string, steps int, step time.Duration) (Window, error) {
+	if steps <= 0 || steps > MaxSteps || step < time.Second {
+		return Window{}, fmt.Errorf("%w: %d steps of %s", ErrWindow, steps, step)
+	}
+	end := r.now().Truncate(step).Add(step)
+	from := end.Add(-time.Duration(steps) * step)
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
+		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, ttft_buckets, tpot_buckets
+		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ?`,
+		endpoint, from.Add(-time.Second), end.Add(time.Second))
+	if err != nil {
+		return Window{}, fmt.Errorf("read traffic: %w", err)
+	}
+	defer rows.Close()
+	acc := map[string]*versionAcc{}
+	for rows.Next() {
+		var (
+			version                 string
+			sec                     uint32
+			ms                      uint16
+			requests, errs, streams uint64
+			lat, ttft, tpot         []uint64
+		)
+		if err := rows.Scan(&version, &sec, &ms, &requests, &errs, &lat, &streams, &ttft, &tpot); err != nil {
+			return Window{}, fmt.Errorf("read traffic: %w", err)
+		}
+		at := time.Unix(int64(sec), int64(ms)*int64(time.Millisecond))
+		if at.Before(from) || !at.Before(end) {
+			continue
+		}
+		a := acc[version]
+		if a == nil {
+			a = newVersionAcc(steps)
+			acc[version] = a
+		}
+		s := &a.steps[int(at.Sub(from)/step)]
+		s.requests += requests
+		s.errors += errs
+		s.streams += streams
+		addBuckets(&s.lat, lat)
+		addBuckets(&s.ttft, ttft)
+		addBuckets(&s.tpot, tpot)
+		if streams > 0 {
+			a.streaming = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Window{}, fmt.Errorf("read traffic: %w", err)
+	}
+	w := Window{From: from, Step: step}
+	for version, a := range acc {
+		s := Series{Version: version, Streaming: a.streaming, Points: make([]Point, steps)}
+		for i, st := range a.steps {
+			p := Point{Start: from.Add(time.Duration(i) * step), Requests: st.requests, Errors: st.errors,
+				QPS: float64(st.requests) / step.Seconds(), Streams: st.streams,
+				P50MS: Quantile(st.lat, 0.5), P99MS: Quantile(st.lat, 0.99)}
+			if st.requests > 0 {
+				p.ErrorRate = float64(st.errors) / float64(st.requests)
+			}
+			if a.streaming {
+				p.TTFTP50MS, p.TTFTP99MS = Quantile(st.ttft, 0.5), Quantile(st.ttft, 0.99)
+				p.TPOTP50MS, p.TPOTP99MS = Quantile(st.tpot, 0.5), Quantile(st.tpot, 0.99)
+			}
+			s.Points[i] = p
+		}
+		w.Versions = append(w.Versions, s)
+	}
+	sort.Slice(w.Versions, func(i, j int) bool { return w.Versions[i].Version < w.Versions[j].Version })
+	return w, nil
+}
+
+type stepAcc struct {
+	requests, errors, streams uint64
+	lat, ttft, tpot           []uint64
+}
+
+type versionAcc struct {
+	steps     []stepAcc
+	streaming bool
+}
+
+func newVersionAcc(steps int) *versionAcc { return &versionAcc{steps: make([]stepAcc, steps)} }
+
+// addBuckets adds h into *sum; a histogram of the wrong length (an empty
+// one for a version that does not stream) is skipped.
+func addBuckets(sum *[]uint64, h []uint64) {
+	if len(h) != proto.LatencyBuckets {
+		return
+	}
+	if *sum == nil {
+		*sum = make([]uint64, proto.LatencyBuckets)
+	}
+	for i, n := range h {
+		(*sum)[i] += n
+	}
+}
+
+// Quantile returns the q-quantile, in milliseconds, of a histogram over
+// proto.LatencyBoundsUS, interpolating linearly inside the bucket that
+// holds the rank q·total; the open last bucket reads as the last bound.
+// It is zero for an empty histogram.
+func Quantile(h []uint64, q float64) float64 {
+	var total uint64
+	for _, n := range h {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	bounds := proto.LatencyBoundsUS()
+	rank := q * float64(total)
+	var below uint64
+	for i, n := range h {
+		if n == 0 || float64(below+n) < rank {
+			below += n
+			continue
+		}
+		if i >= len(bounds) {
+			break
+		}
+		lo := 0.0
+		if i > 0 {
+			lo = float64(bounds[i-1])
+		}
+		hi := float64(bounds[i])
+		us := lo + (hi-lo)*(rank-float64(below))/float64(n)
+		return us / 1000
+	}
+	return float64(bounds[len(bounds)-1]) / 1000
+}
+
+// MaxMinutes is the longest window Last reads.
+const MaxMinutes = MaxSteps
+
+// Last reads the last minutes of endpoint: in 10-second steps up to ten
+// minutes, so a live chart moves, and in one-minute steps beyond, so a
+// chart never has more than MaxSteps points.
+func (r *Reader) Last(ctx context.Context, endpoint string, minutes int) (Window, error) {
+	if minutes <= 0 || minutes > MaxMinutes {
+		return Window{}, fmt.Errorf("%w: %d minutes", ErrWindow, minutes)
+	}
+	if minutes <= 10 {
+		return r.Read(ctx, endpoint, minutes*6, 10*time.Second)
+	}
+	return r.Read(ctx, endpoint, minutes, time.Minute)
+}
