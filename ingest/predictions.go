@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,8 +56,7 @@ type Predictions struct {
 	log   *slog.Logger
 	stats predictionsCounters
 
-	mu  sync.Mutex
-	run *usageRun // nil while stopped
+	pullLoop
 }
 
 type predictionsCounters struct {
@@ -109,7 +107,11 @@ func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
 			*d.v = d.def
 		}
 	}
-	return &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}, nil
+	c := &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
+	c.pullLoop = pullLoop{name: "predictions", js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
+		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
+		log: c.log, store: c.store}
+	return c, nil
 }
 
 // Stats returns the counters so far.
@@ -117,118 +119,6 @@ func (c *Predictions) Stats() PredictionsStats {
 	s := &c.stats
 	return PredictionsStats{Samples: s.samples.Load(), Rows: s.rows.Load(), Duplicates: s.duplicates.Load(),
 		Poison: s.poison.Load(), InsertFailures: s.insertFailures.Load()}
-}
-
-// Start creates or updates the durable consumer and consumes in the
-// background until ctx ends or Stop is called. It fails only when the
-// consumer cannot be created; later failures are logged and retried.
-func (c *Predictions) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.run != nil {
-		return errors.New("predictions consumer: already started")
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	_, err := c.ensureConsumer(cctx)
-	cancel()
-	if err != nil {
-		return err
-	}
-	r := &usageRun{}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Go(func() { c.loop(ctx) })
-	c.run = r
-	return nil
-}
-
-// Stop stops consuming and waits for the insert under way, if any.
-func (c *Predictions) Stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.run == nil {
-		return
-	}
-	c.run.cancel()
-	c.run.wg.Wait()
-	c.run = nil
-}
-
-// Run consumes until ctx ends, then stops: the form a leader lease wants.
-func (c *Predictions) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	c.Stop()
-	return nil
-}
-
-func (c *Predictions) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cons, err := c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       c.cfg.Durable,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.cfg.AckWait,
-		MaxDeliver:    c.cfg.MaxDeliver,
-		MaxAckPending: 10 * c.cfg.Batch,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("predictions consumer %s on %s: %w", c.cfg.Durable, c.cfg.Stream, err)
-	}
-	return cons, nil
-}
-
-// loop fetches and stores sets of messages until ctx ends. After a failed
-// fetch or insert it waits, growing the wait up to MaxNakDelay.
-func (c *Predictions) loop(ctx context.Context) {
-	var cons jetstream.Consumer
-	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		if backoff > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-		}
-		if cons == nil {
-			cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-			var err error
-			cons, err = c.ensureConsumer(cctx)
-			cancel()
-			if err != nil {
-				c.log.Warn("predictions consumer", "err", err)
-				backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
-				continue
-			}
-		}
-		batch, err := cons.Fetch(c.cfg.Batch, jetstream.FetchMaxWait(c.cfg.MaxWait))
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("fetch prediction samples", "err", err)
-			}
-			cons = nil
-			backoff = min(max(2*backoff, 100*time.Millisecond), c.cfg.MaxNakDelay)
-			continue
-		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			c.log.Debug("fetch prediction samples", "err", err)
-		}
-		if len(msgs) == 0 {
-			backoff = 0
-			continue
-		}
-		// An insert under way when Stop comes is finished, not abandoned.
-		if err := c.store(context.WithoutCancel(ctx), msgs); err != nil {
-			backoff = min(max(2*backoff, c.cfg.NakDelay), c.cfg.MaxNakDelay)
-			continue
-		}
-		backoff = 0
-	}
 }
 
 type heldSample struct {
