@@ -232,6 +232,11 @@ func TestStaleGenerationIgnored(t *testing.T) {
 	g := startGateway(t, e.nc, gateway.Config{})
 	waitFor(t, "gateway ready", g.Ready)
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 5, ver("v5", 100, a)))
+	// Generation 5 must be held before 3 arrives: a watch created after both
+	// puts would only see the bucket's latest value, which is then the truth.
+	waitFor(t, "generation 5", func() bool {
+		return call(t, g.url, predictPath("fraud-scoring"), key, predictBody).header.Get("X-Model-Version") == "v5"
+	})
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 3, ver("v3", 100, a)))
 	e.putRoute(t, route("barrier", "risk", "classification", 1, ver("v1", 100, a)))
 	waitFor(t, "barrier", func() bool { return call(t, g.url, predictPath("barrier"), key, predictBody).status == 200 })
