@@ -8,8 +8,77 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// PullConfig configures a small consumer (ReqStatsConfig, PredictionsConfig).
+// JS and CH are required; a zero value of any other field takes the default
+// its comment names or the consumer's own.
+type PullConfig struct {
+	JS  jetstream.JetStream
+	CH  driver.Conn
+	Log *slog.Logger
+
+	// Stream is the stream consumed; Durable names the durable consumer.
+	Stream  string
+	Durable string
+	// Batch is the most messages fetched and inserted at once.
+	Batch int
+	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
+	MaxWait time.Duration
+	// AckWait is how long the server waits for an ack before it
+	// redelivers; default 1 minute, above Timeout.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message; default 2,000, which with
+	// the growing NakDelay rides out hours of ClickHouse outage.
+	MaxDeliver int
+	// NakDelay is the redelivery delay after the first failed insert,
+	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
+	NakDelay    time.Duration
+	MaxNakDelay time.Duration
+	// Timeout bounds each NATS and ClickHouse call; default 30s.
+	Timeout time.Duration
+}
+
+// defaults checks cfg and fills what is unset.
+func (cfg *PullConfig) defaults(name, stream, durable string, batch int) error {
+	if cfg.JS == nil || cfg.CH == nil {
+		return fmt.Errorf("%s consumer: JS and CH are required", name)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = stream
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = durable
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = batch
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = 2_000
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.MaxWait, time.Second}, {&cfg.AckWait, time.Minute}, {&cfg.NakDelay, time.Second},
+		{&cfg.MaxNakDelay, 30 * time.Second}, {&cfg.Timeout, 30 * time.Second}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	return nil
+}
+
+// loop builds the fetch loop of a consumer with these settings.
+func (cfg PullConfig) loop(name string, log *slog.Logger, store func(context.Context, []jetstream.Msg) error) pullLoop {
+	return pullLoop{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
+		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
+		log: log, store: store}
+}
 
 // pullLoop is the fetch loop of the small consumers (request statistics,
 // prediction samples): a durable pull consumer with explicit acks, fetched

@@ -9,41 +9,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
 )
 
-// PredictionsConfig configures the prediction samples consumer. JS and CH
-// are required; a zero value of any other field takes the default its
-// comment names.
-type PredictionsConfig struct {
-	JS  jetstream.JetStream
-	CH  driver.Conn
-	Log *slog.Logger
-
-	// Stream is the stream consumed; default proto.StreamPredictions.
-	Stream string
-	// Durable names the durable consumer; default "ingest-predictions".
-	Durable string
-	// Batch is the most messages fetched and inserted at once; default 1,000.
-	Batch int
-	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
-	MaxWait time.Duration
-	// AckWait is how long the server waits for an ack before it
-	// redelivers; default 1 minute, above Timeout.
-	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one message; default 2,000, which with
-	// the growing NakDelay rides out hours of ClickHouse outage.
-	MaxDeliver int
-	// NakDelay is the redelivery delay after the first failed insert,
-	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
-	NakDelay    time.Duration
-	MaxNakDelay time.Duration
-	// Timeout bounds each NATS and ClickHouse call; default 30s.
-	Timeout time.Duration
-}
+// PredictionsConfig configures the prediction samples consumer: the stream
+// defaults to proto.StreamPredictions, the durable to "ingest-predictions"
+// and the batch to 1,000.
+type PredictionsConfig = PullConfig
 
 // Predictions consumes MP_PREDICTIONS into ClickHouse prediction_samples,
 // one row per instance (one per completion for an LLM), exactly once in
@@ -80,37 +54,11 @@ type PredictionsStats struct {
 
 // NewPredictions checks cfg and fills defaults. It starts nothing; call Start.
 func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
-	if cfg.JS == nil || cfg.CH == nil {
-		return nil, errors.New("predictions consumer: JS and CH are required")
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Stream == "" {
-		cfg.Stream = proto.StreamPredictions
-	}
-	if cfg.Durable == "" {
-		cfg.Durable = "ingest-predictions"
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 1_000
-	}
-	if cfg.MaxDeliver <= 0 {
-		cfg.MaxDeliver = 2_000
-	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&cfg.MaxWait, time.Second}, {&cfg.AckWait, time.Minute}, {&cfg.NakDelay, time.Second},
-		{&cfg.MaxNakDelay, 30 * time.Second}, {&cfg.Timeout, 30 * time.Second}} {
-		if *d.v <= 0 {
-			*d.v = d.def
-		}
+	if err := cfg.defaults("predictions", proto.StreamPredictions, "ingest-predictions", 1_000); err != nil {
+		return nil, err
 	}
 	c := &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
-	c.pullLoop = pullLoop{name: "predictions", js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
-		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
-		log: c.log, store: c.store}
+	c.pullLoop = cfg.loop("predictions", c.log, c.store)
 	return c, nil
 }
 

@@ -9,43 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
 )
 
-// ReqStatsConfig configures the request statistics consumer. JS and CH are
-// required; a zero value of any other field takes the default its comment
-// names.
-type ReqStatsConfig struct {
-	JS  jetstream.JetStream
-	CH  driver.Conn
-	Log *slog.Logger
-
-	// Stream is the stream consumed; default proto.StreamReqStats.
-	Stream string
-	// Durable names the durable consumer; default "ingest-reqstats".
-	Durable string
-	// Batch is the most messages fetched and inserted at once; default 500.
-	// Gateways send one message per endpoint version every few seconds, so
-	// one fetch usually takes everything waiting.
-	Batch int
-	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
-	MaxWait time.Duration
-	// AckWait is how long the server waits for an ack before it
-	// redelivers; default 1 minute, above Timeout.
-	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one message; default 2,000, which with
-	// the growing NakDelay rides out hours of ClickHouse outage.
-	MaxDeliver int
-	// NakDelay is the redelivery delay after the first failed insert,
-	// doubling with each delivery up to MaxNakDelay; defaults 1s and 30s.
-	NakDelay    time.Duration
-	MaxNakDelay time.Duration
-	// Timeout bounds each NATS and ClickHouse call; default 30s.
-	Timeout time.Duration
-}
+// ReqStatsConfig configures the request statistics consumer: the stream
+// defaults to proto.StreamReqStats, the durable to "ingest-reqstats" and the
+// batch to 500 (gateways send one message per endpoint version every few
+// seconds, so one fetch usually takes everything waiting).
+type ReqStatsConfig = PullConfig
 
 // ReqStats consumes MP_REQSTATS into ClickHouse request_stats exactly once:
 // before it inserts a fetched set it asks request_stats which of their
@@ -84,37 +57,11 @@ type ReqStatsStats struct {
 
 // NewReqStats checks cfg and fills defaults. It starts nothing; call Start.
 func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
-	if cfg.JS == nil || cfg.CH == nil {
-		return nil, errors.New("reqstats consumer: JS and CH are required")
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Stream == "" {
-		cfg.Stream = proto.StreamReqStats
-	}
-	if cfg.Durable == "" {
-		cfg.Durable = "ingest-reqstats"
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 500
-	}
-	if cfg.MaxDeliver <= 0 {
-		cfg.MaxDeliver = 2_000
-	}
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&cfg.MaxWait, time.Second}, {&cfg.AckWait, time.Minute}, {&cfg.NakDelay, time.Second},
-		{&cfg.MaxNakDelay, 30 * time.Second}, {&cfg.Timeout, 30 * time.Second}} {
-		if *d.v <= 0 {
-			*d.v = d.def
-		}
+	if err := cfg.defaults("reqstats", proto.StreamReqStats, "ingest-reqstats", 500); err != nil {
+		return nil, err
 	}
 	c := &ReqStats{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
-	c.pullLoop = pullLoop{name: "reqstats", js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
-		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
-		log: c.log, store: c.store}
+	c.pullLoop = cfg.loop("reqstats", c.log, c.store)
 	return c, nil
 }
 
