@@ -182,9 +182,10 @@ type RouteEntry struct {
 }
 
 type RoutingRule struct {
-	EndpointID int64
-	VersionID  int64
-	Weight     int32
+	EndpointID    int64
+	VersionID     int64
+	Weight        int32
+	ShadowPercent float64
 }
 
 type Session struct {

@@ -43,7 +43,7 @@ func (q *Queries) RoutingRuleInsert(ctx context.Context, arg RoutingRuleInsertPa
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
        e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
-       v.gpu_memory_mb, v.gpu_type, r.weight, m.input_schema, m.feature_names, e.sampling_rate
+       v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -68,6 +68,7 @@ type RoutingRuleListForPlacementRow struct {
 	GPUMemoryMB     int32
 	GPUType         string
 	Weight          int32
+	ShadowPercent   float64
 	InputSchema     []byte
 	FeatureNames    []string
 	SamplingRate    float64
@@ -98,6 +99,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.GPUMemoryMB,
 			&i.GPUType,
 			&i.Weight,
+			&i.ShadowPercent,
 			&i.InputSchema,
 			&i.FeatureNames,
 			&i.SamplingRate,

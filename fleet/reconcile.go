@@ -444,7 +444,7 @@ func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleList
 			rr = []proto.RouteReplica{}
 		}
 		slices.SortFunc(rr, func(a, b proto.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
-		rt.Versions = append(rt.Versions, proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Replicas: rr})
+		rt.Versions = append(rt.Versions, proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr})
 	}
 	entries, err := q.RouteEntryList(ctx)
 	if err != nil {

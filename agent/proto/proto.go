@@ -270,7 +270,11 @@ type Route struct {
 type RouteVersion struct {
 	Name string `json:"name"`
 	// Weight is the version's share of unpinned traffic, in percent.
-	Weight   int            `json:"weight"`
+	Weight int `json:"weight"`
+	// Shadow is the share of the endpoint's requests, in percent, mirrored
+	// to this version (which then has weight 0); its answers never reach the
+	// caller.
+	Shadow   float64        `json:"shadow,omitempty"`
 	Replicas []RouteReplica `json:"replicas"`
 }
 
