@@ -135,13 +135,13 @@ func (r *Reader) Read(ctx context.Context, endpoint string, steps int, step time
 		for i, st := range a.steps {
 			p := Point{Start: from.Add(time.Duration(i) * step), Requests: st.requests, Errors: st.errors,
 				QPS: float64(st.requests) / step.Seconds(), Streams: st.streams,
-				P50MS: Quantile(st.lat, 0.5), P99MS: Quantile(st.lat, 0.99)}
+				P50MS: proto.QuantileMS(st.lat, 0.5), P99MS: proto.QuantileMS(st.lat, 0.99)}
 			if st.requests > 0 {
 				p.ErrorRate = float64(st.errors) / float64(st.requests)
 			}
 			if a.streaming {
-				p.TTFTP50MS, p.TTFTP99MS = Quantile(st.ttft, 0.5), Quantile(st.ttft, 0.99)
-				p.TPOTP50MS, p.TPOTP99MS = Quantile(st.tpot, 0.5), Quantile(st.tpot, 0.99)
+				p.TTFTP50MS, p.TTFTP99MS = proto.QuantileMS(st.ttft, 0.5), proto.QuantileMS(st.ttft, 0.99)
+				p.TPOTP50MS, p.TPOTP99MS = proto.QuantileMS(st.tpot, 0.5), proto.QuantileMS(st.tpot, 0.99)
 			}
 			s.Points[i] = p
 		}
@@ -175,40 +175,6 @@ func addBuckets(sum *[]uint64, h []uint64) {
 	for i, n := range h {
 		(*sum)[i] += n
 	}
-}
-
-// Quantile returns the q-quantile, in milliseconds, of a histogram over
-// proto.LatencyBoundsUS, interpolating linearly inside the bucket that
-// holds the rank q·total; the open last bucket reads as the last bound.
-// It is zero for an empty histogram.
-func Quantile(h []uint64, q float64) float64 {
-	var total uint64
-	for _, n := range h {
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	bounds := proto.LatencyBoundsUS()
-	rank := q * float64(total)
-	var below uint64
-	for i, n := range h {
-		if n == 0 || float64(below+n) < rank {
-			below += n
-			continue
-		}
-		if i >= len(bounds) {
-			break
-		}
-		lo := 0.0
-		if i > 0 {
-			lo = float64(bounds[i-1])
-		}
-		hi := float64(bounds[i])
-		us := lo + (hi-lo)*(rank-float64(below))/float64(n)
-		return us / 1000
-	}
-	return float64(bounds[len(bounds)-1]) / 1000
 }
 
 // MaxMinutes is the longest window Last reads.
