@@ -264,6 +264,35 @@ type Route struct {
 	// SamplingRate is the share of predictions sampled to MP_PREDICTIONS,
 	// 0 (off, the default) to 1.
 	SamplingRate float64 `json:"sampling_rate"`
+	// Experiment, when set, assigns each caller that sends X-User-Id to one
+	// of its arms by a stable hash of the experiment's name and the user id;
+	// callers without it get the weighted split.
+	Experiment *RouteExperiment `json:"experiment,omitempty"`
+	// RateLimitRPS and RateLimitBurst bound the endpoint's requests, across
+	// callers, at each gateway; 0 uses the gateway's configured default.
+	RateLimitRPS   float64 `json:"rate_limit_rps,omitempty"`
+	RateLimitBurst int     `json:"rate_limit_burst,omitempty"`
+	// TimeoutMS bounds one request upstream, in milliseconds; 0 uses the
+	// gateway's configured default.
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// ScaledToZero is set when the endpoint wants no replica (min_replicas
+	// 0): a request finding no ready replica is answered 202 with
+	// Retry-After instead of 503.
+	ScaledToZero bool `json:"scaled_to_zero,omitempty"`
+}
+
+// RouteExperiment is an endpoint's active A/B experiment.
+type RouteExperiment struct {
+	// Name seeds the assignment: another name reshuffles the users.
+	Name string     `json:"name"`
+	Arms []RouteArm `json:"arms"`
+}
+
+// RouteArm is one arm of an experiment: a version and its share of the
+// users, in percent (the arms' shares sum to 100).
+type RouteArm struct {
+	Version string `json:"version"`
+	Share   int    `json:"share"`
 }
 
 // RouteVersion is one version of an endpoint in the routing table.
