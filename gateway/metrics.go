@@ -25,12 +25,12 @@ var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
 type metrics struct {
 	reg *prometheus.Registry
 
-	duration  *prometheus.HistogramVec
-	overhead  *prometheus.HistogramVec
-	ttft      *prometheus.HistogramVec
-	itl       *prometheus.HistogramVec
-	streams   *prometheus.GaugeVec
-	tokens    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	overhead *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	itl      *prometheus.HistogramVec
+	streams  *prometheus.GaugeVec
+	tokens   *prometheus.CounterVec
 	// ejections counts replicas ejected after consecutive failures.
 	ejections prometheus.Counter
 	children  atomic.Pointer[map[statsKey]*metricChildren]
