@@ -83,7 +83,7 @@ type Replica struct {
 type Weight struct {
 	Version       string  `json:"version"`
 	Weight        int32   `json:"weight"`
-	ShadowPercent float64 `json:"shadow_percent,omitempty"`
+	ShadowPercent float64 `json:"shadow_percent,omitempty" minimum:"0" maximum:"100" doc:"Share of the endpoint's requests mirrored to this version (weight 0 only)."`
 }
 
 // Settings are the changeable settings of an endpoint.

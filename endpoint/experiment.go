@@ -19,8 +19,8 @@ const MaxArms = 10
 // gateway, and a new name reshuffles the users. Callers without a user id
 // get the weighted split.
 type Experiment struct {
-	Name string `json:"name"`
-	Arms []Arm  `json:"arms"`
+	Name string `json:"name" doc:"Seeds the assignment: a new name reshuffles the users."`
+	Arms []Arm  `json:"arms" doc:"Versions of the traffic split (weight 0 is fine) and their shares of the users in percent; the shares sum to 100."`
 }
 
 // Arm is one arm of an experiment: a version and its share of the users,

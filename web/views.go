@@ -47,6 +47,9 @@ type EndpointsProps struct {
 // EndpointForm is the create-endpoint form's values, as typed.
 type EndpointForm struct {
 	Name, Model, Version, Runtime, Profile, Tier, MinReplicas, MaxReplicas, SamplingRate, RetentionDays string
+	// RateLimitRPS, RateLimitBurst and TimeoutMS are the gateway settings;
+	// blank means 0, the gateway's default.
+	RateLimitRPS, RateLimitBurst, TimeoutMS string
 }
 
 // EndpointNewProps fills the create-endpoint page.
@@ -64,6 +67,8 @@ type EndpointNewProps struct {
 type TrafficRow struct {
 	Version string
 	Weight  int32
+	// Shadow is the percentage of requests mirrored to a weight-0 version.
+	Shadow float64
 }
 
 // EndpointProps fills the endpoint page.
