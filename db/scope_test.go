@@ -68,6 +68,7 @@ var unscoped = map[string]string{
 	"APIKeyTouch":          "authentication: stamps last_used_at of the key that just authenticated",
 	"APIKeyListActive":     "control plane only: tenant.PublishKeys republishes every active key's digest to the gateways (mp_keys); no caller, no team",
 	"TeamMemberListByUser": "builds the caller's own principal (auth.LoadUser); the teams it returns are the scope",
+	"IdentityListMembers":  "control plane only: auth.IdentityPublisher publishes every user's memberships to the gateways (mp_identity); no caller, no team",
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
 	// Team names and ids, not team-owned data.
