@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
 )
 
 // Defaults of Config.
@@ -182,9 +184,10 @@ type Gateway struct {
 	transport http.RoundTripper
 	snapPath  string
 
-	routes atomic.Pointer[routeTable]
-	keys   atomic.Pointer[keyTable]
-	ready  atomic.Bool
+	routes   atomic.Pointer[routeTable]
+	keys     atomic.Pointer[keyTable]
+	identity atomic.Pointer[identityTable]
+	ready    atomic.Bool
 
 	// mu serialises writers of routes and keys (the watchers and the
 	// loader); readers never take it.
@@ -252,6 +255,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
+	g.identity.Store(&identityTable{members: map[string]*proto.MemberEntry{}})
 	if err := g.loadSnapshot(); err != nil {
 		// A damaged snapshot is not fatal: NATS has the truth.
 		log.Warn("gateway snapshot unreadable; waiting for NATS", slog.String("path", g.snapPath), slog.String("error", err.Error()))
@@ -264,11 +268,12 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
-	g.wg.Add(5)
+	g.wg.Add(6)
 	go func() { defer g.wg.Done(); g.stats.run(ctx) }()
 	go func() { defer g.wg.Done(); g.samples.run(ctx) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
+	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketIdentity) }()
 	go func() { defer g.wg.Done(); g.saveLoop(ctx) }()
 	return nil
 }

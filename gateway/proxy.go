@@ -85,26 +85,20 @@ func (g *Gateway) fail(w http.ResponseWriter, c *call, status int, title, detail
 // serve runs the request path: authenticate, authorise, read and check the
 // body, choose a version and a replica, proxy.
 func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request) {
-	raw, prefix, ok := bearerKey(r.Header.Get("Authorization"))
+	who, ok := g.authenticate(w, c, r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
-		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "send an API key: Authorization: Bearer mpk_...")
 		return
 	}
-	key := g.keys.Load().byPrefix[prefix]
-	if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
-		(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
-		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
-		return
-	}
-	c.key, c.team = prefix, key.team
+	c.key, c.team = who.name, who.team
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
 		c.owner = rt.src.Team
+		if who.token && who.may(rt.src.Team) {
+			c.team = rt.src.Team
+		}
 	}
 	// Another team's endpoint answers exactly like one that does not exist.
-	if rt == nil || !(key.team == rt.src.Team || key.team == "" && key.role == rolePlatformAdmin) {
+	if rt == nil || !who.may(rt.src.Team) {
 		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
 		return
 	}
@@ -170,6 +164,34 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	w.Header().Set("X-Model-Version", v.name)
 	g.proxy(k, c, rt, v, body, stream, w, r)
+}
+
+// authenticate checks the API key or OIDC bearer token of a request
+// locally, answering 401 when there is none or it is invalid.
+func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
+	header := r.Header.Get("Authorization")
+	if raw, prefix, ok := bearerKey(header); ok {
+		key := g.keys.Load().byPrefix[prefix]
+		if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
+			(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
+			return nil, false
+		}
+		return &caller{name: prefix, team: key.team, role: key.role}, true
+	}
+	if token, ok := bearerToken(header); ok {
+		who, ok := g.verifyToken(r.Context(), token)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the token is invalid, expired or not from the configured issuer")
+			return nil, false
+		}
+		return who, true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
+	g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "send an API key (Authorization: Bearer mpk_...) or an OIDC token")
+	return nil, false
 }
 
 func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
