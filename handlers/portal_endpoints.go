@@ -148,6 +148,13 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	for _, t := range e.Traffic {
 		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight, Shadow: t.ShadowPercent})
 	}
+	if x := e.Experiment; x != nil {
+		arms := make([]string, len(x.Arms))
+		for i, a := range x.Arms {
+			arms[i] = fmt.Sprintf("%s %d%%", a.Version, a.Share)
+		}
+		props.Experiment = x.Name + ": " + strings.Join(arms, ", ")
+	}
 	props.Profiles, props.Tiers = endpoint.InstanceProfiles, endpoint.Tiers
 	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
 		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays)),

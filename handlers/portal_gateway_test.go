@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"modelplane/endpoint"
 )
 
 // TestPortalShadowAndGatewaySettings: the traffic form sets a shadow
@@ -30,6 +32,14 @@ func TestPortalShadowAndGatewaySettings(t *testing.T) {
 	}
 	if got := fmt.Sprint(ep.Traffic); got != "[{v1 100 0} {v2 0 12.5}]" {
 		t.Errorf("stored traffic = %s, want v1 100 and v2 as a 12.5%% shadow", got)
+	}
+
+	if _, err := e.srv.Endpoints.SetExperiment(context.Background(), system, "risk-endpoint", endpoint.Experiment{Name: "ab-1",
+		Arms: []endpoint.Arm{{Version: "v1", Share: 70}, {Version: "v2", Share: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := portalText(u.page("/endpoints/risk-endpoint").Find("#experiment")); !strings.Contains(got, "ab-1: v1 70%, v2 30%") {
+		t.Errorf("experiment shown = %q, want ab-1: v1 70%%, v2 30%%", got)
 	}
 
 	r = u.post("/endpoints/risk-endpoint/traffic", u.form("w_v1", "100", "s_v1", "5"), "HX-Request", "true")

@@ -74,11 +74,14 @@ type TrafficRow struct {
 // EndpointProps fills the endpoint page.
 type EndpointProps struct {
 	Layout
-	Row            EndpointRow
-	SamplingRate   string
-	RetentionDays  int32
-	Runtime        string
-	Traffic        []TrafficRow
+	Row           EndpointRow
+	SamplingRate  string
+	RetentionDays int32
+	Runtime       string
+	Traffic       []TrafficRow
+	// Experiment describes the active A/B experiment ("" when none), as
+	// "name: v1 50%, v2 50%"; it is set through the API.
+	Experiment     string
 	Versions       []string // all versions of the model, for the traffic form
 	CanWrite       bool
 	TrafficErrors  FieldErrors
