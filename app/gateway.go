@@ -39,7 +39,12 @@ type GatewayConfig struct {
 	EndpointRPS              float64
 	EndpointBurst            int64
 	MaxOutstandingPerReplica int64
-	LogLevel                 string
+	// ShadowWorkers bounds mirrored requests in flight; EjectFailures
+	// failures in a row eject a replica for EjectCooldown (0: off).
+	ShadowWorkers int64
+	EjectFailures int64
+	EjectCooldown time.Duration
+	LogLevel      string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -59,6 +64,12 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.EndpointBurst, "endpoint-burst", envInt("MP_GATEWAY_ENDPOINT_BURST", 0), "burst of each endpoint; 0 is the rate rounded up (MP_GATEWAY_ENDPOINT_BURST)")
 	fs.Int64Var(&c.MaxOutstandingPerReplica, "max-outstanding-per-replica", envInt("MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA", gateway.DefaultMaxOutstandingPerReplica),
 		"requests a replica may have outstanding at this gateway before more get 429; 0 is off (MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA)")
+	fs.Int64Var(&c.ShadowWorkers, "shadow-workers", envInt("MP_GATEWAY_SHADOW_WORKERS", gateway.DefaultShadowWorkers),
+		"mirrored requests to shadow versions in flight at once; more are dropped and counted (MP_GATEWAY_SHADOW_WORKERS)")
+	fs.Int64Var(&c.EjectFailures, "eject-failures", envInt("MP_GATEWAY_EJECT_FAILURES", gateway.DefaultEjectFailures),
+		"failed calls in a row (connect errors, 5xx) that eject a replica for the cool-down; 0 is off (MP_GATEWAY_EJECT_FAILURES)")
+	fs.DurationVar(&c.EjectCooldown, "eject-cooldown", envDuration("MP_GATEWAY_EJECT_COOLDOWN", gateway.DefaultEjectCooldown),
+		"how long an ejected replica is skipped (MP_GATEWAY_EJECT_COOLDOWN)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 }
 
@@ -103,6 +114,15 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.MaxOutstandingPerReplica < 0 {
 		bad("MP_GATEWAY_MAX_OUTSTANDING_PER_REPLICA (--max-outstanding-per-replica) must be a whole number, 0 or more")
 	}
+	if c.ShadowWorkers < 1 || c.ShadowWorkers > 1<<20 {
+		bad("MP_GATEWAY_SHADOW_WORKERS (--shadow-workers) must be a whole number from 1 to 1048576")
+	}
+	if c.EjectFailures < 0 || c.EjectFailures > math.MaxInt32 {
+		bad("MP_GATEWAY_EJECT_FAILURES (--eject-failures) must be a whole number, 0 or more")
+	}
+	if c.EjectCooldown <= 0 {
+		bad("MP_GATEWAY_EJECT_COOLDOWN (--eject-cooldown) must be a positive duration")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
 	}
@@ -111,7 +131,16 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	}
 	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
 		ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
-		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica}, nil
+		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica, ShadowWorkers: int(c.ShadowWorkers),
+		EjectFailures: ejectFailures(c.EjectFailures), EjectCooldown: c.EjectCooldown}, nil
+}
+
+// ejectFailures maps the command's 0 (off) to the package's negative.
+func ejectFailures(n int64) int {
+	if n == 0 {
+		return -1
+	}
+	return int(n)
 }
 
 // Validate names every bad setting.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGatewayConfigValidateNamesBadSettings(t *testing.T) {
@@ -72,5 +73,40 @@ func TestGatewayLimitSettings(t *testing.T) {
 	if cfg.KeyRPS != 2.5 || cfg.EndpointBurst != 10 || cfg.EndpointRPS != 0 || cfg.MaxOutstandingPerReplica != 64 {
 		t.Errorf("config = key rps %v, endpoint burst %d, endpoint rps %v, max outstanding %d; want 2.5, 10, 0 (unlimited), 64",
 			cfg.KeyRPS, cfg.EndpointBurst, cfg.EndpointRPS, cfg.MaxOutstandingPerReplica)
+	}
+}
+
+func TestGatewayShadowAndEjectionSettings(t *testing.T) {
+	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "0")
+	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "-1s")
+	var c GatewayConfig
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Validate()
+	for _, want := range []string{"MP_GATEWAY_SHADOW_WORKERS", "MP_GATEWAY_EJECT_COOLDOWN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want it to name %s", err, want)
+		}
+	}
+
+	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "8")
+	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "30s")
+	t.Setenv("MP_GATEWAY_EJECT_FAILURES", "0")
+	c = GatewayConfig{}
+	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.gatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ShadowWorkers != 8 || cfg.EjectCooldown != 30*time.Second || cfg.EjectFailures >= 0 {
+		t.Errorf("config = shadow workers %d, eject cooldown %v, eject failures %d; want 8, 30s, negative (off)",
+			cfg.ShadowWorkers, cfg.EjectCooldown, cfg.EjectFailures)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"modelplane/agent/proto"
+	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/bus"
 	"modelplane/db"
@@ -26,7 +28,13 @@ const (
 	leadUsageIngest = 7_316_020_012
 	leadReqStats    = 7_316_020_013
 	leadPredictions = 7_316_020_014
+	leadIdentity    = 7_316_020_015
 )
+
+// identityInterval is how often the OIDC signing keys and the memberships
+// are published to the gateways: a removed member's tokens stop working on
+// every gateway within about this long.
+const identityInterval = 3 * time.Second
 
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
@@ -100,9 +108,49 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 			}
 		})
 	})
+	if cp.OIDC != nil {
+		pub := cp.OIDC.IdentityPublisher(cp.Pool)
+		wg.Go(func() {
+			db.Lead(ctx, cp.Pool, leadIdentity, 2*time.Second, func(ctx context.Context) { publishIdentity(ctx, js, pub, cp.Log) })
+		})
+	}
 	return func() {
 		cancel()
 		intake.Stop()
 		wg.Wait()
 	}, nil
+}
+
+// publishIdentity publishes the OIDC signing keys and the memberships to
+// mp_identity every identityInterval until ctx ends. It first learns the
+// keys already in the bucket, so that entries of users who lost their
+// memberships while no control plane ran are deleted.
+func publishIdentity(ctx context.Context, js jetstream.JetStream, pub *auth.IdentityPublisher, log *slog.Logger) {
+	if kv, err := js.KeyValue(ctx, proto.BucketIdentity); err == nil {
+		if lister, err := kv.ListKeys(ctx); err == nil {
+			var keys []string
+			for k := range lister.Keys() {
+				keys = append(keys, k)
+			}
+			pub.Forget(keys)
+		}
+	}
+	t := time.NewTicker(identityInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		if _, err := pub.Publish(ctx); err != nil && ctx.Err() == nil {
+			if !failing {
+				log.Warn("publish identity for the gateways", slog.String("error", err.Error()))
+			}
+			failing = true
+		} else {
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -59,6 +59,9 @@ type OIDC struct {
 	client   *http.Client
 	pool     *pgxpool.Pool
 	now      func() time.Time
+	// issuer, clientID and jwksURL are what gateways need to verify tokens
+	// themselves (see IdentityPublisher).
+	issuer, clientID, jwksURL string
 }
 
 // NewOIDC discovers the provider and returns a relying party; now is
@@ -78,7 +81,16 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, now func()
 	if err != nil {
 		return nil, fmt.Errorf("oidc discovery: %w", err)
 	}
+	var disc struct {
+		JWKSURL string `json:"jwks_uri"`
+	}
+	if err := provider.Claims(&disc); err != nil {
+		return nil, fmt.Errorf("oidc discovery: %w", err)
+	}
 	return &OIDC{
+		issuer:   cfg.Issuer,
+		clientID: cfg.ClientID,
+		jwksURL:  disc.JWKSURL,
 		oauth: oauth2.Config{
 			ClientID:     cfg.ClientID,
 			ClientSecret: cfg.ClientSecret,

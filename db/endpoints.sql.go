@@ -12,10 +12,10 @@ import (
 
 const endpointCreate = `-- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
-    sampling_rate, retention_days)
+    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10)
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error
+    $9, $10, $11, $12, $13)
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms
 `
 
 type EndpointCreateParams struct {
@@ -29,6 +29,9 @@ type EndpointCreateParams struct {
 	Tier            string
 	SamplingRate    float64
 	RetentionDays   int32
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
 }
 
 func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) (Endpoint, error) {
@@ -43,6 +46,9 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		arg.Tier,
 		arg.SamplingRate,
 		arg.RetentionDays,
+		arg.RateLimitRPS,
+		arg.RateLimitBurst,
+		arg.TimeoutMS,
 	)
 	var i Endpoint
 	err := row.Scan(
@@ -61,6 +67,9 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.PlacementError,
+		&i.RateLimitRPS,
+		&i.RateLimitBurst,
+		&i.TimeoutMS,
 	)
 	return i, err
 }
@@ -84,9 +93,13 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, t.name AS team_name, m.name AS model_name, m.task AS model_task,
-       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
-                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
+       coalesce((SELECT json_build_object('name', x.name, 'arms',
+                        (SELECT json_agg(json_build_object('version', v.name, 'share', a.share) ORDER BY v.name)
+                         FROM experiment_arms a JOIN model_versions v ON v.id = a.version_id WHERE a.endpoint_id = x.endpoint_id))
+                 FROM experiments x WHERE x.endpoint_id = e.id), 'null')::text AS experiment
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE e.name = $1 AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
 `
@@ -113,10 +126,14 @@ type EndpointGetRow struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	PlacementError  string
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
 	TeamName        string
 	ModelName       string
 	ModelTask       string
 	Traffic         string
+	Experiment      string
 }
 
 func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (EndpointGetRow, error) {
@@ -138,18 +155,26 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.PlacementError,
+		&i.RateLimitRPS,
+		&i.RateLimitBurst,
+		&i.TimeoutMS,
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
 		&i.Traffic,
+		&i.Experiment,
 	)
 	return i, err
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, t.name AS team_name, m.name AS model_name, m.task AS model_task,
-       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
-                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
+       coalesce((SELECT json_build_object('name', x.name, 'arms',
+                        (SELECT json_agg(json_build_object('version', v.name, 'share', a.share) ORDER BY v.name)
+                         FROM experiment_arms a JOIN model_versions v ON v.id = a.version_id WHERE a.endpoint_id = x.endpoint_id))
+                 FROM experiments x WHERE x.endpoint_id = e.id), 'null')::text AS experiment
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE ($1::boolean OR e.team_id = ANY($2::bigint[])) AND e.id > $3
 ORDER BY e.id LIMIT $4
@@ -178,10 +203,14 @@ type EndpointListRow struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	PlacementError  string
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
 	TeamName        string
 	ModelName       string
 	ModelTask       string
 	Traffic         string
+	Experiment      string
 }
 
 func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]EndpointListRow, error) {
@@ -214,10 +243,14 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.PlacementError,
+			&i.RateLimitRPS,
+			&i.RateLimitBurst,
+			&i.TimeoutMS,
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
 			&i.Traffic,
+			&i.Experiment,
 		); err != nil {
 			return nil, err
 		}
@@ -250,9 +283,10 @@ func (q *Queries) EndpointSetPlacement(ctx context.Context, arg EndpointSetPlace
 const endpointUpdate = `-- name: EndpointUpdate :one
 UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     max_replicas = $3, tier = $4, sampling_rate = $5,
-    retention_days = $6, updated_at = now()
-WHERE id = $7 AND ($8::boolean OR team_id = ANY($9::bigint[]))
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error
+    retention_days = $6, rate_limit_rps = $7, rate_limit_burst = $8,
+    timeout_ms = $9, updated_at = now()
+WHERE id = $10 AND ($11::boolean OR team_id = ANY($12::bigint[]))
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms
 `
 
 type EndpointUpdateParams struct {
@@ -262,6 +296,9 @@ type EndpointUpdateParams struct {
 	Tier            string
 	SamplingRate    float64
 	RetentionDays   int32
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
 	ID              int64
 	AllTeams        bool
 	TeamIDs         []int64
@@ -275,6 +312,9 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		arg.Tier,
 		arg.SamplingRate,
 		arg.RetentionDays,
+		arg.RateLimitRPS,
+		arg.RateLimitBurst,
+		arg.TimeoutMS,
 		arg.ID,
 		arg.AllTeams,
 		arg.TeamIDs,
@@ -296,6 +336,9 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.PlacementError,
+		&i.RateLimitRPS,
+		&i.RateLimitBurst,
+		&i.TimeoutMS,
 	)
 	return i, err
 }

@@ -68,6 +68,22 @@ type Endpoint struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	PlacementError  string
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
+}
+
+type Experiment struct {
+	EndpointID int64
+	Name       string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+type ExperimentArm struct {
+	EndpointID int64
+	VersionID  int64
+	Share      int32
 }
 
 type GpuSlice struct {

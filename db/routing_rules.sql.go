@@ -26,24 +26,31 @@ func (q *Queries) RoutingRuleDeleteByEndpoint(ctx context.Context, arg RoutingRu
 }
 
 const routingRuleInsert = `-- name: RoutingRuleInsert :exec
-INSERT INTO routing_rules (endpoint_id, version_id, weight) VALUES ($1, $2, $3)
+INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALUES ($1, $2, $3, $4)
 `
 
 type RoutingRuleInsertParams struct {
-	EndpointID int64
-	VersionID  int64
-	Weight     int32
+	EndpointID    int64
+	VersionID     int64
+	Weight        int32
+	ShadowPercent float64
 }
 
 func (q *Queries) RoutingRuleInsert(ctx context.Context, arg RoutingRuleInsertParams) error {
-	_, err := q.db.Exec(ctx, routingRuleInsert, arg.EndpointID, arg.VersionID, arg.Weight)
+	_, err := q.db.Exec(ctx, routingRuleInsert,
+		arg.EndpointID,
+		arg.VersionID,
+		arg.Weight,
+		arg.ShadowPercent,
+	)
 	return err
 }
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
        e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
-       v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate
+       v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate,
+       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -72,6 +79,9 @@ type RoutingRuleListForPlacementRow struct {
 	InputSchema     []byte
 	FeatureNames    []string
 	SamplingRate    float64
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
 }
 
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
@@ -103,6 +113,9 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.InputSchema,
 			&i.FeatureNames,
 			&i.SamplingRate,
+			&i.RateLimitRPS,
+			&i.RateLimitBurst,
+			&i.TimeoutMS,
 		); err != nil {
 			return nil, err
 		}

@@ -12,15 +12,17 @@ import (
 // teamOwned are the tables whose rows belong to a team. A query that reads or
 // changes one of them must say which teams the caller may touch, in the SQL.
 var teamOwned = map[string]bool{
-	"teams":          true,
-	"team_members":   true,
-	"api_keys":       true,
-	"models":         true,
-	"model_versions": true,
-	"endpoints":      true,
-	"routing_rules":  true,
-	"audit_log":      true,
-	"replicas":       true,
+	"teams":           true,
+	"team_members":    true,
+	"api_keys":        true,
+	"models":          true,
+	"model_versions":  true,
+	"endpoints":       true,
+	"routing_rules":   true,
+	"audit_log":       true,
+	"replicas":        true,
+	"experiments":     true,
+	"experiment_arms": true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -38,6 +40,8 @@ var unscoped = map[string]string{
 	"ModelCreate":          "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
 	"ModelVersionCreate":   "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
 	"EndpointCreate":       "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
+	"ExperimentUpsert":     "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite (CanWrite checked) in the same transaction",
+	"ExperimentArmInsert":  "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite and version ids from the scoped ModelVersionGet",
 	"RoutingRuleInsert":    "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
 	"TeamCreate":           "insert; platform admins only (tenant.CreateTeam)",
 	"TeamMemberUpsert":     "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
@@ -56,6 +60,7 @@ var unscoped = map[string]string{
 	"ReplicaDeleteOnLostNodes":    "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",
 	"ReplicaDeleteByNode":         "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",
 	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
+	"ExperimentListForRoutes":     "fleet reconciler: the experiment of every endpoint for its routing entry; no caller",
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
 
 	// Authentication: no principal, hence no teams, exists yet.
@@ -63,6 +68,7 @@ var unscoped = map[string]string{
 	"APIKeyTouch":          "authentication: stamps last_used_at of the key that just authenticated",
 	"APIKeyListActive":     "control plane only: tenant.PublishKeys republishes every active key's digest to the gateways (mp_keys); no caller, no team",
 	"TeamMemberListByUser": "builds the caller's own principal (auth.LoadUser); the teams it returns are the scope",
+	"IdentityListMembers":  "control plane only: auth.IdentityPublisher publishes every user's memberships to the gateways (mp_identity); no caller, no team",
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
 	// Team names and ids, not team-owned data.
@@ -219,7 +225,7 @@ func TestScopedQueriesSeen(t *testing.T) {
 		byName[q.Name] = q
 	}
 	for name, want := range map[string]string{
-		"EndpointGet":                 "endpoints,model_versions,models,routing_rules,teams",
+		"EndpointGet":                 "endpoints,experiment_arms,experiments,model_versions,models,routing_rules,teams",
 		"ModelList":                   "model_versions,models,teams",
 		"RoutingRuleDeleteByEndpoint": "endpoints,routing_rules",
 		"AuditList":                   "audit_log,teams",

@@ -48,6 +48,13 @@ type Endpoint struct {
 	// PlacementError says why replicas could not be placed; empty when they were.
 	PlacementError string   `json:"placement_error"`
 	Traffic        []Weight `json:"traffic"`
+	// Experiment is the active A/B experiment; nil when none.
+	Experiment *Experiment `json:"experiment,omitempty"`
+	// RateLimitRPS, RateLimitBurst and TimeoutMS are the gateway settings;
+	// 0 means the gateway's default.
+	RateLimitRPS   float64 `json:"rate_limit_rps"`
+	RateLimitBurst int32   `json:"rate_limit_burst"`
+	TimeoutMS      int32   `json:"timeout_ms"`
 	// Replicas are filled by Get only.
 	Replicas  []Replica `json:"replicas,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
@@ -70,10 +77,13 @@ type Replica struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Weight is one version's share of traffic, in percent.
+// Weight is one version's share of traffic, in percent. A version of weight
+// 0 may be a shadow: ShadowPercent of the endpoint's requests are mirrored
+// to it, and its answers never reach the caller.
 type Weight struct {
-	Version string `json:"version"`
-	Weight  int32  `json:"weight"`
+	Version       string  `json:"version"`
+	Weight        int32   `json:"weight"`
+	ShadowPercent float64 `json:"shadow_percent,omitempty" minimum:"0" maximum:"100" doc:"Share of the endpoint's requests mirrored to this version (weight 0 only)."`
 }
 
 // Settings are the changeable settings of an endpoint.
@@ -84,6 +94,13 @@ type Settings struct {
 	Tier            string
 	SamplingRate    float64
 	RetentionDays   int32
+	// RateLimitRPS bounds the endpoint's requests per second, across
+	// callers, at each gateway, in bursts of RateLimitBurst (the rate
+	// rounded up when 0); TimeoutMS bounds one request upstream. 0 means
+	// the gateway's default.
+	RateLimitRPS   float64
+	RateLimitBurst int32
+	TimeoutMS      int32
 }
 
 // Spec creates an endpoint.
@@ -120,6 +137,15 @@ func checkSettings(errs *validate.Errors, s Settings) {
 	}
 	if s.RetentionDays < 1 || s.RetentionDays > 3650 {
 		errs.Add("retention_days", "must be between 1 and 3650")
+	}
+	if !(s.RateLimitRPS >= 0 && s.RateLimitRPS <= 1_000_000) {
+		errs.Add("rate_limit_rps", "must be between 0 (the gateway's default) and 1000000")
+	}
+	if s.RateLimitBurst < 0 || s.RateLimitBurst > 1_000_000 {
+		errs.Add("rate_limit_burst", "must be between 0 (the rate, rounded up) and 1000000")
+	}
+	if s.TimeoutMS < 0 || s.TimeoutMS > 3_600_000 {
+		errs.Add("timeout_ms", "must be between 0 (the gateway's default) and 3600000")
 	}
 }
 
@@ -160,7 +186,8 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		}
 		e, err := q.EndpointCreate(ctx, db.EndpointCreateParams{TeamID: m.TeamID, Name: spec.Name, ModelID: m.ID, Runtime: spec.Runtime,
 			InstanceProfile: spec.InstanceProfile, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Tier: spec.Tier,
-			SamplingRate: spec.SamplingRate, RetentionDays: spec.RetentionDays})
+			SamplingRate: spec.SamplingRate, RetentionDays: spec.RetentionDays,
+			RateLimitRPS: spec.RateLimitRPS, RateLimitBurst: spec.RateLimitBurst, TimeoutMS: spec.TimeoutMS})
 		if err != nil {
 			return db.Interpret(err)
 		}
@@ -170,6 +197,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		out = Endpoint{ID: e.ID, TeamID: e.TeamID, Name: e.Name, Team: teamName(ctx, q, p, m.TeamID), Model: m.Name, Task: m.Task,
 			Runtime: e.Runtime, InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
 			SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays, Status: e.Status,
+			RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS,
 			Traffic: []Weight{{Version: v.Name, Weight: 100}}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "endpoint.create", ObjectType: "endpoint", ObjectName: spec.Name, After: out})
 	})
@@ -195,10 +223,15 @@ func teamName(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int6
 func fromRow(r db.EndpointGetRow) Endpoint {
 	e := Endpoint{ID: r.ID, TeamID: r.TeamID, ModelID: r.ModelID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
 		Runtime: r.Runtime, InstanceProfile: r.InstanceProfile, MinReplicas: r.MinReplicas, MaxReplicas: r.MaxReplicas,
-		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, PlacementError: r.PlacementError, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-	// The query aggregates the traffic rules as JSON it built itself.
+		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, PlacementError: r.PlacementError,
+		RateLimitRPS: r.RateLimitRPS, RateLimitBurst: r.RateLimitBurst, TimeoutMS: r.TimeoutMS, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	// The query aggregates the traffic rules and the experiment as JSON it
+	// built itself ("null" when there is no experiment).
 	if err := json.Unmarshal([]byte(r.Traffic), &e.Traffic); err != nil || e.Traffic == nil {
 		e.Traffic = []Weight{}
+	}
+	if err := json.Unmarshal([]byte(r.Experiment), &e.Experiment); err != nil {
+		e.Experiment = nil
 	}
 	return e
 }
@@ -279,7 +312,8 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 		}
 		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,
 			MinReplicas: set.MinReplicas, MaxReplicas: set.MaxReplicas, Tier: set.Tier, SamplingRate: set.SamplingRate,
-			RetentionDays: set.RetentionDays, AllTeams: all, TeamIDs: ids}); err != nil {
+			RetentionDays: set.RetentionDays, RateLimitRPS: set.RateLimitRPS, RateLimitBurst: set.RateLimitBurst, TimeoutMS: set.TimeoutMS,
+			AllTeams: all, TeamIDs: ids}); err != nil {
 			return db.Interpret(err)
 		}
 		if out, err = s.get(ctx, q, p, name); err != nil {
@@ -314,7 +348,8 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 
 // SetTraffic replaces the endpoint's traffic split. Every version must be a
 // registered version of the endpoint's model, named once, and the weights must
-// sum to 100.
+// sum to 100. A version of weight 0 may carry a shadow percentage (0 to 100)
+// of the endpoint's requests mirrored to it; a served version may not.
 func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string, weights []Weight) (Endpoint, error) {
 	var errs validate.Errors
 	sum := int32(0)
@@ -322,6 +357,11 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	for i, w := range weights {
 		if w.Weight < 0 || w.Weight > 100 {
 			errs.Add(fmt.Sprintf("weights[%d].weight", i), "must be between 0 and 100")
+		}
+		if !(w.ShadowPercent >= 0 && w.ShadowPercent <= 100) {
+			errs.Add(fmt.Sprintf("weights[%d].shadow_percent", i), "must be between 0 and 100")
+		} else if w.ShadowPercent > 0 && w.Weight != 0 {
+			errs.Add(fmt.Sprintf("weights[%d].shadow_percent", i), "is only allowed on a version of weight 0 (a shadow never answers callers)")
 		}
 		if seen[w.Version] {
 			errs.Add(fmt.Sprintf("weights[%d].version", i), "is named twice")
@@ -355,7 +395,8 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 				}
 				return err
 			}
-			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight}); err != nil {
+			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight,
+				ShadowPercent: w.ShadowPercent}); err != nil {
 				return err
 			}
 		}

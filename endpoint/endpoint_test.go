@@ -129,19 +129,27 @@ func TestSetTraffic(t *testing.T) {
 		wantField string
 		want      []endpoint.Weight
 	}{
-		{name: "split", p: f.riskEng, weights: []endpoint.Weight{{"v2", 30}, {"v1", 70}}, want: []endpoint.Weight{{"v1", 70}, {"v2", 30}}},
-		{name: "move all", p: f.riskEng, weights: []endpoint.Weight{{"v3", 100}}, want: []endpoint.Weight{{"v3", 100}}},
-		{name: "zero weight kept", p: f.riskEng, weights: []endpoint.Weight{{"v1", 0}, {"v2", 100}}, want: []endpoint.Weight{{"v1", 0}, {"v2", 100}}},
-		{name: "platform admin", p: f.root, weights: []endpoint.Weight{{"v2", 100}}, want: []endpoint.Weight{{"v2", 100}}},
-		{name: "sum below 100", p: f.riskEng, weights: []endpoint.Weight{{"v1", 50}, {"v2", 40}}, wantField: "weights"},
-		{name: "sum above 100", p: f.riskEng, weights: []endpoint.Weight{{"v1", 60}, {"v2", 50}}, wantField: "weights"},
+		{name: "split", p: f.riskEng, weights: []endpoint.Weight{{Version: "v2", Weight: 30}, {Version: "v1", Weight: 70}}, want: []endpoint.Weight{{Version: "v1", Weight: 70}, {Version: "v2", Weight: 30}}},
+		{name: "move all", p: f.riskEng, weights: []endpoint.Weight{{Version: "v3", Weight: 100}}, want: []endpoint.Weight{{Version: "v3", Weight: 100}}},
+		{name: "zero weight kept", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 0}, {Version: "v2", Weight: 100}}, want: []endpoint.Weight{{Version: "v1", Weight: 0}, {Version: "v2", Weight: 100}}},
+		{name: "shadow on a weight-0 version", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0, ShadowPercent: 12.5}},
+			want: []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0, ShadowPercent: 12.5}}},
+		{name: "shadow on a served version", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 90, ShadowPercent: 10}, {Version: "v2", Weight: 10}},
+			wantField: "weights[0].shadow_percent"},
+		{name: "shadow above 100", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0, ShadowPercent: 101}},
+			wantField: "weights[1].shadow_percent"},
+		{name: "negative shadow", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0, ShadowPercent: -1}},
+			wantField: "weights[1].shadow_percent"},
+		{name: "platform admin", p: f.root, weights: []endpoint.Weight{{Version: "v2", Weight: 100}}, want: []endpoint.Weight{{Version: "v2", Weight: 100}}},
+		{name: "sum below 100", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 50}, {Version: "v2", Weight: 40}}, wantField: "weights"},
+		{name: "sum above 100", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 60}, {Version: "v2", Weight: 50}}, wantField: "weights"},
 		{name: "empty", p: f.riskEng, weights: nil, wantField: "weights"},
-		{name: "negative", p: f.riskEng, weights: []endpoint.Weight{{"v1", -10}, {"v2", 110}}, wantField: "weights[0].weight"},
-		{name: "duplicate version", p: f.riskEng, weights: []endpoint.Weight{{"v1", 50}, {"v1", 50}}, wantField: "weights[1].version"},
-		{name: "unknown version", p: f.riskEng, weights: []endpoint.Weight{{"v1", 50}, {"v9", 50}}, wantField: "weights[1].version"},
-		{name: "another model's version", p: f.riskEng, weights: []endpoint.Weight{{"r1", 100}}, wantField: "weights[0].version"},
-		{name: "viewer forbidden", p: f.riskViewer, weights: []endpoint.Weight{{"v2", 100}}, wantErr: auth.ErrForbidden},
-		{name: "other team not found", p: f.searchEng, weights: []endpoint.Weight{{"v2", 100}}, wantErr: db.ErrNotFound},
+		{name: "negative", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: -10}, {Version: "v2", Weight: 110}}, wantField: "weights[0].weight"},
+		{name: "duplicate version", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 50}, {Version: "v1", Weight: 50}}, wantField: "weights[1].version"},
+		{name: "unknown version", p: f.riskEng, weights: []endpoint.Weight{{Version: "v1", Weight: 50}, {Version: "v9", Weight: 50}}, wantField: "weights[1].version"},
+		{name: "another model's version", p: f.riskEng, weights: []endpoint.Weight{{Version: "r1", Weight: 100}}, wantField: "weights[0].version"},
+		{name: "viewer forbidden", p: f.riskViewer, weights: []endpoint.Weight{{Version: "v2", Weight: 100}}, wantErr: auth.ErrForbidden},
+		{name: "other team not found", p: f.searchEng, weights: []endpoint.Weight{{Version: "v2", Weight: 100}}, wantErr: db.ErrNotFound},
 	}
 	t.Run("cases", func(t *testing.T) {
 		for i, tt := range tests {
@@ -199,7 +207,7 @@ func TestSetTrafficErrorIndex(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.create(t, "fraud-prod")
-	weights := []endpoint.Weight{{"v2", 50}, {"a-missing", 50}}
+	weights := []endpoint.Weight{{Version: "v2", Weight: 50}, {Version: "a-missing", Weight: 50}}
 	_, err := f.svc.SetTraffic(t.Context(), f.riskEng, "fraud-prod", weights)
 	if fs := fields(err); len(fs) != 1 || fs[0] != "weights[1].version" {
 		t.Errorf("SetTraffic error fields = %q (%v), want [weights[1].version]: the unknown version is the caller's second entry", fs, err)
@@ -297,10 +305,10 @@ func TestList(t *testing.T) {
 	if _, err := f.svc.Create(ctx, f.searchEng, endpoint.Spec{Name: "s", Model: "ranker", Version: "r1", Runtime: "triton", Settings: settings}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "b", []endpoint.Weight{{"v1", 90}, {"v2", 10}}); err != nil {
+	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "b", []endpoint.Weight{{Version: "v1", Weight: 90}, {Version: "v2", Weight: 10}}); err != nil {
 		t.Fatal(err)
 	}
-	one := []endpoint.Weight{{"v1", 100}}
+	one := []endpoint.Weight{{Version: "v1", Weight: 100}}
 	tests := []struct {
 		name    string
 		p       *auth.Principal
@@ -309,10 +317,10 @@ func TestList(t *testing.T) {
 		want    []string
 		traffic map[string][]endpoint.Weight
 	}{
-		{"first page", f.riskViewer, 0, 2, []string{"a", "b"}, map[string][]endpoint.Weight{"a": one, "b": {{"v1", 90}, {"v2", 10}}}},
+		{"first page", f.riskViewer, 0, 2, []string{"a", "b"}, map[string][]endpoint.Weight{"a": one, "b": {{Version: "v1", Weight: 90}, {Version: "v2", Weight: 10}}}},
 		{"second page", f.riskViewer, b.ID, 2, []string{"c"}, map[string][]endpoint.Weight{"c": one}},
 		{"past the end", f.riskViewer, c.ID, 2, []string{}, nil},
-		{"other team", f.searchEng, 0, 10, []string{"s"}, map[string][]endpoint.Weight{"s": {{"r1", 100}}}},
+		{"other team", f.searchEng, 0, 10, []string{"s"}, map[string][]endpoint.Weight{"s": {{Version: "r1", Weight: 100}}}},
 		{"platform admin", f.root, a.ID, 10, []string{"b", "c", "s"}, nil},
 		{"no team", &auth.Principal{Name: "nobody"}, 0, 10, []string{}, nil},
 	}

@@ -429,13 +429,30 @@ func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleList
 			ready[k] = append(ready[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr})
 		}
 	}
+	xs, err := q.ExperimentListForRoutes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	experiments := map[int64]*proto.RouteExperiment{}
+	for _, x := range xs {
+		e := experiments[x.EndpointID]
+		if e == nil {
+			e = &proto.RouteExperiment{Name: x.Name}
+			experiments[x.EndpointID] = e
+		}
+		e.Arms = append(e.Arms, proto.RouteArm{Version: x.Version, Share: int(x.Share)})
+	}
 	routes := map[string]*proto.Route{}
 	var names []string
 	for _, d := range demand {
 		rt := routes[d.Endpoint]
 		if rt == nil {
 			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
-				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate}
+				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate, RateLimitRPS: d.RateLimitRPS,
+				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0}
+			if x := experiments[d.EndpointID]; x != nil {
+				rt.Experiment = x
+			}
 			routes[d.Endpoint] = rt
 			names = append(names, d.Endpoint)
 		}

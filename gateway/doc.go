@@ -2,9 +2,10 @@
 // and routes every prediction and chat-completion request to a ready replica
 // and relays the answer, streaming server-sent events as they come.
 //
-// It works from two KV buckets the control plane writes (agent/proto):
-// mp_routes (the routing table) and mp_keys (API key digests). It watches
-// both, serves from an in-memory snapshot swapped atomically (the request
+// It works from three KV buckets the control plane writes (agent/proto):
+// mp_routes (the routing table), mp_keys (API key digests) and mp_identity
+// (the OIDC issuer's signing keys and the users' memberships, for bearer
+// tokens verified locally). It watches them, serves from an in-memory snapshot swapped atomically (the request
 // path takes no lock), and keeps the last good snapshot on disk so that a
 // gateway started while NATS or the control plane is down still serves. It
 // never calls the control plane, a database or the replicas' management API
@@ -27,8 +28,15 @@
 //     without validation rather than refusing every call.
 //   - Rate limits are token buckets per API key, then per endpoint, created
 //     on first use and evicted once full again (a full bucket is a new one).
-//     Every endpoint shares Config's bound until the endpoint record carries
-//     its own. A refused request gets 429 with Retry-After from the bucket.
+//     An endpoint's own rate limit (its routing entry) replaces Config's.
+//     A refused request gets 429 with Retry-After from the bucket.
+//   - Version choice: a pin, then the A/B arm of X-User-Id (a stable FNV
+//     hash of experiment name and user id), then the weighted split.
+//   - Shadow copies run on a bounded set of goroutines detached from the
+//     request; when all are busy a copy is dropped, never queued, so the
+//     caller never waits on a shadow. Their statistics are their version's.
+//   - Passive ejection skips a replica after consecutive failures for a
+//     cool-down, but never the last usable replica of a version.
 //   - Load shedding: a replica takes at most MaxOutstandingPerReplica
 //     requests from this gateway at once; when every replica of the chosen
 //     version has that many, the request gets 429 instead of a queue, so

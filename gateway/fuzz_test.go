@@ -2,10 +2,18 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"modelplane/agent/proto"
 )
 
 // FuzzDecodeRequest: any body is accepted or refused with errBadRequest,
@@ -105,6 +113,41 @@ func FuzzRequestID(f *testing.F) {
 		id := requestID(in)
 		if id == "" || len(id) > 128 || strings.ContainsAny(id, " \r\n\t<>\"") {
 			t.Fatalf("requestID(%q) = %q", in, id)
+		}
+	})
+}
+
+// FuzzVerifyToken: whatever bearer token arrives, verification neither
+// panics nor accepts it (nothing but the issuer's key signs a valid one).
+func FuzzVerifyToken(f *testing.F) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		f.Fatal(err)
+	}
+	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	v, err := newTokenVerifier(proto.OIDCEntry{Issuer: "https://idp.example.com", Audience: "modelplane", JWKS: jwks}, time.Now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	g := &Gateway{}
+	g.identity.Store(&identityTable{oidc: v, members: map[string]*proto.MemberEntry{}})
+	f.Add("Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2lkcC5leGFtcGxlLmNvbSIsInN1YiI6ImEifQ.c2ln")
+	f.Add("Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.")
+	f.Add("Bearer a.b.c")
+	f.Add("bearer ..")
+	f.Fuzz(func(t *testing.T, h string) {
+		tok, ok := bearerToken(h)
+		if !ok {
+			return
+		}
+		if strings.Count(tok, ".") != 2 || len(tok) > maxTokenBytes {
+			t.Fatalf("bearerToken(%q) = %q, not a JWT shape", h, tok)
+		}
+		if c, ok := g.verifyToken(t.Context(), tok); ok {
+			t.Fatalf("verifyToken(%q) accepted a forged token: %+v", tok, c)
 		}
 	})
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
 )
 
 // Defaults of Config.
@@ -72,6 +74,15 @@ type Config struct {
 	// chosen version already has this many requests outstanding at this
 	// gateway, the request gets 429 instead of queueing. 0 turns it off.
 	MaxOutstandingPerReplica int64
+	// ShadowWorkers bounds the mirrored requests in flight to shadow
+	// versions; beyond it copies are dropped and counted.
+	// DefaultShadowWorkers when 0.
+	ShadowWorkers int
+	// EjectFailures is how many failed calls in a row (connect errors,
+	// 5xx) eject a replica for EjectCooldown; DefaultEjectFailures and
+	// DefaultEjectCooldown when 0, never when EjectFailures is negative.
+	EjectFailures int
+	EjectCooldown time.Duration
 }
 
 func (c *Config) defaults() {
@@ -92,6 +103,15 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ShadowWorkers == 0 {
+		c.ShadowWorkers = DefaultShadowWorkers
+	}
+	if c.EjectFailures == 0 {
+		c.EjectFailures = DefaultEjectFailures
+	}
+	if c.EjectCooldown == 0 {
+		c.EjectCooldown = DefaultEjectCooldown
 	}
 	if c.StatsInterval == 0 {
 		c.StatsInterval = DefaultStatsInterval
@@ -114,7 +134,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}} {
+	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}, {"eject cooldown", c.EjectCooldown}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 		}
@@ -127,6 +147,9 @@ func (c *Config) Validate() error {
 		if n.v < 0 || math.IsNaN(n.v) || math.IsInf(n.v, 0) {
 			errs = append(errs, fmt.Errorf("%s must be a finite number, not negative", n.name))
 		}
+	}
+	if c.ShadowWorkers < 0 {
+		errs = append(errs, errors.New("shadow workers must not be negative"))
 	}
 	if c.StreamBuffer < 0 {
 		errs = append(errs, errors.New("stream buffer must not be negative"))
@@ -161,9 +184,10 @@ type Gateway struct {
 	transport http.RoundTripper
 	snapPath  string
 
-	routes atomic.Pointer[routeTable]
-	keys   atomic.Pointer[keyTable]
-	ready  atomic.Bool
+	routes   atomic.Pointer[routeTable]
+	keys     atomic.Pointer[keyTable]
+	identity atomic.Pointer[identityTable]
+	ready    atomic.Bool
 
 	// mu serialises writers of routes and keys (the watchers and the
 	// loader); readers never take it.
@@ -176,6 +200,19 @@ type Gateway struct {
 
 	// keyLimit and endpointLimit are the token buckets; nil when unlimited.
 	keyLimit, endpointLimit *limiter
+	// routeLimit holds the buckets of endpoints with a rate limit of their
+	// own (proto.Route.RateLimitRPS), which replaces endpointLimit.
+	routeLimit *limiter
+
+	// bg outlives requests: mirrored calls run under it and end when the
+	// gateway stops. shadowSlots bounds them.
+	bg          context.Context
+	bgCancel    context.CancelFunc
+	shadowSlots chan struct{}
+	shadowWG    sync.WaitGroup
+	// shadowSent and shadowDropped count mirrored requests sent and
+	// dropped (workers busy, no ready shadow replica).
+	shadowSent, shadowDropped atomic.Uint64
 
 	stats   *statsRecorder
 	samples *sampler
@@ -210,11 +247,15 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	}
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
 	g.endpointLimit = newLimiter(cfg.EndpointRPS, cfg.EndpointBurst)
+	g.routeLimit = &limiter{}
+	g.bg, g.bgCancel = context.WithCancel(context.Background())
+	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)
 	g.samples = newSampler(js, log, sampleQueue)
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
+	g.identity.Store(&identityTable{members: map[string]*proto.MemberEntry{}})
 	if err := g.loadSnapshot(); err != nil {
 		// A damaged snapshot is not fatal: NATS has the truth.
 		log.Warn("gateway snapshot unreadable; waiting for NATS", slog.String("path", g.snapPath), slog.String("error", err.Error()))
@@ -227,11 +268,12 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
-	g.wg.Add(5)
+	g.wg.Add(6)
 	go func() { defer g.wg.Done(); g.stats.run(ctx) }()
 	go func() { defer g.wg.Done(); g.samples.run(ctx) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
+	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketIdentity) }()
 	go func() { defer g.wg.Done(); g.saveLoop(ctx) }()
 	return nil
 }
@@ -242,6 +284,8 @@ func (g *Gateway) Stop() {
 		g.cancel()
 	}
 	g.wg.Wait()
+	g.bgCancel()
+	g.shadowWG.Wait()
 	// The last window is published, so that a stopped gateway's requests
 	// are counted too.
 	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -259,6 +303,22 @@ func (g *Gateway) Stop() {
 
 // Stats returns the request statistics publisher's counters.
 func (g *Gateway) Stats() StatsCounters { return g.stats.counters() }
+
+// ShadowCounters are the shadow mirror's running totals.
+type ShadowCounters struct {
+	// Mirrored is the number of copies sent to a shadow replica.
+	Mirrored uint64
+	// Dropped is the number of copies given up: every shadow worker busy,
+	// or no ready replica of the shadow version.
+	Dropped uint64
+	// InFlight is the number of copies drawn and not finished yet.
+	InFlight int
+}
+
+// Shadows returns the shadow mirror's counters.
+func (g *Gateway) Shadows() ShadowCounters {
+	return ShadowCounters{Mirrored: g.shadowSent.Load(), Dropped: g.shadowDropped.Load(), InFlight: len(g.shadowSlots)}
+}
 
 // Samples returns the prediction sampler's counters.
 func (g *Gateway) Samples() SampleCounters { return g.samples.counters() }

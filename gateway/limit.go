@@ -45,7 +45,12 @@ func (l *limiter) allow(name string, now time.Time) (ok bool, retry time.Duratio
 	if l == nil {
 		return true, 0
 	}
-	b := l.bucket(name, now)
+	return take(l.bucket(name, now), now)
+}
+
+// take takes one token from b at now, or returns how long until there
+// will be one and takes nothing.
+func take(b *rate.Limiter, now time.Time) (ok bool, retry time.Duration) {
 	if b.AllowN(now, 1) {
 		return true, 0
 	}
@@ -62,11 +67,33 @@ func (l *limiter) allow(name string, now time.Time) (ok bool, retry time.Duratio
 	return false, d
 }
 
+// allowAt is allow with a rate of the name's own: rps per second, bursts of
+// burst (the rate rounded up when 0). A changed rate applies from now on,
+// keeping the tokens the bucket holds.
+func (l *limiter) allowAt(name string, rps float64, burst int, now time.Time) (ok bool, retry time.Duration) {
+	if burst <= 0 {
+		burst = max(1, int(math.Ceil(rps)))
+	}
+	lim := rate.Limit(rps)
+	b := l.bucketOf(name, lim, burst, now)
+	if b.Limit() != lim {
+		b.SetLimitAt(now, lim)
+	}
+	if b.Burst() != burst {
+		b.SetBurstAt(now, burst)
+	}
+	return take(b, now)
+}
+
 func (l *limiter) bucket(name string, now time.Time) *rate.Limiter {
+	return l.bucketOf(name, l.limit, l.burst, now)
+}
+
+func (l *limiter) bucketOf(name string, lim rate.Limit, burst int, now time.Time) *rate.Limiter {
 	if b, ok := l.buckets.Load(name); ok {
 		return b.(*rate.Limiter)
 	}
-	b, loaded := l.buckets.LoadOrStore(name, rate.NewLimiter(l.limit, l.burst))
+	b, loaded := l.buckets.LoadOrStore(name, rate.NewLimiter(lim, burst))
 	if !loaded && l.n.Add(1) > maxBuckets {
 		l.sweep(now)
 	}
@@ -82,9 +109,8 @@ func (l *limiter) sweep(now time.Time) {
 		return
 	}
 	defer l.sweeping.Store(false)
-	full := float64(l.burst)
 	l.buckets.Range(func(k, v any) bool {
-		if v.(*rate.Limiter).TokensAt(now) >= full {
+		if b := v.(*rate.Limiter); b.TokensAt(now) >= float64(b.Burst()) {
 			l.buckets.Delete(k)
 			l.n.Add(-1)
 		}
@@ -101,8 +127,9 @@ func retryAfter(d time.Duration) string {
 // admit applies the rate limits, the caller's key first and then the
 // endpoint, and answers 429 when one is spent. A request refused by the
 // endpoint's bucket has still used its key's token.
-func (g *Gateway) admit(w http.ResponseWriter, c *call) bool {
-	if g.keyLimit == nil && g.endpointLimit == nil {
+func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
+	own := rt.src.RateLimitRPS > 0
+	if g.keyLimit == nil && g.endpointLimit == nil && !own {
 		return true
 	}
 	now := g.cfg.Now()
@@ -110,7 +137,15 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call) bool {
 		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
 		return false
 	}
-	if ok, d := g.endpointLimit.allow(c.endpoint, now); !ok {
+	var ok bool
+	var d time.Duration
+	if own {
+		// The endpoint's own limit replaces the gateway's default.
+		ok, d = g.routeLimit.allowAt(c.endpoint, rt.src.RateLimitRPS, rt.src.RateLimitBurst, now)
+	} else {
+		ok, d = g.endpointLimit.allow(c.endpoint, now)
+	}
+	if !ok {
 		g.tooMany(w, c, d, "rate limited", "endpoint "+strconv.Quote(c.endpoint)+" is over its request rate")
 		return false
 	}

@@ -25,12 +25,14 @@ var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
 type metrics struct {
 	reg *prometheus.Registry
 
-	duration  *prometheus.HistogramVec
-	overhead  *prometheus.HistogramVec
-	ttft      *prometheus.HistogramVec
-	itl       *prometheus.HistogramVec
-	streams   *prometheus.GaugeVec
-	tokens    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	overhead *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	itl      *prometheus.HistogramVec
+	streams  *prometheus.GaugeVec
+	tokens   *prometheus.CounterVec
+	// ejections counts replicas ejected after consecutive failures.
+	ejections prometheus.Counter
 	children  atomic.Pointer[map[statsKey]*metricChildren]
 	childrenM sync.Mutex
 }
@@ -56,9 +58,17 @@ func newMetrics(g *Gateway) *metrics {
 	m.itl = hist("ml_serving_inter_token_latency_ms", "Mean time per output token after the first of each stream, in milliseconds.", "endpoint", "version")
 	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_concurrent_streams", Help: "Server-sent event streams being relayed."}, []string{"endpoint", "version"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ml_serving_tokens_total", Help: "Completion tokens streamed."}, []string{"endpoint", "version"})
+	m.ejections = prometheus.NewCounter(prometheus.CounterOpts{Name: "ml_serving_replica_ejections_total",
+		Help: "Replicas skipped for a cool-down after consecutive connect errors or 5xx answers."})
 	empty := map[statsKey]*metricChildren{}
 	m.children.Store(&empty)
-	m.reg.MustRegister(m.duration, m.overhead, m.ttft, m.itl, m.streams, m.tokens,
+	m.reg.MustRegister(m.duration, m.overhead, m.ttft, m.itl, m.streams, m.tokens, m.ejections,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_shadow_requests_total",
+			Help: "Requests mirrored to a shadow version's replica."},
+			func() float64 { return float64(g.shadowSent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_shadow_dropped_total",
+			Help: "Mirrored requests dropped: every shadow worker busy, or no ready shadow replica."},
+			func() float64 { return float64(g.shadowDropped.Load()) }),
 		inFlightCollector{g},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_request_stats_dropped_total",
 			Help: "MP_REQSTATS messages dropped because NATS did not acknowledge them in time."},

@@ -54,7 +54,8 @@ func (g *Gateway) inference(k kind) http.Handler {
 		w.Header().Set("X-Request-Id", c.id)
 		g.serve(k, c, w, r)
 		end := time.Now()
-		if c.version != "" && g.stats != nil {
+		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
+		if c.version != "" && g.stats != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.version, status: c.status,
 				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens}
 			if o.streamed {
@@ -84,26 +85,20 @@ func (g *Gateway) fail(w http.ResponseWriter, c *call, status int, title, detail
 // serve runs the request path: authenticate, authorise, read and check the
 // body, choose a version and a replica, proxy.
 func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request) {
-	raw, prefix, ok := bearerKey(r.Header.Get("Authorization"))
+	who, ok := g.authenticate(w, c, r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
-		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "send an API key: Authorization: Bearer mpk_...")
 		return
 	}
-	key := g.keys.Load().byPrefix[prefix]
-	if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
-		(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
-		g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
-		return
-	}
-	c.key, c.team = prefix, key.team
+	c.key, c.team = who.name, who.team
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
 		c.owner = rt.src.Team
+		if who.token && who.may(rt.src.Team) {
+			c.team = rt.src.Team
+		}
 	}
 	// Another team's endpoint answers exactly like one that does not exist.
-	if rt == nil || !(key.team == rt.src.Team || key.team == "" && key.role == rolePlatformAdmin) {
+	if rt == nil || !who.may(rt.src.Team) {
 		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
 		return
 	}
@@ -138,30 +133,78 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusBadRequest, "invalid input", bad.Error())
 		return
 	}
-	if !g.admit(w, c) {
+	if !g.admit(w, c, rt) {
 		return
 	}
+	// Version choice: a pin first, then the experiment's arm of the user,
+	// then the weighted split.
 	var v *version
 	if pin := r.Header.Get("X-Model-Version"); pin != "" {
 		if v = rt.byName[pin]; v == nil {
 			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin))
 			return
 		}
-	} else if v = rt.pick(); v == nil {
-		g.unavailable(w, c, "no version of this endpoint takes traffic")
-		return
+	} else {
+		if user := r.Header.Get("X-User-Id"); user != "" && rt.experiment != nil {
+			v = rt.experiment.assign(user)
+		}
+		if v == nil {
+			if v = rt.pick(); v == nil {
+				g.unavailable(w, c, "no version of this endpoint takes traffic")
+				return
+			}
+		}
 	}
 	c.version = v.name
+	if len(rt.shadows) > 0 {
+		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
+	}
 	if c.sampled = g.samples.draw(rt.src.SamplingRate); c.sampled {
 		c.sampleOf.body, c.sampleOf.features = body, rt.src.FeatureNames
 	}
 	w.Header().Set("X-Model-Version", v.name)
-	g.proxy(k, c, v, body, stream, w, r)
+	g.proxy(k, c, rt, v, body, stream, w, r)
+}
+
+// authenticate checks the API key or OIDC bearer token of a request
+// locally, answering 401 when there is none or it is invalid.
+func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
+	header := r.Header.Get("Authorization")
+	if raw, prefix, ok := bearerKey(header); ok {
+		key := g.keys.Load().byPrefix[prefix]
+		if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
+			(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
+			return nil, false
+		}
+		return &caller{name: prefix, team: key.team, role: key.role}, true
+	}
+	if token, ok := bearerToken(header); ok {
+		who, ok := g.verifyToken(r.Context(), token)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
+			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the token is invalid, expired or not from the configured issuer")
+			return nil, false
+		}
+		return who, true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane"`)
+	g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "send an API key (Authorization: Bearer mpk_...) or an OIDC token")
+	return nil, false
 }
 
 func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
 	g.fail(w, c, http.StatusServiceUnavailable, "no replica ready", detail)
+}
+
+// coldStart answers a request to an endpoint scaled to zero: 202 with
+// Retry-After, so that a client polls instead of treating it as an outage.
+// The gateway does not start a replica itself; raising min_replicas does.
+func (g *Gateway) coldStart(w http.ResponseWriter, c *call) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
+	g.fail(w, c, http.StatusAccepted, "scaled to zero", "endpoint "+strconv.Quote(c.endpoint)+" has no replica running; retry later")
 }
 
 // hopHeaders are connection-level headers a proxy must not pass on.
@@ -173,17 +216,21 @@ var hopHeaders = map[string]bool{
 // proxy sends the request to the least loaded replica of v, retrying once on
 // another replica when the first could not be connected to (so nothing was
 // sent), and relays the answer.
-func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var timedOut atomic.Bool
-	timer := time.AfterFunc(g.cfg.Timeout, func() { timedOut.Store(true); cancel() })
+	timer := time.AfterFunc(rt.timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
 	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica)
 	if u == nil {
 		if saturated {
 			g.shed(w, c)
+			return
+		}
+		if rt.src.ScaledToZero {
+			g.coldStart(w, c)
 			return
 		}
 		g.unavailable(w, c, "version "+strconv.Quote(v.name)+" has no ready replica")
@@ -193,6 +240,7 @@ func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w
 	defer func() { c.upstream = time.Since(sent) }()
 	resp, err := g.send(ctx, k, u, body, c.id, r)
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
+		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica); next != nil {
 			c.retried = true
@@ -206,10 +254,21 @@ func (g *Gateway) proxy(k kind, c *call, v *version, body []byte, stream bool, w
 		defer u.inFlight.Add(-1)
 		c.replica = u.id
 	}
+	if u != nil {
+		// Neither a timeout nor the caller's going away says the replica
+		// is broken; a refused connection, a broken answer or a 5xx does.
+		if err != nil {
+			if !timedOut.Load() && r.Context().Err() == nil {
+				g.outcome(v, u, true)
+			}
+		} else {
+			g.outcome(v, u, resp.StatusCode >= 500)
+		}
+	}
 	if err != nil {
 		switch {
 		case timedOut.Load():
-			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the replica did not answer within "+g.cfg.Timeout.String())
+			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the replica did not answer within "+rt.timeout.String())
 		case r.Context().Err() != nil:
 			c.status = 499 // the caller went away; nobody reads an answer
 		case u == nil || dialFailed(err):

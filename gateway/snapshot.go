@@ -21,6 +21,9 @@ type snapshot struct {
 	SavedAt time.Time        `json:"saved_at"`
 	Routes  []proto.Route    `json:"routes"`
 	Keys    []proto.KeyEntry `json:"keys"`
+	// OIDC and Members are mp_identity, for OIDC bearer tokens.
+	OIDC    *proto.OIDCEntry              `json:"oidc,omitempty"`
+	Members map[string]*proto.MemberEntry `json:"members,omitempty"`
 }
 
 func snapshotPath(dir string) string { return filepath.Join(dir, "snapshot.json") }
@@ -61,6 +64,11 @@ func (g *Gateway) writeSnapshot() error {
 	for _, k := range g.keys.Load().byPrefix {
 		s.Keys = append(s.Keys, k.src)
 	}
+	id := g.identity.Load()
+	if id.oidc != nil {
+		s.OIDC = &id.oidc.src
+	}
+	s.Members = id.members
 	sort.Slice(s.Routes, func(i, j int) bool { return s.Routes[i].Endpoint < s.Routes[j].Endpoint })
 	sort.Slice(s.Keys, func(i, j int) bool { return s.Keys[i].Prefix < s.Keys[j].Prefix })
 	b, err := json.Marshal(s)
@@ -105,7 +113,7 @@ func (g *Gateway) loadSnapshot() error {
 	}
 	rt := &routeTable{byName: make(map[string]*route, len(s.Routes))}
 	for _, r := range s.Routes {
-		rt.byName[r.Endpoint] = newRoute(r, nil)
+		rt.byName[r.Endpoint] = newRoute(r, nil, g.cfg.Timeout)
 	}
 	kt := &keyTable{byPrefix: make(map[string]*key, len(s.Keys))}
 	for _, e := range s.Keys {
@@ -115,10 +123,22 @@ func (g *Gateway) loadSnapshot() error {
 		}
 		kt.byPrefix[e.Prefix] = k
 	}
+	id := &identityTable{members: map[string]*proto.MemberEntry{}}
+	if s.OIDC != nil {
+		if v, err := newTokenVerifier(*s.OIDC, g.cfg.Now); err == nil {
+			id.oidc = v
+		}
+	}
+	for k, m := range s.Members {
+		if m != nil {
+			id.members[k] = m
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.routes.Store(rt)
 	g.keys.Store(kt)
+	g.identity.Store(id)
 	g.ready.Store(true)
 	g.log.Info("gateway serving from its snapshot until NATS answers", slog.Time("saved_at", s.SavedAt),
 		slog.Int("routes", len(s.Routes)), slog.Int("keys", len(s.Keys)))

@@ -4,8 +4,10 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,13 +29,42 @@ type route struct {
 	totalWeight int
 	// schema validates inputs; nil accepts anything.
 	schema *inputSchema
+	// shadows are the weight-0 versions that get a mirrored share of the
+	// requests.
+	shadows []*version
+	// experiment assigns callers with a user id to arms; nil when none.
+	experiment *experiment
+	// timeout bounds a request upstream: the endpoint's own or the
+	// gateway's default.
+	timeout time.Duration
+}
+
+// experiment is an endpoint's A/B experiment, ready to assign users.
+type experiment struct {
+	name string
+	arms []arm
+	// total is the sum of the arms' shares (100 for a valid entry).
+	total int
+}
+
+// arm is one arm; v is nil when its version is not routed (the caller then
+// gets the weighted split).
+type arm struct {
+	version string
+	share   int
+	v       *version
 }
 
 // version is one version of an endpoint with its ready replicas.
 type version struct {
-	name      string
-	weight    int
+	name   string
+	weight int
+	// shadow is the percentage of the endpoint's requests mirrored here.
+	shadow    float64
 	upstreams []*upstream
+	// ejectMu serialises ejections, so that two replicas failing at once
+	// cannot both be ejected as each other's spare.
+	ejectMu sync.Mutex
 }
 
 // upstream is one ready replica. inFlight is shared by every table that
@@ -42,11 +73,16 @@ type upstream struct {
 	id       string
 	addr     string
 	inFlight atomic.Int64
+	// fails counts consecutive failed calls (connect errors, 5xx);
+	// ejectedUntil is the Unix nanosecond time until which the replica is
+	// skipped (see eject.go).
+	fails        atomic.Int32
+	ejectedUntil atomic.Int64
 }
 
 // newRoute builds a route from its entry, reusing the upstream objects (and
 // so the in-flight counters) of prev where the replica is the same.
-func newRoute(src proto.Route, prev *route) *route {
+func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route {
 	old := map[string]*upstream{}
 	if prev != nil {
 		for _, v := range prev.versions {
@@ -55,7 +91,10 @@ func newRoute(src proto.Route, prev *route) *route {
 			}
 		}
 	}
-	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions))}
+	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: defaultTimeout}
+	if src.TimeoutMS > 0 {
+		rt.timeout = time.Duration(src.TimeoutMS) * time.Millisecond
+	}
 	// The schema is compiled here, once per change of it, never on the
 	// request path.
 	if prev != nil && prev.schema.sameSchema(src.InputSchema) {
@@ -65,6 +104,12 @@ func newRoute(src proto.Route, prev *route) *route {
 	}
 	for _, sv := range src.Versions {
 		v := &version{name: sv.Name, weight: max(sv.Weight, 0)}
+		// Only a version that takes no traffic of its own is a shadow:
+		// mirroring to a served version would count its requests twice.
+		if v.weight == 0 && sv.Shadow > 0 {
+			v.shadow = min(sv.Shadow, 100)
+			rt.shadows = append(rt.shadows, v)
+		}
 		for _, r := range sv.Replicas {
 			if r.Addr == "" {
 				continue
@@ -79,7 +124,39 @@ func newRoute(src proto.Route, prev *route) *route {
 		rt.byName[v.name] = v
 		rt.totalWeight += v.weight
 	}
+	if ex := src.Experiment; ex != nil && ex.Name != "" {
+		e := &experiment{name: ex.Name}
+		for _, a := range ex.Arms {
+			if a.Share <= 0 {
+				continue
+			}
+			e.arms = append(e.arms, arm{version: a.Version, share: a.Share, v: rt.byName[a.Version]})
+			e.total += a.Share
+		}
+		if e.total > 0 {
+			rt.experiment = e
+		}
+	}
 	return rt
+}
+
+// assign returns the version of the arm user falls in, by a stable hash of
+// the experiment's name and the user id: the same user gets the same arm on
+// every gateway and after every restart, and another experiment name
+// reshuffles the users. nil when the arm's version is not routed.
+func (e *experiment) assign(user string) *version {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(e.name))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(user))
+	n := int(h.Sum64() % uint64(e.total))
+	for _, a := range e.arms {
+		if n < a.share {
+			return a.v
+		}
+		n -= a.share
+	}
+	return nil // unreachable: n < total
 }
 
 // pick chooses a version for unpinned traffic by weight; nil when no version
@@ -109,16 +186,28 @@ func (v *version) pick(skip *upstream) *upstream {
 	if n > 1 {
 		start = rand.IntN(n)
 	}
-	var best *upstream
-	var bestLoad int64
+	var best, bestEjected *upstream
+	var bestLoad, bestEjectedLoad int64
+	now := time.Now().UnixNano()
 	for i := range n {
 		u := v.upstreams[(start+i)%n]
 		if u == skip {
 			continue
 		}
-		if l := u.inFlight.Load(); best == nil || l < bestLoad {
+		l := u.inFlight.Load()
+		if u.ejectedUntil.Load() > now {
+			// An ejected replica is only the last resort.
+			if bestEjected == nil || l < bestEjectedLoad {
+				bestEjected, bestEjectedLoad = u, l
+			}
+			continue
+		}
+		if best == nil || l < bestLoad {
 			best, bestLoad = u, l
 		}
+	}
+	if best == nil {
+		return bestEjected
 	}
 	return best
 }
@@ -150,12 +239,12 @@ func (v *version) acquire(skip *upstream, bound int64) (u *upstream, saturated b
 
 // withRoute returns a copy of t with name set to src (or removed when src is
 // nil).
-func (t *routeTable) with(name string, src *proto.Route) *routeTable {
+func (t *routeTable) with(name string, src *proto.Route, defaultTimeout time.Duration) *routeTable {
 	m := maps.Clone(t.byName)
 	if src == nil {
 		delete(m, name)
 	} else {
-		m[name] = newRoute(*src, t.byName[name])
+		m[name] = newRoute(*src, t.byName[name], defaultTimeout)
 	}
 	return &routeTable{byName: m}
 }

@@ -20,11 +20,15 @@ type bucket int
 const (
 	bucketRoutes bucket = iota
 	bucketKeys
+	bucketIdentity
 )
 
 func (b bucket) String() string {
-	if b == bucketKeys {
+	switch b {
+	case bucketKeys:
 		return proto.BucketKeys
+	case bucketIdentity:
+		return proto.BucketIdentity
 	}
 	return proto.BucketRoutes
 }
@@ -159,6 +163,32 @@ func (g *Gateway) decodeKey(e jetstream.KeyValueEntry) (*key, bool) {
 	return k, true
 }
 
+// decodeOIDC builds the token verifier of an entry; a malformed one keeps
+// prev.
+func (g *Gateway) decodeOIDC(e jetstream.KeyValueEntry, prev *tokenVerifier) *tokenVerifier {
+	var oe proto.OIDCEntry
+	err := json.Unmarshal(e.Value(), &oe)
+	var v *tokenVerifier
+	if err == nil {
+		v, err = newTokenVerifier(oe, g.cfg.Now)
+	}
+	if err != nil {
+		g.log.Error("gateway: oidc entry unusable; keeping the last one", slog.String("error", err.Error()))
+		return prev
+	}
+	return v
+}
+
+// decodeMember reads a user's memberships; ok is false for a malformed entry.
+func (g *Gateway) decodeMember(e jetstream.KeyValueEntry) (*proto.MemberEntry, bool) {
+	var m proto.MemberEntry
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		g.log.Error("gateway: member entry is not valid JSON; ignoring it", slog.String("key", e.Key()), slog.String("error", err.Error()))
+		return nil, false
+	}
+	return &m, true
+}
+
 // sync replaces a table with the full content of its bucket. The bucket is
 // the truth here, whatever generation the gateway held: an endpoint deleted
 // and created again starts its generations afresh.
@@ -180,7 +210,7 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 				}
 				continue
 			}
-			m[name] = newRoute(rt, old.byName[name])
+			m[name] = newRoute(rt, old.byName[name], g.cfg.Timeout)
 		}
 		g.routes.Store(&routeTable{byName: m})
 		g.routesSynced = true
@@ -202,6 +232,25 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 		}
 		g.keys.Store(&keyTable{byPrefix: m})
 		g.keysSynced = true
+	case bucketIdentity:
+		// Identity is not needed for readiness: API keys work without it.
+		id := &identityTable{members: map[string]*proto.MemberEntry{}}
+		old := g.identity.Load()
+		for k, e := range entries {
+			if deleted(e) {
+				continue
+			}
+			if k == proto.IdentityOIDCKey {
+				id.oidc = g.decodeOIDC(e, old.oidc)
+				continue
+			}
+			if m, ok := g.decodeMember(e); ok {
+				id.members[k] = m
+			} else if prev := old.members[k]; prev != nil {
+				id.members[k] = prev
+			}
+		}
+		g.identity.Store(id)
 	}
 	g.log.Info("gateway synced", slog.String("bucket", b.String()), slog.Int("entries", len(entries)))
 	if g.routesSynced && g.keysSynced {
@@ -223,7 +272,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 			if _, ok := t.byName[e.Key()]; !ok {
 				return
 			}
-			g.routes.Store(t.with(e.Key(), nil))
+			g.routes.Store(t.with(e.Key(), nil, g.cfg.Timeout))
 			break
 		}
 		rt, ok := g.decodeRoute(e)
@@ -235,7 +284,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 				slog.Int64("generation", rt.Generation), slog.Int64("held", prev.src.Generation))
 			return
 		}
-		g.routes.Store(t.with(e.Key(), &rt))
+		g.routes.Store(t.with(e.Key(), &rt, g.cfg.Timeout))
 	case bucketKeys:
 		t := g.keys.Load()
 		if deleted(e) {
@@ -250,6 +299,20 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 			return
 		}
 		g.keys.Store(t.with(e.Key(), k))
+	case bucketIdentity:
+		t := g.identity.Load()
+		switch {
+		case e.Key() == proto.IdentityOIDCKey && deleted(e):
+			g.identity.Store(t.withOIDC(nil))
+		case e.Key() == proto.IdentityOIDCKey:
+			g.identity.Store(t.withOIDC(g.decodeOIDC(e, t.oidc)))
+		case deleted(e):
+			g.identity.Store(t.withMember(e.Key(), nil))
+		default:
+			if m, ok := g.decodeMember(e); ok {
+				g.identity.Store(t.withMember(e.Key(), m))
+			}
+		}
 	}
 	g.changed()
 }

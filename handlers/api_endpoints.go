@@ -17,11 +17,15 @@ type EndpointSettings struct {
 	Tier            string  `json:"tier" enum:"critical,standard,batch" default:"standard"`
 	SamplingRate    float64 `json:"sampling_rate,omitempty" minimum:"0" maximum:"1" doc:"Share of requests whose prediction is sampled; 0 turns sampling off."`
 	RetentionDays   int32   `json:"retention_days,omitempty" minimum:"1" maximum:"3650" default:"30"`
+	RateLimitRPS    float64 `json:"rate_limit_rps,omitempty" minimum:"0" maximum:"1000000" doc:"Requests per second across callers, at each gateway; 0 uses the gateway's default."`
+	RateLimitBurst  int32   `json:"rate_limit_burst,omitempty" minimum:"0" maximum:"1000000" doc:"Burst of the rate limit; 0 is the rate rounded up."`
+	TimeoutMS       int32   `json:"timeout_ms,omitempty" minimum:"0" maximum:"3600000" doc:"Bound on one request upstream, in milliseconds; 0 uses the gateway's default."`
 }
 
 func (e EndpointSettings) settings() endpoint.Settings {
 	return endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas,
-		Tier: e.Tier, SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays}
+		Tier: e.Tier, SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays,
+		RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS}
 }
 
 type endpointCreateInput struct {
@@ -46,8 +50,13 @@ type endpointUpdateInput struct {
 type trafficInput struct {
 	Endpoint string `path:"endpoint"`
 	Body     struct {
-		Weights []endpoint.Weight `json:"weights" doc:"Version weights in percent; they must sum to 100."`
+		Weights []endpoint.Weight `json:"weights" doc:"Version weights in percent; they must sum to 100. A version of weight 0 may set shadow_percent (0-100): that share of the endpoint's requests is mirrored to it, its answers never reach the caller."`
 	}
+}
+
+type experimentInput struct {
+	Endpoint string `path:"endpoint"`
+	Body     endpoint.Experiment
 }
 
 func (s *Server) registerEndpoints(api huma.API) {
@@ -103,5 +112,20 @@ func (s *Server) registerEndpoints(api huma.API) {
 				return nil, s.apiError(ctx, err)
 			}
 			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+	huma.Register(api, s.op("endpoint-experiment-set", http.MethodPut, "/endpoints/{endpoint}/experiment", "Start or replace the A/B experiment", "endpoints"),
+		func(ctx context.Context, in *experimentInput) (*One[endpoint.Endpoint], error) {
+			e, err := s.Endpoints.SetExperiment(ctx, principal(ctx), in.Endpoint, in.Body)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[endpoint.Endpoint]{Body: e}, nil
+		})
+	huma.Register(api, s.op("endpoint-experiment-end", http.MethodDelete, "/endpoints/{endpoint}/experiment", "End the A/B experiment", "endpoints"),
+		func(ctx context.Context, in *endpointPath) (*struct{}, error) {
+			if err := s.Endpoints.EndExperiment(ctx, principal(ctx), in.Endpoint); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return nil, nil
 		})
 }

@@ -63,6 +63,14 @@ func TestAPIInput(t *testing.T) {
 			{"traffic empty", "PUT", "/endpoints/risk-endpoint/traffic", jsonPayload(map[string]any{"weights": []any{}}), 400, "body.weights"},
 			{"traffic unknown version", "PUT", "/endpoints/risk-endpoint/traffic", jsonPayload(map[string]any{"weights": []any{
 				map[string]any{"version": "v1", "weight": 50}, map[string]any{"version": "v7", "weight": 50}}}), 400, "body.weights[1].version"},
+			{"shadow on a served version", "PUT", "/endpoints/risk-endpoint/traffic", jsonPayload(map[string]any{"weights": []any{
+				map[string]any{"version": "v1", "weight": 100, "shadow_percent": 10}}}), 400, "body.weights[0].shadow_percent"},
+			{"shadow over 100", "PUT", "/endpoints/risk-endpoint/traffic", jsonPayload(map[string]any{"weights": []any{
+				map[string]any{"version": "v1", "weight": 100}, map[string]any{"version": "v2", "weight": 0, "shadow_percent": 101}}}), 400, "body.weights[1].shadow_percent"},
+			{"experiment shares not summing to 100", "PUT", "/endpoints/risk-endpoint/experiment", jsonPayload(map[string]any{"name": "ab", "arms": []any{
+				map[string]any{"version": "v1", "share": 50}, map[string]any{"version": "v2", "share": 40}}}), 400, "body.arms"},
+			{"negative endpoint timeout", "PUT", "/endpoints/risk-endpoint", jsonPayload(map[string]any{"instance_profile": "mig-1g.10gb",
+				"min_replicas": 1, "max_replicas": 2, "tier": "standard", "timeout_ms": -5}), 400, "body.timeout_ms"},
 			{"body over the limit", "POST", "/models", jsonPayload(map[string]any{"team": "risk", "name": "big-model", "task": "llm", "description": big}), 413, ""},
 			{"body over the limit put", "PUT", "/endpoints/risk-endpoint/traffic", raw(`{"weights": [], "pad": "` + big + `"}`), 413, ""},
 			{"body over the limit upload route json", "POST", "/models/risk-model/versions", raw(`{"metadata": {"name": "v7", "description": "` + big + `"}}`), 413, ""},

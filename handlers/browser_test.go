@@ -335,7 +335,7 @@ func TestBrowserPortal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(ep.Traffic); got != "[{v1 50} {v2 50}]" {
+	if got := fmt.Sprint(ep.Traffic); got != "[{v1 50 0} {v2 50 0}]" {
 		t.Errorf("stored traffic = %s, want v1 50, v2 50", got)
 	}
 

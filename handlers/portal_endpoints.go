@@ -146,11 +146,20 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	props := web.EndpointProps{Layout: s.layout(w, r, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
 		SamplingRate: strconv.FormatFloat(e.SamplingRate, 'f', -1, 64), RetentionDays: e.RetentionDays, CanWrite: p.CanWrite(e.TeamID)}
 	for _, t := range e.Traffic {
-		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight})
+		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight, Shadow: t.ShadowPercent})
+	}
+	if x := e.Experiment; x != nil {
+		arms := make([]string, len(x.Arms))
+		for i, a := range x.Arms {
+			arms[i] = fmt.Sprintf("%s %d%%", a.Version, a.Share)
+		}
+		props.Experiment = x.Name + ": " + strings.Join(arms, ", ")
 	}
 	props.Profiles, props.Tiers = endpoint.InstanceProfiles, endpoint.Tiers
 	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
-		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays))}
+		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays)),
+		RateLimitRPS: strconv.FormatFloat(e.RateLimitRPS, 'f', -1, 64), RateLimitBurst: strconv.Itoa(int(e.RateLimitBurst)),
+		TimeoutMS: strconv.Itoa(int(e.TimeoutMS))}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
 	props.Stats = s.statsProps(r.Context(), e.Name)
@@ -192,8 +201,10 @@ func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, web.EndpointPage(props))
 }
 
-// portalTrafficSet sets the split from "w_<version>" fields. htmx gets the
-// traffic fragment back; a plain form post gets the whole page.
+// portalTrafficSet sets the split from "w_<version>" fields and the shadow
+// percentages from "s_<version>" (a version of weight 0 is kept only when it
+// is a shadow). htmx gets the traffic fragment back; a plain form post gets
+// the whole page.
 func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "endpoint")
 	if err := r.ParseForm(); err != nil {
@@ -212,8 +223,15 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 			errs["weights"] = "weight of " + v + " must be a whole number"
 			continue
 		}
-		if n > 0 {
-			weights = append(weights, endpoint.Weight{Version: v, Weight: int32(n)})
+		shadow := 0.0
+		if sv := strings.TrimSpace(r.PostForm.Get("s_" + v)); sv != "" {
+			if shadow, err = strconv.ParseFloat(sv, 64); err != nil {
+				errs["shadow"] = "shadow percent of " + v + " must be a number between 0 and 100"
+				continue
+			}
+		}
+		if n > 0 || shadow != 0 {
+			weights = append(weights, endpoint.Weight{Version: v, Weight: int32(n), ShadowPercent: shadow})
 		}
 	}
 	status := http.StatusOK
@@ -242,7 +260,8 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 		props.Traffic = props.Traffic[:0]
 		for _, v := range props.Versions {
 			if n, err := strconv.ParseInt(strings.TrimSpace(r.PostForm.Get("w_"+v)), 10, 32); err == nil {
-				props.Traffic = append(props.Traffic, web.TrafficRow{Version: v, Weight: int32(n)})
+				shadow, _ := strconv.ParseFloat(strings.TrimSpace(r.PostForm.Get("s_"+v)), 64)
+				props.Traffic = append(props.Traffic, web.TrafficRow{Version: v, Weight: int32(n), Shadow: shadow})
 			}
 		}
 	}
@@ -287,7 +306,8 @@ func canCreate(p *auth.Principal) bool {
 func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endpoint.Settings) {
 	f := web.EndpointForm{Profile: r.PostFormValue("instance_profile"), Tier: r.PostFormValue("tier"),
 		MinReplicas: r.PostFormValue("min_replicas"), MaxReplicas: r.PostFormValue("max_replicas"),
-		SamplingRate: r.PostFormValue("sampling_rate"), RetentionDays: r.PostFormValue("retention_days")}
+		SamplingRate: r.PostFormValue("sampling_rate"), RetentionDays: r.PostFormValue("retention_days"),
+		RateLimitRPS: r.PostFormValue("rate_limit_rps"), RateLimitBurst: r.PostFormValue("rate_limit_burst"), TimeoutMS: r.PostFormValue("timeout_ms")}
 	set := endpoint.Settings{InstanceProfile: f.Profile, Tier: f.Tier, MinReplicas: intField(errs, r, "min_replicas"),
 		MaxReplicas: intField(errs, r, "max_replicas"), RetentionDays: intField(errs, r, "retention_days")}
 	rate, err := strconv.ParseFloat(strings.TrimSpace(f.SamplingRate), 64)
@@ -295,6 +315,18 @@ func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endp
 		errs["sampling_rate"] = "must be a number between 0 and 1"
 	}
 	set.SamplingRate = rate
+	// The gateway settings may be left blank: 0, the gateway's default.
+	if v := strings.TrimSpace(f.RateLimitRPS); v != "" {
+		if set.RateLimitRPS, err = strconv.ParseFloat(v, 64); err != nil {
+			errs["rate_limit_rps"] = "must be a number of requests per second"
+		}
+	}
+	if strings.TrimSpace(f.RateLimitBurst) != "" {
+		set.RateLimitBurst = intField(errs, r, "rate_limit_burst")
+	}
+	if strings.TrimSpace(f.TimeoutMS) != "" {
+		set.TimeoutMS = intField(errs, r, "timeout_ms")
+	}
 	return f, set
 }
 

@@ -489,14 +489,15 @@ func TestPortalViewer(t *testing.T) {
 	v := portalSignIn(t, e, "risk-viewer@example.com")
 
 	doc := v.page("/endpoints/risk-endpoint")
-	for _, sel := range []string{"#set-traffic", `#traffic input[name^="w_"]`, "#delete-form", `form[action$="/delete"]`} {
+	for _, sel := range []string{"#set-traffic", `#traffic input[name^="w_"]`, `#traffic input[name^="s_"]`, "#delete-form", `form[action$="/delete"]`} {
 		if doc.Find(sel).Length() > 0 {
 			t.Errorf("viewer sees %s on the endpoint page", sel)
 		}
 	}
 	var cells []string
 	doc.Find("#traffic tbody td").Each(func(_ int, s *goquery.Selection) { cells = append(cells, portalText(s)) })
-	if got := strings.Join(cells, " "); got != "v1 100 v2 0" {
+	// Version, weight and shadow percentage (blank: none) per row.
+	if got := strings.Join(cells, " "); got != "v1 100  v2 0 " {
 		t.Errorf("viewer's traffic table = %q, want the weights as text", got)
 	}
 	if doc = v.page("/models/risk-model"); doc.Find("#new-version").Length() > 0 {
@@ -734,7 +735,7 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(ep.Traffic); got != "[{v1 100}]" {
+	if got := fmt.Sprint(ep.Traffic); got != "[{v1 100 0}]" {
 		t.Errorf("stored traffic = %s, want v1 100", got)
 	}
 

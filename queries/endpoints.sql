@@ -1,21 +1,29 @@
 -- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
-    sampling_rate, retention_days)
+    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms)
 VALUES (@team_id, @name, @model_id, @runtime, @instance_profile, @min_replicas, @max_replicas, @tier,
-    @sampling_rate, @retention_days)
+    @sampling_rate, @retention_days, @rate_limit_rps, @rate_limit_burst, @timeout_ms)
 RETURNING *;
 
 -- name: EndpointGet :one
 SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task,
-       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
-                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
+       coalesce((SELECT json_build_object('name', x.name, 'arms',
+                        (SELECT json_agg(json_build_object('version', v.name, 'share', a.share) ORDER BY v.name)
+                         FROM experiment_arms a JOIN model_versions v ON v.id = a.version_id WHERE a.endpoint_id = x.endpoint_id))
+                 FROM experiments x WHERE x.endpoint_id = e.id), 'null')::text AS experiment
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE e.name = @name AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]));
 
 -- name: EndpointList :many
 SELECT e.*, t.name AS team_name, m.name AS model_name, m.task AS model_task,
-       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight) ORDER BY v.name)
-                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic
+       coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
+                 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
+       coalesce((SELECT json_build_object('name', x.name, 'arms',
+                        (SELECT json_agg(json_build_object('version', v.name, 'share', a.share) ORDER BY v.name)
+                         FROM experiment_arms a JOIN model_versions v ON v.id = a.version_id WHERE a.endpoint_id = x.endpoint_id))
+                 FROM experiments x WHERE x.endpoint_id = e.id), 'null')::text AS experiment
 FROM endpoints e JOIN teams t ON t.id = e.team_id JOIN models m ON m.id = e.model_id
 WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[])) AND e.id > @after_id
 ORDER BY e.id LIMIT @lim;
@@ -23,7 +31,8 @@ ORDER BY e.id LIMIT @lim;
 -- name: EndpointUpdate :one
 UPDATE endpoints SET instance_profile = @instance_profile, min_replicas = @min_replicas,
     max_replicas = @max_replicas, tier = @tier, sampling_rate = @sampling_rate,
-    retention_days = @retention_days, updated_at = now()
+    retention_days = @retention_days, rate_limit_rps = @rate_limit_rps, rate_limit_burst = @rate_limit_burst,
+    timeout_ms = @timeout_ms, updated_at = now()
 WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
 RETURNING *;
 

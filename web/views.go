@@ -47,6 +47,9 @@ type EndpointsProps struct {
 // EndpointForm is the create-endpoint form's values, as typed.
 type EndpointForm struct {
 	Name, Model, Version, Runtime, Profile, Tier, MinReplicas, MaxReplicas, SamplingRate, RetentionDays string
+	// RateLimitRPS, RateLimitBurst and TimeoutMS are the gateway settings;
+	// blank means 0, the gateway's default.
+	RateLimitRPS, RateLimitBurst, TimeoutMS string
 }
 
 // EndpointNewProps fills the create-endpoint page.
@@ -64,16 +67,21 @@ type EndpointNewProps struct {
 type TrafficRow struct {
 	Version string
 	Weight  int32
+	// Shadow is the percentage of requests mirrored to a weight-0 version.
+	Shadow float64
 }
 
 // EndpointProps fills the endpoint page.
 type EndpointProps struct {
 	Layout
-	Row            EndpointRow
-	SamplingRate   string
-	RetentionDays  int32
-	Runtime        string
-	Traffic        []TrafficRow
+	Row           EndpointRow
+	SamplingRate  string
+	RetentionDays int32
+	Runtime       string
+	Traffic       []TrafficRow
+	// Experiment describes the active A/B experiment ("" when none), as
+	// "name: v1 50%, v2 50%"; it is set through the API.
+	Experiment     string
 	Versions       []string // all versions of the model, for the traffic form
 	CanWrite       bool
 	TrafficErrors  FieldErrors

@@ -5,6 +5,8 @@
 package proto
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -20,6 +22,10 @@ const (
 	// BucketKeys holds, per API key prefix, the key's digest, so that
 	// gateways authenticate requests without a database.
 	BucketKeys = "mp_keys"
+	// BucketIdentity holds what gateways need to accept OIDC bearer tokens
+	// without a database: the issuer, audience and signing keys (key
+	// IdentityOIDCKey) and each user's memberships (key IdentityUserKey).
+	BucketIdentity = "mp_identity"
 )
 
 // Streams and their subject prefixes.
@@ -49,6 +55,7 @@ var Buckets = []Bucket{
 	{Name: BucketDesired, History: 1},
 	{Name: BucketRoutes, History: 1},
 	{Name: BucketKeys, History: 1},
+	{Name: BucketIdentity, History: 1},
 }
 
 // Streams are the streams the control plane creates at start. MaxAge bounds
@@ -264,6 +271,35 @@ type Route struct {
 	// SamplingRate is the share of predictions sampled to MP_PREDICTIONS,
 	// 0 (off, the default) to 1.
 	SamplingRate float64 `json:"sampling_rate"`
+	// Experiment, when set, assigns each caller that sends X-User-Id to one
+	// of its arms by a stable hash of the experiment's name and the user id;
+	// callers without it get the weighted split.
+	Experiment *RouteExperiment `json:"experiment,omitempty"`
+	// RateLimitRPS and RateLimitBurst bound the endpoint's requests, across
+	// callers, at each gateway; 0 uses the gateway's configured default.
+	RateLimitRPS   float64 `json:"rate_limit_rps,omitempty"`
+	RateLimitBurst int     `json:"rate_limit_burst,omitempty"`
+	// TimeoutMS bounds one request upstream, in milliseconds; 0 uses the
+	// gateway's configured default.
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// ScaledToZero is set when the endpoint wants no replica (min_replicas
+	// 0): a request finding no ready replica is answered 202 with
+	// Retry-After instead of 503.
+	ScaledToZero bool `json:"scaled_to_zero,omitempty"`
+}
+
+// RouteExperiment is an endpoint's active A/B experiment.
+type RouteExperiment struct {
+	// Name seeds the assignment: another name reshuffles the users.
+	Name string     `json:"name"`
+	Arms []RouteArm `json:"arms"`
+}
+
+// RouteArm is one arm of an experiment: a version and its share of the
+// users, in percent (the arms' shares sum to 100).
+type RouteArm struct {
+	Version string `json:"version"`
+	Share   int    `json:"share"`
 }
 
 // RouteVersion is one version of an endpoint in the routing table.
@@ -298,6 +334,39 @@ type KeyEntry struct {
 	// an org-wide key.
 	Role      string     `json:"role"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// IdentityOIDCKey is the key of the OIDCEntry in BucketIdentity.
+const IdentityOIDCKey = "oidc"
+
+// IdentityUserKey is the key of a user's MemberEntry in BucketIdentity:
+// "u_" and the hex SHA-256 of the token's issuer, a zero byte and its
+// subject, so that the bucket names no user.
+func IdentityUserKey(issuer, subject string) string {
+	sum := sha256.Sum256([]byte(issuer + "\x00" + subject))
+	return "u_" + hex.EncodeToString(sum[:])
+}
+
+// OIDCEntry is what a gateway verifies an OIDC bearer token with: the
+// signature against JWKS, then iss, aud and exp.
+type OIDCEntry struct {
+	Issuer   string `json:"issuer"`
+	Audience string `json:"audience"`
+	// JWKS is the issuer's JSON Web Key Set, as the issuer serves it.
+	JWKS json.RawMessage `json:"jwks"`
+}
+
+// MemberEntry is a user's authorisation, for tokens: its team memberships
+// and org-wide role. A user with neither has no entry.
+type MemberEntry struct {
+	Teams        []MemberTeam `json:"teams,omitempty"`
+	PlatformRole string       `json:"platform_role,omitempty"`
+}
+
+// MemberTeam is one team membership.
+type MemberTeam struct {
+	Team string `json:"team"`
+	Role string `json:"role"`
 }
 
 // ReqStatsSubject is where a gateway publishes its statistics of one

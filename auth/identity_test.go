@@ -1,0 +1,128 @@
+package auth
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/agent/proto"
+	"modelplane/db"
+	"modelplane/internal/pgtest"
+)
+
+// identityRows returns the identity outbox rows after id, by key.
+func identityRows(t *testing.T, pool *pgxpool.Pool, after int64) (map[string]string, int64) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), "SELECT id, subject, payload FROM outbox WHERE id > $1 AND subject LIKE '$KV.mp_identity.%' ORDER BY id", after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	last := after
+	for rows.Next() {
+		var id int64
+		var subject string
+		var payload []byte
+		if err := rows.Scan(&id, &subject, &payload); err != nil {
+			t.Fatal(err)
+		}
+		_, key, _ := proto.KVKey(subject)
+		out[key] = string(payload)
+		last = id
+	}
+	return out, last
+}
+
+// TestIdentityPublisher: the first Publish writes the issuer's keys and
+// every member's entry; an unchanged state writes nothing; a changed
+// membership rewrites that user's entry; a user left with no membership,
+// and a stale key found in the bucket, are deleted.
+func TestIdentityPublisher(t *testing.T) {
+	t.Parallel()
+	idp, pool := startIdP(t), pgtest.New(t)
+	rp := newRP(t, idp, pool, time.Now)
+	ctx := t.Context()
+	q := db.New(pool)
+	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss := idp.Issuer()
+	users := map[string]int64{}
+	for _, sub := range []string{"alice", "bob", "carol"} {
+		if err := q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: iss, Subject: sub, Email: sub + "@example.com"}); err != nil {
+			t.Fatal(err)
+		}
+		u, err := q.UserGetByIdentity(ctx, db.UserGetByIdentityParams{Issuer: iss, Subject: sub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		users[sub] = u.ID
+	}
+	for sub, role := range map[string]string{"alice": "engineer", "bob": "viewer"} {
+		if _, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: team.ID, UserID: users[sub], Role: role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := rp.IdentityPublisher(pool)
+	stale := proto.IdentityUserKey(iss, "gone")
+	pub.Forget([]string{stale})
+	n, err := pub.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, last := identityRows(t, pool, 0)
+	if n != 4 || len(got) != 4 {
+		t.Fatalf("first publish wrote %d: %v; want the keys, alice, bob and the stale key's deletion", n, got)
+	}
+	var oe proto.OIDCEntry
+	if err := json.Unmarshal([]byte(got[proto.IdentityOIDCKey]), &oe); err != nil {
+		t.Fatal(err)
+	}
+	var set struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal(oe.JWKS, &set); err != nil || oe.Issuer != iss || oe.Audience != idp.ClientID() || len(set.Keys) == 0 {
+		t.Errorf("oidc entry = %+v (%v), want issuer %s, audience %s and the signing keys", oe, err, iss, idp.ClientID())
+	}
+	if a := member(t, got[proto.IdentityUserKey(iss, "alice")]); len(a.Teams) != 1 || a.Teams[0] != (proto.MemberTeam{Team: "risk", Role: "engineer"}) {
+		t.Errorf("alice = %+v, want engineer of risk", a)
+	}
+	if got[stale] != "null" {
+		t.Errorf("stale key = %q, want null (deleted)", got[stale])
+	}
+	if _, ok := got[proto.IdentityUserKey(iss, "carol")]; ok {
+		t.Errorf("carol, in no team, was published")
+	}
+
+	if n, err := pub.Publish(ctx); err != nil || n != 0 {
+		t.Errorf("unchanged publish wrote %d (%v), want 0", n, err)
+	}
+
+	if _, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: team.ID, UserID: users["bob"], Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.TeamMemberDelete(ctx, db.TeamMemberDeleteParams{TeamID: team.ID, UserID: users["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = identityRows(t, pool, last)
+	bob := got[proto.IdentityUserKey(iss, "bob")]
+	if b := member(t, bob); len(got) != 2 || got[proto.IdentityUserKey(iss, "alice")] != "null" || len(b.Teams) != 1 || b.Teams[0].Role != "admin" {
+		t.Errorf("after the changes wrote %v, want alice deleted and bob an admin", got)
+	}
+}
+
+func member(t *testing.T, payload string) proto.MemberEntry {
+	t.Helper()
+	var m proto.MemberEntry
+	if err := json.Unmarshal([]byte(payload), &m); err != nil {
+		t.Fatalf("member entry %q: %v", payload, err)
+	}
+	return m
+}

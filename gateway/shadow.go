@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// DefaultShadowWorkers bounds the mirrored requests in flight at once.
+const DefaultShadowWorkers = 16
+
+// ShadowHeader marks a mirrored request to the replica: nobody reads its
+// answer, so a replica may skip work that only matters to a caller. A
+// streamed shadow is still read to its end, so that its timings are real.
+const ShadowHeader = "X-Modelplane-Shadow"
+
+// mirrored is what a shadow call needs from the request that caused it; it
+// holds copies, never the caller's request or writer.
+type mirrored struct {
+	k        kind
+	id       string
+	endpoint string
+	team     string
+	accept   string
+	body     []byte
+	stream   bool
+	features []string
+	sampling float64
+	timeout  time.Duration
+}
+
+// mirror sends the request to each shadow version of rt it is drawn for,
+// asynchronously. served is the version answering the caller (never
+// mirrored to itself). It never blocks: when every shadow worker is busy
+// the copy is dropped and counted.
+func (g *Gateway) mirror(k kind, c *call, rt *route, served *version, body []byte, stream bool, accept string) {
+	for _, s := range rt.shadows {
+		if s == served || !(rand.Float64()*100 < s.shadow) {
+			continue
+		}
+		select {
+		case g.shadowSlots <- struct{}{}:
+		default:
+			g.shadowDropped.Add(1)
+			continue
+		}
+		m := &mirrored{k: k, id: c.id, endpoint: c.endpoint, team: rt.src.Team, accept: accept, body: body, stream: stream,
+			features: rt.src.FeatureNames, sampling: rt.src.SamplingRate, timeout: rt.timeout}
+		g.shadowWG.Add(1)
+		go func() {
+			defer func() { <-g.shadowSlots; g.shadowWG.Done() }()
+			g.shadow(m, s)
+		}()
+	}
+}
+
+// shadow makes one mirrored call to a replica of s and records it in the
+// request statistics of s, like a served request, so that the rollout judge
+// can compare the shadow's latency and errors with the incumbent's. Its
+// answer is read to the end and dropped (or sampled, tagged with its
+// version).
+func (g *Gateway) shadow(m *mirrored, s *version) {
+	u, _ := s.acquire(nil, g.cfg.MaxOutstandingPerReplica)
+	if u == nil {
+		g.shadowDropped.Add(1)
+		return
+	}
+	defer u.inFlight.Add(-1)
+	g.shadowSent.Add(1)
+	ctx, cancel := context.WithTimeout(g.bg, m.timeout)
+	defer cancel()
+	start := time.Now()
+	o := observation{endpoint: m.endpoint, team: m.team, version: s.name}
+	var answer []byte
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+m.k.upstreamPath(), bytes.NewReader(m.body))
+	var resp *http.Response
+	if err == nil {
+		req.Header.Set("Content-Type", "application/json")
+		if m.accept != "" {
+			req.Header.Set("Accept", m.accept)
+		}
+		req.Header.Set("X-Request-Id", m.id)
+		req.Header.Set(ShadowHeader, "1")
+		resp, err = g.transport.RoundTrip(req)
+	}
+	if err == nil {
+		o.status = resp.StatusCode
+		if m.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			o.streamed = true
+			err = consumeStream(resp.Body, start, &o)
+		} else {
+			answer, err = readAnswer(resp.Body, o.status == http.StatusOK && g.samples.draw(m.sampling))
+		}
+		resp.Body.Close()
+		if err != nil && o.status < 500 {
+			// The answer broke off: for the statistics that is the
+			// replica's failure, as it would be for a caller.
+			o.status = http.StatusBadGateway
+		}
+	}
+	o.duration = time.Since(start)
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		o.status = http.StatusGatewayTimeout
+	case err != nil && g.bg.Err() != nil:
+		return // the gateway is stopping; this is no measurement
+	case resp == nil && dialFailed(err):
+		o.status = http.StatusServiceUnavailable
+	case resp == nil:
+		o.status = http.StatusBadGateway
+	}
+	g.outcome(s, u, o.status >= 500 && o.status != http.StatusGatewayTimeout)
+	g.stats.record(&o)
+	if answer != nil || (o.streamed && o.status == http.StatusOK && g.samples.draw(m.sampling)) {
+		g.samples.offer(&pending{id: m.id, endpoint: m.endpoint, team: m.team, version: s.name, end: start.Add(o.duration),
+			latency: o.duration, llm: m.k == kindChat, features: m.features, body: m.body, answer: answer,
+			tokens: o.tokens, streamed: o.streamed})
+	}
+}
+
+// consumeStream reads a shadow's event stream to its end, noting the time
+// to the first event and the completion tokens.
+func consumeStream(body io.Reader, start time.Time, o *observation) error {
+	er := newEventReader(body)
+	final := false
+	for {
+		ev, err := er.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if o.ttft == 0 {
+			o.ttft = max(time.Since(start), 1)
+		}
+		if final {
+			continue
+		}
+		n, f := streamTokens(ev)
+		if f {
+			o.tokens, final = n, true
+		} else {
+			o.tokens += n
+		}
+	}
+}
+
+// readAnswer reads a plain answer to its end; it keeps the bytes when keep
+// is set and the answer is short enough to sample.
+func readAnswer(body io.Reader, keep bool) ([]byte, error) {
+	if !keep {
+		_, err := io.Copy(io.Discard, body)
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(body, maxSampledAnswer+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxSampledAnswer {
+		_, err = io.Copy(io.Discard, body)
+		return nil, err
+	}
+	return b, nil
+}

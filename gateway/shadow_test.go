@@ -1,0 +1,253 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/gateway"
+	"modelplane/sim/replica"
+)
+
+// shadowOf is a shadow version: weight 0, pct percent of requests mirrored.
+func shadowOf(name string, pct float64, addrs ...string) proto.RouteVersion {
+	v := ver(name, 0, addrs...)
+	v.Shadow = pct
+	return v
+}
+
+// readStats sums the MP_REQSTATS messages the gateway published, per
+// endpoint/version.
+func readStats(t *testing.T, e *env, g *gw) map[string]*proto.ReqStats {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*proto.ReqStats{}
+	for n := range int(g.Stats().Published) {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("message %d: %v", n, err)
+		}
+		var m proto.ReqStats
+		if err := json.Unmarshal(msg.Data(), &m); err != nil {
+			t.Fatal(err)
+		}
+		a := got[m.Endpoint+"/"+m.Version]
+		if a == nil {
+			a = &proto.ReqStats{Endpoint: m.Endpoint, Version: m.Version}
+			got[m.Endpoint+"/"+m.Version] = a
+		}
+		a.Count += m.Count
+		a.Errors.Upstream += m.Errors.Upstream
+		a.Errors.Timeout += m.Errors.Timeout
+		a.Errors.Client += m.Errors.Client
+		a.Streams += m.Streams
+		a.Tokens += m.Tokens
+	}
+	return got
+}
+
+const primaryAnswer = `{"predictions":[0.1],"model_version":"v1"}`
+
+// primaryServer answers every prediction at once.
+func primaryServer(t *testing.T) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(primaryAnswer))
+	}))
+	t.Cleanup(s.Close)
+	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// TestShadowFailuresInvisibleToCallers mirrors every request to a shadow
+// that fails (500s) or hangs: every caller still gets the primary's status,
+// body and headers at once, the failing shadow's errors are counted in its
+// own version's statistics, and a hanging one fills the bounded worker pool
+// so that further copies are dropped and counted, not queued.
+func TestShadowFailuresInvisibleToCallers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"500s", "hanging"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var calls, marked atomic.Int64
+			shadow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				if r.Header.Get(gateway.ShadowHeader) != "" {
+					marked.Add(1)
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				if mode == "hanging" {
+					<-r.Context().Done()
+					return
+				}
+				w.Header().Set("X-Shadow", "leaked")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = w.Write([]byte(`{"error":"shadow broke"}`))
+			}))
+			t.Cleanup(shadow.Close)
+			rt := route("fraud-scoring", "risk", "classification", 1,
+				ver("v1", 100, primaryServer(t)), shadowOf("v2", 100, strings.TrimPrefix(shadow.URL, "http://")))
+			rt.TimeoutMS = 3000
+			e.putRoute(t, rt)
+			key := e.newKey(t, "risk", "engineer", nil)
+			g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-" + mode, ShadowWorkers: 2, StatsInterval: 50 * time.Millisecond})
+			waitFor(t, "gateway ready", g.Ready)
+
+			const n = 40
+			for i := range n {
+				start := time.Now()
+				r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody)
+				// The primary answers at once; a shadow leaking into the
+				// caller's path would hold it for the 3 s timeout.
+				if d := time.Since(start); d > time.Second {
+					t.Errorf("request %d took %v, want the primary's latency", i, d)
+				}
+				if r.status != http.StatusOK || string(r.body) != primaryAnswer {
+					t.Fatalf("request %d: status %d body %s, want 200 %s", i, r.status, r.body, primaryAnswer)
+				}
+				if got := r.header.Get("X-Model-Version"); got != "v1" {
+					t.Errorf("X-Model-Version = %q, want v1", got)
+				}
+				if got := r.header.Get("X-Shadow"); got != "" {
+					t.Errorf("the shadow's header reached the caller: X-Shadow = %q", got)
+				}
+			}
+			if mode == "hanging" {
+				s := g.Shadows()
+				if s.Dropped == 0 || s.Mirrored > 2+uint64(s.InFlight) {
+					t.Errorf("shadow counters %+v, want copies dropped once the 2 workers hang", s)
+				}
+				return
+			}
+			waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
+			s := g.Shadows()
+			if s.Mirrored+s.Dropped != n || s.Mirrored == 0 {
+				t.Fatalf("shadow counters %+v, want %d copies mirrored or dropped", s, n)
+			}
+			if calls.Load() != int64(s.Mirrored) || marked.Load() != calls.Load() {
+				t.Errorf("shadow saw %d calls (%d marked), want %d, all marked %s", calls.Load(), marked.Load(), s.Mirrored, gateway.ShadowHeader)
+			}
+			want := n + s.Mirrored
+			waitFor(t, "statistics published", func() bool { return g.Stats().PublishedRequests >= want })
+			got := readStats(t, e, g)
+			v1, v2 := got["fraud-scoring/v1"], got["fraud-scoring/v2"]
+			if v1 == nil || v1.Count != n || v1.Errors.Upstream != 0 {
+				t.Errorf("v1 statistics %+v, want %d requests without errors", v1, n)
+			}
+			if v2 == nil || v2.Count != s.Mirrored || v2.Errors.Upstream != s.Mirrored {
+				t.Errorf("v2 statistics %+v, want its %d mirrored requests, all upstream errors", v2, s.Mirrored)
+			}
+		})
+	}
+}
+
+// countingTransport answers at once like instant and counts the calls per
+// replica address and those marked as shadow copies.
+type countingTransport struct {
+	shadowAddr     string
+	shadow, marked atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == c.shadowAddr {
+		c.shadow.Add(1)
+		if r.Header.Get(gateway.ShadowHeader) != "" {
+			c.marked.Add(1)
+		}
+	}
+	return instant{}.RoundTrip(r)
+}
+
+func TestShadowShareWithinBinomialBounds(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	for _, pct := range []float64{5, 30} {
+		t.Run(fmt.Sprintf("%g%%", pct), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.putRoute(t, route("fraud-scoring", "risk", "classification", 1,
+				ver("stable", 100, "10.0.0.1:1"), shadowOf("next", pct, "10.0.0.9:1")))
+			key := e.newKey(t, "risk", "engineer", nil)
+			tr := &countingTransport{shadowAddr: "10.0.0.9:1"}
+			// Enough workers that no copy is dropped: the share is the draw's.
+			g := startGateway(t, e.nc, gateway.Config{Transport: tr, ShadowWorkers: n})
+			waitFor(t, "gateway ready", g.Ready)
+			h := g.Handler()
+			for i := range n {
+				req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, predictPath("fraud-scoring"), strings.NewReader(predictBody))
+				req.Header.Set("Authorization", "Bearer "+key)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 || w.Header().Get("X-Model-Version") != "stable" {
+					t.Fatalf("request %d: status %d version %q, want 200 from stable", i, w.Code, w.Header().Get("X-Model-Version"))
+				}
+			}
+			waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
+			s := g.Shadows()
+			if s.Dropped != 0 || uint64(tr.shadow.Load()) != s.Mirrored || tr.marked.Load() != tr.shadow.Load() {
+				t.Fatalf("counters %+v, shadow calls %d (%d marked), want none dropped and every copy marked", s, tr.shadow.Load(), tr.marked.Load())
+			}
+			p := pct / 100
+			mean, sd := n*p, math.Sqrt(n*p*(1-p))
+			if d := math.Abs(float64(s.Mirrored) - mean); d > 5*sd {
+				t.Errorf("shadow at %g%% got %d of %d, want %.0f ± %.0f", pct, s.Mirrored, n, mean, 5*sd)
+			}
+		})
+	}
+}
+
+// TestShadowStreamConsumedNotRelayed mirrors a streamed completion: the
+// caller gets the primary's stream only, and the shadow's stream is read to
+// its end upstream and measured (streams, tokens) for its own version.
+func TestShadowStreamConsumedNotRelayed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putRoute(t, route("support-chat", "search", "llm", 1,
+		ver("v1", 100, startReplica(t, "v1", replica.TaskLLM)), shadowOf("v2", 100, startReplica(t, "v2", replica.TaskLLM))))
+	key := e.newKey(t, "search", "viewer", nil)
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-stream", StatsInterval: 50 * time.Millisecond})
+	waitFor(t, "gateway ready", g.Ready)
+	const streams = 3
+	for range streams {
+		r := call(t, g.url, chatPath("support-chat"), key, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`)
+		if r.status != http.StatusOK || r.header.Get("X-Model-Version") != "v1" || !strings.HasSuffix(strings.TrimSpace(string(r.body)), "[DONE]") {
+			t.Fatalf("status %d version %q body %q, want v1's whole stream", r.status, r.header.Get("X-Model-Version"), r.body)
+		}
+		if strings.Contains(string(r.body), `"v2"`) {
+			t.Errorf("the shadow's stream reached the caller: %s", r.body)
+		}
+	}
+	waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
+	if s := g.Shadows(); s.Mirrored != streams {
+		t.Fatalf("shadow counters %+v, want %d mirrored", s, streams)
+	}
+	waitFor(t, "statistics published", func() bool { return g.Stats().PublishedRequests >= 2*streams })
+	got := readStats(t, e, g)
+	for _, v := range []string{"v1", "v2"} {
+		if s := got["support-chat/"+v]; s == nil || s.Count != streams || s.Streams != streams || s.Tokens != streams*8 {
+			t.Errorf("%s statistics %+v, want %d streams of 8 tokens", v, s, streams)
+		}
+	}
+}
