@@ -38,6 +38,8 @@ type Report struct {
 	MeanOutputTokens float64         `json:"mean_output_tokens"`
 	Versions         []VersionReport `json:"versions"`
 	Tenants          []TenantReport  `json:"tenants,omitempty"`
+	// Rollout is what the scenario's rollout did; nil without one.
+	Rollout *RolloutReport `json:"rollout,omitempty"`
 }
 
 // VersionReport is one version's part of a Report.
