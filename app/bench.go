@@ -59,8 +59,8 @@ type BenchResult struct {
 	RouteP99Ms map[string]float64 `json:"route_p99_ms"`
 }
 
-// RunBench runs the named benchmark ("api" or "engine") and prints its
-// result.
+// RunBench runs the named benchmark (api, engine, placement, ingest,
+// gateway or rollback) and prints its result.
 func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
 	if len(args) == 1 && args[0] == "engine" {
 		return runBenchEngine(ctx, cfg, out)
@@ -74,8 +74,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 	if len(args) == 1 && args[0] == "gateway" {
 		return runBenchGateway(ctx, cfg, out)
 	}
+	if len(args) == 1 && args[0] == "rollback" {
+		return runBenchRollback(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench rollback [--json]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {
