@@ -326,6 +326,10 @@ func rollout(path string, n *yaml.Node) (*Rollout, error) {
 		"start":     toDuration(&r.Start),
 		"interval":  toDuration(&r.Interval),
 		"window":    toDuration(&r.Window),
+		"compare_naive": func(p string, n *yaml.Node) (err error) {
+			r.CompareNaive, err = boolean(p, n)
+			return err
+		},
 		"steps": func(p string, n *yaml.Node) error {
 			r.Steps = []RolloutStep{}
 			return eachItem(p, n, func(p string, n *yaml.Node) error {
@@ -543,6 +547,7 @@ func Marshal(s Scenario) ([]byte, error) {
 		Window    string      `yaml:"window"`
 		Steps     []stepOut   `yaml:"steps"`
 		Criteria  criteriaOut `yaml:"criteria"`
+		Naive     bool        `yaml:"compare_naive,omitempty"`
 	}
 	type fileOut struct {
 		Name            string       `yaml:"name,omitempty"`
@@ -600,7 +605,8 @@ func Marshal(s Scenario) ([]byte, error) {
 		c := r.Criteria
 		ro := &rolloutOut{Candidate: r.Candidate, Incumbent: r.Incumbent, Start: r.Start.String(),
 			Interval: r.Interval.String(), Window: r.Window.String(), Steps: []stepOut{},
-			Criteria: criteriaOut{c.MaxP99MS, c.MaxP99TPOTMS, c.MaxRegression, c.MaxErrorRateDelta, c.MinRequests}}
+			Criteria: criteriaOut{c.MaxP99MS, c.MaxP99TPOTMS, c.MaxRegression, c.MaxErrorRateDelta, c.MinRequests},
+			Naive:    r.CompareNaive}
 		for _, st := range r.Steps {
 			ro.Steps = append(ro.Steps, stepOut{st.Weight, st.Bake.String()})
 		}

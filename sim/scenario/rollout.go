@@ -37,6 +37,10 @@ type Rollout struct {
 	// Criteria are the judge's thresholds. The simulation measures no
 	// output drift, so Drift must be false.
 	Criteria judge.Criteria
+	// CompareNaive runs the scenario a second time with the candidate
+	// flipped to 100 percent and no judge, for the report's contrast
+	// (RolloutReport.Naive); it doubles the run's cost.
+	CompareNaive bool
 }
 
 // RolloutStep is one step of a rollout.
@@ -178,7 +182,8 @@ type RolloutReport struct {
 	Rollback *RollbackReport `json:"rollback,omitempty"`
 	// Timeline is every evaluation and every change of step.
 	Timeline []RolloutEvent `json:"timeline"`
-	// Naive is the contrast: the candidate flipped to 100 percent.
+	// Naive is the contrast: the candidate flipped to 100 percent; nil
+	// unless the rollout asks for it (compare_naive).
 	Naive *NaiveReport `json:"naive,omitempty"`
 }
 

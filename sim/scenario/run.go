@@ -57,7 +57,7 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	rep := f.report()
-	if sc.Rollout != nil {
+	if sc.Rollout != nil && sc.Rollout.CompareNaive {
 		// The contrast: the same arrivals with the candidate flipped to
 		// 100 percent and no judge.
 		naive, err := Run(ctx, naiveScenario(sc), Options{})
