@@ -37,7 +37,9 @@ const (
 	// rbBenchSwitches routing writes alternate rollback (candidate at
 	// weight 0) and restore (candidate back at rbBenchCanaryWeight); half
 	// of them are the rollbacks the p99 is taken over.
-	rbBenchSwitches     = 300
+	rbBenchSwitches = 300
+	// rbBenchIdleSwitches come first, with no load, for comparison.
+	rbBenchIdleSwitches = 100
 	rbBenchCanaryWeight = 10
 	// rbBenchSettle is the pause after every gateway has a switch, so
 	// that each switch starts from a settled fleet under load.
@@ -63,8 +65,14 @@ type RollbackBenchResult struct {
 	PropagationP50Ms float64 `json:"propagation_p50_ms"`
 	PropagationMaxMs float64 `json:"propagation_max_ms"`
 	// FirstGatewayP50Ms is the p50 of the time to the first gateway: the
-	// write path (PostgreSQL commit, relay, JetStream) without the fan-out.
+	// write path (PostgreSQL commit, relay, JetStream) without the fan-out;
+	// CommitP50Ms the p50 of the transaction alone.
 	FirstGatewayP50Ms float64 `json:"first_gateway_p50_ms"`
+	CommitP50Ms       float64 `json:"commit_p50_ms"`
+	// IdlePropagationP99Ms and IdlePropagationP50Ms are the same measure
+	// over rbBenchIdleSwitches/2 rollbacks written before the load starts.
+	IdlePropagationP99Ms float64 `json:"idle_propagation_p99_ms"`
+	IdlePropagationP50Ms float64 `json:"idle_propagation_p50_ms"`
 	// AllSwitchesP99Ms is the p99 over every write, restores included.
 	AllSwitchesP99Ms float64 `json:"all_switches_p99_ms"`
 	Gateways         int     `json:"gateways"`
@@ -309,6 +317,68 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		}
 	}
 
+	// switches writes count routing entries from generation gen0 on and
+	// times each from its decision to the first and to the last gateway.
+	type timings struct{ rollbacks, all, first, commit []time.Duration }
+	held := make([]bool, n)
+	switches := func(count int, gen0 int64) (timings, error) {
+		var tm timings
+		for s := range count {
+			gen := gen0 + int64(s)
+			w := rbBenchCanaryWeight
+			if isRollback(gen) {
+				w = 0
+			}
+			payload := rbRoute(gen, w, inc, cand)
+			clear(held)
+			left := n
+			var firstAt time.Duration
+			t0 := time.Now()
+			if err := write(payload); err != nil {
+				return tm, fmt.Errorf("generation %d: %w", gen, err)
+			}
+			tm.commit = append(tm.commit, time.Since(t0))
+			for left > 0 {
+				for i, g := range gws {
+					if held[i] {
+						continue
+					}
+					if got, _ := g.RouteGeneration(rbBenchEndpoint); got >= gen {
+						held[i] = true
+						left--
+						if firstAt == 0 {
+							firstAt = time.Since(t0)
+						}
+					}
+				}
+				if left == 0 {
+					break
+				}
+				if time.Since(t0) > 30*time.Second {
+					return tm, fmt.Errorf("generation %d: %d gateways never got it", gen, left)
+				}
+				time.Sleep(rbBenchPoll)
+			}
+			d := time.Since(t0)
+			tm.all = append(tm.all, d)
+			tm.first = append(tm.first, firstAt)
+			if isRollback(gen) {
+				tm.rollbacks = append(tm.rollbacks, d)
+			}
+			time.Sleep(rbBenchSettle)
+		}
+		return tm, nil
+	}
+
+	// Without load first, to show what the contention adds: generations 2
+	// to rbBenchIdleSwitches+1, ending on a restore.
+	idle, err := switches(rbBenchIdleSwitches, 2)
+	if err != nil {
+		return res, fmt.Errorf("idle switches: %w", err)
+	}
+	res.IdlePropagationP99Ms = gwPct(idle.rollbacks, 0.99)
+	res.IdlePropagationP50Ms = gwPct(idle.rollbacks, 0.50)
+
 	// The load: one client per gateway, one request at a time.
 	var requests, errs, candidate, violations atomic.Int64
 	lctx, stopLoad := context.WithCancel(ctx)
@@ -342,59 +412,15 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		}()
 	}
 	loadStart := time.Now()
-
-	var rollbacks, all, first []time.Duration
-	held := make([]bool, n)
-	for s := range rbBenchSwitches {
-		gen := int64(s + 2)
-		w := rbBenchCanaryWeight
-		if isRollback(gen) {
-			w = 0
-		}
-		payload := rbRoute(gen, w, inc, cand)
-		clear(held)
-		left := n
-		var firstAt time.Duration
-		t0 := time.Now()
-		if err := write(payload); err != nil {
-			stopLoad()
-			wg.Wait()
-			return res, fmt.Errorf("switch %d: %w", s, err)
-		}
-		for left > 0 {
-			for i, g := range gws {
-				if held[i] {
-					continue
-				}
-				if got, _ := g.RouteGeneration(rbBenchEndpoint); got >= gen {
-					held[i] = true
-					left--
-					if firstAt == 0 {
-						firstAt = time.Since(t0)
-					}
-				}
-			}
-			if left == 0 {
-				break
-			}
-			if time.Since(t0) > 30*time.Second {
-				stopLoad()
-				wg.Wait()
-				return res, fmt.Errorf("switch %d: %d gateways never got generation %d", s, left, gen)
-			}
-			time.Sleep(rbBenchPoll)
-		}
-		d := time.Since(t0)
-		all = append(all, d)
-		first = append(first, firstAt)
-		if isRollback(gen) {
-			rollbacks = append(rollbacks, d)
-		}
-		time.Sleep(rbBenchSettle)
-	}
+	tm, err := switches(rbBenchSwitches, int64(rbBenchIdleSwitches)+2)
 	stopLoad()
 	wg.Wait()
 	elapsed := time.Since(loadStart)
+	if err != nil {
+		return res, fmt.Errorf("switches under load: %w", err)
+	}
+	rollbacks, all, first := tm.rollbacks, tm.all, tm.first
+	res.CommitP50Ms = gwPct(tm.commit, 0.50)
 
 	res.Switches, res.Rollbacks = len(all), len(rollbacks)
 	res.PropagationP99Ms = gwPct(rollbacks, 0.99)
