@@ -32,6 +32,8 @@ type BenchConfig struct {
 	Duration time.Duration
 	Clients  int
 	Profile  string
+	// Gateways is how many gateways `bench rollback` runs.
+	Gateways int
 }
 
 // Flags registers the bench settings on fs.
@@ -40,6 +42,7 @@ func (c *BenchConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long to drive load")
 	fs.IntVar(&c.Clients, "clients", 50, "concurrent clients")
 	fs.StringVar(&c.Profile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
+	fs.IntVar(&c.Gateways, "gateways", rbBenchGateways, "gateways watching the routing table (bench rollback)")
 }
 
 // BenchResult is what a benchmark prints.
@@ -78,7 +81,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 		return runBenchRollback(ctx, cfg, out)
 	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench rollback [--json]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench rollback [--json] [--gateways 50]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {

@@ -102,7 +102,14 @@ type RollbackBenchResult struct {
 
 // runBenchRollback runs the benchmark and prints its result.
 func runBenchRollback(ctx context.Context, cfg BenchConfig, out io.Writer) error {
-	res, err := benchRollback(ctx, rbBenchGateways)
+	n := cfg.Gateways
+	if n == 0 {
+		n = rbBenchGateways
+	}
+	if n < 1 || n > 1000 {
+		return fmt.Errorf("bench rollback: --gateways %d: want 1 to 1000", n)
+	}
+	res, err := benchRollback(ctx, n)
 	if err != nil {
 		return err
 	}
