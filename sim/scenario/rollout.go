@@ -145,14 +145,18 @@ func (r *Rollout) validate(s Scenario) error {
 	return nil
 }
 
-// The states of a rollout in a run.
+// The states of a rollout in a run (RolloutReport.State).
 const (
-	RolloutPending     = "pending"
-	RolloutStepping    = "in_progress"
-	RolloutWaiting     = "waiting_for_approval"
-	RolloutRolledBack  = "rolled_back"
-	decisionStart      = "start"
-	decisionWaitApprov = "wait_for_approval"
+	RolloutPending    = "pending"
+	RolloutStepping   = "in_progress"
+	RolloutWaiting    = "waiting_for_approval"
+	RolloutRolledBack = "rolled_back"
+)
+
+// The rollout's own moves in the timeline, next to the judge's decisions.
+const (
+	decisionStart   = "start"
+	decisionWaiting = "wait_for_approval"
 )
 
 // RolloutReport is what the rollout did in a run. Times are seconds of
@@ -471,7 +475,7 @@ func (rr *rolloutRun) tick(f *fleet) bool {
 			ws := t.Seconds()
 			rr.waitingSince = &ws
 			rr.event(t, string(v.Decision), v.Reason, &cs, &is)
-			rr.event(t, decisionWaitApprov, fmt.Sprintf("the next step is %g percent: waiting for a person's approval", r.Steps[rr.step+1].Weight), nil, nil)
+			rr.event(t, decisionWaiting, fmt.Sprintf("the next step is %g percent: waiting for a person's approval", r.Steps[rr.step+1].Weight), nil, nil)
 			return false
 		}
 		rr.step++

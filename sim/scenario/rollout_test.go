@@ -66,32 +66,35 @@ func TestParseRolloutErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, add, want string
+		from, to        string // a replacement in minimalRollout
+		add2            bool   // otherVersion added to the versions
 	}{
-		{"unknown key", "  bake: 1m\n", "rollout.bake (line 16): unknown key"},
-		{"unknown candidate", "  start: 0s\n", ""}, // control: valid
-		{"candidate is incumbent", "", ""},         // replaced below
-		{"start past the end", "  start: 30s\n", "rollout.start: want whole seconds"},
-		{"start not whole", "  start: 1500ms\n", "rollout.start: want whole seconds"},
-		{"interval zero seconds", "  interval: 500ms\n", "rollout.interval: want whole seconds, 1s to 1h0m0s"},
-		{"window too long", "  window: 2h\n", "rollout.window: want whole seconds, 1s to 1h0m0s"},
-		{"one step", "  steps: [{weight: 100}]\n", "rollout.steps: want 2 to 32 steps"},
-		{"steps not increasing", "  steps: [{weight: 5}, {weight: 5}, {weight: 100}]\n", "rollout.steps[1].weight: want a percent above the step before's (5)"},
-		{"last step not 100", "  steps: [{weight: 5}, {weight: 50}]\n", "rollout.steps[1].weight: want 100"},
-		{"bake negative", "  steps: [{weight: 5, bake: -1m}, {weight: 100}]\n", "rollout.steps[0].bake: want 0s to"},
-		{"step key", "  steps: [{percent: 5}, {weight: 100}]\n", "rollout.steps[0].percent (line 16): unknown key"},
-		{"criteria regression", "  criteria: {max_regression: -0.1}\n", "rollout.criteria.max_regression: must be a fraction"},
-		{"criteria min requests", "  criteria: {min_requests: 0}\n", "rollout.criteria.min_requests (line 16): want a whole number of at least 1"},
-		{"criteria drift", "  criteria: {drift: true}\n", "rollout.criteria.drift (line 16): unknown key"},
+		{name: "unknown key", add: "  bake: 1m\n", want: "rollout.bake (line 16): unknown key"},
+		{name: "unknown candidate", from: "candidate: v2", to: "candidate: v9", want: "rollout.candidate: want the name of one of the versions"},
+		{name: "candidate is incumbent", from: "candidate: v2", to: "candidate: v1", want: "rollout.incumbent: want a version other than the candidate"},
+		{name: "pair without traffic", from: "gpus: 2\n", to: "gpus: 2\n    weight: 0\n", add2: true, want: "rollout.candidate: the candidate's and incumbent's weights are both 0"},
+		{name: "start past the end", add: "  start: 30s\n", want: "rollout.start: want whole seconds"},
+		{name: "start not whole", add: "  start: 1500ms\n", want: "rollout.start: want whole seconds"},
+		{name: "interval zero seconds", add: "  interval: 500ms\n", want: "rollout.interval: want whole seconds, 1s to 1h0m0s"},
+		{name: "window too long", add: "  window: 2h\n", want: "rollout.window: want whole seconds, 1s to 1h0m0s"},
+		{name: "one step", add: "  steps: [{weight: 100}]\n", want: "rollout.steps: want 2 to 32 steps"},
+		{name: "steps not increasing", add: "  steps: [{weight: 5}, {weight: 5}, {weight: 100}]\n", want: "rollout.steps[1].weight: want a percent above the step before's (5)"},
+		{name: "last step not 100", add: "  steps: [{weight: 5}, {weight: 50}]\n", want: "rollout.steps[1].weight: want 100"},
+		{name: "bake negative", add: "  steps: [{weight: 5, bake: -1m}, {weight: 100}]\n", want: "rollout.steps[0].bake: want 0s to"},
+		{name: "step key", add: "  steps: [{percent: 5}, {weight: 100}]\n", want: "rollout.steps[0].percent (line 16): unknown key"},
+		{name: "criteria regression", add: "  criteria: {max_regression: -0.1}\n", want: "rollout.criteria.max_regression: must be a fraction"},
+		{name: "criteria min requests", add: "  criteria: {min_requests: 0}\n", want: "rollout.criteria.min_requests (line 16): want a whole number of at least 1"},
+		{name: "criteria drift", add: "  criteria: {drift: true}\n", want: "rollout.criteria.drift (line 16): unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			doc := minimalRollout + tt.add
-			switch tt.name {
-			case "unknown candidate":
-				doc, tt.want = strings.Replace(doc, "candidate: v2", "candidate: v9", 1), "rollout.candidate: want the name of one of the versions"
-			case "candidate is incumbent":
-				doc, tt.want = strings.Replace(doc, "candidate: v2", "candidate: v1", 1), "rollout.incumbent: want a version other than the candidate"
+			if tt.from != "" {
+				doc = strings.Replace(doc, tt.from, tt.to, 1)
+			}
+			if tt.add2 {
+				doc = strings.Replace(doc, "rollout:\n", otherVersion+"rollout:\n", 1)
 			}
 			_, err := Parse([]byte(doc))
 			if err == nil {
@@ -114,6 +117,12 @@ func TestParseRolloutErrors(t *testing.T) {
 		}
 	})
 }
+
+// otherVersion is a third version with traffic of its own.
+const otherVersion = `  - name: v3
+    gpus: 1
+    profile: {decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}
+`
 
 // slowCanary is smallCanary under a rollout: v43 (TPOT p50 over 23 ms)
 // against an SLA of 30 ms p99 TPOT, from 10 percent, every 10 s over 30 s.
