@@ -32,6 +32,8 @@ type BenchConfig struct {
 	Duration time.Duration
 	Clients  int
 	Profile  string
+	// Gateways is how many gateways `bench rollback` runs.
+	Gateways int
 }
 
 // Flags registers the bench settings on fs.
@@ -40,6 +42,7 @@ func (c *BenchConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long to drive load")
 	fs.IntVar(&c.Clients, "clients", 50, "concurrent clients")
 	fs.StringVar(&c.Profile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
+	fs.IntVar(&c.Gateways, "gateways", rbBenchGateways, "gateways watching the routing table (bench rollback)")
 }
 
 // BenchResult is what a benchmark prints.
@@ -59,8 +62,8 @@ type BenchResult struct {
 	RouteP99Ms map[string]float64 `json:"route_p99_ms"`
 }
 
-// RunBench runs the named benchmark ("api" or "engine") and prints its
-// result.
+// RunBench runs the named benchmark (api, engine, placement, ingest,
+// gateway or rollback) and prints its result.
 func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
 	if len(args) == 1 && args[0] == "engine" {
 		return runBenchEngine(ctx, cfg, out)
@@ -74,8 +77,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 	if len(args) == 1 && args[0] == "gateway" {
 		return runBenchGateway(ctx, cfg, out)
 	}
+	if len(args) == 1 && args[0] == "rollback" {
+		return runBenchRollback(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench rollback [--json] [--gateways 50]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {

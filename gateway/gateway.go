@@ -323,6 +323,18 @@ func (g *Gateway) Shadows() ShadowCounters {
 // Samples returns the prediction sampler's counters.
 func (g *Gateway) Samples() SampleCounters { return g.samples.counters() }
 
+// RouteGeneration is the generation of the routing entry the gateway serves
+// endpoint from, and false while it holds none. The table is swapped
+// atomically, so every request that starts after this returns g is routed
+// by generation g or a later one: benchmarks time propagation with it.
+func (g *Gateway) RouteGeneration(endpoint string) (int64, bool) {
+	rt := g.routes.Load().byName[endpoint]
+	if rt == nil {
+		return 0, false
+	}
+	return rt.src.Generation, true
+}
+
 // Ready reports whether the gateway has a routing table to serve from: one
 // loaded from NATS or from its snapshot on disk.
 func (g *Gateway) Ready() bool { return g.ready.Load() }

@@ -18,6 +18,12 @@
 //     percentiles, tokens/s, batch and KV occupancy, KV waste against a
 //     contiguous max-length reservation, preemptions; simulated and wall
 //     seconds;
+//   - rollouts in virtual time (Rollout, RolloutReport): the judge
+//     (package judge) evaluates the candidate against the incumbent every
+//     interval from the requests that ended in its window, and its verdict
+//     moves the split (advance, hold, roll back), stopping before 100
+//     percent to wait for an approval no simulation gives; optionally the
+//     same arrivals with the candidate flipped to 100 percent, for contrast;
 //   - a static-batching engine (RunStatic) with the same step-time model, and
 //     the comparison of the two at equal median latency (CompareBatching),
 //     the baseline of `modelplane bench engine`.

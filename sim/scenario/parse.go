@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"modelplane/judge"
 	"modelplane/sim"
 )
 
@@ -129,6 +130,10 @@ func Parse(data []byte) (Scenario, error) {
 				}
 				return err
 			})
+		},
+		"rollout": func(p string, n *yaml.Node) (err error) {
+			s.Rollout, err = rollout(p, n)
+			return err
 		},
 	})
 	if err != nil {
@@ -309,6 +314,54 @@ func duration(path string, n *yaml.Node) (time.Duration, error) {
 	return d, nil
 }
 
+// rollout reads a rollout section. Criteria it does not name take the
+// judge's defaults (judge.DefaultCriteria with no SLA ceilings).
+func rollout(path string, n *yaml.Node) (*Rollout, error) {
+	r := &Rollout{Criteria: judge.DefaultCriteria("", 0, 0)}
+	var minRequests int
+	minSet := false
+	err := eachKey(path, n, fields{
+		"candidate": toString(&r.Candidate),
+		"incumbent": toString(&r.Incumbent),
+		"start":     toDuration(&r.Start),
+		"interval":  toDuration(&r.Interval),
+		"window":    toDuration(&r.Window),
+		"compare_naive": func(p string, n *yaml.Node) (err error) {
+			r.CompareNaive, err = boolean(p, n)
+			return err
+		},
+		"steps": func(p string, n *yaml.Node) error {
+			r.Steps = []RolloutStep{}
+			return eachItem(p, n, func(p string, n *yaml.Node) error {
+				var st RolloutStep
+				err := eachKey(p, n, fields{"weight": toNumber(&st.Weight), "bake": toDuration(&st.Bake)})
+				r.Steps = append(r.Steps, st)
+				return err
+			})
+		},
+		"criteria": func(p string, n *yaml.Node) error {
+			return eachKey(p, n, fields{
+				"max_p99_ms":           toNumber(&r.Criteria.MaxP99MS),
+				"max_p99_tpot_ms":      toNumber(&r.Criteria.MaxP99TPOTMS),
+				"max_regression":       toNumber(&r.Criteria.MaxRegression),
+				"max_error_rate_delta": toNumber(&r.Criteria.MaxErrorRateDelta),
+				"min_requests": func(p string, n *yaml.Node) (err error) {
+					minSet = true
+					minRequests, err = integer(p, n)
+					if err == nil && minRequests < 1 {
+						err = wrong(p, n, "want a whole number of at least 1")
+					}
+					return err
+				},
+			})
+		},
+	})
+	if minSet {
+		r.Criteria.MinRequests = uint64(minRequests)
+	}
+	return r, err
+}
+
 // length reads a length distribution: a number (every draw is that many
 // tokens) or a mapping of mean, sd and max (log-normal; see
 // sim.LengthDist).
@@ -475,6 +528,27 @@ func Marshal(s Scenario) ([]byte, error) {
 		Profile *yaml.Node `yaml:"profile"`
 		Claims  *claimsOut `yaml:"claims,omitempty"`
 	}
+	type stepOut struct {
+		Weight float64 `yaml:"weight"`
+		Bake   string  `yaml:"bake"`
+	}
+	type criteriaOut struct {
+		MaxP99MS          float64 `yaml:"max_p99_ms"`
+		MaxP99TPOTMS      float64 `yaml:"max_p99_tpot_ms"`
+		MaxRegression     float64 `yaml:"max_regression"`
+		MaxErrorRateDelta float64 `yaml:"max_error_rate_delta"`
+		MinRequests       uint64  `yaml:"min_requests"`
+	}
+	type rolloutOut struct {
+		Candidate string      `yaml:"candidate"`
+		Incumbent string      `yaml:"incumbent"`
+		Start     string      `yaml:"start"`
+		Interval  string      `yaml:"interval"`
+		Window    string      `yaml:"window"`
+		Steps     []stepOut   `yaml:"steps"`
+		Criteria  criteriaOut `yaml:"criteria"`
+		Naive     bool        `yaml:"compare_naive,omitempty"`
+	}
 	type fileOut struct {
 		Name            string       `yaml:"name,omitempty"`
 		Description     *yaml.Node   `yaml:"description,omitempty"`
@@ -490,6 +564,7 @@ func Marshal(s Scenario) ([]byte, error) {
 		ContiguousMax   []int        `yaml:"contiguous_max_len,flow,omitempty"`
 		Tenants         []tenantOut  `yaml:"tenants,omitempty"`
 		Versions        []versionOut `yaml:"versions"`
+		Rollout         *rolloutOut  `yaml:"rollout,omitempty"`
 	}
 	f := fileOut{
 		Name: s.Name, Seed: s.Seed, Duration: s.Duration.String(), Drain: s.Drain,
@@ -525,6 +600,17 @@ func Marshal(s Scenario) ([]byte, error) {
 			vo.Claims = &claimsOut{v.Claims.PagedSequencesPerGPU, v.Claims.ContiguousSequencesPerGPU, v.Claims.TPOTP99Ms}
 		}
 		f.Versions = append(f.Versions, vo)
+	}
+	if r := s.Rollout; r != nil {
+		c := r.Criteria
+		ro := &rolloutOut{Candidate: r.Candidate, Incumbent: r.Incumbent, Start: r.Start.String(),
+			Interval: r.Interval.String(), Window: r.Window.String(), Steps: []stepOut{},
+			Criteria: criteriaOut{c.MaxP99MS, c.MaxP99TPOTMS, c.MaxRegression, c.MaxErrorRateDelta, c.MinRequests},
+			Naive:    r.CompareNaive}
+		for _, st := range r.Steps {
+			ro.Steps = append(ro.Steps, stepOut{st.Weight, st.Bake.String()})
+		}
+		f.Rollout = ro
 	}
 	return yaml.Marshal(f)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/judge"
 	"modelplane/sim"
 )
 
@@ -46,6 +47,10 @@ func TestParseExample(t *testing.T) {
 			{Name: "v42", GPUs: 6, Weight: 90, Profile: v42, Claims: Claims{TPOTP99Ms: 22}},
 			{Name: "v43", GPUs: 1, Weight: 10, Profile: v43, Claims: Claims{TPOTP99Ms: 41}},
 		},
+		Rollout: &Rollout{Candidate: "v43", Incumbent: "v42", Start: 10 * time.Second,
+			Interval: 10 * time.Second, Window: 30 * time.Second,
+			Steps:    []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
+			Criteria: judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20}},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", s, want)

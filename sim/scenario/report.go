@@ -38,6 +38,8 @@ type Report struct {
 	MeanOutputTokens float64         `json:"mean_output_tokens"`
 	Versions         []VersionReport `json:"versions"`
 	Tenants          []TenantReport  `json:"tenants,omitempty"`
+	// Rollout is what the scenario's rollout did; nil without one.
+	Rollout *RolloutReport `json:"rollout,omitempty"`
 }
 
 // VersionReport is one version's part of a Report.
@@ -213,6 +215,43 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	if r.Rollout != nil {
+		r.Rollout.writeText(&b)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func (ro *RolloutReport) writeText(b *strings.Builder) {
+	fmt.Fprintf(b, "\nrollout %s over %s: %s at step %d, %g%% (evaluation every %gs over %gs; %d evaluations)\n",
+		ro.Candidate, ro.Incumbent, ro.State, ro.Step, ro.WeightPct, ro.IntervalSeconds, ro.WindowSeconds, ro.Evaluations)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "t (s)\tstep\tweight\tdecision\tcandidate streams/p99 TPOT\tincumbent streams/p99 TPOT\treason")
+	for _, e := range ro.Timeline {
+		c, i := "-", "-"
+		if e.Candidate != nil {
+			c = fmt.Sprintf("%d / %.2f ms", e.Candidate.Streams, e.Candidate.P99TPOTMS)
+		}
+		if e.Incumbent != nil {
+			i = fmt.Sprintf("%d / %.2f ms", e.Incumbent.Streams, e.Incumbent.P99TPOTMS)
+		}
+		fmt.Fprintf(tw, "%.0f\t%d\t%g%%\t%s\t%s\t%s\t%s\n", e.AtSeconds, e.Step, e.WeightPct, e.Decision, c, i, e.Reason)
+	}
+	tw.Flush()
+	if rb := ro.Rollback; rb != nil {
+		fmt.Fprintf(b, "rolled back at %.0f s (%.0f s after the start): %s\n", rb.AtSeconds, rb.AfterStartSeconds, rb.Verdict.Reason)
+		fmt.Fprintf(b, "%s served %d requests before the rollback (%.1f req/s), %d still in flight then, the last done at %.1f s\n",
+			ro.Candidate, rb.CandidateRequests, rb.CandidatePerSecond, rb.CandidateInFlight, rb.CandidateLastDoneSeconds)
+		fmt.Fprintf(b, "%s TPOT p50/p90/p99: before %.2f/%.2f/%.2f ms (n %d), after %.2f/%.2f/%.2f ms (n %d)\n", ro.Incumbent,
+			rb.IncumbentTPOTBefore.P50, rb.IncumbentTPOTBefore.P90, rb.IncumbentTPOTBefore.P99, rb.IncumbentTPOTBefore.N,
+			rb.IncumbentTPOTAfter.P50, rb.IncumbentTPOTAfter.P90, rb.IncumbentTPOTAfter.P99, rb.IncumbentTPOTAfter.N)
+	}
+	if n := ro.Naive; n != nil {
+		fmt.Fprintf(b, "naive flip (%s at 100%% on %d GPUs, no judge): TPOT p50/p90/p99 %.2f/%.2f/%.2f ms for everyone",
+			ro.Candidate, n.GPUs, n.TPOT.P50, n.TPOT.P90, n.TPOT.P99)
+		if n.SLAP99TPOTMS > 0 {
+			fmt.Fprintf(b, " (SLA p99 %g ms: over %v)", n.SLAP99TPOTMS, n.OverSLA)
+		}
+		b.WriteString("\n")
+	}
 }

@@ -57,6 +57,23 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	rep := f.report()
+	if sc.Rollout != nil && sc.Rollout.CompareNaive {
+		// The contrast: the same arrivals with the candidate flipped to
+		// 100 percent and no judge.
+		naive, err := Run(ctx, naiveScenario(sc), Options{})
+		if err != nil {
+			return Report{}, fmt.Errorf("naive flip: %w", err)
+		}
+		n := naive.Versions[0]
+		for _, v := range naive.Versions {
+			if v.Name == sc.Rollout.Candidate {
+				n = v
+			}
+		}
+		sla := sc.Rollout.Criteria.MaxP99TPOTMS
+		rep.Rollout.Naive = &NaiveReport{GPUs: n.GPUs, Requests: n.Requests, TPOT: n.TPOT, TTFT: n.TTFT,
+			SLAP99TPOTMS: sla, OverSLA: sla > 0 && n.TPOT.P99 > sla}
+	}
 	if opt.Now != nil {
 		rep.WallSeconds = opt.Now().Sub(t0).Seconds()
 		if rep.WallSeconds > 0 {
@@ -88,6 +105,8 @@ type fleet struct {
 	vs      []versionStats
 	ts      []tenantStats
 	pageErr int // steps whose counted pages differ from the scheduler's (tests)
+
+	ro *rolloutRun // nil without a rollout
 }
 
 type replica struct {
@@ -129,10 +148,16 @@ func newFleet(sc Scenario) (*fleet, error) {
 		vs:        make([]versionStats, len(sc.Versions)),
 		ts:        make([]tenantStats, len(sc.Tenants)),
 	}
-	var sum float64
+	weights := make([]float64, len(sc.Versions))
 	for vi, v := range sc.Versions {
-		sum += v.Weight
-		f.cumWeight = append(f.cumWeight, sum)
+		weights[vi] = v.Weight
+	}
+	if sc.Rollout != nil {
+		f.ro = newRolloutRun(sc)
+		weights = f.ro.weights(sc.Versions)
+	}
+	f.setWeights(weights)
+	for vi, v := range sc.Versions {
 		f.vs[vi].contig = make([]float64, len(sc.ContiguousMaxLen))
 		for range v.GPUs {
 			idx := len(f.reps)
@@ -146,7 +171,7 @@ func newFleet(sc Scenario) (*fleet, error) {
 			f.byVersion[vi] = append(f.byVersion[vi], idx)
 		}
 	}
-	sum = 0
+	var sum float64
 	for i, t := range sc.Tenants {
 		sum += t.Share
 		f.cumShare = append(f.cumShare, sum)
@@ -156,6 +181,16 @@ func newFleet(sc Scenario) (*fleet, error) {
 	f.prompt = make([]int32, 0, int(min(sc.Arrivals.Rate*sc.Duration.Seconds()*1.05+16, 1<<24)))
 	f.nextArrival = f.arrivalAfter(0, 0)
 	return f, nil
+}
+
+// setWeights sets the routing weights of the versions.
+func (f *fleet) setWeights(w []float64) {
+	f.cumWeight = f.cumWeight[:0]
+	var sum float64
+	for _, x := range w {
+		sum += x
+		f.cumWeight = append(f.cumWeight, sum)
+	}
 }
 
 // arrivalAfter is the arrival time of request i, the one after prev.
@@ -179,6 +214,14 @@ func (f *fleet) run(ctx context.Context) error {
 		if len(f.heap) > 0 {
 			next = f.reps[f.heap[0]].at
 		}
+		// The rollout acts before any event at or after its instant, so
+		// an evaluation at t sees the requests that ended before t.
+		if ro := f.ro; ro != nil && ro.active() && ro.nextEval <= end &&
+			ro.nextEval <= next && (f.nextArrival >= end || ro.nextEval <= f.nextArrival) {
+			f.now = max(f.now, ro.nextEval)
+			f.tick()
+			continue
+		}
 		if f.nextArrival < end && f.nextArrival <= next {
 			f.now = f.nextArrival
 			f.arrive(f.nextArrival)
@@ -191,8 +234,20 @@ func (f *fleet) run(ctx context.Context) error {
 		f.now = next
 		f.advance(f.pop())
 	}
+	// Evaluations due after the last event, up to the end.
+	for f.ro != nil && f.ro.active() && f.ro.nextEval <= end {
+		f.now = max(f.now, f.ro.nextEval)
+		f.tick()
+	}
 	f.now = max(f.now, end)
 	return nil
+}
+
+// tick runs the rollout's due evaluation and applies its split.
+func (f *fleet) tick() {
+	if f.ro.tick(f) {
+		f.setWeights(f.ro.weights(f.sc.Versions))
+	}
 }
 
 // arrive draws request number len(f.prompt), arriving at t, and routes it.
@@ -228,6 +283,9 @@ func (f *fleet) arrive(t time.Duration) {
 	rep := &f.reps[best]
 	if f.sc.ShedOutstanding > 0 && rep.outstanding >= f.sc.ShedOutstanding {
 		v.shed++
+		if f.ro != nil {
+			f.ro.failed(vi, t)
+		}
 		return
 	}
 	req := sim.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
@@ -236,6 +294,9 @@ func (f *fleet) arrive(t time.Duration) {
 	}
 	if err := rep.s.Submit(req); err != nil {
 		v.rejected++
+		if f.ro != nil {
+			f.ro.failed(vi, t)
+		}
 		return
 	}
 	rep.outstanding++
@@ -300,6 +361,9 @@ func (f *fleet) account(rep *replica, res *sim.StepResult) {
 		if t, ok := f.tenantIdx[fin.Tenant]; ok {
 			ts = &f.ts[t]
 			ts.completed++
+		}
+		if f.ro != nil {
+			f.ro.finished(rep.version, fin.Arrival, fin.Done, fin.CompletionTokens, fin.TPOT(), warmup)
 		}
 		if fin.Arrival < warmup {
 			continue
@@ -368,7 +432,10 @@ func (f *fleet) report() Report {
 		rep.MeanPromptTokens = float64(f.promptSum) / float64(n)
 		rep.MeanOutputTokens = float64(f.outputSum) / float64(n)
 	}
-	total := f.cumWeight[len(f.cumWeight)-1]
+	var total float64
+	for _, v := range sc.Versions {
+		total += v.Weight
+	}
 	for vi, v := range sc.Versions {
 		s := &f.vs[vi]
 		pt := v.Profile.PageTokens
@@ -408,6 +475,9 @@ func (f *fleet) report() Report {
 			vr.Claims = &ClaimsReport{v.Claims.PagedSequencesPerGPU, v.Claims.ContiguousSequencesPerGPU, v.Claims.TPOTP99Ms}
 		}
 		rep.Versions = append(rep.Versions, vr)
+	}
+	if f.ro != nil {
+		rep.Rollout = f.ro.report()
 	}
 	for i, t := range sc.Tenants {
 		ts := &f.ts[i]

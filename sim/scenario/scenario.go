@@ -52,6 +52,9 @@ type Scenario struct {
 	ContiguousMaxLen []int
 	// Versions are the fleet, one entry per model version.
 	Versions []Version
+	// Rollout, when set, moves traffic from one version to another by the
+	// judge's verdicts during the run; nil: the weights stay as given.
+	Rollout *Rollout
 }
 
 // Process is an arrival process.
@@ -149,6 +152,9 @@ func (s Scenario) WithDefaults() Scenario {
 	}
 	if s.Versions != nil {
 		s.Versions = vs
+	}
+	if s.Rollout != nil {
+		s.Rollout = s.Rollout.withDefaults()
 	}
 	return s
 }
@@ -256,6 +262,9 @@ func (s Scenario) Validate() error {
 	}
 	if weight <= 0 {
 		return bad("versions", "every weight is 0; want some version to get traffic")
+	}
+	if s.Rollout != nil {
+		return s.Rollout.validate(s)
 	}
 	return nil
 }
