@@ -85,7 +85,7 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, to time.Time, rollup bool) ([]Row, error) {
 	cols := make([]string, len(grain))
 	for i, d := range grain {
-		cols[i] = d.column()
+		cols[i] = d.column(rollup)
 	}
 	sums := "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb)"
 	table, tcol := "gpu_usage", "ts"

@@ -37,11 +37,21 @@ const (
 // Dimensions lists every dimension in nesting order.
 var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation}
 
-// column is the ClickHouse column of a dimension; the allocation is the
-// profile column ("full", "mig-1g.10gb", "mps-25pct", ...).
-func (d Dimension) column() string {
-	if d == DimAllocation {
+// dimDay groups by UTC day; only Daily uses it.
+const dimDay Dimension = "day"
+
+// column is the ClickHouse expression of a dimension in the raw table or
+// the rollup; the allocation is the profile column ("full", "mig-1g.10gb",
+// "mps-25pct", ...).
+func (d Dimension) column(rollup bool) string {
+	switch d {
+	case DimAllocation:
 		return "profile"
+	case dimDay:
+		if rollup {
+			return "toString(toDate(hour))"
+		}
+		return "toString(toDate(ts))"
 	}
 	return string(d)
 }
@@ -109,6 +119,8 @@ type Query struct {
 // portal write it Unallocated).
 type Key struct {
 	Team, Endpoint, Model, Version, GPUType, Allocation string
+
+	day string // YYYY-MM-DD, in Daily's reads only
 }
 
 func (k *Key) set(d Dimension, v string) {
@@ -125,6 +137,8 @@ func (k *Key) set(d Dimension, v string) {
 		k.GPUType = v
 	case DimAllocation:
 		k.Allocation = v
+	case dimDay:
+		k.day = v
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/chargeback"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
@@ -34,6 +35,11 @@ type Deps struct {
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet   // nil: one is built on Pool and Now
 	Meter     *billing.Meter // nil: the fleet page shows no metered total
+	// Rates is the cost-rate history; nil: one is built on Pool and Now.
+	Rates *billing.Book
+	// Chargeback reads usage and cost reports from ClickHouse; nil: the
+	// chargeback API answers 503 and the portal page says it is unavailable.
+	Chargeback *chargeback.Service
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -85,6 +91,9 @@ func New(d Deps) *Server {
 	}
 	if d.Fleet == nil && d.Pool != nil {
 		d.Fleet = fleet.New(d.Pool, d.Log, d.Now)
+	}
+	if d.Rates == nil && d.Pool != nil {
+		d.Rates = billing.NewBook(d.Pool, d.Now)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()

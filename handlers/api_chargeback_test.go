@@ -1,0 +1,189 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"modelplane/chargeback"
+	"modelplane/db"
+	"modelplane/internal/chtest"
+)
+
+// cbDay is the day the chargeback tests meter.
+var cbDay = time.Date(2026, 10, 7, 0, 0, 0, 0, time.UTC)
+
+// newChargebackEnv is a test env with ClickHouse holding 90 minutes of
+// usage from 10:00 on cbDay: a risk GPU, a search slice and an idle GPU,
+// and a clock an hour after the last second.
+func newChargebackEnv(t *testing.T) (*testEnv, driver.Conn) {
+	t.Helper()
+	ch := chtest.New(t)
+	now := func() time.Time { return cbDay.Add(12*time.Hour + 30*time.Minute) }
+	e := newTestEnvWith(t, func(d *Deps) {
+		d.Chargeback = chargeback.New(ch, db.New(d.Pool), now)
+		d.Now = now
+	})
+	b, err := ch.PrepareBatch(t.Context(), "INSERT INTO gpu_usage (ts, node, gpu, gpu_type, profile, team, endpoint, model, version, requests, rate_uusd_per_hour, batch_id, row_idx)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cbDay.Add(10 * time.Hour)
+	i := uint32(0)
+	for s := start; s.Before(start.Add(90 * time.Minute)); s = s.Add(time.Second) {
+		for _, r := range []struct {
+			gpu                                           uint16
+			profile, team, endpoint, model, version       string
+			requests, rate                                uint64
+		}{
+			{0, "full", "risk", "risk-endpoint", "risk-model", "v1", 3, 3_500_000},
+			{1, "mig-1g.10gb", "search", "search-endpoint", "search-model", "v1", 1, 500_000},
+			{2, "full", "", "", "", "", 0, 3_500_000},
+		} {
+			if err := b.Append(s, "n1", r.gpu, "A100-80GB", r.profile, r.team, r.endpoint, r.model, r.version, r.requests, r.rate, "b", i); err != nil {
+				t.Fatal(err)
+			}
+			i++
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	return e, ch
+}
+
+// TestChargebackAPI: finance sees every team and the idle GPU, a risk
+// engineer only risk (in rows and total), CSV comes by Accept or format,
+// and a bad grouping is a 400.
+func TestChargebackAPI(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	path := "/chargeback?from=2026-10-07&to=2026-10-08&group_by=team"
+	var fin ChargebackBody
+	e.getJSON(t, e.Keys["finance"], path, &fin)
+	// 5,400 s of each: risk 5,400 × 3.5 $/h = $5.25, search $0.75, idle $5.25.
+	costs := map[string]int64{}
+	for _, r := range fin.Rows {
+		costs[*r.Team] = r.CostUUSD
+	}
+	if want := map[string]int64{"": 5_250_000, "risk": 5_250_000, "search": 750_000}; len(costs) != 3 || costs[""] != want[""] ||
+		costs["risk"] != want["risk"] || costs["search"] != want["search"] {
+		t.Errorf("finance rows = %v, want %v", costs, want)
+	}
+	if fin.Total.CostUUSD != 11_250_000 || fin.Total.CostUSD != "11.250000" || fin.Total.GPUSeconds != 16_200 || fin.RatesVersion == "" {
+		t.Errorf("finance total = %+v (rates %q), want 11,250,000 µUSD over 16,200 s", fin.Total, fin.RatesVersion)
+	}
+	var risk ChargebackBody
+	e.getJSON(t, e.Keys["risk-engineer"], path, &risk)
+	if len(risk.Rows) != 1 || *risk.Rows[0].Team != "risk" || risk.Total.CostUUSD != 5_250_000 || risk.Total.Requests != 16_200 {
+		t.Errorf("risk engineer sees %+v, total %+v; want risk alone", risk.Rows, risk.Total)
+	}
+	if r := e.call(t, e.Keys["risk-engineer"], http.MethodGet, "/chargeback?from=2026-10-07&to=2026-10-08&team=search&group_by=endpoint", nil); r.status != http.StatusOK ||
+		strings.Contains(r.String(), "search-endpoint") {
+		t.Errorf("risk engineer drilling into search = %d %s; want 200 without search's rows", r.status, r)
+	}
+	for _, c := range []struct {
+		name    string
+		path    string
+		headers []string
+	}{
+		{"accept", path + ",endpoint", []string{"Accept", "text/csv"}},
+		{"format", path + ",endpoint&format=csv", nil},
+	} {
+		r := e.call(t, e.Keys["finance"], http.MethodGet, c.path, nil, c.headers...)
+		body := r.String()
+		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") ||
+			!strings.HasPrefix(body, "# modelplane chargeback; period 2026-10-07T00:00:00Z to 2026-10-08T00:00:00Z") ||
+			!strings.Contains(body, "\r\ngroup,risk,risk-endpoint,") || !strings.Contains(body, "\r\ntotal,,,,,,,16200,4.5,11.250000,11250000,") {
+			t.Errorf("%s: %d %s\n%s; want the CSV", c.name, r.status, r.header.Get("Content-Type"), body)
+		}
+		if !strings.Contains(r.header.Get("Content-Disposition"), "chargeback_20261007T000000Z_20261008T000000Z.csv") {
+			t.Errorf("%s: Content-Disposition %q", c.name, r.header.Get("Content-Disposition"))
+		}
+	}
+	problem(t, "bad group_by", e.call(t, e.Keys["finance"], http.MethodGet, "/chargeback?from=2026-10-07&to=2026-10-08&group_by=region", nil), http.StatusBadRequest)
+	problem(t, "bad period", e.call(t, e.Keys["finance"], http.MethodGet, "/chargeback?from=2026-10-08&to=2026-10-07", nil), http.StatusBadRequest)
+}
+
+// TestCostRatesAPI: everyone reads the history; finance enters a rate,
+// a team admin may not.
+func TestCostRatesAPI(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	var list struct {
+		Items []struct {
+			GPUType string `json:"gpu_type"`
+		} `json:"items"`
+	}
+	e.getJSON(t, e.Keys["risk-viewer"], "/cost-rates", &list)
+	if len(list.Items) != 12 {
+		t.Errorf("risk viewer sees %d rates, want the 12 defaults", len(list.Items))
+	}
+	body := map[string]any{"gpu_type": "H100-80GB", "profile": "mig-1g.10gb", "uusd_per_hour": 900_000,
+		"effective_from": time.Now().UTC().Add(24 * time.Hour).Format(time.RFC3339)}
+	problem(t, "risk admin POST /cost-rates", e.call(t, e.Keys["risk-admin"], http.MethodPost, "/cost-rates", jsonPayload(body)), http.StatusForbidden)
+	r := e.call(t, e.Keys["finance"], http.MethodPost, "/cost-rates", jsonPayload(body))
+	var created struct {
+		ID          int64 `json:"id"`
+		UUSDPerHour int64 `json:"uusd_per_hour"`
+	}
+	if r.status != http.StatusCreated || json.Unmarshal(r.body, &created) != nil || created.UUSDPerHour != 900_000 {
+		t.Fatalf("finance POST /cost-rates = %d %s; want 201", r.status, r)
+	}
+	var rep ChargebackBody
+	e.getJSON(t, e.Keys["finance"], "/chargeback?from=2026-10-07&to=2026-10-08", &rep)
+	if want := "r" + strings.TrimSpace(string(mustJSON(t, created.ID))); rep.RatesVersion != want {
+		t.Errorf("rates version = %q, want %q (the new rate's id)", rep.RatesVersion, want)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPortalChargeback: finance picks the day, sees both charts, the table
+// with a drill-down link, the CSV link and the delayed note (the period
+// reaches past the newest second); the CSV download matches the API's; a
+// risk admin's page shows no other team.
+func TestPortalChargeback(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	fin := e.signIn(t, "finance@example.com")
+	page := e.portal(t, fin, http.MethodGet, "/chargeback?period=custom&from=2026-10-07&to=2026-10-07", nil)
+	body := page.String()
+	for _, want := range []string{`data-chart="daily-cost"`, `data-chart="top-endpoints"`, `data-bar="risk-endpoint"`, `id="csv-download"`,
+		`href="/chargeback?from=2026-10-07&amp;period=custom&amp;team=risk&amp;to=2026-10-07"`, "(unallocated)", "11.25", `id="chargeback-delayed"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("finance page lacks %s:\n%.3000s", want, body)
+		}
+	}
+	if page.status != http.StatusOK {
+		t.Errorf("finance page = %d", page.status)
+	}
+	drill := e.portal(t, fin, http.MethodGet, "/chargeback?period=custom&from=2026-10-07&to=2026-10-07&team=risk", nil)
+	if !strings.Contains(drill.String(), `href="/chargeback?endpoint=risk-endpoint&amp;from=2026-10-07&amp;period=custom&amp;team=risk&amp;to=2026-10-07"`) || !strings.Contains(drill.String(), `id="crumbs"`) {
+		t.Errorf("team drill-down lacks the endpoint link or crumbs:\n%.3000s", drill)
+	}
+	csv := e.portal(t, fin, http.MethodGet, "/chargeback/csv?period=custom&from=2026-10-07&to=2026-10-07&group_by=team&group_by=endpoint", nil)
+	api := e.call(t, e.Keys["finance"], http.MethodGet, "/chargeback?from=2026-10-07&to=2026-10-08&group_by=team,endpoint&format=csv", nil)
+	if csv.status != http.StatusOK || csv.String() != api.String() {
+		t.Errorf("portal CSV = %d\n%s\nAPI CSV\n%s; want the same", csv.status, csv, api)
+	}
+	risk := e.portal(t, e.signIn(t, "risk-admin@example.com"), http.MethodGet, "/chargeback?period=custom&from=2026-10-07&to=2026-10-07", nil)
+	if rb := risk.String(); risk.status != http.StatusOK || strings.Contains(rb, "search") || strings.Contains(rb, "(unallocated)") || !strings.Contains(rb, "5.25") {
+		t.Errorf("risk admin page = %d, shows other teams or lacks its own:\n%.3000s", risk.status, rb)
+	}
+	bad := e.portal(t, fin, http.MethodGet, "/chargeback?period=custom&from=yesterday&to=2026-10-07", nil)
+	if bad.status != http.StatusBadRequest || !strings.Contains(bad.String(), `id="chargeback-error"`) {
+		t.Errorf("bad period = %d; want 400 with the error on the page", bad.status)
+	}
+}
