@@ -27,6 +27,7 @@ bench: deps build
 	./$(BIN) bench ingest --json
 	./scripts/bench-proxies.sh
 	./$(BIN) bench gateway --json
+	./$(BIN) bench chargeback --json
 
 deps:
 	./scripts/install-deps.sh

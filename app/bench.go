@@ -32,6 +32,9 @@ type BenchConfig struct {
 	Duration time.Duration
 	Clients  int
 	Profile  string
+	// RawGPUs is how many GPUs `bench chargeback` meters per second for its
+	// raw day (default 500).
+	RawGPUs int
 }
 
 // Flags registers the bench settings on fs.
@@ -40,6 +43,7 @@ func (c *BenchConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long to drive load")
 	fs.IntVar(&c.Clients, "clients", 50, "concurrent clients")
 	fs.StringVar(&c.Profile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
+	fs.IntVar(&c.RawGPUs, "raw-gpus", 500, "bench chargeback: GPUs in the per-second raw day")
 }
 
 // BenchResult is what a benchmark prints.
@@ -74,8 +78,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 	if len(args) == 1 && args[0] == "gateway" {
 		return runBenchGateway(ctx, cfg, out)
 	}
+	if len(args) == 1 && args[0] == "chargeback" {
+		return runBenchChargeback(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench chargeback [--json] [--raw-gpus 500]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {

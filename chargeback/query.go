@@ -160,15 +160,26 @@ func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map
 	return out, nil
 }
 
-// newest is the newest usage second stored in the last two days, or zero.
-// The bound keeps the read to two daily partitions.
-func (s *Service) newest(ctx context.Context) (time.Time, error) {
+// freshness fills rep.Newest and rep.Delayed. Only a period that reaches
+// into the last LagWindow is checked, and only that window is read: the
+// raw table is ordered by node then time, so the read is a range per node.
+func (s *Service) freshness(ctx context.Context, rep *Report) error {
+	now := s.now().UTC()
+	since := now.Add(-LagWindow)
+	if !rep.To.After(since) {
+		return nil
+	}
 	var t time.Time
-	if err := s.ch.QueryRow(ctx, "SELECT max(ts) FROM gpu_usage WHERE ts >= ?", s.now().UTC().Add(-48*time.Hour)).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("chargeback newest usage: %w", err)
+	if err := s.ch.QueryRow(ctx, "SELECT max(ts) FROM gpu_usage WHERE ts >= ?", since).Scan(&t); err != nil {
+		return fmt.Errorf("chargeback newest usage: %w", err)
 	}
-	if t.Unix() <= 0 {
-		return time.Time{}, nil
+	if t.Unix() > 0 && !t.Before(since) {
+		rep.Newest = t.UTC()
 	}
-	return t.UTC(), nil
+	edge := rep.Newest.Add(s.LagAllowance)
+	if rep.Newest.IsZero() {
+		edge = since
+	}
+	rep.Delayed = rep.To.After(edge) && now.After(edge)
+	return nil
 }

@@ -241,12 +241,19 @@ type Report struct {
 	// RatesVersion identifies the rate table the report was read under: the
 	// id of the newest cost_rates row ("r0" with none).
 	RatesVersion string
-	// Newest is the newest usage second stored (zero when none is), and
-	// Delayed is true when the period reaches past it by more than the
-	// service's lag allowance: recent seconds may still be on their way.
+	// Newest is the newest usage second stored in the last LagWindow (zero
+	// when none is, or when the period ended before the last LagWindow and
+	// was not checked), and Delayed is true when the period reaches past it
+	// by more than the service's lag allowance: recent seconds may still be
+	// on their way.
 	Newest  time.Time
 	Delayed bool
 }
+
+// LagWindow is how far back a report looks for the newest usage second.
+// A period that ended before it is taken as complete (its seconds were
+// stored long ago), and ingest silent for all of it means delayed.
+const LagWindow = time.Hour
 
 // Service reads reports from ClickHouse.
 type Service struct {
@@ -358,10 +365,9 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	}
 	sort.Slice(rep.Rows, func(i, j int) bool { return less(q.GroupBy, rep.Rows[i].Key, rep.Rows[j].Key) })
 	rep.Total.CostMicroUSD = Allocate(rep.Total.CostX3600, rep.Rows)
-	if rep.Newest, err = s.newest(ctx); err != nil {
+	if err := s.freshness(ctx, rep); err != nil {
 		return nil, err
 	}
-	rep.Delayed = rep.To.After(rep.Newest.Add(s.LagAllowance)) && s.now().After(rep.Newest.Add(s.LagAllowance))
 	return rep, nil
 }
 
