@@ -16,6 +16,7 @@ import (
 	"modelplane/billing"
 	"modelplane/chargeback"
 	"modelplane/internal/chtest"
+	"modelplane/internal/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the CSV golden file")
@@ -23,6 +24,7 @@ var update = flag.Bool("update", false, "rewrite the CSV golden file")
 func TestMain(m *testing.M) {
 	code := m.Run()
 	chtest.Stop()
+	pgtest.Stop()
 	os.Exit(code)
 }
 
