@@ -12,6 +12,7 @@ import (
 
 	"modelplane/billing"
 	"modelplane/bus"
+	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/ingest"
@@ -26,6 +27,7 @@ const (
 	leadUsageIngest = 7_316_020_012
 	leadReqStats    = 7_316_020_013
 	leadPredictions = 7_316_020_014
+	leadBudgets     = 7_316_020_015
 )
 
 // startLoops starts the control plane's background work: the JetStream
@@ -99,6 +101,11 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 				cp.Log.Warn("prediction samples ingest", slog.String("error", err.Error()))
 			}
 		})
+	})
+	// Budget alerts: one checker measures every budget each minute.
+	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
 	})
 	return func() {
 		cancel()

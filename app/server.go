@@ -60,10 +60,12 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	now := time.Now
 	var meter *billing.Meter
 	var reports *chargeback.Service
+	var budgets *chargeback.Budgets
 	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
+		budgets = chargeback.NewBudgets(cp.Pool, reports, cp.NC, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
 	}
 	return handlers.New(handlers.Deps{
@@ -77,6 +79,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Endpoints:      endpoint.New(cp.Pool),
 		Meter:          meter,
 		Chargeback:     reports,
+		Budgets:        budgets,
 		Traffic:        trafficReader,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,

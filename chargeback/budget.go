@@ -86,7 +86,8 @@ type Budgets struct {
 }
 
 // NewBudgets returns Budgets; pub may be nil (alerts are then stored and
-// shown, and go out once a publisher is set on a later Budgets).
+// shown, and go out from a Budgets that has one), and so may reports (no
+// usage store: spend reads as zero and no alert is raised).
 func NewBudgets(pool *pgxpool.Pool, reports *Service, pub Publisher, log *slog.Logger, now func() time.Time) *Budgets {
 	if now == nil {
 		now = time.Now
@@ -192,7 +193,7 @@ func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
 	now := b.now().UTC()
 	from, to := Month(now)
 	end := now.Truncate(time.Second)
-	if !end.After(from) {
+	if !end.After(from) || b.reports == nil {
 		return nil
 	}
 	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, Team: bu.Team, Endpoint: bu.Endpoint})

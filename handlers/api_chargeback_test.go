@@ -187,3 +187,37 @@ func TestPortalChargeback(t *testing.T) {
 		t.Errorf("bad period = %d; want 400 with the error on the page", bad.status)
 	}
 }
+
+// TestBudgetsAPI: a risk admin sets the team's budget; another team's
+// admin naming risk gets the answer for a team that does not exist; the
+// budget shows this month's spend to risk members and finance, on the API
+// and the chargeback page, and to no one else.
+func TestBudgetsAPI(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	body := map[string]any{"team": "risk", "monthly_uusd": 10_000_000}
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPost, "/budgets", jsonPayload(body)); r.status != http.StatusCreated {
+		t.Fatalf("risk admin POST /budgets = %d %s; want 201", r.status, r)
+	}
+	got := e.call(t, e.Keys["search-admin"], http.MethodPost, "/budgets", jsonPayload(body))
+	none := e.call(t, e.Keys["search-admin"], http.MethodPost, "/budgets", jsonPayload(map[string]any{"team": "no-such-team", "monthly_uusd": 1}))
+	if got.status != http.StatusNotFound || got.String() != none.String() {
+		t.Errorf("search admin naming risk = %d %s; naming nothing = %d %s; want the same 404", got.status, got, none.status, none)
+	}
+	problem(t, "risk viewer POST /budgets", e.call(t, e.Keys["risk-viewer"], http.MethodPost, "/budgets", jsonPayload(body)), http.StatusForbidden)
+	var list budgetListBody
+	for key, want := range map[string]int{"risk-viewer": 1, "finance": 1, "search-admin": 0} {
+		e.getJSON(t, e.Keys[key], "/budgets", &list)
+		if len(list.Items) != want {
+			t.Errorf("%s sees %d budgets, want %d", key, len(list.Items), want)
+		}
+	}
+	e.getJSON(t, e.Keys["risk-viewer"], "/budgets", &list)
+	if b := list.Items[0]; b.SpentUUSD != 5_250_000 || b.Enforcement != "alert" || b.ForecastUUSD <= b.SpentUUSD {
+		t.Errorf("budget = %+v; want $5.25 spent this month, alert only, a larger forecast", b)
+	}
+	page := e.portal(t, e.signIn(t, "finance@example.com"), http.MethodGet, "/chargeback", nil)
+	if !strings.Contains(page.String(), `data-budget="risk"`) || !strings.Contains(page.String(), "52.5%") {
+		t.Errorf("chargeback page lacks the risk budget at 52.5%%:\n%.4000s", page)
+	}
+}

@@ -50,6 +50,7 @@ func apiFixtures() map[string][]*payload {
 		// (a 400 that stores nothing), anyone else on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
 			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
+		"POST /budgets": {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -309,7 +310,8 @@ func TestTenancyMatrix(t *testing.T) {
 						// on that field (as for a model that does not exist),
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
-							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest}
+							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
+							"POST /budgets": http.StatusNotFound}
 						status, ok := want[route]
 						if !ok {
 							if !hasParam(route) {

@@ -16,4 +16,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerNodes(api)
 	s.registerCostRates(api)
 	s.registerChargeback(api)
+	s.registerBudgets(api)
 }

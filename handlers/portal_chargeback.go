@@ -120,6 +120,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	props.PeriodLabel = fmt.Sprintf("%s to %s (UTC)", v.fromDay, v.toDay)
+	s.budgetProps(r, &props)
 	props.Crumbs = chargebackCrumbs(v)
 	if s.Chargeback == nil {
 		props.Unavailable = "Chargeback is unavailable: no usage store is configured."
@@ -196,6 +197,41 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + dollars(row.CostMicroUSD)})
 	}
 	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+}
+
+// budgetProps fills the budget section; a failure to read budgets is
+// logged and leaves the section empty rather than failing the page.
+func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
+	if s.Budgets == nil {
+		return
+	}
+	ctx := r.Context()
+	bs, err := s.Budgets.List(ctx, principal(ctx))
+	if err == nil {
+		var alerts []chargeback.Alert
+		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
+			for _, a := range alerts {
+				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
+					budgetScopeName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), dollars(a.SpentUUSD), dollars(a.BudgetUUSD), dollars(a.ForecastUUSD)))
+			}
+		}
+	}
+	if err != nil {
+		s.Log.WarnContext(ctx, "chargeback budgets", slog.String("error", err.Error()))
+		return
+	}
+	for _, b := range bs {
+		props.Budgets = append(props.Budgets, web.BudgetView{Scope: budgetScopeName(b.Team, b.Endpoint), Budget: "$" + dollars(b.MonthlyUUSD),
+			Spent: "$" + dollars(b.SpentUUSD), Forecast: "$" + dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
+			Enforcement: b.Enforcement, Over: b.SpentUUSD >= b.MonthlyUUSD})
+	}
+}
+
+func budgetScopeName(team, endpoint string) string {
+	if endpoint == "" {
+		return team
+	}
+	return team + " / " + endpoint
 }
 
 // portalChargebackCSV downloads what the page shows as CSV.

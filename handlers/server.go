@@ -40,6 +40,9 @@ type Deps struct {
 	// Chargeback reads usage and cost reports from ClickHouse; nil: the
 	// chargeback API answers 503 and the portal page says it is unavailable.
 	Chargeback *chargeback.Service
+	// Budgets keeps monthly budgets and their alerts; nil: the budget API
+	// answers 503 and the chargeback page shows none.
+	Budgets *chargeback.Budgets
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -91,6 +94,9 @@ func New(d Deps) *Server {
 	}
 	if d.Fleet == nil && d.Pool != nil {
 		d.Fleet = fleet.New(d.Pool, d.Log, d.Now)
+	}
+	if d.Budgets == nil && d.Pool != nil {
+		d.Budgets = chargeback.NewBudgets(d.Pool, d.Chargeback, nil, d.Log, d.Now)
 	}
 	if d.Rates == nil && d.Pool != nil {
 		d.Rates = billing.NewBook(d.Pool, d.Now)
