@@ -147,7 +147,27 @@ func wantsCSV(format, accept string) bool {
 	return format == "csv" || (format == "" && strings.Contains(accept, "text/csv"))
 }
 
+type adviceInput struct {
+	Endpoint string `query:"endpoint" doc:"Only this endpoint's advice."`
+}
+
+type adviceBody struct {
+	Items []chargeback.Advice `json:"items" doc:"Largest monthly saving first."`
+}
+
 func (s *Server) registerChargeback(api huma.API) {
+	huma.Register(api, s.op("chargeback-advice", http.MethodGet, "/chargeback/advice",
+		"Right-sizing advice from the last 7 days: whole GPUs that fit a MIG profile, minimums to lower, endpoints to scale to zero", "chargeback"),
+		func(ctx context.Context, in *adviceInput) (*One[adviceBody], error) {
+			if s.Advisor == nil {
+				return nil, errNoChargeback
+			}
+			adv, err := s.Advisor.Advise(ctx, principal(ctx), in.Endpoint)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[adviceBody]{Body: adviceBody{Items: adv}}, nil
+		})
 	op := s.op("chargeback-report", http.MethodGet, "/chargeback",
 		"GPU-hours, cost, requests and utilisation over a period, grouped; JSON, or RFC 4180 CSV with Accept: text/csv or format=csv", "chargeback")
 	schema := api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[ChargebackBody](), true, "")

@@ -36,9 +36,9 @@ func newChargebackEnv(t *testing.T) (*testEnv, driver.Conn) {
 	i := uint32(0)
 	for s := start; s.Before(start.Add(90 * time.Minute)); s = s.Add(time.Second) {
 		for _, r := range []struct {
-			gpu                                           uint16
-			profile, team, endpoint, model, version       string
-			requests, rate                                uint64
+			gpu                                     uint16
+			profile, team, endpoint, model, version string
+			requests, rate                          uint64
 		}{
 			{0, "full", "risk", "risk-endpoint", "risk-model", "v1", 3, 3_500_000},
 			{1, "mig-1g.10gb", "search", "search-endpoint", "search-model", "v1", 1, 500_000},
@@ -219,5 +219,28 @@ func TestBudgetsAPI(t *testing.T) {
 	page := e.portal(t, e.signIn(t, "finance@example.com"), http.MethodGet, "/chargeback", nil)
 	if !strings.Contains(page.String(), `data-budget="risk"`) || !strings.Contains(page.String(), "52.5%") {
 		t.Errorf("chargeback page lacks the risk budget at 52.5%%:\n%.4000s", page)
+	}
+}
+
+// TestAdviceAPI: the risk endpoint's whole GPU, idle in utilisation and
+// memory, gets MIG advice, shown to risk on the API and on the endpoint
+// page and to no other team.
+func TestAdviceAPI(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	var risk adviceBody
+	e.getJSON(t, e.Keys["risk-viewer"], "/chargeback/advice", &risk)
+	if len(risk.Items) != 1 || risk.Items[0].Kind != chargeback.AdviceMIG || risk.Items[0].Endpoint != "risk-endpoint" ||
+		risk.Items[0].SuggestedProfile != "mig-1g.10gb" {
+		t.Errorf("risk advice = %+v; want mig-1g.10gb for risk-endpoint", risk.Items)
+	}
+	var search adviceBody
+	e.getJSON(t, e.Keys["search-admin"], "/chargeback/advice?endpoint=risk-endpoint", &search)
+	if len(search.Items) != 0 {
+		t.Errorf("search admin sees advice %+v on risk's endpoint", search.Items)
+	}
+	page := e.portal(t, e.signIn(t, "risk-viewer@example.com"), http.MethodGet, "/endpoints/risk-endpoint", nil)
+	if !strings.Contains(page.String(), `id="advice"`) || !strings.Contains(page.String(), "mig-1g.10gb fits") {
+		t.Errorf("endpoint page lacks the advice:\n%.3000s", page)
 	}
 }

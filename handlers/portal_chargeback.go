@@ -121,6 +121,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	}
 	props.PeriodLabel = fmt.Sprintf("%s to %s (UTC)", v.fromDay, v.toDay)
 	s.budgetProps(r, &props)
+	props.Advice = s.adviceLines(r, v.q.Endpoint)
 	props.Crumbs = chargebackCrumbs(v)
 	if s.Chargeback == nil {
 		props.Unavailable = "Chargeback is unavailable: no usage store is configured."
@@ -197,6 +198,26 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + dollars(row.CostMicroUSD)})
 	}
 	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+}
+
+// adviceLines is the right-sizing advice for one endpoint ("" for all the
+// user sees) as sentences; advice that cannot be read is logged and left
+// out, never an error page.
+func (s *Server) adviceLines(r *http.Request, endpoint string) []string {
+	if s.Advisor == nil {
+		return nil
+	}
+	ctx := r.Context()
+	adv, err := s.Advisor.Advise(ctx, principal(ctx), endpoint)
+	if err != nil {
+		s.Log.WarnContext(ctx, "right-sizing advice", slog.String("error", err.Error()))
+		return nil
+	}
+	out := make([]string, len(adv))
+	for i, a := range adv {
+		out[i] = a.Summary
+	}
+	return out
 }
 
 // budgetProps fills the budget section; a failure to read budgets is

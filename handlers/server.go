@@ -43,6 +43,9 @@ type Deps struct {
 	// Budgets keeps monthly budgets and their alerts; nil: the budget API
 	// answers 503 and the chargeback page shows none.
 	Budgets *chargeback.Budgets
+	// Advisor gives right-sizing advice; nil: one is built on Chargeback
+	// and Endpoints when Chargeback is set.
+	Advisor *chargeback.Advisor
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -97,6 +100,13 @@ func New(d Deps) *Server {
 	}
 	if d.Budgets == nil && d.Pool != nil {
 		d.Budgets = chargeback.NewBudgets(d.Pool, d.Chargeback, nil, d.Log, d.Now)
+	}
+	if d.Advisor == nil && d.Chargeback != nil && d.Endpoints != nil {
+		eps := d.Endpoints
+		d.Advisor = chargeback.NewAdvisor(d.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
+			e, err := eps.Get(ctx, p, name)
+			return e.MinReplicas, err
+		})
 	}
 	if d.Rates == nil && d.Pool != nil {
 		d.Rates = billing.NewBook(d.Pool, d.Now)
