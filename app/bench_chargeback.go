@@ -20,8 +20,14 @@ import (
 type ChargebackBenchResult struct {
 	Name string `json:"name"`
 	// MonthReportMs is the p95 over MonthRuns of a month's report by team
-	// and endpoint over the 2,000-GPU fleet's hourly rollup.
+	// and endpoint over the 2,000-GPU fleet, its days sealed (read from the
+	// daily table, as every day older than chargeback.SealAfter is).
 	MonthReportMs float64 `json:"month_report_ms"`
+	// MonthReportHourlyMs is the same report before sealing, summing the
+	// hourly rollup's 1.5 million rows.
+	MonthReportHourlyMs float64 `json:"month_report_hourly_ms"`
+	// SealSeconds is how long sealing the month's 31 days took.
+	SealSeconds float64 `json:"seal_seconds"`
 	// RawDayDrilldownMs is the p95 of one team's endpoints and versions
 	// over one day, read from the raw per-second rows.
 	RawDayDrilldownMs float64 `json:"raw_day_drilldown_ms"`
@@ -29,7 +35,8 @@ type ChargebackBenchResult struct {
 	// raw rows, over the same report read from the rollup (medians).
 	RollupSpeedup float64 `json:"rollup_speedup"`
 	// TotalsEqual: the month's total is the generated seconds' exact sum,
-	// and the raw day's total is the same from raw rows and from the rollup.
+	// sealed or not (and every row the same both ways), and the raw day's
+	// rows and total are the same from raw rows and from the rollup.
 	TotalsEqual bool `json:"totals_equal"`
 
 	MonthGPUs       int             `json:"month_gpus"`
@@ -64,8 +71,8 @@ func runBenchChargeback(ctx context.Context, cfg BenchConfig, out io.Writer) err
 	if cfg.JSON {
 		return json.NewEncoder(out).Encode(res)
 	}
-	_, err = fmt.Fprintf(out, "chargeback: month report p95 %.1f ms (%d GPUs, %d rollup rows), raw day drill-down p95 %.1f ms (%d GPUs, %d rows), rollup %.0fx faster than raw, totals equal %v\n",
-		res.MonthReportMs, res.MonthGPUs, res.MonthRollupRows, res.RawDayDrilldownMs, res.RawGPUs, res.RawRows, res.RollupSpeedup, res.TotalsEqual)
+	_, err = fmt.Fprintf(out, "chargeback: month report p95 %.1f ms sealed, %.1f ms from the hourly rollup (%d GPUs, %d rollup rows), raw day drill-down p95 %.1f ms (%d GPUs, %d rows), rollup %.0fx faster than raw, totals equal %v\n",
+		res.MonthReportMs, res.MonthReportHourlyMs, res.MonthGPUs, res.MonthRollupRows, res.RawDayDrilldownMs, res.RawGPUs, res.RawRows, res.RollupSpeedup, res.TotalsEqual)
 	return err
 }
 
@@ -98,7 +105,10 @@ func cbRate(g int) int64 {
 // 2,000-GPU fleet straight into the hourly rollup (one row per GPU and
 // hour, as the view would hold after its merges) and a day of the first
 // RawGPUs GPUs into the raw table (which fills the rollup for that day
-// through the view), both generated inside ClickHouse, then times reports.
+// through the view), both generated inside ClickHouse, then times reports:
+// the month from the hourly rollup, then sealed (as a month is once its
+// days are older than chargeback.SealAfter), the raw day from raw rows and
+// from the rollup.
 func benchChargeback(ctx context.Context, cfg BenchConfig) (ChargebackBenchResult, error) {
 	rawGPUs := cfg.RawGPUs
 	if rawGPUs <= 0 {
@@ -160,13 +170,33 @@ func benchChargeback(ctx context.Context, cfg BenchConfig) (ChargebackBenchResul
 		wantX += int64(hours) * 3600 * cbRate(g)
 	}
 	month := chargeback.Query{From: cbMonth, To: monthEnd, GroupBy: byTeamEndpoint}
+	hourlyTimes, hourlyRep, err := timeReports(ctx, svc, finance, month, cbMonthRuns/4)
+	if err != nil {
+		return res, err
+	}
+	res.MonthReportHourlyMs = float64(quantile(hourlyTimes, 0.95).Microseconds()) / 1000
+	sealStart := time.Now()
+	sealed, err := chargeback.NewSealer(ch, nil, func() time.Time { return monthEnd.Add(chargeback.SealAfter + 24*time.Hour) }).Seal(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.SealSeconds = time.Since(sealStart).Seconds()
 	monthTimes, monthRep, err := timeReports(ctx, svc, finance, month, cbMonthRuns)
 	if err != nil {
 		return res, err
 	}
 	res.MonthReportMs = float64(quantile(monthTimes, 0.95).Microseconds()) / 1000
 	res.MonthTotalUUSD = monthRep.Total.CostMicroUSD
-	monthOK := monthRep.Total.CostX3600 == wantX && monthRep.Total.CostMicroUSD == (wantX+1800)/3600 && len(monthRep.Rows) == cbEndpoints
+	monthOK := sealed == hours/24 && len(monthRep.Rows) == cbEndpoints && len(hourlyRep.Rows) == cbEndpoints
+	for _, rep := range []*chargeback.Report{hourlyRep, monthRep} {
+		monthOK = monthOK && rep.Total.CostX3600 == wantX && rep.Total.CostMicroUSD == (wantX+1800)/3600
+	}
+	for i := range monthRep.Rows {
+		a, b := monthRep.Rows[i], hourlyRep.Rows[i]
+		if a.Key != b.Key || a.GPUSeconds != b.GPUSeconds || a.CostX3600 != b.CostX3600 || a.CostMicroUSD != b.CostMicroUSD || a.Requests != b.Requests {
+			monthOK = false
+		}
+	}
 
 	day := chargeback.Query{From: cbRawDay, To: cbRawDay.Add(24 * time.Hour), GroupBy: byTeamEndpoint}
 	drill := chargeback.Query{From: day.From, To: day.To, Team: "team-3",

@@ -28,6 +28,7 @@ const (
 	leadReqStats    = 7_316_020_013
 	leadPredictions = 7_316_020_014
 	leadBudgets     = 7_316_020_015
+	leadSeal        = 7_316_020_016
 )
 
 // startLoops starts the control plane's background work: the JetStream
@@ -106,6 +107,11 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
 	wg.Go(func() {
 		db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
+	})
+	// Sealing days of the hourly rollup for month-long reports.
+	sealer := chargeback.NewSealer(cp.CH, cp.Log, time.Now)
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadSeal, 2*time.Second, func(ctx context.Context) { sealer.Run(ctx, 10*time.Minute) })
 	})
 	return func() {
 		cancel()

@@ -129,7 +129,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 	f := filter{all: all, teams: teams, endpoint: endpoint}
 	window := AdviceWindow.Seconds()
 	// Whole GPUs used lightly, per endpoint version and GPU type.
-	rows, err := s.read(ctx, []Dimension{DimTeam, DimEndpoint, DimVersion, DimGPUType, DimAllocation}, f, from, to, true)
+	rows, err := s.read(ctx, []Dimension{DimTeam, DimEndpoint, DimVersion, DimGPUType, DimAllocation}, f, from, to, tableHourly)
 	if err != nil {
 		return nil, err
 	}

@@ -35,24 +35,42 @@ func (f filter) where() (string, []any) {
 	return b.String(), args
 }
 
+// table is where a read sums usage from.
+type table int
+
+const (
+	tableRaw    table = iota // gpu_usage, per second
+	tableHourly              // gpu_usage_hourly
+	tableDaily               // gpu_usage_daily, sealed days only
+)
+
+// span is a stretch of a period and the table it is read from.
+type span struct {
+	from, to time.Time
+	table    table
+}
+
 // usage sums usage over [from, to) at the grain of the given dimensions:
-// whole hours from the rollup, the partial hours at the ends from the raw
-// table (or everything from the raw table with SourceRaw).
+// sealed whole days from the daily table, other whole hours from the hourly
+// rollup, the partial hours at the ends from the raw table (or everything
+// from the raw table with SourceRaw).
 func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, to time.Time, src Source) ([]Row, error) {
-	type span struct {
-		from, to time.Time
-		rollup   bool
-	}
-	var spans []span
 	h0 := from.Truncate(time.Hour)
 	if h0.Before(from) {
 		h0 = h0.Add(time.Hour)
 	}
 	h1 := to.Truncate(time.Hour)
+	var spans []span
 	if src == SourceRaw || !h0.Before(h1) {
-		spans = []span{{from, to, false}}
+		spans = []span{{from, to, tableRaw}}
 	} else {
-		spans = []span{{from, h0, false}, {h0, h1, true}, {h1, to, false}}
+		spans = append(spans, span{from, h0, tableRaw})
+		mid, err := s.wholeHours(ctx, h0, h1)
+		if err != nil {
+			return nil, err
+		}
+		spans = append(spans, mid...)
+		spans = append(spans, span{h1, to, tableRaw})
 	}
 	merged := map[Key]*Row{}
 	var order []Key
@@ -60,7 +78,7 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 		if !sp.from.Before(sp.to) {
 			continue
 		}
-		rows, err := s.read(ctx, grain, f, sp.from, sp.to, sp.rollup)
+		rows, err := s.read(ctx, grain, f, sp.from, sp.to, sp.table)
 		if err != nil {
 			return nil, err
 		}
@@ -81,24 +99,59 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 	return out, nil
 }
 
-// read runs one grouped sum over the raw table or the rollup.
-func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, to time.Time, rollup bool) ([]Row, error) {
+// wholeHours splits [h0, h1) into spans of sealed days (daily table) and
+// everything else (hourly rollup). A day counts as sealed only while the
+// daily table's rows for it add up to its seal, so a day being resealed, or
+// sealed by a run that died half-way, is read from the hourly rollup.
+func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, error) {
+	d0 := h0.Truncate(24 * time.Hour)
+	if d0.Before(h0) {
+		d0 = d0.Add(24 * time.Hour)
+	}
+	d1 := h1.Truncate(24 * time.Hour)
+	if !d0.Before(d1) {
+		return []span{{h0, h1, tableHourly}}, nil
+	}
+	sealed, err := verifiedDays(ctx, s.ch, d0, d1)
+	if err != nil {
+		return nil, err
+	}
+	spans := []span{{h0, d0, tableHourly}}
+	for d := d0; d.Before(d1); d = d.Add(24 * time.Hour) {
+		t := tableHourly
+		if sealed[d] {
+			t = tableDaily
+		}
+		if n := len(spans); spans[n-1].table == t && spans[n-1].to.Equal(d) {
+			spans[n-1].to = d.Add(24 * time.Hour)
+			continue
+		}
+		spans = append(spans, span{d, d.Add(24 * time.Hour), t})
+	}
+	return append(spans, span{d1, h1, tableHourly}), nil
+}
+
+// read runs one grouped sum over one table.
+func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, to time.Time, t table) ([]Row, error) {
 	cols := make([]string, len(grain))
 	for i, d := range grain {
-		cols[i] = d.column(rollup)
+		cols[i] = d.column(t)
 	}
-	sums := "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb)"
-	table, tcol := "gpu_usage", "ts"
-	if rollup {
-		sums = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)"
-		table, tcol = "gpu_usage_hourly", "hour"
+	var sums, tbl, cond string
+	switch t {
+	case tableRaw:
+		sums, tbl, cond = "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb)", "gpu_usage", "ts >= ? AND ts < ?"
+	case tableHourly:
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_hourly", "hour >= ? AND hour < ?"
+	case tableDaily:
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_daily", "day >= toDate(?) AND day < toDate(?)"
 	}
 	sel := sums
 	if len(cols) > 0 {
 		sel = strings.Join(cols, ", ") + ", " + sums
 	}
-	cond, args := f.where()
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= ? AND %s < ?%s", sel, table, tcol, tcol, cond)
+	where, args := f.where()
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s", sel, tbl, cond, where)
 	if len(cols) > 0 {
 		q += " GROUP BY " + strings.Join(cols, ", ")
 	}

@@ -40,16 +40,18 @@ var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUT
 // dimDay groups by UTC day; only Daily uses it.
 const dimDay Dimension = "day"
 
-// column is the ClickHouse expression of a dimension in the raw table or
-// the rollup; the allocation is the profile column ("full", "mig-1g.10gb",
+// column is the ClickHouse expression of a dimension in one of the tables; the allocation is the profile column ("full", "mig-1g.10gb",
 // "mps-25pct", ...).
-func (d Dimension) column(rollup bool) string {
+func (d Dimension) column(t table) string {
 	switch d {
 	case DimAllocation:
 		return "profile"
 	case dimDay:
-		if rollup {
+		switch t {
+		case tableHourly:
 			return "toString(toDate(hour))"
+		case tableDaily:
+			return "toString(day)"
 		}
 		return "toString(toDate(ts))"
 	}
