@@ -22,8 +22,14 @@ var cbDay = time.Date(2026, 10, 7, 0, 0, 0, 0, time.UTC)
 // and a clock an hour after the last second.
 func newChargebackEnv(t *testing.T) (*testEnv, driver.Conn) {
 	t.Helper()
+	return newChargebackEnvAt(t, cbDay.Add(12*time.Hour+30*time.Minute))
+}
+
+// newChargebackEnvAt is newChargebackEnv with the clock at at.
+func newChargebackEnvAt(t *testing.T, at time.Time) (*testEnv, driver.Conn) {
+	t.Helper()
 	ch := chtest.New(t)
-	now := func() time.Time { return cbDay.Add(12*time.Hour + 30*time.Minute) }
+	now := func() time.Time { return at }
 	e := newTestEnvWith(t, func(d *Deps) {
 		d.Chargeback = chargeback.New(ch, db.New(d.Pool), now)
 		d.Now = now
