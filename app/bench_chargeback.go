@@ -160,7 +160,10 @@ func benchChargeback(ctx context.Context, cfg BenchConfig) (ChargebackBenchResul
 	}
 	res.LoadSeconds = time.Since(load).Seconds()
 
-	svc := chargeback.New(ch, nil, func() time.Time { return cbRawDay.Add(24 * time.Hour) })
+	// A day after the raw day has closed: reports of closed periods do not
+	// look for ingest lag (chargeback.LagWindow), so both reads time only
+	// the sums.
+	svc := chargeback.New(ch, nil, func() time.Time { return cbRawDay.Add(48 * time.Hour) })
 	finance := &auth.Principal{Name: "bench", PlatformRole: auth.RoleFinance}
 	byTeamEndpoint := []chargeback.Dimension{chargeback.DimTeam, chargeback.DimEndpoint}
 
