@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,71 @@ func TestAdviceAPI(t *testing.T) {
 	page := e.portal(t, e.signIn(t, "risk-viewer@example.com"), http.MethodGet, "/endpoints/risk-endpoint", nil)
 	if !strings.Contains(page.String(), `id="advice"`) || !strings.Contains(page.String(), "mig-1g.10gb fits") {
 		t.Errorf("endpoint page lacks the advice:\n%.3000s", page)
+	}
+}
+
+// TestPortalCostRates: finance sees the history with the rates in force
+// and the form; a back-dated rate is refused on its field; a viewer sees
+// the history without the form and cannot post.
+func TestPortalCostRates(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	fin := e.signIn(t, "finance@example.com")
+	page := e.portal(t, fin, http.MethodGet, "/cost-rates", nil)
+	if body := page.String(); page.status != http.StatusOK || !strings.Contains(body, `id="rate-form"`) ||
+		strings.Count(body, `<span class="pill">in force</span>`) != 12 || !strings.Contains(body, "$3.500000") {
+		t.Errorf("finance cost-rates page = %d, want the form and 12 rates in force:\n%.3000s", page.status, body)
+	}
+	bad := e.portal(t, fin, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {fin.csrf}, "gpu_type": {"A100-80GB"}, "profile": {"full"},
+		"usd_per_hour": {"3.9"}, "effective_from": {"2020-01-01T00:00:00Z"}}))
+	if bad.status != http.StatusUnprocessableEntity || !strings.Contains(bad.String(), `data-field="effective_from"`) {
+		t.Errorf("back-dated rate = %d; want 422 with the error at effective_from:\n%.3000s", bad.status, bad)
+	}
+	viewer := e.signIn(t, "risk-viewer@example.com")
+	if p := e.portal(t, viewer, http.MethodGet, "/cost-rates", nil); p.status != http.StatusOK || strings.Contains(p.String(), `id="rate-form"`) {
+		t.Errorf("viewer cost-rates page = %d, shows the form: %v", p.status, strings.Contains(p.String(), `id="rate-form"`))
+	}
+	if p := e.portal(t, viewer, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {viewer.csrf}, "gpu_type": {"A100-80GB"},
+		"profile": {"full"}, "usd_per_hour": {"3.9"}, "effective_from": {"2099-01-01T00:00:00Z"}})); p.status != http.StatusForbidden {
+		t.Errorf("viewer POST /cost-rates = %d, want 403", p.status)
+	}
+}
+
+func TestParseUSD(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"3.50": 3_500_000, "$0.000001": 1, "12": 12_000_000, " 1.5 ": 1_500_000} {
+		if got, ok := parseUSD(in); !ok || got != want {
+			t.Errorf("parseUSD(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.0000001", "abc", "1e3", ".5", "+2"} {
+		if got, ok := parseUSD(in); ok {
+			t.Errorf("parseUSD(%q) = %d, ok; want refused", in, got)
+		}
+	}
+}
+
+// TestPortalBudgetForm: a risk admin sets the team's budget from the
+// chargeback page and sees it listed; the form offers only teams the user
+// administers.
+func TestPortalBudgetForm(t *testing.T) {
+	t.Parallel()
+	e, _ := newChargebackEnv(t)
+	admin := e.signIn(t, "risk-admin@example.com")
+	page := e.portal(t, admin, http.MethodGet, "/chargeback", nil)
+	if !strings.Contains(page.String(), `<option value="risk">`) || strings.Contains(page.String(), `<option value="search">`) {
+		t.Errorf("budget form teams wrong:\n%.4000s", page)
+	}
+	r := e.portal(t, admin, http.MethodPost, "/budgets", formPayload(url.Values{"csrf": {admin.csrf}, "team": {"risk"}, "monthly_usd": {"10"},
+		"enforcement": {"block"}}))
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("POST /budgets = %d %s; want 303", r.status, r)
+	}
+	page = e.portal(t, admin, http.MethodGet, "/chargeback", nil)
+	if !strings.Contains(page.String(), `data-budget="risk"`) || !strings.Contains(page.String(), "$10.00") || !strings.Contains(page.String(), "block") {
+		t.Errorf("page lacks the new budget:\n%.4000s", page)
+	}
+	if v := e.portal(t, e.signIn(t, "risk-viewer@example.com"), http.MethodGet, "/chargeback", nil); strings.Contains(v.String(), `id="budget-form"`) {
+		t.Error("a viewer is offered the budget form")
 	}
 }

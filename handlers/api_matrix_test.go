@@ -82,6 +82,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /models/{model}/versions/new":       nil,
 		"GET /models/{model}/versions/{version}": nil,
 		"POST /team/keys/{id}/revoke":            form(),
+		"POST /budgets":                          form("team", "risk", "monthly_usd", "1000", "enforcement", "block"),
 		"POST /cost-rates":                       form("gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", "2099-01-01T00:00:00Z"),
 		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),

@@ -185,6 +185,12 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			},
 		},
 		{
+			route: "/budgets", path: fixed("/budgets"), status: http.StatusSeeOther,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "team", "risk", "monthly_usd", fmt.Sprint(1000+i), "enforcement", "alert")
+			},
+		},
+		{
 			route: "/team/keys/{id}/revoke", path: func(i int) string { return fmt.Sprintf("/team/keys/%d/revoke", keyIDs[i]) }, status: http.StatusSeeOther,
 			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
 		},
@@ -196,7 +202,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 func portalSnapshot(t *testing.T, e *testEnv) string {
 	t.Helper()
 	var out []string
-	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates"} {
+	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets"} {
 		var n int64
 		var sum string
 		err := e.srv.Pool.QueryRow(context.Background(),

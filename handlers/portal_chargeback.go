@@ -227,7 +227,17 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	ctx := r.Context()
-	bs, err := s.Budgets.List(ctx, principal(ctx))
+	p := principal(ctx)
+	if p.PlatformAdmin() {
+		props.BudgetTeams = props.Layout.Teams
+	} else {
+		for _, m := range p.Teams {
+			if m.Role == auth.RoleAdmin {
+				props.BudgetTeams = append(props.BudgetTeams, m.Team)
+			}
+		}
+	}
+	bs, err := s.Budgets.List(ctx, p)
 	if err == nil {
 		var alerts []chargeback.Alert
 		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
@@ -452,4 +462,29 @@ func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.renderCostRates(w, r, http.StatusUnprocessableEntity, web.CostRatesProps{Form: form, Errors: errs})
+}
+
+// portalBudgetSet sets a budget from the chargeback page's form.
+func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
+	if s.Budgets == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "budgets are unavailable")
+		return
+	}
+	uusd, ok := parseUSD(r.PostFormValue("monthly_usd"))
+	if !ok || uusd <= 0 {
+		redirectFlash(w, r, "/chargeback", "Budget not set: the monthly budget must be a positive amount of dollars, e.g. 5000.")
+		return
+	}
+	b, err := s.Budgets.Set(r.Context(), principal(r.Context()), chargeback.BudgetSpec{Team: r.PostFormValue("team"),
+		Endpoint: r.PostFormValue("endpoint"), MonthlyUUSD: uusd, Enforcement: r.PostFormValue("enforcement")})
+	if err != nil {
+		var verrs validate.Errors
+		if errors.As(err, &verrs) {
+			redirectFlash(w, r, "/chargeback", "Budget not set: "+verrs.Error())
+			return
+		}
+		s.portalError(w, r, err)
+		return
+	}
+	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", budgetScopeName(b.Team, b.Endpoint), dollars(b.MonthlyUUSD), b.Enforcement))
 }

@@ -77,6 +77,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/chargeback/csv", s.portalChargebackCSV)
 			r.Get("/cost-rates", s.portalCostRates)
 			r.Post("/cost-rates", s.portalCostRateCreate)
+			r.Post("/budgets", s.portalBudgetSet)
 		})
 	})
 }
