@@ -15,12 +15,21 @@
 // the largest remainders until the groups add up to the total (largest
 // remainder), so the rows of a report always add up to its total.
 //
-// Whole hours are read from the hourly rollup and the partial hours at the
+// Sealed days are read from gpu_usage_daily (Sealer rebuilds each day
+// from the hourly rollup once it is older than the usage stream's
+// retention, and a day is used only while its rows add up to its seal),
+// other whole hours from the hourly rollup, and the partial hours at the
 // ends of a period from the raw per-second table, so any period is exact to
-// the second and a month costs a rollup scan.
+// the second and a month costs a few thousand rows.
 //
 // Scoping: finance and platform admins see every team and the unallocated
 // (idle) GPU time; everyone else sees only their teams' rows, and the totals
-// are summed from those rows alone. chargeback reads ClickHouse and never
-// writes it; it imports no HTTP or templ package.
+// are summed from those rows alone.
+//
+// Budgets (monthly, per team or endpoint) live in PostgreSQL with their
+// alerts; a checker raises the 80 and 100 percent alerts (audit log and
+// mp.events.<team>). Blocked is the check placement reads for blocking
+// budgets; nothing here stops a replica. Advisor turns the last week of
+// usage into right-sizing advice. chargeback writes ClickHouse only to seal
+// days (never the usage itself) and imports no HTTP or templ package.
 package chargeback
