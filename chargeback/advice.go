@@ -136,7 +136,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 	type epUse struct {
 		team            string
 		seconds         int64
-		util, costX3600 float64
+		util            float64
 	}
 	perEndpoint := map[string]*epUse{}
 	for _, r := range rows {
