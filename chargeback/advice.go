@@ -134,9 +134,9 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 		return nil, err
 	}
 	type epUse struct {
-		team            string
-		seconds         int64
-		util            float64
+		team    string
+		seconds int64
+		util    float64
 	}
 	perEndpoint := map[string]*epUse{}
 	for _, r := range rows {
