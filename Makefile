@@ -28,6 +28,7 @@ bench: deps build
 	./scripts/bench-proxies.sh
 	./$(BIN) bench gateway --json
 	./$(BIN) bench rollback --json
+	./$(BIN) bench chargeback --json
 
 deps:
 	./scripts/install-deps.sh

@@ -34,6 +34,9 @@ type BenchConfig struct {
 	Profile  string
 	// Gateways is how many gateways `bench rollback` runs.
 	Gateways int
+	// RawGPUs is how many GPUs `bench chargeback` meters per second for its
+	// raw day (default 500).
+	RawGPUs int
 }
 
 // Flags registers the bench settings on fs.
@@ -43,6 +46,7 @@ func (c *BenchConfig) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Clients, "clients", 50, "concurrent clients")
 	fs.StringVar(&c.Profile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
 	fs.IntVar(&c.Gateways, "gateways", rbBenchGateways, "gateways watching the routing table (bench rollback)")
+	fs.IntVar(&c.RawGPUs, "raw-gpus", 500, "bench chargeback: GPUs in the per-second raw day")
 }
 
 // BenchResult is what a benchmark prints.
@@ -62,26 +66,36 @@ type BenchResult struct {
 	RouteP99Ms map[string]float64 `json:"route_p99_ms"`
 }
 
-// RunBench runs the named benchmark (api, engine, placement, ingest,
-// gateway or rollback) and prints its result.
+// benchUsage lists every benchmark and its flags.
+const benchUsage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 50]
+       modelplane bench engine [--json]
+       modelplane bench placement [--json]
+       modelplane bench ingest [--json]
+       modelplane bench gateway [--json] [--cpuprofile file]
+       modelplane bench rollback [--json] [--gateways 50]
+       modelplane bench chargeback [--json] [--raw-gpus 500]`
+
+// RunBench runs the named benchmark and prints its result.
 func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
-	if len(args) == 1 && args[0] == "engine" {
+	if len(args) != 1 {
+		return errors.New(benchUsage)
+	}
+	switch args[0] {
+	case "engine":
 		return runBenchEngine(ctx, cfg, out)
-	}
-	if len(args) == 1 && args[0] == "placement" {
+	case "placement":
 		return runBenchPlacement(ctx, cfg, out)
-	}
-	if len(args) == 1 && args[0] == "ingest" {
+	case "ingest":
 		return runBenchIngest(ctx, cfg, out)
-	}
-	if len(args) == 1 && args[0] == "gateway" {
+	case "gateway":
 		return runBenchGateway(ctx, cfg, out)
-	}
-	if len(args) == 1 && args[0] == "rollback" {
+	case "rollback":
 		return runBenchRollback(ctx, cfg, out)
-	}
-	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench rollback [--json] [--gateways 50]")
+	case "chargeback":
+		return runBenchChargeback(ctx, cfg, out)
+	case "api":
+	default:
+		return errors.New(benchUsage)
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {

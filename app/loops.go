@@ -14,6 +14,7 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/bus"
+	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/ingest"
@@ -29,6 +30,8 @@ const (
 	leadReqStats    = 7_316_020_013
 	leadPredictions = 7_316_020_014
 	leadIdentity    = 7_316_020_015
+	leadBudgets     = 7_316_020_016
+	leadSeal        = 7_316_020_017
 )
 
 // identityInterval is how often the OIDC signing keys and the memberships
@@ -114,6 +117,12 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 			db.Lead(ctx, cp.Pool, leadIdentity, 2*time.Second, func(ctx context.Context) { publishIdentity(ctx, js, pub, cp.Log) })
 		})
 	}
+	// Budget alerts: one checker measures every budget each minute.
+	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
+	db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
+	// Sealing days of the hourly rollup for month-long reports.
+	sealer := chargeback.NewSealer(cp.CH, cp.Log, time.Now)
+	db.Lead(ctx, cp.Pool, leadSeal, 2*time.Second, func(ctx context.Context) { sealer.Run(ctx, 10*time.Minute) })
 	return func() {
 		cancel()
 		intake.Stop()

@@ -20,6 +20,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/handlers"
@@ -58,9 +59,13 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	now := time.Now
 	var meter *billing.Meter
+	var reports *chargeback.Service
+	var budgets *chargeback.Budgets
 	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
+		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
+		budgets = chargeback.NewBudgets(cp.Pool, reports, cp.NC, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
 	}
 	return handlers.New(handlers.Deps{
@@ -73,6 +78,8 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Registry:       registry.New(cp.Pool, store, artifact.Limits{MaxTotalBytes: cp.MaxUploadBytes, MaxFileBytes: cp.MaxUploadBytes}),
 		Endpoints:      endpoint.New(cp.Pool),
 		Meter:          meter,
+		Chargeback:     reports,
+		Budgets:        budgets,
 		Traffic:        trafficReader,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,

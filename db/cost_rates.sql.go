@@ -7,7 +7,43 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const costRateCreate = `-- name: CostRateCreate :one
+INSERT INTO cost_rates (gpu_type, profile, uusd_per_hour, effective_from, created_by)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at
+`
+
+type CostRateCreateParams struct {
+	GPUType       string
+	Profile       string
+	UusdPerHour   int64
+	EffectiveFrom time.Time
+	CreatedBy     string
+}
+
+func (q *Queries) CostRateCreate(ctx context.Context, arg CostRateCreateParams) (CostRate, error) {
+	row := q.db.QueryRow(ctx, costRateCreate,
+		arg.GPUType,
+		arg.Profile,
+		arg.UusdPerHour,
+		arg.EffectiveFrom,
+		arg.CreatedBy,
+	)
+	var i CostRate
+	err := row.Scan(
+		&i.ID,
+		&i.GPUType,
+		&i.Profile,
+		&i.UusdPerHour,
+		&i.EffectiveFrom,
+		&i.CreatedBy,
+		&i.CreatedAt,
+	)
+	return i, err
+}
 
 const costRateListAll = `-- name: CostRateListAll :many
 SELECT id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at FROM cost_rates ORDER BY gpu_type, profile, effective_from

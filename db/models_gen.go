@@ -6,6 +6,8 @@ package db
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type APIKey struct {
@@ -40,6 +42,28 @@ type AuditLog struct {
 	ObjectName string
 	Before     []byte
 	After      []byte
+}
+
+type Budget struct {
+	ID          int64
+	TeamID      int64
+	EndpointID  *int64
+	MonthlyUusd int64
+	Enforcement string
+	UpdatedBy   string
+	UpdatedAt   time.Time
+}
+
+type BudgetAlert struct {
+	BudgetID     int64
+	TeamID       int64
+	Month        pgtype.Date
+	ThresholdPct int32
+	SpentUusd    int64
+	BudgetUusd   int64
+	ForecastUusd int64
+	CreatedAt    time.Time
+	PublishedAt  *time.Time
 }
 
 type CostRate struct {

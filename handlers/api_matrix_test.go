@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The tenancy matrix: every route that names an object is called by someone
@@ -47,6 +48,11 @@ func apiFixtures() map[string][]*payload {
 		"POST /teams":                             {jsonPayload(map[string]any{"name": "matrix-team"})},
 		"POST /api-keys":                          {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
 		"POST /models":                            {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
+		// A rate inside the 5-minute lead: finance is refused on that field
+		// (a 400 that stores nothing), anyone else on their role (403).
+		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
+			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
+		"POST /budgets": {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -78,6 +84,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /models/{model}/versions/new":       nil,
 		"GET /models/{model}/versions/{version}": nil,
 		"POST /team/keys/{id}/revoke":            form(),
+		"POST /budgets":                          form("team", "risk", "monthly_usd", "1000", "enforcement", "block"),
+		"POST /cost-rates":                       form("gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", "2099-01-01T00:00:00Z"),
 		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
@@ -305,7 +313,8 @@ func TestTenancyMatrix(t *testing.T) {
 						// on that field (as for a model that does not exist),
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
-							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest}
+							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
+							"POST /budgets": http.StatusNotFound}
 						status, ok := want[route]
 						if !ok {
 							if !hasParam(route) {

@@ -14,4 +14,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerStats(api)
 	s.registerAudit(api)
 	s.registerNodes(api)
+	s.registerCostRates(api)
+	s.registerChargeback(api)
+	s.registerBudgets(api)
 }

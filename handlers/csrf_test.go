@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -177,6 +178,19 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			},
 		},
 		{
+			route: "/cost-rates", path: fixed("/cost-rates"), status: http.StatusSeeOther, user: "finance@example.com",
+			body: func(i int, csrf string) (string, []byte) {
+				at := time.Now().UTC().Add(time.Hour + time.Duration(i)*time.Minute).Truncate(time.Second).Format(time.RFC3339)
+				return portalURLEncoded(csrf, "gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", at)
+			},
+		},
+		{
+			route: "/budgets", path: fixed("/budgets"), status: http.StatusSeeOther,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "team", "risk", "monthly_usd", fmt.Sprint(1000+i), "enforcement", "alert")
+			},
+		},
+		{
 			route: "/team/keys/{id}/revoke", path: func(i int) string { return fmt.Sprintf("/team/keys/%d/revoke", keyIDs[i]) }, status: http.StatusSeeOther,
 			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
 		},
@@ -188,7 +202,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 func portalSnapshot(t *testing.T, e *testEnv) string {
 	t.Helper()
 	var out []string
-	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox"} {
+	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets"} {
 		var n int64
 		var sum string
 		err := e.srv.Pool.QueryRow(context.Background(),

@@ -198,6 +198,7 @@ func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
+	props.Advice = s.adviceLines(r, props.Row.Name)
 	s.render(w, r, http.StatusOK, web.EndpointPage(props))
 }
 

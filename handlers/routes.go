@@ -73,6 +73,11 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/fleet", s.portalFleet)
 			r.Get("/fleet/{node}", s.portalNode)
 			r.Get("/fleet/{node}/gpus", s.portalNodeGPUs)
+			r.Get("/chargeback", s.portalChargeback)
+			r.Get("/chargeback/csv", s.portalChargebackCSV)
+			r.Get("/cost-rates", s.portalCostRates)
+			r.Post("/cost-rates", s.portalCostRateCreate)
+			r.Post("/budgets", s.portalBudgetSet)
 		})
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/chargeback"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
@@ -34,6 +35,17 @@ type Deps struct {
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet   // nil: one is built on Pool and Now
 	Meter     *billing.Meter // nil: the fleet page shows no metered total
+	// Rates is the cost-rate history; nil: one is built on Pool and Now.
+	Rates *billing.Book
+	// Chargeback reads usage and cost reports from ClickHouse; nil: the
+	// chargeback API answers 503 and the portal page says it is unavailable.
+	Chargeback *chargeback.Service
+	// Budgets keeps monthly budgets and their alerts; nil: the budget API
+	// answers 503 and the chargeback page shows none.
+	Budgets *chargeback.Budgets
+	// Advisor gives right-sizing advice; nil: one is built on Chargeback
+	// and Endpoints when Chargeback is set.
+	Advisor *chargeback.Advisor
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -85,6 +97,19 @@ func New(d Deps) *Server {
 	}
 	if d.Fleet == nil && d.Pool != nil {
 		d.Fleet = fleet.New(d.Pool, d.Log, d.Now)
+	}
+	if d.Budgets == nil && d.Pool != nil {
+		d.Budgets = chargeback.NewBudgets(d.Pool, d.Chargeback, nil, d.Log, d.Now)
+	}
+	if d.Advisor == nil && d.Chargeback != nil && d.Endpoints != nil {
+		eps := d.Endpoints
+		d.Advisor = chargeback.NewAdvisor(d.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
+			e, err := eps.Get(ctx, p, name)
+			return e.MinReplicas, err
+		})
+	}
+	if d.Rates == nil && d.Pool != nil {
+		d.Rates = billing.NewBook(d.Pool, d.Now)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()

@@ -93,6 +93,9 @@ type EndpointProps struct {
 	Replicas       ReplicasProps
 	Stats          StatsProps
 	TryIt          TryItProps
+	// Advice is the endpoint's right-sizing advice (package chargeback),
+	// one sentence each with its numbers.
+	Advice []string
 }
 
 // ReplicaRow is one replica on the endpoint page.

@@ -1,0 +1,81 @@
+package billing_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"modelplane/auth"
+	"modelplane/billing"
+	"modelplane/db"
+	"modelplane/internal/pgtest"
+	"modelplane/validate"
+)
+
+// TestBookCreate enters rates as finance: a future rate joins the history
+// (kept to the whole second, audited), a back-dated or too-soon one is
+// refused, a repeat conflicts, and a team admin may not enter one.
+func TestBookCreate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	book := billing.NewBook(pool, func() time.Time { return now })
+	finance := &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance}
+	at := now.Add(time.Hour + 300*time.Millisecond)
+	e, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 3_900_000, EffectiveFrom: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(time.Hour + time.Second); !e.EffectiveFrom.Equal(want) || e.CreatedBy != "fin@example.com" {
+		t.Fatalf("created %+v, want effective %s by fin@example.com", e, want)
+	}
+	rates, err := book.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := rates.At("A100-80GB", "full", now.Add(time.Hour)); r != 3_500_000 {
+		t.Errorf("second before the new rate = %d, want the old 3,500,000", r)
+	}
+	if r, _ := rates.At("A100-80GB", "full", e.EffectiveFrom); r != 3_900_000 {
+		t.Errorf("first second of the new rate = %d, want 3,900,000", r)
+	}
+	var audited int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'cost_rate.create' AND object_name = 'A100-80GB/full'`).Scan(&audited); err != nil || audited != 1 {
+		t.Errorf("audit rows = %d, %v; want 1", audited, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		p     *auth.Principal
+		r     billing.Rate
+		field string
+		want  error
+	}{
+		{"back-dated", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(-time.Hour)}, "effective_from", nil},
+		{"inside the lead", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Minute)}, "effective_from", nil},
+		{"bad profile", finance, billing.Rate{GPUType: "A100-80GB", Profile: "half", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "profile", nil},
+		{"negative", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: -1, EffectiveFrom: now.Add(time.Hour)}, "uusd_per_hour", nil},
+		{"repeat", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: at}, "", db.ErrConflict},
+		{"team admin", &auth.Principal{Name: "a", Teams: []auth.Membership{{TeamID: 1, Team: "risk", Role: auth.RoleAdmin}}},
+			billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "", auth.ErrForbidden},
+	} {
+		_, err := book.Create(ctx, tc.p, tc.r)
+		if tc.want != nil {
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+			}
+			continue
+		}
+		var verrs validate.Errors
+		if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != tc.field {
+			t.Errorf("%s: err = %v, want a validation error on %s", tc.name, err, tc.field)
+		}
+	}
+	list, err := book.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list); n != 13 {
+		t.Errorf("history has %d rates, want the 12 defaults and the new one", n)
+	}
+}

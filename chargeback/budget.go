@@ -1,0 +1,348 @@
+package chargeback
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/agent/proto"
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/validate"
+)
+
+// Enforcement says what a budget does once a month's spend reaches it.
+const (
+	// EnforceAlert only raises the 80 and 100 percent events (the default).
+	EnforceAlert = "alert"
+	// EnforceBlock also stops replicas beyond the endpoints' minimum until
+	// the month ends; see Budgets.Blocked.
+	EnforceBlock = "block"
+)
+
+// Thresholds are the percentages of a budget at which an alert is raised.
+var Thresholds = []int{80, 100}
+
+// BudgetSpec sets a budget: a team's, or one endpoint's of the team.
+type BudgetSpec struct {
+	Team        string `json:"team"`
+	Endpoint    string `json:"endpoint,omitempty"`
+	MonthlyUUSD int64  `json:"monthly_uusd"`
+	Enforcement string `json:"enforcement"`
+}
+
+// Budget is a budget with the month's spend and its forecast.
+type Budget struct {
+	ID          int64     `json:"id"`
+	Team        string    `json:"team"`
+	Endpoint    string    `json:"endpoint,omitempty"`
+	MonthlyUUSD int64     `json:"monthly_uusd"`
+	Enforcement string    `json:"enforcement"`
+	UpdatedBy   string    `json:"updated_by"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	// SpentUUSD is the month's cost so far; ForecastUUSD extends its run
+	// rate to the end of the month; SpentPct is spent over the budget.
+	SpentUUSD    int64   `json:"spent_uusd"`
+	ForecastUUSD int64   `json:"forecast_uusd"`
+	SpentPct     float64 `json:"spent_pct"`
+}
+
+// Alert is a budget threshold passed in a month.
+type Alert struct {
+	Team         string    `json:"team"`
+	Endpoint     string    `json:"endpoint,omitempty"`
+	Month        string    `json:"month"`
+	ThresholdPct int       `json:"threshold_pct"`
+	SpentUUSD    int64     `json:"spent_uusd"`
+	BudgetUUSD   int64     `json:"budget_uusd"`
+	ForecastUUSD int64     `json:"forecast_uusd"`
+	At           time.Time `json:"at"`
+}
+
+// Publisher sends a core NATS message; *nats.Conn is one.
+type Publisher interface {
+	Publish(subject string, data []byte) error
+}
+
+// Budgets keeps budgets in PostgreSQL, measures them against the month's
+// cost from Service, and raises their alerts.
+type Budgets struct {
+	pool    *pgxpool.Pool
+	reports *Service
+	pub     Publisher
+	log     *slog.Logger
+	now     func() time.Time
+	// wake lets Check run early (after a budget changed).
+	wake chan struct{}
+	mu   sync.Mutex
+}
+
+// NewBudgets returns Budgets; pub may be nil (alerts are then stored and
+// shown, and go out from a Budgets that has one), and so may reports (no
+// usage store: spend reads as zero and no alert is raised).
+func NewBudgets(pool *pgxpool.Pool, reports *Service, pub Publisher, log *slog.Logger, now func() time.Time) *Budgets {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Budgets{pool: pool, reports: reports, pub: pub, log: log, now: now, wake: make(chan struct{}, 1)}
+}
+
+// system is who the budget check reads costs as: it measures every team.
+var system = &auth.Principal{Name: "budget-check", Via: "system", PlatformRole: auth.RoleFinance}
+
+// Set creates or replaces the budget of a team or of one of its
+// endpoints; team admins of that team and platform admins only.
+func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Budget, error) {
+	var errs validate.Errors
+	if s.MonthlyUUSD <= 0 || s.MonthlyUUSD > 1_000_000_000_000_000 {
+		errs.Add("monthly_uusd", "must be a positive number of micro-USD")
+	}
+	if s.Enforcement == "" {
+		s.Enforcement = EnforceAlert
+	}
+	validate.OneOf(&errs, "enforcement", s.Enforcement, EnforceAlert, EnforceBlock)
+	if err := errs.Err(); err != nil {
+		return Budget{}, err
+	}
+	all, ids := p.Scope()
+	var out Budget
+	err := db.InTx(ctx, b.pool, func(q *db.Queries) error {
+		team, err := q.TeamGetScoped(ctx, db.TeamGetScopedParams{Name: s.Team, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		if !p.CanAdmin(team.ID) {
+			return auth.ErrForbidden
+		}
+		var endpointID *int64
+		if s.Endpoint != "" {
+			e, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: s.Endpoint, AllTeams: false, TeamIDs: []int64{team.ID}})
+			if err != nil {
+				return db.Interpret(err)
+			}
+			endpointID = &e.ID
+		}
+		row, err := q.BudgetUpsert(ctx, db.BudgetUpsertParams{TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD,
+			Enforcement: s.Enforcement, UpdatedBy: p.Actor()})
+		if err != nil {
+			return db.Interpret(err)
+		}
+		out = Budget{ID: row.ID, Team: team.Name, Endpoint: s.Endpoint, MonthlyUUSD: row.MonthlyUusd, Enforcement: row.Enforcement,
+			UpdatedBy: row.UpdatedBy, UpdatedAt: row.UpdatedAt.UTC()}
+		return audit.Record(ctx, q, p, audit.Entry{TeamID: &team.ID, Action: "budget.set", ObjectType: "budget",
+			ObjectName: budgetName(team.Name, s.Endpoint), After: out})
+	})
+	if err != nil {
+		return Budget{}, fmt.Errorf("set budget: %w", err)
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	return out, nil
+}
+
+func budgetName(team, endpoint string) string {
+	if endpoint == "" {
+		return team
+	}
+	return team + "/" + endpoint
+}
+
+// budgetScope is who sees budgets: finance and platform admins all, others
+// their teams.
+func budgetScope(p *auth.Principal) (bool, []int64) {
+	if p.Finance() {
+		return true, []int64{}
+	}
+	return p.Scope()
+}
+
+// List returns the budgets p may see with this month's spend and forecast.
+func (b *Budgets) List(ctx context.Context, p *auth.Principal) ([]Budget, error) {
+	all, ids := budgetScope(p)
+	rows, err := db.New(b.pool).BudgetListScoped(ctx, db.BudgetListScopedParams{AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("list budgets: %w", err)
+	}
+	out := make([]Budget, 0, len(rows))
+	for _, r := range rows {
+		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement,
+			UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.UTC()}
+		if err := b.measure(ctx, &bu); err != nil {
+			return nil, err
+		}
+		out = append(out, bu)
+	}
+	return out, nil
+}
+
+// measure fills the month's spend and forecast of one budget.
+func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
+	now := b.now().UTC()
+	from, to := Month(now)
+	end := now.Truncate(time.Second)
+	if !end.After(from) || b.reports == nil {
+		return nil
+	}
+	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, Team: bu.Team, Endpoint: bu.Endpoint})
+	if err != nil {
+		return fmt.Errorf("budget spend: %w", err)
+	}
+	bu.SpentUUSD = rep.Total.CostMicroUSD
+	bu.ForecastUUSD = Forecast(bu.SpentUUSD, end.Sub(from), to.Sub(from))
+	if bu.MonthlyUUSD > 0 {
+		bu.SpentPct = float64(bu.SpentUUSD) * 100 / float64(bu.MonthlyUUSD)
+	}
+	return nil
+}
+
+// Forecast extends spend over elapsed to the whole month at the same run
+// rate, in integers (rounded half up).
+func Forecast(spent int64, elapsed, month time.Duration) int64 {
+	e := int64(elapsed / time.Second)
+	if e <= 0 {
+		return spent
+	}
+	return divRound(spent*int64(month/time.Second), e)
+}
+
+// Alerts returns this month's alerts p may see, newest first.
+func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error) {
+	all, ids := budgetScope(p)
+	from, _ := Month(b.now())
+	rows, err := db.New(b.pool).BudgetAlertListScoped(ctx, db.BudgetAlertListScopedParams{AllTeams: all, TeamIDs: ids,
+		Month: pgtype.Date{Time: from, Valid: true}})
+	if err != nil {
+		return nil, fmt.Errorf("list budget alerts: %w", err)
+	}
+	out := make([]Alert, len(rows))
+	for i, r := range rows {
+		out[i] = Alert{Team: r.TeamName, Endpoint: r.EndpointName, Month: r.Month.Time.Format("2006-01"), ThresholdPct: int(r.ThresholdPct),
+			SpentUUSD: r.SpentUusd, BudgetUUSD: r.BudgetUusd, ForecastUUSD: r.ForecastUusd, At: r.CreatedAt.UTC()}
+	}
+	return out, nil
+}
+
+// Blocked reports whether a budget with block enforcement of the team, or
+// of the endpoint, has reached 100 percent this month: the placement pass
+// must then start no replica of the endpoint beyond its minimum. It is a
+// check for the fleet reconciler to read; nothing here stops replicas.
+func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, error) {
+	from, _ := Month(b.now())
+	blocked, err := db.New(b.pool).BudgetBlocking(ctx, db.BudgetBlockingParams{Month: pgtype.Date{Time: from, Valid: true},
+		TeamID: teamID, EndpointID: &endpointID})
+	if err != nil {
+		return false, fmt.Errorf("budget blocking: %w", err)
+	}
+	return blocked, nil
+}
+
+// Check measures every budget once: a threshold newly passed this month is
+// stored as an alert with an audit record, in one transaction, and then
+// published on mp.events.<team>. Alerts stored but not yet published (the
+// publish failed, or the process died) go out on the next Check, so an
+// event is sent at least once; the stored alert is the record.
+func (b *Budgets) Check(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := db.New(b.pool)
+	rows, err := q.BudgetListAll(ctx)
+	if err != nil {
+		return fmt.Errorf("budget check: %w", err)
+	}
+	month, _ := Month(b.now())
+	var errs []error
+	for _, r := range rows {
+		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
+		if err := b.measure(ctx, &bu); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, pct := range Thresholds {
+			// spent ≥ pct% of the budget, in integers.
+			if bu.SpentUUSD*100 < bu.MonthlyUUSD*int64(pct) {
+				continue
+			}
+			teamID := r.TeamID
+			err := db.InTx(ctx, b.pool, func(q *db.Queries) error {
+				n, err := q.BudgetAlertInsert(ctx, db.BudgetAlertInsertParams{BudgetID: r.ID, TeamID: teamID, Month: pgtype.Date{Time: month, Valid: true},
+					ThresholdPct: int32(pct), SpentUusd: bu.SpentUUSD, BudgetUusd: bu.MonthlyUUSD, ForecastUusd: bu.ForecastUUSD})
+				if err != nil || n == 0 {
+					return err
+				}
+				return audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: fmt.Sprintf("budget.alert_%d", pct), ObjectType: "budget",
+					ObjectName: budgetName(bu.Team, bu.Endpoint), After: bu})
+			})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("budget alert: %w", err))
+			}
+		}
+	}
+	if err := b.publish(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Event is the message on mp.events.<team> for a budget alert.
+type Event struct {
+	Kind  string `json:"kind"` // "budget.alert"
+	Alert Alert  `json:"alert"`
+}
+
+// publish sends the stored alerts not yet sent.
+func (b *Budgets) publish(ctx context.Context) error {
+	if b.pub == nil {
+		return nil
+	}
+	q := db.New(b.pool)
+	rows, err := q.BudgetAlertUnpublished(ctx)
+	if err != nil {
+		return fmt.Errorf("budget events: %w", err)
+	}
+	for _, r := range rows {
+		a := Alert{Team: r.TeamName, Endpoint: r.EndpointName, Month: r.Month.Time.Format("2006-01"), ThresholdPct: int(r.ThresholdPct),
+			SpentUUSD: r.SpentUusd, BudgetUUSD: r.BudgetUusd, ForecastUUSD: r.ForecastUusd, At: r.CreatedAt.UTC()}
+		data, err := json.Marshal(Event{Kind: "budget.alert", Alert: a})
+		if err != nil {
+			return fmt.Errorf("budget event: %w", err)
+		}
+		if err := b.pub.Publish(proto.EventsSubject(r.TeamName), data); err != nil {
+			return fmt.Errorf("publish budget event: %w", err)
+		}
+		if err := q.BudgetAlertMarkPublished(ctx, db.BudgetAlertMarkPublishedParams{BudgetID: r.BudgetID, Month: r.Month, ThresholdPct: r.ThresholdPct}); err != nil {
+			return fmt.Errorf("budget event: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run checks every interval, and soon after a budget changes, until ctx
+// ends. Run it under a leader lease: one checker per control plane.
+func (b *Budgets) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := b.Check(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("budget check", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-b.wake:
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package chargeback_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"modelplane/auth"
+	"modelplane/chargeback"
+	"modelplane/db"
+	"modelplane/internal/chtest"
+	"modelplane/internal/natstest"
+	"modelplane/internal/pgtest"
+	"modelplane/tenant"
+)
+
+// TestBudgets: a team admin sets a $10 budget (a viewer may not, another
+// team's admin finds no team); at $8.50 spent half-way through the month the
+// forecast is the run rate to month end and one 80 percent alert is stored,
+// audited and published on mp.events.risk, once however often Check runs;
+// at $10 the 100 percent alert follows, and a blocking budget then blocks.
+func TestBudgets(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	ch := chtest.New(t)
+	_, nc := natstest.Connect(t)
+	sys := &auth.Principal{Name: "seed", PlatformRole: auth.RolePlatformAdmin}
+	ten := tenant.New(pool, time.Now)
+	risk, err := ten.CreateTeam(ctx, sys, "risk", "Risk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	search, err := ten.CreateTeam(ctx, sys, "search", "Search")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC) // 15.5 of 31 days: half the month
+	svc := chargeback.New(ch, db.New(pool), func() time.Time { return now })
+	budgets := chargeback.NewBudgets(pool, svc, nc, nil, func() time.Time { return now })
+	events := make(chan *nats.Msg, 10)
+	sub, err := nc.ChanSubscribe("mp.events.risk", events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	riskAdmin := &auth.Principal{Name: "ra", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleAdmin}}}
+	riskViewer := &auth.Principal{Name: "rv", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleViewer}}}
+	searchAdmin := &auth.Principal{Name: "sa", Teams: []auth.Membership{{TeamID: search.ID, Team: "search", Role: auth.RoleAdmin}}}
+	spec := chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 10_000_000}
+	if _, err := budgets.Set(ctx, riskViewer, spec); !errors.Is(err, auth.ErrForbidden) {
+		t.Errorf("viewer Set: %v, want ErrForbidden", err)
+	}
+	if _, err := budgets.Set(ctx, searchAdmin, spec); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("other team's admin Set: %v, want ErrNotFound", err)
+	}
+	if _, err := budgets.Set(ctx, riskAdmin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 1, Enforcement: "shout"}); err == nil {
+		t.Error("bad enforcement accepted")
+	}
+	if _, err := budgets.Set(ctx, riskAdmin, spec); err != nil {
+		t.Fatal(err)
+	}
+	// $8.50: 8,500 s at $3.60/h in October.
+	var rows []rec
+	for i := range 8500 {
+		rows = append(rows, rec{ts: t0.Add(time.Duration(i) * time.Second), node: "n1", gpuType: "A100-80GB", profile: "full", team: "risk",
+			endpoint: "fraud", model: "m", ver: "v1", rate: 3_600_000})
+	}
+	insert(t, ch, rows)
+	for range 3 {
+		if err := budgets.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := budgets.List(ctx, riskViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Forecast: 8.5 $ over 15.5 days → 17 $ over 31.
+	if len(list) != 1 || list[0].SpentUUSD != 8_500_000 || list[0].ForecastUUSD != 17_000_000 || list[0].SpentPct != 85 {
+		t.Fatalf("List = %+v, want spent 8,500,000, forecast 17,000,000, 85%%", list)
+	}
+	if l, err := budgets.List(ctx, searchAdmin); err != nil || len(l) != 0 {
+		t.Errorf("search admin sees %+v, %v; want no budgets", l, err)
+	}
+	select {
+	case m := <-events:
+		var ev chargeback.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Kind != "budget.alert" || ev.Alert.ThresholdPct != 80 || ev.Alert.SpentUUSD != 8_500_000 {
+			t.Errorf("event %s (%v); want the 80 percent alert", m.Data, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event on mp.events.risk")
+	}
+	select {
+	case m := <-events:
+		t.Errorf("second event %s; want one per threshold", m.Data)
+	case <-time.After(300 * time.Millisecond):
+	}
+	var audited int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'budget.alert_80'`).Scan(&audited); err != nil || audited != 1 {
+		t.Errorf("audit rows for the 80 percent alert = %d, %v; want 1", audited, err)
+	}
+	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || blocked {
+		t.Errorf("Blocked under an alert-only budget = %v, %v; want false", blocked, err)
+	}
+	// Up to $10 and switch the budget to blocking.
+	insert(t, ch, []rec{{ts: t0.Add(24 * time.Hour), node: "n1", gpuType: "A100-80GB", profile: "full", team: "risk", rate: 5_400_000_000}})
+	spec.Enforcement = chargeback.EnforceBlock
+	if _, err := budgets.Set(ctx, riskAdmin, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := budgets.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := budgets.Alerts(ctx, riskViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(alerts) != 2 || alerts[0].ThresholdPct+alerts[1].ThresholdPct != 180 {
+		t.Errorf("alerts = %+v, want 80 and 100", alerts)
+	}
+	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || !blocked {
+		t.Errorf("Blocked at 100%% of a blocking budget = %v, %v; want true", blocked, err)
+	}
+	if blocked, err := budgets.Blocked(ctx, search.ID, 1); err != nil || blocked {
+		t.Errorf("another team Blocked = %v, %v; want false", blocked, err)
+	}
+}
+
+func TestForecast(t *testing.T) {
+	t.Parallel()
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		spent          int64
+		elapsed, month time.Duration
+		want           int64
+	}{
+		{1_000_000, 10 * day, 30 * day, 3_000_000},
+		{1, 2 * time.Second, 3 * time.Second, 2}, // 1.5 rounds half up
+		{5, 0, 30 * day, 5},
+	} {
+		if got := chargeback.Forecast(tc.spent, tc.elapsed, tc.month); got != tc.want {
+			t.Errorf("Forecast(%d, %s, %s) = %d, want %d", tc.spent, tc.elapsed, tc.month, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package chargeback
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// filter is the WHERE clause every usage read shares: the caller's teams
+// and the drill-down filters.
+type filter struct {
+	all      bool
+	teams    []string
+	team     string
+	endpoint string
+}
+
+// where returns the conditions after the time bounds, with their arguments.
+func (f filter) where() (string, []any) {
+	var b strings.Builder
+	var args []any
+	if !f.all {
+		b.WriteString(" AND has(?, team)")
+		args = append(args, f.teams)
+	}
+	if f.team != "" {
+		b.WriteString(" AND team = ?")
+		args = append(args, f.team)
+	}
+	if f.endpoint != "" {
+		b.WriteString(" AND endpoint = ?")
+		args = append(args, f.endpoint)
+	}
+	return b.String(), args
+}
+
+// table is where a read sums usage from.
+type table int
+
+const (
+	tableRaw    table = iota // gpu_usage, per second
+	tableHourly              // gpu_usage_hourly
+	tableDaily               // gpu_usage_daily, sealed days only
+)
+
+// span is a stretch of a period and the table it is read from.
+type span struct {
+	from, to time.Time
+	table    table
+}
+
+// usage sums usage over [from, to) at the grain of the given dimensions:
+// sealed whole days from the daily table, other whole hours from the hourly
+// rollup, the partial hours at the ends from the raw table (or everything
+// from the raw table with SourceRaw).
+func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, to time.Time, src Source) ([]Row, error) {
+	h0 := from.Truncate(time.Hour)
+	if h0.Before(from) {
+		h0 = h0.Add(time.Hour)
+	}
+	h1 := to.Truncate(time.Hour)
+	var spans []span
+	if src == SourceRaw || !h0.Before(h1) {
+		spans = []span{{from, to, tableRaw}}
+	} else {
+		spans = append(spans, span{from, h0, tableRaw})
+		mid, err := s.wholeHours(ctx, h0, h1)
+		if err != nil {
+			return nil, err
+		}
+		spans = append(spans, mid...)
+		spans = append(spans, span{h1, to, tableRaw})
+	}
+	merged := map[Key]*Row{}
+	var order []Key
+	for _, sp := range spans {
+		if !sp.from.Before(sp.to) {
+			continue
+		}
+		rows, err := s.read(ctx, grain, f, sp.from, sp.to, sp.table)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			m := merged[r.Key]
+			if m == nil {
+				m = &Row{Key: r.Key}
+				merged[r.Key] = m
+				order = append(order, r.Key)
+			}
+			m.add(r)
+		}
+	}
+	out := make([]Row, 0, len(order))
+	for _, k := range order {
+		out = append(out, *merged[k])
+	}
+	return out, nil
+}
+
+// wholeHours splits [h0, h1) into spans of sealed days (daily table) and
+// everything else (hourly rollup). A day counts as sealed only while the
+// daily table's rows for it add up to its seal, so a day being resealed, or
+// sealed by a run that died half-way, is read from the hourly rollup.
+func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, error) {
+	d0 := h0.Truncate(24 * time.Hour)
+	if d0.Before(h0) {
+		d0 = d0.Add(24 * time.Hour)
+	}
+	d1 := h1.Truncate(24 * time.Hour)
+	if !d0.Before(d1) {
+		return []span{{h0, h1, tableHourly}}, nil
+	}
+	sealed, err := verifiedDays(ctx, s.ch, d0, d1)
+	if err != nil {
+		return nil, err
+	}
+	spans := []span{{h0, d0, tableHourly}}
+	for d := d0; d.Before(d1); d = d.Add(24 * time.Hour) {
+		t := tableHourly
+		if sealed[d] {
+			t = tableDaily
+		}
+		if n := len(spans); spans[n-1].table == t && spans[n-1].to.Equal(d) {
+			spans[n-1].to = d.Add(24 * time.Hour)
+			continue
+		}
+		spans = append(spans, span{d, d.Add(24 * time.Hour), t})
+	}
+	return append(spans, span{d1, h1, tableHourly}), nil
+}
+
+// read runs one grouped sum over one table.
+func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, to time.Time, t table) ([]Row, error) {
+	cols := make([]string, len(grain))
+	for i, d := range grain {
+		cols[i] = d.column(t)
+	}
+	var sums, tbl, cond string
+	switch t {
+	case tableRaw:
+		sums, tbl, cond = "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb)", "gpu_usage", "ts >= ? AND ts < ?"
+	case tableHourly:
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_hourly", "hour >= ? AND hour < ?"
+	case tableDaily:
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_daily", "day >= toDate(?) AND day < toDate(?)"
+	}
+	sel := sums
+	if len(cols) > 0 {
+		sel = strings.Join(cols, ", ") + ", " + sums
+	}
+	where, args := f.where()
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s", sel, tbl, cond, where)
+	if len(cols) > 0 {
+		q += " GROUP BY " + strings.Join(cols, ", ")
+	}
+	rows, err := s.ch.Query(ctx, q, append([]any{from.UTC(), to.UTC()}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("chargeback usage: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		keys := make([]string, len(grain))
+		var seconds, cost, requests, memory uint64
+		var util float64
+		dest := make([]any, 0, len(grain)+5)
+		for i := range keys {
+			dest = append(dest, &keys[i])
+		}
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("chargeback usage: %w", err)
+		}
+		if seconds == 0 {
+			continue
+		}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		for i, d := range grain {
+			r.set(d, keys[i])
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chargeback usage: %w", err)
+	}
+	return out, nil
+}
+
+// tokens sums the tokens the gateways counted per endpoint and version in
+// [from, to), by the start of their statistics windows.
+func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map[[2]string]int64, error) {
+	cond, args := f.where()
+	rows, err := s.ch.Query(ctx, "SELECT endpoint, version, sum(tokens) FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+
+		" GROUP BY endpoint, version", append([]any{from.UTC(), to.UTC()}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("chargeback tokens: %w", err)
+	}
+	defer rows.Close()
+	out := map[[2]string]int64{}
+	for rows.Next() {
+		var endpoint, version string
+		var n uint64
+		if err := rows.Scan(&endpoint, &version, &n); err != nil {
+			return nil, fmt.Errorf("chargeback tokens: %w", err)
+		}
+		out[[2]string{endpoint, version}] = int64(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chargeback tokens: %w", err)
+	}
+	return out, nil
+}
+
+// freshness fills rep.Newest and rep.Delayed. Only a period that reaches
+// into the last LagWindow is checked, and only that window is read: the
+// raw table is ordered by node then time, so the read is a range per node.
+func (s *Service) freshness(ctx context.Context, rep *Report) error {
+	now := s.now().UTC()
+	since := now.Add(-LagWindow)
+	if !rep.To.After(since) {
+		return nil
+	}
+	var t time.Time
+	if err := s.ch.QueryRow(ctx, "SELECT max(ts) FROM gpu_usage WHERE ts >= ?", since).Scan(&t); err != nil {
+		return fmt.Errorf("chargeback newest usage: %w", err)
+	}
+	if t.Unix() > 0 && !t.Before(since) {
+		rep.Newest = t.UTC()
+	}
+	edge := rep.Newest.Add(s.LagAllowance)
+	if rep.Newest.IsZero() {
+		edge = since
+	}
+	rep.Delayed = rep.To.After(edge) && now.After(edge)
+	return nil
+}

@@ -1,0 +1,470 @@
+package chargeback
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"modelplane/auth"
+	"modelplane/billing"
+	"modelplane/validate"
+)
+
+// Unallocated is how the CSV and the portal name the team of GPU time no
+// replica held (idle GPUs and slices, billed at their own rates). Team
+// names cannot contain parentheses, so it never names a team.
+const Unallocated = "(unallocated)"
+
+// Dimension is one way to group a report.
+type Dimension string
+
+// The dimensions, in their order of nesting: a report grouped by several
+// lists its rows sorted by them in this order.
+const (
+	DimTeam       Dimension = "team"
+	DimEndpoint   Dimension = "endpoint"
+	DimModel      Dimension = "model"
+	DimVersion    Dimension = "version"
+	DimGPUType    Dimension = "gpu_type"
+	DimAllocation Dimension = "allocation"
+)
+
+// Dimensions lists every dimension in nesting order.
+var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation}
+
+// dimDay groups by UTC day; only Daily uses it.
+const dimDay Dimension = "day"
+
+// column is the ClickHouse expression of a dimension in one of the tables; the allocation is the profile column ("full", "mig-1g.10gb",
+// "mps-25pct", ...).
+func (d Dimension) column(t table) string {
+	switch d {
+	case DimAllocation:
+		return "profile"
+	case dimDay:
+		switch t {
+		case tableHourly:
+			return "toString(toDate(hour))"
+		case tableDaily:
+			return "toString(day)"
+		}
+		return "toString(toDate(ts))"
+	}
+	return string(d)
+}
+
+// hardware reports whether the dimension splits one endpoint version's
+// usage by what it ran on; request statistics (tokens) cannot follow such a
+// split.
+func (d Dimension) hardware() bool { return d == DimGPUType || d == DimAllocation }
+
+// ParseGroupBy reads a comma-separated list of dimensions in any order and
+// returns it in nesting order without repeats. An empty string groups
+// nothing (the report is its total).
+func ParseGroupBy(s string) ([]Dimension, error) {
+	seen := map[Dimension]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		d := Dimension(part)
+		if !slices.Contains(Dimensions, d) {
+			var errs validate.Errors
+			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation", part)
+			return nil, errs
+		}
+		seen[d] = true
+	}
+	out := []Dimension{}
+	for _, d := range Dimensions {
+		if seen[d] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Source says where a report reads usage from.
+type Source int
+
+const (
+	// SourceAuto reads whole hours from the hourly rollup and the partial
+	// hours at the period's ends from the raw table.
+	SourceAuto Source = iota
+	// SourceRaw reads every second from the raw table; the benchmark and
+	// tests use it to check the rollup against the records it sums.
+	SourceRaw
+)
+
+// MaxPeriod bounds a report's period, so one request cannot ask ClickHouse
+// for years of raw seconds at the ends.
+const MaxPeriod = 400 * 24 * time.Hour
+
+// Query selects a report: the period [From, To) in whole seconds, the
+// grouping, and optional filters for drilling down.
+type Query struct {
+	From, To time.Time
+	GroupBy  []Dimension
+	// Team and Endpoint, when set, keep only that team's or endpoint's rows.
+	Team, Endpoint string
+	Source         Source
+}
+
+// Key names a report row; a dimension the report does not group by is "".
+// Unallocated GPU time (an idle GPU or slice) has team "" (the CSV and the
+// portal write it Unallocated).
+type Key struct {
+	Team, Endpoint, Model, Version, GPUType, Allocation string
+
+	day string // YYYY-MM-DD, in Daily's reads only
+}
+
+func (k *Key) set(d Dimension, v string) {
+	switch d {
+	case DimTeam:
+		k.Team = v
+	case DimEndpoint:
+		k.Endpoint = v
+	case DimModel:
+		k.Model = v
+	case DimVersion:
+		k.Version = v
+	case DimGPUType:
+		k.GPUType = v
+	case DimAllocation:
+		k.Allocation = v
+	case dimDay:
+		k.day = v
+	}
+}
+
+// Get returns the key's value of one dimension.
+func (k Key) Get(d Dimension) string {
+	switch d {
+	case DimTeam:
+		return k.Team
+	case DimEndpoint:
+		return k.Endpoint
+	case DimModel:
+		return k.Model
+	case DimVersion:
+		return k.Version
+	case DimGPUType:
+		return k.GPUType
+	case DimAllocation:
+		return k.Allocation
+	}
+	return ""
+}
+
+// Row is the usage and cost of one group, or of the whole report.
+type Row struct {
+	Key
+	// GPUSeconds counts allocation-seconds: a second of a whole GPU and a
+	// second of one MIG slice are each one.
+	GPUSeconds int64
+	// CostX3600 is the exact cost in micro-USD times 3,600: the sum of the
+	// per-hour rates stamped on each second.
+	CostX3600 int64
+	// CostMicroUSD is the cost in micro-USD under the package's rounding
+	// rule; the rows of a report add up to its total.
+	CostMicroUSD int64
+	Requests     int64
+	// Tokens is the tokens the gateways counted for the group's endpoint
+	// versions; TokensKnown is false when the report splits versions by
+	// hardware (tokens are not metered per GPU) or no tokens were counted.
+	// The total has no tokens: it mixes endpoints with and without them.
+	Tokens      int64
+	TokensKnown bool
+	// UtilPctSum and MemoryMBSum are summed over seconds; see AvgUtilPct.
+	UtilPctSum  float64
+	MemoryMBSum int64
+}
+
+// GPUHours is GPU-seconds as hours, exact to the second, as a decimal
+// string ("12.5", "0.000278" rounded to six places).
+func (r Row) GPUHours() string { return ratio(r.GPUSeconds, 3600, 6) }
+
+// AvgUtilPct is the mean GPU utilisation over the group's seconds.
+func (r Row) AvgUtilPct() float64 {
+	if r.GPUSeconds == 0 {
+		return 0
+	}
+	return r.UtilPctSum / float64(r.GPUSeconds)
+}
+
+// AvgMemoryMB is the mean memory in use over the group's seconds.
+func (r Row) AvgMemoryMB() float64 {
+	if r.GPUSeconds == 0 {
+		return 0
+	}
+	return float64(r.MemoryMBSum) / float64(r.GPUSeconds)
+}
+
+// CostPer1kRequestsMicroUSD is the cost of a thousand requests in micro-USD,
+// rounded half up; ok is false without requests.
+func (r Row) CostPer1kRequestsMicroUSD() (int64, bool) {
+	if r.Requests == 0 {
+		return 0, false
+	}
+	return divRound(r.CostMicroUSD*1000, r.Requests), true
+}
+
+// CostPer1MTokensMicroUSD is the cost of a million tokens in micro-USD,
+// rounded half up; ok is false when tokens are not known for the row.
+func (r Row) CostPer1MTokensMicroUSD() (int64, bool) {
+	if !r.TokensKnown || r.Tokens == 0 {
+		return 0, false
+	}
+	return divRound(r.CostMicroUSD*1_000_000, r.Tokens), true
+}
+
+func (r *Row) add(o Row) {
+	r.GPUSeconds += o.GPUSeconds
+	r.CostX3600 += o.CostX3600
+	r.Requests += o.Requests
+	r.UtilPctSum += o.UtilPctSum
+	r.MemoryMBSum += o.MemoryMBSum
+}
+
+// Report is usage and cost over a period.
+type Report struct {
+	From, To time.Time
+	GroupBy  []Dimension
+	// Rows are sorted by the grouped dimensions in nesting order.
+	Rows  []Row
+	Total Row
+	// RatesVersion identifies the rate table the report was read under: the
+	// id of the newest cost_rates row ("r0" with none).
+	RatesVersion string
+	// Newest is the newest usage second stored in the last LagWindow (zero
+	// when none is, or when the period ended before the last LagWindow and
+	// was not checked), and Delayed is true when the period reaches past it
+	// by more than the service's lag allowance: recent seconds may still be
+	// on their way.
+	Newest  time.Time
+	Delayed bool
+}
+
+// LagWindow is how far back a report looks for the newest usage second.
+// A period that ended before it is taken as complete (its seconds were
+// stored long ago), and ingest silent for all of it means delayed.
+const LagWindow = time.Hour
+
+// Service reads reports from ClickHouse.
+type Service struct {
+	ch    driver.Conn
+	rates billing.Lister
+	now   func() time.Time
+	// LagAllowance is how far behind now the newest stored second may be
+	// before a report reaching now is marked delayed; default 2 minutes.
+	LagAllowance time.Duration
+}
+
+// New returns a Service. rates gives the rate table's version (and may be
+// nil, for version "r0"); now is the clock reports measure lag with.
+func New(ch driver.Conn, rates billing.Lister, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{ch: ch, rates: rates, now: now, LagAllowance: 2 * time.Minute}
+}
+
+// scope returns the teams the principal may see: all, or the named ones.
+func scope(p *auth.Principal) (all bool, teams []string) {
+	if p.Finance() {
+		return true, nil
+	}
+	teams = []string{}
+	for _, m := range p.Teams {
+		teams = append(teams, m.Team)
+	}
+	return false, teams
+}
+
+// check validates a query's period.
+func (q *Query) check() error {
+	var errs validate.Errors
+	if q.From.IsZero() || q.To.IsZero() {
+		errs.Add("from", "from and to are both required")
+		return errs
+	}
+	q.From, q.To = q.From.UTC().Truncate(time.Second), q.To.UTC().Truncate(time.Second)
+	if !q.To.After(q.From) {
+		errs.Add("to", "must be after from")
+	} else if q.To.Sub(q.From) > MaxPeriod {
+		errs.Add("to", "the period may be at most %d days", int(MaxPeriod/(24*time.Hour)))
+	}
+	return errs.Err()
+}
+
+// Report answers q for p: finance and platform admins see every team,
+// anyone else only their own teams' rows, in the rows and in the totals.
+func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Report, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	rep := &Report{From: q.From, To: q.To, GroupBy: q.GroupBy, Rows: []Row{}}
+	version, err := s.ratesVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.RatesVersion = version
+	all, teams := scope(p)
+	if !all && len(teams) == 0 {
+		return rep, nil
+	}
+	f := filter{all: all, teams: teams, team: q.Team, endpoint: q.Endpoint}
+	tokens := !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
+	// The query's grain: the grouping, plus endpoint and version when the
+	// rows can carry tokens (tokens are counted per endpoint version).
+	grain := slices.Clone(q.GroupBy)
+	if tokens {
+		for _, d := range []Dimension{DimEndpoint, DimVersion} {
+			if !slices.Contains(grain, d) {
+				grain = append(grain, d)
+			}
+		}
+	}
+	fine, err := s.usage(ctx, grain, f, q.From, q.To, q.Source)
+	if err != nil {
+		return nil, err
+	}
+	var tok map[[2]string]int64
+	if tokens && len(fine) > 0 {
+		if tok, err = s.tokens(ctx, f, q.From, q.To); err != nil {
+			return nil, err
+		}
+	}
+	groups := map[Key]*Row{}
+	for _, r := range fine {
+		k := Key{}
+		for _, d := range q.GroupBy {
+			k.set(d, r.Get(d))
+		}
+		g := groups[k]
+		if g == nil {
+			g = &Row{Key: k, TokensKnown: tokens}
+			groups[k] = g
+		}
+		g.add(r)
+		if tokens {
+			g.Tokens += tok[[2]string{r.Endpoint, r.Version}]
+		}
+	}
+	for _, g := range groups {
+		if g.Tokens == 0 {
+			g.TokensKnown = false
+		}
+		rep.Rows = append(rep.Rows, *g)
+		rep.Total.add(*g)
+	}
+	sort.Slice(rep.Rows, func(i, j int) bool { return less(q.GroupBy, rep.Rows[i].Key, rep.Rows[j].Key) })
+	rep.Total.CostMicroUSD = Allocate(rep.Total.CostX3600, rep.Rows)
+	if err := s.freshness(ctx, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// less orders keys by the grouped dimensions in nesting order.
+func less(by []Dimension, a, b Key) bool {
+	for _, d := range by {
+		if x, y := a.Get(d), b.Get(d); x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+// Allocate applies the rounding rule: it returns the total's micro-USD,
+// the exact numerator divided by 3,600 and rounded half up, and sets each
+// row's CostMicroUSD to its exact cost rounded down plus one for the rows
+// with the largest remainders (ties to the earlier row) until the rows add
+// up to the total. rows must hold the total's numerator between them.
+func Allocate(totalX3600 int64, rows []Row) int64 {
+	total := divRound(totalX3600, 3600)
+	sum := int64(0)
+	order := make([]int, len(rows))
+	for i := range rows {
+		rows[i].CostMicroUSD = rows[i].CostX3600 / 3600
+		sum += rows[i].CostMicroUSD
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return rows[order[a]].CostX3600%3600 > rows[order[b]].CostX3600%3600 })
+	// total - sum is at most the number of rows with a remainder: each
+	// remainder is under 3600 and together they are what rounding adds.
+	for i := 0; sum < total && i < len(order); i++ {
+		rows[order[i]].CostMicroUSD++
+		sum++
+	}
+	return total
+}
+
+// divRound divides half up; n and d are non-negative, d positive.
+func divRound(n, d int64) int64 { return (n + d/2) / d }
+
+// ratio writes n/d as a decimal rounded half up to places digits, with
+// trailing zeros dropped.
+func ratio(n, d int64, places int) string {
+	scale := int64(1)
+	for range places {
+		scale *= 10
+	}
+	v := divRound(n*scale, d)
+	return decimal(v, places)
+}
+
+// decimal writes v / 10^places exactly, trailing zeros dropped.
+func decimal(v int64, places int) string {
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	s := fmt.Sprintf("%0*d", places+1, v)
+	i, f := s[:len(s)-places], strings.TrimRight(s[len(s)-places:], "0")
+	out := i
+	if f != "" {
+		out += "." + f
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// USD writes micro-USD as an exact decimal of dollars with six places
+// ("1234.500000"), the form the API and the CSV carry.
+func USD(uusd int64) string {
+	neg := uusd < 0
+	if neg {
+		uusd = -uusd
+	}
+	s := fmt.Sprintf("%d.%06d", uusd/1_000_000, uusd%1_000_000)
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// ratesVersion is the id of the newest rate row.
+func (s *Service) ratesVersion(ctx context.Context) (string, error) {
+	if s.rates == nil {
+		return "r0", nil
+	}
+	rows, err := s.rates.CostRateListAll(ctx)
+	if err != nil {
+		return "", fmt.Errorf("rates version: %w", err)
+	}
+	var id int64
+	for _, r := range rows {
+		id = max(id, r.ID)
+	}
+	return fmt.Sprintf("r%d", id), nil
+}

@@ -1,0 +1,490 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"modelplane/auth"
+	"modelplane/billing"
+	"modelplane/chargeback"
+	"modelplane/validate"
+	"modelplane/web"
+)
+
+// chargebackView is a portal chargeback request, parsed: the query for the
+// service and what the form shows back.
+type chargebackView struct {
+	q                      chargeback.Query
+	period, fromDay, toDay string
+	groupBy                []string
+}
+
+// values are the request's parameters, for links that keep them.
+func (v chargebackView) values() url.Values {
+	out := url.Values{"period": {v.period}}
+	if v.period == "custom" {
+		out.Set("from", v.fromDay)
+		out.Set("to", v.toDay)
+	}
+	if v.q.Team != "" {
+		out.Set("team", v.q.Team)
+	}
+	if v.q.Endpoint != "" {
+		out.Set("endpoint", v.q.Endpoint)
+	}
+	for _, g := range v.groupBy {
+		out.Add("group_by", g)
+	}
+	return out
+}
+
+// parseChargebackView reads the period (this month, last month, or custom
+// days with the last one included), the grouping (default: one level below
+// the drill-down: teams, a team's endpoints, an endpoint's versions) and
+// the drill-down filters.
+func parseChargebackView(r *http.Request, now time.Time) (chargebackView, error) {
+	qs := r.URL.Query()
+	v := chargebackView{period: qs.Get("period")}
+	v.q.Team, v.q.Endpoint = qs.Get("team"), qs.Get("endpoint")
+	switch v.period {
+	case "last":
+		v.q.From, v.q.To = chargeback.LastMonth(now)
+	case "custom":
+		from, err := chargeback.ParseTime("from", qs.Get("from"))
+		if err != nil {
+			return v, err
+		}
+		to, err := chargeback.ParseTime("to", qs.Get("to"))
+		if err != nil {
+			return v, err
+		}
+		v.q.From, v.q.To = from.Truncate(24*time.Hour), to.Truncate(24*time.Hour).Add(24*time.Hour)
+	default:
+		v.period = "this"
+		v.q.From, v.q.To = chargeback.ThisMonth(now)
+		if !v.q.To.After(v.q.From) { // the first second of a month
+			v.q.To = v.q.From.Add(time.Second)
+		}
+	}
+	v.fromDay = v.q.From.Format(time.DateOnly)
+	v.toDay = v.q.To.Add(-time.Second).Format(time.DateOnly)
+	by := strings.Join(qs["group_by"], ",")
+	if by == "" {
+		switch {
+		case v.q.Endpoint != "":
+			by = "version"
+		case v.q.Team != "":
+			by = "endpoint"
+		default:
+			by = "team"
+		}
+	}
+	dims, err := chargeback.ParseGroupBy(by)
+	if err != nil {
+		return v, err
+	}
+	v.q.GroupBy = dims
+	for _, d := range dims {
+		v.groupBy = append(v.groupBy, string(d))
+	}
+	return v, nil
+}
+
+// portalChargeback is the chargeback page. ClickHouse behind or down is
+// said on the page, never an error page: finance still sees what is there.
+func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := principal(ctx)
+	props := web.ChargebackProps{Layout: s.layout(w, r, "Chargeback", "chargeback")}
+	for _, d := range chargeback.Dimensions {
+		props.Dimensions = append(props.Dimensions, string(d))
+	}
+	v, err := parseChargebackView(r, s.Now())
+	props.Period, props.From, props.To, props.GroupBy = v.period, v.fromDay, v.toDay, v.groupBy
+	props.Team, props.Endpoint = v.q.Team, v.q.Endpoint
+	if err != nil {
+		var verrs validate.Errors
+		if !errors.As(err, &verrs) {
+			s.portalError(w, r, err)
+			return
+		}
+		props.Error = verrs.Error()
+		s.render(w, r, http.StatusBadRequest, web.ChargebackPage(props))
+		return
+	}
+	props.PeriodLabel = fmt.Sprintf("%s to %s (UTC)", v.fromDay, v.toDay)
+	s.budgetProps(r, &props)
+	props.Advice = s.adviceLines(r, v.q.Endpoint)
+	props.Crumbs = chargebackCrumbs(v)
+	if s.Chargeback == nil {
+		props.Unavailable = "Chargeback is unavailable: no usage store is configured."
+		s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+		return
+	}
+	unavailable := func(err error) {
+		s.Log.ErrorContext(ctx, "chargeback report", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
+		props.Unavailable = "Usage data cannot be read right now (the usage store is not answering); try again in a minute."
+		s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+	}
+	rep, err := s.Chargeback.Report(ctx, p, v.q)
+	if err != nil {
+		var verrs validate.Errors
+		if errors.As(err, &verrs) {
+			props.Error = verrs.Error()
+			s.render(w, r, http.StatusBadRequest, web.ChargebackPage(props))
+			return
+		}
+		unavailable(err)
+		return
+	}
+	stack := chargeback.DimTeam
+	switch {
+	case v.q.Endpoint != "":
+		stack = chargeback.DimVersion
+	case v.q.Team != "":
+		stack = chargeback.DimEndpoint
+	}
+	daily, err := s.Chargeback.Daily(ctx, p, v.q, stack)
+	if err != nil {
+		unavailable(err)
+		return
+	}
+	topQ := v.q
+	topQ.GroupBy = []chargeback.Dimension{chargeback.DimEndpoint}
+	top, err := s.Chargeback.Report(ctx, p, topQ)
+	if err != nil {
+		unavailable(err)
+		return
+	}
+	props.RatesVersion, props.Delayed = rep.RatesVersion, rep.Delayed
+	csv := v.values()
+	props.CSVURL = "/chargeback/csv?" + csv.Encode()
+	for _, d := range rep.GroupBy {
+		props.Columns = append(props.Columns, string(d))
+	}
+	for _, row := range rep.Rows {
+		props.Rows = append(props.Rows, chargebackRowView(row, rep.GroupBy, v))
+	}
+	props.Total = chargebackRowView(rep.Total, nil, v)
+	if len(rep.GroupBy) > 0 {
+		props.Total.Cells = []web.Link{{Label: "Total"}}
+		for range rep.GroupBy[1:] {
+			props.Total.Cells = append(props.Total.Cells, web.Link{})
+		}
+	}
+	props.Daily.Days = daily.Days
+	for _, ser := range daily.Series {
+		line := web.ChartLine{Label: teamLabel(stack, ser.Label), Values: make([]float64, len(ser.CostX3600))}
+		for i, x := range ser.CostX3600 {
+			line.Values[i] = float64(x) / 3600 / 1e6
+		}
+		props.Daily.Series = append(props.Daily.Series, line)
+	}
+	sort.SliceStable(top.Rows, func(i, j int) bool { return top.Rows[i].CostMicroUSD > top.Rows[j].CostMicroUSD })
+	for _, row := range top.Rows {
+		if row.Endpoint == "" { // unallocated GPU time is not an endpoint
+			continue
+		}
+		if len(props.Top.Bars) == 10 {
+			break
+		}
+		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + dollars(row.CostMicroUSD)})
+	}
+	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+}
+
+// adviceLines is the right-sizing advice for one endpoint ("" for all the
+// user sees) as sentences; advice that cannot be read is logged and left
+// out, never an error page.
+func (s *Server) adviceLines(r *http.Request, endpoint string) []string {
+	if s.Advisor == nil {
+		return nil
+	}
+	ctx := r.Context()
+	adv, err := s.Advisor.Advise(ctx, principal(ctx), endpoint)
+	if err != nil {
+		s.Log.WarnContext(ctx, "right-sizing advice", slog.String("error", err.Error()))
+		return nil
+	}
+	out := make([]string, len(adv))
+	for i, a := range adv {
+		out[i] = a.Summary
+	}
+	return out
+}
+
+// budgetProps fills the budget section; a failure to read budgets is
+// logged and leaves the section empty rather than failing the page.
+func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
+	if s.Budgets == nil {
+		return
+	}
+	ctx := r.Context()
+	p := principal(ctx)
+	if p.PlatformAdmin() {
+		props.BudgetTeams = props.Layout.Teams
+	} else {
+		for _, m := range p.Teams {
+			if m.Role == auth.RoleAdmin {
+				props.BudgetTeams = append(props.BudgetTeams, m.Team)
+			}
+		}
+	}
+	bs, err := s.Budgets.List(ctx, p)
+	if err == nil {
+		var alerts []chargeback.Alert
+		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
+			for _, a := range alerts {
+				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
+					budgetScopeName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), dollars(a.SpentUUSD), dollars(a.BudgetUUSD), dollars(a.ForecastUUSD)))
+			}
+		}
+	}
+	if err != nil {
+		s.Log.WarnContext(ctx, "chargeback budgets", slog.String("error", err.Error()))
+		return
+	}
+	for _, b := range bs {
+		props.Budgets = append(props.Budgets, web.BudgetView{Scope: budgetScopeName(b.Team, b.Endpoint), Budget: "$" + dollars(b.MonthlyUUSD),
+			Spent: "$" + dollars(b.SpentUUSD), Forecast: "$" + dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
+			Enforcement: b.Enforcement, Over: b.SpentUUSD >= b.MonthlyUUSD})
+	}
+}
+
+func budgetScopeName(team, endpoint string) string {
+	if endpoint == "" {
+		return team
+	}
+	return team + " / " + endpoint
+}
+
+// portalChargebackCSV downloads what the page shows as CSV.
+func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
+	v, err := parseChargebackView(r, s.Now())
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	if s.Chargeback == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "chargeback is unavailable: no usage store is configured")
+		return
+	}
+	rep, err := s.Chargeback.Report(r.Context(), principal(r.Context()), v.q)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8; header=present")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+csvFilename(rep)+`"`)
+	if err := chargeback.WriteCSV(w, rep); err != nil {
+		s.Log.ErrorContext(r.Context(), "chargeback csv", slog.String("error", err.Error()))
+	}
+}
+
+// teamLabel names unallocated GPU time where a team would be.
+func teamLabel(d chargeback.Dimension, v string) string {
+	if d == chargeback.DimTeam && v == "" {
+		return chargeback.Unallocated
+	}
+	return v
+}
+
+// dollars writes micro-USD with two decimals (rounded half up) and
+// thousands separators, for reading; the CSV has the exact figure.
+func dollars(uusd int64) string {
+	cents := (uusd + 5000) / 10000
+	whole := strconv.FormatInt(cents/100, 10)
+	var b strings.Builder
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return fmt.Sprintf("%s.%02d", b.String(), cents%100)
+}
+
+// chargebackRowView fills one table row; a team cell drills into the
+// team's endpoints, an endpoint cell into its versions.
+func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargebackView) web.ChargebackRowView {
+	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
+		Util: fmt.Sprintf("%.1f%%", row.AvgUtilPct())}
+	if c, ok := row.CostPer1kRequestsMicroUSD(); ok {
+		out.Per1k = "$" + chargeback.USD(c)
+	}
+	if c, ok := row.CostPer1MTokensMicroUSD(); ok {
+		out.Per1M = "$" + chargeback.USD(c)
+	}
+	for _, d := range by {
+		val := row.Get(d)
+		cell := web.Link{Label: teamLabel(d, val)}
+		drill := url.Values{"period": {v.period}}
+		if v.period == "custom" {
+			drill.Set("from", v.fromDay)
+			drill.Set("to", v.toDay)
+		}
+		switch {
+		case d == chargeback.DimTeam && val != "" && v.q.Team == "":
+			drill.Set("team", val)
+			cell.URL = "/chargeback?" + drill.Encode()
+		case d == chargeback.DimEndpoint && val != "" && v.q.Endpoint == "":
+			team := v.q.Team
+			if team == "" {
+				team = row.Team
+			}
+			if team != "" {
+				drill.Set("team", team)
+			}
+			drill.Set("endpoint", val)
+			cell.URL = "/chargeback?" + drill.Encode()
+		}
+		out.Cells = append(out.Cells, cell)
+	}
+	return out
+}
+
+// chargebackCrumbs lead from a drill-down back up: all teams → team →
+// endpoint.
+func chargebackCrumbs(v chargebackView) []web.Link {
+	if v.q.Team == "" && v.q.Endpoint == "" {
+		return nil
+	}
+	base := url.Values{"period": {v.period}}
+	if v.period == "custom" {
+		base.Set("from", v.fromDay)
+		base.Set("to", v.toDay)
+	}
+	out := []web.Link{{Label: "All teams", URL: "/chargeback?" + base.Encode()}}
+	if v.q.Team != "" {
+		base.Set("team", v.q.Team)
+		out = append(out, web.Link{Label: v.q.Team, URL: "/chargeback?" + base.Encode()})
+	}
+	if v.q.Endpoint != "" {
+		base.Set("endpoint", v.q.Endpoint)
+		out = append(out, web.Link{Label: v.q.Endpoint, URL: "/chargeback?" + base.Encode()})
+	}
+	return out
+}
+
+// portalCostRates shows the rate history, with the form for finance and
+// platform admins.
+func (s *Server) portalCostRates(w http.ResponseWriter, r *http.Request) {
+	s.renderCostRates(w, r, http.StatusOK, web.CostRatesProps{})
+}
+
+func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status int, props web.CostRatesProps) {
+	ctx := r.Context()
+	rates, err := s.Rates.List(ctx)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Layout = s.layout(w, r, "Cost rates", "chargeback")
+	props.CanEdit = principal(ctx).Finance()
+	now := s.Now()
+	table := make([]billing.Rate, 0, len(rates))
+	for _, e := range rates {
+		table = append(table, billing.Rate{GPUType: e.GPUType, Profile: e.Profile, UUSDPerHour: e.UUSDPerHour, EffectiveFrom: e.EffectiveFrom})
+	}
+	inForce := billing.NewRates(table)
+	for _, e := range rates {
+		cur, ok := inForce.At(e.GPUType, e.Profile, now)
+		latest := true
+		for _, o := range rates {
+			if o.GPUType == e.GPUType && o.Profile == e.Profile && !o.EffectiveFrom.After(now) && o.EffectiveFrom.After(e.EffectiveFrom) {
+				latest = false
+			}
+		}
+		props.Rates = append(props.Rates, web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + chargeback.USD(e.UUSDPerHour),
+			EffectiveFrom: e.EffectiveFrom.Format(time.RFC3339), CreatedBy: e.CreatedBy,
+			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)})
+	}
+	s.render(w, r, status, web.CostRatesPage(props))
+}
+
+// parseUSD reads dollars with at most six decimals as micro-USD.
+func parseUSD(s string) (int64, bool) {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "$")
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(frac) > 6 || strings.ContainsAny(whole+frac, "+-") {
+		return 0, false
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w > 1_000_000 {
+		return 0, false
+	}
+	f := int64(0)
+	if frac != "" {
+		if f, err = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64); err != nil {
+			return 0, false
+		}
+	}
+	return w*1_000_000 + f, true
+}
+
+// portalCostRateCreate enters a rate from the form.
+func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
+	if !principal(r.Context()).Finance() {
+		s.portalError(w, r, auth.ErrForbidden)
+		return
+	}
+	form := web.CostRateForm{GPUType: r.PostFormValue("gpu_type"), Profile: r.PostFormValue("profile"),
+		PerHourUSD: r.PostFormValue("usd_per_hour"), EffectiveFrom: r.PostFormValue("effective_from")}
+	errs := web.FieldErrors{}
+	uusd, ok := parseUSD(form.PerHourUSD)
+	if !ok {
+		errs["uusd_per_hour"] = "must be dollars with at most six decimals, e.g. 3.50"
+	}
+	at, err := time.Parse(time.RFC3339, strings.TrimSpace(form.EffectiveFrom))
+	if err != nil {
+		errs["effective_from"] = "must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"
+	}
+	if len(errs) == 0 {
+		_, err = s.Rates.Create(r.Context(), principal(r.Context()), billing.Rate{GPUType: form.GPUType, Profile: form.Profile, UUSDPerHour: uusd, EffectiveFrom: at})
+		if err == nil {
+			redirectFlash(w, r, "/cost-rates", fmt.Sprintf("Rate for %s %s entered.", form.GPUType, form.Profile))
+			return
+		}
+		var verrs validate.Errors
+		if !errors.As(err, &verrs) {
+			s.portalError(w, r, err)
+			return
+		}
+		for _, f := range verrs {
+			errs[f.Field] = f.Message
+		}
+	}
+	s.renderCostRates(w, r, http.StatusUnprocessableEntity, web.CostRatesProps{Form: form, Errors: errs})
+}
+
+// portalBudgetSet sets a budget from the chargeback page's form.
+func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
+	if s.Budgets == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "budgets are unavailable")
+		return
+	}
+	uusd, ok := parseUSD(r.PostFormValue("monthly_usd"))
+	if !ok || uusd <= 0 {
+		redirectFlash(w, r, "/chargeback", "Budget not set: the monthly budget must be a positive amount of dollars, e.g. 5000.")
+		return
+	}
+	b, err := s.Budgets.Set(r.Context(), principal(r.Context()), chargeback.BudgetSpec{Team: r.PostFormValue("team"),
+		Endpoint: r.PostFormValue("endpoint"), MonthlyUUSD: uusd, Enforcement: r.PostFormValue("enforcement")})
+	if err != nil {
+		var verrs validate.Errors
+		if errors.As(err, &verrs) {
+			redirectFlash(w, r, "/chargeback", "Budget not set: "+verrs.Error())
+			return
+		}
+		s.portalError(w, r, err)
+		return
+	}
+	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", budgetScopeName(b.Team, b.Endpoint), dollars(b.MonthlyUUSD), b.Enforcement))
+}

@@ -1,0 +1,47 @@
+-- name: BudgetUpsert :one
+INSERT INTO budgets (team_id, endpoint_id, monthly_uusd, enforcement, updated_by)
+VALUES (@team_id, sqlc.narg(endpoint_id), @monthly_uusd, @enforcement, @updated_by)
+ON CONFLICT (team_id, coalesce(endpoint_id, 0)) DO UPDATE
+SET monthly_uusd = EXCLUDED.monthly_uusd, enforcement = EXCLUDED.enforcement,
+    updated_by = EXCLUDED.updated_by, updated_at = now()
+RETURNING *;
+
+-- name: BudgetListScoped :many
+SELECT b.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE (@all_teams::boolean OR b.team_id = ANY(@team_ids::bigint[]))
+ORDER BY t.name, coalesce(e.name, '');
+
+-- name: BudgetListAll :many
+SELECT b.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id
+ORDER BY b.id;
+
+-- name: BudgetAlertInsert :execrows
+INSERT INTO budget_alerts (budget_id, team_id, month, threshold_pct, spent_uusd, budget_uusd, forecast_uusd)
+VALUES (@budget_id, @team_id, @month, @threshold_pct, @spent_uusd, @budget_uusd, @forecast_uusd)
+ON CONFLICT DO NOTHING;
+
+-- name: BudgetAlertListScoped :many
+SELECT a.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
+LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[])) AND a.month = @month
+ORDER BY a.created_at DESC;
+
+-- name: BudgetAlertUnpublished :many
+SELECT a.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
+LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE a.published_at IS NULL ORDER BY a.created_at LIMIT 100;
+
+-- name: BudgetAlertMarkPublished :exec
+UPDATE budget_alerts SET published_at = now()
+WHERE budget_id = @budget_id AND month = @month AND threshold_pct = @threshold_pct;
+
+-- name: BudgetBlocking :one
+SELECT EXISTS (
+    SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id
+    WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = @month
+      AND b.team_id = @team_id AND (b.endpoint_id IS NULL OR b.endpoint_id = @endpoint_id)
+)::boolean AS blocked;
