@@ -83,7 +83,7 @@ func (q *Queries) RolloutCreate(ctx context.Context, arg RolloutCreateParams) (i
 
 const rolloutGet = `-- name: RolloutGet :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -132,6 +132,7 @@ type RolloutGetRow struct {
 	MinReplicas     int32
 	FromVersion     string
 	ToVersion       string
+	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
 }
@@ -172,6 +173,7 @@ func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (Rollout
 		&i.MinReplicas,
 		&i.FromVersion,
 		&i.ToVersion,
+		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
 	)
@@ -180,7 +182,7 @@ func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (Rollout
 
 const rolloutGetForUpdate = `-- name: RolloutGetForUpdate :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -230,6 +232,7 @@ type RolloutGetForUpdateRow struct {
 	MinReplicas     int32
 	FromVersion     string
 	ToVersion       string
+	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
 }
@@ -270,6 +273,7 @@ func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpda
 		&i.MinReplicas,
 		&i.FromVersion,
 		&i.ToVersion,
+		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
 	)
@@ -278,7 +282,7 @@ func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpda
 
 const rolloutListAwaitingApproval = `-- name: RolloutListAwaitingApproval :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -327,6 +331,7 @@ type RolloutListAwaitingApprovalRow struct {
 	MinReplicas     int32
 	FromVersion     string
 	ToVersion       string
+	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
 }
@@ -373,6 +378,7 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 			&i.MinReplicas,
 			&i.FromVersion,
 			&i.ToVersion,
+			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
 		); err != nil {
@@ -388,7 +394,7 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 
 const rolloutListByEndpoint = `-- name: RolloutListByEndpoint :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -439,6 +445,7 @@ type RolloutListByEndpointRow struct {
 	MinReplicas     int32
 	FromVersion     string
 	ToVersion       string
+	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
 }
@@ -490,6 +497,7 @@ func (q *Queries) RolloutListByEndpoint(ctx context.Context, arg RolloutListByEn
 			&i.MinReplicas,
 			&i.FromVersion,
 			&i.ToVersion,
+			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
 		); err != nil {

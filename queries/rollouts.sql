@@ -7,7 +7,7 @@ RETURNING id;
 
 -- name: RolloutGet :one
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -18,7 +18,7 @@ WHERE r.id = @id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]
 
 -- name: RolloutGetForUpdate :one
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -30,7 +30,7 @@ FOR UPDATE OF r;
 
 -- name: RolloutListByEndpoint :many
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -42,7 +42,7 @@ ORDER BY r.id DESC LIMIT @lim;
 
 -- name: RolloutListAwaitingApproval :many
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
