@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"modelplane/rollout"
 )
 
 // The tenancy matrix: every route that names an object is called by someone
@@ -43,6 +45,15 @@ func apiFixtures() map[string][]*payload {
 		"DELETE /endpoints/{endpoint}":           {nil},
 		"PUT /endpoints/{endpoint}/traffic":      {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
 		"POST /teams":                            {jsonPayload(map[string]any{"name": "matrix-team"})},
+		"POST /endpoints/{endpoint}/rollouts":    {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
+		"GET /endpoints/{endpoint}/rollouts":     {nil},
+		"GET /rollouts/{rollout}":                {nil},
+		"POST /rollouts/{rollout}/approve":       {jsonPayload(map[string]any{"comment": "ok"})},
+		"POST /rollouts/{rollout}/reject":        {jsonPayload(map[string]any{"comment": "no"})},
+		"POST /rollouts/{rollout}/rollback":      {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/pause":         {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/resume":        {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/canary":        {jsonPayload(map[string]any{})},
 		"POST /api-keys":                         {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
 		"POST /models":                           {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
@@ -120,10 +131,25 @@ func exemptPortal(route string) bool {
 func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
-		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01"}
+		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01",
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10)}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321"}
 	return risk, missing
+}
+
+// riskRollout returns the id of an active rollout on risk-endpoint (v1 to
+// v2), starting one the first time.
+func (e *testEnv) riskRollout(t testing.TB) int64 {
+	t.Helper()
+	e.rolloutOnce.Do(func() {
+		r, err := e.srv.Rollouts.Start(t.Context(), system, "risk-endpoint", rollout.Spec{Version: "v2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.rolloutID = r.ID
+	})
+	return e.rolloutID
 }
 
 // keyID finds the id of one of the seeded keys by its name.

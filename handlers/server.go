@@ -13,6 +13,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
+	"modelplane/rollout"
 	"modelplane/tenant"
 	"modelplane/traffic"
 )
@@ -32,8 +33,10 @@ type Deps struct {
 	Tenant    *tenant.Service
 	Registry  *registry.Service
 	Endpoints *endpoint.Service
-	Fleet     *fleet.Fleet   // nil: one is built on Pool and Now
-	Meter     *billing.Meter // nil: the fleet page shows no metered total
+	Fleet     *fleet.Fleet // nil: one is built on Pool and Now
+	// Rollouts starts and drives rollouts; nil: one is built on Pool and Now.
+	Rollouts *rollout.Service
+	Meter    *billing.Meter // nil: the fleet page shows no metered total
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -85,6 +88,9 @@ func New(d Deps) *Server {
 	}
 	if d.Fleet == nil && d.Pool != nil {
 		d.Fleet = fleet.New(d.Pool, d.Log, d.Now)
+	}
+	if d.Rollouts == nil && d.Pool != nil {
+		d.Rollouts = rollout.New(d.Pool, d.Now, nil)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()
