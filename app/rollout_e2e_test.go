@@ -3,6 +3,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/gateway"
 	"modelplane/internal/chtest"
@@ -134,6 +138,42 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	}
 	defer func() { stopLoad(); wg.Wait() }()
 
+	// A watcher of the routing table, as gateways watch it: when does the
+	// entry without v43's weight arrive?
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketRoutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := kv.Watch(ctx, "support-chat", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	var routeMu sync.Mutex
+	var routeTimes []time.Time // arrivals of entries giving v43 no weight
+	go func() {
+		for e := range watch.Updates() {
+			if e == nil {
+				continue
+			}
+			var rt proto.Route
+			if json.Unmarshal(e.Value(), &rt) != nil {
+				continue
+			}
+			for _, v := range rt.Versions {
+				if v.Name == "v43" && v.Weight == 0 {
+					routeMu.Lock()
+					routeTimes = append(routeTimes, time.Now())
+					routeMu.Unlock()
+				}
+			}
+		}
+	}()
+
 	interval := 2 * time.Second
 	min := uint64(10)
 	r, err := h.Rollouts.Start(ctx, system, "support-chat", rollout.Spec{Version: "v43",
@@ -179,6 +219,25 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		t.Fatalf("events lack the 10 percent step or the rollback: %+v", got.Events)
 	}
 	t.Logf("v43 got 10 percent at %s; rolled back %s later after %d evaluations", stepAt.Format(time.StampMilli), rollbackAt.Sub(stepAt), verdicts)
+	routeMu.Lock()
+	var propagated time.Time
+	for _, at := range routeTimes {
+		if at.After(stepAt) {
+			propagated = at
+			break
+		}
+	}
+	routeMu.Unlock()
+	if propagated.IsZero() {
+		t.Errorf("no routing entry without v43's weight reached a watcher after the rollback")
+	} else {
+		// rollbackAt is the end of the window the judge read (before the
+		// ClickHouse read and the transaction), so this is an upper bound.
+		t.Logf("rollback decision to routing entry at a watcher: %s", propagated.Sub(rollbackAt))
+		if d := propagated.Sub(rollbackAt); d > time.Second {
+			t.Errorf("the routing entry without v43 arrived %s after the rollback; want within a second", d)
+		}
+	}
 	if verdicts > 3 {
 		t.Errorf("rolled back after %d evaluations, want within 3", verdicts)
 	}
