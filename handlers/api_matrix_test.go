@@ -87,6 +87,11 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /models/{model}/versions/new":       nil,
 		"GET /models/{model}/versions/{version}": nil,
 		"POST /team/keys/{id}/revoke":            form(),
+		"POST /endpoints/{endpoint}/rollouts":    form("version", "v2", "strategy", "canary", "steps", "10, 100", "bake_minutes", "1", "interval_seconds", "5"),
+		"GET /rollouts/{rollout}":                nil,
+		"GET /rollouts/{rollout}/live":           nil,
+		"GET /rollouts/{rollout}/events":         nil,
+		"POST /rollouts/{rollout}/{action}":      form("comment", "matrix"),
 		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
@@ -132,9 +137,9 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01",
-		"rollout": strconv.FormatInt(e.riskRollout(t), 10)}
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause"}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321", "action": "pause"}
 	return risk, missing
 }
 

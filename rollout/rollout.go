@@ -553,8 +553,14 @@ func Initiated(p *auth.Principal, r Rollout) bool {
 }
 
 // CanApprove reports whether p may approve or reject r now: r waits for an
-// approval, p administers r's team and did not start r (four eyes).
+// approval nobody gave yet (as far as r.Approvals, filled by Get, says), p
+// administers r's team and did not start r (four eyes).
 func CanApprove(p *auth.Principal, r Rollout) bool {
+	for _, a := range r.Approvals {
+		if a.StepIndex == r.ApprovalStep() {
+			return false
+		}
+	}
 	return r.State == StateAwaitingApproval && p.CanAdmin(r.TeamID) && !Initiated(p, r)
 }
 

@@ -42,6 +42,8 @@ type EndpointsProps struct {
 	Rows       []EndpointRow
 	NextCursor string
 	CanCreate  bool
+	// Awaiting are the rollouts waiting for this user's approval.
+	Awaiting []RolloutRow
 }
 
 // EndpointForm is the create-endpoint form's values, as typed.
@@ -85,6 +87,7 @@ type EndpointProps struct {
 	Replicas       ReplicasProps
 	Stats          StatsProps
 	TryIt          TryItProps
+	Rollouts       RolloutsSection
 }
 
 // ReplicaRow is one replica on the endpoint page.

@@ -1,0 +1,148 @@
+package handlers
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"modelplane/auth"
+	"modelplane/endpoint"
+	"modelplane/judge"
+	"modelplane/rollout"
+)
+
+// noStats answers every window with nothing: the approval flow needs no
+// verdict.
+type noStats struct{}
+
+func (noStats) Totals(context.Context, string, time.Time, time.Time) (map[string]judge.Window, error) {
+	return map[string]judge.Window{}, nil
+}
+
+// TestPortalRolloutApproveFlow drives a blue-green rollout from the portal:
+// an engineer starts it, the page offers Approve only to a team admin who
+// did not start it, the admin's "waiting for your approval" list names it,
+// the approval (htmx, with a comment) is recorded, and the controller then
+// switches the traffic. The page's event stream reports the change.
+func TestPortalRolloutApproveFlow(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	// No replicas wanted: the candidate is "up" at once.
+	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "bg-endpoint", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	eng := portalSignIn(t, e, "risk-engineer@example.com")
+	r := portalRequest(t, e, eng.token, http.MethodPost, "/endpoints/bg-endpoint/rollouts", "application/x-www-form-urlencoded",
+		[]byte("csrf="+eng.csrf+"&version=v2&strategy=blue-green&steps=100&bake_minutes=10&interval_seconds=5"), nil)
+	if r.StatusCode != http.StatusSeeOther || !strings.HasPrefix(r.Header.Get("Location"), "/rollouts/") {
+		t.Fatalf("start from the portal = %d to %q, want 303 to the rollout page\n%.800s", r.StatusCode, r.Header.Get("Location"), r.Body)
+	}
+	page := r.Header.Get("Location")
+	var id int64
+	if _, err := fmt.Sscanf(page, "/rollouts/%d", &id); err != nil {
+		t.Fatal(err)
+	}
+	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: noStats{}})
+	if err := ctl.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	doc := eng.page(page)
+	if got := doc.Find("#rollout-state").Text(); got != rollout.StateAwaitingApproval {
+		t.Fatalf("state on the page = %q, want awaiting_approval", got)
+	}
+	if doc.Find("#rollout-approve").Length() != 0 {
+		t.Errorf("the initiator is offered Approve")
+	}
+	if doc.Find("#rollout-rollback").Length() != 1 || doc.Find("#rollout-pause").Length() != 1 {
+		t.Errorf("the engineer who may operate it is not offered Roll back and Pause")
+	}
+	viewer := portalSignIn(t, e, "risk-viewer@example.com")
+	if d := viewer.page(page); d.Find("#rollout-actions button").Length() != 0 {
+		t.Errorf("a viewer is offered %d buttons, want none", d.Find("#rollout-actions button").Length())
+	}
+
+	admin := portalSignIn(t, e, "risk-admin@example.com")
+	list := admin.page("/endpoints")
+	if list.Find(fmt.Sprintf("#awaiting-approval tr[data-rollout='%d']", id)).Length() != 1 {
+		t.Errorf("the admin's endpoints page does not list rollout %d as waiting for approval", id)
+	}
+	if d := eng.page("/endpoints"); d.Find("#awaiting-approval").Length() != 0 {
+		t.Errorf("the initiator's page lists rollouts waiting for their own approval")
+	}
+	doc = admin.page(page)
+	if doc.Find("#rollout-approve").Length() != 1 || doc.Find("#rollout-reject").Length() != 1 {
+		t.Fatalf("the admin is not offered Approve and Reject")
+	}
+	if !strings.Contains(doc.Find("#rollout-waiting").Text(), "other than") {
+		t.Errorf("the page does not say who may approve: %q", doc.Find("#rollout-waiting").Text())
+	}
+
+	// Follow the page's event stream while the admin approves.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, e.URL+page+"/events", nil)
+	req.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: admin.token})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events = %d %s, want an event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+
+	r = portalRequest(t, e, admin.token, http.MethodPost, page+"/approve", "application/x-www-form-urlencoded",
+		[]byte("comment=ship+it"), nil, "X-CSRF-Token", admin.csrf, "HX-Request", "true")
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("approve = %d\n%.800s", r.StatusCode, r.Body)
+	}
+	frag := r.doc(t)
+	if !strings.Contains(frag.Find("#rollout-approvals").Text(), "ship it") {
+		t.Errorf("the approval's comment is not shown: %q", frag.Find("#rollout-approvals").Text())
+	}
+	if frag.Find("#rollout-approve").Length() != 0 {
+		t.Errorf("Approve still offered after the approval")
+	}
+	sc := bufio.NewScanner(resp.Body)
+	gotEvent := false
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var ev struct{ Kind, Decision string }
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == "approval" && ev.Decision == "approve" {
+				gotEvent = true
+				break
+			}
+		}
+	}
+	if !gotEvent {
+		t.Errorf("the event stream did not report the approval")
+	}
+
+	if err := ctl.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := admin.page(page + "/live")
+	if got := live.Find("#rollout-state").Text(); got != rollout.StateProgressing {
+		t.Errorf("after the controller's pass: state %q, want progressing (switched, in the rollback window)", got)
+	}
+	ep, err := e.srv.Endpoints.Get(ctx, system, "bg-endpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ep.Traffic {
+		if (w.Version == "v2") != (w.Weight == 100) {
+			t.Errorf("traffic after the approval: %+v, want v2 at 100", ep.Traffic)
+		}
+	}
+}
