@@ -126,7 +126,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	var log2 []served
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for range 6 {
+	for range 8 {
 		wg.Go(func() {
 			for loadCtx.Err() == nil {
 				s := call()

@@ -55,6 +55,12 @@ func TestPortalRolloutApproveFlow(t *testing.T) {
 	}
 
 	doc := eng.page(page)
+	if doc.Find("#rollout-live[data-events]").AttrOr("data-events", "") != page+"/events" {
+		t.Errorf("the live section does not name its event stream")
+	}
+	if js := eng.get("/static/live.js"); js.StatusCode != http.StatusOK || !strings.Contains(string(js.Body), "EventSource") {
+		t.Errorf("GET /static/live.js = %d, want the script that follows the stream", js.StatusCode)
+	}
 	if got := doc.Find("#rollout-state").Text(); got != rollout.StateAwaitingApproval {
 		t.Fatalf("state on the page = %q, want awaiting_approval", got)
 	}

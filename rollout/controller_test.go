@@ -384,3 +384,46 @@ func TestShadowThenCanary(t *testing.T) {
 		t.Errorf("after the shadow: %v, want mirroring off", w)
 	}
 }
+
+// TestConcurrentControllersPromoteOnce runs several controllers at once, as
+// two leaders might overlap for a moment after a lease change: the row lock
+// makes the promotion happen once.
+func TestConcurrentControllersPromoteOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.stats.set("v1", window(500, 0, 10))
+	f.stats.set("v2", window(500, 0, 10))
+	r, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2",
+		Steps: []rollout.Step{{Percent: 10, BakeSeconds: 0}, {Percent: 100, BakeSeconds: 0}}, EvaluationInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ready(t, "fraud-scoring", "v2")
+	f.pass(t)
+	f.clock.Add(time.Second)
+	f.pass(t)
+	if got := f.get(t, r.ID); got.State != rollout.StateAwaitingApproval {
+		t.Fatalf("state %s, want awaiting_approval", got.State)
+	}
+	if _, err := f.svc.Approve(t.Context(), f.admin, r.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.clock.Now})
+			errs <- c.Pass(t.Context())
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.count(t, "SELECT count(*) FROM rollout_events WHERE rollout_id = $1 AND decision = 'promote'", r.ID); n != 1 {
+		t.Errorf("promote events after 4 concurrent passes = %d, want 1", n)
+	}
+	if got := f.get(t, r.ID); got.State != rollout.StatePromoted {
+		t.Errorf("state %s, want promoted", got.State)
+	}
+}
