@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
@@ -174,6 +175,22 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		}
 	}()
 
+	// The team's live pages hear of it on mp.events.search.
+	events := make(chan proto.Event, 256)
+	sub, err := nc.Subscribe(proto.EventsSubject("search"), func(m *nats.Msg) {
+		var ev proto.Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			select {
+			case events <- ev:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
 	interval := 2 * time.Second
 	min := uint64(10)
 	r, err := h.Rollouts.Start(ctx, system, "support-chat", rollout.Spec{Version: "v43",
@@ -237,6 +254,14 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		if d := propagated.Sub(rollbackAt); d > time.Second {
 			t.Errorf("the routing entry without v43 arrived %s after the rollback; want within a second", d)
 		}
+	}
+	heard := false
+	for len(events) > 0 && !heard {
+		ev := <-events
+		heard = ev.Kind == "rollout" && ev.ID == r.ID && ev.State == rollout.StateRolledBack
+	}
+	if !heard {
+		t.Errorf("no rollback event on %s", proto.EventsSubject("search"))
 	}
 	if verdicts > 3 {
 		t.Errorf("rolled back after %d evaluations, want within 3", verdicts)
