@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/judge"
@@ -150,5 +152,69 @@ func TestPortalRolloutApproveFlow(t *testing.T) {
 		if (w.Version == "v2") != (w.Weight == 100) {
 			t.Errorf("traffic after the approval: %+v, want v2 at 100", ep.Traffic)
 		}
+	}
+}
+
+// TestBrowserRolloutApproval is the approve flow in Chromium: a team admin
+// finds the rollout in "waiting for your approval", approves it with a
+// comment (htmx swaps the live section), and when the controller switches
+// the traffic the page shows it by itself, over server-sent events.
+func TestBrowserRolloutApproval(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "bg-endpoint", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.call(t, e.Keys["risk-engineer"], http.MethodPost, "/endpoints/bg-endpoint/rollouts",
+		jsonPayload(map[string]any{"version": "v2", "strategy": "blue-green"}))
+	if got.status != http.StatusCreated {
+		t.Fatalf("start = %d %s", got.status, got)
+	}
+	var ro struct{ ID int64 }
+	if err := json.Unmarshal(got.body, &ro); err != nil {
+		t.Fatal(err)
+	}
+	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: noStats{}})
+	if err := ctl.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newBrowser(t)
+	const admin = "risk-admin@example.com"
+	b.do("sign in as "+admin,
+		chromedp.Navigate(e.URL),
+		chromedp.WaitVisible(chromedp.CSS(`button[data-user="`+admin+`"]`)),
+		chromedp.Click(chromedp.CSS(`button[data-user="`+admin+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("whoami")),
+	)
+	row := fmt.Sprintf(`#awaiting-approval tr[data-rollout="%d"] a`, ro.ID)
+	b.do("open the rollout from the approval list",
+		chromedp.Navigate(e.URL+"/endpoints"),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+		chromedp.Click(chromedp.CSS(row)),
+		chromedp.WaitVisible(chromedp.ID("rollout-approve")),
+	)
+	b.do("approve with a comment",
+		chromedp.SendKeys(chromedp.CSS(`input[aria-label="Approve comment"]`), "numbers look right"),
+		chromedp.Click(chromedp.ID("rollout-approve")),
+		chromedp.WaitVisible(chromedp.ID("rollout-approvals")),
+	)
+	if got := b.text("#rollout-approvals"); !strings.Contains(got, "numbers look right") || !strings.Contains(got, admin) {
+		t.Errorf("approvals = %q, want the admin's comment", got)
+	}
+	// The controller switches; the page learns of it from the event stream.
+	if err := ctl.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.do("see the switch without reloading",
+		chromedp.WaitVisible(chromedp.CSS(`#rollout-state.progressing`)),
+	)
+	if got := b.text("#rollout-reason"); !strings.Contains(got, "serves 100 percent") {
+		t.Errorf("reason after the switch = %q", got)
+	}
+	if p := b.problems(); len(p) > 0 {
+		t.Errorf("the browser console reported problems:\n%s", strings.Join(p, "\n"))
 	}
 }
