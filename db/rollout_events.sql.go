@@ -98,3 +98,56 @@ func (q *Queries) RolloutEventList(ctx context.Context, arg RolloutEventListPara
 	}
 	return items, nil
 }
+
+const rolloutEventListRecent = `-- name: RolloutEventListRecent :many
+SELECT id, rollout_id, team_id, at, kind, step_index, state, decision, message, actor, verdict, windows FROM (
+    SELECT id, rollout_id, team_id, at, kind, step_index, state, decision, message, actor, verdict, windows FROM rollout_events
+    WHERE rollout_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[]))
+    ORDER BY id DESC LIMIT $4
+) recent ORDER BY id
+`
+
+type RolloutEventListRecentParams struct {
+	RolloutID int64
+	AllTeams  bool
+	TeamIDs   []int64
+	Lim       int32
+}
+
+func (q *Queries) RolloutEventListRecent(ctx context.Context, arg RolloutEventListRecentParams) ([]RolloutEvent, error) {
+	rows, err := q.db.Query(ctx, rolloutEventListRecent,
+		arg.RolloutID,
+		arg.AllTeams,
+		arg.TeamIDs,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RolloutEvent{}
+	for rows.Next() {
+		var i RolloutEvent
+		if err := rows.Scan(
+			&i.ID,
+			&i.RolloutID,
+			&i.TeamID,
+			&i.At,
+			&i.Kind,
+			&i.StepIndex,
+			&i.State,
+			&i.Decision,
+			&i.Message,
+			&i.Actor,
+			&i.Verdict,
+			&i.Windows,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -122,7 +122,7 @@ type Rollout struct {
 	CreatedAt                 time.Time  `json:"created_at"`
 	UpdatedAt                 time.Time  `json:"updated_at"`
 	FinishedAt                *time.Time `json:"finished_at,omitempty"`
-	// Events and Approvals are filled by Get only.
+	// Events (the latest MaxEvents) and Approvals are filled by Get only.
 	Events    []Event    `json:"events,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
 
@@ -470,7 +470,7 @@ func (s *Service) Get(ctx context.Context, p *auth.Principal, id int64) (Rollout
 	if err != nil {
 		return Rollout{}, err
 	}
-	if r.Events, err = s.Events(ctx, p, id, 0, 1000); err != nil {
+	if r.Events, err = s.recentEvents(ctx, p, id, MaxEvents); err != nil {
 		return Rollout{}, err
 	}
 	all, ids := p.Scope()
@@ -484,6 +484,9 @@ func (s *Service) Get(ctx context.Context, p *auth.Principal, id int64) (Rollout
 	return r, nil
 }
 
+// MaxEvents is how many of its latest events Get returns with a rollout.
+const MaxEvents = 500
+
 // Events returns a rollout's events after the given id, oldest first.
 func (s *Service) Events(ctx context.Context, p *auth.Principal, id, afterID int64, limit int) ([]Event, error) {
 	all, ids := p.Scope()
@@ -491,6 +494,20 @@ func (s *Service) Events(ctx context.Context, p *auth.Principal, id, afterID int
 	if err != nil {
 		return nil, fmt.Errorf("rollout %d events: %w", id, err)
 	}
+	return events(rows), nil
+}
+
+// recentEvents returns a rollout's latest limit events, oldest first.
+func (s *Service) recentEvents(ctx context.Context, p *auth.Principal, id int64, limit int) ([]Event, error) {
+	all, ids := p.Scope()
+	rows, err := db.New(s.pool).RolloutEventListRecent(ctx, db.RolloutEventListRecentParams{RolloutID: id, Lim: int32(limit), AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("rollout %d events: %w", id, err)
+	}
+	return events(rows), nil
+}
+
+func events(rows []db.RolloutEvent) []Event {
 	out := make([]Event, 0, len(rows))
 	for _, e := range rows {
 		ev := Event{ID: e.ID, At: e.At, Kind: e.Kind, StepIndex: int(e.StepIndex), State: e.State, Decision: e.Decision, Message: e.Message, Actor: e.Actor}
@@ -504,7 +521,7 @@ func (s *Service) Events(ctx context.Context, p *auth.Principal, id, afterID int
 		}
 		out = append(out, ev)
 	}
-	return out, nil
+	return out
 }
 
 // List returns the endpoint's rollouts, newest first.
