@@ -8,6 +8,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/endpoint"
 	"modelplane/rollout"
 	"modelplane/validate"
 )
@@ -231,6 +232,11 @@ func TestStartValidationAndConflict(t *testing.T) {
 		} else if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
+	}
+	var ve validate.Errors
+	if _, err := endpoint.New(f.pool).SetTraffic(t.Context(), f.eng, "fraud-scoring", []endpoint.Weight{{Version: "v3", Weight: 100}}); !errors.As(err, &ve) ||
+		!strings.Contains(err.Error(), "rollout") {
+		t.Errorf("setting traffic by hand during a rollout: %v, want a validation error naming the rollout", err)
 	}
 	if _, err := f.svc.Get(t.Context(), f.sue, r.ID); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("other team's Get: %v, want not found", err)
