@@ -40,11 +40,22 @@ type rolloutPath struct {
 	ID int64 `path:"rollout"`
 }
 
+// rolloutDecisionInput is every action's input; the body (a comment, for
+// approve, reject and rollback) may be left out.
 type rolloutDecisionInput struct {
 	ID   int64 `path:"rollout"`
-	Body struct {
-		Comment string `json:"comment,omitempty" maxLength:"2000"`
+	Body *rolloutComment
+}
+
+type rolloutComment struct {
+	Comment string `json:"comment,omitempty" maxLength:"2000"`
+}
+
+func (in *rolloutDecisionInput) comment() string {
+	if in.Body == nil {
+		return ""
 	}
+	return in.Body.Comment
 }
 
 func (s *Server) registerRollouts(api huma.API) {
@@ -101,7 +112,7 @@ func (s *Server) registerRollouts(api huma.API) {
 			op.DefaultStatus = http.StatusCreated
 		}
 		huma.Register(api, op, func(ctx context.Context, in *rolloutDecisionInput) (*One[rollout.Rollout], error) {
-			r, err := a.fn(ctx, principal(ctx), in.ID, in.Body.Comment)
+			r, err := a.fn(ctx, principal(ctx), in.ID, in.comment())
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}
