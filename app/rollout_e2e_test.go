@@ -14,13 +14,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/gateway"
+	"modelplane/handlers"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/registry"
 	"modelplane/rollout"
 	"modelplane/tenant"
 )
@@ -40,17 +43,28 @@ type served struct {
 	status  int
 }
 
-// TestCanaryRegressionRolledBackByJudge is the acceptance scenario of issue 6
-// in real time at CI scale: real PostgreSQL, ClickHouse, NATS, ingest, fleet
-// controller, simulated agents, gateway, rollout controller and judge. The
-// chat-assistant demo's v43 (slower decode) goes to 10 percent of
-// support-chat, which v42 serves, under streamed chat completions; the judge
-// must roll it back within three evaluations with no human, after which (plus
-// one second) no response carries X-Model-Version: v43, and v42 answers
-// throughout.
-func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
+// chatStack is the whole system in one process around the chat-assistant
+// demo model: real PostgreSQL, ClickHouse, NATS, control-plane loops
+// (ingest, fleet controller, outbox relay, rollout controller), four
+// simulated agents and a gateway publishing statistics every 500 ms.
+type chatStack struct {
+	ctx     context.Context
+	h       *handlers.Server
+	cp      controlPlane
+	nc      *nats.Conn
+	gateway string
+	key     string
+	// stopLoops stops the control-plane loops (a killed control plane);
+	// startLoops starts them again (its successor).
+	stopLoops func()
+}
+
+// newChatStack starts the stack with versions of chat-assistant (the demo's
+// v42 and v43 unless given) and support-chat serving v42.
+func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	log := NewLogger("error")
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
@@ -67,6 +81,9 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if chat.spec.Name != "chat-assistant" {
 		t.Fatalf("demo model 1 is %s, want chat-assistant", chat.spec.Name)
 	}
+	if len(versions) > 0 {
+		chat.versions = append([]registry.VersionSpec{chat.versions[0]}, versions...)
+	}
 	if err := seedModel(ctx, h, chat); err != nil {
 		t.Fatal(err)
 	}
@@ -74,47 +91,27 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopLoops, err := cp.startLoops(ctx, h.Metrics, h.Rollouts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stopLoops()
+	s := &chatStack{ctx: ctx, h: h, cp: cp, nc: nc, key: key}
+	s.startLoops(t)
+	t.Cleanup(func() { s.stopLoops() })
 	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), t.TempDir(), 4, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopFleet()
+	t.Cleanup(stopFleet)
 	stopGW, gh, err := startGateway(ctx, gateway.Config{StateDir: t.TempDir(), StatsInterval: 500 * time.Millisecond,
 		MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}, nc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopGW()
+	t.Cleanup(stopGW)
 	gw := httptest.NewServer(gh)
-	defer gw.Close()
-
-	client := &http.Client{Timeout: 10 * time.Second}
-	call := func() served {
-		s := served{start: time.Now()}
-		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/endpoints/support-chat/chat/completions",
-			strings.NewReader(`{"messages":[{"role":"user","content":"my card was charged twice"}],"stream":true,"max_tokens":6}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return s
-		}
-		defer resp.Body.Close()
-		s.status, s.version = resp.StatusCode, resp.Header.Get("X-Model-Version")
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-		}
-		return s
-	}
+	t.Cleanup(gw.Close)
+	s.gateway = gw.URL
 	// v42 serving through the gateway.
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if s := call(); s.status == http.StatusOK && s.version == "v42" {
+		if r := s.call(); r.status == http.StatusOK && r.version == "v42" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -122,22 +119,99 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	return s
+}
 
+func (s *chatStack) startLoops(t *testing.T) {
+	t.Helper()
+	// A fresh registry each time: a restarted control plane is a new
+	// process, whose collectors are registered once.
+	stop, err := s.cp.startLoops(s.ctx, prometheus.NewRegistry(), s.h.Rollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	s.stopLoops = func() { once.Do(stop) }
+}
+
+var chatClient = &http.Client{Timeout: 10 * time.Second}
+
+// call sends one streamed chat completion through the gateway and reads it
+// to the end.
+func (s *chatStack) call() served {
+	r := served{start: time.Now()}
+	req, _ := http.NewRequest(http.MethodPost, s.gateway+"/v1/endpoints/support-chat/chat/completions",
+		strings.NewReader(`{"messages":[{"role":"user","content":"my card was charged twice"}],"stream":true,"max_tokens":6}`))
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := chatClient.Do(req)
+	if err != nil {
+		return r
+	}
+	defer resp.Body.Close()
+	r.status, r.version = resp.StatusCode, resp.Header.Get("X-Model-Version")
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+	}
+	return r
+}
+
+// load runs n clients until stop is called; served returns what they got.
+func (s *chatStack) load(n int) (stop func(), responses func() []served) {
 	var mu sync.Mutex
-	var log2 []served
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	var log []served
+	ctx, cancel := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
-	for range 8 {
+	for range n {
 		wg.Go(func() {
-			for loadCtx.Err() == nil {
-				s := call()
+			for ctx.Err() == nil {
+				r := s.call()
 				mu.Lock()
-				log2 = append(log2, s)
+				log = append(log, r)
 				mu.Unlock()
 			}
 		})
 	}
-	defer func() { stopLoad(); wg.Wait() }()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); wg.Wait() }) }, func() []served {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]served(nil), log...)
+	}
+}
+
+// wait polls the rollout until done says so, or fails after a minute.
+func (s *chatStack) wait(t *testing.T, id int64, what string, done func(rollout.Rollout) bool) rollout.Rollout {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := s.h.Rollouts.Get(s.ctx, system, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout never %s: %s (%s)", what, r.State, r.Reason)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestCanaryRegressionRolledBackByJudge is the acceptance scenario of issue 6
+// in real time at CI scale: real PostgreSQL, ClickHouse, NATS, ingest, fleet
+// controller, simulated agents, gateway, rollout controller and judge. The
+// chat-assistant demo's v43 (slower decode) goes to 10 percent of
+// support-chat, which v42 serves, under streamed chat completions; the judge
+// must roll it back within three evaluations with no human, after which (plus
+// one second) no response carries X-Model-Version: v43, and v42 answers
+// throughout.
+func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
+	s := newChatStack(t)
+	ctx, h, nc := s.ctx, s.h, s.nc
+	stopLoad, responses := s.load(8)
+	defer stopLoad()
 
 	// A watcher of the routing table, as gateways watch it: when does the
 	// entry without v43's weight arrive?
@@ -154,8 +228,12 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Stop()
+	type routeSeen struct {
+		at     time.Time
+		weight int
+	}
 	var routeMu sync.Mutex
-	var routeTimes []time.Time // arrivals of entries giving v43 no weight
+	var routes []routeSeen // v43's weight in each entry, as it arrived
 	go func() {
 		for e := range watch.Updates() {
 			if e == nil {
@@ -166,9 +244,9 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 				continue
 			}
 			for _, v := range rt.Versions {
-				if v.Name == "v43" && v.Weight == 0 {
+				if v.Name == "v43" {
 					routeMu.Lock()
-					routeTimes = append(routeTimes, time.Now())
+					routes = append(routes, routeSeen{time.Now(), v.Weight})
 					routeMu.Unlock()
 				}
 			}
@@ -202,17 +280,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if r.FromVersion != "v42" || r.Criteria.MaxP99TPOTMS != 30 {
 		t.Fatalf("rollout from %s with TPOT ceiling %v; want from v42 with the SLA's 30 ms", r.FromVersion, r.Criteria.MaxP99TPOTMS)
 	}
-	var got rollout.Rollout
-	deadline = time.Now().Add(90 * time.Second)
-	for {
-		if got, err = h.Rollouts.Get(ctx, system, r.ID); err != nil {
-			t.Fatal(err)
-		}
-		if !got.Active() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	got := s.wait(t, r.ID, "ended", func(r rollout.Rollout) bool { return !r.Active() })
 	if got.State != rollout.StateRolledBack {
 		t.Fatalf("rollout ended %s (%s); want rolled_back by the judge", got.State, got.Reason)
 	}
@@ -236,11 +304,15 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		t.Fatalf("events lack the 10 percent step or the rollback: %+v", got.Events)
 	}
 	t.Logf("v43 got 10 percent at %s; rolled back %s later after %d evaluations", stepAt.Format(time.StampMilli), rollbackAt.Sub(stepAt), verdicts)
+	// The first entry giving v43 no weight after one that gave it some.
 	routeMu.Lock()
 	var propagated time.Time
-	for _, at := range routeTimes {
-		if at.After(stepAt) {
-			propagated = at
+	weighted := false
+	for _, r := range routes {
+		if r.weight > 0 {
+			weighted = true
+		} else if weighted {
+			propagated = r.at
 			break
 		}
 	}
@@ -270,28 +342,25 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	quiet := rollbackAt.Add(time.Second)
 	time.Sleep(time.Until(quiet.Add(2 * time.Second)))
 	stopLoad()
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
+	log2 := responses()
 	var v42, v43, late43, failed int
 	var lastV43 time.Time
 	v42ByWindow := map[int64]int{}
-	for _, s := range log2 {
+	for _, x := range log2 {
 		switch {
-		case s.status != http.StatusOK:
+		case x.status != http.StatusOK:
 			failed++
-		case s.version == "v43":
+		case x.version == "v43":
 			v43++
-			if s.start.After(lastV43) {
-				lastV43 = s.start
+			if x.start.After(lastV43) {
+				lastV43 = x.start
 			}
-			if s.start.After(quiet) {
+			if x.start.After(quiet) {
 				late43++
 			}
-		case s.version == "v42":
+		case x.version == "v42":
 			v42++
-			v42ByWindow[s.start.Unix()]++
+			v42ByWindow[x.start.Unix()]++
 		}
 	}
 	t.Logf("responses: v42 %d, v43 %d, failed %d; last v43 request started %s after the rollback", v42, v43, failed, lastV43.Sub(rollbackAt))
@@ -309,5 +378,80 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		if v42ByWindow[sec] == 0 {
 			t.Errorf("no v42 response to requests started in second %d of the load: v42 must never stop", sec-first)
 		}
+	}
+}
+
+// TestRolloutSurvivesControlPlaneRestart kills the control plane's loops (the
+// rollout controller with them) in the middle of a healthy canary: the
+// gateway keeps serving the last split meanwhile, the successor resumes at
+// the persisted step instead of starting over, an approval given while no
+// controller ran is found and not asked for again, and the promotion happens
+// once.
+func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
+	v44 := demoModels[1].versions[0] // v42's profile: a healthy candidate
+	v44.Name, v44.Lineage.ParentVersion = "v44", "v42"
+	s := newChatStack(t, v44)
+	stopLoad, responses := s.load(6)
+	defer stopLoad()
+	min, regression := uint64(5), 1.0 // the judge is not what this test is about
+	r, err := s.h.Rollouts.Start(s.ctx, system, "support-chat", rollout.Spec{Version: "v44",
+		Steps:              []rollout.Step{{Percent: 20, BakeSeconds: 3}, {Percent: 100, BakeSeconds: 1}},
+		EvaluationInterval: time.Second, EvaluationWindow: 3 * time.Second,
+		Criteria: rollout.CriteriaSpec{MinRequests: &min, MaxRegression: &regression}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.wait(t, r.ID, "at 20 percent", func(r rollout.Rollout) bool { return r.State == rollout.StateProgressing })
+
+	s.stopLoops()
+	killed := time.Now()
+	time.Sleep(3 * time.Second)
+	restarted := time.Now()
+	s.startLoops(t)
+	s.wait(t, r.ID, "waiting for approval", func(r rollout.Rollout) bool { return r.State == rollout.StateAwaitingApproval })
+
+	// Approved while no controller runs; the next one acts on it.
+	s.stopLoops()
+	ops := &auth.Principal{Name: "ops@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
+	if _, err := s.h.Rollouts.Approve(s.ctx, ops, r.ID, "looks healthy"); err != nil {
+		t.Fatal(err)
+	}
+	s.startLoops(t)
+	got := s.wait(t, r.ID, "promoted", func(r rollout.Rollout) bool { return r.State == rollout.StatePromoted })
+	var promotedAt time.Time
+	count := map[string]int{}
+	for _, e := range got.Events {
+		if e.Kind == "state" {
+			count[e.Decision]++
+		}
+		if e.Decision == "promote" {
+			promotedAt = e.At
+		}
+	}
+	if count["start"] != 1 || count["step"] != 1 || count["promote"] != 1 || count["await_approval"] != 1 {
+		t.Errorf("state changes %v; want one start, one first step, one wait for approval and one promotion across two restarts", count)
+	}
+	time.Sleep(time.Until(promotedAt.Add(2 * time.Second)))
+	stopLoad()
+	var duringKill44, failed, late42 int
+	for _, x := range responses() {
+		switch {
+		case x.status != http.StatusOK:
+			failed++
+		case x.version == "v44" && x.start.After(killed) && x.start.Before(restarted):
+			duringKill44++
+		case x.version == "v42" && x.start.After(promotedAt.Add(time.Second)):
+			late42++
+		}
+	}
+	t.Logf("while the control plane was down, v44 answered %d requests", duringKill44)
+	if duringKill44 == 0 {
+		t.Errorf("v44 served nothing while the control plane was down: the gateway did not keep the last split")
+	}
+	if failed > 0 {
+		t.Errorf("%d requests failed across the restarts", failed)
+	}
+	if late42 > 0 {
+		t.Errorf("%d responses from v42 more than a second after the promotion", late42)
 	}
 }
