@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
 	"github.com/chromedp/chromedp"
 
+	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/judge"
@@ -214,7 +217,84 @@ func TestBrowserRolloutApproval(t *testing.T) {
 	if got := b.text("#rollout-reason"); !strings.Contains(got, "serves 100 percent") {
 		t.Errorf("reason after the switch = %q", got)
 	}
+	png := browserRun(b, "screenshot", chromedp.FullScreenshot(100))
+	if err := os.WriteFile("/tmp/portal-rollout.png", png, 0o644); err != nil {
+		t.Logf("screenshot not written: %v", err)
+	}
 	if p := b.problems(); len(p) > 0 {
 		t.Errorf("the browser console reported problems:\n%s", strings.Join(p, "\n"))
+	}
+}
+
+// fixedStats serves the same windows every time.
+type fixedStats map[string]judge.Window
+
+func (f fixedStats) Totals(context.Context, string, time.Time, time.Time) (map[string]judge.Window, error) {
+	return f, nil
+}
+
+func latencyWindow(n uint64, bucket int) judge.Window {
+	h := make([]uint64, proto.LatencyBuckets)
+	h[bucket] = n
+	return judge.Window{Requests: n, Latency: h}
+}
+
+// TestPortalRolloutVerdictCharts: the rollout page draws every judged metric
+// against its threshold, shows both versions' latest window, and lists
+// every verdict in the timeline.
+func TestPortalRolloutVerdictCharts(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "canary-endpoint", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := e.srv.Rollouts.Start(ctx, system, "canary-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	clock := func() time.Time { return now }
+	// Too few candidate requests for three evaluations, then a candidate
+	// 10 buckets slower than the incumbent: rolled back.
+	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(20, 20)}
+	for i := range 5 {
+		if i == 4 {
+			stats["v2"] = latencyWindow(500, 20)
+		}
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Now: clock})
+		if err := ctl.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	admin := portalSignIn(t, e, "risk-admin@example.com")
+	doc := admin.page(fmt.Sprintf("/rollouts/%d", ro.ID))
+	if got := doc.Find("#rollout-state").Text(); got != rollout.StateRolledBack {
+		t.Fatalf("state %q, want rolled_back", got)
+	}
+	fig := doc.Find(`#rollout-checks figure[data-chart="check-p99_latency_ms_regression"]`)
+	if fig.Length() != 1 {
+		t.Fatalf("no chart of the p99 regression check; charts: %v", doc.Find("#rollout-checks figure").Map(func(_ int, s *goquery.Selection) string {
+			return s.AttrOr("data-chart", "")
+		}))
+	}
+	for _, line := range []string{"candidate", "threshold", "incumbent"} {
+		if fig.Find(`polyline[data-line="`+line+`"]`).Length() != 1 {
+			t.Errorf("the regression chart has no %s line", line)
+		}
+	}
+	if doc.Find(`#rollout-checks figure[data-chart="check-requests"]`).Length() != 1 {
+		t.Errorf("no chart of the request counts")
+	}
+	if rows := doc.Find("#rollout-window tbody tr"); rows.Length() != 2 || !strings.Contains(rows.First().Text(), "500") {
+		t.Errorf("latest window = %q, want both versions with 500 requests", rows.Text())
+	}
+	if n := doc.Find("#rollout-events tr.verdict").Length(); n != 4 {
+		t.Errorf("%d verdicts in the timeline, want 4 (three holds, one rollback)", n)
+	}
+	if doc.Find("#rollout-actions button").Length() != 0 {
+		t.Errorf("buttons offered on a finished rollout")
 	}
 }
