@@ -560,18 +560,19 @@ func (q *Queries) RolloutUpdate(ctx context.Context, arg RolloutUpdateParams) er
 
 const rolloutWorkList = `-- name: RolloutWorkList :many
 SELECT id FROM rollouts
-WHERE (state IN ('starting', 'progressing', 'awaiting_approval') OR NOT cleaned)
-  AND ($1::boolean OR team_id = ANY($2::bigint[]))
+WHERE (state IN ('starting', 'progressing', 'awaiting_approval') OR (NOT cleaned AND cleanup_at <= $1::timestamptz))
+  AND ($2::boolean OR team_id = ANY($3::bigint[]))
 ORDER BY id
 `
 
 type RolloutWorkListParams struct {
+	Now      time.Time
 	AllTeams bool
 	TeamIDs  []int64
 }
 
 func (q *Queries) RolloutWorkList(ctx context.Context, arg RolloutWorkListParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, rolloutWorkList, arg.AllTeams, arg.TeamIDs)
+	rows, err := q.db.Query(ctx, rolloutWorkList, arg.Now, arg.AllTeams, arg.TeamIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ WHERE r.endpoint_id = @endpoint_id AND r.state IN ('starting', 'progressing', 'a
 
 -- name: RolloutWorkList :many
 SELECT id FROM rollouts
-WHERE (state IN ('starting', 'progressing', 'awaiting_approval') OR NOT cleaned)
+WHERE (state IN ('starting', 'progressing', 'awaiting_approval') OR (NOT cleaned AND cleanup_at <= sqlc.arg(now)::timestamptz))
   AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
 ORDER BY id;
 

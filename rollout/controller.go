@@ -85,7 +85,7 @@ func (c *Controller) Run(ctx context.Context) {
 // Pass reconciles every rollout that needs it once. One rollout failing does
 // not stop the others; the first error is returned.
 func (c *Controller) Pass(ctx context.Context) error {
-	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{AllTeams: true, TeamIDs: []int64{}})
+	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Now(), AllTeams: true, TeamIDs: []int64{}})
 	if err != nil {
 		return fmt.Errorf("rollout pass: %w", err)
 	}
