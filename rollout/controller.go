@@ -208,6 +208,7 @@ func (c *Controller) step(ctx context.Context, t *tx, ev *evaluation) error {
 	}
 	if ev != nil {
 		r.LastEvaluatedAt = &t.now
+		r.Reason = string(ev.verdict.Decision) + ": " + ev.verdict.Reason
 		if err := t.persist(ctx); err != nil {
 			return err
 		}

@@ -106,8 +106,8 @@ type Rollout struct {
 	StepIndex   int            `json:"step_index"`
 	State       string         `json:"state"`
 	Paused      bool           `json:"paused"`
-	// Reason says why the rollout is where it is (the last verdict's
-	// reason, who rolled it back).
+	// Reason says why the rollout is where it is: the last state change
+	// (who rolled it back, what it waits for) or the last verdict.
 	Reason                    string     `json:"reason"`
 	StepStartedAt             *time.Time `json:"step_started_at,omitempty"`
 	BakeDeadline              *time.Time `json:"bake_deadline,omitempty"`
