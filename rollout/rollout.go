@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -216,8 +217,9 @@ type Service struct {
 	pool  *pgxpool.Pool
 	now   func() time.Time
 	drift DriftMeasurer
-	// wake tells a controller in this process that something changed.
-	wake func()
+	// onChange tells a controller in this process that something changed;
+	// set while requests may be served, hence atomic.
+	onChange atomic.Pointer[func()]
 }
 
 // New returns a Service. drift may be nil.
@@ -225,14 +227,19 @@ func New(pool *pgxpool.Pool, now func() time.Time, drift DriftMeasurer) *Service
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{pool: pool, now: now, drift: drift, wake: func() {}}
+	return &Service{pool: pool, now: now, drift: drift}
 }
 
 // OnChange sets what a change calls after it commits: a controller's Wake,
 // so that an approval or a rollback acts now instead of at the next tick.
+// A controller in another process notices at its next tick (a second).
 func (s *Service) OnChange(fn func()) {
-	if fn != nil {
-		s.wake = fn
+	s.onChange.Store(&fn)
+}
+
+func (s *Service) wake() {
+	if fn := s.onChange.Load(); fn != nil && *fn != nil {
+		(*fn)()
 	}
 }
 
