@@ -181,7 +181,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
-	stop, err := cp.startLoops(ctx, h.Metrics)
+	stop, err := cp.startLoops(ctx, h.Metrics, h.Rollouts)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,9 @@ import (
 	"modelplane/fleet"
 	"modelplane/ingest"
 	"modelplane/outbox"
+	"modelplane/rollout"
 	"modelplane/tenant"
+	"modelplane/traffic"
 )
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -32,6 +34,7 @@ const (
 	leadIdentity    = 7_316_020_015
 	leadBudgets     = 7_316_020_016
 	leadSeal        = 7_316_020_017
+	leadRollouts    = 7_316_020_020
 )
 
 // identityInterval is how often the OIDC signing keys and the memberships
@@ -46,7 +49,11 @@ const identityInterval = 3 * time.Second
 // (one leader each: an ingest's check-then-insert is exactly-once only with
 // one consumer). The
 // returned stop waits for all of it.
-func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Registerer) (stop func(), err error) {
+//
+// rollouts is the Service the API uses; its changes wake the rollout
+// controller. nil runs the controller without that (it still ticks every
+// second).
+func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Registerer, rollouts *rollout.Service) (stop func(), err error) {
 	js, err := jetstream.New(cp.NC)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -85,8 +92,17 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		cancel()
 		return nil, err
 	}
+	// The rollout controller writes routing entries in its own transactions
+	// and wakes the relay, so a rollback leaves the candidate one relay hop
+	// after it commits (docs/rollouts.md).
+	rctl := rollout.NewController(rollout.ControllerConfig{Pool: cp.Pool, Stats: traffic.NewReader(cp.CH, time.Now), Log: cp.Log,
+		Interval: time.Second, Published: relay.Wake})
+	if rollouts != nil {
+		rollouts.OnChange(rctl.Wake)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { db.Lead(ctx, cp.Pool, leadFleet, 2*time.Second, ctl.Run) })
+	wg.Go(func() { db.Lead(ctx, cp.Pool, leadRollouts, 2*time.Second, rctl.Run) })
 	wg.Go(func() {
 		db.Lead(ctx, cp.Pool, leadOutbox, 2*time.Second, func(ctx context.Context) { relay.Run(ctx, 250*time.Millisecond) })
 	})

@@ -172,7 +172,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx, h.Metrics)
+	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx, h.Metrics, h.Rollouts)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,18 @@ type Allocation struct {
 	ReplicaID int64
 }
 
+type Approval struct {
+	ID             int64
+	RolloutID      int64
+	TeamID         int64
+	StepIndex      int32
+	Approver       string
+	ApproverUserID *int64
+	Decision       string
+	Comment        string
+	At             time.Time
+}
+
 type AuditLog struct {
 	ID         int64
 	At         time.Time
@@ -213,6 +225,50 @@ type Replica struct {
 	Reason     string
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+}
+
+type Rollout struct {
+	ID              int64
+	TeamID          int64
+	EndpointID      int64
+	FromVersionID   int64
+	ToVersionID     int64
+	Strategy        string
+	Steps           []byte
+	Criteria        []byte
+	StepIndex       int32
+	State           string
+	Paused          bool
+	Reason          string
+	StepStartedAt   *time.Time
+	BakeDeadline    *time.Time
+	LastEvaluatedAt *time.Time
+	EvalIntervalMs  int64
+	EvalWindowMs    int64
+	KeepMs          int64
+	CleanupAt       *time.Time
+	Cleaned         bool
+	Initiator       string
+	InitiatorUserID *int64
+	Generation      int64
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
+type RolloutEvent struct {
+	ID        int64
+	RolloutID int64
+	TeamID    int64
+	At        time.Time
+	Kind      string
+	StepIndex int32
+	State     string
+	Decision  string
+	Message   string
+	Actor     string
+	Verdict   []byte
+	Windows   []byte
 }
 
 type RouteEntry struct {

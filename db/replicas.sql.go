@@ -10,6 +10,36 @@ import (
 	"time"
 )
 
+const replicaCountReady = `-- name: ReplicaCountReady :one
+SELECT count(*) FILTER (WHERE state = 'ready')::int AS ready, count(*)::int AS placed
+FROM replicas
+WHERE endpoint_id = $1 AND version_id = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
+`
+
+type ReplicaCountReadyParams struct {
+	EndpointID int64
+	VersionID  int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+type ReplicaCountReadyRow struct {
+	Ready  int32
+	Placed int32
+}
+
+func (q *Queries) ReplicaCountReady(ctx context.Context, arg ReplicaCountReadyParams) (ReplicaCountReadyRow, error) {
+	row := q.db.QueryRow(ctx, replicaCountReady,
+		arg.EndpointID,
+		arg.VersionID,
+		arg.AllTeams,
+		arg.TeamIDs,
+	)
+	var i ReplicaCountReadyRow
+	err := row.Scan(&i.Ready, &i.Placed)
+	return i, err
+}
+
 const replicaDeleteByIDs = `-- name: ReplicaDeleteByIDs :exec
 DELETE FROM replicas WHERE id = ANY($1::bigint[])
 `

@@ -25,6 +25,29 @@ func (q *Queries) RoutingRuleDeleteByEndpoint(ctx context.Context, arg RoutingRu
 	return err
 }
 
+const routingRuleDeleteVersion = `-- name: RoutingRuleDeleteVersion :exec
+DELETE FROM routing_rules r USING endpoints e
+WHERE r.endpoint_id = $1 AND r.version_id = $2 AND e.id = r.endpoint_id
+  AND ($3::boolean OR e.team_id = ANY($4::bigint[]))
+`
+
+type RoutingRuleDeleteVersionParams struct {
+	EndpointID int64
+	VersionID  int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+func (q *Queries) RoutingRuleDeleteVersion(ctx context.Context, arg RoutingRuleDeleteVersionParams) error {
+	_, err := q.db.Exec(ctx, routingRuleDeleteVersion,
+		arg.EndpointID,
+		arg.VersionID,
+		arg.AllTeams,
+		arg.TeamIDs,
+	)
+	return err
+}
+
 const routingRuleInsert = `-- name: RoutingRuleInsert :exec
 INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALUES ($1, $2, $3, $4)
 `
@@ -44,6 +67,51 @@ func (q *Queries) RoutingRuleInsert(ctx context.Context, arg RoutingRuleInsertPa
 		arg.ShadowPercent,
 	)
 	return err
+}
+
+const routingRuleListByEndpoint = `-- name: RoutingRuleListByEndpoint :many
+SELECT r.version_id, v.name AS version, r.weight, r.shadow_percent
+FROM routing_rules r JOIN endpoints e ON e.id = r.endpoint_id JOIN model_versions v ON v.id = r.version_id
+WHERE r.endpoint_id = $1 AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
+ORDER BY v.name
+`
+
+type RoutingRuleListByEndpointParams struct {
+	EndpointID int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+type RoutingRuleListByEndpointRow struct {
+	VersionID     int64
+	Version       string
+	Weight        int32
+	ShadowPercent float64
+}
+
+func (q *Queries) RoutingRuleListByEndpoint(ctx context.Context, arg RoutingRuleListByEndpointParams) ([]RoutingRuleListByEndpointRow, error) {
+	rows, err := q.db.Query(ctx, routingRuleListByEndpoint, arg.EndpointID, arg.AllTeams, arg.TeamIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingRuleListByEndpointRow{}
+	for rows.Next() {
+		var i RoutingRuleListByEndpointRow
+		if err := rows.Scan(
+			&i.VersionID,
+			&i.Version,
+			&i.Weight,
+			&i.ShadowPercent,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
@@ -125,4 +193,27 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 		return nil, err
 	}
 	return items, nil
+}
+
+const routingRuleUpsert = `-- name: RoutingRuleUpsert :exec
+INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (endpoint_id, version_id) DO UPDATE SET weight = EXCLUDED.weight, shadow_percent = EXCLUDED.shadow_percent
+`
+
+type RoutingRuleUpsertParams struct {
+	EndpointID    int64
+	VersionID     int64
+	Weight        int32
+	ShadowPercent float64
+}
+
+func (q *Queries) RoutingRuleUpsert(ctx context.Context, arg RoutingRuleUpsertParams) error {
+	_, err := q.db.Exec(ctx, routingRuleUpsert,
+		arg.EndpointID,
+		arg.VersionID,
+		arg.Weight,
+		arg.ShadowPercent,
+	)
+	return err
 }

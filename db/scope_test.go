@@ -25,6 +25,9 @@ var teamOwned = map[string]bool{
 	"experiment_arms": true,
 	"budgets":         true,
 	"budget_alerts":   true,
+	"rollouts":        true,
+	"rollout_events":  true,
+	"approvals":       true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -44,6 +47,10 @@ var unscoped = map[string]string{
 	"EndpointCreate":       "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
 	"ExperimentUpsert":     "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite (CanWrite checked) in the same transaction",
 	"ExperimentArmInsert":  "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite and version ids from the scoped ModelVersionGet",
+	"RolloutCreate":        "insert; rollout.Service.Start takes team, endpoint and version ids from the scoped EndpointGet/ModelVersionGet and checked CanWrite",
+	"RolloutEventInsert":   "insert; the rollout service and controller take team and rollout ids from the rollout row they loaded (RolloutGetForUpdate) in the same transaction",
+	"ApprovalInsert":       "insert; rollout.Service.Approve/Reject take the ids from the scoped RolloutGetForUpdate and checked CanAdmin",
+	"RoutingRuleUpsert":    "insert or update; the rollout service and controller take endpoint and version ids from the rollout row they loaded in the same transaction",
 	"RoutingRuleInsert":    "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
 	"TeamCreate":           "insert; platform admins only (tenant.CreateTeam)",
 	"TeamMemberUpsert":     "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",

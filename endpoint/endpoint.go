@@ -349,7 +349,8 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 // SetTraffic replaces the endpoint's traffic split. Every version must be a
 // registered version of the endpoint's model, named once, and the weights must
 // sum to 100. A version of weight 0 may carry a shadow percentage (0 to 100)
-// of the endpoint's requests mirrored to it; a served version may not.
+// of the endpoint's requests mirrored to it; a served version may not. While
+// a rollout is active it owns the split, and SetTraffic refuses.
 func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string, weights []Weight) (Endpoint, error) {
 	var errs validate.Errors
 	sum := int32(0)
@@ -382,6 +383,14 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
+			return err
+		}
+		// A rollout sets the weights at every step and rollback; a split
+		// set by hand meanwhile would be overwritten, or would leave the
+		// rollout's versions out.
+		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
+			return validate.Errors{{Field: "weights", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
+		} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
 			return err
 		}
 		if err := q.RoutingRuleDeleteByEndpoint(ctx, db.RoutingRuleDeleteByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {

@@ -418,6 +418,32 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 	return written, nil
 }
 
+// WriteRoutes writes, inside the caller's transaction q, the routing entry
+// of every endpoint whose routing rules changed, under the placement lock a
+// reconcile pass takes. A rollout that moves traffic calls it in the
+// transaction that changes the weights, so the new split reaches the outbox
+// when the change commits instead of at the reconciler's next pass: a
+// rollback leaves the candidate within one relay hop. Replicas are not
+// placed or removed here; the next pass does that.
+func WriteRoutes(ctx context.Context, q *db.Queries) (int, error) {
+	if err := q.PlacementLock(ctx); err != nil {
+		return 0, fmt.Errorf("write routes: %w", err)
+	}
+	demand, err := q.RoutingRuleListForPlacement(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("write routes: %w", err)
+	}
+	reps, err := q.ReplicaListAll(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("write routes: %w", err)
+	}
+	n, err := writeRoutes(ctx, q, demand, reps)
+	if err != nil {
+		return 0, fmt.Errorf("write routes: %w", err)
+	}
+	return n, nil
+}
+
 // writeRoutes writes the routing entry of every endpoint whose versions,
 // weights or ready replicas changed, and deletes the entries of endpoints
 // that are gone.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"modelplane/rollout"
 )
 
 // The tenancy matrix: every route that names an object is called by someone
@@ -52,7 +54,16 @@ func apiFixtures() map[string][]*payload {
 		// (a 400 that stores nothing), anyone else on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
 			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
-		"POST /budgets": {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
+		"POST /budgets":                       {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
+		"POST /endpoints/{endpoint}/rollouts": {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
+		"GET /endpoints/{endpoint}/rollouts":  {nil},
+		"GET /rollouts/{rollout}":             {nil},
+		"POST /rollouts/{rollout}/approve":    {jsonPayload(map[string]any{"comment": "ok"})},
+		"POST /rollouts/{rollout}/reject":     {jsonPayload(map[string]any{"comment": "no"})},
+		"POST /rollouts/{rollout}/rollback":   {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/pause":      {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/resume":     {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/canary":     {jsonPayload(map[string]any{})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -86,6 +97,11 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /team/keys/{id}/revoke":            form(),
 		"POST /budgets":                          form("team", "risk", "monthly_usd", "1000", "enforcement", "block"),
 		"POST /cost-rates":                       form("gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", "2099-01-01T00:00:00Z"),
+		"POST /endpoints/{endpoint}/rollouts":    form("version", "v2", "strategy", "canary", "steps", "10, 100", "bake_minutes", "1", "interval_seconds", "5"),
+		"GET /rollouts/{rollout}":                nil,
+		"GET /rollouts/{rollout}/live":           nil,
+		"GET /rollouts/{rollout}/events":         nil,
+		"POST /rollouts/{rollout}/{action}":      form("comment", "matrix"),
 		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
@@ -130,10 +146,25 @@ func exemptPortal(route string) bool {
 func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
-		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01"}
+		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01",
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause"}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321", "action": "pause"}
 	return risk, missing
+}
+
+// riskRollout returns the id of an active rollout on risk-endpoint (v1 to
+// v2), starting one the first time.
+func (e *testEnv) riskRollout(t testing.TB) int64 {
+	t.Helper()
+	e.rolloutOnce.Do(func() {
+		r, err := e.srv.Rollouts.Start(t.Context(), system, "risk-endpoint", rollout.Spec{Version: "v2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.rolloutID = r.ID
+	})
+	return e.rolloutID
 }
 
 // keyID finds the id of one of the seeded keys by its name.

@@ -16,6 +16,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/endpoint"
+	"modelplane/rollout"
 	"modelplane/tenant"
 )
 
@@ -75,6 +76,18 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			t.Fatal(err)
 		}
 		keyIDs = append(keyIDs, k.ID)
+		if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: fmt.Sprintf("csrf-ro-%d", i), Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "csrf-rollout", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := e.srv.Rollouts.Start(ctx, system, "csrf-rollout", rollout.Spec{Version: "v2"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	fixed := func(p string) func(int) string { return func(int) string { return p } }
 	return []portalWrite{
@@ -189,6 +202,19 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			body: func(i int, csrf string) (string, []byte) {
 				return portalURLEncoded(csrf, "team", "risk", "monthly_usd", fmt.Sprint(1000+i), "enforcement", "alert")
 			},
+		},
+		{
+			route: "/endpoints/{endpoint}/rollouts", path: func(i int) string { return fmt.Sprintf("/endpoints/csrf-ro-%d/rollouts", i) },
+			status: http.StatusSeeOther,
+			body: func(_ int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "version", "v2", "strategy", "canary", "steps", "5, 100", "bake_minutes", "1", "interval_seconds", "10")
+			},
+		},
+		{
+			// Variant 0 pauses, variant 1 resumes; htmx gets the live section.
+			route: "/rollouts/{rollout}/{action}", path: func(i int) string { return fmt.Sprintf("/rollouts/%d/%s", ro.ID, []string{"pause", "resume"}[i]) },
+			status: http.StatusSeeOther,
+			body:   func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
 		},
 		{
 			route: "/team/keys/{id}/revoke", path: func(i int) string { return fmt.Sprintf("/team/keys/%d/revoke", keyIDs[i]) }, status: http.StatusSeeOther,

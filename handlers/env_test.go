@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,9 @@ func TestMain(m *testing.M) {
 // OIDC provider, served over HTTP, with two teams (risk, search), the demo
 // users and one API key per role.
 type testEnv struct {
+	rolloutOnce sync.Once
+	rolloutID   int64
+
 	t    *testing.T
 	srv  *Server
 	ts   *httptest.Server

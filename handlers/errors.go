@@ -13,6 +13,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/rollout"
 	"modelplane/tenant"
 	"modelplane/validate"
 )
@@ -22,7 +23,10 @@ import (
 // detail is not shown.
 func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 	var verrs validate.Errors
+	var rc *rollout.ConflictError
 	switch {
+	case errors.As(err, &rc):
+		return http.StatusConflict, rc.Msg, nil
 	case errors.As(err, &verrs):
 		details := make([]*huma.ErrorDetail, len(verrs))
 		for i, f := range verrs {

@@ -40,6 +40,10 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
 	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
+	if props.Awaiting, err = s.awaitingRows(r.Context(), principal(r.Context())); err != nil {
+		s.portalError(w, r, err)
+		return
+	}
 	for _, e := range list.Body.Items {
 		props.Rows = append(props.Rows, endpointRow(e))
 	}
@@ -164,6 +168,9 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	props.Replicas = replicasProps(e, p)
 	props.Stats = s.statsProps(r.Context(), e.Name)
 	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
+		return web.EndpointProps{}, err
+	}
+	if props.Rollouts, err = s.rolloutsSection(r.Context(), p, e, versions, props.CSRF); err != nil {
 		return web.EndpointProps{}, err
 	}
 	return props, nil

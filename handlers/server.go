@@ -14,6 +14,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
+	"modelplane/rollout"
 	"modelplane/tenant"
 	"modelplane/traffic"
 )
@@ -46,6 +47,8 @@ type Deps struct {
 	// Advisor gives right-sizing advice; nil: one is built on Chargeback
 	// and Endpoints when Chargeback is set.
 	Advisor *chargeback.Advisor
+	// Rollouts starts and drives rollouts; nil: one is built on Pool and Now.
+	Rollouts *rollout.Service
 	// Traffic reads the gateways' request statistics (a *traffic.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
@@ -110,6 +113,9 @@ func New(d Deps) *Server {
 	}
 	if d.Rates == nil && d.Pool != nil {
 		d.Rates = billing.NewBook(d.Pool, d.Now)
+	}
+	if d.Rollouts == nil && d.Pool != nil {
+		d.Rollouts = rollout.New(d.Pool, d.Now, nil)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()

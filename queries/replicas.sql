@@ -48,3 +48,8 @@ JOIN nodes n ON n.id = r.node_id
 JOIN model_versions v ON v.id = r.version_id
 WHERE r.endpoint_id = @endpoint_id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
 ORDER BY v.name, r.name;
+
+-- name: ReplicaCountReady :one
+SELECT count(*) FILTER (WHERE state = 'ready')::int AS ready, count(*)::int AS placed
+FROM replicas
+WHERE endpoint_id = @endpoint_id AND version_id = @version_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));

@@ -16,3 +16,19 @@ JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
 ORDER BY e.id, v.id;
+
+-- name: RoutingRuleListByEndpoint :many
+SELECT r.version_id, v.name AS version, r.weight, r.shadow_percent
+FROM routing_rules r JOIN endpoints e ON e.id = r.endpoint_id JOIN model_versions v ON v.id = r.version_id
+WHERE r.endpoint_id = @endpoint_id AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]))
+ORDER BY v.name;
+
+-- name: RoutingRuleUpsert :exec
+INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent)
+VALUES (@endpoint_id, @version_id, @weight, @shadow_percent)
+ON CONFLICT (endpoint_id, version_id) DO UPDATE SET weight = EXCLUDED.weight, shadow_percent = EXCLUDED.shadow_percent;
+
+-- name: RoutingRuleDeleteVersion :exec
+DELETE FROM routing_rules r USING endpoints e
+WHERE r.endpoint_id = @endpoint_id AND r.version_id = @version_id AND e.id = r.endpoint_id
+  AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]));

@@ -1,5 +1,6 @@
 // Package static serves the portal's vendored assets (htmx 2.0.11, the
-// stylesheet) from the binary. No build step produces them.
+// stylesheet, live.js for pages that follow server-sent events) from the
+// binary. No build step produces them.
 package static
 
 import (
@@ -7,7 +8,7 @@ import (
 	"net/http"
 )
 
-//go:embed htmx.min.js app.css
+//go:embed htmx.min.js app.css live.js
 var files embed.FS
 
 // Handler serves the assets, cacheable for a day.

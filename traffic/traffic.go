@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"modelplane/agent/proto"
+	"modelplane/judge"
 )
 
 // queryTimeout bounds one read; the portal polls every few seconds, so a
@@ -191,4 +192,52 @@ func (r *Reader) Last(ctx context.Context, endpoint string, minutes int) (Window
 		return r.Read(ctx, endpoint, minutes*6, 10*time.Second)
 	}
 	return r.Read(ctx, endpoint, minutes, time.Minute)
+}
+
+// Totals sums each version's request statistics of endpoint over windows
+// starting in [from, to): what a rollout's judge compares. Errors are
+// upstream, timeout and shed failures, as Read counts them; histograms are
+// over proto.LatencyBoundsUS (nil when the version recorded none).
+func (r *Reader) Totals(ctx context.Context, endpoint string, from, to time.Time) (map[string]judge.Window, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrWindow, from, to)
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
+		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, tpot_buckets
+		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ?`,
+		endpoint, from.Add(-time.Second), to.Add(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]judge.Window{}
+	for rows.Next() {
+		var (
+			version                 string
+			sec                     uint32
+			ms                      uint16
+			requests, errs, streams uint64
+			lat, tpot               []uint64
+		)
+		if err := rows.Scan(&version, &sec, &ms, &requests, &errs, &lat, &streams, &tpot); err != nil {
+			return nil, fmt.Errorf("read totals: %w", err)
+		}
+		at := time.Unix(int64(sec), int64(ms)*int64(time.Millisecond))
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		w := out[version]
+		w.Requests += requests
+		w.Errors += errs
+		w.Streams += streams
+		addBuckets(&w.Latency, lat)
+		addBuckets(&w.TPOT, tpot)
+		out[version] = w
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	return out, nil
 }

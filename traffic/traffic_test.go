@@ -167,3 +167,34 @@ func TestLastSteps(t *testing.T) {
 		t.Errorf("Last(too long) = %v, want ErrWindow", err)
 	}
 }
+
+func TestTotals(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	from := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	to := from.Add(10 * time.Second)
+	insert(t, ch,
+		row{at: from, endpoint: "chat", version: "v42", requests: 50, errs: 1, streams: 50, lat: hist(50, 10), ttft: hist(50, 3), tpot: hist(50, 2)},
+		row{at: from.Add(9*time.Second + 999*time.Millisecond), endpoint: "chat", version: "v42", requests: 30, errs: 2, streams: 30,
+			lat: hist(30, 11), ttft: hist(30, 3), tpot: hist(30, 4)},
+		row{at: from.Add(3 * time.Second), endpoint: "chat", version: "v43", requests: 5, streams: 5, lat: hist(5, 12), ttft: hist(5, 3), tpot: hist(5, 9)},
+		// Outside [from, to) and another endpoint: not counted.
+		row{at: from.Add(-time.Millisecond), endpoint: "chat", version: "v42", requests: 1000, lat: hist(1000, 0)},
+		row{at: to, endpoint: "chat", version: "v42", requests: 1000, lat: hist(1000, 0)},
+		row{at: from, endpoint: "fraud", version: "v42", requests: 1000, lat: hist(1000, 0)},
+	)
+	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v42, v43 := got["v42"], got["v43"]
+	if len(got) != 2 || v42.Requests != 80 || v42.Errors != 3 || v42.Streams != 80 || v43.Requests != 5 || v43.Streams != 5 {
+		t.Fatalf("totals = %+v; want v42 80 requests, 3 errors, 80 streams and v43 5 requests", got)
+	}
+	if v42.TPOT[2] != 50 || v42.TPOT[4] != 30 || v42.Latency[10] != 50 || v42.Latency[11] != 30 || v43.TPOT[9] != 5 {
+		t.Errorf("histograms not summed per bucket: v42 tpot %v latency %v, v43 tpot %v", v42.TPOT, v42.Latency, v43.TPOT)
+	}
+	if _, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", to, from); !errors.Is(err, traffic.ErrWindow) {
+		t.Errorf("Totals(to, from) error = %v, want ErrWindow", err)
+	}
+}

@@ -42,6 +42,8 @@ type EndpointsProps struct {
 	Rows       []EndpointRow
 	NextCursor string
 	CanCreate  bool
+	// Awaiting are the rollouts waiting for this user's approval.
+	Awaiting []RolloutRow
 }
 
 // EndpointForm is the create-endpoint form's values, as typed.
@@ -95,7 +97,8 @@ type EndpointProps struct {
 	TryIt          TryItProps
 	// Advice is the endpoint's right-sizing advice (package chargeback),
 	// one sentence each with its numbers.
-	Advice []string
+	Advice   []string
+	Rollouts RolloutsSection
 }
 
 // ReplicaRow is one replica on the endpoint page.

@@ -33,6 +33,7 @@ const (
 	StreamUsage       = "MP_USAGE"
 	StreamPredictions = "MP_PREDICTIONS"
 	StreamReqStats    = "MP_REQSTATS"
+	StreamEvents      = "MP_EVENTS"
 )
 
 // Bucket is a KV bucket's settings.
@@ -65,6 +66,10 @@ var Streams = []Stream{
 	{Name: StreamUsage, Subjects: []string{"mp.usage.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
 	{Name: StreamPredictions, Subjects: []string{"mp.pred.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
 	{Name: StreamReqStats, Subjects: []string{"mp.reqstats.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
+	// Events are published through the outbox like everything else, and a
+	// JetStream publish needs a stream to land in; live pages read them with
+	// a plain subscription, so a day of history is plenty.
+	{Name: StreamEvents, Subjects: []string{"mp.events.>"}, MaxAge: 24 * time.Hour, Duplicates: 2 * time.Minute},
 }
 
 // NodeStatusSubject is where an agent publishes its heartbeats (core NATS).
@@ -78,6 +83,22 @@ func UsageSubject(node string) string { return "mp.usage." + node }
 
 // EventsSubject carries rollout, approval and alert events of a team.
 func EventsSubject(team string) string { return "mp.events." + team }
+
+// Event is one message on EventsSubject: something happened to a team's
+// object (a rollout's state, step or verdict, an approval). Readers fetch the
+// object for details; the event says only what changed.
+type Event struct {
+	// Kind is what the event is about, such as "rollout".
+	Kind string `json:"kind"`
+	// ID is the object's id; Name its name (the endpoint, for a rollout).
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	// Type is what happened, such as "state", "verdict" or "approval".
+	Type    string    `json:"type"`
+	State   string    `json:"state,omitempty"`
+	Message string    `json:"message,omitempty"`
+	At      time.Time `json:"at"`
+}
 
 // KVSubject is the subject a JetStream publish uses to put key in bucket; the
 // outbox relay publishes desired state and routes this way so that the

@@ -1,0 +1,388 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/auth"
+	"modelplane/endpoint"
+	"modelplane/rollout"
+	"modelplane/web"
+)
+
+const portalTime = "2006-01-02 15:04:05"
+
+func rolloutRow(r rollout.Rollout) web.RolloutRow {
+	row := web.RolloutRow{ID: r.ID, Endpoint: r.Endpoint, From: r.FromVersion, To: r.ToVersion, Strategy: r.Strategy, State: r.State,
+		Paused: r.Paused, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime)}
+	if r.Active() && r.StepStartedAt != nil && r.StepIndex < len(r.Steps) {
+		row.Percent = r.Steps[r.StepIndex].Percent
+	}
+	return row
+}
+
+// rolloutsSection fills the endpoint page's rollouts section.
+func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpoint.Endpoint, versions []string, csrf string) (web.RolloutsSection, error) {
+	rs, err := s.Rollouts.List(ctx, p, e.Name, 10)
+	if err != nil {
+		return web.RolloutsSection{}, err
+	}
+	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
+		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
+	for _, t := range e.Traffic {
+		if t.Weight < 100 && out.Form.Version == "" {
+			out.Form.Version = t.Version
+		}
+	}
+	for _, r := range rs {
+		out.Rows = append(out.Rows, rolloutRow(r))
+	}
+	return out, nil
+}
+
+// awaitingRows are the rollouts waiting for p's approval.
+func (s *Server) awaitingRows(ctx context.Context, p *auth.Principal) ([]web.RolloutRow, error) {
+	rs, err := s.Rollouts.AwaitingApproval(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var out []web.RolloutRow
+	for _, r := range rs {
+		out = append(out, rolloutRow(r))
+	}
+	return out, nil
+}
+
+func rolloutID(r *http.Request) int64 {
+	id, err := strconv.ParseInt(chi.URLParam(r, "rollout"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0 // no rollout has id 0: not found, like any other
+	}
+	return id
+}
+
+func fmtMS(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// rolloutProps fills the rollout page for p.
+func (s *Server) rolloutProps(ctx context.Context, p *auth.Principal, l web.Layout, id int64) (web.RolloutProps, error) {
+	r, err := s.Rollouts.Get(ctx, p, id)
+	if err != nil {
+		return web.RolloutProps{}, err
+	}
+	props := web.RolloutProps{Layout: l, ID: r.ID, Endpoint: r.Endpoint, Team: r.Team, From: r.FromVersion, To: r.ToVersion,
+		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime),
+		Paused: r.Paused, Active: r.Active(), CanApprove: rollout.CanApprove(p, r), CanOperate: rollout.CanOperate(p, r),
+		CanCanary: r.Strategy == rollout.Shadow && rollout.CanOperate(p, r)}
+	if r.State == rollout.StateAwaitingApproval {
+		props.WaitingFor = "Waiting for a team admin other than " + r.Initiator + " to approve " + r.ToVersion + " at 100 percent."
+		for _, a := range r.Approvals {
+			if a.StepIndex == r.ApprovalStep() {
+				props.WaitingFor = a.Approver + " " + a.Decision + "d; the controller acts on it within a second."
+			}
+		}
+	}
+	for i, st := range r.Steps {
+		status := "waiting"
+		switch {
+		case r.State == rollout.StatePromoted || i < r.StepIndex:
+			status = "done"
+		case r.State == rollout.StateAwaitingApproval && i == r.ApprovalStep():
+			status = "approval"
+		case i == r.StepIndex && r.StepStartedAt != nil && r.Active():
+			status = "current"
+		case i == r.StepIndex && !r.Active():
+			status = "stopped"
+		}
+		props.Steps = append(props.Steps, web.RolloutStep{Percent: st.Percent, Bake: (time.Duration(st.BakeSeconds) * time.Second).String(), Status: status})
+	}
+	for _, a := range r.Approvals {
+		props.Approvals = append(props.Approvals, web.RolloutApproval{Approver: a.Approver, Decision: a.Decision, Comment: a.Comment, At: a.At.UTC().Format(portalTime)})
+	}
+	var verdicts []rollout.Event
+	for i := len(r.Events) - 1; i >= 0; i-- {
+		e := r.Events[i]
+		props.Events = append(props.Events, web.RolloutEvent{At: e.At.UTC().Format(portalTime), Kind: e.Kind, Decision: e.Decision,
+			State: e.State, Message: e.Message, Actor: e.Actor})
+		if e.Kind == "verdict" && e.Verdict != nil {
+			if len(verdicts) == 0 && e.Windows != nil {
+				w := e.Windows
+				props.WindowSpan = fmt.Sprintf("%s to %s", w.From.UTC().Format("15:04:05"), w.To.UTC().Format("15:04:05"))
+				props.Window = []web.RolloutSide{
+					{Version: r.ToVersion + " (candidate)", Requests: w.Candidate.Requests, Errors: w.Candidate.Errors, Streams: w.Candidate.Streams,
+						P99MS: fmtMS(w.Candidate.P99MS), P99TPOTMS: fmtMS(w.Candidate.P99TPOTMS)},
+					{Version: r.FromVersion + " (incumbent)", Requests: w.Incumbent.Requests, Errors: w.Incumbent.Errors, Streams: w.Incumbent.Streams,
+						P99MS: fmtMS(w.Incumbent.P99MS), P99TPOTMS: fmtMS(w.Incumbent.P99TPOTMS)},
+				}
+			}
+			if len(verdicts) < 60 {
+				verdicts = append(verdicts, e)
+			}
+		}
+	}
+	// Oldest first for the charts.
+	for i, j := 0, len(verdicts)-1; i < j; i, j = i+1, j-1 {
+		verdicts[i], verdicts[j] = verdicts[j], verdicts[i]
+	}
+	props.Checks = checkCharts(verdicts)
+	if props.Events == nil {
+		props.Events = []web.RolloutEvent{}
+	}
+	return props, nil
+}
+
+// checkCharts draws every judged metric across the verdicts: the
+// candidate's value, the threshold it was held to, and the incumbent's value
+// where the check compares the two. A missing number is drawn as 0.
+func checkCharts(verdicts []rollout.Event) []web.Chart {
+	var names []string
+	seen := map[string]bool{}
+	for _, v := range verdicts {
+		for _, c := range v.Verdict.Checks {
+			if !seen[c.Name] {
+				seen[c.Name] = true
+				names = append(names, c.Name)
+			}
+		}
+	}
+	var out []web.Chart
+	for _, name := range names {
+		cand := make([]float64, len(verdicts))
+		thr := make([]float64, len(verdicts))
+		inc := make([]float64, len(verdicts))
+		hasInc := false
+		for i, v := range verdicts {
+			for _, c := range v.Verdict.Checks {
+				if c.Name != name {
+					continue
+				}
+				cand[i], thr[i] = c.Candidate, c.Threshold
+				if c.Incumbent != nil {
+					inc[i], hasInc = *c.Incumbent, true
+				}
+			}
+		}
+		unit := ""
+		switch {
+		case strings.Contains(name, "_ms"):
+			unit = "ms"
+		case strings.HasSuffix(name, "_pct"):
+			unit = "%"
+		}
+		ch := web.Chart{ID: "check-" + name, Title: name, Unit: unit,
+			Lines: []web.ChartLine{{Label: "candidate", Values: cand}, {Label: "threshold", Values: thr}}}
+		if hasInc {
+			ch.Lines = append(ch.Lines, web.ChartLine{Label: "incumbent", Values: inc})
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, fmt.Sprintf("Rollout %s", chi.URLParam(r, "rollout")), "endpoints"), rolloutID(r))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.RolloutPage(props))
+}
+
+// portalRolloutLive is the rollout page's live section alone.
+func (s *Server) portalRolloutLive(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), rolloutID(r))
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, web.RolloutLive(props))
+}
+
+// sseLifetime bounds one event stream; the browser's EventSource reconnects
+// (with Last-Event-ID), so a stream never outlives a lost session by long.
+const sseLifetime = 5 * time.Minute
+
+// portalRolloutEvents streams the rollout's new timeline entries as
+// server-sent events. It polls PostgreSQL once a second rather than
+// subscribing to mp.events: the portal may run on any control-plane
+// replica, the events table is the record, and a second of delay is what
+// the page needs.
+func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	id := rolloutID(r)
+	ro, err := s.Rollouts.Get(r.Context(), p, id)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	var last int64
+	if n, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && n > 0 {
+		last = n
+	} else if len(ro.Events) > 0 {
+		last = ro.Events[len(ro.Events)-1].ID
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if _, err := fmt.Fprint(w, "retry: 2000\n: following rollout events\n\n"); err != nil {
+		return
+	}
+	_ = rc.Flush()
+	ctx, cancel := context.WithTimeout(r.Context(), sseLifetime)
+	defer cancel()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	idle := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		evs, err := s.Rollouts.Events(ctx, p, id, last, 100)
+		if err != nil {
+			return
+		}
+		for _, e := range evs {
+			b, _ := json.Marshal(map[string]any{"kind": e.Kind, "decision": e.Decision, "state": e.State, "message": e.Message, "at": e.At})
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.ID, b); err != nil {
+				return
+			}
+			last = e.ID
+		}
+		if idle++; len(evs) > 0 || idle >= 15 {
+			if len(evs) == 0 {
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+					return
+				}
+			}
+			idle = 0
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// portalRolloutAction runs one button of the rollout page. htmx gets the
+// live section back; a plain form post goes back to the page.
+func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	id := rolloutID(r)
+	comment := strings.TrimSpace(r.PostFormValue("comment"))
+	var err error
+	switch chi.URLParam(r, "action") {
+	case "approve":
+		_, err = s.Rollouts.Approve(r.Context(), p, id, comment)
+	case "reject":
+		_, err = s.Rollouts.Reject(r.Context(), p, id, comment)
+	case "rollback":
+		_, err = s.Rollouts.Rollback(r.Context(), p, id, comment)
+	case "pause":
+		_, err = s.Rollouts.Pause(r.Context(), p, id)
+	case "resume":
+		_, err = s.Rollouts.Resume(r.Context(), p, id)
+	case "canary":
+		var c rollout.Rollout
+		if c, err = s.Rollouts.CanaryFromShadow(r.Context(), p, id); err == nil {
+			redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", c.ID), "Canary started.")
+			return
+		}
+	default:
+		s.renderError(w, r, http.StatusNotFound, "not found")
+		return
+	}
+	status := http.StatusOK
+	var conflict *rollout.ConflictError
+	msg := ""
+	switch {
+	case errors.As(err, &conflict):
+		status, msg = http.StatusUnprocessableEntity, conflict.Msg
+	case err != nil:
+		s.portalError(w, r, err)
+		return
+	}
+	if r.Header.Get("HX-Request") != "true" || r.Header.Get("HX-Boosted") == "true" {
+		if msg == "" {
+			msg = "Done."
+		}
+		redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", id), msg)
+		return
+	}
+	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), id)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Error = msg
+	s.render(w, r, status, web.RolloutLive(props))
+}
+
+// portalRolloutStart starts a rollout from the endpoint page's form.
+func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "endpoint")
+	f := web.RolloutForm{Version: r.PostFormValue("version"), Strategy: r.PostFormValue("strategy"), Steps: r.PostFormValue("steps"),
+		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds")}
+	errs := web.FieldErrors{}
+	bake, err := strconv.ParseFloat(strings.TrimSpace(f.BakeMinutes), 64)
+	if err != nil || bake < 0 {
+		errs["bake_minutes"] = "must be a number of minutes"
+	}
+	interval, err := strconv.ParseFloat(strings.TrimSpace(f.IntervalSeconds), 64)
+	if err != nil || interval <= 0 {
+		errs["interval_seconds"] = "must be a positive number of seconds"
+	}
+	var steps []rollout.Step
+	for part := range strings.SplitSeq(f.Steps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil {
+			errs["steps"] = "must be whole percentages separated by commas"
+			break
+		}
+		steps = append(steps, rollout.Step{Percent: n, BakeSeconds: bake * 60})
+	}
+	p := principal(r.Context())
+	if len(errs) == 0 {
+		ro, err := s.Rollouts.Start(r.Context(), p, name, rollout.Spec{Version: f.Version, Strategy: f.Strategy, Steps: steps,
+			EvaluationInterval: time.Duration(interval * float64(time.Second))})
+		if err == nil {
+			redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", ro.ID), "Rollout started.")
+			return
+		}
+		var conflict *rollout.ConflictError
+		var ok bool
+		switch {
+		case errors.As(err, &conflict):
+			errs = web.FieldErrors{"form": conflict.Msg}
+		default:
+			if errs, ok = fieldErrors(err); !ok {
+				s.portalError(w, r, err)
+				return
+			}
+		}
+	}
+	props, err := s.endpointProps(w, r, name)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Rollouts.Form, props.Rollouts.Errors = f, errs
+	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
+}

@@ -1,0 +1,393 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/db"
+	"modelplane/judge"
+)
+
+// StatsReader reads each version's request statistics of an endpoint over
+// [from, to); package traffic's Reader.Totals is one.
+type StatsReader interface {
+	Totals(ctx context.Context, endpoint string, from, to time.Time) (map[string]judge.Window, error)
+}
+
+// ControllerConfig configures a Controller.
+type ControllerConfig struct {
+	Pool  *pgxpool.Pool
+	Stats StatsReader
+	// Drift may be nil (the drift gate then holds when a rollout asks for it).
+	Drift DriftMeasurer
+	Now   func() time.Time
+	Log   *slog.Logger
+	// Interval is the longest time between passes; a Wake starts one now.
+	Interval time.Duration
+	// Published is called after a pass wrote outbox rows (it wakes the
+	// outbox relay, so a new routing entry leaves at once).
+	Published func()
+}
+
+// Controller is the rollout reconciler. Run it under a leader lease: it
+// keeps no state between passes, everything is read from PostgreSQL.
+type Controller struct {
+	cfg  ControllerConfig
+	wake chan struct{}
+}
+
+// NewController returns a Controller.
+func NewController(cfg ControllerConfig) *Controller {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Published == nil {
+		cfg.Published = func() {}
+	}
+	return &Controller{cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a pass now.
+func (c *Controller) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends: every interval and whenever woken.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Log.Warn("rollout controller", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// Pass reconciles every rollout that needs it once. One rollout failing does
+// not stop the others; the first error is returned.
+func (c *Controller) Pass(ctx context.Context) error {
+	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Now(), AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return fmt.Errorf("rollout pass: %w", err)
+	}
+	var first error
+	wrote := false
+	for _, id := range ids {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		w, err := c.reconcile(rctx, id)
+		cancel()
+		wrote = wrote || w
+		if err != nil && first == nil {
+			first = fmt.Errorf("rollout %d: %w", id, err)
+		}
+	}
+	if wrote {
+		c.cfg.Published()
+	}
+	return first
+}
+
+// evaluation is one verdict with what it saw.
+type evaluation struct {
+	verdict judge.Verdict
+	windows Windows
+}
+
+func (c *Controller) due(r Rollout, now time.Time) bool {
+	if !r.Active() || r.Paused || r.StepStartedAt == nil || (r.State != StateProgressing && r.State != StateAwaitingApproval) {
+		return false
+	}
+	interval := time.Duration(r.EvaluationIntervalSeconds * float64(time.Second))
+	return r.LastEvaluatedAt == nil || now.Sub(*r.LastEvaluatedAt) >= interval
+}
+
+// evaluate reads both versions' windows and asks the judge. It runs outside
+// any transaction: ClickHouse may be slow, and row locks must not wait on it.
+func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) evaluation {
+	from := now.Add(-time.Duration(r.EvaluationWindowSeconds * float64(time.Second)))
+	if r.StepStartedAt.After(from) {
+		// A step is judged on its own traffic only.
+		from = *r.StepStartedAt
+	}
+	w := Windows{From: from, To: now}
+	totals, err := c.cfg.Stats.Totals(ctx, r.Endpoint, from, now)
+	if err != nil {
+		// Missing data never advances; nor does it roll back.
+		return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics unavailable: " + err.Error(), Checks: []judge.Check{}}}
+	}
+	in := judge.Input{Candidate: totals[r.ToVersion], Incumbent: totals[r.FromVersion], LLM: r.Task == "llm",
+		Baked: r.BakeDeadline != nil && !now.Before(*r.BakeDeadline)}
+	if r.Criteria.Drift && c.cfg.Drift != nil {
+		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.ToVersion, r.FromVersion, from, now)
+		if err == nil {
+			in.Drift = d
+		}
+	}
+	w.Candidate, w.Incumbent = summary(in.Candidate), summary(in.Incumbent)
+	return evaluation{verdict: judge.Evaluate(r.Criteria, in), windows: w}
+}
+
+func summary(w judge.Window) Summary {
+	s := Summary{Requests: w.Requests, Errors: w.Errors, Streams: w.Streams}
+	if v := quantile(w.Latency); v >= 0 {
+		s.P99MS = v
+	}
+	if v := quantile(w.TPOT); v >= 0 {
+		s.P99TPOTMS = v
+	}
+	return s
+}
+
+// reconcile takes one rollout one step towards where it should be. wrote
+// reports outbox rows written.
+func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err error) {
+	row, err := db.New(c.cfg.Pool).RolloutGet(ctx, db.RolloutGetParams{ID: id, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return false, db.Interpret(err)
+	}
+	seen := fromRow(row)
+	now := c.cfg.Now()
+	var ev *evaluation
+	if c.due(seen, now) {
+		e := c.evaluate(ctx, seen, now)
+		ev = &e
+	}
+	err = db.InTx(ctx, c.cfg.Pool, func(q *db.Queries) error {
+		t, err := lockTx(ctx, q, id, now, controllerPrincipal)
+		if err != nil {
+			return err
+		}
+		if t.r.Generation != seen.Generation || t.r.Paused != seen.Paused {
+			// Someone changed the rollout while the judge read; its verdict
+			// was about a state that is gone. The next pass judges again.
+			ev = nil
+		}
+		before := t.r.Generation
+		if err := c.step(ctx, t, ev); err != nil {
+			return err
+		}
+		if err := t.finish(ctx); err != nil {
+			return err
+		}
+		wrote = t.routes || t.r.Generation != before || ev != nil
+		return nil
+	})
+	return wrote, err
+}
+
+// step is the state machine of one pass.
+func (c *Controller) step(ctx context.Context, t *tx, ev *evaluation) error {
+	r := &t.r
+	if !r.Active() {
+		if !r.Cleaned && r.CleanupAt != nil && !t.now.Before(*r.CleanupAt) {
+			return c.cleanup(ctx, t)
+		}
+		return nil
+	}
+	if r.Paused {
+		return nil
+	}
+	if ev != nil {
+		r.LastEvaluatedAt = &t.now
+		r.Reason = string(ev.verdict.Decision) + ": " + ev.verdict.Reason
+		if err := t.persist(ctx); err != nil {
+			return err
+		}
+		if err := t.event(ctx, "verdict", string(ev.verdict.Decision), ev.verdict.Reason, &ev.verdict, &ev.windows); err != nil {
+			return err
+		}
+		if ev.verdict.Decision == judge.Rollback {
+			return t.rollback(ctx, "judge: "+ev.verdict.Reason)
+		}
+	}
+	advance := ev != nil && ev.verdict.Decision == judge.Advance
+	switch r.State {
+	case StateStarting:
+		return c.start(ctx, t)
+	case StateProgressing:
+		switch r.Strategy {
+		case Canary:
+			if advance {
+				return c.advance(ctx, t)
+			}
+		case BlueGreen:
+			// After the switch the incumbent serves nothing, so nothing
+			// compares and the judge never says advance: the rollback
+			// window passing without a rollback is the promotion.
+			if r.BakeDeadline != nil && !t.now.Before(*r.BakeDeadline) {
+				t.finishAs(StatePromoted)
+				return t.save(ctx, "promote", fmt.Sprintf("%s served 100 percent through the rollback window; promoted", r.ToVersion))
+			}
+		case Shadow:
+			// A shadow never serves: it runs until a person starts a
+			// canary from it or rolls it back (or the judge does).
+		}
+	case StateAwaitingApproval:
+		return c.approved(ctx, t)
+	}
+	return nil
+}
+
+// start waits for the candidate's replicas, then moves the first traffic.
+func (c *Controller) start(ctx context.Context, t *tx) error {
+	r := &t.r
+	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return err
+	}
+	listed := false
+	for _, rule := range rules {
+		listed = listed || rule.VersionID == r.ToVersionID
+	}
+	if !listed {
+		// Weight 0: the fleet places its replicas, no request reaches it.
+		if err := t.setWeights(ctx, 0, 0); err != nil {
+			return err
+		}
+	}
+	want := min(r.MinReplicas, 1)
+	if r.Strategy == BlueGreen {
+		want = r.MinReplicas // fully up before the switch
+	}
+	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return err
+	}
+	if n.Ready < want {
+		msg := fmt.Sprintf("waiting for %d ready replicas of %s (%d ready, %d placed)", want, r.ToVersion, n.Ready, n.Placed)
+		if r.Reason != msg {
+			r.Reason = msg
+			return t.persist(ctx)
+		}
+		return nil
+	}
+	first := r.Steps[0]
+	switch {
+	case r.Strategy == Shadow:
+		if err := t.setWeights(ctx, 0, float64(first.Percent)); err != nil {
+			return err
+		}
+		r.State = StateProgressing
+		t.startStep(0)
+		return t.save(ctx, "step", fmt.Sprintf("%s ready; mirroring %d percent of requests to it", r.ToVersion, first.Percent))
+	case r.ApprovalStep() == 0:
+		r.State = StateAwaitingApproval
+		return t.save(ctx, "await_approval", fmt.Sprintf("%s ready; the switch to 100 percent waits for a team admin other than %s", r.ToVersion, r.Initiator))
+	}
+	if err := t.setWeights(ctx, first.Percent, 0); err != nil {
+		return err
+	}
+	r.State = StateProgressing
+	t.startStep(0)
+	return t.save(ctx, "step", fmt.Sprintf("%s ready; step 1: %d percent", r.ToVersion, first.Percent))
+}
+
+// advance moves a canary to its next step, or to the approval the step to
+// 100 percent needs.
+func (c *Controller) advance(ctx context.Context, t *tx) error {
+	r := &t.r
+	next := r.StepIndex + 1
+	if next >= len(r.Steps) {
+		return t.promote(ctx, "every step passed; promoted")
+	}
+	if next == r.ApprovalStep() {
+		r.State = StateAwaitingApproval
+		if err := t.save(ctx, "await_approval", fmt.Sprintf("step %d passed; 100 percent waits for a team admin other than %s", r.StepIndex+1, r.Initiator)); err != nil {
+			return err
+		}
+		// An approval given before a restart still counts.
+		return c.approved(ctx, t)
+	}
+	if err := t.setWeights(ctx, r.Steps[next].Percent, 0); err != nil {
+		return err
+	}
+	t.startStep(next)
+	return t.save(ctx, "advance", fmt.Sprintf("step %d: %d percent", next+1, r.Steps[next].Percent))
+}
+
+// approved acts on an approval of the step to 100 percent, once it exists.
+func (c *Controller) approved(ctx context.Context, t *tx) error {
+	r := &t.r
+	aps, err := t.q.ApprovalList(ctx, db.ApprovalListParams{RolloutID: r.ID, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return err
+	}
+	for _, a := range aps {
+		if int(a.StepIndex) != r.ApprovalStep() || a.Decision != "approve" {
+			continue
+		}
+		if r.Strategy == BlueGreen {
+			if err := t.setWeights(ctx, 100, 0); err != nil {
+				return err
+			}
+			r.State = StateProgressing
+			t.startStep(0)
+			return t.save(ctx, "switch", fmt.Sprintf("approved by %s; %s serves 100 percent, %s kept for the rollback window", a.Approver, r.ToVersion, r.FromVersion))
+		}
+		return t.promote(ctx, fmt.Sprintf("approved by %s; %s serves 100 percent", a.Approver, r.ToVersion))
+	}
+	return nil
+}
+
+// cleanup removes the losing version from the routing table once the keep
+// time has passed (its replicas then stop), unless an active rollout of the
+// endpoint uses it again or it carries traffic.
+func (c *Controller) cleanup(ctx context.Context, t *tx) error {
+	r := &t.r
+	loserID, loser := r.ToVersionID, r.ToVersion
+	if r.State == StatePromoted {
+		loserID, loser = r.FromVersionID, r.FromVersion
+	}
+	msg := "kept " + loser + " in the routing table: "
+	active, err := t.q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	inUse := err == nil && active.ToVersion == loser
+	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return err
+	}
+	for _, rule := range rules {
+		if rule.VersionID != loserID {
+			continue
+		}
+		switch {
+		case inUse:
+			msg += fmt.Sprintf("rollout %d uses it", active.ID)
+		case rule.Weight > 0 || rule.ShadowPercent > 0:
+			msg += "it carries traffic again"
+		default:
+			if err := t.q.PlacementLock(ctx); err != nil {
+				return err
+			}
+			if err := t.q.RoutingRuleDeleteVersion(ctx, db.RoutingRuleDeleteVersionParams{EndpointID: r.EndpointID, VersionID: loserID,
+				AllTeams: true, TeamIDs: []int64{}}); err != nil {
+				return err
+			}
+			t.routes = true
+			msg = "removed " + loser + " from the routing table; its replicas stop"
+		}
+	}
+	if msg == "kept "+loser+" in the routing table: " {
+		msg = loser + " had already left the routing table"
+	}
+	r.Cleaned = true
+	return t.save(ctx, "cleanup", msg)
+}

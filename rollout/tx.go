@@ -1,0 +1,186 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"modelplane/agent/proto"
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/fleet"
+	"modelplane/judge"
+)
+
+// tx is one change to one rollout, inside a transaction that holds the
+// rollout's row lock: whoever changes a rollout (a person through Service,
+// the controller) goes through it, so two changes never interleave and a
+// promotion cannot happen twice.
+type tx struct {
+	q   *db.Queries
+	now time.Time
+	p   *auth.Principal
+	r   Rollout
+	// routes is set once routing rules changed: finish writes the routing
+	// entry in the same transaction.
+	routes bool
+}
+
+func lockTx(ctx context.Context, q *db.Queries, id int64, now time.Time, p *auth.Principal) (*tx, error) {
+	row, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return nil, fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
+	}
+	return &tx{q: q, now: now, p: p, r: fromRow(db.RolloutGetRow(row))}, nil
+}
+
+// persist writes the rollout row as t.r holds it.
+func (t *tx) persist(ctx context.Context) error {
+	r := t.r
+	return t.q.RolloutUpdate(ctx, db.RolloutUpdateParams{ID: r.ID, StepIndex: int32(r.StepIndex), State: r.State, Paused: r.Paused,
+		Reason: r.Reason, StepStartedAt: r.StepStartedAt, BakeDeadline: r.BakeDeadline, LastEvaluatedAt: r.LastEvaluatedAt,
+		CleanupAt: r.CleanupAt, Cleaned: r.Cleaned, FinishedAt: r.FinishedAt, Generation: r.Generation, Now: t.now,
+		AllTeams: true, TeamIDs: []int64{}})
+}
+
+// auditView is what the audit log keeps of a rollout's state.
+type auditView struct {
+	ID        int64  `json:"id"`
+	Endpoint  string `json:"endpoint"`
+	From      string `json:"from_version"`
+	To        string `json:"to_version"`
+	Strategy  string `json:"strategy"`
+	StepIndex int    `json:"step_index"`
+	Percent   int    `json:"percent"`
+	State     string `json:"state"`
+	Paused    bool   `json:"paused"`
+}
+
+func (t *tx) view() auditView {
+	pct := 0
+	if t.r.StepIndex < len(t.r.Steps) {
+		pct = t.r.Steps[t.r.StepIndex].Percent
+	}
+	return auditView{ID: t.r.ID, Endpoint: t.r.Endpoint, From: t.r.FromVersion, To: t.r.ToVersion, Strategy: t.r.Strategy,
+		StepIndex: t.r.StepIndex, Percent: pct, State: t.r.State, Paused: t.r.Paused}
+}
+
+// save records a state change: the row with the next generation, a state
+// event, the audit record and the mp.events message, all in t's
+// transaction. action names it ("start", "advance", "rollback", …).
+func (t *tx) save(ctx context.Context, action, msg string) error {
+	before := t.view()
+	t.r.Generation++
+	t.r.Reason = msg
+	if err := t.persist(ctx); err != nil {
+		return err
+	}
+	if err := t.event(ctx, "state", action, msg, nil, nil); err != nil {
+		return err
+	}
+	return audit.Record(ctx, t.q, t.p, audit.Entry{TeamID: &t.r.TeamID, Action: "rollout." + action, ObjectType: "rollout",
+		ObjectName: fmt.Sprintf("%s#%d", t.r.Endpoint, t.r.ID), Before: before, After: t.view()})
+}
+
+// event stores one timeline entry and tells the team's live pages.
+func (t *tx) event(ctx context.Context, kind, decision, msg string, v *judge.Verdict, w *Windows) error {
+	var vj, wj []byte
+	if v != nil {
+		vj, _ = json.Marshal(v)
+	}
+	if w != nil {
+		wj, _ = json.Marshal(w)
+	}
+	if err := t.q.RolloutEventInsert(ctx, db.RolloutEventInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, At: t.now, Kind: kind,
+		StepIndex: int32(t.r.StepIndex), State: t.r.State, Decision: decision, Message: msg, Actor: t.p.Actor(), Verdict: vj, Windows: wj}); err != nil {
+		return fmt.Errorf("rollout event: %w", err)
+	}
+	payload, _ := json.Marshal(proto.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind, State: t.r.State, Message: msg, At: t.now})
+	if _, err := t.q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(t.r.Team), Payload: payload}); err != nil {
+		return fmt.Errorf("rollout event: %w", err)
+	}
+	return nil
+}
+
+// setWeights gives the candidate cand percent of the traffic (and shadow
+// percent of mirrored copies) and the incumbent the rest. The placement
+// lock comes first, in the order the fleet reconciler takes it.
+func (t *tx) setWeights(ctx context.Context, cand int, shadow float64) error {
+	if err := t.q.PlacementLock(ctx); err != nil {
+		return err
+	}
+	if err := t.q.RoutingRuleUpsert(ctx, db.RoutingRuleUpsertParams{EndpointID: t.r.EndpointID, VersionID: t.r.ToVersionID,
+		Weight: int32(cand), ShadowPercent: shadow}); err != nil {
+		return fmt.Errorf("set weights: %w", err)
+	}
+	if err := t.q.RoutingRuleUpsert(ctx, db.RoutingRuleUpsertParams{EndpointID: t.r.EndpointID, VersionID: t.r.FromVersionID,
+		Weight: int32(100 - cand), ShadowPercent: 0}); err != nil {
+		return fmt.Errorf("set weights: %w", err)
+	}
+	t.routes = true
+	return nil
+}
+
+// startStep makes step i current from now: its bake starts, and the first
+// evaluation comes one interval later.
+func (t *tx) startStep(i int) {
+	now := t.now
+	deadline := now.Add(t.r.Steps[i].bake())
+	t.r.StepIndex, t.r.StepStartedAt, t.r.BakeDeadline, t.r.LastEvaluatedAt = i, &now, &deadline, &now
+}
+
+// finishAs ends the rollout in state; the losing version leaves the routing
+// table after the keep time.
+func (t *tx) finishAs(state string) {
+	now := t.now
+	cleanup := now.Add(time.Duration(t.r.KeepSeconds * float64(time.Second)))
+	t.r.State, t.r.FinishedAt, t.r.CleanupAt = state, &now, &cleanup
+}
+
+// rollback sends all traffic back to the incumbent. The candidate stays in
+// the routing table at weight 0, so its replicas stay up for inspection.
+func (t *tx) rollback(ctx context.Context, msg string) error {
+	if err := t.setWeights(ctx, 0, 0); err != nil {
+		return err
+	}
+	t.finishAs(StateRolledBack)
+	return t.save(ctx, "rollback", msg)
+}
+
+// promote makes the candidate the stable version.
+func (t *tx) promote(ctx context.Context, msg string) error {
+	if err := t.setWeights(ctx, 100, 0); err != nil {
+		return err
+	}
+	t.r.StepIndex = len(t.r.Steps) - 1
+	t.finishAs(StatePromoted)
+	return t.save(ctx, "promote", msg)
+}
+
+// finish writes the routing entry when weights changed, still inside the
+// transaction.
+func (t *tx) finish(ctx context.Context) error {
+	if !t.routes {
+		return nil
+	}
+	_, err := fleet.WriteRoutes(ctx, t.q)
+	return err
+}
+
+// quantile is the p99 of a histogram over proto.LatencyBoundsUS, or -1
+// when it is missing or empty.
+func quantile(h []uint64) float64 {
+	if len(h) != proto.LatencyBuckets {
+		return -1
+	}
+	var n uint64
+	for _, c := range h {
+		n += c
+	}
+	if n == 0 {
+		return -1
+	}
+	return proto.QuantileMS(h, 0.99)
+}

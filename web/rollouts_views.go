@@ -1,0 +1,77 @@
+package web
+
+// RolloutRow is one rollout in a list.
+type RolloutRow struct {
+	ID                                  int64
+	Endpoint, From, To, Strategy, State string
+	Paused                              bool
+	Percent                             int // the current step's percent
+	Initiator, Created                  string
+}
+
+// RolloutsSection is the endpoint page's rollouts: recent ones and, for
+// those who may, the form that starts one.
+type RolloutsSection struct {
+	Endpoint string
+	CSRF     string
+	CanStart bool
+	Versions []string
+	Rows     []RolloutRow
+	Form     RolloutForm
+	Errors   FieldErrors
+}
+
+// RolloutForm is the start-rollout form's values, as typed.
+type RolloutForm struct {
+	Version, Strategy, Steps, BakeMinutes, IntervalSeconds string
+}
+
+// RolloutStep is one step of the progress bar.
+type RolloutStep struct {
+	Percent int
+	Bake    string
+	// Status is done, current, waiting or approval (the step that waits for
+	// a person).
+	Status string
+}
+
+// RolloutEvent is one line of the timeline.
+type RolloutEvent struct {
+	At, Kind, Decision, State, Message, Actor string
+}
+
+// RolloutSide is one version's numbers in the latest evaluated window.
+type RolloutSide struct {
+	Version                   string
+	Requests, Errors, Streams uint64
+	P99MS, P99TPOTMS          string
+}
+
+// RolloutApproval is a person's decision.
+type RolloutApproval struct {
+	Approver, Decision, Comment, At string
+}
+
+// RolloutProps fills the rollout page and its live section.
+type RolloutProps struct {
+	Layout
+	ID                                        int64
+	Endpoint, Team, From, To, Strategy, State string
+	Reason, Initiator, Created                string
+	Paused, Active                            bool
+	Steps                                     []RolloutStep
+	// Window is the latest evaluation's numbers (candidate, incumbent);
+	// empty before the first.
+	Window     []RolloutSide
+	WindowSpan string
+	// Checks is one chart per judged metric: the candidate's value and the
+	// threshold it was held to at every evaluation, oldest first.
+	Checks    []Chart
+	Events    []RolloutEvent
+	Approvals []RolloutApproval
+	// What the viewer may press.
+	CanApprove, CanOperate, CanCanary bool
+	// WaitingFor says who may approve, when the rollout waits.
+	WaitingFor string
+	Error      string
+}
