@@ -204,8 +204,8 @@ func Bin(edges []float64, x float64) int {
 	return i
 }
 
-// Histogram counts values into the bins of edges.
-func Histogram(edges, values []float64) []uint64 {
+// CountBins counts values into the bins of edges.
+func CountBins(edges, values []float64) []uint64 {
 	h := make([]uint64, len(edges)+1)
 	for _, v := range values {
 		h[Bin(edges, v)]++

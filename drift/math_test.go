@@ -72,7 +72,7 @@ func TestPSIClosedForm(t *testing.T) {
 			want += (p - 0.1) * math.Log(p/0.1)
 			prev = next
 		}
-		got := PSI(Histogram(edges, ref), Histogram(edges, cur))
+		got := PSI(CountBins(edges, ref), CountBins(edges, cur))
 		if !near(got, want, 0.002) {
 			t.Errorf("PSI N(0,1) vs N(%v,1) = %.5f, want %.5f", mu, got, want)
 		}
@@ -159,7 +159,7 @@ func TestIdenticalDistributionsScoreZero(t *testing.T) {
 	t.Parallel()
 	xs := normalSample(10_000, 5, 3)
 	edges := Edges(quantilesExact(xs, DecileLevels()))
-	h := Histogram(edges, xs)
+	h := CountBins(edges, xs)
 	if got := PSI(h, h); got != 0 {
 		t.Errorf("PSI of identical = %v, want 0", got)
 	}
