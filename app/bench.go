@@ -74,8 +74,11 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 	if len(args) == 1 && args[0] == "gateway" {
 		return runBenchGateway(ctx, cfg, out)
 	}
+	if len(args) == 1 && args[0] == "drift" {
+		return runBenchDrift(ctx, cfg, out)
+	}
 	if len(args) != 1 || args[0] != "api" {
-		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]")
+		return errors.New("usage: modelplane bench api [--json] [--duration 20s] [--clients 50]\n       modelplane bench engine [--json]\n       modelplane bench placement [--json]\n       modelplane bench ingest [--json]\n       modelplane bench gateway [--json] [--cpuprofile file]\n       modelplane bench drift [--json]")
 	}
 	res, err := benchAPI(ctx, cfg)
 	if err != nil {
