@@ -21,6 +21,8 @@ var teamOwned = map[string]bool{
 	"routing_rules":  true,
 	"audit_log":      true,
 	"replicas":       true,
+	"drift_scores":   true,
+	"drift_alerts":   true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:

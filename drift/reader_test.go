@@ -13,11 +13,13 @@ import (
 
 	"modelplane/drift"
 	"modelplane/internal/chtest"
+	"modelplane/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	chtest.Stop()
+	pgtest.Stop()
 	os.Exit(code)
 }
 
