@@ -13,6 +13,7 @@ import (
 	"modelplane/billing"
 	"modelplane/bus"
 	"modelplane/db"
+	"modelplane/drift"
 	"modelplane/fleet"
 	"modelplane/ingest"
 	"modelplane/outbox"
@@ -26,12 +27,13 @@ const (
 	leadUsageIngest = 7_316_020_012
 	leadReqStats    = 7_316_020_013
 	leadPredictions = 7_316_020_014
+	leadDrift       = 7_316_020_030
 )
 
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
 // reconciler, the outbox relay and the usage, request-statistics and
-// prediction-sample ingests
+// prediction-sample ingests, and the drift check with sample retention
 // (one leader each: an ingest's check-then-insert is exactly-once only with
 // one consumer). The
 // returned stop waits for all of it.
@@ -64,6 +66,11 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), cp.NC, cp.Log, time.Now, metrics, cp.Drift)
+	if err != nil {
+		return nil, err
+	}
+	retention := drift.NewRetention(cp.Pool, cp.CH, cp.Log, time.Now)
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
 	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
@@ -98,6 +105,16 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 			if err := predictions.Run(ctx); err != nil && ctx.Err() == nil {
 				cp.Log.Warn("prediction samples ingest", slog.String("error", err.Error()))
 			}
+		})
+	})
+	// The drift check and sample retention share one lease: both read
+	// every endpoint and neither may run twice at once.
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadDrift, 2*time.Second, func(ctx context.Context) {
+			var both sync.WaitGroup
+			both.Go(func() { checker.Run(ctx) })
+			both.Go(func() { retention.Run(ctx, time.Hour) })
+			both.Wait()
 		})
 	})
 	return func() {

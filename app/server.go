@@ -27,6 +27,7 @@ import (
 	"modelplane/migrations"
 	"modelplane/registry"
 	"modelplane/tenant"
+	"modelplane/drift"
 	"modelplane/traffic"
 )
 
@@ -47,6 +48,8 @@ type controlPlane struct {
 	ArtifactDir    string
 	MaxUploadBytes int64
 	DevUsers       []handlers.DevUser
+	// Drift configures the scheduled drift check (zero: defaults).
+	Drift drift.CheckerConfig
 }
 
 func (cp controlPlane) handler() (*handlers.Server, error) {
@@ -59,9 +62,11 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	now := time.Now
 	var meter *billing.Meter
 	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
+	var driftService *drift.Service
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		trafficReader = traffic.NewReader(cp.CH, now)
+		driftService = drift.NewService(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), now)
 	}
 	return handlers.New(handlers.Deps{
 		Log:            cp.Log,
@@ -74,6 +79,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Endpoints:      endpoint.New(cp.Pool),
 		Meter:          meter,
 		Traffic:        trafficReader,
+		Drift:          driftService,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,
@@ -165,7 +171,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx, h.Metrics)
+	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc,
+		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}}.startLoops(ctx, h.Metrics)
 	if err != nil {
 		return err
 	}
