@@ -12,6 +12,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerVersions(api)
 	s.registerEndpoints(api)
 	s.registerStats(api)
+	s.registerDrift(api)
 	s.registerAudit(api)
 	s.registerNodes(api)
 }
