@@ -81,8 +81,9 @@ var system = &auth.Principal{Name: "drift-check", Via: "system"}
 
 // Checker is the scheduled drift check: every interval it reports every
 // live version of every endpoint against the endpoint's stable version,
-// stores the scores, exports them as ml_serving_prediction_drift_score and
-// raises alerts. Run it on the leader only (app/loops.go).
+// stores the scores, exports the judged ones (enough data) as
+// ml_serving_prediction_drift_score and raises alerts. A pass over many
+// endpoints may outlast the interval; the ticker then skips ticks. Run it on the leader only (app/loops.go).
 type Checker struct {
 	pool   *pgxpool.Pool
 	reader *Reader
@@ -167,7 +168,12 @@ func (c *Checker) Check(ctx context.Context) error {
 			if err := c.store(ctx, t, v, rep, scores, now); err != nil {
 				return err
 			}
+			// Only judged scores are exported: a rule on the gauge must not
+			// fire on the noise of a handful of samples.
 			for _, s := range scores {
+				if rep.Verdict == VerdictNotEnough {
+					break
+				}
 				k := [3]string{t.endpoint, v, s.Metric}
 				c.score.WithLabelValues(k[:]...).Set(s.Value)
 				shown[k] = true

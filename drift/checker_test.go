@@ -154,6 +154,9 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if got := gauge(t, reg, "fraud", "v23", drift.MetricW1); got > 0.1 {
 		t.Errorf("the stable version against itself scores %v", got)
 	}
+	if has(t, reg, "quiet", "v24", drift.MetricW1) {
+		t.Errorf("a score without enough data is exported")
+	}
 
 	// Another team's caller sees no such endpoint.
 	stranger := &auth.Principal{Name: "x", Teams: []auth.Membership{{TeamID: 999_999, Role: "admin"}}}
@@ -221,6 +224,27 @@ func gauge(t *testing.T, reg *prometheus.Registry, endpoint, version, metric str
 	}
 	t.Fatalf("no gauge for %s %s %s", endpoint, version, metric)
 	return math.NaN()
+}
+
+// has reports whether the gauge has a series for endpoint, version and metric.
+func has(t *testing.T, reg *prometheus.Registry, endpoint, version, metric string) bool {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if f.GetName() == "ml_serving_prediction_drift_score" && got["endpoint"] == endpoint && got["version"] == version && got["metric"] == metric {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // waitMutations waits until ClickHouse has applied every mutation.

@@ -1,6 +1,7 @@
 package drift
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,8 +25,9 @@ const (
 	DefaultReference = 7 * 24 * time.Hour
 )
 
-// ErrNoStable is returned when the endpoint has no version with traffic to
-// take as the default reference or version.
+// ErrNoStable is what stableVersion returns when the endpoint has no
+// version with traffic; Report turns it into a validation error naming the
+// parameters to give instead.
 var ErrNoStable = errors.New("drift: endpoint has no version with traffic")
 
 // Service serves drift reports and stored scores to callers, scoped to
@@ -77,17 +79,17 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 	if err != nil {
 		return Report{}, fmt.Errorf("drift report of %s: %w", endpoint, db.Interpret(err))
 	}
-	stable, err := stableVersion(row.Traffic)
-	if err != nil {
-		return Report{}, err
-	}
-	version := q.Version
-	if version == "" {
-		version = stable
-	}
-	refVersion := refSpan.Version
-	if refVersion == "" {
-		refVersion = stable
+	version, refVersion := q.Version, refSpan.Version
+	if version == "" || refVersion == "" {
+		stable, err := stableVersion(row.Traffic)
+		if errors.Is(err, ErrNoStable) {
+			errs.Add("version", "the endpoint has no version with traffic: name the version and the reference's version (reference=VERSION@…)")
+			return Report{}, errs.Err()
+		}
+		if err != nil {
+			return Report{}, err
+		}
+		version, refVersion = cmp.Or(version, stable), cmp.Or(refVersion, stable)
 	}
 	if curSpan == (Span{}) {
 		curSpan.Last = DefaultCurrent
