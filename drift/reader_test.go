@@ -275,3 +275,30 @@ func TestCompareClassesAndCompletionLengths(t *testing.T) {
 		t.Errorf("longer completions: %+v; want W1 200, drifting", d)
 	}
 }
+
+func TestReferenceIsCappedToItsMostRecentHours(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	ctx := context.Background()
+	// 60 samples an hour over 50 hours, then the current hour.
+	const n = 3000
+	insert(t, ch, "capped", rows("v1", base, 50*time.Hour, normal(n, 0, 1, 1), normal(n, 0, 1, 2), normal(n, 0, 1, 3)))
+	insert(t, ch, "capped", rows("v2", base.Add(50*time.Hour), time.Hour, normal(n, 0, 1, 4), normal(n, 0, 1, 5), normal(n, 0, 1, 6)))
+	ref := drift.Window{Version: "v1", From: base, To: base.Add(50 * time.Hour)}
+	cur := drift.Window{Version: "v2", From: base.Add(50 * time.Hour), To: base.Add(51 * time.Hour)}
+	rep, err := drift.NewReader(ch, drift.ReaderConfig{MaxReference: 1000}).Report(ctx, "capped", ref, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 whole hours (960 samples) fit under 1,000; 17 would not.
+	if want := base.Add(34 * time.Hour); !rep.Reference.From.Equal(want) || rep.ReferenceSamples != 960 {
+		t.Errorf("capped reference from %s with %d samples; want from %s with 960", rep.Reference.From, rep.ReferenceSamples, want)
+	}
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "capped", ref, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Reference.From.Equal(base) || rep.ReferenceSamples != n {
+		t.Errorf("uncapped reference from %s with %d samples; want the whole window", rep.Reference.From, rep.ReferenceSamples)
+	}
+}
