@@ -114,7 +114,8 @@ func Wasserstein1(a, b []float64) float64 {
 }
 
 // W1Levels are the quantile levels at which the ClickHouse reader samples
-// both distributions' quantile functions to compute Wasserstein-1: the
+// both distributions' quantile functions (ClickHouse's quantiles, see
+// Reader) to compute Wasserstein-1: the
 // midpoints of W1Grid equal slices of [0, 1]. W1 = ∫₀¹ |Q_a(u) − Q_b(u)| du,
 // and the midpoint rule over 200 slices is within a few tenths of a percent
 // of the exact distance for the smooth and discrete distributions we see.

@@ -283,20 +283,22 @@ func floats(levels []float64) string {
 }
 
 // summary counts both windows and computes, in ClickHouse, the
-// reference's feature deciles (quantilesForEach: ClickHouse's reservoir
-// quantile, exact up to 8,192 values and a uniform 8,192-value sample
-// beyond, which is plenty to place ten bin edges) and both windows'
-// output quantile grids (quantilesExact) for scores and completion
-// lengths.
+// reference's feature deciles and both windows' output quantile grids (for
+// scores and completion lengths) with quantilesForEach and quantiles:
+// ClickHouse's reservoir quantile, exact (linear interpolation between
+// order statistics, QuantileInterpolated) up to 8,192 values and the
+// quantile of a uniform 8,192-value sample beyond. That places ten bin
+// edges and a 200-point quantile function to about 1 percent of the
+// spread, at a fifth of the cost of quantilesExact on a million samples.
 func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window) (summary, error) {
 	with, args := windows(endpoint, ref, cur)
 	grid := floats(append(W1Levels(), DecileLevels()...))
 	q := with + `SELECT countIf(r), countIf(c), countIf(r AND label != ''), countIf(r AND tokens > 0),
 		anyIf(feature_names, r AND length(feature_names) > 0),
 		quantilesForEachIf(` + floats(DecileLevels()) + `)(feature_values, r),
-		quantilesExactIf(` + grid + `)(score, r), quantilesExactIf(` + grid + `)(score, c),
+		quantilesIf(` + grid + `)(score, r), quantilesIf(` + grid + `)(score, c),
 		avgIf(score, r), stddevPopIf(score, r), avgIf(score, c),
-		quantilesExactIf(` + grid + `)(toFloat64(tokens), r), quantilesExactIf(` + grid + `)(toFloat64(tokens), c),
+		quantilesIf(` + grid + `)(toFloat64(tokens), r), quantilesIf(` + grid + `)(toFloat64(tokens), c),
 		avgIf(toFloat64(tokens), r), stddevPopIf(toFloat64(tokens), r), avgIf(toFloat64(tokens), c)` + whereWindows
 	var s summary
 	var fq [][]float64

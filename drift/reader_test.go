@@ -89,8 +89,9 @@ func sorted(xs []float64) []float64 {
 	return s
 }
 
-// pure computes what the reader should from the same samples: reservoir
-// (interpolated) deciles for bin edges, exact quantile grids for W1.
+// pure computes what the reader should from the same samples (fewer than
+// ClickHouse's 8,192-value reservoir): interpolated deciles for bin edges
+// and interpolated quantile grids for W1.
 func purePSI(ref, cur []float64) float64 {
 	s := sorted(ref)
 	var qs []float64
@@ -105,8 +106,8 @@ func pureW1(ref, cur []float64) float64 {
 	sr, sc := sorted(ref), sorted(cur)
 	var qr, qc []float64
 	for _, l := range drift.W1Levels() {
-		qr = append(qr, drift.QuantileExact(sr, l))
-		qc = append(qc, drift.QuantileExact(sc, l))
+		qr = append(qr, drift.QuantileInterpolated(sr, l))
+		qc = append(qc, drift.QuantileInterpolated(sc, l))
 	}
 	_, sd := drift.MeanStd(ref)
 	return drift.Normalised(drift.Wasserstein1Quantiles(qr, qc), sd)
