@@ -219,35 +219,61 @@ func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent str
 // capReference moves ref's start forward, to a whole hour, so that it
 // holds at most maxReference samples: it counts the reference's samples
 // per hour (reading only the sort key) and keeps the most recent hours
-// that fit, at least one.
+// that fit, at least one. It counts the last day first and the rest of the
+// window only when the last day does not fill the cap, so a busy endpoint
+// reads a day of timestamps, not a week.
 func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) (Window, error) {
 	if r.maxReference < 0 {
 		return ref, nil
 	}
-	rows, err := r.ch.Query(ctx, `SELECT toUInt32(toStartOfHour(ts)) AS h, count() FROM prediction_samples
+	var total uint64
+	to := ref.To
+	for first := true; ; first = false {
+		from := ref.From
+		if day := to.Add(-24 * time.Hour).Truncate(time.Hour); first && day.After(from) {
+			from = day
+		}
+		cut, err := r.hourCounts(ctx, endpoint, ref.Version, from, to, &total)
+		if err != nil {
+			return Window{}, err
+		}
+		if !cut.IsZero() {
+			ref.From = cut
+			return ref, nil
+		}
+		if !from.After(ref.From) {
+			return ref, nil
+		}
+		to = from
+	}
+}
+
+// hourCounts adds version's samples in [from, to) to *total hour by hour,
+// newest first, and returns the end of the first hour that would take the
+// total past maxReference (zero when none does).
+func (r *Reader) hourCounts(ctx context.Context, endpoint, version string, from, to time.Time, total *uint64) (time.Time, error) {
+	rows, err := r.ch.Query(ctx, `SELECT intDiv(toUInt32(ts), 3600) AS h, count() FROM prediction_samples
 		WHERE endpoint = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
-		GROUP BY h ORDER BY h DESC`, endpoint, ref.Version, ref.From.Unix(), ref.To.Unix())
+		GROUP BY h ORDER BY h DESC`, endpoint, version, from.Unix(), to.Unix())
 	if err != nil {
-		return Window{}, fmt.Errorf("drift reference size: %w", err)
+		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
 	}
 	defer rows.Close()
-	var total uint64
 	for rows.Next() {
 		var h uint32
 		var n uint64
 		if err := rows.Scan(&h, &n); err != nil {
-			return Window{}, fmt.Errorf("drift reference size: %w", err)
+			return time.Time{}, fmt.Errorf("drift reference size: %w", err)
 		}
-		if total > 0 && total+n > uint64(r.maxReference) {
-			ref.From = time.Unix(int64(h)+3600, 0).UTC()
-			break
+		if *total > 0 && *total+n > uint64(r.maxReference) {
+			return time.Unix((int64(h)+1)*3600, 0).UTC(), nil
 		}
-		total += n
+		*total += n
 	}
 	if err := rows.Err(); err != nil {
-		return Window{}, fmt.Errorf("drift reference size: %w", err)
+		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
 	}
-	return ref, nil
+	return time.Time{}, nil
 }
 
 // windows is the WITH clause naming the two windows' predicates r and c,

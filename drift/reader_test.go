@@ -295,11 +295,28 @@ func TestReferenceIsCappedToItsMostRecentHours(t *testing.T) {
 	if want := base.Add(34 * time.Hour); !rep.Reference.From.Equal(want) || rep.ReferenceSamples != 960 {
 		t.Errorf("capped reference from %s with %d samples; want from %s with 960", rep.Reference.From, rep.ReferenceSamples, want)
 	}
+	// A cap past the last day's 1,440 samples reads on into the days before:
+	// 33 hours (1,980) fit under 2,000.
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 2000}).Report(ctx, "capped", ref, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := base.Add(17 * time.Hour); !rep.Reference.From.Equal(want) || rep.ReferenceSamples != 1980 {
+		t.Errorf("capped at 2,000: from %s with %d samples; want from %s with 1980", rep.Reference.From, rep.ReferenceSamples, want)
+	}
 	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "capped", ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Reference.From.Equal(base) || rep.ReferenceSamples != n {
 		t.Errorf("uncapped reference from %s with %d samples; want the whole window", rep.Reference.From, rep.ReferenceSamples)
+	}
+	// A cap above the window's samples keeps the whole window.
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 5000}).Report(ctx, "capped", ref, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Reference.From.Equal(base) || rep.ReferenceSamples != n {
+		t.Errorf("cap above the window: from %s with %d samples; want the whole window", rep.Reference.From, rep.ReferenceSamples)
 	}
 }
