@@ -165,7 +165,7 @@ func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (
 	if err != nil {
 		return Report{}, err
 	}
-	s, err := r.summary(ctx, endpoint, ref, cur)
+	s, err := r.summary(ctx, endpoint, ref, cur, true)
 	if err != nil {
 		return Report{}, err
 	}
@@ -209,7 +209,7 @@ func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent str
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	s, err := r.summary(ctx, endpoint, ref, cur)
+	s, err := r.summary(ctx, endpoint, ref, cur, false)
 	if err != nil {
 		return OutputDrift{}, err
 	}
@@ -316,12 +316,16 @@ func floats(levels []float64) string {
 // quantile of a uniform 8,192-value sample beyond. That places ten bin
 // edges and a 200-point quantile function to about 1 percent of the
 // spread, at a fifth of the cost of quantilesExact on a million samples.
-func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window) (summary, error) {
+// Without features (Compare) the feature aggregates are left out.
+func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, features bool) (summary, error) {
 	with, args := windows(endpoint, ref, cur)
 	grid := floats(append(W1Levels(), DecileLevels()...))
+	featureAggs := "emptyArrayString(), arrayResize([emptyArrayFloat64()], 0),"
+	if features {
+		featureAggs = "anyIf(feature_names, r AND length(feature_names) > 0), quantilesForEachIf(" + floats(DecileLevels()) + ")(feature_values, r),"
+	}
 	q := with + `SELECT countIf(r), countIf(c), countIf(r AND label != ''), countIf(r AND tokens > 0),
-		anyIf(feature_names, r AND length(feature_names) > 0),
-		quantilesForEachIf(` + floats(DecileLevels()) + `)(feature_values, r),
+		` + featureAggs + `
 		quantilesIf(` + grid + `)(score, r), quantilesIf(` + grid + `)(score, c),
 		avgIf(score, r), stddevPopIf(score, r), avgIf(score, c),
 		quantilesIf(` + grid + `)(toFloat64(tokens), r), quantilesIf(` + grid + `)(toFloat64(tokens), c),
