@@ -14,9 +14,11 @@ import (
 )
 
 // newDriftEnv is a test env whose Drift reads a fresh ClickHouse holding
-// risk-endpoint's samples: v1 (the stable version) over the last week,
-// scores around 0.1, and v2 in the last hour, scores around 0.5 and the
-// feature "amount" shifted.
+// risk-endpoint's samples: v1 (the stable version) a minute apart over the
+// 17 hours before the last two, scores around 0.1; and v2 over the 50
+// minutes before the last one (a sample stamped in the second of the
+// request would fall outside a window ending then), scores around 0.5 and
+// the feature "amount" shifted.
 func newDriftEnv(t *testing.T) *testEnv {
 	t.Helper()
 	ch := chtest.New(t)
@@ -35,7 +37,7 @@ func newDriftEnv(t *testing.T) *testEnv {
 			amount, score float64
 		}{
 			{"v1", now.Add(-2*time.Hour - time.Duration(i)*time.Minute), 100 * u, 0.2 * u},
-			{"v2", now.Add(-time.Duration(i) * 3 * time.Second), 50 + 100*u, 0.3 + 0.4*u},
+			{"v2", now.Add(-time.Minute - time.Duration(i)*3*time.Second), 50 + 100*u, 0.3 + 0.4*u},
 		} {
 			if err := batch.Append(s.at, uint16(0), "risk-endpoint", "risk", s.version, fmt.Sprintf("%s-%d", s.version, i), uint32(0),
 				[]string{"amount", "age"}, []float64{s.amount, math.Mod(float64(i)*7, 60)}, []string{"", ""}, s.score, "", uint32(0), 1.0, uint64(i)); err != nil {
