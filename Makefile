@@ -29,6 +29,7 @@ bench: deps build
 	./$(BIN) bench gateway --json
 	./$(BIN) bench rollback --json
 	./$(BIN) bench chargeback --json
+	./$(BIN) bench drift --json
 
 deps:
 	./scripts/install-deps.sh

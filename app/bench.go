@@ -73,7 +73,8 @@ const benchUsage = `usage: modelplane bench api [--json] [--duration 20s] [--cli
        modelplane bench ingest [--json]
        modelplane bench gateway [--json] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
-       modelplane bench chargeback [--json] [--raw-gpus 500]`
+       modelplane bench chargeback [--json] [--raw-gpus 500]
+       modelplane bench drift [--json]`
 
 // RunBench runs the named benchmark and prints its result.
 func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer) error {
@@ -93,6 +94,8 @@ func RunBench(ctx context.Context, cfg BenchConfig, args []string, out io.Writer
 		return runBenchRollback(ctx, cfg, out)
 	case "chargeback":
 		return runBenchChargeback(ctx, cfg, out)
+	case "drift":
+		return runBenchDrift(ctx, cfg, out)
 	case "api":
 	default:
 		return errors.New(benchUsage)

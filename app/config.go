@@ -34,6 +34,11 @@ type ServerConfig struct {
 	SessionIdle    time.Duration
 	SessionMax     time.Duration
 	LogLevel       string
+	// DriftInterval is the time between scheduled drift checks;
+	// DriftAlertAfter how long a score must stay past its threshold before
+	// its alert fires.
+	DriftInterval   time.Duration
+	DriftAlertAfter time.Duration
 }
 
 func env(name, def string) string {
@@ -92,6 +97,8 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SessionIdle, "session-idle", envDuration("MP_SESSION_IDLE", 8*time.Hour), "portal session idle timeout (MP_SESSION_IDLE)")
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
+	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
 // Validate names every bad setting.
@@ -130,6 +137,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
+	}
+	if c.DriftInterval < time.Second || c.DriftAlertAfter < 0 {
+		bad("MP_DRIFT_INTERVAL (--drift-interval) must be at least 1s and MP_DRIFT_ALERT_AFTER (--drift-alert-after) not negative")
 	}
 	if len(errs) > 0 {
 		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))

@@ -44,3 +44,12 @@ func TestSecretsNeverPrint(t *testing.T) {
 		}
 	}
 }
+
+func TestServerConfigValidateNamesBadDriftInterval(t *testing.T) {
+	t.Setenv("MP_DRIFT_INTERVAL", "0s")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MP_DRIFT_INTERVAL") {
+		t.Fatalf("Validate() = %v; want it to name MP_DRIFT_INTERVAL", err)
+	}
+}

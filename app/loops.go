@@ -16,6 +16,7 @@ import (
 	"modelplane/bus"
 	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/drift"
 	"modelplane/fleet"
 	"modelplane/ingest"
 	"modelplane/outbox"
@@ -35,6 +36,7 @@ const (
 	leadBudgets     = 7_316_020_016
 	leadSeal        = 7_316_020_017
 	leadRollouts    = 7_316_020_020
+	leadDrift       = 7_316_020_030
 )
 
 // identityInterval is how often the OIDC signing keys and the memberships
@@ -45,7 +47,7 @@ const identityInterval = 3 * time.Second
 // startLoops starts the control plane's background work: the JetStream
 // buckets and streams, heartbeat intake (every replica), and the fleet
 // reconciler, the outbox relay and the usage, request-statistics and
-// prediction-sample ingests
+// prediction-sample ingests, and the drift check with sample retention
 // (one leader each: an ingest's check-then-insert is exactly-once only with
 // one consumer). The
 // returned stop waits for all of it.
@@ -82,6 +84,11 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), cp.NC, cp.Log, time.Now, metrics, cp.Drift)
+	if err != nil {
+		return nil, err
+	}
+	retention := drift.NewRetention(cp.Pool, cp.CH, cp.Log, time.Now)
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
 	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
@@ -135,10 +142,24 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	}
 	// Budget alerts: one checker measures every budget each minute.
 	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
-	db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
+	})
 	// Sealing days of the hourly rollup for month-long reports.
 	sealer := chargeback.NewSealer(cp.CH, cp.Log, time.Now)
-	db.Lead(ctx, cp.Pool, leadSeal, 2*time.Second, func(ctx context.Context) { sealer.Run(ctx, 10*time.Minute) })
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadSeal, 2*time.Second, func(ctx context.Context) { sealer.Run(ctx, 10*time.Minute) })
+	})
+	// The drift check and sample retention share one lease: both read
+	// every endpoint and neither may run twice at once.
+	wg.Go(func() {
+		db.Lead(ctx, cp.Pool, leadDrift, 2*time.Second, func(ctx context.Context) {
+			var both sync.WaitGroup
+			both.Go(func() { checker.Run(ctx) })
+			both.Go(func() { retention.Run(ctx, time.Hour) })
+			both.Wait()
+		})
+	})
 	return func() {
 		cancel()
 		intake.Stop()

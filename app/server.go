@@ -22,6 +22,7 @@ import (
 	"modelplane/billing"
 	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/drift"
 	"modelplane/endpoint"
 	"modelplane/handlers"
 	"modelplane/ingest"
@@ -48,6 +49,8 @@ type controlPlane struct {
 	ArtifactDir    string
 	MaxUploadBytes int64
 	DevUsers       []handlers.DevUser
+	// Drift configures the scheduled drift check (zero: defaults).
+	Drift drift.CheckerConfig
 }
 
 func (cp controlPlane) handler() (*handlers.Server, error) {
@@ -62,11 +65,13 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	var reports *chargeback.Service
 	var budgets *chargeback.Budgets
 	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
+	var driftService *drift.Service
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
 		budgets = chargeback.NewBudgets(cp.Pool, reports, cp.NC, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
+		driftService = drift.NewService(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), now)
 	}
 	return handlers.New(handlers.Deps{
 		Log:            cp.Log,
@@ -81,6 +86,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Chargeback:     reports,
 		Budgets:        budgets,
 		Traffic:        trafficReader,
+		Drift:          driftService,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,
@@ -172,7 +178,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc}.startLoops(ctx, h.Metrics, h.Rollouts)
+	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc,
+		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}}.startLoops(ctx, h.Metrics, h.Rollouts)
 	if err != nil {
 		return err
 	}

@@ -88,6 +88,31 @@ type CostRate struct {
 	CreatedAt     time.Time
 }
 
+type DriftAlert struct {
+	EndpointID    int64
+	TeamID        int64
+	Version       string
+	Metric        string
+	Value         float64
+	Threshold     float64
+	BreachedSince time.Time
+	FiredAt       *time.Time
+}
+
+type DriftScore struct {
+	ID               int64
+	EndpointID       int64
+	TeamID           int64
+	Version          string
+	Metric           string
+	Value            float64
+	Threshold        float64
+	ReferenceSamples int64
+	CurrentSamples   int64
+	Enough           bool
+	ComputedAt       time.Time
+}
+
 type Endpoint struct {
 	ID              int64
 	TeamID          int64

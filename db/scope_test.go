@@ -28,6 +28,8 @@ var teamOwned = map[string]bool{
 	"rollouts":        true,
 	"rollout_events":  true,
 	"approvals":       true,
+	"drift_scores":    true,
+	"drift_alerts":    true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:

@@ -64,6 +64,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /rollouts/{rollout}/pause":      {jsonPayload(map[string]any{})},
 		"POST /rollouts/{rollout}/resume":     {jsonPayload(map[string]any{})},
 		"POST /rollouts/{rollout}/canary":     {jsonPayload(map[string]any{})},
+		"GET /endpoints/{endpoint}/drift":     {nil},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -86,6 +87,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /endpoints/{endpoint}":              nil,
 		"GET /endpoints/{endpoint}/replicas":     nil,
 		"GET /endpoints/{endpoint}/stats":        nil,
+		"GET /endpoints/{endpoint}/drift":        nil,
 		"GET /fleet/{node}":                      nil,
 		"GET /fleet/{node}/gpus":                 nil,
 		"POST /endpoints/{endpoint}/traffic":     form("w_v1", "50", "w_v2", "50"),

@@ -13,6 +13,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerEndpoints(api)
 	s.registerRollouts(api)
 	s.registerStats(api)
+	s.registerDrift(api)
 	s.registerAudit(api)
 	s.registerNodes(api)
 	s.registerCostRates(api)

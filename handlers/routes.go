@@ -53,6 +53,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/endpoints/{endpoint}", s.portalEndpoint)
 			r.Get("/endpoints/{endpoint}/replicas", s.portalEndpointReplicas)
 			r.Get("/endpoints/{endpoint}/stats", s.portalEndpointStats)
+			r.Get("/endpoints/{endpoint}/drift", s.portalDrift)
 			r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
 			r.Post("/endpoints/{endpoint}/try", s.portalTryIt)
 			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)

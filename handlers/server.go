@@ -11,6 +11,7 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
+	"modelplane/drift"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
@@ -53,6 +54,9 @@ type Deps struct {
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
 	Traffic TrafficReader
+	// Drift serves drift reports and stored scores; nil: the drift page
+	// and API say drift is unavailable (no ClickHouse).
+	Drift *drift.Service
 	// GatewayURL is the inference gateway's base URL; "" makes the
 	// endpoint page's Try it section say the gateway is not configured.
 	GatewayURL string

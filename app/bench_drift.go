@@ -1,0 +1,134 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"modelplane/drift"
+	"modelplane/ingest"
+	"modelplane/internal/chproc"
+	"modelplane/migrations"
+)
+
+// DriftBenchResult is what `modelplane bench drift` prints.
+type DriftBenchResult struct {
+	Name string `json:"name"`
+	// ReportMS is the wall time of one full drift report (every feature's
+	// PSI and the output's normalised Wasserstein-1) of the last hour of
+	// the candidate against the stable version's last 7 days.
+	ReportMS float64 `json:"report_ms"`
+	// Samples is the rows in prediction_samples; ReferenceSamples and
+	// CurrentSamples the ones the report judged (the reference capped at
+	// drift.DefaultMaxReference, its most recent samples).
+	Samples          uint64 `json:"samples"`
+	ReferenceSamples uint64 `json:"reference_samples"`
+	CurrentSamples   uint64 `json:"current_samples"`
+	Features         int    `json:"features"`
+	// UncappedReportMS is the same report with no cap on the reference:
+	// every one of its samples binned.
+	UncappedReportMS float64 `json:"uncapped_report_ms"`
+	UncappedSamples  uint64  `json:"uncapped_reference_samples"`
+	GenerateS        float64 `json:"generate_s"`
+	Verdict          string  `json:"verdict"`
+	TargetMet        bool    `json:"target_met"`
+}
+
+const (
+	benchDriftSamples  = 10_000_000
+	benchDriftFeatures = 20
+	// benchDriftTargetMS is issue 8's target for one report.
+	benchDriftTargetMS = 2000
+)
+
+func runBenchDrift(ctx context.Context, cfg BenchConfig, out io.Writer) error {
+	res, err := benchDrift(ctx)
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	_, err = fmt.Fprintf(out, "drift: report in %.0f ms over %d samples (%d reference, %d current, %d features); uncapped %.0f ms over %d reference samples\n",
+		res.ReportMS, res.Samples, res.ReferenceSamples, res.CurrentSamples, res.Features, res.UncappedReportMS, res.UncappedSamples)
+	return err
+}
+
+// benchDrift starts a private ClickHouse, generates 10 million samples of
+// one endpoint with 20 features inside ClickHouse (INSERT … SELECT from
+// numbers(), so the generator is not what is timed): 7 days of the stable
+// version v23 (90 percent) and the candidate v24 (10 percent, shifted),
+// and times drift reports of v24's last hour against v23's 7 days.
+func benchDrift(ctx context.Context) (DriftBenchResult, error) {
+	res := DriftBenchResult{Name: "drift", Features: benchDriftFeatures}
+	dir, err := os.MkdirTemp("", "mp-bench-drift-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	chs, err := chproc.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		return res, err
+	}
+	defer chs.Stop()
+	ch, err := ingest.OpenClickHouse(ctx, chs.URL("bench"))
+	if err != nil {
+		return res, err
+	}
+	defer ch.Close()
+	if err := migrations.ClickHouse(ctx, ch); err != nil {
+		return res, err
+	}
+	end := time.Now().UTC().Truncate(time.Hour)
+	start := end.Add(-7 * 24 * time.Hour)
+	// Row k lies at start + k·span/N; every tenth row is v24, whose
+	// features are shifted by 1.5 and whose scores are uniform, where v23
+	// scores mostly low (score = u², u uniform).
+	gen := fmt.Sprintf(`INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance,
+		feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)
+		SELECT toDateTime(%d + intDiv(number * %d, %d)), 0, 'fraud', 'risk', if(number %% 10 = 0, 'v24', 'v23'),
+			toString(number), 0,
+			arrayMap(i -> concat('f', toString(i)), range(%d)),
+			arrayMap(i -> (cityHash64(number, i) %% 10000) / 1000. + if(number %% 10 = 0, 1.5, 0.), range(%d)),
+			arrayMap(i -> '', range(%d)),
+			if(number %% 10 = 0, (cityHash64(number) %% 1000) / 1000., pow((cityHash64(number) %% 1000) / 1000., 2)),
+			'', 0, 1.0, number
+		FROM numbers(%d)`, start.Unix(), int64(end.Sub(start)/time.Second), benchDriftSamples,
+		benchDriftFeatures, benchDriftFeatures, benchDriftFeatures, benchDriftSamples)
+	t0 := time.Now()
+	if err := ch.Exec(ctx, gen); err != nil {
+		return res, fmt.Errorf("generate samples: %w", err)
+	}
+	res.GenerateS = time.Since(t0).Seconds()
+	if err := ch.QueryRow(ctx, "SELECT count() FROM prediction_samples").Scan(&res.Samples); err != nil {
+		return res, err
+	}
+	ref := drift.Window{Version: "v23", From: start, To: end}
+	cur := drift.Window{Version: "v24", From: end.Add(-time.Hour), To: end}
+	// One warm-up report loads the parts' marks; then the timed one.
+	capped := drift.NewReader(ch, drift.ReaderConfig{})
+	if _, err := capped.Report(ctx, "fraud", ref, cur); err != nil {
+		return res, err
+	}
+	t0 = time.Now()
+	rep, err := capped.Report(ctx, "fraud", ref, cur)
+	if err != nil {
+		return res, err
+	}
+	res.ReportMS = float64(time.Since(t0).Microseconds()) / 1000
+	res.ReferenceSamples, res.CurrentSamples, res.Verdict = rep.ReferenceSamples, rep.CurrentSamples, rep.Verdict
+	res.TargetMet = res.ReportMS <= benchDriftTargetMS
+	t0 = time.Now()
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "fraud", ref, cur)
+	if err != nil {
+		return res, err
+	}
+	res.UncappedReportMS = float64(time.Since(t0).Microseconds()) / 1000
+	res.UncappedSamples = rep.ReferenceSamples
+	return res, nil
+}

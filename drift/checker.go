@@ -1,0 +1,318 @@
+package drift
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"modelplane/agent/proto"
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/db"
+)
+
+// CheckerConfig configures the scheduled drift check; zero values take the
+// defaults.
+type CheckerConfig struct {
+	// Interval between checks (default 5 minutes).
+	Interval time.Duration
+	// AlertAfter is how long a score must stay past its threshold, check
+	// after check, before the alert fires (default 15 minutes).
+	AlertAfter time.Duration
+	// Keep is how long scores are kept in PostgreSQL (default 30 days).
+	Keep time.Duration
+	// Reference and Current are the windows' lengths (defaults
+	// DefaultReference and DefaultCurrent).
+	Reference, Current time.Duration
+}
+
+func (c *CheckerConfig) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Minute
+	}
+	if c.AlertAfter <= 0 {
+		c.AlertAfter = 15 * time.Minute
+	}
+	if c.Keep <= 0 {
+		c.Keep = 30 * 24 * time.Hour
+	}
+	if c.Reference <= 0 {
+		c.Reference = DefaultReference
+	}
+	if c.Current <= 0 {
+		c.Current = DefaultCurrent
+	}
+}
+
+// Publisher sends an alert event; *nats.Conn is one.
+type Publisher interface {
+	Publish(subject string, data []byte) error
+}
+
+// Event is the JSON published on mp.events.<team> when a drift alert fires
+// ("drift.alert") and when a fired one clears ("drift.resolved").
+type Event struct {
+	Type             string    `json:"type"`
+	Team             string    `json:"team"`
+	Endpoint         string    `json:"endpoint"`
+	Version          string    `json:"version"`
+	Metric           string    `json:"metric"`
+	Value            float64   `json:"value"`
+	Threshold        float64   `json:"threshold"`
+	ReferenceSamples uint64    `json:"reference_samples"`
+	CurrentSamples   uint64    `json:"current_samples"`
+	BreachedSince    time.Time `json:"breached_since"`
+	At               time.Time `json:"at"`
+}
+
+// Event types.
+const (
+	EventAlert    = "drift.alert"
+	EventResolved = "drift.resolved"
+)
+
+// system is the principal alerts are audited as.
+var system = &auth.Principal{Name: "drift-check", Via: "system"}
+
+// Checker is the scheduled drift check: every interval it reports every
+// live version of every endpoint against the endpoint's stable version,
+// stores the scores, exports the judged ones (enough data) as
+// ml_serving_prediction_drift_score and raises alerts. A pass over many
+// endpoints may outlast the interval; the ticker then skips ticks. Run it on the leader only (app/loops.go).
+type Checker struct {
+	pool   *pgxpool.Pool
+	reader *Reader
+	pub    Publisher
+	log    *slog.Logger
+	now    func() time.Time
+	cfg    CheckerConfig
+	score  *prometheus.GaugeVec
+	shown  map[[3]string]bool
+}
+
+// NewChecker returns a Checker and registers its gauge on reg (nil: not
+// registered). pub may be nil: alerts are then only stored and audited.
+func NewChecker(pool *pgxpool.Pool, reader *Reader, pub Publisher, log *slog.Logger, now func() time.Time, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
+	cfg.defaults()
+	if now == nil {
+		now = time.Now
+	}
+	c := &Checker{pool: pool, reader: reader, pub: pub, log: log, now: now, cfg: cfg, shown: map[[3]string]bool{},
+		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_score",
+			Help: "Latest drift score of an endpoint's live version: psi:<feature>, kl, w1_norm or completion_length_w1_norm."},
+			[]string{"endpoint", "version", "metric"})}
+	if reg != nil {
+		if err := reg.Register(c.score); err != nil {
+			return nil, fmt.Errorf("drift metrics: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Run checks every interval until ctx ends.
+func (c *Checker) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := c.Check(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("drift check", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+type target struct {
+	endpointID, teamID int64
+	endpoint, team     string
+	stable             string
+	versions           []string
+}
+
+// Check runs one pass. A version whose report fails is logged and skipped;
+// the others are still checked.
+func (c *Checker) Check(ctx context.Context) error {
+	now := c.now().UTC()
+	q := db.New(c.pool)
+	rows, err := q.DriftTargetList(ctx, db.DriftTargetListParams{AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return fmt.Errorf("drift targets: %w", err)
+	}
+	var targets []*target
+	for _, r := range rows {
+		if len(targets) == 0 || targets[len(targets)-1].endpointID != r.EndpointID {
+			targets = append(targets, &target{endpointID: r.EndpointID, teamID: r.TeamID, endpoint: r.Endpoint, team: r.Team, stable: r.Version})
+		}
+		t := targets[len(targets)-1]
+		t.versions = append(t.versions, r.Version)
+	}
+	shown := map[[3]string]bool{}
+	for _, t := range targets {
+		for _, v := range t.versions {
+			cur := Window{Version: v, From: now.Add(-c.cfg.Current), To: now}
+			ref := Window{Version: t.stable, From: cur.From.Add(-c.cfg.Reference), To: cur.From}
+			rep, err := c.reader.Report(ctx, t.endpoint, ref, cur)
+			if err != nil {
+				c.log.Warn("drift report", slog.String("endpoint", t.endpoint), slog.String("version", v), slog.String("error", err.Error()))
+				continue
+			}
+			scores := Scores(rep)
+			if err := c.store(ctx, t, v, rep, scores, now); err != nil {
+				return err
+			}
+			// Only judged scores are exported: a rule on the gauge must not
+			// fire on the noise of a handful of samples.
+			for _, s := range scores {
+				if rep.Verdict == VerdictNotEnough {
+					break
+				}
+				k := [3]string{t.endpoint, v, s.Metric}
+				c.score.WithLabelValues(k[:]...).Set(s.Value)
+				shown[k] = true
+			}
+			if err := c.alert(ctx, t, v, rep, scores, now); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range c.shown {
+		if !shown[k] {
+			c.score.DeleteLabelValues(k[:]...)
+		}
+	}
+	c.shown = shown
+	if _, err := q.DriftAlertDeleteStale(ctx, db.DriftAlertDeleteStaleParams{AllTeams: true, TeamIDs: []int64{}}); err != nil {
+		return fmt.Errorf("drift alerts of retired versions: %w", err)
+	}
+	if _, err := q.DriftScoreDeleteBefore(ctx, db.DriftScoreDeleteBeforeParams{Before: now.Add(-c.cfg.Keep), AllTeams: true, TeamIDs: []int64{}}); err != nil {
+		return fmt.Errorf("drift scores expiry: %w", err)
+	}
+	return nil
+}
+
+// MetricScore is one number of a report with its threshold and whether it
+// counts as past it (never without enough data).
+type MetricScore struct {
+	Metric    string
+	Value     float64
+	Threshold float64
+	Breached  bool
+}
+
+// Scores flattens a report into its numbers: one "psi:<feature>" per
+// feature, then the output metric.
+func Scores(rep Report) []MetricScore {
+	enough := rep.Verdict != VerdictNotEnough
+	var out []MetricScore
+	for _, f := range rep.Features {
+		out = append(out, MetricScore{Metric: MetricPSI + ":" + f.Name, Value: f.PSI, Threshold: f.Threshold, Breached: enough && f.PSI > f.Threshold})
+	}
+	o := rep.Output
+	return append(out, MetricScore{Metric: o.Metric, Value: o.Value, Threshold: o.Threshold, Breached: enough && o.Value > o.Threshold})
+}
+
+func (c *Checker) store(ctx context.Context, t *target, version string, rep Report, scores []MetricScore, now time.Time) error {
+	p := db.DriftScoreInsertManyParams{EndpointID: t.endpointID, Version: version, ReferenceSamples: int64(rep.ReferenceSamples),
+		CurrentSamples: int64(rep.CurrentSamples), Enough: rep.Verdict != VerdictNotEnough, ComputedAt: now, AllTeams: true, TeamIDs: []int64{}}
+	for _, s := range scores {
+		p.Metrics = append(p.Metrics, s.Metric)
+		p.Vals = append(p.Vals, s.Value)
+		p.Thresholds = append(p.Thresholds, s.Threshold)
+	}
+	if err := db.New(c.pool).DriftScoreInsertMany(ctx, p); err != nil {
+		return fmt.Errorf("store drift scores of %s %s: %w", t.endpoint, version, err)
+	}
+	return nil
+}
+
+// alert advances the alert state of every metric of one version: a breach
+// starts or continues a run, a run older than AlertAfter fires once (audit
+// entry in the same transaction, then the event), a metric back within its
+// threshold ends its run (a fired one with a drift.resolved event).
+func (c *Checker) alert(ctx context.Context, t *target, version string, rep Report, scores []MetricScore, now time.Time) error {
+	var events []Event
+	breached := []string{}
+	err := db.InTx(ctx, c.pool, func(q *db.Queries) error {
+		for _, s := range scores {
+			if !s.Breached {
+				continue
+			}
+			breached = append(breached, s.Metric)
+			run, err := q.DriftAlertUpsert(ctx, db.DriftAlertUpsertParams{Version: version, Metric: s.Metric, Value: s.Value,
+				Threshold: s.Threshold, Now: now, EndpointID: t.endpointID, AllTeams: true, TeamIDs: []int64{}})
+			if err != nil {
+				return fmt.Errorf("drift alert: %w", err)
+			}
+			if run.FiredAt != nil || now.Sub(run.BreachedSince) < c.cfg.AlertAfter {
+				continue
+			}
+			n, err := q.DriftAlertFire(ctx, db.DriftAlertFireParams{Now: &now, EndpointID: t.endpointID, Version: version,
+				Metric: s.Metric, AllTeams: true, TeamIDs: []int64{}})
+			if err != nil {
+				return fmt.Errorf("drift alert: %w", err)
+			}
+			if n == 0 {
+				continue
+			}
+			e := Event{Type: EventAlert, Team: t.team, Endpoint: t.endpoint, Version: version, Metric: s.Metric, Value: s.Value,
+				Threshold: s.Threshold, ReferenceSamples: rep.ReferenceSamples, CurrentSamples: rep.CurrentSamples,
+				BreachedSince: run.BreachedSince, At: now}
+			if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &t.teamID, Action: EventAlert, ObjectType: "endpoint",
+				ObjectName: t.endpoint, After: e}); err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		cleared, err := q.DriftAlertClear(ctx, db.DriftAlertClearParams{EndpointID: t.endpointID, Version: version, Breached: breached,
+			AllTeams: true, TeamIDs: []int64{}})
+		if err != nil {
+			return fmt.Errorf("drift alert clear: %w", err)
+		}
+		for _, cl := range cleared {
+			if cl.FiredAt == nil {
+				continue
+			}
+			e := Event{Type: EventResolved, Team: t.team, Endpoint: t.endpoint, Version: version, Metric: cl.Metric,
+				ReferenceSamples: rep.ReferenceSamples, CurrentSamples: rep.CurrentSamples, At: now}
+			for _, s := range scores {
+				if s.Metric == cl.Metric {
+					e.Value, e.Threshold = s.Value, s.Threshold
+				}
+			}
+			if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &t.teamID, Action: EventResolved, ObjectType: "endpoint",
+				ObjectName: t.endpoint, After: e}); err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// The audit log is the durable record; the event is a live
+	// notification, published after the commit and at most once.
+	for _, e := range events {
+		c.log.Info("drift alert", slog.String("type", e.Type), slog.String("endpoint", e.Endpoint), slog.String("version", e.Version),
+			slog.String("metric", e.Metric), slog.Float64("value", e.Value))
+		if c.pub == nil {
+			continue
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("drift event: %w", err)
+		}
+		if err := c.pub.Publish(proto.EventsSubject(e.Team), data); err != nil {
+			c.log.Warn("drift event publish", slog.String("endpoint", e.Endpoint), slog.String("error", err.Error()))
+		}
+	}
+	return nil
+}

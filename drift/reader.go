@@ -1,0 +1,530 @@
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Verdicts of a report.
+const (
+	VerdictOK        = "ok"
+	VerdictDrifting  = "drifting"
+	VerdictNotEnough = "not_enough_data"
+)
+
+// Output metrics.
+const (
+	// MetricKL is the KL divergence of predicted class labels.
+	MetricKL = "kl"
+	// MetricW1 is the normalised Wasserstein-1 of scores or regression
+	// values.
+	MetricW1 = "w1_norm"
+	// MetricLength is the normalised Wasserstein-1 of LLM completion
+	// lengths (tokens).
+	MetricLength = "completion_length_w1_norm"
+	// MetricPSI is a feature's PSI (scores carry the feature's name).
+	MetricPSI = "psi"
+)
+
+// Defaults of a Reader.
+const (
+	// DefaultMinSamples is the fewest samples either window must hold
+	// before any number is judged: below it the verdict is
+	// not_enough_data and nothing is flagged. 200 keeps a decile bin's
+	// expected count at 20, where PSI's sampling noise stays well under
+	// its 0.2 threshold.
+	DefaultMinSamples = 200
+	// DefaultMaxReference caps the reference at its most recent million
+	// samples: more adds no statistical power to ten bins or a 200-point
+	// quantile grid, and costs a full scan of a week of samples.
+	DefaultMaxReference = 1_000_000
+	queryTimeout        = 30 * time.Second
+)
+
+// ErrWindow is returned for an empty or inverted window.
+var ErrWindow = errors.New("drift: bad window")
+
+// Window is a version's samples over [From, To).
+type Window struct {
+	Version string    `json:"version"`
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
+}
+
+func (w Window) check() error {
+	if w.Version == "" || !w.From.Before(w.To) {
+		return fmt.Errorf("%w: version %q from %s to %s", ErrWindow, w.Version, w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Histogram is a reference and a current histogram over the same bins:
+// numeric bins cut at Edges ((−∞, e₀], (e₀, e₁], …, (e_last, +∞)), or
+// classes by label.
+type Histogram struct {
+	Edges     []float64 `json:"edges,omitempty"`
+	Classes   []string  `json:"classes,omitempty"`
+	Reference []uint64  `json:"reference"`
+	Current   []uint64  `json:"current"`
+}
+
+// Feature is one input feature's PSI.
+type Feature struct {
+	Name      string    `json:"name"`
+	PSI       float64   `json:"psi"`
+	Threshold float64   `json:"threshold"`
+	Flagged   bool      `json:"flagged"`
+	Histogram Histogram `json:"histogram"`
+}
+
+// OutputDrift is the drift of a version's outputs against a reference:
+// KL of class labels, normalised Wasserstein-1 of scores, or normalised
+// Wasserstein-1 of completion lengths. Drifting is Value > Threshold and
+// Enough; it is never true without enough data.
+type OutputDrift struct {
+	Metric           string  `json:"metric"`
+	Value            float64 `json:"value"`
+	Threshold        float64 `json:"threshold"`
+	Drifting         bool    `json:"drifting"`
+	Enough           bool    `json:"enough_data"`
+	ReferenceSamples uint64  `json:"reference_samples"`
+	CurrentSamples   uint64  `json:"current_samples"`
+	// W1 is the raw distance and Spread the reference's standard
+	// deviation it is divided by (W1 metrics only).
+	W1            float64   `json:"w1,omitempty"`
+	Spread        float64   `json:"spread,omitempty"`
+	ReferenceMean float64   `json:"reference_mean,omitempty"`
+	CurrentMean   float64   `json:"current_mean,omitempty"`
+	Histogram     Histogram `json:"histogram"`
+}
+
+// Report is a version's drift against a reference window.
+type Report struct {
+	Endpoint         string      `json:"endpoint"`
+	Reference        Window      `json:"reference"`
+	Current          Window      `json:"current"`
+	ReferenceSamples uint64      `json:"reference_samples"`
+	CurrentSamples   uint64      `json:"current_samples"`
+	MinSamples       int         `json:"min_samples"`
+	Features         []Feature   `json:"features"`
+	Output           OutputDrift `json:"output"`
+	Verdict          string      `json:"verdict"`
+}
+
+// Reader computes drift in ClickHouse.
+type Reader struct {
+	ch           driver.Conn
+	minSamples   int
+	maxReference int
+}
+
+// ReaderConfig tunes a Reader; zero values take the defaults.
+type ReaderConfig struct {
+	MinSamples int
+	// MaxReference caps the reference window's samples (its most recent
+	// ones); negative means no cap.
+	MaxReference int
+}
+
+// NewReader returns a Reader over ch.
+func NewReader(ch driver.Conn, cfg ReaderConfig) *Reader {
+	if cfg.MinSamples <= 0 {
+		cfg.MinSamples = DefaultMinSamples
+	}
+	if cfg.MaxReference == 0 {
+		cfg.MaxReference = DefaultMaxReference
+	}
+	return &Reader{ch: ch, minSamples: cfg.MinSamples, maxReference: cfg.MaxReference}
+}
+
+// MinSamples is the fewest samples per window the reader judges.
+func (r *Reader) MinSamples() int { return r.minSamples }
+
+// Report computes cur's drift against ref for endpoint: PSI of every
+// numeric input feature and the output metric. The verdict is
+// not_enough_data when either window holds fewer than MinSamples samples
+// (and then nothing is flagged), drifting when any number is flagged, ok
+// otherwise.
+func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (Report, error) {
+	if err := ref.check(); err != nil {
+		return Report{}, err
+	}
+	if err := cur.check(); err != nil {
+		return Report{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	ref, err := r.capReference(ctx, endpoint, ref)
+	if err != nil {
+		return Report{}, err
+	}
+	s, err := r.summary(ctx, endpoint, ref, cur, true)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Endpoint: endpoint, Reference: ref, Current: cur, ReferenceSamples: s.refN, CurrentSamples: s.curN,
+		MinSamples: r.minSamples, Features: []Feature{}}
+	enough := s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples)
+	if rep.Output, err = r.output(ctx, endpoint, ref, cur, s, enough); err != nil {
+		return Report{}, err
+	}
+	if s.refN > 0 && len(s.names) > 0 {
+		if rep.Features, err = r.features(ctx, endpoint, ref, cur, s, enough); err != nil {
+			return Report{}, err
+		}
+	}
+	rep.Verdict = VerdictOK
+	switch {
+	case !enough:
+		rep.Verdict = VerdictNotEnough
+	case rep.Output.Drifting:
+		rep.Verdict = VerdictDrifting
+	default:
+		for _, f := range rep.Features {
+			if f.Flagged {
+				rep.Verdict = VerdictDrifting
+			}
+		}
+	}
+	return rep, nil
+}
+
+// Compare compares candidate's outputs with incumbent's over the same
+// window [from, to): the incumbent is the reference. It is what the
+// rollout judge calls; see the package doc.
+func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent string, from, to time.Time) (OutputDrift, error) {
+	ref, cur := Window{Version: incumbent, From: from, To: to}, Window{Version: candidate, From: from, To: to}
+	if err := ref.check(); err != nil {
+		return OutputDrift{}, err
+	}
+	if err := cur.check(); err != nil {
+		return OutputDrift{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	s, err := r.summary(ctx, endpoint, ref, cur, false)
+	if err != nil {
+		return OutputDrift{}, err
+	}
+	return r.output(ctx, endpoint, ref, cur, s, s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples))
+}
+
+// capReference moves ref's start forward, to a whole hour, so that it
+// holds at most maxReference samples: it counts the reference's samples
+// per hour (reading only the sort key) and keeps the most recent hours
+// that fit, at least one. It counts the last day first and the rest of the
+// window only when the last day does not fill the cap, so a busy endpoint
+// reads a day of timestamps, not a week.
+func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) (Window, error) {
+	if r.maxReference < 0 {
+		return ref, nil
+	}
+	var total uint64
+	to := ref.To
+	for first := true; ; first = false {
+		from := ref.From
+		if day := to.Add(-24 * time.Hour).Truncate(time.Hour); first && day.After(from) {
+			from = day
+		}
+		cut, err := r.hourCounts(ctx, endpoint, ref.Version, from, to, &total)
+		if err != nil {
+			return Window{}, err
+		}
+		if !cut.IsZero() {
+			ref.From = cut
+			return ref, nil
+		}
+		if !from.After(ref.From) {
+			return ref, nil
+		}
+		to = from
+	}
+}
+
+// hourCounts adds version's samples in [from, to) to *total hour by hour,
+// newest first, and returns the end of the first hour that would take the
+// total past maxReference (zero when none does).
+func (r *Reader) hourCounts(ctx context.Context, endpoint, version string, from, to time.Time, total *uint64) (time.Time, error) {
+	rows, err := r.ch.Query(ctx, `SELECT intDiv(toUInt32(ts), 3600) AS h, count() FROM prediction_samples
+		WHERE endpoint = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
+		GROUP BY h ORDER BY h DESC`, endpoint, version, from.Unix(), to.Unix())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h uint32
+		var n uint64
+		if err := rows.Scan(&h, &n); err != nil {
+			return time.Time{}, fmt.Errorf("drift reference size: %w", err)
+		}
+		if *total > 0 && *total+n > uint64(r.maxReference) {
+			return time.Unix((int64(h)+1)*3600, 0).UTC(), nil
+		}
+		*total += n
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
+	}
+	return time.Time{}, nil
+}
+
+// windows is the WITH clause naming the two windows' predicates r and c,
+// and its arguments; every query is WHERE endpoint = ? AND (r OR c).
+func windows(endpoint string, ref, cur Window) (string, []any) {
+	return `WITH (version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)) AS r,
+		(version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)) AS c `,
+		[]any{ref.Version, ref.From.Unix(), ref.To.Unix(), cur.Version, cur.From.Unix(), cur.To.Unix()}
+}
+
+const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND (r OR c)`
+
+// summary is what one scan of both windows gives.
+type summary struct {
+	refN, curN       uint64
+	labelled, tokens uint64 // reference rows with a label, with tokens
+	names            []string
+	featureEdges     [][]float64
+	score, length    outputSummary
+}
+
+type outputSummary struct {
+	refQ, curQ              []float64 // at W1Levels then DecileLevels
+	refMean, refSD, curMean float64
+}
+
+func floats(levels []float64) string {
+	parts := make([]string, len(levels))
+	for i, l := range levels {
+		parts[i] = strconv.FormatFloat(l, 'g', -1, 64)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// summary counts both windows and computes, in ClickHouse, the
+// reference's feature deciles and both windows' output quantile grids (for
+// scores and completion lengths) with quantilesForEach and quantiles:
+// ClickHouse's reservoir quantile, exact (linear interpolation between
+// order statistics, QuantileInterpolated) up to 8,192 values and the
+// quantile of a uniform 8,192-value sample beyond. That places ten bin
+// edges and a 200-point quantile function to about 1 percent of the
+// spread, at a fifth of the cost of quantilesExact on a million samples.
+// Without features (Compare) the feature aggregates are left out.
+func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, features bool) (summary, error) {
+	with, args := windows(endpoint, ref, cur)
+	grid := floats(append(W1Levels(), DecileLevels()...))
+	featureAggs := "emptyArrayString(), arrayResize([emptyArrayFloat64()], 0),"
+	if features {
+		featureAggs = "anyIf(feature_names, r AND length(feature_names) > 0), quantilesForEachIf(" + floats(DecileLevels()) + ")(feature_values, r),"
+	}
+	q := with + `SELECT countIf(r), countIf(c), countIf(r AND label != ''), countIf(r AND tokens > 0),
+		` + featureAggs + `
+		quantilesIf(` + grid + `)(score, r), quantilesIf(` + grid + `)(score, c),
+		avgIf(score, r), stddevPopIf(score, r), avgIf(score, c),
+		quantilesIf(` + grid + `)(toFloat64(tokens), r), quantilesIf(` + grid + `)(toFloat64(tokens), c),
+		avgIf(toFloat64(tokens), r), stddevPopIf(toFloat64(tokens), r), avgIf(toFloat64(tokens), c)` + whereWindows
+	var s summary
+	var fq [][]float64
+	err := r.ch.QueryRow(ctx, q, append(args, endpoint)...).Scan(&s.refN, &s.curN, &s.labelled, &s.tokens, &s.names, &fq,
+		&s.score.refQ, &s.score.curQ, &s.score.refMean, &s.score.refSD, &s.score.curMean,
+		&s.length.refQ, &s.length.curQ, &s.length.refMean, &s.length.refSD, &s.length.curMean)
+	if err != nil {
+		return summary{}, fmt.Errorf("drift summary of %s: %w", endpoint, err)
+	}
+	// Features past the names (rows longer than the reference's first) or
+	// without reference values are dropped.
+	if len(fq) > len(s.names) {
+		fq = fq[:len(s.names)]
+	}
+	s.names = s.names[:min(len(s.names), len(fq))]
+	for _, q := range fq {
+		s.featureEdges = append(s.featureEdges, Edges(q))
+	}
+	for _, o := range []*outputSummary{&s.score, &s.length} {
+		o.refMean, o.refSD, o.curMean = finite(o.refMean), finite(o.refSD), finite(o.curMean)
+	}
+	return s, nil
+}
+
+// finite turns the NaN an aggregate of no rows returns into 0.
+func finite(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
+}
+
+// output computes the output metric: completion lengths when the
+// reference's samples carry token counts (an LLM endpoint), class KL when
+// they carry labels, score Wasserstein-1 otherwise.
+func (r *Reader) output(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) (OutputDrift, error) {
+	d := OutputDrift{ReferenceSamples: s.refN, CurrentSamples: s.curN, Enough: enough}
+	switch {
+	case s.tokens > 0 && s.tokens*2 >= s.refN:
+		d.Metric, d.Threshold = MetricLength, W1Threshold
+		if err := r.w1(ctx, endpoint, ref, cur, &d, s.length, "toFloat64(tokens)"); err != nil {
+			return OutputDrift{}, err
+		}
+	case s.labelled > 0 && s.labelled*2 >= s.refN:
+		d.Metric, d.Threshold = MetricKL, KLThreshold
+		if err := r.classes(ctx, endpoint, ref, cur, &d); err != nil {
+			return OutputDrift{}, err
+		}
+	default:
+		d.Metric, d.Threshold = MetricW1, W1Threshold
+		if err := r.w1(ctx, endpoint, ref, cur, &d, s.score, "score"); err != nil {
+			return OutputDrift{}, err
+		}
+	}
+	d.Drifting = enough && d.Value > d.Threshold
+	return d, nil
+}
+
+// w1 fills d from the quantile grids of o and counts column into the
+// reference's output deciles (for the dashboard's histogram).
+func (r *Reader) w1(ctx context.Context, endpoint string, ref, cur Window, d *OutputDrift, o outputSummary, column string) error {
+	d.ReferenceMean, d.CurrentMean, d.Spread = o.refMean, o.curMean, o.refSD
+	if d.ReferenceSamples == 0 || d.CurrentSamples == 0 || len(o.refQ) < W1Grid || len(o.curQ) < W1Grid {
+		return nil
+	}
+	d.W1 = Wasserstein1Quantiles(o.refQ[:W1Grid], o.curQ[:W1Grid])
+	d.Value = Normalised(d.W1, d.Spread)
+	edges := Edges(o.refQ[W1Grid:])
+	with, args := windows(endpoint, ref, cur)
+	var sel []string
+	for _, e := range edges {
+		f := strconv.FormatFloat(e, 'g', -1, 64)
+		sel = append(sel, "countIf(r AND "+column+" > "+f+")", "countIf(c AND "+column+" > "+f+")")
+	}
+	if len(sel) == 0 {
+		d.Histogram = Histogram{Edges: []float64{}, Reference: []uint64{d.ReferenceSamples}, Current: []uint64{d.CurrentSamples}}
+		return nil
+	}
+	above := make([]uint64, len(sel))
+	dest := make([]any, len(sel))
+	for i := range above {
+		dest[i] = &above[i]
+	}
+	if err := r.ch.QueryRow(ctx, with+"SELECT "+strings.Join(sel, ", ")+whereWindows, append(args, endpoint)...).Scan(dest...); err != nil {
+		return fmt.Errorf("drift output histogram of %s: %w", endpoint, err)
+	}
+	refAbove, curAbove := make([]uint64, len(edges)), make([]uint64, len(edges))
+	for i := range edges {
+		refAbove[i], curAbove[i] = above[2*i], above[2*i+1]
+	}
+	d.Histogram = Histogram{Edges: edges, Reference: binsFromAbove(d.ReferenceSamples, refAbove),
+		Current: binsFromAbove(d.CurrentSamples, curAbove)}
+	return nil
+}
+
+// binsFromAbove turns counts above each edge (non-increasing) into counts
+// per bin, n being the total.
+func binsFromAbove(n uint64, above []uint64) []uint64 {
+	h := make([]uint64, len(above)+1)
+	prev := n
+	for i, a := range above {
+		h[i] = prev - min(a, prev)
+		prev = min(a, prev)
+	}
+	h[len(above)] = prev
+	return h
+}
+
+// classes fills d with the KL divergence of the current's label shares
+// from the reference's, the label counts computed in ClickHouse.
+func (r *Reader) classes(ctx context.Context, endpoint string, ref, cur Window, d *OutputDrift) error {
+	with, args := windows(endpoint, ref, cur)
+	rows, err := r.ch.Query(ctx, with+"SELECT label, countIf(r), countIf(c)"+whereWindows+" GROUP BY label ORDER BY label", append(args, endpoint)...)
+	if err != nil {
+		return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+	}
+	defer rows.Close()
+	h := Histogram{Classes: []string{}, Reference: []uint64{}, Current: []uint64{}}
+	for rows.Next() {
+		var label string
+		var rn, cn uint64
+		if err := rows.Scan(&label, &rn, &cn); err != nil {
+			return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+		}
+		h.Classes = append(h.Classes, label)
+		h.Reference = append(h.Reference, rn)
+		h.Current = append(h.Current, cn)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+	}
+	d.Histogram = h
+	if d.ReferenceSamples > 0 && d.CurrentSamples > 0 {
+		d.Value = KL(h.Reference, h.Current)
+	}
+	return nil
+}
+
+// maxEdge pads a feature with fewer edges than another: no finite value is
+// above it, so its "bin" is always empty and is dropped.
+const maxEdge = math.MaxFloat64
+
+// features counts both windows into every feature's bins in one scan:
+// for the j-th edge of every feature at once, sumForEach over
+// arrayMap(v > e) counts the values above it per feature; bins are the
+// differences. Only rows with all the reference's features count.
+func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) ([]Feature, error) {
+	width := 0
+	for _, e := range s.featureEdges {
+		width = max(width, len(e))
+	}
+	with, args := windows(endpoint, ref, cur)
+	sel := []string{"countIf(r)", "countIf(c)"}
+	for j := range width {
+		col := make([]float64, len(s.names))
+		for i, e := range s.featureEdges {
+			col[i] = maxEdge
+			if j < len(e) {
+				col[i] = e[j]
+			}
+		}
+		m := "arrayMap((v, e) -> v > e, feature_values, [" + floats(col) + "])"
+		sel = append(sel, "sumForEachIf("+m+", r)", "sumForEachIf("+m+", c)")
+	}
+	q := with + "SELECT " + strings.Join(sel, ", ") + whereWindows + " AND length(feature_values) = " + strconv.Itoa(len(s.names))
+	var refN, curN uint64
+	above := make([][]uint64, 2*width)
+	dest := []any{&refN, &curN}
+	for i := range above {
+		dest = append(dest, &above[i])
+	}
+	if err := r.ch.QueryRow(ctx, q, append(args, endpoint)...).Scan(dest...); err != nil {
+		return nil, fmt.Errorf("drift feature bins of %s: %w", endpoint, err)
+	}
+	out := make([]Feature, len(s.names))
+	for i, name := range s.names {
+		edges := s.featureEdges[i]
+		ra, ca := make([]uint64, len(edges)), make([]uint64, len(edges))
+		for j := range edges {
+			ra[j], ca[j] = at(above[2*j], i), at(above[2*j+1], i)
+		}
+		h := Histogram{Edges: edges, Reference: binsFromAbove(refN, ra), Current: binsFromAbove(curN, ca)}
+		f := Feature{Name: name, Threshold: PSIThreshold, Histogram: h}
+		if refN > 0 && curN > 0 {
+			f.PSI = PSI(h.Reference, h.Current)
+		}
+		f.Flagged = enough && f.PSI > PSIThreshold
+		out[i] = f
+	}
+	return out, nil
+}
+
+// at is xs[i], 0 past its end (sumForEach of no rows is empty).
+func at(xs []uint64, i int) uint64 {
+	if i < len(xs) {
+		return xs[i]
+	}
+	return 0
+}

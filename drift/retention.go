@@ -1,0 +1,178 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/db"
+)
+
+// Retention removes prediction samples past their endpoint's
+// retention_days, and every sample of an endpoint that no longer exists.
+// Retention counts whole UTC days: a sample is removed once its day ended
+// more than retention_days days before today began.
+//
+// prediction_samples is partitioned by day for all endpoints together, so
+// a partition can only be dropped once every endpoint is done with it:
+// a day is dropped whole (ALTER TABLE … DROP PARTITION, instant, no
+// rewrite) when it ends before now minus the LONGEST retention of any
+// endpoint. An endpoint with a shorter retention has its older rows
+// removed by a mutation (ALTER TABLE … DELETE WHERE endpoint = … AND ts <
+// …), issued only when such rows exist, so a quiet pass issues none.
+// Deleted endpoints are found by comparing the endpoints that have
+// samples with the endpoints table, and removed by the same mutation.
+// Partitioning by (endpoint, day) instead would make every insert from a
+// gateway batch touch one part per endpoint and multiply the partitions by
+// the number of endpoints, which ClickHouse handles badly; see
+// docs/drift.md.
+type Retention struct {
+	pool *pgxpool.Pool
+	ch   driver.Conn
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// NewRetention returns a Retention.
+func NewRetention(pool *pgxpool.Pool, ch driver.Conn, log *slog.Logger, now func() time.Time) *Retention {
+	if now == nil {
+		now = time.Now
+	}
+	return &Retention{pool: pool, ch: ch, log: log, now: now}
+}
+
+// RetentionResult says what one pass removed.
+type RetentionResult struct {
+	// DroppedDays are the partitions dropped, as YYYY-MM-DD.
+	DroppedDays []string
+	// Trimmed are the endpoints whose expired rows a mutation deletes;
+	// Removed the deleted endpoints whose rows it deletes.
+	Trimmed, Removed []string
+}
+
+// Run applies retention every interval until ctx ends.
+func (r *Retention) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := r.Apply(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("prediction sample retention", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+const day = 24 * time.Hour
+
+// Apply runs one pass. The deletions by mutation finish in the background
+// in ClickHouse; Apply does not wait for them.
+func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
+	var res RetentionResult
+	now := r.now().UTC()
+	rows, err := db.New(r.pool).DriftEndpointRetention(ctx, db.DriftEndpointRetentionParams{AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return res, fmt.Errorf("retention: endpoints: %w", err)
+	}
+	// Retention counts whole UTC days: a sample goes once its day ended
+	// retention_days days before today began, so it is kept at least
+	// retention_days and at most a day longer, and the endpoint with the
+	// longest retention never needs a mutation.
+	today := now.Truncate(day)
+	keep := map[string]time.Time{} // endpoint → oldest time kept
+	longest := 0
+	for _, e := range rows {
+		keep[e.Name] = today.Add(-time.Duration(e.RetentionDays) * day)
+		longest = max(longest, int(e.RetentionDays))
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+
+	// Whole days past every endpoint's retention.
+	cutoff := today.Add(-time.Duration(longest) * day)
+	parts, err := r.ch.Query(ctx, `SELECT DISTINCT partition_id FROM system.parts
+		WHERE database = currentDatabase() AND table = 'prediction_samples' AND active ORDER BY 1`)
+	if err != nil {
+		return res, fmt.Errorf("retention: partitions: %w", err)
+	}
+	var days []string
+	for parts.Next() {
+		var d string
+		if err := parts.Scan(&d); err != nil {
+			parts.Close()
+			return res, fmt.Errorf("retention: partitions: %w", err)
+		}
+		days = append(days, d)
+	}
+	parts.Close()
+	if err := parts.Err(); err != nil {
+		return res, fmt.Errorf("retention: partitions: %w", err)
+	}
+	for _, d := range days {
+		// The partition key is toDate(ts): its id is YYYYMMDD.
+		start, err := time.Parse("20060102", d)
+		if err != nil {
+			return res, fmt.Errorf("retention: partition %q: %w", d, err)
+		}
+		if start.Add(day).After(cutoff) {
+			continue
+		}
+		date := start.Format(time.DateOnly)
+		if err := r.ch.Exec(ctx, "ALTER TABLE prediction_samples DROP PARTITION '"+date+"'"); err != nil {
+			return res, fmt.Errorf("retention: drop %s: %w", date, err)
+		}
+		res.DroppedDays = append(res.DroppedDays, date)
+	}
+
+	// What is left: per endpoint, the oldest sample.
+	q, err := r.ch.Query(ctx, `SELECT endpoint, toUInt32(min(ts)) FROM prediction_samples GROUP BY endpoint ORDER BY endpoint`)
+	if err != nil {
+		return res, fmt.Errorf("retention: endpoints with samples: %w", err)
+	}
+	type oldest struct {
+		endpoint string
+		at       time.Time
+	}
+	var have []oldest
+	for q.Next() {
+		var o oldest
+		var sec uint32
+		if err := q.Scan(&o.endpoint, &sec); err != nil {
+			q.Close()
+			return res, fmt.Errorf("retention: endpoints with samples: %w", err)
+		}
+		o.at = time.Unix(int64(sec), 0).UTC()
+		have = append(have, o)
+	}
+	q.Close()
+	if err := q.Err(); err != nil {
+		return res, fmt.Errorf("retention: endpoints with samples: %w", err)
+	}
+	for _, o := range have {
+		from, ok := keep[o.endpoint]
+		switch {
+		case !ok:
+			if err := r.ch.Exec(ctx, "ALTER TABLE prediction_samples DELETE WHERE endpoint = ?", o.endpoint); err != nil {
+				return res, fmt.Errorf("retention: remove samples of deleted endpoint %s: %w", o.endpoint, err)
+			}
+			res.Removed = append(res.Removed, o.endpoint)
+		case o.at.Before(from):
+			if err := r.ch.Exec(ctx, "ALTER TABLE prediction_samples DELETE WHERE endpoint = ? AND ts < toDateTime(?)", o.endpoint, from.Unix()); err != nil {
+				return res, fmt.Errorf("retention: trim samples of %s: %w", o.endpoint, err)
+			}
+			res.Trimmed = append(res.Trimmed, o.endpoint)
+		}
+	}
+	if len(res.DroppedDays)+len(res.Trimmed)+len(res.Removed) > 0 {
+		r.log.Info("prediction sample retention", slog.Any("dropped_days", res.DroppedDays),
+			slog.Any("trimmed", res.Trimmed), slog.Any("removed", res.Removed))
+	}
+	return res, nil
+}
