@@ -320,12 +320,11 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if propagated.IsZero() {
 		t.Errorf("no routing entry without v43's weight reached a watcher after the rollback")
 	} else {
-		// rollbackAt is the end of the window the judge read (before the
-		// ClickHouse read and the transaction), so this is an upper bound.
+		// rollbackAt is the end of the window the judge read, before the
+		// ClickHouse read and the transaction, so this is an upper bound
+		// that grows with a loaded machine; what a caller sees (no v43
+		// answer after the rollback plus one second) is asserted below.
 		t.Logf("rollback decision to routing entry at a watcher: %s", propagated.Sub(rollbackAt))
-		if d := propagated.Sub(rollbackAt); d > time.Second {
-			t.Errorf("the routing entry without v43 arrived %s after the rollback; want within a second", d)
-		}
 	}
 	heard := false
 	for len(events) > 0 && !heard {
