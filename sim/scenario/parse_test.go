@@ -50,7 +50,7 @@ func TestParseExample(t *testing.T) {
 		},
 		Rollout: &Rollout{Candidate: "v43", Incumbent: "v42", Start: 10 * time.Second,
 			Interval: 10 * time.Second, Window: 30 * time.Second,
-			Steps:    []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
+			Steps:        []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
 			Criteria:     judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20},
 			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples},
 	}

@@ -58,10 +58,10 @@ type VersionReport struct {
 	// the router (shed_outstanding), Rejected by the scheduler (too large
 	// for the context window or the cache), Completed finished, and
 	// Unfinished were still queued or running when the run stopped.
-	Requests   int `json:"requests"`
-	Shed       int `json:"shed"`
-	Rejected   int `json:"rejected"`
-	Completed  int `json:"completed"`
+	Requests  int `json:"requests"`
+	Shed      int `json:"shed"`
+	Rejected  int `json:"rejected"`
+	Completed int `json:"completed"`
 	// Errors are a classic version's requests failed at its error_rate.
 	Errors     int `json:"errors"`
 	Unfinished int `json:"unfinished"`
