@@ -12,9 +12,9 @@ import (
 // latency_ms, score or value and no LLM key) has no scheduler. Each request
 // routed to it is answered after a latency drawn from the profile, fails at
 // its error_rate, and otherwise returns an output drawn from its score (or
-// value) distribution: the same draws the sim replica's /predict makes
-// (sim/replica's dist.go), made here from the scenario's own generator
-// stream so the run stays a pure function of the scenario. Requests do not
+// value) distribution: the distributions the sim replica's /predict draws
+// from (sim.LogNormal, sim.Beta), drawn here from the scenario's own
+// generator stream so the run stays a pure function of the scenario. Requests do not
 // queue: a classic replica answers every request at once, as the replica
 // does, so its GPUs count only for routing and the report.
 
@@ -22,18 +22,12 @@ import (
 // score or value, as the sim replica's.
 var defaultScore = sim.Moments{Mean: 0.5, SD: 0.25}
 
-// z99 is the standard normal quantile at 0.99.
-const z99 = 2.3263478740408408
-
-// maxClassicLatency caps a latency draw, as the replica does.
-const maxClassicLatency = time.Minute
-
 // classic is a classic version's draws.
 type classic struct {
 	errorRate float64
-	mu, sigma float64 // of ln(milliseconds); mu = -Inf: no latency
-	beta      bool    // score from Beta(a, b), else value from N(mean, sd²)
-	a, b      float64
+	latency   sim.LogNormal
+	beta      bool // score from score, else value from N(mean, sd²)
+	score     sim.Beta
 	value     sim.Moments
 }
 
@@ -43,13 +37,13 @@ func isClassic(p sim.Profile) bool {
 	return !p.IsLLM() && (p.LatencyMs != nil || p.Score != nil || p.Value != nil)
 }
 
-// newClassic fits the profile's distributions: latency log-normal through
-// p50 and p99, score Beta by moments (its variance capped at
-// mean(1−mean)/1.5, as the replica's fit), value normal.
+// newClassic fits the profile's distributions as the sim replica does
+// (sim.FitLogNormal, sim.FitBeta): latency log-normal through p50 and p99,
+// a score Beta by its moments, a value normal.
 func newClassic(p sim.Profile) classic {
-	c := classic{errorRate: p.ErrorRate, mu: math.Inf(-1)}
-	if l := p.LatencyMs; l != nil && l.P50 > 0 {
-		c.mu, c.sigma = math.Log(l.P50), (math.Log(l.P99)-math.Log(l.P50))/z99
+	c := classic{errorRate: p.ErrorRate, latency: sim.FitLogNormal(0, 0)}
+	if l := p.LatencyMs; l != nil {
+		c.latency = sim.FitLogNormal(l.P50, l.P99)
 	}
 	if p.Value != nil {
 		c.value = *p.Value
@@ -59,57 +53,23 @@ func newClassic(p sim.Profile) classic {
 	if p.Score != nil {
 		s = *p.Score
 	}
-	v := min(s.SD*s.SD, s.Mean*(1-s.Mean)/1.5)
-	nu := s.Mean*(1-s.Mean)/v - 1
-	c.beta, c.a, c.b = true, s.Mean*nu, (1-s.Mean)*nu
+	c.beta, c.score = true, sim.FitBeta(s.Mean, s.SD)
 	return c
 }
 
-// draw is one request: whether it fails, its latency and its output. The
-// three draws are always made, in that order, so a change of error rate
-// does not move the latencies or outputs of other requests.
+// draw is one request: whether it fails, its latency and its output, in
+// that order (the replica's order: a change of latency profile does not
+// move which requests fail). The output is drawn for a failure too, so
+// the error rate does not move other requests' outputs.
 func (c classic) draw(r *rand.Rand) (fail bool, latency time.Duration, out float64) {
 	fail = r.Float64() < c.errorRate
-	if !math.IsInf(c.mu, -1) {
-		latency = time.Duration(math.Exp(c.mu+c.sigma*r.NormFloat64()) * float64(time.Millisecond))
-		if latency > maxClassicLatency || latency < 0 {
-			latency = maxClassicLatency
-		}
-	} else {
-		r.NormFloat64()
-	}
+	latency = c.latency.Draw(r)
 	if c.beta {
-		x, y := gammaDraw(r, c.a), gammaDraw(r, c.b)
-		out = c.a / (c.a + c.b)
-		if x+y > 0 {
-			out = x / (x + y)
-		}
+		out = c.score.Draw(r)
 	} else {
 		out = c.value.Mean + c.value.SD*r.NormFloat64()
 	}
 	return fail, latency, out
-}
-
-// gammaDraw samples Gamma(shape, 1) by Marsaglia and Tsang (2000); a shape
-// below 1 uses Gamma(shape+1)·U^(1/shape).
-func gammaDraw(r *rand.Rand, shape float64) float64 {
-	if shape < 1 {
-		return gammaDraw(r, shape+1) * math.Pow(r.Float64(), 1/shape)
-	}
-	d := shape - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := r.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		u := r.Float64()
-		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
-			return d * v
-		}
-	}
 }
 
 // answer is a classic request in flight: it ends at done.
