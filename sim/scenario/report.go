@@ -169,7 +169,10 @@ func (r Report) WriteText(w io.Writer) error {
 		name = "(unnamed)"
 	}
 	fmt.Fprintf(&b, "scenario %s (seed %d): %s arrivals at %g req/s on %d GPUs\n", name, r.Seed, r.Process, r.Rate, r.GPUs)
-	fmt.Fprintf(&b, "%d requests, mean prompt %.0f tokens", r.Requests, r.MeanPromptTokens)
+	fmt.Fprintf(&b, "%d requests", r.Requests)
+	if r.MeanPromptTokens > 0 {
+		fmt.Fprintf(&b, ", mean prompt %.0f tokens", r.MeanPromptTokens)
+	}
 	if r.MeanOutputTokens > 0 {
 		fmt.Fprintf(&b, ", mean output %.0f tokens", r.MeanOutputTokens)
 	}

@@ -301,7 +301,10 @@ func (f *fleet) tick() {
 // arrive draws request number len(f.prompt), arriving at t, and routes it.
 func (f *fleet) arrive(t time.Duration) {
 	id := len(f.prompt)
-	prompt := f.sc.PromptTokens.Draw(f.lengths)
+	prompt := 0
+	if f.sc.PromptTokens != (sim.LengthDist{}) { // none in a fleet without an LLM
+		prompt = f.sc.PromptTokens.Draw(f.lengths)
+	}
 	out := 0
 	if f.sc.OutputTokens != nil {
 		out = f.sc.OutputTokens.Draw(f.lengths)
