@@ -28,9 +28,9 @@ import (
 
 // behaviour is a parsed, validated profile ready to draw from.
 type behaviour struct {
-	latency   logNormal
+	latency   sim.LogNormal
 	errorRate float64
-	score     beta
+	score     sim.Beta
 	// bands are the classes with cumulative upper bounds of the score
 	// quantile, in profile order; the last bound is 1.
 	bands []sim.ClassShare
@@ -60,7 +60,7 @@ func parseProfile(raw json.RawMessage, task Task) (sim.Profile, behaviour, error
 // newBehaviour turns a parsed, validated profile into the task's draws. It
 // checks only what sim.Profile.Validate leaves to the task.
 func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
-	b := behaviour{errorRate: p.ErrorRate, latency: fitLogNormal(0, 0)}
+	b := behaviour{errorRate: p.ErrorRate, latency: sim.FitLogNormal(0, 0)}
 	if task == TaskLLM {
 		if p.LatencyMs != nil || p.Score != nil || p.Value != nil || p.ClassBalance != nil {
 			return behaviour{}, errors.New("not an LLM profile: latency_ms, score, value and class_balance are for classifiers and regressors")
@@ -71,7 +71,7 @@ func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
 		return behaviour{}, fmt.Errorf("an LLM profile (step-time or KV-cache keys) does not fit a %s replica", task)
 	}
 	if l := p.LatencyMs; l != nil {
-		b.latency = fitLogNormal(l.P50, l.P99)
+		b.latency = sim.FitLogNormal(l.P50, l.P99)
 	}
 	if task == TaskClassification {
 		score := defaultScore
@@ -81,7 +81,7 @@ func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
 		if score.Mean <= 0 || score.Mean >= 1 || score.SD <= 0 {
 			return behaviour{}, errors.New("score: want 0 < mean < 1 and sd > 0")
 		}
-		b.score = fitBeta(score.Mean, score.SD)
+		b.score = sim.FitBeta(score.Mean, score.SD)
 		b.bands = cumulative(p.ClassBalance)
 		return b, nil
 	}
@@ -134,14 +134,14 @@ type regression struct {
 // highest scores go to the last class listed (for {"legit":0.97,"fraud":0.03}
 // the top 3 percent of scores are "fraud"), as a real classifier's would.
 func (b behaviour) classify(r *rand.Rand) classification {
-	s := b.score.draw(r)
+	s := b.score.Draw(r)
 	if len(b.bands) == 0 {
 		if s >= 0.5 {
 			return classification{Label: "positive", Score: s}
 		}
 		return classification{Label: "negative", Score: s}
 	}
-	q := b.score.cdf(s)
+	q := b.score.CDF(s)
 	for _, band := range b.bands {
 		if q < band.Share {
 			return classification{Label: band.Label, Score: s}
@@ -160,5 +160,5 @@ func (b behaviour) regress(r *rand.Rand) regression {
 // not move which requests fail.
 func (b behaviour) outcome(r *rand.Rand) (fail bool, latency time.Duration) {
 	fail = r.Float64() < b.errorRate
-	return fail, b.latency.draw(r)
+	return fail, b.latency.Draw(r)
 }

@@ -17,7 +17,7 @@ func TestParseProfileDefaultsAndFallbacks(t *testing.T) {
 		check   func(*testing.T, behaviour)
 	}{
 		{"classifier without score", TaskClassification, `{}`, func(t *testing.T, b behaviour) {
-			if want := fitBeta(0.5, 0.25); b.score != want || b.bands != nil {
+			if want := sim.FitBeta(0.5, 0.25); b.score != want || b.bands != nil {
 				t.Errorf("score %+v, bands %v; want %+v and no bands", b.score, b.bands, want)
 			}
 		}},
@@ -38,7 +38,7 @@ func TestParseProfileDefaultsAndFallbacks(t *testing.T) {
 			}
 		}},
 		{"regressor without either", TaskRegression, ``, func(t *testing.T, b behaviour) {
-			if want := (sim.Moments{Mean: 0, SD: 1}); b.value != want || b.latency != fitLogNormal(0, 0) {
+			if want := (sim.Moments{Mean: 0, SD: 1}); b.value != want || b.latency != sim.FitLogNormal(0, 0) {
 				t.Errorf("value %+v, latency %+v; want %+v and no latency", b.value, b.latency, want)
 			}
 		}},

@@ -1,5 +1,5 @@
-// Package scenario runs "what happens if" questions about an LLM fleet in
-// virtual time: `modelplane sim run`, `modelplane bench engine`, and tests
+// Package scenario runs "what happens if" questions about an LLM (or
+// classifier and regressor) fleet in virtual time: `modelplane sim run`, `modelplane bench engine`, and tests
 // that need a fleet's numbers without a fleet.
 //
 // It owns:
@@ -13,7 +13,9 @@
 //     with the fewest outstanding requests, and an event loop that always
 //     advances whichever comes first, the next arrival or the end of some
 //     replica's step. The schedulers are the very code the real-time
-//     replicas run; only the clock differs;
+//     replicas run; only the clock differs. A classic version (a classifier
+//     or regressor profile) has no scheduler: each request is answered
+//     after a latency, with an error or an output, drawn from its profile;
 //   - the fleet Report: per-version request counts, TTFT, TPOT and end-to-end
 //     percentiles, tokens/s, batch and KV occupancy, KV waste against a
 //     contiguous max-length reservation, preemptions; simulated and wall
@@ -22,8 +24,11 @@
 //     (package judge) evaluates the candidate against the incumbent every
 //     interval from the requests that ended in its window, and its verdict
 //     moves the split (advance, hold, roll back), stopping before 100
-//     percent to wait for an approval no simulation gives; optionally the
-//     same arrivals with the candidate flipped to 100 percent, for contrast;
+//     percent to wait for an approval no simulation gives; for classic
+//     pairs, optionally gated on the drift of sampled outputs (package
+//     drift's normalised Wasserstein-1); optionally the same arrivals with
+//     the candidate flipped to 100 percent, or the same rollout without the
+//     drift gate, for contrast;
 //   - a static-batching engine (RunStatic) with the same step-time model, and
 //     the comparison of the two at equal median latency (CompareBatching),
 //     the baseline of `modelplane bench engine`.

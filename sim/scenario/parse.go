@@ -106,7 +106,7 @@ func Parse(data []byte) (Scenario, error) {
 		"versions": func(p string, n *yaml.Node) error {
 			return eachItem(p, n, func(p string, n *yaml.Node) error {
 				v := Version{Weight: 1}
-				missing := fmt.Errorf("%w: %s.profile: required, the version's LLM sim profile", ErrInvalidScenario, p)
+				missing := fmt.Errorf("%w: %s.profile: required, the version's sim profile", ErrInvalidScenario, p)
 				err := eachKey(p, n, fields{
 					"name":   toString(&v.Name),
 					"gpus":   toInt(&v.GPUs),
@@ -145,7 +145,7 @@ func Parse(data []byte) (Scenario, error) {
 	}{
 		{"duration", s.Duration != 0},
 		{"arrivals.rate", s.Arrivals.Rate != 0},
-		{"prompt_tokens", s.PromptTokens != (sim.LengthDist{})},
+		{"prompt_tokens", s.PromptTokens != (sim.LengthDist{}) || !anyLLM(s.Versions)},
 		{"versions", len(s.Versions) > 0},
 	} {
 		if !req.set {
@@ -157,6 +157,17 @@ func Parse(data []byte) (Scenario, error) {
 		return Scenario{}, err
 	}
 	return s, nil
+}
+
+// anyLLM reports whether any version has an LLM profile: only those read
+// prompt_tokens.
+func anyLLM(vs []Version) bool {
+	for _, v := range vs {
+		if v.Profile.IsLLM() {
+			return true
+		}
+	}
+	return false
 }
 
 // wrong is a type error at path, with the line it is on.
@@ -330,6 +341,21 @@ func rollout(path string, n *yaml.Node) (*Rollout, error) {
 			r.CompareNaive, err = boolean(p, n)
 			return err
 		},
+		// 0 would read as "the default" after parsing: refuse it here.
+		"sampling_rate": func(p string, n *yaml.Node) (err error) {
+			r.SamplingRate, err = number(p, n)
+			if err == nil && r.SamplingRate == 0 {
+				err = wrong(p, n, "want a share above 0, at most 1")
+			}
+			return err
+		},
+		"drift_min_samples": func(p string, n *yaml.Node) (err error) {
+			r.DriftMinSamples, err = integer(p, n)
+			if err == nil && r.DriftMinSamples == 0 {
+				err = wrong(p, n, "want 1 to 10000000")
+			}
+			return err
+		},
 		"steps": func(p string, n *yaml.Node) error {
 			r.Steps = []RolloutStep{}
 			return eachItem(p, n, func(p string, n *yaml.Node) error {
@@ -345,6 +371,10 @@ func rollout(path string, n *yaml.Node) (*Rollout, error) {
 				"max_p99_tpot_ms":      toNumber(&r.Criteria.MaxP99TPOTMS),
 				"max_regression":       toNumber(&r.Criteria.MaxRegression),
 				"max_error_rate_delta": toNumber(&r.Criteria.MaxErrorRateDelta),
+				"drift": func(p string, n *yaml.Node) (err error) {
+					r.Criteria.Drift, err = boolean(p, n)
+					return err
+				},
 				"min_requests": func(p string, n *yaml.Node) (err error) {
 					minSet = true
 					minRequests, err = integer(p, n)
@@ -538,6 +568,7 @@ func Marshal(s Scenario) ([]byte, error) {
 		MaxRegression     float64 `yaml:"max_regression"`
 		MaxErrorRateDelta float64 `yaml:"max_error_rate_delta"`
 		MinRequests       uint64  `yaml:"min_requests"`
+		Drift             bool    `yaml:"drift,omitempty"`
 	}
 	type rolloutOut struct {
 		Candidate string      `yaml:"candidate"`
@@ -548,6 +579,8 @@ func Marshal(s Scenario) ([]byte, error) {
 		Steps     []stepOut   `yaml:"steps"`
 		Criteria  criteriaOut `yaml:"criteria"`
 		Naive     bool        `yaml:"compare_naive,omitempty"`
+		Sampling  float64     `yaml:"sampling_rate"`
+		MinDrift  int         `yaml:"drift_min_samples"`
 	}
 	type fileOut struct {
 		Name            string       `yaml:"name,omitempty"`
@@ -605,8 +638,8 @@ func Marshal(s Scenario) ([]byte, error) {
 		c := r.Criteria
 		ro := &rolloutOut{Candidate: r.Candidate, Incumbent: r.Incumbent, Start: r.Start.String(),
 			Interval: r.Interval.String(), Window: r.Window.String(), Steps: []stepOut{},
-			Criteria: criteriaOut{c.MaxP99MS, c.MaxP99TPOTMS, c.MaxRegression, c.MaxErrorRateDelta, c.MinRequests},
-			Naive:    r.CompareNaive}
+			Criteria: criteriaOut{c.MaxP99MS, c.MaxP99TPOTMS, c.MaxRegression, c.MaxErrorRateDelta, c.MinRequests, c.Drift},
+			Naive:    r.CompareNaive, Sampling: r.SamplingRate, MinDrift: r.DriftMinSamples}
 		for _, st := range r.Steps {
 			ro.Steps = append(ro.Steps, stepOut{st.Weight, st.Bake.String()})
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/drift"
 	"modelplane/judge"
 	"modelplane/sim"
 )
@@ -49,8 +50,9 @@ func TestParseExample(t *testing.T) {
 		},
 		Rollout: &Rollout{Candidate: "v43", Incumbent: "v42", Start: 10 * time.Second,
 			Interval: 10 * time.Second, Window: 30 * time.Second,
-			Steps:    []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
-			Criteria: judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20}},
+			Steps:        []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
+			Criteria:     judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20},
+			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", s, want)
@@ -139,7 +141,11 @@ func TestParseErrors(t *testing.T) {
 		{"profile key in another case", edit("usable_gb: 1}", "Usable_GB: 1}"), "versions[0].profile.Usable_GB (line 8): unknown key; keys are lower case: usable_gb"},
 		{"nested profile key in another case", edit("usable_gb: 1}", "usable_gb: 1, output_tokens: {Mean: 3}}"), "versions[0].profile.output_tokens.Mean (line 8): unknown key; keys are lower case: mean"},
 		{"profile bad value", edit("usable_gb: 1}", "usable_gb: 1, kv_reserve: later}"), "versions[0].profile: invalid sim profile: kv_reserve"},
-		{"profile not an LLM", edit("{decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}", "{latency_ms: {p50: 1, p99: 2}}"), "versions[0].profile: want an LLM profile"},
+		{"profile neither LLM nor classic", edit("{decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}", "{error_rate: 0.1}"), "versions[0].profile: want an LLM profile (decode_base_ms, kv_mb_per_token, usable_gb, ...) or a classifier's"},
+		{"profile mixes LLM and classic keys", edit("usable_gb: 1}", "usable_gb: 1, score: {mean: 0.1, sd: 0.1}}"), "versions[0].profile: invalid sim profile: mixes LLM keys"},
+		{"classic score not on (0, 1)", edit("{decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}", "{score: {mean: 1.5, sd: 0.1}}"), "versions[0].profile.score: want 0 < mean < 1 and sd > 0"},
+		{"classic score without spread", edit("{decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}", "{score: {mean: 0.5, sd: 0}}"), "versions[0].profile.score: want 0 < mean < 1 and sd > 0"},
+		{"prompt_tokens still required for an LLM", strings.Replace(minimal, "prompt_tokens: 100\n", "", 1), "prompt_tokens: required"},
 		{"profile timestamp", edit("usable_gb: 1}", "usable_gb: 2001-12-14}"), "versions[0].profile: line 8: a !!timestamp value has no JSON form"},
 		{"claims key", edit("gpus: 2", "gpus: 2\n    claims: {tpot_p50_ms: 3}"), "versions[0].claims.tpot_p50_ms (line 8): unknown key"},
 		{"tenant share", minimal + "tenants: [{name: a, share: 0}]\n", "tenants[0].share: want a weight above 0"},
@@ -182,7 +188,7 @@ func TestBuiltins(t *testing.T) {
 		}
 		roundTrip(t, s)
 	}
-	if want := []string{"seed-canary", "seed-capacity", "seed-fleet"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"seed-canary", "seed-capacity", "seed-fleet", "seed-garbage"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("built-ins %v; want %v", names, want)
 	}
 	if _, err := Builtin("seed-fleet"); err != nil {

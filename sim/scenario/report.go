@@ -45,6 +45,9 @@ type Report struct {
 // VersionReport is one version's part of a Report.
 type VersionReport struct {
 	Name string `json:"name"`
+	// Kind is "llm" (a scheduler per GPU) or "classic" (a classifier or
+	// regressor answering after a drawn latency; see classic.go).
+	Kind string `json:"kind"`
 	GPUs int    `json:"gpus"`
 	// Share is the version's routing weight over the sum of weights.
 	Share float64 `json:"traffic_share"`
@@ -55,10 +58,12 @@ type VersionReport struct {
 	// the router (shed_outstanding), Rejected by the scheduler (too large
 	// for the context window or the cache), Completed finished, and
 	// Unfinished were still queued or running when the run stopped.
-	Requests   int `json:"requests"`
-	Shed       int `json:"shed"`
-	Rejected   int `json:"rejected"`
-	Completed  int `json:"completed"`
+	Requests  int `json:"requests"`
+	Shed      int `json:"shed"`
+	Rejected  int `json:"rejected"`
+	Completed int `json:"completed"`
+	// Errors are a classic version's requests failed at its error_rate.
+	Errors     int `json:"errors"`
 	Unfinished int `json:"unfinished"`
 	// CompletedPerSecond and TokensPerSecond are completions and streamed
 	// tokens per second of measured time, over all the version's GPUs.
@@ -90,7 +95,16 @@ type VersionReport struct {
 	GrowFailures int `json:"grow_failures"`
 	// Claims are the scenario's published figures for the version.
 	Claims *ClaimsReport `json:"claims,omitempty"`
+	// Output is a classic version's outputs (score or value) over every
+	// answer of the run; nil for an LLM version.
+	Output *OutputStats `json:"output,omitempty"`
 }
+
+// The kinds of version (VersionReport.Kind).
+const (
+	KindLLM     = "llm"
+	KindClassic = "classic"
+)
 
 // Contiguous is the comparison with a contiguous max-length reservation.
 type Contiguous struct {
@@ -155,7 +169,10 @@ func (r Report) WriteText(w io.Writer) error {
 		name = "(unnamed)"
 	}
 	fmt.Fprintf(&b, "scenario %s (seed %d): %s arrivals at %g req/s on %d GPUs\n", name, r.Seed, r.Process, r.Rate, r.GPUs)
-	fmt.Fprintf(&b, "%d requests, mean prompt %.0f tokens", r.Requests, r.MeanPromptTokens)
+	fmt.Fprintf(&b, "%d requests", r.Requests)
+	if r.MeanPromptTokens > 0 {
+		fmt.Fprintf(&b, ", mean prompt %.0f tokens", r.MeanPromptTokens)
+	}
 	if r.MeanOutputTokens > 0 {
 		fmt.Fprintf(&b, ", mean output %.0f tokens", r.MeanOutputTokens)
 	}
@@ -186,14 +203,46 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 
+	llm, classic := -1, false
+	for i, v := range r.Versions {
+		if v.Kind == KindClassic {
+			classic = true
+			continue
+		}
+		if llm < 0 {
+			llm = i
+		}
+	}
+	if classic {
+		b.WriteString("\nclassic versions: errors and outputs (score or value) over every answer\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "version\terrors\tlatency p50\tp99\toutputs\tmean\tsd\t")
+		for _, v := range r.Versions {
+			if o := v.Output; o != nil {
+				fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.3f\t%.3f\t\n", v.Name, v.Errors, v.E2E.P50, v.E2E.P99, o.N, o.Mean, o.SD)
+			}
+		}
+		tw.Flush()
+	}
+	if llm < 0 {
+		if r.Rollout != nil {
+			r.Rollout.writeText(&b)
+		}
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+
 	b.WriteString("\nKV cache per GPU: concurrent sequences and waste, paged vs contiguous max-length reservation\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "version\tpages\tpaged max\tpaged mean\tpaged waste"
-	for _, c := range r.Versions[0].Contiguous {
+	for _, c := range r.Versions[llm].Contiguous {
 		head += fmt.Sprintf("\tcontig@%d seqs\twaste", c.MaxLen)
 	}
 	fmt.Fprintln(tw, head+"\tseed claims (paged / contiguous)\t")
 	for _, v := range r.Versions {
+		if v.Kind == KindClassic {
+			continue
+		}
 		line := fmt.Sprintf("%s\t%d×%d\t%d\t%.1f\t%.1f%%", v.Name, v.KVPages, v.PageTokens, v.MaxBatch, v.MeanBatch, v.KVWastePagedPct)
 		for _, c := range v.Contiguous {
 			line += fmt.Sprintf("\t%d\t%.1f%%", c.SequencesPerGPU, c.WastePct)
@@ -226,13 +275,21 @@ func (ro *RolloutReport) writeText(b *strings.Builder) {
 	fmt.Fprintf(b, "\nrollout %s over %s: %s at step %d, %g%% (evaluation every %gs over %gs; %d evaluations)\n",
 		ro.Candidate, ro.Incumbent, ro.State, ro.Step, ro.WeightPct, ro.IntervalSeconds, ro.WindowSeconds, ro.Evaluations)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t (s)\tstep\tweight\tdecision\tcandidate streams/p99 TPOT\tincumbent streams/p99 TPOT\treason")
+	classic := !ro.LLM
+	if classic {
+		fmt.Fprintln(tw, "t (s)\tstep\tweight\tdecision\tcandidate requests/p99 latency\tincumbent requests/p99 latency\treason")
+	} else {
+		fmt.Fprintln(tw, "t (s)\tstep\tweight\tdecision\tcandidate streams/p99 TPOT\tincumbent streams/p99 TPOT\treason")
+	}
 	for _, e := range ro.Timeline {
 		c, i := "-", "-"
-		if e.Candidate != nil {
+		switch {
+		case e.Candidate == nil:
+		case classic:
+			c = fmt.Sprintf("%d / %.2f ms", e.Candidate.Requests, e.Candidate.P99LatencyMS)
+			i = fmt.Sprintf("%d / %.2f ms", e.Incumbent.Requests, e.Incumbent.P99LatencyMS)
+		default:
 			c = fmt.Sprintf("%d / %.2f ms", e.Candidate.Streams, e.Candidate.P99TPOTMS)
-		}
-		if e.Incumbent != nil {
 			i = fmt.Sprintf("%d / %.2f ms", e.Incumbent.Streams, e.Incumbent.P99TPOTMS)
 		}
 		fmt.Fprintf(tw, "%.0f\t%d\t%g%%\t%s\t%s\t%s\t%s\n", e.AtSeconds, e.Step, e.WeightPct, e.Decision, c, i, e.Reason)
@@ -242,6 +299,13 @@ func (ro *RolloutReport) writeText(b *strings.Builder) {
 		fmt.Fprintf(b, "rolled back at %.0f s (%.0f s after the start): %s\n", rb.AtSeconds, rb.AfterStartSeconds, rb.Verdict.Reason)
 		fmt.Fprintf(b, "%s served %d requests before the rollback (%.1f req/s), %d still in flight then, the last done at %.1f s\n",
 			ro.Candidate, rb.CandidateRequests, rb.CandidatePerSecond, rb.CandidateInFlight, rb.CandidateLastDoneSeconds)
+		if d := rb.Drift; d != nil {
+			fmt.Fprintf(b, "drift at the rollback: %s %.3f against %.3f (W1 %.4f / spread %.4f), samples %d and %d (at least %d); sampled means %.3f and %.3f, sds %.3f and %.3f (%s, %s)\n",
+				d.Metric, d.Value, d.Threshold, d.W1, d.Spread, d.CandidateSamples, d.IncumbentSamples, d.MinSamples,
+				d.CandidateMean, d.IncumbentMean, d.CandidateSD, d.IncumbentSD, ro.Candidate, ro.Incumbent)
+		}
+	}
+	if rb := ro.Rollback; rb != nil && rb.IncumbentTPOTBefore.N+rb.IncumbentTPOTAfter.N > 0 {
 		fmt.Fprintf(b, "%s TPOT p50/p90/p99: before %.2f/%.2f/%.2f ms (n %d), after %.2f/%.2f/%.2f ms (n %d)\n", ro.Incumbent,
 			rb.IncumbentTPOTBefore.P50, rb.IncumbentTPOTBefore.P90, rb.IncumbentTPOTBefore.P99, rb.IncumbentTPOTBefore.N,
 			rb.IncumbentTPOTAfter.P50, rb.IncumbentTPOTAfter.P90, rb.IncumbentTPOTAfter.P99, rb.IncumbentTPOTAfter.N)
@@ -251,6 +315,20 @@ func (ro *RolloutReport) writeText(b *strings.Builder) {
 			ro.Candidate, n.GPUs, n.TPOT.P50, n.TPOT.P90, n.TPOT.P99)
 		if n.SLAP99TPOTMS > 0 {
 			fmt.Fprintf(b, " (SLA p99 %g ms: over %v)", n.SLAP99TPOTMS, n.OverSLA)
+		}
+		b.WriteString("\n")
+	}
+	if n := ro.NoDriftGate; n != nil {
+		fmt.Fprintf(b, "without the drift gate: %s at step %d, %g%% after %d evaluations", n.State, n.Step, n.WeightPct, n.Evaluations)
+		if n.WaitingSinceSeconds != nil {
+			fmt.Fprintf(b, " (waiting for approval since %.0f s)", *n.WaitingSinceSeconds)
+		}
+		fmt.Fprintf(b, "; %s served %d requests", ro.Candidate, n.CandidateRequests)
+		if o := n.CandidateOutput; o != nil {
+			fmt.Fprintf(b, ", outputs mean %.3f sd %.3f", o.Mean, o.SD)
+		}
+		if o := n.IncumbentOutput; o != nil {
+			fmt.Fprintf(b, " (%s: mean %.3f sd %.3f)", ro.Incumbent, o.Mean, o.SD)
 		}
 		b.WriteString("\n")
 	}

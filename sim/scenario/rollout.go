@@ -2,9 +2,12 @@ package scenario
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"modelplane/agent/proto"
+	"modelplane/drift"
 	"modelplane/judge"
 	"modelplane/validate"
 )
@@ -34,9 +37,17 @@ type Rollout struct {
 	// seconds.
 	Interval time.Duration
 	Window   time.Duration
-	// Criteria are the judge's thresholds. The simulation measures no
-	// output drift, so Drift must be false.
+	// Criteria are the judge's thresholds. Drift may be true only when both
+	// versions are classic (classifiers or regressors): the run then
+	// samples their outputs and measures drift as the real gate does.
 	Criteria judge.Criteria
+	// SamplingRate is the share of each side's answers sampled for the
+	// drift gate, as an endpoint's sampling_rate: above 0, at most 1.
+	// Default 1.
+	SamplingRate float64
+	// DriftMinSamples is the fewest samples each side needs before drift
+	// is judged (drift.DefaultMinSamples unless set).
+	DriftMinSamples int
 	// CompareNaive runs the scenario a second time with the candidate
 	// flipped to 100 percent and no judge, for the report's contrast
 	// (RolloutReport.Naive); it doubles the run's cost.
@@ -81,6 +92,12 @@ func (r Rollout) withDefaults() *Rollout {
 	}
 	if r.Window == 0 {
 		r.Window = DefaultRolloutWindow
+	}
+	if r.SamplingRate == 0 {
+		r.SamplingRate = 1
+	}
+	if r.DriftMinSamples == 0 {
+		r.DriftMinSamples = drift.DefaultMinSamples
 	}
 	return &r
 }
@@ -139,8 +156,16 @@ func (r *Rollout) validate(s Scenario) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidScenario, errs[0].Field, errs[0].Message)
 	}
-	if r.Criteria.Drift {
-		return bad("criteria.drift", "the simulation measures no output drift; want false")
+	candLLM, incLLM := s.Versions[ci].Profile.IsLLM(), s.Versions[ii].Profile.IsLLM()
+	switch {
+	case candLLM != incLLM:
+		return bad("candidate", "one of the candidate and incumbent is an LLM and the other is not; want two of a kind")
+	case r.Criteria.Drift && candLLM:
+		return bad("criteria.drift", "the simulation measures output drift of classifiers and regressors only; want false for LLMs")
+	case !finite(r.SamplingRate) || r.SamplingRate <= 0 || r.SamplingRate > 1:
+		return bad("sampling_rate", "want a share above 0, at most 1")
+	case r.DriftMinSamples < 1 || r.DriftMinSamples > 10_000_000:
+		return bad("drift_min_samples", "want 1 to 10000000")
 	}
 	return nil
 }
@@ -164,6 +189,9 @@ const (
 type RolloutReport struct {
 	Candidate string `json:"candidate"`
 	Incumbent string `json:"incumbent"`
+	// LLM is true when the pair are LLMs, judged on TPOT; false for
+	// classic versions, judged on request latency.
+	LLM bool `json:"llm"`
 	// State at the end of the run: in_progress, waiting_for_approval or
 	// rolled_back (pending when the run ended before Start).
 	State string `json:"state"`
@@ -187,8 +215,12 @@ type RolloutReport struct {
 	// Timeline is every evaluation and every change of step.
 	Timeline []RolloutEvent `json:"timeline"`
 	// Naive is the contrast: the candidate flipped to 100 percent; nil
-	// unless the rollout asks for it (compare_naive).
+	// unless the rollout asks for it (compare_naive) and does not gate on
+	// drift.
 	Naive *NaiveReport `json:"naive,omitempty"`
+	// NoDriftGate is the contrast of a rollout that gates on drift (with
+	// compare_naive): the same rollout without the drift gate.
+	NoDriftGate *NoGateReport `json:"no_drift_gate,omitempty"`
 }
 
 // RollbackReport is the judge's rollback: when, with what verdict, what
@@ -199,8 +231,13 @@ type RollbackReport struct {
 	AtSeconds float64 `json:"at_seconds"`
 	// AfterStartSeconds is AtSeconds less the rollout's start.
 	AfterStartSeconds float64 `json:"after_start_seconds"`
-	// Verdict is the judge's, with every number and threshold.
+	// Verdict is the judge's, with every number and threshold; Trigger
+	// names its first failing check (drift, p99_tpot_ms, ...).
 	Verdict judge.Verdict `json:"verdict"`
+	Trigger string        `json:"trigger"`
+	// Drift is the drift the gate measured in that evaluation; nil when
+	// the rollout does not gate on drift.
+	Drift *DriftSummary `json:"drift,omitempty"`
 	// CandidateWindow and IncumbentWindow are the windows it judged.
 	CandidateWindow WindowSummary `json:"candidate_window"`
 	IncumbentWindow WindowSummary `json:"incumbent_window"`
@@ -249,6 +286,70 @@ type RolloutEvent struct {
 	// Candidate and Incumbent summarise the windows of an evaluation.
 	Candidate *WindowSummary `json:"candidate,omitempty"`
 	Incumbent *WindowSummary `json:"incumbent,omitempty"`
+	// Drift is the evaluation's drift measurement, with drift gating on.
+	Drift *DriftSummary `json:"drift,omitempty"`
+}
+
+// DriftSummary is the output drift of the candidate from the incumbent
+// over one evaluation window, as the judge got it (judge.Drift) plus the
+// numbers behind it: the raw Wasserstein-1, the incumbent's spread it is
+// divided by, and both sides' sampled means and sds.
+type DriftSummary struct {
+	judge.Drift
+	MinSamples    int     `json:"min_samples"`
+	W1            float64 `json:"w1"`
+	Spread        float64 `json:"spread"`
+	CandidateMean float64 `json:"candidate_mean"`
+	CandidateSD   float64 `json:"candidate_sd"`
+	IncumbentMean float64 `json:"incumbent_mean"`
+	IncumbentSD   float64 `json:"incumbent_sd"`
+}
+
+// measureDrift is what the real gate computes (drift.Reader.Compare) on
+// the sampled outputs of one window, the incumbent as the reference:
+// Wasserstein-1 from both quantile functions at drift.W1Levels (the
+// reader's quantiles are exact interpolation up to 8,192 samples, as
+// here), divided by the incumbent's population standard deviation
+// (drift.Normalised), against drift.W1Threshold, judged only when both
+// sides hold minSamples.
+func measureDrift(cand, inc []float64, minSamples int) *DriftSummary {
+	d := &DriftSummary{Drift: judge.Drift{Metric: drift.MetricW1, Threshold: drift.W1Threshold,
+		CandidateSamples: uint64(len(cand)), IncumbentSamples: uint64(len(inc)),
+		Enough: len(cand) >= minSamples && len(inc) >= minSamples}, MinSamples: minSamples}
+	d.CandidateMean, d.CandidateSD = drift.MeanStd(cand)
+	d.IncumbentMean, d.IncumbentSD = drift.MeanStd(inc)
+	d.Spread = d.IncumbentSD
+	if len(cand) == 0 || len(inc) == 0 {
+		return d
+	}
+	c, i := slices.Clone(cand), slices.Clone(inc)
+	slices.Sort(c)
+	slices.Sort(i)
+	levels := drift.W1Levels()
+	qc, qi := make([]float64, len(levels)), make([]float64, len(levels))
+	for k, l := range levels {
+		qc[k], qi[k] = drift.QuantileInterpolated(c, l), drift.QuantileInterpolated(i, l)
+	}
+	d.W1 = drift.Wasserstein1Quantiles(qi, qc)
+	d.Value = drift.Normalised(d.W1, d.Spread)
+	return d
+}
+
+// NoGateReport is the same run with the drift gate off (criteria.drift
+// false, everything else equal): where the rollout got to and what the
+// candidate answered on the way.
+type NoGateReport struct {
+	State               string   `json:"state"`
+	Step                int      `json:"step"`
+	WeightPct           float64  `json:"weight_pct"`
+	MaxWeightPct        float64  `json:"max_weight_pct"`
+	WaitingSinceSeconds *float64 `json:"waiting_since_seconds,omitempty"`
+	Evaluations         int      `json:"evaluations"`
+	// CandidateRequests were routed to the candidate over the run, and
+	// CandidateOutput is what it answered.
+	CandidateRequests int          `json:"candidate_requests"`
+	CandidateOutput   *OutputStats `json:"candidate_output,omitempty"`
+	IncumbentOutput   *OutputStats `json:"incumbent_output,omitempty"`
 }
 
 // NaiveReport is the same run with the candidate flipped to 100 percent
@@ -303,6 +404,7 @@ type slot struct {
 	sec                       int64 // the second it holds; -1 when unused
 	requests, errors, streams uint64
 	latency, tpot             []uint64
+	outputs                   []float64 // sampled classic outputs (drift gate)
 }
 
 // rolloutRun is the rollout's state during a run.
@@ -325,11 +427,15 @@ type rolloutRun struct {
 	incBefore    []time.Duration
 	incAfter     []time.Duration
 	candLastDone time.Duration
+	llm          bool       // the pair are LLMs: judged on TPOT
+	sampling     *rand.Rand // the drift gate's sampling draws
+	lastDrift    *DriftSummary
 }
 
 func newRolloutRun(sc Scenario) *rolloutRun {
 	r := sc.Rollout
-	rr := &rolloutRun{r: r, state: RolloutPending, nextEval: r.Start}
+	rr := &rolloutRun{r: r, state: RolloutPending, nextEval: r.Start,
+		sampling: rand.New(rand.NewPCG(sc.Seed, streamSampling))}
 	for i, v := range sc.Versions {
 		switch v.Name {
 		case r.Candidate:
@@ -339,6 +445,7 @@ func newRolloutRun(sc Scenario) *rolloutRun {
 		}
 	}
 	rr.pairWeight = sc.Versions[rr.cand].Weight + sc.Versions[rr.inc].Weight
+	rr.llm = sc.Versions[rr.cand].Profile.IsLLM()
 	n := int(r.Window / time.Second)
 	for side := range rr.slots {
 		rr.slots[side] = make([]slot, n)
@@ -369,6 +476,7 @@ func at(s []slot, t time.Duration) *slot {
 		sl.sec, sl.requests, sl.errors, sl.streams = sec, 0, 0, 0
 		clear(sl.latency)
 		clear(sl.tpot)
+		sl.outputs = sl.outputs[:0]
 	}
 	return sl
 }
@@ -407,6 +515,41 @@ func (rr *rolloutRun) finished(vi int, arrival, done time.Duration, tokens int, 
 			rr.incAfter = append(rr.incAfter, tpot)
 		}
 	}
+}
+
+// answered counts a classic answer of version vi, as the gateway counts
+// request_stats (a failure is a request and an error), and samples its
+// output for the drift gate at the sampling rate.
+func (rr *rolloutRun) answered(f *fleet, vi int, a answer) {
+	s := rr.side(vi)
+	if s == nil {
+		return
+	}
+	sl := at(s, a.done)
+	sl.requests++
+	if vi == rr.cand {
+		rr.candLastDone = max(rr.candLastDone, a.done)
+	}
+	if a.fail {
+		sl.errors++
+		return
+	}
+	sl.latency[proto.LatencyBucket(a.done-a.arrival)]++
+	if rr.r.Criteria.Drift && (rr.r.SamplingRate >= 1 || rr.sampling.Float64() < rr.r.SamplingRate) {
+		sl.outputs = append(sl.outputs, a.out)
+	}
+}
+
+// outputs gathers ring s's sampled outputs over [from, to).
+func outputs(s []slot, from, to time.Duration) []float64 {
+	var out []float64
+	lo, hi := int64(from/time.Second), int64(to/time.Second)
+	for i := range s {
+		if sl := &s[i]; sl.sec >= lo && sl.sec < hi {
+			out = append(out, sl.outputs...)
+		}
+	}
+	return out
 }
 
 // window sums ring s over [from, to).
@@ -448,16 +591,27 @@ func (rr *rolloutRun) tick(f *fleet) bool {
 	}
 	from := max(t-r.Window, rr.stepStart)
 	cw, iw := window(rr.slots[0], from, t), window(rr.slots[1], from, t)
-	v := judge.Evaluate(r.Criteria, judge.Input{Candidate: cw, Incumbent: iw, LLM: true,
-		Baked: t-rr.stepStart >= r.Steps[rr.step].Bake})
+	in := judge.Input{Candidate: cw, Incumbent: iw, LLM: rr.llm, Baked: t-rr.stepStart >= r.Steps[rr.step].Bake}
+	rr.lastDrift = nil
+	if r.Criteria.Drift {
+		rr.lastDrift = measureDrift(outputs(rr.slots[0], from, t), outputs(rr.slots[1], from, t), r.DriftMinSamples)
+		in.Drift = &rr.lastDrift.Drift
+	}
+	v := judge.Evaluate(r.Criteria, in)
 	rr.evaluations++
 	cs, is := summarize(cw), summarize(iw)
 	switch v.Decision {
 	case judge.Rollback:
 		rr.state, rr.weight, rr.rollbackAt = RolloutRolledBack, 0, t
 		rr.rollback = &RollbackReport{AtSeconds: t.Seconds(), AfterStartSeconds: (t - r.Start).Seconds(),
-			Verdict: v, CandidateWindow: cs, IncumbentWindow: is,
+			Verdict: v, CandidateWindow: cs, IncumbentWindow: is, Drift: rr.lastDrift,
 			CandidateRequests: f.vs[rr.cand].requests}
+		for _, ch := range v.Checks {
+			if ch.Outcome == judge.Fail {
+				rr.rollback.Trigger = ch.Name
+				break
+			}
+		}
 		if exposed := (t - r.Start).Seconds(); exposed > 0 {
 			rr.rollback.CandidatePerSecond = float64(rr.rollback.CandidateRequests) / exposed
 		}
@@ -489,8 +643,12 @@ func (rr *rolloutRun) tick(f *fleet) bool {
 }
 
 func (rr *rolloutRun) event(t time.Duration, decision, reason string, c, i *WindowSummary) {
-	rr.timeline = append(rr.timeline, RolloutEvent{AtSeconds: t.Seconds(), Step: rr.step + 1, WeightPct: rr.weight,
-		Decision: decision, Reason: reason, Candidate: c, Incumbent: i})
+	ev := RolloutEvent{AtSeconds: t.Seconds(), Step: rr.step + 1, WeightPct: rr.weight,
+		Decision: decision, Reason: reason, Candidate: c, Incumbent: i}
+	if c != nil {
+		ev.Drift = rr.lastDrift
+	}
+	rr.timeline = append(rr.timeline, ev)
 }
 
 // weights returns the routing weights of the versions under the rollout's
@@ -507,7 +665,7 @@ func (rr *rolloutRun) weights(vs []Version) []float64 {
 
 func (rr *rolloutRun) report() *RolloutReport {
 	r := rr.r
-	out := &RolloutReport{Candidate: r.Candidate, Incumbent: r.Incumbent, State: rr.state,
+	out := &RolloutReport{Candidate: r.Candidate, Incumbent: r.Incumbent, LLM: rr.llm, State: rr.state,
 		Step: rr.step + 1, WeightPct: rr.weight, MaxWeightPct: rr.maxWeight,
 		StartSeconds: r.Start.Seconds(), IntervalSeconds: r.Interval.Seconds(), WindowSeconds: r.Window.Seconds(),
 		Criteria: r.Criteria, Evaluations: rr.evaluations, WaitingSinceSeconds: rr.waitingSince,

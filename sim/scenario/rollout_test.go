@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/drift"
 	"modelplane/judge"
 	"modelplane/sim"
 )
@@ -32,7 +33,8 @@ func TestParseRollout(t *testing.T) {
 			t.Fatalf("Parse: %v", err)
 		}
 		want := &Rollout{Candidate: "v2", Incumbent: "v1", Steps: DefaultRolloutSteps,
-			Interval: time.Minute, Window: 5 * time.Minute, Criteria: judge.DefaultCriteria("", 0, 0)}
+			Interval: time.Minute, Window: 5 * time.Minute, Criteria: judge.DefaultCriteria("", 0, 0),
+			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
@@ -54,7 +56,7 @@ func TestParseRollout(t *testing.T) {
 			Steps:    []RolloutStep{{10, time.Minute}, {50, 2 * time.Minute}, {100, 0}},
 			Interval: 20 * time.Second, Window: time.Minute,
 			Criteria:     judge.Criteria{MaxP99MS: 900, MaxP99TPOTMS: 30, MaxRegression: 0.1, MaxErrorRateDelta: 1, MinRequests: 50},
-			CompareNaive: true}
+			CompareNaive: true, SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
@@ -84,7 +86,15 @@ func TestParseRolloutErrors(t *testing.T) {
 		{name: "step key", add: "  steps: [{percent: 5}, {weight: 100}]\n", want: "rollout.steps[0].percent (line 16): unknown key"},
 		{name: "criteria regression", add: "  criteria: {max_regression: -0.1}\n", want: "rollout.criteria.max_regression: must be a fraction"},
 		{name: "criteria min requests", add: "  criteria: {min_requests: 0}\n", want: "rollout.criteria.min_requests (line 16): want a whole number of at least 1"},
-		{name: "criteria drift", add: "  criteria: {drift: true}\n", want: "rollout.criteria.drift (line 16): unknown key"},
+		{name: "criteria drift on LLMs", add: "  criteria: {drift: true}\n", want: "rollout.criteria.drift: the simulation measures output drift of classifiers and regressors only"},
+		{name: "criteria drift not a bool", add: "  criteria: {drift: 1}\n", want: "rollout.criteria.drift (line 16): want true or false"},
+		{name: "sampling rate zero", add: "  sampling_rate: 0.0\n", want: "rollout.sampling_rate (line 16): want a share above 0"},
+		{name: "sampling rate above 1", add: "  sampling_rate: 1.5\n", want: "rollout.sampling_rate: want a share above 0, at most 1"},
+		{name: "sampling rate negative", add: "  sampling_rate: -0.1\n", want: "rollout.sampling_rate: want a share above 0, at most 1"},
+		{name: "drift min samples zero", add: "  drift_min_samples: 0\n", want: "rollout.drift_min_samples"},
+		{name: "drift min samples not whole", add: "  drift_min_samples: 2.5\n", want: "rollout.drift_min_samples (line 16): want a whole number"},
+		{name: "candidate classic, incumbent LLM", from: "    weight: 0\n    profile: {decode_base_ms: 10, kv_mb_per_token: 0.8, usable_gb: 1}",
+			to: "    weight: 0\n    profile: {latency_ms: {p50: 8, p99: 21}, score: {mean: 0.12, sd: 0.18}}", want: "rollout.candidate: one of the candidate and incumbent is an LLM"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

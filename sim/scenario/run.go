@@ -26,6 +26,8 @@ const (
 	streamLengths  = 0x1e
 	streamRouting  = 0x20
 	streamTenants  = 0x7e
+	streamPredict  = 0x9d // classic versions' errors, latencies and outputs
+	streamSampling = 0x5a // which classic answers the drift gate samples
 )
 
 // Run simulates the scenario in virtual time and reports what it measured.
@@ -57,7 +59,27 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	rep := f.report()
-	if sc.Rollout != nil && sc.Rollout.CompareNaive {
+	if sc.Rollout != nil && sc.Rollout.CompareNaive && sc.Rollout.Criteria.Drift {
+		// The contrast of a drift gate: the same rollout without it.
+		nogate := sc
+		r := *sc.Rollout
+		r.Criteria.Drift, r.CompareNaive = false, false
+		nogate.Rollout = &r
+		n, err := Run(ctx, nogate, Options{})
+		if err != nil {
+			return Report{}, fmt.Errorf("rollout without the drift gate: %w", err)
+		}
+		ng := &NoGateReport{State: n.Rollout.State, Step: n.Rollout.Step, WeightPct: n.Rollout.WeightPct,
+			MaxWeightPct: n.Rollout.MaxWeightPct, WaitingSinceSeconds: n.Rollout.WaitingSinceSeconds,
+			Evaluations: n.Rollout.Evaluations}
+		if v, ok := n.Version(r.Candidate); ok {
+			ng.CandidateRequests, ng.CandidateOutput = v.Requests, v.Output
+		}
+		if v, ok := n.Version(r.Incumbent); ok {
+			ng.IncumbentOutput = v.Output
+		}
+		rep.Rollout.NoDriftGate = ng
+	} else if sc.Rollout != nil && sc.Rollout.CompareNaive {
 		// The contrast: the same arrivals with the candidate flipped to
 		// 100 percent and no judge.
 		naive, err := Run(ctx, naiveScenario(sc), Options{})
@@ -107,6 +129,10 @@ type fleet struct {
 	pageErr int // steps whose counted pages differ from the scheduler's (tests)
 
 	ro *rolloutRun // nil without a rollout
+
+	classics []*classic // each version's draws; nil for an LLM version
+	answers  []answer   // classic answers in flight, a heap
+	predict  *rand.Rand
 }
 
 type replica struct {
@@ -120,6 +146,9 @@ type replica struct {
 
 type versionStats struct {
 	requests, shed, rejected, completed, completedWindow int
+	errors                                               int // classic requests failed by error_rate
+	outN                                                 int
+	outSum, outSumSq                                     float64
 	tokensWindow                                         int64
 	preemptions                                          int
 	ttft, tpot, e2e                                      []time.Duration
@@ -144,6 +173,8 @@ func newFleet(sc Scenario) (*fleet, error) {
 		lengths:   rand.New(rand.NewPCG(sc.Seed, streamLengths)),
 		routing:   rand.New(rand.NewPCG(sc.Seed, streamRouting)),
 		tenantRNG: rand.New(rand.NewPCG(sc.Seed, streamTenants)),
+		predict:   rand.New(rand.NewPCG(sc.Seed, streamPredict)),
+		classics:  make([]*classic, len(sc.Versions)),
 		tenantIdx: map[string]int{},
 		vs:        make([]versionStats, len(sc.Versions)),
 		ts:        make([]tenantStats, len(sc.Tenants)),
@@ -159,6 +190,15 @@ func newFleet(sc Scenario) (*fleet, error) {
 	f.setWeights(weights)
 	for vi, v := range sc.Versions {
 		f.vs[vi].contig = make([]float64, len(sc.ContiguousMaxLen))
+		if isClassic(v.Profile) {
+			c := newClassic(v.Profile)
+			f.classics[vi] = &c
+			for range v.GPUs {
+				f.byVersion[vi] = append(f.byVersion[vi], len(f.reps))
+				f.reps = append(f.reps, replica{version: vi})
+			}
+			continue
+		}
 		for range v.GPUs {
 			idx := len(f.reps)
 			// Each replica's own stream: completion lengths the profile
@@ -214,6 +254,10 @@ func (f *fleet) run(ctx context.Context) error {
 		if len(f.heap) > 0 {
 			next = f.reps[f.heap[0]].at
 		}
+		answerNext := len(f.answers) > 0 && f.answers[0].done <= next
+		if answerNext {
+			next = f.answers[0].done
+		}
 		// The rollout acts before any event at or after its instant, so
 		// an evaluation at t sees the requests that ended before t.
 		if ro := f.ro; ro != nil && ro.active() && ro.nextEval <= end &&
@@ -228,10 +272,14 @@ func (f *fleet) run(ctx context.Context) error {
 			f.nextArrival = f.arrivalAfter(len(f.prompt), f.nextArrival)
 			continue
 		}
-		if len(f.heap) == 0 || (!f.sc.Drain && next > end) {
+		if (len(f.heap) == 0 && len(f.answers) == 0) || (!f.sc.Drain && next > end) {
 			break
 		}
 		f.now = next
+		if answerNext {
+			f.finishAnswer(f.popAnswer())
+			continue
+		}
 		f.advance(f.pop())
 	}
 	// Evaluations due after the last event, up to the end.
@@ -253,7 +301,10 @@ func (f *fleet) tick() {
 // arrive draws request number len(f.prompt), arriving at t, and routes it.
 func (f *fleet) arrive(t time.Duration) {
 	id := len(f.prompt)
-	prompt := f.sc.PromptTokens.Draw(f.lengths)
+	prompt := 0
+	if f.sc.PromptTokens != (sim.LengthDist{}) { // none in a fleet without an LLM
+		prompt = f.sc.PromptTokens.Draw(f.lengths)
+	}
 	out := 0
 	if f.sc.OutputTokens != nil {
 		out = f.sc.OutputTokens.Draw(f.lengths)
@@ -286,6 +337,12 @@ func (f *fleet) arrive(t time.Duration) {
 		if f.ro != nil {
 			f.ro.failed(vi, t)
 		}
+		return
+	}
+	if c := f.classics[vi]; c != nil {
+		fail, lat, out := c.draw(f.predict)
+		rep.outstanding++
+		f.pushAnswer(answer{done: t + lat, arrival: t, replica: best, fail: fail, out: out})
 		return
 	}
 	req := sim.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
@@ -440,17 +497,26 @@ func (f *fleet) report() Report {
 		s := &f.vs[vi]
 		pt := v.Profile.PageTokens
 		vr := VersionReport{
-			Name: v.Name, GPUs: v.GPUs, Share: v.Weight / total,
+			Name: v.Name, Kind: KindLLM, GPUs: v.GPUs, Share: v.Weight / total,
 			KVPages: v.Profile.Pages(), PageTokens: pt,
 			Requests: s.requests, Shed: s.shed, Rejected: s.rejected, Completed: s.completed,
-			Unfinished:  s.requests - s.shed - s.rejected - s.completed,
+			Errors:      s.errors,
+			Unfinished:  s.requests - s.shed - s.rejected - s.completed - s.errors,
 			TTFT:        latencyOf(s.ttft),
 			TPOT:        latencyOf(s.tpot),
 			E2E:         latencyOf(s.e2e),
 			MaxBatch:    s.maxBatch,
 			Preemptions: s.preemptions,
 		}
+		if f.classics[vi] != nil {
+			vr.Kind = KindClassic
+			vr.Output = outputStats(s.outN, s.outSum, s.outSumSq)
+			vr.Contiguous = []Contiguous{}
+		}
 		for _, r := range f.byVersion[vi] {
+			if f.reps[r].s == nil {
+				continue
+			}
 			vr.GrowFailures += int(f.reps[r].s.Stats(f.now).GrowFailures)
 		}
 		if measured > 0 {
@@ -465,6 +531,9 @@ func (f *fleet) report() Report {
 			vr.KVWastePagedPct = 100 * (s.pagedSlots - s.held) / s.pagedSlots
 		}
 		for k, l := range sc.ContiguousMaxLen {
+			if pt == 0 {
+				break // a classic version has no KV cache
+			}
 			c := Contiguous{MaxLen: l, SequencesPerGPU: vr.KVPages / ((l + pt - 1) / pt)}
 			if s.contig[k] > 0 {
 				c.WastePct = 100 * (s.contig[k] - s.held) / s.contig[k]

@@ -93,8 +93,10 @@ type Version struct {
 	// Weight is the version's routing weight; weights need not add up to
 	// 100. A version of weight 0 gets no traffic.
 	Weight float64
-	// Profile is the version's sim profile, as the registry stores it; it
-	// must describe an LLM. Defaults are filled in.
+	// Profile is the version's sim profile, as the registry stores it: an
+	// LLM's (a scheduler per GPU) or a classifier's or regressor's
+	// (latency_ms, score, value: answered after a drawn latency, see
+	// classic.go). Defaults are filled in.
 	Profile sim.Profile
 	// Claims are figures from the seed documents, printed next to what the
 	// run measured; they change nothing.
@@ -184,7 +186,11 @@ func (s Scenario) Validate() error {
 	case s.ShedOutstanding < 0 || s.ShedOutstanding > maxTokens:
 		return bad("shed_outstanding", "want 0 (never shed) to %d", maxTokens)
 	}
-	if err := validLength(s.PromptTokens); err != "" {
+	llm := false
+	for _, v := range s.Versions {
+		llm = llm || v.Profile.IsLLM()
+	}
+	if err := validLength(s.PromptTokens); err != "" && (llm || s.PromptTokens != (sim.LengthDist{})) {
 		return bad("prompt_tokens", "%s", err)
 	}
 	if s.OutputTokens != nil {
@@ -235,8 +241,11 @@ func (s Scenario) Validate() error {
 			return bad(path+".gpus", "want 1 to %d", maxGPUs)
 		case !finite(v.Weight) || v.Weight < 0 || v.Weight > 1e9:
 			return bad(path+".weight", "want 0 to 1e9")
-		case !v.Profile.IsLLM():
-			return bad(path+".profile", "want an LLM profile (decode_base_ms, kv_mb_per_token, usable_gb, ...)")
+		case !v.Profile.IsLLM() && !isClassic(v.Profile):
+			return bad(path+".profile", "want an LLM profile (decode_base_ms, kv_mb_per_token, usable_gb, ...) or a classifier's or regressor's (latency_ms, score, value)")
+		}
+		if sc := v.Profile.Score; sc != nil && v.Profile.Value == nil && (sc.Mean <= 0 || sc.Mean >= 1 || sc.SD <= 0) {
+			return bad(path+".profile.score", "want 0 < mean < 1 and sd > 0: a score on (0, 1)")
 		}
 		if err := v.Profile.Validate(); err != nil {
 			return fmt.Errorf("%w: %s.profile: %w", ErrInvalidScenario, path, err)

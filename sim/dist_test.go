@@ -1,11 +1,25 @@
-package replica
+package sim
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 )
+
+func newRandPCG(seed, stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, stream)) }
+
+func meanSD(xs []float64) (mean, sd float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		sd += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(xs)))
+}
 
 func TestLogNormalFitsPercentiles(t *testing.T) {
 	t.Parallel()
@@ -16,12 +30,12 @@ func TestLogNormalFitsPercentiles(t *testing.T) {
 		{0.2, 1},
 	}
 	for _, tt := range tests {
-		l := fitLogNormal(tt.p50, tt.p99)
-		r := newRand(1, 2)
+		l := FitLogNormal(tt.p50, tt.p99)
+		r := newRandPCG(1, 2)
 		const n = 200_000
 		ms := make([]float64, n)
 		for i := range ms {
-			ms[i] = float64(l.draw(r)) / float64(time.Millisecond)
+			ms[i] = float64(l.Draw(r)) / float64(time.Millisecond)
 		}
 		slices.Sort(ms)
 		got50, got99 := ms[n/2], ms[n*99/100]
@@ -29,7 +43,7 @@ func TestLogNormalFitsPercentiles(t *testing.T) {
 			t.Errorf("fit(%v, %v): drawn p50 %.3f p99 %.3f; want within 2%% and 3%%", tt.p50, tt.p99, got50, got99)
 		}
 	}
-	if d := fitLogNormal(0, 0).draw(newRand(1, 1)); d != 0 {
+	if d := FitLogNormal(0, 0).Draw(newRandPCG(1, 1)); d != 0 {
 		t.Errorf("zero p50 drew %v; want 0", d)
 	}
 }
@@ -46,14 +60,14 @@ func TestBetaFitsMoments(t *testing.T) {
 		{0.5, 0.6, math.Sqrt(0.25 / 1.5)}, // too wide for a Beta: capped
 	}
 	for _, tt := range tests {
-		b := fitBeta(tt.mean, tt.sd)
-		r := newRand(3, 4)
+		b := FitBeta(tt.mean, tt.sd)
+		r := newRandPCG(3, 4)
 		const n = 100_000
 		xs := make([]float64, n)
 		for i := range xs {
-			xs[i] = b.draw(r)
+			xs[i] = b.Draw(r)
 			if xs[i] < 0 || xs[i] > 1 {
-				t.Fatalf("Beta(%v, %v) drew %v", b.a, b.b, xs[i])
+				t.Fatalf("Beta(%v, %v) drew %v", b.A, b.B, xs[i])
 			}
 		}
 		mean, sd := meanSD(xs)
@@ -63,7 +77,7 @@ func TestBetaFitsMoments(t *testing.T) {
 		// The label rule relies on the CDF of a draw being uniform.
 		qs := make([]float64, n)
 		for i, x := range xs {
-			qs[i] = b.cdf(x)
+			qs[i] = b.CDF(x)
 		}
 		slices.Sort(qs)
 		for _, p := range []float64{0.03, 0.25, 0.5, 0.75, 0.97} {
