@@ -91,6 +91,7 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	retention := drift.NewRetention(cp.Pool, cp.CH, cp.Log, time.Now)
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
+	f.SetWakeGrace(cp.WakeGrace)
 	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
 	var intake *fleet.Intake
 	ctl := fleet.NewController(f, cp.Log, time.Second, func() time.Time { return intake.ListeningSince() }, relay.Wake)

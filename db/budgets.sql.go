@@ -194,6 +194,53 @@ func (q *Queries) BudgetBlocking(ctx context.Context, arg BudgetBlockingParams) 
 	return blocked, err
 }
 
+const budgetBlockingList = `-- name: BudgetBlockingList :many
+SELECT b.team_id, b.endpoint_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name, b.monthly_uusd, a.spent_uusd
+FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = b.team_id
+LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = $1
+ORDER BY b.id
+`
+
+type BudgetBlockingListRow struct {
+	TeamID       int64
+	EndpointID   *int64
+	TeamName     string
+	EndpointName string
+	MonthlyUusd  int64
+	SpentUusd    int64
+}
+
+// Every budget with block enforcement that reached 100 percent in the month:
+// the fleet reconciler places no replica beyond min_replicas for the team
+// (endpoint_id NULL) or the endpoint.
+func (q *Queries) BudgetBlockingList(ctx context.Context, month pgtype.Date) ([]BudgetBlockingListRow, error) {
+	rows, err := q.db.Query(ctx, budgetBlockingList, month)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BudgetBlockingListRow{}
+	for rows.Next() {
+		var i BudgetBlockingListRow
+		if err := rows.Scan(
+			&i.TeamID,
+			&i.EndpointID,
+			&i.TeamName,
+			&i.EndpointName,
+			&i.MonthlyUusd,
+			&i.SpentUusd,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const budgetListAll = `-- name: BudgetListAll :many
 SELECT b.id, b.team_id, b.endpoint_id, b.monthly_uusd, b.enforcement, b.updated_by, b.updated_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
 FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id

@@ -132,6 +132,7 @@ type Endpoint struct {
 	RateLimitRPS    float64
 	RateLimitBurst  int32
 	TimeoutMS       int32
+	WokenAt         *time.Time
 }
 
 type Experiment struct {

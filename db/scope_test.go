@@ -73,6 +73,8 @@ var unscoped = map[string]string{
 	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
 	"ExperimentListForRoutes":     "fleet reconciler: the experiment of every endpoint for its routing entry; no caller",
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
+	"EndpointWake":                "fleet wake intake: a gateway asks for a replica of an endpoint it serves from its routing table; no caller",
+	"BudgetBlockingList":          "fleet reconciler: which endpoints' budgets block new replicas beyond the minimum, across teams; no caller",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
