@@ -29,7 +29,8 @@ type waker struct {
 	// last holds, per endpoint, the *atomic.Int64 Unix nanosecond time of
 	// the last request sent.
 	last sync.Map
-	// sent and failed count requests handed to NATS and refused by it.
+	// sent counts requests handed to NATS (counted when the request path
+	// decides to send), failed those NATS refused.
 	sent, failed atomic.Uint64
 }
 
@@ -68,19 +69,18 @@ func (g *Gateway) wakeScaledToZero(src *proto.Route, idle bool) {
 		return
 	}
 	msg := proto.Wake{Endpoint: src.Endpoint, Gateway: g.cfg.ID, Served: !idle, At: now}
+	g.wakes.sent.Add(1)
 	go func() {
 		data, _ := json.Marshal(msg)
 		if err := g.nc.Publish(proto.WakeSubject(msg.Endpoint), data); err != nil {
 			g.wakes.failed.Add(1)
 			g.log.Debug("wake request not sent", slog.String("endpoint", msg.Endpoint), slog.String("error", err.Error()))
-			return
 		}
-		g.wakes.sent.Add(1)
 	}()
 }
 
-// WakeCounters are the wake requests this gateway sent and those NATS
-// refused.
+// WakeCounters are the wake requests this gateway sent (counted when the
+// request path decided to send one) and those NATS refused.
 type WakeCounters struct {
 	Sent, Failed uint64
 }
