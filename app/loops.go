@@ -142,7 +142,7 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		})
 	}
 	// Budget alerts: one checker measures every budget each minute.
-	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
+	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), relay.Wake, cp.Log, time.Now)
 	wg.Go(func() {
 		db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
 	})

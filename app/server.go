@@ -72,7 +72,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
-		budgets = chargeback.NewBudgets(cp.Pool, reports, cp.NC, cp.Log, now)
+		budgets = chargeback.NewBudgets(cp.Pool, reports, nil, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
 		driftService = drift.NewService(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), now)
 	}

@@ -75,7 +75,6 @@ type BudgetAlert struct {
 	BudgetUusd   int64
 	ForecastUusd int64
 	CreatedAt    time.Time
-	PublishedAt  *time.Time
 }
 
 type CostRate struct {

@@ -29,16 +29,6 @@ LEFT JOIN endpoints e ON e.id = b.endpoint_id
 WHERE (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[])) AND a.month = @month
 ORDER BY a.created_at DESC;
 
--- name: BudgetAlertUnpublished :many
-SELECT a.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
-FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
-LEFT JOIN endpoints e ON e.id = b.endpoint_id
-WHERE a.published_at IS NULL ORDER BY a.created_at LIMIT 100;
-
--- name: BudgetAlertMarkPublished :exec
-UPDATE budget_alerts SET published_at = now()
-WHERE budget_id = @budget_id AND month = @month AND threshold_pct = @threshold_pct;
-
 -- name: BudgetBlocking :one
 SELECT EXISTS (
     SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id
