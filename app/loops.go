@@ -84,7 +84,10 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), cp.NC, cp.Log, time.Now, metrics, cp.Drift)
+	// Alert events of the budget and drift checks are outbox rows; the
+	// relay sends them, woken when a check wrote one.
+	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
+	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), relay.Wake, cp.Log, time.Now, metrics, cp.Drift)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +95,6 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
 	f.SetWakeGrace(cp.WakeGrace)
-	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
 	var intake *fleet.Intake
 	ctl := fleet.NewController(f, cp.Log, time.Second, func() time.Time { return intake.ListeningSince() }, relay.Wake)
 	intake = fleet.NewIntake(f, cp.NC, cp.Log, ctl.Wake)
