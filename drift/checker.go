@@ -93,10 +93,10 @@ type Checker struct {
 	// wakes the relay); nil when nobody waits.
 	published func()
 	log       *slog.Logger
-	now    func() time.Time
-	cfg    CheckerConfig
-	score  *prometheus.GaugeVec
-	shown  map[[3]string]bool
+	now       func() time.Time
+	cfg       CheckerConfig
+	score     *prometheus.GaugeVec
+	shown     map[[3]string]bool
 }
 
 // NewChecker returns a Checker and registers its gauge on reg (nil: not
