@@ -235,9 +235,9 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 }
 
 // Blocked reports whether a budget with block enforcement of the team, or
-// of the endpoint, has reached 100 percent this month: the placement pass
-// must then start no replica of the endpoint beyond its minimum. It is a
-// check for the fleet reconciler to read; nothing here stops replicas.
+// of the endpoint, has reached 100 percent this month: the fleet reconciler
+// then starts no replica of the endpoint beyond its minimum (it reads the
+// same alerts for every endpoint at once, query BudgetBlockingList).
 func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, error) {
 	from, _ := Month(b.now())
 	blocked, err := db.New(b.pool).BudgetBlocking(ctx, db.BudgetBlockingParams{Month: pgtype.Date{Time: from, Valid: true},
