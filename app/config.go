@@ -39,6 +39,9 @@ type ServerConfig struct {
 	// its alert fires.
 	DriftInterval   time.Duration
 	DriftAlertAfter time.Duration
+	// WakeGrace is how long an endpoint with min_replicas 0 keeps the
+	// replica a request woke after the last request (fleet.DefaultWakeGrace).
+	WakeGrace time.Duration
 }
 
 func env(name, def string) string {
@@ -98,6 +101,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
+	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -140,6 +144,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.DriftInterval < time.Second || c.DriftAlertAfter < 0 {
 		bad("MP_DRIFT_INTERVAL (--drift-interval) must be at least 1s and MP_DRIFT_ALERT_AFTER (--drift-alert-after) not negative")
+	}
+	if c.WakeGrace < time.Minute {
+		bad("MP_WAKE_GRACE (--wake-grace) must be at least 1m: gateways remind the control plane of a served endpoint every 10s")
 	}
 	if len(errs) > 0 {
 		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))

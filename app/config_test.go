@@ -53,3 +53,12 @@ func TestServerConfigValidateNamesBadDriftInterval(t *testing.T) {
 		t.Fatalf("Validate() = %v; want it to name MP_DRIFT_INTERVAL", err)
 	}
 }
+
+func TestServerConfigValidateNamesShortWakeGrace(t *testing.T) {
+	t.Setenv("MP_WAKE_GRACE", "20s")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MP_WAKE_GRACE") {
+		t.Fatalf("Validate() = %v; want it to name MP_WAKE_GRACE", err)
+	}
+}

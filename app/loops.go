@@ -84,14 +84,17 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), cp.NC, cp.Log, time.Now, metrics, cp.Drift)
+	// Alert events of the budget and drift checks are outbox rows; the
+	// relay sends them, woken when a check wrote one.
+	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
+	checker, err := drift.NewChecker(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), relay.Wake, cp.Log, time.Now, metrics, cp.Drift)
 	if err != nil {
 		return nil, err
 	}
 	retention := drift.NewRetention(cp.Pool, cp.CH, cp.Log, time.Now)
 	ctx, cancel = context.WithCancel(ctx)
 	f := fleet.New(cp.Pool, cp.Log, time.Now)
-	relay := outbox.NewRelay(cp.Pool, js, cp.Log)
+	f.SetWakeGrace(cp.WakeGrace)
 	var intake *fleet.Intake
 	ctl := fleet.NewController(f, cp.Log, time.Second, func() time.Time { return intake.ListeningSince() }, relay.Wake)
 	intake = fleet.NewIntake(f, cp.NC, cp.Log, ctl.Wake)
@@ -141,7 +144,7 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 		})
 	}
 	// Budget alerts: one checker measures every budget each minute.
-	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), cp.NC, cp.Log, time.Now)
+	budgets := chargeback.NewBudgets(cp.Pool, chargeback.New(cp.CH, db.New(cp.Pool), time.Now), relay.Wake, cp.Log, time.Now)
 	wg.Go(func() {
 		db.Lead(ctx, cp.Pool, leadBudgets, 2*time.Second, func(ctx context.Context) { budgets.Run(ctx, time.Minute) })
 	})

@@ -51,6 +51,9 @@ type controlPlane struct {
 	DevUsers       []handlers.DevUser
 	// Drift configures the scheduled drift check (zero: defaults).
 	Drift drift.CheckerConfig
+	// WakeGrace is how long a woken endpoint keeps its replica (zero:
+	// fleet.DefaultWakeGrace).
+	WakeGrace time.Duration
 }
 
 func (cp controlPlane) handler() (*handlers.Server, error) {
@@ -69,7 +72,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
-		budgets = chargeback.NewBudgets(cp.Pool, reports, cp.NC, cp.Log, now)
+		budgets = chargeback.NewBudgets(cp.Pool, reports, nil, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
 		driftService = drift.NewService(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), now)
 	}
@@ -179,7 +182,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc,
-		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}}.startLoops(ctx, h.Metrics, h.Rollouts)
+		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace}.startLoops(ctx, h.Metrics, h.Rollouts)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,35 +68,33 @@ type Alert struct {
 	At           time.Time `json:"at"`
 }
 
-// Publisher sends a core NATS message; *nats.Conn is one.
-type Publisher interface {
-	Publish(subject string, data []byte) error
-}
-
 // Budgets keeps budgets in PostgreSQL, measures them against the month's
 // cost from Service, and raises their alerts.
 type Budgets struct {
 	pool    *pgxpool.Pool
 	reports *Service
-	pub     Publisher
-	log     *slog.Logger
-	now     func() time.Time
+	// published is called after an alert's event was written to the
+	// outbox (it wakes the relay); nil when nobody waits.
+	published func()
+	log       *slog.Logger
+	now       func() time.Time
 	// wake lets Check run early (after a budget changed).
 	wake chan struct{}
 	mu   sync.Mutex
 }
 
-// NewBudgets returns Budgets; pub may be nil (alerts are then stored and
-// shown, and go out from a Budgets that has one), and so may reports (no
-// usage store: spend reads as zero and no alert is raised).
-func NewBudgets(pool *pgxpool.Pool, reports *Service, pub Publisher, log *slog.Logger, now func() time.Time) *Budgets {
+// NewBudgets returns Budgets. published is called after Check wrote an
+// alert's event to the outbox (the relay's Wake), and may be nil (the relay
+// then sends it at its next poll); reports may be nil too (no usage store:
+// spend reads as zero and no alert is raised).
+func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slog.Logger, now func() time.Time) *Budgets {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Budgets{pool: pool, reports: reports, pub: pub, log: log, now: now, wake: make(chan struct{}, 1)}
+	return &Budgets{pool: pool, reports: reports, published: published, log: log, now: now, wake: make(chan struct{}, 1)}
 }
 
 // system is who the budget check reads costs as: it measures every team.
@@ -236,9 +235,9 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 }
 
 // Blocked reports whether a budget with block enforcement of the team, or
-// of the endpoint, has reached 100 percent this month: the placement pass
-// must then start no replica of the endpoint beyond its minimum. It is a
-// check for the fleet reconciler to read; nothing here stops replicas.
+// of the endpoint, has reached 100 percent this month: the fleet reconciler
+// then starts no replica of the endpoint beyond its minimum (it reads the
+// same alerts for every endpoint at once, query BudgetBlockingList).
 func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, error) {
 	from, _ := Month(b.now())
 	blocked, err := db.New(b.pool).BudgetBlocking(ctx, db.BudgetBlockingParams{Month: pgtype.Date{Time: from, Valid: true},
@@ -250,10 +249,10 @@ func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, 
 }
 
 // Check measures every budget once: a threshold newly passed this month is
-// stored as an alert with an audit record, in one transaction, and then
-// published on mp.events.<team>. Alerts stored but not yet published (the
-// publish failed, or the process died) go out on the next Check, so an
-// event is sent at least once; the stored alert is the record.
+// stored as an alert with an audit record and its event (proto.Event, kind
+// "budget", on mp.events.<team>) as an outbox row, in one transaction, so
+// the event goes out exactly when the alert is stored, through the relay
+// like every other event (MP_EVENTS).
 func (b *Budgets) Check(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -264,6 +263,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 	}
 	month, _ := Month(b.now())
 	var errs []error
+	raised := 0
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
 		if err := b.measure(ctx, &bu); err != nil {
@@ -282,51 +282,50 @@ func (b *Budgets) Check(ctx context.Context) error {
 				if err != nil || n == 0 {
 					return err
 				}
-				return audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: fmt.Sprintf("budget.alert_%d", pct), ObjectType: "budget",
-					ObjectName: budgetName(bu.Team, bu.Endpoint), After: bu})
+				if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: fmt.Sprintf("budget.alert_%d", pct), ObjectType: "budget",
+					ObjectName: budgetName(bu.Team, bu.Endpoint), After: bu}); err != nil {
+					return err
+				}
+				raised++
+				return writeEvent(ctx, q, r.ID, bu, pct, b.now())
 			})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("budget alert: %w", err))
 			}
 		}
 	}
-	if err := b.publish(ctx); err != nil {
-		errs = append(errs, err)
+	if raised > 0 && b.published != nil {
+		b.published()
 	}
 	return errors.Join(errs...)
 }
 
-// Event is the message on mp.events.<team> for a budget alert.
-type Event struct {
-	Kind  string `json:"kind"` // "budget.alert"
-	Alert Alert  `json:"alert"`
+// EventKind is the Kind of a budget alert's proto.Event; its Type is
+// "alert", State the threshold passed ("80" or "100"), ID the budget's id
+// and Name the team or team/endpoint. Readers fetch the alerts for the
+// figures; Message says them for people.
+const EventKind = "budget"
+
+// writeEvent writes the event of a budget alert to the outbox in the
+// alert's transaction.
+func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, pct int, at time.Time) error {
+	msg := fmt.Sprintf("%s spent %s of its %s monthly budget (%d percent passed); forecast %s", budgetName(bu.Team, bu.Endpoint),
+		usd(bu.SpentUUSD), usd(bu.MonthlyUUSD), pct, usd(bu.ForecastUUSD))
+	if bu.Enforcement == EnforceBlock && pct >= 100 {
+		msg += "; no new replicas beyond the endpoints' minimum this month"
+	}
+	payload, err := json.Marshal(proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint), Type: "alert",
+		State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
+	if err != nil {
+		return err
+	}
+	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(bu.Team), Payload: payload})
+	return err
 }
 
-// publish sends the stored alerts not yet sent.
-func (b *Budgets) publish(ctx context.Context) error {
-	if b.pub == nil {
-		return nil
-	}
-	q := db.New(b.pool)
-	rows, err := q.BudgetAlertUnpublished(ctx)
-	if err != nil {
-		return fmt.Errorf("budget events: %w", err)
-	}
-	for _, r := range rows {
-		a := Alert{Team: r.TeamName, Endpoint: r.EndpointName, Month: r.Month.Time.Format("2006-01"), ThresholdPct: int(r.ThresholdPct),
-			SpentUUSD: r.SpentUusd, BudgetUUSD: r.BudgetUusd, ForecastUUSD: r.ForecastUusd, At: r.CreatedAt.UTC()}
-		data, err := json.Marshal(Event{Kind: "budget.alert", Alert: a})
-		if err != nil {
-			return fmt.Errorf("budget event: %w", err)
-		}
-		if err := b.pub.Publish(proto.EventsSubject(r.TeamName), data); err != nil {
-			return fmt.Errorf("publish budget event: %w", err)
-		}
-		if err := q.BudgetAlertMarkPublished(ctx, db.BudgetAlertMarkPublishedParams{BudgetID: r.BudgetID, Month: r.Month, ThresholdPct: r.ThresholdPct}); err != nil {
-			return fmt.Errorf("budget event: %w", err)
-		}
-	}
-	return nil
+// usd formats micro-USD as dollars and cents (rounded down).
+func usd(uusd int64) string {
+	return fmt.Sprintf("$%d.%02d", uusd/1_000_000, uusd%1_000_000/10_000)
 }
 
 // Run checks every interval, and soon after a budget changes, until ctx

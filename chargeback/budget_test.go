@@ -3,19 +3,75 @@ package chargeback_test
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/bus"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/outbox"
 	"modelplane/tenant"
 )
+
+// eventStream reads the events of one subject from MP_EVENTS after the
+// outbox relay sent what the database holds, as every reader of events
+// sees them.
+type eventStream struct {
+	relay *outbox.Relay
+	cons  jetstream.Consumer
+}
+
+func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStream {
+	t.Helper()
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(t.Context(), proto.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler)), cons: cons}
+}
+
+// next relays the outbox and returns the events that arrived since the
+// last call.
+func (s *eventStream) next(t *testing.T) []proto.Event {
+	t.Helper()
+	if _, err := s.relay.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := s.cons.FetchNoWait(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proto.Event
+	for m := range batch.Messages() {
+		var e proto.Event
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			t.Fatalf("event %s: %v", m.Data(), err)
+		}
+		out = append(out, e)
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // TestBudgets: a team admin sets a $10 budget (a viewer may not, another
 // team's admin finds no team); at $8.50 spent half-way through the month the
@@ -27,7 +83,6 @@ func TestBudgets(t *testing.T) {
 	ctx := t.Context()
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
-	_, nc := natstest.Connect(t)
 	sys := &auth.Principal{Name: "seed", PlatformRole: auth.RolePlatformAdmin}
 	ten := tenant.New(pool, time.Now)
 	risk, err := ten.CreateTeam(ctx, sys, "risk", "Risk")
@@ -40,13 +95,8 @@ func TestBudgets(t *testing.T) {
 	}
 	now := time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC) // 15.5 of 31 days: half the month
 	svc := chargeback.New(ch, db.New(pool), func() time.Time { return now })
-	budgets := chargeback.NewBudgets(pool, svc, nc, nil, func() time.Time { return now })
-	events := make(chan *nats.Msg, 10)
-	sub, err := nc.ChanSubscribe("mp.events.risk", events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	budgets := chargeback.NewBudgets(pool, svc, nil, nil, func() time.Time { return now })
+	events := newEventStream(t, pool, proto.EventsSubject("risk"))
 
 	riskAdmin := &auth.Principal{Name: "ra", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleAdmin}}}
 	riskViewer := &auth.Principal{Name: "rv", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleViewer}}}
@@ -87,19 +137,13 @@ func TestBudgets(t *testing.T) {
 	if l, err := budgets.List(ctx, searchAdmin); err != nil || len(l) != 0 {
 		t.Errorf("search admin sees %+v, %v; want no budgets", l, err)
 	}
-	select {
-	case m := <-events:
-		var ev chargeback.Event
-		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Kind != "budget.alert" || ev.Alert.ThresholdPct != 80 || ev.Alert.SpentUUSD != 8_500_000 {
-			t.Errorf("event %s (%v); want the 80 percent alert", m.Data, err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event on mp.events.risk")
+	evs := events.next(t)
+	if len(evs) != 1 {
+		t.Fatalf("events on mp.events.risk = %+v, want the 80 percent alert once", evs)
 	}
-	select {
-	case m := <-events:
-		t.Errorf("second event %s; want one per threshold", m.Data)
-	case <-time.After(300 * time.Millisecond):
+	if ev := evs[0]; ev.Kind != chargeback.EventKind || ev.Type != "alert" || ev.State != "80" || ev.Name != "risk" ||
+		!strings.Contains(ev.Message, "spent $8.50 of its $10.00") || !ev.At.Equal(now) {
+		t.Errorf("event = %+v, want the 80 percent alert of risk at %s", ev, now)
 	}
 	var audited int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'budget.alert_80'`).Scan(&audited); err != nil || audited != 1 {
@@ -116,6 +160,9 @@ func TestBudgets(t *testing.T) {
 	}
 	if err := budgets.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if evs := events.next(t); len(evs) != 1 || evs[0].State != "100" || !strings.Contains(evs[0].Message, "no new replicas") {
+		t.Errorf("events after $10 = %+v, want the 100 percent alert of a blocking budget", evs)
 	}
 	alerts, err := budgets.Alerts(ctx, riskViewer)
 	if err != nil {

@@ -27,9 +27,12 @@
 // are summed from those rows alone.
 //
 // Budgets (monthly, per team or endpoint) live in PostgreSQL with their
-// alerts; a checker raises the 80 and 100 percent alerts (audit log and
-// mp.events.<team>). Blocked is the check placement reads for blocking
-// budgets; nothing here stops a replica. Advisor turns the last week of
+// alerts; a checker raises the 80 and 100 percent alerts (audit log, and a
+// proto.Event for mp.events.<team> as an outbox row in the same
+// transaction). The fleet reconciler reads the stored 100 percent alerts of
+// blocking budgets from PostgreSQL (package fleet, query BudgetBlockingList)
+// and starts no replica beyond an endpoint's minimum; Blocked answers the
+// same for one endpoint. Nothing here stops a replica. Advisor turns the last week of
 // usage into right-sizing advice. chargeback writes ClickHouse only to seal
 // days (never the usage itself) and imports no HTTP or templ package.
 package chargeback

@@ -45,7 +45,7 @@ func (q *Queries) BudgetAlertInsert(ctx context.Context, arg BudgetAlertInsertPa
 }
 
 const budgetAlertListScoped = `-- name: BudgetAlertListScoped :many
-SELECT a.budget_id, a.team_id, a.month, a.threshold_pct, a.spent_uusd, a.budget_uusd, a.forecast_uusd, a.created_at, a.published_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+SELECT a.budget_id, a.team_id, a.month, a.threshold_pct, a.spent_uusd, a.budget_uusd, a.forecast_uusd, a.created_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
 LEFT JOIN endpoints e ON e.id = b.endpoint_id
 WHERE ($1::boolean OR a.team_id = ANY($2::bigint[])) AND a.month = $3
@@ -67,7 +67,6 @@ type BudgetAlertListScopedRow struct {
 	BudgetUusd   int64
 	ForecastUusd int64
 	CreatedAt    time.Time
-	PublishedAt  *time.Time
 	TeamName     string
 	EndpointName string
 }
@@ -90,76 +89,6 @@ func (q *Queries) BudgetAlertListScoped(ctx context.Context, arg BudgetAlertList
 			&i.BudgetUusd,
 			&i.ForecastUusd,
 			&i.CreatedAt,
-			&i.PublishedAt,
-			&i.TeamName,
-			&i.EndpointName,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const budgetAlertMarkPublished = `-- name: BudgetAlertMarkPublished :exec
-UPDATE budget_alerts SET published_at = now()
-WHERE budget_id = $1 AND month = $2 AND threshold_pct = $3
-`
-
-type BudgetAlertMarkPublishedParams struct {
-	BudgetID     int64
-	Month        pgtype.Date
-	ThresholdPct int32
-}
-
-func (q *Queries) BudgetAlertMarkPublished(ctx context.Context, arg BudgetAlertMarkPublishedParams) error {
-	_, err := q.db.Exec(ctx, budgetAlertMarkPublished, arg.BudgetID, arg.Month, arg.ThresholdPct)
-	return err
-}
-
-const budgetAlertUnpublished = `-- name: BudgetAlertUnpublished :many
-SELECT a.budget_id, a.team_id, a.month, a.threshold_pct, a.spent_uusd, a.budget_uusd, a.forecast_uusd, a.created_at, a.published_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
-FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
-LEFT JOIN endpoints e ON e.id = b.endpoint_id
-WHERE a.published_at IS NULL ORDER BY a.created_at LIMIT 100
-`
-
-type BudgetAlertUnpublishedRow struct {
-	BudgetID     int64
-	TeamID       int64
-	Month        pgtype.Date
-	ThresholdPct int32
-	SpentUusd    int64
-	BudgetUusd   int64
-	ForecastUusd int64
-	CreatedAt    time.Time
-	PublishedAt  *time.Time
-	TeamName     string
-	EndpointName string
-}
-
-func (q *Queries) BudgetAlertUnpublished(ctx context.Context) ([]BudgetAlertUnpublishedRow, error) {
-	rows, err := q.db.Query(ctx, budgetAlertUnpublished)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []BudgetAlertUnpublishedRow{}
-	for rows.Next() {
-		var i BudgetAlertUnpublishedRow
-		if err := rows.Scan(
-			&i.BudgetID,
-			&i.TeamID,
-			&i.Month,
-			&i.ThresholdPct,
-			&i.SpentUusd,
-			&i.BudgetUusd,
-			&i.ForecastUusd,
-			&i.CreatedAt,
-			&i.PublishedAt,
 			&i.TeamName,
 			&i.EndpointName,
 		); err != nil {
@@ -192,6 +121,53 @@ func (q *Queries) BudgetBlocking(ctx context.Context, arg BudgetBlockingParams) 
 	var blocked bool
 	err := row.Scan(&blocked)
 	return blocked, err
+}
+
+const budgetBlockingList = `-- name: BudgetBlockingList :many
+SELECT b.team_id, b.endpoint_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name, b.monthly_uusd, a.spent_uusd
+FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = b.team_id
+LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = $1
+ORDER BY b.id
+`
+
+type BudgetBlockingListRow struct {
+	TeamID       int64
+	EndpointID   *int64
+	TeamName     string
+	EndpointName string
+	MonthlyUusd  int64
+	SpentUusd    int64
+}
+
+// Every budget with block enforcement that reached 100 percent in the month:
+// the fleet reconciler places no replica beyond min_replicas for the team
+// (endpoint_id NULL) or the endpoint.
+func (q *Queries) BudgetBlockingList(ctx context.Context, month pgtype.Date) ([]BudgetBlockingListRow, error) {
+	rows, err := q.db.Query(ctx, budgetBlockingList, month)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BudgetBlockingListRow{}
+	for rows.Next() {
+		var i BudgetBlockingListRow
+		if err := rows.Scan(
+			&i.TeamID,
+			&i.EndpointID,
+			&i.TeamName,
+			&i.EndpointName,
+			&i.MonthlyUusd,
+			&i.SpentUusd,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const budgetListAll = `-- name: BudgetListAll :many

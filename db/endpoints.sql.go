@@ -15,7 +15,7 @@ INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_r
     sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13)
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at
 `
 
 type EndpointCreateParams struct {
@@ -70,6 +70,7 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		&i.RateLimitRPS,
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
+		&i.WokenAt,
 	)
 	return i, err
 }
@@ -93,7 +94,7 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -129,6 +130,7 @@ type EndpointGetRow struct {
 	RateLimitRPS    float64
 	RateLimitBurst  int32
 	TimeoutMS       int32
+	WokenAt         *time.Time
 	TeamName        string
 	ModelName       string
 	ModelTask       string
@@ -158,6 +160,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.RateLimitRPS,
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
+		&i.WokenAt,
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
@@ -168,7 +171,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -206,6 +209,7 @@ type EndpointListRow struct {
 	RateLimitRPS    float64
 	RateLimitBurst  int32
 	TimeoutMS       int32
+	WokenAt         *time.Time
 	TeamName        string
 	ModelName       string
 	ModelTask       string
@@ -246,6 +250,7 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.RateLimitRPS,
 			&i.RateLimitBurst,
 			&i.TimeoutMS,
+			&i.WokenAt,
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
@@ -286,7 +291,7 @@ UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     retention_days = $6, rate_limit_rps = $7, rate_limit_burst = $8,
     timeout_ms = $9, updated_at = now()
 WHERE id = $10 AND ($11::boolean OR team_id = ANY($12::bigint[]))
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at
 `
 
 type EndpointUpdateParams struct {
@@ -339,6 +344,30 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		&i.RateLimitRPS,
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
+		&i.WokenAt,
 	)
 	return i, err
+}
+
+const endpointWake = `-- name: EndpointWake :one
+UPDATE endpoints e SET woken_at = $1::timestamptz
+FROM (SELECT o.id, o.woken_at FROM endpoints o WHERE o.name = $2 FOR UPDATE) old
+WHERE e.id = old.id AND (e.woken_at IS NULL OR e.woken_at < $1::timestamptz)
+RETURNING old.woken_at AS prev
+`
+
+type EndpointWakeParams struct {
+	Now  time.Time
+	Name string
+}
+
+// A gateway asked for a replica of the endpoint (proto.WakeSubject); prev is
+// the wake before this one, so the caller can tell a sleeping endpoint from
+// one whose grace it only extends. No row: no such endpoint, or a later wake
+// is already stored.
+func (q *Queries) EndpointWake(ctx context.Context, arg EndpointWakeParams) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, endpointWake, arg.Now, arg.Name)
+	var prev *time.Time
+	err := row.Scan(&prev)
+	return prev, err
 }

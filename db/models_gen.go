@@ -75,7 +75,6 @@ type BudgetAlert struct {
 	BudgetUusd   int64
 	ForecastUusd int64
 	CreatedAt    time.Time
-	PublishedAt  *time.Time
 }
 
 type CostRate struct {
@@ -132,6 +131,7 @@ type Endpoint struct {
 	RateLimitRPS    float64
 	RateLimitBurst  int32
 	TimeoutMS       int32
+	WokenAt         *time.Time
 }
 
 type Experiment struct {

@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const routingRuleDeleteByEndpoint = `-- name: RoutingRuleDeleteByEndpoint :exec
@@ -118,7 +119,7 @@ const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
        e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
        v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate,
-       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms
+       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -150,6 +151,7 @@ type RoutingRuleListForPlacementRow struct {
 	RateLimitRPS    float64
 	RateLimitBurst  int32
 	TimeoutMS       int32
+	WokenAt         *time.Time
 }
 
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
@@ -184,6 +186,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.RateLimitRPS,
 			&i.RateLimitBurst,
 			&i.TimeoutMS,
+			&i.WokenAt,
 		); err != nil {
 			return nil, err
 		}

@@ -73,6 +73,8 @@ var unscoped = map[string]string{
 	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
 	"ExperimentListForRoutes":     "fleet reconciler: the experiment of every endpoint for its routing entry; no caller",
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
+	"EndpointWake":                "fleet wake intake: a gateway asks for a replica of an endpoint it serves from its routing table; no caller",
+	"BudgetBlockingList":          "fleet reconciler: which endpoints' budgets block new replicas beyond the minimum, across teams; no caller",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
@@ -83,12 +85,10 @@ var unscoped = map[string]string{
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
 	// Budgets: the checker measures every team's budgets for the platform.
-	"BudgetUpsert":             "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
-	"BudgetListAll":            "budget checker: measures every budget for the platform; no caller",
-	"BudgetAlertInsert":        "budget checker: team id comes from BudgetListAll's row; no caller",
-	"BudgetAlertUnpublished":   "budget checker: publishes every team's stored alerts to its own mp.events.<team>; no caller",
-	"BudgetAlertMarkPublished": "budget checker: marks an alert it just published; no caller",
-	"BudgetBlocking":           "placement check for the fleet reconciler: team and endpoint ids come from its already-resolved endpoint; no caller",
+	"BudgetUpsert":      "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
+	"BudgetListAll":     "budget checker: measures every budget for the platform; no caller",
+	"BudgetAlertInsert": "budget checker: team id comes from BudgetListAll's row; no caller",
+	"BudgetBlocking":    "placement check for the fleet reconciler: team and endpoint ids come from its already-resolved endpoint; no caller",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",

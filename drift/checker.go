@@ -49,13 +49,10 @@ func (c *CheckerConfig) defaults() {
 	}
 }
 
-// Publisher sends an alert event; *nats.Conn is one.
-type Publisher interface {
-	Publish(subject string, data []byte) error
-}
-
-// Event is the JSON published on mp.events.<team> when a drift alert fires
-// ("drift.alert") and when a fired one clears ("drift.resolved").
+// Event is what the audit log records when a drift alert fires
+// ("drift.alert") and when a fired one clears ("drift.resolved"). The event
+// on mp.events.<team> is a proto.Event of kind EventKind written to the
+// outbox in the same transaction (see alert).
 type Event struct {
 	Type             string    `json:"type"`
 	Team             string    `json:"team"`
@@ -70,11 +67,16 @@ type Event struct {
 	At               time.Time `json:"at"`
 }
 
-// Event types.
+// Audit actions of drift alerts.
 const (
 	EventAlert    = "drift.alert"
 	EventResolved = "drift.resolved"
 )
+
+// EventKind is the Kind of a drift alert's proto.Event on mp.events.<team>:
+// ID and Name are the endpoint's, Type "alert" or "resolved", State the
+// version and metric ("v24 w1_norm"), Message the figures for people.
+const EventKind = "drift"
 
 // system is the principal alerts are audited as.
 var system = &auth.Principal{Name: "drift-check", Via: "system"}
@@ -87,22 +89,25 @@ var system = &auth.Principal{Name: "drift-check", Via: "system"}
 type Checker struct {
 	pool   *pgxpool.Pool
 	reader *Reader
-	pub    Publisher
-	log    *slog.Logger
-	now    func() time.Time
-	cfg    CheckerConfig
-	score  *prometheus.GaugeVec
-	shown  map[[3]string]bool
+	// published is called after a check wrote events to the outbox (it
+	// wakes the relay); nil when nobody waits.
+	published func()
+	log       *slog.Logger
+	now       func() time.Time
+	cfg       CheckerConfig
+	score     *prometheus.GaugeVec
+	shown     map[[3]string]bool
 }
 
 // NewChecker returns a Checker and registers its gauge on reg (nil: not
-// registered). pub may be nil: alerts are then only stored and audited.
-func NewChecker(pool *pgxpool.Pool, reader *Reader, pub Publisher, log *slog.Logger, now func() time.Time, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
+// registered). published is called after a check wrote alert events to the
+// outbox (the relay's Wake); nil leaves them to the relay's next poll.
+func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
 	cfg.defaults()
 	if now == nil {
 		now = time.Now
 	}
-	c := &Checker{pool: pool, reader: reader, pub: pub, log: log, now: now, cfg: cfg, shown: map[[3]string]bool{},
+	c := &Checker{pool: pool, reader: reader, published: published, log: log, now: now, cfg: cfg, shown: map[[3]string]bool{},
 		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_score",
 			Help: "Latest drift score of an endpoint's live version: psi:<feature>, kl, w1_norm or completion_length_w1_norm."},
 			[]string{"endpoint", "version", "metric"})}
@@ -234,9 +239,11 @@ func (c *Checker) store(ctx context.Context, t *target, version string, rep Repo
 }
 
 // alert advances the alert state of every metric of one version: a breach
-// starts or continues a run, a run older than AlertAfter fires once (audit
-// entry in the same transaction, then the event), a metric back within its
-// threshold ends its run (a fired one with a drift.resolved event).
+// starts or continues a run, a run older than AlertAfter fires once, a
+// metric back within its threshold ends its run (a fired one is resolved).
+// Firing and resolving write the audit entry and the event's outbox row in
+// the transaction that changes the alert, so the event goes out exactly
+// when the change commits (through the relay, to MP_EVENTS).
 func (c *Checker) alert(ctx context.Context, t *target, version string, rep Report, scores []MetricScore, now time.Time) error {
 	var events []Event
 	breached := []string{}
@@ -269,6 +276,9 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 				ObjectName: t.endpoint, After: e}); err != nil {
 				return err
 			}
+			if err := writeEvent(ctx, q, t.endpointID, e); err != nil {
+				return err
+			}
 			events = append(events, e)
 		}
 		cleared, err := q.DriftAlertClear(ctx, db.DriftAlertClearParams{EndpointID: t.endpointID, Version: version, Breached: breached,
@@ -291,6 +301,9 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 				ObjectName: t.endpoint, After: e}); err != nil {
 				return err
 			}
+			if err := writeEvent(ctx, q, t.endpointID, e); err != nil {
+				return err
+			}
 			events = append(events, e)
 		}
 		return nil
@@ -298,21 +311,31 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 	if err != nil {
 		return err
 	}
-	// The audit log is the durable record; the event is a live
-	// notification, published after the commit and at most once.
 	for _, e := range events {
 		c.log.Info("drift alert", slog.String("type", e.Type), slog.String("endpoint", e.Endpoint), slog.String("version", e.Version),
 			slog.String("metric", e.Metric), slog.Float64("value", e.Value))
-		if c.pub == nil {
-			continue
-		}
-		data, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("drift event: %w", err)
-		}
-		if err := c.pub.Publish(proto.EventsSubject(e.Team), data); err != nil {
-			c.log.Warn("drift event publish", slog.String("endpoint", e.Endpoint), slog.String("error", err.Error()))
-		}
+	}
+	if len(events) > 0 && c.published != nil {
+		c.published()
+	}
+	return nil
+}
+
+// writeEvent writes the proto.Event of a fired or resolved alert to the
+// outbox inside the alert's transaction.
+func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) error {
+	typ, msg := "alert", fmt.Sprintf("%s %s = %.4g, past its threshold %.4g since %s", e.Version, e.Metric, e.Value, e.Threshold,
+		e.BreachedSince.UTC().Format(time.RFC3339))
+	if e.Type == EventResolved {
+		typ, msg = "resolved", fmt.Sprintf("%s %s = %.4g, back within its threshold %.4g", e.Version, e.Metric, e.Value, e.Threshold)
+	}
+	payload, err := json.Marshal(proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ, State: e.Version + " " + e.Metric,
+		Message: msg, At: e.At.UTC()})
+	if err != nil {
+		return fmt.Errorf("drift event: %w", err)
+	}
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(e.Team), Payload: payload}); err != nil {
+		return fmt.Errorf("drift event: %w", err)
 	}
 	return nil
 }

@@ -7,22 +7,76 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/bus"
 	"modelplane/db"
 	"modelplane/drift"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/outbox"
 	"modelplane/validate"
 )
+
+// eventStream reads the events of one subject from MP_EVENTS after the
+// outbox relay sent what the database holds, as every reader of events
+// sees them.
+type eventStream struct {
+	relay *outbox.Relay
+	cons  jetstream.Consumer
+}
+
+func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStream {
+	t.Helper()
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(t.Context(), proto.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &eventStream{relay: outbox.NewRelay(pool, js, quiet), cons: cons}
+}
+
+// next relays the outbox and returns the events that arrived since the
+// last call.
+func (s *eventStream) next(t *testing.T) []proto.Event {
+	t.Helper()
+	if _, err := s.relay.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := s.cons.FetchNoWait(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proto.Event
+	for m := range batch.Messages() {
+		var e proto.Event
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			t.Fatalf("event %s: %v", m.Data(), err)
+		}
+		out = append(out, e)
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -71,52 +125,50 @@ func garbage(t *testing.T, ch driver.Conn, endpoint string, t0 time.Time, curN i
 func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	t.Parallel()
 	pool, ch := pgtest.New(t), chtest.New(t)
-	_, nc := natstest.Connect(t)
 	ctx := context.Background()
 	seed(t, pool, "fraud", "quiet")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	garbage(t, ch, "fraud", t0, 1000)
 	garbage(t, ch, "quiet", t0, 50) // too few current samples to judge
 
-	events := make(chan *nats.Msg, 16)
-	sub, err := nc.ChanSubscribe("mp.events.risk", events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	events := newEventStream(t, pool, proto.EventsSubject("risk"))
 	now := t0
 	reg := prometheus.NewRegistry()
-	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nc, quiet, func() time.Time { return now }, reg,
+	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, reg,
 		drift.CheckerConfig{AlertAfter: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var fired proto.Event
 	for _, step := range []time.Duration{0, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute} {
 		now = t0.Add(step)
 		if err := c.Check(ctx); err != nil {
 			t.Fatalf("check at +%s: %v", step, err)
 		}
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		evs := events.next(t)
 		switch {
-		case step < 10*time.Minute && len(events) != 0:
-			t.Fatalf("at +%s: %d events before the alert duration", step, len(events))
-		case step == 10*time.Minute && len(events) != 1:
-			t.Fatalf("at +%s: %d events, want 1", step, len(events))
+		case step < 10*time.Minute && len(evs) != 0:
+			t.Fatalf("at +%s: events %+v before the alert duration", step, evs)
+		case step == 10*time.Minute && len(evs) != 1:
+			t.Fatalf("at +%s: events %+v, want 1", step, evs)
+		case step > 10*time.Minute && len(evs) != 0:
+			t.Fatalf("at +%s: events %+v, want the alert only once", step, evs)
+		}
+		if len(evs) == 1 {
+			fired = evs[0]
 		}
 	}
-	if len(events) != 1 {
-		t.Fatalf("%d events after four checks, want exactly 1", len(events))
+	if e := fired; e.Kind != drift.EventKind || e.Type != "alert" || e.Name != "fraud" || e.State != "v24 "+drift.MetricW1 ||
+		!strings.Contains(e.Message, "since "+t0.Format(time.RFC3339)) || !e.At.Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("event = %+v, want the w1 alert of fraud v24 breached since %s", e, t0)
 	}
 	var e drift.Event
-	if err := json.Unmarshal((<-events).Data, &e); err != nil {
+	var after []byte
+	if err := pool.QueryRow(ctx, `SELECT after FROM audit_log WHERE action = 'drift.alert' AND object_name = 'fraud'`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
-	if e.Type != drift.EventAlert || e.Endpoint != "fraud" || e.Version != "v24" || e.Metric != drift.MetricW1 ||
-		e.Value <= drift.W1Threshold || !e.BreachedSince.Equal(t0) || !e.At.Equal(t0.Add(10*time.Minute)) {
-		t.Errorf("event = %+v", e)
+	if err := json.Unmarshal(after, &e); err != nil || e.Value <= drift.W1Threshold || !e.BreachedSince.Equal(t0) {
+		t.Errorf("audited alert = %+v (%v), want the w1 value past its threshold since %s", e, err, t0)
 	}
 	var audits int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'drift.alert' AND object_name = 'fraud'`).Scan(&audits); err != nil {
@@ -191,13 +243,8 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = nc.Flush()
-	time.Sleep(50 * time.Millisecond)
-	if len(events) != 1 {
-		t.Fatalf("%d events after recovery, want the resolution", len(events))
-	}
-	if err := json.Unmarshal((<-events).Data, &e); err != nil || e.Type != drift.EventResolved || e.Version != "v24" {
-		t.Errorf("resolution event = %+v, %v", e, err)
+	if evs := events.next(t); len(evs) != 1 || evs[0].Kind != drift.EventKind || evs[0].Type != "resolved" || evs[0].State != "v24 "+drift.MetricW1 {
+		t.Errorf("events after recovery = %+v, want the resolution of v24 %s", evs, drift.MetricW1)
 	}
 }
 

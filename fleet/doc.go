@@ -5,6 +5,12 @@
 // of every node (KV mp_desired) and the routing table of every endpoint (KV
 // mp_routes) to the outbox in the same transaction as the change.
 //
+// Endpoints with min_replicas 0 are scaled to zero: a gateway's wake request
+// (proto.WakeSubject) gives them one replica per routed version for an idle
+// grace period after the last request (wake.go). Budgets with block
+// enforcement at 100 percent cap what the reconciler wants at min_replicas
+// for new replicas (running ones stay).
+//
 // It never talks to an agent or a gateway directly: everything it sends goes
 // through the outbox relay, everything it hears comes from heartbeats. Its
 // loops are level-triggered: each pass reads the whole demand and the whole

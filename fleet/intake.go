@@ -212,11 +212,13 @@ type Intake struct {
 	onDirty func()
 	workers int
 
-	sub    *nats.Subscription
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	work   []chan proto.NodeStatus
-	heard  heard
+	sub *nats.Subscription
+	// wakeSub receives the gateways' wake requests (wake.go).
+	wakeSub *nats.Subscription
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	work    []chan proto.NodeStatus
+	heard   heard
 }
 
 // NewIntake returns an Intake; onDirty is called after a heartbeat changed
@@ -254,7 +256,7 @@ func (in *Intake) Start(ctx context.Context) error {
 		return fmt.Errorf("subscribe heartbeats: %w", err)
 	}
 	in.sub = sub
-	return nil
+	return in.startWakes(ctx)
 }
 
 func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
@@ -325,6 +327,9 @@ func (in *Intake) Stop() {
 	if in.sub != nil {
 		in.sub.Unsubscribe()
 	}
+	if in.wakeSub != nil {
+		in.wakeSub.Unsubscribe()
+	}
 	if in.cancel != nil {
 		in.cancel()
 	}
@@ -336,6 +341,8 @@ type Fleet struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	now  func() time.Time
+	// wakeGrace is how long a woken endpoint keeps its replica (wake.go).
+	wakeGrace time.Duration
 }
 
 // New returns a Fleet; now is the clock heartbeats and leases are measured by.

@@ -82,14 +82,18 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err != nil {
 			return err
 		}
-		removeIDs, keep := surplus(demand, reps)
+		want, notes, err := f.wanted(ctx, q, demand, reps)
+		if err != nil {
+			return err
+		}
+		removeIDs, keep := surplus(want, reps)
 		if len(removeIDs) > 0 {
 			if err := q.ReplicaDeleteByIDs(ctx, removeIDs); err != nil {
 				return err
 			}
 			pass.Removed += len(removeIDs)
 		}
-		errs, err := f.placeMissing(ctx, q, demand, keep, &pass)
+		errs, err := f.placeMissing(ctx, q, demand, want, keep, &pass)
 		if err != nil {
 			return err
 		}
@@ -100,7 +104,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		} else {
 			reps = keepRows(reps, removeIDs)
 		}
-		if err := writeStatuses(ctx, q, demand, reps, errs); err != nil {
+		if err := writeStatuses(ctx, q, demand, want, reps, errs, notes); err != nil {
 			return err
 		}
 		if pass.DesiredWritten, err = writeDesired(ctx, q, reps); err != nil {
@@ -123,11 +127,7 @@ type versionKey struct{ endpoint, version int64 }
 // surplus picks the replicas to remove: those of versions no longer routed,
 // and those beyond the wanted count (not-ready ones first, then the newest).
 // It returns the kept replicas per endpoint version.
-func surplus(demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow) ([]int64, map[versionKey][]db.ReplicaListAllRow) {
-	want := map[versionKey]int{}
-	for _, d := range demand {
-		want[versionKey{d.EndpointID, d.VersionID}] = int(d.MinReplicas)
-	}
+func surplus(want map[versionKey]int, reps []db.ReplicaListAllRow) ([]int64, map[versionKey][]db.ReplicaListAllRow) {
 	have := map[versionKey][]db.ReplicaListAllRow{}
 	for _, r := range reps {
 		k := versionKey{r.EndpointID, r.VersionID}
@@ -181,7 +181,7 @@ var tierOrder = map[string]int{"critical": 0, "standard": 1, "batch": 2}
 // placeMissing asks placement for every missing replica and stores the
 // placed ones with their allocations. It returns, per endpoint, why replicas
 // could not be placed.
-func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow,
+func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, want map[versionKey]int,
 	keep map[versionKey][]db.ReplicaListAllRow, pass *Pass) (map[int64]string, error) {
 	type need struct {
 		d db.RoutingRuleListForPlacementRow
@@ -190,7 +190,8 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	var needs []need
 	total := 0
 	for _, d := range demand {
-		if n := int(d.MinReplicas) - len(keep[versionKey{d.EndpointID, d.VersionID}]); n > 0 {
+		k := versionKey{d.EndpointID, d.VersionID}
+		if n := want[k] - len(keep[k]); n > 0 {
 			needs = append(needs, need{d, n})
 			total += n
 		}
@@ -331,14 +332,18 @@ func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyR
 	return nodes, ids, nil
 }
 
-func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow, errs map[int64]string) error {
+// writeStatuses stores every endpoint's status and placement error; notes
+// (a budget holding replicas back) are shown with the placement error but
+// do not change the status.
+func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, wantVersion map[versionKey]int,
+	reps []db.ReplicaListAllRow, errs, notes map[int64]string) error {
 	want := map[int64]int{}
 	var order []int64
 	for _, d := range demand {
 		if _, ok := want[d.EndpointID]; !ok {
 			order = append(order, d.EndpointID)
 		}
-		want[d.EndpointID] += int(d.MinReplicas)
+		want[d.EndpointID] += wantVersion[versionKey{d.EndpointID, d.VersionID}]
 	}
 	ready := map[int64]int{}
 	for _, r := range reps {
@@ -363,7 +368,14 @@ func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleLi
 		}
 		set.IDs = append(set.IDs, id)
 		set.Statuses = append(set.Statuses, status)
-		set.PlacementErrors = append(set.PlacementErrors, errs[id])
+		msg := errs[id]
+		if n := notes[id]; n != "" {
+			if msg != "" {
+				msg += "; "
+			}
+			msg += n
+		}
+		set.PlacementErrors = append(set.PlacementErrors, msg)
 	}
 	return q.EndpointSetPlacement(ctx, set)
 }

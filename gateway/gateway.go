@@ -217,6 +217,7 @@ type Gateway struct {
 	stats   *statsRecorder
 	samples *sampler
 	metrics *metrics
+	wakes   waker // wake requests of endpoints scaled to zero (wake.go)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

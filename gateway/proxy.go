@@ -201,7 +201,7 @@ func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
 
 // coldStart answers a request to an endpoint scaled to zero: 202 with
 // Retry-After, so that a client polls instead of treating it as an outage.
-// The gateway does not start a replica itself; raising min_replicas does.
+// The wake request that starts a replica went out in proxy (wake.go).
 func (g *Gateway) coldStart(w http.ResponseWriter, c *call) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
 	g.fail(w, c, http.StatusAccepted, "scaled to zero", "endpoint "+strconv.Quote(c.endpoint)+" has no replica running; retry later")
@@ -224,6 +224,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	defer timer.Stop()
 
 	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica)
+	g.wake(&rt.src, u == nil && !saturated)
 	if u == nil {
 		if saturated {
 			g.shed(w, c)

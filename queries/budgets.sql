@@ -29,19 +29,19 @@ LEFT JOIN endpoints e ON e.id = b.endpoint_id
 WHERE (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[])) AND a.month = @month
 ORDER BY a.created_at DESC;
 
--- name: BudgetAlertUnpublished :many
-SELECT a.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
-FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = a.team_id
-LEFT JOIN endpoints e ON e.id = b.endpoint_id
-WHERE a.published_at IS NULL ORDER BY a.created_at LIMIT 100;
-
--- name: BudgetAlertMarkPublished :exec
-UPDATE budget_alerts SET published_at = now()
-WHERE budget_id = @budget_id AND month = @month AND threshold_pct = @threshold_pct;
-
 -- name: BudgetBlocking :one
 SELECT EXISTS (
     SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id
     WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = @month
       AND b.team_id = @team_id AND (b.endpoint_id IS NULL OR b.endpoint_id = @endpoint_id)
 )::boolean AS blocked;
+
+-- name: BudgetBlockingList :many
+-- Every budget with block enforcement that reached 100 percent in the month:
+-- the fleet reconciler places no replica beyond min_replicas for the team
+-- (endpoint_id NULL) or the endpoint.
+SELECT b.team_id, b.endpoint_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name, b.monthly_uusd, a.spent_uusd
+FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = b.team_id
+LEFT JOIN endpoints e ON e.id = b.endpoint_id
+WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = @month
+ORDER BY b.id;

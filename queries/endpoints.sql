@@ -44,3 +44,13 @@ UPDATE endpoints e SET status = u.status, placement_error = u.placement_error
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@statuses::text[]) AS status,
              unnest(@placement_errors::text[]) AS placement_error) u
 WHERE e.id = u.id AND (e.status, e.placement_error) IS DISTINCT FROM (u.status, u.placement_error);
+
+-- name: EndpointWake :one
+-- A gateway asked for a replica of the endpoint (proto.WakeSubject); prev is
+-- the wake before this one, so the caller can tell a sleeping endpoint from
+-- one whose grace it only extends. No row: no such endpoint, or a later wake
+-- is already stored.
+UPDATE endpoints e SET woken_at = sqlc.arg(now)::timestamptz
+FROM (SELECT o.id, o.woken_at FROM endpoints o WHERE o.name = @name FOR UPDATE) old
+WHERE e.id = old.id AND (e.woken_at IS NULL OR e.woken_at < sqlc.arg(now)::timestamptz)
+RETURNING old.woken_at AS prev;

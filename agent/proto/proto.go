@@ -100,6 +100,27 @@ type Event struct {
 	At      time.Time `json:"at"`
 }
 
+// WakeSubject is where a gateway asks, on core NATS, for a replica of an
+// endpoint scaled to zero (min_replicas 0): when it answers 202 because none
+// runs, and now and then while it serves the endpoint, so that the control
+// plane keeps one running while requests arrive. At most once per endpoint
+// per second per gateway; a lost message is repeated by the next request.
+func WakeSubject(endpoint string) string { return "mp.wake." + endpoint }
+
+// WakeWildcard matches every endpoint's wake requests.
+const WakeWildcard = "mp.wake.*"
+
+// Wake is the message on WakeSubject.
+type Wake struct {
+	Endpoint string `json:"endpoint"`
+	// Gateway is the ID of the gateway that asked.
+	Gateway string `json:"gateway"`
+	// Served is set when the gateway served the request (a replica runs)
+	// and asks only that it keeps running.
+	Served bool      `json:"served,omitempty"`
+	At     time.Time `json:"at"`
+}
+
 // KVSubject is the subject a JetStream publish uses to put key in bucket; the
 // outbox relay publishes desired state and routes this way so that the
 // outbox id becomes the Nats-Msg-Id.

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"modelplane/endpoint"
+)
+
+// TestScaleToZeroWakesOnRequest runs the wake-up end to end: support-chat
+// goes to min_replicas 0 and loses its replica; a request then gets 202
+// with Retry-After, the gateway's wake request reaches the control plane,
+// the reconciler places a replica on a simulated agent, and a later request
+// is served (200) by it.
+func TestScaleToZeroWakesOnRequest(t *testing.T) {
+	s := newChatStack(t)
+	e, err := s.h.Endpoints.Get(s.ctx, system, "support-chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: 0, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
+		SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays}
+	if _, err := s.h.Endpoints.Update(s.ctx, system, "support-chat", set); err != nil {
+		t.Fatal(err)
+	}
+
+	// The replica goes; the first request after it is answered 202.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := s.call()
+		if r.status == http.StatusAccepted {
+			break
+		}
+		if r.status != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("request while scaling to zero: %d, want 200 until the replica goes, then 202", r.status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var woken *time.Time
+	deadline = time.Now().Add(30 * time.Second)
+	for woken == nil {
+		if err := s.cp.Pool.QueryRow(s.ctx, "SELECT woken_at FROM endpoints WHERE name = 'support-chat'").Scan(&woken); err != nil {
+			t.Fatal(err)
+		}
+		if woken == nil && time.Now().After(deadline) {
+			t.Fatal("the 202 never woke support-chat (woken_at still NULL)")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Retrying as told, the client is served by the woken replica.
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		r := s.call()
+		if r.status == http.StatusOK && r.version == "v42" {
+			break
+		}
+		if r.status != http.StatusAccepted || time.Now().After(deadline) {
+			t.Fatalf("request after the wake: %d, want 202 until the replica is ready, then 200 from v42", r.status)
+		}
+		time.Sleep(time.Second)
+	}
+	e, err = s.h.Endpoints.Get(s.ctx, system, "support-chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Status != "ready" || len(e.Replicas) != 1 {
+		t.Fatalf("support-chat = %s with %d replicas, want ready with the one woken replica", e.Status, len(e.Replicas))
+	}
+}

@@ -1,0 +1,173 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/nats-io/nats.go"
+
+	"modelplane/agent/proto"
+	"modelplane/db"
+)
+
+// DefaultWakeGrace is how long an endpoint with min_replicas 0 keeps its
+// replica after the last wake request (a 202 or, while it serves, a
+// gateway's periodic reminder) before it goes back to zero.
+const DefaultWakeGrace = 15 * time.Minute
+
+// SetWakeGrace sets the idle grace period of woken endpoints; d <= 0 keeps
+// DefaultWakeGrace. Call it before the reconciler starts.
+func (f *Fleet) SetWakeGrace(d time.Duration) {
+	if d > 0 {
+		f.wakeGrace = d
+	}
+}
+
+func (f *Fleet) grace() time.Duration {
+	if f.wakeGrace <= 0 {
+		return DefaultWakeGrace
+	}
+	return f.wakeGrace
+}
+
+// Wake records that a gateway asked for a replica of endpoint. asleep is
+// true when the endpoint was not woken within the grace period before, so
+// that a pass now changes what it wants; a wake that only extends the grace
+// (or names no endpoint) reports false.
+func (f *Fleet) Wake(ctx context.Context, endpoint string) (asleep bool, err error) {
+	now := f.now()
+	prev, err := db.New(f.pool).EndpointWake(ctx, db.EndpointWakeParams{Now: now, Name: endpoint})
+	if errors.Is(db.Interpret(err), db.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("wake endpoint %s: %w", endpoint, err)
+	}
+	return prev == nil || now.Sub(*prev) >= f.grace(), nil
+}
+
+// woken reports whether d's endpoint was woken within the grace period.
+func (f *Fleet) woken(d db.RoutingRuleListForPlacementRow, now time.Time) bool {
+	return d.WokenAt != nil && now.Sub(*d.WokenAt) < f.grace()
+}
+
+// wanted is the replica count of every endpoint version the pass aims for:
+// min_replicas, or 1 for an endpoint with min_replicas 0 woken within the
+// grace period. A budget with block enforcement at 100 percent this month
+// caps it at the larger of min_replicas and the replicas the version has
+// (none beyond the minimum is started; running ones are not stopped); notes
+// says, per endpoint, why the cap held replicas back.
+func (f *Fleet) wanted(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow,
+	reps []db.ReplicaListAllRow) (map[versionKey]int, map[int64]string, error) {
+	now := f.now()
+	month := time.Date(now.UTC().Year(), now.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
+	blocking, err := q.BudgetBlockingList(ctx, pgtype.Date{Time: month, Valid: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	have := map[versionKey]int{}
+	for _, r := range reps {
+		have[versionKey{r.EndpointID, r.VersionID}]++
+	}
+	want := map[versionKey]int{}
+	notes := map[int64]string{}
+	for _, d := range demand {
+		k := versionKey{d.EndpointID, d.VersionID}
+		n := int(d.MinReplicas)
+		if n == 0 && f.woken(d, now) {
+			n = 1
+		}
+		if n > int(d.MinReplicas) {
+			if why := blockedBy(blocking, d); why != "" {
+				if capped := max(int(d.MinReplicas), have[k]); capped < n {
+					n = capped
+					notes[d.EndpointID] = why
+				}
+			}
+		}
+		want[k] = n
+	}
+	return want, notes, nil
+}
+
+// blockedBy says which blocking budget covers d's endpoint (its team's or
+// its own), or "" when none does.
+func blockedBy(blocking []db.BudgetBlockingListRow, d db.RoutingRuleListForPlacementRow) string {
+	for _, b := range blocking {
+		if b.TeamID != d.TeamID || (b.EndpointID != nil && *b.EndpointID != d.EndpointID) {
+			continue
+		}
+		who := "team " + b.TeamName
+		if b.EndpointID != nil {
+			who = "endpoint " + b.EndpointName
+		}
+		return fmt.Sprintf("budget exceeded: %s spent %s of its %s monthly budget (enforcement block); no replica beyond min_replicas %d is started",
+			who, usd(b.SpentUusd), usd(b.MonthlyUusd), d.MinReplicas)
+	}
+	return ""
+}
+
+// usd formats micro-USD as dollars and cents (rounded down).
+func usd(uusd int64) string {
+	return fmt.Sprintf("$%d.%02d", uusd/1_000_000, uusd%1_000_000/10_000)
+}
+
+// wakeQueue bounds the wake requests waiting for the database; beyond it
+// they are dropped (the gateways repeat them every second while callers
+// retry).
+const wakeQueue = 256
+
+// startWakes subscribes to the gateways' wake requests (one control plane
+// of the queue group records each) and records them on one worker; a wake
+// of a sleeping endpoint calls onDirty, so the reconciler places its replica
+// now rather than at its next tick.
+func (in *Intake) startWakes(ctx context.Context) error {
+	ch := make(chan string, wakeQueue)
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case name := <-ch:
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				asleep, err := in.fleet.Wake(wctx, name)
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						in.log.Warn("wake not recorded", slog.String("endpoint", name), slog.String("error", err.Error()))
+					}
+					continue
+				}
+				if asleep {
+					in.log.Info("endpoint woken", slog.String("endpoint", name))
+					if in.onDirty != nil {
+						in.onDirty()
+					}
+				}
+			}
+		}
+	}()
+	sub, err := in.nc.QueueSubscribe(proto.WakeWildcard, "mp-control-plane", func(m *nats.Msg) {
+		var w proto.Wake
+		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint == "" || proto.WakeSubject(w.Endpoint) != m.Subject {
+			in.log.Warn("wake request does not decode", slog.String("subject", m.Subject))
+			return
+		}
+		select {
+		case ch <- w.Endpoint:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe wake requests: %w", err)
+	}
+	in.wakeSub = sub
+	return nil
+}
