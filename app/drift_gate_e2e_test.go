@@ -88,7 +88,7 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 	r, err := s.h.Rollouts.Start(s.ctx, system, "fraud-scoring", rollout.Spec{Version: "v24",
 		Steps:              []rollout.Step{{Percent: 5, BakeSeconds: 60}, {Percent: 100, BakeSeconds: 60}},
 		EvaluationInterval: interval, EvaluationWindow: 3 * interval,
-		Criteria:           rollout.CriteriaSpec{MinRequests: &min, MaxP99MS: &ceiling, MaxErrorRateDelta: &errDelta}})
+		Criteria: rollout.CriteriaSpec{MinRequests: &min, MaxP99MS: &ceiling, MaxErrorRateDelta: &errDelta}})
 	if err != nil {
 		t.Fatal(err)
 	}
