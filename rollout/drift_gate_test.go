@@ -207,3 +207,88 @@ func TestDriftGateNeedsSampling(t *testing.T) {
 		t.Errorf("start event %+v; want it to say %q", r.Events, rollout.DriftSamplingOff)
 	}
 }
+
+// TestDriftGateWaitsForRequestsAndShadowAgreement: drift is measured only
+// once the candidate has the judge's minimum requests (before that a
+// garbage candidate holds, never rolls back on half the evidence), and a
+// shadow with the gate off still records its output agreement in every
+// verdict's window.
+func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
+	t.Parallel()
+	t.Run("canary", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		ch := chtest.New(t)
+		f.gated(t, ch)
+		start := f.clock.Now()
+		sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
+		sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
+		f.stats.set("v1", window(500, 0, 10))
+		f.stats.set("v2", window(50, 0, 10)) // below min_requests (100)
+		r := f.canary(t)
+		f.pass(t)
+		f.ready(t, "fraud-scoring", "v2")
+		f.pass(t)
+		f.clock.Add(10 * time.Second)
+		f.pass(t)
+		got := f.get(t, r.ID)
+		if got.State != rollout.StateProgressing || !strings.HasPrefix(got.Reason, "hold: requests: ") {
+			t.Fatalf("too few candidate requests: %s (%s), want a hold on the request count", got.State, got.Reason)
+		}
+		last := got.Events[len(got.Events)-1]
+		if last.Windows == nil || last.Windows.Drift != nil {
+			t.Errorf("drift measured before the candidate had its minimum requests: %+v", last.Windows)
+		}
+		f.stats.set("v2", window(500, 0, 10))
+		f.clock.Add(10 * time.Second)
+		f.pass(t)
+		if got := f.get(t, r.ID); got.State != rollout.StateRolledBack || !strings.HasPrefix(got.Reason, "judge: drift: kl ") {
+			t.Fatalf("with enough requests: %s (%s), want rolled back by the drift check", got.State, got.Reason)
+		}
+	})
+	t.Run("shadow", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		ch := chtest.New(t)
+		f.gated(t, ch)
+		start := f.clock.Now()
+		sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
+		sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
+		f.stats.set("v1", window(500, 0, 10))
+		f.stats.set("v2", window(500, 0, 10))
+		off := false
+		r, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Strategy: rollout.Shadow,
+			EvaluationInterval: 10 * time.Second, Criteria: rollout.CriteriaSpec{Drift: &off}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.pass(t)
+		f.ready(t, "fraud-scoring", "v2")
+		f.pass(t)
+		for range 2 {
+			f.clock.Add(10 * time.Second)
+			f.pass(t)
+		}
+		got := f.get(t, r.ID)
+		if got.State != rollout.StateProgressing {
+			t.Fatalf("shadow with the gate off: %s (%s), want still shadowing", got.State, got.Reason)
+		}
+		measured := 0
+		for _, e := range got.Events {
+			if e.Kind != "verdict" {
+				continue
+			}
+			for _, c := range e.Verdict.Checks {
+				if c.Name == "drift" {
+					t.Errorf("a drift check in a verdict of a rollout without the gate: %+v", c)
+				}
+			}
+			if d := e.Windows.Drift; d != nil && d.Enough && d.Metric == drift.MetricKL && d.Value > d.Threshold {
+				measured++
+			}
+		}
+		if measured == 0 {
+			t.Errorf("no verdict window records the shadow's output agreement (v24 against v23 drifts)")
+		}
+	})
+}
