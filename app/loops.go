@@ -105,8 +105,10 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 	// The rollout controller writes routing entries in its own transactions
 	// and wakes the relay, so a rollback leaves the candidate one relay hop
 	// after it commits (docs/rollouts.md).
+	// It gates classification and regression rollouts on output drift
+	// (docs/rollouts.md).
 	rctl := rollout.NewController(rollout.ControllerConfig{Pool: cp.Pool, Stats: traffic.NewReader(cp.CH, time.Now), Log: cp.Log,
-		Interval: time.Second, Published: relay.Wake})
+		Drift: drift.NewGate(drift.NewReader(cp.CH, drift.ReaderConfig{})), Interval: time.Second, Published: relay.Wake})
 	if rollouts != nil {
 		rollouts.OnChange(rctl.Wake)
 	}

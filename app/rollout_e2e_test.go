@@ -43,25 +43,31 @@ type served struct {
 	status  int
 }
 
-// chatStack is the whole system in one process around the chat-assistant
-// demo model: real PostgreSQL, ClickHouse, NATS, control-plane loops
-// (ingest, fleet controller, outbox relay, rollout controller), four
+// stack is the whole system in one process around one demo model: real
+// PostgreSQL, ClickHouse, NATS, control-plane loops (ingest, fleet
+// controller, outbox relay, rollout controller with the drift gate), four
 // simulated agents and a gateway publishing statistics every 500 ms.
-type chatStack struct {
+type stack struct {
 	ctx     context.Context
 	h       *handlers.Server
 	cp      controlPlane
 	nc      *nats.Conn
 	gateway string
 	key     string
+	// send sends one request of the model's kind through the gateway.
+	send func(s *stack) served
 	// stopLoops stops the control-plane loops (a killed control plane);
 	// startLoops starts them again (its successor).
 	stopLoops func()
 }
 
-// newChatStack starts the stack with versions of chat-assistant (the demo's
-// v42 and v43 unless given) and support-chat serving v42.
-func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
+// chatStack is a stack around the chat-assistant demo model.
+type chatStack = stack
+
+// newStack starts the stack with demo model m (its team, versions and
+// endpoint), sending requests with send, and returns once the gateway
+// answers with the endpoint's first version.
+func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -74,24 +80,18 @@ func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Tenant.CreateTeam(ctx, system, "search", "Search"); err != nil {
+	team := m.spec.Team
+	if _, err := h.Tenant.CreateTeam(ctx, system, team, team); err != nil {
 		t.Fatal(err)
 	}
-	chat := demoModels[1]
-	if chat.spec.Name != "chat-assistant" {
-		t.Fatalf("demo model 1 is %s, want chat-assistant", chat.spec.Name)
-	}
-	if len(versions) > 0 {
-		chat.versions = append([]registry.VersionSpec{chat.versions[0]}, versions...)
-	}
-	if err := seedModel(ctx, h, chat); err != nil {
+	if err := seedModel(ctx, h, m); err != nil {
 		t.Fatal(err)
 	}
-	key, _, err := h.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "load", Team: "search", Role: auth.RoleEngineer})
+	key, _, err := h.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "load", Team: team, Role: auth.RoleEngineer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &chatStack{ctx: ctx, h: h, cp: cp, nc: nc, key: key}
+	s := &stack{ctx: ctx, h: h, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(func() { s.stopLoops() })
 	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), t.TempDir(), 4, 2)
@@ -108,21 +108,36 @@ func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
 	gw := httptest.NewServer(gh)
 	t.Cleanup(gw.Close)
 	s.gateway = gw.URL
-	// v42 serving through the gateway.
+	// The first version serving through the gateway.
+	want := m.endpoint.Version
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if r := s.call(); r.status == http.StatusOK && r.version == "v42" {
+		if r := s.call(); r.status == http.StatusOK && r.version == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("support-chat never served v42 through the gateway")
+			t.Fatalf("%s never served %s through the gateway", m.endpoint.Name, want)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	return s
 }
 
-func (s *chatStack) startLoops(t *testing.T) {
+// newChatStack starts the stack with versions of chat-assistant (the demo's
+// v42 and v43 unless given) and support-chat serving v42.
+func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
+	t.Helper()
+	chat := demoModels[1]
+	if chat.spec.Name != "chat-assistant" {
+		t.Fatalf("demo model 1 is %s, want chat-assistant", chat.spec.Name)
+	}
+	if len(versions) > 0 {
+		chat.versions = append([]registry.VersionSpec{chat.versions[0]}, versions...)
+	}
+	return newStack(t, chat, (*stack).chat)
+}
+
+func (s *stack) startLoops(t *testing.T) {
 	t.Helper()
 	// A fresh registry each time: a restarted control plane is a new
 	// process, whose collectors are registered once.
@@ -134,11 +149,14 @@ func (s *chatStack) startLoops(t *testing.T) {
 	s.stopLoops = func() { once.Do(stop) }
 }
 
+// call sends one request through the gateway.
+func (s *stack) call() served { return s.send(s) }
+
 var chatClient = &http.Client{Timeout: 10 * time.Second}
 
-// call sends one streamed chat completion through the gateway and reads it
-// to the end.
-func (s *chatStack) call() served {
+// chat sends one streamed chat completion to support-chat through the
+// gateway and reads it to the end.
+func (s *stack) chat() served {
 	r := served{start: time.Now()}
 	req, _ := http.NewRequest(http.MethodPost, s.gateway+"/v1/endpoints/support-chat/chat/completions",
 		strings.NewReader(`{"messages":[{"role":"user","content":"my card was charged twice"}],"stream":true,"max_tokens":6}`))
@@ -157,7 +175,7 @@ func (s *chatStack) call() served {
 }
 
 // load runs n clients until stop is called; served returns what they got.
-func (s *chatStack) load(n int) (stop func(), responses func() []served) {
+func (s *stack) load(n int) (stop func(), responses func() []served) {
 	var mu sync.Mutex
 	var log []served
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -181,7 +199,7 @@ func (s *chatStack) load(n int) (stop func(), responses func() []served) {
 }
 
 // wait polls the rollout until done says so, or fails after a minute.
-func (s *chatStack) wait(t *testing.T, id int64, what string, done func(rollout.Rollout) bool) rollout.Rollout {
+func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Rollout) bool) rollout.Rollout {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -28,6 +28,7 @@ import (
 	"modelplane/ingest"
 	"modelplane/migrations"
 	"modelplane/registry"
+	"modelplane/rollout"
 	"modelplane/tenant"
 	"modelplane/traffic"
 )
@@ -69,12 +70,17 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 	var budgets *chargeback.Budgets
 	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
 	var driftService *drift.Service
+	// Without ClickHouse nothing measures drift: the handlers build a
+	// Service without a measurer, whose default criteria leave the gate off.
+	var rollouts *rollout.Service
 	if cp.CH != nil {
 		meter = billing.NewMeter(cp.CH)
 		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
 		budgets = chargeback.NewBudgets(cp.Pool, reports, nil, cp.Log, now)
 		trafficReader = traffic.NewReader(cp.CH, now)
-		driftService = drift.NewService(cp.Pool, drift.NewReader(cp.CH, drift.ReaderConfig{}), now)
+		driftReader := drift.NewReader(cp.CH, drift.ReaderConfig{})
+		driftService = drift.NewService(cp.Pool, driftReader, now)
+		rollouts = rollout.New(cp.Pool, now, drift.NewGate(driftReader))
 	}
 	return handlers.New(handlers.Deps{
 		Log:            cp.Log,
@@ -90,6 +96,7 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Budgets:        budgets,
 		Traffic:        trafficReader,
 		Drift:          driftService,
+		Rollouts:       rollouts,
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,

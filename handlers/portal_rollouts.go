@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/endpoint"
+	"modelplane/judge"
 	"modelplane/rollout"
 	"modelplane/web"
 )
@@ -126,6 +128,7 @@ func (s *Server) rolloutProps(ctx context.Context, p *auth.Principal, l web.Layo
 					{Version: r.FromVersion + " (incumbent)", Requests: w.Incumbent.Requests, Errors: w.Incumbent.Errors, Streams: w.Incumbent.Streams,
 						P99MS: fmtMS(w.Incumbent.P99MS), P99TPOTMS: fmtMS(w.Incumbent.P99TPOTMS)},
 				}
+				props.Drift = rolloutDrift(w.Drift)
 			}
 			if len(verdicts) < 60 {
 				verdicts = append(verdicts, e)
@@ -137,10 +140,31 @@ func (s *Server) rolloutProps(ctx context.Context, p *auth.Principal, l web.Layo
 		verdicts[i], verdicts[j] = verdicts[j], verdicts[i]
 	}
 	props.Checks = checkCharts(verdicts)
+	props.DriftURL = "/endpoints/" + url.PathEscape(r.Endpoint) + "/drift"
+	for _, c := range props.Checks {
+		props.HasDriftCheck = props.HasDriftCheck || c.ID == "check-drift"
+	}
 	if props.Events == nil {
 		props.Events = []web.RolloutEvent{}
 	}
 	return props, nil
+}
+
+// rolloutDrift is a window's output drift for people; nil when it was not
+// measured.
+func rolloutDrift(d *judge.Drift) *web.RolloutDrift {
+	if d == nil {
+		return nil
+	}
+	out := &web.RolloutDrift{Metric: d.Metric, Value: strconv.FormatFloat(d.Value, 'f', 4, 64), Threshold: strconv.FormatFloat(d.Threshold, 'f', 4, 64),
+		CandidateSamples: d.CandidateSamples, IncumbentSamples: d.IncumbentSamples, Status: "agrees"}
+	switch {
+	case !d.Enough:
+		out.Status = "not_enough_data"
+	case d.Value > d.Threshold:
+		out.Status = "drifting"
+	}
+	return out
 }
 
 // checkCharts draws every judged metric across the verdicts: the

@@ -298,3 +298,74 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 		t.Errorf("buttons offered on a finished rollout")
 	}
 }
+
+// fixedDrift measures the same drift every time.
+type fixedDrift struct{ d judge.Drift }
+
+func (f *fixedDrift) Drift(context.Context, string, string, string, time.Time, time.Time) (*judge.Drift, error) {
+	d := f.d
+	return &d, nil
+}
+
+// TestPortalRolloutDriftCheck: a drift-gated rollout's page charts the
+// drift check against its threshold, shows the latest window's output
+// agreement, and links both to the endpoint's drift dashboard.
+func TestPortalRolloutDriftCheck(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "drift-endpoint", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", SamplingRate: 1, RetentionDays: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	on := true
+	ro, err := e.srv.Rollouts.Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
+		Criteria: rollout.CriteriaSpec{Drift: &on}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	clock := func() time.Time { return now }
+	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(500, 10)}
+	measured := &fixedDrift{judge.Drift{Metric: "w1_norm", Value: 0.05, Threshold: 0.2, Enough: true, CandidateSamples: 400, IncumbentSamples: 8000}}
+	pass := func() {
+		t.Helper()
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Drift: measured, Now: clock})
+		if err := ctl.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	for range 3 {
+		pass()
+	}
+	admin := portalSignIn(t, e, "risk-admin@example.com")
+	doc := admin.page(fmt.Sprintf("/rollouts/%d", ro.ID))
+	if got := doc.Find("#rollout-agreement").AttrOr("data-status", ""); got != "agrees" {
+		t.Fatalf("output agreement %q while the drift is within its threshold, want agrees (state %s)", got, doc.Find("#rollout-state").Text())
+	}
+	measured.d.Value = 2.3
+	pass()
+	doc = admin.page(fmt.Sprintf("/rollouts/%d", ro.ID))
+	if got := doc.Find("#rollout-state").Text(); got != rollout.StateRolledBack {
+		t.Fatalf("state %q after a drifting window, want rolled_back", got)
+	}
+	fig := doc.Find(`#rollout-checks figure[data-chart="check-drift"]`)
+	if fig.Length() != 1 {
+		t.Fatalf("no chart of the drift check")
+	}
+	for _, line := range []string{"candidate", "threshold"} {
+		if fig.Find(`polyline[data-line="`+line+`"]`).Length() != 1 {
+			t.Errorf("the drift chart has no %s line", line)
+		}
+	}
+	agreement := doc.Find("#rollout-agreement")
+	if agreement.AttrOr("data-status", "") != "drifting" || !strings.Contains(agreement.Text(), "2.3000") || !strings.Contains(agreement.Text(), "400 / 8000") {
+		t.Errorf("output agreement = %q (%s), want drifting with 2.3000 and the sample counts", agreement.Text(), agreement.AttrOr("data-status", ""))
+	}
+	for _, sel := range []string{"#rollout-drift-link a", "#rollout-agreement a"} {
+		if href := doc.Find(sel).AttrOr("href", ""); href != "/endpoints/drift-endpoint/drift" {
+			t.Errorf("%s links to %q, want the endpoint's drift dashboard", sel, href)
+		}
+	}
+}

@@ -22,7 +22,8 @@ type StatsReader interface {
 type ControllerConfig struct {
 	Pool  *pgxpool.Pool
 	Stats StatsReader
-	// Drift may be nil (the drift gate then holds when a rollout asks for it).
+	// Drift may be nil (the drift gate then holds when a rollout asks for
+	// it); drift.NewGate gives one.
 	Drift DriftMeasurer
 	Now   func() time.Time
 	Log   *slog.Logger
@@ -136,10 +137,23 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	}
 	in := judge.Input{Candidate: totals[r.ToVersion], Incumbent: totals[r.FromVersion], LLM: r.Task == "llm",
 		Baked: r.BakeDeadline != nil && !now.Before(*r.BakeDeadline)}
-	if r.Criteria.Drift && c.cfg.Drift != nil {
+	// A shadow's output agreement is shown beside its latency and errors
+	// whether or not it gates. Drift is measured once the candidate has the
+	// requests the judge needs: samples can reach ClickHouse before the
+	// request statistics do, and a drift verdict on a window whose latency
+	// and errors were not judged would roll back on half the evidence.
+	candN := in.Candidate.Requests
+	if in.LLM {
+		candN = in.Candidate.Streams
+	}
+	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && candN >= r.Criteria.MinRequests {
 		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.ToVersion, r.FromVersion, from, now)
-		if err == nil {
-			in.Drift = d
+		if err != nil {
+			// Unmeasured drift holds (the judge's "drift not measured"),
+			// never rolls back.
+			c.cfg.Log.Warn("rollout drift", slog.Int64("rollout", r.ID), slog.String("error", err.Error()))
+		} else {
+			in.Drift, w.Drift = d, d
 		}
 	}
 	w.Candidate, w.Incumbent = summary(in.Candidate), summary(in.Incumbent)

@@ -17,6 +17,12 @@
 // (fleet.WriteRoutes), so a rollback reaches the gateways one outbox relay
 // hop after it commits rather than at the fleet reconciler's next pass.
 //
+// The drift gate: a DriftMeasurer (drift.Gate in production) compares the
+// candidate's sampled outputs with the incumbent's over each evaluation
+// window; the judge rolls back past the threshold. It is on by default for
+// classification and regression models on endpoints that sample
+// predictions.
+//
 // The package does not place replicas (package fleet does, for every version
 // in routing_rules, weight 0 included) and does not judge (package judge is
 // pure and decides from the numbers given).

@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,13 +14,19 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
 	"modelplane/judge"
 	"modelplane/registry"
 	"modelplane/rollout"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	chtest.Stop()
+	pgtest.Stop()
+	os.Exit(code)
+}
 
 // clock is a hand-moved clock.
 type clock struct {
@@ -70,6 +77,9 @@ type fixture struct {
 	svc   *rollout.Service
 	clock *clock
 	stats *stats
+	// drift is the controller's drift measurer; nil unless a test gates
+	// on drift.
+	drift rollout.DriftMeasurer
 
 	riskID, searchID                int64
 	eng, admin, admin2, viewer, sue *auth.Principal
@@ -140,7 +150,7 @@ func newFixture(t *testing.T) *fixture {
 // nothing may depend on memory kept between passes.
 func (f *fixture) pass(t *testing.T) {
 	t.Helper()
-	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.clock.Now})
+	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Drift: f.drift, Now: f.clock.Now})
 	if err := c.Pass(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -170,6 +170,11 @@ type Windows struct {
 	To        time.Time `json:"to"`
 	Candidate Summary   `json:"candidate"`
 	Incumbent Summary   `json:"incumbent"`
+	// Drift is the candidate's output drift from the incumbent over the
+	// same window: what the drift check judged, and for a shadow the
+	// output agreement shown beside latency and errors. Nil when not
+	// measured.
+	Drift *judge.Drift `json:"drift,omitempty"`
 }
 
 // Summary is one version's window in numbers people read.
@@ -205,9 +210,9 @@ func (e *ConflictError) Error() string { return e.Msg }
 func (e *ConflictError) Is(target error) bool { return target == db.ErrConflict }
 
 // DriftMeasurer measures the output drift of the candidate from the
-// incumbent over a window; the drift package provides one. Without one, the
-// drift gate is off by default (a rollout that turns it on holds with "drift
-// not measured").
+// incumbent over a window; drift.Gate is one. Without one, the drift gate is
+// off by default (a rollout that turns it on holds with "drift not
+// measured").
 type DriftMeasurer interface {
 	Drift(ctx context.Context, endpoint, candidate, incumbent string, from, to time.Time) (*judge.Drift, error)
 }
@@ -338,18 +343,30 @@ func (s *Service) defaults(spec *Spec) error {
 	return errs.Err()
 }
 
+// DriftSamplingOff is the note a rollout's start records when the drift
+// gate, on by default for its task, is off because the endpoint samples no
+// predictions.
+const DriftSamplingOff = "drift gate off: the endpoint samples no predictions (sampling_rate 0)"
+
 // criteria are the defaults from the candidate's SLA with spec's overrides.
-func (s *Service) criteria(task string, slaP99, slaTPOT *float64, o CriteriaSpec) (judge.Criteria, error) {
+// The drift gate needs prediction samples: with the endpoint's sampling off
+// (sampling 0) a default gate is turned off, and note says so for the start
+// event; a gate asked for explicitly is a field error, since it would hold
+// the rollout forever on "too few samples".
+func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float64, o CriteriaSpec) (c judge.Criteria, note string, err error) {
 	deref := func(p *float64) float64 {
 		if p == nil {
 			return 0
 		}
 		return *p
 	}
-	c := judge.DefaultCriteria(task, deref(slaP99), deref(slaTPOT))
+	c = judge.DefaultCriteria(task, deref(slaP99), deref(slaTPOT))
 	// Drift gates only where something measures it; otherwise every
 	// classification rollout would hold forever on "drift not measured".
 	c.Drift = c.Drift && s.drift != nil
+	if c.Drift && sampling <= 0 && o.Drift == nil {
+		c.Drift, note = false, DriftSamplingOff
+	}
 	if o.MaxP99MS != nil {
 		c.MaxP99MS = *o.MaxP99MS
 	}
@@ -365,12 +382,16 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, o CriteriaSpec
 	if o.MinRequests != nil {
 		c.MinRequests = *o.MinRequests
 	}
+	var errs validate.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
+		if c.Drift && sampling <= 0 {
+			errs.Add("criteria.drift", "the endpoint samples no predictions (sampling_rate 0), so drift cannot be measured and the rollout would hold forever; "+
+				"turn sampling on in the endpoint's settings (a sampling_rate above 0) or pass drift: false")
+		}
 	}
-	var errs validate.Errors
 	c.Validate(&errs, "criteria")
-	return c, errs.Err()
+	return c, note, errs.Err()
 }
 
 // Start starts a rollout of spec.Version on the endpoint, from the version
@@ -432,7 +453,11 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	case fromID == to.ID:
 		return 0, validate.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
 	}
-	crit, err := s.criteria(task, to.P99LatencyMs, to.P99TPOTMs, spec.Criteria)
+	ep, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return 0, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
+	}
+	crit, note, err := s.criteria(task, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
 	if err != nil {
 		return 0, err
 	}
@@ -459,6 +484,9 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 		return 0, err
 	}
 	msg := fmt.Sprintf("%s rollout of %s started by %s", spec.Strategy, spec.Version, p.Actor())
+	if note != "" {
+		msg += "; " + note
+	}
 	return id, t.save(ctx, "start", msg)
 }
 

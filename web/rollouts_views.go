@@ -47,6 +47,17 @@ type RolloutSide struct {
 	P99MS, P99TPOTMS          string
 }
 
+// RolloutDrift is the candidate's output drift from the incumbent over
+// the latest evaluated window: the drift check's numbers, and for a shadow
+// its output agreement.
+type RolloutDrift struct {
+	Metric, Value, Threshold string
+	CandidateSamples         uint64
+	IncumbentSamples         uint64
+	// Status is agrees, drifting or not_enough_data.
+	Status string
+}
+
 // RolloutApproval is a person's decision.
 type RolloutApproval struct {
 	Approver, Decision, Comment, At string
@@ -64,6 +75,12 @@ type RolloutProps struct {
 	// empty before the first.
 	Window     []RolloutSide
 	WindowSpan string
+	// Drift is the latest window's output drift; nil when not measured.
+	Drift *RolloutDrift
+	// DriftURL is the endpoint's drift dashboard.
+	DriftURL string
+	// HasDriftCheck is set when a verdict charted holds the drift check.
+	HasDriftCheck bool
 	// Checks is one chart per judged metric: the candidate's value and the
 	// threshold it was held to at every evaluation, oldest first.
 	Checks    []Chart
