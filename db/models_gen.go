@@ -234,6 +234,7 @@ type Outbox struct {
 	Payload     []byte
 	CreatedAt   time.Time
 	PublishedAt *time.Time
+	Error       *string
 }
 
 type Replica struct {

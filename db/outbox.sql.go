@@ -11,7 +11,7 @@ import (
 )
 
 const outboxDeletePublished = `-- name: OutboxDeletePublished :execrows
-DELETE FROM outbox WHERE published_at < $1::timestamptz
+DELETE FROM outbox WHERE published_at < $1::timestamptz AND error IS NULL
 `
 
 func (q *Queries) OutboxDeletePublished(ctx context.Context, before time.Time) (int64, error) {
@@ -56,8 +56,22 @@ func (q *Queries) OutboxMarkPublishedMany(ctx context.Context, ids []int64) erro
 	return err
 }
 
+const outboxMarkRefused = `-- name: OutboxMarkRefused :exec
+UPDATE outbox SET published_at = now(), error = $1 WHERE id = $2
+`
+
+type OutboxMarkRefusedParams struct {
+	Error *string
+	ID    int64
+}
+
+func (q *Queries) OutboxMarkRefused(ctx context.Context, arg OutboxMarkRefusedParams) error {
+	_, err := q.db.Exec(ctx, outboxMarkRefused, arg.Error, arg.ID)
+	return err
+}
+
 const outboxPending = `-- name: OutboxPending :many
-SELECT id, subject, payload, created_at, published_at FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1
+SELECT id, subject, payload, created_at, published_at, error FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1
 `
 
 func (q *Queries) OutboxPending(ctx context.Context, lim int32) ([]Outbox, error) {
@@ -75,6 +89,7 @@ func (q *Queries) OutboxPending(ctx context.Context, lim int32) ([]Outbox, error
 			&i.Payload,
 			&i.CreatedAt,
 			&i.PublishedAt,
+			&i.Error,
 		); err != nil {
 			return nil, err
 		}

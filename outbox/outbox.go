@@ -9,6 +9,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -71,6 +72,10 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration) {
 // Flush publishes every pending row, oldest first, and returns how many it
 // published. It stops at the first row NATS does not take, so that a key's
 // values are never published out of order; the rest wait for the next call.
+// A row NATS refuses for good (see refused) is settled with its error
+// instead, logged, and passed over: waiting could never publish it, and it
+// would hold back every row after it — routing entries included. A later
+// row of the same key supersedes it anyway.
 func (r *Relay) Flush(ctx context.Context) (int, error) {
 	q := db.New(r.pool)
 	total := 0
@@ -85,7 +90,17 @@ func (r *Relay) Flush(ctx context.Context) (int, error) {
 		var done []int64
 		var pubErr error
 		for _, row := range rows {
-			if pubErr = r.publish(ctx, row); pubErr != nil {
+			pubErr = r.publish(ctx, row)
+			if pubErr != nil && refused(pubErr) {
+				r.log.Error("outbox row refused by NATS; passed over", slog.Int64("id", row.ID),
+					slog.String("subject", row.Subject), slog.String("error", pubErr.Error()))
+				msg := pubErr.Error()
+				if err := q.OutboxMarkRefused(ctx, db.OutboxMarkRefusedParams{ID: row.ID, Error: &msg}); err != nil {
+					return total, fmt.Errorf("outbox mark refused: %w", err)
+				}
+				continue
+			}
+			if pubErr != nil {
 				break
 			}
 			done = append(done, row.ID)
@@ -100,6 +115,16 @@ func (r *Relay) Flush(ctx context.Context) (int, error) {
 			return total, pubErr
 		}
 	}
+}
+
+// refused tells the errors that no retry can cure from those that pass (NATS
+// down, a stream not created yet, a timeout).
+func refused(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || api.ErrorCode == jetstream.JSErrCodeBadRequest)
 }
 
 func (r *Relay) publish(ctx context.Context, row db.Outbox) error {

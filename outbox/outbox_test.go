@@ -3,7 +3,9 @@ package outbox_test
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -102,5 +104,51 @@ func TestRelayKeepsRowsWhenNATSIsDown(t *testing.T) {
 	rows, err := q.OutboxPending(ctx, 10)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("pending = %d, %v; want the row kept", len(rows), err)
+	}
+}
+
+func TestRelayPassesOverARowNATSRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	_, nc := natstest.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	q := db.New(pool)
+	// Over the server's maximum payload: no retry can publish it.
+	huge := []byte(`{"pad":"` + strings.Repeat("x", int(nc.MaxPayload())+1) + `"}`)
+	big, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "big"), Payload: huge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	if n, err := relay.Flush(ctx); err != nil || n != 1 {
+		t.Fatalf("flush = %d, %v; want the row after the refused one published", n, err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketRoutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "next"); err != nil {
+		t.Fatalf("the row after the refused one: %v", err)
+	}
+	if _, err := kv.Get(ctx, "big"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the refused row: %v, want nothing stored", err)
+	}
+	var reason string
+	if err := pool.QueryRow(ctx, "SELECT error FROM outbox WHERE id = $1 AND published_at IS NOT NULL", big).Scan(&reason); err != nil || !strings.Contains(reason, "maximum payload") {
+		t.Fatalf("refused row's error = %q, %v; want the payload limit recorded", reason, err)
+	}
+	// The daily sweep keeps refused rows for operators.
+	if n, err := q.OutboxDeletePublished(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("sweep deleted %d, %v; want only the published row", n, err)
 	}
 }
