@@ -89,15 +89,15 @@ type GatewayBenchResult struct {
 	// gateway ran on core 0 and the load generator and replica on the rest
 	// (taskset). GOMAXPROCS is the load generator's, GatewayGOMAXPROCS the
 	// gateway process's.
-	Cores             int             `json:"cores"`
-	Pinned            bool            `json:"pinned"`
-	GOMAXPROCS        int             `json:"gomaxprocs"`
-	GatewayGOMAXPROCS int             `json:"gateway_gomaxprocs"`
-	Seconds           float64         `json:"seconds"`
+	Cores             int     `json:"cores"`
+	Pinned            bool    `json:"pinned"`
+	GOMAXPROCS        int     `json:"gomaxprocs"`
+	GatewayGOMAXPROCS int     `json:"gateway_gomaxprocs"`
+	Seconds           float64 `json:"seconds"`
 	// Profile is the gateway's CPU profile at 64 connections in the last
 	// round; Profile+".sse" is its profile during that round's SSE phase.
-	Profile           string          `json:"cpu_profile,omitempty"`
-	TargetsMet        map[string]bool `json:"targets_met"`
+	Profile    string          `json:"cpu_profile,omitempty"`
+	TargetsMet map[string]bool `json:"targets_met"`
 }
 
 // GatewayBenchPath is one path's numbers, over all rounds.
