@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -129,7 +130,7 @@ func setupBench(b *testing.B) *benchSetup {
 	b.Cleanup(func() { gs.Close(); g.Stop() })
 	up, _ := url.Parse("http://" + addrs[0])
 	rp := &httputil.ReverseProxy{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}, FlushInterval: -1,
-		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }}
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }, ErrorLog: log.New(io.Discard, "", 0)}
 	rs := httptest.NewServer(rp)
 	b.Cleanup(rs.Close)
 	s := &benchSetup{gateway: gs.URL, reverseProxy: rs.URL, direct: "http://" + addrs[0], key: raw, handler: g.Handler()}
