@@ -73,9 +73,14 @@ type GatewayBenchResult struct {
 	SSEDirectTTFTP99Ms float64 `json:"sse_direct_ttft_p99_ms"`
 	SSEGatewayTTFTP99  float64 `json:"sse_gateway_ttft_p99_ms"`
 	SSEMaxGapMs        float64 `json:"sse_max_gap_ms"`
-	SSEEvents          int     `json:"sse_events"`
-	SSEEventGapMs      float64 `json:"sse_event_gap_ms"`
-	SSEStallMs         float64 `json:"sse_stall_ms"`
+	// The same streams through the bare reverse proxy: the floor a
+	// net/http proxy reaches on this machine.
+	SSEReverseProxyTTFTP99Ms      float64 `json:"sse_reverseproxy_ttft_p99_ms"`
+	SSEReverseProxyAddedTTFTP99Ms float64 `json:"sse_reverseproxy_added_ttft_p99_ms"`
+	SSEReverseProxyStalls         int     `json:"sse_reverseproxy_stalls"`
+	SSEEvents                     int     `json:"sse_events"`
+	SSEEventGapMs                 float64 `json:"sse_event_gap_ms"`
+	SSEStallMs                    float64 `json:"sse_stall_ms"`
 	// Paths holds every path's numbers; Skipped why a proxy was left out.
 	Paths   map[string]*GatewayBenchPath `json:"paths"`
 	Skipped map[string]string            `json:"skipped"`
@@ -84,13 +89,15 @@ type GatewayBenchResult struct {
 	// gateway ran on core 0 and the load generator and replica on the rest
 	// (taskset). GOMAXPROCS is the load generator's, GatewayGOMAXPROCS the
 	// gateway process's.
-	Cores             int             `json:"cores"`
-	Pinned            bool            `json:"pinned"`
-	GOMAXPROCS        int             `json:"gomaxprocs"`
-	GatewayGOMAXPROCS int             `json:"gateway_gomaxprocs"`
-	Seconds           float64         `json:"seconds"`
-	Profile           string          `json:"cpu_profile,omitempty"`
-	TargetsMet        map[string]bool `json:"targets_met"`
+	Cores             int     `json:"cores"`
+	Pinned            bool    `json:"pinned"`
+	GOMAXPROCS        int     `json:"gomaxprocs"`
+	GatewayGOMAXPROCS int     `json:"gateway_gomaxprocs"`
+	Seconds           float64 `json:"seconds"`
+	// Profile is the gateway's CPU profile at 64 connections in the last
+	// round; Profile+".sse" is its profile during that round's SSE phase.
+	Profile    string          `json:"cpu_profile,omitempty"`
+	TargetsMet map[string]bool `json:"targets_met"`
 }
 
 // GatewayBenchPath is one path's numbers, over all rounds.
@@ -192,6 +199,9 @@ func gwBenchChild(ctx context.Context, mode string, out io.Writer) error {
 	var h http.Handler
 	switch mode {
 	case "gateway":
+		// As `modelplane gateway` runs; the bare reverse proxy keeps Go's
+		// default, so that it stays the bare floor.
+		gateway.TuneGC()
 		nc, err := nats.Connect(os.Getenv(gwBenchNATSEnv))
 		if err != nil {
 			return err
@@ -636,7 +646,7 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 	}
 
 	var paired []time.Duration
-	var sseDirect, sseGW gwSSEStats
+	var sseDirect, sseGW, sseRP gwSSEStats
 	for round := range gwBenchRounds {
 		rot := append(slices.Clone(order[round%len(order):]), order[:round%len(order)]...)
 		// c1: every path in turn, so all see the same moments.
@@ -683,12 +693,24 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 			p.ErrorsC64 += errs
 			p.c64Sec += secs
 		}
-		// SSE: direct and through the gateway, alternating which goes first.
-		sseURLs := [2]string{"http://" + direct + "/v1/chat/completions", "http://" + gwAddr + "/v1/endpoints/" + gwBenchChat + "/chat/completions"}
-		sseOut := [2]*gwSSEStats{&sseDirect, &sseGW}
-		for i := range 2 {
-			k := (i + round) % 2
+		// SSE: direct, through the gateway and through the bare reverse
+		// proxy (the floor of a net/http proxy), rotating which goes first.
+		sseURLs := [3]string{"http://" + direct + "/v1/chat/completions", "http://" + gwAddr + "/v1/endpoints/" + gwBenchChat + "/chat/completions",
+			"http://" + rpAddr + "/v1/chat/completions"}
+		sseOut := [3]*gwSSEStats{&sseDirect, &sseGW, &sseRP}
+		for i := range 3 {
+			k := (i + round) % 3
+			profile := k == 1 && round == gwBenchRounds-1 && cfg.Profile != ""
+			if profile {
+				abs, _ := filepath.Abs(cfg.Profile + ".sse")
+				if err := do("http://"+gwCtl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
+					return res, fmt.Errorf("start profile: %w", err)
+				}
+			}
 			gwBenchSSE(ctx, client, key, sseURLs[k], sseOut[k])
+			if profile {
+				_ = do("http://"+gwCtl+"/stop", "")
+			}
 		}
 	}
 
@@ -719,6 +741,9 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 	res.SSEDirectTTFTP99Ms = gwPct(sseDirect.ttft, 0.99)
 	res.SSEGatewayTTFTP99 = gwPct(sseGW.ttft, 0.99)
 	res.SSEAddedTTFTP99Ms = gwRound3(res.SSEGatewayTTFTP99 - res.SSEDirectTTFTP99Ms)
+	res.SSEReverseProxyTTFTP99Ms = gwPct(sseRP.ttft, 0.99)
+	res.SSEReverseProxyAddedTTFTP99Ms = gwRound3(res.SSEReverseProxyTTFTP99Ms - res.SSEDirectTTFTP99Ms)
+	res.SSEReverseProxyStalls = sseRP.stalls
 	res.SSEStalls, res.SSEErrors, res.SSECompleted = sseGW.stalls, sseGW.errors, sseGW.completed
 	res.SSEMaxGapMs = gwMs(sseGW.maxGap)
 	res.Seconds = gwRound3(time.Since(began).Seconds())

@@ -170,6 +170,7 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 		return err
 	}
 	log := NewLogger(c.LogLevel)
+	gateway.TuneGC()
 	nc, err := nats.Connect(c.NATSURL,
 		nats.Name("modelplane-gateway"),
 		nats.MaxReconnects(-1),

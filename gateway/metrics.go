@@ -117,7 +117,12 @@ func (m *metrics) of(endpoint, version string) *metricChildren {
 // observe records one finished request routed to a version. upstream is the
 // time spent waiting on the replica, zero when none was called.
 func (m *metrics) observe(c *call, total time.Duration) {
-	ch := m.of(c.endpoint, c.version)
+	var ch *metricChildren
+	if c.ver != nil {
+		ch = c.ver.metricsOf(m, c.endpoint)
+	} else {
+		ch = m.of(c.endpoint, c.version)
+	}
 	class := min(max(c.status/100, 1), len(statusClasses)-1)
 	ch.duration[class].Observe(ms(total))
 	if c.upstream > 0 {
@@ -135,10 +140,10 @@ func (m *metrics) observe(c *call, total time.Duration) {
 	}
 }
 
-// streaming counts a stream of endpoint × version as relayed until the
-// returned function is called.
-func (m *metrics) streaming(endpoint, version string) func() {
-	g := m.of(endpoint, version).streams
+// streaming counts a stream of v (a version of endpoint) as relayed until
+// the returned function is called.
+func (m *metrics) streaming(endpoint string, v *version) func() {
+	g := v.metricsOf(m, endpoint).streams
 	g.Inc()
 	return g.Dec
 }

@@ -25,9 +25,12 @@ type call struct {
 	team     string
 	key      string
 	version  string
-	replica  string
-	status   int
-	retried  bool
+	// ver is the version chosen, once there is one; it keeps the handles
+	// of its statistics series and metrics.
+	ver     *version
+	replica string
+	status  int
+	retried bool
 
 	// owner is the endpoint's team, for the statistics.
 	owner string
@@ -61,13 +64,22 @@ func (g *Gateway) inference(k kind) http.Handler {
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
-			g.stats.record(&o)
+			if c.ver != nil {
+				c.ver.record(g.stats, &o)
+			} else {
+				g.stats.record(&o)
+			}
 		}
 		if c.version != "" && g.metrics != nil {
 			g.metrics.observe(c, end.Sub(start))
 		}
 		if c.sampled && c.status == http.StatusOK {
 			g.offerSample(c, k, end)
+		}
+		// Checked first: the attributes would be built (and the slice
+		// allocated) for a discarded line otherwise.
+		if !g.log.Enabled(r.Context(), slog.LevelInfo) {
+			return
 		}
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
@@ -155,7 +167,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 			}
 		}
 	}
-	c.version = v.name
+	c.version, c.ver = v.name, v
 	if len(rt.shadows) > 0 {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}
@@ -296,7 +308,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		timer.Stop()
 		h.Del("Content-Length")
 		c.streamed = true
-		done := g.metrics.streaming(c.endpoint, c.version)
+		done := g.metrics.streaming(c.endpoint, v)
 		g.relay(ctx, cancel, c, w, resp)
 		done()
 		return
@@ -342,17 +354,20 @@ func dialFailed(err error) bool {
 // each. Events wait in a bounded buffer; a client that takes longer than the
 // stall timeout to accept one is cut, and cancelling the upstream request
 // makes the replica stop the generation and free its pages.
+//
+// The status line and headers go out with the first event, in one write,
+// as httputil.ReverseProxy sends them: flushing them alone first cost a
+// second write and a second wake-up of the client before it saw the first
+// event, which is what time to first token measures. A stream that ends
+// without an event gets its headers when the handler returns.
 func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, c *call, w http.ResponseWriter, resp *http.Response) {
 	rc := http.NewResponseController(w)
 	w.WriteHeader(resp.StatusCode)
-	if err := rc.Flush(); err != nil {
-		cancel()
-		return
-	}
 	events := make(chan []byte, g.cfg.StreamBuffer)
 	go func() {
 		defer close(events)
 		er := newEventReader(resp.Body)
+		defer er.release()
 		for {
 			ev, err := er.next()
 			if err != nil {

@@ -127,6 +127,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 // to the first event and the completion tokens.
 func consumeStream(body io.Reader, start time.Time, o *observation) error {
 	er := newEventReader(body)
+	defer er.release()
 	final := false
 	for {
 		ev, err := er.next()

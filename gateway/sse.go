@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // maxEventBytes bounds one server-sent event from a replica.
@@ -20,8 +21,24 @@ type eventReader struct {
 	buf bytes.Buffer
 }
 
+// eventReaders are reused across streams: a stream is short and its 16 KiB
+// read buffer was most of what starting one allocated.
+var eventReaders = sync.Pool{New: func() any { return &eventReader{br: bufio.NewReaderSize(nil, 16<<10)} }}
+
 func newEventReader(r io.Reader) *eventReader {
-	return &eventReader{br: bufio.NewReaderSize(r, 16<<10)}
+	e := eventReaders.Get().(*eventReader)
+	e.br.Reset(r)
+	return e
+}
+
+// release returns e for reuse; e must not be used after.
+func (e *eventReader) release() {
+	e.br.Reset(nil)
+	if e.buf.Cap() > 64<<10 {
+		e.buf = bytes.Buffer{} // do not keep one huge event's buffer
+	}
+	e.buf.Reset()
+	eventReaders.Put(e)
 }
 
 // next returns the next event (a copy the caller may keep). At the end of

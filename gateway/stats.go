@@ -148,21 +148,30 @@ func newStatsRecorder(gatewayID string, interval time.Duration, now func() time.
 }
 
 // record counts one finished request.
-func (r *statsRecorder) record(o *observation) {
-	k := statsKey{o.endpoint, o.version}
+func (r *statsRecorder) record(o *observation) { r.recordIn(nil, o) }
+
+// recordIn counts one finished request in s, the series of its endpoint ×
+// version the caller kept from an earlier request, or, when s is nil or has
+// been pruned since, in the series it looks up. It returns the series it
+// counted in, for the caller to keep: the request path of a version then
+// skips the map lookup (a hash of two strings) on every request.
+func (r *statsRecorder) recordIn(s *series, o *observation) *series {
 	for {
-		s := (*r.series.Load())[k]
 		if s == nil {
-			s = r.add(k, o.team)
+			k := statsKey{o.endpoint, o.version}
+			if s = (*r.series.Load())[k]; s == nil {
+				s = r.add(k, o.team)
+			}
 		}
 		s.mu.Lock()
 		if s.dead {
 			s.mu.Unlock()
+			s = nil
 			continue
 		}
 		s.w.add(o)
 		s.mu.Unlock()
-		return
+		return s
 	}
 }
 

@@ -65,6 +65,31 @@ type version struct {
 	// ejectMu serialises ejections, so that two replicas failing at once
 	// cannot both be ejected as each other's spare.
 	ejectMu sync.Mutex
+	// series and metrics are this endpoint × version's statistics series
+	// and metric children, found on the first request the version serves
+	// and kept, so that later requests look nothing up (a version belongs
+	// to one endpoint, so the key never changes).
+	series  atomic.Pointer[series]
+	metrics atomic.Pointer[metricChildren]
+}
+
+// metricsOf returns v's metric children, looking them up once.
+func (v *version) metricsOf(m *metrics, endpoint string) *metricChildren {
+	if c := v.metrics.Load(); c != nil {
+		return c
+	}
+	c := m.of(endpoint, v.name)
+	v.metrics.Store(c)
+	return c
+}
+
+// record counts a finished request of v in its statistics series, keeping
+// the series for the next one.
+func (v *version) record(r *statsRecorder, o *observation) {
+	s := v.series.Load()
+	if n := r.recordIn(s, o); n != s {
+		v.series.Store(n)
+	}
 }
 
 // upstream is one ready replica. inFlight is shared by every table that
