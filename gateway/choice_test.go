@@ -171,7 +171,8 @@ func metricValue(t *testing.T, base, name string) float64 {
 }
 
 // TestPassiveEjection: a replica that cannot be connected to, or answers
-// 5xx, EjectFailures times in a row is skipped for the cool-down; the last
+// 502/503/504, EjectFailures times in a row is skipped for the cool-down; a
+// replica answering 500 (the model refusing an input) is not; the last
 // usable replica of a version is never ejected.
 func TestPassiveEjection(t *testing.T) {
 	t.Parallel()
@@ -179,17 +180,24 @@ func TestPassiveEjection(t *testing.T) {
 	good := primaryServer(t)
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		http.Error(w, "broken", http.StatusInternalServerError)
+		http.Error(w, "broken", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(broken.Close)
 	brokenAddr := strings.TrimPrefix(broken.URL, "http://")
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, "cannot score this input", http.StatusInternalServerError)
+	}))
+	t.Cleanup(refusing.Close)
+	refusingAddr := strings.TrimPrefix(refusing.URL, "http://")
 	dead, deadA, deadB := deadAddr(t), deadAddr(t), deadAddr(t)
 	e.putRoute(t, route("dial", "risk", "classification", 1, ver("v1", 100, good, dead)))
 	e.putRoute(t, route("fivexx", "risk", "classification", 1, ver("v1", 100, good, brokenAddr)))
 	e.putRoute(t, route("all-dead", "risk", "classification", 1, ver("v1", 100, deadA, deadB)))
+	e.putRoute(t, route("model500", "risk", "classification", 1, ver("v1", 100, primaryServer(t), refusingAddr)))
 	key := e.newKey(t, "risk", "engineer", nil)
 	counter := &dialCounter{next: gateway.NewTransport(), calls: map[string]*atomic.Int64{}}
-	for _, a := range []string{dead, brokenAddr, deadA, deadB} {
+	for _, a := range []string{dead, brokenAddr, deadA, deadB, refusingAddr} {
 		counter.calls[a] = &atomic.Int64{}
 	}
 	g := startGateway(t, e.nc, gateway.Config{Transport: counter, EjectFailures: 3, EjectCooldown: time.Hour})
@@ -205,12 +213,18 @@ func TestPassiveEjection(t *testing.T) {
 	}
 	fivexx := 0
 	for range 40 {
-		if r := call(t, g.url, predictPath("fivexx"), key, predictBody); r.status == http.StatusInternalServerError {
+		if r := call(t, g.url, predictPath("fivexx"), key, predictBody); r.status == http.StatusServiceUnavailable {
 			fivexx++
 		}
 	}
 	if n := counter.calls[brokenAddr].Load(); n != 3 || fivexx != 3 {
-		t.Errorf("calls to the 5xx replica = %d (%d callers got 500), want 3: ejected after the third", n, fivexx)
+		t.Errorf("calls to the 503 replica = %d (%d callers got 503), want 3: ejected after the third", n, fivexx)
+	}
+	for range 40 {
+		call(t, g.url, predictPath("model500"), key, predictBody)
+	}
+	if n := counter.calls[refusingAddr].Load(); n <= 3 {
+		t.Errorf("calls to the replica answering 500 = %d, want more than 3: a model's 500 must not eject it", n)
 	}
 	for range 20 {
 		if r := call(t, g.url, predictPath("all-dead"), key, predictBody); r.status != http.StatusServiceUnavailable {

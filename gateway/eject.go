@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"log/slog"
+	"net/http"
 	"time"
 )
 
@@ -11,8 +12,15 @@ const (
 	DefaultEjectCooldown = 10 * time.Second
 )
 
+// replicaFailed tells the statuses that say the replica, not the input, is
+// at fault.
+func replicaFailed(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
 // outcome records how a call to u (a replica of v) went. After
-// EjectFailures failures in a row (connect errors, 5xx) the replica is
+// EjectFailures failures in a row (connect errors, broken answers, 502, 503
+// or 504) the replica is
 // skipped for EjectCooldown, unless every other replica of v is ejected
 // already: a version is never left with none, since a replica that fails
 // is still better than a 503 for all.

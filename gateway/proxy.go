@@ -269,13 +269,15 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	if u != nil {
 		// Neither a timeout nor the caller's going away says the replica
-		// is broken; a refused connection, a broken answer or a 5xx does.
+		// is broken; a refused connection, a broken answer or a 502, 503 or
+		// 504 does. A 500 is the model's answer to one input: counting it
+		// would let one caller with poison inputs eject healthy replicas.
 		if err != nil {
 			if !timedOut.Load() && r.Context().Err() == nil {
 				g.outcome(v, u, true)
 			}
 		} else {
-			g.outcome(v, u, resp.StatusCode >= 500)
+			g.outcome(v, u, replicaFailed(resp.StatusCode))
 		}
 	}
 	if err != nil {
