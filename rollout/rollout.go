@@ -464,8 +464,8 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	stepsJSON, _ := json.Marshal(spec.Steps)
 	critJSON, _ := json.Marshal(crit)
 	var uid *int64
-	if p.UserID != 0 {
-		uid = &p.UserID
+	if h := p.HumanID(); h != 0 {
+		uid = &h
 	}
 	now := s.now()
 	id, err := q.RolloutCreate(ctx, db.RolloutCreateParams{TeamID: teamID, EndpointID: endpointID, FromVersionID: fromID, ToVersionID: to.ID,
@@ -596,10 +596,13 @@ func (s *Service) AwaitingApproval(ctx context.Context, p *auth.Principal) ([]Ro
 	return out, nil
 }
 
-// Initiated reports whether p started r.
+// Initiated reports whether p started r. The human behind each side is
+// compared (a user, or the creator of the API key used), so a person who
+// started a rollout in the portal cannot approve it with a key of theirs,
+// nor the reverse.
 func Initiated(p *auth.Principal, r Rollout) bool {
-	if p.UserID != 0 && r.InitiatorUserID != nil {
-		return *r.InitiatorUserID == p.UserID
+	if h := p.HumanID(); h != 0 && r.InitiatorUserID != nil {
+		return *r.InitiatorUserID == h
 	}
 	return p.Actor() == r.Initiator
 }
@@ -613,7 +616,7 @@ func CanApprove(p *auth.Principal, r Rollout) bool {
 			return false
 		}
 	}
-	return r.State == StateAwaitingApproval && p.CanAdmin(r.TeamID) && !Initiated(p, r)
+	return r.State == StateAwaitingApproval && p.CanAdmin(r.TeamID) && p.HumanID() != 0 && !Initiated(p, r)
 }
 
 // CanOperate reports whether p may roll back, pause or resume r.
@@ -671,16 +674,18 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		if !p.CanAdmin(t.r.TeamID) {
 			return auth.ErrForbidden
 		}
+		if p.HumanID() == 0 {
+			// Four eyes needs to know whose eyes: an API key nobody owns
+			// could be anyone's, the initiator's included.
+			return fmt.Errorf("%w: approving or rejecting a rollout needs a person: this API key has no known owner; use the portal or a key you created", auth.ErrForbidden)
+		}
 		if Initiated(p, t.r) {
-			return fmt.Errorf("%w: the person who started a rollout cannot approve or reject it (four eyes)", auth.ErrForbidden)
+			return fmt.Errorf("%w: the person who started a rollout cannot approve or reject it (four eyes), through an API key of theirs neither", auth.ErrForbidden)
 		}
 		if t.r.State != StateAwaitingApproval {
 			return &ConflictError{Msg: fmt.Sprintf("rollout %d is %s, not waiting for approval", t.r.ID, t.r.State)}
 		}
-		var uid *int64
-		if p.UserID != 0 {
-			uid = &p.UserID
-		}
+		uid := new(p.HumanID())
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
 			Approver: p.Actor(), ApproverUserID: uid, Decision: decision, Comment: comment, At: t.now})
 		if err != nil {

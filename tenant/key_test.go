@@ -83,6 +83,9 @@ func TestCreateKey(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Authenticate(new key): %v", err)
 				}
+				if p.OwnerUserID != tt.p.UserID || p.HumanID() != tt.p.UserID {
+					t.Errorf("Authenticate owner = %d (human %d), want the creator %d: four eyes compares the person behind a key", p.OwnerUserID, p.HumanID(), tt.p.UserID)
+				}
 				if p.KeyID != k.ID || p.Via != "api-key" || p.Name != k.Prefix || p.PlatformRole != tt.wantP.PlatformRole ||
 					len(p.Teams) != len(tt.wantP.Teams) || (len(p.Teams) == 1 && p.Teams[0] != tt.wantP.Teams[0]) {
 					t.Errorf("Authenticate = %+v, want key %d via api-key with role %q teams %+v", p, k.ID, tt.wantP.PlatformRole, tt.wantP.Teams)
