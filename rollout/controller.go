@@ -142,11 +142,7 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	// requests the judge needs: samples can reach ClickHouse before the
 	// request statistics do, and a drift verdict on a window whose latency
 	// and errors were not judged would roll back on half the evidence.
-	candN := in.Candidate.Requests
-	if in.LLM {
-		candN = in.Candidate.Streams
-	}
-	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && candN >= r.Criteria.MinRequests {
+	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && in.Candidate.Requests >= r.Criteria.MinRequests {
 		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.ToVersion, r.FromVersion, from, now)
 		if err != nil {
 			// Unmeasured drift holds (the judge's "drift not measured"),
