@@ -70,3 +70,66 @@ func TestFourEyesThroughAPIKeys(t *testing.T) {
 		}
 	})
 }
+
+// readyN marks n more ready replicas of version, named with suffix.
+func (f *fixture) readyN(t *testing.T, endpointName, version, suffix string, n int) {
+	t.Helper()
+	_, err := f.pool.Exec(t.Context(), `INSERT INTO nodes (name, lease_seconds, last_heartbeat) VALUES ('n1', 15, now()) ON CONFLICT DO NOTHING`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.pool.Exec(t.Context(), `INSERT INTO replicas (name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, state, addr)
+		SELECT e.name || '-' || v.name || '-' || $3 || g, e.team_id, e.id, v.id, (SELECT id FROM nodes WHERE name = 'n1'), 'H100-80GB', 'full', 'ready', '127.0.0.1:1'
+		FROM endpoints e JOIN model_versions v ON v.model_id = e.model_id, generate_series(1, $4::int) g
+		WHERE e.name = $1 AND v.name = $2`, endpointName, version, suffix, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoTrafficBeforeReadyReplicas: a canary of a scale-to-zero endpoint
+// (min_replicas 0) still waits for one ready candidate replica, and a
+// blue-green waits for as many as the incumbent serves with.
+func TestNoTrafficBeforeReadyReplicas(t *testing.T) {
+	t.Parallel()
+	t.Run("canary with min_replicas 0", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET min_replicas = 0 WHERE name = 'fraud-scoring'`); err != nil {
+			t.Fatal(err)
+		}
+		r := f.canary(t)
+		f.pass(t)
+		if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 100, "v2": 0}) {
+			t.Fatalf("no candidate replica ready: weights %v, want v1 100", w)
+		}
+		if got := f.get(t, r.ID); got.State != rollout.StateStarting {
+			t.Fatalf("no candidate replica ready: state %s, want starting", got.State)
+		}
+		f.ready(t, "fraud-scoring", "v2")
+		f.pass(t)
+		if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 90, "v2": 10}) {
+			t.Fatalf("candidate ready: weights %v, want 90/10", w)
+		}
+	})
+	t.Run("blue-green waits for the incumbent's ready count", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.readyN(t, "fraud-scoring", "v1", "i", 3)
+		r, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Strategy: rollout.BlueGreen,
+			Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}, EvaluationInterval: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.readyN(t, "fraud-scoring", "v2", "c", 2)
+		f.pass(t)
+		if got := f.get(t, r.ID); got.State != rollout.StateStarting {
+			t.Fatalf("2 of the incumbent's 3 ready: state %s (%s), want starting", got.State, got.Reason)
+		}
+		f.readyN(t, "fraud-scoring", "v2", "d", 1)
+		f.pass(t)
+		if got := f.get(t, r.ID); got.State != rollout.StateAwaitingApproval {
+			t.Fatalf("3 ready: state %s (%s), want awaiting_approval", got.State, got.Reason)
+		}
+	})
+}
