@@ -318,8 +318,11 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", SamplingRate: 1, RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	measured := &fixedDrift{judge.Drift{Metric: "w1_norm", Value: 0.05, Threshold: 0.2, Enough: true, CandidateSamples: 400, IncumbentSamples: 8000}}
 	on := true
-	ro, err := e.srv.Rollouts.Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
+	// The test server measures no drift (no ClickHouse), so it refuses a
+	// drift gate; a Service with the measurer starts the rollout.
+	ro, err := rollout.New(e.srv.Pool, nil, measured).Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
 		Criteria: rollout.CriteriaSpec{Drift: &on}})
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +330,6 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(500, 10)}
-	measured := &fixedDrift{judge.Drift{Metric: "w1_norm", Value: 0.05, Threshold: 0.2, Enough: true, CandidateSamples: 400, IncumbentSamples: 8000}}
 	pass := func() {
 		t.Helper()
 		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Drift: measured, Now: clock})

@@ -2,11 +2,13 @@ package rollout_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"modelplane/auth"
 	"modelplane/rollout"
+	"modelplane/validate"
 )
 
 // awaiting starts a one-step blue-green rollout of v2 by p and walks it to
@@ -132,4 +134,31 @@ func TestNoTrafficBeforeReadyReplicas(t *testing.T) {
 			t.Fatalf("3 ready: state %s (%s), want awaiting_approval", got.State, got.Reason)
 		}
 	})
+}
+
+// TestStartRefusals: a canary that goes to 100 percent in its first step
+// judges nothing before all traffic moved, and a drift gate asked for where
+// nothing measures drift would hold forever: both are field errors.
+func TestStartRefusals(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t) // its Service has no drift measurer
+	on := true
+	for _, tt := range []struct {
+		name      string
+		spec      rollout.Spec
+		wantField string
+		wantText  string
+	}{
+		{"canary of one 100 percent step", rollout.Spec{Version: "v2", Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}}, "steps", "blue-green"},
+		{"drift gate without a measurer", rollout.Spec{Version: "v2", Criteria: rollout.CriteriaSpec{Drift: &on}}, "criteria.drift", "drift: false"},
+	} {
+		_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", tt.spec)
+		var verr validate.Errors
+		if !errors.As(err, &verr) || len(verr) != 1 || verr[0].Field != tt.wantField || !strings.Contains(verr[0].Message, tt.wantText) {
+			t.Errorf("%s: %v; want one %s field error mentioning %q", tt.name, err, tt.wantField, tt.wantText)
+		}
+	}
+	if n := f.count(t, "SELECT count(*) FROM rollouts"); n != 0 {
+		t.Errorf("%d rollouts after refused starts, want 0", n)
+	}
 }

@@ -290,6 +290,10 @@ func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
 		if steps[len(steps)-1].Percent != 100 {
 			errs.Add("steps", "a canary's last step must be 100 percent")
 		}
+		if len(steps) == 1 && steps[0].Percent == 100 {
+			// Nothing would be judged before all traffic moved.
+			errs.Add("steps", "a canary needs at least one step below 100 percent; to switch all traffic at once use strategy blue-green")
+		}
 	case BlueGreen:
 		if len(steps) != 1 || steps[0].Percent != 100 {
 			errs.Add("steps", "a blue-green rollout has one step of 100 percent (its bake is the rollback window)")
@@ -385,7 +389,9 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float
 	var errs validate.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
-		if c.Drift && sampling <= 0 {
+		if c.Drift && s.drift == nil {
+			errs.Add("criteria.drift", "this control plane measures no drift (ClickHouse prediction samples are not configured), so the rollout would hold forever; pass drift: false")
+		} else if c.Drift && sampling <= 0 {
 			errs.Add("criteria.drift", "the endpoint samples no predictions (sampling_rate 0), so drift cannot be measured and the rollout would hold forever; "+
 				"turn sampling on in the endpoint's settings (a sampling_rate above 0) or pass drift: false")
 		}
