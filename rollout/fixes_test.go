@@ -150,6 +150,8 @@ func TestStartRefusals(t *testing.T) {
 		wantText  string
 	}{
 		{"canary of one 100 percent step", rollout.Spec{Version: "v2", Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}}, "steps", "blue-green"},
+		{"drift gate on a blue-green", rollout.Spec{Version: "v2", Strategy: rollout.BlueGreen, Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}},
+			Criteria: rollout.CriteriaSpec{Drift: &on}}, "criteria.drift", "blue-green"},
 		{"drift gate without a measurer", rollout.Spec{Version: "v2", Criteria: rollout.CriteriaSpec{Drift: &on}}, "criteria.drift", "drift: false"},
 	} {
 		_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", tt.spec)

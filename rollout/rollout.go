@@ -352,12 +352,17 @@ func (s *Service) defaults(spec *Spec) error {
 // predictions.
 const DriftSamplingOff = "drift gate off: the endpoint samples no predictions (sampling_rate 0)"
 
+// DriftBlueGreenOff is the note a blue-green rollout's start records when
+// the drift gate, on by default for its task, is off: after the switch the
+// incumbent serves nothing, so no outputs of it share the candidate's window.
+const DriftBlueGreenOff = "drift gate off: a blue-green candidate serves alone after the switch, with no incumbent outputs to compare"
+
 // criteria are the defaults from the candidate's SLA with spec's overrides.
 // The drift gate needs prediction samples: with the endpoint's sampling off
 // (sampling 0) a default gate is turned off, and note says so for the start
 // event; a gate asked for explicitly is a field error, since it would hold
 // the rollout forever on "too few samples".
-func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float64, o CriteriaSpec) (c judge.Criteria, note string, err error) {
+func (s *Service) criteria(task, strategy string, slaP99, slaTPOT *float64, sampling float64, o CriteriaSpec) (c judge.Criteria, note string, err error) {
 	deref := func(p *float64) float64 {
 		if p == nil {
 			return 0
@@ -370,6 +375,9 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float
 	c.Drift = c.Drift && s.drift != nil
 	if c.Drift && sampling <= 0 && o.Drift == nil {
 		c.Drift, note = false, DriftSamplingOff
+	}
+	if c.Drift && strategy == BlueGreen && o.Drift == nil {
+		c.Drift, note = false, DriftBlueGreenOff
 	}
 	if o.MaxP99MS != nil {
 		c.MaxP99MS = *o.MaxP99MS
@@ -389,7 +397,9 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float
 	var errs validate.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
-		if c.Drift && s.drift == nil {
+		if c.Drift && strategy == BlueGreen {
+			errs.Add("criteria.drift", "a blue-green candidate serves alone after the switch, so no incumbent outputs share its window and the gate would hold forever; pass drift: false or use a canary")
+		} else if c.Drift && s.drift == nil {
 			errs.Add("criteria.drift", "this control plane measures no drift (ClickHouse prediction samples are not configured), so the rollout would hold forever; pass drift: false")
 		} else if c.Drift && sampling <= 0 {
 			errs.Add("criteria.drift", "the endpoint samples no predictions (sampling_rate 0), so drift cannot be measured and the rollout would hold forever; "+
@@ -463,7 +473,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	if err != nil {
 		return 0, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
 	}
-	crit, note, err := s.criteria(task, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
+	crit, note, err := s.criteria(task, spec.Strategy, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
 	if err != nil {
 		return 0, err
 	}
