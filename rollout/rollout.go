@@ -690,6 +690,9 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		if !p.CanAdmin(t.r.TeamID) {
 			return auth.ErrForbidden
 		}
+		if t.r.State != StateAwaitingApproval {
+			return &ConflictError{Msg: fmt.Sprintf("rollout %d is %s, not waiting for approval", t.r.ID, t.r.State)}
+		}
 		if p.HumanID() == 0 {
 			// Four eyes needs to know whose eyes: an API key nobody owns
 			// could be anyone's, the initiator's included.
@@ -697,9 +700,6 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		}
 		if Initiated(p, t.r) {
 			return fmt.Errorf("%w: the person who started a rollout cannot approve or reject it (four eyes), through an API key of theirs neither", auth.ErrForbidden)
-		}
-		if t.r.State != StateAwaitingApproval {
-			return &ConflictError{Msg: fmt.Sprintf("rollout %d is %s, not waiting for approval", t.r.ID, t.r.State)}
 		}
 		uid := new(p.HumanID())
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
