@@ -402,7 +402,7 @@ func (q *Queries) DriftScoreList(ctx context.Context, arg DriftScoreListParams) 
 }
 
 const driftTargetList = `-- name: DriftTargetList :many
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight, e.created_at
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -425,6 +425,7 @@ type DriftTargetListRow struct {
 	Task       string
 	Version    string
 	Weight     int32
+	CreatedAt  time.Time
 }
 
 // Every endpoint with its live versions (weight above 0), the stable one
@@ -446,6 +447,7 @@ func (q *Queries) DriftTargetList(ctx context.Context, arg DriftTargetListParams
 			&i.Task,
 			&i.Version,
 			&i.Weight,
+			&i.CreatedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -143,6 +143,7 @@ type target struct {
 	endpoint, team     string
 	stable             string
 	versions           []string
+	created            time.Time
 }
 
 // Check runs one pass. A version whose report fails is logged and skipped;
@@ -157,7 +158,7 @@ func (c *Checker) Check(ctx context.Context) error {
 	var targets []*target
 	for _, r := range rows {
 		if len(targets) == 0 || targets[len(targets)-1].endpointID != r.EndpointID {
-			targets = append(targets, &target{endpointID: r.EndpointID, teamID: r.TeamID, endpoint: r.Endpoint, team: r.Team, stable: r.Version})
+			targets = append(targets, &target{endpointID: r.EndpointID, teamID: r.TeamID, endpoint: r.Endpoint, team: r.Team, stable: r.Version, created: r.CreatedAt})
 		}
 		t := targets[len(targets)-1]
 		t.versions = append(t.versions, r.Version)
@@ -167,7 +168,9 @@ func (c *Checker) Check(ctx context.Context) error {
 		for _, v := range t.versions {
 			cur := Window{Version: v, From: now.Add(-c.cfg.Current), To: now}
 			ref := Window{Version: t.stable, From: cur.From.Add(-c.cfg.Reference), To: cur.From}
-			rep, err := c.reader.Report(ctx, t.endpoint, ref, cur)
+			// Samples from before the endpoint existed are a deleted
+			// namesake's, not its own.
+			rep, err := c.reader.Report(ctx, t.endpoint, ref.Since(t.created), cur.Since(t.created))
 			if err != nil {
 				c.log.Warn("drift report", slog.String("endpoint", t.endpoint), slog.String("version", v), slog.String("error", err.Error()))
 				continue

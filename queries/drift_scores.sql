@@ -1,7 +1,7 @@
 -- name: DriftTargetList :many
 -- Every endpoint with its live versions (weight above 0), the stable one
 -- first (largest weight, then name). The drift check passes all_teams.
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight, e.created_at
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
