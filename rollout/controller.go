@@ -259,8 +259,7 @@ func (c *Controller) step(ctx context.Context, t *tx, ev *evaluation) error {
 			// every check. Missing data (no statistics, too few requests)
 			// holds; it never promotes.
 			if advance {
-				t.finishAs(StatePromoted)
-				return t.save(ctx, "promote", fmt.Sprintf("%s served 100 percent through the rollback window and passed every check; promoted", r.ToVersion))
+				return t.promote(ctx, fmt.Sprintf("%s served 100 percent through the rollback window and passed every check; promoted", r.ToVersion))
 			}
 		case Shadow:
 			// A shadow never serves: it runs until a person starts a

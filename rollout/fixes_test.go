@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"modelplane/auth"
+	"modelplane/judge"
 	"modelplane/rollout"
 	"modelplane/validate"
 )
@@ -162,5 +163,105 @@ func TestStartRefusals(t *testing.T) {
 	}
 	if n := f.count(t, "SELECT count(*) FROM rollouts"); n != 0 {
 		t.Errorf("%d rollouts after refused starts, want 0", n)
+	}
+}
+
+// experiment sets fraud-scoring's A/B experiment straight in the table
+// (package endpoint refuses one during a rollout; this is one set around
+// it, or before that guard existed).
+func (f *fixture) experiment(t *testing.T, versions ...string) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := f.pool.Exec(ctx, `DELETE FROM experiments`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO experiments (endpoint_id, name) SELECT id, 'ab' FROM endpoints WHERE name = 'fraud-scoring'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO experiment_arms (endpoint_id, version_id, share)
+		SELECT e.id, v.id, 100 / cardinality($1::text[]) FROM endpoints e JOIN model_versions v ON v.model_id = e.model_id
+		WHERE e.name = 'fraud-scoring' AND v.name = ANY($1::text[])`, versions); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRolloutsAndExperiments: a rollout does not start on a version an A/B
+// experiment splits users over, and its end deletes an experiment with an
+// arm of the version it retired (the candidate on rollback, the incumbent
+// on promotion), in the same transaction.
+func TestRolloutsAndExperiments(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, arms := range [][]string{{"v1", "v3"}, {"v2", "v3"}} {
+		f.experiment(t, arms...)
+		_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2"})
+		var verr validate.Errors
+		if !errors.As(err, &verr) || verr[0].Field != "version" || !strings.Contains(verr[0].Message, "experiment") {
+			t.Errorf("start with an experiment over %v: %v, want a version field error naming the experiment", arms, err)
+		}
+	}
+	armsLeft := func() int { return f.count(t, "SELECT count(*) FROM experiment_arms") }
+
+	// Rollback with an experiment over the candidate: it goes.
+	if _, err := f.pool.Exec(t.Context(), `DELETE FROM experiments`); err != nil {
+		t.Fatal(err)
+	}
+	r := f.canary(t)
+	f.experiment(t, "v2", "v3")
+	got, err := f.svc.Rollback(t.Context(), f.eng, r.ID, "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := armsLeft(); n != 0 || !strings.Contains(got.Reason, "experiment") {
+		t.Errorf("after rollback: %d arms left, reason %q; want the candidate's experiment ended and said so", n, got.Reason)
+	}
+
+	// Rollback with an experiment not over the candidate: it stays.
+	f.stats.set("v1", window(500, 0, 10))
+	f.stats.set("v3", window(500, 0, 10))
+	r, err = f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v3", Strategy: rollout.BlueGreen,
+		Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}, EvaluationInterval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.experiment(t, "v1", "v2")
+	if _, err := f.svc.Rollback(t.Context(), f.eng, r.ID, "not now"); err != nil {
+		t.Fatal(err)
+	}
+	if n := armsLeft(); n != 2 {
+		t.Errorf("after rolling back v3: %d arms, want the v1/v2 experiment kept", n)
+	}
+
+	// Promotion with an experiment over the incumbent: it goes.
+	if _, err := f.pool.Exec(t.Context(), `DELETE FROM experiments`); err != nil {
+		t.Fatal(err)
+	}
+	r, err = f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v3", Strategy: rollout.BlueGreen,
+		Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}, EvaluationInterval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ready(t, "fraud-scoring", "v3")
+	f.pass(t)
+	if _, err := f.svc.Approve(t.Context(), f.admin, r.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	f.pass(t)
+	f.stats.setPast(f.clock.Now(), map[string]judge.Window{"v1": window(500, 0, 10)})
+	f.stats.set("v1", judge.Window{})
+	f.experiment(t, "v1", "v2")
+	for range 7 {
+		f.clock.Add(10 * time.Second)
+		f.pass(t)
+	}
+	got = f.get(t, r.ID)
+	if got.State != rollout.StatePromoted {
+		t.Fatalf("state %s (%s), want promoted", got.State, got.Reason)
+	}
+	if n := armsLeft(); n != 0 || !strings.Contains(got.Reason, "experiment") {
+		t.Errorf("after promotion: %d arms left, reason %q; want the incumbent's experiment ended and said so", n, got.Reason)
+	}
+	if n := f.count(t, "SELECT count(*) FROM outbox WHERE subject = '$KV.mp_routes.fraud-scoring'"); n == 0 {
+		t.Errorf("no routing entry written")
 	}
 }

@@ -469,6 +469,19 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	case fromID == to.ID:
 		return 0, validate.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
 	}
+	arms, err := q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range arms {
+		if a.VersionID == fromID || a.VersionID == to.ID {
+			// The experiment splits users over this version by a hash the
+			// rollout's weights do not see: the judge's windows would mix
+			// the two, and the rollout's end would leave an arm behind.
+			return 0, validate.Errors{{Field: "version", Message: fmt.Sprintf(
+				"the endpoint's A/B experiment %q has an arm of %s; end the experiment before a rollout of this endpoint", a.Experiment, a.Version)}}
+		}
+	}
 	ep, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return 0, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
