@@ -195,6 +195,15 @@ type Approval struct {
 	At        time.Time `json:"at"`
 }
 
+// ForbiddenError is a decision the four-eyes rule refuses, with a message
+// safe to show (who may not, and why). It matches auth.ErrForbidden.
+type ForbiddenError struct{ Msg string }
+
+func (e *ForbiddenError) Error() string { return e.Msg }
+
+// Is makes errors.Is(err, auth.ErrForbidden) true.
+func (e *ForbiddenError) Is(target error) bool { return target == auth.ErrForbidden }
+
 // ConflictError is a request the rollout's state refuses: a second active
 // rollout on an endpoint (naming the active one), an approval of a rollout
 // that does not wait for one. It matches db.ErrConflict.
@@ -709,10 +718,10 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		if p.HumanID() == 0 {
 			// Four eyes needs to know whose eyes: an API key nobody owns
 			// could be anyone's, the initiator's included.
-			return fmt.Errorf("%w: approving or rejecting a rollout needs a person: this API key has no known owner; use the portal or a key you created", auth.ErrForbidden)
+			return &ForbiddenError{Msg: "approving or rejecting a rollout needs a person: this API key has no known owner (four eyes cannot tell whose it is); use the portal or a key you created"}
 		}
 		if Initiated(p, t.r) {
-			return fmt.Errorf("%w: the person who started a rollout cannot approve or reject it (four eyes), through an API key of theirs neither", auth.ErrForbidden)
+			return &ForbiddenError{Msg: "the person who started a rollout cannot approve or reject it (four eyes), neither in the portal nor through an API key they created"}
 		}
 		uid := new(p.HumanID())
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
