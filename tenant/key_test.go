@@ -117,6 +117,33 @@ func TestKeyExpiry(t *testing.T) {
 	}
 }
 
+// TestKeyMadeByKeyKeepsItsOwner: a key created through an API key belongs
+// to the person behind that key, so four eyes still knows whose it is.
+func TestKeyMadeByKeyKeepsItsOwner(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	raw, _, err := f.svc.CreateKey(ctx, f.ann, tenant.KeyRequest{Name: "ops", Team: "risk", Role: auth.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaKey, err := f.authenticate(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw2, _, err := f.svc.CreateKey(ctx, viaKey, tenant.KeyRequest{Name: "ci", Team: "risk", Role: auth.RoleEngineer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.authenticate(ctx, raw2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OwnerUserID != f.ann.UserID || p.HumanID() != f.ann.UserID {
+		t.Errorf("key made by ann's key: owner %d, want ann (%d)", p.OwnerUserID, f.ann.UserID)
+	}
+}
+
 func TestRevokeKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
