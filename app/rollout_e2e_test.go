@@ -429,7 +429,7 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 
 	// Approved while no controller runs; the next one acts on it.
 	s.stopLoops()
-	ops := &auth.Principal{Name: "ops@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
+	ops := &auth.Principal{UserID: 4242, Name: "ops@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
 	if _, err := s.h.Rollouts.Approve(s.ctx, ops, r.ID, "looks healthy"); err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,9 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 		}
 	}
 	p := &Principal{KeyID: row.ID, Name: row.Prefix, Via: "api-key"}
+	if row.CreatedBy != nil {
+		p.OwnerUserID = *row.CreatedBy
+	}
 	if row.TeamID == nil {
 		p.PlatformRole = Role(row.Role)
 	} else {

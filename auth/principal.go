@@ -37,8 +37,12 @@ type Membership struct {
 // Principal is an authenticated caller: a signed-in user, an OIDC bearer token
 // or an API key.
 type Principal struct {
-	UserID       int64  // 0 for API keys
-	KeyID        int64  // 0 unless authenticated by API key
+	UserID int64 // 0 for API keys
+	KeyID  int64 // 0 unless authenticated by API key
+	// OwnerUserID is, for an API key, the user who created it (the human
+	// acting through the key); 0 for users and for keys with no known
+	// creator (made before users existed, or the creator was deleted).
+	OwnerUserID  int64
 	Name         string // email for users, key prefix for keys
 	Via          string // "session", "oidc-token" or "api-key"
 	PlatformRole Role   // "", RolePlatformAdmin or RoleFinance
@@ -94,6 +98,17 @@ func (p *Principal) CanWrite(teamID int64) bool {
 // CanAdmin reports whether the principal may manage a team's members and keys.
 func (p *Principal) CanAdmin(teamID int64) bool {
 	return p.PlatformAdmin() || p.RoleIn(teamID) == RoleAdmin
+}
+
+// HumanID is the user behind the principal: the user itself, or the
+// creator of the API key it authenticated with; 0 when nobody is known.
+// Separation-of-duty checks (a rollout's four eyes) compare these, so one
+// person cannot act once in the portal and once through a key of theirs.
+func (p *Principal) HumanID() int64 {
+	if p.UserID != 0 {
+		return p.UserID
+	}
+	return p.OwnerUserID
 }
 
 // Actor is how the audit log names the principal.

@@ -58,11 +58,16 @@ func (q *Queries) DriftAlertClear(ctx context.Context, arg DriftAlertClearParams
 	return items, nil
 }
 
-const driftAlertDeleteStale = `-- name: DriftAlertDeleteStale :execrows
-DELETE FROM drift_alerts a
-WHERE NOT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
-                  WHERE r.endpoint_id = a.endpoint_id AND v.name = a.version AND r.weight > 0)
-  AND ($1::boolean OR a.team_id = ANY($2::bigint[]))
+const driftAlertDeleteStale = `-- name: DriftAlertDeleteStale :many
+WITH gone AS (
+    DELETE FROM drift_alerts a
+    WHERE NOT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+                      WHERE r.endpoint_id = a.endpoint_id AND v.name = a.version AND r.weight > 0)
+      AND ($1::boolean OR a.team_id = ANY($2::bigint[]))
+    RETURNING a.endpoint_id, a.team_id, a.version, a.metric, a.value, a.threshold, a.fired_at
+)
+SELECT g.endpoint_id, g.team_id, g.version, g.metric, g.value, g.threshold, g.fired_at, e.name AS endpoint, t.name AS team
+FROM gone g JOIN endpoints e ON e.id = g.endpoint_id JOIN teams t ON t.id = g.team_id
 `
 
 type DriftAlertDeleteStaleParams struct {
@@ -70,13 +75,49 @@ type DriftAlertDeleteStaleParams struct {
 	TeamIDs  []int64
 }
 
-// Removes alerts of versions no longer live on their endpoint.
-func (q *Queries) DriftAlertDeleteStale(ctx context.Context, arg DriftAlertDeleteStaleParams) (int64, error) {
-	result, err := q.db.Exec(ctx, driftAlertDeleteStale, arg.AllTeams, arg.TeamIDs)
+type DriftAlertDeleteStaleRow struct {
+	EndpointID int64
+	TeamID     int64
+	Version    string
+	Metric     string
+	Value      float64
+	Threshold  float64
+	FiredAt    *time.Time
+	Endpoint   string
+	Team       string
+}
+
+// Removes alerts of versions no longer live on their endpoint; returns
+// them with their endpoint's and team's names, so the fired ones are
+// resolved, not dropped silently.
+func (q *Queries) DriftAlertDeleteStale(ctx context.Context, arg DriftAlertDeleteStaleParams) ([]DriftAlertDeleteStaleRow, error) {
+	rows, err := q.db.Query(ctx, driftAlertDeleteStale, arg.AllTeams, arg.TeamIDs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	items := []DriftAlertDeleteStaleRow{}
+	for rows.Next() {
+		var i DriftAlertDeleteStaleRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.TeamID,
+			&i.Version,
+			&i.Metric,
+			&i.Value,
+			&i.Threshold,
+			&i.FiredAt,
+			&i.Endpoint,
+			&i.Team,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const driftAlertFire = `-- name: DriftAlertFire :execrows
@@ -361,7 +402,7 @@ func (q *Queries) DriftScoreList(ctx context.Context, arg DriftScoreListParams) 
 }
 
 const driftTargetList = `-- name: DriftTargetList :many
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight, e.created_at
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -384,6 +425,7 @@ type DriftTargetListRow struct {
 	Task       string
 	Version    string
 	Weight     int32
+	CreatedAt  time.Time
 }
 
 // Every endpoint with its live versions (weight above 0), the stable one
@@ -405,6 +447,7 @@ func (q *Queries) DriftTargetList(ctx context.Context, arg DriftTargetListParams
 			&i.Task,
 			&i.Version,
 			&i.Weight,
+			&i.CreatedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -81,6 +81,51 @@ func (q *Queries) RolloutCreate(ctx context.Context, arg RolloutCreateParams) (i
 	return id, err
 }
 
+const rolloutExperimentArms = `-- name: RolloutExperimentArms :many
+SELECT x.name AS experiment, a.version_id, v.name AS version
+FROM experiment_arms a
+JOIN experiments x ON x.endpoint_id = a.endpoint_id
+JOIN model_versions v ON v.id = a.version_id
+JOIN endpoints e ON e.id = a.endpoint_id
+WHERE a.endpoint_id = $1 AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
+ORDER BY v.name
+`
+
+type RolloutExperimentArmsParams struct {
+	EndpointID int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+type RolloutExperimentArmsRow struct {
+	Experiment string
+	VersionID  int64
+	Version    string
+}
+
+// The arms of the endpoint's A/B experiment: a rollout neither starts on
+// a version an experiment splits users over nor leaves an arm of a
+// version it retired.
+func (q *Queries) RolloutExperimentArms(ctx context.Context, arg RolloutExperimentArmsParams) ([]RolloutExperimentArmsRow, error) {
+	rows, err := q.db.Query(ctx, rolloutExperimentArms, arg.EndpointID, arg.AllTeams, arg.TeamIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RolloutExperimentArmsRow{}
+	for rows.Next() {
+		var i RolloutExperimentArmsRow
+		if err := rows.Scan(&i.Experiment, &i.VersionID, &i.Version); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rolloutGet = `-- name: RolloutGet :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
        fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms

@@ -65,6 +65,9 @@ type Event struct {
 	CurrentSamples   uint64    `json:"current_samples"`
 	BreachedSince    time.Time `json:"breached_since"`
 	At               time.Time `json:"at"`
+	// Reason says why an alert resolved other than by its metric coming
+	// back within the threshold (its version left the endpoint).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Audit actions of drift alerts.
@@ -140,6 +143,7 @@ type target struct {
 	endpoint, team     string
 	stable             string
 	versions           []string
+	created            time.Time
 }
 
 // Check runs one pass. A version whose report fails is logged and skipped;
@@ -154,7 +158,7 @@ func (c *Checker) Check(ctx context.Context) error {
 	var targets []*target
 	for _, r := range rows {
 		if len(targets) == 0 || targets[len(targets)-1].endpointID != r.EndpointID {
-			targets = append(targets, &target{endpointID: r.EndpointID, teamID: r.TeamID, endpoint: r.Endpoint, team: r.Team, stable: r.Version})
+			targets = append(targets, &target{endpointID: r.EndpointID, teamID: r.TeamID, endpoint: r.Endpoint, team: r.Team, stable: r.Version, created: r.CreatedAt})
 		}
 		t := targets[len(targets)-1]
 		t.versions = append(t.versions, r.Version)
@@ -164,7 +168,9 @@ func (c *Checker) Check(ctx context.Context) error {
 		for _, v := range t.versions {
 			cur := Window{Version: v, From: now.Add(-c.cfg.Current), To: now}
 			ref := Window{Version: t.stable, From: cur.From.Add(-c.cfg.Reference), To: cur.From}
-			rep, err := c.reader.Report(ctx, t.endpoint, ref, cur)
+			// Samples from before the endpoint existed are a deleted
+			// namesake's, not its own.
+			rep, err := c.reader.Report(ctx, t.endpoint, ref.Since(t.created), cur.Since(t.created))
 			if err != nil {
 				c.log.Warn("drift report", slog.String("endpoint", t.endpoint), slog.String("version", v), slog.String("error", err.Error()))
 				continue
@@ -183,6 +189,12 @@ func (c *Checker) Check(ctx context.Context) error {
 				c.score.WithLabelValues(k[:]...).Set(s.Value)
 				shown[k] = true
 			}
+			// Without enough data nothing is known: a run or a fired alert
+			// stays as it is until a judged report says otherwise (a gap
+			// in the samples must not "resolve" an alert).
+			if rep.Verdict == VerdictNotEnough {
+				continue
+			}
 			if err := c.alert(ctx, t, v, rep, scores, now); err != nil {
 				return err
 			}
@@ -194,8 +206,8 @@ func (c *Checker) Check(ctx context.Context) error {
 		}
 	}
 	c.shown = shown
-	if _, err := q.DriftAlertDeleteStale(ctx, db.DriftAlertDeleteStaleParams{AllTeams: true, TeamIDs: []int64{}}); err != nil {
-		return fmt.Errorf("drift alerts of retired versions: %w", err)
+	if err := c.retire(ctx, now); err != nil {
+		return err
 	}
 	if _, err := q.DriftScoreDeleteBefore(ctx, db.DriftScoreDeleteBeforeParams{Before: now.Add(-c.cfg.Keep), AllTeams: true, TeamIDs: []int64{}}); err != nil {
 		return fmt.Errorf("drift scores expiry: %w", err)
@@ -321,12 +333,52 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 	return nil
 }
 
+// retire removes the alerts of versions that no longer serve their
+// endpoint; a fired one is resolved (audit entry and event, in the same
+// transaction) so whoever was paged hears that it ended.
+func (c *Checker) retire(ctx context.Context, now time.Time) error {
+	var events []Event
+	err := db.InTx(ctx, c.pool, func(q *db.Queries) error {
+		gone, err := q.DriftAlertDeleteStale(ctx, db.DriftAlertDeleteStaleParams{AllTeams: true, TeamIDs: []int64{}})
+		if err != nil {
+			return err
+		}
+		for _, g := range gone {
+			if g.FiredAt == nil {
+				continue
+			}
+			e := Event{Type: EventResolved, Team: g.Team, Endpoint: g.Endpoint, Version: g.Version, Metric: g.Metric,
+				Value: g.Value, Threshold: g.Threshold, At: now, Reason: "the version no longer serves the endpoint"}
+			teamID := g.TeamID
+			if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: EventResolved, ObjectType: "endpoint",
+				ObjectName: g.Endpoint, After: e}); err != nil {
+				return err
+			}
+			if err := writeEvent(ctx, q, g.EndpointID, e); err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("drift alerts of retired versions: %w", err)
+	}
+	if len(events) > 0 && c.published != nil {
+		c.published()
+	}
+	return nil
+}
+
 // writeEvent writes the proto.Event of a fired or resolved alert to the
 // outbox inside the alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) error {
 	typ, msg := "alert", fmt.Sprintf("%s %s = %.4g, past its threshold %.4g since %s", e.Version, e.Metric, e.Value, e.Threshold,
 		e.BreachedSince.UTC().Format(time.RFC3339))
-	if e.Type == EventResolved {
+	switch {
+	case e.Type == EventResolved && e.Reason != "":
+		typ, msg = "resolved", fmt.Sprintf("%s %s: resolved, %s (last %.4g against %.4g)", e.Version, e.Metric, e.Reason, e.Value, e.Threshold)
+	case e.Type == EventResolved:
 		typ, msg = "resolved", fmt.Sprintf("%s %s = %.4g, back within its threshold %.4g", e.Version, e.Metric, e.Value, e.Threshold)
 	}
 	payload, err := json.Marshal(proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ, State: e.Version + " " + e.Metric,

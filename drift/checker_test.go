@@ -100,8 +100,10 @@ func seed(t *testing.T, pool *pgxpool.Pool, endpoints ...string) int64 {
 			t.Fatal(err)
 		}
 		var id int64
-		if err := pool.QueryRow(ctx, `INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier)
-			VALUES ($1, $2, $3, 'onnxruntime', 'mig-1g.10gb', 1, 2, 'standard') RETURNING id`, team, e, model).Scan(&id); err != nil {
+		// Created long before the samples the tests write (drift reads
+		// no sample from before its endpoint existed).
+		if err := pool.QueryRow(ctx, `INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, created_at)
+			VALUES ($1, $2, $3, 'onnxruntime', 'mig-1g.10gb', 1, 2, 'standard', '2026-01-01T00:00:00Z') RETURNING id`, team, e, model).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := pool.Exec(ctx, `INSERT INTO routing_rules (endpoint_id, version_id, weight)

@@ -48,7 +48,9 @@ const (
 	queryTimeout        = 30 * time.Second
 )
 
-// ErrWindow is returned for an empty or inverted window.
+// ErrWindow is returned for an inverted window or one without a version.
+// An empty window (From == To, such as one Since moved past its end) holds
+// no samples: its report is not_enough_data.
 var ErrWindow = errors.New("drift: bad window")
 
 // Window is a version's samples over [From, To).
@@ -59,10 +61,28 @@ type Window struct {
 }
 
 func (w Window) check() error {
-	if w.Version == "" || !w.From.Before(w.To) {
+	if w.Version == "" || w.From.After(w.To) {
 		return fmt.Errorf("%w: version %q from %s to %s", ErrWindow, w.Version, w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// Since returns w starting no earlier than t, rounded up to a whole second
+// (samples are stamped in whole seconds). An endpoint's samples are read
+// by its name, so those from before it was created belong to a deleted
+// endpoint of the same name: every window is clamped to the endpoint's
+// created_at. A window wholly before t becomes empty (From == To).
+func (w Window) Since(t time.Time) Window {
+	if t.Truncate(time.Second) != t {
+		t = t.Truncate(time.Second).Add(time.Second)
+	}
+	if w.From.Before(t) {
+		w.From = t
+	}
+	if w.From.After(w.To) {
+		w.From = w.To
+	}
+	return w
 }
 
 // Histogram is a reference and a current histogram over the same bins:

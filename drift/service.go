@@ -99,7 +99,8 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 		refSpan.Last = DefaultReference
 	}
 	ref := refSpan.window(refVersion, cur.From)
-	return s.reader.Report(ctx, endpoint, ref, cur)
+	// Samples from before the endpoint existed are a deleted namesake's.
+	return s.reader.Report(ctx, endpoint, ref.Since(row.CreatedAt), cur.Since(row.CreatedAt))
 }
 
 // stableVersion is the version with the largest weight in the endpoint's

@@ -24,9 +24,12 @@ import (
 func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 	var verrs validate.Errors
 	var rc *rollout.ConflictError
+	var rf *rollout.ForbiddenError
 	switch {
 	case errors.As(err, &rc):
 		return http.StatusConflict, rc.Msg, nil
+	case errors.As(err, &rf):
+		return http.StatusForbidden, rf.Msg, nil
 	case errors.As(err, &verrs):
 		details := make([]*huma.ErrorDetail, len(verrs))
 		for i, f := range verrs {

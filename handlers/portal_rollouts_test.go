@@ -38,11 +38,13 @@ func TestPortalRolloutApproveFlow(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	ctx := context.Background()
-	// No replicas wanted: the candidate is "up" at once.
+	// A ready candidate replica (min_replicas 0 places none): the rollout
+	// moves traffic only once one is ready.
 	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "bg-endpoint", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	readyReplica(t, e, "bg-endpoint", "v2")
 	eng := portalSignIn(t, e, "risk-engineer@example.com")
 	r := portalRequest(t, e, eng.token, http.MethodPost, "/endpoints/bg-endpoint/rollouts", "application/x-www-form-urlencoded",
 		[]byte("csrf="+eng.csrf+"&version=v2&strategy=blue-green&steps=100&bake_minutes=10&interval_seconds=5"), nil)
@@ -170,6 +172,7 @@ func TestBrowserRolloutApproval(t *testing.T) {
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	readyReplica(t, e, "bg-endpoint", "v2")
 	got := e.call(t, e.Keys["risk-engineer"], http.MethodPost, "/endpoints/bg-endpoint/rollouts",
 		jsonPayload(map[string]any{"version": "v2", "strategy": "blue-green"}))
 	if got.status != http.StatusCreated {
@@ -250,6 +253,7 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	readyReplica(t, e, "canary-endpoint", "v2")
 	ro, err := e.srv.Rollouts.Start(ctx, system, "canary-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -318,8 +322,12 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 0, MaxReplicas: 1, Tier: "batch", SamplingRate: 1, RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	readyReplica(t, e, "drift-endpoint", "v2")
+	measured := &fixedDrift{judge.Drift{Metric: "w1_norm", Value: 0.05, Threshold: 0.2, Enough: true, CandidateSamples: 400, IncumbentSamples: 8000}}
 	on := true
-	ro, err := e.srv.Rollouts.Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
+	// The test server measures no drift (no ClickHouse), so it refuses a
+	// drift gate; a Service with the measurer starts the rollout.
+	ro, err := rollout.New(e.srv.Pool, nil, measured).Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
 		Criteria: rollout.CriteriaSpec{Drift: &on}})
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +335,6 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(500, 10)}
-	measured := &fixedDrift{judge.Drift{Metric: "w1_norm", Value: 0.05, Threshold: 0.2, Enough: true, CandidateSamples: 400, IncumbentSamples: 8000}}
 	pass := func() {
 		t.Helper()
 		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Drift: measured, Now: clock})
@@ -367,5 +374,22 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 		if href := doc.Find(sel).AttrOr("href", ""); href != "/endpoints/drift-endpoint/drift" {
 			t.Errorf("%s links to %q, want the endpoint's drift dashboard", sel, href)
 		}
+	}
+}
+
+// readyReplica marks a ready replica of version on the endpoint, as the
+// fleet would once an agent reported it: a rollout moves no traffic before
+// its candidate has one.
+func readyReplica(t *testing.T, e *testEnv, endpointName, version string) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := e.srv.Pool.Exec(ctx, `INSERT INTO nodes (name, lease_seconds, last_heartbeat) VALUES ('rollout-node', 15, now()) ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := e.srv.Pool.Exec(ctx, `INSERT INTO replicas (name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, state, addr)
+		SELECT e.name || '-' || v.name, e.team_id, e.id, v.id, (SELECT id FROM nodes WHERE name = 'rollout-node'), 'H100-80GB', 'full', 'ready', '127.0.0.1:1'
+		FROM endpoints e JOIN model_versions v ON v.model_id = e.model_id WHERE e.name = $1 AND v.name = $2`, endpointName, version)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("ready replica of %s %s: %v (%d rows)", endpointName, version, err, tag.RowsAffected())
 	}
 }

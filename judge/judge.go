@@ -40,8 +40,10 @@ type Criteria struct {
 	// MaxErrorRateDelta is how many percentage points the candidate's error
 	// rate may exceed the incumbent's by.
 	MaxErrorRateDelta float64 `json:"max_error_rate_delta"`
-	// MinRequests is the fewest requests (for LLM endpoints: streamed
-	// completions) each side needs in the window before anything is judged.
+	// MinRequests is the fewest requests each side needs in the window
+	// before anything is judged. An LLM endpoint's time per output token is
+	// judged only when each side also has this many streamed completions;
+	// otherwise its request latency regression is.
 	MinRequests uint64 `json:"min_requests"`
 	// Drift gates the rollout on the drift of the candidate's outputs from
 	// the incumbent's.
@@ -166,14 +168,13 @@ func Evaluate(c Criteria, in Input) Verdict {
 		checks = append(checks, ch)
 	}
 
-	unit, candN, incN := "requests", in.Candidate.Requests, in.Incumbent.Requests
-	if in.LLM {
-		unit, candN, incN = "streamed completions", in.Candidate.Streams, in.Incumbent.Streams
-	}
+	// Every request counts towards the minimum, streamed or not: an LLM
+	// endpoint whose clients do not stream still gets judged.
+	candN, incN := in.Candidate.Requests, in.Incumbent.Requests
 	candEnough, incEnough := candN >= c.MinRequests, incN >= c.MinRequests
 	reqs := Check{Name: "requests", Candidate: float64(candN), Incumbent: ptr(float64(incN)),
 		Threshold: float64(c.MinRequests), Outcome: Pass,
-		Detail: fmt.Sprintf("candidate %d, incumbent %d %s; at least %d each", candN, incN, unit, c.MinRequests)}
+		Detail: fmt.Sprintf("candidate %d, incumbent %d requests; at least %d each", candN, incN, c.MinRequests)}
 	if !candEnough || !incEnough {
 		reqs.Outcome = Missing
 	}
@@ -183,11 +184,20 @@ func Evaluate(c Criteria, in Input) Verdict {
 	// rate of a handful of requests is noise.
 	if candEnough {
 		errorChecks(c, in, incEnough, add)
-		name, cand, inc, ceiling := "p99_latency_ms", in.Candidate.Latency, in.Incumbent.Latency, c.MaxP99MS
-		if in.LLM {
-			name, cand, inc, ceiling = "p99_tpot_ms", in.Candidate.TPOT, in.Incumbent.TPOT, c.MaxP99TPOTMS
+		switch {
+		case !in.LLM:
+			p99Checks("p99_latency_ms", in.Candidate.Latency, in.Incumbent.Latency, c.MaxP99MS, c.MaxRegression, incEnough, "", add)
+		case in.Candidate.Streams >= c.MinRequests && in.Incumbent.Streams >= c.MinRequests:
+			p99Checks("p99_tpot_ms", in.Candidate.TPOT, in.Incumbent.TPOT, c.MaxP99TPOTMS, c.MaxRegression, true, "", add)
+		default:
+			// Too few streams for a time per output token: the request
+			// latency regression stands in (no absolute ceiling, an LLM
+			// request's length depends on its completion) and the missing
+			// TPOT holds nothing.
+			note := fmt.Sprintf(" (TPOT not judged: %d and %d streamed completions, at least %d each)",
+				in.Candidate.Streams, in.Incumbent.Streams, c.MinRequests)
+			p99Checks("p99_latency_ms", in.Candidate.Latency, in.Incumbent.Latency, 0, c.MaxRegression, incEnough, note, add)
 		}
-		p99Checks(name, cand, inc, ceiling, c.MaxRegression, incEnough, add)
 	}
 	if c.Drift {
 		add(driftCheck(in.Drift))
@@ -210,7 +220,7 @@ func errorChecks(c Criteria, in Input, incEnough bool, add func(Check)) {
 	add(ch)
 }
 
-func p99Checks(name string, cand, inc []uint64, ceiling, maxRegression float64, incEnough bool, add func(Check)) {
+func p99Checks(name string, cand, inc []uint64, ceiling, maxRegression float64, incEnough bool, note string, add func(Check)) {
 	cp99, cOK := quantile(cand, 0.99)
 	if ceiling > 0 {
 		ch := Check{Name: name, Candidate: cp99, Threshold: ceiling}
@@ -234,6 +244,7 @@ func p99Checks(name string, cand, inc []uint64, ceiling, maxRegression float64, 
 		ch.Outcome = outcome(cp99 > ch.Threshold)
 		ch.Detail = fmt.Sprintf("p99 %.2f ms against the incumbent's %.2f ms + %.0f%%", cp99, ip99, 100*maxRegression)
 	}
+	ch.Detail += note
 	add(ch)
 }
 

@@ -1,7 +1,7 @@
 -- name: DriftTargetList :many
 -- Every endpoint with its live versions (weight above 0), the stable one
 -- first (largest weight, then name). The drift check passes all_teams.
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, v.name AS version, r.weight, e.created_at
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -65,9 +65,16 @@ WHERE a.endpoint_id = @endpoint_id AND a.version = @version AND NOT (a.metric = 
   AND (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[]))
 RETURNING a.metric, a.fired_at;
 
--- name: DriftAlertDeleteStale :execrows
--- Removes alerts of versions no longer live on their endpoint.
-DELETE FROM drift_alerts a
-WHERE NOT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
-                  WHERE r.endpoint_id = a.endpoint_id AND v.name = a.version AND r.weight > 0)
-  AND (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[]));
+-- name: DriftAlertDeleteStale :many
+-- Removes alerts of versions no longer live on their endpoint; returns
+-- them with their endpoint's and team's names, so the fired ones are
+-- resolved, not dropped silently.
+WITH gone AS (
+    DELETE FROM drift_alerts a
+    WHERE NOT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+                      WHERE r.endpoint_id = a.endpoint_id AND v.name = a.version AND r.weight > 0)
+      AND (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[]))
+    RETURNING a.endpoint_id, a.team_id, a.version, a.metric, a.value, a.threshold, a.fired_at
+)
+SELECT g.endpoint_id, g.team_id, g.version, g.metric, g.value, g.threshold, g.fired_at, e.name AS endpoint, t.name AS team
+FROM gone g JOIN endpoints e ON e.id = g.endpoint_id JOIN teams t ON t.id = g.team_id;

@@ -70,3 +70,15 @@ UPDATE rollouts SET step_index = @step_index, state = @state, paused = @paused, 
     last_evaluated_at = sqlc.narg(last_evaluated_at), cleanup_at = sqlc.narg(cleanup_at), cleaned = @cleaned,
     finished_at = sqlc.narg(finished_at), generation = @generation, updated_at = @now
 WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: RolloutExperimentArms :many
+-- The arms of the endpoint's A/B experiment: a rollout neither starts on
+-- a version an experiment splits users over nor leaves an arm of a
+-- version it retired.
+SELECT x.name AS experiment, a.version_id, v.name AS version
+FROM experiment_arms a
+JOIN experiments x ON x.endpoint_id = a.endpoint_id
+JOIN model_versions v ON v.id = a.version_id
+JOIN endpoints e ON e.id = a.endpoint_id
+WHERE a.endpoint_id = @endpoint_id AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]))
+ORDER BY v.name;

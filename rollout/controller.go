@@ -137,16 +137,25 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	}
 	in := judge.Input{Candidate: totals[r.ToVersion], Incumbent: totals[r.FromVersion], LLM: r.Task == "llm",
 		Baked: r.BakeDeadline != nil && !now.Before(*r.BakeDeadline)}
+	if r.Strategy == BlueGreen {
+		// After the switch the incumbent serves nothing: the candidate is
+		// held to the incumbent's last window before the switch (the
+		// step's start), read again from the request statistics, which
+		// keep it far longer than any rollback window.
+		switchAt := *r.StepStartedAt
+		window := time.Duration(r.EvaluationWindowSeconds * float64(time.Second))
+		before, err := c.cfg.Stats.Totals(ctx, r.Endpoint, switchAt.Add(-window), switchAt)
+		if err != nil {
+			return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics before the switch unavailable: " + err.Error(), Checks: []judge.Check{}}}
+		}
+		in.Incumbent = before[r.FromVersion]
+	}
 	// A shadow's output agreement is shown beside its latency and errors
 	// whether or not it gates. Drift is measured once the candidate has the
 	// requests the judge needs: samples can reach ClickHouse before the
 	// request statistics do, and a drift verdict on a window whose latency
 	// and errors were not judged would roll back on half the evidence.
-	candN := in.Candidate.Requests
-	if in.LLM {
-		candN = in.Candidate.Streams
-	}
-	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && candN >= r.Criteria.MinRequests {
+	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && in.Candidate.Requests >= r.Criteria.MinRequests {
 		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.ToVersion, r.FromVersion, from, now)
 		if err != nil {
 			// Unmeasured drift holds (the judge's "drift not measured"),
@@ -244,12 +253,13 @@ func (c *Controller) step(ctx context.Context, t *tx, ev *evaluation) error {
 				return c.advance(ctx, t)
 			}
 		case BlueGreen:
-			// After the switch the incumbent serves nothing, so nothing
-			// compares and the judge never says advance: the rollback
-			// window passing without a rollback is the promotion.
-			if r.BakeDeadline != nil && !t.now.Before(*r.BakeDeadline) {
-				t.finishAs(StatePromoted)
-				return t.save(ctx, "promote", fmt.Sprintf("%s served 100 percent through the rollback window; promoted", r.ToVersion))
+			// The candidate, alone after the switch, is judged against the
+			// incumbent's last window before it (see evaluate): it is
+			// promoted once the rollback window passed and a verdict passed
+			// every check. Missing data (no statistics, too few requests)
+			// holds; it never promotes.
+			if advance {
+				return t.promote(ctx, fmt.Sprintf("%s served 100 percent through the rollback window and passed every check; promoted", r.ToVersion))
 			}
 		case Shadow:
 			// A shadow never serves: it runs until a person starts a
@@ -278,13 +288,22 @@ func (c *Controller) start(ctx context.Context, t *tx) error {
 			return err
 		}
 	}
-	want := min(r.MinReplicas, 1)
-	if r.Strategy == BlueGreen {
-		want = r.MinReplicas // fully up before the switch
-	}
+	// No traffic (nor mirrored copy) moves before a candidate replica is
+	// ready, whatever min_replicas says (0 is a scale-to-zero endpoint).
+	want := int32(1)
 	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: true, TeamIDs: []int64{}})
 	if err != nil {
 		return err
+	}
+	if r.Strategy == BlueGreen {
+		// Fully up before the switch: the candidate takes all of the
+		// incumbent's load at once, so it needs as many ready replicas as
+		// the incumbent serves with now, and at least min_replicas.
+		inc, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.FromVersionID, AllTeams: true, TeamIDs: []int64{}})
+		if err != nil {
+			return err
+		}
+		want = max(want, r.MinReplicas, inc.Ready)
 	}
 	if n.Ready < want {
 		msg := fmt.Sprintf("waiting for %d ready replicas of %s (%d ready, %d placed)", want, r.ToVersion, n.Ready, n.Placed)

@@ -9,6 +9,7 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/judge"
 	"modelplane/rollout"
 	"modelplane/validate"
 )
@@ -314,38 +315,71 @@ func TestRejectRollsBack(t *testing.T) {
 	}
 }
 
+// TestBlueGreen: after the switch the incumbent serves nothing, as in
+// production; the candidate is judged against the incumbent's last window
+// before the switch and promoted only on a verdict that passed every
+// check: a failing candidate rolls back, and without statistics nothing
+// is promoted.
 func TestBlueGreen(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.stats.set("v1", window(500, 0, 10))
-	f.stats.set("v2", window(500, 0, 10))
-	r, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Strategy: rollout.BlueGreen,
-		Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}, EvaluationInterval: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name      string
+		candidate judge.Window // after the switch
+		fail      bool         // request statistics unavailable after the switch
+		want      string
+	}{
+		{"healthy candidate promoted", window(500, 0, 10), false, rollout.StatePromoted},
+		{"40 percent errors roll back", window(500, 200, 10), false, rollout.StateRolledBack},
+		{"statistics unavailable: no promotion", window(500, 0, 10), true, rollout.StateProgressing},
+		{"too few requests: no promotion", window(20, 0, 10), false, rollout.StateProgressing},
 	}
-	f.pass(t)
-	if got := f.get(t, r.ID); got.State != rollout.StateStarting {
-		t.Fatalf("before the candidate is up: %s", got.State)
-	}
-	f.ready(t, "fraud-scoring", "v2")
-	f.pass(t)
-	if _, err := f.svc.Approve(t.Context(), f.admin, r.ID, ""); err != nil {
-		t.Fatal(err)
-	}
-	f.pass(t)
-	if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 0, "v2": 100}) {
-		t.Fatalf("after the switch: %v, want one switch to v2 with v1 kept", w)
-	}
-	if got := f.get(t, r.ID); got.State != rollout.StateProgressing {
-		t.Fatalf("in the rollback window: %s", got.State)
-	}
-	for range 6 {
-		f.clock.Add(10 * time.Second)
-		f.pass(t)
-	}
-	if got := f.get(t, r.ID); got.State != rollout.StatePromoted {
-		t.Fatalf("after the rollback window: %s, want promoted", got.State)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			f.stats.set("v1", window(500, 0, 10))
+			r, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Strategy: rollout.BlueGreen,
+				Steps: []rollout.Step{{Percent: 100, BakeSeconds: 60}}, EvaluationInterval: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.pass(t)
+			if got := f.get(t, r.ID); got.State != rollout.StateStarting {
+				t.Fatalf("before the candidate is up: %s", got.State)
+			}
+			f.ready(t, "fraud-scoring", "v2")
+			f.pass(t)
+			if _, err := f.svc.Approve(t.Context(), f.admin, r.ID, ""); err != nil {
+				t.Fatal(err)
+			}
+			f.pass(t)
+			if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 0, "v2": 100}) {
+				t.Fatalf("after the switch: %v, want one switch to v2 with v1 kept", w)
+			}
+			if got := f.get(t, r.ID); got.State != rollout.StateProgressing {
+				t.Fatalf("in the rollback window: %s", got.State)
+			}
+			// From the switch on, v1 serves nothing and v2 everything.
+			f.stats.setPast(f.clock.Now(), map[string]judge.Window{"v1": window(500, 0, 10)})
+			f.stats.set("v1", judge.Window{})
+			f.stats.set("v2", tt.candidate)
+			if tt.fail {
+				f.stats.setFail(errors.New("clickhouse: connection refused"))
+			}
+			for range 9 {
+				f.clock.Add(10 * time.Second)
+				f.pass(t)
+			}
+			got := f.get(t, r.ID)
+			if got.State != tt.want {
+				t.Fatalf("after the rollback window: %s (%s), want %s", got.State, got.Reason, tt.want)
+			}
+			if tt.want == rollout.StateRolledBack {
+				if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 100, "v2": 0}) {
+					t.Errorf("rolled back: weights %v, want v1 100", w)
+				}
+			}
+		})
 	}
 }
 

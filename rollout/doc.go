@@ -1,7 +1,8 @@
 // Package rollout moves a new version of a model onto an endpoint in steps
 // (DESIGN.md section 8): canary (weights 1, 5, 25, 50, 100 percent by
 // default), blue-green (one switch once the candidate is up, the old version
-// kept for a rollback window) and shadow (a mirrored share of the traffic,
+// kept for a rollback window in which the candidate is judged against the
+// old version's last window before the switch) and shadow (a mirrored share of the traffic,
 // never served). Service is what people call: start, look, approve, reject,
 // roll back, pause, resume. Controller is the level-triggered reconciler, run
 // by one leader, that reads each active rollout from PostgreSQL, reads both

@@ -206,6 +206,22 @@ func TestDriftGateNeedsSampling(t *testing.T) {
 	if len(r.Events) == 0 || !strings.Contains(r.Events[0].Message, rollout.DriftSamplingOff) {
 		t.Errorf("start event %+v; want it to say %q", r.Events, rollout.DriftSamplingOff)
 	}
+
+	// A blue-green with samples: the candidate serves alone after the
+	// switch, so the default gate is off and says why.
+	if _, err := f.svc.Rollback(t.Context(), f.eng, r.ID, "next"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET sampling_rate = 0.5 WHERE name = 'fraud-scoring'`); err != nil {
+		t.Fatal(err)
+	}
+	bg, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Strategy: rollout.BlueGreen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bg.Criteria.Drift || len(bg.Events) == 0 || !strings.Contains(bg.Events[0].Message, rollout.DriftBlueGreenOff) {
+		t.Errorf("blue-green default criteria %+v, events %+v; want the gate off and the start event saying %q", bg.Criteria, bg.Events, rollout.DriftBlueGreenOff)
+	}
 }
 
 // TestDriftGateWaitsForRequestsAndShadowAgreement: drift is measured only

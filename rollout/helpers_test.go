@@ -47,6 +47,25 @@ func (c *clock) Add(d time.Duration) {
 type stats struct {
 	mu sync.Mutex
 	w  map[string]judge.Window
+	// past, when set, answers windows that end by until (the traffic
+	// before a blue-green switch); fail makes every read fail (ClickHouse
+	// down).
+	past  map[string]judge.Window
+	until time.Time
+	fail  error
+}
+
+// setPast makes windows ending by until read past.
+func (s *stats) setPast(until time.Time, past map[string]judge.Window) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until, s.past = until, past
+}
+
+func (s *stats) setFail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = err
 }
 
 func (s *stats) set(version string, w judge.Window) {
@@ -58,8 +77,15 @@ func (s *stats) set(version string, w judge.Window) {
 func (s *stats) Totals(_ context.Context, _ string, from, to time.Time) (map[string]judge.Window, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	src := s.w
+	if s.past != nil && !to.After(s.until) {
+		src = s.past
+	}
 	out := map[string]judge.Window{}
-	for k, v := range s.w {
+	for k, v := range src {
 		out[k] = v
 	}
 	return out, nil

@@ -195,6 +195,15 @@ type Approval struct {
 	At        time.Time `json:"at"`
 }
 
+// ForbiddenError is a decision the four-eyes rule refuses, with a message
+// safe to show (who may not, and why). It matches auth.ErrForbidden.
+type ForbiddenError struct{ Msg string }
+
+func (e *ForbiddenError) Error() string { return e.Msg }
+
+// Is makes errors.Is(err, auth.ErrForbidden) true.
+func (e *ForbiddenError) Is(target error) bool { return target == auth.ErrForbidden }
+
 // ConflictError is a request the rollout's state refuses: a second active
 // rollout on an endpoint (naming the active one), an approval of a rollout
 // that does not wait for one. It matches db.ErrConflict.
@@ -290,6 +299,10 @@ func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
 		if steps[len(steps)-1].Percent != 100 {
 			errs.Add("steps", "a canary's last step must be 100 percent")
 		}
+		if len(steps) == 1 && steps[0].Percent == 100 {
+			// Nothing would be judged before all traffic moved.
+			errs.Add("steps", "a canary needs at least one step below 100 percent; to switch all traffic at once use strategy blue-green")
+		}
 	case BlueGreen:
 		if len(steps) != 1 || steps[0].Percent != 100 {
 			errs.Add("steps", "a blue-green rollout has one step of 100 percent (its bake is the rollback window)")
@@ -348,12 +361,17 @@ func (s *Service) defaults(spec *Spec) error {
 // predictions.
 const DriftSamplingOff = "drift gate off: the endpoint samples no predictions (sampling_rate 0)"
 
+// DriftBlueGreenOff is the note a blue-green rollout's start records when
+// the drift gate, on by default for its task, is off: after the switch the
+// incumbent serves nothing, so no outputs of it share the candidate's window.
+const DriftBlueGreenOff = "drift gate off: a blue-green candidate serves alone after the switch, with no incumbent outputs to compare"
+
 // criteria are the defaults from the candidate's SLA with spec's overrides.
 // The drift gate needs prediction samples: with the endpoint's sampling off
 // (sampling 0) a default gate is turned off, and note says so for the start
 // event; a gate asked for explicitly is a field error, since it would hold
 // the rollout forever on "too few samples".
-func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float64, o CriteriaSpec) (c judge.Criteria, note string, err error) {
+func (s *Service) criteria(task, strategy string, slaP99, slaTPOT *float64, sampling float64, o CriteriaSpec) (c judge.Criteria, note string, err error) {
 	deref := func(p *float64) float64 {
 		if p == nil {
 			return 0
@@ -366,6 +384,9 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float
 	c.Drift = c.Drift && s.drift != nil
 	if c.Drift && sampling <= 0 && o.Drift == nil {
 		c.Drift, note = false, DriftSamplingOff
+	}
+	if c.Drift && strategy == BlueGreen && o.Drift == nil {
+		c.Drift, note = false, DriftBlueGreenOff
 	}
 	if o.MaxP99MS != nil {
 		c.MaxP99MS = *o.MaxP99MS
@@ -385,7 +406,11 @@ func (s *Service) criteria(task string, slaP99, slaTPOT *float64, sampling float
 	var errs validate.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
-		if c.Drift && sampling <= 0 {
+		if c.Drift && strategy == BlueGreen {
+			errs.Add("criteria.drift", "a blue-green candidate serves alone after the switch, so no incumbent outputs share its window and the gate would hold forever; pass drift: false or use a canary")
+		} else if c.Drift && s.drift == nil {
+			errs.Add("criteria.drift", "this control plane measures no drift (ClickHouse prediction samples are not configured), so the rollout would hold forever; pass drift: false")
+		} else if c.Drift && sampling <= 0 {
 			errs.Add("criteria.drift", "the endpoint samples no predictions (sampling_rate 0), so drift cannot be measured and the rollout would hold forever; "+
 				"turn sampling on in the endpoint's settings (a sampling_rate above 0) or pass drift: false")
 		}
@@ -453,19 +478,32 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	case fromID == to.ID:
 		return 0, validate.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
 	}
+	arms, err := q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range arms {
+		if a.VersionID == fromID || a.VersionID == to.ID {
+			// The experiment splits users over this version by a hash the
+			// rollout's weights do not see: the judge's windows would mix
+			// the two, and the rollout's end would leave an arm behind.
+			return 0, validate.Errors{{Field: "version", Message: fmt.Sprintf(
+				"the endpoint's A/B experiment %q has an arm of %s; end the experiment before a rollout of this endpoint", a.Experiment, a.Version)}}
+		}
+	}
 	ep, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return 0, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
 	}
-	crit, note, err := s.criteria(task, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
+	crit, note, err := s.criteria(task, spec.Strategy, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
 	if err != nil {
 		return 0, err
 	}
 	stepsJSON, _ := json.Marshal(spec.Steps)
 	critJSON, _ := json.Marshal(crit)
 	var uid *int64
-	if p.UserID != 0 {
-		uid = &p.UserID
+	if h := p.HumanID(); h != 0 {
+		uid = &h
 	}
 	now := s.now()
 	id, err := q.RolloutCreate(ctx, db.RolloutCreateParams{TeamID: teamID, EndpointID: endpointID, FromVersionID: fromID, ToVersionID: to.ID,
@@ -596,10 +634,13 @@ func (s *Service) AwaitingApproval(ctx context.Context, p *auth.Principal) ([]Ro
 	return out, nil
 }
 
-// Initiated reports whether p started r.
+// Initiated reports whether p started r. The human behind each side is
+// compared (a user, or the creator of the API key used), so a person who
+// started a rollout in the portal cannot approve it with a key of theirs,
+// nor the reverse.
 func Initiated(p *auth.Principal, r Rollout) bool {
-	if p.UserID != 0 && r.InitiatorUserID != nil {
-		return *r.InitiatorUserID == p.UserID
+	if h := p.HumanID(); h != 0 && r.InitiatorUserID != nil {
+		return *r.InitiatorUserID == h
 	}
 	return p.Actor() == r.Initiator
 }
@@ -613,7 +654,7 @@ func CanApprove(p *auth.Principal, r Rollout) bool {
 			return false
 		}
 	}
-	return r.State == StateAwaitingApproval && p.CanAdmin(r.TeamID) && !Initiated(p, r)
+	return r.State == StateAwaitingApproval && p.CanAdmin(r.TeamID) && p.HumanID() != 0 && !Initiated(p, r)
 }
 
 // CanOperate reports whether p may roll back, pause or resume r.
@@ -671,16 +712,18 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		if !p.CanAdmin(t.r.TeamID) {
 			return auth.ErrForbidden
 		}
-		if Initiated(p, t.r) {
-			return fmt.Errorf("%w: the person who started a rollout cannot approve or reject it (four eyes)", auth.ErrForbidden)
-		}
 		if t.r.State != StateAwaitingApproval {
 			return &ConflictError{Msg: fmt.Sprintf("rollout %d is %s, not waiting for approval", t.r.ID, t.r.State)}
 		}
-		var uid *int64
-		if p.UserID != 0 {
-			uid = &p.UserID
+		if p.HumanID() == 0 {
+			// Four eyes needs to know whose eyes: an API key nobody owns
+			// could be anyone's, the initiator's included.
+			return &ForbiddenError{Msg: "approving or rejecting a rollout needs a person: this API key has no known owner (four eyes cannot tell whose it is); use the portal or a key you created"}
 		}
+		if Initiated(p, t.r) {
+			return &ForbiddenError{Msg: "the person who started a rollout cannot approve or reject it (four eyes), neither in the portal nor through an API key they created"}
+		}
+		uid := new(p.HumanID())
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
 			Approver: p.Actor(), ApproverUserID: uid, Decision: decision, Comment: comment, At: t.now})
 		if err != nil {

@@ -145,8 +145,35 @@ func (t *tx) rollback(ctx context.Context, msg string) error {
 	if err := t.setWeights(ctx, 0, 0); err != nil {
 		return err
 	}
+	note, err := t.endExperiment(ctx, t.r.ToVersionID, t.r.ToVersion)
+	if err != nil {
+		return err
+	}
 	t.finishAs(StateRolledBack)
-	return t.save(ctx, "rollback", msg)
+	return t.save(ctx, "rollback", msg+note)
+}
+
+// endExperiment deletes the endpoint's A/B experiment when one of its arms
+// is the version the rollout retires (Start refuses such an experiment,
+// but one set around it must not keep sending users to a version that
+// lost). The whole experiment goes: without one arm its shares no longer
+// sum to 100. It returns a note for the state event, "" when nothing went.
+func (t *tx) endExperiment(ctx context.Context, loserID int64, loser string) (string, error) {
+	arms, err := t.q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: t.r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	if err != nil {
+		return "", fmt.Errorf("experiment of %s: %w", t.r.Endpoint, err)
+	}
+	for _, a := range arms {
+		if a.VersionID != loserID {
+			continue
+		}
+		if _, err := t.q.ExperimentDelete(ctx, db.ExperimentDeleteParams{EndpointID: t.r.EndpointID, AllTeams: true, TeamIDs: []int64{}}); err != nil {
+			return "", fmt.Errorf("end experiment of %s: %w", t.r.Endpoint, err)
+		}
+		t.routes = true
+		return fmt.Sprintf("; A/B experiment %q ended (it had an arm of %s)", a.Experiment, loser), nil
+	}
+	return "", nil
 }
 
 // promote makes the candidate the stable version.
@@ -154,9 +181,13 @@ func (t *tx) promote(ctx context.Context, msg string) error {
 	if err := t.setWeights(ctx, 100, 0); err != nil {
 		return err
 	}
+	note, err := t.endExperiment(ctx, t.r.FromVersionID, t.r.FromVersion)
+	if err != nil {
+		return err
+	}
 	t.r.StepIndex = len(t.r.Steps) - 1
 	t.finishAs(StatePromoted)
-	return t.save(ctx, "promote", msg)
+	return t.save(ctx, "promote", msg+note)
 }
 
 // finish writes the routing entry when weights changed, still inside the

@@ -83,6 +83,9 @@ func TestCreateKey(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Authenticate(new key): %v", err)
 				}
+				if p.OwnerUserID != tt.p.UserID || p.HumanID() != tt.p.UserID {
+					t.Errorf("Authenticate owner = %d (human %d), want the creator %d: four eyes compares the person behind a key", p.OwnerUserID, p.HumanID(), tt.p.UserID)
+				}
 				if p.KeyID != k.ID || p.Via != "api-key" || p.Name != k.Prefix || p.PlatformRole != tt.wantP.PlatformRole ||
 					len(p.Teams) != len(tt.wantP.Teams) || (len(p.Teams) == 1 && p.Teams[0] != tt.wantP.Teams[0]) {
 					t.Errorf("Authenticate = %+v, want key %d via api-key with role %q teams %+v", p, k.ID, tt.wantP.PlatformRole, tt.wantP.Teams)
@@ -111,6 +114,33 @@ func TestKeyExpiry(t *testing.T) {
 		if _, err := f.authenticate(ctx, raw); (err == nil) != step.ok {
 			t.Errorf("Authenticate %v after creation: error = %v, want ok %v", step.after, err, step.ok)
 		}
+	}
+}
+
+// TestKeyMadeByKeyKeepsItsOwner: a key created through an API key belongs
+// to the person behind that key, so four eyes still knows whose it is.
+func TestKeyMadeByKeyKeepsItsOwner(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	raw, _, err := f.svc.CreateKey(ctx, f.ann, tenant.KeyRequest{Name: "ops", Team: "risk", Role: auth.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaKey, err := f.authenticate(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw2, _, err := f.svc.CreateKey(ctx, viaKey, tenant.KeyRequest{Name: "ci", Team: "risk", Role: auth.RoleEngineer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.authenticate(ctx, raw2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OwnerUserID != f.ann.UserID || p.HumanID() != f.ann.UserID {
+		t.Errorf("key made by ann's key: owner %d, want ann (%d)", p.OwnerUserID, f.ann.UserID)
 	}
 }
 

@@ -296,9 +296,10 @@ func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest
 	if err != nil {
 		return "", Key{}, err
 	}
+	// A key made through a key belongs to the human behind that key.
 	var createdBy *int64
-	if p.UserID != 0 {
-		createdBy = &p.UserID
+	if h := p.HumanID(); h != 0 {
+		createdBy = &h
 	}
 	var out Key
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
