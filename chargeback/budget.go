@@ -132,6 +132,14 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 			}
 			endpointID = &e.ID
 		}
+		// A changed amount voids this month's alerts (and the block a 100
+		// percent alert means): the checker measures the spend against the
+		// new amount and alerts again.
+		from, _ := Month(b.now())
+		if _, err := q.BudgetAlertsResetChanged(ctx, db.BudgetAlertsResetChangedParams{Month: pgtype.Date{Time: from, Valid: true},
+			TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD}); err != nil {
+			return db.Interpret(err)
+		}
 		row, err := q.BudgetUpsert(ctx, db.BudgetUpsertParams{TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD,
 			Enforcement: s.Enforcement, UpdatedBy: p.Actor()})
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"modelplane/agent/proto"
+	"modelplane/auth"
+	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
@@ -273,5 +275,32 @@ func TestBlockingBudgetKeepsRunningReplicas(t *testing.T) {
 	}
 	if e := f.get(t, "sleepy"); !strings.HasPrefix(e.PlacementError, "budget exceeded: team risk spent") {
 		t.Fatalf("placement_error = %q, want the team budget named", e.PlacementError)
+	}
+}
+
+// TestRaisedBudgetLiftsTheBlock: a blocking budget at 100 percent holds a
+// woken endpoint at zero; raising the budget through chargeback (the API's
+// path) voids the month's alerts measured against the old amount, so the
+// next pass places the woken replica and no note remains.
+func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", seven1g()))
+	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
+	f.block(t, "", "block", true)
+	f.wake(t, "sleepy")
+	if p := f.reconcile(t); p.Placed != 0 {
+		t.Fatalf("pass with the budget reached = %+v, want nothing placed", p)
+	}
+	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
+	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock.now)
+	if _, err := budgets.Set(t.Context(), admin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 20_000_000, Enforcement: chargeback.EnforceBlock}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass after raising the budget = %+v, want the woken replica placed", p)
+	}
+	if e := f.get(t, "sleepy"); e.PlacementError != "" {
+		t.Errorf("placement_error = %q after raising the budget, want none", e.PlacementError)
 	}
 }
