@@ -216,13 +216,14 @@ func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
 }
 
 // Forecast extends spend over elapsed to the whole month at the same run
-// rate, in integers (rounded half up).
+// rate, in integers (rounded half up, the product in 128 bits: spend times
+// a month's seconds passes int64 above about $3.4M).
 func Forecast(spent int64, elapsed, month time.Duration) int64 {
 	e := int64(elapsed / time.Second)
 	if e <= 0 {
 		return spent
 	}
-	return divRound(spent*int64(month/time.Second), e)
+	return mulDivRound(spent, int64(month/time.Second), e)
 }
 
 // Alerts returns this month's alerts p may see, newest first.

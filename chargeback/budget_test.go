@@ -212,6 +212,10 @@ func TestForecast(t *testing.T) {
 		{1_000_000, 10 * day, 30 * day, 3_000_000},
 		{1, 2 * time.Second, 3 * time.Second, 2}, // 1.5 rounds half up
 		{5, 0, 30 * day, 5},
+		// $10M in the first 10 days of a 30-day month: the product with
+		// the month's seconds passes int64, the forecast does not.
+		{10_000_000_000_000, 10 * day, 30 * day, 30_000_000_000_000},
+		{10_000_000_000_001, 2 * time.Second, 3 * time.Second, 15_000_000_000_002}, // 15,000,000,000,001.5 rounds half up
 	} {
 		if got := chargeback.Forecast(tc.spent, tc.elapsed, tc.month); got != tc.want {
 			t.Errorf("Forecast(%d, %s, %s) = %d, want %d", tc.spent, tc.elapsed, tc.month, got, tc.want)
