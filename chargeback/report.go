@@ -267,6 +267,9 @@ type Service struct {
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
 	LagAllowance time.Duration
+	// beforeRead, when set (tests only), runs after a report planned its
+	// spans and before it reads them: where a reseal can strike.
+	beforeRead func()
 }
 
 // New returns a Service. rates gives the rate table's version (and may be
