@@ -57,8 +57,9 @@ func (f *Fleet) woken(d db.RoutingRuleListForPlacementRow, now time.Time) bool {
 }
 
 // wanted is the replica count of every endpoint version the pass aims for:
-// min_replicas, or 1 for an endpoint with min_replicas 0 woken within the
-// grace period. A budget with block enforcement at 100 percent this month
+// min_replicas, or 1 for a version callers reach (weight above 0, or an
+// experiment arm) of an endpoint with min_replicas 0 woken within the grace
+// period. A budget with block enforcement at 100 percent this month
 // caps it at the larger of min_replicas and the replicas the version has
 // (none beyond the minimum is started; running ones are not stopped); notes
 // says, per endpoint, why the cap held replicas back.
@@ -79,7 +80,10 @@ func (f *Fleet) wanted(ctx context.Context, q *db.Queries, demand []db.RoutingRu
 	for _, d := range demand {
 		k := versionKey{d.EndpointID, d.VersionID}
 		n := int(d.MinReplicas)
-		if n == 0 && f.woken(d, now) {
+		// The woken replica answers callers: versions a caller can reach
+		// (weight above 0, or an experiment arm) get it; a shadow or a
+		// version kept at weight 0 stays at zero.
+		if n == 0 && f.woken(d, now) && (d.Weight > 0 || d.ExperimentArm) {
 			n = 1
 		}
 		if n > int(d.MinReplicas) {

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"modelplane/auth"
 	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
 )
@@ -302,5 +304,50 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 	}
 	if e := f.get(t, "sleepy"); e.PlacementError != "" {
 		t.Errorf("placement_error = %q after raising the budget, want none", e.PlacementError)
+	}
+}
+
+// TestWakeStartsOnlyVersionsCallersReach: a wake starts a replica of each
+// version with weight above 0 and of each experiment arm; a shadow (its
+// replies are discarded) and a version kept at weight 0 stay at zero.
+func TestWakeStartsOnlyVersionsCallersReach(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", seven1g()))
+	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
+	versions := func() []string {
+		t.Helper()
+		var out []string
+		for _, r := range f.desired(t, "node-a").Replicas {
+			out = append(out, r.Version)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "sleepy", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", ShadowPercent: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	f.wake(t, "sleepy")
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass with a shadow = %+v, want one replica placed", p)
+	}
+	if got := versions(); !slices.Equal(got, []string{"v1"}) {
+		t.Fatalf("replicas of versions %v with v2 a shadow, want [v1]", got)
+	}
+	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "sleepy", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 0 {
+		t.Fatalf("pass with v2 at weight 0 = %+v, want nothing placed", p)
+	}
+	if _, err := f.eps.SetExperiment(t.Context(), f.eng, "sleepy", endpoint.Experiment{Name: "ab",
+		Arms: []endpoint.Arm{{Version: "v1", Share: 50}, {Version: "v2", Share: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass with v2 an experiment arm = %+v, want its replica placed", p)
+	}
+	if got := versions(); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Fatalf("replicas of versions %v with v2 an arm, want [v1 v2]", got)
 	}
 }
