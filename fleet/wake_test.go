@@ -283,7 +283,9 @@ func TestBlockingBudgetKeepsRunningReplicas(t *testing.T) {
 // TestRaisedBudgetLiftsTheBlock: a blocking budget at 100 percent holds a
 // woken endpoint at zero; raising the budget through chargeback (the API's
 // path) voids the month's alerts measured against the old amount, so the
-// next pass places the woken replica and no note remains.
+// next pass places the woken replica and no note remains. The routing entry
+// carries the block's reason for the gateways while it holds, and drops it
+// after.
 func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -293,6 +295,9 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 	f.wake(t, "sleepy")
 	if p := f.reconcile(t); p.Placed != 0 {
 		t.Fatalf("pass with the budget reached = %+v, want nothing placed", p)
+	}
+	if rt, ok := f.route(t, "sleepy"); !ok || !rt.ScaledToZero || !strings.HasPrefix(rt.Blocked, "budget exceeded: team risk spent $10.25 of its $10.00") {
+		t.Fatalf("route while blocked = %+v (written %v), want scaled to zero with the budget named in blocked", rt, ok)
 	}
 	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
 	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock.now)
@@ -304,6 +309,9 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 	}
 	if e := f.get(t, "sleepy"); e.PlacementError != "" {
 		t.Errorf("placement_error = %q after raising the budget, want none", e.PlacementError)
+	}
+	if rt, ok := f.route(t, "sleepy"); !ok || rt.Blocked != "" {
+		t.Errorf("route after raising the budget = %+v (written %v), want blocked empty", rt, ok)
 	}
 }
 
