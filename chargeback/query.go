@@ -166,9 +166,9 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 	}
 	match, args := f.where()
 	group := append([]string{"day", "m"}, cols...)
-	q := fmt.Sprintf("SELECT %s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum) "+
-		"FROM (SELECT *, toUInt8(1%s) AS m FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?)) GROUP BY %s",
-		strings.Join(group, ", "), match, strings.Join(group, ", "))
+	q := fmt.Sprintf("SELECT day, toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum) "+
+		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
+		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
 	rows, err := s.ch.Query(ctx, q, append(args, from.UTC(), to.UTC())...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chargeback usage: %w", err)
