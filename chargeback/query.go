@@ -87,6 +87,10 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 		var rows []Row
 		var err error
 		if sp.table == tableDaily {
+			var ok bool
+			if rows, ok, err = s.readSealed(ctx, grain, f, sp.from, sp.to, seals); err != nil || ok {
+				goto merge
+			}
 			var unverified []time.Time
 			rows, unverified, err = s.readDaily(ctx, grain, f, sp.from, sp.to, seals)
 			// A day whose rows in this very read do not add up to its
@@ -98,6 +102,7 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 		} else {
 			rows, err = s.read(ctx, grain, f, sp.from, sp.to, sp.table)
 		}
+	merge:
 		if err != nil {
 			return nil, err
 		}
@@ -149,6 +154,78 @@ func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, map
 		spans = append(spans, span{d, d.Add(24 * time.Hour), t})
 	}
 	return append(spans, span{d1, h1, tableHourly}), seals, nil
+}
+
+// readSealed is the usual read of sealed days [from, to): the report's
+// groups (the filter as a grouping column) with, per group, its GPU-seconds
+// and cost numerator per day (sumMap), which add up to each day's whole
+// total in the same SELECT. ok is false when a day does not add up to its
+// seal; the caller then reads the span with readDaily, which splits the
+// rows by day and reads only the failing days from the hourly rollup.
+// Grouping by day only then keeps the usual read as small as before.
+func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, from, to time.Time,
+	seals map[time.Time]daySums) (rows []Row, ok bool, err error) {
+	cols := make([]string, len(grain))
+	for i, d := range grain {
+		cols[i] = d.column(tableDaily)
+	}
+	match, args := f.where()
+	group := append([]string{"m"}, cols...)
+	q := fmt.Sprintf("SELECT toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+
+		"tupleElement(sumMap([day], [gpu_seconds]), 1), tupleElement(sumMap([day], [gpu_seconds]), 2), tupleElement(sumMap([day], [cost_uusd_x3600]), 2) "+
+		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
+		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
+	res, err := s.ch.Query(ctx, q, append(args, from.UTC(), to.UTC())...)
+	if err != nil {
+		return nil, false, fmt.Errorf("chargeback usage: %w", err)
+	}
+	defer res.Close()
+	totals := map[time.Time]daySums{}
+	var out []Row
+	for res.Next() {
+		var m uint8
+		keys := make([]string, len(grain))
+		var seconds, cost, requests, memory uint64
+		var util float64
+		var days []time.Time
+		var daySeconds, dayCost []uint64
+		dest := make([]any, 0, len(grain)+9)
+		dest = append(dest, &m)
+		for i := range keys {
+			dest = append(dest, &keys[i])
+		}
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &days, &daySeconds, &dayCost)
+		if err := res.Scan(dest...); err != nil {
+			return nil, false, fmt.Errorf("chargeback usage: %w", err)
+		}
+		if len(daySeconds) != len(days) || len(dayCost) != len(days) {
+			return nil, false, fmt.Errorf("chargeback usage: per-day sums of %d days, %d seconds, %d costs", len(days), len(daySeconds), len(dayCost))
+		}
+		for i, d := range days {
+			d = time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+			t := totals[d]
+			t.seconds += daySeconds[i]
+			t.x3600 += dayCost[i]
+			totals[d] = t
+		}
+		if m == 0 || seconds == 0 {
+			continue
+		}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		for i, d := range grain {
+			r.set(d, keys[i])
+		}
+		out = append(out, r)
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, fmt.Errorf("chargeback usage: %w", err)
+	}
+	for d := from; d.Before(to); d = d.Add(24 * time.Hour) {
+		if seal, sealed := seals[d]; !sealed || totals[d] != seal {
+			return nil, false, nil
+		}
+	}
+	return out, true, nil
 }
 
 // readDaily reads sealed days [from, to) from the daily table, grouped by

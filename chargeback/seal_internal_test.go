@@ -40,13 +40,19 @@ func TestSealedDaysAreReadFromTheDailyTable(t *testing.T) {
 	}
 	s := New(ch, nil, func() time.Time { return now })
 	from, to := d0.Add(5*time.Hour), d0.Add(3*24*time.Hour)
-	spans, _, err := s.wholeHours(ctx, from, to)
+	spans, seals, err := s.wholeHours(ctx, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []span{{from, d0.Add(24 * time.Hour), tableHourly}, {d0.Add(24 * time.Hour), to, tableDaily}, {to, to, tableHourly}}
 	if !equalSpans(spans, want) {
 		t.Fatalf("spans = %v, want %v", spans, want)
+	}
+	// The usual read verifies the sealed days itself (per-day sums in the
+	// same SELECT).
+	if rows, ok, err := s.readSealed(ctx, []Dimension{DimTeam}, filter{all: true, team: "risk"}, d0.Add(24*time.Hour), to, seals); err != nil || !ok ||
+		len(rows) != 1 || rows[0].GPUSeconds != 24*3600 {
+		t.Fatalf("readSealed = %+v, %v, %v; want risk's 24 hours of 2 and 3 October, verified", rows, ok, err)
 	}
 	for _, tc := range []struct {
 		name string
