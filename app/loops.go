@@ -173,19 +173,23 @@ func (cp controlPlane) startLoops(ctx context.Context, metrics prometheus.Regist
 }
 
 // publishIdentity publishes the OIDC signing keys and the memberships to
-// mp_identity every identityInterval until ctx ends. It first learns the
-// keys already in the bucket, so that entries of users who lost their
-// memberships while no control plane ran are deleted.
+// mp_identity every identityInterval until ctx ends (one leadership term).
+// It first forgets what it wrote in earlier terms and learns the keys
+// already in the bucket, so that its first pass rewrites every entry and
+// deletes those of users who lost their memberships while another control
+// plane led or none ran.
 func publishIdentity(ctx context.Context, js jetstream.JetStream, pub *auth.IdentityPublisher, log *slog.Logger) {
+	var keys []string
 	if kv, err := js.KeyValue(ctx, proto.BucketIdentity); err == nil {
 		if lister, err := kv.ListKeys(ctx); err == nil {
-			var keys []string
 			for k := range lister.Keys() {
 				keys = append(keys, k)
 			}
-			pub.Forget(keys)
 		}
 	}
+	// Each term starts from nothing remembered: another control plane may
+	// have written different entries since this one last led.
+	pub.BeginTerm(keys)
 	t := time.NewTicker(identityInterval)
 	defer t.Stop()
 	failing := false

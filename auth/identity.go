@@ -37,6 +37,18 @@ func (o *OIDC) IdentityPublisher(pool *pgxpool.Pool) *IdentityPublisher {
 	return &IdentityPublisher{pool: pool, client: o.client, issuer: o.issuer, audience: o.clientID, jwksURL: o.jwksURL}
 }
 
+// BeginTerm starts a leadership term: it drops what the publisher
+// remembers writing and marks keys found in the bucket (Forget), so the
+// term's first Publish writes every entry and deletes every key that names
+// no current user. Between two terms of this control plane another may
+// have led and written different entries; a memory kept across them would
+// skip a user whose row now equals what this one wrote long ago, leaving
+// the other's entry (such as a membership since removed) in force.
+func (p *IdentityPublisher) BeginTerm(bucketKeys []string) {
+	p.last = nil
+	p.Forget(bucketKeys)
+}
+
 // Forget marks keys found in the bucket as published with an unknown
 // value: the next Publish deletes those that name no current user, such as
 // the entry of one who lost its memberships while no control plane ran.

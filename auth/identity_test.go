@@ -126,3 +126,56 @@ func member(t *testing.T, payload string) proto.MemberEntry {
 	}
 	return m
 }
+
+// TestIdentityPublisherNewTerm: control plane A publishes alice as an
+// engineer, loses the lease, and B publishes her demotion to viewer; when
+// the row is back to engineer and A leads again, A's first pass of the new
+// term rewrites alice (its memory from the old term equals the row, so
+// without BeginTerm it would write nothing and B's entry would stay).
+func TestIdentityPublisherNewTerm(t *testing.T) {
+	t.Parallel()
+	idp, pool := startIdP(t), pgtest.New(t)
+	rp := newRP(t, idp, pool, time.Now)
+	ctx := t.Context()
+	q := db.New(pool)
+	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss := idp.Issuer()
+	if err := q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: iss, Subject: "alice", Email: "alice@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := q.UserGetByIdentity(ctx, db.UserGetByIdentityParams{Issuer: iss, Subject: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRole := func(role string) {
+		t.Helper()
+		if _, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: team.ID, UserID: u.ID, Role: role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice := proto.IdentityUserKey(iss, "alice")
+	setRole("engineer")
+	a, b := rp.IdentityPublisher(pool), rp.IdentityPublisher(pool)
+	a.BeginTerm(nil)
+	if _, err := a.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	setRole("viewer")
+	b.BeginTerm([]string{proto.IdentityOIDCKey, alice})
+	if _, err := b.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, last := identityRows(t, pool, 0)
+	setRole("engineer")
+	a.BeginTerm([]string{proto.IdentityOIDCKey, alice})
+	if _, err := a.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := identityRows(t, pool, last)
+	if m := member(t, got[alice]); len(m.Teams) != 1 || m.Teams[0].Role != "engineer" {
+		t.Fatalf("A's first pass of its new term wrote %v, want alice rewritten as an engineer", got)
+	}
+}

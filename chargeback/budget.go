@@ -132,6 +132,14 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 			}
 			endpointID = &e.ID
 		}
+		// A changed amount voids this month's alerts (and the block a 100
+		// percent alert means): the checker measures the spend against the
+		// new amount and alerts again.
+		from, _ := Month(b.now())
+		if _, err := q.BudgetAlertsResetChanged(ctx, db.BudgetAlertsResetChangedParams{Month: pgtype.Date{Time: from, Valid: true},
+			TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD}); err != nil {
+			return db.Interpret(err)
+		}
 		row, err := q.BudgetUpsert(ctx, db.BudgetUpsertParams{TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD,
 			Enforcement: s.Enforcement, UpdatedBy: p.Actor()})
 		if err != nil {
@@ -208,13 +216,14 @@ func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
 }
 
 // Forecast extends spend over elapsed to the whole month at the same run
-// rate, in integers (rounded half up).
+// rate, in integers (rounded half up, the product in 128 bits: spend times
+// a month's seconds passes int64 above about $3.4M).
 func Forecast(spent int64, elapsed, month time.Duration) int64 {
 	e := int64(elapsed / time.Second)
 	if e <= 0 {
 		return spent
 	}
-	return divRound(spent*int64(month/time.Second), e)
+	return mulDivRound(spent, int64(month/time.Second), e)
 }
 
 // Alerts returns this month's alerts p may see, newest first.

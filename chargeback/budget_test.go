@@ -177,6 +177,28 @@ func TestBudgets(t *testing.T) {
 	if blocked, err := budgets.Blocked(ctx, search.ID, 1); err != nil || blocked {
 		t.Errorf("another team Blocked = %v, %v; want false", blocked, err)
 	}
+	// Raised to $12: the alerts measured against $10 are void, the block
+	// lifts, and the 80 percent alert fires again against the new amount.
+	spec.MonthlyUUSD = 12_000_000
+	if _, err := budgets.Set(ctx, riskAdmin, spec); err != nil {
+		t.Fatal(err)
+	}
+	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || blocked {
+		t.Errorf("Blocked after raising the budget = %v, %v; want false", blocked, err)
+	}
+	if err := budgets.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if evs := events.next(t); len(evs) != 1 || evs[0].State != "80" || !strings.Contains(evs[0].Message, "of its $12.00") {
+		t.Errorf("events after raising to $12 = %+v, want the 80 percent alert against $12", evs)
+	}
+	// Setting the same amount again keeps the month's alerts.
+	if _, err := budgets.Set(ctx, riskAdmin, spec); err != nil {
+		t.Fatal(err)
+	}
+	if alerts, err := budgets.Alerts(ctx, riskViewer); err != nil || len(alerts) != 1 || alerts[0].BudgetUUSD != 12_000_000 {
+		t.Errorf("alerts after an unchanged Set = %+v, %v; want the 80 percent alert against $12", alerts, err)
+	}
 }
 
 func TestForecast(t *testing.T) {
@@ -190,6 +212,10 @@ func TestForecast(t *testing.T) {
 		{1_000_000, 10 * day, 30 * day, 3_000_000},
 		{1, 2 * time.Second, 3 * time.Second, 2}, // 1.5 rounds half up
 		{5, 0, 30 * day, 5},
+		// $10M in the first 10 days of a 30-day month: the product with
+		// the month's seconds passes int64, the forecast does not.
+		{10_000_000_000_000, 10 * day, 30 * day, 30_000_000_000_000},
+		{10_000_000_000_001, 2 * time.Second, 3 * time.Second, 15_000_000_000_002}, // 15,000,000,000,001.5 rounds half up
 	} {
 		if got := chargeback.Forecast(tc.spent, tc.elapsed, tc.month); got != tc.want {
 			t.Errorf("Forecast(%d, %s, %s) = %d, want %d", tc.spent, tc.elapsed, tc.month, got, tc.want)

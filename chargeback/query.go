@@ -61,24 +61,48 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 	}
 	h1 := to.Truncate(time.Hour)
 	var spans []span
+	var seals map[time.Time]daySums
 	if src == SourceRaw || !h0.Before(h1) {
 		spans = []span{{from, to, tableRaw}}
 	} else {
 		spans = append(spans, span{from, h0, tableRaw})
-		mid, err := s.wholeHours(ctx, h0, h1)
+		mid, sealed, err := s.wholeHours(ctx, h0, h1)
 		if err != nil {
 			return nil, err
 		}
+		seals = sealed
 		spans = append(spans, mid...)
 		spans = append(spans, span{h1, to, tableRaw})
 	}
+	if s.beforeRead != nil {
+		s.beforeRead()
+	}
 	merged := map[Key]*Row{}
 	var order []Key
-	for _, sp := range spans {
+	for i := 0; i < len(spans); i++ {
+		sp := spans[i]
 		if !sp.from.Before(sp.to) {
 			continue
 		}
-		rows, err := s.read(ctx, grain, f, sp.from, sp.to, sp.table)
+		var rows []Row
+		var err error
+		if sp.table == tableDaily {
+			var ok bool
+			if rows, ok, err = s.readSealed(ctx, grain, f, sp.from, sp.to, seals); err != nil || ok {
+				goto merge
+			}
+			var unverified []time.Time
+			rows, unverified, err = s.readDaily(ctx, grain, f, sp.from, sp.to, seals)
+			// A day whose rows in this very read do not add up to its
+			// seal (being resealed, or sealed by a run that died) is read
+			// from the hourly rollup instead.
+			for _, d := range unverified {
+				spans = append(spans, span{d, d.Add(24 * time.Hour), tableHourly})
+			}
+		} else {
+			rows, err = s.read(ctx, grain, f, sp.from, sp.to, sp.table)
+		}
+	merge:
 		if err != nil {
 			return nil, err
 		}
@@ -100,26 +124,27 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 }
 
 // wholeHours splits [h0, h1) into spans of sealed days (daily table) and
-// everything else (hourly rollup). A day counts as sealed only while the
-// daily table's rows for it add up to its seal, so a day being resealed, or
-// sealed by a run that died half-way, is read from the hourly rollup.
-func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, error) {
+// everything else (hourly rollup), and returns the sealed days' latest
+// seals. Whether a sealed day's daily rows add up to its seal is checked by
+// readDaily on the very rows it reads, not here: a reseal drops and
+// rebuilds a day between any two queries.
+func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, map[time.Time]daySums, error) {
 	d0 := h0.Truncate(24 * time.Hour)
 	if d0.Before(h0) {
 		d0 = d0.Add(24 * time.Hour)
 	}
 	d1 := h1.Truncate(24 * time.Hour)
 	if !d0.Before(d1) {
-		return []span{{h0, h1, tableHourly}}, nil
+		return []span{{h0, h1, tableHourly}}, nil, nil
 	}
-	sealed, err := verifiedDays(ctx, s.ch, d0, d1)
+	seals, err := sumsByDay(ctx, s.ch, sealsByDay, d0, d1)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("chargeback sealed days: %w", err)
 	}
 	spans := []span{{h0, d0, tableHourly}}
 	for d := d0; d.Before(d1); d = d.Add(24 * time.Hour) {
 		t := tableHourly
-		if sealed[d] {
+		if _, ok := seals[d]; ok {
 			t = tableDaily
 		}
 		if n := len(spans); spans[n-1].table == t && spans[n-1].to.Equal(d) {
@@ -128,7 +153,156 @@ func (s *Service) wholeHours(ctx context.Context, h0, h1 time.Time) ([]span, err
 		}
 		spans = append(spans, span{d, d.Add(24 * time.Hour), t})
 	}
-	return append(spans, span{d1, h1, tableHourly}), nil
+	return append(spans, span{d1, h1, tableHourly}), seals, nil
+}
+
+// readSealed is the usual read of sealed days [from, to): the report's
+// groups (the filter as a grouping column) with, per group, its GPU-seconds
+// and cost numerator per day (sumMap), which add up to each day's whole
+// total in the same SELECT. ok is false when a day does not add up to its
+// seal; the caller then reads the span with readDaily, which splits the
+// rows by day and reads only the failing days from the hourly rollup.
+// Grouping by day only then keeps the usual read as small as before.
+func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, from, to time.Time,
+	seals map[time.Time]daySums) (rows []Row, ok bool, err error) {
+	cols := make([]string, len(grain))
+	for i, d := range grain {
+		cols[i] = d.column(tableDaily)
+	}
+	match, args := f.where()
+	group := append([]string{"m"}, cols...)
+	q := fmt.Sprintf("SELECT toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+
+		"tupleElement(sumMap([day], [gpu_seconds]), 1), tupleElement(sumMap([day], [gpu_seconds]), 2), tupleElement(sumMap([day], [cost_uusd_x3600]), 2) "+
+		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
+		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
+	res, err := s.ch.Query(ctx, q, append(args, from.UTC(), to.UTC())...)
+	if err != nil {
+		return nil, false, fmt.Errorf("chargeback usage: %w", err)
+	}
+	defer res.Close()
+	totals := map[time.Time]daySums{}
+	var out []Row
+	for res.Next() {
+		var m uint8
+		keys := make([]string, len(grain))
+		var seconds, cost, requests, memory uint64
+		var util float64
+		var days []time.Time
+		var daySeconds, dayCost []uint64
+		dest := make([]any, 0, len(grain)+9)
+		dest = append(dest, &m)
+		for i := range keys {
+			dest = append(dest, &keys[i])
+		}
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &days, &daySeconds, &dayCost)
+		if err := res.Scan(dest...); err != nil {
+			return nil, false, fmt.Errorf("chargeback usage: %w", err)
+		}
+		if len(daySeconds) != len(days) || len(dayCost) != len(days) {
+			return nil, false, fmt.Errorf("chargeback usage: per-day sums of %d days, %d seconds, %d costs", len(days), len(daySeconds), len(dayCost))
+		}
+		for i, d := range days {
+			d = time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+			t := totals[d]
+			t.seconds += daySeconds[i]
+			t.x3600 += dayCost[i]
+			totals[d] = t
+		}
+		if m == 0 || seconds == 0 {
+			continue
+		}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		for i, d := range grain {
+			r.set(d, keys[i])
+		}
+		out = append(out, r)
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, fmt.Errorf("chargeback usage: %w", err)
+	}
+	for d := from; d.Before(to); d = d.Add(24 * time.Hour) {
+		if seal, sealed := seals[d]; !sealed || totals[d] != seal {
+			return nil, false, nil
+		}
+	}
+	return out, true, nil
+}
+
+// readDaily reads sealed days [from, to) from the daily table, grouped by
+// day as well, with the filter as a grouping column rather than a
+// condition: the same read gives each day's unfiltered totals, which are
+// compared with the day's seal. Rows of days that add up to their seal are
+// returned; the other days are returned as unverified, for the caller to
+// read from the hourly rollup. One SELECT reads one set of parts, so a day
+// dropped or half rebuilt by a reseal cannot pass as sealed.
+func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, from, to time.Time,
+	seals map[time.Time]daySums) ([]Row, []time.Time, error) {
+	cols := make([]string, len(grain))
+	for i, d := range grain {
+		cols[i] = d.column(tableDaily)
+	}
+	match, args := f.where()
+	group := append([]string{"day", "m"}, cols...)
+	q := fmt.Sprintf("SELECT day, toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum) "+
+		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
+		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
+	rows, err := s.ch.Query(ctx, q, append(args, from.UTC(), to.UTC())...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chargeback usage: %w", err)
+	}
+	defer rows.Close()
+	type dayRow struct {
+		day time.Time
+		row Row
+	}
+	var matched []dayRow
+	totals := map[time.Time]daySums{}
+	for rows.Next() {
+		var day time.Time
+		var m uint8
+		keys := make([]string, len(grain))
+		var seconds, cost, requests, memory uint64
+		var util float64
+		dest := make([]any, 0, len(grain)+7)
+		dest = append(dest, &day, &m)
+		for i := range keys {
+			dest = append(dest, &keys[i])
+		}
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("chargeback usage: %w", err)
+		}
+		day = time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
+		t := totals[day]
+		t.seconds += seconds
+		t.x3600 += cost
+		totals[day] = t
+		if m == 0 || seconds == 0 {
+			continue
+		}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		for i, d := range grain {
+			r.set(d, keys[i])
+		}
+		matched = append(matched, dayRow{day, r})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("chargeback usage: %w", err)
+	}
+	var out []Row
+	for _, dr := range matched {
+		if totals[dr.day] == seals[dr.day] {
+			out = append(out, dr.row)
+		}
+	}
+	var unverified []time.Time
+	for d := from; d.Before(to); d = d.Add(24 * time.Hour) {
+		// An empty day has no rows and a zero seal.
+		if seal, ok := seals[d]; !ok || totals[d] != seal {
+			unverified = append(unverified, d)
+		}
+	}
+	return out, unverified, nil
 }
 
 // read runs one grouped sum over one table.

@@ -3,6 +3,8 @@ package chargeback
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -213,7 +215,7 @@ func (r Row) CostPer1kRequestsMicroUSD() (int64, bool) {
 	if r.Requests == 0 {
 		return 0, false
 	}
-	return divRound(r.CostMicroUSD*1000, r.Requests), true
+	return mulDivRound(r.CostMicroUSD, 1000, r.Requests), true
 }
 
 // CostPer1MTokensMicroUSD is the cost of a million tokens in micro-USD,
@@ -222,7 +224,7 @@ func (r Row) CostPer1MTokensMicroUSD() (int64, bool) {
 	if !r.TokensKnown || r.Tokens == 0 {
 		return 0, false
 	}
-	return divRound(r.CostMicroUSD*1_000_000, r.Tokens), true
+	return mulDivRound(r.CostMicroUSD, 1_000_000, r.Tokens), true
 }
 
 func (r *Row) add(o Row) {
@@ -265,6 +267,9 @@ type Service struct {
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
 	LagAllowance time.Duration
+	// beforeRead, when set (tests only), runs after a report planned its
+	// spans and before it reads them: where a reseal can strike.
+	beforeRead func()
 }
 
 // New returns a Service. rates gives the rate table's version (and may be
@@ -410,6 +415,32 @@ func Allocate(totalX3600 int64, rows []Row) int64 {
 // divRound divides half up; n and d are non-negative, d positive.
 func divRound(n, d int64) int64 { return (n + d/2) / d }
 
+// mulDivRound is a*b/d rounded half up, with the product in 128 bits so
+// that it cannot wrap (a month's cost in micro-USD times a million, or
+// times the seconds of a month, passes int64 from a few million dollars).
+// a and b are non-negative, d positive; a quotient beyond int64 is
+// math.MaxInt64.
+func mulDivRound(a, b, d int64) int64 {
+	if a < 0 || b < 0 || d <= 0 {
+		// Not reached by reports (costs, counts and durations are not
+		// negative); the plain arithmetic keeps a defined answer.
+		return divRound(a*b, d)
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	ud := uint64(d)
+	if hi >= ud {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, ud)
+	if r >= ud-r { // 2r >= d without overflow: the half rounds up
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
 // ratio writes n/d as a decimal rounded half up to places digits, with
 // trailing zeros dropped.
 func ratio(n, d int64, places int) string {
@@ -417,7 +448,7 @@ func ratio(n, d int64, places int) string {
 	for range places {
 		scale *= 10
 	}
-	v := divRound(n*scale, d)
+	v := mulDivRound(n, scale, d)
 	return decimal(v, places)
 }
 

@@ -3,6 +3,7 @@ package chargeback_test
 import (
 	"bytes"
 	"flag"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -432,6 +433,40 @@ func TestUSD(t *testing.T) {
 	for in, want := range map[int64]string{0: "0.000000", 1: "0.000001", 1_234_567_890: "1234.567890", -5: "-0.000005"} {
 		if got := chargeback.USD(in); got != want {
 			t.Errorf("USD(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestPerUnitCostsOfLargeGroups: cost per million tokens and per thousand
+// requests stay exact (rounded half up) for groups whose cost times the
+// scale passes int64 ($10M times a million micro-USD wraps a 64-bit
+// product); a quotient beyond int64 saturates rather than wrapping.
+func TestPerUnitCostsOfLargeGroups(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		row            chargeback.Row
+		perM, per1k    int64
+		perMOK, per1kK bool
+	}{
+		{"small", chargeback.Row{CostMicroUSD: 3, Tokens: 2, TokensKnown: true, Requests: 2000}, 1_500_000, 2, true, true},
+		// $10M over 7 billion tokens: 1e13 * 1e6 / 7e9 = 1,428,571,428.57 → 1,428,571,429.
+		{"$10M", chargeback.Row{CostMicroUSD: 10_000_000_000_000, Tokens: 7_000_000_000, TokensKnown: true, Requests: 3},
+			1_428_571_429, 3_333_333_333_333_333, true, true},
+		// Half rounds up: (9e18 + 1) * 1e6 / 2e6 ends in .5 and rounds to ...001.
+		{"half up", chargeback.Row{CostMicroUSD: 9_000_000_000_000_001, Tokens: 2_000_000, TokensKnown: true, Requests: 2_000},
+			4_500_000_000_000_001, 4_500_000_000_000_001, true, true},
+		{"beyond int64", chargeback.Row{CostMicroUSD: 9_000_000_000_000_000_000, Tokens: 1, TokensKnown: true, Requests: 1},
+			math.MaxInt64, math.MaxInt64, true, true},
+		{"no tokens", chargeback.Row{CostMicroUSD: 5, Requests: 0}, 0, 0, false, false},
+	} {
+		perM, ok := tc.row.CostPer1MTokensMicroUSD()
+		if perM != tc.perM || ok != tc.perMOK {
+			t.Errorf("%s: CostPer1MTokensMicroUSD = %d, %v; want %d, %v", tc.name, perM, ok, tc.perM, tc.perMOK)
+		}
+		per1k, ok := tc.row.CostPer1kRequestsMicroUSD()
+		if per1k != tc.per1k || ok != tc.per1kK {
+			t.Errorf("%s: CostPer1kRequestsMicroUSD = %d, %v; want %d, %v", tc.name, per1k, ok, tc.per1k, tc.per1kK)
 		}
 	}
 }

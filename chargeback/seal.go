@@ -15,9 +15,10 @@ import (
 // few thousand. Sealer rebuilds each day of the hourly rollup into
 // gpu_usage_daily once nothing can arrive for it any more, and records the
 // day's totals in gpu_usage_sealed_days. Reports use a sealed day only
-// while its daily rows add up to its seal (verifiedDays), so a day half
-// rebuilt, or one resealed after late usage, is read from the hourly rollup
-// meanwhile: sealing changes how fast a report is, never what it says.
+// when the daily rows of the very read they use add up to its seal
+// (Service.readDaily), so a day half rebuilt, or one resealed after late
+// usage, is read from the hourly rollup meanwhile: sealing changes how fast
+// a report is, never what it says.
 
 // SealAfter is how old a day must be before it is sealed: past the usage
 // stream's 7-day retention (agent/proto.Streams), so no redelivery can add
@@ -74,29 +75,6 @@ const (
 	sealsByDay = "SELECT day, argMax(gpu_seconds, sealed_at), argMax(cost_uusd_x3600, sealed_at) FROM gpu_usage_sealed_days " +
 		"WHERE day >= toDate(?) AND day < toDate(?) GROUP BY day"
 )
-
-// verifiedDays are the days of [from, to) (midnights) whose daily rows add
-// up to their latest seal.
-func verifiedDays(ctx context.Context, ch driver.Conn, from, to time.Time) (map[time.Time]bool, error) {
-	seals, err := sumsByDay(ctx, ch, sealsByDay, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("chargeback sealed days: %w", err)
-	}
-	out := map[time.Time]bool{}
-	if len(seals) == 0 {
-		return out, nil
-	}
-	daily, err := sumsByDay(ctx, ch, dailyByDay, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("chargeback sealed days: %w", err)
-	}
-	for d, s := range seals {
-		if daily[d] == s { // an empty day: no rows and a zero seal
-			out[d] = true
-		}
-	}
-	return out, nil
-}
 
 // Seal seals every day of the last SealWindow that is older than SealAfter
 // and not sealed, and reseals a sealed one whose hourly totals changed. It

@@ -102,6 +102,40 @@ func (q *Queries) BudgetAlertListScoped(ctx context.Context, arg BudgetAlertList
 	return items, nil
 }
 
+const budgetAlertsResetChanged = `-- name: BudgetAlertsResetChanged :execrows
+DELETE FROM budget_alerts a USING budgets b
+WHERE a.budget_id = b.id AND a.month = $1
+  AND b.team_id = $2 AND coalesce(b.endpoint_id, 0) = coalesce($3::bigint, 0)
+  AND b.monthly_uusd <> $4
+`
+
+type BudgetAlertsResetChangedParams struct {
+	Month       pgtype.Date
+	TeamID      int64
+	EndpointID  *int64
+	MonthlyUusd int64
+}
+
+// Deletes the month's alerts of the team's (or endpoint's) budget when the
+// amount about to be stored differs from the current one: the alerts, and
+// the block that a 100 percent alert means, were measured against the old
+// amount, so the checker measures again and fires them anew against the new
+// one. A changed enforcement alone keeps them: the blocking queries read the
+// enforcement of the budget as it is now. Run before BudgetUpsert, in its
+// transaction.
+func (q *Queries) BudgetAlertsResetChanged(ctx context.Context, arg BudgetAlertsResetChangedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, budgetAlertsResetChanged,
+		arg.Month,
+		arg.TeamID,
+		arg.EndpointID,
+		arg.MonthlyUusd,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const budgetBlocking = `-- name: BudgetBlocking :one
 SELECT EXISTS (
     SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id

@@ -119,7 +119,8 @@ const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
        e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
        v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate,
-       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at
+       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at,
+       EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -152,6 +153,7 @@ type RoutingRuleListForPlacementRow struct {
 	RateLimitBurst  int32
 	TimeoutMS       int32
 	WokenAt         *time.Time
+	ExperimentArm   bool
 }
 
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
@@ -187,6 +189,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.RateLimitBurst,
 			&i.TimeoutMS,
 			&i.WokenAt,
+			&i.ExperimentArm,
 		); err != nil {
 			return nil, err
 		}

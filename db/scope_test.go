@@ -85,10 +85,11 @@ var unscoped = map[string]string{
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
 	// Budgets: the checker measures every team's budgets for the platform.
-	"BudgetUpsert":      "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
-	"BudgetListAll":     "budget checker: measures every budget for the platform; no caller",
-	"BudgetAlertInsert": "budget checker: team id comes from BudgetListAll's row; no caller",
-	"BudgetBlocking":    "placement check for the fleet reconciler: team and endpoint ids come from its already-resolved endpoint; no caller",
+	"BudgetAlertsResetChanged": "delete before BudgetUpsert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
+	"BudgetUpsert":             "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
+	"BudgetListAll":            "budget checker: measures every budget for the platform; no caller",
+	"BudgetAlertInsert":        "budget checker: team id comes from BudgetListAll's row; no caller",
+	"BudgetBlocking":           "placement check for the fleet reconciler: team and endpoint ids come from its already-resolved endpoint; no caller",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",

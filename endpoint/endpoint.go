@@ -349,8 +349,9 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 // SetTraffic replaces the endpoint's traffic split. Every version must be a
 // registered version of the endpoint's model, named once, and the weights must
 // sum to 100. A version of weight 0 may carry a shadow percentage (0 to 100)
-// of the endpoint's requests mirrored to it; a served version may not. While
-// a rollout is active it owns the split, and SetTraffic refuses.
+// of the endpoint's requests mirrored to it; a served version, and an arm of
+// the endpoint's experiment, may not. While a rollout is active it owns the
+// split, and SetTraffic refuses.
 func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string, weights []Weight) (Endpoint, error) {
 	var errs validate.Errors
 	sum := int32(0)
@@ -392,6 +393,23 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 			return validate.Errors{{Field: "weights", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
 		} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
 			return err
+		}
+		// An experiment arm answers the callers assigned to it; a shadow
+		// answers none (the gateway discards its replies).
+		if before.Experiment != nil {
+			arm := map[string]bool{}
+			for _, a := range before.Experiment.Arms {
+				arm[a.Version] = true
+			}
+			var bad validate.Errors
+			for i, w := range weights {
+				if w.ShadowPercent > 0 && arm[w.Version] {
+					bad.Add(fmt.Sprintf("weights[%d].shadow_percent", i), "version %s is an arm of experiment %s, which answers callers; end the experiment first", w.Version, before.Experiment.Name)
+				}
+			}
+			if err := bad.Err(); err != nil {
+				return err
+			}
 		}
 		if err := q.RoutingRuleDeleteByEndpoint(ctx, db.RoutingRuleDeleteByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err

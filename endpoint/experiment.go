@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"modelplane/audit"
@@ -32,8 +33,9 @@ type Arm struct {
 
 // SetExperiment starts (or replaces) the endpoint's experiment. The arms
 // must name distinct versions that are in the endpoint's traffic split
-// (weight 0 is fine: only routed versions get replicas), with shares of 1 to
-// 100 that sum to 100.
+// (weight 0 is fine: only routed versions get replicas) and are not shadows,
+// with shares of 1 to 100 that sum to 100. While a rollout is active it owns
+// the endpoint's traffic, and SetExperiment refuses.
 func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name string, x Experiment) (Endpoint, error) {
 	var errs validate.Errors
 	validate.Name(&errs, "name", x.Name)
@@ -65,14 +67,26 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 		if err != nil {
 			return err
 		}
-		routed := map[string]bool{}
+		// A rollout sets the split at every step and deletes what it
+		// rolls back; arms set meanwhile would route callers around it.
+		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
+			return validate.Errors{{Field: "arms", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
+		} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return err
+		}
+		routed := map[string]Weight{}
 		for _, w := range before.Traffic {
-			routed[w.Version] = true
+			routed[w.Version] = w
 		}
 		var bad validate.Errors
 		for i, a := range x.Arms {
-			if !routed[a.Version] {
+			w, ok := routed[a.Version]
+			switch {
+			case !ok:
 				bad.Add(fmt.Sprintf("arms[%d].version", i), "is not in the endpoint's traffic split; add it there first (weight 0 is fine)")
+			case w.ShadowPercent > 0:
+				// A shadow's replies are discarded: its users would get none.
+				bad.Add(fmt.Sprintf("arms[%d].version", i), "is a shadow (shadow_percent %g); set its shadow_percent to 0 first", w.ShadowPercent)
 			}
 		}
 		if err := bad.Err(); err != nil {

@@ -167,3 +167,53 @@ func TestGatewaySettings(t *testing.T) {
 		}
 	}
 }
+
+// TestExperimentShadowAndRolloutGuards: a shadow version cannot be an arm
+// (its replies are discarded), an arm cannot be made a shadow, and no
+// experiment can be set while a rollout owns the endpoint's traffic.
+func TestExperimentShadowAndRolloutGuards(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	ab := endpoint.Experiment{Name: "ab", Arms: []endpoint.Arm{{Version: "v1", Share: 50}, {Version: "v2", Share: 50}}}
+
+	f.create(t, "shadowed")
+	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "shadowed", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", ShadowPercent: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.SetExperiment(ctx, f.riskEng, "shadowed", ab); !hasField(err, "arms[1].version") {
+		t.Errorf("SetExperiment with a shadow arm: %v (fields %q), want a field error on arms[1].version", err, fields(err))
+	}
+
+	f.create(t, "armed")
+	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "armed", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.SetExperiment(ctx, f.riskEng, "armed", ab); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "armed", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", ShadowPercent: 10}}); !hasField(err, "weights[1].shadow_percent") {
+		t.Errorf("SetTraffic making an arm a shadow: %v (fields %q), want a field error on weights[1].shadow_percent", err, fields(err))
+	}
+	if e, err := f.svc.Get(ctx, f.root, "armed"); err != nil || len(e.Traffic) != 2 || e.Traffic[1].ShadowPercent != 0 {
+		t.Errorf("traffic after the refused change = %+v (%v), want v2 without a shadow", e.Traffic, err)
+	}
+
+	e := f.create(t, "rolling")
+	if _, err := f.svc.SetTraffic(ctx, f.riskEng, "rolling", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO rollouts (team_id, endpoint_id, from_version_id, to_version_id, strategy, steps, criteria,
+		eval_interval_ms, eval_window_ms, keep_ms, initiator)
+		SELECT e.team_id, e.id, v1.id, v2.id, 'canary', '[]', '{}', 1000, 1000, 0, 'test'
+		FROM endpoints e JOIN model_versions v1 ON v1.model_id = e.model_id AND v1.name = 'v1'
+		JOIN model_versions v2 ON v2.model_id = e.model_id AND v2.name = 'v2' WHERE e.id = $1`, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.SetExperiment(ctx, f.riskEng, "rolling", ab); !hasField(err, "arms") {
+		t.Errorf("SetExperiment during a rollout: %v (fields %q), want a field error on arms", err, fields(err))
+	}
+	if got, err := f.svc.Get(ctx, f.root, "rolling"); err != nil || got.Experiment != nil {
+		t.Errorf("experiment after the refused start = %+v (%v), want none", got.Experiment, err)
+	}
+}

@@ -82,10 +82,11 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err != nil {
 			return err
 		}
-		want, notes, err := f.wanted(ctx, q, demand, reps)
+		blocking, err := blockingAt(ctx, q, f.now())
 		if err != nil {
 			return err
 		}
+		want, notes := f.wanted(demand, reps, blocking)
 		removeIDs, keep := surplus(want, reps)
 		if len(removeIDs) > 0 {
 			if err := q.ReplicaDeleteByIDs(ctx, removeIDs); err != nil {
@@ -110,7 +111,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if pass.DesiredWritten, err = writeDesired(ctx, q, reps); err != nil {
 			return err
 		}
-		pass.RoutesWritten, err = writeRoutes(ctx, q, demand, reps)
+		pass.RoutesWritten, err = writeRoutes(ctx, q, demand, reps, blocking)
 		return err
 	})
 	if err != nil {
@@ -449,7 +450,14 @@ func WriteRoutes(ctx context.Context, q *db.Queries) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
-	n, err := writeRoutes(ctx, q, demand, reps)
+	// The rollout's transaction carries no clock of the fleet's: the
+	// month of the blocking budgets is the wall clock's, as the database
+	// stamps the rollout's own changes.
+	blocking, err := blockingAt(ctx, q, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("write routes: %w", err)
+	}
+	n, err := writeRoutes(ctx, q, demand, reps, blocking)
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
@@ -457,9 +465,12 @@ func WriteRoutes(ctx context.Context, q *db.Queries) (int, error) {
 }
 
 // writeRoutes writes the routing entry of every endpoint whose versions,
-// weights or ready replicas changed, and deletes the entries of endpoints
-// that are gone.
-func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow) (int, error) {
+// weights, ready replicas or budget block changed, and deletes the entries
+// of endpoints that are gone. A scale-to-zero endpoint covered by a
+// blocking budget carries the reason in Blocked, so gateways answer it
+// instead of 202 for a wake that will start nothing.
+func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
+	blocking []db.BudgetBlockingListRow) (int, error) {
 	ready := map[versionKey][]proto.RouteReplica{}
 	for _, r := range reps {
 		if r.State == proto.StateReady && r.Addr != "" {
@@ -490,6 +501,9 @@ func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleList
 				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0}
 			if x := experiments[d.EndpointID]; x != nil {
 				rt.Experiment = x
+			}
+			if rt.ScaledToZero {
+				rt.Blocked = blockedBy(blocking, d)
 			}
 			routes[d.Endpoint] = rt
 			names = append(names, d.Endpoint)

@@ -21,10 +21,6 @@ func TestRouteCarriesGatewaySettings(t *testing.T) {
 	if _, err := f.eps.SetTraffic(ctx, f.eng, "fraud-ep", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0, ShadowPercent: 20}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.eps.SetExperiment(ctx, f.eng, "fraud-ep", endpoint.Experiment{Name: "ab-1",
-		Arms: []endpoint.Arm{{Version: "v2", Share: 40}, {Version: "v1", Share: 60}}}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := f.eps.Update(ctx, f.eng, "fraud-ep", endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1,
 		Tier: "critical", RetentionDays: 30, RateLimitRPS: 50, RateLimitBurst: 10, TimeoutMS: 800}); err != nil {
 		t.Fatal(err)
@@ -37,6 +33,16 @@ func TestRouteCarriesGatewaySettings(t *testing.T) {
 	if v := rt.Versions[1]; v.Name != "v2" || v.Weight != 0 || v.Shadow != 20 {
 		t.Errorf("v2 = %+v, want weight 0 shadow 20", v)
 	}
+	// An experiment arm may not be a shadow: v2 stops mirroring first.
+	if _, err := f.eps.SetTraffic(ctx, f.eng, "fraud-ep", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.eps.SetExperiment(ctx, f.eng, "fraud-ep", endpoint.Experiment{Name: "ab-1",
+		Arms: []endpoint.Arm{{Version: "v2", Share: 40}, {Version: "v1", Share: 60}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	rt, _ = f.route(t, "fraud-ep")
 	wantX := &proto.RouteExperiment{Name: "ab-1", Arms: []proto.RouteArm{{Version: "v1", Share: 60}, {Version: "v2", Share: 40}}}
 	if !reflect.DeepEqual(rt.Experiment, wantX) {
 		t.Errorf("experiment = %+v, want %+v", rt.Experiment, wantX)

@@ -57,19 +57,15 @@ func (f *Fleet) woken(d db.RoutingRuleListForPlacementRow, now time.Time) bool {
 }
 
 // wanted is the replica count of every endpoint version the pass aims for:
-// min_replicas, or 1 for an endpoint with min_replicas 0 woken within the
-// grace period. A budget with block enforcement at 100 percent this month
+// min_replicas, or 1 for a version callers reach (weight above 0, or an
+// experiment arm) of an endpoint with min_replicas 0 woken within the grace
+// period. A budget with block enforcement at 100 percent this month
 // caps it at the larger of min_replicas and the replicas the version has
 // (none beyond the minimum is started; running ones are not stopped); notes
 // says, per endpoint, why the cap held replicas back.
-func (f *Fleet) wanted(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow,
-	reps []db.ReplicaListAllRow) (map[versionKey]int, map[int64]string, error) {
+func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
+	blocking []db.BudgetBlockingListRow) (map[versionKey]int, map[int64]string) {
 	now := f.now()
-	month := time.Date(now.UTC().Year(), now.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
-	blocking, err := q.BudgetBlockingList(ctx, pgtype.Date{Time: month, Valid: true})
-	if err != nil {
-		return nil, nil, err
-	}
 	have := map[versionKey]int{}
 	for _, r := range reps {
 		have[versionKey{r.EndpointID, r.VersionID}]++
@@ -79,20 +75,30 @@ func (f *Fleet) wanted(ctx context.Context, q *db.Queries, demand []db.RoutingRu
 	for _, d := range demand {
 		k := versionKey{d.EndpointID, d.VersionID}
 		n := int(d.MinReplicas)
-		if n == 0 && f.woken(d, now) {
+		// The woken replica answers callers: versions a caller can reach
+		// (weight above 0, or an experiment arm) get it; a shadow or a
+		// version kept at weight 0 stays at zero.
+		if n == 0 && f.woken(d, now) && (d.Weight > 0 || d.ExperimentArm) {
 			n = 1
 		}
 		if n > int(d.MinReplicas) {
 			if why := blockedBy(blocking, d); why != "" {
 				if capped := max(int(d.MinReplicas), have[k]); capped < n {
 					n = capped
-					notes[d.EndpointID] = why
+					notes[d.EndpointID] = fmt.Sprintf("%s; no replica beyond min_replicas %d is started", why, d.MinReplicas)
 				}
 			}
 		}
 		want[k] = n
 	}
-	return want, notes, nil
+	return want, notes
+}
+
+// blockingAt returns the budgets with block enforcement that reached 100
+// percent in the month of now.
+func blockingAt(ctx context.Context, q *db.Queries, now time.Time) ([]db.BudgetBlockingListRow, error) {
+	month := time.Date(now.UTC().Year(), now.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
+	return q.BudgetBlockingList(ctx, pgtype.Date{Time: month, Valid: true})
 }
 
 // blockedBy says which blocking budget covers d's endpoint (its team's or
@@ -106,8 +112,8 @@ func blockedBy(blocking []db.BudgetBlockingListRow, d db.RoutingRuleListForPlace
 		if b.EndpointID != nil {
 			who = "endpoint " + b.EndpointName
 		}
-		return fmt.Sprintf("budget exceeded: %s spent %s of its %s monthly budget (enforcement block); no replica beyond min_replicas %d is started",
-			who, usd(b.SpentUusd), usd(b.MonthlyUusd), d.MinReplicas)
+		return fmt.Sprintf("budget exceeded: %s spent %s of its %s monthly budget (enforcement block)",
+			who, usd(b.SpentUusd), usd(b.MonthlyUusd))
 	}
 	return ""
 }

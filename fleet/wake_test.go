@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"modelplane/agent/proto"
+	"modelplane/auth"
+	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
 )
@@ -273,5 +277,85 @@ func TestBlockingBudgetKeepsRunningReplicas(t *testing.T) {
 	}
 	if e := f.get(t, "sleepy"); !strings.HasPrefix(e.PlacementError, "budget exceeded: team risk spent") {
 		t.Fatalf("placement_error = %q, want the team budget named", e.PlacementError)
+	}
+}
+
+// TestRaisedBudgetLiftsTheBlock: a blocking budget at 100 percent holds a
+// woken endpoint at zero; raising the budget through chargeback (the API's
+// path) voids the month's alerts measured against the old amount, so the
+// next pass places the woken replica and no note remains. The routing entry
+// carries the block's reason for the gateways while it holds, and drops it
+// after.
+func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", seven1g()))
+	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
+	f.block(t, "", "block", true)
+	f.wake(t, "sleepy")
+	if p := f.reconcile(t); p.Placed != 0 {
+		t.Fatalf("pass with the budget reached = %+v, want nothing placed", p)
+	}
+	if rt, ok := f.route(t, "sleepy"); !ok || !rt.ScaledToZero || !strings.HasPrefix(rt.Blocked, "budget exceeded: team risk spent $10.25 of its $10.00") {
+		t.Fatalf("route while blocked = %+v (written %v), want scaled to zero with the budget named in blocked", rt, ok)
+	}
+	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
+	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock.now)
+	if _, err := budgets.Set(t.Context(), admin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 20_000_000, Enforcement: chargeback.EnforceBlock}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass after raising the budget = %+v, want the woken replica placed", p)
+	}
+	if e := f.get(t, "sleepy"); e.PlacementError != "" {
+		t.Errorf("placement_error = %q after raising the budget, want none", e.PlacementError)
+	}
+	if rt, ok := f.route(t, "sleepy"); !ok || rt.Blocked != "" {
+		t.Errorf("route after raising the budget = %+v (written %v), want blocked empty", rt, ok)
+	}
+}
+
+// TestWakeStartsOnlyVersionsCallersReach: a wake starts a replica of each
+// version with weight above 0 and of each experiment arm; a shadow (its
+// replies are discarded) and a version kept at weight 0 stay at zero.
+func TestWakeStartsOnlyVersionsCallersReach(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", seven1g()))
+	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
+	versions := func() []string {
+		t.Helper()
+		var out []string
+		for _, r := range f.desired(t, "node-a").Replicas {
+			out = append(out, r.Version)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "sleepy", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", ShadowPercent: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	f.wake(t, "sleepy")
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass with a shadow = %+v, want one replica placed", p)
+	}
+	if got := versions(); !slices.Equal(got, []string{"v1"}) {
+		t.Fatalf("replicas of versions %v with v2 a shadow, want [v1]", got)
+	}
+	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "sleepy", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 0 {
+		t.Fatalf("pass with v2 at weight 0 = %+v, want nothing placed", p)
+	}
+	if _, err := f.eps.SetExperiment(t.Context(), f.eng, "sleepy", endpoint.Experiment{Name: "ab",
+		Arms: []endpoint.Arm{{Version: "v1", Share: 50}, {Version: "v2", Share: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.reconcile(t); p.Placed != 1 {
+		t.Fatalf("pass with v2 an experiment arm = %+v, want its replica placed", p)
+	}
+	if got := versions(); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Fatalf("replicas of versions %v with v2 an arm, want [v1 v2]", got)
 	}
 }

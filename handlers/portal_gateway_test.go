@@ -34,6 +34,10 @@ func TestPortalShadowAndGatewaySettings(t *testing.T) {
 		t.Errorf("stored traffic = %s, want v1 100 and v2 as a 12.5%% shadow", got)
 	}
 
+	// An experiment arm may not be a shadow: v2 stops mirroring first.
+	if _, err := e.srv.Endpoints.SetTraffic(context.Background(), system, "risk-endpoint", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.srv.Endpoints.SetExperiment(context.Background(), system, "risk-endpoint", endpoint.Experiment{Name: "ab-1",
 		Arms: []endpoint.Arm{{Version: "v1", Share: 70}, {Version: "v2", Share: 30}}}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,19 @@ SET monthly_uusd = EXCLUDED.monthly_uusd, enforcement = EXCLUDED.enforcement,
     updated_by = EXCLUDED.updated_by, updated_at = now()
 RETURNING *;
 
+-- name: BudgetAlertsResetChanged :execrows
+-- Deletes the month's alerts of the team's (or endpoint's) budget when the
+-- amount about to be stored differs from the current one: the alerts, and
+-- the block that a 100 percent alert means, were measured against the old
+-- amount, so the checker measures again and fires them anew against the new
+-- one. A changed enforcement alone keeps them: the blocking queries read the
+-- enforcement of the budget as it is now. Run before BudgetUpsert, in its
+-- transaction.
+DELETE FROM budget_alerts a USING budgets b
+WHERE a.budget_id = b.id AND a.month = @month
+  AND b.team_id = @team_id AND coalesce(b.endpoint_id, 0) = coalesce(sqlc.narg(endpoint_id)::bigint, 0)
+  AND b.monthly_uusd <> @monthly_uusd;
+
 -- name: BudgetListScoped :many
 SELECT b.*, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
 FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id

@@ -328,6 +328,12 @@ type Route struct {
 	// 0): a request finding no ready replica is answered 202 with
 	// Retry-After instead of 503.
 	ScaledToZero bool `json:"scaled_to_zero,omitempty"`
+	// Blocked, set only with ScaledToZero, says why no replica will be
+	// started on a wake: a budget with block enforcement covering the
+	// endpoint (its team's or its own) reached 100 percent this month. A
+	// request finding no ready replica gets this reason rather than 202
+	// and a wait that cannot end; empty when nothing blocks.
+	Blocked string `json:"blocked,omitempty"`
 }
 
 // RouteExperiment is an endpoint's active A/B experiment.
