@@ -264,3 +264,24 @@ func TestScaledToZeroAnswers202(t *testing.T) {
 		t.Errorf("no replica yet: %d, want 503", r.status)
 	}
 }
+
+// TestBudgetBlockedEndpointAnswers503: an endpoint a blocking budget holds
+// at zero says so, and asks nobody to start a replica.
+func TestBudgetBlockedEndpointAnswers503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	held := route("held", "risk", "classification", 1, ver("v1", 100))
+	held.ScaledToZero = true
+	held.Blocked = "budget exceeded: team risk spent $10.25 of its $10.00 monthly budget (enforcement block)"
+	e.putRoute(t, held)
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	waitFor(t, "gateway ready", g.Ready)
+	r := call(t, g.url, predictPath("held"), key, predictBody)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "" || !strings.Contains(string(r.body), "$10.00 monthly budget") {
+		t.Errorf("blocked: %d Retry-After %q %s, want 503 without Retry-After naming the budget", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if w := g.Wakes(); w.Sent != 0 {
+		t.Errorf("wakes sent = %d, want 0: no replica can start", w.Sent)
+	}
+}

@@ -236,6 +236,12 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	defer timer.Stop()
 
 	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica)
+	if u == nil && !saturated && rt.src.Blocked != "" {
+		// A blocking budget holds the endpoint at zero: no wake would
+		// start a replica, so a 202 would have the caller poll in vain.
+		g.fail(w, c, http.StatusServiceUnavailable, "budget exceeded", "endpoint "+strconv.Quote(c.endpoint)+" is held at zero replicas: "+rt.src.Blocked)
+		return
+	}
 	g.wake(&rt.src, u == nil && !saturated)
 	if u == nil {
 		if saturated {
