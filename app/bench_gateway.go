@@ -30,7 +30,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -526,16 +525,11 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 	direct := replicaAddrs[0]
 
 	// NATS with the contract's buckets and streams, the route and the key.
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	ns, err := startNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return res, fmt.Errorf("nats: %w", err)
+		return res, err
 	}
-	go ns.Start()
 	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return res, errors.New("embedded nats did not start")
-	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		return res, err

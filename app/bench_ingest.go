@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -138,16 +136,11 @@ func benchIngest(ctx context.Context, cfg BenchConfig) (IngestBenchResult, error
 	if err := migrations.ClickHouse(ctx, ch); err != nil {
 		return IngestBenchResult{}, err
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	ns, err := startNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return IngestBenchResult{}, fmt.Errorf("nats: %w", err)
+		return IngestBenchResult{}, err
 	}
-	go ns.Start()
 	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return IngestBenchResult{}, errors.New("embedded nats did not start")
-	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		return IngestBenchResult{}, err

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -180,16 +178,11 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		return res, err
 	}
 
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	ns, err := startNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return res, fmt.Errorf("nats: %w", err)
+		return res, err
 	}
-	go ns.Start()
 	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return res, errors.New("embedded nats did not start")
-	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		return res, err

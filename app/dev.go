@@ -128,16 +128,11 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	defer ch.Stop()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	ns, err := startNATS(filepath.Join(dir, "nats"))
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
+		return err
 	}
-	go ns.Start()
 	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("embedded nats did not start")
-	}
 	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), ch.URL("modelplane"), ns.ClientURL())
 	if err != nil {
 		return err
@@ -290,4 +285,20 @@ func readEnvFile(path string) map[string]string {
 		}
 	}
 	return out
+}
+
+// startNATS starts an embedded NATS server with JetStream, storing under
+// dir, on a free loopback port, and waits until it takes connections.
+func startNATS(dir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded nats did not start")
+	}
+	return ns, nil
 }
