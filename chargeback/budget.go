@@ -2,7 +2,6 @@ package chargeback
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/outbox"
 	"modelplane/validate"
 )
 
@@ -323,13 +323,8 @@ func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, p
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
-	payload, err := json.Marshal(proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint), Type: "alert",
-		State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
-	if err != nil {
-		return err
-	}
-	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(bu.Team), Payload: payload})
-	return err
+	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint),
+		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
 }
 
 // usd formats micro-USD as dollars and cents (rounded down).

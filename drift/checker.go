@@ -2,7 +2,6 @@ package drift
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/outbox"
 )
 
 // CheckerConfig configures the scheduled drift check; zero values take the
@@ -381,13 +381,6 @@ func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) e
 	case e.Type == EventResolved:
 		typ, msg = "resolved", fmt.Sprintf("%s %s = %.4g, back within its threshold %.4g", e.Version, e.Metric, e.Value, e.Threshold)
 	}
-	payload, err := json.Marshal(proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ, State: e.Version + " " + e.Metric,
-		Message: msg, At: e.At.UTC()})
-	if err != nil {
-		return fmt.Errorf("drift event: %w", err)
-	}
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(e.Team), Payload: payload}); err != nil {
-		return fmt.Errorf("drift event: %w", err)
-	}
-	return nil
+	return outbox.Event(ctx, q, e.Team, proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ,
+		State: e.Version + " " + e.Metric, Message: msg, At: e.At.UTC()})
 }

@@ -12,6 +12,7 @@ import (
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/judge"
+	"modelplane/outbox"
 )
 
 // tx is one change to one rollout, inside a transaction that holds the
@@ -97,11 +98,8 @@ func (t *tx) event(ctx context.Context, kind, decision, msg string, v *judge.Ver
 		StepIndex: int32(t.r.StepIndex), State: t.r.State, Decision: decision, Message: msg, Actor: t.p.Actor(), Verdict: vj, Windows: wj}); err != nil {
 		return fmt.Errorf("rollout event: %w", err)
 	}
-	payload, _ := json.Marshal(proto.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind, State: t.r.State, Message: msg, At: t.now})
-	if _, err := t.q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(t.r.Team), Payload: payload}); err != nil {
-		return fmt.Errorf("rollout event: %w", err)
-	}
-	return nil
+	return outbox.Event(ctx, t.q, t.r.Team, proto.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind,
+		State: t.r.State, Message: msg, At: t.now})
 }
 
 // setWeights gives the candidate cand percent of the traffic (and shadow
