@@ -199,7 +199,10 @@ func Evaluate(c Criteria, in Input) Verdict {
 			p99Checks("p99_latency_ms", in.Candidate.Latency, in.Incumbent.Latency, 0, c.MaxRegression, incEnough, note, add)
 		}
 	}
-	if c.Drift {
+	// Drift too waits for the requests: samples can arrive before the
+	// request statistics, and a drift verdict on a window whose latency and
+	// errors were not judged would roll back on half the evidence.
+	if c.Drift && candEnough {
 		add(driftCheck(in.Drift))
 	}
 	return decide(checks, in.Baked)
