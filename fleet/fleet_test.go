@@ -319,7 +319,7 @@ func TestWeightZeroVersionGetsReplicasAndWriteRoutes(t *testing.T) {
 	var n int
 	err := db.InTx(t.Context(), f.pool, func(q *db.Queries) error {
 		var err error
-		n, err = fleet.WriteRoutes(t.Context(), q)
+		n, err = fleet.WriteRoutes(t.Context(), q, time.Now())
 		return err
 	})
 	if err != nil || n != 1 {

@@ -437,8 +437,9 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 // transaction that changes the weights, so the new split reaches the outbox
 // when the change commits instead of at the reconciler's next pass: a
 // rollback leaves the candidate within one relay hop. Replicas are not
-// placed or removed here; the next pass does that.
-func WriteRoutes(ctx context.Context, q *db.Queries) (int, error) {
+// placed or removed here; the next pass does that. now is the caller's
+// clock: it picks the month whose blocking budgets apply.
+func WriteRoutes(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
 	if err := q.PlacementLock(ctx); err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
@@ -450,10 +451,7 @@ func WriteRoutes(ctx context.Context, q *db.Queries) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
-	// The rollout's transaction carries no clock of the fleet's: the
-	// month of the blocking budgets is the wall clock's, as the database
-	// stamps the rollout's own changes.
-	blocking, err := blockingAt(ctx, q, time.Now())
+	blocking, err := blockingAt(ctx, q, now)
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}

@@ -224,7 +224,7 @@ func errorChecks(c Criteria, in Input, incEnough bool, add func(Check)) {
 }
 
 func p99Checks(name string, cand, inc []uint64, ceiling, maxRegression float64, incEnough bool, note string, add func(Check)) {
-	cp99, cOK := quantile(cand, 0.99)
+	cp99, cOK := Quantile(cand, 0.99)
 	if ceiling > 0 {
 		ch := Check{Name: name, Candidate: cp99, Threshold: ceiling}
 		if cOK {
@@ -236,7 +236,7 @@ func p99Checks(name string, cand, inc []uint64, ceiling, maxRegression float64, 
 		add(ch)
 	}
 	ch := Check{Name: name + "_regression", Candidate: cp99}
-	ip99, iOK := quantile(inc, 0.99)
+	ip99, iOK := Quantile(inc, 0.99)
 	switch {
 	case !cOK:
 		ch.Outcome, ch.Detail = Missing, "no candidate histogram"
@@ -283,9 +283,9 @@ func decide(checks []Check, baked bool) Verdict {
 	return Verdict{Decision: Advance, Reason: "every check passes", Checks: checks}
 }
 
-// quantile reads the q-quantile of a histogram over proto.LatencyBoundsUS;
-// false when the histogram is missing or empty.
-func quantile(h []uint64, q float64) (float64, bool) {
+// Quantile reads the q-quantile, in milliseconds, of a histogram over
+// proto.LatencyBoundsUS; 0 and false when the histogram is missing or empty.
+func Quantile(h []uint64, q float64) (float64, bool) {
 	if len(h) != proto.LatencyBuckets {
 		return 0, false
 	}

@@ -171,12 +171,8 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 
 func summary(w judge.Window) Summary {
 	s := Summary{Requests: w.Requests, Errors: w.Errors, Streams: w.Streams}
-	if v := quantile(w.Latency); v >= 0 {
-		s.P99MS = v
-	}
-	if v := quantile(w.TPOT); v >= 0 {
-		s.P99TPOTMS = v
-	}
+	s.P99MS, _ = judge.Quantile(w.Latency, 0.99)
+	s.P99TPOTMS, _ = judge.Quantile(w.TPOT, 0.99)
 	return s
 }
 
@@ -199,7 +195,7 @@ func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err e
 		if err != nil {
 			return err
 		}
-		if t.r.Generation != seen.Generation || t.r.Paused != seen.Paused {
+		if t.r.Generation != seen.Generation {
 			// Someone changed the rollout while the judge read; its verdict
 			// was about a state that is gone. The next pass judges again.
 			ev = nil

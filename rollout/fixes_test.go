@@ -261,7 +261,7 @@ func TestRolloutsAndExperiments(t *testing.T) {
 	if n := armsLeft(); n != 0 || !strings.Contains(got.Reason, "experiment") {
 		t.Errorf("after promotion: %d arms left, reason %q; want the incumbent's experiment ended and said so", n, got.Reason)
 	}
-	if n := f.count(t, "SELECT count(*) FROM outbox WHERE subject = '$KV.mp_routes.fraud-scoring'"); n == 0 {
-		t.Errorf("no routing entry written")
+	if w := f.published(t, "fraud-scoring"); w["v3"] != 100 || w["v1"] != 0 {
+		t.Errorf("routing entry written at promotion: weights %v, want v3 100", w)
 	}
 }

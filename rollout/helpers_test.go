@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"sync"
 	"testing"
@@ -232,6 +233,26 @@ func (f *fixture) get(t *testing.T, id int64) rollout.Rollout {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// published returns the weights of the newest routing entry written to the
+// outbox for the endpoint (what the gateways will get), as version → weight.
+func (f *fixture) published(t *testing.T, endpointName string) map[string]float64 {
+	t.Helper()
+	var payload []byte
+	if err := f.pool.QueryRow(t.Context(), `SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1`,
+		proto.KVSubject(proto.BucketRoutes, endpointName)).Scan(&payload); err != nil {
+		t.Fatalf("routing entry of %s: %v", endpointName, err)
+	}
+	var rt proto.Route
+	if err := json.Unmarshal(payload, &rt); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, v := range rt.Versions {
+		out[v.Name] = float64(v.Weight)
+	}
+	return out
 }
 
 // count counts rows of a query with one argument.

@@ -194,22 +194,6 @@ func (t *tx) finish(ctx context.Context) error {
 	if !t.routes {
 		return nil
 	}
-	_, err := fleet.WriteRoutes(ctx, t.q)
+	_, err := fleet.WriteRoutes(ctx, t.q, t.now)
 	return err
-}
-
-// quantile is the p99 of a histogram over proto.LatencyBoundsUS, or -1
-// when it is missing or empty.
-func quantile(h []uint64) float64 {
-	if len(h) != proto.LatencyBuckets {
-		return -1
-	}
-	var n uint64
-	for _, c := range h {
-		n += c
-	}
-	if n == 0 {
-		return -1
-	}
-	return proto.QuantileMS(h, 0.99)
 }
