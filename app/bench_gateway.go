@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -710,37 +711,37 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 
 	for _, p := range res.Paths {
 		p.RequestsC1, p.RequestsC64 = len(p.c1), len(p.c64)
-		p.P50MsC1, p.P99MsC1 = gwPct(p.c1, 0.50), gwPct(p.c1, 0.99)
-		p.P99MsC64 = gwPct(p.c64, 0.99)
+		p.P50MsC1, p.P99MsC1 = percentile(p.c1, 0.50), percentile(p.c1, 0.99)
+		p.P99MsC64 = percentile(p.c64, 0.99)
 		if p.c64Sec > 0 {
 			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
 		}
 	}
 	g := res.Paths["gateway"]
-	res.AddedP99MsC1 = gwRound3(g.P99MsC1 - res.Paths["direct"].P99MsC1)
-	res.AddedP99PairedMsC1 = gwRound3(gwPct(paired, 0.99))
+	res.AddedP99MsC1 = round3(g.P99MsC1 - res.Paths["direct"].P99MsC1)
+	res.AddedP99PairedMsC1 = round3(percentile(paired, 0.99))
 	res.RPSC64 = float64(int(g.RPSC64))
 	ratio := func(n string) *float64 {
 		p := res.Paths[n]
 		if p == nil || p.RPSC64 == 0 {
 			return nil
 		}
-		r := gwRound3(g.RPSC64 / p.RPSC64)
+		r := round3(g.RPSC64 / p.RPSC64)
 		return &r
 	}
 	if r := ratio("reverseproxy"); r != nil {
 		res.RatioReverseProxy = *r
 	}
 	res.RatioCaddy, res.RatioNginx, res.RatioHAProxy = ratio("caddy"), ratio("nginx"), ratio("haproxy")
-	res.SSEDirectTTFTP99Ms = gwPct(sseDirect.ttft, 0.99)
-	res.SSEGatewayTTFTP99 = gwPct(sseGW.ttft, 0.99)
-	res.SSEAddedTTFTP99Ms = gwRound3(res.SSEGatewayTTFTP99 - res.SSEDirectTTFTP99Ms)
-	res.SSEReverseProxyTTFTP99Ms = gwPct(sseRP.ttft, 0.99)
-	res.SSEReverseProxyAddedTTFTP99Ms = gwRound3(res.SSEReverseProxyTTFTP99Ms - res.SSEDirectTTFTP99Ms)
+	res.SSEDirectTTFTP99Ms = percentile(sseDirect.ttft, 0.99)
+	res.SSEGatewayTTFTP99 = percentile(sseGW.ttft, 0.99)
+	res.SSEAddedTTFTP99Ms = round3(res.SSEGatewayTTFTP99 - res.SSEDirectTTFTP99Ms)
+	res.SSEReverseProxyTTFTP99Ms = percentile(sseRP.ttft, 0.99)
+	res.SSEReverseProxyAddedTTFTP99Ms = round3(res.SSEReverseProxyTTFTP99Ms - res.SSEDirectTTFTP99Ms)
 	res.SSEReverseProxyStalls = sseRP.stalls
 	res.SSEStalls, res.SSEErrors, res.SSECompleted = sseGW.stalls, sseGW.errors, sseGW.completed
 	res.SSEMaxGapMs = gwMs(sseGW.maxGap)
-	res.Seconds = gwRound3(time.Since(began).Seconds())
+	res.Seconds = round3(time.Since(began).Seconds())
 	met := func(r *float64, min float64) bool { return r != nil && *r >= min }
 	res.TargetsMet = map[string]bool{
 		"added_p99_c1_at_most_0.5ms":       res.AddedP99MsC1 <= 0.5,
@@ -872,22 +873,7 @@ func gwBenchStream(ctx context.Context, client *http.Client, key, u string) (tim
 	return ttft, gap, done && events == gwBenchEvents, nil
 }
 
-func gwMs(d time.Duration) float64 { return gwRound3(float64(d) / float64(time.Millisecond)) }
+func gwMs(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
 
-func gwRound3(f float64) float64 { return float64(int64(f*1000+0.5*gwSign(f))) / 1000 }
-
-func gwSign(f float64) float64 {
-	if f < 0 {
-		return -1
-	}
-	return 1
-}
-
-// pct returns the p-th percentile of d in milliseconds (d is sorted).
-func gwPct(d []time.Duration, p float64) float64 {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	return gwMs(d[int(p*float64(len(d)-1))])
-}
+// round3 rounds to three decimals (microseconds of a millisecond figure).
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

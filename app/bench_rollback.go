@@ -376,8 +376,8 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("idle switches: %w", err)
 	}
-	res.IdlePropagationP99Ms = gwPct(idle.rollbacks, 0.99)
-	res.IdlePropagationP50Ms = gwPct(idle.rollbacks, 0.50)
+	res.IdlePropagationP99Ms = percentile(idle.rollbacks, 0.99)
+	res.IdlePropagationP50Ms = percentile(idle.rollbacks, 0.50)
 
 	// The load: one client per gateway, one request at a time.
 	var requests, errs, candidate, violations atomic.Int64
@@ -420,21 +420,21 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		return res, fmt.Errorf("switches under load: %w", err)
 	}
 	rollbacks, all, first := tm.rollbacks, tm.all, tm.first
-	res.CommitP50Ms = gwPct(tm.commit, 0.50)
+	res.CommitP50Ms = percentile(tm.commit, 0.50)
 
 	res.Switches, res.Rollbacks = len(all), len(rollbacks)
-	res.PropagationP99Ms = gwPct(rollbacks, 0.99)
-	res.PropagationP50Ms = gwPct(rollbacks, 0.50)
+	res.PropagationP99Ms = percentile(rollbacks, 0.99)
+	res.PropagationP50Ms = percentile(rollbacks, 0.50)
 	res.PropagationMaxMs = gwMs(slices.Max(rollbacks))
-	res.FirstGatewayP50Ms = gwPct(first, 0.50)
-	res.AllSwitchesP99Ms = gwPct(all, 0.99)
+	res.FirstGatewayP50Ms = percentile(first, 0.50)
+	res.AllSwitchesP99Ms = percentile(all, 0.99)
 	res.Requests = int(requests.Load())
 	res.ErrorsDuringSwitch = int(errs.Load())
 	res.CandidateAfterRollback = int(violations.Load())
-	res.RPS = gwRound3(float64(res.Requests) / elapsed.Seconds())
+	res.RPS = round3(float64(res.Requests) / elapsed.Seconds())
 	if res.Requests > 0 {
-		res.CandidateShare = gwRound3(float64(candidate.Load()) / float64(res.Requests))
+		res.CandidateShare = round3(float64(candidate.Load()) / float64(res.Requests))
 	}
-	res.Seconds = gwRound3(time.Since(began).Seconds())
+	res.Seconds = round3(time.Since(began).Seconds())
 	return res, nil
 }
