@@ -76,12 +76,14 @@ func (c classic) draw(r *rand.Rand) (fail bool, latency time.Duration, out float
 type answer struct {
 	done, arrival time.Duration
 	replica       int
-	fail          bool
-	out           float64
+	// tenant indexes the scenario's tenants; -1 when it has none.
+	tenant int
+	fail   bool
+	out    float64
 }
 
 // The heap of classic answers in flight, earliest first; ties by arrival
-// order (seq), so the run is deterministic.
+// time, so the run is deterministic.
 
 func (f *fleet) pushAnswer(a answer) {
 	h := append(f.answers, a)
@@ -138,6 +140,9 @@ func (f *fleet) finishAnswer(a answer) {
 		v.errors++
 	} else {
 		v.completed++
+		if a.tenant >= 0 {
+			f.ts[a.tenant].completed++
+		}
 		if a.done >= f.sc.Warmup {
 			v.completedWindow++
 		}

@@ -388,3 +388,37 @@ func TestGarbageHealthyTwin(t *testing.T) {
 		})
 	}
 }
+
+// TestClassicTenantCompletions: answers of a classic version count for the
+// tenant that sent them, as LLM completions do.
+func TestClassicTenantCompletions(t *testing.T) {
+	t.Parallel()
+	s, err := Parse([]byte(`name: tenants-classic
+seed: 1
+duration: 30s
+warmup: 5s
+arrivals: {process: poisson, rate: 100}
+tenants:
+  - {name: a, share: 0.5}
+  - {name: b, share: 0.5}
+versions:
+  - name: v23
+    gpus: 1
+    weight: 100
+    profile: {latency_ms: {p50: 8, p99: 21}, error_rate: 0.01, score: {mean: 0.12, sd: 0.18}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := run(t, s)
+	completed := 0
+	for _, tr := range rep.Tenants {
+		if tr.Completed == 0 || tr.Completed > tr.Requests {
+			t.Errorf("tenant %s: %d completed of %d requests, want most of them", tr.Name, tr.Completed, tr.Requests)
+		}
+		completed += tr.Completed
+	}
+	if len(rep.Versions) != 1 || completed != rep.Versions[0].Completed {
+		t.Errorf("tenants completed %d, version completed %+v; want equal", completed, rep.Versions)
+	}
+}

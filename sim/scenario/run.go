@@ -342,7 +342,7 @@ func (f *fleet) arrive(t time.Duration) {
 	if c := f.classics[vi]; c != nil {
 		fail, lat, out := c.draw(f.predict)
 		rep.outstanding++
-		f.pushAnswer(answer{done: t + lat, arrival: t, replica: best, fail: fail, out: out})
+		f.pushAnswer(answer{done: t + lat, arrival: t, replica: best, tenant: tenant, fail: fail, out: out})
 		return
 	}
 	req := sim.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
