@@ -13,7 +13,6 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/rollout"
 	"modelplane/tenant"
 	"modelplane/validate"
 )
@@ -23,13 +22,7 @@ import (
 // detail is not shown.
 func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 	var verrs validate.Errors
-	var rc *rollout.ConflictError
-	var rf *rollout.ForbiddenError
 	switch {
-	case errors.As(err, &rc):
-		return http.StatusConflict, rc.Msg, nil
-	case errors.As(err, &rf):
-		return http.StatusForbidden, rf.Msg, nil
 	case errors.As(err, &verrs):
 		details := make([]*huma.ErrorDetail, len(verrs))
 		for i, f := range verrs {
@@ -39,11 +32,11 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, "authentication required", nil
 	case errors.Is(err, auth.ErrForbidden):
-		return http.StatusForbidden, "your role does not allow this", nil
+		return http.StatusForbidden, shownOr(err, "your role does not allow this"), nil
 	case errors.Is(err, db.ErrNotFound):
 		return http.StatusNotFound, "not found", nil
 	case errors.Is(err, db.ErrConflict):
-		return http.StatusConflict, "already exists", nil
+		return http.StatusConflict, shownOr(err, "already exists"), nil
 	case errors.Is(err, tenant.ErrLastAdmin):
 		return http.StatusConflict, tenant.ErrLastAdmin.Error(), nil
 	case errors.Is(err, artifact.ErrTooLarge):
@@ -56,6 +49,20 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit), nil
 	}
 	return http.StatusInternalServerError, "internal error", nil
+}
+
+// shown is a domain error whose message says the caller what to do and is
+// safe to show (a rollout conflict naming the active rollout, a four-eyes
+// refusal); its status still comes from the sentinel it matches.
+type shown interface{ Shown() string }
+
+// shownOr is err's own message when it has one to show, else fallback.
+func shownOr(err error, fallback string) string {
+	var s shown
+	if errors.As(err, &s) {
+		return s.Shown()
+	}
+	return fallback
 }
 
 // rejection is the artifact package's "file: reason", without whatever

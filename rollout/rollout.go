@@ -201,6 +201,9 @@ type ForbiddenError struct{ Msg string }
 
 func (e *ForbiddenError) Error() string { return e.Msg }
 
+// Shown is the message to show the caller.
+func (e *ForbiddenError) Shown() string { return e.Msg }
+
 // Is makes errors.Is(err, auth.ErrForbidden) true.
 func (e *ForbiddenError) Is(target error) bool { return target == auth.ErrForbidden }
 
@@ -214,6 +217,9 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return e.Msg }
+
+// Shown is the message to show the caller.
+func (e *ConflictError) Shown() string { return e.Msg }
 
 // Is makes errors.Is(err, db.ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == db.ErrConflict }
