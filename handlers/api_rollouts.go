@@ -88,27 +88,10 @@ func (s *Server) registerRollouts(api huma.API) {
 			}
 			return &One[rollout.Rollout]{Body: r}, nil
 		})
-	actions := []struct {
-		id, path, summary string
-		fn                func(ctx context.Context, p *auth.Principal, id int64, comment string) (rollout.Rollout, error)
-	}{
-		{"rollout-approve", "approve", "Approve the step to 100 percent (a team admin who did not start it)", s.Rollouts.Approve},
-		{"rollout-reject", "reject", "Reject the step to 100 percent, which rolls back", s.Rollouts.Reject},
-		{"rollout-rollback", "rollback", "Roll back now: all traffic to the incumbent", s.Rollouts.Rollback},
-		{"rollout-pause", "pause", "Pause the judge and the steps", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
-			return s.Rollouts.Pause(ctx, p, id)
-		}},
-		{"rollout-resume", "resume", "Resume; the current step bakes again", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
-			return s.Rollouts.Resume(ctx, p, id)
-		}},
-		{"rollout-canary", "canary", "End a shadow rollout and start a canary of its candidate", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
-			return s.Rollouts.CanaryFromShadow(ctx, p, id)
-		}},
-	}
-	for _, a := range actions {
-		op := s.op(a.id, http.MethodPost, "/rollouts/{rollout}/"+a.path, a.summary, "rollouts")
+	for _, a := range s.rolloutActions() {
+		op := s.op("rollout-"+a.name, http.MethodPost, "/rollouts/{rollout}/"+a.name, a.summary, "rollouts")
 		op.DefaultStatus = http.StatusOK
-		if a.path == "canary" {
+		if a.name == "canary" {
 			op.DefaultStatus = http.StatusCreated
 		}
 		huma.Register(api, op, func(ctx context.Context, in *rolloutDecisionInput) (*One[rollout.Rollout], error) {
@@ -118,5 +101,30 @@ func (s *Server) registerRollouts(api huma.API) {
 			}
 			return &One[rollout.Rollout]{Body: r}, nil
 		})
+	}
+}
+
+// rolloutAction is one thing a person does to a rollout: an API operation
+// and a button of the rollout page.
+type rolloutAction struct {
+	name, summary string
+	fn            func(ctx context.Context, p *auth.Principal, id int64, comment string) (rollout.Rollout, error)
+}
+
+// rolloutActions lists them once for the API and the portal.
+func (s *Server) rolloutActions() []rolloutAction {
+	return []rolloutAction{
+		{"approve", "Approve the step to 100 percent (a team admin who did not start it)", s.Rollouts.Approve},
+		{"reject", "Reject the step to 100 percent, which rolls back", s.Rollouts.Reject},
+		{"rollback", "Roll back now: all traffic to the incumbent", s.Rollouts.Rollback},
+		{"pause", "Pause the judge and the steps", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
+			return s.Rollouts.Pause(ctx, p, id)
+		}},
+		{"resume", "Resume; the current step bakes again", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
+			return s.Rollouts.Resume(ctx, p, id)
+		}},
+		{"canary", "End a shadow rollout and start a canary of its candidate", func(ctx context.Context, p *auth.Principal, id int64, _ string) (rollout.Rollout, error) {
+			return s.Rollouts.CanaryFromShadow(ctx, p, id)
+		}},
 	}
 }

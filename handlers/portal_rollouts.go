@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -311,26 +312,16 @@ func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
 	id := rolloutID(r)
 	comment := strings.TrimSpace(r.PostFormValue("comment"))
-	var err error
-	switch chi.URLParam(r, "action") {
-	case "approve":
-		_, err = s.Rollouts.Approve(r.Context(), p, id, comment)
-	case "reject":
-		_, err = s.Rollouts.Reject(r.Context(), p, id, comment)
-	case "rollback":
-		_, err = s.Rollouts.Rollback(r.Context(), p, id, comment)
-	case "pause":
-		_, err = s.Rollouts.Pause(r.Context(), p, id)
-	case "resume":
-		_, err = s.Rollouts.Resume(r.Context(), p, id)
-	case "canary":
-		var c rollout.Rollout
-		if c, err = s.Rollouts.CanaryFromShadow(r.Context(), p, id); err == nil {
-			redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", c.ID), "Canary started.")
-			return
-		}
-	default:
+	name := chi.URLParam(r, "action")
+	acts := s.rolloutActions()
+	i := slices.IndexFunc(acts, func(a rolloutAction) bool { return a.name == name })
+	if i < 0 {
 		s.renderError(w, r, http.StatusNotFound, "not found")
+		return
+	}
+	c, err := acts[i].fn(r.Context(), p, id, comment)
+	if err == nil && name == "canary" {
+		redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", c.ID), "Canary started.")
 		return
 	}
 	status := http.StatusOK
