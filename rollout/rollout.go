@@ -669,11 +669,7 @@ func CanOperate(p *auth.Principal, r Rollout) bool { return r.Active() && p.CanW
 // act runs fn on the locked rollout id for p (who must be able to write
 // its team), then wakes the controller.
 func (s *Service) act(ctx context.Context, p *auth.Principal, id int64, what string, fn func(t *tx) error) (Rollout, error) {
-	all, ids := p.Scope()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		if _, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: all, TeamIDs: ids}); err != nil {
-			return fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
-		}
 		t, err := lockTx(ctx, q, id, s.now(), p)
 		if err != nil {
 			return err

@@ -29,8 +29,11 @@ type tx struct {
 	routes bool
 }
 
+// lockTx locks rollout id, as p may see it (another team's answers not
+// found), for one change in q's transaction.
 func lockTx(ctx context.Context, q *db.Queries, id int64, now time.Time, p *auth.Principal) (*tx, error) {
-	row, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: true, TeamIDs: []int64{}})
+	all, ids := p.Scope()
+	row, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
 	}
