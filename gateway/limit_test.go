@@ -56,18 +56,26 @@ func TestLimiterEvictsFullBuckets(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	l := newLimiter(1, 1)
-	for i := range maxBuckets {
+	for i := range maxBuckets - 1 {
 		l.allow(strconv.Itoa(i), now)
 	}
-	// Every bucket refills within a second; the next new one sweeps them.
-	l.allow("new", now.Add(2*time.Second))
-	if n := l.n.Load(); n > 1 {
-		t.Errorf("%d buckets after the sweep, want at most 1", n)
+	// The last bucket before the bound is spent at the time of the sweep.
+	later := now.Add(2 * time.Second)
+	if ok, _ := l.allow("spent", later); !ok {
+		t.Fatal("first request of key spent refused")
 	}
-	// A spent bucket survives the sweep: its caller stays limited.
-	l.allow("spent", now.Add(2*time.Second))
-	if ok, _ := l.allow("spent", now.Add(2*time.Second)); ok {
-		t.Error("spent bucket forgotten")
+	// Every other bucket has refilled; the next new one sweeps them (and
+	// itself, full when the sweep runs).
+	l.allow("new", later)
+	if n := l.n.Load(); n != 1 {
+		t.Errorf("%d buckets after the sweep, want 1 (the spent one)", n)
+	}
+	if _, ok := l.buckets.Load("spent"); !ok {
+		t.Fatal("the spent bucket was evicted by the sweep")
+	}
+	// It survived spent: its caller stays limited.
+	if ok, _ := l.allow("spent", later); ok {
+		t.Error("spent bucket forgotten: its caller is allowed again")
 	}
 }
 
