@@ -155,7 +155,7 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
 // shed answers a request that no replica of its version can take now
 // without queueing past MaxOutstandingPerReplica.
 func (g *Gateway) shed(w http.ResponseWriter, c *call) {
-	g.tooMany(w, c, time.Second, "overloaded", "every replica of version "+strconv.Quote(c.version)+" is at its bound of outstanding requests")
+	g.tooMany(w, c, time.Second, "overloaded", "every replica of version "+strconv.Quote(c.ver.name)+" is at its bound of outstanding requests")
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, c *call, d time.Duration, title, detail string) {
