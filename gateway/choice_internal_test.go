@@ -35,7 +35,7 @@ func TestSplitChoiceAccuracy(t *testing.T) {
 	for _, pct := range []int{1, 5, 25, 50} {
 		t.Run(fmt.Sprintf("%d%%", pct), func(t *testing.T) {
 			t.Parallel()
-			rt := newRoute(twoVersions(100-pct, pct), nil, time.Second)
+			rt := newRoute(twoVersions(100-pct, pct), nil, routeDefaults{timeout: time.Second})
 			canary := 0
 			for range n {
 				if rt.pick().name == "canary" {
@@ -61,9 +61,9 @@ func withExperiment(name string, arms ...proto.RouteArm) proto.Route {
 func TestExperimentAssignment(t *testing.T) {
 	t.Parallel()
 	arms := []proto.RouteArm{{Version: "stable", Share: 20}, {Version: "canary", Share: 80}}
-	a := newRoute(withExperiment("checkout-1", arms...), nil, time.Second).experiment
-	b := newRoute(withExperiment("checkout-1", arms...), nil, time.Second).experiment
-	other := newRoute(withExperiment("checkout-2", arms...), nil, time.Second).experiment
+	a := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
+	b := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
+	other := newRoute(withExperiment("checkout-2", arms...), nil, routeDefaults{timeout: time.Second}).experiment
 	const users = 100_000
 	canary, moved, canaryOther := 0, 0, 0
 	for i := range users {
@@ -91,7 +91,7 @@ func TestExperimentAssignment(t *testing.T) {
 	// Independent assignments differ with probability 2 × 0.2 × 0.8.
 	within(t, "users whose arm changed with the experiment's name", moved, users, 0.32)
 
-	gone := newRoute(withExperiment("gone", proto.RouteArm{Version: "stable", Share: 50}, proto.RouteArm{Version: "v9", Share: 50}), nil, time.Second).experiment
+	gone := newRoute(withExperiment("gone", proto.RouteArm{Version: "stable", Share: 50}, proto.RouteArm{Version: "v9", Share: 50}), nil, routeDefaults{timeout: time.Second}).experiment
 	nils := 0
 	for i := range 1000 {
 		if v := gone.assign(strconv.Itoa(i)); v == nil {

@@ -198,11 +198,9 @@ type Gateway struct {
 
 	save chan struct{}
 
-	// keyLimit and endpointLimit are the token buckets; nil when unlimited.
-	keyLimit, endpointLimit *limiter
-	// routeLimit holds the buckets of endpoints with a rate limit of their
-	// own (proto.Route.RateLimitRPS), which replaces endpointLimit.
-	routeLimit *limiter
+	// keyLimit holds the API keys' token buckets; nil when unlimited. An
+	// endpoint's bucket is in its route.
+	keyLimit *limiter
 
 	// bg outlives requests: mirrored calls run under it and end when the
 	// gateway stops. shadowSlots bounds them.
@@ -247,8 +245,6 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 		g.transport = NewTransport()
 	}
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
-	g.endpointLimit = newLimiter(cfg.EndpointRPS, cfg.EndpointBurst)
-	g.routeLimit = &limiter{}
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)

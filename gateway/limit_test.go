@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"modelplane/agent/proto"
 )
 
 func TestLimiterRetryAfterAndIndependentKeys(t *testing.T) {
@@ -112,5 +114,44 @@ func TestAcquireNeverExceedsBound(t *testing.T) {
 	}
 	if u, _ := v.acquire(nil, 0); u == nil {
 		t.Error("bound 0 (off) refused")
+	}
+}
+
+// TestRouteLimiterOutlivesUpdates: an endpoint's bucket is the gateway's
+// default unless the route has its own rate, and a route update keeps the
+// bucket with its tokens, applying a changed rate from then on.
+func TestRouteLimiterOutlivesUpdates(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	d := routeDefaults{timeout: time.Second, rps: 2, now: func() time.Time { return now }}
+	src := proto.Route{Endpoint: "e", Generation: 1}
+	if rt := newRoute(src, nil, routeDefaults{timeout: time.Second}); rt.limiter != nil {
+		t.Fatalf("no rate anywhere: limiter %v, want nil (unlimited)", rt.limiter)
+	}
+	rt := newRoute(src, nil, d)
+	if rt.limiter == nil || rt.limiter.Limit() != 2 || rt.limiter.Burst() != 2 {
+		t.Fatalf("gateway default 2 rps: limiter %+v, want 2 rps, bursts of 2", rt.limiter)
+	}
+	for i := range 2 {
+		if ok, _ := take(rt.limiter, now); !ok {
+			t.Fatalf("request %d within the burst refused", i+1)
+		}
+	}
+	src.Generation = 2 // an update that leaves the rate alone
+	up := newRoute(src, rt, d)
+	if up.limiter != rt.limiter {
+		t.Fatal("a route update replaced the endpoint's bucket")
+	}
+	if ok, _ := take(up.limiter, now); ok {
+		t.Error("a route update refilled the spent bucket")
+	}
+	src.Generation, src.RateLimitRPS, src.RateLimitBurst = 3, 0.5, 5 // the endpoint's own rate
+	own := newRoute(src, up, d)
+	if own.limiter != rt.limiter || own.limiter.Limit() != 0.5 || own.limiter.Burst() != 5 {
+		t.Fatalf("own rate: limiter %+v (same bucket %v), want the same bucket at 0.5 rps, bursts of 5",
+			own.limiter, own.limiter == rt.limiter)
+	}
+	if ok, d := take(own.limiter, now); ok || d != 2*time.Second {
+		t.Errorf("after the rate change: ok %v delay %v, want refused for 2s (still spent, one token per 2 s)", ok, d)
 	}
 }

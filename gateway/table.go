@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"modelplane/agent/proto"
 )
 
@@ -37,6 +39,28 @@ type route struct {
 	// timeout bounds a request upstream: the endpoint's own or the
 	// gateway's default.
 	timeout time.Duration
+	// limiter is the endpoint's token bucket, across all callers: its own
+	// rate or the gateway's default; nil when unlimited. It outlives route
+	// updates (see routeLimiter).
+	limiter *rate.Limiter
+}
+
+// routeDefaults are what a route takes from the gateway's configuration
+// where its entry has nothing of its own.
+type routeDefaults struct {
+	timeout time.Duration
+	// rps and burst are the endpoint rate limit (Config.EndpointRPS and
+	// EndpointBurst); rps 0 is unlimited.
+	rps   float64
+	burst int
+	// now is the gateway's clock, for a changed rate limit; the wall
+	// clock when nil.
+	now func() time.Time
+}
+
+// routeDefaults returns the defaults of g's routes.
+func (g *Gateway) routeDefaults() routeDefaults {
+	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.cfg.Now}
 }
 
 // experiment is an endpoint's A/B experiment, ready to assign users.
@@ -106,8 +130,9 @@ type upstream struct {
 }
 
 // newRoute builds a route from its entry, reusing the upstream objects (and
-// so the in-flight counters) of prev where the replica is the same.
-func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route {
+// so the in-flight counters) of prev where the replica is the same, and
+// prev's rate-limit bucket.
+func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	old := map[string]*upstream{}
 	if prev != nil {
 		for _, v := range prev.versions {
@@ -116,7 +141,8 @@ func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route
 			}
 		}
 	}
-	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: defaultTimeout}
+	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: d.timeout,
+		limiter: routeLimiter(src, prev, d)}
 	if src.TimeoutMS > 0 {
 		rt.timeout = time.Duration(src.TimeoutMS) * time.Millisecond
 	}
@@ -264,12 +290,12 @@ func (v *version) acquire(skip *upstream, bound int64) (u *upstream, saturated b
 
 // withRoute returns a copy of t with name set to src (or removed when src is
 // nil).
-func (t *routeTable) with(name string, src *proto.Route, defaultTimeout time.Duration) *routeTable {
+func (t *routeTable) with(name string, src *proto.Route, d routeDefaults) *routeTable {
 	m := maps.Clone(t.byName)
 	if src == nil {
 		delete(m, name)
 	} else {
-		m[name] = newRoute(*src, t.byName[name], defaultTimeout)
+		m[name] = newRoute(*src, t.byName[name], d)
 	}
 	return &routeTable{byName: m}
 }
