@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"sync"
@@ -66,6 +65,9 @@ func (g *Gateway) routeDefaults() routeDefaults {
 // experiment is an endpoint's A/B experiment, ready to assign users.
 type experiment struct {
 	name string
+	// seed is the FNV-64a state after the name and a NUL byte, computed
+	// once per route so that assign hashes only the user id.
+	seed uint64
 	arms []arm
 	// total is the sum of the arms' shares (100 for a valid entry).
 	total int
@@ -74,9 +76,8 @@ type experiment struct {
 // arm is one arm; v is nil when its version is not routed (the caller then
 // gets the weighted split).
 type arm struct {
-	version string
-	share   int
-	v       *version
+	share int
+	v     *version
 }
 
 // version is one version of an endpoint with its ready replicas.
@@ -176,12 +177,12 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 		rt.totalWeight += v.weight
 	}
 	if ex := src.Experiment; ex != nil && ex.Name != "" {
-		e := &experiment{name: ex.Name}
+		e := &experiment{name: ex.Name, seed: fnvAdd(fnvOffset, ex.Name+"\x00")}
 		for _, a := range ex.Arms {
 			if a.Share <= 0 {
 				continue
 			}
-			e.arms = append(e.arms, arm{version: a.Version, share: a.Share, v: rt.byName[a.Version]})
+			e.arms = append(e.arms, arm{share: a.Share, v: rt.byName[a.Version]})
 			e.total += a.Share
 		}
 		if e.total > 0 {
@@ -191,16 +192,28 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	return rt
 }
 
-// assign returns the version of the arm user falls in, by a stable hash of
-// the experiment's name and the user id: the same user gets the same arm on
-// every gateway and after every restart, and another experiment name
-// reshuffles the users. nil when the arm's version is not routed.
+// The FNV-64a parameters (hash/fnv's), for hashing without an allocation.
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+// fnvAdd continues the FNV-64a hash h over s.
+func fnvAdd(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// assign returns the version of the arm user falls in, by a stable hash
+// (FNV-64a) of the experiment's name, a NUL byte and the user id: the same
+// user gets the same arm on every gateway and after every restart, and
+// another experiment name reshuffles the users. nil when the arm's version
+// is not routed.
 func (e *experiment) assign(user string) *version {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(e.name))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(user))
-	n := int(h.Sum64() % uint64(e.total))
+	n := int(fnvAdd(e.seed, user) % uint64(e.total))
 	for _, a := range e.arms {
 		if n < a.share {
 			return a.v
