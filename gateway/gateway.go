@@ -39,8 +39,8 @@ type Config struct {
 	// MaxBodyBytes limits request bodies (413 beyond).
 	MaxBodyBytes int64
 	// Timeout bounds a request from the gateway's first byte upstream to
-	// the end of a plain answer, or to the first byte of a stream. Routes
-	// carry no timeout of their own yet, so every endpoint uses this one.
+	// the end of a plain answer, or to the first byte of a stream, for the
+	// endpoints whose route has no timeout of its own (TimeoutMS 0).
 	Timeout time.Duration
 	// StallTimeout is how long a streaming client may take to accept one
 	// event before the stream is cut and the upstream generation cancelled.
@@ -66,8 +66,8 @@ type Config struct {
 	KeyRPS   float64
 	KeyBurst int
 	// EndpointRPS and EndpointBurst do the same for each endpoint, across
-	// all callers. Every endpoint gets the same bound until the endpoint
-	// record carries its own.
+	// all callers, unless its route has a rate limit of its own
+	// (RateLimitRPS), which replaces them.
 	EndpointRPS   float64
 	EndpointBurst int
 	// MaxOutstandingPerReplica sheds load: when every ready replica of the
