@@ -223,7 +223,7 @@ Ctrl-C stops everything.
 		d.BaseURL, d.EnvFile = baseURL, envFile
 		close(d.Ready)
 	}
-	return serveOn(ctx, log, ln, h.Handler())
+	return serveOn(ctx, log, ln, h.Handler(), apiDrain)
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {

@@ -191,7 +191,7 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	}
 	defer stop()
 	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("state_dir", cfg.StateDir))
-	return serveGateway(ctx, log, ln, h)
+	return serveOn(ctx, log, ln, h, gatewayDrain)
 }
 
 // startGateway builds and starts a gateway; stop ends it.
@@ -236,32 +236,13 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := serveGateway(sctx, log, ln, h); err != nil {
+		if err := serveOn(sctx, log, ln, h, gatewayDrain); err != nil {
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()
 	return func() { cancel(); <-done; stopGW() }, nil
 }
 
-// serveGateway serves the gateway on ln until ctx ends. There is no write
-// timeout: streams last as long as generations, and the gateway cuts stalled
-// clients itself.
-func serveGateway(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		log.Warn("gateway shutdown", slog.String("error", err.Error()))
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
+// gatewayDrain is how long a stopping gateway waits for in-flight requests:
+// longer than the API's, since streams last as long as generations.
+const gatewayDrain = 30 * time.Second

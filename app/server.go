@@ -111,11 +111,17 @@ func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) e
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	return serveOn(ctx, log, ln, h)
+	return serveOn(ctx, log, ln, h, apiDrain)
 }
 
-// serveOn is serve on a listener the caller opened.
-func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
+// apiDrain is how long the API and portal server waits for in-flight
+// requests when it stops.
+const apiDrain = 10 * time.Second
+
+// serveOn is serve on a listener the caller opened; on stopping it waits up
+// to drain for in-flight requests. There is no write timeout: the gateway's
+// streams last as long as generations, and it cuts stalled clients itself.
+func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, drain time.Duration) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -124,7 +130,7 @@ func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Hand
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
 		log.Warn("http shutdown", slog.String("error", err.Error()))

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"strconv"
 	"testing"
@@ -35,7 +36,7 @@ func TestSplitChoiceAccuracy(t *testing.T) {
 	for _, pct := range []int{1, 5, 25, 50} {
 		t.Run(fmt.Sprintf("%d%%", pct), func(t *testing.T) {
 			t.Parallel()
-			rt := newRoute(twoVersions(100-pct, pct), nil, time.Second)
+			rt := newRoute(twoVersions(100-pct, pct), nil, routeDefaults{timeout: time.Second})
 			canary := 0
 			for range n {
 				if rt.pick().name == "canary" {
@@ -61,9 +62,9 @@ func withExperiment(name string, arms ...proto.RouteArm) proto.Route {
 func TestExperimentAssignment(t *testing.T) {
 	t.Parallel()
 	arms := []proto.RouteArm{{Version: "stable", Share: 20}, {Version: "canary", Share: 80}}
-	a := newRoute(withExperiment("checkout-1", arms...), nil, time.Second).experiment
-	b := newRoute(withExperiment("checkout-1", arms...), nil, time.Second).experiment
-	other := newRoute(withExperiment("checkout-2", arms...), nil, time.Second).experiment
+	a := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
+	b := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
+	other := newRoute(withExperiment("checkout-2", arms...), nil, routeDefaults{timeout: time.Second}).experiment
 	const users = 100_000
 	canary, moved, canaryOther := 0, 0, 0
 	for i := range users {
@@ -74,6 +75,9 @@ func TestExperimentAssignment(t *testing.T) {
 		}
 		if again, there := a.assign(u), b.assign(u); again != v || there.name != v.name {
 			t.Fatalf("user %s: %s, then %s, on another gateway %s; want the same arm", u, v.name, again.name, there.name)
+		}
+		if want := fnvArm(a, "checkout-1", u); v != want {
+			t.Fatalf("user %s: %s, want %s (hash/fnv's FNV-64a of name, NUL, user)", u, v.name, want.name)
 		}
 		if v.name == "canary" {
 			canary++
@@ -91,7 +95,7 @@ func TestExperimentAssignment(t *testing.T) {
 	// Independent assignments differ with probability 2 × 0.2 × 0.8.
 	within(t, "users whose arm changed with the experiment's name", moved, users, 0.32)
 
-	gone := newRoute(withExperiment("gone", proto.RouteArm{Version: "stable", Share: 50}, proto.RouteArm{Version: "v9", Share: 50}), nil, time.Second).experiment
+	gone := newRoute(withExperiment("gone", proto.RouteArm{Version: "stable", Share: 50}, proto.RouteArm{Version: "v9", Share: 50}), nil, routeDefaults{timeout: time.Second}).experiment
 	nils := 0
 	for i := range 1000 {
 		if v := gone.assign(strconv.Itoa(i)); v == nil {
@@ -102,5 +106,30 @@ func TestExperimentAssignment(t *testing.T) {
 	}
 	if nils == 0 || nils == 1000 {
 		t.Errorf("%d of 1000 users fell in the arm of an unrouted version, want about half", nils)
+	}
+}
+
+// fnvArm is the arm of user by the stored assignment: hash/fnv's FNV-64a
+// of the experiment's name, a NUL byte and the user id, modulo the total.
+func fnvArm(e *experiment, name, user string) *version {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name + "\x00" + user))
+	n := int(h.Sum64() % uint64(e.total))
+	for _, a := range e.arms {
+		if n < a.share {
+			return a.v
+		}
+		n -= a.share
+	}
+	return nil
+}
+
+// TestExperimentAssignNoAlloc: assigning a user allocates nothing (not
+// parallel: AllocsPerRun counts the whole process).
+func TestExperimentAssignNoAlloc(t *testing.T) {
+	e := newRoute(withExperiment("checkout-1", proto.RouteArm{Version: "stable", Share: 20}, proto.RouteArm{Version: "canary", Share: 80}),
+		nil, routeDefaults{timeout: time.Second}).experiment
+	if n := testing.AllocsPerRun(100, func() { e.assign("user-42") }); n != 0 {
+		t.Errorf("assign allocates %v times, want 0", n)
 	}
 }

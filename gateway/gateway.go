@@ -39,8 +39,8 @@ type Config struct {
 	// MaxBodyBytes limits request bodies (413 beyond).
 	MaxBodyBytes int64
 	// Timeout bounds a request from the gateway's first byte upstream to
-	// the end of a plain answer, or to the first byte of a stream. Routes
-	// carry no timeout of their own yet, so every endpoint uses this one.
+	// the end of a plain answer, or to the first byte of a stream, for the
+	// endpoints whose route has no timeout of its own (TimeoutMS 0).
 	Timeout time.Duration
 	// StallTimeout is how long a streaming client may take to accept one
 	// event before the stream is cut and the upstream generation cancelled.
@@ -66,8 +66,8 @@ type Config struct {
 	KeyRPS   float64
 	KeyBurst int
 	// EndpointRPS and EndpointBurst do the same for each endpoint, across
-	// all callers. Every endpoint gets the same bound until the endpoint
-	// record carries its own.
+	// all callers, unless its route has a rate limit of its own
+	// (RateLimitRPS), which replaces them.
 	EndpointRPS   float64
 	EndpointBurst int
 	// MaxOutstandingPerReplica sheds load: when every ready replica of the
@@ -198,11 +198,9 @@ type Gateway struct {
 
 	save chan struct{}
 
-	// keyLimit and endpointLimit are the token buckets; nil when unlimited.
-	keyLimit, endpointLimit *limiter
-	// routeLimit holds the buckets of endpoints with a rate limit of their
-	// own (proto.Route.RateLimitRPS), which replaces endpointLimit.
-	routeLimit *limiter
+	// keyLimit holds the API keys' token buckets; nil when unlimited. An
+	// endpoint's bucket is in its route.
+	keyLimit *limiter
 
 	// bg outlives requests: mirrored calls run under it and end when the
 	// gateway stops. shadowSlots bounds them.
@@ -247,8 +245,6 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 		g.transport = NewTransport()
 	}
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
-	g.endpointLimit = newLimiter(cfg.EndpointRPS, cfg.EndpointBurst)
-	g.routeLimit = &limiter{}
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)

@@ -25,9 +25,13 @@ func TestRouteGeneration(t *testing.T) {
 
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 3, ver("v42", 50, v42), ver("v43", 50, v43)))
 	waitFor(t, "generation 3", func() bool { return gen() == 3 })
-	e.putRoute(t, route("fraud-scoring", "risk", "classification", 2, ver("v42", 0, v42), ver("v43", 100, v43)))
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 4, ver("v42", 100, v42), ver("v43", 0, v43)))
 	waitFor(t, "generation 4", func() bool { return gen() == 4 })
+	// Generation 2 arrives after 4 is held; the barrier entry, put after
+	// it, shows the watch has delivered it.
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 2, ver("v42", 0, v42), ver("v43", 100, v43)))
+	e.putRoute(t, route("barrier", "risk", "classification", 1, ver("v42", 100, v42)))
+	waitFor(t, "barrier", func() bool { _, ok := g.RouteGeneration("barrier"); return ok })
 	for i := range 50 {
 		r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody)
 		if r.status != http.StatusOK || r.header.Get("X-Model-Version") != "v42" {

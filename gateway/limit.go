@@ -9,15 +9,19 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"modelplane/agent/proto"
 )
 
 // maxBuckets is how many token buckets a limiter holds before it evicts the
-// full ones. API keys and endpoints are bounded by the tables the gateway
-// watches, so the map only outgrows this after many deletions.
+// full ones. API keys are bounded by the table the gateway watches, so the
+// map only outgrows this after many deletions.
 const maxBuckets = 1 << 16
 
-// limiter is a set of token buckets, one per name (an API key prefix or an
-// endpoint), created on first use. A nil *limiter lets everything through.
+// limiter is a set of token buckets, one per name (an API key prefix),
+// created on first use. A nil *limiter lets everything through. An
+// endpoint's bucket is not here but in its route (routeLimiter): it changes
+// only with the route, so the request path looks nothing up for it.
 type limiter struct {
 	limit rate.Limit
 	burst int
@@ -67,37 +71,48 @@ func take(b *rate.Limiter, now time.Time) (ok bool, retry time.Duration) {
 	return false, d
 }
 
-// allowAt is allow with a rate of the name's own: rps per second, bursts of
-// burst (the rate rounded up when 0). A changed rate applies from now on,
-// keeping the tokens the bucket holds.
-func (l *limiter) allowAt(name string, rps float64, burst int, now time.Time) (ok bool, retry time.Duration) {
-	if burst <= 0 {
-		burst = max(1, int(math.Ceil(rps)))
-	}
-	lim := rate.Limit(rps)
-	b := l.bucketOf(name, lim, burst, now)
-	if b.Limit() != lim {
-		b.SetLimitAt(now, lim)
-	}
-	if b.Burst() != burst {
-		b.SetBurstAt(now, burst)
-	}
-	return take(b, now)
-}
-
 func (l *limiter) bucket(name string, now time.Time) *rate.Limiter {
-	return l.bucketOf(name, l.limit, l.burst, now)
-}
-
-func (l *limiter) bucketOf(name string, lim rate.Limit, burst int, now time.Time) *rate.Limiter {
 	if b, ok := l.buckets.Load(name); ok {
 		return b.(*rate.Limiter)
 	}
-	b, loaded := l.buckets.LoadOrStore(name, rate.NewLimiter(lim, burst))
+	b, loaded := l.buckets.LoadOrStore(name, rate.NewLimiter(l.limit, l.burst))
 	if !loaded && l.n.Add(1) > maxBuckets {
 		l.sweep(now)
 	}
 	return b.(*rate.Limiter)
+}
+
+// routeLimiter returns the token bucket of the endpoint src: its own rate
+// (RateLimitRPS, bursts of RateLimitBurst) or else the gateway's default
+// in d, bursts of the rate rounded up when 0; nil when unlimited. prev's
+// bucket is kept with the tokens it holds, so that a route update (a new
+// replica, a weight change) does not refill it; a changed rate or burst
+// applies from now on.
+func routeLimiter(src proto.Route, prev *route, d routeDefaults) *rate.Limiter {
+	rps, burst := d.rps, d.burst
+	if src.RateLimitRPS > 0 {
+		rps, burst = src.RateLimitRPS, src.RateLimitBurst
+	}
+	if rps <= 0 {
+		return nil
+	}
+	if burst <= 0 {
+		burst = max(1, int(math.Ceil(rps)))
+	}
+	lim := rate.Limit(rps)
+	if prev == nil || prev.limiter == nil {
+		return rate.NewLimiter(lim, burst)
+	}
+	b := prev.limiter
+	if b.Limit() != lim || b.Burst() != burst {
+		now := time.Now()
+		if d.now != nil {
+			now = d.now()
+		}
+		b.SetLimitAt(now, lim)
+		b.SetBurstAt(now, burst)
+	}
+	return b
 }
 
 // sweep forgets the buckets that are full again: a full bucket behaves
@@ -128,8 +143,7 @@ func retryAfter(d time.Duration) string {
 // endpoint, and answers 429 when one is spent. A request refused by the
 // endpoint's bucket has still used its key's token.
 func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
-	own := rt.src.RateLimitRPS > 0
-	if g.keyLimit == nil && g.endpointLimit == nil && !own {
+	if g.keyLimit == nil && rt.limiter == nil {
 		return true
 	}
 	now := g.cfg.Now()
@@ -137,15 +151,10 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
 		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
 		return false
 	}
-	var ok bool
-	var d time.Duration
-	if own {
-		// The endpoint's own limit replaces the gateway's default.
-		ok, d = g.routeLimit.allowAt(c.endpoint, rt.src.RateLimitRPS, rt.src.RateLimitBurst, now)
-	} else {
-		ok, d = g.endpointLimit.allow(c.endpoint, now)
+	if rt.limiter == nil {
+		return true
 	}
-	if !ok {
+	if ok, d := take(rt.limiter, now); !ok {
 		g.tooMany(w, c, d, "rate limited", "endpoint "+strconv.Quote(c.endpoint)+" is over its request rate")
 		return false
 	}
@@ -155,7 +164,7 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
 // shed answers a request that no replica of its version can take now
 // without queueing past MaxOutstandingPerReplica.
 func (g *Gateway) shed(w http.ResponseWriter, c *call) {
-	g.tooMany(w, c, time.Second, "overloaded", "every replica of version "+strconv.Quote(c.version)+" is at its bound of outstanding requests")
+	g.tooMany(w, c, time.Second, "overloaded", "every replica of version "+strconv.Quote(c.ver.name)+" is at its bound of outstanding requests")
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, c *call, d time.Duration, title, detail string) {

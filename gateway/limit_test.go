@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"modelplane/agent/proto"
 )
 
 func TestLimiterRetryAfterAndIndependentKeys(t *testing.T) {
@@ -56,18 +58,26 @@ func TestLimiterEvictsFullBuckets(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	l := newLimiter(1, 1)
-	for i := range maxBuckets {
+	for i := range maxBuckets - 1 {
 		l.allow(strconv.Itoa(i), now)
 	}
-	// Every bucket refills within a second; the next new one sweeps them.
-	l.allow("new", now.Add(2*time.Second))
-	if n := l.n.Load(); n > 1 {
-		t.Errorf("%d buckets after the sweep, want at most 1", n)
+	// The last bucket before the bound is spent at the time of the sweep.
+	later := now.Add(2 * time.Second)
+	if ok, _ := l.allow("spent", later); !ok {
+		t.Fatal("first request of key spent refused")
 	}
-	// A spent bucket survives the sweep: its caller stays limited.
-	l.allow("spent", now.Add(2*time.Second))
-	if ok, _ := l.allow("spent", now.Add(2*time.Second)); ok {
-		t.Error("spent bucket forgotten")
+	// Every other bucket has refilled; the next new one sweeps them (and
+	// itself, full when the sweep runs).
+	l.allow("new", later)
+	if n := l.n.Load(); n != 1 {
+		t.Errorf("%d buckets after the sweep, want 1 (the spent one)", n)
+	}
+	if _, ok := l.buckets.Load("spent"); !ok {
+		t.Fatal("the spent bucket was evicted by the sweep")
+	}
+	// It survived spent: its caller stays limited.
+	if ok, _ := l.allow("spent", later); ok {
+		t.Error("spent bucket forgotten: its caller is allowed again")
 	}
 }
 
@@ -104,5 +114,44 @@ func TestAcquireNeverExceedsBound(t *testing.T) {
 	}
 	if u, _ := v.acquire(nil, 0); u == nil {
 		t.Error("bound 0 (off) refused")
+	}
+}
+
+// TestRouteLimiterOutlivesUpdates: an endpoint's bucket is the gateway's
+// default unless the route has its own rate, and a route update keeps the
+// bucket with its tokens, applying a changed rate from then on.
+func TestRouteLimiterOutlivesUpdates(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	d := routeDefaults{timeout: time.Second, rps: 2, now: func() time.Time { return now }}
+	src := proto.Route{Endpoint: "e", Generation: 1}
+	if rt := newRoute(src, nil, routeDefaults{timeout: time.Second}); rt.limiter != nil {
+		t.Fatalf("no rate anywhere: limiter %v, want nil (unlimited)", rt.limiter)
+	}
+	rt := newRoute(src, nil, d)
+	if rt.limiter == nil || rt.limiter.Limit() != 2 || rt.limiter.Burst() != 2 {
+		t.Fatalf("gateway default 2 rps: limiter %+v, want 2 rps, bursts of 2", rt.limiter)
+	}
+	for i := range 2 {
+		if ok, _ := take(rt.limiter, now); !ok {
+			t.Fatalf("request %d within the burst refused", i+1)
+		}
+	}
+	src.Generation = 2 // an update that leaves the rate alone
+	up := newRoute(src, rt, d)
+	if up.limiter != rt.limiter {
+		t.Fatal("a route update replaced the endpoint's bucket")
+	}
+	if ok, _ := take(up.limiter, now); ok {
+		t.Error("a route update refilled the spent bucket")
+	}
+	src.Generation, src.RateLimitRPS, src.RateLimitBurst = 3, 0.5, 5 // the endpoint's own rate
+	own := newRoute(src, up, d)
+	if own.limiter != rt.limiter || own.limiter.Limit() != 0.5 || own.limiter.Burst() != 5 {
+		t.Fatalf("own rate: limiter %+v (same bucket %v), want the same bucket at 0.5 rps, bursts of 5",
+			own.limiter, own.limiter == rt.limiter)
+	}
+	if ok, d := take(own.limiter, now); ok || d != 2*time.Second {
+		t.Errorf("after the rate change: ok %v delay %v, want refused for 2s (still spent, one token per 2 s)", ok, d)
 	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -105,24 +106,16 @@ func (m *metrics) of(endpoint, version string) *metricChildren {
 	for i := 1; i < len(statusClasses); i++ {
 		c.duration[i] = m.duration.WithLabelValues(endpoint, version, statusClasses[i])
 	}
-	n := make(map[statsKey]*metricChildren, len(old)+1)
-	for k2, v := range old {
-		n[k2] = v
-	}
+	n := maps.Clone(old)
 	n[k] = c
 	m.children.Store(&n)
 	return c
 }
 
-// observe records one finished request routed to a version. upstream is the
+// observe records one finished request routed to a version (c.ver set). upstream is the
 // time spent waiting on the replica, zero when none was called.
 func (m *metrics) observe(c *call, total time.Duration) {
-	var ch *metricChildren
-	if c.ver != nil {
-		ch = c.ver.metricsOf(m, c.endpoint)
-	} else {
-		ch = m.of(c.endpoint, c.version)
-	}
+	ch := c.ver.metricsOf(m, c.endpoint)
 	class := min(max(c.status/100, 1), len(statusClasses)-1)
 	ch.duration[class].Observe(ms(total))
 	if c.upstream > 0 {

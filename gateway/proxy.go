@@ -24,9 +24,8 @@ type call struct {
 	endpoint string
 	team     string
 	key      string
-	version  string
-	// ver is the version chosen, once there is one; it keeps the handles
-	// of its statistics series and metrics.
+	// ver is the version chosen, nil until there is one; it keeps the
+	// handles of its statistics series and metrics.
 	ver     *version
 	replica string
 	status  int
@@ -58,19 +57,15 @@ func (g *Gateway) inference(k kind) http.Handler {
 		g.serve(k, c, w, r)
 		end := time.Now()
 		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
-		if c.version != "" && g.stats != nil && c.status != http.StatusAccepted {
-			o := observation{endpoint: c.endpoint, team: c.owner, version: c.version, status: c.status,
+		if c.ver != nil && c.status != http.StatusAccepted {
+			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
 				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens}
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
-			if c.ver != nil {
-				c.ver.record(g.stats, &o)
-			} else {
-				g.stats.record(&o)
-			}
+			c.ver.record(g.stats, &o)
 		}
-		if c.version != "" && g.metrics != nil {
+		if c.ver != nil {
 			g.metrics.observe(c, end.Sub(start))
 		}
 		if c.sampled && c.status == http.StatusOK {
@@ -83,10 +78,18 @@ func (g *Gateway) inference(k kind) http.Handler {
 		}
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
-			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.version),
+			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.versionName()),
 			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status),
 			slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
 	})
+}
+
+// versionName is the name of the version chosen, "" before there is one.
+func (c *call) versionName() string {
+	if c.ver == nil {
+		return ""
+	}
+	return c.ver.name
 }
 
 func (g *Gateway) fail(w http.ResponseWriter, c *call, status int, title, detail string) {
@@ -167,7 +170,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 			}
 		}
 	}
-	c.version, c.ver = v.name, v
+	c.ver = v
 	if len(rt.shadows) > 0 {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}

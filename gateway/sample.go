@@ -280,7 +280,7 @@ func (b *answerBuffer) Write(p []byte) (int, error) {
 // answer too long to keep is not sampled.
 func (g *Gateway) offerSample(c *call, k kind, end time.Time) {
 	p := c.sampleOf
-	p.id, p.endpoint, p.team, p.version = c.id, c.endpoint, c.owner, c.version
+	p.id, p.endpoint, p.team, p.version = c.id, c.endpoint, c.owner, c.ver.name
 	p.end, p.latency = end, end.Sub(c.start)
 	p.llm, p.tokens, p.streamed = k == kindChat, c.tokens, c.streamed
 	if p.answer == nil && !p.streamed {

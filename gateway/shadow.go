@@ -115,7 +115,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 		o.status = http.StatusBadGateway
 	}
 	g.outcome(s, u, o.status >= 500 && o.status != http.StatusGatewayTimeout)
-	g.stats.record(&o)
+	s.record(g.stats, &o)
 	if answer != nil || (o.streamed && o.status == http.StatusOK && g.samples.draw(m.sampling)) {
 		g.samples.offer(&pending{id: m.id, endpoint: m.endpoint, team: m.team, version: s.name, end: start.Add(o.duration),
 			latency: o.duration, llm: m.k == kindChat, features: m.features, body: m.body, answer: answer,

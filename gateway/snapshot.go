@@ -113,7 +113,7 @@ func (g *Gateway) loadSnapshot() error {
 	}
 	rt := &routeTable{byName: make(map[string]*route, len(s.Routes))}
 	for _, r := range s.Routes {
-		rt.byName[r.Endpoint] = newRoute(r, nil, g.cfg.Timeout)
+		rt.byName[r.Endpoint] = newRoute(r, nil, g.routeDefaults())
 	}
 	kt := &keyTable{byPrefix: make(map[string]*key, len(s.Keys))}
 	for _, e := range s.Keys {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,9 +148,6 @@ func newStatsRecorder(gatewayID string, interval time.Duration, now func() time.
 	return r
 }
 
-// record counts one finished request.
-func (r *statsRecorder) record(o *observation) { r.recordIn(nil, o) }
-
 // recordIn counts one finished request in s, the series of its endpoint ×
 // version the caller kept from an earlier request, or, when s is nil or has
 // been pruned since, in the series it looks up. It returns the series it
@@ -182,10 +180,7 @@ func (r *statsRecorder) add(k statsKey, team string) *series {
 	if s := old[k]; s != nil {
 		return s
 	}
-	m := make(map[statsKey]*series, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	m := maps.Clone(old)
 	s := &series{team: team}
 	m[k] = s
 	r.series.Store(&m)
@@ -284,12 +279,8 @@ func (r *statsRecorder) prune(k statsKey, s *series) {
 		return
 	}
 	old := *r.series.Load()
-	m := make(map[statsKey]*series, len(old))
-	for k2, v := range old {
-		if k2 != k {
-			m[k2] = v
-		}
-	}
+	m := maps.Clone(old)
+	delete(m, k)
 	r.series.Store(&m)
 	s.dead = true
 }

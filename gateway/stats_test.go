@@ -38,6 +38,25 @@ func load(i int) observation {
 	return o
 }
 
+// handles returns a version handle for every endpoint × version of the
+// first n requests of the load, as the routing table holds them; requests
+// are recorded through them, as the request path does.
+func handles(n int) map[statsKey]*version {
+	h := map[statsKey]*version{}
+	for i := range n {
+		o := load(i)
+		if k := (statsKey{o.endpoint, o.version}); h[k] == nil {
+			h[k] = &version{name: o.version}
+		}
+	}
+	return h
+}
+
+// record counts o through its handle in h.
+func record(r *statsRecorder, h map[statsKey]*version, o *observation) {
+	h[statsKey{o.endpoint, o.version}].record(r, o)
+}
+
 type tally struct {
 	count, streams, tpots, tokens uint64
 	errors                        proto.ErrorCounts
@@ -113,12 +132,13 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 		want[k].addObservation(o)
 	}
 
+	h := handles(n)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				o := load(i)
-				r.record(&o)
+				record(r, h, &o)
 			}
 		})
 	}
@@ -270,9 +290,10 @@ func TestStatsDropWhenNATSIsDown(t *testing.T) {
 	var clock fakeClock
 	pub := &stuckPublisher{stuck: true, entered: make(chan struct{}, 1)}
 	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
+	h := handles(1000)
 	for i := range 300 {
 		o := load(i)
-		r.record(&o)
+		record(r, h, &o)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -284,7 +305,7 @@ func TestStatsDropWhenNATSIsDown(t *testing.T) {
 	start := time.Now()
 	for i := range 1000 {
 		o := load(i)
-		r.record(&o)
+		record(r, h, &o)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Errorf("recording 1000 requests during a hung publish took %v", d)
@@ -321,7 +342,8 @@ func TestStatsPruneIdleSeries(t *testing.T) {
 	pub := &stuckPublisher{}
 	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
 	o := observation{endpoint: "e", version: "v1", status: 200, duration: time.Millisecond}
-	r.record(&o)
+	v := &version{name: "v1"}
+	v.record(r, &o)
 	old := (*r.series.Load())[statsKey{"e", "v1"}]
 	for range statsPruneAfter + 1 {
 		r.flush(context.Background())
@@ -329,7 +351,11 @@ func TestStatsPruneIdleSeries(t *testing.T) {
 	if len(*r.series.Load()) != 0 || !old.dead {
 		t.Fatalf("an idle series is kept after %d windows", statsPruneAfter+1)
 	}
-	r.record(&o)
+	// The handle still holds the dead series: the request finds the new one.
+	v.record(r, &o)
+	if s := v.series.Load(); s == nil || s == old || s.dead {
+		t.Error("the handle kept the pruned series")
+	}
 	r.flush(context.Background())
 	if c := r.counters(); c.PublishedRequests != 2 {
 		t.Errorf("published %d requests, want 2", c.PublishedRequests)

@@ -4,12 +4,13 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"modelplane/agent/proto"
 )
@@ -37,11 +38,36 @@ type route struct {
 	// timeout bounds a request upstream: the endpoint's own or the
 	// gateway's default.
 	timeout time.Duration
+	// limiter is the endpoint's token bucket, across all callers: its own
+	// rate or the gateway's default; nil when unlimited. It outlives route
+	// updates (see routeLimiter).
+	limiter *rate.Limiter
+}
+
+// routeDefaults are what a route takes from the gateway's configuration
+// where its entry has nothing of its own.
+type routeDefaults struct {
+	timeout time.Duration
+	// rps and burst are the endpoint rate limit (Config.EndpointRPS and
+	// EndpointBurst); rps 0 is unlimited.
+	rps   float64
+	burst int
+	// now is the gateway's clock, for a changed rate limit; the wall
+	// clock when nil.
+	now func() time.Time
+}
+
+// routeDefaults returns the defaults of g's routes.
+func (g *Gateway) routeDefaults() routeDefaults {
+	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.cfg.Now}
 }
 
 // experiment is an endpoint's A/B experiment, ready to assign users.
 type experiment struct {
 	name string
+	// seed is the FNV-64a state after the name and a NUL byte, computed
+	// once per route so that assign hashes only the user id.
+	seed uint64
 	arms []arm
 	// total is the sum of the arms' shares (100 for a valid entry).
 	total int
@@ -50,9 +76,8 @@ type experiment struct {
 // arm is one arm; v is nil when its version is not routed (the caller then
 // gets the weighted split).
 type arm struct {
-	version string
-	share   int
-	v       *version
+	share int
+	v     *version
 }
 
 // version is one version of an endpoint with its ready replicas.
@@ -106,8 +131,9 @@ type upstream struct {
 }
 
 // newRoute builds a route from its entry, reusing the upstream objects (and
-// so the in-flight counters) of prev where the replica is the same.
-func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route {
+// so the in-flight counters) of prev where the replica is the same, and
+// prev's rate-limit bucket.
+func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	old := map[string]*upstream{}
 	if prev != nil {
 		for _, v := range prev.versions {
@@ -116,7 +142,8 @@ func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route
 			}
 		}
 	}
-	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: defaultTimeout}
+	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: d.timeout,
+		limiter: routeLimiter(src, prev, d)}
 	if src.TimeoutMS > 0 {
 		rt.timeout = time.Duration(src.TimeoutMS) * time.Millisecond
 	}
@@ -150,12 +177,12 @@ func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route
 		rt.totalWeight += v.weight
 	}
 	if ex := src.Experiment; ex != nil && ex.Name != "" {
-		e := &experiment{name: ex.Name}
+		e := &experiment{name: ex.Name, seed: fnvAdd(fnvOffset, ex.Name+"\x00")}
 		for _, a := range ex.Arms {
 			if a.Share <= 0 {
 				continue
 			}
-			e.arms = append(e.arms, arm{version: a.Version, share: a.Share, v: rt.byName[a.Version]})
+			e.arms = append(e.arms, arm{share: a.Share, v: rt.byName[a.Version]})
 			e.total += a.Share
 		}
 		if e.total > 0 {
@@ -165,16 +192,28 @@ func newRoute(src proto.Route, prev *route, defaultTimeout time.Duration) *route
 	return rt
 }
 
-// assign returns the version of the arm user falls in, by a stable hash of
-// the experiment's name and the user id: the same user gets the same arm on
-// every gateway and after every restart, and another experiment name
-// reshuffles the users. nil when the arm's version is not routed.
+// The FNV-64a parameters (hash/fnv's), for hashing without an allocation.
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+// fnvAdd continues the FNV-64a hash h over s.
+func fnvAdd(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// assign returns the version of the arm user falls in, by a stable hash
+// (FNV-64a) of the experiment's name, a NUL byte and the user id: the same
+// user gets the same arm on every gateway and after every restart, and
+// another experiment name reshuffles the users. nil when the arm's version
+// is not routed.
 func (e *experiment) assign(user string) *version {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(e.name))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(user))
-	n := int(h.Sum64() % uint64(e.total))
+	n := int(fnvAdd(e.seed, user) % uint64(e.total))
 	for _, a := range e.arms {
 		if n < a.share {
 			return a.v
@@ -264,12 +303,12 @@ func (v *version) acquire(skip *upstream, bound int64) (u *upstream, saturated b
 
 // withRoute returns a copy of t with name set to src (or removed when src is
 // nil).
-func (t *routeTable) with(name string, src *proto.Route, defaultTimeout time.Duration) *routeTable {
+func (t *routeTable) with(name string, src *proto.Route, d routeDefaults) *routeTable {
 	m := maps.Clone(t.byName)
 	if src == nil {
 		delete(m, name)
 	} else {
-		m[name] = newRoute(*src, t.byName[name], defaultTimeout)
+		m[name] = newRoute(*src, t.byName[name], d)
 	}
 	return &routeTable{byName: m}
 }

@@ -90,20 +90,20 @@ func TestSchemaCompiledOncePerChange(t *testing.T) {
 	t.Parallel()
 	src := proto.Route{Endpoint: "e", Team: "t", Task: "classification", Generation: 1, InputSchema: json.RawMessage(txSchema),
 		Versions: []proto.RouteVersion{{Name: "v1", Weight: 100, Replicas: []proto.RouteReplica{{ID: "a", Addr: "127.0.0.1:1"}}}}}
-	t1 := (&routeTable{byName: map[string]*route{}}).with("e", &src, time.Second)
+	t1 := (&routeTable{byName: map[string]*route{}}).with("e", &src, routeDefaults{timeout: time.Second})
 	first := t1.byName["e"].schema
 	if first == nil || first.schema == nil {
 		t.Fatal("schema not compiled when the route arrived")
 	}
 	src.Generation = 2
 	src.Versions[0].Replicas = append(src.Versions[0].Replicas, proto.RouteReplica{ID: "b", Addr: "127.0.0.1:2"})
-	t2 := t1.with("e", &src, time.Second)
+	t2 := t1.with("e", &src, routeDefaults{timeout: time.Second})
 	if got := t2.byName["e"].schema; got != first {
 		t.Error("schema compiled again although it did not change")
 	}
 	src.Generation = 3
 	src.InputSchema = json.RawMessage(`{"type":"object"}`)
-	t3 := t2.with("e", &src, time.Second)
+	t3 := t2.with("e", &src, routeDefaults{timeout: time.Second})
 	if got := t3.byName["e"].schema; got == first || got == nil || string(got.raw) != `{"type":"object"}` {
 		t.Error("changed schema not compiled afresh")
 	}

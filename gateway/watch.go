@@ -210,7 +210,7 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 				}
 				continue
 			}
-			m[name] = newRoute(rt, old.byName[name], g.cfg.Timeout)
+			m[name] = newRoute(rt, old.byName[name], g.routeDefaults())
 		}
 		g.routes.Store(&routeTable{byName: m})
 		g.routesSynced = true
@@ -272,7 +272,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 			if _, ok := t.byName[e.Key()]; !ok {
 				return
 			}
-			g.routes.Store(t.with(e.Key(), nil, g.cfg.Timeout))
+			g.routes.Store(t.with(e.Key(), nil, g.routeDefaults()))
 			break
 		}
 		rt, ok := g.decodeRoute(e)
@@ -284,7 +284,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 				slog.Int64("generation", rt.Generation), slog.Int64("held", prev.src.Generation))
 			return
 		}
-		g.routes.Store(t.with(e.Key(), &rt, g.cfg.Timeout))
+		g.routes.Store(t.with(e.Key(), &rt, g.routeDefaults()))
 	case bucketKeys:
 		t := g.keys.Load()
 		if deleted(e) {
