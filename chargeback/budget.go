@@ -25,7 +25,8 @@ const (
 	// EnforceAlert only raises the 80 and 100 percent events (the default).
 	EnforceAlert = "alert"
 	// EnforceBlock also stops replicas beyond the endpoints' minimum until
-	// the month ends; see Budgets.Blocked.
+	// the month ends; the fleet reconciler reads them with query
+	// BudgetBlockingList.
 	EnforceBlock = "block"
 )
 
@@ -241,20 +242,6 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 			SpentUUSD: r.SpentUusd, BudgetUUSD: r.BudgetUusd, ForecastUUSD: r.ForecastUusd, At: r.CreatedAt.UTC()}
 	}
 	return out, nil
-}
-
-// Blocked reports whether a budget with block enforcement of the team, or
-// of the endpoint, has reached 100 percent this month: the fleet reconciler
-// then starts no replica of the endpoint beyond its minimum (it reads the
-// same alerts for every endpoint at once, query BudgetBlockingList).
-func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, error) {
-	from, _ := Month(b.now())
-	blocked, err := db.New(b.pool).BudgetBlocking(ctx, db.BudgetBlockingParams{Month: pgtype.Date{Time: from, Valid: true},
-		TeamID: teamID, EndpointID: &endpointID})
-	if err != nil {
-		return false, fmt.Errorf("budget blocking: %w", err)
-	}
-	return blocked, nil
 }
 
 // Check measures every budget once: a threshold newly passed this month is
