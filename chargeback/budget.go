@@ -185,35 +185,73 @@ func (b *Budgets) List(ctx context.Context, p *auth.Principal) ([]Budget, error)
 		return nil, fmt.Errorf("list budgets: %w", err)
 	}
 	out := make([]Budget, 0, len(rows))
+	if len(rows) == 0 {
+		return out, nil
+	}
+	sp, err := b.spend(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement,
 			UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.UTC()}
-		if err := b.measure(ctx, &bu); err != nil {
-			return nil, err
-		}
+		sp.measure(&bu)
 		out = append(out, bu)
 	}
 	return out, nil
 }
 
-// measure fills the month's spend and forecast of one budget.
-func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
+// monthSpend is the month's cost so far of every team and endpoint, read
+// as one report grouped by team and endpoint, so that measuring every
+// budget costs one report rather than one each.
+type monthSpend struct {
+	// elapsed and month are the month's seconds so far and in all; zero
+	// elapsed (the month's first second, or no report service) measures
+	// nothing.
+	elapsed, month time.Duration
+	// team and endpoint hold exact costs in micro-USD times 3,600, keyed
+	// by team and by team and endpoint.
+	team     map[string]int64
+	endpoint map[[2]string]int64
+}
+
+// spend reads the month's cost so far of every team and endpoint.
+func (b *Budgets) spend(ctx context.Context) (monthSpend, error) {
 	now := b.now().UTC()
 	from, to := Month(now)
 	end := now.Truncate(time.Second)
+	sp := monthSpend{team: map[string]int64{}, endpoint: map[[2]string]int64{}}
 	if !end.After(from) || b.reports == nil {
-		return nil
+		return sp, nil
 	}
-	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, Team: bu.Team, Endpoint: bu.Endpoint})
+	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, GroupBy: []Dimension{DimTeam, DimEndpoint}})
 	if err != nil {
-		return fmt.Errorf("budget spend: %w", err)
+		return monthSpend{}, fmt.Errorf("budget spend: %w", err)
 	}
-	bu.SpentUUSD = rep.Total.CostMicroUSD
-	bu.ForecastUUSD = Forecast(bu.SpentUUSD, end.Sub(from), to.Sub(from))
+	for _, r := range rep.Rows {
+		sp.team[r.Team] += r.CostX3600
+		sp.endpoint[[2]string{r.Team, r.Endpoint}] += r.CostX3600
+	}
+	sp.elapsed, sp.month = end.Sub(from), to.Sub(from)
+	return sp, nil
+}
+
+// measure fills the month's spend and forecast of one budget: its team's
+// rows summed, or its endpoint's row, rounded as a report's total (half
+// up) so that the figure is the one a report of the budget alone shows.
+func (sp monthSpend) measure(bu *Budget) {
+	if sp.elapsed <= 0 {
+		return
+	}
+	x3600 := sp.team[bu.Team]
+	if bu.Endpoint != "" {
+		x3600 = sp.endpoint[[2]string{bu.Team, bu.Endpoint}]
+	}
+	bu.SpentUUSD = divRound(x3600, 3600)
+	bu.ForecastUUSD = Forecast(bu.SpentUUSD, sp.elapsed, sp.month)
 	if bu.MonthlyUUSD > 0 {
 		bu.SpentPct = float64(bu.SpentUUSD) * 100 / float64(bu.MonthlyUUSD)
 	}
-	return nil
 }
 
 // Forecast extends spend over elapsed to the whole month at the same run
@@ -257,15 +295,19 @@ func (b *Budgets) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("budget check: %w", err)
 	}
+	if len(rows) == 0 {
+		return nil
+	}
+	sp, err := b.spend(ctx)
+	if err != nil {
+		return fmt.Errorf("budget check: %w", err)
+	}
 	month, _ := Month(b.now())
 	var errs []error
 	raised := 0
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
-		if err := b.measure(ctx, &bu); err != nil {
-			errs = append(errs, err)
-			continue
-		}
+		sp.measure(&bu)
 		for _, pct := range Thresholds {
 			// spent ≥ pct% of the budget, in integers.
 			if bu.SpentUUSD*100 < bu.MonthlyUUSD*int64(pct) {

@@ -197,6 +197,32 @@ func TestBudgets(t *testing.T) {
 	if alerts, err := budgets.Alerts(ctx, riskViewer); err != nil || len(alerts) != 1 || alerts[0].BudgetUUSD != 12_000_000 {
 		t.Errorf("alerts after an unchanged Set = %+v, %v; want the 80 percent alert against $12", alerts, err)
 	}
+	// An endpoint's budget is measured on its own row of the month's one
+	// report: fraud's $8.50, while the team's holds the $1.50 of no
+	// endpoint too.
+	var model int64
+	if err := pool.QueryRow(ctx, `INSERT INTO models (team_id, name, task, feature_names) VALUES ($1, 'm', 'classification', '{a}') RETURNING id`,
+		risk.ID).Scan(&model); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier)
+		VALUES ($1, 'fraud', $2, 'onnxruntime', 'full', 1, 2, 'standard')`, risk.ID, model); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := budgets.Set(ctx, riskAdmin, chargeback.BudgetSpec{Team: "risk", Endpoint: "fraud", MonthlyUUSD: 1_000_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = budgets.List(ctx, riskViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := map[string]int64{}
+	for _, bu := range list {
+		spent[bu.Endpoint] = bu.SpentUUSD
+	}
+	if len(list) != 2 || spent[""] != 10_000_000 || spent["fraud"] != 8_500_000 {
+		t.Errorf("spent = %v, by endpoint, want the team (\"\") 10,000,000 and fraud 8,500,000", spent)
+	}
 }
 
 // blockingTeams returns the teams whose whole-team budget blocks new
