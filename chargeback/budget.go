@@ -347,18 +347,13 @@ const EventKind = "budget"
 // writeEvent writes the event of a budget alert to the outbox in the
 // alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, pct int, at time.Time) error {
-	msg := fmt.Sprintf("%s spent %s of its %s monthly budget (%d percent passed); forecast %s", budgetName(bu.Team, bu.Endpoint),
-		usd(bu.SpentUUSD), usd(bu.MonthlyUUSD), pct, usd(bu.ForecastUUSD))
+	msg := fmt.Sprintf("%s spent $%s of its $%s monthly budget (%d percent passed); forecast $%s", budgetName(bu.Team, bu.Endpoint),
+		Dollars(bu.SpentUUSD), Dollars(bu.MonthlyUUSD), pct, Dollars(bu.ForecastUUSD))
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
 	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint),
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
-}
-
-// usd formats micro-USD as dollars and cents (rounded down).
-func usd(uusd int64) string {
-	return fmt.Sprintf("$%d.%02d", uusd/1_000_000, uusd%1_000_000/10_000)
 }
 
 // Run checks every interval, and soon after a budget changes, until ctx
