@@ -263,7 +263,7 @@ const LagWindow = time.Hour
 // Service reads reports from ClickHouse.
 type Service struct {
 	ch    driver.Conn
-	rates billing.Lister
+	rates RateTable
 	now   func() time.Time
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
@@ -273,9 +273,16 @@ type Service struct {
 	beforeRead func()
 }
 
+// RateTable reads the cost rates: whole for advice, and the newest id for
+// a report's rates version. *db.Queries is one.
+type RateTable interface {
+	billing.Lister
+	CostRateMaxID(ctx context.Context) (int64, error)
+}
+
 // New returns a Service. rates gives the rate table's version (and may be
 // nil, for version "r0"); now is the clock reports measure lag with.
-func New(ch driver.Conn, rates billing.Lister, now func() time.Time) *Service {
+func New(ch driver.Conn, rates RateTable, now func() time.Time) *Service {
 	if now == nil {
 		now = time.Now
 	}
@@ -512,18 +519,15 @@ func Dollars(uusd int64) string {
 	return b.String()
 }
 
-// ratesVersion is the id of the newest rate row.
+// ratesVersion is the id of the newest rate row, asked of the database
+// rather than found by reading every rate.
 func (s *Service) ratesVersion(ctx context.Context) (string, error) {
 	if s.rates == nil {
 		return "r0", nil
 	}
-	rows, err := s.rates.CostRateListAll(ctx)
+	id, err := s.rates.CostRateMaxID(ctx)
 	if err != nil {
 		return "", fmt.Errorf("rates version: %w", err)
-	}
-	var id int64
-	for _, r := range rows {
-		id = max(id, r.ID)
 	}
 	return fmt.Sprintf("r%d", id), nil
 }
