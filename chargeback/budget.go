@@ -149,7 +149,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		out = Budget{ID: row.ID, Team: team.Name, Endpoint: s.Endpoint, MonthlyUUSD: row.MonthlyUusd, Enforcement: row.Enforcement,
 			UpdatedBy: row.UpdatedBy, UpdatedAt: row.UpdatedAt.UTC()}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &team.ID, Action: "budget.set", ObjectType: "budget",
-			ObjectName: budgetName(team.Name, s.Endpoint), After: out})
+			ObjectName: BudgetName(team.Name, s.Endpoint), After: out})
 	})
 	if err != nil {
 		return Budget{}, fmt.Errorf("set budget: %w", err)
@@ -161,7 +161,10 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 	return out, nil
 }
 
-func budgetName(team, endpoint string) string {
+// BudgetName names a budget for people and records: the team, or
+// team/endpoint for an endpoint's budget (the audit object, the alert
+// event's Name, and the portal's budget and alert lines).
+func BudgetName(team, endpoint string) string {
 	if endpoint == "" {
 		return team
 	}
@@ -321,7 +324,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 					return err
 				}
 				if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: fmt.Sprintf("budget.alert_%d", pct), ObjectType: "budget",
-					ObjectName: budgetName(bu.Team, bu.Endpoint), After: bu}); err != nil {
+					ObjectName: BudgetName(bu.Team, bu.Endpoint), After: bu}); err != nil {
 					return err
 				}
 				raised++
@@ -347,12 +350,12 @@ const EventKind = "budget"
 // writeEvent writes the event of a budget alert to the outbox in the
 // alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, pct int, at time.Time) error {
-	msg := fmt.Sprintf("%s spent $%s of its $%s monthly budget (%d percent passed); forecast $%s", budgetName(bu.Team, bu.Endpoint),
+	msg := fmt.Sprintf("%s spent $%s of its $%s monthly budget (%d percent passed); forecast $%s", BudgetName(bu.Team, bu.Endpoint),
 		Dollars(bu.SpentUUSD), Dollars(bu.MonthlyUUSD), pct, Dollars(bu.ForecastUUSD))
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
-	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint),
+	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
 }
 

@@ -218,10 +218,10 @@ func TestBudgets(t *testing.T) {
 	}
 	spent := map[string]int64{}
 	for _, bu := range list {
-		spent[bu.Endpoint] = bu.SpentUUSD
+		spent[chargeback.BudgetName(bu.Team, bu.Endpoint)] = bu.SpentUUSD
 	}
-	if len(list) != 2 || spent[""] != 10_000_000 || spent["fraud"] != 8_500_000 {
-		t.Errorf("spent = %v, by endpoint, want the team (\"\") 10,000,000 and fraud 8,500,000", spent)
+	if len(list) != 2 || spent["risk"] != 10_000_000 || spent["risk/fraud"] != 8_500_000 {
+		t.Errorf("spent = %v, want risk 10,000,000 and risk/fraud 8,500,000", spent)
 	}
 }
 

@@ -243,7 +243,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
 			for _, a := range alerts {
 				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
-					budgetScopeName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), chargeback.Dollars(a.SpentUUSD), chargeback.Dollars(a.BudgetUUSD), chargeback.Dollars(a.ForecastUUSD)))
+					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), chargeback.Dollars(a.SpentUUSD), chargeback.Dollars(a.BudgetUUSD), chargeback.Dollars(a.ForecastUUSD)))
 			}
 		}
 	}
@@ -252,17 +252,10 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	for _, b := range bs {
-		props.Budgets = append(props.Budgets, web.BudgetView{Scope: budgetScopeName(b.Team, b.Endpoint), Budget: "$" + chargeback.Dollars(b.MonthlyUUSD),
+		props.Budgets = append(props.Budgets, web.BudgetView{Scope: chargeback.BudgetName(b.Team, b.Endpoint), Budget: "$" + chargeback.Dollars(b.MonthlyUUSD),
 			Spent: "$" + chargeback.Dollars(b.SpentUUSD), Forecast: "$" + chargeback.Dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
 			Enforcement: b.Enforcement, Over: b.SpentUUSD >= b.MonthlyUUSD})
 	}
-}
-
-func budgetScopeName(team, endpoint string) string {
-	if endpoint == "" {
-		return team
-	}
-	return team + " / " + endpoint
 }
 
 // portalChargebackCSV downloads what the page shows as CSV.
@@ -471,5 +464,5 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", budgetScopeName(b.Team, b.Endpoint), chargeback.Dollars(b.MonthlyUUSD), b.Enforcement))
+	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", chargeback.BudgetName(b.Team, b.Endpoint), chargeback.Dollars(b.MonthlyUUSD), b.Enforcement))
 }
