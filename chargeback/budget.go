@@ -25,7 +25,8 @@ const (
 	// EnforceAlert only raises the 80 and 100 percent events (the default).
 	EnforceAlert = "alert"
 	// EnforceBlock also stops replicas beyond the endpoints' minimum until
-	// the month ends; see Budgets.Blocked.
+	// the month ends; the fleet reconciler reads them with query
+	// BudgetBlockingList.
 	EnforceBlock = "block"
 )
 
@@ -148,7 +149,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		out = Budget{ID: row.ID, Team: team.Name, Endpoint: s.Endpoint, MonthlyUUSD: row.MonthlyUusd, Enforcement: row.Enforcement,
 			UpdatedBy: row.UpdatedBy, UpdatedAt: row.UpdatedAt.UTC()}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &team.ID, Action: "budget.set", ObjectType: "budget",
-			ObjectName: budgetName(team.Name, s.Endpoint), After: out})
+			ObjectName: BudgetName(team.Name, s.Endpoint), After: out})
 	})
 	if err != nil {
 		return Budget{}, fmt.Errorf("set budget: %w", err)
@@ -160,7 +161,10 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 	return out, nil
 }
 
-func budgetName(team, endpoint string) string {
+// BudgetName names a budget for people and records: the team, or
+// team/endpoint for an endpoint's budget (the audit object, the alert
+// event's Name, and the portal's budget and alert lines).
+func BudgetName(team, endpoint string) string {
 	if endpoint == "" {
 		return team
 	}
@@ -184,35 +188,73 @@ func (b *Budgets) List(ctx context.Context, p *auth.Principal) ([]Budget, error)
 		return nil, fmt.Errorf("list budgets: %w", err)
 	}
 	out := make([]Budget, 0, len(rows))
+	if len(rows) == 0 {
+		return out, nil
+	}
+	sp, err := b.spend(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement,
 			UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.UTC()}
-		if err := b.measure(ctx, &bu); err != nil {
-			return nil, err
-		}
+		sp.measure(&bu)
 		out = append(out, bu)
 	}
 	return out, nil
 }
 
-// measure fills the month's spend and forecast of one budget.
-func (b *Budgets) measure(ctx context.Context, bu *Budget) error {
+// monthSpend is the month's cost so far of every team and endpoint, read
+// as one report grouped by team and endpoint, so that measuring every
+// budget costs one report rather than one each.
+type monthSpend struct {
+	// elapsed and month are the month's seconds so far and in all; zero
+	// elapsed (the month's first second, or no report service) measures
+	// nothing.
+	elapsed, month time.Duration
+	// team and endpoint hold exact costs in micro-USD times 3,600, keyed
+	// by team and by team and endpoint.
+	team     map[string]int64
+	endpoint map[[2]string]int64
+}
+
+// spend reads the month's cost so far of every team and endpoint.
+func (b *Budgets) spend(ctx context.Context) (monthSpend, error) {
 	now := b.now().UTC()
 	from, to := Month(now)
 	end := now.Truncate(time.Second)
+	sp := monthSpend{team: map[string]int64{}, endpoint: map[[2]string]int64{}}
 	if !end.After(from) || b.reports == nil {
-		return nil
+		return sp, nil
 	}
-	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, Team: bu.Team, Endpoint: bu.Endpoint})
+	rep, err := b.reports.Report(ctx, system, Query{From: from, To: end, GroupBy: []Dimension{DimTeam, DimEndpoint}})
 	if err != nil {
-		return fmt.Errorf("budget spend: %w", err)
+		return monthSpend{}, fmt.Errorf("budget spend: %w", err)
 	}
-	bu.SpentUUSD = rep.Total.CostMicroUSD
-	bu.ForecastUUSD = Forecast(bu.SpentUUSD, end.Sub(from), to.Sub(from))
+	for _, r := range rep.Rows {
+		sp.team[r.Team] += r.CostX3600
+		sp.endpoint[[2]string{r.Team, r.Endpoint}] += r.CostX3600
+	}
+	sp.elapsed, sp.month = end.Sub(from), to.Sub(from)
+	return sp, nil
+}
+
+// measure fills the month's spend and forecast of one budget: its team's
+// rows summed, or its endpoint's row, rounded as a report's total (half
+// up) so that the figure is the one a report of the budget alone shows.
+func (sp monthSpend) measure(bu *Budget) {
+	if sp.elapsed <= 0 {
+		return
+	}
+	x3600 := sp.team[bu.Team]
+	if bu.Endpoint != "" {
+		x3600 = sp.endpoint[[2]string{bu.Team, bu.Endpoint}]
+	}
+	bu.SpentUUSD = divRound(x3600, 3600)
+	bu.ForecastUUSD = Forecast(bu.SpentUUSD, sp.elapsed, sp.month)
 	if bu.MonthlyUUSD > 0 {
 		bu.SpentPct = float64(bu.SpentUUSD) * 100 / float64(bu.MonthlyUUSD)
 	}
-	return nil
 }
 
 // Forecast extends spend over elapsed to the whole month at the same run
@@ -243,20 +285,6 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 	return out, nil
 }
 
-// Blocked reports whether a budget with block enforcement of the team, or
-// of the endpoint, has reached 100 percent this month: the fleet reconciler
-// then starts no replica of the endpoint beyond its minimum (it reads the
-// same alerts for every endpoint at once, query BudgetBlockingList).
-func (b *Budgets) Blocked(ctx context.Context, teamID, endpointID int64) (bool, error) {
-	from, _ := Month(b.now())
-	blocked, err := db.New(b.pool).BudgetBlocking(ctx, db.BudgetBlockingParams{Month: pgtype.Date{Time: from, Valid: true},
-		TeamID: teamID, EndpointID: &endpointID})
-	if err != nil {
-		return false, fmt.Errorf("budget blocking: %w", err)
-	}
-	return blocked, nil
-}
-
 // Check measures every budget once: a threshold newly passed this month is
 // stored as an alert with an audit record and its event (proto.Event, kind
 // "budget", on mp.events.<team>) as an outbox row, in one transaction, so
@@ -270,15 +298,19 @@ func (b *Budgets) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("budget check: %w", err)
 	}
+	if len(rows) == 0 {
+		return nil
+	}
+	sp, err := b.spend(ctx)
+	if err != nil {
+		return fmt.Errorf("budget check: %w", err)
+	}
 	month, _ := Month(b.now())
 	var errs []error
 	raised := 0
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
-		if err := b.measure(ctx, &bu); err != nil {
-			errs = append(errs, err)
-			continue
-		}
+		sp.measure(&bu)
 		for _, pct := range Thresholds {
 			// spent ≥ pct% of the budget, in integers.
 			if bu.SpentUUSD*100 < bu.MonthlyUUSD*int64(pct) {
@@ -292,7 +324,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 					return err
 				}
 				if err := audit.Record(ctx, q, system, audit.Entry{TeamID: &teamID, Action: fmt.Sprintf("budget.alert_%d", pct), ObjectType: "budget",
-					ObjectName: budgetName(bu.Team, bu.Endpoint), After: bu}); err != nil {
+					ObjectName: BudgetName(bu.Team, bu.Endpoint), After: bu}); err != nil {
 					return err
 				}
 				raised++
@@ -318,18 +350,13 @@ const EventKind = "budget"
 // writeEvent writes the event of a budget alert to the outbox in the
 // alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, pct int, at time.Time) error {
-	msg := fmt.Sprintf("%s spent %s of its %s monthly budget (%d percent passed); forecast %s", budgetName(bu.Team, bu.Endpoint),
-		usd(bu.SpentUUSD), usd(bu.MonthlyUUSD), pct, usd(bu.ForecastUUSD))
+	msg := fmt.Sprintf("%s spent $%s of its $%s monthly budget (%d percent passed); forecast $%s", BudgetName(bu.Team, bu.Endpoint),
+		Dollars(bu.SpentUUSD), Dollars(bu.MonthlyUUSD), pct, Dollars(bu.ForecastUUSD))
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
-	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: budgetName(bu.Team, bu.Endpoint),
+	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
-}
-
-// usd formats micro-USD as dollars and cents (rounded down).
-func usd(uusd int64) string {
-	return fmt.Sprintf("$%d.%02d", uusd/1_000_000, uusd%1_000_000/10_000)
 }
 
 // Run checks every interval, and soon after a budget changes, until ctx

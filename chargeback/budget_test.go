@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -149,8 +150,8 @@ func TestBudgets(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'budget.alert_80'`).Scan(&audited); err != nil || audited != 1 {
 		t.Errorf("audit rows for the 80 percent alert = %d, %v; want 1", audited, err)
 	}
-	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || blocked {
-		t.Errorf("Blocked under an alert-only budget = %v, %v; want false", blocked, err)
+	if blocked := blockingTeams(t, pool, now); blocked[risk.ID] {
+		t.Errorf("BudgetBlockingList under an alert-only budget blocks risk: %v", blocked)
 	}
 	// Up to $10 and switch the budget to blocking.
 	insert(t, ch, []rec{{ts: t0.Add(24 * time.Hour), node: "n1", gpuType: "A100-80GB", profile: "full", team: "risk", rate: 5_400_000_000}})
@@ -171,11 +172,8 @@ func TestBudgets(t *testing.T) {
 	if len(alerts) != 2 || alerts[0].ThresholdPct+alerts[1].ThresholdPct != 180 {
 		t.Errorf("alerts = %+v, want 80 and 100", alerts)
 	}
-	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || !blocked {
-		t.Errorf("Blocked at 100%% of a blocking budget = %v, %v; want true", blocked, err)
-	}
-	if blocked, err := budgets.Blocked(ctx, search.ID, 1); err != nil || blocked {
-		t.Errorf("another team Blocked = %v, %v; want false", blocked, err)
+	if blocked := blockingTeams(t, pool, now); !blocked[risk.ID] || blocked[search.ID] {
+		t.Errorf("BudgetBlockingList at 100%% of risk's blocking budget = %v, want risk (%d) blocked and search (%d) not", blocked, risk.ID, search.ID)
 	}
 	// Raised to $12: the alerts measured against $10 are void, the block
 	// lifts, and the 80 percent alert fires again against the new amount.
@@ -183,8 +181,8 @@ func TestBudgets(t *testing.T) {
 	if _, err := budgets.Set(ctx, riskAdmin, spec); err != nil {
 		t.Fatal(err)
 	}
-	if blocked, err := budgets.Blocked(ctx, risk.ID, 1); err != nil || blocked {
-		t.Errorf("Blocked after raising the budget = %v, %v; want false", blocked, err)
+	if blocked := blockingTeams(t, pool, now); blocked[risk.ID] {
+		t.Errorf("BudgetBlockingList after raising the budget blocks risk: %v", blocked)
 	}
 	if err := budgets.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -199,6 +197,51 @@ func TestBudgets(t *testing.T) {
 	if alerts, err := budgets.Alerts(ctx, riskViewer); err != nil || len(alerts) != 1 || alerts[0].BudgetUUSD != 12_000_000 {
 		t.Errorf("alerts after an unchanged Set = %+v, %v; want the 80 percent alert against $12", alerts, err)
 	}
+	// An endpoint's budget is measured on its own row of the month's one
+	// report: fraud's $8.50, while the team's holds the $1.50 of no
+	// endpoint too.
+	var model int64
+	if err := pool.QueryRow(ctx, `INSERT INTO models (team_id, name, task, feature_names) VALUES ($1, 'm', 'classification', '{a}') RETURNING id`,
+		risk.ID).Scan(&model); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier)
+		VALUES ($1, 'fraud', $2, 'onnxruntime', 'full', 1, 2, 'standard')`, risk.ID, model); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := budgets.Set(ctx, riskAdmin, chargeback.BudgetSpec{Team: "risk", Endpoint: "fraud", MonthlyUUSD: 1_000_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = budgets.List(ctx, riskViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := map[string]int64{}
+	for _, bu := range list {
+		spent[chargeback.BudgetName(bu.Team, bu.Endpoint)] = bu.SpentUUSD
+	}
+	if len(list) != 2 || spent["risk"] != 10_000_000 || spent["risk/fraud"] != 8_500_000 {
+		t.Errorf("spent = %v, want risk 10,000,000 and risk/fraud 8,500,000", spent)
+	}
+}
+
+// blockingTeams returns the teams whose whole-team budget blocks new
+// replicas in the month of now, read through BudgetBlockingList: the query
+// the fleet reconciler places by, so this test fails when its rule does.
+func blockingTeams(t *testing.T, pool *pgxpool.Pool, now time.Time) map[int64]bool {
+	t.Helper()
+	month, _ := chargeback.Month(now)
+	rows, err := db.New(pool).BudgetBlockingList(t.Context(), pgtype.Date{Time: month, Valid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]bool{}
+	for _, r := range rows {
+		if r.EndpointID == nil {
+			out[r.TeamID] = true
+		}
+	}
+	return out
 }
 
 func TestForecast(t *testing.T) {

@@ -31,8 +31,8 @@
 // proto.Event for mp.events.<team> as an outbox row in the same
 // transaction). The fleet reconciler reads the stored 100 percent alerts of
 // blocking budgets from PostgreSQL (package fleet, query BudgetBlockingList)
-// and starts no replica beyond an endpoint's minimum; Blocked answers the
-// same for one endpoint. Nothing here stops a replica. Advisor turns the last week of
+// and starts no replica beyond an endpoint's minimum. Nothing here stops a
+// replica. Advisor turns the last week of
 // usage into right-sizing advice. chargeback writes ClickHouse only to seal
 // days (never the usage itself) and imports no HTTP or templ package.
 package chargeback

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -262,7 +263,7 @@ const LagWindow = time.Hour
 // Service reads reports from ClickHouse.
 type Service struct {
 	ch    driver.Conn
-	rates billing.Lister
+	rates RateTable
 	now   func() time.Time
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
@@ -272,9 +273,16 @@ type Service struct {
 	beforeRead func()
 }
 
+// RateTable reads the cost rates: whole for advice, and the newest id for
+// a report's rates version. *db.Queries is one.
+type RateTable interface {
+	billing.Lister
+	CostRateMaxID(ctx context.Context) (int64, error)
+}
+
 // New returns a Service. rates gives the rate table's version (and may be
 // nil, for version "r0"); now is the clock reports measure lag with.
-func New(ch driver.Conn, rates billing.Lister, now func() time.Time) *Service {
+func New(ch driver.Conn, rates RateTable, now func() time.Time) *Service {
 	if now == nil {
 		now = time.Now
 	}
@@ -484,18 +492,42 @@ func USD(uusd int64) string {
 	return s
 }
 
-// ratesVersion is the id of the newest rate row.
+// Dollars writes micro-USD for people to read: dollars and cents, rounded
+// half up (half a cent away from zero), with thousands separators and no
+// currency sign ("1,234.57"); callers put the "$" where the text needs it.
+// It is the one display rounding of the portal, the budget alerts and the
+// fleet's budget holds; USD is the exact figure the API and the CSV carry.
+func Dollars(uusd int64) string {
+	neg := uusd < 0
+	u := uint64(uusd)
+	if neg {
+		u = -u
+	}
+	cents := (u + 5_000) / 10_000
+	whole := strconv.FormatUint(cents/100, 10)
+	var b strings.Builder
+	if neg && cents > 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	fmt.Fprintf(&b, ".%02d", cents%100)
+	return b.String()
+}
+
+// ratesVersion is the id of the newest rate row, asked of the database
+// rather than found by reading every rate.
 func (s *Service) ratesVersion(ctx context.Context) (string, error) {
 	if s.rates == nil {
 		return "r0", nil
 	}
-	rows, err := s.rates.CostRateListAll(ctx)
+	id, err := s.rates.CostRateMaxID(ctx)
 	if err != nil {
 		return "", fmt.Errorf("rates version: %w", err)
-	}
-	var id int64
-	for _, r := range rows {
-		id = max(id, r.ID)
 	}
 	return fmt.Sprintf("r%d", id), nil
 }

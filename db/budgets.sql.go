@@ -136,27 +136,6 @@ func (q *Queries) BudgetAlertsResetChanged(ctx context.Context, arg BudgetAlerts
 	return result.RowsAffected(), nil
 }
 
-const budgetBlocking = `-- name: BudgetBlocking :one
-SELECT EXISTS (
-    SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id
-    WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = $1
-      AND b.team_id = $2 AND (b.endpoint_id IS NULL OR b.endpoint_id = $3)
-)::boolean AS blocked
-`
-
-type BudgetBlockingParams struct {
-	Month      pgtype.Date
-	TeamID     int64
-	EndpointID *int64
-}
-
-func (q *Queries) BudgetBlocking(ctx context.Context, arg BudgetBlockingParams) (bool, error) {
-	row := q.db.QueryRow(ctx, budgetBlocking, arg.Month, arg.TeamID, arg.EndpointID)
-	var blocked bool
-	err := row.Scan(&blocked)
-	return blocked, err
-}
-
 const budgetBlockingList = `-- name: BudgetBlockingList :many
 SELECT b.team_id, b.endpoint_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name, b.monthly_uusd, a.spent_uusd
 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id JOIN teams t ON t.id = b.team_id

@@ -76,3 +76,15 @@ func (q *Queries) CostRateListAll(ctx context.Context) ([]CostRate, error) {
 	}
 	return items, nil
 }
+
+const costRateMaxID = `-- name: CostRateMaxID :one
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM cost_rates
+`
+
+// The id of the newest rate row (0 with none): a report's rates version.
+func (q *Queries) CostRateMaxID(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, costRateMaxID)
+	var max_id int64
+	err := row.Scan(&max_id)
+	return max_id, err
+}

@@ -89,7 +89,6 @@ var unscoped = map[string]string{
 	"BudgetUpsert":             "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
 	"BudgetListAll":            "budget checker: measures every budget for the platform; no caller",
 	"BudgetAlertInsert":        "budget checker: team id comes from BudgetListAll's row; no caller",
-	"BudgetBlocking":           "placement check for the fleet reconciler: team and endpoint ids come from its already-resolved endpoint; no caller",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent/proto"
+	"modelplane/chargeback"
 	"modelplane/db"
 )
 
@@ -112,15 +113,10 @@ func blockedBy(blocking []db.BudgetBlockingListRow, d db.RoutingRuleListForPlace
 		if b.EndpointID != nil {
 			who = "endpoint " + b.EndpointName
 		}
-		return fmt.Sprintf("budget exceeded: %s spent %s of its %s monthly budget (enforcement block)",
-			who, usd(b.SpentUusd), usd(b.MonthlyUusd))
+		return fmt.Sprintf("budget exceeded: %s spent $%s of its $%s monthly budget (enforcement block)",
+			who, chargeback.Dollars(b.SpentUusd), chargeback.Dollars(b.MonthlyUusd))
 	}
 	return ""
-}
-
-// usd formats micro-USD as dollars and cents (rounded down).
-func usd(uusd int64) string {
-	return fmt.Sprintf("$%d.%02d", uusd/1_000_000, uusd%1_000_000/10_000)
 }
 
 // wakeQueue bounds the wake requests waiting for the database; beyond it

@@ -195,7 +195,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		if len(props.Top.Bars) == 10 {
 			break
 		}
-		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + dollars(row.CostMicroUSD)})
+		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + chargeback.Dollars(row.CostMicroUSD)})
 	}
 	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
 }
@@ -243,7 +243,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
 			for _, a := range alerts {
 				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
-					budgetScopeName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), dollars(a.SpentUUSD), dollars(a.BudgetUUSD), dollars(a.ForecastUUSD)))
+					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), chargeback.Dollars(a.SpentUUSD), chargeback.Dollars(a.BudgetUUSD), chargeback.Dollars(a.ForecastUUSD)))
 			}
 		}
 	}
@@ -252,17 +252,10 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	for _, b := range bs {
-		props.Budgets = append(props.Budgets, web.BudgetView{Scope: budgetScopeName(b.Team, b.Endpoint), Budget: "$" + dollars(b.MonthlyUUSD),
-			Spent: "$" + dollars(b.SpentUUSD), Forecast: "$" + dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
+		props.Budgets = append(props.Budgets, web.BudgetView{Scope: chargeback.BudgetName(b.Team, b.Endpoint), Budget: "$" + chargeback.Dollars(b.MonthlyUUSD),
+			Spent: "$" + chargeback.Dollars(b.SpentUUSD), Forecast: "$" + chargeback.Dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
 			Enforcement: b.Enforcement, Over: b.SpentUUSD >= b.MonthlyUUSD})
 	}
-}
-
-func budgetScopeName(team, endpoint string) string {
-	if endpoint == "" {
-		return team
-	}
-	return team + " / " + endpoint
 }
 
 // portalChargebackCSV downloads what the page shows as CSV.
@@ -296,25 +289,10 @@ func teamLabel(d chargeback.Dimension, v string) string {
 	return v
 }
 
-// dollars writes micro-USD with two decimals (rounded half up) and
-// thousands separators, for reading; the CSV has the exact figure.
-func dollars(uusd int64) string {
-	cents := (uusd + 5000) / 10000
-	whole := strconv.FormatInt(cents/100, 10)
-	var b strings.Builder
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return fmt.Sprintf("%s.%02d", b.String(), cents%100)
-}
-
 // chargebackRowView fills one table row; a team cell drills into the
 // team's endpoints, an endpoint cell into its versions.
 func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargebackView) web.ChargebackRowView {
-	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
+	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: chargeback.Dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
 		Util: fmt.Sprintf("%.1f%%", row.AvgUtilPct())}
 	if c, ok := row.CostPer1kRequestsMicroUSD(); ok {
 		out.Per1k = "$" + chargeback.USD(c)
@@ -486,5 +464,5 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", budgetScopeName(b.Team, b.Endpoint), dollars(b.MonthlyUUSD), b.Enforcement))
+	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", chargeback.BudgetName(b.Team, b.Endpoint), chargeback.Dollars(b.MonthlyUUSD), b.Enforcement))
 }

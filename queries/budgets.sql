@@ -42,13 +42,6 @@ LEFT JOIN endpoints e ON e.id = b.endpoint_id
 WHERE (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[])) AND a.month = @month
 ORDER BY a.created_at DESC;
 
--- name: BudgetBlocking :one
-SELECT EXISTS (
-    SELECT 1 FROM budget_alerts a JOIN budgets b ON b.id = a.budget_id
-    WHERE b.enforcement = 'block' AND a.threshold_pct = 100 AND a.month = @month
-      AND b.team_id = @team_id AND (b.endpoint_id IS NULL OR b.endpoint_id = @endpoint_id)
-)::boolean AS blocked;
-
 -- name: BudgetBlockingList :many
 -- Every budget with block enforcement that reached 100 percent in the month:
 -- the fleet reconciler places no replica beyond min_replicas for the team

@@ -5,3 +5,7 @@ SELECT * FROM cost_rates ORDER BY gpu_type, profile, effective_from;
 INSERT INTO cost_rates (gpu_type, profile, uusd_per_hour, effective_from, created_by)
 VALUES (@gpu_type, @profile, @uusd_per_hour, @effective_from, @created_by)
 RETURNING *;
+
+-- name: CostRateMaxID :one
+-- The id of the newest rate row (0 with none): a report's rates version.
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM cost_rates;
