@@ -162,6 +162,9 @@ func (s *Server) apply(active map[string]*generation, ops []op) {
 func (s *Server) deliver(active map[string]*generation, tokens []Token) {
 	now := s.clock.Now()
 	n := 0
+	// Finished generations end after their tokens are counted: ending
+	// answers the client, who may read the statistics at once.
+	var finished []*generation
 	for _, t := range tokens {
 		g, ok := active[t.ID]
 		if !ok {
@@ -189,10 +192,13 @@ func (s *Server) deliver(active map[string]*generation, tokens []Token) {
 			if g.sent > 1 {
 				s.stats.tpotSample(now.Sub(g.firstAt) / time.Duration(g.sent-1))
 			}
-			s.end(active, g, nil)
+			finished = append(finished, g)
 		}
 	}
 	s.stats.tokens(now, n)
+	for _, g := range finished {
+		s.end(active, g, nil)
+	}
 }
 
 func (s *Server) end(active map[string]*generation, g *generation, err error) {
