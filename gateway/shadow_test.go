@@ -112,7 +112,7 @@ func TestShadowFailuresInvisibleToCallers(t *testing.T) {
 			rt.TimeoutMS = 3000
 			e.putRoute(t, rt)
 			key := e.newKey(t, "risk", "engineer", nil)
-			g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-" + mode, ShadowWorkers: 2, StatsInterval: 50 * time.Millisecond})
+			g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-" + mode, ShadowWorkers: 2, StatsInterval: 500 * time.Millisecond})
 			waitFor(t, "gateway ready", g.Ready)
 
 			const n = 40
@@ -227,7 +227,7 @@ func TestShadowStreamConsumedNotRelayed(t *testing.T) {
 	e.putRoute(t, route("support-chat", "search", "llm", 1,
 		ver("v1", 100, startReplica(t, "v1", replica.TaskLLM)), shadowOf("v2", 100, startReplica(t, "v2", replica.TaskLLM))))
 	key := e.newKey(t, "search", "viewer", nil)
-	g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-stream", StatsInterval: 50 * time.Millisecond})
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-stream", StatsInterval: 500 * time.Millisecond})
 	waitFor(t, "gateway ready", g.Ready)
 	const streams = 3
 	for range streams {

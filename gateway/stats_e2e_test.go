@@ -28,7 +28,7 @@ func TestStatsThroughTheGateway(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, deadAddr(t))))
 	searchKey := e.newKey(t, "search", "viewer", nil)
 	riskKey := e.newKey(t, "risk", "engineer", nil)
-	g := startGateway(t, e.nc, gateway.Config{ID: "gw-e2e", StatsInterval: 50 * time.Millisecond})
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-e2e", StatsInterval: 500 * time.Millisecond})
 	waitFor(t, "gateway ready", g.Ready)
 
 	const streams, plain, down = 5, 3, 4
