@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"modelplane/auth"
+	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/internal/pgproc"
 	"modelplane/migrations"
@@ -152,11 +153,13 @@ ANALYZE;`
 	if _, err := pool.Exec(ctx, seed); err != nil {
 		return BenchResult{}, fmt.Errorf("seed: %w", err)
 	}
-	h, err := controlPlane{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Pool: pool, ArtifactDir: filepath.Join(dir, "artifacts"), MaxUploadBytes: 1 << 30,
-		Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: time.Hour}}.handler()
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ArtifactDir: filepath.Join(dir, "artifacts"), MaxUploadBytes: 1 << 30,
+		Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: time.Hour}})
 	if err != nil {
 		return BenchResult{}, err
 	}
+	h := newHTTP(cp, nil, nil, httpOptions{MaxUploadBytes: 1 << 30})
 	h.Ready = nil
 	keys := make([]string, teams)
 	cookies := make([]string, teams)

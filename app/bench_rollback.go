@@ -205,12 +205,11 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		return res, err
 	}
 
-	rctx, stopRelay := context.WithCancel(ctx)
-	defer stopRelay()
 	relay := outbox.NewRelay(pool, js, log)
-	relayDone := make(chan struct{})
-	go func() { defer close(relayDone); relay.Run(rctx, time.Second) }()
-	defer func() { stopRelay(); <-relayDone }()
+	if err := relay.Start(ctx); err != nil {
+		return res, err
+	}
+	defer relay.Stop()
 	q := db.New(pool)
 	subject := proto.KVSubject(proto.BucketRoutes, rbBenchEndpoint)
 	// write is the decision: one transaction with the outbox row, then the

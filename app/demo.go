@@ -12,14 +12,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/endpoint"
-	"modelplane/handlers"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -29,13 +27,13 @@ var system = &auth.Principal{Name: "modelplane-dev", Via: "system", PlatformRole
 
 // seedDemo loads the demo teams, users, models, versions and endpoints. It is
 // idempotent: what exists is left alone, so the next run keeps the data.
-func seedDemo(ctx context.Context, pool *pgxpool.Pool, h *handlers.Server, idp *devidp.IdP) error {
+func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.IdP) error {
 	for _, team := range []string{"risk", "search"} {
-		if _, err := h.Tenant.CreateTeam(ctx, system, team, strings.ToUpper(team[:1])+team[1:]); err != nil && !errors.Is(err, db.ErrConflict) {
+		if _, err := cp.Tenant.CreateTeam(ctx, system, team, strings.ToUpper(team[:1])+team[1:]); err != nil && !errors.Is(err, db.ErrConflict) {
 			return err
 		}
 	}
-	q := db.New(pool)
+	q := db.New(cp.Pool)
 	for _, u := range idp.Users() {
 		row, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idp.Issuer(), Subject: u.Subject, Email: u.Email, Name: u.Name})
 		if err != nil {
@@ -58,7 +56,7 @@ func seedDemo(ctx context.Context, pool *pgxpool.Pool, h *handlers.Server, idp *
 		}
 	}
 	for _, m := range demoModels {
-		if err := seedModel(ctx, h, m); err != nil {
+		if err := seedModel(ctx, cp, m); err != nil {
 			return fmt.Errorf("%s: %w", m.spec.Name, err)
 		}
 	}
@@ -108,12 +106,12 @@ var demoModels = []demoModel{
 	},
 }
 
-func seedModel(ctx context.Context, h *handlers.Server, m demoModel) error {
-	if _, err := h.Registry.CreateModel(ctx, system, m.spec); err != nil && !errors.Is(err, db.ErrConflict) {
+func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) error {
+	if _, err := cp.Registry.CreateModel(ctx, system, m.spec); err != nil && !errors.Is(err, db.ErrConflict) {
 		return err
 	}
 	for _, v := range m.versions {
-		if _, err := h.Registry.Version(ctx, system, m.spec.Name, v.Name); err == nil {
+		if _, err := cp.Registry.Version(ctx, system, m.spec.Name, v.Name); err == nil {
 			continue
 		}
 		files := demoArtifact(m.spec.Name, v.Name)
@@ -131,11 +129,11 @@ func seedModel(ctx context.Context, h *handlers.Server, m demoModel) error {
 			}
 			return nil
 		}
-		if _, err := h.Registry.RegisterVersion(ctx, system, m.spec.Name, v, mj, upload); err != nil {
+		if _, err := cp.Registry.RegisterVersion(ctx, system, m.spec.Name, v, mj, upload); err != nil {
 			return err
 		}
 	}
-	if _, err := h.Endpoints.Create(ctx, system, m.endpoint); err != nil && !errors.Is(err, db.ErrConflict) {
+	if _, err := cp.Endpoints.Create(ctx, system, m.endpoint); err != nil && !errors.Is(err, db.ErrConflict) {
 		return err
 	}
 	return nil
@@ -169,15 +167,15 @@ var devKeys = []struct {
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate.
-func writeDevEnv(ctx context.Context, path, baseURL, natsURL, clickhouseURL string, h *handlers.Server) error {
+func writeDevEnv(ctx context.Context, path, baseURL, natsURL, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
 	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, clickhouseURL)
 	for _, k := range devKeys {
 		key := old[k.env]
-		if p, err := h.Keys.Authenticate(ctx, key); err != nil || p == nil {
-			raw, _, err := h.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "dev " + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k.env, "MP_"), "_KEY")),
+		if p, err := cp.Keys.Authenticate(ctx, key); err != nil || p == nil {
+			raw, _, err := cp.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "dev " + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k.env, "MP_"), "_KEY")),
 				Team: k.team, Role: k.role})
 			if err != nil {
 				return err

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,7 +20,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/auth/devidp"
-	"modelplane/db"
+	"modelplane/controlplane"
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
@@ -158,29 +157,28 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	for _, u := range idp.Users() {
 		devUsers = append(devUsers, handlers.DevUser{Email: u.Email, Description: u.Description})
 	}
-	cp := controlPlane{Log: log, Pool: pool, CH: chConn, NC: nc, OIDC: oidc, ArtifactDir: artifactDir,
-		MaxUploadBytes: cfg.MaxUploadMB << 20, DevUsers: devUsers,
-		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}}
-	h, err := cp.handler()
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
+		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20,
+		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}})
 	if err != nil {
 		return err
 	}
-	if err := seedDemo(ctx, pool, h, idp); err != nil {
+	h := newHTTP(cp, nc, chConn, httpOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20})
+	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}
 	envFile := filepath.Join(dir, "dev.env")
-	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), ch.URL("modelplane"), h); err != nil {
+	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), ch.URL("modelplane"), cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
-	stop, err := cp.startLoops(ctx, h.Metrics, h.Rollouts)
-	if err != nil {
+	if err := cp.Start(ctx); err != nil {
 		return err
 	}
-	defer stop()
+	defer cp.Stop()
 	if cfg.SimNodes > 0 {
 		stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
 		if err != nil {
@@ -200,7 +198,6 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 	}
-	go sweep(ctx, log, h)
 	fmt.Fprintf(out, `
 modelplane dev is running.
 
@@ -242,31 +239,6 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 		}
 	}
 	return nil
-}
-
-// sweep removes expired sessions, abandoned logins and Idempotency-Key
-// records older than a day, every few minutes.
-func sweep(ctx context.Context, log *slog.Logger, h *handlers.Server) {
-	t := time.NewTicker(5 * time.Minute)
-	defer t.Stop()
-	for {
-		if _, err := h.Sessions.Sweep(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("sweep sessions", slog.String("error", err.Error()))
-		}
-		if h.OIDC != nil {
-			if _, err := h.OIDC.Sweep(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("sweep logins", slog.String("error", err.Error()))
-			}
-		}
-		if _, err := db.New(h.Pool).IdempotencyDeleteOld(ctx, time.Now().Add(-24*time.Hour)); err != nil && ctx.Err() == nil {
-			log.Warn("sweep idempotency keys", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // readEnvFile reads KEY=value lines.

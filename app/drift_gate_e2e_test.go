@@ -96,7 +96,7 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 	interval, min, ceiling, errDelta, regression := 2*time.Second, uint64(10), 5000.0, 5.0, 1.0
 	// The window holds about 200 samples of the canary after 6 s here, 13 s
 	// under the race detector.
-	r, err := s.h.Rollouts.Start(s.ctx, system, "fraud-scoring", rollout.Spec{Version: "v24",
+	r, err := s.cp.Rollouts.Start(s.ctx, system, "fraud-scoring", rollout.Spec{Version: "v24",
 		Steps:              []rollout.Step{{Percent: 5, BakeSeconds: 60}, {Percent: 100, BakeSeconds: 60}},
 		EvaluationInterval: interval, EvaluationWindow: 8 * interval,
 		Criteria: rollout.CriteriaSpec{MinRequests: &min, MaxP99MS: &ceiling, MaxErrorRateDelta: &errDelta, MaxRegression: &regression}})

@@ -14,12 +14,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/controlplane"
 	"modelplane/gateway"
-	"modelplane/handlers"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
@@ -49,16 +48,12 @@ type served struct {
 // simulated agents and a gateway publishing statistics every 500 ms.
 type stack struct {
 	ctx     context.Context
-	h       *handlers.Server
-	cp      controlPlane
+	cp      *controlplane.ControlPlane
 	nc      *nats.Conn
 	gateway string
 	key     string
 	// send sends one request of the model's kind through the gateway.
 	send func(s *stack) served
-	// stopLoops stops the control-plane loops (a killed control plane);
-	// startLoops starts them again (its successor).
-	stopLoops func()
 }
 
 // chatStack is a stack around the chat-assistant demo model.
@@ -75,25 +70,24 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
 	ns, nc := natstest.Connect(t)
-	cp := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc, ArtifactDir: t.TempDir(), MaxUploadBytes: 16 << 20}
-	h, err := cp.handler()
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, ArtifactDir: t.TempDir(), MaxUploadBytes: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	team := m.spec.Team
-	if _, err := h.Tenant.CreateTeam(ctx, system, team, team); err != nil {
+	if _, err := cp.Tenant.CreateTeam(ctx, system, team, team); err != nil {
 		t.Fatal(err)
 	}
-	if err := seedModel(ctx, h, m); err != nil {
+	if err := seedModel(ctx, cp, m); err != nil {
 		t.Fatal(err)
 	}
-	key, _, err := h.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "load", Team: team, Role: auth.RoleEngineer})
+	key, _, err := cp.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "load", Team: team, Role: auth.RoleEngineer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{ctx: ctx, h: h, cp: cp, nc: nc, key: key, send: send}
+	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
-	t.Cleanup(func() { s.stopLoops() })
+	t.Cleanup(s.cp.Stop)
 	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), t.TempDir(), 4, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -137,16 +131,13 @@ func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
 	return newStack(t, chat, (*stack).chat)
 }
 
+// startLoops starts the control plane's background services; s.cp.Stop
+// stops them (a killed control plane) and startLoops starts its successor.
 func (s *stack) startLoops(t *testing.T) {
 	t.Helper()
-	// A fresh registry each time: a restarted control plane is a new
-	// process, whose collectors are registered once.
-	stop, err := s.cp.startLoops(s.ctx, prometheus.NewRegistry(), s.h.Rollouts)
-	if err != nil {
+	if err := s.cp.Start(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	s.stopLoops = func() { once.Do(stop) }
 }
 
 // call sends one request through the gateway.
@@ -203,7 +194,7 @@ func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Roll
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		r, err := s.h.Rollouts.Get(s.ctx, system, id)
+		r, err := s.cp.Rollouts.Get(s.ctx, system, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +218,7 @@ func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Roll
 // throughout.
 func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	s := newChatStack(t)
-	ctx, h, nc := s.ctx, s.h, s.nc
+	ctx, nc := s.ctx, s.nc
 	stopLoad, responses := s.load(8)
 	defer stopLoad()
 
@@ -289,7 +280,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 
 	interval := 2 * time.Second
 	min := uint64(10)
-	r, err := h.Rollouts.Start(ctx, system, "support-chat", rollout.Spec{Version: "v43",
+	r, err := s.cp.Rollouts.Start(ctx, system, "support-chat", rollout.Spec{Version: "v43",
 		Steps:              []rollout.Step{{Percent: 10, BakeSeconds: 30}, {Percent: 100, BakeSeconds: 30}},
 		EvaluationInterval: interval, EvaluationWindow: 3 * interval, Criteria: rollout.CriteriaSpec{MinRequests: &min}})
 	if err != nil {
@@ -411,7 +402,7 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 	stopLoad, responses := s.load(6)
 	defer stopLoad()
 	min, regression := uint64(5), 1.0 // the judge is not what this test is about
-	r, err := s.h.Rollouts.Start(s.ctx, system, "support-chat", rollout.Spec{Version: "v44",
+	r, err := s.cp.Rollouts.Start(s.ctx, system, "support-chat", rollout.Spec{Version: "v44",
 		Steps:              []rollout.Step{{Percent: 20, BakeSeconds: 3}, {Percent: 100, BakeSeconds: 1}},
 		EvaluationInterval: time.Second, EvaluationWindow: 3 * time.Second,
 		Criteria: rollout.CriteriaSpec{MinRequests: &min, MaxRegression: &regression}})
@@ -420,7 +411,7 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 	}
 	s.wait(t, r.ID, "at 20 percent", func(r rollout.Rollout) bool { return r.State == rollout.StateProgressing })
 
-	s.stopLoops()
+	s.cp.Stop()
 	killed := time.Now()
 	time.Sleep(3 * time.Second)
 	restarted := time.Now()
@@ -428,9 +419,9 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 	s.wait(t, r.ID, "waiting for approval", func(r rollout.Rollout) bool { return r.State == rollout.StateAwaitingApproval })
 
 	// Approved while no controller runs; the next one acts on it.
-	s.stopLoops()
+	s.cp.Stop()
 	ops := &auth.Principal{UserID: 4242, Name: "ops@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
-	if _, err := s.h.Rollouts.Approve(s.ctx, ops, r.ID, "looks healthy"); err != nil {
+	if _, err := s.cp.Rollouts.Approve(s.ctx, ops, r.ID, "looks healthy"); err != nil {
 		t.Fatal(err)
 	}
 	s.startLoops(t)

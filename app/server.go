@@ -14,23 +14,14 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"modelplane/artifact"
 	"modelplane/auth"
-	"modelplane/billing"
-	"modelplane/chargeback"
+	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/drift"
-	"modelplane/endpoint"
 	"modelplane/handlers"
 	"modelplane/ingest"
 	"modelplane/migrations"
-	"modelplane/registry"
-	"modelplane/rollout"
-	"modelplane/tenant"
-	"modelplane/traffic"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -38,71 +29,43 @@ type natsPinger struct{ nc *nats.Conn }
 
 func (p natsPinger) Ping(ctx context.Context) error { return p.nc.FlushWithContext(ctx) }
 
-// controlPlane is what `server` and `dev` both run: the portal and API over
-// PostgreSQL, ClickHouse and NATS.
-type controlPlane struct {
-	Log            *slog.Logger
-	Pool           *pgxpool.Pool
-	CH             driver.Conn
-	NC             *nats.Conn
-	OIDC           *auth.OIDC
-	Sessions       auth.SessionConfig
-	ArtifactDir    string
-	MaxUploadBytes int64
+// httpOptions are the HTTP layer's settings beside the control plane's
+// services.
+type httpOptions struct {
 	DevUsers       []handlers.DevUser
-	// Drift configures the scheduled drift check (zero: defaults).
-	Drift drift.CheckerConfig
-	// WakeGrace is how long a woken endpoint keeps its replica (zero:
-	// fleet.DefaultWakeGrace).
-	WakeGrace time.Duration
+	MaxUploadBytes int64
 }
 
-func (cp controlPlane) handler() (*handlers.Server, error) {
-	store, err := artifact.NewStore(cp.ArtifactDir)
-	if err != nil {
-		return nil, fmt.Errorf("artifact store: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	now := time.Now
-	var meter *billing.Meter
-	var reports *chargeback.Service
-	var budgets *chargeback.Budgets
-	var trafficReader handlers.TrafficReader // nil, not a nil *traffic.Reader: the portal then says "unavailable"
-	var driftService *drift.Service
-	// Without ClickHouse nothing measures drift: the handlers build a
-	// Service without a measurer, whose default criteria leave the gate off.
-	var rollouts *rollout.Service
-	if cp.CH != nil {
-		meter = billing.NewMeter(cp.CH)
-		reports = chargeback.New(cp.CH, db.New(cp.Pool), now)
-		budgets = chargeback.NewBudgets(cp.Pool, reports, nil, cp.Log, now)
-		trafficReader = traffic.NewReader(cp.CH, now)
-		driftReader := drift.NewReader(cp.CH, drift.ReaderConfig{})
-		driftService = drift.NewService(cp.Pool, driftReader, now)
-		rollouts = rollout.New(cp.Pool, now, drift.NewGate(driftReader))
-	}
-	return handlers.New(handlers.Deps{
+// newHTTP builds the portal and API over cp's services.
+func newHTTP(cp *controlplane.ControlPlane, nc *nats.Conn, ch driver.Conn, o httpOptions) *handlers.Server {
+	d := handlers.Deps{
 		Log:            cp.Log,
 		Pool:           cp.Pool,
-		Keys:           auth.NewKeys(cp.Pool, now),
+		Keys:           cp.Keys,
 		OIDC:           cp.OIDC,
-		Sessions:       auth.NewSessions(cp.Pool, cp.Sessions, now),
-		Tenant:         tenant.New(cp.Pool, now),
-		Registry:       registry.New(cp.Pool, store, artifact.Limits{MaxTotalBytes: cp.MaxUploadBytes, MaxFileBytes: cp.MaxUploadBytes}),
-		Endpoints:      endpoint.New(cp.Pool),
-		Meter:          meter,
-		Chargeback:     reports,
-		Budgets:        budgets,
-		Traffic:        trafficReader,
-		Drift:          driftService,
-		Rollouts:       rollouts,
-		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
-		Metrics:        reg,
-		Now:            now,
-		DevUsers:       cp.DevUsers,
-		MaxUploadBytes: cp.MaxUploadBytes,
-	}), nil
+		Sessions:       cp.Sessions,
+		Tenant:         cp.Tenant,
+		Registry:       cp.Registry,
+		Endpoints:      cp.Endpoints,
+		Fleet:          cp.Fleet,
+		Meter:          cp.Meter,
+		Rates:          cp.Rates,
+		Chargeback:     cp.Chargeback,
+		Budgets:        cp.Budgets,
+		Advisor:        cp.Advisor,
+		Rollouts:       cp.Rollouts,
+		Drift:          cp.Drift,
+		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": ch, "nats": natsPinger{nc}},
+		Metrics:        cp.Metrics,
+		Now:            time.Now,
+		DevUsers:       o.DevUsers,
+		MaxUploadBytes: o.MaxUploadBytes,
+		MaxBodyBytes:   handlers.DefaultMaxBodyBytes,
+	}
+	if cp.Traffic != nil { // a nil *traffic.Reader in the interface would not read as absent
+		d.Traffic = cp.Traffic
+	}
+	return handlers.New(d)
 }
 
 // serve runs h on addr until ctx ends, then drains in-flight requests.
@@ -188,19 +151,18 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
-	h, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc, OIDC: oidc,
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
-		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes}.handler()
+		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes,
+		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace})
 	if err != nil {
 		return err
 	}
-	stop, err := controlPlane{Log: log, Pool: pool, CH: ch, NC: nc,
-		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace}.startLoops(ctx, h.Metrics, h.Rollouts)
-	if err != nil {
+	h := newHTTP(cp, nc, ch, httpOptions{MaxUploadBytes: cfg.MaxUploadBytes})
+	if err := cp.Start(ctx); err != nil {
 		return err
 	}
-	defer stop()
-	go sweep(ctx, log, h)
+	defer cp.Stop()
 	log.Info("modelplane server listening", slog.String("addr", cfg.HTTPAddr))
 	return serve(ctx, log, cfg.HTTPAddr, h.Handler())
 }

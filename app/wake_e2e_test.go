@@ -15,13 +15,13 @@ import (
 // is served (200) by it.
 func TestScaleToZeroWakesOnRequest(t *testing.T) {
 	s := newChatStack(t)
-	e, err := s.h.Endpoints.Get(s.ctx, system, "support-chat")
+	e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: 0, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
 		SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays}
-	if _, err := s.h.Endpoints.Update(s.ctx, system, "support-chat", set); err != nil {
+	if _, err := s.cp.Endpoints.Update(s.ctx, system, "support-chat", set); err != nil {
 		t.Fatal(err)
 	}
 
@@ -61,7 +61,7 @@ func TestScaleToZeroWakesOnRequest(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	e, err = s.h.Endpoints.Get(s.ctx, system, "support-chat")
+	e, err = s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,3 +37,23 @@ func Ensure(ctx context.Context, js jetstream.JetStream) error {
 	}
 	return nil
 }
+
+// Keys returns a function that lists the keys of KV bucket: what a
+// leader-only publisher needs to learn at the start of a term.
+func Keys(js jetstream.JetStream, bucket string) func(ctx context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			return nil, err
+		}
+		lister, err := kv.ListKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var keys []string
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return keys, nil
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,6 +18,7 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/outbox"
+	"modelplane/service"
 	"modelplane/validate"
 )
 
@@ -359,20 +361,18 @@ func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, p
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
 }
 
-// Run checks every interval, and soon after a budget changes, until ctx
-// ends. Run it under a leader lease: one checker per control plane.
-func (b *Budgets) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if err := b.Check(ctx); err != nil && ctx.Err() == nil {
-			b.log.Warn("budget check", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-b.wake:
-		}
-	}
+// BudgetInterval is how often the budget check runs when no budget changed.
+const BudgetInterval = time.Minute
+
+// Checker returns the budget check as a Service: every BudgetInterval, and
+// soon after a budget changes. Run it under a leader lease: one checker
+// per control plane.
+func (b *Budgets) Checker() service.Service {
+	return service.NewFunc(func(ctx context.Context) {
+		service.Tick(ctx, quartz.NewReal(), BudgetInterval, b.wake, func(ctx context.Context) {
+			if err := b.Check(ctx); err != nil && ctx.Err() == nil {
+				b.log.Warn("budget check", slog.String("error", err.Error()))
+			}
+		})
+	})
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
+
+	"modelplane/service"
 )
 
 // Sealing: a month's report summing 2,000 GPUs' hourly rollup reads about
@@ -31,6 +34,7 @@ const SealWindow = 62 * 24 * time.Hour
 
 // Sealer seals days of the hourly rollup; run one per control plane.
 type Sealer struct {
+	service.Runner
 	ch  driver.Conn
 	now func() time.Time
 	log *slog.Logger
@@ -141,20 +145,18 @@ func (s *Sealer) sealDay(ctx context.Context, d time.Time, want daySums) error {
 	return nil
 }
 
-// Run seals every interval until ctx ends.
-func (s *Sealer) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if n, err := s.Seal(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("seal usage days", slog.String("error", err.Error()))
-		} else if n > 0 {
-			s.log.Info("sealed usage days", slog.Int("days", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// SealInterval is how often the sealer looks for days to seal.
+const SealInterval = 10 * time.Minute
+
+// Start seals every SealInterval until Stop.
+func (s *Sealer) Start(ctx context.Context) error {
+	return s.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, quartz.NewReal(), SealInterval, nil, func(ctx context.Context) {
+			if n, err := s.Seal(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("seal usage days", slog.String("error", err.Error()))
+			} else if n > 0 {
+				s.log.Info("sealed usage days", slog.Int("days", n))
+			}
+		})
+	})
 }

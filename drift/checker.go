@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,6 +15,7 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/outbox"
+	"modelplane/service"
 )
 
 // CheckerConfig configures the scheduled drift check; zero values take the
@@ -90,6 +92,7 @@ var system = &auth.Principal{Name: "drift-check", Via: "system"}
 // ml_serving_prediction_drift_score and raises alerts. A pass over many
 // endpoints may outlast the interval; the ticker then skips ticks. Run it on the leader only (app/loops.go).
 type Checker struct {
+	service.Runner
 	pool   *pgxpool.Pool
 	reader *Reader
 	// published is called after a check wrote events to the outbox (it
@@ -122,20 +125,15 @@ func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.
 	return c, nil
 }
 
-// Run checks every interval until ctx ends.
-func (c *Checker) Run(ctx context.Context) {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := c.Check(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("drift check", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// Start checks every interval until Stop.
+func (c *Checker) Start(ctx context.Context) error {
+	return c.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, quartz.NewReal(), c.cfg.Interval, nil, func(ctx context.Context) {
+			if err := c.Check(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("drift check", slog.String("error", err.Error()))
+			}
+		})
+	})
 }
 
 type target struct {

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
+	"modelplane/service"
 )
 
 // Retention removes prediction samples past their endpoint's
@@ -31,6 +33,7 @@ import (
 // the number of endpoints, which ClickHouse handles badly; see
 // docs/drift.md.
 type Retention struct {
+	service.Runner
 	pool *pgxpool.Pool
 	ch   driver.Conn
 	log  *slog.Logger
@@ -54,20 +57,18 @@ type RetentionResult struct {
 	Trimmed, Removed []string
 }
 
-// Run applies retention every interval until ctx ends.
-func (r *Retention) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if _, err := r.Apply(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("prediction sample retention", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// RetentionInterval is how often retention is applied.
+const RetentionInterval = time.Hour
+
+// Start applies retention every RetentionInterval until Stop.
+func (r *Retention) Start(ctx context.Context) error {
+	return r.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, quartz.NewReal(), RetentionInterval, nil, func(ctx context.Context) {
+			if _, err := r.Apply(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("prediction sample retention", slog.String("error", err.Error()))
+			}
+		})
+	})
 }
 
 const day = 24 * time.Hour

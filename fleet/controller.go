@@ -4,12 +4,18 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/coder/quartz"
+
+	"modelplane/service"
 )
 
 // Controller runs reconcile passes: whenever woken (a heartbeat changed a
 // replica's state, an endpoint changed) and at least every interval (node
 // leases expire without any event).
 type Controller struct {
+	service.Runner
+	clock    quartz.Clock
 	fleet    *Fleet
 	log      *slog.Logger
 	interval time.Duration
@@ -24,7 +30,7 @@ type Controller struct {
 // process last started hearing heartbeats (Intake.ListeningSince);
 // published is called when a pass wrote outbox rows.
 func NewController(f *Fleet, log *slog.Logger, interval time.Duration, listeningSince func() time.Time, published func()) *Controller {
-	return &Controller{fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
+	return &Controller{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now.
@@ -42,30 +48,25 @@ func (c *Controller) Wake() {
 // node had not registered yet), and nothing moves them back.
 const Settle = 5 * time.Second
 
-// Run reconciles until ctx ends. Run it under a leader lease (db.Lead).
-func (c *Controller) Run(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(Settle):
-	}
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pass, err := c.fleet.Reconcile(pctx, c.listeningSince())
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil:
-			c.log.Warn("fleet reconcile", slog.String("error", err.Error()))
-		case err == nil && pass.Wrote() && c.published != nil:
-			c.published()
-		}
-		select {
-		case <-ctx.Done():
+// Start reconciles in the background, after Settle, until Stop. Run it
+// under a leader lease (db.Lease).
+func (c *Controller) Start(ctx context.Context) error {
+	return c.Go(ctx, func(ctx context.Context) {
+		if !service.Sleep(ctx, c.clock, Settle) {
 			return
-		case <-c.wake:
-		case <-t.C:
 		}
+		service.Tick(ctx, c.clock, c.interval, c.wake, c.pass)
+	})
+}
+
+func (c *Controller) pass(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pass, err := c.fleet.Reconcile(pctx, c.listeningSince())
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil:
+		c.log.Warn("fleet reconcile", slog.String("error", err.Error()))
+	case err == nil && pass.Wrote() && c.published != nil:
+		c.published()
 	}
 }

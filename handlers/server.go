@@ -73,6 +73,10 @@ type Deps struct {
 	MaxBodyBytes   int64
 }
 
+// DefaultMaxBodyBytes bounds a request body other than an upload unless
+// the server is told otherwise.
+const DefaultMaxBodyBytes = 1 << 20
+
 // TrafficReader reads an endpoint's per-version request statistics by
 // name; handlers scope the endpoint to the caller's team before asking.
 type TrafficReader interface {

@@ -140,16 +140,6 @@ func (c *pullLoop) Stop() {
 	c.run = nil
 }
 
-// Run consumes until ctx ends, then stops: the form a leader lease wants.
-func (c *pullLoop) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	c.Stop()
-	return nil
-}
-
 func (c *pullLoop) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
 		Durable:       c.durable,

@@ -30,7 +30,7 @@
 // twice (RepairRollup says why).
 //
 // Check-then-insert is only atomic while one process consumes: run one Usage
-// per durable consumer, under a leader lease (db.Lead calling Usage.Run).
+// per durable consumer, under a leader lease (db.Lease starting and stopping Usage).
 // Inside the process, batches of one node always go to the same worker, so
 // concurrent inserts never race on one batch; the same single consumer
 // keeps two repairs of one database from running at once.

@@ -313,17 +313,6 @@ func (u *Usage) Stop() {
 	u.run = nil
 }
 
-// Run consumes until ctx ends, then stops: the form a leader lease wants,
-// as in db.Lead(ctx, pool, lockID, retry, func(ctx context.Context) { _ = u.Run(ctx) }).
-func (u *Usage) Run(ctx context.Context) error {
-	if err := u.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	u.Stop()
-	return nil
-}
-
 func (u *Usage) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := u.cfg.JS.CreateOrUpdateConsumer(ctx, u.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       u.cfg.Durable,

@@ -256,19 +256,16 @@ func TestRunAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for lease := range int64(2) {
-		ctx, cancel := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- u.Run(ctx) }()
+		if err := u.Start(context.Background()); err != nil {
+			t.Fatalf("lease %d: %v", lease, err)
+		}
 		var batches []proto.UsageBatch
 		for sec := range int64(20) {
 			batches = append(batches, nodeSecond("lease-1", lease*100+sec, 4))
 		}
 		e.publishAsync(t, e.js, batches)
 		e.waitDrained(t, "", 30*time.Second)
-		cancel()
-		if err := <-ran; err != nil {
-			t.Fatalf("lease %d: %v", lease, err)
-		}
+		u.Stop()
 	}
 	if st := u.Stats(); st.Batches != 40 {
 		t.Errorf("batches acked over both runs = %d, want 40", st.Batches)

@@ -15,25 +15,30 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
 	"modelplane/db"
+	"modelplane/service"
 )
 
 // Relay publishes unpublished outbox rows.
 type Relay struct {
-	pool *pgxpool.Pool
-	js   jetstream.JetStream
-	log  *slog.Logger
-	wake chan struct{}
+	service.Runner
+	clock     quartz.Clock
+	lastSweep time.Time
+	pool      *pgxpool.Pool
+	js        jetstream.JetStream
+	log       *slog.Logger
+	wake      chan struct{}
 }
 
 // NewRelay returns a Relay.
 func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger) *Relay {
-	return &Relay{pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
+	return &Relay{clock: quartz.NewReal(), pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
 }
 
 // Wake makes a running relay look for rows now rather than at its next tick.
@@ -44,27 +49,24 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Run publishes until ctx ends: whenever woken, and every interval in case a
-// wake-up came from another process. Published rows older than a day are
-// deleted every hour.
-func (r *Relay) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var lastSweep time.Time
-	for {
-		if _, err := r.Flush(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("outbox relay", slog.String("error", err.Error()))
-		}
-		if time.Since(lastSweep) > time.Hour {
-			if _, err := db.New(r.pool).OutboxDeletePublished(ctx, time.Now().Add(-24*time.Hour)); err == nil {
-				lastSweep = time.Now()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.wake:
-		case <-t.C:
+// Interval is how often a running relay looks for rows nobody woke it for
+// (a wake-up from another process).
+const Interval = 250 * time.Millisecond
+
+// Start publishes in the background until Stop: whenever woken, and every
+// Interval. Published rows older than a day are deleted every hour. Run it
+// under a leader lease (db.Lease): rows must leave in id order.
+func (r *Relay) Start(ctx context.Context) error {
+	return r.Go(ctx, func(ctx context.Context) { service.Tick(ctx, r.clock, Interval, r.wake, r.round) })
+}
+
+func (r *Relay) round(ctx context.Context) {
+	if _, err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("outbox relay", slog.String("error", err.Error()))
+	}
+	if now := r.clock.Now(); now.Sub(r.lastSweep) > time.Hour {
+		if _, err := db.New(r.pool).OutboxDeletePublished(ctx, now.Add(-24*time.Hour)); err == nil {
+			r.lastSweep = now
 		}
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
 	"modelplane/judge"
+	"modelplane/service"
 )
 
 // StatsReader reads each version's request statistics of an endpoint over
@@ -37,6 +39,7 @@ type ControllerConfig struct {
 // Controller is the rollout reconciler. Run it under a leader lease: it
 // keeps no state between passes, everything is read from PostgreSQL.
 type Controller struct {
+	service.Runner
 	cfg  ControllerConfig
 	wake chan struct{}
 }
@@ -66,21 +69,15 @@ func (c *Controller) Wake() {
 	}
 }
 
-// Run reconciles until ctx ends: every interval and whenever woken.
-func (c *Controller) Run(ctx context.Context) {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Log.Warn("rollout controller", slog.String("error", err.Error()))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.wake:
-		case <-t.C:
-		}
-	}
+// Start reconciles until Stop: every interval and whenever woken.
+func (c *Controller) Start(ctx context.Context) error {
+	return c.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, quartz.NewReal(), c.cfg.Interval, c.wake, func(ctx context.Context) {
+			if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("rollout controller", slog.String("error", err.Error()))
+			}
+		})
+	})
 }
 
 // Pass reconciles every rollout that needs it once. One rollout failing does

@@ -1,0 +1,255 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"modelplane/agent/proto"
+	"modelplane/artifact"
+	"modelplane/auth"
+	"modelplane/billing"
+	"modelplane/bus"
+	"modelplane/chargeback"
+	"modelplane/db"
+	"modelplane/drift"
+	"modelplane/endpoint"
+	"modelplane/fleet"
+	"modelplane/ingest"
+	"modelplane/outbox"
+	"modelplane/registry"
+	"modelplane/rollout"
+	"modelplane/service"
+	"modelplane/tenant"
+	"modelplane/traffic"
+)
+
+// Stores are the connections the control plane runs on. CH and NC may be
+// nil for a control plane that only serves the API over PostgreSQL (tests
+// of the HTTP layer): what needs them is then absent, and Start refuses.
+type Stores struct {
+	Pool *pgxpool.Pool
+	CH   driver.Conn
+	NC   *nats.Conn
+}
+
+// Config is what the control plane needs besides its stores.
+type Config struct {
+	Log *slog.Logger
+	// OIDC is the relying party of the company IdP; nil disables SSO
+	// sign-in, bearer tokens and the identity publisher.
+	OIDC           *auth.OIDC
+	Sessions       auth.SessionConfig
+	ArtifactDir    string
+	MaxUploadBytes int64
+	// Drift configures the scheduled drift check (zero: defaults).
+	Drift drift.CheckerConfig
+	// WakeGrace is how long a woken endpoint keeps its replica (zero:
+	// fleet.DefaultWakeGrace).
+	WakeGrace time.Duration
+	// Now is the clock of every service (nil: time.Now).
+	Now func() time.Time
+}
+
+// Advisory-lock ids of the loops that run once per control plane.
+const (
+	leadFleet       = 7_316_020_010
+	leadOutbox      = 7_316_020_011
+	leadUsageIngest = 7_316_020_012
+	leadReqStats    = 7_316_020_013
+	leadPredictions = 7_316_020_014
+	leadIdentity    = 7_316_020_015
+	leadBudgets     = 7_316_020_016
+	leadSeal        = 7_316_020_017
+	leadRollouts    = 7_316_020_020
+	leadDrift       = 7_316_020_030
+	leadRetention   = 7_316_020_031
+)
+
+// ControlPlane is every domain service, built once, and the background
+// services that run beside them. A field the stores cannot back is nil
+// (Meter, Chargeback, Advisor, Traffic and Drift without ClickHouse).
+type ControlPlane struct {
+	Log        *slog.Logger
+	Pool       *pgxpool.Pool
+	Keys       *auth.Keys
+	OIDC       *auth.OIDC
+	Sessions   *auth.Sessions
+	Tenant     *tenant.Service
+	Registry   *registry.Service
+	Endpoints  *endpoint.Service
+	Fleet      *fleet.Fleet
+	Rates      *billing.Book
+	Meter      *billing.Meter
+	Chargeback *chargeback.Service
+	Budgets    *chargeback.Budgets
+	Advisor    *chargeback.Advisor
+	Rollouts   *rollout.Service
+	Traffic    *traffic.Reader
+	Drift      *drift.Service
+	// Metrics is the registry every service and the HTTP layer export on.
+	Metrics *prometheus.Registry
+	// Relay publishes outbox rows to NATS; nil without NATS.
+	Relay *outbox.Relay
+
+	js         jetstream.JetStream
+	background *service.Group
+}
+
+// New builds the control plane. It does no I/O: Start begins the
+// background work.
+func New(st Stores, cfg Config) (*ControlPlane, error) {
+	if st.Pool == nil {
+		return nil, errors.New("control plane: no PostgreSQL pool")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	store, err := artifact.NewStore(cfg.ArtifactDir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cp := &ControlPlane{
+		Log:       cfg.Log,
+		Pool:      st.Pool,
+		Keys:      auth.NewKeys(st.Pool, now),
+		OIDC:      cfg.OIDC,
+		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, now),
+		Tenant:    tenant.New(st.Pool, now),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}),
+		Endpoints: endpoint.New(st.Pool),
+		Fleet:     fleet.New(st.Pool, cfg.Log, now),
+		Rates:     billing.NewBook(st.Pool, now),
+		Metrics:   reg,
+	}
+	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
+	// Changes that write outbox rows (budget and drift alerts, routing
+	// entries) wake the relay, so they leave at once instead of at its
+	// next poll.
+	published := func() {}
+	if st.NC != nil {
+		if cp.js, err = jetstream.New(st.NC); err != nil {
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log)
+		published = cp.Relay.Wake
+	}
+	var driftReader *drift.Reader
+	var gate rollout.DriftMeasurer
+	if st.CH != nil {
+		cp.Meter = billing.NewMeter(st.CH)
+		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
+		cp.Traffic = traffic.NewReader(st.CH, now)
+		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
+		cp.Drift = drift.NewService(st.Pool, driftReader, now)
+		gate = drift.NewGate(driftReader)
+		eps := cp.Endpoints
+		cp.Advisor = chargeback.NewAdvisor(cp.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
+			e, err := eps.Get(ctx, p, name)
+			return e.MinReplicas, err
+		})
+	}
+	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
+	cp.Rollouts = rollout.New(st.Pool, now, gate)
+	if st.NC != nil && st.CH != nil {
+		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
+			return nil, err
+		}
+	}
+	return cp, nil
+}
+
+// buildBackground lists the background services: heartbeat intake and the
+// sweeps on every replica, the rest once per control plane under a lease
+// (an ingest's check-then-insert is exactly-once only with one consumer).
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
+	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
+		LoadRates: func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) }})
+	if err != nil {
+		return err
+	}
+	reqstats, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: cp.js, CH: st.CH, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	predictions, err := ingest.NewPredictions(ingest.PredictionsConfig{JS: cp.js, CH: st.CH, Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, now, cp.Metrics, cfg.Drift)
+	if err != nil {
+		return err
+	}
+	var intake *fleet.Intake
+	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
+	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
+	// The rollout controller writes routing entries in its own
+	// transactions and wakes the relay, so a rollback leaves the candidate
+	// one relay hop after it commits (docs/rollouts.md); it gates
+	// classification and regression rollouts on output drift.
+	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
+		Drift: drift.NewGate(driftReader), Interval: time.Second, Published: published})
+	cp.Rollouts.OnChange(rollouts.Wake)
+
+	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
+	g := service.NewGroup(
+		intake,
+		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
+		lease(leadOutbox, cp.Relay),
+		lease(leadFleet, reconciler),
+		lease(leadRollouts, rollouts),
+		lease(leadUsageIngest, usage),
+		lease(leadReqStats, reqstats),
+		lease(leadPredictions, predictions),
+		lease(leadBudgets, cp.Budgets.Checker()),
+		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, now)),
+		lease(leadDrift, checker),
+		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
+	)
+	if cfg.OIDC != nil {
+		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, proto.BucketIdentity), cfg.Log)))
+	}
+	cp.background = g
+	return nil
+}
+
+// Start creates the JetStream buckets and streams, republishes the API
+// key digests the gateways authenticate from (keys made before mp_keys
+// existed, or whose entry was lost) and starts the background services.
+func (cp *ControlPlane) Start(ctx context.Context) error {
+	if cp.background == nil {
+		return errors.New("control plane: background services need NATS and ClickHouse")
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := bus.Ensure(ectx, cp.js)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if _, err := cp.Tenant.PublishKeys(ctx); err != nil {
+		return fmt.Errorf("publish key digests: %w", err)
+	}
+	return cp.background.Start(ctx)
+}
+
+// Stop stops the background services and waits for them.
+func (cp *ControlPlane) Stop() {
+	if cp.background != nil {
+		cp.background.Stop()
+	}
+}
