@@ -526,7 +526,7 @@ func benchGateway(ctx context.Context, cfg BenchConfig) (GatewayBenchResult, err
 	direct := replicaAddrs[0]
 
 	// NATS with the contract's buckets and streams, the route and the key.
-	ns, err := startNATS(filepath.Join(dir, "nats"))
+	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		return res, err
 	}

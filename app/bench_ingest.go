@@ -136,7 +136,7 @@ func benchIngest(ctx context.Context, cfg BenchConfig) (IngestBenchResult, error
 	if err := migrations.ClickHouse(ctx, ch); err != nil {
 		return IngestBenchResult{}, err
 	}
-	ns, err := startNATS(filepath.Join(dir, "nats"))
+	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		return IngestBenchResult{}, err
 	}

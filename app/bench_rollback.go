@@ -178,7 +178,7 @@ func benchRollback(ctx context.Context, n int) (RollbackBenchResult, error) {
 		return res, err
 	}
 
-	ns, err := startNATS(filepath.Join(dir, "nats"))
+	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		return res, err
 	}
