@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats-server/v2/server"
 
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/bus"
 	"modelplane/controlplane"
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
@@ -127,7 +127,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	defer ch.Stop()
-	ns, err := startNATS(filepath.Join(dir, "nats"))
+	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	h := newHTTP(cp, nc, chConn, httpOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20})
+	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc)})
 	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}
@@ -257,20 +257,4 @@ func readEnvFile(path string) map[string]string {
 		}
 	}
 	return out
-}
-
-// startNATS starts an embedded NATS server with JetStream, storing under
-// dir, on a free loopback port, and waits until it takes connections.
-func startNATS(dir string) (*server.Server, error) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("embedded nats did not start")
-	}
-	return ns, nil
 }

@@ -29,15 +29,23 @@ type natsPinger struct{ nc *nats.Conn }
 
 func (p natsPinger) Ping(ctx context.Context) error { return p.nc.FlushWithContext(ctx) }
 
-// httpOptions are the HTTP layer's settings beside the control plane's
+// HTTPOptions are the HTTP layer's settings beside the control plane's
 // services.
-type httpOptions struct {
+type HTTPOptions struct {
 	DevUsers       []handlers.DevUser
 	MaxUploadBytes int64
+	// Ready names the dependencies /readyz checks.
+	Ready map[string]handlers.Pinger
 }
 
-// newHTTP builds the portal and API over cp's services.
-func newHTTP(cp *controlplane.ControlPlane, nc *nats.Conn, ch driver.Conn, o httpOptions) *handlers.Server {
+// readiness is what /readyz checks in `server` and `dev`.
+func readiness(pool *pgxpool.Pool, ch driver.Conn, nc *nats.Conn) map[string]handlers.Pinger {
+	return map[string]handlers.Pinger{"postgres": pool, "clickhouse": ch, "nats": natsPinger{nc}}
+}
+
+// NewHTTP builds the portal and API over cp's services: what `server` and
+// `dev` serve and `bench api` drives.
+func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 	d := handlers.Deps{
 		Log:            cp.Log,
 		Pool:           cp.Pool,
@@ -55,7 +63,7 @@ func newHTTP(cp *controlplane.ControlPlane, nc *nats.Conn, ch driver.Conn, o htt
 		Advisor:        cp.Advisor,
 		Rollouts:       cp.Rollouts,
 		Drift:          cp.Drift,
-		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": ch, "nats": natsPinger{nc}},
+		Ready:          o.Ready,
 		Metrics:        cp.Metrics,
 		Now:            time.Now,
 		DevUsers:       o.DevUsers,
@@ -158,7 +166,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	h := newHTTP(cp, nc, ch, httpOptions{MaxUploadBytes: cfg.MaxUploadBytes})
+	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc)})
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}

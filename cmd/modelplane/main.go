@@ -1,5 +1,5 @@
 // Command modelplane is the one binary of the platform; each subcommand parses
-// its flags and calls package app.
+// its flags and calls package app (bench: package bench).
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"modelplane/app"
+	"modelplane/bench"
 )
 
 const usage = `usage: modelplane <command> [flags]
@@ -24,7 +25,8 @@ commands:
   agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
-  bench     benchmarks printing JSON: bench api --json, bench engine --json, bench ingest --json
+  bench     benchmarks printing JSON with --json: bench api, engine, placement, ingest, gateway,
+            rollback, chargeback, drift (run 'modelplane bench' for each one's flags)
 
 run 'modelplane <command> -h' for its flags`
 
@@ -79,7 +81,7 @@ func run() int {
 		}
 		err = app.RunMigrate(ctx, cfg)
 	case "bench":
-		var cfg app.BenchConfig
+		var cfg bench.Config
 		cfg.Flags(fs)
 		var names []string
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -88,7 +90,7 @@ func run() int {
 		if fs.Parse(args) != nil {
 			return 2
 		}
-		err = app.RunBench(ctx, cfg, append(names, fs.Args()...), os.Stdout)
+		err = bench.Run(ctx, cfg, append(names, fs.Args()...), os.Stdout)
 	case "sim":
 		var cfg app.SimConfig
 		cfg.Flags(fs)

@@ -1,22 +1,16 @@
-package app
+package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"modelplane/drift"
-	"modelplane/ingest"
-	"modelplane/internal/chproc"
-	"modelplane/migrations"
 )
 
-// DriftBenchResult is what `modelplane bench drift` prints.
-type DriftBenchResult struct {
+// DriftResult is what `modelplane bench drift` prints.
+type DriftResult struct {
 	Name string `json:"name"`
 	// ReportMS is the wall time of one full drift report (every feature's
 	// PSI and the output's normalised Wasserstein-1) of the last hour of
@@ -39,69 +33,41 @@ type DriftBenchResult struct {
 }
 
 const (
-	benchDriftSamples  = 10_000_000
-	benchDriftFeatures = 20
-	// benchDriftTargetMS is issue 8's target for one report.
-	benchDriftTargetMS = 2000
+	driftSamples  = 10_000_000
+	driftFeatures = 20
+	// driftTargetMS is issue 8's target for one report.
+	driftTargetMS = 2000
 )
 
-func runBenchDrift(ctx context.Context, cfg BenchConfig, out io.Writer) error {
-	res, err := benchDrift(ctx)
+func runDrift(ctx context.Context, cfg Config, out io.Writer) error {
+	res, err := measureDrift(ctx)
 	if err != nil {
 		return err
 	}
-	if cfg.JSON {
-		return json.NewEncoder(out).Encode(res)
-	}
-	_, err = fmt.Fprintf(out, "drift: report in %.0f ms over %d samples (%d reference, %d current, %d features); uncapped %.0f ms over %d reference samples\n",
+	return emit(out, cfg.JSON, res, "drift: report in %.0f ms over %d samples (%d reference, %d current, %d features); uncapped %.0f ms over %d reference samples\n",
 		res.ReportMS, res.Samples, res.ReferenceSamples, res.CurrentSamples, res.Features, res.UncappedReportMS, res.UncappedSamples)
-	return err
 }
 
-// benchDrift starts a private ClickHouse, generates 10 million samples of
-// one endpoint with 20 features inside ClickHouse (INSERT … SELECT from
+// measureDrift starts a private ClickHouse, generates 10 million samples
+// of one endpoint with 20 features inside ClickHouse (INSERT … SELECT from
 // numbers(), so the generator is not what is timed): 7 days of the stable
 // version v23 (90 percent) and the candidate v24 (10 percent, shifted),
 // and times drift reports of v24's last hour against v23's 7 days.
-func benchDrift(ctx context.Context) (DriftBenchResult, error) {
-	res := DriftBenchResult{Name: "drift", Features: benchDriftFeatures}
-	dir, err := os.MkdirTemp("", "mp-bench-drift-")
+func measureDrift(ctx context.Context) (DriftResult, error) {
+	res := DriftResult{Name: "drift", Features: driftFeatures}
+	s, err := newScratch("mp-bench-drift-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	_ = os.Chmod(dir, 0o755)
-	chs, err := chproc.Start(ctx, filepath.Join(dir, "clickhouse"))
+	defer s.close()
+	ch, err := s.clickhouse(ctx)
 	if err != nil {
-		return res, err
-	}
-	defer chs.Stop()
-	ch, err := ingest.OpenClickHouse(ctx, chs.URL("bench"))
-	if err != nil {
-		return res, err
-	}
-	defer ch.Close()
-	if err := migrations.ClickHouse(ctx, ch); err != nil {
 		return res, err
 	}
 	end := time.Now().UTC().Truncate(time.Hour)
 	start := end.Add(-7 * 24 * time.Hour)
-	// Row k lies at start + k·span/N; every tenth row is v24, whose
-	// features are shifted by 1.5 and whose scores are uniform, where v23
-	// scores mostly low (score = u², u uniform).
-	gen := fmt.Sprintf(`INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance,
-		feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)
-		SELECT toDateTime(%d + intDiv(number * %d, %d)), 0, 'fraud', 'risk', if(number %% 10 = 0, 'v24', 'v23'),
-			toString(number), 0,
-			arrayMap(i -> concat('f', toString(i)), range(%d)),
-			arrayMap(i -> (cityHash64(number, i) %% 10000) / 1000. + if(number %% 10 = 0, 1.5, 0.), range(%d)),
-			arrayMap(i -> '', range(%d)),
-			if(number %% 10 = 0, (cityHash64(number) %% 1000) / 1000., pow((cityHash64(number) %% 1000) / 1000., 2)),
-			'', 0, 1.0, number
-		FROM numbers(%d)`, start.Unix(), int64(end.Sub(start)/time.Second), benchDriftSamples,
-		benchDriftFeatures, benchDriftFeatures, benchDriftFeatures, benchDriftSamples)
 	t0 := time.Now()
-	if err := ch.Exec(ctx, gen); err != nil {
+	if err := ch.Exec(ctx, driftSamplesSQL(start, end)); err != nil {
 		return res, fmt.Errorf("generate samples: %w", err)
 	}
 	res.GenerateS = time.Since(t0).Seconds()
@@ -120,15 +86,33 @@ func benchDrift(ctx context.Context) (DriftBenchResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.ReportMS = float64(time.Since(t0).Microseconds()) / 1000
+	res.ReportMS = ms(time.Since(t0))
 	res.ReferenceSamples, res.CurrentSamples, res.Verdict = rep.ReferenceSamples, rep.CurrentSamples, rep.Verdict
-	res.TargetMet = res.ReportMS <= benchDriftTargetMS
+	res.TargetMet = res.ReportMS <= driftTargetMS
 	t0 = time.Now()
 	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "fraud", ref, cur)
 	if err != nil {
 		return res, err
 	}
-	res.UncappedReportMS = float64(time.Since(t0).Microseconds()) / 1000
+	res.UncappedReportMS = ms(time.Since(t0))
 	res.UncappedSamples = rep.ReferenceSamples
 	return res, nil
+}
+
+// driftSamplesSQL generates the samples over [start, end). Row k lies at
+// start + k·span/N; every tenth row is v24, whose features are shifted by
+// 1.5 and whose scores are uniform, where v23 scores mostly low (score =
+// u², u uniform).
+func driftSamplesSQL(start, end time.Time) string {
+	return fmt.Sprintf(`INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance,
+		feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)
+		SELECT toDateTime(%d + intDiv(number * %d, %d)), 0, 'fraud', 'risk', if(number %% 10 = 0, 'v24', 'v23'),
+			toString(number), 0,
+			arrayMap(i -> concat('f', toString(i)), range(%d)),
+			arrayMap(i -> (cityHash64(number, i) %% 10000) / 1000. + if(number %% 10 = 0, 1.5, 0.), range(%d)),
+			arrayMap(i -> '', range(%d)),
+			if(number %% 10 = 0, (cityHash64(number) %% 1000) / 1000., pow((cityHash64(number) %% 1000) / 1000., 2)),
+			'', 0, 1.0, number
+		FROM numbers(%d)`, start.Unix(), int64(end.Sub(start)/time.Second), driftSamples,
+		driftFeatures, driftFeatures, driftFeatures, driftSamples)
 }

@@ -1,0 +1,939 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/gateway"
+)
+
+// GatewayResult is what `modelplane bench gateway` prints: the
+// gateway's overhead against a replica that answers at once, reached
+// directly, through the gateway with every feature on, through a bare
+// httputil.ReverseProxy and through nginx, HAProxy and Caddy as plain
+// proxies (DESIGN.md section 13).
+type GatewayResult struct {
+	Name string `json:"name"`
+	// AddedP99MsC1 is, at concurrency 1, the gateway's p99 latency minus
+	// the direct path's p99. The c1 phase sends one request to every path
+	// in turn (rotating the order), so all paths are measured over the same
+	// moments; AddedP99PairedMsC1 is the p99 of the per-turn differences
+	// gateway minus direct, a stricter reading.
+	AddedP99MsC1       float64 `json:"added_p99_ms_c1"`
+	AddedP99PairedMsC1 float64 `json:"added_p99_paired_ms_c1"`
+	// RPSC64 is the gateway's throughput with 64 concurrent clients.
+	RPSC64 float64 `json:"rps_c64"`
+	// The ratios are the gateway's rps over each proxy's, measured in the
+	// same interleaved rounds; null where the proxy is not installed.
+	RatioReverseProxy float64  `json:"rps_ratio_vs_reverseproxy"`
+	RatioCaddy        *float64 `json:"rps_ratio_vs_caddy"`
+	RatioNginx        *float64 `json:"rps_ratio_vs_nginx"`
+	RatioHAProxy      *float64 `json:"rps_ratio_vs_haproxy"`
+	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
+	// the direct path's, with SSEStreams streams open at once (each of
+	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
+	// before its last event or waited SSEStallMs or more between two.
+	SSEAddedTTFTP99Ms  float64 `json:"sse_added_ttft_p99_ms"`
+	SSEStreams         int     `json:"sse_streams"`
+	SSEStalls          int     `json:"sse_stalls"`
+	SSEErrors          int     `json:"sse_errors"`
+	SSECompleted       int     `json:"sse_completed"`
+	SSEDirectTTFTP99Ms float64 `json:"sse_direct_ttft_p99_ms"`
+	SSEGatewayTTFTP99  float64 `json:"sse_gateway_ttft_p99_ms"`
+	SSEMaxGapMs        float64 `json:"sse_max_gap_ms"`
+	// The same streams through the bare reverse proxy: the floor a
+	// net/http proxy reaches on this machine.
+	SSEReverseProxyTTFTP99Ms      float64 `json:"sse_reverseproxy_ttft_p99_ms"`
+	SSEReverseProxyAddedTTFTP99Ms float64 `json:"sse_reverseproxy_added_ttft_p99_ms"`
+	SSEReverseProxyStalls         int     `json:"sse_reverseproxy_stalls"`
+	SSEEvents                     int     `json:"sse_events"`
+	SSEEventGapMs                 float64 `json:"sse_event_gap_ms"`
+	SSEStallMs                    float64 `json:"sse_stall_ms"`
+	// Paths holds every path's numbers; Skipped why a proxy was left out.
+	Paths   map[string]*GatewayPath `json:"paths"`
+	Skipped map[string]string       `json:"skipped"`
+	Rounds  int                     `json:"rounds"`
+	// Cores is the machine's; Pinned says whether the proxies and the
+	// gateway ran on core 0 and the load generator and replica on the rest
+	// (taskset). GOMAXPROCS is the load generator's, GatewayGOMAXPROCS the
+	// gateway process's.
+	Cores             int     `json:"cores"`
+	Pinned            bool    `json:"pinned"`
+	GOMAXPROCS        int     `json:"gomaxprocs"`
+	GatewayGOMAXPROCS int     `json:"gateway_gomaxprocs"`
+	Seconds           float64 `json:"seconds"`
+	// Profile is the gateway's CPU profile at 64 connections in the last
+	// round; Profile+".sse" is its profile during that round's SSE phase.
+	Profile    string          `json:"cpu_profile,omitempty"`
+	TargetsMet map[string]bool `json:"targets_met"`
+}
+
+// GatewayPath is one path's numbers, over all rounds.
+type GatewayPath struct {
+	P50MsC1     float64 `json:"p50_ms_c1"`
+	P99MsC1     float64 `json:"p99_ms_c1"`
+	RPSC64      float64 `json:"rps_c64"`
+	P99MsC64    float64 `json:"p99_ms_c64"`
+	ErrorsC1    int     `json:"errors_c1"`
+	ErrorsC64   int     `json:"errors_c64"`
+	RequestsC1  int     `json:"requests_c1"`
+	RequestsC64 int     `json:"requests_c64"`
+
+	url    string
+	c1     []time.Duration
+	c64    []time.Duration
+	c64Sec float64
+}
+
+// Settings of `modelplane bench gateway`.
+const (
+	// childEnv makes this program a bench child: "gateway" or
+	// "reverseproxy"; childNATSEnv is the gateway child's NATS and
+	// childUpstreamEnv the reverse proxy's replica.
+	childEnv         = "MP_BENCH_GATEWAY_CHILD"
+	childNATSEnv     = "MP_BENCH_GATEWAY_NATS"
+	childUpstreamEnv = "MP_BENCH_GATEWAY_UPSTREAM"
+	predictEndpoint  = "bench"
+	chatEndpoint     = "bench-chat"
+	rounds           = 3
+	c1Time           = 3 * time.Second
+	c64Time          = 2 * time.Second
+	c64Warmup        = 300 * time.Millisecond
+	sseTime          = 4 * time.Second
+	sseStreams       = 512
+	sseEvents        = 16
+	sseEventGap      = 50 * time.Millisecond
+	sseStall         = 300 * time.Millisecond
+	predictIn        = `{"instances":[{"amount":12.5,"country":"DE"},{"amount":900,"country":"US"}]}`
+	predictOut       = `{"predictions":[{"label":"legit","score":0.12},{"label":"fraud","score":0.87}]}`
+	chatIn           = `{"messages":[{"role":"user","content":"hello"}],"max_tokens":16,"stream":true}`
+	predictSchema    = `{"type":"object","required":["amount","country"],"additionalProperties":false,
+ "properties":{"amount":{"type":"number","minimum":0},"country":{"type":"string","minLength":2,"maxLength":2}}}`
+)
+
+// runGateway runs the benchmark, or, in the child processes it starts
+// (pinned to their own core), the gateway or the bare reverse proxy.
+func runGateway(ctx context.Context, cfg Config, out io.Writer) error {
+	if mode := os.Getenv(childEnv); mode != "" {
+		return runChild(ctx, mode, out)
+	}
+	res, err := measureGateway(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return emit(out, cfg.JSON, res, "gateway: added p99 at c1 %.3f ms; %.0f req/s at c64 (%.2fx ReverseProxy); SSE %d streams added TTFT p99 %.3f ms, %d stalls\n",
+		res.AddedP99MsC1, res.RPSC64, res.RatioReverseProxy, res.SSEStreams, res.SSEAddedTTFTP99Ms, res.SSEStalls)
+}
+
+// replica answers predict with a fixed JSON at once and chat with a
+// fixed stream of events; the gateway and rollback benchmarks serve it.
+func replica() http.Handler {
+	mux := http.NewServeMux()
+	answer := []byte(predictOut)
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		_, _ = w.Write(answer)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		rc := http.NewResponseController(w)
+		for i := range sseEvents {
+			if i > 0 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(sseEventGap):
+				}
+			}
+			fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i)
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		_ = rc.Flush()
+	})
+	return mux
+}
+
+// predict posts body to u with the API key and returns the version that
+// answered (X-Model-Version); any status but 200 is an error.
+func predict(ctx context.Context, client *http.Client, key, u, body string) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: status %d", u, resp.StatusCode)
+	}
+	return resp.Header.Get("X-Model-Version"), nil
+}
+
+// loadClient is an HTTP client for many connections to a few hosts.
+func loadClient(s *scratch, maxIdle, maxIdlePerHost int) *http.Client {
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: maxIdle, MaxIdleConnsPerHost: maxIdlePerHost, IdleConnTimeout: 90 * time.Second,
+		DisableCompression: true, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
+	s.onClose(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// runChild serves the gateway or the bare reverse proxy on a free port,
+// prints "addr control-addr gomaxprocs" and serves until stdin closes. The
+// control address starts (/start?file=) and stops (/stop) a CPU profile.
+func runChild(ctx context.Context, mode string, out io.Writer) error {
+	s, err := newScratch("mp-bench-gw-")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	h, err := childHandler(ctx, s, mode)
+	if err != nil {
+		return err
+	}
+	addr, err := s.serve(h)
+	if err != nil {
+		return err
+	}
+	ctl, err := s.serve(profileControl())
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "%s %s %d\n", addr, ctl, runtime.GOMAXPROCS(0)); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// childHandler is what a child of mode serves.
+func childHandler(ctx context.Context, s *scratch, mode string) (http.Handler, error) {
+	switch mode {
+	case "gateway":
+		// As `modelplane gateway` runs; the bare reverse proxy keeps Go's
+		// default, so that it stays the bare floor.
+		gateway.TuneGC()
+		nc, err := nats.Connect(os.Getenv(childNATSEnv))
+		if err != nil {
+			return nil, err
+		}
+		s.onClose(nc.Close)
+		g, err := startGateway(ctx, nc, s.dir, "", time.Second)
+		if err != nil {
+			return nil, err
+		}
+		s.onClose(g.Stop)
+		return g.Handler(), nil
+	case "reverseproxy":
+		up, err := url.Parse("http://" + os.Getenv(childUpstreamEnv))
+		if err != nil {
+			return nil, err
+		}
+		tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
+		return &httputil.ReverseProxy{Transport: tr, FlushInterval: -1, Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }}, nil
+	}
+	return nil, fmt.Errorf("unknown bench child %q", mode)
+}
+
+// profileControl starts (/start?file=) and stops (/stop) a CPU profile of
+// this process.
+func profileControl() http.Handler {
+	mux := http.NewServeMux()
+	var pf *os.File
+	mux.HandleFunc("/start", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Create(r.URL.Query().Get("file"))
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err == nil {
+				pf = f
+			}
+		}
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+		}
+	})
+	mux.HandleFunc("/stop", func(http.ResponseWriter, *http.Request) {
+		if pf != nil {
+			pprof.StopCPUProfile()
+			pf.Close()
+			pf = nil
+		}
+	})
+	return mux
+}
+
+// proc is a child process: one of ours or a proxy.
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// stop closes our child's stdin or signals a proxy, and kills it if it
+// has not ended within 3 seconds.
+func (p *proc) stop() {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	if p.stdin != nil {
+		p.stdin.Close()
+	} else {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// pinned prefixes argv with taskset -c core when pin is set.
+func pinned(pin bool, core string, argv ...string) []string {
+	if !pin {
+		return argv
+	}
+	return append([]string{"taskset", "-c", core}, argv...)
+}
+
+// child is a started bench child: its serving and control addresses and
+// its GOMAXPROCS.
+type child struct {
+	*proc
+	addr, ctl  string
+	gomaxprocs int
+}
+
+// startChild starts this program as a bench child with env added (and
+// GOMAXPROCS removed) and reads its addresses.
+func startChild(pin bool, env ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	argv := pinned(pin, "0", exe, "bench", "gateway")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(s string) bool { return strings.HasPrefix(s, "GOMAXPROCS=") })
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, stdin: stdin}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("bench child: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		p.stop()
+		return nil, fmt.Errorf("bench child said %q", line)
+	}
+	n, _ := strconv.Atoi(f[2])
+	return &child{proc: p, addr: f[0], ctl: f[1], gomaxprocs: n}, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// errProxyMissing is startProxy's answer for a proxy not installed.
+var errProxyMissing = errors.New("not installed")
+
+// startProxy writes a plain-proxy config for name (nginx, haproxy or
+// caddy) in dir/name, starts it on a free port in front of upstream and
+// waits until it takes connections.
+func startProxy(name, dir, upstream string, pin bool) (*proc, string, error) {
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/" + name); serr != nil {
+			return nil, "", errProxyMissing
+		}
+		bin = "/usr/sbin/" + name
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	pdir := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Join(pdir, "tmp"), 0o755); err != nil {
+		return nil, "", err
+	}
+	conf, argv := proxyConfig(name, bin, pdir, addr, upstream)
+	if err := os.WriteFile(filepath.Join(pdir, "proxy.conf"), []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	argv = pinned(pin, "0", argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = pdir
+	cmd.Env = append(os.Environ(), "HOME="+pdir, "XDG_DATA_HOME="+pdir, "XDG_CONFIG_HOME="+pdir)
+	var logBuf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	// nginx's workers keep the output pipe open after their master ends.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	p := &proc{cmd: cmd}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return p, addr, nil
+		}
+		if time.Now().After(deadline) || (cmd.ProcessState != nil) {
+			p.stop()
+			return nil, "", fmt.Errorf("did not start: %s", strings.TrimSpace(logBuf.String()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// proxyConfig is name's config file, serving addr in front of upstream
+// from pdir, and the command line that runs bin on it.
+func proxyConfig(name, bin, pdir, addr, upstream string) (string, []string) {
+	confFile := filepath.Join(pdir, "proxy.conf")
+	switch name {
+	case "nginx":
+		user := ""
+		if os.Geteuid() == 0 {
+			user = "user root;\n"
+		}
+		t := filepath.Join(pdir, "tmp")
+		return user + `worker_processes 1;
+daemon off;
+master_process on;
+pid ` + pdir + `/nginx.pid;
+error_log ` + pdir + `/error.log warn;
+events { worker_connections 8192; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path ` + t + `/body; proxy_temp_path ` + t + `/proxy; fastcgi_temp_path ` + t + `/fcgi;
+  uwsgi_temp_path ` + t + `/uwsgi; scgi_temp_path ` + t + `/scgi;
+  keepalive_requests 1000000;
+  upstream replica { server ` + upstream + `; keepalive 1024; keepalive_requests 1000000; }
+  server {
+    listen ` + addr + `;
+    location / {
+      proxy_pass http://replica;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`, []string{bin, "-e", pdir + "/error.log", "-p", pdir, "-c", confFile}
+	case "haproxy":
+		return `global
+  maxconn 4000
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend f
+  bind ` + addr + `
+  default_backend b
+backend b
+  server replica ` + upstream + ` maxconn 4000
+`, []string{bin, "-db", "-f", confFile}
+	case "caddy":
+		return `{
+	admin off
+	auto_https off
+	log default {
+		output discard
+	}
+}
+http://` + addr + ` {
+	reverse_proxy ` + upstream + ` {
+		flush_interval -1
+	}
+}
+`, []string{bin, "run", "--adapter", "caddyfile", "--config", confFile}
+	}
+	return "", nil
+}
+
+// gatewayBench is one run of the gateway benchmark: the paths it measures
+// and what it has measured so far.
+type gatewayBench struct {
+	cfg    Config
+	res    GatewayResult
+	s      *scratch
+	pin    bool
+	direct string // the first replica's address
+	gw, rp *child
+	key    string
+	client *http.Client
+	// order is the paths present, in the order of a round's first turn.
+	order  []string
+	paired []time.Duration
+	// sse is the streams' numbers direct, through the gateway and
+	// through the reverse proxy.
+	sse [3]sseStats
+}
+
+// measureGateway starts two replicas, NATS with the routes and a key, the
+// gateway and the bare reverse proxy as children and the installed
+// proxies, then runs the rounds: each measures every path at concurrency
+// 1 (in turn), at 64 (one after the other) and with SSE streams.
+func measureGateway(ctx context.Context, cfg Config) (GatewayResult, error) {
+	began := time.Now()
+	b := &gatewayBench{cfg: cfg, res: GatewayResult{Name: "gateway", Paths: map[string]*GatewayPath{}, Skipped: map[string]string{}, Rounds: rounds,
+		Cores: runtime.NumCPU(), SSEStreams: sseStreams, SSEEvents: sseEvents,
+		SSEEventGapMs: ms(sseEventGap), SSEStallMs: ms(sseStall)}}
+	s, err := newScratch("mp-bench-gw-")
+	if err != nil {
+		return b.res, err
+	}
+	defer s.close()
+	b.s = s
+	b.pin = pinSelf()
+	b.res.Pinned = b.pin
+	b.res.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	if err := b.start(ctx); err != nil {
+		return b.res, err
+	}
+	for round := range rounds {
+		if err := b.round(ctx, round); err != nil {
+			return b.res, err
+		}
+	}
+	b.summarize(began)
+	return b.res, nil
+}
+
+// pinSelf moves this process (load generator, replicas, NATS) off core 0,
+// which the proxies and the gateway get, where taskset is installed and
+// there are two cores or more; it reports whether it did.
+func pinSelf() bool {
+	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
+		return false
+	}
+	others := fmt.Sprintf("1-%d", runtime.NumCPU()-1)
+	if err := exec.Command("taskset", "-a", "-p", "-c", others, strconv.Itoa(os.Getpid())).Run(); err != nil {
+		return false
+	}
+	runtime.GOMAXPROCS(runtime.NumCPU() - 1)
+	return true
+}
+
+// start brings up everything the rounds measure and waits until every
+// path answers.
+func (b *gatewayBench) start(ctx context.Context) error {
+	// The replica: two listeners, so each version has two replicas.
+	var replicas []string
+	for range 2 {
+		addr, err := b.s.serve(replica())
+		if err != nil {
+			return err
+		}
+		replicas = append(replicas, addr)
+	}
+	b.direct = replicas[0]
+	natsURL, js, err := b.s.nats(ctx)
+	if err != nil {
+		return err
+	}
+	if err := putRoutes(ctx, js, replicas); err != nil {
+		return err
+	}
+	if b.key, err = putKey(ctx, js); err != nil {
+		return err
+	}
+	if err := b.startPaths(natsURL); err != nil {
+		return err
+	}
+	b.client = loadClient(b.s, 8192, 4096)
+	return b.waitPaths(ctx)
+}
+
+// putRoutes writes the predict and chat endpoints' routing entries: a
+// stable and a canary version at 90/10, each on every replica.
+func putRoutes(ctx context.Context, js jetstream.JetStream, replicas []string) error {
+	routes, err := js.KeyValue(ctx, proto.BucketRoutes)
+	if err != nil {
+		return err
+	}
+	versions := func() []proto.RouteVersion {
+		var vs []proto.RouteVersion
+		for i, name := range []string{"stable", "canary"} {
+			v := proto.RouteVersion{Name: name, Weight: []int{90, 10}[i]}
+			for j, a := range replicas {
+				v.Replicas = append(v.Replicas, proto.RouteReplica{ID: fmt.Sprintf("%s-%d", name, j), Addr: a})
+			}
+			vs = append(vs, v)
+		}
+		return vs
+	}
+	for _, rt := range []proto.Route{
+		{Endpoint: predictEndpoint, Team: "bench", Task: "classification", Generation: 1, Versions: versions(),
+			InputSchema: json.RawMessage(predictSchema), FeatureNames: []string{"amount", "country"}, SamplingRate: 0.01},
+		{Endpoint: chatEndpoint, Team: "bench", Task: "llm", Generation: 1, Versions: versions(), SamplingRate: 0.01},
+	} {
+		b, _ := json.Marshal(rt)
+		if _, err := routes.Put(ctx, rt.Endpoint, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startPaths starts the gateway and the bare reverse proxy, each its own
+// process, and the installed proxies, and names every path's URL.
+func (b *gatewayBench) startPaths(natsURL string) error {
+	gw, err := startChild(b.pin, childEnv+"=gateway", childNATSEnv+"="+natsURL)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	b.s.onClose(gw.stop)
+	b.gw, b.res.GatewayGOMAXPROCS = gw, gw.gomaxprocs
+	rp, err := startChild(b.pin, childEnv+"=reverseproxy", childUpstreamEnv+"="+b.direct)
+	if err != nil {
+		return fmt.Errorf("reverse proxy: %w", err)
+	}
+	b.s.onClose(rp.stop)
+	b.rp = rp
+	b.res.Paths["direct"] = &GatewayPath{url: "http://" + b.direct + "/predict"}
+	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict"}
+	b.res.Paths["reverseproxy"] = &GatewayPath{url: "http://" + rp.addr + "/predict"}
+	for _, name := range []string{"nginx", "haproxy", "caddy"} {
+		p, addr, err := startProxy(name, b.s.dir, b.direct, b.pin)
+		if err != nil {
+			b.res.Skipped[name] = err.Error()
+			continue
+		}
+		b.s.onClose(p.stop)
+		b.res.Paths[name] = &GatewayPath{url: "http://" + addr + "/predict"}
+	}
+	b.order = []string{"direct", "gateway", "reverseproxy", "nginx", "haproxy", "caddy"}
+	b.order = slices.DeleteFunc(b.order, func(n string) bool { return b.res.Paths[n] == nil })
+	return nil
+}
+
+// post sends body to u as a prediction with the key.
+func (b *gatewayBench) post(ctx context.Context, u, body string) error {
+	_, err := predict(ctx, b.client, b.key, u, body)
+	return err
+}
+
+// waitPaths waits until every path answers (the gateway loads its table
+// and key).
+func (b *gatewayBench) waitPaths(ctx context.Context) error {
+	for _, n := range b.order {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			err := b.post(ctx, b.res.Paths[n].url, predictIn)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s never answered: %w", n, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// round measures every path once at c1, c64 and with SSE, starting each
+// phase from a path further along the order than the last round did.
+func (b *gatewayBench) round(ctx context.Context, round int) error {
+	rot := append(slices.Clone(b.order[round%len(b.order):]), b.order[:round%len(b.order)]...)
+	b.c1(ctx, rot)
+	last := round == rounds-1 && b.cfg.Profile != ""
+	for _, n := range rot {
+		p := b.res.Paths[n]
+		abs, err := b.profiled(ctx, last && n == "gateway", b.cfg.Profile, func() {
+			lat, errs, secs := b.load(ctx, p.url, 64)
+			p.c64 = append(p.c64, lat...)
+			p.ErrorsC64 += errs
+			p.c64Sec += secs
+		})
+		if err != nil {
+			return err
+		}
+		if abs != "" {
+			b.res.Profile = abs
+		}
+	}
+	// SSE: direct, through the gateway and through the bare reverse
+	// proxy (the floor of a net/http proxy), rotating which goes first.
+	urls := [3]string{"http://" + b.direct + "/v1/chat/completions", "http://" + b.gw.addr + "/v1/endpoints/" + chatEndpoint + "/chat/completions",
+		"http://" + b.rp.addr + "/v1/chat/completions"}
+	for i := range 3 {
+		k := (i + round) % 3
+		if _, err := b.profiled(ctx, last && k == 1, b.cfg.Profile+".sse", func() {
+			streams(ctx, b.client, b.key, urls[k], &b.sse[k])
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// c1 sends one request to every path in turn until c1Time is over, so all
+// see the same moments, and pairs the gateway's time with the direct one.
+func (b *gatewayBench) c1(ctx context.Context, rot []string) {
+	end := time.Now().Add(c1Time)
+	for time.Now().Before(end) {
+		var dDirect, dGW time.Duration
+		for _, n := range rot {
+			p := b.res.Paths[n]
+			t0 := time.Now()
+			err := b.post(ctx, p.url, predictIn)
+			d := time.Since(t0)
+			if err != nil {
+				p.ErrorsC1++
+				continue
+			}
+			p.c1 = append(p.c1, d)
+			switch n {
+			case "direct":
+				dDirect = d
+			case "gateway":
+				dGW = d
+			}
+		}
+		if dDirect > 0 && dGW > 0 {
+			b.paired = append(b.paired, dGW-dDirect)
+		}
+	}
+}
+
+// profiled runs f, under a CPU profile of the gateway child written to
+// file when on, and returns the profile's absolute path (empty when off).
+func (b *gatewayBench) profiled(ctx context.Context, on bool, file string, f func()) (string, error) {
+	if !on {
+		f()
+		return "", nil
+	}
+	abs, _ := filepath.Abs(file)
+	if err := b.post(ctx, "http://"+b.gw.ctl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
+		return "", fmt.Errorf("start profile: %w", err)
+	}
+	f()
+	_ = b.post(ctx, "http://"+b.gw.ctl+"/stop", "")
+	return abs, nil
+}
+
+// load drives u with n concurrent clients for c64Time after an unmeasured
+// warm-up and returns the latencies, errors and seconds.
+func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Duration, int, float64) {
+	start := time.Now().Add(c64Warmup)
+	end := start.Add(c64Time)
+	var mu sync.Mutex
+	var all []time.Duration
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, 4096)
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					break
+				}
+				err := b.post(ctx, u, predictIn)
+				if t0.Before(start) {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all, int(errs.Load()), time.Since(start).Seconds()
+}
+
+// summarize turns the samples into the result's figures and targets.
+func (b *gatewayBench) summarize(began time.Time) {
+	res := &b.res
+	for _, p := range res.Paths {
+		p.RequestsC1, p.RequestsC64 = len(p.c1), len(p.c64)
+		p.P50MsC1, p.P99MsC1 = percentile(p.c1, 0.50), percentile(p.c1, 0.99)
+		p.P99MsC64 = percentile(p.c64, 0.99)
+		if p.c64Sec > 0 {
+			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
+		}
+	}
+	g := res.Paths["gateway"]
+	res.AddedP99MsC1 = round3(g.P99MsC1 - res.Paths["direct"].P99MsC1)
+	res.AddedP99PairedMsC1 = round3(percentile(b.paired, 0.99))
+	res.RPSC64 = float64(int(g.RPSC64))
+	ratio := func(n string) *float64 {
+		p := res.Paths[n]
+		if p == nil || p.RPSC64 == 0 {
+			return nil
+		}
+		r := round3(g.RPSC64 / p.RPSC64)
+		return &r
+	}
+	if r := ratio("reverseproxy"); r != nil {
+		res.RatioReverseProxy = *r
+	}
+	res.RatioCaddy, res.RatioNginx, res.RatioHAProxy = ratio("caddy"), ratio("nginx"), ratio("haproxy")
+	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
+	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)
+	res.SSEGatewayTTFTP99 = percentile(gw.ttft, 0.99)
+	res.SSEAddedTTFTP99Ms = round3(res.SSEGatewayTTFTP99 - res.SSEDirectTTFTP99Ms)
+	res.SSEReverseProxyTTFTP99Ms = percentile(rp.ttft, 0.99)
+	res.SSEReverseProxyAddedTTFTP99Ms = round3(res.SSEReverseProxyTTFTP99Ms - res.SSEDirectTTFTP99Ms)
+	res.SSEReverseProxyStalls = rp.stalls
+	res.SSEStalls, res.SSEErrors, res.SSECompleted = gw.stalls, gw.errors, gw.completed
+	res.SSEMaxGapMs = ms(gw.maxGap)
+	res.Seconds = round3(time.Since(began).Seconds())
+	met := func(r *float64, min float64) bool { return r != nil && *r >= min }
+	res.TargetsMet = map[string]bool{
+		"added_p99_c1_at_most_0.5ms":       res.AddedP99MsC1 <= 0.5,
+		"rps_at_least_1x_reverseproxy":     res.RatioReverseProxy >= 1,
+		"rps_at_least_1x_caddy":            met(res.RatioCaddy, 1),
+		"rps_at_least_0.5x_nginx":          met(res.RatioNginx, 0.5),
+		"sse_added_ttft_p99_at_most_0.3ms": res.SSEAddedTTFTP99Ms <= 0.3,
+		"sse_no_stalls":                    res.SSEStalls == 0 && res.SSEErrors == 0,
+	}
+}
+
+// sseStats is one path's streams, over all rounds.
+type sseStats struct {
+	mu                        sync.Mutex
+	ttft                      []time.Duration
+	maxGap                    time.Duration
+	stalls, errors, completed int
+}
+
+// streams keeps sseStreams streams open at once for sseTime: every worker
+// opens a stream, reads it to its end and opens the next, the workers'
+// first starts spread over one stream's length.
+func streams(ctx context.Context, client *http.Client, key, u string, st *sseStats) {
+	streamLen := time.Duration(sseEvents-1) * sseEventGap
+	end := time.Now().Add(sseTime)
+	var wg sync.WaitGroup
+	for w := range sseStreams {
+		wg.Go(func() {
+			time.Sleep(streamLen * time.Duration(w) / sseStreams)
+			for time.Now().Before(end) {
+				ttft, gap, ok, err := stream(ctx, client, key, u)
+				st.mu.Lock()
+				switch {
+				case err != nil:
+					st.errors++
+				default:
+					st.ttft = append(st.ttft, ttft)
+					st.maxGap = max(st.maxGap, gap)
+					if !ok || gap >= sseStall {
+						st.stalls++
+					} else {
+						st.completed++
+					}
+				}
+				st.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// stream reads one stream: time to the first event, the longest wait
+// between two events, and whether all events and [DONE] came.
+func stream(ctx context.Context, client *http.Client, key, u string) (time.Duration, time.Duration, bool, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(chatIn))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+key)
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return 0, 0, false, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	var ttft, gap time.Duration
+	last := t0
+	events, done := 0, false
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data:")) {
+			now := time.Now()
+			if events == 0 {
+				ttft = now.Sub(t0)
+			} else {
+				gap = max(gap, now.Sub(last))
+			}
+			last = now
+			if bytes.Contains(line, []byte("[DONE]")) {
+				done = true
+			} else {
+				events++
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	return ttft, gap, done && events == sseEvents, nil
+}

@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/agent/proto"
+	"modelplane/billing"
+	"modelplane/db"
+	"modelplane/ingest"
+)
+
+// IngestResult is what `modelplane bench ingest` prints.
+type IngestResult struct {
+	Name string `json:"name"`
+	// RowsPerS is rows stored in ClickHouse per second in the burst phase,
+	// from the agents' first publish to the insert that stored the last row.
+	RowsPerS float64 `json:"rows_per_s"`
+	// LagP99S is the 99th percentile, over the burst's batches, of the time
+	// from an agent's publish call to ClickHouse accepting the insert that
+	// stored the batch (the consumer acks right after). The agents publish
+	// faster than the consumer stores, so this is mostly the time to drain
+	// the burst: it grows with its length (SimSeconds).
+	LagP99S float64 `json:"lag_p99_s"`
+	// RawPublishRowsPerS is the same agents publishing the same batches
+	// into a scratch stream with nothing consuming it: JetStream's own
+	// ceiling on this machine.
+	RawPublishRowsPerS float64 `json:"raw_publish_rows_per_s"`
+
+	LagP50S float64 `json:"lag_p50_s"`
+	// RealtimeLagP99S is the same lag with the fleet publishing at its real
+	// pace, every agent one batch a second, for RealtimeSeconds: what an
+	// operator sees in production.
+	RealtimeLagP99S float64 `json:"realtime_lag_p99_s"`
+	// VsRawPublish is RowsPerS over RawPublishRowsPerS.
+	VsRawPublish float64 `json:"vs_raw_publish"`
+	// BurstPublishRowsPerS is how fast the agents published in the burst
+	// phase, with the consumer running beside them.
+	BurstPublishRowsPerS float64         `json:"burst_publish_rows_per_s"`
+	Rows                 int             `json:"rows"`
+	Batches              int             `json:"batches"`
+	Nodes                int             `json:"nodes"`
+	GPUs                 int             `json:"gpus"`
+	Allocations          int             `json:"allocations"`
+	SimSeconds           int             `json:"sim_seconds"`
+	RealtimeSeconds      int             `json:"realtime_seconds"`
+	Seconds              float64         `json:"seconds"`
+	GOMAXPROCS           int             `json:"gomaxprocs"`
+	TargetsMet           map[string]bool `json:"targets_met"`
+}
+
+// The usage fleet: 250 nodes of 8 GPUs, every GPU split into seven MIG
+// 1g.10gb slices, so 14,000 allocations, each reporting every second.
+const (
+	usageNodes   = 250
+	gpusPerNode  = 8
+	slicesPerGPU = 7
+	burstSeconds = 60
+	paceSeconds  = 10
+	// maxInFlight bounds each agent's unacknowledged publishes: 250
+	// agents × 16 × 16 KB stays under the 128 MiB a stream queues before
+	// JetStream answers 429.
+	maxInFlight = 16
+)
+
+// The phases whose lags the consumer records.
+const (
+	burstPhase = iota
+	pacePhase
+)
+
+func runIngest(ctx context.Context, cfg Config, out io.Writer) error {
+	res, err := measureIngest(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return emit(out, cfg.JSON, res, "ingest: %.0f rows/s end to end (%.2fx the raw publish rate of %.0f rows/s), lag p50 %.2f s, p99 %.2f s (at real pace p99 %.2f s); %d rows from %d allocations over %d simulated seconds\n",
+		res.RowsPerS, res.VsRawPublish, res.RawPublishRowsPerS, res.LagP50S, res.LagP99S, res.RealtimeLagP99S, res.Rows, res.Allocations, res.SimSeconds)
+}
+
+// measureIngest starts PostgreSQL (rates), ClickHouse and an embedded NATS
+// with file storage, all private to the run. 250 agents, one NATS
+// connection each, publish their node's records with async JetStream
+// publishes: 60 simulated seconds as fast as they can, first into a scratch
+// stream nobody reads (the raw publish rate) and then into MP_USAGE while
+// the ingest consumer runs beside them (the burst); then 10 more seconds at
+// the real pace of one batch per agent per second. The batches are encoded
+// beforehand so that every phase times the pipeline, not the generator.
+// The run fails unless ClickHouse ends with exactly the rows published.
+func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
+	s, err := newScratch("mp-bench-ingest-")
+	if err != nil {
+		return IngestResult{}, err
+	}
+	defer s.close()
+	pool, err := s.postgres(ctx)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	ch, err := s.clickhouse(ctx)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	url, js, err := s.nats(ctx)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	fleet := newUsageFleet(burstSeconds + paceSeconds)
+	burst := fleet.rows(0, burstSeconds)
+	res := IngestResult{Name: "ingest", Rows: burst, Batches: usageNodes * burstSeconds, Nodes: usageNodes, GPUs: usageNodes * gpusPerNode,
+		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds,
+		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
+		return res, err
+	}
+	lags := newLagTracker(fleet)
+	if err := startUsage(ctx, s, js, ch, pool, lags, cfg.Profile); err != nil {
+		return res, err
+	}
+	elapsed, err := publishPhases(ctx, url, fleet, lags, &res)
+	if err != nil {
+		return res, err
+	}
+	var count uint64
+	if err := ch.QueryRow(ctx, "SELECT count() FROM gpu_usage").Scan(&count); err != nil {
+		return res, err
+	}
+	if all := fleet.rows(0, burstSeconds+paceSeconds); count != uint64(all) {
+		return res, fmt.Errorf("gpu_usage holds %d rows, %d were published", count, all)
+	}
+	res.Seconds = elapsed.Seconds()
+	res.RowsPerS = float64(burst) / elapsed.Seconds()
+	res.VsRawPublish = res.RowsPerS / res.RawPublishRowsPerS
+	lags.mu.Lock()
+	res.LagP50S = quantile(lags.lags[burstPhase], 0.50).Seconds()
+	res.LagP99S = quantile(lags.lags[burstPhase], 0.99).Seconds()
+	res.RealtimeLagP99S = quantile(lags.lags[pacePhase], 0.99).Seconds()
+	lags.mu.Unlock()
+	res.TargetsMet = map[string]bool{
+		"rows_per_s_at_least_100000":     res.RowsPerS >= 100_000,
+		"at_least_half_raw_publish_rate": res.VsRawPublish >= 0.5,
+		"lag_p99_under_5s":               res.LagP99S < 5,
+	}
+	return res, nil
+}
+
+// rawPublishRate publishes the burst into a scratch stream with
+// MP_USAGE's settings that nothing consumes, and returns the rows per
+// second: JetStream's own ceiling on this machine.
+func rawPublishRate(ctx context.Context, js jetstream.JetStream, url string, fleet *usageFleet) (float64, error) {
+	const scratch = "BENCH_RAW"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: scratch, Subjects: []string{"bench.raw.>"}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Minute}); err != nil {
+		return 0, fmt.Errorf("scratch stream: %w", err)
+	}
+	raw, err := fleet.publish(ctx, url, func(node string) string { return "bench.raw." + node }, 0, burstSeconds, 0, nil)
+	if err != nil {
+		return 0, fmt.Errorf("raw publish: %w", err)
+	}
+	rate := float64(fleet.rows(0, burstSeconds)) / raw.Seconds()
+	return rate, js.DeleteStream(ctx, scratch)
+}
+
+// startUsage starts the ingest consumer, which reports every insert to
+// lags, and the CPU profile (profile, when set) beside it; both stop with s.
+func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) error {
+	u, err := ingest.NewUsage(ingest.UsageConfig{
+		JS: js, CH: ch, Log: slog.New(slog.DiscardHandler),
+		LoadRates:   func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
+		AfterInsert: lags.inserted,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.profile(profile); err != nil {
+		return err
+	}
+	if err := u.Start(ctx); err != nil {
+		return err
+	}
+	s.onClose(u.Stop)
+	return nil
+}
+
+// publishPhases publishes the burst and then the real pace into MP_USAGE,
+// waiting after each until the consumer stored every batch, and returns
+// the burst's time from its first publish to its last insert.
+func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lagTracker, res *IngestResult) (time.Duration, error) {
+	start := time.Now()
+	pub, err := fleet.publish(ctx, url, proto.UsageSubject, 0, burstSeconds, 0, lags.stamp)
+	if err != nil {
+		return 0, fmt.Errorf("publish: %w", err)
+	}
+	res.BurstPublishRowsPerS = float64(res.Rows) / pub.Seconds()
+	if err := lags.wait(ctx, burstPhase); err != nil {
+		return 0, err
+	}
+	lags.mu.Lock()
+	elapsed := lags.lastDone[burstPhase].Sub(start)
+	lags.mu.Unlock()
+	if _, err := fleet.publish(ctx, url, proto.UsageSubject, burstSeconds, burstSeconds+paceSeconds, time.Second, lags.stamp); err != nil {
+		return 0, fmt.Errorf("publish: %w", err)
+	}
+	return elapsed, lags.wait(ctx, pacePhase)
+}
+
+// lagTracker times each batch from its publish call to the insert that
+// stored it, by phase, and says when a phase's batches are all stored.
+type lagTracker struct {
+	fleet     *usageFleet
+	published []atomic.Int64 // publish call, Unix ns, by batch index
+
+	mu       sync.Mutex
+	lags     [2][]time.Duration
+	lastDone [2]time.Time
+	done     [2]chan struct{}
+	want     [2]int
+}
+
+func newLagTracker(fleet *usageFleet) *lagTracker {
+	return &lagTracker{fleet: fleet, published: make([]atomic.Int64, len(fleet.ids)),
+		done: [2]chan struct{}{make(chan struct{}), make(chan struct{})},
+		want: [2]int{usageNodes * burstSeconds, usageNodes * paceSeconds}}
+}
+
+// stamp records batch i's publish call.
+func (t *lagTracker) stamp(i int) { t.published[i].Store(time.Now().UnixNano()) }
+
+// inserted is the consumer's AfterInsert: ids were just stored.
+func (t *lagTracker) inserted(ids []string) error {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		i := t.fleet.index[id]
+		phase := burstPhase
+		if t.fleet.second(i) >= burstSeconds {
+			phase = pacePhase
+		}
+		t.lags[phase] = append(t.lags[phase], now.Sub(time.Unix(0, t.published[i].Load())))
+		if len(t.lags[phase]) == t.want[phase] {
+			t.lastDone[phase] = now
+			close(t.done[phase])
+		}
+	}
+	return nil
+}
+
+// wait returns once every batch of phase is stored, or fails after five
+// minutes.
+func (t *lagTracker) wait(ctx context.Context, phase int) error {
+	select {
+	case <-t.done[phase]:
+		return nil
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("ingest: batches still missing after 5 minutes (phase %d)", phase)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// usageFleet is every batch of the run, encoded, by node and second.
+type usageFleet struct {
+	nodes   []string
+	seconds int
+	batches [][][]byte // node → second → JSON
+	ids     []string   // batch index (node-major) → id
+	index   map[string]int
+	records int // per batch
+}
+
+func (f *usageFleet) rows(from, to int) int { return len(f.nodes) * (to - from) * f.records }
+
+func (f *usageFleet) second(i int) int { return i % f.seconds }
+
+// newUsageFleet encodes every batch of seconds seconds, the first one
+// burstSeconds ago.
+func newUsageFleet(seconds int) *usageFleet {
+	f := &usageFleet{seconds: seconds, index: make(map[string]int), records: gpusPerNode * slicesPerGPU}
+	t0 := time.Now().Add(-time.Duration(burstSeconds) * time.Second).Unix()
+	for n := range usageNodes {
+		node := fmt.Sprintf("gpu-node-%03d", n)
+		gpuType := "A100-80GB"
+		if n%2 == 1 {
+			gpuType = "H100-80GB"
+		}
+		f.nodes = append(f.nodes, node)
+		perNode := make([][]byte, seconds)
+		for s := range seconds {
+			t := t0 + int64(s)
+			b := proto.UsageBatch{ID: fmt.Sprintf("%s/%d/0", node, t), Node: node, Records: make([]proto.Usage, 0, f.records)}
+			for g := range gpusPerNode {
+				for sl := range slicesPerGPU {
+					ep := (n*gpusPerNode*slicesPerGPU + g*slicesPerGPU + sl) % 1000
+					b.Records = append(b.Records, proto.Usage{Time: t, Node: node, GPU: g, Slice: sl, GPUType: gpuType, Profile: "mig-1g.10gb",
+						Team: fmt.Sprintf("team-%d", ep%50), Endpoint: fmt.Sprintf("endpoint-%d", ep), Model: fmt.Sprintf("model-%d", ep), Version: "v10",
+						Replica: fmt.Sprintf("endpoint-%d-%s-%d-%d", ep, node, g, sl), UtilPct: float64((s*7+g*13+sl*3)%100) + 0.5,
+						MemoryMB: int64(4000 + (s*11+sl)%6000), Requests: int64((s*31 + g*7 + sl) % 40)})
+				}
+			}
+			data, err := json.Marshal(b)
+			if err != nil {
+				panic(err) // plain structs always encode
+			}
+			perNode[s] = data
+			f.index[b.ID] = len(f.ids)
+			f.ids = append(f.ids, b.ID)
+		}
+		f.batches = append(f.batches, perNode)
+	}
+	return f
+}
+
+// publish runs one agent per node, each with its own NATS connection,
+// publishing its node's batches for seconds [from, to) with async
+// publishes, one every pace (0: as fast as it can), and returns the time
+// from the first publish to the last acknowledgement. onPublish, when set,
+// is called with a batch's index just before its publish.
+func (f *usageFleet) publish(ctx context.Context, url string, subject func(node string) string, from, to int, pace time.Duration, onPublish func(i int)) (time.Duration, error) {
+	conns := make([]jetstream.JetStream, len(f.nodes))
+	for i := range conns {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return 0, err
+		}
+		defer nc.Close()
+		if conns[i], err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxInFlight)); err != nil {
+			return 0, err
+		}
+	}
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	fail := func(err error) { errOnce.Do(func() { first = err }) }
+	start := time.Now()
+	for n, node := range f.nodes {
+		wg.Go(func() {
+			js := conns[n]
+			subj := subject(node)
+			futures := make([]jetstream.PubAckFuture, 0, to-from)
+			for s := from; s < to; s++ {
+				if pace > 0 {
+					select {
+					case <-time.After(time.Until(start.Add(time.Duration(s-from) * pace))):
+					case <-ctx.Done():
+						fail(ctx.Err())
+						return
+					}
+				}
+				i := n*f.seconds + s
+				if onPublish != nil {
+					onPublish(i)
+				}
+				fut, err := js.PublishAsync(subj, f.batches[n][s], jetstream.WithMsgID(f.ids[i]), jetstream.WithStallWait(time.Minute))
+				if err != nil {
+					fail(err)
+					return
+				}
+				futures = append(futures, fut)
+			}
+			for _, fut := range futures {
+				select {
+				case <-fut.Ok():
+				case err := <-fut.Err():
+					fail(err)
+					return
+				case <-ctx.Done():
+					fail(ctx.Err())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
