@@ -267,6 +267,30 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 	return items, nil
 }
 
+const endpointLockForRoute = `-- name: EndpointLockForRoute :one
+SELECT name FROM endpoints WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// The routing lock of one endpoint (package route): its row, held until the
+// transaction ends. Endpoint updates take the same row lock, so they
+// serialise with routing-entry writes too.
+func (q *Queries) EndpointLockForRoute(ctx context.Context, id int64) (string, error) {
+	row := q.db.QueryRow(ctx, endpointLockForRoute, id)
+	var name string
+	err := row.Scan(&name)
+	return name, err
+}
+
+const endpointLockForRoutes = `-- name: EndpointLockForRoutes :exec
+SELECT id FROM endpoints ORDER BY id FOR NO KEY UPDATE
+`
+
+// The routing lock of every endpoint, in id order, for the reconciler's pass.
+func (q *Queries) EndpointLockForRoutes(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, endpointLockForRoutes)
+	return err
+}
+
 const endpointSetPlacement = `-- name: EndpointSetPlacement :exec
 UPDATE endpoints e SET status = u.status, placement_error = u.placement_error
 FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS status,

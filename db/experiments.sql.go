@@ -59,6 +59,48 @@ func (q *Queries) ExperimentDelete(ctx context.Context, arg ExperimentDeletePara
 	return result.RowsAffected(), nil
 }
 
+const experimentListForRoute = `-- name: ExperimentListForRoute :many
+SELECT x.endpoint_id, x.name, v.name AS version, a.share
+FROM experiments x
+JOIN experiment_arms a ON a.endpoint_id = x.endpoint_id
+JOIN model_versions v ON v.id = a.version_id
+WHERE x.endpoint_id = $1
+ORDER BY v.name
+`
+
+type ExperimentListForRouteRow struct {
+	EndpointID int64
+	Name       string
+	Version    string
+	Share      int32
+}
+
+// ExperimentListForRoutes for one endpoint, with the same columns.
+func (q *Queries) ExperimentListForRoute(ctx context.Context, endpointID int64) ([]ExperimentListForRouteRow, error) {
+	rows, err := q.db.Query(ctx, experimentListForRoute, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ExperimentListForRouteRow{}
+	for rows.Next() {
+		var i ExperimentListForRouteRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Name,
+			&i.Version,
+			&i.Share,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const experimentListForRoutes = `-- name: ExperimentListForRoutes :many
 SELECT x.endpoint_id, x.name, v.name AS version, a.share
 FROM experiments x

@@ -260,6 +260,84 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 	return items, nil
 }
 
+const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
+SELECT endpoint_id, version_id, name, addr FROM replicas
+WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''
+ORDER BY version_id, id
+`
+
+type ReplicaListReadyForRouteRow struct {
+	EndpointID int64
+	VersionID  int64
+	Name       string
+	Addr       string
+}
+
+// ReplicaListReadyForRoutes for one endpoint, with the same columns.
+func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64) ([]ReplicaListReadyForRouteRow, error) {
+	rows, err := q.db.Query(ctx, replicaListReadyForRoute, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListReadyForRouteRow{}
+	for rows.Next() {
+		var i ReplicaListReadyForRouteRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.VersionID,
+			&i.Name,
+			&i.Addr,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const replicaListReadyForRoutes = `-- name: ReplicaListReadyForRoutes :many
+SELECT endpoint_id, version_id, name, addr FROM replicas
+WHERE state = 'ready' AND addr <> ''
+ORDER BY endpoint_id, version_id, id
+`
+
+type ReplicaListReadyForRoutesRow struct {
+	EndpointID int64
+	VersionID  int64
+	Name       string
+	Addr       string
+}
+
+// The replicas a gateway may send requests to, for package route.
+func (q *Queries) ReplicaListReadyForRoutes(ctx context.Context) ([]ReplicaListReadyForRoutesRow, error) {
+	rows, err := q.db.Query(ctx, replicaListReadyForRoutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListReadyForRoutesRow{}
+	for rows.Next() {
+		var i ReplicaListReadyForRoutesRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.VersionID,
+			&i.Name,
+			&i.Addr,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaNextIDs = `-- name: ReplicaNextIDs :many
 SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, $1::int)
 `

@@ -18,6 +18,17 @@ func (q *Queries) RouteEntryDelete(ctx context.Context, endpoint string) error {
 	return err
 }
 
+const routeEntryGet = `-- name: RouteEntryGet :one
+SELECT endpoint, generation, hash FROM route_entries WHERE endpoint = $1
+`
+
+func (q *Queries) RouteEntryGet(ctx context.Context, endpoint string) (RouteEntry, error) {
+	row := q.db.QueryRow(ctx, routeEntryGet, endpoint)
+	var i RouteEntry
+	err := row.Scan(&i.Endpoint, &i.Generation, &i.Hash)
+	return i, err
+}
+
 const routeEntryList = `-- name: RouteEntryList :many
 SELECT endpoint, generation, hash FROM route_entries
 `

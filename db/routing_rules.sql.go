@@ -116,15 +116,11 @@ func (q *Queries) RoutingRuleListByEndpoint(ctx context.Context, arg RoutingRule
 }
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
-       e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
-       v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate,
-       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at,
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, r.weight, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
-JOIN teams t ON t.id = e.team_id
-JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
 ORDER BY e.id, v.id
 `
@@ -133,29 +129,21 @@ type RoutingRuleListForPlacementRow struct {
 	EndpointID      int64
 	Endpoint        string
 	TeamID          int64
-	Team            string
 	Tier            string
 	InstanceProfile string
 	MinReplicas     int32
-	Model           string
-	Task            string
 	VersionID       int64
 	Version         string
 	GPUCount        int32
 	GPUMemoryMB     int32
 	GPUType         string
 	Weight          int32
-	ShadowPercent   float64
-	InputSchema     []byte
-	FeatureNames    []string
-	SamplingRate    float64
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
 	WokenAt         *time.Time
 	ExperimentArm   bool
 }
 
+// What placement needs of every routed version; the routing entry's own
+// columns are read by package route (RoutingRuleListForRoutes).
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
 	rows, err := q.db.Query(ctx, routingRuleListForPlacement)
 	if err != nil {
@@ -169,27 +157,158 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.EndpointID,
 			&i.Endpoint,
 			&i.TeamID,
-			&i.Team,
 			&i.Tier,
 			&i.InstanceProfile,
 			&i.MinReplicas,
-			&i.Model,
-			&i.Task,
 			&i.VersionID,
 			&i.Version,
 			&i.GPUCount,
 			&i.GPUMemoryMB,
 			&i.GPUType,
 			&i.Weight,
-			&i.ShadowPercent,
+			&i.WokenAt,
+			&i.ExperimentArm,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const routingRuleListForRoute = `-- name: RoutingRuleListForRoute :many
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
+       e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+WHERE r.endpoint_id = $1
+ORDER BY v.id
+`
+
+type RoutingRuleListForRouteRow struct {
+	EndpointID     int64
+	Endpoint       string
+	TeamID         int64
+	Team           string
+	Task           string
+	InputSchema    []byte
+	FeatureNames   []string
+	SamplingRate   float64
+	RateLimitRPS   float64
+	RateLimitBurst int32
+	TimeoutMS      int32
+	MinReplicas    int32
+	VersionID      int64
+	Version        string
+	Weight         int32
+	ShadowPercent  float64
+}
+
+// RoutingRuleListForRoutes for one endpoint. It selects the same columns, so
+// that package route converts its rows into the other query's.
+func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64) ([]RoutingRuleListForRouteRow, error) {
+	rows, err := q.db.Query(ctx, routingRuleListForRoute, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingRuleListForRouteRow{}
+	for rows.Next() {
+		var i RoutingRuleListForRouteRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Endpoint,
+			&i.TeamID,
+			&i.Team,
+			&i.Task,
 			&i.InputSchema,
 			&i.FeatureNames,
 			&i.SamplingRate,
 			&i.RateLimitRPS,
 			&i.RateLimitBurst,
 			&i.TimeoutMS,
-			&i.WokenAt,
-			&i.ExperimentArm,
+			&i.MinReplicas,
+			&i.VersionID,
+			&i.Version,
+			&i.Weight,
+			&i.ShadowPercent,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const routingRuleListForRoutes = `-- name: RoutingRuleListForRoutes :many
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
+       e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+ORDER BY e.id, v.id
+`
+
+type RoutingRuleListForRoutesRow struct {
+	EndpointID     int64
+	Endpoint       string
+	TeamID         int64
+	Team           string
+	Task           string
+	InputSchema    []byte
+	FeatureNames   []string
+	SamplingRate   float64
+	RateLimitRPS   float64
+	RateLimitBurst int32
+	TimeoutMS      int32
+	MinReplicas    int32
+	VersionID      int64
+	Version        string
+	Weight         int32
+	ShadowPercent  float64
+}
+
+// Every routed version with what its endpoint's routing entry carries (the
+// endpoint's columns repeat on each of its versions), for package route.
+func (q *Queries) RoutingRuleListForRoutes(ctx context.Context) ([]RoutingRuleListForRoutesRow, error) {
+	rows, err := q.db.Query(ctx, routingRuleListForRoutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RoutingRuleListForRoutesRow{}
+	for rows.Next() {
+		var i RoutingRuleListForRoutesRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Endpoint,
+			&i.TeamID,
+			&i.Team,
+			&i.Task,
+			&i.InputSchema,
+			&i.FeatureNames,
+			&i.SamplingRate,
+			&i.RateLimitRPS,
+			&i.RateLimitBurst,
+			&i.TimeoutMS,
+			&i.MinReplicas,
+			&i.VersionID,
+			&i.Version,
+			&i.Weight,
+			&i.ShadowPercent,
 		); err != nil {
 			return nil, err
 		}

@@ -71,10 +71,21 @@ var unscoped = map[string]string{
 	"ReplicaDeleteOnLostNodes":    "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",
 	"ReplicaDeleteByNode":         "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",
 	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
-	"ExperimentListForRoutes":     "fleet reconciler: the experiment of every endpoint for its routing entry; no caller",
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
 	"EndpointWake":                "fleet wake intake: a gateway asks for a replica of an endpoint it serves from its routing table; no caller",
 	"BudgetBlockingList":          "fleet reconciler: which endpoints' budgets block new replicas beyond the minimum, across teams; no caller",
+
+	// Routing entries (package route) are written for the platform: by the
+	// fleet reconciler for every endpoint, and by a rollout for the endpoint
+	// id of the rollout row it locked in the same transaction.
+	"EndpointLockForRoute":      "route.Lock/Write: the endpoint id comes from a row the caller already loaded in its transaction; returns only the name",
+	"EndpointLockForRoutes":     "route.WriteAll: the fleet reconciler locks every endpoint's routing entry; no caller, no rows returned",
+	"RoutingRuleListForRoutes":  "route.WriteAll: the routing rules of every endpoint for its routing entry; no caller",
+	"RoutingRuleListForRoute":   "route.Write: one endpoint's rules, by an id the caller already loaded in its transaction",
+	"ReplicaListReadyForRoutes": "route.WriteAll: the ready replicas of every endpoint for its routing entry; no caller",
+	"ReplicaListReadyForRoute":  "route.Write: one endpoint's ready replicas, by an id the caller already loaded in its transaction",
+	"ExperimentListForRoutes":   "route.WriteAll: the experiment of every endpoint for its routing entry; no caller",
+	"ExperimentListForRoute":    "route.Write: one endpoint's experiment, by an id the caller already loaded in its transaction",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",

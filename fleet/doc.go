@@ -2,8 +2,9 @@
 // node agents report (inventory, heartbeats, replica states), turns each
 // endpoint's demand into replicas placed by package placement, marks silent
 // nodes lost and places their replicas elsewhere, and writes the desired state
-// of every node (KV mp_desired) and the routing table of every endpoint (KV
-// mp_routes) to the outbox in the same transaction as the change.
+// of every node (KV mp_desired) and, through package route, the routing
+// table of every endpoint (KV mp_routes) to the outbox in the same
+// transaction as the change.
 //
 // Endpoints with min_replicas 0 are scaled to zero: a gateway's wake request
 // (proto.WakeSubject) gives them one replica per routed version for an idle

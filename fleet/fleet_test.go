@@ -300,12 +300,13 @@ func TestBadHeartbeatsAreRefused(t *testing.T) {
 
 // A version routed at weight 0 (a rollout's candidate before its first
 // step, or after a rollback, kept for inspection) gets its replicas placed
-// like any other, and WriteRoutes inside a caller's transaction publishes a
-// weight change without waiting for a pass.
-func TestWeightZeroVersionGetsReplicasAndWriteRoutes(t *testing.T) {
+// like any other, and its routing entry lists it at weight 0 with them.
+// Writing one endpoint's entry from a rollout is tested in package route.
+func TestWeightZeroVersionGetsReplicas(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.heartbeat(t, "node-a", gpus(0, 2, "A100-80GB", seven1g()))
+	inv := gpus(0, 2, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 1)
 	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "fraud-ep", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2", Weight: 0}}); err != nil {
 		t.Fatal(err)
@@ -313,25 +314,10 @@ func TestWeightZeroVersionGetsReplicasAndWriteRoutes(t *testing.T) {
 	if p := f.reconcile(t); p.Placed != 2 {
 		t.Fatalf("pass = %+v, want a replica of v1 and one of v2 (weight 0)", p)
 	}
-	if _, err := f.pool.Exec(t.Context(), `UPDATE routing_rules SET weight = 100 - weight`); err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	err := db.InTx(t.Context(), f.pool, func(q *db.Queries) error {
-		var err error
-		n, err = fleet.WriteRoutes(t.Context(), q, time.Now())
-		return err
-	})
-	if err != nil || n != 1 {
-		t.Fatalf("WriteRoutes = %d, %v; want the one changed entry", n, err)
-	}
+	f.heartbeat(t, "node-a", inv, ready(f.desired(t, "node-a"))...)
+	f.reconcile(t)
 	rt, _ := f.route(t, "fraud-ep")
-	for _, v := range rt.Versions {
-		if (v.Name == "v2") != (v.Weight == 100) {
-			t.Errorf("route after WriteRoutes = %+v, want v2 at 100 and v1 at 0", rt.Versions)
-		}
-	}
-	if p := f.reconcile(t); p.RoutesWritten != 0 || p.Removed != 0 {
-		t.Errorf("pass after WriteRoutes = %+v, want nothing left to write or remove", p)
+	if len(rt.Versions) != 2 || rt.Versions[1].Name != "v2" || rt.Versions[1].Weight != 0 || len(rt.Versions[1].Replicas) != 1 {
+		t.Errorf("route = %+v, want v2 at weight 0 with its ready replica", rt.Versions)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/db"
 	"modelplane/placement"
+	"modelplane/route"
 )
 
 // Endpoint statuses the reconciler writes.
@@ -82,7 +83,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err != nil {
 			return err
 		}
-		blocking, err := blockingAt(ctx, q, f.now())
+		blocking, err := route.BudgetBlocksAt(ctx, q, f.now())
 		if err != nil {
 			return err
 		}
@@ -111,7 +112,12 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if pass.DesiredWritten, err = writeDesired(ctx, q, reps); err != nil {
 			return err
 		}
-		pass.RoutesWritten, err = writeRoutes(ctx, q, demand, reps, blocking)
+		// WriteAll locks every endpoint's row and reads the routing
+		// rules again: demand may predate a rollout that committed
+		// since, and the entry must carry that rollout's weights. The
+		// locks come last, so a rollout waits at most for the route
+		// writes of a pass, never for its placement.
+		pass.RoutesWritten, err = route.WriteAll(ctx, q, f.now())
 		return err
 	})
 	if err != nil {
@@ -424,134 +430,6 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 			return 0, err
 		}
 		if err := q.NodeSetDesired(ctx, db.NodeSetDesiredParams{ID: n.ID, Generation: gen, DesiredHash: h}); err != nil {
-			return 0, err
-		}
-		written++
-	}
-	return written, nil
-}
-
-// WriteRoutes writes, inside the caller's transaction q, the routing entry
-// of every endpoint whose routing rules changed, under the placement lock a
-// reconcile pass takes. A rollout that moves traffic calls it in the
-// transaction that changes the weights, so the new split reaches the outbox
-// when the change commits instead of at the reconciler's next pass: a
-// rollback leaves the candidate within one relay hop. Replicas are not
-// placed or removed here; the next pass does that. now is the caller's
-// clock: it picks the month whose blocking budgets apply.
-func WriteRoutes(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
-	if err := q.PlacementLock(ctx); err != nil {
-		return 0, fmt.Errorf("write routes: %w", err)
-	}
-	demand, err := q.RoutingRuleListForPlacement(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("write routes: %w", err)
-	}
-	reps, err := q.ReplicaListAll(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("write routes: %w", err)
-	}
-	blocking, err := blockingAt(ctx, q, now)
-	if err != nil {
-		return 0, fmt.Errorf("write routes: %w", err)
-	}
-	n, err := writeRoutes(ctx, q, demand, reps, blocking)
-	if err != nil {
-		return 0, fmt.Errorf("write routes: %w", err)
-	}
-	return n, nil
-}
-
-// writeRoutes writes the routing entry of every endpoint whose versions,
-// weights, ready replicas or budget block changed, and deletes the entries
-// of endpoints that are gone. A scale-to-zero endpoint covered by a
-// blocking budget carries the reason in Blocked, so gateways answer it
-// instead of 202 for a wake that will start nothing.
-func writeRoutes(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
-	blocking []db.BudgetBlockingListRow) (int, error) {
-	ready := map[versionKey][]proto.RouteReplica{}
-	for _, r := range reps {
-		if r.State == proto.StateReady && r.Addr != "" {
-			k := versionKey{r.EndpointID, r.VersionID}
-			ready[k] = append(ready[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr})
-		}
-	}
-	xs, err := q.ExperimentListForRoutes(ctx)
-	if err != nil {
-		return 0, err
-	}
-	experiments := map[int64]*proto.RouteExperiment{}
-	for _, x := range xs {
-		e := experiments[x.EndpointID]
-		if e == nil {
-			e = &proto.RouteExperiment{Name: x.Name}
-			experiments[x.EndpointID] = e
-		}
-		e.Arms = append(e.Arms, proto.RouteArm{Version: x.Version, Share: int(x.Share)})
-	}
-	routes := map[string]*proto.Route{}
-	var names []string
-	for _, d := range demand {
-		rt := routes[d.Endpoint]
-		if rt == nil {
-			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
-				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate, RateLimitRPS: d.RateLimitRPS,
-				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0}
-			if x := experiments[d.EndpointID]; x != nil {
-				rt.Experiment = x
-			}
-			if rt.ScaledToZero {
-				rt.Blocked = blockedBy(blocking, d)
-			}
-			routes[d.Endpoint] = rt
-			names = append(names, d.Endpoint)
-		}
-		rr := ready[versionKey{d.EndpointID, d.VersionID}]
-		if rr == nil {
-			rr = []proto.RouteReplica{}
-		}
-		slices.SortFunc(rr, func(a, b proto.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
-		rt.Versions = append(rt.Versions, proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr})
-	}
-	entries, err := q.RouteEntryList(ctx)
-	if err != nil {
-		return 0, err
-	}
-	old := make(map[string]db.RouteEntry, len(entries))
-	for _, e := range entries {
-		old[e.Endpoint] = e
-	}
-	written := 0
-	for _, name := range names {
-		rt := routes[name]
-		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
-		h := hashOf(rt)
-		prev, had := old[name]
-		if had && prev.Hash == h {
-			continue
-		}
-		rt.Generation = prev.Generation + 1
-		payload, err := json.Marshal(rt)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, name), Payload: payload}); err != nil {
-			return 0, err
-		}
-		if err := q.RouteEntryUpsert(ctx, db.RouteEntryUpsertParams{Endpoint: name, Generation: rt.Generation, Hash: h}); err != nil {
-			return 0, err
-		}
-		written++
-	}
-	for name := range old {
-		if _, ok := routes[name]; ok {
-			continue
-		}
-		// A JSON null tells the relay to delete the key.
-		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, name), Payload: []byte("null")}); err != nil {
-			return 0, err
-		}
-		if err := q.RouteEntryDelete(ctx, name); err != nil {
 			return 0, err
 		}
 		written++

@@ -8,12 +8,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent/proto"
-	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/route"
 )
 
 // DefaultWakeGrace is how long an endpoint with min_replicas 0 keeps its
@@ -65,7 +64,7 @@ func (f *Fleet) woken(d db.RoutingRuleListForPlacementRow, now time.Time) bool {
 // (none beyond the minimum is started; running ones are not stopped); notes
 // says, per endpoint, why the cap held replicas back.
 func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
-	blocking []db.BudgetBlockingListRow) (map[versionKey]int, map[int64]string) {
+	blocking route.BudgetBlocks) (map[versionKey]int, map[int64]string) {
 	now := f.now()
 	have := map[versionKey]int{}
 	for _, r := range reps {
@@ -83,7 +82,7 @@ func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.Rep
 			n = 1
 		}
 		if n > int(d.MinReplicas) {
-			if why := blockedBy(blocking, d); why != "" {
+			if why := blocking.For(d.TeamID, d.EndpointID); why != "" {
 				if capped := max(int(d.MinReplicas), have[k]); capped < n {
 					n = capped
 					notes[d.EndpointID] = fmt.Sprintf("%s; no replica beyond min_replicas %d is started", why, d.MinReplicas)
@@ -93,30 +92,6 @@ func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.Rep
 		want[k] = n
 	}
 	return want, notes
-}
-
-// blockingAt returns the budgets with block enforcement that reached 100
-// percent in the month of now.
-func blockingAt(ctx context.Context, q *db.Queries, now time.Time) ([]db.BudgetBlockingListRow, error) {
-	month := time.Date(now.UTC().Year(), now.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
-	return q.BudgetBlockingList(ctx, pgtype.Date{Time: month, Valid: true})
-}
-
-// blockedBy says which blocking budget covers d's endpoint (its team's or
-// its own), or "" when none does.
-func blockedBy(blocking []db.BudgetBlockingListRow, d db.RoutingRuleListForPlacementRow) string {
-	for _, b := range blocking {
-		if b.TeamID != d.TeamID || (b.EndpointID != nil && *b.EndpointID != d.EndpointID) {
-			continue
-		}
-		who := "team " + b.TeamName
-		if b.EndpointID != nil {
-			who = "endpoint " + b.EndpointName
-		}
-		return fmt.Sprintf("budget exceeded: %s spent $%s of its $%s monthly budget (enforcement block)",
-			who, chargeback.Dollars(b.SpentUusd), chargeback.Dollars(b.MonthlyUusd))
-	}
-	return ""
 }
 
 // wakeQueue bounds the wake requests waiting for the database; beyond it

@@ -54,3 +54,13 @@ UPDATE endpoints e SET woken_at = sqlc.arg(now)::timestamptz
 FROM (SELECT o.id, o.woken_at FROM endpoints o WHERE o.name = @name FOR UPDATE) old
 WHERE e.id = old.id AND (e.woken_at IS NULL OR e.woken_at < sqlc.arg(now)::timestamptz)
 RETURNING old.woken_at AS prev;
+
+-- name: EndpointLockForRoute :one
+-- The routing lock of one endpoint (package route): its row, held until the
+-- transaction ends. Endpoint updates take the same row lock, so they
+-- serialise with routing-entry writes too.
+SELECT name FROM endpoints WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: EndpointLockForRoutes :exec
+-- The routing lock of every endpoint, in id order, for the reconciler's pass.
+SELECT id FROM endpoints ORDER BY id FOR NO KEY UPDATE;

@@ -19,3 +19,12 @@ FROM experiments x
 JOIN experiment_arms a ON a.endpoint_id = x.endpoint_id
 JOIN model_versions v ON v.id = a.version_id
 ORDER BY x.endpoint_id, v.name;
+
+-- name: ExperimentListForRoute :many
+-- ExperimentListForRoutes for one endpoint, with the same columns.
+SELECT x.endpoint_id, x.name, v.name AS version, a.share
+FROM experiments x
+JOIN experiment_arms a ON a.endpoint_id = x.endpoint_id
+JOIN model_versions v ON v.id = a.version_id
+WHERE x.endpoint_id = @endpoint_id
+ORDER BY v.name;

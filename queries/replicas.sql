@@ -12,6 +12,18 @@ LEFT JOIN (SELECT replica_id, array_agg(gpu ORDER BY gpu, slice) AS gpus, array_
            FROM allocations GROUP BY replica_id) s ON s.replica_id = r.id
 ORDER BY r.id;
 
+-- name: ReplicaListReadyForRoutes :many
+-- The replicas a gateway may send requests to, for package route.
+SELECT endpoint_id, version_id, name, addr FROM replicas
+WHERE state = 'ready' AND addr <> ''
+ORDER BY endpoint_id, version_id, id;
+
+-- name: ReplicaListReadyForRoute :many
+-- ReplicaListReadyForRoutes for one endpoint, with the same columns.
+SELECT endpoint_id, version_id, name, addr FROM replicas
+WHERE endpoint_id = @endpoint_id AND state = 'ready' AND addr <> ''
+ORDER BY version_id, id;
+
 -- name: ReplicaNextIDs :many
 SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, @n::int);
 

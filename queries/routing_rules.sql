@@ -6,17 +6,42 @@ WHERE r.endpoint_id = @endpoint_id AND e.id = r.endpoint_id AND (@all_teams::boo
 INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALUES (@endpoint_id, @version_id, @weight, @shadow_percent);
 
 -- name: RoutingRuleListForPlacement :many
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, e.tier, e.instance_profile,
-       e.min_replicas, m.name AS model, m.task, v.id AS version_id, v.name AS version, v.gpu_count,
-       v.gpu_memory_mb, v.gpu_type, r.weight, r.shadow_percent, m.input_schema, m.feature_names, e.sampling_rate,
-       e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at,
+-- What placement needs of every routed version; the routing entry's own
+-- columns are read by package route (RoutingRuleListForRoutes).
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, r.weight, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN model_versions v ON v.id = r.version_id
+ORDER BY e.id, v.id;
+
+-- name: RoutingRuleListForRoutes :many
+-- Every routed version with what its endpoint's routing entry carries (the
+-- endpoint's columns repeat on each of its versions), for package route.
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
+       e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
 ORDER BY e.id, v.id;
+
+-- name: RoutingRuleListForRoute :many
+-- RoutingRuleListForRoutes for one endpoint. It selects the same columns, so
+-- that package route converts its rows into the other query's.
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
+       e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+FROM routing_rules r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+WHERE r.endpoint_id = @endpoint_id
+ORDER BY v.id;
 
 -- name: RoutingRuleListByEndpoint :many
 SELECT r.version_id, v.name AS version, r.weight, r.shadow_percent

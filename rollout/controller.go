@@ -11,6 +11,7 @@ import (
 
 	"modelplane/db"
 	"modelplane/judge"
+	"modelplane/route"
 	"modelplane/service"
 )
 
@@ -400,7 +401,7 @@ func (c *Controller) cleanup(ctx context.Context, t *tx) error {
 		case rule.Weight > 0 || rule.ShadowPercent > 0:
 			msg += "it carries traffic again"
 		default:
-			if err := t.q.PlacementLock(ctx); err != nil {
+			if err := route.Lock(ctx, t.q, r.EndpointID); err != nil {
 				return err
 			}
 			if err := t.q.RoutingRuleDeleteVersion(ctx, db.RoutingRuleDeleteVersionParams{EndpointID: r.EndpointID, VersionID: loserID,

@@ -15,8 +15,9 @@
 // state change writes a rollout event, an audit record and an mp.events
 // message (through the outbox) in its own transaction; a weight change
 // writes the endpoint's routing entry in that same transaction
-// (fleet.WriteRoutes), so a rollback reaches the gateways one outbox relay
-// hop after it commits rather than at the fleet reconciler's next pass.
+// (route.Write, that endpoint only), so a rollback reaches the gateways one
+// outbox relay hop after it commits rather than at the fleet reconciler's
+// next pass.
 //
 // The drift gate: a DriftMeasurer (drift.Gate in production) compares the
 // candidate's sampled outputs with the incumbent's over each evaluation

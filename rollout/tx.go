@@ -10,9 +10,9 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/fleet"
 	"modelplane/judge"
 	"modelplane/outbox"
+	"modelplane/route"
 )
 
 // tx is one change to one rollout, inside a transaction that holds the
@@ -106,10 +106,12 @@ func (t *tx) event(ctx context.Context, kind, decision, msg string, v *judge.Ver
 }
 
 // setWeights gives the candidate cand percent of the traffic (and shadow
-// percent of mirrored copies) and the incumbent the rest. The placement
-// lock comes first, in the order the fleet reconciler takes it.
+// percent of mirrored copies) and the incumbent the rest. The endpoint's
+// routing lock comes first and is held to commit: a reconcile pass writing
+// the routing entry meanwhile waits and then reads the new weights, instead
+// of publishing the old split after ours (route.Lock).
 func (t *tx) setWeights(ctx context.Context, cand int, shadow float64) error {
-	if err := t.q.PlacementLock(ctx); err != nil {
+	if err := route.Lock(ctx, t.q, t.r.EndpointID); err != nil {
 		return err
 	}
 	if err := t.q.RoutingRuleUpsert(ctx, db.RoutingRuleUpsertParams{EndpointID: t.r.EndpointID, VersionID: t.r.ToVersionID,
@@ -191,12 +193,13 @@ func (t *tx) promote(ctx context.Context, msg string) error {
 	return t.save(ctx, "promote", msg+note)
 }
 
-// finish writes the routing entry when weights changed, still inside the
-// transaction.
+// finish writes the routing entry of the rollout's endpoint when its
+// routing rules changed, still inside the transaction; other endpoints'
+// entries are the reconciler's business.
 func (t *tx) finish(ctx context.Context) error {
 	if !t.routes {
 		return nil
 	}
-	_, err := fleet.WriteRoutes(ctx, t.q, t.now)
+	_, err := route.Write(ctx, t.q, t.r.EndpointID, t.now)
 	return err
 }
