@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
 	"modelplane/sim"
 )
@@ -68,8 +68,8 @@ func TestParseClassicRollout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if s.Rollout.SamplingRate != 1 || s.Rollout.DriftMinSamples != drift.DefaultMinSamples {
-		t.Errorf("sampling %g, min samples %d; want 1 and %d by default", s.Rollout.SamplingRate, s.Rollout.DriftMinSamples, drift.DefaultMinSamples)
+	if s.Rollout.SamplingRate != 1 || s.Rollout.DriftMinSamples != stat.DefaultMinSamples {
+		t.Errorf("sampling %g, min samples %d; want 1 and %d by default", s.Rollout.SamplingRate, s.Rollout.DriftMinSamples, stat.DefaultMinSamples)
 	}
 }
 
@@ -139,19 +139,19 @@ func TestMeasureDrift(t *testing.T) {
 	for i := range ref {
 		ref[i] = float64(i%100) / 100 // uniform on 0 .. 0.99
 	}
-	_, sd := drift.MeanStd(ref)
+	_, sd := stat.MeanStd(ref)
 	shifted := make([]float64, len(ref))
 	for i, x := range ref {
 		shifted[i] = x + 0.1
 	}
-	if d := measureDrift(ref, ref, 200); d.Value != 0 || !d.Enough || d.Metric != drift.MetricW1 || d.Threshold != drift.W1Threshold {
+	if d := measureDrift(ref, ref, 200); d.Value != 0 || !d.Enough || d.Metric != stat.MetricW1 || d.Threshold != stat.W1Threshold {
 		t.Errorf("identical samples: %+v; want w1_norm 0 against 0.2, enough", d)
 	}
 	d := measureDrift(shifted, ref, 200)
 	if math.Abs(d.W1-0.1) > 1e-9 || math.Abs(d.Value-0.1/sd) > 1e-9 || d.Spread != sd {
 		t.Errorf("shift by 0.1: W1 %.6f value %.6f spread %.6f; want 0.1, %.6f, %.6f", d.W1, d.Value, d.Spread, 0.1/sd, sd)
 	}
-	if exact := drift.Wasserstein1(shifted, ref); math.Abs(d.W1-exact) > 0.01*exact {
+	if exact := stat.Wasserstein1(shifted, ref); math.Abs(d.W1-exact) > 0.01*exact {
 		t.Errorf("grid W1 %.6f; want within 1%% of the exact %.6f", d.W1, exact)
 	}
 	if d := measureDrift(shifted[:199], ref, 200); d.Enough || d.CandidateSamples != 199 || d.IncumbentSamples != 4000 {
@@ -233,7 +233,7 @@ func checkGarbageRollback(t *testing.T, rep Report) {
 		t.Errorf("checks %v; want %v", seen, want)
 	}
 	d := rb.Drift
-	if d == nil || !d.Enough || d.Value <= 1 || d.Threshold != drift.W1Threshold ||
+	if d == nil || !d.Enough || d.Value <= 1 || d.Threshold != stat.W1Threshold ||
 		d.CandidateSamples < uint64(d.MinSamples) || d.IncumbentSamples < uint64(d.MinSamples) {
 		t.Fatalf("drift %+v; want w1_norm well past 0.2 on enough samples", d)
 	}
@@ -270,7 +270,7 @@ func TestSeedGarbage(t *testing.T) {
 	}
 	r := s.Rollout
 	if s.Arrivals.Rate != 1000 || r.Steps[0].Weight != 5 || r.Steps[0].Bake != 10*time.Minute || !r.Criteria.Drift ||
-		r.SamplingRate != 0.1 || r.DriftMinSamples != drift.DefaultMinSamples || !r.CompareNaive || r.Criteria.MaxP99MS != 50 {
+		r.SamplingRate != 0.1 || r.DriftMinSamples != stat.DefaultMinSamples || !r.CompareNaive || r.Criteria.MaxP99MS != 50 {
 		t.Errorf("seed-garbage %+v, rollout %+v; want 1,000 req/s, 5 percent for 10 minutes, drift gate on sampling a tenth, 200 samples, the contrast", s.Arrivals, r)
 	}
 	if !reflect.DeepEqual(s.Versions[0].Profile, v23) || !reflect.DeepEqual(s.Versions[1].Profile, v24) {
@@ -382,8 +382,8 @@ func TestGarbageHealthyTwin(t *testing.T) {
 				t.Fatalf("state %s at most %g%%; want waiting_for_approval at 50; timeline %+v", ro.State, ro.MaxWeightPct, ro.Timeline)
 			}
 			t.Logf("%d evaluations measured drift, the largest w1_norm %.3f", measured, worst)
-			if measured < 3 || worst >= drift.W1Threshold {
-				t.Errorf("%d evaluations measured drift, the largest %.3f; want at least 3, all under %g", measured, worst, drift.W1Threshold)
+			if measured < 3 || worst >= stat.W1Threshold {
+				t.Errorf("%d evaluations measured drift, the largest %.3f; want at least 3, all under %g", measured, worst, stat.W1Threshold)
 			}
 		})
 	}

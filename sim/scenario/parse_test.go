@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
 	"modelplane/sim"
 )
@@ -52,7 +52,7 @@ func TestParseExample(t *testing.T) {
 			Interval: 10 * time.Second, Window: 30 * time.Second,
 			Steps:        []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
 			Criteria:     judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20},
-			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples},
+			SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", s, want)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
 	"modelplane/sim"
 )
@@ -34,7 +34,7 @@ func TestParseRollout(t *testing.T) {
 		}
 		want := &Rollout{Candidate: "v2", Incumbent: "v1", Steps: DefaultRolloutSteps,
 			Interval: time.Minute, Window: 5 * time.Minute, Criteria: judge.DefaultCriteria("", 0, 0),
-			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
+			SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
@@ -56,7 +56,7 @@ func TestParseRollout(t *testing.T) {
 			Steps:    []RolloutStep{{10, time.Minute}, {50, 2 * time.Minute}, {100, 0}},
 			Interval: 20 * time.Second, Window: time.Minute,
 			Criteria:     judge.Criteria{MaxP99MS: 900, MaxP99TPOTMS: 30, MaxRegression: 0.1, MaxErrorRateDelta: 1, MinRequests: 50},
-			CompareNaive: true, SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
+			CompareNaive: true, SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
