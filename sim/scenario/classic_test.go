@@ -10,16 +10,16 @@ import (
 
 	"modelplane/drift/stat"
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // The seed documents' fraud model (app/demo.go's profiles): v23 scores
 // mostly low, v24 near-uniformly, both equally fast and error-free.
 var (
-	v23 = sim.Profile{LatencyMs: &sim.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &sim.Moments{Mean: 0.12, SD: 0.18},
-		ClassBalance: sim.ClassBalance{{Label: "legit", Share: 0.97}, {Label: "fraud", Share: 0.03}}}
-	v24 = sim.Profile{LatencyMs: &sim.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &sim.Moments{Mean: 0.49, SD: 0.28},
-		ClassBalance: sim.ClassBalance{{Label: "legit", Share: 0.6}, {Label: "fraud", Share: 0.4}}}
+	v23 = profile.Profile{LatencyMs: &profile.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &profile.Moments{Mean: 0.12, SD: 0.18},
+		ClassBalance: profile.ClassBalance{{Label: "legit", Share: 0.97}, {Label: "fraud", Share: 0.03}}}
+	v24 = profile.Profile{LatencyMs: &profile.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &profile.Moments{Mean: 0.49, SD: 0.28},
+		ClassBalance: profile.ClassBalance{{Label: "legit", Share: 0.6}, {Label: "fraud", Share: 0.4}}}
 )
 
 const classicRollout = `
@@ -49,7 +49,7 @@ func TestParseClassicRollout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if s.PromptTokens != (sim.LengthDist{}) {
+	if s.PromptTokens != (profile.LengthDist{}) {
 		t.Errorf("prompt_tokens %+v; want none for a fleet without an LLM", s.PromptTokens)
 	}
 	want := judge.DefaultCriteria("", 50, 0)
@@ -58,7 +58,7 @@ func TestParseClassicRollout(t *testing.T) {
 	if r.Criteria != want || r.SamplingRate != 0.25 || r.DriftMinSamples != 50 {
 		t.Errorf("criteria %+v, sampling %g, min samples %d; want %+v, 0.25, 50", r.Criteria, r.SamplingRate, r.DriftMinSamples, want)
 	}
-	if p := s.Versions[1].Profile; !isClassic(p) || p.Score == nil || *p.Score != (sim.Moments{Mean: 0.49, SD: 0.28}) {
+	if p := s.Versions[1].Profile; !isClassic(p) || p.Score == nil || *p.Score != (profile.Moments{Mean: 0.49, SD: 0.28}) {
 		t.Errorf("v24 profile %+v; want a classic profile with score 0.49/0.28", p)
 	}
 	roundTrip(t, s)
@@ -79,14 +79,14 @@ func TestClassicDraws(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name           string
-		profile        sim.Profile
+		profile        profile.Profile
 		mean, sd       float64
 		p50, p99, errs float64
 	}{
 		{"v23 scores", v23, 0.12, 0.18, 8, 21, 0.001},
 		{"v24 scores", v24, 0.49, 0.28, 8, 21, 0.001},
-		{"regression values", sim.Profile{LatencyMs: &sim.Latency{P50: 30, P99: 90}, ErrorRate: 0.02, Value: &sim.Moments{Mean: 120, SD: 40}}, 120, 40, 30, 90, 0.02},
-		{"no latency", sim.Profile{Score: &sim.Moments{Mean: 0.3, SD: 0.1}}, 0.3, 0.1, 0, 0, 0},
+		{"regression values", profile.Profile{LatencyMs: &profile.Latency{P50: 30, P99: 90}, ErrorRate: 0.02, Value: &profile.Moments{Mean: 120, SD: 40}}, 120, 40, 30, 90, 0.02},
+		{"no latency", profile.Profile{Score: &profile.Moments{Mean: 0.3, SD: 0.1}}, 0.3, 0.1, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

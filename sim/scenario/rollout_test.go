@@ -10,7 +10,7 @@ import (
 
 	"modelplane/drift/stat"
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // minimalRollout is minimal with a second version and a rollout section
@@ -217,8 +217,8 @@ func healthyCanary(seed uint64) Scenario {
 	return Scenario{
 		Name: "healthy-canary", Seed: seed, Duration: 150 * time.Second, Warmup: 10 * time.Second,
 		Arrivals:     Arrivals{Process: Poisson, Rate: 20},
-		PromptTokens: sim.LengthDist{Mean: 500, SD: 300, Max: 1536},
-		OutputTokens: &sim.LengthDist{Mean: 200, SD: 150, Max: 512},
+		PromptTokens: profile.LengthDist{Mean: 500, SD: 300, Max: 1536},
+		OutputTokens: &profile.LengthDist{Mean: 200, SD: 150, Max: 512},
 		Versions: []Version{
 			{Name: "v42", GPUs: 5, Weight: 100, Profile: v42},
 			{Name: "v42-copy", GPUs: 5, Weight: 0, Profile: v42},
