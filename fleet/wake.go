@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent/proto"
-	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/money"
 )
 
 // DefaultWakeGrace is how long an endpoint with min_replicas 0 keeps its
@@ -114,7 +114,7 @@ func blockedBy(blocking []db.BudgetBlockingListRow, d db.RoutingRuleListForPlace
 			who = "endpoint " + b.EndpointName
 		}
 		return fmt.Sprintf("budget exceeded: %s spent $%s of its $%s monthly budget (enforcement block)",
-			who, chargeback.Dollars(b.SpentUusd), chargeback.Dollars(b.MonthlyUusd))
+			who, money.Dollars(b.SpentUusd), money.Dollars(b.MonthlyUusd))
 	}
 	return ""
 }
