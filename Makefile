@@ -1,17 +1,30 @@
 # The two commands of the quick start: `make run` and `make test`.
+# `make test` is also CI's entry (.ci/run): lint, verify, then every test.
 GO ?= go
+GOFMT ?= gofmt
 BIN := bin/modelplane
 
-.PHONY: run test build generate bench deps deps-test
+.PHONY: run test lint verify build generate bench deps deps-test
 
 run: deps build
 	./$(BIN) dev
 
-test: deps-test
-	./scripts/check-generated.sh
+test: deps-test lint verify
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# lint: formatting, vet, staticcheck and the import directions of
+# DESIGN.md section 3 (internal/arch). Generated *_templ.go are gofmt-clean,
+# so nothing is excluded.
+lint:
+	@out=$$($(GOFMT) -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -run TestImportDirections ./internal/arch
+
+# verify: the committed sqlc and templ code matches queries/, migrations/
+# and web/*.templ (sqlc diff; templ generated in a scratch copy).
+verify:
+	./scripts/check-generated.sh
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelplane

@@ -10,6 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/money"
 )
 
 // Advice kinds.
@@ -181,7 +182,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 			adv.MonthlySavingUUSD = int64(math.Round(float64(full-slice) * avg * hoursPerMonth))
 		}
 		adv.Summary = fmt.Sprintf("%s %s runs %.1f whole %s GPUs at %.1f%% average utilisation and %.1f GB of %d GB memory (under %.0f%% and %.0f%%): %s fits, saving $%s a month at current rates.",
-			r.Endpoint, r.Version, avg, r.GPUType, util, mem/1024, total/1024, MIGMaxUtilPct, MIGMaxMemoryPct, pick.name, USD(adv.MonthlySavingUUSD))
+			r.Endpoint, r.Version, avg, r.GPUType, util, mem/1024, total/1024, MIGMaxUtilPct, MIGMaxMemoryPct, pick.name, money.USD(adv.MonthlySavingUUSD))
 		out = append(out, adv)
 	}
 	// Replicas far under their target load.
@@ -212,7 +213,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 				adv.MonthlySavingUUSD = int64(math.Round(perReplicaMonth * float64(min-suggested)))
 			}
 			adv.Summary = fmt.Sprintf("%s averages %.1f replicas at %.1f%% GPU utilisation, %.0f%% of its %.0f%% target load (under %.0f%%): lower the minimum from %d to %d, saving about $%s a month.",
-				name, avg, util, load, a.TargetUtilPct, LowLoadPct, min, suggested, USD(adv.MonthlySavingUUSD))
+				name, avg, util, load, a.TargetUtilPct, LowLoadPct, min, suggested, money.USD(adv.MonthlySavingUUSD))
 			out = append(out, adv)
 		}
 	}
@@ -230,7 +231,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 		adv := Advice{Kind: AdviceScaleToZero, Team: r.team, Endpoint: r.endpoint, IdleHoursPerDay: perDay,
 			MonthlySavingUUSD: int64(math.Round(float64(r.idleX3600) / 3600 / days * hoursPerMonth / 24))}
 		adv.Summary = fmt.Sprintf("%s served no request in %.1f hours a day on average over the last %d days (over %.0f): scale to zero, saving $%s a month of idle GPU time.",
-			r.endpoint, perDay, int(days), IdleHoursPerDay, USD(adv.MonthlySavingUUSD))
+			r.endpoint, perDay, int(days), IdleHoursPerDay, money.USD(adv.MonthlySavingUUSD))
 		out = append(out, adv)
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -17,6 +17,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/money"
 	"modelplane/outbox"
 	"modelplane/service"
 	"modelplane/validate"
@@ -353,7 +354,7 @@ const EventKind = "budget"
 // alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, pct int, at time.Time) error {
 	msg := fmt.Sprintf("%s spent $%s of its $%s monthly budget (%d percent passed); forecast $%s", BudgetName(bu.Team, bu.Endpoint),
-		Dollars(bu.SpentUUSD), Dollars(bu.MonthlyUUSD), pct, Dollars(bu.ForecastUUSD))
+		money.Dollars(bu.SpentUUSD), money.Dollars(bu.MonthlyUUSD), pct, money.Dollars(bu.ForecastUUSD))
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"modelplane/money"
 )
 
 // CSVColumns are the CSV's columns, in order. They are a contract with the
@@ -55,13 +57,13 @@ func WriteCSV(w io.Writer, rep *Report) error {
 func csvRecord(kind string, r Row, groupsTeam bool) []string {
 	per1k, tokens, per1m := "", "", ""
 	if v, ok := r.CostPer1kRequestsMicroUSD(); ok {
-		per1k = USD(v)
+		per1k = money.USD(v)
 	}
 	if r.TokensKnown {
 		tokens = strconv.FormatInt(r.Tokens, 10)
 	}
 	if v, ok := r.CostPer1MTokensMicroUSD(); ok {
-		per1m = USD(v)
+		per1m = money.USD(v)
 	}
 	team := r.Team
 	if kind == "group" && team == "" && groupsTeam {
@@ -69,7 +71,7 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 	}
 	return []string{
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
-		strconv.FormatInt(r.GPUSeconds, 10), r.GPUHours(), USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
+		strconv.FormatInt(r.GPUSeconds, 10), r.GPUHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
 		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, strconv.FormatFloat(r.AvgUtilPct(), 'f', 2, 64),
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/drift/stat"
 	"modelplane/outbox"
 	"modelplane/service"
 )
@@ -228,7 +229,7 @@ func Scores(rep Report) []MetricScore {
 	enough := rep.Verdict != VerdictNotEnough
 	var out []MetricScore
 	for _, f := range rep.Features {
-		out = append(out, MetricScore{Metric: MetricPSI + ":" + f.Name, Value: f.PSI, Threshold: f.Threshold, Breached: enough && f.PSI > f.Threshold})
+		out = append(out, MetricScore{Metric: stat.MetricPSI + ":" + f.Name, Value: f.PSI, Threshold: f.Threshold, Breached: enough && f.PSI > f.Threshold})
 	}
 	o := rep.Output
 	return append(out, MetricScore{Metric: o.Metric, Value: o.Value, Threshold: o.Threshold, Breached: enough && o.Value > o.Threshold})

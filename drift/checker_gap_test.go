@@ -11,6 +11,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
 )
@@ -64,7 +65,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := events.next(t)
-	if len(evs) != 1 || evs[0].Type != "resolved" || evs[0].State != "v24 "+drift.MetricW1 || !strings.Contains(evs[0].Message, "no longer serves") {
+	if len(evs) != 1 || evs[0].Type != "resolved" || evs[0].State != "v24 "+stat.MetricW1 || !strings.Contains(evs[0].Message, "no longer serves") {
 		t.Errorf("events after v24 left = %+v, want its alert resolved because it no longer serves", evs)
 	}
 	if _, alerts, err := svc.History(ctx, admin, "fraud", t0); err != nil || len(alerts) != 0 {

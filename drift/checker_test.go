@@ -21,6 +21,7 @@ import (
 	"modelplane/bus"
 	"modelplane/db"
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
@@ -160,7 +161,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 			fired = evs[0]
 		}
 	}
-	if e := fired; e.Kind != drift.EventKind || e.Type != "alert" || e.Name != "fraud" || e.State != "v24 "+drift.MetricW1 ||
+	if e := fired; e.Kind != drift.EventKind || e.Type != "alert" || e.Name != "fraud" || e.State != "v24 "+stat.MetricW1 ||
 		!strings.Contains(e.Message, "since "+t0.Format(time.RFC3339)) || !e.At.Equal(t0.Add(10*time.Minute)) {
 		t.Errorf("event = %+v, want the w1 alert of fraud v24 breached since %s", e, t0)
 	}
@@ -169,7 +170,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT after FROM audit_log WHERE action = 'drift.alert' AND object_name = 'fraud'`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(after, &e); err != nil || e.Value <= drift.W1Threshold || !e.BreachedSince.Equal(t0) {
+	if err := json.Unmarshal(after, &e); err != nil || e.Value <= stat.W1Threshold || !e.BreachedSince.Equal(t0) {
 		t.Errorf("audited alert = %+v (%v), want the w1 value past its threshold since %s", e, err, t0)
 	}
 	var audits int
@@ -202,13 +203,13 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if len(quietAlerts) != 0 {
 		t.Errorf("not enough data raised alerts: %+v", quietAlerts)
 	}
-	if got := gauge(t, reg, "fraud", "v24", drift.MetricW1); got <= drift.W1Threshold {
-		t.Errorf("exported score = %v, want past %v", got, drift.W1Threshold)
+	if got := gauge(t, reg, "fraud", "v24", stat.MetricW1); got <= stat.W1Threshold {
+		t.Errorf("exported score = %v, want past %v", got, stat.W1Threshold)
 	}
-	if got := gauge(t, reg, "fraud", "v23", drift.MetricW1); got > 0.1 {
+	if got := gauge(t, reg, "fraud", "v23", stat.MetricW1); got > 0.1 {
 		t.Errorf("the stable version against itself scores %v", got)
 	}
-	if has(t, reg, "quiet", "v24", drift.MetricW1) {
+	if has(t, reg, "quiet", "v24", stat.MetricW1) {
 		t.Errorf("a score without enough data is exported")
 	}
 
@@ -245,8 +246,8 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs := events.next(t); len(evs) != 1 || evs[0].Kind != drift.EventKind || evs[0].Type != "resolved" || evs[0].State != "v24 "+drift.MetricW1 {
-		t.Errorf("events after recovery = %+v, want the resolution of v24 %s", evs, drift.MetricW1)
+	if evs := events.next(t); len(evs) != 1 || evs[0].Kind != drift.EventKind || evs[0].Type != "resolved" || evs[0].State != "v24 "+stat.MetricW1 {
+		t.Errorf("events after recovery = %+v, want the resolution of v24 %s", evs, stat.MetricW1)
 	}
 }
 

@@ -2,11 +2,12 @@
 // moved from a reference, from the prediction samples the gateways publish
 // (ClickHouse prediction_samples, written by package ingest).
 //
-// The math is pure and lives in math.go: PSI per input feature over ten
-// bins cut at the reference's deciles, KL divergence of predicted class
-// distributions, and Wasserstein-1 of outputs (and of LLM completion
-// lengths) divided by the reference's standard deviation. Empty bins and
-// unseen classes count as Epsilon.
+// The math is pure and lives in package drift/stat, which the simulator
+// shares: PSI per input feature over ten bins cut at the reference's
+// deciles, KL divergence of predicted class distributions, and
+// Wasserstein-1 of outputs (and of LLM completion lengths) divided by the
+// reference's standard deviation. Empty bins and unseen classes count as
+// stat.Epsilon.
 //
 // Reader computes the same numbers from ClickHouse without pulling samples
 // out: the reference's quantiles, the per-bin counts of both windows, the

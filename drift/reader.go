@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"modelplane/drift/stat"
 )
 
 // Verdicts of a report.
@@ -19,28 +21,9 @@ const (
 	VerdictNotEnough = "not_enough_data"
 )
 
-// Output metrics.
+// Defaults of a Reader (its least number of samples is
+// stat.DefaultMinSamples).
 const (
-	// MetricKL is the KL divergence of predicted class labels.
-	MetricKL = "kl"
-	// MetricW1 is the normalised Wasserstein-1 of scores or regression
-	// values.
-	MetricW1 = "w1_norm"
-	// MetricLength is the normalised Wasserstein-1 of LLM completion
-	// lengths (tokens).
-	MetricLength = "completion_length_w1_norm"
-	// MetricPSI is a feature's PSI (scores carry the feature's name).
-	MetricPSI = "psi"
-)
-
-// Defaults of a Reader.
-const (
-	// DefaultMinSamples is the fewest samples either window must hold
-	// before any number is judged: below it the verdict is
-	// not_enough_data and nothing is flagged. 200 keeps a decile bin's
-	// expected count at 20, where PSI's sampling noise stays well under
-	// its 0.2 threshold.
-	DefaultMinSamples = 200
 	// DefaultMaxReference caps the reference at its most recent million
 	// samples: more adds no statistical power to ten bins or a 200-point
 	// quantile grid, and costs a full scan of a week of samples.
@@ -156,7 +139,7 @@ type ReaderConfig struct {
 // NewReader returns a Reader over ch.
 func NewReader(ch driver.Conn, cfg ReaderConfig) *Reader {
 	if cfg.MinSamples <= 0 {
-		cfg.MinSamples = DefaultMinSamples
+		cfg.MinSamples = stat.DefaultMinSamples
 	}
 	if cfg.MaxReference == 0 {
 		cfg.MaxReference = DefaultMaxReference
@@ -316,7 +299,7 @@ type summary struct {
 }
 
 type outputSummary struct {
-	refQ, curQ              []float64 // at W1Levels then DecileLevels
+	refQ, curQ              []float64 // at stat.W1Levels then stat.DecileLevels
 	refMean, refSD, curMean float64
 }
 
@@ -332,17 +315,17 @@ func floats(levels []float64) string {
 // reference's feature deciles and both windows' output quantile grids (for
 // scores and completion lengths) with quantilesForEach and quantiles:
 // ClickHouse's reservoir quantile, exact (linear interpolation between
-// order statistics, QuantileInterpolated) up to 8,192 values and the
+// order statistics, stat.QuantileInterpolated) up to 8,192 values and the
 // quantile of a uniform 8,192-value sample beyond. That places ten bin
 // edges and a 200-point quantile function to about 1 percent of the
 // spread, at a fifth of the cost of quantilesExact on a million samples.
 // Without features (Compare) the feature aggregates are left out.
 func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, features bool) (summary, error) {
 	with, args := windows(endpoint, ref, cur)
-	grid := floats(append(W1Levels(), DecileLevels()...))
+	grid := floats(append(stat.W1Levels(), stat.DecileLevels()...))
 	featureAggs := "emptyArrayString(), arrayResize([emptyArrayFloat64()], 0),"
 	if features {
-		featureAggs = "anyIf(feature_names, r AND length(feature_names) > 0), quantilesForEachIf(" + floats(DecileLevels()) + ")(feature_values, r),"
+		featureAggs = "anyIf(feature_names, r AND length(feature_names) > 0), quantilesForEachIf(" + floats(stat.DecileLevels()) + ")(feature_values, r),"
 	}
 	q := with + `SELECT countIf(r), countIf(c), countIf(r AND label != ''), countIf(r AND tokens > 0),
 		` + featureAggs + `
@@ -365,7 +348,7 @@ func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, 
 	}
 	s.names = s.names[:min(len(s.names), len(fq))]
 	for _, q := range fq {
-		s.featureEdges = append(s.featureEdges, Edges(q))
+		s.featureEdges = append(s.featureEdges, stat.Edges(q))
 	}
 	for _, o := range []*outputSummary{&s.score, &s.length} {
 		o.refMean, o.refSD, o.curMean = finite(o.refMean), finite(o.refSD), finite(o.curMean)
@@ -388,17 +371,17 @@ func (r *Reader) output(ctx context.Context, endpoint string, ref, cur Window, s
 	d := OutputDrift{ReferenceSamples: s.refN, CurrentSamples: s.curN, Enough: enough}
 	switch {
 	case s.tokens > 0 && s.tokens*2 >= s.refN:
-		d.Metric, d.Threshold = MetricLength, W1Threshold
+		d.Metric, d.Threshold = stat.MetricLength, stat.W1Threshold
 		if err := r.w1(ctx, endpoint, ref, cur, &d, s.length, "toFloat64(tokens)"); err != nil {
 			return OutputDrift{}, err
 		}
 	case s.labelled > 0 && s.labelled*2 >= s.refN:
-		d.Metric, d.Threshold = MetricKL, KLThreshold
+		d.Metric, d.Threshold = stat.MetricKL, stat.KLThreshold
 		if err := r.classes(ctx, endpoint, ref, cur, &d); err != nil {
 			return OutputDrift{}, err
 		}
 	default:
-		d.Metric, d.Threshold = MetricW1, W1Threshold
+		d.Metric, d.Threshold = stat.MetricW1, stat.W1Threshold
 		if err := r.w1(ctx, endpoint, ref, cur, &d, s.score, "score"); err != nil {
 			return OutputDrift{}, err
 		}
@@ -411,12 +394,12 @@ func (r *Reader) output(ctx context.Context, endpoint string, ref, cur Window, s
 // reference's output deciles (for the dashboard's histogram).
 func (r *Reader) w1(ctx context.Context, endpoint string, ref, cur Window, d *OutputDrift, o outputSummary, column string) error {
 	d.ReferenceMean, d.CurrentMean, d.Spread = o.refMean, o.curMean, o.refSD
-	if d.ReferenceSamples == 0 || d.CurrentSamples == 0 || len(o.refQ) < W1Grid || len(o.curQ) < W1Grid {
+	if d.ReferenceSamples == 0 || d.CurrentSamples == 0 || len(o.refQ) < stat.W1Grid || len(o.curQ) < stat.W1Grid {
 		return nil
 	}
-	d.W1 = Wasserstein1Quantiles(o.refQ[:W1Grid], o.curQ[:W1Grid])
-	d.Value = Normalised(d.W1, d.Spread)
-	edges := Edges(o.refQ[W1Grid:])
+	d.W1 = stat.Wasserstein1Quantiles(o.refQ[:stat.W1Grid], o.curQ[:stat.W1Grid])
+	d.Value = stat.Normalised(d.W1, d.Spread)
+	edges := stat.Edges(o.refQ[stat.W1Grid:])
 	with, args := windows(endpoint, ref, cur)
 	var sel []string
 	for _, e := range edges {
@@ -482,7 +465,7 @@ func (r *Reader) classes(ctx context.Context, endpoint string, ref, cur Window, 
 	}
 	d.Histogram = h
 	if d.ReferenceSamples > 0 && d.CurrentSamples > 0 {
-		d.Value = KL(h.Reference, h.Current)
+		d.Value = stat.KL(h.Reference, h.Current)
 	}
 	return nil
 }
@@ -531,11 +514,11 @@ func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window,
 			ra[j], ca[j] = at(above[2*j], i), at(above[2*j+1], i)
 		}
 		h := Histogram{Edges: edges, Reference: binsFromAbove(refN, ra), Current: binsFromAbove(curN, ca)}
-		f := Feature{Name: name, Threshold: PSIThreshold, Histogram: h}
+		f := Feature{Name: name, Threshold: stat.PSIThreshold, Histogram: h}
 		if refN > 0 && curN > 0 {
-			f.PSI = PSI(h.Reference, h.Current)
+			f.PSI = stat.PSI(h.Reference, h.Current)
 		}
-		f.Flagged = enough && f.PSI > PSIThreshold
+		f.Flagged = enough && f.PSI > stat.PSIThreshold
 		out[i] = f
 	}
 	return out, nil

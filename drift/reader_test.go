@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
 )
@@ -95,22 +96,22 @@ func sorted(xs []float64) []float64 {
 func purePSI(ref, cur []float64) float64 {
 	s := sorted(ref)
 	var qs []float64
-	for _, l := range drift.DecileLevels() {
-		qs = append(qs, drift.QuantileInterpolated(s, l))
+	for _, l := range stat.DecileLevels() {
+		qs = append(qs, stat.QuantileInterpolated(s, l))
 	}
-	e := drift.Edges(qs)
-	return drift.PSI(drift.CountBins(e, ref), drift.CountBins(e, cur))
+	e := stat.Edges(qs)
+	return stat.PSI(stat.CountBins(e, ref), stat.CountBins(e, cur))
 }
 
 func pureW1(ref, cur []float64) float64 {
 	sr, sc := sorted(ref), sorted(cur)
 	var qr, qc []float64
-	for _, l := range drift.W1Levels() {
-		qr = append(qr, drift.QuantileInterpolated(sr, l))
-		qc = append(qc, drift.QuantileInterpolated(sc, l))
+	for _, l := range stat.W1Levels() {
+		qr = append(qr, stat.QuantileInterpolated(sr, l))
+		qc = append(qc, stat.QuantileInterpolated(sc, l))
 	}
-	_, sd := drift.MeanStd(ref)
-	return drift.Normalised(drift.Wasserstein1Quantiles(qr, qc), sd)
+	_, sd := stat.MeanStd(ref)
+	return stat.Normalised(stat.Wasserstein1Quantiles(qr, qc), sd)
 }
 
 func TestReportEqualsPureMath(t *testing.T) {
@@ -147,15 +148,15 @@ func TestReportEqualsPureMath(t *testing.T) {
 		t.Errorf("flags = %v, %v; want the shifted amount flagged, age not (PSI %v, %v)",
 			rep.Features[0].Flagged, rep.Features[1].Flagged, rep.Features[0].PSI, rep.Features[1].PSI)
 	}
-	if rep.Output.Metric != drift.MetricW1 {
-		t.Fatalf("metric = %s, want %s", rep.Output.Metric, drift.MetricW1)
+	if rep.Output.Metric != stat.MetricW1 {
+		t.Fatalf("metric = %s, want %s", rep.Output.Metric, stat.MetricW1)
 	}
 	if want := pureW1(refS, curS); math.Abs(rep.Output.Value-want) > 1e-9 {
 		t.Errorf("normalised W1 = %v, pure math %v", rep.Output.Value, want)
 	}
 	// And within a percent of the exact distance over the exact spread.
-	_, sd := drift.MeanStd(refS)
-	if exact := drift.Wasserstein1(refS, curS) / sd; math.Abs(rep.Output.Value-exact) > 0.01*exact {
+	_, sd := stat.MeanStd(refS)
+	if exact := stat.Wasserstein1(refS, curS) / sd; math.Abs(rep.Output.Value-exact) > 0.01*exact {
 		t.Errorf("normalised W1 = %v, exact %v", rep.Output.Value, exact)
 	}
 	if !rep.Output.Drifting || rep.Verdict != drift.VerdictDrifting {
@@ -210,7 +211,7 @@ func TestIdenticalAndTooFewNeverFlag(t *testing.T) {
 			t.Errorf("too few: %s flagged (PSI %v)", f.Name, f.PSI)
 		}
 	}
-	if rep.Output.Value <= drift.W1Threshold {
+	if rep.Output.Value <= stat.W1Threshold {
 		t.Errorf("too few: value %v should still be reported past the threshold", rep.Output.Value)
 	}
 	d, err := r.Compare(ctx, "same", "v3", "v1", base, base.Add(time.Hour))
@@ -245,8 +246,8 @@ func TestCompareClassesAndCompletionLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := drift.KL([]uint64{100, 900}, []uint64{300, 700})
-	if d.Metric != drift.MetricKL || math.Abs(d.Value-want) > 1e-12 || !d.Drifting || !d.Enough {
+	want := stat.KL([]uint64{100, 900}, []uint64{300, 700})
+	if d.Metric != stat.MetricKL || math.Abs(d.Value-want) > 1e-12 || !d.Drifting || !d.Enough {
 		t.Errorf("classes: %+v; want kl %v drifting", d, want)
 	}
 	if !slices.Equal(d.Histogram.Classes, []string{"fraud", "ok"}) {
@@ -265,14 +266,14 @@ func TestCompareClassesAndCompletionLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Metric != drift.MetricLength || d.Value != 0 || d.Drifting {
+	if d.Metric != stat.MetricLength || d.Value != 0 || d.Drifting {
 		t.Errorf("same lengths: %+v", d)
 	}
 	d, err = r.Compare(ctx, "llm", "c", "a", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Metric != drift.MetricLength || math.Abs(d.W1-200) > 1e-9 || !d.Drifting {
+	if d.Metric != stat.MetricLength || math.Abs(d.W1-200) > 1e-9 || !d.Drifting {
 		t.Errorf("longer completions: %+v; want W1 200, drifting", d)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"modelplane/chargeback"
+	"modelplane/money"
 )
 
 // errNoChargeback is the answer without a usage store (no ClickHouse).
@@ -87,7 +88,7 @@ func chargebackQuery(from, to, groupBy, team, endpoint string) (chargeback.Query
 }
 
 func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow {
-	out := ChargebackRow{GPUSeconds: r.GPUSeconds, GPUHours: r.GPUHours(), CostUSD: chargeback.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD,
+	out := ChargebackRow{GPUSeconds: r.GPUSeconds, GPUHours: r.GPUHours(), CostUSD: money.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD,
 		CostX3600: r.CostX3600, Requests: r.Requests, AvgGPUUtilPct: r.AvgUtilPct()}
 	for _, d := range by {
 		v := r.Get(d)
@@ -107,7 +108,7 @@ func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow 
 		}
 	}
 	if v, ok := r.CostPer1kRequestsMicroUSD(); ok {
-		s := chargeback.USD(v)
+		s := money.USD(v)
 		out.CostPer1kRequestUSD = &s
 	}
 	if r.TokensKnown {
@@ -115,7 +116,7 @@ func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow 
 		out.Tokens = &n
 	}
 	if v, ok := r.CostPer1MTokensMicroUSD(); ok {
-		s := chargeback.USD(v)
+		s := money.USD(v)
 		out.CostPer1MTokensUSD = &s
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
+	"modelplane/money"
 	"modelplane/validate"
 	"modelplane/web"
 )
@@ -195,7 +196,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		if len(props.Top.Bars) == 10 {
 			break
 		}
-		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + chargeback.Dollars(row.CostMicroUSD)})
+		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + money.Dollars(row.CostMicroUSD)})
 	}
 	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
 }
@@ -243,7 +244,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
 			for _, a := range alerts {
 				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
-					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), chargeback.Dollars(a.SpentUUSD), chargeback.Dollars(a.BudgetUUSD), chargeback.Dollars(a.ForecastUUSD)))
+					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), money.Dollars(a.SpentUUSD), money.Dollars(a.BudgetUUSD), money.Dollars(a.ForecastUUSD)))
 			}
 		}
 	}
@@ -252,8 +253,8 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	for _, b := range bs {
-		props.Budgets = append(props.Budgets, web.BudgetView{Scope: chargeback.BudgetName(b.Team, b.Endpoint), Budget: "$" + chargeback.Dollars(b.MonthlyUUSD),
-			Spent: "$" + chargeback.Dollars(b.SpentUUSD), Forecast: "$" + chargeback.Dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
+		props.Budgets = append(props.Budgets, web.BudgetView{Scope: chargeback.BudgetName(b.Team, b.Endpoint), Budget: "$" + money.Dollars(b.MonthlyUUSD),
+			Spent: "$" + money.Dollars(b.SpentUUSD), Forecast: "$" + money.Dollars(b.ForecastUUSD), Pct: fmt.Sprintf("%.1f%%", b.SpentPct),
 			Enforcement: b.Enforcement, Over: b.SpentUUSD >= b.MonthlyUUSD})
 	}
 }
@@ -292,13 +293,13 @@ func teamLabel(d chargeback.Dimension, v string) string {
 // chargebackRowView fills one table row; a team cell drills into the
 // team's endpoints, an endpoint cell into its versions.
 func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargebackView) web.ChargebackRowView {
-	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: chargeback.Dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
+	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: money.Dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
 		Util: fmt.Sprintf("%.1f%%", row.AvgUtilPct())}
 	if c, ok := row.CostPer1kRequestsMicroUSD(); ok {
-		out.Per1k = "$" + chargeback.USD(c)
+		out.Per1k = "$" + money.USD(c)
 	}
 	if c, ok := row.CostPer1MTokensMicroUSD(); ok {
-		out.Per1M = "$" + chargeback.USD(c)
+		out.Per1M = "$" + money.USD(c)
 	}
 	for _, d := range by {
 		val := row.Get(d)
@@ -380,7 +381,7 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 				latest = false
 			}
 		}
-		props.Rates = append(props.Rates, web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + chargeback.USD(e.UUSDPerHour),
+		props.Rates = append(props.Rates, web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + money.USD(e.UUSDPerHour),
 			EffectiveFrom: e.EffectiveFrom.Format(time.RFC3339), CreatedBy: e.CreatedBy,
 			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)})
 	}
@@ -464,5 +465,5 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", chargeback.BudgetName(b.Team, b.Endpoint), chargeback.Dollars(b.MonthlyUUSD), b.Enforcement))
+	redirectFlash(w, r, "/chargeback", fmt.Sprintf("Budget of %s set to $%s a month (%s).", chargeback.BudgetName(b.Team, b.Endpoint), money.Dollars(b.MonthlyUUSD), b.Enforcement))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/web"
 )
 
@@ -163,7 +164,7 @@ func driftTimelineCharts(scores []drift.Score) []web.Chart {
 			pt = &point{}
 			m[sc.At] = pt
 		}
-		if strings.HasPrefix(sc.Metric, drift.MetricPSI+":") {
+		if strings.HasPrefix(sc.Metric, stat.MetricPSI+":") {
 			pt.psi = max(pt.psi, sc.Value)
 		} else {
 			pt.output = sc.Value

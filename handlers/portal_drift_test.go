@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
 )
 
@@ -83,7 +84,7 @@ func TestAPIDrift(t *testing.T) {
 	if len(got.Features) != 2 || !got.Features[0].Flagged || got.Features[1].Flagged {
 		t.Errorf("features = %+v; want amount flagged, age not", got.Features)
 	}
-	if got.Output.Metric != drift.MetricW1 || !got.Output.Drifting {
+	if got.Output.Metric != stat.MetricW1 || !got.Output.Drifting {
 		t.Errorf("output = %+v; want w1_norm drifting", got.Output)
 	}
 	// The stable version against its own past, by default, has no current

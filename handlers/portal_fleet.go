@@ -10,8 +10,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/agent/proto"
-	"modelplane/chargeback"
 	"modelplane/fleet"
+	"modelplane/money"
 	"modelplane/web"
 )
 
@@ -32,7 +32,7 @@ func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
 	if s.Meter != nil {
 		day := s.Now().UTC().Truncate(24 * time.Hour)
 		if m, err := s.Meter.Since(r.Context(), principal(r.Context()), day); err == nil {
-			t.Metered = fmt.Sprintf("%d GPU-seconds metered today (UTC), $%s", m.GPUSeconds, chargeback.USD(m.CostMicroUSD))
+			t.Metered = fmt.Sprintf("%d GPU-seconds metered today (UTC), $%s", m.GPUSeconds, money.USD(m.CostMicroUSD))
 		} else {
 			// ClickHouse is for reports, never for the fleet's state: say it
 			// is unavailable rather than failing the page.

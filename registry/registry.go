@@ -22,7 +22,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 	"modelplane/validate"
 )
 
@@ -267,8 +267,8 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
 	if len(spec.Sim) > 0 {
 		if !json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{' {
 			errs.Add("metadata.sim", "must be a JSON object")
-		} else if _, err := sim.ParseProfile(spec.Sim); err != nil {
-			errs.Add("metadata.sim", "%s", strings.TrimPrefix(err.Error(), sim.ErrInvalidProfile.Error()+": "))
+		} else if _, err := profile.Parse(spec.Sim); err != nil {
+			errs.Add("metadata.sim", "%s", strings.TrimPrefix(err.Error(), profile.ErrInvalid.Error()+": "))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
 	"modelplane/judge"
 	"modelplane/rollout"
@@ -299,7 +300,7 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 					t.Errorf("a drift check in a verdict of a rollout without the gate: %+v", c)
 				}
 			}
-			if d := e.Windows.Drift; d != nil && d.Enough && d.Metric == drift.MetricKL && d.Value > d.Threshold {
+			if d := e.Windows.Drift; d != nil && d.Enough && d.Metric == stat.MetricKL && d.Value > d.Threshold {
 				measured++
 			}
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"modelplane/chargeback"
 	"modelplane/db"
+	"modelplane/money"
 )
 
 // BudgetBlocks are the budgets with block enforcement that reached 100
@@ -40,7 +40,7 @@ func (b BudgetBlocks) For(teamID, endpointID int64) string {
 			who = "endpoint " + x.EndpointName
 		}
 		return fmt.Sprintf("budget exceeded: %s spent $%s of its $%s monthly budget (enforcement block)",
-			who, chargeback.Dollars(x.SpentUusd), chargeback.Dollars(x.MonthlyUusd))
+			who, money.Dollars(x.SpentUusd), money.Dollars(x.MonthlyUusd))
 	}
 	return ""
 }

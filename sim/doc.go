@@ -2,10 +2,8 @@
 // serving an LLM, used in real time by the replicas (package sim/replica)
 // and in virtual time by `modelplane sim` scenarios and tests.
 //
-// It owns:
-//   - the "sim" profile schema of a model version (Profile, ParseProfile):
-//     the step-time and KV-cache figures of an LLM, and the latency, score
-//     and class figures a classifier's replica draws from;
+// It owns (the "sim" profile it runs on, a model version's step-time,
+// KV-cache, latency, score and class figures, is package sim/profile):
 //   - the paged KV-cache manager (KV): 16-token pages, a sequence holding
 //     ceil(tokens/16) of them, prefix pages shared by reference count;
 //   - the continuous-batching scheduler (Scheduler): admission against free
@@ -22,9 +20,10 @@
 // package-level mutable state: time is the caller's (Step takes now, a
 // Request carries its arrival), so the same code runs in real time and in
 // virtual time, and a run is a pure function of its seed and inputs. It
-// imports only the standard library and knows nothing of HTTP, NATS, the
-// database or the registry; the registry stores a profile as opaque JSON
-// and may validate it with ParseProfile.
+// imports only the standard library and sim/profile, and knows nothing of
+// HTTP, NATS, the database or the registry; the registry stores a profile
+// as opaque JSON and validates it with sim/profile, never importing this
+// package.
 //
 // A real-time loop, as a replica runs it (t0 the replica's start):
 //

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"modelplane/sim/profile"
 )
 
 // Errors of Scheduler.Submit. Each is wrapped with the reason; the text
@@ -32,8 +34,8 @@ type Request struct {
 	// ID identifies the request among those waiting or running; it may be
 	// reused once the request has finished or been cancelled.
 	ID string
-	// Tenant is the key of the per-tenant caps (Profile.TenantBatchShare,
-	// Profile.TenantKVShare). Empty is a tenant like any other.
+	// Tenant is the key of the per-tenant caps (profile.Profile.TenantBatchShare,
+	// TenantKVShare). Empty is a tenant like any other.
 	Tenant string
 	// Priority orders the waiting queue, higher first. A request that
 	// cannot be admitted preempts running sequences of lower priority, and
@@ -52,7 +54,7 @@ type Request struct {
 	// OutputTokens, when above 0, is how many tokens the simulated model
 	// produces before it stops (capped by MaxTokens). When 0 the length is
 	// drawn from the profile's output_tokens, or is MaxTokens, or
-	// DefaultMaxTokens.
+	// profile.DefaultMaxTokens.
 	OutputTokens int
 	// PrefixKey names the first PrefixTokens tokens of the prompt: requests
 	// with the same key have the same tokens there (a shared system prompt,
@@ -180,8 +182,8 @@ func (r StepResult) End() time.Duration { return r.Start + r.Duration }
 // Config configures a Scheduler.
 type Config struct {
 	// Profile is the version's sim profile; it must describe an LLM.
-	// Defaults are filled in as by ParseProfile.
-	Profile Profile
+	// Defaults are filled in as by profile.Parse.
+	Profile profile.Profile
 	// Seed makes completion lengths and token ids reproducible.
 	Seed uint64
 }
@@ -203,7 +205,7 @@ type Config struct {
 //   - a request is admitted while the batch has a slot, the step's prefill
 //     budget is not spent and the pages it needs (less the shared prefix
 //     pages) are free after the growth reservation of the running
-//     sequences (see Reserve), so a running sequence never fails to grow;
+//     sequences (see profile.Reserve), so a running sequence never fails to grow;
 //   - otherwise, when running sequences of lower priority would free enough,
 //     the lowest-priority, most recently admitted of them are preempted
 //     back to the queue; else admission stops for this step, so a large
@@ -214,7 +216,7 @@ type Config struct {
 type Scheduler struct {
 	mu sync.Mutex
 
-	p             Profile
+	p             profile.Profile
 	seed          uint64
 	kv            *KV
 	tenantSlots   int
@@ -250,7 +252,7 @@ type seq struct {
 	order  int64 // queue position: lower goes first within a priority
 	target int   // completion tokens the model produces
 	reason FinishReason
-	commit int // pages reserved to the final length (ReserveFinal, ReserveMaxTokens)
+	commit int // pages reserved to the final length (profile.ReserveFinal, profile.ReserveMaxTokens)
 	rng    *rand.Rand
 
 	running   bool
@@ -276,7 +278,7 @@ const vocabSize = 32000
 func NewScheduler(cfg Config) (*Scheduler, error) {
 	p := cfg.Profile.WithDefaults()
 	if !p.IsLLM() {
-		return nil, fmt.Errorf("%w: not an LLM profile (no decode_base_ms, kv_mb_per_token or usable_gb)", ErrInvalidProfile)
+		return nil, fmt.Errorf("%w: not an LLM profile (no decode_base_ms, kv_mb_per_token or usable_gb)", profile.ErrInvalid)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -307,7 +309,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 }
 
 // Profile returns the profile in use, defaults filled in.
-func (s *Scheduler) Profile() Profile { return s.p }
+func (s *Scheduler) Profile() profile.Profile { return s.p }
 
 // KVPages is the size of the KV cache in pages.
 func (s *Scheduler) KVPages() int { return s.kv.Total() }
@@ -343,7 +345,7 @@ func (s *Scheduler) Submit(r Request) error {
 	case limit > 0:
 		q.target = limit
 	default:
-		q.target, limit = DefaultMaxTokens, DefaultMaxTokens
+		q.target, limit = profile.DefaultMaxTokens, profile.DefaultMaxTokens
 	}
 	q.reason = FinishStop
 	if limit > 0 && q.target >= limit {
@@ -351,11 +353,11 @@ func (s *Scheduler) Submit(r Request) error {
 	}
 	final := s.kv.PagesFor(r.PromptTokens + q.target)
 	q.commit = final
-	if s.p.KVReserve == ReserveMaxTokens && limit > 0 {
+	if s.p.KVReserve == profile.ReserveMaxTokens && limit > 0 {
 		q.commit = s.kv.PagesFor(r.PromptTokens + limit)
 	}
 	tenantNeed := q.commit
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		tenantNeed = s.kv.PagesFor(r.PromptTokens + 1)
 	}
 	if need := max(final, q.commit); need > s.kv.Total() {
@@ -411,7 +413,7 @@ func (s *Scheduler) Cancel(id string) (Finished, bool) {
 // starts then, or later if the previous step has not ended or nothing has
 // arrived yet (see StepResult.Start). A caller without a clock may pass 0
 // and get steps back to back. See Scheduler for the admission rules and
-// Profile.DecodeMsPerSeq for the step's duration.
+// profile.Profile.DecodeMsPerSeq for the step's duration.
 func (s *Scheduler) Step(now time.Duration) StepResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -441,7 +443,7 @@ func (s *Scheduler) Step(now time.Duration) StepResult {
 
 	pt := s.kv.PageTokens()
 	emits := func(q *seq) bool { return q.prefill == 0 || q.plan == q.prefill }
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		// Make room for every page this step's tokens need, evicting the
 		// lowest-priority, most recently admitted sequences.
 		need := 0
@@ -511,7 +513,7 @@ func (s *Scheduler) Step(now time.Duration) StepResult {
 		q.tokens++
 		if q.tokens > q.pages*pt {
 			q.pages++
-			if s.p.KVReserve == ReserveStep {
+			if s.p.KVReserve == profile.ReserveStep {
 				s.charge(q, 1)
 			}
 		}
@@ -637,7 +639,7 @@ func (s *Scheduler) available() int {
 
 func (s *Scheduler) reserved() int {
 	n := 0
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		pt := s.kv.PageTokens()
 		for _, q := range s.running {
 			if q.tokens == q.pages*pt {
@@ -657,7 +659,7 @@ func (s *Scheduler) reserved() int {
 func (s *Scheduler) need(q *seq) int {
 	tokens := q.req.PromptTokens + q.generated
 	shared := s.kv.SharedPages(q.req.PrefixKey, q.req.PrefixTokens, tokens)
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		return s.kv.PagesFor(tokens+1) - shared
 	}
 	return q.commit - shared
@@ -665,7 +667,7 @@ func (s *Scheduler) need(q *seq) int {
 
 // tenantNeed is what admitting q charges to its tenant's page cap.
 func (s *Scheduler) tenantNeed(q *seq) int {
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		return s.kv.PagesFor(q.req.PromptTokens + q.generated + 1)
 	}
 	return q.commit
@@ -690,7 +692,7 @@ func (s *Scheduler) preemptFor(q *seq, need, avail int) []*seq {
 	for i, v := range cands {
 		slots--
 		freed := s.kv.exclusivePages(v.req.ID)
-		if s.p.KVReserve == ReserveStep {
+		if s.p.KVReserve == profile.ReserveStep {
 			if v.tokens == v.pages*pt {
 				freed++
 			}
@@ -747,7 +749,7 @@ func (s *Scheduler) start(q *seq) bool {
 		s.tenants[q.req.Tenant] = t
 	}
 	t.running++
-	if s.p.KVReserve == ReserveStep {
+	if s.p.KVReserve == profile.ReserveStep {
 		s.charge(q, q.pages)
 	} else {
 		s.charge(q, q.commit)

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"modelplane/sim/profile"
 )
 
-func newScheduler(t testing.TB, p Profile, seed uint64) *Scheduler {
+func newScheduler(t testing.TB, p profile.Profile, seed uint64) *Scheduler {
 	t.Helper()
 	s, err := NewScheduler(Config{Profile: p, Seed: seed})
 	if err != nil {
@@ -19,8 +21,18 @@ func newScheduler(t testing.TB, p Profile, seed uint64) *Scheduler {
 	return s
 }
 
+// seedProfile is the demo's v42 (app/demo.go): the seed documents' GPU
+// memory figures and step times.
+func seedProfile() profile.Profile {
+	p, err := profile.Parse([]byte(`{"prefill_ms_per_token":0.05,"decode_base_ms":12,"decode_ms_per_seq":0.35,"kv_mb_per_token":0.8,"usable_gb":13}`))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
 // smallProfile is the seed profile's costs over a cache of pages pages.
-func smallProfile(pages int) Profile {
+func smallProfile(pages int) profile.Profile {
 	p := seedProfile()
 	p.UsableGB = float64(pages) * 0.0128
 	return p
@@ -49,7 +61,7 @@ func TestStepTimeModel(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		profile   func(p *Profile)
+		profile   func(p *profile.Profile)
 		reqs      []Request
 		wantSteps []time.Duration
 		wantTTFT  map[string]time.Duration
@@ -76,7 +88,7 @@ func TestStepTimeModel(t *testing.T) {
 		},
 		{
 			name:      "chunked prefill",
-			profile:   func(p *Profile) { p.MaxPrefillTokens = 128 },
+			profile:   func(p *profile.Profile) { p.MaxPrefillTokens = 128 },
 			reqs:      []Request{{ID: "a", PromptTokens: 300, OutputTokens: 2}},
 			wantSteps: []time.Duration{ms(12 + 0.05*128), ms(12 + 0.05*128), ms(12 + 0.05*44), ms(12 + 0.35)},
 			wantTTFT:  map[string]time.Duration{"a": ms(18.4 + 18.4 + 14.2)},
@@ -126,7 +138,7 @@ func TestEveryTokenStreamed(t *testing.T) {
 		{ID: "boundary-prompt", PromptTokens: 32, OutputTokens: 33},
 		{ID: "long", PromptTokens: 100, OutputTokens: 200},
 	}
-	for _, reserve := range []Reserve{ReserveFinal, ReserveMaxTokens, ReserveStep} {
+	for _, reserve := range []profile.Reserve{profile.ReserveFinal, profile.ReserveMaxTokens, profile.ReserveStep} {
 		t.Run(string(reserve), func(t *testing.T) {
 			t.Parallel()
 			p := smallProfile(30)
@@ -172,7 +184,7 @@ func TestEveryTokenStreamed(t *testing.T) {
 // randomWorkload draws a small cache and a burst of mixed requests that
 // overloads it now and then: tenants, priorities (when asked), shared
 // prefixes, max_tokens caps and chunked prefill.
-func randomWorkload(seed uint64, reserve Reserve, priorities bool) (Profile, []Request) {
+func randomWorkload(seed uint64, reserve profile.Reserve, priorities bool) (profile.Profile, []Request) {
 	r := rand.New(rand.NewPCG(seed, 0x5c4ed))
 	p := smallProfile(40 + r.IntN(260))
 	p.KVReserve = reserve
@@ -182,7 +194,7 @@ func randomWorkload(seed uint64, reserve Reserve, priorities bool) (Profile, []R
 	share := []float64{1, 0.5, 0.3}[r.IntN(3)]
 	p.TenantBatchShare, p.TenantKVShare = share, share
 	if r.IntN(3) == 0 {
-		p.OutputTokens = &LengthDist{Mean: 80, SD: 60, Max: 300}
+		p.OutputTokens = &profile.LengthDist{Mean: 80, SD: 60, Max: 300}
 	}
 	var reqs []Request
 	var at time.Duration
@@ -223,7 +235,7 @@ func randomWorkload(seed uint64, reserve Reserve, priorities bool) (Profile, []R
 // caps held; and every token was streamed once, in order.
 func TestAdmissionNeverStarvesGrowth(t *testing.T) {
 	t.Parallel()
-	for _, reserve := range []Reserve{ReserveFinal, ReserveMaxTokens, ReserveStep} {
+	for _, reserve := range []profile.Reserve{profile.ReserveFinal, profile.ReserveMaxTokens, profile.ReserveStep} {
 		for _, priorities := range []bool{false, true} {
 			for seed := range uint64(20) {
 				name := fmt.Sprintf("%s/priorities=%v/seed%d", reserve, priorities, seed)
@@ -237,7 +249,7 @@ func TestAdmissionNeverStarvesGrowth(t *testing.T) {
 	}
 }
 
-func checkRun(t *testing.T, p Profile, reqs []Request, seed uint64) {
+func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 	t.Helper()
 	s := newScheduler(t, p, seed)
 	next := map[string]int{}
@@ -276,7 +288,7 @@ func checkRun(t *testing.T, p Profile, reqs []Request, seed uint64) {
 		if s.growFailures != 0 {
 			t.Fatalf("step %d: %d Grow failures", step, s.growFailures)
 		}
-		if p.KVReserve != ReserveStep {
+		if p.KVReserve != profile.ReserveStep {
 			if free, reserved := s.kv.FreePages(), s.reserved(); free < reserved {
 				t.Fatalf("step %d: %d free pages do not cover %d reserved for growth", step, free, reserved)
 			}
@@ -295,7 +307,7 @@ func checkRun(t *testing.T, p Profile, reqs []Request, seed uint64) {
 				admittedPrio = max(admittedPrio, prio)
 			}
 		}
-		growth := p.KVReserve == ReserveStep
+		growth := p.KVReserve == profile.ReserveStep
 		for _, id := range res.Preempted {
 			q := s.live[id]
 			if !growth && q.req.Priority >= admittedPrio {
@@ -380,7 +392,7 @@ func TestCompletionLength(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
-		profile    func(*Profile)
+		profile    func(*profile.Profile)
 		req        Request
 		wantTokens int
 		wantReason FinishReason
@@ -388,9 +400,9 @@ func TestCompletionLength(t *testing.T) {
 		{"model stops first", nil, Request{PromptTokens: 10, OutputTokens: 10, MaxTokens: 20}, 10, FinishStop},
 		{"max_tokens cuts", nil, Request{PromptTokens: 10, OutputTokens: 10, MaxTokens: 5}, 5, FinishLength},
 		{"max_tokens only", nil, Request{PromptTokens: 10, MaxTokens: 7}, 7, FinishLength},
-		{"context window", func(p *Profile) { p.MaxModelLen = 100 }, Request{PromptTokens: 90}, 10, FinishLength},
-		{"nothing says", nil, Request{PromptTokens: 10}, DefaultMaxTokens, FinishLength},
-		{"profile draws", func(p *Profile) { p.OutputTokens = &LengthDist{Mean: 42} }, Request{PromptTokens: 10, MaxTokens: 100}, 42, FinishStop},
+		{"context window", func(p *profile.Profile) { p.MaxModelLen = 100 }, Request{PromptTokens: 90}, 10, FinishLength},
+		{"nothing says", nil, Request{PromptTokens: 10}, profile.DefaultMaxTokens, FinishLength},
+		{"profile draws", func(p *profile.Profile) { p.OutputTokens = &profile.LengthDist{Mean: 42} }, Request{PromptTokens: 10, MaxTokens: 100}, 42, FinishStop},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

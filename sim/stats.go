@@ -40,7 +40,7 @@ type Stats struct {
 	Running int
 	// KVPagesTotal is the cache size; KVPagesUsed the distinct pages held;
 	// KVPagesReserved the free pages held back for running sequences'
-	// growth (see Reserve).
+	// growth (see profile.Reserve).
 	KVPagesTotal    int
 	KVPagesUsed     int
 	KVPagesReserved int

@@ -43,7 +43,7 @@ type Report struct {
 	MeanKVUtilization float64
 	MaxKVUtilization  float64
 	// Preemptions for a higher-priority request, and for growth under
-	// ReserveStep; GrowFailures as in Stats (always 0 unless a bug).
+	// profile.ReserveStep; GrowFailures as in Stats (always 0 unless a bug).
 	PriorityPreemptions int
 	GrowthPreemptions   int
 	GrowFailures        int

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"modelplane/sim/profile"
 )
 
 // poisson returns n requests arriving at rate per second from start, made
@@ -127,12 +129,12 @@ func TestOverload(t *testing.T) {
 // number of streamed tokens equals the usage block's completion tokens.
 func TestStreamedEqualsCompletion(t *testing.T) {
 	t.Parallel()
-	for _, reserve := range []Reserve{ReserveFinal, ReserveMaxTokens, ReserveStep} {
+	for _, reserve := range []profile.Reserve{profile.ReserveFinal, profile.ReserveMaxTokens, profile.ReserveStep} {
 		t.Run(string(reserve), func(t *testing.T) {
 			t.Parallel()
 			p := seedProfile()
 			p.KVReserve, p.MaxPrefillTokens = reserve, 512
-			p.OutputTokens = &LengthDist{Mean: 150, SD: 100, Max: 600}
+			p.OutputTokens = &profile.LengthDist{Mean: 150, SD: 100, Max: 600}
 			reqs := poisson(7, 2000, 40, 0, func(r *rand.Rand, i int) Request {
 				q := Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(4)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(1500), MaxTokens: 400}
 				if r.IntN(2) == 0 {
@@ -200,7 +202,7 @@ func TestPrefixSharing(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	t.Parallel()
 	p := seedProfile()
-	p.OutputTokens = &LengthDist{Mean: 120, SD: 80}
+	p.OutputTokens = &profile.LengthDist{Mean: 120, SD: 80}
 	p.TenantBatchShare, p.TenantKVShare = 0.5, 0.5
 	reqs := poisson(11, 800, 12, 0, func(r *rand.Rand, i int) Request {
 		return Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(3)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(900), PrefixKey: "sys", PrefixTokens: r.IntN(300)}
@@ -260,13 +262,13 @@ func TestSeedCapacity(t *testing.T) {
 	}
 
 	tests := []struct {
-		reserve       Reserve
+		reserve       profile.Reserve
 		wantMaxBatch  int
 		wantPreempted bool
 	}{
-		{ReserveFinal, 23, false},
-		{ReserveMaxTokens, 23, false},
-		{ReserveStep, 31, true},
+		{profile.ReserveFinal, 23, false},
+		{profile.ReserveMaxTokens, 23, false},
+		{profile.ReserveStep, 31, true},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.reserve), func(t *testing.T) {

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
-// A replica reads its version's sim profile with sim.ParseProfile, so the
-// keys, their exact spelling and their checks are those of sim.Profile;
+// A replica reads its version's sim profile with profile.Parse, so the
+// keys, their exact spelling and their checks are those of profile.Profile;
 // unknown keys are refused. Beyond that the task decides which profiles fit:
 //
 //   - classification and regression: a predictor profile (latency_ms,
@@ -33,33 +34,33 @@ type behaviour struct {
 	score     sim.Beta
 	// bands are the classes with cumulative upper bounds of the score
 	// quantile, in profile order; the last bound is 1.
-	bands []sim.ClassShare
-	value sim.Moments
+	bands []profile.ClassShare
+	value profile.Moments
 }
 
 // Defaults for profiles that leave a key out.
 var (
-	defaultScore = sim.Moments{Mean: 0.5, SD: 0.25}
-	defaultValue = sim.Moments{Mean: 0, SD: 1}
+	defaultScore = profile.Moments{Mean: 0.5, SD: 0.25}
+	defaultValue = profile.Moments{Mean: 0, SD: 1}
 )
 
 // parseProfile reads and checks a sim profile for the given task. An empty
 // profile means no latency, no errors and the default distributions.
-func parseProfile(raw json.RawMessage, task Task) (sim.Profile, behaviour, error) {
-	p, err := sim.ParseProfile(raw)
+func parseProfile(raw json.RawMessage, task Task) (profile.Profile, behaviour, error) {
+	p, err := profile.Parse(raw)
 	if err != nil {
-		return sim.Profile{}, behaviour{}, err
+		return profile.Profile{}, behaviour{}, err
 	}
 	b, err := newBehaviour(p, task)
 	if err != nil {
-		return sim.Profile{}, behaviour{}, fmt.Errorf("%w: %w", sim.ErrInvalidProfile, err)
+		return profile.Profile{}, behaviour{}, fmt.Errorf("%w: %w", profile.ErrInvalid, err)
 	}
 	return p, b, nil
 }
 
 // newBehaviour turns a parsed, validated profile into the task's draws. It
-// checks only what sim.Profile.Validate leaves to the task.
-func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
+// checks only what profile.Profile.Validate leaves to the task.
+func newBehaviour(p profile.Profile, task Task) (behaviour, error) {
 	b := behaviour{errorRate: p.ErrorRate, latency: sim.FitLogNormal(0, 0)}
 	if task == TaskLLM {
 		if p.LatencyMs != nil || p.Score != nil || p.Value != nil || p.ClassBalance != nil {
@@ -95,11 +96,11 @@ func newBehaviour(p sim.Profile, task Task) (behaviour, error) {
 	return b, nil
 }
 
-// cumulative normalises the class shares, which sim.Profile.Validate has
+// cumulative normalises the class shares, which profile.Profile.Validate has
 // checked (finite, >= 0, a positive sum, no label twice), and turns them into
 // bands. Without classes the labels are "negative" and "positive" split at a
 // score of 0.5, which the caller handles by the empty result.
-func cumulative(classes sim.ClassBalance) []sim.ClassShare {
+func cumulative(classes profile.ClassBalance) []profile.ClassShare {
 	if len(classes) == 0 {
 		return nil
 	}
@@ -107,11 +108,11 @@ func cumulative(classes sim.ClassBalance) []sim.ClassShare {
 	for _, c := range classes {
 		sum += c.Share
 	}
-	bands := make([]sim.ClassShare, len(classes))
+	bands := make([]profile.ClassShare, len(classes))
 	var acc float64
 	for i, c := range classes {
 		acc += c.Share / sum
-		bands[i] = sim.ClassShare{Label: c.Label, Share: acc}
+		bands[i] = profile.ClassShare{Label: c.Label, Share: acc}
 	}
 	bands[len(bands)-1].Share = 1
 	return bands

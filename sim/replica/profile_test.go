@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 func TestParseProfileDefaultsAndFallbacks(t *testing.T) {
@@ -22,23 +23,23 @@ func TestParseProfileDefaultsAndFallbacks(t *testing.T) {
 			}
 		}},
 		{"classes keep their order", TaskClassification, `{"class_balance":{"z":1,"a":2,"m":1}}`, func(t *testing.T, b behaviour) {
-			want := []sim.ClassShare{{Label: "z", Share: 0.25}, {Label: "a", Share: 0.75}, {Label: "m", Share: 1}}
+			want := []profile.ClassShare{{Label: "z", Share: 0.25}, {Label: "a", Share: 0.75}, {Label: "m", Share: 1}}
 			if !reflect.DeepEqual(b.bands, want) {
 				t.Errorf("bands %v; want %v", b.bands, want)
 			}
 		}},
 		{"regressor with value", TaskRegression, `{"value":{"mean":5,"sd":2},"score":{"mean":0.3,"sd":0.1}}`, func(t *testing.T, b behaviour) {
-			if want := (sim.Moments{Mean: 5, SD: 2}); b.value != want {
+			if want := (profile.Moments{Mean: 5, SD: 2}); b.value != want {
 				t.Errorf("value %+v; want %+v", b.value, want)
 			}
 		}},
 		{"regressor falls back to score", TaskRegression, `{"score":{"mean":0.3,"sd":0.1}}`, func(t *testing.T, b behaviour) {
-			if want := (sim.Moments{Mean: 0.3, SD: 0.1}); b.value != want {
+			if want := (profile.Moments{Mean: 0.3, SD: 0.1}); b.value != want {
 				t.Errorf("value %+v; want %+v", b.value, want)
 			}
 		}},
 		{"regressor without either", TaskRegression, ``, func(t *testing.T, b behaviour) {
-			if want := (sim.Moments{Mean: 0, SD: 1}); b.value != want || b.latency != sim.FitLogNormal(0, 0) {
+			if want := (profile.Moments{Mean: 0, SD: 1}); b.value != want || b.latency != sim.FitLogNormal(0, 0) {
 				t.Errorf("value %+v, latency %+v; want %+v and no latency", b.value, b.latency, want)
 			}
 		}},

@@ -48,7 +48,7 @@ type Config struct {
 	Endpoint  string
 	Version   string
 	Task      Task
-	// Profile is the version's sim profile JSON, read by sim.ParseProfile:
+	// Profile is the version's sim profile JSON, read by profile.Parse:
 	// unknown keys are refused. Its kind must fit Task; see profile.go.
 	Profile json.RawMessage
 	// Seed makes every draw reproducible: the same seed and input give the

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // TestChatOverRealScheduler streams chat completions through the real
@@ -16,8 +17,8 @@ import (
 // exactly usage.completion_tokens tokens, and the cache is empty afterwards.
 func TestChatOverRealScheduler(t *testing.T) {
 	t.Parallel()
-	profile := `{"prefill_ms_per_token":0.001,"decode_base_ms":0.2,"decode_ms_per_seq":0.01,"kv_mb_per_token":0.8,"usable_gb":0.2,"max_batch":3}`
-	p, err := sim.ParseProfile([]byte(profile))
+	raw := `{"prefill_ms_per_token":0.001,"decode_base_ms":0.2,"decode_ms_per_seq":0.01,"kv_mb_per_token":0.8,"usable_gb":0.2,"max_batch":3}`
+	p, err := profile.Parse([]byte(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestChatOverRealScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := NewSchedulerEngine(s)
-	srv, base := startReady(t, Config{Task: TaskLLM, Version: "v42", Profile: json.RawMessage(profile), Engine: eng, Seed: 7})
+	srv, base := startReady(t, Config{Task: TaskLLM, Version: "v42", Profile: json.RawMessage(raw), Engine: eng, Seed: 7})
 	c := newClient(t)
 	var wg sync.WaitGroup
 	for i := range 8 {

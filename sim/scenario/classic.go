@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // A classic version (a classifier or regressor: its profile sets
@@ -20,7 +21,7 @@ import (
 
 // defaultScore is the score distribution of a classic profile without
 // score or value, as the sim replica's.
-var defaultScore = sim.Moments{Mean: 0.5, SD: 0.25}
+var defaultScore = profile.Moments{Mean: 0.5, SD: 0.25}
 
 // classic is a classic version's draws.
 type classic struct {
@@ -28,19 +29,19 @@ type classic struct {
 	latency   sim.LogNormal
 	beta      bool // score from score, else value from N(mean, sd²)
 	score     sim.Beta
-	value     sim.Moments
+	value     profile.Moments
 }
 
 // isClassic reports whether p describes a classifier or regressor the
 // engine can run: no LLM key, and latency_ms, score or value set.
-func isClassic(p sim.Profile) bool {
+func isClassic(p profile.Profile) bool {
 	return !p.IsLLM() && (p.LatencyMs != nil || p.Score != nil || p.Value != nil)
 }
 
 // newClassic fits the profile's distributions as the sim replica does
 // (sim.FitLogNormal, sim.FitBeta): latency log-normal through p50 and p99,
 // a score Beta by its moments, a value normal.
-func newClassic(p sim.Profile) classic {
+func newClassic(p profile.Profile) classic {
 	c := classic{errorRate: p.ErrorRate, latency: sim.FitLogNormal(0, 0)}
 	if l := p.LatencyMs; l != nil {
 		c.latency = sim.FitLogNormal(l.P50, l.P99)

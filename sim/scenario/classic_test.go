@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // The seed documents' fraud model (app/demo.go's profiles): v23 scores
 // mostly low, v24 near-uniformly, both equally fast and error-free.
 var (
-	v23 = sim.Profile{LatencyMs: &sim.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &sim.Moments{Mean: 0.12, SD: 0.18},
-		ClassBalance: sim.ClassBalance{{Label: "legit", Share: 0.97}, {Label: "fraud", Share: 0.03}}}
-	v24 = sim.Profile{LatencyMs: &sim.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &sim.Moments{Mean: 0.49, SD: 0.28},
-		ClassBalance: sim.ClassBalance{{Label: "legit", Share: 0.6}, {Label: "fraud", Share: 0.4}}}
+	v23 = profile.Profile{LatencyMs: &profile.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &profile.Moments{Mean: 0.12, SD: 0.18},
+		ClassBalance: profile.ClassBalance{{Label: "legit", Share: 0.97}, {Label: "fraud", Share: 0.03}}}
+	v24 = profile.Profile{LatencyMs: &profile.Latency{P50: 8, P99: 21}, ErrorRate: 0.001, Score: &profile.Moments{Mean: 0.49, SD: 0.28},
+		ClassBalance: profile.ClassBalance{{Label: "legit", Share: 0.6}, {Label: "fraud", Share: 0.4}}}
 )
 
 const classicRollout = `
@@ -49,7 +49,7 @@ func TestParseClassicRollout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if s.PromptTokens != (sim.LengthDist{}) {
+	if s.PromptTokens != (profile.LengthDist{}) {
 		t.Errorf("prompt_tokens %+v; want none for a fleet without an LLM", s.PromptTokens)
 	}
 	want := judge.DefaultCriteria("", 50, 0)
@@ -58,7 +58,7 @@ func TestParseClassicRollout(t *testing.T) {
 	if r.Criteria != want || r.SamplingRate != 0.25 || r.DriftMinSamples != 50 {
 		t.Errorf("criteria %+v, sampling %g, min samples %d; want %+v, 0.25, 50", r.Criteria, r.SamplingRate, r.DriftMinSamples, want)
 	}
-	if p := s.Versions[1].Profile; !isClassic(p) || p.Score == nil || *p.Score != (sim.Moments{Mean: 0.49, SD: 0.28}) {
+	if p := s.Versions[1].Profile; !isClassic(p) || p.Score == nil || *p.Score != (profile.Moments{Mean: 0.49, SD: 0.28}) {
 		t.Errorf("v24 profile %+v; want a classic profile with score 0.49/0.28", p)
 	}
 	roundTrip(t, s)
@@ -68,8 +68,8 @@ func TestParseClassicRollout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if s.Rollout.SamplingRate != 1 || s.Rollout.DriftMinSamples != drift.DefaultMinSamples {
-		t.Errorf("sampling %g, min samples %d; want 1 and %d by default", s.Rollout.SamplingRate, s.Rollout.DriftMinSamples, drift.DefaultMinSamples)
+	if s.Rollout.SamplingRate != 1 || s.Rollout.DriftMinSamples != stat.DefaultMinSamples {
+		t.Errorf("sampling %g, min samples %d; want 1 and %d by default", s.Rollout.SamplingRate, s.Rollout.DriftMinSamples, stat.DefaultMinSamples)
 	}
 }
 
@@ -79,14 +79,14 @@ func TestClassicDraws(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name           string
-		profile        sim.Profile
+		profile        profile.Profile
 		mean, sd       float64
 		p50, p99, errs float64
 	}{
 		{"v23 scores", v23, 0.12, 0.18, 8, 21, 0.001},
 		{"v24 scores", v24, 0.49, 0.28, 8, 21, 0.001},
-		{"regression values", sim.Profile{LatencyMs: &sim.Latency{P50: 30, P99: 90}, ErrorRate: 0.02, Value: &sim.Moments{Mean: 120, SD: 40}}, 120, 40, 30, 90, 0.02},
-		{"no latency", sim.Profile{Score: &sim.Moments{Mean: 0.3, SD: 0.1}}, 0.3, 0.1, 0, 0, 0},
+		{"regression values", profile.Profile{LatencyMs: &profile.Latency{P50: 30, P99: 90}, ErrorRate: 0.02, Value: &profile.Moments{Mean: 120, SD: 40}}, 120, 40, 30, 90, 0.02},
+		{"no latency", profile.Profile{Score: &profile.Moments{Mean: 0.3, SD: 0.1}}, 0.3, 0.1, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,19 +139,19 @@ func TestMeasureDrift(t *testing.T) {
 	for i := range ref {
 		ref[i] = float64(i%100) / 100 // uniform on 0 .. 0.99
 	}
-	_, sd := drift.MeanStd(ref)
+	_, sd := stat.MeanStd(ref)
 	shifted := make([]float64, len(ref))
 	for i, x := range ref {
 		shifted[i] = x + 0.1
 	}
-	if d := measureDrift(ref, ref, 200); d.Value != 0 || !d.Enough || d.Metric != drift.MetricW1 || d.Threshold != drift.W1Threshold {
+	if d := measureDrift(ref, ref, 200); d.Value != 0 || !d.Enough || d.Metric != stat.MetricW1 || d.Threshold != stat.W1Threshold {
 		t.Errorf("identical samples: %+v; want w1_norm 0 against 0.2, enough", d)
 	}
 	d := measureDrift(shifted, ref, 200)
 	if math.Abs(d.W1-0.1) > 1e-9 || math.Abs(d.Value-0.1/sd) > 1e-9 || d.Spread != sd {
 		t.Errorf("shift by 0.1: W1 %.6f value %.6f spread %.6f; want 0.1, %.6f, %.6f", d.W1, d.Value, d.Spread, 0.1/sd, sd)
 	}
-	if exact := drift.Wasserstein1(shifted, ref); math.Abs(d.W1-exact) > 0.01*exact {
+	if exact := stat.Wasserstein1(shifted, ref); math.Abs(d.W1-exact) > 0.01*exact {
 		t.Errorf("grid W1 %.6f; want within 1%% of the exact %.6f", d.W1, exact)
 	}
 	if d := measureDrift(shifted[:199], ref, 200); d.Enough || d.CandidateSamples != 199 || d.IncumbentSamples != 4000 {
@@ -233,7 +233,7 @@ func checkGarbageRollback(t *testing.T, rep Report) {
 		t.Errorf("checks %v; want %v", seen, want)
 	}
 	d := rb.Drift
-	if d == nil || !d.Enough || d.Value <= 1 || d.Threshold != drift.W1Threshold ||
+	if d == nil || !d.Enough || d.Value <= 1 || d.Threshold != stat.W1Threshold ||
 		d.CandidateSamples < uint64(d.MinSamples) || d.IncumbentSamples < uint64(d.MinSamples) {
 		t.Fatalf("drift %+v; want w1_norm well past 0.2 on enough samples", d)
 	}
@@ -270,7 +270,7 @@ func TestSeedGarbage(t *testing.T) {
 	}
 	r := s.Rollout
 	if s.Arrivals.Rate != 1000 || r.Steps[0].Weight != 5 || r.Steps[0].Bake != 10*time.Minute || !r.Criteria.Drift ||
-		r.SamplingRate != 0.1 || r.DriftMinSamples != drift.DefaultMinSamples || !r.CompareNaive || r.Criteria.MaxP99MS != 50 {
+		r.SamplingRate != 0.1 || r.DriftMinSamples != stat.DefaultMinSamples || !r.CompareNaive || r.Criteria.MaxP99MS != 50 {
 		t.Errorf("seed-garbage %+v, rollout %+v; want 1,000 req/s, 5 percent for 10 minutes, drift gate on sampling a tenth, 200 samples, the contrast", s.Arrivals, r)
 	}
 	if !reflect.DeepEqual(s.Versions[0].Profile, v23) || !reflect.DeepEqual(s.Versions[1].Profile, v24) {
@@ -382,8 +382,8 @@ func TestGarbageHealthyTwin(t *testing.T) {
 				t.Fatalf("state %s at most %g%%; want waiting_for_approval at 50; timeline %+v", ro.State, ro.MaxWeightPct, ro.Timeline)
 			}
 			t.Logf("%d evaluations measured drift, the largest w1_norm %.3f", measured, worst)
-			if measured < 3 || worst >= drift.W1Threshold {
-				t.Errorf("%d evaluations measured drift, the largest %.3f; want at least 3, all under %g", measured, worst, drift.W1Threshold)
+			if measured < 3 || worst >= stat.W1Threshold {
+				t.Errorf("%d evaluations measured drift, the largest %.3f; want at least 3, all under %g", measured, worst, stat.W1Threshold)
 			}
 		})
 	}

@@ -4,7 +4,7 @@
 //
 // It owns:
 //   - the Scenario: a fleet of simulated GPUs per version (each with the
-//     version's sim.Profile), an arrival process, prompt and output length
+//     version's profile.Profile), an arrival process, prompt and output length
 //     distributions, routing weights, tenants, a duration and a seed; read
 //     from YAML (Parse, documented in docs/simulation.md) or taken from the
 //     built-ins (Builtin, Builtins), which are YAML files themselves;

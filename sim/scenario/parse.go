@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // MaxFileBytes is the largest scenario file Parse reads.
@@ -113,7 +113,7 @@ func Parse(data []byte) (Scenario, error) {
 					"weight": toNumber(&v.Weight),
 					"profile": func(p string, n *yaml.Node) (err error) {
 						missing = nil
-						v.Profile, err = profile(p, n)
+						v.Profile, err = parseProfile(p, n)
 						return err
 					},
 					"claims": func(p string, n *yaml.Node) error {
@@ -145,7 +145,7 @@ func Parse(data []byte) (Scenario, error) {
 	}{
 		{"duration", s.Duration != 0},
 		{"arrivals.rate", s.Arrivals.Rate != 0},
-		{"prompt_tokens", s.PromptTokens != (sim.LengthDist{}) || !anyLLM(s.Versions)},
+		{"prompt_tokens", s.PromptTokens != (profile.LengthDist{}) || !anyLLM(s.Versions)},
 		{"versions", len(s.Versions) > 0},
 	} {
 		if !req.set {
@@ -394,9 +394,9 @@ func rollout(path string, n *yaml.Node) (*Rollout, error) {
 
 // length reads a length distribution: a number (every draw is that many
 // tokens) or a mapping of mean, sd and max (log-normal; see
-// sim.LengthDist).
-func length(path string, n *yaml.Node) (sim.LengthDist, error) {
-	var d sim.LengthDist
+// profile.LengthDist).
+func length(path string, n *yaml.Node) (profile.LengthDist, error) {
+	var d profile.LengthDist
 	if n.Kind == yaml.ScalarNode {
 		v, err := number(path, n)
 		d.Mean = v
@@ -409,24 +409,24 @@ func length(path string, n *yaml.Node) (sim.LengthDist, error) {
 	return d, err
 }
 
-// profile reads a version's sim profile: the registry's JSON object,
+// parseProfile reads a version's sim profile: the registry's JSON object,
 // written as YAML. It is turned into JSON, key order kept, and read by
-// sim.ParseProfile, so a scenario accepts exactly the profiles the
+// profile.Parse, so a scenario accepts exactly the profiles the
 // registry does.
-func profile(path string, n *yaml.Node) (sim.Profile, error) {
+func parseProfile(path string, n *yaml.Node) (profile.Profile, error) {
 	if n.Kind != yaml.MappingNode {
-		return sim.Profile{}, wrong(path, n, "want a mapping: the version's sim profile")
+		return profile.Profile{}, wrong(path, n, "want a mapping: the version's sim profile")
 	}
-	if err := exactKeys(path, n, reflect.TypeFor[sim.Profile]()); err != nil {
-		return sim.Profile{}, err
+	if err := exactKeys(path, n, reflect.TypeFor[profile.Profile]()); err != nil {
+		return profile.Profile{}, err
 	}
 	b, err := nodeJSON(n)
 	if err != nil {
-		return sim.Profile{}, fmt.Errorf("%w: %s: %w", ErrInvalidScenario, path, err)
+		return profile.Profile{}, fmt.Errorf("%w: %s: %w", ErrInvalidScenario, path, err)
 	}
-	p, err := sim.ParseProfile(b)
+	p, err := profile.Parse(b)
 	if err != nil {
-		return sim.Profile{}, fmt.Errorf("%w: %s: %w", ErrInvalidScenario, path, err)
+		return profile.Profile{}, fmt.Errorf("%w: %s: %w", ErrInvalidScenario, path, err)
 	}
 	return p, nil
 }
@@ -435,7 +435,7 @@ func profile(path string, n *yaml.Node) (sim.Profile, error) {
 // case is ignored: encoding/json would take "Decode_Base_MS" for
 // decode_base_ms, and a key the registry's JSON would not spell so should
 // fail here as loudly as any other misspelling. Keys matching nothing are
-// left to sim.ParseProfile to refuse.
+// left to profile.Parse to refuse.
 func exactKeys(path string, n *yaml.Node, t reflect.Type) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -531,7 +531,7 @@ func Marshal(s Scenario) ([]byte, error) {
 		SD   float64 `yaml:"sd,omitempty"`
 		Max  int     `yaml:"max,omitempty"`
 	}
-	lengthNode := func(d sim.LengthDist) any {
+	lengthNode := func(d profile.LengthDist) any {
 		if d.SD == 0 && d.Max == 0 {
 			return d.Mean
 		}

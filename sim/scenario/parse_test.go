@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // minimal is the smallest valid scenario file; tests edit it.
@@ -34,14 +34,14 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse(example.yaml): %v", err)
 	}
-	v42 := sim.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 12, DecodeMsPerSeq: 0.35, KVMBPerToken: 0.8, UsableGB: 13}.WithDefaults()
-	v43 := sim.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 23, DecodeMsPerSeq: 0.65, KVMBPerToken: 0.8, UsableGB: 13}.WithDefaults()
+	v42 := profile.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 12, DecodeMsPerSeq: 0.35, KVMBPerToken: 0.8, UsableGB: 13}.WithDefaults()
+	v43 := profile.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 23, DecodeMsPerSeq: 0.65, KVMBPerToken: 0.8, UsableGB: 13}.WithDefaults()
 	want := Scenario{
 		Name: "example-canary", Description: "A small chat fleet with a 10 percent canary and two tenants.",
 		Seed: 7, Duration: time.Minute, Warmup: 10 * time.Second,
 		Arrivals:         Arrivals{Process: Poisson, Rate: 24},
-		PromptTokens:     sim.LengthDist{Mean: 500, SD: 300, Max: 1536},
-		OutputTokens:     &sim.LengthDist{Mean: 200, SD: 150, Max: 512},
+		PromptTokens:     profile.LengthDist{Mean: 500, SD: 300, Max: 1536},
+		OutputTokens:     &profile.LengthDist{Mean: 200, SD: 150, Max: 512},
 		ContiguousMaxLen: []int{2048, 1024},
 		Tenants:          []Tenant{{Name: "support", Share: 3}, {Name: "batch-jobs", Share: 1, Priority: -1}},
 		Versions: []Version{
@@ -52,7 +52,7 @@ func TestParseExample(t *testing.T) {
 			Interval: 10 * time.Second, Window: 30 * time.Second,
 			Steps:        []RolloutStep{{10, 20 * time.Second}, {50, 20 * time.Second}, {100, 0}},
 			Criteria:     judge.Criteria{MaxP99TPOTMS: 30, MaxRegression: 0.2, MaxErrorRateDelta: 0.5, MinRequests: 20},
-			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples},
+			SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", s, want)
@@ -88,7 +88,7 @@ func TestParseDefaults(t *testing.T) {
 	if !reflect.DeepEqual(s.ContiguousMaxLen, []int{DefaultContiguousMaxLen}) {
 		t.Errorf("contiguous_max_len %v; want [%d]", s.ContiguousMaxLen, DefaultContiguousMaxLen)
 	}
-	if v := s.Versions[0]; v.Weight != 1 || v.Profile.PageTokens != sim.DefaultPageTokens || v.Profile.MaxBatch != sim.DefaultMaxBatch {
+	if v := s.Versions[0]; v.Weight != 1 || v.Profile.PageTokens != profile.DefaultPageTokens || v.Profile.MaxBatch != profile.DefaultMaxBatch {
 		t.Errorf("version %+v; want weight 1 and the profile's defaults", v)
 	}
 	if s.OutputTokens != nil || s.Tenants != nil {

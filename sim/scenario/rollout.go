@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"modelplane/agent/proto"
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
 	"modelplane/validate"
 )
@@ -46,7 +46,7 @@ type Rollout struct {
 	// Default 1.
 	SamplingRate float64
 	// DriftMinSamples is the fewest samples each side needs before drift
-	// is judged (drift.DefaultMinSamples unless set).
+	// is judged (stat.DefaultMinSamples unless set).
 	DriftMinSamples int
 	// CompareNaive runs the scenario a second time with the candidate
 	// flipped to 100 percent and no judge, for the report's contrast
@@ -97,7 +97,7 @@ func (r Rollout) withDefaults() *Rollout {
 		r.SamplingRate = 1
 	}
 	if r.DriftMinSamples == 0 {
-		r.DriftMinSamples = drift.DefaultMinSamples
+		r.DriftMinSamples = stat.DefaultMinSamples
 	}
 	return &r
 }
@@ -307,17 +307,17 @@ type DriftSummary struct {
 
 // measureDrift is what the real gate computes (drift.Reader.Compare) on
 // the sampled outputs of one window, the incumbent as the reference:
-// Wasserstein-1 from both quantile functions at drift.W1Levels (the
+// Wasserstein-1 from both quantile functions at stat.W1Levels (the
 // reader's quantiles are exact interpolation up to 8,192 samples, as
 // here), divided by the incumbent's population standard deviation
-// (drift.Normalised), against drift.W1Threshold, judged only when both
+// (stat.Normalised), against stat.W1Threshold, judged only when both
 // sides hold minSamples.
 func measureDrift(cand, inc []float64, minSamples int) *DriftSummary {
-	d := &DriftSummary{Drift: judge.Drift{Metric: drift.MetricW1, Threshold: drift.W1Threshold,
+	d := &DriftSummary{Drift: judge.Drift{Metric: stat.MetricW1, Threshold: stat.W1Threshold,
 		CandidateSamples: uint64(len(cand)), IncumbentSamples: uint64(len(inc)),
 		Enough: len(cand) >= minSamples && len(inc) >= minSamples}, MinSamples: minSamples}
-	d.CandidateMean, d.CandidateSD = drift.MeanStd(cand)
-	d.IncumbentMean, d.IncumbentSD = drift.MeanStd(inc)
+	d.CandidateMean, d.CandidateSD = stat.MeanStd(cand)
+	d.IncumbentMean, d.IncumbentSD = stat.MeanStd(inc)
 	d.Spread = d.IncumbentSD
 	if len(cand) == 0 || len(inc) == 0 {
 		return d
@@ -325,13 +325,13 @@ func measureDrift(cand, inc []float64, minSamples int) *DriftSummary {
 	c, i := slices.Clone(cand), slices.Clone(inc)
 	slices.Sort(c)
 	slices.Sort(i)
-	levels := drift.W1Levels()
+	levels := stat.W1Levels()
 	qc, qi := make([]float64, len(levels)), make([]float64, len(levels))
 	for k, l := range levels {
-		qc[k], qi[k] = drift.QuantileInterpolated(c, l), drift.QuantileInterpolated(i, l)
+		qc[k], qi[k] = stat.QuantileInterpolated(c, l), stat.QuantileInterpolated(i, l)
 	}
-	d.W1 = drift.Wasserstein1Quantiles(qi, qc)
-	d.Value = drift.Normalised(d.W1, d.Spread)
+	d.W1 = stat.Wasserstein1Quantiles(qi, qc)
+	d.Value = stat.Normalised(d.W1, d.Spread)
 	return d
 }
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/drift"
+	"modelplane/drift/stat"
 	"modelplane/judge"
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // minimalRollout is minimal with a second version and a rollout section
@@ -34,7 +34,7 @@ func TestParseRollout(t *testing.T) {
 		}
 		want := &Rollout{Candidate: "v2", Incumbent: "v1", Steps: DefaultRolloutSteps,
 			Interval: time.Minute, Window: 5 * time.Minute, Criteria: judge.DefaultCriteria("", 0, 0),
-			SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
+			SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
@@ -56,7 +56,7 @@ func TestParseRollout(t *testing.T) {
 			Steps:    []RolloutStep{{10, time.Minute}, {50, 2 * time.Minute}, {100, 0}},
 			Interval: 20 * time.Second, Window: time.Minute,
 			Criteria:     judge.Criteria{MaxP99MS: 900, MaxP99TPOTMS: 30, MaxRegression: 0.1, MaxErrorRateDelta: 1, MinRequests: 50},
-			CompareNaive: true, SamplingRate: 1, DriftMinSamples: drift.DefaultMinSamples}
+			CompareNaive: true, SamplingRate: 1, DriftMinSamples: stat.DefaultMinSamples}
 		if !reflect.DeepEqual(s.Rollout, want) {
 			t.Errorf("rollout = %+v; want %+v", s.Rollout, want)
 		}
@@ -217,8 +217,8 @@ func healthyCanary(seed uint64) Scenario {
 	return Scenario{
 		Name: "healthy-canary", Seed: seed, Duration: 150 * time.Second, Warmup: 10 * time.Second,
 		Arrivals:     Arrivals{Process: Poisson, Rate: 20},
-		PromptTokens: sim.LengthDist{Mean: 500, SD: 300, Max: 1536},
-		OutputTokens: &sim.LengthDist{Mean: 200, SD: 150, Max: 512},
+		PromptTokens: profile.LengthDist{Mean: 500, SD: 300, Max: 1536},
+		OutputTokens: &profile.LengthDist{Mean: 200, SD: 150, Max: 512},
 		Versions: []Version{
 			{Name: "v42", GPUs: 5, Weight: 100, Profile: v42},
 			{Name: "v42-copy", GPUs: 5, Weight: 0, Profile: v42},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // Options are how a run is observed; none of them changes its result.
@@ -302,7 +303,7 @@ func (f *fleet) tick() {
 func (f *fleet) arrive(t time.Duration) {
 	id := len(f.prompt)
 	prompt := 0
-	if f.sc.PromptTokens != (sim.LengthDist{}) { // none in a fleet without an LLM
+	if f.sc.PromptTokens != (profile.LengthDist{}) { // none in a fleet without an LLM
 		prompt = f.sc.PromptTokens.Draw(f.lengths)
 	}
 	out := 0

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // The demo versions' profiles, as app/demo.go declares them.
 var (
-	v42 = sim.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 12, DecodeMsPerSeq: 0.35, KVMBPerToken: 0.8, UsableGB: 13}
-	v43 = sim.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 23, DecodeMsPerSeq: 0.65, KVMBPerToken: 0.8, UsableGB: 13}
+	v42 = profile.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 12, DecodeMsPerSeq: 0.35, KVMBPerToken: 0.8, UsableGB: 13}
+	v43 = profile.Profile{PrefillMsPerToken: 0.05, DecodeBaseMs: 23, DecodeMsPerSeq: 0.65, KVMBPerToken: 0.8, UsableGB: 13}
 )
 
 // smallCanary is a fleet small enough for tests: six v42 GPUs and two v43
@@ -22,8 +22,8 @@ func smallCanary(seed uint64) Scenario {
 	return Scenario{
 		Name: "small-canary", Seed: seed, Duration: 40 * time.Second, Warmup: 5 * time.Second,
 		Arrivals:     Arrivals{Process: Poisson, Rate: 20},
-		PromptTokens: sim.LengthDist{Mean: 500, SD: 300, Max: 1536},
-		OutputTokens: &sim.LengthDist{Mean: 200, SD: 150, Max: 512},
+		PromptTokens: profile.LengthDist{Mean: 500, SD: 300, Max: 1536},
+		OutputTokens: &profile.LengthDist{Mean: 200, SD: 150, Max: 512},
 		Tenants:      []Tenant{{Name: "a", Share: 3}, {Name: "b", Share: 1}},
 		Versions: []Version{
 			{Name: "v42", GPUs: 6, Weight: 90, Profile: v42},
@@ -59,8 +59,8 @@ func TestDeterminism(t *testing.T) {
 		{"lengths from the profile, step reservation", func() Scenario {
 			s := smallCanary(5)
 			s.OutputTokens, s.MaxTokens = nil, 300
-			s.Versions[0].Profile.KVReserve = sim.ReserveStep
-			s.Versions[0].Profile.OutputTokens = &sim.LengthDist{Mean: 150, SD: 100}
+			s.Versions[0].Profile.KVReserve = profile.ReserveStep
+			s.Versions[0].Profile.OutputTokens = &profile.LengthDist{Mean: 150, SD: 100}
 			s.Versions[1].Profile.MaxPrefillTokens = 512
 			return s
 		}()},

@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // Scenario is one simulated fleet under one load. Parse reads it from YAML
@@ -34,10 +34,10 @@ type Scenario struct {
 	// Arrivals is the arrival process of the whole fleet.
 	Arrivals Arrivals
 	// PromptTokens is the prompt length distribution.
-	PromptTokens sim.LengthDist
+	PromptTokens profile.LengthDist
 	// OutputTokens is the completion length distribution; nil leaves it to
 	// each version's profile (its output_tokens, else max_tokens).
-	OutputTokens *sim.LengthDist
+	OutputTokens *profile.LengthDist
 	// MaxTokens is every request's max_tokens; 0 sets none.
 	MaxTokens int
 	// Tenants split the requests by share; empty means one anonymous tenant.
@@ -97,7 +97,7 @@ type Version struct {
 	// LLM's (a scheduler per GPU) or a classifier's or regressor's
 	// (latency_ms, score, value: answered after a drawn latency, see
 	// classic.go). Defaults are filled in.
-	Profile sim.Profile
+	Profile profile.Profile
 	// Claims are figures from the seed documents, printed next to what the
 	// run measured; they change nothing.
 	Claims Claims
@@ -190,7 +190,7 @@ func (s Scenario) Validate() error {
 	for _, v := range s.Versions {
 		llm = llm || v.Profile.IsLLM()
 	}
-	if err := validLength(s.PromptTokens); err != "" && (llm || s.PromptTokens != (sim.LengthDist{})) {
+	if err := validLength(s.PromptTokens); err != "" && (llm || s.PromptTokens != (profile.LengthDist{})) {
 		return bad("prompt_tokens", "%s", err)
 	}
 	if s.OutputTokens != nil {
@@ -278,7 +278,7 @@ func (s Scenario) Validate() error {
 	return nil
 }
 
-func validLength(d sim.LengthDist) string {
+func validLength(d profile.LengthDist) string {
 	switch {
 	case !finite(d.Mean, d.SD) || d.Mean < 1 || d.Mean > maxTokens:
 		return fmt.Sprintf("mean: want 1 to %d tokens", maxTokens)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // RunStatic serves requests with static batching, the baseline continuous
@@ -38,7 +39,7 @@ import (
 // at its own last token, not the batch's (again the generous reading).
 // Requests must fix their completion length (OutputTokens, else
 // MaxTokens): static batching does not change what the model generates.
-func RunStatic(p sim.Profile, maxBatch int, reqs []sim.Request) (StaticReport, error) {
+func RunStatic(p profile.Profile, maxBatch int, reqs []sim.Request) (StaticReport, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return StaticReport{}, err

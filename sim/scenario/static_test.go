@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
@@ -16,7 +17,7 @@ func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Mill
 // a cache of 10 pages of 16 tokens.
 func TestRunStatic(t *testing.T) {
 	t.Parallel()
-	p := sim.Profile{DecodeBaseMs: 10, DecodeMsPerSeq: 1, PrefillMsPerToken: 0.1, KVMBPerToken: 1, UsableGB: 0.16}
+	p := profile.Profile{DecodeBaseMs: 10, DecodeMsPerSeq: 1, PrefillMsPerToken: 0.1, KVMBPerToken: 1, UsableGB: 0.16}
 	req := func(id string, at time.Duration, prompt, out int) sim.Request {
 		return sim.Request{ID: id, Arrival: at, PromptTokens: prompt, OutputTokens: out}
 	}

@@ -1,4 +1,4 @@
-package sim
+package profile_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"modelplane/sim"
+	"modelplane/sim/profile"
 )
 
 // The demo versions' profiles, as app/demo.go declares them.
@@ -19,8 +22,8 @@ const (
 )
 
 // seedProfile is v42: the seed documents' GPU memory figures and step times.
-func seedProfile() Profile {
-	p, err := ParseProfile([]byte(demoV42))
+func seedProfile() profile.Profile {
+	p, err := profile.Parse([]byte(demoV42))
 	if err != nil {
 		panic(err)
 	}
@@ -35,15 +38,15 @@ func TestPagesArithmetic(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name          string
-		p             Profile
+		p             profile.Profile
 		wantPageBytes int64
 		wantPages     int
 	}{
-		{"seed figures", Profile{KVMBPerToken: 0.8, UsableGB: 13}, 12_800_000, 1015},
-		{"32-token pages", Profile{KVMBPerToken: 0.8, UsableGB: 13, PageTokens: 32}, 25_600_000, 507},
-		{"whole H100 less 26 GB of weights", Profile{KVMBPerToken: 0.8, UsableGB: 54}, 12_800_000, 4218},
-		{"exact fit", Profile{KVMBPerToken: 0.5, UsableGB: 0.008}, 8_000_000, 1},
-		{"one byte short of a page", Profile{KVMBPerToken: 0.5, UsableGB: 0.007999999}, 8_000_000, 0},
+		{"seed figures", profile.Profile{KVMBPerToken: 0.8, UsableGB: 13}, 12_800_000, 1015},
+		{"32-token pages", profile.Profile{KVMBPerToken: 0.8, UsableGB: 13, PageTokens: 32}, 25_600_000, 507},
+		{"whole H100 less 26 GB of weights", profile.Profile{KVMBPerToken: 0.8, UsableGB: 54}, 12_800_000, 4218},
+		{"exact fit", profile.Profile{KVMBPerToken: 0.5, UsableGB: 0.008}, 8_000_000, 1},
+		{"one byte short of a page", profile.Profile{KVMBPerToken: 0.5, UsableGB: 0.007999999}, 8_000_000, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,7 +59,7 @@ func TestPagesArithmetic(t *testing.T) {
 			}
 		})
 	}
-	s, err := NewScheduler(Config{Profile: seedProfile()})
+	s, err := sim.NewScheduler(sim.Config{Profile: seedProfile()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +68,7 @@ func TestPagesArithmetic(t *testing.T) {
 	}
 }
 
-func TestParseProfileDemo(t *testing.T) {
+func TestParseDemo(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
@@ -82,24 +85,24 @@ func TestParseProfileDemo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := ParseProfile([]byte(tt.json))
+			p, err := profile.Parse([]byte(tt.json))
 			if err != nil {
-				t.Fatalf("ParseProfile: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if got := p.IsLLM(); got != tt.wantLLM {
 				t.Errorf("IsLLM() = %v; want %v", got, tt.wantLLM)
 			}
 			if tt.wantLLM {
-				want := Profile{PageTokens: 16, KVReserve: ReserveFinal, MaxBatch: 256, TenantBatchShare: 1, TenantKVShare: 1}
-				got := Profile{PageTokens: p.PageTokens, KVReserve: p.KVReserve, MaxBatch: p.MaxBatch, TenantBatchShare: p.TenantBatchShare, TenantKVShare: p.TenantKVShare}
+				want := profile.Profile{PageTokens: 16, KVReserve: profile.ReserveFinal, MaxBatch: 256, TenantBatchShare: 1, TenantKVShare: 1}
+				got := profile.Profile{PageTokens: p.PageTokens, KVReserve: p.KVReserve, MaxBatch: p.MaxBatch, TenantBatchShare: p.TenantBatchShare, TenantKVShare: p.TenantKVShare}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("defaults = %+v; want %+v", got, want)
 				}
 			}
 		})
 	}
-	p, _ := ParseProfile([]byte(demoV23))
-	want := ClassBalance{{"legit", 0.97}, {"fraud", 0.03}}
+	p, _ := profile.Parse([]byte(demoV23))
+	want := profile.ClassBalance{{"legit", 0.97}, {"fraud", 0.03}}
 	if !reflect.DeepEqual(p.ClassBalance, want) {
 		t.Errorf("class_balance = %v; want %v in the listed order", p.ClassBalance, want)
 	}
@@ -112,7 +115,7 @@ func TestParseProfileDemo(t *testing.T) {
 	}
 }
 
-func TestParseProfileErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -143,12 +146,12 @@ func TestParseProfileErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := ParseProfile([]byte(tt.json))
+			_, err := profile.Parse([]byte(tt.json))
 			if err == nil {
-				t.Fatalf("ParseProfile(%s) = nil; want an error about %q", tt.json, tt.want)
+				t.Fatalf("Parse(%s) = nil; want an error about %q", tt.json, tt.want)
 			}
-			if !errors.Is(err, ErrInvalidProfile) {
-				t.Errorf("error %v does not wrap ErrInvalidProfile", err)
+			if !errors.Is(err, profile.ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not name %q", err, tt.want)
@@ -161,14 +164,14 @@ func TestLengthDistDraw(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		d        LengthDist
+		d        profile.LengthDist
 		wantMean float64
 		wantSD   float64
 		wantMax  int
 	}{
-		{"constant", LengthDist{Mean: 200}, 200, 0, 200},
-		{"spread", LengthDist{Mean: 200, SD: 120}, 200, 120, 0},
-		{"capped", LengthDist{Mean: 200, SD: 120, Max: 250}, 0, 0, 250},
+		{"constant", profile.LengthDist{Mean: 200}, 200, 0, 200},
+		{"spread", profile.LengthDist{Mean: 200, SD: 120}, 200, 120, 0},
+		{"capped", profile.LengthDist{Mean: 200, SD: 120, Max: 250}, 0, 0, 250},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,10 +204,10 @@ func TestLengthDistDraw(t *testing.T) {
 	}
 }
 
-// FuzzParseProfile checks that any input either fails with
-// ErrInvalidProfile or gives a valid profile that survives a JSON round
+// FuzzParse checks that any input either fails with
+// ErrInvalid or gives a valid profile that survives a JSON round
 // trip and, for an LLM, a working scheduler.
-func FuzzParseProfile(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{demoV42, demoV43, demoV23, demoV24, `{}`, `null`,
 		`{"decode_base_ms":1,"kv_mb_per_token":0.8,"usable_gb":0.2,"page_tokens":8,"max_batch":4,"kv_reserve":"step","max_prefill_tokens":64,"max_model_len":512,"tenant_batch_share":0.5,"tenant_kv_share":0.25,"output_tokens":{"mean":50,"sd":20,"max":100}}`,
 		`{"value":{"mean":3.2,"sd":0.9},"latency_ms":{"p50":1,"p99":1}}`,
@@ -212,10 +215,10 @@ func FuzzParseProfile(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParseProfile(data)
+		p, err := profile.Parse(data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidProfile) {
-				t.Fatalf("error %v does not wrap ErrInvalidProfile", err)
+			if !errors.Is(err, profile.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
 			return
 		}
@@ -226,9 +229,9 @@ func FuzzParseProfile(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
-		again, err := ParseProfile(b)
+		again, err := profile.Parse(b)
 		if err != nil {
-			t.Fatalf("ParseProfile(Marshal(p)) = %v; json %s", err, b)
+			t.Fatalf("Parse(Marshal(p)) = %v; json %s", err, b)
 		}
 		if !reflect.DeepEqual(again, p) {
 			t.Fatalf("round trip changed the profile:\n%+v\n%+v", p, again)
@@ -236,14 +239,14 @@ func FuzzParseProfile(f *testing.F) {
 		if !p.IsLLM() {
 			return
 		}
-		s, err := NewScheduler(Config{Profile: p, Seed: 1})
+		s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: 1})
 		if err != nil {
-			t.Fatalf("NewScheduler(valid profile): %v", err)
+			t.Fatalf("sim.NewScheduler(valid profile): %v", err)
 		}
 		if s.KVPages() != p.Pages() || p.Pages() < 1 {
 			t.Fatalf("KV pages = %d; profile says %d", s.KVPages(), p.Pages())
 		}
-		if err := s.Submit(Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
+		if err := s.Submit(sim.Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
 			if res := s.Step(0); res.Duration <= 0 || len(res.Events) != 1 || !res.Events[0].Last {
 				t.Fatalf("one-token request: step %+v; want one last token and a positive duration", res)
 			}
@@ -252,17 +255,17 @@ func FuzzParseProfile(f *testing.F) {
 }
 
 // Keys must match exactly: encoding/json alone would accept any case.
-func TestParseProfileExactKeys(t *testing.T) {
+func TestParseExactKeys(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{
 		`{"Decode_Base_MS":12,"kv_mb_per_token":0.8,"usable_gb":13}`,
 		`{"latency_ms":{"P50":1,"p99":3}}`,
 	} {
-		if _, err := ParseProfile([]byte(in)); !errors.Is(err, ErrInvalidProfile) {
-			t.Errorf("ParseProfile(%s) = %v; want ErrInvalidProfile", in, err)
+		if _, err := profile.Parse([]byte(in)); !errors.Is(err, profile.ErrInvalid) {
+			t.Errorf("Parse(%s) = %v; want ErrInvalid", in, err)
 		}
 	}
-	if _, err := ParseProfile([]byte(`{"latency_ms":{"p50":1,"p99":3},"class_balance":{"Legit":0.9,"Fraud":0.1}}`)); err != nil {
+	if _, err := profile.Parse([]byte(`{"latency_ms":{"p50":1,"p99":3},"class_balance":{"Legit":0.9,"Fraud":0.1}}`)); err != nil {
 		t.Errorf("class labels are free-form, got %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package drift
+package stat
 
 import (
 	"math"
@@ -29,6 +29,27 @@ const (
 
 // Bins is the number of reference-quantile bins of PSI: deciles.
 const Bins = 10
+
+// DefaultMinSamples is the fewest samples either window must hold before
+// any number is judged: below it the verdict is not_enough_data and nothing
+// is flagged. 200 keeps a decile bin's expected count at 20, where PSI's
+// sampling noise stays well under its 0.2 threshold. It lives here, not in
+// drift's reader, because the simulator's drift gate uses the same floor.
+const DefaultMinSamples = 200
+
+// Names of the output metrics, as scores, alerts and verdicts record them.
+const (
+	// MetricKL is the KL divergence of predicted class labels.
+	MetricKL = "kl"
+	// MetricW1 is the normalised Wasserstein-1 of scores or regression
+	// values.
+	MetricW1 = "w1_norm"
+	// MetricLength is the normalised Wasserstein-1 of LLM completion
+	// lengths (tokens).
+	MetricLength = "completion_length_w1_norm"
+	// MetricPSI is a feature's PSI (scores carry the feature's name).
+	MetricPSI = "psi"
+)
 
 // share is n/total floored at Epsilon.
 func share(n, total float64) float64 {
@@ -113,10 +134,9 @@ func Wasserstein1(a, b []float64) float64 {
 	return d
 }
 
-// W1Levels are the quantile levels at which the ClickHouse reader samples
-// both distributions' quantile functions (ClickHouse's quantiles, see
-// Reader) to compute Wasserstein-1: the
-// midpoints of W1Grid equal slices of [0, 1]. W1 = ∫₀¹ |Q_a(u) − Q_b(u)| du,
+// W1Levels are the quantile levels at which drift's ClickHouse reader (and
+// the simulator's gate) samples both distributions' quantile functions to
+// compute Wasserstein-1: the midpoints of W1Grid equal slices of [0, 1]. W1 = ∫₀¹ |Q_a(u) − Q_b(u)| du,
 // and the midpoint rule over 200 slices is within a few tenths of a percent
 // of the exact distance for the smooth and discrete distributions we see.
 func W1Levels() []float64 {

@@ -1,4 +1,4 @@
-package sim
+package profile
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // Profile is a model version's "sim" profile: the JSON object stored with the
 // version in the registry (registry.VersionSpec.Sim). One type serves every
 // task. An LLM profile sets the step-time and KV-cache keys and drives a
-// Scheduler; a classifier or regressor profile sets the prediction keys,
+// sim.Scheduler; a classifier or regressor profile sets the prediction keys,
 // which the replica's /predict draws from. A profile may not mix the two
 // groups; error_rate belongs to both.
 //
@@ -31,12 +31,12 @@ import (
 //	 "score":{"mean":0.12,"sd":0.18}, "class_balance":{"legit":0.97,"fraud":0.03}}
 //
 // Megabytes and gigabytes are decimal (10^6 and 10^9 bytes), as GPU memory
-// is quoted. ParseProfile fills the defaults documented on each field, so a
+// is quoted. Parse fills the defaults documented on each field, so a
 // parsed profile reads as what the engine will do.
 type Profile struct {
 	// PrefillMsPerToken is the GPU time, in milliseconds, to prefill one
 	// prompt token. Only computed tokens cost: prompt tokens found in shared
-	// prefix pages are free (see Request.PrefixKey), re-prefill after a
+	// prefix pages are free (see sim.Request.PrefixKey), re-prefill after a
 	// preemption is not.
 	PrefillMsPerToken float64 `json:"prefill_ms_per_token,omitempty"`
 	// DecodeBaseMs is the fixed cost, in milliseconds, of one forward pass
@@ -86,7 +86,7 @@ type Profile struct {
 	// default 1 (no cap).
 	TenantKVShare float64 `json:"tenant_kv_share,omitempty"`
 	// OutputTokens is the completion length distribution of requests that do
-	// not fix their own (Request.OutputTokens): the model "stops" after a
+	// not fix their own (sim.Request.OutputTokens): the model "stops" after a
 	// drawn number of tokens, capped by the request's max_tokens. Absent, a
 	// completion runs to its max_tokens (or DefaultMaxTokens).
 	OutputTokens *LengthDist `json:"output_tokens,omitempty"`
@@ -191,14 +191,14 @@ const (
 	maxMagnitude  = 1e9     // any millisecond, megabyte or gigabyte figure
 )
 
-// ErrInvalidProfile is wrapped by every error of ParseProfile and
+// ErrInvalid is wrapped by every error of Parse and
 // Profile.Validate.
-var ErrInvalidProfile = errors.New("invalid sim profile")
+var ErrInvalid = errors.New("invalid sim profile")
 
-// ParseProfile reads a profile from JSON, fills the defaults and validates
+// Parse reads a profile from JSON, fills the defaults and validates
 // it. Unknown keys are refused, so a misspelt key fails loudly instead of
 // silently taking a default. Empty input or null is the empty profile.
-func ParseProfile(data []byte) (Profile, error) {
+func Parse(data []byte) (Profile, error) {
 	var p Profile
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
@@ -207,16 +207,16 @@ func ParseProfile(data []byte) (Profile, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return Profile{}, fmt.Errorf("%w: %w", ErrInvalidProfile, err)
+		return Profile{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Profile{}, fmt.Errorf("%w: data after the profile object", ErrInvalidProfile)
+		return Profile{}, fmt.Errorf("%w: data after the profile object", ErrInvalid)
 	}
 	// encoding/json matches field names ignoring case, so a misspelt
 	// "Decode_Base_MS" would pass DisallowUnknownFields: check exact names.
 	var raw any
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return Profile{}, fmt.Errorf("%w: %w", ErrInvalidProfile, err)
+		return Profile{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := exactKeys("", raw, reflect.TypeFor[Profile]()); err != nil {
 		return Profile{}, err
@@ -271,13 +271,13 @@ func (p Profile) WithDefaults() Profile {
 // names the first bad key.
 func (p Profile) Validate() error {
 	bad := func(key, want string) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalidProfile, key, want)
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, key, want)
 	}
 	if !finite(p.ErrorRate) || p.ErrorRate < 0 || p.ErrorRate > 1 {
 		return bad("error_rate", "want a share between 0 and 1")
 	}
 	if p.IsLLM() && p.isPredictor() {
-		return fmt.Errorf("%w: mixes LLM keys with latency_ms, score, value or class_balance", ErrInvalidProfile)
+		return fmt.Errorf("%w: mixes LLM keys with latency_ms, score, value or class_balance", ErrInvalid)
 	}
 	if p.isPredictor() {
 		return p.validatePredictor(bad)
@@ -517,7 +517,7 @@ func exactKeys(path string, v any, t reflect.Type) error {
 		}
 		ft, ok := fields[k]
 		if !ok {
-			return fmt.Errorf("%w: unknown key %q", ErrInvalidProfile, key)
+			return fmt.Errorf("%w: unknown key %q", ErrInvalid, key)
 		}
 		if err := exactKeys(key, sub, ft); err != nil {
 			return err

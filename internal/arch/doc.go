@@ -1,0 +1,25 @@
+// Package arch holds no code. Its test, TestImportDirections, enforces the
+// import directions of DESIGN.md section 3 (docs/architecture.md once the
+// design moves into the repository) on the real package graph, so a
+// wrong-way import fails `make lint` and `make test` instead of waiting for
+// a reviewer:
+//
+//   - pure packages (sim/..., judge, placement, autoscale, drift/stat,
+//     money) reach no database, ClickHouse or NATS client, nor package db;
+//   - the leaf contracts (agent/proto, drift/stat, money, sim/profile)
+//     import only the standard library;
+//   - gateway, agent and runtime never reach package db;
+//   - web imports only its own packages, static and the view-neutral
+//     packages listed in the test (handlers fill typed view structs);
+//   - handlers does not import db: it calls domain services;
+//   - domain packages import no chi, huma, templ, handlers or web;
+//   - the simulator's engine (sim, sim/replica, sim/scenario) is used only
+//     by the node agent, which runs simulated replicas, and by commands and
+//     benchmarks: domain packages may import the pure leaves (sim/profile,
+//     drift/stat, money) but not the engine;
+//   - sim/... does not import drift, fleet does not import chargeback, and
+//     rollout does not import fleet.
+//
+// Rules name packages by pattern, so a rule for a package that does not
+// exist yet (autoscale, runtime) applies as soon as it appears.
+package arch
