@@ -18,8 +18,8 @@ const Interval = 10 * time.Millisecond
 // still passes.
 //
 // The message is formatted only on failure: an argument that is a
-// fmt.Stringer (or a pointer to something that is) reports the state at
-// that moment, not at the call. Like t.FailNow, Eventually must be called
+// fmt.Stringer, such as a Show, reports the state at that moment, not at
+// the call. Like t.FailNow, Eventually must be called
 // from the goroutine running the test.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
@@ -37,3 +37,11 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 		<-tick.C
 	}
 }
+
+// Show is an argument of Eventually's message that is read when the
+// message is formatted, on failure, and printed with %+v: the state the
+// condition gave up on, not the state when the wait began.
+type Show func() any
+
+// String formats the value f returns now.
+func (f Show) String() string { return fmt.Sprintf("%+v", f()) }

@@ -33,22 +33,17 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	panic(r)
 }
 
-// last remembers the latest value a condition saw, as a fmt.Stringer.
-type last struct{ v int }
-
-func (l *last) String() string { return fmt.Sprint(l.v) }
-
 func TestEventuallyFailsWithMessageAndWait(t *testing.T) {
 	t.Parallel()
 	r := &recorder{TB: t}
-	var seen last
+	var seen struct{ v int }
 	func() {
 		defer func() {
 			if p := recover(); p != r {
 				panic(p)
 			}
 		}()
-		wait.Eventually(r, 3*wait.Interval, func() bool { seen.v++; return false }, "count at %v, want %d", &seen, -1)
+		wait.Eventually(r, 3*wait.Interval, func() bool { seen.v++; return false }, "count at %v, want %d", wait.Show(func() any { return seen.v }), -1)
 	}()
 	if !strings.HasPrefix(r.msg, fmt.Sprintf("count at %d, want -1 (waited ", seen.v)) || !strings.HasSuffix(r.msg, "ms)") {
 		t.Fatalf("message %q, want the condition's last state and how long it waited", r.msg)
