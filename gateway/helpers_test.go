@@ -186,12 +186,13 @@ func advance(t *testing.T, clk *quartz.Mock, d time.Duration) {
 	defer cancel()
 	for {
 		next, ok := clk.Peek()
-		if !ok || next >= d {
+		if !ok || next > d {
 			clk.Advance(d).MustWait(ctx)
 			return
 		}
-		clk.Advance(next).MustWait(ctx)
-		d -= next
+		step, w := clk.AdvanceNext()
+		w.MustWait(ctx)
+		d -= step
 	}
 }
 
