@@ -18,6 +18,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 // wake records a wake request as the intake does and returns whether the
@@ -154,10 +155,7 @@ func TestIntakeRecordsWakeRequests(t *testing.T) {
 	if err := nc.Publish(proto.WakeSubject("sleepy"), good); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for dirty.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Eventually(t, 10*time.Second, func() bool { return dirty.Load() != 0 }, "the reconciler was never woken")
 	if dirty.Load() != 1 {
 		t.Fatalf("reconciler woken %d times, want 1", dirty.Load())
 	}
