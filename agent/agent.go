@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -293,11 +294,13 @@ func (a *Agent) run(ctx context.Context) {
 	a.refresh(ctx)
 	a.heartbeat()
 
-	hb := time.NewTicker(a.cfg.Heartbeat)
+	hb := a.cfg.Clock.NewTicker(a.cfg.Heartbeat, "agent", "heartbeat")
 	defer hb.Stop()
+	// Watching is retried on the wall clock: it waits for NATS, not for
+	// anything the agent schedules.
 	watchRetry := time.NewTimer(0)
 	defer watchRetry.Stop()
-	wake := time.NewTimer(time.Hour)
+	wake := a.cfg.Clock.NewTimer(time.Hour, "agent", "wake")
 	defer wake.Stop()
 	var (
 		w       jetstream.KeyWatcher
@@ -462,7 +465,7 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 // what is missing, and retries failed starts whose backoff has passed. It
 // is idempotent; only the main loop calls it.
 func (a *Agent) reconcile(ctx context.Context) {
-	now := a.cfg.Now()
+	now := a.cfg.Clock.Now()
 	a.mu.Lock()
 	want := make(map[string]bool, len(a.desired))
 	var order []*managed
@@ -534,8 +537,10 @@ func (a *Agent) reconcile(ctx context.Context) {
 			continue
 		}
 		if err != nil {
+			// The retry time is set before the failure is counted: a test
+			// that sees the count may move the clock on.
+			a.failLocked(m, a.cfg.Clock.Now(), err.Error())
 			a.n.startFailures.Add(1)
-			a.failLocked(m, a.cfg.Now(), err.Error())
 			a.log.Error("replica failed to start", slog.String("replica", m.spec.ID), slog.String("error", err.Error()),
 				slog.Int("failures", m.failures), slog.Time("retry_at", m.retryAt))
 		} else {
@@ -698,21 +703,23 @@ func (a *Agent) observe(ctx context.Context, m *managed) bool {
 }
 
 // schedule sets the wake timer to the next time the main loop has work of
-// its own: a readiness check or a start retry.
-func (a *Agent) schedule(t *time.Timer) {
-	now := a.cfg.Now()
+// its own: a readiness check or a start retry, at once when one is due. A
+// retry waiting for the stop of its id's old copy is not scheduled: the
+// stop pokes the loop when it has ended.
+func (a *Agent) schedule(t *quartz.Timer) {
+	now := a.cfg.Clock.Now()
 	next := time.Hour
 	a.mu.Lock()
 	for _, m := range a.replicas {
 		switch {
 		case m.rep != nil && m.state != proto.StateReady:
 			next = min(next, readyPoll)
-		case m.rep == nil && m.valid && m.state == proto.StateFailed:
-			next = min(next, max(m.retryAt.Sub(now), 10*time.Millisecond))
+		case m.rep == nil && m.valid && m.state == proto.StateFailed && !a.stopping[m.spec.ID]:
+			next = min(next, max(m.retryAt.Sub(now), 0))
 		}
 	}
 	a.mu.Unlock()
-	t.Reset(next)
+	t.Reset(next, "agent", "wake")
 }
 
 // saveState writes the state file when what it records changed.
@@ -752,7 +759,7 @@ func (a *Agent) Status() proto.NodeStatus {
 	st := proto.NodeStatus{
 		Node:         a.cfg.Node,
 		BootID:       a.bootID,
-		Time:         a.cfg.Now().UTC(),
+		Time:         a.cfg.Clock.Now().UTC(),
 		LeaseSeconds: a.leaseSeconds,
 		Generation:   a.gen,
 		GPUs:         make([]proto.GPU, len(a.cfg.GPUs)),

@@ -15,6 +15,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/bus"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 func TestDesiredStateReconciles(t *testing.T) {
@@ -35,12 +36,8 @@ func TestDesiredStateReconciles(t *testing.T) {
 	if after["r2"] != addrs["r2"] {
 		t.Errorf("r2 moved from %s to %s; an unchanged replica must keep running", addrs["r2"], after["r2"])
 	}
-	eventually(t, 5*time.Second, func() error {
-		if code := httpGet(addrs["r1"], "/v2/health/live"); code != 0 {
-			return fmt.Errorf("r1 still answers %d after leaving the desired set", code)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return httpGet(addrs["r1"], "/v2/health/live") == 0 },
+		"r1 still answers after leaving the desired set")
 	if got, c := drv.starts.Load(), a.Counters(); got != 3 || c.ReplicaStops != 1 {
 		t.Fatalf("starts = %d, stops = %d; want 3 and 1", got, c.ReplicaStops)
 	}
@@ -59,12 +56,8 @@ func TestDesiredStateReconciles(t *testing.T) {
 	} {
 		ignored := a.Counters().DesiredIgnored
 		e.put(t, "node-desired", d.gen, d.specs...)
-		eventually(t, 5*time.Second, func() error {
-			if a.Counters().DesiredIgnored != ignored+1 {
-				return fmt.Errorf("put %d (generation %d) not seen yet", i, d.gen)
-			}
-			return nil
-		})
+		wait.Eventually(t, 10*time.Second, func() bool { return a.Counters().DesiredIgnored == ignored+1 },
+			"put %d (generation %d) not seen yet", i, d.gen)
 		if got, c := drv.starts.Load(), a.Counters(); got != 3 || c.ReplicaStops != 1 {
 			t.Fatalf("after generation %d again: starts = %d, stops = %d; want 3 and 1", d.gen, got, c.ReplicaStops)
 		}
@@ -77,22 +70,12 @@ func TestDesiredStateReconciles(t *testing.T) {
 	if err := e.kv.Delete(ctx, "node-desired"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
-		if rs := replicas(a); len(rs) != 0 {
-			return fmt.Errorf("replicas after delete: %v", rs)
-		}
-		if c := a.Counters(); c.ReplicaStops != 3 {
-			return fmt.Errorf("stops = %d, want 3", c.ReplicaStops)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return len(replicas(a)) == 0 && a.Counters().ReplicaStops == 3 },
+		"after delete: replicas %v, want none and 3 stops: %v", wait.Show(func() any { return replicas(a) }),
+		wait.Show(func() any { return a.Counters() }))
 	for _, addr := range after {
-		eventually(t, 5*time.Second, func() error {
-			if code := httpGet(addr, "/v2/health/live"); code != 0 {
-				return fmt.Errorf("%s still answers after the key was deleted", addr)
-			}
-			return nil
-		})
+		wait.Eventually(t, 10*time.Second, func() bool { return httpGet(addr, "/v2/health/live") == 0 },
+			"%s still answers after the key was deleted", addr)
 	}
 }
 
@@ -156,7 +139,10 @@ func TestReplicaThatCannotStartFailsWithReasonAndBacksOff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	drv := newCountingDriver(t)
-	a := start(t, testConfig(t, "node-fail", drv), e.nc)
+	clk := newClock(t)
+	cfg := testConfig(t, "node-fail", drv)
+	cfg.Clock = clk
+	a := start(t, cfg, e.nc)
 
 	bad := classifier("bad-profile", 0)
 	bad.Sim = json.RawMessage(`{"no_such_key":1}`)
@@ -176,15 +162,39 @@ func TestReplicaThatCannotStartFailsWithReasonAndBacksOff(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, allReadyOrFailed)
-	time.Sleep(2500 * time.Millisecond)
-	// Backoff 1 s, 2 s, 4 s…: within 2.5 s at most three attempts, never a
-	// hot loop; slots that do not fit are never tried.
-	if got := a.Counters().ReplicaStartFailures; got < 2 || got > 3 {
-		t.Errorf("start failures after 2.5 s = %d, want 2 or 3", got)
+	failures := func() uint64 { return a.Counters().ReplicaStartFailures }
+	// The desired state is applied at once: good starts, the bad profile
+	// fails its first attempt, the others do not fit. The clock has not
+	// moved yet.
+	wait.Eventually(t, 10*time.Second, func() bool {
+		r := replicas(a)["good"]
+		return failures() == 1 && r.Addr != "" && httpGet(r.Addr, "/v2/health/ready") == http.StatusOK
+	}, "want good started and one failed start: %v", wait.Show(func() any { return a.Counters() }))
+	// Just short of a second the agent has seen good ready (its readiness
+	// check is due every 200 ms) and has not tried the bad profile again.
+	advance(t, clk, time.Second-time.Millisecond)
+	var why error
+	wait.Eventually(t, 10*time.Second, func() bool { why = allReadyOrFailed(); return why == nil }, "%v", wait.Show(func() any { return why }))
+	if got := failures(); got != 1 {
+		t.Fatalf("start failures before the first backoff of 1 s ended = %d, want 1", got)
 	}
-	if got := drv.starts.Load(); got != 1+int64(a.Counters().ReplicaStartFailures) {
-		t.Errorf("driver starts = %d: only good and the bad profile's attempts may reach the driver", got)
+	// Backoff 1 s, 2 s, 4 s…: each retry exactly when its backoff ends,
+	// never earlier; never a hot loop. The clock stands 1 ms short of the
+	// end of each backoff in turn.
+	for i, backoff := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		advance(t, clk, time.Millisecond)
+		want := uint64(i + 2)
+		wait.Eventually(t, 10*time.Second, func() bool { return failures() == want },
+			"start failures %v when the backoff of %v ended, want %d", wait.Show(func() any { return failures() }), backoff, want)
+		advance(t, clk, 2*backoff-time.Millisecond)
+		if got := failures(); got != want {
+			t.Fatalf("start failures 1 ms before the backoff of %v ended = %d, want still %d", 2*backoff, got, want)
+		}
+	}
+	// Slots that do not fit are never tried: only good and the bad
+	// profile's attempts reach the driver.
+	if got := drv.starts.Load(); got != 1+int64(failures()) {
+		t.Errorf("driver starts = %d, want good's and %d of the bad profile", got, failures())
 	}
 	if err := allReadyOrFailed(); err != nil {
 		t.Fatal(err)
@@ -216,12 +226,8 @@ func TestRestartAdoptsRunningReplicas(t *testing.T) {
 	// over and the replayed generation 3 changes nothing.
 	second := start(t, cfg, e.nc)
 	after := allReady(t, second, "a1", "a2")
-	eventually(t, 5*time.Second, func() error {
-		if second.Counters().DesiredIgnored != 1 {
-			return fmt.Errorf("the replayed desired state was not seen yet")
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return second.Counters().DesiredIgnored == 1 },
+		"the replayed desired state was not seen yet")
 	if got := drv.starts.Load(); got != 2 {
 		t.Fatalf("driver starts = %d, want the first agent's 2 only", got)
 	}
@@ -311,41 +317,35 @@ func TestNATSDownReplicasKeepServing(t *testing.T) {
 	addrs := allReady(t, a, "o1")
 
 	e.srv.Shutdown()
+	// The replica serves while heartbeats fail, checked again and again
+	// until three heartbeats in a row have failed.
 	failed := a.Counters().HeartbeatsFailed
-	for range 10 {
-		time.Sleep(200 * time.Millisecond)
+	wait.Eventually(t, 10*time.Second, func() bool {
 		if code := httpGet(addrs["o1"], "/v2/health/ready"); code != http.StatusOK {
 			t.Fatalf("replica answers %d while NATS is down", code)
 		}
 		predict(t, addrs["o1"])
-	}
+		return a.Counters().HeartbeatsFailed >= failed+3
+	}, "heartbeats failed %v, want %d more while NATS is down", wait.Show(func() any { return a.Counters().HeartbeatsFailed }), 3)
 	c := a.Counters()
-	if c.HeartbeatsFailed <= failed {
-		t.Errorf("heartbeats failed %d, want more than %d while NATS is down", c.HeartbeatsFailed, failed)
-	}
 	if c.ReplicaStops != 0 || replicas(a)["o1"].State != proto.StateReady {
 		t.Fatalf("losing NATS must stop nothing: %+v, %+v", c, replicas(a))
 	}
 
 	e.srv.Restart()
 	sent := a.Counters().HeartbeatsSent
-	eventually(t, 10*time.Second, func() error {
-		if a.Counters().HeartbeatsSent <= sent {
-			return fmt.Errorf("no heartbeat since NATS came back")
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return a.Counters().HeartbeatsSent > sent },
+		"no heartbeat since NATS came back")
 	// The desired-state watch survives the outage.
-	t0 := time.Now()
-	eventually(t, 10*time.Second, func() error {
+	var putErr error
+	wait.Eventually(t, 10*time.Second, func() bool {
 		data, _ := json.Marshal(proto.Desired{Node: "node-outage", Generation: 2, Replicas: []proto.ReplicaSpec{classifier("o1", 0), classifier("o2", 1)}})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := e.kv.Put(ctx, "node-outage", data)
-		return err
-	})
+		_, putErr = e.kv.Put(ctx, "node-outage", data)
+		return putErr == nil
+	}, "desired state not written after the outage: %v", wait.Show(func() any { return putErr }))
 	allReady(t, a, "o1", "o2")
-	t.Logf("desired state after the outage applied in %s", time.Since(t0))
 }
 
 func TestAgentStartsFromItsStateFileWithoutNATS(t *testing.T) {
@@ -400,7 +400,9 @@ func TestAgentsSharingOneDriverLeaveEachOtherAlone(t *testing.T) {
 	b2 := start(t, bcfg, e.nc)
 	c := start(t, testConfig(t, "node-c", drv), e.nc)
 	allReady(t, b2, "b-1")
-	time.Sleep(300 * time.Millisecond)
+	// node-c decides what to adopt in Start, from its (empty) state file;
+	// two heartbeats later it has also reconciled its (empty) desired set.
+	wait.Eventually(t, 10*time.Second, func() bool { return c.Counters().HeartbeatsSent >= 2 }, "node-c sent no second heartbeat")
 	if rs := replicas(c); len(rs) != 0 {
 		t.Fatalf("node-c took over %v", rs)
 	}
@@ -429,8 +431,9 @@ func TestWaitsForTheDesiredBucketAndReportsLoading(t *testing.T) {
 
 	// The control plane has not created the buckets yet: the agent waits,
 	// heartbeating, and does not fail.
-	time.Sleep(1500 * time.Millisecond)
-	if c := a.Counters(); c.HeartbeatsSent == 0 || c.DesiredApplied != 0 {
+	wait.Eventually(t, 10*time.Second, func() bool { return a.Counters().HeartbeatsSent >= 3 },
+		"no heartbeats while the bucket is missing: %v", wait.Show(func() any { return a.Counters() }))
+	if c := a.Counters(); c.DesiredApplied != 0 {
 		t.Fatalf("before the bucket exists: %+v", c)
 	}
 	e := &env{srv: srv, nc: nc}
@@ -444,11 +447,9 @@ func TestWaitsForTheDesiredBucketAndReportsLoading(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.put(t, "node-early", 1, classifier("late", 0))
-	eventually(t, 5*time.Second, func() error {
-		if r := replicas(a)["late"]; r.State != proto.StateStarting || r.Addr == "" {
-			return fmt.Errorf("late: %+v, want starting while its model loads", r)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool {
+		r := replicas(a)["late"]
+		return r.State == proto.StateStarting && r.Addr != ""
+	}, "late: %v, want starting while its model loads", wait.Show(func() any { return replicas(a)["late"] }))
 	allReady(t, a, "late")
 }

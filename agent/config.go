@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/agent/proto"
 )
 
@@ -53,8 +55,12 @@ type Config struct {
 	// closes on Stop; a driver passed in outlives the agent, so another
 	// Agent can adopt its replicas.
 	Driver Driver
-	// Now is the clock of usage records and retry times. Default time.Now.
-	Now func() time.Time
+	// Clock is the agent's time: heartbeats, readiness checks, the backoff
+	// of failed starts, the meter's seconds and the times in usage records
+	// and heartbeats, so that tests move it by hand. Timeouts of single
+	// NATS and replica calls are wall-clock time: they time real I/O.
+	// Default quartz.NewReal().
+	Clock quartz.Clock
 }
 
 func (c *Config) defaults() {
@@ -76,8 +82,8 @@ func (c *Config) defaults() {
 	if c.BatchRecords == 0 {
 		c.BatchRecords = DefaultBatchRecords
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = quartz.NewReal()
 	}
 }
 

@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
 	"modelplane/bus"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 // Sim profiles of the demo versions.
@@ -154,19 +156,29 @@ func (d *countingDriver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr
 	return d.SimDriver.Adopt(ctx, spec, addr)
 }
 
-// eventually polls cond until it returns nil or the time is up.
-func eventually(t *testing.T, within time.Duration, cond func() error) {
+// newClock is an agent clock moved by hand (Config.Clock).
+func newClock(t *testing.T) *quartz.Mock {
+	return quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+}
+
+// advance moves clk forward by d through every timer and tick on the way
+// (heartbeats, readiness checks, retries, the meter), each delivered
+// before the next: Advance alone refuses to jump past one. A timer the
+// agent sets meanwhile is met too, since each step goes to whichever
+// event is next.
+func advance(t *testing.T, clk *quartz.Mock, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
 	for {
-		err := cond()
-		if err == nil {
+		next, ok := clk.Peek()
+		if !ok || next > d {
+			clk.Advance(d).MustWait(ctx)
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		step, w := clk.AdvanceNext()
+		w.MustWait(ctx)
+		d -= step
 	}
 }
 
@@ -184,24 +196,32 @@ func replicas(a *Agent) map[string]proto.ReplicaStatus {
 func allReady(t *testing.T, a *Agent, ids ...string) map[string]string {
 	t.Helper()
 	addrs := make(map[string]string)
-	eventually(t, 10*time.Second, func() error {
-		rs := replicas(a)
-		if len(rs) != len(ids) {
-			return fmt.Errorf("replicas %v, want %v", rs, ids)
-		}
-		for _, id := range ids {
-			r, ok := rs[id]
-			if !ok || r.State != proto.StateReady || r.Addr == "" {
-				return fmt.Errorf("replica %s: %+v", id, r)
-			}
-			if code := httpGet(r.Addr, "/v2/health/ready"); code != http.StatusOK {
-				return fmt.Errorf("replica %s at %s: ready answers %d", id, r.Addr, code)
-			}
-			addrs[id] = r.Addr
-		}
-		return nil
-	})
+	var why error
+	wait.Eventually(t, 10*time.Second, func() bool {
+		why = readyAt(a, ids, addrs)
+		return why == nil
+	}, "want %v ready: %v", ids, wait.Show(func() any { return why }))
 	return addrs
+}
+
+// readyAt says why exactly ids are not all ready and answering, or fills
+// addrs with their addresses and returns nil.
+func readyAt(a *Agent, ids []string, addrs map[string]string) error {
+	rs := replicas(a)
+	if len(rs) != len(ids) {
+		return fmt.Errorf("replicas %v", rs)
+	}
+	for _, id := range ids {
+		r, ok := rs[id]
+		if !ok || r.State != proto.StateReady || r.Addr == "" {
+			return fmt.Errorf("replica %s: %+v", id, r)
+		}
+		if code := httpGet(r.Addr, "/v2/health/ready"); code != http.StatusOK {
+			return fmt.Errorf("replica %s at %s: ready answers %d", id, r.Addr, code)
+		}
+		addrs[id] = r.Addr
+	}
+	return nil
 }
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}

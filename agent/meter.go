@@ -41,17 +41,17 @@ func BatchID(node string, sec int64, chunk int) string {
 func (a *Agent) meterLoop(ctx context.Context) {
 	defer a.wg.Done()
 	a.drain(ctx)
-	t := time.NewTimer(time.Hour)
+	t := a.cfg.Clock.NewTimer(time.Hour, "agent", "meter")
 	defer t.Stop()
 	for {
-		now := time.Now()
-		t.Reset(now.Truncate(time.Second).Add(time.Second + meterOffset).Sub(now))
+		now := a.cfg.Clock.Now()
+		t.Reset(now.Truncate(time.Second).Add(time.Second+meterOffset).Sub(now), "agent", "meter")
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		a.meterTick(ctx, a.cfg.Now())
+		a.meterTick(ctx, a.cfg.Clock.Now())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"modelplane/agent/proto"
+	"modelplane/internal/wait"
 )
 
 // checkLedger asserts what exactly-once needs of the stream: every message
@@ -75,20 +76,18 @@ func TestMeteringOneRecordPerSlotPerSecond(t *testing.T) {
 	}
 
 	var stored map[string]proto.UsageBatch
-	eventually(t, 10*time.Second, func() error {
+	var requests int64
+	wait.Eventually(t, 10*time.Second, func() bool {
 		msgs := readUsage(t, e.js)
 		stored = checkLedger(t, msgs, "node-meter", 3)
-		var requests int64
+		requests = 0
 		for _, b := range stored {
 			for _, r := range b.Records {
 				requests += r.Requests
 			}
 		}
-		if requests != 5 || len(stored) < 3 {
-			return fmt.Errorf("%d batches, %d requests metered; want 5 requests", len(stored), requests)
-		}
-		return nil
-	})
+		return requests == 5 && len(stored) >= 3
+	}, "%v requests metered; want 5 requests in at least 3 batches", wait.Show(func() any { return fmt.Sprintf("%d batches, %d", len(stored), requests) }))
 	for _, b := range stored {
 		for _, r := range b.Records {
 			var want proto.Usage
@@ -175,33 +174,22 @@ func TestMeteringSpoolsDuringOutageAndReplaysWithSameIDs(t *testing.T) {
 	e.put(t, "node-spool", 1, classifier("s1", 0))
 	a := start(t, cfg, e.nc)
 	allReady(t, a, "s1")
-	eventually(t, 10*time.Second, func() error {
-		if n := len(readUsage(t, e.js)); n < 1 {
-			return fmt.Errorf("%d batches stored", n)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return len(readUsage(t, e.js)) >= 1 }, "no usage batch stored")
 
 	e.srv.Shutdown()
 	var waiting []string
-	eventually(t, 10*time.Second, func() error {
+	// A batch's file appears before the spool counts it.
+	wait.Eventually(t, 10*time.Second, func() bool {
 		waiting = spooledIDs(t, cfg.StateDir)
-		if len(waiting) < 3 {
-			return fmt.Errorf("%d batches in the spool", len(waiting))
-		}
-		return nil
-	})
+		return len(waiting) >= 3 && a.Counters().SpoolBatches >= 3
+	}, "%v batches in the spool, want 3", wait.Show(func() any { return len(waiting) }))
 	if c := a.Counters(); c.BatchesDropped != 0 || c.SpoolBatches < 3 {
 		t.Fatalf("during the outage: %+v", c)
 	}
 
 	e.srv.Restart()
-	eventually(t, 15*time.Second, func() error {
-		if c := a.Counters(); c.SpoolBatches != 0 {
-			return fmt.Errorf("%d batches still spooled", c.SpoolBatches)
-		}
-		return nil
-	})
+	wait.Eventually(t, 15*time.Second, func() bool { return a.Counters().SpoolBatches == 0 },
+		"%v batches still spooled", wait.Show(func() any { return a.Counters().SpoolBatches }))
 	a.Stop()
 	c := a.Counters()
 	stored := checkLedger(t, readUsage(t, e.js), "node-spool", 1)
@@ -228,20 +216,11 @@ func TestAgentKilledDuringOutageReplaysItsSpoolAfterRestart(t *testing.T) {
 	e.put(t, "node-kill", 1, classifier("k1", 0))
 	first := start(t, cfg, e.nc)
 	allReady(t, first, "k1")
-	eventually(t, 10*time.Second, func() error {
-		if n := len(readUsage(t, e.js)); n < 1 {
-			return fmt.Errorf("%d batches stored", n)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return len(readUsage(t, e.js)) >= 1 }, "no usage batch stored")
 
 	e.srv.Shutdown()
-	eventually(t, 10*time.Second, func() error {
-		if n := len(spooledIDs(t, cfg.StateDir)); n < 2 {
-			return fmt.Errorf("%d batches in the spool", n)
-		}
-		return nil
-	})
+	wait.Eventually(t, 10*time.Second, func() bool { return len(spooledIDs(t, cfg.StateDir)) >= 2 },
+		"%v batches in the spool, want 2", wait.Show(func() any { return len(spooledIDs(t, cfg.StateDir)) }))
 	// The agent dies mid-outage: nothing is flushed, the loops just end.
 	first.Stop()
 	waiting := spooledIDs(t, cfg.StateDir)
@@ -254,22 +233,26 @@ func TestAgentKilledDuringOutageReplaysItsSpoolAfterRestart(t *testing.T) {
 
 	e.srv.Restart()
 	second := start(t, cfg, e.nc)
-	eventually(t, 15*time.Second, func() error {
+	var why error
+	wait.Eventually(t, 15*time.Second, func() bool {
 		msgs, err := tryReadUsage(e.js)
 		if err != nil {
-			return err
+			why = err
+			return false
 		}
 		stored := checkLedger(t, msgs, "node-kill", 1)
 		for _, id := range waiting {
 			if _, ok := stored[id]; !ok {
-				return fmt.Errorf("spooled batch %s not replayed yet", id)
+				why = fmt.Errorf("spooled batch %s not replayed yet", id)
+				return false
 			}
 		}
 		if c := second.Counters(); c.SpoolBatches != 0 {
-			return fmt.Errorf("%d batches still spooled", c.SpoolBatches)
+			why = fmt.Errorf("%d batches still spooled", c.SpoolBatches)
+			return false
 		}
-		return nil
-	})
+		return true
+	}, "spool not replayed: %v", wait.Show(func() any { return why }))
 	second.Stop()
 	stored := readUsage(t, e.js)
 	ledger := checkLedger(t, stored, "node-kill", 0)

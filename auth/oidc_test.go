@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/auth/devidp"
@@ -21,24 +21,12 @@ import (
 // stops at the IdP's redirect and reads state and code from it.
 const testRedirect = "http://127.0.0.1:1/auth/callback"
 
-// clock is a hand-moved time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock is a hand-moved clock at t, and its Now as the func the
+// package's constructors take.
+func newClock(tb testing.TB, t time.Time) (*quartz.Mock, func() time.Time) {
+	clk := quartz.NewMock(tb)
+	clk.Set(t)
+	return clk, func() time.Time { return clk.Now() }
 }
 
 func startIdP(t *testing.T) *devidp.IdP {
@@ -298,12 +286,12 @@ func TestOIDCFinishBadIDToken(t *testing.T) {
 func TestOIDCLoginMaxAge(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	clk := newClock(time.Now())
-	rp := newRP(t, idp, pool, clk.Now)
+	clk, now := newClock(t, time.Now())
+	rp := newRP(t, idp, pool, now)
 	state, code := login(t, rp, "admin@example.com")
 	stale, _ := login(t, rp, "admin@example.com")
 
-	clk.Add(LoginMaxAge + time.Second)
+	clk.Advance(LoginMaxAge + time.Second)
 	if _, _, err := rp.Finish(t.Context(), state, code); !errors.Is(err, ErrLoginFailed) {
 		t.Errorf("Finish after %v error = %v, want ErrLoginFailed", LoginMaxAge, err)
 	}

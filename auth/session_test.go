@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
@@ -19,15 +20,15 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
 // sessionFixture is a fresh database with one user and a session store on a
 // hand-moved clock.
-func sessionFixture(t *testing.T) (*Sessions, *clock, *pgxpool.Pool, int64) {
+func sessionFixture(t *testing.T) (*Sessions, *quartz.Mock, *pgxpool.Pool, int64) {
 	t.Helper()
 	pool := pgtest.New(t)
 	u, err := db.New(pool).UserUpsert(t.Context(), db.UserUpsertParams{Issuer: "https://idp.example", Subject: "s1", Email: "ann@example.com", Name: "Ann"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := newClock(t0)
-	return NewSessions(pool, SessionConfig{}, clk.Now), clk, pool, u.ID
+	clk, now := newClock(t, t0)
+	return NewSessions(pool, SessionConfig{}, now), clk, pool, u.ID
 }
 
 func TestSessionLookup(t *testing.T) {
@@ -134,7 +135,7 @@ func TestSessionTimeouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, d := range tc.steps {
-				clk.Add(d)
+				clk.Advance(d)
 				_, _, err = s.Lookup(ctx, token)
 				if i < len(tc.steps)-1 && err != nil {
 					t.Fatalf("Lookup at step %d: %v", i, err)
@@ -179,7 +180,7 @@ func TestSessionTouchEveryMinute(t *testing.T) {
 		{59 * time.Second, t0.Add(time.Minute)}, // too soon again
 		{time.Second, t0.Add(2 * time.Minute)},
 	} {
-		clk.Add(step.move)
+		clk.Advance(step.move)
 		if _, _, err := s.Lookup(ctx, token); err != nil {
 			t.Fatal(err)
 		}
@@ -197,12 +198,12 @@ func TestSessionSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(DefaultIdleTimeout / 2)
+	clk.Advance(DefaultIdleTimeout / 2)
 	live, _, err := s.Create(ctx, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(DefaultIdleTimeout/2 + time.Second)
+	clk.Advance(DefaultIdleTimeout/2 + time.Second)
 	n, err := s.Sweep(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1, nil", n, err)

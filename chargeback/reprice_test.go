@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
@@ -21,6 +21,7 @@ import (
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
 )
 
 // TestBookedRateNeverRepricesStoredSeconds goes through the real stamping
@@ -42,11 +43,10 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	now := t0.Add(-billing.RateLead - time.Hour)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	setClock := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	clk := quartz.NewMock(t)
+	clk.Set(t0.Add(-billing.RateLead - time.Hour))
+	clock := func() time.Time { return clk.Now() }
 	finance := &auth.Principal{Name: "fin", PlatformRole: auth.RoleFinance}
 	book := billing.NewBook(pool, clock)
 	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: proto.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
@@ -80,20 +80,13 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var n uint64
+		var n uint64
+		wait.Eventually(t, 30*time.Second, func() bool {
 			if err := ch.QueryRow(ctx, "SELECT count() FROM gpu_usage").Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if n == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("gpu_usage holds %d rows, want %d", n, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return n == want
+		}, "gpu_usage holds %v rows, want %d", wait.Show(func() any { return n }), want)
 	}
 	svc := chargeback.New(ch, db.New(pool), clock)
 	cost := func(from, to time.Time) int64 {
@@ -107,7 +100,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 
 	ingestMinute(t0, 60)
 	first := t0.Add(time.Minute)
-	setClock(t0.Add(2 * time.Minute))
+	clk.Set(t0.Add(2 * time.Minute))
 	if got := cost(t0, first); got != 60_000 { // 60 s at $3.60/h = $0.001/s
 		t.Fatalf("first minute = %d micro-USD, want 60,000", got)
 	}
@@ -126,7 +119,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 		t.Errorf("first minute after booking $7.20/h = %d micro-USD, want 60,000 (stored seconds are never repriced)", got)
 	}
 	ingestMinute(next, 120)
-	setClock(next.Add(time.Hour))
+	clk.Set(next.Add(time.Hour))
 	if got := cost(t0, first); got != 60_000 {
 		t.Errorf("first minute after seconds at the new rate = %d micro-USD, want 60,000", got)
 	}

@@ -25,6 +25,7 @@ import (
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
 	"modelplane/outbox"
 	"modelplane/validate"
 )
@@ -300,15 +301,11 @@ func has(t *testing.T, reg *prometheus.Registry, endpoint, version, metric strin
 // waitMutations waits until ClickHouse has applied every mutation.
 func waitMutations(t *testing.T, ch driver.Conn) {
 	t.Helper()
-	for range 200 {
-		var n uint64
+	var n uint64
+	wait.Eventually(t, 10*time.Second, func() bool {
 		if err := ch.QueryRow(context.Background(), "SELECT count() FROM system.mutations WHERE database = currentDatabase() AND is_done = 0").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("mutations did not finish")
+		return n == 0
+	}, "%v mutations did not finish", wait.Show(func() any { return n }))
 }

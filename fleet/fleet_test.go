@@ -151,9 +151,9 @@ func TestLostNodeReplicasMoveAndReturningNodeIsEmptied(t *testing.T) {
 		t.Fatalf("replicas not spread over nodes: a=%d b=%d", len(a.Replicas), len(b.Replicas))
 	}
 	// node-a goes silent for longer than its 15 s lease; node-b keeps beating.
-	f.clock.add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.heartbeat(t, "node-b", inv)
-	f.clock.add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.heartbeat(t, "node-b", inv)
 	p := f.reconcile(t)
 	if len(p.LostNodes) != 1 || p.LostNodes[0] != "node-a" || p.Placed != 1 {
@@ -188,10 +188,10 @@ func TestJustStartedControlPlaneDoesNotDeclareNodesLost(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", nil))
-	f.clock.add(time.Hour)
+	f.clock.Advance(time.Hour)
 	// A control plane that started watching heartbeats a second ago has not
 	// yet had the chance to hear node-a.
-	p, err := f.fleet.Reconcile(t.Context(), f.clock.now().Add(-time.Second))
+	p, err := f.fleet.Reconcile(t.Context(), f.clock.Now().Add(-time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/agent/proto"
@@ -20,26 +20,14 @@ import (
 	"modelplane/registry"
 )
 
-// clock is a settable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // fixture is a database with team risk, model fraud (v1, v2: 4 GB each),
 // model chat (c1: 40 GB on an H100) and the fleet service on a fake clock.
 type fixture struct {
 	pool  *pgxpool.Pool
 	fleet *fleet.Fleet
 	eps   *endpoint.Service
-	clock *clock
+	clock *quartz.Mock // the fleet's clock, moved by hand
+	now   func() time.Time
 	eng   *auth.Principal
 	root  *auth.Principal
 	start time.Time
@@ -58,11 +46,13 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), c.now), eps: endpoint.New(pool), clock: c,
+	c := quartz.NewMock(t)
+	c.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	now := func() time.Time { return c.Now() }
+	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), now), eps: endpoint.New(pool), clock: c, now: now,
 		eng:   &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		root:  &auth.Principal{Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin},
-		start: c.now()}
+		start: c.Now()}
 	man := []byte(`{"model.onnx":"` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `"}`)
 	for _, m := range []struct {
 		model    string

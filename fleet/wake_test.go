@@ -18,6 +18,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 // wake records a wake request as the intake does and returns whether the
@@ -57,7 +58,7 @@ func TestWokenEndpointGetsAReplicaAndSleepsAfterTheGrace(t *testing.T) {
 	if !f.wake(t, "sleepy") {
 		t.Fatal("first wake: asleep = false, want true")
 	}
-	f.clock.add(time.Second)
+	f.clock.Advance(time.Second)
 	if f.wake(t, "sleepy") {
 		t.Fatal("second wake within the grace: asleep = true, want false (it only extends the grace)")
 	}
@@ -82,18 +83,18 @@ func TestWokenEndpointGetsAReplicaAndSleepsAfterTheGrace(t *testing.T) {
 	}
 
 	// Traffic keeps it: a wake just before the grace ends starts a new one.
-	f.clock.add(grace - 2*time.Second)
+	f.clock.Advance(grace - 2*time.Second)
 	if f.wake(t, "sleepy") {
 		t.Fatal("wake within the grace reported asleep")
 	}
-	f.clock.add(grace - time.Second)
+	f.clock.Advance(grace - time.Second)
 	f.heartbeat(t, "node-a", inv, ready(d)...)
 	if p := f.reconcile(t); p.Removed != 0 {
 		t.Fatalf("pass within the extended grace = %+v, want nothing removed", p)
 	}
 
 	// A whole grace without a wake: back to zero.
-	f.clock.add(2 * time.Second)
+	f.clock.Advance(2 * time.Second)
 	f.heartbeat(t, "node-a", inv, ready(d)...)
 	if p := f.reconcile(t); p.Removed != 1 || len(p.LostNodes) != 0 {
 		t.Fatalf("pass after the grace = %+v, want the replica removed", p)
@@ -125,7 +126,7 @@ func TestWokenEndpointKeepsItsMinimum(t *testing.T) {
 	if p := f.reconcile(t); p.Placed != 2 {
 		t.Fatalf("pass = %+v, want min_replicas 2 placed", p)
 	}
-	f.clock.add(time.Hour)
+	f.clock.Advance(time.Hour)
 	f.heartbeat(t, "node-a", inv)
 	if p := f.reconcile(t); p.Removed != 0 {
 		t.Fatalf("pass after the grace = %+v, want the minimum kept", p)
@@ -150,14 +151,11 @@ func TestIntakeRecordsWakeRequests(t *testing.T) {
 	if err := nc.Publish(proto.WakeSubject("sleepy"), bad); err != nil {
 		t.Fatal(err)
 	}
-	good, _ := json.Marshal(proto.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.now()})
+	good, _ := json.Marshal(proto.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.Now()})
 	if err := nc.Publish(proto.WakeSubject("sleepy"), good); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for dirty.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Eventually(t, 10*time.Second, func() bool { return dirty.Load() != 0 }, "the reconciler was never woken")
 	if dirty.Load() != 1 {
 		t.Fatalf("reconciler woken %d times, want 1", dirty.Load())
 	}
@@ -165,8 +163,8 @@ func TestIntakeRecordsWakeRequests(t *testing.T) {
 	if err := f.pool.QueryRow(t.Context(), "SELECT woken_at FROM endpoints WHERE name = 'sleepy'").Scan(&woken); err != nil {
 		t.Fatal(err)
 	}
-	if woken == nil || !woken.Equal(f.clock.now()) {
-		t.Fatalf("woken_at = %v, want %v", woken, f.clock.now())
+	if woken == nil || !woken.Equal(f.clock.Now()) {
+		t.Fatalf("woken_at = %v, want %v", woken, f.clock.Now())
 	}
 	if p := f.reconcile(t); p.Unplaced != 1 {
 		t.Fatalf("pass = %+v, want the woken endpoint's replica wanted (no node: unplaced)", p)
@@ -191,7 +189,7 @@ func (f *fixture) block(t *testing.T, endpoint, enforcement string, reached bool
 	if !reached {
 		return
 	}
-	month := time.Date(f.clock.now().Year(), f.clock.now().Month(), 1, 0, 0, 0, 0, time.UTC)
+	month := time.Date(f.clock.Now().Year(), f.clock.Now().Month(), 1, 0, 0, 0, 0, time.UTC)
 	if _, err := db.New(f.pool).BudgetAlertInsert(ctx, db.BudgetAlertInsertParams{BudgetID: budgetID, TeamID: teamID,
 		Month: pgtype.Date{Time: month, Valid: true}, ThresholdPct: 100, SpentUusd: 10_250_000, BudgetUusd: 10_000_000, ForecastUusd: 11_000_000}); err != nil {
 		t.Fatal(err)
@@ -266,7 +264,7 @@ func TestBlockingBudgetKeepsRunningReplicas(t *testing.T) {
 	if e := f.get(t, "sleepy"); e.Status != fleet.StatusReady || e.PlacementError != "" {
 		t.Fatalf("endpoint = %s %q, want ready without a note (nothing held back)", e.Status, e.PlacementError)
 	}
-	f.clock.add(fleet.DefaultWakeGrace)
+	f.clock.Advance(fleet.DefaultWakeGrace)
 	f.heartbeat(t, "node-a", inv, ready(d)...)
 	if p := f.reconcile(t); p.Removed != 1 || len(p.LostNodes) != 0 {
 		t.Fatalf("pass after the grace = %+v, want the replica removed", p)
@@ -300,7 +298,7 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 		t.Fatalf("route while blocked = %+v (written %v), want scaled to zero with the budget named in blocked", rt, ok)
 	}
 	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
-	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock.now)
+	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.now)
 	if _, err := budgets.Set(t.Context(), admin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 20_000_000, Enforcement: chargeback.EnforceBlock}); err != nil {
 		t.Fatal(err)
 	}

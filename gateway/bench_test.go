@@ -27,6 +27,7 @@ import (
 	"modelplane/bus"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 // The request path's benchmarks: the gateway with every feature the
@@ -134,17 +135,11 @@ func setupBench(b *testing.B) *benchSetup {
 	rs := httptest.NewServer(rp)
 	b.Cleanup(rs.Close)
 	s := &benchSetup{gateway: gs.URL, reverseProxy: rs.URL, direct: "http://" + addrs[0], key: raw, handler: g.Handler()}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, _ := benchPost(http.DefaultClient, s.gateway+predictPath("bench"), s.key, predictBody)
-		if st == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("gateway never answered 200, last %d", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var st int
+	wait.Eventually(b, 10*time.Second, func() bool {
+		st, _ = benchPost(http.DefaultClient, s.gateway+predictPath("bench"), s.key, predictBody)
+		return st == http.StatusOK
+	}, "gateway never answered 200, last %v", wait.Show(func() any { return st }))
 	return s
 }
 

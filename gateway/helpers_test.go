@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,6 +24,7 @@ import (
 	"modelplane/bus"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -152,7 +155,7 @@ func startReplicaServer(t *testing.T, version string, task replica.Task) (*repli
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
-	waitFor(t, "replica ready", s.Ready)
+	wait.Eventually(t, 10*time.Second, s.Ready, "waiting for replica ready")
 	return s, addr.String()
 }
 
@@ -168,14 +171,28 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// newClock is a gateway clock moved by hand (Config.Clock). It logs
+// nothing: the request path reads it on every request.
+func newClock(t *testing.T) *quartz.Mock {
+	return quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+}
+
+// advance moves clk forward by d through every tick on the way (the
+// statistics ticker's), each delivered before the next: Advance alone
+// refuses to jump past one.
+func advance(t *testing.T, clk *quartz.Mock, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		next, ok := clk.Peek()
+		if !ok || next > d {
+			clk.Advance(d).MustWait(ctx)
+			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		step, w := clk.AdvanceNext()
+		w.MustWait(ctx)
+		d -= step
 	}
 }
 

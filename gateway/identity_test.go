@@ -14,6 +14,7 @@ import (
 	"modelplane/auth/devidp"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 // startIdP runs a dev IdP; it is closed when the test ends.
@@ -98,7 +99,7 @@ func TestOIDCBearerTokens(t *testing.T) {
 	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), eng.Subject), proto.MemberEntry{Teams: []proto.MemberTeam{{Team: "risk", Role: "engineer"}}})
 	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), admin.Subject), proto.MemberEntry{PlatformRole: "platform_admin"})
 	g := startGateway(t, e.nc, gateway.Config{Transport: instant{}})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	sign := func(p *devidp.IdP, u devidp.User, mod func(map[string]any)) string {
 		c := p.TokenClaims(u, 5*time.Minute)
@@ -113,9 +114,9 @@ func TestOIDCBearerTokens(t *testing.T) {
 	}
 	engToken := sign(idp, eng, nil)
 	// The verifier arrives by watch: wait for the first token to pass.
-	waitFor(t, "token accepted", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), engToken, predictBody).status == http.StatusOK
-	})
+	}, "waiting for token accepted")
 	tampered := engToken[:len(engToken)-4] + "AAAA"
 	if strings.HasSuffix(engToken, "AAAA") {
 		tampered = engToken[:len(engToken)-4] + "BBBB"
@@ -146,9 +147,9 @@ func TestOIDCBearerTokens(t *testing.T) {
 	}
 
 	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), eng.Subject), nil)
-	waitFor(t, "membership removal reaches the gateway", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), engToken, predictBody).status == http.StatusNotFound
-	})
+	}, "waiting for membership removal reaches the gateway")
 }
 
 // TestTokensFromSnapshot: a gateway started while NATS is down verifies
@@ -170,9 +171,9 @@ func TestTokensFromSnapshot(t *testing.T) {
 	}
 	dir := t.TempDir()
 	g1 := startGateway(t, nc, gateway.Config{StateDir: dir, Transport: instant{}})
-	waitFor(t, "token accepted", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g1.url, predictPath("fraud-scoring"), tok, predictBody).status == http.StatusOK
-	})
+	}, "waiting for token accepted")
 	g1.Stop()
 	ns.Shutdown()
 	g2 := startGateway(t, connectRetrying(t, ns.URL()), gateway.Config{StateDir: dir, Transport: instant{}})

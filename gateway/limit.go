@@ -146,7 +146,7 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
 	if g.keyLimit == nil && rt.limiter == nil {
 		return true
 	}
-	now := g.cfg.Now()
+	now := g.now()
 	if ok, d := g.keyLimit.allow(c.key, now); !ok {
 		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
 		return false

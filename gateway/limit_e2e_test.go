@@ -11,21 +11,9 @@ import (
 	"time"
 
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
-
-// clock is a hand-moved Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func problemDetail(t *testing.T, r result) string {
 	t.Helper()
@@ -56,7 +44,7 @@ func TestSchemaValidationEndToEnd(t *testing.T) {
 	e.putRoute(t, chat)
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	r := call(t, g.url, predictPath("fraud-scoring"), key, `{"instances":[{"amount":1},{"amount":2},{"amount":3},{"amount":-1}]}`)
 	if r.status != http.StatusBadRequest {
@@ -88,10 +76,10 @@ func TestRateLimitsEndToEnd(t *testing.T) {
 	k1 := e.newKey(t, "risk", "engineer", nil)
 	k2 := e.newKey(t, "risk", "engineer", nil)
 	k3 := e.newKey(t, "risk", "engineer", nil)
-	clk := &clock{now: time.Now()}
+	clk := newClock(t)
 	// Keys: 2 requests, then one every 4 s. Endpoints: 3, then one a second.
-	g := startGateway(t, e.nc, gateway.Config{Now: clk.Now, KeyRPS: 0.25, KeyBurst: 2, EndpointRPS: 1, EndpointBurst: 3})
-	waitFor(t, "gateway ready", g.Ready)
+	g := startGateway(t, e.nc, gateway.Config{Clock: clk, KeyRPS: 0.25, KeyBurst: 2, EndpointRPS: 1, EndpointBurst: 3})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	want := func(key, endpoint string, status int, retryAfter string) {
 		t.Helper()
@@ -113,7 +101,7 @@ func TestRateLimitsEndToEnd(t *testing.T) {
 	want(k2, "fraud-scoring", 200, "")  // another key is not limited by k1
 	want(k2, "fraud-scoring", 429, "1") // the endpoint is spent: 1 s
 	want(k3, "churn", 200, "")          // another endpoint has its own bucket
-	clk.add(4 * time.Second)
+	advance(t, clk, 4*time.Second)
 	want(k1, "fraud-scoring", 200, "")
 }
 
@@ -137,13 +125,13 @@ func TestLoadSheddingEndToEnd(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v1", 100, strings.TrimPrefix(slow.URL, "http://"))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{MaxOutstandingPerReplica: 2})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	results := make(chan result, 2)
 	for range 2 {
 		go func() { results <- call(t, g.url, predictPath("fraud-scoring"), key, predictBody) }()
 	}
-	waitFor(t, "two requests at the replica", func() bool { return now.Load() == 2 })
+	wait.Eventually(t, 10*time.Second, func() bool { return now.Load() == 2 }, "waiting for two requests at the replica")
 	r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody)
 	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "1" {
 		t.Errorf("third request: status %d Retry-After %q (%s), want 429 and 1", r.status, r.header.Get("Retry-After"), r.body)

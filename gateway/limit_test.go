@@ -90,7 +90,7 @@ func TestAcquireNeverExceedsBound(t *testing.T) {
 	got, shed := 0, 0
 	for range 100 {
 		wg.Go(func() {
-			u, saturated := v.acquire(nil, bound)
+			u, saturated := v.acquire(nil, bound, 0)
 			mu.Lock()
 			defer mu.Unlock()
 			if u != nil {
@@ -109,10 +109,10 @@ func TestAcquireNeverExceedsBound(t *testing.T) {
 			t.Errorf("replica %s has %d outstanding, want %d", u.id, n, bound)
 		}
 	}
-	if u, saturated := (&version{}).acquire(nil, bound); u != nil || saturated {
+	if u, saturated := (&version{}).acquire(nil, bound, 0); u != nil || saturated {
 		t.Error("a version without replicas is not saturated, it is unavailable")
 	}
-	if u, _ := v.acquire(nil, 0); u == nil {
+	if u, _ := v.acquire(nil, 0, 0); u == nil {
 		t.Error("bound 0 (off) refused")
 	}
 }

@@ -73,7 +73,7 @@ func newMetrics(g *Gateway) *metrics {
 		inFlightCollector{g},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_request_stats_dropped_total",
 			Help: "MP_REQSTATS messages dropped because NATS did not acknowledge them in time."},
-			func() float64 { return float64(g.stats.counters().Dropped) }),
+			func() float64 { return float64(g.stats.dropped.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_prediction_samples_dropped_total",
 			Help: "Prediction samples dropped: queue full, NATS slow or down, or an unreadable answer."},
 			func() float64 { return float64(g.samples.counters().Dropped) }),

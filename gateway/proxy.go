@@ -188,7 +188,7 @@ func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) 
 	if raw, prefix, ok := bearerKey(header); ok {
 		key := g.keys.Load().byPrefix[prefix]
 		if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
-			(key.expiresAt != nil && !g.cfg.Now().Before(*key.expiresAt)) {
+			(key.expiresAt != nil && !g.now().Before(*key.expiresAt)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
 			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
 			return nil, false
@@ -238,7 +238,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	timer := time.AfterFunc(rt.timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 
-	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica)
+	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano())
 	if u == nil && !saturated && rt.src.Blocked != "" {
 		// A blocking budget holds the endpoint at zero: no wake would
 		// start a replica, so a 202 would have the caller poll in vain.
@@ -264,7 +264,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
-		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica); next != nil {
+		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
 			c.retried = true
 			u = next
 			resp, err = g.send(ctx, k, u, body, c.id, r)

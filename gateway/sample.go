@@ -31,6 +31,9 @@ const (
 // SampleCounters are the prediction sampler's running totals since the
 // gateway was built.
 type SampleCounters struct {
+	// Offered is the number of samples handed to the sampler by requests
+	// drawn for sampling; each ends up published or dropped.
+	Offered uint64
 	// Published is the number of samples JetStream acknowledged.
 	Published uint64
 	// Dropped is the number of samples given up: queue full, NATS slow or
@@ -61,7 +64,7 @@ type sampler struct {
 	log   *slog.Logger
 	queue chan *pending
 
-	published, dropped atomic.Uint64
+	offered, published, dropped atomic.Uint64
 }
 
 func newSampler(pub statsPublisher, log *slog.Logger, queue int) *sampler {
@@ -76,6 +79,7 @@ func (s *sampler) draw(rate float64) bool {
 
 // offer queues p, or drops and counts it when the queue is full.
 func (s *sampler) offer(p *pending) {
+	s.offered.Add(1)
 	select {
 	case s.queue <- p:
 	default:
@@ -84,7 +88,7 @@ func (s *sampler) offer(p *pending) {
 }
 
 func (s *sampler) counters() SampleCounters {
-	return SampleCounters{Published: s.published.Load(), Dropped: s.dropped.Load()}
+	return SampleCounters{Offered: s.offered.Load(), Published: s.published.Load(), Dropped: s.dropped.Load()}
 }
 
 // run publishes queued samples until ctx ends; what is still queued then is

@@ -8,12 +8,21 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/internal/wait"
 )
 
-// stuckNATS never acknowledges until the publish's context ends.
-type stuckNATS struct{}
+// stuckNATS never acknowledges until the publish's context ends; entered,
+// when set, receives a value as each publish starts waiting.
+type stuckNATS struct{ entered chan struct{} }
 
-func (stuckNATS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func (s stuckNATS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if s.entered != nil {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+	}
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -23,22 +32,41 @@ func (stuckNATS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.Pub
 // dropped and counted.
 func TestSampleQueueFullDrops(t *testing.T) {
 	t.Parallel()
-	s := newSampler(stuckNATS{}, slog.New(slog.DiscardHandler), 4)
+	pub := stuckNATS{entered: make(chan struct{}, 1)}
+	s := newSampler(pub, slog.New(slog.DiscardHandler), 4)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { s.run(ctx); close(done) }()
-	start := time.Now()
-	const n = 1000
-	for i := range n {
+	offer := func(i int) {
 		s.offer(&pending{id: "r", endpoint: "e", version: "v", end: time.Now(), body: []byte(`{"instances":[]}`),
 			answer: []byte(`{"predictions":[]}`), features: nil, tokens: i})
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Fatalf("offering %d samples took %v", n, d)
-	}
-	// At most the queue and the one being published survive the offers.
-	if c := s.counters(); c.Dropped < n-5 || c.Published != 0 {
-		t.Fatalf("counters %+v; want at least %d dropped, none published", c, n-5)
+	// The first sample is taken and its publish hangs: the sampler is
+	// stuck until the test cancels it.
+	offer(0)
+	<-pub.entered
+
+	// Offering the rest finishes while the publish hangs: an offer that
+	// waited for room in the queue would never return.
+	const n = 1000
+	offered := make(chan struct{})
+	go func() {
+		defer close(offered)
+		for i := 1; i < n; i++ {
+			offer(i)
+		}
+	}()
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case <-offered:
+			return true
+		default:
+			return false
+		}
+	}, "offering %d samples while NATS is stuck did not return", n-1)
+	// The queue holds 4; the one being published is not dropped yet.
+	if c := s.counters(); c.Dropped != n-5 || c.Published != 0 {
+		t.Fatalf("counters %+v; want %d dropped, none published", c, n-5)
 	}
 	cancel()
 	<-done

@@ -16,6 +16,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -60,24 +61,18 @@ func predictionsIn(t *testing.T, e *env) uint64 {
 	return info.State.Msgs
 }
 
-// settle waits until the gateway's sampler has published or dropped all it
-// will: its counters hold still and match the stream.
+// settle waits until the gateway's sampler has published or dropped every
+// sample offered to it, and the stream holds every one it published.
 func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
 	t.Helper()
-	var last gateway.SampleCounters
-	stable := 0
-	waitFor(t, "sampler settled", func() bool {
-		c := g.Samples()
-		if c == last && predictionsIn(t, e) == c.Published {
-			stable++
-		} else {
-			stable = 0
-		}
-		last = c
-		time.Sleep(20 * time.Millisecond)
-		return stable >= 10
-	})
-	return last
+	var c gateway.SampleCounters
+	var inStream uint64
+	wait.Eventually(t, 10*time.Second, func() bool {
+		c = g.Samples()
+		inStream = predictionsIn(t, e)
+		return c.Published+c.Dropped == c.Offered && inStream == c.Published
+	}, "sampler not settled: %v", wait.Show(func() any { return fmt.Sprintf("%+v, %d in the stream", c, inStream) }))
+	return c
 }
 
 func sampledRoute(endpoint string, rate float64, addr string) proto.Route {
@@ -97,20 +92,28 @@ func TestSamplingRate(t *testing.T) {
 	e.putRoute(t, sampledRoute("quiet", 0, addr))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "routes", func() bool {
-		return call(t, g.url, predictPath("quiet"), key, sampledBody).status == http.StatusOK &&
-			call(t, g.url, predictPath("fraud"), key, sampledBody).status == http.StatusOK
-	})
-	settle(t, e, g)
-	before := g.Samples().Published
+	// Requests go to the handler itself: when one returns, its sample has
+	// been offered, so settle sees every one.
+	h := g.Handler()
+	serve := func(endpoint string) int {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, predictPath(endpoint), strings.NewReader(sampledBody))
+		req.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	wait.Eventually(t, 10*time.Second, func() bool {
+		return serve("quiet") == http.StatusOK && serve("fraud") == http.StatusOK
+	}, "waiting for routes")
+	before := settle(t, e, g).Published
 
 	send := func(endpoint string, n int) {
 		var wg sync.WaitGroup
 		for w := range 8 {
 			wg.Go(func() {
 				for i := w; i < n; i += 8 {
-					if r := call(t, g.url, predictPath(endpoint), key, sampledBody); r.status != http.StatusOK {
-						t.Errorf("%s: status %d", endpoint, r.status)
+					if code := serve(endpoint); code != http.StatusOK {
+						t.Errorf("%s: status %d", endpoint, code)
 						return
 					}
 				}
@@ -146,7 +149,7 @@ func TestSampleContent(t *testing.T) {
 	e.putRoute(t, chat)
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	r := call(t, g.url, predictPath("fraud"), key, sampledBody)
 	if r.status != http.StatusOK {
 		t.Fatalf("predict: %d %s", r.status, r.body)
@@ -157,10 +160,10 @@ func TestSampleContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var msg *jetstream.RawStreamMsg
-	waitFor(t, "sample published", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("fraud"))
 		return err == nil
-	})
+	}, "waiting for sample published")
 	if id := msg.Header.Get(jetstream.MsgIDHeader); id != r.header.Get("X-Request-Id") || id == "" {
 		t.Fatalf("Nats-Msg-Id %q, want the request id %q", id, r.header.Get("X-Request-Id"))
 	}
@@ -198,10 +201,10 @@ func TestSampleContent(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("chat: %d", resp.StatusCode)
 		}
-		waitFor(t, "chat sample", func() bool {
+		wait.Eventually(t, 10*time.Second, func() bool {
 			msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("chat"))
 			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
-		})
+		}, "waiting for chat sample")
 		if bytes.Contains(msg.Data, []byte("4111")) {
 			t.Fatalf("chat sample carries the prompt: %s", msg.Data)
 		}
@@ -223,7 +226,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	e.putRoute(t, route("chat", "risk", "llm", 1, ver("v9", 100, startReplica(t, "v9", replica.TaskLLM))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	for range 3 {
 		if r := call(t, g.url, predictPath("fraud"), key, sampledBody); r.status != http.StatusOK {
 			t.Fatalf("predict: %d", r.status)

@@ -65,7 +65,7 @@ func (g *Gateway) mirror(k kind, c *call, rt *route, served *version, body []byt
 // answer is read to the end and dropped (or sampled, tagged with its
 // version).
 func (g *Gateway) shadow(m *mirrored, s *version) {
-	u, _ := s.acquire(nil, g.cfg.MaxOutstandingPerReplica)
+	u, _ := s.acquire(nil, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano())
 	if u == nil {
 		g.shadowDropped.Add(1)
 		return

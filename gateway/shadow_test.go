@@ -17,6 +17,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -82,9 +83,10 @@ func primaryServer(t *testing.T) string {
 
 // TestShadowFailuresInvisibleToCallers mirrors every request to a shadow
 // that fails (500s) or hangs: every caller still gets the primary's status,
-// body and headers at once, the failing shadow's errors are counted in its
-// own version's statistics, and a hanging one fills the bounded worker pool
-// so that further copies are dropped and counted, not queued.
+// body and headers while the shadow holds its copy, the failing shadow's
+// errors are counted in its own version's statistics, and the bounded
+// worker pool, full of held copies, drops further copies and counts them
+// instead of queueing.
 func TestShadowFailuresInvisibleToCallers(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"500s", "hanging"} {
@@ -92,12 +94,22 @@ func TestShadowFailuresInvisibleToCallers(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			var calls, marked atomic.Int64
+			// The shadow holds every copy until release is closed, which
+			// happens only after every caller has its answer: a caller
+			// that waited on its shadow copy would never get one. A
+			// hanging shadow never answers at all.
+			release := make(chan struct{})
 			shadow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
 				if r.Header.Get(gateway.ShadowHeader) != "" {
 					marked.Add(1)
 				}
 				_, _ = io.Copy(io.Discard, r.Body)
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
 				if mode == "hanging" {
 					<-r.Context().Done()
 					return
@@ -109,21 +121,19 @@ func TestShadowFailuresInvisibleToCallers(t *testing.T) {
 			t.Cleanup(shadow.Close)
 			rt := route("fraud-scoring", "risk", "classification", 1,
 				ver("v1", 100, primaryServer(t)), shadowOf("v2", 100, strings.TrimPrefix(shadow.URL, "http://")))
-			rt.TimeoutMS = 3000
+			// Longer than any test run: no held copy times out and frees
+			// its worker.
+			rt.TimeoutMS = 10 * 60 * 1000
 			e.putRoute(t, rt)
 			key := e.newKey(t, "risk", "engineer", nil)
-			g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-" + mode, ShadowWorkers: 2, StatsInterval: 500 * time.Millisecond})
-			waitFor(t, "gateway ready", g.Ready)
+			clk := newClock(t)
+			const workers = 2
+			g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-" + mode, ShadowWorkers: workers, Clock: clk})
+			wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 			const n = 40
 			for i := range n {
-				start := time.Now()
 				r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody)
-				// The primary answers at once; a shadow leaking into the
-				// caller's path would hold it for the 3 s timeout.
-				if d := time.Since(start); d > time.Second {
-					t.Errorf("request %d took %v, want the primary's latency", i, d)
-				}
 				if r.status != http.StatusOK || string(r.body) != primaryAnswer {
 					t.Fatalf("request %d: status %d body %s, want 200 %s", i, r.status, r.body, primaryAnswer)
 				}
@@ -134,30 +144,33 @@ func TestShadowFailuresInvisibleToCallers(t *testing.T) {
 					t.Errorf("the shadow's header reached the caller: X-Shadow = %q", got)
 				}
 			}
+			// Every caller was answered while the shadow held the copies
+			// of the first two requests; the rest found no free worker.
+			// (A copy counts as mirrored once its goroutine has a replica.)
+			wait.Eventually(t, 10*time.Second, func() bool { return g.Shadows().Mirrored == workers }, "waiting for %d copies mirrored: %+v", workers, wait.Show(func() any { return g.Shadows() }))
+			if s := g.Shadows(); s.Mirrored != workers || s.Dropped != n-workers || s.InFlight != workers {
+				t.Fatalf("shadow counters %+v, want %d mirrored and in flight, %d dropped", s, workers, n-workers)
+			}
 			if mode == "hanging" {
-				s := g.Shadows()
-				if s.Dropped == 0 || s.Mirrored > 2+uint64(s.InFlight) {
-					t.Errorf("shadow counters %+v, want copies dropped once the 2 workers hang", s)
-				}
 				return
 			}
-			waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
-			s := g.Shadows()
-			if s.Mirrored+s.Dropped != n || s.Mirrored == 0 {
-				t.Fatalf("shadow counters %+v, want %d copies mirrored or dropped", s, n)
+			close(release)
+			wait.Eventually(t, 10*time.Second, func() bool { return g.Shadows().InFlight == 0 }, "waiting for shadow copies done")
+			if calls.Load() != workers || marked.Load() != workers {
+				t.Errorf("shadow saw %d calls (%d marked), want %d, all marked %s", calls.Load(), marked.Load(), workers, gateway.ShadowHeader)
 			}
-			if calls.Load() != int64(s.Mirrored) || marked.Load() != calls.Load() {
-				t.Errorf("shadow saw %d calls (%d marked), want %d, all marked %s", calls.Load(), marked.Load(), s.Mirrored, gateway.ShadowHeader)
-			}
-			want := n + s.Mirrored
-			waitFor(t, "statistics published", func() bool { return g.Stats().PublishedRequests >= want })
+			// One window holds the callers' requests and the mirrored ones.
+			const want = n + workers
+			wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == want }, "waiting for %d requests counted", want)
+			advance(t, clk, gateway.DefaultStatsInterval)
+			wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().PublishedRequests == want }, "waiting for statistics published")
 			got := readStats(t, e, g)
 			v1, v2 := got["fraud-scoring/v1"], got["fraud-scoring/v2"]
 			if v1 == nil || v1.Count != n || v1.Errors.Upstream != 0 {
 				t.Errorf("v1 statistics %+v, want %d requests without errors", v1, n)
 			}
-			if v2 == nil || v2.Count != s.Mirrored || v2.Errors.Upstream != s.Mirrored {
-				t.Errorf("v2 statistics %+v, want its %d mirrored requests, all upstream errors", v2, s.Mirrored)
+			if v2 == nil || v2.Count != workers || v2.Errors.Upstream != workers {
+				t.Errorf("v2 statistics %+v, want its %d mirrored requests, all upstream errors", v2, workers)
 			}
 		})
 	}
@@ -193,7 +206,7 @@ func TestShadowShareWithinBinomialBounds(t *testing.T) {
 			tr := &countingTransport{shadowAddr: "10.0.0.9:1"}
 			// Enough workers that no copy is dropped: the share is the draw's.
 			g := startGateway(t, e.nc, gateway.Config{Transport: tr, ShadowWorkers: n})
-			waitFor(t, "gateway ready", g.Ready)
+			wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 			h := g.Handler()
 			for i := range n {
 				req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, predictPath("fraud-scoring"), strings.NewReader(predictBody))
@@ -204,7 +217,7 @@ func TestShadowShareWithinBinomialBounds(t *testing.T) {
 					t.Fatalf("request %d: status %d version %q, want 200 from stable", i, w.Code, w.Header().Get("X-Model-Version"))
 				}
 			}
-			waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
+			wait.Eventually(t, 10*time.Second, func() bool { return g.Shadows().InFlight == 0 }, "waiting for shadow copies done")
 			s := g.Shadows()
 			if s.Dropped != 0 || uint64(tr.shadow.Load()) != s.Mirrored || tr.marked.Load() != tr.shadow.Load() {
 				t.Fatalf("counters %+v, shadow calls %d (%d marked), want none dropped and every copy marked", s, tr.shadow.Load(), tr.marked.Load())
@@ -227,8 +240,9 @@ func TestShadowStreamConsumedNotRelayed(t *testing.T) {
 	e.putRoute(t, route("support-chat", "search", "llm", 1,
 		ver("v1", 100, startReplica(t, "v1", replica.TaskLLM)), shadowOf("v2", 100, startReplica(t, "v2", replica.TaskLLM))))
 	key := e.newKey(t, "search", "viewer", nil)
-	g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-stream", StatsInterval: 500 * time.Millisecond})
-	waitFor(t, "gateway ready", g.Ready)
+	clk := newClock(t)
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-shadow-stream", Clock: clk})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	const streams = 3
 	for range streams {
 		r := call(t, g.url, chatPath("support-chat"), key, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`)
@@ -239,11 +253,13 @@ func TestShadowStreamConsumedNotRelayed(t *testing.T) {
 			t.Errorf("the shadow's stream reached the caller: %s", r.body)
 		}
 	}
-	waitFor(t, "shadow copies done", func() bool { return g.Shadows().InFlight == 0 })
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Shadows().InFlight == 0 }, "waiting for shadow copies done")
 	if s := g.Shadows(); s.Mirrored != streams {
 		t.Fatalf("shadow counters %+v, want %d mirrored", s, streams)
 	}
-	waitFor(t, "statistics published", func() bool { return g.Stats().PublishedRequests >= 2*streams })
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == 2*streams }, "waiting for %d requests counted", 2*streams)
+	advance(t, clk, gateway.DefaultStatsInterval)
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().PublishedRequests == 2*streams }, "waiting for statistics published")
 	got := readStats(t, e, g)
 	for _, v := range []string{"v1", "v2"} {
 		if s := got["support-chat/"+v]; s == nil || s.Count != streams || s.Streams != streams || s.Tokens != streams*8 {

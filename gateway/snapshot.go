@@ -125,7 +125,7 @@ func (g *Gateway) loadSnapshot() error {
 	}
 	id := &identityTable{members: map[string]*proto.MemberEntry{}}
 	if s.OIDC != nil {
-		if v, err := newTokenVerifier(*s.OIDC, g.cfg.Now); err == nil {
+		if v, err := newTokenVerifier(*s.OIDC, g.now); err == nil {
 			id.oidc = v
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -35,14 +36,14 @@ func TestRestartWithNATSDownServesFromSnapshot(t *testing.T) {
 	key := e.newKey(t, "risk", "engineer", nil)
 	dir := t.TempDir()
 	g1 := startGateway(t, nc, gateway.Config{StateDir: dir})
-	waitFor(t, "gateway ready", g1.Ready)
-	waitFor(t, "old-scoring served", func() bool { return call(t, g1.url, predictPath("old-scoring"), key, predictBody).status == 200 })
+	wait.Eventually(t, 10*time.Second, g1.Ready, "waiting for gateway ready")
+	wait.Eventually(t, 10*time.Second, func() bool { return call(t, g1.url, predictPath("old-scoring"), key, predictBody).status == 200 }, "waiting for old-scoring served")
 	if err := e.routes.Delete(t.Context(), "old-scoring"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "old-scoring gone", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g1.url, predictPath("old-scoring"), key, predictBody).status == http.StatusNotFound
-	})
+	}, "waiting for old-scoring gone")
 	g1.Stop()
 	ns.Shutdown()
 
@@ -72,7 +73,7 @@ func TestRestartWithNATSDownServesFromSnapshot(t *testing.T) {
 	// NATS comes back with a change: the gateway follows it.
 	ns.Restart()
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 2, ver("v24", 100, addr)))
-	waitFor(t, "v24 after NATS returns", func() bool {
+	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g2.url, predictPath("fraud-scoring"), key, predictBody).header.Get("X-Model-Version") == "v24"
-	})
+	}, "waiting for v24 after NATS returns")
 }

@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 )
 
 // instant is a replica stand-in that answers every call at once, so the
@@ -33,7 +35,7 @@ func TestSplitWithinBinomialBounds(t *testing.T) {
 				ver("stable", 100-pct, "10.0.0.1:1"), ver("canary", pct, "10.0.0.2:1")))
 			key := e.newKey(t, "risk", "engineer", nil)
 			g := startGateway(t, e.nc, gateway.Config{Transport: instant{}})
-			waitFor(t, "gateway ready", g.Ready)
+			wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 			h := g.Handler()
 			canary := 0
 			for i := range n {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -35,6 +36,10 @@ type StatsCounters struct {
 	Dropped uint64
 	// DroppedRequests is the number of requests those messages counted.
 	DroppedRequests uint64
+	// Pending is the number of requests counted in the current window,
+	// which the next flush publishes: a test that waits for it knows every
+	// request it sent was counted before it ends the window.
+	Pending uint64
 }
 
 // statsPublisher is the part of JetStream the recorder publishes with.
@@ -128,7 +133,7 @@ func (w *statsWindow) add(o *observation) {
 type statsRecorder struct {
 	gateway  string
 	interval time.Duration
-	now      func() time.Time
+	clock    quartz.Clock
 	pub      statsPublisher
 	log      *slog.Logger
 
@@ -141,8 +146,8 @@ type statsRecorder struct {
 	published, publishedReqs, dropped, droppedReqs atomic.Uint64
 }
 
-func newStatsRecorder(gatewayID string, interval time.Duration, now func() time.Time, pub statsPublisher, log *slog.Logger) *statsRecorder {
-	r := &statsRecorder{gateway: gatewayID, interval: interval, now: now, pub: pub, log: log, start: now()}
+func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clock, pub statsPublisher, log *slog.Logger) *statsRecorder {
+	r := &statsRecorder{gateway: gatewayID, interval: interval, clock: clock, pub: pub, log: log, start: clock.Now()}
 	m := map[statsKey]*series{}
 	r.series.Store(&m)
 	return r
@@ -187,15 +192,22 @@ func (r *statsRecorder) add(k statsKey, team string) *series {
 	return s
 }
 
-// counters returns the running totals.
+// counters returns the running totals and what the current window holds.
 func (r *statsRecorder) counters() StatsCounters {
-	return StatsCounters{Published: r.published.Load(), PublishedRequests: r.publishedReqs.Load(),
+	c := StatsCounters{Published: r.published.Load(), PublishedRequests: r.publishedReqs.Load(),
 		Dropped: r.dropped.Load(), DroppedRequests: r.droppedReqs.Load()}
+	for _, s := range *r.series.Load() {
+		s.mu.Lock()
+		c.Pending += s.w.count
+		s.mu.Unlock()
+	}
+	return c
 }
 
-// run flushes every interval until ctx ends.
-func (r *statsRecorder) run(ctx context.Context) {
-	t := time.NewTicker(r.interval)
+// run flushes on every tick of t until ctx ends, and stops t. Each
+// flush's publishes are bounded by one interval of wall-clock time, so
+// that a slow NATS delays the next window at most by one.
+func (r *statsRecorder) run(ctx context.Context, t *quartz.Ticker) {
 	defer t.Stop()
 	for {
 		select {
@@ -216,7 +228,7 @@ func (r *statsRecorder) run(ctx context.Context) {
 func (r *statsRecorder) flush(ctx context.Context) {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	end := r.now()
+	end := r.clock.Now("gateway", "stats")
 	if !end.After(r.start) {
 		end = r.start.Add(time.Millisecond) // window ids must differ
 	}

@@ -13,6 +13,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -28,8 +29,9 @@ func TestStatsThroughTheGateway(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, deadAddr(t))))
 	searchKey := e.newKey(t, "search", "viewer", nil)
 	riskKey := e.newKey(t, "risk", "engineer", nil)
-	g := startGateway(t, e.nc, gateway.Config{ID: "gw-e2e", StatsInterval: 500 * time.Millisecond})
-	waitFor(t, "gateway ready", g.Ready)
+	clk := newClock(t)
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-e2e", Clock: clk})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	const streams, plain, down = 5, 3, 4
 	for range streams {
@@ -64,9 +66,14 @@ func TestStatsThroughTheGateway(t *testing.T) {
 		t.Fatalf("unknown pin: status %d", r.status)
 	}
 
-	waitFor(t, "statistics published", func() bool { return g.Stats().PublishedRequests >= streams+plain+down })
-	if c := g.Stats(); c.PublishedRequests != streams+plain+down || c.Dropped != 0 {
-		t.Fatalf("counters %+v, want %d requests published", c, streams+plain+down)
+	// Every request is counted before the window ends; then one window
+	// publishes one message per series, with every request in it.
+	const total = streams + plain + down
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == total }, "waiting for %d requests counted", total)
+	advance(t, clk, gateway.DefaultStatsInterval)
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Published == 2 }, "waiting for statistics published")
+	if c := g.Stats(); c.PublishedRequests != total || c.Dropped != 0 || c.Pending != 0 {
+		t.Fatalf("counters %+v, want %d requests published in 2 messages", c, total)
 	}
 
 	js, err := jetstream.New(e.nc)

@@ -5,23 +5,18 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
 	"modelplane/bus"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
-
-// fakeClock moves forward a millisecond every time it is read, so that
-// every flush ends a distinct window.
-type fakeClock struct{ ms atomic.Int64 }
-
-func (c *fakeClock) now() time.Time { return time.UnixMilli(1_800_000_000_000 + c.ms.Add(1)) }
 
 // load is a counted load: request i of it has a status, a duration and, for
 // the chat endpoint, a stream shape that follow from i alone.
@@ -118,8 +113,8 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	var clock fakeClock
-	r := newStatsRecorder("gw-1", time.Second, clock.now, js, slog.New(slog.DiscardHandler))
+	clock := quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+	r := newStatsRecorder("gw-1", time.Second, clock, js, slog.New(slog.DiscardHandler))
 
 	const n, workers = 30_000, 8
 	want := map[statsKey]*tally{}
@@ -152,6 +147,9 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 				flushes <- k
 				return
 			default:
+				// A millisecond per window, so that every flush ends a
+				// distinct one.
+				clock.Advance(time.Millisecond)
 				r.flush(ctx)
 				k++
 			}
@@ -162,6 +160,7 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 	if k := <-flushes; k < 2 {
 		t.Logf("only %d flushes during the load", k)
 	}
+	clock.Advance(time.Millisecond)
 	r.flush(ctx)
 
 	c := r.counters()
@@ -287,29 +286,51 @@ func (p *stuckPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jet
 // once NATS answers again, never with the dropped one.
 func TestStatsDropWhenNATSIsDown(t *testing.T) {
 	t.Parallel()
-	var clock fakeClock
+	clock := quartz.NewMock(t)
 	pub := &stuckPublisher{stuck: true, entered: make(chan struct{}, 1)}
-	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
+	r := newStatsRecorder("gw-1", time.Second, clock, pub, slog.New(slog.DiscardHandler))
 	h := handles(1000)
 	for i := range 300 {
 		o := load(i)
 		record(r, h, &o)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The publish gives up when the test says so: NATS is down until then.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	clock.Advance(time.Second)
 	flushed := make(chan struct{})
 	go func() { r.flush(ctx); close(flushed) }()
 	<-pub.entered
 
-	// While the flush hangs on NATS, requests are recorded at once.
-	start := time.Now()
-	for i := range 1000 {
-		o := load(i)
-		record(r, h, &o)
+	// While the flush hangs on NATS, requests are recorded: all 1000 of
+	// them are counted before the publish is let go. Recording that waited
+	// for the publish would never finish.
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		for i := range 1000 {
+			o := load(i)
+			record(r, h, &o)
+		}
+	}()
+	isClosed := func(ch chan struct{}) func() bool {
+		return func() bool {
+			select {
+			case <-ch:
+				return true
+			default:
+				return false
+			}
+		}
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("recording 1000 requests during a hung publish took %v", d)
+	wait.Eventually(t, 10*time.Second, isClosed(recorded), "recording 1000 requests during a hung publish did not finish")
+	if isClosed(flushed)() {
+		t.Fatal("the flush returned before its publish was let go")
 	}
+	if c := r.counters(); c.Pending != 1000 {
+		t.Fatalf("during the hung publish the next window holds %d requests, want 1000", c.Pending)
+	}
+	cancel()
 	<-flushed
 	c := r.counters()
 	if c.Dropped != 4 || c.DroppedRequests != 300 || c.Published != 0 {
@@ -319,6 +340,7 @@ func TestStatsDropWhenNATSIsDown(t *testing.T) {
 	pub.mu.Lock()
 	pub.stuck = false
 	pub.mu.Unlock()
+	clock.Advance(time.Second)
 	r.flush(context.Background())
 	c = r.counters()
 	if c.Published != 4 || c.PublishedRequests != 1000 || c.DroppedRequests != 300 {
@@ -338,14 +360,15 @@ func TestStatsDropWhenNATSIsDown(t *testing.T) {
 // is counted in a new series.
 func TestStatsPruneIdleSeries(t *testing.T) {
 	t.Parallel()
-	var clock fakeClock
+	clock := quartz.NewMock(t)
 	pub := &stuckPublisher{}
-	r := newStatsRecorder("gw-1", time.Second, clock.now, pub, slog.New(slog.DiscardHandler))
+	r := newStatsRecorder("gw-1", time.Second, clock, pub, slog.New(slog.DiscardHandler))
 	o := observation{endpoint: "e", version: "v1", status: 200, duration: time.Millisecond}
 	v := &version{name: "v1"}
 	v.record(r, &o)
 	old := (*r.series.Load())[statsKey{"e", "v1"}]
 	for range statsPruneAfter + 1 {
+		clock.Advance(time.Second)
 		r.flush(context.Background())
 	}
 	if len(*r.series.Load()) != 0 || !old.dead {
@@ -356,6 +379,7 @@ func TestStatsPruneIdleSeries(t *testing.T) {
 	if s := v.series.Load(); s == nil || s == old || s.dead {
 		t.Error("the handle kept the pruned series")
 	}
+	clock.Advance(time.Second)
 	r.flush(context.Background())
 	if c := r.counters(); c.PublishedRequests != 2 {
 		t.Errorf("published %d requests, want 2", c.PublishedRequests)

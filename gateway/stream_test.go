@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -43,7 +44,7 @@ func TestStalledStreamIsCutAndGenerationCancelled(t *testing.T) {
 	srv.Listener = smallBuffers{srv.Listener}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	waitFor(t, "gateway ready", g.Ready)
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	// 4,000 tokens take the replica about 8 s; a client that reads nothing
 	// must be cut long before.
@@ -55,19 +56,11 @@ func TestStalledStreamIsCutAndGenerationCancelled(t *testing.T) {
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	body := `{"messages":[{"role":"user","content":"tell me everything"}],"max_tokens":4000,"stream":true}`
 	fmt.Fprintf(conn, "POST /v1/endpoints/support-chat/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
-	waitFor(t, "generation running", func() bool { return rep.Stats().InFlight == 1 })
-	start := time.Now()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() bool { return rep.Stats().InFlight == 1 }, "waiting for generation running")
+	wait.Eventually(t, 10*time.Second, func() bool {
 		st := rep.Stats()
-		if st.InFlight == 0 && st.Cancelled == 1 && st.KVPagesUsed == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: replica stats %+v, want the generation cancelled and its pages freed", time.Since(start), st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.InFlight == 0 && st.Cancelled == 1 && st.KVPagesUsed == 0
+	}, "replica stats %v, want the generation cancelled and its pages freed", wait.Show(func() any { return rep.Stats() }))
 	// The gateway still serves others.
 	if r := call(t, srv.URL, chatPath("support-chat"), key, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); r.status != http.StatusOK {
 		t.Errorf("next request: status %d", r.status)

@@ -59,7 +59,7 @@ type routeDefaults struct {
 
 // routeDefaults returns the defaults of g's routes.
 func (g *Gateway) routeDefaults() routeDefaults {
-	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.cfg.Now}
+	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.now}
 }
 
 // experiment is an endpoint's A/B experiment, ready to assign users.
@@ -240,8 +240,9 @@ func (rt *route) pick() *version {
 }
 
 // pick chooses the replica with the fewest outstanding requests, skipping
-// skip; ties go to a random one so that idle replicas share the load.
-func (v *version) pick(skip *upstream) *upstream {
+// skip; ties go to a random one so that idle replicas share the load. now
+// is the gateway's clock in Unix nanoseconds, against which ejections end.
+func (v *version) pick(skip *upstream, now int64) *upstream {
 	n := len(v.upstreams)
 	if n == 0 {
 		return nil
@@ -252,7 +253,6 @@ func (v *version) pick(skip *upstream) *upstream {
 	}
 	var best, bestEjected *upstream
 	var bestLoad, bestEjectedLoad int64
-	now := time.Now().UnixNano()
 	for i := range n {
 		u := v.upstreams[(start+i)%n]
 		if u == skip {
@@ -277,12 +277,12 @@ func (v *version) pick(skip *upstream) *upstream {
 }
 
 // acquire chooses the replica with the fewest outstanding requests, as pick
-// does, and counts the request on it. With bound > 0 it takes no replica
+// does at now, and counts the request on it. With bound > 0 it takes no replica
 // that already has bound requests outstanding: nil and saturated when every
 // one has, so that the caller sheds the request instead of queueing it.
-func (v *version) acquire(skip *upstream, bound int64) (u *upstream, saturated bool) {
+func (v *version) acquire(skip *upstream, bound, now int64) (u *upstream, saturated bool) {
 	for {
-		u = v.pick(skip)
+		u = v.pick(skip, now)
 		if u == nil {
 			return nil, false
 		}

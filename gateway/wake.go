@@ -51,7 +51,7 @@ func (g *Gateway) wakeScaledToZero(src *proto.Route, idle bool) {
 	if idle {
 		every = wakeEvery
 	}
-	now := g.cfg.Now()
+	now := g.now()
 	v, ok := g.wakes.last.Load(src.Endpoint)
 	if !ok {
 		v, _ = g.wakes.last.LoadOrStore(src.Endpoint, new(atomic.Int64))

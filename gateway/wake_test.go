@@ -10,6 +10,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/gateway"
+	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
@@ -39,9 +40,9 @@ func TestWakeRequestsAreThrottled(t *testing.T) {
 	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{now: time.Now()}
-	g := startGateway(t, e.nc, gateway.Config{Now: clk.Now, ID: "gw-test"})
-	waitFor(t, "gateway ready", g.Ready)
+	clk := newClock(t)
+	g := startGateway(t, e.nc, gateway.Config{Clock: clk, ID: "gw-test"})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	calls := func(endpoint string, n, status int) {
 		t.Helper()
@@ -77,10 +78,10 @@ func TestWakeRequestsAreThrottled(t *testing.T) {
 	calls("sleepy", 5, http.StatusAccepted)
 	sent(1)
 	receive("sleepy", false)
-	clk.add(500 * time.Millisecond)
+	advance(t, clk, 500*time.Millisecond)
 	calls("sleepy", 3, http.StatusAccepted)
 	sent(1)
-	clk.add(500 * time.Millisecond)
+	advance(t, clk, 500*time.Millisecond)
 	calls("sleepy", 3, http.StatusAccepted)
 	sent(2)
 	receive("sleepy", false)
@@ -88,10 +89,10 @@ func TestWakeRequestsAreThrottled(t *testing.T) {
 	calls("awake", 5, http.StatusOK)
 	sent(3)
 	receive("awake", true)
-	clk.add(9 * time.Second)
+	advance(t, clk, 9*time.Second)
 	calls("awake", 3, http.StatusOK)
 	sent(3)
-	clk.add(time.Second)
+	advance(t, clk, time.Second)
 	calls("awake", 1, http.StatusOK)
 	sent(4)
 	receive("awake", true)

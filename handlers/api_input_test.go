@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/auth"
 	"modelplane/tenant"
 )
@@ -22,7 +24,11 @@ import (
 // change nothing. Pagination walks every list to its end.
 func TestAPIInput(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t)
+	// Keys are checked on a clock the test moves, so that one can expire
+	// while in use without the test waiting for it.
+	clk := quartz.NewMock(t)
+	clk.Set(time.Now())
+	e := newTestEnvWith(t, func(d *Deps) { d.Keys = auth.NewKeys(d.Pool, func() time.Time { return clk.Now() }) })
 	admin := e.Keys["risk-admin"]
 	before := e.snapshot(t)
 	big := strings.Repeat("x", 1<<20) // MaxBodyBytes is 1 MiB
@@ -129,12 +135,12 @@ func TestAPIInput(t *testing.T) {
 		past := tenant.New(e.srv.Pool, func() time.Time { return time.Now().Add(-time.Hour) })
 		expiredAt := time.Now().Add(-30 * time.Minute)
 		expired, _ := fresh("expired", &expiredAt, past)
-		soonAt := time.Now().Add(1500 * time.Millisecond)
+		soonAt := clk.Now().Add(time.Hour)
 		soon, _ := fresh("expires-soon", &soonAt, e.srv.Tenant)
 		if got := e.call(t, soon, "GET", "/me", nil); got.status != http.StatusOK {
 			t.Fatalf("GET /me with a key not yet expired = %d %s; want 200", got.status, got)
 		}
-		time.Sleep(time.Until(soonAt) + 100*time.Millisecond)
+		clk.Advance(time.Hour) // the key's expiry: refused from now on
 
 		for _, c := range []struct {
 			name, path, authz string

@@ -19,6 +19,7 @@ import (
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
 )
 
 func TestMain(m *testing.M) {
@@ -331,14 +332,15 @@ func (e *env) waitDrained(t *testing.T, durable string, within time.Duration) {
 		durable = "ingest-usage"
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(within)
-	for {
-		var (
-			last uint64
-			info *jetstream.ConsumerInfo
-		)
-		s, err := e.js.Stream(ctx, proto.StreamUsage)
-		if err == nil {
+	var (
+		last uint64
+		info *jetstream.ConsumerInfo
+		err  error
+	)
+	wait.Eventually(t, within, func() bool {
+		info = nil
+		var s jetstream.Stream
+		if s, err = e.js.Stream(ctx, proto.StreamUsage); err == nil {
 			var si *jetstream.StreamInfo
 			if si, err = s.Info(ctx); err == nil {
 				last = si.State.LastSeq
@@ -348,14 +350,8 @@ func (e *env) waitDrained(t *testing.T, durable string, within time.Duration) {
 				}
 			}
 		}
-		if err == nil && info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer not drained after %s: stream last seq %d, consumer %+v, %v", within, last, info, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0
+	}, "consumer not drained: %v", wait.Show(func() any { return fmt.Sprintf("stream last seq %d, consumer %+v, %v", last, info, err) }))
 }
 
 func testLog(t *testing.T) *slog.Logger {

@@ -9,6 +9,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/ingest"
+	"modelplane/internal/wait"
 )
 
 func (e *reqStatsEnv) startPredictions(t *testing.T) *ingest.Predictions {
@@ -59,13 +60,13 @@ func TestPredictionsExactlyOnce(t *testing.T) {
 	llm := proto.PredictionSample{ID: "chat-1", Time: 1_800_000_000_000, Endpoint: "chat", Team: "search", Version: "v42", Tokens: 17, LatencyMS: 90}
 	b, _ := json.Marshal(llm)
 	e.publishRaw(t, proto.PredictionSubject("chat"), b, llm.ID, true)
-	waitReqStats(t, "first pass stored", func() bool { return c.Stats().Samples == n+1 })
+	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Samples == n+1 }, "waiting for first pass stored")
 	// Published again without ids: redeliveries past the duplicate window.
 	for i := range 5 {
 		b, _ := json.Marshal(fraudSample(i))
 		e.publishRaw(t, proto.PredictionSubject("fraud"), b, "", false)
 	}
-	waitReqStats(t, "drained", func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 5 })
+	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 5 }, "waiting for drained")
 
 	var rows, ids uint64
 	if err := e.ch.QueryRow(context.Background(), `SELECT count(), uniqExact(request_id) FROM prediction_samples`).Scan(&rows, &ids); err != nil {
@@ -113,7 +114,7 @@ func TestPredictionsPoisonTerminated(t *testing.T) {
 		e.publishRaw(t, proto.PredictionSubject("fraud"), data, fmt.Sprintf("poison-%d", i), true)
 	}
 	e.publishRaw(t, proto.PredictionSubject("fraud"), mustJSON(t, fraudSample(9)), "req-9", true)
-	waitReqStats(t, "drained", func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 1 })
+	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 1 }, "waiting for drained")
 	if s := c.Stats(); s.Poison != 4 || s.Rows != 2 {
 		t.Fatalf("stats %+v; want 4 poison, 2 rows", s)
 	}

@@ -18,6 +18,7 @@ import (
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 type reqStatsEnv struct {
@@ -94,17 +95,6 @@ func (e *reqStatsEnv) publishRaw(t *testing.T, subject string, data []byte, id s
 	}
 }
 
-func waitReqStats(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // drained reports whether the consumer has nothing pending or unacked.
 func (e *reqStatsEnv) drained(t *testing.T) bool {
 	t.Helper()
@@ -165,11 +155,11 @@ func TestReqStatsExactlyOnce(t *testing.T) {
 		e.publish(t, ms[i], false)
 	}
 	c := e.start(t, ingest.ReqStatsConfig{})
-	waitReqStats(t, "first messages stored", func() bool { s := c.Stats(); return s.Rows == 40 && s.Duplicates == 10 && e.drained(t) })
+	wait.Eventually(t, 30*time.Second, func() bool { s := c.Stats(); return s.Rows == 40 && s.Duplicates == 10 && e.drained(t) }, "waiting for first messages stored")
 	for i := 20; i < 30; i++ {
 		e.publish(t, ms[i], false)
 	}
-	waitReqStats(t, "late copies skipped", func() bool { return c.Stats().Duplicates == 20 && e.drained(t) })
+	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Duplicates == 20 && e.drained(t) }, "waiting for late copies skipped")
 	if s := c.Stats(); s.Rows != 40 || s.Poison != 0 {
 		t.Errorf("stats %+v, want 40 rows and no poison", s)
 	}
@@ -218,7 +208,7 @@ func TestReqStatsPoisonTerminated(t *testing.T) {
 	short.Latency = short.Latency[:3]
 	e.publish(t, short, true)
 	c := e.start(t, ingest.ReqStatsConfig{})
-	waitReqStats(t, "poison terminated", func() bool { s := c.Stats(); return s.Poison == 3 && s.Rows == 1 && e.drained(t) })
+	wait.Eventually(t, 30*time.Second, func() bool { s := c.Stats(); return s.Poison == 3 && s.Rows == 1 && e.drained(t) }, "waiting for poison terminated")
 	if got, want := e.totals(t), wantTotals([]proto.ReqStats{good}); got != want {
 		t.Errorf("request_stats totals %+v, want %+v", got, want)
 	}
@@ -250,7 +240,7 @@ func TestReqStatsClickHouseFailure(t *testing.T) {
 		e.publish(t, ms[i], true)
 	}
 	c := e.start(t, ingest.ReqStatsConfig{CH: ch, NakDelay: 20 * time.Millisecond, MaxNakDelay: 100 * time.Millisecond})
-	waitReqStats(t, "stored after the outage", func() bool { return c.Stats().Rows == 12 && e.drained(t) })
+	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Rows == 12 && e.drained(t) }, "waiting for stored after the outage")
 	if s := c.Stats(); s.InsertFailures < 3 || s.Duplicates != 0 {
 		t.Errorf("stats %+v, want at least 3 insert failures and no duplicates", s)
 	}

@@ -17,6 +17,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
+	"modelplane/internal/wait"
 )
 
 // failView makes ClickHouse 18.16 refuse the view's part of an insert into
@@ -390,13 +391,8 @@ func TestConsumerRepairsRollup(t *testing.T) {
 	fed := seconds([]string{"f-0", "f-3"}, 30, 30, 4)
 	e.publishAsync(t, e.js, fed)
 	e.waitDrained(t, "", 30*time.Second)
-	deadline := time.Now().Add(15 * time.Second)
-	for u.Stats().RollupRepairs == 0 || len(unequalKeys(t, e.ch)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("rollup not repaired: stats %+v, keys differing %v", u.Stats(), unequalKeys(t, e.ch))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.Eventually(t, 15*time.Second, func() bool { return u.Stats().RollupRepairs != 0 && len(unequalKeys(t, e.ch)) == 0 },
+		"rollup not repaired: stats %v, keys differing %v", wait.Show(func() any { return u.Stats() }), wait.Show(func() any { return unequalKeys(t, e.ch) }))
 	st := u.Stats()
 	rows := func(bs []proto.UsageBatch) (n uint64) {
 		for _, b := range bs {

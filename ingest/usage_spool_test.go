@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
+	"modelplane/internal/wait"
 )
 
 // TestAgentCutOffAndKilled runs agents that spool every batch on disk until
@@ -26,7 +27,8 @@ import (
 // producing seconds; then they are killed. Restarted after the duplicate
 // window has passed, they replay the spool with the original ids: batches
 // the stream already held come in a second time, and ClickHouse must still
-// hold each row once.
+// hold each row once. Each phase ends on what it is about, not after a
+// time: every batch acknowledged, every batch stored with its ack lost.
 func TestAgentCutOffAndKilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, time.Second)
@@ -42,26 +44,31 @@ func TestAgentCutOffAndKilled(t *testing.T) {
 			a.publish(nodeSecond(a.node, sec, 8))
 		}
 	}
+	spooledNow := func() (n int) {
+		for _, a := range spools {
+			n += a.spooled()
+		}
+		return n
+	}
 	sec := int64(0)
 	for ; sec < 50; sec++ { // connected
 		tick(sec)
-		time.Sleep(10 * time.Millisecond)
 	}
+	wait.Eventually(t, 30*time.Second, func() bool { return spooledNow() == 0 }, "connected: %v batches never acknowledged", wait.Show(func() any { return spooledNow() }))
 	p.dropReplies()
 	for ; sec < 80; sec++ { // acks lost on the way back
 		tick(sec)
-		time.Sleep(10 * time.Millisecond)
 	}
+	wait.Eventually(t, 30*time.Second, func() bool { return streamMsgs(t, e) == agents*80 },
+		"acks lost: the stream holds %v batches, want every one published", wait.Show(func() any { return streamMsgs(t, e) }))
 	p.cut()
 	for ; sec < 120; sec++ { // cut off
 		tick(sec)
-		time.Sleep(10 * time.Millisecond)
 	}
 	spooled := 0
 	for _, a := range spools {
 		spooled += a.kill()
 	}
-	time.Sleep(1500 * time.Millisecond) // past the duplicate window
 	before := streamMsgs(t, e)
 	for i, a := range spools {
 		spools[i] = newSpoolAgent(t, e.l, a.node, e.url) // the network is back
@@ -141,6 +148,12 @@ func (a *spoolAgent) publish(b proto.UsageBatch) {
 	})
 }
 
+// spooled is the number of batches in the agent's spool.
+func (a *spoolAgent) spooled() int {
+	files, _ := filepath.Glob(filepath.Join(a.dir, "*.json"))
+	return len(files)
+}
+
 // kill ends the agent as a crash would: the connection and whatever it had
 // buffered are gone, the spool stays. It returns the batches spooled.
 func (a *spoolAgent) kill() int {
@@ -152,7 +165,11 @@ func (a *spoolAgent) kill() int {
 }
 
 // replay publishes every batch in dir with its original id and removes it
-// once acknowledged.
+// once acknowledged. A batch the stream took before the agent was killed
+// may still be inside the duplicate window, which runs on the NATS
+// server's clock: such a publish is dropped as a duplicate and changes
+// nothing, so it is tried again until the window has forgotten the id and
+// the batch is stored a second time, as a late replay is.
 func (a *spoolAgent) replay(dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
@@ -167,9 +184,13 @@ func (a *spoolAgent) replay(dir string) error {
 		if err := json.Unmarshal(data, &b); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err = a.js.Publish(ctx, proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
-		cancel()
+		var ack *jetstream.PubAck
+		wait.Eventually(a.t, 10*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ack, err = a.js.Publish(ctx, proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
+			return err != nil || !ack.Duplicate
+		}, "replay of %s still a duplicate: the window never forgot it", b.ID)
 		if err != nil {
 			return fmt.Errorf("replay %s: %w", b.ID, err)
 		}

@@ -58,19 +58,19 @@ func TestCanaryStepsApprovalAndRestart(t *testing.T) {
 		t.Errorf("routing entry written with the step: weights %v, want 90/10", w)
 	}
 	for range 5 { // 50 s: judged, still baking
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	if got := f.get(t, r.ID); got.StepIndex != 0 || got.State != rollout.StateProgressing {
 		t.Fatalf("before the bake ended: step %d state %s, want step 0 progressing", got.StepIndex, got.State)
 	}
-	f.clock.Add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.pass(t)
 	if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 50, "v2": 50}) {
 		t.Fatalf("step 2: weights %v, want 50/50", w)
 	}
 	for range 6 {
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	got := f.get(t, r.ID)
@@ -107,7 +107,7 @@ func TestCanaryStepsApprovalAndRestart(t *testing.T) {
 	// Restart after the approval: the new controller finds it.
 	f.pass(t)
 	f.pass(t)
-	f.clock.Add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.pass(t)
 	got = f.get(t, r.ID)
 	if got.State != rollout.StatePromoted {
@@ -129,7 +129,7 @@ func TestCanaryStepsApprovalAndRestart(t *testing.T) {
 		t.Errorf("approvals = %+v", got.Approvals)
 	}
 	// The old version leaves the routing table after the keep time.
-	f.clock.Add(31 * time.Minute)
+	f.clock.Advance(31 * time.Minute)
 	f.pass(t)
 	if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v2": 100}) {
 		t.Errorf("after the keep time: weights %v, want only v2", w)
@@ -145,7 +145,7 @@ func TestTooFewRequestsHold(t *testing.T) {
 	f.ready(t, "fraud-scoring", "v2")
 	for range 30 {
 		f.pass(t)
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 	}
 	got := f.get(t, r.ID)
 	if got.State != rollout.StateProgressing || got.StepIndex != 0 {
@@ -173,7 +173,7 @@ func TestBadWindowRollsBack(t *testing.T) {
 	r := f.canary(t)
 	f.ready(t, "fraud-scoring", "v2")
 	f.pass(t)
-	f.clock.Add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.pass(t)
 	got := f.get(t, r.ID)
 	if got.State != rollout.StateRolledBack || !strings.Contains(got.Reason, "error_rate") {
@@ -185,7 +185,7 @@ func TestBadWindowRollsBack(t *testing.T) {
 	if _, err := f.svc.Rollback(t.Context(), f.eng, r.ID, ""); !errors.Is(err, db.ErrConflict) {
 		t.Errorf("rollback of a finished rollout: %v, want conflict", err)
 	}
-	f.clock.Add(31 * time.Minute)
+	f.clock.Advance(31 * time.Minute)
 	f.pass(t)
 	if w := f.weights(t, "fraud-scoring"); !equal(w, map[string]float64{"v1": 100}) {
 		t.Errorf("after the keep time: %v, want v2 gone", w)
@@ -259,7 +259,7 @@ func TestPauseResumeAndManualRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 10 {
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	if got := f.get(t, r.ID); got.StepIndex != 0 || !got.Paused {
@@ -268,13 +268,13 @@ func TestPauseResumeAndManualRollback(t *testing.T) {
 	if _, err := f.svc.Resume(t.Context(), f.eng, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(10 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	f.pass(t)
 	if got := f.get(t, r.ID); got.StepIndex != 0 {
 		t.Fatalf("resumed: step %d, want 0: the bake starts again after a pause", got.StepIndex)
 	}
 	for range 6 {
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	if got := f.get(t, r.ID); got.StepIndex != 1 {
@@ -367,7 +367,7 @@ func TestBlueGreen(t *testing.T) {
 				f.stats.setFail(errors.New("clickhouse: connection refused"))
 			}
 			for range 9 {
-				f.clock.Add(10 * time.Second)
+				f.clock.Advance(10 * time.Second)
 				f.pass(t)
 			}
 			got := f.get(t, r.ID)
@@ -399,7 +399,7 @@ func TestShadowThenCanary(t *testing.T) {
 		t.Fatalf("shadow: %v, want v2 at weight 0 mirroring 25 percent", w)
 	}
 	for range 5 {
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	got := f.get(t, r.ID)
@@ -440,7 +440,7 @@ func TestConcurrentControllersPromoteOnce(t *testing.T) {
 	}
 	f.ready(t, "fraud-scoring", "v2")
 	f.pass(t)
-	f.clock.Add(time.Second)
+	f.clock.Advance(time.Second)
 	f.pass(t)
 	if got := f.get(t, r.ID); got.State != rollout.StateAwaitingApproval {
 		t.Fatalf("state %s, want awaiting_approval", got.State)
@@ -451,7 +451,7 @@ func TestConcurrentControllersPromoteOnce(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.clock.Now})
+			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.now})
 			errs <- c.Pass(t.Context())
 		}()
 	}

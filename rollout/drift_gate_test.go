@@ -93,7 +93,7 @@ func sampleSeconds(t *testing.T, ch driver.Conn, version string, p profile, seed
 func (f *fixture) gated(t *testing.T, ch driver.Conn) {
 	t.Helper()
 	gate := drift.NewGate(drift.NewReader(ch, drift.ReaderConfig{}))
-	f.svc, f.drift = rollout.New(f.pool, f.clock.Now, gate), gate
+	f.svc, f.drift = rollout.New(f.pool, f.now, gate), gate
 	if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET sampling_rate = 0.5 WHERE name = 'fraud-scoring'`); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDriftGateHealthyTwinNeverTrips(t *testing.T) {
 				if got := f.get(t, r.ID); got.State != rollout.StateProgressing {
 					break
 				}
-				f.clock.Add(10 * time.Second)
+				f.clock.Advance(10 * time.Second)
 				f.pass(t)
 			}
 			got := f.get(t, r.ID)
@@ -246,7 +246,7 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 		f.pass(t)
 		f.ready(t, "fraud-scoring", "v2")
 		f.pass(t)
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 		got := f.get(t, r.ID)
 		if got.State != rollout.StateProgressing || !strings.HasPrefix(got.Reason, "hold: requests: ") {
@@ -257,7 +257,7 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 			t.Errorf("drift measured before the candidate had its minimum requests: %+v", last.Windows)
 		}
 		f.stats.set("v2", window(500, 0, 10))
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 		if got := f.get(t, r.ID); got.State != rollout.StateRolledBack || !strings.HasPrefix(got.Reason, "judge: drift: kl ") {
 			t.Fatalf("with enough requests: %s (%s), want rolled back by the drift check", got.State, got.Reason)
@@ -283,7 +283,7 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 		f.ready(t, "fraud-scoring", "v2")
 		f.pass(t)
 		for range 2 {
-			f.clock.Add(10 * time.Second)
+			f.clock.Advance(10 * time.Second)
 			f.pass(t)
 		}
 		got := f.get(t, r.ID)

@@ -251,7 +251,7 @@ func TestRolloutsAndExperiments(t *testing.T) {
 	f.stats.set("v1", judge.Window{})
 	f.experiment(t, "v1", "v2")
 	for range 7 {
-		f.clock.Add(10 * time.Second)
+		f.clock.Advance(10 * time.Second)
 		f.pass(t)
 	}
 	got = f.get(t, r.ID)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/agent/proto"
@@ -27,19 +28,6 @@ func TestMain(m *testing.M) {
 	chtest.Stop()
 	pgtest.Stop()
 	os.Exit(code)
-}
-
-// clock is a hand-moved clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // stats serves fixed windows per version: the judge's input, which the
@@ -102,7 +90,8 @@ func window(n, errs uint64, b int) judge.Window {
 type fixture struct {
 	pool  *pgxpool.Pool
 	svc   *rollout.Service
-	clock *clock
+	clock *quartz.Mock // the service's and the controller's clock, moved by hand
+	now   func() time.Time
 	stats *stats
 	// drift is the controller's drift measurer; nil unless a test gates
 	// on drift.
@@ -125,8 +114,10 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	reg := registry.New(pool, store, artifact.Limits{})
-	f := &fixture{pool: pool, clock: &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, stats: &stats{w: map[string]judge.Window{}}}
-	f.svc = rollout.New(pool, f.clock.Now, nil)
+	clk := quartz.NewMock(t)
+	clk.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := &fixture{pool: pool, clock: clk, now: func() time.Time { return clk.Now() }, stats: &stats{w: map[string]judge.Window{}}}
+	f.svc = rollout.New(pool, f.now, nil)
 	q := db.New(pool)
 	for name, id := range map[string]*int64{"risk": &f.riskID, "search": &f.searchID} {
 		tm, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: name})
@@ -177,7 +168,7 @@ func newFixture(t *testing.T) *fixture {
 // nothing may depend on memory kept between passes.
 func (f *fixture) pass(t *testing.T) {
 	t.Helper()
-	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Drift: f.drift, Now: f.clock.Now})
+	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Drift: f.drift, Now: f.now})
 	if err := c.Pass(t.Context()); err != nil {
 		t.Fatal(err)
 	}

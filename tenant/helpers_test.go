@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/auth"
@@ -20,37 +20,13 @@ import (
 // t0 is whole seconds, so it survives PostgreSQL's microsecond timestamps.
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
-// clock is a hand-moved time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // fixture is a fresh database with teams risk and search, and users:
 // ann (risk admin), bob (risk engineer), val (risk viewer), sam (search
 // admin) and cat (signed in once, in no team).
 type fixture struct {
 	pool *pgxpool.Pool
 	svc  *tenant.Service
-	clk  *clock
+	clk  *quartz.Mock // the services' clock, moved by hand
 	keys *auth.Keys
 
 	risk, search tenant.Team
@@ -62,8 +38,10 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.New(t)
-	clk := &clock{t: t0}
-	f := &fixture{pool: pool, svc: tenant.New(pool, clk.Now), clk: clk, keys: auth.NewKeys(pool, clk.Now)}
+	clk := quartz.NewMock(t)
+	clk.Set(t0)
+	now := func() time.Time { return clk.Now() }
+	f := &fixture{pool: pool, svc: tenant.New(pool, now), clk: clk, keys: auth.NewKeys(pool, now)}
 	f.root = &auth.Principal{UserID: 0, Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
 	var err error
 	if f.risk, err = f.svc.CreateTeam(ctx, f.root, "risk", "Risk"); err != nil {

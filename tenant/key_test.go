@@ -321,7 +321,7 @@ func TestKeyLastUsed(t *testing.T) {
 		{45 * time.Second, t0.Add(75 * time.Second)}, // stale: written
 	}
 	for _, s := range steps {
-		f.clk.Add(s.advance)
+		f.clk.Advance(s.advance)
 		if _, err := f.authenticate(ctx, raw); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,7 @@ func TestKeyLastUsed(t *testing.T) {
 		}
 	}
 	// A failed authentication (wrong secret) is not a use.
-	f.clk.Add(time.Hour)
+	f.clk.Advance(time.Hour)
 	bad := raw[:len(raw)-1] + "A"
 	if raw[len(raw)-1] == 'A' {
 		bad = raw[:len(raw)-1] + "B"

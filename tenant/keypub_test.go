@@ -96,7 +96,7 @@ func TestKeysPublishedToGateways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.clk.Add(2 * time.Minute)
+	f.clk.Advance(2 * time.Minute)
 	n, err := f.svc.PublishKeys(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"modelplane/internal/wait"
 )
 
 // sseStream is a parsed chat stream.
@@ -305,15 +308,15 @@ func TestChatQueueFull(t *testing.T) {
 		}
 	}
 	go long()
-	waitFor(t, "one running", func() bool { return s.Stats().BatchSize == 1 })
+	wait.Eventually(t, 10*time.Second, func() bool { return s.Stats().BatchSize == 1 }, "waiting for one running")
 	go long()
-	waitFor(t, "one queued", func() bool { st := s.Stats(); return st.BatchSize == 1 && st.QueueDepth == 1 })
+	wait.Eventually(t, 10*time.Second, func() bool { st := s.Stats(); return st.BatchSize == 1 && st.QueueDepth == 1 }, "waiting for one queued")
 	code, h, raw := post(t, c, base+"/v1/chat/completions", chatBody("one more", 5, false))
 	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
 		t.Errorf("status %d (%s), Retry-After %q; want 429 with Retry-After", code, raw, h.Get("Retry-After"))
 	}
 	cancel()
-	waitFor(t, "queue drained", func() bool { st := eng.Stats(); return st.Running == 0 && st.Waiting == 0 && st.KVPagesUsed == 0 })
+	wait.Eventually(t, 10*time.Second, func() bool { st := eng.Stats(); return st.Running == 0 && st.Waiting == 0 && st.KVPagesUsed == 0 }, "waiting for queue drained")
 }
 
 func TestChatErrorRate(t *testing.T) {
@@ -373,7 +376,7 @@ func TestChatCancelOnClientDisconnect(t *testing.T) {
 				errc <- nil
 				_, _ = io.Copy(io.Discard, resp.Body) // until the cancel cuts it
 			}()
-			waitFor(t, "generation running", func() bool { return eng.Stats().Running == 1 })
+			wait.Eventually(t, 10*time.Second, func() bool { return eng.Stats().Running == 1 }, "waiting for generation running")
 			if tt.stream {
 				if err := <-errc; err != nil {
 					t.Fatalf("stream: %v", err)
@@ -381,14 +384,14 @@ func TestChatCancelOnClientDisconnect(t *testing.T) {
 			}
 			cancel()
 			id := eng.submittedIDs()[0]
-			waitFor(t, "engine saw the cancel", func() bool { ok, _ := eng.sawCancel(id); return ok })
+			wait.Eventually(t, 10*time.Second, func() bool { ok, _ := eng.sawCancel(id); return ok }, "waiting for engine saw the cancel")
 			if _, used := eng.sawCancel(id); used != 0 {
 				t.Errorf("pages used after the cancel = %d; want 0", used)
 			}
 			if st := eng.Stats(); st.Running != 0 || st.Waiting != 0 {
 				t.Errorf("engine after the cancel: %+v; want nothing running or waiting", st)
 			}
-			waitFor(t, "replica counted the cancel", func() bool { return s.Stats().Cancelled == 1 })
+			wait.Eventually(t, 10*time.Second, func() bool { return s.Stats().Cancelled == 1 }, "waiting for replica counted the cancel")
 			if st := s.Stats(); st.InFlight != 0 {
 				t.Errorf("in flight after the cancel = %d; want 0", st.InFlight)
 			}

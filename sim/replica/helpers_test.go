@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"modelplane/internal/wait"
 )
 
 // Test profiles: the demo fraud-detector's shape, with latencies small enough
@@ -47,19 +49,8 @@ func startReplica(t *testing.T, cfg Config) (*Server, string) {
 func startReady(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
 	s, base := startReplica(t, cfg)
-	waitFor(t, "replica ready", s.Ready)
+	wait.Eventually(t, 10*time.Second, s.Ready, "waiting for replica ready")
 	return s, base
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // newClient returns a client that keeps enough idle connections for the

@@ -101,15 +101,16 @@ func (s *Server) run() {
 			continue
 		}
 		if res.Duration > 0 {
-			done := s.clock.After(res.Duration)
+			done := s.clock.NewTimer(res.Duration, "replica", "step")
 		sleep:
 			for {
 				select {
-				case <-done:
+				case <-done.C:
 					break sleep
 				case <-s.inbox.wake:
 					s.apply(active, s.inbox.take())
 				case <-s.quit:
+					done.Stop()
 					s.abort(active)
 					return
 				}

@@ -100,9 +100,11 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	rr := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, instances...))
 	fail, latency := s.model.outcome(rr)
 	if latency > 0 {
+		wait := s.clock.NewTimer(latency, "replica", "latency")
 		select {
-		case <-s.clock.After(latency):
+		case <-wait.C:
 		case <-r.Context().Done():
+			wait.Stop()
 			return // the client left; nothing to write
 		}
 	}

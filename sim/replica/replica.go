@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/sim"
 )
 
@@ -26,19 +28,6 @@ const (
 	TaskRegression     Task = "regression"
 	TaskLLM            Task = "llm"
 )
-
-// Clock is the time source. The replica schedules steps, waits latencies and
-// windows its statistics by it, so tests can substitute their own.
-type Clock interface {
-	Now() time.Time
-	// After behaves like time.After.
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Config describes one replica. ReplicaID, Version and Task are required,
 // and Engine for an llm replica; zero values of the rest take the defaults
@@ -91,8 +80,10 @@ type Config struct {
 	// Stats. Default 60s.
 	StatsWindow time.Duration
 
-	// Clock defaults to the wall clock.
-	Clock Clock
+	// Clock is the replica's time: it schedules steps, waits latencies,
+	// load and drain delays, and windows its statistics by it, so that
+	// tests run it in model time. Default quartz.NewReal().
+	Clock quartz.Clock
 	// Log defaults to discarding. Requests are logged at debug level, one
 	// line each, without payloads: the gateway in front already logs every
 	// request at info.
@@ -128,7 +119,7 @@ func (c *Config) defaults() {
 		c.StatsWindow = time.Minute
 	}
 	if c.Clock == nil {
-		c.Clock = wallClock{}
+		c.Clock = quartz.NewReal()
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -181,7 +172,7 @@ type Server struct {
 	cfg   Config
 	model behaviour
 	log   *slog.Logger
-	clock Clock
+	clock quartz.Clock
 	stats *recorder
 
 	loaded   atomic.Bool
@@ -262,8 +253,10 @@ func (s *Server) Start(ctx context.Context, addr string) (net.Addr, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
+		load := s.clock.NewTimer(s.cfg.LoadDelay, "replica", "load")
+		defer load.Stop()
 		select {
-		case <-s.clock.After(s.cfg.LoadDelay):
+		case <-load.C:
 			s.loaded.Store(true)
 			s.log.Info("replica ready", slog.String("addr", ln.Addr().String()))
 		case <-s.quit:
@@ -296,7 +289,7 @@ func (s *Server) Stop() {
 		s.mu.Unlock()
 		if srv != nil {
 			if s.cfg.DrainDelay > 0 {
-				<-s.clock.After(s.cfg.DrainDelay)
+				<-s.clock.NewTimer(s.cfg.DrainDelay, "replica", "drain").C
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 			if err := srv.Shutdown(ctx); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"modelplane/internal/wait"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -63,12 +65,14 @@ func TestNewValidates(t *testing.T) {
 func TestHealthReadinessAndDrain(t *testing.T) {
 	t.Parallel()
 	const load, drain = 200 * time.Millisecond, 1500 * time.Millisecond
-	s, err := New(Config{ReplicaID: "r1", Version: "v23", Task: TaskClassification, Profile: json.RawMessage(classifierProfile),
-		LoadDelay: load, DrainDelay: drain})
+	// The load and drain delays run on a clock the test moves; answers
+	// take no time (latency 0), so only those two delays wait on it.
+	clock := newClock(t, time.Unix(6_000_000, 0))
+	s, err := New(Config{ReplicaID: "r1", Version: "v23", Task: TaskClassification, Clock: clock,
+		Profile: json.RawMessage(`{"latency_ms":{"p50":0,"p99":0},"score":{"mean":0.3,"sd":0.2}}`), LoadDelay: load, DrainDelay: drain})
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := time.Now()
 	addr, err := s.Start(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,17 +90,21 @@ func TestHealthReadinessAndDrain(t *testing.T) {
 	if got, h, _ := post(t, c, base+"/predict", `{"instances":[1]}`); got != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
 		t.Errorf("predict while loading = %d (Retry-After %q); want 503 with Retry-After", got, h.Get("Retry-After"))
 	}
-	waitFor(t, "ready 200", func() bool { return get(t, c, base+"/v2/health/ready") == http.StatusOK })
-	if el := time.Since(started); el < load {
-		t.Errorf("ready after %v; want no sooner than the load delay %v", el, load)
+	// Not ready a millisecond before the load delay ends; ready at its end.
+	timerSet(t, clock)
+	clock.Advance(load - time.Millisecond).MustWait(t.Context())
+	if got := get(t, c, base+"/v2/health/ready"); got != http.StatusServiceUnavailable {
+		t.Errorf("ready 1 ms before the load delay ended = %d; want 503", got)
 	}
+	clock.Advance(time.Millisecond).MustWait(t.Context())
+	wait.Eventually(t, 10*time.Second, func() bool { return get(t, c, base+"/v2/health/ready") == http.StatusOK }, "not ready after the load delay")
 	if got, _, _ := post(t, c, base+"/predict", `{"instances":[1]}`); got != http.StatusOK {
 		t.Errorf("predict when ready = %d; want 200", got)
 	}
 
 	stopped := make(chan struct{})
 	go func() { s.Stop(); close(stopped) }()
-	waitFor(t, "draining", func() bool { return !s.Ready() })
+	wait.Eventually(t, 10*time.Second, func() bool { return !s.Ready() }, "waiting for draining")
 	if got := get(t, c, base+"/v2/health/ready"); got != http.StatusServiceUnavailable {
 		t.Errorf("ready while draining = %d; want 503", got)
 	}
@@ -106,11 +114,23 @@ func TestHealthReadinessAndDrain(t *testing.T) {
 	if got, _, _ := post(t, c, base+"/predict", `{"instances":[1]}`); got != http.StatusOK {
 		t.Errorf("predict while draining = %d; want 200 (still served until the listener closes)", got)
 	}
+	// Stop serves for the drain delay, then returns.
+	timerSet(t, clock)
+	clock.Advance(drain - time.Millisecond).MustWait(t.Context())
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Stop did not return")
+		t.Fatal("Stop returned before the drain delay ended")
+	default:
 	}
+	clock.Advance(time.Millisecond).MustWait(t.Context())
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	}, "Stop did not return after the drain delay")
 	c.CloseIdleConnections()
 	if _, err := c.Get(base + "/v2/health/live"); err == nil {
 		t.Error("live answered after Stop; want the connection refused")
@@ -132,14 +152,14 @@ func TestStartStop(t *testing.T) {
 		}
 		cancel()
 		c := newClient(t)
-		waitFor(t, "listener closed", func() bool {
+		wait.Eventually(t, 10*time.Second, func() bool {
 			c.CloseIdleConnections()
 			resp, err := c.Get("http://" + addr.String() + "/v2/health/live")
 			if err == nil {
 				resp.Body.Close()
 			}
 			return err != nil
-		})
+		}, "waiting for listener closed")
 		s.Stop() // waits for the loop; a second Stop is harmless
 	})
 	t.Run("start twice fails", func(t *testing.T) {
@@ -233,7 +253,7 @@ func TestStopCutsWhatOutlivesTheDrain(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(t, "generation running", func() bool { return eng.Stats().Running == 1 })
+	wait.Eventually(t, 10*time.Second, func() bool { return eng.Stats().Running == 1 }, "waiting for generation running")
 	s.Stop()
 	if _, used := eng.sawCancel("chatcmpl-r1-1"); used != 0 {
 		t.Errorf("pages used after Stop = %d; want 0", used)

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"modelplane/internal/wait"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
@@ -54,7 +56,7 @@ func TestChatOverRealScheduler(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, "KV cache empty", func() bool { return srv.Stats().KVPagesUsed == 0 })
+	wait.Eventually(t, 10*time.Second, func() bool { return srv.Stats().KVPagesUsed == 0 }, "waiting for KV cache empty")
 }
 
 // Without an Engine an llm replica runs the real scheduler from its profile.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
 )
 
 // Stats is a replica's state for the node agent's heartbeat and GET
@@ -74,7 +76,7 @@ const samplesKept = 4096
 // recorder collects the windowed measurements. It is shared by handlers and
 // the step loop.
 type recorder struct {
-	clock  Clock
+	clock  quartz.Clock
 	window time.Duration
 
 	mu        sync.Mutex
@@ -94,7 +96,7 @@ type bucket struct {
 	n   float64
 }
 
-func newRecorder(c Clock, window time.Duration) *recorder {
+func newRecorder(c quartz.Clock, window time.Duration) *recorder {
 	secs := int(math.Ceil(window.Seconds()))
 	return &recorder{clock: c, window: window, started: c.Now(), perSecond: make([]bucket, max(secs, 1)+1)}
 }

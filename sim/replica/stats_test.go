@@ -1,108 +1,67 @@
 package replica
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/quartz"
+
+	"modelplane/internal/wait"
 )
 
-// manualClock is moved by hand: After's channels fire only when advance
-// reaches their deadline.
-type manualClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []waiter
+// newClock is a replica clock moved by hand, at start.
+func newClock(t *testing.T, start time.Time) *quartz.Mock {
+	clk := quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+	clk.Set(start)
+	return clk
 }
 
-type waiter struct {
-	at time.Time
-	ch chan time.Time
+// timerSet waits until the replica has set a timer on clk.
+func timerSet(t *testing.T, clk *quartz.Mock) {
+	t.Helper()
+	wait.Eventually(t, 10*time.Second, func() bool { _, ok := clk.Peek(); return ok }, "the replica set no timer")
 }
 
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, waiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-func (c *manualClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.fire()
-}
-
-// next jumps to the earliest deadline, if any, and fires what is due.
-func (c *manualClock) next() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.waiters) == 0 {
-		return false
-	}
-	at := c.waiters[0].at
-	for _, w := range c.waiters {
-		if w.at.Before(at) {
-			at = w.at
-		}
-	}
-	c.now = at
-	c.fire()
-	return true
-}
-
-func (c *manualClock) fire() {
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
-}
-
-// autoAdvance moves the clock to each deadline as soon as someone waits for
-// it, until the test ends: time passes only when everything waits, so
-// model-time measurements come out exact.
-func (c *manualClock) autoAdvance(t *testing.T) {
+// autoAdvance moves clk to the next deadline each time the replica sets a
+// timer, until the test's cleanups have run (call it before starting the
+// replica, whose Stop may wait on the clock): time passes only when the
+// replica waits for it, so model-time measurements come out exact.
+func autoAdvance(t *testing.T, clk *quartz.Mock) {
+	trap := clk.Trap().NewTimer("replica")
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	stopped := make(chan struct{})
 	go func() {
-		defer close(stopped)
+		defer close(done)
 		for {
-			select {
-			case <-done:
+			call, err := trap.Wait(ctx)
+			if err != nil {
 				return
-			default:
 			}
-			if !c.next() {
-				time.Sleep(50 * time.Microsecond)
+			// Released, the call returns at once, its timer set. (Not
+			// bounded by ctx: a release cut short would count as never
+			// made when the trap closes.)
+			if call.Release(context.Background()) != nil {
+				return
+			}
+			if _, ok := clk.Peek(); ok {
+				_, w := clk.AdvanceNext()
+				if w.Wait(ctx) != nil {
+					return
+				}
 			}
 		}
 	}()
-	t.Cleanup(func() { close(done); <-stopped })
+	t.Cleanup(func() { cancel(); <-done; trap.Close() })
 }
 
 func TestRecorderWindow(t *testing.T) {
 	t.Parallel()
-	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	clock := newClock(t, time.Unix(1_000_000, 0))
 	r := newRecorder(clock, 10*time.Second)
 	r.start()
 
@@ -112,7 +71,7 @@ func TestRecorderWindow(t *testing.T) {
 		r.tpotSample(40 * time.Millisecond)
 	}
 	r.tokens(clock.Now(), 1000)
-	clock.advance(11 * time.Second)
+	clock.Advance(11 * time.Second)
 	// Recent samples: 1..100 ms.
 	for i := 1; i <= 100; i++ {
 		r.ttftSample(time.Duration(i) * time.Millisecond)
@@ -120,7 +79,7 @@ func TestRecorderWindow(t *testing.T) {
 	}
 	for range 5 {
 		r.tokens(clock.Now(), 100)
-		clock.advance(time.Second)
+		clock.Advance(time.Second)
 	}
 	r.request(200)
 	r.request(500)
@@ -139,7 +98,7 @@ func TestRecorderWindow(t *testing.T) {
 		t.Errorf("snapshot =\n%+v; want\n%+v", got, want)
 	}
 
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	if got := r.snapshot(); got.TTFTP99Ms != 0 || got.TokensPerSecond != 0 {
 		t.Errorf("after a quiet minute: ttft p99 %v, tokens/s %v; want 0 and 0", got.TTFTP99Ms, got.TokensPerSecond)
 	}
@@ -147,11 +106,11 @@ func TestRecorderWindow(t *testing.T) {
 
 func TestRecorderEarlyRate(t *testing.T) {
 	t.Parallel()
-	clock := &manualClock{now: time.Unix(2_000_000, 0)}
+	clock := newClock(t, time.Unix(2_000_000, 0))
 	r := newRecorder(clock, time.Minute)
 	r.start()
 	r.tokens(clock.Now(), 30)
-	clock.advance(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	r.tokens(clock.Now(), 30)
 	// Two seconds in, the rate is over those two seconds, not the minute.
 	if got := r.snapshot().TokensPerSecond; got != 30 {
@@ -213,10 +172,10 @@ func TestDeliverCutsStalledClient(t *testing.T) {
 // and the token rate come out exactly as the engine's step times say.
 func TestChatTimingInModelTime(t *testing.T) {
 	t.Parallel()
-	clock := &manualClock{now: time.Unix(3_000_000, 0)}
+	clock := newClock(t, time.Unix(3_000_000, 0))
 	eng := newTestEngine() // prefill 10µs a token, decode 1ms + 50µs a sequence
+	autoAdvance(t, clock)  // first, so that it still runs while the replica stops
 	s, base := startLLM(t, eng, func(c *Config) { c.Clock = clock })
-	clock.autoAdvance(t)
 	c := newClient(t)
 	const requests, tokens = 4, 21
 	for i := range requests { // one at a time: each runs alone in the batch
