@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
+	"modelplane/internal/wait"
 )
 
 // syncBuffer collects RunDev's output across goroutines.
@@ -142,8 +144,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 func waitServing(t *testing.T, env map[string]string, name, key string, n int, profile string) {
 	t.Helper()
 	var last string
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.Eventually(t, 90*time.Second, func() bool {
 		last = get(t, env["MP_API"]+"/endpoints/"+name, key)
 		var e struct {
 			Status   string
@@ -164,12 +165,8 @@ func waitServing(t *testing.T, env map[string]string, name, key string, n int, p
 				}
 			}
 		}
-		if e.Status == "ready" && ready == n && len(e.Replicas) == n {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s not served by %d ready %s replicas after 90 s: %s", name, n, profile, last)
+		return e.Status == "ready" && ready == n && len(e.Replicas) == n
+	}, "%s not served by %d ready %s replicas: %v", name, n, profile, wait.Show(func() any { return last }))
 }
 
 func get(t *testing.T, url, key string) string {
@@ -200,25 +197,18 @@ func waitMetered(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var seconds, cost uint64
+	var seconds, cost, endpoints uint64
+	wait.Eventually(t, 60*time.Second, func() bool {
 		if err := ch.QueryRow(t.Context(), `SELECT count(), sum(rate_uusd_per_hour) FROM gpu_usage
 			WHERE endpoint IN ('fraud-scoring', 'support-chat') AND team IN ('risk', 'search')`).Scan(&seconds, &cost); err != nil {
 			t.Fatal(err)
 		}
-		var endpoints uint64
 		if err := ch.QueryRow(t.Context(), `SELECT uniqExact(endpoint) FROM gpu_usage`).Scan(&endpoints); err != nil {
 			t.Fatal(err)
 		}
-		if endpoints == 2 && seconds >= 6 && cost > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60 s ClickHouse holds %d GPU-seconds of %d endpoints costing %d; want both demo endpoints metered and priced", seconds, endpoints, cost)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return endpoints == 2 && seconds >= 6 && cost > 0
+	}, "ClickHouse holds %v; want both demo endpoints metered and priced",
+		wait.Show(func() any { return fmt.Sprintf("%d GPU-seconds of %d endpoints costing %d", seconds, endpoints, cost) }))
 	// The ingest tests prove rollup == raw exactly; here the rollup must
 	// simply be fed.
 	var raw, rolled uint64
@@ -252,10 +242,10 @@ func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
 		t.Fatal(err)
 	}
 	var last proto.Route
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+	wait.Eventually(t, 30*time.Second, func() bool {
 		e, err := kv.Get(t.Context(), endpoint)
 		if err != nil {
-			continue
+			return false
 		}
 		if err := json.Unmarshal(e.Value(), &last); err != nil {
 			t.Fatal(err)
@@ -274,15 +264,15 @@ func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
 				}
 			}
 			if serving == n {
-				// The gateway validates and samples from the same entry.
-				if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != 3 {
-					t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
-				}
-				return
+				return true
 			}
 		}
+		return false
+	}, "mp_routes/%s = %v; want %d ready replicas of %s at weight 100", endpoint, wait.Show(func() any { return last }), n, version)
+	// The gateway validates and samples from the same entry.
+	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != 3 {
+		t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
 	}
-	t.Fatalf("mp_routes/%s = %+v; want %d ready replicas of %s at weight 100", endpoint, last, n, version)
 }
 
 // predictThroughGateway sends a prediction and a streamed chat completion
@@ -308,13 +298,11 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 	// The key's entry reaches the gateway through the outbox and NATS.
 	var resp *http.Response
 	var body string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+	wait.Eventually(t, 30*time.Second, func() bool {
 		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
 			`{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}`)
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-	}
+		return resp.StatusCode == http.StatusOK
+	}, "predict through the gateway never answered 200: %v", wait.Show(func() any { return body }))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"predictions"`) || resp.Header.Get("X-Model-Version") != "v23" {
 		t.Fatalf("predict through the gateway = %d %s (X-Model-Version %q)", resp.StatusCode, body, resp.Header.Get("X-Model-Version"))
 	}
@@ -350,20 +338,17 @@ func waitRequestStats(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	var predicts, streams uint64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	var predicts, streams, samples uint64
+	wait.Eventually(t, 30*time.Second, func() bool {
 		if err := ch.QueryRow(t.Context(), `SELECT sumIf(requests, endpoint = 'fraud-scoring' AND version = 'v23'),
 			sumIf(streams, endpoint = 'support-chat' AND version = 'v42') FROM request_stats`).Scan(&predicts, &streams); err != nil {
 			t.Fatal(err)
 		}
-		var samples uint64
 		if err := ch.QueryRow(t.Context(), `SELECT count() FROM prediction_samples WHERE endpoint = 'fraud-scoring' AND version = 'v23'
 			AND has(feature_names, 'amount')`).Scan(&samples); err != nil {
 			t.Fatal(err)
 		}
-		if predicts >= 1 && streams >= 1 && samples >= 1 {
-			return
-		}
-	}
-	t.Fatalf("after 30 s request_stats holds %d fraud-scoring requests and %d support-chat streams, and prediction_samples no fraud-scoring sample; want all three", predicts, streams)
+		return predicts >= 1 && streams >= 1 && samples >= 1
+	}, "request_stats and prediction_samples hold %v; want a fraud-scoring request, a support-chat stream and a fraud-scoring sample",
+		wait.Show(func() any { return fmt.Sprintf("%d requests, %d streams, %d samples", predicts, streams, samples) }))
 }

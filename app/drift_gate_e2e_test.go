@@ -160,9 +160,9 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 			w.Drift.CandidateSamples, w.Drift.IncumbentSamples)
 	}
 
-	// Load goes on for two seconds past the rollback plus one second.
+	// Load goes on past the rollback plus one second: 20 more answers.
 	quiet := rollbackAt.Add(time.Second)
-	time.Sleep(time.Until(quiet.Add(2 * time.Second)))
+	answeredSince(t, responses, quiet, 20)
 	stopLoad()
 	var v23, v24, late24, failed int
 	for _, x := range responses() {

@@ -22,6 +22,7 @@ import (
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
 	"modelplane/registry"
 	"modelplane/rollout"
 	"modelplane/tenant"
@@ -104,16 +105,10 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s.gateway = gw.URL
 	// The first version serving through the gateway.
 	want := m.endpoint.Version
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if r := s.call(); r.status == http.StatusOK && r.version == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never served %s through the gateway", m.endpoint.Name, want)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	wait.Eventually(t, 90*time.Second, func() bool {
+		r := s.call()
+		return r.status == http.StatusOK && r.version == want
+	}, "%s never served %s through the gateway", m.endpoint.Name, want)
 	return s
 }
 
@@ -189,23 +184,35 @@ func (s *stack) load(n int) (stop func(), responses func() []served) {
 	}
 }
 
+// answeredSince waits until the load has n answers to requests started
+// after from: the load has gone on that long, whatever the machine's pace.
+func answeredSince(t *testing.T, responses func() []served, from time.Time, n int) {
+	t.Helper()
+	count := func() int {
+		c := 0
+		for _, r := range responses() {
+			if r.start.After(from) {
+				c++
+			}
+		}
+		return c
+	}
+	wait.Eventually(t, 60*time.Second, func() bool { return count() >= n },
+		"the load answered %v requests started after %s; want %d", wait.Show(func() any { return count() }), from.Format(time.StampMilli), n)
+}
+
 // wait polls the rollout until done says so, or fails after a minute.
 func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Rollout) bool) rollout.Rollout {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r, err := s.cp.Rollouts.Get(s.ctx, system, id)
-		if err != nil {
+	var r rollout.Rollout
+	wait.Eventually(t, 60*time.Second, func() bool {
+		var err error
+		if r, err = s.cp.Rollouts.Get(s.ctx, system, id); err != nil {
 			t.Fatal(err)
 		}
-		if done(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rollout never %s: %s (%s)", what, r.State, r.Reason)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return done(r)
+	}, "rollout never %s: %v", what, wait.Show(func() any { return r.State + " (" + r.Reason + ")" }))
+	return r
 }
 
 // TestCanaryRegressionRolledBackByJudge is the acceptance scenario of issue 6
@@ -346,9 +353,9 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if verdicts > 3 {
 		t.Errorf("rolled back after %d evaluations, want within 3", verdicts)
 	}
-	// Load goes on for two seconds past the rollback plus one second.
+	// Load goes on past the rollback plus one second: 20 more answers.
 	quiet := rollbackAt.Add(time.Second)
-	time.Sleep(time.Until(quiet.Add(2 * time.Second)))
+	answeredSince(t, responses, quiet, 20)
 	stopLoad()
 	log2 := responses()
 	var v42, v43, late43, failed int
@@ -413,7 +420,8 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 
 	s.cp.Stop()
 	killed := time.Now()
-	time.Sleep(3 * time.Second)
+	// The gateway serves the split on its own while no control plane runs.
+	answeredSince(t, responses, killed, 30)
 	restarted := time.Now()
 	s.startLoops(t)
 	s.wait(t, r.ID, "waiting for approval", func(r rollout.Rollout) bool { return r.State == rollout.StateAwaitingApproval })
@@ -439,7 +447,7 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 	if count["start"] != 1 || count["step"] != 1 || count["promote"] != 1 || count["await_approval"] != 1 {
 		t.Errorf("state changes %v; want one start, one first step, one wait for approval and one promotion across two restarts", count)
 	}
-	time.Sleep(time.Until(promotedAt.Add(2 * time.Second)))
+	answeredSince(t, responses, promotedAt, 20)
 	stopLoad()
 	var duringKill44, failed, late42 int
 	for _, x := range responses() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"modelplane/endpoint"
+	"modelplane/internal/wait"
 )
 
 // TestScaleToZeroWakesOnRequest runs the wake-up end to end: support-chat
@@ -26,41 +27,29 @@ func TestScaleToZeroWakesOnRequest(t *testing.T) {
 	}
 
 	// The replica goes; the first request after it is answered 202.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.Eventually(t, 60*time.Second, func() bool {
 		r := s.call()
-		if r.status == http.StatusAccepted {
-			break
-		}
-		if r.status != http.StatusOK || time.Now().After(deadline) {
+		if r.status != http.StatusOK && r.status != http.StatusAccepted {
 			t.Fatalf("request while scaling to zero: %d, want 200 until the replica goes, then 202", r.status)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var woken *time.Time
-	deadline = time.Now().Add(30 * time.Second)
-	for woken == nil {
+		return r.status == http.StatusAccepted
+	}, "support-chat never scaled to zero (no 202)")
+	wait.Eventually(t, 30*time.Second, func() bool {
+		var woken *time.Time
 		if err := s.cp.Pool.QueryRow(s.ctx, "SELECT woken_at FROM endpoints WHERE name = 'support-chat'").Scan(&woken); err != nil {
 			t.Fatal(err)
 		}
-		if woken == nil && time.Now().After(deadline) {
-			t.Fatal("the 202 never woke support-chat (woken_at still NULL)")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return woken != nil
+	}, "the 202 never woke support-chat (woken_at still NULL)")
 
 	// Retrying as told, the client is served by the woken replica.
-	deadline = time.Now().Add(90 * time.Second)
-	for {
+	wait.Eventually(t, 90*time.Second, func() bool {
 		r := s.call()
-		if r.status == http.StatusOK && r.version == "v42" {
-			break
-		}
-		if r.status != http.StatusAccepted || time.Now().After(deadline) {
+		if r.status != http.StatusOK && r.status != http.StatusAccepted {
 			t.Fatalf("request after the wake: %d, want 202 until the replica is ready, then 200 from v42", r.status)
 		}
-		time.Sleep(time.Second)
-	}
+		return r.status == http.StatusOK && r.version == "v42"
+	}, "support-chat never served v42 after the wake")
 	e, err = s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 	if err != nil {
 		t.Fatal(err)
