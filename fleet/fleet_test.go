@@ -256,7 +256,7 @@ func TestConcurrentPassesNeverDoubleAllocate(t *testing.T) {
 	// The primary key refuses a second holder whatever the placer does.
 	_, err := f.pool.Exec(t.Context(), `INSERT INTO allocations (node_id, gpu, slice, replica_id)
 		SELECT node_id, gpu, slice, (SELECT max(id) FROM replicas) FROM allocations LIMIT 1`)
-	if !errors.Is(db.Interpret(err), db.ErrConflict) {
+	if !errors.Is(err, db.ErrConflict) {
 		t.Fatalf("double allocation error = %v, want a conflict", err)
 	}
 }

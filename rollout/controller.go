@@ -181,7 +181,7 @@ func summary(w judge.Window) Summary {
 func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err error) {
 	row, err := db.New(c.cfg.Pool).RolloutGet(ctx, db.RolloutGetParams{ID: id, AllTeams: true, TeamIDs: []int64{}})
 	if err != nil {
-		return false, db.Interpret(err)
+		return false, err
 	}
 	seen := fromRow(row)
 	now := c.cfg.Now()

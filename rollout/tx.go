@@ -35,7 +35,7 @@ func lockTx(ctx context.Context, q *db.Queries, id int64, now time.Time, p *auth
 	all, ids := p.Scope()
 	row, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return nil, fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
+		return nil, fmt.Errorf("rollout %d: %w", id, err)
 	}
 	return &tx{q: q, now: now, p: p, r: fromRow(db.RolloutGetRow(row))}, nil
 }
