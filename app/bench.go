@@ -161,7 +161,7 @@ ANALYZE;`
 	keys := make([]string, teams)
 	cookies := make([]string, teams)
 	for i := range teams {
-		p := &auth.Principal{Name: "bench", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+		p := auth.System("bench")
 		raw, _, err := h.Tenant.CreateKey(ctx, p, tenantKey(fmt.Sprintf("team-%d", i+1)))
 		if err != nil {
 			return BenchResult{}, err

@@ -99,7 +99,7 @@ func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slo
 }
 
 // system is who the budget check reads costs as: it measures every team.
-var system = &auth.Principal{Name: "budget-check", Via: "system", PlatformRole: auth.RoleFinance}
+var system = auth.System("budget-check")
 
 // Set creates or replaces the budget of a team or of one of its
 // endpoints; team admins of that team and platform admins only.

@@ -263,8 +263,9 @@ func (s *Service) wake() {
 	}
 }
 
-// The principal the controller's own changes are recorded under.
-var controllerPrincipal = &auth.Principal{Name: "rollout-controller", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+// system is the principal the controller reads every team's rollouts as
+// and records its own changes under.
+var system = auth.System("rollout-controller")
 
 func fromRow(r db.RolloutGetRow) Rollout {
 	out := Rollout{ID: r.ID, Team: r.Team, Endpoint: r.Endpoint, FromVersion: r.FromVersion, ToVersion: r.ToVersion,
@@ -454,7 +455,7 @@ func (s *Service) Start(ctx context.Context, p *auth.Principal, endpointName str
 
 // insert creates the rollout row with its first event, in q's transaction.
 func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, endpointID, teamID, modelID int64, task, endpointName string, spec Spec) (int64, error) {
-	all, ids := true, []int64{} // the endpoint was resolved with the caller's scope
+	all, ids := p.Scope() // the scope the endpoint was resolved with
 	if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids}); err == nil {
 		return 0, &ConflictError{ActiveID: active.ID,
 			Msg: fmt.Sprintf("endpoint %s already has an active rollout: %d (to %s, %s)", endpointName, active.ID, active.ToVersion, active.State)}
