@@ -21,7 +21,6 @@ import (
 
 	"modelplane/auth"
 	"modelplane/auth/devidp"
-	"modelplane/db"
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
@@ -258,7 +257,7 @@ func sweep(ctx context.Context, log *slog.Logger, h *handlers.Server) {
 				log.Warn("sweep logins", slog.String("error", err.Error()))
 			}
 		}
-		if _, err := db.New(h.Pool).IdempotencyDeleteOld(ctx, time.Now().Add(-24*time.Hour)); err != nil && ctx.Err() == nil {
+		if _, err := h.Idempotency.Sweep(ctx, time.Now().Add(-24*time.Hour)); err != nil && ctx.Err() == nil {
 			log.Warn("sweep idempotency keys", slog.String("error", err.Error()))
 		}
 		select {

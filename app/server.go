@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"modelplane/artifact"
+	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
@@ -25,6 +26,7 @@ import (
 	"modelplane/drift"
 	"modelplane/endpoint"
 	"modelplane/handlers"
+	"modelplane/idempotency"
 	"modelplane/ingest"
 	"modelplane/migrations"
 	"modelplane/registry"
@@ -97,6 +99,8 @@ func (cp controlPlane) handler() (*handlers.Server, error) {
 		Traffic:        trafficReader,
 		Drift:          driftService,
 		Rollouts:       rollouts,
+		Audit:          audit.NewLog(cp.Pool),
+		Idempotency:    idempotency.New(cp.Pool),
 		Ready:          map[string]handlers.Pinger{"postgres": cp.Pool, "clickhouse": cp.CH, "nats": natsPinger{cp.NC}},
 		Metrics:        reg,
 		Now:            now,

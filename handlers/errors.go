@@ -12,7 +12,7 @@ import (
 
 	"modelplane/artifact"
 	"modelplane/auth"
-	"modelplane/db"
+	"modelplane/errdefs"
 	"modelplane/tenant"
 	"modelplane/validate"
 )
@@ -33,9 +33,9 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 		return http.StatusUnauthorized, "authentication required", nil
 	case errors.Is(err, auth.ErrForbidden):
 		return http.StatusForbidden, shownOr(err, "your role does not allow this"), nil
-	case errors.Is(err, db.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return http.StatusNotFound, "not found", nil
-	case errors.Is(err, db.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		return http.StatusConflict, shownOr(err, "already exists"), nil
 	case errors.Is(err, tenant.ErrLastAdmin):
 		return http.StatusConflict, tenant.ErrLastAdmin.Error(), nil

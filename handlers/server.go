@@ -8,12 +8,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
 	"modelplane/drift"
 	"modelplane/endpoint"
 	"modelplane/fleet"
+	"modelplane/idempotency"
 	"modelplane/registry"
 	"modelplane/rollout"
 	"modelplane/tenant"
@@ -57,6 +59,10 @@ type Deps struct {
 	// Drift serves drift reports and stored scores; nil: the drift page
 	// and API say drift is unavailable (no ClickHouse).
 	Drift *drift.Service
+	// Audit lists the audit log for the API and the team page.
+	Audit *audit.Log
+	// Idempotency stores the Idempotency-Key records of API POSTs.
+	Idempotency *idempotency.Store
 	// GatewayURL is the inference gateway's base URL; "" makes the
 	// endpoint page's Try it section say the gateway is not configured.
 	GatewayURL string
@@ -120,6 +126,13 @@ func New(d Deps) *Server {
 	}
 	if d.Rollouts == nil && d.Pool != nil {
 		d.Rollouts = rollout.New(d.Pool, d.Now, nil)
+	}
+	// TODO(lead): assembly builds these; the defaults go with Deps.Pool.
+	if d.Audit == nil && d.Pool != nil {
+		d.Audit = audit.NewLog(d.Pool)
+	}
+	if d.Idempotency == nil && d.Pool != nil {
+		d.Idempotency = idempotency.New(d.Pool)
 	}
 	if d.Metrics == nil {
 		d.Metrics = prometheus.NewRegistry()
