@@ -23,7 +23,7 @@ import (
 )
 
 // system is the principal demo seeding acts as; the audit log names it.
-var system = &auth.Principal{Name: "modelplane-dev", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+var system = auth.System("modelplane-dev")
 
 // seedDemo loads the demo teams, users, models, versions and endpoints. It is
 // idempotent: what exists is left alone, so the next run keeps the data.

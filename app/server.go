@@ -48,7 +48,6 @@ func readiness(pool *pgxpool.Pool, ch driver.Conn, nc *nats.Conn) map[string]han
 func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 	d := handlers.Deps{
 		Log:            cp.Log,
-		Pool:           cp.Pool,
 		Keys:           cp.Keys,
 		OIDC:           cp.OIDC,
 		Sessions:       cp.Sessions,
@@ -63,6 +62,8 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		Advisor:        cp.Advisor,
 		Rollouts:       cp.Rollouts,
 		Drift:          cp.Drift,
+		Audit:          cp.Audit,
+		Idempotency:    cp.Idempotency,
 		Ready:          o.Ready,
 		Metrics:        cp.Metrics,
 		Now:            time.Now,

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"modelplane/auth"
 	"modelplane/db"
 )
@@ -85,9 +87,20 @@ type Filter struct {
 	Limit      int
 }
 
+// Log reads the audit log. Writing stays Record's, inside each change's own
+// transaction; reading needs no transaction, so Log holds the pool and the
+// HTTP layer lists records without touching db.
+type Log struct {
+	pool *pgxpool.Pool
+}
+
+// NewLog returns the audit log stored in pool.
+func NewLog(pool *pgxpool.Pool) *Log { return &Log{pool: pool} }
+
 // List returns the newest records visible to p: team admins see their teams,
-// platform admins everything; others see nothing.
-func List(ctx context.Context, q *db.Queries, p *auth.Principal, f Filter) ([]Row, error) {
+// platform admins everything; others see nothing (auth.ErrForbidden).
+func (l *Log) List(ctx context.Context, p *auth.Principal, f Filter) ([]Row, error) {
+	q := db.New(l.pool)
 	all := p.PlatformAdmin()
 	ids := []int64{}
 	for _, m := range p.Teams {

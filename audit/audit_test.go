@@ -24,6 +24,7 @@ import (
 //	7 risk   ann  model.create    model    scorer
 type fixture struct {
 	q                *db.Queries
+	log              *audit.Log
 	riskID, searchID int64
 	ids              []int64
 }
@@ -32,7 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.New(t)
-	f := &fixture{q: db.New(pool)}
+	f := &fixture{q: db.New(pool), log: audit.NewLog(pool)}
 	for name, id := range map[string]*int64{"risk": &f.riskID, "search": &f.searchID} {
 		tm, err := f.q.TeamCreate(ctx, db.TeamCreateParams{Name: name})
 		if err != nil {
@@ -60,7 +61,7 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	rows, err := audit.List(ctx, f.q, &auth.Principal{PlatformRole: auth.RolePlatformAdmin}, audit.Filter{})
+	rows, err := f.log.List(ctx, &auth.Principal{PlatformRole: auth.RolePlatformAdmin}, audit.Filter{})
 	if err != nil || len(rows) != len(records) {
 		t.Fatalf("List all = %d rows, %v; want %d", len(rows), err, len(records))
 	}
@@ -112,7 +113,7 @@ func TestListVisibility(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rows, err := audit.List(ctx, f.q, tt.p, audit.Filter{})
+			rows, err := f.log.List(ctx, tt.p, audit.Filter{})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("List error = %v, want %v", err, tt.wantErr)
 			}
@@ -159,7 +160,7 @@ func TestListFilters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rows, err := audit.List(ctx, f.q, tt.p, tt.filter)
+			rows, err := f.log.List(ctx, tt.p, tt.filter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +179,7 @@ func TestListPages(t *testing.T) {
 	var pages []string
 	before := int64(0)
 	for range 10 {
-		rows, err := audit.List(ctx, f.q, riskAdmin, audit.Filter{BeforeID: before, Limit: 3})
+		rows, err := f.log.List(ctx, riskAdmin, audit.Filter{BeforeID: before, Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +198,7 @@ func TestListPages(t *testing.T) {
 		t.Errorf("pages = %q, want %q", got, want)
 	}
 	// A page before the oldest record is empty, not everything.
-	rows, err := audit.List(ctx, f.q, riskAdmin, audit.Filter{BeforeID: f.ids[0]})
+	rows, err := f.log.List(ctx, riskAdmin, audit.Filter{BeforeID: f.ids[0]})
 	if err != nil || len(rows) != 0 {
 		t.Errorf("List(before the first id) = %s, %v; want nothing", objects(rows), err)
 	}
@@ -206,7 +207,7 @@ func TestListPages(t *testing.T) {
 func TestRecordRow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	rows, err := audit.List(t.Context(), f.q, &auth.Principal{PlatformRole: auth.RolePlatformAdmin}, audit.Filter{})
+	rows, err := f.log.List(t.Context(), &auth.Principal{PlatformRole: auth.RolePlatformAdmin}, audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

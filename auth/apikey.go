@@ -85,7 +85,7 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 	q := db.New(k.pool)
 	row, err := q.APIKeyGetByPrefix(ctx, prefix)
 	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+		if errors.Is(err, db.ErrNotFound) {
 			return nil, ErrUnauthenticated
 		}
 		return nil, fmt.Errorf("authenticate key: %w", err)
@@ -120,7 +120,7 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 func LoadUser(ctx context.Context, q *db.Queries, userID int64, via string) (*Principal, error) {
 	u, err := q.UserGet(ctx, userID)
 	if err != nil {
-		return nil, fmt.Errorf("load user: %w", db.Interpret(err))
+		return nil, fmt.Errorf("load user: %w", err)
 	}
 	rows, err := q.TeamMemberListByUser(ctx, userID)
 	if err != nil {

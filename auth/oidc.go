@@ -189,7 +189,7 @@ func (o *OIDC) Finish(ctx context.Context, state, code string) (userID int64, re
 	q := db.New(o.pool)
 	login, err := q.OIDCLoginTake(ctx, db.OIDCLoginTakeParams{State: state, NotBefore: o.now().Add(-LoginMaxAge)})
 	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+		if errors.Is(err, db.ErrNotFound) {
 			return 0, "", fmt.Errorf("%w: unknown, used or expired state", ErrLoginFailed)
 		}
 		return 0, "", fmt.Errorf("%w: take login: %w", ErrLoginFailed, err)
@@ -254,7 +254,7 @@ func (o *OIDC) AuthenticateToken(ctx context.Context, raw string) (*Principal, e
 	q := db.New(o.pool)
 	id := db.UserGetByIdentityParams{Issuer: t.Issuer, Subject: t.Subject}
 	u, err := q.UserGetByIdentity(ctx, id)
-	if errors.Is(db.Interpret(err), db.ErrNotFound) {
+	if errors.Is(err, db.ErrNotFound) {
 		var c profileClaims
 		_ = t.Claims(&c) // optional claims: a token without them still names a user
 		err = q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: t.Issuer, Subject: t.Subject, Email: c.Email, Name: c.name()})

@@ -276,7 +276,7 @@ func TestOIDCFinishBadIDToken(t *testing.T) {
 				t.Errorf("Finish error = %v, want ErrLoginFailed mentioning %q", err, tc.reason)
 			}
 			_, err = db.New(pool).UserGetByIdentity(t.Context(), db.UserGetByIdentityParams{Issuer: idp.Issuer(), Subject: "sub-" + tc.name})
-			if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+			if !errors.Is(err, db.ErrNotFound) {
 				t.Errorf("user row after failed login: err = %v, want not found", err)
 			}
 		})

@@ -49,6 +49,24 @@ type Principal struct {
 	Teams        []Membership
 }
 
+// ViaSystem is the Via of System's principals: the platform acting on its
+// own, not for any caller.
+const ViaSystem = "system"
+
+// System returns the principal the platform itself acts as, named actor in
+// the audit log (for example "rollout-controller"). It may read and change
+// every team's objects, as a platform admin may: its Scope is all teams.
+//
+// It is for background loops (the rollout controller, the drift and budget
+// checks, retention) and internal calls that act for no caller (demo
+// seeding, benchmarks). A request path never uses it: there the principal is
+// the one auth built from the caller's credentials, so that team scoping in
+// SQL holds. It is the one spelling of system access; the scope test in db
+// fails on a hand-built principal or an AllTeams: true outside this package.
+func System(actor string) *Principal {
+	return &Principal{Name: actor, Via: ViaSystem, PlatformRole: RolePlatformAdmin}
+}
+
 // PlatformAdmin reports whether the principal administers the whole platform.
 func (p *Principal) PlatformAdmin() bool { return p.PlatformRole == RolePlatformAdmin }
 

@@ -119,7 +119,7 @@ func (s *Sessions) Lookup(ctx context.Context, token string) (*Principal, string
 	// One round trip: the session, its user and the user's memberships.
 	row, err := q.SessionLookup(ctx, h)
 	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+		if errors.Is(err, db.ErrNotFound) {
 			return nil, "", ErrUnauthenticated
 		}
 		return nil, "", fmt.Errorf("lookup session: %w", err)

@@ -148,7 +148,7 @@ func TestSessionTimeouts(t *testing.T) {
 				if !errors.Is(err, ErrUnauthenticated) {
 					t.Errorf("Lookup after %v error = %v, want ErrUnauthenticated", tc.steps, err)
 				}
-				if _, err := db.New(pool).SessionGet(ctx, HashKey(token)); !errors.Is(db.Interpret(err), db.ErrNotFound) {
+				if _, err := db.New(pool).SessionGet(ctx, HashKey(token)); !errors.Is(err, db.ErrNotFound) {
 					t.Errorf("expired session row: err = %v, want deleted", err)
 				}
 			}
@@ -209,7 +209,7 @@ func TestSessionSweep(t *testing.T) {
 		t.Fatalf("Sweep = %d, %v; want 1, nil", n, err)
 	}
 	q := db.New(pool)
-	if _, err := q.SessionGet(ctx, HashKey(idle)); !errors.Is(db.Interpret(err), db.ErrNotFound) {
+	if _, err := q.SessionGet(ctx, HashKey(idle)); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("idle session: err = %v, want swept", err)
 	}
 	if _, err := q.SessionGet(ctx, HashKey(live)); err != nil {

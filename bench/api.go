@@ -123,7 +123,7 @@ func startAPI(ctx context.Context, s *scratch, pool *pgxpool.Pool) (string, apiC
 	h := app.NewHTTP(cp, app.HTTPOptions{MaxUploadBytes: 1 << 30})
 	creds := apiCreds{keys: make([]string, apiTeams), cookies: make([]string, apiTeams)}
 	for i := range apiTeams {
-		p := &auth.Principal{Name: "bench", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+		p := auth.System("bench")
 		raw, _, err := h.Tenant.CreateKey(ctx, p, tenant.KeyRequest{Name: "bench", Team: fmt.Sprintf("team-%d", i+1), Role: auth.RoleViewer})
 		if err != nil {
 			return "", creds, err

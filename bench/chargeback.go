@@ -135,7 +135,7 @@ func measureChargeback(ctx context.Context, cfg Config) (ChargebackResult, error
 	// look for ingest lag (chargeback.LagWindow), so both reads time only
 	// the sums.
 	r := reports{svc: chargeback.New(ch, nil, func() time.Time { return rawDay.Add(48 * time.Hour) }),
-		finance: &auth.Principal{Name: "bench", PlatformRole: auth.RoleFinance}}
+		caller: auth.System("bench")}
 	monthOK, err := r.month(ctx, ch, &res)
 	if err != nil {
 		return res, err
@@ -181,8 +181,8 @@ func generateRawDay(ctx context.Context, ch driver.Conn, gpus int) (int64, error
 
 // reports times the cost reports finance reads.
 type reports struct {
-	svc     *chargeback.Service
-	finance *auth.Principal
+	svc    *chargeback.Service
+	caller *auth.Principal
 }
 
 var byTeamEndpoint = []chargeback.Dimension{chargeback.DimTeam, chargeback.DimEndpoint}
@@ -276,14 +276,14 @@ func sameRows(a, b []chargeback.Row) bool {
 // time runs q n times after one warm-up and returns the durations and the
 // last report.
 func (r reports) time(ctx context.Context, q chargeback.Query, n int) ([]time.Duration, *chargeback.Report, error) {
-	rep, err := r.svc.Report(ctx, r.finance, q)
+	rep, err := r.svc.Report(ctx, r.caller, q)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chargeback bench report: %w", err)
 	}
 	out := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Now()
-		if rep, err = r.svc.Report(ctx, r.finance, q); err != nil {
+		if rep, err = r.svc.Report(ctx, r.caller, q); err != nil {
 			return nil, nil, fmt.Errorf("chargeback bench report: %w", err)
 		}
 		out = append(out, time.Since(start))

@@ -114,7 +114,7 @@ func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, er
 		row, err := q.CostRateCreate(ctx, db.CostRateCreateParams{GPUType: r.GPUType, Profile: r.Profile,
 			UusdPerHour: r.UUSDPerHour, EffectiveFrom: from, CreatedBy: p.Actor()})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		out = entryOf(row)
 		return audit.Record(ctx, q, p, audit.Entry{Action: "cost_rate.create", ObjectType: "cost_rate",

@@ -102,7 +102,7 @@ func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slo
 }
 
 // system is who the budget check reads costs as: it measures every team.
-var system = &auth.Principal{Name: "budget-check", Via: "system", PlatformRole: auth.RoleFinance}
+var system = auth.System("budget-check")
 
 // Set creates or replaces the budget of a team or of one of its
 // endpoints; team admins of that team and platform admins only.
@@ -123,7 +123,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 	err := db.InTx(ctx, b.pool, func(q *db.Queries) error {
 		team, err := q.TeamGetScoped(ctx, db.TeamGetScopedParams{Name: s.Team, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		if !p.CanAdmin(team.ID) {
 			return auth.ErrForbidden
@@ -132,7 +132,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		if s.Endpoint != "" {
 			e, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: s.Endpoint, AllTeams: false, TeamIDs: []int64{team.ID}})
 			if err != nil {
-				return db.Interpret(err)
+				return err
 			}
 			endpointID = &e.ID
 		}
@@ -142,12 +142,12 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		from, _ := Month(b.now())
 		if _, err := q.BudgetAlertsResetChanged(ctx, db.BudgetAlertsResetChangedParams{Month: pgtype.Date{Time: from, Valid: true},
 			TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD}); err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		row, err := q.BudgetUpsert(ctx, db.BudgetUpsertParams{TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD,
 			Enforcement: s.Enforcement, UpdatedBy: p.Actor()})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		out = Budget{ID: row.ID, Team: team.Name, Endpoint: s.Endpoint, MonthlyUUSD: row.MonthlyUusd, Enforcement: row.Enforcement,
 			UpdatedBy: row.UpdatedBy, UpdatedAt: row.UpdatedAt.UTC()}

@@ -16,6 +16,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/bus"
@@ -24,6 +25,7 @@ import (
 	"modelplane/drift"
 	"modelplane/endpoint"
 	"modelplane/fleet"
+	"modelplane/idempotency"
 	"modelplane/ingest"
 	"modelplane/outbox"
 	"modelplane/registry"
@@ -96,6 +98,9 @@ type ControlPlane struct {
 	Rollouts   *rollout.Service
 	Traffic    *traffic.Reader
 	Drift      *drift.Service
+	Audit      *audit.Log
+	// Idempotency keeps the API's Idempotency-Key records.
+	Idempotency *idempotency.Store
 	// Metrics is the registry every service and the HTTP layer export on.
 	Metrics *prometheus.Registry
 	// Relay publishes outbox rows to NATS; nil without NATS.
@@ -125,17 +130,19 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cp := &ControlPlane{
-		Log:       cfg.Log,
-		Pool:      st.Pool,
-		Keys:      auth.NewKeys(st.Pool, now),
-		OIDC:      cfg.OIDC,
-		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, now),
-		Tenant:    tenant.New(st.Pool, now),
-		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}),
-		Endpoints: endpoint.New(st.Pool),
-		Fleet:     fleet.New(st.Pool, cfg.Log, now),
-		Rates:     billing.NewBook(st.Pool, now),
-		Metrics:   reg,
+		Log:         cfg.Log,
+		Pool:        st.Pool,
+		Keys:        auth.NewKeys(st.Pool, now),
+		OIDC:        cfg.OIDC,
+		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
+		Tenant:      tenant.New(st.Pool, now),
+		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}),
+		Endpoints:   endpoint.New(st.Pool),
+		Fleet:       fleet.New(st.Pool, cfg.Log, now),
+		Rates:       billing.NewBook(st.Pool, now),
+		Audit:       audit.NewLog(st.Pool),
+		Idempotency: idempotency.New(st.Pool),
+		Metrics:     reg,
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	// Changes that write outbox rows (budget and drift alerts, routing
@@ -210,6 +217,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	g := service.NewGroup(
 		intake,
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
+		cp.Idempotency.Sweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
 		lease(leadFleet, reconciler),
 		lease(leadRollouts, rollouts),

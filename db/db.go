@@ -1,43 +1,34 @@
-// Package db is the PostgreSQL access layer: sqlc-generated queries (the *_gen.go
-// files, from queries/ and migrations/postgres/) plus the few helpers every
-// domain package uses. It holds no business rules; callers turn its rows into
-// domain types.
+// Package db is the PostgreSQL access layer: sqlc-generated queries (the
+// *.sql.go and *_gen.go files, from queries/ and migrations/postgres/) plus
+// the few helpers every domain package uses. It holds no business rules;
+// callers turn its rows into domain types.
+//
+// Every query runs through one error interpreter (see New): callers see
+// ErrNotFound instead of pgx.ErrNoRows and ErrConflict for a unique
+// violation, and never need to translate driver errors themselves.
 package db
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/errdefs"
 )
 
 // ErrNotFound means the row does not exist or is not visible to the caller's
-// teams; callers cannot and must not tell the two apart.
-var ErrNotFound = errors.New("not found")
+// teams; callers cannot and must not tell the two apart. It is
+// errdefs.ErrNotFound, so layers that do not import db branch on the same
+// value.
+var ErrNotFound = errdefs.ErrNotFound
 
-// ErrConflict means a unique constraint refused the write.
-var ErrConflict = errors.New("already exists")
-
-// Interpret maps driver errors to this package's sentinels, keeping the
-// original for anything else.
-func Interpret(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
-	}
-	return err
-}
+// ErrConflict means a unique constraint refused the write. It is
+// errdefs.ErrConflict.
+var ErrConflict = errdefs.ErrConflict
 
 // Open connects a pool and checks the server answers.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
@@ -63,7 +54,9 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// InTx runs fn in one transaction and commits when fn returns nil.
+// InTx runs fn in one transaction and commits when fn returns nil. Errors of
+// fn's queries are already interpreted; those of BEGIN and COMMIT (a
+// deferred unique constraint fails at COMMIT) are interpreted here.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(q *Queries) error) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(New(tx)) })
+	return interpret(pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(New(tx)) }))
 }

@@ -1,7 +1,13 @@
 package db
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -402,3 +408,248 @@ func TestGeneratedQueriesMatchSources(t *testing.T) {
 }
 
 var genName = regexp.MustCompile(`(?m)^const \w+ = ` + "`" + `-- name: (\w+) :`)
+
+// System access has one spelling, auth.System (STYLE.md: Coder's
+// AsSystemRestricted): a loop or internal call that acts for every team asks
+// for that principal and passes its Scope to the queries. What the
+// accounting below refuses outside package auth is the two ways around it:
+// a query scope written as AllTeams: true, and a principal built by hand
+// (which could give itself any platform role). Platform admins are not
+// affected: their AllTeams comes from Principal.Scope, whose principal auth
+// built from the signed-in user's role, and reaches the queries as a
+// variable. Tests may build principals and scopes as they like.
+
+// authImport is the package whose principals the rule is about.
+const authImport = "modelplane/auth"
+
+// systemAccessProblems returns one "file:line: ..." message per place in one
+// non-test source file that spells system access other than through
+// auth.System. rel is the file's path from the repository root, with
+// forward slashes.
+func systemAccessProblems(fset *token.FileSet, rel string, f *ast.File) []string {
+	inAuth := path.Dir(rel) == "auth"
+	authName := "" // the file's name for modelplane/auth, "" when not imported
+	for _, im := range f.Imports {
+		if strings.Trim(im.Path.Value, `"`) != authImport {
+			continue
+		}
+		authName = "auth"
+		if im.Name != nil {
+			authName = im.Name.Name
+		}
+	}
+	isPrincipal := func(t ast.Expr) bool {
+		switch t := t.(type) {
+		case *ast.Ident:
+			return inAuth && t.Name == "Principal"
+		case *ast.SelectorExpr:
+			x, ok := t.X.(*ast.Ident)
+			return ok && authName != "" && x.Name == authName && t.Sel.Name == "Principal"
+		}
+		return false
+	}
+	var problems []string
+	at := func(n ast.Node, msg string) {
+		problems = append(problems, fmt.Sprintf("%s:%d: %s", rel, fset.Position(n.Pos()).Line, msg))
+	}
+	// visit checks one node of a declaration of function fn ("" outside
+	// functions and in methods).
+	visit := func(n ast.Node, fn string) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		if isPrincipal(lit.Type) && !inAuth {
+			at(lit, "principal built by hand; use auth.System(actor) for system access, or the principal auth built for the caller")
+			return true
+		}
+		for _, e := range lit.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			key, ok := kv.Key.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			switch {
+			case key.Name == "AllTeams" && !inAuth && isIdent(kv.Value, "true"):
+				at(kv, "AllTeams: true spells system access by hand; pass the scope of auth.System(actor).Scope() (or the caller's principal's)")
+			case inAuth && isPrincipal(lit.Type) && fn != "System" && (key.Name == "PlatformRole" || key.Name == "Via" && isSystemVia(kv.Value)):
+				at(kv, "a principal with a platform role or Via system is built only by auth.System; others take their role from the user's or key's row")
+			}
+		}
+		return true
+	}
+	for _, d := range f.Decls {
+		fn := ""
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
+			fn = fd.Name.Name
+		}
+		ast.Inspect(d, func(n ast.Node) bool { return visit(n, fn) })
+	}
+	return problems
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+func isSystemVia(e ast.Expr) bool {
+	if bl, ok := e.(*ast.BasicLit); ok {
+		return bl.Value == `"system"`
+	}
+	return isIdent(e, "ViaSystem")
+}
+
+// TestSystemAccessOnlyThroughAuthSystem walks every non-test Go file of the
+// repository and fails naming each place that spells system access by hand.
+func TestSystemAccessOnlyThroughAuthSystem(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	seen := 0
+	sawSystem := false
+	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != ".." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		// The go tool ignores "_" and "." files (db/_dbtx_gen.go).
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "_") || strings.HasPrefix(name, ".") {
+			return nil
+		}
+		rel, err := filepath.Rel("..", p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		seen++
+		if rel == "auth/principal.go" {
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == "System" {
+					sawSystem = true
+				}
+			}
+		}
+		for _, problem := range systemAccessProblems(fset, rel, f) {
+			t.Error(problem)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 100 || !sawSystem {
+		t.Fatalf("walked %d files, auth.System seen: %v; want the whole repository", seen, sawSystem)
+	}
+}
+
+func TestSystemAccessProblems(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string
+		src  string
+		want []string // substrings, one per problem, in order
+	}{
+		{
+			name: "scope from auth.System passes",
+			file: "drift/checker.go",
+			src: `package drift
+import "modelplane/auth"
+var system = auth.System("drift-check")
+func f() { all, ids := system.Scope(); _ = db.XParams{AllTeams: all, TeamIDs: ids} }`,
+		},
+		{
+			name: "platform admin scope from the caller passes",
+			file: "endpoint/endpoint.go",
+			src: `package endpoint
+func f(p *auth.Principal) { all, ids := p.Scope(); _ = db.XParams{AllTeams: all, TeamIDs: ids}; _ = db.YParams{AllTeams: p.PlatformAdmin()} }`,
+		},
+		{
+			name: "AllTeams true outside auth fails naming the line",
+			file: "rollout/controller.go",
+			src: `package rollout
+
+func f() { _ = db.XParams{ID: 1, AllTeams: true, TeamIDs: []int64{}} }`,
+			want: []string{"rollout/controller.go:3: AllTeams: true spells system access by hand"},
+		},
+		{
+			name: "AllTeams false for one resolved team passes",
+			file: "chargeback/budget.go",
+			src:  `package chargeback; func f(id int64) { _ = db.XParams{AllTeams: false, TeamIDs: []int64{id}} }`,
+		},
+		{
+			name: "hand-built principal outside auth fails",
+			file: "app/demo.go",
+			src: `package app
+import "modelplane/auth"
+var system = &auth.Principal{Name: "x", Via: "system", PlatformRole: auth.RolePlatformAdmin}`,
+			want: []string{"app/demo.go:3: principal built by hand"},
+		},
+		{
+			name: "hand-built principal under another import name fails",
+			file: "bench/bench.go",
+			src: `package bench
+import a "modelplane/auth"
+var finance = a.Principal{PlatformRole: a.RoleFinance}`,
+			want: []string{"bench/bench.go:3: principal built by hand"},
+		},
+		{
+			name: "a Principal type of another package passes",
+			file: "gateway/x.go",
+			src:  `package gateway; type Principal struct{ Name string }; var p = Principal{Name: "x"}`,
+		},
+		{
+			name: "auth.System itself passes",
+			file: "auth/principal.go",
+			src: `package auth
+func System(actor string) *Principal { return &Principal{Name: actor, Via: ViaSystem, PlatformRole: RolePlatformAdmin} }
+func (p *Principal) Scope() (bool, []int64) { return true, []int64{} }`,
+		},
+		{
+			name: "auth's authenticators take the role from the row",
+			file: "auth/session.go",
+			src: `package auth
+func f(row R) *Principal { p := &Principal{UserID: row.UserID, Name: row.Email, Via: "session"}; p.PlatformRole = Role(*row.PlatformRole); return p }`,
+		},
+		{
+			name: "a role or Via system set by a literal elsewhere in auth fails",
+			file: "auth/apikey.go",
+			src: `package auth
+func f() *Principal { return &Principal{Name: "k", PlatformRole: RoleFinance} }
+func g() *Principal { return &Principal{Name: "k", Via: "system"} }`,
+			want: []string{"auth/apikey.go:2: a principal with a platform role", "auth/apikey.go:3: a principal with a platform role"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, tt.file, tt.src, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := systemAccessProblems(fset, tt.file, f)
+			if len(got) != len(tt.want) {
+				t.Fatalf("problems = %q, want %d matching %q", got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tt.want[i]) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}

@@ -84,8 +84,9 @@ const (
 // version and metric ("v24 w1_norm"), Message the figures for people.
 const EventKind = "drift"
 
-// system is the principal alerts are audited as.
-var system = &auth.Principal{Name: "drift-check", Via: "system"}
+// system is the principal the drift loops read every team's endpoints as
+// and the one alerts are audited as.
+var system = auth.System("drift-check")
 
 // Checker is the scheduled drift check: every interval it reports every
 // live version of every endpoint against the endpoint's stable version,
@@ -148,9 +149,10 @@ type target struct {
 // Check runs one pass. A version whose report fails is logged and skipped;
 // the others are still checked.
 func (c *Checker) Check(ctx context.Context) error {
+	all, ids := system.Scope()
 	now := c.now().UTC()
 	q := db.New(c.pool)
-	rows, err := q.DriftTargetList(ctx, db.DriftTargetListParams{AllTeams: true, TeamIDs: []int64{}})
+	rows, err := q.DriftTargetList(ctx, db.DriftTargetListParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return fmt.Errorf("drift targets: %w", err)
 	}
@@ -208,7 +210,7 @@ func (c *Checker) Check(ctx context.Context) error {
 	if err := c.retire(ctx, now); err != nil {
 		return err
 	}
-	if _, err := q.DriftScoreDeleteBefore(ctx, db.DriftScoreDeleteBeforeParams{Before: now.Add(-c.cfg.Keep), AllTeams: true, TeamIDs: []int64{}}); err != nil {
+	if _, err := q.DriftScoreDeleteBefore(ctx, db.DriftScoreDeleteBeforeParams{Before: now.Add(-c.cfg.Keep), AllTeams: all, TeamIDs: ids}); err != nil {
 		return fmt.Errorf("drift scores expiry: %w", err)
 	}
 	return nil
@@ -236,8 +238,9 @@ func Scores(rep Report) []MetricScore {
 }
 
 func (c *Checker) store(ctx context.Context, t *target, version string, rep Report, scores []MetricScore, now time.Time) error {
+	all, ids := system.Scope()
 	p := db.DriftScoreInsertManyParams{EndpointID: t.endpointID, Version: version, ReferenceSamples: int64(rep.ReferenceSamples),
-		CurrentSamples: int64(rep.CurrentSamples), Enough: rep.Verdict != VerdictNotEnough, ComputedAt: now, AllTeams: true, TeamIDs: []int64{}}
+		CurrentSamples: int64(rep.CurrentSamples), Enough: rep.Verdict != VerdictNotEnough, ComputedAt: now, AllTeams: all, TeamIDs: ids}
 	for _, s := range scores {
 		p.Metrics = append(p.Metrics, s.Metric)
 		p.Vals = append(p.Vals, s.Value)
@@ -256,6 +259,7 @@ func (c *Checker) store(ctx context.Context, t *target, version string, rep Repo
 // the transaction that changes the alert, so the event goes out exactly
 // when the change commits (through the relay, to MP_EVENTS).
 func (c *Checker) alert(ctx context.Context, t *target, version string, rep Report, scores []MetricScore, now time.Time) error {
+	all, ids := system.Scope()
 	var events []Event
 	breached := []string{}
 	err := db.InTx(ctx, c.pool, func(q *db.Queries) error {
@@ -265,7 +269,7 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 			}
 			breached = append(breached, s.Metric)
 			run, err := q.DriftAlertUpsert(ctx, db.DriftAlertUpsertParams{Version: version, Metric: s.Metric, Value: s.Value,
-				Threshold: s.Threshold, Now: now, EndpointID: t.endpointID, AllTeams: true, TeamIDs: []int64{}})
+				Threshold: s.Threshold, Now: now, EndpointID: t.endpointID, AllTeams: all, TeamIDs: ids})
 			if err != nil {
 				return fmt.Errorf("drift alert: %w", err)
 			}
@@ -273,7 +277,7 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 				continue
 			}
 			n, err := q.DriftAlertFire(ctx, db.DriftAlertFireParams{Now: &now, EndpointID: t.endpointID, Version: version,
-				Metric: s.Metric, AllTeams: true, TeamIDs: []int64{}})
+				Metric: s.Metric, AllTeams: all, TeamIDs: ids})
 			if err != nil {
 				return fmt.Errorf("drift alert: %w", err)
 			}
@@ -293,7 +297,7 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 			events = append(events, e)
 		}
 		cleared, err := q.DriftAlertClear(ctx, db.DriftAlertClearParams{EndpointID: t.endpointID, Version: version, Breached: breached,
-			AllTeams: true, TeamIDs: []int64{}})
+			AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			return fmt.Errorf("drift alert clear: %w", err)
 		}
@@ -336,9 +340,10 @@ func (c *Checker) alert(ctx context.Context, t *target, version string, rep Repo
 // endpoint; a fired one is resolved (audit entry and event, in the same
 // transaction) so whoever was paged hears that it ended.
 func (c *Checker) retire(ctx context.Context, now time.Time) error {
+	all, ids := system.Scope()
 	var events []Event
 	err := db.InTx(ctx, c.pool, func(q *db.Queries) error {
-		gone, err := q.DriftAlertDeleteStale(ctx, db.DriftAlertDeleteStaleParams{AllTeams: true, TeamIDs: []int64{}})
+		gone, err := q.DriftAlertDeleteStale(ctx, db.DriftAlertDeleteStaleParams{AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			return err
 		}

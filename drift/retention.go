@@ -76,9 +76,10 @@ const day = 24 * time.Hour
 // Apply runs one pass. The deletions by mutation finish in the background
 // in ClickHouse; Apply does not wait for them.
 func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
+	all, ids := system.Scope()
 	var res RetentionResult
 	now := r.now().UTC()
-	rows, err := db.New(r.pool).DriftEndpointRetention(ctx, db.DriftEndpointRetentionParams{AllTeams: true, TeamIDs: []int64{}})
+	rows, err := db.New(r.pool).DriftEndpointRetention(ctx, db.DriftEndpointRetentionParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return res, fmt.Errorf("retention: endpoints: %w", err)
 	}

@@ -77,7 +77,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 	all, ids := p.Scope()
 	row, err := db.New(s.pool).EndpointGet(ctx, db.EndpointGetParams{Name: endpoint, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Report{}, fmt.Errorf("drift report of %s: %w", endpoint, db.Interpret(err))
+		return Report{}, fmt.Errorf("drift report of %s: %w", endpoint, err)
 	}
 	version, refVersion := q.Version, refSpan.Version
 	if version == "" || refVersion == "" {
@@ -150,7 +150,7 @@ func (s *Service) History(ctx context.Context, p *auth.Principal, endpoint strin
 	q := db.New(s.pool)
 	e, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpoint, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return nil, nil, fmt.Errorf("drift history of %s: %w", endpoint, db.Interpret(err))
+		return nil, nil, fmt.Errorf("drift history of %s: %w", endpoint, err)
 	}
 	rows, err := q.DriftScoreList(ctx, db.DriftScoreListParams{EndpointID: e.ID, Since: since, AllTeams: all, TeamIDs: ids})
 	if err != nil {

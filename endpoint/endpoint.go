@@ -169,7 +169,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		m, err := q.ModelGet(ctx, db.ModelGetParams{Name: spec.Model, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			if errors.Is(err, db.ErrNotFound) {
 				return validate.Errors{{Field: "model", Message: "no such model"}}
 			}
 			return err
@@ -179,7 +179,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		}
 		v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			if errors.Is(err, db.ErrNotFound) {
 				return validate.Errors{{Field: "version", Message: "no such version of " + spec.Model}}
 			}
 			return err
@@ -189,7 +189,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 			SamplingRate: spec.SamplingRate, RetentionDays: spec.RetentionDays,
 			RateLimitRPS: spec.RateLimitRPS, RateLimitBurst: spec.RateLimitBurst, TimeoutMS: spec.TimeoutMS})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: e.ID, VersionID: v.ID, Weight: 100}); err != nil {
 			return err
@@ -240,7 +240,7 @@ func (s *Service) get(ctx context.Context, q *db.Queries, p *auth.Principal, nam
 	all, ids := p.Scope()
 	r, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: name, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("endpoint %s: %w", name, db.Interpret(err))
+		return Endpoint{}, fmt.Errorf("endpoint %s: %w", name, err)
 	}
 	return fromRow(r), nil
 }
@@ -314,7 +314,7 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 			MinReplicas: set.MinReplicas, MaxReplicas: set.MaxReplicas, Tier: set.Tier, SamplingRate: set.SamplingRate,
 			RetentionDays: set.RetentionDays, RateLimitRPS: set.RateLimitRPS, RateLimitBurst: set.RateLimitBurst, TimeoutMS: set.TimeoutMS,
 			AllTeams: all, TeamIDs: ids}); err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		if out, err = s.get(ctx, q, p, name); err != nil {
 			return err
@@ -391,7 +391,7 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 		// rollout's versions out.
 		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
 			return validate.Errors{{Field: "weights", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
-		} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+		} else if !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
 		// An experiment arm answers the callers assigned to it; a shadow
@@ -417,7 +417,7 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 		for i, w := range weights {
 			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: before.ModelID, Name: w.Version, AllTeams: all, TeamIDs: ids})
 			if err != nil {
-				if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				if errors.Is(err, db.ErrNotFound) {
 					return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
 				}
 				return err

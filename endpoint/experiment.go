@@ -71,7 +71,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 		// rolls back; arms set meanwhile would route callers around it.
 		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
 			return validate.Errors{{Field: "arms", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
-		} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+		} else if !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
 		routed := map[string]Weight{}
@@ -101,7 +101,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 		for _, a := range x.Arms {
 			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: before.ModelID, Name: a.Version, AllTeams: all, TeamIDs: ids})
 			if err != nil {
-				return fmt.Errorf("version %s: %w", a.Version, db.Interpret(err))
+				return fmt.Errorf("version %s: %w", a.Version, err)
 			}
 			if err := q.ExperimentArmInsert(ctx, db.ExperimentArmInsertParams{EndpointID: before.ID, VersionID: v.ID, Share: a.Share}); err != nil {
 				return err

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"modelplane/agent/proto"
-	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 )
@@ -256,8 +257,9 @@ func TestConcurrentPassesNeverDoubleAllocate(t *testing.T) {
 	// The primary key refuses a second holder whatever the placer does.
 	_, err := f.pool.Exec(t.Context(), `INSERT INTO allocations (node_id, gpu, slice, replica_id)
 		SELECT node_id, gpu, slice, (SELECT max(id) FROM replicas) FROM allocations LIMIT 1`)
-	if !errors.Is(db.Interpret(err), db.ErrConflict) {
-		t.Fatalf("double allocation error = %v, want a conflict", err)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "allocations_pkey" {
+		t.Fatalf("double allocation error = %v, want a unique violation of allocations_pkey", err)
 	}
 }
 

@@ -116,7 +116,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		}
 		node, err := q.NodeGetForUpdate(ctx, st.Node)
 		found := err == nil
-		if err != nil && !errors.Is(db.Interpret(err), db.ErrNotFound) {
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
 		if !found || !sameInventory(node.Inventory, inv) {

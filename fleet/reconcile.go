@@ -290,7 +290,7 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		return nil, err
 	}
 	if err := q.AllocationInsertMany(ctx, alloc); err != nil {
-		return nil, db.Interpret(err)
+		return nil, err
 	}
 	return errs, nil
 }

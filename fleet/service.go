@@ -113,7 +113,7 @@ func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node,
 	q := db.New(f.pool)
 	n, err := q.NodeGet(ctx, name)
 	if err != nil {
-		return Node{}, fmt.Errorf("node %s: %w", name, db.Interpret(err))
+		return Node{}, fmt.Errorf("node %s: %w", name, err)
 	}
 	v := f.nodeView(n)
 	var inv []inventoryGPU

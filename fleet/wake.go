@@ -42,7 +42,7 @@ func (f *Fleet) grace() time.Duration {
 func (f *Fleet) Wake(ctx context.Context, endpoint string) (asleep bool, err error) {
 	now := f.now()
 	prev, err := db.New(f.pool).EndpointWake(ctx, db.EndpointWakeParams{Now: now, Name: endpoint})
-	if errors.Is(db.Interpret(err), db.ErrNotFound) {
+	if errors.Is(err, db.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {

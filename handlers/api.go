@@ -4,19 +4,24 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"github.com/go-chi/chi/v5"
 )
 
-var hook sync.Once
-
 // newAPI builds the huma API on the /api/v1 sub-router. The OpenAPI document
 // is generated from the same registrations that serve the routes.
 func (s *Server) newAPI(r chi.Router) huma.API {
-	hook.Do(configureHuma)
+	api := newHumaAPI(r)
+	s.registerAPI(api)
+	return api
+}
+
+// newHumaAPI is the API with its configuration and middleware, before any
+// operation is registered (huma binds an operation's middleware when it is
+// registered).
+func newHumaAPI(r chi.Router) huma.API {
 	cfg := huma.DefaultConfig("modelplane API", "1.0.0")
 	cfg.OpenAPIPath = "/openapi"
 	cfg.DocsPath = ""
@@ -27,8 +32,9 @@ func (s *Server) newAPI(r chi.Router) huma.API {
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key (mpk_...) or an OIDC access/ID token."},
 	}
 	cfg.Security = []map[string][]string{{"bearer": {}}}
+	cfg.Transformers = []huma.Transformer{invalidInputAs400}
 	api := humachi.New(r, cfg)
-	s.registerAPI(api)
+	api.UseMiddleware(withStatusOverride)
 	return api
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"modelplane/audit"
-	"modelplane/db"
 )
 
 type auditInput struct {
@@ -24,7 +23,7 @@ func (s *Server) registerAudit(api huma.API) {
 			if err != nil {
 				return nil, err
 			}
-			rows, err := audit.List(ctx, db.New(s.Pool), principal(ctx), audit.Filter{Action: in.Action, ObjectType: in.ObjectType,
+			rows, err := s.Audit.List(ctx, principal(ctx), audit.Filter{Action: in.Action, ObjectType: in.ObjectType,
 				Actor: in.Actor, BeforeID: before, Limit: in.Limit + 1})
 			if err != nil {
 				return nil, s.apiError(ctx, err)

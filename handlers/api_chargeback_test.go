@@ -11,7 +11,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"modelplane/chargeback"
-	"modelplane/db"
 	"modelplane/internal/chtest"
 )
 
@@ -31,10 +30,7 @@ func newChargebackEnvAt(t *testing.T, at time.Time) (*testEnv, driver.Conn) {
 	t.Helper()
 	ch := chtest.New(t)
 	now := func() time.Time { return at }
-	e := newTestEnvWith(t, func(d *Deps) {
-		d.Chargeback = chargeback.New(ch, db.New(d.Pool), now)
-		d.Now = now
-	})
+	e := newTestEnvWith(t, envOptions{CH: ch, Now: now})
 	b, err := ch.PrepareBatch(t.Context(), "INSERT INTO gpu_usage (ts, node, gpu, gpu_type, profile, team, endpoint, model, version, requests, rate_uusd_per_hour, batch_id, row_idx)")
 	if err != nil {
 		t.Fatal(err)

@@ -225,7 +225,7 @@ func TestIdempotencyKey(t *testing.T) {
 			t.Fatalf("POST /api-keys answer %s has no key", got)
 		}
 		var n int
-		err := e.srv.Pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE position($1::bytea IN body) > 0`,
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE position($1::bytea IN body) > 0`,
 			[]byte(k.Key)).Scan(&n)
 		if err != nil {
 			t.Fatal(err)

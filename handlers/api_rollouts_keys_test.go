@@ -27,9 +27,9 @@ func TestAPIRolloutFourEyesThroughKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	readyReplica(t, e, "keys-endpoint", "v2")
-	q := db.New(e.srv.Pool)
+	q := db.New(e.pool)
 	var uid int64
-	if err := e.srv.Pool.QueryRow(ctx, `SELECT id FROM users WHERE email = 'risk-admin@example.com'`).Scan(&uid); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM users WHERE email = 'risk-admin@example.com'`).Scan(&uid); err != nil {
 		t.Fatal(err)
 	}
 	ann, err := auth.LoadUser(ctx, q, uid, "session")
@@ -45,7 +45,7 @@ func TestAPIRolloutFourEyesThroughKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: noStats{}}).Pass(ctx); err != nil {
+	if err := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: noStats{}}).Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	path := fmt.Sprintf("/rollouts/%d/approve", ro.ID)

@@ -166,7 +166,7 @@ type session struct {
 func (e *testEnv) signIn(t testing.TB, email string) session {
 	t.Helper()
 	ctx := context.Background()
-	u, err := db.New(e.srv.Pool).UserGetByEmail(ctx, email)
+	u, err := db.New(e.pool).UserGetByEmail(ctx, email)
 	if err != nil {
 		t.Fatalf("user %s: %v", email, err)
 	}

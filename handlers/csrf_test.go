@@ -231,7 +231,7 @@ func portalSnapshot(t *testing.T, e *testEnv) string {
 	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets"} {
 		var n int64
 		var sum string
-		err := e.srv.Pool.QueryRow(context.Background(),
+		err := e.pool.QueryRow(context.Background(),
 			"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM "+table+" t").Scan(&n, &sum)
 		if err != nil {
 			t.Fatalf("snapshot %s: %v", table, err)

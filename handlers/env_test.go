@@ -16,9 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/internal/chtest"
@@ -46,7 +50,7 @@ type testEnv struct {
 	ts   *httptest.Server
 	URL  string
 	idp  *devidp.IdP
-	pool interface{ Close() }
+	pool *pgxpool.Pool
 	// Keys by role name: platform-admin, finance, risk-admin, risk-engineer,
 	// risk-viewer, search-admin, search-viewer.
 	Keys map[string]string
@@ -57,15 +61,26 @@ var system = &auth.Principal{Name: "test-seed", Via: "system", PlatformRole: aut
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	return newTestEnvWith(t, nil)
+	return newTestEnvWith(t, envOptions{})
+}
+
+// envOptions change what newTestEnvWith builds.
+type envOptions struct {
+	// CH backs the services that read ClickHouse (chargeback, advice,
+	// traffic, drift); nil leaves them out, as a control plane without
+	// ClickHouse would.
+	CH driver.Conn
+	// Now is the services' clock (nil: time.Now).
+	Now func() time.Time
+	// Deps, when set, changes the handlers' dependencies last.
+	Deps func(d *Deps, pool *pgxpool.Pool)
 }
 
 // testGatewayKey is the key the portal's Try it sends to the stand-in gateway.
 const testGatewayKey = "mp_test_gateway_key"
 
-// newTestEnvWith is newTestEnv with deps changed by with before the server
-// is built (for the optional ones, such as Traffic).
-func newTestEnvWith(t *testing.T, with func(*Deps)) *testEnv {
+// newTestEnvWith is newTestEnv built as o says.
+func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.New(t)
@@ -81,7 +96,13 @@ func newTestEnvWith(t *testing.T, with func(*Deps)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := artifact.NewStore(t.TempDir())
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: o.CH}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: now, OIDC: oidc, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
+		ArtifactDir: t.TempDir(), MaxUploadBytes: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,17 +111,29 @@ func newTestEnvWith(t *testing.T, with func(*Deps)) *testEnv {
 		devUsers = append(devUsers, DevUser{Email: u.Email, Description: u.Description})
 	}
 	deps := Deps{
-		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Pool:           pool,
-		Keys:           auth.NewKeys(pool, time.Now),
-		OIDC:           oidc,
-		Sessions:       auth.NewSessions(pool, auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour}, time.Now),
-		Tenant:         tenant.New(pool, time.Now),
-		Registry:       registry.New(pool, store, artifact.Limits{MaxFileBytes: 1 << 20, MaxTotalBytes: 2 << 20}),
-		Endpoints:      endpoint.New(pool),
+		Log:            cp.Log,
+		Keys:           cp.Keys,
+		OIDC:           cp.OIDC,
+		Sessions:       cp.Sessions,
+		Tenant:         cp.Tenant,
+		Registry:       cp.Registry,
+		Endpoints:      cp.Endpoints,
+		Fleet:          cp.Fleet,
+		Rates:          cp.Rates,
+		Meter:          cp.Meter,
+		Chargeback:     cp.Chargeback,
+		Budgets:        cp.Budgets,
+		Advisor:        cp.Advisor,
+		Rollouts:       cp.Rollouts,
+		Drift:          cp.Drift,
+		Audit:          cp.Audit,
+		Idempotency:    cp.Idempotency,
+		Metrics:        cp.Metrics,
+		Now:            now,
 		Ready:          map[string]Pinger{"postgres": pool},
 		DevUsers:       devUsers,
 		MaxUploadBytes: 2 << 20,
+		MaxBodyBytes:   DefaultMaxBodyBytes,
 	}
 	// A stand-in gateway that echoes what Try it sends it.
 	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -110,8 +143,11 @@ func newTestEnvWith(t *testing.T, with func(*Deps)) *testEnv {
 	}))
 	t.Cleanup(gw.Close)
 	deps.GatewayURL, deps.GatewayKey = gw.URL, testGatewayKey
-	if with != nil {
-		with(&deps)
+	if cp.Traffic != nil {
+		deps.Traffic = cp.Traffic
+	}
+	if o.Deps != nil {
+		o.Deps(&deps, pool)
 	}
 	srv := New(deps)
 	ts.Config.Handler = srv.Handler()
@@ -129,7 +165,7 @@ func (e *testEnv) seed(ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
-	q := db.New(e.srv.Pool)
+	q := db.New(e.pool)
 	for _, u := range e.idp.Users() {
 		row, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: e.idp.Issuer(), Subject: u.Subject, Email: u.Email, Name: u.Name})
 		if err != nil {

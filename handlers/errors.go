@@ -12,7 +12,7 @@ import (
 
 	"modelplane/artifact"
 	"modelplane/auth"
-	"modelplane/db"
+	"modelplane/errdefs"
 	"modelplane/tenant"
 	"modelplane/validate"
 )
@@ -33,9 +33,9 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 		return http.StatusUnauthorized, "authentication required", nil
 	case errors.Is(err, auth.ErrForbidden):
 		return http.StatusForbidden, shownOr(err, "your role does not allow this"), nil
-	case errors.Is(err, db.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return http.StatusNotFound, "not found", nil
-	case errors.Is(err, db.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		return http.StatusConflict, shownOr(err, "already exists"), nil
 	case errors.Is(err, tenant.ErrLastAdmin):
 		return http.StatusConflict, tenant.ErrLastAdmin.Error(), nil
@@ -96,17 +96,60 @@ func writeProblem(w http.ResponseWriter, status int, detail string, details ...*
 	_ = json.NewEncoder(w).Encode(&huma.ErrorModel{Status: status, Title: http.StatusText(status), Detail: detail, Errors: details})
 }
 
-// configureHuma makes huma's own validation failures (malformed JSON, wrong
-// types, unknown fields) 400s like ours, instead of its default 422, so a
-// client sees one status for bad input whoever caught it.
-func configureHuma() {
-	base := huma.NewError
-	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
-		if status == http.StatusUnprocessableEntity && msg == "validation failed" {
-			status = http.StatusBadRequest
-		}
-		return base(status, msg, errs...)
+// Huma answers its own validation failures (malformed JSON, wrong types,
+// unknown fields) 422; ours are 400, so that a client sees one status for
+// bad input whoever caught it. Huma's only error constructor hooks are the
+// package variables NewError and NewErrorWithContext, shared by every huma
+// API in the process, so instead of overwriting them the API rewrites those
+// failures on their way out with two hooks of its own Config:
+// invalidInputAs400, a transformer, turns the body into a 400 problem, and
+// statusContext, installed by the withStatusOverride middleware, sends the
+// status the transformer chose (huma calls the transformers, then SetStatus,
+// on the same context).
+
+// statusContext is a huma.Context whose next SetStatus a transformer may
+// override.
+type statusContext struct {
+	humaContext
+	override int
+}
+
+// humaContext names the embedded huma.Context so that its Context method is
+// promoted (a field called Context would hide it).
+type humaContext = huma.Context
+
+func (c *statusContext) SetStatus(code int) {
+	if c.override != 0 {
+		code, c.override = c.override, 0
 	}
+	c.humaContext.SetStatus(code)
+}
+
+// Unwrap gives adapters' Unwrap helpers the context underneath.
+func (c *statusContext) Unwrap() huma.Context { return c.humaContext }
+
+// withStatusOverride is the API middleware that hands every operation a
+// statusContext.
+func withStatusOverride(ctx huma.Context, next func(huma.Context)) {
+	next(&statusContext{humaContext: ctx})
+}
+
+// invalidInputAs400 is the transformer that makes huma's own 422
+// "validation failed" a 400 with the same details; every other body passes
+// unchanged.
+func invalidInputAs400(ctx huma.Context, _ string, v any) (any, error) {
+	m, ok := v.(*huma.ErrorModel)
+	if !ok || m.Status != http.StatusUnprocessableEntity || m.Detail != "validation failed" {
+		return v, nil
+	}
+	sc, ok := ctx.(*statusContext)
+	if !ok {
+		return v, nil // no way to send the status: keep body and status in step
+	}
+	sc.override = http.StatusBadRequest
+	out := *m
+	out.Status, out.Title = http.StatusBadRequest, http.StatusText(http.StatusBadRequest)
+	return &out, nil
 }
 
 func validateErr(field, msg string) error {

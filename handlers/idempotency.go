@@ -13,7 +13,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"modelplane/db"
+	"modelplane/idempotency"
 )
 
 // idempotency makes a POST with an Idempotency-Key header safe to retry: the
@@ -38,15 +38,14 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		q := db.New(s.Pool)
 		who := p.Via + ":" + p.Name
-		n, err := q.IdempotencyBegin(ctx, db.IdempotencyBeginParams{Principal: who, Key: key})
+		first, err := s.Idempotency.Begin(ctx, who, key)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		if n == 0 {
-			s.replay(w, r, q, who, key)
+		if !first {
+			s.replay(w, r, who, key)
 			return
 		}
 		body := &hashingBody{rc: r.Body, h: newRequestHash(r)}
@@ -55,7 +54,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 		finished := false
 		defer func() {
 			if !finished {
-				_ = q.IdempotencyAbort(ctx, db.IdempotencyAbortParams{Principal: who, Key: key})
+				_ = s.Idempotency.Abort(ctx, who, key)
 			}
 		}()
 		next.ServeHTTP(rec, r)
@@ -70,8 +69,8 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			stored, _ = json.Marshal(&huma.ErrorModel{Status: status, Title: http.StatusText(status),
 				Detail: "the request with this Idempotency-Key succeeded; its response held a secret that is shown only once"})
 		}
-		err = q.IdempotencyFinish(ctx, db.IdempotencyFinishParams{Principal: who, Key: key, RequestHash: body.h.Sum(nil),
-			Status: int32(status), ContentType: ctype, Location: rec.Header().Get("Location"), Body: stored})
+		err = s.Idempotency.Finish(ctx, who, key, idempotency.Record{RequestHash: body.h.Sum(nil),
+			Status: status, ContentType: ctype, Location: rec.Header().Get("Location"), Body: stored})
 		if err != nil {
 			s.Log.ErrorContext(ctx, "store idempotency record", slog.String("error", err.Error()))
 			return
@@ -80,8 +79,8 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) replay(w http.ResponseWriter, r *http.Request, q *db.Queries, who, key string) {
-	rec, err := q.IdempotencyGet(r.Context(), db.IdempotencyGetParams{Principal: who, Key: key})
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, who, key string) {
+	rec, err := s.Idempotency.Get(r.Context(), who, key)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -109,7 +108,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q *db.Queries, w
 		w.Header().Set("Location", rec.Location)
 	}
 	w.Header().Set("Idempotent-Replayed", "true")
-	w.WriteHeader(int(rec.Status))
+	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
 }
 

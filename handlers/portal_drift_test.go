@@ -49,12 +49,10 @@ func newDriftEnv(t *testing.T) *testEnv {
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	e := newTestEnvWith(t, func(d *Deps) {
-		d.Drift = drift.NewService(d.Pool, drift.NewReader(ch, drift.ReaderConfig{}), time.Now)
-	})
+	e := newTestEnvWith(t, envOptions{CH: ch})
 	// The samples are older than the endpoint the env just created, and
 	// drift reads none from before its endpoint existed: date it back.
-	if _, err := e.srv.Pool.Exec(ctx, `UPDATE endpoints SET created_at = now() - interval '30 days' WHERE name = 'risk-endpoint'`); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE endpoints SET created_at = now() - interval '30 days' WHERE name = 'risk-endpoint'`); err != nil {
 		t.Fatal(err)
 	}
 	return e

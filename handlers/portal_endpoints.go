@@ -10,8 +10,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/auth"
-	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/errdefs"
 	"modelplane/registry"
 	"modelplane/validate"
 	"modelplane/web"
@@ -121,7 +121,7 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		var ok bool
 		if errs, ok = fieldErrors(err); !ok {
-			if errors.Is(err, db.ErrConflict) {
+			if errors.Is(err, errdefs.ErrConflict) {
 				errs = web.FieldErrors{"name": "an endpoint with this name already exists"}
 			} else {
 				s.portalError(w, r, err)

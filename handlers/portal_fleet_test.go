@@ -52,7 +52,7 @@ var testFleet = map[string][]proto.GPU{
 func (e *testEnv) seedFleet(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	hourAgo := fleet.New(e.srv.Pool, slog.New(slog.DiscardHandler), func() time.Time { return time.Now().Add(-time.Hour) })
+	hourAgo := fleet.New(e.pool, slog.New(slog.DiscardHandler), func() time.Time { return time.Now().Add(-time.Hour) })
 	if _, err := hourAgo.Observe(ctx, proto.NodeStatus{Node: "gpu-old-01", BootID: "b1", LeaseSeconds: 15, GPUs: testFleet["gpu-old-01"]}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/artifact"
-	"modelplane/db"
+	"modelplane/errdefs"
 	"modelplane/registry"
 	"modelplane/web"
 )
@@ -74,7 +74,7 @@ func (s *Server) portalModelCreate(w http.ResponseWriter, r *http.Request) {
 	errs, ok := fieldErrors(err)
 	switch {
 	case ok:
-	case errors.Is(err, db.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		errs = web.FieldErrors{"name": "a model with this name already exists"}
 	default:
 		s.portalError(w, r, err)
@@ -273,7 +273,7 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	i := slices.IndexFunc(vs, func(v registry.Version) bool { return v.Name == chi.URLParam(r, "version") })
 	if i < 0 {
-		s.portalError(w, r, db.ErrNotFound)
+		s.portalError(w, r, errdefs.ErrNotFound)
 		return
 	}
 	v := vs[i]

@@ -56,7 +56,7 @@ func TestPortalRolloutApproveFlow(t *testing.T) {
 	if _, err := fmt.Sscanf(page, "/rollouts/%d", &id); err != nil {
 		t.Fatal(err)
 	}
-	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: noStats{}})
+	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: noStats{}})
 	if err := ctl.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestBrowserRolloutApproval(t *testing.T) {
 	if err := json.Unmarshal(got.body, &ro); err != nil {
 		t.Fatal(err)
 	}
-	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: noStats{}})
+	ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: noStats{}})
 	if err := ctl.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 		if i == 4 {
 			stats["v2"] = latencyWindow(500, 20)
 		}
-		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Now: clock})
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Now: clock})
 		if err := ctl.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 	on := true
 	// The test server measures no drift (no ClickHouse), so it refuses a
 	// drift gate; a Service with the measurer starts the rollout.
-	ro, err := rollout.New(e.srv.Pool, nil, measured).Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
+	ro, err := rollout.New(e.pool, nil, measured).Start(ctx, system, "drift-endpoint", rollout.Spec{Version: "v2", EvaluationInterval: time.Second,
 		Criteria: rollout.CriteriaSpec{Drift: &on}})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(500, 10)}
 	pass := func() {
 		t.Helper()
-		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.srv.Pool, Stats: stats, Drift: measured, Now: clock})
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Drift: measured, Now: clock})
 		if err := ctl.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -383,10 +383,10 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 func readyReplica(t *testing.T, e *testEnv, endpointName, version string) {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := e.srv.Pool.Exec(ctx, `INSERT INTO nodes (name, lease_seconds, last_heartbeat) VALUES ('rollout-node', 15, now()) ON CONFLICT DO NOTHING`); err != nil {
+	if _, err := e.pool.Exec(ctx, `INSERT INTO nodes (name, lease_seconds, last_heartbeat) VALUES ('rollout-node', 15, now()) ON CONFLICT DO NOTHING`); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := e.srv.Pool.Exec(ctx, `INSERT INTO replicas (name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, state, addr)
+	tag, err := e.pool.Exec(ctx, `INSERT INTO replicas (name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, state, addr)
 		SELECT e.name || '-' || v.name, e.team_id, e.id, v.id, (SELECT id FROM nodes WHERE name = 'rollout-node'), 'H100-80GB', 'full', 'ready', '127.0.0.1:1'
 		FROM endpoints e JOIN model_versions v ON v.model_id = e.model_id WHERE e.name = $1 AND v.name = $2`, endpointName, version)
 	if err != nil || tag.RowsAffected() != 1 {

@@ -12,7 +12,6 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/internal/chtest"
-	"modelplane/traffic"
 )
 
 // newStatsEnv is a test env whose Traffic reads a fresh ClickHouse holding
@@ -51,7 +50,7 @@ func newStatsEnv(t *testing.T) *testEnv {
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	return newTestEnvWith(t, func(d *Deps) { d.Traffic = traffic.NewReader(ch, nil) })
+	return newTestEnvWith(t, envOptions{CH: ch})
 }
 
 func TestPortalStats(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 	"modelplane/audit"
 	"modelplane/auth"
-	"modelplane/db"
+	"modelplane/errdefs"
 	"modelplane/tenant"
 	"modelplane/web"
 )
@@ -171,7 +171,7 @@ func (s *Server) portalAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := audit.Filter{Action: q.Get("action"), ObjectType: q.Get("object_type"), Actor: q.Get("actor"), BeforeID: before, Limit: pg.Limit + 1}
-	rows, err := audit.List(r.Context(), db.New(s.Pool), principal(r.Context()), f)
+	rows, err := s.Audit.List(r.Context(), principal(r.Context()), f)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -197,7 +197,7 @@ func (s *Server) portalTeamCreate(w http.ResponseWriter, r *http.Request) {
 		redirectFlash(w, r, "/team", "Team "+name+" created.")
 		return
 	}
-	if errors.Is(err, db.ErrConflict) {
+	if errors.Is(err, errdefs.ErrConflict) {
 		err = validateErr("name", "a team with this name already exists")
 	}
 	if fe, ok := fieldErrors(err); ok {

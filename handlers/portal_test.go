@@ -42,7 +42,7 @@ type portalUser struct {
 func portalSignIn(t *testing.T, e *testEnv, email string) *portalUser {
 	t.Helper()
 	ctx := context.Background()
-	u, err := db.New(e.srv.Pool).UserGetByEmail(ctx, email)
+	u, err := db.New(e.pool).UserGetByEmail(ctx, email)
 	if err != nil {
 		t.Fatalf("user %s: %v", email, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"modelplane/registry"
 )
 
@@ -60,7 +62,7 @@ func TestPortalTryIt(t *testing.T) {
 
 func TestPortalTryItUnconfigured(t *testing.T) {
 	t.Parallel()
-	e := newTestEnvWith(t, func(d *Deps) { d.GatewayURL, d.GatewayKey = "", "" })
+	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, _ *pgxpool.Pool) { d.GatewayURL, d.GatewayKey = "", "" }})
 	u := portalSignIn(t, e, "risk-engineer@example.com")
 	sec := u.page("/endpoints/risk-endpoint").Find("section#try-it")
 	if sec.Find("#try-unconfigured").Length() != 1 || sec.Find("button").Length() != 0 || sec.Find("#try-curl").Length() != 1 {

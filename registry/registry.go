@@ -129,7 +129,7 @@ func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec Model
 	if !ok && p.PlatformAdmin() {
 		t, err := q.TeamGetByName(ctx, spec.Team)
 		if err != nil {
-			return Model{}, fmt.Errorf("team %s: %w", spec.Team, db.Interpret(err))
+			return Model{}, fmt.Errorf("team %s: %w", spec.Team, err)
 		}
 		m, ok = auth.Membership{TeamID: t.ID, Team: t.Name, Role: auth.RoleAdmin}, true
 	}
@@ -147,7 +147,7 @@ func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec Model
 		row, err := q.ModelCreate(ctx, db.ModelCreateParams{TeamID: m.TeamID, Name: spec.Name, Task: spec.Task,
 			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor()})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		res = Model{ID: row.ID, TeamID: row.TeamID, Name: row.Name, Team: m.Team, Task: row.Task, Description: row.Description,
 			InputSchema: row.InputSchema, OutputSchema: row.OutputSchema, FeatureNames: row.FeatureNames, CreatedBy: row.CreatedBy, CreatedAt: row.CreatedAt}
@@ -169,7 +169,7 @@ func (s *Service) Model(ctx context.Context, p *auth.Principal, name string) (Mo
 	all, ids := p.Scope()
 	r, err := db.New(s.pool).ModelGet(ctx, db.ModelGetParams{Name: name, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Model{}, fmt.Errorf("model %s: %w", name, db.Interpret(err))
+		return Model{}, fmt.Errorf("model %s: %w", name, err)
 	}
 	return modelOf(r), nil
 }
@@ -339,7 +339,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
 			CreatedBy: p.Actor()})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		out = versionOf(row, model)
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "version.register", ObjectType: "model_version",
@@ -382,7 +382,7 @@ func (s *Service) Version(ctx context.Context, p *auth.Principal, model, name st
 	all, ids := p.Scope()
 	r, err := db.New(s.pool).ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: name, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Version{}, fmt.Errorf("version %s of %s: %w", name, model, db.Interpret(err))
+		return Version{}, fmt.Errorf("version %s of %s: %w", name, model, err)
 	}
 	return versionOf(r, model), nil
 }

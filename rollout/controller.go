@@ -84,7 +84,8 @@ func (c *Controller) Start(ctx context.Context) error {
 // Pass reconciles every rollout that needs it once. One rollout failing does
 // not stop the others; the first error is returned.
 func (c *Controller) Pass(ctx context.Context) error {
-	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Now(), AllTeams: true, TeamIDs: []int64{}})
+	all, teams := system.Scope()
+	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Now(), AllTeams: all, TeamIDs: teams})
 	if err != nil {
 		return fmt.Errorf("rollout pass: %w", err)
 	}
@@ -177,9 +178,10 @@ func summary(w judge.Window) Summary {
 // reconcile takes one rollout one step towards where it should be. wrote
 // reports outbox rows written.
 func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err error) {
-	row, err := db.New(c.cfg.Pool).RolloutGet(ctx, db.RolloutGetParams{ID: id, AllTeams: true, TeamIDs: []int64{}})
+	all, ids := system.Scope()
+	row, err := db.New(c.cfg.Pool).RolloutGet(ctx, db.RolloutGetParams{ID: id, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return false, db.Interpret(err)
+		return false, err
 	}
 	seen := fromRow(row)
 	now := c.cfg.Now()
@@ -189,7 +191,7 @@ func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err e
 		ev = &e
 	}
 	err = db.InTx(ctx, c.cfg.Pool, func(q *db.Queries) error {
-		t, err := lockTx(ctx, q, id, now, controllerPrincipal)
+		t, err := lockTx(ctx, q, id, now, system)
 		if err != nil {
 			return err
 		}
@@ -267,8 +269,9 @@ func (c *Controller) step(ctx context.Context, t *tx, ev *evaluation) error {
 
 // start waits for the candidate's replicas, then moves the first traffic.
 func (c *Controller) start(ctx context.Context, t *tx) error {
+	all, ids := system.Scope()
 	r := &t.r
-	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err
 	}
@@ -285,7 +288,7 @@ func (c *Controller) start(ctx context.Context, t *tx) error {
 	// No traffic (nor mirrored copy) moves before a candidate replica is
 	// ready, whatever min_replicas says (0 is a scale-to-zero endpoint).
 	want := int32(1)
-	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: true, TeamIDs: []int64{}})
+	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err
 	}
@@ -293,7 +296,7 @@ func (c *Controller) start(ctx context.Context, t *tx) error {
 		// Fully up before the switch: the candidate takes all of the
 		// incumbent's load at once, so it needs as many ready replicas as
 		// the incumbent serves with now, and at least min_replicas.
-		inc, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.FromVersionID, AllTeams: true, TeamIDs: []int64{}})
+		inc, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.FromVersionID, AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			return err
 		}
@@ -353,8 +356,9 @@ func (c *Controller) advance(ctx context.Context, t *tx) error {
 
 // approved acts on an approval of the step to 100 percent, once it exists.
 func (c *Controller) approved(ctx context.Context, t *tx) error {
+	all, ids := system.Scope()
 	r := &t.r
-	aps, err := t.q.ApprovalList(ctx, db.ApprovalListParams{RolloutID: r.ID, AllTeams: true, TeamIDs: []int64{}})
+	aps, err := t.q.ApprovalList(ctx, db.ApprovalListParams{RolloutID: r.ID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err
 	}
@@ -379,15 +383,16 @@ func (c *Controller) approved(ctx context.Context, t *tx) error {
 // time has passed (its replicas then stop), unless an active rollout of the
 // endpoint uses it again or it carries traffic.
 func (c *Controller) cleanup(ctx context.Context, t *tx) error {
+	all, ids := system.Scope()
 	r := &t.r
 	loserID, loser := r.ToVersionID, r.ToVersion
 	if r.State == StatePromoted {
 		loserID, loser = r.FromVersionID, r.FromVersion
 	}
 	msg := "kept " + loser + " in the routing table: "
-	active, err := t.q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	active, err := t.q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: r.EndpointID, AllTeams: all, TeamIDs: ids})
 	inUse := err == nil && active.ToVersion == loser
-	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	rules, err := t.q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: r.EndpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err
 	}
@@ -405,7 +410,7 @@ func (c *Controller) cleanup(ctx context.Context, t *tx) error {
 				return err
 			}
 			if err := t.q.RoutingRuleDeleteVersion(ctx, db.RoutingRuleDeleteVersionParams{EndpointID: r.EndpointID, VersionID: loserID,
-				AllTeams: true, TeamIDs: []int64{}}); err != nil {
+				AllTeams: all, TeamIDs: ids}); err != nil {
 				return err
 			}
 			t.routes = true

@@ -263,8 +263,9 @@ func (s *Service) wake() {
 	}
 }
 
-// The principal the controller's own changes are recorded under.
-var controllerPrincipal = &auth.Principal{Name: "rollout-controller", Via: "system", PlatformRole: auth.RolePlatformAdmin}
+// system is the principal the controller reads every team's rollouts as
+// and records its own changes under.
+var system = auth.System("rollout-controller")
 
 func fromRow(r db.RolloutGetRow) Rollout {
 	out := Rollout{ID: r.ID, Team: r.Team, Endpoint: r.Endpoint, FromVersion: r.FromVersion, ToVersion: r.ToVersion,
@@ -437,7 +438,7 @@ func (s *Service) Start(ctx context.Context, p *auth.Principal, endpointName str
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		e, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			return fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
+			return fmt.Errorf("endpoint %s: %w", endpointName, err)
 		}
 		if !p.CanWrite(e.TeamID) {
 			return auth.ErrForbidden
@@ -454,16 +455,16 @@ func (s *Service) Start(ctx context.Context, p *auth.Principal, endpointName str
 
 // insert creates the rollout row with its first event, in q's transaction.
 func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, endpointID, teamID, modelID int64, task, endpointName string, spec Spec) (int64, error) {
-	all, ids := true, []int64{} // the endpoint was resolved with the caller's scope
+	all, ids := p.Scope() // the scope the endpoint was resolved with
 	if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids}); err == nil {
 		return 0, &ConflictError{ActiveID: active.ID,
 			Msg: fmt.Sprintf("endpoint %s already has an active rollout: %d (to %s, %s)", endpointName, active.ID, active.ToVersion, active.State)}
-	} else if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+	} else if !errors.Is(err, db.ErrNotFound) {
 		return 0, err
 	}
 	to, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: modelID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+		if errors.Is(err, db.ErrNotFound) {
 			return 0, validate.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
 		}
 		return 0, err
@@ -499,7 +500,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	}
 	ep, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return 0, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
+		return 0, fmt.Errorf("endpoint %s: %w", endpointName, err)
 	}
 	crit, note, err := s.criteria(task, spec.Strategy, to.P99LatencyMs, to.P99TPOTMs, ep.SamplingRate, spec.Criteria)
 	if err != nil {
@@ -516,7 +517,6 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 		Strategy: spec.Strategy, Steps: stepsJSON, Criteria: critJSON, EvalIntervalMs: ms(spec.EvaluationInterval),
 		EvalWindowMs: ms(spec.EvaluationWindow), KeepMs: ms(spec.Keep), Initiator: p.Actor(), InitiatorUserID: uid, Now: now})
 	if err != nil {
-		err = db.Interpret(err)
 		if errors.Is(err, db.ErrConflict) {
 			// Another start won the race between the check and the insert.
 			return 0, &ConflictError{Msg: fmt.Sprintf("endpoint %s already has an active rollout", endpointName)}
@@ -538,7 +538,7 @@ func (s *Service) load(ctx context.Context, p *auth.Principal, id int64) (Rollou
 	all, ids := p.Scope()
 	r, err := db.New(s.pool).RolloutGet(ctx, db.RolloutGetParams{ID: id, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Rollout{}, fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
+		return Rollout{}, fmt.Errorf("rollout %d: %w", id, err)
 	}
 	return fromRow(r), nil
 }
@@ -609,7 +609,7 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, endpointName stri
 	q := db.New(s.pool)
 	e, err := q.EndpointGet(ctx, db.EndpointGetParams{Name: endpointName, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return nil, fmt.Errorf("endpoint %s: %w", endpointName, db.Interpret(err))
+		return nil, fmt.Errorf("endpoint %s: %w", endpointName, err)
 	}
 	rows, err := q.RolloutListByEndpoint(ctx, db.RolloutListByEndpointParams{EndpointID: e.ID, Lim: int32(limit), AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -729,7 +729,7 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
 			Approver: p.Actor(), ApproverUserID: uid, Decision: decision, Comment: comment, At: t.now})
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrConflict) {
+			if errors.Is(err, db.ErrConflict) {
 				return &ConflictError{Msg: fmt.Sprintf("rollout %d already has a decision for this step", t.r.ID)}
 			}
 			return err

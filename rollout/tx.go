@@ -22,8 +22,10 @@ import (
 type tx struct {
 	q   *db.Queries
 	now time.Time
-	p   *auth.Principal
-	r   Rollout
+	// p locked the rollout with its scope, so that scope covers every
+	// query the change makes on the rollout's endpoint and team.
+	p *auth.Principal
+	r Rollout
 	// routes is set once routing rules changed: finish writes the routing
 	// entry in the same transaction.
 	routes bool
@@ -35,18 +37,19 @@ func lockTx(ctx context.Context, q *db.Queries, id int64, now time.Time, p *auth
 	all, ids := p.Scope()
 	row, err := q.RolloutGetForUpdate(ctx, db.RolloutGetForUpdateParams{ID: id, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return nil, fmt.Errorf("rollout %d: %w", id, db.Interpret(err))
+		return nil, fmt.Errorf("rollout %d: %w", id, err)
 	}
 	return &tx{q: q, now: now, p: p, r: fromRow(db.RolloutGetRow(row))}, nil
 }
 
 // persist writes the rollout row as t.r holds it.
 func (t *tx) persist(ctx context.Context) error {
+	all, ids := t.p.Scope()
 	r := t.r
 	return t.q.RolloutUpdate(ctx, db.RolloutUpdateParams{ID: r.ID, StepIndex: int32(r.StepIndex), State: r.State, Paused: r.Paused,
 		Reason: r.Reason, StepStartedAt: r.StepStartedAt, BakeDeadline: r.BakeDeadline, LastEvaluatedAt: r.LastEvaluatedAt,
 		CleanupAt: r.CleanupAt, Cleaned: r.Cleaned, FinishedAt: r.FinishedAt, Generation: r.Generation, Now: t.now,
-		AllTeams: true, TeamIDs: []int64{}})
+		AllTeams: all, TeamIDs: ids})
 }
 
 // auditView is what the audit log keeps of a rollout's state.
@@ -162,7 +165,8 @@ func (t *tx) rollback(ctx context.Context, msg string) error {
 // lost). The whole experiment goes: without one arm its shares no longer
 // sum to 100. It returns a note for the state event, "" when nothing went.
 func (t *tx) endExperiment(ctx context.Context, loserID int64, loser string) (string, error) {
-	arms, err := t.q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: t.r.EndpointID, AllTeams: true, TeamIDs: []int64{}})
+	all, ids := t.p.Scope()
+	arms, err := t.q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: t.r.EndpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return "", fmt.Errorf("experiment of %s: %w", t.r.Endpoint, err)
 	}
@@ -170,7 +174,7 @@ func (t *tx) endExperiment(ctx context.Context, loserID int64, loser string) (st
 		if a.VersionID != loserID {
 			continue
 		}
-		if _, err := t.q.ExperimentDelete(ctx, db.ExperimentDeleteParams{EndpointID: t.r.EndpointID, AllTeams: true, TeamIDs: []int64{}}); err != nil {
+		if _, err := t.q.ExperimentDelete(ctx, db.ExperimentDeleteParams{EndpointID: t.r.EndpointID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return "", fmt.Errorf("end experiment of %s: %w", t.r.Endpoint, err)
 		}
 		t.routes = true

@@ -26,7 +26,7 @@ import (
 // the same row lock, so they are ordered with route writes as well.
 func Lock(ctx context.Context, q *db.Queries, endpointID int64) error {
 	if _, err := q.EndpointLockForRoute(ctx, endpointID); err != nil {
-		return fmt.Errorf("lock route of endpoint %d: %w", endpointID, db.Interpret(err))
+		return fmt.Errorf("lock route of endpoint %d: %w", endpointID, err)
 	}
 	return nil
 }
@@ -51,7 +51,7 @@ func Write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) (bool, error) {
 	name, err := q.EndpointLockForRoute(ctx, endpointID)
 	if err != nil {
-		return false, db.Interpret(err)
+		return false, err
 	}
 	ruleRows, err := q.RoutingRuleListForRoute(ctx, endpointID)
 	if err != nil {
@@ -83,7 +83,7 @@ func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 	}
 	prev, err := q.RouteEntryGet(ctx, name)
 	had := err == nil
-	if err != nil && !errors.Is(db.Interpret(err), db.ErrNotFound) {
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		return false, err
 	}
 	routes, _ := build(rules, ready, arms, blocks)

@@ -80,7 +80,7 @@ func (s *Service) CreateTeam(ctx context.Context, p *auth.Principal, name, displ
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		t, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: name, DisplayName: displayName})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		out = teamOf(t)
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "team.create", ObjectType: "team", ObjectName: name, After: out})
@@ -96,7 +96,7 @@ func (s *Service) Team(ctx context.Context, p *auth.Principal, name string) (Tea
 	all, ids := p.Scope()
 	t, err := db.New(s.pool).TeamGetScoped(ctx, db.TeamGetScopedParams{Name: name, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Team{}, fmt.Errorf("team %s: %w", name, db.Interpret(err))
+		return Team{}, fmt.Errorf("team %s: %w", name, err)
 	}
 	return teamOf(t), nil
 }
@@ -166,7 +166,7 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		}
 		u, err := q.UserGetByEmail(ctx, email)
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			if errors.Is(err, db.ErrNotFound) {
 				return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
 			}
 			return err
@@ -203,7 +203,7 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 		}
 		u, err := q.UserGetByEmail(ctx, email)
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		n, err := q.TeamMemberDelete(ctx, db.TeamMemberDeleteParams{TeamID: t.ID, UserID: u.ID})
 		if err != nil {
@@ -229,7 +229,7 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 func (s *Service) lockTeam(ctx context.Context, q *db.Queries, p *auth.Principal, teamID int64) (int64, error) {
 	all, ids := p.Scope()
 	if err := q.TeamLock(ctx, db.TeamLockParams{ID: teamID, AllTeams: all, TeamIDs: ids}); err != nil {
-		return 0, db.Interpret(err)
+		return 0, err
 	}
 	return q.TeamAdminCount(ctx, teamID)
 }
@@ -364,7 +364,7 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		k, err := q.APIKeyGet(ctx, db.APIKeyGetParams{ID: id, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		if !p.PlatformAdmin() && (k.TeamID == nil || !p.CanAdmin(*k.TeamID)) {
 			return auth.ErrForbidden
@@ -376,7 +376,7 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 		}
 		r, err := q.APIKeyRevoke(ctx, db.APIKeyRevokeParams{ID: id, AllTeams: all, TeamIDs: ids})
 		if err != nil {
-			return db.Interpret(err)
+			return err
 		}
 		out.RevokedAt = r.RevokedAt
 		if err := unpublishKey(ctx, q, r.Prefix); err != nil {

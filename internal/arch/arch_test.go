@@ -111,17 +111,6 @@ var rules = []rule{{
 	forbidden: []string{"modelplane/fleet/..."},
 }}
 
-// pendingExceptions are import edges the test ignores, each one being
-// removed on another branch of issue 13: handlers → db by the "errs"
-// change (errors, audit listing and idempotency behind domain types). The
-// lead deletes each entry after merging the branch that removes the import; an
-// entry whose import is gone fails the test, so the list cannot hide a
-// later regression. Only these exact edges are ignored: any other path to a
-// forbidden package still fails.
-var pendingExceptions = [][2]string{
-	{"modelplane/handlers", "modelplane/db"},
-}
-
 // notYet are importer patterns for packages DESIGN.md plans but the tree
 // may not have yet; every other importer pattern must match a package, so
 // a misspelt rule cannot pass by matching nothing.
@@ -134,13 +123,6 @@ var notYet = []string{"modelplane/autoscale/...", "modelplane/runtime/..."}
 func TestImportDirections(t *testing.T) {
 	t.Parallel()
 	g := load(t)
-	for _, e := range pendingExceptions {
-		if !slices.Contains(g.imports[e[0]], e[1]) {
-			t.Errorf("pending exception %s → %s: the import is gone; delete it from pendingExceptions", e[0], e[1])
-			continue
-		}
-		g.imports[e[0]] = slices.DeleteFunc(slices.Clone(g.imports[e[0]]), func(p string) bool { return p == e[1] })
-	}
 	for _, r := range rules {
 		for _, pat := range r.importers {
 			if !slices.Contains(notYet, pat) && !slices.ContainsFunc(g.local, func(p string) bool { return match(pat, p) }) {
