@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/agent/proto"
 	"modelplane/judge"
 	"modelplane/rollout"
 )
@@ -77,8 +78,8 @@ func (s *stack) predict() served {
 // percent), as fast and as error-free. At a 5 percent canary (CI-sized
 // thresholds below) the latency and error checks pass, the drift check fails,
 // and the judge rolls v24 back with no human within a few evaluations;
-// after the rollback plus one second no response carries X-Model-Version:
-// v24.
+// no request started after the gateway serves the rollback's routing entry
+// is answered by v24.
 func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 	s := newFraudStack(t)
 	stopLoad, responses := s.load(8)
@@ -112,13 +113,16 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 	}
 	var stepAt, rollbackAt time.Time
 	var last *rollout.Event
-	verdicts := 0
+	verdicts, early := 0, 0
 	for i, e := range got.Events {
 		switch {
 		case e.Kind == "state" && e.Decision == "step":
 			stepAt = e.At
 		case e.Kind == "verdict":
 			verdicts++
+			if last != nil && (last.Decision != string(judge.Hold) || !strings.Contains(last.Message, "too few")) {
+				early++ // a verdict before this one that was not waiting for data
+			}
 			last = &got.Events[i]
 			t.Logf("verdict %s: %s (candidate %+v, incumbent %+v)", e.Decision, e.Message, e.Windows.Candidate, e.Windows.Incumbent)
 		case e.Kind == "state" && e.Decision == "rollback":
@@ -132,8 +136,10 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 		t.Fatalf("events lack the 5 percent step, a verdict or the rollback: %+v", got.Events)
 	}
 	t.Logf("v24 got 5 percent at %s; rolled back %s later after %d evaluations", stepAt.Format(time.StampMilli), rollbackAt.Sub(stepAt), verdicts)
-	if d := rollbackAt.Sub(stepAt); d > 10*interval {
-		t.Errorf("rolled back %s after the step (%d evaluations), want within 10 evaluation intervals", d, verdicts)
+	// However slow the machine, the judge waits for data and rolls back at
+	// the first evaluation that has enough of it.
+	if early > 0 {
+		t.Errorf("%d of %d verdicts before the rollback were not holds for too few samples; want the first judged one to roll back", early, verdicts)
 	}
 	// The rolling-back verdict: latency and errors pass, drift fails.
 	if last.Decision != string(judge.Rollback) {
@@ -160,8 +166,9 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 			w.Drift.CandidateSamples, w.Drift.IncumbentSamples)
 	}
 
-	// Load goes on past the rollback plus one second: 20 more answers.
-	quiet := rollbackAt.Add(time.Second)
+	// Once the gateway serves the entry without v24, no request started
+	// after it reaches v24; the load goes on for 20 more answers.
+	quiet := s.switched(t, "fraud-scoring", func(rt proto.Route) bool { return weight(rt, "v24") == 0 })
 	answeredSince(t, responses, quiet, 20)
 	stopLoad()
 	var v23, v24, late24, failed int
@@ -183,7 +190,7 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 		t.Errorf("no response came from v24: the canary never got traffic")
 	}
 	if late24 > 0 {
-		t.Errorf("%d responses from v24 to requests started more than a second after the rollback", late24)
+		t.Errorf("%d responses from v24 to requests started after the gateway served the rollback's entry", late24)
 	}
 	// Both versions fail 0.1 percent of requests by their profiles.
 	if total := v23 + v24 + failed; failed*100 > total {
