@@ -30,6 +30,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/gateway"
+	"modelplane/internal/freeport"
 )
 
 // GatewayResult is what `modelplane bench gateway` prints: the
@@ -376,15 +377,6 @@ func startChild(pin bool, env ...string) (*child, error) {
 	return &child{proc: p, addr: f[0], ctl: f[1], gomaxprocs: n}, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // errProxyMissing is startProxy's answer for a proxy not installed.
 var errProxyMissing = errors.New("not installed")
 
@@ -399,7 +391,7 @@ func startProxy(name, dir, upstream string, pin bool) (*proc, string, error) {
 		}
 		bin = "/usr/sbin/" + name
 	}
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
 		return nil, "", err
 	}
