@@ -97,6 +97,13 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 	if row.RevokedAt != nil || (row.ExpiresAt != nil && !now.Before(*row.ExpiresAt)) {
 		return nil, ErrUnauthenticated
 	}
+	// A key grants no more than its creator still holds: one whose creator
+	// left its team, was demoted below its role or lost the platform role
+	// that minted it stops here. The lookup computes this, so it costs no
+	// extra round trip; tenant deletes the gateways' copy when it changes.
+	if !row.CreatorHolds {
+		return nil, ErrUnauthenticated
+	}
 	// last_used_at is written at most once a minute per key, so reads stay
 	// reads; the query re-checks staleness against concurrent requests.
 	if stale := now.Add(-time.Minute); row.LastUsedAt == nil || row.LastUsedAt.Before(stale) {

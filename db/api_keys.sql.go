@@ -101,26 +101,41 @@ func (q *Queries) APIKeyGet(ctx context.Context, arg APIKeyGetParams) (APIKeyGet
 }
 
 const aPIKeyGetByPrefix = `-- name: APIKeyGetByPrefix :one
-SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
+
+SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name,
+       (k.created_by IS NULL
+        OR EXISTS (SELECT 1 FROM users u WHERE u.id = k.created_by
+                   AND (u.platform_role = 'platform_admin' OR (u.platform_role = 'finance' AND k.role = 'finance')))
+        OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = k.team_id AND m.user_id = k.created_by
+                   AND array_position(ARRAY['viewer', 'engineer', 'admin'], m.role)
+                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds
 FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.prefix = $1
 `
 
 type APIKeyGetByPrefixRow struct {
-	ID         int64
-	TeamID     *int64
-	Name       string
-	Prefix     string
-	Hash       []byte
-	Role       string
-	CreatedBy  *int64
-	CreatedAt  time.Time
-	ExpiresAt  *time.Time
-	LastUsedAt *time.Time
-	RevokedAt  *time.Time
-	TeamName   *string
+	ID           int64
+	TeamID       *int64
+	Name         string
+	Prefix       string
+	Hash         []byte
+	Role         string
+	CreatedBy    *int64
+	CreatedAt    time.Time
+	ExpiresAt    *time.Time
+	LastUsedAt   *time.Time
+	RevokedAt    *time.Time
+	TeamName     *string
+	CreatorHolds bool
 }
 
+// creator_holds is whether the key's creator could still mint it: a key
+// with no creator (made by the system or a seed) always; otherwise the
+// creator is a platform admin, or holds finance for a finance key, or is a
+// member of the key's team with a role at least the key's (viewer <
+// engineer < admin). It is the same expression in every query below that
+// returns it; tenant republishes a key to the gateways, or deletes its
+// entry, by it.
 func (q *Queries) APIKeyGetByPrefix(ctx context.Context, prefix string) (APIKeyGetByPrefixRow, error) {
 	row := q.db.QueryRow(ctx, aPIKeyGetByPrefix, prefix)
 	var i APIKeyGetByPrefixRow
@@ -137,30 +152,38 @@ func (q *Queries) APIKeyGetByPrefix(ctx context.Context, prefix string) (APIKeyG
 		&i.LastUsedAt,
 		&i.RevokedAt,
 		&i.TeamName,
+		&i.CreatorHolds,
 	)
 	return i, err
 }
 
 const aPIKeyListActive = `-- name: APIKeyListActive :many
-SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name
+SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name,
+       (k.created_by IS NULL
+        OR EXISTS (SELECT 1 FROM users u WHERE u.id = k.created_by
+                   AND (u.platform_role = 'platform_admin' OR (u.platform_role = 'finance' AND k.role = 'finance')))
+        OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = k.team_id AND m.user_id = k.created_by
+                   AND array_position(ARRAY['viewer', 'engineer', 'admin'], m.role)
+                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds
 FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $1::timestamptz)
 ORDER BY k.id
 `
 
 type APIKeyListActiveRow struct {
-	ID         int64
-	TeamID     *int64
-	Name       string
-	Prefix     string
-	Hash       []byte
-	Role       string
-	CreatedBy  *int64
-	CreatedAt  time.Time
-	ExpiresAt  *time.Time
-	LastUsedAt *time.Time
-	RevokedAt  *time.Time
-	TeamName   *string
+	ID           int64
+	TeamID       *int64
+	Name         string
+	Prefix       string
+	Hash         []byte
+	Role         string
+	CreatedBy    *int64
+	CreatedAt    time.Time
+	ExpiresAt    *time.Time
+	LastUsedAt   *time.Time
+	RevokedAt    *time.Time
+	TeamName     *string
+	CreatorHolds bool
 }
 
 func (q *Queries) APIKeyListActive(ctx context.Context, now time.Time) ([]APIKeyListActiveRow, error) {
@@ -185,6 +208,79 @@ func (q *Queries) APIKeyListActive(ctx context.Context, now time.Time) ([]APIKey
 			&i.LastUsedAt,
 			&i.RevokedAt,
 			&i.TeamName,
+			&i.CreatorHolds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const aPIKeyListActiveByCreator = `-- name: APIKeyListActiveByCreator :many
+SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.created_at, k.expires_at, k.last_used_at, k.revoked_at, t.name AS team_name,
+       (k.created_by IS NULL
+        OR EXISTS (SELECT 1 FROM users u WHERE u.id = k.created_by
+                   AND (u.platform_role = 'platform_admin' OR (u.platform_role = 'finance' AND k.role = 'finance')))
+        OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = k.team_id AND m.user_id = k.created_by
+                   AND array_position(ARRAY['viewer', 'engineer', 'admin'], m.role)
+                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds
+FROM api_keys k JOIN teams t ON t.id = k.team_id
+WHERE k.team_id = $1 AND k.created_by = $2
+  AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $3::timestamptz)
+ORDER BY k.id
+`
+
+type APIKeyListActiveByCreatorParams struct {
+	TeamID    *int64
+	CreatedBy *int64
+	Now       time.Time
+}
+
+type APIKeyListActiveByCreatorRow struct {
+	ID           int64
+	TeamID       *int64
+	Name         string
+	Prefix       string
+	Hash         []byte
+	Role         string
+	CreatedBy    *int64
+	CreatedAt    time.Time
+	ExpiresAt    *time.Time
+	LastUsedAt   *time.Time
+	RevokedAt    *time.Time
+	TeamName     string
+	CreatorHolds bool
+}
+
+// APIKeyListActiveByCreator is APIKeyListActive for the keys one user made
+// for one team, read after that user's membership of the team changed.
+func (q *Queries) APIKeyListActiveByCreator(ctx context.Context, arg APIKeyListActiveByCreatorParams) ([]APIKeyListActiveByCreatorRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyListActiveByCreator, arg.TeamID, arg.CreatedBy, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []APIKeyListActiveByCreatorRow{}
+	for rows.Next() {
+		var i APIKeyListActiveByCreatorRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TeamID,
+			&i.Name,
+			&i.Prefix,
+			&i.Hash,
+			&i.Role,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.LastUsedAt,
+			&i.RevokedAt,
+			&i.TeamName,
+			&i.CreatorHolds,
 		); err != nil {
 			return nil, err
 		}

@@ -101,6 +101,9 @@ var unscoped = map[string]string{
 	"IdentityListMembers":  "control plane only: auth.IdentityPublisher publishes every user's memberships to the gateways (mp_identity); no caller, no team",
 	"SessionLookup":        "builds the caller's own principal from its session; the memberships it returns are the scope",
 
+	// Keys follow their creator's membership (tenant.republishCreatorKeys).
+	"APIKeyListActiveByCreator": "tenant.SetMember/RemoveMember: one member's keys of the team they resolved with TeamGetScoped and checked CanAdmin for",
+
 	// Budgets: the checker measures every team's budgets for the platform.
 	"BudgetAlertsResetChanged": "delete before BudgetUpsert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",
 	"BudgetUpsert":             "insert; chargeback.Budgets.Set resolved the team with TeamGetScoped and the endpoint within it, and checked CanAdmin",

@@ -36,9 +36,15 @@ const schemaURL = "mem://input-schema.json"
 // files or the network to compile one.
 var errNoLoad = errors.New("external schema references are not allowed")
 
-type noLoader struct{}
+// noLoader is the compiler's only loader (the library's default opens any
+// file: URL). It records that it was asked, so that the schema's error is
+// errNoLoad itself whatever the reference pointed at.
+type noLoader struct{ asked bool }
 
-func (noLoader) Load(string) (any, error) { return nil, errNoLoad }
+func (l *noLoader) Load(string) (any, error) {
+	l.asked = true
+	return nil, errNoLoad
+}
 
 // compileSchema compiles raw. An empty, null, true or {} schema accepts
 // anything and gives nil, so that such endpoints pay nothing per request.
@@ -52,13 +58,17 @@ func compileSchema(raw json.RawMessage) *inputSchema {
 		s.err = err
 		return s
 	}
+	loader := &noLoader{}
 	c := jsonschema.NewCompiler()
-	c.UseLoader(noLoader{})
+	c.UseLoader(loader)
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		s.err = err
 		return s
 	}
 	s.schema, s.err = c.Compile(schemaURL)
+	if s.err != nil && loader.asked {
+		s.err = errNoLoad
+	}
 	return s
 }
 

@@ -2,6 +2,12 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +87,54 @@ func TestBadSchemaIsKeptWithItsError(t *testing.T) {
 		if bad := s.validate(kindPredict, []byte(`{"instances":[1]}`)); bad != nil {
 			t.Errorf("a schema that does not compile refused a body: %v", bad)
 		}
+	}
+}
+
+// TestSchemaLoadsNothingOutside checks that a routing entry's schema never
+// makes the gateway read a file or fetch a URL: a JSON file on the gateway's
+// disk (which the library's default loader would read and accept) and a URL
+// of a server that counts its requests both leave the schema uncompiled with
+// errNoLoad itself, and the server is never asked. References inside the
+// schema still work.
+func TestSchemaLoadsNothingOutside(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"object"}`))
+	}))
+	t.Cleanup(srv.Close)
+	onDisk := filepath.Join(t.TempDir(), "schema.json")
+	if err := os.WriteFile(onDisk, []byte(`{"type":"object"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{
+		`{"$ref":"file://` + onDisk + `"}`,
+		`{"properties":{"a":{"$ref":"file://` + onDisk + `"}}}`,
+		`{"$schema":"file://` + onDisk + `"}`,
+		`{"$ref":"file:///etc/passwd"}`,
+		`{"$ref":"` + srv.URL + `/s.json"}`,
+		`{"$ref":"other.json"}`,
+	} {
+		s := compileSchema(json.RawMessage(raw))
+		if s == nil {
+			t.Errorf("compileSchema(%s) = nil (accept all), want errNoLoad", raw)
+			continue
+		}
+		if s.schema != nil || !errors.Is(s.err, errNoLoad) {
+			t.Errorf("compileSchema(%s): compiled %t, error %v; want no schema and exactly errNoLoad", raw, s.schema != nil, s.err)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("schema server hits = %d, want 0", n)
+	}
+	s := compileSchema(json.RawMessage(`{"$defs":{"n":{"type":"number"}},"type":"object","properties":{"a":{"$ref":"#/$defs/n"}}}`))
+	if s == nil || s.err != nil {
+		t.Fatalf("internal $ref: compileSchema = %+v, want a schema", s)
+	}
+	if bad := s.validate(kindPredict, []byte(`{"instances":[{"a":"x"}]}`)); bad == nil {
+		t.Error("internal $ref: a string where #/$defs/n wants a number was accepted")
 	}
 }
 

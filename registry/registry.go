@@ -75,7 +75,28 @@ func New(pool *pgxpool.Pool, store *artifact.Store, limits artifact.Limits) *Ser
 	return &Service{pool: pool, store: store, max: limits}
 }
 
-// checkSchema reports whether raw is empty or a JSON Schema that compiles.
+// refusingLoader is the compiler's only way to fetch a document a schema
+// refers to, and it fetches none: the library's default loader opens any
+// file: URL on the control plane's disk, which let a model's schema read
+// server files and learn from the error whether they exist and what they
+// start with. It records that it was asked, so that checkSchema answers with
+// one message whatever the target was. The well-known meta-schemas are
+// built into the compiler and never reach it.
+type refusingLoader struct{ asked bool }
+
+func (l *refusingLoader) Load(string) (any, error) {
+	l.asked = true
+	return nil, errExternalRef
+}
+
+// errExternalRef is why a schema that refers outside itself is refused.
+var errExternalRef = errors.New("external references are not allowed")
+
+// checkSchema reports whether raw is empty or a JSON Schema that compiles
+// without anything but itself: references within the document ("#/$defs/x",
+// anchors) work, any other ($ref, $schema or $id-relative) is refused with
+// the same message, which names neither the target nor what loading it
+// would have found.
 func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return json.RawMessage(`{}`)
@@ -85,13 +106,19 @@ func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.
 		errs.Add(field, "is not valid JSON: %v", err)
 		return nil
 	}
+	loader := &refusingLoader{}
 	c := jsonschema.NewCompiler()
+	c.UseLoader(loader)
 	if err := c.AddResource("mem://schema.json", doc); err != nil {
 		errs.Add(field, "is not a valid JSON Schema: %v", err)
 		return nil
 	}
 	if _, err := c.Compile("mem://schema.json"); err != nil {
-		errs.Add(field, "is not a valid JSON Schema: %v", err)
+		if loader.asked {
+			errs.Add(field, "%s", errExternalRef.Error())
+		} else {
+			errs.Add(field, "is not a valid JSON Schema: %v", err)
+		}
 		return nil
 	}
 	return raw

@@ -178,6 +178,9 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		if err := keepAdmin(ctx, q, t.ID, admins); err != nil {
 			return err
 		}
+		if err := s.republishCreatorKeys(ctx, q, t.ID, u.ID); err != nil {
+			return err
+		}
 		out = Member{Email: u.Email, Name: u.Name, Role: role, Since: m.CreatedAt}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.set", ObjectType: "member", ObjectName: team + "/" + email, After: out})
 	})
@@ -213,6 +216,9 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 			return db.ErrNotFound
 		}
 		if err := keepAdmin(ctx, q, t.ID, admins); err != nil {
+			return err
+		}
+		if err := s.republishCreatorKeys(ctx, q, t.ID, u.ID); err != nil {
 			return err
 		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.remove", ObjectType: "member", ObjectName: team + "/" + email})
@@ -409,11 +415,41 @@ func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
 	return err
 }
 
+// republishCreatorKeys brings the gateways' copy of the keys userID made for
+// teamID in line with the user's membership of it, in the caller's
+// transaction: a key its creator can no longer mint (creator_holds, the
+// rule auth.Keys applies) has its entry deleted, one the creator can mint
+// again is published again. Gateways authenticate from that copy alone, so
+// without this a removed or demoted member's keys kept working there.
+func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamID, userID int64) error {
+	rows, err := q.APIKeyListActiveByCreator(ctx, db.APIKeyListActiveByCreatorParams{TeamID: &teamID, CreatedBy: &userID, Now: s.now()})
+	if err != nil {
+		return fmt.Errorf("republish keys: %w", err)
+	}
+	for _, r := range rows {
+		if !r.CreatorHolds {
+			if err := unpublishKey(ctx, q, r.Prefix); err != nil {
+				return err
+			}
+			continue
+		}
+		k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+		if err := publishKey(ctx, q, k, r.TeamName); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PublishKeys writes the digest of every active key to the outbox again, so
 // that keys created before gateways authenticated from NATS (or whose entry
-// was lost with a bucket) reach them. It is idempotent: gateways treat an
-// entry as the key's current state, and republishing one changes nothing.
-// The control plane calls it once at start.
+// was lost with a bucket) reach them, and deletes the entry of every active
+// key whose creator can no longer mint it (creator_holds): platform roles
+// change in SQL, outside any method here, so this is where a former
+// platform admin's keys leave the gateways. It is idempotent: gateways
+// treat an entry as the key's current state, and republishing one changes
+// nothing. The control plane calls it once at start; it returns how many
+// keys it published.
 func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 	n := 0
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -421,7 +457,14 @@ func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
+		n = 0
 		for _, r := range rows {
+			if !r.CreatorHolds {
+				if err := unpublishKey(ctx, q, r.Prefix); err != nil {
+					return err
+				}
+				continue
+			}
 			team := ""
 			if r.TeamName != nil {
 				team = *r.TeamName
@@ -430,8 +473,8 @@ func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 			if err := publishKey(ctx, q, k, team); err != nil {
 				return err
 			}
+			n++
 		}
-		n = len(rows)
 		return nil
 	})
 	if err != nil {
