@@ -20,7 +20,7 @@ func TestKeyStopsWhenCreatorLosesRole(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	ctx := context.Background()
-	q := db.New(e.srv.Pool)
+	q := db.New(e.pool)
 	userKey := func(email string, req tenant.KeyRequest) (string, string) {
 		t.Helper()
 		u, err := q.UserGetByEmail(ctx, email)
@@ -45,7 +45,7 @@ func TestKeyStopsWhenCreatorLosesRole(t *testing.T) {
 	lastEntry := func(prefix string) string {
 		t.Helper()
 		var p string
-		err := e.srv.Pool.QueryRow(ctx, "SELECT payload::text FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
+		err := e.pool.QueryRow(ctx, "SELECT payload::text FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
 			proto.KVSubject(proto.BucketKeys, prefix)).Scan(&p)
 		if err != nil {
 			t.Fatalf("outbox entry of %s: %v", prefix, err)
