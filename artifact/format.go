@@ -41,10 +41,6 @@ func (f Format) IsModel() bool {
 // beyond); text needs the whole file, which is read as a stream.
 const headSize = 64 << 10
 
-// minTextPickleOps is how many valid opcodes a text head that does not reach
-// STOP must run to be taken for a pickle.
-const minTextPickleOps = 16
-
 // accepted lists the formats for the refusal message.
 const accepted = "accepted: safetensors, onnx, gguf, json, utf-8 text"
 
@@ -92,13 +88,7 @@ func detect(name string, head []byte, rest io.Reader, size int64) (Format, error
 		return FormatGGUF, nil
 	}
 	if looksLikeText(head, int64(len(head)) == size) {
-		// Protocol 0 pickles are text. Only a complete one, or a long run of
-		// valid opcodes, counts: text such as "Tree=0" reads as an opcode
-		// whose argument runs past the head.
-		if p := scanPickle(head, int64(len(head)) == size); p.stopped || p.found && p.ops >= minTextPickleOps {
-			return "", reject("", "pickle content is not accepted (raw pickle protocol %d)", p.proto)
-		}
-		return checkText(name, head, rest)
+		return checkText(name, head, rest, size)
 	}
 	// Binary and not safetensors or GGUF: ONNX or refused. The ONNX walk
 	// fails on the first bytes of every format named in refusal below.
@@ -286,4 +276,9 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// refusePickle is the refusal of content the pickle scan found.
+func refusePickle(p pickleScan) error {
+	return reject("", "pickle content is not accepted (raw pickle protocol %d)", p.proto)
 }
