@@ -134,6 +134,7 @@ type pickleScan struct {
 	found   bool
 	stopped bool // the opcodes reached STOP
 	called  bool // a call ran after an import, whatever came next
+	limit   bool // the scan passed its own bound
 	ops     int  // opcodes run
 	proto   int  // the protocol it declares, or the highest its opcodes need
 }
@@ -194,6 +195,13 @@ type pickleScanner struct {
 // size when size is negative.
 func newPickleScanner(size int64) *pickleScanner {
 	return &pickleScanner{size: max(size, -1), frames: []int{0}, declared: -1}
+}
+
+// Write feeds the next bytes of the file, as write does, so a scan can
+// follow what another reader reads (io.TeeReader).
+func (s *pickleScanner) Write(b []byte) (int, error) {
+	s.write(b)
+	return len(b), nil
 }
 
 // done reports whether the verdict is in, so later bytes need not be fed.
@@ -266,9 +274,10 @@ func (s *pickleScanner) fail() {
 	s.phase = phaseDone
 }
 
-// refuse ends the scan with a verdict of pickle.
-func (s *pickleScanner) refuse(stopped, called bool) {
-	s.res = pickleScan{found: true, stopped: stopped, called: called, ops: s.ops, proto: protoOf(s.declared, s.proto)}
+// refuse ends the scan with a verdict of pickle, for the reason set in r.
+func (s *pickleScanner) refuse(r pickleScan) {
+	r.found, r.ops, r.proto = true, s.ops, protoOf(s.declared, s.proto)
+	s.res = r
 	s.phase = phaseDone
 }
 
@@ -310,7 +319,7 @@ func (s *pickleScanner) stack(code byte, op pickleOp) bool {
 		return true
 	case op.mark == markPush:
 		if len(s.frames) == maxPickleMarks {
-			s.refuse(false, false)
+			s.refuse(pickleScan{limit: true})
 			return false
 		}
 		s.frames = append(s.frames, 0)
@@ -422,15 +431,15 @@ func (s *pickleScanner) finish() {
 		s.imported = true
 	case effectCall:
 		if s.imported {
-			s.refuse(false, true)
+			s.refuse(pickleScan{called: true})
 			return
 		}
 	case effectBoth:
-		s.refuse(false, true)
+		s.refuse(pickleScan{called: true})
 		return
 	}
 	if s.code == '.' {
-		s.refuse(true, false)
+		s.refuse(pickleScan{stopped: true})
 	}
 }
 
