@@ -107,6 +107,7 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 			"dotdot":     tarFile(t, tarEntry{name: "../evil", body: []byte("x\n")}),
 			"symlink":    tarFile(t, tarEntry{name: "a", typeflag: '2', link: "/etc/passwd"}),
 			"pickle":     tarFile(t, tarEntry{name: "m.bin", body: pickle4Evil}),
+			"gzip-bomb":  gzipBomb(t, 5),
 		},
 	}
 }

@@ -117,8 +117,9 @@ func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
 // AddTar adds every regular file of a tar archive, optionally gzipped, as Add
 // would, under its entry path (a leading "./" dropped). It refuses the
 // archive at the first entry that escapes it ("..", an absolute path), is a
-// symlink, hard link, device or other special file, or is refused by Add.
-// Directory entries are skipped.
+// symlink, hard link, device or other special file, or is refused by Add,
+// and with ErrTooLarge as soon as the archive unpacks, headers included, to
+// more than what the total limit leaves. Directory entries are skipped.
 func (u *Upload) AddTar(ctx context.Context, r io.Reader) error {
 	switch {
 	case u.err != nil:
@@ -126,7 +127,7 @@ func (u *Upload) AddTar(ctx context.Context, r io.Reader) error {
 	case u.done:
 		return errFinished
 	}
-	return walkTar(r, func(name string, _ int64, body io.Reader) error {
+	return walkTar(r, u.limits.total()-u.size, func(name string, _ int64, body io.Reader) error {
 		return u.Add(ctx, name, body)
 	})
 }
