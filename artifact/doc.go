@@ -20,7 +20,8 @@
 //
 // The package must not import anything from modelplane: it knows nothing of
 // teams, versions or the database, and registering a version after a
-// successful Upload.Finish is the caller's job. Blobs written for an upload
-// that was later refused may stay in the store; they are content-addressed
-// and harmless.
+// successful Upload.Finish is the caller's job, as is ending the upload:
+// Release once the version is recorded, Discard when it will not be, which
+// removes the blobs the upload wrote unless another upload holds them or
+// the caller's InUse says a version references them.
 package artifact
