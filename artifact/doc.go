@@ -8,9 +8,13 @@
 // are accepted, and each is recognised by its content, never by its name
 // alone. Everything else is refused, pickle in any disguise first of all: raw
 // pickle, PyTorch zip checkpoints, joblib files and compressed or archived
-// pickles, because loading one runs arbitrary code. A file name only ever
-// makes the check stricter (a .json file must be valid JSON, a .safetensors
-// file must be safetensors, a .bin or .pt file may not be text). Tar archives
+// pickles, because loading one runs arbitrary code. Text files, and the
+// accepted binary formats, also go through a scan of pickle opcodes that
+// fails closed: a file passes only when CPython's unpickler would make no
+// call on it, and text that loads as a whole pickle is refused too. Where
+// the scan cannot tell, it refuses. A file name only ever makes the check
+// stricter (a .json file must be valid JSON, a .safetensors file must be
+// safetensors, a .bin or .pt file may not be text). Tar archives
 // of a whole version are accepted by Upload.AddTar and CheckTar only when no
 // entry escapes the archive or is a link or device.
 //
@@ -20,7 +24,8 @@
 //
 // The package must not import anything from modelplane: it knows nothing of
 // teams, versions or the database, and registering a version after a
-// successful Upload.Finish is the caller's job. Blobs written for an upload
-// that was later refused may stay in the store; they are content-addressed
-// and harmless.
+// successful Upload.Finish is the caller's job, as is ending the upload:
+// Release once the version is recorded, Discard when it will not be, which
+// removes the blobs the upload wrote unless another upload holds them or
+// the caller's InUse says a version references them.
 package artifact

@@ -41,10 +41,6 @@ func (f Format) IsModel() bool {
 // beyond); text needs the whole file, which is read as a stream.
 const headSize = 64 << 10
 
-// minTextPickleOps is how many valid opcodes a text head that does not reach
-// STOP must run to be taken for a pickle.
-const minTextPickleOps = 16
-
 // accepted lists the formats for the refusal message.
 const accepted = "accepted: safetensors, onnx, gguf, json, utf-8 text"
 
@@ -52,8 +48,10 @@ const accepted = "accepted: safetensors, onnx, gguf, json, utf-8 text"
 // accepted format it is, or returns a *Rejection naming name and the reason.
 // Binary model formats are recognised from a bounded prefix (the safetensors
 // header, the GGUF header, the ONNX top-level fields, whose payloads are
-// skipped), so Detect may stop reading early; JSON and text are checked to
-// the end. Errors other than rejections come from reading r.
+// skipped), so Detect may stop reading early, unless the file's first bytes
+// also read as pickle opcodes, which Detect then follows to a verdict; JSON
+// and text are checked to the end. Errors other than rejections come from
+// reading r.
 //
 // The name never makes a file acceptable; it only adds checks: a .json file
 // must be valid JSON, a .safetensors, .onnx or .gguf file must be that
@@ -79,32 +77,30 @@ func Detect(name string, r io.Reader, size int64) (Format, error) {
 }
 
 func detect(name string, head []byte, rest io.Reader, size int64) (Format, error) {
+	// The pickle scan of a binary format sees every byte its checks read.
+	pk := newPickleScanner(size)
+	pk.write(head)
+	tee := io.TeeReader(rest, pk)
 	if n, ok := safetensorsCandidate(head, size); ok {
-		if err := checkSafetensors(head, rest, n, size); err != nil {
+		if err := checkSafetensors(head, tee, n, size); err != nil {
 			return "", err
 		}
-		return FormatSafetensors, nil
+		return notPickle(FormatSafetensors, pk, tee)
 	}
 	if isGGUF(head) {
 		if err := checkGGUF(head, size); err != nil {
 			return "", err
 		}
-		return FormatGGUF, nil
+		return notPickle(FormatGGUF, pk, tee)
 	}
 	if looksLikeText(head, int64(len(head)) == size) {
-		// Protocol 0 pickles are text. Only a complete one, or a long run of
-		// valid opcodes, counts: text such as "Tree=0" reads as an opcode
-		// whose argument runs past the head.
-		if p := scanPickle(head, int64(len(head)) == size); p.stopped || p.found && p.ops >= minTextPickleOps {
-			return "", reject("", "pickle content is not accepted (raw pickle protocol %d)", p.proto)
-		}
-		return checkText(name, head, rest)
+		return checkText(name, head, rest, size)
 	}
 	// Binary and not safetensors or GGUF: ONNX or refused. The ONNX walk
 	// fails on the first bytes of every format named in refusal below.
-	onnxErr := checkONNX(io.MultiReader(bytes.NewReader(head), rest), size)
+	onnxErr := checkONNX(io.MultiReader(bytes.NewReader(head), tee), size)
 	if onnxErr == nil {
-		return FormatONNX, nil
+		return notPickle(FormatONNX, pk, tee)
 	}
 	if err := refusal(head, int64(len(head)) == size); err != nil {
 		return "", err
@@ -113,6 +109,32 @@ func detect(name string, head []byte, rest io.Reader, size int64) (Format, error
 		return "", reject("", "invalid onnx model: %v", onnxErr)
 	}
 	return "", reject("", "unknown format (%s)", accepted)
+}
+
+// notPickle finishes the pickle scan of a file of an accepted binary format,
+// which was fed what the format's checks read, and refuses a polyglot: a
+// valid model whose bytes, unpickled, make a call after an import (or pass
+// the scan's bound). A loader that unpickles whatever it is given
+// (torch.load on a renamed file) would run it, and protobuf fields, GGUF
+// metadata and safetensors headers can all hold opcodes. While the scan has
+// no verdict it reads on from rest, to the end of the file if need be; files
+// these formats' writers make fail as opcodes within their first bytes
+// (ONNX starts with 0x08, not an opcode), or, for some safetensors header
+// lengths, soon after. A binary file that merely unpickles to a value, as
+// such a safetensors file may, runs nothing and is not refused.
+func notPickle(f Format, pk *pickleScanner, rest io.Reader) (Format, error) {
+	buf := make([]byte, 32<<10)
+	for !pk.done() {
+		if _, err := rest.Read(buf); err == io.EOF {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("pickle scan: %w", err)
+		}
+	}
+	if p := pk.end(true); p.called || p.limit {
+		return "", reject("", "pickle content is not accepted (%s that also loads as raw pickle protocol %d)", f, p.proto)
+	}
+	return f, nil
 }
 
 // refusal names what a binary file that is not an accepted format is, when
@@ -286,4 +308,9 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// refusePickle is the refusal of content the pickle scan found.
+func refusePickle(p pickleScan) error {
+	return reject("", "pickle content is not accepted (raw pickle protocol %d)", p.proto)
 }

@@ -32,6 +32,8 @@ func TestDetectAccepts(t *testing.T) {
 		{"safetensors", "model.safetensors", validSafetensors, FormatSafetensors},
 		{"safetensors starting like a pickle", "model.safetensors", safetensorsLen1152, FormatSafetensors},
 		{"safetensors under another name", "pytorch_model.bin", validSafetensors, FormatSafetensors},
+		{"safetensors whose length reads as a line opcode", "model.safetensors", safetensorsLine('V', 1<<17, nil), FormatSafetensors},
+		{"safetensors that unpickles to a value", "model.safetensors", safetensorsLine('I', 1<<17, []byte("\n.")), FormatSafetensors},
 		{"gguf", "model-q4.gguf", validGGUF, FormatGGUF},
 		{"onnx", "model.onnx", validONNX, FormatONNX},
 		{"xgboost json", "model.json", []byte(xgboostJSON), FormatXGBoostJSON},
@@ -55,6 +57,10 @@ func TestDetectAccepts(t *testing.T) {
 		{"long json", "tokenizer.json", []byte(bigJSON), FormatJSON},
 		{"long text that starts like an opcode", "trees.txt", []byte(strings.Repeat("Tree=0\nnum_leaves=31\n", 4000)), FormatText},
 		{"long text, first line like a global", "notes.txt", []byte("cat\ndog\n" + bigText), FormatText},
+		{"labels that import a global but call nothing", "labels.txt", []byte("cat\ndog\nbird\n"), FormatText},
+		{"labels like a persistent id", "labels.txt", []byte("Positive\nNegative\nNeutral\n"), FormatText},
+		{"one line like a unicode opcode", "VERSION", []byte("Version 1.2.3\n"), FormatText},
+		{"a valid int, then words", "notes.txt", []byte("I0x10\nfoo bar\n"), FormatText},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +100,20 @@ func TestDetectRejects(t *testing.T) {
 			"config.yaml: pickle content is not accepted (raw pickle protocol 0)"},
 		{"long pickle protocol 0", "data.txt", bigPickle0,
 			"data.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"protocol 0 with a hex int", "vocab.txt", []byte("I0x0\n0cbuiltins\nprint\n(S'x'\ntR."),
+			"vocab.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"protocol 0 with a signed nan", "vocab.txt", []byte("F-nan\n0" + callPrint),
+			"vocab.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"protocol 0 that calls, then turns invalid", "notes.txt", []byte("cbuiltins\nprint\n(S'x'\ntR\nmore notes\n"),
+			"notes.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"protocol 0 whose first argument outruns the head", "notes.txt", []byte("S'" + strings.Repeat("a", headSize) + "'\n0" + callPrint),
+			"notes.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"protocol 0 under more marks than a head holds", "notes.txt", []byte(strings.Repeat("(", headSize+10) + callPrint),
+			"notes.txt: pickle content is not accepted (raw pickle protocol 0)"},
+		{"onnx that also loads as a pickle", "model.onnx", onnxPickle,
+			"model.onnx: pickle content is not accepted (onnx that also loads as raw pickle protocol 0)"},
+		{"onnx whose pickle reading skips past the head", "model.onnx", onnxPickleFar,
+			"model.onnx: pickle content is not accepted (onnx that also loads as raw pickle protocol 5)"},
 		{"torch zip", "model.pt", torchZip(t),
 			"model.pt: zip archives are not accepted (torch .pt/.pth zips contain pickle)"},
 		{"torch zip renamed safetensors", "model.safetensors", torchZip(t),
@@ -258,6 +278,13 @@ func TestScanPickle(t *testing.T) {
 		{"empty", "", false, false, 0},
 		{"json object", `{"a": 1}`, true, false, 0},
 		{"json array", `[1.]`, true, false, 0},
+		{"int cut by a nul, as C reads it", "I\x00\n.", true, true, 0},
+		{"long cut by a nul", "L5\x00zz\n.", true, true, 0},
+		{"unicode longer than 2 GiB is unsigned", "X\x00\x00\x00\x80", false, true, 1},
+		{"bytes longer than 2 GiB is unsigned", "B\x00\x00\x00\x80", false, true, 3},
+		{"string longer than 2 GiB is negative", "T\x00\x00\x00\x80", false, false, 0},
+		{"call after a global, no stop", "cos\nsystem\n(S'id'\ntR\n", true, true, 0},
+		{"global without a call", "cat\ndog\nbird", true, false, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -265,6 +292,59 @@ func TestScanPickle(t *testing.T) {
 			got := scanPickle([]byte(tt.in), tt.complete)
 			if got.found != tt.want || got.found && got.proto != tt.proto {
 				t.Errorf("scanPickle(%q, %v) = %+v, want found %v protocol %d", tt.in, tt.complete, got, tt.want, tt.proto)
+			}
+		})
+	}
+}
+
+// callPrint is protocol 0 that calls print('x') and stops: what each
+// argument test puts after the opcode it checks.
+const callPrint = "cbuiltins\nprint\n(S'x'\ntR."
+
+// TestDetectPickleArguments checks protocol 0 arguments are read as CPython
+// 3.11 reads them (pickle.loads, the C unpickler, or pickle._loads, the
+// Python one): a text file whose argument either of them accepts runs the
+// call after it and is refused; one both reject fails before the call and is
+// text. Each want was checked against CPython.
+func TestDetectPickleArguments(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		op, arg string
+		loads   bool
+	}{
+		// INT: C strtol(s, 0) first, then int(s, 0).
+		{"I", "0x0", true}, {"I", "0o7", true}, {"I", "0b1", true}, {"I", "0X1F", true}, {"I", "0B11", true},
+		{"I", "0O7", true}, {"I", "1_000", true}, {"I", "0x_1f", true}, {"I", "-0x1f", true}, {"I", "+5", true},
+		{"I", " 12 ", true}, {"I", "12\t", true}, {"I", "00", true}, {"I", "0_0", true}, {"I", "01", true},
+		{"I", "010", true}, {"I", "-010", true}, {"I", "0777777777777777777777", true},
+		{"I", "0xFFFFFFFFFFFFFFFFFFFF", true}, {"I", "99999999999999999999999", true},
+		{"I", "08", false}, {"I", "0_1", false}, {"I", "1__0", false}, {"I", "_1", false}, {"I", "1_", false},
+		{"I", "0x", false}, {"I", "0x__1", false}, {"I", "- 1", false}, {"I", "1L", false}, {"I", "1e3", false},
+		{"I", "07777777777777777777777", false}, {"I", "\t", false}, {"I", "", false},
+		// LONG: int(s, 0) after one trailing L.
+		{"L", "0x0", true}, {"L", "0o7L", true}, {"L", "1L", true}, {"L", "1_000", true}, {"L", "00", true},
+		{"L", "01", false}, {"L", "010", false}, {"L", "1LL", false}, {"L", "0_1", false},
+		// PUT (and GET): int(s) in base 10, where leading zeros are fine.
+		{"p", "08", true}, {"p", "010", true}, {"p", "0_1", true}, {"p", " 12 ", true}, {"p", "+5", true},
+		{"p", "0x0", false}, {"p", "1__0", false}, {"p", "1_", false},
+		// FLOAT: C's strtod or float().
+		{"F", "-nan", true}, {"F", "+inf", true}, {"F", "Infinity", true}, {"F", ".5", true}, {"F", "5.", true},
+		{"F", "1_0.5", true}, {"F", " 1.5 ", true}, {"F", "1e999", true}, {"F", "-2E-3", true},
+		{"F", "true", false}, {"F", "0x1p3", false}, {"F", "infinit", false}, {"F", "1__0", false}, {"F", "", false},
+		// STRING: quoted with the same quote at both ends.
+		{"S", "'x'", true}, {"S", `"x"`, true}, {"S", "''", true},
+		{"S", "'", false}, {"S", `'x"`, false}, {"S", "x", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op+tt.arg, func(t *testing.T) {
+			t.Parallel()
+			content := tt.op + tt.arg + "\n0" + callPrint
+			if tt.op == "p" {
+				content = "N" + content // PUT needs a value to store
+			}
+			_, err := detectBytes("notes.txt", []byte(content))
+			if refused := errors.Is(err, ErrRejected) && strings.Contains(err.Error(), "pickle"); refused != tt.loads {
+				t.Errorf("Detect(%q) = %v; CPython loads it: %v, so want refused as pickle: %v", content, err, tt.loads, tt.loads)
 			}
 		})
 	}

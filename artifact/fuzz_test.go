@@ -25,6 +25,9 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 		"ini":        []byte("[metadata]\nname = demo\n"),
 		"numbered":   []byte("1. Install the model.\n"),
 		"split-rune": append(bytes.Repeat([]byte("a"), headSize-1), "日本\n"...),
+		"labels":     []byte("cat\ndog\nbird\n"),
+		"sentiment":  []byte("Positive\nNegative\nNeutral\n"),
+		"bad-int":    []byte("I08\n0" + callPrint),
 	}
 	pickles := map[string][]byte{
 		"pickle4":      pickle4,
@@ -34,6 +37,14 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 		"pickle0-evil": pickle0Evil,
 		"pickle0":      pickle0,
 		"joblib":       joblibPickle,
+		// Protocol 0 that CPython loads and an earlier scan let through.
+		"pickle0-hex-int":   []byte("I0x0\n0cbuiltins\nprint\n(S'x'\ntR."),
+		"pickle0-octal-int": []byte("I010\n0" + callPrint),
+		"pickle0-long-0o":   []byte("L0o7L\n0" + callPrint),
+		"pickle0-nan":       []byte("F-nan\n0" + callPrint),
+		"pickle0-no-stop":   []byte("cbuiltins\nprint\n(S'x'\ntR\nmore notes\n"),
+		"pickle0-nul-int":   []byte("I\x00\n0" + callPrint),
+		"pickle1-ulen":      []byte("X\x00\x00\x00\x80"),
 	}
 	detect := map[string][]byte{
 		"safetensors":      validSafetensors,
@@ -47,6 +58,7 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 		"tar":              versionTar(t),
 		"numpy":            []byte("\x93NUMPY\x01\x00v\x00{'descr': '|O'}"),
 		"nul":              []byte("text\x00more"),
+		"onnx-pickle":      onnxPickle,
 	}
 	for k, v := range text {
 		detect[k] = v
@@ -70,6 +82,7 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 			"no-graph":    cat(pbInt(1, 8), pbString(2, "pytorch")),
 			"bad-field":   cat(pbInt(1, 8), pbInt(9, 1)),
 			"long-varint": cat([]byte{0x08}, bytes.Repeat([]byte{0xff}, 12)),
+			"pickle":      onnxPickle,
 		},
 		"FuzzParseManifest": {
 			"valid":     manifest(`{"model.safetensors":"` + digestA + `","tokenizer/vocab.txt":"` + digestB + `"}`),
@@ -94,6 +107,7 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 			"dotdot":     tarFile(t, tarEntry{name: "../evil", body: []byte("x\n")}),
 			"symlink":    tarFile(t, tarEntry{name: "a", typeflag: '2', link: "/etc/passwd"}),
 			"pickle":     tarFile(t, tarEntry{name: "m.bin", body: pickle4Evil}),
+			"gzip-bomb":  gzipBomb(t, 5),
 		},
 	}
 }
@@ -148,7 +162,12 @@ func checkDetect(t *testing.T, name string, b []byte) (Format, error) {
 func FuzzDetect(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, name := range []string{"model", "config.json", "model.bin"} {
-			checkDetect(t, name, b)
+			got, _ := checkDetect(t, name, b)
+			if got != "" && !got.IsModel() || got == FormatLightGBM || got == FormatXGBoostJSON {
+				if p := scanPickle(b, true); p.found {
+					t.Fatalf("Detect(%s, %q) accepts %s that scans as a pickle: %+v", name, b, got, p)
+				}
+			}
 		}
 	})
 }
@@ -160,9 +179,11 @@ func FuzzSafetensorsHeader(f *testing.F) {
 		if err != nil || len(hdr) < 2 || hdr[0] != '{' {
 			return
 		}
-		// A header the parser accepts makes a file Detect accepts.
+		// A header the parser accepts makes a file Detect accepts, unless
+		// the file also unpickles to a call.
 		file := safetensorsFile(string(hdr), make([]byte, dataLen))
-		if got, err := checkDetect(t, "model.safetensors", file); got != FormatSafetensors {
+		p := scanPickle(file, true)
+		if got, err := checkDetect(t, "model.safetensors", file); got != FormatSafetensors && !p.called && !p.limit {
 			t.Fatalf("Detect of a file with accepted header %q = %q, %v, want safetensors", hdr, got, err)
 		}
 	})
@@ -210,6 +231,14 @@ func FuzzScanPickle(f *testing.F) {
 		prefix := scanPickle(b, false)
 		if whole.found && !prefix.found {
 			t.Fatalf("scanPickle(%q) finds a complete pickle but not a prefix", b)
+		}
+		// Fed one byte at a time, the scan comes to the same verdict.
+		s := newPickleScanner(int64(len(b)))
+		for i := range b {
+			s.write(b[i : i+1])
+		}
+		if got := s.end(true); got != whole {
+			t.Fatalf("scanPickle(%q) = %+v, one byte at a time %+v", b, whole, got)
 		}
 	})
 }

@@ -60,6 +60,18 @@ var safetensorsLen1152 = func() []byte {
 	return safetensorsFile(h+strings.Repeat(" ", 1152-len(h)), []byte{1, 2, 3})
 }()
 
+// safetensorsLine is a safetensors file of one U8 tensor of n bytes, 0x3f
+// but for data at its start, whose header is padded to op bytes: the file
+// starts with op and seven NULs, which a pickle opcode that reads a line
+// (INT, UNICODE) carries through the newline-free header and data.
+func safetensorsLine(op byte, n int, data []byte) []byte {
+	h := fmt.Sprintf(`{"w":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}`, n, n)
+	h += strings.Repeat(" ", int(op)-len(h))
+	body := bytes.Repeat([]byte{0x3f}, n)
+	copy(body, data)
+	return safetensorsFile(h, body)
+}
+
 func ggufString(s string) []byte { return cat(le64(uint64(len(s))), []byte(s)) }
 
 // validGGUF is a GGUF v3 file with one metadata entry and one F32 tensor.
@@ -88,6 +100,33 @@ var validONNX = func() []byte {
 		pbBytes(11, pbString(1, "X")), pbBytes(12, pbString(1, "Y")))
 	opset := cat(pbString(1, ""), pbInt(2, 17))
 	return cat(pbInt(1, 8), pbString(2, "pytorch"), pbString(3, "2.1.0"), pbBytes(7, graph), pbBytes(8, opset))
+}()
+
+// onnxPickle is a valid ONNX model that is also a protocol 0 pickle calling
+// print('x'): model_version 78 and a doc_string of 99 bytes read as MARK,
+// NONE, DUP and a GLOBAL whose lines are the doc_string.
+var onnxPickle = func() []byte {
+	doc := []byte("builtins\nprint\n(S'x'\ntR.")
+	doc = append(doc, bytes.Repeat([]byte(" "), 'c'-len(doc))...)
+	return cat([]byte{5<<3 | wireVarint, 'N', 6<<3 | wireBytes, 'c'}, doc, validONNX)
+}()
+
+// onnxPickleFar is a valid ONNX model whose bytes, read as a pickle, declare
+// protocol 5 and skip 70000 bytes with BINBYTES, past the head Detect reads,
+// to a call of print('x') in a second doc_string.
+var onnxPickleFar = func() []byte {
+	const skip = 70000
+	doc1 := cat([]byte{'B'}, le32(skip), make([]byte, 640-5))
+	head := cat([]byte{5<<3 | wireVarint, 'N', 6<<3 | wireBytes, 0x80, 0x05}, doc1) // doc1 is 640 bytes: varint 0x80 0x05
+	at := 10 + skip                                                                 // where the pickle resumes
+	tag2 := []byte{6<<3 | wireBytes}
+	payload := []byte("cbuiltins\nprint\n(S'x'\ntR.")
+	pad := at - (len(head) + len(tag2) + 3)
+	doc2 := cat(make([]byte, pad), payload)
+	if l := pbVarint(uint64(len(doc2))); len(l) != 3 {
+		panic("doc2 length must be a 3-byte varint")
+	}
+	return cat(head, tag2, pbVarint(uint64(len(doc2))), doc2, validONNX)
 }()
 
 const xgboostJSON = `{"learner":{"attributes":{},"feature_names":[],"gradient_booster":{"name":"gbtree","model":{"trees":[]}},"learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":"4"},"objective":{"name":"binary:logistic"}},"version":[2,0,3]}`

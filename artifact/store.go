@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 )
 
 // A Store keeps blobs on local disk under their sha256, at
@@ -18,9 +20,24 @@ import (
 // stored once and a blob's name proves its content. Blobs are written to a
 // temporary file in <dir>/tmp and renamed into place, so a reader never sees
 // a partial blob. A Store is safe for concurrent use.
+//
+// Blobs are shared by every version whose manifest lists their digest. An
+// Upload holds the blobs it adds until it ends, and a failed upload removes
+// each of its blobs that no other upload of this Store holds and no recorded
+// version references; holds live in memory, so the processes sharing a
+// store directory must be one.
 type Store struct {
 	dir string
+
+	mu    sync.Mutex     // orders holds, renames into place and removals
+	holds map[string]int // digest → uploads in progress holding it
 }
+
+// InUse reports which of digests a recorded version still references. It is
+// how a Store, which knows nothing of versions, learns which blobs of a
+// failed upload it may remove; the registry answers from the manifests of
+// every team's versions.
+type InUse func(ctx context.Context, digests []string) (map[string]bool, error)
 
 // A Blob is one stored file.
 type Blob struct {
@@ -39,7 +56,7 @@ func NewStore(dir string) (*Store, error) {
 			return nil, fmt.Errorf("create artifact store: %w", err)
 		}
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, holds: map[string]int{}}, nil
 }
 
 // Dir returns the store's root directory.
@@ -53,8 +70,16 @@ func (s *Store) path(digest string) string {
 // *Rejection wrapping ErrTooLarge as soon as it passes limit bytes, inspects
 // the content with Detect (name is used for the checks and the messages,
 // not for storage), and moves the blob into place. Content already stored
-// is kept as it is. A refused or failed Put leaves nothing behind.
+// is kept as it is. A refused or failed Put leaves nothing behind. A blob
+// put here is not held: a failed upload that held the same content may
+// remove it when no version references it.
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, limit int64) (Blob, error) {
+	return s.put(ctx, name, r, limit, false)
+}
+
+// put is Put; with hold, the blob is also held, from the moment it is in
+// place, until release or discard.
+func (s *Store) put(ctx context.Context, name string, r io.Reader, limit int64, hold bool) (Blob, error) {
 	if limit < 0 {
 		return Blob{}, fmt.Errorf("put %s: negative limit %d", name, limit)
 	}
@@ -86,22 +111,92 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader, limit int64) 
 	b := Blob{Digest: hex.EncodeToString(h.Sum(nil)), Size: n, Format: format}
 
 	dst := s.path(b.Digest)
-	if _, err := os.Stat(dst); err == nil {
-		return b, nil
+	// Flush before taking the lock, which removals wait on; a blob that is
+	// already stored needs neither (unless it is removed meanwhile).
+	synced := false
+	flush := func() error {
+		if synced {
+			return nil
+		}
+		synced = true
+		if err := tmp.Chmod(0o440); err != nil {
+			return err
+		}
+		return tmp.Sync()
 	}
-	if err := tmp.Chmod(0o440); err != nil {
-		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	if _, err := os.Stat(dst); err != nil {
+		if err := flush(); err != nil {
+			return Blob{}, fmt.Errorf("put %s: %w", name, err)
+		}
 	}
-	if err := tmp.Sync(); err != nil {
-		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := os.Stat(dst); err != nil {
+		if err := flush(); err != nil {
+			return Blob{}, fmt.Errorf("put %s: %w", name, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+			return Blob{}, fmt.Errorf("put %s: %w", name, err)
+		}
+		if err := os.Rename(tmp.Name(), dst); err != nil {
+			return Blob{}, fmt.Errorf("put %s: %w", name, err)
+		}
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
-		return Blob{}, fmt.Errorf("put %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return Blob{}, fmt.Errorf("put %s: %w", name, err)
+	if hold {
+		s.holds[b.Digest]++
 	}
 	return b, nil
+}
+
+// unhold drops one hold on each of digests (a digest listed twice was held
+// twice) and returns those no upload holds any more. The caller holds s.mu.
+func (s *Store) unhold(digests []string) []string {
+	var free []string
+	for _, d := range digests {
+		if s.holds[d]--; s.holds[d] <= 0 {
+			delete(s.holds, d)
+			if !slices.Contains(free, d) {
+				free = append(free, d)
+			}
+		}
+	}
+	return free
+}
+
+// release drops the holds of an upload whose version is recorded.
+func (s *Store) release(digests []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unhold(digests)
+}
+
+// discard drops the holds of a failed upload and removes each of its blobs
+// no upload holds any more and inUse does not report as referenced. inUse
+// runs under the lock that orders holds, renames and removals, so no upload
+// can take a hold between the check and the removal, and a version recorded
+// before its upload released its holds is always seen. An error leaves the
+// blobs it concerns in place.
+func (s *Store) discard(ctx context.Context, digests []string, inUse InUse) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := s.unhold(digests)
+	if len(free) == 0 {
+		return nil
+	}
+	used, err := inUse(ctx, free)
+	if err != nil {
+		return fmt.Errorf("remove blobs of a failed upload: %w", err)
+	}
+	var errs []error
+	for _, d := range free {
+		if used[d] {
+			continue
+		}
+		if err := os.Remove(s.path(d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove blob of a failed upload: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Open returns the content of a stored blob. The error wraps ErrNotFound when

@@ -15,11 +15,12 @@ import (
 // every entry is a directory or a regular file with a clean relative path
 // (no "..", no absolute path), no entry is a symlink, hard link, device or
 // other special file, no path appears twice, each regular file passes Detect
-// under its entry path, and sizes stay within limits. It returns nil or a
-// *Rejection wrapping ErrRejected or ErrTooLarge.
+// under its entry path, and sizes stay within limits: the archive as it
+// unpacks, headers included, is at most the total limit. It returns nil or
+// a *Rejection wrapping ErrRejected or ErrTooLarge.
 func CheckTar(r io.Reader, limits Limits) error {
 	var total int64
-	return walkTar(r, func(name string, size int64, body io.Reader) error {
+	return walkTar(r, limits.total(), func(name string, size int64, body io.Reader) error {
 		if size > limits.file() {
 			return tooLarge(name, "file is larger than the limit of %d bytes", limits.file())
 		}
@@ -32,9 +33,14 @@ func CheckTar(r io.Reader, limits Limits) error {
 }
 
 // walkTar calls fn for each regular file of a tar archive, optionally
-// gzipped, after refusing unsafe entries. An error reading the archive is
-// reported as a rejection, since the archive is what the uploader sent.
-func walkTar(r io.Reader, fn func(name string, size int64, body io.Reader) error) error {
+// gzipped, after refusing unsafe entries. The tar stream, after
+// decompression, may be at most limit bytes: the count runs as it is read,
+// so a gzip bomb is cut off at the limit, and it includes what the
+// per-entry checks never see (pax and GNU headers, of which Go's reader
+// takes up to 1 MiB each, any number of them, and padding). An error
+// reading the archive is reported as a rejection, since the archive is what
+// the uploader sent.
+func walkTar(r io.Reader, limit int64, fn func(name string, size int64, body io.Reader) error) error {
 	br := bufio.NewReader(r)
 	var src io.Reader = br
 	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
@@ -45,10 +51,14 @@ func walkTar(r io.Reader, fn func(name string, size int64, body io.Reader) error
 		defer zr.Close()
 		src = zr
 	}
-	tr := tar.NewReader(src)
+	un := &unpacked{r: src, left: limit, limit: limit}
+	tr := tar.NewReader(un)
 	seen := map[string]bool{}
 	for {
 		hdr, err := tr.Next()
+		if un.err != nil {
+			return un.err
+		}
 		if err == io.EOF {
 			return nil
 		}
@@ -89,6 +99,9 @@ func walkTar(r io.Reader, fn func(name string, size int64, body io.Reader) error
 		seen[name] = true
 		body := &entryReader{r: tr}
 		if err := fn(name, hdr.Size, body); err != nil {
+			if un.err != nil { // whatever fn made of it, the archive is too large
+				return un.err
+			}
 			if body.err != nil && !errors.As(err, new(*Rejection)) {
 				return reject(hdr.Name, "invalid tar archive: %v", body.err)
 			}
@@ -118,5 +131,28 @@ func (e *entryReader) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		e.err = err
 	}
+	return n, err
+}
+
+// unpacked counts the bytes of a tar stream as they are read and fails the
+// read that takes them past limit, with a refusal that names the limit.
+type unpacked struct {
+	r     io.Reader
+	left  int64
+	limit int64
+	err   error
+}
+
+func (u *unpacked) Read(p []byte) (int, error) {
+	if u.err != nil {
+		return 0, u.err
+	}
+	n, err := u.r.Read(p)
+	if int64(n) > u.left {
+		n, u.left = int(u.left), 0
+		u.err = tooLarge("", "archive unpacks to more than the total limit of %d bytes", u.limit)
+		return n, u.err
+	}
+	u.left -= int64(n)
 	return n, err
 }

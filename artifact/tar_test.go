@@ -3,8 +3,11 @@ package artifact
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -88,7 +91,9 @@ func TestCheckTarRejects(t *testing.T) {
 		{"entry over the file limit", good, Limits{MaxFileBytes: 100}, ErrTooLarge,
 			"config.json: file is larger than the limit of 100 bytes"},
 		{"archive over the total limit", good, Limits{MaxTotalBytes: 200}, ErrTooLarge,
-			"model.safetensors: archive is larger than the total limit of 200 bytes"},
+			"archive unpacks to more than the total limit of 200 bytes"},
+		{"entry declared over the total limit", tarFile(t, tarEntry{name: "big.txt", body: bytes.Repeat([]byte("a\n"), 3000)}),
+			Limits{MaxTotalBytes: 4096}, ErrTooLarge, "big.txt: archive is larger than the total limit of 4096 bytes"},
 		{"truncated", good[:len(good)-1500], Limits{}, ErrRejected,
 			"./tokenizer/vocab.txt: invalid tar archive: unexpected EOF"},
 		{"not a tar", []byte("hello, this is not a tar archive\n"), Limits{}, ErrRejected,
@@ -161,5 +166,79 @@ func TestUploadAddTarRejects(t *testing.T) {
 				t.Errorf("AddTar error\n got %q\nwant %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// gzipBomb is a gzipped tar of n pax global headers of almost 1 MiB each,
+// the most Go's tar reader takes per header, then the version's files. It
+// is about a thousand times smaller than what it unpacks to, and every
+// byte of it passes the per-entry checks.
+func gzipBomb(t testing.TB, n int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	comment := strings.Repeat("a", 1<<20-64)
+	for range n {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header",
+			PAXRecords: map[string]string{"comment": comment}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range manifestOf(versionFiles).Paths() {
+		tw.WriteHeader(&tar.Header{Name: p, Mode: 0o644, Size: int64(len(versionFiles[p]))})
+		tw.Write(versionFiles[p])
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// counting counts the bytes read through it.
+type counting struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counting) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestTarDecompressedLimit checks a tar.gz is cut off as soon as what it
+// unpacks to passes the total limit, headers included, long before the
+// compressed stream ends.
+func TestTarDecompressedLimit(t *testing.T) {
+	t.Parallel()
+	bomb := gzipBomb(t, 16) // 16 MiB unpacked, 18 KB packed
+	limits := Limits{MaxTotalBytes: 1 << 20}
+	want := "archive unpacks to more than the total limit of 1048576 bytes"
+	for name, run := range map[string]func(io.Reader) error{
+		"CheckTar": func(r io.Reader) error { return CheckTar(r, limits) },
+		"AddTar": func(r io.Reader) error {
+			return NewUpload(newStore(t), manifestOf(versionFiles), limits).AddTar(context.Background(), r)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			src := &counting{r: bytes.NewReader(bomb)}
+			err := run(src)
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("%s of a gzip bomb = %v, want ErrTooLarge", name, err)
+			}
+			if err.Error() != want {
+				t.Errorf("%s error\n got %q\nwant %q", name, err, want)
+			}
+			if src.n > int64(len(bomb))/2 {
+				t.Errorf("%s read %d of the %d compressed bytes before refusing, want it cut off early", name, src.n, len(bomb))
+			}
+		})
+	}
+	// The same files without the padding headers fit.
+	if err := CheckTar(bytes.NewReader(gzipBomb(t, 0)), limits); err != nil {
+		t.Errorf("CheckTar of the version alone: %v", err)
 	}
 }

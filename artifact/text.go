@@ -61,11 +61,18 @@ func (t *textState) check(b []byte) error {
 	return nil
 }
 
-// checkText reads the whole file and checks it is text, telling JSON,
-// XGBoost JSON, LightGBM and plain text apart. JSON is recognised when the
-// text starts with an object or array and is exactly one JSON value; a file
-// named .json must be JSON.
-func checkText(name string, head []byte, rest io.Reader) (Format, error) {
+// checkText reads the whole file of size bytes and checks it is text,
+// telling JSON, XGBoost JSON, LightGBM and plain text apart. JSON is
+// recognised when the text starts with an object or array and is exactly one
+// JSON value; a file named .json must be JSON.
+//
+// Protocol 0 pickles are text, so the whole file also goes through the
+// pickle scan, to its end: a pickle's first argument can be longer than any
+// prefix, and a pickle runs its calls before it reaches STOP or turns
+// invalid. A file the scan refuses is refused as pickle even when it is not
+// valid text either; the scan's verdict depends only on the bytes, so which
+// refusal a file gets does not depend on how it is read.
+func checkText(name string, head []byte, rest io.Reader, size int64) (Format, error) {
 	isJSONName := strings.EqualFold(path.Ext(name), ".json")
 	var js *jsonScanner
 	var jsErr error
@@ -73,15 +80,28 @@ func checkText(name string, head []byte, rest io.Reader) (Format, error) {
 		js = &jsonScanner{}
 	}
 	var text textState
+	var textErr error
+	pk := newPickleScanner(size)
+	// feed checks the next bytes; it returns an error once the file is
+	// refused, which needs the pickle scan to have come to its verdict.
 	feed := func(b []byte) error {
-		if err := text.check(b); err != nil {
-			return reject("", "%v", err)
+		if textErr == nil {
+			if err := text.check(b); err != nil {
+				textErr = reject("", "%v", err)
+			}
 		}
-		if js != nil && jsErr == nil {
+		if textErr == nil && js != nil && jsErr == nil {
 			jsErr = js.write(b)
 		}
-		if isJSONName && jsErr != nil {
-			return reject("", "invalid json: %v", jsErr)
+		if textErr == nil && isJSONName && jsErr != nil {
+			textErr = reject("", "invalid json: %v", jsErr)
+		}
+		pk.write(b)
+		if pk.done() {
+			if p := pk.end(true); p.found {
+				return refusePickle(p)
+			}
+			return textErr
 		}
 		return nil
 	}
@@ -100,6 +120,12 @@ func checkText(name string, head []byte, rest io.Reader) (Format, error) {
 		if err != nil {
 			return "", err
 		}
+	}
+	if p := pk.end(true); p.found {
+		return "", refusePickle(p)
+	}
+	if textErr != nil {
+		return "", textErr
 	}
 	if len(text.carry) > 0 {
 		return "", reject("", "invalid utf-8 at offset %d (truncated)", text.off)

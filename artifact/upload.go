@@ -38,15 +38,20 @@ func (l Limits) total() int64 {
 
 // An Upload collects the files of one model version against its manifest:
 // each file must be listed, arrive once, pass Detect and hash to its listed
-// digest. An Upload is not safe for concurrent use.
+// digest. The blobs it stores are held, so that no failed upload removes
+// them, until the caller ends it: with Release once a version references
+// them, with Discard when no version will. An Upload is not safe for
+// concurrent use.
 type Upload struct {
 	store    *Store
 	manifest Manifest
 	limits   Limits
 	err      error // a manifest that does not validate
 	blobs    map[string]Blob
+	held     []string // digests of the blobs stored, one per Put, refused ones too
 	size     int64
 	done     bool
+	ended    bool
 }
 
 // A Result is a complete upload.
@@ -77,12 +82,13 @@ var errFinished = errors.New("upload already finished")
 // added before, content that Detect refuses, and content whose sha256
 // differs from the manifest's; it refuses with ErrTooLarge a file over the
 // per-file limit or one that takes the upload over the total limit. A
-// refused file is not part of the upload; its blob may stay in the store.
+// refused file is not part of the upload; a blob stored for it before the
+// digest check goes with the upload's others when it is discarded.
 func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
 	switch {
 	case u.err != nil:
 		return u.err
-	case u.done:
+	case u.done, u.ended:
 		return errFinished
 	}
 	if err := CheckPath(p); err != nil {
@@ -99,13 +105,14 @@ func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
 	if left := u.limits.total() - u.size; left < limit {
 		limit, byTotal = left, true
 	}
-	b, err := u.store.Put(ctx, p, r, limit)
+	b, err := u.store.put(ctx, p, r, limit, true)
 	if errors.Is(err, ErrTooLarge) && byTotal {
 		return tooLarge(p, "upload is larger than the total limit of %d bytes", u.limits.total())
 	}
 	if err != nil {
 		return err
 	}
+	u.held = append(u.held, b.Digest)
 	if b.Digest != want {
 		return reject(p, "digest mismatch: manifest says sha256 %s, content is %s", want, b.Digest)
 	}
@@ -117,16 +124,17 @@ func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
 // AddTar adds every regular file of a tar archive, optionally gzipped, as Add
 // would, under its entry path (a leading "./" dropped). It refuses the
 // archive at the first entry that escapes it ("..", an absolute path), is a
-// symlink, hard link, device or other special file, or is refused by Add.
-// Directory entries are skipped.
+// symlink, hard link, device or other special file, or is refused by Add,
+// and with ErrTooLarge as soon as the archive unpacks, headers included, to
+// more than what the total limit leaves. Directory entries are skipped.
 func (u *Upload) AddTar(ctx context.Context, r io.Reader) error {
 	switch {
 	case u.err != nil:
 		return u.err
-	case u.done:
+	case u.done, u.ended:
 		return errFinished
 	}
-	return walkTar(r, func(name string, _ int64, body io.Reader) error {
+	return walkTar(r, u.limits.total()-u.size, func(name string, _ int64, body io.Reader) error {
 		return u.Add(ctx, name, body)
 	})
 }
@@ -138,7 +146,7 @@ func (u *Upload) Finish() (Result, error) {
 	switch {
 	case u.err != nil:
 		return Result{}, u.err
-	case u.done:
+	case u.done, u.ended:
 		return Result{}, errFinished
 	}
 	var missing []string
@@ -159,6 +167,35 @@ func (u *Upload) Finish() (Result, error) {
 		files[p] = b
 	}
 	return Result{Files: files, Size: u.size, Format: dominant(files), URI: u.manifest.URI()}, nil
+}
+
+// Release ends an upload whose version is now recorded, so its blobs are
+// referenced: it lets go of them and removes nothing. The upload cannot be
+// added to or finished afterwards; a second Release or Discard does nothing.
+func (u *Upload) Release() {
+	if u.ended {
+		return
+	}
+	u.ended = true
+	u.store.release(u.held)
+	u.held = nil
+}
+
+// Discard ends an upload that will not become a version, whatever made it
+// fail (a refused file, a missing one, a limit, the caller's own checks):
+// it removes each blob it stored that no other upload holds and that inUse
+// does not report as referenced by a version. On an error (inUse failing,
+// a removal failing) the remaining blobs stay, which is safe: they are
+// content-addressed. The upload cannot be used afterwards; a second Release
+// or Discard does nothing.
+func (u *Upload) Discard(ctx context.Context, inUse InUse) error {
+	if u.ended {
+		return nil
+	}
+	u.ended = true
+	held := u.held
+	u.held = nil
+	return u.store.discard(ctx, held, inUse)
 }
 
 // dominant returns the model format holding the most bytes or, without a

@@ -197,3 +197,93 @@ func TestDominantFormat(t *testing.T) {
 		})
 	}
 }
+
+// inUseOf answers InUse from a fixed set of referenced digests and counts
+// its calls.
+type inUseOf struct {
+	refs  map[string]bool
+	calls int
+	err   error
+}
+
+func (f *inUseOf) check(_ context.Context, digests []string) (map[string]bool, error) {
+	f.calls++
+	out := map[string]bool{}
+	for _, d := range digests {
+		out[d] = f.refs[d]
+	}
+	return out, f.err
+}
+
+func TestUploadDiscard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, vocab := []byte(configJSON), []byte(vocabText)
+	s := newStore(t)
+	has := func(b []byte) bool {
+		rc, err := s.Open(digestOf(b))
+		if err == nil {
+			rc.Close()
+		}
+		return err == nil
+	}
+	// A finished upload whose version is recorded keeps its blobs.
+	done := NewUpload(s, manifestOf(versionFiles), Limits{})
+	for _, p := range manifestOf(versionFiles).Paths() {
+		if err := done.Add(ctx, p, bytes.NewReader(versionFiles[p])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := done.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	done.Release()
+	if !has(validSafetensors) || !has(cfg) || !has(vocab) {
+		t.Fatalf("Release removed blobs")
+	}
+	if err := done.Discard(ctx, (&inUseOf{}).check); err != nil || !has(cfg) {
+		t.Errorf("Discard after Release = %v and removed blobs, want a no-op", err)
+	}
+
+	// Another upload holds the vocabulary while a failing one has it too.
+	open := NewUpload(s, Manifest{"vocab.txt": digestOf(vocab)}, Limits{})
+	if err := open.Add(ctx, "vocab.txt", bytes.NewReader(vocab)); err != nil {
+		t.Fatal(err)
+	}
+	other := []byte(`{"other":true}`)
+	failing := NewUpload(s, Manifest{"config.json": digestOf(cfg), "other.json": digestA, "vocab.txt": digestOf(vocab), "again.json": digestOf(other)}, Limits{})
+	for p, b := range map[string][]byte{"config.json": cfg, "vocab.txt": vocab, "other.json": other, "again.json": other} {
+		failing.Add(ctx, p, bytes.NewReader(b)) // other.json fails its digest check after storing its blob
+	}
+	if _, err := failing.Finish(); !errors.Is(err, ErrRejected) {
+		t.Fatalf("Finish with a mismatched file = %v, want a rejection", err)
+	}
+	// The version recorded above references the config, so it stays.
+	refs := &inUseOf{refs: map[string]bool{digestOf(cfg): true}}
+	if err := failing.Discard(ctx, refs.check); err != nil {
+		t.Fatalf("Discard: %v", err)
+	}
+	switch {
+	case !has(cfg):
+		t.Errorf("Discard removed a blob a version references")
+	case !has(vocab):
+		t.Errorf("Discard removed a blob another upload holds")
+	case has(other):
+		t.Errorf("Discard kept a blob only the failed upload stored (twice, once under a wrong digest)")
+	}
+	if err := failing.Add(ctx, "config.json", bytes.NewReader(cfg)); err == nil {
+		t.Errorf("Add after Discard succeeded, want an error")
+	}
+	if err := failing.Discard(ctx, refs.check); err != nil || refs.calls != 1 {
+		t.Errorf("second Discard = %v after %d calls of inUse, want a no-op", err, refs.calls)
+	}
+
+	// Once the other upload fails too and a lookup fails, the blob stays.
+	broken := &inUseOf{err: errors.New("database down")}
+	if err := open.Discard(ctx, broken.check); err == nil || !has(vocab) {
+		t.Errorf("Discard with a failing inUse = %v, vocab stored %v; want the error and the blob kept", err, has(vocab))
+	}
+	if blobs, temps := blobFiles(t, s); len(blobs) != 3 || len(temps) != 0 {
+		t.Errorf("store holds %v and temp files %v, want the version's 3 blobs only", blobs, temps)
+	}
+}

@@ -91,6 +91,34 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 	return i, err
 }
 
+const modelVersionDigestsInUse = `-- name: ModelVersionDigestsInUse :many
+SELECT DISTINCT f.value::text AS digest
+FROM model_versions v, jsonb_each_text(v.manifest) AS f
+WHERE f.value = ANY($1::text[])
+`
+
+// Which of the given blob digests the manifest of any version, of any team,
+// lists: a failed upload's blobs are removed only when none does.
+func (q *Queries) ModelVersionDigestsInUse(ctx context.Context, digests []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, modelVersionDigestsInUse, digests)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var digest string
+		if err := rows.Scan(&digest); err != nil {
+			return nil, err
+		}
+		items = append(items, digest)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const modelVersionGet = `-- name: ModelVersionGet :one
 SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at FROM model_versions
 WHERE model_id = $1 AND name = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))

@@ -110,6 +110,9 @@ var unscoped = map[string]string{
 	"BudgetListAll":            "budget checker: measures every budget for the platform; no caller",
 	"BudgetAlertInsert":        "budget checker: team id comes from BudgetListAll's row; no caller",
 
+	// Blob references: the artifact store is shared by every team.
+	"ModelVersionDigestsInUse": "registry: after a failed upload, which of its blob digests any team's version lists, so the shared store keeps those; returns digests the caller just uploaded, nothing else",
+
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",
 	"TeamListByIDs": "endpoint.teamName resolves the name of a team id taken from an already-scoped row",

@@ -20,3 +20,10 @@ ORDER BY id;
 SELECT v.* FROM model_versions v JOIN models m ON m.id = v.model_id
 WHERE m.name = @model_name AND (@all_teams::boolean OR v.team_id = ANY(@team_ids::bigint[])) AND v.id > @after_id
 ORDER BY v.id LIMIT @lim;
+
+-- name: ModelVersionDigestsInUse :many
+-- Which of the given blob digests the manifest of any version, of any team,
+-- lists: a failed upload's blobs are removed only when none does.
+SELECT DISTINCT f.value::text AS digest
+FROM model_versions v, jsonb_each_text(v.manifest) AS f
+WHERE f.value = ANY(@digests::text[]);

@@ -302,8 +302,10 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
 
 // RegisterVersion registers a version of a model from uploaded files checked
 // against manifest, or from an external artifact URI (files nil) whose
-// manifest is recorded as given.
-func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model string, spec VersionSpec, manifest []byte, files Files) (Version, error) {
+// manifest is recorded as given. When a registration with files fails, at
+// whatever step, the blobs its upload wrote that no version references are
+// removed from the store.
+func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model string, spec VersionSpec, manifest []byte, files Files) (_ Version, err error) {
 	m, err := s.Model(ctx, p, model)
 	if err != nil {
 		return Version{}, err
@@ -336,7 +338,9 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	}
 	var size int64
 	if files != nil {
-		res, err := s.upload(ctx, man, files)
+		up := artifact.NewUpload(s.store, man, s.max)
+		defer func() { err = s.endUpload(ctx, up, err) }()
+		res, err := s.upload(up, files)
 		if err != nil {
 			return Version{}, err
 		}
@@ -378,12 +382,47 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	return out, nil
 }
 
-func (s *Service) upload(ctx context.Context, man artifact.Manifest, files Files) (artifact.Result, error) {
-	up := artifact.NewUpload(s.store, man, s.max)
+func (s *Service) upload(up *artifact.Upload, files Files) (artifact.Result, error) {
 	if err := files(up); err != nil {
 		return artifact.Result{}, err
 	}
 	return up.Finish()
+}
+
+// cleanupTimeout bounds removing the blobs of a failed upload, which runs
+// even when the request that made it is gone.
+const cleanupTimeout = 30 * time.Second
+
+// endUpload ends up after the registration it belongs to returned err: the
+// version now references its blobs, or they are removed unless another
+// version references them. A failure to remove is joined to err; the blobs
+// stay, which is safe.
+func (s *Service) endUpload(ctx context.Context, up *artifact.Upload, err error) error {
+	if err == nil {
+		up.Release()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if derr := up.Discard(ctx, s.digestsInUse); derr != nil {
+		return errors.Join(err, derr)
+	}
+	return err
+}
+
+// digestsInUse answers artifact.InUse from the manifests of every version,
+// of every team: the blob store is shared, and a blob goes only when no
+// version lists it.
+func (s *Service) digestsInUse(ctx context.Context, digests []string) (map[string]bool, error) {
+	rows, err := db.New(s.pool).ModelVersionDigestsInUse(ctx, digests)
+	if err != nil {
+		return nil, fmt.Errorf("blobs in use: %w", err)
+	}
+	used := make(map[string]bool, len(rows))
+	for _, d := range rows {
+		used[d] = true
+	}
+	return used, nil
 }
 
 func versionOf(r db.ModelVersion, model string) Version {
