@@ -16,7 +16,6 @@ func (s *Server) Handler() http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Use(s.apiAuth, s.idempotency)
@@ -25,6 +24,18 @@ func (s *Server) Handler() http.Handler {
 	})
 
 	s.portalRoutes(r)
+	return r
+}
+
+// AdminHandler serves what only operators may read, on the admin listener
+// (MP_ADMIN_ADDR, loopback by default): /metrics, whose labels name every
+// team's routes, beside the health checks. The public Handler has no
+// /metrics, so it answers 404 there.
+func (s *Server) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 	return r
 }
 
