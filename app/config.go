@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -21,7 +22,10 @@ func (Secret) LogValue() slog.Value { return slog.StringValue("<secret>") }
 
 // ServerConfig configures `modelplane server`.
 type ServerConfig struct {
-	HTTPAddr       string
+	HTTPAddr string
+	// AdminAddr serves /metrics, which names every team's routes: keep it
+	// on loopback or a network only operators reach.
+	AdminAddr      string
 	PublicURL      string
 	DatabaseURL    Secret
 	ClickHouseURL  Secret
@@ -85,6 +89,7 @@ func (f secretFlag) Set(v string) error { *f.s = Secret(v); return nil }
 // as defaults.
 func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", ":8080"), "portal and API listen address (MP_HTTP_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_ADMIN_ADDR", DefaultAdminAddr), "admin listen address serving /metrics, /healthz and /readyz; keep it off public networks (MP_ADMIN_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", env("MP_PUBLIC_URL", "http://127.0.0.1:8080"), "URL people use to reach the portal; the OIDC redirect is built from it (MP_PUBLIC_URL)")
 	c.DatabaseURL = Secret(env("MP_DATABASE_URL", ""))
 	fs.Var(secretFlag{&c.DatabaseURL}, "database-url", "PostgreSQL URL (MP_DATABASE_URL)")
@@ -111,6 +116,12 @@ func (c *ServerConfig) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	if c.HTTPAddr == "" {
 		bad("MP_HTTP_ADDR (--http-addr) is required")
+	}
+	if err := checkAddr(c.AdminAddr); err != nil {
+		bad("MP_ADMIN_ADDR (--admin-addr) %v", err)
+	}
+	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
+		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
 	}
 	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		bad("MP_PUBLIC_URL (--public-url) must be an http(s) URL, got %q", c.PublicURL)
@@ -150,6 +161,30 @@ func (c *ServerConfig) Validate() error {
 	}
 	if len(errs) > 0 {
 		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// The admin listeners' defaults: loopback, so that /metrics, whose labels
+// name every team's endpoints, is not reachable from the network unless an
+// operator chooses so.
+const (
+	DefaultAdminAddr        = "127.0.0.1:9090"
+	DefaultGatewayAdminAddr = "127.0.0.1:9091"
+)
+
+// checkAddr reports why addr is not a host:port to listen on (the host may
+// be empty, for every interface; port 0 picks a free one).
+func checkAddr(addr string) error {
+	if addr == "" {
+		return errors.New("is required")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port, got %q", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		return fmt.Errorf("must have a port number from 0 to 65535, got %q", addr)
 	}
 	return nil
 }

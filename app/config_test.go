@@ -62,3 +62,29 @@ func TestServerConfigValidateNamesShortWakeGrace(t *testing.T) {
 		t.Fatalf("Validate() = %v; want it to name MP_WAKE_GRACE", err)
 	}
 }
+
+// TestConfigValidateNamesBadAdminAddr: each command's admin listener
+// (/metrics) is checked, and the error names its setting.
+func TestConfigValidateNamesBadAdminAddr(t *testing.T) {
+	for _, addr := range []string{"localhost", "127.0.0.1:http", "127.0.0.1:70000", ""} {
+		t.Run(addr, func(t *testing.T) {
+			t.Setenv("MP_ADMIN_ADDR", addr)
+			t.Setenv("MP_GATEWAY_ADMIN_ADDR", addr)
+			var s ServerConfig
+			s.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+			if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "MP_ADMIN_ADDR (--admin-addr)") {
+				t.Errorf("server Validate() = %v; want it to name MP_ADMIN_ADDR", err)
+			}
+			var g GatewayConfig
+			g.Flags(flag.NewFlagSet("gateway", flag.ContinueOnError))
+			if err := g.Validate(); err == nil || !strings.Contains(err.Error(), "MP_GATEWAY_ADMIN_ADDR (--admin-addr)") {
+				t.Errorf("gateway Validate() = %v; want it to name MP_GATEWAY_ADMIN_ADDR", err)
+			}
+		})
+	}
+	var g GatewayConfig
+	g.Flags(flag.NewFlagSet("gateway", flag.ContinueOnError))
+	if g.AdminAddr != DefaultGatewayAdminAddr || g.Validate() != nil {
+		t.Errorf("gateway default admin address %q (Validate %v); want %s, valid", g.AdminAddr, g.Validate(), DefaultGatewayAdminAddr)
+	}
+}

@@ -31,9 +31,13 @@ type DevConfig struct {
 	Dir         string
 	HTTPAddr    string
 	GatewayAddr string
-	IdPAddr     string
-	LogLevel    string
-	MaxUploadMB int64
+	// AdminAddr and GatewayAdminAddr are the admin listeners (/metrics):
+	// loopback, on a free port unless set.
+	AdminAddr        string
+	GatewayAdminAddr string
+	IdPAddr          string
+	LogLevel         string
+	MaxUploadMB      int64
 	// SimNodes and SimGPUsPerNode size the simulated GPU fleet.
 	SimNodes       int
 	SimGPUsPerNode int
@@ -44,6 +48,8 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
 	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_ADMIN_ADDR", "127.0.0.1:0"), "control plane admin listen address (/metrics); port 0 picks a free one (MP_ADMIN_ADDR)")
+	fs.StringVar(&c.GatewayAdminAddr, "gateway-admin-addr", env("MP_GATEWAY_ADMIN_ADDR", "127.0.0.1:0"), "gateway admin listen address (/metrics); port 0 picks a free one (MP_GATEWAY_ADMIN_ADDR)")
 	fs.StringVar(&c.IdPAddr, "idp-addr", env("MP_DEV_IDP_ADDR", "127.0.0.1:8082"), "development identity provider address; keep it stable, users are keyed by issuer (MP_DEV_IDP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
@@ -59,6 +65,14 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.HTTPAddr == "" {
 		errs = append(errs, "MP_HTTP_ADDR (--http-addr) is required")
+	}
+	if err := checkAddr(c.AdminAddr); err != nil {
+		errs = append(errs, "MP_ADMIN_ADDR (--admin-addr) "+err.Error())
+	}
+	if c.GatewayAddr != "" {
+		if err := checkAddr(c.GatewayAdminAddr); err != nil {
+			errs = append(errs, "MP_GATEWAY_ADMIN_ADDR (--gateway-admin-addr) "+err.Error())
+		}
 	}
 	if c.MaxUploadMB <= 0 {
 		errs = append(errs, "MP_MAX_UPLOAD_MB (--max-upload-mb) must be a positive number")
@@ -82,7 +96,9 @@ func (c *DevConfig) Validate() error {
 type Dev struct {
 	Ready   chan struct{}
 	BaseURL string
-	EnvFile string
+	// AdminURL is the control plane's admin listener (/metrics).
+	AdminURL string
+	EnvFile  string
 }
 
 // RunDev runs everything on one machine until ctx ends: private PostgreSQL and
@@ -175,6 +191,12 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
+	adm, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
+	}
+	adminURL := "http://" + adm.Addr().String()
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}
@@ -186,13 +208,14 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		}
 		defer stopFleet()
 	}
-	gatewayURL := "off (MP_GATEWAY_ADDR is empty)"
+	gatewayURL, gatewayAdminURL := "off (MP_GATEWAY_ADDR is empty)", "off"
 	if cfg.GatewayAddr != "" {
 		gatewayURL = "http://" + cfg.GatewayAddr
-		stopGateway, err := startDevGateway(ctx, log, nc, dir, cfg.GatewayAddr, envFile)
+		gwAdmin, stopGateway, err := startDevGateway(ctx, log, nc, dir, cfg.GatewayAddr, cfg.GatewayAdminAddr, envFile)
 		if err != nil {
 			return err
 		}
+		gatewayAdminURL = "http://" + gwAdmin
 		defer stopGateway()
 		// The portal's "Try it" sends through the gateway as the platform
 		// admin: a development convenience only; server leaves it off.
@@ -210,17 +233,18 @@ modelplane dev is running.
   gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
+  metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
   NATS     %[4]s
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.
-`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir, gatewayURL, cfg.SimNodes, cfg.SimGPUsPerNode)
+`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir, gatewayURL, cfg.SimNodes, cfg.SimGPUsPerNode, adminURL, gatewayAdminURL)
 	if d != nil {
-		d.BaseURL, d.EnvFile = baseURL, envFile
+		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
 		close(d.Ready)
 	}
-	return serveOn(ctx, log, ln, h.Handler(), apiDrain)
+	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {

@@ -49,7 +49,7 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 	httpPort, _ := freeport.Get()
 	idpPort, _ := freeport.Get()
 	gwPort, _ := freeport.Get()
-	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), LogLevel: "warn", MaxUploadMB: 16,
+	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), AdminAddr: "127.0.0.1:0", GatewayAdminAddr: "127.0.0.1:0", LogLevel: "warn", MaxUploadMB: 16,
 		SimNodes: 4, SimGPUsPerNode: 8, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
@@ -110,8 +110,8 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.BaseURL+"/readyz", ""); body != `{"clickhouse":"ok","nats":"ok","postgres":"ok"}`+"\n" {
 		t.Errorf("/readyz = %s; want all three dependencies ok", body)
 	}
-	if body := get(t, d.BaseURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
-		t.Errorf("/metrics lacks mp_http_requests_total")
+	if body := get(t, d.AdminURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
+		t.Errorf("admin /metrics lacks mp_http_requests_total")
 	}
 	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,7 +21,10 @@ import (
 
 // GatewayConfig configures `modelplane gateway`.
 type GatewayConfig struct {
-	Addr         string
+	Addr string
+	// AdminAddr serves /metrics, which names every team's endpoints and
+	// versions: keep it on loopback or a network only operators reach.
+	AdminAddr    string
 	NATSURL      string
 	StateDir     string
 	MaxBodyBytes int64
@@ -51,6 +53,7 @@ type GatewayConfig struct {
 // variables as defaults.
 func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", env("MP_GATEWAY_ADDR", ":8081"), "listen address (MP_GATEWAY_ADDR)")
+	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_GATEWAY_ADMIN_ADDR", DefaultGatewayAdminAddr), "admin listen address serving /metrics, /healthz and /readyz; keep it off public networks (MP_GATEWAY_ADMIN_ADDR)")
 	fs.StringVar(&c.NATSURL, "nats", env("MP_NATS_URL", nats.DefaultURL), "NATS URL (MP_NATS_URL)")
 	fs.StringVar(&c.StateDir, "state-dir", env("MP_GATEWAY_STATE_DIR", ".modelplane/gateway"), "last good routing snapshot; keep it across restarts (MP_GATEWAY_STATE_DIR)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body (MP_GATEWAY_MAX_BODY_BYTES)")
@@ -80,6 +83,12 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	if c.Addr == "" {
 		bad("MP_GATEWAY_ADDR (--addr) is required")
+	}
+	if err := checkAddr(c.AdminAddr); err != nil {
+		bad("MP_GATEWAY_ADMIN_ADDR (--admin-addr) %v", err)
+	}
+	if c.AdminAddr != "" && c.AdminAddr == c.Addr {
+		bad("MP_GATEWAY_ADMIN_ADDR (--admin-addr) must differ from MP_GATEWAY_ADDR (--addr): /metrics stays off the public port")
 	}
 	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
 		bad("MP_NATS_URL (--nats) must be a nats:// or tls:// URL, got %q", c.NATSURL)
@@ -184,41 +193,55 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", c.Addr, err)
 	}
-	stop, h, err := startGateway(ctx, cfg, nc, log)
+	adm, err := net.Listen("tcp", c.AdminAddr)
 	if err != nil {
 		ln.Close()
+		return fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", c.AdminAddr, err)
+	}
+	g, err := startGateway(ctx, cfg, nc, log)
+	if err != nil {
+		ln.Close()
+		adm.Close()
 		return err
 	}
-	defer stop()
-	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("state_dir", cfg.StateDir))
-	return serveOn(ctx, log, ln, h, gatewayDrain)
+	defer g.Stop()
+	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
+		slog.String("state_dir", cfg.StateDir))
+	return serveWithAdmin(ctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler())
 }
 
-// startGateway builds and starts a gateway; stop ends it.
-func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *slog.Logger) (stop func(), h http.Handler, err error) {
+// startGateway builds and starts a gateway; its Stop ends it.
+func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *slog.Logger) (*gateway.Gateway, error) {
 	g, err := gateway.New(cfg, nc, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := g.Start(ctx); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return g.Stop, g.Handler(), nil
+	return g, nil
 }
 
-// startDevGateway runs the gateway of `modelplane dev` on addr with its
-// snapshot under dir/gateway, and adds MP_GATEWAY to the dev.env file. stop
-// ends it.
-func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, addr, envFile string) (stop func(), err error) {
+// startDevGateway runs the gateway of `modelplane dev` on addr, and its
+// admin listener on adminAddr, with its snapshot under dir/gateway, and adds
+// MP_GATEWAY to the dev.env file. It returns the admin listener's address;
+// stop ends it.
+func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, addr, adminAddr, envFile string) (admin string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", addr, err)
+		return "", nil, fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", addr, err)
 	}
-	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway"), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}
-	stopGW, h, err := startGateway(ctx, cfg, nc, log)
+	adm, err := net.Listen("tcp", adminAddr)
 	if err != nil {
 		ln.Close()
-		return nil, err
+		return "", nil, fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", adminAddr, err)
+	}
+	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway"), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}
+	g, err := startGateway(ctx, cfg, nc, log)
+	if err != nil {
+		ln.Close()
+		adm.Close()
+		return "", nil, err
 	}
 	f, err := os.OpenFile(envFile, os.O_APPEND|os.O_WRONLY, 0o600)
 	if err == nil {
@@ -229,18 +252,19 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	}
 	if err != nil {
 		ln.Close()
-		stopGW()
-		return nil, fmt.Errorf("dev.env: %w", err)
+		adm.Close()
+		g.Stop()
+		return "", nil, fmt.Errorf("dev.env: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := serveOn(sctx, log, ln, h, gatewayDrain); err != nil {
+		if err := serveWithAdmin(sctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler()); err != nil {
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()
-	return func() { cancel(); <-done; stopGW() }, nil
+	return adm.Addr().String(), func() { cancel(); <-done; g.Stop() }, nil
 }
 
 // gatewayDrain is how long a stopping gateway waits for in-flight requests:

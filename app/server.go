@@ -77,13 +77,26 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 	return handlers.New(d)
 }
 
-// serve runs h on addr until ctx ends, then drains in-flight requests.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+// adminDrain is how long an admin listener waits for a scrape in flight.
+const adminDrain = 2 * time.Second
+
+// serveWithAdmin serves h on ln and admin on adm until ctx ends or either
+// fails; a failure of one stops the other, so neither runs unseen alone.
+func serveWithAdmin(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, drain time.Duration, adm net.Listener, admin http.Handler) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		err := serveOn(ctx, log, adm, admin, adminDrain)
+		cancel()
+		errc <- err
+	}()
+	err := serveOn(ctx, log, ln, h, drain)
+	cancel()
+	if aerr := <-errc; err == nil && aerr != nil {
+		err = fmt.Errorf("admin listener: %w", aerr)
 	}
-	return serveOn(ctx, log, ln, h, apiDrain)
+	return err
 }
 
 // apiDrain is how long the API and portal server waits for in-flight
@@ -172,8 +185,17 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	defer cp.Stop()
-	log.Info("modelplane server listening", slog.String("addr", cfg.HTTPAddr))
-	return serve(ctx, log, cfg.HTTPAddr, h.Handler())
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
+	}
+	adm, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
+	}
+	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()))
+	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
 }
 
 // MigrateConfig configures `modelplane migrate`.

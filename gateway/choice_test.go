@@ -148,7 +148,7 @@ func (d *dialCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return d.next.RoundTrip(r)
 }
 
-// metricValue reads one unlabelled series from the gateway's /metrics.
+// metricValue reads one unlabelled series from the gateway's admin /metrics.
 func metricValue(t *testing.T, base, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
@@ -237,7 +237,7 @@ func TestPassiveEjection(t *testing.T) {
 	// One ejection per endpoint: in all-dead, after the first of its two
 	// replicas is ejected the other is the version's last, and 20 failures
 	// in a row do not eject it.
-	if got := metricValue(t, g.url, "ml_serving_replica_ejections_total"); got != 3 {
+	if got := metricValue(t, g.adminURL, "ml_serving_replica_ejections_total"); got != 3 {
 		t.Errorf("ml_serving_replica_ejections_total = %v, want 3 (one per endpoint, never the last replica)", got)
 	}
 	if a, b := counter.calls[deadA].Load(), counter.calls[deadB].Load(); a < 20 || b < 20 {

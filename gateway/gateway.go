@@ -347,23 +347,39 @@ func (g *Gateway) RouteGeneration(endpoint string) (int64, bool) {
 // loaded from NATS or from its snapshot on disk.
 func (g *Gateway) Ready() bool { return g.ready.Load() }
 
+// AdminHandler serves what only operators may read, on the admin listener
+// (MP_GATEWAY_ADMIN_ADDR, loopback by default): /metrics, whose labels name
+// every team's endpoints and versions, beside the health checks. The public
+// Handler has no /metrics and answers 404 there.
+func (g *Gateway) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", g.readyz)
+	mux.Handle("GET /metrics", g.metrics.handler())
+	return mux
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// readyz answers 503 until the gateway has a routing table to serve from.
+func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !g.Ready() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("no routing table yet\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
 // Handler is the gateway's HTTP interface.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", g.metrics.handler())
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !g.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("no routing table yet\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("POST /v1/endpoints/{endpoint}/predict", g.inference(kindPredict))
 	mux.Handle("POST /v1/endpoints/{endpoint}/chat/completions", g.inference(kindChat))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -111,6 +111,8 @@ func makeKey(t *testing.T) (raw, prefix string) {
 type gw struct {
 	*gateway.Gateway
 	url string
+	// adminURL serves the admin handler (/metrics), as the admin listener does.
+	adminURL string
 }
 
 // startGateway runs a gateway on nc; it is stopped when the test ends.
@@ -127,8 +129,9 @@ func startGateway(t *testing.T, nc *nats.Conn, cfg gateway.Config) *gw {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(g.Handler())
-	t.Cleanup(func() { srv.Close(); g.Stop() })
-	return &gw{Gateway: g, url: srv.URL}
+	admin := httptest.NewServer(g.AdminHandler())
+	t.Cleanup(func() { srv.Close(); admin.Close(); g.Stop() })
+	return &gw{Gateway: g, url: srv.URL, adminURL: admin.URL}
 }
 
 // startReplica runs a sim replica and returns its address.

@@ -218,7 +218,9 @@ func TestSampleContent(t *testing.T) {
 	}
 }
 
-// TestMetricsAfterTraffic scrapes /metrics after predictions and a stream.
+// TestMetricsAfterTraffic scrapes the admin /metrics after predictions and a
+// stream, and checks that the public listener, which anyone reaches without
+// credentials, does not serve them (they name every team's endpoints).
 func TestMetricsAfterTraffic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -242,7 +244,16 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 
-	mresp, err := http.Get(g.url + "/metrics")
+	presp, err := http.Get(g.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pbody, _ := io.ReadAll(presp.Body)
+	presp.Body.Close()
+	if presp.StatusCode != http.StatusNotFound || strings.Contains(string(pbody), "ml_serving_") {
+		t.Errorf("public GET /metrics = %d, want 404 without metrics; body %.200s", presp.StatusCode, pbody)
+	}
+	mresp, err := http.Get(g.adminURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

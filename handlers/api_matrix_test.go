@@ -137,10 +137,10 @@ func refusal(route string) (int, string) {
 var portalExempt = []string{"POST /login", "POST /logout", "POST /team/switch"}
 
 // exemptPortal reports whether a portal route needs no fixture: the exempt
-// POSTs, and the metrics and static files, mounted for every method.
+// POSTs, and the static files, mounted for every method.
 func exemptPortal(route string) bool {
 	_, path, _ := strings.Cut(route, " ")
-	return slices.Contains(portalExempt, route) || path == "/metrics" || path == "/static/*"
+	return slices.Contains(portalExempt, route) || path == "/static/*"
 }
 
 // riskValues are the path parameters naming the risk team's objects (and the

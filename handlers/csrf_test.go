@@ -41,7 +41,6 @@ var portalUnchecked = map[string]string{
 	"/login":         "starts a sign-in: there is no session yet, and the state cookie binds the callback",
 	"/auth/callback": "the OIDC callback: state and its cookie are checked instead",
 	"/static/*":      "read-only files",
-	"/metrics":       "read-only metrics",
 }
 
 // portalURLEncoded returns a form body with the csrf field first.

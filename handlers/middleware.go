@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -188,6 +189,29 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 }
 
 // limitBody bounds every request body; the upload route sets its own bound.
+// readDeadline bounds reading the request (its body) to ReadTimeout from
+// now. The server has no ReadTimeout of its own because uploads and event
+// streams must not have one; they opt out with keepReading.
+func (s *Server) readDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An error means the writer cannot set deadlines (a test recorder);
+		// there is no connection to bound then.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.ReadTimeout))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// keepReading lifts readDeadline for a version upload, whose body may take
+// as long as its size needs, and for an event stream: on HTTP/1 the server
+// keeps reading the connection to notice the client leave, and a deadline
+// passing there would cancel the stream's context.
+func keepReading(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		next.ServeHTTP(w, r)
+	})
+}
+
 func limitBody(n int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,19 +12,30 @@ import (
 // Handler returns the one route tree of the control plane.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.observe, securityHeaders)
+	r.Use(s.observe, securityHeaders, s.readDeadline)
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Use(s.apiAuth, s.idempotency)
 		s.newAPI(r)
-		r.Post("/models/{model}/versions", s.versionRegister)
+		r.With(keepReading).Post("/models/{model}/versions", s.versionRegister)
 	})
 
 	s.portalRoutes(r)
+	return r
+}
+
+// AdminHandler serves what only operators may read, on the admin listener
+// (MP_ADMIN_ADDR, loopback by default): /metrics, whose labels name every
+// team's routes, beside the health checks. The public Handler has no
+// /metrics, so it answers 404 there.
+func (s *Server) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 	return r
 }
 
@@ -42,7 +53,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 		// the body; wrapped later, it would not bound what csrfCheck's form
 		// parser or multipart reader reads.
 		r.Use(s.session)
-		r.With(limitBody(s.MaxUploadBytes), s.csrfCheck).Post("/models/{model}/versions", s.portalVersionCreate)
+		r.With(keepReading, limitBody(s.MaxUploadBytes), s.csrfCheck).Post("/models/{model}/versions", s.portalVersionCreate)
 		r.Group(func(r chi.Router) {
 			r.Use(limitBody(s.MaxBodyBytes), s.csrfCheck)
 			r.Post("/logout", s.logout)
@@ -61,7 +72,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
 			r.Get("/rollouts/{rollout}", s.portalRollout)
 			r.Get("/rollouts/{rollout}/live", s.portalRolloutLive)
-			r.Get("/rollouts/{rollout}/events", s.portalRolloutEvents)
+			r.With(keepReading).Get("/rollouts/{rollout}/events", s.portalRolloutEvents)
 			r.Post("/rollouts/{rollout}/{action}", s.portalRolloutAction)
 			r.Get("/models", s.portalModels)
 			r.Get("/models/new", s.portalModelNew)

@@ -79,7 +79,16 @@ type Deps struct {
 	// MaxBodyBytes (DefaultMaxBodyBytes unless a caller needs another).
 	MaxUploadBytes int64
 	MaxBodyBytes   int64
+	// ReadTimeout bounds how long reading a request body may take on every
+	// route but uploads and event streams (0: DefaultReadTimeout), so a
+	// client that sends a body slowly cannot hold a handler and its
+	// connection open.
+	ReadTimeout time.Duration
 }
+
+// DefaultReadTimeout is ReadTimeout unless a caller needs another: far more
+// than a JSON or form body of DefaultMaxBodyBytes takes.
+const DefaultReadTimeout = 30 * time.Second
 
 // DefaultMaxBodyBytes bounds a request body other than an upload unless
 // the server is told otherwise.
@@ -105,5 +114,8 @@ type Server struct {
 
 // New returns a Server; call Handler for its routes.
 func New(d Deps) *Server {
+	if d.ReadTimeout <= 0 {
+		d.ReadTimeout = DefaultReadTimeout
+	}
 	return &Server{Deps: d, metrics: newHTTPMetrics(d.Metrics)}
 }
