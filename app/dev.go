@@ -15,7 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 
 	"modelplane/auth"
 	"modelplane/auth/devidp"
@@ -117,44 +120,12 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "starting PostgreSQL, ClickHouse and NATS under", dir)
-	pgDir := filepath.Join(dir, "postgres")
-	if err := pgproc.Reachable(pgDir); err != nil {
-		// Run as root from a directory the postgres user cannot enter (a
-		// checkout under /root): keep the cluster in a directory of its own,
-		// named after this state directory so the next run finds it again.
-		sum := sha256.Sum256([]byte(dir))
-		pgDir = filepath.Join("/var/lib/modelplane", hex.EncodeToString(sum[:8]), "postgres")
-		if err := os.MkdirAll(filepath.Dir(pgDir), 0o755); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "the postgres user cannot reach %s; PostgreSQL keeps its data in %s\n", dir, pgDir)
-	}
-	pg, err := pgproc.Start(ctx, pgDir)
+	st, err := startDevStores(ctx, dir, out)
 	if err != nil {
 		return err
 	}
-	defer pg.Stop()
-	if err := createDatabase(ctx, pg.URL("postgres"), "modelplane"); err != nil {
-		return err
-	}
-	ch, err := chproc.Start(ctx, filepath.Join(dir, "clickhouse"))
-	if err != nil {
-		return err
-	}
-	defer ch.Stop()
-	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
-	if err != nil {
-		return err
-	}
-	defer ns.Shutdown()
-	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), ch.URL("modelplane"), ns.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	defer chConn.Close()
-	defer nc.Close()
+	defer st.close()
+	pool, chConn, nc := st.pool, st.ch, st.nc
 
 	baseURL := "http://" + cfg.HTTPAddr
 	idp, err := devidp.Start(devidp.Config{Addr: cfg.IdPAddr, ClientID: "modelplane-dev", ClientSecret: "modelplane-dev-secret",
@@ -184,7 +155,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("demo data: %w", err)
 	}
 	envFile := filepath.Join(dir, "dev.env")
-	if err := writeDevEnv(ctx, envFile, baseURL, ns.ClientURL(), ch.URL("modelplane"), cp); err != nil {
+	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.clickhouseURL, cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -202,7 +173,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	defer cp.Stop()
 	if cfg.SimNodes > 0 {
-		stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
+		stopFleet, err := startSimFleet(ctx, log, st.natsURL, filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
 		if err != nil {
 			return err
 		}
@@ -221,6 +192,88 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 	}
+	printDevBanner(out, devBanner{base: baseURL, issuer: idp.Issuer(), envFile: envFile, nats: st.natsURL, dir: dir,
+		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL})
+	if d != nil {
+		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
+		close(d.Ready)
+	}
+	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
+}
+
+// devStores are the private PostgreSQL, ClickHouse and embedded NATS of
+// `modelplane dev` and the connections to them; close stops everything in
+// reverse order of its start.
+type devStores struct {
+	pool                   *pgxpool.Pool
+	ch                     driver.Conn
+	nc                     *nats.Conn
+	natsURL, clickhouseURL string
+	closers                []func()
+}
+
+func (s *devStores) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// startDevStores starts the stores under dir and opens them, migrated.
+func startDevStores(ctx context.Context, dir string, out io.Writer) (st *devStores, err error) {
+	st = &devStores{}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	fmt.Fprintln(out, "starting PostgreSQL, ClickHouse and NATS under", dir)
+	pgDir := filepath.Join(dir, "postgres")
+	if err := pgproc.Reachable(pgDir); err != nil {
+		// Run as root from a directory the postgres user cannot enter (a
+		// checkout under /root): keep the cluster in a directory of its own,
+		// named after this state directory so the next run finds it again.
+		sum := sha256.Sum256([]byte(dir))
+		pgDir = filepath.Join("/var/lib/modelplane", hex.EncodeToString(sum[:8]), "postgres")
+		if err := os.MkdirAll(filepath.Dir(pgDir), 0o755); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "the postgres user cannot reach %s; PostgreSQL keeps its data in %s\n", dir, pgDir)
+	}
+	pg, err := pgproc.Start(ctx, pgDir)
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, pg.Stop)
+	if err := createDatabase(ctx, pg.URL("postgres"), "modelplane"); err != nil {
+		return nil, err
+	}
+	ch, err := chproc.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, ch.Stop)
+	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, ns.Shutdown)
+	st.natsURL, st.clickhouseURL = ns.ClientURL(), ch.URL("modelplane")
+	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), st.clickhouseURL, st.natsURL)
+	if err != nil {
+		return nil, err
+	}
+	st.pool, st.ch, st.nc = pool, chConn, nc
+	st.closers = append(st.closers, pool.Close, func() { chConn.Close() }, nc.Close)
+	return st, nil
+}
+
+// devBanner is what `modelplane dev` tells a newcomer once it serves.
+type devBanner struct {
+	base, issuer, envFile, nats, dir, gateway, admin, gatewayAdmin string
+	nodes, gpus                                                    int
+}
+
+func printDevBanner(out io.Writer, b devBanner) {
 	fmt.Fprintf(out, `
 modelplane dev is running.
 
@@ -239,12 +292,7 @@ modelplane dev is running.
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.
-`, baseURL, idp.Issuer(), envFile, ns.ClientURL(), dir, gatewayURL, cfg.SimNodes, cfg.SimGPUsPerNode, adminURL, gatewayAdminURL)
-	if d != nil {
-		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
-		close(d.Ready)
-	}
-	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
+`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin)
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {
