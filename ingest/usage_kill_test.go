@@ -20,7 +20,10 @@ var errKilled = errors.New("consumer killed")
 // agents publish: at random moments, and right after ClickHouse accepted an
 // insert but before any ack went out. A kill drops the consumer's NATS
 // connection and acks nothing more; its messages come back after AckWait to
-// the next consumer, which must skip every row the dead one stored.
+// the next consumer, which must skip every row the dead one stored. Half of
+// the consumers under load wait for their kill after an insert rather than
+// a random moment, so a loaded machine cannot turn every kill into one
+// before the first insert.
 func TestKilledBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
@@ -69,11 +72,25 @@ func TestKilledBetweenInsertAndAck(t *testing.T) {
 		if err := u.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-killed:
-			afterInsert++
-		case <-time.After(time.Duration(50+rand.IntN(400)) * time.Millisecond):
-			dead.Store(true)
+		if i%2 == 1 && i < kills/2 {
+			// While agents publish, every other consumer lives until it
+			// dies right after an insert (a third of its inserts end
+			// it), so the run kills after inserts however slow the
+			// machine is; the bound only stops a consumer that never
+			// inserts.
+			select {
+			case <-killed:
+				afterInsert++
+			case <-time.After(time.Minute):
+				t.Fatal("the consumer inserted nothing in a minute while agents published")
+			}
+		} else {
+			select {
+			case <-killed:
+				afterInsert++
+			case <-time.After(time.Duration(50+rand.IntN(400)) * time.Millisecond):
+				dead.Store(true)
+			}
 		}
 		nc.Close()
 		u.Stop()
