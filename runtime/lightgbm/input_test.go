@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,8 @@ func TestLoadRejectsBadFiles(t *testing.T) {
 		{"custom objective", edit("objective=regression\n", ""), "custom objective", true},
 		{"random forest in v4", edit("objective=regression\n", "objective=regression\naverage_output\n"), "random forest", true},
 		{"class count disagreement", edit("num_class=1", "num_class=2"), "num_class 2 and num_tree_per_iteration 1", false},
-		{"feature past max_feature_idx", edit("max_feature_idx=4", "max_feature_idx=0"), "split_feature 1 out of range [0,1)", false},
+		{"feature past max_feature_idx", edit("max_feature_idx=4\nobjective=regression\nfeature_names=Column_0 Column_1 Column_2 Column_3 Column_4\n",
+			"max_feature_idx=0\nobjective=regression\nfeature_names=Column_0\n"), "split_feature 1 out of range [0,1)", false},
 		{"leaf child out of range", edit("left_child=1 -1 -2", "left_child=1 -1 -9"), "child -9 out of range", false},
 		{"children forming a cycle", edit("left_child=1 -1 -2", "left_child=1 -1 +1"), "reached twice", false},
 		{"categorical split without categories", edit("decision_type=2 2 2", "decision_type=3 2 2"), "categorical threshold", false},
@@ -100,6 +102,23 @@ func TestPredictRejectsBadRows(t *testing.T) {
 	out, err := m.Predict([][]float32{{nan, nan, nan, nan, nan}})
 	if err != nil || len(out) != 1 || math.IsNaN(float64(out[0][0])) {
 		t.Errorf("Predict of an all-missing row = %v, %v; want a number (missing values follow the splits' rules)", out, err)
+	}
+}
+
+func TestFeatureNames(t *testing.T) {
+	t.Parallel()
+	m, err := parse(readData(t, "leaves/genlin_fmtp_poisson_Frequency.model.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"VehBrand", "VehPower", "VehGas", "Region", "Area", "VehAge", "DrivAge", "BonusMalus", "Density"}
+	if got := m.FeatureNames(); !slices.Equal(got, want) {
+		t.Errorf("FeatureNames() = %v, want %v", got, want)
+	}
+	base := string(readData(t, "boosters/small_tree/model.txt"))
+	bad := strings.Replace(base, "feature_names=Column_0 ", "feature_names=", 1)
+	if _, err := parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "4 feature_names for max_feature_idx 4") {
+		t.Errorf("parse with a name missing: %v, want an error counting the names", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +35,7 @@ const (
 type Model struct {
 	ens       *leaves.Ensemble
 	nFeatures int
+	names     []string
 	nOut      int
 	kind      string
 	out       transform
@@ -117,7 +119,7 @@ func parse(data []byte) (m *Model, err error) {
 	if ens.NRawOutputGroups() != h.nOut {
 		return nil, fmt.Errorf("leaves read %d outputs, the header says %d", ens.NRawOutputGroups(), h.nOut)
 	}
-	return &Model{ens: ens, nFeatures: h.nFeatures, nOut: h.nOut, kind: h.kind, out: h.out, scale: h.scale}, nil
+	return &Model{ens: ens, nFeatures: h.nFeatures, names: h.names, nOut: h.nOut, kind: h.kind, out: h.out, scale: h.scale}, nil
 }
 
 // header is what the model file's first block says.
@@ -127,6 +129,7 @@ type header struct {
 	nOut      int
 	nTrees    int
 	treeSizes []int
+	names     []string
 	kind      string
 	out       transform
 	scale     float64
@@ -160,6 +163,12 @@ func readHeader(p map[string]string) (header, error) {
 		return h, fmt.Errorf("max_feature_idx %d is negative", maxFeature)
 	}
 	h.nFeatures = maxFeature + 1
+	if names := strings.Fields(p["feature_names"]); len(names) > 0 {
+		if len(names) != h.nFeatures {
+			return h, fmt.Errorf("%d feature_names for max_feature_idx %d", len(names), maxFeature)
+		}
+		h.names = names
+	}
 	sizes, ok := p["tree_sizes"]
 	if !ok || strings.TrimSpace(sizes) == "" {
 		return h, fmt.Errorf("no tree_sizes in the header")
@@ -480,6 +489,12 @@ func floats(p map[string]string, key string, want int) ([]float64, error) {
 
 // NumFeatures is the width of every input row (max_feature_idx + 1).
 func (m *Model) NumFeatures() int { return m.nFeatures }
+
+// FeatureNames are the names in the file's feature_names, in input order
+// (LightGBM writes Column_0, Column_1, ... for a model trained on a bare
+// array), or nil when it has none. The runtime can check the version's
+// feature order against them.
+func (m *Model) FeatureNames() []string { return slices.Clone(m.names) }
 
 // OutputKind is model.OutputProbability for classifiers and
 // model.OutputValue for regressions.

@@ -42,6 +42,9 @@ func TestPredictFollowsXGBoostRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if names := m.(*Model).FeatureNames(); names != nil {
+		t.Errorf("FeatureNames() = %q for a file without names, want nil", names)
+	}
 	nan := float32(math.NaN())
 	tests := []struct {
 		name string
@@ -133,6 +136,7 @@ func TestLoadRejectsBadFiles(t *testing.T) {
 		{"logistic base_score outside (0,1)", strings.Replace(edit(`"reg:squarederror"`, `"binary:logistic"`), `"5E-1"`, `"1.5"`, 1), "needs it in (0,1)", false},
 		{"unknown objective", edit(`"reg:squarederror"`, `"reg:made-up"`), `objective "reg:made-up"`, true},
 		{"gblinear booster", edit(`"name":"gbtree"`, `"name":"gblinear"`), `booster "gblinear"`, true},
+		{"feature_names of the wrong count", edit(`"feature_names":[]`, `"feature_names":["a"]`), "1 feature_names for num_feature 2", false},
 		{"multi-target model", edit(`"num_target":"1"`, `"num_target":"3"`), "multi-target", true},
 	}
 	for _, tt := range tests {

@@ -75,6 +75,7 @@ type Model struct {
 	catSets   [][]uint32
 	base      float32
 	nFeatures int
+	names     []string
 	nOut      int
 	kind      string
 	out       transform
@@ -193,9 +194,13 @@ func parse(data []byte) (*Model, error) {
 		return nil, err
 	}
 
+	if len(l.FeatureNames) > 0 && len(l.FeatureNames) != nFeatures {
+		return nil, fmt.Errorf("%d feature_names for num_feature %d", len(l.FeatureNames), nFeatures)
+	}
 	m := &Model{
 		base:      margin,
 		nFeatures: nFeatures,
+		names:     l.FeatureNames,
 		nOut:      nGroups,
 		kind:      obj.kind,
 		out:       obj.out,
@@ -394,6 +399,16 @@ func checkAcyclic(nodes []node, off int32) error {
 
 // NumFeatures is the width of every input row (num_feature).
 func (m *Model) NumFeatures() int { return m.nFeatures }
+
+// FeatureNames are the names the model was trained with, in input order,
+// or nil when the file has none (a model trained on a bare array). The
+// runtime can check the version's feature order against them.
+func (m *Model) FeatureNames() []string {
+	if len(m.names) == 0 {
+		return nil
+	}
+	return slices.Clone(m.names)
+}
 
 // OutputKind is model.OutputProbability for classifiers and
 // model.OutputValue for regressions.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ type libraryCase struct {
 	Error         string       `json:"error"`
 	BestIteration int          `json:"best_iteration"`
 	Rounds        int          `json:"rounds"`
+	FeatureNames  []string     `json:"feature_names"`
 }
 
 // makeLibraryModels trains models with the real xgboost (testdata/
@@ -105,6 +107,9 @@ func TestMatchesXGBoost(t *testing.T) {
 			defer m.Close()
 			if m.OutputKind() != c.Kind {
 				t.Errorf("OutputKind = %q, want %q", m.OutputKind(), c.Kind)
+			}
+			if got := m.(*Model).FeatureNames(); !slices.Equal(got, c.FeatureNames) {
+				t.Errorf("FeatureNames() = %q, want %q", got, c.FeatureNames)
 			}
 			rows := toRows(c.Rows)
 			if m.NumFeatures() != len(rows[0]) {

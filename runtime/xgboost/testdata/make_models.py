@@ -142,7 +142,8 @@ y = (logit + rs.logistic(size=n) > 0).astype(int)
 Xc = np.column_stack([num, c_small, c_big]).astype(np.float32)
 Xc[rs.uniform(size=n) < 0.05, 4] = np.nan
 types = ["q", "q", "q", "q", "c", "c"]
-dtrain = xgb.DMatrix(Xc, label=y, feature_types=types, enable_categorical=True)
+names = ["amount", "age", "score", "tenure", "channel", "region"]
+dtrain = xgb.DMatrix(Xc, label=y, feature_types=types, feature_names=names, enable_categorical=True)
 b = xgb.train({"objective": "binary:logistic", "max_depth": 4, "eta": 0.3,
                "tree_method": "hist", "max_cat_to_onehot": 4, "seed": 8}, dtrain, 30)
 R = random_rows(num, 300, 18)
@@ -150,8 +151,8 @@ R = np.column_stack([R, rs.randint(0, 5, size=300), rs.randint(0, 20, size=300)]
 R[rs.uniform(size=300) < 0.1, 4] = np.nan
 R[rs.uniform(size=300) < 0.1, 5] = np.nan
 R[:20, 5] += 0.5  # a non-integer category is truncated
-dpred = xgb.DMatrix(R, feature_types=types, enable_categorical=True)
-add("categorical", b, R, b.predict(dpred), "probability")
+dpred = xgb.DMatrix(R, feature_types=types, feature_names=names, enable_categorical=True)
+add("categorical", b, R, b.predict(dpred), "probability", feature_names=names)
 
 # Dart: each tree's leaves are scaled by its weight_drop.
 X, y = classification(9)
