@@ -8,12 +8,16 @@
 // (dart trees scaled by their weight_drop), num_parallel_tree, multiclass
 // tree groups (tree_info), base_score turned into a margin by the
 // objective (logit for logistic objectives, log for poisson, gamma and
-// tweedie), a NaN feature following the node's default branch, native
+// tweedie; one per class as xgboost 3 writes it), a NaN feature following the node's default branch, native
 // categorical splits (the node's category set goes right, everything else,
 // including a negative or out-of-range category, goes left), float32
 // arithmetic in the library's order, and best_iteration: when the file
 // records one (early stopping) only the trees up to it are used, as the
 // scikit-learn interface's predict does.
+//
+// The tests train models with the installed xgboost (1.7 on Debian 12) at
+// test time and also read files saved by xgboost 3.1.1 with that version's
+// predictions (testdata/xgboost3).
 //
 // Output: binary:logistic gives one value, the positive class's
 // probability; multi:softprob and multi:softmax give one probability per

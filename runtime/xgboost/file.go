@@ -171,23 +171,25 @@ func intParam(name, s string, def int) (int, error) {
 }
 
 // baseScore reads learner_model_param.base_score: "5E-1" in xgboost 1.x
-// and 2.x, "[5E-1]" (a vector, one per target) in later versions.
-func baseScore(s string) (float32, error) {
+// and 2.x, a vector "[5E-1]" from 3.0 on, with one value per class for a
+// multiclass model.
+func baseScore(s string) ([]float32, error) {
 	if s == "" {
-		return 0.5, nil // xgboost's default before it estimated one
+		return []float32{0.5}, nil // xgboost's default before it estimated one
 	}
 	t := strings.TrimSpace(s)
 	if strings.HasPrefix(t, "[") && strings.HasSuffix(t, "]") {
-		t = strings.TrimSpace(t[1 : len(t)-1])
-		if strings.Contains(t, ",") {
-			return 0, fmt.Errorf("base_score %q has one value per target: multi-target models are not supported", s)
+		t = t[1 : len(t)-1]
+	}
+	var out []float32
+	for _, f := range strings.Split(t, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 32)
+		if err != nil {
+			return nil, fmt.Errorf("base_score %q is not a number or a list of numbers", s)
 		}
+		out = append(out, float32(v))
 	}
-	v, err := strconv.ParseFloat(t, 32)
-	if err != nil {
-		return 0, fmt.Errorf("base_score %q is not a number", s)
-	}
-	return float32(v), nil
+	return out, nil
 }
 
 func parseFile(data []byte) (*fileJSON, error) {

@@ -137,6 +137,7 @@ func TestLoadRejectsBadFiles(t *testing.T) {
 		{"unknown objective", edit(`"reg:squarederror"`, `"reg:made-up"`), `objective "reg:made-up"`, true},
 		{"gblinear booster", edit(`"name":"gbtree"`, `"name":"gblinear"`), `booster "gblinear"`, true},
 		{"feature_names of the wrong count", edit(`"feature_names":[]`, `"feature_names":["a"]`), "1 feature_names for num_feature 2", false},
+		{"base_score vector of the wrong length", edit(`"base_score":"5E-1"`, `"base_score":"[5E-1,5E-1]"`), "base_score has 2 values for 1 outputs", false},
 		{"multi-target model", edit(`"num_target":"1"`, `"num_target":"3"`), "multi-target", true},
 	}
 	for _, tt := range tests {

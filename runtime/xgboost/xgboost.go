@@ -72,8 +72,10 @@ type Model struct {
 	roots  []int32
 	groups []int32
 	// catSets holds each categorical node's categories, sorted.
-	catSets   [][]uint32
-	base      float32
+	catSets [][]uint32
+	// base is each output's starting margin: base_score through the
+	// objective's link.
+	base      []float32
 	nFeatures int
 	names     []string
 	nOut      int
@@ -141,13 +143,22 @@ func parse(data []byte) (*Model, error) {
 	} else if nClass > 1 {
 		return nil, fmt.Errorf("objective %s with num_class %d: a single-output objective cannot have classes", objName, nClass)
 	}
-	base, err := baseScore(p.BaseScore)
+	scores, err := baseScore(p.BaseScore)
 	if err != nil {
 		return nil, err
 	}
-	margin, err := baseMargin(obj, base)
-	if err != nil {
-		return nil, err
+	if len(scores) != 1 && len(scores) != nGroups {
+		return nil, fmt.Errorf("base_score has %d values for %d outputs", len(scores), nGroups)
+	}
+	margins := make([]float32, nGroups)
+	for g := range margins {
+		s := scores[0]
+		if len(scores) > 1 {
+			s = scores[g]
+		}
+		if margins[g], err = baseMargin(obj, s); err != nil {
+			return nil, err
+		}
 	}
 
 	b := l.GradientBooster
@@ -198,7 +209,7 @@ func parse(data []byte) (*Model, error) {
 		return nil, fmt.Errorf("%d feature_names for num_feature %d", len(l.FeatureNames), nFeatures)
 	}
 	m := &Model{
-		base:      margin,
+		base:      margins,
 		nFeatures: nFeatures,
 		names:     l.FeatureNames,
 		nOut:      nGroups,
@@ -441,9 +452,7 @@ func (m *Model) Predict(rows [][]float32) ([][]float32, error) {
 // predictRow adds every tree's leaf to its group's margin, in tree order and
 // in float32 as xgboost's CPU predictor does, then transforms the margins.
 func (m *Model) predictRow(row, out []float32) {
-	for g := range out {
-		out[g] = m.base
-	}
+	copy(out, m.base)
 	nodes := m.nodes
 	for t, i := range m.roots {
 		for {

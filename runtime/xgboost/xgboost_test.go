@@ -168,3 +168,74 @@ func argmax(x []float32) int {
 
 // Ensure the package's Model satisfies the runtime's contract.
 var _ model.Model = (*Model)(nil)
+
+// TestMatchesXGBoost3Files checks files saved by xgboost 3.1.1 (which
+// writes base_score as a vector and pandas categoricals) against that
+// version's own predictions: see testdata/xgboost3/README.md.
+func TestMatchesXGBoost3Files(t *testing.T) {
+	t.Parallel()
+	models, err := filepath.Glob(filepath.Join("testdata", "xgboost3", "*.model.json"))
+	if err != nil || len(models) < 10 {
+		t.Fatalf("testdata/xgboost3 has %d models (%v), want at least 10", len(models), err)
+	}
+	for _, path := range models {
+		name := strings.TrimSuffix(filepath.Base(path), ".model.json")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m, err := Load(path)
+			if strings.HasPrefix(name, "gblinear") {
+				if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "gblinear") {
+					t.Fatalf("Load of a gblinear model: %v, want ErrUnsupported naming gblinear", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var in struct {
+				Features [][]*float64 `json:"features"`
+			}
+			var exp struct {
+				Transformed json.RawMessage `json:"predictions_transformed"`
+			}
+			readJSON(t, strings.TrimSuffix(path, ".model.json")+".input.json", &in)
+			readJSON(t, strings.TrimSuffix(path, ".model.json")+".expected.json", &exp)
+			var want [][]float64
+			if json.Unmarshal(exp.Transformed, &want) != nil {
+				var flat []float64
+				if err := json.Unmarshal(exp.Transformed, &flat); err != nil {
+					t.Fatal(err)
+				}
+				want = nil
+				for _, v := range flat {
+					want = append(want, []float64{v})
+				}
+			}
+			got, err := m.Predict(toRows(in.Features))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d output rows, xgboost %d", len(got), len(want))
+			}
+			for i := range want {
+				for j, w := range want[i] {
+					if math.Abs(float64(got[i][j])-w) > 1e-5 {
+						t.Errorf("row %d output %d = %v, xgboost 3.1.1 %v", i, j, got[i][j], w)
+					}
+				}
+			}
+		})
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
