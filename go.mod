@@ -11,6 +11,7 @@ require (
 	github.com/coder/quartz v0.3.1
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/danielgtaylor/huma/v2 v2.37.2
+	github.com/dmitryikh/leaves v0.0.0-20230708180554-25d19a787328
 	github.com/dustin/go-humanize v1.1.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-jose/go-jose/v4 v4.1.8

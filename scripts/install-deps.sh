@@ -9,6 +9,9 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/d
 command -v clickhouse-server >/dev/null || want+=(clickhouse-server)
 if [ "${1:-}" = test ]; then
   command -v chromium >/dev/null || want+=(chromium)
+  # The tree-model runtime tests compare with the real libraries' predictions.
+  /usr/bin/python3 -c 'import xgboost' 2>/dev/null || want+=(python3-xgboost)
+  /usr/bin/python3 -c 'import sklearn' 2>/dev/null || want+=(python3-sklearn)
 fi
 [ ${#want[@]} -eq 0 ] && exit 0
 
