@@ -117,6 +117,7 @@ func TestMLPMatchesNumPy(t *testing.T) {
 				t.Errorf("OutputKind() = %q, want %q", got, run.Kind)
 			}
 			// One row, an odd batch and the whole set: each one call.
+			maxDiff := 0.0
 			for _, n := range []int{1, 7, len(run.Inputs)} {
 				got, err := m.Predict(run.Inputs[:n])
 				if err != nil {
@@ -131,12 +132,14 @@ func TestMLPMatchesNumPy(t *testing.T) {
 						t.Fatalf("batch %d row %d: %d values, want %d", n, i, len(got[i]), len(want))
 					}
 					for j := range want {
+						maxDiff = math.Max(maxDiff, math.Abs(float64(got[i][j])-float64(want[j])))
 						if !close32(got[i][j], want[j]) {
 							t.Errorf("batch %d row %d[%d] = %v, NumPy %v", n, i, j, got[i][j], want[j])
 						}
 					}
 				}
 			}
+			t.Logf("opset %d, %s: largest difference from NumPy %.3g", run.Opset, run.Kind, maxDiff)
 		})
 	}
 	if !opsets[13] || !opsets[17] {
