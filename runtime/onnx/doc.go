@@ -12,7 +12,9 @@
 // ${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/onnxruntime-1.30.0/libonnxruntime.so.1;
 // MP_ONNXRUNTIME_LIB names another file. The first Load initialises the
 // environment, once per process, because onnxruntime_go's environment is
-// global; a missing library is an error naming the install command.
+// global; a missing library is an error naming the install command. The
+// binding is cgo: a binary built with CGO_ENABLED=0 still builds, and its
+// Load says it cannot load ONNX models.
 //
 // # Supported models
 //

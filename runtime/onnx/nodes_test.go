@@ -1,3 +1,5 @@
+//go:build cgo
+
 package onnx
 
 import (
@@ -14,11 +16,6 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/encoding/protowire"
 )
-
-// nodeTestData is where Debian's libonnx-testdata installs ONNX's own
-// operator tests: one directory per case with model.onnx and
-// test_data_set_*/{input,output}_*.pb (serialised TensorProtos).
-const nodeTestData = "/usr/share/libonnx-testdata/data/node"
 
 // mlpOperators are the operators an MLP or tabular model is built from,
 // each with the names of ONNX's node test directories that exercise it.
