@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what modelplane needs on Debian/Ubuntu and is missing: PostgreSQL and
-# ClickHouse for `make run`; Chromium as well for `make test` (pass "test").
+# ClickHouse for `make run`; Chromium as well for `make test` (pass "test");
+# and ONNX Runtime's shared library for the built-in runtime (both).
 # Called by both make targets; safe to run again.
 set -euo pipefail
 
@@ -13,15 +14,66 @@ if [ "${1:-}" = test ]; then
   /usr/bin/python3 -c 'import xgboost' 2>/dev/null || want+=(python3-xgboost)
   /usr/bin/python3 -c 'import sklearn' 2>/dev/null || want+=(python3-sklearn)
 fi
-[ ${#want[@]} -eq 0 ] && exit 0
 
-echo "installing: ${want[*]}"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq "${want[@]}" >/dev/null
-# The distribution starts its own clusters and servers; modelplane runs private
-# ones as child processes, so stop the system-wide ones to free memory and ports.
-if [[ " ${want[*]} " == *" postgresql "* ]]; then $sudo service postgresql stop >/dev/null 2>&1 || true; fi
-if [[ " ${want[*]} " == *" clickhouse-server "* ]]; then $sudo service clickhouse-server stop >/dev/null 2>&1 || true; fi
+# ONNX (runtime/onnx). Its tests build MLPs with Debian's python3-onnx and
+# python3-numpy (/usr/bin/python3, where Debian installs them) and run ONNX's
+# own operator tests from libonnx-testdata.
+if [ "${1:-}" = test ]; then
+  /usr/bin/python3 -c 'import onnx' >/dev/null 2>&1 || want+=(python3-onnx)
+  /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || want+=(python3-numpy)
+  [ -d /usr/share/libonnx-testdata/data/node ] || want+=(libonnx-testdata)
+fi
+# ONNX Runtime's shared library, which runtime/onnx opens at run time (dlopen
+# through github.com/yalue/onnxruntime_go). Debian does not package ONNX
+# Runtime, and the npm package onnxruntime-node ships the official Linux build
+# in its tarball, so it is fetched with npm pack and only that one file is
+# kept. It goes to a cache directory outside the clone (the file is 45 MB and
+# must never be committed), named by version so that an upgrade fetches the
+# new one beside the old; runtime/onnx looks there by default, or at
+# $MP_ONNXRUNTIME_LIB. The sha256 pins the exact build the tests were run with.
+ort_version=1.30.0
+ort_dir="${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/onnxruntime-$ort_version"
+ort_lib="$ort_dir/libonnxruntime.so.1"
+case "$(uname -m)" in
+  x86_64) ort_arch=x64 ort_sha256=ffb75a925ba05e47b235bb66e3e3911714a80b328a9c9425539feb204aa32a23 ;;
+  aarch64) ort_arch=arm64 ort_sha256=1f549d46250b005580b597f4164984aaf75b3bcb9f3aeb07c7f8a8fe60b23c76 ;;
+  *) ort_arch="" ;;
+esac
+ort_want=false
+if [ ! -f "$ort_lib" ] && [ -n "$ort_arch" ]; then
+  ort_want=true
+  command -v npm >/dev/null || want+=(npm)
+fi
+
+if [ ${#want[@]} -gt 0 ]; then
+  echo "installing: ${want[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq "${want[@]}" >/dev/null
+  # The distribution starts its own clusters and servers; modelplane runs private
+  # ones as child processes, so stop the system-wide ones to free memory and ports.
+  if [[ " ${want[*]} " == *" postgresql "* ]]; then $sudo service postgresql stop >/dev/null 2>&1 || true; fi
+  if [[ " ${want[*]} " == *" clickhouse-server "* ]]; then $sudo service clickhouse-server stop >/dev/null 2>&1 || true; fi
+fi
+
+if [ -z "$ort_arch" ] && [ ! -f "$ort_lib" ]; then
+  echo "onnxruntime: no build for $(uname -m) in onnxruntime-node; ONNX models will not load" >&2
+fi
+if $ort_want; then
+  echo "fetching ONNX Runtime $ort_version (npm onnxruntime-node) into $ort_dir"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  # A private npm cache, so the 110 MB tarball does not stay in ~/.npm.
+  (cd "$tmp" && npm pack --silent --cache "$tmp/npm-cache" "onnxruntime-node@$ort_version" >/dev/null)
+  tar -xzf "$tmp/onnxruntime-node-$ort_version.tgz" -C "$tmp" --wildcards \
+    "package/bin/napi-v*/linux/$ort_arch/libonnxruntime.so.1*"
+  found=("$tmp"/package/bin/napi-v*/linux/"$ort_arch"/libonnxruntime.so.1*)
+  echo "$ort_sha256  ${found[0]}" | sha256sum -c --quiet -
+  mkdir -p "$ort_dir"
+  # Copied under a temporary name and renamed, so that an interrupted fetch
+  # never leaves a truncated library where the runtime looks.
+  cp "${found[0]}" "$ort_lib.tmp"
+  mv "$ort_lib.tmp" "$ort_lib"
+fi

@@ -1,0 +1,255 @@
+//go:build cgo
+
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"modelplane/runtime/model"
+)
+
+// environment initialises ONNX Runtime once per process: onnxruntime_go keeps
+// one global environment, and a second InitializeEnvironment is an error. A
+// failure is kept, so every Load reports the same reason.
+var environment = sync.OnceValues(func() (string, error) {
+	path, err := LibraryPath()
+	if err != nil {
+		return "", err
+	}
+	if err := checkLibrary(path); err != nil {
+		return "", err
+	}
+	ort.SetSharedLibraryPath(path)
+	// Warnings (an unused initializer, say) would go to the runtime's
+	// stderr on every load; errors are returned to the caller anyway.
+	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+		return "", fmt.Errorf("initialise onnx runtime from %s: %w", path, err)
+	}
+	return ort.GetVersion(), nil
+})
+
+// RuntimeVersion initialises the environment if needed and returns the
+// version of the ONNX Runtime library loaded, for logs and the runtime's
+// model metadata.
+func RuntimeVersion() (string, error) {
+	return environment()
+}
+
+// LoadWithOptions opens the ONNX model at path, checks it is a supported
+// model (see the package documentation) and prepares a session that scores
+// batches of any size.
+func LoadWithOptions(path string, opts Options) (model.Model, error) {
+	if _, err := environment(); err != nil {
+		return nil, err
+	}
+	if opts.IntraOpThreads < 0 {
+		return nil, fmt.Errorf("onnx: intra-op threads %d, want 0 or more", opts.IntraOpThreads)
+	}
+	threads := opts.IntraOpThreads
+	if threads == 0 {
+		threads = 1
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: session options: %w", err)
+	}
+	defer so.Destroy()
+	if err := so.SetIntraOpNumThreads(threads); err != nil {
+		return nil, fmt.Errorf("onnx: intra-op threads: %w", err)
+	}
+	if err := so.SetInterOpNumThreads(1); err != nil {
+		return nil, fmt.Errorf("onnx: inter-op threads: %w", err)
+	}
+	// The probe session is ONNX Runtime's own check of the model: a bad
+	// graph or an unknown operator fails here with its message. The binding
+	// reports inputs and outputs only through a session of its own, so the
+	// model is loaded twice; both take the thread limit. Loading by path,
+	// not from data, lets ONNX Runtime find weights stored beside the file.
+	inputs, outputs, err := ort.GetInputOutputInfoWithOptions(path, so)
+	if err != nil {
+		return nil, refused(path, err)
+	}
+	in, err := pickInput(inputs)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	out, width, err := pickOutput(outputs)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	g, err := readGraph(data)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	kind, err := g.outputKind(out.Name)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	sess, err := ort.NewDynamicAdvancedSession(path,
+		[]string{in.Name}, []string{out.Name}, so)
+	if err != nil {
+		return nil, refused(path, err)
+	}
+	return &onnxModel{
+		sess:     sess,
+		features: int(in.Dimensions[1]),
+		width:    width,
+		rank:     len(out.Dimensions),
+		kind:     kind,
+	}, nil
+}
+
+// bindingPrefixes are the words onnxruntime_go puts before ONNX Runtime's
+// own message when a session cannot be made; users read the message as the
+// reason their version is invalid, so only ONNX Runtime's words are kept.
+var bindingPrefixes = []string{
+	"Error loading temporary session: ",
+	"Error creating C session from file: ",
+}
+
+// refused is the error of a model ONNX Runtime would not load.
+func refused(path string, err error) error {
+	msg := err.Error()
+	for _, p := range bindingPrefixes {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return fmt.Errorf("onnx runtime refused %s: %s", filepath.Base(path), msg)
+}
+
+// pickInput checks the model has the one input a feature row fills.
+func pickInput(inputs []ort.InputOutputInfo) (ort.InputOutputInfo, error) {
+	if len(inputs) != 1 {
+		return ort.InputOutputInfo{}, fmt.Errorf("model has %d inputs, want 1 of shape [batch, features]", len(inputs))
+	}
+	in := inputs[0]
+	if in.OrtValueType != ort.ONNXTypeTensor {
+		return in, fmt.Errorf("input %q is a %s, want a float tensor", in.Name, in.OrtValueType)
+	}
+	if in.DataType != ort.TensorElementDataTypeFloat {
+		return in, fmt.Errorf("input %q holds %s, want float", in.Name, in.DataType)
+	}
+	if len(in.Dimensions) != 2 {
+		return in, fmt.Errorf("input %q has shape %v, want [batch, features]", in.Name, in.Dimensions)
+	}
+	if in.Dimensions[0] > 0 {
+		return in, fmt.Errorf("input %q has shape %v: the batch dimension must be dynamic", in.Name, in.Dimensions)
+	}
+	if in.Dimensions[1] <= 0 {
+		return in, fmt.Errorf("input %q has shape %v: the feature count must be fixed", in.Name, in.Dimensions)
+	}
+	return in, nil
+}
+
+// pickOutput finds the model's one float output and its row width (0 when
+// the width is only known after a run).
+func pickOutput(outputs []ort.InputOutputInfo) (ort.InputOutputInfo, int, error) {
+	var found []ort.InputOutputInfo
+	for _, o := range outputs {
+		if o.OrtValueType == ort.ONNXTypeTensor && o.DataType == ort.TensorElementDataTypeFloat {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		return ort.InputOutputInfo{}, 0, fmt.Errorf("model has %d float outputs among %d, want 1 of shape [batch, K] or [batch]",
+			len(found), len(outputs))
+	}
+	out := found[0]
+	switch {
+	case len(out.Dimensions) == 1:
+		return out, 1, nil
+	case len(out.Dimensions) == 2 && out.Dimensions[1] > 0:
+		return out, int(out.Dimensions[1]), nil
+	case len(out.Dimensions) == 2:
+		return out, 0, nil
+	}
+	return out, 0, fmt.Errorf("output %q has shape %v, want [batch, K] or [batch]", out.Name, out.Dimensions)
+}
+
+// onnxModel is a model.Model over one ONNX Runtime session.
+type onnxModel struct {
+	mu       sync.Mutex
+	sess     *ort.DynamicAdvancedSession
+	features int
+	width    int // 0: known only from the output of a run
+	rank     int
+	kind     string
+}
+
+func (m *onnxModel) NumFeatures() int   { return m.features }
+func (m *onnxModel) OutputKind() string { return m.kind }
+
+// Predict runs all rows as one batch through the session.
+func (m *onnxModel) Predict(rows [][]float32) ([][]float32, error) {
+	flat := make([]float32, 0, len(rows)*m.features)
+	for i, r := range rows {
+		if len(r) != m.features {
+			return nil, fmt.Errorf("row %d has %d values, want %d", i, len(r), m.features)
+		}
+		flat = append(flat, r...)
+	}
+	if len(rows) == 0 {
+		return [][]float32{}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return nil, errors.New("onnx: model is closed")
+	}
+	input, err := ort.NewTensor(ort.NewShape(int64(len(rows)), int64(m.features)), flat)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: input tensor: %w", err)
+	}
+	defer input.Destroy()
+	outputs := []ort.Value{nil}
+	if err := m.sess.Run([]ort.Value{input}, outputs); err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	defer outputs[0].Destroy()
+	out, ok := outputs[0].(*ort.Tensor[float32])
+	if !ok {
+		return nil, fmt.Errorf("onnx: output is %T, want a float tensor", outputs[0])
+	}
+	shape := out.GetShape()
+	width := 1
+	if len(shape) == 2 {
+		width = int(shape[1])
+	}
+	if len(shape) != m.rank || shape[0] != int64(len(rows)) || (m.width != 0 && width != m.width) || width < 1 {
+		return nil, fmt.Errorf("onnx: output shape %v for %d rows", shape, len(rows))
+	}
+	data := out.GetData()
+	// One backing array for all rows: the batch is freed at once.
+	res := make([][]float32, len(rows))
+	buf := make([]float32, len(data))
+	copy(buf, data)
+	for i := range res {
+		res[i] = buf[i*width : (i+1)*width : (i+1)*width]
+	}
+	return res, nil
+}
+
+// Close destroys the session; a second Close does nothing.
+func (m *onnxModel) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return nil
+	}
+	err := m.sess.Destroy()
+	m.sess = nil
+	if err != nil {
+		return fmt.Errorf("onnx: close: %w", err)
+	}
+	return nil
+}
