@@ -188,3 +188,61 @@ func TestReplicasStartOnVerifiedModelFiles(t *testing.T) {
 		t.Errorf("sim manifest fetched %d times; want never", n)
 	}
 }
+
+// TestRestartKeepsAdoptedReplicasFiles: an agent restarted beside its
+// running replicas keeps their model directories and fetches nothing
+// again; the directory of a replica no longer desired goes.
+func TestRestartKeepsAdoptedReplicasFiles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &store{blobs: map[string][]byte{}, corrupt: map[string]bool{}, asked: map[string]int{}}
+	srv := httptest.NewServer(st)
+	t.Cleanup(srv.Close)
+	files := map[string][]byte{"model.json": []byte(`{"learner":{"v":1}}`)}
+	man := st.version(files)
+	cacheDir := t.TempDir()
+	newCache := func() *cache.Cache {
+		c, err := cache.New(cache.Config{Dir: cacheDir, URL: srv.URL, Token: "t0ken"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	drv := &dirDriver{SimDriver: NewSimDriver(SimDriverConfig{Log: testLog(t)}), seen: map[string]map[string]string{}}
+	t.Cleanup(func() { drv.Close(t.Context()) })
+	cfg := testConfig(t, "n-restart", drv)
+	cfg.Cache = newCache()
+	spec := classifier("keep", 0)
+	spec.Runtime, spec.Manifest = "xgboost", man
+	e.put(t, "n-restart", 1, spec)
+	first, err := New(cfg, e.nc, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	allReady(t, first, "keep")
+	first.Stop()
+	// A stale directory of a replica that is gone since.
+	stale := cfg.Cache.Dir("gone")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Cache = newCache() // the restarted process's cache
+	second := start(t, cfg, e.nc)
+	allReady(t, second, "keep")
+	if c := second.Counters(); c.ReplicaAdoptions != 1 || c.ReplicaStarts != 0 {
+		t.Fatalf("second agent: %+v; want the replica adopted", c)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Cache.Dir("keep"), "model.json")); err != nil {
+		t.Errorf("adopted replica's model dir: %v", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale replica dir: %v; want it removed", err)
+	}
+	if n := st.requests(sum(files["model.json"])); n != 1 {
+		t.Errorf("model file fetched %d times; want once", n)
+	}
+}
