@@ -68,6 +68,10 @@ type Agent struct {
 	// stopping holds the ids whose replica is being stopped; nothing of
 	// that id starts until the stop has finished, so two copies never run.
 	stopping map[string]bool
+	// prepping holds, per id, a channel closed when that id's model
+	// directory preparation ends: a new spec of the id waits for the old
+	// one's, which writes the same directory.
+	prepping map[string]chan struct{}
 	saved    []byte // the state file last written
 
 	// The meter goroutine alone uses these after Start.
@@ -108,6 +112,24 @@ type managed struct {
 	// count; lastRequests is that baseline.
 	metered      bool
 	lastRequests uint64
+	// prepared is set once the cache has made the replica's model
+	// directory, dir; cancelPrep ends a preparation in progress.
+	prepared   bool
+	dir        string
+	cancelPrep context.CancelFunc
+	// downloadMS and verifyMS are the cold start's first two parts.
+	downloadMS, verifyMS int64
+	// What runPrep needs of a preparation prepareLocked set up.
+	prepCtx  context.Context
+	prepPrev chan struct{}
+	prepDone chan struct{}
+}
+
+// needsFiles reports whether the replica's model directory must be
+// prepared before it starts: the agent keeps a cache and the version has
+// files, unless it runs on the simulator, which reads none.
+func (a *Agent) needsFiles(spec proto.ReplicaSpec) bool {
+	return a.cfg.Cache != nil && spec.Manifest != "" && spec.Runtime != "sim"
 }
 
 // New checks cfg and builds an agent on the connection nc, which the caller
@@ -144,6 +166,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Agent, error) {
 		nudge:         make(chan struct{}, 1),
 		replicas:      make(map[string]*managed),
 		stopping:      make(map[string]bool),
+		prepping:      make(map[string]chan struct{}),
 	}
 	if a.drv == nil {
 		a.ownDriver = NewSimDriver(SimDriverConfig{Log: log})
@@ -262,12 +285,22 @@ func (a *Agent) adopt(ctx context.Context, st savedState) {
 				a.log.Info("replica of the previous run is gone; starting it again", slog.String("replica", spec.ID), slog.String("addr", sr.Addr), slog.String("reason", err.Error()))
 			}
 		}
+		if m.rep != nil && a.needsFiles(spec) {
+			// Its directory is the previous run's: keep its files.
+			a.cfg.Cache.Pin(spec.ID, spec.Manifest)
+			m.prepared, m.dir = true, a.cfg.Cache.Dir(spec.ID)
+		}
 		if m.rep != nil {
 			a.n.adoptions.Add(1)
 			m.preferAddr = m.rep.Addr()
 			a.log.Info("adopted replica", slog.String("replica", spec.ID), slog.String("addr", m.rep.Addr()))
 		}
 		found = append(found, m)
+	}
+	if a.cfg.Cache != nil {
+		if err := a.cfg.Cache.Prune(); err != nil {
+			a.log.Warn("model directories of gone replicas not removed", slog.String("error", err.Error()))
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -469,6 +502,10 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.mu.Lock()
 	want := make(map[string]bool, len(a.desired))
 	var order []*managed
+	// Model directories to release and to prepare, once the lock is
+	// dropped: a release of an id comes before a new preparation of it.
+	var releases []string
+	var preps []*managed
 	for _, spec := range a.desired { // ids unique and set: apply and adopt see to it
 		want[spec.ID] = true
 		h := specHash(spec)
@@ -478,6 +515,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			if m.rep != nil {
 				a.retireLocked(spec.ID, m.rep)
 			}
+			releases = append(releases, a.forgetLocked(m)...)
 			m = nil
 		}
 		if m == nil {
@@ -493,6 +531,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if m.rep != nil {
 			a.retireLocked(id, m.rep)
 		}
+		releases = append(releases, a.forgetLocked(m)...)
 		delete(a.replicas, id)
 	}
 	a.validateLocked(order)
@@ -516,15 +555,30 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if m.state == proto.StateFailed && now.Before(m.retryAt) {
 			continue
 		}
+		if a.needsFiles(m.spec) && !m.prepared {
+			if m.cancelPrep == nil {
+				preps = append(preps, m)
+			}
+			continue
+		}
 		starts = append(starts, m)
 	}
+	for _, m := range preps {
+		a.prepareLocked(ctx, m)
+	}
 	a.mu.Unlock()
+	for _, id := range releases {
+		a.cfg.Cache.Release(id)
+	}
+	for _, m := range preps {
+		a.runPrep(m)
+	}
 
 	// Starts run outside the lock so that the meter and heartbeats carry
 	// on; only this goroutine changes which replicas exist.
 	for _, m := range starts {
 		sctx, cancel := context.WithTimeout(ctx, startTimeout)
-		r, err := a.drv.Start(sctx, m.spec, m.preferAddr)
+		r, err := a.drv.Start(sctx, m.spec, StartOptions{Addr: m.preferAddr, ModelDir: m.dir})
 		cancel()
 		a.mu.Lock()
 		if a.replicas[m.spec.ID] != m {
@@ -553,6 +607,92 @@ func (a *Agent) reconcile(ctx context.Context) {
 		a.mu.Unlock()
 	}
 	a.saveState()
+}
+
+// forgetLocked ends what the agent does for a replica it no longer runs
+// under this spec: a preparation in progress is cancelled, and the ids
+// whose model directories must be released are returned (they are
+// released outside the lock).
+func (a *Agent) forgetLocked(m *managed) []string {
+	if m.cancelPrep != nil {
+		m.cancelPrep()
+		m.cancelPrep = nil
+	}
+	if !a.needsFiles(m.spec) {
+		return nil
+	}
+	return []string{m.spec.ID}
+}
+
+// prepMsg is a starting replica's reason while its files are prepared.
+const prepMsg = "preparing model files"
+
+// prepareLocked marks m as being prepared; runPrep, called once the lock
+// is dropped, does it in the background, so that a download never delays
+// heartbeats. A later reconcile starts the replica.
+func (a *Agent) prepareLocked(ctx context.Context, m *managed) {
+	pctx, cancel := context.WithCancel(ctx)
+	m.cancelPrep = cancel
+	if m.state != proto.StateFailed {
+		// A retry keeps its failure's reason until it gets further.
+		m.state, m.reason = proto.StateStarting, prepMsg
+	}
+	prev := a.prepping[m.spec.ID]
+	done := make(chan struct{})
+	a.prepping[m.spec.ID] = done
+	m.prepCtx, m.prepPrev, m.prepDone = pctx, prev, done
+}
+
+// runPrep prepares m's model directory in the background.
+func (a *Agent) runPrep(m *managed) {
+	a.mu.Lock()
+	pctx, prev, done, cancel := m.prepCtx, m.prepPrev, m.prepDone, m.cancelPrep
+	spec := m.spec
+	a.mu.Unlock()
+	a.wg.Go(func() {
+		defer close(done)
+		defer cancel()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-pctx.Done():
+				return
+			}
+		}
+		p, err := a.cfg.Cache.Prepare(pctx, spec)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.prepping[spec.ID] == done {
+			delete(a.prepping, spec.ID)
+		}
+		cur := a.replicas[spec.ID]
+		if cur != m {
+			if cur == nil {
+				// Gone while it was prepared: its directory goes too.
+				a.wg.Go(func() { a.cfg.Cache.Release(spec.ID) })
+			}
+			return
+		}
+		m.cancelPrep = nil
+		if pctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			a.failLocked(m, a.cfg.Clock.Now(), "prepare model files: "+err.Error())
+			a.n.startFailures.Add(1)
+			a.log.Error("replica's model files not prepared", slog.String("replica", spec.ID), slog.String("error", err.Error()),
+				slog.Int("failures", m.failures), slog.Time("retry_at", m.retryAt))
+		} else {
+			m.prepared, m.dir = true, p.Dir
+			m.downloadMS, m.verifyMS = p.Download.Milliseconds(), p.Verify.Milliseconds()
+			if m.reason == prepMsg {
+				m.reason = ""
+			}
+			a.log.Info("replica's model files ready", slog.String("replica", spec.ID), slog.String("dir", p.Dir),
+				slog.Int("fetched", p.Fetched), slog.Int64("download_ms", m.downloadMS), slog.Int64("verify_ms", m.verifyMS))
+		}
+		a.poke()
+	})
 }
 
 // failLocked marks a replica failed and schedules its next start with an
@@ -771,8 +911,9 @@ func (a *Agent) Status() proto.NodeStatus {
 		st.GPUs[i] = g
 	}
 	for _, m := range a.replicas {
-		rs := proto.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason}
+		rs := proto.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason, DownloadMS: m.downloadMS, VerifyMS: m.verifyMS}
 		if m.rep != nil {
+			rs.LoadMS, rs.WarmupMS = m.obs.LoadMS, m.obs.WarmupMS
 			rs.Addr = m.rep.Addr()
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct
@@ -789,6 +930,10 @@ func (a *Agent) Status() proto.NodeStatus {
 	}
 	for i := range st.GPUs {
 		st.GPUs[i].UtilPct = min(st.GPUs[i].UtilPct, 100)
+	}
+	if a.cfg.Cache != nil {
+		cs := a.cfg.Cache.Stats()
+		st.Cache = &cs
 	}
 	slices.SortFunc(st.Replicas, func(x, y proto.ReplicaStatus) int { return cmp.Compare(x.ID, y.ID) })
 	return st

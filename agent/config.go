@@ -7,6 +7,7 @@ import (
 
 	"github.com/coder/quartz"
 
+	"modelplane/agent/cache"
 	"modelplane/agent/proto"
 )
 
@@ -51,6 +52,10 @@ type Config struct {
 	MaxInFlight int
 	// BatchRecords is the most records in one usage batch. Default 1,000.
 	BatchRecords int
+	// Cache prepares each replica's model directory from the node's
+	// artifact cache before the driver starts it. Nil fetches nothing:
+	// drivers get no directory (a simulated node).
+	Cache *cache.Cache
 	// Driver runs the replicas. Nil means a SimDriver the agent owns and
 	// closes on Stop; a driver passed in outlives the agent, so another
 	// Agent can adopt its replicas.

@@ -14,12 +14,12 @@ import (
 // adopts what is running instead of starting it twice.
 type Driver interface {
 	// Start launches the replica and returns once it accepts connections;
-	// it may still be loading (Observation.Ready false). addr is a
+	// it may still be loading (Observation.Ready false). opts.Addr is a
 	// preferred listen address, the one a previous run used, or ""; a
-	// driver that cannot take it picks another. Starting a replica the
-	// driver already runs with the same spec returns the running one: one
-	// id never runs twice.
-	Start(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
+	// driver that cannot take it picks another. opts.ModelDir holds the
+	// version's verified files. Starting a replica the driver already runs
+	// with the same spec returns the running one: one id never runs twice.
+	Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error)
 	// Running lists the replicas the driver runs now, of every agent that
 	// shares it; an agent picks its own by id.
 	Running() []Replica
@@ -27,6 +27,22 @@ type Driver interface {
 	// addr. It returns ErrNotRunning unless something there answers as that
 	// replica; the agent then starts it afresh.
 	Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
+}
+
+// StartOptions are what the agent gives a driver to start a replica with,
+// besides its spec.
+type StartOptions struct {
+	// Addr is the preferred listen address, host:port, or "".
+	Addr string
+	// ModelDir is the replica's model directory: every file of the
+	// version at its manifest path, each verified against its sha256, and
+	// the runtime's settings (spec.Settings) as runtime/model.ConfigFile
+	// when the spec has any. The directory is the replica's alone and
+	// stays until the replica leaves the node; a runtime restarted in
+	// place may read it again. "" when the agent keeps no artifact cache
+	// or the version has no files to fetch (spec.Manifest empty, or the
+	// sim runtime, which reads none).
+	ModelDir string
 }
 
 // Replica is one replica as its driver runs it.
@@ -60,4 +76,10 @@ type Observation struct {
 	UtilPct float64
 	// MemoryMB is the GPU memory the replica holds over all its slots.
 	MemoryMB int64
+	// LoadMS and WarmupMS are the runtime's cold start after the agent
+	// handed it the model directory: loading the model, then its warm-up,
+	// in milliseconds; 0 while unknown. The heartbeat reports them beside
+	// the agent's download and verify times.
+	LoadMS   int64
+	WarmupMS int64
 }

@@ -146,9 +146,9 @@ func newCountingDriver(t *testing.T) *countingDriver {
 	return d
 }
 
-func (d *countingDriver) Start(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error) {
+func (d *countingDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error) {
 	d.starts.Add(1)
-	return d.SimDriver.Start(ctx, spec, addr)
+	return d.SimDriver.Start(ctx, spec, opts)
 }
 
 func (d *countingDriver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error) {

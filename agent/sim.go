@@ -54,10 +54,12 @@ func NewSimDriver(cfg SimDriverConfig) *SimDriver {
 	}
 }
 
-// Start serves the replica on addr when that port is free, else on any free
-// loopback port. Starting a replica the driver already runs returns the
-// running one, so a retried start never makes a second copy.
-func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error) {
+// Start serves the replica on opts.Addr when that port is free, else on any
+// free loopback port; it reads no model files. Starting a replica the
+// driver already runs returns the running one, so a retried start never
+// makes a second copy.
+func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error) {
+	addr := opts.Addr
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r, ok := d.running[spec.ID]; ok {

@@ -77,13 +77,16 @@ func writeState(dir string, data []byte) error {
 	return nil
 }
 
-// specHash identifies what a replica runs. The sim profile is compacted
-// first so that the control plane re-encoding it does not restart anything.
+// specHash identifies what a replica runs. The sim profile and the runtime
+// settings are compacted first so that the control plane re-encoding them
+// does not restart anything.
 func specHash(s proto.ReplicaSpec) string {
-	if len(s.Sim) > 0 {
-		var buf bytes.Buffer
-		if json.Compact(&buf, s.Sim) == nil {
-			s.Sim = buf.Bytes()
+	for _, raw := range []*json.RawMessage{&s.Sim, &s.Settings} {
+		if len(*raw) > 0 {
+			var buf bytes.Buffer
+			if json.Compact(&buf, *raw) == nil {
+				*raw = buf.Bytes()
+			}
 		}
 	}
 	data, _ := json.Marshal(s)

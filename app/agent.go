@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
+	"modelplane/agent/cache"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -32,7 +34,19 @@ type AgentConfig struct {
 	// LoadDelay is how long a sim replica takes to load its model.
 	LoadDelay time.Duration
 	LogLevel  string
+	// ControlPlaneURL is where the agent fetches artifacts; "" keeps no
+	// cache and fetches nothing (enough for sim replicas).
+	ControlPlaneURL string
+	// AgentToken is the credential artifact requests carry.
+	AgentToken Secret
+	// CacheDir holds the node's artifact cache; "" is <state dir>/cache.
+	CacheDir string
+	// CacheBytes bounds the cache (evicting from 80 % to 70 %).
+	CacheBytes int64
 }
+
+// DefaultCacheBytes is the artifact cache's default size.
+const DefaultCacheBytes = 50 << 30
 
 // listFlag is a repeatable string flag.
 type listFlag struct{ v *[]string }
@@ -66,6 +80,19 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.SpoolMaxBytes, "spool-max-bytes", envInt("MP_AGENT_SPOOL_MAX_BYTES", agent.DefaultSpoolMaxBytes), "bound of the usage spool on disk (MP_AGENT_SPOOL_MAX_BYTES)")
 	fs.DurationVar(&c.LoadDelay, "sim-load-delay", envDuration("MP_AGENT_SIM_LOAD_DELAY", 0), "sim driver: how long a replica takes to load (MP_AGENT_SIM_LOAD_DELAY)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+	fs.StringVar(&c.ControlPlaneURL, "control-plane", env("MP_CONTROL_PLANE_URL", ""), "control plane URL the agent fetches model files from; empty fetches none (MP_CONTROL_PLANE_URL)")
+	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
+	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "credential for fetching model files, the control plane's MP_AGENT_TOKEN (MP_AGENT_TOKEN)")
+	fs.StringVar(&c.CacheDir, "cache-dir", env("MP_AGENT_CACHE_DIR", ""), "node artifact cache; keep it across restarts (MP_AGENT_CACHE_DIR; default <state-dir>/cache)")
+	fs.Int64Var(&c.CacheBytes, "cache-bytes", envInt("MP_AGENT_CACHE_BYTES", DefaultCacheBytes), "size of the artifact cache; least recently used versions are evicted above 80 % (MP_AGENT_CACHE_BYTES)")
+}
+
+// cacheDir is the cache directory the settings name.
+func (c *AgentConfig) cacheDir() string {
+	if c.CacheDir != "" {
+		return c.CacheDir
+	}
+	return filepath.Join(c.StateDir, "cache")
 }
 
 // hostNode is the host name's first label, a valid node name on most
@@ -95,6 +122,17 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
+	}
+	if c.ControlPlaneURL != "" {
+		if !strings.HasPrefix(c.ControlPlaneURL, "http://") && !strings.HasPrefix(c.ControlPlaneURL, "https://") {
+			bad("MP_CONTROL_PLANE_URL (--control-plane) must be an http(s) URL, got %q", c.ControlPlaneURL)
+		}
+		if c.AgentToken == "" {
+			bad("MP_AGENT_TOKEN (--agent-token) is required with MP_CONTROL_PLANE_URL: the control plane serves model files only to agents that present it")
+		}
+	}
+	if c.CacheBytes <= 0 {
+		bad("MP_AGENT_CACHE_BYTES (--cache-bytes) must be a positive number of bytes")
 	}
 	gpus, err := agent.ParseInventory(c.GPUs, strings.Join(c.MIG, ","))
 	if err != nil {
@@ -143,6 +181,14 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return fmt.Errorf("connect nats: %w", err)
 	}
 	defer nc.Close()
+	if c.ControlPlaneURL != "" {
+		cc, err := cache.New(cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
+			Token: string(c.AgentToken), Log: log.With(slog.String("node", cfg.Node))})
+		if err != nil {
+			return err
+		}
+		cfg.Cache = cc
+	}
 	drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log})
 	cfg.Driver = drv
 	a, err := agent.New(cfg, nc, log)

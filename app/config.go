@@ -35,9 +35,12 @@ type ServerConfig struct {
 	OIDCSecret     Secret
 	ArtifactDir    string
 	MaxUploadBytes int64
-	SessionIdle    time.Duration
-	SessionMax     time.Duration
-	LogLevel       string
+	// AgentToken is the credential every node agent presents to fetch
+	// artifacts until nodes enrol with their own; empty refuses agents.
+	AgentToken  Secret
+	SessionIdle time.Duration
+	SessionMax  time.Duration
+	LogLevel    string
 	// DriftInterval is the time between scheduled drift checks;
 	// DriftAlertAfter how long a score must stay past its threshold before
 	// its alert fires.
@@ -101,6 +104,8 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
 	fs.Var(secretFlag{&c.OIDCSecret}, "oidc-client-secret", "OIDC client secret (MP_OIDC_CLIENT_SECRET)")
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
+	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
+	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "token node agents present to fetch artifacts; empty refuses them (MP_AGENT_TOKEN)")
 	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", envInt("MP_MAX_UPLOAD_BYTES", 10<<30), "largest version upload (MP_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.SessionIdle, "session-idle", envDuration("MP_SESSION_IDLE", 8*time.Hour), "portal session idle timeout (MP_SESSION_IDLE)")
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
@@ -143,6 +148,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.ArtifactDir == "" {
 		bad("MP_ARTIFACT_DIR (--artifact-dir) is required")
+	}
+	if c.AgentToken != "" && len(c.AgentToken) < 16 {
+		bad("MP_AGENT_TOKEN (--agent-token) must be at least 16 characters: it lets a node fetch every team's artifacts")
 	}
 	if c.MaxUploadBytes <= 0 {
 		bad("MP_MAX_UPLOAD_BYTES (--max-upload-bytes) must be a positive number of bytes")

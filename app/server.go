@@ -36,6 +36,9 @@ type HTTPOptions struct {
 	MaxUploadBytes int64
 	// Ready names the dependencies /readyz checks.
 	Ready map[string]handlers.Pinger
+	// AgentToken is what node agents present to fetch artifacts; "" refuses
+	// them all.
+	AgentToken Secret
 }
 
 // readiness is what /readyz checks in `server` and `dev`.
@@ -65,6 +68,7 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		Audit:          cp.Audit,
 		Idempotency:    cp.Idempotency,
 		Ready:          o.Ready,
+		AgentToken:     string(o.AgentToken),
 		Metrics:        cp.Metrics,
 		Now:            time.Now,
 		DevUsers:       o.DevUsers,
@@ -180,7 +184,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc)})
+	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc), AgentToken: cfg.AgentToken})
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}

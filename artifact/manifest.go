@@ -125,11 +125,26 @@ func (m Manifest) Canonical() []byte {
 	return b.Bytes()
 }
 
+// manifestScheme starts the artifact URI of a version whose files the store
+// holds.
+const manifestScheme = "sha256-manifest:"
+
 // URI returns "sha256-manifest:" and the sha256 of the canonical manifest,
 // the artifact URI of a version uploaded with it.
-func (m Manifest) URI() string {
+func (m Manifest) URI() string { return manifestScheme + m.Digest() }
+
+// Digest returns the sha256 of the canonical manifest, the name under which
+// the store keeps the manifest itself.
+func (m Manifest) Digest() string {
 	sum := sha256.Sum256(m.Canonical())
-	return "sha256-manifest:" + hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:])
+}
+
+// ManifestDigest returns the manifest digest an artifact URI names, and
+// false for a URI of files kept elsewhere (s3://, https://…).
+func ManifestDigest(uri string) (string, bool) {
+	d, ok := strings.CutPrefix(uri, manifestScheme)
+	return d, ok && IsDigest(d)
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {

@@ -199,9 +199,10 @@ func (s *Store) discard(ctx context.Context, digests []string, inUse InUse) erro
 	return errors.Join(errs...)
 }
 
-// Open returns the content of a stored blob. The error wraps ErrNotFound when
-// the store does not hold it.
-func (s *Store) Open(digest string) (io.ReadCloser, error) {
+// Open returns the content of a stored blob, as a read-only file so that it
+// can be served in ranges. The error wraps ErrNotFound when the store does
+// not hold it.
+func (s *Store) Open(digest string) (*os.File, error) {
 	if !IsDigest(digest) {
 		return nil, fmt.Errorf("open blob %q: not a sha256 digest: %w", digest, ErrNotFound)
 	}

@@ -91,6 +91,20 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 	return i, err
 }
 
+const modelVersionDigestReferenced = `-- name: ModelVersionDigestReferenced :one
+SELECT (EXISTS (SELECT 1 FROM model_versions v, jsonb_each_text(v.manifest) AS f WHERE f.value = $1::text)
+     OR EXISTS (SELECT 1 FROM model_versions v WHERE v.artifact_uri = 'sha256-manifest:' || $1::text))::boolean AS referenced
+`
+
+// Whether any version, of any team, lists the digest as one of its files or
+// has it as its manifest's: node agents may fetch only what a version needs.
+func (q *Queries) ModelVersionDigestReferenced(ctx context.Context, digest string) (bool, error) {
+	row := q.db.QueryRow(ctx, modelVersionDigestReferenced, digest)
+	var referenced bool
+	err := row.Scan(&referenced)
+	return referenced, err
+}
+
 const modelVersionDigestsInUse = `-- name: ModelVersionDigestsInUse :many
 SELECT DISTINCT f.value::text AS digest
 FROM model_versions v, jsonb_each_text(v.manifest) AS f
@@ -282,4 +296,19 @@ func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVers
 		return nil, err
 	}
 	return items, nil
+}
+
+const modelVersionManifestByDigest = `-- name: ModelVersionManifestByDigest :one
+SELECT v.manifest FROM model_versions v
+WHERE v.artifact_uri = 'sha256-manifest:' || $1::text
+ORDER BY v.id LIMIT 1
+`
+
+// The manifest whose canonical form hashes to the digest, of any team's
+// version: the artifact store serves it to node agents by that digest.
+func (q *Queries) ModelVersionManifestByDigest(ctx context.Context, digest string) ([]byte, error) {
+	row := q.db.QueryRow(ctx, modelVersionManifestByDigest, digest)
+	var manifest []byte
+	err := row.Scan(&manifest)
+	return manifest, err
 }

@@ -123,6 +123,7 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 const replicaListAll = `-- name: ReplicaListAll :many
 SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
+       v.runtime, v.format, v.artifact_uri, m.feature_names,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
 FROM replicas r
 JOIN nodes n ON n.id = r.node_id
@@ -136,24 +137,28 @@ ORDER BY r.id
 `
 
 type ReplicaListAllRow struct {
-	ID         int64
-	Name       string
-	EndpointID int64
-	VersionID  int64
-	NodeID     int64
-	Node       string
-	State      string
-	Addr       string
-	GPUType    string
-	Profile    string
-	Team       string
-	Endpoint   string
-	Model      string
-	Task       string
-	Version    string
-	SimProfile []byte
-	SlotGpus   []int32
-	SlotSlices []int32
+	ID           int64
+	Name         string
+	EndpointID   int64
+	VersionID    int64
+	NodeID       int64
+	Node         string
+	State        string
+	Addr         string
+	GPUType      string
+	Profile      string
+	Team         string
+	Endpoint     string
+	Model        string
+	Task         string
+	Version      string
+	SimProfile   []byte
+	Runtime      string
+	Format       string
+	ArtifactURI  string
+	FeatureNames []string
+	SlotGpus     []int32
+	SlotSlices   []int32
 }
 
 func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, error) {
@@ -182,6 +187,10 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 			&i.Task,
 			&i.Version,
 			&i.SimProfile,
+			&i.Runtime,
+			&i.Format,
+			&i.ArtifactURI,
+			&i.FeatureNames,
 			&i.SlotGpus,
 			&i.SlotSlices,
 		); err != nil {

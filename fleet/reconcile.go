@@ -403,12 +403,7 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 	}
 	byNode := map[int64][]proto.ReplicaSpec{}
 	for _, r := range reps {
-		spec := proto.ReplicaSpec{ID: r.Name, Team: r.Team, Endpoint: r.Endpoint, Model: r.Model, Version: r.Version, Task: r.Task,
-			GPUType: r.GPUType, Profile: r.Profile, Sim: json.RawMessage(r.SimProfile)}
-		for i := range r.SlotGpus {
-			spec.Slots = append(spec.Slots, proto.Slot{GPU: int(r.SlotGpus[i]), Slice: int(r.SlotSlices[i])})
-		}
-		byNode[r.NodeID] = append(byNode[r.NodeID], spec)
+		byNode[r.NodeID] = append(byNode[r.NodeID], replicaSpec(r))
 	}
 	written := 0
 	for _, n := range nodes {

@@ -37,19 +37,21 @@ func apiFixtures() map[string][]*payload {
 		"GET /models/{model}":                  {nil},
 		"GET /models/{model}/versions":         {nil},
 		// The plain chi upload route and its JSON form for external artifacts.
-		"POST /models/{model}/versions":           {versionUpload("v9"), versionExternal("v9")},
-		"GET /models/{model}/versions/{version}":  {nil},
-		"GET /endpoints/{endpoint}":               {nil},
-		"GET /endpoints/{endpoint}/stats":         {nil},
-		"GET /nodes/{node}":                       {nil},
-		"PUT /endpoints/{endpoint}":               {jsonPayload(endpointSettings)},
-		"DELETE /endpoints/{endpoint}":            {nil},
-		"PUT /endpoints/{endpoint}/traffic":       {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
-		"PUT /endpoints/{endpoint}/experiment":    {jsonPayload(map[string]any{"name": "ab", "arms": []map[string]any{{"version": "v1", "share": 50}, {"version": "v2", "share": 50}}})},
-		"DELETE /endpoints/{endpoint}/experiment": {nil},
-		"POST /teams":                             {jsonPayload(map[string]any{"name": "matrix-team"})},
-		"POST /api-keys":                          {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
-		"POST /models":                            {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
+		"POST /models/{model}/versions":          {versionUpload("v9"), versionExternal("v9")},
+		"GET /models/{model}/versions/{version}": {nil},
+		// The plain chi download route.
+		"GET /models/{model}/versions/{version}/files/{path}": {nil},
+		"GET /endpoints/{endpoint}":                           {nil},
+		"GET /endpoints/{endpoint}/stats":                     {nil},
+		"GET /nodes/{node}":                                   {nil},
+		"PUT /endpoints/{endpoint}":                           {jsonPayload(endpointSettings)},
+		"DELETE /endpoints/{endpoint}":                        {nil},
+		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
+		"PUT /endpoints/{endpoint}/experiment":                {jsonPayload(map[string]any{"name": "ab", "arms": []map[string]any{{"version": "v1", "share": 50}, {"version": "v2", "share": 50}}})},
+		"DELETE /endpoints/{endpoint}/experiment":             {nil},
+		"POST /teams":                                         {jsonPayload(map[string]any{"name": "matrix-team"})},
+		"POST /api-keys":                                      {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
+		"POST /models":                                        {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
 		// A rate inside the 5-minute lead: finance is refused on that field
 		// (a 400 that stores nothing), anyone else on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
@@ -137,10 +139,12 @@ func refusal(route string) (int, string) {
 var portalExempt = []string{"POST /login", "POST /logout", "POST /team/switch"}
 
 // exemptPortal reports whether a portal route needs no fixture: the exempt
-// POSTs, and the static files, mounted for every method.
+// POSTs, the static files, mounted for every method, and the node agents'
+// artifact route, which names no team object and takes no user credential
+// (TestInternalArtifacts covers it).
 func exemptPortal(route string) bool {
 	_, path, _ := strings.Cut(route, " ")
-	return slices.Contains(portalExempt, route) || path == "/static/*"
+	return slices.Contains(portalExempt, route) || path == "/static/*" || strings.HasPrefix(path, "/internal/")
 }
 
 // riskValues are the path parameters naming the risk team's objects (and the
@@ -149,9 +153,9 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01",
-		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause"}
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors"}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321", "action": "pause"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321", "action": "pause", "path": "model.safetensors"}
 	return risk, missing
 }
 

@@ -274,6 +274,11 @@ func apiRoutes(t testing.TB, h http.Handler) []string {
 		if !ok || isOpenAPIDoc("/"+rest) {
 			continue
 		}
+		// A trailing wildcard is the route's last parameter, named as the
+		// OpenAPI document names it.
+		if strings.HasSuffix(rest, "/files/*") {
+			rest = strings.TrimSuffix(rest, "*") + "{path}"
+		}
 		out = append(out, method+" /"+rest)
 	}
 	return out

@@ -82,6 +82,9 @@ func (s *Server) registerVersions(api huma.API) {
 			"default": {Description: "Error", Content: map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")}}},
 		},
 	})
+	// Downloads serve ranges of a file with http.ServeContent, so they too
+	// are a plain handler mounted in routes.go.
+	api.OpenAPI().AddOperation(versionFileOperation(reg))
 }
 
 // versionRegister handles POST /api/v1/models/{model}/versions.

@@ -21,7 +21,10 @@ func (s *Server) Handler() http.Handler {
 		r.Use(s.apiAuth, s.idempotency)
 		s.newAPI(r)
 		r.With(keepReading).Post("/models/{model}/versions", s.versionRegister)
+		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 	})
+	// Node agents fetch artifacts with their own credential, not a user's.
+	r.Get("/internal/artifacts/{sha256}", s.internalArtifact)
 
 	s.portalRoutes(r)
 	return r

@@ -68,6 +68,9 @@ type Deps struct {
 	// GatewayKey is a platform API key the Try it section sends requests
 	// with (modelplane dev sets one); "" shows only the curl command.
 	GatewayKey string
+	// AgentToken is the credential node agents present to fetch artifacts
+	// (GET /internal/artifacts/{sha256}); "" refuses every agent.
+	AgentToken string
 	Ready      map[string]Pinger // name → dependency checked by /readyz
 	// Metrics is the registry /metrics serves; the HTTP layer registers its
 	// own collectors on it.

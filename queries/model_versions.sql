@@ -27,3 +27,16 @@ ORDER BY v.id LIMIT @lim;
 SELECT DISTINCT f.value::text AS digest
 FROM model_versions v, jsonb_each_text(v.manifest) AS f
 WHERE f.value = ANY(@digests::text[]);
+
+-- name: ModelVersionDigestReferenced :one
+-- Whether any version, of any team, lists the digest as one of its files or
+-- has it as its manifest's: node agents may fetch only what a version needs.
+SELECT (EXISTS (SELECT 1 FROM model_versions v, jsonb_each_text(v.manifest) AS f WHERE f.value = @digest::text)
+     OR EXISTS (SELECT 1 FROM model_versions v WHERE v.artifact_uri = 'sha256-manifest:' || @digest::text))::boolean AS referenced;
+
+-- name: ModelVersionManifestByDigest :one
+-- The manifest whose canonical form hashes to the digest, of any team's
+-- version: the artifact store serves it to node agents by that digest.
+SELECT v.manifest FROM model_versions v
+WHERE v.artifact_uri = 'sha256-manifest:' || @digest::text
+ORDER BY v.id LIMIT 1;

@@ -379,6 +379,11 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	if err != nil {
 		return Version{}, fmt.Errorf("register version: %w", err)
 	}
+	if files != nil {
+		// The version is recorded: a failure here fails nothing, since
+		// Artifact stores a missing manifest when an agent first asks.
+		_ = s.putManifest(ctx, man)
+	}
 	return out, nil
 }
 

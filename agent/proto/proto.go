@@ -204,6 +204,26 @@ type ReplicaSpec struct {
 	Slots []Slot `json:"slots"`
 	// Sim is the version's sim profile, for the sim driver.
 	Sim json.RawMessage `json:"sim,omitempty"`
+	// VersionID is the version's registry id; with Version it names what
+	// the replica serves.
+	VersionID int64 `json:"version_id,omitempty"`
+	// Runtime is the registry runtime that serves the version ("xgboost",
+	// "onnxruntime", "vllm", "sim"…); Format is the format of its model
+	// file ("onnx", "xgboost-json", "safetensors"…).
+	Runtime string `json:"runtime,omitempty"`
+	Format  string `json:"format,omitempty"`
+	// Manifest is the lowercase hex sha256 of the version's canonical
+	// manifest (path → sha256 of each file), empty for a version whose
+	// files the control plane does not hold. The agent fetches the
+	// manifest and then each file by digest from the control plane's
+	// content-addressed store (GET /internal/artifacts/{sha256}), so that
+	// a node's mp_desired value stays small however many files a version
+	// has (NATS caps a value at 1 MB).
+	Manifest string `json:"manifest,omitempty"`
+	// Settings are the runtime's own settings; for the built-in runtime a
+	// runtime/model.Config, which the agent writes into the replica's model
+	// directory as model.ConfigFile.
+	Settings json.RawMessage `json:"settings,omitempty"`
 }
 
 // Slot is one allocatable unit: a whole GPU (Slice 0 of a GPU without MIG) or
@@ -224,6 +244,9 @@ type NodeStatus struct {
 	Generation int64           `json:"generation"`
 	GPUs       []GPU           `json:"gpus"`
 	Replicas   []ReplicaStatus `json:"replicas"`
+	// Cache is the node's artifact cache; nil when the agent keeps none
+	// (a simulated node).
+	Cache *CacheStatus `json:"cache,omitempty"`
 }
 
 // GPU is one GPU of a node with its partitions and current use.
@@ -264,6 +287,33 @@ type ReplicaStatus struct {
 	KVUsedPct float64 `json:"kv_used_pct"`
 	// Requests is the number of requests completed since the replica started.
 	Requests int64 `json:"requests"`
+	// The replica's cold start, split: DownloadMS is the time spent
+	// fetching the version's files that were not in the node cache (0 when
+	// all were), VerifyMS the time spent checking their sha256 digests,
+	// LoadMS the runtime's time to load the model and WarmupMS its warm-up
+	// with the version's sample inputs before it reported ready. The agent
+	// measures the first two, the driver the last two; 0 is unknown or none.
+	DownloadMS int64 `json:"download_ms,omitempty"`
+	VerifyMS   int64 `json:"verify_ms,omitempty"`
+	LoadMS     int64 `json:"load_ms,omitempty"`
+	WarmupMS   int64 `json:"warmup_ms,omitempty"`
+}
+
+// CacheStatus is the node's artifact cache as a heartbeat reports it.
+type CacheStatus struct {
+	// BytesUsed is what the cached files take on disk, partial downloads
+	// included; BytesLimit is the configured size (--cache-bytes).
+	BytesUsed  int64 `json:"bytes_used"`
+	BytesLimit int64 `json:"bytes_limit"`
+	// Versions is the number of versions the cache holds whole.
+	Versions int `json:"versions"`
+	// Hits counts replica preparations that found every file of their
+	// version in the cache; Misses those that downloaded at least one.
+	// Evictions counts versions evicted. All three count since the agent
+	// started.
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Evictions uint64 `json:"evictions"`
 }
 
 // UsageBatch is one MP_USAGE message. ID is also its Nats-Msg-Id; a batch
