@@ -106,7 +106,7 @@ func (m *linear) eval(r []float32) []float64 {
 
 // modelDir writes a model directory: the linear model as file and the
 // serving configuration.
-func modelDir(t *testing.T, cfg model.Config, m *linear, file string) string {
+func modelDir(t testing.TB, cfg model.Config, m *linear, file string) string {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := json.Marshal(m)
