@@ -19,6 +19,7 @@ import (
 	"modelplane/internal/wait"
 	"modelplane/runtime"
 	"modelplane/runtime/model"
+	"modelplane/sim/replica"
 )
 
 // fraudConfig is a binary classifier of three features: a number, a
@@ -597,5 +598,29 @@ func TestQueueTimeoutIs503AndNeverExecuted(t *testing.T) {
 	text := string(do(t, "GET", hs.URL+"/metrics", "").body)
 	if got := metric(t, text, `nv_inference_request_failure{model="fraud-scoring",reason="REJECTED",version="v23"}`); got != 1 {
 		t.Errorf("rejected failures %v, want 1", got)
+	}
+}
+
+// The agent reads /v2/stats into the simulated replica's Stats and checks
+// its replica id: the runtime's answer must decode into it with the same
+// meaning.
+func TestStatsDecodeAsTheSimulatedReplicas(t *testing.T) {
+	t.Parallel()
+	_, url := serve(t, modelDir(t, fraudConfig(), fraudModel(), "model.json"), &opened{}, runtime.Options{ReplicaID: "rep-9"})
+	for range 3 {
+		if r := do(t, "POST", url+"/predict", `{"instances": [{"amount": 1, "country": "us", "merchant": "travel"}, {"amount": 2, "country": "us", "merchant": "travel"}]}`); r.status != 200 {
+			t.Fatalf("predict: %d", r.status)
+		}
+	}
+	r := do(t, "GET", url+"/v2/stats", "")
+	dec := json.NewDecoder(strings.NewReader(string(r.body)))
+	dec.DisallowUnknownFields()
+	var st replica.Stats
+	if err := dec.Decode(&st); err != nil {
+		t.Fatalf("decode /v2/stats into replica.Stats: %v: %s", err, r.body)
+	}
+	if st.ReplicaID != "rep-9" || st.Endpoint != "fraud-scoring" || st.Version != "v23" || st.Task != replica.TaskClassification ||
+		!st.Ready || st.Requests != 3 || st.Errors != 0 || st.BatchSize != 2 || st.QueueDepth != 0 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
