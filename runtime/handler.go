@@ -126,9 +126,7 @@ type failure struct {
 // Triton metrics; a failure says how to answer.
 func (s *Server) run(ctx context.Context, l *loaded, rows [][]float32) (batch.Result, *failure) {
 	start := s.clock.Now("runtime", "infer")
-	l.metrics.pending.Inc()
 	res, err := l.batcher.Do(ctx, rows)
-	l.metrics.pending.Dec()
 	switch {
 	case err == nil:
 		m := l.metrics

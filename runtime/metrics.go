@@ -29,13 +29,14 @@ type metrics struct {
 	requestUS   prometheus.Counter
 	queueUS     prometheus.Counter
 	computeUS   prometheus.Counter
-	pending     prometheus.Gauge
 	inFlight    prometheus.Gauge
 	batchRows   prometheus.Gauge
 	failureBase map[string]prometheus.Counter
 }
 
-func newMetrics(modelName, version string) *metrics {
+// newMetrics registers the series; pending reads the requests queued in
+// the batcher, not yet executing, at each scrape (Triton's pending count).
+func newMetrics(modelName, version string, pending func() float64) *metrics {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"model": modelName, "version": version}
 	counter := func(name, help string) prometheus.Counter {
@@ -62,7 +63,8 @@ func newMetrics(modelName, version string) *metrics {
 	m.requestUS = counter("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds")
 	m.queueUS = counter("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds")
 	m.computeUS = counter("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds")
-	m.pending = gauge("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution")
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nv_inference_pending_request_count",
+		Help: "Instantaneous number of pending requests awaiting execution", ConstLabels: labels}, pending))
 	m.inFlight = gauge("modelplane_runtime_inflight_requests", "Inference requests being answered: queued, executing or being encoded")
 	m.batchRows = gauge("modelplane_runtime_last_batch_size", "Rows of the last batch executed")
 	return m

@@ -208,7 +208,8 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	if err != nil {
 		return fail(err)
 	}
-	l := &loaded{cfg: cfg, model: m, enc: enc, dec: dec, metrics: newMetrics(cfg.Model, cfg.Version)}
+	l := &loaded{cfg: cfg, model: m, enc: enc, dec: dec}
+	l.metrics = newMetrics(cfg.Model, cfg.Version, func() float64 { return float64(l.batcher.Stats().QueuedRequests) })
 	l.batcher, err = batch.New(m, batch.Config{
 		MaxBatchSize:        cfg.Batching.MaxBatchSize,
 		MaxQueueDelay:       time.Duration(cfg.Batching.MaxQueueDelayUS) * time.Microsecond,

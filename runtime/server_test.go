@@ -575,6 +575,10 @@ func TestQueueTimeoutIs503AndNeverExecuted(t *testing.T) {
 	late := post(2)
 	timers.MustWait(ctx).MustRelease(ctx)
 	wait.Eventually(t, 10*time.Second, func() bool { return stats()["queue_depth"] == 1.0 }, "second request not queued")
+	// Pending counts the queued request, not the executing one.
+	if got := metric(t, string(do(t, "GET", hs.URL+"/metrics", "").body), `nv_inference_pending_request_count{model="fraud-scoring",version="v23"}`); got != 1 {
+		t.Errorf("pending %v with one request queued behind one executing, want 1", got)
+	}
 	clk.Advance(50 * time.Millisecond).MustWait(ctx)
 	r := <-late
 	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
