@@ -23,6 +23,7 @@ commands:
   server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
   gateway   inference gateway: routes /v1/endpoints/{endpoint}/... to replicas (needs only NATS: MP_NATS_URL)
   agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
+  runtime   the built-in serving runtime for one replica: runtime --model-dir D --port P
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
   bench     benchmarks printing JSON with --json: bench api, engine, placement, ingest, gateway,
@@ -73,6 +74,13 @@ func run() int {
 			return 2
 		}
 		err = app.RunAgent(ctx, cfg)
+	case "runtime":
+		var cfg app.RuntimeConfig
+		cfg.Flags(fs)
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunRuntime(ctx, cfg)
 	case "migrate":
 		var cfg app.MigrateConfig
 		cfg.Flags(fs)

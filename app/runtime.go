@@ -1,0 +1,157 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"modelplane/runtime"
+)
+
+// runtimeOpeners are the model loaders of the built-in runtime, by the
+// registry's format: this map is the one place a loader is registered
+// (runtime/onnx, runtime/xgboost and runtime/lightgbm each expose
+// Load(path) (model.Model, error)). A format missing here is refused at
+// load with "no loader for format".
+func runtimeOpeners() map[string]runtime.Opener {
+	return map[string]runtime.Opener{
+		// "onnx":         onnx.Load,
+		// "xgboost-json": xgboost.Load,
+		// "lightgbm":     lightgbm.Load,
+	}
+}
+
+// RuntimeConfig configures `modelplane runtime`, the built-in runtime the
+// process driver starts per replica.
+type RuntimeConfig struct {
+	ModelDir string
+	Host     string
+	Port     int64
+	// ReplicaID is reported on /v2/stats, where the agent checks it.
+	ReplicaID string
+	// DrainTimeout bounds how long a stopping runtime waits for requests
+	// in flight.
+	DrainTimeout time.Duration
+	MaxBodyBytes int64
+	LogLevel     string
+}
+
+// DefaultRuntimeDrainTimeout is how long a stopping runtime waits for
+// in-flight requests: the agent's grace before SIGKILL should be longer.
+const DefaultRuntimeDrainTimeout = 30 * time.Second
+
+// Flags registers the runtime settings on fs, with MP_* environment
+// variables as defaults.
+func (c *RuntimeConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ModelDir, "model-dir", env("MP_RUNTIME_MODEL_DIR", ""), "model directory holding the model files and modelplane-runtime.json (MP_RUNTIME_MODEL_DIR)")
+	fs.StringVar(&c.Host, "host", env("MP_RUNTIME_HOST", "127.0.0.1"), "listen host; 0.0.0.0 when gateways on other machines call it (MP_RUNTIME_HOST)")
+	fs.Int64Var(&c.Port, "port", envInt("MP_RUNTIME_PORT", 8000), "listen port; 0 picks a free one (MP_RUNTIME_PORT)")
+	fs.StringVar(&c.ReplicaID, "replica-id", env("MP_REPLICA_ID", ""), "replica id reported on /v2/stats (MP_REPLICA_ID)")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration("MP_RUNTIME_DRAIN_TIMEOUT", DefaultRuntimeDrainTimeout), "on SIGTERM, how long in-flight requests may take (MP_RUNTIME_DRAIN_TIMEOUT)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_RUNTIME_MAX_BODY_BYTES", runtime.DefaultMaxBodyBytes), "largest request body (MP_RUNTIME_MAX_BODY_BYTES)")
+	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+}
+
+// Validate names every bad setting.
+func (c *RuntimeConfig) Validate() error {
+	var errs []string
+	if c.ModelDir == "" {
+		errs = append(errs, "MP_RUNTIME_MODEL_DIR (--model-dir) is required")
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, "MP_RUNTIME_PORT (--port) must be a port number, 0 to 65535")
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, "MP_RUNTIME_DRAIN_TIMEOUT (--drain-timeout) must be a positive duration")
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, "MP_RUNTIME_MAX_BODY_BYTES (--max-body-bytes) must be a positive number")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, fmt.Sprintf("MP_LOG_LEVEL (--log-level) %v", err))
+	}
+	if len(errs) > 0 {
+		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// RunRuntime runs `modelplane runtime` until ctx ends: it listens at once
+// (live, not ready), loads and warms up the model, then reports ready. A
+// load or warm-up failure is returned, so the process exits non-zero with
+// the reason. When ctx ends it stops accepting, answers what is in flight
+// and returns nil.
+func RunRuntime(ctx context.Context, c RuntimeConfig) error {
+	return runRuntime(ctx, c, runtimeOpeners(), nil)
+}
+
+// runRuntime is RunRuntime with its loaders given; listening, when set, is
+// told the bound address.
+func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime.Opener, listening func(addr string)) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log := NewLogger(c.LogLevel)
+	addr := net.JoinHostPort(c.Host, strconv.FormatInt(c.Port, 10))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s (MP_RUNTIME_PORT): %w", addr, err)
+	}
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, MaxBodyBytes: c.MaxBodyBytes, Log: log})
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
+	stop := func() error {
+		s.Drain()
+		drain, cancel := context.WithTimeout(context.Background(), c.DrainTimeout)
+		defer cancel()
+		err := srv.Shutdown(drain)
+		if err != nil {
+			log.Warn("drain timed out, cutting requests", slog.String("error", err.Error()))
+			_ = srv.Close()
+		}
+		if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		if cerr := s.Close(drain); cerr != nil && err == nil {
+			err = cerr
+		}
+		return err
+	}
+	start := time.Now()
+	if err := s.Load(c.ModelDir, openers); err != nil {
+		_ = stop()
+		return fmt.Errorf("load model: %w", err)
+	}
+	loaded := time.Now()
+	if err := s.Warm(ctx); err != nil {
+		_ = stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	log.Info("modelplane runtime ready", slog.String("addr", ln.Addr().String()), slog.String("model_dir", c.ModelDir),
+		slog.Float64("load_s", loaded.Sub(start).Seconds()), slog.Float64("warmup_s", time.Since(loaded).Seconds()))
+	select {
+	case err := <-served:
+		_ = s.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("modelplane runtime draining")
+	if err := stop(); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
