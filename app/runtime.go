@@ -13,18 +13,19 @@ import (
 	"time"
 
 	"modelplane/runtime"
+	"modelplane/runtime/lightgbm"
+	"modelplane/runtime/onnx"
+	"modelplane/runtime/xgboost"
 )
 
 // runtimeOpeners are the model loaders of the built-in runtime, by the
-// registry's format: this map is the one place a loader is registered
-// (runtime/onnx, runtime/xgboost and runtime/lightgbm each expose
-// Load(path) (model.Model, error)). A format missing here is refused at
-// load with "no loader for format".
+// registry's format: this map is the one place a loader is registered.
+// A format missing here is refused at load with "no loader for format".
 func runtimeOpeners() map[string]runtime.Opener {
 	return map[string]runtime.Opener{
-		// "onnx":         onnx.Load,
-		// "xgboost-json": xgboost.Load,
-		// "lightgbm":     lightgbm.Load,
+		"onnx":         onnx.Load,
+		"xgboost-json": xgboost.Load,
+		"lightgbm":     lightgbm.Load,
 	}
 }
 
