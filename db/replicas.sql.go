@@ -10,6 +10,39 @@ import (
 	"time"
 )
 
+const replicaCPUUseByNode = `-- name: ReplicaCPUUseByNode :many
+SELECT node_id, sum(cpu_cores)::int AS cpu_cores, sum(memory_mb)::int AS memory_mb
+FROM replicas WHERE cpu_cores > 0
+GROUP BY node_id
+`
+
+type ReplicaCPUUseByNodeRow struct {
+	NodeID   int64
+	CPUCores int32
+	MemoryMB int32
+}
+
+// The cores and memory CPU replicas hold per node, for the fleet page.
+func (q *Queries) ReplicaCPUUseByNode(ctx context.Context) ([]ReplicaCPUUseByNodeRow, error) {
+	rows, err := q.db.Query(ctx, replicaCPUUseByNode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaCPUUseByNodeRow{}
+	for rows.Next() {
+		var i ReplicaCPUUseByNodeRow
+		if err := rows.Scan(&i.NodeID, &i.CPUCores, &i.MemoryMB); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaCountReady = `-- name: ReplicaCountReady :one
 SELECT count(*) FILTER (WHERE state = 'ready')::int AS ready, count(*)::int AS placed
 FROM replicas

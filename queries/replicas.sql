@@ -75,3 +75,9 @@ JOIN nodes n ON n.id = r.node_id
 JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.cpu_cores > 0 AND n.state = 'ready'
 ORDER BY n.name, r.id;
+
+-- name: ReplicaCPUUseByNode :many
+-- The cores and memory CPU replicas hold per node, for the fleet page.
+SELECT node_id, sum(cpu_cores)::int AS cpu_cores, sum(memory_mb)::int AS memory_mb
+FROM replicas WHERE cpu_cores > 0
+GROUP BY node_id;
