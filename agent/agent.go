@@ -708,8 +708,15 @@ func (a *Agent) failLocked(m *managed, now time.Time, reason string) {
 // slots first, so a later conflicting spec never displaces one that serves.
 func (a *Agent) validateLocked(order []*managed) {
 	owner := make(map[proto.Slot]string)
+	var cpu cpuHeld
 	check := func(m *managed) {
-		if reason := a.checkSlots(m.spec, owner); reason != "" {
+		reason := ""
+		if a.cfg.CPUNode() || isCPU(m.spec) {
+			reason = a.checkCPU(m.spec, &cpu)
+		} else {
+			reason = a.checkSlots(m.spec, owner)
+		}
+		if reason != "" {
 			if m.valid || m.reason != reason {
 				a.log.Error("replica does not fit this node", slog.String("replica", m.spec.ID), slog.String("reason", reason))
 			}
@@ -734,6 +741,38 @@ func (a *Agent) validateLocked(order []*managed) {
 			check(m)
 		}
 	}
+}
+
+// isCPU reports whether spec is a CPU replica's.
+func isCPU(spec proto.ReplicaSpec) bool { return spec.Profile == proto.ProfileCPU }
+
+// cpuHeld is what the replicas checked so far hold of a CPU node.
+type cpuHeld struct{ cores, memoryMB int }
+
+// checkCPU returns why spec does not fit this CPU node, or "", and adds
+// what it holds to held. The control plane keeps a node's replicas within
+// its inventory; this catches a node restarted with fewer cores, or a
+// GPU replica sent to a CPU node and the other way round.
+func (a *Agent) checkCPU(spec proto.ReplicaSpec, held *cpuHeld) string {
+	switch {
+	case !a.cfg.CPUNode():
+		return "a CPU replica on a GPU node; CPU versions run on CPU nodes"
+	case !isCPU(spec):
+		return fmt.Sprintf("a %s replica on a CPU node, which has no GPUs", cmp.Or(spec.Profile, "GPU"))
+	case len(spec.Slots) > 0:
+		return "a CPU replica with GPU slots"
+	case spec.CPUCores < 1:
+		return "no CPU cores allocated"
+	case spec.MemoryMB < 0:
+		return "negative memory allocated"
+	case held.cores+spec.CPUCores > a.cfg.CPUCores:
+		return fmt.Sprintf("needs %d cores; %d of the node's %d are free", spec.CPUCores, a.cfg.CPUCores-held.cores, a.cfg.CPUCores)
+	case held.memoryMB+spec.MemoryMB > a.cfg.MemoryMB:
+		return fmt.Sprintf("needs %d MiB of memory; %d of the node's %d are free", spec.MemoryMB, a.cfg.MemoryMB-held.memoryMB, a.cfg.MemoryMB)
+	}
+	held.cores += spec.CPUCores
+	held.memoryMB += spec.MemoryMB
+	return ""
 }
 
 // checkSlots returns why spec does not fit, or "".
@@ -903,6 +942,8 @@ func (a *Agent) Status() proto.NodeStatus {
 		LeaseSeconds: a.leaseSeconds,
 		Generation:   a.gen,
 		GPUs:         make([]proto.GPU, len(a.cfg.GPUs)),
+		CPUCores:     a.cfg.CPUCores,
+		MemoryMB:     a.cfg.MemoryMB,
 		Replicas:     make([]proto.ReplicaStatus, 0, len(a.replicas)),
 	}
 	for i, g := range a.cfg.GPUs {
@@ -918,7 +959,10 @@ func (a *Agent) Status() proto.NodeStatus {
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct
 			rs.Requests = int64(m.obs.Requests)
-			if m.valid {
+			if m.valid && isCPU(m.spec) {
+				st.CPUCoresUsed += m.spec.CPUCores
+				st.MemoryUsedMB += m.spec.MemoryMB
+			} else if m.valid {
 				for i, s := range m.spec.Slots {
 					g := &st.GPUs[s.GPU]
 					g.UtilPct += m.obs.UtilPct * sliceComputeShare(g.Slices[s.Slice].Profile)

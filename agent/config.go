@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/quartz"
@@ -24,14 +26,21 @@ const (
 	DefaultBatchRecords = 1000
 )
 
-// Config describes one node agent. Node, GPUs and StateDir are required;
-// zero values of the rest take the defaults documented on each field.
+// Config describes one node agent. Node, StateDir and an inventory (GPUs,
+// or CPUCores and MemoryMB) are required; zero values of the rest take the
+// defaults documented on each field.
 type Config struct {
 	// Node is the node's name: its key in mp_desired and a token of its
 	// subjects, so letters, digits, '-' and '_' only.
 	Node string
-	// GPUs is the node's inventory, as ParseInventory builds it.
+	// GPUs is a GPU node's inventory, as ParseInventory builds it.
 	GPUs []proto.GPU
+	// CPUCores and MemoryMB make a CPU node, one without GPUs: the whole
+	// cores and the memory, in MiB, its replicas may be given. A node is
+	// either a GPU node or a CPU node: a GPU node's host CPUs serve its
+	// GPU replicas and are not offered to CPU versions.
+	CPUCores int
+	MemoryMB int
 	// StateDir holds the agent's state file and usage spool; it must
 	// survive a restart of the agent and be private to this node.
 	StateDir string
@@ -100,8 +109,22 @@ func (c Config) Validate() error {
 	if err := validNode(c.Node); err != nil {
 		bad("node: %w", err)
 	}
-	if err := validInventory(c.GPUs); err != nil {
-		bad("gpus: %w", err)
+	switch {
+	case len(c.GPUs) > 0 && (c.CPUCores != 0 || c.MemoryMB != 0):
+		bad("cpus and memory: a node is a GPU node or a CPU node; leave them out with gpus (its host CPUs serve its GPU replicas)")
+	case len(c.GPUs) > 0:
+		if err := validInventory(c.GPUs); err != nil {
+			bad("gpus: %w", err)
+		}
+	case c.CPUCores == 0 && c.MemoryMB == 0:
+		bad("gpus: at least one GPU, or cpus and memory for a CPU node, is required")
+	default:
+		if c.CPUCores < 1 || c.CPUCores > MaxCPUCores {
+			bad("cpus %d: want 1 to %d whole cores", c.CPUCores, MaxCPUCores)
+		}
+		if c.MemoryMB < 1 || c.MemoryMB > MaxMemoryMB {
+			bad("memory %d MiB: want 1 to %d", c.MemoryMB, MaxMemoryMB)
+		}
 	}
 	if c.StateDir == "" {
 		bad("state dir is required: it holds the replica state and the usage spool")
@@ -125,6 +148,38 @@ func (c Config) Validate() error {
 		bad("batch records %d: want 1 to 10000", c.BatchRecords)
 	}
 	return errors.Join(errs...)
+}
+
+// Bounds of a CPU node's inventory, generous for any one machine; they
+// keep a typo from advertising capacity that does not exist.
+const (
+	MaxCPUCores = 1024
+	MaxMemoryMB = 64 * 1024 * 1024
+)
+
+// CPUNode reports whether the configuration describes a CPU node.
+func (c Config) CPUNode() bool { return len(c.GPUs) == 0 && c.CPUCores > 0 }
+
+// ParseMemory reads a memory size for --memory: MiB as a whole number
+// ("65536"), or with a unit, "MB", "MiB", "GB" or "GiB" (any case; GB and
+// GiB both mean 1024 MiB, as the GPU types' "80GB" do).
+func ParseMemory(s string) (int, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"GIB", 1024}, {"GB", 1024}, {"G", 1024}, {"MIB", 1}, {"MB", 1}, {"M", 1}} {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 1 || n > MaxMemoryMB/mult {
+		return 0, fmt.Errorf("memory %q: want a size such as 65536 (MiB) or 64GB", s)
+	}
+	return n * mult, nil
 }
 
 // validNode accepts names that are a single NATS subject token and a KV

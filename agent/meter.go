@@ -84,7 +84,8 @@ func (a *Agent) meterTick(ctx context.Context, now time.Time) {
 }
 
 // allocations observes every replica and returns one record per slot of
-// every replica that holds slots on this node, Time unset. A slot is
+// every replica that holds slots on this node, and one per core of every
+// CPU replica, Time unset. A slot is
 // billed while the desired state gives it to a replica, whether the
 // replica serves, loads or failed: the GPU is reserved for that team all
 // the same. Records come sorted by GPU, slice and replica, so chunks are
@@ -131,6 +132,22 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 				requests = m.obs.Requests // the replica restarted its count
 			}
 			m.lastRequests = m.obs.Requests
+		}
+		if isCPU(m.spec) {
+			// One record per allocated core: a core-second is the unit
+			// the cpu-core rate prices, as a slot-second is a GPU's.
+			for i := range m.spec.CPUCores {
+				u := proto.Usage{
+					Node: a.cfg.Node, Slice: i, GPUType: proto.CPUType, Profile: proto.ProfileCPU,
+					Team: m.spec.Team, Endpoint: m.spec.Endpoint, Model: m.spec.Model, Version: m.spec.Version, Replica: m.spec.ID,
+					UtilPct: util, MemoryMB: slotShare(mem, m.spec.CPUCores, i),
+				}
+				if i == 0 {
+					u.Requests = int64(requests)
+				}
+				out = append(out, u)
+			}
+			continue
 		}
 		for i, s := range m.spec.Slots {
 			u := proto.Usage{

@@ -318,8 +318,12 @@ func (u *utilEstimate) update(now time.Time, st replica.Stats) float64 {
 	return u.pct
 }
 
-// replicaMemoryMB is the memory of all the replica's slots.
+// replicaMemoryMB is the memory of all the replica's slots, or a CPU
+// replica's memory.
 func replicaMemoryMB(spec proto.ReplicaSpec) (int64, error) {
+	if isCPU(spec) {
+		return int64(spec.MemoryMB), nil
+	}
 	per, ok := ProfileMemoryMB(spec.GPUType, spec.Profile)
 	if !ok {
 		return 0, fmt.Errorf("replica %s: unknown allocation profile %q on gpu type %q", spec.ID, spec.Profile, spec.GPUType)

@@ -15,6 +15,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/cache"
+	"modelplane/agent/proto"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -25,8 +26,12 @@ type AgentConfig struct {
 	Node   string
 	// GPUs and MIG are the --gpus and --mig specs, each possibly repeated;
 	// agent.ParseInventory reads them.
-	GPUs          []string
-	MIG           []string
+	GPUs []string
+	MIG  []string
+	// CPUs and Memory make a CPU node (no --gpus): whole cores, and a
+	// size agent.ParseMemory reads.
+	CPUs          int
+	Memory        string
 	StateDir      string
 	Lease         time.Duration
 	Heartbeat     time.Duration
@@ -74,6 +79,8 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 		c.MIG = []string{v}
 	}
 	fs.Var(listFlag{&c.MIG}, "mig", "MIG layouts GPU:LAYOUT, repeatable or comma-separated, as in 0:7x1g.10gb,1:3g.40gb+4g.40gb (MP_AGENT_MIG)")
+	fs.IntVar(&c.CPUs, "cpus", int(envInt("MP_AGENT_CPUS", 0)), "a CPU node's whole cores for replicas, with --memory and without --gpus (MP_AGENT_CPUS)")
+	fs.StringVar(&c.Memory, "memory", env("MP_AGENT_MEMORY", ""), "a CPU node's memory for replicas, as 65536 (MiB) or 64GB (MP_AGENT_MEMORY)")
 	fs.StringVar(&c.StateDir, "state-dir", env("MP_AGENT_STATE_DIR", ".modelplane/agent"), "replica state and usage spool; keep it across restarts (MP_AGENT_STATE_DIR)")
 	fs.DurationVar(&c.Lease, "lease", envDuration("MP_AGENT_LEASE", agent.DefaultLease), "how long the node stays alive without a heartbeat (MP_AGENT_LEASE)")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", envDuration("MP_AGENT_HEARTBEAT", agent.DefaultHeartbeat), "heartbeat interval, at most half the lease (MP_AGENT_HEARTBEAT)")
@@ -134,13 +141,30 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.CacheBytes <= 0 {
 		bad("MP_AGENT_CACHE_BYTES (--cache-bytes) must be a positive number of bytes")
 	}
-	gpus, err := agent.ParseInventory(c.GPUs, strings.Join(c.MIG, ","))
-	if err != nil {
-		bad("MP_AGENT_GPUS / MP_AGENT_MIG (--gpus / --mig): %v", err)
+	var gpus []proto.GPU
+	var memMB int
+	var err error
+	if len(c.GPUs) > 0 || len(c.MIG) > 0 || c.CPUs == 0 && c.Memory == "" {
+		gpus, err = agent.ParseInventory(c.GPUs, strings.Join(c.MIG, ","))
+		if err != nil {
+			bad("MP_AGENT_GPUS / MP_AGENT_MIG (--gpus / --mig): %v; or --cpus and --memory for a CPU node", err)
+		}
+	}
+	if c.Memory != "" {
+		if memMB, err = agent.ParseMemory(c.Memory); err != nil {
+			bad("MP_AGENT_MEMORY (--memory): %v", err)
+		}
+	} else if c.CPUs != 0 {
+		bad("MP_AGENT_MEMORY (--memory) is required with --cpus, as in 64GB")
+	}
+	if c.CPUs < 0 {
+		bad("MP_AGENT_CPUS (--cpus) must not be negative")
 	}
 	cfg := agent.Config{
 		Node:          c.Node,
 		GPUs:          gpus,
+		CPUCores:      c.CPUs,
+		MemoryMB:      memMB,
 		StateDir:      c.StateDir,
 		Lease:         c.Lease,
 		Heartbeat:     c.Heartbeat,
@@ -198,7 +222,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("modelplane agent running", slog.String("node", cfg.Node), slog.Int("gpus", len(cfg.GPUs)), slog.String("state_dir", cfg.StateDir))
+	log.Info("modelplane agent running", slog.String("node", cfg.Node), slog.Int("gpus", len(cfg.GPUs)), slog.Int("cpus", cfg.CPUCores), slog.Int("memory_mb", cfg.MemoryMB), slog.String("state_dir", cfg.StateDir))
 	<-ctx.Done()
 	a.Stop()
 	// The sim driver's replicas live in this process; end them cleanly.

@@ -75,7 +75,7 @@ func TestBookCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(list); n != 13 {
-		t.Errorf("history has %d rates, want the 12 defaults and the new one", n)
+	if n := len(list); n != 14 {
+		t.Errorf("history has %d rates, want the 13 defaults (12 GPU, 1 cpu-core) and the new one", n)
 	}
 }

@@ -21,6 +21,9 @@ var CSVColumns = []string{
 	"kind", "team", "endpoint", "model", "version", "gpu_type", "allocation",
 	"gpu_seconds", "gpu_hours", "cost_usd", "cost_uusd", "requests", "cost_per_1k_requests_usd",
 	"tokens", "cost_per_1m_tokens_usd", "avg_gpu_util_pct",
+	// CPU cores, priced per core-hour: the part of gpu_seconds that is
+	// CPU cores.
+	"cpu_core_seconds", "cpu_core_hours",
 }
 
 // WriteCSV writes the report as RFC 4180 CSV (CRLF line ends) after one
@@ -73,6 +76,7 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
 		strconv.FormatInt(r.GPUSeconds, 10), r.GPUHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
 		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, strconv.FormatFloat(r.AvgUtilPct(), 'f', 2, 64),
+		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(),
 	}
 }
 

@@ -35,6 +35,14 @@ func (f filter) where() (string, []any) {
 	return b.String(), args
 }
 
+// cpuSeconds and cpuSecondsRaw sum the CPU core-seconds of a group from
+// the rollups and from the raw table: usage of CPU replicas is one row per
+// core and second, typed gpu_type cpu (proto.CPUType).
+const (
+	cpuSeconds    = "sumIf(gpu_seconds, gpu_type = 'cpu')"
+	cpuSecondsRaw = "countIf(gpu_type = 'cpu')"
+)
+
 // table is where a read sums usage from.
 type table int
 
@@ -171,7 +179,7 @@ func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, f
 	}
 	match, args := f.where()
 	group := append([]string{"m"}, cols...)
-	q := fmt.Sprintf("SELECT toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+
+	q := fmt.Sprintf("SELECT toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+cpuSeconds+", "+
 		"tupleElement(sumMap([day], [gpu_seconds]), 1), tupleElement(sumMap([day], [gpu_seconds]), 2), tupleElement(sumMap([day], [cost_uusd_x3600]), 2) "+
 		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
 		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
@@ -185,16 +193,16 @@ func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, f
 	for res.Next() {
 		var m uint8
 		keys := make([]string, len(grain))
-		var seconds, cost, requests, memory uint64
+		var seconds, cost, requests, memory, cpu uint64
 		var util float64
 		var days []time.Time
 		var daySeconds, dayCost []uint64
-		dest := make([]any, 0, len(grain)+9)
+		dest := make([]any, 0, len(grain)+10)
 		dest = append(dest, &m)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &days, &daySeconds, &dayCost)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu, &days, &daySeconds, &dayCost)
 		if err := res.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("chargeback usage: %w", err)
 		}
@@ -211,7 +219,8 @@ func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, f
 		if m == 0 || seconds == 0 {
 			continue
 		}
-		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
+			CPUCoreSeconds: int64(cpu)}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}
@@ -243,7 +252,7 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 	}
 	match, args := f.where()
 	group := append([]string{"day", "m"}, cols...)
-	q := fmt.Sprintf("SELECT day, toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum) "+
+	q := fmt.Sprintf("SELECT day, toUInt8(1%s) AS m%s, sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+cpuSeconds+" "+
 		"FROM gpu_usage_daily WHERE day >= toDate(?) AND day < toDate(?) GROUP BY %s",
 		match, strings.Join(append([]string{""}, cols...), ", "), strings.Join(group, ", "))
 	rows, err := s.ch.Query(ctx, q, append(args, from.UTC(), to.UTC())...)
@@ -261,14 +270,14 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 		var day time.Time
 		var m uint8
 		keys := make([]string, len(grain))
-		var seconds, cost, requests, memory uint64
+		var seconds, cost, requests, memory, cpu uint64
 		var util float64
-		dest := make([]any, 0, len(grain)+7)
+		dest := make([]any, 0, len(grain)+8)
 		dest = append(dest, &day, &m)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("chargeback usage: %w", err)
 		}
@@ -280,7 +289,8 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 		if m == 0 || seconds == 0 {
 			continue
 		}
-		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
+			CPUCoreSeconds: int64(cpu)}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}
@@ -314,11 +324,11 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 	var sums, tbl, cond string
 	switch t {
 	case tableRaw:
-		sums, tbl, cond = "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb)", "gpu_usage", "ts >= ? AND ts < ?"
+		sums, tbl, cond = "count(), sum(rate_uusd_per_hour), sum(requests), sum(util_pct), sum(memory_mb), "+cpuSecondsRaw, "gpu_usage", "ts >= ? AND ts < ?"
 	case tableHourly:
-		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_hourly", "hour >= ? AND hour < ?"
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+cpuSeconds, "gpu_usage_hourly", "hour >= ? AND hour < ?"
 	case tableDaily:
-		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum)", "gpu_usage_daily", "day >= toDate(?) AND day < toDate(?)"
+		sums, tbl, cond = "sum(gpu_seconds), sum(cost_uusd_x3600), sum(requests), sum(util_pct_sum), sum(memory_mb_sum), "+cpuSeconds, "gpu_usage_daily", "day >= toDate(?) AND day < toDate(?)"
 	}
 	sel := sums
 	if len(cols) > 0 {
@@ -337,20 +347,21 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 	var out []Row
 	for rows.Next() {
 		keys := make([]string, len(grain))
-		var seconds, cost, requests, memory uint64
+		var seconds, cost, requests, memory, cpu uint64
 		var util float64
-		dest := make([]any, 0, len(grain)+5)
+		dest := make([]any, 0, len(grain)+6)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("chargeback usage: %w", err)
 		}
 		if seconds == 0 {
 			continue
 		}
-		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory)}
+		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
+			CPUCoreSeconds: int64(cpu)}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}

@@ -168,9 +168,12 @@ func (k Key) Get(d Dimension) string {
 // Row is the usage and cost of one group, or of the whole report.
 type Row struct {
 	Key
-	// GPUSeconds counts allocation-seconds: a second of a whole GPU and a
-	// second of one MIG slice are each one.
+	// GPUSeconds counts allocation-seconds: a second of a whole GPU, a
+	// second of one MIG slice and a second of one CPU core are each one.
 	GPUSeconds int64
+	// CPUCoreSeconds is the part of GPUSeconds that is CPU cores (gpu_type
+	// cpu, allocation cpu-core), priced per core-hour.
+	CPUCoreSeconds int64
 	// CostX3600 is the exact cost in micro-USD times 3,600: the sum of the
 	// per-hour rates stamped on each second.
 	CostX3600 int64
@@ -192,6 +195,9 @@ type Row struct {
 // GPUHours is GPU-seconds as hours, exact to the second, as a decimal
 // string ("12.5", "0.000278" rounded to six places).
 func (r Row) GPUHours() string { return ratio(r.GPUSeconds, 3600, 6) }
+
+// CPUCoreHours is CPUCoreSeconds as hours, written as GPUHours is.
+func (r Row) CPUCoreHours() string { return ratio(r.CPUCoreSeconds, 3600, 6) }
 
 // AvgUtilPct is the mean GPU utilisation over the group's seconds.
 func (r Row) AvgUtilPct() float64 {
@@ -229,6 +235,7 @@ func (r Row) CostPer1MTokensMicroUSD() (int64, bool) {
 
 func (r *Row) add(o Row) {
 	r.GPUSeconds += o.GPUSeconds
+	r.CPUCoreSeconds += o.CPUCoreSeconds
 	r.CostX3600 += o.CostX3600
 	r.Requests += o.Requests
 	r.UtilPctSum += o.UtilPctSum

@@ -12,11 +12,11 @@ import (
 const modelVersionCreate = `-- name: ModelVersionCreate :one
 INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes,
     gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset,
-    offline_metrics, sim_profile, created_by)
+    offline_metrics, sim_profile, created_by, cpu_cores, memory_mb)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14,
-    $15, $16, $17, $18, $19)
-RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at
+    $15, $16, $17, $18, $19, $20, $21)
+RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb
 `
 
 type ModelVersionCreateParams struct {
@@ -39,6 +39,8 @@ type ModelVersionCreateParams struct {
 	OfflineMetrics []byte
 	SimProfile     []byte
 	CreatedBy      string
+	CPUCores       int32
+	MemoryMB       int32
 }
 
 func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreateParams) (ModelVersion, error) {
@@ -62,6 +64,8 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		arg.OfflineMetrics,
 		arg.SimProfile,
 		arg.CreatedBy,
+		arg.CPUCores,
+		arg.MemoryMB,
 	)
 	var i ModelVersion
 	err := row.Scan(
@@ -87,6 +91,8 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		&i.Status,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CPUCores,
+		&i.MemoryMB,
 	)
 	return i, err
 }
@@ -134,7 +140,7 @@ func (q *Queries) ModelVersionDigestsInUse(ctx context.Context, digests []string
 }
 
 const modelVersionGet = `-- name: ModelVersionGet :one
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb FROM model_versions
 WHERE model_id = $1 AND name = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
 `
 
@@ -176,12 +182,14 @@ func (q *Queries) ModelVersionGet(ctx context.Context, arg ModelVersionGetParams
 		&i.Status,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CPUCores,
+		&i.MemoryMB,
 	)
 	return i, err
 }
 
 const modelVersionListAllByModel = `-- name: ModelVersionListAllByModel :many
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb FROM model_versions
 WHERE model_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[]))
 ORDER BY id
 `
@@ -224,6 +232,8 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 			&i.Status,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.CPUCores,
+			&i.MemoryMB,
 		); err != nil {
 			return nil, err
 		}
@@ -236,7 +246,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 }
 
 const modelVersionListByModelName = `-- name: ModelVersionListByModelName :many
-SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at FROM model_versions v JOIN models m ON m.id = v.model_id
+SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb FROM model_versions v JOIN models m ON m.id = v.model_id
 WHERE m.name = $1 AND ($2::boolean OR v.team_id = ANY($3::bigint[])) AND v.id > $4
 ORDER BY v.id LIMIT $5
 `
@@ -287,6 +297,8 @@ func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVers
 			&i.Status,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.CPUCores,
+			&i.MemoryMB,
 		); err != nil {
 			return nil, err
 		}

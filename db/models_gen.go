@@ -203,6 +203,8 @@ type ModelVersion struct {
 	Status         string
 	CreatedBy      string
 	CreatedAt      time.Time
+	CPUCores       int32
+	MemoryMB       int32
 }
 
 type Node struct {
@@ -218,6 +220,8 @@ type Node struct {
 	Generation        int64
 	DesiredHash       string
 	AppliedGeneration int64
+	CPUCores          int32
+	MemoryMB          int32
 }
 
 type OIDCLogin struct {
@@ -251,6 +255,8 @@ type Replica struct {
 	Reason     string
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	CPUCores   int32
+	MemoryMB   int32
 }
 
 type Rollout struct {

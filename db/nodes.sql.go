@@ -11,7 +11,7 @@ import (
 )
 
 const nodeGet = `-- name: NodeGet :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation FROM nodes WHERE name = $1
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes WHERE name = $1
 `
 
 func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
@@ -30,12 +30,14 @@ func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
 		&i.Generation,
 		&i.DesiredHash,
 		&i.AppliedGeneration,
+		&i.CPUCores,
+		&i.MemoryMB,
 	)
 	return i, err
 }
 
 const nodeGetForUpdate = `-- name: NodeGetForUpdate :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation FROM nodes WHERE name = $1 FOR UPDATE
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes WHERE name = $1 FOR UPDATE
 `
 
 func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, error) {
@@ -54,6 +56,8 @@ func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, erro
 		&i.Generation,
 		&i.DesiredHash,
 		&i.AppliedGeneration,
+		&i.CPUCores,
+		&i.MemoryMB,
 	)
 	return i, err
 }
@@ -86,7 +90,7 @@ func (q *Queries) NodeHeartbeat(ctx context.Context, arg NodeHeartbeatParams) er
 }
 
 const nodeList = `-- name: NodeList :many
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation FROM nodes ORDER BY name
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes ORDER BY name
 `
 
 func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
@@ -111,7 +115,42 @@ func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
 			&i.Generation,
 			&i.DesiredHash,
 			&i.AppliedGeneration,
+			&i.CPUCores,
+			&i.MemoryMB,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeListCPUReady = `-- name: NodeListCPUReady :many
+SELECT n.name, n.cpu_cores, n.memory_mb FROM nodes n
+WHERE n.state = 'ready' AND n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id)
+ORDER BY n.name
+`
+
+type NodeListCPUReadyRow struct {
+	Name     string
+	CPUCores int32
+	MemoryMB int32
+}
+
+// The CPU nodes placement may use (ready, no GPUs) with their inventory.
+func (q *Queries) NodeListCPUReady(ctx context.Context) ([]NodeListCPUReadyRow, error) {
+	rows, err := q.db.Query(ctx, nodeListCPUReady)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NodeListCPUReadyRow{}
+	for rows.Next() {
+		var i NodeListCPUReadyRow
+		if err := rows.Scan(&i.Name, &i.CPUCores, &i.MemoryMB); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -160,11 +199,11 @@ func (q *Queries) NodeMarkLost(ctx context.Context, arg NodeMarkLostParams) ([]N
 }
 
 const nodeRegister = `-- name: NodeRegister :one
-INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
-    inventory = $5, gpu_use = $6, applied_generation = $7, state = 'ready'
-RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation
+    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, state = 'ready'
+RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb
 `
 
 type NodeRegisterParams struct {
@@ -175,6 +214,8 @@ type NodeRegisterParams struct {
 	Inventory         []byte
 	GPUUse            []byte
 	AppliedGeneration int64
+	CPUCores          int32
+	MemoryMB          int32
 }
 
 func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Node, error) {
@@ -186,6 +227,8 @@ func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Nod
 		arg.Inventory,
 		arg.GPUUse,
 		arg.AppliedGeneration,
+		arg.CPUCores,
+		arg.MemoryMB,
 	)
 	var i Node
 	err := row.Scan(
@@ -201,6 +244,8 @@ func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Nod
 		&i.Generation,
 		&i.DesiredHash,
 		&i.AppliedGeneration,
+		&i.CPUCores,
+		&i.MemoryMB,
 	)
 	return i, err
 }

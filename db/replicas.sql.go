@@ -10,6 +10,39 @@ import (
 	"time"
 )
 
+const replicaCPUUseByNode = `-- name: ReplicaCPUUseByNode :many
+SELECT node_id, sum(cpu_cores)::int AS cpu_cores, sum(memory_mb)::int AS memory_mb
+FROM replicas WHERE cpu_cores > 0
+GROUP BY node_id
+`
+
+type ReplicaCPUUseByNodeRow struct {
+	NodeID   int64
+	CPUCores int32
+	MemoryMB int32
+}
+
+// The cores and memory CPU replicas hold per node, for the fleet page.
+func (q *Queries) ReplicaCPUUseByNode(ctx context.Context) ([]ReplicaCPUUseByNodeRow, error) {
+	rows, err := q.db.Query(ctx, replicaCPUUseByNode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaCPUUseByNodeRow{}
+	for rows.Next() {
+		var i ReplicaCPUUseByNodeRow
+		if err := rows.Scan(&i.NodeID, &i.CPUCores, &i.MemoryMB); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaCountReady = `-- name: ReplicaCountReady :one
 SELECT count(*) FILTER (WHERE state = 'ready')::int AS ready, count(*)::int AS placed
 FROM replicas
@@ -90,9 +123,10 @@ func (q *Queries) ReplicaDeleteOnLostNodes(ctx context.Context) ([]ReplicaDelete
 }
 
 const replicaInsertMany = `-- name: ReplicaInsertMany :exec
-INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile)
+INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb)
 SELECT unnest($1::bigint[]), unnest($2::text[]), unnest($3::bigint[]), unnest($4::bigint[]),
-       unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]), unnest($8::text[])
+       unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]), unnest($8::text[]),
+       unnest($9::int[]), unnest($10::int[])
 `
 
 type ReplicaInsertManyParams struct {
@@ -104,6 +138,8 @@ type ReplicaInsertManyParams struct {
 	NodeIDs     []int64
 	GPUTypes    []string
 	Profiles    []string
+	CPUCores    []int32
+	MemoryMBs   []int32
 }
 
 func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyParams) error {
@@ -116,12 +152,14 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 		arg.NodeIDs,
 		arg.GPUTypes,
 		arg.Profiles,
+		arg.CPUCores,
+		arg.MemoryMBs,
 	)
 	return err
 }
 
 const replicaListAll = `-- name: ReplicaListAll :many
-SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile,
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
@@ -147,6 +185,8 @@ type ReplicaListAllRow struct {
 	Addr         string
 	GPUType      string
 	Profile      string
+	CPUCores     int32
+	MemoryMB     int32
 	Team         string
 	Endpoint     string
 	Model        string
@@ -181,6 +221,8 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 			&i.Addr,
 			&i.GPUType,
 			&i.Profile,
+			&i.CPUCores,
+			&i.MemoryMB,
 			&i.Team,
 			&i.Endpoint,
 			&i.Model,
@@ -258,6 +300,50 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 			&i.UpdatedAt,
 			&i.SlotGpus,
 			&i.SlotSlices,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const replicaListCPUHolds = `-- name: ReplicaListCPUHolds :many
+SELECT n.name AS node, r.name, e.name AS endpoint, r.cpu_cores, r.memory_mb
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.cpu_cores > 0 AND n.state = 'ready'
+ORDER BY n.name, r.id
+`
+
+type ReplicaListCPUHoldsRow struct {
+	Node     string
+	Name     string
+	Endpoint string
+	CPUCores int32
+	MemoryMB int32
+}
+
+// What every CPU replica on a ready node holds, for placement.
+func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHoldsRow, error) {
+	rows, err := q.db.Query(ctx, replicaListCPUHolds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListCPUHoldsRow{}
+	for rows.Next() {
+		var i ReplicaListCPUHoldsRow
+		if err := rows.Scan(
+			&i.Node,
+			&i.Name,
+			&i.Endpoint,
+			&i.CPUCores,
+			&i.MemoryMB,
 		); err != nil {
 			return nil, err
 		}

@@ -117,7 +117,7 @@ func (q *Queries) RoutingRuleListByEndpoint(ctx context.Context, arg RoutingRule
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas,
-       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, r.weight, e.woken_at,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
@@ -137,6 +137,8 @@ type RoutingRuleListForPlacementRow struct {
 	GPUCount        int32
 	GPUMemoryMB     int32
 	GPUType         string
+	CPUCores        int32
+	MemoryMB        int32
 	Weight          int32
 	WokenAt         *time.Time
 	ExperimentArm   bool
@@ -165,6 +167,8 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.GPUCount,
 			&i.GPUMemoryMB,
 			&i.GPUType,
+			&i.CPUCores,
+			&i.MemoryMB,
 			&i.Weight,
 			&i.WokenAt,
 			&i.ExperimentArm,

@@ -70,7 +70,9 @@ var unscoped = map[string]string{
 	// read and write every team's replicas by design (fleet package).
 	"EndpointSetPlacement":        "fleet reconciler: writes the placement outcome of every endpoint; no caller",
 	"GPUSliceListReady":           "fleet reconciler: placement sees the whole fleet and every slice's owner; no caller",
+	"ReplicaListCPUHolds":         "fleet reconciler: placement sees what every CPU replica holds on every CPU node; no caller",
 	"GPUSliceListByNode":          "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",
+	"ReplicaCPUUseByNode":         "fleet pages: platform admins only (fleet.Service.Nodes and Node check PlatformAdmin first)",
 	"ReplicaListAll":              "fleet reconciler: desired state of every node and the routing table of every endpoint; no caller",
 	"ReplicaInsertMany":           "fleet reconciler: places replicas for every endpoint; team ids come from RoutingRuleListForPlacement",
 	"ReplicaDeleteByIDs":          "fleet reconciler: scales down or removes replicas it listed with ReplicaListAll",

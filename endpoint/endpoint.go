@@ -6,6 +6,7 @@
 package endpoint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,9 +25,16 @@ import (
 // Tiers keep workloads of different criticality apart on the fleet.
 var Tiers = []string{"critical", "standard", "batch"}
 
-// InstanceProfiles are the GPU allocations a replica can ask for: a whole GPU
-// of a type, or a MIG slice.
-var InstanceProfiles = []string{"gpu-a100-80gb", "gpu-h100-80gb", "mig-1g.10gb", "mig-2g.20gb", "mig-3g.40gb", "mig-4g.40gb", "mig-7g.80gb"}
+// InstanceProfiles are the allocations a replica can ask for: CPU cores
+// and memory on a CPU node ("cpu", sized from the version's resources),
+// a whole GPU of a type, or a MIG slice. A version that needs no GPU
+// (gpu_count 0) is served on a CPU node whatever the profile; a GPU
+// profile sizes GPU versions only.
+var InstanceProfiles = []string{ProfileCPU, "gpu-a100-80gb", "gpu-h100-80gb", "mig-1g.10gb", "mig-2g.20gb", "mig-3g.40gb", "mig-4g.40gb", "mig-7g.80gb"}
+
+// ProfileCPU is the instance profile of CPU serving, and the default of an
+// endpoint whose version needs no GPU.
+const ProfileCPU = "cpu"
 
 // Endpoint is a served endpoint.
 type Endpoint struct {
@@ -108,6 +116,9 @@ type Spec struct {
 	Name    string
 	Model   string
 	Version string
+	// Runtime is derived: empty means the version's runtime, and any
+	// other value must be it, since a version's runtime decides how it is
+	// served (docs/decisions.md, "CPU nodes").
 	Runtime string
 	Settings
 }
@@ -159,7 +170,13 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	if spec.Version == "" {
 		errs.Add("version", "is required")
 	}
-	validate.OneOf(&errs, "runtime", spec.Runtime, registry.Runtimes...)
+	if spec.Runtime != "" {
+		validate.OneOf(&errs, "runtime", spec.Runtime, registry.Runtimes...)
+	}
+	// The instance profile may wait for the version: its default depends
+	// on whether the version needs a GPU.
+	profile := spec.InstanceProfile
+	spec.InstanceProfile = cmp.Or(profile, ProfileCPU)
 	checkSettings(&errs, spec.Settings)
 	if err := errs.Err(); err != nil {
 		return Endpoint{}, err
@@ -183,6 +200,15 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 				return validate.Errors{{Field: "version", Message: "no such version of " + spec.Model}}
 			}
 			return err
+		}
+		switch {
+		case spec.Runtime == "":
+			spec.Runtime = v.Runtime
+		case spec.Runtime != v.Runtime:
+			return validate.Errors{{Field: "runtime", Message: fmt.Sprintf("version %s is served by %s: a version's runtime decides how it is served; leave runtime out", v.Name, v.Runtime)}}
+		}
+		if profile == "" && v.GPUCount > 0 {
+			return validate.Errors{{Field: "instance_profile", Message: fmt.Sprintf("is required: version %s needs %d GPU(s); cpu is the default only for versions with gpu_count 0", v.Name, v.GPUCount)}}
 		}
 		e, err := q.EndpointCreate(ctx, db.EndpointCreateParams{TeamID: m.TeamID, Name: spec.Name, ModelID: m.ID, Runtime: spec.Runtime,
 			InstanceProfile: spec.InstanceProfile, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Tier: spec.Tier,

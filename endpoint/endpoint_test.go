@@ -42,7 +42,7 @@ func TestCreate(t *testing.T) {
 		{name: "64-character name", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "a" + strings.Repeat("b", 63) }), wantField: "name"},
 		{name: "no model", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e6"; s.Model = "" }), wantField: "model"},
 		{name: "no version", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e7"; s.Version = "" }), wantField: "version"},
-		{name: "no runtime", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e8"; s.Runtime = "" }), wantField: "runtime"},
+		{name: "runtime other than the version's", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e8"; s.Runtime = "vllm" }), wantField: "runtime"},
 		{name: "min above max", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e9"; s.MinReplicas = 3 }), wantField: "min_replicas"},
 		{name: "zero max", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e10"; s.MinReplicas = 0; s.MaxReplicas = 0 }), wantField: "max_replicas"},
 		{name: "bad tier", p: f.riskEng, spec: with(func(s *endpoint.Spec) { s.Name = "e11"; s.Tier = "gold" }), wantField: "tier"},

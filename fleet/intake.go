@@ -35,6 +35,13 @@ func sliceMemoryMB(profile string) (int, bool) {
 
 var gpuTypes = []string{"A100-80GB", "H100-80GB"}
 
+// Bounds of a CPU node's inventory (the agent's own, agent.MaxCPUCores and
+// agent.MaxMemoryMB); they also keep the sums in int32 columns.
+const (
+	maxCPUCores = 1024
+	maxMemoryMB = 64 * 1024 * 1024
+)
+
 // ErrBadStatus means a heartbeat was malformed; it is dropped and counted.
 var ErrBadStatus = errors.New("bad node status")
 
@@ -64,6 +71,13 @@ func checkStatus(st proto.NodeStatus) error {
 	if len(st.GPUs) > 64 {
 		return fmt.Errorf("%w: node %s: %d GPUs", ErrBadStatus, st.Node, len(st.GPUs))
 	}
+	switch {
+	case len(st.GPUs) > 0 && (st.CPUCores != 0 || st.MemoryMB != 0):
+		return fmt.Errorf("%w: node %s: GPUs and a CPU inventory; a node is a GPU node or a CPU node", ErrBadStatus, st.Node)
+	case len(st.GPUs) == 0 && (st.CPUCores < 1 || st.CPUCores > maxCPUCores || st.MemoryMB < 1 || st.MemoryMB > maxMemoryMB):
+		return fmt.Errorf("%w: node %s: no GPUs and a CPU inventory of %d cores and %d MiB; want 1 to %d cores and 1 to %d MiB",
+			ErrBadStatus, st.Node, st.CPUCores, st.MemoryMB, maxCPUCores, maxMemoryMB)
+	}
 	for i, g := range st.GPUs {
 		if g.Index != i {
 			return fmt.Errorf("%w: node %s: GPU %d listed at position %d", ErrBadStatus, st.Node, g.Index, i)
@@ -89,7 +103,7 @@ func checkStatus(st proto.NodeStatus) error {
 }
 
 // Observe records one heartbeat: it registers the node (again, when its GPU
-// layout changed: the old allocations go and their replicas are placed
+// layout or its CPU inventory changed: the old allocations go and their replicas are placed
 // anew), stamps the heartbeat, brings a lost node back, and records the state
 // and address of each replica the agent runs. It reports whether anything
 // placement or routing depends on changed.
@@ -119,10 +133,12 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
-		if !found || !sameInventory(node.Inventory, inv) {
+		sameCPU := int(node.CPUCores) == st.CPUCores && int(node.MemoryMB) == st.MemoryMB
+		if !found || !sameInventory(node.Inventory, inv) || !sameCPU {
 			if found {
-				// A new GPU layout (MIG reconfigured): allocations on the old
-				// slices are meaningless; their replicas are placed again.
+				// A new GPU layout (MIG reconfigured), or a CPU node with
+				// other cores or memory: allocations on the old inventory
+				// are meaningless; their replicas are placed again.
 				if err := q.ReplicaDeleteByNode(ctx, node.ID); err != nil {
 					return err
 				}
@@ -131,7 +147,8 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 				}
 			}
 			node, err = q.NodeRegister(ctx, db.NodeRegisterParams{Name: st.Node, BootID: st.BootID, LeaseSeconds: int32(st.LeaseSeconds),
-				LastHeartbeat: now, Inventory: invJSON, GPUUse: useJSON, AppliedGeneration: st.Generation})
+				LastHeartbeat: now, Inventory: invJSON, GPUUse: useJSON, AppliedGeneration: st.Generation,
+				CPUCores: int32(st.CPUCores), MemoryMB: int32(st.MemoryMB)})
 			if err != nil {
 				return err
 			}
@@ -150,7 +167,8 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			if err := q.GPUSliceInsertMany(ctx, p); err != nil {
 				return err
 			}
-			f.log.Info("node registered", slog.String("node", st.Node), slog.Int("gpus", len(inv)))
+			f.log.Info("node registered", slog.String("node", st.Node), slog.Int("gpus", len(inv)),
+				slog.Int("cpu_cores", st.CPUCores), slog.Int("memory_mb", st.MemoryMB))
 			changed = true
 		} else {
 			if node.State == "lost" {

@@ -16,8 +16,15 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/db"
 	"modelplane/placement"
+	"modelplane/registry"
 	"modelplane/route"
 )
+
+// InstanceProfileCPU is the endpoint instance profile of CPU serving (the
+// endpoint package's "cpu"): a version needing no GPU is placed on a CPU
+// node whatever the profile says, and a GPU version on an endpoint of
+// this profile gets what its own resources ask for.
+const InstanceProfileCPU = "cpu"
 
 // Endpoint statuses the reconciler writes.
 const (
@@ -237,8 +244,7 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 				pass.Unplaced++
 				continue
 			}
-			reqs = append(reqs, placement.Request{Replica: strconv.Itoa(len(reqs)), Endpoint: nd.d.Endpoint, Tier: nd.d.Tier,
-				MemoryMB: int(nd.d.GPUMemoryMB), GPUCount: max(1, int(nd.d.GPUCount)), GPUType: gpuType, MinProfile: minProfile})
+			reqs = append(reqs, request(strconv.Itoa(len(reqs)), nd.d, minProfile, gpuType))
 			reqDemand = append(reqDemand, nd.d)
 		}
 	}
@@ -278,6 +284,8 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		ins.NodeIDs = append(ins.NodeIDs, nodeID)
 		ins.GPUTypes = append(ins.GPUTypes, res.GPUType)
 		ins.Profiles = append(ins.Profiles, res.Profile)
+		ins.CPUCores = append(ins.CPUCores, int32(res.CPUCores))
+		ins.MemoryMBs = append(ins.MemoryMBs, int32(res.HostMemoryMB))
 		for _, s := range res.Slots {
 			alloc.NodeIDs = append(alloc.NodeIDs, nodeID)
 			alloc.GPUs = append(alloc.GPUs, int32(s.GPU))
@@ -295,6 +303,21 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	return errs, nil
 }
 
+// request is what placement is asked for one replica of d's version: a
+// CPU replica of the version's cores and memory when it needs no GPU (the
+// endpoint's instance profile, which sizes GPU allocations, does not
+// apply), else as many GPUs as it needs, at least one.
+func request(id string, d db.RoutingRuleListForPlacementRow, minProfile, gpuType string) placement.Request {
+	r := placement.Request{Replica: id, Endpoint: d.Endpoint, Tier: d.Tier}
+	if d.GPUCount == 0 {
+		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPU()
+		r.CPUCores, r.HostMemoryMB = int(cores), int(mem)
+		return r
+	}
+	r.MemoryMB, r.GPUCount, r.GPUType, r.MinProfile = int(d.GPUMemoryMB), int(d.GPUCount), gpuType, minProfile
+	return r
+}
+
 func size(d db.RoutingRuleListForPlacementRow) int32 {
 	if d.GPUMemoryMB == 0 {
 		return 1 << 30
@@ -308,6 +331,12 @@ func size(d db.RoutingRuleListForPlacementRow) int32 {
 func fromInstanceProfile(d db.RoutingRuleListForPlacementRow) (minProfile, gpuType, msg string) {
 	gpuType = d.GPUType
 	p := d.InstanceProfile
+	if p == InstanceProfileCPU {
+		// A GPU version on an endpoint whose profile is cpu (set when
+		// its first version needed no GPU): the version's own resources
+		// size it.
+		return "", gpuType, ""
+	}
 	if t, ok := strings.CutPrefix(p, "gpu-"); ok {
 		t = strings.ToUpper(t)
 		if gpuType != "" && gpuType != t {
@@ -328,6 +357,23 @@ func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyR
 		ids[n.Name] = n.ID
 	}
 	var nodes []placement.Node
+	cpu, err := q.NodeListCPUReady(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	holds, err := q.ReplicaListCPUHolds(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range cpu {
+		nd := placement.Node{Name: n.Name, CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB)}
+		for _, h := range holds {
+			if h.Node == n.Name {
+				nd.CPUHolds = append(nd.CPUHolds, placement.CPUHold{Owner: h.Name, OwnerEndpoint: h.Endpoint, Cores: int(h.CPUCores), MemoryMB: int(h.MemoryMB)})
+			}
+		}
+		nodes = append(nodes, nd)
+	}
 	for _, r := range rows {
 		if len(nodes) == 0 || nodes[len(nodes)-1].Name != r.Node {
 			nodes = append(nodes, placement.Node{Name: r.Node})

@@ -27,6 +27,12 @@ type Node struct {
 	Generation          int64     `json:"generation"`
 	AppliedGeneration   int64     `json:"applied_generation"`
 	GPUs                []GPU     `json:"gpus,omitempty"`
+	// CPUCores and MemoryMB are a CPU node's inventory (0 on a GPU node);
+	// CPUCoresUsed and MemoryUsedMB what its replicas are given of it.
+	CPUCores     int `json:"cpu_cores"`
+	MemoryMB     int `json:"memory_mb"`
+	CPUCoresUsed int `json:"cpu_cores_used"`
+	MemoryUsedMB int `json:"memory_used_mb"`
 }
 
 // GPU is one GPU of a node with its slices and who uses them.
@@ -54,7 +60,8 @@ type SliceView struct {
 
 func (f *Fleet) nodeView(n db.Node) Node {
 	v := Node{Name: n.Name, State: n.State, LastHeartbeat: n.LastHeartbeat, LeaseSeconds: n.LeaseSeconds,
-		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration}
+		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration,
+		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB)}
 	var inv []inventoryGPU
 	_ = json.Unmarshal(n.Inventory, &inv)
 	var use []gpuUse
@@ -95,11 +102,29 @@ func (f *Fleet) Nodes(ctx context.Context, p *auth.Principal) ([]Node, error) {
 	for _, c := range counts {
 		byNode[c.NodeID] = c
 	}
+	cpu, err := cpuUse(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
 	out := make([]Node, 0, len(rows))
 	for _, n := range rows {
 		v := f.nodeView(n)
 		v.Slices, v.SlicesUsed = byNode[n.ID].Slices, byNode[n.ID].Used
+		v.CPUCoresUsed, v.MemoryUsedMB = int(cpu[n.ID].CPUCores), int(cpu[n.ID].MemoryMB)
 		out = append(out, v)
+	}
+	return out, nil
+}
+
+// cpuUse is what CPU replicas hold, by node id.
+func cpuUse(ctx context.Context, q *db.Queries) (map[int64]db.ReplicaCPUUseByNodeRow, error) {
+	rows, err := q.ReplicaCPUUseByNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]db.ReplicaCPUUseByNodeRow, len(rows))
+	for _, r := range rows {
+		out[r.NodeID] = r
 	}
 	return out, nil
 }
@@ -116,6 +141,11 @@ func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node,
 		return Node{}, fmt.Errorf("node %s: %w", name, err)
 	}
 	v := f.nodeView(n)
+	cpu, err := cpuUse(ctx, q)
+	if err != nil {
+		return Node{}, fmt.Errorf("node %s: %w", name, err)
+	}
+	v.CPUCoresUsed, v.MemoryUsedMB = int(cpu[n.ID].CPUCores), int(cpu[n.ID].MemoryMB)
 	var inv []inventoryGPU
 	_ = json.Unmarshal(n.Inventory, &inv)
 	var use []gpuUse

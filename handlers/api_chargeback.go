@@ -38,7 +38,7 @@ type ChargebackRow struct {
 	Version    *string `json:"version,omitempty"`
 	GPUType    *string `json:"gpu_type,omitempty"`
 	Allocation *string `json:"allocation,omitempty"`
-	GPUSeconds int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second and a MIG slice's second each count one."`
+	GPUSeconds int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
 	GPUHours   string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
 	CostUSD    string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
 	CostUUSD   int64   `json:"cost_uusd" doc:"Cost in micro-USD; the rows add up to the total (docs/chargeback.md)."`
@@ -49,6 +49,7 @@ type ChargebackRow struct {
 	Tokens              *int64  `json:"tokens,omitempty" doc:"Tokens the gateways counted (LLM endpoints), when the grouping does not split by hardware."`
 	CostPer1MTokensUSD  *string `json:"cost_per_1m_tokens_usd,omitempty"`
 	AvgGPUUtilPct       float64 `json:"avg_gpu_util_pct"`
+	CPUCoreSeconds      int64   `json:"cpu_core_seconds" doc:"The part of gpu_seconds that is CPU cores (gpu_type cpu, allocation cpu-core), priced per core-hour."`
 }
 
 // ChargebackBody is a chargeback report.
@@ -88,7 +89,7 @@ func chargebackQuery(from, to, groupBy, team, endpoint string) (chargeback.Query
 }
 
 func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow {
-	out := ChargebackRow{GPUSeconds: r.GPUSeconds, GPUHours: r.GPUHours(), CostUSD: money.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD,
+	out := ChargebackRow{GPUSeconds: r.GPUSeconds, CPUCoreSeconds: r.CPUCoreSeconds, GPUHours: r.GPUHours(), CostUSD: money.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD,
 		CostX3600: r.CostX3600, Requests: r.Requests, AvgGPUUtilPct: r.AvgUtilPct()}
 	for _, d := range by {
 		v := r.Get(d)

@@ -123,8 +123,8 @@ func TestCostRatesAPI(t *testing.T) {
 		} `json:"items"`
 	}
 	e.getJSON(t, e.Keys["risk-viewer"], "/cost-rates", &list)
-	if len(list.Items) != 12 {
-		t.Errorf("risk viewer sees %d rates, want the 12 defaults", len(list.Items))
+	if len(list.Items) != 13 {
+		t.Errorf("risk viewer sees %d rates, want the 13 defaults (12 GPU, 1 cpu-core)", len(list.Items))
 	}
 	body := map[string]any{"gpu_type": "H100-80GB", "profile": "mig-1g.10gb", "uusd_per_hour": 900_000,
 		"effective_from": time.Now().UTC().Add(24 * time.Hour).Format(time.RFC3339)}
@@ -257,8 +257,8 @@ func TestPortalCostRates(t *testing.T) {
 	fin := e.signIn(t, "finance@example.com")
 	page := e.portal(t, fin, http.MethodGet, "/cost-rates", nil)
 	if body := page.String(); page.status != http.StatusOK || !strings.Contains(body, `id="rate-form"`) ||
-		strings.Count(body, `<span class="pill">in force</span>`) != 12 || !strings.Contains(body, "$3.500000") {
-		t.Errorf("finance cost-rates page = %d, want the form and 12 rates in force:\n%.3000s", page.status, body)
+		strings.Count(body, `<span class="pill">in force</span>`) != 13 || !strings.Contains(body, "$3.500000") {
+		t.Errorf("finance cost-rates page = %d, want the form and 13 rates in force:\n%.3000s", page.status, body)
 	}
 	bad := e.portal(t, fin, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {fin.csrf}, "gpu_type": {"A100-80GB"}, "profile": {"full"},
 		"usd_per_hour": {"3.9"}, "effective_from": {"2020-01-01T00:00:00Z"}}))

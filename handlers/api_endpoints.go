@@ -11,7 +11,7 @@ import (
 
 // EndpointSettings are the settable fields of an endpoint.
 type EndpointSettings struct {
-	InstanceProfile string  `json:"instance_profile" enum:"gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb"`
+	InstanceProfile string  `json:"instance_profile,omitempty" enum:"cpu,gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb" doc:"cpu: cores and memory on a CPU node, as the version states them; the default on create when the version needs no GPU (gpu_count 0), which is always served on a CPU node. The GPU profiles size GPU versions."`
 	MinReplicas     int32   `json:"min_replicas" minimum:"0" maximum:"1000"`
 	MaxReplicas     int32   `json:"max_replicas" minimum:"1" maximum:"1000"`
 	Tier            string  `json:"tier" enum:"critical,standard,batch" default:"standard"`
@@ -33,7 +33,7 @@ type endpointCreateInput struct {
 		Name    string `json:"name" doc:"Globally unique, DNS-label-like; part of the inference URL."`
 		Model   string `json:"model"`
 		Version string `json:"version" doc:"Initial version, served at 100 percent."`
-		Runtime string `json:"runtime"`
+		Runtime string `json:"runtime,omitempty" doc:"Derived: the version's runtime decides how it is served; when given it must be the version's."`
 		EndpointSettings
 	}
 }

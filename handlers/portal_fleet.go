@@ -89,7 +89,17 @@ func nodeRow(n fleet.Node) web.NodeRow {
 	return web.NodeRow{Name: n.Name, State: n.State, Lost: n.State == "lost", GPUCount: n.GPUCount, GPUTypes: strings.Join(n.GPUTypes, ", "),
 		MIG: yesNo(n.MIG), Slices: fmt.Sprintf("%d / %d", n.SlicesUsed, n.Slices), Util: percent(n.UtilPct),
 		Heartbeat:  ago(time.Duration(n.HeartbeatAgeSeconds * float64(time.Second))),
-		Generation: fmt.Sprintf("%d / %d", n.Generation, n.AppliedGeneration), Behind: n.AppliedGeneration < n.Generation}
+		Generation: fmt.Sprintf("%d / %d", n.Generation, n.AppliedGeneration), Behind: n.AppliedGeneration < n.Generation,
+		CPU: cpuUse(n)}
+}
+
+// cpuUse shows a CPU node's cores and memory in use of its inventory; ""
+// for a GPU node.
+func cpuUse(n fleet.Node) string {
+	if n.CPUCores == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d / %d cores · %s / %s", n.CPUCoresUsed, n.CPUCores, gigabytes(n.MemoryUsedMB), gigabytes(n.MemoryMB))
 }
 
 // sliceSize is the CSS class that sizes a slice's box by its share of the

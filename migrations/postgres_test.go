@@ -185,6 +185,8 @@ func TestModelVersionsImmutable(t *testing.T) {
 		"gpu_count":       "gpu_count + 1",
 		"gpu_memory_mb":   "gpu_memory_mb + 1",
 		"gpu_type":        "'H100-80GB'",
+		"cpu_cores":       "cpu_cores + 1",
+		"memory_mb":       "memory_mb + 1",
 		"p99_latency_ms":  "NULL",
 		"p99_tpot_ms":     "10",
 		"parent_version":  "'v0'",

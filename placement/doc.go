@@ -36,4 +36,12 @@
 //
 // Slices of profiles outside Profiles are never given out, but an owned one
 // still counts as held.
+//
+// CPU replicas. A request with GPUCount 0 and CPUCores set (a version that
+// needs no GPU) is placed by whole cores and memory on a CPU node, a node
+// without GPU slices that reports cores: never on a GPU node, and a CPU
+// node never gets a GPU request. Cores are exclusive, so tiers may share a
+// CPU node. Among the nodes with the cores and memory free, Plan takes the
+// one with the fewest replicas of the same endpoint (spread), then the
+// fewest free cores (best fit), then the least free memory, then by name.
 package placement

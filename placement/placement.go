@@ -10,9 +10,22 @@ import (
 )
 
 // Node is one schedulable node (ready, not lost) with every slice it has.
+// A CPU node has no slices and a CPU inventory instead: CPUCores whole
+// cores and MemoryMB of memory, of which CPUHolds are taken.
 type Node struct {
-	Name   string
-	Slices []Slice
+	Name     string
+	Slices   []Slice
+	CPUCores int
+	MemoryMB int
+	CPUHolds []CPUHold
+}
+
+// CPUHold is what one replica holds of a CPU node.
+type CPUHold struct {
+	Owner         string
+	OwnerEndpoint string
+	Cores         int
+	MemoryMB      int
 }
 
 // Slice is one allocatable unit of a GPU: a whole GPU (profile "full",
@@ -47,16 +60,27 @@ type Request struct {
 	// MinProfile is the smallest allocation the endpoint accepts (its
 	// instance profile): a MIG profile, or "full". Empty means none.
 	MinProfile string
+	// CPUCores, with GPUCount 0, asks for a CPU replica: that many whole
+	// cores and HostMemoryMB of memory on one CPU node, never a GPU.
+	CPUCores     int
+	HostMemoryMB int
 }
+
+// CPU reports whether r asks for a CPU replica.
+func (r Request) CPU() bool { return r.GPUCount == 0 && r.CPUCores > 0 }
 
 // Result is where one requested replica goes, or why it cannot.
 type Result struct {
 	Replica string
-	// Node, GPUType, Profile and Slots are set when placed.
-	Node    string
-	GPUType string
-	Profile string
-	Slots   []proto.Slot
+	// Node, GPUType, Profile and Slots are set when placed; a CPU
+	// replica has GPUType proto.CPUType, Profile proto.ProfileCPU, no
+	// slots, and the request's CPUCores and HostMemoryMB.
+	Node         string
+	GPUType      string
+	Profile      string
+	Slots        []proto.Slot
+	CPUCores     int
+	HostMemoryMB int
 	// Err says why the replica could not be placed, for people to read
 	// ("no free mig-3g.40gb slice or whole GPU on an H100-80GB"); empty when placed.
 	Err string
@@ -68,8 +92,13 @@ type Result struct {
 // output, whatever the order of nodes and slices.
 func Plan(nodes []Node, reqs []Request) []Result {
 	f := newFleet(nodes)
+	c := newCPUFleet(nodes)
 	out := make([]Result, len(reqs))
 	for i, r := range reqs {
+		if r.CPU() {
+			out[i] = c.place(r)
+			continue
+		}
 		out[i] = f.place(r)
 	}
 	return out

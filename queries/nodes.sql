@@ -2,10 +2,10 @@
 SELECT * FROM nodes WHERE name = @name FOR UPDATE;
 
 -- name: NodeRegister :one
-INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
-    inventory = $5, gpu_use = $6, applied_generation = $7, state = 'ready'
+    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, state = 'ready'
 RETURNING *;
 
 -- name: NodeHeartbeat :exec
@@ -36,3 +36,9 @@ SET LOCAL enable_nestloop = off;
 
 -- name: PlacementLockShared :exec
 SELECT pg_advisory_xact_lock_shared(7316020003);
+
+-- name: NodeListCPUReady :many
+-- The CPU nodes placement may use (ready, no GPUs) with their inventory.
+SELECT n.name, n.cpu_cores, n.memory_mb FROM nodes n
+WHERE n.state = 'ready' AND n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id)
+ORDER BY n.name;

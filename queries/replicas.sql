@@ -1,5 +1,5 @@
 -- name: ReplicaListAll :many
-SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile,
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
@@ -29,9 +29,10 @@ ORDER BY version_id, id;
 SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, @n::int);
 
 -- name: ReplicaInsertMany :exec
-INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile)
+INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb)
 SELECT unnest(@ids::bigint[]), unnest(@names::text[]), unnest(@owner_teams::bigint[]), unnest(@endpoint_ids::bigint[]),
-       unnest(@version_ids::bigint[]), unnest(@node_ids::bigint[]), unnest(@gpu_types::text[]), unnest(@profiles::text[]);
+       unnest(@version_ids::bigint[]), unnest(@node_ids::bigint[]), unnest(@gpu_types::text[]), unnest(@profiles::text[]),
+       unnest(@cpu_cores::int[]), unnest(@memory_mbs::int[]);
 
 -- name: ReplicaDeleteByIDs :exec
 DELETE FROM replicas WHERE id = ANY(@ids::bigint[]);
@@ -66,3 +67,18 @@ ORDER BY v.name, r.name;
 SELECT count(*) FILTER (WHERE state = 'ready')::int AS ready, count(*)::int AS placed
 FROM replicas
 WHERE endpoint_id = @endpoint_id AND version_id = @version_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: ReplicaListCPUHolds :many
+-- What every CPU replica on a ready node holds, for placement.
+SELECT n.name AS node, r.name, e.name AS endpoint, r.cpu_cores, r.memory_mb
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.cpu_cores > 0 AND n.state = 'ready'
+ORDER BY n.name, r.id;
+
+-- name: ReplicaCPUUseByNode :many
+-- The cores and memory CPU replicas hold per node, for the fleet page.
+SELECT node_id, sum(cpu_cores)::int AS cpu_cores, sum(memory_mb)::int AS memory_mb
+FROM replicas WHERE cpu_cores > 0
+GROUP BY node_id;

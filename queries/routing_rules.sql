@@ -9,7 +9,7 @@ INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALU
 -- What placement needs of every routed version; the routing entry's own
 -- columns are read by package route (RoutingRuleListForRoutes).
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas,
-       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, r.weight, e.woken_at,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id

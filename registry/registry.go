@@ -217,11 +217,49 @@ func (s *Service) Models(ctx context.Context, p *auth.Principal, afterID int64, 
 	return out, nil
 }
 
-// Resources is what one replica of a version needs.
+// Resources is what one replica of a version needs. A version with
+// GPUCount 0 runs on a CPU node: it is placed by CPUCores and MemoryMB,
+// never on a GPU. Cores are whole cores, given to one replica only (the
+// process driver pins them), as whole GPUs and MIG slices are; they are
+// metered and priced per core-second. A CPU version that states neither
+// gets DefaultCPUCores and DefaultMemoryMB at registration. On a GPU
+// version CPUCores and MemoryMB are recorded but not placed by: a GPU
+// node's host CPUs come with its GPUs.
 type Resources struct {
 	GPUCount    int32  `json:"gpu_count"`
 	GPUMemoryMB int32  `json:"gpu_memory_mb"`
 	GPUType     string `json:"gpu_type,omitempty"`
+	// CPUCores is the whole CPU cores one replica needs.
+	CPUCores int32 `json:"cpu_cores"`
+	// MemoryMB is the host memory one replica needs, in MiB.
+	MemoryMB int32 `json:"memory_mb"`
+}
+
+// The size of a CPU version that states none, and the bounds of what one
+// may state: no CPU node offers more than MaxCPUCores cores or
+// MaxMemoryMB of memory to one replica.
+const (
+	DefaultCPUCores = 1
+	DefaultMemoryMB = 1024
+	MaxCPUCores     = 256
+	MaxMemoryMB     = 4 * 1024 * 1024
+)
+
+// CPU returns the cores and memory a replica of a version with these
+// resources is placed by: the stated ones, or the defaults for what a
+// version needing no GPU left at 0 (rows registered before CPU nodes
+// existed hold 0).
+func (r Resources) CPU() (cores, memoryMB int32) {
+	cores, memoryMB = r.CPUCores, r.MemoryMB
+	if r.GPUCount == 0 {
+		if cores == 0 {
+			cores = DefaultCPUCores
+		}
+		if memoryMB == 0 {
+			memoryMB = DefaultMemoryMB
+		}
+	}
+	return cores, memoryMB
 }
 
 // SLA is the version's latency objective; the rollout judge holds it to it.
@@ -282,6 +320,22 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
 	}
 	if r.GPUType != "" {
 		validate.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
+		if r.GPUCount == 0 {
+			errs.Add("metadata.resources.gpu_type", "needs gpu_count of at least 1; a version with gpu_count 0 runs on CPU nodes")
+		}
+	}
+	if r.GPUCount == 0 && r.GPUMemoryMB != 0 {
+		errs.Add("metadata.resources.gpu_memory_mb", "needs gpu_count of at least 1; a version with gpu_count 0 runs on CPU nodes")
+	}
+	if r.CPUCores < 0 || r.CPUCores > MaxCPUCores {
+		errs.Add("metadata.resources.cpu_cores", "must be a whole number of cores between 0 (the default, %d) and %d", DefaultCPUCores, MaxCPUCores)
+	}
+	if r.MemoryMB < 0 || r.MemoryMB > MaxMemoryMB {
+		errs.Add("metadata.resources.memory_mb", "must be between 0 (the default, %d) and %d MiB", DefaultMemoryMB, MaxMemoryMB)
+	}
+	if r.GPUCount == 0 && errs.Err() == nil {
+		// What is shown is what is placed: the defaults are stored.
+		spec.Resources.CPUCores, spec.Resources.MemoryMB = r.CPU()
 	}
 	for name, v := range map[string]*float64{"p99_latency_ms": spec.SLA.P99LatencyMs, "p99_tpot_ms": spec.SLA.P99TPOTMs} {
 		if v != nil && !(*v > 0 && *v < 3_600_000) {
@@ -366,6 +420,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		row, err := q.ModelVersionCreate(ctx, db.ModelVersionCreateParams{ModelID: m.ID, TeamID: m.TeamID, Name: spec.Name,
 			Format: spec.Format, Runtime: spec.Runtime, ArtifactURI: spec.ArtifactURI, Manifest: manJSON, SizeBytes: size,
 			GPUCount: spec.Resources.GPUCount, GPUMemoryMB: spec.Resources.GPUMemoryMB, GPUType: spec.Resources.GPUType,
+			CPUCores: spec.Resources.CPUCores, MemoryMB: spec.Resources.MemoryMB,
 			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
 			CreatedBy: p.Actor()})
@@ -433,7 +488,7 @@ func (s *Service) digestsInUse(ctx context.Context, digests []string) (map[strin
 func versionOf(r db.ModelVersion, model string) Version {
 	v := Version{ID: r.ID, Model: model, SizeBytes: r.SizeBytes, Status: r.Status, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
 	v.Name, v.Format, v.Runtime, v.ArtifactURI = r.Name, r.Format, r.Runtime, r.ArtifactURI
-	v.Resources = Resources{GPUCount: r.GPUCount, GPUMemoryMB: r.GPUMemoryMB, GPUType: r.GPUType}
+	v.Resources = Resources{GPUCount: r.GPUCount, GPUMemoryMB: r.GPUMemoryMB, GPUType: r.GPUType, CPUCores: r.CPUCores, MemoryMB: r.MemoryMB}
 	v.SLA = SLA{P99LatencyMs: r.P99LatencyMs, P99TPOTMs: r.P99TPOTMs}
 	v.Lineage = Lineage{ParentVersion: r.ParentVersion, TrainingJob: r.TrainingJob, Dataset: r.Dataset}
 	_ = json.Unmarshal(r.OfflineMetrics, &v.OfflineMetrics)

@@ -251,6 +251,9 @@ type NodeRow struct {
 	Heartbeat   string // "3 s ago"
 	Generation  string // desired / applied
 	Behind      bool   // the agent has not applied the desired generation yet
+	// CPU is a CPU node's cores and memory in use of its inventory ("4 / 16
+	// cores · 6 / 64 GB"); empty on a GPU node.
+	CPU string
 }
 
 // FleetTableProps fills the nodes table and the metered total above it.

@@ -142,6 +142,13 @@ const (
 	ProfileFull = "full"
 	// MIGPrefix starts every MIG allocation profile, as in "mig-1g.10gb".
 	MIGPrefix = "mig-"
+	// ProfileCPU is the allocation profile of a CPU replica's cores, with
+	// GPUType CPUType: in a ReplicaSpec, and in each usage record, which
+	// is one core during one second, priced by the cost rate of that type
+	// and profile.
+	ProfileCPU = "cpu-core"
+	// CPUType stands for the GPU type of a CPU replica and its usage.
+	CPUType = "cpu"
 )
 
 // MIGShape is a MIG partition of an 80 GB GPU (A100-80GB, H100-80GB).
@@ -200,8 +207,14 @@ type ReplicaSpec struct {
 	// Profile is the allocation profile of each slot: "full" or a MIG profile.
 	Profile string `json:"profile"`
 	// Slots are the GPU slices the replica owns; several whole GPUs for
-	// tensor parallelism.
+	// tensor parallelism. A CPU replica (GPUType CPUType, Profile
+	// ProfileCPU) has none.
 	Slots []Slot `json:"slots"`
+	// CPUCores and MemoryMB are a CPU replica's allocation on its CPU
+	// node: whole cores, for it alone, and memory in MiB; 0 on a GPU
+	// replica.
+	CPUCores int `json:"cpu_cores,omitempty"`
+	MemoryMB int `json:"memory_mb,omitempty"`
 	// Sim is the version's sim profile, for the sim driver.
 	Sim json.RawMessage `json:"sim,omitempty"`
 	// VersionID is the version's registry id; with Version it names what
@@ -241,9 +254,17 @@ type NodeStatus struct {
 	// LeaseSeconds is how long the node stays alive without a heartbeat.
 	LeaseSeconds int `json:"lease_seconds"`
 	// Generation is the last desired generation the agent applied.
-	Generation int64           `json:"generation"`
-	GPUs       []GPU           `json:"gpus"`
-	Replicas   []ReplicaStatus `json:"replicas"`
+	Generation int64 `json:"generation"`
+	// GPUs is a GPU node's inventory; empty on a CPU node.
+	GPUs []GPU `json:"gpus"`
+	// CPUCores and MemoryMB are a CPU node's inventory: the whole cores
+	// and the memory, in MiB, its replicas may be given; 0 on a GPU node.
+	// CPUCoresUsed and MemoryUsedMB are what its replicas hold.
+	CPUCores     int             `json:"cpu_cores,omitempty"`
+	MemoryMB     int             `json:"memory_mb,omitempty"`
+	CPUCoresUsed int             `json:"cpu_cores_used,omitempty"`
+	MemoryUsedMB int             `json:"memory_used_mb,omitempty"`
+	Replicas     []ReplicaStatus `json:"replicas"`
 	// Cache is the node's artifact cache; nil when the agent keeps none
 	// (a simulated node).
 	Cache *CacheStatus `json:"cache,omitempty"`
@@ -324,7 +345,9 @@ type UsageBatch struct {
 	Records []Usage `json:"records"`
 }
 
-// Usage is one GPU allocation during one second.
+// Usage is one GPU allocation during one second, or one core of a CPU
+// replica (GPUType CPUType, Profile ProfileCPU, GPU 0, Slice the core's
+// ordinal in the replica's allocation) during one second.
 type Usage struct {
 	// Time is the second, in Unix seconds.
 	Time     int64  `json:"t"`
