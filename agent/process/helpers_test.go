@@ -206,3 +206,10 @@ func readLog(t *testing.T, d *Driver, id string) string {
 	}
 	return string(b)
 }
+
+// runningReplica is the replica d runs under id, or nil.
+func runningReplica(d *Driver, id string) *replica {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.running[id]
+}

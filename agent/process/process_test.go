@@ -99,7 +99,7 @@ func TestRuntimeGetsItsDevicesThreadsAndNothingOfTheAgent(t *testing.T) {
 	mig := spec("r-mig")
 	mig.Profile, mig.Slots = "mig-1g.10gb", []proto.Slot{{GPU: 1, Slice: 2}}
 	waitReady(t, start(t, d, mig, ""))
-	if got, _ := envOf(t, d.running["r-mig"]).get("CUDA_VISIBLE_DEVICES"); got != "MIG-4f1c2d" {
+	if got, _ := envOf(t, runningReplica(d, "r-mig")).get("CUDA_VISIBLE_DEVICES"); got != "MIG-4f1c2d" {
 		t.Errorf("MIG replica's CUDA_VISIBLE_DEVICES = %q, want its MIG device id", got)
 	}
 	unknown := spec("r-mig-unknown")

@@ -264,6 +264,10 @@ type ReplicaStatus struct {
 	KVUsedPct float64 `json:"kv_used_pct"`
 	// Requests is the number of requests completed since the replica started.
 	Requests int64 `json:"requests"`
+	// Failures counts the replica's failures in a row on this node since it
+	// was last ready: failed starts, crashes, start timeouts. The control
+	// plane places a replica that keeps failing on another node.
+	Failures int `json:"failures,omitempty"`
 }
 
 // UsageBatch is one MP_USAGE message. ID is also its Nats-Msg-Id; a batch
