@@ -16,9 +16,10 @@
 //     affinity was narrowed first (sched_setaffinity through
 //     golang.org/x/sys/unix): a child inherits the mask of the thread that
 //     forks it, from its first instruction, which taskset would give too
-//     but through another program on every node. The thread is thrown away
-//     afterwards (its goroutine ends locked), so the agent's own threads
-//     keep every core;
+//     but through another program on every node. The thread's mask is
+//     widened again before it is unlocked, so the agent's own threads keep
+//     every core (it is not thrown away: a thread's exit fires the
+//     Pdeathsig of children other code forked from it);
 //   - logs: stdout and stderr go straight to a file per replica opened in
 //     append mode (no pipe through the agent, so a runtime outlives an agent
 //     restart without a broken pipe). When the file passes

@@ -453,23 +453,38 @@ func (r *replica) spawn() (*proc, error) {
 }
 
 // startPinned starts cmd with the CPU affinity cores: it narrows the
-// affinity of a locked OS thread and forks from it, so the child has the
-// mask from its first instruction. The goroutine ends without unlocking,
-// which makes the runtime discard that thread instead of reusing it with
-// the narrowed mask.
+// affinity of a locked OS thread, forks from it, so the child has the mask
+// from its first instruction, and widens the thread again before
+// unlocking it. The thread must not be thrown away instead (a goroutine
+// ending locked): a child some other code forked from that thread with
+// Pdeathsig, as internal/pgproc does, would get its signal, because the
+// kernel sends it when the forking thread exits, not the process.
 func startPinned(cmd *exec.Cmd, cores []int) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		var set unix.CPUSet
+		var orig, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &orig); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("cpu affinity: %w", err)
+			return
+		}
 		for _, c := range cores {
 			set.Set(c)
 		}
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("cpu affinity %v: %w", cores, err)
 			return
 		}
 		errc <- cmd.Start()
+		if err := unix.SchedSetaffinity(0, &orig); err != nil {
+			// The thread keeps the narrow mask: keep it out of the
+			// scheduler's pool for good rather than let other goroutines
+			// run pinned, and rather than end it (see above).
+			select {}
+		}
+		runtime.UnlockOSThread()
 	}()
 	return <-errc
 }
