@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -132,6 +133,36 @@ func TestKilledRuntimeIsRestartedAndServesAgain(t *testing.T) {
 	}
 	if code, err := predict(r.Addr()); err != nil || code != http.StatusOK {
 		t.Errorf("predict after the restart = %d, %v", code, err)
+	}
+}
+
+func TestRuntimeFailingItsLivenessIsKilledAndRestarted(t *testing.T) {
+	t.Parallel()
+	clock := quartz.NewMock(t)
+	sick := filepath.Join(openDir(t), "sick")
+	var logs syncBuffer
+	d := newDriver(t, t.TempDir(), clock, func(c *Config) {
+		c.LiveInterval = 5 * time.Second
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	}, "-sick-file", sick)
+	r := start(t, d, spec("r-wedged"), "")
+	waitReady(t, r)
+	pid := envOf(t, r).PID
+	if err := os.WriteFile(sick, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Three probes in a row fail, one per tick of the liveness ticker.
+	var o agent.Observation
+	wait.Eventually(t, long, func() bool {
+		clock.Advance(5 * time.Second).MustWait(t.Context())
+		o = observe(t, r)
+		return o.Restarts == 1
+	}, "wedged runtime never restarted: %v", wait.Show(func() any { return o }))
+	if !strings.Contains(logs.String(), "liveness probe failed 3 times in a row") {
+		t.Errorf("failure not logged with its reason; log:\n%s", logs.String())
+	}
+	if unix.Kill(pid, 0) == nil {
+		t.Errorf("the wedged runtime (pid %d) still runs", pid)
 	}
 }
 

@@ -30,6 +30,7 @@ func main() {
 	spam := flag.Int("spam", 0, "write this many bytes to stdout at start")
 	tryRead := flag.String("try-read", "", "a file /env says whether this process can read")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM: only SIGKILL ends it")
+	sickFile := flag.String("sick-file", "", "fail the health path (liveness) once this file exists")
 	flag.Parse()
 
 	fmt.Printf("fakeruntime pid %d model dir %s\n", os.Getpid(), *modelDir)
@@ -54,7 +55,11 @@ func main() {
 		return err == nil
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) {
+		if *sickFile != "" && exists(*sickFile) {
+			http.Error(w, "wedged", http.StatusInternalServerError)
+		}
+	})
 	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
 		if *readyFile != "" && !exists(*readyFile) {
 			http.Error(w, "loading", http.StatusServiceUnavailable)
