@@ -267,6 +267,14 @@ func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, addr string)
 		if r.hash != hash {
 			return nil, fmt.Errorf("replica %s already runs with another spec", spec.ID)
 		}
+		r.mu.Lock()
+		draining := r.draining
+		r.mu.Unlock()
+		if draining {
+			// Its drain outlasted the caller's patience; a start now would
+			// hand back a replica on its way out. The agent retries.
+			return nil, fmt.Errorf("replica %s is still stopping", spec.ID)
+		}
 		return r, nil
 	}
 	d.mu.Unlock()

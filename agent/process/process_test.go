@@ -361,6 +361,9 @@ func TestStopKillsARuntimeThatOutlastsTheGrace(t *testing.T) {
 		t.Fatalf("stop returned %v within the grace while the runtime runs", err)
 	default:
 	}
+	if _, err := d.Start(t.Context(), spec("r-stubborn"), ""); err == nil || !strings.Contains(err.Error(), "still stopping") {
+		t.Errorf("start while the old copy drains: %v, want still stopping", err)
+	}
 	clock.Advance(10 * time.Second).MustWait(t.Context())
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
