@@ -194,7 +194,14 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.started {
 		return errors.New("agent already started")
 	}
-	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+	// Others may pass through the state directory but not list it: the
+	// process driver's runtimes run as another user and must reach their
+	// model files in the cache beneath it, while the credentials beside it
+	// are files only the agent reads (0600) and the spool is 0700.
+	if err := os.MkdirAll(a.cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(a.cfg.StateDir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	sp, err := openSpool(filepath.Join(a.cfg.StateDir, "spool"), a.cfg.SpoolMaxBytes)
@@ -599,7 +606,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 				slog.Int("failures", m.failures), slog.Time("retry_at", m.retryAt))
 		} else {
 			a.n.starts.Add(1)
-			m.rep, m.state, m.reason = r, proto.StateStarting, ""
+			m.rep, m.state, m.reason, m.obs = r, proto.StateStarting, "", Observation{}
 			m.preferAddr = r.Addr()
 			m.metered, m.lastRequests = true, 0 // a fresh replica counts from zero
 			a.log.Info("replica started", slog.String("replica", m.spec.ID), slog.String("addr", r.Addr()))
@@ -872,13 +879,18 @@ func (a *Agent) observe(ctx context.Context, m *managed) bool {
 	}
 	m.observeErrs = 0
 	m.obs = o
-	prev := m.state
-	if o.Ready {
+	prev, prevReason := m.state, m.reason
+	switch {
+	case o.Ready:
 		m.state, m.reason, m.failures = proto.StateReady, "", 0
-	} else {
+	case o.Failures > 0:
+		// The driver restarts its runtime itself; until it is ready again
+		// the replica is failed, with the driver's reason.
+		m.state, m.reason = proto.StateFailed, o.Reason
+	default:
 		m.state = proto.StateStarting
 	}
-	return prev != m.state
+	return prev != m.state || prevReason != m.reason
 }
 
 // schedule sets the wake timer to the next time the main loop has work of
@@ -952,9 +964,15 @@ func (a *Agent) Status() proto.NodeStatus {
 		st.GPUs[i] = g
 	}
 	for _, m := range a.replicas {
-		rs := proto.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason, DownloadMS: m.downloadMS, VerifyMS: m.verifyMS}
+		rs := proto.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason, Failures: m.failures,
+			DownloadMS: m.downloadMS, VerifyMS: m.verifyMS}
 		if m.rep != nil {
 			rs.LoadMS, rs.WarmupMS = m.obs.LoadMS, m.obs.WarmupMS
+			if m.state != proto.StateReady {
+				// Failed starts the agent counted, then the driver's
+				// failures in a row of the runtime it started.
+				rs.Failures += m.obs.Failures
+			}
 			rs.Addr = m.rep.Addr()
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct

@@ -82,4 +82,18 @@ type Observation struct {
 	// the agent's download and verify times.
 	LoadMS   int64
 	WarmupMS int64
+	// InFlight counts requests received and not yet answered; BatchSize is
+	// the mean executed batch. Drivers that cannot tell leave them zero.
+	InFlight  int
+	BatchSize float64
+	// Failures counts the replica's failures in a row since it was last
+	// ready (crashes, start timeouts, dead liveness), for a driver that
+	// restarts its runtimes itself; Reason says why the last one failed.
+	// While Failures is above zero and Ready false the agent reports the
+	// replica failed with Reason, so the control plane can move a replica
+	// that keeps failing on this node. Restarts counts restarts since
+	// Start, for people.
+	Failures int
+	Restarts int
+	Reason   string
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,12 +17,14 @@ import (
 	"modelplane/agent"
 	"modelplane/agent/cache"
 	"modelplane/agent/proto"
+	"modelplane/agent/process"
 )
 
 // AgentConfig configures `modelplane agent`.
 type AgentConfig struct {
 	NATSURL string
-	// Driver runs the replicas: only "sim" for now.
+	// Driver runs the replicas: "sim" (in this process) or "process" (a
+	// child process per replica, from the runtime catalogue).
 	Driver string
 	Node   string
 	// GPUs and MIG are the --gpus and --mig specs, each possibly repeated;
@@ -38,7 +41,17 @@ type AgentConfig struct {
 	SpoolMaxBytes int64
 	// LoadDelay is how long a sim replica takes to load its model.
 	LoadDelay time.Duration
-	LogLevel  string
+	// ModelRoot is the process driver's directory of model directories,
+	// <root>/<model>/<version>, until the artifact cache hands the driver
+	// a verified directory per replica.
+	ModelRoot string
+	// RuntimeUser is who the process driver's runtimes run as when the
+	// agent runs as root.
+	RuntimeUser string
+	// StopReplicas makes the process driver's runtimes end with the agent;
+	// by default they keep serving and the next agent adopts them.
+	StopReplicas bool
+	LogLevel     string
 	// ControlPlaneURL is where the agent fetches artifacts; "" keeps no
 	// cache and fetches nothing (enough for sim replicas).
 	ControlPlaneURL string
@@ -69,7 +82,7 @@ func (f listFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 // as defaults.
 func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSURL, "nats", env("MP_NATS_URL", nats.DefaultURL), "NATS URL (MP_NATS_URL)")
-	fs.StringVar(&c.Driver, "driver", env("MP_AGENT_DRIVER", "sim"), "replica driver: sim (MP_AGENT_DRIVER)")
+	fs.StringVar(&c.Driver, "driver", env("MP_AGENT_DRIVER", "sim"), "replica driver: sim or process (MP_AGENT_DRIVER)")
 	fs.StringVar(&c.Node, "node", env("MP_AGENT_NODE", hostNode()), "node name, its key in mp_desired (MP_AGENT_NODE; default the host name)")
 	if v := env("MP_AGENT_GPUS", ""); v != "" {
 		c.GPUs = []string{v}
@@ -86,6 +99,10 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Heartbeat, "heartbeat", envDuration("MP_AGENT_HEARTBEAT", agent.DefaultHeartbeat), "heartbeat interval, at most half the lease (MP_AGENT_HEARTBEAT)")
 	fs.Int64Var(&c.SpoolMaxBytes, "spool-max-bytes", envInt("MP_AGENT_SPOOL_MAX_BYTES", agent.DefaultSpoolMaxBytes), "bound of the usage spool on disk (MP_AGENT_SPOOL_MAX_BYTES)")
 	fs.DurationVar(&c.LoadDelay, "sim-load-delay", envDuration("MP_AGENT_SIM_LOAD_DELAY", 0), "sim driver: how long a replica takes to load (MP_AGENT_SIM_LOAD_DELAY)")
+	fs.StringVar(&c.ModelRoot, "model-root", env("MP_AGENT_MODEL_ROOT", ""), "process driver: model directories as ROOT/<model>/<version> (MP_AGENT_MODEL_ROOT)")
+	fs.StringVar(&c.RuntimeUser, "runtime-user", env("MP_AGENT_RUNTIME_USER", process.DefaultRunAs), "process driver: user runtimes run as when the agent is root; nobody when it does not exist (MP_AGENT_RUNTIME_USER)")
+	stopDefault, _ := strconv.ParseBool(env("MP_AGENT_STOP_REPLICAS_ON_EXIT", "false"))
+	fs.BoolVar(&c.StopReplicas, "stop-replicas-on-exit", stopDefault, "process driver: stop the runtimes when the agent exits instead of leaving them to the next agent (MP_AGENT_STOP_REPLICAS_ON_EXIT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.StringVar(&c.ControlPlaneURL, "control-plane", env("MP_CONTROL_PLANE_URL", ""), "control plane URL the agent fetches model files from; empty fetches none (MP_CONTROL_PLANE_URL)")
 	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
@@ -121,8 +138,8 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
 		bad("MP_NATS_URL (--nats) must be a nats:// or tls:// URL, got %q", c.NATSURL)
 	}
-	if c.Driver != "sim" {
-		bad("MP_AGENT_DRIVER (--driver) %q: only sim is available", c.Driver)
+	if c.Driver != "sim" && c.Driver != "process" {
+		bad("MP_AGENT_DRIVER (--driver) %q: want sim or process", c.Driver)
 	}
 	if c.LoadDelay < 0 {
 		bad("MP_AGENT_SIM_LOAD_DELAY (--sim-load-delay) must not be negative")
@@ -213,8 +230,27 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		}
 		cfg.Cache = cc
 	}
-	drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log})
-	cfg.Driver = drv
+	var stop func(context.Context)
+	switch c.Driver {
+	case "process":
+		user := c.RuntimeUser
+		if user == process.DefaultRunAs {
+			user = "" // the driver falls back to nobody when it is missing
+		}
+		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), ModelRoot: c.ModelRoot, RunAs: user, Log: log})
+		if err != nil {
+			return err
+		}
+		cfg.Driver = drv
+		if c.StopReplicas {
+			stop = drv.Close
+		}
+	default:
+		drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log})
+		cfg.Driver = drv
+		// The sim driver's replicas live in this process; end them cleanly.
+		stop = drv.Close
+	}
 	a, err := agent.New(cfg, nc, log)
 	if err != nil {
 		return err
@@ -225,9 +261,10 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	log.Info("modelplane agent running", slog.String("node", cfg.Node), slog.Int("gpus", len(cfg.GPUs)), slog.Int("cpus", cfg.CPUCores), slog.Int("memory_mb", cfg.MemoryMB), slog.String("state_dir", cfg.StateDir))
 	<-ctx.Done()
 	a.Stop()
-	// The sim driver's replicas live in this process; end them cleanly.
-	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	drv.Close(stopCtx)
+	if stop != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		stop(stopCtx)
+	}
 	return ctx.Err()
 }

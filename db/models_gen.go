@@ -241,22 +241,35 @@ type Outbox struct {
 	Error       *string
 }
 
-type Replica struct {
-	ID         int64
-	Name       string
-	TeamID     int64
+type PlacementExclusion struct {
 	EndpointID int64
 	VersionID  int64
 	NodeID     int64
-	GPUType    string
-	Profile    string
-	State      string
-	Addr       string
+	Replica    string
+	Failures   int32
 	Reason     string
 	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	CPUCores   int32
-	MemoryMB   int32
+	ExpiresAt  time.Time
+}
+
+type Replica struct {
+	ID            int64
+	Name          string
+	TeamID        int64
+	EndpointID    int64
+	VersionID     int64
+	NodeID        int64
+	GPUType       string
+	Profile       string
+	State         string
+	Addr          string
+	Reason        string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CPUCores      int32
+	MemoryMB      int32
+	Failures      int32
+	PlacementNote string
 }
 
 type Rollout struct {

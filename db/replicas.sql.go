@@ -123,10 +123,10 @@ func (q *Queries) ReplicaDeleteOnLostNodes(ctx context.Context) ([]ReplicaDelete
 }
 
 const replicaInsertMany = `-- name: ReplicaInsertMany :exec
-INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb)
+INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb, placement_note)
 SELECT unnest($1::bigint[]), unnest($2::text[]), unnest($3::bigint[]), unnest($4::bigint[]),
        unnest($5::bigint[]), unnest($6::bigint[]), unnest($7::text[]), unnest($8::text[]),
-       unnest($9::int[]), unnest($10::int[])
+       unnest($9::int[]), unnest($10::int[]), unnest($11::text[])
 `
 
 type ReplicaInsertManyParams struct {
@@ -140,6 +140,7 @@ type ReplicaInsertManyParams struct {
 	Profiles    []string
 	CPUCores    []int32
 	MemoryMBs   []int32
+	Notes       []string
 }
 
 func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyParams) error {
@@ -154,6 +155,7 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 		arg.Profiles,
 		arg.CPUCores,
 		arg.MemoryMBs,
+		arg.Notes,
 	)
 	return err
 }
@@ -248,6 +250,7 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 
 const replicaListByEndpoint = `-- name: ReplicaListByEndpoint :many
 SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
+       r.failures, r.placement_note,
        coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
        coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
 FROM replicas r
@@ -264,18 +267,20 @@ type ReplicaListByEndpointParams struct {
 }
 
 type ReplicaListByEndpointRow struct {
-	Name       string
-	Version    string
-	Node       string
-	State      string
-	Addr       string
-	Reason     string
-	GPUType    string
-	Profile    string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	SlotGpus   []int32
-	SlotSlices []int32
+	Name          string
+	Version       string
+	Node          string
+	State         string
+	Addr          string
+	Reason        string
+	GPUType       string
+	Profile       string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Failures      int32
+	PlacementNote string
+	SlotGpus      []int32
+	SlotSlices    []int32
 }
 
 func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEndpointParams) ([]ReplicaListByEndpointRow, error) {
@@ -298,6 +303,8 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 			&i.Profile,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Failures,
+			&i.PlacementNote,
 			&i.SlotGpus,
 			&i.SlotSlices,
 		); err != nil {
@@ -433,6 +440,71 @@ func (q *Queries) ReplicaListReadyForRoutes(ctx context.Context) ([]ReplicaListR
 	return items, nil
 }
 
+const replicaMoveFailing = `-- name: ReplicaMoveFailing :many
+WITH failing AS (
+    DELETE FROM replicas r
+    WHERE r.state = 'failed' AND r.failures >= $1::int
+    RETURNING r.endpoint_id, r.version_id, r.node_id, r.name, r.failures, r.reason
+), excluded AS (
+    INSERT INTO placement_exclusions (endpoint_id, version_id, node_id, replica, failures, reason, created_at, expires_at)
+    -- One row per key: two replicas of a version failing on one node
+    -- must not make ON CONFLICT touch a row twice.
+    SELECT DISTINCT ON (endpoint_id, version_id, node_id) endpoint_id, version_id, node_id, name, failures, reason,
+           $2::timestamptz, $3::timestamptz
+    FROM failing ORDER BY endpoint_id, version_id, node_id, name
+    ON CONFLICT (endpoint_id, version_id, node_id) DO UPDATE
+        SET replica = EXCLUDED.replica, failures = EXCLUDED.failures, reason = EXCLUDED.reason,
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+)
+SELECT f.endpoint_id, f.version_id, n.name AS node, f.name, f.failures, f.reason
+FROM failing f JOIN nodes n ON n.id = f.node_id
+ORDER BY f.name
+`
+
+type ReplicaMoveFailingParams struct {
+	MinFailures int32
+	Now         time.Time
+	Until       time.Time
+}
+
+type ReplicaMoveFailingRow struct {
+	EndpointID int64
+	VersionID  int64
+	Node       string
+	Name       string
+	Failures   int32
+	Reason     string
+}
+
+// Removes every replica that failed @min_failures times in a row on its
+// node and keeps that node out of its version's placement until @until.
+func (q *Queries) ReplicaMoveFailing(ctx context.Context, arg ReplicaMoveFailingParams) ([]ReplicaMoveFailingRow, error) {
+	rows, err := q.db.Query(ctx, replicaMoveFailing, arg.MinFailures, arg.Now, arg.Until)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaMoveFailingRow{}
+	for rows.Next() {
+		var i ReplicaMoveFailingRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.VersionID,
+			&i.Node,
+			&i.Name,
+			&i.Failures,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaNextIDs = `-- name: ReplicaNextIDs :many
 SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, $1::int)
 `
@@ -458,20 +530,21 @@ func (q *Queries) ReplicaNextIDs(ctx context.Context, n int32) ([]int64, error) 
 }
 
 const replicaObserve = `-- name: ReplicaObserve :many
-UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, updated_at = now()
+UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, failures = u.failures, updated_at = now()
 FROM (SELECT unnest($2::text[]) AS name, unnest($3::text[]) AS state,
-             unnest($4::text[]) AS addr, unnest($5::text[]) AS reason) u
+             unnest($4::text[]) AS addr, unnest($5::text[]) AS reason, unnest($6::int[]) AS failures) u
 WHERE r.name = u.name AND r.node_id = $1
-  AND (r.state, r.addr, r.reason) IS DISTINCT FROM (u.state, u.addr, u.reason)
+  AND (r.state, r.addr, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.reason, u.failures)
 RETURNING r.endpoint_id
 `
 
 type ReplicaObserveParams struct {
-	NodeID  int64
-	Names   []string
-	States  []string
-	Addrs   []string
-	Reasons []string
+	NodeID   int64
+	Names    []string
+	States   []string
+	Addrs    []string
+	Reasons  []string
+	Failures []int32
 }
 
 func (q *Queries) ReplicaObserve(ctx context.Context, arg ReplicaObserveParams) ([]int64, error) {
@@ -481,6 +554,7 @@ func (q *Queries) ReplicaObserve(ctx context.Context, arg ReplicaObserveParams) 
 		arg.States,
 		arg.Addrs,
 		arg.Reasons,
+		arg.Failures,
 	)
 	if err != nil {
 		return nil, err

@@ -82,6 +82,7 @@ var unscoped = map[string]string{
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
 	"EndpointWake":                "fleet wake intake: a gateway asks for a replica of an endpoint it serves from its routing table; no caller",
 	"BudgetBlockingList":          "fleet reconciler: which endpoints' budgets block new replicas beyond the minimum, across teams; no caller",
+	"ReplicaMoveFailing":          "fleet reconciler: moves every team's replicas that keep failing on their node; no caller",
 
 	// Routing entries (package route) are written for the platform: by the
 	// fleet reconciler for every endpoint, and by a rollout for the endpoint

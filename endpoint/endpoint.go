@@ -72,17 +72,22 @@ type Endpoint struct {
 // Replica is one running (or starting) copy of a version, where it runs and
 // the GPU slices it holds.
 type Replica struct {
-	Name      string    `json:"name"`
-	Version   string    `json:"version"`
-	Node      string    `json:"node"`
-	State     string    `json:"state"`
-	Addr      string    `json:"addr,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	GPUType   string    `json:"gpu_type"`
-	Profile   string    `json:"profile"`
-	Slots     []string  `json:"slots"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Node    string `json:"node"`
+	State   string `json:"state"`
+	Addr    string `json:"addr,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Failures counts the replica's failures in a row on its node; at
+	// fleet.MoveAfterFailures it is placed on another node.
+	Failures int32 `json:"failures,omitempty"`
+	// PlacementNote says which nodes placement avoided for it and why.
+	PlacementNote string    `json:"placement_note,omitempty"`
+	GPUType       string    `json:"gpu_type"`
+	Profile       string    `json:"profile"`
+	Slots         []string  `json:"slots"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Weight is one version's share of traffic, in percent. A version of weight
@@ -300,7 +305,7 @@ func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endp
 	e.Replicas = make([]Replica, len(rows))
 	for i, r := range rows {
 		e.Replicas[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
-			GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{}}
+			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{}}
 		for j := range r.SlotGpus {
 			e.Replicas[i].Slots = append(e.Replicas[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
 		}

@@ -12,6 +12,13 @@
 // enforcement at 100 percent cap what the reconciler wants at min_replicas
 // for new replicas (running ones stay).
 //
+// A replica whose agent reports MoveAfterFailures failures in a row on its
+// node (a runtime that crashes on every start, never becomes ready) is
+// removed and placed again on another node: that node stays out of the
+// version's placement for ExcludeFor (table placement_exclusions), the new
+// replica's placement note names the node and the failure, and an endpoint
+// with nowhere left says so in its placement error.
+//
 // It never talks to an agent or a gateway directly: everything it sends goes
 // through the outbox relay, everything it hears comes from heartbeats. Its
 // loops are level-triggered: each pass reads the whole demand and the whole

@@ -79,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) endpoint(t *testing.T, name, model, version, profile, tier string, replicas int32) {
 	t.Helper()
-	_, err := f.eps.Create(t.Context(), f.eng, endpoint.Spec{Name: name, Model: model, Version: version, Runtime: "triton",
+	_, err := f.eps.Create(t.Context(), f.eng, endpoint.Spec{Name: name, Model: model, Version: version,
 		Settings: endpoint.Settings{InstanceProfile: profile, MinReplicas: replicas, MaxReplicas: max(replicas, 1), Tier: tier, RetentionDays: 30}})
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,9 @@ func checkStatus(st proto.NodeStatus) error {
 		if r.State != proto.StateStarting && r.State != proto.StateReady && r.State != proto.StateFailed {
 			return fmt.Errorf("%w: node %s: replica %s in unknown state %q", ErrBadStatus, st.Node, r.ID, r.State)
 		}
+		if r.Failures < 0 || r.Failures > 1_000_000 {
+			return fmt.Errorf("%w: node %s: replica %s has %d failures", ErrBadStatus, st.Node, r.ID, r.Failures)
+		}
 	}
 	return nil
 }
@@ -189,6 +192,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			p.States = append(p.States, r.State)
 			p.Addrs = append(p.Addrs, r.Addr)
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
+			p.Failures = append(p.Failures, int32(r.Failures))
 		}
 		touched, err := q.ReplicaObserve(ctx, p)
 		if err != nil {

@@ -35,10 +35,25 @@ const (
 	StatusScaledToZero = "scaled-to-zero" // no replica wanted
 )
 
+// Moving replicas that keep failing on a node.
+const (
+	// MoveAfterFailures is how many failures in a row on one node (failed
+	// starts, crashes, start timeouts, as the agent counts them) make the
+	// reconciler place a replica on another node instead of letting the
+	// agent retry it there for ever.
+	MoveAfterFailures = 3
+	// ExcludeFor is how long the node stays out of that version's
+	// placement: long enough not to come straight back to a broken node,
+	// short enough that a node fixed meanwhile is used again without a
+	// person stepping in.
+	ExcludeFor = time.Hour
+)
+
 // Pass is what one reconcile pass did.
 type Pass struct {
 	LostNodes      []string
-	Removed        int // replicas removed (scale down, lost node, version gone)
+	Moved          []string // replicas removed for failing on their node, to be placed elsewhere
+	Removed        int      // replicas removed (scale down, lost node, version gone, moved)
 	Placed         int
 	Unplaced       int
 	DesiredWritten int // nodes whose desired state went to the outbox
@@ -82,6 +97,20 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			return err
 		}
 		pass.Removed += len(gone)
+		if err := q.PlacementExclusionDeleteExpired(ctx, f.now()); err != nil {
+			return err
+		}
+		moved, err := q.ReplicaMoveFailing(ctx, db.ReplicaMoveFailingParams{MinFailures: MoveAfterFailures,
+			Now: f.now(), Until: f.now().Add(ExcludeFor)})
+		if err != nil {
+			return err
+		}
+		for _, m := range moved {
+			pass.Moved = append(pass.Moved, m.Name)
+			f.log.Warn("replica keeps failing on its node; placing it elsewhere", slog.String("replica", m.Name),
+				slog.String("node", m.Node), slog.Int("failures", int(m.Failures)), slog.String("reason", m.Reason))
+		}
+		pass.Removed += len(moved)
 		demand, err := q.RoutingRuleListForPlacement(ctx)
 		if err != nil {
 			return err
@@ -232,10 +261,20 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	if err != nil {
 		return nil, err
 	}
+	excl, err := q.PlacementExclusionListActive(ctx, f.now())
+	if err != nil {
+		return nil, err
+	}
+	avoid := map[versionKey][]db.PlacementExclusionListActiveRow{}
+	for _, x := range excl {
+		k := versionKey{x.EndpointID, x.VersionID}
+		avoid[k] = append(avoid[k], x)
+	}
 	// Requests carry their index as a provisional name: ids (and with them
 	// names) are taken from the sequence only for replicas that were placed.
 	var reqs []placement.Request
 	var reqDemand []db.RoutingRuleListForPlacementRow
+	var reqAvoid [][]string
 	for _, nd := range needs {
 		minProfile, gpuType, msg := fromInstanceProfile(nd.d)
 		for range nd.n {
@@ -246,9 +285,14 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 			}
 			reqs = append(reqs, request(strconv.Itoa(len(reqs)), nd.d, minProfile, gpuType))
 			reqDemand = append(reqDemand, nd.d)
+			var names []string
+			for _, x := range avoid[versionKey{nd.d.EndpointID, nd.d.VersionID}] {
+				names = append(names, x.Node)
+			}
+			reqAvoid = append(reqAvoid, names)
 		}
 	}
-	plan := placement.Plan(nodes, reqs)
+	plan := planAvoiding(nodes, reqs, reqAvoid)
 	placed := 0
 	for i, res := range plan {
 		if res.Err == "" {
@@ -257,7 +301,11 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		}
 		d := reqDemand[i]
 		if _, seen := errs[d.EndpointID]; !seen {
-			errs[d.EndpointID] = d.Version + ": " + res.Err
+			msg := d.Version + ": " + res.Err
+			if note := avoidNote(avoid[versionKey{d.EndpointID, d.VersionID}]); note != "" {
+				msg += "; " + note
+			}
+			errs[d.EndpointID] = msg
 		}
 		pass.Unplaced++
 	}
@@ -286,6 +334,7 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		ins.Profiles = append(ins.Profiles, res.Profile)
 		ins.CPUCores = append(ins.CPUCores, int32(res.CPUCores))
 		ins.MemoryMBs = append(ins.MemoryMBs, int32(res.HostMemoryMB))
+		ins.Notes = append(ins.Notes, avoidNote(avoid[versionKey{d.EndpointID, d.VersionID}]))
 		for _, s := range res.Slots {
 			alloc.NodeIDs = append(alloc.NodeIDs, nodeID)
 			alloc.GPUs = append(alloc.GPUs, int32(s.GPU))
@@ -316,6 +365,79 @@ func request(id string, d db.RoutingRuleListForPlacementRow, minProfile, gpuType
 	}
 	r.MemoryMB, r.GPUCount, r.GPUType, r.MinProfile = int(d.GPUMemoryMB), int(d.GPUCount), gpuType, minProfile
 	return r
+}
+
+// planAvoiding is placement.Plan where some requests must avoid nodes (a
+// version that kept failing there). Requests free to go anywhere are
+// planned together first, as always; then each one that avoids nodes, on
+// the other nodes, with the slices taken before it marked taken. A moved
+// replica thus never displaces one that was not moved, whatever its tier.
+func planAvoiding(nodes []placement.Node, reqs []placement.Request, avoid [][]string) []placement.Result {
+	var free, bound []int
+	for i := range reqs {
+		if len(avoid[i]) == 0 {
+			free = append(free, i)
+		} else {
+			bound = append(bound, i)
+		}
+	}
+	if len(bound) == 0 {
+		return placement.Plan(nodes, reqs)
+	}
+	work := make([]placement.Node, len(nodes))
+	for i, n := range nodes {
+		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices)}
+	}
+	out := make([]placement.Result, len(reqs))
+	place := func(idx []int, on []placement.Node) {
+		rs := make([]placement.Request, len(idx))
+		for j, i := range idx {
+			rs[j] = reqs[i]
+		}
+		for j, res := range placement.Plan(on, rs) {
+			out[idx[j]] = res
+			if res.Err == "" {
+				take(work, res, reqs[idx[j]])
+			}
+		}
+	}
+	place(free, work)
+	for _, i := range bound {
+		var on []placement.Node
+		for _, n := range work {
+			if !slices.Contains(avoid[i], n.Name) {
+				on = append(on, n)
+			}
+		}
+		place([]int{i}, on)
+	}
+	return out
+}
+
+// take marks the slices of a placed request as its own.
+func take(nodes []placement.Node, res placement.Result, r placement.Request) {
+	for _, n := range nodes {
+		if n.Name != res.Node {
+			continue
+		}
+		for _, slot := range res.Slots {
+			for k := range n.Slices {
+				if s := &n.Slices[k]; s.GPU == slot.GPU && s.Index == slot.Slice {
+					s.Owner, s.OwnerEndpoint, s.OwnerTier = r.Replica, r.Endpoint, r.Tier
+				}
+			}
+		}
+	}
+}
+
+// avoidNote says which nodes a version avoids and why, for the replica
+// placed elsewhere and for an endpoint that could not be placed.
+func avoidNote(xs []db.PlacementExclusionListActiveRow) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprintf("not on %s: replica %s failed %d times in a row there (%s)", x.Node, x.Replica, x.Failures, truncate(x.Reason, 200)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func size(d db.RoutingRuleListForPlacementRow) int32 {

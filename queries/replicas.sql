@@ -29,10 +29,10 @@ ORDER BY version_id, id;
 SELECT nextval('replicas_id_seq')::bigint AS id FROM generate_series(1, @n::int);
 
 -- name: ReplicaInsertMany :exec
-INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb)
+INSERT INTO replicas (id, name, team_id, endpoint_id, version_id, node_id, gpu_type, profile, cpu_cores, memory_mb, placement_note)
 SELECT unnest(@ids::bigint[]), unnest(@names::text[]), unnest(@owner_teams::bigint[]), unnest(@endpoint_ids::bigint[]),
        unnest(@version_ids::bigint[]), unnest(@node_ids::bigint[]), unnest(@gpu_types::text[]), unnest(@profiles::text[]),
-       unnest(@cpu_cores::int[]), unnest(@memory_mbs::int[]);
+       unnest(@cpu_cores::int[]), unnest(@memory_mbs::int[]), unnest(@notes::text[]);
 
 -- name: ReplicaDeleteByIDs :exec
 DELETE FROM replicas WHERE id = ANY(@ids::bigint[]);
@@ -46,15 +46,16 @@ RETURNING r.name, r.endpoint_id;
 DELETE FROM replicas WHERE node_id = @node_id;
 
 -- name: ReplicaObserve :many
-UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, updated_at = now()
+UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, failures = u.failures, updated_at = now()
 FROM (SELECT unnest(@names::text[]) AS name, unnest(@states::text[]) AS state,
-             unnest(@addrs::text[]) AS addr, unnest(@reasons::text[]) AS reason) u
+             unnest(@addrs::text[]) AS addr, unnest(@reasons::text[]) AS reason, unnest(@failures::int[]) AS failures) u
 WHERE r.name = u.name AND r.node_id = @node_id
-  AND (r.state, r.addr, r.reason) IS DISTINCT FROM (u.state, u.addr, u.reason)
+  AND (r.state, r.addr, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.reason, u.failures)
 RETURNING r.endpoint_id;
 
 -- name: ReplicaListByEndpoint :many
 SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
+       r.failures, r.placement_note,
        coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
        coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
 FROM replicas r
@@ -82,3 +83,25 @@ ORDER BY n.name, r.id;
 SELECT node_id, sum(cpu_cores)::int AS cpu_cores, sum(memory_mb)::int AS memory_mb
 FROM replicas WHERE cpu_cores > 0
 GROUP BY node_id;
+
+-- name: ReplicaMoveFailing :many
+-- Removes every replica that failed @min_failures times in a row on its
+-- node and keeps that node out of its version's placement until @until.
+WITH failing AS (
+    DELETE FROM replicas r
+    WHERE r.state = 'failed' AND r.failures >= @min_failures::int
+    RETURNING r.endpoint_id, r.version_id, r.node_id, r.name, r.failures, r.reason
+), excluded AS (
+    INSERT INTO placement_exclusions (endpoint_id, version_id, node_id, replica, failures, reason, created_at, expires_at)
+    -- One row per key: two replicas of a version failing on one node
+    -- must not make ON CONFLICT touch a row twice.
+    SELECT DISTINCT ON (endpoint_id, version_id, node_id) endpoint_id, version_id, node_id, name, failures, reason,
+           @now::timestamptz, @until::timestamptz
+    FROM failing ORDER BY endpoint_id, version_id, node_id, name
+    ON CONFLICT (endpoint_id, version_id, node_id) DO UPDATE
+        SET replica = EXCLUDED.replica, failures = EXCLUDED.failures, reason = EXCLUDED.reason,
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+)
+SELECT f.endpoint_id, f.version_id, n.name AS node, f.name, f.failures, f.reason
+FROM failing f JOIN nodes n ON n.id = f.node_id
+ORDER BY f.name;

@@ -318,6 +318,10 @@ type ReplicaStatus struct {
 	VerifyMS   int64 `json:"verify_ms,omitempty"`
 	LoadMS     int64 `json:"load_ms,omitempty"`
 	WarmupMS   int64 `json:"warmup_ms,omitempty"`
+	// Failures counts the replica's failures in a row on this node since it
+	// was last ready: failed starts, crashes, start timeouts. The control
+	// plane places a replica that keeps failing on another node.
+	Failures int `json:"failures,omitempty"`
 }
 
 // CacheStatus is the node's artifact cache as a heartbeat reports it.

@@ -1,0 +1,205 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Runtime names of the catalogue.
+const (
+	Builtin     = "builtin"
+	VLLM        = "vllm"
+	Triton      = "triton"
+	LlamaServer = "llama-server"
+)
+
+// Metrics adapters: how an entry's metrics become an Observation's fields.
+const (
+	// AdapterTriton reads Triton's nv_inference_* names, which the built-in
+	// runtime exports too, so dashboards and the autoscaler read both alike.
+	AdapterTriton = "triton"
+	// AdapterVLLM reads vLLM's vllm:* names (queue, running, KV use).
+	AdapterVLLM = "vllm"
+	// AdapterLlamaCPP reads llama-server's llamacpp:* names.
+	AdapterLlamaCPP = "llamacpp"
+)
+
+// Devices says how an entry is told which accelerators it owns.
+type Devices string
+
+const (
+	// DevicesNone: a CPU runtime. The driver sets CUDA_VISIBLE_DEVICES to
+	// the empty string, so that a library linked with CUDA never grabs a
+	// GPU placement gave to another replica.
+	DevicesNone Devices = "none"
+	// DevicesCUDAEnv: CUDA_VISIBLE_DEVICES holds the replica's GPU indexes
+	// or MIG device ids, comma-separated; the runtime sees them as devices
+	// 0..n-1. vLLM, Triton and llama.cpp all honour it.
+	DevicesCUDAEnv Devices = "cuda-env"
+)
+
+// Entry is how to run one runtime as a child process.
+type Entry struct {
+	Name string
+	// Command is the argv template. Each element may hold placeholders,
+	// replaced by Expand: {self} (the modelplane binary), {model_dir},
+	// {host}, {port}, {threads}, {model} (the replica's model name) and
+	// {replica} (its id). The port and model directory are always passed
+	// on the command line, never through the environment, so that `ps`
+	// shows what a replica serves.
+	Command []string
+	// Devices says how accelerators are passed.
+	Devices Devices
+	// Health answers 200 while the process lives (liveness); Ready answers
+	// 200 once the model is loaded and warmed up (readiness); Metrics is
+	// the Prometheus text endpoint the adapter reads.
+	Health  string
+	Ready   string
+	Metrics string
+	// Adapter names the metrics adapter (AdapterTriton, …).
+	Adapter string
+	// Provisional marks a command line that is a plausible minimum only:
+	// the LLM-runtime issue refines it (flags for KV cache size, tensor
+	// parallelism, quantisation) and checks it against the real runtime.
+	Provisional bool
+}
+
+// Vars are the values of an entry's placeholders.
+type Vars struct {
+	Self     string
+	ModelDir string
+	Host     string
+	Port     int
+	Threads  int
+	Model    string
+	Replica  string
+}
+
+// ErrUnknown means no catalogue entry serves a runtime.
+var ErrUnknown = errors.New("no catalogue entry")
+
+// Default is the catalogue as shipped. Callers get a copy and may add or
+// replace entries (tests run a runtime of their own under a name).
+func Default() map[string]Entry {
+	return map[string]Entry{
+		Builtin: {
+			Name:    Builtin,
+			Command: []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
+			Devices: DevicesNone,
+			Health:  "/v2/health/live",
+			Ready:   "/v2/health/ready",
+			Metrics: "/metrics",
+			Adapter: AdapterTriton,
+		},
+		// vLLM's OpenAI server: /health answers once the engine is up, which
+		// for vLLM is also when the model is loaded; /v1/models is served
+		// only then, so it is the readiness path.
+		VLLM: {
+			Name:        VLLM,
+			Command:     []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/health",
+			Ready:       "/v1/models",
+			Metrics:     "/metrics",
+			Adapter:     AdapterVLLM,
+			Provisional: true,
+		},
+		// Triton with one model repository; the HTTP port is the one the
+		// agent allocates, gRPC and metrics ports are switched off or moved
+		// onto HTTP so that one port is all a replica holds.
+		Triton: {
+			Name: Triton,
+			Command: []string{"tritonserver", "--model-repository={model_dir}", "--http-address={host}", "--http-port={port}",
+				"--allow-grpc=false", "--allow-metrics=true", "--metrics-config=summary_latencies=true"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/v2/health/live",
+			Ready:       "/v2/health/ready",
+			Metrics:     "/metrics",
+			Adapter:     AdapterTriton,
+			Provisional: true,
+		},
+		// llama.cpp's server with a GGUF file in the model directory
+		// (model.gguf); --metrics turns its Prometheus endpoint on. /health
+		// answers 503 while the model loads, so it serves as both paths.
+		LlamaServer: {
+			Name: LlamaServer,
+			Command: []string{"llama-server", "--model", "{model_dir}/model.gguf", "--host", "{host}", "--port", "{port}",
+				"--threads", "{threads}", "--metrics", "--alias", "{model}"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/health",
+			Ready:       "/health",
+			Metrics:     "/metrics",
+			Adapter:     AdapterLlamaCPP,
+			Provisional: true,
+		},
+	}
+}
+
+// Name is the catalogue entry that serves a registry runtime (a version's
+// metadata.runtime) on a node with GPUs (gpu) or without. The classic
+// runtimes on CPU are the built-in runtime's; on a GPU ONNX and
+// TensorRT-LLM go to Triton, which has backends for both.
+func Name(registryRuntime string, gpu bool) (string, error) {
+	switch registryRuntime {
+	case "xgboost", "lightgbm":
+		return Builtin, nil
+	case "onnxruntime":
+		if gpu {
+			return Triton, nil
+		}
+		return Builtin, nil
+	case "triton", "tensorrt-llm":
+		return Triton, nil
+	case "vllm":
+		return VLLM, nil
+	case "llama.cpp", LlamaServer:
+		return LlamaServer, nil
+	case Builtin:
+		return Builtin, nil
+	}
+	return "", fmt.Errorf("%w for runtime %q (gpu %t)", ErrUnknown, registryRuntime, gpu)
+}
+
+// Expand fills the command template. An unknown placeholder is an error,
+// so a typo in an entry fails the start with its name instead of passing a
+// literal "{prot}" to the runtime.
+func (e Entry) Expand(v Vars) ([]string, error) {
+	if len(e.Command) == 0 {
+		return nil, fmt.Errorf("catalogue entry %s has no command", e.Name)
+	}
+	vals := map[string]string{
+		"self": v.Self, "model_dir": v.ModelDir, "host": v.Host, "port": strconv.Itoa(v.Port),
+		"threads": strconv.Itoa(max(v.Threads, 1)), "model": v.Model, "replica": v.Replica,
+	}
+	out := make([]string, len(e.Command))
+	for i, arg := range e.Command {
+		var b strings.Builder
+		rest := arg
+		for {
+			open := strings.IndexByte(rest, '{')
+			if open < 0 {
+				b.WriteString(rest)
+				break
+			}
+			end := strings.IndexByte(rest[open:], '}')
+			if end < 0 {
+				return nil, fmt.Errorf("catalogue entry %s: unclosed placeholder in %q", e.Name, arg)
+			}
+			name := rest[open+1 : open+end]
+			val, ok := vals[name]
+			if !ok {
+				return nil, fmt.Errorf("catalogue entry %s: unknown placeholder {%s} in %q", e.Name, name, arg)
+			}
+			b.WriteString(rest[:open])
+			b.WriteString(val)
+			rest = rest[open+end+1:]
+		}
+		out[i] = b.String()
+	}
+	if out[0] == "" {
+		return nil, fmt.Errorf("catalogue entry %s: empty program name", e.Name)
+	}
+	return out, nil
+}

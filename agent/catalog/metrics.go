@@ -1,0 +1,117 @@
+package catalog
+
+import (
+	"fmt"
+	"io"
+	"math"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metrics are the heartbeat's fields an adapter reads from a runtime's
+// metrics. A field the runtime does not export stays zero.
+type Metrics struct {
+	// QueueDepth counts requests received and waiting to execute.
+	QueueDepth int
+	// InFlight counts requests received and not yet answered.
+	InFlight int
+	// Requests counts requests answered since the runtime started,
+	// successes and failures.
+	Requests uint64
+	// BatchSize is the mean executed batch since start (inferences per
+	// execution); 0 before the first execution.
+	BatchSize float64
+	// KVUsedPct is the share of KV-cache in use, 0–100 (LLM runtimes).
+	KVUsedPct float64
+}
+
+// Metric names the adapters read. Triton's are the built-in runtime's too.
+const (
+	tritonSuccess = "nv_inference_request_success"
+	tritonFailure = "nv_inference_request_failure"
+	tritonCount   = "nv_inference_count"
+	tritonExec    = "nv_inference_exec_count"
+	tritonPending = "nv_inference_pending_request_count"
+	// InFlightMetric is the gauge of requests received and not yet
+	// answered. Triton has none (its pending count is the queue only), so
+	// the built-in runtime exports this one beside Triton's names; without
+	// it in-flight falls back to the pending count.
+	InFlightMetric = "modelplane_inflight_requests"
+
+	vllmRunning = "vllm:num_requests_running"
+	vllmWaiting = "vllm:num_requests_waiting"
+	vllmKV      = "vllm:gpu_cache_usage_perc"
+	vllmSuccess = "vllm:request_success_total"
+
+	llamaProcessing = "llamacpp:requests_processing"
+	llamaDeferred   = "llamacpp:requests_deferred"
+	llamaKV         = "llamacpp:kv_cache_usage_ratio"
+)
+
+// maxMetricsBytes bounds what a metrics body may be; a runtime with more
+// series than this is misconfigured, and the agent must not buffer it.
+const maxMetricsBytes = 4 << 20
+
+// Parse reads a Prometheus text exposition with the named adapter.
+func Parse(adapter string, body io.Reader) (Metrics, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(io.LimitReader(body, maxMetricsBytes))
+	if err != nil {
+		return Metrics{}, fmt.Errorf("parse metrics: %w", err)
+	}
+	sum := func(name string) float64 {
+		f := fams[name]
+		if f == nil {
+			return 0
+		}
+		var s float64
+		for _, m := range f.GetMetric() {
+			s += value(m)
+		}
+		return s
+	}
+	has := func(name string) bool { return fams[name] != nil }
+	var m Metrics
+	switch adapter {
+	case AdapterTriton:
+		m.QueueDepth = int(sum(tritonPending))
+		m.InFlight = m.QueueDepth
+		if has(InFlightMetric) {
+			m.InFlight = int(sum(InFlightMetric))
+		}
+		m.Requests = uint64(sum(tritonSuccess) + sum(tritonFailure))
+		if e := sum(tritonExec); e > 0 {
+			m.BatchSize = sum(tritonCount) / e
+		}
+	case AdapterVLLM:
+		m.QueueDepth = int(sum(vllmWaiting))
+		m.InFlight = int(sum(vllmRunning) + sum(vllmWaiting))
+		m.KVUsedPct = 100 * sum(vllmKV)
+		m.Requests = uint64(sum(vllmSuccess))
+	case AdapterLlamaCPP:
+		m.QueueDepth = int(sum(llamaDeferred))
+		m.InFlight = int(sum(llamaProcessing) + sum(llamaDeferred))
+		m.KVUsedPct = 100 * sum(llamaKV)
+		// llama-server exports no request counter (it counts tokens), so
+		// Requests stays zero until the LLM-runtime issue decides what its
+		// meter reads.
+	default:
+		return Metrics{}, fmt.Errorf("unknown metrics adapter %q", adapter)
+	}
+	m.KVUsedPct = math.Min(math.Max(m.KVUsedPct, 0), 100)
+	return m, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}

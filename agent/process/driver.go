@@ -1,0 +1,529 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/quartz"
+	"golang.org/x/sys/unix"
+
+	"modelplane/agent"
+	"modelplane/agent/catalog"
+	"modelplane/agent/proto"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultStartTimeout = 2 * time.Minute
+	DefaultGrace        = 30 * time.Second
+	DefaultBackoffBase  = time.Second
+	DefaultBackoffMax   = 2 * time.Minute
+	DefaultLiveInterval = 2 * time.Second
+	DefaultLiveFailures = 3
+	DefaultLogMaxBytes  = 8 << 20
+	// DefaultRunAs is the user runtimes run as when the agent runs as root;
+	// without it on the machine they run as nobody.
+	DefaultRunAs = "modelplane-runtime"
+	// readyPoll is how often a starting runtime's ready path is asked: the
+	// replica is routed to at most this long after it is ready.
+	readyPoll = 100 * time.Millisecond
+	// probeTimeout bounds one health, ready or metrics request; a runtime
+	// on loopback answers in milliseconds.
+	probeTimeout = 2 * time.Second
+	// maxCollisions is how many times in a row a start may lose its port
+	// to another process before it counts as a failure.
+	maxCollisions = 5
+)
+
+// Launch is what the driver needs, beyond the spec, to run one replica.
+type Launch struct {
+	// Runtime is a catalogue entry's name or a registry runtime
+	// (catalog.Name maps the latter).
+	Runtime string
+	// GPU says the replica runs on GPUs; it picks the catalogue entry of a
+	// registry runtime (onnxruntime is builtin on CPU, Triton on a GPU).
+	GPU bool
+	// ModelDir is the verified local directory of the version's files,
+	// passed to the runtime as {model_dir}. The runtime user must be able
+	// to read it.
+	ModelDir string
+	// Threads is the replica's CPU cores: OMP_NUM_THREADS and the size of
+	// its CPU affinity. Default 1.
+	Threads int
+}
+
+// Config configures a Driver. StateDir is required.
+type Config struct {
+	// StateDir holds a record per running replica (for adoption after an
+	// agent restart) and the replicas' logs. Keep it across restarts; the
+	// agent's own state directory with a subdirectory is a good choice.
+	StateDir string
+	// Catalog is the runtime catalogue; nil means catalog.Default().
+	Catalog map[string]catalog.Entry
+	// Self is the modelplane binary, {self} in command templates. Default
+	// the running executable.
+	Self string
+	// Host is where runtimes listen and where the gateway reaches them.
+	// Default 127.0.0.1.
+	Host string
+	// Resolve says how to run a replica, given the verified model
+	// directory the agent prepared ("" when it keeps no cache). The
+	// default runs the version's runtime (the built-in one when the spec
+	// names none) on that directory, or on ModelRoot/<model>/<version>
+	// without one, with a thread per core of the spec.
+	Resolve func(ctx context.Context, spec proto.ReplicaSpec, modelDir string) (Launch, error)
+	// ModelRoot is the default Resolve's root of model directories for an
+	// agent without an artifact cache.
+	ModelRoot string
+	// MIGDevices maps a MIG slot to the device id CUDA_VISIBLE_DEVICES
+	// takes for it ("MIG-<uuid>", from nvidia-smi -L). A whole GPU is
+	// passed by its index and needs no entry.
+	MIGDevices map[proto.Slot]string
+	// CPUs are the cores runtimes are pinned to; each replica gets Threads
+	// of them, the least used first. Default the agent's own affinity.
+	CPUs []int
+	// RunAs is the user runtimes run as when the agent runs as root, so
+	// that they cannot read its credentials. Default DefaultRunAs, else
+	// nobody. Ignored when the agent is not root: it cannot switch users,
+	// and then its runtimes share its user (run the agent unprivileged, or
+	// as root with a runtime user, never as a user holding secrets).
+	RunAs string
+	// StartTimeout is how long a runtime may take to become ready.
+	StartTimeout time.Duration
+	// Grace is how long a stopped runtime may take to finish what is in
+	// flight after SIGTERM before it is killed.
+	Grace time.Duration
+	// BackoffBase and BackoffMax shape the wait before a restart: none after
+	// the first failure in a row, then BackoffBase doubling up to
+	// BackoffMax.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// LiveInterval is the time between liveness probes of a ready runtime;
+	// LiveFailures probes failed in a row kill and restart it.
+	LiveInterval time.Duration
+	LiveFailures int
+	// LogMaxBytes caps a replica's log file (and its one rotated copy).
+	LogMaxBytes int64
+	// Clock runs the backoff, start timeout, grace and liveness ticks.
+	// Default quartz.NewReal().
+	Clock quartz.Clock
+	Log   *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.StateDir == "" {
+		return errors.New("process driver: a state dir is required")
+	}
+	if c.Catalog == nil {
+		c.Catalog = catalog.Default()
+	}
+	if c.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("process driver: own executable: %w", err)
+		}
+		c.Self = self
+	}
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.Resolve == nil {
+		root := c.ModelRoot
+		c.Resolve = func(_ context.Context, spec proto.ReplicaSpec, dir string) (Launch, error) {
+			if dir == "" {
+				if root == "" {
+					return Launch{}, errors.New("no model directory: the process driver has no model root and no artifact cache")
+				}
+				dir = filepath.Join(root, spec.Model, spec.Version)
+			}
+			rt := spec.Runtime
+			if rt == "" {
+				rt = catalog.Builtin
+			}
+			return Launch{Runtime: rt, GPU: len(spec.Slots) > 0, ModelDir: dir, Threads: max(1, spec.CPUCores)}, nil
+		}
+	}
+	if len(c.CPUs) == 0 {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err == nil {
+			for i := range 1024 {
+				if set.IsSet(i) {
+					c.CPUs = append(c.CPUs, i)
+				}
+			}
+		}
+		if len(c.CPUs) == 0 {
+			c.CPUs = []int{0}
+		}
+	}
+	if c.RunAs == "" {
+		c.RunAs = DefaultRunAs
+		if _, err := user.Lookup(c.RunAs); err != nil {
+			c.RunAs = "nobody"
+		}
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.LiveInterval <= 0 {
+		c.LiveInterval = DefaultLiveInterval
+	}
+	if c.LiveFailures <= 0 {
+		c.LiveFailures = DefaultLiveFailures
+	}
+	if c.LogMaxBytes <= 0 {
+		c.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if c.Clock == nil {
+		c.Clock = quartz.NewReal()
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// credential is the user runtimes run as; nil means the agent's own.
+type credential struct {
+	uid, gid uint32
+	home     string
+}
+
+// Driver runs replicas as child processes. Build it with New; it outlives
+// the agents that use it, and its runtimes outlive it: Close stops them,
+// and a Driver of a restarted agent on the same StateDir adopts them. Safe
+// for concurrent use.
+type Driver struct {
+	cfg    Config
+	log    *slog.Logger
+	client *http.Client
+	cred   *credential
+
+	mu      sync.Mutex
+	running map[string]*replica
+	// cores counts the replicas pinned to each core.
+	cores map[int]int
+}
+
+// New checks cfg and returns a driver that runs nothing yet. It creates
+// the state directory, private to the agent.
+func New(cfg Config) (*Driver, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("process driver state dir: %w", err)
+	}
+	d := &Driver{
+		cfg:     cfg,
+		log:     cfg.Log,
+		client:  &http.Client{Timeout: probeTimeout},
+		running: make(map[string]*replica),
+		cores:   make(map[int]int),
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup(cfg.RunAs)
+		if err != nil {
+			return nil, fmt.Errorf("process driver: runtime user %q: %w (the agent runs as root and must not run runtimes as root)", cfg.RunAs, err)
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("process driver: runtime user %q: %w", cfg.RunAs, err)
+		}
+		if uid == 0 {
+			return nil, fmt.Errorf("process driver: runtime user %q is root", cfg.RunAs)
+		}
+		d.cred = &credential{uid: uint32(uid), gid: uint32(gid), home: u.HomeDir}
+	}
+	return d, nil
+}
+
+// Start launches the replica and returns once its process runs; Observe
+// says when it is ready. addr is the port the replica had before, taken
+// again when free. Starting a replica the driver already runs returns that
+// one; a replica a previous driver left running (its record says so) is
+// adopted instead of started twice.
+func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, opts agent.StartOptions) (agent.Replica, error) {
+	addr := opts.Addr
+	hash := specHash(spec)
+	d.mu.Lock()
+	if r, ok := d.running[spec.ID]; ok {
+		d.mu.Unlock()
+		if r.hash != hash {
+			return nil, fmt.Errorf("replica %s already runs with another spec", spec.ID)
+		}
+		r.mu.Lock()
+		draining := r.draining
+		r.mu.Unlock()
+		if draining {
+			// Its drain outlasted the caller's patience; a start now would
+			// hand back a replica on its way out. The agent retries.
+			return nil, fmt.Errorf("replica %s is still stopping", spec.ID)
+		}
+		return r, nil
+	}
+	d.mu.Unlock()
+	if rec, err := d.loadRecord(spec.ID); err == nil {
+		if r, err := d.adoptRecord(ctx, spec, rec); err == nil {
+			d.log.Info("replica already running; adopted instead of starting it again", slog.String("replica", spec.ID), slog.Int("pid", rec.PID))
+			return r, nil
+		}
+		// The recorded process is gone or runs another spec: end it if it is
+		// still that very process, then start afresh.
+		d.killStale(rec)
+	}
+	launch, err := d.cfg.Resolve(ctx, spec, opts.ModelDir)
+	if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
+	}
+	entry, err := d.entry(launch)
+	if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
+	}
+	devices, err := d.devices(spec, entry)
+	if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
+	}
+	if launch.ModelDir != "" {
+		if st, err := os.Stat(launch.ModelDir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("replica %s: model dir %s is not a directory", spec.ID, launch.ModelDir)
+		}
+	}
+	r := d.newReplica(spec, hash, entry, launch, devices)
+	r.preferPort = portOf(addr)
+	d.mu.Lock()
+	if other, ok := d.running[spec.ID]; ok { // a concurrent Start won
+		d.mu.Unlock()
+		return other, nil
+	}
+	r.cores = d.takeCoresLocked(launch.Threads)
+	d.running[spec.ID] = r
+	d.mu.Unlock()
+	p, err := r.spawn()
+	if err != nil {
+		d.forget(r)
+		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
+	}
+	go r.supervise(p)
+	return r, nil
+}
+
+// Running lists the replicas this driver runs.
+func (d *Driver) Running() []agent.Replica {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]agent.Replica, 0, len(d.running))
+	for _, r := range d.running {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Adopt takes over a replica a previous driver left running at addr: its
+// record must name a live process (same pid and start time), the same spec
+// and addr's port, and the runtime must answer its health path. Anything
+// else is agent.ErrNotRunning, and the agent starts the replica afresh.
+func (d *Driver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (agent.Replica, error) {
+	d.mu.Lock()
+	if r, ok := d.running[spec.ID]; ok && r.Addr() == addr {
+		d.mu.Unlock()
+		return r, nil
+	}
+	d.mu.Unlock()
+	rec, err := d.loadRecord(spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", agent.ErrNotRunning, err)
+	}
+	if want := portOf(addr); want != 0 && rec.Port != want {
+		return nil, fmt.Errorf("%w: replica %s runs on port %d, not %d", agent.ErrNotRunning, spec.ID, rec.Port, want)
+	}
+	r, err := d.adoptRecord(ctx, spec, rec)
+	if err != nil {
+		d.killStale(rec)
+		return nil, fmt.Errorf("%w: %w", agent.ErrNotRunning, err)
+	}
+	return r, nil
+}
+
+// adoptRecord re-attaches to the process of rec when it still runs the
+// spec and answers.
+func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec record) (*replica, error) {
+	hash := specHash(spec)
+	if rec.SpecHash != hash {
+		return nil, errors.New("recorded replica runs another spec")
+	}
+	if !alive(rec.PID, rec.StartTicks) {
+		return nil, fmt.Errorf("process %d is gone", rec.PID)
+	}
+	entry, ok := d.cfg.Catalog[rec.Runtime]
+	if !ok {
+		return nil, fmt.Errorf("recorded runtime %q is not in the catalogue", rec.Runtime)
+	}
+	r := d.newReplica(spec, hash, entry, Launch{Runtime: rec.Runtime, ModelDir: rec.ModelDir, Threads: max(len(rec.Cores), 1)}, rec.Devices)
+	r.port = rec.Port
+	if err := r.probe(ctx, entry.Health); err != nil {
+		return nil, fmt.Errorf("adopt replica %s: %w", spec.ID, err)
+	}
+	// A runtime that serves stays routed across the agent's restart: it is
+	// ready from the first observation, not after a readiness poll.
+	r.ready = r.probe(ctx, entry.Ready) == nil
+	r.spawned = 1
+	d.mu.Lock()
+	if other, ok := d.running[spec.ID]; ok {
+		d.mu.Unlock()
+		return other, nil
+	}
+	r.cores = rec.Cores
+	for _, c := range rec.Cores {
+		d.cores[c]++
+	}
+	d.running[spec.ID] = r
+	d.mu.Unlock()
+	p := adoptedProc(rec.PID, rec.StartTicks)
+	r.mu.Lock()
+	r.proc = p
+	r.mu.Unlock()
+	go r.supervise(p)
+	return r, nil
+}
+
+// killStale ends the process of a record that is not adopted, when it is
+// still the recorded process: a runtime of an old spec must not keep its
+// port or cores.
+func (d *Driver) killStale(rec record) {
+	if alive(rec.PID, rec.StartTicks) {
+		d.log.Warn("ending a runtime left from an earlier spec", slog.String("replica", rec.ID), slog.Int("pid", rec.PID))
+		_ = unix.Kill(-rec.PID, unix.SIGKILL)
+	}
+	_ = os.Remove(d.recordPath(rec.ID))
+}
+
+// Close stops every replica, in parallel, and returns when all have ended
+// or ctx is done.
+func (d *Driver) Close(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, r := range d.Running() {
+		wg.Go(func() { _ = r.Stop(ctx) })
+	}
+	wg.Wait()
+}
+
+func (d *Driver) entry(l Launch) (catalog.Entry, error) {
+	if e, ok := d.cfg.Catalog[l.Runtime]; ok {
+		return e, nil
+	}
+	name, err := catalog.Name(l.Runtime, l.GPU)
+	if err != nil {
+		return catalog.Entry{}, err
+	}
+	e, ok := d.cfg.Catalog[name]
+	if !ok {
+		return catalog.Entry{}, fmt.Errorf("%w %q (runtime %q)", catalog.ErrUnknown, name, l.Runtime)
+	}
+	return e, nil
+}
+
+// devices is CUDA_VISIBLE_DEVICES for the spec's slots.
+func (d *Driver) devices(spec proto.ReplicaSpec, e catalog.Entry) (string, error) {
+	if e.Devices != catalog.DevicesCUDAEnv {
+		return "", nil
+	}
+	var ids []string
+	for _, s := range spec.Slots {
+		if spec.Profile == proto.ProfileFull || spec.Profile == "" {
+			ids = append(ids, strconv.Itoa(s.GPU))
+			continue
+		}
+		id, ok := d.cfg.MIGDevices[s]
+		if !ok {
+			return "", fmt.Errorf("no MIG device id is known for gpu %d slice %d", s.GPU, s.Slice)
+		}
+		ids = append(ids, id)
+	}
+	return strings.Join(ids, ","), nil
+}
+
+// takeCoresLocked picks n cores, the least used first (ties by number),
+// so replicas spread over the node before any core is shared.
+func (d *Driver) takeCoresLocked(n int) []int {
+	n = min(max(n, 1), len(d.cfg.CPUs))
+	cands := slices.Clone(d.cfg.CPUs)
+	slices.SortStableFunc(cands, func(a, b int) int { return d.cores[a] - d.cores[b] })
+	out := slices.Clone(cands[:n])
+	slices.Sort(out)
+	for _, c := range out {
+		d.cores[c]++
+	}
+	return out
+}
+
+// forget removes r from the running set and frees its cores.
+func (d *Driver) forget(r *replica) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running[r.spec.ID] != r {
+		return
+	}
+	delete(d.running, r.spec.ID)
+	for _, c := range r.cores {
+		if d.cores[c]--; d.cores[c] <= 0 {
+			delete(d.cores, c)
+		}
+	}
+}
+
+// specHash identifies what a replica runs, for adoption: a record of
+// another spec is never adopted.
+func specHash(s proto.ReplicaSpec) string {
+	if len(s.Sim) > 0 {
+		var buf bytes.Buffer
+		if json.Compact(&buf, s.Sim) == nil {
+			s.Sim = buf.Bytes()
+		}
+	}
+	data, _ := json.Marshal(s)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:12])
+}
+
+// detach stops supervising every replica and leaves the runtimes running,
+// as the end of the agent's process would; tests use it to restart an
+// agent within one process.
+func (d *Driver) detach() {
+	d.mu.Lock()
+	rs := make([]*replica, 0, len(d.running))
+	for _, r := range d.running {
+		rs = append(rs, r)
+	}
+	d.mu.Unlock()
+	for _, r := range rs {
+		r.detach()
+	}
+}
+
+var _ agent.Driver = (*Driver)(nil)

@@ -1,0 +1,122 @@
+// Command fakeruntime is a small real runtime for the process driver's
+// tests: it serves the built-in runtime's health, ready and metrics paths
+// and a /predict, and flags make it misbehave the ways real runtimes do.
+// Files the test creates are its signals, since after SIGTERM it serves
+// nothing a test could call.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func main() {
+	port := flag.Int("port", 0, "port to listen on")
+	modelDir := flag.String("model-dir", "", "model directory")
+	crash := flag.Bool("crash", false, "exit with status 3 at once")
+	readyFile := flag.String("ready-file", "", "report ready only once this file exists")
+	holdFile := flag.String("hold-file", "", "hold every /predict until this file exists")
+	spam := flag.Int("spam", 0, "write this many bytes to stdout at start")
+	tryRead := flag.String("try-read", "", "a file /env says whether this process can read")
+	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM: only SIGKILL ends it")
+	sickFile := flag.String("sick-file", "", "fail the health path (liveness) once this file exists")
+	flag.Parse()
+
+	fmt.Printf("fakeruntime pid %d model dir %s\n", os.Getpid(), *modelDir)
+	if *crash {
+		fmt.Println("fakeruntime: crashing on start as told")
+		os.Exit(3)
+	}
+	if *spam > 0 {
+		line := strings.Repeat("x", 99) + "\n"
+		for n := 0; n < *spam; n += len(line) {
+			os.Stdout.WriteString(line)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*port))
+	if err != nil {
+		fmt.Println("fakeruntime: listen:", err)
+		os.Exit(2)
+	}
+	var served, inflight atomic.Int64
+	exists := func(p string) bool {
+		_, err := os.Stat(p)
+		return err == nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) {
+		if *sickFile != "" && exists(*sickFile) {
+			http.Error(w, "wedged", http.StatusInternalServerError)
+		}
+	})
+	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
+		if *readyFile != "" && !exists(*readyFile) {
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} 0\n")
+		fmt.Fprintf(w, "# TYPE modelplane_inflight_requests gauge\nmodelplane_inflight_requests %d\n", inflight.Load())
+	})
+	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
+		inflight.Add(1)
+		defer inflight.Add(-1)
+		for *holdFile != "" && !exists(*holdFile) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		served.Add(1)
+		_ = json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "score": 0.5})
+	})
+	mux.HandleFunc("GET /env", func(w http.ResponseWriter, r *http.Request) {
+		status, _ := os.ReadFile("/proc/self/status")
+		cpus := ""
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				cpus = strings.TrimSpace(v)
+			}
+		}
+		readable := false
+		if *tryRead != "" {
+			_, err := os.ReadFile(*tryRead)
+			readable = err == nil
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"uid": os.Getuid(), "gid": os.Getgid(), "cpus": cpus, "environ": os.Environ(), "readable": readable, "pid": os.Getpid(),
+		})
+	})
+	srv := &http.Server{Handler: mux}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	drained := make(chan struct{})
+	go func() {
+		for range sig {
+			if *ignoreTerm {
+				fmt.Println("fakeruntime: SIGTERM ignored as told")
+				continue
+			}
+			fmt.Println("fakeruntime: SIGTERM; draining")
+			// Shutdown returns once every in-flight response is written.
+			_ = srv.Shutdown(context.Background())
+			close(drained)
+			return
+		}
+	}()
+	if err := srv.Serve(l); err != http.ErrServerClosed {
+		fmt.Println("fakeruntime: serve:", err)
+		os.Exit(1)
+	}
+	<-drained
+	fmt.Printf("fakeruntime: drained after %d requests\n", served.Load())
+}
