@@ -16,8 +16,8 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/cache"
-	"modelplane/agent/proto"
 	"modelplane/agent/process"
+	"modelplane/agent/proto"
 )
 
 // AgentConfig configures `modelplane agent`.
