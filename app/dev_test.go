@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/bus"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -116,7 +118,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
-	waitRoute(t, env["MP_NATS_URL"], "fraud-scoring", "v23", 2)
+	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
@@ -226,9 +228,13 @@ func waitMetered(t *testing.T, url string) {
 // waitRoute waits until the endpoint's entry in KV mp_routes lists n ready
 // replicas of the version, each answering its readiness probe: what a
 // gateway would route to.
-func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
+func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n int) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
+	opts, err := nc0.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(nc0.URL, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

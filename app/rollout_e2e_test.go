@@ -90,7 +90,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
-	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), t.TempDir(), 4, 2)
+	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), natstest.Auth(t), t.TempDir(), 4, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

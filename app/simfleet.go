@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
+	"modelplane/bus"
 )
 
 // simFleetLayout is the inventory of node i of the dev fleet: A100s on even
@@ -38,22 +39,21 @@ func simFleetLayout(i, gpusPerNode int) (gpus []string, mig string) {
 }
 
 // startSimFleet runs n node agents in this process, each with the sim driver
-// and a state directory of its own under dir, over one NATS connection of
-// their own. They reach the control plane only through NATS, as remote
-// agents do.
-func startSimFleet(ctx context.Context, log *slog.Logger, natsURL, dir string, n, gpusPerNode int) (stop func(), err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("modelplane-sim-fleet"), nats.MaxReconnects(-1))
-	if err != nil {
-		return nil, fmt.Errorf("sim fleet: connect nats: %w", err)
-	}
+// and a state directory of its own under dir, each over a NATS connection
+// of its own with its node's credential from auth. They reach the control
+// plane only through NATS, with the permissions remote agents have.
+func startSimFleet(ctx context.Context, log *slog.Logger, natsURL string, auth *bus.Authority, dir string, n, gpusPerNode int) (stop func(), err error) {
 	driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log})
 	var agents []*agent.Agent
+	var conns []*nats.Conn
 	stop = func() {
 		for _, a := range agents {
 			a.Stop()
 		}
 		driver.Close(context.Background())
-		nc.Close()
+		for _, nc := range conns {
+			nc.Close()
+		}
 	}
 	for i := range n {
 		spec, mig := simFleetLayout(i, gpusPerNode)
@@ -63,6 +63,17 @@ func startSimFleet(ctx context.Context, log *slog.Logger, natsURL, dir string, n
 			return nil, fmt.Errorf("sim fleet: %w", err)
 		}
 		node := fmt.Sprintf("gpu-node-%02d", i+1)
+		cred, err := auth.Agent(node)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("sim fleet: %w", err)
+		}
+		nc, err := nats.Connect(natsURL, append(cred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-sim-"+node), nats.MaxReconnects(-1))...)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("sim fleet: connect nats: %w", err)
+		}
+		conns = append(conns, nc)
 		a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: filepath.Join(dir, node), Driver: driver}, nc, log.With(slog.String("node", node)))
 		if err != nil {
 			stop()
