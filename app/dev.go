@@ -45,6 +45,9 @@ type DevConfig struct {
 	// SimNodes and SimGPUsPerNode size the simulated GPU fleet.
 	SimNodes       int
 	SimGPUsPerNode int
+	// SimPortBase is the first port of the simulated nodes' replicas:
+	// node i has the SimPortsPerNode ports from SimPortBase + i·SimPortsPerNode.
+	SimPortBase int
 }
 
 // Flags registers the dev settings on fs.
@@ -58,6 +61,7 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
 	fs.IntVar(&c.SimNodes, "sim-nodes", int(envInt("MP_SIM_NODES", 4)), "simulated GPU nodes; A100 and H100 alternate, every fourth node in MIG mode; 0 for none (MP_SIM_NODES)")
+	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the simulated nodes' replicas; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
 }
 
@@ -83,6 +87,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.SimNodes < 0 || c.SimNodes > 1000 {
 		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
+	}
+	if c.SimNodes > 0 && (c.SimPortBase < 1024 || c.SimPortBase+c.SimNodes*SimPortsPerNode-1 > 65535) {
+		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node between 1024 and 65535", SimPortsPerNode))
 	}
 	if c.SimGPUsPerNode < 1 || c.SimGPUsPerNode > 16 {
 		errs = append(errs, "MP_SIM_GPUS_PER_NODE (--sim-gpus-per-node) must be between 1 and 16")
@@ -174,7 +181,8 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	defer cp.Stop()
 	if cfg.SimNodes > 0 {
-		stopFleet, err := startSimFleet(ctx, log, st.natsURL, st.natsAuth, filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
+		stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: st.natsURL, auth: st.natsAuth, fleet: cp.Fleet, dir: filepath.Join(dir, "fleet"),
+			nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, portBase: cfg.SimPortBase})
 		if err != nil {
 			return err
 		}

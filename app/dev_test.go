@@ -52,7 +52,7 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 	idpPort, _ := freeport.Get()
 	gwPort, _ := freeport.Get()
 	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), AdminAddr: "127.0.0.1:0", GatewayAdminAddr: "127.0.0.1:0", LogLevel: "warn", MaxUploadMB: 16,
-		SimNodes: 4, SimGPUsPerNode: 8, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
+		SimNodes: 4, SimGPUsPerNode: 8, SimPortBase: 32000, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)

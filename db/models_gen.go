@@ -220,6 +220,14 @@ type Node struct {
 	AppliedGeneration int64
 }
 
+type NodeAddress struct {
+	Node      string
+	Host      string
+	PortFirst int32
+	PortLast  int32
+	UpdatedAt time.Time
+}
+
 type OIDCLogin struct {
 	State        string
 	Nonce        string
