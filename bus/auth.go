@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -362,4 +363,69 @@ func (a *Authority) ServerConfig() string {
 	fmt.Fprintf(&b, "  %s: %q\n", a.AccountPublicKey(), a.AccountJWT())
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// SystemUser mints a user of the system account: what pushes an updated
+// account JWT (revocations) to the servers. Only the control plane holds
+// one.
+func (a *Authority) SystemUser() (Credential, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return Credential{}, err
+	}
+	pub, _ := kp.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "control-plane-system"
+	token, err := uc.Encode(a.system)
+	if err != nil {
+		return Credential{}, fmt.Errorf("system user jwt: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return Credential{}, err
+	}
+	return Credential{jwt: token, seed: seed}, nil
+}
+
+// Revoke lists the user with public key userPub as revoked from now on and
+// re-signs the account JWT; Push then makes the servers refuse the user and
+// close its connections. The revocation lives in this Authority only: the
+// caller keeps its record (the control plane's node table) and revokes
+// again after a restart, before it pushes.
+func (a *Authority) Revoke(userPub string, at time.Time) error {
+	if !nkeys.IsValidPublicUserKey(userPub) {
+		return fmt.Errorf("revoke: %q is not a user public key", userPub)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.accountClaims.RevokeAt(userPub, at)
+	token, err := a.accountClaims.Encode(a.operator)
+	if err != nil {
+		return fmt.Errorf("revoke: account jwt: %w", err)
+	}
+	a.accountJWT = token
+	return nil
+}
+
+// Push sends the account JWT, as last signed, to the servers nc (a
+// SystemUser connection) reaches, and waits for the answer of one.
+func (a *Authority) Push(ctx context.Context, nc *nats.Conn) error {
+	subject := "$SYS.REQ.ACCOUNT." + a.AccountPublicKey() + ".CLAIMS.UPDATE"
+	resp, err := nc.RequestWithContext(ctx, subject, []byte(a.AccountJWT()))
+	if err != nil {
+		return fmt.Errorf("push account jwt: %w", err)
+	}
+	var r struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return fmt.Errorf("push account jwt: answer %q: %w", resp.Data, err)
+	}
+	if r.Error != nil {
+		return fmt.Errorf("push account jwt: %s", r.Error.Description)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/bus"
+	"modelplane/internal/wait"
 )
 
 // TestSecretsNeverPrint: the authority and credentials print as <secret>
@@ -155,4 +157,124 @@ func TestServerConfigRunsARealServer(t *testing.T) {
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatalf("JetStream in the modelplane account: %v", err)
 	}
+}
+
+// TestRevokedUserIsCutOff: a revoked node credential, pushed to the server
+// as an account update by the system user, loses its connection and
+// cannot connect again; another node's is untouched.
+func TestRevokedUserIsCutOff(t *testing.T) {
+	t.Parallel()
+	// A private authority: a revocation in natstest's would change the
+	// account every test server of this binary trusts.
+	a, err := bus.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	if err := a.Configure(opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	victim, err := a.Agent("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := a.Agent("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	vc, err := nats.Connect(s.ClientURL(), append(victim.Options(), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vc.Close()
+	oc, err := nats.Connect(s.ClientURL(), other.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	sys, err := a.SystemUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := nats.Connect(s.ClientURL(), sys.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+
+	if err := a.Revoke(victim.PublicKey(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Push(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked user's connection stays open")
+	}
+	if nc, err := nats.Connect(s.ClientURL(), victim.Options()...); err == nil {
+		nc.Close()
+		t.Error("the revoked user connects again")
+	}
+	if err := oc.Publish("mp.node.b.status", []byte(`{}`)); err != nil || oc.FlushTimeout(5*time.Second) != nil || !oc.IsConnected() {
+		t.Errorf("another node's connection was affected: %v", err)
+	}
+	if err := a.Revoke("not-a-key", time.Now()); err == nil {
+		t.Error("Revoke accepted a malformed key")
+	}
+}
+
+// syncBuffer is a log sink the server's goroutines may write while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestEmbeddedServerSaysWhatARefusedClientMustConfigure: a client of the
+// previous release connects anonymously; the embedded server refuses it
+// and logs what it must be given.
+func TestEmbeddedServerSaysWhatARefusedClientMustConfigure(t *testing.T) {
+	t.Parallel()
+	a, err := bus.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	ns, err := bus.StartEmbedded(t.TempDir(), a, slog.New(slog.NewJSONHandler(&logged, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	if nc, err := nats.Connect(ns.ClientURL()); err == nil {
+		nc.Close()
+		t.Fatal("anonymous connection accepted")
+	}
+	wait.Eventually(t, 10*time.Second, func() bool {
+		out := logged.String()
+		return strings.Contains(out, "authentication error") && strings.Contains(out, "MP_NATS_CREDS")
+	}, "the server logged no hint for the refused client: %s", wait.Show(func() any { return logged.String() }))
 }
