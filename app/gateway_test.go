@@ -40,6 +40,7 @@ func TestGatewayConfigDefaults(t *testing.T) {
 }
 
 func TestGatewayLimitSettings(t *testing.T) {
+	withCreds(t)
 	t.Setenv("MP_GATEWAY_KEY_RPS", "fast")
 	t.Setenv("MP_GATEWAY_ENDPOINT_BURST", "-3")
 	var c GatewayConfig
@@ -80,6 +81,7 @@ func TestGatewayLimitSettings(t *testing.T) {
 }
 
 func TestGatewayShadowAndEjectionSettings(t *testing.T) {
+	withCreds(t)
 	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "0")
 	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "-1s")
 	var c GatewayConfig
