@@ -387,18 +387,19 @@ func (a *Authority) SystemUser() (Credential, error) {
 	return Credential{jwt: token, seed: seed}, nil
 }
 
-// Revoke lists the user with public key userPub as revoked from now on and
-// re-signs the account JWT; Push then makes the servers refuse the user and
+// Revoke lists the user with public key userPub as revoked (every JWT of
+// that key issued until now: each credential has a key of its own, so
+// that is all of them) and re-signs the account JWT; Push then makes the servers refuse the user and
 // close its connections. The revocation lives in this Authority only: the
 // caller keeps its record (the control plane's node table) and revokes
 // again after a restart, before it pushes.
-func (a *Authority) Revoke(userPub string, at time.Time) error {
+func (a *Authority) Revoke(userPub string) error {
 	if !nkeys.IsValidPublicUserKey(userPub) {
 		return fmt.Errorf("revoke: %q is not a user public key", userPub)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.accountClaims.RevokeAt(userPub, at)
+	a.accountClaims.Revoke(userPub)
 	token, err := a.accountClaims.Encode(a.operator)
 	if err != nil {
 		return fmt.Errorf("revoke: account jwt: %w", err)

@@ -212,7 +212,7 @@ func TestRevokedUserIsCutOff(t *testing.T) {
 	}
 	defer sc.Close()
 
-	if err := a.Revoke(victim.PublicKey(), time.Now()); err != nil {
+	if err := a.Revoke(victim.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Push(t.Context(), sc); err != nil {
@@ -230,7 +230,7 @@ func TestRevokedUserIsCutOff(t *testing.T) {
 	if err := oc.Publish("mp.node.b.status", []byte(`{}`)); err != nil || oc.FlushTimeout(5*time.Second) != nil || !oc.IsConnected() {
 		t.Errorf("another node's connection was affected: %v", err)
 	}
-	if err := a.Revoke("not-a-key", time.Now()); err == nil {
+	if err := a.Revoke("not-a-key"); err == nil {
 		t.Error("Revoke accepted a malformed key")
 	}
 }
