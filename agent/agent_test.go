@@ -420,7 +420,7 @@ func TestAgentsSharingOneDriverLeaveEachOtherAlone(t *testing.T) {
 func TestWaitsForTheDesiredBucketAndReportsLoading(t *testing.T) {
 	t.Parallel()
 	srv := natstest.NewRestartable(t)
-	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(srv.URL(), append(natstest.ControlPlane(t), nats.MaxReconnects(-1))...)
 	if err != nil {
 		t.Fatal(err)
 	}

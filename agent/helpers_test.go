@@ -42,7 +42,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	srv := natstest.NewRestartable(t)
-	nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect(srv.URL(), append(natstest.ControlPlane(t), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +25,11 @@ type SimDriverConfig struct {
 	LoadDelay time.Duration
 	// Log defaults to discarding.
 	Log *slog.Logger
+	// PortFirst and PortLast, when set, are the only ports replicas listen
+	// on (127.0.0.1, inclusive): the range the platform registered for the
+	// node, outside which the control plane does not believe a replica's
+	// address. Zero: any free port.
+	PortFirst, PortLast int
 }
 
 // SimDriver serves each replica as a sim/replica HTTP server in this
@@ -89,10 +96,18 @@ func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts Star
 	// caller's context: it outlives the agent that asked for it.
 	life := context.WithoutCancel(ctx)
 	var listen []string
-	if addr != "" {
+	if addr != "" && d.inRange(addr) {
 		listen = append(listen, addr)
 	}
-	listen = append(listen, "127.0.0.1:0")
+	if d.cfg.PortFirst == 0 {
+		listen = append(listen, "127.0.0.1:0")
+	}
+	for p := d.cfg.PortFirst; p > 0 && p <= d.cfg.PortLast; p++ {
+		listen = append(listen, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	}
+	if len(listen) == 0 {
+		return nil, fmt.Errorf("start replica %s: empty port range %d-%d", spec.ID, d.cfg.PortFirst, d.cfg.PortLast)
+	}
 	var bound string
 	for _, a := range listen {
 		na, err := srv.Start(life, a)
@@ -108,6 +123,19 @@ func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts Star
 	r := &simReplica{d: d, spec: spec, srv: srv, addr: bound, memMB: mem}
 	d.running[spec.ID] = r
 	return r, nil
+}
+
+// inRange reports whether addr's port is one the driver may listen on.
+func (d *SimDriver) inRange(addr string) bool {
+	if d.cfg.PortFirst == 0 {
+		return true
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= d.cfg.PortFirst && p <= d.cfg.PortLast
 }
 
 // Running lists the replicas this driver serves.

@@ -18,11 +18,12 @@ import (
 	"modelplane/agent/cache"
 	"modelplane/agent/process"
 	"modelplane/agent/proto"
+	"modelplane/bus"
 )
 
 // AgentConfig configures `modelplane agent`.
 type AgentConfig struct {
-	NATSURL string
+	NATS bus.ClientConfig
 	// Driver runs the replicas: "sim" (in this process) or "process" (a
 	// child process per replica, from the runtime catalogue).
 	Driver string
@@ -81,7 +82,7 @@ func (f listFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 // Flags registers the agent settings on fs, with MP_* environment variables
 // as defaults.
 func (c *AgentConfig) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.NATSURL, "nats", env("MP_NATS_URL", nats.DefaultURL), "NATS URL (MP_NATS_URL)")
+	natsFlags(fs, &c.NATS, "nats", nats.DefaultURL)
 	fs.StringVar(&c.Driver, "driver", env("MP_AGENT_DRIVER", "sim"), "replica driver: sim or process (MP_AGENT_DRIVER)")
 	fs.StringVar(&c.Node, "node", env("MP_AGENT_NODE", hostNode()), "node name, its key in mp_desired (MP_AGENT_NODE; default the host name)")
 	if v := env("MP_AGENT_GPUS", ""); v != "" {
@@ -135,9 +136,7 @@ func hostNode() string {
 func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
-		bad("MP_NATS_URL (--nats) must be a nats:// or tls:// URL, got %q", c.NATSURL)
-	}
+	errs = append(errs, c.NATS.Validate()...)
 	if c.Driver != "sim" && c.Driver != "process" {
 		bad("MP_AGENT_DRIVER (--driver) %q: want sim or process", c.Driver)
 	}
@@ -210,8 +209,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	log := NewLogger(c.LogLevel)
-	nc, err := nats.Connect(c.NATSURL,
-		nats.Name("modelplane-agent-"+cfg.Node),
+	nc, err := connectNATS(c.NATS, log, "modelplane-agent-"+cfg.Node,
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
@@ -219,7 +217,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		// skipped and usage waits in the agent's own spool on disk.
 		nats.ReconnectBufSize(-1))
 	if err != nil {
-		return fmt.Errorf("connect nats: %w", err)
+		return err
 	}
 	defer nc.Close()
 	if c.ControlPlaneURL != "" {

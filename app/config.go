@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"modelplane/bus"
 )
 
 // Secret is a setting that never prints.
@@ -29,7 +31,7 @@ type ServerConfig struct {
 	PublicURL      string
 	DatabaseURL    Secret
 	ClickHouseURL  Secret
-	NATSURL        string
+	NATS           bus.ClientConfig
 	OIDCIssuer     string
 	OIDCClientID   string
 	OIDCSecret     Secret
@@ -98,7 +100,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.Var(secretFlag{&c.DatabaseURL}, "database-url", "PostgreSQL URL (MP_DATABASE_URL)")
 	c.ClickHouseURL = Secret(env("MP_CLICKHOUSE_URL", ""))
 	fs.Var(secretFlag{&c.ClickHouseURL}, "clickhouse-url", "ClickHouse URL, clickhouse://user:pass@host:9000/db (MP_CLICKHOUSE_URL)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("MP_NATS_URL", ""), "NATS URL (MP_NATS_URL)")
+	natsFlags(fs, &c.NATS, "nats-url", "")
 	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", env("MP_OIDC_ISSUER", ""), "OIDC issuer URL (MP_OIDC_ISSUER)")
 	fs.StringVar(&c.OIDCClientID, "oidc-client-id", env("MP_OIDC_CLIENT_ID", ""), "OIDC client id (MP_OIDC_CLIENT_ID)")
 	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
@@ -137,9 +139,7 @@ func (c *ServerConfig) Validate() error {
 	if !strings.HasPrefix(string(c.ClickHouseURL), "clickhouse://") {
 		bad("MP_CLICKHOUSE_URL (--clickhouse-url) must be a clickhouse:// URL")
 	}
-	if c.NATSURL == "" {
-		bad("MP_NATS_URL (--nats-url) is required")
-	}
+	errs = append(errs, c.NATS.Validate()...)
 	if c.OIDCIssuer == "" {
 		bad("MP_OIDC_ISSUER (--oidc-issuer) is required: modelplane server signs people in with your identity provider")
 	}

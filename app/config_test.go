@@ -82,6 +82,7 @@ func TestConfigValidateNamesBadAdminAddr(t *testing.T) {
 			}
 		})
 	}
+	withCreds(t)
 	var g GatewayConfig
 	g.Flags(flag.NewFlagSet("gateway", flag.ContinueOnError))
 	if g.AdminAddr != DefaultGatewayAdminAddr || g.Validate() != nil {

@@ -167,11 +167,11 @@ var devKeys = []struct {
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate.
-func writeDevEnv(ctx context.Context, path, baseURL, natsURL, clickhouseURL string, cp *controlplane.ControlPlane) error {
+func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
-	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, clickhouseURL)
+	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_NATS_CREDS=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, natsCreds, clickhouseURL)
 	for _, k := range devKeys {
 		key := old[k.env]
 		if p, err := cp.Keys.Authenticate(ctx, key); err != nil || p == nil {

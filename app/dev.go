@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -44,6 +45,9 @@ type DevConfig struct {
 	// SimNodes and SimGPUsPerNode size the simulated GPU fleet.
 	SimNodes       int
 	SimGPUsPerNode int
+	// SimPortBase is the first port of the simulated nodes' replicas:
+	// node i has the SimPortsPerNode ports from SimPortBase + i·SimPortsPerNode.
+	SimPortBase int
 }
 
 // Flags registers the dev settings on fs.
@@ -57,6 +61,7 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
 	fs.IntVar(&c.SimNodes, "sim-nodes", int(envInt("MP_SIM_NODES", 4)), "simulated GPU nodes; A100 and H100 alternate, every fourth node in MIG mode; 0 for none (MP_SIM_NODES)")
+	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the simulated nodes' replicas; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
 }
 
@@ -82,6 +87,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.SimNodes < 0 || c.SimNodes > 1000 {
 		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
+	}
+	if c.SimNodes > 0 && (c.SimPortBase < 1024 || c.SimPortBase+c.SimNodes*SimPortsPerNode-1 > 65535) {
+		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node between 1024 and 65535", SimPortsPerNode))
 	}
 	if c.SimGPUsPerNode < 1 || c.SimGPUsPerNode > 16 {
 		errs = append(errs, "MP_SIM_GPUS_PER_NODE (--sim-gpus-per-node) must be between 1 and 16")
@@ -120,7 +128,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	st, err := startDevStores(ctx, dir, out)
+	st, err := startDevStores(ctx, dir, out, log)
 	if err != nil {
 		return err
 	}
@@ -155,7 +163,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("demo data: %w", err)
 	}
 	envFile := filepath.Join(dir, "dev.env")
-	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.clickhouseURL, cp); err != nil {
+	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.natsCreds, st.clickhouseURL, cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -173,7 +181,8 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	defer cp.Stop()
 	if cfg.SimNodes > 0 {
-		stopFleet, err := startSimFleet(ctx, log, st.natsURL, filepath.Join(dir, "fleet"), cfg.SimNodes, cfg.SimGPUsPerNode)
+		stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: st.natsURL, auth: st.natsAuth, fleet: cp.Fleet, dir: filepath.Join(dir, "fleet"),
+			nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, portBase: cfg.SimPortBase})
 		if err != nil {
 			return err
 		}
@@ -182,7 +191,16 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	gatewayURL, gatewayAdminURL := "off (MP_GATEWAY_ADDR is empty)", "off"
 	if cfg.GatewayAddr != "" {
 		gatewayURL = "http://" + cfg.GatewayAddr
-		gwAdmin, stopGateway, err := startDevGateway(ctx, log, nc, dir, cfg.GatewayAddr, cfg.GatewayAdminAddr, envFile)
+		gwCred, err := st.natsAuth.Gateway("dev")
+		if err != nil {
+			return err
+		}
+		gnc, err := nats.Connect(st.natsURL, append(gwCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-gateway"), nats.MaxReconnects(-1))...)
+		if err != nil {
+			return fmt.Errorf("gateway: connect nats: %w", err)
+		}
+		defer gnc.Close()
+		gwAdmin, stopGateway, err := startDevGateway(ctx, log, gnc, dir, cfg.GatewayAddr, cfg.GatewayAdminAddr, envFile)
 		if err != nil {
 			return err
 		}
@@ -209,7 +227,11 @@ type devStores struct {
 	ch                     driver.Conn
 	nc                     *nats.Conn
 	natsURL, clickhouseURL string
-	closers                []func()
+	// natsAuth mints the credentials of dev's gateway and nodes;
+	// natsCreds is the control plane's creds file, for dev.env.
+	natsAuth  *bus.Authority
+	natsCreds string
+	closers   []func()
 }
 
 func (s *devStores) close() {
@@ -219,7 +241,7 @@ func (s *devStores) close() {
 }
 
 // startDevStores starts the stores under dir and opens them, migrated.
-func startDevStores(ctx context.Context, dir string, out io.Writer) (st *devStores, err error) {
+func startDevStores(ctx context.Context, dir string, out io.Writer, log *slog.Logger) (st *devStores, err error) {
 	st = &devStores{}
 	defer func() {
 		if err != nil {
@@ -252,13 +274,28 @@ func startDevStores(ctx context.Context, dir string, out io.Writer) (st *devStor
 		return nil, err
 	}
 	st.closers = append(st.closers, ch.Stop)
-	ns, err := bus.StartEmbedded(filepath.Join(dir, "nats"))
+	// NATS runs with the production permissions: the authority is kept
+	// with its data (JetStream stores under the account's key), and every
+	// process of dev connects with a credential of its own.
+	natsDir := filepath.Join(dir, "nats")
+	if st.natsAuth, err = bus.LoadOrCreateAuthority(filepath.Join(natsDir, "authority.json")); err != nil {
+		return nil, err
+	}
+	ns, err := bus.StartEmbedded(natsDir, st.natsAuth, log)
 	if err != nil {
 		return nil, err
 	}
 	st.closers = append(st.closers, ns.Shutdown)
 	st.natsURL, st.clickhouseURL = ns.ClientURL(), ch.URL("modelplane")
-	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), st.clickhouseURL, st.natsURL)
+	cpCred, err := st.natsAuth.ControlPlane()
+	if err != nil {
+		return nil, err
+	}
+	st.natsCreds = filepath.Join(natsDir, "control-plane.creds")
+	if err := cpCred.WriteFile(st.natsCreds); err != nil {
+		return nil, err
+	}
+	pool, chConn, nc, err := openStores(ctx, pg.URL("modelplane"), st.clickhouseURL, st.natsURL, append(cpCred.Options(), bus.ErrorLogger(log)))
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +325,7 @@ modelplane dev is running.
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
-  NATS     %[4]s
+  NATS     %[4]s   (MP_NATS_URL, MP_NATS_CREDS in dev.env: the control plane's credential)
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.

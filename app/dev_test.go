@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/bus"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -50,7 +52,7 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 	idpPort, _ := freeport.Get()
 	gwPort, _ := freeport.Get()
 	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), AdminAddr: "127.0.0.1:0", GatewayAdminAddr: "127.0.0.1:0", LogLevel: "warn", MaxUploadMB: 16,
-		SimNodes: 4, SimGPUsPerNode: 8, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
+		SimNodes: 4, SimGPUsPerNode: 8, SimPortBase: 32000, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)
@@ -116,7 +118,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
-	waitRoute(t, env["MP_NATS_URL"], "fraud-scoring", "v23", 2)
+	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
@@ -226,9 +228,13 @@ func waitMetered(t *testing.T, url string) {
 // waitRoute waits until the endpoint's entry in KV mp_routes lists n ready
 // replicas of the version, each answering its readiness probe: what a
 // gateway would route to.
-func waitRoute(t *testing.T, natsURL, endpoint, version string, n int) {
+func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n int) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
+	opts, err := nc0.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(nc0.URL, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"modelplane/bus"
 	"modelplane/gateway"
 )
 
@@ -25,7 +26,7 @@ type GatewayConfig struct {
 	// AdminAddr serves /metrics, which names every team's endpoints and
 	// versions: keep it on loopback or a network only operators reach.
 	AdminAddr    string
-	NATSURL      string
+	NATS         bus.ClientConfig
 	StateDir     string
 	MaxBodyBytes int64
 	Timeout      time.Duration
@@ -54,7 +55,7 @@ type GatewayConfig struct {
 func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", env("MP_GATEWAY_ADDR", ":8081"), "listen address (MP_GATEWAY_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_GATEWAY_ADMIN_ADDR", DefaultGatewayAdminAddr), "admin listen address serving /metrics, /healthz and /readyz; keep it off public networks (MP_GATEWAY_ADMIN_ADDR)")
-	fs.StringVar(&c.NATSURL, "nats", env("MP_NATS_URL", nats.DefaultURL), "NATS URL (MP_NATS_URL)")
+	natsFlags(fs, &c.NATS, "nats", nats.DefaultURL)
 	fs.StringVar(&c.StateDir, "state-dir", env("MP_GATEWAY_STATE_DIR", ".modelplane/gateway"), "last good routing snapshot; keep it across restarts (MP_GATEWAY_STATE_DIR)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body (MP_GATEWAY_MAX_BODY_BYTES)")
 	fs.DurationVar(&c.Timeout, "timeout", envDuration("MP_GATEWAY_TIMEOUT", gateway.DefaultTimeout), "upstream timeout of every endpoint, to the answer or to the first streamed byte (MP_GATEWAY_TIMEOUT)")
@@ -90,9 +91,7 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.AdminAddr != "" && c.AdminAddr == c.Addr {
 		bad("MP_GATEWAY_ADMIN_ADDR (--admin-addr) must differ from MP_GATEWAY_ADDR (--addr): /metrics stays off the public port")
 	}
-	if !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
-		bad("MP_NATS_URL (--nats) must be a nats:// or tls:// URL, got %q", c.NATSURL)
-	}
+	errs = append(errs, c.NATS.Validate()...)
 	if c.StateDir == "" {
 		bad("MP_GATEWAY_STATE_DIR (--state-dir) is required")
 	}
@@ -180,13 +179,12 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	}
 	log := NewLogger(c.LogLevel)
 	gateway.TuneGC()
-	nc, err := nats.Connect(c.NATSURL,
-		nats.Name("modelplane-gateway"),
+	nc, err := connectNATS(c.NATS, log, "modelplane-gateway",
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second))
 	if err != nil {
-		return fmt.Errorf("connect nats: %w", err)
+		return err
 	}
 	defer nc.Close()
 	ln, err := net.Listen("tcp", c.Addr)

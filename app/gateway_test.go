@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"modelplane/bus"
 )
 
 func TestGatewayConfigValidateNamesBadSettings(t *testing.T) {
-	c := GatewayConfig{Addr: "", NATSURL: "http://x", StateDir: "", MaxBodyBytes: 0, Timeout: -1, StallTimeout: 0, LogLevel: "loud"}
+	c := GatewayConfig{Addr: "", NATS: bus.ClientConfig{URL: "http://x"}, StateDir: "", MaxBodyBytes: 0, Timeout: -1, StallTimeout: 0, LogLevel: "loud"}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil for a bad configuration; want an error")
@@ -22,6 +24,7 @@ func TestGatewayConfigValidateNamesBadSettings(t *testing.T) {
 
 func TestGatewayConfigDefaults(t *testing.T) {
 	t.Setenv("MP_GATEWAY_ADDR", "")
+	withCreds(t)
 	var c GatewayConfig
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c.Flags(fs)
@@ -37,6 +40,7 @@ func TestGatewayConfigDefaults(t *testing.T) {
 }
 
 func TestGatewayLimitSettings(t *testing.T) {
+	withCreds(t)
 	t.Setenv("MP_GATEWAY_KEY_RPS", "fast")
 	t.Setenv("MP_GATEWAY_ENDPOINT_BURST", "-3")
 	var c GatewayConfig
@@ -77,6 +81,7 @@ func TestGatewayLimitSettings(t *testing.T) {
 }
 
 func TestGatewayShadowAndEjectionSettings(t *testing.T) {
+	withCreds(t)
 	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "0")
 	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "-1s")
 	var c GatewayConfig

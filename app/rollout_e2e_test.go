@@ -90,7 +90,8 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
-	stopFleet, err := startSimFleet(ctx, log, ns.ClientURL(), t.TempDir(), 4, 2)
+	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), auth: natstest.Auth(t), fleet: cp.Fleet, dir: t.TempDir(),
+		nodes: 4, gpus: 2, portBase: 31000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/auth"
+	"modelplane/bus"
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/drift"
@@ -130,8 +131,9 @@ func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Hand
 	return nil
 }
 
-// openStores connects PostgreSQL, ClickHouse and NATS and applies migrations.
-func openStores(ctx context.Context, dbURL, chURL, natsURL string) (*pgxpool.Pool, driver.Conn, *nats.Conn, error) {
+// openStores connects PostgreSQL, ClickHouse and NATS (as the control
+// plane's credential, natsOpts) and applies migrations.
+func openStores(ctx context.Context, dbURL, chURL, natsURL string, natsOpts []nats.Option) (*pgxpool.Pool, driver.Conn, *nats.Conn, error) {
 	pool, err := db.Open(ctx, dbURL)
 	if err != nil {
 		return nil, nil, nil, err
@@ -150,10 +152,13 @@ func openStores(ctx context.Context, dbURL, chURL, natsURL string) (*pgxpool.Poo
 		ch.Close()
 		return nil, nil, nil, err
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("modelplane-server"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(natsURL, append(natsOpts, nats.Name("modelplane-server"), nats.MaxReconnects(-1))...)
 	if err != nil {
 		pool.Close()
 		ch.Close()
+		if hint := bus.Hint(err); hint != "" {
+			return nil, nil, nil, fmt.Errorf("connect nats: %w (%s)", err, hint)
+		}
 		return nil, nil, nil, fmt.Errorf("connect nats: %w", err)
 	}
 	return pool, ch, nc, nil
@@ -165,7 +170,11 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
-	pool, ch, nc, err := openStores(ctx, string(cfg.DatabaseURL), string(cfg.ClickHouseURL), cfg.NATSURL)
+	natsOpts, err := cfg.NATS.Options(log)
+	if err != nil {
+		return err
+	}
+	pool, ch, nc, err := openStores(ctx, string(cfg.DatabaseURL), string(cfg.ClickHouseURL), cfg.NATS.URL, natsOpts)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
+	"modelplane/bus"
+	"modelplane/fleet"
 )
 
 // simFleetLayout is the inventory of node i of the dev fleet: A100s on even
@@ -37,33 +39,72 @@ func simFleetLayout(i, gpusPerNode int) (gpus []string, mig string) {
 	return gpus, mig
 }
 
-// startSimFleet runs n node agents in this process, each with the sim driver
-// and a state directory of its own under dir, over one NATS connection of
-// their own. They reach the control plane only through NATS, as remote
-// agents do.
-func startSimFleet(ctx context.Context, log *slog.Logger, natsURL, dir string, n, gpusPerNode int) (stop func(), err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("modelplane-sim-fleet"), nats.MaxReconnects(-1))
-	if err != nil {
-		return nil, fmt.Errorf("sim fleet: connect nats: %w", err)
-	}
-	driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log})
+// simFleet is how `modelplane dev` (and the app tests) run a simulated
+// fleet: n nodes of gpusPerNode GPUs, over NATS at natsURL with credentials
+// from auth, each node's replicas on ports of its own from PortBase.
+type simFleet struct {
+	natsURL     string
+	auth        *bus.Authority
+	fleet       *fleet.Fleet
+	dir         string
+	nodes, gpus int
+	// PortBase is the first port of node 0; node i serves its replicas on
+	// the SimPortsPerNode ports from PortBase + i·SimPortsPerNode.
+	portBase int
+}
+
+// SimPortsPerNode is the size of each simulated node's port range.
+const SimPortsPerNode = 100
+
+// startSimFleet runs the nodes' agents in this process, each with a sim
+// driver and a state directory of its own under dir, each over a NATS
+// connection of its own with its node's credential. Every node shares
+// 127.0.0.1, so each is registered with a port range of its own, the only
+// ports its driver listens on, and the control plane believes no replica
+// address outside it (fleet.SetAddress). They reach the control plane only
+// through NATS, with the permissions remote agents have.
+func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop func(), err error) {
 	var agents []*agent.Agent
+	var drivers []*agent.SimDriver
+	var conns []*nats.Conn
 	stop = func() {
 		for _, a := range agents {
 			a.Stop()
 		}
-		driver.Close(context.Background())
-		nc.Close()
+		for _, d := range drivers {
+			d.Close(context.Background())
+		}
+		for _, nc := range conns {
+			nc.Close()
+		}
 	}
-	for i := range n {
-		spec, mig := simFleetLayout(i, gpusPerNode)
+	for i := range sf.nodes {
+		spec, mig := simFleetLayout(i, sf.gpus)
 		inv, err := agent.ParseInventory(spec, mig)
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("sim fleet: %w", err)
 		}
 		node := fmt.Sprintf("gpu-node-%02d", i+1)
-		a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: filepath.Join(dir, node), Driver: driver}, nc, log.With(slog.String("node", node)))
+		addr := fleet.Address{Host: "127.0.0.1", PortFirst: sf.portBase + i*SimPortsPerNode, PortLast: sf.portBase + (i+1)*SimPortsPerNode - 1}
+		if err := sf.fleet.SetAddress(ctx, node, addr); err != nil {
+			stop()
+			return nil, fmt.Errorf("sim fleet: %w", err)
+		}
+		cred, err := sf.auth.Agent(node)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("sim fleet: %w", err)
+		}
+		nc, err := nats.Connect(sf.natsURL, append(cred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-sim-"+node), nats.MaxReconnects(-1))...)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("sim fleet: connect nats: %w", err)
+		}
+		conns = append(conns, nc)
+		driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log, PortFirst: addr.PortFirst, PortLast: addr.PortLast})
+		drivers = append(drivers, driver)
+		a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: filepath.Join(sf.dir, node), Driver: driver}, nc, log.With(slog.String("node", node)))
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("sim fleet: %w", err)

@@ -133,7 +133,15 @@ func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 type scratch struct {
 	dir   string
 	stops []func()
+	// natsCred is the control plane's credential on the scratch NATS, set
+	// by nats: the benchmarks' clients connect with it (natsOpts), but for
+	// gateway processes, which get their own from natsAuth.
+	natsAuth *bus.Authority
+	natsCred bus.Credential
 }
+
+// natsOpts are the connection options of the scratch NATS.
+func (s *scratch) natsOpts() []nats.Option { return s.natsCred.Options() }
 
 // newScratch makes the directory, readable by the postgres user that
 // pgproc runs PostgreSQL as when the benchmark runs as root.
@@ -197,12 +205,20 @@ func (s *scratch) clickhouse(ctx context.Context) (driver.Conn, error) {
 // nats starts an embedded NATS under the directory with the contract's
 // buckets and streams, and returns its URL and a JetStream client.
 func (s *scratch) nats(ctx context.Context) (string, jetstream.JetStream, error) {
-	ns, err := bus.StartEmbedded(filepath.Join(s.dir, "nats"))
+	auth, err := bus.NewAuthority()
+	if err != nil {
+		return "", nil, err
+	}
+	s.natsAuth = auth
+	if s.natsCred, err = auth.ControlPlane(); err != nil {
+		return "", nil, err
+	}
+	ns, err := bus.StartEmbedded(filepath.Join(s.dir, "nats"), auth, nil)
 	if err != nil {
 		return "", nil, err
 	}
 	s.onClose(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), s.natsOpts()...)
 	if err != nil {
 		return "", nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
+	"modelplane/bus"
 	"modelplane/gateway"
 	"modelplane/internal/freeport"
 )
@@ -118,6 +119,7 @@ const (
 	// childUpstreamEnv the reverse proxy's replica.
 	childEnv         = "MP_BENCH_GATEWAY_CHILD"
 	childNATSEnv     = "MP_BENCH_GATEWAY_NATS"
+	childCredsEnv    = "MP_BENCH_GATEWAY_NATS_CREDS"
 	childUpstreamEnv = "MP_BENCH_GATEWAY_UPSTREAM"
 	predictEndpoint  = "bench"
 	chatEndpoint     = "bench-chat"
@@ -247,7 +249,11 @@ func childHandler(ctx context.Context, s *scratch, mode string) (http.Handler, e
 		// As `modelplane gateway` runs; the bare reverse proxy keeps Go's
 		// default, so that it stays the bare floor.
 		gateway.TuneGC()
-		nc, err := nats.Connect(os.Getenv(childNATSEnv))
+		opts, err := bus.ClientConfig{URL: os.Getenv(childNATSEnv), Creds: os.Getenv(childCredsEnv)}.Options(nil)
+		if err != nil {
+			return nil, err
+		}
+		nc, err := nats.Connect(os.Getenv(childNATSEnv), opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -627,7 +633,15 @@ func putRoutes(ctx context.Context, js jetstream.JetStream, replicas []string) e
 // startPaths starts the gateway and the bare reverse proxy, each its own
 // process, and the installed proxies, and names every path's URL.
 func (b *gatewayBench) startPaths(natsURL string) error {
-	gw, err := startChild(b.pin, childEnv+"=gateway", childNATSEnv+"="+natsURL)
+	cred, err := b.s.natsAuth.Gateway("bench")
+	if err != nil {
+		return err
+	}
+	creds := filepath.Join(b.s.dir, "gateway.creds")
+	if err := cred.WriteFile(creds); err != nil {
+		return err
+	}
+	gw, err := startChild(b.pin, childEnv+"=gateway", childNATSEnv+"="+natsURL, childCredsEnv+"="+creds)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -118,6 +118,7 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 		return IngestResult{}, err
 	}
 	fleet := newUsageFleet(burstSeconds + paceSeconds)
+	fleet.natsOpts = s.natsOpts()
 	burst := fleet.rows(0, burstSeconds)
 	res := IngestResult{Name: "ingest", Rows: burst, Batches: usageNodes * burstSeconds, Nodes: usageNodes, GPUs: usageNodes * gpusPerNode,
 		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds,
@@ -273,12 +274,15 @@ func (t *lagTracker) wait(ctx context.Context, phase int) error {
 
 // usageFleet is every batch of the run, encoded, by node and second.
 type usageFleet struct {
-	nodes   []string
-	seconds int
-	batches [][][]byte // node → second → JSON
-	ids     []string   // batch index (node-major) → id
-	index   map[string]int
-	records int // per batch
+	// natsOpts connect each node's publisher (the scratch NATS's
+	// credential: the raw baseline publishes off the contract's subjects).
+	natsOpts []nats.Option
+	nodes    []string
+	seconds  int
+	batches  [][][]byte // node → second → JSON
+	ids      []string   // batch index (node-major) → id
+	index    map[string]int
+	records  int // per batch
 }
 
 func (f *usageFleet) rows(from, to int) int { return len(f.nodes) * (to - from) * f.records }
@@ -331,7 +335,7 @@ func newUsageFleet(seconds int) *usageFleet {
 func (f *usageFleet) publish(ctx context.Context, url string, subject func(node string) string, from, to int, pace time.Duration, onPublish func(i int)) (time.Duration, error) {
 	conns := make([]jetstream.JetStream, len(f.nodes))
 	for i := range conns {
-		nc, err := nats.Connect(url)
+		nc, err := nats.Connect(url, f.natsOpts...)
 		if err != nil {
 			return 0, err
 		}

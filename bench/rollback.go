@@ -281,7 +281,7 @@ func (b *rollbackBench) startGateways(ctx context.Context, s *scratch, natsURL s
 	s.onClose(stopGateways)
 	b.gws, b.urls = make([]*gateway.Gateway, n), make([]string, n)
 	for i := range n {
-		nc, err := nats.Connect(natsURL)
+		nc, err := nats.Connect(natsURL, s.natsOpts()...)
 		if err != nil {
 			return err
 		}

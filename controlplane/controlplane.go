@@ -145,6 +145,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Metrics:     reg,
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
+	if err := cp.Fleet.Register(reg); err != nil {
+		return nil, fmt.Errorf("fleet metrics: %w", err)
+	}
 	// Changes that write outbox rows (budget and drift alerts, routing
 	// entries) wake the relay, so they leave at once instead of at its
 	// next poll.

@@ -224,6 +224,41 @@ type Node struct {
 	MemoryMB          int32
 }
 
+type NodeAddress struct {
+	Node      string
+	Host      string
+	PortFirst int32
+	PortLast  int32
+	UpdatedAt time.Time
+}
+
+type NodeCredential struct {
+	Node              string
+	NATSUserKey       string
+	ArtifactTokenHash string
+	EnrolledAt        time.Time
+	RevokedAt         *time.Time
+}
+
+type NodeJoinToken struct {
+	ID        int64
+	TokenHash string
+	Node      string
+	Host      string
+	PortFirst int32
+	PortLast  int32
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+}
+
+type NodeRevokedKey struct {
+	NATSUserKey string
+	Node        string
+	RevokedAt   time.Time
+}
+
 type OIDCLogin struct {
 	State        string
 	Nonce        string

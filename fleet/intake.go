@@ -123,6 +123,9 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	invJSON, _ := json.Marshal(inv)
 	useJSON, _ := json.Marshal(use)
 	now := f.now()
+	// offNode are the replica reports dropped for their address, counted
+	// once the transaction is done.
+	var offNode []string
 	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
 		// Heartbeats share the lock a reconcile pass holds alone: a pass
 		// locks replica rows before node rows and a heartbeat the other way
@@ -186,8 +189,20 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		if len(st.Replicas) == 0 {
 			return nil
 		}
+		reg, err := q.NodeAddressGet(ctx, st.Node)
+		registered := err == nil
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			return err
+		}
+		offNode = offNode[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
 		for _, r := range st.Replicas {
+			if registered && r.Addr != "" {
+				if err := onNode(reg, r.Addr); err != nil {
+					offNode = append(offNode, fmt.Sprintf("replica %s: %v", r.ID, err))
+					continue
+				}
+			}
 			p.Names = append(p.Names, r.ID)
 			p.States = append(p.States, r.State)
 			p.Addrs = append(p.Addrs, r.Addr)
@@ -203,6 +218,10 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	})
 	if err != nil {
 		return false, fmt.Errorf("observe node %s: %w", st.Node, err)
+	}
+	for _, reason := range offNode {
+		f.trust.replicasOffNode.Inc()
+		f.log.Warn("replica report dropped", slog.String("node", st.Node), slog.String("reason", reason))
 	}
 	return changed, nil
 }
@@ -260,9 +279,20 @@ func (in *Intake) Start(ctx context.Context) error {
 	}
 	sub, err := in.nc.QueueSubscribe(proto.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
 		in.heard.beat(time.Now())
+		// The node is the subject's (which NATS lets only that node's
+		// credential publish on), never the payload's word.
+		node, ok := subjectNode(m.Subject)
+		if !ok {
+			in.dropHeartbeat(dropSubject, m.Subject, "not a node status subject")
+			return
+		}
 		var st proto.NodeStatus
 		if err := json.Unmarshal(m.Data, &st); err != nil {
-			in.log.Warn("heartbeat does not decode", slog.String("subject", m.Subject), slog.String("error", err.Error()))
+			in.dropHeartbeat(dropUndecodable, m.Subject, err.Error())
+			return
+		}
+		if st.Node != node {
+			in.dropHeartbeat(dropNodeClaim, m.Subject, fmt.Sprintf("payload names node %q", st.Node))
 			return
 		}
 		h := fnv.New32a()
@@ -365,9 +395,11 @@ type Fleet struct {
 	now  func() time.Time
 	// wakeGrace is how long a woken endpoint keeps its replica (wake.go).
 	wakeGrace time.Duration
+	// trust counts what the fleet refused to believe (trust.go).
+	trust trustMetrics
 }
 
 // New returns a Fleet; now is the clock heartbeats and leases are measured by.
 func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Fleet {
-	return &Fleet{pool: pool, log: log, now: now}
+	return &Fleet{pool: pool, log: log, now: now, trust: newTrustMetrics()}
 }

@@ -17,7 +17,7 @@ import (
 // once even while NATS is down and keeps trying.
 func connectRetrying(t *testing.T, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(url, append(natstest.ControlPlane(t), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"modelplane/bus"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
+	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
 )
@@ -194,7 +195,7 @@ type env struct {
 func newEnv(t *testing.T, ch driver.Conn, dupWindow time.Duration) *env {
 	t.Helper()
 	srv := natsServer(t)
-	nc, err := nats.Connect(srv)
+	nc, err := nats.Connect(srv, natstest.ControlPlane(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

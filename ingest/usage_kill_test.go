@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/ingest"
+	"modelplane/internal/natstest"
 )
 
 var errKilled = errors.New("consumer killed")
@@ -38,7 +39,7 @@ func TestKilledBetweenInsertAndAck(t *testing.T) {
 	const kills = 30
 	var afterInsert int
 	for i := range kills {
-		nc, err := nats.Connect(e.url)
+		nc, err := nats.Connect(e.url, natstest.ControlPlane(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}

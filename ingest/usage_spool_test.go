@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
+	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
 
@@ -105,7 +106,7 @@ type spoolAgent struct {
 
 func newSpoolAgent(t *testing.T, l *ledger, node, url string) *spoolAgent {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(url, append(natstest.ControlPlane(t), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}

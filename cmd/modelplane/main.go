@@ -20,10 +20,11 @@ const usage = `usage: modelplane <command> [flags]
 
 commands:
   dev       everything on one machine: PostgreSQL, ClickHouse, NATS, demo data, portal and API
-  server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_OIDC_*)
-  gateway   inference gateway: routes /v1/endpoints/{endpoint}/... to replicas (needs only NATS: MP_NATS_URL)
-  agent     node agent: runs the replicas placed on this GPU machine (needs only NATS: MP_NATS_URL)
+  server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_NATS_CREDS, MP_OIDC_*)
+  gateway   inference gateway: routes /v1/endpoints/{endpoint}/... to replicas (needs only NATS: MP_NATS_URL, MP_NATS_CREDS)
+  agent     node agent: runs the replicas placed on this machine (needs only NATS: MP_NATS_URL, MP_NATS_CREDS)
   runtime   the built-in serving runtime for one replica: runtime --model-dir D --port P
+  nats      NATS credentials for production: nats init (authority, server trust, creds), nats creds --agent NODE --out FILE
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
   bench     benchmarks printing JSON with --json: bench api, engine, placement, ingest, gateway,
@@ -88,6 +89,17 @@ func run() int {
 			return 2
 		}
 		err = app.RunMigrate(ctx, cfg)
+	case "nats":
+		var cfg app.NATSConfig
+		cfg.Flags(fs)
+		var words []string
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			words, args = args[:1], args[1:] // nats init|creds [flags]
+		}
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		err = app.RunNATS(cfg, append(words, fs.Args()...), os.Stdout)
 	case "bench":
 		var cfg bench.Config
 		cfg.Flags(fs)

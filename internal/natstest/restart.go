@@ -25,14 +25,7 @@ type Restartable struct {
 // is shut down when the test ends.
 func NewRestartable(t testing.TB) *Restartable {
 	t.Helper()
-	r := &Restartable{t: t, opts: server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	}}
+	r := &Restartable{t: t, opts: options(t)}
 	r.start()
 	// Pin the port the first start picked for every restart.
 	r.opts.Port = r.srv.Addr().(*net.TCPAddr).Port

@@ -1,0 +1,87 @@
+package bus
+
+import (
+	"modelplane/agent/proto"
+)
+
+// Permissions are the subjects one NATS user may publish to and subscribe
+// to; anything not listed is refused by the server. Inbox is the prefix of
+// the user's reply subjects (nats.CustomInboxPrefix): requests, JetStream
+// publish acks and KV watch deliveries come back under it, and no other user
+// may subscribe there. An empty Publish and Subscribe mean everything (the
+// control plane).
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	Inbox     string
+}
+
+// ControlPlanePermissions are the control plane's: everything. It writes
+// every bucket, consumes every stream and answers every heartbeat; it is the
+// party the others trust, so restricting it would only list all subjects.
+func ControlPlanePermissions() Permissions {
+	return Permissions{Inbox: "_INBOX"}
+}
+
+// GatewayPermissions are a gateway's: it reads the routing table, the API
+// key digests and the identity entries (watching whole buckets), and
+// publishes request statistics, prediction samples and wake requests. It
+// writes no bucket and reads no node's desired state or heartbeats.
+func GatewayPermissions(name string) Permissions {
+	inbox := GatewayInbox(name)
+	p := Permissions{
+		Publish: []string{
+			proto.ReqStatsSubject(">"),
+			proto.PredictionSubject(">"),
+			proto.WakeSubject(">"),
+		},
+		Subscribe: []string{inbox + ".>"},
+		Inbox:     inbox,
+	}
+	for _, b := range []string{proto.BucketRoutes, proto.BucketKeys, proto.BucketIdentity} {
+		p.Publish = append(p.Publish, watchAPI(b, proto.KVSubject(b, ">"))...)
+	}
+	return p
+}
+
+// AgentPermissions are the agent's of node: it watches only its own key in
+// mp_desired and publishes only its own heartbeats and usage. The consumer
+// it may create is filtered to its key in the request subject, and the
+// server refuses a request whose body asks for another filter.
+func AgentPermissions(node string) Permissions {
+	inbox := AgentInbox(node)
+	p := Permissions{
+		Publish: []string{
+			proto.NodeStatusSubject(node),
+			proto.UsageSubject(node),
+		},
+		Subscribe: []string{inbox + ".>"},
+		Inbox:     inbox,
+	}
+	p.Publish = append(p.Publish, watchAPI(proto.BucketDesired, proto.KVSubject(proto.BucketDesired, node))...)
+	return p
+}
+
+// watchAPI are the JetStream API subjects a KV watch of filter in bucket
+// publishes to: the bucket's stream info (nats.go looks the bucket up
+// first), the creation of its ordered consumer with that filter (the
+// subject form that names the filter, so the permission is the filter), and
+// the deletion of the consumer it replaces when the watch resets (it names
+// the consumer, whose random name only its creator learns: no client but
+// the control plane may list consumers), and the flow-control replies of
+// its deliveries.
+func watchAPI(bucket, filter string) []string {
+	stream := "KV_" + bucket
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*." + filter,
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+		"$JS.FC." + stream + ".>",
+	}
+}
+
+// AgentInbox is the reply prefix of node's agent.
+func AgentInbox(node string) string { return "_INBOX_node_" + node }
+
+// GatewayInbox is the reply prefix of the gateway credential name.
+func GatewayInbox(name string) string { return "_INBOX_gateway_" + name }
