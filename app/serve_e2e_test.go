@@ -1,0 +1,221 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"modelplane/agent"
+	"modelplane/agent/cache"
+	"modelplane/agent/process"
+	"modelplane/artifact"
+	"modelplane/auth"
+	"modelplane/controlplane"
+	"modelplane/endpoint"
+	"modelplane/gateway"
+	"modelplane/internal/chtest"
+	"modelplane/internal/natstest"
+	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
+	"modelplane/registry"
+	"modelplane/tenant"
+)
+
+// trainScript trains a binary XGBoost classifier with the real library on
+// data with a planted rule, saves it as JSON and prints xgboost's own
+// scores for the rows it is given on stdin.
+const trainScript = `
+import json, sys
+import numpy as np
+import xgboost as xgb
+rs = np.random.RandomState(7)
+X = rs.uniform(0, 1, size=(2000, 3)).astype(np.float32)
+y = ((X[:, 0] > 0.6) & (X[:, 2] < 0.5)).astype(int)
+b = xgb.train({"objective": "binary:logistic", "max_depth": 3, "eta": 0.3}, xgb.DMatrix(X, label=y), 20)
+b.save_model(sys.argv[1])
+rows = np.array(json.load(sys.stdin), dtype=np.float32)
+print(json.dumps([float(p) for p in b.predict(xgb.DMatrix(rows))]))
+`
+
+// TestUploadedXGBoostModelServedOnACPUNode is the real serving path end to
+// end: an XGBoost model trained by the real library is uploaded, its
+// endpoint placed on a CPU node, whose agent fetches and verifies the file
+// from the control plane and runs the built-in runtime (the modelplane
+// binary) as a child process; the gateway's answers are the scores
+// xgboost itself gives the same transactions.
+func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		// The runtime runs as nobody when the test runs as root, and must
+		// reach the binary.
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "modelplane")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/modelplane").CombinedOutput(); err != nil {
+		t.Fatalf("build modelplane: %v\n%s", err, out)
+	}
+	rows := [][]float64{{0.9, 0.1, 0.2}, {0.1, 0.5, 0.9}}
+	modelFile := filepath.Join(dir, "fraud.json")
+	in, _ := json.Marshal(rows)
+	train := exec.Command("/usr/bin/python3", "-c", trainScript, modelFile)
+	train.Stdin = bytes.NewReader(in)
+	out, err := train.Output()
+	if err != nil {
+		t.Fatalf("train with xgboost (run scripts/install-deps.sh test): %v", err)
+	}
+	var want []float64
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatalf("xgboost's scores %q: %v", out, err)
+	}
+	if math.Abs(want[0]-want[1]) < 0.5 {
+		t.Fatalf("xgboost scores %v: the two transactions should differ clearly", want)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := NewLogger("error")
+	pool := pgtest.New(t)
+	ch := chtest.New(t)
+	ns, nc := natstest.Connect(t)
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, ArtifactDir: t.TempDir(), MaxUploadBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	const token = "agent-token-for-the-serving-test"
+	api := httptest.NewServer(NewHTTP(cp, HTTPOptions{AgentToken: token}).Handler())
+	t.Cleanup(api.Close)
+
+	if _, err := cp.Tenant.CreateTeam(ctx, system, "risk", "risk"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Registry.CreateModel(ctx, system, registry.ModelSpec{Team: "risk", Name: "fraud", Task: "classification",
+		FeatureNames: []string{"amount", "age", "distance"}}); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(modelFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(file)
+	manifest, _ := json.Marshal(map[string]string{"model.json": hex.EncodeToString(sum[:])})
+	v, err := cp.Registry.RegisterVersion(ctx, system, "fraud", registry.VersionSpec{Name: "v1", Runtime: "xgboost",
+		Resources: registry.Resources{CPUCores: 1, MemoryMB: 512}}, manifest, func(u *artifact.Upload) error {
+		return u.Add(context.Background(), "model.json", bytes.NewReader(file))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Format != "xgboost-json" {
+		t.Fatalf("format %q, want xgboost-json", v.Format)
+	}
+	if _, err := cp.Endpoints.Create(ctx, system, endpoint.Spec{Name: "fraud-scoring", Model: "fraud", Version: "v1",
+		Settings: endpoint.Settings{MinReplicas: 1, MaxReplicas: 1, Tier: "standard", RetentionDays: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := cp.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "caller", Team: "risk", Role: auth.RoleEngineer})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	state := t.TempDir()
+	drv, err := process.New(process.Config{Self: bin, StateDir: filepath.Join(state, "process"), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		drv.Close(ctx)
+	})
+	cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), URL: api.URL, Token: token, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc, err := nats.Connect(ns.ClientURL(), natstest.Agent(t, "cpu-1")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(anc.Close)
+	a, err := agent.New(agent.Config{Node: "cpu-1", CPUCores: 2, MemoryMB: 4096, StateDir: state, Lease: 15 * time.Second,
+		Heartbeat: time.Second, Driver: drv, Cache: cc}, anc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+
+	gnc, err := nats.Connect(ns.ClientURL(), natstest.Gateway(t, "gw-1")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gnc.Close)
+	g, err := gateway.New(gateway.Config{StateDir: t.TempDir(), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}, gnc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Stop)
+	gw := httptest.NewServer(g.Handler())
+	t.Cleanup(gw.Close)
+
+	body := fmt.Sprintf(`{"instances":[{"amount":%g,"age":%g,"distance":%g},{"amount":%g,"age":%g,"distance":%g}]}`,
+		rows[0][0], rows[0][1], rows[0][2], rows[1][0], rows[1][1], rows[1][2])
+	var got struct {
+		Predictions []struct {
+			Score float64 `json:"score"`
+			Label string  `json:"label"`
+		} `json:"predictions"`
+	}
+	var last string
+	wait.Eventually(t, 3*time.Minute, func() bool {
+		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/endpoints/fraud-scoring/predict", bytes.NewReader([]byte(body)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(resp.Body)
+		last = fmt.Sprintf("%d %s", resp.StatusCode, buf.String())
+		return resp.StatusCode == http.StatusOK && json.Unmarshal(buf.Bytes(), &got) == nil
+	}, "the gateway never served the uploaded model: %v", wait.Show(func() any { return last }))
+	if len(got.Predictions) != len(want) {
+		t.Fatalf("%d predictions, want %d: %s", len(got.Predictions), len(want), last)
+	}
+	for i, p := range got.Predictions {
+		if math.Abs(p.Score-want[i]) > 1e-5 {
+			t.Errorf("transaction %d: score %v, xgboost says %v", i, p.Score, want[i])
+		}
+	}
+	st := a.Status()
+	if st.Cache == nil || st.Cache.Misses != 1 {
+		t.Errorf("cache status %+v, want one version downloaded", st.Cache)
+	}
+}
