@@ -229,7 +229,7 @@ func (o *OIDC) Finish(ctx context.Context, state, code string) (userID int64, re
 	if idt.Subject == "" {
 		return 0, "", fmt.Errorf("%w: id token without subject", ErrLoginFailed)
 	}
-	u, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idt.Issuer, Subject: idt.Subject, Email: c.Email, Name: c.name()})
+	u, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idt.Issuer, Subject: idt.Subject, Email: c.email(), Name: c.name()})
 	if err != nil {
 		return 0, "", fmt.Errorf("%w: record user: %w", ErrLoginFailed, err)
 	}
@@ -257,7 +257,7 @@ func (o *OIDC) AuthenticateToken(ctx context.Context, raw string) (*Principal, e
 	if errors.Is(err, db.ErrNotFound) {
 		var c profileClaims
 		_ = t.Claims(&c) // optional claims: a token without them still names a user
-		err = q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: t.Issuer, Subject: t.Subject, Email: c.Email, Name: c.name()})
+		err = q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: t.Issuer, Subject: t.Subject, Email: c.email(), Name: c.name()})
 		if err == nil {
 			u, err = q.UserGetByIdentity(ctx, id)
 		}
@@ -281,8 +281,27 @@ func (o *OIDC) Sweep(ctx context.Context) (int64, error) {
 // profileClaims are the optional identity claims we keep on the user row.
 type profileClaims struct {
 	Email             string `json:"email"`
+	EmailVerified     any    `json:"email_verified"`
 	Name              string `json:"name"`
 	PreferredUsername string `json:"preferred_username"`
+}
+
+// email is the token's email when the IdP vouches for it (email_verified
+// true, or "true" as some IdPs send it), else "". An IdP that lets people
+// type any address would otherwise let one claim a colleague's email and be
+// added to teams in their name.
+func (c profileClaims) email() string {
+	switch v := c.EmailVerified.(type) {
+	case bool:
+		if v {
+			return c.Email
+		}
+	case string:
+		if v == "true" {
+			return c.Email
+		}
+	}
+	return ""
 }
 
 func (c profileClaims) name() string {

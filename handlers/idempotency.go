@@ -38,7 +38,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		who := p.Via + ":" + p.Name
+		who := p.Namespace()
 		first, err := s.Idempotency.Begin(ctx, who, key)
 		if err != nil {
 			s.fail(w, r, err)
