@@ -47,6 +47,9 @@ type call struct {
 	// the sample needs (see sample.go), never logged.
 	sampled  bool
 	sampleOf pending
+	// pinned is set when X-Model-Version chose the version; its statistics
+	// and samples are then marked, and the judge and drift skip them.
+	pinned bool
 }
 
 func (g *Gateway) inference(k kind) http.Handler {
@@ -59,7 +62,7 @@ func (g *Gateway) inference(k kind) http.Handler {
 		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 		if c.ver != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
-				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens}
+				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned}
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
@@ -155,10 +158,15 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	// then the weighted split.
 	var v *version
 	if pin := r.Header.Get("X-Model-Version"); pin != "" {
-		if v = rt.byName[pin]; v == nil {
-			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin))
+		// A version that takes no traffic answers like one that does not
+		// exist: pins are for reaching what serves, and, with the explicit
+		// flag, the endpoint's shadow (its owners testing it).
+		shadow := r.Header.Get("X-Model-Version-Shadow") == "true"
+		if v = rt.byName[pin]; v == nil || !v.pinnable(shadow) {
+			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin)+" that takes traffic")
 			return
 		}
+		c.pinned = true
 	} else {
 		if user := r.Header.Get("X-User-Id"); user != "" && rt.experiment != nil {
 			v = rt.experiment.assign(user)
@@ -171,7 +179,10 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		}
 	}
 	c.ver = v
-	if len(rt.shadows) > 0 {
+	// A pinned request is the caller's choice, not a sample of the split:
+	// it is not mirrored to the shadows either, whose statistics the judge
+	// reads.
+	if len(rt.shadows) > 0 && !c.pinned {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}
 	if c.sampled = g.samples.draw(rt.src.SamplingRate); c.sampled {

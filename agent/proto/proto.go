@@ -540,6 +540,12 @@ type ReqStats struct {
 	TPOTSumMS float64  `json:"tpot_sum_ms"`
 	// Tokens is the number of completion tokens streamed.
 	Tokens uint64 `json:"tokens"`
+	// Pinned marks the series of requests that chose their version with
+	// X-Model-Version: the caller picked the version, so these requests say
+	// nothing about how it fares in the split, and the judge and the drift
+	// gate never read them. Unpinned and pinned requests of a version are
+	// separate series with separate ids.
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at
@@ -588,6 +594,9 @@ type PredictionSample struct {
 	Instances []SampleInstance `json:"instances,omitempty"`
 	// Tokens is an LLM completion's length in tokens (the LLM's output).
 	Tokens int `json:"tokens,omitempty"`
+	// Pinned marks a request that chose its version with X-Model-Version;
+	// the drift gate does not read it (see ReqStats.Pinned).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // SampleInstance is one instance's features and output. A numeric (or
