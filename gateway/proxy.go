@@ -132,7 +132,19 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
 		return
 	}
+	// Reading the body is bounded (headers have the server's
+	// ReadHeaderTimeout); the deadline goes once the body is in, because on
+	// HTTP/1 the server then reads the connection to notice the caller
+	// leave, and a deadline passing there would cancel a long or streamed
+	// answer. It stays after a failed read: the server would otherwise wait
+	// for the rest of the body before answering. An error means the writer
+	// sets no deadlines (a test recorder).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
