@@ -35,9 +35,13 @@ type ServerConfig struct {
 	OIDCSecret     Secret
 	ArtifactDir    string
 	MaxUploadBytes int64
-	SessionIdle    time.Duration
-	SessionMax     time.Duration
-	LogLevel       string
+	// EgressHosts is the egress allow-list (MP_EGRESS_HOSTS, comma
+	// separated): the only hosts https:// artifact URIs may name. The OIDC
+	// issuer's host is added to it.
+	EgressHosts []string
+	SessionIdle time.Duration
+	SessionMax  time.Duration
+	LogLevel    string
 	// DriftInterval is the time between scheduled drift checks;
 	// DriftAlertAfter how long a score must stay past its threshold before
 	// its alert fires.
@@ -101,6 +105,11 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
 	fs.Var(secretFlag{&c.OIDCSecret}, "oidc-client-secret", "OIDC client secret (MP_OIDC_CLIENT_SECRET)")
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
+	fs.Func("egress-hosts", "hosts outbound calls may reach, comma separated (MP_EGRESS_HOSTS)", func(v string) error {
+		c.EgressHosts = splitHosts(v)
+		return nil
+	})
+	c.EgressHosts = splitHosts(env("MP_EGRESS_HOSTS", ""))
 	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", envInt("MP_MAX_UPLOAD_BYTES", 10<<30), "largest version upload (MP_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.SessionIdle, "session-idle", envDuration("MP_SESSION_IDLE", 8*time.Hour), "portal session idle timeout (MP_SESSION_IDLE)")
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
@@ -201,4 +210,15 @@ func parseLevel(s string) (slog.Level, error) {
 func NewLogger(level string) *slog.Logger {
 	l, _ := parseLevel(level)
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// splitHosts reads a comma-separated host list, dropping empty entries.
+func splitHosts(v string) []string {
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }

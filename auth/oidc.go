@@ -40,6 +40,10 @@ type OIDCConfig struct {
 	ClientSecret string   // never printed: see String
 	RedirectURL  string   // the callback URL registered at the IdP
 	Scopes       []string // default openid, email, profile
+	// HTTPClient makes discovery, JWKS and code-exchange calls; nil is a
+	// plain client. `modelplane server` passes the egress allow-list's
+	// client, so the IdP is dialled only at an address that list accepts.
+	HTTPClient *http.Client `json:"-"`
 }
 
 // String prints the config with the secret hidden.
@@ -76,7 +80,10 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, now func()
 	}
 	// One client with a timeout for discovery, JWKS and the code exchange:
 	// a hung IdP must not hang sign-ins or API calls.
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := cfg.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
 	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, client), cfg.Issuer)
 	if err != nil {
 		return nil, fmt.Errorf("oidc discovery: %w", err)

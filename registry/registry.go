@@ -22,6 +22,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/egress"
 	"modelplane/sim/profile"
 	"modelplane/validate"
 )
@@ -68,6 +69,17 @@ type Service struct {
 	pool  *pgxpool.Pool
 	store *artifact.Store
 	max   artifact.Limits
+	// egress is the operator's allow-list for https:// artifact URIs;
+	// nil allows none.
+	egress *egress.Policy
+}
+
+// WithEgress sets the egress allow-list that https:// artifact URIs must
+// pass (host on the list, not an internal address); without one, https://
+// URIs are refused. It returns s.
+func (s *Service) WithEgress(p *egress.Policy) *Service {
+	s.egress = p
+	return s
 }
 
 // New returns a registry service storing uploads in store.
@@ -323,6 +335,10 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		u, err := url.Parse(spec.ArtifactURI)
 		if spec.ArtifactURI == "" || err != nil || u.Scheme == "" || !(u.Scheme == "s3" || u.Scheme == "gs" || u.Scheme == "https" || u.Scheme == "oci") {
 			errs.Add("metadata.artifact_uri", "is required without uploaded files and must be an s3://, gs://, oci:// or https:// URI")
+		} else if u.Scheme == "https" {
+			if err := s.egress.CheckURL(spec.ArtifactURI); err != nil {
+				errs.Add("metadata.artifact_uri", "%s", strings.TrimPrefix(err.Error(), egress.ErrRefused.Error()+": "))
+			}
 		}
 		validate.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
 	} else if spec.ArtifactURI != "" {
