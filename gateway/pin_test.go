@@ -93,3 +93,46 @@ func TestPinOnlyToServingVersions(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsCarryEndpointID checks that the statistics of an endpoint carry
+// the id of its routing entry, so that an endpoint deleted and created again
+// under the same name (perhaps by another team) is another series in
+// ClickHouse, never the old one's.
+func TestStatsCarryEndpointID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rt := route("fraud-scoring", "risk", "classification", 1, ver("stable", 100, primaryServer(t)))
+	rt.EndpointID = 42
+	e.putRoute(t, rt)
+	key := e.newKey(t, "risk", "engineer", nil)
+	clk := newClock(t)
+	g := startGateway(t, e.nc, gateway.Config{ID: "gw-id", Clock: clk})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("predict = %d", r.status)
+	}
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == 1 }, "waiting for the request counted")
+	advance(t, clk, gateway.DefaultStatsInterval)
+	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Published == 1 }, "waiting for statistics published")
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m proto.ReqStats
+	if err := json.Unmarshal(msg.Data(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.EndpointID != 42 {
+		t.Errorf("statistics carry endpoint id %d, want the entry's 42", m.EndpointID)
+	}
+}

@@ -50,6 +50,9 @@ type call struct {
 	// pinned is set when X-Model-Version chose the version; its statistics
 	// and samples are then marked, and the judge and drift skip them.
 	pinned bool
+	// endpointID is the routing entry's endpoint id, for statistics and
+	// samples.
+	endpointID int64
 }
 
 func (g *Gateway) inference(k kind) http.Handler {
@@ -62,7 +65,7 @@ func (g *Gateway) inference(k kind) http.Handler {
 		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 		if c.ver != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
-				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned}
+				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
@@ -110,7 +113,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	c.key, c.team = who.name, who.team
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
-		c.owner = rt.src.Team
+		c.owner, c.endpointID = rt.src.Team, rt.src.EndpointID
 		if who.token && who.may(rt.src.Team) {
 			c.team = rt.src.Team
 		}

@@ -52,6 +52,9 @@ type statsPublisher interface {
 type statsKey struct {
 	endpoint, version string
 	pinned            bool
+	// endpointID is the routing entry's endpoint id: an endpoint created
+	// again under the same name is another series.
+	endpointID int64
 }
 
 // series counts one endpoint × version. Requests add under its mutex (held
@@ -93,6 +96,8 @@ type observation struct {
 	tokens   int
 	// pinned is set when the caller chose the version (X-Model-Version).
 	pinned bool
+	// endpointID is the routing entry's endpoint id.
+	endpointID int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -168,7 +173,7 @@ func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clo
 func (r *statsRecorder) recordIn(s *series, o *observation) *series {
 	for {
 		if s == nil {
-			k := statsKey{o.endpoint, o.version, o.pinned}
+			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID}
 			if s = (*r.series.Load())[k]; s == nil {
 				s = r.add(k, o.team)
 			}
@@ -313,7 +318,7 @@ func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, 
 		Latency: w.latency[:], LatencySumMS: w.latencySum,
 		Streams: w.streams, TTFT: w.ttft[:], TTFTSumMS: w.ttftSum,
 		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
-		Pinned: k.pinned,
+		Pinned: k.pinned, EndpointID: k.endpointID,
 	}
 }
 

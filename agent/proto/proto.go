@@ -300,6 +300,10 @@ type Usage struct {
 // gateway needs to serve it without asking the control plane.
 type Route struct {
 	Endpoint string `json:"endpoint"`
+	// EndpointID is the endpoint's id in the control plane. Statistics and
+	// samples carry it, so an endpoint deleted and created again under the
+	// same name (perhaps by another team) never reads the old one's data.
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 	Team     string `json:"team"`
 	Task     string `json:"task"`
 	// Generation increases with every change of the entry.
@@ -546,6 +550,8 @@ type ReqStats struct {
 	// gate never read them. Unpinned and pinned requests of a version are
 	// separate series with separate ids.
 	Pinned bool `json:"pinned,omitempty"`
+	// EndpointID is the routing entry's endpoint id (Route.EndpointID).
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at
@@ -597,6 +603,8 @@ type PredictionSample struct {
 	// Pinned marks a request that chose its version with X-Model-Version;
 	// the drift gate does not read it (see ReqStats.Pinned).
 	Pinned bool `json:"pinned,omitempty"`
+	// EndpointID is the routing entry's endpoint id (Route.EndpointID).
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 }
 
 // SampleInstance is one instance's features and output. A numeric (or
