@@ -40,6 +40,10 @@ type ServerConfig struct {
 	// AgentToken is the credential every node agent presents to fetch
 	// artifacts until nodes enrol with their own; empty refuses agents.
 	AgentToken  Secret
+	// EgressHosts is the egress allow-list (MP_EGRESS_HOSTS, comma
+	// separated): the only hosts https:// artifact URIs may name. The OIDC
+	// issuer's host is added to it.
+	EgressHosts []string
 	SessionIdle time.Duration
 	SessionMax  time.Duration
 	LogLevel    string
@@ -108,6 +112,11 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
 	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
 	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "token node agents present to fetch artifacts; empty refuses them (MP_AGENT_TOKEN)")
+	fs.Func("egress-hosts", "hosts outbound calls may reach, comma separated (MP_EGRESS_HOSTS)", func(v string) error {
+		c.EgressHosts = splitHosts(v)
+		return nil
+	})
+	c.EgressHosts = splitHosts(env("MP_EGRESS_HOSTS", ""))
 	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", envInt("MP_MAX_UPLOAD_BYTES", 10<<30), "largest version upload (MP_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.SessionIdle, "session-idle", envDuration("MP_SESSION_IDLE", 8*time.Hour), "portal session idle timeout (MP_SESSION_IDLE)")
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
@@ -209,4 +218,15 @@ func parseLevel(s string) (slog.Level, error) {
 func NewLogger(level string) *slog.Logger {
 	l, _ := parseLevel(level)
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// splitHosts reads a comma-separated host list, dropping empty entries.
+func splitHosts(v string) []string {
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }

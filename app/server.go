@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/drift"
+	"modelplane/egress"
 	"modelplane/handlers"
 	"modelplane/ingest"
 	"modelplane/migrations"
@@ -181,14 +184,22 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	defer pool.Close()
 	defer ch.Close()
 	defer nc.Close()
+	// One egress allow-list for the outbound calls: the operator's hosts
+	// and the IdP they configured, each dialled only at an address the
+	// policy accepts (never loopback, link-local or metadata).
+	egressPolicy := &egress.Policy{Hosts: slices.Clone(cfg.EgressHosts)}
+	if u, err := url.Parse(cfg.OIDCIssuer); err == nil && u.Hostname() != "" {
+		egressPolicy.Hosts = append(egressPolicy.Hosts, u.Hostname())
+	}
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
-		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback"}, pool, time.Now)
+		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback",
+		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, time.Now)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
-		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes,
+		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace})
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func Record(ctx context.Context, q *db.Queries, p *auth.Principal, e Entry) erro
 		return err
 	}
 	err = q.AuditInsert(ctx, db.AuditInsertParams{
-		TeamID: e.TeamID, Actor: p.Actor(), Via: via(p), Action: e.Action,
+		TeamID: e.TeamID, Actor: p.Actor(), ActorUserID: p.ActorUserID(), ActorKeyID: p.ActorKeyID(), Via: via(p), Action: e.Action,
 		ObjectType: e.ObjectType, ObjectName: e.ObjectName, Before: before, After: after,
 	})
 	if err != nil {

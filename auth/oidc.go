@@ -40,6 +40,10 @@ type OIDCConfig struct {
 	ClientSecret string   // never printed: see String
 	RedirectURL  string   // the callback URL registered at the IdP
 	Scopes       []string // default openid, email, profile
+	// HTTPClient makes discovery, JWKS and code-exchange calls; nil is a
+	// plain client. `modelplane server` passes the egress allow-list's
+	// client, so the IdP is dialled only at an address that list accepts.
+	HTTPClient *http.Client `json:"-"`
 }
 
 // String prints the config with the secret hidden.
@@ -76,7 +80,10 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, now func()
 	}
 	// One client with a timeout for discovery, JWKS and the code exchange:
 	// a hung IdP must not hang sign-ins or API calls.
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := cfg.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
 	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, client), cfg.Issuer)
 	if err != nil {
 		return nil, fmt.Errorf("oidc discovery: %w", err)
@@ -229,7 +236,7 @@ func (o *OIDC) Finish(ctx context.Context, state, code string) (userID int64, re
 	if idt.Subject == "" {
 		return 0, "", fmt.Errorf("%w: id token without subject", ErrLoginFailed)
 	}
-	u, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idt.Issuer, Subject: idt.Subject, Email: c.Email, Name: c.name()})
+	u, err := q.UserUpsert(ctx, db.UserUpsertParams{Issuer: idt.Issuer, Subject: idt.Subject, Email: c.email(), Name: c.name()})
 	if err != nil {
 		return 0, "", fmt.Errorf("%w: record user: %w", ErrLoginFailed, err)
 	}
@@ -257,7 +264,7 @@ func (o *OIDC) AuthenticateToken(ctx context.Context, raw string) (*Principal, e
 	if errors.Is(err, db.ErrNotFound) {
 		var c profileClaims
 		_ = t.Claims(&c) // optional claims: a token without them still names a user
-		err = q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: t.Issuer, Subject: t.Subject, Email: c.Email, Name: c.name()})
+		err = q.UserCreateIfMissing(ctx, db.UserCreateIfMissingParams{Issuer: t.Issuer, Subject: t.Subject, Email: c.email(), Name: c.name()})
 		if err == nil {
 			u, err = q.UserGetByIdentity(ctx, id)
 		}
@@ -281,8 +288,27 @@ func (o *OIDC) Sweep(ctx context.Context) (int64, error) {
 // profileClaims are the optional identity claims we keep on the user row.
 type profileClaims struct {
 	Email             string `json:"email"`
+	EmailVerified     any    `json:"email_verified"`
 	Name              string `json:"name"`
 	PreferredUsername string `json:"preferred_username"`
+}
+
+// email is the token's email when the IdP vouches for it (email_verified
+// true, or "true" as some IdPs send it), else "". An IdP that lets people
+// type any address would otherwise let one claim a colleague's email and be
+// added to teams in their name.
+func (c profileClaims) email() string {
+	switch v := c.EmailVerified.(type) {
+	case bool:
+		if v {
+			return c.Email
+		}
+	case string:
+		if v == "true" {
+			return c.Email
+		}
+	}
+	return ""
 }
 
 func (c profileClaims) name() string {

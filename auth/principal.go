@@ -1,6 +1,9 @@
 package auth
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Role is a member's role in a team, or a key's role.
 type Role string
@@ -129,5 +132,40 @@ func (p *Principal) HumanID() int64 {
 	return p.OwnerUserID
 }
 
-// Actor is how the audit log names the principal.
+// Actor is how the audit log labels the principal: an email, a key prefix
+// or a system actor. It is for people to read, never to compare: emails
+// change and can be shared; ActorUserID, ActorKeyID and Namespace say who.
 func (p *Principal) Actor() string { return p.Name }
+
+// ActorUserID is the person who acted (HumanID), as the nullable id the
+// audit log and created_by columns store; nil when nobody is known.
+func (p *Principal) ActorUserID() *int64 {
+	if h := p.HumanID(); h != 0 {
+		return &h
+	}
+	return nil
+}
+
+// ActorKeyID is the API key the principal authenticated with, nil for
+// sessions, bearer tokens and the system.
+func (p *Principal) ActorKeyID() *int64 {
+	if p.KeyID != 0 {
+		id := p.KeyID
+		return &id
+	}
+	return nil
+}
+
+// Namespace names the principal for per-caller records (idempotency keys):
+// by key id or user id, never by email or key prefix, which two callers can
+// share.
+func (p *Principal) Namespace() string {
+	switch {
+	case p.KeyID != 0:
+		return fmt.Sprintf("key:%d", p.KeyID)
+	case p.UserID != 0:
+		return fmt.Sprintf("user:%d", p.UserID)
+	default:
+		return p.Via + ":" + p.Name
+	}
+}

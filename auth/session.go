@@ -111,6 +111,18 @@ func (s *Sessions) create(ctx context.Context, q *db.Queries, userID int64) (tok
 // missing, unknown, idle or expired session is ErrUnauthenticated; an
 // expired one is deleted on the way.
 func (s *Sessions) Lookup(ctx context.Context, token string) (*Principal, string, error) {
+	return s.lookup(ctx, token, true)
+}
+
+// Check is Lookup for a request already under way (an open event stream)
+// re-reading the session and memberships: it does not count as activity,
+// so a stream left open does not keep an idle session alive.
+func (s *Sessions) Check(ctx context.Context, token string) (*Principal, error) {
+	p, _, err := s.lookup(ctx, token, false)
+	return p, err
+}
+
+func (s *Sessions) lookup(ctx context.Context, token string, touch bool) (*Principal, string, error) {
 	if token == "" {
 		return nil, "", ErrUnauthenticated
 	}
@@ -131,7 +143,7 @@ func (s *Sessions) Lookup(ctx context.Context, token string) (*Principal, string
 		}
 		return nil, "", ErrUnauthenticated
 	}
-	if now.Sub(row.LastSeenAt) >= touchEvery {
+	if touch && now.Sub(row.LastSeenAt) >= touchEvery {
 		if err := q.SessionTouch(ctx, db.SessionTouchParams{Now: now, IDHash: h}); err != nil {
 			return nil, "", fmt.Errorf("lookup session: %w", err)
 		}

@@ -112,7 +112,7 @@ func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, er
 	var out Entry
 	err := db.InTx(ctx, b.pool, func(q *db.Queries) error {
 		row, err := q.CostRateCreate(ctx, db.CostRateCreateParams{GPUType: r.GPUType, Profile: r.Profile,
-			UusdPerHour: r.UUSDPerHour, EffectiveFrom: from, CreatedBy: p.Actor()})
+			UusdPerHour: r.UUSDPerHour, EffectiveFrom: from, CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}

@@ -145,7 +145,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 			return err
 		}
 		row, err := q.BudgetUpsert(ctx, db.BudgetUpsertParams{TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD,
-			Enforcement: s.Enforcement, UpdatedBy: p.Actor()})
+			Enforcement: s.Enforcement, UpdatedBy: p.Actor(), UpdatedByUserID: p.ActorUserID(), UpdatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}

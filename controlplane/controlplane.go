@@ -23,6 +23,7 @@ import (
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/drift"
+	"modelplane/egress"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/idempotency"
@@ -53,6 +54,9 @@ type Config struct {
 	Sessions       auth.SessionConfig
 	ArtifactDir    string
 	MaxUploadBytes int64
+	// Egress is the operator's allow-list for outbound calls to addresses
+	// users name (https:// artifact URIs); nil allows none.
+	Egress *egress.Policy
 	// Drift configures the scheduled drift check (zero: defaults).
 	Drift drift.CheckerConfig
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
@@ -136,7 +140,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		OIDC:        cfg.OIDC,
 		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
 		Tenant:      tenant.New(st.Pool, now),
-		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}),
+		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints:   endpoint.New(st.Pool),
 		Fleet:       fleet.New(st.Pool, cfg.Log, now),
 		Rates:       billing.NewBook(st.Pool, now),

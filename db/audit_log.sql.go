@@ -11,25 +11,29 @@ import (
 )
 
 const auditInsert = `-- name: AuditInsert :exec
-INSERT INTO audit_log (team_id, actor, via, action, object_type, object_name, before, after)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO audit_log (team_id, actor, actor_user_id, actor_key_id, via, action, object_type, object_name, before, after)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 `
 
 type AuditInsertParams struct {
-	TeamID     *int64
-	Actor      string
-	Via        string
-	Action     string
-	ObjectType string
-	ObjectName string
-	Before     []byte
-	After      []byte
+	TeamID      *int64
+	Actor       string
+	ActorUserID *int64
+	ActorKeyID  *int64
+	Via         string
+	Action      string
+	ObjectType  string
+	ObjectName  string
+	Before      []byte
+	After       []byte
 }
 
 func (q *Queries) AuditInsert(ctx context.Context, arg AuditInsertParams) error {
 	_, err := q.db.Exec(ctx, auditInsert,
 		arg.TeamID,
 		arg.Actor,
+		arg.ActorUserID,
+		arg.ActorKeyID,
 		arg.Via,
 		arg.Action,
 		arg.ObjectType,
@@ -41,7 +45,7 @@ func (q *Queries) AuditInsert(ctx context.Context, arg AuditInsertParams) error 
 }
 
 const auditList = `-- name: AuditList :many
-SELECT a.id, a.at, a.team_id, a.actor, a.via, a.action, a.object_type, a.object_name, a.before, a.after, coalesce(t.name, '') AS team_name
+SELECT a.id, a.at, a.team_id, a.actor, a.via, a.action, a.object_type, a.object_name, a.before, a.after, a.actor_user_id, a.actor_key_id, coalesce(t.name, '') AS team_name
 FROM audit_log a LEFT JOIN teams t ON t.id = a.team_id
 WHERE ($1::boolean OR a.team_id = ANY($2::bigint[]))
   AND ($3::text = '' OR a.action = $3)
@@ -62,17 +66,19 @@ type AuditListParams struct {
 }
 
 type AuditListRow struct {
-	ID         int64
-	At         time.Time
-	TeamID     *int64
-	Actor      string
-	Via        string
-	Action     string
-	ObjectType string
-	ObjectName string
-	Before     []byte
-	After      []byte
-	TeamName   string
+	ID          int64
+	At          time.Time
+	TeamID      *int64
+	Actor       string
+	Via         string
+	Action      string
+	ObjectType  string
+	ObjectName  string
+	Before      []byte
+	After       []byte
+	ActorUserID *int64
+	ActorKeyID  *int64
+	TeamName    string
 }
 
 func (q *Queries) AuditList(ctx context.Context, arg AuditListParams) ([]AuditListRow, error) {
@@ -103,6 +109,8 @@ func (q *Queries) AuditList(ctx context.Context, arg AuditListParams) ([]AuditLi
 			&i.ObjectName,
 			&i.Before,
 			&i.After,
+			&i.ActorUserID,
+			&i.ActorKeyID,
 			&i.TeamName,
 		); err != nil {
 			return nil, err

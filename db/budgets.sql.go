@@ -184,21 +184,23 @@ func (q *Queries) BudgetBlockingList(ctx context.Context, month pgtype.Date) ([]
 }
 
 const budgetListAll = `-- name: BudgetListAll :many
-SELECT b.id, b.team_id, b.endpoint_id, b.monthly_uusd, b.enforcement, b.updated_by, b.updated_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+SELECT b.id, b.team_id, b.endpoint_id, b.monthly_uusd, b.enforcement, b.updated_by, b.updated_at, b.updated_by_user_id, b.updated_by_key_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
 FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id
 ORDER BY b.id
 `
 
 type BudgetListAllRow struct {
-	ID           int64
-	TeamID       int64
-	EndpointID   *int64
-	MonthlyUusd  int64
-	Enforcement  string
-	UpdatedBy    string
-	UpdatedAt    time.Time
-	TeamName     string
-	EndpointName string
+	ID              int64
+	TeamID          int64
+	EndpointID      *int64
+	MonthlyUusd     int64
+	Enforcement     string
+	UpdatedBy       string
+	UpdatedAt       time.Time
+	UpdatedByUserID *int64
+	UpdatedByKeyID  *int64
+	TeamName        string
+	EndpointName    string
 }
 
 func (q *Queries) BudgetListAll(ctx context.Context) ([]BudgetListAllRow, error) {
@@ -218,6 +220,8 @@ func (q *Queries) BudgetListAll(ctx context.Context) ([]BudgetListAllRow, error)
 			&i.Enforcement,
 			&i.UpdatedBy,
 			&i.UpdatedAt,
+			&i.UpdatedByUserID,
+			&i.UpdatedByKeyID,
 			&i.TeamName,
 			&i.EndpointName,
 		); err != nil {
@@ -232,7 +236,7 @@ func (q *Queries) BudgetListAll(ctx context.Context) ([]BudgetListAllRow, error)
 }
 
 const budgetListScoped = `-- name: BudgetListScoped :many
-SELECT b.id, b.team_id, b.endpoint_id, b.monthly_uusd, b.enforcement, b.updated_by, b.updated_at, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
+SELECT b.id, b.team_id, b.endpoint_id, b.monthly_uusd, b.enforcement, b.updated_by, b.updated_at, b.updated_by_user_id, b.updated_by_key_id, t.name AS team_name, coalesce(e.name, '') AS endpoint_name
 FROM budgets b JOIN teams t ON t.id = b.team_id LEFT JOIN endpoints e ON e.id = b.endpoint_id
 WHERE ($1::boolean OR b.team_id = ANY($2::bigint[]))
 ORDER BY t.name, coalesce(e.name, '')
@@ -244,15 +248,17 @@ type BudgetListScopedParams struct {
 }
 
 type BudgetListScopedRow struct {
-	ID           int64
-	TeamID       int64
-	EndpointID   *int64
-	MonthlyUusd  int64
-	Enforcement  string
-	UpdatedBy    string
-	UpdatedAt    time.Time
-	TeamName     string
-	EndpointName string
+	ID              int64
+	TeamID          int64
+	EndpointID      *int64
+	MonthlyUusd     int64
+	Enforcement     string
+	UpdatedBy       string
+	UpdatedAt       time.Time
+	UpdatedByUserID *int64
+	UpdatedByKeyID  *int64
+	TeamName        string
+	EndpointName    string
 }
 
 func (q *Queries) BudgetListScoped(ctx context.Context, arg BudgetListScopedParams) ([]BudgetListScopedRow, error) {
@@ -272,6 +278,8 @@ func (q *Queries) BudgetListScoped(ctx context.Context, arg BudgetListScopedPara
 			&i.Enforcement,
 			&i.UpdatedBy,
 			&i.UpdatedAt,
+			&i.UpdatedByUserID,
+			&i.UpdatedByKeyID,
 			&i.TeamName,
 			&i.EndpointName,
 		); err != nil {
@@ -286,20 +294,23 @@ func (q *Queries) BudgetListScoped(ctx context.Context, arg BudgetListScopedPara
 }
 
 const budgetUpsert = `-- name: BudgetUpsert :one
-INSERT INTO budgets (team_id, endpoint_id, monthly_uusd, enforcement, updated_by)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO budgets (team_id, endpoint_id, monthly_uusd, enforcement, updated_by, updated_by_user_id, updated_by_key_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (team_id, coalesce(endpoint_id, 0)) DO UPDATE
 SET monthly_uusd = EXCLUDED.monthly_uusd, enforcement = EXCLUDED.enforcement,
-    updated_by = EXCLUDED.updated_by, updated_at = now()
-RETURNING id, team_id, endpoint_id, monthly_uusd, enforcement, updated_by, updated_at
+    updated_by = EXCLUDED.updated_by, updated_by_user_id = EXCLUDED.updated_by_user_id,
+    updated_by_key_id = EXCLUDED.updated_by_key_id, updated_at = now()
+RETURNING id, team_id, endpoint_id, monthly_uusd, enforcement, updated_by, updated_at, updated_by_user_id, updated_by_key_id
 `
 
 type BudgetUpsertParams struct {
-	TeamID      int64
-	EndpointID  *int64
-	MonthlyUusd int64
-	Enforcement string
-	UpdatedBy   string
+	TeamID          int64
+	EndpointID      *int64
+	MonthlyUusd     int64
+	Enforcement     string
+	UpdatedBy       string
+	UpdatedByUserID *int64
+	UpdatedByKeyID  *int64
 }
 
 func (q *Queries) BudgetUpsert(ctx context.Context, arg BudgetUpsertParams) (Budget, error) {
@@ -309,6 +320,8 @@ func (q *Queries) BudgetUpsert(ctx context.Context, arg BudgetUpsertParams) (Bud
 		arg.MonthlyUusd,
 		arg.Enforcement,
 		arg.UpdatedBy,
+		arg.UpdatedByUserID,
+		arg.UpdatedByKeyID,
 	)
 	var i Budget
 	err := row.Scan(
@@ -319,6 +332,8 @@ func (q *Queries) BudgetUpsert(ctx context.Context, arg BudgetUpsertParams) (Bud
 		&i.Enforcement,
 		&i.UpdatedBy,
 		&i.UpdatedAt,
+		&i.UpdatedByUserID,
+		&i.UpdatedByKeyID,
 	)
 	return i, err
 }

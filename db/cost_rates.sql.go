@@ -11,17 +11,19 @@ import (
 )
 
 const costRateCreate = `-- name: CostRateCreate :one
-INSERT INTO cost_rates (gpu_type, profile, uusd_per_hour, effective_from, created_by)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at
+INSERT INTO cost_rates (gpu_type, profile, uusd_per_hour, effective_from, created_by, created_by_user_id, created_by_key_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at, created_by_user_id, created_by_key_id
 `
 
 type CostRateCreateParams struct {
-	GPUType       string
-	Profile       string
-	UusdPerHour   int64
-	EffectiveFrom time.Time
-	CreatedBy     string
+	GPUType         string
+	Profile         string
+	UusdPerHour     int64
+	EffectiveFrom   time.Time
+	CreatedBy       string
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 func (q *Queries) CostRateCreate(ctx context.Context, arg CostRateCreateParams) (CostRate, error) {
@@ -31,6 +33,8 @@ func (q *Queries) CostRateCreate(ctx context.Context, arg CostRateCreateParams) 
 		arg.UusdPerHour,
 		arg.EffectiveFrom,
 		arg.CreatedBy,
+		arg.CreatedByUserID,
+		arg.CreatedByKeyID,
 	)
 	var i CostRate
 	err := row.Scan(
@@ -41,12 +45,14 @@ func (q *Queries) CostRateCreate(ctx context.Context, arg CostRateCreateParams) 
 		&i.EffectiveFrom,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 	)
 	return i, err
 }
 
 const costRateListAll = `-- name: CostRateListAll :many
-SELECT id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at FROM cost_rates ORDER BY gpu_type, profile, effective_from
+SELECT id, gpu_type, profile, uusd_per_hour, effective_from, created_by, created_at, created_by_user_id, created_by_key_id FROM cost_rates ORDER BY gpu_type, profile, effective_from
 `
 
 func (q *Queries) CostRateListAll(ctx context.Context) ([]CostRate, error) {
@@ -66,6 +72,8 @@ func (q *Queries) CostRateListAll(ctx context.Context) ([]CostRate, error) {
 			&i.EffectiveFrom,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.CreatedByUserID,
+			&i.CreatedByKeyID,
 		); err != nil {
 			return nil, err
 		}

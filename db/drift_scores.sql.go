@@ -245,7 +245,7 @@ func (q *Queries) DriftAlertUpsert(ctx context.Context, arg DriftAlertUpsertPara
 }
 
 const driftEndpointRetention = `-- name: DriftEndpointRetention :many
-SELECT e.name, e.retention_days FROM endpoints e
+SELECT e.id, e.name, e.retention_days FROM endpoints e
 WHERE ($1::boolean OR e.team_id = ANY($2::bigint[]))
 ORDER BY e.name
 `
@@ -256,6 +256,7 @@ type DriftEndpointRetentionParams struct {
 }
 
 type DriftEndpointRetentionRow struct {
+	ID            int64
 	Name          string
 	RetentionDays int32
 }
@@ -270,7 +271,7 @@ func (q *Queries) DriftEndpointRetention(ctx context.Context, arg DriftEndpointR
 	items := []DriftEndpointRetentionRow{}
 	for rows.Next() {
 		var i DriftEndpointRetentionRow
-		if err := rows.Scan(&i.Name, &i.RetentionDays); err != nil {
+		if err := rows.Scan(&i.ID, &i.Name, &i.RetentionDays); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

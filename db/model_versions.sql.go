@@ -12,35 +12,38 @@ import (
 const modelVersionCreate = `-- name: ModelVersionCreate :one
 INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes,
     gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset,
-    offline_metrics, sim_profile, created_by, cpu_cores, memory_mb)
+    offline_metrics, sim_profile, created_by, cpu_cores, memory_mb, created_by_user_id, created_by_key_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14,
-    $15, $16, $17, $18, $19, $20, $21)
-RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb
+    $15, $16, $17, $18, $19, $20, $21,
+    $22, $23)
+RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id
 `
 
 type ModelVersionCreateParams struct {
-	ModelID        int64
-	TeamID         int64
-	Name           string
-	Format         string
-	Runtime        string
-	ArtifactURI    string
-	Manifest       []byte
-	SizeBytes      int64
-	GPUCount       int32
-	GPUMemoryMB    int32
-	GPUType        string
-	P99LatencyMs   *float64
-	P99TPOTMs      *float64
-	ParentVersion  string
-	TrainingJob    string
-	Dataset        string
-	OfflineMetrics []byte
-	SimProfile     []byte
-	CreatedBy      string
-	CPUCores       int32
-	MemoryMB       int32
+	ModelID         int64
+	TeamID          int64
+	Name            string
+	Format          string
+	Runtime         string
+	ArtifactURI     string
+	Manifest        []byte
+	SizeBytes       int64
+	GPUCount        int32
+	GPUMemoryMB     int32
+	GPUType         string
+	P99LatencyMs    *float64
+	P99TPOTMs       *float64
+	ParentVersion   string
+	TrainingJob     string
+	Dataset         string
+	OfflineMetrics  []byte
+	SimProfile      []byte
+	CreatedBy       string
+	CPUCores        int32
+	MemoryMB        int32
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreateParams) (ModelVersion, error) {
@@ -66,6 +69,8 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		arg.CreatedBy,
 		arg.CPUCores,
 		arg.MemoryMB,
+		arg.CreatedByUserID,
+		arg.CreatedByKeyID,
 	)
 	var i ModelVersion
 	err := row.Scan(
@@ -93,6 +98,8 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		&i.CreatedAt,
 		&i.CPUCores,
 		&i.MemoryMB,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 	)
 	return i, err
 }
@@ -140,7 +147,7 @@ func (q *Queries) ModelVersionDigestsInUse(ctx context.Context, digests []string
 }
 
 const modelVersionGet = `-- name: ModelVersionGet :one
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id FROM model_versions
 WHERE model_id = $1 AND name = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
 `
 
@@ -184,12 +191,14 @@ func (q *Queries) ModelVersionGet(ctx context.Context, arg ModelVersionGetParams
 		&i.CreatedAt,
 		&i.CPUCores,
 		&i.MemoryMB,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 	)
 	return i, err
 }
 
 const modelVersionListAllByModel = `-- name: ModelVersionListAllByModel :many
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id FROM model_versions
 WHERE model_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[]))
 ORDER BY id
 `
@@ -234,6 +243,8 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 			&i.CreatedAt,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.CreatedByUserID,
+			&i.CreatedByKeyID,
 		); err != nil {
 			return nil, err
 		}
@@ -246,7 +257,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 }
 
 const modelVersionListByModelName = `-- name: ModelVersionListByModelName :many
-SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb FROM model_versions v JOIN models m ON m.id = v.model_id
+SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb, v.created_by_user_id, v.created_by_key_id FROM model_versions v JOIN models m ON m.id = v.model_id
 WHERE m.name = $1 AND ($2::boolean OR v.team_id = ANY($3::bigint[])) AND v.id > $4
 ORDER BY v.id LIMIT $5
 `
@@ -299,6 +310,8 @@ func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVers
 			&i.CreatedAt,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.CreatedByUserID,
+			&i.CreatedByKeyID,
 		); err != nil {
 			return nil, err
 		}

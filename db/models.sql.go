@@ -11,20 +11,24 @@ import (
 )
 
 const modelCreate = `-- name: ModelCreate :one
-INSERT INTO models (team_id, name, task, description, input_schema, output_schema, feature_names, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id, team_id, name, task, description, input_schema, output_schema, feature_names, created_by, created_at
+INSERT INTO models (team_id, name, task, description, input_schema, output_schema, feature_names, created_by,
+    created_by_user_id, created_by_key_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+    $9, $10)
+RETURNING id, team_id, name, task, description, input_schema, output_schema, feature_names, created_by, created_at, created_by_user_id, created_by_key_id
 `
 
 type ModelCreateParams struct {
-	TeamID       int64
-	Name         string
-	Task         string
-	Description  string
-	InputSchema  []byte
-	OutputSchema []byte
-	FeatureNames []string
-	CreatedBy    string
+	TeamID          int64
+	Name            string
+	Task            string
+	Description     string
+	InputSchema     []byte
+	OutputSchema    []byte
+	FeatureNames    []string
+	CreatedBy       string
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 func (q *Queries) ModelCreate(ctx context.Context, arg ModelCreateParams) (Model, error) {
@@ -37,6 +41,8 @@ func (q *Queries) ModelCreate(ctx context.Context, arg ModelCreateParams) (Model
 		arg.OutputSchema,
 		arg.FeatureNames,
 		arg.CreatedBy,
+		arg.CreatedByUserID,
+		arg.CreatedByKeyID,
 	)
 	var i Model
 	err := row.Scan(
@@ -50,12 +56,14 @@ func (q *Queries) ModelCreate(ctx context.Context, arg ModelCreateParams) (Model
 		&i.FeatureNames,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 	)
 	return i, err
 }
 
 const modelGet = `-- name: ModelGet :one
-SELECT m.id, m.team_id, m.name, m.task, m.description, m.input_schema, m.output_schema, m.feature_names, m.created_by, m.created_at, t.name AS team_name
+SELECT m.id, m.team_id, m.name, m.task, m.description, m.input_schema, m.output_schema, m.feature_names, m.created_by, m.created_at, m.created_by_user_id, m.created_by_key_id, t.name AS team_name
 FROM models m JOIN teams t ON t.id = m.team_id
 WHERE m.name = $1 AND ($2::boolean OR m.team_id = ANY($3::bigint[]))
 `
@@ -67,17 +75,19 @@ type ModelGetParams struct {
 }
 
 type ModelGetRow struct {
-	ID           int64
-	TeamID       int64
-	Name         string
-	Task         string
-	Description  string
-	InputSchema  []byte
-	OutputSchema []byte
-	FeatureNames []string
-	CreatedBy    string
-	CreatedAt    time.Time
-	TeamName     string
+	ID              int64
+	TeamID          int64
+	Name            string
+	Task            string
+	Description     string
+	InputSchema     []byte
+	OutputSchema    []byte
+	FeatureNames    []string
+	CreatedBy       string
+	CreatedAt       time.Time
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
+	TeamName        string
 }
 
 func (q *Queries) ModelGet(ctx context.Context, arg ModelGetParams) (ModelGetRow, error) {
@@ -94,13 +104,15 @@ func (q *Queries) ModelGet(ctx context.Context, arg ModelGetParams) (ModelGetRow
 		&i.FeatureNames,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 		&i.TeamName,
 	)
 	return i, err
 }
 
 const modelList = `-- name: ModelList :many
-SELECT m.id, m.team_id, m.name, m.task, m.description, m.input_schema, m.output_schema, m.feature_names, m.created_by, m.created_at, t.name AS team_name,
+SELECT m.id, m.team_id, m.name, m.task, m.description, m.input_schema, m.output_schema, m.feature_names, m.created_by, m.created_at, m.created_by_user_id, m.created_by_key_id, t.name AS team_name,
        (SELECT count(*) FROM model_versions v WHERE v.model_id = m.id) AS version_count
 FROM models m JOIN teams t ON t.id = m.team_id
 WHERE ($1::boolean OR m.team_id = ANY($2::bigint[])) AND m.id > $3
@@ -115,18 +127,20 @@ type ModelListParams struct {
 }
 
 type ModelListRow struct {
-	ID           int64
-	TeamID       int64
-	Name         string
-	Task         string
-	Description  string
-	InputSchema  []byte
-	OutputSchema []byte
-	FeatureNames []string
-	CreatedBy    string
-	CreatedAt    time.Time
-	TeamName     string
-	VersionCount int64
+	ID              int64
+	TeamID          int64
+	Name            string
+	Task            string
+	Description     string
+	InputSchema     []byte
+	OutputSchema    []byte
+	FeatureNames    []string
+	CreatedBy       string
+	CreatedAt       time.Time
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
+	TeamName        string
+	VersionCount    int64
 }
 
 func (q *Queries) ModelList(ctx context.Context, arg ModelListParams) ([]ModelListRow, error) {
@@ -154,6 +168,8 @@ func (q *Queries) ModelList(ctx context.Context, arg ModelListParams) ([]ModelLi
 			&i.FeatureNames,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.CreatedByUserID,
+			&i.CreatedByKeyID,
 			&i.TeamName,
 			&i.VersionCount,
 		); err != nil {
@@ -170,7 +186,7 @@ func (q *Queries) ModelList(ctx context.Context, arg ModelListParams) ([]ModelLi
 const modelUpdateDescription = `-- name: ModelUpdateDescription :one
 UPDATE models SET description = $1
 WHERE id = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
-RETURNING id, team_id, name, task, description, input_schema, output_schema, feature_names, created_by, created_at
+RETURNING id, team_id, name, task, description, input_schema, output_schema, feature_names, created_by, created_at, created_by_user_id, created_by_key_id
 `
 
 type ModelUpdateDescriptionParams struct {
@@ -199,6 +215,8 @@ func (q *Queries) ModelUpdateDescription(ctx context.Context, arg ModelUpdateDes
 		&i.FeatureNames,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.CreatedByUserID,
+		&i.CreatedByKeyID,
 	)
 	return i, err
 }

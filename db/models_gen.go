@@ -44,26 +44,30 @@ type Approval struct {
 }
 
 type AuditLog struct {
-	ID         int64
-	At         time.Time
-	TeamID     *int64
-	Actor      string
-	Via        string
-	Action     string
-	ObjectType string
-	ObjectName string
-	Before     []byte
-	After      []byte
+	ID          int64
+	At          time.Time
+	TeamID      *int64
+	Actor       string
+	Via         string
+	Action      string
+	ObjectType  string
+	ObjectName  string
+	Before      []byte
+	After       []byte
+	ActorUserID *int64
+	ActorKeyID  *int64
 }
 
 type Budget struct {
-	ID          int64
-	TeamID      int64
-	EndpointID  *int64
-	MonthlyUusd int64
-	Enforcement string
-	UpdatedBy   string
-	UpdatedAt   time.Time
+	ID              int64
+	TeamID          int64
+	EndpointID      *int64
+	MonthlyUusd     int64
+	Enforcement     string
+	UpdatedBy       string
+	UpdatedAt       time.Time
+	UpdatedByUserID *int64
+	UpdatedByKeyID  *int64
 }
 
 type BudgetAlert struct {
@@ -78,13 +82,15 @@ type BudgetAlert struct {
 }
 
 type CostRate struct {
-	ID            int64
-	GPUType       string
-	Profile       string
-	UusdPerHour   int64
-	EffectiveFrom time.Time
-	CreatedBy     string
-	CreatedAt     time.Time
+	ID              int64
+	GPUType         string
+	Profile         string
+	UusdPerHour     int64
+	EffectiveFrom   time.Time
+	CreatedBy       string
+	CreatedAt       time.Time
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 type DriftAlert struct {
@@ -168,43 +174,47 @@ type IdempotencyKey struct {
 }
 
 type Model struct {
-	ID           int64
-	TeamID       int64
-	Name         string
-	Task         string
-	Description  string
-	InputSchema  []byte
-	OutputSchema []byte
-	FeatureNames []string
-	CreatedBy    string
-	CreatedAt    time.Time
+	ID              int64
+	TeamID          int64
+	Name            string
+	Task            string
+	Description     string
+	InputSchema     []byte
+	OutputSchema    []byte
+	FeatureNames    []string
+	CreatedBy       string
+	CreatedAt       time.Time
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 type ModelVersion struct {
-	ID             int64
-	ModelID        int64
-	TeamID         int64
-	Name           string
-	Format         string
-	Runtime        string
-	ArtifactURI    string
-	Manifest       []byte
-	SizeBytes      int64
-	GPUCount       int32
-	GPUMemoryMB    int32
-	GPUType        string
-	P99LatencyMs   *float64
-	P99TPOTMs      *float64
-	ParentVersion  string
-	TrainingJob    string
-	Dataset        string
-	OfflineMetrics []byte
-	SimProfile     []byte
-	Status         string
-	CreatedBy      string
-	CreatedAt      time.Time
-	CPUCores       int32
-	MemoryMB       int32
+	ID              int64
+	ModelID         int64
+	TeamID          int64
+	Name            string
+	Format          string
+	Runtime         string
+	ArtifactURI     string
+	Manifest        []byte
+	SizeBytes       int64
+	GPUCount        int32
+	GPUMemoryMB     int32
+	GPUType         string
+	P99LatencyMs    *float64
+	P99TPOTMs       *float64
+	ParentVersion   string
+	TrainingJob     string
+	Dataset         string
+	OfflineMetrics  []byte
+	SimProfile      []byte
+	Status          string
+	CreatedBy       string
+	CreatedAt       time.Time
+	CPUCores        int32
+	MemoryMB        int32
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
 }
 
 type Node struct {

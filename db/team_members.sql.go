@@ -38,6 +38,39 @@ func (q *Queries) TeamMemberDelete(ctx context.Context, arg TeamMemberDeletePara
 	return result.RowsAffected(), nil
 }
 
+const teamMemberListByEmail = `-- name: TeamMemberListByEmail :many
+SELECT m.user_id FROM team_members m JOIN users u ON u.id = m.user_id
+WHERE m.team_id = $1 AND u.email = $2 AND u.email <> ''
+ORDER BY m.user_id LIMIT 2
+`
+
+type TeamMemberListByEmailParams struct {
+	TeamID int64
+	Email  string
+}
+
+// TeamMemberListByEmail returns up to two of the team's members with the
+// email, so removing a member by email is refused when it is ambiguous.
+func (q *Queries) TeamMemberListByEmail(ctx context.Context, arg TeamMemberListByEmailParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, teamMemberListByEmail, arg.TeamID, arg.Email)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var user_id int64
+		if err := rows.Scan(&user_id); err != nil {
+			return nil, err
+		}
+		items = append(items, user_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const teamMemberListByTeam = `-- name: TeamMemberListByTeam :many
 SELECT m.team_id, m.user_id, m.role, m.created_at, u.email, u.name
 FROM team_members m JOIN users u ON u.id = m.user_id

@@ -100,6 +100,42 @@ func (q *Queries) UserGetByIdentity(ctx context.Context, arg UserGetByIdentityPa
 	return i, err
 }
 
+const userListByEmail = `-- name: UserListByEmail :many
+SELECT id, issuer, subject, email, name, platform_role, created_at, last_login_at FROM users WHERE email = $1 AND email <> '' ORDER BY id LIMIT 2
+`
+
+// UserListByEmail returns up to two users with the email, so a caller can
+// tell one user from an email several users share (two issuers, an address
+// that moved). The empty email names nobody.
+func (q *Queries) UserListByEmail(ctx context.Context, email string) ([]User, error) {
+	rows, err := q.db.Query(ctx, userListByEmail, email)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []User{}
+	for rows.Next() {
+		var i User
+		if err := rows.Scan(
+			&i.ID,
+			&i.Issuer,
+			&i.Subject,
+			&i.Email,
+			&i.Name,
+			&i.PlatformRole,
+			&i.CreatedAt,
+			&i.LastLoginAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const userSetPlatformRole = `-- name: UserSetPlatformRole :exec
 UPDATE users SET platform_role = $1 WHERE id = $2
 `

@@ -256,7 +256,7 @@ func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) 
 // total past maxReference (zero when none does).
 func (r *Reader) hourCounts(ctx context.Context, endpoint, version string, from, to time.Time, total *uint64) (time.Time, error) {
 	rows, err := r.ch.Query(ctx, `SELECT intDiv(toUInt32(ts), 3600) AS h, count() FROM prediction_samples
-		WHERE endpoint = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
+		WHERE endpoint = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?) AND pinned = 0
 		GROUP BY h ORDER BY h DESC`, endpoint, version, from.Unix(), to.Unix())
 	if err != nil {
 		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
@@ -287,7 +287,9 @@ func windows(endpoint string, ref, cur Window) (string, []any) {
 		[]any{ref.Version, ref.From.Unix(), ref.To.Unix(), cur.Version, cur.From.Unix(), cur.To.Unix()}
 }
 
-const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND (r OR c)`
+// whereWindows leaves out pinned samples (X-Model-Version): the caller chose
+// the version, so they say nothing about the traffic it gets in the split.
+const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND (r OR c) AND pinned = 0`
 
 // summary is what one scan of both windows gives.
 type summary struct {

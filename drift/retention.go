@@ -55,6 +55,9 @@ type RetentionResult struct {
 	// Trimmed are the endpoints whose expired rows a mutation deletes;
 	// Removed the deleted endpoints whose rows it deletes.
 	Trimmed, Removed []string
+	// Purged are the rows of endpoints that exist now under another id
+	// (deleted and created again), as "table endpoint#id".
+	Purged []string
 }
 
 // RetentionInterval is how often retention is applied.
@@ -89,9 +92,11 @@ func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
 	// longest retention never needs a mutation.
 	today := now.Truncate(day)
 	keep := map[string]time.Time{} // endpoint → oldest time kept
+	current := map[string]int64{}  // endpoint → the id it has now
 	longest := 0
 	for _, e := range rows {
 		keep[e.Name] = today.Add(-time.Duration(e.RetentionDays) * day)
+		current[e.Name] = e.ID
 		longest = max(longest, int(e.RetentionDays))
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
@@ -172,9 +177,53 @@ func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
 			res.Trimmed = append(res.Trimmed, o.endpoint)
 		}
 	}
-	if len(res.DroppedDays)+len(res.Trimmed)+len(res.Removed) > 0 {
+	// An endpoint deleted and created again under the same name has a new
+	// id: rows of any other id are the old endpoint's (perhaps another
+	// team's) and go, from samples and request statistics alike. Rows from
+	// before ids were recorded (0) stay with the name.
+	for _, table := range []string{"prediction_samples", "request_stats"} {
+		stale, err := r.staleIDs(ctx, table, current)
+		if err != nil {
+			return res, err
+		}
+		for _, s := range stale {
+			if err := r.ch.Exec(ctx, "ALTER TABLE "+table+" DELETE WHERE endpoint = ? AND endpoint_id = ?", s.endpoint, s.id); err != nil {
+				return res, fmt.Errorf("retention: purge %s of an earlier %s: %w", table, s.endpoint, err)
+			}
+			res.Purged = append(res.Purged, fmt.Sprintf("%s %s#%d", table, s.endpoint, s.id))
+		}
+	}
+	if len(res.DroppedDays)+len(res.Trimmed)+len(res.Removed)+len(res.Purged) > 0 {
 		r.log.Info("prediction sample retention", slog.Any("dropped_days", res.DroppedDays),
-			slog.Any("trimmed", res.Trimmed), slog.Any("removed", res.Removed))
+			slog.Any("trimmed", res.Trimmed), slog.Any("removed", res.Removed), slog.Any("purged", res.Purged))
 	}
 	return res, nil
+}
+
+// staleID is an endpoint name with an id it no longer has.
+type staleID struct {
+	endpoint string
+	id       int64
+}
+
+// staleIDs lists the (endpoint, endpoint id) pairs of table whose endpoint
+// exists now under another id. Deleted endpoints' samples go by name above;
+// their request statistics stay for the record.
+func (r *Retention) staleIDs(ctx context.Context, table string, current map[string]int64) ([]staleID, error) {
+	q, err := r.ch.Query(ctx, "SELECT DISTINCT endpoint, endpoint_id FROM "+table+" WHERE endpoint_id != 0")
+	if err != nil {
+		return nil, fmt.Errorf("retention: endpoint ids of %s: %w", table, err)
+	}
+	defer q.Close()
+	var out []staleID
+	for q.Next() {
+		var s staleID
+		if err := q.Scan(&s.endpoint, &s.id); err != nil {
+			return nil, fmt.Errorf("retention: endpoint ids of %s: %w", table, err)
+		}
+		if id, ok := current[s.endpoint]; ok && id != s.id {
+			out = append(out, s)
+		}
+	}
+	return out, q.Err()
 }

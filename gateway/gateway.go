@@ -26,6 +26,7 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	DefaultTimeout      = 60 * time.Second
 	DefaultStallTimeout = 2 * time.Second
+	DefaultReadTimeout  = 30 * time.Second
 	DefaultStreamBuffer = 64
 	DefaultRetryAfter   = time.Second
 	// DefaultMaxOutstandingPerReplica is the load-shedding bound the
@@ -46,6 +47,10 @@ type Config struct {
 	// StallTimeout is how long a streaming client may take to accept one
 	// event before the stream is cut and the upstream generation cancelled.
 	StallTimeout time.Duration
+	// ReadTimeout bounds reading a request, headers and body, so a caller
+	// who withholds the body cannot hold a connection; it is lifted once the
+	// body is in, so a long or streamed answer is not cut (default 30s).
+	ReadTimeout time.Duration
 	// StreamBuffer is how many events may wait for a slow streaming client.
 	StreamBuffer int
 	// RetryAfter is the hint sent with 503 when no replica is ready.
@@ -97,6 +102,9 @@ func (c *Config) defaults() {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
@@ -139,7 +147,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}, {"eject cooldown", c.EjectCooldown}} {
+	}{{"timeout", c.Timeout}, {"stall timeout", c.StallTimeout}, {"read timeout", c.ReadTimeout}, {"retry after", c.RetryAfter}, {"stats interval", c.StatsInterval}, {"eject cooldown", c.EjectCooldown}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 		}

@@ -161,8 +161,8 @@ func TestPinWinsOverSplit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1,
-		ver("v23", 100, startReplica(t, "v23", replica.TaskClassification)),
-		ver("v24", 0, startReplica(t, "v24", replica.TaskClassification))))
+		ver("v23", 95, startReplica(t, "v23", replica.TaskClassification)),
+		ver("v24", 5, startReplica(t, "v24", replica.TaskClassification))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
@@ -172,9 +172,9 @@ func TestPinWinsOverSplit(t *testing.T) {
 			t.Fatalf("pinned v24: status %d version %q body %s", r.status, r.header.Get("X-Model-Version"), r.body)
 		}
 	}
-	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.header.Get("X-Model-Version") != "v23" {
-		t.Errorf("unpinned: X-Model-Version = %q, want v23 (weight 100)", r.header.Get("X-Model-Version"))
-	}
+	// (A pin reaches only a version that takes traffic: see
+	// TestPinOnlyToServingVersions. v24's 5 percent makes 20 pinned answers
+	// from it by chance a 1e-26 event.)
 	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody, "X-Model-Version", "v99"); r.status != http.StatusNotFound {
 		t.Errorf("unknown pin: status = %d, want 404", r.status)
 	}

@@ -90,7 +90,7 @@ func (m *metrics) handler() http.Handler {
 }
 
 func (m *metrics) of(endpoint, version string) *metricChildren {
-	k := statsKey{endpoint, version}
+	k := statsKey{endpoint: endpoint, version: version}
 	if c := (*m.children.Load())[k]; c != nil {
 		return c
 	}

@@ -47,6 +47,12 @@ type call struct {
 	// the sample needs (see sample.go), never logged.
 	sampled  bool
 	sampleOf pending
+	// pinned is set when X-Model-Version chose the version; its statistics
+	// and samples are then marked, and the judge and drift skip them.
+	pinned bool
+	// endpointID is the routing entry's endpoint id, for statistics and
+	// samples.
+	endpointID int64
 }
 
 func (g *Gateway) inference(k kind) http.Handler {
@@ -59,7 +65,7 @@ func (g *Gateway) inference(k kind) http.Handler {
 		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 		if c.ver != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
-				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens}
+				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
@@ -107,7 +113,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	c.key, c.team = who.name, who.team
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
-		c.owner = rt.src.Team
+		c.owner, c.endpointID = rt.src.Team, rt.src.EndpointID
 		if who.token && who.may(rt.src.Team) {
 			c.team = rt.src.Team
 		}
@@ -129,7 +135,19 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
 		return
 	}
+	// Reading the body is bounded (headers have the server's
+	// ReadHeaderTimeout); the deadline goes once the body is in, because on
+	// HTTP/1 the server then reads the connection to notice the caller
+	// leave, and a deadline passing there would cancel a long or streamed
+	// answer. It stays after a failed read: the server would otherwise wait
+	// for the rest of the body before answering. An error means the writer
+	// sets no deadlines (a test recorder).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -155,10 +173,15 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	// then the weighted split.
 	var v *version
 	if pin := r.Header.Get("X-Model-Version"); pin != "" {
-		if v = rt.byName[pin]; v == nil {
-			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin))
+		// A version that takes no traffic answers like one that does not
+		// exist: pins are for reaching what serves, and, with the explicit
+		// flag, the endpoint's shadow (its owners testing it).
+		shadow := r.Header.Get("X-Model-Version-Shadow") == "true"
+		if v = rt.byName[pin]; v == nil || !v.pinnable(shadow) {
+			g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" has no version "+strconv.Quote(pin)+" that takes traffic")
 			return
 		}
+		c.pinned = true
 	} else {
 		if user := r.Header.Get("X-User-Id"); user != "" && rt.experiment != nil {
 			v = rt.experiment.assign(user)
@@ -171,7 +194,10 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		}
 	}
 	c.ver = v
-	if len(rt.shadows) > 0 {
+	// A pinned request is the caller's choice, not a sample of the split:
+	// it is not mirrored to the shadows either, whose statistics the judge
+	// reads.
+	if len(rt.shadows) > 0 && !c.pinned {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}
 	if c.sampled = g.samples.draw(rt.src.SamplingRate); c.sampled {

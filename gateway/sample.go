@@ -55,6 +55,8 @@ type pending struct {
 	answer                      []byte
 	tokens                      int
 	streamed                    bool
+	pinned                      bool
+	endpointID                  int64
 }
 
 // sampler publishes sampled predictions to MP_PREDICTIONS from one
@@ -140,7 +142,7 @@ func (s *sampler) publish(ctx context.Context, p *pending) {
 // answer cannot be read.
 func (p *pending) sample() (proto.PredictionSample, bool) {
 	m := proto.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
-		Version: p.version, LatencyMS: ms(p.latency)}
+		Version: p.version, LatencyMS: ms(p.latency), Pinned: p.pinned, EndpointID: p.endpointID}
 	if p.llm {
 		m.Tokens = p.tokens
 		if !p.streamed {
@@ -286,7 +288,7 @@ func (g *Gateway) offerSample(c *call, k kind, end time.Time) {
 	p := c.sampleOf
 	p.id, p.endpoint, p.team, p.version = c.id, c.endpoint, c.owner, c.ver.name
 	p.end, p.latency = end, end.Sub(c.start)
-	p.llm, p.tokens, p.streamed = k == kindChat, c.tokens, c.streamed
+	p.llm, p.tokens, p.streamed, p.pinned, p.endpointID = k == kindChat, c.tokens, c.streamed, c.pinned, c.endpointID
 	if p.answer == nil && !p.streamed {
 		return
 	}

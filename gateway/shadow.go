@@ -25,13 +25,15 @@ type mirrored struct {
 	k        kind
 	id       string
 	endpoint string
-	team     string
-	accept   string
-	body     []byte
-	stream   bool
-	features []string
-	sampling float64
-	timeout  time.Duration
+	// endpointID is the routing entry's endpoint id.
+	endpointID int64
+	team       string
+	accept     string
+	body       []byte
+	stream     bool
+	features   []string
+	sampling   float64
+	timeout    time.Duration
 }
 
 // mirror sends the request to each shadow version of rt it is drawn for,
@@ -49,7 +51,7 @@ func (g *Gateway) mirror(k kind, c *call, rt *route, served *version, body []byt
 			g.shadowDropped.Add(1)
 			continue
 		}
-		m := &mirrored{k: k, id: c.id, endpoint: c.endpoint, team: rt.src.Team, accept: accept, body: body, stream: stream,
+		m := &mirrored{k: k, id: c.id, endpoint: c.endpoint, endpointID: rt.src.EndpointID, team: rt.src.Team, accept: accept, body: body, stream: stream,
 			features: rt.src.FeatureNames, sampling: rt.src.SamplingRate, timeout: rt.timeout}
 		g.shadowWG.Add(1)
 		go func() {
@@ -75,7 +77,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 	ctx, cancel := context.WithTimeout(g.bg, m.timeout)
 	defer cancel()
 	start := time.Now()
-	o := observation{endpoint: m.endpoint, team: m.team, version: s.name}
+	o := observation{endpoint: m.endpoint, team: m.team, version: s.name, endpointID: m.endpointID}
 	var answer []byte
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+m.k.upstreamPath(), bytes.NewReader(m.body))
 	var resp *http.Response
@@ -117,7 +119,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 	g.outcome(s, u, o.status >= 500 && o.status != http.StatusGatewayTimeout)
 	s.record(g.stats, &o)
 	if answer != nil || (o.streamed && o.status == http.StatusOK && g.samples.draw(m.sampling)) {
-		g.samples.offer(&pending{id: m.id, endpoint: m.endpoint, team: m.team, version: s.name, end: start.Add(o.duration),
+		g.samples.offer(&pending{id: m.id, endpoint: m.endpoint, endpointID: m.endpointID, team: m.team, version: s.name, end: start.Add(o.duration),
 			latency: o.duration, llm: m.k == kindChat, features: m.features, body: m.body, answer: answer,
 			tokens: o.tokens, streamed: o.streamed})
 	}

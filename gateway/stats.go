@@ -47,7 +47,15 @@ type statsPublisher interface {
 	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 }
 
-type statsKey struct{ endpoint, version string }
+// statsKey names a series. Pinned requests (X-Model-Version) are a series
+// of their own, so they never mix with the split the judge reads.
+type statsKey struct {
+	endpoint, version string
+	pinned            bool
+	// endpointID is the routing entry's endpoint id: an endpoint created
+	// again under the same name is another series.
+	endpointID int64
+}
 
 // series counts one endpoint × version. Requests add under its mutex (held
 // for a few additions, never across I/O); the flusher takes the window and
@@ -86,6 +94,10 @@ type observation struct {
 	streamed bool
 	ttft     time.Duration
 	tokens   int
+	// pinned is set when the caller chose the version (X-Model-Version).
+	pinned bool
+	// endpointID is the routing entry's endpoint id.
+	endpointID int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -161,7 +173,7 @@ func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clo
 func (r *statsRecorder) recordIn(s *series, o *observation) *series {
 	for {
 		if s == nil {
-			k := statsKey{o.endpoint, o.version}
+			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID}
 			if s = (*r.series.Load())[k]; s == nil {
 				s = r.add(k, o.team)
 			}
@@ -299,14 +311,24 @@ func (r *statsRecorder) prune(k statsKey, s *series) {
 
 func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) proto.ReqStats {
 	return proto.ReqStats{
-		ID:          proto.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()),
+		ID:          proto.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned),
 		WindowStart: start.UnixMilli(), WindowEnd: end.UnixMilli(),
 		Gateway: gatewayID, Endpoint: k.endpoint, Team: team, Version: k.version,
 		Count: w.count, Errors: w.errors,
 		Latency: w.latency[:], LatencySumMS: w.latencySum,
 		Streams: w.streams, TTFT: w.ttft[:], TTFTSumMS: w.ttftSum,
 		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
+		Pinned: k.pinned, EndpointID: k.endpointID,
 	}
+}
+
+// pinnedSuffix keeps a pinned series' message id apart from the unpinned
+// one of the same window, which JetStream would drop as a duplicate.
+func pinnedSuffix(pinned bool) string {
+	if pinned {
+		return "/pinned"
+	}
+	return ""
 }
 
 // streamTokens reads the completion tokens of one relayed event: the

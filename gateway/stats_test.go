@@ -40,7 +40,7 @@ func handles(n int) map[statsKey]*version {
 	h := map[statsKey]*version{}
 	for i := range n {
 		o := load(i)
-		if k := (statsKey{o.endpoint, o.version}); h[k] == nil {
+		if k := (statsKey{endpoint: o.endpoint, version: o.version}); h[k] == nil {
 			h[k] = &version{name: o.version}
 		}
 	}
@@ -49,7 +49,7 @@ func handles(n int) map[statsKey]*version {
 
 // record counts o through its handle in h.
 func record(r *statsRecorder, h map[statsKey]*version, o *observation) {
-	h[statsKey{o.endpoint, o.version}].record(r, o)
+	h[statsKey{endpoint: o.endpoint, version: o.version}].record(r, o)
 }
 
 type tally struct {
@@ -120,7 +120,7 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 	want := map[statsKey]*tally{}
 	for i := range n {
 		o := load(i)
-		k := statsKey{o.endpoint, o.version}
+		k := statsKey{endpoint: o.endpoint, version: o.version}
 		if want[k] == nil {
 			want[k] = &tally{}
 		}
@@ -189,7 +189,7 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 		if s := sum(m.TTFT); s != m.Streams {
 			t.Errorf("message %s: TTFT histogram sums to %d, streams are %d", m.ID, s, m.Streams)
 		}
-		k := statsKey{m.Endpoint, m.Version}
+		k := statsKey{endpoint: m.Endpoint, version: m.Version}
 		if got[k] == nil {
 			got[k] = &tally{}
 		}
@@ -366,7 +366,7 @@ func TestStatsPruneIdleSeries(t *testing.T) {
 	o := observation{endpoint: "e", version: "v1", status: 200, duration: time.Millisecond}
 	v := &version{name: "v1"}
 	v.record(r, &o)
-	old := (*r.series.Load())[statsKey{"e", "v1"}]
+	old := (*r.series.Load())[statsKey{endpoint: "e", version: "v1"}]
 	for range statsPruneAfter + 1 {
 		clock.Advance(time.Second)
 		r.flush(context.Background())

@@ -96,6 +96,19 @@ type version struct {
 	// to one endpoint, so the key never changes).
 	series  atomic.Pointer[series]
 	metrics atomic.Pointer[metricChildren]
+	// pinnedSeries is the series of the version's pinned requests.
+	pinnedSeries atomic.Pointer[series]
+	// arm is set when the version is an arm of the endpoint's experiment
+	// with a share above 0: it takes traffic, so a pin may reach it.
+	arm bool
+}
+
+// pinnable reports whether a pin may choose v: it takes traffic (weight
+// above 0 or an experiment arm), or it is a shadow and the caller asked for
+// it explicitly. Other versions (a rollout's candidate before its first
+// step, one being drained) are not the caller's to reach.
+func (v *version) pinnable(shadow bool) bool {
+	return v.weight > 0 || v.arm || (shadow && v.shadow > 0)
 }
 
 // metricsOf returns v's metric children, looking them up once.
@@ -111,9 +124,13 @@ func (v *version) metricsOf(m *metrics, endpoint string) *metricChildren {
 // record counts a finished request of v in its statistics series, keeping
 // the series for the next one.
 func (v *version) record(r *statsRecorder, o *observation) {
-	s := v.series.Load()
+	p := &v.series
+	if o.pinned {
+		p = &v.pinnedSeries
+	}
+	s := p.Load()
 	if n := r.recordIn(s, o); n != s {
-		v.series.Store(n)
+		p.Store(n)
 	}
 }
 
@@ -187,6 +204,11 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 		}
 		if e.total > 0 {
 			rt.experiment = e
+			for _, a := range e.arms {
+				if a.v != nil {
+					a.v.arm = true
+				}
+			}
 		}
 	}
 	return rt

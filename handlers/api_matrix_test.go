@@ -108,8 +108,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /rollouts/{rollout}/{action}":      form("comment", "matrix"),
 		"POST /endpoints":                        form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
 		"POST /models":                           form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
-		"POST /team/members":                     form("email", "search-admin@example.com", "role", "admin"),
-		"POST /team/keys":                        form("name", "matrix-key", "key_role", "viewer"),
+		"POST /team/members":                     form("team", "risk", "email", "search-admin@example.com", "role", "admin"),
+		"POST /team/keys":                        form("team", "risk", "name", "matrix-key", "key_role", "viewer"),
 		"POST /endpoints/{endpoint}/settings":    form("instance_profile", "mig-2g.20gb", "tier", "standard", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0", "retention_days", "30"),
 		"POST /teams":                            form("team_name", "matrix-team"),
 		"POST /models/{model}/versions": func(_ map[string]string, csrf string) *payload {
@@ -488,7 +488,7 @@ func TestTenancyMatrix(t *testing.T) {
 			if got.status != http.StatusNotFound {
 				t.Errorf("search admin switching to team risk = %d; want 404\n%s", got.status, got)
 			}
-			if c := got.header.Get("Set-Cookie"); strings.Contains(c, "mp_team=risk") {
+			if c := got.header.Get("Set-Cookie"); strings.Contains(c, TeamCookie+"=risk") {
 				t.Errorf("search admin switching to team risk set %q", c)
 			}
 		})

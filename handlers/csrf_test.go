@@ -159,7 +159,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			route: "/team/switch", path: fixed("/team/switch"), status: http.StatusSeeOther, viewerMay: true,
 			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf, "team", "risk") },
 			check: func(t *testing.T, r portalResponse, _ *portalUser) {
-				if c := r.cookie("mp_team"); c == nil || c.Value != "risk" {
+				if c := r.cookie(TeamCookie); c == nil || c.Value != "risk" {
 					t.Errorf("switch did not set the team cookie")
 				}
 			},
@@ -167,13 +167,13 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 		{
 			route: "/team/members", path: fixed("/team/members"), status: http.StatusSeeOther,
 			body: func(i int, csrf string) (string, []byte) {
-				return portalURLEncoded(csrf, "email", "risk-viewer@example.com", "role", []string{"engineer", "viewer"}[i])
+				return portalURLEncoded(csrf, "team", "risk", "email", "risk-viewer@example.com", "role", []string{"engineer", "viewer"}[i])
 			},
 		},
 		{
 			route: "/team/keys", path: fixed("/team/keys"), status: http.StatusOK,
 			body: func(i int, csrf string) (string, []byte) {
-				return portalURLEncoded(csrf, "name", fmt.Sprintf("csrf-key-%d", i), "key_role", "viewer")
+				return portalURLEncoded(csrf, "team", "risk", "name", fmt.Sprintf("csrf-key-%d", i), "key_role", "viewer")
 			},
 		},
 		{
@@ -325,7 +325,7 @@ func TestCSRF(t *testing.T) {
 				if after := portalSnapshot(t, e); after != before {
 					t.Errorf("%s: POST %s changed stored state:\nbefore %s\nafter  %s", a.name, w.path(0), before, after)
 				}
-				if r.cookie("mp_team") != nil || r.cookie(auth.SessionCookie) != nil {
+				if r.cookie(TeamCookie) != nil || r.cookie(auth.SessionCookie) != nil {
 					t.Errorf("%s: POST %s set a cookie", a.name, w.path(0))
 				}
 				if _, _, err := e.srv.Sessions.Lookup(context.Background(), u.token); err != nil {

@@ -38,7 +38,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		who := p.Via + ":" + p.Name
+		who := p.Namespace()
 		first, err := s.Idempotency.Begin(ctx, who, key)
 		if err != nil {
 			s.fail(w, r, err)
@@ -48,7 +48,11 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			s.replay(w, r, who, key)
 			return
 		}
-		body := &hashingBody{rc: r.Body, h: newRequestHash(r)}
+		limit := s.MaxBodyBytes
+		if limit <= 0 {
+			limit = DefaultMaxBodyBytes
+		}
+		body := &hashingBody{rc: r.Body, h: newRequestHash(r), limit: limit}
 		r.Body = body
 		rec := &recorder{ResponseWriter: w}
 		finished := false
@@ -128,6 +132,8 @@ type hashingBody struct {
 	rc  io.ReadCloser
 	h   hash.Hash
 	eof bool
+	// limit bounds what drain reads after the handler is done.
+	limit int64
 }
 
 func (b *hashingBody) Read(p []byte) (int, error) {
@@ -143,11 +149,15 @@ func (b *hashingBody) Close() error { return b.rc.Close() }
 
 // drain hashes what the handler left unread and reports whether the whole
 // body was hashed.
+//
+// It reads at most limit bytes more: a body that goes on past that (or a
+// caller who trickles it) is not worth keeping a record of, and must not
+// keep the server reading and hashing.
 func (b *hashingBody) drain() bool {
 	if b.eof {
 		return true
 	}
-	_, err := io.Copy(io.Discard, b)
+	_, err := io.Copy(io.Discard, io.LimitReader(b, b.limit))
 	return err == nil && b.eof
 }
 

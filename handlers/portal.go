@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/a-h/templ"
 
@@ -123,16 +124,46 @@ func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active st
 		}
 	}
 	l.ActiveTeam = activeTeam(r, p)
-	if c, err := r.Cookie("mp_flash"); err == nil {
+	if c, err := r.Cookie(FlashCookie); err == nil {
 		l.Flash, _ = url.QueryUnescape(c.Value)
-		http.SetCookie(w, &http.Cookie{Name: "mp_flash", Path: "/", MaxAge: -1, Secure: true, HttpOnly: true})
+		http.SetCookie(w, &http.Cookie{Name: FlashCookie, Path: "/", MaxAge: -1, Secure: true, HttpOnly: true})
 	}
 	return l
 }
 
+// FlashCookie carries a one-time message across a redirect. Like the
+// session cookie it is a __Host- cookie (Secure, Path=/, no Domain), so
+// neither a sibling subdomain nor a plain-http page on the same host can
+// plant one. Browsers keep Secure cookies from http://localhost and
+// http://127.0.0.1, which is how `modelplane dev` serves the portal.
+const FlashCookie = "__Host-mp_flash"
+
+// TeamCookie remembers the team chosen in the header's switcher. It only
+// picks what pages show: forms that change a team name it themselves
+// (formTeam), so a cookie changed in another tab acts on nothing.
+const TeamCookie = "__Host-mp_team"
+
+// formTeam is the team a team-changing form was rendered for, from its
+// hidden "team" field, checked against the caller's memberships. ok is false
+// when it answered the request itself: 400 without the field, 404 for a team
+// the caller is not in (the same answer as a team that does not exist).
+func (s *Server) formTeam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p := principal(r.Context())
+	team := strings.TrimSpace(r.PostFormValue("team"))
+	if team == "" {
+		s.renderError(w, r, http.StatusBadRequest, "the form names no team; reload the page and try again")
+		return "", false
+	}
+	if _, ok := p.Membership(team); !ok && !p.PlatformAdmin() {
+		s.renderError(w, r, http.StatusNotFound, "not found")
+		return "", false
+	}
+	return team, true
+}
+
 // activeTeam is the team chosen in the header's switcher, or the first.
 func activeTeam(r *http.Request, p *auth.Principal) string {
-	if c, err := r.Cookie("mp_team"); err == nil {
+	if c, err := r.Cookie(TeamCookie); err == nil {
 		if _, ok := p.Membership(c.Value); ok || p.PlatformAdmin() {
 			return c.Value
 		}
@@ -172,6 +203,6 @@ func (s *Server) portalError(w http.ResponseWriter, r *http.Request, err error) 
 
 // redirectFlash sends the browser to target with a one-time message.
 func redirectFlash(w http.ResponseWriter, r *http.Request, target, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: "mp_flash", Value: url.QueryEscape(msg), Path: "/", MaxAge: 60, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: FlashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 60, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }

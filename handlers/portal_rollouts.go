@@ -281,6 +281,16 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-tick.C:
 		}
+		// The stream ends with the session (logout, idle or absolute
+		// timeout) and with the membership of the rollout's team: p is read
+		// again each time (Events, scoped by p's teams, would otherwise
+		// just find nothing new).
+		if p, err = s.Sessions.Check(ctx, sessionOf(r.Context()).token); err != nil {
+			return
+		}
+		if _, ok := p.Membership(ro.Team); !ok && !p.PlatformAdmin() {
+			return
+		}
 		evs, err := s.Rollouts.Events(ctx, p, id, last, 100)
 		if err != nil {
 			return

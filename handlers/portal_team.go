@@ -26,10 +26,15 @@ func when(t *time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04")
 }
 
-func (s *Server) teamProps(w http.ResponseWriter, r *http.Request) (web.TeamProps, error) {
+// teamProps fills the team page for team, or for the active team when team
+// is "" (a form re-rendered after it failed shows the team it was for).
+func (s *Server) teamProps(w http.ResponseWriter, r *http.Request, team string) (web.TeamProps, error) {
 	p := principal(r.Context())
 	props := web.TeamProps{Layout: s.layout(w, r, "Team", "team")}
 	props.Team = props.ActiveTeam
+	if team != "" {
+		props.Team = team
+	}
 	if p.PlatformAdmin() {
 		props.PlatformAdmin, props.AllTeams = true, props.Teams
 	}
@@ -67,7 +72,7 @@ func (s *Server) teamProps(w http.ResponseWriter, r *http.Request) (web.TeamProp
 }
 
 func (s *Server) portalTeam(w http.ResponseWriter, r *http.Request) {
-	props, err := s.teamProps(w, r)
+	props, err := s.teamProps(w, r, "")
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -81,7 +86,7 @@ func (s *Server) portalTeamSwitch(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusNotFound, "not found")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: "mp_team", Value: team, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: TeamCookie, Value: team, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	back := "/"
 	if u, err := url.Parse(r.Header.Get("Referer")); err == nil && u.Path != "" {
 		back = auth.LocalPath(u.RequestURI())
@@ -98,7 +103,7 @@ func (s *Server) teamFormFailed(w http.ResponseWriter, r *http.Request, err erro
 		}
 		errs = web.FieldErrors{"role": tenant.ErrLastAdmin.Error()}
 	}
-	props, perr := s.teamProps(w, r)
+	props, perr := s.teamProps(w, r, r.PostFormValue("team"))
 	if perr != nil {
 		s.portalError(w, r, perr)
 		return
@@ -110,7 +115,10 @@ func (s *Server) teamFormFailed(w http.ResponseWriter, r *http.Request, err erro
 
 func (s *Server) portalMemberSet(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
-	team := activeTeam(r, p)
+	team, ok := s.formTeam(w, r)
+	if !ok {
+		return
+	}
 	email, role := strings.TrimSpace(r.PostFormValue("email")), r.PostFormValue("role")
 	if _, err := s.Tenant.SetMember(r.Context(), p, team, email, auth.Role(role)); err != nil {
 		s.teamFormFailed(w, r, err, func(tp *web.TeamProps) { tp.MemberForm = web.MemberRow{Email: email, Role: role} })
@@ -121,8 +129,12 @@ func (s *Server) portalMemberSet(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) portalKeyCreate(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
+	team, ok := s.formTeam(w, r)
+	if !ok {
+		return
+	}
 	name, role, days := r.PostFormValue("name"), r.PostFormValue("key_role"), strings.TrimSpace(r.PostFormValue("expires_in_days"))
-	req := tenant.KeyRequest{Name: name, Team: activeTeam(r, p), Role: auth.Role(role)}
+	req := tenant.KeyRequest{Name: name, Team: team, Role: auth.Role(role)}
 	if days != "" {
 		n, err := strconv.Atoi(days)
 		if err != nil || n < 1 || n > 3650 {
@@ -138,7 +150,7 @@ func (s *Server) portalKeyCreate(w http.ResponseWriter, r *http.Request) {
 		s.teamFormFailed(w, r, err, func(tp *web.TeamProps) { tp.KeyForm = web.KeyRow{Name: name, Role: role, Expires: days} })
 		return
 	}
-	props, err := s.teamProps(w, r)
+	props, err := s.teamProps(w, r, team)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -193,7 +205,7 @@ func (s *Server) portalTeamCreate(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSpace(r.PostFormValue("team_name"))
 	_, err := s.Tenant.CreateTeam(r.Context(), principal(r.Context()), name, "")
 	if err == nil {
-		http.SetCookie(w, &http.Cookie{Name: "mp_team", Value: name, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		http.SetCookie(w, &http.Cookie{Name: TeamCookie, Value: name, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 		redirectFlash(w, r, "/team", "Team "+name+" created.")
 		return
 	}

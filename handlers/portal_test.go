@@ -537,7 +537,7 @@ func TestPortalKeyShownOnce(t *testing.T) {
 	e := newTestEnv(t)
 	u := portalSignIn(t, e, "risk-admin@example.com")
 
-	r := u.post("/team/keys", u.form("name", "ci-deploy", "key_role", "engineer", "expires_in_days", "30"))
+	r := u.post("/team/keys", u.form("team", "risk", "name", "ci-deploy", "key_role", "engineer", "expires_in_days", "30"))
 	if r.StatusCode != http.StatusOK {
 		t.Fatalf("create key = %d, want 200\n%s", r.StatusCode, r.Body)
 	}
@@ -684,7 +684,7 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/endpoints/plain-form" {
 		t.Fatalf("plain create = %d to %q, want 303 to /endpoints/plain-form\n%s", r.StatusCode, r.Header.Get("Location"), r.Body)
 	}
-	flash := r.cookie("mp_flash")
+	flash := r.cookie(FlashCookie)
 	if flash == nil {
 		t.Fatalf("no flash cookie after create")
 	}
@@ -696,7 +696,7 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	if got := portalText(doc.Find(".flash")); got != "Endpoint plain-form created." {
 		t.Errorf("flash = %q, want the endpoint created", got)
 	}
-	if c := page.cookie("mp_flash"); c == nil || c.MaxAge >= 0 {
+	if c := page.cookie(FlashCookie); c == nil || c.MaxAge >= 0 {
 		t.Errorf("the flash is not cleared after it is shown")
 	}
 	if got := u.page("/endpoints/plain-form").Find(".flash").Length(); got != 0 {

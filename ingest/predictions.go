@@ -152,7 +152,7 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
 		return fmt.Errorf("prediction samples stored ids: %w", err)
 	}
 	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, "+
-		"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)")
+		"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, pinned, endpoint_id)")
 	if err != nil {
 		return fmt.Errorf("prediction samples insert: %w", err)
 	}
@@ -175,7 +175,7 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
 			// An LLM completion, or a predict answer without predictions:
 			// one row keeps the request counted.
 			if err := batch.Append(ts, tsMS, s.Endpoint, s.Team, s.Version, s.ID, uint32(0),
-				[]string{}, []float64{}, []string{}, 0.0, "", uint32(s.Tokens), s.LatencyMS, h.seq); err != nil {
+				[]string{}, []float64{}, []string{}, 0.0, "", uint32(s.Tokens), s.LatencyMS, h.seq, flag(s.Pinned), s.EndpointID); err != nil {
 				return fmt.Errorf("prediction samples insert: %w", err)
 			}
 			rows++
@@ -183,7 +183,7 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
 		}
 		for i, in := range s.Instances {
 			if err := batch.Append(ts, tsMS, s.Endpoint, s.Team, s.Version, s.ID, uint32(i),
-				names, in.Num, in.Str, in.Score, in.Label, uint32(s.Tokens), s.LatencyMS, h.seq); err != nil {
+				names, in.Num, in.Str, in.Score, in.Label, uint32(s.Tokens), s.LatencyMS, h.seq, flag(s.Pinned), s.EndpointID); err != nil {
 				return fmt.Errorf("prediction samples insert: %w", err)
 			}
 			rows++

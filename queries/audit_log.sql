@@ -1,6 +1,6 @@
 -- name: AuditInsert :exec
-INSERT INTO audit_log (team_id, actor, via, action, object_type, object_name, before, after)
-VALUES (sqlc.narg(team_id), @actor, @via, @action, @object_type, @object_name, @before, @after);
+INSERT INTO audit_log (team_id, actor, actor_user_id, actor_key_id, via, action, object_type, object_name, before, after)
+VALUES (sqlc.narg(team_id), @actor, sqlc.narg(actor_user_id), sqlc.narg(actor_key_id), @via, @action, @object_type, @object_name, @before, @after);
 
 -- name: AuditList :many
 SELECT a.*, coalesce(t.name, '') AS team_name

@@ -1,9 +1,10 @@
 -- name: BudgetUpsert :one
-INSERT INTO budgets (team_id, endpoint_id, monthly_uusd, enforcement, updated_by)
-VALUES (@team_id, sqlc.narg(endpoint_id), @monthly_uusd, @enforcement, @updated_by)
+INSERT INTO budgets (team_id, endpoint_id, monthly_uusd, enforcement, updated_by, updated_by_user_id, updated_by_key_id)
+VALUES (@team_id, sqlc.narg(endpoint_id), @monthly_uusd, @enforcement, @updated_by, sqlc.narg(updated_by_user_id), sqlc.narg(updated_by_key_id))
 ON CONFLICT (team_id, coalesce(endpoint_id, 0)) DO UPDATE
 SET monthly_uusd = EXCLUDED.monthly_uusd, enforcement = EXCLUDED.enforcement,
-    updated_by = EXCLUDED.updated_by, updated_at = now()
+    updated_by = EXCLUDED.updated_by, updated_by_user_id = EXCLUDED.updated_by_user_id,
+    updated_by_key_id = EXCLUDED.updated_by_key_id, updated_at = now()
 RETURNING *;
 
 -- name: BudgetAlertsResetChanged :execrows

@@ -12,7 +12,7 @@ ORDER BY e.id, r.weight DESC, v.name;
 
 -- name: DriftEndpointRetention :many
 -- Every endpoint's name and sample retention, for the retention loop.
-SELECT e.name, e.retention_days FROM endpoints e
+SELECT e.id, e.name, e.retention_days FROM endpoints e
 WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]))
 ORDER BY e.name;
 

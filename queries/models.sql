@@ -1,6 +1,8 @@
 -- name: ModelCreate :one
-INSERT INTO models (team_id, name, task, description, input_schema, output_schema, feature_names, created_by)
-VALUES (@team_id, @name, @task, @description, @input_schema, @output_schema, @feature_names, @created_by)
+INSERT INTO models (team_id, name, task, description, input_schema, output_schema, feature_names, created_by,
+    created_by_user_id, created_by_key_id)
+VALUES (@team_id, @name, @task, @description, @input_schema, @output_schema, @feature_names, @created_by,
+    sqlc.narg(created_by_user_id), sqlc.narg(created_by_key_id))
 RETURNING *;
 
 -- name: ModelGet :one

@@ -20,3 +20,10 @@ ORDER BY t.name;
 
 -- name: TeamAdminCount :one
 SELECT count(*) FROM team_members WHERE team_id = @team_id AND role = 'admin';
+
+-- TeamMemberListByEmail returns up to two of the team's members with the
+-- email, so removing a member by email is refused when it is ambiguous.
+-- name: TeamMemberListByEmail :many
+SELECT m.user_id FROM team_members m JOIN users u ON u.id = m.user_id
+WHERE m.team_id = @team_id AND u.email = @email AND u.email <> ''
+ORDER BY m.user_id LIMIT 2;

@@ -24,3 +24,9 @@ SELECT * FROM users WHERE issuer = @issuer AND subject = @subject;
 INSERT INTO users (issuer, subject, email, name)
 VALUES (@issuer, @subject, @email, @name)
 ON CONFLICT (issuer, subject) DO NOTHING;
+
+-- UserListByEmail returns up to two users with the email, so a caller can
+-- tell one user from an email several users share (two issuers, an address
+-- that moved). The empty email names nobody.
+-- name: UserListByEmail :many
+SELECT * FROM users WHERE email = @email AND email <> '' ORDER BY id LIMIT 2;

@@ -16,6 +16,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/egress"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
 	"modelplane/validate"
@@ -94,7 +95,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{pool: pool, store: store, svc: registry.New(pool, store, limits)}
+	f := &fixture{pool: pool, store: store, svc: registry.New(pool, store, limits).WithEgress(&egress.Policy{Hosts: []string{"artifacts.example.com"}})}
 	q := db.New(pool)
 	for name, id := range map[string]*int64{"risk": &f.riskID, "search": &f.searchID} {
 		tm, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: name})

@@ -22,6 +22,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/egress"
 	"modelplane/sim/profile"
 	"modelplane/validate"
 )
@@ -68,6 +69,17 @@ type Service struct {
 	pool  *pgxpool.Pool
 	store *artifact.Store
 	max   artifact.Limits
+	// egress is the operator's allow-list for https:// artifact URIs;
+	// nil allows none.
+	egress *egress.Policy
+}
+
+// WithEgress sets the egress allow-list that https:// artifact URIs must
+// pass (host on the list, not an internal address); without one, https://
+// URIs are refused. It returns s.
+func (s *Service) WithEgress(p *egress.Policy) *Service {
+	s.egress = p
+	return s
 }
 
 // New returns a registry service storing uploads in store.
@@ -172,7 +184,7 @@ func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec Model
 	var res Model
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.ModelCreate(ctx, db.ModelCreateParams{TeamID: m.TeamID, Name: spec.Name, Task: spec.Task,
-			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor()})
+			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}
@@ -377,6 +389,10 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		u, err := url.Parse(spec.ArtifactURI)
 		if spec.ArtifactURI == "" || err != nil || u.Scheme == "" || !(u.Scheme == "s3" || u.Scheme == "gs" || u.Scheme == "https" || u.Scheme == "oci") {
 			errs.Add("metadata.artifact_uri", "is required without uploaded files and must be an s3://, gs://, oci:// or https:// URI")
+		} else if u.Scheme == "https" {
+			if err := s.egress.CheckURL(spec.ArtifactURI); err != nil {
+				errs.Add("metadata.artifact_uri", "%s", strings.TrimPrefix(err.Error(), egress.ErrRefused.Error()+": "))
+			}
 		}
 		validate.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
 	} else if spec.ArtifactURI != "" {
@@ -423,7 +439,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			CPUCores: spec.Resources.CPUCores, MemoryMB: spec.Resources.MemoryMB,
 			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
-			CreatedBy: p.Actor()})
+			CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}

@@ -191,7 +191,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	for _, d := range rules {
 		rt := routes[d.Endpoint]
 		if rt == nil {
-			rt = &proto.Route{Endpoint: d.Endpoint, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
+			rt = &proto.Route{Endpoint: d.Endpoint, EndpointID: d.EndpointID, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
 				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate, RateLimitRPS: d.RateLimitRPS,
 				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0,
 				Experiment: experiments[d.EndpointID]}

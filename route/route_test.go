@@ -48,6 +48,11 @@ func TestWriteWritesOneEndpoint(t *testing.T) {
 	if rt.Generation != before.Generation+1 || rt.Team != "risk" || rt.Task != "classification" {
 		t.Errorf("entry = generation %d team %q task %q, want generation %d of team risk, classification", rt.Generation, rt.Team, rt.Task, before.Generation+1)
 	}
+	// The entry names the endpoint's id, which its statistics and samples
+	// carry: a re-created endpoint of the same name is another id.
+	if rt.EndpointID != f.fraudID {
+		t.Errorf("entry's endpoint id = %d, want %d", rt.EndpointID, f.fraudID)
+	}
 	if n := f.writes(t, "other-ep"); n != otherWrites {
 		t.Errorf("other-ep has %d routing writes after Write of fraud-ep, want %d", n, otherWrites)
 	}

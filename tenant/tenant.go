@@ -136,6 +136,18 @@ func (s *Service) Members(ctx context.Context, p *auth.Principal, team string) (
 // created by their first SSO login.
 var ErrUnknownUser = errors.New("no user with that email has signed in yet")
 
+// ErrAmbiguousEmail means more than one user has the email (they signed in
+// through two issuers, or an address moved), so it names nobody: the caller
+// must tell them apart another way. It comes with a validate error on the
+// email field.
+var ErrAmbiguousEmail = errors.New("more than one user has this email")
+
+// ambiguous is ErrAmbiguousEmail with its field error, so the API answers
+// 400 on the email and callers can still branch on the sentinel.
+func ambiguous() error {
+	return errors.Join(ErrAmbiguousEmail, validate.Errors{{Field: "email", Message: ErrAmbiguousEmail.Error()}})
+}
+
 // ErrLastAdmin means the change would leave a team without an admin.
 var ErrLastAdmin = errors.New("a team must keep at least one admin")
 
@@ -164,13 +176,18 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		if err != nil {
 			return err
 		}
-		u, err := q.UserGetByEmail(ctx, email)
+		users, err := q.UserListByEmail(ctx, email)
 		if err != nil {
-			if errors.Is(err, db.ErrNotFound) {
-				return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
-			}
 			return err
 		}
+		switch len(users) {
+		case 0:
+			return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
+		case 1:
+		default:
+			return ambiguous()
+		}
+		u := users[0]
 		m, err := q.TeamMemberUpsert(ctx, db.TeamMemberUpsertParams{TeamID: t.ID, UserID: u.ID, Role: string(role)})
 		if err != nil {
 			return err
@@ -204,11 +221,21 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 		if err != nil {
 			return err
 		}
-		u, err := q.UserGetByEmail(ctx, email)
+		// By the team's own members: another user outside the team with
+		// the same email does not block removing this one.
+		ids, err := q.TeamMemberListByEmail(ctx, db.TeamMemberListByEmailParams{TeamID: t.ID, Email: email})
 		if err != nil {
 			return err
 		}
-		n, err := q.TeamMemberDelete(ctx, db.TeamMemberDeleteParams{TeamID: t.ID, UserID: u.ID})
+		switch len(ids) {
+		case 0:
+			return db.ErrNotFound
+		case 1:
+		default:
+			return ambiguous()
+		}
+		uid := ids[0]
+		n, err := q.TeamMemberDelete(ctx, db.TeamMemberDeleteParams{TeamID: t.ID, UserID: uid})
 		if err != nil {
 			return err
 		}
@@ -218,7 +245,7 @@ func (s *Service) RemoveMember(ctx context.Context, p *auth.Principal, team, ema
 		if err := keepAdmin(ctx, q, t.ID, admins); err != nil {
 			return err
 		}
-		if err := s.republishCreatorKeys(ctx, q, t.ID, u.ID); err != nil {
+		if err := s.republishCreatorKeys(ctx, q, t.ID, uid); err != nil {
 			return err
 		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &t.ID, Action: "member.remove", ObjectType: "member", ObjectName: team + "/" + email})

@@ -206,7 +206,7 @@ func (r *Reader) Totals(ctx context.Context, endpoint string, from, to time.Time
 	defer cancel()
 	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
 		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, tpot_buckets
-		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ?`,
+		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ? AND pinned = 0`,
 		endpoint, from.Add(-time.Second), to.Add(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("read totals: %w", err)

@@ -377,6 +377,10 @@ type Usage struct {
 // gateway needs to serve it without asking the control plane.
 type Route struct {
 	Endpoint string `json:"endpoint"`
+	// EndpointID is the endpoint's id in the control plane. Statistics and
+	// samples carry it, so an endpoint deleted and created again under the
+	// same name (perhaps by another team) never reads the old one's data.
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 	Team     string `json:"team"`
 	Task     string `json:"task"`
 	// Generation increases with every change of the entry.
@@ -617,6 +621,14 @@ type ReqStats struct {
 	TPOTSumMS float64  `json:"tpot_sum_ms"`
 	// Tokens is the number of completion tokens streamed.
 	Tokens uint64 `json:"tokens"`
+	// Pinned marks the series of requests that chose their version with
+	// X-Model-Version: the caller picked the version, so these requests say
+	// nothing about how it fares in the split, and the judge and the drift
+	// gate never read them. Unpinned and pinned requests of a version are
+	// separate series with separate ids.
+	Pinned bool `json:"pinned,omitempty"`
+	// EndpointID is the routing entry's endpoint id (Route.EndpointID).
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at
@@ -665,6 +677,11 @@ type PredictionSample struct {
 	Instances []SampleInstance `json:"instances,omitempty"`
 	// Tokens is an LLM completion's length in tokens (the LLM's output).
 	Tokens int `json:"tokens,omitempty"`
+	// Pinned marks a request that chose its version with X-Model-Version;
+	// the drift gate does not read it (see ReqStats.Pinned).
+	Pinned bool `json:"pinned,omitempty"`
+	// EndpointID is the routing entry's endpoint id (Route.EndpointID).
+	EndpointID int64 `json:"endpoint_id,omitempty"`
 }
 
 // SampleInstance is one instance's features and output. A numeric (or

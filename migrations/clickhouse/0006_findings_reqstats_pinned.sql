@@ -1,0 +1,1 @@
+ALTER TABLE request_stats ADD COLUMN pinned UInt8 DEFAULT 0
