@@ -39,7 +39,7 @@ type ServerConfig struct {
 	MaxUploadBytes int64
 	// AgentToken is the credential every node agent presents to fetch
 	// artifacts until nodes enrol with their own; empty refuses agents.
-	AgentToken  Secret
+	AgentToken Secret
 	// EgressHosts is the egress allow-list (MP_EGRESS_HOSTS, comma
 	// separated): the only hosts https:// artifact URIs may name. The OIDC
 	// issuer's host is added to it.

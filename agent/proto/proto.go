@@ -380,9 +380,9 @@ type Route struct {
 	// EndpointID is the endpoint's id in the control plane. Statistics and
 	// samples carry it, so an endpoint deleted and created again under the
 	// same name (perhaps by another team) never reads the old one's data.
-	EndpointID int64 `json:"endpoint_id,omitempty"`
-	Team     string `json:"team"`
-	Task     string `json:"task"`
+	EndpointID int64  `json:"endpoint_id,omitempty"`
+	Team       string `json:"team"`
+	Task       string `json:"task"`
 	// Generation increases with every change of the entry.
 	Generation int64          `json:"generation"`
 	Versions   []RouteVersion `json:"versions"`
