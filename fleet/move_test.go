@@ -8,19 +8,6 @@ import (
 	"modelplane/fleet"
 )
 
-// nodeOf returns the node whose desired state holds the replica, or "".
-func (f *fixture) nodeOf(t *testing.T, replica string, nodes ...string) string {
-	t.Helper()
-	for _, n := range nodes {
-		for _, r := range f.desired(t, n).Replicas {
-			if r.ID == replica {
-				return n
-			}
-		}
-	}
-	return ""
-}
-
 func failed(id string, failures int) proto.ReplicaStatus {
 	return proto.ReplicaStatus{ID: id, State: proto.StateFailed, Reason: "runtime exited before it was ready: exit status 3", Failures: failures}
 }
