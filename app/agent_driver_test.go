@@ -7,6 +7,7 @@ import (
 )
 
 func TestAgentConfigTakesTheProcessDriver(t *testing.T) {
+	creds := withCreds(t)
 	for _, c := range []struct {
 		driver string
 		ok     bool
@@ -14,7 +15,7 @@ func TestAgentConfigTakesTheProcessDriver(t *testing.T) {
 		var cfg AgentConfig
 		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		cfg.Flags(fs)
-		if err := fs.Parse([]string{"--driver", c.driver, "--node", "n1", "--gpus", "1xA100-80GB", "--nats", "nats://127.0.0.1:4222"}); err != nil {
+		if err := fs.Parse([]string{"--driver", c.driver, "--node", "n1", "--gpus", "1xA100-80GB", "--nats", "nats://127.0.0.1:4222", "--nats-creds", creds}); err != nil {
 			t.Fatal(err)
 		}
 		_, err := cfg.agentConfig()
