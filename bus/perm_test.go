@@ -72,17 +72,18 @@ func (s *suite) connect(t *testing.T, opts []nats.Option) *client {
 // refused waits for the server's permissions violation naming subject.
 func (c *client) refused(t *testing.T, what, subject string) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case err := <-c.errs:
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
-				return
+	wait.Eventually(t, time.Minute, func() bool {
+		for {
+			select {
+			case err := <-c.errs:
+				if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+					return true
+				}
+			default:
+				return false
 			}
-		case <-timeout:
-			t.Fatalf("%s: the server did not refuse %q", what, subject)
 		}
-	}
+	}, "%s: the server did not refuse %q", what, subject)
 }
 
 func (s *suite) kv(t *testing.T, bucket string) jetstream.KeyValue {

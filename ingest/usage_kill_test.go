@@ -13,6 +13,7 @@ import (
 
 	"modelplane/ingest"
 	"modelplane/internal/natstest"
+	"modelplane/internal/wait"
 )
 
 var errKilled = errors.New("consumer killed")
@@ -79,12 +80,15 @@ func TestKilledBetweenInsertAndAck(t *testing.T) {
 			// it), so the run kills after inserts however slow the
 			// machine is; the bound only stops a consumer that never
 			// inserts.
-			select {
-			case <-killed:
-				afterInsert++
-			case <-time.After(time.Minute):
-				t.Fatal("the consumer inserted nothing in a minute while agents published")
-			}
+			wait.Eventually(t, time.Minute, func() bool {
+				select {
+				case <-killed:
+					return true
+				default:
+					return false
+				}
+			}, "the consumer inserted nothing while agents published")
+			afterInsert++
 		} else {
 			select {
 			case <-killed:
