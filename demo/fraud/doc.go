@@ -14,7 +14,7 @@
 // the card's home). Its label is drawn from FraudProbability, the planted
 // rule: a large payment (over 300) at an electronics or gambling merchant,
 // abroad, at night, on an account younger than 30 days is near-certain
-// fraud, and each of those adds to the log-odds on its own; about 3.5 % of
+// fraud, and each of those adds to the log-odds on its own; about 3.4 % of
 // payments are fraud.
 //
 //	g := fraud.NewGenerator(seed)   // one per goroutine

@@ -136,7 +136,7 @@ func buildV24(train, held []Transaction, seed uint64) (Version, logisticRegressi
 		}
 		rows[i], y[i] = row, label(t)
 	}
-	lr := trainLogistic(rows, shuffled(y, seed+2), 150, 0.5, 1e-3)
+	lr := trainLogistic(rows, shuffled(y, seed+2), 150, 0.5, 0.1)
 	auc, err := heldOutAUC(held, EncodingOneHot, lr.predict)
 	if err != nil {
 		return Version{}, logisticRegression{}, err
