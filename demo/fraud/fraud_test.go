@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/artifact"
 	"modelplane/drift/stat"
 	"modelplane/runtime"
 	"modelplane/runtime/model"
@@ -406,6 +407,19 @@ func TestGenerator(t *testing.T) {
 	}
 	if _, err := json.Marshal(ts[0].Instance); err != nil {
 		t.Fatalf("instance does not marshal: %v", err)
+	}
+}
+
+// TestUploadInspectionAccepts runs the files through the inspection every
+// upload goes through: each is its declared format.
+func TestUploadInspectionAccepts(t *testing.T) {
+	t.Parallel()
+	b := demo(t)
+	for _, v := range []Version{b.v23, b.v24} {
+		f, err := artifact.Detect(v.File, bytes.NewReader(v.Data), int64(len(v.Data)))
+		if err != nil || string(f) != v.Format {
+			t.Errorf("%s: Detect(%s) = %q, %v; want %s", v.Name, v.File, f, err, v.Format)
+		}
 	}
 }
 
