@@ -312,3 +312,47 @@ func TestReplicaIsNotReadyBeforeItsFilesAreVerified(t *testing.T) {
 		t.Errorf("cache once ready = %+v; want the version whole after one miss", cs)
 	}
 }
+
+// TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne: a version that
+// cannot fit beside the one a running replica serves fails its own replica
+// with the cache's reason; the running replica keeps serving on its files.
+func TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &store{blobs: map[string][]byte{}, corrupt: map[string]bool{}, asked: map[string]int{}}
+	srv := httptest.NewServer(st)
+	t.Cleanup(srv.Close)
+	small := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("s"), 4000)})
+	big := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("b"), 8000)})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &dirDriver{SimDriver: NewSimDriver(SimDriverConfig{Log: testLog(t)}), seen: map[string]map[string]string{}}
+	t.Cleanup(func() { drv.Close(t.Context()) })
+	cfg := testConfig(t, "n1", drv)
+	cfg.Cache = c
+	a := start(t, cfg, e.nc)
+	live := classifier("live", 0)
+	live.Runtime, live.Manifest = "onnxruntime", small
+	e.put(t, "n1", 1, live)
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["live"].State == proto.StateReady },
+		"live replica never ready: %v", wait.Show(func() any { return replicas(a) }))
+	huge := classifier("huge", 1)
+	huge.Runtime, huge.Manifest = "onnxruntime", big
+	e.put(t, "n1", 2, live, huge)
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["huge"].State == proto.StateFailed },
+		"replica of the version too big never failed: %v", wait.Show(func() any { return replicas(a) }))
+	if reason := replicas(a)["huge"].Reason; !strings.Contains(reason, "cache full") || !strings.Contains(reason, "--cache-bytes") {
+		t.Errorf("reason = %q; want the cache's limit named", reason)
+	}
+	if rs := replicas(a)["live"]; rs.State != proto.StateReady {
+		t.Errorf("live replica = %+v; want it still ready", rs)
+	}
+	if _, started := drv.files("huge"); started {
+		t.Error("the replica without its files was started")
+	}
+	if cs := a.Status().Cache; cs == nil || cs.Evictions != 0 || cs.BytesUsed > cs.BytesLimit {
+		t.Errorf("cache = %+v; want nothing evicted and the limit kept", cs)
+	}
+}
