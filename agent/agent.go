@@ -977,6 +977,8 @@ func (a *Agent) Status() proto.NodeStatus {
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct
 			rs.Requests = int64(m.obs.Requests)
+			rs.InFlight, rs.BatchSize = m.obs.InFlight, m.obs.BatchSize
+			rs.TokensPerSecond, rs.TTFTMS = m.obs.TokensPerSecond, m.obs.TTFTMS
 			if m.valid && isCPU(m.spec) {
 				st.CPUCoresUsed += m.spec.CPUCores
 				st.MemoryUsedMB += m.spec.MemoryMB

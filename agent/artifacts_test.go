@@ -30,6 +30,9 @@ type store struct {
 	blobs   map[string][]byte
 	corrupt map[string]bool
 	asked   map[string]int
+	// held, when set for a digest, makes its requests wait until it is
+	// closed.
+	held map[string]chan struct{}
 }
 
 func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +43,15 @@ func (s *store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.corrupt[d] {
 		b = append(bytes.Clone(b), '!')
 	}
+	hold := s.held[d]
 	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if r.Header.Get("Authorization") != "Bearer t0ken" {
 		http.Error(w, "no", http.StatusUnauthorized)
 		return
@@ -244,5 +255,104 @@ func TestRestartKeepsAdoptedReplicasFiles(t *testing.T) {
 	}
 	if n := st.requests(sum(files["model.json"])); n != 1 {
 		t.Errorf("model file fetched %d times; want once", n)
+	}
+}
+
+// TestReplicaIsNotReadyBeforeItsFilesAreVerified: while a file of the
+// version is still downloading the replica is reported starting, with the
+// reason, and is not started; once every file is fetched and verified it
+// becomes ready and the version is in the cache. A rollout moves weight
+// only to a ready candidate (rollout's TestStartingCandidateGetsNoWeight),
+// so placing the candidate at weight 0 is its pre-pull (docs/decisions.md,
+// "Rollout candidates are pre-pulled by their own replicas").
+func TestReplicaIsNotReadyBeforeItsFilesAreVerified(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &store{blobs: map[string][]byte{}, corrupt: map[string]bool{}, asked: map[string]int{}, held: map[string]chan struct{}{}}
+	srv := httptest.NewServer(st)
+	t.Cleanup(srv.Close)
+	weights := bytes.Repeat([]byte("candidate weights "), 1000)
+	man := st.version(map[string][]byte{"model.onnx": weights})
+	release := make(chan struct{})
+	st.mu.Lock()
+	st.held[sum(weights)] = release
+	st.mu.Unlock()
+
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &dirDriver{SimDriver: NewSimDriver(SimDriverConfig{Log: testLog(t)}), seen: map[string]map[string]string{}}
+	t.Cleanup(func() { drv.Close(t.Context()) })
+	cfg := testConfig(t, "n1", drv)
+	cfg.Cache = c
+	a := start(t, cfg, e.nc)
+	cand := classifier("cand", 0)
+	cand.Runtime, cand.Manifest = "onnxruntime", man
+	e.put(t, "n1", 1, cand)
+
+	wait.Eventually(t, 10*time.Second, func() bool { return st.requests(sum(weights)) > 0 }, "the file was never asked for")
+	rs := replicas(a)["cand"]
+	if rs.State != proto.StateStarting || rs.Reason != prepMsg || rs.Addr != "" {
+		t.Errorf("while its file downloads: %+v; want starting, %q, no address", rs, prepMsg)
+	}
+	if _, started := drv.files("cand"); started {
+		t.Error("the replica was started before its files were verified")
+	}
+	if cs := a.Status().Cache; cs == nil || cs.Versions != 0 {
+		t.Errorf("cache while downloading = %+v; want no version whole", cs)
+	}
+	close(release)
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["cand"].State == proto.StateReady },
+		"replica never ready: %v", wait.Show(func() any { return replicas(a) }))
+	if got, _ := drv.files("cand"); got["model.onnx"] != string(weights) {
+		t.Error("the replica started without its verified file")
+	}
+	if cs := a.Status().Cache; cs == nil || cs.Versions != 1 || cs.Misses != 1 {
+		t.Errorf("cache once ready = %+v; want the version whole after one miss", cs)
+	}
+}
+
+// TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne: a version that
+// cannot fit beside the one a running replica serves fails its own replica
+// with the cache's reason; the running replica keeps serving on its files.
+func TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &store{blobs: map[string][]byte{}, corrupt: map[string]bool{}, asked: map[string]int{}}
+	srv := httptest.NewServer(st)
+	t.Cleanup(srv.Close)
+	small := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("s"), 4000)})
+	big := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("b"), 8000)})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &dirDriver{SimDriver: NewSimDriver(SimDriverConfig{Log: testLog(t)}), seen: map[string]map[string]string{}}
+	t.Cleanup(func() { drv.Close(t.Context()) })
+	cfg := testConfig(t, "n1", drv)
+	cfg.Cache = c
+	a := start(t, cfg, e.nc)
+	live := classifier("live", 0)
+	live.Runtime, live.Manifest = "onnxruntime", small
+	e.put(t, "n1", 1, live)
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["live"].State == proto.StateReady },
+		"live replica never ready: %v", wait.Show(func() any { return replicas(a) }))
+	huge := classifier("huge", 1)
+	huge.Runtime, huge.Manifest = "onnxruntime", big
+	e.put(t, "n1", 2, live, huge)
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["huge"].State == proto.StateFailed },
+		"replica of the version too big never failed: %v", wait.Show(func() any { return replicas(a) }))
+	if reason := replicas(a)["huge"].Reason; !strings.Contains(reason, "cache full") || !strings.Contains(reason, "--cache-bytes") {
+		t.Errorf("reason = %q; want the cache's limit named", reason)
+	}
+	if rs := replicas(a)["live"]; rs.State != proto.StateReady {
+		t.Errorf("live replica = %+v; want it still ready", rs)
+	}
+	if _, started := drv.files("huge"); started {
+		t.Error("the replica without its files was started")
+	}
+	if cs := a.Status().Cache; cs == nil || cs.Evictions != 0 || cs.BytesUsed > cs.BytesLimit {
+		t.Errorf("cache = %+v; want nothing evicted and the limit kept", cs)
 	}
 }

@@ -86,6 +86,10 @@ type Observation struct {
 	// the mean executed batch. Drivers that cannot tell leave them zero.
 	InFlight  int
 	BatchSize float64
+	// TokensPerSecond and TTFTMS are an LLM runtime's generation rate and
+	// mean time to first token over the last few seconds; 0 when unknown.
+	TokensPerSecond float64
+	TTFTMS          float64
 	// Failures counts the replica's failures in a row since it was last
 	// ready (crashes, start timeouts, dead liveness), for a driver that
 	// restarts its runtimes itself; Reason says why the last one failed.

@@ -242,6 +242,12 @@ func (r *simReplica) Observe(ctx context.Context) (Observation, error) {
 		KVUsedPct:  100 * st.KVUtilization,
 		Requests:   st.Requests,
 		MemoryMB:   r.memoryUsedMB(),
+		InFlight:   st.InFlight,
+		BatchSize:  float64(st.BatchSize),
+		// The simulator's TTFT is a windowed median; the heartbeat's is
+		// a mean, which for its near-symmetric samples is close enough.
+		TokensPerSecond: st.TokensPerSecond,
+		TTFTMS:          st.TTFTP50Ms,
 	}
 	if st.Ready {
 		o.UtilPct = util

@@ -232,6 +232,7 @@ type Node struct {
 	AppliedGeneration int64
 	CPUCores          int32
 	MemoryMB          int32
+	Cache             []byte
 }
 
 type NodeAddress struct {
@@ -315,6 +316,7 @@ type Replica struct {
 	MemoryMB      int32
 	Failures      int32
 	PlacementNote string
+	Metrics       []byte
 }
 
 type Rollout struct {

@@ -11,7 +11,7 @@ import (
 )
 
 const nodeGet = `-- name: NodeGet :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes WHERE name = $1
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes WHERE name = $1
 `
 
 func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
@@ -32,12 +32,13 @@ func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
 		&i.AppliedGeneration,
 		&i.CPUCores,
 		&i.MemoryMB,
+		&i.Cache,
 	)
 	return i, err
 }
 
 const nodeGetForUpdate = `-- name: NodeGetForUpdate :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes WHERE name = $1 FOR UPDATE
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes WHERE name = $1 FOR UPDATE
 `
 
 func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, error) {
@@ -58,14 +59,15 @@ func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, erro
 		&i.AppliedGeneration,
 		&i.CPUCores,
 		&i.MemoryMB,
+		&i.Cache,
 	)
 	return i, err
 }
 
 const nodeHeartbeat = `-- name: NodeHeartbeat :exec
 UPDATE nodes SET boot_id = $1, lease_seconds = $2, last_heartbeat = $3,
-    gpu_use = $4, applied_generation = $5, state = 'ready'
-WHERE id = $6
+    gpu_use = $4, applied_generation = $5, cache = $6, state = 'ready'
+WHERE id = $7
 `
 
 type NodeHeartbeatParams struct {
@@ -74,6 +76,7 @@ type NodeHeartbeatParams struct {
 	LastHeartbeat     time.Time
 	GPUUse            []byte
 	AppliedGeneration int64
+	Cache             []byte
 	ID                int64
 }
 
@@ -84,13 +87,14 @@ func (q *Queries) NodeHeartbeat(ctx context.Context, arg NodeHeartbeatParams) er
 		arg.LastHeartbeat,
 		arg.GPUUse,
 		arg.AppliedGeneration,
+		arg.Cache,
 		arg.ID,
 	)
 	return err
 }
 
 const nodeList = `-- name: NodeList :many
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb FROM nodes ORDER BY name
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes ORDER BY name
 `
 
 func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
@@ -117,6 +121,7 @@ func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
 			&i.AppliedGeneration,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.Cache,
 		); err != nil {
 			return nil, err
 		}
@@ -199,11 +204,11 @@ func (q *Queries) NodeMarkLost(ctx context.Context, arg NodeMarkLostParams) ([]N
 }
 
 const nodeRegister = `-- name: NodeRegister :one
-INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb, cache)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
-    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, state = 'ready'
-RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb
+    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, cache = $10, state = 'ready'
+RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache
 `
 
 type NodeRegisterParams struct {
@@ -216,6 +221,7 @@ type NodeRegisterParams struct {
 	AppliedGeneration int64
 	CPUCores          int32
 	MemoryMB          int32
+	Cache             []byte
 }
 
 func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Node, error) {
@@ -229,6 +235,7 @@ func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Nod
 		arg.AppliedGeneration,
 		arg.CPUCores,
 		arg.MemoryMB,
+		arg.Cache,
 	)
 	var i Node
 	err := row.Scan(
@@ -246,6 +253,7 @@ func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Nod
 		&i.AppliedGeneration,
 		&i.CPUCores,
 		&i.MemoryMB,
+		&i.Cache,
 	)
 	return i, err
 }

@@ -250,7 +250,7 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 
 const replicaListByEndpoint = `-- name: ReplicaListByEndpoint :many
 SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
-       r.failures, r.placement_note,
+       r.failures, r.placement_note, r.metrics,
        coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
        coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
 FROM replicas r
@@ -279,6 +279,7 @@ type ReplicaListByEndpointRow struct {
 	UpdatedAt     time.Time
 	Failures      int32
 	PlacementNote string
+	Metrics       []byte
 	SlotGpus      []int32
 	SlotSlices    []int32
 }
@@ -305,6 +306,7 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 			&i.UpdatedAt,
 			&i.Failures,
 			&i.PlacementNote,
+			&i.Metrics,
 			&i.SlotGpus,
 			&i.SlotSlices,
 		); err != nil {

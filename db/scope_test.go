@@ -80,6 +80,8 @@ var unscoped = map[string]string{
 	"ReplicaDeleteOnLostNodes":    "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",
 	"ReplicaDeleteByNode":         "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",
 	"ReplicaObserve":              "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
+	"ReplicaObserveMetrics":       "fleet heartbeat intake: the agent of the replica's node reports its load and cold start; matched by node id",
+	"ReplicaListByNode":           "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",
 	"RoutingRuleListForPlacement": "fleet reconciler: the demand of every endpoint; no caller",
 	"EndpointWake":                "fleet wake intake: a gateway asks for a replica of an endpoint it serves from its routing table; no caller",
 	"BudgetBlockingList":          "fleet reconciler: which endpoints' budgets block new replicas beyond the minimum, across teams; no caller",

@@ -18,6 +18,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/fleet"
 	"modelplane/registry"
 	"modelplane/validate"
 )
@@ -88,6 +89,9 @@ type Replica struct {
 	Slots         []string  `json:"slots"`
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// Metrics are the replica's load and cold start as its node last
+	// reported them.
+	Metrics fleet.ReplicaMetrics `json:"metrics"`
 }
 
 // Weight is one version's share of traffic, in percent. A version of weight
@@ -305,7 +309,8 @@ func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endp
 	e.Replicas = make([]Replica, len(rows))
 	for i, r := range rows {
 		e.Replicas[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
-			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{}}
+			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{},
+			Metrics: fleet.ParseReplicaMetrics(r.Metrics)}
 		for j := range r.SlotGpus {
 			e.Replicas[i].Slots = append(e.Replicas[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
 		}

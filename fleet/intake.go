@@ -101,6 +101,12 @@ func checkStatus(st proto.NodeStatus) error {
 		if r.Failures < 0 || r.Failures > 1_000_000 {
 			return fmt.Errorf("%w: node %s: replica %s has %d failures", ErrBadStatus, st.Node, r.ID, r.Failures)
 		}
+		if err := checkReplicaMetrics(r); err != nil {
+			return fmt.Errorf("%w: node %s: replica %s: %v", ErrBadStatus, st.Node, r.ID, err)
+		}
+	}
+	if err := checkCache(st.Cache); err != nil {
+		return fmt.Errorf("%w: node %s: %v", ErrBadStatus, st.Node, err)
 	}
 	return nil
 }
@@ -122,6 +128,10 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	}
 	invJSON, _ := json.Marshal(inv)
 	useJSON, _ := json.Marshal(use)
+	var cacheJSON []byte
+	if st.Cache != nil {
+		cacheJSON, _ = json.Marshal(st.Cache)
+	}
 	now := f.now()
 	// offNode are the replica reports dropped for their address, counted
 	// once the transaction is done.
@@ -154,7 +164,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			}
 			node, err = q.NodeRegister(ctx, db.NodeRegisterParams{Name: st.Node, BootID: st.BootID, LeaseSeconds: int32(st.LeaseSeconds),
 				LastHeartbeat: now, Inventory: invJSON, GPUUse: useJSON, AppliedGeneration: st.Generation,
-				CPUCores: int32(st.CPUCores), MemoryMB: int32(st.MemoryMB)})
+				CPUCores: int32(st.CPUCores), MemoryMB: int32(st.MemoryMB), Cache: cacheJSON})
 			if err != nil {
 				return err
 			}
@@ -182,7 +192,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 				changed = true
 			}
 			if err := q.NodeHeartbeat(ctx, db.NodeHeartbeatParams{ID: node.ID, BootID: st.BootID, LeaseSeconds: int32(st.LeaseSeconds),
-				LastHeartbeat: now, GPUUse: useJSON, AppliedGeneration: st.Generation}); err != nil {
+				LastHeartbeat: now, GPUUse: useJSON, AppliedGeneration: st.Generation, Cache: cacheJSON}); err != nil {
 				return err
 			}
 		}
@@ -196,6 +206,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		}
 		offNode = offNode[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
+		metrics := make(map[string]ReplicaMetrics, len(st.Replicas))
 		for _, r := range st.Replicas {
 			if registered && r.Addr != "" {
 				if err := onNode(reg, r.Addr); err != nil {
@@ -208,9 +219,17 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			p.Addrs = append(p.Addrs, r.Addr)
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
 			p.Failures = append(p.Failures, int32(r.Failures))
+			metrics[r.ID] = metricsOf(r)
 		}
 		touched, err := q.ReplicaObserve(ctx, p)
 		if err != nil {
+			return err
+		}
+		// Load changes with every heartbeat and decides nothing placement
+		// or routing reads, so it is written apart and never counts as a
+		// change that wakes the reconciler.
+		metricsJSON, _ := json.Marshal(metrics)
+		if err := q.ReplicaObserveMetrics(ctx, db.ReplicaObserveMetricsParams{NodeID: node.ID, Metrics: metricsJSON}); err != nil {
 			return err
 		}
 		changed = changed || len(touched) > 0

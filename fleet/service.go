@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/db"
 )
@@ -33,6 +34,24 @@ type Node struct {
 	MemoryMB     int `json:"memory_mb"`
 	CPUCoresUsed int `json:"cpu_cores_used"`
 	MemoryUsedMB int `json:"memory_used_mb"`
+	// Cache is the node's artifact cache as its last heartbeat reported
+	// it; absent for an agent that keeps none (the sim driver's nodes).
+	Cache *proto.CacheStatus `json:"cache,omitempty"`
+	// Replicas are the replicas placed on the node with their load and
+	// cold start; only in a single node's answer.
+	Replicas []NodeReplica `json:"replicas,omitempty"`
+}
+
+// NodeReplica is one replica on a node, as the node's page shows it.
+type NodeReplica struct {
+	Name     string         `json:"name"`
+	Team     string         `json:"team"`
+	Endpoint string         `json:"endpoint"`
+	Version  string         `json:"version"`
+	State    string         `json:"state"`
+	Reason   string         `json:"reason,omitempty"`
+	Failures int32          `json:"failures,omitempty"`
+	Metrics  ReplicaMetrics `json:"metrics"`
 }
 
 // GPU is one GPU of a node with its slices and who uses them.
@@ -62,6 +81,12 @@ func (f *Fleet) nodeView(n db.Node) Node {
 	v := Node{Name: n.Name, State: n.State, LastHeartbeat: n.LastHeartbeat, LeaseSeconds: n.LeaseSeconds,
 		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration,
 		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB)}
+	if len(n.Cache) > 0 {
+		var c proto.CacheStatus
+		if json.Unmarshal(n.Cache, &c) == nil {
+			v.Cache = &c
+		}
+	}
 	var inv []inventoryGPU
 	_ = json.Unmarshal(n.Inventory, &inv)
 	var use []gpuUse
@@ -172,6 +197,15 @@ func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node,
 		g := &v.GPUs[r.GPU]
 		g.Slices = append(g.Slices, SliceView{Index: int(r.Slice), Profile: r.Profile, MemoryMB: int(r.MemoryMB), Replica: r.Replica,
 			ReplicaState: r.ReplicaState, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version})
+	}
+	reps, err := q.ReplicaListByNode(ctx, n.ID)
+	if err != nil {
+		return Node{}, fmt.Errorf("node %s: %w", name, err)
+	}
+	v.Replicas = make([]NodeReplica, len(reps))
+	for i, r := range reps {
+		v.Replicas[i] = NodeReplica{Name: r.Name, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version, State: r.State,
+			Reason: r.Reason, Failures: r.Failures, Metrics: ParseReplicaMetrics(r.Metrics)}
 	}
 	return v, nil
 }

@@ -82,7 +82,59 @@ func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) 
 		}
 		props.GPUs = append(props.GPUs, gv)
 	}
+	for _, r := range n.Replicas {
+		m, c := r.Metrics, r.Metrics.ColdStart
+		props.Replicas = append(props.Replicas, web.NodeReplicaRow{Name: r.Name, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version,
+			State: r.State, Reason: r.Reason, Failures: r.Failures, QueueDepth: m.QueueDepth, InFlight: m.InFlight,
+			Batch: fmt.Sprintf("%.1f", m.BatchSize), Requests: strconv.FormatInt(m.Requests, 10),
+			TokensPerSecond: dashIfZero(m.TokensPerSecond, "%.0f"), TTFT: dashIfZero(m.TTFTMS, "%.0f ms"),
+			ColdStart: millis(c.TotalMS()), Download: millis(c.DownloadMS), Verify: millis(c.VerifyMS), Load: millis(c.LoadMS), Warmup: millis(c.WarmupMS)})
+	}
 	return props, nil
+}
+
+// cacheView shows a node's artifact cache; nil when its agent keeps none.
+func cacheView(c *proto.CacheStatus) *web.CacheView {
+	if c == nil {
+		return nil
+	}
+	used := bytesSize(c.BytesUsed) + " (no limit)"
+	if c.BytesLimit > 0 {
+		used = fmt.Sprintf("%s / %s (%.0f%%)", bytesSize(c.BytesUsed), bytesSize(c.BytesLimit), 100*float64(c.BytesUsed)/float64(c.BytesLimit))
+	}
+	return &web.CacheView{Used: used, Versions: c.Versions, Hits: c.Hits, Misses: c.Misses, Evicted: c.Evictions}
+}
+
+// bytesSize shows a size in bytes the way a person reads it.
+func bytesSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f kB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// millis shows a duration in milliseconds; "–" for none or unknown.
+func millis(ms int64) string {
+	switch {
+	case ms <= 0:
+		return "–"
+	case ms < 10_000:
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return fmt.Sprintf("%.1f s", float64(ms)/1000)
+}
+
+// dashIfZero formats v, or "–" when the runtime reports none.
+func dashIfZero(v float64, format string) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 func nodeRow(n fleet.Node) web.NodeRow {
@@ -90,7 +142,7 @@ func nodeRow(n fleet.Node) web.NodeRow {
 		MIG: yesNo(n.MIG), Slices: fmt.Sprintf("%d / %d", n.SlicesUsed, n.Slices), Util: percent(n.UtilPct),
 		Heartbeat:  ago(time.Duration(n.HeartbeatAgeSeconds * float64(time.Second))),
 		Generation: fmt.Sprintf("%d / %d", n.Generation, n.AppliedGeneration), Behind: n.AppliedGeneration < n.Generation,
-		CPU: cpuUse(n)}
+		CPU: cpuUse(n), Cache: cacheView(n.Cache)}
 }
 
 // cpuUse shows a CPU node's cores and memory in use of its inventory; ""

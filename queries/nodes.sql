@@ -2,15 +2,15 @@
 SELECT * FROM nodes WHERE name = @name FOR UPDATE;
 
 -- name: NodeRegister :one
-INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb, cache)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
-    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, state = 'ready'
+    inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, cache = $10, state = 'ready'
 RETURNING *;
 
 -- name: NodeHeartbeat :exec
 UPDATE nodes SET boot_id = @boot_id, lease_seconds = @lease_seconds, last_heartbeat = @last_heartbeat,
-    gpu_use = @gpu_use, applied_generation = @applied_generation, state = 'ready'
+    gpu_use = @gpu_use, applied_generation = @applied_generation, cache = @cache, state = 'ready'
 WHERE id = @id;
 
 -- name: NodeMarkLost :many

@@ -254,6 +254,28 @@ type NodeRow struct {
 	// CPU is a CPU node's cores and memory in use of its inventory ("4 / 16
 	// cores · 6 / 64 GB"); empty on a GPU node.
 	CPU string
+	// Cache is the node's artifact cache, nil when its agent keeps none.
+	Cache *CacheView
+}
+
+// CacheView is a node's artifact cache: use of its limit, the versions it
+// holds whole, and its hits, misses and evictions since the agent started.
+type CacheView struct {
+	Used     string // "1.2 GB / 20 GB (6%)", or "1.2 GB (no limit)"
+	Versions int
+	Hits     uint64
+	Misses   uint64
+	Evicted  uint64
+}
+
+// NodeReplicaRow is one replica on the node page, with its load and its
+// cold start split into download, verify, load and warm-up.
+type NodeReplicaRow struct {
+	Name, Team, Endpoint, Version, State, Reason string
+	Failures                                     int32
+	QueueDepth, InFlight                         int
+	Batch, Requests, TokensPerSecond, TTFT       string
+	Download, Verify, Load, Warmup, ColdStart    string
 }
 
 // FleetTableProps fills the nodes table and the metered total above it.
@@ -287,8 +309,9 @@ type GPUView struct {
 // NodeProps fills a node's page.
 type NodeProps struct {
 	Layout
-	Node NodeRow
-	GPUs []GPUView
+	Node     NodeRow
+	GPUs     []GPUView
+	Replicas []NodeReplicaRow
 }
 
 // ErrorProps fills an error page.

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/quartz"
@@ -46,6 +47,13 @@ const maxStalls = 3
 // file's content did not match its sha256 twice: what the control plane
 // serves is not what the version registered.
 var ErrDigest = errors.New("sha256 mismatch")
+
+// ErrFull is wrapped by the error of a preparation that found no room for
+// a file: the versions replicas hold leave too little of the cache's limit
+// (Config.LimitBytes), or the disk under it is full. The cache never evicts
+// a version in use to make room; the replica fails with the reason and is
+// retried after the agent's backoff, when a version may have been released.
+var ErrFull = errors.New("cache full")
 
 // Config configures a Cache.
 type Config struct {
@@ -668,6 +676,10 @@ func (c *Cache) download(ctx context.Context, d string) error {
 			last = fmt.Errorf("the control plane answered %s", resp.Status)
 			continue
 		}
+		if err := c.makeRoom(d, off, resp); err != nil {
+			resp.Body.Close()
+			return err
+		}
 		n, err := c.write(part, flags, resp.Body)
 		resp.Body.Close()
 		if err == nil {
@@ -675,6 +687,11 @@ func (c *Cache) download(ctx context.Context, d string) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// Retrying cannot help until something else frees the disk;
+			// the partial file stays for a resume.
+			return fmt.Errorf("%w: the disk under the cache is full (%v)", ErrFull, err)
 		}
 		if n > 0 {
 			stalls = 0
@@ -685,6 +702,35 @@ func (c *Cache) download(ctx context.Context, d string) error {
 		c.log.Info("download interrupted; resuming", slog.String("digest", d), slog.Int64("offset", off+n), slog.String("error", err.Error()))
 	}
 	return fmt.Errorf("download failed %d times in a row without progress: %w", maxStalls, last)
+}
+
+// makeRoom checks, before a body is written, that it fits under the
+// cache's limit: the bytes it adds (the whole file on a 200, the rest on a
+// 206) beside what the cache holds. When it does not, it evicts versions no
+// replica holds, least recently used first, until it does; when even that
+// is not enough, the preparation fails with ErrFull and nothing in use is
+// touched. A response without a length is let through (the watermark
+// eviction after the preparation bounds it).
+func (c *Cache) makeRoom(d string, off int64, resp *http.Response) error {
+	limit := c.cfg.LimitBytes
+	if limit <= 0 || resp.ContentLength < 0 {
+		return nil
+	}
+	adds := resp.ContentLength
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if resp.StatusCode == http.StatusOK {
+		adds -= c.partials[d] // truncated and written again
+	}
+	if c.usedLocked()+adds <= limit {
+		return nil
+	}
+	c.evictDownToLocked(limit - adds)
+	if used := c.usedLocked(); used+adds > limit {
+		return fmt.Errorf("%w: a file of %d bytes does not fit: the versions in use hold %d of the cache's %d bytes (--cache-bytes)",
+			ErrFull, off+resp.ContentLength, used, limit)
+	}
+	return nil
 }
 
 // write copies body into the partial file and records its size, which a
@@ -763,10 +809,19 @@ func (c *Cache) usedLocked() int64 {
 // version still kept lists it.
 func (c *Cache) evictLocked() {
 	limit := c.cfg.LimitBytes
-	used := c.usedLocked()
-	if limit <= 0 || float64(used) <= High*float64(limit) {
+	if limit <= 0 || float64(c.usedLocked()) <= High*float64(limit) {
 		return
 	}
+	if used := c.evictDownToLocked(int64(Low * float64(limit))); float64(used) > High*float64(limit) {
+		c.log.Warn("cache stays above its high watermark: the versions in use need more", slog.Int64("used_bytes", used), slog.Int64("limit_bytes", limit))
+	}
+}
+
+// evictDownToLocked evicts versions no replica holds, least recently used
+// first, until at most target bytes are used or none is left to evict, and
+// returns the bytes used.
+func (c *Cache) evictDownToLocked(target int64) int64 {
+	used := c.usedLocked()
 	pinned := map[string]bool{}
 	for _, m := range c.pins {
 		pinned[m] = true
@@ -781,7 +836,7 @@ func (c *Cache) evictLocked() {
 		return cmp.Or(cmp.Compare(c.idx.Versions[a].Used, c.idx.Versions[b].Used), cmp.Compare(a, b))
 	})
 	for _, m := range order {
-		if float64(used) <= Low*float64(limit) {
+		if used <= target {
 			break
 		}
 		v := c.idx.Versions[m]
@@ -806,9 +861,7 @@ func (c *Cache) evictLocked() {
 		c.evicted++
 		c.log.Info("evicted version from the cache", slog.String("manifest", m), slog.Int64("freed_bytes", freed), slog.Int64("used_bytes", used))
 	}
-	if float64(used) > High*float64(limit) {
-		c.log.Warn("cache stays above its high watermark: the versions in use need more", slog.Int64("used_bytes", used), slog.Int64("limit_bytes", limit))
-	}
+	return used
 }
 
 // saveLocked writes the index atomically.

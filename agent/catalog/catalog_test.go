@@ -107,7 +107,7 @@ nv_inference_pending_request_count{model="fraud",version="1"} 7
 	}
 }
 
-func TestVLLMAdapterReadsKV(t *testing.T) {
+func TestVLLMAdapterReadsKVTokensAndTTFT(t *testing.T) {
 	t.Parallel()
 	body := `# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="m"} 3
@@ -117,12 +117,19 @@ vllm:num_requests_waiting{model_name="m"} 2
 vllm:gpu_cache_usage_perc{model_name="m"} 0.25
 # TYPE vllm:request_success_total counter
 vllm:request_success_total{finished_reason="stop",model_name="m"} 40
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{model_name="m"} 1234
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 30
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 40
+vllm:time_to_first_token_seconds_sum{model_name="m"} 6
+vllm:time_to_first_token_seconds_count{model_name="m"} 40
 `
 	m, err := catalog.Parse(catalog.AdapterVLLM, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := catalog.Metrics{QueueDepth: 2, InFlight: 5, Requests: 40, KVUsedPct: 25}
+	want := catalog.Metrics{QueueDepth: 2, InFlight: 5, Requests: 40, KVUsedPct: 25, Tokens: 1234, TTFTSeconds: 6, TTFTCount: 40}
 	if m != want {
 		t.Errorf("metrics = %+v, want %+v", m, want)
 	}

@@ -25,6 +25,13 @@ type Metrics struct {
 	BatchSize float64
 	// KVUsedPct is the share of KV-cache in use, 0–100 (LLM runtimes).
 	KVUsedPct float64
+	// Tokens counts tokens generated since the runtime started, and
+	// TTFTSeconds and TTFTCount are the sum and count of its times to
+	// first token (LLM runtimes). They are counters: the driver turns two
+	// readings into a rate and a mean over the time between them.
+	Tokens      float64
+	TTFTSeconds float64
+	TTFTCount   float64
 }
 
 // Metric names the adapters read. Triton's are the built-in runtime's too.
@@ -44,10 +51,13 @@ const (
 	vllmWaiting = "vllm:num_requests_waiting"
 	vllmKV      = "vllm:gpu_cache_usage_perc"
 	vllmSuccess = "vllm:request_success_total"
+	vllmTokens  = "vllm:generation_tokens_total"
+	vllmTTFT    = "vllm:time_to_first_token_seconds"
 
 	llamaProcessing = "llamacpp:requests_processing"
 	llamaDeferred   = "llamacpp:requests_deferred"
 	llamaKV         = "llamacpp:kv_cache_usage_ratio"
+	llamaTokens     = "llamacpp:tokens_predicted_total"
 )
 
 // maxMetricsBytes bounds what a metrics body may be; a runtime with more
@@ -90,10 +100,13 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 		m.InFlight = int(sum(vllmRunning) + sum(vllmWaiting))
 		m.KVUsedPct = 100 * sum(vllmKV)
 		m.Requests = uint64(sum(vllmSuccess))
+		m.Tokens = sum(vllmTokens)
+		m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])
 	case AdapterLlamaCPP:
 		m.QueueDepth = int(sum(llamaDeferred))
 		m.InFlight = int(sum(llamaProcessing) + sum(llamaDeferred))
 		m.KVUsedPct = 100 * sum(llamaKV)
+		m.Tokens = sum(llamaTokens)
 		// llama-server exports no request counter (it counts tokens), so
 		// Requests stays zero until the LLM-runtime issue decides what its
 		// meter reads.
@@ -102,6 +115,21 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 	}
 	m.KVUsedPct = math.Min(math.Max(m.KVUsedPct, 0), 100)
 	return m, nil
+}
+
+// histogram sums the sample sums and counts of a histogram family over its
+// series; zero when the runtime does not export it.
+func histogram(f *dto.MetricFamily) (sum, count float64) {
+	if f == nil {
+		return 0, 0
+	}
+	for _, m := range f.GetMetric() {
+		if h := m.GetHistogram(); h != nil {
+			sum += h.GetSampleSum()
+			count += float64(h.GetSampleCount())
+		}
+	}
+	return sum, count
 }
 
 func value(m *dto.Metric) float64 {

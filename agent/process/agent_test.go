@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,4 +127,33 @@ func TestAgentReportsACrashingRuntimeFailedWithItsReason(t *testing.T) {
 	if rs.State != proto.StateFailed || !strings.Contains(rs.Reason, "exit status 3") {
 		t.Errorf("heartbeat of a crashing replica = %+v, want failed with the exit status", rs)
 	}
+}
+
+// TestHeartbeatCarriesInFlightAndBatch: what the runtime's metrics say of
+// its in-flight requests and its mean batch reaches the agent's heartbeat.
+func TestHeartbeatCarriesInFlightAndBatch(t *testing.T) {
+	t.Parallel()
+	nc, kv := agentEnv(t)
+	hold := filepath.Join(openDir(t), "release")
+	d := newDriver(t, t.TempDir(), quartz.NewMock(t), nil, "-hold-file", hold)
+	a := startAgent(t, nc, "cpu-3", t.TempDir(), d)
+	putDesired(t, kv, "cpu-3", 1, spec("r-load"))
+	wait.Eventually(t, long, func() bool { return replicaStatus(a, "r-load").State == proto.StateReady },
+		"replica never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
+	addr := replicaStatus(a, "r-load").Addr
+	const n = 3
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { _, _ = predict(addr) })
+	}
+	wait.Eventually(t, long, func() bool { return replicaStatus(a, "r-load").InFlight == n },
+		"heartbeat never showed %d in flight: %v", n, wait.Show(func() any { return replicaStatus(a, "r-load") }))
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	wait.Eventually(t, long, func() bool {
+		rs := replicaStatus(a, "r-load")
+		return rs.InFlight == 0 && rs.Requests == n && rs.BatchSize == 2
+	}, "heartbeat never showed the requests answered with batch 2: %v", wait.Show(func() any { return replicaStatus(a, "r-load") }))
 }

@@ -477,3 +477,55 @@ func TestLogIsCapped(t *testing.T) {
 		t.Errorf("runtime's writes after the rotation are lost; log: %.200q", log)
 	}
 }
+
+// TestRuntimeKilledMidRequestFailsItAndIsReportedWithTheReason: kill -9 of
+// a runtime holding a request ends that request without an answer (no
+// byte of one was sent, so the caller may retry it elsewhere), the replica
+// is reported not ready with the signal as its reason while the restarted
+// runtime loads, and it serves again once that one is ready.
+func TestRuntimeKilledMidRequestFailsItAndIsReportedWithTheReason(t *testing.T) {
+	t.Parallel()
+	dir := openDir(t)
+	readyFile, hold := filepath.Join(dir, "ready"), filepath.Join(dir, "release")
+	if err := os.WriteFile(readyFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, t.TempDir(), quartz.NewMock(t), nil, "-ready-file", readyFile, "-hold-file", hold)
+	r := start(t, d, spec("r-midreq"), "")
+	waitReady(t, r)
+	pid := envOf(t, r).PID
+	answered := make(chan error, 1)
+	go func() {
+		code, err := predict(r.Addr())
+		if err == nil {
+			err = errors.New("answered " + strconv.Itoa(code))
+		}
+		answered <- err
+	}()
+	wait.Eventually(t, long, func() bool { return observe(t, r).InFlight == 1 }, "request never in flight")
+	// The next process loads until the ready file is back.
+	if err := os.Remove(readyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err == nil || strings.HasPrefix(err.Error(), "answered") {
+		t.Errorf("request held by the killed runtime: %v; want it to end without an answer", err)
+	}
+	var o agent.Observation
+	wait.Eventually(t, long, func() bool { o = observe(t, r); return o.Failures == 1 && o.Restarts == 1 },
+		"kill not counted: %v", wait.Show(func() any { return o }))
+	if o.Ready || !strings.Contains(o.Reason, "runtime exited while serving") || !strings.Contains(o.Reason, "killed") {
+		t.Errorf("while the restarted runtime loads: %+v; want not ready, the signal as the reason", o)
+	}
+	for _, f := range []string{readyFile, hold} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, r)
+	if code, err := predict(r.Addr()); err != nil || code != http.StatusOK {
+		t.Errorf("predict after the restart = %d, %v", code, err)
+	}
+}

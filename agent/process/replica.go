@@ -53,6 +53,38 @@ type replica struct {
 	failures   int
 	restarts   int
 	reason     string
+	// rates turns the runtime's token and TTFT counters into the
+	// heartbeat's rate and mean.
+	rates rates
+}
+
+// rates keeps the last reading of a runtime's counters. Between two
+// readings at least a second apart the rate of tokens and the mean TTFT of
+// the requests first answered in between are the heartbeat's; readings
+// closer together keep the last result, and a counter that went down (the
+// runtime restarted) starts over.
+type rates struct {
+	at                    time.Time
+	tokens, ttftS, ttftN  float64
+	tokensPerSecond, ttft float64
+}
+
+func (r *rates) update(now time.Time, m catalog.Metrics) (tokensPerSecond, ttftMS float64) {
+	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN {
+		r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
+		r.tokensPerSecond, r.ttft = 0, 0
+		return 0, 0
+	}
+	dt := now.Sub(r.at).Seconds()
+	if dt < 1 {
+		return r.tokensPerSecond, r.ttft
+	}
+	r.tokensPerSecond = (m.Tokens - r.tokens) / dt
+	if n := m.TTFTCount - r.ttftN; n > 0 {
+		r.ttft = 1000 * (m.TTFTSeconds - r.ttftS) / n
+	}
+	r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
+	return r.tokensPerSecond, r.ttft
 }
 
 // proc is one process of a replica. exited is closed once it has ended
@@ -126,6 +158,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 		return o, nil
 	}
 	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
+	r.mu.Lock()
+	o.TokensPerSecond, o.TTFTMS = r.rates.update(r.d.cfg.Clock.Now(), m)
+	r.mu.Unlock()
 	return o, nil
 }
 

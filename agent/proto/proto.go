@@ -308,6 +308,19 @@ type ReplicaStatus struct {
 	KVUsedPct float64 `json:"kv_used_pct"`
 	// Requests is the number of requests completed since the replica started.
 	Requests int64 `json:"requests"`
+	// InFlight is the number of requests received and not yet answered,
+	// queued ones included; BatchSize the runtime's batch: the mean
+	// executed batch since start for a batching predictor (Triton's
+	// inferences per execution), the sequences in the engine's batch for
+	// an LLM runtime. The autoscaler's in-flight signal reads InFlight.
+	InFlight  int     `json:"in_flight,omitempty"`
+	BatchSize float64 `json:"batch_size,omitempty"`
+	// TokensPerSecond is the rate of generated tokens and TTFTMS the time
+	// to first token, in milliseconds, over the last few seconds: the mean
+	// from a runtime's histogram, the simulator's median. LLM runtimes
+	// whose metrics say; 0 otherwise.
+	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
+	TTFTMS          float64 `json:"ttft_ms,omitempty"`
 	// The replica's cold start, split: DownloadMS is the time spent
 	// fetching the version's files that were not in the node cache (0 when
 	// all were), VerifyMS the time spent checking their sha256 digests,

@@ -69,6 +69,10 @@ func main() {
 		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
 		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} 0\n")
 		fmt.Fprintf(w, "# TYPE modelplane_inflight_requests gauge\nmodelplane_inflight_requests %d\n", inflight.Load())
+		// Each request counts as two inferences in one execution, so that
+		// the adapter's mean batch (2) is visible in the heartbeat.
+		fmt.Fprintf(w, "# TYPE nv_inference_count counter\nnv_inference_count{model=\"m\",version=\"1\"} %d\n", 2*served.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_exec_count counter\nnv_inference_exec_count{model=\"m\",version=\"1\"} %d\n", served.Load())
 	})
 	mux.HandleFunc("POST /predict", func(w http.ResponseWriter, r *http.Request) {
 		inflight.Add(1)

@@ -1,0 +1,118 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"modelplane/agent/proto"
+)
+
+// ReplicaMetrics is a replica's load and cold start as its node's latest
+// heartbeat reported them (replicas.metrics). The autoscaler reads the load;
+// people read both on the fleet's node page and with the endpoint's
+// replicas. A field the replica's runtime does not report is zero.
+type ReplicaMetrics struct {
+	// QueueDepth counts requests waiting to execute; InFlight those
+	// received and not yet answered, queued ones included.
+	QueueDepth int `json:"queue_depth"`
+	InFlight   int `json:"in_flight"`
+	// BatchSize is the runtime's batch: the mean executed batch of a
+	// batching predictor, the sequences in an LLM engine's batch.
+	BatchSize float64 `json:"batch_size"`
+	// KVUsedPct is the share of KV-cache in use, 0–100 (LLM replicas).
+	KVUsedPct float64 `json:"kv_used_pct"`
+	// Requests counts requests answered since the replica started.
+	Requests int64 `json:"requests"`
+	// TokensPerSecond and TTFTMS are an LLM replica's generation rate and
+	// time to first token over the last few seconds.
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	TTFTMS          float64 `json:"ttft_ms"`
+	// ColdStart is how long the replica took to become ready.
+	ColdStart ColdStart `json:"cold_start"`
+}
+
+// ColdStart is a replica's start split into its parts, in milliseconds:
+// fetching the version's files that were not cached (0 on a cache hit),
+// verifying their digests, the runtime's model load and its warm-up. 0 is
+// none or not yet known.
+type ColdStart struct {
+	DownloadMS int64 `json:"download_ms"`
+	VerifyMS   int64 `json:"verify_ms"`
+	LoadMS     int64 `json:"load_ms"`
+	WarmupMS   int64 `json:"warmup_ms"`
+}
+
+// TotalMS is the whole cold start.
+func (c ColdStart) TotalMS() int64 { return c.DownloadMS + c.VerifyMS + c.LoadMS + c.WarmupMS }
+
+func metricsOf(r proto.ReplicaStatus) ReplicaMetrics {
+	return ReplicaMetrics{QueueDepth: r.QueueDepth, InFlight: r.InFlight, BatchSize: r.BatchSize, KVUsedPct: r.KVUsedPct,
+		Requests: r.Requests, TokensPerSecond: r.TokensPerSecond, TTFTMS: r.TTFTMS,
+		ColdStart: ColdStart{DownloadMS: r.DownloadMS, VerifyMS: r.VerifyMS, LoadMS: r.LoadMS, WarmupMS: r.WarmupMS}}
+}
+
+// ParseReplicaMetrics reads a stored replicas.metrics value; a row written
+// before heartbeats carried metrics reads as zero.
+func ParseReplicaMetrics(raw []byte) ReplicaMetrics {
+	var m ReplicaMetrics
+	_ = json.Unmarshal(raw, &m)
+	return m
+}
+
+// Bounds of what a heartbeat may claim of one replica: far beyond any real
+// runtime, they keep a broken or hostile agent from storing nonsense.
+const (
+	maxReplicaCount = 10_000_000
+	maxReplicaMS    = 7 * 24 * 3600 * 1000
+)
+
+// checkReplicaMetrics refuses a replica report whose numbers no runtime
+// produces: negative, out of range, or not finite.
+func checkReplicaMetrics(r proto.ReplicaStatus) error {
+	counts := []struct {
+		name string
+		v    int64
+		max  int64
+	}{
+		{"queue_depth", int64(r.QueueDepth), maxReplicaCount},
+		{"in_flight", int64(r.InFlight), maxReplicaCount},
+		{"requests", r.Requests, math.MaxInt64},
+		{"download_ms", r.DownloadMS, maxReplicaMS},
+		{"verify_ms", r.VerifyMS, maxReplicaMS},
+		{"load_ms", r.LoadMS, maxReplicaMS},
+		{"warmup_ms", r.WarmupMS, maxReplicaMS},
+	}
+	for _, c := range counts {
+		if c.v < 0 || c.v > c.max {
+			return fmt.Errorf("%s %d out of 0..%d", c.name, c.v, c.max)
+		}
+	}
+	reals := []struct {
+		name string
+		v    float64
+		max  float64
+	}{
+		{"batch_size", r.BatchSize, maxReplicaCount},
+		{"kv_used_pct", r.KVUsedPct, 100},
+		{"tokens_per_second", r.TokensPerSecond, 1e9},
+		{"ttft_ms", r.TTFTMS, maxReplicaMS},
+	}
+	for _, c := range reals {
+		if math.IsNaN(c.v) || c.v < 0 || c.v > c.max {
+			return fmt.Errorf("%s %v out of 0..%v", c.name, c.v, c.max)
+		}
+	}
+	return nil
+}
+
+// checkCache refuses a cache report that cannot be true.
+func checkCache(c *proto.CacheStatus) error {
+	if c == nil {
+		return nil
+	}
+	if c.BytesUsed < 0 || c.BytesLimit < 0 || c.Versions < 0 || c.Versions > maxReplicaCount {
+		return fmt.Errorf("cache bytes_used %d, bytes_limit %d, versions %d: want none negative", c.BytesUsed, c.BytesLimit, c.Versions)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package fleet_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"modelplane/agent/proto"
+	"modelplane/fleet"
+)
+
+// A heartbeat's per-replica load and cold start and the node's cache are
+// kept, shown on the node and with the endpoint's replicas, and replaced
+// by the next heartbeat; load alone never counts as a change that wakes
+// the reconciler.
+func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 1)
+	f.reconcile(t)
+	rs := ready(f.desired(t, "node-a"))
+	if len(rs) != 1 {
+		t.Fatalf("desired = %+v, want one replica", rs)
+	}
+	r := rs[0]
+	r.QueueDepth, r.InFlight, r.BatchSize, r.Requests, r.KVUsedPct = 3, 7, 2.5, 41, 12
+	r.TokensPerSecond, r.TTFTMS = 950, 120
+	r.DownloadMS, r.VerifyMS, r.LoadMS, r.WarmupMS = 1500, 200, 300, 40
+	cache := &proto.CacheStatus{BytesUsed: 3 << 20, BytesLimit: 1 << 30, Versions: 2, Hits: 5, Misses: 2, Evictions: 1}
+	observe := func(r proto.ReplicaStatus) bool {
+		t.Helper()
+		changed, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
+			Replicas: []proto.ReplicaStatus{r}, Cache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	if !observe(r) {
+		t.Error("first ready heartbeat reported no change")
+	}
+	want := fleet.ReplicaMetrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
+		ColdStart: fleet.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
+	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Cache == nil || *n.Cache != *cache {
+		t.Errorf("node cache = %+v, want %+v", n.Cache, cache)
+	}
+	if len(n.Replicas) != 1 || n.Replicas[0].Name != r.ID || n.Replicas[0].Endpoint != "fraud-ep" || n.Replicas[0].Metrics != want {
+		t.Errorf("node replicas = %+v, want %s of fraud-ep with %+v", n.Replicas, r.ID, want)
+	}
+	ns, err := f.fleet.Nodes(t.Context(), f.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ns) != 1 || ns[0].Cache == nil || ns[0].Cache.Hits != 5 {
+		t.Errorf("nodes = %+v, want node-a with its cache", ns)
+	}
+	if e := f.get(t, "fraud-ep"); len(e.Replicas) != 1 || e.Replicas[0].Metrics != want {
+		t.Errorf("endpoint replicas = %+v, want the metrics %+v", e.Replicas, want)
+	}
+
+	// The next heartbeat's load replaces this one's and wakes nothing.
+	r.QueueDepth, r.InFlight = 0, 1
+	if observe(r) {
+		t.Error("a change of load alone reported a change")
+	}
+	if e := f.get(t, "fraud-ep"); e.Replicas[0].Metrics.InFlight != 1 || e.Replicas[0].Metrics.QueueDepth != 0 {
+		t.Errorf("metrics after the next heartbeat = %+v, want in-flight 1, queue 0", e.Replicas[0].Metrics)
+	}
+}
+
+func TestHeartbeatMetricsNoRuntimeProducesAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", nil)
+	rep := func(mod func(*proto.ReplicaStatus)) proto.NodeStatus {
+		r := proto.ReplicaStatus{ID: "x", State: proto.StateReady}
+		mod(&r)
+		return proto.NodeStatus{Node: "node-a", LeaseSeconds: 15, GPUs: inv, Replicas: []proto.ReplicaStatus{r}}
+	}
+	for name, st := range map[string]proto.NodeStatus{
+		"negative in-flight":  rep(func(r *proto.ReplicaStatus) { r.InFlight = -1 }),
+		"negative queue":      rep(func(r *proto.ReplicaStatus) { r.QueueDepth = -2 }),
+		"NaN batch":           rep(func(r *proto.ReplicaStatus) { r.BatchSize = math.NaN() }),
+		"KV above 100":        rep(func(r *proto.ReplicaStatus) { r.KVUsedPct = 101 }),
+		"negative tokens/s":   rep(func(r *proto.ReplicaStatus) { r.TokensPerSecond = -5 }),
+		"negative download":   rep(func(r *proto.ReplicaStatus) { r.DownloadMS = -1 }),
+		"warm-up of a year":   rep(func(r *proto.ReplicaStatus) { r.WarmupMS = 365 * 24 * 3600 * 1000 }),
+		"negative cache size": {Node: "node-a", LeaseSeconds: 15, GPUs: inv, Cache: &proto.CacheStatus{BytesUsed: -1}},
+	} {
+		if _, err := f.fleet.Observe(t.Context(), st); !errors.Is(err, fleet.ErrBadStatus) {
+			t.Errorf("%s: err = %v, want ErrBadStatus", name, err)
+		}
+	}
+}
