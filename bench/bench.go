@@ -56,6 +56,7 @@ type Config struct {
 	MLP            string
 	ColdMB         int
 	ColdRuns       int
+	LinkMbps       int
 }
 
 // Flags registers the bench settings on fs.
@@ -71,6 +72,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MLP, "mlp", defaultMLP, "bench runtime: the throughput ONNX MLP, INPUTSxHIDDENx... (one sigmoid output)")
 	fs.IntVar(&c.ColdMB, "cold-mb", defaultColdMB, "bench runtime: least size of the cold-start ONNX model, in MB")
 	fs.IntVar(&c.ColdRuns, "cold-runs", defaultColdRuns, "bench runtime: cold starts of each kind (the median is reported)")
+	fs.IntVar(&c.LinkMbps, "link-mbps", defaultLinkMbps, "bench runtime: also start uncached over a link of this many Mbit/s (0: loopback only)")
 }
 
 // Usage lists every benchmark and its flags.
@@ -82,7 +84,7 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
        modelplane bench drift [--json]
-       modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3]`
+       modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.

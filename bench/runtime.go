@@ -134,6 +134,13 @@ type ColdStart struct {
 	Cached   ColdPhase `json:"cached"`
 	// Speedup is Uncached.TotalS over Cached.TotalS.
 	Speedup float64 `json:"speedup"`
+	// Over loopback the download costs little; UncachedLink is the
+	// uncached start with the artifact endpoint sending at LinkMbps
+	// (megabits per second), as a node fetching over a network would, and
+	// SpeedupLink its total over Cached.TotalS. Absent with --link-mbps 0.
+	LinkMbps     int        `json:"link_mbps,omitempty"`
+	UncachedLink *ColdPhase `json:"uncached_link,omitempty"`
+	SpeedupLink  float64    `json:"speedup_link,omitempty"`
 	// ServedBy says what answered GET /internal/artifacts/{sha256}.
 	ServedBy string `json:"served_by"`
 }
@@ -163,6 +170,9 @@ const (
 	defaultRuntimeTime    = 16 * time.Second
 	defaultColdMB         = 200
 	defaultColdRuns       = 3
+	// defaultLinkMbps is the paced uncached start's link: 1 Gbit/s, a
+	// node's ordinary network port.
+	defaultLinkMbps = 1000
 	// defaultMLP is the throughput ONNX model: 64 inputs, two hidden
 	// layers of 4096 (17 million weights, a 68 MB file), one sigmoid
 	// output. At this size one row's pass streams every weight from
@@ -201,6 +211,7 @@ type runtimeSettings struct {
 	mlp      mlpShape
 	cold     mlpShape
 	coldRuns int
+	linkMbps int
 	pin      bool
 }
 
@@ -232,7 +243,7 @@ func (c Config) runtimeSettings() (runtimeSettings, error) {
 	total := cmpOr(c.RuntimeTime, defaultRuntimeTime)
 	return runtimeSettings{self: self, clients: clients, rounds: runtimeRounds, warmup: runtimeWarmup,
 		phase: total / runtimeRounds, mlp: mlp, cold: coldShape(int64(cmpOr(c.ColdMB, defaultColdMB)) * 1_000_000),
-		coldRuns: cmpOr(c.ColdRuns, defaultColdRuns), pin: true}, nil
+		coldRuns: cmpOr(c.ColdRuns, defaultColdRuns), linkMbps: max(c.LinkMbps, 0), pin: true}, nil
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -740,9 +751,18 @@ func (b *runtimeBench) coldStart(ctx context.Context) (*ColdStart, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := b.s.serve(artifactServer(store, runtimeToken))
+	addr, err := b.s.serve(artifactServer(store, runtimeToken, 0))
 	if err != nil {
 		return nil, err
+	}
+	servers := map[string]string{"uncached": addr, "cached": addr}
+	kinds := []string{"uncached", "cached"}
+	if b.set.linkMbps > 0 {
+		cs.LinkMbps = b.set.linkMbps
+		if servers["link"], err = b.s.serve(artifactServer(store, runtimeToken, b.set.linkMbps)); err != nil {
+			return nil, err
+		}
+		kinds = append(kinds, "link")
 	}
 	cfg, err := readModelConfig(src)
 	if err != nil {
@@ -750,29 +770,39 @@ func (b *runtimeBench) coldStart(ctx context.Context) (*ColdStart, error) {
 	}
 	cfg.Batching = batchedSettings
 	settings, _ := json.Marshal(cfg)
-	var uncached, cached []coldSample
+	// Each run: an empty cache, then the same cache reopened, then (over
+	// the paced link) another empty one.
+	samples := map[string][]coldSample{}
 	for run := range b.set.coldRuns {
-		dir := filepath.Join(root, fmt.Sprintf("cache-%d", run))
-		for _, kind := range []string{"uncached", "cached"} {
+		for _, kind := range kinds {
+			dir := filepath.Join(root, fmt.Sprintf("cache-%d", run))
+			if kind == "link" {
+				dir += "-link"
+			}
 			spec := proto.ReplicaSpec{ID: fmt.Sprintf("cold-%s-%d", kind, run), Model: "cold", Version: "v1", Runtime: "onnxruntime",
 				Format: "onnx", Manifest: manifest, Settings: settings}
-			smp, err := b.coldOnce(ctx, dir, "http://"+addr, spec)
+			smp, err := b.coldOnce(ctx, dir, "http://"+servers[kind], spec)
 			if err != nil {
 				return nil, fmt.Errorf("%s run %d: %w", kind, run, err)
 			}
-			if kind == "uncached" {
-				uncached = append(uncached, smp)
-			} else {
-				cached = append(cached, smp)
+			samples[kind] = append(samples[kind], smp)
+			if kind != "uncached" {
+				if err := os.RemoveAll(dir); err != nil {
+					return nil, err
+				}
 			}
 		}
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, err
-		}
 	}
-	cs.Uncached, cs.Cached = coldMedians(uncached), coldMedians(cached)
+	cs.Uncached, cs.Cached = coldMedians(samples["uncached"]), coldMedians(samples["cached"])
 	if cs.Cached.TotalS > 0 {
 		cs.Speedup = round3(cs.Uncached.TotalS / cs.Cached.TotalS)
+	}
+	if s := samples["link"]; len(s) > 0 {
+		ph := coldMedians(s)
+		cs.UncachedLink = &ph
+		if cs.Cached.TotalS > 0 {
+			cs.SpeedupLink = round3(ph.TotalS / cs.Cached.TotalS)
+		}
 	}
 	return cs, nil
 }
@@ -906,8 +936,9 @@ func fileDigest(path string) (string, error) {
 
 // artifactServer answers GET /internal/artifacts/{sha256} from store as
 // the control plane's handler does: the agents' bearer token, the blob
-// streamed with Range and If-Range, its digest as the strong ETag.
-func artifactServer(store *artifact.Store, token string) http.Handler {
+// streamed with Range and If-Range, its digest as the strong ETag. With
+// mbps > 0 it sends no faster than that many megabits per second.
+func artifactServer(store *artifact.Store, token string, mbps int) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /internal/artifacts/{sha256}", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
@@ -932,7 +963,37 @@ func artifactServer(store *artifact.Store, token string) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("ETag", `"`+d+`"`)
+		if mbps > 0 {
+			w = &pacedWriter{ResponseWriter: w, bytesPerSec: float64(mbps) * 1e6 / 8, start: time.Now()}
+		}
 		http.ServeContent(w, r, "", st.ModTime(), f)
 	})
 	return mux
+}
+
+// pacedWriter writes no faster than bytesPerSec since start, in pieces of
+// 64 KiB: a network link's pace on loopback.
+type pacedWriter struct {
+	http.ResponseWriter
+	bytesPerSec float64
+	start       time.Time
+	sent        int64
+}
+
+func (p *pacedWriter) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		n, err := p.ResponseWriter.Write(b[:min(len(b), 64<<10)])
+		written += n
+		p.sent += int64(n)
+		b = b[n:]
+		if err != nil {
+			return written, err
+		}
+		due := p.start.Add(time.Duration(float64(p.sent) / p.bytesPerSec * float64(time.Second)))
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	return written, nil
 }

@@ -139,7 +139,7 @@ func TestRuntimeBenchSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := runtimeSettings{self: self, clients: 4, rounds: 1, phase: 2 * time.Minute, requests: 100,
-		mlp: mlpShape{Inputs: 8, Hidden: []int{16}}, cold: mlpShape{Inputs: 8, Hidden: []int{32, 32}}, coldRuns: 1}
+		mlp: mlpShape{Inputs: 8, Hidden: []int{16}}, cold: mlpShape{Inputs: 8, Hidden: []int{32, 32}}, coldRuns: 1, linkMbps: 8}
 	res, err := measureRuntime(context.Background(), set)
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +174,9 @@ func TestRuntimeBenchSmoke(t *testing.T) {
 	}
 	if cs.ModelBytes <= 0 || cs.Uncached.DownloadS <= 0 || cs.Cached.DownloadS != 0 || cs.Uncached.StartToReadyS <= 0 {
 		t.Errorf("cold start %+v: want a download only uncached and both timed", cs)
+	}
+	if l := cs.UncachedLink; l == nil || l.Fetched != 2 || l.DownloadS <= 0 || cs.SpeedupLink <= 0 {
+		t.Errorf("cold start over the paced link: %+v, speedup %v; want it measured", l, cs.SpeedupLink)
 	}
 	raw, err := json.Marshal(res)
 	if err != nil {
