@@ -48,6 +48,15 @@ type Config struct {
 	// RawGPUs is how many GPUs `bench chargeback` meters per second for its
 	// raw day (default 500).
 	RawGPUs int
+	// The runtime benchmark's sizes: closed-loop clients, measured load
+	// per model and batching setting, the throughput MLP's shape, and the
+	// cold-start model's least size (MB) and runs.
+	RuntimeClients int
+	RuntimeTime    time.Duration
+	MLP            string
+	ColdMB         int
+	ColdRuns       int
+	LinkMbps       int
 }
 
 // Flags registers the bench settings on fs.
@@ -58,6 +67,12 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Profile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
 	fs.IntVar(&c.Gateways, "gateways", defaultGateways, "gateways watching the routing table (bench rollback)")
 	fs.IntVar(&c.RawGPUs, "raw-gpus", 500, "bench chargeback: GPUs in the per-second raw day")
+	fs.IntVar(&c.RuntimeClients, "runtime-clients", defaultRuntimeClients, "bench runtime: closed-loop clients")
+	fs.DurationVar(&c.RuntimeTime, "runtime-time", defaultRuntimeTime, "bench runtime: measured load per model and batching setting")
+	fs.StringVar(&c.MLP, "mlp", defaultMLP, "bench runtime: the throughput ONNX MLP, INPUTSxHIDDENx... (one sigmoid output)")
+	fs.IntVar(&c.ColdMB, "cold-mb", defaultColdMB, "bench runtime: least size of the cold-start ONNX model, in MB")
+	fs.IntVar(&c.ColdRuns, "cold-runs", defaultColdRuns, "bench runtime: cold starts of each kind (the median is reported)")
+	fs.IntVar(&c.LinkMbps, "link-mbps", defaultLinkMbps, "bench runtime: also start uncached over a link of this many Mbit/s (0: loopback only)")
 }
 
 // Usage lists every benchmark and its flags.
@@ -68,7 +83,8 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench gateway [--json] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
-       modelplane bench drift [--json]`
+       modelplane bench drift [--json]
+       modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.
@@ -81,6 +97,7 @@ var benchmarks = map[string]func(context.Context, Config, io.Writer) error{
 	"rollback":   runRollback,
 	"chargeback": runChargeback,
 	"drift":      runDrift,
+	"runtime":    runRuntimeBench,
 }
 
 // Run runs the benchmark args names (exactly one) and prints its result to
