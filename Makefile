@@ -43,6 +43,7 @@ bench: deps build
 	./$(BIN) bench rollback --json
 	./$(BIN) bench chargeback --json
 	./$(BIN) bench drift --json
+	./$(BIN) bench autoscale --json
 
 deps:
 	./scripts/install-deps.sh

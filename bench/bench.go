@@ -68,7 +68,8 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench gateway [--json] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
-       modelplane bench drift [--json]`
+       modelplane bench drift [--json]
+       modelplane bench autoscale [--json]`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.
@@ -81,6 +82,7 @@ var benchmarks = map[string]func(context.Context, Config, io.Writer) error{
 	"rollback":   runRollback,
 	"chargeback": runChargeback,
 	"drift":      runDrift,
+	"autoscale":  runAutoscale,
 }
 
 // Run runs the benchmark args names (exactly one) and prints its result to
