@@ -121,20 +121,20 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 			if best < 0 || load > bestLoad {
 				best, bestLoad = i, load
 			}
-		} else if len(in.Ready) > 0 {
-			missing = append(missing, t.Signal)
 		}
-		d.Readings[i] = r
-	}
-	for _, r := range d.Readings {
-		if k := r.Signal.index(); k >= 0 {
-			if r.Replicas == 0 && len(in.Ready) > 0 {
+		// A signal no ready replica reports is missing; without a ready
+		// replica nothing is (starting replicas report nothing).
+		if k := t.Signal.index(); k >= 0 && len(in.Ready) > 0 {
+			if r.Replicas == 0 {
+				missing = append(missing, t.Signal)
 				s.missing[k] = min(s.missing[k]+1, math.MaxUint8)
-			} else if r.Replicas > 0 {
+			} else {
 				s.missing[k] = 0
 			}
 		}
+		d.Readings[i] = r
 	}
+	s.noteActivity(in.Ready, now)
 	var gone []string
 	for _, sig := range missing {
 		if s.missing[sig.index()] >= MissingEvaluations {
@@ -161,7 +161,6 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		d.Reason = fmt.Sprintf("no ready replica (%d starting): hold %d", d.Starting, d.Desired)
 		return s.finish(d)
 	}
-	s.noteActivity(in.Ready, now)
 
 	// The recommendation: the winning desire, or the current count inside
 	// the tolerance band or without any signal.
