@@ -44,6 +44,7 @@ bench: deps build
 	./$(BIN) bench chargeback --json
 	./$(BIN) bench drift --json
 	./$(BIN) bench runtime --json
+	./$(BIN) bench autoscale --json
 
 deps:
 	./scripts/install-deps.sh

@@ -1,0 +1,99 @@
+package autoscale
+
+import "fmt"
+
+// Signal names a per-replica metric a policy can scale on. The names are the
+// API's.
+type Signal string
+
+// The signals. RPS, InFlight, QueueDepth, BatchQueueMS and TokensPerSecond
+// are per replica; GPUUtil and KVCache are fractions from 0 to 1.
+const (
+	RPS             Signal = "rps"
+	InFlight        Signal = "in_flight"
+	QueueDepth      Signal = "queue_depth"
+	BatchQueueMS    Signal = "batch_queue_ms"
+	GPUUtil         Signal = "gpu_util"
+	KVCache         Signal = "kv_cache"
+	TokensPerSecond Signal = "tokens_per_s"
+)
+
+// Signals lists every signal in the order a Sample stores them.
+var Signals = []Signal{RPS, InFlight, QueueDepth, BatchQueueMS, GPUUtil, KVCache, TokensPerSecond}
+
+const signalCount = 7
+
+// index is s's slot in a Sample, or -1 for a name that is no signal.
+func (s Signal) index() int {
+	switch s {
+	case RPS:
+		return 0
+	case InFlight:
+		return 1
+	case QueueDepth:
+		return 2
+	case BatchQueueMS:
+		return 3
+	case GPUUtil:
+		return 4
+	case KVCache:
+		return 5
+	case TokensPerSecond:
+		return 6
+	}
+	return -1
+}
+
+// fraction reports whether s is a share from 0 to 1, whose target must be
+// at most 1.
+func (s Signal) fraction() bool { return s == GPUUtil || s == KVCache }
+
+// Task is what the endpoint's model does; it decides which signals its
+// replicas can report. The values are the registry's.
+type Task string
+
+// The tasks.
+const (
+	TaskClassification Task = "classification"
+	TaskRegression     Task = "regression"
+	TaskLLM            Task = "llm"
+)
+
+// reports reports whether a replica of task on a GPU (or not) reports s. A
+// classic model has no KV cache and counts no tokens; a CPU replica has no
+// GPU utilisation.
+func (t Task) reports(s Signal, gpu bool) error {
+	switch {
+	case s.index() < 0:
+		return fmt.Errorf("unknown signal %q", s)
+	case (s == KVCache || s == TokensPerSecond) && t != TaskLLM:
+		return fmt.Errorf("a %s endpoint does not report %s (LLM endpoints only)", t, s)
+	case s == GPUUtil && !gpu:
+		return fmt.Errorf("a CPU endpoint does not report %s", s)
+	}
+	return nil
+}
+
+// Sample is one ready replica's metrics at one evaluation: a value for each
+// signal it reported. The zero Sample reports nothing.
+type Sample struct {
+	values [signalCount]float64
+	has    uint8
+}
+
+// Set records v for s; a name that is no signal is ignored.
+func (m *Sample) Set(s Signal, v float64) {
+	if i := s.index(); i >= 0 {
+		m.values[i] = v
+		m.has |= 1 << i
+	}
+}
+
+// Value is the value reported for s, and whether one was.
+func (m Sample) Value(s Signal) (float64, bool) {
+	i := s.index()
+	if i < 0 || m.has&(1<<i) == 0 {
+		return 0, false
+	}
+	return m.values[i], true
+}
