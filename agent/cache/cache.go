@@ -84,7 +84,10 @@ type Prepared struct {
 	Download time.Duration
 	Verify   time.Duration
 	// Fetched is the number of files downloaded; 0 is a cache hit.
+	// Hashed is the number of files read to check their digest: the
+	// downloaded ones and cached ones whose stamp changed.
 	Fetched int
+	Hashed  int
 }
 
 // stamp is what a verified file looked like on disk.
@@ -334,9 +337,14 @@ func (c *Cache) Pin(replicaID, manifest string) {
 // the version stays cached until evicted.
 func (c *Cache) Release(replicaID string) {
 	c.mu.Lock()
+	var files []string
+	if v := c.idx.Versions[c.pins[replicaID]]; v != nil {
+		files = slices.Clone(v.Files)
+	}
 	delete(c.pins, replicaID)
 	c.mu.Unlock()
-	if err := os.RemoveAll(c.sub("replicas", dirName(replicaID))); err != nil {
+	err := c.keepingStamps(files, func() error { return os.RemoveAll(c.sub("replicas", dirName(replicaID))) })
+	if err != nil {
 		c.log.Warn("replica directory not removed", slog.String("replica", replicaID), slog.String("error", err.Error()))
 	}
 }
@@ -422,7 +430,12 @@ func (c *Cache) Prepare(ctx context.Context, spec proto.ReplicaSpec) (Prepared, 
 			return p, err
 		}
 	}
-	if p.Dir, err = c.link(spec, man); err != nil {
+	err = c.keepingStamps(files, func() error {
+		var err error
+		p.Dir, err = c.link(spec, man)
+		return err
+	})
+	if err != nil {
 		return p, err
 	}
 	c.mu.Lock()
@@ -492,6 +505,7 @@ func (c *Cache) ensure(ctx context.Context, d, name string, p *Prepared) error {
 		t := c.cfg.Clock.Now()
 		got, err := hashFile(blob)
 		p.Verify += c.cfg.Clock.Since(t)
+		p.Hashed++
 		if err != nil {
 			return fmt.Errorf("verify cached %s: %w", name, err)
 		}
@@ -516,6 +530,7 @@ func (c *Cache) ensure(ctx context.Context, d, name string, p *Prepared) error {
 		t = c.cfg.Clock.Now()
 		got, err := hashFile(part)
 		p.Verify += c.cfg.Clock.Since(t)
+		p.Hashed++
 		if err != nil {
 			return fmt.Errorf("verify %s: %w", name, err)
 		}
@@ -545,6 +560,26 @@ func (c *Cache) trusted(d string, fi os.FileInfo) bool {
 	defer c.mu.Unlock()
 	was, ok := c.idx.Stamps[d]
 	return ok && was == st
+}
+
+// keepingStamps runs op, which links or unlinks blobs of digests into or
+// out of replica directories, and records the stamps of those blobs that
+// were trusted before it again: a link count change moves a file's change
+// time, and without this every cached start would hash its files again.
+func (c *Cache) keepingStamps(digests []string, op func() error) error {
+	var trusted []string
+	for _, d := range digests {
+		if fi, err := os.Stat(c.blobPath(d)); err == nil && c.trusted(d, fi) {
+			trusted = append(trusted, d)
+		}
+	}
+	err := op()
+	for _, d := range trusted {
+		if serr := c.stampBlob(d, c.blobPath(d)); err == nil {
+			err = serr
+		}
+	}
+	return err
 }
 
 func (c *Cache) stampBlob(d, blob string) error {

@@ -258,6 +258,11 @@ func TestPrepareFetchesVerifiesAndReusesFiles(t *testing.T) {
 	if got2.Fetched != 0 || len(p.requests(spec.Manifest)) != before || got2.Dir == got.Dir {
 		t.Errorf("second replica: fetched %d, dir %s (first %s); want a hit in its own directory", got2.Fetched, got2.Dir, got.Dir)
 	}
+	// Its files were verified when fetched and are unchanged since: linking
+	// them into two directories does not make them worth hashing again.
+	if got.Hashed != 4 || got2.Hashed != 0 {
+		t.Errorf("files hashed: %d on the miss, %d on the hit; want 4 and 0", got.Hashed, got2.Hashed)
+	}
 	checkDir(t, got2.Dir, files, true)
 	if st := c.Stats(); st.Hits != 1 || st.Misses != 1 || st.Versions != 1 || st.BytesUsed < int64(len(files["model.safetensors"])) {
 		t.Errorf("stats = %+v; want 1 hit, 1 miss, 1 version and the files' bytes", st)
@@ -268,8 +273,8 @@ func TestPrepareFetchesVerifiesAndReusesFiles(t *testing.T) {
 	spec3 := spec
 	spec3.ID = "rep-v1-c"
 	got3, err := c2.Prepare(t.Context(), spec3)
-	if err != nil || got3.Fetched != 0 {
-		t.Fatalf("after a restart: fetched %d, %v; want a hit", got3.Fetched, err)
+	if err != nil || got3.Fetched != 0 || got3.Hashed != 0 {
+		t.Fatalf("after a restart: fetched %d, hashed %d, %v; want a hit that hashes nothing", got3.Fetched, got3.Hashed, err)
 	}
 	checkDir(t, got3.Dir, files, true)
 
@@ -278,6 +283,9 @@ func TestPrepareFetchesVerifiesAndReusesFiles(t *testing.T) {
 	if exists(t, got3.Dir) || !exists(t, blob(dir, digest(files["model.safetensors"]))) {
 		t.Errorf("after release: dir exists %v, blob exists %v; want the dir gone and the blob kept",
 			exists(t, got3.Dir), exists(t, blob(dir, digest(files["model.safetensors"]))))
+	}
+	if got4, err := c2.Prepare(t.Context(), spec3); err != nil || got4.Fetched != 0 || got4.Hashed != 0 {
+		t.Errorf("prepared again after its release: fetched %d, hashed %d, %v; want a hit that hashes nothing", got4.Fetched, got4.Hashed, err)
 	}
 }
 
@@ -310,6 +318,9 @@ func TestTamperedCacheFileIsFetchedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDir(t, got.Dir, files, false)
+	if got.Hashed != 2 {
+		t.Errorf("files hashed after tampering: %d; want 2 (the tampered one, then its new download)", got.Hashed)
+	}
 	if n := len(p.requests(d)); n != 2 || got.Fetched != 1 {
 		t.Errorf("file fetched %d times in all, %d now; want 2 and 1 (again after tampering)", n, got.Fetched)
 	}
