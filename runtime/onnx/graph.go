@@ -20,6 +20,20 @@ type graph struct {
 	producers map[string]node
 	// metadata is ModelProto.metadata_props.
 	metadata map[string]string
+	// inputs are the graph's inputs that no initializer fills, and outputs
+	// its outputs, as declared in the file: what ONNX Runtime reports of a
+	// session, read without loading the model a second time.
+	inputs, outputs []valueInfo
+}
+
+// valueInfo is a graph input's or output's declared type: tensor is false
+// for a sequence, map or other non-tensor value; elemType is
+// TensorProto.DataType (1 is float); a dimension without a fixed size is -1.
+type valueInfo struct {
+	name     string
+	tensor   bool
+	elemType int
+	dims     []int64
 }
 
 // node is the part of a NodeProto the output kind needs.
@@ -35,6 +49,17 @@ const (
 	modelGraph         = 7
 	modelMetadataProps = 14
 	graphNode          = 1
+	graphInitializer   = 5
+	graphInput         = 11
+	graphOutput        = 12
+	tensorName         = 8
+	valueInfoName      = 1
+	valueInfoType      = 2
+	typeTensor         = 1
+	tensorElemType     = 1
+	tensorShape        = 2
+	shapeDim           = 1
+	dimValue           = 1
 	nodeInput          = 1
 	nodeOutput         = 2
 	nodeOpType         = 4
@@ -48,25 +73,53 @@ var errTruncated = errors.New("truncated protobuf")
 // readGraph decodes the node list and metadata of a serialised ModelProto.
 func readGraph(data []byte) (graph, error) {
 	g := graph{producers: map[string]node{}, metadata: map[string]string{}}
-	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == modelGraph && typ == protowire.BytesType:
-			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				if num != graphNode || typ != protowire.BytesType {
+			var inputs []valueInfo
+			initialized := map[string]bool{}
+			err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				if typ != protowire.BytesType {
 					return nil
 				}
-				n, outputs, err := readNode(v)
-				if err != nil {
-					return fmt.Errorf("node: %w", err)
-				}
-				for _, o := range outputs {
-					g.producers[o] = n
+				switch num {
+				case graphNode:
+					n, outputs, err := readNode(v)
+					if err != nil {
+						return fmt.Errorf("node: %w", err)
+					}
+					for _, o := range outputs {
+						g.producers[o] = n
+					}
+				case graphInitializer:
+					return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+						if num == tensorName && typ == protowire.BytesType {
+							initialized[string(v)] = true
+						}
+						return nil
+					})
+				case graphInput, graphOutput:
+					vi, err := readValueInfo(v)
+					if err != nil {
+						return fmt.Errorf("value info: %w", err)
+					}
+					if num == graphInput {
+						inputs = append(inputs, vi)
+					} else {
+						g.outputs = append(g.outputs, vi)
+					}
 				}
 				return nil
 			})
+			for _, in := range inputs {
+				if !initialized[in.name] {
+					g.inputs = append(g.inputs, in)
+				}
+			}
+			return err
 		case num == modelMetadataProps && typ == protowire.BytesType:
 			var key, value string
-			err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 				if typ == protowire.BytesType && num == entryKey {
 					key = string(v)
 				} else if typ == protowire.BytesType && num == entryValue {
@@ -90,7 +143,7 @@ func readGraph(data []byte) (graph, error) {
 func readNode(data []byte) (node, []string, error) {
 	var n node
 	var outputs []string
-	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
@@ -109,10 +162,72 @@ func readNode(data []byte) (node, []string, error) {
 	return n, outputs, err
 }
 
+// elemFloat is TensorProto.DataType FLOAT, the only element type a row of
+// features or an answer may have.
+const elemFloat = 1
+
+// elemTypeNames are onnx.proto's names of TensorProto.DataType values.
+var elemTypeNames = []string{"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING",
+	"BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16"}
+
+func elemTypeName(t int) string {
+	if t >= 0 && t < len(elemTypeNames) {
+		return elemTypeNames[t]
+	}
+	return fmt.Sprintf("element type %d", t)
+}
+
+// readValueInfo decodes a ValueInfoProto's name and tensor type.
+func readValueInfo(data []byte) (valueInfo, error) {
+	var vi valueInfo
+	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == valueInfoName && typ == protowire.BytesType:
+			vi.name = string(v)
+		case num == valueInfoType && typ == protowire.BytesType:
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				if num != typeTensor || typ != protowire.BytesType {
+					return nil
+				}
+				vi.tensor = true
+				return readTensorType(v, &vi)
+			})
+		}
+		return nil
+	})
+	return vi, err
+}
+
+// readTensorType decodes TypeProto.Tensor: the element type and the shape.
+func readTensorType(data []byte, vi *valueInfo) error {
+	return eachField(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == tensorElemType && typ == protowire.VarintType:
+			vi.elemType = int(x)
+		case num == tensorShape && typ == protowire.BytesType:
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				if num != shapeDim || typ != protowire.BytesType {
+					return nil
+				}
+				size := int64(-1)
+				err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+					if num == dimValue && typ == protowire.VarintType {
+						size = int64(x)
+					}
+					return nil
+				})
+				vi.dims = append(vi.dims, size)
+				return err
+			})
+		}
+		return nil
+	})
+}
+
 // eachField calls fn with every field of a serialised message in order; v is
-// the payload of a length-delimited field and nil for the other wire types,
-// which no caller needs.
-func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+// the payload of a length-delimited field and x the value of a varint one
+// (nil and 0 otherwise); fixed-width values no caller needs are skipped.
+func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
@@ -120,16 +235,20 @@ func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v 
 		}
 		data = data[n:]
 		var v []byte
-		if typ == protowire.BytesType {
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
 			v, n = protowire.ConsumeBytes(data)
-		} else {
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(data)
+		default:
 			n = protowire.ConsumeFieldValue(num, typ, data)
 		}
 		if n < 0 {
 			return errTruncated
 		}
 		data = data[n:]
-		if err := fn(num, typ, v); err != nil {
+		if err := fn(num, typ, v, x); err != nil {
 			return err
 		}
 	}

@@ -71,41 +71,40 @@ func LoadWithOptions(path string, opts Options) (model.Model, error) {
 	if err := so.SetInterOpNumThreads(1); err != nil {
 		return nil, fmt.Errorf("onnx: inter-op threads: %w", err)
 	}
-	// The probe session is ONNX Runtime's own check of the model: a bad
-	// graph or an unknown operator fails here with its message. The binding
-	// reports inputs and outputs only through a session of its own, so the
-	// model is loaded twice; both take the thread limit. Loading by path,
-	// not from data, lets ONNX Runtime find weights stored beside the file.
-	inputs, outputs, err := ort.GetInputOutputInfoWithOptions(path, so)
-	if err != nil {
-		return nil, refused(path, err)
-	}
-	in, err := pickInput(inputs)
-	if err != nil {
-		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
-	}
-	out, width, err := pickOutput(outputs)
-	if err != nil {
-		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
-	}
+	// The input and output are read from the file, so the model is loaded
+	// into ONNX Runtime once: the session is its own check of the model,
+	// and a bad graph or an unknown operator fails there with its message.
+	// A file that is not a model gets ONNX Runtime's word for it too.
+	// Loading by path, not from data, lets ONNX Runtime find weights stored
+	// beside the file.
 	g, err := readGraph(data)
 	if err != nil {
+		if _, _, oerr := ort.GetInputOutputInfoWithOptions(path, so); oerr != nil {
+			return nil, refused(path, oerr)
+		}
 		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
 	}
-	kind, err := g.outputKind(out.Name)
+	in, err := pickInput(g.inputs)
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
 	}
-	sess, err := ort.NewDynamicAdvancedSession(path,
-		[]string{in.Name}, []string{out.Name}, so)
+	out, width, err := pickOutput(g.outputs)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	kind, err := g.outputKind(out.name)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	sess, err := ort.NewDynamicAdvancedSession(path, []string{in.name}, []string{out.name}, so)
 	if err != nil {
 		return nil, refused(path, err)
 	}
 	return &onnxModel{
 		sess:     sess,
-		features: int(in.Dimensions[1]),
+		features: int(in.dims[1]),
 		width:    width,
-		rank:     len(out.Dimensions),
+		rank:     len(out.dims),
 		kind:     kind,
 	}, nil
 }
@@ -128,52 +127,52 @@ func refused(path string, err error) error {
 }
 
 // pickInput checks the model has the one input a feature row fills.
-func pickInput(inputs []ort.InputOutputInfo) (ort.InputOutputInfo, error) {
+func pickInput(inputs []valueInfo) (valueInfo, error) {
 	if len(inputs) != 1 {
-		return ort.InputOutputInfo{}, fmt.Errorf("model has %d inputs, want 1 of shape [batch, features]", len(inputs))
+		return valueInfo{}, fmt.Errorf("model has %d inputs, want 1 of shape [batch, features]", len(inputs))
 	}
 	in := inputs[0]
-	if in.OrtValueType != ort.ONNXTypeTensor {
-		return in, fmt.Errorf("input %q is a %s, want a float tensor", in.Name, in.OrtValueType)
+	if !in.tensor {
+		return in, fmt.Errorf("input %q is not a tensor, want a float tensor", in.name)
 	}
-	if in.DataType != ort.TensorElementDataTypeFloat {
-		return in, fmt.Errorf("input %q holds %s, want float", in.Name, in.DataType)
+	if in.elemType != elemFloat {
+		return in, fmt.Errorf("input %q holds %s, want float", in.name, elemTypeName(in.elemType))
 	}
-	if len(in.Dimensions) != 2 {
-		return in, fmt.Errorf("input %q has shape %v, want [batch, features]", in.Name, in.Dimensions)
+	if len(in.dims) != 2 {
+		return in, fmt.Errorf("input %q has shape %v, want [batch, features]", in.name, in.dims)
 	}
-	if in.Dimensions[0] > 0 {
-		return in, fmt.Errorf("input %q has shape %v: the batch dimension must be dynamic", in.Name, in.Dimensions)
+	if in.dims[0] > 0 {
+		return in, fmt.Errorf("input %q has shape %v: the batch dimension must be dynamic", in.name, in.dims)
 	}
-	if in.Dimensions[1] <= 0 {
-		return in, fmt.Errorf("input %q has shape %v: the feature count must be fixed", in.Name, in.Dimensions)
+	if in.dims[1] <= 0 {
+		return in, fmt.Errorf("input %q has shape %v: the feature count must be fixed", in.name, in.dims)
 	}
 	return in, nil
 }
 
 // pickOutput finds the model's one float output and its row width (0 when
 // the width is only known after a run).
-func pickOutput(outputs []ort.InputOutputInfo) (ort.InputOutputInfo, int, error) {
-	var found []ort.InputOutputInfo
+func pickOutput(outputs []valueInfo) (valueInfo, int, error) {
+	var found []valueInfo
 	for _, o := range outputs {
-		if o.OrtValueType == ort.ONNXTypeTensor && o.DataType == ort.TensorElementDataTypeFloat {
+		if o.tensor && o.elemType == elemFloat {
 			found = append(found, o)
 		}
 	}
 	if len(found) != 1 {
-		return ort.InputOutputInfo{}, 0, fmt.Errorf("model has %d float outputs among %d, want 1 of shape [batch, K] or [batch]",
+		return valueInfo{}, 0, fmt.Errorf("model has %d float outputs among %d, want 1 of shape [batch, K] or [batch]",
 			len(found), len(outputs))
 	}
 	out := found[0]
 	switch {
-	case len(out.Dimensions) == 1:
+	case len(out.dims) == 1:
 		return out, 1, nil
-	case len(out.Dimensions) == 2 && out.Dimensions[1] > 0:
-		return out, int(out.Dimensions[1]), nil
-	case len(out.Dimensions) == 2:
+	case len(out.dims) == 2 && out.dims[1] > 0:
+		return out, int(out.dims[1]), nil
+	case len(out.dims) == 2:
 		return out, 0, nil
 	}
-	return out, 0, fmt.Errorf("output %q has shape %v, want [batch, K] or [batch]", out.Name, out.Dimensions)
+	return out, 0, fmt.Errorf("output %q has shape %v, want [batch, K] or [batch]", out.name, out.dims)
 }
 
 // onnxModel is a model.Model over one ONNX Runtime session.
