@@ -66,7 +66,7 @@ type endpointCreateInput struct {
 		Name    string `json:"name" doc:"Globally unique, DNS-label-like; part of the inference URL."`
 		Model   string `json:"model"`
 		Version string `json:"version" doc:"Initial version, served at 100 percent."`
-		Runtime string `json:"runtime,omitempty" doc:"Deprecated, derived: the version's runtime decides how it is served, so leave it out. Accepted for compatibility when it names the version's runtime; any other value is 400."`
+		Runtime string `json:"runtime,omitempty" deprecated:"true" doc:"Deprecated, derived: the version's runtime decides how it is served, so leave it out. Accepted for compatibility when it names the version's runtime; any other value is 400."`
 		EndpointSettings
 	}
 }
