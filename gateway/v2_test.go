@@ -24,6 +24,7 @@ import (
 	"modelplane/runtime"
 	"modelplane/runtime/model"
 	"modelplane/runtime/xgboost"
+	"modelplane/sim/replica"
 )
 
 // v2ver is a routing entry's version served by a V2-only runtime.
@@ -296,4 +297,28 @@ func TestRealTriton(t *testing.T) {
 		t.Fatalf("Triton through the gateway: %d %s; want two scored predictions", r.status, r.body)
 	}
 	t.Logf("Triton answered %s", r.body)
+}
+
+// TestV2TranslationOfASimulatedReplica: a V2-only version on a simulated
+// node is served by a sim replica, which answers the V2 call as Triton
+// would, so the caller gets its simulated predictions and labels.
+func TestV2TranslationOfASimulatedReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rt := route("fraud-sim", "risk", "classification", 1, v2ver("v5", "fraud", startReplica(t, "v5", replica.TaskClassification)))
+	rt.FeatureNames = []string{"amount"}
+	e.putRoute(t, rt)
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	r := call(t, g.url, predictPath("fraud-sim"), key, `{"instances":[{"amount":12.5},{"amount":900}]}`)
+	var p predictions
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &p) != nil || len(p.Predictions) != 2 {
+		t.Fatalf("%d %s; want two predictions", r.status, r.body)
+	}
+	for i, x := range p.Predictions {
+		if (x.Label != "legit" && x.Label != "fraud") || x.Score == nil || *x.Score <= 0 || *x.Score >= 1 {
+			t.Errorf("prediction %d = %+v; want a simulated label and score", i, x)
+		}
+	}
 }
