@@ -12,26 +12,32 @@ import (
 
 const endpointCreate = `-- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
-    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms)
+    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms,
+    batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12, $13)
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at
+    $9, $10, $11, $12, $13,
+    $14, $15, $16::int[], $17)
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms
 `
 
 type EndpointCreateParams struct {
-	TeamID          int64
-	Name            string
-	ModelID         int64
-	Runtime         string
-	InstanceProfile string
-	MinReplicas     int32
-	MaxReplicas     int32
-	Tier            string
-	SamplingRate    float64
-	RetentionDays   int32
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
+	TeamID               int64
+	Name                 string
+	ModelID              int64
+	Runtime              string
+	InstanceProfile      string
+	MinReplicas          int32
+	MaxReplicas          int32
+	Tier                 string
+	SamplingRate         float64
+	RetentionDays        int32
+	RateLimitRPS         float64
+	RateLimitBurst       int32
+	TimeoutMS            int32
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
 }
 
 func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) (Endpoint, error) {
@@ -49,6 +55,10 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		arg.RateLimitRPS,
 		arg.RateLimitBurst,
 		arg.TimeoutMS,
+		arg.BatchMaxSize,
+		arg.BatchMaxQueueDelayUS,
+		arg.BatchPreferredSizes,
+		arg.BatchQueueTimeoutMS,
 	)
 	var i Endpoint
 	err := row.Scan(
@@ -71,6 +81,10 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
 		&i.WokenAt,
+		&i.BatchMaxSize,
+		&i.BatchMaxQueueDelayUS,
+		&i.BatchPreferredSizes,
+		&i.BatchQueueTimeoutMS,
 	)
 	return i, err
 }
@@ -94,7 +108,7 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -112,30 +126,34 @@ type EndpointGetParams struct {
 }
 
 type EndpointGetRow struct {
-	ID              int64
-	TeamID          int64
-	Name            string
-	ModelID         int64
-	Runtime         string
-	InstanceProfile string
-	MinReplicas     int32
-	MaxReplicas     int32
-	Tier            string
-	SamplingRate    float64
-	RetentionDays   int32
-	Status          string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	PlacementError  string
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
-	WokenAt         *time.Time
-	TeamName        string
-	ModelName       string
-	ModelTask       string
-	Traffic         string
-	Experiment      string
+	ID                   int64
+	TeamID               int64
+	Name                 string
+	ModelID              int64
+	Runtime              string
+	InstanceProfile      string
+	MinReplicas          int32
+	MaxReplicas          int32
+	Tier                 string
+	SamplingRate         float64
+	RetentionDays        int32
+	Status               string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	PlacementError       string
+	RateLimitRPS         float64
+	RateLimitBurst       int32
+	TimeoutMS            int32
+	WokenAt              *time.Time
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
+	TeamName             string
+	ModelName            string
+	ModelTask            string
+	Traffic              string
+	Experiment           string
 }
 
 func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (EndpointGetRow, error) {
@@ -161,6 +179,10 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
 		&i.WokenAt,
+		&i.BatchMaxSize,
+		&i.BatchMaxQueueDelayUS,
+		&i.BatchPreferredSizes,
+		&i.BatchQueueTimeoutMS,
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
@@ -171,7 +193,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -191,30 +213,34 @@ type EndpointListParams struct {
 }
 
 type EndpointListRow struct {
-	ID              int64
-	TeamID          int64
-	Name            string
-	ModelID         int64
-	Runtime         string
-	InstanceProfile string
-	MinReplicas     int32
-	MaxReplicas     int32
-	Tier            string
-	SamplingRate    float64
-	RetentionDays   int32
-	Status          string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	PlacementError  string
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
-	WokenAt         *time.Time
-	TeamName        string
-	ModelName       string
-	ModelTask       string
-	Traffic         string
-	Experiment      string
+	ID                   int64
+	TeamID               int64
+	Name                 string
+	ModelID              int64
+	Runtime              string
+	InstanceProfile      string
+	MinReplicas          int32
+	MaxReplicas          int32
+	Tier                 string
+	SamplingRate         float64
+	RetentionDays        int32
+	Status               string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	PlacementError       string
+	RateLimitRPS         float64
+	RateLimitBurst       int32
+	TimeoutMS            int32
+	WokenAt              *time.Time
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
+	TeamName             string
+	ModelName            string
+	ModelTask            string
+	Traffic              string
+	Experiment           string
 }
 
 func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]EndpointListRow, error) {
@@ -251,6 +277,10 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.RateLimitBurst,
 			&i.TimeoutMS,
 			&i.WokenAt,
+			&i.BatchMaxSize,
+			&i.BatchMaxQueueDelayUS,
+			&i.BatchPreferredSizes,
+			&i.BatchQueueTimeoutMS,
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
@@ -313,24 +343,29 @@ const endpointUpdate = `-- name: EndpointUpdate :one
 UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     max_replicas = $3, tier = $4, sampling_rate = $5,
     retention_days = $6, rate_limit_rps = $7, rate_limit_burst = $8,
-    timeout_ms = $9, updated_at = now()
-WHERE id = $10 AND ($11::boolean OR team_id = ANY($12::bigint[]))
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at
+    timeout_ms = $9, batch_max_size = $10, batch_max_queue_delay_us = $11,
+    batch_preferred_sizes = $12::int[], batch_queue_timeout_ms = $13, updated_at = now()
+WHERE id = $14 AND ($15::boolean OR team_id = ANY($16::bigint[]))
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms
 `
 
 type EndpointUpdateParams struct {
-	InstanceProfile string
-	MinReplicas     int32
-	MaxReplicas     int32
-	Tier            string
-	SamplingRate    float64
-	RetentionDays   int32
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
-	ID              int64
-	AllTeams        bool
-	TeamIDs         []int64
+	InstanceProfile      string
+	MinReplicas          int32
+	MaxReplicas          int32
+	Tier                 string
+	SamplingRate         float64
+	RetentionDays        int32
+	RateLimitRPS         float64
+	RateLimitBurst       int32
+	TimeoutMS            int32
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
+	ID                   int64
+	AllTeams             bool
+	TeamIDs              []int64
 }
 
 func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) (Endpoint, error) {
@@ -344,6 +379,10 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		arg.RateLimitRPS,
 		arg.RateLimitBurst,
 		arg.TimeoutMS,
+		arg.BatchMaxSize,
+		arg.BatchMaxQueueDelayUS,
+		arg.BatchPreferredSizes,
+		arg.BatchQueueTimeoutMS,
 		arg.ID,
 		arg.AllTeams,
 		arg.TeamIDs,
@@ -369,6 +408,10 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		&i.RateLimitBurst,
 		&i.TimeoutMS,
 		&i.WokenAt,
+		&i.BatchMaxSize,
+		&i.BatchMaxQueueDelayUS,
+		&i.BatchPreferredSizes,
+		&i.BatchQueueTimeoutMS,
 	)
 	return i, err
 }

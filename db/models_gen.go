@@ -119,25 +119,29 @@ type DriftScore struct {
 }
 
 type Endpoint struct {
-	ID              int64
-	TeamID          int64
-	Name            string
-	ModelID         int64
-	Runtime         string
-	InstanceProfile string
-	MinReplicas     int32
-	MaxReplicas     int32
-	Tier            string
-	SamplingRate    float64
-	RetentionDays   int32
-	Status          string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	PlacementError  string
-	RateLimitRPS    float64
-	RateLimitBurst  int32
-	TimeoutMS       int32
-	WokenAt         *time.Time
+	ID                   int64
+	TeamID               int64
+	Name                 string
+	ModelID              int64
+	Runtime              string
+	InstanceProfile      string
+	MinReplicas          int32
+	MaxReplicas          int32
+	Tier                 string
+	SamplingRate         float64
+	RetentionDays        int32
+	Status               string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	PlacementError       string
+	RateLimitRPS         float64
+	RateLimitBurst       int32
+	TimeoutMS            int32
+	WokenAt              *time.Time
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
 }
 
 type Experiment struct {

@@ -164,6 +164,7 @@ const replicaListAll = `-- name: ReplicaListAll :many
 SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names,
+       e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
 FROM replicas r
 JOIN nodes n ON n.id = r.node_id
@@ -177,30 +178,34 @@ ORDER BY r.id
 `
 
 type ReplicaListAllRow struct {
-	ID           int64
-	Name         string
-	EndpointID   int64
-	VersionID    int64
-	NodeID       int64
-	Node         string
-	State        string
-	Addr         string
-	GPUType      string
-	Profile      string
-	CPUCores     int32
-	MemoryMB     int32
-	Team         string
-	Endpoint     string
-	Model        string
-	Task         string
-	Version      string
-	SimProfile   []byte
-	Runtime      string
-	Format       string
-	ArtifactURI  string
-	FeatureNames []string
-	SlotGpus     []int32
-	SlotSlices   []int32
+	ID                   int64
+	Name                 string
+	EndpointID           int64
+	VersionID            int64
+	NodeID               int64
+	Node                 string
+	State                string
+	Addr                 string
+	GPUType              string
+	Profile              string
+	CPUCores             int32
+	MemoryMB             int32
+	Team                 string
+	Endpoint             string
+	Model                string
+	Task                 string
+	Version              string
+	SimProfile           []byte
+	Runtime              string
+	Format               string
+	ArtifactURI          string
+	FeatureNames         []string
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
+	SlotGpus             []int32
+	SlotSlices           []int32
 }
 
 func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, error) {
@@ -235,6 +240,10 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 			&i.Format,
 			&i.ArtifactURI,
 			&i.FeatureNames,
+			&i.BatchMaxSize,
+			&i.BatchMaxQueueDelayUS,
+			&i.BatchPreferredSizes,
+			&i.BatchQueueTimeoutMS,
 			&i.SlotGpus,
 			&i.SlotSlices,
 		); err != nil {

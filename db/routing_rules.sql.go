@@ -186,7 +186,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 const routingRuleListForRoute = `-- name: RoutingRuleListForRoute :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -213,6 +213,8 @@ type RoutingRuleListForRouteRow struct {
 	Version        string
 	Weight         int32
 	ShadowPercent  float64
+	Runtime        string
+	Model          string
 }
 
 // RoutingRuleListForRoutes for one endpoint. It selects the same columns, so
@@ -243,6 +245,8 @@ func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64)
 			&i.Version,
 			&i.Weight,
 			&i.ShadowPercent,
+			&i.Runtime,
+			&i.Model,
 		); err != nil {
 			return nil, err
 		}
@@ -257,7 +261,7 @@ func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64)
 const routingRuleListForRoutes = `-- name: RoutingRuleListForRoutes :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -283,6 +287,8 @@ type RoutingRuleListForRoutesRow struct {
 	Version        string
 	Weight         int32
 	ShadowPercent  float64
+	Runtime        string
+	Model          string
 }
 
 // Every routed version with what its endpoint's routing entry carries (the
@@ -313,6 +319,8 @@ func (q *Queries) RoutingRuleListForRoutes(ctx context.Context) ([]RoutingRuleLi
 			&i.Version,
 			&i.Weight,
 			&i.ShadowPercent,
+			&i.Runtime,
+			&i.Model,
 		); err != nil {
 			return nil, err
 		}

@@ -64,6 +64,8 @@ type Endpoint struct {
 	RateLimitRPS   float64 `json:"rate_limit_rps"`
 	RateLimitBurst int32   `json:"rate_limit_burst"`
 	TimeoutMS      int32   `json:"timeout_ms"`
+	// Batching is the built-in runtime's dynamic batcher of its replicas.
+	Batching Batching `json:"batching"`
 	// Replicas are filled by Get only.
 	Replicas  []Replica `json:"replicas,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
@@ -118,6 +120,10 @@ type Settings struct {
 	RateLimitRPS   float64
 	RateLimitBurst int32
 	TimeoutMS      int32
+	// Batching is the built-in runtime's dynamic batcher; the zero value
+	// means DefaultBatching. A change reaches the replicas in their spec,
+	// and the agent restarts each replica whose spec changed.
+	Batching Batching
 }
 
 // Spec creates an endpoint.
@@ -167,6 +173,7 @@ func checkSettings(errs *validate.Errors, s Settings) {
 	if s.TimeoutMS < 0 || s.TimeoutMS > 3_600_000 {
 		errs.Add("timeout_ms", "must be between 0 (the gateway's default) and 3600000")
 	}
+	checkBatching(errs, s.Batching)
 }
 
 // Create creates an endpoint serving one version of a model at 100 percent.
@@ -186,6 +193,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	// on whether the version needs a GPU.
 	profile := spec.InstanceProfile
 	spec.InstanceProfile = cmp.Or(profile, ProfileCPU)
+	spec.Batching = spec.Batching.orDefault()
 	checkSettings(&errs, spec.Settings)
 	if err := errs.Err(); err != nil {
 		return Endpoint{}, err
@@ -222,7 +230,9 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		e, err := q.EndpointCreate(ctx, db.EndpointCreateParams{TeamID: m.TeamID, Name: spec.Name, ModelID: m.ID, Runtime: spec.Runtime,
 			InstanceProfile: spec.InstanceProfile, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Tier: spec.Tier,
 			SamplingRate: spec.SamplingRate, RetentionDays: spec.RetentionDays,
-			RateLimitRPS: spec.RateLimitRPS, RateLimitBurst: spec.RateLimitBurst, TimeoutMS: spec.TimeoutMS})
+			RateLimitRPS: spec.RateLimitRPS, RateLimitBurst: spec.RateLimitBurst, TimeoutMS: spec.TimeoutMS,
+			BatchMaxSize: spec.Batching.MaxBatchSize, BatchMaxQueueDelayUS: spec.Batching.MaxQueueDelayUS,
+			BatchPreferredSizes: spec.Batching.PreferredBatchSizes, BatchQueueTimeoutMS: spec.Batching.QueueTimeoutMS})
 		if err != nil {
 			return err
 		}
@@ -233,7 +243,8 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 			Runtime: e.Runtime, InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
 			SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays, Status: e.Status,
 			RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS,
-			Traffic: []Weight{{Version: v.Name, Weight: 100}}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
+			Batching: batchingOf(e.BatchMaxSize, e.BatchMaxQueueDelayUS, e.BatchPreferredSizes, e.BatchQueueTimeoutMS),
+			Traffic:  []Weight{{Version: v.Name, Weight: 100}}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "endpoint.create", ObjectType: "endpoint", ObjectName: spec.Name, After: out})
 	})
 	if err != nil {
@@ -259,7 +270,9 @@ func fromRow(r db.EndpointGetRow) Endpoint {
 	e := Endpoint{ID: r.ID, TeamID: r.TeamID, ModelID: r.ModelID, Name: r.Name, Team: r.TeamName, Model: r.ModelName, Task: r.ModelTask,
 		Runtime: r.Runtime, InstanceProfile: r.InstanceProfile, MinReplicas: r.MinReplicas, MaxReplicas: r.MaxReplicas,
 		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, PlacementError: r.PlacementError,
-		RateLimitRPS: r.RateLimitRPS, RateLimitBurst: r.RateLimitBurst, TimeoutMS: r.TimeoutMS, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		RateLimitRPS: r.RateLimitRPS, RateLimitBurst: r.RateLimitBurst, TimeoutMS: r.TimeoutMS,
+		Batching:  batchingOf(r.BatchMaxSize, r.BatchMaxQueueDelayUS, r.BatchPreferredSizes, r.BatchQueueTimeoutMS),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	// The query aggregates the traffic rules and the experiment as JSON it
 	// built itself ("null" when there is no experiment).
 	if err := json.Unmarshal([]byte(r.Traffic), &e.Traffic); err != nil || e.Traffic == nil {
@@ -335,6 +348,7 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 // Update changes an endpoint's settings.
 func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, set Settings) (Endpoint, error) {
 	var errs validate.Errors
+	set.Batching = set.Batching.orDefault()
 	checkSettings(&errs, set)
 	if err := errs.Err(); err != nil {
 		return Endpoint{}, err
@@ -349,6 +363,8 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,
 			MinReplicas: set.MinReplicas, MaxReplicas: set.MaxReplicas, Tier: set.Tier, SamplingRate: set.SamplingRate,
 			RetentionDays: set.RetentionDays, RateLimitRPS: set.RateLimitRPS, RateLimitBurst: set.RateLimitBurst, TimeoutMS: set.TimeoutMS,
+			BatchMaxSize: set.Batching.MaxBatchSize, BatchMaxQueueDelayUS: set.Batching.MaxQueueDelayUS,
+			BatchPreferredSizes: set.Batching.PreferredBatchSizes, BatchQueueTimeoutMS: set.Batching.QueueTimeoutMS,
 			AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
 		}

@@ -35,8 +35,9 @@ var builtinRuntimes = map[string]bool{"xgboost": true, "lightgbm": true, "onnxru
 // (runtime/model.Config) for the versions it serves, and nil for the
 // others, whose runtimes take no settings from the platform yet. It holds
 // what the registry knows today: the endpoint's name, the version, the
-// format and the model's features in order; the output mapping, sample
-// inputs and batching come with the registry fields that carry them.
+// format and the model's features in order, and the endpoint's batching
+// settings; the output mapping and sample inputs come with the registry
+// fields that carry them.
 func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
 	if !builtinRuntimes[r.Runtime] {
 		return nil
@@ -45,9 +46,21 @@ func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
 	for _, f := range r.FeatureNames {
 		cfg.Features = append(cfg.Features, model.Feature{Name: f})
 	}
+	cfg.Batching = batching(r)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil // a Config of strings always encodes
+	}
+	return b
+}
+
+// batching is the endpoint's dynamic batcher settings as the runtime reads
+// them. They are part of the spec, so a change of them changes the spec's
+// hash and the agent restarts the replica with them (agent.specHash).
+func batching(r db.ReplicaListAllRow) model.Batching {
+	b := model.Batching{MaxBatchSize: int(r.BatchMaxSize), MaxQueueDelayUS: int(r.BatchMaxQueueDelayUS), QueueTimeoutMS: int(r.BatchQueueTimeoutMS)}
+	for _, n := range r.BatchPreferredSizes {
+		b.PreferredBatchSizes = append(b.PreferredBatchSizes, int(n))
 	}
 	return b
 }

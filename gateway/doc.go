@@ -45,6 +45,10 @@
 //   - A request is retried on another replica only when the first could not
 //     be connected to, so nothing was sent; any later failure is the
 //     caller's to retry.
+//   - A version whose routing entry says protocol "v2" (Triton) is called on
+//     /v2/models/{m}/infer: package kserve turns the instances into one FP32
+//     tensor and the answer back into predictions (v2.go). An instance it
+//     cannot carry is the caller's 400, never sent.
 //   - A streaming client that takes longer than the stall timeout to accept
 //     an event is cut; cancelling the upstream request makes the replica
 //     cancel the generation and free its KV pages.

@@ -263,6 +263,10 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(rt.timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
+	body, path, instances, ok := g.v2Request(w, c, v, k, body)
+	if !ok {
+		return
+	}
 
 	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano())
 	if u == nil && !saturated && rt.src.Blocked != "" {
@@ -286,14 +290,14 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
-	resp, err := g.send(ctx, k, u, body, c.id, r)
+	resp, err := g.send(ctx, path, u, body, c.id, r)
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
 			c.retried = true
 			u = next
-			resp, err = g.send(ctx, k, u, body, c.id, r)
+			resp, err = g.send(ctx, path, u, body, c.id, r)
 		} else {
 			u = nil
 		}
@@ -329,6 +333,10 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		return
 	}
 	defer resp.Body.Close()
+	if v.v2 != nil {
+		g.v2Answer(ctx, c, rt, v, instances, &timedOut, resp, w)
+		return
+	}
 	h := w.Header()
 	for name, vals := range resp.Header {
 		if hopHeaders[name] {
@@ -366,9 +374,9 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 }
 
-// send makes one upstream call.
-func (g *Gateway) send(ctx context.Context, k kind, u *upstream, body []byte, id string, in *http.Request) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+k.upstreamPath(), bytes.NewReader(body))
+// send makes one upstream call to path.
+func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, id string, in *http.Request) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,15 @@ func (g *Gateway) mirror(k kind, c *call, rt *route, served *version, body []byt
 // answer is read to the end and dropped (or sampled, tagged with its
 // version).
 func (g *Gateway) shadow(m *mirrored, s *version) {
+	body, path, instances := m.body, m.k.upstreamPath(), 0
+	if s.v2 != nil {
+		var err error
+		if body, instances, err = s.v2.Request(m.body, m.id); err != nil {
+			g.shadowDropped.Add(1) // the caller's version took it; this one cannot
+			return
+		}
+		path = s.v2.Path()
+	}
 	u, _ := s.acquire(nil, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano())
 	if u == nil {
 		g.shadowDropped.Add(1)
@@ -79,7 +88,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 	start := time.Now()
 	o := observation{endpoint: m.endpoint, team: m.team, version: s.name, endpointID: m.endpointID}
 	var answer []byte
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+m.k.upstreamPath(), bytes.NewReader(m.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
 	var resp *http.Response
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -95,6 +104,18 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 		if m.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			o.streamed = true
 			err = consumeStream(resp.Body, start, &o)
+		} else if s.v2 != nil {
+			// The answer is translated as the caller's would be, so a
+			// shadow whose answers do not fit counts as failing.
+			answer, err = readAnswer(resp.Body, o.status == http.StatusOK)
+			if err == nil && o.status == http.StatusOK && answer != nil { // nil: too long to keep
+				if answer, err = s.v2.Response(answer, instances, s.name); err != nil {
+					o.status, err = http.StatusBadGateway, nil
+				}
+				if !g.samples.draw(m.sampling) {
+					answer = nil
+				}
+			}
 		} else {
 			answer, err = readAnswer(resp.Body, o.status == http.StatusOK && g.samples.draw(m.sampling))
 		}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"modelplane/agent/proto"
+	"modelplane/gateway/kserve"
 )
 
 // routeTable is an immutable view of mp_routes; writers build a new one and
@@ -101,6 +102,9 @@ type version struct {
 	// arm is set when the version is an arm of the endpoint's experiment
 	// with a share above 0: it takes traffic, so a pin may reach it.
 	arm bool
+	// v2 translates predict calls for a runtime that speaks only the V2
+	// protocol (proto.ProtocolV2); nil for the others (v2.go).
+	v2 *kserve.Translator
 }
 
 // pinnable reports whether a pin may choose v: it takes traffic (weight
@@ -173,6 +177,9 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	}
 	for _, sv := range src.Versions {
 		v := &version{name: sv.Name, weight: max(sv.Weight, 0)}
+		if sv.Protocol == proto.ProtocolV2 && src.Task != "llm" {
+			v.v2 = kserve.New(sv.V2Model, src.FeatureNames, src.Task)
+		}
 		// Only a version that takes no traffic of its own is a shadow:
 		// mirroring to a served version would count its requests twice.
 		if v.weight == 0 && sv.Shadow > 0 {

@@ -11,21 +11,54 @@ import (
 
 // EndpointSettings are the settable fields of an endpoint.
 type EndpointSettings struct {
-	InstanceProfile string  `json:"instance_profile,omitempty" enum:"cpu,gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb" doc:"cpu: cores and memory on a CPU node, as the version states them; the default on create when the version needs no GPU (gpu_count 0), which is always served on a CPU node. The GPU profiles size GPU versions."`
-	MinReplicas     int32   `json:"min_replicas" minimum:"0" maximum:"1000"`
-	MaxReplicas     int32   `json:"max_replicas" minimum:"1" maximum:"1000"`
-	Tier            string  `json:"tier" enum:"critical,standard,batch" default:"standard"`
-	SamplingRate    float64 `json:"sampling_rate,omitempty" minimum:"0" maximum:"1" doc:"Share of requests whose prediction is sampled; 0 turns sampling off."`
-	RetentionDays   int32   `json:"retention_days,omitempty" minimum:"1" maximum:"3650" default:"30"`
-	RateLimitRPS    float64 `json:"rate_limit_rps,omitempty" minimum:"0" maximum:"1000000" doc:"Requests per second across callers, at each gateway; 0 uses the gateway's default."`
-	RateLimitBurst  int32   `json:"rate_limit_burst,omitempty" minimum:"0" maximum:"1000000" doc:"Burst of the rate limit; 0 is the rate rounded up."`
-	TimeoutMS       int32   `json:"timeout_ms,omitempty" minimum:"0" maximum:"3600000" doc:"Bound on one request upstream, in milliseconds; 0 uses the gateway's default."`
+	InstanceProfile string            `json:"instance_profile,omitempty" enum:"cpu,gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb" doc:"cpu: cores and memory on a CPU node, as the version states them; the default on create when the version needs no GPU (gpu_count 0), which is always served on a CPU node. The GPU profiles size GPU versions."`
+	MinReplicas     int32             `json:"min_replicas" minimum:"0" maximum:"1000"`
+	MaxReplicas     int32             `json:"max_replicas" minimum:"1" maximum:"1000"`
+	Tier            string            `json:"tier" enum:"critical,standard,batch" default:"standard"`
+	SamplingRate    float64           `json:"sampling_rate,omitempty" minimum:"0" maximum:"1" doc:"Share of requests whose prediction is sampled; 0 turns sampling off."`
+	RetentionDays   int32             `json:"retention_days,omitempty" minimum:"1" maximum:"3650" default:"30"`
+	RateLimitRPS    float64           `json:"rate_limit_rps,omitempty" minimum:"0" maximum:"1000000" doc:"Requests per second across callers, at each gateway; 0 uses the gateway's default."`
+	RateLimitBurst  int32             `json:"rate_limit_burst,omitempty" minimum:"0" maximum:"1000000" doc:"Burst of the rate limit; 0 is the rate rounded up."`
+	TimeoutMS       int32             `json:"timeout_ms,omitempty" minimum:"0" maximum:"3600000" doc:"Bound on one request upstream, in milliseconds; 0 uses the gateway's default."`
+	Batching        *BatchingSettings `json:"batching,omitempty" doc:"The built-in runtime's dynamic batcher (xgboost, lightgbm and onnxruntime versions); a field left out takes its default. A change restarts the endpoint's replicas with the new settings."`
+}
+
+// BatchingSettings are the dynamic batcher's settings as the API takes
+// them: a field left out is endpoint.DefaultBatching's. Pointers, because
+// 0 is a valid max_queue_delay_us (no waiting) and must not read as unset.
+type BatchingSettings struct {
+	MaxBatchSize        *int32  `json:"max_batch_size,omitempty" minimum:"1" maximum:"1024" doc:"Largest batch executed, in rows (1-1024; default 32); 1 turns batching off."`
+	MaxQueueDelayUS     *int32  `json:"max_queue_delay_us,omitempty" minimum:"0" maximum:"1000000" doc:"Longest a request waits for others to join its batch, in microseconds (0-1000000; default 500)."`
+	PreferredBatchSizes []int32 `json:"preferred_batch_sizes,omitempty" maxItems:"16" doc:"Sizes executed as soon as a batch reaches one: ascending, each at most max_batch_size (default none)."`
+	QueueTimeoutMS      *int32  `json:"queue_timeout_ms,omitempty" minimum:"1" maximum:"60000" doc:"How long a request may wait in the queue, in milliseconds (1-60000; default 1000); past it the answer is 503 with Retry-After and the request never runs."`
+}
+
+// batching fills what b leaves out from endpoint.DefaultBatching.
+func (b *BatchingSettings) batching() endpoint.Batching {
+	out := endpoint.DefaultBatching
+	if b == nil {
+		return out
+	}
+	if b.MaxBatchSize != nil {
+		out.MaxBatchSize = *b.MaxBatchSize
+	}
+	if b.MaxQueueDelayUS != nil {
+		out.MaxQueueDelayUS = *b.MaxQueueDelayUS
+	}
+	if b.PreferredBatchSizes != nil {
+		out.PreferredBatchSizes = b.PreferredBatchSizes
+	}
+	if b.QueueTimeoutMS != nil {
+		out.QueueTimeoutMS = *b.QueueTimeoutMS
+	}
+	return out
 }
 
 func (e EndpointSettings) settings() endpoint.Settings {
 	return endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas,
 		Tier: e.Tier, SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays,
-		RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS}
+		RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS,
+		Batching: e.Batching.batching()}
 }
 
 type endpointCreateInput struct {
@@ -33,7 +66,7 @@ type endpointCreateInput struct {
 		Name    string `json:"name" doc:"Globally unique, DNS-label-like; part of the inference URL."`
 		Model   string `json:"model"`
 		Version string `json:"version" doc:"Initial version, served at 100 percent."`
-		Runtime string `json:"runtime,omitempty" doc:"Derived: the version's runtime decides how it is served; when given it must be the version's."`
+		Runtime string `json:"runtime,omitempty" deprecated:"true" doc:"Deprecated, derived: the version's runtime decides how it is served, so leave it out. Accepted for compatibility when it names the version's runtime; any other value is 400."`
 		EndpointSettings
 	}
 }

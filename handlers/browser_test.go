@@ -284,7 +284,6 @@ func TestBrowserPortal(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("name"), "fraud-scoring"),
 		chromedp.SetValue(chromedp.ID("model"), "fraud-model"),
 		chromedp.SendKeys(chromedp.ID("version"), "v1"),
-		chromedp.SetValue(chromedp.ID("runtime"), "onnxruntime"),
 		chromedp.SetValue(chromedp.ID("instance_profile"), "mig-2g.20gb"),
 		chromedp.Click(chromedp.ID("create-endpoint")),
 		chromedp.WaitVisible(chromedp.ID("set-traffic")),

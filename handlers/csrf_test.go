@@ -108,7 +108,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 		{
 			route: "/endpoints", path: fixed("/endpoints"), status: http.StatusSeeOther,
 			body: func(i int, csrf string) (string, []byte) {
-				return portalURLEncoded(csrf, "name", fmt.Sprintf("csrf-new-%d", i), "model", "risk-model", "version", "v1", "runtime", "onnxruntime",
+				return portalURLEncoded(csrf, "name", fmt.Sprintf("csrf-new-%d", i), "model", "risk-model", "version", "v1",
 					"instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30")
 			},
 		},

@@ -12,7 +12,6 @@ import (
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/errdefs"
-	"modelplane/registry"
 	"modelplane/validate"
 	"modelplane/web"
 )
@@ -56,7 +55,7 @@ func (s *Server) endpointNewProps(w http.ResponseWriter, r *http.Request, f web.
 		return web.EndpointNewProps{}, err
 	}
 	p := web.EndpointNewProps{Layout: s.layout(w, r, "New endpoint", "endpoints"), Form: f, Errors: errs,
-		Profiles: endpoint.InstanceProfiles, Tiers: endpoint.Tiers, Runtimes: registry.Runtimes}
+		Profiles: endpoint.InstanceProfiles, Tiers: endpoint.Tiers}
 	for _, m := range ms {
 		p.Models = append(p.Models, m.Name)
 	}
@@ -81,7 +80,9 @@ func fieldErrors(err error) (web.FieldErrors, bool) {
 	}
 	out := web.FieldErrors{}
 	for _, f := range verrs {
-		field := strings.TrimPrefix(f.Field, "metadata.")
+		// The batching fields are nested in the API (batching.max_batch_size)
+		// and flat in the forms.
+		field := strings.TrimPrefix(strings.TrimPrefix(f.Field, "metadata."), "batching.")
 		if i := strings.IndexAny(field, ".["); i > 0 && !strings.HasPrefix(f.Field, "metadata.") {
 			field = field[:i]
 		}
@@ -100,14 +101,17 @@ func intField(errs web.FieldErrors, r *http.Request, name string) int32 {
 }
 
 func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
+	// No runtime: the version's decides how it is served (docs/decisions.md,
+	// "CPU nodes"), so the form does not offer a choice.
 	f := web.EndpointForm{Name: r.PostFormValue("name"), Model: r.PostFormValue("model"), Version: r.PostFormValue("version"),
-		Runtime: r.PostFormValue("runtime"), Profile: r.PostFormValue("instance_profile"), Tier: r.PostFormValue("tier"),
+		Profile: r.PostFormValue("instance_profile"), Tier: r.PostFormValue("tier"),
 		MinReplicas: r.PostFormValue("min_replicas"), MaxReplicas: r.PostFormValue("max_replicas"),
 		SamplingRate: r.PostFormValue("sampling_rate"), RetentionDays: r.PostFormValue("retention_days")}
 	errs := web.FieldErrors{}
-	spec := endpoint.Spec{Name: f.Name, Model: f.Model, Version: f.Version, Runtime: f.Runtime, Settings: endpoint.Settings{
+	spec := endpoint.Spec{Name: f.Name, Model: f.Model, Version: f.Version, Settings: endpoint.Settings{
 		InstanceProfile: f.Profile, Tier: f.Tier, MinReplicas: intField(errs, r, "min_replicas"), MaxReplicas: intField(errs, r, "max_replicas"),
 		RetentionDays: intField(errs, r, "retention_days")}}
+	f.Batching, spec.Batching = batchingFrom(r, errs)
 	rate, err := strconv.ParseFloat(strings.TrimSpace(f.SamplingRate), 64)
 	if err != nil {
 		errs["sampling_rate"] = "must be a number between 0 and 1"
@@ -163,7 +167,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	props.Settings = web.EndpointForm{Profile: e.InstanceProfile, Tier: e.Tier, MinReplicas: strconv.Itoa(int(e.MinReplicas)),
 		MaxReplicas: strconv.Itoa(int(e.MaxReplicas)), SamplingRate: props.SamplingRate, RetentionDays: strconv.Itoa(int(e.RetentionDays)),
 		RateLimitRPS: strconv.FormatFloat(e.RateLimitRPS, 'f', -1, 64), RateLimitBurst: strconv.Itoa(int(e.RateLimitBurst)),
-		TimeoutMS: strconv.Itoa(int(e.TimeoutMS))}
+		TimeoutMS: strconv.Itoa(int(e.TimeoutMS)), Batching: batchingForm(e.Batching)}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
 	props.Stats = s.statsProps(r.Context(), e.Name)
@@ -335,6 +339,7 @@ func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endp
 	if strings.TrimSpace(f.TimeoutMS) != "" {
 		set.TimeoutMS = intField(errs, r, "timeout_ms")
 	}
+	f.Batching, set.Batching = batchingFrom(r, errs)
 	return f, set
 }
 

@@ -401,8 +401,9 @@ func TestPortalFormErrors(t *testing.T) {
 	u := portalSignIn(t, e, "risk-engineer@example.com")
 	before := portalSnapshot(t, e)
 
-	r := u.post("/endpoints", u.form("name", "Bad_Name!", "model", "risk-model", "version", "v1", "runtime", "onnxruntime",
-		"instance_profile", "mig-2g.20gb", "tier", "batch", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0.25", "retention_days", "14"))
+	r := u.post("/endpoints", u.form("name", "Bad_Name!", "model", "risk-model", "version", "v1",
+		"instance_profile", "mig-2g.20gb", "tier", "batch", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0.25", "retention_days", "14",
+		"max_batch_size", "64"))
 	if r.StatusCode != http.StatusUnprocessableEntity {
 		t.Fatalf("create endpoint with a bad name = %d, want 422\n%s", r.StatusCode, r.Body)
 	}
@@ -412,19 +413,19 @@ func TestPortalFormErrors(t *testing.T) {
 		t.Errorf("%d field errors shown, want 1 (name): %s", n, portalText(doc.Find("#endpoint-form .err")))
 	}
 	for id, want := range map[string]string{"name": "Bad_Name!", "version": "v1", "min_replicas": "1", "max_replicas": "3",
-		"sampling_rate": "0.25", "retention_days": "14"} {
+		"sampling_rate": "0.25", "retention_days": "14", "max_batch_size": "64"} {
 		if got := doc.Find("#endpoint-form input#"+id).AttrOr("value", ""); got != want {
 			t.Errorf("field %s kept %q, want %q", id, got, want)
 		}
 	}
-	for id, want := range map[string]string{"model": "risk-model", "runtime": "onnxruntime", "instance_profile": "mig-2g.20gb", "tier": "batch"} {
+	for id, want := range map[string]string{"model": "risk-model", "instance_profile": "mig-2g.20gb", "tier": "batch"} {
 		if got := doc.Find("#endpoint-form select#"+id+" option[selected]").AttrOr("value", ""); got != want {
 			t.Errorf("select %s kept %q, want %q", id, got, want)
 		}
 	}
 
 	// Numbers that are not numbers: each on its field.
-	r = u.post("/endpoints", u.form("name", "fine-name", "model", "risk-model", "version", "v1", "runtime", "onnxruntime",
+	r = u.post("/endpoints", u.form("name", "fine-name", "model", "risk-model", "version", "v1",
 		"instance_profile", "mig-2g.20gb", "tier", "batch", "min_replicas", "one", "max_replicas", "lots", "sampling_rate", "half", "retention_days", "14"))
 	if r.StatusCode != http.StatusUnprocessableEntity {
 		t.Fatalf("create endpoint with words for numbers = %d, want 422", r.StatusCode)
@@ -438,7 +439,7 @@ func TestPortalFormErrors(t *testing.T) {
 	}
 
 	// A name that is taken: the error is on the name.
-	r = u.post("/endpoints", u.form("name", "risk-endpoint", "model", "risk-model", "version", "v1", "runtime", "onnxruntime",
+	r = u.post("/endpoints", u.form("name", "risk-endpoint", "model", "risk-model", "version", "v1",
 		"instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"))
 	if r.StatusCode != http.StatusUnprocessableEntity {
 		t.Fatalf("create endpoint with a taken name = %d, want 422", r.StatusCode)
@@ -585,7 +586,7 @@ func TestPortalAudit(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	admin := portalSignIn(t, e, "risk-admin@example.com")
-	if r := admin.post("/endpoints", admin.form("name", "audited", "model", "risk-model", "version", "v2", "runtime", "onnxruntime",
+	if r := admin.post("/endpoints", admin.form("name", "audited", "model", "risk-model", "version", "v2",
 		"instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "1", "sampling_rate", "0", "retention_days", "7")); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("create endpoint = %d\n%s", r.StatusCode, r.Body)
 	}
@@ -679,7 +680,6 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	form.Set("name", "plain-form")
 	form.Set("model", "risk-model")
 	form.Set("version", "v1")
-	form.Set("runtime", "onnxruntime")
 	r := u.post("/endpoints", form)
 	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/endpoints/plain-form" {
 		t.Fatalf("plain create = %d to %q, want 303 to /endpoints/plain-form\n%s", r.StatusCode, r.Header.Get("Location"), r.Body)

@@ -1,8 +1,10 @@
 -- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
-    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms)
+    sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms,
+    batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms)
 VALUES (@team_id, @name, @model_id, @runtime, @instance_profile, @min_replicas, @max_replicas, @tier,
-    @sampling_rate, @retention_days, @rate_limit_rps, @rate_limit_burst, @timeout_ms)
+    @sampling_rate, @retention_days, @rate_limit_rps, @rate_limit_burst, @timeout_ms,
+    @batch_max_size, @batch_max_queue_delay_us, @batch_preferred_sizes::int[], @batch_queue_timeout_ms)
 RETURNING *;
 
 -- name: EndpointGet :one
@@ -32,7 +34,8 @@ ORDER BY e.id LIMIT @lim;
 UPDATE endpoints SET instance_profile = @instance_profile, min_replicas = @min_replicas,
     max_replicas = @max_replicas, tier = @tier, sampling_rate = @sampling_rate,
     retention_days = @retention_days, rate_limit_rps = @rate_limit_rps, rate_limit_burst = @rate_limit_burst,
-    timeout_ms = @timeout_ms, updated_at = now()
+    timeout_ms = @timeout_ms, batch_max_size = @batch_max_size, batch_max_queue_delay_us = @batch_max_queue_delay_us,
+    batch_preferred_sizes = @batch_preferred_sizes::int[], batch_queue_timeout_ms = @batch_queue_timeout_ms, updated_at = now()
 WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]))
 RETURNING *;
 

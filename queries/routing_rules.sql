@@ -21,7 +21,7 @@ ORDER BY e.id, v.id;
 -- endpoint's columns repeat on each of its versions), for package route.
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -34,7 +34,7 @@ ORDER BY e.id, v.id;
 -- that package route converts its rows into the other query's.
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id

@@ -170,6 +170,12 @@ type versionKey struct{ endpoint, version int64 }
 // names, and the names in the order of the rules. A scale-to-zero endpoint
 // covered by a blocking budget carries the reason in Blocked, so gateways
 // answer it instead of 202 for a wake that will start nothing.
+// v2Only are the registry runtimes that speak only the KServe V2 / Open
+// Inference protocol: the gateway translates /predict calls for their
+// versions. Triton serves the model of the version's model repository named
+// after the registry's model (the directory the version's files hold).
+var v2Only = map[string]bool{"triton": true}
+
 func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyForRoutesRow, arms []db.ExperimentListForRoutesRow,
 	blocks BudgetBlocks) (map[string]*proto.Route, []string) {
 	replicas := map[versionKey][]proto.RouteReplica{}
@@ -206,7 +212,11 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 			rr = []proto.RouteReplica{}
 		}
 		slices.SortFunc(rr, func(a, b proto.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
-		rt.Versions = append(rt.Versions, proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr})
+		rv := proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr}
+		if v2Only[d.Runtime] {
+			rv.Protocol, rv.V2Model = proto.ProtocolV2, d.Model
+		}
+		rt.Versions = append(rt.Versions, rv)
 	}
 	for _, rt := range routes {
 		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })

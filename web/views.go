@@ -48,10 +48,19 @@ type EndpointsProps struct {
 
 // EndpointForm is the create-endpoint form's values, as typed.
 type EndpointForm struct {
-	Name, Model, Version, Runtime, Profile, Tier, MinReplicas, MaxReplicas, SamplingRate, RetentionDays string
+	Name, Model, Version, Profile, Tier, MinReplicas, MaxReplicas, SamplingRate, RetentionDays string
 	// RateLimitRPS, RateLimitBurst and TimeoutMS are the gateway settings;
 	// blank means 0, the gateway's default.
 	RateLimitRPS, RateLimitBurst, TimeoutMS string
+	// Batching is the built-in runtime's dynamic batcher; a blank field
+	// takes its default.
+	Batching BatchingForm
+}
+
+// BatchingForm is the dynamic batcher's fields as typed; preferred sizes
+// are comma-separated.
+type BatchingForm struct {
+	MaxBatchSize, MaxQueueDelayUS, PreferredBatchSizes, QueueTimeoutMS string
 }
 
 // EndpointNewProps fills the create-endpoint page.
@@ -62,7 +71,6 @@ type EndpointNewProps struct {
 	Models   []string
 	Profiles []string
 	Tiers    []string
-	Runtimes []string
 }
 
 // TrafficRow is one version's weight on the endpoint page.

@@ -454,7 +454,19 @@ type RouteVersion struct {
 	// caller.
 	Shadow   float64        `json:"shadow,omitempty"`
 	Replicas []RouteReplica `json:"replicas"`
+	// Protocol is how the version's replicas are called: empty for the
+	// platform's /predict shape, ProtocolV2 for a runtime that speaks only
+	// the KServe V2 / Open Inference protocol (Triton), whose requests the
+	// gateway translates.
+	Protocol string `json:"protocol,omitempty"`
+	// V2Model is the model name in /v2/models/{model}/infer when Protocol
+	// is ProtocolV2.
+	V2Model string `json:"v2_model,omitempty"`
 }
+
+// ProtocolV2 is RouteVersion.Protocol of a runtime that speaks only the
+// KServe V2 / Open Inference protocol.
+const ProtocolV2 = "v2"
 
 // RouteReplica is one ready replica.
 type RouteReplica struct {

@@ -96,6 +96,17 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	preds, ok := s.draw(w, r, instances)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, predictResponse{Predictions: preds, ModelVersion: s.cfg.Version})
+}
+
+// draw waits the request's simulated latency and returns one prediction
+// (classification or regression) per instance; ok is false when the
+// request was answered (a simulated failure) or its client left.
+func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte) (preds []any, ok bool) {
 	start := s.clock.Now()
 	rr := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, instances...))
 	fail, latency := s.model.outcome(rr)
@@ -105,15 +116,15 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		case <-wait.C:
 		case <-r.Context().Done():
 			wait.Stop()
-			return // the client left; nothing to write
+			return nil, false // the client left; nothing to write
 		}
 	}
 	s.stats.latencySample(s.clock.Now().Sub(start))
 	if fail {
 		writeProblem(w, http.StatusInternalServerError, "simulated model failure")
-		return
+		return nil, false
 	}
-	preds := make([]any, len(instances))
+	preds = make([]any, len(instances))
 	for i, inst := range instances {
 		ir := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, []byte("instance"), inst))
 		if s.cfg.Task == TaskRegression {
@@ -122,5 +133,5 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 			preds[i] = s.model.classify(ir)
 		}
 	}
-	writeJSON(w, http.StatusOK, predictResponse{Predictions: preds, ModelVersion: s.cfg.Version})
+	return preds, true
 }

@@ -319,6 +319,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("/v1/chat/completions", only(http.MethodPost, s.inference("chat", s.chat)))
 	default:
 		mux.Handle("/predict", only(http.MethodPost, s.inference("predict", s.predict)))
+		mux.Handle("/v2/models/{model}/infer", only(http.MethodPost, s.inference("infer", s.infer)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such route on this replica")
