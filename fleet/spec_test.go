@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"modelplane/artifact"
@@ -69,10 +70,13 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 			if cfg.Model != "scorer-ep" || cfg.Version != "s1" || len(cfg.Features) != 3 || cfg.Features[0].Name != "amount" || cfg.Features[1].Name != "age" {
 				t.Errorf("settings = %+v; want the endpoint, version and features in order", cfg)
 			}
-			got, _ := json.Marshal(registry.Serving{Features: cfg.Features, Output: cfg.Output, SampleInputs: cfg.SampleInputs})
-			want, _ := json.Marshal(serving)
-			if !bytes.Equal(got, want) {
-				t.Errorf("settings' serving part = %s, want the version's %s", got, want)
+			var got, want any
+			b, _ := json.Marshal(registry.Serving{Features: cfg.Features, Output: cfg.Output, SampleInputs: cfg.SampleInputs})
+			_ = json.Unmarshal(b, &got)
+			b, _ = json.Marshal(serving)
+			_ = json.Unmarshal(b, &want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("settings' serving part = %v, want the version's %v", got, want)
 			}
 		case "fraud-ep":
 			if r.Manifest != "" || r.Runtime != "triton" || r.Format != "onnx" || len(r.Settings) != 0 {

@@ -197,11 +197,15 @@ func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) o
 		out.state, out.reason = skipped, "lay out the model directory: "+err.Error()
 		return out
 	}
+	// Messages name files by the temporary directory's path, which is
+	// the control plane's and not the user's business.
+	scrub := func(s string) string { return strings.ReplaceAll(s, dir+string(filepath.Separator), "") }
 	rep, err := v.child(ctx, dir)
+	rep.Invalid, rep.Unavailable = scrub(rep.Invalid), scrub(rep.Unavailable)
 	if err != nil {
 		var crash *crashError
 		if errors.As(err, &crash) {
-			return invalid("%s", crash.Error())
+			return invalid("%s", scrub(crash.Error()))
 		}
 		out.state, out.reason = skipped, err.Error()
 		return out
