@@ -36,8 +36,8 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 	sum := sha256.Sum256(file)
 	man := artifact.Manifest{"model.safetensors": hex.EncodeToString(sum[:])}
 	serving := registry.Serving{
-		Features: []model.Feature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
-		Output:   model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7},
+		Features:     []registry.ServingFeature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
+		Output:       registry.ServingOutput{Classes: []string{"legit", "fraud"}, Threshold: 0.7},
 		SampleInputs: []json.RawMessage{json.RawMessage(`{"amount":12.5,"age":40,"country":"FR"}`)},
 	}
 	v, err := reg.RegisterVersion(ctx, f.eng, "scorer", registry.VersionSpec{Name: "s1", Runtime: "onnxruntime",
@@ -71,9 +71,10 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 				t.Errorf("settings = %+v; want the endpoint, version and features in order", cfg)
 			}
 			var got, want any
-			b, _ := json.Marshal(registry.Serving{Features: cfg.Features, Output: cfg.Output, SampleInputs: cfg.SampleInputs})
+			b, _ := json.Marshal(map[string]any{"features": cfg.Features, "output": cfg.Output, "sample_inputs": cfg.SampleInputs})
 			_ = json.Unmarshal(b, &got)
-			b, _ = json.Marshal(serving)
+			b, _ = json.Marshal(map[string]any{"features": []model.Feature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
+				"output": model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7}, "sample_inputs": serving.SampleInputs})
 			_ = json.Unmarshal(b, &want)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("settings' serving part = %v, want the version's %v", got, want)

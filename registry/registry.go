@@ -326,8 +326,8 @@ type Version struct {
 	// version the control plane does not run itself.
 	Validation *Validation `json:"validation,omitempty"`
 	CreatedBy  string      `json:"created_by"`
-	CreatedAt time.Time         `json:"created_at"`
-	ID        int64             `json:"-"`
+	CreatedAt  time.Time   `json:"created_at"`
+	ID         int64       `json:"-"`
 }
 
 // Files streams a version's uploaded files into u: each file with its

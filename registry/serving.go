@@ -28,13 +28,27 @@ import (
 // value: a regression's output as is), so they share one mapping.
 type Serving struct {
 	// Features default to the model's feature_names, all numeric.
-	Features []model.Feature `json:"features,omitempty"`
+	Features []ServingFeature `json:"features,omitempty"`
 	// Output is the output mapping: classes (a binary classifier names
 	// the negative class first) and threshold; empty for a regression.
-	Output model.Output `json:"output"`
+	Output ServingOutput `json:"output"`
 	// SampleInputs are instances in the model's input shape (objects
 	// keyed by feature name); each must pass the model's input_schema.
 	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`
+}
+
+// ServingFeature is one model input (runtime/model.Feature): a number, or
+// a category among Categories with its encoding.
+type ServingFeature struct {
+	Name       string   `json:"name" doc:"The instance's key of the feature."`
+	Categories []string `json:"categories,omitempty" doc:"Makes the feature categorical: a string among these."`
+	Encoding   string   `json:"encoding,omitempty" enum:"onehot,native" doc:"Of a categorical feature: onehot (a column per category, in order; the default) or native (one column holding the category's index, XGBoost's native categorical)."`
+}
+
+// ServingOutput is the output mapping (runtime/model.Output).
+type ServingOutput struct {
+	Classes   []string `json:"classes,omitempty" doc:"A classifier's classes in output order; a binary one names the negative class first."`
+	Threshold float64  `json:"threshold,omitempty" doc:"A binary classifier's label threshold on the positive class's probability; 0 means 0.5."`
 }
 
 // Limits of what a version's serving metadata may hold.
@@ -102,7 +116,7 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 	_ = json.Unmarshal(m.InputSchema, &in)
 	if len(sv.Features) == 0 {
 		for _, name := range m.FeatureNames {
-			sv.Features = append(sv.Features, model.Feature{Name: name})
+			sv.Features = append(sv.Features, ServingFeature{Name: name})
 		}
 	}
 	if len(sv.Features) > maxFeatures {
@@ -154,7 +168,7 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 
 // checkOutput checks the output mapping against the task and the labels
 // the output schema allows.
-func checkOutput(errs *validate.Errors, out model.Output, m Model) {
+func checkOutput(errs *validate.Errors, out ServingOutput, m Model) {
 	const f = "metadata.serving.output"
 	if m.Task == TaskRegression {
 		if len(out.Classes) > 0 {
@@ -371,10 +385,12 @@ func Unroutable(ctx context.Context, q *db.Queries, p *auth.Principal, v db.Mode
 func RuntimeConfig(name, version, format string, serving []byte, featureNames []string) model.Config {
 	var sv Serving
 	_ = json.Unmarshal(serving, &sv)
-	cfg := model.Config{Model: name, Version: version, Format: format, Features: sv.Features,
-		Output: sv.Output, SampleInputs: sv.SampleInputs}
-	if len(cfg.Features) == 0 {
-		cfg.Features = []model.Feature{}
+	cfg := model.Config{Model: name, Version: version, Format: format, Features: []model.Feature{},
+		Output: model.Output{Classes: sv.Output.Classes, Threshold: sv.Output.Threshold}, SampleInputs: sv.SampleInputs}
+	for _, f := range sv.Features {
+		cfg.Features = append(cfg.Features, model.Feature{Name: f.Name, Categories: f.Categories, Encoding: f.Encoding})
+	}
+	if len(sv.Features) == 0 {
 		for _, f := range featureNames {
 			cfg.Features = append(cfg.Features, model.Feature{Name: f})
 		}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"modelplane/registry"
-	"modelplane/runtime/model"
 )
 
 // fraudInput is the demo fraud model's input schema: a number and two
@@ -19,10 +18,10 @@ const fraudOutput = `{"type":"object","properties":{"score":{"type":"number"},"l
 // fraudServing is a valid serving metadata of that model.
 func fraudServing() registry.Serving {
 	return registry.Serving{
-		Features: []model.Feature{{Name: "amount"},
+		Features: []registry.ServingFeature{{Name: "amount"},
 			{Name: "merchant_category", Categories: []string{"grocery", "travel", "online"}, Encoding: "onehot"},
 			{Name: "country", Categories: []string{"DE", "FR", "US"}, Encoding: "native"}},
-		Output:       model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7},
+		Output:       registry.ServingOutput{Classes: []string{"legit", "fraud"}, Threshold: 0.7},
 		SampleInputs: []json.RawMessage{json.RawMessage(`{"amount":12.5,"merchant_category":"travel","country":"FR"}`)},
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
 	"modelplane/rollout"
-	"modelplane/runtime/model"
 	"modelplane/validate"
 	"modelplane/validation"
 )
@@ -181,8 +180,8 @@ func TestValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	sv := registry.Serving{
-		Features:     []model.Feature{{Name: "amount"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "onehot"}},
-		Output:       model.Output{Classes: []string{"legit", "fraud"}},
+		Features:     []registry.ServingFeature{{Name: "amount"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "onehot"}},
+		Output:       registry.ServingOutput{Classes: []string{"legit", "fraud"}},
 		SampleInputs: []json.RawMessage{json.RawMessage(`{"amount":900,"country":"FR"}`), json.RawMessage(`{"amount":50,"country":"DE"}`)},
 	}
 	good := f.register(t, "fraud", "v1", "xgboost", "model.json", xgbFile, sv)
