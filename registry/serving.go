@@ -114,7 +114,11 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 		Properties map[string]schemaProperty `json:"properties"`
 	}
 	_ = json.Unmarshal(m.InputSchema, &in)
-	if len(sv.Features) == 0 {
+	// Features defaulted from feature_names are not checked against the
+	// schema: versions registered without serving metadata (served by
+	// other runtimes, or simulated) register as they did before it existed.
+	given := len(sv.Features) > 0
+	if !given {
 		for _, name := range m.FeatureNames {
 			sv.Features = append(sv.Features, ServingFeature{Name: name})
 		}
@@ -134,7 +138,7 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 		}
 		seen[ft.Name] = true
 		prop, inSchema := in.Properties[ft.Name]
-		if in.Properties != nil && !inSchema && ft.Name != "" {
+		if given && in.Properties != nil && !inSchema && ft.Name != "" {
 			errs.Add(at+".name", "%q is not a property of the model's input_schema", ft.Name)
 		}
 		if ft.Encoding != "" {
@@ -158,7 +162,7 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 		switch {
 		case len(ft.Categories) > 0 && prop.numeric():
 			errs.Add(at+".categories", "%q is a number in the model's input_schema: a numeric feature has no categories", ft.Name)
-		case len(ft.Categories) == 0 && prop.text():
+		case given && len(ft.Categories) == 0 && prop.text():
 			errs.Add(at+".categories", "%q is a string in the model's input_schema: list its categories (the runtime reads a string feature only as a category)", ft.Name)
 		}
 	}

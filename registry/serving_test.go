@@ -59,6 +59,14 @@ func TestServingStoredAndShown(t *testing.T) {
 		t.Errorf("status %q, validation %+v; want registered and no validation for an external artifact", got.Status, got.Validation)
 	}
 
+	// A version without serving metadata registers as before it existed,
+	// string properties and all (the demo's simulated versions).
+	if _, err := f.svc.RegisterVersion(ctx, f.riskEng, "fraud", registry.VersionSpec{Name: "v0", Runtime: "onnxruntime",
+		Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 1024}, ArtifactURI: "s3://m/fraud/v0", Format: "safetensors"},
+		upload{{"model.safetensors", safetensors}}.manifest(), nil); err != nil {
+		t.Fatalf("version without serving metadata: %v", err)
+	}
+
 	if _, err := f.svc.CreateModel(ctx, f.riskEng, registry.ModelSpec{Team: "risk", Name: "plain", Task: registry.TaskRegression,
 		FeatureNames: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
