@@ -122,7 +122,9 @@ type ControlPlane struct {
 	Relay *outbox.Relay
 	// Validator validates uploaded versions of the built-in runtime; nil
 	// without Config.RuntimeBinary. It runs as a leader-only background
-	// service, and its Pass may be called directly (demo seeding).
+	// service when Start runs the background (NATS and ClickHouse
+	// present); its Pass may be called directly (demo seeding, a control
+	// plane without them).
 	Validator *validation.Validator
 
 	js         jetstream.JetStream
