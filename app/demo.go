@@ -133,6 +133,13 @@ func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) 
 			return err
 		}
 	}
+	if cp.Validator != nil {
+		// Validation runs in the background once the control plane starts;
+		// the endpoint below needs its version validated now.
+		if _, err := cp.Validator.Pass(ctx); err != nil {
+			return err
+		}
+	}
 	if _, err := cp.Endpoints.Create(ctx, system, m.endpoint); err != nil && !errors.Is(err, db.ErrConflict) {
 		return err
 	}

@@ -48,10 +48,15 @@ type DevConfig struct {
 	// SimPortBase is the first port of the simulated nodes' replicas:
 	// node i has the SimPortsPerNode ports from SimPortBase + i·SimPortsPerNode.
 	SimPortBase int
+	// RuntimeBinary is the modelplane binary that validates uploaded
+	// versions (`runtime validate`); Flags sets it to this binary, and
+	// empty turns validation at registration off.
+	RuntimeBinary string
 }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
+	c.RuntimeBinary, _ = os.Executable()
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
 	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
@@ -153,7 +158,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		devUsers = append(devUsers, handlers.DevUser{Email: u.Email, Description: u.Description})
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
-		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20,
+		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}})
 	if err != nil {
 		return err

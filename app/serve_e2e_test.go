@@ -93,7 +93,8 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
 	ns, nc := natstest.Connect(t)
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, ArtifactDir: t.TempDir(), MaxUploadBytes: 16 << 20})
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, ArtifactDir: t.TempDir(), MaxUploadBytes: 16 << 20,
+		RuntimeBinary: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +119,10 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	}
 	sum := sha256.Sum256(file)
 	manifest, _ := json.Marshal(map[string]string{"model.json": hex.EncodeToString(sum[:])})
+	sample := json.RawMessage(fmt.Sprintf(`{"amount":%g,"age":%g,"distance":%g}`, rows[0][0], rows[0][1], rows[0][2]))
 	v, err := cp.Registry.RegisterVersion(ctx, system, "fraud", registry.VersionSpec{Name: "v1", Runtime: "xgboost",
-		Resources: registry.Resources{CPUCores: 1, MemoryMB: 512}}, manifest, func(u *artifact.Upload) error {
+		Resources: registry.Resources{CPUCores: 1, MemoryMB: 512},
+		Serving:   registry.Serving{Output: registry.ServingOutput{Classes: []string{"legit", "fraud"}}, SampleInputs: []json.RawMessage{sample}}}, manifest, func(u *artifact.Upload) error {
 		return u.Add(context.Background(), "model.json", bytes.NewReader(file))
 	})
 	if err != nil {
@@ -127,6 +130,15 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	}
 	if v.Format != "xgboost-json" {
 		t.Fatalf("format %q, want xgboost-json", v.Format)
+	}
+	// The control plane validates the upload in the background with the
+	// same binary, before the version may take traffic.
+	wait.Eventually(t, 2*time.Minute, func() bool {
+		v, err = cp.Registry.Version(ctx, system, "fraud", "v1")
+		return err == nil && v.Status != registry.StatusRegistered
+	}, "the version was never validated: %v", wait.Show(func() any { return v.Validation }))
+	if v.Status != registry.StatusValidated {
+		t.Fatalf("status %q (%+v), want validated", v.Status, v.Validation)
 	}
 	if _, err := cp.Endpoints.Create(ctx, system, endpoint.Spec{Name: "fraud-scoring", Model: "fraud", Version: "v1",
 		Settings: endpoint.Settings{MinReplicas: 1, MaxReplicas: 1, Tier: "standard", RetentionDays: 30}}); err != nil {
@@ -212,6 +224,9 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	for i, p := range got.Predictions {
 		if math.Abs(p.Score-want[i]) > 1e-5 {
 			t.Errorf("transaction %d: score %v, xgboost says %v", i, p.Score, want[i])
+		}
+		if wantLabel := map[bool]string{true: "fraud", false: "legit"}[want[i] >= 0.5]; p.Label != wantLabel {
+			t.Errorf("transaction %d: label %q, want %q by the version's classes", i, p.Label, wantLabel)
 		}
 	}
 	st := a.Status()

@@ -6,6 +6,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/db"
+	"modelplane/registry"
 	"modelplane/runtime/model"
 )
 
@@ -28,24 +29,18 @@ func replicaSpec(r db.ReplicaListAllRow) proto.ReplicaSpec {
 	return spec
 }
 
-// builtinRuntimes are the registry runtimes the built-in runtime serves.
-var builtinRuntimes = map[string]bool{"xgboost": true, "lightgbm": true, "onnxruntime": true}
-
 // runtimeSettings is the built-in runtime's configuration of a replica
 // (runtime/model.Config) for the versions it serves, and nil for the
-// others, whose runtimes take no settings from the platform yet. It holds
-// what the registry knows today: the endpoint's name, the version, the
-// format and the model's features in order, and the endpoint's batching
-// settings; the output mapping and sample inputs come with the registry
-// fields that carry them.
+// others, whose runtimes take no settings from the platform yet: the
+// endpoint's name, the version, the format, the version's serving
+// metadata (registry.Serving: features in order with their categories and
+// encoding, the output mapping and the sample inputs warm-up runs) and the
+// endpoint's batching settings.
 func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
-	if !builtinRuntimes[r.Runtime] {
+	if !registry.BuiltIn(r.Runtime) {
 		return nil
 	}
-	cfg := model.Config{Model: r.Endpoint, Version: r.Version, Format: r.Format, Features: []model.Feature{}}
-	for _, f := range r.FeatureNames {
-		cfg.Features = append(cfg.Features, model.Feature{Name: f})
-	}
+	cfg := registry.RuntimeConfig(r.Endpoint, r.Version, r.Format, r.Serving, r.FeatureNames)
 	cfg.Batching = batching(r)
 	b, err := json.Marshal(cfg)
 	if err != nil {

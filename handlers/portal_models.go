@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -85,7 +86,57 @@ func (s *Server) portalModelCreate(w http.ResponseWriter, r *http.Request) {
 
 func versionRow(v registry.Version) web.VersionRow {
 	return web.VersionRow{Name: v.Name, Format: v.Format, Runtime: v.Runtime, Parent: v.Lineage.ParentVersion,
-		Created: v.CreatedAt.UTC().Format("2006-01-02 15:04 UTC"), Size: humanize.IBytes(uint64(v.SizeBytes))}
+		Created: v.CreatedAt.UTC().Format("2006-01-02 15:04 UTC"), Size: humanize.IBytes(uint64(v.SizeBytes)), Status: v.Status}
+}
+
+// servingView shows a version's serving metadata and validation.
+func servingView(v registry.Version, task string) web.ServingView {
+	var out web.ServingView
+	for _, f := range v.Serving.Features {
+		sf := web.ServingFeature{Name: f.Name, Categories: strings.Join(f.Categories, ", "), Encoding: f.Encoding}
+		if len(f.Categories) > 0 && f.Encoding == "" {
+			sf.Encoding = "onehot"
+		}
+		out.Features = append(out.Features, sf)
+	}
+	o := v.Serving.Output
+	switch {
+	case task == registry.TaskRegression:
+		out.Output = "Output: the model's value, as is."
+	case task == registry.TaskLLM:
+		out.Output = "Served by its own runtime."
+	case len(o.Classes) > 2:
+		out.Output = "Output: label by argmax over " + strings.Join(o.Classes, ", ") + "; score is the winning class's probability."
+	default:
+		classes := o.Classes
+		if len(classes) == 0 {
+			classes = []string{"negative", "positive"}
+		}
+		th := o.Threshold
+		if th == 0 {
+			th = 0.5
+		}
+		out.Output = fmt.Sprintf("Output: score is the probability of %s; label %s when score ≥ %g, else %s.", classes[1], classes[1], th, classes[0])
+	}
+	if len(v.Serving.SampleInputs) > 0 {
+		b, _ := json.MarshalIndent(v.Serving.SampleInputs, "", "  ")
+		out.SampleInputs = string(b)
+	}
+	if x := v.Validation; x != nil {
+		out.Validation, out.Reason = x.State, x.Reason
+		if len(x.Outputs) > 0 && string(x.Outputs) != "[]" {
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, x.Outputs, "", "  ") == nil {
+				out.Outputs = pretty.String()
+			}
+		}
+		if x.LatencyMS != nil {
+			var inputs []json.RawMessage
+			_ = json.Unmarshal(x.Inputs, &inputs)
+			out.Latency = fmt.Sprintf("%.1f ms for %d inputs", *x.LatencyMS, len(inputs))
+		}
+	}
+	return out
 }
 
 // lineageGraph lays versions out by generation (depth from a root), one
@@ -266,7 +317,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	p := principal(r.Context())
 	model := chi.URLParam(r, "model")
-	_, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -279,5 +330,5 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
 	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: s.layout(w, r, model+" "+v.Name, "models"), Model: model,
-		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges)}))
+		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task)}))
 }

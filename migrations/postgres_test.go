@@ -198,6 +198,7 @@ func TestModelVersionsImmutable(t *testing.T) {
 		"created_by_user_id": "42",
 		"created_by_key_id":  "42",
 		"created_at":         "created_at - interval '1 day'",
+		"serving":            `'{"output":{"threshold":0.9}}'`,
 	}
 	// The table must not grow a column this test does not try to change.
 	cols, err := pool.Query(ctx, "SELECT column_name FROM information_schema.columns WHERE table_name = 'model_versions' AND column_name <> 'status'")

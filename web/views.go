@@ -153,6 +153,26 @@ type ModelNewProps struct {
 // VersionRow is one version in a model page.
 type VersionRow struct {
 	Name, Format, Runtime, Parent, Created, Size string
+	// Status is registered, validated or invalid.
+	Status string
+}
+
+// ServingFeature is one feature of a version's serving metadata.
+type ServingFeature struct {
+	Name, Categories, Encoding string
+}
+
+// ServingView is a version's serving metadata and validation, read-only.
+type ServingView struct {
+	Features []ServingFeature
+	// Output describes the output mapping in words.
+	Output string
+	// SampleInputs is pretty JSON, empty when none were given.
+	SampleInputs string
+	// Validation is the validation's state ("" when the control plane
+	// does not validate the version), its reason, the answers (pretty
+	// JSON) and the latency.
+	Validation, Reason, Outputs, Latency string
 }
 
 // LineageNode places a version in the lineage graph.
@@ -201,6 +221,7 @@ type VersionProps struct {
 	Row      VersionRow
 	Metadata string // pretty JSON of the whole version
 	Lineage  Lineage
+	Serving  ServingView
 }
 
 // MemberRow is one team member.
