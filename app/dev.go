@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"modelplane/agent"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
 	"modelplane/bus"
@@ -48,7 +50,21 @@ type DevConfig struct {
 	// SimPortBase is the first port of the simulated nodes' replicas:
 	// node i has the SimPortsPerNode ports from SimPortBase + i·SimPortsPerNode.
 	SimPortBase int
+	// CPUNodes are real CPU nodes (process driver, artifact cache, the
+	// built-in runtime), of CPUNodeCores cores and CPUNodeMemory
+	// (agent.ParseMemory) each. Their port ranges follow the simulated
+	// nodes': CPU node i is node SimNodes + i of the same layout.
+	CPUNodes      int
+	CPUNodeCores  int
+	CPUNodeMemory string
+	// RuntimeBinary is the modelplane binary the CPU nodes run replicas
+	// with (`modelplane runtime`); default the running executable.
+	RuntimeBinary string
 }
+
+// defaultCPUNodeCores sizes a dev CPU node from the machine: two cores,
+// fewer on a smaller machine.
+func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
@@ -61,8 +77,11 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
 	fs.IntVar(&c.SimNodes, "sim-nodes", int(envInt("MP_SIM_NODES", 4)), "simulated GPU nodes; A100 and H100 alternate, every fourth node in MIG mode; 0 for none (MP_SIM_NODES)")
-	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the simulated nodes' replicas; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
+	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the nodes' replicas, simulated nodes first, then CPU nodes; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
+	fs.IntVar(&c.CPUNodes, "cpu-nodes", int(envInt("MP_DEV_CPU_NODES", 2)), "CPU nodes running real replicas (process driver, built-in runtime); their ports follow the simulated nodes'; 0 for none (MP_DEV_CPU_NODES)")
+	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
+	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
 }
 
 // Validate names every bad setting.
@@ -88,8 +107,19 @@ func (c *DevConfig) Validate() error {
 	if c.SimNodes < 0 || c.SimNodes > 1000 {
 		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
 	}
-	if c.SimNodes > 0 && (c.SimPortBase < 1024 || c.SimPortBase+c.SimNodes*SimPortsPerNode-1 > 65535) {
-		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node between 1024 and 65535", SimPortsPerNode))
+	if c.CPUNodes < 0 || c.CPUNodes > 16 {
+		errs = append(errs, "MP_DEV_CPU_NODES (--cpu-nodes) must be between 0 and 16")
+	}
+	if n := max(c.SimNodes, 0) + max(c.CPUNodes, 0); n > 0 && (c.SimPortBase < 1024 || c.SimPortBase+n*SimPortsPerNode-1 > 65535) {
+		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node (simulated and CPU) between 1024 and 65535", SimPortsPerNode))
+	}
+	if c.CPUNodes > 0 {
+		if c.CPUNodeCores < 1 || c.CPUNodeCores > 256 {
+			errs = append(errs, "MP_DEV_CPU_NODE_CPUS (--cpu-node-cpus) must be between 1 and 256")
+		}
+		if _, err := agent.ParseMemory(c.CPUNodeMemory); err != nil {
+			errs = append(errs, "MP_DEV_CPU_NODE_MEMORY (--cpu-node-memory) "+err.Error())
+		}
 	}
 	if c.SimGPUsPerNode < 1 || c.SimGPUsPerNode > 16 {
 		errs = append(errs, "MP_SIM_GPUS_PER_NODE (--sim-gpus-per-node) must be between 1 and 16")
@@ -158,10 +188,32 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc)})
+	// Dev's own agents fetch artifacts with a token of this run.
+	agentToken := newAgentToken()
+	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc),
+		AgentToken: Secret(agentToken)})
 	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}
+	// The demo's week of history is stored while the rest starts; a run
+	// stopped before it ends stores the missing days the next time.
+	bfCtx, cancelBackfill := context.WithCancel(ctx)
+	bfDone := make(chan struct{})
+	go func() {
+		defer close(bfDone)
+		began := time.Now()
+		if err := backfillDemo(bfCtx, cp, chConn, dir, began); err != nil {
+			if bfCtx.Err() == nil {
+				log.Error("demo history not backfilled", slog.String("error", err.Error()))
+			}
+			return
+		}
+		log.Info("demo history backfilled", slog.Duration("took", time.Since(began)))
+	}()
+	defer func() {
+		cancelBackfill()
+		<-bfDone
+	}()
 	envFile := filepath.Join(dir, "dev.env")
 	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.natsCreds, st.clickhouseURL, cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
@@ -188,6 +240,15 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		}
 		defer stopFleet()
 	}
+	cpuMemoryMB := 0
+	if cfg.CPUNodes > 0 {
+		cpuMemoryMB, _ = agent.ParseMemory(cfg.CPUNodeMemory) // checked by Validate
+		stopNodes, err := startDevCPUNodes(ctx, log, cfg, dir, st, cp, loopbackURL(ln.Addr()), agentToken)
+		if err != nil {
+			return err
+		}
+		defer stopNodes()
+	}
 	gatewayURL, gatewayAdminURL := "off (MP_GATEWAY_ADDR is empty)", "off"
 	if cfg.GatewayAddr != "" {
 		gatewayURL = "http://" + cfg.GatewayAddr
@@ -211,7 +272,8 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 	}
 	printDevBanner(out, devBanner{base: baseURL, issuer: idp.Issuer(), envFile: envFile, nats: st.natsURL, dir: dir,
-		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL})
+		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
+		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB})
 	if d != nil {
 		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
 		close(d.Ready)
@@ -308,6 +370,7 @@ func startDevStores(ctx context.Context, dir string, out io.Writer, log *slog.Lo
 type devBanner struct {
 	base, issuer, envFile, nats, dir, gateway, admin, gatewayAdmin string
 	nodes, gpus                                                    int
+	cpuNodes, cpuCores, cpuMemoryMB                                int
 }
 
 func printDevBanner(out io.Writer, b devBanner) {
@@ -325,11 +388,23 @@ modelplane dev is running.
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
+           %[11]s
   NATS     %[4]s   (MP_NATS_URL, MP_NATS_CREDS in dev.env: the control plane's credential)
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.
-`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin)
+`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine())
+}
+
+func (b devBanner) cpuLine() string {
+	if b.cpuNodes == 0 {
+		return "no CPU nodes (--cpu-nodes 0)"
+	}
+	names := cpuNodeName(0)
+	if b.cpuNodes > 1 {
+		names += "…" + strings.TrimPrefix(cpuNodeName(b.cpuNodes-1), "cpu-node-")
+	}
+	return fmt.Sprintf("%d CPU nodes (%s) of %d cores and %d MiB: real replicas, the built-in runtime as child processes", b.cpuNodes, names, b.cpuCores, b.cpuMemoryMB)
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {
