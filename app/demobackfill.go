@@ -160,18 +160,13 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 }
 
 // demoFraudFeatures and demoFraudSample draw the fraud endpoint's sampled
-// predictions: the demo's transactions, scored as the stable version does.
+// predictions: the demo's transactions (the traffic generator's, before
+// any drift), scored as the stable version does.
 var demoFraudFeatures = []string{"amount", "merchant_category", "country"}
 
-var (
-	demoCategories = []string{"grocery", "travel", "electronics", "fuel", "restaurants", "gambling"}
-	demoCountries  = []string{"DE", "FR", "US", "GB", "NL", "BR"}
-)
-
 func demoFraudSample(r *rand.Rand) proto.SampleInstance {
-	amount := math.Round(40*math.Exp(0.9*r.NormFloat64())*100) / 100
-	cat := demoCategories[r.IntN(len(demoCategories))]
-	country := demoCountries[r.IntN(len(demoCountries))]
+	tx := demoTransaction(r, 0)
+	amount, cat, country := tx["amount"].(float64), tx["merchant_category"].(string), tx["country"].(string)
 	z := -3.2 + 0.8*math.Log1p(amount/100)
 	if cat == "electronics" || cat == "gambling" {
 		z += 1.2

@@ -57,6 +57,9 @@ type DevConfig struct {
 	CPUNodes      int
 	CPUNodeCores  int
 	CPUNodeMemory string
+	// DemoTraffic is the demo traffic's rate in requests per second
+	// through the gateway; 0 sends none.
+	DemoTraffic float64
 	// RuntimeBinary is the modelplane binary the CPU nodes run replicas
 	// with (`modelplane runtime`); default the running executable.
 	RuntimeBinary string
@@ -81,6 +84,7 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
 	fs.IntVar(&c.CPUNodes, "cpu-nodes", int(envInt("MP_DEV_CPU_NODES", 2)), "CPU nodes running real replicas (process driver, built-in runtime); their ports follow the simulated nodes'; 0 for none (MP_DEV_CPU_NODES)")
 	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
+	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring and support-chat; 0 for none (MP_DEV_DEMO_TRAFFIC)")
 	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
 }
 
@@ -106,6 +110,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.SimNodes < 0 || c.SimNodes > 1000 {
 		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
+	}
+	if c.DemoTraffic < 0 || c.DemoTraffic > 1000 {
+		errs = append(errs, "MP_DEV_DEMO_TRAFFIC (--demo-traffic) must be between 0 and 1000 requests per second")
 	}
 	if c.CPUNodes < 0 || c.CPUNodes > 16 {
 		errs = append(errs, "MP_DEV_CPU_NODES (--cpu-nodes) must be between 0 and 16")
@@ -140,6 +147,9 @@ type Dev struct {
 	// AdminURL is the control plane's admin listener (/metrics).
 	AdminURL string
 	EnvFile  string
+	// Backfilled is closed once the demo's week of history is stored (or
+	// failed to be, which dev logs); set when Ready closes.
+	Backfilled <-chan struct{}
 }
 
 // RunDev runs everything on one machine until ctx ends: private PostgreSQL and
@@ -250,6 +260,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		defer stopNodes()
 	}
 	gatewayURL, gatewayAdminURL := "off (MP_GATEWAY_ADDR is empty)", "off"
+	trafficRate := 0.0
 	if cfg.GatewayAddr != "" {
 		gatewayURL = "http://" + cfg.GatewayAddr
 		gwCred, err := st.natsAuth.Gateway("dev")
@@ -270,12 +281,20 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// The portal's "Try it" sends through the gateway as the platform
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
+		if cfg.DemoTraffic > 0 {
+			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic)
+			if err != nil {
+				return err
+			}
+			defer stopTraffic()
+			trafficRate = cfg.DemoTraffic
+		}
 	}
 	printDevBanner(out, devBanner{base: baseURL, issuer: idp.Issuer(), envFile: envFile, nats: st.natsURL, dir: dir,
 		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
-		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB})
+		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate})
 	if d != nil {
-		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
+		d.BaseURL, d.AdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, envFile, bfDone
 		close(d.Ready)
 	}
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
@@ -371,6 +390,7 @@ type devBanner struct {
 	base, issuer, envFile, nats, dir, gateway, admin, gatewayAdmin string
 	nodes, gpus                                                    int
 	cpuNodes, cpuCores, cpuMemoryMB                                int
+	traffic                                                        float64
 }
 
 func printDevBanner(out io.Writer, b devBanner) {
@@ -389,11 +409,20 @@ modelplane dev is running.
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
            %[11]s
+  demo     %[12]s
+           a week of backfilled usage, statistics and samples: charts, drift and chargeback have data
   NATS     %[4]s   (MP_NATS_URL, MP_NATS_CREDS in dev.env: the control plane's credential)
   data     %[5]s (kept between runs; delete it to start over)
 
 Ctrl-C stops everything.
-`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine())
+`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine(), b.trafficLine())
+}
+
+func (b devBanner) trafficLine() string {
+	if b.traffic <= 0 {
+		return "no demo traffic (--demo-traffic=0)"
+	}
+	return fmt.Sprintf("%g requests/s of demo traffic to fraud-scoring and support-chat, the amounts drifting up (--demo-traffic=0 stops it)", b.traffic)
 }
 
 func (b devBanner) cpuLine() string {

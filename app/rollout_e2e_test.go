@@ -30,6 +30,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	removeBinary()
 	pgtest.Stop()
 	chtest.Stop()
 	os.Exit(code)
