@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,7 +17,11 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/demo/backfill"
+	"modelplane/demo/fraud"
+	"modelplane/endpoint"
 	"modelplane/ingest"
+	"modelplane/registry"
+	"modelplane/runtime/xgboost"
 )
 
 // The demo's past: `modelplane dev` backfills a week of usage, request
@@ -124,24 +127,35 @@ func backfilledDays(ctx context.Context, ch driver.Conn, q string, from, to time
 // at its minimum replicas, of its first version, on the nodes dev starts.
 func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to time.Time) (backfill.Plan, error) {
 	plan := backfill.Plan{To: to, Days: backfillDays, Seed: 14}
-	for _, m := range demoModels {
+	models, err := demoModels()
+	if err != nil {
+		return plan, err
+	}
+	for _, m := range models {
 		e, err := cp.Endpoints.Get(ctx, system, m.endpoint.Name)
 		if err != nil {
 			return plan, err
 		}
-		v := m.versions[0]
+		v := m.versions[0].spec
 		be := backfill.Endpoint{ID: e.ID, Name: e.Name, Team: e.Team, Model: e.Model, Version: m.endpoint.Version,
-			Chat: m.spec.Task == "llm"}
+			Chat: m.spec.Task == registry.TaskLLM}
 		switch m.endpoint.Name {
 		case "fraud-scoring":
+			score, err := demoFraudScorer()
+			if err != nil {
+				return plan, err
+			}
 			be.PeakRPS, be.LatencyMS, be.SamplesPerHour = 6, 4, 20
-			be.FeatureNames, be.Sample = demoFraudFeatures, demoFraudSample
+			be.FeatureNames = fraud.FeatureNames()
+			be.Sample = func(r *rand.Rand) proto.SampleInstance {
+				return score(fraud.NewGenerator(r.Uint64()).Next(0).Instance)
+			}
 		default:
 			be.PeakRPS, be.LatencyMS, be.TPOTMS = 0.5, 180, 16
 		}
 		for i := range int(max(e.MinReplicas, 1)) {
 			rep := backfill.Replica{Name: fmt.Sprintf("%s-backfill-%d", e.Name, i+1), Profile: e.InstanceProfile}
-			if e.InstanceProfile == "cpu" {
+			if e.InstanceProfile == endpoint.ProfileCPU {
 				rep.Node, rep.GPUType, rep.Profile = cpuNodeName(i%2), proto.CPUType, proto.ProfileCPU
 				rep.MemoryMB = int(max(v.Resources.MemoryMB, 512))
 				for c := range int(max(v.Resources.CPUCores, 1)) {
@@ -159,22 +173,52 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 	return plan, nil
 }
 
-// demoFraudFeatures and demoFraudSample draw the fraud endpoint's sampled
-// predictions: the demo's transactions (the traffic generator's, before
-// any drift), scored as the stable version does.
-var demoFraudFeatures = []string{"amount", "merchant_category", "country"}
-
-func demoFraudSample(r *rand.Rand) proto.SampleInstance {
-	tx := demoTransaction(r, 0)
-	amount, cat, country := tx["amount"].(float64), tx["merchant_category"].(string), tx["country"].(string)
-	z := -3.2 + 0.8*math.Log1p(amount/100)
-	if cat == "electronics" || cat == "gambling" {
-		z += 1.2
+// demoFraudScorer scores a payment with v23 as the built-in runtime does
+// (runtime/xgboost on the version's file, the features encoded natively),
+// into a sample of its features and answer.
+func demoFraudScorer() (func(instance map[string]any) proto.SampleInstance, error) {
+	fv, err := demoFraud()
+	if err != nil {
+		return nil, err
 	}
-	score := 1 / (1 + math.Exp(-z-0.4*r.NormFloat64()))
-	label := "legit"
-	if score >= 0.5 {
-		label = "fraud"
+	v23 := fv[0]
+	dir, err := os.MkdirTemp("", "modelplane-demo-")
+	if err != nil {
+		return nil, err
 	}
-	return proto.SampleInstance{Num: []float64{amount, 0, 0}, Str: []string{"", cat, country}, Score: score, Label: label}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, v23.File)
+	if err := os.WriteFile(path, v23.Data, 0o600); err != nil {
+		return nil, err
+	}
+	m, err := xgboost.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	names := fraud.FeatureNames()
+	threshold := v23.Serving.Output.Threshold
+	return func(instance map[string]any) proto.SampleInstance {
+		in := proto.SampleInstance{Num: make([]float64, len(names)), Str: make([]string, len(names)), Label: fraud.LabelLegit}
+		for i, n := range names {
+			switch v := instance[n].(type) {
+			case float64:
+				in.Num[i] = v
+			case string:
+				in.Str[i] = v
+			}
+		}
+		row, err := fraud.Encode(instance, fraud.EncodingNative)
+		if err != nil {
+			return in
+		}
+		out, err := m.Predict([][]float32{row})
+		if err != nil || len(out) != 1 || len(out[0]) != 1 {
+			return in
+		}
+		in.Score = float64(out[0][0])
+		if in.Score >= threshold {
+			in.Label = fraud.LabelFraud
+		}
+		return in
+	}, nil
 }

@@ -3,41 +3,34 @@ package app
 import (
 	"context"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"time"
 
+	"modelplane/demo/fraud"
 	"modelplane/demo/trafficgen"
 )
 
 // demoDriftPeriod is how long the demo traffic takes to move its drifting
-// feature all the way: slow enough to watch, quick enough to see in a
-// first session.
+// feature (the amounts, doubled at the end) all the way: slow enough to
+// watch, quick enough to see in a first session.
 const demoDriftPeriod = 30 * time.Minute
-
-var (
-	demoCategories = []string{"grocery", "travel", "electronics", "fuel", "restaurants", "gambling"}
-	demoCountries  = []string{"DE", "FR", "US", "GB", "NL", "BR"}
-)
-
-// demoTransaction draws a card payment for fraud-scoring. drift (0 to 1)
-// moves the amounts up, by up to 80 %: the drift the demo shows.
-func demoTransaction(r *rand.Rand, drift float64) map[string]any {
-	amount := math.Round(40*(1+0.8*drift)*math.Exp(0.9*r.NormFloat64())*100) / 100
-	return map[string]any{
-		"amount":            amount,
-		"merchant_category": demoCategories[r.IntN(len(demoCategories))],
-		"country":           demoCountries[r.IntN(len(demoCountries))],
-	}
-}
 
 // startDemoTraffic sends the demo's traffic through the gateway at rate
 // requests per second with the dev keys until ctx ends; stop waits for it.
-func startDemoTraffic(ctx context.Context, log *slog.Logger, gatewayURL string, keys map[string]string, rate float64) (stop func(), err error) {
-	g, err := trafficgen.New(trafficgen.Config{Gateway: gatewayURL, Rate: rate,
-		PredictEndpoint: "fraud-scoring", PredictKey: keys["MP_RISK_KEY"], Transaction: demoTransaction,
-		ChatEndpoint: "support-chat", ChatKey: keys["MP_SEARCH_KEY"],
-		DriftPeriod: demoDriftPeriod, Seed: uint64(time.Now().UnixNano()), Log: log})
+// Without fraud, only support-chat gets traffic (a dev directory whose
+// fraud model predates the real one).
+func startDemoTraffic(ctx context.Context, log *slog.Logger, gatewayURL string, keys map[string]string, rate float64, withFraud bool) (stop func(), err error) {
+	cfg := trafficgen.Config{Gateway: gatewayURL, Rate: rate, ChatEndpoint: "support-chat", ChatKey: keys["MP_SEARCH_KEY"],
+		DriftPeriod: demoDriftPeriod, Seed: uint64(time.Now().UnixNano()), Log: log}
+	if withFraud {
+		// The payments of the demo's fraud model (package demo/fraud);
+		// drift scales the amounts. The generator calls it from one
+		// goroutine only.
+		payments := fraud.NewGenerator(uint64(time.Now().UnixNano()))
+		cfg.PredictEndpoint, cfg.PredictKey = "fraud-scoring", keys["MP_RISK_KEY"]
+		cfg.Transaction = func(_ *rand.Rand, drift float64) map[string]any { return payments.Next(drift).Instance }
+	}
+	g, err := trafficgen.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -207,10 +207,14 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	// The demo's week of history is stored while the rest starts; a run
 	// stopped before it ends stores the missing days the next time.
+	outdated := demoOutdated(ctx, cp)
 	bfCtx, cancelBackfill := context.WithCancel(ctx)
 	bfDone := make(chan struct{})
 	go func() {
 		defer close(bfDone)
+		if outdated {
+			return
+		}
 		began := time.Now()
 		if err := backfillDemo(bfCtx, cp, chConn, dir, began); err != nil {
 			if bfCtx.Err() == nil {
@@ -282,7 +286,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 		if cfg.DemoTraffic > 0 {
-			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic)
+			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic, !outdated)
 			if err != nil {
 				return err
 			}
@@ -292,7 +296,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	printDevBanner(out, devBanner{base: baseURL, issuer: idp.Issuer(), envFile: envFile, nats: st.natsURL, dir: dir,
 		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
-		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate})
+		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate, outdated: outdated})
 	if d != nil {
 		d.BaseURL, d.AdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, envFile, bfDone
 		close(d.Ready)
@@ -391,6 +395,9 @@ type devBanner struct {
 	nodes, gpus                                                    int
 	cpuNodes, cpuCores, cpuMemoryMB                                int
 	traffic                                                        float64
+	// outdated says the directory holds the simulated fraud model of an
+	// earlier release.
+	outdated bool
 }
 
 func printDevBanner(out io.Writer, b devBanner) {
@@ -405,7 +412,7 @@ modelplane dev is running.
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
   gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
-                -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
+                -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
            %[11]s
@@ -414,8 +421,21 @@ modelplane dev is running.
   NATS     %[4]s   (MP_NATS_URL, MP_NATS_CREDS in dev.env: the control plane's credential)
   data     %[5]s (kept between runs; delete it to start over)
 
-Ctrl-C stops everything.
-`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine(), b.trafficLine())
+%[13]sCtrl-C stops everything.
+`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine(), b.trafficLine(), b.outdatedNote())
+}
+
+func (b devBanner) outdatedNote() string {
+	if !b.outdated {
+		return ""
+	}
+	return fmt.Sprintf(`NOTE     %[1]s was made by an earlier modelplane: its fraud-detector is the simulated
+           one, and versions are immutable. For the real fraud model, demo traffic and the
+           backfilled week, stop dev, delete the directory and run again:
+               rm -rf %[1]s && make run
+           (this deletes the demo's data and everything made with it.)
+
+`, b.dir)
 }
 
 func (b devBanner) trafficLine() string {

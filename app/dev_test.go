@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
+	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
 	"modelplane/internal/wait"
@@ -118,7 +120,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.AdminURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
 		t.Errorf("admin /metrics lacks mp_http_requests_total")
 	}
-	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
+	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, proto.ProfileCPU)
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
@@ -150,7 +152,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	}
 	// The agents' replicas died with the first run; the second run's agents
 	// start them again from their state files.
-	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, "mig-1g.10gb")
+	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, proto.ProfileCPU)
 	<-d.Backfilled
 	if got := backfilled(t, again["MP_CLICKHOUSE_URL"]); got != week {
 		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
@@ -406,7 +408,7 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 		return false
 	}, "mp_routes/%s = %v; want %d ready replicas of %s at weight 100", endpoint, wait.Show(func() any { return last }), n, version)
 	// The gateway validates and samples from the same entry.
-	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != 3 {
+	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != len(fraud.FeatureNames()) {
 		t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
 	}
 }
@@ -432,26 +434,57 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 		return resp, b.String()
 	}
 	// The key's entry reaches the gateway through the outbox and NATS.
+	// Two different payments, as the README's curl sends them: an ordinary
+	// one and one the planted rule makes near-certain fraud.
+	const payments = `{"instances":[` +
+		`{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2},` +
+		`{"amount":1250,"merchant_category":"electronics","country":"NG","hour_of_day":3,"account_age_days":4,"distance_km":9500}]}`
 	var resp *http.Response
 	var body string
 	wait.Eventually(t, 30*time.Second, func() bool {
-		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-			`{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}`)
+		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"], payments)
 		return resp.StatusCode == http.StatusOK
 	}, "predict through the gateway never answered 200: %v", wait.Show(func() any { return body }))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"predictions"`) || resp.Header.Get("X-Model-Version") != "v23" {
 		t.Fatalf("predict through the gateway = %d %s (X-Model-Version %q)", resp.StatusCode, body, resp.Header.Get("X-Model-Version"))
 	}
+	// The scores are v23's own: runtime/xgboost on the version's file,
+	// which the demo/fraud tests hold to the real xgboost.
+	var got struct {
+		Predictions []struct {
+			Score float64 `json:"score"`
+			Label string  `json:"label"`
+		} `json:"predictions"`
+	}
+	var in struct {
+		Instances []map[string]any `json:"instances"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || json.Unmarshal([]byte(payments), &in) != nil || len(got.Predictions) != 2 {
+		t.Fatalf("predict answered %s: %v", body, err)
+	}
+	score, err := demoFraudScorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got.Predictions {
+		want := score(in.Instances[i])
+		if math.Abs(p.Score-want.Score) > 1e-5 || p.Label != want.Label {
+			t.Errorf("payment %d scored %v %s through the gateway; v23 itself says %v %s", i, p.Score, p.Label, want.Score, want.Label)
+		}
+	}
+	if got.Predictions[1].Score-got.Predictions[0].Score < 0.5 || got.Predictions[1].Label != "fraud" {
+		t.Errorf("scores %+v: the fraudulent payment should score far above the ordinary one", got.Predictions)
+	}
 	// fraud-scoring samples 5 % of its predictions: 200 more make a sample
 	// all but certain (1 - 0.95^200).
 	for range 200 {
 		if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-			`{"instances":[{"amount":12,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusOK {
+			`{"instances":[{"amount":12,"merchant_category":"travel","country":"FR","hour_of_day":9,"account_age_days":20,"distance_km":850}]}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("predict = %d %s", resp.StatusCode, body)
 		}
 	}
 	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-		`{"instances":[{"amount":-1,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "amount") {
+		`{"instances":[{"amount":-1,"merchant_category":"travel","country":"FR","hour_of_day":9,"account_age_days":20,"distance_km":850}]}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "amount") {
 		t.Fatalf("a negative amount through the gateway = %d %s, want 400 naming the path", resp.StatusCode, body)
 	}
 	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_SEARCH_KEY"], `{"instances":[{}]}`); resp.StatusCode != http.StatusNotFound {
