@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"modelplane/bus"
+	"modelplane/validation"
 )
 
 // Secret is a setting that never prints.
@@ -55,6 +56,10 @@ type ServerConfig struct {
 	// WakeGrace is how long an endpoint with min_replicas 0 keeps the
 	// replica a request woke after the last request (fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// ValidationTimeout and ValidationMemoryMB limit the child process
+	// that validates an uploaded version at registration.
+	ValidationTimeout  time.Duration
+	ValidationMemoryMB int64
 }
 
 func env(name, def string) string {
@@ -123,6 +128,8 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
 	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
+	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", validation.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
+	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", validation.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -172,6 +179,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.DriftInterval < time.Second || c.DriftAlertAfter < 0 {
 		bad("MP_DRIFT_INTERVAL (--drift-interval) must be at least 1s and MP_DRIFT_ALERT_AFTER (--drift-alert-after) not negative")
+	}
+	if c.ValidationTimeout < time.Second {
+		bad("MP_VALIDATION_TIMEOUT (--validation-timeout) must be at least 1s")
+	}
+	if c.ValidationMemoryMB < 256 {
+		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least 256")
 	}
 	if c.WakeGrace < time.Minute {
 		bad("MP_WAKE_GRACE (--wake-grace) must be at least 1m: gateways remind the control plane of a served endpoint every 10s")

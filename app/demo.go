@@ -110,10 +110,12 @@ func demoModels() ([]demoModel, error) {
 				FeatureNames: fraud.FeatureNames()},
 			versions: []demoVersion{
 				{spec: registry.VersionSpec{Name: v23.Name, Runtime: v23.Runtime, Resources: cpu, SLA: registry.SLA{P99LatencyMs: ms(50)},
-					Lineage: registry.Lineage{TrainingJob: "train-fraud-2311", Dataset: "payments-2026-10"}, OfflineMetrics: map[string]float64{"auc": round3(v23.AUC)}},
+					Lineage: registry.Lineage{TrainingJob: "train-fraud-2311", Dataset: "payments-2026-10"}, OfflineMetrics: map[string]float64{"auc": round3(v23.AUC)},
+					Serving: servingOf(v23)},
 					files: map[string][]byte{v23.File: v23.Data}},
 				{spec: registry.VersionSpec{Name: v24.Name, Runtime: v24.Runtime, Resources: cpu, SLA: registry.SLA{P99LatencyMs: ms(50)},
-					Lineage: registry.Lineage{ParentVersion: "v23", TrainingJob: "train-fraud-2411", Dataset: "payments-2026-11"}, OfflineMetrics: map[string]float64{"auc": round3(v24.AUC)}},
+					Lineage: registry.Lineage{ParentVersion: "v23", TrainingJob: "train-fraud-2411", Dataset: "payments-2026-11"}, OfflineMetrics: map[string]float64{"auc": round3(v24.AUC)},
+					Serving: servingOf(v24)},
 					files: map[string][]byte{v24.File: v24.Data}},
 			},
 			endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23",
@@ -146,6 +148,12 @@ func demoOutdated(ctx context.Context, cp *controlplane.ControlPlane) bool {
 	return err == nil && v.Runtime != "xgboost"
 }
 
+// servingOf is the registry's serving metadata of a demo fraud version:
+// its features (categories and encoding), output mapping and sample inputs.
+func servingOf(v fraud.Version) registry.Serving {
+	return registry.Serving{Features: v.Serving.Features, Output: v.Serving.Output, SampleInputs: v.Serving.SampleInputs}
+}
+
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) error {
@@ -175,6 +183,13 @@ func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) 
 			return nil
 		}
 		if _, err := cp.Registry.RegisterVersion(ctx, system, m.spec.Name, v.spec, mj, upload); err != nil {
+			return err
+		}
+	}
+	if cp.Validator != nil {
+		// Validation runs in the background once the control plane starts;
+		// the endpoint below needs its version validated now.
+		if _, err := cp.Validator.Pass(ctx); err != nil {
 			return err
 		}
 	}

@@ -60,8 +60,11 @@ type DevConfig struct {
 	// DemoTraffic is the demo traffic's rate in requests per second
 	// through the gateway; 0 sends none.
 	DemoTraffic float64
-	// RuntimeBinary is the modelplane binary the CPU nodes run replicas
-	// with (`modelplane runtime`); default the running executable.
+	// RuntimeBinary is the modelplane binary that validates uploaded
+	// versions (`runtime validate`) and that the CPU nodes run replicas
+	// with (`runtime`); Flags sets it to this binary. Empty turns
+	// validation at registration off, and the CPU nodes run the running
+	// executable.
 	RuntimeBinary string
 }
 
@@ -71,6 +74,7 @@ func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
+	c.RuntimeBinary, _ = os.Executable()
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
 	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
@@ -193,7 +197,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		devUsers = append(devUsers, handlers.DevUser{Email: u.Email, Description: u.Description})
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
-		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20,
+		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}})
 	if err != nil {
 		return err

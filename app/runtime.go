@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/xgboost"
+	"modelplane/validation"
 )
 
 // runtimeOpeners are the model loaders of the built-in runtime, by the
@@ -155,4 +157,29 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 		return fmt.Errorf("drain: %w", err)
 	}
 	return nil
+}
+
+// RuntimeValidateConfig configures `modelplane runtime validate`, the
+// child process the control plane validates a version in.
+type RuntimeValidateConfig struct {
+	ModelDir string
+	// MemoryMB is the address space the process allows itself.
+	MemoryMB int64
+}
+
+// Flags registers the settings on fs.
+func (c *RuntimeValidateConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ModelDir, "model-dir", "", "model directory holding the model files and modelplane-runtime.json, whose sample_inputs are answered")
+	fs.Int64Var(&c.MemoryMB, "memory-mb", validation.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
+}
+
+// RunRuntimeValidate loads the model directory as a replica would, answers
+// its sample inputs and prints a validation.Report as JSON; it returns the
+// exit status (3 when the version is invalid).
+func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
+	if c.ModelDir == "" {
+		fmt.Fprintln(os.Stderr, "modelplane runtime validate: --model-dir is required")
+		return 2
+	}
+	return validation.RunChild(ctx, c.ModelDir, c.MemoryMB, runtimeOpeners())
 }

@@ -34,6 +34,7 @@ import (
 	"modelplane/service"
 	"modelplane/tenant"
 	"modelplane/traffic"
+	"modelplane/validation"
 )
 
 // Stores are the connections the control plane runs on. CH and NC may be
@@ -64,6 +65,15 @@ type Config struct {
 	WakeGrace time.Duration
 	// Now is the clock of every service (nil: time.Now).
 	Now func() time.Time
+	// RuntimeBinary is the modelplane binary whose `runtime validate`
+	// validates uploaded versions of the built-in runtime (the server's
+	// own, os.Executable); empty turns validation at registration off, and
+	// such versions stay registered.
+	RuntimeBinary string
+	// ValidationTimeout and ValidationMemoryMB limit one validation's
+	// child process (zero: the validation package's defaults).
+	ValidationTimeout  time.Duration
+	ValidationMemoryMB int64
 }
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -79,6 +89,7 @@ const (
 	leadRollouts    = 7_316_020_020
 	leadDrift       = 7_316_020_030
 	leadRetention   = 7_316_020_031
+	leadValidation  = 7_316_020_040
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -109,6 +120,10 @@ type ControlPlane struct {
 	Metrics *prometheus.Registry
 	// Relay publishes outbox rows to NATS; nil without NATS.
 	Relay *outbox.Relay
+	// Validator validates uploaded versions of the built-in runtime; nil
+	// without Config.RuntimeBinary. It runs as a leader-only background
+	// service, and its Pass may be called directly (demo seeding).
+	Validator *validation.Validator
 
 	js         jetstream.JetStream
 	background *service.Group
@@ -147,6 +162,11 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
 		Metrics:     reg,
+	}
+	if cfg.RuntimeBinary != "" {
+		cp.Validator = validation.New(validation.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
+		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
@@ -236,6 +256,9 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		lease(leadDrift, checker),
 		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
 	)
+	if cp.Validator != nil {
+		g.Add(lease(leadValidation, cp.Validator))
+	}
 	if cfg.OIDC != nil {
 		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, proto.BucketIdentity), cfg.Log)))
 	}

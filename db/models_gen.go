@@ -215,6 +215,21 @@ type ModelVersion struct {
 	MemoryMB        int32
 	CreatedByUserID *int64
 	CreatedByKeyID  *int64
+	Serving         []byte
+}
+
+type ModelVersionValidation struct {
+	VersionID  int64
+	TeamID     int64
+	State      string
+	Reason     string
+	Inputs     []byte
+	Outputs    []byte
+	LoadMs     *float64
+	LatencyMs  *float64
+	Attempts   int32
+	CreatedAt  time.Time
+	FinishedAt *time.Time
 }
 
 type Node struct {

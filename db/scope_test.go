@@ -18,24 +18,25 @@ import (
 // teamOwned are the tables whose rows belong to a team. A query that reads or
 // changes one of them must say which teams the caller may touch, in the SQL.
 var teamOwned = map[string]bool{
-	"teams":           true,
-	"team_members":    true,
-	"api_keys":        true,
-	"models":          true,
-	"model_versions":  true,
-	"endpoints":       true,
-	"routing_rules":   true,
-	"audit_log":       true,
-	"replicas":        true,
-	"experiments":     true,
-	"experiment_arms": true,
-	"budgets":         true,
-	"budget_alerts":   true,
-	"rollouts":        true,
-	"rollout_events":  true,
-	"approvals":       true,
-	"drift_scores":    true,
-	"drift_alerts":    true,
+	"teams":                     true,
+	"team_members":              true,
+	"api_keys":                  true,
+	"models":                    true,
+	"model_versions":            true,
+	"model_version_validations": true,
+	"endpoints":                 true,
+	"routing_rules":             true,
+	"audit_log":                 true,
+	"replicas":                  true,
+	"experiments":               true,
+	"experiment_arms":           true,
+	"budgets":                   true,
+	"budget_alerts":             true,
+	"rollouts":                  true,
+	"rollout_events":            true,
+	"approvals":                 true,
+	"drift_scores":              true,
+	"drift_alerts":              true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -118,6 +119,12 @@ var unscoped = map[string]string{
 	"ModelVersionDigestsInUse":     "registry: after a failed upload, which of its blob digests any team's version lists, so the shared store keeps those; returns digests the caller just uploaded, nothing else",
 	"ModelVersionDigestReferenced": "registry.Artifact: node agents fetch blobs by digest for whatever team's replica they run; returns only whether a version needs the digest",
 	"ModelVersionManifestByDigest": "registry.Artifact: the manifest a node agent names by its digest, which it already holds from its desired state; content-addressed, no team data beyond what the digest pins",
+
+	// Validation at registration: the validator acts for the platform.
+	"ValidationCreate":       "insert; registry.RegisterVersion takes version and team ids from the version it inserted in the same transaction",
+	"ValidationClaimPending": "validator: validates every team's uploaded versions for the platform; no caller",
+	"ValidationFinish":       "validator: writes the outcome of the validation it claimed with ValidationClaimPending, by its version id",
+	"ModelVersionSetStatus":  "validator: sets the status of the version it claimed with ValidationClaimPending (the trigger lets only status change)",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",

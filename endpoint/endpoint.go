@@ -206,6 +206,11 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 			}
 			return err
 		}
+		if why, err := registry.Unroutable(ctx, q, p, v); err != nil {
+			return err
+		} else if why != "" {
+			return validate.Errors{{Field: "version", Message: why}}
+		}
 		switch {
 		case spec.Runtime == "":
 			spec.Runtime = v.Runtime
@@ -452,6 +457,11 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 					return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
 				}
 				return err
+			}
+			if why, err := registry.Unroutable(ctx, q, p, v); err != nil {
+				return err
+			} else if why != "" {
+				return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: why}}
 			}
 			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight,
 				ShadowPercent: w.ShadowPercent}); err != nil {

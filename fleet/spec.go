@@ -6,7 +6,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/db"
-	"modelplane/runtime/model"
+	"modelplane/registry"
 )
 
 // replicaSpec is what a node's agent needs to run one replica: where it
@@ -33,18 +33,15 @@ var builtinRuntimes = map[string]bool{"xgboost": true, "lightgbm": true, "onnxru
 
 // runtimeSettings is the built-in runtime's configuration of a replica
 // (runtime/model.Config) for the versions it serves, and nil for the
-// others, whose runtimes take no settings from the platform yet. It holds
-// what the registry knows today: the endpoint's name, the version, the
-// format and the model's features in order; the output mapping, sample
-// inputs and batching come with the registry fields that carry them.
+// others, whose runtimes take no settings from the platform yet: the
+// endpoint's name, the version, the format, and the version's serving
+// metadata (registry.Serving: features in order with their categories and
+// encoding, the output mapping and the sample inputs warm-up runs).
 func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
 	if !builtinRuntimes[r.Runtime] {
 		return nil
 	}
-	cfg := model.Config{Model: r.Endpoint, Version: r.Version, Format: r.Format, Features: []model.Feature{}}
-	for _, f := range r.FeatureNames {
-		cfg.Features = append(cfg.Features, model.Feature{Name: f})
-	}
+	cfg := registry.RuntimeConfig(r.Endpoint, r.Version, r.Format, r.Serving, r.FeatureNames)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil // a Config of strings always encodes

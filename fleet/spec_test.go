@@ -34,8 +34,13 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 	file := safetensors()
 	sum := sha256.Sum256(file)
 	man := artifact.Manifest{"model.safetensors": hex.EncodeToString(sum[:])}
+	serving := registry.Serving{
+		Features: []model.Feature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
+		Output:   model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7},
+		SampleInputs: []json.RawMessage{json.RawMessage(`{"amount":12.5,"age":40,"country":"FR"}`)},
+	}
 	v, err := reg.RegisterVersion(ctx, f.eng, "scorer", registry.VersionSpec{Name: "s1", Runtime: "onnxruntime",
-		Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}}, man.Canonical(), func(u *artifact.Upload) error {
+		Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, Serving: serving}, man.Canonical(), func(u *artifact.Upload) error {
 		return u.Add(context.Background(), "model.safetensors", bytes.NewReader(file))
 	})
 	if err != nil {
@@ -61,8 +66,13 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 			if err := json.Unmarshal(r.Settings, &cfg); err != nil {
 				t.Fatalf("settings %s: %v", r.Settings, err)
 			}
-			if cfg.Model != "scorer-ep" || cfg.Version != "s1" || len(cfg.Features) != 2 || cfg.Features[0].Name != "amount" || cfg.Features[1].Name != "age" {
+			if cfg.Model != "scorer-ep" || cfg.Version != "s1" || len(cfg.Features) != 3 || cfg.Features[0].Name != "amount" || cfg.Features[1].Name != "age" {
 				t.Errorf("settings = %+v; want the endpoint, version and features in order", cfg)
+			}
+			got, _ := json.Marshal(registry.Serving{Features: cfg.Features, Output: cfg.Output, SampleInputs: cfg.SampleInputs})
+			want, _ := json.Marshal(serving)
+			if !bytes.Equal(got, want) {
+				t.Errorf("settings' serving part = %s, want the version's %s", got, want)
 			}
 		case "fraud-ep":
 			if r.Manifest != "" || r.Runtime != "triton" || r.Format != "onnx" || len(r.Settings) != 0 {

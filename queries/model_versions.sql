@@ -1,11 +1,11 @@
 -- name: ModelVersionCreate :one
 INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes,
     gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset,
-    offline_metrics, sim_profile, created_by, cpu_cores, memory_mb, created_by_user_id, created_by_key_id)
+    offline_metrics, sim_profile, created_by, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving)
 VALUES (@model_id, @team_id, @name, @format, @runtime, @artifact_uri, @manifest, @size_bytes,
     @gpu_count, @gpu_memory_mb, @gpu_type, sqlc.narg(p99_latency_ms), sqlc.narg(p99_tpot_ms), @parent_version,
     @training_job, @dataset, @offline_metrics, sqlc.narg(sim_profile), @created_by, @cpu_cores, @memory_mb,
-    sqlc.narg(created_by_user_id), sqlc.narg(created_by_key_id))
+    sqlc.narg(created_by_user_id), sqlc.narg(created_by_key_id), @serving)
 RETURNING *;
 
 -- name: ModelVersionGet :one

@@ -1,7 +1,7 @@
 -- name: ReplicaListAll :many
 SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
-       v.runtime, v.format, v.artifact_uri, m.feature_names,
+       v.runtime, v.format, v.artifact_uri, m.feature_names, v.serving,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
 FROM replicas r
 JOIN nodes n ON n.id = r.node_id

@@ -72,6 +72,18 @@ type Service struct {
 	// egress is the operator's allow-list for https:// artifact URIs;
 	// nil allows none.
 	egress *egress.Policy
+	// validate is set when a validator runs: versions it can run are
+	// queued for validation at registration, and it is woken.
+	validate func()
+}
+
+// WithValidation makes registration queue the versions the control plane
+// can run itself (built-in runtime, uploaded files, no GPU) for the
+// validator, which must then run; wake is called after such a version is
+// registered. It returns s.
+func (s *Service) WithValidation(wake func()) *Service {
+	s.validate = wake
+	return s
 }
 
 // WithEgress sets the egress allow-list that https:// artifact URIs must
@@ -298,6 +310,9 @@ type VersionSpec struct {
 	Lineage        Lineage            `json:"lineage"`
 	OfflineMetrics map[string]float64 `json:"offline_metrics,omitempty"`
 	Sim            json.RawMessage    `json:"sim,omitempty"`
+	// Serving says how the built-in runtime reads instances and maps
+	// outputs (features, output, sample_inputs).
+	Serving Serving `json:"serving"`
 }
 
 // Version is a registered, immutable model version.
@@ -307,7 +322,10 @@ type Version struct {
 	Manifest  map[string]string `json:"manifest"`
 	SizeBytes int64             `json:"size_bytes"`
 	Status    string            `json:"status"`
-	CreatedBy string            `json:"created_by"`
+	// Validation is the outcome of validation at registration; nil for a
+	// version the control plane does not run itself.
+	Validation *Validation `json:"validation,omitempty"`
+	CreatedBy  string      `json:"created_by"`
 	CreatedAt time.Time         `json:"created_at"`
 	ID        int64             `json:"-"`
 }
@@ -320,7 +338,8 @@ type Files func(u *artifact.Upload) error
 // Formats a version may declare when its artifact lives elsewhere.
 var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "lightgbm"}
 
-func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec) {
+func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
+	checkServing(errs, &spec.Serving, m)
 	validate.VersionName(errs, "metadata.name", spec.Name)
 	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
 	r := spec.Resources
@@ -380,7 +399,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		return Version{}, auth.ErrForbidden
 	}
 	var errs validate.Errors
-	s.checkSpec(&errs, &spec)
+	s.checkSpec(&errs, &spec, m)
 	man, err := artifact.ParseManifest(manifest)
 	if err != nil {
 		errs.Add("manifest", "%s", strings.TrimPrefix(err.Error(), artifact.ErrRejected.Error()+": "))
@@ -431,6 +450,11 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	if len(spec.Sim) > 0 {
 		sim = spec.Sim
 	}
+	serving, err := json.Marshal(spec.Serving)
+	if err != nil {
+		return Version{}, fmt.Errorf("register version: %w", err)
+	}
+	queue := s.validate != nil && validatable(spec, files != nil)
 	var out Version
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.ModelVersionCreate(ctx, db.ModelVersionCreateParams{ModelID: m.ID, TeamID: m.TeamID, Name: spec.Name,
@@ -439,11 +463,17 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			CPUCores: spec.Resources.CPUCores, MemoryMB: spec.Resources.MemoryMB,
 			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
-			CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
+			CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID(), Serving: serving})
 		if err != nil {
 			return err
 		}
 		out = versionOf(row, model)
+		if queue {
+			if err := q.ValidationCreate(ctx, db.ValidationCreateParams{VersionID: row.ID, TeamID: m.TeamID}); err != nil {
+				return err
+			}
+			out.Validation = &Validation{State: ValidationPending}
+		}
 		return audit.Record(ctx, q, p, audit.Entry{TeamID: &m.TeamID, Action: "version.register", ObjectType: "model_version",
 			ObjectName: model + "/" + spec.Name, After: out})
 	})
@@ -454,6 +484,9 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		// The version is recorded: a failure here fails nothing, since
 		// Artifact stores a missing manifest when an agent first asks.
 		_ = s.putManifest(ctx, man)
+	}
+	if queue {
+		s.validate()
 	}
 	return out, nil
 }
@@ -512,7 +545,32 @@ func versionOf(r db.ModelVersion, model string) Version {
 	if len(r.SimProfile) > 0 {
 		v.Sim = r.SimProfile
 	}
+	_ = json.Unmarshal(r.Serving, &v.Serving)
 	return v
+}
+
+// withValidations fills in the validations of vs, in one query.
+func (s *Service) withValidations(ctx context.Context, p *auth.Principal, vs []Version) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(vs))
+	for i, v := range vs {
+		ids[i] = v.ID
+	}
+	all, teams := p.Scope()
+	rows, err := db.New(s.pool).ValidationListByVersions(ctx, db.ValidationListByVersionsParams{VersionIDs: ids, AllTeams: all, TeamIDs: teams})
+	if err != nil {
+		return fmt.Errorf("validations: %w", err)
+	}
+	by := make(map[int64]*Validation, len(rows))
+	for _, r := range rows {
+		by[r.VersionID] = validationOf(r)
+	}
+	for i := range vs {
+		vs[i].Validation = by[vs[i].ID]
+	}
+	return nil
 }
 
 // Version returns one version of a model visible to the caller.
@@ -526,7 +584,11 @@ func (s *Service) Version(ctx context.Context, p *auth.Principal, model, name st
 	if err != nil {
 		return Version{}, fmt.Errorf("version %s of %s: %w", name, model, err)
 	}
-	return versionOf(r, model), nil
+	vs := []Version{versionOf(r, model)}
+	if err := s.withValidations(ctx, p, vs); err != nil {
+		return Version{}, err
+	}
+	return vs[0], nil
 }
 
 // Versions lists a model's versions after the given id.
@@ -546,6 +608,9 @@ func (s *Service) Versions(ctx context.Context, p *auth.Principal, model string,
 	out := make([]Version, len(rows))
 	for i, r := range rows {
 		out[i] = versionOf(r, model)
+	}
+	if err := s.withValidations(ctx, p, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -586,6 +651,9 @@ func (s *Service) LineageOf(ctx context.Context, p *auth.Principal, model string
 	for i, r := range rows {
 		vs[i] = versionOf(r, model)
 		known[r.Name] = true
+	}
+	if err := s.withValidations(ctx, p, vs); err != nil {
+		return Model{}, nil, nil, err
 	}
 	var edges []LineageEdge
 	for _, v := range vs {

@@ -14,6 +14,7 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/judge"
+	"modelplane/registry"
 	"modelplane/validate"
 )
 
@@ -468,6 +469,11 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 			return 0, validate.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
 		}
 		return 0, err
+	}
+	if why, err := registry.Unroutable(ctx, q, p, to); err != nil {
+		return 0, err
+	} else if why != "" {
+		return 0, validate.Errors{{Field: "version", Message: why}}
 	}
 	rules, err := q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {

@@ -23,7 +23,8 @@ commands:
   server    the control plane: portal, REST API, controllers (needs MP_DATABASE_URL, MP_CLICKHOUSE_URL, MP_NATS_URL, MP_NATS_CREDS, MP_OIDC_*)
   gateway   inference gateway: routes /v1/endpoints/{endpoint}/... to replicas (needs only NATS: MP_NATS_URL, MP_NATS_CREDS)
   agent     node agent: runs the replicas placed on this machine (needs only NATS: MP_NATS_URL, MP_NATS_CREDS)
-  runtime   the built-in serving runtime for one replica: runtime --model-dir D --port P
+  runtime   the built-in serving runtime for one replica: runtime --model-dir D --port P;
+            runtime validate --model-dir D answers the sample inputs once and prints a JSON report
   nats      NATS credentials for production: nats init (authority, server trust, creds), nats creds --agent NODE --out FILE
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
@@ -76,6 +77,14 @@ func run() int {
 		}
 		err = app.RunAgent(ctx, cfg)
 	case "runtime":
+		if len(args) > 0 && args[0] == "validate" {
+			var cfg app.RuntimeValidateConfig
+			cfg.Flags(fs)
+			if fs.Parse(args[1:]) != nil {
+				return 2
+			}
+			return app.RunRuntimeValidate(ctx, cfg)
+		}
 		var cfg app.RuntimeConfig
 		cfg.Flags(fs)
 		if fs.Parse(args) != nil {

@@ -1,0 +1,34 @@
+-- name: ValidationCreate :exec
+-- Queues a version's validation, in the transaction that registers it.
+INSERT INTO model_version_validations (version_id, team_id) VALUES (@version_id, @team_id);
+
+-- name: ValidationGet :one
+-- A version's validation; the version id comes from a scoped version row.
+SELECT * FROM model_version_validations
+WHERE version_id = @version_id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: ValidationListByVersions :many
+SELECT * FROM model_version_validations
+WHERE version_id = ANY(@version_ids::bigint[]) AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: ValidationClaimPending :one
+-- The oldest pending validation, locked for the validator (skipping one
+-- another control plane holds), with what running it needs.
+SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving,
+       m.name AS model, m.task, m.input_schema, m.output_schema, m.feature_names
+FROM model_version_validations x
+JOIN model_versions v ON v.id = x.version_id
+JOIN models m ON m.id = v.model_id
+WHERE x.state = 'pending'
+ORDER BY x.version_id
+LIMIT 1
+FOR UPDATE OF x SKIP LOCKED;
+
+-- name: ValidationFinish :exec
+UPDATE model_version_validations
+SET state = @state, reason = @reason, inputs = @inputs, outputs = @outputs, load_ms = sqlc.narg(load_ms),
+    latency_ms = sqlc.narg(latency_ms), attempts = attempts + 1, finished_at = now()
+WHERE version_id = @version_id;
+
+-- name: ModelVersionSetStatus :exec
+UPDATE model_versions SET status = @status WHERE id = @id;

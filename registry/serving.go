@@ -1,0 +1,383 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"modelplane/auth"
+	"modelplane/db"
+	"modelplane/runtime/model"
+	"modelplane/validate"
+)
+
+// Serving says how the built-in runtime turns a JSON instance into the
+// model's input and its output into an answer: the features in the order
+// the model reads them (a categorical one with its categories and
+// encoding), the output mapping, and sample inputs run at validation and
+// at every replica's warm-up. Sampling and drift read the answers the
+// runtime builds from it (score: the positive class's probability, or the
+// winning class's; label: by the threshold or argmax over the classes;
+// value: a regression's output as is), so they share one mapping.
+type Serving struct {
+	// Features default to the model's feature_names, all numeric.
+	Features []model.Feature `json:"features,omitempty"`
+	// Output is the output mapping: classes (a binary classifier names
+	// the negative class first) and threshold; empty for a regression.
+	Output model.Output `json:"output"`
+	// SampleInputs are instances in the model's input shape (objects
+	// keyed by feature name); each must pass the model's input_schema.
+	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`
+}
+
+// Limits of what a version's serving metadata may hold.
+const (
+	maxFeatures     = 4096
+	maxCategories   = 10_000
+	maxSampleInputs = 64
+	maxSampleBytes  = 64 << 10
+)
+
+// Encodings a categorical feature may have (runtime/model.Feature).
+var encodings = []string{"onehot", "native"}
+
+// schemaProperty is what registration reads of one property of a model's
+// input schema.
+type schemaProperty struct {
+	Type any   `json:"type"`
+	Enum []any `json:"enum"`
+}
+
+// types lists a property's JSON types ("type" is a string or an array).
+func (p schemaProperty) types() []string {
+	switch t := p.Type.(type) {
+	case string:
+		return []string{t}
+	case []any:
+		var out []string
+		for _, x := range t {
+			if s, ok := x.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func (p schemaProperty) numeric() bool {
+	ts := p.types()
+	return len(ts) > 0 && !slices.Contains(ts, "string") && (slices.Contains(ts, "number") || slices.Contains(ts, "integer"))
+}
+
+func (p schemaProperty) text() bool {
+	ts := p.types()
+	return len(ts) > 0 && !slices.Contains(ts, "number") && !slices.Contains(ts, "integer") && slices.Contains(ts, "string")
+}
+
+// checkServing checks and completes a version's serving metadata against
+// its model: features default to the model's feature_names; each feature
+// must be a property of the input schema where it lists properties, with
+// categories exactly when the schema makes it a string; the output mapping
+// must fit the task and the output schema's labels; every sample input
+// must pass the input schema.
+func checkServing(errs *validate.Errors, sv *Serving, m Model) {
+	const f = "metadata.serving"
+	if m.Task == TaskLLM {
+		if len(sv.Features) > 0 || len(sv.Output.Classes) > 0 || sv.Output.Threshold != 0 || len(sv.SampleInputs) > 0 {
+			errs.Add(f, "is for classification and regression models; an llm version is served by its own runtime")
+		}
+		return
+	}
+	var in struct {
+		Properties map[string]schemaProperty `json:"properties"`
+	}
+	_ = json.Unmarshal(m.InputSchema, &in)
+	if len(sv.Features) == 0 {
+		for _, name := range m.FeatureNames {
+			sv.Features = append(sv.Features, model.Feature{Name: name})
+		}
+	}
+	if len(sv.Features) > maxFeatures {
+		errs.Add(f+".features", "must list at most %d features", maxFeatures)
+		return
+	}
+	seen := map[string]bool{}
+	for i, ft := range sv.Features {
+		at := fmt.Sprintf("%s.features[%d]", f, i)
+		switch {
+		case ft.Name == "" || len(ft.Name) > 200:
+			errs.Add(at+".name", "must be a non-empty name of at most 200 characters")
+		case seen[ft.Name]:
+			errs.Add(at+".name", "%q is listed twice", ft.Name)
+		}
+		seen[ft.Name] = true
+		prop, inSchema := in.Properties[ft.Name]
+		if in.Properties != nil && !inSchema && ft.Name != "" {
+			errs.Add(at+".name", "%q is not a property of the model's input_schema", ft.Name)
+		}
+		if ft.Encoding != "" {
+			if !slices.Contains(encodings, ft.Encoding) {
+				errs.Add(at+".encoding", "must be onehot or native, not %q", ft.Encoding)
+			} else if len(ft.Categories) == 0 {
+				errs.Add(at+".encoding", "needs categories: only a categorical feature has an encoding")
+			}
+		}
+		if len(ft.Categories) > maxCategories {
+			errs.Add(at+".categories", "must list at most %d categories", maxCategories)
+			continue
+		}
+		cats := map[string]bool{}
+		for j, c := range ft.Categories {
+			if c == "" || cats[c] {
+				errs.Add(fmt.Sprintf("%s.categories[%d]", at, j), "must be a non-empty category listed once")
+			}
+			cats[c] = true
+		}
+		switch {
+		case len(ft.Categories) > 0 && prop.numeric():
+			errs.Add(at+".categories", "%q is a number in the model's input_schema: a numeric feature has no categories", ft.Name)
+		case len(ft.Categories) == 0 && prop.text():
+			errs.Add(at+".categories", "%q is a string in the model's input_schema: list its categories (the runtime reads a string feature only as a category)", ft.Name)
+		}
+	}
+	checkOutput(errs, sv.Output, m)
+	checkSamples(errs, sv, m)
+}
+
+// checkOutput checks the output mapping against the task and the labels
+// the output schema allows.
+func checkOutput(errs *validate.Errors, out model.Output, m Model) {
+	const f = "metadata.serving.output"
+	if m.Task == TaskRegression {
+		if len(out.Classes) > 0 {
+			errs.Add(f+".classes", "a regression model has no classes: its answer is the model's value as is")
+		}
+		if out.Threshold != 0 {
+			errs.Add(f+".threshold", "a regression model has no threshold")
+		}
+		return
+	}
+	if !(out.Threshold >= 0 && out.Threshold < 1) {
+		errs.Add(f+".threshold", "must be between 0 and 1 (0 means 0.5)")
+	}
+	if len(out.Classes) == 1 {
+		errs.Add(f+".classes", "must name at least two classes (a binary classifier names the negative class first)")
+	}
+	if len(out.Classes) > 2 && out.Threshold != 0 {
+		errs.Add(f+".threshold", "is for a binary classifier; a multiclass one labels by argmax")
+	}
+	var schema struct {
+		Properties struct {
+			Label schemaProperty `json:"label"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(m.OutputSchema, &schema)
+	seen := map[string]bool{}
+	for i, c := range out.Classes {
+		at := fmt.Sprintf("%s.classes[%d]", f, i)
+		switch {
+		case c == "" || seen[c]:
+			errs.Add(at, "must be a non-empty class named once")
+		case len(schema.Properties.Label.Enum) > 0 && !slices.Contains(schema.Properties.Label.Enum, any(c)):
+			errs.Add(at, "%q is not a label the model's output_schema allows", c)
+		}
+		seen[c] = true
+	}
+}
+
+// checkSamples checks every sample input against the input schema and
+// the features: an object holding each feature, a category among the
+// feature's categories.
+func checkSamples(errs *validate.Errors, sv *Serving, m Model) {
+	const f = "metadata.serving.sample_inputs"
+	if len(sv.SampleInputs) > maxSampleInputs {
+		errs.Add(f, "must hold at most %d instances", maxSampleInputs)
+		return
+	}
+	total := 0
+	for _, s := range sv.SampleInputs {
+		total += len(s)
+	}
+	if total > maxSampleBytes {
+		errs.Add(f, "must be at most %d bytes of JSON in all", maxSampleBytes)
+		return
+	}
+	schema, err := CompileSchema(m.InputSchema)
+	if err != nil {
+		return // the model's own schema was checked when it was created
+	}
+	for i, raw := range sv.SampleInputs {
+		at := fmt.Sprintf("%s[%d]", f, i)
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+		if err != nil {
+			errs.Add(at, "is not valid JSON")
+			continue
+		}
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			errs.Add(at, "must be a JSON object keyed by feature name")
+			continue
+		}
+		if schema != nil {
+			if err := schema.Validate(doc); err != nil {
+				errs.Add(at, "does not match the model's input_schema: %s", SchemaMessage(err))
+				continue
+			}
+		}
+		for _, ft := range sv.Features {
+			v, ok := obj[ft.Name]
+			switch {
+			case !ok:
+				errs.Add(at+"."+ft.Name, "is missing")
+			case len(ft.Categories) > 0:
+				if s, ok := v.(string); !ok || !slices.Contains(ft.Categories, s) {
+					errs.Add(at+"."+ft.Name, "must be one of the feature's categories")
+				}
+			default:
+				if _, ok := v.(json.Number); !ok {
+					if _, ok := v.(float64); !ok {
+						errs.Add(at+"."+ft.Name, "must be a number")
+					}
+				}
+			}
+		}
+	}
+}
+
+// SchemaMessage is a JSON Schema failure in one line, without the
+// schema's internal URL.
+func SchemaMessage(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) > 1 {
+		lines = lines[1:]
+	}
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "- "))
+	}
+	return strings.Join(lines, "; ")
+}
+
+// CompileSchema compiles a model's input or output schema the way
+// registration checks it (no external references); nil for an empty one.
+func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "{}" || string(t) == "null" {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(&refusingLoader{})
+	if err := c.AddResource("mem://schema.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("mem://schema.json")
+}
+
+// Statuses of a version (seed §3): registered when uploaded; validated or
+// invalid once the control plane ran it through the built-in runtime.
+const (
+	StatusRegistered = "registered"
+	StatusValidated  = "validated"
+	StatusInvalid    = "invalid"
+)
+
+// Validation is the outcome of running a version through the built-in
+// runtime at registration.
+type Validation struct {
+	// State is pending, validated or invalid.
+	State string `json:"state"`
+	// Reason says why a version is invalid (the runtime's message).
+	Reason string `json:"reason,omitempty"`
+	// Inputs are the instances sent: the sample inputs, or generated
+	// from the input schema; Outputs the runtime's answers to them.
+	Inputs  json.RawMessage `json:"inputs,omitempty"`
+	Outputs json.RawMessage `json:"outputs,omitempty"`
+	// LoadMS is the time to load the model; LatencyMS one batch of all
+	// inputs.
+	LoadMS     *float64   `json:"load_ms,omitempty"`
+	LatencyMS  *float64   `json:"latency_ms,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Validation states.
+const ValidationPending = "pending"
+
+func validationOf(r db.ModelVersionValidation) *Validation {
+	v := &Validation{State: r.State, Reason: r.Reason, LoadMS: r.LoadMs, LatencyMS: r.LatencyMs, FinishedAt: r.FinishedAt}
+	if r.State != ValidationPending {
+		v.Inputs, v.Outputs = r.Inputs, r.Outputs
+	}
+	return v
+}
+
+// builtinRuntimes are the registry runtimes the built-in runtime serves,
+// and builtinFormats the model files it reads.
+var (
+	builtinRuntimes = []string{"xgboost", "lightgbm", "onnxruntime"}
+	builtinFormats  = []string{"onnx", "xgboost-json", "lightgbm"}
+)
+
+// BuiltIn reports whether the built-in runtime serves versions of runtime.
+func BuiltIn(runtime string) bool { return slices.Contains(builtinRuntimes, runtime) }
+
+// validatable says whether the control plane can run a version itself:
+// built-in runtime and format, files in its own store, no GPU. The others
+// (GPU and LLM runtimes, external artifacts) stay registered and are
+// validated by their first replica's warm-up.
+func validatable(spec VersionSpec, uploaded bool) bool {
+	return uploaded && BuiltIn(spec.Runtime) && slices.Contains(builtinFormats, spec.Format) && spec.Resources.GPUCount == 0
+}
+
+// Unroutable says why a version may not take traffic or be rolled out,
+// or "" when it may: an invalid version never, a version whose validation
+// is still pending not yet. q runs in the caller's transaction; p is the
+// caller, whose scope the version was loaded with.
+func Unroutable(ctx context.Context, q *db.Queries, p *auth.Principal, v db.ModelVersion) (string, error) {
+	if v.Status == StatusValidated {
+		return "", nil
+	}
+	all, ids := p.Scope()
+	x, err := q.ValidationGet(ctx, db.ValidationGetParams{VersionID: v.ID, AllTeams: all, TeamIDs: ids})
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		if v.Status == StatusInvalid {
+			return fmt.Sprintf("version %s is invalid", v.Name), nil
+		}
+		return "", nil // not validated by the control plane: its replicas' warm-up checks it
+	case err != nil:
+		return "", fmt.Errorf("validation of %s: %w", v.Name, err)
+	case v.Status == StatusInvalid || x.State == StatusInvalid:
+		return fmt.Sprintf("version %s is invalid: %s", v.Name, x.Reason), nil
+	case x.State == ValidationPending:
+		return fmt.Sprintf("version %s is still being validated (status registered); it can take traffic once it is validated", v.Name), nil
+	}
+	return "", nil
+}
+
+// RuntimeConfig is the built-in runtime's configuration of a version
+// served under name (an endpoint's, or the validator's): the stored
+// serving metadata, with the model's feature names for a version
+// registered before it had any. Batching is the caller's to set.
+func RuntimeConfig(name, version, format string, serving []byte, featureNames []string) model.Config {
+	var sv Serving
+	_ = json.Unmarshal(serving, &sv)
+	cfg := model.Config{Model: name, Version: version, Format: format, Features: sv.Features,
+		Output: sv.Output, SampleInputs: sv.SampleInputs}
+	if len(cfg.Features) == 0 {
+		cfg.Features = []model.Feature{}
+		for _, f := range featureNames {
+			cfg.Features = append(cfg.Features, model.Feature{Name: f})
+		}
+	}
+	return cfg
+}

@@ -1,0 +1,83 @@
+package validation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"time"
+
+	"modelplane/runtime"
+	"modelplane/runtime/onnx"
+)
+
+// Report is what the child prints on stdout, one JSON object: the answers
+// and timings, or why the version is invalid, or why it could not be run
+// here at all (Unavailable: no ONNX Runtime library on the control plane),
+// which says nothing of the version.
+type Report struct {
+	Invalid     string            `json:"invalid,omitempty"`
+	Unavailable string            `json:"unavailable,omitempty"`
+	Outputs     []json.RawMessage `json:"outputs,omitempty"`
+	LoadMS      float64           `json:"load_ms"`
+	LatencyMS   float64           `json:"latency_ms"`
+}
+
+// Check loads the model directory as a replica would (its configuration's
+// features and output mapping) and answers the configuration's sample
+// inputs in one batch. It runs in the child process.
+func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) Report {
+	cfg, err := runtime.ReadConfig(dir)
+	if err != nil {
+		return Report{Invalid: err.Error()}
+	}
+	if cfg.Format == "onnx" {
+		if _, err := onnx.RuntimeVersion(); err != nil {
+			return Report{Unavailable: err.Error()}
+		}
+	}
+	s := runtime.New(runtime.Options{})
+	start := time.Now()
+	if err := s.Load(dir, openers); err != nil {
+		if errors.Is(err, onnx.ErrNoLibrary) {
+			return Report{Unavailable: err.Error()}
+		}
+		return Report{Invalid: strings.TrimPrefix(err.Error(), "load "), LoadMS: ms(time.Since(start))}
+	}
+	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
+	rep := Report{LoadMS: ms(time.Since(start))}
+	start = time.Now()
+	out, err := s.Answer(ctx, cfg.SampleInputs)
+	rep.LatencyMS = ms(time.Since(start))
+	if err != nil {
+		rep.Invalid = "inference: " + err.Error()
+		return rep
+	}
+	rep.Outputs = out
+	return rep
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// exitInvalid is the exit status of a child that found the version invalid;
+// 0 means it answered, any other status or a signal is a crash.
+const exitInvalid = 3
+
+// RunChild is `modelplane runtime validate`: it limits its own address
+// space to memoryMB (the parent's time limit kills it if it hangs), runs
+// Check and prints the Report. It returns the exit status.
+func RunChild(ctx context.Context, dir string, memoryMB int64, openers map[string]runtime.Opener) int {
+	if memoryMB > 0 {
+		if err := limitMemory(memoryMB << 20); err != nil {
+			_ = json.NewEncoder(os.Stdout).Encode(Report{Unavailable: "set memory limit: " + err.Error()})
+			return 1
+		}
+	}
+	rep := Check(ctx, dir, openers)
+	_ = json.NewEncoder(os.Stdout).Encode(rep)
+	if rep.Invalid != "" {
+		return exitInvalid
+	}
+	return 0
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package validation
+
+// limitMemory is a no-op where RLIMIT_AS is not available; the time limit
+// still holds.
+func limitMemory(int64) error { return nil }

@@ -1,0 +1,348 @@
+package validation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/quartz"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"modelplane/artifact"
+	"modelplane/db"
+	"modelplane/registry"
+	"modelplane/runtime/model"
+	"modelplane/service"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout  = 60 * time.Second
+	DefaultMemoryMB = 4096
+	DefaultInterval = 2 * time.Second
+)
+
+// Config configures a Validator.
+type Config struct {
+	Pool  *pgxpool.Pool
+	Store *artifact.Store
+	// Binary is the modelplane binary whose `runtime validate` runs a
+	// version: the control plane's own (os.Executable).
+	Binary string
+	// Timeout bounds one child, from start to its report; MemoryMB is the
+	// address space it may take.
+	Timeout  time.Duration
+	MemoryMB int64
+	// WorkDir holds the model directories laid out for children (default
+	// the system's temporary directory).
+	WorkDir string
+	// Interval is how often pending versions are looked for; Wake runs a
+	// pass at once.
+	Interval time.Duration
+	Log      *slog.Logger
+	Clock    quartz.Clock
+}
+
+// Validator validates the versions the registry queued, one at a time.
+type Validator struct {
+	service.Runner
+	cfg  Config
+	wake chan struct{}
+}
+
+// New returns a validator; Start runs it.
+func New(cfg Config) *Validator {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MemoryMB <= 0 {
+		cfg.MemoryMB = DefaultMemoryMB
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
+	}
+	return &Validator{cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a pass now: a version was registered.
+func (v *Validator) Wake() {
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start validates pending versions in the background until Stop. Run it
+// under a leader lease (db.Lease); two control planes would still not
+// validate one version twice (the claim skips locked rows).
+func (v *Validator) Start(ctx context.Context) error {
+	return v.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, v.cfg.Clock, v.cfg.Interval, v.wake, func(ctx context.Context) {
+			if _, err := v.Pass(ctx); err != nil && ctx.Err() == nil {
+				v.cfg.Log.Error("validation pass", slog.String("error", err.Error()))
+			}
+		})
+	})
+}
+
+// Pass validates every pending version now and returns how many it
+// finished. The demo loader calls it to validate what it registered
+// before the background loops run.
+func (v *Validator) Pass(ctx context.Context) (int, error) {
+	n := 0
+	for ctx.Err() == nil {
+		done, err := v.one(ctx)
+		if err != nil || !done {
+			return n, err
+		}
+		n++
+	}
+	return n, ctx.Err()
+}
+
+// outcome is one validation's result.
+type outcome struct {
+	state, reason     string
+	inputs, outputs   []json.RawMessage
+	loadMS, latencyMS *float64
+}
+
+// one claims the oldest pending validation, runs it and writes the
+// outcome with the version's status, in one transaction; false when none
+// is pending.
+func (v *Validator) one(ctx context.Context) (bool, error) {
+	found := false
+	err := db.InTx(ctx, v.cfg.Pool, func(q *db.Queries) error {
+		row, err := q.ValidationClaimPending(ctx)
+		if errors.Is(err, db.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		out := v.run(ctx, row)
+		if ctx.Err() != nil {
+			return ctx.Err() // stopping: the version stays pending for the next leader
+		}
+		inputs, _ := json.Marshal(nonNil(out.inputs))
+		outputs, _ := json.Marshal(nonNil(out.outputs))
+		if err := q.ValidationFinish(ctx, db.ValidationFinishParams{VersionID: row.VersionID, State: out.state, Reason: out.reason,
+			Inputs: inputs, Outputs: outputs, LoadMs: out.loadMS, LatencyMs: out.latencyMS}); err != nil {
+			return err
+		}
+		if out.state == registry.StatusValidated || out.state == registry.StatusInvalid {
+			if err := q.ModelVersionSetStatus(ctx, db.ModelVersionSetStatusParams{ID: row.VersionID, Status: out.state}); err != nil {
+				return err
+			}
+		}
+		v.cfg.Log.Info("version validation", slog.String("model", row.Model), slog.String("version", row.Version),
+			slog.String("state", out.state), slog.String("reason", out.reason))
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("validate: %w", err)
+	}
+	return found, nil
+}
+
+func nonNil(xs []json.RawMessage) []json.RawMessage {
+	if xs == nil {
+		return []json.RawMessage{}
+	}
+	return xs
+}
+
+// skipped is a validation the control plane could not run: the version
+// stays registered.
+const skipped = "skipped"
+
+// run validates one version in a child process.
+func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) outcome {
+	cfg := registry.RuntimeConfig(row.Model, row.Version, row.Format, row.Serving, row.FeatureNames)
+	if len(cfg.SampleInputs) == 0 {
+		cfg.SampleInputs = Generate(cfg.Features, row.InputSchema)
+	}
+	out := outcome{inputs: cfg.SampleInputs}
+	invalid := func(format string, args ...any) outcome {
+		out.state, out.reason = registry.StatusInvalid, fmt.Sprintf(format, args...)
+		return out
+	}
+	if len(cfg.Features) == 0 {
+		return invalid("the version names no features and its model no feature_names: the runtime cannot read an instance")
+	}
+	dir, err := os.MkdirTemp(v.cfg.WorkDir, "validate-")
+	if err != nil {
+		out.state, out.reason = skipped, "lay out the model directory: "+err.Error()
+		return out
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := v.layout(dir, row.Manifest, cfg); err != nil {
+		out.state, out.reason = skipped, "lay out the model directory: "+err.Error()
+		return out
+	}
+	rep, err := v.child(ctx, dir)
+	if err != nil {
+		var crash *crashError
+		if errors.As(err, &crash) {
+			return invalid("%s", crash.Error())
+		}
+		out.state, out.reason = skipped, err.Error()
+		return out
+	}
+	if rep.LoadMS > 0 || rep.Invalid == "" {
+		out.loadMS = &rep.LoadMS
+	}
+	switch {
+	case rep.Unavailable != "":
+		out.state, out.reason = skipped, "the control plane cannot run this version: "+rep.Unavailable
+		return out
+	case rep.Invalid != "":
+		return invalid("%s", rep.Invalid)
+	}
+	out.latencyMS, out.outputs = &rep.LatencyMS, rep.Outputs
+	if len(rep.Outputs) != len(cfg.SampleInputs) {
+		return invalid("the runtime answered %d of %d inputs", len(rep.Outputs), len(cfg.SampleInputs))
+	}
+	if why := checkOutputs(row.OutputSchema, rep.Outputs); why != "" {
+		return invalid("%s", why)
+	}
+	out.state = registry.StatusValidated
+	return out
+}
+
+// checkOutputs checks each answer against the model's output schema.
+func checkOutputs(schema []byte, outputs []json.RawMessage) string {
+	s, err := registry.CompileSchema(schema)
+	if err != nil || s == nil {
+		return ""
+	}
+	for i, o := range outputs {
+		var doc any
+		dec := json.NewDecoder(bytes.NewReader(o))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			return fmt.Sprintf("outputs[%d] is not JSON", i)
+		}
+		if err := s.Validate(doc); err != nil {
+			return fmt.Sprintf("outputs[%d] %s does not match the model's output_schema: %s", i, o, registry.SchemaMessage(err))
+		}
+	}
+	return ""
+}
+
+// layout links (or copies) the version's files from the store into dir
+// and writes the serving configuration beside them.
+func (v *Validator) layout(dir string, manifest []byte, cfg model.Config) error {
+	var man map[string]string
+	if err := json.Unmarshal(manifest, &man); err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	for p, digest := range man {
+		if err := artifact.CheckPath(p); err != nil {
+			return err
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := v.place(digest, dst); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, model.ConfigFile), b, 0o644)
+}
+
+func (v *Validator) place(digest, dst string) error {
+	f, err := v.cfg.Store.Open(digest)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	if os.Link(f.Name(), dst) == nil {
+		return nil
+	}
+	w, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// crashError is a child that ended without a report: the version's model
+// crashed the runtime, ran out of memory or time.
+type crashError struct{ msg string }
+
+func (e *crashError) Error() string { return e.msg }
+
+// maxStderr is how much of a crashed child's stderr the reason quotes.
+const maxStderr = 2000
+
+// child runs `modelplane runtime validate` on dir and reads its report.
+func (v *Validator) child(ctx context.Context, dir string) (Report, error) {
+	cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, v.cfg.Binary, "runtime", "validate", "--model-dir", dir,
+		"--memory-mb", strconv.FormatInt(v.cfg.MemoryMB, 10))
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &capped{b: &stderr, n: 64 << 10}
+	err := cmd.Run()
+	var rep Report
+	if derr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); derr == nil && (err == nil || rep.Invalid != "" || rep.Unavailable != "") {
+		return rep, nil
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return Report{}, ctx.Err()
+	case cctx.Err() != nil:
+		return Report{}, &crashError{fmt.Sprintf("validation timed out after %s: the runtime did not load the model and answer in time", v.cfg.Timeout)}
+	case errors.As(err, &exitErr):
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > maxStderr {
+			msg = "…" + msg[len(msg)-maxStderr:]
+		}
+		return Report{}, &crashError{fmt.Sprintf("the runtime crashed (%s; memory limit %d MiB): %s", exitErr.ProcessState, v.cfg.MemoryMB, msg)}
+	case err != nil:
+		return Report{}, fmt.Errorf("start the runtime %s: %w", v.cfg.Binary, err)
+	}
+	return Report{}, fmt.Errorf("the runtime printed no report")
+}
+
+// capped keeps the first n bytes written to it and drops the rest.
+type capped struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.n - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
