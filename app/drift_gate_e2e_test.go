@@ -16,6 +16,7 @@ import (
 	"modelplane/judge"
 	"modelplane/registry"
 	"modelplane/rollout"
+	"modelplane/runtime/model"
 )
 
 // predictInstances is how many instances each /predict of the fraud load
@@ -41,15 +42,22 @@ var simFraud = demoModel{
 		OutputSchema: json.RawMessage(`{"type":"object","properties":{"score":{"type":"number"},"label":{"type":"string","enum":["legit","fraud"]}}}`),
 		FeatureNames: []string{"amount", "merchant_category", "country"}},
 	versions: []demoVersion{
-		{spec: registry.VersionSpec{Name: "v23", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
+		{spec: registry.VersionSpec{Name: "v23", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)}, Serving: simFraudServing,
 			Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.12,"sd":0.18},"class_balance":{"legit":0.97,"fraud":0.03}}`)}},
 		{spec: registry.VersionSpec{Name: "v24", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
-			Lineage: registry.Lineage{ParentVersion: "v23"},
-			Sim:     json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.49,"sd":0.28},"class_balance":{"legit":0.6,"fraud":0.4}}`)}},
+			Lineage: registry.Lineage{ParentVersion: "v23"}, Serving: simFraudServing,
+			Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.49,"sd":0.28},"class_balance":{"legit":0.6,"fraud":0.4}}`)}},
 	},
 	endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23",
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 2, MaxReplicas: 8, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
 }
+
+// simFraudServing names the simulated fraud model's categories, as
+// registration wants of every string feature.
+var simFraudServing = registry.Serving{Features: []model.Feature{{Name: "amount"},
+	{Name: "merchant_category", Categories: []string{"grocery", "travel", "electronics"}, Encoding: "onehot"},
+	{Name: "country", Categories: []string{"DE", "FR", "US"}, Encoding: "onehot"}},
+	Output: model.Output{Classes: []string{"legit", "fraud"}}}
 
 // newFraudStack starts the stack around the simulated fraud model (v23
 // serving fraud-scoring, v24 registered), sampling fraudSampling of the
