@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -80,5 +82,43 @@ func TestOutdatedDemoIsDetectedAndExplained(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "rm -rf") {
 		t.Errorf("banner of a current directory tells to start over:\n%s", out.String())
+	}
+}
+
+// TestRuntimeBinaryIsCopiedWhereTheRuntimeUserCanRunIt: as root, a binary
+// in a private directory is copied into the nodes' directory, and one the
+// runtime user can already execute is used where it is.
+func TestRuntimeBinaryIsCopiedWhereTheRuntimeUserCanRunIt(t *testing.T) {
+	t.Parallel()
+	uid, switches := runtimeUID()
+	if !switches {
+		t.Skip("not root: runtimes run as the agent's own user, nothing to copy")
+	}
+	private := t.TempDir()
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	self := filepath.Join(private, "modelplane")
+	if err := os.WriteFile(self, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	open := t.TempDir()
+	for _, d := range []string{filepath.Dir(open), open} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reachable(self, uid) {
+		t.Fatalf("%s in a 0700 directory is reachable by uid %d", self, uid)
+	}
+	got, err := runtimeBinary(self, filepath.Join(open, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != filepath.Join(open, "bin", "modelplane") || !reachable(got, uid) {
+		t.Fatalf("runtime binary %s (reachable %v); want a copy in %s/bin the runtime user can run", got, reachable(got, uid), open)
+	}
+	if again, err := runtimeBinary(got, filepath.Join(open, "other")); err != nil || again != got {
+		t.Fatalf("a reachable binary: %s, %v; want it used where it is", again, err)
 	}
 }
