@@ -9,14 +9,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
+	"sync"
 
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
 	"modelplane/controlplane"
 	"modelplane/db"
+	"modelplane/demo/fraud"
 	"modelplane/endpoint"
 	"modelplane/registry"
 	"modelplane/tenant"
@@ -55,7 +58,11 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 			}
 		}
 	}
-	for _, m := range demoModels {
+	models, err := demoModels()
+	if err != nil {
+		return err
+	}
+	for _, m := range models {
 		if err := seedModel(ctx, cp, m); err != nil {
 			return fmt.Errorf("%s: %w", m.spec.Name, err)
 		}
@@ -65,56 +72,107 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 
 type demoModel struct {
 	spec     registry.ModelSpec
-	versions []registry.VersionSpec
+	versions []demoVersion
 	endpoint endpoint.Spec
+}
+
+// demoVersion is a demo version and its files; nil files are a tiny
+// stand-in (demoArtifact) for a version the simulated fleet serves.
+type demoVersion struct {
+	spec  registry.VersionSpec
+	files map[string][]byte
 }
 
 func ms(v float64) *float64 { return &v }
 
-var demoModels = []demoModel{
-	{
-		spec: registry.ModelSpec{Team: "risk", Name: "fraud-detector", Task: registry.TaskClassification,
-			Description:  "Card-payment fraud score.",
-			InputSchema:  json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","minimum":0},"merchant_category":{"type":"string"},"country":{"type":"string","minLength":2,"maxLength":2}},"required":["amount","merchant_category","country"],"additionalProperties":false}`),
-			OutputSchema: json.RawMessage(`{"type":"object","properties":{"score":{"type":"number"},"label":{"type":"string","enum":["legit","fraud"]}}}`),
-			FeatureNames: []string{"amount", "merchant_category", "country"}},
-		versions: []registry.VersionSpec{
-			{Name: "v23", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
-				Lineage: registry.Lineage{TrainingJob: "train-fraud-2311", Dataset: "payments-2026-10"}, OfflineMetrics: map[string]float64{"auc": 0.941},
-				Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.12,"sd":0.18},"class_balance":{"legit":0.97,"fraud":0.03}}`)},
-			{Name: "v24", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
-				Lineage: registry.Lineage{ParentVersion: "v23", TrainingJob: "train-fraud-2411", Dataset: "payments-2026-11"}, OfflineMetrics: map[string]float64{"auc": 0.947},
-				Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.49,"sd":0.28},"class_balance":{"legit":0.6,"fraud":0.4}}`)},
+// demoFraud is the real fraud model's two versions (package demo/fraud),
+// built once per process: about a tenth of a second, the same bytes every
+// time.
+var demoFraud = sync.OnceValues(func() ([]fraud.Version, error) { return fraud.Versions(fraud.DefaultSeed) })
+
+// demoModels are the demo's models, versions and endpoints: a real fraud
+// model the CPU nodes serve with the built-in runtime (v23 XGBoost, v24 an
+// ONNX model trained on shuffled labels), and a simulated LLM on the GPU
+// nodes.
+func demoModels() ([]demoModel, error) {
+	fv, err := demoFraud()
+	if err != nil {
+		return nil, fmt.Errorf("build the demo fraud model: %w", err)
+	}
+	v23, v24 := fv[0], fv[1]
+	cpu := registry.Resources{CPUCores: 1, MemoryMB: 512}
+	return []demoModel{
+		{
+			spec: registry.ModelSpec{Team: "risk", Name: "fraud-detector", Task: registry.TaskClassification,
+				Description:  "Card-payment fraud score.",
+				InputSchema:  fraud.InputSchema(),
+				OutputSchema: json.RawMessage(`{"type":"object","properties":{"score":{"type":"number"},"label":{"type":"string","enum":["legit","fraud"]}}}`),
+				FeatureNames: fraud.FeatureNames()},
+			versions: []demoVersion{
+				{spec: registry.VersionSpec{Name: v23.Name, Runtime: v23.Runtime, Resources: cpu, SLA: registry.SLA{P99LatencyMs: ms(50)},
+					Lineage: registry.Lineage{TrainingJob: "train-fraud-2311", Dataset: "payments-2026-10"}, OfflineMetrics: map[string]float64{"auc": round3(v23.AUC)},
+					Serving: servingOf(v23)},
+					files: map[string][]byte{v23.File: v23.Data}},
+				{spec: registry.VersionSpec{Name: v24.Name, Runtime: v24.Runtime, Resources: cpu, SLA: registry.SLA{P99LatencyMs: ms(50)},
+					Lineage: registry.Lineage{ParentVersion: "v23", TrainingJob: "train-fraud-2411", Dataset: "payments-2026-11"}, OfflineMetrics: map[string]float64{"auc": round3(v24.AUC)},
+					Serving: servingOf(v24)},
+					files: map[string][]byte{v24.File: v24.Data}},
+			},
+			endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23",
+				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 2, MaxReplicas: 4, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
 		},
-		endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23", Runtime: "onnxruntime",
-			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 2, MaxReplicas: 8, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
-	},
-	{
-		spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,
-			Description: "Support chat LLM (8B, fp16).",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)},
-		versions: []registry.VersionSpec{
-			{Name: "v42", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
-				Lineage: registry.Lineage{TrainingJob: "sft-chat-42", Dataset: "support-dialogs-v7"},
-				Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":12,"decode_ms_per_seq":0.35,"kv_mb_per_token":0.8,"usable_gb":13}`)},
-			{Name: "v43", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
-				Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "sft-chat-43", Dataset: "support-dialogs-v8"},
-				Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":23,"decode_ms_per_seq":0.65,"kv_mb_per_token":0.8,"usable_gb":13}`)},
+		{
+			spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,
+				Description: "Support chat LLM (8B, fp16).",
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)},
+			versions: []demoVersion{
+				{spec: registry.VersionSpec{Name: "v42", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
+					Lineage: registry.Lineage{TrainingJob: "sft-chat-42", Dataset: "support-dialogs-v7"},
+					Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":12,"decode_ms_per_seq":0.35,"kv_mb_per_token":0.8,"usable_gb":13}`)}},
+				{spec: registry.VersionSpec{Name: "v43", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
+					Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "sft-chat-43", Dataset: "support-dialogs-v8"},
+					Sim:     json.RawMessage(`{"prefill_ms_per_token":0.05,"decode_base_ms":23,"decode_ms_per_seq":0.65,"kv_mb_per_token":0.8,"usable_gb":13}`)}},
+			},
+			endpoint: endpoint.Spec{Name: "support-chat", Model: "chat-assistant", Version: "v42", Runtime: "vllm",
+				Settings: endpoint.Settings{InstanceProfile: "mig-4g.40gb", MinReplicas: 1, MaxReplicas: 4, Tier: "standard", RetentionDays: 14}},
 		},
-		endpoint: endpoint.Spec{Name: "support-chat", Model: "chat-assistant", Version: "v42", Runtime: "vllm",
-			Settings: endpoint.Settings{InstanceProfile: "mig-4g.40gb", MinReplicas: 1, MaxReplicas: 4, Tier: "standard", RetentionDays: 14}},
-	},
+	}, nil
 }
+
+// demoOutdated reports whether the dev directory's fraud model is the
+// simulated one of earlier releases (v23 an ONNX stand-in for a GPU),
+// which versions being immutable cannot turn into the real one; dev then
+// says how to start over.
+func demoOutdated(ctx context.Context, cp *controlplane.ControlPlane) bool {
+	v, err := cp.Registry.Version(ctx, system, "fraud-detector", "v23")
+	return err == nil && v.Runtime != "xgboost"
+}
+
+// servingOf is the registry's serving metadata of a demo fraud version:
+// its features (categories and encoding), output mapping and sample inputs.
+func servingOf(v fraud.Version) registry.Serving {
+	s := registry.Serving{Output: registry.ServingOutput{Classes: v.Serving.Output.Classes, Threshold: v.Serving.Output.Threshold},
+		SampleInputs: v.Serving.SampleInputs}
+	for _, f := range v.Serving.Features {
+		s.Features = append(s.Features, registry.ServingFeature{Name: f.Name, Categories: f.Categories, Encoding: f.Encoding})
+	}
+	return s
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) error {
 	if _, err := cp.Registry.CreateModel(ctx, system, m.spec); err != nil && !errors.Is(err, db.ErrConflict) {
 		return err
 	}
 	for _, v := range m.versions {
-		if _, err := cp.Registry.Version(ctx, system, m.spec.Name, v.Name); err == nil {
+		if _, err := cp.Registry.Version(ctx, system, m.spec.Name, v.spec.Name); err == nil {
 			continue
 		}
-		files := demoArtifact(m.spec.Name, v.Name)
+		files := v.files
+		if files == nil {
+			files = demoArtifact(m.spec.Name, v.spec.Name)
+		}
 		manifest := map[string]string{}
 		for name, b := range files {
 			sum := sha256.Sum256(b)
@@ -129,7 +187,7 @@ func seedModel(ctx context.Context, cp *controlplane.ControlPlane, m demoModel) 
 			}
 			return nil
 		}
-		if _, err := cp.Registry.RegisterVersion(ctx, system, m.spec.Name, v, mj, upload); err != nil {
+		if _, err := cp.Registry.RegisterVersion(ctx, system, m.spec.Name, v.spec, mj, upload); err != nil {
 			return err
 		}
 	}

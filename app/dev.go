@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"modelplane/agent"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
 	"modelplane/bus"
@@ -48,11 +50,27 @@ type DevConfig struct {
 	// SimPortBase is the first port of the simulated nodes' replicas:
 	// node i has the SimPortsPerNode ports from SimPortBase + i·SimPortsPerNode.
 	SimPortBase int
+	// CPUNodes are real CPU nodes (process driver, artifact cache, the
+	// built-in runtime), of CPUNodeCores cores and CPUNodeMemory
+	// (agent.ParseMemory) each. Their port ranges follow the simulated
+	// nodes': CPU node i is node SimNodes + i of the same layout.
+	CPUNodes      int
+	CPUNodeCores  int
+	CPUNodeMemory string
+	// DemoTraffic is the demo traffic's rate in requests per second
+	// through the gateway; 0 sends none.
+	DemoTraffic float64
 	// RuntimeBinary is the modelplane binary that validates uploaded
-	// versions (`runtime validate`); Flags sets it to this binary, and
-	// empty turns validation at registration off.
+	// versions (`runtime validate`) and that the CPU nodes run replicas
+	// with (`runtime`); Flags sets it to this binary. Empty turns
+	// validation at registration off, and the CPU nodes run the running
+	// executable.
 	RuntimeBinary string
 }
+
+// defaultCPUNodeCores sizes a dev CPU node from the machine: two cores,
+// fewer on a smaller machine.
+func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
@@ -66,8 +84,12 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "warn"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.Int64Var(&c.MaxUploadMB, "max-upload-mb", envInt("MP_MAX_UPLOAD_MB", 2048), "largest version upload in MiB (MP_MAX_UPLOAD_MB)")
 	fs.IntVar(&c.SimNodes, "sim-nodes", int(envInt("MP_SIM_NODES", 4)), "simulated GPU nodes; A100 and H100 alternate, every fourth node in MIG mode; 0 for none (MP_SIM_NODES)")
-	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the simulated nodes' replicas; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
+	fs.IntVar(&c.SimPortBase, "sim-port-base", int(envInt("MP_SIM_PORT_BASE", 31000)), "first port of the nodes' replicas, simulated nodes first, then CPU nodes; node i gets the 100 ports from base + 100·i (MP_SIM_PORT_BASE)")
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
+	fs.IntVar(&c.CPUNodes, "cpu-nodes", int(envInt("MP_DEV_CPU_NODES", 2)), "CPU nodes running real replicas (process driver, built-in runtime); their ports follow the simulated nodes'; 0 for none (MP_DEV_CPU_NODES)")
+	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
+	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring and support-chat; 0 for none (MP_DEV_DEMO_TRAFFIC)")
+	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
 }
 
 // Validate names every bad setting.
@@ -93,8 +115,22 @@ func (c *DevConfig) Validate() error {
 	if c.SimNodes < 0 || c.SimNodes > 1000 {
 		errs = append(errs, "MP_SIM_NODES (--sim-nodes) must be between 0 and 1000")
 	}
-	if c.SimNodes > 0 && (c.SimPortBase < 1024 || c.SimPortBase+c.SimNodes*SimPortsPerNode-1 > 65535) {
-		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node between 1024 and 65535", SimPortsPerNode))
+	if c.DemoTraffic < 0 || c.DemoTraffic > 1000 {
+		errs = append(errs, "MP_DEV_DEMO_TRAFFIC (--demo-traffic) must be between 0 and 1000 requests per second")
+	}
+	if c.CPUNodes < 0 || c.CPUNodes > 16 {
+		errs = append(errs, "MP_DEV_CPU_NODES (--cpu-nodes) must be between 0 and 16")
+	}
+	if n := max(c.SimNodes, 0) + max(c.CPUNodes, 0); n > 0 && (c.SimPortBase < 1024 || c.SimPortBase+n*SimPortsPerNode-1 > 65535) {
+		errs = append(errs, fmt.Sprintf("MP_SIM_PORT_BASE (--sim-port-base) must leave %d ports per node (simulated and CPU) between 1024 and 65535", SimPortsPerNode))
+	}
+	if c.CPUNodes > 0 {
+		if c.CPUNodeCores < 1 || c.CPUNodeCores > 256 {
+			errs = append(errs, "MP_DEV_CPU_NODE_CPUS (--cpu-node-cpus) must be between 1 and 256")
+		}
+		if _, err := agent.ParseMemory(c.CPUNodeMemory); err != nil {
+			errs = append(errs, "MP_DEV_CPU_NODE_MEMORY (--cpu-node-memory) "+err.Error())
+		}
 	}
 	if c.SimGPUsPerNode < 1 || c.SimGPUsPerNode > 16 {
 		errs = append(errs, "MP_SIM_GPUS_PER_NODE (--sim-gpus-per-node) must be between 1 and 16")
@@ -115,6 +151,9 @@ type Dev struct {
 	// AdminURL is the control plane's admin listener (/metrics).
 	AdminURL string
 	EnvFile  string
+	// Backfilled is closed once the demo's week of history is stored (or
+	// failed to be, which dev logs); set when Ready closes.
+	Backfilled <-chan struct{}
 }
 
 // RunDev runs everything on one machine until ctx ends: private PostgreSQL and
@@ -163,10 +202,36 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc)})
+	// Dev's own agents fetch artifacts with a token of this run.
+	agentToken := newAgentToken()
+	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc),
+		AgentToken: Secret(agentToken)})
 	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}
+	// The demo's week of history is stored while the rest starts; a run
+	// stopped before it ends stores the missing days the next time.
+	outdated := demoOutdated(ctx, cp)
+	bfCtx, cancelBackfill := context.WithCancel(ctx)
+	bfDone := make(chan struct{})
+	go func() {
+		defer close(bfDone)
+		if outdated {
+			return
+		}
+		began := time.Now()
+		if err := backfillDemo(bfCtx, cp, chConn, dir, began); err != nil {
+			if bfCtx.Err() == nil {
+				log.Error("demo history not backfilled", slog.String("error", err.Error()))
+			}
+			return
+		}
+		log.Info("demo history backfilled", slog.Duration("took", time.Since(began)))
+	}()
+	defer func() {
+		cancelBackfill()
+		<-bfDone
+	}()
 	envFile := filepath.Join(dir, "dev.env")
 	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.natsCreds, st.clickhouseURL, cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
@@ -193,7 +258,17 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		}
 		defer stopFleet()
 	}
+	cpuMemoryMB := 0
+	if cfg.CPUNodes > 0 {
+		cpuMemoryMB, _ = agent.ParseMemory(cfg.CPUNodeMemory) // checked by Validate
+		stopNodes, err := startDevCPUNodes(ctx, log, cfg, dir, st, cp, loopbackURL(ln.Addr()), agentToken)
+		if err != nil {
+			return err
+		}
+		defer stopNodes()
+	}
 	gatewayURL, gatewayAdminURL := "off (MP_GATEWAY_ADDR is empty)", "off"
+	trafficRate := 0.0
 	if cfg.GatewayAddr != "" {
 		gatewayURL = "http://" + cfg.GatewayAddr
 		gwCred, err := st.natsAuth.Gateway("dev")
@@ -214,11 +289,20 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// The portal's "Try it" sends through the gateway as the platform
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
+		if cfg.DemoTraffic > 0 {
+			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic, !outdated)
+			if err != nil {
+				return err
+			}
+			defer stopTraffic()
+			trafficRate = cfg.DemoTraffic
+		}
 	}
 	printDevBanner(out, devBanner{base: baseURL, issuer: idp.Issuer(), envFile: envFile, nats: st.natsURL, dir: dir,
-		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL})
+		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
+		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate, outdated: outdated})
 	if d != nil {
-		d.BaseURL, d.AdminURL, d.EnvFile = baseURL, adminURL, envFile
+		d.BaseURL, d.AdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, envFile, bfDone
 		close(d.Ready)
 	}
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
@@ -313,6 +397,11 @@ func startDevStores(ctx context.Context, dir string, out io.Writer, log *slog.Lo
 type devBanner struct {
 	base, issuer, envFile, nats, dir, gateway, admin, gatewayAdmin string
 	nodes, gpus                                                    int
+	cpuNodes, cpuCores, cpuMemoryMB                                int
+	traffic                                                        float64
+	// outdated says the directory holds the simulated fraud model of an
+	// earlier release.
+	outdated bool
 }
 
 func printDevBanner(out io.Writer, b devBanner) {
@@ -327,14 +416,48 @@ modelplane dev is running.
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
   gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
-                -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}'
+                -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
+           %[11]s
+  demo     %[12]s
+           a week of backfilled usage, statistics and samples: charts, drift and chargeback have data
   NATS     %[4]s   (MP_NATS_URL, MP_NATS_CREDS in dev.env: the control plane's credential)
   data     %[5]s (kept between runs; delete it to start over)
 
-Ctrl-C stops everything.
-`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin)
+%[13]sCtrl-C stops everything.
+`, b.base, b.issuer, b.envFile, b.nats, b.dir, b.gateway, b.nodes, b.gpus, b.admin, b.gatewayAdmin, b.cpuLine(), b.trafficLine(), b.outdatedNote())
+}
+
+func (b devBanner) outdatedNote() string {
+	if !b.outdated {
+		return ""
+	}
+	return fmt.Sprintf(`NOTE     %[1]s was made by an earlier modelplane: its fraud-detector is the simulated
+           one, and versions are immutable. For the real fraud model, demo traffic and the
+           backfilled week, stop dev, delete the directory and run again:
+               rm -rf %[1]s && make run
+           (this deletes the demo's data and everything made with it.)
+
+`, b.dir)
+}
+
+func (b devBanner) trafficLine() string {
+	if b.traffic <= 0 {
+		return "no demo traffic (--demo-traffic=0)"
+	}
+	return fmt.Sprintf("%g requests/s of demo traffic to fraud-scoring and support-chat, the amounts drifting up (--demo-traffic=0 stops it)", b.traffic)
+}
+
+func (b devBanner) cpuLine() string {
+	if b.cpuNodes == 0 {
+		return "no CPU nodes (--cpu-nodes 0)"
+	}
+	names := cpuNodeName(0)
+	if b.cpuNodes > 1 {
+		names += "…" + strings.TrimPrefix(cpuNodeName(b.cpuNodes-1), "cpu-node-")
+	}
+	return fmt.Sprintf("%d CPU nodes (%s) of %d cores and %d MiB: real replicas, the built-in runtime as child processes", b.cpuNodes, names, b.cpuCores, b.cpuMemoryMB)
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent/proto"
+	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
 	"modelplane/internal/wait"
@@ -46,13 +48,14 @@ func (s *syncBuffer) String() string {
 
 // startDev runs `modelplane dev` in dir and returns once it serves, with a
 // stop function that cancels it and waits for it to return.
-func startDev(t *testing.T, dir string) (*Dev, func()) {
+func startDev(t *testing.T, dir string, traffic float64) (*Dev, func()) {
 	t.Helper()
 	httpPort, _ := freeport.Get()
 	idpPort, _ := freeport.Get()
 	gwPort, _ := freeport.Get()
 	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), AdminAddr: "127.0.0.1:0", GatewayAdminAddr: "127.0.0.1:0", LogLevel: "warn", MaxUploadMB: 16,
-		SimNodes: 4, SimGPUsPerNode: 8, SimPortBase: 32000, GatewayAddr: "127.0.0.1:" + itoa(gwPort)}
+		SimNodes: 4, SimGPUsPerNode: 8, SimPortBase: 32000, GatewayAddr: "127.0.0.1:" + itoa(gwPort),
+		CPUNodes: 2, CPUNodeCores: 1, CPUNodeMemory: "1GB", RuntimeBinary: modelplaneBinary(t), DemoTraffic: traffic}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)
@@ -67,7 +70,7 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 		cancel()
 		t.Fatalf("dev not ready after 3 minutes:\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), d.BaseURL) || !strings.Contains(out.String(), "dev.env") {
+	if !strings.Contains(out.String(), d.BaseURL) || !strings.Contains(out.String(), "dev.env") || !strings.Contains(out.String(), "2 CPU nodes (cpu-node-01…02)") {
 		t.Errorf("banner does not say where to go and how to sign in:\n%s", out.String())
 	}
 	return d, func() {
@@ -81,9 +84,11 @@ func startDev(t *testing.T, dir string) (*Dev, func()) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestDevStartsServesAndStopsCleanly runs the embedded default twice on one
-// directory: the dev.env keys work against the API, Ctrl-C (context
-// cancellation) leaves no child process, and the second run keeps the data
-// and the keys.
+// directory: the dev.env keys work against the API, the CPU nodes report
+// their inventory, the demo traffic's statistics and the backfilled week
+// reach ClickHouse, Ctrl-C (context cancellation) leaves no child process,
+// and the second run (without demo traffic) keeps the data and the keys,
+// backfills nothing again and sends no traffic of its own.
 func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	dir, err := os.MkdirTemp("", "mp-dev-test-")
 	if err != nil {
@@ -93,7 +98,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	stateDir := filepath.Join(dir, ".modelplane")
 
-	d, stop := startDev(t, stateDir)
+	d, stop := startDev(t, stateDir, 20)
 	env := readEnvFile(d.EnvFile)
 	for _, k := range []string{"MP_API", "MP_ADMIN_KEY", "MP_RISK_KEY", "MP_SEARCH_KEY", "MP_FINANCE_KEY"} {
 		if env[k] == "" {
@@ -115,19 +120,28 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.AdminURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
 		t.Errorf("admin /metrics lacks mp_http_requests_total")
 	}
-	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, "mig-1g.10gb")
+	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, proto.ProfileCPU)
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
+	waitCPUNodes(t, env)
+	waitDemoTraffic(t, env["MP_CLICKHOUSE_URL"])
+	<-d.Backfilled
+	week := backfilled(t, env["MP_CLICKHOUSE_URL"])
+	if week.usageHours != 7*24 || week.statsHours != 7*24 || week.sampleHours < 7*24-8 || week.windows != 2*7*288 ||
+		week.usageRows < 3*7*86400 || week.samples < 7*100 {
+		t.Errorf("backfilled %+v; want a week of each, a row per replica slot and second, 5-minute windows and some samples", week)
+	}
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
 	}
 
-	d, stop = startDev(t, stateDir)
+	secondStart := time.Now()
+	d, stop = startDev(t, stateDir, 0)
 	defer stop()
 	again := readEnvFile(d.EnvFile)
 	if again["MP_RISK_KEY"] != env["MP_RISK_KEY"] {
@@ -138,7 +152,125 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	}
 	// The agents' replicas died with the first run; the second run's agents
 	// start them again from their state files.
-	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, "mig-1g.10gb")
+	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, proto.ProfileCPU)
+	<-d.Backfilled
+	if got := backfilled(t, again["MP_CLICKHOUSE_URL"]); got != week {
+		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
+	}
+	assertNoDemoTraffic(t, again, secondStart)
+}
+
+// waitCPUNodes waits until both CPU nodes report ready with their cores and
+// memory and no GPU.
+func waitCPUNodes(t *testing.T, env map[string]string) {
+	t.Helper()
+	var last string
+	wait.Eventually(t, 60*time.Second, func() bool {
+		last = get(t, env["MP_API"]+"/nodes", env["MP_ADMIN_KEY"])
+		var nodes struct {
+			Items []struct {
+				Name     string `json:"name"`
+				State    string `json:"state"`
+				GPUCount int    `json:"gpu_count"`
+				CPUCores int    `json:"cpu_cores"`
+				MemoryMB int    `json:"memory_mb"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(last), &nodes); err != nil {
+			t.Fatalf("GET /nodes: %v: %s", err, last)
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Name, "cpu-node-") && n.State == "ready" && n.GPUCount == 0 && n.CPUCores == 1 && n.MemoryMB == 1024 {
+				ready++
+			}
+		}
+		return ready == 2
+	}, "want cpu-node-01 and -02 ready with 1 core and 1024 MiB each: %v", wait.Show(func() any { return last }))
+}
+
+// waitDemoTraffic waits until request_stats holds support-chat completions
+// the test did not send: the demo traffic's (the test sends one stream).
+func waitDemoTraffic(t *testing.T, url string) {
+	t.Helper()
+	ch, err := ingest.OpenClickHouse(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var chats, predicts uint64
+	wait.Eventually(t, 60*time.Second, func() bool {
+		if err := ch.QueryRow(t.Context(), `SELECT sumIf(requests, endpoint = 'support-chat'), sumIf(requests, endpoint = 'fraud-scoring')
+			FROM request_stats WHERE gateway != 'demo-backfill'`).Scan(&chats, &predicts); err != nil {
+			t.Fatal(err)
+		}
+		return chats >= 5 && predicts >= 250
+	}, "request_stats holds %v; want the demo traffic's requests beside the test's own",
+		wait.Show(func() any { return fmt.Sprintf("%d chats and %d predictions", chats, predicts) }))
+}
+
+// backfillCounts are the backfilled rows in ClickHouse.
+type backfillCounts struct {
+	usageHours, statsHours, sampleHours uint64
+	usageRows, windows, samples         uint64
+}
+
+func backfilled(t *testing.T, url string) backfillCounts {
+	t.Helper()
+	ch, err := ingest.OpenClickHouse(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var c backfillCounts
+	for _, q := range []struct {
+		sql        string
+		days, rows *uint64
+	}{
+		{"SELECT uniqExact(toStartOfHour(ts)), count() FROM gpu_usage WHERE batch_id LIKE 'demo-backfill/%'", &c.usageHours, &c.usageRows},
+		{"SELECT uniqExact(toStartOfHour(window_start)), count() FROM request_stats WHERE gateway = 'demo-backfill'", &c.statsHours, &c.windows},
+		{"SELECT uniqExact(toStartOfHour(ts)), count() FROM prediction_samples WHERE request_id LIKE 'demo-backfill/%'", &c.sampleHours, &c.samples},
+	} {
+		if err := ch.QueryRow(t.Context(), q.sql).Scan(q.days, q.rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// assertNoDemoTraffic checks that a dev run without demo traffic sent
+// nothing through its gateway: one request sent by hand is, once its
+// statistics are in ClickHouse, the only request since the run began.
+func assertNoDemoTraffic(t *testing.T, env map[string]string, since time.Time) {
+	t.Helper()
+	ch, err := ingest.OpenClickHouse(t.Context(), env["MP_CLICKHOUSE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var sent bool
+	var requests uint64
+	wait.Eventually(t, 60*time.Second, func() bool {
+		if !sent {
+			req, _ := http.NewRequest(http.MethodPost, env["MP_GATEWAY"]+"/v1/endpoints/support-chat/chat/completions",
+				strings.NewReader(`{"messages":[{"role":"user","content":"hello"}],"max_tokens":4}`))
+			req.Header.Set("Authorization", "Bearer "+env["MP_SEARCH_KEY"])
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				sent = resp.StatusCode == http.StatusOK
+			}
+			return false
+		}
+		if err := ch.QueryRow(t.Context(), `SELECT sum(requests) FROM request_stats WHERE gateway != 'demo-backfill'
+			AND window_start >= toDateTime(?)`, since.Unix()).Scan(&requests); err != nil {
+			t.Fatal(err)
+		}
+		return requests >= 1
+	}, "the request sent by hand never reached request_stats")
+	if requests != 1 {
+		t.Errorf("%d requests through the gateway since the run without demo traffic began; want only the one sent by hand", requests)
+	}
 }
 
 // waitServing waits until the endpoint has n ready replicas of the given
@@ -276,7 +408,7 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 		return false
 	}, "mp_routes/%s = %v; want %d ready replicas of %s at weight 100", endpoint, wait.Show(func() any { return last }), n, version)
 	// The gateway validates and samples from the same entry.
-	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != 3 {
+	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != len(fraud.FeatureNames()) {
 		t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
 	}
 }
@@ -302,26 +434,57 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 		return resp, b.String()
 	}
 	// The key's entry reaches the gateway through the outbox and NATS.
+	// Two different payments, as the README's curl sends them: an ordinary
+	// one and one the planted rule makes near-certain fraud.
+	const payments = `{"instances":[` +
+		`{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2},` +
+		`{"amount":1250,"merchant_category":"electronics","country":"NG","hour_of_day":3,"account_age_days":4,"distance_km":9500}]}`
 	var resp *http.Response
 	var body string
 	wait.Eventually(t, 30*time.Second, func() bool {
-		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-			`{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"DE"}]}`)
+		resp, body = post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"], payments)
 		return resp.StatusCode == http.StatusOK
 	}, "predict through the gateway never answered 200: %v", wait.Show(func() any { return body }))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"predictions"`) || resp.Header.Get("X-Model-Version") != "v23" {
 		t.Fatalf("predict through the gateway = %d %s (X-Model-Version %q)", resp.StatusCode, body, resp.Header.Get("X-Model-Version"))
 	}
+	// The scores are v23's own: runtime/xgboost on the version's file,
+	// which the demo/fraud tests hold to the real xgboost.
+	var got struct {
+		Predictions []struct {
+			Score float64 `json:"score"`
+			Label string  `json:"label"`
+		} `json:"predictions"`
+	}
+	var in struct {
+		Instances []map[string]any `json:"instances"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || json.Unmarshal([]byte(payments), &in) != nil || len(got.Predictions) != 2 {
+		t.Fatalf("predict answered %s: %v", body, err)
+	}
+	score, err := demoFraudScorer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got.Predictions {
+		want := score(in.Instances[i])
+		if math.Abs(p.Score-want.Score) > 1e-5 || p.Label != want.Label {
+			t.Errorf("payment %d scored %v %s through the gateway; v23 itself says %v %s", i, p.Score, p.Label, want.Score, want.Label)
+		}
+	}
+	if got.Predictions[1].Score-got.Predictions[0].Score < 0.5 || got.Predictions[1].Label != "fraud" {
+		t.Errorf("scores %+v: the fraudulent payment should score far above the ordinary one", got.Predictions)
+	}
 	// fraud-scoring samples 5 % of its predictions: 200 more make a sample
 	// all but certain (1 - 0.95^200).
 	for range 200 {
 		if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-			`{"instances":[{"amount":12,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusOK {
+			`{"instances":[{"amount":12,"merchant_category":"travel","country":"FR","hour_of_day":9,"account_age_days":20,"distance_km":850}]}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("predict = %d %s", resp.StatusCode, body)
 		}
 	}
 	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_RISK_KEY"],
-		`{"instances":[{"amount":-1,"merchant_category":"travel","country":"FR"}]}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "amount") {
+		`{"instances":[{"amount":-1,"merchant_category":"travel","country":"FR","hour_of_day":9,"account_age_days":20,"distance_km":850}]}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "amount") {
 		t.Fatalf("a negative amount through the gateway = %d %s, want 400 naming the path", resp.StatusCode, body)
 	}
 	if resp, body := post("/v1/endpoints/fraud-scoring/predict", env["MP_SEARCH_KEY"], `{"instances":[{}]}`); resp.StatusCode != http.StatusNotFound {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"modelplane/agent/proto"
+	"modelplane/endpoint"
 	"modelplane/judge"
+	"modelplane/registry"
 	"modelplane/rollout"
 )
 
@@ -29,15 +32,38 @@ const (
 	fraudSampling    = 0.25
 )
 
-// newFraudStack starts the stack around the fraud-detector demo model
-// (v23 serving fraud-scoring, v24 registered), sampling fraudSampling of
-// the requests.
+// simFraud is the demo's fraud model as the simulated fleet serves it
+// (the demo before its fraud model was real): v23 scoring low, v24
+// near-uniformly, by their sim profiles, on MIG slices.
+var simFraud = demoModel{
+	spec: registry.ModelSpec{Team: "risk", Name: "fraud-detector", Task: registry.TaskClassification,
+		InputSchema:  json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number","minimum":0},"merchant_category":{"type":"string"},"country":{"type":"string","minLength":2,"maxLength":2}},"required":["amount","merchant_category","country"],"additionalProperties":false}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"score":{"type":"number"},"label":{"type":"string","enum":["legit","fraud"]}}}`),
+		FeatureNames: []string{"amount", "merchant_category", "country"}},
+	versions: []demoVersion{
+		{spec: registry.VersionSpec{Name: "v23", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)}, Serving: simFraudServing,
+			Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.12,"sd":0.18},"class_balance":{"legit":0.97,"fraud":0.03}}`)}},
+		{spec: registry.VersionSpec{Name: "v24", Runtime: "onnxruntime", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}, SLA: registry.SLA{P99LatencyMs: ms(50)},
+			Lineage: registry.Lineage{ParentVersion: "v23"}, Serving: simFraudServing,
+			Sim: json.RawMessage(`{"latency_ms":{"p50":8,"p99":21},"error_rate":0.001,"score":{"mean":0.49,"sd":0.28},"class_balance":{"legit":0.6,"fraud":0.4}}`)}},
+	},
+	endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23",
+		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 2, MaxReplicas: 8, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
+}
+
+// simFraudServing names the simulated fraud model's categories, as
+// registration wants of every string feature.
+var simFraudServing = registry.Serving{Features: []registry.ServingFeature{{Name: "amount"},
+	{Name: "merchant_category", Categories: []string{"grocery", "travel", "electronics"}, Encoding: "onehot"},
+	{Name: "country", Categories: []string{"DE", "FR", "US"}, Encoding: "onehot"}},
+	Output: registry.ServingOutput{Classes: []string{"legit", "fraud"}}}
+
+// newFraudStack starts the stack around the simulated fraud model (v23
+// serving fraud-scoring, v24 registered), sampling fraudSampling of the
+// requests.
 func newFraudStack(t *testing.T) *stack {
 	t.Helper()
-	fraud := demoModels[0]
-	if fraud.spec.Name != "fraud-detector" {
-		t.Fatalf("demo model 0 is %s, want fraud-detector", fraud.spec.Name)
-	}
+	fraud := simFraud
 	fraud.endpoint.Settings.SamplingRate = fraudSampling
 	return newStack(t, fraud, (*stack).predict)
 }

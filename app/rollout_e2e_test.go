@@ -30,6 +30,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	removeBinary()
 	pgtest.Stop()
 	chtest.Stop()
 	os.Exit(code)
@@ -122,14 +123,30 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 // v42 and v43 unless given) and support-chat serving v42.
 func newChatStack(t *testing.T, versions ...registry.VersionSpec) *chatStack {
 	t.Helper()
-	chat := demoModels[1]
-	if chat.spec.Name != "chat-assistant" {
-		t.Fatalf("demo model 1 is %s, want chat-assistant", chat.spec.Name)
-	}
+	chat := demoModelNamed(t, "chat-assistant")
 	if len(versions) > 0 {
-		chat.versions = append([]registry.VersionSpec{chat.versions[0]}, versions...)
+		chat.versions = chat.versions[:1]
+		for _, v := range versions {
+			chat.versions = append(chat.versions, demoVersion{spec: v})
+		}
 	}
 	return newStack(t, chat, (*stack).chat)
+}
+
+// demoModelNamed is the demo model of that name.
+func demoModelNamed(t *testing.T, name string) demoModel {
+	t.Helper()
+	models, err := demoModels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models {
+		if m.spec.Name == name {
+			return m
+		}
+	}
+	t.Fatalf("no demo model %s", name)
+	return demoModel{}
 }
 
 // startLoops starts the control plane's background services; s.cp.Stop
@@ -466,7 +483,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 // controller ran is found and not asked for again, and the promotion happens
 // once.
 func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
-	v44 := demoModels[1].versions[0] // v42's profile: a healthy candidate
+	v44 := demoModelNamed(t, "chat-assistant").versions[0].spec // v42's profile: a healthy candidate
 	v44.Name, v44.Lineage.ParentVersion = "v44", "v42"
 	s := newChatStack(t, v44)
 	stopLoad, responses := s.load(6)

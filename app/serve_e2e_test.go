@@ -66,10 +66,7 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(dir, "modelplane")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/modelplane").CombinedOutput(); err != nil {
-		t.Fatalf("build modelplane: %v\n%s", err, out)
-	}
+	bin := modelplaneBinary(t)
 	rows := [][]float64{{0.9, 0.1, 0.2}, {0.1, 0.5, 0.9}}
 	modelFile := filepath.Join(dir, "fraud.json")
 	in, _ := json.Marshal(rows)

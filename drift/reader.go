@@ -78,8 +78,9 @@ type Histogram struct {
 	Current   []uint64  `json:"current"`
 }
 
-// Feature is one input feature's PSI.
-type Feature struct {
+// FeatureDrift is one input feature's PSI. (Not Feature: the API's
+// schemas are named by type name, and runtime/model.Feature is one too.)
+type FeatureDrift struct {
 	Name      string    `json:"name"`
 	PSI       float64   `json:"psi"`
 	Threshold float64   `json:"threshold"`
@@ -110,15 +111,15 @@ type OutputDrift struct {
 
 // Report is a version's drift against a reference window.
 type Report struct {
-	Endpoint         string      `json:"endpoint"`
-	Reference        Window      `json:"reference"`
-	Current          Window      `json:"current"`
-	ReferenceSamples uint64      `json:"reference_samples"`
-	CurrentSamples   uint64      `json:"current_samples"`
-	MinSamples       int         `json:"min_samples"`
-	Features         []Feature   `json:"features"`
-	Output           OutputDrift `json:"output"`
-	Verdict          string      `json:"verdict"`
+	Endpoint         string         `json:"endpoint"`
+	Reference        Window         `json:"reference"`
+	Current          Window         `json:"current"`
+	ReferenceSamples uint64         `json:"reference_samples"`
+	CurrentSamples   uint64         `json:"current_samples"`
+	MinSamples       int            `json:"min_samples"`
+	Features         []FeatureDrift `json:"features"`
+	Output           OutputDrift    `json:"output"`
+	Verdict          string         `json:"verdict"`
 }
 
 // Reader computes drift in ClickHouse.
@@ -173,7 +174,7 @@ func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (
 		return Report{}, err
 	}
 	rep := Report{Endpoint: endpoint, Reference: ref, Current: cur, ReferenceSamples: s.refN, CurrentSamples: s.curN,
-		MinSamples: r.minSamples, Features: []Feature{}}
+		MinSamples: r.minSamples, Features: []FeatureDrift{}}
 	enough := s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples)
 	if rep.Output, err = r.output(ctx, endpoint, ref, cur, s, enough); err != nil {
 		return Report{}, err
@@ -480,7 +481,7 @@ const maxEdge = math.MaxFloat64
 // for the j-th edge of every feature at once, sumForEach over
 // arrayMap(v > e) counts the values above it per feature; bins are the
 // differences. Only rows with all the reference's features count.
-func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) ([]Feature, error) {
+func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) ([]FeatureDrift, error) {
 	width := 0
 	for _, e := range s.featureEdges {
 		width = max(width, len(e))
@@ -508,7 +509,7 @@ func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window,
 	if err := r.ch.QueryRow(ctx, q, append(args, endpoint)...).Scan(dest...); err != nil {
 		return nil, fmt.Errorf("drift feature bins of %s: %w", endpoint, err)
 	}
-	out := make([]Feature, len(s.names))
+	out := make([]FeatureDrift, len(s.names))
 	for i, name := range s.names {
 		edges := s.featureEdges[i]
 		ra, ca := make([]uint64, len(edges)), make([]uint64, len(edges))
@@ -516,7 +517,7 @@ func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window,
 			ra[j], ca[j] = at(above[2*j], i), at(above[2*j+1], i)
 		}
 		h := Histogram{Edges: edges, Reference: binsFromAbove(refN, ra), Current: binsFromAbove(curN, ca)}
-		f := Feature{Name: name, Threshold: stat.PSIThreshold, Histogram: h}
+		f := FeatureDrift{Name: name, Threshold: stat.PSIThreshold, Histogram: h}
 		if refN > 0 && curN > 0 {
 			f.PSI = stat.PSI(h.Reference, h.Current)
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/user"
@@ -81,6 +82,12 @@ type Config struct {
 	// Host is where runtimes listen and where the gateway reaches them.
 	// Default 127.0.0.1.
 	Host string
+	// PortFirst and PortLast, when set, are the only ports (inclusive)
+	// runtimes listen on: the node's registered range (fleet.SetAddress),
+	// outside which the control plane believes no replica address. Nodes
+	// sharing a host need ranges of their own. Zero leaves the port to
+	// the kernel.
+	PortFirst, PortLast int
 	// Resolve says how to run a replica, given the verified model
 	// directory the agent prepared ("" when it keeps no cache). The
 	// default runs the version's runtime (the built-in one when the spec
@@ -141,6 +148,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
+	}
+	if (c.PortFirst != 0 || c.PortLast != 0) && (c.PortFirst < 1 || c.PortLast > 65535 || c.PortFirst > c.PortLast) {
+		return fmt.Errorf("process driver: port range %d-%d is not within 1-65535", c.PortFirst, c.PortLast)
 	}
 	if c.Resolve == nil {
 		root := c.ModelRoot
@@ -227,6 +237,9 @@ type Driver struct {
 	running map[string]*replica
 	// cores counts the replicas pinned to each core.
 	cores map[int]int
+	// ports are the ports of the range handed to replicas, so that two
+	// starting at once never pick the same one.
+	ports map[int]*replica
 }
 
 // New checks cfg and returns a driver that runs nothing yet. It creates
@@ -244,6 +257,7 @@ func New(cfg Config) (*Driver, error) {
 		client:  &http.Client{Timeout: probeTimeout},
 		running: make(map[string]*replica),
 		cores:   make(map[int]int),
+		ports:   make(map[int]*replica),
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(cfg.RunAs)
@@ -402,6 +416,9 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	for _, c := range rec.Cores {
 		d.cores[c]++
 	}
+	if d.cfg.PortFirst != 0 {
+		d.ports[rec.Port] = r
+	}
 	d.running[spec.ID] = r
 	d.mu.Unlock()
 	p := adoptedProc(rec.PID, rec.StartTicks)
@@ -495,6 +512,48 @@ func (d *Driver) forget(r *replica) {
 			delete(d.cores, c)
 		}
 	}
+	for p, o := range d.ports {
+		if o == r {
+			delete(d.ports, p)
+		}
+	}
+}
+
+// port picks the port of r's next process: prefer when it is free, else
+// a free one, from the configured range when there is one.
+func (d *Driver) port(r *replica, prefer int) (int, error) {
+	first, last := d.cfg.PortFirst, d.cfg.PortLast
+	if first == 0 {
+		return freePort(d.cfg.Host, prefer)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, o := range d.ports {
+		if o == r {
+			delete(d.ports, p)
+		}
+	}
+	try := func(p int) bool {
+		if p < first || p > last || d.ports[p] != nil {
+			return false
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(p)))
+		if err != nil {
+			return false
+		}
+		l.Close()
+		d.ports[p] = r
+		return true
+	}
+	if prefer > 0 && try(prefer) {
+		return prefer, nil
+	}
+	for p := first; p <= last; p++ {
+		if try(p) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port on %s in %d-%d", d.cfg.Host, first, last)
 }
 
 // specHash identifies what a replica runs, for adoption: a record of

@@ -248,6 +248,54 @@ func TestTakenPortIsNotUsed(t *testing.T) {
 	}
 }
 
+// TestPortsStayInTheNodesRange: with a port range (the node's registered
+// address), every runtime listens inside it, a taken port of the range is
+// skipped, two replicas never share one, and a full range is an error.
+func TestPortsStayInTheNodesRange(t *testing.T) {
+	t.Parallel()
+	// Three consecutive ports that are free now; the first is then held
+	// by another program.
+	var first int
+	var hold net.Listener
+	for p := 33000; p < 34000 && hold == nil; p += 3 {
+		ls := []net.Listener{}
+		for i := range 3 {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+i))
+			if err != nil {
+				break
+			}
+			ls = append(ls, l)
+		}
+		if len(ls) == 3 {
+			first, hold = p, ls[0]
+			ls[1].Close()
+			ls[2].Close()
+		} else {
+			for _, l := range ls {
+				l.Close()
+			}
+		}
+	}
+	if hold == nil {
+		t.Skip("no three free consecutive ports")
+	}
+	defer hold.Close()
+	d := newDriver(t, t.TempDir(), quartz.NewMock(t), func(c *Config) { c.PortFirst, c.PortLast = first, first+2 })
+	// A preferred port outside the range is not taken.
+	a := start(t, d, spec("r-range-a"), "127.0.0.1:"+strconv.Itoa(first+500))
+	b := start(t, d, spec("r-range-b"), "")
+	waitReady(t, a)
+	waitReady(t, b)
+	got := map[string]bool{a.Addr(): true, b.Addr(): true}
+	want := map[string]bool{"127.0.0.1:" + strconv.Itoa(first+1): true, "127.0.0.1:" + strconv.Itoa(first+2): true}
+	if len(got) != 2 || !got["127.0.0.1:"+strconv.Itoa(first+1)] || !got["127.0.0.1:"+strconv.Itoa(first+2)] {
+		t.Fatalf("replicas on %v, want %v", got, want)
+	}
+	if _, err := d.Start(t.Context(), spec("r-range-c"), agent.StartOptions{}); err == nil || !strings.Contains(err.Error(), "no free port") {
+		t.Fatalf("a third replica in a range of two free ports: %v, want no free port", err)
+	}
+}
+
 func TestPortLostToAnotherProcessIsRetriedOnAnotherPort(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, t.TempDir(), quartz.NewMock(t), nil)

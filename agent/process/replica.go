@@ -427,7 +427,7 @@ func (r *replica) spawn() (*proc, error) {
 	r.mu.Lock()
 	prefer := r.preferPort
 	r.mu.Unlock()
-	port, err := freePort(cfg.Host, prefer)
+	port, err := r.d.port(r, prefer)
 	if err != nil {
 		return nil, err
 	}
