@@ -11,8 +11,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"modelplane/artifact"
-	"modelplane/enrollment"
 	"modelplane/auth"
+	"modelplane/enrollment"
 	"modelplane/errdefs"
 	"modelplane/tenant"
 	"modelplane/validate"

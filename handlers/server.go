@@ -79,7 +79,7 @@ type Deps struct {
 	// PublicURL is the control plane's URL as nodes reach it, for the
 	// join command line the portal shows; "" leaves --control-plane out.
 	PublicURL string
-	Ready      map[string]Pinger // name → dependency checked by /readyz
+	Ready     map[string]Pinger // name → dependency checked by /readyz
 	// Metrics is the registry /metrics serves; the HTTP layer registers its
 	// own collectors on it.
 	Metrics *prometheus.Registry
