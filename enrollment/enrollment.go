@@ -247,11 +247,6 @@ func (c Credentials) String() string { return "<secret>" }
 // LogValue keeps the secrets out of structured logs.
 func (c Credentials) LogValue() slog.Value { return slog.StringValue("<secret>") }
 
-// nodePrincipal is the actor an agent's own requests are audited as.
-func nodePrincipal(node string) *auth.Principal {
-	return &auth.Principal{Name: "node:" + node, Via: "node-credential"}
-}
-
 // mint makes node's new NATS user and artifact token.
 func (s *Service) mint(node string, now time.Time) (Credentials, bus.Credential, string, error) {
 	cred, err := s.auth.Agent(node)
@@ -314,7 +309,7 @@ func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, er
 			return err
 		}
 		out = creds
-		return audit.Record(ctx, q, nodePrincipal(jt.Node), audit.Entry{Action: "node.enroll", ObjectType: "node", ObjectName: jt.Node,
+		return audit.Record(ctx, q, auth.Node(jt.Node), audit.Entry{Action: "node.enroll", ObjectType: "node", ObjectName: jt.Node,
 			After: map[string]any{"join_token_id": jt.ID, "host": jt.Host, "port_first": jt.PortFirst, "port_last": jt.PortLast,
 				"nats_user_key": cred.PublicKey(), "from": addr}})
 	})
@@ -386,7 +381,7 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 			return err
 		}
 		out = creds
-		return audit.Record(ctx, q, nodePrincipal(c.Node), audit.Entry{Action: "node.rotate", ObjectType: "node", ObjectName: c.Node,
+		return audit.Record(ctx, q, auth.Node(c.Node), audit.Entry{Action: "node.rotate", ObjectType: "node", ObjectName: c.Node,
 			After: map[string]any{"nats_user_key": cred.PublicKey(), "previous_valid_until": until}})
 	})
 	if err != nil {
