@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"modelplane/agent"
 	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/controlplane"
 	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
@@ -213,5 +215,75 @@ func TestEnrolledAgentNeedsNoCredsFile(t *testing.T) {
 	}
 	if _, err := c.agentConfig(); err != nil {
 		t.Errorf("kept credentials: %v", err)
+	}
+}
+
+// TestAgentJoinsOnceThenStartsFromItsState: `agent --join` exchanges the
+// token at the control plane's HTTP API once and keeps the credentials;
+// the next start needs no token; a used, expired or revoked token is
+// refused with what happened and what to do.
+func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := quartz.NewMock(t)
+	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
+		Authority: natstest.Auth(t), Now: func() time.Time { return clock.Now() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(NewHTTP(cp, HTTPOptions{}).Handler())
+	t.Cleanup(ts.Close)
+	log := slog.New(slog.DiscardHandler)
+	token := func(node string) string {
+		tok, _, err := cp.Enrollment.CreateJoinToken(ctx, system, enrollment.JoinRequest{Node: node, Host: "127.0.0.1", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+
+	join := token("cpu-7")
+	c := AgentConfig{StateDir: filepath.Join(t.TempDir(), "state"), ControlPlaneURL: ts.URL, Join: Secret(join)}
+	sess, err := c.enroll(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Node() != "cpu-7" || !strings.HasPrefix(sess.ArtifactToken(), "mpn_") {
+		t.Fatalf("enrolled as %q", sess.Node())
+	}
+	if st, err := os.Stat(filepath.Join(c.StateDir, nodeCredsFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("credentials file: %v (err %v), want 0600", st.Mode().Perm(), err)
+	}
+	if st, err := os.Stat(c.StateDir); err != nil || st.Mode().Perm() != 0o711 {
+		t.Errorf("state directory: %v (err %v), want 0711", st.Mode().Perm(), err)
+	}
+	again := AgentConfig{StateDir: t.TempDir(), ControlPlaneURL: ts.URL, Join: Secret(join)}
+	if _, err := again.enroll(ctx, log); err == nil || !strings.Contains(err.Error(), "already used") || !strings.Contains(err.Error(), "new join token") {
+		t.Errorf("a used token: err %v, want it to say used and what to do", err)
+	}
+	c.Join = ""
+	restarted, err := c.enroll(ctx, log)
+	if err != nil || restarted == nil || restarted.ArtifactToken() != sess.ArtifactToken() {
+		t.Fatalf("restart without a token: %v (err %v), want the kept credentials", restarted, err)
+	}
+
+	revoked := token("cpu-8")
+	list, err := cp.Enrollment.JoinTokens(ctx, system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Enrollment.RevokeJoinToken(ctx, system, list[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	expired := token("cpu-9")
+	clock.Advance(time.Hour)
+	for want, tok := range map[string]string{"revoked": revoked, "expired": expired, "invalid": "mpj_made-up"} {
+		c := AgentConfig{StateDir: t.TempDir(), ControlPlaneURL: ts.URL, Join: Secret(tok)}
+		if _, err := c.enroll(ctx, log); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a %s token: err %v", want, err)
+		}
+	}
+	if none, err := (&AgentConfig{StateDir: t.TempDir()}).enroll(ctx, log); none != nil || err != nil {
+		t.Errorf("no token, nothing kept: %v, %v; want not enrolled", none, err)
 	}
 }
