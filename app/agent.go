@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
@@ -19,6 +20,7 @@ import (
 	"modelplane/agent/process"
 	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/enrollment"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -62,6 +64,13 @@ type AgentConfig struct {
 	CacheDir string
 	// CacheBytes bounds the cache (evicting from 80 % to 70 %).
 	CacheBytes int64
+	// Join is a join token to enroll with (--join): exchanged once with the
+	// control plane for the node's credentials, which are kept in the state
+	// directory and used by every later start without a token.
+	Join Secret
+	// RotateEvery is how often an enrolled agent rotates its credentials
+	// (0: never).
+	RotateEvery time.Duration
 }
 
 // DefaultCacheBytes is the artifact cache's default size.
@@ -108,6 +117,9 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ControlPlaneURL, "control-plane", env("MP_CONTROL_PLANE_URL", ""), "control plane URL the agent fetches model files from; empty fetches none (MP_CONTROL_PLANE_URL)")
 	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
 	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "credential for fetching model files, the control plane's MP_AGENT_TOKEN (MP_AGENT_TOKEN)")
+	c.Join = Secret(env("MP_AGENT_JOIN_TOKEN", ""))
+	fs.Var(secretFlag{&c.Join}, "join", "join token from a platform admin: enroll this node once and keep its credentials in the state directory (MP_AGENT_JOIN_TOKEN)")
+	fs.DurationVar(&c.RotateEvery, "rotate-every", envDuration("MP_AGENT_ROTATE_EVERY", DefaultRotateEvery), "how often an enrolled node rotates its credentials; 0 never (MP_AGENT_ROTATE_EVERY)")
 	fs.StringVar(&c.CacheDir, "cache-dir", env("MP_AGENT_CACHE_DIR", ""), "node artifact cache; keep it across restarts (MP_AGENT_CACHE_DIR; default <state-dir>/cache)")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", envInt("MP_AGENT_CACHE_BYTES", DefaultCacheBytes), "size of the artifact cache; least recently used versions are evicted above 80 % (MP_AGENT_CACHE_BYTES)")
 }
@@ -136,7 +148,19 @@ func hostNode() string {
 func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	errs = append(errs, c.NATS.Validate()...)
+	enrolled := c.enrolled()
+	for _, e := range c.NATS.Validate() {
+		if enrolled && strings.HasPrefix(e, "MP_NATS_CREDS") {
+			continue // the enrollment's credential
+		}
+		errs = append(errs, e)
+	}
+	if c.Join != "" && c.ControlPlaneURL == "" {
+		bad("MP_CONTROL_PLANE_URL (--control-plane) is required with --join: the join token is exchanged there")
+	}
+	if c.RotateEvery < 0 {
+		bad("MP_AGENT_ROTATE_EVERY (--rotate-every) must not be negative")
+	}
 	if c.Driver != "sim" && c.Driver != "process" {
 		bad("MP_AGENT_DRIVER (--driver) %q: want sim or process", c.Driver)
 	}
@@ -150,7 +174,7 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 		if !strings.HasPrefix(c.ControlPlaneURL, "http://") && !strings.HasPrefix(c.ControlPlaneURL, "https://") {
 			bad("MP_CONTROL_PLANE_URL (--control-plane) must be an http(s) URL, got %q", c.ControlPlaneURL)
 		}
-		if c.AgentToken == "" {
+		if c.AgentToken == "" && !enrolled {
 			bad("MP_AGENT_TOKEN (--agent-token) is required with MP_CONTROL_PLANE_URL: the control plane serves model files only to agents that present it")
 		}
 	}
@@ -200,6 +224,71 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	return cfg, nil
 }
 
+// enrolled reports whether the agent runs on enrollment credentials: a
+// join token to exchange, or credentials an earlier exchange kept.
+func (c *AgentConfig) enrolled() bool {
+	if c.Join != "" {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(c.StateDir, nodeCredsFile))
+	return err == nil
+}
+
+// enroll returns the node's session: from the join token when there is
+// one (exchanged now and kept), else from the kept credentials; nil when
+// the agent is not enrolled (it connects with --nats-creds).
+func (c *AgentConfig) enroll(ctx context.Context, log *slog.Logger) (*nodeSession, error) {
+	src := newControlPlaneSource(c.ControlPlaneURL)
+	var creds enrollment.Credentials
+	switch kept, ok, err := loadNodeCreds(c.StateDir); {
+	case c.Join != "":
+		if creds, err = src.Join(ctx, string(c.Join)); err != nil {
+			return nil, err
+		}
+		if err := saveNodeCreds(c.StateDir, creds); err != nil {
+			return nil, err
+		}
+		log.Info("enrolled", slog.String("node", creds.Node), slog.String("credentials", filepath.Join(c.StateDir, nodeCredsFile)))
+	case err != nil:
+		return nil, err
+	case ok:
+		creds = kept
+	default:
+		return nil, nil
+	}
+	return newNodeSession(src, c.StateDir, creds, log)
+}
+
+// connectEnrolled connects as the session's credential, to the NATS URLs
+// and CA the control plane named, or the agent's own settings.
+func (c *AgentConfig) connectEnrolled(sess *nodeSession, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	creds := sess.creds.Load()
+	nc := c.NATS
+	nc.Creds = ""
+	if len(creds.NATSURLs) > 0 {
+		nc.URL = strings.Join(creds.NATSURLs, ",")
+	}
+	if creds.NATSCA != "" && nc.CA == "" {
+		nc.CA = filepath.Join(c.StateDir, "nats-ca.pem")
+		if err := os.WriteFile(nc.CA, []byte(creds.NATSCA), 0o600); err != nil {
+			return nil, fmt.Errorf("nats ca: %w", err)
+		}
+	}
+	opts, err := nc.Options(log)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := nats.Connect(nc.URL, append(append(sess.Options(), opts...), append([]nats.Option{nats.Name("modelplane-agent-" + creds.Node)}, extra...)...)...)
+	if err != nil {
+		if hint := bus.Hint(err); hint != "" {
+			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked: enroll again with a new join token)", nc.URL, err)
+		}
+		return nil, fmt.Errorf("connect nats %s: %w", nc.URL, err)
+	}
+	sess.Attach(conn)
+	return conn, nil
+}
+
 // RunAgent runs `modelplane agent` until ctx ends, then stops the agent and
 // its replicas. It starts even while NATS is unreachable: the agent serves
 // what its state file records and connects when NATS comes.
@@ -209,24 +298,45 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	log := NewLogger(c.LogLevel)
-	nc, err := connectNATS(c.NATS, log, "modelplane-agent-"+cfg.Node,
+	sess, err := c.enroll(ctx, log)
+	if err != nil {
+		return err
+	}
+	reconnect := []nats.Option{
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
 		// Nothing waits in the client while NATS is away: heartbeats are
 		// skipped and usage waits in the agent's own spool on disk.
-		nats.ReconnectBufSize(-1))
+		nats.ReconnectBufSize(-1)}
+	var nc *nats.Conn
+	if sess != nil {
+		// The credentials name the node; the token was made for it.
+		cfg.Node = sess.Node()
+		nc, err = c.connectEnrolled(sess, log, reconnect...)
+	} else {
+		nc, err = connectNATS(c.NATS, log, "modelplane-agent-"+cfg.Node, reconnect...)
+	}
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	if c.ControlPlaneURL != "" {
-		cc, err := cache.New(cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Log: log.With(slog.String("node", cfg.Node))})
+		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
+			Token: string(c.AgentToken), Log: log.With(slog.String("node", cfg.Node))}
+		if sess != nil {
+			cc.TokenFunc = sess.ArtifactToken
+		}
+		fetcher, err := cache.New(cc)
 		if err != nil {
 			return err
 		}
-		cfg.Cache = cc
+		cfg.Cache = fetcher
+	}
+	if sess != nil && c.RotateEvery > 0 && c.ControlPlaneURL != "" {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go sess.RotateEvery(rctx, quartz.NewReal(), c.RotateEvery)
 	}
 	var stop func(context.Context)
 	switch c.Driver {

@@ -41,6 +41,13 @@ type ServerConfig struct {
 	// AgentToken is the credential every node agent presents to fetch
 	// artifacts until nodes enrol with their own; empty refuses agents.
 	AgentToken Secret
+	// NATSAuthority is the authority file of `modelplane nats init`
+	// (MP_NATS_AUTHORITY): with it the server enrolls nodes, minting their
+	// credentials and pushing revocations; without it enrollment is off.
+	NATSAuthority string
+	// NodeNATSURLs are the NATS URLs enrolled nodes are told to use
+	// (MP_NODE_NATS_URLS, comma separated; empty: the agent's --nats).
+	NodeNATSURLs []string
 	// EgressHosts is the egress allow-list (MP_EGRESS_HOSTS, comma
 	// separated): the only hosts https:// artifact URIs may name. The OIDC
 	// issuer's host is added to it.
@@ -117,6 +124,12 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
 	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
 	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "token node agents present to fetch artifacts; empty refuses them (MP_AGENT_TOKEN)")
+	fs.StringVar(&c.NATSAuthority, "nats-authority", env("MP_NATS_AUTHORITY", ""), "authority file of `modelplane nats init`; enables node enrollment (MP_NATS_AUTHORITY)")
+	fs.Func("node-nats-urls", "NATS URLs enrolled nodes connect to, comma separated; empty: the agent's own --nats (MP_NODE_NATS_URLS)", func(v string) error {
+		c.NodeNATSURLs = splitHosts(v)
+		return nil
+	})
+	c.NodeNATSURLs = splitHosts(env("MP_NODE_NATS_URLS", ""))
 	fs.Func("egress-hosts", "hosts outbound calls may reach, comma separated (MP_EGRESS_HOSTS)", func(v string) error {
 		c.EgressHosts = splitHosts(v)
 		return nil
@@ -167,6 +180,16 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.AgentToken != "" && len(c.AgentToken) < 16 {
 		bad("MP_AGENT_TOKEN (--agent-token) must be at least 16 characters: it lets a node fetch every team's artifacts")
+	}
+	if c.NATSAuthority != "" {
+		if _, err := os.Stat(c.NATSAuthority); err != nil {
+			bad("MP_NATS_AUTHORITY (--nats-authority): %v", err)
+		}
+	}
+	for _, u := range c.NodeNATSURLs {
+		if !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+			bad("MP_NODE_NATS_URLS (--node-nats-urls) must list nats:// or tls:// URLs, got %q", u)
+		}
 	}
 	if c.MaxUploadBytes <= 0 {
 		bad("MP_MAX_UPLOAD_BYTES (--max-upload-bytes) must be a positive number of bytes")

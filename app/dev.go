@@ -196,16 +196,25 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	for _, u := range idp.Users() {
 		devUsers = append(devUsers, handlers.DevUser{Email: u.Email, Description: u.Description})
 	}
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
-		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
-		Sessions: auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour}})
+	// Nodes enroll as in production: the authority mints their
+	// credentials and a system-user connection pushes revocations.
+	sysCred, err := st.natsAuth.SystemUser()
 	if err != nil {
 		return err
 	}
-	// Dev's own agents fetch artifacts with a token of this run.
-	agentToken := newAgentToken()
-	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc),
-		AgentToken: Secret(agentToken)})
+	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1))...)
+	if err != nil {
+		return fmt.Errorf("connect nats as the system user: %w", err)
+	}
+	defer snc.Close()
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
+		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
+		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
+		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }})
+	if err != nil {
+		return err
+	}
+	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc), PublicURL: baseURL})
 	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}
@@ -251,7 +260,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	}
 	defer cp.Stop()
 	if cfg.SimNodes > 0 {
-		stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: st.natsURL, auth: st.natsAuth, fleet: cp.Fleet, dir: filepath.Join(dir, "fleet"),
+		stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: st.natsURL, enroll: cp.Enrollment, dir: filepath.Join(dir, "fleet"),
 			nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, portBase: cfg.SimPortBase})
 		if err != nil {
 			return err
@@ -261,7 +270,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	cpuMemoryMB := 0
 	if cfg.CPUNodes > 0 {
 		cpuMemoryMB, _ = agent.ParseMemory(cfg.CPUNodeMemory) // checked by Validate
-		stopNodes, err := startDevCPUNodes(ctx, log, cfg, dir, st, cp, loopbackURL(ln.Addr()), agentToken)
+		stopNodes, err := startDevCPUNodes(ctx, log, cfg, dir, st, cp, loopbackURL(ln.Addr()))
 		if err != nil {
 			return err
 		}

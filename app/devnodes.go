@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"modelplane/agent/process"
 	"modelplane/bus"
 	"modelplane/controlplane"
+	"modelplane/enrollment"
 	"modelplane/fleet"
 )
 
@@ -36,32 +36,33 @@ import (
 // models are small, and a newcomer's disk is not the node's to fill.
 const devCacheBytes = 2 << 30
 
-// devNode is how dev admits one node of its fleet, simulated or real: its
-// address registered with the platform, and a NATS connection with that
-// node's own credential. Every dev node joins through it, so a change of
-// how nodes get their credentials (enrollment with join tokens) is made
-// here once.
+// devNode is how dev admits one node of its fleet, simulated or real, as
+// production does: it enrolls with a join token (enrollDevNode), which
+// registers its address, and connects to NATS with the node's own
+// credential. Every dev node joins through it.
 type devNode struct {
 	natsURL string
-	auth    *bus.Authority
-	fleet   *fleet.Fleet
+	enroll  *enrollment.Service
 	log     *slog.Logger
 }
 
-// join registers node at addr and connects it to NATS as itself.
-func (j devNode) join(ctx context.Context, node string, addr fleet.Address) (*nats.Conn, error) {
-	if err := j.fleet.SetAddress(ctx, node, addr); err != nil {
-		return nil, err
-	}
-	cred, err := j.auth.Agent(node)
+// join enrolls node at addr and connects it to NATS as itself; the
+// session holds its credentials, the artifact token included.
+func (j devNode) join(ctx context.Context, node string, addr fleet.Address) (*nats.Conn, *nodeSession, error) {
+	creds, err := enrollDevNode(ctx, j.enroll, node, addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	nc, err := nats.Connect(j.natsURL, append(cred.Options(), bus.ErrorLogger(j.log), nats.Name("modelplane-agent-"+node), nats.MaxReconnects(-1))...)
+	sess, err := newNodeSession(localSource{j.enroll}, "", creds, j.log)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats: %w", err)
+		return nil, nil, err
 	}
-	return nc, nil
+	nc, err := nats.Connect(j.natsURL, append(sess.Options(), bus.ErrorLogger(j.log), nats.Name("modelplane-agent-"+node), nats.MaxReconnects(-1))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect nats: %w", err)
+	}
+	sess.Attach(nc)
+	return nc, sess, nil
 }
 
 // cpuNodes configures dev's CPU nodes.
@@ -76,9 +77,9 @@ type cpuNodes struct {
 	// portBase is node 0's first port; node i serves on the
 	// SimPortsPerNode ports from portBase + i·SimPortsPerNode.
 	portBase int
-	// controlPlaneURL and token are where and how the caches fetch
-	// artifacts (the control plane's agent token).
-	controlPlaneURL, token string
+	// controlPlaneURL is where the caches fetch artifacts, each with its
+	// node's own artifact token.
+	controlPlaneURL string
 	// self is the modelplane binary the runtimes run as.
 	self string
 }
@@ -120,22 +121,22 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		if err := os.MkdirAll(state, 0o755); err != nil {
 			return nil, err
 		}
-		cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), LimitBytes: devCacheBytes, URL: cn.controlPlaneURL,
-			Token: cn.token, Log: nlog})
-		if err != nil {
-			return nil, err
-		}
 		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Self: cn.self,
 			Host: addr.Host, PortFirst: addr.PortFirst, PortLast: addr.PortLast, Log: nlog})
 		if err != nil {
 			return nil, err
 		}
 		drivers = append(drivers, drv)
-		nc, err := cn.join.join(ctx, node, addr)
+		nc, sess, err := cn.join.join(ctx, node, addr)
 		if err != nil {
 			return nil, err
 		}
 		conns = append(conns, nc)
+		cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), LimitBytes: devCacheBytes, URL: cn.controlPlaneURL,
+			TokenFunc: sess.ArtifactToken, Log: nlog})
+		if err != nil {
+			return nil, err
+		}
 		a, err := agent.New(agent.Config{Node: node, CPUCores: cn.cores, MemoryMB: cn.memoryMB, StateDir: state,
 			Driver: drv, Cache: cc}, nc, nlog)
 		if err != nil {
@@ -147,14 +148,6 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		agents = append(agents, a)
 	}
 	return stop, nil
-}
-
-// newAgentToken is a fresh credential for dev's agents to fetch artifacts
-// with; dev hands it to the control plane and its own agents, per run.
-func newAgentToken() string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // runtimeUID is the user the process driver runs runtimes as, when it
@@ -258,7 +251,7 @@ func runtimeBinary(self, binDir string) (string, error) {
 // startDevCPUNodes starts dev's CPU nodes against its stores and control
 // plane, whose API serves artifacts at apiURL.
 func startDevCPUNodes(ctx context.Context, log *slog.Logger, cfg DevConfig, dir string, st *devStores, cp *controlplane.ControlPlane,
-	apiURL, token string) (func(), error) {
+	apiURL string) (func(), error) {
 	memoryMB, err := agent.ParseMemory(cfg.CPUNodeMemory)
 	if err != nil {
 		return nil, err
@@ -277,7 +270,7 @@ func startDevCPUNodes(ctx context.Context, log *slog.Logger, cfg DevConfig, dir 
 		return nil, fmt.Errorf("cpu nodes: runtime binary: %w", err)
 	}
 	return startCPUNodes(ctx, log, cpuNodes{
-		join:     devNode{natsURL: st.natsURL, auth: st.natsAuth, fleet: cp.Fleet, log: log},
+		join:     devNode{natsURL: st.natsURL, enroll: cp.Enrollment, log: log},
 		dir:      nodesDir,
 		nodes:    cfg.CPUNodes,
 		cores:    cfg.CPUNodeCores,
@@ -286,7 +279,6 @@ func startDevCPUNodes(ctx context.Context, log *slog.Logger, cfg DevConfig, dir 
 		// The API listener is open: requests wait in its backlog until it
 		// serves.
 		controlPlaneURL: apiURL,
-		token:           token,
 		self:            self,
 	})
 }

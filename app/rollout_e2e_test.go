@@ -18,6 +18,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/controlplane"
+	"modelplane/enrollment"
 	"modelplane/gateway"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
@@ -91,7 +92,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
-	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), auth: natstest.Auth(t), fleet: cp.Fleet, dir: t.TempDir(),
+	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, time.Now), dir: t.TempDir(),
 		nodes: 4, gpus: 2, portBase: 31000})
 	if err != nil {
 		t.Fatal(err)

@@ -41,9 +41,12 @@ type HTTPOptions struct {
 	MaxUploadBytes int64
 	// Ready names the dependencies /readyz checks.
 	Ready map[string]handlers.Pinger
-	// AgentToken is what node agents present to fetch artifacts; "" refuses
-	// them all.
+	// AgentToken is what node agents that have not enrolled present to
+	// fetch artifacts; "" refuses them all.
 	AgentToken Secret
+	// PublicURL is where nodes reach the control plane, for the join
+	// command line the portal shows.
+	PublicURL string
 }
 
 // readiness is what /readyz checks in `server` and `dev`.
@@ -74,6 +77,8 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		Idempotency:    cp.Idempotency,
 		Ready:          o.Ready,
 		AgentToken:     string(o.AgentToken),
+		Enrollment:     cp.Enrollment,
+		PublicURL:      o.PublicURL,
 		Metrics:        cp.Metrics,
 		Now:            time.Now,
 		DevUsers:       o.DevUsers,
@@ -202,15 +207,23 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("find the modelplane binary for validation: %w", err)
 	}
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
+	cpCfg := controlplane.Config{Log: log, OIDC: oidc,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
-		RuntimeBinary: self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB})
+		RuntimeBinary: self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB}
+	if cfg.NATSAuthority != "" {
+		closeSys, err := enrollmentConfig(&cpCfg, cfg, log)
+		if err != nil {
+			return err
+		}
+		defer closeSys()
+	}
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch, NC: nc}, cpCfg)
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc), AgentToken: cfg.AgentToken})
+	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc), AgentToken: cfg.AgentToken, PublicURL: cfg.PublicURL})
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
-	"modelplane/bus"
+	"modelplane/enrollment"
 	"modelplane/fleet"
 )
 
@@ -40,12 +40,12 @@ func simFleetLayout(i, gpusPerNode int) (gpus []string, mig string) {
 }
 
 // simFleet is how `modelplane dev` (and the app tests) run a simulated
-// fleet: n nodes of gpusPerNode GPUs, over NATS at natsURL with credentials
-// from auth, each node's replicas on ports of its own from PortBase.
+// fleet: n nodes of gpusPerNode GPUs, over NATS at natsURL, each enrolled
+// through enroll (a join token exchanged as a remote agent does), each
+// node's replicas on ports of its own from PortBase.
 type simFleet struct {
 	natsURL     string
-	auth        *bus.Authority
-	fleet       *fleet.Fleet
+	enroll      *enrollment.Service
 	dir         string
 	nodes, gpus int
 	// PortBase is the first port of node 0; node i serves its replicas on
@@ -58,11 +58,12 @@ const SimPortsPerNode = 100
 
 // startSimFleet runs the nodes' agents in this process, each with a sim
 // driver and a state directory of its own under dir, each over a NATS
-// connection of its own with its node's credential. Every node shares
-// 127.0.0.1, so each is registered with a port range of its own, the only
-// ports its driver listens on, and the control plane believes no replica
-// address outside it (fleet.SetAddress). They reach the control plane only
-// through NATS, with the permissions remote agents have.
+// connection of its own with its node's credential, got by enrolling
+// (enrollDevNode: a join token, exchanged). Every node shares 127.0.0.1, so
+// each enrolls with a port range of its own, the only ports its driver
+// listens on, and the control plane believes no replica address outside it.
+// They reach the control plane only through NATS, with the permissions
+// remote agents have.
 func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop func(), err error) {
 	var agents []*agent.Agent
 	var drivers []*agent.SimDriver
@@ -87,19 +88,10 @@ func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop fun
 		}
 		node := fmt.Sprintf("gpu-node-%02d", i+1)
 		addr := fleet.Address{Host: "127.0.0.1", PortFirst: sf.portBase + i*SimPortsPerNode, PortLast: sf.portBase + (i+1)*SimPortsPerNode - 1}
-		if err := sf.fleet.SetAddress(ctx, node, addr); err != nil {
-			stop()
-			return nil, fmt.Errorf("sim fleet: %w", err)
-		}
-		cred, err := sf.auth.Agent(node)
+		nc, _, err := devNode{natsURL: sf.natsURL, enroll: sf.enroll, log: log}.join(ctx, node, addr)
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("sim fleet: %w", err)
-		}
-		nc, err := nats.Connect(sf.natsURL, append(cred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-sim-"+node), nats.MaxReconnects(-1))...)
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("sim fleet: connect nats: %w", err)
 		}
 		conns = append(conns, nc)
 		driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log, PortFirst: addr.PortFirst, PortLast: addr.PortLast})

@@ -70,6 +70,13 @@ func System(actor string) *Principal {
 	return &Principal{Name: actor, Via: ViaSystem, PlatformRole: RolePlatformAdmin}
 }
 
+// Node is the principal of a node agent acting on its own enrollment
+// (exchanging its join token, rotating its credentials), as the audit log
+// records it. It holds no role and no team: it may do nothing else.
+func Node(node string) *Principal {
+	return &Principal{Name: "node:" + node, Via: "node-credential"}
+}
+
 // PlatformAdmin reports whether the principal administers the whole platform.
 func (p *Principal) PlatformAdmin() bool { return p.PlatformRole == RolePlatformAdmin }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,7 @@ import (
 	"modelplane/drift"
 	"modelplane/egress"
 	"modelplane/endpoint"
+	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/ingest"
@@ -74,6 +76,15 @@ type Config struct {
 	// child process (zero: the validation package's defaults).
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// Authority mints the credentials of enrolling nodes; nil leaves node
+	// enrollment off (Enrollment is nil). Push sends its revocations to
+	// the NATS servers (over a system-user connection).
+	Authority *bus.Authority
+	Push      enrollment.Pusher
+	// NodeNATSURLs and NodeNATSCA are what enrolling nodes are told about
+	// NATS (empty: their own settings).
+	NodeNATSURLs []string
+	NodeNATSCA   string
 }
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -90,6 +101,7 @@ const (
 	leadDrift       = 7_316_020_030
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
+	leadEnrollment  = 7_316_020_041
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -114,6 +126,9 @@ type ControlPlane struct {
 	Traffic    *traffic.Reader
 	Drift      *drift.Service
 	Audit      *audit.Log
+	// Enrollment enrolls, rotates and revokes nodes; nil without an
+	// authority (Config.Authority).
+	Enrollment *enrollment.Service
 	// Idempotency keeps the API's Idempotency-Key records.
 	Idempotency *idempotency.Store
 	// Metrics is the registry every service and the HTTP layer export on.
@@ -169,6 +184,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		cp.Validator = validation.New(validation.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
 			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
 		cp.Registry.WithValidation(cp.Validator.Wake)
+	}
+	if cfg.Authority != nil {
+		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, now).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
@@ -261,6 +279,9 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))
 	}
+	if cp.Enrollment != nil {
+		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
+	}
 	if cfg.OIDC != nil {
 		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, proto.BucketIdentity), cfg.Log)))
 	}
@@ -283,6 +304,13 @@ func (cp *ControlPlane) Start(ctx context.Context) error {
 	}
 	if _, err := cp.Tenant.PublishKeys(ctx); err != nil {
 		return fmt.Errorf("publish key digests: %w", err)
+	}
+	if cp.Enrollment != nil {
+		// The account JWT's revocation list lives in memory: rebuild it
+		// before any node can connect on a stale one.
+		if err := cp.Enrollment.Restore(ctx); err != nil {
+			return err
+		}
 	}
 	return cp.background.Start(ctx)
 }

@@ -263,11 +263,15 @@ type NodeAddress struct {
 }
 
 type NodeCredential struct {
-	Node              string
-	NATSUserKey       string
-	ArtifactTokenHash string
-	EnrolledAt        time.Time
-	RevokedAt         *time.Time
+	Node                  string
+	NATSUserKey           string
+	ArtifactTokenHash     string
+	EnrolledAt            time.Time
+	RevokedAt             *time.Time
+	PrevNatsUserKey       *string
+	PrevArtifactTokenHash *string
+	PrevUntil             *time.Time
+	RotatedAt             *time.Time
 }
 
 type NodeJoinToken struct {
@@ -281,6 +285,7 @@ type NodeJoinToken struct {
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	UsedAt    *time.Time
+	RevokedAt *time.Time
 }
 
 type NodeRevokedKey struct {

@@ -10,12 +10,48 @@ import (
 	"time"
 )
 
-const nodeCredentialByArtifactToken = `-- name: NodeCredentialByArtifactToken :one
-SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at FROM node_credentials WHERE artifact_token_hash = $1 AND revoked_at IS NULL
+const nodeArtifactAllowed = `-- name: NodeArtifactAllowed :one
+SELECT EXISTS (
+    SELECT 1 FROM replicas r
+    JOIN nodes n ON n.id = r.node_id
+    JOIN model_versions v ON v.id = r.version_id
+    WHERE n.name = $1
+      AND (v.artifact_uri = 'sha256-manifest:' || $2::text
+           OR EXISTS (SELECT 1 FROM jsonb_each_text(v.manifest) AS f WHERE f.value = $2::text))
+)::boolean AS allowed
 `
 
-func (q *Queries) NodeCredentialByArtifactToken(ctx context.Context, artifactTokenHash string) (NodeCredential, error) {
-	row := q.db.QueryRow(ctx, nodeCredentialByArtifactToken, artifactTokenHash)
+type NodeArtifactAllowedParams struct {
+	Node   string
+	Digest string
+}
+
+// Whether a node may read a blob: the digest is the manifest or a file of a
+// version with a replica placed on that node (by name). Nothing else, of
+// any team, is served to it.
+func (q *Queries) NodeArtifactAllowed(ctx context.Context, arg NodeArtifactAllowedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, nodeArtifactAllowed, arg.Node, arg.Digest)
+	var allowed bool
+	err := row.Scan(&allowed)
+	return allowed, err
+}
+
+const nodeCredentialByArtifactToken = `-- name: NodeCredentialByArtifactToken :one
+SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at, prev_nats_user_key, prev_artifact_token_hash, prev_until, rotated_at FROM node_credentials
+WHERE revoked_at IS NULL
+  AND (artifact_token_hash = $1
+       OR (prev_artifact_token_hash = $1 AND prev_until > $2))
+`
+
+type NodeCredentialByArtifactTokenParams struct {
+	ArtifactTokenHash string
+	Now               *time.Time
+}
+
+// The node whose current artifact token, or previous one still in its
+// grace period, has this digest.
+func (q *Queries) NodeCredentialByArtifactToken(ctx context.Context, arg NodeCredentialByArtifactTokenParams) (NodeCredential, error) {
+	row := q.db.QueryRow(ctx, nodeCredentialByArtifactToken, arg.ArtifactTokenHash, arg.Now)
 	var i NodeCredential
 	err := row.Scan(
 		&i.Node,
@@ -23,12 +59,37 @@ func (q *Queries) NodeCredentialByArtifactToken(ctx context.Context, artifactTok
 		&i.ArtifactTokenHash,
 		&i.EnrolledAt,
 		&i.RevokedAt,
+		&i.PrevNatsUserKey,
+		&i.PrevArtifactTokenHash,
+		&i.PrevUntil,
+		&i.RotatedAt,
+	)
+	return i, err
+}
+
+const nodeCredentialByCurrentArtifactToken = `-- name: NodeCredentialByCurrentArtifactToken :one
+SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at, prev_nats_user_key, prev_artifact_token_hash, prev_until, rotated_at FROM node_credentials WHERE artifact_token_hash = $1 AND revoked_at IS NULL FOR UPDATE
+`
+
+func (q *Queries) NodeCredentialByCurrentArtifactToken(ctx context.Context, artifactTokenHash string) (NodeCredential, error) {
+	row := q.db.QueryRow(ctx, nodeCredentialByCurrentArtifactToken, artifactTokenHash)
+	var i NodeCredential
+	err := row.Scan(
+		&i.Node,
+		&i.NATSUserKey,
+		&i.ArtifactTokenHash,
+		&i.EnrolledAt,
+		&i.RevokedAt,
+		&i.PrevNatsUserKey,
+		&i.PrevArtifactTokenHash,
+		&i.PrevUntil,
+		&i.RotatedAt,
 	)
 	return i, err
 }
 
 const nodeCredentialGetForUpdate = `-- name: NodeCredentialGetForUpdate :one
-SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at FROM node_credentials WHERE node = $1 FOR UPDATE
+SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at, prev_nats_user_key, prev_artifact_token_hash, prev_until, rotated_at FROM node_credentials WHERE node = $1 FOR UPDATE
 `
 
 func (q *Queries) NodeCredentialGetForUpdate(ctx context.Context, node string) (NodeCredential, error) {
@@ -40,13 +101,93 @@ func (q *Queries) NodeCredentialGetForUpdate(ctx context.Context, node string) (
 		&i.ArtifactTokenHash,
 		&i.EnrolledAt,
 		&i.RevokedAt,
+		&i.PrevNatsUserKey,
+		&i.PrevArtifactTokenHash,
+		&i.PrevUntil,
+		&i.RotatedAt,
 	)
 	return i, err
 }
 
+const nodeCredentialList = `-- name: NodeCredentialList :many
+SELECT node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at, prev_nats_user_key, prev_artifact_token_hash, prev_until, rotated_at FROM node_credentials ORDER BY node
+`
+
+func (q *Queries) NodeCredentialList(ctx context.Context) ([]NodeCredential, error) {
+	rows, err := q.db.Query(ctx, nodeCredentialList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NodeCredential{}
+	for rows.Next() {
+		var i NodeCredential
+		if err := rows.Scan(
+			&i.Node,
+			&i.NATSUserKey,
+			&i.ArtifactTokenHash,
+			&i.EnrolledAt,
+			&i.RevokedAt,
+			&i.PrevNatsUserKey,
+			&i.PrevArtifactTokenHash,
+			&i.PrevUntil,
+			&i.RotatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeCredentialPrevClear = `-- name: NodeCredentialPrevClear :exec
+UPDATE node_credentials SET prev_nats_user_key = NULL, prev_artifact_token_hash = NULL, prev_until = NULL
+WHERE node = $1
+`
+
+func (q *Queries) NodeCredentialPrevClear(ctx context.Context, node string) error {
+	_, err := q.db.Exec(ctx, nodeCredentialPrevClear, node)
+	return err
+}
+
+const nodeCredentialPrevExpired = `-- name: NodeCredentialPrevExpired :many
+SELECT node, prev_nats_user_key FROM node_credentials
+WHERE prev_nats_user_key IS NOT NULL AND prev_until <= $1
+FOR UPDATE SKIP LOCKED
+`
+
+type NodeCredentialPrevExpiredRow struct {
+	Node            string
+	PrevNatsUserKey *string
+}
+
+// Previous credentials whose grace period is over: the sweep revokes them.
+func (q *Queries) NodeCredentialPrevExpired(ctx context.Context, now *time.Time) ([]NodeCredentialPrevExpiredRow, error) {
+	rows, err := q.db.Query(ctx, nodeCredentialPrevExpired, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NodeCredentialPrevExpiredRow{}
+	for rows.Next() {
+		var i NodeCredentialPrevExpiredRow
+		if err := rows.Scan(&i.Node, &i.PrevNatsUserKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const nodeCredentialRevoke = `-- name: NodeCredentialRevoke :one
 UPDATE node_credentials SET revoked_at = $1 WHERE node = $2 AND revoked_at IS NULL
-RETURNING node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at
+RETURNING node, nats_user_key, artifact_token_hash, enrolled_at, revoked_at, prev_nats_user_key, prev_artifact_token_hash, prev_until, rotated_at
 `
 
 type NodeCredentialRevokeParams struct {
@@ -63,15 +204,47 @@ func (q *Queries) NodeCredentialRevoke(ctx context.Context, arg NodeCredentialRe
 		&i.ArtifactTokenHash,
 		&i.EnrolledAt,
 		&i.RevokedAt,
+		&i.PrevNatsUserKey,
+		&i.PrevArtifactTokenHash,
+		&i.PrevUntil,
+		&i.RotatedAt,
 	)
 	return i, err
+}
+
+const nodeCredentialRotate = `-- name: NodeCredentialRotate :exec
+UPDATE node_credentials SET prev_nats_user_key = nats_user_key, prev_artifact_token_hash = artifact_token_hash,
+    prev_until = $1, nats_user_key = $2, artifact_token_hash = $3, rotated_at = $4
+WHERE node = $5 AND revoked_at IS NULL
+`
+
+type NodeCredentialRotateParams struct {
+	PrevUntil         *time.Time
+	NATSUserKey       string
+	ArtifactTokenHash string
+	Now               *time.Time
+	Node              string
+}
+
+// The current credentials become the previous ones, valid until
+// prev_until; the new ones are current from now.
+func (q *Queries) NodeCredentialRotate(ctx context.Context, arg NodeCredentialRotateParams) error {
+	_, err := q.db.Exec(ctx, nodeCredentialRotate,
+		arg.PrevUntil,
+		arg.NATSUserKey,
+		arg.ArtifactTokenHash,
+		arg.Now,
+		arg.Node,
+	)
+	return err
 }
 
 const nodeCredentialSet = `-- name: NodeCredentialSet :exec
 INSERT INTO node_credentials (node, nats_user_key, artifact_token_hash, enrolled_at)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (node) DO UPDATE SET nats_user_key = $2, artifact_token_hash = $3,
-    enrolled_at = $4, revoked_at = NULL
+    enrolled_at = $4, revoked_at = NULL, prev_nats_user_key = NULL, prev_artifact_token_hash = NULL,
+    prev_until = NULL, rotated_at = NULL
 `
 
 type NodeCredentialSetParams struct {
@@ -91,9 +264,35 @@ func (q *Queries) NodeCredentialSet(ctx context.Context, arg NodeCredentialSetPa
 	return err
 }
 
-const nodeJoinTokenInsert = `-- name: NodeJoinTokenInsert :exec
-INSERT INTO node_join_tokens (token_hash, node, host, port_first, port_last, created_by, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+const nodeJoinTokenByHash = `-- name: NodeJoinTokenByHash :one
+SELECT id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at, revoked_at FROM node_join_tokens WHERE token_hash = $1
+`
+
+// Why a token did not enrol (used, revoked, expired): its holder knows the
+// token already, so saying which tells it nothing new.
+func (q *Queries) NodeJoinTokenByHash(ctx context.Context, tokenHash string) (NodeJoinToken, error) {
+	row := q.db.QueryRow(ctx, nodeJoinTokenByHash, tokenHash)
+	var i NodeJoinToken
+	err := row.Scan(
+		&i.ID,
+		&i.TokenHash,
+		&i.Node,
+		&i.Host,
+		&i.PortFirst,
+		&i.PortLast,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.UsedAt,
+		&i.RevokedAt,
+	)
+	return i, err
+}
+
+const nodeJoinTokenInsert = `-- name: NodeJoinTokenInsert :one
+INSERT INTO node_join_tokens (token_hash, node, host, port_first, port_last, created_by, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at, revoked_at
 `
 
 type NodeJoinTokenInsertParams struct {
@@ -103,26 +302,108 @@ type NodeJoinTokenInsertParams struct {
 	PortFirst int32
 	PortLast  int32
 	CreatedBy string
+	CreatedAt time.Time
 	ExpiresAt time.Time
 }
 
-func (q *Queries) NodeJoinTokenInsert(ctx context.Context, arg NodeJoinTokenInsertParams) error {
-	_, err := q.db.Exec(ctx, nodeJoinTokenInsert,
+func (q *Queries) NodeJoinTokenInsert(ctx context.Context, arg NodeJoinTokenInsertParams) (NodeJoinToken, error) {
+	row := q.db.QueryRow(ctx, nodeJoinTokenInsert,
 		arg.TokenHash,
 		arg.Node,
 		arg.Host,
 		arg.PortFirst,
 		arg.PortLast,
 		arg.CreatedBy,
+		arg.CreatedAt,
 		arg.ExpiresAt,
 	)
-	return err
+	var i NodeJoinToken
+	err := row.Scan(
+		&i.ID,
+		&i.TokenHash,
+		&i.Node,
+		&i.Host,
+		&i.PortFirst,
+		&i.PortLast,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.UsedAt,
+		&i.RevokedAt,
+	)
+	return i, err
+}
+
+const nodeJoinTokenList = `-- name: NodeJoinTokenList :many
+SELECT id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at, revoked_at FROM node_join_tokens ORDER BY id DESC LIMIT $1
+`
+
+func (q *Queries) NodeJoinTokenList(ctx context.Context, max int32) ([]NodeJoinToken, error) {
+	rows, err := q.db.Query(ctx, nodeJoinTokenList, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NodeJoinToken{}
+	for rows.Next() {
+		var i NodeJoinToken
+		if err := rows.Scan(
+			&i.ID,
+			&i.TokenHash,
+			&i.Node,
+			&i.Host,
+			&i.PortFirst,
+			&i.PortLast,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.UsedAt,
+			&i.RevokedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nodeJoinTokenRevoke = `-- name: NodeJoinTokenRevoke :one
+UPDATE node_join_tokens SET revoked_at = $1
+WHERE id = $2 AND used_at IS NULL AND revoked_at IS NULL
+RETURNING id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at, revoked_at
+`
+
+type NodeJoinTokenRevokeParams struct {
+	Now *time.Time
+	ID  int64
+}
+
+func (q *Queries) NodeJoinTokenRevoke(ctx context.Context, arg NodeJoinTokenRevokeParams) (NodeJoinToken, error) {
+	row := q.db.QueryRow(ctx, nodeJoinTokenRevoke, arg.Now, arg.ID)
+	var i NodeJoinToken
+	err := row.Scan(
+		&i.ID,
+		&i.TokenHash,
+		&i.Node,
+		&i.Host,
+		&i.PortFirst,
+		&i.PortLast,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.UsedAt,
+		&i.RevokedAt,
+	)
+	return i, err
 }
 
 const nodeJoinTokenTake = `-- name: NodeJoinTokenTake :one
 UPDATE node_join_tokens SET used_at = $1
-WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1
-RETURNING id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at
+WHERE token_hash = $2 AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1
+RETURNING id, token_hash, node, host, port_first, port_last, created_by, created_at, expires_at, used_at, revoked_at
 `
 
 type NodeJoinTokenTakeParams struct {
@@ -144,6 +425,7 @@ func (q *Queries) NodeJoinTokenTake(ctx context.Context, arg NodeJoinTokenTakePa
 		&i.CreatedAt,
 		&i.ExpiresAt,
 		&i.UsedAt,
+		&i.RevokedAt,
 	)
 	return i, err
 }

@@ -120,6 +120,7 @@ var unscoped = map[string]string{
 	// Blob references: the artifact store is shared by every team.
 	"ModelVersionDigestsInUse":     "registry: after a failed upload, which of its blob digests any team's version lists, so the shared store keeps those; returns digests the caller just uploaded, nothing else",
 	"ModelVersionDigestReferenced": "registry.Artifact: node agents fetch blobs by digest for whatever team's replica they run; returns only whether a version needs the digest",
+	"NodeArtifactAllowed":          "enrollment.AuthorizeArtifact: whether a node may read a blob, by the versions of replicas placed on that node whoever owns them; returns a boolean, no team data",
 	"ModelVersionManifestByDigest": "registry.Artifact: the manifest a node agent names by its digest, which it already holds from its desired state; content-addressed, no team data beyond what the digest pins",
 
 	// Validation at registration: the validator acts for the platform.

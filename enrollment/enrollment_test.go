@@ -88,12 +88,12 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := svc.Join(ctx, token)
+	got, err := svc.Join(ctx, token, "10.0.0.7")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Join(ctx, token); !errors.Is(err, enrollment.ErrInvalidToken) {
-		t.Errorf("second join with the same token: err %v, want ErrInvalidToken", err)
+	if _, err := svc.Join(ctx, token, "10.0.0.7"); !errors.Is(err, enrollment.ErrTokenUsed) || !errors.Is(err, enrollment.ErrInvalidToken) {
+		t.Errorf("second join with the same token: err %v, want ErrTokenUsed", err)
 	}
 	if got.Node != "gpu-1" {
 		t.Errorf("enrolled node %q, want gpu-1", got.Node)
@@ -107,7 +107,7 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 		t.Errorf("artifact token verifies as %q (err %v), want gpu-1", node, err)
 	}
 	closed := make(chan struct{})
-	nc, err := connectCreds(url, got.Creds)
+	nc, err := connectCreds(url, []byte(got.NATSCreds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 			return false
 		}
 	}, "the revoked node's NATS connection stays open")
-	if nc, err := connectCreds(url, got.Creds); err == nil {
+	if nc, err := connectCreds(url, []byte(got.NATSCreds)); err == nil {
 		nc.Close()
 		t.Error("the revoked node connects again")
 	}
@@ -153,7 +153,7 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 	if err := b.Push(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	if nc, err := connectCreds(url, got.Creds); err == nil {
+	if nc, err := connectCreds(url, []byte(got.NATSCreds)); err == nil {
 		nc.Close()
 		t.Error("the revoked node connects again after a restart")
 	}
@@ -175,8 +175,11 @@ func TestJoinTokenExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour + time.Second)
-	if _, err := svc.Join(ctx, token); !errors.Is(err, enrollment.ErrInvalidToken) {
-		t.Errorf("expired token: err %v, want ErrInvalidToken", err)
+	if _, err := svc.Join(ctx, token, "10.0.0.7"); !errors.Is(err, enrollment.ErrTokenExpired) {
+		t.Errorf("expired token: err %v, want ErrTokenExpired", err)
+	}
+	if _, err := svc.Join(ctx, "mpj_never-made", "10.0.0.7"); !errors.Is(err, enrollment.ErrInvalidToken) || errors.Is(err, enrollment.ErrTokenExpired) {
+		t.Errorf("unknown token: err %v, want ErrInvalidToken alone", err)
 	}
 	for _, bad := range []enrollment.JoinRequest{
 		{Node: "a.b", Host: "10.0.0.8", TTL: time.Hour},
@@ -190,5 +193,113 @@ func TestJoinTokenExpires(t *testing.T) {
 	}
 	if _, err := svc.VerifyArtifactToken(ctx, "mpn_nothing"); !errors.Is(err, enrollment.ErrInvalidToken) {
 		t.Errorf("unknown artifact token: err %v", err)
+	}
+}
+
+// TestJoinTokenRevokedBeforeUse: a revoked join token enrolls nothing and
+// says so; listing shows each token's state, never the token.
+func TestJoinTokenRevokedBeforeUse(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	a, err := bus.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := quartz.NewMock(t)
+	svc := enrollment.New(pool, a, nil, func() time.Time { return clock.Now() })
+	token, jt, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-3", Host: "10.0.0.9", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.RevokeJoinToken(ctx, engineer, jt.ID); !errors.Is(err, auth.ErrForbidden) {
+		t.Fatalf("an engineer revoked a join token (err %v)", err)
+	}
+	if err := svc.RevokeJoinToken(ctx, admin, jt.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Join(ctx, token, "10.0.0.9"); !errors.Is(err, enrollment.ErrTokenRevoked) {
+		t.Errorf("revoked token: err %v, want ErrTokenRevoked", err)
+	}
+	list, err := svc.JoinTokens(ctx, admin)
+	if err != nil || len(list) != 1 || list[0].State != "revoked" || list[0].Node != "gpu-3" {
+		t.Errorf("join tokens %+v (err %v), want gpu-3 revoked", list, err)
+	}
+	if _, err := svc.JoinTokens(ctx, engineer); !errors.Is(err, auth.ErrForbidden) {
+		t.Errorf("an engineer listed join tokens (err %v)", err)
+	}
+}
+
+// TestRotationKeepsOldCredentialsForTheGrace: after a rotation both the old
+// and the new credentials work until the grace ends; then the sweep cuts
+// the old NATS user and artifact token and the new ones keep working.
+func TestRotationKeepsOldCredentialsForTheGrace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	a, err := bus.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, sc := natsFor(t, a)
+	clock := quartz.NewMock(t)
+	svc := enrollment.New(pool, a, pusher(a, sc), func() time.Time { return clock.Now() })
+	token, _, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-4", Host: "10.0.0.10", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := svc.Join(ctx, token, "10.0.0.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldConn, err := connectCreds(url, []byte(first.NATSCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldConn.Close()
+	if _, err := svc.Rotate(ctx, "mpn_unknown"); !errors.Is(err, enrollment.ErrInvalidToken) {
+		t.Errorf("rotate with an unknown token: err %v", err)
+	}
+	second, err := svc.Rotate(ctx, first.ArtifactToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Node != "gpu-4" || second.ArtifactToken == first.ArtifactToken || second.NATSCreds == first.NATSCreds {
+		t.Fatalf("rotation gave %v the same credentials", second.Node)
+	}
+	// Only the current token rotates: the previous one cannot mint more.
+	if _, err := svc.Rotate(ctx, first.ArtifactToken); !errors.Is(err, enrollment.ErrInvalidToken) {
+		t.Errorf("rotate with the previous token: err %v, want ErrInvalidToken", err)
+	}
+	for name, tok := range map[string]string{"old": first.ArtifactToken, "new": second.ArtifactToken} {
+		if node, err := svc.VerifyArtifactToken(ctx, tok); err != nil || node != "gpu-4" {
+			t.Errorf("%s artifact token in the grace: %q, %v", name, node, err)
+		}
+	}
+	newConn, err := connectCreds(url, []byte(second.NATSCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newConn.Close()
+	if n, err := svc.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep in the grace revoked %d (err %v)", n, err)
+	}
+	if !oldConn.IsConnected() {
+		t.Fatal("the old connection closed within the grace")
+	}
+
+	clock.Advance(enrollment.DefaultRotationGrace)
+	if n, err := svc.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep after the grace revoked %d (err %v), want 1", n, err)
+	}
+	wait.Eventually(t, time.Minute, func() bool { return oldConn.IsClosed() }, "the old NATS connection stays open after the grace")
+	if _, err := svc.VerifyArtifactToken(ctx, first.ArtifactToken); !errors.Is(err, enrollment.ErrInvalidToken) {
+		t.Errorf("old artifact token after the grace: err %v", err)
+	}
+	if node, err := svc.VerifyArtifactToken(ctx, second.ArtifactToken); err != nil || node != "gpu-4" {
+		t.Errorf("new artifact token after the grace: %q, %v", node, err)
+	}
+	if err := newConn.Publish("mp.node.gpu-4.status", []byte(`{}`)); err != nil || newConn.FlushTimeout(5*time.Second) != nil || !newConn.IsConnected() {
+		t.Errorf("the new credential stopped working: %v", err)
 	}
 }

@@ -44,6 +44,9 @@ func apiFixtures() map[string][]*payload {
 		"GET /endpoints/{endpoint}":                           {nil},
 		"GET /endpoints/{endpoint}/stats":                     {nil},
 		"GET /nodes/{node}":                                   {nil},
+		"POST /nodes/join-tokens":                             {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
+		"DELETE /nodes/join-tokens/{id}":                      {nil},
+		"POST /nodes/{node}/revoke":                           {nil},
 		"PUT /endpoints/{endpoint}":                           {jsonPayload(endpointSettings)},
 		"DELETE /endpoints/{endpoint}":                        {nil},
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
@@ -92,6 +95,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /endpoints/{endpoint}/drift":        nil,
 		"GET /fleet/{node}":                      nil,
 		"GET /fleet/{node}/gpus":                 nil,
+		"POST /fleet/join-tokens":                form("node", "matrix-node", "host", "10.0.0.1"),
+		"POST /fleet/{node}/revoke":              form(),
 		"POST /endpoints/{endpoint}/traffic":     form("w_v1", "50", "w_v2", "50"),
 		"POST /endpoints/{endpoint}/try":         form("body", `{"instances": [{}]}`),
 		"POST /endpoints/{endpoint}/delete":      func(v map[string]string, csrf string) *payload { return form("confirm", v["endpoint"])(v, csrf) },
@@ -123,7 +128,12 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // platformOnly are the routes for platform admins alone. Nodes belong to no
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
-var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus"}
+var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
+	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke"}
+
+// agentOnly are the API routes node agents call with their own token and no
+// user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
+var agentOnly = []string{"POST /nodes/enroll", "POST /nodes/rotate"}
 
 // refusal is the status and API problem detail a team member gets for a
 // route that names another team's object (or none).
@@ -275,6 +285,9 @@ func TestTenancyMatrix(t *testing.T) {
 		var need []string
 		for _, r := range apiRoutes(t, h) {
 			method, _, _ := strings.Cut(r, " ")
+			if slices.Contains(agentOnly, r) {
+				continue
+			}
 			if hasParam(r) || isWrite(method) {
 				need = append(need, r)
 				if _, ok := api[r]; !ok {
@@ -351,8 +364,11 @@ func TestTenancyMatrix(t *testing.T) {
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
 							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
-							"POST /budgets": http.StatusNotFound}
+							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden}
 						status, ok := want[route]
+						if slices.Contains(platformOnly, route) {
+							status, ok = http.StatusForbidden, true
+						}
 						if !ok {
 							if !hasParam(route) {
 								t.Fatalf("no finance expectation for %s", route)

@@ -16,6 +16,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerDrift(api)
 	s.registerAudit(api)
 	s.registerNodes(api)
+	s.registerEnrollment(api)
 	s.registerCostRates(api)
 	s.registerChargeback(api)
 	s.registerBudgets(api)

@@ -3,6 +3,7 @@ package handlers
 import (
 	"crypto/subtle"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"reflect"
@@ -11,31 +12,53 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
 
+	"modelplane/enrollment"
 	"modelplane/errdefs"
 )
 
-// agentAuthorized reports whether r carries the node agents' credential.
-// Until nodes enrol with credentials of their own, every agent presents the
-// one shared token of the configuration (MP_AGENT_TOKEN); a server without
-// one refuses every agent. The per-node check replaces this one function.
-func (s *Server) agentAuthorized(r *http.Request) bool {
+// artifactAccess decides whether r may read the blob digest. An enrolled
+// node presents its own artifact token (mpn_...), which reads only the
+// files of versions placed on that node: ErrNotPlaced for any other, a
+// 403. The shared MP_AGENT_TOKEN (AgentToken) still works for agents that
+// have not enrolled, when the operator configured one (docs/security.md).
+// It answers the status to refuse with, or 0 to serve.
+func (s *Server) artifactAccess(r *http.Request, digest string) (int, string) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || s.AgentToken == "" {
-		return false
+	if !ok || token == "" {
+		return http.StatusUnauthorized, "node agent credentials required"
 	}
-	return subtle.ConstantTimeCompare([]byte(token), []byte(s.AgentToken)) == 1
+	if s.Enrollment != nil && strings.HasPrefix(token, "mpn_") {
+		_, err := s.Enrollment.AuthorizeArtifact(r.Context(), token, digest)
+		switch {
+		case err == nil:
+			return 0, ""
+		case errors.Is(err, enrollment.ErrNotPlaced):
+			return http.StatusForbidden, enrollment.ErrNotPlaced.Error()
+		case errors.Is(err, enrollment.ErrInvalidToken):
+			return http.StatusUnauthorized, "invalid or revoked node credentials"
+		default:
+			s.Log.ErrorContext(r.Context(), "authorize artifact", slog.String("error", err.Error()), slog.String("request_id", requestID(r.Context())))
+			return http.StatusInternalServerError, "internal error"
+		}
+	}
+	if s.AgentToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AgentToken)) == 1 {
+		return 0, ""
+	}
+	return http.StatusUnauthorized, "invalid or revoked node credentials"
 }
 
 // internalArtifact handles GET /internal/artifacts/{sha256}: a node agent
 // fetches a version's manifest or one of its files by digest, in ranges to
 // resume an interrupted download.
 func (s *Server) internalArtifact(w http.ResponseWriter, r *http.Request) {
-	if !s.agentAuthorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane-agent"`)
-		writeProblem(w, http.StatusUnauthorized, "node agent credentials required")
+	digest := chi.URLParam(r, "sha256")
+	if status, msg := s.artifactAccess(r, digest); status != 0 {
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane-agent"`)
+		}
+		writeProblem(w, status, msg)
 		return
 	}
-	digest := chi.URLParam(r, "sha256")
 	f, err := s.Registry.Artifact(r.Context(), digest)
 	if err != nil {
 		s.blobError(w, r, err)

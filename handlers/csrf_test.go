@@ -16,6 +16,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/endpoint"
+	"modelplane/enrollment"
 	"modelplane/rollout"
 	"modelplane/tenant"
 )
@@ -65,6 +66,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 	ctx := context.Background()
 	var keyIDs []int64
 	for i := range 2 {
+		enrollNode(t, e, fmt.Sprintf("csrf-node-%d", i))
 		name := fmt.Sprintf("csrf-del-%d", i)
 		if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: name, Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
 			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
@@ -219,6 +221,29 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			route: "/team/keys/{id}/revoke", path: func(i int) string { return fmt.Sprintf("/team/keys/%d/revoke", keyIDs[i]) }, status: http.StatusSeeOther,
 			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
 		},
+		{
+			route: "/fleet/join-tokens", path: fixed("/fleet/join-tokens"), status: http.StatusOK, user: "admin@example.com",
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "node", fmt.Sprintf("csrf-join-%d", i), "host", "10.0.0.1")
+			},
+		},
+		{
+			route: "/fleet/{node}/revoke", path: func(i int) string { return fmt.Sprintf("/fleet/csrf-node-%d/revoke", i) },
+			status: http.StatusSeeOther, user: "admin@example.com",
+			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
+		},
+	}
+}
+
+// enrollNode enrolls node through a join token, as an agent would.
+func enrollNode(t *testing.T, e *testEnv, node string) {
+	t.Helper()
+	token, _, err := e.srv.Enrollment.CreateJoinToken(t.Context(), system, enrollment.JoinRequest{Node: node, Host: "10.0.0.1", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.Enrollment.Join(t.Context(), token, "10.0.0.1"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -25,7 +25,9 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/enrollment"
 	"modelplane/internal/chtest"
+	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
 	"modelplane/tenant"
@@ -127,6 +129,7 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 		Rollouts:       cp.Rollouts,
 		Drift:          cp.Drift,
 		Audit:          cp.Audit,
+		Enrollment:     enrollment.New(pool, natstest.Auth(t), nil, now),
 		Idempotency:    cp.Idempotency,
 		Metrics:        cp.Metrics,
 		Now:            now,

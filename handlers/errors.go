@@ -12,6 +12,7 @@ import (
 
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/enrollment"
 	"modelplane/errdefs"
 	"modelplane/tenant"
 	"modelplane/validate"
@@ -29,6 +30,11 @@ func statusOf(err error) (int, string, []*huma.ErrorDetail) {
 			details[i] = &huma.ErrorDetail{Location: "body." + f.Field, Message: f.Message}
 		}
 		return http.StatusBadRequest, "validation failed", details
+	case errors.Is(err, enrollment.ErrInvalidToken):
+		// The sentinel chain only: which of used, expired or revoked.
+		return http.StatusUnauthorized, err.Error(), nil
+	case errors.Is(err, enrollment.ErrNotPlaced):
+		return http.StatusForbidden, enrollment.ErrNotPlaced.Error(), nil
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, "authentication required", nil
 	case errors.Is(err, auth.ErrForbidden):

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ const (
 	keyRequestID
 	keySession
 	keyPrincipalHolder
+	keyRemoteHost
 )
 
 // principal returns the authenticated caller; routes behind the auth
@@ -156,6 +158,11 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 		}
 		if strings.HasPrefix(r.URL.Path, "/api/v1/openapi") {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if slices.Contains(nodeAgentRoutes, r.URL.Path) {
+			// The agent's own token, checked by the operation.
+			next.ServeHTTP(w, withRemoteHost(r))
 			return
 		}
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

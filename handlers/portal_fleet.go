@@ -20,10 +20,24 @@ import (
 // table the page re-fetches. The fragment is a query rather than a path like
 // /fleet/nodes, which would shadow the page of a node called "nodes".
 func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
-	ns, err := s.Fleet.Nodes(r.Context(), principal(r.Context()))
+	t, err := s.fleetTable(r)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
+	}
+	if r.URL.Query().Get("fragment") == "nodes" {
+		s.render(w, r, http.StatusOK, web.FleetTable(t))
+		return
+	}
+	l := s.layout(w, r, "Fleet", "fleet")
+	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: l, Table: t, Enrollment: s.enrollmentProps(r, l.CSRF)}))
+}
+
+// fleetTable fills the nodes table.
+func (s *Server) fleetTable(r *http.Request) (web.FleetTableProps, error) {
+	ns, err := s.Fleet.Nodes(r.Context(), principal(r.Context()))
+	if err != nil {
+		return web.FleetTableProps{}, err
 	}
 	t := web.FleetTableProps{Nodes: make([]web.NodeRow, len(ns))}
 	for i, n := range ns {
@@ -39,11 +53,7 @@ func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
 			t.Metered = "metered usage unavailable"
 		}
 	}
-	if r.URL.Query().Get("fragment") == "nodes" {
-		s.render(w, r, http.StatusOK, web.FleetTable(t))
-		return
-	}
-	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: s.layout(w, r, "Fleet", "fleet"), Table: t}))
+	return t, nil
 }
 
 // portalNode shows one node's GPUs and who uses each slice.

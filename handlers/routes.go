@@ -93,6 +93,8 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/fleet", s.portalFleet)
 			r.Get("/fleet/{node}", s.portalNode)
 			r.Get("/fleet/{node}/gpus", s.portalNodeGPUs)
+			r.Post("/fleet/join-tokens", s.portalJoinTokenCreate)
+			r.Post("/fleet/{node}/revoke", s.portalNodeRevoke)
 			r.Get("/chargeback", s.portalChargeback)
 			r.Get("/chargeback/csv", s.portalChargebackCSV)
 			r.Get("/cost-rates", s.portalCostRates)

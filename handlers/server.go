@@ -13,6 +13,7 @@ import (
 	"modelplane/chargeback"
 	"modelplane/drift"
 	"modelplane/endpoint"
+	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/registry"
@@ -71,7 +72,14 @@ type Deps struct {
 	// AgentToken is the credential node agents present to fetch artifacts
 	// (GET /internal/artifacts/{sha256}); "" refuses every agent.
 	AgentToken string
-	Ready      map[string]Pinger // name → dependency checked by /readyz
+	// Enrollment enrolls, rotates and revokes nodes and checks their
+	// artifact tokens; nil: the enrollment routes answer 503 and only
+	// AgentToken fetches artifacts.
+	Enrollment *enrollment.Service
+	// PublicURL is the control plane's URL as nodes reach it, for the
+	// join command line the portal shows; "" leaves --control-plane out.
+	PublicURL string
+	Ready     map[string]Pinger // name → dependency checked by /readyz
 	// Metrics is the registry /metrics serves; the HTTP layer registers its
 	// own collectors on it.
 	Metrics *prometheus.Registry

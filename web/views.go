@@ -318,6 +318,8 @@ type FleetTableProps struct {
 type FleetProps struct {
 	Layout
 	Table FleetTableProps
+	// Enrollment is the Add node and revoke section (FleetEnrollment).
+	Enrollment EnrollmentProps
 }
 
 // SliceBox is one GPU slice on a node page; Size is the CSS class that sizes

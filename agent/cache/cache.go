@@ -67,6 +67,9 @@ type Config struct {
 	URL string
 	// Token is the node agents' credential, sent as a bearer token.
 	Token string
+	// TokenFunc, when set, is asked for the token at each request instead
+	// of Token: an enrolled node's artifact token changes when it rotates.
+	TokenFunc func() string
 	// Client makes the downloads; nil is a client without a total timeout
 	// (a large file takes long), whose connections time out when idle.
 	Client *http.Client
@@ -651,7 +654,11 @@ func hashFile(path string) (string, error) {
 
 // authorize adds the agent's credential to a request to the control plane.
 func (c *Cache) authorize(r *http.Request) {
-	r.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	token := c.cfg.Token
+	if c.cfg.TokenFunc != nil {
+		token = c.cfg.TokenFunc()
+	}
+	r.Header.Set("Authorization", "Bearer "+token)
 }
 
 // download fetches digest d into its partial file, resuming what an earlier
