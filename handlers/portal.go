@@ -39,6 +39,9 @@ func (s *Server) session(next http.Handler) http.Handler {
 			}
 			target := "/login?return_to=" + url.QueryEscape(r.URL.RequestURI())
 			if r.Header.Get("HX-Request") == "true" {
+				// An htmx request fetches a fragment: after signing in the
+				// user comes back to the page that asked for it.
+				target = "/login?return_to=" + url.QueryEscape(pageOf(r))
 				w.Header().Set("HX-Redirect", target)
 				w.WriteHeader(http.StatusUnauthorized)
 				return
@@ -49,6 +52,16 @@ func (s *Server) session(next http.Handler) http.Handler {
 		ctx := context.WithValue(r.Context(), keySession, sessionInfo{token: c.Value, csrf: csrf})
 		next.ServeHTTP(w, setPrincipal(r.WithContext(ctx), p))
 	})
+}
+
+// pageOf is the local path of the page an htmx request came from
+// (HX-Current-URL), or "/" when it names none of this server's.
+func pageOf(r *http.Request) string {
+	u, err := url.Parse(r.Header.Get("HX-Current-URL"))
+	if err != nil || u.Host != r.Host {
+		return "/"
+	}
+	return auth.LocalPath(u.RequestURI())
 }
 
 func sessionOf(ctx context.Context) sessionInfo {

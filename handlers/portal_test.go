@@ -762,6 +762,14 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	if r.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(r.Header.Get("HX-Redirect"), "/login") {
 		t.Errorf("signed-out htmx GET = %d HX-Redirect %q, want 401 with HX-Redirect to /login", r.StatusCode, r.Header.Get("HX-Redirect"))
 	}
+	// A fragment's poll comes back to its page after sign-in, never to the
+	// bare fragment; a page of another site is not a place to return to.
+	for current, want := range map[string]string{e.URL + "/endpoints/plain?tab=2": "/endpoints/plain?tab=2", "https://evil.example/x": "/"} {
+		r = portalRequest(t, e, "", http.MethodGet, "/endpoints/plain/replicas", "", nil, nil, "HX-Request", "true", "HX-Current-URL", current)
+		if got := r.Header.Get("HX-Redirect"); r.StatusCode != http.StatusUnauthorized || got != "/login?return_to="+url.QueryEscape(want) {
+			t.Errorf("signed-out poll from %s = %d HX-Redirect %q, want 401 back to %s", current, r.StatusCode, got, want)
+		}
+	}
 }
 
 // TestPortalVersionUpload checks the browser upload form's refusals: the
