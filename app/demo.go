@@ -119,7 +119,7 @@ func demoModels() ([]demoModel, error) {
 					files: map[string][]byte{v24.File: v24.Data}},
 			},
 			endpoint: endpoint.Spec{Name: "fraud-scoring", Model: "fraud-detector", Version: "v23",
-				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 2, MaxReplicas: 4, Tier: "critical", SamplingRate: 0.05, RetentionDays: 30}},
+				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 2, MaxReplicas: 4, Tier: "critical", SamplingRate: 1, RetentionDays: 30}},
 		},
 		{
 			spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,

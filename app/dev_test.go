@@ -50,12 +50,19 @@ func (s *syncBuffer) String() string {
 // stop function that cancels it and waits for it to return.
 func startDev(t *testing.T, dir string, traffic float64) (*Dev, func()) {
 	t.Helper()
+	return startDevWith(t, dir, func(c *DevConfig) { c.DemoTraffic = traffic })
+}
+
+// startDevWith is startDev with the test's settings changed by edit.
+func startDevWith(t *testing.T, dir string, edit func(*DevConfig)) (*Dev, func()) {
+	t.Helper()
 	httpPort, _ := freeport.Get()
 	idpPort, _ := freeport.Get()
 	gwPort, _ := freeport.Get()
 	cfg := DevConfig{Dir: dir, HTTPAddr: "127.0.0.1:" + itoa(httpPort), IdPAddr: "127.0.0.1:" + itoa(idpPort), AdminAddr: "127.0.0.1:0", GatewayAdminAddr: "127.0.0.1:0", LogLevel: "warn", MaxUploadMB: 16,
 		SimNodes: 4, SimGPUsPerNode: 8, SimPortBase: 32000, GatewayAddr: "127.0.0.1:" + itoa(gwPort),
-		CPUNodes: 2, CPUNodeCores: 1, CPUNodeMemory: "1GB", RuntimeBinary: modelplaneBinary(t), DemoTraffic: traffic}
+		CPUNodes: 2, CPUNodeCores: 1, CPUNodeMemory: "1GB", RuntimeBinary: modelplaneBinary(t)}
+	edit(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dev{Ready: make(chan struct{})}
 	done := make(chan error, 1)
