@@ -21,6 +21,7 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/bus"
 	"modelplane/enrollment"
+	"modelplane/runtime/onnx"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -345,7 +346,8 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		if user == process.DefaultRunAs {
 			user = "" // the driver falls back to nobody when it is missing
 		}
-		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), ModelRoot: c.ModelRoot, RunAs: user, Log: log})
+		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), ModelRoot: c.ModelRoot, RunAs: user,
+			Env: runtimeEnv(), Log: log})
 		if err != nil {
 			return err
 		}
@@ -375,4 +377,20 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		stop(stopCtx)
 	}
 	return ctx.Err()
+}
+
+// runtimeEnv is what the agent tells its runtimes of this machine: where
+// the ONNX Runtime library is, when the agent finds one ($MP_ONNXRUNTIME_LIB
+// or install-deps.sh's), since the runtimes' user has a home of its own.
+// The runtimes' user must be able to read it: install it outside a
+// private home in production (docs/operations.md).
+func runtimeEnv() []string {
+	lib, err := onnx.LibraryPath()
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(lib); err != nil {
+		return nil
+	}
+	return []string{onnx.LibraryEnv + "=" + lib}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/agent/proto"
 	"modelplane/internal/wait"
 	"modelplane/rollout"
 )
@@ -35,15 +36,18 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_RISK_KEY"]
-	waitServing(t, env, "fraud-scoring", key, 2, "cpu")
+	waitServing(t, env, "fraud-scoring", key, 2, proto.ProfileCPU)
 
 	// CI-sized criteria, as in TestGarbageModelRolledBackByDriftGate: a
 	// 50 percent canary of about 9 sampled predictions a second fills the
-	// drift gate's 200 samples in well under a minute; the latency and
-	// error checks allow what a shared two-core machine swings by.
+	// drift gate's 200 samples in well under a minute. The latency checks
+	// allow what a shared two-core machine swings by: the p99 of the few
+	// dozen requests a first window holds is its one slowest request, 4 ms
+	// or 80 ms as the machine's other work comes and goes (both models
+	// answer in well under a millisecond of compute).
 	body := `{"version":"v24","steps":[{"percent":50,"bake_seconds":600},{"percent":100,"bake_seconds":600}],
 		"evaluation_interval_seconds":2,"evaluation_window_seconds":30,
-		"criteria":{"min_requests":10,"max_p99_ms":5000,"max_error_rate_delta":5,"max_regression":1}}`
+		"criteria":{"min_requests":10,"max_p99_ms":5000,"max_error_rate_delta":5,"max_regression":10}}`
 	var started struct {
 		ID       int64 `json:"id"`
 		Criteria struct {

@@ -24,6 +24,7 @@ import (
 	"modelplane/controlplane"
 	"modelplane/enrollment"
 	"modelplane/fleet"
+	"modelplane/runtime/onnx"
 )
 
 // Dev's CPU nodes are real agents with the process driver: each replica
@@ -80,8 +81,9 @@ type cpuNodes struct {
 	// controlPlaneURL is where the caches fetch artifacts, each with its
 	// node's own artifact token.
 	controlPlaneURL string
-	// self is the modelplane binary the runtimes run as.
-	self string
+	// self is the modelplane binary the runtimes run as; libraryEnv,
+	// when set, tells them where the ONNX Runtime library is.
+	self, libraryEnv string
 }
 
 // cpuNodeName is the name of dev's CPU node i.
@@ -121,7 +123,11 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		if err := os.MkdirAll(state, 0o755); err != nil {
 			return nil, err
 		}
-		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Self: cn.self,
+		var env []string
+		if cn.libraryEnv != "" {
+			env = []string{cn.libraryEnv}
+		}
+		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Self: cn.self, Env: env,
 			Host: addr.Host, PortFirst: addr.PortFirst, PortLast: addr.PortLast, Log: nlog})
 		if err != nil {
 			return nil, err
@@ -213,25 +219,51 @@ func devNodesDir(dir string) (string, error) {
 // (`go run` builds into a private temporary directory, and a checkout
 // under /root is private too).
 func runtimeBinary(self, binDir string) (string, error) {
-	uid, switches := runtimeUID()
-	if !switches || reachable(self, uid) {
-		return self, nil
+	return forRuntimes(self, binDir, "modelplane")
+}
+
+// runtimeLibrary is the ONNX Runtime library the runtimes load, as the
+// environment entry that tells them where it is: the agent's own when
+// their user can reach it, else a copy in binDir (install-deps.sh keeps it
+// under the installing user's home, which another user may not enter). It
+// is "" when there is no library to give: ONNX versions then fail to load
+// with the runtime's message saying so.
+func runtimeLibrary(binDir string) (string, error) {
+	lib, err := onnx.LibraryPath()
+	if err != nil {
+		return "", nil
 	}
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
+	if _, err := os.Stat(lib); err != nil {
+		return "", nil
+	}
+	if lib, err = forRuntimes(lib, binDir, filepath.Base(lib)); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(binDir, "modelplane")
-	src, err := os.Open(self)
+	return onnx.LibraryEnv + "=" + lib, nil
+}
+
+// forRuntimes is src when the runtimes' user can reach it, else a copy of
+// it named name in dir, readable and executable by everyone.
+func forRuntimes(src, dir, name string) (string, error) {
+	uid, switches := runtimeUID()
+	if !switches || reachable(src, uid) {
+		return src, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, name)
+	in, err := os.Open(src)
 	if err != nil {
 		return "", err
 	}
-	defer src.Close()
-	tmp, err := os.CreateTemp(binDir, ".modelplane-")
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, "."+name+"-")
 	if err != nil {
 		return "", err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, src); err != nil {
+	if _, err := io.Copy(tmp, in); err != nil {
 		tmp.Close()
 		return "", err
 	}
@@ -269,6 +301,10 @@ func startDevCPUNodes(ctx context.Context, log *slog.Logger, cfg DevConfig, dir 
 	if self, err = runtimeBinary(self, filepath.Join(nodesDir, "bin")); err != nil {
 		return nil, fmt.Errorf("cpu nodes: runtime binary: %w", err)
 	}
+	lib, err := runtimeLibrary(filepath.Join(nodesDir, "bin"))
+	if err != nil {
+		return nil, fmt.Errorf("cpu nodes: onnx runtime library: %w", err)
+	}
 	return startCPUNodes(ctx, log, cpuNodes{
 		join:     devNode{natsURL: st.natsURL, enroll: cp.Enrollment, log: log},
 		dir:      nodesDir,
@@ -280,6 +316,7 @@ func startDevCPUNodes(ctx context.Context, log *slog.Logger, cfg DevConfig, dir 
 		// serves.
 		controlPlaneURL: apiURL,
 		self:            self,
+		libraryEnv:      lib,
 	})
 }
 

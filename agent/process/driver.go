@@ -110,6 +110,10 @@ type Config struct {
 	// and then its runtimes share its user (run the agent unprivileged, or
 	// as root with a runtime user, never as a user holding secrets).
 	RunAs string
+	// Env is added to every runtime's environment ("KEY=value"): settings
+	// the runtimes need, such as where the ONNX Runtime library is
+	// (MP_ONNXRUNTIME_LIB); never a credential, since every runtime reads it.
+	Env []string
 	// StartTimeout is how long a runtime may take to become ready.
 	StartTimeout time.Duration
 	// Grace is how long a stopped runtime may take to finish what is in

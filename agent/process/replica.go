@@ -534,14 +534,14 @@ func (r *replica) env() []string {
 	if home == "" {
 		home = "/"
 	}
-	return []string{
+	return append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + home,
 		"LANG=C.UTF-8",
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
-	}
+	}, r.d.cfg.Env...)
 }
 
 func exitStatus(err error) string {
