@@ -337,6 +337,7 @@ type Replica struct {
 	MemoryMB      int32
 	Failures      int32
 	PlacementNote string
+	Token         string
 }
 
 type Rollout struct {

@@ -161,7 +161,7 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 }
 
 const replicaListAll = `-- name: ReplicaListAll :many
-SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb, r.token,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names,
        coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
@@ -189,6 +189,7 @@ type ReplicaListAllRow struct {
 	Profile      string
 	CPUCores     int32
 	MemoryMB     int32
+	Token        string
 	Team         string
 	Endpoint     string
 	Model        string
@@ -225,6 +226,7 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 			&i.Profile,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.Token,
 			&i.Team,
 			&i.Endpoint,
 			&i.Model,
@@ -363,7 +365,7 @@ func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHold
 }
 
 const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''
 ORDER BY version_id, id
 `
@@ -373,6 +375,7 @@ type ReplicaListReadyForRouteRow struct {
 	VersionID  int64
 	Name       string
 	Addr       string
+	Token      string
 }
 
 // ReplicaListReadyForRoutes for one endpoint, with the same columns.
@@ -390,6 +393,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 			&i.VersionID,
 			&i.Name,
 			&i.Addr,
+			&i.Token,
 		); err != nil {
 			return nil, err
 		}
@@ -402,7 +406,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 }
 
 const replicaListReadyForRoutes = `-- name: ReplicaListReadyForRoutes :many
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE state = 'ready' AND addr <> ''
 ORDER BY endpoint_id, version_id, id
 `
@@ -412,6 +416,7 @@ type ReplicaListReadyForRoutesRow struct {
 	VersionID  int64
 	Name       string
 	Addr       string
+	Token      string
 }
 
 // The replicas a gateway may send requests to, for package route.
@@ -429,6 +434,7 @@ func (q *Queries) ReplicaListReadyForRoutes(ctx context.Context) ([]ReplicaListR
 			&i.VersionID,
 			&i.Name,
 			&i.Addr,
+			&i.Token,
 		); err != nil {
 			return nil, err
 		}
