@@ -18,6 +18,7 @@ import (
 	"modelplane/agent/cache"
 	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/egress"
 	"modelplane/internal/wait"
 	"modelplane/runtime/model"
 )
@@ -126,7 +127,7 @@ func TestReplicasStartOnVerifiedModelFiles(t *testing.T) {
 	bad := st.version(map[string][]byte{"model.onnx": badFile})
 	st.corrupt[sum(badFile)] = true
 
-	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 1 << 20})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Egress: loopback, Token: "t0ken", LimitBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestRestartKeepsAdoptedReplicasFiles(t *testing.T) {
 	man := st.version(files)
 	cacheDir := t.TempDir()
 	newCache := func() *cache.Cache {
-		c, err := cache.New(cache.Config{Dir: cacheDir, URL: srv.URL, Token: "t0ken"})
+		c, err := cache.New(cache.Config{Dir: cacheDir, URL: srv.URL, Egress: loopback, Token: "t0ken"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,3 +247,6 @@ func TestRestartKeepsAdoptedReplicasFiles(t *testing.T) {
 		t.Errorf("model file fetched %d times; want once", n)
 	}
 }
+
+// loopback lets the tests' control plane, on 127.0.0.1, be reached.
+var loopback = &egress.Policy{AllowLoopback: true}

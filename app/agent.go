@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +21,7 @@ import (
 	"modelplane/agent/process"
 	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/egress"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -62,6 +65,11 @@ type AgentConfig struct {
 	CacheDir string
 	// CacheBytes bounds the cache (evicting from 80 % to 70 %).
 	CacheBytes int64
+	// EgressAllowLoopback lets the artifact downloads reach a control
+	// plane on a loopback address (one machine, as in development); off,
+	// they dial only ControlPlaneURL's host and never a loopback,
+	// link-local or metadata address.
+	EgressAllowLoopback bool
 }
 
 // DefaultCacheBytes is the artifact cache's default size.
@@ -109,6 +117,8 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	c.AgentToken = Secret(env("MP_AGENT_TOKEN", ""))
 	fs.Var(secretFlag{&c.AgentToken}, "agent-token", "credential for fetching model files, the control plane's MP_AGENT_TOKEN (MP_AGENT_TOKEN)")
 	fs.StringVar(&c.CacheDir, "cache-dir", env("MP_AGENT_CACHE_DIR", ""), "node artifact cache; keep it across restarts (MP_AGENT_CACHE_DIR; default <state-dir>/cache)")
+	loopbackDefault, _ := strconv.ParseBool(env("MP_AGENT_EGRESS_ALLOW_LOOPBACK", "false"))
+	fs.BoolVar(&c.EgressAllowLoopback, "egress-allow-loopback", loopbackDefault, "let artifact downloads reach a control plane on a loopback address (MP_AGENT_EGRESS_ALLOW_LOOPBACK)")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", envInt("MP_AGENT_CACHE_BYTES", DefaultCacheBytes), "size of the artifact cache; least recently used versions are evicted above 80 % (MP_AGENT_CACHE_BYTES)")
 }
 
@@ -149,6 +159,9 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.ControlPlaneURL != "" {
 		if !strings.HasPrefix(c.ControlPlaneURL, "http://") && !strings.HasPrefix(c.ControlPlaneURL, "https://") {
 			bad("MP_CONTROL_PLANE_URL (--control-plane) must be an http(s) URL, got %q", c.ControlPlaneURL)
+		}
+		if u, err := url.Parse(c.ControlPlaneURL); err == nil && !c.EgressAllowLoopback && isLoopbackHost(u.Hostname()) {
+			bad("MP_CONTROL_PLANE_URL (--control-plane) %q is a loopback address: set MP_AGENT_EGRESS_ALLOW_LOOPBACK (--egress-allow-loopback) to download from it", c.ControlPlaneURL)
 		}
 		if c.AgentToken == "" {
 			bad("MP_AGENT_TOKEN (--agent-token) is required with MP_CONTROL_PLANE_URL: the control plane serves model files only to agents that present it")
@@ -222,7 +235,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	defer nc.Close()
 	if c.ControlPlaneURL != "" {
 		cc, err := cache.New(cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Log: log.With(slog.String("node", cfg.Node))})
+			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node))})
 		if err != nil {
 			return err
 		}
@@ -265,4 +278,14 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		stop(stopCtx)
 	}
 	return ctx.Err()
+}
+
+// isLoopbackHost reports whether host names this machine: localhost or a
+// loopback IP literal (a name that resolves to one is refused at the dial).
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
