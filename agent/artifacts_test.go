@@ -18,6 +18,7 @@ import (
 	"modelplane/agent/cache"
 	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/egress"
 	"modelplane/internal/wait"
 	"modelplane/runtime/model"
 )
@@ -137,7 +138,7 @@ func TestReplicasStartOnVerifiedModelFiles(t *testing.T) {
 	bad := st.version(map[string][]byte{"model.onnx": badFile})
 	st.corrupt[sum(badFile)] = true
 
-	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 1 << 20})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Egress: loopback, Token: "t0ken", LimitBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestRestartKeepsAdoptedReplicasFiles(t *testing.T) {
 	man := st.version(files)
 	cacheDir := t.TempDir()
 	newCache := func() *cache.Cache {
-		c, err := cache.New(cache.Config{Dir: cacheDir, URL: srv.URL, Token: "t0ken"})
+		c, err := cache.New(cache.Config{Dir: cacheDir, URL: srv.URL, Egress: loopback, Token: "t0ken"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +279,7 @@ func TestReplicaIsNotReadyBeforeItsFilesAreVerified(t *testing.T) {
 	st.held[sum(weights)] = release
 	st.mu.Unlock()
 
-	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 1 << 20})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 1 << 20, Egress: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne(t *testing.T) {
 	t.Cleanup(srv.Close)
 	small := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("s"), 4000)})
 	big := st.version(map[string][]byte{"model.onnx": bytes.Repeat([]byte("b"), 8000)})
-	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 10_000})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: srv.URL, Token: "t0ken", LimitBytes: 10_000, Egress: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,3 +357,6 @@ func TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne(t *testing.T) {
 		t.Errorf("cache = %+v; want nothing evicted and the limit kept", cs)
 	}
 }
+
+// loopback lets the tests' control plane, on 127.0.0.1, be reached.
+var loopback = &egress.Policy{AllowLoopback: true}

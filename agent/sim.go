@@ -81,6 +81,7 @@ func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts Star
 	}
 	srv, err := replica.New(replica.Config{
 		ReplicaID: spec.ID,
+		Token:     spec.Token,
 		Endpoint:  spec.Endpoint,
 		Version:   spec.Version,
 		Task:      replica.Task(spec.Task),

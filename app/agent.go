@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 	"modelplane/agent/process"
 	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/egress"
 	"modelplane/enrollment"
 	"modelplane/runtime/onnx"
 )
@@ -72,6 +75,11 @@ type AgentConfig struct {
 	// RotateEvery is how often an enrolled agent rotates its credentials
 	// (0: never).
 	RotateEvery time.Duration
+	// EgressAllowLoopback lets the artifact downloads reach a control
+	// plane on a loopback address (one machine, as in development); off,
+	// they dial only ControlPlaneURL's host and never a loopback,
+	// link-local or metadata address.
+	EgressAllowLoopback bool
 }
 
 // DefaultCacheBytes is the artifact cache's default size.
@@ -122,6 +130,8 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.Var(secretFlag{&c.Join}, "join", "join token from a platform admin: enroll this node once and keep its credentials in the state directory (MP_AGENT_JOIN_TOKEN)")
 	fs.DurationVar(&c.RotateEvery, "rotate-every", envDuration("MP_AGENT_ROTATE_EVERY", DefaultRotateEvery), "how often an enrolled node rotates its credentials; 0 never (MP_AGENT_ROTATE_EVERY)")
 	fs.StringVar(&c.CacheDir, "cache-dir", env("MP_AGENT_CACHE_DIR", ""), "node artifact cache; keep it across restarts (MP_AGENT_CACHE_DIR; default <state-dir>/cache)")
+	loopbackDefault, _ := strconv.ParseBool(env("MP_AGENT_EGRESS_ALLOW_LOOPBACK", "false"))
+	fs.BoolVar(&c.EgressAllowLoopback, "egress-allow-loopback", loopbackDefault, "let artifact downloads reach a control plane on a loopback address (MP_AGENT_EGRESS_ALLOW_LOOPBACK)")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", envInt("MP_AGENT_CACHE_BYTES", DefaultCacheBytes), "size of the artifact cache; least recently used versions are evicted above 80 % (MP_AGENT_CACHE_BYTES)")
 }
 
@@ -174,6 +184,9 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.ControlPlaneURL != "" {
 		if !strings.HasPrefix(c.ControlPlaneURL, "http://") && !strings.HasPrefix(c.ControlPlaneURL, "https://") {
 			bad("MP_CONTROL_PLANE_URL (--control-plane) must be an http(s) URL, got %q", c.ControlPlaneURL)
+		}
+		if u, err := url.Parse(c.ControlPlaneURL); err == nil && !c.EgressAllowLoopback && isLoopbackHost(u.Hostname()) {
+			bad("MP_CONTROL_PLANE_URL (--control-plane) %q is a loopback address: set MP_AGENT_EGRESS_ALLOW_LOOPBACK (--egress-allow-loopback) to download from it", c.ControlPlaneURL)
 		}
 		if c.AgentToken == "" && !enrolled {
 			bad("MP_AGENT_TOKEN (--agent-token) is required with MP_CONTROL_PLANE_URL: the control plane serves model files only to agents that present it")
@@ -324,7 +337,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	defer nc.Close()
 	if c.ControlPlaneURL != "" {
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Log: log.With(slog.String("node", cfg.Node))}
+			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node))}
 		if sess != nil {
 			cc.TokenFunc = sess.ArtifactToken
 		}
@@ -393,4 +406,14 @@ func runtimeEnv() []string {
 		return nil
 	}
 	return []string{onnx.LibraryEnv + "=" + lib}
+}
+
+// isLoopbackHost reports whether host names this machine: localhost or a
+// loopback IP literal (a name that resolves to one is refused at the dial).
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

@@ -22,6 +22,7 @@ import (
 	"modelplane/agent/process"
 	"modelplane/bus"
 	"modelplane/controlplane"
+	"modelplane/egress"
 	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/runtime/onnx"
@@ -139,7 +140,7 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		}
 		conns = append(conns, nc)
 		cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), LimitBytes: devCacheBytes, URL: cn.controlPlaneURL,
-			TokenFunc: sess.ArtifactToken, Log: nlog})
+			TokenFunc: sess.ArtifactToken, Egress: &egress.Policy{AllowLoopback: true}, Log: nlog}) // dev's control plane is on loopback
 		if err != nil {
 			return nil, err
 		}

@@ -31,6 +31,9 @@ type GatewayConfig struct {
 	MaxBodyBytes int64
 	Timeout      time.Duration
 	StallTimeout time.Duration
+	// ReadTimeout bounds reading a request's headers and body (not the
+	// answer, so streams are not cut).
+	ReadTimeout time.Duration
 	// ID names this gateway in request statistics; StatsInterval is how
 	// often they are published.
 	ID            string
@@ -61,6 +64,7 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "timeout", envDuration("MP_GATEWAY_TIMEOUT", gateway.DefaultTimeout), "upstream timeout of every endpoint, to the answer or to the first streamed byte (MP_GATEWAY_TIMEOUT)")
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", envDuration("MP_GATEWAY_STALL_TIMEOUT", gateway.DefaultStallTimeout), "a streaming client that takes longer to accept an event is cut (MP_GATEWAY_STALL_TIMEOUT)")
 	fs.StringVar(&c.ID, "id", env("MP_GATEWAY_ID", ""), "gateway name in request statistics; default host name plus a random suffix (MP_GATEWAY_ID)")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", envDuration("MP_GATEWAY_READ_TIMEOUT", gateway.DefaultReadTimeout), "how long a client may take to send a request's headers and body (MP_GATEWAY_READ_TIMEOUT)")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", envDuration("MP_GATEWAY_STATS_INTERVAL", gateway.DefaultStatsInterval), "how often request statistics are published (MP_GATEWAY_STATS_INTERVAL)")
 	fs.Float64Var(&c.KeyRPS, "key-rps", envFloat("MP_GATEWAY_KEY_RPS", 0), "requests per second each API key may make; 0 is unlimited (MP_GATEWAY_KEY_RPS)")
 	fs.Int64Var(&c.KeyBurst, "key-burst", envInt("MP_GATEWAY_KEY_BURST", 0), "burst of each API key; 0 is the rate rounded up (MP_GATEWAY_KEY_BURST)")
@@ -104,6 +108,9 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.StallTimeout <= 0 {
 		bad("MP_GATEWAY_STALL_TIMEOUT (--stall-timeout) must be a positive duration")
 	}
+	if c.ReadTimeout <= 0 {
+		bad("MP_GATEWAY_READ_TIMEOUT (--read-timeout) must be a positive duration")
+	}
 	if c.StatsInterval <= 0 {
 		bad("MP_GATEWAY_STATS_INTERVAL (--stats-interval) must be a positive duration")
 	}
@@ -138,7 +145,7 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 		return gateway.Config{}, errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
 	}
 	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
-		ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
+		ReadTimeout: c.ReadTimeout, ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
 		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica, ShadowWorkers: int(c.ShadowWorkers),
 		EjectFailures: ejectFailures(c.EjectFailures), EjectCooldown: c.EjectCooldown}, nil
 }

@@ -10,12 +10,12 @@ import (
 )
 
 func TestGatewayConfigValidateNamesBadSettings(t *testing.T) {
-	c := GatewayConfig{Addr: "", NATS: bus.ClientConfig{URL: "http://x"}, StateDir: "", MaxBodyBytes: 0, Timeout: -1, StallTimeout: 0, LogLevel: "loud"}
+	c := GatewayConfig{Addr: "", NATS: bus.ClientConfig{URL: "http://x"}, StateDir: "", MaxBodyBytes: 0, Timeout: -1, StallTimeout: 0, ReadTimeout: -1, LogLevel: "loud"}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil for a bad configuration; want an error")
 	}
-	for _, want := range []string{"MP_GATEWAY_ADDR", "MP_NATS_URL", "MP_GATEWAY_STATE_DIR", "MP_GATEWAY_MAX_BODY_BYTES", "MP_GATEWAY_TIMEOUT", "MP_GATEWAY_STALL_TIMEOUT", "MP_LOG_LEVEL"} {
+	for _, want := range []string{"MP_GATEWAY_ADDR", "MP_NATS_URL", "MP_GATEWAY_STATE_DIR", "MP_GATEWAY_MAX_BODY_BYTES", "MP_GATEWAY_TIMEOUT", "MP_GATEWAY_STALL_TIMEOUT", "MP_GATEWAY_READ_TIMEOUT", "MP_LOG_LEVEL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q; want it to name %s", err, want)
 		}
@@ -36,6 +36,26 @@ func TestGatewayConfigDefaults(t *testing.T) {
 	}
 	if c.StateDir != ".modelplane/gateway" {
 		t.Errorf("state dir = %q, want .modelplane/gateway", c.StateDir)
+	}
+	if c.ReadTimeout != 30*time.Second {
+		t.Errorf("read timeout = %v, want the 30 s default", c.ReadTimeout)
+	}
+}
+
+// TestGatewayReadTimeoutSetting: MP_GATEWAY_READ_TIMEOUT reaches the
+// gateway's configuration.
+func TestGatewayReadTimeoutSetting(t *testing.T) {
+	withCreds(t)
+	t.Setenv("MP_GATEWAY_READ_TIMEOUT", "7s")
+	var c GatewayConfig
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse([]string{"--addr", ":8081"}); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := c.gatewayConfig()
+	if err != nil || gc.ReadTimeout != 7*time.Second {
+		t.Fatalf("gateway read timeout = %v (%v), want 7s", gc.ReadTimeout, err)
 	}
 }
 

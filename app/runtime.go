@@ -39,6 +39,10 @@ type RuntimeConfig struct {
 	Port     int64
 	// ReplicaID is reported on /v2/stats, where the agent checks it.
 	ReplicaID string
+	// Token is the replica's token (MP_REPLICA_TOKEN, from the environment
+	// only: a command line is visible to every user of the node); empty
+	// serves anyone who reaches the port, as a runtime started by hand.
+	Token Secret
 	// DrainTimeout bounds how long a stopping runtime waits for requests
 	// in flight.
 	DrainTimeout time.Duration
@@ -57,6 +61,7 @@ func (c *RuntimeConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Host, "host", env("MP_RUNTIME_HOST", "127.0.0.1"), "listen host; 0.0.0.0 when gateways on other machines call it (MP_RUNTIME_HOST)")
 	fs.Int64Var(&c.Port, "port", envInt("MP_RUNTIME_PORT", 8000), "listen port; 0 picks a free one (MP_RUNTIME_PORT)")
 	fs.StringVar(&c.ReplicaID, "replica-id", env("MP_REPLICA_ID", ""), "replica id reported on /v2/stats (MP_REPLICA_ID)")
+	c.Token = Secret(env("MP_REPLICA_TOKEN", ""))
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration("MP_RUNTIME_DRAIN_TIMEOUT", DefaultRuntimeDrainTimeout), "on SIGTERM, how long in-flight requests may take (MP_RUNTIME_DRAIN_TIMEOUT)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_RUNTIME_MAX_BODY_BYTES", runtime.DefaultMaxBodyBytes), "largest request body (MP_RUNTIME_MAX_BODY_BYTES)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
@@ -107,7 +112,7 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_RUNTIME_PORT): %w", addr, err)
 	}
-	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, MaxBodyBytes: c.MaxBodyBytes, Log: log})
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log})
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -24,6 +24,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/controlplane"
+	"modelplane/egress"
 	"modelplane/endpoint"
 	"modelplane/gateway"
 	"modelplane/internal/chtest"
@@ -156,7 +157,8 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 		defer cancel()
 		drv.Close(ctx)
 	})
-	cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), URL: api.URL, Token: token, Log: log})
+	cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), URL: api.URL, Token: token, Log: log,
+		Egress: &egress.Policy{AllowLoopback: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,11 +78,11 @@ func measureDrift(ctx context.Context) (DriftResult, error) {
 	cur := drift.Window{Version: "v24", From: end.Add(-time.Hour), To: end}
 	// One warm-up report loads the parts' marks; then the timed one.
 	capped := drift.NewReader(ch, drift.ReaderConfig{})
-	if _, err := capped.Report(ctx, "fraud", ref, cur); err != nil {
+	if _, err := capped.Report(ctx, "fraud", 0, ref, cur); err != nil {
 		return res, err
 	}
 	t0 = time.Now()
-	rep, err := capped.Report(ctx, "fraud", ref, cur)
+	rep, err := capped.Report(ctx, "fraud", 0, ref, cur)
 	if err != nil {
 		return res, err
 	}
@@ -90,7 +90,7 @@ func measureDrift(ctx context.Context) (DriftResult, error) {
 	res.ReferenceSamples, res.CurrentSamples, res.Verdict = rep.ReferenceSamples, rep.CurrentSamples, rep.Verdict
 	res.TargetMet = res.ReportMS <= driftTargetMS
 	t0 = time.Now()
-	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "fraud", ref, cur)
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "fraud", 0, ref, cur)
 	if err != nil {
 		return res, err
 	}

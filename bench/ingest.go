@@ -117,6 +117,9 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	if err != nil {
 		return IngestResult{}, err
 	}
+	if err := recordAllocations(ctx, db.New(pool)); err != nil {
+		return IngestResult{}, err
+	}
 	fleet := newUsageFleet(burstSeconds + paceSeconds)
 	fleet.natsOpts = s.natsOpts()
 	burst := fleet.rows(0, burstSeconds)
@@ -179,8 +182,9 @@ func rawPublishRate(ctx context.Context, js jetstream.JetStream, url string, fle
 func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) error {
 	u, err := ingest.NewUsage(ingest.UsageConfig{
 		JS: js, CH: ch, Log: slog.New(slog.DiscardHandler),
-		LoadRates:   func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
-		AfterInsert: lags.inserted,
+		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
+		LoadAllocations: billing.LoadAllocations(db.New(pool)),
+		AfterInsert:     lags.inserted,
 	})
 	if err != nil {
 		return err
@@ -296,10 +300,6 @@ func newUsageFleet(seconds int) *usageFleet {
 	t0 := time.Now().Add(-time.Duration(burstSeconds) * time.Second).Unix()
 	for n := range usageNodes {
 		node := fmt.Sprintf("gpu-node-%03d", n)
-		gpuType := "A100-80GB"
-		if n%2 == 1 {
-			gpuType = "H100-80GB"
-		}
 		f.nodes = append(f.nodes, node)
 		perNode := make([][]byte, seconds)
 		for s := range seconds {
@@ -307,10 +307,10 @@ func newUsageFleet(seconds int) *usageFleet {
 			b := proto.UsageBatch{ID: fmt.Sprintf("%s/%d/0", node, t), Node: node, Records: make([]proto.Usage, 0, f.records)}
 			for g := range gpusPerNode {
 				for sl := range slicesPerGPU {
-					ep := (n*gpusPerNode*slicesPerGPU + g*slicesPerGPU + sl) % 1000
-					b.Records = append(b.Records, proto.Usage{Time: t, Node: node, GPU: g, Slice: sl, GPUType: gpuType, Profile: "mig-1g.10gb",
-						Team: fmt.Sprintf("team-%d", ep%50), Endpoint: fmt.Sprintf("endpoint-%d", ep), Model: fmt.Sprintf("model-%d", ep), Version: "v10",
-						Replica: fmt.Sprintf("endpoint-%d-%s-%d-%d", ep, node, g, sl), UtilPct: float64((s*7+g*13+sl*3)%100) + 0.5,
+					a := slotAllocation(n, g, sl)
+					b.Records = append(b.Records, proto.Usage{Time: t, Node: node, GPU: g, Slice: sl, GPUType: a.GPUType, Profile: a.Profile,
+						Team: a.Team, Endpoint: a.Endpoint, Model: a.Model, Version: a.Version,
+						Replica: a.Replica, UtilPct: float64((s*7+g*13+sl*3)%100) + 0.5,
 						MemoryMB: int64(4000 + (s*11+sl)%6000), Requests: int64((s*31 + g*7 + sl) % 40)})
 				}
 			}
@@ -325,6 +325,38 @@ func newUsageFleet(seconds int) *usageFleet {
 		f.batches = append(f.batches, perNode)
 	}
 	return f
+}
+
+// slotAllocation is who holds slice sl of GPU g of node n: one replica per
+// slice, of 1,000 endpoints of 50 teams, alternate nodes A100s and H100s.
+func slotAllocation(n, g, sl int) ingest.Allocation {
+	gpuType := "A100-80GB"
+	if n%2 == 1 {
+		gpuType = "H100-80GB"
+	}
+	node := fmt.Sprintf("gpu-node-%03d", n)
+	ep := (n*gpusPerNode*slicesPerGPU + g*slicesPerGPU + sl) % 1000
+	return ingest.Allocation{Node: node, GPU: g, Slice: sl, GPUType: gpuType, Profile: "mig-1g.10gb",
+		Team: fmt.Sprintf("team-%d", ep%50), Endpoint: fmt.Sprintf("endpoint-%d", ep), Model: fmt.Sprintf("model-%d", ep), Version: "v10",
+		Replica: fmt.Sprintf("endpoint-%d-%s-%d-%d", ep, node, g, sl)}
+}
+
+// recordAllocations writes every slot's allocation interval, from an hour
+// before the first second, as placement would have: the consumer
+// attributes every row by them.
+func recordAllocations(ctx context.Context, q *db.Queries) error {
+	from := time.Now().Add(-time.Duration(burstSeconds)*time.Second - time.Hour)
+	var all []ingest.Allocation
+	for n := range usageNodes {
+		for g := range gpusPerNode {
+			for sl := range slicesPerGPU {
+				a := slotAllocation(n, g, sl)
+				a.From = from
+				all = append(all, a)
+			}
+		}
+	}
+	return billing.RecordAllocations(ctx, q, all)
 }
 
 // publish runs one agent per node, each with its own NATS connection,

@@ -28,6 +28,7 @@ import (
 	"modelplane/agent/catalog"
 	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/egress"
 	"modelplane/internal/freeport"
 	"modelplane/runtime/model"
 )
@@ -816,7 +817,7 @@ type coldSample struct {
 // coldOnce opens a cache on dir, as an agent starting would, prepares the
 // replica and starts its runtime, and times both until ready.
 func (b *runtimeBench) coldOnce(ctx context.Context, dir, url string, spec proto.ReplicaSpec) (coldSample, error) {
-	c, err := cache.New(cache.Config{Dir: dir, URL: url, Token: runtimeToken})
+	c, err := cache.New(cache.Config{Dir: dir, URL: url, Token: runtimeToken, Egress: &egress.Policy{AllowLoopback: true}})
 	if err != nil {
 		return coldSample{}, err
 	}

@@ -373,24 +373,27 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 	return out, nil
 }
 
-// tokens sums the tokens the gateways counted per endpoint and version in
-// [from, to), by the start of their statistics windows.
-func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map[[2]string]int64, error) {
+// tokens sums the tokens the gateways counted per owning team, endpoint
+// and version in [from, to), by the start of their statistics windows.
+// gpu_usage carries no endpoint id, so the team is what keeps an endpoint
+// deleted and created again under the same name by another team from
+// being credited the old one's tokens (statistics carry the owning team).
+func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map[[3]string]int64, error) {
 	cond, args := f.where()
-	rows, err := s.ch.Query(ctx, "SELECT endpoint, version, sum(tokens) FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+
-		" GROUP BY endpoint, version", append([]any{from.UTC(), to.UTC()}, args...)...)
+	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, version, sum(tokens) FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+
+		" GROUP BY team, endpoint, version", append([]any{from.UTC(), to.UTC()}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("chargeback tokens: %w", err)
 	}
 	defer rows.Close()
-	out := map[[2]string]int64{}
+	out := map[[3]string]int64{}
 	for rows.Next() {
-		var endpoint, version string
+		var team, endpoint, version string
 		var n uint64
-		if err := rows.Scan(&endpoint, &version, &n); err != nil {
+		if err := rows.Scan(&team, &endpoint, &version, &n); err != nil {
 			return nil, fmt.Errorf("chargeback tokens: %w", err)
 		}
-		out[[2]string{endpoint, version}] = int64(n)
+		out[[3]string{team, endpoint, version}] = int64(n)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("chargeback tokens: %w", err)

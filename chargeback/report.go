@@ -341,11 +341,12 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	}
 	f := filter{all: all, teams: teams, team: q.Team, endpoint: q.Endpoint}
 	tokens := !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
-	// The query's grain: the grouping, plus endpoint and version when the
-	// rows can carry tokens (tokens are counted per endpoint version).
+	// The query's grain: the grouping, plus team, endpoint and version
+	// when the rows can carry tokens (tokens are counted per endpoint
+	// version of a team).
 	grain := slices.Clone(q.GroupBy)
 	if tokens {
-		for _, d := range []Dimension{DimEndpoint, DimVersion} {
+		for _, d := range []Dimension{DimTeam, DimEndpoint, DimVersion} {
 			if !slices.Contains(grain, d) {
 				grain = append(grain, d)
 			}
@@ -355,7 +356,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	if err != nil {
 		return nil, err
 	}
-	var tok map[[2]string]int64
+	var tok map[[3]string]int64
 	if tokens && len(fine) > 0 {
 		if tok, err = s.tokens(ctx, f, q.From, q.To); err != nil {
 			return nil, err
@@ -374,7 +375,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		}
 		g.add(r)
 		if tokens {
-			g.Tokens += tok[[2]string{r.Endpoint, r.Version}]
+			g.Tokens += tok[[3]string{r.Team, r.Endpoint, r.Version}]
 		}
 	}
 	for _, g := range groups {

@@ -53,14 +53,19 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The replica the agent meters, as placement would have recorded it.
+	if err := billing.RecordAllocations(ctx, db.New(pool), []ingest.Allocation{{Node: "n1", Replica: "r1", GPUType: "A100-80GB",
+		Profile: proto.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "m", Version: "v1", From: t0.Add(-24 * time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
 	// ingestMinute runs a fresh consumer (it loads the rate table before its
 	// first message, as after a control plane start) over 60 seconds from
 	// start and waits until ClickHouse holds want raw rows.
 	ingestMinute := func(start time.Time, want uint64) {
 		t.Helper()
 		u, err := ingest.NewUsage(ingest.UsageConfig{JS: js, CH: ch, Log: slog.New(slog.DiscardHandler),
-			LoadRates:     func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
-			FlushInterval: 50 * time.Millisecond})
+			LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
+			LoadAllocations: billing.LoadAllocations(db.New(pool)), FlushInterval: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

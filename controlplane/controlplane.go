@@ -233,7 +233,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // (an ingest's check-then-insert is exactly-once only with one consumer).
 func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
-		LoadRates: func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) }})
+		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
+		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
 	if err != nil {
 		return err
 	}

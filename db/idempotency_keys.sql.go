@@ -44,11 +44,21 @@ func (q *Queries) IdempotencyBegin(ctx context.Context, arg IdempotencyBeginPara
 }
 
 const idempotencyDeleteOld = `-- name: IdempotencyDeleteOld :execrows
-DELETE FROM idempotency_keys WHERE created_at < $1
+DELETE FROM idempotency_keys
+WHERE (principal, key) IN (SELECT i.principal, i.key FROM idempotency_keys i WHERE i.created_at < $1
+                           ORDER BY i.created_at LIMIT $2::int FOR UPDATE SKIP LOCKED)
 `
 
-func (q *Queries) IdempotencyDeleteOld(ctx context.Context, before time.Time) (int64, error) {
-	result, err := q.db.Exec(ctx, idempotencyDeleteOld, before)
+type IdempotencyDeleteOldParams struct {
+	Before    time.Time
+	BatchSize int32
+}
+
+// At most @batch_size of the records created before @before: the sweep
+// repeats it, so that no one statement holds locks on, or writes WAL for,
+// a whole day's records at once. Rows another sweep holds are skipped.
+func (q *Queries) IdempotencyDeleteOld(ctx context.Context, arg IdempotencyDeleteOldParams) (int64, error) {
+	result, err := q.db.Exec(ctx, idempotencyDeleteOld, arg.Before, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}

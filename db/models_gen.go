@@ -31,6 +31,28 @@ type Allocation struct {
 	ReplicaID int64
 }
 
+type AllocationInterval struct {
+	ID         int64
+	Node       string
+	GPU        int32
+	Slice      int32
+	CPUCores   int32
+	ReplicaID  int64
+	Replica    string
+	TeamID     int64
+	Team       string
+	EndpointID int64
+	Endpoint   string
+	Model      string
+	VersionID  int64
+	Version    string
+	GPUType    string
+	Profile    string
+	StartedAt  time.Time
+	EndedAt    *time.Time
+	Xact       int64
+}
+
 type Approval struct {
 	ID             int64
 	RolloutID      int64
@@ -341,6 +363,7 @@ type Replica struct {
 	Failures      int32
 	PlacementNote string
 	Metrics       []byte
+	Token         string
 }
 
 type Rollout struct {

@@ -161,7 +161,7 @@ func (q *Queries) ReplicaInsertMany(ctx context.Context, arg ReplicaInsertManyPa
 }
 
 const replicaListAll = `-- name: ReplicaListAll :many
-SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb, r.token,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names, v.serving,
        e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms,
@@ -190,6 +190,7 @@ type ReplicaListAllRow struct {
 	Profile              string
 	CPUCores             int32
 	MemoryMB             int32
+	Token                string
 	Team                 string
 	Endpoint             string
 	Model                string
@@ -231,6 +232,7 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 			&i.Profile,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.Token,
 			&i.Team,
 			&i.Endpoint,
 			&i.Model,
@@ -376,7 +378,7 @@ func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHold
 }
 
 const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''
 ORDER BY version_id, id
 `
@@ -386,6 +388,7 @@ type ReplicaListReadyForRouteRow struct {
 	VersionID  int64
 	Name       string
 	Addr       string
+	Token      string
 }
 
 // ReplicaListReadyForRoutes for one endpoint, with the same columns.
@@ -403,6 +406,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 			&i.VersionID,
 			&i.Name,
 			&i.Addr,
+			&i.Token,
 		); err != nil {
 			return nil, err
 		}
@@ -415,7 +419,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 }
 
 const replicaListReadyForRoutes = `-- name: ReplicaListReadyForRoutes :many
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE state = 'ready' AND addr <> ''
 ORDER BY endpoint_id, version_id, id
 `
@@ -425,6 +429,7 @@ type ReplicaListReadyForRoutesRow struct {
 	VersionID  int64
 	Name       string
 	Addr       string
+	Token      string
 }
 
 // The replicas a gateway may send requests to, for package route.
@@ -442,6 +447,7 @@ func (q *Queries) ReplicaListReadyForRoutes(ctx context.Context) ([]ReplicaListR
 			&i.VersionID,
 			&i.Name,
 			&i.Addr,
+			&i.Token,
 		); err != nil {
 			return nil, err
 		}

@@ -171,7 +171,7 @@ func (c *Checker) Check(ctx context.Context) error {
 			ref := Window{Version: t.stable, From: cur.From.Add(-c.cfg.Reference), To: cur.From}
 			// Samples from before the endpoint existed are a deleted
 			// namesake's, not its own.
-			rep, err := c.reader.Report(ctx, t.endpoint, ref.Since(t.created), cur.Since(t.created))
+			rep, err := c.reader.Report(ctx, t.endpoint, t.endpointID, ref.Since(t.created), cur.Since(t.created))
 			if err != nil {
 				c.log.Warn("drift report", slog.String("endpoint", t.endpoint), slog.String("version", v), slog.String("error", err.Error()))
 				continue

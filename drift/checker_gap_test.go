@@ -25,7 +25,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	ctx := context.Background()
 	seed(t, pool, "fraud")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-	garbage(t, ch, "fraud", t0, 1000)
+	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	events := newEventStream(t, pool, proto.EventsSubject("risk"))
 	now := t0
 	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, prometheus.NewRegistry(),
@@ -86,7 +86,9 @@ func TestDriftIgnoresSamplesBeforeTheEndpoint(t *testing.T) {
 	ctx := context.Background()
 	seed(t, pool, "fraud")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-	garbage(t, ch, "fraud", t0, 1000) // the deleted namesake's samples
+	// The deleted namesake's samples, under the id they would have had
+	// (the same as the endpoint's here: only created_at keeps them out).
+	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	admin := &auth.Principal{Name: "admin", PlatformRole: auth.RolePlatformAdmin}
 	now := t0
 	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), func() time.Time { return now })

@@ -116,14 +116,24 @@ func seed(t *testing.T, pool *pgxpool.Pool, endpoints ...string) int64 {
 	return team
 }
 
+// endpointID is the id of the endpoint named name.
+func endpointID(t *testing.T, pool *pgxpool.Pool, name string) int64 {
+	t.Helper()
+	var id int64
+	if err := pool.QueryRow(context.Background(), "SELECT id FROM endpoints WHERE name = $1", name).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // garbage fills endpoint's windows as of t0: v23 scores mostly low over
 // the week before, v23 and v24 in the last 40 minutes, v24 near-uniformly
 // (the seed documents' "model returns garbage"); curN samples each.
-func garbage(t *testing.T, ch driver.Conn, endpoint string, t0 time.Time, curN int) {
+func garbage(t *testing.T, ch driver.Conn, endpoint string, id int64, t0 time.Time, curN int) {
 	const refN = 3000
-	insert(t, ch, endpoint, rows("v23", t0.Add(-6*24*time.Hour), 5*24*time.Hour, normal(refN, 100, 20, 1), normal(refN, 40, 10, 2), normal(refN, 0.12, 0.18, 3)))
-	insert(t, ch, endpoint, rows("v23", t0.Add(-40*time.Minute), 40*time.Minute, normal(curN, 100, 20, 4), normal(curN, 40, 10, 5), normal(curN, 0.12, 0.18, 6)))
-	insert(t, ch, endpoint, rows("v24", t0.Add(-40*time.Minute), 40*time.Minute, normal(curN, 100, 20, 7), normal(curN, 40, 10, 8), normal(curN, 0.49, 0.28, 9)))
+	insertID(t, ch, endpoint, id, rows("v23", t0.Add(-6*24*time.Hour), 5*24*time.Hour, normal(refN, 100, 20, 1), normal(refN, 40, 10, 2), normal(refN, 0.12, 0.18, 3)))
+	insertID(t, ch, endpoint, id, rows("v23", t0.Add(-40*time.Minute), 40*time.Minute, normal(curN, 100, 20, 4), normal(curN, 40, 10, 5), normal(curN, 0.12, 0.18, 6)))
+	insertID(t, ch, endpoint, id, rows("v24", t0.Add(-40*time.Minute), 40*time.Minute, normal(curN, 100, 20, 7), normal(curN, 40, 10, 8), normal(curN, 0.49, 0.28, 9)))
 }
 
 func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
@@ -132,8 +142,8 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	ctx := context.Background()
 	seed(t, pool, "fraud", "quiet")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-	garbage(t, ch, "fraud", t0, 1000)
-	garbage(t, ch, "quiet", t0, 50) // too few current samples to judge
+	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
+	garbage(t, ch, "quiet", endpointID(t, pool, "quiet"), t0, 50) // too few current samples to judge
 
 	events := newEventStream(t, pool, proto.EventsSubject("risk"))
 	now := t0
@@ -242,7 +252,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMutations(t, ch)
-	insert(t, ch, "fraud", rows("v24", t0.Add(-40*time.Minute), 40*time.Minute, normal(1000, 100, 20, 4), normal(1000, 40, 10, 5), normal(1000, 0.12, 0.18, 6)))
+	insertID(t, ch, "fraud", endpointID(t, pool, "fraud"), rows("v24", t0.Add(-40*time.Minute), 40*time.Minute, normal(1000, 100, 20, 4), normal(1000, 40, 10, 5), normal(1000, 0.12, 0.18, 6)))
 	now = t0.Add(20 * time.Minute)
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@
 // is what the rollout judge calls to compare a candidate's outputs with the
 // incumbent's over the same window:
 //
-//	d, err := reader.Compare(ctx, "fraud", "v24", "v23", from, to)
+//	d, err := reader.Compare(ctx, "fraud", endpointID, "v24", "v23", from, to)
 //	// d.Metric is "kl" (classification with labels), "w1_norm"
 //	// (scores, regression) or "completion_length_w1_norm" (LLM);
 //	// d.Value, d.Threshold, d.Drifting, d.Enough, d.ReferenceSamples and

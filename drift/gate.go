@@ -21,8 +21,8 @@ func NewGate(r *Reader) *Gate { return &Gate{r: r} }
 // Compare and returns the numbers the judge holds to the threshold. With
 // too few samples on either side Enough is false and the judge holds: a
 // drift gate never rolls back on missing data.
-func (g *Gate) Drift(ctx context.Context, endpoint, candidate, incumbent string, from, to time.Time) (*judge.Drift, error) {
-	d, err := g.r.Compare(ctx, endpoint, candidate, incumbent, from, to)
+func (g *Gate) Drift(ctx context.Context, endpoint string, endpointID int64, candidate, incumbent string, from, to time.Time) (*judge.Drift, error) {
+	d, err := g.r.Compare(ctx, endpoint, endpointID, candidate, incumbent, from, to)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ func TestCompareSkipsPinned(t *testing.T) {
 		SELECT toDateTime(?) + number % 3600, 'fraud', 'risk', 'v2', concat('pinned-', toString(number)), 50, 1 FROM numbers(5000)`, base.Unix()); err != nil {
 		t.Fatal(err)
 	}
-	d, err := drift.NewReader(ch, drift.ReaderConfig{}).Compare(ctx, "fraud", "v2", "v1", base, base.Add(time.Hour))
+	d, err := drift.NewReader(ch, drift.ReaderConfig{}).Compare(ctx, "fraud", 0, "v2", "v1", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

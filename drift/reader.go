@@ -156,7 +156,8 @@ func (r *Reader) MinSamples() int { return r.minSamples }
 // not_enough_data when either window holds fewer than MinSamples samples
 // (and then nothing is flagged), drifting when any number is flagged, ok
 // otherwise.
-func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (Report, error) {
+func (r *Reader) Report(ctx context.Context, endpoint string, endpointID int64, ref, cur Window) (Report, error) {
+	ep := endpointKey{name: endpoint, id: endpointID}
 	if err := ref.check(); err != nil {
 		return Report{}, err
 	}
@@ -165,22 +166,22 @@ func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	ref, err := r.capReference(ctx, endpoint, ref)
+	ref, err := r.capReference(ctx, ep, ref)
 	if err != nil {
 		return Report{}, err
 	}
-	s, err := r.summary(ctx, endpoint, ref, cur, true)
+	s, err := r.summary(ctx, ep, ref, cur, true)
 	if err != nil {
 		return Report{}, err
 	}
 	rep := Report{Endpoint: endpoint, Reference: ref, Current: cur, ReferenceSamples: s.refN, CurrentSamples: s.curN,
 		MinSamples: r.minSamples, Features: []FeatureDrift{}}
 	enough := s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples)
-	if rep.Output, err = r.output(ctx, endpoint, ref, cur, s, enough); err != nil {
+	if rep.Output, err = r.output(ctx, ep, ref, cur, s, enough); err != nil {
 		return Report{}, err
 	}
 	if s.refN > 0 && len(s.names) > 0 {
-		if rep.Features, err = r.features(ctx, endpoint, ref, cur, s, enough); err != nil {
+		if rep.Features, err = r.features(ctx, ep, ref, cur, s, enough); err != nil {
 			return Report{}, err
 		}
 	}
@@ -203,7 +204,8 @@ func (r *Reader) Report(ctx context.Context, endpoint string, ref, cur Window) (
 // Compare compares candidate's outputs with incumbent's over the same
 // window [from, to): the incumbent is the reference. It is what the
 // rollout judge calls; see the package doc.
-func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent string, from, to time.Time) (OutputDrift, error) {
+func (r *Reader) Compare(ctx context.Context, endpoint string, endpointID int64, candidate, incumbent string, from, to time.Time) (OutputDrift, error) {
+	ep := endpointKey{name: endpoint, id: endpointID}
 	ref, cur := Window{Version: incumbent, From: from, To: to}, Window{Version: candidate, From: from, To: to}
 	if err := ref.check(); err != nil {
 		return OutputDrift{}, err
@@ -213,11 +215,11 @@ func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent str
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	s, err := r.summary(ctx, endpoint, ref, cur, false)
+	s, err := r.summary(ctx, ep, ref, cur, false)
 	if err != nil {
 		return OutputDrift{}, err
 	}
-	return r.output(ctx, endpoint, ref, cur, s, s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples))
+	return r.output(ctx, ep, ref, cur, s, s.refN >= uint64(r.minSamples) && s.curN >= uint64(r.minSamples))
 }
 
 // capReference moves ref's start forward, to a whole hour, so that it
@@ -226,7 +228,7 @@ func (r *Reader) Compare(ctx context.Context, endpoint, candidate, incumbent str
 // that fit, at least one. It counts the last day first and the rest of the
 // window only when the last day does not fill the cap, so a busy endpoint
 // reads a day of timestamps, not a week.
-func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) (Window, error) {
+func (r *Reader) capReference(ctx context.Context, ep endpointKey, ref Window) (Window, error) {
 	if r.maxReference < 0 {
 		return ref, nil
 	}
@@ -237,7 +239,7 @@ func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) 
 		if day := to.Add(-24 * time.Hour).Truncate(time.Hour); first && day.After(from) {
 			from = day
 		}
-		cut, err := r.hourCounts(ctx, endpoint, ref.Version, from, to, &total)
+		cut, err := r.hourCounts(ctx, ep, ref.Version, from, to, &total)
 		if err != nil {
 			return Window{}, err
 		}
@@ -255,10 +257,10 @@ func (r *Reader) capReference(ctx context.Context, endpoint string, ref Window) 
 // hourCounts adds version's samples in [from, to) to *total hour by hour,
 // newest first, and returns the end of the first hour that would take the
 // total past maxReference (zero when none does).
-func (r *Reader) hourCounts(ctx context.Context, endpoint, version string, from, to time.Time, total *uint64) (time.Time, error) {
+func (r *Reader) hourCounts(ctx context.Context, ep endpointKey, version string, from, to time.Time, total *uint64) (time.Time, error) {
 	rows, err := r.ch.Query(ctx, `SELECT intDiv(toUInt32(ts), 3600) AS h, count() FROM prediction_samples
-		WHERE endpoint = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?) AND pinned = 0
-		GROUP BY h ORDER BY h DESC`, endpoint, version, from.Unix(), to.Unix())
+		WHERE endpoint = ? AND endpoint_id = ? AND version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?) AND pinned = 0
+		GROUP BY h ORDER BY h DESC`, ep.name, ep.id, version, from.Unix(), to.Unix())
 	if err != nil {
 		return time.Time{}, fmt.Errorf("drift reference size: %w", err)
 	}
@@ -280,9 +282,19 @@ func (r *Reader) hourCounts(ctx context.Context, endpoint, version string, from,
 	return time.Time{}, nil
 }
 
+// endpointKey names an endpoint's samples: its name and id. The id keeps
+// out the rows of a deleted namesake, which the windows' clamp to the
+// endpoint's created_at keeps out too, except in the second it was
+// created in.
+type endpointKey struct {
+	name string
+	id   int64
+}
+
 // windows is the WITH clause naming the two windows' predicates r and c,
-// and its arguments; every query is WHERE endpoint = ? AND (r OR c).
-func windows(endpoint string, ref, cur Window) (string, []any) {
+// and its arguments; every query is WHERE endpoint = ? AND endpoint_id = ?
+// AND (r OR c).
+func windows(ref, cur Window) (string, []any) {
 	return `WITH (version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)) AS r,
 		(version = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)) AS c `,
 		[]any{ref.Version, ref.From.Unix(), ref.To.Unix(), cur.Version, cur.From.Unix(), cur.To.Unix()}
@@ -290,7 +302,7 @@ func windows(endpoint string, ref, cur Window) (string, []any) {
 
 // whereWindows leaves out pinned samples (X-Model-Version): the caller chose
 // the version, so they say nothing about the traffic it gets in the split.
-const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND (r OR c) AND pinned = 0`
+const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND endpoint_id = ? AND (r OR c) AND pinned = 0`
 
 // summary is what one scan of both windows gives.
 type summary struct {
@@ -323,8 +335,8 @@ func floats(levels []float64) string {
 // edges and a 200-point quantile function to about 1 percent of the
 // spread, at a fifth of the cost of quantilesExact on a million samples.
 // Without features (Compare) the feature aggregates are left out.
-func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, features bool) (summary, error) {
-	with, args := windows(endpoint, ref, cur)
+func (r *Reader) summary(ctx context.Context, ep endpointKey, ref, cur Window, features bool) (summary, error) {
+	with, args := windows(ref, cur)
 	grid := floats(append(stat.W1Levels(), stat.DecileLevels()...))
 	featureAggs := "emptyArrayString(), arrayResize([emptyArrayFloat64()], 0),"
 	if features {
@@ -338,11 +350,11 @@ func (r *Reader) summary(ctx context.Context, endpoint string, ref, cur Window, 
 		avgIf(toFloat64(tokens), r), stddevPopIf(toFloat64(tokens), r), avgIf(toFloat64(tokens), c)` + whereWindows
 	var s summary
 	var fq [][]float64
-	err := r.ch.QueryRow(ctx, q, append(args, endpoint)...).Scan(&s.refN, &s.curN, &s.labelled, &s.tokens, &s.names, &fq,
+	err := r.ch.QueryRow(ctx, q, append(args, ep.name, ep.id)...).Scan(&s.refN, &s.curN, &s.labelled, &s.tokens, &s.names, &fq,
 		&s.score.refQ, &s.score.curQ, &s.score.refMean, &s.score.refSD, &s.score.curMean,
 		&s.length.refQ, &s.length.curQ, &s.length.refMean, &s.length.refSD, &s.length.curMean)
 	if err != nil {
-		return summary{}, fmt.Errorf("drift summary of %s: %w", endpoint, err)
+		return summary{}, fmt.Errorf("drift summary of %s: %w", ep.name, err)
 	}
 	// Features past the names (rows longer than the reference's first) or
 	// without reference values are dropped.
@@ -370,22 +382,22 @@ func finite(x float64) float64 {
 // output computes the output metric: completion lengths when the
 // reference's samples carry token counts (an LLM endpoint), class KL when
 // they carry labels, score Wasserstein-1 otherwise.
-func (r *Reader) output(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) (OutputDrift, error) {
+func (r *Reader) output(ctx context.Context, ep endpointKey, ref, cur Window, s summary, enough bool) (OutputDrift, error) {
 	d := OutputDrift{ReferenceSamples: s.refN, CurrentSamples: s.curN, Enough: enough}
 	switch {
 	case s.tokens > 0 && s.tokens*2 >= s.refN:
 		d.Metric, d.Threshold = stat.MetricLength, stat.W1Threshold
-		if err := r.w1(ctx, endpoint, ref, cur, &d, s.length, "toFloat64(tokens)"); err != nil {
+		if err := r.w1(ctx, ep, ref, cur, &d, s.length, "toFloat64(tokens)"); err != nil {
 			return OutputDrift{}, err
 		}
 	case s.labelled > 0 && s.labelled*2 >= s.refN:
 		d.Metric, d.Threshold = stat.MetricKL, stat.KLThreshold
-		if err := r.classes(ctx, endpoint, ref, cur, &d); err != nil {
+		if err := r.classes(ctx, ep, ref, cur, &d); err != nil {
 			return OutputDrift{}, err
 		}
 	default:
 		d.Metric, d.Threshold = stat.MetricW1, stat.W1Threshold
-		if err := r.w1(ctx, endpoint, ref, cur, &d, s.score, "score"); err != nil {
+		if err := r.w1(ctx, ep, ref, cur, &d, s.score, "score"); err != nil {
 			return OutputDrift{}, err
 		}
 	}
@@ -395,7 +407,7 @@ func (r *Reader) output(ctx context.Context, endpoint string, ref, cur Window, s
 
 // w1 fills d from the quantile grids of o and counts column into the
 // reference's output deciles (for the dashboard's histogram).
-func (r *Reader) w1(ctx context.Context, endpoint string, ref, cur Window, d *OutputDrift, o outputSummary, column string) error {
+func (r *Reader) w1(ctx context.Context, ep endpointKey, ref, cur Window, d *OutputDrift, o outputSummary, column string) error {
 	d.ReferenceMean, d.CurrentMean, d.Spread = o.refMean, o.curMean, o.refSD
 	if d.ReferenceSamples == 0 || d.CurrentSamples == 0 || len(o.refQ) < stat.W1Grid || len(o.curQ) < stat.W1Grid {
 		return nil
@@ -403,7 +415,7 @@ func (r *Reader) w1(ctx context.Context, endpoint string, ref, cur Window, d *Ou
 	d.W1 = stat.Wasserstein1Quantiles(o.refQ[:stat.W1Grid], o.curQ[:stat.W1Grid])
 	d.Value = stat.Normalised(d.W1, d.Spread)
 	edges := stat.Edges(o.refQ[stat.W1Grid:])
-	with, args := windows(endpoint, ref, cur)
+	with, args := windows(ref, cur)
 	var sel []string
 	for _, e := range edges {
 		f := strconv.FormatFloat(e, 'g', -1, 64)
@@ -418,8 +430,8 @@ func (r *Reader) w1(ctx context.Context, endpoint string, ref, cur Window, d *Ou
 	for i := range above {
 		dest[i] = &above[i]
 	}
-	if err := r.ch.QueryRow(ctx, with+"SELECT "+strings.Join(sel, ", ")+whereWindows, append(args, endpoint)...).Scan(dest...); err != nil {
-		return fmt.Errorf("drift output histogram of %s: %w", endpoint, err)
+	if err := r.ch.QueryRow(ctx, with+"SELECT "+strings.Join(sel, ", ")+whereWindows, append(args, ep.name, ep.id)...).Scan(dest...); err != nil {
+		return fmt.Errorf("drift output histogram of %s: %w", ep.name, err)
 	}
 	refAbove, curAbove := make([]uint64, len(edges)), make([]uint64, len(edges))
 	for i := range edges {
@@ -445,11 +457,11 @@ func binsFromAbove(n uint64, above []uint64) []uint64 {
 
 // classes fills d with the KL divergence of the current's label shares
 // from the reference's, the label counts computed in ClickHouse.
-func (r *Reader) classes(ctx context.Context, endpoint string, ref, cur Window, d *OutputDrift) error {
-	with, args := windows(endpoint, ref, cur)
-	rows, err := r.ch.Query(ctx, with+"SELECT label, countIf(r), countIf(c)"+whereWindows+" GROUP BY label ORDER BY label", append(args, endpoint)...)
+func (r *Reader) classes(ctx context.Context, ep endpointKey, ref, cur Window, d *OutputDrift) error {
+	with, args := windows(ref, cur)
+	rows, err := r.ch.Query(ctx, with+"SELECT label, countIf(r), countIf(c)"+whereWindows+" GROUP BY label ORDER BY label", append(args, ep.name, ep.id)...)
 	if err != nil {
-		return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+		return fmt.Errorf("drift classes of %s: %w", ep.name, err)
 	}
 	defer rows.Close()
 	h := Histogram{Classes: []string{}, Reference: []uint64{}, Current: []uint64{}}
@@ -457,14 +469,14 @@ func (r *Reader) classes(ctx context.Context, endpoint string, ref, cur Window, 
 		var label string
 		var rn, cn uint64
 		if err := rows.Scan(&label, &rn, &cn); err != nil {
-			return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+			return fmt.Errorf("drift classes of %s: %w", ep.name, err)
 		}
 		h.Classes = append(h.Classes, label)
 		h.Reference = append(h.Reference, rn)
 		h.Current = append(h.Current, cn)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("drift classes of %s: %w", endpoint, err)
+		return fmt.Errorf("drift classes of %s: %w", ep.name, err)
 	}
 	d.Histogram = h
 	if d.ReferenceSamples > 0 && d.CurrentSamples > 0 {
@@ -481,12 +493,12 @@ const maxEdge = math.MaxFloat64
 // for the j-th edge of every feature at once, sumForEach over
 // arrayMap(v > e) counts the values above it per feature; bins are the
 // differences. Only rows with all the reference's features count.
-func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window, s summary, enough bool) ([]FeatureDrift, error) {
+func (r *Reader) features(ctx context.Context, ep endpointKey, ref, cur Window, s summary, enough bool) ([]FeatureDrift, error) {
 	width := 0
 	for _, e := range s.featureEdges {
 		width = max(width, len(e))
 	}
-	with, args := windows(endpoint, ref, cur)
+	with, args := windows(ref, cur)
 	sel := []string{"countIf(r)", "countIf(c)"}
 	for j := range width {
 		col := make([]float64, len(s.names))
@@ -506,8 +518,8 @@ func (r *Reader) features(ctx context.Context, endpoint string, ref, cur Window,
 	for i := range above {
 		dest = append(dest, &above[i])
 	}
-	if err := r.ch.QueryRow(ctx, q, append(args, endpoint)...).Scan(dest...); err != nil {
-		return nil, fmt.Errorf("drift feature bins of %s: %w", endpoint, err)
+	if err := r.ch.QueryRow(ctx, q, append(args, ep.name, ep.id)...).Scan(dest...); err != nil {
+		return nil, fmt.Errorf("drift feature bins of %s: %w", ep.name, err)
 	}
 	out := make([]FeatureDrift, len(s.names))
 	for i, name := range s.names {

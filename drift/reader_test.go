@@ -40,9 +40,15 @@ var featureNames = []string{"amount", "age"}
 
 func insert(t *testing.T, ch driver.Conn, endpoint string, rows []sample) {
 	t.Helper()
+	insertID(t, ch, endpoint, 0, rows)
+}
+
+// insertID is insert for the endpoint of that id.
+func insertID(t *testing.T, ch driver.Conn, endpoint string, id int64, rows []sample) {
+	t.Helper()
 	ctx := context.Background()
 	batch, err := ch.PrepareBatch(ctx, "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance, "+
-		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)")
+		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, endpoint_id)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +58,7 @@ func insert(t *testing.T, ch driver.Conn, endpoint string, rows []sample) {
 			r.features = []float64{}
 		}
 		if err := batch.Append(r.at, uint16(0), endpoint, "risk", r.version, fmt.Sprintf("%s-%d", r.version, i), uint32(0),
-			names, r.features, strs, r.score, r.label, r.tokens, 1.0, uint64(i)); err != nil {
+			names, r.features, strs, r.score, r.label, r.tokens, 1.0, uint64(i), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +135,7 @@ func TestReportEqualsPureMath(t *testing.T) {
 	r := drift.NewReader(ch, drift.ReaderConfig{})
 	ref := drift.Window{Version: "v23", From: base, To: base.Add(7 * 24 * time.Hour)}
 	cur := drift.Window{Version: "v24", From: base.Add(7 * 24 * time.Hour), To: base.Add(7*24*time.Hour + time.Hour)}
-	rep, err := r.Report(ctx, "fraud", ref, cur)
+	rep, err := r.Report(ctx, "fraud", 0, ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +193,7 @@ func TestIdenticalAndTooFewNeverFlag(t *testing.T) {
 
 	r := drift.NewReader(ch, drift.ReaderConfig{})
 	w := func(v string) drift.Window { return drift.Window{Version: v, From: base, To: base.Add(time.Hour)} }
-	rep, err := r.Report(ctx, "same", w("v1"), w("v2"))
+	rep, err := r.Report(ctx, "same", 0, w("v1"), w("v2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +205,7 @@ func TestIdenticalAndTooFewNeverFlag(t *testing.T) {
 			t.Errorf("identical: %s PSI %v flagged %v", f.Name, f.PSI, f.Flagged)
 		}
 	}
-	rep, err = r.Report(ctx, "same", w("v1"), w("v3"))
+	rep, err = r.Report(ctx, "same", 0, w("v1"), w("v3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +220,7 @@ func TestIdenticalAndTooFewNeverFlag(t *testing.T) {
 	if rep.Output.Value <= stat.W1Threshold {
 		t.Errorf("too few: value %v should still be reported past the threshold", rep.Output.Value)
 	}
-	d, err := r.Compare(ctx, "same", "v3", "v1", base, base.Add(time.Hour))
+	d, err := r.Compare(ctx, "same", 0, "v3", "v1", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +248,7 @@ func TestCompareClassesAndCompletionLengths(t *testing.T) {
 	}
 	insert(t, ch, "cls", rs)
 	r := drift.NewReader(ch, drift.ReaderConfig{})
-	d, err := r.Compare(ctx, "cls", "v2", "v1", base, base.Add(time.Hour))
+	d, err := r.Compare(ctx, "cls", 0, "v2", "v1", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +268,14 @@ func TestCompareClassesAndCompletionLengths(t *testing.T) {
 			sample{at: at, version: "c", tokens: uint32(290 + i%21)})
 	}
 	insert(t, ch, "llm", rs)
-	d, err = r.Compare(ctx, "llm", "b", "a", base, base.Add(time.Hour))
+	d, err = r.Compare(ctx, "llm", 0, "b", "a", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Metric != stat.MetricLength || d.Value != 0 || d.Drifting {
 		t.Errorf("same lengths: %+v", d)
 	}
-	d, err = r.Compare(ctx, "llm", "c", "a", base, base.Add(time.Hour))
+	d, err = r.Compare(ctx, "llm", 0, "c", "a", base, base.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +294,7 @@ func TestReferenceIsCappedToItsMostRecentHours(t *testing.T) {
 	insert(t, ch, "capped", rows("v2", base.Add(50*time.Hour), time.Hour, normal(n, 0, 1, 4), normal(n, 0, 1, 5), normal(n, 0, 1, 6)))
 	ref := drift.Window{Version: "v1", From: base, To: base.Add(50 * time.Hour)}
 	cur := drift.Window{Version: "v2", From: base.Add(50 * time.Hour), To: base.Add(51 * time.Hour)}
-	rep, err := drift.NewReader(ch, drift.ReaderConfig{MaxReference: 1000}).Report(ctx, "capped", ref, cur)
+	rep, err := drift.NewReader(ch, drift.ReaderConfig{MaxReference: 1000}).Report(ctx, "capped", 0, ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,14 +304,14 @@ func TestReferenceIsCappedToItsMostRecentHours(t *testing.T) {
 	}
 	// A cap past the last day's 1,440 samples reads on into the days before:
 	// 33 hours (1,980) fit under 2,000.
-	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 2000}).Report(ctx, "capped", ref, cur)
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 2000}).Report(ctx, "capped", 0, ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := base.Add(17 * time.Hour); !rep.Reference.From.Equal(want) || rep.ReferenceSamples != 1980 {
 		t.Errorf("capped at 2,000: from %s with %d samples; want from %s with 1980", rep.Reference.From, rep.ReferenceSamples, want)
 	}
-	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "capped", ref, cur)
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: -1}).Report(ctx, "capped", 0, ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +319,7 @@ func TestReferenceIsCappedToItsMostRecentHours(t *testing.T) {
 		t.Errorf("uncapped reference from %s with %d samples; want the whole window", rep.Reference.From, rep.ReferenceSamples)
 	}
 	// A cap above the window's samples keeps the whole window.
-	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 5000}).Report(ctx, "capped", ref, cur)
+	rep, err = drift.NewReader(ch, drift.ReaderConfig{MaxReference: 5000}).Report(ctx, "capped", 0, ref, cur)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 	}
 	ref := refSpan.window(refVersion, cur.From)
 	// Samples from before the endpoint existed are a deleted namesake's.
-	return s.reader.Report(ctx, endpoint, ref.Since(row.CreatedAt), cur.Since(row.CreatedAt))
+	return s.reader.Report(ctx, endpoint, row.ID, ref.Since(row.CreatedAt), cur.Since(row.CreatedAt))
 }
 
 // stableVersion is the version with the largest weight in the endpoint's

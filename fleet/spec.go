@@ -18,7 +18,7 @@ func replicaSpec(r db.ReplicaListAllRow) proto.ReplicaSpec {
 	spec := proto.ReplicaSpec{ID: r.Name, Team: r.Team, Endpoint: r.Endpoint, Model: r.Model, Version: r.Version, Task: r.Task,
 		GPUType: r.GPUType, Profile: r.Profile, Sim: json.RawMessage(r.SimProfile),
 		CPUCores: int(r.CPUCores), MemoryMB: int(r.MemoryMB),
-		VersionID: r.VersionID, Runtime: r.Runtime, Format: r.Format}
+		VersionID: r.VersionID, Runtime: r.Runtime, Format: r.Format, Token: r.Token}
 	if d, ok := artifact.ManifestDigest(r.ArtifactURI); ok {
 		spec.Manifest = d
 	}

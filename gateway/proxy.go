@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"modelplane/agent/proto"
 )
 
 // rolePlatformAdmin is the org-wide role that may call every endpoint.
@@ -290,14 +292,14 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
-	resp, err := g.send(ctx, path, u, body, c.id, r)
+	resp, err := g.send(ctx, path, u, body, c, r)
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
 			c.retried = true
 			u = next
-			resp, err = g.send(ctx, path, u, body, c.id, r)
+			resp, err = g.send(ctx, path, u, body, c, r)
 		} else {
 			u = nil
 		}
@@ -374,8 +376,9 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 }
 
-// send makes one upstream call to path.
-func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, id string, in *http.Request) (*http.Response, error) {
+// send makes one upstream call to path. Only the headers set here reach
+// the replica: none of the client's, so a client cannot set the team header.
+func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, c *call, in *http.Request) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -384,8 +387,18 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 	if a := in.Header.Get("Accept"); a != "" {
 		req.Header.Set("Accept", a)
 	}
-	req.Header.Set("X-Request-Id", id)
+	req.Header.Set("X-Request-Id", c.id)
+	upstreamHeaders(req.Header, u, c.team)
 	return g.transport.RoundTrip(req)
+}
+
+// upstreamHeaders sets what a replica believes of the gateway: its token,
+// and the calling team it keys tenant fairness on.
+func upstreamHeaders(h http.Header, u *upstream, team string) {
+	if u.token != "" {
+		h.Set(proto.ReplicaTokenHeader, u.token)
+	}
+	h.Set(proto.TeamHeader, team)
 }
 
 // dialFailed reports whether err happened while connecting, before any byte

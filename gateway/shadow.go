@@ -28,12 +28,14 @@ type mirrored struct {
 	// endpointID is the routing entry's endpoint id.
 	endpointID int64
 	team       string
-	accept     string
-	body       []byte
-	stream     bool
-	features   []string
-	sampling   float64
-	timeout    time.Duration
+	// caller is the calling team, sent in proto.TeamHeader.
+	caller   string
+	accept   string
+	body     []byte
+	stream   bool
+	features []string
+	sampling float64
+	timeout  time.Duration
 }
 
 // mirror sends the request to each shadow version of rt it is drawn for,
@@ -51,7 +53,7 @@ func (g *Gateway) mirror(k kind, c *call, rt *route, served *version, body []byt
 			g.shadowDropped.Add(1)
 			continue
 		}
-		m := &mirrored{k: k, id: c.id, endpoint: c.endpoint, endpointID: rt.src.EndpointID, team: rt.src.Team, accept: accept, body: body, stream: stream,
+		m := &mirrored{k: k, id: c.id, endpoint: c.endpoint, endpointID: rt.src.EndpointID, team: rt.src.Team, caller: c.team, accept: accept, body: body, stream: stream,
 			features: rt.src.FeatureNames, sampling: rt.src.SamplingRate, timeout: rt.timeout}
 		g.shadowWG.Add(1)
 		go func() {
@@ -97,6 +99,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 		}
 		req.Header.Set("X-Request-Id", m.id)
 		req.Header.Set(ShadowHeader, "1")
+		upstreamHeaders(req.Header, u, m.caller)
 		resp, err = g.transport.RoundTrip(req)
 	}
 	if err == nil {

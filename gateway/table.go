@@ -143,6 +143,7 @@ func (v *version) record(r *statsRecorder, o *observation) {
 type upstream struct {
 	id       string
 	addr     string
+	token    string // sent in proto.ReplicaTokenHeader
 	inFlight atomic.Int64
 	// fails counts consecutive failed calls (connect errors, 5xx);
 	// ejectedUntil is the Unix nanosecond time until which the replica is
@@ -159,7 +160,7 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	if prev != nil {
 		for _, v := range prev.versions {
 			for _, u := range v.upstreams {
-				old[u.id+"\x00"+u.addr] = u
+				old[u.id+"\x00"+u.addr+"\x00"+u.token] = u
 			}
 		}
 	}
@@ -190,9 +191,9 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 			if r.Addr == "" {
 				continue
 			}
-			u := old[r.ID+"\x00"+r.Addr]
+			u := old[r.ID+"\x00"+r.Addr+"\x00"+r.Token]
 			if u == nil {
-				u = &upstream{id: r.ID, addr: r.Addr}
+				u = &upstream{id: r.ID, addr: r.Addr, token: r.Token}
 			}
 			v.upstreams = append(v.upstreams, u)
 		}

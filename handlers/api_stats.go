@@ -36,7 +36,7 @@ func (s *Server) registerStats(api huma.API) {
 			if s.Traffic == nil {
 				return &One[StatsBody]{Body: StatsBody{Versions: []traffic.Series{}}}, nil
 			}
-			w, err := s.Traffic.Last(ctx, e.Name, in.Minutes)
+			w, err := s.Traffic.Last(ctx, e.Name, e.ID, in.Minutes)
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}

@@ -24,8 +24,13 @@ func newDriftEnv(t *testing.T) *testEnv {
 	t.Helper()
 	ch := chtest.New(t)
 	ctx := context.Background()
+	e := newTestEnvWith(t, envOptions{CH: ch})
+	var id int64
+	if err := e.pool.QueryRow(ctx, "SELECT id FROM endpoints WHERE name = 'risk-endpoint'").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
 	batch, err := ch.PrepareBatch(ctx, "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance, "+
-		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)")
+		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, endpoint_id)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +46,7 @@ func newDriftEnv(t *testing.T) *testEnv {
 			{"v2", now.Add(-time.Minute - time.Duration(i)*3*time.Second), 50 + 100*u, 0.3 + 0.4*u},
 		} {
 			if err := batch.Append(s.at, uint16(0), "risk-endpoint", "risk", s.version, fmt.Sprintf("%s-%d", s.version, i), uint32(0),
-				[]string{"amount", "age"}, []float64{s.amount, math.Mod(float64(i)*7, 60)}, []string{"", ""}, s.score, "", uint32(0), 1.0, uint64(i)); err != nil {
+				[]string{"amount", "age"}, []float64{s.amount, math.Mod(float64(i)*7, 60)}, []string{"", ""}, s.score, "", uint32(0), 1.0, uint64(i), id); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -49,7 +54,6 @@ func newDriftEnv(t *testing.T) *testEnv {
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	e := newTestEnvWith(t, envOptions{CH: ch})
 	// The samples are older than the endpoint the env just created, and
 	// drift reads none from before its endpoint existed: date it back.
 	if _, err := e.pool.Exec(ctx, `UPDATE endpoints SET created_at = now() - interval '30 days' WHERE name = 'risk-endpoint'`); err != nil {

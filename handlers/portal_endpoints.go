@@ -170,7 +170,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 		TimeoutMS: strconv.Itoa(int(e.TimeoutMS)), Batching: batchingForm(e.Batching)}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
-	props.Stats = s.statsProps(r.Context(), e.Name)
+	props.Stats = s.statsProps(r.Context(), e.Name, e.ID)
 	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
 		return web.EndpointProps{}, err
 	}

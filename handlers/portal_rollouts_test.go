@@ -25,7 +25,7 @@ import (
 // verdict.
 type noStats struct{}
 
-func (noStats) Totals(context.Context, string, time.Time, time.Time) (map[string]judge.Window, error) {
+func (noStats) Totals(context.Context, string, int64, time.Time, time.Time) (map[string]judge.Window, error) {
 	return map[string]judge.Window{}, nil
 }
 
@@ -232,7 +232,7 @@ func TestBrowserRolloutApproval(t *testing.T) {
 // fixedStats serves the same windows every time.
 type fixedStats map[string]judge.Window
 
-func (f fixedStats) Totals(context.Context, string, time.Time, time.Time) (map[string]judge.Window, error) {
+func (f fixedStats) Totals(context.Context, string, int64, time.Time, time.Time) (map[string]judge.Window, error) {
 	return f, nil
 }
 
@@ -306,7 +306,7 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 // fixedDrift measures the same drift every time.
 type fixedDrift struct{ d judge.Drift }
 
-func (f *fixedDrift) Drift(context.Context, string, string, string, time.Time, time.Time) (*judge.Drift, error) {
+func (f *fixedDrift) Drift(context.Context, string, int64, string, string, time.Time, time.Time) (*judge.Drift, error) {
 	d := f.d
 	return &d, nil
 }

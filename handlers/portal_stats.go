@@ -21,13 +21,13 @@ const statsUnavailable = "traffic statistics unavailable"
 // statsProps fills the live traffic section of an endpoint the caller has
 // already been scoped to. A failed read is logged and shown as unavailable
 // rather than failing the page, which polls every 5 s.
-func (s *Server) statsProps(ctx context.Context, endpoint string) web.StatsProps {
+func (s *Server) statsProps(ctx context.Context, endpoint string, endpointID int64) web.StatsProps {
 	p := web.StatsProps{Endpoint: endpoint, Minutes: statsMinutes}
 	if s.Traffic == nil {
 		p.Unavailable = statsUnavailable
 		return p
 	}
-	w, err := s.Traffic.Last(ctx, endpoint, statsMinutes)
+	w, err := s.Traffic.Last(ctx, endpoint, endpointID, statsMinutes)
 	if err != nil {
 		s.Log.ErrorContext(ctx, "read traffic statistics", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
 		p.Unavailable = statsUnavailable
@@ -74,5 +74,5 @@ func (s *Server) portalEndpointStats(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, web.StatsSection(s.statsProps(r.Context(), e.Name)))
+	s.render(w, r, http.StatusOK, web.StatsSection(s.statsProps(r.Context(), e.Name, e.ID)))
 }

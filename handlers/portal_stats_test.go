@@ -21,9 +21,14 @@ func newStatsEnv(t *testing.T) *testEnv {
 	t.Helper()
 	ch := chtest.New(t)
 	ctx := context.Background()
+	e := newTestEnvWith(t, envOptions{CH: ch})
+	var id int64
+	if err := e.pool.QueryRow(ctx, "SELECT id FROM endpoints WHERE name = 'risk-endpoint'").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
 	batch, err := ch.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
 		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
-		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq)")
+		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, endpoint_id)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +48,14 @@ func newStatsEnv(t *testing.T) *testEnv {
 	} {
 		if err := batch.Append(at, uint16(0), at.Add(5*time.Second), uint16(0), "gw-1", "risk-endpoint", "risk", v.version,
 			v.requests, uint64(0), v.errs, uint64(0), uint64(0), uint64(0), hist(v.requests, 10), float64(0),
-			v.streams, v.ttft, float64(0), v.tpot, float64(0), uint64(0), v.version, uint64(i)); err != nil {
+			v.streams, v.ttft, float64(0), v.tpot, float64(0), uint64(0), v.version, uint64(i), id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	return newTestEnvWith(t, envOptions{CH: ch})
+	return e
 }
 
 func TestPortalStats(t *testing.T) {

@@ -108,7 +108,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // TrafficReader reads an endpoint's per-version request statistics by
 // name; handlers scope the endpoint to the caller's team before asking.
 type TrafficReader interface {
-	Last(ctx context.Context, endpoint string, minutes int) (traffic.Window, error)
+	Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (traffic.Window, error)
 }
 
 // DevUser is a demo identity offered on the sign-in page.

@@ -71,13 +71,25 @@ func (s *Store) Abort(ctx context.Context, owner, key string) error {
 	return db.New(s.pool).IdempotencyAbort(ctx, db.IdempotencyAbortParams{Principal: owner, Key: key})
 }
 
-// Sweep deletes the records created before before and returns how many.
+// SweepBatch bounds the records one statement of Sweep deletes.
+const SweepBatch = 1000
+
+// Sweep deletes the records created before before, SweepBatch at a time
+// (each batch its own statement, so no delete locks or logs a whole day of
+// records at once), and returns how many. It stops when a batch comes back
+// short or ctx ends.
 func (s *Store) Sweep(ctx context.Context, before time.Time) (int64, error) {
-	n, err := db.New(s.pool).IdempotencyDeleteOld(ctx, before)
-	if err != nil {
-		return 0, fmt.Errorf("sweep idempotency keys: %w", err)
+	var total int64
+	for {
+		n, err := db.New(s.pool).IdempotencyDeleteOld(ctx, db.IdempotencyDeleteOldParams{Before: before, BatchSize: SweepBatch})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("sweep idempotency keys: %w", err)
+		}
+		if n < SweepBatch {
+			return total, nil
+		}
 	}
-	return n, nil
 }
 
 // Retention is how long an Idempotency-Key record is kept: a retry later

@@ -75,3 +75,27 @@ func TestSweep(t *testing.T) {
 		t.Errorf("Get after Sweep: err = %v, want ErrNotFound", err)
 	}
 }
+
+// TestSweepInBatches: more expired records than one batch holds are all
+// removed, SweepBatch per statement, and the records still in force stay.
+func TestSweepInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.New(t)
+	s := idempotency.New(pool)
+	const old = 2*idempotency.SweepBatch + 500
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (principal, key, request_hash, status, content_type, body, created_at)
+		SELECT 'session:ann', 'old-' || i, '', 200, 'application/json', '', now() - interval '2 days' FROM generate_series(1, $1::int) i`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Begin(ctx, "session:ann", "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx, time.Now().Add(-idempotency.Retention)); err != nil || n != old {
+		t.Fatalf("Sweep = %d, %v; want all %d expired records", n, err, old)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM idempotency_keys").Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d records left (%v); want only the fresh one", left, err)
+	}
+}

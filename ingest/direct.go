@@ -24,19 +24,21 @@ const directChunk = 1000
 // StoreUsage prices batches at prices and inserts them into gpu_usage, as
 // the usage consumer does, and returns the rows written. Unlike the
 // consumer it does not look for rows stored already: the caller loads
-// each batch once. The insert is tagged as this package's write, so a
+// each batch once. Nor does it attribute rows by allocation intervals:
+// its caller is the platform itself writing history it made up, whose
+// labels are its own, never an agent's. The insert is tagged as this package's write, so a
 // concurrent RepairRollup waits for it instead of counting it twice.
 func StoreUsage(ctx context.Context, ch driver.Conn, prices Pricer, batches []proto.UsageBatch) (int, error) {
 	if prices == nil {
 		return 0, errors.New("store usage: no rate table")
 	}
-	ptrs := make([]*proto.UsageBatch, 0, len(batches))
+	ptrs := make([]*heldBatch, 0, len(batches))
 	for i := range batches {
 		b := &batches[i]
 		if err := checkBatch(proto.UsageSubject(b.Node), b); err != nil {
 			return 0, fmt.Errorf("store usage: batch %q: %w", b.ID, err)
 		}
-		ptrs = append(ptrs, b)
+		ptrs = append(ptrs, &heldBatch{batch: *b})
 	}
 	u := &Usage{cfg: UsageConfig{CH: ch}, log: slog.New(slog.DiscardHandler)}
 	cols, _, _, _ := u.columns(prices, ptrs, nil)

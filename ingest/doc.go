@@ -35,6 +35,17 @@
 // concurrent inserts never race on one batch; the same single consumer
 // keeps two repairs of one database from running at once.
 //
+// Usage believes an agent about its own node's measurements (utilisation,
+// memory, requests) but not about whom a second bills: each record is
+// attributed by the control plane's allocation interval that covers its
+// slot (a CPU replica's cores) at its second, which gives the team,
+// endpoint, model, version, GPU type and profile; the agent's labels are
+// overwritten, and a record no interval covers, or whose slot another
+// replica held, is dropped and counted, never billed. The intervals are
+// cached (allocations.go) and read again, incrementally, only when a
+// decision depends on a change the cache may not have seen yet.
+//
 // ingest never writes PostgreSQL and holds no business rules beyond pricing
-// a second; rates come from the caller (package billing).
+// and attributing a second; rates and allocation intervals come from the
+// caller (package billing).
 package ingest

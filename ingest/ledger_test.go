@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -78,14 +79,26 @@ type rowWant struct{ requests, rate uint64 }
 // ledger is the exactly-once bookkeeping of a test: every row attempted
 // (handed to JetStream), every row whose publish JetStream acknowledged,
 // checked against what ClickHouse stored.
+// It is also the control plane's record of allocations for the consumer
+// (loadAllocations): a synthetic fleet is never placed, so each slot a
+// record meters is taken as allocated, from the epoch on, to the replica
+// and labels of the first record that names it. The attribution tests
+// (attribution_test.go) place real replicas in PostgreSQL instead.
 type ledger struct {
 	mu        sync.Mutex
 	attempted map[rowKey]rowWant
 	acked     map[rowKey]bool
+	slots     map[allocKey]bool
+	allocs    []ingest.Allocation
+}
+
+type allocKey struct {
+	node, replica string
+	gpu, slice    int
 }
 
 func newLedger() *ledger {
-	return &ledger{attempted: make(map[rowKey]rowWant), acked: make(map[rowKey]bool)}
+	return &ledger{attempted: make(map[rowKey]rowWant), acked: make(map[rowKey]bool), slots: make(map[allocKey]bool)}
 }
 
 func (l *ledger) attempt(b proto.UsageBatch) {
@@ -94,7 +107,27 @@ func (l *ledger) attempt(b proto.UsageBatch) {
 	for i, r := range b.Records {
 		rate, _ := rates.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
 		l.attempted[rowKey{b.ID, uint32(i)}] = rowWant{requests: uint64(r.Requests), rate: uint64(rate)}
+		k := allocKey{node: r.Node, replica: r.Replica, gpu: r.GPU, slice: r.Slice}
+		a := ingest.Allocation{Node: r.Node, Replica: r.Replica, GPU: r.GPU, Slice: r.Slice, Team: r.Team, Endpoint: r.Endpoint,
+			Model: r.Model, Version: r.Version, GPUType: r.GPUType, Profile: r.Profile, From: time.Unix(0, 0)}
+		if r.GPUType == proto.CPUType {
+			// A CPU replica is one interval holding every core it meters.
+			k.gpu, k.slice, a.GPU, a.Slice, a.CPUCores = 0, 0, 0, 0, 1<<16
+		}
+		if !l.slots[k] {
+			l.slots[k] = true
+			a.ID = int64(len(l.allocs) + 1)
+			l.allocs = append(l.allocs, a)
+		}
 	}
+}
+
+// loadAllocations is the consumer's ingest.LoadAllocations over the
+// ledger's slots; the cursor is how many it has read.
+func (l *ledger) loadAllocations(_ context.Context, cursor int64, _ time.Time) ([]ingest.Allocation, int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.allocs[cursor:]), int64(len(l.allocs)), nil
 }
 
 func (l *ledger) ack(b proto.UsageBatch) {
@@ -304,7 +337,7 @@ func (e *env) publishLoad(js jetstream.JetStream, nodes, gpus int, tick time.Dur
 // retries so that the failure paths run often in a short test.
 func (e *env) usageConfig(t *testing.T, js jetstream.JetStream) ingest.UsageConfig {
 	return ingest.UsageConfig{
-		JS: js, CH: e.ch, LoadRates: loadTestRates, Log: testLog(t),
+		JS: js, CH: e.ch, LoadRates: loadTestRates, LoadAllocations: e.l.loadAllocations, Log: testLog(t),
 		BatchRows: 2_000, FlushInterval: 50 * time.Millisecond, AckWait: 5 * time.Second,
 		NakDelay: 100 * time.Millisecond, MaxNakDelay: time.Second, Timeout: 5 * time.Second,
 	}

@@ -24,8 +24,8 @@ type Pricer interface {
 	At(gpuType, profile string, t time.Time) (uusdPerHour int64, ok bool)
 }
 
-// UsageConfig configures the usage consumer. JS, CH and LoadRates are
-// required; a zero value of any other field takes the default its comment
+// UsageConfig configures the usage consumer. JS, CH, LoadRates and
+// LoadAllocations are required; a zero value of any other field takes the default its comment
 // names.
 type UsageConfig struct {
 	JS jetstream.JetStream
@@ -34,7 +34,17 @@ type UsageConfig struct {
 	// is consumed (nothing is consumed until it succeeds, so no second is
 	// ever priced without a table) and then every RateRefresh.
 	LoadRates func(ctx context.Context) (Pricer, error)
-	Log       *slog.Logger
+	// LoadAllocations reads the control plane's allocation intervals, by
+	// which every second is attributed (billing.LoadAllocations). A
+	// record's team, endpoint, model, version, GPU type and profile come
+	// from its interval, never from the agent; a record no interval of its
+	// replica covers is dropped and counted.
+	LoadAllocations LoadAllocations
+	// AllocationHorizon is how long an ended interval is kept in memory;
+	// default DefaultAllocationHorizon. Usage older than that is dropped
+	// as unallocated.
+	AllocationHorizon time.Duration
+	Log               *slog.Logger
 	// Metrics, when set, gets the consumer's counters and lag gauge.
 	Metrics prometheus.Registerer
 	// Now is the clock lag is measured with; default time.Now.
@@ -114,6 +124,8 @@ type Usage struct {
 	rates  atomic.Value // rateTable
 	warned sync.Map     // "type/profile" → struct{}: unpriced, logged once
 
+	allocs *allocCache
+
 	db     atomic.Pointer[string] // ClickHouse database, once known; tags inserts
 	repair rollupPending
 
@@ -133,6 +145,7 @@ type rateTable struct{ Pricer }
 type usageCounters struct {
 	rows, dupRows, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
 	rollupRepairs, rollupKeys                                            atomic.Uint64
+	dropped                                                              [dropReasons]atomic.Uint64
 	lagNanos                                                             atomic.Int64
 }
 
@@ -154,9 +167,16 @@ type UsageStats struct {
 	// UnpricedRows is the number of rows stored at price 0 because no rate
 	// was in force for their GPU type and profile.
 	UnpricedRows uint64
-	// InsertFailures is the number of gathered sets that ClickHouse refused
-	// (each set's messages are redelivered later).
+	// InsertFailures is the number of gathered sets that ClickHouse (or,
+	// when their attribution needed it, PostgreSQL) refused (each set's
+	// messages are redelivered later).
 	InsertFailures uint64
+	// UnallocatedRows is the number of rows dropped, not billed, because
+	// no allocation interval of their replica covers their slot (or core)
+	// at their second; ForeignRows those whose slot another replica held
+	// then. A redelivered message counts its rows again.
+	UnallocatedRows uint64
+	ForeignRows     uint64
 	// RollupRepairs is the number of rollup repairs that found keys short
 	// and inserted their difference; RollupKeysRepaired counts the keys.
 	RollupRepairs      uint64
@@ -173,8 +193,8 @@ type UsageStats struct {
 // NewUsage checks cfg, fills defaults and registers metrics. It starts
 // nothing; call Start.
 func NewUsage(cfg UsageConfig) (*Usage, error) {
-	if cfg.JS == nil || cfg.CH == nil || cfg.LoadRates == nil {
-		return nil, errors.New("usage consumer: JS, CH and LoadRates are required")
+	if cfg.JS == nil || cfg.CH == nil || cfg.LoadRates == nil || cfg.LoadAllocations == nil {
+		return nil, errors.New("usage consumer: JS, CH, LoadRates and LoadAllocations are required")
 	}
 	def := func(v *int, d int) {
 		if *v <= 0 {
@@ -210,7 +230,9 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	defDur(&cfg.RateRefresh, time.Minute)
 	defDur(&cfg.Timeout, 30*time.Second)
 	defDur(&cfg.RepairInterval, 30*time.Second)
+	defDur(&cfg.AllocationHorizon, DefaultAllocationHorizon)
 	u := &Usage{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
+	u.allocs = newAllocCache(cfg.LoadAllocations, cfg.AllocationHorizon, cfg.Now)
 	u.repair.wake = make(chan struct{}, 1)
 	if cfg.Metrics != nil {
 		if err := u.register(cfg.Metrics); err != nil {
@@ -231,6 +253,12 @@ func (u *Usage) register(r prometheus.Registerer) error {
 		counter("mp_ingest_usage_batches_total", "Usage messages stored and acked.", &s.batches),
 		counter("mp_ingest_usage_poison_total", "Usage messages terminated because they do not decode or bill another node than their subject's.", &s.poison),
 		counter("mp_ingest_usage_unpriced_rows_total", "Usage rows stored at price 0 for want of a rate.", &s.unpriced),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mp_ingest_usage_unattributed_rows_total",
+			Help:        "Usage rows dropped, never billed, because no allocation interval of the control plane covers them.",
+			ConstLabels: prometheus.Labels{"reason": "unallocated"}}, func() float64 { return float64(s.dropped[dropUnallocated].Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mp_ingest_usage_unattributed_rows_total",
+			Help:        "Usage rows dropped, never billed, because no allocation interval of the control plane covers them.",
+			ConstLabels: prometheus.Labels{"reason": "foreign"}}, func() float64 { return float64(s.dropped[dropForeign].Load()) }),
 		counter("mp_ingest_usage_insert_failures_total", "Usage inserts ClickHouse refused; their messages are redelivered.", &s.insertFailures),
 		counter("mp_ingest_usage_rollup_repairs_total", "Repairs that inserted into the hourly rollup what a failed insert left out of it.", &s.rollupRepairs),
 		counter("mp_ingest_usage_rollup_keys_repaired_total", "Hourly rollup keys a repair inserted a difference for.", &s.rollupKeys),
@@ -257,6 +285,7 @@ func (u *Usage) Stats() UsageStats {
 	return UsageStats{
 		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
 		Poison: s.poison.Load(), UnpricedRows: s.unpriced.Load(), InsertFailures: s.insertFailures.Load(),
+		UnallocatedRows: s.dropped[dropUnallocated].Load(), ForeignRows: s.dropped[dropForeign].Load(),
 		RollupRepairs: s.rollupRepairs.Load(), RollupKeysRepaired: s.rollupKeys.Load(), RollupRepairPending: u.repair.pending(),
 		Lag: time.Duration(s.lagNanos.Load()),
 	}

@@ -17,8 +17,20 @@ import (
 
 // heldBatch is a decoded message a worker holds until it is stored.
 type heldBatch struct {
-	msg   jetstream.Msg
-	batch proto.UsageBatch
+	msg      jetstream.Msg
+	batch    proto.UsageBatch
+	received time.Time
+	// rowIdx is, once attribution dropped records, the index in the
+	// message of each record kept; nil while Records is the whole message.
+	rowIdx []uint32
+}
+
+// idx is the row_idx of the i-th kept record.
+func (h *heldBatch) idx(i int) uint32 {
+	if h.rowIdx == nil {
+		return uint32(i)
+	}
+	return h.rowIdx[i]
 }
 
 // decode parses and checks one message. A message that cannot be stored
@@ -30,7 +42,7 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 		err = checkBatch(msg.Subject(), &b)
 	}
 	if err == nil {
-		return heldBatch{msg: msg, batch: b}, true
+		return heldBatch{msg: msg, batch: b, received: u.cfg.Now()}, true
 	}
 	u.stats.poison.Add(1)
 	var seq uint64
@@ -90,7 +102,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	// redelivery, or a replay JetStream no longer recognised as a
 	// duplicate) are acked with it.
 	seen := make(map[batchKey]bool, len(held))
-	uniq := make([]*proto.UsageBatch, 0, len(held))
+	uniq := make([]*heldBatch, 0, len(held))
 	var dupBatches, dupRows uint64
 	for i := range held {
 		b := &held[i].batch
@@ -100,7 +112,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 			continue
 		}
 		seen[keyOf(b)] = true
-		uniq = append(uniq, b)
+		uniq = append(uniq, &held[i])
 	}
 	prices := u.pricer()
 	if prices == nil {
@@ -109,6 +121,11 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
 	defer cancel()
+	dropped, err := u.attribute(ctx, uniq)
+	if err != nil {
+		u.retry(held)
+		return fmt.Errorf("read allocations: %w", err)
+	}
 	stored, err := u.storedRows(ctx, uniq)
 	if err != nil {
 		u.retry(held)
@@ -121,8 +138,8 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	}
 	cols, ids, skipped, newest := u.columns(prices, uniq, stored)
 	dupRows += skipped
-	for _, b := range uniq {
-		if s, ok := stored[keyOf(b)]; ok && s.count >= uint64(len(b.Records)) {
+	for _, h := range uniq {
+		if s, ok := stored[keyOf(&h.batch)]; ok && s.count >= uint64(len(h.batch.Records)) {
 			dupBatches++
 		}
 	}
@@ -155,6 +172,9 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	u.stats.batches.Add(uint64(len(held)))
 	u.stats.dupBatches.Add(dupBatches)
 	u.stats.dupRows.Add(dupRows)
+	for reason, n := range dropped {
+		u.stats.dropped[reason].Add(n)
+	}
 	u.repair.poke()
 	return nil
 }
@@ -197,7 +217,7 @@ const storedChunk = 1000
 // names the nodes and the time range the batches cover, which is the
 // table's sort key, so ClickHouse reads only the granules those batches
 // could be in instead of scanning batch_id across the table.
-func (u *Usage) storedRows(ctx context.Context, batches []*proto.UsageBatch) (map[batchKey]storedBatch, error) {
+func (u *Usage) storedRows(ctx context.Context, batches []*heldBatch) (map[batchKey]storedBatch, error) {
 	stored := make(map[batchKey]storedBatch)
 	for len(batches) > 0 {
 		chunk := batches[:min(storedChunk, len(batches))]
@@ -295,10 +315,11 @@ type filter struct {
 	size     map[batchKey]int
 }
 
-func newFilter(batches []*proto.UsageBatch) filter {
+func newFilter(batches []*heldBatch) filter {
 	f := filter{from: math.MaxInt64, size: make(map[batchKey]int, len(batches))}
 	nodes := make(map[string]bool)
-	for _, b := range batches {
+	for _, h := range batches {
+		b := &h.batch
 		if len(b.Records) == 0 {
 			continue
 		}
@@ -341,10 +362,10 @@ func (c *usageColumns) list() []any {
 // columns prices the rows not yet stored and lays them out by column. It
 // returns the ids of the batches with rows to insert, the number of rows
 // skipped as stored, and the newest second among the rows.
-func (u *Usage) columns(prices Pricer, batches []*proto.UsageBatch, stored map[batchKey]storedBatch) (c usageColumns, ids []string, skipped uint64, newest int64) {
+func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[batchKey]storedBatch) (c usageColumns, ids []string, skipped uint64, newest int64) {
 	n := 0
-	for _, b := range batches {
-		n += len(b.Records)
+	for _, h := range batches {
+		n += len(h.batch.Records)
 	}
 	c = usageColumns{
 		ts: make([]int64, 0, n), node: make([]string, 0, n), gpu: make([]uint16, 0, n), slice: make([]uint16, 0, n),
@@ -354,7 +375,8 @@ func (u *Usage) columns(prices Pricer, batches []*proto.UsageBatch, stored map[b
 		rowIdx: make([]uint32, 0, n),
 	}
 	var unpriced uint64
-	for _, b := range batches {
+	for _, h := range batches {
+		b := &h.batch
 		s, ok := stored[keyOf(b)]
 		if ok && s.count >= uint64(len(b.Records)) {
 			skipped += uint64(len(b.Records))
@@ -362,7 +384,8 @@ func (u *Usage) columns(prices Pricer, batches []*proto.UsageBatch, stored map[b
 		}
 		added := false
 		for i, r := range b.Records {
-			if s.rows[uint32(i)] {
+			idx := h.idx(i)
+			if s.rows[idx] {
 				skipped++
 				continue
 			}
@@ -387,7 +410,7 @@ func (u *Usage) columns(prices Pricer, batches []*proto.UsageBatch, stored map[b
 			c.requests = append(c.requests, uint64(r.Requests))
 			c.rate = append(c.rate, uint64(max(rate, 0)))
 			c.batchID = append(c.batchID, b.ID)
-			c.rowIdx = append(c.rowIdx, uint32(i))
+			c.rowIdx = append(c.rowIdx, idx)
 			newest = max(newest, r.Time)
 			added = true
 		}

@@ -14,4 +14,9 @@ WHERE principal = @principal AND key = @key;
 DELETE FROM idempotency_keys WHERE principal = @principal AND key = @key AND status = 0;
 
 -- name: IdempotencyDeleteOld :execrows
-DELETE FROM idempotency_keys WHERE created_at < @before;
+-- At most @batch_size of the records created before @before: the sweep
+-- repeats it, so that no one statement holds locks on, or writes WAL for,
+-- a whole day's records at once. Rows another sweep holds are skipped.
+DELETE FROM idempotency_keys
+WHERE (principal, key) IN (SELECT i.principal, i.key FROM idempotency_keys i WHERE i.created_at < @before
+                           ORDER BY i.created_at LIMIT @batch_size::int FOR UPDATE SKIP LOCKED);

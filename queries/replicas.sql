@@ -1,5 +1,5 @@
 -- name: ReplicaListAll :many
-SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb,
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb, r.token,
        t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
        v.runtime, v.format, v.artifact_uri, m.feature_names, v.serving,
        e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms,
@@ -16,13 +16,13 @@ ORDER BY r.id;
 
 -- name: ReplicaListReadyForRoutes :many
 -- The replicas a gateway may send requests to, for package route.
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE state = 'ready' AND addr <> ''
 ORDER BY endpoint_id, version_id, id;
 
 -- name: ReplicaListReadyForRoute :many
 -- ReplicaListReadyForRoutes for one endpoint, with the same columns.
-SELECT endpoint_id, version_id, name, addr FROM replicas
+SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE endpoint_id = @endpoint_id AND state = 'ready' AND addr <> ''
 ORDER BY version_id, id;
 

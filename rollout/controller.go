@@ -15,10 +15,10 @@ import (
 	"modelplane/service"
 )
 
-// StatsReader reads each version's request statistics of an endpoint over
-// [from, to); package traffic's Reader.Totals is one.
+// StatsReader reads each version's request statistics of an endpoint (by
+// name and id) over [from, to); package traffic's Reader.Totals is one.
 type StatsReader interface {
-	Totals(ctx context.Context, endpoint string, from, to time.Time) (map[string]judge.Window, error)
+	Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error)
 }
 
 // ControllerConfig configures a Controller.
@@ -129,7 +129,7 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 		from = *r.StepStartedAt
 	}
 	w := Windows{From: from, To: now}
-	totals, err := c.cfg.Stats.Totals(ctx, r.Endpoint, from, now)
+	totals, err := c.cfg.Stats.Totals(ctx, r.Endpoint, r.EndpointID, from, now)
 	if err != nil {
 		// Missing data never advances; nor does it roll back.
 		return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics unavailable: " + err.Error(), Checks: []judge.Check{}}}
@@ -143,7 +143,7 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 		// keep it far longer than any rollback window.
 		switchAt := *r.StepStartedAt
 		window := time.Duration(r.EvaluationWindowSeconds * float64(time.Second))
-		before, err := c.cfg.Stats.Totals(ctx, r.Endpoint, switchAt.Add(-window), switchAt)
+		before, err := c.cfg.Stats.Totals(ctx, r.Endpoint, r.EndpointID, switchAt.Add(-window), switchAt)
 		if err != nil {
 			return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics before the switch unavailable: " + err.Error(), Checks: []judge.Check{}}}
 		}
@@ -155,7 +155,7 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	// request statistics do, and a drift verdict on a window whose latency
 	// and errors were not judged would roll back on half the evidence.
 	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && in.Candidate.Requests >= r.Criteria.MinRequests {
-		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.ToVersion, r.FromVersion, from, now)
+		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.EndpointID, r.ToVersion, r.FromVersion, from, now)
 		if err != nil {
 			// Unmeasured drift holds (the judge's "drift not measured"),
 			// never rolls back.

@@ -64,10 +64,14 @@ func (p profile) draw(r *rand.Rand) (float64, string) {
 
 // sampleSeconds inserts perSecond samples of version drawn from p for
 // every second of [from, to) into prediction_samples, as the ingest would.
-func sampleSeconds(t *testing.T, ch driver.Conn, version string, p profile, seed uint64, from, to time.Time, perSecond int) {
+func (f *fixture) sampleSeconds(t *testing.T, ch driver.Conn, version string, p profile, seed uint64, from, to time.Time, perSecond int) {
 	t.Helper()
+	var id int64
+	if err := f.pool.QueryRow(t.Context(), "SELECT id FROM endpoints WHERE name = 'fraud-scoring'").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
 	batch, err := ch.PrepareBatch(t.Context(), "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, request_id, instance, "+
-		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq)")
+		"feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, endpoint_id)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +81,7 @@ func sampleSeconds(t *testing.T, ch driver.Conn, version string, p profile, seed
 		for range perSecond {
 			score, label := p.draw(r)
 			if err := batch.Append(at, uint16(0), "fraud-scoring", "risk", version, fmt.Sprintf("%s-%d", version, i), uint32(0),
-				[]string{}, []float64{}, []string{}, score, label, uint32(0), 8.0, uint64(i)); err != nil {
+				[]string{}, []float64{}, []string{}, score, label, uint32(0), 8.0, uint64(i), id); err != nil {
 				t.Fatal(err)
 			}
 			i++
@@ -122,8 +126,8 @@ func TestDriftGateHealthyTwinNeverTrips(t *testing.T) {
 			start := f.clock.Now()
 			// Ten minutes of samples, 30 a second per side: 300 per side
 			// in the first 10-second evaluation.
-			sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(10*time.Minute), 30)
-			sampleSeconds(t, ch, "v2", tc.candidate, 2, start, start.Add(10*time.Minute), 30)
+			f.sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(10*time.Minute), 30)
+			f.sampleSeconds(t, ch, "v2", tc.candidate, 2, start, start.Add(10*time.Minute), 30)
 			r := f.canary(t)
 			if !r.Criteria.Drift {
 				t.Fatalf("criteria %+v; want the drift gate on by default for a classifier whose endpoint samples", r.Criteria)
@@ -238,8 +242,8 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 		ch := chtest.New(t)
 		f.gated(t, ch)
 		start := f.clock.Now()
-		sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
-		sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
+		f.sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
+		f.sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
 		f.stats.set("v1", window(500, 0, 10))
 		f.stats.set("v2", window(50, 0, 10)) // below min_requests (100)
 		r := f.canary(t)
@@ -269,8 +273,8 @@ func TestDriftGateWaitsForRequestsAndShadowAgreement(t *testing.T) {
 		ch := chtest.New(t)
 		f.gated(t, ch)
 		start := f.clock.Now()
-		sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
-		sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
+		f.sampleSeconds(t, ch, "v1", v23, 1, start, start.Add(2*time.Minute), 30)
+		f.sampleSeconds(t, ch, "v2", v24, 2, start, start.Add(2*time.Minute), 30)
 		f.stats.set("v1", window(500, 0, 10))
 		f.stats.set("v2", window(500, 0, 10))
 		off := false

@@ -63,7 +63,7 @@ func (s *stats) set(version string, w judge.Window) {
 	s.w[version] = w
 }
 
-func (s *stats) Totals(_ context.Context, _ string, from, to time.Time) (map[string]judge.Window, error) {
+func (s *stats) Totals(_ context.Context, _ string, _ int64, from, to time.Time) (map[string]judge.Window, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {

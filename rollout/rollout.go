@@ -230,7 +230,7 @@ func (e *ConflictError) Is(target error) bool { return target == db.ErrConflict 
 // off by default (a rollout that turns it on holds with "drift not
 // measured").
 type DriftMeasurer interface {
-	Drift(ctx context.Context, endpoint, candidate, incumbent string, from, to time.Time) (*judge.Drift, error)
+	Drift(ctx context.Context, endpoint string, endpointID int64, candidate, incumbent string, from, to time.Time) (*judge.Drift, error)
 }
 
 // Service is the rollout API for people.

@@ -181,7 +181,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	replicas := map[versionKey][]proto.RouteReplica{}
 	for _, r := range ready {
 		k := versionKey{r.EndpointID, r.VersionID}
-		replicas[k] = append(replicas[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr})
+		replicas[k] = append(replicas[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr, Token: r.Token})
 	}
 	experiments := map[int64]*proto.RouteExperiment{}
 	for _, a := range arms {

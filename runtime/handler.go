@@ -2,15 +2,18 @@ package runtime
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"modelplane/agent/proto"
 	"modelplane/runtime/batch"
 	"modelplane/runtime/model"
 )
@@ -26,6 +29,12 @@ const statusClientGone = 499
 //	POST /predict                               the platform's shape (predict.go)
 //	GET  /v2/stats                              what the agent observes
 //	GET  /metrics                               Triton's nv_inference_* metrics
+//
+// With Options.Token set, only the probes the agent makes (health,
+// readiness, /v2/stats, /metrics: counts, no model or tenant data) answer
+// without the token; everything else wants it in proto.ReplicaTokenHeader
+// and answers 401 without it, so that nobody who reaches the port skips
+// the gateway's authentication, limits and billing.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -40,7 +49,32 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such route on this runtime")
 	})
-	return mux
+	if s.opt.Token == "" {
+		return mux
+	}
+	want := []byte(s.opt.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+			writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// probe reports whether r is one of the agent's probes, which need no
+// token: the agent does not hold the gateways' view of the replica, and
+// nothing they answer is a model's or a tenant's.
+func probe(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	switch p := r.URL.Path; p {
+	case "/v2/health/live", "/v2/health/ready", "/v2/stats", "/metrics":
+		return true
+	default:
+		return strings.HasPrefix(p, "/v2/models/") && strings.HasSuffix(p, "/ready") && strings.Count(p, "/") == 4
+	}
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {

@@ -33,6 +33,10 @@ const (
 type Options struct {
 	// ReplicaID is reported on /v2/stats, where the agent checks it.
 	ReplicaID string
+	// Token, when set, is the replica's token: every request but the
+	// agent's probes must carry it in proto.ReplicaTokenHeader, or is
+	// answered 401 (see Handler).
+	Token string
 	// MaxBodyBytes bounds a request body; MaxInstances the instances (or
 	// V2 rows) of one request.
 	MaxBodyBytes int64

@@ -29,7 +29,7 @@ func TestTotalsSkipPinned(t *testing.T) {
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "fraud", from, to)
+	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "fraud", 0, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

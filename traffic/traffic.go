@@ -76,10 +76,12 @@ type Window struct {
 }
 
 // Read returns the series of endpoint over the steps × step ending now,
-// aligned to step. Errors counted are upstream, timeout and shed failures
+// aligned to step. Only rows of the endpoint's id count: an endpoint
+// deleted and created again under the same name (perhaps by another team)
+// never shows the old one's statistics, even before retention purges them. Errors counted are upstream, timeout and shed failures
 // (a client's bad request is not the endpoint's error); the rate divides
 // them by requests.
-func (r *Reader) Read(ctx context.Context, endpoint string, steps int, step time.Duration) (Window, error) {
+func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, steps int, step time.Duration) (Window, error) {
 	if steps <= 0 || steps > MaxSteps || step < time.Second {
 		return Window{}, fmt.Errorf("%w: %d steps of %s", ErrWindow, steps, step)
 	}
@@ -89,8 +91,8 @@ func (r *Reader) Read(ctx context.Context, endpoint string, steps int, step time
 	defer cancel()
 	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
 		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, ttft_buckets, tpot_buckets
-		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ?`,
-		endpoint, from.Add(-time.Second), end.Add(time.Second))
+		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ?`,
+		endpoint, endpointID, from.Add(-time.Second), end.Add(time.Second))
 	if err != nil {
 		return Window{}, fmt.Errorf("read traffic: %w", err)
 	}
@@ -184,21 +186,21 @@ const MaxMinutes = MaxSteps
 // Last reads the last minutes of endpoint: in 10-second steps up to ten
 // minutes, so a live chart moves, and in one-minute steps beyond, so a
 // chart never has more than MaxSteps points.
-func (r *Reader) Last(ctx context.Context, endpoint string, minutes int) (Window, error) {
+func (r *Reader) Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (Window, error) {
 	if minutes <= 0 || minutes > MaxMinutes {
 		return Window{}, fmt.Errorf("%w: %d minutes", ErrWindow, minutes)
 	}
 	if minutes <= 10 {
-		return r.Read(ctx, endpoint, minutes*6, 10*time.Second)
+		return r.Read(ctx, endpoint, endpointID, minutes*6, 10*time.Second)
 	}
-	return r.Read(ctx, endpoint, minutes, time.Minute)
+	return r.Read(ctx, endpoint, endpointID, minutes, time.Minute)
 }
 
 // Totals sums each version's request statistics of endpoint over windows
 // starting in [from, to): what a rollout's judge compares. Errors are
 // upstream, timeout and shed failures, as Read counts them; histograms are
 // over proto.LatencyBoundsUS (nil when the version recorded none).
-func (r *Reader) Totals(ctx context.Context, endpoint string, from, to time.Time) (map[string]judge.Window, error) {
+func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrWindow, from, to)
 	}
@@ -206,8 +208,8 @@ func (r *Reader) Totals(ctx context.Context, endpoint string, from, to time.Time
 	defer cancel()
 	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
 		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, tpot_buckets
-		FROM request_stats WHERE endpoint = ? AND window_start >= ? AND window_start < ? AND pinned = 0`,
-		endpoint, from.Add(-time.Second), to.Add(time.Second))
+		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ? AND pinned = 0`,
+		endpoint, endpointID, from.Add(-time.Second), to.Add(time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("read totals: %w", err)
 	}

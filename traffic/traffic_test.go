@@ -89,7 +89,7 @@ func TestRead(t *testing.T) {
 		row{at: from, endpoint: "chat", version: "v1", requests: 1000, lat: hist(1000, 0)},
 	)
 	r := traffic.NewReader(ch, func() time.Time { return now })
-	w, err := r.Read(t.Context(), "fraud", 3, step)
+	w, err := r.Read(t.Context(), "fraud", 0, 3, step)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestReadRefusesBadWindow(t *testing.T) {
 	t.Parallel()
 	r := traffic.NewReader(nil, nil)
 	for _, steps := range []int{0, -1, traffic.MaxSteps + 1} {
-		if _, err := r.Read(t.Context(), "fraud", steps, time.Minute); err == nil {
+		if _, err := r.Read(t.Context(), "fraud", 0, steps, time.Minute); err == nil {
 			t.Errorf("Read(%d steps) succeeded, want ErrWindow", steps)
 		}
 	}
@@ -152,7 +152,7 @@ func TestLastSteps(t *testing.T) {
 	}{{5, 30, 10 * time.Second}, {10, 60, 10 * time.Second}, {30, 30, time.Minute}, {traffic.MaxMinutes, traffic.MaxMinutes, time.Minute}}
 	insert(t, ch, row{at: now, endpoint: "fraud", version: "v1", requests: 1, lat: hist(1, 0)})
 	for _, tt := range tests {
-		w, err := r.Last(t.Context(), "fraud", tt.minutes)
+		w, err := r.Last(t.Context(), "fraud", 0, tt.minutes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestLastSteps(t *testing.T) {
 			t.Errorf("Last(%d): last point has %d requests, want the one just sent", tt.minutes, got)
 		}
 	}
-	if _, err := r.Last(t.Context(), "fraud", traffic.MaxMinutes+1); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := r.Last(t.Context(), "fraud", 0, traffic.MaxMinutes+1); !errors.Is(err, traffic.ErrWindow) {
 		t.Errorf("Last(too long) = %v, want ErrWindow", err)
 	}
 }
@@ -183,7 +183,7 @@ func TestTotals(t *testing.T) {
 		row{at: to, endpoint: "chat", version: "v42", requests: 1000, lat: hist(1000, 0)},
 		row{at: from, endpoint: "fraud", version: "v42", requests: 1000, lat: hist(1000, 0)},
 	)
-	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", from, to)
+	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", 0, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestTotals(t *testing.T) {
 	if v42.TPOT[2] != 50 || v42.TPOT[4] != 30 || v42.Latency[10] != 50 || v42.Latency[11] != 30 || v43.TPOT[9] != 5 {
 		t.Errorf("histograms not summed per bucket: v42 tpot %v latency %v, v43 tpot %v", v42.TPOT, v42.Latency, v43.TPOT)
 	}
-	if _, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", to, from); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", 0, to, from); !errors.Is(err, traffic.ErrWindow) {
 		t.Errorf("Totals(to, from) error = %v, want ErrWindow", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 
 	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/egress"
 	"modelplane/runtime/model"
 )
 
@@ -70,9 +72,15 @@ type Config struct {
 	// TokenFunc, when set, is asked for the token at each request instead
 	// of Token: an enrolled node's artifact token changes when it rotates.
 	TokenFunc func() string
-	// Client makes the downloads; nil is a client without a total timeout
-	// (a large file takes long), whose connections time out when idle.
+	// Client makes the downloads; nil is a client of the egress allow-list
+	// (Egress) without a total timeout (a large file takes long), whose
+	// connections time out when idle.
 	Client *http.Client
+	// Egress is the allow-list of the default client. URL's host is always
+	// on it; nil allows only that host. Either way the client dials no
+	// loopback (unless AllowLoopback), link-local or metadata address, uses
+	// no proxy, and follows a redirect only where the policy allows.
+	Egress *egress.Policy
 	// Clock times downloads and verification and orders versions by use.
 	Clock quartz.Clock
 	Log   *slog.Logger
@@ -161,8 +169,10 @@ func New(cfg Config) (*Cache, error) {
 	cfg.URL = strings.TrimRight(cfg.URL, "/")
 	client := cfg.Client
 	if client == nil {
-		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, IdleConnTimeout: 90 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second}}
+		var err error
+		if client, err = egressClient(cfg.URL, cfg.Egress); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cache{cfg: cfg, client: client, log: cfg.Log, blobs: map[string]int64{}, partials: map[string]int64{},
 		pins: map[string]string{}, busy: map[string]chan struct{}{}}
@@ -936,4 +946,21 @@ func (c *Cache) Stats() proto.CacheStatus {
 		}
 	}
 	return st
+}
+
+// egressClient is the downloads' default client: the policy p with the
+// control plane's host added.
+func egressClient(base string, p *egress.Policy) (*http.Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return nil, fmt.Errorf("cache: control plane URL %q has no host", base)
+	}
+	pol := &egress.Policy{Hosts: []string{u.Hostname()}}
+	if p != nil {
+		pol.Hosts = append(pol.Hosts, p.Hosts...)
+		pol.AllowLoopback = p.AllowLoopback
+	}
+	c := pol.Client(0)
+	c.Transport.(*http.Transport).ResponseHeaderTimeout = 30 * time.Second
+	return c, nil
 }

@@ -163,7 +163,7 @@ func weights(tag string, n int) []byte {
 
 func newCache(t *testing.T, p *plane, dir string, limit int64) *cache.Cache {
 	t.Helper()
-	c, err := cache.New(cache.Config{Dir: dir, LimitBytes: limit, URL: p.URL, Token: token})
+	c, err := cache.New(cache.Config{Dir: dir, LimitBytes: limit, URL: p.URL, Egress: loopback, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +526,7 @@ func TestWrongTokenIsRefused(t *testing.T) {
 	t.Parallel()
 	p := newPlane(t)
 	spec := p.version("v1", map[string][]byte{"model.safetensors": weights("x", 16)})
-	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: p.URL, Token: "not-the-token"})
+	c, err := cache.New(cache.Config{Dir: t.TempDir(), URL: p.URL, Egress: loopback, Token: "not-the-token"})
 	if err != nil {
 		t.Fatal(err)
 	}

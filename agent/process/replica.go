@@ -541,6 +541,9 @@ func (r *replica) env() []string {
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
+		// The token the runtime wants from gateways; in the environment,
+		// which only the replica's user may read, not on its command line.
+		"MP_REPLICA_TOKEN=" + r.spec.Token,
 	}, r.d.cfg.Env...)
 }
 

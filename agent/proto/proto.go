@@ -237,6 +237,11 @@ type ReplicaSpec struct {
 	// runtime/model.Config, which the agent writes into the replica's model
 	// directory as model.ConfigFile.
 	Settings json.RawMessage `json:"settings,omitempty"`
+	// Token is the replica's token, made by the control plane at placement:
+	// the runtime answers only requests that carry it in
+	// ReplicaTokenHeader, which gateways learn from the routing entry.
+	// The agent passes it on and never vouches for it.
+	Token string `json:"token,omitempty"`
 }
 
 // Slot is one allocatable unit: a whole GPU (Slice 0 of a GPU without MIG) or
@@ -472,7 +477,24 @@ const ProtocolV2 = "v2"
 type RouteReplica struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
+	// Token is the replica's token (ReplicaSpec.Token), which the gateway
+	// sends in ReplicaTokenHeader on every call to it.
+	Token string `json:"token,omitempty"`
 }
+
+// The headers between a gateway and a replica (docs/security.md,
+// "Replicas answer only the gateway").
+const (
+	// ReplicaTokenHeader carries the replica's token; a runtime given a
+	// token answers 401 to any other request than its health, readiness
+	// and metrics probes.
+	ReplicaTokenHeader = "X-Modelplane-Replica-Token"
+	// TeamHeader is the calling team as the gateway authenticated it,
+	// empty for an org-wide key. A runtime keys tenant fairness on it and
+	// on nothing the request body says. The gateway never forwards a
+	// client's headers, so a client cannot set it.
+	TeamHeader = "X-Modelplane-Team"
+)
 
 // KeyEntry is the value of an API key's prefix in BucketKeys: what a gateway
 // needs to authenticate the key locally. Only active keys have an entry; the

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"modelplane/agent/proto"
 )
 
 // chatRequest is the part of an OpenAI chat completion request the replica
@@ -197,10 +199,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusTooManyRequests, "replica queue is full")
 		return
 	}
+	// The tenant is the team the gateway vouches for, never the body's
+	// user: a caller could name any user to take another's share.
 	g := &generation{
 		seq: Sequence{
 			ID:           fmt.Sprintf("chatcmpl-%s-%d", s.cfg.ReplicaID, s.nextID.Add(1)),
-			Tenant:       p.user,
+			Tenant:       r.Header.Get(proto.TeamHeader),
 			PromptTokens: p.promptTokens,
 			OutputTokens: p.outputTokens,
 		},

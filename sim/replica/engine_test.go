@@ -25,6 +25,7 @@ type testEngine struct {
 	running   []*testSeq
 	used      int
 	submitted []string
+	tenants   []string // each submitted sequence's tenant
 	cancelled []string
 	steps     int
 }
@@ -56,6 +57,7 @@ func (e *testEngine) Submit(seq Sequence) error {
 		return fmt.Errorf("prompt of %d tokens needs %d pages, the cache has %d", seq.PromptTokens, need, e.totalPages)
 	}
 	e.submitted = append(e.submitted, seq.ID)
+	e.tenants = append(e.tenants, seq.Tenant)
 	e.waiting = append(e.waiting, &testSeq{seq: seq})
 	return nil
 }

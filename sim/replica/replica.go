@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/coder/quartz"
 
+	"modelplane/agent/proto"
 	"modelplane/sim"
 )
 
@@ -34,9 +36,13 @@ const (
 // documented on each field.
 type Config struct {
 	ReplicaID string
-	Endpoint  string
-	Version   string
-	Task      Task
+	// Token, when set, is the replica's token: every request but the
+	// agent's probes (/v2/health/live, /v2/health/ready, /v2/stats) must
+	// carry it in proto.ReplicaTokenHeader, or is answered 401.
+	Token    string
+	Endpoint string
+	Version  string
+	Task     Task
 	// Profile is the version's sim profile JSON, read by profile.Parse:
 	// unknown keys are refused. Its kind must fit Task; see profile.go.
 	Profile json.RawMessage
@@ -324,7 +330,21 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such route on this replica")
 	})
-	return mux
+	if s.cfg.Token == "" {
+		return mux
+	}
+	want := []byte(s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v2/health/live", "/v2/health/ready", "/v2/stats":
+		default:
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+				writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // only answers 405 with a problem body to any other method. The mux's own
