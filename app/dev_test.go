@@ -415,7 +415,7 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 		return false
 	}, "mp_routes/%s = %v; want %d ready replicas of %s at weight 100", endpoint, wait.Show(func() any { return last }), n, version)
 	// The gateway validates and samples from the same entry.
-	if last.SamplingRate != 0.05 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != len(fraud.FeatureNames()) {
+	if last.SamplingRate != 1 || !strings.Contains(string(last.InputSchema), "merchant_category") || len(last.FeatureNames) != len(fraud.FeatureNames()) {
 		t.Fatalf("mp_routes/%s lacks the model's schema, features or the sampling rate: %+v", endpoint, last)
 	}
 }

@@ -204,12 +204,12 @@ func TestEnrolledAgentNeedsNoCredsFile(t *testing.T) {
 	if _, err := c.agentConfig(); err == nil || !strings.Contains(err.Error(), "--control-plane") || strings.Contains(err.Error(), "MP_NATS_CREDS") {
 		t.Errorf("--join without --control-plane: err %v", err)
 	}
-	c.ControlPlaneURL = "http://127.0.0.1:8080"
+	c.ControlPlaneURL = "http://control-plane.example:8080"
 	if _, err := c.agentConfig(); err != nil {
 		t.Errorf("--join with --control-plane: %v", err)
 	}
 	c = base()
-	c.ControlPlaneURL = "http://127.0.0.1:8080"
+	c.ControlPlaneURL = "http://control-plane.example:8080"
 	if err := saveNodeCreds(c.StateDir, enrollment.Credentials{Node: "n1", NATSCreds: "x", ArtifactToken: "mpn_x"}); err != nil {
 		t.Fatal(err)
 	}

@@ -232,4 +232,10 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	if st.Cache == nil || st.Cache.Misses != 1 {
 		t.Errorf("cache status %+v, want one version downloaded", st.Cache)
 	}
+	// The runtime's own part of the cold start, load and warm-up, reaches
+	// the heartbeat from its metrics (the cache tests cover the download).
+	wait.Eventually(t, time.Minute, func() bool {
+		st = a.Status()
+		return len(st.Replicas) == 1 && st.Replicas[0].LoadMS > 0 && st.Replicas[0].WarmupMS > 0
+	}, "replica cold start not reported: %v", wait.Show(func() any { return st.Replicas }))
 }

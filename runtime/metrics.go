@@ -31,6 +31,8 @@ type metrics struct {
 	computeUS   prometheus.Counter
 	inFlight    prometheus.Gauge
 	batchRows   prometheus.Gauge
+	loadSec     prometheus.Gauge
+	warmupSec   prometheus.Gauge
 	failureBase map[string]prometheus.Counter
 }
 
@@ -67,6 +69,10 @@ func newMetrics(modelName, version string, pending func() float64) *metrics {
 		Help: "Instantaneous number of pending requests awaiting execution", ConstLabels: labels}, pending))
 	m.inFlight = gauge("modelplane_runtime_inflight_requests", "Inference requests being answered: queued, executing or being encoded")
 	m.batchRows = gauge("modelplane_runtime_last_batch_size", "Rows of the last batch executed")
+	// The replica's cold start after its files are on the node, which the
+	// agent adds to its own download and verify times.
+	m.loadSec = gauge("modelplane_runtime_load_seconds", "Time taken to load the model, from reading its directory to a model ready to run")
+	m.warmupSec = gauge("modelplane_runtime_warmup_seconds", "Time taken to run the sample inputs before reporting ready")
 	return m
 }
 

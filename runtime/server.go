@@ -181,6 +181,7 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	if s.m.Load() != nil {
 		return errors.New("runtime: a model is already loaded")
 	}
+	start := s.clock.Now()
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return err
@@ -214,6 +215,7 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	}
 	l := &loaded{cfg: cfg, model: m, enc: enc, dec: dec}
 	l.metrics = newMetrics(cfg.Model, cfg.Version, func() float64 { return float64(l.batcher.Stats().QueuedRequests) })
+	l.metrics.loadSec.Set(s.clock.Since(start).Seconds())
 	l.batcher, err = batch.New(m, batch.Config{
 		MaxBatchSize:        cfg.Batching.MaxBatchSize,
 		MaxQueueDelay:       time.Duration(cfg.Batching.MaxQueueDelayUS) * time.Microsecond,
@@ -249,6 +251,7 @@ func (s *Server) Warm(ctx context.Context) error {
 	if l == nil {
 		return errors.New("runtime: no model loaded")
 	}
+	start := s.clock.Now()
 	var rows [][]float32
 	for i, raw := range l.cfg.SampleInputs {
 		row, err := l.enc.instance(raw, fmt.Sprintf("sample_inputs[%d]", i))
@@ -269,6 +272,7 @@ func (s *Server) Warm(ctx context.Context) error {
 		}
 		l.outWidth.Store(int64(len(res.Outputs[0])))
 	}
+	l.metrics.warmupSec.Set(s.clock.Since(start).Seconds())
 	s.ready.Store(true)
 	return nil
 }

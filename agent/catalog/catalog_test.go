@@ -101,7 +101,7 @@ nv_inference_pending_request_count{model="fraud",version="1"} 7
 	if m != want {
 		t.Errorf("metrics = %+v, want %+v", m, want)
 	}
-	m, err = catalog.Parse(catalog.AdapterTriton, strings.NewReader(body+"# TYPE modelplane_inflight_requests gauge\nmodelplane_inflight_requests 11\n"))
+	m, err = catalog.Parse(catalog.AdapterTriton, strings.NewReader(body+"# TYPE modelplane_runtime_inflight_requests gauge\nmodelplane_runtime_inflight_requests 11\n"))
 	if err != nil || m.InFlight != 11 {
 		t.Errorf("with the in-flight gauge: %+v, %v; want in-flight 11", m, err)
 	}

@@ -25,6 +25,9 @@ type Metrics struct {
 	BatchSize float64
 	// KVUsedPct is the share of KV-cache in use, 0–100 (LLM runtimes).
 	KVUsedPct float64
+	// LoadSeconds and WarmupSeconds are the runtime's own cold start:
+	// loading the model and warming it up (0 where it exports neither).
+	LoadSeconds, WarmupSeconds float64
 	// Tokens counts tokens generated since the runtime started, and
 	// TTFTSeconds and TTFTCount are the sum and count of its times to
 	// first token (LLM runtimes). They are counters: the driver turns two
@@ -44,8 +47,11 @@ const (
 	// InFlightMetric is the gauge of requests received and not yet
 	// answered. Triton has none (its pending count is the queue only), so
 	// the built-in runtime exports this one beside Triton's names; without
-	// it in-flight falls back to the pending count.
-	InFlightMetric = "modelplane_inflight_requests"
+	// it in-flight falls back to the pending count. LoadMetric and
+	// WarmupMetric are the built-in runtime's cold start, in seconds.
+	InFlightMetric = "modelplane_runtime_inflight_requests"
+	LoadMetric     = "modelplane_runtime_load_seconds"
+	WarmupMetric   = "modelplane_runtime_warmup_seconds"
 
 	vllmRunning = "vllm:num_requests_running"
 	vllmWaiting = "vllm:num_requests_waiting"
@@ -95,6 +101,7 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 		if e := sum(tritonExec); e > 0 {
 			m.BatchSize = sum(tritonCount) / e
 		}
+		m.LoadSeconds, m.WarmupSeconds = sum(LoadMetric), sum(WarmupMetric)
 	case AdapterVLLM:
 		m.QueueDepth = int(sum(vllmWaiting))
 		m.InFlight = int(sum(vllmRunning) + sum(vllmWaiting))

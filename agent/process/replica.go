@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -158,6 +159,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 		return o, nil
 	}
 	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
+	// Milliseconds rounded up: a phase measured at all is never shown as 0,
+	// which means unknown.
+	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
 	r.mu.Lock()
 	o.TokensPerSecond, o.TTFTMS = r.rates.update(r.d.cfg.Clock.Now(), m)
 	r.mu.Unlock()

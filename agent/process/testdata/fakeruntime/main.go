@@ -68,7 +68,7 @@ func main() {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
 		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} 0\n")
-		fmt.Fprintf(w, "# TYPE modelplane_inflight_requests gauge\nmodelplane_inflight_requests %d\n", inflight.Load())
+		fmt.Fprintf(w, "# TYPE modelplane_runtime_inflight_requests gauge\nmodelplane_runtime_inflight_requests %d\n", inflight.Load())
 		// Each request counts as two inferences in one execution, so that
 		// the adapter's mean batch (2) is visible in the heartbeat.
 		fmt.Fprintf(w, "# TYPE nv_inference_count counter\nnv_inference_count{model=\"m\",version=\"1\"} %d\n", 2*served.Load())
