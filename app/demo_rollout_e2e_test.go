@@ -1,9 +1,7 @@
 package app
 
 import (
-	"bytes"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,7 +52,13 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 			Drift bool `json:"drift"`
 		} `json:"criteria"`
 	}
-	post(t, env["MP_API"]+"/endpoints/fraud-scoring/rollouts", key, body, &started)
+	resp, answer := postJSON(t, env["MP_API"]+"/endpoints/fraud-scoring/rollouts", key, body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("start the rollout = %d %s", resp.StatusCode, answer)
+	}
+	if err := json.Unmarshal([]byte(answer), &started); err != nil {
+		t.Fatal(err)
+	}
 	if !started.Criteria.Drift {
 		t.Fatalf("rollout %+v; want the drift gate on by default (a classifier on an endpoint that samples)", started)
 	}
@@ -113,26 +117,5 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	}
 	if c := outcomes["drift"]; c.Outcome != "fail" {
 		t.Errorf("drift check = %+v; want it to fail", c)
-	}
-}
-
-// post sends body as JSON with key and decodes a 2xx answer into out.
-func post(t *testing.T, url, key, body string, out any) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("POST %s = %d %s", url, resp.StatusCode, b.String())
-	}
-	if err := json.Unmarshal(b.Bytes(), out); err != nil {
-		t.Fatalf("POST %s: %v: %s", url, err, b.String())
 	}
 }

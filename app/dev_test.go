@@ -422,23 +422,29 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 
 // predictThroughGateway sends a prediction and a streamed chat completion
 // through the dev gateway with the dev.env keys, as the README shows.
+// postJSON posts body as JSON with key and returns the answer, read.
+func postJSON(t *testing.T, url, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp, b.String()
+}
+
 func predictThroughGateway(t *testing.T, env map[string]string) {
 	t.Helper()
 	if env["MP_GATEWAY"] == "" {
 		t.Fatalf("dev.env lacks MP_GATEWAY: %v", env)
 	}
 	post := func(path, key, body string) (*http.Response, string) {
-		req, _ := http.NewRequest(http.MethodPost, env["MP_GATEWAY"]+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		return resp, b.String()
+		return postJSON(t, env["MP_GATEWAY"]+path, key, body)
 	}
 	// The key's entry reaches the gateway through the outbox and NATS.
 	// Two different payments, as the README's curl sends them: an ordinary
