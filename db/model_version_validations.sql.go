@@ -190,3 +190,18 @@ func (q *Queries) ValidationListByVersions(ctx context.Context, arg ValidationLi
 	}
 	return items, nil
 }
+
+const versionValidateByReadyReplicas = `-- name: VersionValidateByReadyReplicas :exec
+UPDATE model_versions v SET status = 'validated'
+WHERE v.status = 'registered'
+  AND NOT EXISTS (SELECT 1 FROM model_version_validations x WHERE x.version_id = v.id)
+  AND v.id IN (SELECT r.version_id FROM replicas r WHERE r.node_id = $1 AND r.state = 'ready')
+`
+
+// Versions the control plane does not validate itself (no validation row:
+// GPU and LLM runtimes) are validated by their first replica on the node
+// that reports ready, which the runtime's own warm-up gates.
+func (q *Queries) VersionValidateByReadyReplicas(ctx context.Context, nodeID int64) error {
+	_, err := q.db.Exec(ctx, versionValidateByReadyReplicas, nodeID)
+	return err
+}

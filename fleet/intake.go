@@ -225,6 +225,11 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		if err != nil {
 			return err
 		}
+		if len(touched) > 0 {
+			if err := q.VersionValidateByReadyReplicas(ctx, node.ID); err != nil {
+				return err
+			}
+		}
 		// Load changes with every heartbeat and decides nothing placement
 		// or routing reads, so it is written apart and never counts as a
 		// change that wakes the reconciler.

@@ -98,3 +98,40 @@ func TestHeartbeatMetricsNoRuntimeProducesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstReadyReplicaValidatesAVersionTheControlPlaneCannotRun: a
+// version the control plane does not validate itself (a GPU version of a
+// runtime it cannot run) stays registered until its first replica reports
+// ready, which the runtime's own warm-up gates; then it is validated.
+func TestFirstReadyReplicaValidatesAVersionTheControlPlaneCannotRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 1)
+	f.reconcile(t)
+	status := func() string {
+		t.Helper()
+		var s string
+		if err := f.pool.QueryRow(t.Context(), `SELECT v.status FROM model_versions v JOIN models m ON m.id = v.model_id
+			WHERE m.name = 'fraud' AND v.name = 'v1'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	rs := ready(f.desired(t, "node-a"))
+	starting := rs[0]
+	starting.State = proto.StateStarting
+	for _, r := range []proto.ReplicaStatus{starting, rs[0]} {
+		if got := status(); got != "registered" {
+			t.Fatalf("before a ready replica (%s): status %s, want registered", r.State, got)
+		}
+		if _, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
+			Replicas: []proto.ReplicaStatus{r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := status(); got != "validated" {
+		t.Errorf("after its replica reported ready: status %s, want validated", got)
+	}
+}

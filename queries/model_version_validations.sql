@@ -32,3 +32,12 @@ WHERE version_id = @version_id;
 
 -- name: ModelVersionSetStatus :exec
 UPDATE model_versions SET status = @status WHERE id = @id;
+
+-- name: VersionValidateByReadyReplicas :exec
+-- Versions the control plane does not validate itself (no validation row:
+-- GPU and LLM runtimes) are validated by their first replica on the node
+-- that reports ready, which the runtime's own warm-up gates.
+UPDATE model_versions v SET status = 'validated'
+WHERE v.status = 'registered'
+  AND NOT EXISTS (SELECT 1 FROM model_version_validations x WHERE x.version_id = v.id)
+  AND v.id IN (SELECT r.version_id FROM replicas r WHERE r.node_id = @node_id AND r.state = 'ready');
