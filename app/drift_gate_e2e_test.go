@@ -117,10 +117,14 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 	// percent of requests (the gateway counts a few more under load): one
 	// failure among the canary's ~30 requests is 3 points, so the error
 	// check allows 5 here, where production's windows hold thousands.
-	// Likewise the p99 of the canary's ~30 requests on two shared cores
-	// swings with the machine's load: the regression check allows 100
-	// percent (the two versions' latency profiles are equal).
-	interval, min, ceiling, errDelta, regression := 2*time.Second, uint64(10), 5000.0, 5.0, 1.0
+	// Likewise the p99 of the canary's few dozen requests on two shared
+	// cores is its slowest request, which the machine's other work makes
+	// 50 ms or 190 ms (CI saw 190 against the incumbent's 71): the two
+	// versions' latency profiles are equal, so the regression check allows
+	// 1000 percent and still catches a version gone wrong by an order of
+	// magnitude. TestCanaryRegressionRolledBackByJudge is the latency
+	// scenario; this one is the drift gate's.
+	interval, min, ceiling, errDelta, regression := 2*time.Second, uint64(10), 5000.0, 5.0, 10.0
 	// The window holds about 200 samples of the canary after 6 s here, 13 s
 	// under the race detector.
 	r, err := s.cp.Rollouts.Start(s.ctx, system, "fraud-scoring", rollout.Spec{Version: "v24",
