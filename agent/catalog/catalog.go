@@ -60,10 +60,27 @@ type Entry struct {
 	Metrics string
 	// Adapter names the metrics adapter (AdapterTriton, …).
 	Adapter string
+	// ChecksToken says the runtime itself refuses requests without the
+	// replica's token (proto.ReplicaTokenHeader, given to it as
+	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
+	// every other runtime with a guard of its own that checks it.
+	ChecksToken bool
 	// Provisional marks a command line that is a plausible minimum only:
 	// the LLM-runtime issue refines it (flags for KV cache size, tensor
 	// parallelism, quantisation) and checks it against the real runtime.
 	Provisional bool
+}
+
+// Probes are the entry's health, readiness and metrics paths: what the
+// agent asks of a runtime, open without the replica's token.
+func (e Entry) Probes() []string {
+	var out []string
+	for _, p := range []string{e.Health, e.Ready, e.Metrics} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Vars are the values of an entry's placeholders.
@@ -92,6 +109,8 @@ func Default() map[string]Entry {
 			Ready:   "/v2/health/ready",
 			Metrics: "/metrics",
 			Adapter: AdapterTriton,
+			// runtime.Options.Token, from MP_REPLICA_TOKEN.
+			ChecksToken: true,
 		},
 		// vLLM's OpenAI server: /health answers once the engine is up, which
 		// for vLLM is also when the model is loaded; /v1/models is served

@@ -20,6 +20,10 @@
 //     widened again before it is unlocked, so the agent's own threads keep
 //     every core (it is not thrown away: a thread's exit fires the
 //     Pdeathsig of children other code forked from it);
+//   - the replica's token: a runtime that does not check it itself
+//     (catalog.Entry.ChecksToken) listens on a loopback port of its own,
+//     behind a guard on the replica's address that refuses requests
+//     without it (guard.go);
 //   - logs: stdout and stderr go straight to a file per replica opened in
 //     append mode (no pipe through the agent, so a runtime outlives an agent
 //     restart without a broken pipe). When the file passes

@@ -404,7 +404,18 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	}
 	r := d.newReplica(spec, hash, entry, Launch{Runtime: rec.Runtime, ModelDir: rec.ModelDir, Threads: max(len(rec.Cores), 1)}, rec.Devices)
 	r.port = rec.Port
+	if r.guarded() {
+		if rec.InnerPort == 0 {
+			return nil, errors.New("recorded replica has no port behind its token guard")
+		}
+		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(), r.log)
+		if err != nil {
+			return nil, fmt.Errorf("adopt replica %s: token guard: %w", spec.ID, err)
+		}
+		r.guard = g
+	}
 	if err := r.probe(ctx, entry.Health); err != nil {
+		r.closeGuard()
 		return nil, fmt.Errorf("adopt replica %s: %w", spec.ID, err)
 	}
 	// A runtime that serves stays routed across the agent's restart: it is
@@ -414,6 +425,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	d.mu.Lock()
 	if other, ok := d.running[spec.ID]; ok {
 		d.mu.Unlock()
+		r.closeGuard()
 		return other, nil
 	}
 	r.cores = rec.Cores

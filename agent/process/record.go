@@ -25,8 +25,11 @@ type record struct {
 	// recycled pid has another start time and is never adopted or killed.
 	StartTicks uint64 `json:"start_ticks"`
 	Port       int    `json:"port"`
-	Cores      []int  `json:"cores"`
-	Devices    string `json:"devices,omitempty"`
+	// InnerPort is the runtime's own loopback port behind the agent's
+	// token guard (0: the runtime listens on Port itself).
+	InnerPort int    `json:"inner_port,omitempty"`
+	Cores     []int  `json:"cores"`
+	Devices   string `json:"devices,omitempty"`
 }
 
 func (d *Driver) recordPath(id string) string { return filepath.Join(d.cfg.StateDir, id+".json") }

@@ -48,12 +48,15 @@ type replica struct {
 	proc       *proc
 	port       int
 	preferPort int
-	spawned    int // processes started, the first one included
-	ready      bool
-	draining   bool
-	failures   int
-	restarts   int
-	reason     string
+	// guard checks the replica's token in front of a runtime that does
+	// not (guarded).
+	guard    *guard
+	spawned  int // processes started, the first one included
+	ready    bool
+	draining bool
+	failures int
+	restarts int
+	reason   string
 	// rates turns the runtime's token and TTFT counters into the
 	// heartbeat's rate and mean.
 	rates rates
@@ -232,6 +235,7 @@ func (r *replica) supervise(p *proc) {
 			}
 		}
 		res := r.watch(p)
+		r.closeGuard()
 		switch res.kind {
 		case endStopped:
 			r.terminate(p)
@@ -337,6 +341,19 @@ func (r *replica) watch(p *proc) outcome {
 	}
 }
 
+// guarded reports whether the agent checks the replica's token in front
+// of its runtime (catalog.Entry.ChecksToken).
+func (r *replica) guarded() bool { return !r.entry.ChecksToken && r.spec.Token != "" }
+
+// closeGuard ends the guard of the runtime process that ended.
+func (r *replica) closeGuard() {
+	r.mu.Lock()
+	g := r.guard
+	r.guard = nil
+	r.mu.Unlock()
+	g.close()
+}
+
 // fail records one failure in a row.
 func (r *replica) fail(reason string) {
 	r.mu.Lock()
@@ -435,7 +452,24 @@ func (r *replica) spawn() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	argv, err := r.entry.Expand(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: cfg.Host, Port: port,
+	host, runPort, inner := cfg.Host, port, 0
+	var g *guard
+	if r.guarded() {
+		if inner, err = freePort("127.0.0.1", 0); err != nil {
+			return nil, err
+		}
+		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(), r.log); err != nil {
+			return nil, fmt.Errorf("token guard: %w", err)
+		}
+		host, runPort = "127.0.0.1", inner
+	}
+	started := false
+	defer func() {
+		if !started {
+			g.close()
+		}
+	}()
+	argv, err := r.entry.Expand(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
 		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID})
 	if err != nil {
 		return nil, err
@@ -445,7 +479,7 @@ func (r *replica) spawn() (*proc, error) {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close() // the child holds its own descriptor
-	fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d, cores %v: %q\n", r.spec.ID, port, r.cores, argv)
+	fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d, cores %v: %q\n", r.spec.ID, runPort, r.cores, argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
 	cmd.Env = r.env()
@@ -476,14 +510,15 @@ func (r *replica) spawn() (*proc, error) {
 		p.status = exitStatus(err)
 		close(p.exited)
 	}()
+	started = true
 	r.mu.Lock()
-	r.proc, r.port, r.preferPort = p, port, port
+	r.proc, r.port, r.preferPort, r.guard = p, port, port, g
 	if r.spawned++; r.spawned > 1 {
 		r.restarts++
 	}
 	r.mu.Unlock()
 	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
-		StartTicks: ticks, Port: port, Cores: r.cores, Devices: r.devices}); err != nil {
+		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
 	}
@@ -582,6 +617,9 @@ func freePort(host string, prefer int) (int, error) {
 // portTaken reports whether the replica's port is held by another process
 // now that the replica's own has ended.
 func (r *replica) portTaken() bool {
+	if r.guarded() {
+		return false // the guard holds the port; the runtime's is its own
+	}
 	r.mu.Lock()
 	port := r.port
 	r.mu.Unlock()
