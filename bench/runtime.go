@@ -52,7 +52,8 @@ type RuntimeResult struct {
 	P99MsBatched    float64 `json:"p99_ms_batched"`
 	P99MsUnbatched  float64 `json:"p99_ms_unbatched"`
 	// The cold starts are medians over ColdStart.Runs, of the model of
-	// ColdStart.ModelBytes.
+	// ColdStart.ModelBytes; the uncached one is over the paced link
+	// (ColdStart.UncachedLink) unless --link-mbps is 0.
 	ColdStartCachedS   float64 `json:"cold_start_cached_s"`
 	ColdStartUncachedS float64 `json:"cold_start_uncached_s"`
 	// RSSMBPerReplica is the VmRSS of the ONNX MLP's batched replica right
@@ -319,14 +320,21 @@ func (b *runtimeBench) summarize(began time.Time) {
 	r.RPSBatched, r.RPSUnbatched, r.BatchingSpeedup = h.Batched.RPS, h.Unbatched.RPS, h.BatchingSpeedup
 	r.P99MsBatched, r.P99MsUnbatched = h.Batched.P99Ms, h.Unbatched.P99Ms
 	r.RSSMBPerReplica = h.Batched.RSSMBReady
-	r.ColdStartCachedS, r.ColdStartUncachedS = r.ColdStart.Cached.TotalS, r.ColdStart.Uncached.TotalS
+	// The uncached start of record is the one over a network link when it
+	// was measured: what the cache saves a node is the download, which
+	// loopback makes nearly free (docs/decisions.md).
+	uncached, speedup := r.ColdStart.Uncached.TotalS, r.ColdStart.Speedup
+	if l := r.ColdStart.UncachedLink; l != nil {
+		uncached, speedup = l.TotalS, r.ColdStart.SpeedupLink
+	}
+	r.ColdStartCachedS, r.ColdStartUncachedS = r.ColdStart.Cached.TotalS, uncached
 	r.LoadAvgAfter = loadAvg()
 	r.Seconds = round3(time.Since(began).Seconds())
 	r.TargetsMet = map[string]bool{
 		"onnx_batching_speedup_at_least_3_at_p99_no_worse":      r.Models["onnx"].TargetMet,
 		"xgboost_batching_speedup_at_least_3_at_p99_no_worse":   r.Models["xgboost"].TargetMet,
 		"onnx_demo_batching_speedup_at_least_3_at_p99_no_worse": r.Models["onnx_demo"].TargetMet,
-		"cold_start_cached_at_least_2x_faster":                  r.ColdStart.Speedup >= 2,
+		"cold_start_cached_at_least_2x_faster":                  speedup >= 2,
 		"cold_start_model_at_least_200MB":                       r.ColdStart.ModelBytes >= 200_000_000,
 	}
 }
