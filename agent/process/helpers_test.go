@@ -190,8 +190,16 @@ func envOf(t *testing.T, r agent.Replica) runtimeEnv {
 }
 
 // predict sends one /predict and returns its status, or an error.
-func predict(addr string) (int, error) {
-	resp, err := http.Post("http://"+addr+"/predict", "application/json", strings.NewReader(`{"instances":[{}]}`))
+func predict(addr string) (int, error) { return predictWith(addr, "") }
+
+// predictWith is predict carrying the replica token (none when "").
+func predictWith(addr, token string) (int, error) {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/predict", strings.NewReader(`{"instances":[{}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set(proto.ReplicaTokenHeader, token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
 	}

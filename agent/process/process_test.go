@@ -336,18 +336,32 @@ func TestPortLostToAnotherProcessIsRetriedOnAnotherPort(t *testing.T) {
 	}
 }
 
+// TestStopDrainsInFlightRequests: stopping a replica fails none of the
+// requests it is answering, also when they go through the agent's token
+// guard (a runtime that does not check the token itself).
 func TestStopDrainsInFlightRequests(t *testing.T) {
 	t.Parallel()
+	for name, token := range map[string]string{"direct": "", "guarded": "replica-token-1"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testStopDrains(t, token)
+		})
+	}
+}
+
+func testStopDrains(t *testing.T, token string) {
 	hold := filepath.Join(openDir(t), "release")
 	d := newDriver(t, t.TempDir(), quartz.NewMock(t), nil, "-hold-file", hold)
-	r := start(t, d, spec("r-drain"), "")
+	s := spec("r-drain")
+	s.Token = token
+	r := start(t, d, s, "")
 	waitReady(t, r)
 	const n = 5
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {
-			code, err := predict(r.Addr())
+			code, err := predictWith(r.Addr(), token)
 			if err == nil && code != http.StatusOK {
 				err = errors.New("status " + strconv.Itoa(code))
 			}

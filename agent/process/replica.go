@@ -235,10 +235,15 @@ func (r *replica) supervise(p *proc) {
 			}
 		}
 		res := r.watch(p)
-		r.closeGuard()
+		if res.kind != endStopped {
+			r.closeGuard() // its runtime is gone, or the agent is
+		}
 		switch res.kind {
 		case endStopped:
+			// The guard forwards the requests in flight until the runtime
+			// has drained them and ended.
 			r.terminate(p)
+			r.closeGuard()
 			r.finish()
 			return
 		case endAbandoned:
