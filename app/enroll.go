@@ -60,27 +60,7 @@ func saveNodeCreds(dir string, c enrollment.Credentials) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, nodeCredsFile+".*")
-	if err != nil {
-		return fmt.Errorf("node credentials: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, nodeCredsFile))
+	return bus.WritePrivateFile(filepath.Join(dir, nodeCredsFile), b)
 }
 
 // credentialSource is where an agent gets its credentials: the control

@@ -112,12 +112,12 @@ func (a *Authority) save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return writeFile0600(path, b)
+	return WritePrivateFile(path, b)
 }
 
 // writeFile0600 writes b to path readable only by its owner, replacing what
 // was there without a moment in which another user could read it.
-func writeFile0600(path string, b []byte) error {
+func WritePrivateFile(path string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -128,6 +128,10 @@ func writeFile0600(path string, b []byte) error {
 		return err
 	}
 	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -309,7 +313,7 @@ func (c Credential) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeFile0600(path, b)
+	return WritePrivateFile(path, b)
 }
 
 // ParseCredential reads a creds file's contents.
