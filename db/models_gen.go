@@ -166,6 +166,14 @@ type Endpoint struct {
 	BatchQueueTimeoutMS  int32
 }
 
+type EndpointPreemption struct {
+	EndpointID int64
+	ByEndpoint string
+	ByTier     string
+	Replicas   int32
+	At         time.Time
+}
+
 type Experiment struct {
 	EndpointID int64
 	Name       string
@@ -444,6 +452,14 @@ type TeamMember struct {
 	UserID    int64
 	Role      string
 	CreatedAt time.Time
+}
+
+type TeamQuota struct {
+	TeamID    int64
+	Resource  string
+	Amount    float64
+	UpdatedBy string
+	UpdatedAt time.Time
 }
 
 type User struct {

@@ -377,6 +377,60 @@ func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHold
 	return items, nil
 }
 
+const replicaListForQuota = `-- name: ReplicaListForQuota :many
+SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.team_id = $1
+ORDER BY r.endpoint_id, r.version_id, r.id
+`
+
+type ReplicaListForQuotaRow struct {
+	ID          int64
+	EndpointID  int64
+	Endpoint    string
+	VersionID   int64
+	MinReplicas int32
+	State       string
+	GPUType     string
+	Profile     string
+	CPUCores    int32
+	Slots       int32
+}
+
+// One team's replicas with what each holds and its version's minimum, to
+// refuse a quota below what the minimums hold.
+func (q *Queries) ReplicaListForQuota(ctx context.Context, teamID int64) ([]ReplicaListForQuotaRow, error) {
+	rows, err := q.db.Query(ctx, replicaListForQuota, teamID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListForQuotaRow{}
+	for rows.Next() {
+		var i ReplicaListForQuotaRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EndpointID,
+			&i.Endpoint,
+			&i.VersionID,
+			&i.MinReplicas,
+			&i.State,
+			&i.GPUType,
+			&i.Profile,
+			&i.CPUCores,
+			&i.Slots,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
 SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''

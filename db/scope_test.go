@@ -37,6 +37,7 @@ var teamOwned = map[string]bool{
 	"approvals":                 true,
 	"drift_scores":              true,
 	"drift_alerts":              true,
+	"team_quotas":               true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -77,6 +78,11 @@ var unscoped = map[string]string{
 	"ReplicaCPUUseByNode":            "fleet pages: platform admins only (fleet.Service.Nodes and Node check PlatformAdmin first)",
 	"ReplicaListAll":                 "fleet reconciler: desired state of every node and the routing table of every endpoint; no caller",
 	"ReplicaInsertMany":              "fleet reconciler: places replicas for every endpoint; team ids come from RoutingRuleListForPlacement",
+	"TeamQuotaListAll":               "fleet reconciler: every team's quota caps its replicas; no caller",
+	"ReplicaListForQuota":            "fleet.Fleet.SetQuota: platform admins only, for the team it resolved by name",
+	"TeamQuotaGet":                   "fleet.Fleet.SetQuota/DeleteQuota: platform admins only (checked first)",
+	"TeamQuotaUpsert":                "fleet.Fleet.SetQuota: platform admins only (checked first)",
+	"TeamQuotaDelete":                "fleet.Fleet.DeleteQuota: platform admins only (checked first)",
 	"ReplicaDeleteByIDs":             "fleet reconciler: scales down or removes replicas it listed with ReplicaListAll",
 	"ReplicaDeleteOnLostNodes":       "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",
 	"ReplicaDeleteByNode":            "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",

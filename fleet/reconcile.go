@@ -55,6 +55,7 @@ type Pass struct {
 	Moved          []string // replicas removed for failing on their node, to be placed elsewhere
 	Removed        int      // replicas removed (scale down, lost node, version gone, moved)
 	Placed         int
+	Preempted      int // replicas of lower tiers removed for a higher tier's (counted in Removed too)
 	Unplaced       int
 	DesiredWritten int // nodes whose desired state went to the outbox
 	RoutesWritten  int // endpoints whose routing entry went to the outbox
@@ -124,6 +125,10 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			return err
 		}
 		want, notes := f.wanted(demand, reps, blocking)
+		lim, err := loadLimits(ctx, q, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
+		if err != nil {
+			return err
+		}
 		removeIDs, keep := surplus(want, reps)
 		if len(removeIDs) > 0 {
 			if err := q.ReplicaDeleteByIDs(ctx, removeIDs); err != nil {
@@ -131,8 +136,11 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			}
 			pass.Removed += len(removeIDs)
 		}
-		errs, err := f.placeMissing(ctx, q, demand, want, keep, &pass)
+		errs, err := f.placeMissing(ctx, q, demand, want, keep, lim, &pass)
 		if err != nil {
+			return err
+		}
+		if err := lim.finish(ctx, q, demand, errs, notes, f.now()); err != nil {
 			return err
 		}
 		if pass.Placed > 0 {
@@ -225,7 +233,7 @@ var tierOrder = map[string]int{"critical": 0, "standard": 1, "batch": 2}
 // placed ones with their allocations. It returns, per endpoint, why replicas
 // could not be placed.
 func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, want map[versionKey]int,
-	keep map[versionKey][]db.ReplicaListAllRow, pass *Pass) (map[int64]string, error) {
+	keep map[versionKey][]db.ReplicaListAllRow, lim *limits, pass *Pass) (map[int64]string, error) {
 	type need struct {
 		d db.RoutingRuleListForPlacementRow
 		n int
@@ -292,7 +300,7 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 			reqAvoid = append(reqAvoid, names)
 		}
 	}
-	plan := planAvoiding(nodes, reqs, reqAvoid)
+	plan := lim.plan(nodes, reqs, reqAvoid, reqDemand, keep)
 	placed := 0
 	for i, res := range plan {
 		if res.Err == "" {
@@ -311,6 +319,9 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	}
 	if placed == 0 {
 		return errs, nil
+	}
+	if err := lim.evict(ctx, q, pass); err != nil {
+		return nil, err
 	}
 	ids, err := q.ReplicaNextIDs(ctx, int32(placed))
 	if err != nil {

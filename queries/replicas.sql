@@ -106,3 +106,12 @@ WITH failing AS (
 SELECT f.endpoint_id, f.version_id, n.name AS node, f.name, f.failures, f.reason
 FROM failing f JOIN nodes n ON n.id = f.node_id
 ORDER BY f.name;
+
+-- name: ReplicaListForQuota :many
+-- One team's replicas with what each holds and its version's minimum, to
+-- refuse a quota below what the minimums hold.
+SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.team_id = @team_id
+ORDER BY r.endpoint_id, r.version_id, r.id;
