@@ -60,6 +60,8 @@ func apiFixtures() map[string][]*payload {
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
 			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
 		"POST /budgets":                       {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
+		"POST /quotas":                        {jsonPayload(map[string]any{"team": "risk", "resource": "H100-80GB", "amount": 64})},
+		"DELETE /quotas/{team}/{resource}":    {nil},
 		"POST /endpoints/{endpoint}/rollouts": {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
 		"GET /endpoints/{endpoint}/rollouts":  {nil},
 		"GET /rollouts/{rollout}":             {nil},
@@ -129,7 +131,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
 var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
-	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke"}
+	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke",
+	"POST /quotas", "DELETE /quotas/{team}/{resource}"}
 
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
@@ -162,10 +165,10 @@ func exemptPortal(route string) bool {
 func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
-		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01",
+		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
 		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors"}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "rollout": "987654321", "action": "pause", "path": "model.safetensors"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors"}
 	return risk, missing
 }
 

@@ -20,4 +20,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerCostRates(api)
 	s.registerChargeback(api)
 	s.registerBudgets(api)
+	s.registerQuotas(api)
 }

@@ -1,0 +1,56 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"modelplane/fleet"
+)
+
+type quotaSetInput struct {
+	Body struct {
+		Team     string  `json:"team" minLength:"1" doc:"The team whose replicas the quota caps."`
+		Resource string  `json:"resource" minLength:"1" maxLength:"63" doc:"A GPU type (A100-80GB) or cpu."`
+		Amount   float64 `json:"amount" minimum:"0" doc:"GPU equivalents of that type (a MIG slice counts as its share of the GPU's seven compute slices: 1g.10gb is 1/7), or whole CPU cores."`
+	}
+}
+
+type quotaPath struct {
+	Team     string `path:"team"`
+	Resource string `path:"resource"`
+}
+
+type quotaListBody struct {
+	Items []fleet.Quota `json:"items"`
+}
+
+func (s *Server) registerQuotas(api huma.API) {
+	huma.Register(api, s.op("quota-list", http.MethodGet, "/quotas",
+		"The GPU and CPU quotas of the teams you may see (every team for platform roles)", "fleet"),
+		func(ctx context.Context, _ *struct{}) (*One[quotaListBody], error) {
+			qs, err := s.Fleet.Quotas(ctx, principal(ctx))
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[quotaListBody]{Body: quotaListBody{Items: qs}}, nil
+		})
+	huma.Register(api, s.op("quota-set", http.MethodPost, "/quotas",
+		"Set a team's quota of a GPU type or of CPU cores; platform admins. Refused below what the team's minimum replicas hold, naming their endpoints.", "fleet"),
+		func(ctx context.Context, in *quotaSetInput) (*One[fleet.Quota], error) {
+			q, err := s.Fleet.SetQuota(ctx, principal(ctx), in.Body.Team, in.Body.Resource, in.Body.Amount)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[fleet.Quota]{Body: q}, nil
+		})
+	huma.Register(api, s.op("quota-delete", http.MethodDelete, "/quotas/{team}/{resource}",
+		"Remove a team's quota of a resource (no cap); platform admins", "fleet"),
+		func(ctx context.Context, in *quotaPath) (*struct{}, error) {
+			if err := s.Fleet.DeleteQuota(ctx, principal(ctx), in.Team, in.Resource); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return nil, nil
+		})
+}

@@ -1,0 +1,64 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestQuotasOverTheAPI: platform admins set a team's GPU quota; one below
+// what the team's minimum replicas hold is a 400 on amount naming the
+// endpoint; a team admin is refused; the team sees its quota and the change
+// is audited.
+func TestQuotasOverTheAPI(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	e.seedFleet(t) // risk-endpoint's one mig-1g.10gb replica: 1/7 of an A100
+	admin := e.Keys["platform-admin"]
+	set := func(key string, amount float64) response {
+		return e.call(t, key, http.MethodPost, "/quotas", jsonPayload(map[string]any{"team": "risk", "resource": "A100-80GB", "amount": amount}))
+	}
+	doc := problem(t, "quota 0 under a minimum", set(admin, 0), http.StatusBadRequest)
+	if !doc.names("body.amount") || len(doc.Errors) != 1 || !strings.Contains(doc.Errors[0].Message, "risk-endpoint (0.14)") {
+		t.Errorf("quota below the minimum: errors %+v; want body.amount naming risk-endpoint (0.14)", doc.Errors)
+	}
+	problem(t, "team admin sets a quota", set(e.Keys["risk-admin"], 4), http.StatusForbidden)
+	if got := set(admin, 4); got.status != http.StatusCreated {
+		t.Fatalf("platform admin POST /quotas = %d %s; want 201", got.status, got)
+	}
+	var list struct {
+		Items []struct {
+			Team     string  `json:"team"`
+			Resource string  `json:"resource"`
+			Amount   float64 `json:"amount"`
+		} `json:"items"`
+	}
+	e.getJSON(t, e.Keys["risk-viewer"], "/quotas", &list)
+	if len(list.Items) != 1 || list.Items[0].Team != "risk" || list.Items[0].Amount != 4 {
+		t.Errorf("GET /quotas as risk viewer = %+v; want risk's A100 quota of 4", list.Items)
+	}
+	e.getJSON(t, e.Keys["search-admin"], "/quotas", &list)
+	if len(list.Items) != 0 {
+		t.Errorf("GET /quotas as search admin = %+v; want none of risk's", list.Items)
+	}
+	var audit struct {
+		Items []struct {
+			Action     string          `json:"action"`
+			ObjectName string          `json:"object_name"`
+			After      json.RawMessage `json:"after"`
+		} `json:"items"`
+	}
+	e.getJSON(t, admin, "/audit", &audit)
+	found := false
+	for _, a := range audit.Items {
+		found = found || a.Action == "quota.set" && a.ObjectName == "risk/A100-80GB"
+	}
+	if !found {
+		t.Errorf("no quota.set audit record for risk/A100-80GB in %+v", audit.Items)
+	}
+	if got := e.call(t, admin, http.MethodDelete, "/quotas/risk/A100-80GB", nil); got.status != http.StatusNoContent {
+		t.Errorf("DELETE /quotas/risk/A100-80GB = %d %s; want 204", got.status, got)
+	}
+	problem(t, "delete a quota twice", e.call(t, admin, http.MethodDelete, "/quotas/risk/A100-80GB", nil), http.StatusNotFound)
+}
