@@ -107,6 +107,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /models/{model}/versions/{version}": nil,
 		"POST /team/keys/{id}/revoke":            form(),
 		"POST /budgets":                          form("team", "risk", "monthly_usd", "1000", "enforcement", "block"),
+		"POST /quotas":                           form("team", "risk", "resource", "H100-80GB", "amount", "64"),
 		"POST /cost-rates":                       form("gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", "2099-01-01T00:00:00Z"),
 		"POST /endpoints/{endpoint}/rollouts":    form("version", "v2", "strategy", "canary", "steps", "10, 100", "bake_minutes", "1", "interval_seconds", "5"),
 		"GET /rollouts/{rollout}":                nil,

@@ -62,3 +62,32 @@ func TestQuotasOverTheAPI(t *testing.T) {
 	}
 	problem(t, "delete a quota twice", e.call(t, admin, http.MethodDelete, "/quotas/risk/A100-80GB", nil), http.StatusNotFound)
 }
+
+// TestQuotasPage: a platform admin sets a quota from the portal's form and
+// sees it listed; a refused amount comes back on the field with the
+// endpoint named; a team member sees the list without the form.
+func TestQuotasPage(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	e.seedFleet(t)
+	admin := portalSignIn(t, e, "admin@example.com")
+	got := admin.post("/quotas", admin.form("team", "risk", "resource", "A100-80GB", "amount", "0"))
+	if got.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(got.Body), "risk-endpoint (0.14)") {
+		t.Fatalf("POST /quotas below the minimum = %d; want 422 naming risk-endpoint (0.14): %s", got.StatusCode, got.Body)
+	}
+	if got := admin.post("/quotas", admin.form("team", "risk", "resource", "A100-80GB", "amount", "2.5")); got.StatusCode != http.StatusSeeOther {
+		t.Fatalf("POST /quotas = %d, want 303: %s", got.StatusCode, got.Body)
+	}
+	doc := admin.page("/quotas")
+	if row := strings.Join(strings.Fields(doc.Find(`tr[data-quota="risk/A100-80GB"] .amount`).Text()), " "); row != "2.5 GPU equivalents" {
+		t.Errorf("quota row = %q, want 2.5 GPU equivalents", row)
+	}
+	if admin.page("/fleet").Find("#quotas-link").Length() != 1 {
+		t.Error("the fleet page has no link to the quotas")
+	}
+	vdoc := portalSignIn(t, e, "risk-viewer@example.com").page("/quotas")
+	if vdoc.Find("#quota-form").Length() != 0 || vdoc.Find(`tr[data-quota="risk/A100-80GB"]`).Length() != 1 {
+		t.Errorf("risk viewer sees form %d, row %d; want the row without the form",
+			vdoc.Find("#quota-form").Length(), vdoc.Find(`tr[data-quota="risk/A100-80GB"]`).Length())
+	}
+}

@@ -100,6 +100,8 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/cost-rates", s.portalCostRates)
 			r.Post("/cost-rates", s.portalCostRateCreate)
 			r.Post("/budgets", s.portalBudgetSet)
+			r.Get("/quotas", s.portalQuotas)
+			r.Post("/quotas", s.portalQuotaSet)
 		})
 	})
 }
