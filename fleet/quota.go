@@ -412,8 +412,12 @@ func (l *limits) finish(ctx context.Context, q *db.Queries, demand []db.RoutingR
 			done = append(done, r.EndpointID)
 			continue
 		}
-		note := fmt.Sprintf("preempted by %s endpoint %s (%d replicas beyond min_replicas, %s)", r.ByTier, r.ByEndpoint,
-			r.Replicas, r.At.UTC().Format("2006-01-02T15:04:05Z"))
+		what := "replicas"
+		if r.Replicas == 1 {
+			what = "replica"
+		}
+		note := fmt.Sprintf("preempted by %s endpoint %s (%d %s beyond min_replicas, %s)", r.ByTier, r.ByEndpoint,
+			r.Replicas, what, r.At.UTC().Format("2006-01-02T15:04:05Z"))
 		if n := notes[r.EndpointID]; n != "" {
 			note = n + "; " + note
 		}
