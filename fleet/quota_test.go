@@ -194,3 +194,29 @@ func TestPreemptionKeepsTiersApart(t *testing.T) {
 		t.Errorf("tiers sharing the GPU = %d (%v), want 1", tiers, err)
 	}
 }
+
+// TestLoweredQuotaStopsReplicasBeyondMinimums: a quota lowered below what
+// a team runs stops replicas beyond their minimum (a woken min_replicas 0
+// endpoint's), never a minimum's, and says so on the endpoint.
+func TestLoweredQuotaStopsReplicasBeyondMinimums(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 4, "A100-80GB", nil))
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "gpu-a100-80gb", "standard", 1)
+	f.endpoint(t, "nightly", "fraud", "v2", "gpu-a100-80gb", "batch", 0)
+	f.wake(t, "nightly")
+	f.reconcile(t)
+	if f.replicasOf(t, "nightly") != 1 {
+		t.Fatalf("woken nightly has %d replicas, want 1", f.replicasOf(t, "nightly"))
+	}
+	f.setQuota(t, "A100-80GB", 1) // fraud-ep's minimum holds exactly 1
+	if p := f.reconcile(t); p.Removed != 1 {
+		t.Errorf("pass removed %d replicas, want nightly's 1", p.Removed)
+	}
+	if f.replicasOf(t, "nightly") != 0 || f.replicasOf(t, "fraud-ep") != 1 {
+		t.Errorf("nightly %d, fraud-ep %d; want 0, 1", f.replicasOf(t, "nightly"), f.replicasOf(t, "fraud-ep"))
+	}
+	if e := f.get(t, "nightly"); !strings.Contains(e.PlacementError, "quota: team risk holds 1 of 1 A100-80GB GPUs") {
+		t.Errorf("nightly placement_error = %q, want the quota named", e.PlacementError)
+	}
+}

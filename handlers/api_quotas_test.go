@@ -91,3 +91,34 @@ func TestQuotasPage(t *testing.T) {
 			vdoc.Find("#quota-form").Length(), vdoc.Find(`tr[data-quota="risk/A100-80GB"]`).Length())
 	}
 }
+
+// TestQuotaNoteOnTheEndpoint: an endpoint whose replica a quota holds
+// back says which quota in its API placement_error and on its page.
+func TestQuotaNoteOnTheEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	e.seedFleet(t)
+	admin := e.Keys["platform-admin"]
+	// risk-endpoint's one replica holds 1/7 of an A100: the quota is full.
+	if got := e.call(t, admin, http.MethodPost, "/quotas", jsonPayload(map[string]any{"team": "risk", "resource": "A100-80GB", "amount": 1.0 / 7})); got.status != http.StatusCreated {
+		t.Fatalf("POST /quotas = %d %s", got.status, got)
+	}
+	if got := e.call(t, e.Keys["risk-engineer"], http.MethodPost, "/endpoints", jsonPayload(map[string]any{"name": "risk-more", "model": "risk-model",
+		"version": "v1", "runtime": "onnxruntime", "instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 1, "tier": "standard"})); got.status != http.StatusCreated {
+		t.Fatalf("POST /endpoints = %d %s", got.status, got)
+	}
+	e.reconcile(t)
+	var ep struct {
+		Status         string `json:"status"`
+		PlacementError string `json:"placement_error"`
+	}
+	e.getJSON(t, e.Keys["risk-viewer"], "/endpoints/risk-more", &ep)
+	const want = "v1: quota: team risk holds 0.14 of 0.14 A100-80GB GPUs"
+	if ep.PlacementError != want {
+		t.Errorf("GET /endpoints/risk-more placement_error = %q (status %s), want %q", ep.PlacementError, ep.Status, want)
+	}
+	msg := portalText(portalSignIn(t, e, "risk-viewer@example.com").page("/endpoints/risk-more").Find("#replicas #placement-error"))
+	if !strings.Contains(msg, want) {
+		t.Errorf("endpoint page shows %q, want the quota note %q", msg, want)
+	}
+}
