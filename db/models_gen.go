@@ -456,3 +456,8 @@ type User struct {
 	CreatedAt    time.Time
 	LastLoginAt  *time.Time
 }
+
+type VersionColdStart struct {
+	VersionID    int64
+	ColdStartsMs []int64
+}
