@@ -116,7 +116,8 @@ func (h *holds) updatedAll() {
 type HoldCounters struct {
 	// Waiting is the number of requests held now.
 	Waiting int64
-	// Served were proxied once a replica was ready within the budget;
+	// Served were proxied once a replica was ready within the budget
+	// (a blocking budget arriving meanwhile ends a hold in none of these);
 	// Expired got 202 past the budget; Full got 202 at once, their
 	// endpoint's queue being full; Left went away while held (the caller
 	// disconnected, or the gateway stopped).
@@ -163,17 +164,18 @@ func (g *Gateway) hold(w http.ResponseWriter, c *call, r *http.Request, rt *rout
 			g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
 			return nil, nil, false
 		}
-		if nv := now.readyFor(v.name, c.pinned); nv != nil || now.src.Blocked != "" {
-			// A blocking budget came in: proxy answers why no replica
-			// will start.
-			if nv == nil {
-				if nv = now.byName[v.name]; nv == nil {
-					nv = v
-				}
-			}
+		if nv := now.readyFor(v.name, c.pinned); nv != nil {
 			g.holds.served.Add(1)
 			g.metrics.held(c.endpoint, outcomeServed, g.now().Sub(start))
 			return now, nv, true
+		}
+		if now.src.Blocked != "" {
+			// A blocking budget came in: no replica will start, and proxy
+			// answers why (503), counted in none of the outcomes.
+			if nv := now.byName[v.name]; nv != nil {
+				v = nv
+			}
+			return now, v, true
 		}
 		rt = now
 		select {

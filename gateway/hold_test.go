@@ -246,3 +246,28 @@ func TestScaleFromZeroCancelledFreesSlot(t *testing.T) {
 		t.Errorf("holds = %+v, want one left, one served, none turned away", h)
 	}
 }
+
+// TestScaleFromZeroBlockedWhileHeld: a blocking budget that reaches the
+// routing entry while a request is held ends the hold at once with the 503
+// naming the budget: no replica will start, so waiting out the budget would
+// be in vain.
+func TestScaleFromZeroBlockedWhileHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putRoute(t, zeroRoute("broke", 1, 30, 0))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{Clock: newClock(t)})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+
+	res := callAsync(t.Context(), g.url, predictPath("broke"), key, predictBody)
+	holding(t, g, 1)
+	blocked := zeroRoute("broke", 2, 30, 0)
+	blocked.Blocked = "budget exceeded: team risk spent $10.00 of its $10.00 monthly budget (enforcement block)"
+	e.putRoute(t, blocked)
+	if r := answer(t, res); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "budget exceeded") {
+		t.Fatalf("held request after the block = %d %s, want 503 naming the budget", r.status, r.body)
+	}
+	if h := g.Holds(); h.Waiting != 0 || h.Served+h.Expired+h.Full+h.Left != 0 {
+		t.Errorf("holds = %+v, want none waiting and none counted", h)
+	}
+}
