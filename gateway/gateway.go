@@ -361,6 +361,20 @@ func (g *Gateway) RouteGeneration(endpoint string) (int64, bool) {
 	return rt.src.Generation, true
 }
 
+// RouteReplicas is the number of replicas, of all its versions, the
+// gateway routes endpoint to; 0 while it holds no entry.
+func (g *Gateway) RouteReplicas(endpoint string) int {
+	rt := g.routes.Load().byName[endpoint]
+	if rt == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range rt.versions {
+		n += len(v.upstreams)
+	}
+	return n
+}
+
 // Ready reports whether the gateway has a routing table to serve from: one
 // loaded from NATS or from its snapshot on disk.
 func (g *Gateway) Ready() bool { return g.ready.Load() }
