@@ -15,8 +15,10 @@ import (
 // budget (120 s: its versions need a GPU) and its version's measured cold
 // start, the median of the latest five the heartbeats reported; a replica's
 // cold start is recorded once, on the first heartbeat that shows it ready,
-// and counted in the fleet's histogram. An endpoint with a minimum carries
-// neither, so its entry does not change with cold starts.
+// whatever later heartbeats say (one whose runtime metrics could not be
+// read has no load or warm-up), and counted in the fleet's histogram. An
+// endpoint with a minimum carries neither, so its entry does not change
+// with cold starts.
 func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -24,47 +26,43 @@ func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 	if err := f.fleet.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	// Four earlier starts of v1, oldest first; the heartbeat adds a fifth.
-	if _, err := f.pool.Exec(t.Context(), `INSERT INTO version_cold_starts SELECT id, '{9000,1000,7000,3000}' FROM model_versions WHERE name = 'v1'`); err != nil {
+	// Five earlier starts of v1, oldest first; the heartbeat's pushes the
+	// oldest out.
+	if _, err := f.pool.Exec(t.Context(), `INSERT INTO version_cold_starts SELECT id, '{9000,1000,7000,3000,2000}' FROM model_versions WHERE name = 'v1'`); err != nil {
 		t.Fatal(err)
 	}
 	inv := []proto.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, MIG: true}}
 	for i := range 7 {
 		inv[0].Slices = append(inv[0].Slices, proto.Slice{Index: i, Profile: "mig-1g.10gb"})
 	}
-	var ready []proto.ReplicaStatus
-	for i, r := range f.desired(t).Replicas {
-		st := proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)}
-		if r.Endpoint == "other-ep" {
-			st.DownloadMS, st.VerifyMS, st.LoadMS, st.WarmupMS = 2500, 300, 1700, 500
+	beat := func(load int64) {
+		t.Helper()
+		var reps []proto.ReplicaStatus
+		for i, r := range f.desired(t).Replicas {
+			st := proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)}
+			if r.Endpoint == "other-ep" {
+				st.DownloadMS, st.VerifyMS, st.LoadMS, st.WarmupMS = 2500, 300, load, 500
+			}
+			reps = append(reps, st)
 		}
-		ready = append(ready, st)
+		f.heartbeat(t, inv, reps)
 	}
-	f.heartbeat(t, inv, ready)
-	f.heartbeat(t, inv, ready) // the same cold start again: not a new one
-	var kept []int64
-	if err := f.pool.QueryRow(t.Context(), `SELECT c.cold_starts_ms FROM version_cold_starts c JOIN model_versions v ON v.id = c.version_id WHERE v.name = 'v1'`).Scan(&kept); err != nil {
-		t.Fatal(err)
-	}
-	if want := []int64{9000, 1000, 7000, 3000, 5000}; !slices.Equal(kept, want) {
-		t.Errorf("v1's cold starts = %v, want %v (the heartbeat's 5000 once)", kept, want)
-	}
-	// Two more starts push the oldest out: 7000 3000 5000 4000 8000.
-	if _, err := f.pool.Exec(t.Context(), `UPDATE version_cold_starts SET cold_starts_ms = cold_starts_ms || '{4000}'::bigint[]`); err != nil {
-		t.Fatal(err)
-	}
-	for i := range ready {
-		if ready[i].LoadMS > 0 {
-			ready[i].LoadMS += 3000 // 8000 in all: a replica started again
+	kept := func(want ...int64) {
+		t.Helper()
+		var got []int64
+		if err := f.pool.QueryRow(t.Context(), `SELECT c.cold_starts_ms FROM version_cold_starts c JOIN model_versions v ON v.id = c.version_id WHERE v.name = 'v1'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("v1's cold starts = %v, want %v", got, want)
 		}
 	}
-	f.heartbeat(t, inv, ready)
-	if err := f.pool.QueryRow(t.Context(), `SELECT c.cold_starts_ms FROM version_cold_starts c JOIN model_versions v ON v.id = c.version_id WHERE v.name = 'v1'`).Scan(&kept); err != nil {
-		t.Fatal(err)
-	}
-	if want := []int64{7000, 3000, 5000, 4000, 8000}; !slices.Equal(kept, want) {
-		t.Errorf("v1's cold starts = %v, want the latest five %v", kept, want)
-	}
+	beat(1700) // 5000 ms in all
+	kept(1000, 7000, 3000, 2000, 5000)
+	beat(1700) // the same again
+	beat(0)    // the runtime's metrics not read this time
+	beat(1700) // and read again
+	kept(1000, 7000, 3000, 2000, 5000)
 
 	// The endpoint goes to zero: its entry carries the budget and the
 	// median.
@@ -76,8 +74,8 @@ func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 	if !rt.ScaledToZero || rt.ColdStartBudgetS != route.DefaultColdStartBudgetGPU {
 		t.Errorf("other-ep: scaled to zero %v, budget %d s; want true, %d s", rt.ScaledToZero, rt.ColdStartBudgetS, route.DefaultColdStartBudgetGPU)
 	}
-	if len(rt.Versions) != 1 || rt.Versions[0].ColdStartMS != 5000 {
-		t.Errorf("other-ep versions = %+v, want v1 with the median cold start 5000 ms (of 7000 3000 5000 4000 8000)", rt.Versions)
+	if len(rt.Versions) != 1 || rt.Versions[0].ColdStartMS != 3000 {
+		t.Errorf("other-ep versions = %+v, want v1 with the median cold start 3000 ms (of 1000 7000 3000 2000 5000)", rt.Versions)
 	}
 	fraud, _ := f.route(t, "fraud-ep")
 	if fraud.ColdStartBudgetS != 0 || fraud.Versions[0].ColdStartMS != 0 {
@@ -99,7 +97,7 @@ func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 			sum += m.GetHistogram().GetSampleSum()
 		}
 	}
-	if count != 2 || sum != 13 {
-		t.Errorf("cold start histogram: %d samples summing to %v s, want 2 summing to 13 s (5 s and 8 s)", count, sum)
+	if count != 1 || sum != 5 {
+		t.Errorf("cold start histogram: %d samples summing to %v s, want the one of 5 s", count, sum)
 	}
 }

@@ -11,3 +11,8 @@ CREATE TABLE version_cold_starts (
     version_id     bigint PRIMARY KEY REFERENCES model_versions (id) ON DELETE CASCADE,
     cold_starts_ms bigint[] NOT NULL
 );
+-- Set once a replica's cold start is counted there, so that it is counted
+-- once: a later heartbeat whose runtime metrics could not be read reports
+-- the cold start without its load and warm-up, and the next one with them
+-- again.
+ALTER TABLE replicas ADD COLUMN cold_start_recorded boolean NOT NULL DEFAULT false;
