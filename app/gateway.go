@@ -50,7 +50,10 @@ type GatewayConfig struct {
 	ShadowWorkers int64
 	EjectFailures int64
 	EjectCooldown time.Duration
-	LogLevel      string
+	// HoldQueue bounds the requests of one endpoint scaled to zero held
+	// while a replica starts (0: none held, 202 at once).
+	HoldQueue int64
+	LogLevel  string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -78,6 +81,8 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 		"failed calls in a row (connect errors, 5xx) that eject a replica for the cool-down; 0 is off (MP_GATEWAY_EJECT_FAILURES)")
 	fs.DurationVar(&c.EjectCooldown, "eject-cooldown", envDuration("MP_GATEWAY_EJECT_COOLDOWN", gateway.DefaultEjectCooldown),
 		"how long an ejected replica is skipped (MP_GATEWAY_EJECT_COOLDOWN)")
+	fs.Int64Var(&c.HoldQueue, "hold-queue", envInt("MP_GATEWAY_HOLD_QUEUE", gateway.DefaultHoldQueue),
+		"requests of one endpoint scaled to zero held while a replica starts, each up to the endpoint's cold-start budget; more get 202 at once; 0 holds none (MP_GATEWAY_HOLD_QUEUE)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 }
 
@@ -138,6 +143,9 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.EjectCooldown <= 0 {
 		bad("MP_GATEWAY_EJECT_COOLDOWN (--eject-cooldown) must be a positive duration")
 	}
+	if c.HoldQueue < 0 || c.HoldQueue > 1<<20 {
+		bad("MP_GATEWAY_HOLD_QUEUE (--hold-queue) must be a whole number from 0 to 1048576")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
 	}
@@ -147,11 +155,12 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
 		ReadTimeout: c.ReadTimeout, ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
 		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica, ShadowWorkers: int(c.ShadowWorkers),
-		EjectFailures: ejectFailures(c.EjectFailures), EjectCooldown: c.EjectCooldown}, nil
+		EjectFailures: zeroIsOff(c.EjectFailures), EjectCooldown: c.EjectCooldown, HoldQueue: zeroIsOff(c.HoldQueue)}, nil
 }
 
-// ejectFailures maps the command's 0 (off) to the package's negative.
-func ejectFailures(n int64) int {
+// zeroIsOff maps the command's 0 (off) to the package's negative: the
+// ejection's and the hold queue's (none held).
+func zeroIsOff(n int64) int {
 	if n == 0 {
 		return -1
 	}

@@ -104,6 +104,7 @@ func TestGatewayShadowAndEjectionSettings(t *testing.T) {
 	withCreds(t)
 	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "0")
 	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "-1s")
+	t.Setenv("MP_GATEWAY_HOLD_QUEUE", "-1")
 	var c GatewayConfig
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c.Flags(fs)
@@ -111,7 +112,7 @@ func TestGatewayShadowAndEjectionSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := c.Validate()
-	for _, want := range []string{"MP_GATEWAY_SHADOW_WORKERS", "MP_GATEWAY_EJECT_COOLDOWN"} {
+	for _, want := range []string{"MP_GATEWAY_SHADOW_WORKERS", "MP_GATEWAY_EJECT_COOLDOWN", "MP_GATEWAY_HOLD_QUEUE"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want it to name %s", err, want)
 		}
@@ -120,6 +121,7 @@ func TestGatewayShadowAndEjectionSettings(t *testing.T) {
 	t.Setenv("MP_GATEWAY_SHADOW_WORKERS", "8")
 	t.Setenv("MP_GATEWAY_EJECT_COOLDOWN", "30s")
 	t.Setenv("MP_GATEWAY_EJECT_FAILURES", "0")
+	t.Setenv("MP_GATEWAY_HOLD_QUEUE", "0")
 	c = GatewayConfig{}
 	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c.Flags(fs)
@@ -130,8 +132,8 @@ func TestGatewayShadowAndEjectionSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ShadowWorkers != 8 || cfg.EjectCooldown != 30*time.Second || cfg.EjectFailures >= 0 {
-		t.Errorf("config = shadow workers %d, eject cooldown %v, eject failures %d; want 8, 30s, negative (off)",
-			cfg.ShadowWorkers, cfg.EjectCooldown, cfg.EjectFailures)
+	if cfg.ShadowWorkers != 8 || cfg.EjectCooldown != 30*time.Second || cfg.EjectFailures >= 0 || cfg.HoldQueue >= 0 {
+		t.Errorf("config = shadow workers %d, eject cooldown %v, eject failures %d, hold queue %d; want 8, 30s, negative (off), negative (none held)",
+			cfg.ShadowWorkers, cfg.EjectCooldown, cfg.EjectFailures, cfg.HoldQueue)
 	}
 }

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bufio"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,11 +11,12 @@ import (
 	"modelplane/internal/wait"
 )
 
-// TestScaleToZeroWakesOnRequest runs the wake-up end to end: support-chat
-// goes to min_replicas 0 and loses its replica; a request then gets 202
-// with Retry-After, the gateway's wake request reaches the control plane,
-// the reconciler places a replica on a simulated agent, and a later request
-// is served (200) by it.
+// TestScaleToZeroWakesOnRequest runs scale from zero end to end:
+// support-chat goes to min_replicas 0 and loses its replica; a request then
+// is held at the gateway, whose wake request reaches the control plane, the
+// reconciler places a replica on a simulated agent, and the held request is
+// served (200) by it within the endpoint's cold-start budget (120 s: its
+// version needs a GPU), with no 202 for the client to poll on.
 func TestScaleToZeroWakesOnRequest(t *testing.T) {
 	s := newChatStack(t)
 	e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
@@ -25,42 +28,50 @@ func TestScaleToZeroWakesOnRequest(t *testing.T) {
 	if _, err := s.cp.Endpoints.Update(s.ctx, system, "support-chat", set); err != nil {
 		t.Fatal(err)
 	}
-
-	// The replica goes; the first request after it is answered 202.
-	// Requests that reach the replica between its agent stopping it and
-	// the gateway hearing the new routing entry get a 502 (or a 503 once
-	// the gateway has ejected the dead replica): replicas are not drained
-	// on scale-down yet (the process driver's drain is issue 14's), so
-	// these are counted, not failed, until the 202.
-	switching := 0
+	// No request meanwhile: a served one would wake the endpoint again.
 	wait.Eventually(t, 60*time.Second, func() bool {
-		r := s.call()
-		switch r.status {
-		case http.StatusOK, http.StatusAccepted:
-		case http.StatusBadGateway, http.StatusServiceUnavailable:
-			switching++
-		default:
-			t.Fatalf("request while scaling to zero: %d, want 200 until the replica goes, then 202", r.status)
-		}
-		return r.status == http.StatusAccepted
-	}, "support-chat never scaled to zero (no 202)")
-	t.Logf("502/503 answers while the replica went: %d", switching)
-	wait.Eventually(t, 30*time.Second, func() bool {
-		var woken *time.Time
-		if err := s.cp.Pool.QueryRow(s.ctx, "SELECT woken_at FROM endpoints WHERE name = 'support-chat'").Scan(&woken); err != nil {
+		e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
+		if err != nil {
 			t.Fatal(err)
 		}
-		return woken != nil
-	}, "the 202 never woke support-chat (woken_at still NULL)")
+		return len(e.Replicas) == 0 && s.gw.RouteReplicas("support-chat") == 0
+	}, "support-chat never scaled to zero (a replica in the database or the gateway's table)")
 
-	// Retrying as told, the client is served by the woken replica.
-	wait.Eventually(t, 90*time.Second, func() bool {
-		r := s.call()
-		if r.status != http.StatusOK && r.status != http.StatusAccepted {
-			t.Fatalf("request after the wake: %d, want 202 until the replica is ready, then 200 from v42", r.status)
+	// The client waits longer than the budget, so the gateway's hold, not
+	// its timeout, decides.
+	client := &http.Client{Timeout: 150 * time.Second}
+	req, _ := http.NewRequestWithContext(s.ctx, http.MethodPost, s.gateway+"/v1/endpoints/support-chat/chat/completions",
+		strings.NewReader(`{"messages":[{"role":"user","content":"my card was charged twice"}],"stream":true,"max_tokens":6}`))
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("request at zero: %v", err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	events := 0
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data:") {
+			events++
 		}
-		return r.status == http.StatusOK && r.version == "v42"
-	}, "support-chat never served v42 after the wake")
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Model-Version") != "v42" || events == 0 {
+		t.Fatalf("request at zero = %d from %q with %d events, want 200 streamed by v42 once the woken replica is ready",
+			resp.StatusCode, resp.Header.Get("X-Model-Version"), events)
+	}
+	t.Logf("held for a cold start: answered after %v", time.Since(start).Round(time.Millisecond))
+	if h := s.gw.Holds(); h.Served != 1 || h.Expired != 0 || h.Waiting != 0 {
+		t.Errorf("gateway holds = %+v, want the one request held and served", h)
+	}
+	var woken *time.Time
+	if err := s.cp.Pool.QueryRow(s.ctx, "SELECT woken_at FROM endpoints WHERE name = 'support-chat'").Scan(&woken); err != nil {
+		t.Fatal(err)
+	}
+	if woken == nil {
+		t.Error("the held request never woke support-chat (woken_at still NULL)")
+	}
 	e, err = s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 	if err != nil {
 		t.Fatal(err)

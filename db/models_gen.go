@@ -353,25 +353,26 @@ type PlacementExclusion struct {
 }
 
 type Replica struct {
-	ID            int64
-	Name          string
-	TeamID        int64
-	EndpointID    int64
-	VersionID     int64
-	NodeID        int64
-	GPUType       string
-	Profile       string
-	State         string
-	Addr          string
-	Reason        string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	CPUCores      int32
-	MemoryMB      int32
-	Failures      int32
-	PlacementNote string
-	Metrics       []byte
-	Token         string
+	ID                int64
+	Name              string
+	TeamID            int64
+	EndpointID        int64
+	VersionID         int64
+	NodeID            int64
+	GPUType           string
+	Profile           string
+	State             string
+	Addr              string
+	Reason            string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	CPUCores          int32
+	MemoryMB          int32
+	Failures          int32
+	PlacementNote     string
+	Metrics           []byte
+	Token             string
+	ColdStartRecorded bool
 }
 
 type Rollout struct {
@@ -471,4 +472,9 @@ type User struct {
 	PlatformRole *string
 	CreatedAt    time.Time
 	LastLoginAt  *time.Time
+}
+
+type VersionColdStart struct {
+	VersionID    int64
+	ColdStartsMs []int64
 }

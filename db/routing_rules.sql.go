@@ -186,12 +186,14 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 const routingRuleListForRoute = `-- name: RoutingRuleListForRoute :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN version_cold_starts c ON c.version_id = v.id
 WHERE r.endpoint_id = $1
 ORDER BY v.id
 `
@@ -215,6 +217,8 @@ type RoutingRuleListForRouteRow struct {
 	ShadowPercent  float64
 	Runtime        string
 	Model          string
+	GPUCount       int32
+	ColdStartsMs   []int64
 }
 
 // RoutingRuleListForRoutes for one endpoint. It selects the same columns, so
@@ -247,6 +251,8 @@ func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64)
 			&i.ShadowPercent,
 			&i.Runtime,
 			&i.Model,
+			&i.GPUCount,
+			&i.ColdStartsMs,
 		); err != nil {
 			return nil, err
 		}
@@ -261,12 +267,14 @@ func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64)
 const routingRuleListForRoutes = `-- name: RoutingRuleListForRoutes :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN version_cold_starts c ON c.version_id = v.id
 ORDER BY e.id, v.id
 `
 
@@ -289,6 +297,8 @@ type RoutingRuleListForRoutesRow struct {
 	ShadowPercent  float64
 	Runtime        string
 	Model          string
+	GPUCount       int32
+	ColdStartsMs   []int64
 }
 
 // Every routed version with what its endpoint's routing entry carries (the
@@ -321,6 +331,8 @@ func (q *Queries) RoutingRuleListForRoutes(ctx context.Context) ([]RoutingRuleLi
 			&i.ShadowPercent,
 			&i.Runtime,
 			&i.Model,
+			&i.GPUCount,
+			&i.ColdStartsMs,
 		); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/agent/proto"
 	"modelplane/db"
@@ -136,7 +137,11 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	// offNode are the replica reports dropped for their address, counted
 	// once the transaction is done.
 	var offNode []string
+	// coldStarts are the replicas' cold starts measured by this heartbeat,
+	// observed once the transaction is done.
+	var coldStarts []db.VersionRecordColdStartsRow
 	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
+		coldStarts = nil
 		// Heartbeats share the lock a reconcile pass holds alone: a pass
 		// locks replica rows before node rows and a heartbeat the other way
 		// round (they deadlocked), and a new GPU layout must not land
@@ -234,14 +239,25 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		// or routing reads, so it is written apart and never counts as a
 		// change that wakes the reconciler.
 		metricsJSON, _ := json.Marshal(metrics)
+		// Before the metrics are overwritten: a cold start is new when it
+		// differs from the one stored (coldstart.go).
+		coldStarts, err = q.VersionRecordColdStarts(ctx, db.VersionRecordColdStartsParams{Metrics: metricsJSON, NodeID: node.ID})
+		if err != nil {
+			return err
+		}
 		if err := q.ReplicaObserveMetrics(ctx, db.ReplicaObserveMetricsParams{NodeID: node.ID, Metrics: metricsJSON}); err != nil {
 			return err
 		}
-		changed = changed || len(touched) > 0
+		// A measured cold start changes the Retry-After in the routing
+		// entry of an endpoint scaled to zero.
+		changed = changed || len(touched) > 0 || len(coldStarts) > 0
 		return nil
 	})
 	if err != nil {
 		return false, fmt.Errorf("observe node %s: %w", st.Node, err)
+	}
+	for _, c := range coldStarts {
+		f.coldStart.WithLabelValues(c.Endpoint, c.Version).Observe(float64(c.TotalMs) / 1000)
 	}
 	for _, reason := range offNode {
 		f.trust.replicasOffNode.Inc()
@@ -421,9 +437,11 @@ type Fleet struct {
 	wakeGrace time.Duration
 	// trust counts what the fleet refused to believe (trust.go).
 	trust trustMetrics
+	// coldStart is the replicas' measured cold starts (coldstart.go).
+	coldStart *prometheus.HistogramVec
 }
 
 // New returns a Fleet; now is the clock heartbeats and leases are measured by.
 func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Fleet {
-	return &Fleet{pool: pool, log: log, now: now, trust: newTrustMetrics()}
+	return &Fleet{pool: pool, log: log, now: now, trust: newTrustMetrics(), coldStart: newColdStartMetric()}
 }

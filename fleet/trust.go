@@ -132,9 +132,9 @@ func newTrustMetrics() trustMetrics {
 	return m
 }
 
-// Register exports the fleet's counters on reg.
+// Register exports the fleet's counters and its cold-start histogram on reg.
 func (f *Fleet) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{f.trust.heartbeatsDropped, f.trust.replicasOffNode} {
+	for _, c := range []prometheus.Collector{f.trust.heartbeatsDropped, f.trust.replicasOffNode, f.coldStart} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -49,6 +49,12 @@
 //     /v2/models/{m}/infer: package kserve turns the instances into one FP32
 //     tensor and the answer back into predictions (v2.go). An instance it
 //     cannot carry is the caller's 400, never sent.
+//   - A request of an endpoint scaled to zero that finds no replica is held
+//     in a bounded queue per endpoint while its wake starts one, and proxied
+//     when a replica reaches the routing table within the endpoint's
+//     cold-start budget; held requests wait on routing updates, never on a
+//     polling timer. Past the budget, or with the queue full, 202 with a
+//     Retry-After from the version's measured cold start (hold.go).
 //   - A streaming client that takes longer than the stall timeout to accept
 //     an event is cut; cancelling the upstream request makes the replica
 //     cancel the generation and free its KV pages.

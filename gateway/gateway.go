@@ -93,6 +93,11 @@ type Config struct {
 	// DefaultEjectCooldown when 0, never when EjectFailures is negative.
 	EjectFailures int
 	EjectCooldown time.Duration
+	// HoldQueue is how many requests of one endpoint scaled to zero may
+	// wait at this gateway for a replica to start, each up to the
+	// endpoint's cold-start budget; more get 202 at once. DefaultHoldQueue
+	// when 0; negative holds none (every such request gets 202 at once).
+	HoldQueue int
 }
 
 func (c *Config) defaults() {
@@ -128,6 +133,9 @@ func (c *Config) defaults() {
 	}
 	if c.StatsInterval == 0 {
 		c.StatsInterval = DefaultStatsInterval
+	}
+	if c.HoldQueue == 0 {
+		c.HoldQueue = DefaultHoldQueue
 	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -228,7 +236,8 @@ type Gateway struct {
 	stats   *statsRecorder
 	samples *sampler
 	metrics *metrics
-	wakes   waker // wake requests of endpoints scaled to zero (wake.go)
+	wakes   waker  // wake requests of endpoints scaled to zero (wake.go)
+	holds   *holds // requests waiting for them (hold.go)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -262,6 +271,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Clock, js, log)
 	g.samples = newSampler(js, log, sampleQueue)
+	g.holds = newHolds(cfg.HoldQueue)
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
@@ -349,6 +359,20 @@ func (g *Gateway) RouteGeneration(endpoint string) (int64, bool) {
 		return 0, false
 	}
 	return rt.src.Generation, true
+}
+
+// RouteReplicas is the number of replicas, of all its versions, the
+// gateway routes endpoint to; 0 while it holds no entry.
+func (g *Gateway) RouteReplicas(endpoint string) int {
+	rt := g.routes.Load().byName[endpoint]
+	if rt == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range rt.versions {
+		n += len(v.upstreams)
+	}
+	return n
 }
 
 // Ready reports whether the gateway has a routing table to serve from: one

@@ -34,6 +34,9 @@ type metrics struct {
 	tokens   *prometheus.CounterVec
 	// ejections counts replicas ejected after consecutive failures.
 	ejections prometheus.Counter
+	// hold is how long requests of endpoints scaled to zero were held,
+	// by outcome (hold.go).
+	hold      *prometheus.HistogramVec
 	children  atomic.Pointer[map[statsKey]*metricChildren]
 	childrenM sync.Mutex
 }
@@ -61,9 +64,15 @@ func newMetrics(g *Gateway) *metrics {
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ml_serving_tokens_total", Help: "Completion tokens streamed."}, []string{"endpoint", "version"})
 	m.ejections = prometheus.NewCounter(prometheus.CounterOpts{Name: "ml_serving_replica_ejections_total",
 		Help: "Replicas skipped for a cool-down after consecutive connect errors or 5xx answers."})
+	m.hold = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ml_serving_scale_from_zero_wait_seconds",
+		Help:    "Time a request of an endpoint scaled to zero was held for a replica to start, in seconds, by outcome: served (a replica was ready within the cold-start budget), expired (202 past it), left (the caller went away).",
+		Buckets: holdBuckets}, []string{"endpoint", "outcome"})
 	empty := map[statsKey]*metricChildren{}
 	m.children.Store(&empty)
-	m.reg.MustRegister(m.duration, m.overhead, m.ttft, m.itl, m.streams, m.tokens, m.ejections,
+	m.reg.MustRegister(m.duration, m.overhead, m.ttft, m.itl, m.streams, m.tokens, m.ejections, m.hold,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_scale_from_zero_queue_full_total",
+			Help: "Requests of an endpoint scaled to zero answered 202 at once because its hold queue was full."},
+			func() float64 { return float64(g.holds.full.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_shadow_requests_total",
 			Help: "Requests mirrored to a shadow version's replica."},
 			func() float64 { return float64(g.shadowSent.Load()) }),
@@ -82,6 +91,22 @@ func newMetrics(g *Gateway) *metrics {
 			func() float64 { return float64(g.samples.counters().Published) }),
 	)
 	return m
+}
+
+// holdBuckets are the seconds buckets of the scale-from-zero wait: a CPU
+// replica starts in seconds, a GPU one within its budget of minutes.
+var holdBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300}
+
+// Outcomes of a held request (ml_serving_scale_from_zero_wait_seconds).
+const (
+	outcomeServed  = "served"
+	outcomeExpired = "expired"
+	outcomeLeft    = "left"
+)
+
+// held records how long a request of endpoint was held, and how it ended.
+func (m *metrics) held(endpoint, outcome string, d time.Duration) {
+	m.hold.WithLabelValues(endpoint, outcome).Observe(d.Seconds())
 }
 
 // handler serves the registry.

@@ -196,6 +196,15 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		}
 	}
 	c.ver = v
+	// An endpoint scaled to zero with no replica of v: the request waits
+	// for one within the endpoint's cold-start budget (hold.go).
+	if rt.src.ScaledToZero && rt.src.Blocked == "" && len(v.upstreams) == 0 {
+		g.wake(&rt.src, true)
+		if rt, v, ok = g.hold(w, c, r, rt, v); !ok {
+			return
+		}
+		c.ver = v
+	}
 	// A pinned request is the caller's choice, not a sample of the split:
 	// it is not mirrored to the shadows either, whose statistics the judge
 	// reads.
@@ -242,11 +251,12 @@ func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
 	g.fail(w, c, http.StatusServiceUnavailable, "no replica ready", detail)
 }
 
-// coldStart answers a request to an endpoint scaled to zero: 202 with
-// Retry-After, so that a client polls instead of treating it as an outage.
-// The wake request that starts a replica went out in proxy (wake.go).
-func (g *Gateway) coldStart(w http.ResponseWriter, c *call) {
-	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
+// coldStart answers a request to an endpoint scaled to zero, after it
+// waited that long (hold.go): 202 with a Retry-After from the measured cold
+// start of v, so that a client polls instead of treating it as an outage.
+// The wake request that starts a replica went out already (wake.go).
+func (g *Gateway) coldStart(w http.ResponseWriter, c *call, v *version, waited time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(g.retryAfter(v, waited)))
 	g.fail(w, c, http.StatusAccepted, "scaled to zero", "endpoint "+strconv.Quote(c.endpoint)+" has no replica running; retry later")
 }
 
@@ -284,7 +294,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 			return
 		}
 		if rt.src.ScaledToZero {
-			g.coldStart(w, c)
+			g.coldStart(w, c, v, 0)
 			return
 		}
 		g.unavailable(w, c, "version "+strconv.Quote(v.name)+" has no ready replica")

@@ -105,6 +105,9 @@ type version struct {
 	// v2 translates predict calls for a runtime that speaks only the V2
 	// protocol (proto.ProtocolV2); nil for the others (v2.go).
 	v2 *kserve.Translator
+	// coldStart is the version's measured cold start, 0 when unknown: the
+	// Retry-After of a 202 of an endpoint scaled to zero (hold.go).
+	coldStart time.Duration
 }
 
 // pinnable reports whether a pin may choose v: it takes traffic (weight
@@ -177,7 +180,7 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 		rt.schema = compileSchema(src.InputSchema)
 	}
 	for _, sv := range src.Versions {
-		v := &version{name: sv.Name, weight: max(sv.Weight, 0)}
+		v := &version{name: sv.Name, weight: max(sv.Weight, 0), coldStart: time.Duration(max(sv.ColdStartMS, 0)) * time.Millisecond}
 		if sv.Protocol == proto.ProtocolV2 && src.Task != "llm" {
 			v.v2 = kserve.New(sv.V2Model, src.FeatureNames, src.Task)
 		}

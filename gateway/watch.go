@@ -214,6 +214,7 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 		}
 		g.routes.Store(&routeTable{byName: m})
 		g.routesSynced = true
+		g.holds.updatedAll()
 	case bucketKeys:
 		old := g.keys.Load()
 		m := make(map[string]*key, len(entries))
@@ -273,6 +274,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 				return
 			}
 			g.routes.Store(t.with(e.Key(), nil, g.routeDefaults()))
+			g.holds.updated(e.Key())
 			break
 		}
 		rt, ok := g.decodeRoute(e)
@@ -285,6 +287,7 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 			return
 		}
 		g.routes.Store(t.with(e.Key(), &rt, g.routeDefaults()))
+		g.holds.updated(e.Key())
 	case bucketKeys:
 		t := g.keys.Load()
 		if deleted(e) {

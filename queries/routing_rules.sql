@@ -21,12 +21,14 @@ ORDER BY e.id, v.id;
 -- endpoint's columns repeat on each of its versions), for package route.
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN version_cold_starts c ON c.version_id = v.id
 ORDER BY e.id, v.id;
 
 -- name: RoutingRuleListForRoute :many
@@ -34,12 +36,14 @@ ORDER BY e.id, v.id;
 -- that package route converts its rows into the other query's.
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
-       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model
+       v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
 JOIN models m ON m.id = e.model_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN version_cold_starts c ON c.version_id = v.id
 WHERE r.endpoint_id = @endpoint_id
 ORDER BY v.id;
 

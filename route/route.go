@@ -169,7 +169,9 @@ type versionKey struct{ endpoint, version int64 }
 // build turns routing input into the routing entry of every endpoint it
 // names, and the names in the order of the rules. A scale-to-zero endpoint
 // covered by a blocking budget carries the reason in Blocked, so gateways
-// answer it instead of 202 for a wake that will start nothing.
+// answer it instead of 202 for a wake that will start nothing; every
+// scale-to-zero endpoint carries its cold-start budget and its versions'
+// measured cold starts (coldstart.go).
 // v2Only are the registry runtimes that speak only the KServe V2 / Open
 // Inference protocol: the gateway translates /predict calls for their
 // versions. Triton serves the model of the version's model repository named
@@ -194,6 +196,8 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	}
 	routes := map[string]*proto.Route{}
 	var names []string
+	gpu := map[string]bool{}
+	coldMS := map[string]map[string]int64{}
 	for _, d := range rules {
 		rt := routes[d.Endpoint]
 		if rt == nil {
@@ -217,9 +221,15 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 			rv.Protocol, rv.V2Model = proto.ProtocolV2, d.Model
 		}
 		rt.Versions = append(rt.Versions, rv)
+		gpu[d.Endpoint] = gpu[d.Endpoint] || d.GPUCount > 0
+		if coldMS[d.Endpoint] == nil {
+			coldMS[d.Endpoint] = map[string]int64{}
+		}
+		coldMS[d.Endpoint][d.Version] = medianMS(d.ColdStartsMs)
 	}
-	for _, rt := range routes {
+	for name, rt := range routes {
 		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
+		setColdStart(rt, gpu[name], coldMS[name])
 	}
 	return routes, names
 }

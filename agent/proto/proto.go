@@ -433,6 +433,13 @@ type Route struct {
 	// request finding no ready replica gets this reason rather than 202
 	// and a wait that cannot end; empty when nothing blocks.
 	Blocked string `json:"blocked,omitempty"`
+	// ColdStartBudgetS, set only with ScaledToZero, is how long a gateway
+	// holds a request that finds no ready replica while the wake starts
+	// one, in seconds: a replica ready within it answers the request as
+	// usual; past it the caller gets 202 with Retry-After. The endpoint's
+	// autoscaling policy's cold_start_budget_s, else 30 s for CPU versions
+	// and 120 s when a version needs a GPU. 0 holds nothing (202 at once).
+	ColdStartBudgetS int `json:"cold_start_budget_s,omitempty"`
 }
 
 // RouteExperiment is an endpoint's active A/B experiment.
@@ -467,6 +474,11 @@ type RouteVersion struct {
 	// V2Model is the model name in /v2/models/{model}/infer when Protocol
 	// is ProtocolV2.
 	V2Model string `json:"v2_model,omitempty"`
+	// ColdStartMS, set only on an entry with ScaledToZero, is the median of
+	// the version's latest measured replica cold starts (download, verify,
+	// load and warm-up), in milliseconds; 0 when none was measured. The
+	// gateway's Retry-After of a 202 comes from it.
+	ColdStartMS int64 `json:"cold_start_ms,omitempty"`
 }
 
 // ProtocolV2 is RouteVersion.Protocol of a runtime that speaks only the
