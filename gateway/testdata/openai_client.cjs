@@ -40,7 +40,7 @@ async function failure(f) {
 }
 
 async function main() {
-  const out = { version: OpenAI.VERSION };
+  const out = { version: require(process.env.MP_OPENAI_MODULE + '/package.json').version };
 
   const chat = await client.chat.completions.create({ model, messages, max_tokens: 5 });
   out.chat = {
