@@ -105,6 +105,8 @@ func parseCompletion(body []byte, defaultMax, maxTokens int) (chatParams, error)
 			return chatParams{}, errors.New("prompt must be a string or an array of strings")
 		}
 		prompt = strings.Join(parts, "")
+	case len(raw) > 0 && string(raw) != "null":
+		return chatParams{}, errors.New("prompt must be a string or an array of strings")
 	}
 	if prompt == "" {
 		return chatParams{}, errors.New("prompt must not be empty")
