@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,6 +241,25 @@ func TestOpenAIClient(t *testing.T) {
 	} else if s, err := strconv.Atoi(*out.Err429.RetryAfter); err != nil || s < 900 {
 		t.Errorf("429 Retry-After %q; want about 1000 seconds", *out.Err429.RetryAfter)
 	}
+	// The streams were metered as on the per-endpoint path: 6 chat and 3
+	// completion tokens (a plain answer's tokens are the replica's to
+	// count).
+	tokens := func() string {
+		resp, err := http.Get(g.adminURL + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for l := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(l, `ml_serving_tokens_total{endpoint="support-chat",version="v1"} `); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "absent"
+	}
+	wait.Eventually(t, 10*time.Second, func() bool { return tokens() == "9" },
+		"support-chat tokens metered %v; want 9", wait.Show(func() any { return tokens() }))
 	// Every answer reached the chat replica through the one request path.
 	if st := chatRep.Stats(); st.KVPagesUsed != 0 || st.InFlight != 0 {
 		t.Errorf("chat replica %+v; want its pages free", st)
