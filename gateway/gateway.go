@@ -395,6 +395,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", g.inferenceOf(kindChat, true))
 	mux.Handle("POST /v1/completions", g.inferenceOf(kindCompletion, true))
 	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("GET /v1/models/{model}", g.model)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		id := requestID(r.Header.Get("X-Request-Id"))
 		w.Header().Set("X-Request-Id", id)

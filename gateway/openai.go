@@ -146,3 +146,20 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(list.Data, func(a, b openaiModel) int { return strings.Compare(a.ID, b.ID) })
 	writeOpenAI(w, http.StatusOK, list)
 }
+
+// model answers GET /v1/models/{model}: the endpoint's entry, or 404
+// model_not_found for one the caller may not call or that is no LLM's.
+func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
+	c := &call{id: requestID(r.Header.Get("X-Request-Id")), openai: true, endpoint: r.PathValue("model")}
+	w.Header().Set("X-Request-Id", c.id)
+	who, ok := g.authenticate(w, c, r)
+	if !ok {
+		return
+	}
+	rt := g.routes.Load().byName[c.endpoint]
+	if rt == nil || rt.src.Task != "llm" || !who.may(rt.src.Team) {
+		g.fail(w, c, http.StatusNotFound, "not found", "no LLM endpoint "+strconv.Quote(c.endpoint))
+		return
+	}
+	writeOpenAI(w, http.StatusOK, openaiModel{ID: c.endpoint, Object: "model", OwnedBy: rt.src.Team})
+}

@@ -152,7 +152,8 @@ func TestOpenAIClient(t *testing.T) {
 			Object  string `json:"object"`
 			OwnedBy string `json:"owned_by"`
 		} `json:"models"`
-		Cancel struct {
+		Retrieved string `json:"retrieved"`
+		Cancel    struct {
 			Chunks  int  `json:"chunks"`
 			Aborted bool `json:"aborted"`
 		} `json:"cancel"`
@@ -194,6 +195,10 @@ func TestOpenAIClient(t *testing.T) {
 	}
 	if want := []string{"limited-chat", "slow-chat", "support-chat"}; !slices.Equal(ids, want) {
 		t.Errorf("models.list = %v; want %v (LLM endpoints of the key's team only)", ids, want)
+	}
+
+	if out.Retrieved != "support-chat" {
+		t.Errorf("models.retrieve = %q; want support-chat", out.Retrieved)
 	}
 
 	// The cancel: the replica stopped generating and freed its pages.

@@ -186,6 +186,25 @@ func TestOpenAIModels(t *testing.T) {
 	if code, _, ids := list(admin); code != 200 || strings.Join(ids, ",") != "search/faq-chat,payments/pay-chat,search/support-chat" {
 		t.Errorf("admin key: %d %v; want every LLM endpoint", code, ids)
 	}
+	one := func(name string) result {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, g.url+"/v1/models/"+name, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return result{status: resp.StatusCode, header: resp.Header, body: b}
+	}
+	if r := one("faq-chat"); r.status != 200 || string(r.body) != `{"id":"faq-chat","object":"model","created":0,"owned_by":"search"}`+"\n" {
+		t.Errorf("GET /v1/models/faq-chat: %d %s", r.status, r.body)
+	}
+	for _, name := range []string{"pay-chat", "fraud", "nope"} {
+		if r := one(name); r.status != 404 || deref(openaiErr(t, r).Error.Code) != "model_not_found" {
+			t.Errorf("GET /v1/models/%s: %d %s; want 404 model_not_found", name, r.status, r.body)
+		}
+	}
 	if code, body, _ := list(""); code != 401 || !strings.Contains(body, `"code":"invalid_api_key"`) {
 		t.Errorf("no key: %d %s; want 401 invalid_api_key", code, body)
 	}

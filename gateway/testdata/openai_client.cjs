@@ -82,6 +82,7 @@ async function main() {
   const models = [];
   for await (const m of client.models.list()) models.push({ id: m.id, object: m.object, owned_by: m.owned_by, created: m.created });
   out.models = models;
+  out.retrieved = (await client.models.retrieve(model)).id;
 
   // Cancel mid-stream: read a few chunks of a long generation, then abort.
   const ac = new AbortController();
