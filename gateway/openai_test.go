@@ -96,7 +96,7 @@ func TestOpenAIRouteErrors(t *testing.T) {
 	e.putRoute(t, zero)
 	key := e.newKey(t, "search", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{MaxBodyBytes: 4096, RetryAfter: 3 * time.Second})
-	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("sleepy"); return ok }, "waiting for routes")
+	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("sleepy"); return ok && g.Ready() }, "waiting for routes")
 
 	msgs := `"messages":[{"role":"user","content":"hi"}]`
 	tests := []struct {
@@ -144,7 +144,7 @@ func TestOpenAIModels(t *testing.T) {
 	key := e.newKey(t, "search", "engineer", nil)
 	admin := e.newKey(t, "", "platform_admin", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
-	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("pay-chat"); return ok }, "waiting for routes")
+	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("pay-chat"); return ok && g.Ready() }, "waiting for routes")
 
 	list := func(k string) (int, string, []string) {
 		t.Helper()
