@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -13,12 +14,20 @@ type kind int
 const (
 	kindPredict kind = iota
 	kindChat
+	// kindCompletion is OpenAI's legacy text completion (a prompt).
+	kindCompletion
 )
+
+// llm reports whether the call is one an LLM endpoint serves.
+func (k kind) llm() bool { return k == kindChat || k == kindCompletion }
 
 // upstreamPath is the replica's path for the call.
 func (k kind) upstreamPath() string {
-	if k == kindChat {
+	switch k {
+	case kindChat:
 		return "/v1/chat/completions"
+	case kindCompletion:
+		return "/v1/completions"
 	}
 	return "/predict"
 }
@@ -33,7 +42,18 @@ type predictRequest struct {
 type chatRequest struct {
 	Messages []json.RawMessage `json:"messages"`
 	Stream   bool              `json:"stream"`
+	N        *int              `json:"n"`
 }
+
+type completionRequest struct {
+	Prompt json.RawMessage `json:"prompt"`
+	Stream bool            `json:"stream"`
+	N      *int            `json:"n"`
+}
+
+// errOneChoice refuses n > 1: a replica generates one choice per request,
+// and a caller asking for more must not be billed for one silently.
+var errOneChoice = errors.Join(errBadRequest, errors.New("n: only 1 is supported; send n requests for n choices"))
 
 // decodeRequest checks the shape of an inference body before it goes
 // upstream, so that a replica only sees well-formed calls, and reports
@@ -47,6 +67,23 @@ func decodeRequest(k kind, body []byte) (stream bool, err error) {
 		}
 		if len(r.Messages) == 0 {
 			return false, errors.Join(errBadRequest, errors.New("messages: must be a non-empty array"))
+		}
+		if r.N != nil && *r.N != 1 {
+			return false, errOneChoice
+		}
+		return r.Stream, nil
+	case kindCompletion:
+		var r completionRequest
+		if err := json.Unmarshal(body, &r); err != nil {
+			return false, badJSON(err)
+		}
+		// A string, or an array of strings or of token ids: the replica
+		// reads it; an absent or empty prompt is refused here.
+		if p := bytes.TrimSpace(r.Prompt); len(p) == 0 || string(p) == "null" || string(p) == `""` || string(p) == "[]" {
+			return false, errors.Join(errBadRequest, errors.New("prompt: must be a non-empty string"))
+		}
+		if r.N != nil && *r.N != 1 {
+			return false, errOneChoice
 		}
 		return r.Stream, nil
 	default:

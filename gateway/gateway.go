@@ -414,10 +414,16 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("POST /v1/endpoints/{endpoint}/predict", g.inference(kindPredict))
 	mux.Handle("POST /v1/endpoints/{endpoint}/chat/completions", g.inference(kindChat))
+	mux.Handle("POST /v1/endpoints/{endpoint}/completions", g.inference(kindCompletion))
+	// The OpenAI routes (openai.go): the body's model is the endpoint.
+	mux.Handle("POST /v1/chat/completions", g.inferenceOf(kindChat, true))
+	mux.Handle("POST /v1/completions", g.inferenceOf(kindCompletion, true))
+	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("GET /v1/models/{model}", g.model)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		id := requestID(r.Header.Get("X-Request-Id"))
 		w.Header().Set("X-Request-Id", id)
-		problem(w, http.StatusNotFound, "not found", "no such route: use POST /v1/endpoints/{endpoint}/predict or /chat/completions", id)
+		problem(w, http.StatusNotFound, "not found", "no such route: use POST /v1/endpoints/{endpoint}/predict, /chat/completions or /completions, or the OpenAI routes POST /v1/chat/completions, /v1/completions and GET /v1/models", id)
 	})
 	return mux
 }

@@ -55,12 +55,19 @@ type call struct {
 	// endpointID is the routing entry's endpoint id, for statistics and
 	// samples.
 	endpointID int64
+	// openai is set on the OpenAI routes (openai.go): the body's model
+	// names the endpoint, and errors have OpenAI's shape.
+	openai bool
 }
 
-func (g *Gateway) inference(k kind) http.Handler {
+// inference serves the per-endpoint routes, which name the endpoint in
+// the path.
+func (g *Gateway) inference(k kind) http.Handler { return g.inferenceOf(k, false) }
+
+func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: start}
+		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: start, openai: openai}
 		w.Header().Set("X-Request-Id", c.id)
 		g.serve(k, c, w, r)
 		end := time.Now()
@@ -102,6 +109,10 @@ func (c *call) versionName() string {
 
 func (g *Gateway) fail(w http.ResponseWriter, c *call, status int, title, detail string) {
 	c.status = status
+	if c.openai {
+		openaiError(w, status, title, detail)
+		return
+	}
 	problem(w, status, title, detail, c.id)
 }
 
@@ -113,6 +124,17 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		return
 	}
 	c.key, c.team = who.name, who.team
+	// The OpenAI routes name the endpoint in the body's model, so the body
+	// is read first there.
+	var body []byte
+	if c.openai {
+		if body, ok = g.readBody(w, c, r); !ok {
+			return
+		}
+		if c.endpoint, ok = g.modelOf(w, c, body); !ok {
+			return
+		}
+	}
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
 		c.owner, c.endpointID = rt.src.Team, rt.src.EndpointID
@@ -125,39 +147,18 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
 		return
 	}
-	if (rt.src.Task == "llm") != (k == kindChat) {
+	if (rt.src.Task == "llm") != k.llm() {
 		what := "predict"
 		if rt.src.Task == "llm" {
-			what = "chat/completions"
+			what = "chat/completions and completions"
 		}
 		g.fail(w, c, http.StatusNotFound, "not found", "endpoint "+strconv.Quote(c.endpoint)+" serves "+what)
 		return
 	}
-	if r.ContentLength > g.cfg.MaxBodyBytes {
-		g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
-		return
-	}
-	// Reading the body is bounded (headers have the server's
-	// ReadHeaderTimeout); the deadline goes once the body is in, because on
-	// HTTP/1 the server then reads the connection to notice the caller
-	// leave, and a deadline passing there would cancel a long or streamed
-	// answer. It stays after a failed read: the server would otherwise wait
-	// for the rest of the body before answering. An error means the writer
-	// sets no deadlines (a test recorder).
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	if err == nil {
-		_ = rc.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
+	if body == nil {
+		if body, ok = g.readBody(w, c, r); !ok {
 			return
 		}
-		g.fail(w, c, http.StatusBadRequest, "bad request", "cannot read the request body")
-		return
 	}
 	stream, err := decodeRequest(k, body)
 	if err != nil {
@@ -216,6 +217,38 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	w.Header().Set("X-Model-Version", v.name)
 	g.proxy(k, c, rt, v, body, stream, w, r)
+}
+
+// readBody reads the request body within MaxBodyBytes and ReadTimeout,
+// answering 413 or 400 when it cannot.
+func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
+		return nil, false
+	}
+	// Reading the body is bounded (headers have the server's
+	// ReadHeaderTimeout); the deadline goes once the body is in, because on
+	// HTTP/1 the server then reads the connection to notice the caller
+	// leave, and a deadline passing there would cancel a long or streamed
+	// answer. It stays after a failed read: the server would otherwise wait
+	// for the rest of the body before answering. An error means the writer
+	// sets no deadlines (a test recorder).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ReadTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			g.fail(w, c, http.StatusRequestEntityTooLarge, "request body too large", "the limit is "+strconv.FormatInt(g.cfg.MaxBodyBytes, 10)+" bytes")
+			return nil, false
+		}
+		g.fail(w, c, http.StatusBadRequest, "bad request", "cannot read the request body")
+		return nil, false
+	}
+	return body, true
 }
 
 // authenticate checks the API key or OIDC bearer token of a request

@@ -144,7 +144,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 	s.record(g.stats, &o)
 	if answer != nil || (o.streamed && o.status == http.StatusOK && g.samples.draw(m.sampling)) {
 		g.samples.offer(&pending{id: m.id, endpoint: m.endpoint, endpointID: m.endpointID, team: m.team, version: s.name, end: start.Add(o.duration),
-			latency: o.duration, llm: m.k == kindChat, features: m.features, body: m.body, answer: answer,
+			latency: o.duration, llm: m.k.llm(), features: m.features, body: m.body, answer: answer,
 			tokens: o.tokens, streamed: o.streamed})
 	}
 }

@@ -350,7 +350,9 @@ func streamTokens(ev []byte) (n int, final bool) {
 			return u.Usage.CompletionTokens, true
 		}
 	}
-	if bytes.Contains(ev, []byte(`"content"`)) {
+	// A chat chunk's delta holds "content"; a completion chunk's choice
+	// "text", empty on the closing chunk.
+	if bytes.Contains(ev, []byte(`"content"`)) || bytes.Contains(ev, []byte(`"text"`)) && !bytes.Contains(ev, []byte(`"text":""`)) {
 		return 1, false
 	}
 	return 0, false

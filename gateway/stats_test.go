@@ -396,6 +396,10 @@ func TestStreamTokens(t *testing.T) {
 		{`data: {"choices":[{"delta":{"role":"assistant","content":"Hi"}}]}` + "\n\n", 1, false},
 		{`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\n", 0, false},
 		{`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":17,"total_tokens":20}}` + "\n\n", 17, true},
+		// Text completion chunks: a token's text, then the closing chunk's
+		// empty one.
+		{`data: {"object":"text_completion","choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":null}]}` + "\n\n", 1, false},
+		{`data: {"object":"text_completion","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length"}]}` + "\n\n", 0, false},
 		{"data: [DONE]\n\n", 0, false},
 		{": keep-alive\n\n", 0, false},
 		{`data: {"usage":"completion_tokens"` + "\n\n", 0, false},

@@ -120,7 +120,7 @@ func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
 	if err != nil {
 		return &invalidInput{Path: "body", Reason: "is not valid JSON"}
 	}
-	if k == kindChat {
+	if k.llm() {
 		return check(s.schema, doc, "")
 	}
 	obj, _ := doc.(map[string]any)

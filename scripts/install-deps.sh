@@ -45,6 +45,21 @@ if [ ! -f "$ort_lib" ] && [ -n "$ort_arch" ]; then
   command -v npm >/dev/null || want+=(npm)
 fi
 
+# The OpenAI client test (gateway/openai_client_test.go) runs the official
+# npm openai package under Node against a real gateway. The package goes to
+# a cache directory outside the clone, named by version, which the test
+# reads (or $MP_OPENAI_NODE_DIR); the test fails, naming this script, when
+# it is missing. 6.10.0 is the last release that runs on Node 20 (7.x wants
+# 22) and has no dependencies of its own.
+openai_version=6.10.0
+openai_dir="${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/openai-node-$openai_version"
+openai_want=false
+if [ "${1:-}" = test ] && [ ! -f "$openai_dir/node_modules/openai/package.json" ]; then
+  openai_want=true
+  command -v node >/dev/null || want+=(nodejs)
+  command -v npm >/dev/null || want+=(npm)
+fi
+
 if [ ${#want[@]} -gt 0 ]; then
   echo "installing: ${want[*]}"
   sudo=""
@@ -76,4 +91,17 @@ if $ort_want; then
   # never leaves a truncated library where the runtime looks.
   cp "${found[0]}" "$ort_lib.tmp"
   mv "$ort_lib.tmp" "$ort_lib"
+fi
+
+if $openai_want; then
+  echo "installing the npm openai package $openai_version into $openai_dir"
+  npm_tmp="$(mktemp -d)"
+  # Installed beside the final place and renamed, so that an interrupted
+  # install never leaves a half package where the test looks; a private npm
+  # cache, so nothing stays in ~/.npm.
+  rm -rf "$openai_dir.tmp"
+  mkdir -p "$openai_dir.tmp"
+  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$openai_dir.tmp" "openai@$openai_version" >/dev/null
+  rm -rf "$npm_tmp" "$openai_dir"
+  mv "$openai_dir.tmp" "$openai_dir"
 fi

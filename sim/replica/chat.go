@@ -12,19 +12,27 @@ import (
 	"unicode/utf8"
 
 	"modelplane/agent/proto"
+	"modelplane/sim"
 )
 
 // chatRequest is the part of an OpenAI chat completion request the replica
 // reads; sampling settings (temperature, top_p, ...) are accepted and
 // ignored, since the text is drawn from the seed.
 type chatRequest struct {
-	Model               string        `json:"model"`
-	Messages            []chatMessage `json:"messages"`
-	MaxTokens           *int          `json:"max_tokens"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	Stream              bool          `json:"stream"`
-	User                string        `json:"user"`
-	N                   *int          `json:"n"`
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Stream              bool           `json:"stream"`
+	User                string         `json:"user"`
+	N                   *int           `json:"n"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+}
+
+// streamOptions is OpenAI's stream_options: include_usage adds a last chunk
+// with the usage and no choices.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 type chatMessage struct {
@@ -44,6 +52,11 @@ type chatParams struct {
 	capped bool
 	// key identifies the conversation (roles and texts) for the seeded draws.
 	key []byte
+	// includeUsage asks for the usage chunk of a stream (stream_options).
+	includeUsage bool
+	// text is set for a text completion (POST /v1/completions): the answer
+	// has choices[].text instead of a message.
+	text bool
 }
 
 // charsPerToken is the prompt-length estimate: about four characters
@@ -63,19 +76,9 @@ func parseChat(body []byte, defaultMax, maxTokens int) (chatParams, error) {
 	if len(req.Messages) == 0 {
 		return chatParams{}, errors.New("messages must not be empty")
 	}
-	if req.N != nil && *req.N != 1 {
-		return chatParams{}, errors.New("n: only 1 is supported")
-	}
-	p := chatParams{model: req.Model, stream: req.Stream, user: req.User, outputTokens: defaultMax}
-	limit := req.MaxTokens
-	if req.MaxCompletionTokens != nil {
-		limit = req.MaxCompletionTokens
-	}
-	if limit != nil {
-		if *limit < 1 || *limit > maxTokens {
-			return chatParams{}, fmt.Errorf("max_tokens must be between 1 and %d", maxTokens)
-		}
-		p.outputTokens, p.capped = *limit, true
+	p, err := commonParams(req.Model, req.Stream, req.User, req.N, req.StreamOptions, req.MaxTokens, req.MaxCompletionTokens, defaultMax, maxTokens)
+	if err != nil {
+		return chatParams{}, err
 	}
 	var key bytes.Buffer
 	chars := 0
@@ -95,6 +98,25 @@ func parseChat(body []byte, defaultMax, maxTokens int) (chatParams, error) {
 	}
 	p.promptTokens = max(1, (chars+charsPerToken-1)/charsPerToken)
 	p.key = key.Bytes()
+	return p, nil
+}
+
+// commonParams checks what chat and text completions share.
+func commonParams(model string, stream bool, user string, n *int, opts *streamOptions, maxTok, maxCompletion *int, defaultMax, maxTokens int) (chatParams, error) {
+	if n != nil && *n != 1 {
+		return chatParams{}, errors.New("n: only 1 is supported")
+	}
+	p := chatParams{model: model, stream: stream, user: user, outputTokens: defaultMax, includeUsage: opts != nil && opts.IncludeUsage}
+	limit := maxTok
+	if maxCompletion != nil {
+		limit = maxCompletion
+	}
+	if limit != nil {
+		if *limit < 1 || *limit > maxTokens {
+			return chatParams{}, fmt.Errorf("max_tokens must be between 1 and %d", maxTokens)
+		}
+		p.outputTokens, p.capped = *limit, true
+	}
 	return p, nil
 }
 
@@ -178,25 +200,46 @@ type (
 // loop and relays the loop's tokens, streamed as SSE or gathered into one
 // completion. The client leaving cancels the sequence in the engine at once.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
+	body, ok := s.readBodyAs(w, r, writeAPIError)
 	if !ok {
 		return
 	}
 	p, err := parseChat(body, s.cfg.DefaultMaxTokens, s.cfg.MaxTokens)
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, err.Error())
+		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	s.generate(w, r, p, "chat")
+}
+
+// completion answers POST /v1/completions, OpenAI's text completion of a
+// prompt, from the same step loop as chat.
+func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBodyAs(w, r, writeAPIError)
+	if !ok {
+		return
+	}
+	p, err := parseCompletion(body, s.cfg.DefaultMaxTokens, s.cfg.MaxTokens)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.generate(w, r, p, "completion")
+}
+
+// generate runs a validated request; what names the call for the seeded
+// failure draw.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, what string) {
 	// Whether the request fails depends on all of it; the text only on the
 	// conversation, so a longer max_tokens extends the same answer.
-	fh := hashBytes(s.cfg.Seed, []byte("chat"), p.key, []byte(p.user), fmt.Appendf(nil, "%d", p.outputTokens))
+	fh := hashBytes(s.cfg.Seed, []byte(what), p.key, []byte(p.user), fmt.Appendf(nil, "%d", p.outputTokens))
 	if fail, _ := s.model.outcome(newRand(s.cfg.Seed, fh)); fail {
-		writeProblem(w, http.StatusInternalServerError, "simulated model failure")
+		writeAPIError(w, http.StatusInternalServerError, "simulated model failure")
 		return
 	}
 	if s.queueDepth() >= s.cfg.MaxQueue {
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusTooManyRequests, "replica queue is full")
+		writeAPIError(w, http.StatusTooManyRequests, "replica queue is full")
 		return
 	}
 	// The tenant is the team the gateway vouches for, never the body's
@@ -220,7 +263,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	select {
 	case _, open := <-g.tokens:
 		if !open {
-			writeGenerationError(w, g.err)
+			writeGenerationError(w, g.err, p.text)
 			return
 		}
 	case <-ctx.Done():
@@ -260,12 +303,18 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		break
 	}
 	if g.err != nil {
-		writeGenerationError(w, g.err)
+		writeGenerationError(w, g.err, p.text)
+		return
+	}
+	u := &usage{PromptTokens: p.promptTokens, CompletionTokens: n, TotalTokens: p.promptTokens + n}
+	if p.text {
+		writeJSON(w, http.StatusOK, textCompletion{ID: head.ID, Object: "text_completion", Created: head.Created, Model: head.Model,
+			Choices: []textChoice{{Text: text.String(), FinishReason: &finish}}, Usage: u})
 		return
 	}
 	head.Object = "chat.completion"
 	head.Choices = []chatChoice{{Message: &chatDelta{Role: "assistant", Content: text.String()}, FinishReason: &finish}}
-	head.Usage = &usage{PromptTokens: p.promptTokens, CompletionTokens: n, TotalTokens: p.promptTokens + n}
+	head.Usage = u
 	writeJSON(w, http.StatusOK, head)
 }
 
@@ -281,6 +330,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	head.Object = "chat.completion.chunk"
+	if p.text {
+		head.Object = "text_completion"
+	}
 	send := func(v any) bool {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -292,7 +344,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 		}
 		return rc.Flush() == nil
 	}
-	chunk := func(d chatDelta) chatCompletion {
+	chunk := func(d chatDelta) any {
+		if p.text {
+			return textCompletion{ID: head.ID, Object: head.Object, Created: head.Created, Model: head.Model, Choices: []textChoice{{Text: d.Content}}}
+		}
 		c := head
 		c.Choices = []chatChoice{{Delta: &d}}
 		return c
@@ -327,10 +382,30 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 		send(map[string]any{"error": map[string]string{"message": g.err.Error(), "type": "server_error"}})
 		return
 	}
-	last := head
-	last.Choices = []chatChoice{{Delta: &chatDelta{}, FinishReason: &finish}}
-	last.Usage = &usage{PromptTokens: p.promptTokens, CompletionTokens: n, TotalTokens: p.promptTokens + n}
-	if send(last) {
+	// The finish chunk carries the usage too, as it always has: the
+	// gateway meters a stream's tokens from it. With include_usage the
+	// usage comes, as OpenAI sends it, in a last chunk of no choices.
+	u := &usage{PromptTokens: p.promptTokens, CompletionTokens: n, TotalTokens: p.promptTokens + n}
+	var last any
+	if p.text {
+		t := textCompletion{ID: head.ID, Object: head.Object, Created: head.Created, Model: head.Model, Choices: []textChoice{{FinishReason: &finish}}}
+		if !p.includeUsage {
+			t.Usage = u
+		}
+		last = t
+	} else {
+		c := head
+		c.Choices = []chatChoice{{Delta: &chatDelta{}, FinishReason: &finish}}
+		if !p.includeUsage {
+			c.Usage = u
+		}
+		last = c
+	}
+	ok := send(last)
+	if ok && p.includeUsage {
+		ok = send(usageChunk{ID: head.ID, Object: head.Object, Created: head.Created, Model: head.Model, Choices: []struct{}{}, Usage: u})
+	}
+	if ok {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 		_ = rc.Flush()
@@ -339,15 +414,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 
 // writeGenerationError answers a generation that ended before its first
 // token (or, for a non-streamed answer, before its last).
-func writeGenerationError(w http.ResponseWriter, err error) {
+func writeGenerationError(w http.ResponseWriter, err error, text bool) {
 	switch {
+	case errors.Is(err, sim.ErrTooLarge):
+		// The prompt leaves no room in the context window: OpenAI's
+		// context_length_exceeded, on the field that holds the prompt.
+		param := "messages"
+		if text {
+			param = "prompt"
+		}
+		writeOpenAIError(w, http.StatusBadRequest, openAIError{Message: err.Error(), Type: "invalid_request_error",
+			Param: &param, Code: ptr("context_length_exceeded")})
 	case errors.Is(err, errRejected):
-		writeProblem(w, http.StatusBadRequest, err.Error())
+		writeAPIError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, errShutdown):
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, errShutdown.Error())
+		writeAPIError(w, http.StatusServiceUnavailable, errShutdown.Error())
 	default:
-		writeProblem(w, http.StatusInternalServerError, "generation failed")
+		writeAPIError(w, http.StatusInternalServerError, "generation failed")
 	}
 }
 

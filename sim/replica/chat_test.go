@@ -285,8 +285,12 @@ func TestChatBadRequests(t *testing.T) {
 			if code != tt.want {
 				t.Fatalf("status = %d (%s); want %d", code, raw, tt.want)
 			}
-			if p := decode[problem](t, raw); !strings.Contains(p.Detail, tt.wantDetail) {
-				t.Errorf("detail = %q; want it to contain %q", p.Detail, tt.wantDetail)
+			// The LLM routes answer in OpenAI's shape, as vLLM does.
+			e := decode[struct {
+				Error openAIError `json:"error"`
+			}](t, raw).Error
+			if !strings.Contains(e.Message, tt.wantDetail) || e.Type != "invalid_request_error" {
+				t.Errorf("error = %+v; want an invalid_request_error whose message contains %q", e, tt.wantDetail)
 			}
 		})
 	}

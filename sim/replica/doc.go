@@ -11,7 +11,10 @@
 //     seed and a hash of the instance, so the same instance always gets the
 //     same answer and a profile can be made to drift or fail on purpose. The
 //     request's latency is drawn the same way and really waited.
-//   - llm: POST /v1/chat/completions, OpenAI-compatible, with SSE streaming.
+//   - llm: POST /v1/chat/completions and POST /v1/completions,
+//     OpenAI-compatible, with SSE streaming (stream_options.include_usage
+//     adds a last chunk of no choices with the usage) and OpenAI's error
+//     shape, a prompt past the context window being context_length_exceeded.
 //     Tokens come from an Engine (the continuous-batching scheduler of package
 //     sim, adapted) that one goroutine steps in wall-clock time, sleeping each
 //     step's modelled duration and handing every generated token to the

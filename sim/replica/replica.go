@@ -323,6 +323,7 @@ func (s *Server) routes() http.Handler {
 	switch s.cfg.Task {
 	case TaskLLM:
 		mux.Handle("/v1/chat/completions", only(http.MethodPost, s.inference("chat", s.chat)))
+		mux.Handle("/v1/completions", only(http.MethodPost, s.inference("completion", s.completion)))
 	default:
 		mux.Handle("/predict", only(http.MethodPost, s.inference("predict", s.predict)))
 		mux.Handle("/v2/models/{model}/infer", only(http.MethodPost, s.inference("infer", s.infer)))
@@ -459,14 +460,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readBody reads at most MaxBodyBytes; the error is *http.MaxBytesError when
 // the body is larger.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	return s.readBodyAs(w, r, writeProblem)
+}
+
+// readBodyAs is readBody answering failures with fail (the LLM routes
+// answer in OpenAI's shape).
+func (s *Server) readBodyAs(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, int, string)) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+			fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 			return nil, false
 		}
-		writeProblem(w, http.StatusBadRequest, "reading the request body failed")
+		fail(w, http.StatusBadRequest, "reading the request body failed")
 		return nil, false
 	}
 	return body, true
