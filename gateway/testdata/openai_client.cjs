@@ -95,7 +95,12 @@ async function main() {
   try {
     for await (const chunk of long) {
       if (chunk.choices.length > 0) seen++;
-      if (seen === 3) ac.abort();
+      if (seen === 3) {
+        // Chunks already buffered may still be yielded after the abort:
+        // stop reading, as a client that hangs up does.
+        ac.abort();
+        break;
+      }
     }
   } catch (err) {
     if (!(err instanceof OpenAI.APIUserAbortError) && err.name !== 'AbortError') throw err;
