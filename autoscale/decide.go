@@ -232,7 +232,9 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	}
 
 	// Rate caps, then min/max.
-	if result > current {
+	// A panic scale-up is not capped: a burst gets its full desire in one
+	// decision (Knative's panic mode; docs/decisions.md). max still holds.
+	if result > current && !d.Panic {
 		if limit := ceil(float64(current) * p.ScaleUpRate); result > limit {
 			result = limit
 			notes = append(notes, fmt.Sprintf("cap %s×", num(p.ScaleUpRate)))
