@@ -167,8 +167,12 @@ type autoscaleRun struct {
 	reversals  int
 	scaleUps   map[autoscale.Signal]int
 	maxKV      float64 // highest fleet mean KV use at a heartbeat
-	maxUp      int     // most replicas up at once
-	predicted  int     // most replicas a forecast asked for
+	kvSum      float64 // fleet mean KV use summed over heartbeats
+	kvN        int
+	maxUp      int // most replicas up at once
+	predicted  int // most replicas a forecast asked for
+
+	onDecision func(autoscale.Decision) // every decision (tests)
 }
 
 type startingReplica struct {
@@ -300,6 +304,8 @@ func (r *autoscaleRun) heartbeat(f *fleet, now time.Duration) {
 	}
 	if n := len(f.byVersion[r.vi]); n > 0 {
 		r.maxKV = max(r.maxKV, kv/float64(n))
+		r.kvSum += kv / float64(n)
+		r.kvN++
 	}
 	up := len(f.byVersion[r.vi]) + len(r.starting) + len(r.draining)
 	r.maxUp = max(r.maxUp, up)
@@ -355,6 +361,9 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 		in.Forecast = &autoscale.Prediction{RPS: rps, OK: ok, Why: why}
 	}
 	d := r.state.Decide(&cfg.Policy, in)
+	if r.onDecision != nil {
+		r.onDecision(d)
+	}
 	r.predicted = max(r.predicted, d.Predicted)
 	if !d.Changed || d.Desired == current {
 		return

@@ -62,11 +62,11 @@ func chatScenario(name, desc string, rate float64, replicas int, d time.Duration
 	out := profile.LengthDist{Mean: 200, SD: 150, Max: 512}
 	return Scenario{
 		Name: name, Description: desc, Seed: 1, Duration: d, Drain: true,
-		Arrivals:     Arrivals{Process: Poisson, Rate: rate},
+		Arrivals: Arrivals{Process: Poisson, Rate: rate},
 		// The gateway refuses (429) past 48 requests on a replica, about
 		// twice what one holds, so a burst's backlog stays bounded.
 		ShedOutstanding: 48,
-		PromptTokens: profile.LengthDist{Mean: 500, SD: 300, Max: 1536}, OutputTokens: &out,
+		PromptTokens:    profile.LengthDist{Mean: 500, SD: 300, Max: 1536}, OutputTokens: &out,
 		Versions:  []Version{{Name: "v42", GPUs: replicas, Weight: 100, Profile: chat.WithDefaults()}},
 		Autoscale: a,
 	}
@@ -175,17 +175,32 @@ func autoscaleBuiltins() []Scenario {
 	}
 }
 
-// prefillHeavy is llm-d#662: long prompts and short answers, so a replica
-// is busy prefilling while its KV cache holds little; the queue is the
-// signal that sees it.
+// prefillHeavy is llm-d#662: long prompts and short answers on a replica
+// that prefills at most 1,024 tokens a step (chunked prefill), so the
+// replica is busy prefilling while its KV cache holds a few sequences: under
+// overload the queue grows and KV use stays near 0.3. The policy is the
+// seed's LLM one (KV 0.85, queue 4, tokens/s 2,000) with an in-flight
+// target of 4 per replica in place of 200, which a vLLM replica's batch
+// would be; no requests/s target. The SLA's TPOT ceiling is 300 ms: a
+// 4-token answer's steps are mostly other requests' prefills.
 func prefillHeavy() Scenario {
+	p := chatPolicy(0)
+	p.MinReplicas = 2
+	for i := range p.Signals {
+		if p.Signals[i].Signal == autoscale.InFlight {
+			p.Signals[i].Target = 4
+		}
+	}
 	sc := chatScenario("prefill-heavy",
-		"Long prompts (1,500 tokens), 4-token answers: the queue grows while KV use stays near 0.3 (llm-d#662); 2x load step at 2 minutes.",
-		12, 2, 8*time.Minute, &Autoscale{Policy: chatPolicy(0),
-			Load:  []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 2}},
+		"Long prompts (1,000 tokens), 4-token answers, chunked prefill, 8 to 32 req/s at 2 minutes: the queue grows while KV use stays near 0.3 (llm-d#662).",
+		8, 2, 8*time.Minute, &Autoscale{Policy: p, SLA: SLA{TTFTP99: 2 * time.Second, TPOTP99: 300 * time.Millisecond},
+			Load:  []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 4}},
 			Steps: []time.Duration{2 * time.Minute}})
 	out := profile.LengthDist{Mean: 4}
-	sc.PromptTokens = profile.LengthDist{Mean: 1500, SD: 200, Max: 1900}
+	sc.PromptTokens = profile.LengthDist{Mean: 1000, SD: 100, Max: 1024}
 	sc.OutputTokens = &out
+	prof := chat
+	prof.MaxPrefillTokens = 1024
+	sc.Versions[0].Profile = prof.WithDefaults()
 	return sc
 }

@@ -26,7 +26,7 @@ type AutoscaleReport struct {
 	ColdStartS float64 `json:"cold_start_s"`
 	// CapacityRPS is the measured requests/s one replica serves (every
 	// request of the mix queued at once): what the oracle divides by.
-	CapacityRPS float64 `json:"capacity_rps_per_replica"`
+	CapacityRPS  float64 `json:"capacity_rps_per_replica"`
 	SLATTFTP99MS float64 `json:"sla_ttft_p99_ms"`
 	SLATPOTP99MS float64 `json:"sla_tpot_p99_ms"`
 	// Minutes is each minute of arrivals; MinutesWithinSLA those whose p99
@@ -50,6 +50,7 @@ type AutoscaleReport struct {
 	MaxReplicasUp    int                `json:"max_replicas_up"`
 	MaxPredicted     int                `json:"max_predicted,omitempty"`
 	MaxFleetKV       float64            `json:"max_fleet_mean_kv"`
+	MeanFleetKV      float64            `json:"mean_fleet_kv"`
 	Steps            []StepReport       `json:"steps,omitempty"`
 	Decisions        []DecisionReport   `json:"decisions"`
 	PredictiveOff    *AutoscaleReport   `json:"predictive_off,omitempty"`
@@ -75,11 +76,11 @@ type StepReport struct {
 	// whose period holds arrivals at the new rate), FirstEvaluationS the
 	// first evaluation at or after it, FirstScaleUpS the first evaluation
 	// that scaled up (-1: none before the next step or the end).
-	FirstHeartbeatS  float64 `json:"first_heartbeat_s"`
-	FirstEvaluationS float64 `json:"first_evaluation_s"`
-	FirstScaleUpS    float64 `json:"first_scale_up_s"`
-	TimeToScaleUpS   float64 `json:"time_to_first_scale_up_s"`
-	AtFirstEvaluation bool   `json:"scaled_at_first_evaluation"`
+	FirstHeartbeatS   float64 `json:"first_heartbeat_s"`
+	FirstEvaluationS  float64 `json:"first_evaluation_s"`
+	FirstScaleUpS     float64 `json:"first_scale_up_s"`
+	TimeToScaleUpS    float64 `json:"time_to_first_scale_up_s"`
+	AtFirstEvaluation bool    `json:"scaled_at_first_evaluation"`
 	// Target is the oracle's count for the new load, FirstScaleUpTo the
 	// count the first scale-up asked for; DecisionsToTarget how many
 	// scale-ups it took to ask for Target.
@@ -117,6 +118,9 @@ func (r *autoscaleRun) report(f *fleet) *AutoscaleReport {
 		GPUHours: r.gpuSeconds / 3600, Reversals: r.reversals, ScaleUpSignals: map[string]int{},
 		InitialReplicas: f.sc.Versions[r.vi].GPUs, MaxReplicasUp: r.maxUp, MaxPredicted: r.predicted, MaxFleetKV: r.maxKV,
 		Decisions: r.decisions}
+	if r.kvN > 0 {
+		out.MeanFleetKV = r.kvSum / float64(r.kvN)
+	}
 	if out.Decisions == nil {
 		out.Decisions = []DecisionReport{}
 	}
@@ -218,8 +222,8 @@ func (a *AutoscaleReport) writeText(w io.Writer) {
 	if a.MaxPredicted > 0 {
 		fmt.Fprintf(&b, ", forecast asked at most %d", a.MaxPredicted)
 	}
-	fmt.Fprintf(&b, "\n%d scale-ups, %d scale-downs, %d reversals (%.1f per hour); highest fleet mean KV use %.2f\n",
-		a.ScaleUps, a.ScaleDowns, a.Reversals, a.ReversalsPerHour, a.MaxFleetKV)
+	fmt.Fprintf(&b, "\n%d scale-ups, %d scale-downs, %d reversals (%.1f per hour); fleet mean KV use %.2f on average, %.2f at most\n",
+		a.ScaleUps, a.ScaleDowns, a.Reversals, a.ReversalsPerHour, a.MeanFleetKV, a.MaxFleetKV)
 	if len(a.ScaleUpSignals) > 0 {
 		keys := make([]string, 0, len(a.ScaleUpSignals))
 		for k := range a.ScaleUpSignals {

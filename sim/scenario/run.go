@@ -143,7 +143,7 @@ type fleet struct {
 	ts      []tenantStats
 	pageErr int // steps whose counted pages differ from the scheduler's (tests)
 
-	ro *rolloutRun // nil without a rollout
+	ro *rolloutRun   // nil without a rollout
 	as *autoscaleRun // nil without autoscaling
 
 	classics []*classic // each version's draws; nil for an LLM version
@@ -154,10 +154,10 @@ type fleet struct {
 type replica struct {
 	s           *sim.Scheduler
 	version     int
-	at          time.Duration  // when the pending event is due
-	res         sim.StepResult // the step in flight, handed out at its end
-	scheduled   bool           // in the heap
-	outstanding int            // submitted and not finished
+	at          time.Duration   // when the pending event is due
+	res         sim.StepResult  // the step in flight, handed out at its end
+	scheduled   bool            // in the heap
+	outstanding int             // submitted and not finished
 	m           *replicaMetrics // heartbeat counters of an autoscaled replica
 }
 
