@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"modelplane/autoscale"
@@ -230,7 +231,25 @@ func (r *autoscaleRun) rate(base float64, t time.Duration) float64 {
 // measureCapacity is what one replica of version vi serves with every
 // request of the scenario's mix queued at once: the per-replica capacity
 // the oracle divides by.
+//
+// The figure depends only on the profile, the length mix and the seed, and
+// is kept for the process (tests and comparisons run the same mix often).
 func measureCapacity(sc Scenario, vi int) float64 {
+	key := fmt.Sprintf("%+v|%+v|%d|%d", sc.Versions[vi].Profile, sc.PromptTokens, sc.MaxTokens, sc.Seed)
+	if sc.OutputTokens != nil {
+		key += fmt.Sprintf("|%+v", *sc.OutputTokens)
+	}
+	if v, ok := capacities.Load(key); ok {
+		return v.(float64)
+	}
+	c := runCapacity(sc, vi)
+	capacities.Store(key, c)
+	return c
+}
+
+var capacities sync.Map // measureCapacity's figures by profile, mix and seed
+
+func runCapacity(sc Scenario, vi int) float64 {
 	p := sc.Versions[vi].Profile
 	lr := newRand(sc.Seed, streamLengths)
 	reqs := make([]sim.Request, 1000)

@@ -52,7 +52,7 @@ func TestAutoscaleBurstScalesAtTheFirstEvaluationInOneDecision(t *testing.T) {
 
 func TestAutoscaleNoiseInsideTheToleranceChangesNothing(t *testing.T) {
 	t.Parallel()
-	sc := chatScenario("noise-inside-small", "", 40, 10, 6*time.Minute, &Autoscale{Noise: 0.04, NoisePeriod: 30 * time.Second})
+	sc := chatScenario("noise-inside-small", "", 40, 10, 4*time.Minute, &Autoscale{Noise: 0.04, NoisePeriod: 30 * time.Second})
 	if a := runAutoscale(t, sc); len(a.Decisions) != 0 {
 		t.Errorf("%d changes for ±4 %% moves, want 0: %+v", len(a.Decisions), a.Decisions)
 	}
@@ -65,12 +65,12 @@ func TestAutoscaleNoiseReversesAtMostOncePerTenMinutes(t *testing.T) {
 		a    *Autoscale
 	}{
 		{"±20 % every 30 s", &Autoscale{Noise: 0.2, NoisePeriod: 30 * time.Second}},
-		{"thrash: square wave 30 s high, 30 s low", &Autoscale{Load: square(10*time.Minute, 30*time.Second, 1, 0.1)}},
+		{"thrash: square wave 30 s high, 30 s low", &Autoscale{Load: square(8*time.Minute, 30*time.Second, 1, 0.1)}},
 	} {
-		sc := chatScenario("noise-small", "", 30, 8, 10*time.Minute, load.a)
+		sc := chatScenario("noise-small", "", 24, 6, 8*time.Minute, load.a)
 		a := runAutoscale(t, sc)
 		if a.Reversals > 1 {
-			t.Errorf("%s: %d reversals in 10 minutes, want at most 1: %+v", load.name, a.Reversals, a.Decisions)
+			t.Errorf("%s: %d reversals in 8 minutes, want at most 1: %+v", load.name, a.Reversals, a.Decisions)
 		}
 		if a.WithinSLAPct < 90 {
 			t.Errorf("%s: %.1f %% of minutes within the SLA", load.name, a.WithinSLAPct)
@@ -99,18 +99,20 @@ func TestAutoscalePrefillHeavyScalesUpWhileKVStaysLow(t *testing.T) {
 
 func TestAutoscaleDiurnalDayMeetsTheSLANearTheOracle(t *testing.T) {
 	t.Parallel()
-	// A day of 40 minutes, its scale-down window shortened with it: 100 s
-	// is the share of the day that 300 s is of the built-in's 2 hours.
-	day := 40 * time.Minute
+	// A day of 30 minutes, its scale-down window shortened with it: 75 s
+	// is the share of the day that 300 s is of the built-in's 2 hours. At
+	// a 30 req/s peak (7 replicas) whole replicas and the 45 s cold start
+	// weigh more than in the built-in: the bound is 1.3×, not 1.2×.
+	day := 30 * time.Minute
 	p := chatPolicy(chatRPSTarget)
-	p.ScaleDownStabilization = 100 * time.Second
-	sc := chatScenario("day-small", "", 30, 3, day, &Autoscale{Policy: p, Load: curve(day, 20*time.Second, dayShare)})
+	p.ScaleDownStabilization = 75 * time.Second
+	sc := chatScenario("day-small", "", 30, 3, day, &Autoscale{Policy: p, Load: curve(day, 15*time.Second, dayShare)})
 	a := runAutoscale(t, sc)
 	if a.WithinSLAPct < 95 {
 		t.Errorf("%.1f %% of minutes within the SLA, want at least 95", a.WithinSLAPct)
 	}
-	if a.GPUHoursRatio > 1.25 || a.GPUHoursRatio < 1 {
-		t.Errorf("GPU-hours %.2f against the oracle's %.2f (%.2fx), want 1 to 1.25", a.GPUHours, a.OracleGPUHours, a.GPUHoursRatio)
+	if a.GPUHoursRatio > 1.3 || a.GPUHoursRatio < 1 {
+		t.Errorf("GPU-hours %.2f against the oracle's %.2f (%.2fx), want 1 to 1.3", a.GPUHours, a.OracleGPUHours, a.GPUHoursRatio)
 	}
 	if a.ScaleUps == 0 || a.ScaleDowns == 0 {
 		t.Errorf("%d scale-ups and %d scale-downs over a day, want both", a.ScaleUps, a.ScaleDowns)
@@ -124,7 +126,7 @@ func TestAutoscaleDiurnalDayMeetsTheSLANearTheOracle(t *testing.T) {
 
 func TestAutoscaleWeeklyPredictiveCutsViolations(t *testing.T) {
 	t.Parallel()
-	day := 20 * time.Minute
+	day := 12 * time.Minute
 	p := chatPolicy(chatRPSTarget)
 	p.Predictive = autoscale.PredictiveOn
 	sc := chatScenario("weekly-small", "", 20, 2, day, &Autoscale{Policy: p, ComparePredictive: true,
@@ -132,7 +134,7 @@ func TestAutoscaleWeeklyPredictiveCutsViolations(t *testing.T) {
 			return officeShare(WeeklyStart.Add(time.Duration(h * float64(time.Hour))))
 		}),
 		History: weeklyHistory(WeeklyStart, 2, 20, 1),
-		Clock:   Clock{Start: WeeklyStart, Compression: 72}})
+		Clock:   Clock{Start: WeeklyStart, Compression: 120}})
 	a := runAutoscale(t, sc)
 	c := a.Comparison
 	if c == nil || a.PredictiveOff == nil || a.PredictiveOff.Predictive != "off" {
