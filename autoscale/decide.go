@@ -28,6 +28,9 @@ type Input struct {
 	// LastRequest is when a gateway last saw a request for the endpoint;
 	// zero when none was seen.
 	LastRequest time.Time
+	// Forecast is the predicted request rate for a policy whose predictive
+	// mode is advisory or on (nil: none asked for; see Forecast).
+	Forecast *Prediction
 }
 
 // Reading is one configured signal at one evaluation.
@@ -67,6 +70,12 @@ type Decision struct {
 	// Event is set on the evaluation a freeze starts or ends, for the
 	// caller to raise.
 	Event string `json:"event,omitempty"`
+	// Predicted is the count the forecast asks for (predictive advisory or
+	// on; 0 without a forecast), Forecast the forecast it came from.
+	// Predictive mode on raises Desired to it, never lowers it; advisory
+	// only says so in Reason.
+	Predicted int         `json:"predicted,omitempty"`
+	Forecast  *Prediction `json:"forecast,omitempty"`
 }
 
 // State is what an endpoint remembers between evaluations. The zero State
@@ -232,7 +241,9 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	}
 
 	// Rate caps, then min/max.
-	if result > current {
+	// A panic scale-up is not capped: a burst gets its full desire in one
+	// decision (Knative's panic mode; docs/decisions.md). max still holds.
+	if result > current && !d.Panic {
 		if limit := ceil(float64(current) * p.ScaleUpRate); result > limit {
 			result = limit
 			notes = append(notes, fmt.Sprintf("cap %s×", num(p.ScaleUpRate)))
@@ -255,6 +266,31 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	}
 	if inBand && result == current {
 		notes = append(notes, fmt.Sprintf("within tolerance %s%%", num(p.Tolerance*100)))
+	}
+	// Predictive pre-scaling raises (on) or would raise (advisory) the
+	// count to what the forecast needs; it never lowers it.
+	if p.Predictive == PredictiveOn || p.Predictive == PredictiveAdvisory {
+		note := ""
+		if in.Forecast == nil {
+			note = "predictive: no forecast given"
+		} else {
+			d.Forecast = in.Forecast
+			n, why := predicted(p, in.Forecast, in.Ready, rec)
+			n = min(n, p.MaxReplicas)
+			d.Predicted = n
+			switch {
+			case why != "":
+				note = "predictive: " + why
+			case p.Predictive == PredictiveAdvisory:
+				note = fmt.Sprintf("predictive would have asked %d (forecast %s req/s)", n, num(in.Forecast.RPS))
+			case n > result:
+				result = n
+				note = fmt.Sprintf("predictive: forecast %s req/s asks %d", num(in.Forecast.RPS), n)
+			}
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
 	}
 	d.Desired = result
 	d.Reason = fmt.Sprintf("%s → %d → %d", label, current, result)

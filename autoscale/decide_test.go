@@ -68,7 +68,11 @@ func TestOneDecision(t *testing.T) {
 			Input{Current: 10, Ready: replicas(10, RPS, 4550)}, 10, RPS, "within tolerance 10%", false},
 		{"a desire just past the band scales", classic(1, 100),
 			Input{Current: 10, Ready: replicas(10, RPS, 5600)}, 12, RPS, "rps 5600/5000 → 10 → 12", true},
-		{"scale-up is capped at 4× per decision", classic(1, 100),
+		{"a panic scale-up goes to the full desire at once, past the 4× cap", classic(1, 100),
+			Input{Current: 2, Ready: replicas(2, RPS, 100, QueueDepth, 100)}, 20, QueueDepth, "panic: queue_depth 100/10 → 2 → 20", true},
+		{"a panic scale-up is still clamped by max_replicas", classic(1, 12),
+			Input{Current: 2, Ready: replicas(2, RPS, 100, QueueDepth, 100)}, 12, QueueDepth, "panic: queue_depth 100/10 → 2 → 12 (max 12)", true},
+		{"outside panic scale-up is capped at 4× per decision", highPanic(classic(1, 100), 20),
 			Input{Current: 2, Ready: replicas(2, RPS, 100, QueueDepth, 100)}, 8, QueueDepth, "queue_depth 100/10 → 2 → 8 (cap 4×)", true},
 		{"scale-down is capped at 0.5× per decision", classic(1, 100),
 			Input{Current: 10, Ready: replicas(10, RPS, 100, QueueDepth, 0)}, 5, RPS, "rps 100/5000 → 10 → 5 (cap 0.5×)", true},
@@ -386,4 +390,11 @@ func TestDecideIsDeterministic(t *testing.T) {
 			t.Fatalf("evaluation %d differs: %q vs %q", i, a[i].Reason, b[i].Reason)
 		}
 	}
+}
+
+// highPanic is p with panic starting only at threshold × the current count,
+// so that the up rate cap binds below it.
+func highPanic(p Policy, threshold float64) Policy {
+	p.PanicThreshold = threshold
+	return p
 }

@@ -15,8 +15,9 @@ type Target struct {
 	Target float64
 }
 
-// Predictive is the predictive pre-scaling mode. Only the field exists so
-// far: the decision ignores it (docs/autoscaling.md).
+// Predictive is the predictive pre-scaling mode: with advisory or on, the
+// caller passes Input.Forecast (see Forecast) and the decision records (or,
+// on, applies) the count it asks for.
 type Predictive string
 
 // The predictive modes: off; advisory records what it would have done; on
@@ -59,7 +60,8 @@ type Policy struct {
 	// held while a replica starts (the gateway's hold; not used by the
 	// decision yet).
 	ColdStartBudget time.Duration
-	// Predictive is the predictive mode (field only so far).
+	// Predictive is the predictive mode; on raises the count to the
+	// forecast's, advisory only records it in the reason.
 	Predictive Predictive
 }
 

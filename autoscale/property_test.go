@@ -54,7 +54,9 @@ func TestDecisionsStayWithinTheirBounds(t *testing.T) {
 				t.Fatalf("trial %d step %d: to zero with min_replicas %d: %s", trial, i, p.MinReplicas, d.Reason)
 			case d.Frozen && d.Changed:
 				t.Fatalf("trial %d step %d: changed while frozen: %s", trial, i, d.Reason)
-			case current >= floor && current <= p.MaxReplicas && d.Desired > current &&
+			case d.Panic && d.Desired > current && d.Desired > d.Recommended:
+				t.Fatalf("trial %d step %d: panic %d → %d past the recommendation %d: %s", trial, i, current, d.Desired, d.Recommended, d.Reason)
+			case !d.Panic && current >= floor && current <= p.MaxReplicas && d.Desired > current &&
 				d.Desired > int(math.Ceil(float64(current)*p.ScaleUpRate-1e-9)):
 				t.Fatalf("trial %d step %d: %d → %d past the up cap %v: %s", trial, i, current, d.Desired, p.ScaleUpRate, d.Reason)
 			case current >= floor && current <= p.MaxReplicas && d.Desired > 0 && d.Desired < current &&

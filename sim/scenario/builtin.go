@@ -36,6 +36,7 @@ func Builtins() ([]Scenario, error) {
 		}
 		out = append(out, s)
 	}
+	out = append(out, autoscaleBuiltins()...)
 	slices.SortFunc(out, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

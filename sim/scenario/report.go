@@ -40,6 +40,8 @@ type Report struct {
 	Tenants          []TenantReport  `json:"tenants,omitempty"`
 	// Rollout is what the scenario's rollout did; nil without one.
 	Rollout *RolloutReport `json:"rollout,omitempty"`
+	// Autoscale is what the scenario's autoscaling did; nil without it.
+	Autoscale *AutoscaleReport `json:"autoscale,omitempty"`
 }
 
 // VersionReport is one version's part of a Report.
@@ -266,6 +268,9 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	if r.Rollout != nil {
 		r.Rollout.writeText(&b)
+	}
+	if r.Autoscale != nil {
+		r.Autoscale.writeText(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

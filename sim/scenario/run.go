@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"modelplane/autoscale"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
@@ -97,6 +98,19 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		rep.Rollout.Naive = &NaiveReport{GPUs: n.GPUs, Requests: n.Requests, TPOT: n.TPOT, TTFT: n.TTFT,
 			SLAP99TPOTMS: sla, OverSLA: sla > 0 && n.TPOT.P99 > sla}
 	}
+	if a := sc.Autoscale; a != nil && a.ComparePredictive && a.Policy.Predictive != autoscale.PredictiveOff {
+		// The contrast: the same arrivals with predictive mode off.
+		off := sc
+		oa := *a
+		oa.Policy.Predictive, oa.ComparePredictive = autoscale.PredictiveOff, false
+		off.Autoscale = &oa
+		n, err := Run(ctx, off, Options{})
+		if err != nil {
+			return Report{}, fmt.Errorf("predictive off: %w", err)
+		}
+		rep.Autoscale.PredictiveOff = n.Autoscale
+		rep.Autoscale.Comparison = compareWithoutPredictive(rep.Autoscale, n.Autoscale)
+	}
 	if opt.Now != nil {
 		rep.WallSeconds = opt.Now().Sub(t0).Seconds()
 		if rep.WallSeconds > 0 {
@@ -129,7 +143,8 @@ type fleet struct {
 	ts      []tenantStats
 	pageErr int // steps whose counted pages differ from the scheduler's (tests)
 
-	ro *rolloutRun // nil without a rollout
+	ro *rolloutRun   // nil without a rollout
+	as *autoscaleRun // nil without autoscaling
 
 	classics []*classic // each version's draws; nil for an LLM version
 	answers  []answer   // classic answers in flight, a heap
@@ -139,10 +154,11 @@ type fleet struct {
 type replica struct {
 	s           *sim.Scheduler
 	version     int
-	at          time.Duration  // when the pending event is due
-	res         sim.StepResult // the step in flight, handed out at its end
-	scheduled   bool           // in the heap
-	outstanding int            // submitted and not finished
+	at          time.Duration   // when the pending event is due
+	res         sim.StepResult  // the step in flight, handed out at its end
+	scheduled   bool            // in the heap
+	outstanding int             // submitted and not finished
+	m           *replicaMetrics // heartbeat counters of an autoscaled replica
 }
 
 type versionStats struct {
@@ -218,6 +234,9 @@ func newFleet(sc Scenario) (*fleet, error) {
 		f.cumShare = append(f.cumShare, sum)
 		f.tenantIdx[t.Name] = i
 	}
+	if sc.Autoscale != nil {
+		f.as = newAutoscaleRun(f)
+	}
 	f.heap = make([]int, 0, len(f.reps))
 	f.prompt = make([]int32, 0, int(min(sc.Arrivals.Rate*sc.Duration.Seconds()*1.05+16, 1<<24)))
 	f.nextArrival = f.arrivalAfter(0, 0)
@@ -237,6 +256,20 @@ func (f *fleet) setWeights(w []float64) {
 // arrivalAfter is the arrival time of request i, the one after prev.
 func (f *fleet) arrivalAfter(i int, prev time.Duration) time.Duration {
 	rate := f.sc.Arrivals.Rate
+	if a := f.as; a != nil {
+		// A rate that varies: Poisson arrivals by thinning at the peak rate.
+		peak := rate * a.cfg.peakMult()
+		if peak <= 0 {
+			return math.MaxInt64
+		}
+		t := prev
+		for {
+			t += time.Duration(math.Round(f.arrivals.ExpFloat64() / peak * float64(time.Second)))
+			if t >= f.sc.Duration || f.arrivals.Float64()*peak < a.rate(rate, t) {
+				return t
+			}
+		}
+	}
 	if f.sc.Arrivals.Process == Constant {
 		return time.Duration(math.Round(float64(i) / rate * float64(time.Second)))
 	}
@@ -265,6 +298,12 @@ func (f *fleet) run(ctx context.Context) error {
 			ro.nextEval <= next && (f.nextArrival >= end || ro.nextEval <= f.nextArrival) {
 			f.now = max(f.now, ro.nextEval)
 			f.tick()
+			continue
+		}
+		if a := f.as; a != nil && (a.due() <= end || len(f.heap) > 0) &&
+			a.due() <= next && (f.nextArrival >= end || a.due() <= f.nextArrival) {
+			f.now = max(f.now, a.due())
+			a.tick(f)
 			continue
 		}
 		if f.nextArrival < end && f.nextArrival <= next {
@@ -331,10 +370,20 @@ func (f *fleet) arrive(t time.Duration) {
 			best = r
 		}
 	}
+	if best < 0 { // every replica of an autoscaled version draining
+		v.rejected++
+		return
+	}
 	f.rr[vi] = (f.rr[vi] + 1) % len(reps)
+	if f.as != nil {
+		f.as.arrived(f, best, t)
+	}
 	rep := &f.reps[best]
 	if f.sc.ShedOutstanding > 0 && rep.outstanding >= f.sc.ShedOutstanding {
 		v.shed++
+		if f.as != nil {
+			f.as.refused(t)
+		}
 		if f.ro != nil {
 			f.ro.failed(vi, t)
 		}
@@ -408,9 +457,15 @@ func (f *fleet) account(rep *replica, res *sim.StepResult) {
 	f.steps++
 	f.tokens += int64(len(res.Events))
 	v.preemptions += len(res.Preempted)
+	if rep.m != nil {
+		rep.m.tokens += len(res.Events)
+	}
 	for i := range res.Finished {
 		fin := &res.Finished[i]
 		rep.outstanding--
+		if rep.m != nil {
+			f.as.finished(fin)
+		}
 		v.completed++
 		if fin.Done >= warmup {
 			v.completedWindow++
@@ -522,6 +577,9 @@ func (f *fleet) report() Report {
 		}
 		if measured > 0 {
 			gpuSecs := measured * float64(v.GPUs)
+			if f.as != nil && f.as.vi == vi && f.as.gpuSeconds > 0 {
+				gpuSecs = f.as.gpuSeconds // replicas come and go
+			}
 			vr.CompletedPerSecond = float64(s.completedWindow) / measured
 			vr.TokensPerSecond = float64(s.tokensWindow) / measured
 			vr.MeanBatch = s.batch / gpuSecs
@@ -548,6 +606,9 @@ func (f *fleet) report() Report {
 	}
 	if f.ro != nil {
 		rep.Rollout = f.ro.report()
+	}
+	if f.as != nil {
+		rep.Autoscale = f.as.report(f)
 	}
 	for i, t := range sc.Tenants {
 		ts := &f.ts[i]

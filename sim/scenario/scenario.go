@@ -55,6 +55,9 @@ type Scenario struct {
 	// Rollout, when set, moves traffic from one version to another by the
 	// judge's verdicts during the run; nil: the weights stay as given.
 	Rollout *Rollout
+	// Autoscale, when set, scales the scenario's one LLM version by package
+	// autoscale in virtual time (built-ins only: no YAML key yet).
+	Autoscale *Autoscale
 }
 
 // Process is an arrival process.
@@ -271,6 +274,11 @@ func (s Scenario) Validate() error {
 	}
 	if weight <= 0 {
 		return bad("versions", "every weight is 0; want some version to get traffic")
+	}
+	if s.Autoscale != nil {
+		if err := s.Autoscale.validate(s); err != nil {
+			return err
+		}
 	}
 	if s.Rollout != nil {
 		return s.Rollout.validate(s)
