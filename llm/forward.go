@@ -35,6 +35,11 @@ func (kv *KV) at(pages []int32, pos, layer int) int {
 	return ((p*kv.layers+layer)*kv.PageTokens + pos%kv.PageTokens) * kv.kvDim
 }
 
+// pageBase is the offset of slot 0 of a page in one layer.
+func (kv *KV) pageBase(page int32, layer int) int {
+	return (int(page)*kv.layers + layer) * kv.PageTokens * kv.kvDim
+}
+
 // Seq is one sequence's share of a Forward call. Tokens are the new tokens
 // at positions Pos … Pos+len(Tokens)-1; Pages is the block table, page ids
 // covering positions 0 … Pos+len(Tokens)-1 (PageTokens positions a page).
@@ -158,11 +163,14 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 				qh := q[i*d+hh*hd : i*d+(hh+1)*hd]
 				ko := (hh / group) * hd
 				mx := float32(math.Inf(-1))
-				for p := 0; p <= last; p++ {
-					o := kv.at(s.Pages, p, li) + ko
-					sc := dot(qh, kv.K[o:o+hd]) * scale
-					scores[p] = sc
-					mx = max(mx, sc)
+				for pi := 0; pi*kv.PageTokens <= last; pi++ {
+					base := kv.pageBase(s.Pages[pi], li) + ko
+					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
+						sc := dot(qh, kv.K[base:base+hd]) * scale
+						scores[p] = sc
+						mx = max(mx, sc)
+						base += kvd
+					}
 				}
 				var sum float32
 				for p := 0; p <= last; p++ {
@@ -172,10 +180,12 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 				}
 				out := att[i*d+hh*hd : i*d+(hh+1)*hd]
 				clear(out)
-				for p := 0; p <= last; p++ {
-					o := kv.at(s.Pages, p, li) + ko
-					w := scores[p] / sum
-					axpy(out, kv.V[o:o+hd], w)
+				for pi := 0; pi*kv.PageTokens <= last; pi++ {
+					base := kv.pageBase(s.Pages[pi], li) + ko
+					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
+						axpy(out, kv.V[base:base+hd], scores[p]/sum)
+						base += kvd
+					}
 				}
 			}
 		}
