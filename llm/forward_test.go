@@ -269,3 +269,27 @@ func TestMemoryNeed(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersDoNotChangeLogits splits the matrix products of one sequence
+// among 1, 3 and 8 goroutines: the logits are bit-identical.
+func TestWorkersDoNotChangeLogits(t *testing.T) {
+	m := demoModel(t, gguf.F32)
+	var prompt []int
+	for i := range 300 {
+		prompt = append(prompt, 'a'+i%23)
+	}
+	var want []float32
+	for _, workers := range []int{1, 3, 8} {
+		kv := NewKV(m.Config(), 20, pageTokens)
+		got := m.forward(kv, Seq{Tokens: prompt, Pages: pagesFor(0, len(prompt))}, workers)
+		if want == nil {
+			want = got
+			continue
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%d workers: logit %d = %v, want %v", workers, i, got[i], want[i])
+			}
+		}
+	}
+}
