@@ -67,11 +67,11 @@ type rule struct {
 
 var rules = []rule{{
 	name:      "pure packages do no I/O",
-	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/..."},
+	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile"},
+	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
