@@ -92,15 +92,19 @@ type Config struct {
 	MaxPrefillTokens int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// OnStep, when set, is told each forward pass's batch before it runs,
+	// from the loop goroutine (for tests and tracing).
+	OnStep func(work []sim.Work)
 }
 
 // Engine runs requests on a Model. Submit and Cancel may be called from
 // any goroutine; one loop goroutine owns the scheduler's steps.
 type Engine struct {
-	m     Model
-	sched *sim.Scheduler
-	now   func() time.Time
-	t0    time.Time
+	m      Model
+	sched  *sim.Scheduler
+	now    func() time.Time
+	t0     time.Time
+	onStep func(work []sim.Work)
 
 	mu      sync.Mutex
 	ops     []op
@@ -169,7 +173,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), wake: make(chan struct{}, 1),
+	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), onStep: cfg.OnStep, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), live: map[string]*gen{}}
 	e.stats.finished = map[string]int64{}
 	go e.loop()
@@ -380,6 +384,9 @@ func (e *Engine) step() bool {
 		batch[i] = Step{Tokens: g.tokens[w.Pos : w.Pos+w.Tokens], Pos: w.Pos, Pages: w.Pages}
 		held += int64(len(w.Pages) * PageTokens)
 		used += int64(w.Pos + w.Tokens)
+	}
+	if e.onStep != nil {
+		e.onStep(plan.Work)
 	}
 	t := e.now()
 	logits := e.m.Forward(batch)

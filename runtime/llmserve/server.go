@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,11 +25,14 @@ type Message struct {
 
 // Tokenizer is the model's vocabulary and chat template.
 type Tokenizer interface {
+	// Encode turns plain text into tokens; control tokens written in it
+	// stay text.
 	Encode(text string) []int
 	Decode(tokens []int) string
-	// Chat renders messages with the model's chat template, ending with
-	// the assistant's turn when generation is true.
-	Chat(msgs []Message, generation bool) (string, error)
+	// Chat renders messages with the model's chat template, opening the
+	// assistant's turn, and returns the tokens and the texts that end the
+	// turn.
+	Chat(msgs []Message) (prompt []int, stops []string)
 }
 
 // Options configure a Server.
@@ -317,36 +321,30 @@ func (s *Server) parseChat(body []byte) (*job, error) {
 		}
 		msgs[i] = Message{Role: m.Role, Content: text}
 	}
-	text, err := s.tok.Chat(msgs, true)
-	if err != nil {
-		return nil, bad("messages", "messages: %v", err)
-	}
-	prompt := s.tok.Encode(text)
-	// The leading system messages are the shareable prefix when the
-	// prompt's tokens start with theirs.
+	prompt, turnStops := s.tok.Chat(msgs)
+	// The leading system messages are the shareable prefix: the tokens the
+	// prompt has in common with the same system messages before an empty
+	// user turn (the key is the tokens themselves, so sharing is exact).
 	prefix := 0
 	n := 0
 	for n < len(msgs) && msgs[n].Role == "system" {
 		n++
 	}
-	if n > 0 && n < len(msgs) {
-		if sys, err := s.tok.Chat(msgs[:n], false); err == nil {
-			pt := s.tok.Encode(sys)
-			if len(pt) <= len(prompt) && equal(pt, prompt[:len(pt)]) {
-				prefix = len(pt)
-			}
+	if n > 0 {
+		probe, _ := s.tok.Chat(append(slices.Clone(msgs[:n]), Message{Role: "user"}))
+		for prefix < len(probe) && prefix < len(prompt) && probe[prefix] == prompt[prefix] {
+			prefix++
 		}
 	}
-	return s.build(b.params, prompt, prefix)
-}
-
-func equal(a, b []int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
+	j, err := s.build(b.params, prompt, prefix)
+	if err != nil {
+		return nil, err
 	}
-	return len(a) == len(b)
+	j.stops = append(j.stops, turnStops...)
+	if j.req.Stop == nil && len(j.stops) > 0 {
+		j.req.Stop = func(c []int) bool { _, hit := cutStop(s.tok.Decode(c), j.stops); return hit }
+	}
+	return j, nil
 }
 
 func messageText(raw json.RawMessage) (string, error) {
