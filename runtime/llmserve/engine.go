@@ -29,6 +29,8 @@ type Model interface {
 	Vocab() int
 	Context() int
 	EOS() []int
+	// Pages is the size of the KV store in pages.
+	Pages() int
 }
 
 // Step is one sequence's share of a forward pass.
@@ -81,7 +83,8 @@ var (
 
 // Config sizes an engine.
 type Config struct {
-	// Pages is the KV cache size; MaxBatch the sequences in one step.
+	// Pages is the KV cache size (0: all the model's KV store); MaxBatch
+	// the sequences in one step (default 16).
 	Pages    int
 	MaxBatch int
 	// TenantBatchShare and TenantKVShare are the per-tenant caps, as in
@@ -153,8 +156,11 @@ type counters struct {
 
 // New starts an engine on m.
 func New(m Model, cfg Config) (*Engine, error) {
-	if cfg.Pages < 1 {
-		return nil, fmt.Errorf("pages: want at least 1, got %d", cfg.Pages)
+	if cfg.Pages == 0 {
+		cfg.Pages = m.Pages()
+	}
+	if cfg.Pages < 1 || cfg.Pages > m.Pages() {
+		return nil, fmt.Errorf("pages: want 1 to the model's %d, got %d", m.Pages(), cfg.Pages)
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 16
