@@ -60,6 +60,9 @@ type Request struct {
 	// prefix (a system prompt): requests with the same tokens there share
 	// the K/V of its full pages. 0: none.
 	PrefixTokens int
+	// IgnoreEOS generates past the model's end of sequence, to MaxTokens
+	// or a stop (as vLLM's ignore_eos; benchmarks use it).
+	IgnoreEOS bool
 	// Stop decides, given the completion's tokens so far, whether the
 	// last one ends it (a stop string); nil: only EOS and MaxTokens stop.
 	Stop func(completion []int) bool
@@ -405,8 +408,10 @@ func (e *Engine) step() bool {
 		g := e.live[w.ID]
 		tok := sample(logits[i], g.req.Sampling, g.rng)
 		o := sim.Output{ID: w.ID, Token: tok}
-		for _, eos := range e.m.EOS() {
-			o.Stop = o.Stop || tok == eos
+		if !g.req.IgnoreEOS {
+			for _, eos := range e.m.EOS() {
+				o.Stop = o.Stop || tok == eos
+			}
 		}
 		if !o.Stop && g.req.Stop != nil {
 			o.Stop = g.req.Stop(append(slices.Clone(g.tokens[len(g.req.Prompt):]), tok))
