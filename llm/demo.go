@@ -26,8 +26,18 @@ const ChatMLTemplate = "{% for message in messages %}{{'<|im_start|>' + message[
 // 1.1 MB in F32. Its tokenizer is GPT-2 byte-level BPE without merges, so
 // token id b is byte b.
 func WriteDemo(w io.Writer, typ gguf.TensorType) error {
+	kvs, tensors, err := demoParts(typ)
+	if err != nil {
+		return err
+	}
+	return gguf.Write(w, kvs, tensors)
+}
+
+// demoParts is the demo model's metadata and tensors, for WriteDemo and
+// for tests that write altered copies.
+func demoParts(typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
 	if typ != gguf.F32 && typ != gguf.F16 && typ != gguf.Q8_0 {
-		return fmt.Errorf("demo weight type %s: want F32, F16 or Q8_0", typ)
+		return nil, nil, fmt.Errorf("demo weight type %s: want F32, F16 or Q8_0", typ)
 	}
 	c := DemoConfig
 	rng := rand.New(rand.NewPCG(17, 0x6c6c6d))
@@ -95,7 +105,7 @@ func WriteDemo(w io.Writer, typ gguf.TensorType) error {
 		{Key: "tokenizer.ggml.add_bos_token", Type: gguf.Bool, Value: false},
 		{Key: "tokenizer.chat_template", Type: gguf.String, Value: ChatMLTemplate},
 	}
-	return gguf.Write(w, kvs, tensors)
+	return kvs, tensors, nil
 }
 
 func encodeTensor(x []float32, t gguf.TensorType) []byte {

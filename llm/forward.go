@@ -35,6 +35,11 @@ func (kv *KV) at(pages []int32, pos, layer int) int {
 	return ((p*kv.layers+layer)*kv.PageTokens + pos%kv.PageTokens) * kv.kvDim
 }
 
+// pageBase is the offset of slot 0 of a page in one layer.
+func (kv *KV) pageBase(page int32, layer int) int {
+	return (int(page)*kv.layers + layer) * kv.PageTokens * kv.kvDim
+}
+
 // Seq is one sequence's share of a Forward call. Tokens are the new tokens
 // at positions Pos … Pos+len(Tokens)-1; Pages is the block table, page ids
 // covering positions 0 … Pos+len(Tokens)-1 (PageTokens positions a page).
@@ -64,7 +69,7 @@ func (m *Model) Forward(kv *KV, batch []Seq) [][]float32 {
 	workers := min(runtime.GOMAXPROCS(0), len(batch))
 	if workers <= 1 {
 		for i, s := range batch {
-			out[i] = m.forward(kv, s)
+			out[i] = m.forward(kv, s, runtime.GOMAXPROCS(0))
 		}
 		return out
 	}
@@ -77,7 +82,7 @@ func (m *Model) Forward(kv *KV, batch []Seq) [][]float32 {
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				out[i] = m.forward(kv, batch[i])
+				out[i] = m.forward(kv, batch[i], 1)
 			}
 		})
 	}
@@ -115,8 +120,9 @@ func (m *Model) check(kv *KV, s Seq) error {
 	return nil
 }
 
-// forward runs one sequence; its float order depends on nothing but s.
-func (m *Model) forward(kv *KV, s Seq) []float32 {
+// forward runs one sequence; its float order depends on nothing but s
+// (workers only splits the output rows of each matrix product).
+func (m *Model) forward(kv *KV, s Seq, workers int) []float32 {
 	c := m.cfg
 	n, d, kvd, hd := len(s.Tokens), c.Dim, c.KVDim(), c.HeadDim
 	x := make([]float32, n*d)
@@ -137,9 +143,9 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 	for li := range m.layers {
 		l := &m.layers[li]
 		rmsnorm(h, x, l.attnNorm, n, d, c.NormEps)
-		matmul(q, h, l.wq, n, d, d)
-		matmul(k, h, l.wk, n, d, kvd)
-		matmul(v, h, l.wv, n, d, kvd)
+		parMatmul(workers, q, h, l.wq, n, d, d)
+		parMatmul(workers, k, h, l.wk, n, d, kvd)
+		parMatmul(workers, v, h, l.wv, n, d, kvd)
 		for i := range n {
 			pos := s.Pos + i
 			for hh := range c.Heads {
@@ -158,11 +164,14 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 				qh := q[i*d+hh*hd : i*d+(hh+1)*hd]
 				ko := (hh / group) * hd
 				mx := float32(math.Inf(-1))
-				for p := 0; p <= last; p++ {
-					o := kv.at(s.Pages, p, li) + ko
-					sc := dot(qh, kv.K[o:o+hd]) * scale
-					scores[p] = sc
-					mx = max(mx, sc)
+				for pi := 0; pi*kv.PageTokens <= last; pi++ {
+					base := kv.pageBase(s.Pages[pi], li) + ko
+					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
+						sc := dot(qh, kv.K[base:base+hd]) * scale
+						scores[p] = sc
+						mx = max(mx, sc)
+						base += kvd
+					}
 				}
 				var sum float32
 				for p := 0; p <= last; p++ {
@@ -172,24 +181,26 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 				}
 				out := att[i*d+hh*hd : i*d+(hh+1)*hd]
 				clear(out)
-				for p := 0; p <= last; p++ {
-					o := kv.at(s.Pages, p, li) + ko
-					w := scores[p] / sum
-					axpy(out, kv.V[o:o+hd], w)
+				for pi := 0; pi*kv.PageTokens <= last; pi++ {
+					base := kv.pageBase(s.Pages[pi], li) + ko
+					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
+						axpy(out, kv.V[base:base+hd], scores[p]/sum)
+						base += kvd
+					}
 				}
 			}
 		}
-		matmul(h, att, l.wo, n, d, d)
+		parMatmul(workers, h, att, l.wo, n, d, d)
 		for i := range x {
 			x[i] += h[i]
 		}
 		rmsnorm(h, x, l.ffnNorm, n, d, c.NormEps)
-		matmul(g, h, l.gate, n, d, c.FFN)
-		matmul(u, h, l.up, n, d, c.FFN)
+		parMatmul(workers, g, h, l.gate, n, d, c.FFN)
+		parMatmul(workers, u, h, l.up, n, d, c.FFN)
 		for i := range g {
 			g[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
 		}
-		matmul(h, g, l.down, n, c.FFN, d)
+		parMatmul(workers, h, g, l.down, n, c.FFN, d)
 		for i := range x {
 			x[i] += h[i]
 		}
@@ -198,7 +209,7 @@ func (m *Model) forward(kv *KV, s Seq) []float32 {
 	lastX := x[(n-1)*d:]
 	rmsnorm(h[:d], lastX, m.outNorm, 1, d, c.NormEps)
 	logits := make([]float32, c.Vocab)
-	matmul(logits, h[:d], m.output, 1, d, c.Vocab)
+	parMatmul(workers, logits, h[:d], m.output, 1, d, c.Vocab)
 	return logits
 }
 
@@ -238,11 +249,34 @@ func rmsnorm(dst, x, w []float32, n, d int, eps float32) {
 	}
 }
 
+// parMatmul is matmul with the output rows split among workers goroutines
+// when the product is big enough to pay for them. Each output is the same
+// dot product either way.
+func parMatmul(workers int, dst, x, w []float32, n, in, out int) {
+	if workers <= 1 || n*in*out < 1<<18 {
+		matmul(dst, x, w, n, in, out)
+		return
+	}
+	workers = min(workers, out/16)
+	if workers <= 1 {
+		matmul(dst, x, w, n, in, out)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range workers {
+		lo, hi := out*k/workers, out*(k+1)/workers
+		wg.Go(func() { matmulRows(dst, x, w, n, in, out, lo, hi) })
+	}
+	wg.Wait()
+}
+
 // matmul sets dst[i][o] = Σ_j x[i][j]·w[o][j] for n rows of x; each output
 // is one dot product in a fixed order, so a row's result does not depend
 // on n. Each weight row is read once for all n rows.
-func matmul(dst, x, w []float32, n, in, out int) {
-	for o := range out {
+func matmul(dst, x, w []float32, n, in, out int) { matmulRows(dst, x, w, n, in, out, 0, out) }
+
+func matmulRows(dst, x, w []float32, n, in, out, lo, hi int) {
+	for o := lo; o < hi; o++ {
 		wr := w[o*in : (o+1)*in]
 		for i := range n {
 			dst[i*out+o] = dot(x[i*in:(i+1)*in], wr)
