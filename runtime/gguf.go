@@ -29,32 +29,32 @@ type generative struct {
 // configuration's file when its format is gguf, else the directory's only
 // .gguf file when it has no configuration. ok is false for any other
 // model.
-func ggufModel(dir string) (name, path string, ok bool, err error) {
+func ggufModel(dir string) (name, version, path string, ok bool, err error) {
 	if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
 		b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
 		if err != nil {
-			return "", "", false, err
+			return "", "", "", false, err
 		}
-		var head struct{ Model, Format, File string }
+		var head struct{ Model, Version, Format, File string }
 		if json.Unmarshal(b, &head) != nil || head.Format != FormatGGUF {
-			return "", "", false, nil
+			return "", "", "", false, nil
 		}
 		file := head.File
 		if file == "" {
 			if file, err = onlyGGUF(dir); err != nil {
-				return "", "", false, err
+				return "", "", "", false, err
 			}
 		}
 		if !filepath.IsLocal(file) {
-			return "", "", false, fmt.Errorf("file %q is not inside the model directory", file)
+			return "", "", "", false, fmt.Errorf("file %q is not inside the model directory", file)
 		}
-		return head.Model, filepath.Join(dir, file), true, nil
+		return head.Model, head.Version, filepath.Join(dir, file), true, nil
 	}
 	file, err := onlyGGUF(dir)
 	if err != nil {
-		return "", "", false, nil // not a GGUF directory: the usual error follows
+		return "", "", "", false, nil // not a GGUF directory: the usual error follows
 	}
-	return strings.TrimSuffix(file, filepath.Ext(file)), filepath.Join(dir, file), true, nil
+	return strings.TrimSuffix(file, filepath.Ext(file)), "", filepath.Join(dir, file), true, nil
 }
 
 func onlyGGUF(dir string) (string, error) {
@@ -76,7 +76,7 @@ func onlyGGUF(dir string) (string, error) {
 
 // loadGGUF starts the LLM engine on a GGUF file, with the default KV
 // cache (llmserve.DefaultPages) and batches of up to 16 sequences.
-func (s *Server) loadGGUF(name, path string) error {
+func (s *Server) loadGGUF(name, version, path string) error {
 	m, tok, err := llmserve.LoadModel(path, 0)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", filepath.Base(path), err)
@@ -85,7 +85,8 @@ func (s *Server) loadGGUF(name, path string) error {
 	if err != nil {
 		return err
 	}
-	srv := llmserve.NewServer(eng, tok, llmserve.Options{Model: name, Token: s.opt.Token, MaxBodyBytes: s.opt.MaxBodyBytes})
+	srv := llmserve.NewServer(eng, tok, llmserve.Options{Model: name, Token: s.opt.Token,
+		MaxBodyBytes: s.opt.MaxBodyBytes, ReplicaID: s.opt.ReplicaID, Version: version})
 	s.gen.Store(&generative{eng: eng, srv: srv, handler: srv.Handler()})
 	return nil
 }

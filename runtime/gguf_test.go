@@ -39,7 +39,7 @@ func TestGGUFDirectoryServesChat(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 
-	for path, want := range map[string]int{"/health": 200, "/v2/health/ready": 200} {
+	for path, want := range map[string]int{"/health": 200, "/v2/health/ready": 200, "/v2/stats": 200, "/metrics": 200} {
 		resp, err := http.Get(ts.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -49,10 +49,23 @@ func TestGGUFDirectoryServesChat(t *testing.T) {
 			t.Errorf("GET %s: %d; want %d", path, resp.StatusCode, want)
 		}
 	}
+	resp, err := http.Get(ts.URL + "/v2/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Task         string `json:"task"`
+		KVPagesTotal int    `json:"kv_pages_total"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Task != "llm" || st.KVPagesTotal < 1 {
+		t.Errorf("/v2/stats = %+v (%v); want task llm with KV pages", st, err)
+	}
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions",
 		strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0}`))
 	req.Header.Set(proto.ReplicaTokenHeader, "tok")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

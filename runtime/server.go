@@ -182,10 +182,10 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	if s.m.Load() != nil || s.gen.Load() != nil {
 		return errors.New("runtime: a model is already loaded")
 	}
-	if name, path, ok, err := ggufModel(dir); err != nil {
+	if name, version, path, ok, err := ggufModel(dir); err != nil {
 		return err
 	} else if ok {
-		return s.loadGGUF(name, path)
+		return s.loadGGUF(name, version, path)
 	}
 	start := s.clock.Now()
 	cfg, err := ReadConfig(dir)

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"modelplane/agent/proto"
+	"modelplane/sim"
 )
 
 // Message is one chat message.
@@ -44,6 +45,8 @@ type Options struct {
 	Token string
 	// MaxBodyBytes bounds a request body; default 8 MiB.
 	MaxBodyBytes int64
+	// ReplicaID and Version are reported on /v2/stats.
+	ReplicaID, Version string
 }
 
 // Server answers the OpenAI-shaped replica API on an Engine.
@@ -85,6 +88,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v2/health/ready", s.serveReady)
 	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("GET /v2/stats", s.serveStats)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", "", "no such route on this runtime")
 	})
@@ -106,7 +110,7 @@ func probe(r *http.Request) bool {
 		return false
 	}
 	switch r.URL.Path {
-	case "/health", "/v2/health/live", "/v2/health/ready", "/v1/models", "/metrics":
+	case "/health", "/v2/health/live", "/v2/health/ready", "/v1/models", "/metrics", "/v2/stats":
 		return true
 	}
 	return false
@@ -118,6 +122,21 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// serveStats is GET /v2/stats in the simulated LLM replica's shape
+// (sim/replica.Stats), so the agent observes this runtime unchanged.
+func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
+	st := s.eng.SchedulerStats()
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	writeJSON(w, http.StatusOK, map[string]any{
+		"replica_id": s.opt.ReplicaID, "endpoint": s.opt.Model, "version": s.opt.Version, "task": "llm",
+		"ready": s.ready.Load(), "queue_depth": st.Waiting, "in_flight": st.Waiting + st.Running, "batch_size": st.Running,
+		"kv_pages_used": st.KVPagesUsed, "kv_pages_total": st.KVPagesTotal, "kv_utilization": st.KVUtilization,
+		"tokens_per_second": st.TokensPerSecond,
+		"ttft_p50_ms":       ms(st.TTFT.P50), "ttft_p99_ms": ms(st.TTFT.P99), "tpot_p50_ms": ms(st.TPOT.P50), "tpot_p99_ms": ms(st.TPOT.P99),
+		"requests": st.Submitted, "cancelled": st.Cancelled, "window_seconds": sim.StatsWindow.Seconds(),
+	})
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
