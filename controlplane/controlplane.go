@@ -65,6 +65,9 @@ type Config struct {
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// AutoscaleInterval is how often the leader evaluates every endpoint's
+	// replica count (zero: fleet.DefaultAutoscaleInterval).
+	AutoscaleInterval time.Duration
 	// Now is the clock of every service (nil: time.Now).
 	Now func() time.Time
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
@@ -102,6 +105,7 @@ const (
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
 	leadEnrollment  = 7_316_020_041
+	leadAutoscale   = 7_316_020_050
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -253,6 +257,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	var intake *fleet.Intake
 	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
 	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
+	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates
@@ -268,6 +273,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		cp.Idempotency.Sweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
 		lease(leadFleet, reconciler),
+		lease(leadAutoscale, scaler),
 		lease(leadRollouts, rollouts),
 		lease(leadUsageIngest, usage),
 		lease(leadReqStats, reqstats),

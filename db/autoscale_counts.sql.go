@@ -10,15 +10,21 @@ import (
 	"time"
 )
 
-const autoscaleCountDelete = `-- name: AutoscaleCountDelete :exec
-DELETE FROM autoscale_counts WHERE endpoint_id = $1
+const autoscaleCountGet = `-- name: AutoscaleCountGet :one
+SELECT desired, decided_at FROM autoscale_counts WHERE endpoint_id = $1
 `
 
-// Forgets an endpoint's count (its policy or bounds changed: the next
-// evaluation starts from min_replicas and what runs).
-func (q *Queries) AutoscaleCountDelete(ctx context.Context, endpointID int64) error {
-	_, err := q.db.Exec(ctx, autoscaleCountDelete, endpointID)
-	return err
+type AutoscaleCountGetRow struct {
+	Desired   int32
+	DecidedAt time.Time
+}
+
+// The autoscaler's count of one endpoint and when it decided it.
+func (q *Queries) AutoscaleCountGet(ctx context.Context, endpointID int64) (AutoscaleCountGetRow, error) {
+	row := q.db.QueryRow(ctx, autoscaleCountGet, endpointID)
+	var i AutoscaleCountGetRow
+	err := row.Scan(&i.Desired, &i.DecidedAt)
+	return i, err
 }
 
 const autoscaleCountSet = `-- name: AutoscaleCountSet :exec
@@ -141,4 +147,18 @@ func (q *Queries) AutoscaleReplicaList(ctx context.Context) ([]AutoscaleReplicaL
 		return nil, err
 	}
 	return items, nil
+}
+
+const endpointRoutesGPUVersion = `-- name: EndpointRoutesGPUVersion :one
+SELECT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+               WHERE r.endpoint_id = $1 AND v.gpu_count > 0)::boolean
+`
+
+// Whether any version the endpoint routes runs on GPUs (it can report
+// gpu_util).
+func (q *Queries) EndpointRoutesGPUVersion(ctx context.Context, endpointID int64) (bool, error) {
+	row := q.db.QueryRow(ctx, endpointRoutesGPUVersion, endpointID)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
 }

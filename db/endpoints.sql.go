@@ -10,6 +10,18 @@ import (
 	"time"
 )
 
+const endpointAutoscalePolicy = `-- name: EndpointAutoscalePolicy :one
+SELECT autoscale_policy FROM endpoints WHERE id = $1
+`
+
+// The endpoint's own autoscaling policy (NULL: its task's defaults).
+func (q *Queries) EndpointAutoscalePolicy(ctx context.Context, id int64) ([]byte, error) {
+	row := q.db.QueryRow(ctx, endpointAutoscalePolicy, id)
+	var autoscale_policy []byte
+	err := row.Scan(&autoscale_policy)
+	return autoscale_policy, err
+}
+
 const endpointAutoscaleSet = `-- name: EndpointAutoscaleSet :exec
 UPDATE endpoints SET autoscale_policy = $1, min_replicas = $2, max_replicas = $3, updated_at = now()
 WHERE id = $4 AND ($5::boolean OR team_id = ANY($6::bigint[]))

@@ -52,9 +52,15 @@ func apiFixtures() map[string][]*payload {
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
 		"PUT /endpoints/{endpoint}/experiment":                {jsonPayload(map[string]any{"name": "ab", "arms": []map[string]any{{"version": "v1", "share": 50}, {"version": "v2", "share": 50}}})},
 		"DELETE /endpoints/{endpoint}/experiment":             {nil},
-		"POST /teams":                                         {jsonPayload(map[string]any{"name": "matrix-team"})},
-		"POST /api-keys":                                      {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
-		"POST /models":                                        {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
+		"GET /endpoints/{endpoint}/autoscaling":               {nil},
+		"GET /endpoints/{endpoint}/autoscaling/decisions":     {nil},
+		"PUT /endpoints/{endpoint}/autoscaling": {jsonPayload(map[string]any{"signals": []map[string]any{{"signal": "rps", "target": 100}},
+			"min_replicas": 1, "max_replicas": 4, "scale_up_stabilization_s": 0, "scale_down_stabilization_s": 300, "scale_up_rate": 4,
+			"scale_down_rate": 0.5, "tolerance": 0.1, "panic_threshold": 2, "scale_to_zero_grace_s": 900, "cold_start_budget_s": 30,
+			"predictive": "off"})},
+		"POST /teams":    {jsonPayload(map[string]any{"name": "matrix-team"})},
+		"POST /api-keys": {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
+		"POST /models":   {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
 		// A rate inside the 5-minute lead: finance is refused on that field
 		// (a 400 that stores nothing), anyone else on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,

@@ -28,7 +28,12 @@ ORDER BY r.endpoint_id, r.id;
 INSERT INTO autoscale_counts (endpoint_id, desired, decided_at) VALUES (@endpoint_id, @desired, @decided_at)
 ON CONFLICT (endpoint_id) DO UPDATE SET desired = excluded.desired, decided_at = excluded.decided_at;
 
--- name: AutoscaleCountDelete :exec
--- Forgets an endpoint's count (its policy or bounds changed: the next
--- evaluation starts from min_replicas and what runs).
-DELETE FROM autoscale_counts WHERE endpoint_id = @endpoint_id;
+-- name: AutoscaleCountGet :one
+-- The autoscaler's count of one endpoint and when it decided it.
+SELECT desired, decided_at FROM autoscale_counts WHERE endpoint_id = @endpoint_id;
+
+-- name: EndpointRoutesGPUVersion :one
+-- Whether any version the endpoint routes runs on GPUs (it can report
+-- gpu_util).
+SELECT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+               WHERE r.endpoint_id = @endpoint_id AND v.gpu_count > 0)::boolean;

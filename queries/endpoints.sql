@@ -73,3 +73,7 @@ SELECT id FROM endpoints ORDER BY id FOR NO KEY UPDATE;
 -- rest as JSON.
 UPDATE endpoints SET autoscale_policy = @policy, min_replicas = @min_replicas, max_replicas = @max_replicas, updated_at = now()
 WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: EndpointAutoscalePolicy :one
+-- The endpoint's own autoscaling policy (NULL: its task's defaults).
+SELECT autoscale_policy FROM endpoints WHERE id = @id;
