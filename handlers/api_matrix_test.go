@@ -104,6 +104,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /fleet/join-tokens":                form("node", "matrix-node", "host", "10.0.0.1"),
 		"POST /fleet/{node}/revoke":              form(),
 		"POST /endpoints/{endpoint}/traffic":     form("w_v1", "50", "w_v2", "50"),
+		"POST /endpoints/{endpoint}/autoscaling": form("as_signals", "rps=100", "as_min_replicas", "1", "as_max_replicas", "4", "as_scale_down_s", "60", "as_grace_s", "900"),
 		"POST /endpoints/{endpoint}/try":         form("body", `{"instances": [{}]}`),
 		"POST /endpoints/{endpoint}/delete":      func(v map[string]string, csrf string) *payload { return form("confirm", v["endpoint"])(v, csrf) },
 		"GET /models/{model}":                    nil,
