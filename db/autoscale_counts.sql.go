@@ -149,6 +149,28 @@ func (q *Queries) AutoscaleReplicaList(ctx context.Context) ([]AutoscaleReplicaL
 	return items, nil
 }
 
+const endpointReplicaTotal = `-- name: EndpointReplicaTotal :one
+SELECT greatest(e.min_replicas, least(coalesce(c.desired, e.min_replicas), e.max_replicas))::int AS total
+FROM endpoints e LEFT JOIN autoscale_counts c ON c.endpoint_id = e.id
+WHERE e.id = $1 AND ($2::boolean OR e.team_id = ANY($3::bigint[]))
+`
+
+type EndpointReplicaTotalParams struct {
+	EndpointID int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+// The replica count of the whole endpoint the fleet aims for: the
+// autoscaler's count within [min_replicas, max_replicas], min_replicas
+// before its first decision (fleet's endpointTotal).
+func (q *Queries) EndpointReplicaTotal(ctx context.Context, arg EndpointReplicaTotalParams) (int32, error) {
+	row := q.db.QueryRow(ctx, endpointReplicaTotal, arg.EndpointID, arg.AllTeams, arg.TeamIDs)
+	var total int32
+	err := row.Scan(&total)
+	return total, err
+}
+
 const endpointRoutesGPUVersion = `-- name: EndpointRoutesGPUVersion :one
 SELECT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
                WHERE r.endpoint_id = $1 AND v.gpu_count > 0)::boolean

@@ -119,10 +119,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 	if err != nil {
 		return Round{}, fmt.Errorf("autoscale: %w", err)
 	}
-	type load struct {
-		total int
-		ready []autoscale.Sample
-	}
+	type load struct{ ready []autoscale.Sample }
 	loads := map[int64]*load{}
 	for _, r := range reps {
 		l := loads[r.EndpointID]
@@ -130,7 +127,6 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 			l = &load{}
 			loads[r.EndpointID] = l
 		}
-		l.total++
 		if r.State == proto.StateReady {
 			l.ready = append(l.ready, sampleOf(ParseReplicaMetrics(r.Metrics), now))
 		}
@@ -160,9 +156,12 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 		if e.Desired != nil {
 			current = int(*e.Desired)
 		} else {
-			// Never decided: what runs, within the bounds (a woken
-			// endpoint of min_replicas 0 runs one).
-			current = min(max(int(e.MinReplicas), l.total), int(e.MaxReplicas))
+			// Never decided: what the reconciler aims for without a
+			// decision, min_replicas, or one for a woken endpoint at 0.
+			current = int(e.MinReplicas)
+			if current == 0 && e.WokenAt != nil && now.Sub(*e.WokenAt) < a.fleet.grace() {
+				current = 1
+			}
 		}
 		in := autoscale.Input{Now: now, Current: current, Ready: l.ready}
 		if e.WokenAt != nil {

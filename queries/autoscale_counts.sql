@@ -37,3 +37,11 @@ SELECT desired, decided_at FROM autoscale_counts WHERE endpoint_id = @endpoint_i
 -- gpu_util).
 SELECT EXISTS (SELECT 1 FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
                WHERE r.endpoint_id = @endpoint_id AND v.gpu_count > 0)::boolean;
+
+-- name: EndpointReplicaTotal :one
+-- The replica count of the whole endpoint the fleet aims for: the
+-- autoscaler's count within [min_replicas, max_replicas], min_replicas
+-- before its first decision (fleet's endpointTotal).
+SELECT greatest(e.min_replicas, least(coalesce(c.desired, e.min_replicas), e.max_replicas))::int AS total
+FROM endpoints e LEFT JOIN autoscale_counts c ON c.endpoint_id = e.id
+WHERE e.id = @endpoint_id AND (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]));
