@@ -105,7 +105,6 @@ const (
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
 	leadEnrollment  = 7_316_020_041
-	leadAutoscale   = 7_316_020_050
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -272,8 +271,9 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
 		cp.Idempotency.Sweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
-		lease(leadFleet, reconciler),
-		lease(leadAutoscale, scaler),
+		// The autoscaler shares the reconciler's lease: both are the
+		// fleet's leader, and every lease holds a pooled connection.
+		lease(leadFleet, service.NewGroup(reconciler, scaler)),
 		lease(leadRollouts, rollouts),
 		lease(leadUsageIngest, usage),
 		lease(leadReqStats, reqstats),

@@ -181,7 +181,9 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 		if d.Changed {
 			round.Decisions[e.Name] = d
 		}
-		if d.Changed || d.Event != "" || e.Desired == nil && d.Desired != int(e.MinReplicas) {
+		// A count is stored only when a decision changes it: before the
+		// first, the reconciler derives the same count itself.
+		if d.Changed || d.Event != "" {
 			writes = append(writes, write{e: e, d: d, desired: d.Desired})
 		}
 	}
@@ -197,7 +199,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 	err = db.InTx(ctx, a.fleet.pool, func(q *db.Queries) error {
 		events = false
 		for _, w := range writes {
-			if w.d.Changed || w.e.Desired == nil {
+			if w.d.Changed {
 				if err := q.AutoscaleCountSet(ctx, db.AutoscaleCountSetParams{EndpointID: w.e.ID, Desired: int32(w.desired), DecidedAt: now}); err != nil {
 					return err
 				}
