@@ -979,6 +979,10 @@ func (a *Agent) Status() proto.NodeStatus {
 			rs.Requests = int64(m.obs.Requests)
 			rs.InFlight, rs.BatchSize = m.obs.InFlight, m.obs.BatchSize
 			rs.TokensPerSecond, rs.TTFTMS = m.obs.TokensPerSecond, m.obs.TTFTMS
+			rs.BatchQueueMS, rs.GPUUtil = m.obs.BatchQueueMS, m.obs.GPUUtil
+			if rs.GPUUtil == 0 && !isCPU(m.spec) {
+				rs.GPUUtil = min(m.obs.UtilPct/100, 1)
+			}
 			if m.valid && isCPU(m.spec) {
 				st.CPUCoresUsed += m.spec.CPUCores
 				st.MemoryUsedMB += m.spec.MemoryMB

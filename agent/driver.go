@@ -90,6 +90,11 @@ type Observation struct {
 	// mean time to first token over the last few seconds; 0 when unknown.
 	TokensPerSecond float64
 	TTFTMS          float64
+	// BatchQueueMS is the mean wait of requests in the runtime's batcher
+	// and GPUUtil the replica's GPU utilisation, 0 to 1, over the last few
+	// seconds; 0 when unknown (a GPUUtil of 0 falls back to UtilPct).
+	BatchQueueMS float64
+	GPUUtil      float64
 	// Failures counts the replica's failures in a row since it was last
 	// ready (crashes, start timeouts, dead liveness), for a driver that
 	// restarts its runtimes itself; Reason says why the last one failed.

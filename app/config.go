@@ -63,6 +63,9 @@ type ServerConfig struct {
 	// WakeGrace is how long an endpoint with min_replicas 0 keeps the
 	// replica a request woke after the last request (fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// AutoscaleInterval is how often the leader evaluates every endpoint's
+	// replica count (fleet.DefaultAutoscaleInterval).
+	AutoscaleInterval time.Duration
 	// ValidationTimeout and ValidationMemoryMB limit the child process
 	// that validates an uploaded version at registration.
 	ValidationTimeout  time.Duration
@@ -140,6 +143,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SessionMax, "session-max", envDuration("MP_SESSION_MAX", 24*time.Hour), "portal session absolute timeout (MP_SESSION_MAX)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
+	fs.DurationVar(&c.AutoscaleInterval, "autoscale-interval", envDuration("MP_AUTOSCALE_INTERVAL", 2*time.Second), "how often the leader evaluates every endpoint's replica count (MP_AUTOSCALE_INTERVAL)")
 	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
 	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", validation.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
 	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", validation.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
@@ -208,6 +212,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.ValidationMemoryMB < 256 {
 		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least 256")
+	}
+	if c.AutoscaleInterval < 500*time.Millisecond || c.AutoscaleInterval > time.Minute {
+		bad("MP_AUTOSCALE_INTERVAL (--autoscale-interval) must be between 500ms and 1m")
 	}
 	if c.WakeGrace < time.Minute {
 		bad("MP_WAKE_GRACE (--wake-grace) must be at least 1m: gateways remind the control plane of a served endpoint every 10s")

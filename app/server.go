@@ -211,7 +211,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
-		RuntimeBinary: self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB}
+		AutoscaleInterval: cfg.AutoscaleInterval,
+		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB}
 	if cfg.NATSAuthority != "" {
 		closeSys, err := enrollmentConfig(&cpCfg, cfg, log)
 		if err != nil {

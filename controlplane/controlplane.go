@@ -65,6 +65,9 @@ type Config struct {
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// AutoscaleInterval is how often the leader evaluates every endpoint's
+	// replica count (zero: fleet.DefaultAutoscaleInterval).
+	AutoscaleInterval time.Duration
 	// Now is the clock of every service (nil: time.Now).
 	Now func() time.Time
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
@@ -253,6 +256,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	var intake *fleet.Intake
 	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
 	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
+	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates
@@ -267,7 +271,9 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
 		cp.Idempotency.Sweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
-		lease(leadFleet, reconciler),
+		// The autoscaler shares the reconciler's lease: both are the
+		// fleet's leader, and every lease holds a pooled connection.
+		lease(leadFleet, service.NewGroup(reconciler, scaler)),
 		lease(leadRollouts, rollouts),
 		lease(leadUsageIngest, usage),
 		lease(leadReqStats, reqstats),

@@ -10,6 +10,46 @@ import (
 	"time"
 )
 
+const endpointAutoscalePolicy = `-- name: EndpointAutoscalePolicy :one
+SELECT autoscale_policy FROM endpoints WHERE id = $1
+`
+
+// The endpoint's own autoscaling policy (NULL: its task's defaults).
+func (q *Queries) EndpointAutoscalePolicy(ctx context.Context, id int64) ([]byte, error) {
+	row := q.db.QueryRow(ctx, endpointAutoscalePolicy, id)
+	var autoscale_policy []byte
+	err := row.Scan(&autoscale_policy)
+	return autoscale_policy, err
+}
+
+const endpointAutoscaleSet = `-- name: EndpointAutoscaleSet :exec
+UPDATE endpoints SET autoscale_policy = $1, min_replicas = $2, max_replicas = $3, updated_at = now()
+WHERE id = $4 AND ($5::boolean OR team_id = ANY($6::bigint[]))
+`
+
+type EndpointAutoscaleSetParams struct {
+	Policy      []byte
+	MinReplicas int32
+	MaxReplicas int32
+	ID          int64
+	AllTeams    bool
+	TeamIDs     []int64
+}
+
+// Sets an endpoint's autoscaling policy: the bounds in their columns, the
+// rest as JSON.
+func (q *Queries) EndpointAutoscaleSet(ctx context.Context, arg EndpointAutoscaleSetParams) error {
+	_, err := q.db.Exec(ctx, endpointAutoscaleSet,
+		arg.Policy,
+		arg.MinReplicas,
+		arg.MaxReplicas,
+		arg.ID,
+		arg.AllTeams,
+		arg.TeamIDs,
+	)
+	return err
+}
+
 const endpointCreate = `-- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
     sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms,
@@ -17,7 +57,7 @@ INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_r
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13,
     $14, $15, $16::int[], $17)
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms, autoscale_policy
 `
 
 type EndpointCreateParams struct {
@@ -85,6 +125,7 @@ func (q *Queries) EndpointCreate(ctx context.Context, arg EndpointCreateParams) 
 		&i.BatchMaxQueueDelayUS,
 		&i.BatchPreferredSizes,
 		&i.BatchQueueTimeoutMS,
+		&i.AutoscalePolicy,
 	)
 	return i, err
 }
@@ -108,7 +149,7 @@ func (q *Queries) EndpointDelete(ctx context.Context, arg EndpointDeleteParams) 
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, e.autoscale_policy, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -149,6 +190,7 @@ type EndpointGetRow struct {
 	BatchMaxQueueDelayUS int32
 	BatchPreferredSizes  []int32
 	BatchQueueTimeoutMS  int32
+	AutoscalePolicy      []byte
 	TeamName             string
 	ModelName            string
 	ModelTask            string
@@ -183,6 +225,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.BatchMaxQueueDelayUS,
 		&i.BatchPreferredSizes,
 		&i.BatchQueueTimeoutMS,
+		&i.AutoscalePolicy,
 		&i.TeamName,
 		&i.ModelName,
 		&i.ModelTask,
@@ -193,7 +236,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 }
 
 const endpointList = `-- name: EndpointList :many
-SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, t.name AS team_name, m.name AS model_name, m.task AS model_task,
+SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, e.autoscale_policy, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)
                  FROM routing_rules r JOIN model_versions v ON v.id = r.version_id WHERE r.endpoint_id = e.id), '[]')::text AS traffic,
        coalesce((SELECT json_build_object('name', x.name, 'arms',
@@ -236,6 +279,7 @@ type EndpointListRow struct {
 	BatchMaxQueueDelayUS int32
 	BatchPreferredSizes  []int32
 	BatchQueueTimeoutMS  int32
+	AutoscalePolicy      []byte
 	TeamName             string
 	ModelName            string
 	ModelTask            string
@@ -281,6 +325,7 @@ func (q *Queries) EndpointList(ctx context.Context, arg EndpointListParams) ([]E
 			&i.BatchMaxQueueDelayUS,
 			&i.BatchPreferredSizes,
 			&i.BatchQueueTimeoutMS,
+			&i.AutoscalePolicy,
 			&i.TeamName,
 			&i.ModelName,
 			&i.ModelTask,
@@ -346,7 +391,7 @@ UPDATE endpoints SET instance_profile = $1, min_replicas = $2,
     timeout_ms = $9, batch_max_size = $10, batch_max_queue_delay_us = $11,
     batch_preferred_sizes = $12::int[], batch_queue_timeout_ms = $13, updated_at = now()
 WHERE id = $14 AND ($15::boolean OR team_id = ANY($16::bigint[]))
-RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms
+RETURNING id, team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier, sampling_rate, retention_days, status, created_at, updated_at, placement_error, rate_limit_rps, rate_limit_burst, timeout_ms, woken_at, batch_max_size, batch_max_queue_delay_us, batch_preferred_sizes, batch_queue_timeout_ms, autoscale_policy
 `
 
 type EndpointUpdateParams struct {
@@ -412,6 +457,7 @@ func (q *Queries) EndpointUpdate(ctx context.Context, arg EndpointUpdateParams) 
 		&i.BatchMaxQueueDelayUS,
 		&i.BatchPreferredSizes,
 		&i.BatchQueueTimeoutMS,
+		&i.AutoscalePolicy,
 	)
 	return i, err
 }

@@ -80,6 +80,24 @@ type AuditLog struct {
 	ActorKeyID  *int64
 }
 
+type AutoscaleCount struct {
+	EndpointID int64
+	Desired    int32
+	DecidedAt  time.Time
+}
+
+type AutoscaleDecision struct {
+	ID         int64
+	TeamID     int64
+	EndpointID int64
+	At         time.Time
+	Before     int32
+	After      int32
+	Signal     string
+	Reason     string
+	Decision   []byte
+}
+
 type Budget struct {
 	ID              int64
 	TeamID          int64
@@ -164,6 +182,7 @@ type Endpoint struct {
 	BatchMaxQueueDelayUS int32
 	BatchPreferredSizes  []int32
 	BatchQueueTimeoutMS  int32
+	AutoscalePolicy      []byte
 }
 
 type EndpointPreemption struct {

@@ -62,9 +62,17 @@ func (q *Queries) ReplicaListByNode(ctx context.Context, nodeID int64) ([]Replic
 }
 
 const replicaObserveMetrics = `-- name: ReplicaObserveMetrics :exec
-UPDATE replicas r SET metrics = u.metrics
+UPDATE replicas r SET metrics = u.metrics || jsonb_build_object('rps', CASE
+    WHEN (u.metrics->>'observed_at_ms')::bigint = (r.metrics->>'observed_at_ms')::bigint
+        THEN coalesce((r.metrics->>'rps')::double precision, 0)
+    WHEN (u.metrics->>'observed_at_ms')::bigint > (r.metrics->>'observed_at_ms')::bigint
+         AND (u.metrics->>'requests')::bigint >= (r.metrics->>'requests')::bigint
+        THEN ((u.metrics->>'requests')::bigint - (r.metrics->>'requests')::bigint) * 1000.0
+             / ((u.metrics->>'observed_at_ms')::bigint - (r.metrics->>'observed_at_ms')::bigint)
+    ELSE 0 END)
 FROM jsonb_each($2::jsonb) AS u(name, metrics)
-WHERE r.name = u.name AND r.node_id = $1 AND r.metrics IS DISTINCT FROM u.metrics
+WHERE r.name = u.name AND r.node_id = $1
+  AND coalesce((r.metrics->>'observed_at_ms')::bigint, 0) <= (u.metrics->>'observed_at_ms')::bigint
 `
 
 type ReplicaObserveMetricsParams struct {
@@ -74,7 +82,10 @@ type ReplicaObserveMetricsParams struct {
 
 // Records the load and cold start a heartbeat reports for the node's
 // replicas; @metrics is a JSON object from replica name to its
-// fleet.ReplicaMetrics. Rows whose metrics did not change are not written.
+// fleet.ReplicaMetrics. rps is the growth of the requests counter since the
+// stored heartbeat over the time between them (observed_at_ms); a report
+// older than the stored one is not written, one of the same time keeps the
+// stored rate.
 func (q *Queries) ReplicaObserveMetrics(ctx context.Context, arg ReplicaObserveMetricsParams) error {
 	_, err := q.db.Exec(ctx, replicaObserveMetrics, arg.NodeID, arg.Metrics)
 	return err

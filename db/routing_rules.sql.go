@@ -116,36 +116,57 @@ func (q *Queries) RoutingRuleListByEndpoint(ctx context.Context, arg RoutingRule
 }
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
-SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas,
-       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, e.woken_at,
-       EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm
+SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas, e.max_replicas,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, r.shadow_percent, e.woken_at,
+       EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm,
+       coalesce((SELECT a.share FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id), 0)::integer AS arm_share,
+       c.desired AS autoscale_desired,
+       coalesce(ro.from_version_id, 0)::bigint AS ro_from_version_id, coalesce(ro.to_version_id, 0)::bigint AS ro_to_version_id,
+       coalesce(ro.strategy, '')::text AS ro_strategy, coalesce(ro.state, '')::text AS ro_state,
+       coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN autoscale_counts c ON c.endpoint_id = e.id
+LEFT JOIN rollouts ro ON ro.endpoint_id = e.id AND ro.state IN ('starting', 'progressing', 'awaiting_approval')
 ORDER BY e.id, v.id
 `
 
 type RoutingRuleListForPlacementRow struct {
-	EndpointID      int64
-	Endpoint        string
-	TeamID          int64
-	Tier            string
-	InstanceProfile string
-	MinReplicas     int32
-	VersionID       int64
-	Version         string
-	GPUCount        int32
-	GPUMemoryMB     int32
-	GPUType         string
-	CPUCores        int32
-	MemoryMB        int32
-	Weight          int32
-	WokenAt         *time.Time
-	ExperimentArm   bool
+	EndpointID       int64
+	Endpoint         string
+	TeamID           int64
+	Tier             string
+	InstanceProfile  string
+	MinReplicas      int32
+	MaxReplicas      int32
+	VersionID        int64
+	Version          string
+	GPUCount         int32
+	GPUMemoryMB      int32
+	GPUType          string
+	CPUCores         int32
+	MemoryMB         int32
+	Weight           int32
+	ShadowPercent    float64
+	WokenAt          *time.Time
+	ExperimentArm    bool
+	ArmShare         int32
+	AutoscaleDesired *int32
+	RoFromVersionID  int64
+	RoToVersionID    int64
+	RoStrategy       string
+	RoState          string
+	RoSteps          []byte
+	RoStepIndex      int32
+	RoBakeDeadline   *time.Time
 }
 
 // What placement needs of every routed version; the routing entry's own
 // columns are read by package route (RoutingRuleListForRoutes).
+// autoscale_desired is the autoscaler's count for the whole endpoint (NULL
+// before its first decision); the ro_ columns describe the endpoint's active
+// rollout, if any, for canary sizing (fleet/wake.go).
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
 	rows, err := q.db.Query(ctx, routingRuleListForPlacement)
 	if err != nil {
@@ -162,6 +183,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.Tier,
 			&i.InstanceProfile,
 			&i.MinReplicas,
+			&i.MaxReplicas,
 			&i.VersionID,
 			&i.Version,
 			&i.GPUCount,
@@ -170,8 +192,18 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.CPUCores,
 			&i.MemoryMB,
 			&i.Weight,
+			&i.ShadowPercent,
 			&i.WokenAt,
 			&i.ExperimentArm,
+			&i.ArmShare,
+			&i.AutoscaleDesired,
+			&i.RoFromVersionID,
+			&i.RoToVersionID,
+			&i.RoStrategy,
+			&i.RoState,
+			&i.RoSteps,
+			&i.RoStepIndex,
+			&i.RoBakeDeadline,
 		); err != nil {
 			return nil, err
 		}

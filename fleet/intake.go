@@ -224,7 +224,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			p.Addrs = append(p.Addrs, r.Addr)
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
 			p.Failures = append(p.Failures, int32(r.Failures))
-			metrics[r.ID] = metricsOf(r)
+			metrics[r.ID] = metricsOf(r, now)
 		}
 		touched, err := q.ReplicaObserve(ctx, p)
 		if err != nil {

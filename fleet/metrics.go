@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 
 	"modelplane/agent/proto"
 )
@@ -28,6 +29,17 @@ type ReplicaMetrics struct {
 	// time to first token over the last few seconds.
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	TTFTMS          float64 `json:"ttft_ms"`
+	// BatchQueueMS is the mean wait in the runtime's batcher, GPUUtil the
+	// replica's GPU utilisation (0 to 1), as the agent reported them.
+	BatchQueueMS float64 `json:"batch_queue_ms"`
+	GPUUtil      float64 `json:"gpu_util"`
+	// RPS is the replica's requests per second between its last two
+	// heartbeats: Requests' growth over ObservedAtMS's, computed where
+	// the heartbeat is stored (0 after the first, or after the runtime
+	// restarted and its counter began again). ObservedAtMS is when the
+	// control plane recorded the heartbeat, in Unix milliseconds.
+	RPS          float64 `json:"rps"`
+	ObservedAtMS int64   `json:"observed_at_ms"`
 	// ColdStart is how long the replica took to become ready.
 	ColdStart ColdStart `json:"cold_start"`
 }
@@ -46,9 +58,10 @@ type ColdStart struct {
 // TotalMS is the whole cold start.
 func (c ColdStart) TotalMS() int64 { return c.DownloadMS + c.VerifyMS + c.LoadMS + c.WarmupMS }
 
-func metricsOf(r proto.ReplicaStatus) ReplicaMetrics {
+func metricsOf(r proto.ReplicaStatus, now time.Time) ReplicaMetrics {
 	return ReplicaMetrics{QueueDepth: r.QueueDepth, InFlight: r.InFlight, BatchSize: r.BatchSize, KVUsedPct: r.KVUsedPct,
 		Requests: r.Requests, TokensPerSecond: r.TokensPerSecond, TTFTMS: r.TTFTMS,
+		BatchQueueMS: r.BatchQueueMS, GPUUtil: r.GPUUtil, ObservedAtMS: now.UnixMilli(),
 		ColdStart: ColdStart{DownloadMS: r.DownloadMS, VerifyMS: r.VerifyMS, LoadMS: r.LoadMS, WarmupMS: r.WarmupMS}}
 }
 
@@ -97,6 +110,8 @@ func checkReplicaMetrics(r proto.ReplicaStatus) error {
 		{"kv_used_pct", r.KVUsedPct, 100},
 		{"tokens_per_second", r.TokensPerSecond, 1e9},
 		{"ttft_ms", r.TTFTMS, maxReplicaMS},
+		{"batch_queue_ms", r.BatchQueueMS, maxReplicaMS},
+		{"gpu_util", r.GPUUtil, 1},
 	}
 	for _, c := range reals {
 		if math.IsNaN(c.v) || c.v < 0 || c.v > c.max {

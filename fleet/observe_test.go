@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"modelplane/agent/proto"
 	"modelplane/fleet"
@@ -27,6 +28,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	r := rs[0]
 	r.QueueDepth, r.InFlight, r.BatchSize, r.Requests, r.KVUsedPct = 3, 7, 2.5, 41, 12
 	r.TokensPerSecond, r.TTFTMS = 950, 120
+	r.BatchQueueMS, r.GPUUtil = 4.5, 0.62
 	r.DownloadMS, r.VerifyMS, r.LoadMS, r.WarmupMS = 1500, 200, 300, 40
 	cache := &proto.CacheStatus{BytesUsed: 3 << 20, BytesLimit: 1 << 30, Versions: 2, Hits: 5, Misses: 2, Evictions: 1}
 	observe := func(r proto.ReplicaStatus) bool {
@@ -42,6 +44,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 		t.Error("first ready heartbeat reported no change")
 	}
 	want := fleet.ReplicaMetrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
+		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.now().UnixMilli(),
 		ColdStart: fleet.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
 	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
 	if err != nil {
@@ -64,13 +67,28 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 		t.Errorf("endpoint replicas = %+v, want the metrics %+v", e.Replicas, want)
 	}
 
-	// The next heartbeat's load replaces this one's and wakes nothing.
-	r.QueueDepth, r.InFlight = 0, 1
+	// The next heartbeat's load replaces this one's and wakes nothing;
+	// requests/s is the counter's growth between the two heartbeats.
+	f.clock.Advance(2 * time.Second)
+	r.QueueDepth, r.InFlight, r.Requests = 0, 1, 141
 	if observe(r) {
 		t.Error("a change of load alone reported a change")
 	}
-	if e := f.get(t, "fraud-ep"); e.Replicas[0].Metrics.InFlight != 1 || e.Replicas[0].Metrics.QueueDepth != 0 {
-		t.Errorf("metrics after the next heartbeat = %+v, want in-flight 1, queue 0", e.Replicas[0].Metrics)
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.InFlight != 1 || m.QueueDepth != 0 || m.RPS != 50 {
+		t.Errorf("metrics after the next heartbeat = %+v, want in-flight 1, queue 0, rps 50 (100 requests in 2 s)", m)
+	}
+	// A report of the same time keeps the rate; a runtime that restarted
+	// (its counter went back) reads 0 requests/s, not a negative rate.
+	r.InFlight = 2
+	observe(r)
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.InFlight != 2 || m.RPS != 50 {
+		t.Errorf("metrics of a second report at the same time = %+v, want in-flight 2, rps still 50", m)
+	}
+	f.clock.Advance(2 * time.Second)
+	r.Requests = 3
+	observe(r)
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.RPS != 0 || m.Requests != 3 {
+		t.Errorf("metrics after a counter reset = %+v, want rps 0, requests 3", m)
 	}
 }
 
@@ -89,6 +107,8 @@ func TestHeartbeatMetricsNoRuntimeProducesAreRefused(t *testing.T) {
 		"NaN batch":           rep(func(r *proto.ReplicaStatus) { r.BatchSize = math.NaN() }),
 		"KV above 100":        rep(func(r *proto.ReplicaStatus) { r.KVUsedPct = 101 }),
 		"negative tokens/s":   rep(func(r *proto.ReplicaStatus) { r.TokensPerSecond = -5 }),
+		"GPU use above 1":     rep(func(r *proto.ReplicaStatus) { r.GPUUtil = 1.5 }),
+		"NaN batch queue":     rep(func(r *proto.ReplicaStatus) { r.BatchQueueMS = math.NaN() }),
 		"negative download":   rep(func(r *proto.ReplicaStatus) { r.DownloadMS = -1 }),
 		"warm-up of a year":   rep(func(r *proto.ReplicaStatus) { r.WarmupMS = 365 * 24 * 3600 * 1000 }),
 		"negative cache size": {Node: "node-a", LeaseSeconds: 15, GPUs: inv, Cache: &proto.CacheStatus{BytesUsed: -1}},

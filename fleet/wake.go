@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,13 +57,27 @@ func (f *Fleet) woken(d db.RoutingRuleListForPlacementRow, now time.Time) bool {
 	return d.WokenAt != nil && now.Sub(*d.WokenAt) < f.grace()
 }
 
-// wanted is the replica count of every endpoint version the pass aims for:
-// min_replicas, or 1 for a version callers reach (weight above 0, or an
-// experiment arm) of an endpoint with min_replicas 0 woken within the grace
-// period. A budget with block enforcement at 100 percent this month
-// caps it at the larger of min_replicas and the replicas the version has
-// (none beyond the minimum is started; running ones are not stopped); notes
-// says, per endpoint, why the cap held replicas back.
+// wanted is the replica count of every endpoint version the pass aims for.
+//
+// The endpoint's total is the autoscaler's count (autoscale_counts; before
+// its first decision, min_replicas), clamped to [min_replicas,
+// max_replicas]; an endpoint at zero that was woken within the grace period
+// gets one replica for each version callers reach (weight above 0, or an
+// experiment arm), and a shadow or a version kept at weight 0 stays at zero.
+// Each version then gets its traffic share of the total (canarySize): its
+// weight, an experiment arm's share, a shadow's mirrored percent; at least
+// one while the total is above zero; a version routed at weight 0 without
+// a mirror keeps min_replicas. During a rollout the candidate is warmed for
+// the next step's share once the current step has baked (the rollout
+// controller moves no weight before those replicas are ready), and the
+// incumbent keeps the replicas it has until the step it lost traffic in has
+// baked.
+//
+// A budget with block enforcement at 100 percent this month caps a version
+// at the larger of min_replicas and the replicas it has (none beyond the
+// minimum is started; running ones are not stopped); notes says, per
+// endpoint, why the cap held replicas back. Caps that apply after this
+// (quotas) take the map as it is.
 func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
 	blocking route.BudgetBlocks) (map[versionKey]int, map[int64]string) {
 	now := f.now()
@@ -74,13 +89,7 @@ func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.Rep
 	notes := map[int64]string{}
 	for _, d := range demand {
 		k := versionKey{d.EndpointID, d.VersionID}
-		n := int(d.MinReplicas)
-		// The woken replica answers callers: versions a caller can reach
-		// (weight above 0, or an experiment arm) get it; a shadow or a
-		// version kept at weight 0 stays at zero.
-		if n == 0 && f.woken(d, now) && (d.Weight > 0 || d.ExperimentArm) {
-			n = 1
-		}
+		n := canarySize(d, f.woken(d, now), have[k], now)
 		if n > int(d.MinReplicas) {
 			if why := blocking.For(d.TeamID, d.EndpointID); why != "" {
 				if capped := max(int(d.MinReplicas), have[k]); capped < n {
@@ -92,6 +101,60 @@ func (f *Fleet) wanted(demand []db.RoutingRuleListForPlacementRow, reps []db.Rep
 		want[k] = n
 	}
 	return want, notes
+}
+
+// endpointTotal is the replica count of d's endpoint over all its versions.
+func endpointTotal(d db.RoutingRuleListForPlacementRow) int {
+	total := int(d.MinReplicas)
+	if d.AutoscaleDesired != nil {
+		total = int(*d.AutoscaleDesired)
+	}
+	return max(int(d.MinReplicas), min(total, int(d.MaxReplicas)))
+}
+
+// canarySize is the replica count of one endpoint version (wanted): its
+// share of the endpoint's total, as the doc of wanted says. have is how
+// many it has; woken whether its endpoint was woken within the grace.
+func canarySize(d db.RoutingRuleListForPlacementRow, woken bool, have int, now time.Time) int {
+	total := endpointTotal(d)
+	reaches := d.Weight > 0 || d.ExperimentArm
+	if total == 0 {
+		if woken && reaches {
+			return 1
+		}
+		return 0
+	}
+	share := float64(d.Weight)
+	switch {
+	case d.ExperimentArm:
+		share = float64(d.ArmShare)
+	case d.Weight == 0 && d.ShadowPercent > 0:
+		share = d.ShadowPercent
+	}
+	candidate := d.RoState != "" && d.VersionID == d.RoToVersionID
+	incumbent := d.RoState != "" && d.VersionID == d.RoFromVersionID
+	baked := d.RoState == "progressing" && d.RoBakeDeadline != nil && !now.Before(*d.RoBakeDeadline)
+	if candidate {
+		var steps []struct {
+			Percent int `json:"percent"`
+		}
+		_ = json.Unmarshal(d.RoSteps, &steps)
+		i := int(d.RoStepIndex)
+		switch {
+		case d.RoState == "starting" && len(steps) > 0:
+			share = max(share, float64(steps[0].Percent)) // the first step, before it is applied
+		case (baked || d.RoState == "awaiting_approval") && i+1 < len(steps):
+			share = max(share, float64(steps[i+1].Percent)) // warm for the next step
+		}
+	}
+	n := int(d.MinReplicas) // parked at weight 0: kept as before
+	if share > 0 || candidate {
+		n = max(1, int(math.Ceil(float64(total)*share/100-1e-9)))
+	}
+	if incumbent && !baked {
+		n = max(n, have)
+	}
+	return min(n, max(int(d.MaxReplicas), 1))
 }
 
 // wakeQueue bounds the wake requests waiting for the database; beyond it

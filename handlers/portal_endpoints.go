@@ -177,6 +177,9 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	if props.Rollouts, err = s.rolloutsSection(r.Context(), p, e, versions, props.CSRF); err != nil {
 		return web.EndpointProps{}, err
 	}
+	if props.Autoscaling, err = s.autoscalingProps(r.Context(), p, e); err != nil {
+		return web.EndpointProps{}, err
+	}
 	return props, nil
 }
 

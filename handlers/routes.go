@@ -72,6 +72,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Post("/endpoints/{endpoint}/try", s.portalTryIt)
 			r.Post("/endpoints/{endpoint}/delete", s.portalEndpointDelete)
 			r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
+			r.Post("/endpoints/{endpoint}/autoscaling", s.portalAutoscalingSet)
 			r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
 			r.Get("/rollouts/{rollout}", s.portalRollout)
 			r.Get("/rollouts/{rollout}/live", s.portalRolloutLive)

@@ -67,3 +67,13 @@ SELECT name FROM endpoints WHERE id = @id FOR NO KEY UPDATE;
 -- name: EndpointLockForRoutes :exec
 -- The routing lock of every endpoint, in id order, for the reconciler's pass.
 SELECT id FROM endpoints ORDER BY id FOR NO KEY UPDATE;
+
+-- name: EndpointAutoscaleSet :exec
+-- Sets an endpoint's autoscaling policy: the bounds in their columns, the
+-- rest as JSON.
+UPDATE endpoints SET autoscale_policy = @policy, min_replicas = @min_replicas, max_replicas = @max_replicas, updated_at = now()
+WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
+
+-- name: EndpointAutoscalePolicy :one
+-- The endpoint's own autoscaling policy (NULL: its task's defaults).
+SELECT autoscale_policy FROM endpoints WHERE id = @id;

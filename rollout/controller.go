@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/coder/quartz"
@@ -346,6 +347,27 @@ func (c *Controller) advance(ctx context.Context, t *tx) error {
 		}
 		// An approval given before a restart still counts.
 		return c.approved(ctx, t)
+	}
+	// The candidate is warmed before the weight moves: the fleet places
+	// its replicas for the next step's share once this step has baked
+	// (fleet's canary sizing); until they are ready the step waits.
+	all, ids := system.Scope()
+	total, err := t.q.EndpointReplicaTotal(ctx, db.EndpointReplicaTotalParams{EndpointID: r.EndpointID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return err
+	}
+	need := max(1, int32(math.Ceil(float64(total)*float64(r.Steps[next].Percent)/100-1e-9)))
+	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return err
+	}
+	if n.Ready < need {
+		msg := fmt.Sprintf("step %d passed; warming %s for %d percent: %d of %d replicas ready", r.StepIndex+1, r.ToVersion, r.Steps[next].Percent, n.Ready, need)
+		if r.Reason != msg {
+			r.Reason = msg
+			return t.persist(ctx)
+		}
+		return nil
 	}
 	if err := t.setWeights(ctx, r.Steps[next].Percent, 0); err != nil {
 		return err

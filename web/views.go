@@ -105,8 +105,9 @@ type EndpointProps struct {
 	TryIt          TryItProps
 	// Advice is the endpoint's right-sizing advice (package chargeback),
 	// one sentence each with its numbers.
-	Advice   []string
-	Rollouts RolloutsSection
+	Advice      []string
+	Rollouts    RolloutsSection
+	Autoscaling AutoscalingProps
 }
 
 // ReplicaRow is one replica on the endpoint page.

@@ -326,6 +326,13 @@ type ReplicaStatus struct {
 	// whose metrics say; 0 otherwise.
 	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 	TTFTMS          float64 `json:"ttft_ms,omitempty"`
+	// BatchQueueMS is how long requests waited in the runtime's batcher
+	// before they executed, in milliseconds, over the last few seconds;
+	// GPUUtil the replica's GPU utilisation as a share from 0 to 1. The
+	// autoscaler's batch_queue_ms and gpu_util signals read them; 0 where
+	// the runtime does not say.
+	BatchQueueMS float64 `json:"batch_queue_ms,omitempty"`
+	GPUUtil      float64 `json:"gpu_util,omitempty"`
 	// The replica's cold start, split: DownloadMS is the time spent
 	// fetching the version's files that were not in the node cache (0 when
 	// all were), VerifyMS the time spent checking their sha256 digests,

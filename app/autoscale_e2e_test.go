@@ -1,0 +1,112 @@
+package app
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"modelplane/autoscale"
+	"modelplane/fleet"
+	"modelplane/internal/wait"
+)
+
+// TestBurstOfChatsScalesUpAndBack runs the autoscaler end to end: support-
+// chat scales on requests/s (2 per replica, 1 to 3 replicas, a scale-down
+// window shortened to 4 s); a burst of streamed chats through the gateway
+// reaches the replica's heartbeats, and the autoscaler asks for the whole
+// target in one decision (1 → 3, no one-at-a-time climb), the reconciler
+// places the replicas on the simulated agents and they serve. When the
+// burst stops the count returns to the minimum once the window has passed,
+// each change stored with its reason.
+func TestBurstOfChatsScalesUpAndBack(t *testing.T) {
+	s := newChatStack(t)
+	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.Signals = []fleet.AutoscaleTarget{{Signal: "rps", Target: 2}}
+	p.MinReplicas, p.MaxReplicas = 1, 3 // the stack has room for three of its MIG slices
+	p.ScaleDownStabilizationS = 4
+	if _, err := s.cp.Endpoints.SetAutoscaling(s.ctx, system, "support-chat", p, fleet.DefaultWakeGrace); err != nil {
+		t.Fatal(err)
+	}
+	replicas := func(state string) int {
+		t.Helper()
+		e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range e.Replicas {
+			if state == "" || r.State == state {
+				n++
+			}
+		}
+		return n
+	}
+	if n := replicas(""); n != 1 {
+		t.Fatalf("support-chat has %d replicas before the burst, want 1", n)
+	}
+
+	stop, responses := s.load(16)
+	defer stop()
+	explain := func() string {
+		e, _ := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
+		ds, _ := s.cp.Endpoints.AutoscaleDecisions(s.ctx, system, "support-chat", 0, 50)
+		a, _ := s.cp.Endpoints.Autoscaling(s.ctx, system, "support-chat", fleet.DefaultWakeGrace)
+		out := fmt.Sprintf("status %s (%s), count %d, decisions:", e.Status, e.PlacementError, deref(a.Desired))
+		for _, d := range ds {
+			out += "\n  " + d.Reason
+		}
+		for _, r := range e.Replicas {
+			out += fmt.Sprintf("\n  replica %s %s rps %.1f in-flight %d", r.Name, r.State, r.Metrics.RPS, r.Metrics.InFlight)
+		}
+		return out
+	}
+	wait.Eventually(t, 60*time.Second, func() bool { return replicas("ready") == 3 }, "the burst never got support-chat to 3 ready replicas: %s", explainer{explain})
+	stop()
+	served := 0
+	for _, r := range responses() {
+		if r.status == http.StatusOK {
+			served++
+		}
+	}
+	if served == 0 {
+		t.Fatal("no chat of the burst was served")
+	}
+	ds, err := s.cp.Endpoints.AutoscaleDecisions(s.ctx, system, "support-chat", 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) == 0 {
+		t.Fatal("no decision stored for the scale-up")
+	}
+	first := ds[len(ds)-1]
+	if first.Before != 1 || first.After != 3 || first.Signal != "rps" || first.Inputs.Readings[0].Value <= 2 {
+		t.Fatalf("first decision = %+v, want 1 → 3 on rps above its target in one decision", first)
+	}
+	t.Logf("scale-up: %s", first.Reason)
+
+	// The burst is over: back to min_replicas after the 4 s window.
+	wait.Eventually(t, 60*time.Second, func() bool { return replicas("") == 1 }, "support-chat never went back to 1 replica")
+	ds, err = s.cp.Endpoints.AutoscaleDecisions(s.ctx, system, "support-chat", 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := ds[0]; last.After != 1 || !last.At.After(first.At.Add(4*time.Second)) {
+		t.Fatalf("last decision = %+v, want → 1 at least the 4 s window after the scale-up at %s", last, first.At)
+	}
+	if r := s.call(); r.status != http.StatusOK {
+		t.Fatalf("chat after scaling back = %d, want 200", r.status)
+	}
+}
+
+// explainer formats lazily, when a wait fails.
+type explainer struct{ f func() string }
+
+func (e explainer) String() string { return e.f() }
+
+func deref(n *int32) int32 {
+	if n == nil {
+		return -1
+	}
+	return *n
+}

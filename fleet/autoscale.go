@@ -1,0 +1,274 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/quartz"
+
+	"modelplane/agent/proto"
+	"modelplane/audit"
+	"modelplane/auth"
+	"modelplane/autoscale"
+	"modelplane/db"
+	"modelplane/outbox"
+	"modelplane/service"
+)
+
+// DefaultAutoscaleInterval is how often the autoscaler evaluates every
+// endpoint (DESIGN.md section 17: every 2 to 5 seconds).
+const DefaultAutoscaleInterval = 2 * time.Second
+
+// staleMetrics is how old a replica's last heartbeat metrics may be before
+// the replica counts as reporting no signal at all: a replica whose node
+// stopped sending metrics is missing data, never zero load.
+const staleMetrics = 15 * time.Second
+
+// EventKind is the Kind of the autoscaler's proto.Event on
+// mp.events.<team> (a freeze and its end), and AuditFrozen and
+// AuditResumed the audit actions recorded with them.
+const (
+	EventKind    = "autoscale"
+	AuditFrozen  = "autoscale.frozen"
+	AuditResumed = "autoscale.resumed"
+)
+
+var autoscaler = auth.System("autoscaler")
+
+// Autoscaler evaluates every routed endpoint's replica count from its
+// replicas' heartbeat metrics and its policy (package autoscale), stores
+// each count and every decision that changed one, and wakes the reconciler,
+// which places what the count asks for (wanted, wake.go). It keeps each
+// endpoint's autoscale.State in memory; the count itself is in PostgreSQL
+// (autoscale_counts), so a new leader resumes from it. Run it under a
+// leader lease (db.Lease): two evaluating at once would each keep windows
+// of their own.
+type Autoscaler struct {
+	service.Runner
+	clock    quartz.Clock
+	fleet    *Fleet
+	log      *slog.Logger
+	interval time.Duration
+	// changed is called after a round changed a count (it wakes the
+	// reconciler) and published after it wrote an event to the outbox.
+	changed, published func()
+
+	mu     sync.Mutex
+	states map[int64]*scaleState
+}
+
+// scaleState is what the autoscaler remembers of one endpoint.
+type scaleState struct {
+	st autoscale.State
+	// key is the policy the state was built under; another starts afresh.
+	key string
+	// since is when this process started evaluating the endpoint under
+	// key: for a window after it, nothing scales down, since the windows
+	// of the leader before were not handed over.
+	since time.Time
+}
+
+// NewAutoscaler returns an Autoscaler evaluating every interval (<= 0:
+// DefaultAutoscaleInterval). changed is called when a round changed a
+// count, published when it wrote outbox rows; either may be nil.
+func NewAutoscaler(f *Fleet, log *slog.Logger, interval time.Duration, changed, published func()) *Autoscaler {
+	if interval <= 0 {
+		interval = DefaultAutoscaleInterval
+	}
+	return &Autoscaler{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, changed: changed, published: published,
+		states: map[int64]*scaleState{}}
+}
+
+// Start evaluates in the background every interval until Stop.
+func (a *Autoscaler) Start(ctx context.Context) error {
+	return a.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, a.clock, a.interval, nil, func(ctx context.Context) {
+			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if _, err := a.Evaluate(ectx); err != nil && ctx.Err() == nil {
+				a.log.Warn("autoscale", slog.String("error", err.Error()))
+			}
+		})
+	})
+}
+
+// Round is what one evaluation did.
+type Round struct {
+	Endpoints int
+	// Decisions are those that changed a count, by endpoint name.
+	Decisions map[string]autoscale.Decision
+	// Events are the freezes and resumptions raised, by endpoint name.
+	Events map[string]string
+}
+
+// Evaluate runs one round over every routed endpoint at the fleet's clock.
+func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.fleet.now()
+	q := db.New(a.fleet.pool)
+	eps, err := q.AutoscaleEndpointList(ctx)
+	if err != nil {
+		return Round{}, fmt.Errorf("autoscale: %w", err)
+	}
+	reps, err := q.AutoscaleReplicaList(ctx)
+	if err != nil {
+		return Round{}, fmt.Errorf("autoscale: %w", err)
+	}
+	type load struct{ ready []autoscale.Sample }
+	loads := map[int64]*load{}
+	for _, r := range reps {
+		l := loads[r.EndpointID]
+		if l == nil {
+			l = &load{}
+			loads[r.EndpointID] = l
+		}
+		if r.State == proto.StateReady {
+			l.ready = append(l.ready, sampleOf(ParseReplicaMetrics(r.Metrics), now))
+		}
+	}
+	round := Round{Endpoints: len(eps), Decisions: map[string]autoscale.Decision{}, Events: map[string]string{}}
+	type write struct {
+		e       db.AutoscaleEndpointListRow
+		d       autoscale.Decision
+		desired int
+	}
+	var writes []write
+	seen := map[int64]bool{}
+	for _, e := range eps {
+		seen[e.ID] = true
+		p := StoredPolicy(e.AutoscalePolicy, e.Task, e.GPU, e.MinReplicas, e.MaxReplicas, a.fleet.grace())
+		key := fmt.Sprintf("%s|%d|%d", e.AutoscalePolicy, e.MinReplicas, e.MaxReplicas)
+		s := a.states[e.ID]
+		if s == nil || s.key != key {
+			s = &scaleState{key: key, since: now}
+			a.states[e.ID] = s
+		}
+		l := loads[e.ID]
+		if l == nil {
+			l = &load{}
+		}
+		current := 0
+		if e.Desired != nil {
+			current = int(*e.Desired)
+		} else {
+			// Never decided: what the reconciler aims for without a
+			// decision, min_replicas, or one for a woken endpoint at 0.
+			current = int(e.MinReplicas)
+			if current == 0 && e.WokenAt != nil && now.Sub(*e.WokenAt) < a.fleet.grace() {
+				current = 1
+			}
+		}
+		in := autoscale.Input{Now: now, Current: current, Ready: l.ready}
+		if e.WokenAt != nil {
+			in.LastRequest = *e.WokenAt
+			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.fleet.grace()
+		}
+		d := s.st.Decide(&p, in)
+		if d.Desired < current && d.Desired > 0 && now.Sub(s.since) < p.ScaleDownStabilization {
+			// A leader that just took over has not seen the window its
+			// predecessor kept: it holds the count for one window.
+			d.Desired, d.Changed = current, false
+			d.Reason += fmt.Sprintf(" (resumed %s ago: no scale-down within the first window %s)", now.Sub(s.since), p.ScaleDownStabilization)
+		}
+		if d.Event != "" {
+			round.Events[e.Name] = d.Event
+		}
+		if d.Changed {
+			round.Decisions[e.Name] = d
+		}
+		// A count is stored only when a decision changes it: before the
+		// first, the reconciler derives the same count itself.
+		if d.Changed || d.Event != "" {
+			writes = append(writes, write{e: e, d: d, desired: d.Desired})
+		}
+	}
+	for id := range a.states {
+		if !seen[id] {
+			delete(a.states, id) // the endpoint is gone or routes nothing
+		}
+	}
+	if len(writes) == 0 {
+		return round, nil
+	}
+	events := false
+	err = db.InTx(ctx, a.fleet.pool, func(q *db.Queries) error {
+		events = false
+		for _, w := range writes {
+			if w.d.Changed {
+				if err := q.AutoscaleCountSet(ctx, db.AutoscaleCountSetParams{EndpointID: w.e.ID, Desired: int32(w.desired), DecidedAt: now}); err != nil {
+					return err
+				}
+			}
+			if w.d.Changed {
+				raw, err := json.Marshal(w.d)
+				if err != nil {
+					return err
+				}
+				if err := q.AutoscaleDecisionInsert(ctx, db.AutoscaleDecisionInsertParams{TeamID: w.e.TeamID, EndpointID: w.e.ID, At: now,
+					Before: int32(w.d.Current), After: int32(w.d.Desired), Signal: string(w.d.Signal), Reason: w.d.Reason, Decision: raw}); err != nil {
+					return err
+				}
+			}
+			if w.d.Event != "" {
+				if err := a.raise(ctx, q, w.e, w.d, now); err != nil {
+					return err
+				}
+				events = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Round{}, fmt.Errorf("autoscale: %w", err)
+	}
+	for name, d := range round.Decisions {
+		a.log.Info("autoscale", slog.String("endpoint", name), slog.Int("from", d.Current), slog.Int("to", d.Desired),
+			slog.String("reason", d.Reason))
+	}
+	if len(round.Decisions) > 0 && a.changed != nil {
+		a.changed()
+	}
+	if events && a.published != nil {
+		a.published()
+	}
+	return round, nil
+}
+
+// raise records a freeze (or its end) in the audit log and as an event on
+// the team's subject.
+func (a *Autoscaler) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEndpointListRow, d autoscale.Decision, now time.Time) error {
+	action, typ := AuditResumed, "resumed"
+	if d.Frozen {
+		action, typ = AuditFrozen, "frozen"
+	}
+	a.log.Warn("autoscale event", slog.String("endpoint", e.Name), slog.String("event", d.Event))
+	if err := audit.Record(ctx, q, autoscaler, audit.Entry{TeamID: &e.TeamID, Action: action, ObjectType: "endpoint",
+		ObjectName: e.Name, After: d}); err != nil {
+		return err
+	}
+	return outbox.Event(ctx, q, e.Team, proto.Event{Kind: EventKind, ID: e.ID, Name: e.Name, Type: typ,
+		State: fmt.Sprintf("%d replicas", d.Desired), Message: d.Event, At: now.UTC()})
+}
+
+// sampleOf is what a ready replica's latest metrics say for each signal.
+// Metrics older than staleMetrics (or none at all) report nothing, so a
+// signal no fresh replica reports is missing, never zero.
+func sampleOf(m ReplicaMetrics, now time.Time) autoscale.Sample {
+	var s autoscale.Sample
+	if m.ObservedAtMS == 0 || now.Sub(time.UnixMilli(m.ObservedAtMS)) > staleMetrics {
+		return s
+	}
+	s.Set(autoscale.RPS, m.RPS)
+	s.Set(autoscale.InFlight, float64(m.InFlight))
+	s.Set(autoscale.QueueDepth, float64(m.QueueDepth))
+	s.Set(autoscale.BatchQueueMS, m.BatchQueueMS)
+	s.Set(autoscale.GPUUtil, m.GPUUtil)
+	s.Set(autoscale.KVCache, m.KVUsedPct/100)
+	s.Set(autoscale.TokensPerSecond, m.TokensPerSecond)
+	return s
+}

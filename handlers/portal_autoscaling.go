@@ -1,0 +1,172 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"modelplane/auth"
+	"modelplane/endpoint"
+	"modelplane/fleet"
+	"modelplane/web"
+)
+
+// timelineDecisions is how many decisions the endpoint page shows.
+const timelineDecisions = 50
+
+// autoscalingProps fills the endpoint page's autoscaling section.
+func (s *Server) autoscalingProps(ctx context.Context, p *auth.Principal, e endpoint.Endpoint) (web.AutoscalingProps, error) {
+	a, err := s.Endpoints.Autoscaling(ctx, p, e.Name, s.wakeGrace())
+	if err != nil {
+		return web.AutoscalingProps{}, err
+	}
+	ds, err := s.Endpoints.AutoscaleDecisions(ctx, p, e.Name, 0, timelineDecisions)
+	if err != nil {
+		return web.AutoscalingProps{}, err
+	}
+	out := web.AutoscalingProps{Endpoint: e.Name, Default: a.Default, CanWrite: p.CanWrite(e.TeamID), Form: autoscalingForm(a.Policy)}
+	if a.Desired != nil {
+		out.Desired = strconv.Itoa(int(*a.Desired))
+	}
+	pol := a.Policy
+	for _, t := range pol.Signals {
+		out.Policy = append(out.Policy, fmt.Sprintf("%s %s per replica", t.Signal, strconv.FormatFloat(t.Target, 'f', -1, 64)))
+	}
+	if len(pol.Signals) == 0 {
+		out.Policy = append(out.Policy, "no signals: the count stays where it is")
+	}
+	out.Policy = append(out.Policy, fmt.Sprintf("%d–%d replicas", pol.MinReplicas, pol.MaxReplicas),
+		fmt.Sprintf("up ≤ %s×, down ≥ %s× per decision", num(pol.ScaleUpRate), num(pol.ScaleDownRate)),
+		fmt.Sprintf("scale-down window %ss", num(pol.ScaleDownStabilizationS)),
+		fmt.Sprintf("tolerance %s%%", num(pol.Tolerance*100)))
+	if pol.MinReplicas == 0 {
+		out.Policy = append(out.Policy, fmt.Sprintf("to zero after %ss without requests", num(pol.ScaleToZeroGraceS)))
+	}
+	for _, d := range ds {
+		out.Decisions = append(out.Decisions, web.DecisionRow{At: d.At.UTC().Format(time.DateTime), Change: fmt.Sprintf("%d → %d", d.Before, d.After),
+			Signal: d.Signal, Reason: d.Reason})
+	}
+	out.Chart, out.ChartMax = chart(ds)
+	return out, nil
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// chart draws the replica count over the decisions (newest first) as a
+// step line in a 600 × 120 box: the count before the oldest, each change
+// at its time, and the last count held to the right edge.
+func chart(ds []endpoint.ScalingDecision) (string, int) {
+	if len(ds) == 0 {
+		return "", 0
+	}
+	ds = slices.Clone(ds)
+	slices.Reverse(ds)
+	top := 1
+	for _, d := range ds {
+		top = max(top, int(d.Before), int(d.After))
+	}
+	t0, t1 := ds[0].At, ds[len(ds)-1].At
+	span := t1.Sub(t0)
+	x := func(t time.Time) float64 {
+		if span <= 0 {
+			return 300
+		}
+		return 20 + 560*float64(t.Sub(t0))/float64(span)
+	}
+	y := func(n int32) float64 { return 125 - 110*float64(n)/float64(top) }
+	pts := []string{fmt.Sprintf("0,%.1f", y(ds[0].Before))}
+	for _, d := range ds {
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(d.At), y(d.Before)), fmt.Sprintf("%.1f,%.1f", x(d.At), y(d.After)))
+	}
+	pts = append(pts, fmt.Sprintf("600,%.1f", y(ds[len(ds)-1].After)))
+	return strings.Join(pts, " "), top
+}
+
+func autoscalingForm(p fleet.AutoscalePolicy) web.AutoscalingForm {
+	sigs := make([]string, len(p.Signals))
+	for i, t := range p.Signals {
+		sigs[i] = t.Signal + "=" + num(t.Target)
+	}
+	return web.AutoscalingForm{Signals: strings.Join(sigs, ", "), MinReplicas: strconv.Itoa(int(p.MinReplicas)),
+		MaxReplicas: strconv.Itoa(int(p.MaxReplicas)), ScaleDownS: num(p.ScaleDownStabilizationS), GraceS: num(p.ScaleToZeroGraceS)}
+}
+
+// autoscalingFormFields maps the API's field names to the form's.
+var autoscalingFormFields = map[string]string{"signals": "as_signals", "min_replicas": "as_min_replicas",
+	"max_replicas": "as_max_replicas", "scale_down_stabilization_s": "as_scale_down_s", "scale_to_zero_grace_s": "as_grace_s"}
+
+// portalAutoscalingSet changes the endpoint's policy from the page's form:
+// the fields the form shows, the rest as they are.
+func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "endpoint")
+	ctx, p := r.Context(), principal(r.Context())
+	cur, err := s.Endpoints.Autoscaling(ctx, p, name, s.wakeGrace())
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	f := web.AutoscalingForm{Signals: r.PostFormValue("as_signals"), MinReplicas: r.PostFormValue("as_min_replicas"),
+		MaxReplicas: r.PostFormValue("as_max_replicas"), ScaleDownS: r.PostFormValue("as_scale_down_s"), GraceS: r.PostFormValue("as_grace_s")}
+	errs := web.FieldErrors{}
+	doc := cur.Policy
+	doc.Signals = []fleet.AutoscaleTarget{}
+	for part := range strings.SplitSeq(f.Signals, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		sig, val, ok := strings.Cut(part, "=")
+		target, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if !ok || err != nil {
+			errs["as_signals"] = fmt.Sprintf("%q: write signal=target, such as rps=100", part)
+			continue
+		}
+		doc.Signals = append(doc.Signals, fleet.AutoscaleTarget{Signal: strings.TrimSpace(sig), Target: target})
+	}
+	doc.MinReplicas, doc.MaxReplicas = intField(errs, r, "as_min_replicas"), intField(errs, r, "as_max_replicas")
+	for field, v := range map[string]*float64{"as_scale_down_s": &doc.ScaleDownStabilizationS, "as_grace_s": &doc.ScaleToZeroGraceS} {
+		n, err := strconv.ParseFloat(strings.TrimSpace(r.PostFormValue(field)), 64)
+		if err != nil {
+			errs[field] = "must be a number of seconds"
+		}
+		*v = n
+	}
+	status := http.StatusOK
+	if len(errs) == 0 {
+		if _, err := s.Endpoints.SetAutoscaling(ctx, p, name, doc, s.wakeGrace()); err != nil {
+			fe, ok := fieldErrors(err)
+			if !ok {
+				s.portalError(w, r, err)
+				return
+			}
+			for k, msg := range fe {
+				if to, ok := autoscalingFormFields[k]; ok {
+					k = to
+				}
+				errs[k] = msg
+			}
+		}
+	}
+	if len(errs) > 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	props, err := s.endpointProps(w, r, name)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	props.Autoscaling.Saved = status == http.StatusOK
+	if status != http.StatusOK {
+		props.Autoscaling.Form, props.Autoscaling.Errors = f, errs
+	}
+	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
+		s.render(w, r, status, web.AutoscalingSection(props.Autoscaling, props.CSRF))
+		return
+	}
+	s.render(w, r, status, web.EndpointPage(props))
+}
