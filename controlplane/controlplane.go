@@ -257,6 +257,9 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
 	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
 	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
+	if cp.Traffic != nil {
+		scaler.SetHistory(cp.Traffic.HourlyRates)
+	}
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates

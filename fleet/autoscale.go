@@ -57,8 +57,11 @@ type Autoscaler struct {
 	// reconciler) and published after it wrote an event to the outbox.
 	changed, published func()
 
-	mu     sync.Mutex
-	states map[int64]*scaleState
+	historyOf HistoryFunc
+
+	mu        sync.Mutex
+	states    map[int64]*scaleState
+	histories map[int64]*history
 }
 
 // scaleState is what the autoscaler remembers of one endpoint.
@@ -80,7 +83,7 @@ func NewAutoscaler(f *Fleet, log *slog.Logger, interval time.Duration, changed, 
 		interval = DefaultAutoscaleInterval
 	}
 	return &Autoscaler{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, changed: changed, published: published,
-		states: map[int64]*scaleState{}}
+		states: map[int64]*scaleState{}, histories: map[int64]*history{}}
 }
 
 // Start evaluates in the background every interval until Stop.
@@ -163,7 +166,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 				current = 1
 			}
 		}
-		in := autoscale.Input{Now: now, Current: current, Ready: l.ready}
+		in := autoscale.Input{Now: now, Current: current, Ready: l.ready, Forecast: a.forecast(ctx, &p, e.Name, e.ID, now)}
 		if e.WokenAt != nil {
 			in.LastRequest = *e.WokenAt
 			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.fleet.grace()
@@ -190,6 +193,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 	for id := range a.states {
 		if !seen[id] {
 			delete(a.states, id) // the endpoint is gone or routes nothing
+			delete(a.histories, id)
 		}
 	}
 	if len(writes) == 0 {
