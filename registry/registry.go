@@ -35,7 +35,7 @@ const (
 )
 
 // Runtimes a version can be served by.
-var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "llamacpp", "builtin-llm", "xgboost", "lightgbm", "sim"}
+var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "sim"}
 
 // Model is a named model owned by one team.
 type Model struct {

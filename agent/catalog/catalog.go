@@ -10,7 +10,6 @@ import (
 // Runtime names of the catalogue.
 const (
 	Builtin     = "builtin"
-	BuiltinLLM  = "builtin-llm"
 	VLLM        = "vllm"
 	Triton      = "triton"
 	LlamaServer = "llama-server"
@@ -44,8 +43,7 @@ const (
 // Entry is how to run one runtime as a child process.
 type Entry struct {
 	Name string
-	// Command is the argv template of an entry whose command line is not
-	// generated (Launch generates vLLM's, Triton's and llama-server's). Each element may hold placeholders,
+	// Command is the argv template. Each element may hold placeholders,
 	// replaced by Expand: {self} (the modelplane binary), {model_dir},
 	// {host}, {port}, {threads}, {model} (the replica's model name) and
 	// {replica} (its id). The port and model directory are always passed
@@ -67,6 +65,10 @@ type Entry struct {
 	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
 	// every other runtime with a guard of its own that checks it.
 	ChecksToken bool
+	// Provisional marks a command line that is a plausible minimum only:
+	// the LLM-runtime issue refines it (flags for KV cache size, tensor
+	// parallelism, quantisation) and checks it against the real runtime.
+	Provisional bool
 }
 
 // Probes are the entry's health, readiness and metrics paths: what the
@@ -90,13 +92,6 @@ type Vars struct {
 	Threads  int
 	Model    string
 	Replica  string
-	// Endpoint is the replica's endpoint: the model name an OpenAI
-	// client sends through the gateway, which vLLM and llama-server
-	// serve under (their --served-model-name, --alias).
-	Endpoint string
-	// WorkDir is the replica's own directory on the node, where a
-	// generated model repository goes (Launch).
-	WorkDir string
 }
 
 // ErrUnknown means no catalogue entry serves a runtime.
@@ -117,50 +112,46 @@ func Default() map[string]Entry {
 			// runtime.Options.Token, from MP_REPLICA_TOKEN.
 			ChecksToken: true,
 		},
-		// The built-in runtime serving a GGUF model with its LLM engine
-		// (runtime/llmserve): the same command, metrics in vLLM's names.
-		BuiltinLLM: {
-			Name:        BuiltinLLM,
-			Command:     []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
-			Devices:     DevicesNone,
-			Health:      "/v2/health/live",
-			Ready:       "/v2/health/ready",
-			Metrics:     "/metrics",
-			Adapter:     AdapterVLLM,
-			ChecksToken: true,
-		},
 		// vLLM's OpenAI server: /health answers once the engine is up, which
 		// for vLLM is also when the model is loaded; /v1/models is served
 		// only then, so it is the readiness path.
 		VLLM: {
-			Name:    VLLM,
-			Devices: DevicesCUDAEnv,
-			Health:  "/health",
-			Ready:   "/v1/models",
-			Metrics: "/metrics",
-			Adapter: AdapterVLLM,
+			Name:        VLLM,
+			Command:     []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/health",
+			Ready:       "/v1/models",
+			Metrics:     "/metrics",
+			Adapter:     AdapterVLLM,
+			Provisional: true,
 		},
 		// Triton with one model repository; the HTTP port is the one the
 		// agent allocates, gRPC and metrics ports are switched off or moved
 		// onto HTTP so that one port is all a replica holds.
 		Triton: {
-			Name:    Triton,
-			Devices: DevicesCUDAEnv,
-			Health:  "/v2/health/live",
-			Ready:   "/v2/health/ready",
-			Metrics: "/metrics",
-			Adapter: AdapterTriton,
+			Name: Triton,
+			Command: []string{"tritonserver", "--model-repository={model_dir}", "--http-address={host}", "--http-port={port}",
+				"--allow-grpc=false", "--allow-metrics=true", "--metrics-config=summary_latencies=true"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/v2/health/live",
+			Ready:       "/v2/health/ready",
+			Metrics:     "/metrics",
+			Adapter:     AdapterTriton,
+			Provisional: true,
 		},
 		// llama.cpp's server with a GGUF file in the model directory
 		// (model.gguf); --metrics turns its Prometheus endpoint on. /health
 		// answers 503 while the model loads, so it serves as both paths.
 		LlamaServer: {
-			Name:    LlamaServer,
-			Devices: DevicesCUDAEnv,
-			Health:  "/health",
-			Ready:   "/health",
-			Metrics: "/metrics",
-			Adapter: AdapterLlamaCPP,
+			Name: LlamaServer,
+			Command: []string{"llama-server", "--model", "{model_dir}/model.gguf", "--host", "{host}", "--port", "{port}",
+				"--threads", "{threads}", "--metrics", "--alias", "{model}"},
+			Devices:     DevicesCUDAEnv,
+			Health:      "/health",
+			Ready:       "/health",
+			Metrics:     "/metrics",
+			Adapter:     AdapterLlamaCPP,
+			Provisional: true,
 		},
 	}
 }
@@ -182,12 +173,10 @@ func Name(registryRuntime string, gpu bool) (string, error) {
 		return Triton, nil
 	case "vllm":
 		return VLLM, nil
-	case "llama.cpp", "llamacpp", LlamaServer:
+	case "llama.cpp", LlamaServer:
 		return LlamaServer, nil
 	case Builtin:
 		return Builtin, nil
-	case BuiltinLLM:
-		return BuiltinLLM, nil
 	}
 	return "", fmt.Errorf("%w for runtime %q (gpu %t)", ErrUnknown, registryRuntime, gpu)
 }

@@ -55,10 +55,7 @@ const (
 
 	vllmRunning = "vllm:num_requests_running"
 	vllmWaiting = "vllm:num_requests_waiting"
-	// vllmKV is vLLM's KV-cache use since 0.10 (a share, 0–1); releases
-	// before it named the gauge vllmKVOld.
-	vllmKV      = "vllm:kv_cache_usage_perc"
-	vllmKVOld   = "vllm:gpu_cache_usage_perc"
+	vllmKV      = "vllm:gpu_cache_usage_perc"
 	vllmSuccess = "vllm:request_success_total"
 	vllmTokens  = "vllm:generation_tokens_total"
 	vllmTTFT    = "vllm:time_to_first_token_seconds"
@@ -108,11 +105,7 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 	case AdapterVLLM:
 		m.QueueDepth = int(sum(vllmWaiting))
 		m.InFlight = int(sum(vllmRunning) + sum(vllmWaiting))
-		kv := vllmKV
-		if !has(kv) {
-			kv = vllmKVOld
-		}
-		m.KVUsedPct = 100 * sum(kv)
+		m.KVUsedPct = 100 * sum(vllmKV)
 		m.Requests = uint64(sum(vllmSuccess))
 		m.Tokens = sum(vllmTokens)
 		m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])

@@ -74,8 +74,6 @@ type Config struct {
 	// agent restart) and the replicas' logs. Keep it across restarts; the
 	// agent's own state directory with a subdirectory is a good choice.
 	StateDir string
-	// Node is the node's name, for the reasons a failed start gives.
-	Node string
 	// Catalog is the runtime catalogue; nil means catalog.Default().
 	Catalog map[string]catalog.Entry
 	// Self is the modelplane binary, {self} in command templates. Default

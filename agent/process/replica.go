@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -475,7 +474,8 @@ func (r *replica) spawn() (*proc, error) {
 			g.close()
 		}
 	}()
-	argv, err := r.command(cfg, host, runPort)
+	argv, err := r.entry.Expand(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
+		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID})
 	if err != nil {
 		return nil, err
 	}
@@ -764,45 +764,4 @@ func (r *replica) logTail() string {
 		return "; last log line: " + string(l)
 	}
 	return ""
-}
-
-// command is the replica's command line from its catalogue entry, with
-// the files a generated launch needs (Triton's model repository) written
-// into the replica's own directory under the state directory. A program
-// that is not on the node fails the start saying so, so that the reason on
-// the replica names what is missing.
-func (r *replica) command(cfg *Config, host string, port int) ([]string, error) {
-	work := filepath.Join(cfg.StateDir, r.spec.ID+".d")
-	l, err := r.entry.Launch(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: port,
-		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID, WorkDir: work}, r.spec.Settings, len(r.spec.Slots))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := exec.LookPath(l.Argv[0]); err != nil {
-		return nil, fmt.Errorf("%s not found on node %s", l.Argv[0], cfg.Node)
-	}
-	if len(l.Files)+len(l.Links) > 0 {
-		if err := os.RemoveAll(work); err != nil {
-			return nil, fmt.Errorf("replica directory: %w", err)
-		}
-	}
-	for rel, body := range l.Files {
-		p := filepath.Join(work, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("replica directory: %w", err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			return nil, fmt.Errorf("write %s: %w", rel, err)
-		}
-	}
-	for rel, target := range l.Links {
-		p := filepath.Join(work, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("replica directory: %w", err)
-		}
-		if err := os.Symlink(target, p); err != nil {
-			return nil, fmt.Errorf("link %s: %w", rel, err)
-		}
-	}
-	return l.Argv, nil
 }
