@@ -173,9 +173,11 @@ func Name(registryRuntime string, gpu bool) (string, error) {
 		return Triton, nil
 	case "vllm":
 		return VLLM, nil
-	case "llama.cpp", LlamaServer:
+	case "llamacpp", LlamaServer:
 		return LlamaServer, nil
-	case Builtin:
+	case Builtin, "builtin-llm":
+		// builtin-llm: the built-in runtime serves a GGUF model directory
+		// with its LLM engine.
 		return Builtin, nil
 	}
 	return "", fmt.Errorf("%w for runtime %q (gpu %t)", ErrUnknown, registryRuntime, gpu)

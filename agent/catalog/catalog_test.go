@@ -23,7 +23,9 @@ func TestRegistryRuntimesMapToEntries(t *testing.T) {
 		{"triton", true, catalog.Triton},
 		{"tensorrt-llm", true, catalog.Triton},
 		{"vllm", true, catalog.VLLM},
-		{"llama.cpp", false, catalog.LlamaServer},
+		{"llamacpp", false, catalog.LlamaServer},
+		{"llamacpp", true, catalog.LlamaServer},
+		{"builtin-llm", false, catalog.Builtin},
 	} {
 		got, err := catalog.Name(c.runtime, c.gpu)
 		if err != nil || got != c.want {

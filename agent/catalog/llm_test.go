@@ -1,0 +1,99 @@
+package catalog_test
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"modelplane/agent/catalog"
+)
+
+// TestVLLMArgsOfTheSeedsExample: the seed's 70B example (001 §4: 4 ×
+// A100 tensor parallel, float16, 32,768 context, 0.90 memory, 256
+// sequences, prefix caching, port 8000) is exactly the seed's launch line,
+// as `vllm serve` of the pinned release takes it (the model positional).
+func TestVLLMArgsOfTheSeedsExample(t *testing.T) {
+	t.Parallel()
+	got := catalog.VLLMArgs(catalog.Launch{ModelDir: "/models/llm-70b-chat/v3", Port: 8000, GPUs: 4},
+		catalog.LLM{DType: "float16", MaxModelLen: 32768, GPUMemoryUtilization: 0.90, MaxNumSeqs: 256, PrefixCaching: true})
+	want := strings.Fields(`vllm serve /models/llm-70b-chat/v3 --tensor-parallel-size 4 --dtype float16 --max-model-len 32768
+		--gpu-memory-utilization 0.90 --max-num-seqs 256 --enable-prefix-caching --port 8000`)
+	if !slices.Equal(got, want) {
+		t.Errorf("argv =\n %q\nwant\n %q", got, want)
+	}
+	flags := 0
+	for _, a := range got {
+		if strings.HasPrefix(a, "--") {
+			flags++
+		}
+	}
+	if flags != 7 {
+		// The seed's eighth, --model, is vllm serve's positional argument.
+		t.Errorf("%d flags besides the model, want the seed's 7", flags)
+	}
+}
+
+// TestVLLMArgsQuantisationSpeculationAndName: the settings beyond the
+// seed's line, in 0.11's spelling: --speculative-config JSON, never the
+// removed --speculative-model; tensor parallel explicit over the GPUs.
+func TestVLLMArgsQuantisationSpeculationAndName(t *testing.T) {
+	t.Parallel()
+	got := catalog.VLLMArgs(catalog.Launch{ModelDir: "/m", Host: "127.0.0.1", Port: 9, GPUs: 4, ServedName: "chat"},
+		catalog.LLM{TensorParallel: 2, Quantization: "awq", Speculative: &catalog.Speculative{Model: "/models/llm-7b-draft/v1", NumTokens: 5}})
+	want := []string{"vllm", "serve", "/m", "--served-model-name", "chat", "--host", "127.0.0.1", "--tensor-parallel-size", "2",
+		"--quantization", "awq", "--speculative-config", `{"model":"/models/llm-7b-draft/v1","num_speculative_tokens":5}`, "--port", "9"}
+	if !slices.Equal(got, want) {
+		t.Errorf("argv =\n %q\nwant\n %q", got, want)
+	}
+	if slices.Contains(got, "--speculative-model") {
+		t.Error("--speculative-model is gone from vllm serve " + catalog.VLLMVersion)
+	}
+}
+
+func TestLlamaServerArgs(t *testing.T) {
+	t.Parallel()
+	s := catalog.LLM{MaxModelLen: 4096, MaxNumSeqs: 4}
+	got := catalog.LlamaServerArgs("/m/model.gguf", catalog.Launch{Host: "127.0.0.1", Port: 7, ServedName: "chat"}, s)
+	want := []string{"llama-server", "-m", "/m/model.gguf", "--host", "127.0.0.1", "--port", "7", "--parallel", "4", "-c", "16384", "--metrics", "--alias", "chat"}
+	if !slices.Equal(got, want) {
+		t.Errorf("cpu argv =\n %q\nwant\n %q", got, want)
+	}
+	got = catalog.LlamaServerArgs("/m/model.gguf", catalog.Launch{Port: 7, GPUs: 1}, catalog.LLM{})
+	want = []string{"llama-server", "-m", "/m/model.gguf", "--port", "7", "--parallel", "1", "--metrics", "-ngl", "999"}
+	if !slices.Equal(got, want) {
+		t.Errorf("gpu argv =\n %q\nwant\n %q", got, want)
+	}
+}
+
+// TestTritonConfigOfTheSeedsExample: the seed's bert-embedder
+// config.pbtxt (001 §4), without its comments and its rate limiter (one
+// replica's instances never share a GPU with another's here).
+func TestTritonConfigOfTheSeedsExample(t *testing.T) {
+	t.Parallel()
+	want, err := os.ReadFile("testdata/bert-embedder.config.pbtxt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := catalog.TritonConfig(catalog.TritonModel{
+		Name: "bert-embedder", Platform: "onnxruntime_onnx", MaxBatchSize: 64,
+		Inputs:              []catalog.TritonTensor{{Name: "input_ids", DataType: "TYPE_INT64", Dims: []int{-1}}, {Name: "attention_mask", DataType: "TYPE_INT64", Dims: []int{-1}}},
+		Outputs:             []catalog.TritonTensor{{Name: "embeddings", DataType: "TYPE_FP32", Dims: []int{768}}},
+		PreferredBatchSizes: []int{8, 16, 32}, MaxQueueDelayUS: 5000, PreserveOrdering: true, QueueTimeoutUS: 50000,
+		InstanceCount: 2, GPUs: []int{0},
+		WarmupDims: map[string][]int{"input_ids": {128}, "attention_mask": {128}}, WarmupCount: 3,
+	})
+	if got != string(want) {
+		t.Errorf("config.pbtxt =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestTritonArgs(t *testing.T) {
+	t.Parallel()
+	got := catalog.TritonArgs("/repo", catalog.Launch{Host: "127.0.0.1", Port: 8000, MetricsPort: 8002})
+	want := []string{"tritonserver", "--model-repository=/repo", "--http-address=127.0.0.1", "--http-port=8000",
+		"--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true", "--metrics-port=8002"}
+	if !slices.Equal(got, want) {
+		t.Errorf("argv =\n %q\nwant\n %q", got, want)
+	}
+}
