@@ -131,7 +131,8 @@ vllm:time_to_first_token_seconds_count{model_name="m"} 40
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := catalog.Metrics{QueueDepth: 2, InFlight: 5, Requests: 40, KVUsedPct: 25, Tokens: 1234, TTFTSeconds: 6, TTFTCount: 40}
+	want := catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT,
+		QueueDepth: 2, InFlight: 5, Requests: 40, KVUsedPct: 25, Tokens: 1234, TTFTSeconds: 6, TTFTCount: 40}
 	if m != want {
 		t.Errorf("metrics = %+v, want %+v", m, want)
 	}

@@ -97,3 +97,41 @@ func TestTritonArgs(t *testing.T) {
 		t.Errorf("argv =\n %q\nwant\n %q", got, want)
 	}
 }
+
+// TestAdaptersOnDocumentedFixtures reads each runtime's metrics as its
+// documentation shows them (testdata/*.metrics.txt say which document):
+// vLLM 0.11 under the new KV name, Triton with queue time and GPU
+// utilisation, llama.cpp with and without the KV gauge (absent, not 0).
+func TestAdaptersOnDocumentedFixtures(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		file, adapter string
+		want          catalog.Metrics
+	}{
+		{"vllm-0.11.metrics.txt", catalog.AdapterVLLM, catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT,
+			QueueDepth: 3, InFlight: 15, Requests: 200, KVUsedPct: 42, Tokens: 51200, TTFTSeconds: 24, TTFTCount: 200}},
+		{"triton-25.metrics.txt", catalog.AdapterTriton, catalog.Metrics{Has: catalog.FieldGPUUtil | catalog.FieldBatchQueue,
+			QueueDepth: 4, InFlight: 4, Requests: 1000, BatchSize: 16, GPUUtil: 0.6, BatchQueueMS: 2.5}},
+		{"llamacpp.metrics.txt", catalog.AdapterLlamaCPP, catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens,
+			QueueDepth: 1, InFlight: 3, KVUsedPct: 12.5, Tokens: 900}},
+		{"llamacpp-nokv.metrics.txt", catalog.AdapterLlamaCPP, catalog.Metrics{Has: catalog.FieldTokens, InFlight: 2, Tokens: 900}},
+	} {
+		f, err := os.Open("testdata/" + c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := catalog.Parse(c.adapter, f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		got.GPUUtil = float64(int(got.GPUUtil*1000+0.5)) / 1000 // 0.5 and 0.7 average in binary
+		if got != c.want {
+			t.Errorf("%s:\n got %+v\nwant %+v", c.file, got, c.want)
+		}
+	}
+	m, _ := catalog.Parse(catalog.AdapterLlamaCPP, strings.NewReader("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"))
+	if m.Reports(catalog.FieldKV) || m.Reports(catalog.FieldTokens) {
+		t.Errorf("a runtime exporting neither KV nor tokens reports %b", m.Has)
+	}
+}
