@@ -345,6 +345,9 @@ var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "l
 
 func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 	checkServing(errs, &spec.Serving, m)
+	if spec.Serving.LLM != nil {
+		checkLLM(errs, spec.Serving.LLM, int(spec.Resources.GPUCount))
+	}
 	validate.VersionName(errs, "metadata.name", spec.Name)
 	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
 	r := spec.Resources
