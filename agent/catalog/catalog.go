@@ -1,7 +1,10 @@
 package catalog
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
+	"net/url"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,6 +61,12 @@ type Entry struct {
 	Health  string
 	Ready   string
 	Metrics string
+	// ReadyLists says the ready path is an OpenAI model list
+	// ({"data":[{"id":…}]}) that must name the replica's model: vLLM
+	// answers /v1/models once its engine runs, and the model it lists is
+	// what it serves. Ready may hold {model}, as Triton's per-model
+	// /v2/models/{model}/ready does.
+	ReadyLists bool
 	// Adapter names the metrics adapter (AdapterTriton, …).
 	Adapter string
 	// ChecksToken says the runtime itself refuses requests without the
@@ -71,11 +80,36 @@ type Entry struct {
 	Provisional bool
 }
 
-// Probes are the entry's health, readiness and metrics paths: what the
+// ReadyPath is the entry's ready path for a replica serving model.
+func (e Entry) ReadyPath(model string) string {
+	return strings.ReplaceAll(e.Ready, "{model}", url.PathEscape(model))
+}
+
+// Listed reports whether an OpenAI model list (GET /v1/models) names
+// model among its ids.
+func Listed(body io.Reader, model string) (bool, error) {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&list); err != nil {
+		return false, fmt.Errorf("model list: %w", err)
+	}
+	for _, m := range list.Data {
+		if m.ID == model {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Probes are the entry's health, readiness and metrics paths of a
+// replica serving model: what the
 // agent asks of a runtime, open without the replica's token.
-func (e Entry) Probes() []string {
+func (e Entry) Probes(model string) []string {
 	var out []string
-	for _, p := range []string{e.Health, e.Ready, e.Metrics} {
+	for _, p := range []string{e.Health, e.ReadyPath(model), e.Metrics} {
 		if p != "" {
 			out = append(out, p)
 		}
@@ -121,6 +155,7 @@ func Default() map[string]Entry {
 			Devices:     DevicesCUDAEnv,
 			Health:      "/health",
 			Ready:       "/v1/models",
+			ReadyLists:  true,
 			Metrics:     "/metrics",
 			Adapter:     AdapterVLLM,
 			Provisional: true,
@@ -134,7 +169,7 @@ func Default() map[string]Entry {
 				"--allow-grpc=false", "--allow-metrics=true", "--metrics-config=summary_latencies=true"},
 			Devices:     DevicesCUDAEnv,
 			Health:      "/v2/health/live",
-			Ready:       "/v2/health/ready",
+			Ready:       "/v2/models/{model}/ready",
 			Metrics:     "/metrics",
 			Adapter:     AdapterTriton,
 			Provisional: true,

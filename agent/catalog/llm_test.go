@@ -135,3 +135,36 @@ func TestAdaptersOnDocumentedFixtures(t *testing.T) {
 		t.Errorf("a runtime exporting neither KV nor tokens reports %b", m.Has)
 	}
 }
+
+// TestReadinessPaths: vLLM is ready once /v1/models (OpenAI's list, as
+// vLLM 0.11 answers it) names the served model; Triton once the model's
+// own /v2/models/{m}/ready answers; llama-server's /health answers 503
+// while it loads, so it is both paths.
+func TestReadinessPaths(t *testing.T) {
+	t.Parallel()
+	cat := catalog.Default()
+	v := cat[catalog.VLLM]
+	if v.Health != "/health" || v.ReadyPath("chat") != "/v1/models" || !v.ReadyLists {
+		t.Errorf("vllm probes = %+v", v)
+	}
+	list := `{"object":"list","data":[{"id":"chat","object":"model","created":1733000000,"owned_by":"vllm","root":"/models/chat/v3","parent":null,"max_model_len":32768}]}`
+	if ok, err := catalog.Listed(strings.NewReader(list), "chat"); !ok || err != nil {
+		t.Errorf("Listed(chat) = %t, %v; want true", ok, err)
+	}
+	if ok, err := catalog.Listed(strings.NewReader(list), "other"); ok || err != nil {
+		t.Errorf("Listed(other) = %t, %v; want false", ok, err)
+	}
+	if _, err := catalog.Listed(strings.NewReader("<html>"), "chat"); err == nil {
+		t.Error("a body that is no model list was read as one")
+	}
+	tr := cat[catalog.Triton]
+	if got := tr.ReadyPath("bert embedder"); got != "/v2/models/bert%20embedder/ready" {
+		t.Errorf("triton ready path = %q", got)
+	}
+	if got := tr.Probes("bert"); !slices.Contains(got, "/v2/models/bert/ready") {
+		t.Errorf("triton probes %q lack the model's ready path, which the token guard must let through", got)
+	}
+	if l := cat[catalog.LlamaServer]; l.Health != "/health" || l.Ready != "/health" {
+		t.Errorf("llama-server probes = %+v", l)
+	}
+}

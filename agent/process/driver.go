@@ -415,7 +415,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")
 		}
-		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(), r.log)
+		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(spec.Model), r.log)
 		if err != nil {
 			return nil, fmt.Errorf("adopt replica %s: token guard: %w", spec.ID, err)
 		}
@@ -427,7 +427,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	}
 	// A runtime that serves stays routed across the agent's restart: it is
 	// ready from the first observation, not after a readiness poll.
-	r.ready = r.probe(ctx, entry.Ready) == nil
+	r.ready = r.probeReady(ctx) == nil
 	r.spawned = 1
 	d.mu.Lock()
 	if other, ok := d.running[spec.ID]; ok {
