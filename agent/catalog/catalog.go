@@ -3,9 +3,9 @@ package catalog
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
-	"fmt"
 	"strconv"
 	"strings"
 )
