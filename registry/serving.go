@@ -108,6 +108,18 @@ func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
 	}
 }
 
+// LLMSettings is the JSON of a version's serving.llm block from its
+// stored serving metadata, nil when it has none.
+func LLMSettings(serving []byte) json.RawMessage {
+	var sv struct {
+		LLM json.RawMessage `json:"llm"`
+	}
+	if json.Unmarshal(serving, &sv) != nil || len(sv.LLM) == 0 || string(sv.LLM) == "null" {
+		return nil
+	}
+	return sv.LLM
+}
+
 // runtimeVersion reports whether v reads as a release: digits and dots,
 // at most three parts (0.11.0).
 func runtimeVersion(v string) bool {

@@ -88,3 +88,15 @@ func TestEveryRegistryRuntimeHasACatalogueEntry(t *testing.T) {
 		}
 	}
 }
+
+func TestLLMSettingsOfStoredServing(t *testing.T) {
+	t.Parallel()
+	if got := LLMSettings([]byte(`{"output":{},"llm":{"dtype":"float16","max_num_seqs":256}}`)); string(got) != `{"dtype":"float16","max_num_seqs":256}` {
+		t.Errorf("settings = %s", got)
+	}
+	for _, s := range []string{`{"output":{}}`, `{"llm":null}`, `not json`, ``} {
+		if got := LLMSettings([]byte(s)); got != nil {
+			t.Errorf("settings of %q = %s, want none", s, got)
+		}
+	}
+}

@@ -150,15 +150,14 @@ func Default() map[string]Entry {
 		// for vLLM is also when the model is loaded; /v1/models is served
 		// only then, so it is the readiness path.
 		VLLM: {
-			Name:        VLLM,
-			Command:     []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
-			Devices:     DevicesCUDAEnv,
-			Health:      "/health",
-			Ready:       "/v1/models",
-			ReadyLists:  true,
-			Metrics:     "/metrics",
-			Adapter:     AdapterVLLM,
-			Provisional: true,
+			Name:       VLLM,
+			Command:    []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
+			Devices:    DevicesCUDAEnv,
+			Health:     "/health",
+			Ready:      "/v1/models",
+			ReadyLists: true,
+			Metrics:    "/metrics",
+			Adapter:    AdapterVLLM,
 		},
 		// Triton with one model repository; the HTTP port is the one the
 		// agent allocates, gRPC and metrics ports are switched off or moved
@@ -181,12 +180,11 @@ func Default() map[string]Entry {
 			Name: LlamaServer,
 			Command: []string{"llama-server", "--model", "{model_dir}/model.gguf", "--host", "{host}", "--port", "{port}",
 				"--threads", "{threads}", "--metrics", "--alias", "{model}"},
-			Devices:     DevicesCUDAEnv,
-			Health:      "/health",
-			Ready:       "/health",
-			Metrics:     "/metrics",
-			Adapter:     AdapterLlamaCPP,
-			Provisional: true,
+			Devices: DevicesCUDAEnv,
+			Health:  "/health",
+			Ready:   "/health",
+			Metrics: "/metrics",
+			Adapter: AdapterLlamaCPP,
 		},
 	}
 }

@@ -259,3 +259,25 @@ func TritonArgs(repo string, l Launch) []string {
 	}
 	return argv
 }
+
+// Argv is the command line of a replica: for vLLM and llama-server the
+// generated one (VLLMArgs, LlamaServerArgs) from the version's LLM
+// settings (settings, the JSON of metadata.serving.llm; empty for the
+// runtime's defaults) on gpus GPUs, served under v.Model; for the other
+// entries the Command template expanded.
+func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error) {
+	if e.Name != VLLM && e.Name != LlamaServer {
+		return e.Expand(v)
+	}
+	var s LLM
+	if len(settings) > 0 {
+		if err := json.Unmarshal(settings, &s); err != nil {
+			return nil, fmt.Errorf("catalogue entry %s: llm settings: %w", e.Name, err)
+		}
+	}
+	l := Launch{ModelDir: v.ModelDir, Host: v.Host, Port: v.Port, GPUs: gpus, ServedName: v.Model}
+	if e.Name == VLLM {
+		return VLLMArgs(l, s), nil
+	}
+	return LlamaServerArgs(v.ModelDir+"/model.gguf", l, s), nil
+}

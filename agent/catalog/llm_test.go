@@ -168,3 +168,28 @@ func TestReadinessPaths(t *testing.T) {
 		t.Errorf("llama-server probes = %+v", l)
 	}
 }
+
+// TestArgvOfAVLLMReplica: the driver's command line of a vLLM replica is
+// the generated one from the spec's settings, served under the model's
+// name; a template entry is expanded as before.
+func TestArgvOfAVLLMReplica(t *testing.T) {
+	t.Parallel()
+	cat := catalog.Default()
+	v := catalog.Vars{ModelDir: "/cache/v3", Host: "127.0.0.1", Port: 4100, Model: "chat"}
+	got, err := cat[catalog.VLLM].Argv(v, []byte(`{"dtype":"bfloat16","max_model_len":8192,"prefix_caching":true}`), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"vllm", "serve", "/cache/v3", "--served-model-name", "chat", "--host", "127.0.0.1", "--tensor-parallel-size", "2",
+		"--dtype", "bfloat16", "--max-model-len", "8192", "--enable-prefix-caching", "--port", "4100"}
+	if !slices.Equal(got, want) {
+		t.Errorf("argv =\n %q\nwant\n %q", got, want)
+	}
+	if _, err := cat[catalog.VLLM].Argv(v, []byte(`{"dtype":`), 1); err == nil {
+		t.Error("broken settings gave a command line")
+	}
+	got, err = cat[catalog.LlamaServer].Argv(v, nil, 0)
+	if err != nil || !slices.Equal(got[:3], []string{"llama-server", "-m", "/cache/v3/model.gguf"}) {
+		t.Errorf("llama-server argv = %q, %v", got, err)
+	}
+}

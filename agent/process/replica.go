@@ -474,8 +474,8 @@ func (r *replica) spawn() (*proc, error) {
 			g.close()
 		}
 	}()
-	argv, err := r.entry.Expand(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
-		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID})
+	argv, err := r.entry.Argv(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
+		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID}, r.spec.Settings, len(r.spec.Slots))
 	if err != nil {
 		return nil, err
 	}
