@@ -359,7 +359,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		if user == process.DefaultRunAs {
 			user = "" // the driver falls back to nobody when it is missing
 		}
-		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), ModelRoot: c.ModelRoot, RunAs: user,
+		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), Node: cfg.Node, ModelRoot: c.ModelRoot, RunAs: user,
 			Env: runtimeEnv(), Log: log})
 		if err != nil {
 			return err

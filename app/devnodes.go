@@ -128,7 +128,7 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		if cn.libraryEnv != "" {
 			env = []string{cn.libraryEnv}
 		}
-		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Self: cn.self, Env: env,
+		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Node: node, Self: cn.self, Env: env,
 			Host: addr.Host, PortFirst: addr.PortFirst, PortLast: addr.PortLast, Log: nlog})
 		if err != nil {
 			return nil, err

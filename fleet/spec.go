@@ -36,7 +36,14 @@ func replicaSpec(r db.ReplicaListAllRow) proto.ReplicaSpec {
 // metadata (registry.Serving: features in order with their categories and
 // encoding, the output mapping and the sample inputs warm-up runs) and the
 // endpoint's batching settings.
+//
+// A vllm or llamacpp version's settings are its metadata.serving.llm
+// block as registered, from which the agent generates the runtime's
+// command line (catalog.VLLMArgs, catalog.LlamaServerArgs).
 func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
+	if r.Runtime == "vllm" || r.Runtime == "llamacpp" {
+		return registry.LLMSettings(r.Serving)
+	}
 	if !registry.BuiltIn(r.Runtime) {
 		return nil
 	}

@@ -34,8 +34,13 @@ const (
 	TaskLLM            = "llm"
 )
 
-// Runtimes a version can be served by.
-var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "sim"}
+// Runtimes a version can be served by. llamacpp is llama.cpp's
+// llama-server; builtin-llm is the built-in runtime's LLM engine for GGUF
+// models on CPU (docs/llm-runtimes.md).
+var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "llamacpp", BuiltinLLM, "sim"}
+
+// BuiltinLLM is the registry runtime of the built-in runtime's LLM engine.
+const BuiltinLLM = "builtin-llm"
 
 // Model is a named model owned by one team.
 type Model struct {
@@ -340,6 +345,9 @@ var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "l
 
 func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 	checkServing(errs, &spec.Serving, m)
+	if spec.Serving.LLM != nil {
+		checkLLM(errs, spec.Serving.LLM, int(spec.Resources.GPUCount))
+	}
 	validate.VersionName(errs, "metadata.name", spec.Name)
 	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
 	r := spec.Resources

@@ -35,6 +35,104 @@ type Serving struct {
 	// SampleInputs are instances in the model's input shape (objects
 	// keyed by feature name); each must pass the model's input_schema.
 	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`
+	// LLM are an llm version's runtime settings, from which the agent
+	// generates the runtime's command line (vLLM, llama-server); the
+	// agent's catalog.LLM reads the same JSON.
+	LLM *ServingLLM `json:"llm,omitempty"`
+}
+
+// ServingLLM are an llm version's serving settings (docs/llm-runtimes.md).
+// Zero values leave the runtime's defaults.
+type ServingLLM struct {
+	DType                string          `json:"dtype,omitempty" enum:"auto,float16,bfloat16,float32" doc:"Weights' and activations' type."`
+	MaxModelLen          int             `json:"max_model_len,omitempty" doc:"Context length, prompt and completion, in tokens."`
+	GPUMemoryUtilization float64         `json:"gpu_memory_utilization,omitempty" doc:"Share of each GPU's memory for weights and KV cache, above 0 and at most 1."`
+	MaxNumSeqs           int             `json:"max_num_seqs,omitempty" doc:"Sequences in flight at most (the engine's batch)."`
+	PrefixCaching        bool            `json:"prefix_caching,omitempty" doc:"Reuse the KV pages of shared prompt prefixes."`
+	Quantization         string          `json:"quantization,omitempty" enum:"awq,gptq,fp8,bitsandbytes" doc:"Weights' quantisation method; empty for none."`
+	Speculative          *ServingSpecDec `json:"speculative,omitempty" doc:"Speculative decoding: a draft model or method and tokens per step."`
+	TensorParallel       int             `json:"tensor_parallel,omitempty" doc:"Tensor-parallel degree; 0 means the version's gpu_count."`
+	RuntimeVersion       string          `json:"runtime_version,omitempty" doc:"Runtime release the version was tested with, as in 0.11.0."`
+}
+
+// ServingSpecDec are speculative decoding's settings.
+type ServingSpecDec struct {
+	Model     string `json:"model,omitempty" doc:"Draft model: a directory on the node or a hub id."`
+	Method    string `json:"method,omitempty" enum:"ngram,eagle,medusa,mlp_speculator" doc:"A drafting method; empty with a draft model."`
+	NumTokens int    `json:"num_speculative_tokens" doc:"Tokens proposed per step, 1 to 16."`
+}
+
+// checkLLM checks an llm version's runtime settings against its
+// resources: every field named in its error.
+func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
+	const f = "metadata.serving.llm"
+	if l.DType != "" {
+		validate.OneOf(errs, f+".dtype", l.DType, "auto", "float16", "bfloat16", "float32")
+	}
+	if l.MaxModelLen < 0 || l.MaxModelLen > 1<<21 {
+		errs.Add(f+".max_model_len", "must be between 1 and %d tokens (0 for the model's own)", 1<<21)
+	}
+	if l.GPUMemoryUtilization < 0 || l.GPUMemoryUtilization > 1 {
+		errs.Add(f+".gpu_memory_utilization", "must be above 0 and at most 1 (0 for the runtime's default)")
+	}
+	if l.MaxNumSeqs < 0 || l.MaxNumSeqs > 4096 {
+		errs.Add(f+".max_num_seqs", "must be between 1 and 4096 (0 for the runtime's default)")
+	}
+	if l.Quantization != "" {
+		validate.OneOf(errs, f+".quantization", l.Quantization, "awq", "gptq", "fp8", "bitsandbytes")
+	}
+	switch {
+	case l.TensorParallel < 0:
+		errs.Add(f+".tensor_parallel", "must not be negative (0 means the version's gpu_count)")
+	case l.TensorParallel > 0 && gpus > 0 && gpus%l.TensorParallel != 0:
+		errs.Add(f+".tensor_parallel", "%d does not divide the version's gpu_count %d", l.TensorParallel, gpus)
+	case l.TensorParallel > 1 && gpus == 0:
+		errs.Add(f+".tensor_parallel", "needs gpu_count of at least %d", l.TensorParallel)
+	}
+	if l.RuntimeVersion != "" && !runtimeVersion(l.RuntimeVersion) {
+		errs.Add(f+".runtime_version", "must be a release such as 0.11.0, not %q", l.RuntimeVersion)
+	}
+	if sp := l.Speculative; sp != nil {
+		if (sp.Model == "") == (sp.Method == "") {
+			errs.Add(f+".speculative", "needs a draft model or a method, not both")
+		}
+		if sp.Method != "" {
+			validate.OneOf(errs, f+".speculative.method", sp.Method, "ngram", "eagle", "medusa", "mlp_speculator")
+		}
+		if len(sp.Model) > 1024 {
+			errs.Add(f+".speculative.model", "must be at most 1024 characters")
+		}
+		if sp.NumTokens < 1 || sp.NumTokens > 16 {
+			errs.Add(f+".speculative.num_speculative_tokens", "must be between 1 and 16")
+		}
+	}
+}
+
+// LLMSettings is the JSON of a version's serving.llm block from its
+// stored serving metadata, nil when it has none.
+func LLMSettings(serving []byte) json.RawMessage {
+	var sv struct {
+		LLM json.RawMessage `json:"llm"`
+	}
+	if json.Unmarshal(serving, &sv) != nil || len(sv.LLM) == 0 || string(sv.LLM) == "null" {
+		return nil
+	}
+	return sv.LLM
+}
+
+// runtimeVersion reports whether v reads as a release: digits and dots,
+// at most three parts (0.11.0).
+func runtimeVersion(v string) bool {
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 || len(v) > 32 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // ServingFeature is one model input (runtime/model.Feature): a number, or
@@ -104,6 +202,9 @@ func (p schemaProperty) text() bool {
 // must pass the input schema.
 func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 	const f = "metadata.serving"
+	if sv.LLM != nil && m.Task != TaskLLM {
+		errs.Add(f+".llm", "is for llm models; a %s version is served from features and output", m.Task)
+	}
 	if m.Task == TaskLLM {
 		if len(sv.Features) > 0 || len(sv.Output.Classes) > 0 || sv.Output.Threshold != 0 || len(sv.SampleInputs) > 0 {
 			errs.Add(f, "is for classification and regression models; an llm version is served by its own runtime")

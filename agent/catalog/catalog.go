@@ -1,8 +1,11 @@
 package catalog
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -58,6 +61,12 @@ type Entry struct {
 	Health  string
 	Ready   string
 	Metrics string
+	// ReadyLists says the ready path is an OpenAI model list
+	// ({"data":[{"id":…}]}) that must name the replica's model: vLLM
+	// answers /v1/models once its engine runs, and the model it lists is
+	// what it serves. Ready may hold {model}, as Triton's per-model
+	// /v2/models/{model}/ready does.
+	ReadyLists bool
 	// Adapter names the metrics adapter (AdapterTriton, …).
 	Adapter string
 	// ChecksToken says the runtime itself refuses requests without the
@@ -71,11 +80,36 @@ type Entry struct {
 	Provisional bool
 }
 
-// Probes are the entry's health, readiness and metrics paths: what the
+// ReadyPath is the entry's ready path for a replica serving model.
+func (e Entry) ReadyPath(model string) string {
+	return strings.ReplaceAll(e.Ready, "{model}", url.PathEscape(model))
+}
+
+// Listed reports whether an OpenAI model list (GET /v1/models) names
+// model among its ids.
+func Listed(body io.Reader, model string) (bool, error) {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&list); err != nil {
+		return false, fmt.Errorf("model list: %w", err)
+	}
+	for _, m := range list.Data {
+		if m.ID == model {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Probes are the entry's health, readiness and metrics paths of a
+// replica serving model: what the
 // agent asks of a runtime, open without the replica's token.
-func (e Entry) Probes() []string {
+func (e Entry) Probes(model string) []string {
 	var out []string
-	for _, p := range []string{e.Health, e.Ready, e.Metrics} {
+	for _, p := range []string{e.Health, e.ReadyPath(model), e.Metrics} {
 		if p != "" {
 			out = append(out, p)
 		}
@@ -116,14 +150,14 @@ func Default() map[string]Entry {
 		// for vLLM is also when the model is loaded; /v1/models is served
 		// only then, so it is the readiness path.
 		VLLM: {
-			Name:        VLLM,
-			Command:     []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
-			Devices:     DevicesCUDAEnv,
-			Health:      "/health",
-			Ready:       "/v1/models",
-			Metrics:     "/metrics",
-			Adapter:     AdapterVLLM,
-			Provisional: true,
+			Name:       VLLM,
+			Command:    []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
+			Devices:    DevicesCUDAEnv,
+			Health:     "/health",
+			Ready:      "/v1/models",
+			ReadyLists: true,
+			Metrics:    "/metrics",
+			Adapter:    AdapterVLLM,
 		},
 		// Triton with one model repository; the HTTP port is the one the
 		// agent allocates, gRPC and metrics ports are switched off or moved
@@ -134,7 +168,7 @@ func Default() map[string]Entry {
 				"--allow-grpc=false", "--allow-metrics=true", "--metrics-config=summary_latencies=true"},
 			Devices:     DevicesCUDAEnv,
 			Health:      "/v2/health/live",
-			Ready:       "/v2/health/ready",
+			Ready:       "/v2/models/{model}/ready",
 			Metrics:     "/metrics",
 			Adapter:     AdapterTriton,
 			Provisional: true,
@@ -146,12 +180,11 @@ func Default() map[string]Entry {
 			Name: LlamaServer,
 			Command: []string{"llama-server", "--model", "{model_dir}/model.gguf", "--host", "{host}", "--port", "{port}",
 				"--threads", "{threads}", "--metrics", "--alias", "{model}"},
-			Devices:     DevicesCUDAEnv,
-			Health:      "/health",
-			Ready:       "/health",
-			Metrics:     "/metrics",
-			Adapter:     AdapterLlamaCPP,
-			Provisional: true,
+			Devices: DevicesCUDAEnv,
+			Health:  "/health",
+			Ready:   "/health",
+			Metrics: "/metrics",
+			Adapter: AdapterLlamaCPP,
 		},
 	}
 }
@@ -173,9 +206,11 @@ func Name(registryRuntime string, gpu bool) (string, error) {
 		return Triton, nil
 	case "vllm":
 		return VLLM, nil
-	case "llama.cpp", LlamaServer:
+	case "llamacpp", LlamaServer:
 		return LlamaServer, nil
-	case Builtin:
+	case Builtin, "builtin-llm":
+		// builtin-llm: the built-in runtime serves a GGUF model directory
+		// with its LLM engine.
 		return Builtin, nil
 	}
 	return "", fmt.Errorf("%w for runtime %q (gpu %t)", ErrUnknown, registryRuntime, gpu)

@@ -10,9 +10,26 @@ import (
 	"github.com/prometheus/common/model"
 )
 
+// Field names one of Metrics' fields in Metrics.Has.
+type Field uint
+
+// Fields an adapter may find missing: a runtime (or a release of it) that
+// does not export the metric leaves the field absent, which Has tells
+// from a real 0.
+const (
+	FieldKV Field = 1 << iota
+	FieldTokens
+	FieldTTFT
+	FieldGPUUtil
+	FieldBatchQueue
+)
+
 // Metrics are the heartbeat's fields an adapter reads from a runtime's
-// metrics. A field the runtime does not export stays zero.
+// metrics. A field the runtime does not export stays zero; for the
+// fields of Field, Has says whether it was read.
 type Metrics struct {
+	// Has is the set of Field values the runtime exported.
+	Has Field
 	// QueueDepth counts requests received and waiting to execute.
 	QueueDepth int
 	// InFlight counts requests received and not yet answered.
@@ -35,7 +52,17 @@ type Metrics struct {
 	Tokens      float64
 	TTFTSeconds float64
 	TTFTCount   float64
+	// GPUUtil is the mean utilisation of the GPUs the runtime sees, a
+	// share 0–1 (Triton's nv_gpu_utilization).
+	GPUUtil float64
+	// BatchQueueMS is the mean time a request waited in the queue before
+	// it executed, in milliseconds, since start (Triton's
+	// nv_inference_queue_duration_us over its requests).
+	BatchQueueMS float64
 }
+
+// Reports says whether the runtime exported f.
+func (m Metrics) Reports(f Field) bool { return m.Has&f != 0 }
 
 // Metric names the adapters read. Triton's are the built-in runtime's too.
 const (
@@ -44,6 +71,8 @@ const (
 	tritonCount   = "nv_inference_count"
 	tritonExec    = "nv_inference_exec_count"
 	tritonPending = "nv_inference_pending_request_count"
+	tritonQueueUS = "nv_inference_queue_duration_us"
+	tritonGPUUtil = "nv_gpu_utilization"
 	// InFlightMetric is the gauge of requests received and not yet
 	// answered. Triton has none (its pending count is the queue only), so
 	// the built-in runtime exports this one beside Triton's names; without
@@ -55,7 +84,11 @@ const (
 
 	vllmRunning = "vllm:num_requests_running"
 	vllmWaiting = "vllm:num_requests_waiting"
-	vllmKV      = "vllm:gpu_cache_usage_perc"
+	// vllmKV is vLLM's KV-cache share from 0.10 on (V1 engine);
+	// vllmKVOld its name before, still exported as deprecated by some
+	// releases. The adapter reads the new one, else the old one.
+	vllmKV      = "vllm:kv_cache_usage_perc"
+	vllmKVOld   = "vllm:gpu_cache_usage_perc"
 	vllmSuccess = "vllm:request_success_total"
 	vllmTokens  = "vllm:generation_tokens_total"
 	vllmTTFT    = "vllm:time_to_first_token_seconds"
@@ -102,18 +135,45 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 			m.BatchSize = sum(tritonCount) / e
 		}
 		m.LoadSeconds, m.WarmupSeconds = sum(LoadMetric), sum(WarmupMetric)
+		if has(tritonQueueUS) && m.Requests > 0 {
+			m.Has |= FieldBatchQueue
+			m.BatchQueueMS = sum(tritonQueueUS) / 1000 / float64(m.Requests)
+		}
+		if f := fams[tritonGPUUtil]; f != nil && len(f.GetMetric()) > 0 {
+			m.Has |= FieldGPUUtil
+			m.GPUUtil = sum(tritonGPUUtil) / float64(len(f.GetMetric()))
+		}
 	case AdapterVLLM:
 		m.QueueDepth = int(sum(vllmWaiting))
 		m.InFlight = int(sum(vllmRunning) + sum(vllmWaiting))
-		m.KVUsedPct = 100 * sum(vllmKV)
+		switch {
+		case has(vllmKV):
+			m.Has |= FieldKV
+			m.KVUsedPct = 100 * sum(vllmKV)
+		case has(vllmKVOld):
+			m.Has |= FieldKV
+			m.KVUsedPct = 100 * sum(vllmKVOld)
+		}
 		m.Requests = uint64(sum(vllmSuccess))
-		m.Tokens = sum(vllmTokens)
-		m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])
+		if has(vllmTokens) {
+			m.Has |= FieldTokens
+			m.Tokens = sum(vllmTokens)
+		}
+		if has(vllmTTFT) {
+			m.Has |= FieldTTFT
+			m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])
+		}
 	case AdapterLlamaCPP:
 		m.QueueDepth = int(sum(llamaDeferred))
 		m.InFlight = int(sum(llamaProcessing) + sum(llamaDeferred))
-		m.KVUsedPct = 100 * sum(llamaKV)
-		m.Tokens = sum(llamaTokens)
+		if has(llamaKV) {
+			m.Has |= FieldKV
+			m.KVUsedPct = 100 * sum(llamaKV)
+		}
+		if has(llamaTokens) {
+			m.Has |= FieldTokens
+			m.Tokens = sum(llamaTokens)
+		}
 		// llama-server exports no request counter (it counts tokens), so
 		// Requests stays zero until the LLM-runtime issue decides what its
 		// meter reads.

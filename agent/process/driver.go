@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -88,6 +89,9 @@ type Config struct {
 	// sharing a host need ranges of their own. Zero leaves the port to
 	// the kernel.
 	PortFirst, PortLast int
+	// Node is the node's name, for the reason of a replica whose runtime's
+	// binary is not on this node ("vllm not found on node gpu-3").
+	Node string
 	// Resolve says how to run a replica, given the verified model
 	// directory the agent prepared ("" when it keeps no cache). The
 	// default runs the version's runtime (the built-in one when the spec
@@ -323,6 +327,9 @@ func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, opts agent.S
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
 	}
+	if err := d.installed(entry); err != nil {
+		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
+	}
 	devices, err := d.devices(spec, entry)
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: %w", spec.ID, err)
@@ -408,7 +415,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")
 		}
-		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(), r.log)
+		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(spec.Model), r.log)
 		if err != nil {
 			return nil, fmt.Errorf("adopt replica %s: token guard: %w", spec.ID, err)
 		}
@@ -420,7 +427,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	}
 	// A runtime that serves stays routed across the agent's restart: it is
 	// ready from the first observation, not after a readiness poll.
-	r.ready = r.probe(ctx, entry.Ready) == nil
+	r.ready = r.probeReady(ctx) == nil
 	r.spawned = 1
 	d.mu.Lock()
 	if other, ok := d.running[spec.ID]; ok {
@@ -479,6 +486,41 @@ func (d *Driver) entry(l Launch) (catalog.Entry, error) {
 		return catalog.Entry{}, fmt.Errorf("%w %q (runtime %q)", catalog.ErrUnknown, name, l.Runtime)
 	}
 	return e, nil
+}
+
+// ErrNoBinary means a catalogue entry's program is not on this node.
+var ErrNoBinary = errors.New("runtime binary not found")
+
+// installed checks that the entry's program is on this node, so that a
+// replica of a runtime the node lacks fails at once with a reason that
+// says so instead of an exec error inside a restart loop.
+func (d *Driver) installed(e catalog.Entry) error {
+	if len(e.Command) == 0 || strings.Contains(e.Command[0], "{") {
+		return nil // {self}: the agent's own binary
+	}
+	if _, err := exec.LookPath(e.Command[0]); err != nil {
+		node := d.cfg.Node
+		if node == "" {
+			node = "this node"
+		} else {
+			node = "node " + node
+		}
+		return fmt.Errorf("%w: %s not found on %s", ErrNoBinary, e.Command[0], node)
+	}
+	return nil
+}
+
+// Runtimes lists the catalogue entries whose programs this node has: what
+// its inventory can offer placement.
+func (d *Driver) Runtimes() []string {
+	var out []string
+	for name, e := range d.cfg.Catalog {
+		if d.installed(e) == nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // devices is CUDA_VISIBLE_DEVICES for the spec's slots.

@@ -149,7 +149,7 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	if !o.Ready {
 		return o, nil
 	}
-	if err := r.probe(ctx, r.entry.Ready); err != nil {
+	if err := r.probeReady(ctx); err != nil {
 		o.Ready = false
 		return o, nil
 	}
@@ -281,7 +281,7 @@ func (r *replica) watch(p *proc) outcome {
 		poll := time.NewTicker(readyPoll)
 		for !ready {
 			pctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-			ready = r.probe(pctx, r.entry.Ready) == nil
+			ready = r.probeReady(pctx) == nil
 			cancel()
 			if ready {
 				break
@@ -463,7 +463,7 @@ func (r *replica) spawn() (*proc, error) {
 		if inner, err = freePort("127.0.0.1", 0); err != nil {
 			return nil, err
 		}
-		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(), r.log); err != nil {
+		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(r.spec.Model), r.log); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
 		}
 		host, runPort = "127.0.0.1", inner
@@ -474,8 +474,8 @@ func (r *replica) spawn() (*proc, error) {
 			g.close()
 		}
 	}()
-	argv, err := r.entry.Expand(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
-		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID})
+	argv, err := r.entry.Argv(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
+		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID}, r.spec.Settings, len(r.spec.Slots))
 	if err != nil {
 		return nil, err
 	}
@@ -662,6 +662,36 @@ func (r *replica) probe(ctx context.Context, path string) error {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: status %d", path, resp.StatusCode)
+	}
+	return nil
+}
+
+// probeReady asks the entry's ready path for the replica's model; for an
+// entry whose ready path lists models (vLLM's /v1/models), the list must
+// name the replica's model too.
+func (r *replica) probeReady(ctx context.Context) error {
+	path := r.entry.ReadyPath(r.spec.Model)
+	if !r.entry.ReadyLists {
+		return r.probe(ctx, path)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Addr()+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", path, resp.StatusCode)
+	}
+	ok, err := catalog.Listed(resp.Body, r.spec.Model)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s does not list model %s yet", path, r.spec.Model)
 	}
 	return nil
 }
