@@ -126,6 +126,10 @@ type Vars struct {
 	Threads  int
 	Model    string
 	Replica  string
+	// Endpoint is the replica's endpoint: the model name an OpenAI client
+	// sends through the gateway (which passes the body on as it is), so
+	// vLLM and llama-server serve under it.
+	Endpoint string
 }
 
 // ErrUnknown means no catalogue entry serves a runtime.

@@ -263,7 +263,8 @@ func TritonArgs(repo string, l Launch) []string {
 // Argv is the command line of a replica: for vLLM and llama-server the
 // generated one (VLLMArgs, LlamaServerArgs) from the version's LLM
 // settings (settings, the JSON of metadata.serving.llm; empty for the
-// runtime's defaults) on gpus GPUs, served under v.Model; for the other
+// runtime's defaults) on gpus GPUs, served under v.Endpoint (v.Model
+// without one); for the other
 // entries the Command template expanded.
 func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error) {
 	if e.Name != VLLM && e.Name != LlamaServer {
@@ -275,7 +276,11 @@ func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error
 			return nil, fmt.Errorf("catalogue entry %s: llm settings: %w", e.Name, err)
 		}
 	}
-	l := Launch{ModelDir: v.ModelDir, Host: v.Host, Port: v.Port, GPUs: gpus, ServedName: v.Model}
+	served := v.Endpoint
+	if served == "" {
+		served = v.Model
+	}
+	l := Launch{ModelDir: v.ModelDir, Host: v.Host, Port: v.Port, GPUs: gpus, ServedName: served}
 	if e.Name == VLLM {
 		return VLLMArgs(l, s), nil
 	}

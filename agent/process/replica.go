@@ -475,7 +475,7 @@ func (r *replica) spawn() (*proc, error) {
 		}
 	}()
 	argv, err := r.entry.Argv(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
-		Threads: len(r.cores), Model: r.spec.Model, Replica: r.spec.ID}, r.spec.Settings, len(r.spec.Slots))
+		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID}, r.spec.Settings, len(r.spec.Slots))
 	if err != nil {
 		return nil, err
 	}
@@ -668,7 +668,7 @@ func (r *replica) probe(ctx context.Context, path string) error {
 
 // probeReady asks the entry's ready path for the replica's model; for an
 // entry whose ready path lists models (vLLM's /v1/models), the list must
-// name the replica's model too.
+// name the model the replica serves under too.
 func (r *replica) probeReady(ctx context.Context) error {
 	path := r.entry.ReadyPath(r.spec.Model)
 	if !r.entry.ReadyLists {
@@ -686,12 +686,17 @@ func (r *replica) probeReady(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: status %d", path, resp.StatusCode)
 	}
-	ok, err := catalog.Listed(resp.Body, r.spec.Model)
+	// vLLM serves under the endpoint's name (catalog.Entry.Argv).
+	served := r.spec.Endpoint
+	if served == "" {
+		served = r.spec.Model
+	}
+	ok, err := catalog.Listed(resp.Body, served)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%s does not list model %s yet", path, r.spec.Model)
+		return fmt.Errorf("%s does not list model %s yet", path, served)
 	}
 	return nil
 }
