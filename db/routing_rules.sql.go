@@ -219,7 +219,7 @@ const routingRuleListForRoute = `-- name: RoutingRuleListForRoute :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -231,26 +231,27 @@ ORDER BY v.id
 `
 
 type RoutingRuleListForRouteRow struct {
-	EndpointID     int64
-	Endpoint       string
-	TeamID         int64
-	Team           string
-	Task           string
-	InputSchema    []byte
-	FeatureNames   []string
-	SamplingRate   float64
-	RateLimitRPS   float64
-	RateLimitBurst int32
-	TimeoutMS      int32
-	MinReplicas    int32
-	VersionID      int64
-	Version        string
-	Weight         int32
-	ShadowPercent  float64
-	Runtime        string
-	Model          string
-	GPUCount       int32
-	ColdStartsMs   []int64
+	EndpointID      int64
+	Endpoint        string
+	TeamID          int64
+	Team            string
+	Task            string
+	InputSchema     []byte
+	FeatureNames    []string
+	SamplingRate    float64
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
+	MinReplicas     int32
+	VersionID       int64
+	Version         string
+	Weight          int32
+	ShadowPercent   float64
+	Runtime         string
+	Model           string
+	GPUCount        int32
+	ColdStartsMs    []int64
+	AutoscalePolicy []byte
 }
 
 // RoutingRuleListForRoutes for one endpoint. It selects the same columns, so
@@ -285,6 +286,7 @@ func (q *Queries) RoutingRuleListForRoute(ctx context.Context, endpointID int64)
 			&i.Model,
 			&i.GPUCount,
 			&i.ColdStartsMs,
+			&i.AutoscalePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -300,7 +302,7 @@ const routingRuleListForRoutes = `-- name: RoutingRuleListForRoutes :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -311,26 +313,27 @@ ORDER BY e.id, v.id
 `
 
 type RoutingRuleListForRoutesRow struct {
-	EndpointID     int64
-	Endpoint       string
-	TeamID         int64
-	Team           string
-	Task           string
-	InputSchema    []byte
-	FeatureNames   []string
-	SamplingRate   float64
-	RateLimitRPS   float64
-	RateLimitBurst int32
-	TimeoutMS      int32
-	MinReplicas    int32
-	VersionID      int64
-	Version        string
-	Weight         int32
-	ShadowPercent  float64
-	Runtime        string
-	Model          string
-	GPUCount       int32
-	ColdStartsMs   []int64
+	EndpointID      int64
+	Endpoint        string
+	TeamID          int64
+	Team            string
+	Task            string
+	InputSchema     []byte
+	FeatureNames    []string
+	SamplingRate    float64
+	RateLimitRPS    float64
+	RateLimitBurst  int32
+	TimeoutMS       int32
+	MinReplicas     int32
+	VersionID       int64
+	Version         string
+	Weight          int32
+	ShadowPercent   float64
+	Runtime         string
+	Model           string
+	GPUCount        int32
+	ColdStartsMs    []int64
+	AutoscalePolicy []byte
 }
 
 // Every routed version with what its endpoint's routing entry carries (the
@@ -365,6 +368,7 @@ func (q *Queries) RoutingRuleListForRoutes(ctx context.Context) ([]RoutingRuleLi
 			&i.Model,
 			&i.GPUCount,
 			&i.ColdStartsMs,
+			&i.AutoscalePolicy,
 		); err != nil {
 			return nil, err
 		}

@@ -32,7 +32,7 @@ ORDER BY e.id, v.id;
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -47,7 +47,7 @@ ORDER BY e.id, v.id;
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id

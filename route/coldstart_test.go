@@ -77,6 +77,14 @@ func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 	if len(rt.Versions) != 1 || rt.Versions[0].ColdStartMS != 3000 {
 		t.Errorf("other-ep versions = %+v, want v1 with the median cold start 3000 ms (of 1000 7000 3000 2000 5000)", rt.Versions)
 	}
+	// A policy's budget replaces the default (45.5 s rounds up to 46).
+	if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET autoscale_policy = '{"cold_start_budget_s": 45.5}' WHERE name = 'other-ep'`); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if rt, _ = f.route(t, "other-ep"); rt.ColdStartBudgetS != 46 {
+		t.Errorf("other-ep with a policy budget of 45.5 s: budget %d s; want 46", rt.ColdStartBudgetS)
+	}
 	fraud, _ := f.route(t, "fraud-ep")
 	if fraud.ColdStartBudgetS != 0 || fraud.Versions[0].ColdStartMS != 0 {
 		t.Errorf("fraud-ep (min 1) carries budget %d, cold start %d; want neither", fraud.ColdStartBudgetS, fraud.Versions[0].ColdStartMS)

@@ -197,6 +197,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	routes := map[string]*proto.Route{}
 	var names []string
 	gpu := map[string]bool{}
+	budget := map[string]int{}
 	coldMS := map[string]map[string]int64{}
 	for _, d := range rules {
 		rt := routes[d.Endpoint]
@@ -222,6 +223,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 		}
 		rt.Versions = append(rt.Versions, rv)
 		gpu[d.Endpoint] = gpu[d.Endpoint] || d.GPUCount > 0
+		budget[d.Endpoint] = policyBudget(d.AutoscalePolicy)
 		if coldMS[d.Endpoint] == nil {
 			coldMS[d.Endpoint] = map[string]int64{}
 		}
@@ -229,7 +231,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	}
 	for name, rt := range routes {
 		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
-		setColdStart(rt, gpu[name], coldMS[name])
+		setColdStart(rt, budget[name], gpu[name], coldMS[name])
 	}
 	return routes, names
 }
