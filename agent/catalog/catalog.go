@@ -74,10 +74,6 @@ type Entry struct {
 	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
 	// every other runtime with a guard of its own that checks it.
 	ChecksToken bool
-	// Provisional marks a command line that is a plausible minimum only:
-	// the LLM-runtime issue refines it (flags for KV cache size, tensor
-	// parallelism, quantisation) and checks it against the real runtime.
-	Provisional bool
 }
 
 // ReadyPath is the entry's ready path for a replica serving model.
@@ -130,6 +126,9 @@ type Vars struct {
 	// sends through the gateway (which passes the body on as it is), so
 	// vLLM and llama-server serve under it.
 	Endpoint string
+	// WorkDir is the replica's own directory on the node, where Triton's
+	// model repository goes (TritonRepository).
+	WorkDir string
 }
 
 // ErrUnknown means no catalogue entry serves a runtime.
@@ -167,15 +166,12 @@ func Default() map[string]Entry {
 		// agent allocates, gRPC and metrics ports are switched off or moved
 		// onto HTTP so that one port is all a replica holds.
 		Triton: {
-			Name: Triton,
-			Command: []string{"tritonserver", "--model-repository={model_dir}", "--http-address={host}", "--http-port={port}",
-				"--allow-grpc=false", "--allow-metrics=true", "--metrics-config=summary_latencies=true"},
-			Devices:     DevicesCUDAEnv,
-			Health:      "/v2/health/live",
-			Ready:       "/v2/models/{model}/ready",
-			Metrics:     "/metrics",
-			Adapter:     AdapterTriton,
-			Provisional: true,
+			Name:    Triton,
+			Devices: DevicesCUDAEnv,
+			Health:  "/v2/health/live",
+			Ready:   "/v2/models/{model}/ready",
+			Metrics: "/metrics",
+			Adapter: AdapterTriton,
 		},
 		// llama.cpp's server with a GGUF file in the model directory
 		// (model.gguf); --metrics turns its Prometheus endpoint on. /health

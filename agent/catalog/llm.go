@@ -3,6 +3,7 @@ package catalog
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -267,6 +268,12 @@ func TritonArgs(repo string, l Launch) []string {
 // without one); for the other
 // entries the Command template expanded.
 func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error) {
+	if e.Name == Triton {
+		if v.WorkDir == "" {
+			return nil, fmt.Errorf("catalogue entry %s: no replica directory for the model repository", e.Name)
+		}
+		return TritonArgs(path.Join(v.WorkDir, "repository"), Launch{Host: v.Host, Port: v.Port}), nil
+	}
 	if e.Name != VLLM && e.Name != LlamaServer {
 		return e.Expand(v)
 	}
@@ -285,4 +292,55 @@ func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error
 		return VLLMArgs(l, s), nil
 	}
 	return LlamaServerArgs(v.ModelDir+"/model.gguf", l, s), nil
+}
+
+// tritonPlatforms are the Triton backends by the model file a version
+// holds.
+var tritonPlatforms = map[string]string{
+	"model.onnx": "onnxruntime_onnx",
+	"model.plan": "tensorrt_plan",
+	"model.pt":   "pytorch_libtorch",
+}
+
+// TritonRepository is the model repository of a Triton replica: its
+// config.pbtxt (by path relative to the repository) and the link of the
+// model's version 1 to the version's files (files, the names in its model
+// directory). The platform follows the model file; the batching is the
+// endpoint's, from the replica's settings (the built-in runtime's
+// configuration, whose "batching" Triton's dynamic batcher takes: max
+// batch size, preferred sizes, queue delay and timeout); the instances run
+// on the replica's GPUs as it sees them (0..gpus-1), or on the CPU.
+func TritonRepository(v Vars, files []string, settings json.RawMessage, gpus int) (cfg map[string]string, links map[string]string, err error) {
+	name := v.Model
+	if name == "" {
+		return nil, nil, fmt.Errorf("catalogue entry %s: a model repository needs the model's name", Triton)
+	}
+	m := TritonModel{Name: name}
+	for _, f := range files {
+		if p, ok := tritonPlatforms[f]; ok {
+			m.Platform = p
+		}
+	}
+	if m.Platform == "" {
+		return nil, nil, fmt.Errorf("catalogue entry %s: no model file Triton serves (one of model.onnx, model.plan, model.pt) among %q", Triton, files)
+	}
+	var s struct {
+		Batching struct {
+			MaxBatchSize        int   `json:"max_batch_size"`
+			MaxQueueDelayUS     int   `json:"max_queue_delay_us"`
+			PreferredBatchSizes []int `json:"preferred_batch_sizes"`
+			QueueTimeoutMS      int   `json:"queue_timeout_ms"`
+		} `json:"batching"`
+	}
+	if len(settings) > 0 {
+		if err := json.Unmarshal(settings, &s); err != nil {
+			return nil, nil, fmt.Errorf("catalogue entry %s: settings: %w", Triton, err)
+		}
+	}
+	b := s.Batching
+	m.MaxBatchSize, m.PreferredBatchSizes, m.MaxQueueDelayUS, m.QueueTimeoutUS = b.MaxBatchSize, b.PreferredBatchSizes, b.MaxQueueDelayUS, b.QueueTimeoutMS*1000
+	for i := range gpus {
+		m.GPUs = append(m.GPUs, i)
+	}
+	return map[string]string{path.Join(name, "config.pbtxt"): TritonConfig(m)}, map[string]string{path.Join(name, "1"): v.ModelDir}, nil
 }

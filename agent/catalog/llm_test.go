@@ -193,3 +193,33 @@ func TestArgvOfAVLLMReplica(t *testing.T) {
 		t.Errorf("llama-server argv = %q, %v", got, err)
 	}
 }
+
+// A Triton replica's repository: the platform follows the model file, the
+// batching is the endpoint's, the instances run on the CPU without GPUs,
+// and a version without a file Triton serves is refused naming the files.
+func TestTritonRepositoryOfAVersion(t *testing.T) {
+	t.Parallel()
+	v := catalog.Vars{Model: "fraud", ModelDir: "/cache/v1", WorkDir: "/state/r1.d"}
+	cfgs, links, err := catalog.TritonRepository(v, []string{"manifest.json", "model.plan"},
+		[]byte(`{"batching":{"max_batch_size":16,"preferred_batch_sizes":[8],"max_queue_delay_us":500,"queue_timeout_ms":50}}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cfgs["fraud/config.pbtxt"]
+	for _, want := range []string{`platform: "tensorrt_plan"`, "max_batch_size: 16", "preferred_batch_size: [ 8 ]",
+		"max_queue_delay_microseconds: 500", "default_timeout_microseconds: 50000", "kind: KIND_CPU"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config.pbtxt lacks %q:\n%s", want, cfg)
+		}
+	}
+	if links["fraud/1"] != "/cache/v1" {
+		t.Errorf("links = %v; want fraud/1 → the version's files", links)
+	}
+	argv, err := catalog.Default()[catalog.Triton].Argv(v, nil, 0)
+	if err != nil || !slices.Contains(argv, "--model-repository=/state/r1.d/repository") {
+		t.Errorf("argv = %q, %v; want the replica's repository", argv, err)
+	}
+	if _, _, err := catalog.TritonRepository(v, []string{"model.json"}, nil, 1); err == nil || !strings.Contains(err.Error(), "model.json") {
+		t.Errorf("a version without a Triton model file: err = %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -474,8 +475,15 @@ func (r *replica) spawn() (*proc, error) {
 			g.close()
 		}
 	}()
-	argv, err := r.entry.Argv(catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
-		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID}, r.spec.Settings, len(r.spec.Slots))
+	vars := catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
+		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID,
+		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d")}
+	if r.entry.Name == catalog.Triton {
+		if err := r.writeRepository(vars); err != nil {
+			return nil, err
+		}
+	}
+	argv, err := r.entry.Argv(vars, r.spec.Settings, len(r.spec.Slots))
 	if err != nil {
 		return nil, err
 	}
@@ -799,4 +807,46 @@ func (r *replica) logTail() string {
 		return "; last log line: " + string(l)
 	}
 	return ""
+}
+
+// writeRepository writes a Triton replica's model repository into its own
+// directory (v.WorkDir/repository, made afresh on each start): the
+// generated config.pbtxt beside version 1, a link to the version's files.
+// The runtime user reads it, so it is not private; it holds no secret.
+func (r *replica) writeRepository(v catalog.Vars) error {
+	entries, err := os.ReadDir(v.ModelDir)
+	if err != nil {
+		return fmt.Errorf("model repository: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	cfgs, links, err := catalog.TritonRepository(v, names, r.spec.Settings, len(r.spec.Slots))
+	if err != nil {
+		return err
+	}
+	repo := filepath.Join(v.WorkDir, "repository")
+	if err := os.RemoveAll(v.WorkDir); err != nil {
+		return fmt.Errorf("model repository: %w", err)
+	}
+	for rel, body := range cfgs {
+		p := filepath.Join(repo, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("model repository: %w", err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return fmt.Errorf("model repository: %w", err)
+		}
+	}
+	for rel, target := range links {
+		p := filepath.Join(repo, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("model repository: %w", err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			return fmt.Errorf("model repository: %w", err)
+		}
+	}
+	return nil
 }

@@ -60,11 +60,14 @@ func main() {
 			http.Error(w, "wedged", http.StatusInternalServerError)
 		}
 	})
-	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
+	ready := func(w http.ResponseWriter, r *http.Request) {
 		if *readyFile != "" && !exists(*readyFile) {
 			http.Error(w, "loading", http.StatusServiceUnavailable)
 		}
-	})
+	}
+	mux.HandleFunc("GET /v2/health/ready", ready)
+	// Triton's per-model readiness, which its catalogue entry asks.
+	mux.HandleFunc("GET /v2/models/{model}/ready", ready)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
 		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} 0\n")
