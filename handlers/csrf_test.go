@@ -186,6 +186,19 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			},
 		},
 		{
+			route: "/endpoints/{endpoint}/autoscaling", path: fixed("/endpoints/risk-endpoint/autoscaling"), status: http.StatusOK,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "as_signals", fmt.Sprintf("rps=%d", 100+i), "as_min_replicas", "1",
+					"as_max_replicas", "3", "as_scale_down_s", "30", "as_grace_s", "900")
+			},
+		},
+		{
+			route: "/quotas", path: fixed("/quotas"), status: http.StatusSeeOther, user: "admin@example.com",
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "team", "risk", "resource", "H100-80GB", "amount", fmt.Sprint(64+i))
+			},
+		},
+		{
 			route: "/teams", path: fixed("/teams"), status: http.StatusSeeOther, user: "admin@example.com",
 			body: func(i int, csrf string) (string, []byte) {
 				return portalURLEncoded(csrf, "team_name", fmt.Sprintf("csrf-team-%d", i))
@@ -252,7 +265,7 @@ func enrollNode(t *testing.T, e *testEnv, node string) {
 func portalSnapshot(t *testing.T, e *testEnv) string {
 	t.Helper()
 	var out []string
-	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets"} {
+	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets", "team_quotas"} {
 		var n int64
 		var sum string
 		err := e.pool.QueryRow(context.Background(),
