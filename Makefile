@@ -45,6 +45,7 @@ bench: deps build
 	./$(BIN) bench drift --json
 	./$(BIN) bench runtime --json
 	./$(BIN) bench autoscale --json
+	./$(BIN) bench llm --json
 
 deps:
 	./scripts/install-deps.sh

@@ -85,7 +85,8 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench chargeback [--json] [--raw-gpus 500]
        modelplane bench drift [--json]
        modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]
-       modelplane bench autoscale [--json]`
+       modelplane bench autoscale [--json]
+       modelplane bench llm [--json]`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.
@@ -100,6 +101,7 @@ var benchmarks = map[string]func(context.Context, Config, io.Writer) error{
 	"drift":      runDrift,
 	"runtime":    runRuntimeBench,
 	"autoscale":  runAutoscale,
+	"llm":        runLLM,
 }
 
 // Run runs the benchmark args names (exactly one) and prints its result to

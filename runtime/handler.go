@@ -21,7 +21,8 @@ import (
 // statusClientGone marks a request whose caller went away, as nginx does.
 const statusClientGone = 499
 
-// Handler serves the runtime's routes:
+// Handler serves the runtime's routes (a GGUF model's are
+// llmserve.Server's: OpenAI chat and completions, vLLM's metrics):
 //
 //	GET  /v2/health/live, /v2/health/ready      KServe V2 health
 //	GET  /v2, /v2/models/{m}, /v2/models/{m}/ready
@@ -49,12 +50,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such route on this runtime")
 	})
-	if s.opt.Token == "" {
-		return mux
-	}
 	want := []byte(s.opt.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+		if g := s.gen.Load(); g != nil {
+			// A GGUF LLM: its server has the OpenAI routes and its own token check.
+			g.handler.ServeHTTP(w, r)
+			return
+		}
+		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
 			writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
 			return
 		}

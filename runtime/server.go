@@ -79,6 +79,7 @@ type Server struct {
 	clock quartz.Clock
 
 	m        atomic.Pointer[loaded]
+	gen      atomic.Pointer[generative] // a GGUF LLM, instead of m
 	ready    atomic.Bool
 	draining atomic.Bool
 	stats    *stats
@@ -178,8 +179,13 @@ func modelFile(dir string, cfg model.Config) (string, error) {
 // the opener of its format and starts the batcher. The server is not ready
 // until Warm succeeds.
 func (s *Server) Load(dir string, openers map[string]Opener) error {
-	if s.m.Load() != nil {
+	if s.m.Load() != nil || s.gen.Load() != nil {
 		return errors.New("runtime: a model is already loaded")
+	}
+	if name, version, path, ok, err := ggufModel(dir); err != nil {
+		return err
+	} else if ok {
+		return s.loadGGUF(name, version, path)
 	}
 	start := s.clock.Now()
 	cfg, err := ReadConfig(dir)
@@ -247,6 +253,13 @@ func (s *Server) executed(l *loaded, e batch.Executed) {
 // names the sample and leaves the server not ready: the command exits on
 // it.
 func (s *Server) Warm(ctx context.Context) error {
+	if g := s.gen.Load(); g != nil {
+		if err := g.warm(ctx); err != nil {
+			return err
+		}
+		s.ready.Store(true)
+		return nil
+	}
 	l := s.m.Load()
 	if l == nil {
 		return errors.New("runtime: no model loaded")
@@ -282,13 +295,21 @@ func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
 // Drain makes readiness fail, so that the agent and the gateway stop
 // sending, while requests still in flight are answered.
-func (s *Server) Drain() { s.draining.Store(true) }
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	if g := s.gen.Load(); g != nil {
+		g.srv.Drain()
+	}
+}
 
 // Close drains, executes what is queued (or gives up when ctx ends) and
 // releases the model. Call it after the HTTP server has stopped.
 func (s *Server) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.Drain()
+		if g := s.gen.Load(); g != nil {
+			g.eng.Stop()
+		}
 		l := s.m.Load()
 		if l == nil {
 			return

@@ -17,7 +17,8 @@ fi
 
 # ONNX (runtime/onnx). Its tests build MLPs with Debian's python3-onnx and
 # python3-numpy (/usr/bin/python3, where Debian installs them) and run ONNX's
-# own operator tests from libonnx-testdata.
+# own operator tests from libonnx-testdata. The LLM runtime's tests (llm)
+# compare its logits with a NumPy forward pass, so they need python3-numpy too.
 if [ "${1:-}" = test ]; then
   /usr/bin/python3 -c 'import onnx' >/dev/null 2>&1 || want+=(python3-onnx)
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || want+=(python3-numpy)

@@ -110,6 +110,16 @@ func (k *KV) Pages(id string) int {
 	return 0
 }
 
+// PageIDs is the sequence's block table, a copy: the page of each run of
+// PageTokens positions, in order, shared prefix pages first. Nil when it
+// holds none.
+func (k *KV) PageIDs(id string) []int32 {
+	if s := k.seqs[id]; s != nil {
+		return append([]int32(nil), s.pages...)
+	}
+	return nil
+}
+
 // Holds reports whether the sequence holds pages.
 func (k *KV) Holds(id string) bool { return k.seqs[id] != nil }
 

@@ -186,6 +186,9 @@ type Config struct {
 	Profile profile.Profile
 	// Seed makes completion lengths and token ids reproducible.
 	Seed uint64
+	// Pages, when above 0, is the KV cache's size in pages instead of the
+	// profile's Pages(): a real engine that sized its cache itself.
+	Pages int
 }
 
 // Scheduler is a continuous-batching scheduler over a paged KV cache for one
@@ -224,6 +227,7 @@ type Scheduler struct {
 	prefillBudget int // math.MaxInt when uncapped
 
 	clock   time.Duration // end of the last step
+	planned bool          // a Plan awaits its Commit
 	waiting []*seq        // by priority (high first), then order
 	running []*seq        // in admission order
 	live    map[string]*seq
@@ -284,6 +288,9 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	pages := p.Pages()
+	if cfg.Pages > 0 {
+		pages = cfg.Pages
+	}
 	s := &Scheduler{
 		p:             p,
 		seed:          cfg.Seed,
@@ -414,9 +421,131 @@ func (s *Scheduler) Cancel(id string) (Finished, bool) {
 // arrived yet (see StepResult.Start). A caller without a clock may pass 0
 // and get steps back to back. See Scheduler for the admission rules and
 // profile.Profile.DecodeMsPerSeq for the step's duration.
+//
+// Step is Plan and Commit with the profile's modelled duration and drawn
+// token ids; a caller that runs a real model calls those two itself.
 func (s *Scheduler) Step(now time.Duration) StepResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	p := s.plan(now)
+	if !p.runs() {
+		return s.commit(p, 0, nil)
+	}
+	ms := s.p.DecodeBaseMs + s.p.DecodeMsPerSeq*float64(p.res.Decoded) + s.p.PrefillMsPerToken*float64(p.res.PrefillTokens)
+	// At least a nanosecond: a step that ran must move time, or a caller
+	// would take it for an idle one.
+	return s.commit(p, max(1, time.Duration(math.Round(ms*float64(time.Millisecond)))), nil)
+}
+
+// Work is one sequence's part of a planned forward pass: compute the K/V of
+// its positions [Pos, Pos+Tokens) (positions count its prompt, then its
+// completion so far) into the pages of its block table.
+type Work struct {
+	ID     string
+	Tenant string
+	Pos    int
+	Tokens int
+	// Pages is the sequence's block table: Pages[i] holds positions
+	// [i×PageTokens, (i+1)×PageTokens). It covers at least Pos+Tokens
+	// positions; its leading pages may be shared prefix pages, which hold
+	// computed K/V the pass reads and never writes.
+	Pages []int32
+	// Emits is true when the pass yields the sequence's next token, the
+	// completion's token Index: its prefill completes in this pass, or it
+	// decodes.
+	Emits bool
+	Index int
+}
+
+// Plan is a step's admission and the forward pass it asks for, between
+// Scheduler.Plan and Scheduler.Commit.
+type Plan struct {
+	// Start is when the step begins, as StepResult.Start.
+	Start time.Duration
+	// Work is the batch of the pass, in batch order; empty when nothing
+	// can run (then Commit only reports the queue).
+	Work []Work
+	res  StepResult
+}
+
+func (p Plan) runs() bool { return p.res.Decoded > 0 || p.res.PrefillTokens > 0 }
+
+// Output is what a real forward pass produced for one sequence whose Work
+// emits.
+type Output struct {
+	ID string
+	// Token is the sampled token id, reported in its TokenEvent.
+	Token int
+	// Stop ends the completion with this token, with FinishStop: the model
+	// produced its end of sequence or a stop string completed.
+	Stop bool
+}
+
+// Plan runs the admission part of a step at now (as Step) and returns the
+// forward pass to execute. The caller executes it, then calls Commit with
+// its duration and outputs before the next Plan; a Cancel in between drops
+// the sequence, whose output Commit then ignores. Pages of the planned
+// sequences are held until Commit, except a cancelled one's, which are
+// free at once.
+func (s *Scheduler) Plan(now time.Duration) Plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.planned {
+		panic("sim.Scheduler.Plan: the previous plan was not committed")
+	}
+	p := s.plan(now)
+	if !p.runs() {
+		return p
+	}
+	s.planned = true
+	pt := s.kv.PageTokens()
+	p.Work = make([]Work, 0, len(s.running))
+	for _, q := range s.running {
+		w := Work{ID: q.req.ID, Tenant: q.req.Tenant, Index: q.generated}
+		switch {
+		case q.prefill == 0:
+			w.Pos, w.Tokens, w.Emits = q.tokens-1, 1, true
+		case q.plan > 0:
+			w.Pos, w.Tokens, w.Emits = q.tokens-q.prefill, q.plan, q.plan == q.prefill
+		default:
+			continue
+		}
+		w.Pages = s.kv.PageIDs(q.req.ID)
+		if len(w.Pages)*pt < w.Pos+w.Tokens {
+			panic(fmt.Sprintf("sim.Scheduler.Plan: %q computes %d positions in %d pages", w.ID, w.Pos+w.Tokens, len(w.Pages)))
+		}
+		p.Work = append(p.Work, w)
+	}
+	return p
+}
+
+// Commit ends the step p planned: d is how long its pass took (at least a
+// nanosecond when it ran), and out holds, for each Work that emits, the
+// token the model sampled. A sequence missing from out gets a drawn token
+// id, as in Step. It returns the step's result as Step does.
+func (s *Scheduler) Commit(p Plan, d time.Duration, out []Output) StepResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.runs() {
+		if !s.planned {
+			panic("sim.Scheduler.Commit: no plan in progress")
+		}
+		d = max(d, 1)
+	}
+	s.planned = false
+	var byID map[string]Output
+	if len(out) > 0 {
+		byID = make(map[string]Output, len(out))
+		for _, o := range out {
+			byID[o.ID] = o
+		}
+	}
+	return s.commit(p, d, byID)
+}
+
+// plan is the admission part of a step; it sets the plan's per-sequence
+// q.plan and the counts of its result.
+func (s *Scheduler) plan(now time.Duration) Plan {
 	start := max(now, s.clock)
 	if len(s.running) == 0 && len(s.waiting) > 0 {
 		// An idle GPU starts when the first request arrives, so a caller
@@ -463,27 +592,31 @@ func (s *Scheduler) Step(now time.Duration) StepResult {
 		}
 	}
 
-	var decoded, prefillTokens, prefilled int
 	for _, q := range s.running {
 		switch {
 		case q.prefill == 0:
-			decoded++
+			res.Decoded++
 		case q.plan > 0:
-			prefilled++
-			prefillTokens += q.plan
+			res.Prefilled++
+			res.PrefillTokens += q.plan
 		}
 	}
 	res.Batch = len(s.running)
-	if decoded == 0 && prefillTokens == 0 {
+	return Plan{Start: start, res: res}
+}
+
+// commit ends a planned step of duration d (0 when it ran nothing). The
+// token of an emitting sequence is out's, or drawn from its generator
+// when out has none for it.
+func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepResult {
+	res := p.res
+	if !p.runs() {
 		res.Waiting, res.KVPagesUsed = len(s.waiting), s.kv.UsedPages()
 		return res
 	}
-	ms := s.p.DecodeBaseMs + s.p.DecodeMsPerSeq*float64(decoded) + s.p.PrefillMsPerToken*float64(prefillTokens)
-	// At least a nanosecond: a step that ran must move time, or a caller
-	// would take it for an idle one.
-	res.Duration = max(1, time.Duration(math.Round(ms*float64(time.Millisecond))))
-	res.Decoded, res.Prefilled, res.PrefillTokens = decoded, prefilled, prefillTokens
+	res.Duration = d
 	end := res.End()
+	pt := s.kv.PageTokens()
 
 	var failed []*seq
 	done := false
@@ -518,14 +651,23 @@ func (s *Scheduler) Step(now time.Duration) StepResult {
 			}
 		}
 		q.times = append(q.times, end)
-		ev := TokenEvent{ID: q.req.ID, Index: q.generated, Token: q.rng.IntN(vocabSize), Time: end}
+		ev := TokenEvent{ID: q.req.ID, Index: q.generated, Time: end}
+		reason, stop := q.reason, false
+		if o, ok := out[q.req.ID]; ok {
+			ev.Token = o.Token
+			if o.Stop {
+				reason, stop = FinishStop, true
+			}
+		} else {
+			ev.Token = q.rng.IntN(vocabSize)
+		}
 		q.generated++
-		if q.generated >= q.target {
+		if q.generated >= q.target || stop {
 			ev.Last = true
 			s.release(q)
 			delete(s.live, q.req.ID)
 			s.completed++
-			f := s.finished(q, q.reason, end)
+			f := s.finished(q, reason, end)
 			s.rec.ttft.add(f.TTFT())
 			if len(f.TokenTimes) > 1 {
 				s.rec.tpot.add(f.TPOT())
@@ -543,7 +685,7 @@ func (s *Scheduler) Step(now time.Duration) StepResult {
 		s.insertWaiting(q)
 	}
 	s.clock = end
-	s.rec.step(start, end, len(res.Events))
+	s.rec.step(p.Start, end, len(res.Events))
 	res.Waiting, res.KVPagesUsed = len(s.waiting), s.kv.UsedPages()
 	return res
 }

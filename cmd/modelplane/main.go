@@ -30,7 +30,7 @@ commands:
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
   bench     benchmarks printing JSON with --json: bench api, engine, placement, ingest, gateway,
             rollback, chargeback, drift, runtime,
-            autoscale (run 'modelplane bench' for each one's flags)
+            autoscale, llm (run 'modelplane bench' for each one's flags)
 
 run 'modelplane <command> -h' for its flags`
 

@@ -67,11 +67,11 @@ type rule struct {
 
 var rules = []rule{{
 	name:      "pure packages do no I/O",
-	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/..."},
+	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile"},
+	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
@@ -95,7 +95,10 @@ var rules = []rule{{
 }, {
 	name:      "only the node agent, commands and benchmarks run the simulator engine; domain packages use sim/profile",
 	importers: []string{"modelplane/..."},
-	except:    append([]string{"modelplane/sim/...", "modelplane/agent/..."}, aboveDomain...),
+	// The built-in runtime's LLM engine runs the simulator's scheduler and
+	// KV-cache manager on real K/V (DESIGN §19); validation runs that
+	// runtime in a child process.
+	except:    append([]string{"modelplane/sim/...", "modelplane/agent/...", "modelplane/runtime/...", "modelplane/validation"}, aboveDomain...),
 	forbidden: simEngine,
 }, {
 	name:      "the simulator shares drift's math through drift/stat, not drift",

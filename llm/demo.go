@@ -1,0 +1,144 @@
+package llm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+
+	"modelplane/gguf"
+)
+
+// DemoConfig is the shape of the demo model WriteDemo writes: 4 layers,
+// width 64, 4 query heads sharing 2 K/V heads (GQA), a 192-wide SwiGLU
+// feed-forward, a byte-level vocabulary of 256 bytes plus <|endoftext|>,
+// <|im_start|> and <|im_end|>, and 2,048 positions of context.
+var DemoConfig = Config{Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192,
+	Vocab: 259, Context: 2048, RopeTheta: 10000, NormEps: 1e-5}
+
+// ChatMLTemplate is the Jinja chat template the demo model carries.
+const ChatMLTemplate = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+
+// WriteDemo writes the demo llama model deterministically (the same bytes
+// on every call) with weights of type F32, F16 or Q8_0: seeded random
+// weights scaled so that the logits are spread, not flat. It is about
+// 1.1 MB in F32. Its tokenizer is GPT-2 byte-level BPE without merges, so
+// token id b is byte b.
+func WriteDemo(w io.Writer, typ gguf.TensorType) error {
+	kvs, tensors, err := demoParts(typ)
+	if err != nil {
+		return err
+	}
+	return gguf.Write(w, kvs, tensors)
+}
+
+// demoParts is the demo model's metadata and tensors, for WriteDemo and
+// for tests that write altered copies.
+func demoParts(typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
+	if typ != gguf.F32 && typ != gguf.F16 && typ != gguf.Q8_0 {
+		return nil, nil, fmt.Errorf("demo weight type %s: want F32, F16 or Q8_0", typ)
+	}
+	c := DemoConfig
+	rng := rand.New(rand.NewPCG(17, 0x6c6c6d))
+	var tensors []gguf.Tensor
+	add := func(name string, rows, cols int, std, mean float64) {
+		x := make([]float32, rows*cols)
+		for i := range x {
+			x[i] = float32(mean + std*rng.NormFloat64())
+		}
+		t := gguf.Tensor{Name: name, Dims: []uint64{uint64(cols)}, Type: gguf.F32}
+		if rows > 1 {
+			t.Dims = append(t.Dims, uint64(rows))
+			t.Type = typ // norms stay F32, as converters write them
+		}
+		t.Data = encodeTensor(x, t.Type)
+		tensors = append(tensors, t)
+	}
+	d, kv := c.Dim, c.KVDim()
+	add("token_embd.weight", c.Vocab, d, 1, 0)
+	for l := range c.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		add(p+"attn_norm.weight", 1, d, 0.1, 1)
+		add(p+"attn_q.weight", d, d, 1.5/math.Sqrt(float64(d)), 0)
+		add(p+"attn_k.weight", kv, d, 1.5/math.Sqrt(float64(d)), 0)
+		add(p+"attn_v.weight", kv, d, 1/math.Sqrt(float64(d)), 0)
+		add(p+"attn_output.weight", d, d, 1/math.Sqrt(float64(d)), 0)
+		add(p+"ffn_norm.weight", 1, d, 0.1, 1)
+		add(p+"ffn_gate.weight", c.FFN, d, 1/math.Sqrt(float64(d)), 0)
+		add(p+"ffn_up.weight", c.FFN, d, 1/math.Sqrt(float64(d)), 0)
+		add(p+"ffn_down.weight", d, c.FFN, 1/math.Sqrt(float64(c.FFN)), 0)
+	}
+	add("output_norm.weight", 1, d, 0.1, 1)
+	add("output.weight", c.Vocab, d, 3/math.Sqrt(float64(d)), 0)
+
+	tokens := make([]string, 0, c.Vocab)
+	types := make([]int32, 0, c.Vocab)
+	for b := range 256 {
+		tokens = append(tokens, ByteToken(byte(b)))
+		types = append(types, tokNormal)
+	}
+	for _, s := range []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"} {
+		tokens = append(tokens, s)
+		types = append(types, tokControl)
+	}
+	name := map[gguf.TensorType]string{gguf.F32: "f32", gguf.F16: "f16", gguf.Q8_0: "q8_0"}[typ]
+	kvs := []gguf.KV{
+		{Key: "general.architecture", Type: gguf.String, Value: "llama"},
+		{Key: "general.name", Type: gguf.String, Value: "modelplane-demo-llama-" + name},
+		{Key: "general.alignment", Type: gguf.Uint32, Value: uint32(32)},
+		{Key: "llama.block_count", Type: gguf.Uint32, Value: uint32(c.Layers)},
+		{Key: "llama.context_length", Type: gguf.Uint32, Value: uint32(c.Context)},
+		{Key: "llama.embedding_length", Type: gguf.Uint32, Value: uint32(c.Dim)},
+		{Key: "llama.feed_forward_length", Type: gguf.Uint32, Value: uint32(c.FFN)},
+		{Key: "llama.attention.head_count", Type: gguf.Uint32, Value: uint32(c.Heads)},
+		{Key: "llama.attention.head_count_kv", Type: gguf.Uint32, Value: uint32(c.KVHeads)},
+		{Key: "llama.rope.dimension_count", Type: gguf.Uint32, Value: uint32(c.HeadDim)},
+		{Key: "llama.rope.freq_base", Type: gguf.Float32, Value: float32(c.RopeTheta)},
+		{Key: "llama.attention.layer_norm_rms_epsilon", Type: gguf.Float32, Value: c.NormEps},
+		{Key: "tokenizer.ggml.model", Type: gguf.String, Value: "gpt2"},
+		{Key: "tokenizer.ggml.tokens", Type: gguf.Array, Value: tokens},
+		{Key: "tokenizer.ggml.token_type", Type: gguf.Array, Value: types},
+		{Key: "tokenizer.ggml.merges", Type: gguf.Array, Value: []string{}},
+		{Key: "tokenizer.ggml.bos_token_id", Type: gguf.Uint32, Value: uint32(256)},
+		{Key: "tokenizer.ggml.eos_token_id", Type: gguf.Uint32, Value: uint32(258)},
+		{Key: "tokenizer.ggml.add_bos_token", Type: gguf.Bool, Value: false},
+		{Key: "tokenizer.chat_template", Type: gguf.String, Value: ChatMLTemplate},
+	}
+	return kvs, tensors, nil
+}
+
+func encodeTensor(x []float32, t gguf.TensorType) []byte {
+	switch t {
+	case gguf.F16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], floatToHalf(v))
+		}
+		return b
+	case gguf.Q8_0:
+		b := make([]byte, 0, len(x)/32*34)
+		for blk := 0; blk < len(x)/32; blk++ {
+			xs := x[blk*32 : blk*32+32]
+			var amax float32
+			for _, v := range xs {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			d := amax / 127
+			id := float32(0)
+			if d != 0 {
+				id = 1 / d
+			}
+			b = binary.LittleEndian.AppendUint16(b, floatToHalf(d))
+			for _, v := range xs {
+				b = append(b, byte(int8(math.Round(float64(v*id)))))
+			}
+		}
+		return b
+	}
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}

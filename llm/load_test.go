@@ -1,0 +1,177 @@
+package llm
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"modelplane/gguf"
+)
+
+// writeAltered writes the F32 demo model after alter has changed its parts.
+func writeAltered(t *testing.T, alter func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor)) string {
+	t.Helper()
+	kvs, ts, err := demoParts(gguf.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, ts = alter(kvs, ts)
+	var b bytes.Buffer
+	if err := gguf.Write(&b, kvs, ts); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(p, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func setKV(kvs []gguf.KV, key string, typ gguf.ValueType, v any) []gguf.KV {
+	for i := range kvs {
+		if kvs[i].Key == key {
+			kvs[i] = gguf.KV{Key: key, Type: typ, Value: v}
+			return kvs
+		}
+	}
+	return append(kvs, gguf.KV{Key: key, Type: typ, Value: v})
+}
+
+func withTensor(ts []gguf.Tensor, name string, f func(*gguf.Tensor)) []gguf.Tensor {
+	for i := range ts {
+		if ts[i].Name == name {
+			f(&ts[i])
+		}
+	}
+	return ts
+}
+
+// TestBadModels checks that each file the runtime cannot run is refused by
+// Load and MemoryNeed (what validation calls) with the reason.
+func TestBadModels(t *testing.T) {
+	demo, err := os.ReadFile(demoPath(t, gguf.F32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := func(b []byte) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "m.gguf")
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+	altered := func(f func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor)) func(t *testing.T) string {
+		return func(t *testing.T) string { return writeAltered(t, f) }
+	}
+	badMagic := bytes.Clone(demo)
+	copy(badMagic, "GGJT")
+	for _, tc := range []struct {
+		name     string
+		file     func(t *testing.T) string
+		sentinel error
+		want     string
+	}{
+		{"truncated file", raw(demo[:len(demo)/2]), gguf.ErrInvalid, "past the end of the file"},
+		{"truncated header", raw(demo[:100]), gguf.ErrInvalid, "truncated at byte"},
+		{"bad magic", raw(badMagic), gguf.ErrInvalid, `bad magic "GGJT"`},
+		{"unsupported architecture", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return setKV(kvs, "general.architecture", gguf.String, "gpt2"), ts
+		}), ErrUnsupported, `architecture "gpt2"`},
+		{"unsupported tensor type", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return kvs, withTensor(ts, "blk.0.attn_q.weight", func(t *gguf.Tensor) {
+				t.Type, t.Data = gguf.Q4_K, make([]byte, 64*64/256*144)
+			})
+		}), ErrUnsupported, "tensor blk.0.attn_q.weight has type Q4_K"},
+		{"wrong shape", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return kvs, withTensor(ts, "blk.1.ffn_up.weight", func(t *gguf.Tensor) {
+				t.Dims = []uint64{64, 96}
+				t.Data = t.Data[:64*96*4]
+			})
+		}), ErrInvalid, "tensor blk.1.ffn_up.weight has shape [64 96], want [64 192]"},
+		{"missing tensor", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			var out []gguf.Tensor
+			for _, t := range ts {
+				if t.Name != "blk.3.ffn_norm.weight" {
+					out = append(out, t)
+				}
+			}
+			return kvs, out
+		}), ErrInvalid, "tensor blk.3.ffn_norm.weight is missing"},
+		{"heads do not divide", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return setKV(kvs, "llama.attention.head_count_kv", gguf.Uint32, uint32(3)), ts
+		}), ErrInvalid, "head_count 4 is not a multiple of head_count_kv 3"},
+		{"missing hyperparameter", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return setKV(kvs, "llama.block_count", gguf.String, "four"), ts
+		}), ErrInvalid, "llama.block_count is missing or not an integer"},
+		{"unknown tokenizer", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return setKV(kvs, "tokenizer.ggml.model", gguf.String, "bert"), ts
+		}), ErrUnsupported, `tokenizer model "bert"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.file(t)
+			_, err := Load(p)
+			if err == nil || !errors.Is(err, tc.sentinel) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load: %v, want an error wrapping %v containing %q", err, tc.sentinel, tc.want)
+			}
+			// MemoryNeed reads the header only: it refuses what is wrong there.
+			if tc.name == "missing tensor" || tc.name == "wrong shape" || tc.name == "unknown tokenizer" {
+				return
+			}
+			if _, err := MemoryNeed(p, 512); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("MemoryNeed: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTiedOutput(t *testing.T) {
+	p := writeAltered(t, func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+		var out []gguf.Tensor
+		for _, t := range ts {
+			if t.Name != "output.weight" {
+				out = append(out, t)
+			}
+		}
+		return kvs, out
+	})
+	m, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := NewKV(m.Config(), 1, 16)
+	lg := m.Forward(kv, []Seq{{Tokens: []int{'h', 'i'}, Pages: []int32{0}}})[0]
+	if len(lg) != DemoConfig.Vocab {
+		t.Fatalf("%d logits", len(lg))
+	}
+}
+
+func TestConfigFromFile(t *testing.T) {
+	m := demoModel(t, gguf.F16)
+	if got := m.Config(); got != DemoConfig {
+		t.Errorf("Config = %+v, want %+v", got, DemoConfig)
+	}
+	if RecogniseTemplate(m.ChatTemplate()) != ChatML {
+		t.Errorf("demo template recognised as %q", RecogniseTemplate(m.ChatTemplate()))
+	}
+}
+
+func TestDemoIsDeterministic(t *testing.T) {
+	var a, b bytes.Buffer
+	if err := WriteDemo(&a, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDemo(&b, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("two WriteDemo calls wrote different bytes")
+	}
+	if a.Len() > 1<<20 {
+		t.Errorf("F16 demo is %d bytes", a.Len())
+	}
+}

@@ -1,0 +1,315 @@
+package llm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"modelplane/gguf"
+)
+
+// ErrUnsupported is wrapped by the errors about a well-formed file this
+// package cannot run (another architecture, a tensor type it does not
+// decode). Malformed files wrap gguf.ErrInvalid or ErrInvalid.
+var ErrUnsupported = errors.New("unsupported model")
+
+// ErrInvalid is wrapped by errors about a llama model whose metadata or
+// tensor shapes are inconsistent.
+var ErrInvalid = errors.New("invalid model")
+
+// Config is a model's hyperparameters as the file states them.
+type Config struct {
+	Layers    int // llama.block_count
+	Dim       int // llama.embedding_length
+	Heads     int // llama.attention.head_count
+	KVHeads   int // llama.attention.head_count_kv (Heads when absent)
+	HeadDim   int // Dim / Heads
+	FFN       int // llama.feed_forward_length
+	Vocab     int // rows of token_embd
+	Context   int // llama.context_length
+	RopeTheta float64
+	NormEps   float32
+}
+
+// KVDim is the width of one position's K (or V) in one layer.
+func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
+
+type layer struct {
+	attnNorm, ffnNorm []float32
+	wq, wk, wv, wo    []float32 // [out][in] row-major
+	gate, up, down    []float32
+}
+
+// Model is a loaded llama model. Its methods are safe for concurrent use;
+// Forward calls on disjoint pages may run in parallel.
+type Model struct {
+	cfg      Config
+	tok      *Tokenizer
+	embd     []float32 // [vocab][dim]
+	layers   []layer
+	outNorm  []float32
+	output   []float32 // [vocab][dim]; shares embd when tied
+	template string
+	computed atomic.Int64
+	calls    atomic.Int64
+}
+
+// Config returns the model's hyperparameters.
+func (m *Model) Config() Config { return m.cfg }
+
+// Tokenizer returns the tokenizer the file carries.
+func (m *Model) Tokenizer() *Tokenizer { return m.tok }
+
+// ChatTemplate returns tokenizer.chat_template as the file states it ("" when absent).
+func (m *Model) ChatTemplate() string { return m.template }
+
+// Stats are counters of the work Forward did since Load.
+type Stats struct {
+	Computed int64 // token positions run through the layers (prefill and decode)
+	Forwards int64 // Forward calls
+}
+
+// Stats returns the counters; the engine diffs them around a call to count
+// the prefill a request really computed.
+func (m *Model) Stats() Stats {
+	return Stats{Computed: m.computed.Load(), Forwards: m.calls.Load()}
+}
+
+// Load reads a llama-architecture GGUF model and its tokenizer.
+func Load(path string) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return FromFile(f)
+}
+
+// FromFile builds a model from an opened GGUF file, reading its tensors.
+func FromFile(f *gguf.File) (*Model, error) {
+	cfg, err := ReadConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := NewTokenizer(f)
+	if err != nil {
+		return nil, err
+	}
+	if tok.Len() != cfg.Vocab {
+		return nil, fmt.Errorf("%w: tokenizer has %d tokens but token_embd has %d rows", ErrInvalid, tok.Len(), cfg.Vocab)
+	}
+	m := &Model{cfg: cfg, tok: tok}
+	m.template, _ = f.String("tokenizer.chat_template")
+	d, kv := cfg.Dim, cfg.KVDim()
+	load := func(name string, dims ...int) ([]float32, error) { return loadTensor(f, name, dims...) }
+	if m.embd, err = load("token_embd.weight", d, cfg.Vocab); err != nil {
+		return nil, err
+	}
+	if m.outNorm, err = load("output_norm.weight", d); err != nil {
+		return nil, err
+	}
+	if _, ok := f.Tensor("output.weight"); ok {
+		if m.output, err = load("output.weight", d, cfg.Vocab); err != nil {
+			return nil, err
+		}
+	} else {
+		m.output = m.embd
+	}
+	m.layers = make([]layer, cfg.Layers)
+	for i := range m.layers {
+		l := &m.layers[i]
+		p := fmt.Sprintf("blk.%d.", i)
+		for _, t := range []struct {
+			dst  *[]float32
+			name string
+			dims []int
+		}{
+			{&l.attnNorm, "attn_norm", []int{d}},
+			{&l.wq, "attn_q", []int{d, d}},
+			{&l.wk, "attn_k", []int{d, kv}},
+			{&l.wv, "attn_v", []int{d, kv}},
+			{&l.wo, "attn_output", []int{d, d}},
+			{&l.ffnNorm, "ffn_norm", []int{d}},
+			{&l.gate, "ffn_gate", []int{d, cfg.FFN}},
+			{&l.up, "ffn_up", []int{d, cfg.FFN}},
+			{&l.down, "ffn_down", []int{cfg.FFN, d}},
+		} {
+			if *t.dst, err = load(p+t.name+".weight", t.dims...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// ReadConfig reads and checks the llama hyperparameters of a file without
+// reading any tensor data.
+func ReadConfig(f *gguf.File) (Config, error) {
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return Config{}, fmt.Errorf("%w: general.architecture is missing", ErrInvalid)
+	}
+	if arch != "llama" {
+		return Config{}, fmt.Errorf("%w: architecture %q (only llama runs on the built-in runtime)", ErrUnsupported, arch)
+	}
+	var c Config
+	req := func(key string, dst *int) error {
+		v, ok := f.Uint("llama." + key)
+		if !ok {
+			return fmt.Errorf("%w: llama.%s is missing or not an integer", ErrInvalid, key)
+		}
+		if v == 0 || v > 1<<24 {
+			return fmt.Errorf("%w: llama.%s is %d", ErrInvalid, key, v)
+		}
+		*dst = int(v)
+		return nil
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"block_count", &c.Layers}, {"embedding_length", &c.Dim}, {"feed_forward_length", &c.FFN},
+		{"attention.head_count", &c.Heads}, {"context_length", &c.Context},
+	} {
+		if err := req(k.key, k.dst); err != nil {
+			return Config{}, err
+		}
+	}
+	c.KVHeads = c.Heads
+	if _, ok := f.Get("llama.attention.head_count_kv"); ok {
+		if err := req("attention.head_count_kv", &c.KVHeads); err != nil {
+			return Config{}, err
+		}
+	}
+	if c.Dim%c.Heads != 0 {
+		return Config{}, fmt.Errorf("%w: embedding_length %d is not a multiple of head_count %d", ErrInvalid, c.Dim, c.Heads)
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return Config{}, fmt.Errorf("%w: head_count %d is not a multiple of head_count_kv %d", ErrInvalid, c.Heads, c.KVHeads)
+	}
+	c.HeadDim = c.Dim / c.Heads
+	if c.HeadDim%2 != 0 {
+		return Config{}, fmt.Errorf("%w: head dimension %d is odd (rotary embedding needs pairs)", ErrInvalid, c.HeadDim)
+	}
+	if r, ok := f.Uint("llama.rope.dimension_count"); ok && int(r) != c.HeadDim {
+		return Config{}, fmt.Errorf("%w: llama.rope.dimension_count %d (partial rotary embedding is not supported; head dimension is %d)", ErrUnsupported, r, c.HeadDim)
+	}
+	c.RopeTheta = 10000
+	if v, ok := f.Float("llama.rope.freq_base"); ok {
+		c.RopeTheta = v
+	}
+	c.NormEps = 1e-5
+	if v, ok := f.Float("llama.attention.layer_norm_rms_epsilon"); ok {
+		c.NormEps = float32(v)
+	}
+	if _, ok := f.Get("llama.rope.scaling.type"); ok {
+		if s, _ := f.String("llama.rope.scaling.type"); s != "" && s != "none" {
+			return Config{}, fmt.Errorf("%w: llama.rope.scaling.type %q", ErrUnsupported, s)
+		}
+	}
+	if _, ok := f.Get("llama.expert_count"); ok {
+		if n, _ := f.Uint("llama.expert_count"); n > 0 {
+			return Config{}, fmt.Errorf("%w: mixture of experts (llama.expert_count %d)", ErrUnsupported, n)
+		}
+	}
+	t, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return Config{}, fmt.Errorf("%w: tensor token_embd.weight is missing", ErrInvalid)
+	}
+	if len(t.Dims) != 2 || int(t.Dims[0]) != c.Dim {
+		return Config{}, fmt.Errorf("%w: token_embd.weight has shape %v, want [%d vocab]", ErrInvalid, t.Dims, c.Dim)
+	}
+	c.Vocab = int(t.Dims[1])
+	return c, nil
+}
+
+// supported reports whether loadTensor decodes the type.
+func supported(t gguf.TensorType) bool {
+	return t == gguf.F32 || t == gguf.F16 || t == gguf.Q8_0
+}
+
+func loadTensor(f *gguf.File, name string, dims ...int) ([]float32, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: tensor %s is missing", ErrInvalid, name)
+	}
+	if err := checkShape(t, dims); err != nil {
+		return nil, err
+	}
+	if !supported(t.Type) {
+		return nil, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs F32, F16 and Q8_0)", ErrUnsupported, name, t.Type)
+	}
+	b, err := f.TensorBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	n := int(t.Elements())
+	out := make([]float32, n)
+	switch t.Type {
+	case gguf.F32:
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	case gguf.F16:
+		for i := range out {
+			out[i] = halfToFloat(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+	case gguf.Q8_0:
+		for blk := 0; blk < n/32; blk++ {
+			p := b[blk*34:]
+			d := halfToFloat(binary.LittleEndian.Uint16(p))
+			for j := range 32 {
+				out[blk*32+j] = d * float32(int8(p[2+j]))
+			}
+		}
+	}
+	return out, nil
+}
+
+func checkShape(t gguf.TensorInfo, dims []int) error {
+	ok := len(t.Dims) == len(dims)
+	for i := 0; ok && i < len(dims); i++ {
+		ok = int(t.Dims[i]) == dims[i]
+	}
+	if !ok {
+		return fmt.Errorf("%w: tensor %s has shape %v, want %v", ErrInvalid, t.Name, t.Dims, dims)
+	}
+	return nil
+}
+
+// MemoryNeed is the bytes the built-in runtime needs to run the model at
+// path with K/V for contextTokens positions, computed from the header
+// alone: every weight held as float32 (4 bytes an element, whatever the
+// file's type) plus K and V in float32 for every layer:
+//
+//	weights = 4 × Σ elements(tensor)
+//	kv      = 2 × layers × contextTokens × head_count_kv × head_dim × 4
+//
+// It checks the file as Load would (architecture, shapes and tensor
+// types), so a file it accepts is one Load can run.
+func MemoryNeed(path string, contextTokens int) (int64, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	c, err := ReadConfig(f)
+	if err != nil {
+		return 0, err
+	}
+	var elems int64
+	for _, t := range f.Tensors {
+		if !supported(t.Type) {
+			return 0, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs F32, F16 and Q8_0)", ErrUnsupported, t.Name, t.Type)
+		}
+		elems += int64(t.Elements())
+	}
+	return 4*elems + KVBytes(c, contextTokens), nil
+}
+
+// KVBytes is the size of K and V for n positions.
+func KVBytes(c Config, n int) int64 {
+	return 2 * int64(c.Layers) * int64(n) * int64(c.KVDim()) * 4
+}

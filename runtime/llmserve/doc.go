@@ -1,0 +1,18 @@
+// Package llmserve is the built-in runtime's LLM engine (DESIGN §19): it
+// serves a llama-architecture GGUF model on the CPU with the platform's own
+// continuous-batching scheduler and paged KV-cache manager (sim.Scheduler
+// and sim.KV, the simulator's algorithms) now holding real K/V: each step
+// the scheduler plans which sequences run and which pages they use, the
+// engine runs the model's forward pass over those pages, samples, and
+// commits the tokens back. Admission with growth reservation, per-tenant
+// caps keyed by the team the gateway vouches for (proto.TeamHeader, never
+// the body's user), preemption with re-prefill, prefix sharing that skips
+// the prefill of a shared system prompt's full pages, and cancel freeing
+// pages at once all come from the scheduler.
+//
+// It speaks the OpenAI replica contract of sim/replica (chat and text
+// completions, SSE streaming, usage) plus health probes and Prometheus
+// metrics under vLLM's names, so the vLLM adapter reads it. It does not
+// read model files itself (package llm does) and never imports the
+// database or the agent.
+package llmserve
