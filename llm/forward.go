@@ -43,8 +43,10 @@ func (kv *KV) pageBase(page int32, layer int) int {
 // Seq is one sequence's share of a Forward call. Tokens are the new tokens
 // at positions Pos … Pos+len(Tokens)-1; Pages is the block table, page ids
 // covering positions 0 … Pos+len(Tokens)-1 (PageTokens positions a page).
-// Positions before Pos must already be in the pages (a shared prefix or
-// earlier steps); they are read, never recomputed.
+// Positions before Pos must already be in the pages, written by an earlier
+// Forward call (a shared prefix or earlier steps); they are read, never
+// recomputed. Sequences of one call run concurrently, so one must not read
+// positions another writes in the same call.
 type Seq struct {
 	Tokens []int
 	Pos    int

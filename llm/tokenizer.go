@@ -362,27 +362,30 @@ func (t *Tokenizer) encodeBPE(out []int, word string) []int {
 
 // pretokenize splits text as GPT-2's pattern does:
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// It works on byte offsets so that invalid UTF-8 survives unchanged (an
+// invalid byte counts as a symbol).
 func pretokenize(s string) []string {
 	var out []string
-	rs := []rune(s)
-	class := func(r rune) int {
+	class := func(i int) (int, int) { // class and width of the rune at i
+		r, w := utf8.DecodeRuneInString(s[i:])
 		switch {
+		case r == utf8.RuneError && w <= 1:
+			return 4, 1
 		case unicode.IsLetter(r):
-			return 1
+			return 1, w
 		case unicode.IsNumber(r):
-			return 2
+			return 2, w
 		case unicode.IsSpace(r):
-			return 3
+			return 3, w
 		}
-		return 4
+		return 4, w
 	}
 	i := 0
-	for i < len(rs) {
-		if rs[i] == '\'' {
-			rest := string(rs[i+1 : min(len(rs), i+3)])
+	for i < len(s) {
+		if s[i] == '\'' {
 			matched := false
 			for _, c := range []string{"re", "ve", "ll", "s", "t", "m", "d"} {
-				if strings.HasPrefix(rest, c) {
+				if strings.HasPrefix(s[i+1:], c) {
 					out = append(out, "'"+c)
 					i += 1 + len(c)
 					matched = true
@@ -394,27 +397,38 @@ func pretokenize(s string) []string {
 			}
 		}
 		j := i
-		if rs[j] == ' ' && j+1 < len(rs) && class(rs[j+1]) != 3 {
-			j++
-		}
-		if c := class(rs[j]); c != 3 {
-			k := j + 1
-			for k < len(rs) && class(rs[k]) == c {
-				k++
+		if s[j] == ' ' && j+1 < len(s) {
+			if c, _ := class(j + 1); c != 3 {
+				j++
 			}
-			out = append(out, string(rs[i:k]))
+		}
+		if c, w := class(j); c != 3 {
+			k := j + w
+			for k < len(s) {
+				c2, w2 := class(k)
+				if c2 != c {
+					break
+				}
+				k += w2
+			}
+			out = append(out, s[i:k])
 			i = k
 			continue
 		}
 		// Whitespace run: leave the last space to prefix a following word.
-		k := i
-		for k < len(rs) && class(rs[k]) == 3 {
-			k++
+		k, last := i, i
+		for k < len(s) {
+			c, w := class(k)
+			if c != 3 {
+				break
+			}
+			last = k
+			k += w
 		}
-		if k < len(rs) && k-i > 1 {
-			k--
+		if k < len(s) && last > i {
+			k = last
 		}
-		out = append(out, string(rs[i:k]))
+		out = append(out, s[i:k])
 		i = k
 	}
 	return out
@@ -426,8 +440,10 @@ func (t *Tokenizer) encodeSPM(out []int, s string, first bool) []int {
 	}
 	s = strings.ReplaceAll(s, " ", "▁")
 	var syms []string
-	for _, r := range s {
-		syms = append(syms, string(r))
+	for i := 0; i < len(s); {
+		_, w := utf8.DecodeRuneInString(s[i:]) // an invalid byte is a symbol of its own
+		syms = append(syms, s[i:i+w])
+		i += w
 	}
 	for len(syms) > 1 {
 		best, at := float32(0), -1

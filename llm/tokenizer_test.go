@@ -121,12 +121,12 @@ func TestSentencePiece(t *testing.T) {
 		{Key: "tokenizer.ggml.bos_token_id", Type: gguf.Uint32, Value: uint32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Type: gguf.Uint32, Value: uint32(2)},
 	})
-	got := tok.Encode("hello world é", true)
-	want := append([]int{1}, ids(t, tok, "▁hello", "▁w", "or", "ld", "▁", "<0xC3>", "<0xA9>")...)
+	got := tok.Encode("hello world é\xff", true)
+	want := append([]int{1}, ids(t, tok, "▁hello", "▁w", "or", "ld", "▁", "<0xC3>", "<0xA9>", "<0xFF>")...)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Encode = %v, want %v", got, want)
 	}
-	if s := tok.Decode(got); s != "hello world é" {
+	if s := tok.Decode(got); s != "hello world é\xff" {
 		t.Errorf("Decode = %q", s)
 	}
 	if !tok.AddsBOS() {
@@ -236,4 +236,24 @@ func TestSamplerSeeded(t *testing.T) {
 			t.Errorf("tiny top_p sampled %d, want argmax %d", got, Argmax(lg))
 		}
 	}
+}
+
+// FuzzEncode checks that the demo tokenizer round-trips any valid UTF-8
+// text and never panics on invalid bytes.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"hello", "<|im_start|>user\nhi<|im_end|>", "東京 🚀", "\xff\xfe"} {
+		f.Add(s)
+	}
+	tok := demoModel(f, gguf.F32).Tokenizer()
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tok.Encode(s, true)
+		for _, id := range ids {
+			if id < 0 || id >= tok.Len() {
+				t.Fatalf("Encode(%q) gave id %d", s, id)
+			}
+		}
+		if plain := tok.Encode(s, false); tok.Decode(plain) != s {
+			t.Fatalf("Decode(Encode(%q)) = %q", s, tok.Decode(plain))
+		}
+	})
 }
