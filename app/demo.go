@@ -88,7 +88,7 @@ const (
 )
 
 // demoLLM is the demo GGUF (llm.WriteDemo, F16 weights): the same bytes
-// every run, about half a MiB, 32 MiB to run.
+// every run, about half a MiB, 33 MiB to run (llm.MemoryNeed).
 var demoLLM = sync.OnceValues(func() ([]byte, error) {
 	var b bytes.Buffer
 	if err := llm.WriteDemo(&b, gguf.F16); err != nil {
