@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"modelplane/agent/catalog"
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
@@ -21,6 +22,8 @@ import (
 	"modelplane/db"
 	"modelplane/demo/fraud"
 	"modelplane/endpoint"
+	"modelplane/gguf"
+	"modelplane/llm"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -74,7 +77,25 @@ type demoModel struct {
 	spec     registry.ModelSpec
 	versions []demoVersion
 	endpoint endpoint.Spec
+	// live: the endpoint serves real traffic only (no backfilled history).
+	live bool
 }
+
+// The demo's real LLM: chat-assistant's CPU version and its endpoint.
+const (
+	DemoLLMVersion  = "v44-cpu"
+	DemoLLMEndpoint = "chat-cpu"
+)
+
+// demoLLM is the demo GGUF (llm.WriteDemo, F16 weights): the same bytes
+// every run, about half a MiB, 33 MiB to run (llm.MemoryNeed).
+var demoLLM = sync.OnceValues(func() ([]byte, error) {
+	var b bytes.Buffer
+	if err := llm.WriteDemo(&b, gguf.F16); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+})
 
 // demoVersion is a demo version and its files; nil files are a tiny
 // stand-in (demoArtifact) for a version the simulated fleet serves.
@@ -92,8 +113,8 @@ var demoFraud = sync.OnceValues(func() ([]fraud.Version, error) { return fraud.V
 
 // demoModels are the demo's models, versions and endpoints: a real fraud
 // model the CPU nodes serve with the built-in runtime (v23 XGBoost, v24 an
-// ONNX model trained on shuffled labels), and a simulated LLM on the GPU
-// nodes.
+// ONNX model trained on shuffled labels), a simulated LLM on the GPU
+// nodes, and that LLM's tiny real GGUF version on the CPU nodes (chat-cpu).
 func demoModels() ([]demoModel, error) {
 	fv, err := demoFraud()
 	if err != nil {
@@ -101,6 +122,13 @@ func demoModels() ([]demoModel, error) {
 	}
 	v23, v24 := fv[0], fv[1]
 	cpu := registry.Resources{CPUCores: 1, MemoryMB: 512}
+	llmFile, err := demoLLM()
+	if err != nil {
+		return nil, fmt.Errorf("write the demo GGUF model: %w", err)
+	}
+	chat := demoModel{spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,
+		Description: "Support chat LLM (8B, fp16; v44 a tiny CPU GGUF).",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)}}
 	return []demoModel{
 		{
 			spec: registry.ModelSpec{Team: "risk", Name: "fraud-detector", Task: registry.TaskClassification,
@@ -122,9 +150,7 @@ func demoModels() ([]demoModel, error) {
 				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 2, MaxReplicas: 4, Tier: "critical", SamplingRate: 1, RetentionDays: 30}},
 		},
 		{
-			spec: registry.ModelSpec{Team: "search", Name: "chat-assistant", Task: registry.TaskLLM,
-				Description: "Support chat LLM (8B, fp16).",
-				InputSchema: json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)},
+			spec: chat.spec,
 			versions: []demoVersion{
 				{spec: registry.VersionSpec{Name: "v42", Runtime: "vllm", Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 40960, GPUType: "H100-80GB"}, SLA: registry.SLA{P99TPOTMs: ms(30)},
 					Lineage: registry.Lineage{TrainingJob: "sft-chat-42", Dataset: "support-dialogs-v7"},
@@ -135,6 +161,20 @@ func demoModels() ([]demoModel, error) {
 			},
 			endpoint: endpoint.Spec{Name: "support-chat", Model: "chat-assistant", Version: "v42", Runtime: "vllm",
 				Settings: endpoint.Settings{InstanceProfile: "mig-4g.40gb", MinReplicas: 1, MaxReplicas: 4, Tier: "standard", RetentionDays: 14}},
+		},
+		{
+			// The same model's CPU version: a real (tiny) llama-architecture
+			// GGUF that the CPU nodes serve with the built-in LLM engine,
+			// on an endpoint of its own beside the simulated GPU versions.
+			spec: chat.spec,
+			versions: []demoVersion{
+				{spec: registry.VersionSpec{Name: DemoLLMVersion, Runtime: catalog.BuiltinLLM, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
+					Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "distill-chat-44", Dataset: "support-dialogs-v8"}},
+					files: map[string][]byte{"model.gguf": llmFile}},
+			},
+			endpoint: endpoint.Spec{Name: DemoLLMEndpoint, Model: "chat-assistant", Version: DemoLLMVersion,
+				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 1, MaxReplicas: 2, Tier: "standard", RetentionDays: 14}},
+			live: true,
 		},
 	}, nil
 }

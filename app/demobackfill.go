@@ -132,6 +132,9 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 		return plan, err
 	}
 	for _, m := range models {
+		if m.live {
+			continue
+		}
 		e, err := cp.Endpoints.Get(ctx, system, m.endpoint.Name)
 		if err != nil {
 			return plan, err

@@ -427,6 +427,7 @@ modelplane dev is running.
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'
            OpenAI clients: base URL $MP_GATEWAY/v1, API key $MP_SEARCH_KEY, model support-chat
+           (simulated GPUs) or chat-cpu (a real tiny GGUF LLM on the CPU nodes)
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
            %[11]s

@@ -24,7 +24,7 @@ func (q *Queries) ModelVersionSetStatus(ctx context.Context, arg ModelVersionSet
 }
 
 const validationClaimPending = `-- name: ValidationClaimPending :one
-SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving,
+SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving, v.memory_mb,
        m.name AS model, m.task, m.input_schema, m.output_schema, m.feature_names
 FROM model_version_validations x
 JOIN model_versions v ON v.id = x.version_id
@@ -43,6 +43,7 @@ type ValidationClaimPendingRow struct {
 	Runtime      string
 	Manifest     []byte
 	Serving      []byte
+	MemoryMB     int32
 	Model        string
 	Task         string
 	InputSchema  []byte
@@ -63,6 +64,7 @@ func (q *Queries) ValidationClaimPending(ctx context.Context) (ValidationClaimPe
 		&i.Runtime,
 		&i.Manifest,
 		&i.Serving,
+		&i.MemoryMB,
 		&i.Model,
 		&i.Task,
 		&i.InputSchema,

@@ -14,7 +14,7 @@ WHERE version_id = ANY(@version_ids::bigint[]) AND (@all_teams::boolean OR team_
 -- name: ValidationClaimPending :one
 -- The oldest pending validation, locked for the validator (skipping one
 -- another control plane holds), with what running it needs.
-SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving,
+SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving, v.memory_mb,
        m.name AS model, m.task, m.input_schema, m.output_schema, m.feature_names
 FROM model_version_validations x
 JOIN model_versions v ON v.id = x.version_id

@@ -112,3 +112,10 @@ func (g *generative) warm(ctx context.Context) error {
 		}
 	}
 }
+
+// GGUFPath is the GGUF file a model directory serves, as Load finds it;
+// ok is false for a directory of any other model.
+func GGUFPath(dir string) (path string, ok bool, err error) {
+	_, _, path, ok, err = ggufModel(dir)
+	return path, ok, err
+}

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"modelplane/gguf"
+	"modelplane/llm"
 	"modelplane/runtime"
+	"modelplane/runtime/llmserve"
 	"modelplane/runtime/onnx"
 )
 
@@ -22,12 +25,20 @@ type Report struct {
 	Outputs     []json.RawMessage `json:"outputs,omitempty"`
 	LoadMS      float64           `json:"load_ms"`
 	LatencyMS   float64           `json:"latency_ms"`
+	// MemoryMB is what a GGUF model needs to run (llm.MemoryNeed with the
+	// engine's default K/V cache), in MiB, rounded up; 0 for other models.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
 }
 
 // Check loads the model directory as a replica would (its configuration's
 // features and output mapping) and answers the configuration's sample
 // inputs in one batch. It runs in the child process.
 func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) Report {
+	if path, ok, err := runtime.GGUFPath(dir); err != nil {
+		return Report{Invalid: err.Error()}
+	} else if ok {
+		return checkGGUF(ctx, dir, path)
+	}
 	cfg, err := runtime.ReadConfig(dir)
 	if err != nil {
 		return Report{Invalid: err.Error()}
@@ -55,6 +66,40 @@ func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) R
 		return rep
 	}
 	rep.Outputs = out
+	return rep
+}
+
+// checkGGUF checks a GGUF LLM: its memory need from the header (which
+// refuses an architecture or tensor type the engine does not run, or a
+// truncated file), then a load of the model and one generated token.
+func checkGGUF(ctx context.Context, dir, path string) Report {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return Report{Invalid: err.Error()}
+	}
+	c, err := llm.ReadConfig(f)
+	_ = f.Close()
+	if err != nil {
+		return Report{Invalid: err.Error()}
+	}
+	need, err := llm.MemoryNeed(path, llmserve.DefaultPages(c.Context)*llmserve.PageTokens)
+	if err != nil {
+		return Report{Invalid: err.Error()}
+	}
+	rep := Report{MemoryMB: (need + 1<<20 - 1) >> 20}
+	s := runtime.New(runtime.Options{})
+	start := time.Now()
+	if err := s.Load(dir, nil); err != nil {
+		rep.Invalid = strings.TrimPrefix(err.Error(), "load ")
+		return rep
+	}
+	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
+	rep.LoadMS = ms(time.Since(start))
+	start = time.Now()
+	if err := s.Warm(ctx); err != nil {
+		rep.Invalid = err.Error()
+	}
+	rep.LatencyMS = ms(time.Since(start))
 	return rep
 }
 

@@ -21,6 +21,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/db"
 	"modelplane/registry"
+	"modelplane/runtime"
 	"modelplane/runtime/model"
 	"modelplane/service"
 )
@@ -184,7 +185,11 @@ func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) o
 		out.state, out.reason = registry.StatusInvalid, fmt.Sprintf(format, args...)
 		return out
 	}
-	if len(cfg.Features) == 0 {
+	isLLM := row.Format == runtime.FormatGGUF
+	if isLLM {
+		cfg.SampleInputs, out.inputs = nil, nil
+	}
+	if len(cfg.Features) == 0 && !isLLM {
 		return invalid("the version names no features and its model no feature_names: the runtime cannot read an instance")
 	}
 	dir, err := os.MkdirTemp(v.cfg.WorkDir, "validate-")
@@ -221,6 +226,15 @@ func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) o
 		return invalid("%s", rep.Invalid)
 	}
 	out.latencyMS, out.outputs = &rep.LatencyMS, rep.Outputs
+	if isLLM {
+		// An LLM answers no sample instances; what it needs is memory,
+		// which placement checks against the version's request.
+		if rep.MemoryMB > int64(row.MemoryMB) {
+			return invalid("the model needs %d MiB (weights as float32 and the K/V cache, computed from the GGUF file) but resources.memory_mb is %d", rep.MemoryMB, row.MemoryMB)
+		}
+		out.state = registry.StatusValidated
+		return out
+	}
 	if len(rep.Outputs) != len(cfg.SampleInputs) {
 		return invalid("the runtime answered %d of %d inputs", len(rep.Outputs), len(cfg.SampleInputs))
 	}
