@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 
-	"modelplane/agent/catalog"
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
@@ -168,7 +167,7 @@ func demoModels() ([]demoModel, error) {
 			// on an endpoint of its own beside the simulated GPU versions.
 			spec: chat.spec,
 			versions: []demoVersion{
-				{spec: registry.VersionSpec{Name: DemoLLMVersion, Runtime: catalog.BuiltinLLM, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
+				{spec: registry.VersionSpec{Name: DemoLLMVersion, Runtime: registry.BuiltinLLM, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
 					Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "distill-chat-44", Dataset: "support-dialogs-v8"}},
 					files: map[string][]byte{"model.gguf": llmFile}},
 			},

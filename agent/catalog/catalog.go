@@ -13,6 +13,7 @@ import (
 // Runtime names of the catalogue.
 const (
 	Builtin     = "builtin"
+	BuiltinLLM  = "builtin-llm"
 	VLLM        = "vllm"
 	Triton      = "triton"
 	LlamaServer = "llama-server"
@@ -138,6 +139,18 @@ var ErrUnknown = errors.New("no catalogue entry")
 // replace entries (tests run a runtime of their own under a name).
 func Default() map[string]Entry {
 	return map[string]Entry{
+		// The built-in runtime with a GGUF model (runtime/llmserve): the
+		// built-in command; its metrics are in vLLM's names.
+		BuiltinLLM: {
+			Name:        BuiltinLLM,
+			Command:     []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
+			Devices:     DevicesNone,
+			Health:      "/v2/health/live",
+			Ready:       "/v2/health/ready",
+			Metrics:     "/metrics",
+			Adapter:     AdapterVLLM,
+			ChecksToken: true,
+		},
 		Builtin: {
 			Name:    Builtin,
 			Command: []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
@@ -208,10 +221,12 @@ func Name(registryRuntime string, gpu bool) (string, error) {
 		return VLLM, nil
 	case "llamacpp", LlamaServer:
 		return LlamaServer, nil
-	case Builtin, "builtin-llm":
-		// builtin-llm: the built-in runtime serves a GGUF model directory
-		// with its LLM engine.
+	case Builtin:
 		return Builtin, nil
+	case BuiltinLLM:
+		// The built-in runtime serving a GGUF model directory with its
+		// LLM engine: the same command, metrics in vLLM's names.
+		return BuiltinLLM, nil
 	}
 	return "", fmt.Errorf("%w for runtime %q (gpu %t)", ErrUnknown, registryRuntime, gpu)
 }

@@ -25,7 +25,7 @@ func TestRegistryRuntimesMapToEntries(t *testing.T) {
 		{"vllm", true, catalog.VLLM},
 		{"llamacpp", false, catalog.LlamaServer},
 		{"llamacpp", true, catalog.LlamaServer},
-		{"builtin-llm", false, catalog.Builtin},
+		{"builtin-llm", false, catalog.BuiltinLLM},
 	} {
 		got, err := catalog.Name(c.runtime, c.gpu)
 		if err != nil || got != c.want {
