@@ -59,16 +59,19 @@ func callAsync(ctx context.Context, base, path, key, body string) <-chan asyncRe
 // answer waits for an async call's answer.
 func answer(t *testing.T, ch <-chan asyncResult) result {
 	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("held request: %v", r.err)
+	var r asyncResult
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case r = <-ch:
+			return true
+		default:
+			return false
 		}
-		return r.result
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer to the held request")
-		return result{}
+	}, "no answer to the held request")
+	if r.err != nil {
+		t.Fatalf("held request: %v", r.err)
 	}
+	return r.result
 }
 
 // holding waits until the gateway holds n requests.
@@ -102,14 +105,18 @@ func TestScaleFromZeroServedWithinBudget(t *testing.T) {
 
 	res := callAsync(t.Context(), g.url, predictPath("sleepy"), key, predictBody)
 	holding(t, g, 1)
-	select {
-	case m := <-wakes:
-		var w proto.Wake
-		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint != "sleepy" || w.Served {
-			t.Fatalf("wake request %s (%v), want one for sleepy, not served", m.Data, err)
+	var m *nats.Msg
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case m = <-wakes:
+			return true
+		default:
+			return false
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no wake request for the held request")
+	}, "no wake request for the held request")
+	var w proto.Wake
+	if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint != "sleepy" || w.Served {
+		t.Fatalf("wake request %s (%v), want one for sleepy, not served", m.Data, err)
 	}
 	// Another version's weight changes, no replica yet: still held.
 	e.putRoute(t, zeroRoute("sleepy", 2, 30, 0))
