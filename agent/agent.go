@@ -968,6 +968,7 @@ func (a *Agent) Status() proto.NodeStatus {
 			DownloadMS: m.downloadMS, VerifyMS: m.verifyMS}
 		if m.rep != nil {
 			rs.LoadMS, rs.WarmupMS = m.obs.LoadMS, m.obs.WarmupMS
+			rs.Launch = m.obs.Launch
 			if m.state != proto.StateReady {
 				// Failed starts the agent counted, then the driver's
 				// failures in a row of the runtime it started.

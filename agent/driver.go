@@ -105,4 +105,8 @@ type Observation struct {
 	Failures int
 	Restarts int
 	Reason   string
+	// Launch is the command line and generated files of the runtime the
+	// driver last started for the replica (proto.ReplicaStatus.Launch),
+	// within proto's bounds; nil for a driver that starts no process.
+	Launch *proto.Launch
 }

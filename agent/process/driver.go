@@ -411,6 +411,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	}
 	r := d.newReplica(spec, hash, entry, Launch{Runtime: rec.Runtime, ModelDir: rec.ModelDir, Threads: max(len(rec.Cores), 1)}, rec.Devices)
 	r.port = rec.Port
+	r.launched = rec.Launch
 	if r.guarded() {
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -456,6 +457,7 @@ func TestRestartedDriverAdoptsRunningRuntimes(t *testing.T) {
 		}()
 	}
 	wait.Eventually(t, long, func() bool { return observe(t, r1).InFlight == n }, "requests never in flight")
+	launch := observe(t, r1).Launch
 	d1.detach() // the agent's process ends; its runtimes do not
 
 	d2 := newDriver(t, state, quartz.NewMock(t), nil, "-hold-file", hold)
@@ -471,6 +473,10 @@ func TestRestartedDriverAdoptsRunningRuntimes(t *testing.T) {
 	}
 	if got.Addr() != addr || envOf(t, got).PID != pid {
 		t.Errorf("adopted %s pid %d, want %s pid %d: the same process", got.Addr(), envOf(t, got).PID, addr, pid)
+	}
+	// What it was started with comes from the record, not a guess.
+	if o := observe(t, got); launch == nil || !reflect.DeepEqual(o.Launch, launch) {
+		t.Errorf("adopted replica's launch = %+v, want the one it was started with: %+v", o.Launch, launch)
 	}
 	if len(d2.Running()) != 1 {
 		t.Errorf("running after adoption = %d, want 1", len(d2.Running()))

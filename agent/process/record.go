@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"modelplane/agent/proto"
 )
 
 // record is what the driver keeps on disk of one running replica, so that
@@ -30,6 +32,9 @@ type record struct {
 	InnerPort int    `json:"inner_port,omitempty"`
 	Cores     []int  `json:"cores"`
 	Devices   string `json:"devices,omitempty"`
+	// Launch is what the process was started with, which an adopting
+	// driver reports as its own.
+	Launch *proto.Launch `json:"launch,omitempty"`
 }
 
 func (d *Driver) recordPath(id string) string { return filepath.Join(d.cfg.StateDir, id+".json") }

@@ -14,7 +14,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,6 +63,9 @@ type replica struct {
 	// rates turns the runtime's token and TTFT counters into the
 	// heartbeat's rate and mean.
 	rates rates
+	// launched is the command line and files of the process last
+	// started (launchOf); set whole, never changed in place.
+	launched *proto.Launch
 }
 
 // rates keeps the last reading of a runtime's counters. Between two
@@ -145,7 +150,7 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	}
 	r.capLog()
 	r.mu.Lock()
-	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason}
+	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason, Launch: r.launched}
 	r.mu.Unlock()
 	if !o.Ready {
 		return o, nil
@@ -478,8 +483,10 @@ func (r *replica) spawn() (*proc, error) {
 	vars := catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
 		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID,
 		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d")}
+	var repo string
+	var files []proto.LaunchFile
 	if r.entry.Name == catalog.Triton {
-		if err := r.writeRepository(vars); err != nil {
+		if repo, files, err = r.writeRepository(vars); err != nil {
 			return nil, err
 		}
 	}
@@ -495,7 +502,9 @@ func (r *replica) spawn() (*proc, error) {
 	fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d, cores %v: %q\n", r.spec.ID, runPort, r.cores, argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
-	cmd.Env = r.env()
+	env := r.env()
+	launched := r.launchOf(argv, env, repo, files)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: a Ctrl-C or SIGTERM to the agent's group does
 	// not reach it (it must outlive an agent restart), and Stop signals the
@@ -526,12 +535,13 @@ func (r *replica) spawn() (*proc, error) {
 	started = true
 	r.mu.Lock()
 	r.proc, r.port, r.preferPort, r.guard = p, port, port, g
+	r.launched = launched
 	if r.spawned++; r.spawned > 1 {
 		r.restarts++
 	}
 	r.mu.Unlock()
 	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
-		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices}); err != nil {
+		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
 	}
@@ -813,10 +823,12 @@ func (r *replica) logTail() string {
 // directory (v.WorkDir/repository, made afresh on each start): the
 // generated config.pbtxt beside version 1, a link to the version's files.
 // The runtime user reads it, so it is not private; it holds no secret.
-func (r *replica) writeRepository(v catalog.Vars) error {
+// It returns the repository's directory and what it wrote there, for the
+// replica's launch.
+func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, error) {
 	entries, err := os.ReadDir(v.ModelDir)
 	if err != nil {
-		return fmt.Errorf("model repository: %w", err)
+		return "", nil, fmt.Errorf("model repository: %w", err)
 	}
 	var names []string
 	for _, e := range entries {
@@ -824,29 +836,64 @@ func (r *replica) writeRepository(v catalog.Vars) error {
 	}
 	cfgs, links, err := catalog.TritonRepository(v, names, r.spec.Settings, len(r.spec.Slots))
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	repo := filepath.Join(v.WorkDir, "repository")
 	if err := os.RemoveAll(v.WorkDir); err != nil {
-		return fmt.Errorf("model repository: %w", err)
+		return "", nil, fmt.Errorf("model repository: %w", err)
 	}
+	var files []proto.LaunchFile
 	for rel, body := range cfgs {
 		p := filepath.Join(repo, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("model repository: %w", err)
+			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			return fmt.Errorf("model repository: %w", err)
+			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
+		files = append(files, proto.LaunchFile{Path: rel, Content: body})
 	}
 	for rel, target := range links {
 		p := filepath.Join(repo, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("model repository: %w", err)
+			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
 		if err := os.Symlink(target, p); err != nil {
-			return fmt.Errorf("model repository: %w", err)
+			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
+		files = append(files, proto.LaunchFile{Path: rel, Link: target})
 	}
-	return nil
+	slices.SortFunc(files, func(a, b proto.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
+	return repo, files, nil
+}
+
+// launchOf is the launch a heartbeat reports of a process started with
+// argv and env, with files written under dir: the replica's token never
+// in it (its variable reads proto.LaunchSecret, and so would any argument
+// or file that held it), nor the values of the variables Config.Env adds
+// (env ends with them), which are the operator's.
+func (r *replica) launchOf(argv, env []string, dir string, files []proto.LaunchFile) *proto.Launch {
+	hide := func(s string) string {
+		if r.spec.Token == "" {
+			return s
+		}
+		return strings.ReplaceAll(s, r.spec.Token, proto.LaunchSecret)
+	}
+	l := proto.Launch{Argv: make([]string, len(argv)), Dir: dir}
+	for i, a := range argv {
+		l.Argv[i] = hide(a)
+	}
+	own := len(env) - len(r.d.cfg.Env)
+	for i, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); i >= own || k == "MP_REPLICA_TOKEN" {
+			kv = k + "=" + proto.LaunchSecret
+		}
+		l.Env = append(l.Env, hide(kv))
+	}
+	for _, f := range files {
+		f.Content, f.Link = hide(f.Content), hide(f.Link)
+		l.Files = append(l.Files, f)
+	}
+	l = l.Bounded()
+	return &l
 }

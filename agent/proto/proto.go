@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // KV buckets.
@@ -347,6 +348,118 @@ type ReplicaStatus struct {
 	// was last ready: failed starts, crashes, start timeouts. The control
 	// plane places a replica that keeps failing on another node.
 	Failures int `json:"failures,omitempty"`
+	// Launch is what the node runs for the replica: the command line its
+	// driver executed and the files it generated for the runtime (Triton's
+	// config.pbtxt), so that operators can read what runs. It is in every
+	// heartbeat, not only when it changes: it is bounded (LaunchMaxBytes,
+	// a few hundred bytes for vLLM, about a KiB with a config.pbtxt) and
+	// repeating it means a lost heartbeat or a restarted control plane
+	// never leaves a stale one; the control plane writes it only when it
+	// changed. It never holds the replica's token, which a runtime gets in
+	// its environment. Nil where the driver launches nothing: the sim
+	// driver serves its replicas inside the agent, so there is no command
+	// to show.
+	Launch *Launch `json:"launch,omitempty"`
+}
+
+// Bounds of a ReplicaStatus.Launch: each file's content and each argument
+// is cut to LaunchMaxFileBytes, and files past LaunchMaxBytes in all
+// (arguments included) are left out, with Truncated set wherever
+// something was cut.
+const (
+	LaunchMaxFileBytes = 4 << 10
+	LaunchMaxBytes     = 8 << 10
+	// LaunchSecret stands in for a value a launch must not show.
+	LaunchSecret = "<secret>"
+)
+
+// Launch is what a driver ran for one replica.
+type Launch struct {
+	// Argv is the runtime's command line as it was executed, the program
+	// first.
+	Argv []string `json:"argv"`
+	// Env is the runtime's environment as KEY=value, with LaunchSecret for
+	// the value of anything secret (the replica's token) or not the
+	// driver's own (settings an operator gave every runtime).
+	Env []string `json:"env,omitempty"`
+	// Dir is the directory on the node that the files' paths are
+	// relative to (Triton's model repository); empty with no files.
+	Dir   string       `json:"dir,omitempty"`
+	Files []LaunchFile `json:"files,omitempty"`
+	// Truncated says something was cut to keep the launch within its
+	// bounds.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// LaunchFile is one file a driver generated for a runtime: its content,
+// or, for a link, where it points.
+type LaunchFile struct {
+	Path    string `json:"path"`
+	Content string `json:"content,omitempty"`
+	Link    string `json:"link,omitempty"`
+	// Truncated says Content is the file's first LaunchMaxFileBytes.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Bounded returns l within the bounds above: what every side does to a
+// launch before it sends or stores it, so that neither a large generated
+// file nor an agent's claim can grow a heartbeat or a replica row.
+func (l Launch) Bounded() Launch {
+	out := Launch{Dir: cutUTF8(l.Dir, LaunchMaxFileBytes), Truncated: l.Truncated}
+	budget := LaunchMaxBytes - len(out.Dir)
+	cut := func(s string) string {
+		c := cutUTF8(s, LaunchMaxFileBytes)
+		if len(c) < len(s) {
+			out.Truncated = true
+		}
+		return c
+	}
+	for _, list := range []struct {
+		in  []string
+		out *[]string
+	}{{l.Argv, &out.Argv}, {l.Env, &out.Env}} {
+		for _, a := range list.in {
+			a = cut(a)
+			// Each element costs its quotes and comma in JSON too.
+			if len(a)+3 > budget {
+				out.Truncated = true
+				break
+			}
+			budget -= len(a) + 3
+			*list.out = append(*list.out, a)
+		}
+	}
+	if out.Argv == nil {
+		out.Argv = []string{}
+	}
+	for _, f := range l.Files {
+		g := LaunchFile{Path: cut(f.Path), Link: cut(f.Link), Truncated: f.Truncated}
+		if c := cutUTF8(f.Content, LaunchMaxFileBytes); len(c) < len(f.Content) {
+			g.Content, g.Truncated = c, true
+		} else {
+			g.Content = f.Content
+		}
+		n := len(g.Path) + len(g.Link) + len(g.Content) + 32
+		if n > budget {
+			out.Truncated = true
+			break
+		}
+		budget -= n
+		out.Truncated = out.Truncated || g.Truncated
+		out.Files = append(out.Files, g)
+	}
+	return out
+}
+
+// cutUTF8 is s cut to at most n bytes, never inside a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // CacheStatus is the node's artifact cache as a heartbeat reports it.
