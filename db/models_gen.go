@@ -392,6 +392,7 @@ type Replica struct {
 	Metrics           []byte
 	Token             string
 	ColdStartRecorded bool
+	Launch            []byte
 }
 
 type Rollout struct {

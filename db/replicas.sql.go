@@ -263,7 +263,7 @@ func (q *Queries) ReplicaListAll(ctx context.Context) ([]ReplicaListAllRow, erro
 
 const replicaListByEndpoint = `-- name: ReplicaListByEndpoint :many
 SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
-       r.failures, r.placement_note, r.metrics,
+       r.failures, r.placement_note, r.metrics, r.launch,
        coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
        coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
 FROM replicas r
@@ -293,6 +293,7 @@ type ReplicaListByEndpointRow struct {
 	Failures      int32
 	PlacementNote string
 	Metrics       []byte
+	Launch        []byte
 	SlotGpus      []int32
 	SlotSlices    []int32
 }
@@ -320,6 +321,7 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 			&i.Failures,
 			&i.PlacementNote,
 			&i.Metrics,
+			&i.Launch,
 			&i.SlotGpus,
 			&i.SlotSlices,
 		); err != nil {
@@ -645,4 +647,24 @@ func (q *Queries) ReplicaObserve(ctx context.Context, arg ReplicaObserveParams) 
 		return nil, err
 	}
 	return items, nil
+}
+
+const replicaObserveLaunch = `-- name: ReplicaObserveLaunch :exec
+UPDATE replicas r SET launch = u.launch
+FROM jsonb_each($2::jsonb) AS u(name, launch)
+WHERE r.name = u.name AND r.node_id = $1 AND r.launch IS DISTINCT FROM u.launch
+`
+
+type ReplicaObserveLaunchParams struct {
+	NodeID   int64
+	Launches []byte
+}
+
+// Records the launch a heartbeat reports for the node's replicas;
+// @launches is a JSON object from replica name to its proto.Launch. A row
+// is written only when its launch changed: every heartbeat repeats it,
+// and one that repeats it writes nothing.
+func (q *Queries) ReplicaObserveLaunch(ctx context.Context, arg ReplicaObserveLaunchParams) error {
+	_, err := q.db.Exec(ctx, replicaObserveLaunch, arg.NodeID, arg.Launches)
+	return err
 }

@@ -88,6 +88,7 @@ var unscoped = map[string]string{
 	"ReplicaDeleteByNode":            "fleet heartbeat intake: a node whose GPU layout changed loses its allocations",
 	"ReplicaObserve":                 "fleet heartbeat intake: the agent of the replica's node reports its state; matched by node id",
 	"ReplicaObserveMetrics":          "fleet heartbeat intake: the agent of the replica's node reports its load and cold start; matched by node id",
+	"ReplicaObserveLaunch":           "fleet heartbeat intake: the agent of the replica's node reports what it runs for it; matched by node id",
 	"VersionRecordColdStarts":        "fleet heartbeat intake: the cold starts of the reporting node's ready replicas are kept on their versions; matched by node id",
 	"VersionValidateByReadyReplicas": "fleet heartbeat intake: a version its replica on the reporting node warmed up is validated; matched by node id",
 	"ReplicaListByNode":              "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
@@ -94,6 +95,10 @@ type Replica struct {
 	// Metrics are the replica's load and cold start as its node last
 	// reported them.
 	Metrics fleet.ReplicaMetrics `json:"metrics"`
+	// Launch is what its node runs for it: the command line, environment
+	// (secrets hidden) and generated files. Only Service.Replicas fills
+	// it; an endpoint's own reads leave it out, to stay small.
+	Launch *proto.Launch `json:"launch,omitempty" doc:"What the node runs for the replica: the command line as executed, its environment with secrets as <secret>, and the files generated for the runtime (Triton's config.pbtxt), each cut to 4 KiB and 8 KiB in all (truncated says so). Absent until the replica's runtime started, and on simulated nodes, which launch no process."`
 }
 
 // Weight is one version's share of traffic, in percent. A version of weight
@@ -319,21 +324,42 @@ func (s *Service) Get(ctx context.Context, p *auth.Principal, name string) (Endp
 	if err != nil {
 		return Endpoint{}, err
 	}
+	if e.Replicas, err = s.replicas(ctx, q, p, e, false); err != nil {
+		return Endpoint{}, err
+	}
+	return e, nil
+}
+
+// Replicas returns the replicas of an endpoint visible to the caller,
+// each with its launch: what its node runs for it.
+func (s *Service) Replicas(ctx context.Context, p *auth.Principal, name string) ([]Replica, error) {
+	q := db.New(s.pool)
+	e, err := s.get(ctx, q, p, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.replicas(ctx, q, p, e, true)
+}
+
+func (s *Service) replicas(ctx context.Context, q *db.Queries, p *auth.Principal, e Endpoint, launch bool) ([]Replica, error) {
 	all, ids := p.Scope()
 	rows, err := q.ReplicaListByEndpoint(ctx, db.ReplicaListByEndpointParams{EndpointID: e.ID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("endpoint %s replicas: %w", name, err)
+		return nil, fmt.Errorf("endpoint %s replicas: %w", e.Name, err)
 	}
-	e.Replicas = make([]Replica, len(rows))
+	out := make([]Replica, len(rows))
 	for i, r := range rows {
-		e.Replicas[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
+		out[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
 			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{},
 			Metrics: fleet.ParseReplicaMetrics(r.Metrics)}
+		if launch {
+			out[i].Launch = fleet.ParseReplicaLaunch(r.Launch)
+		}
 		for j := range r.SlotGpus {
-			e.Replicas[i].Slots = append(e.Replicas[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
+			out[i].Slots = append(out[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
 		}
 	}
-	return e, nil
+	return out, nil
 }
 
 // List returns the endpoints visible to the caller, after the given id.

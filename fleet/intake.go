@@ -212,6 +212,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		offNode = offNode[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
 		metrics := make(map[string]ReplicaMetrics, len(st.Replicas))
+		launches := make(map[string]proto.Launch)
 		for _, r := range st.Replicas {
 			if registered && r.Addr != "" {
 				if err := onNode(reg, r.Addr); err != nil {
@@ -225,6 +226,10 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
 			p.Failures = append(p.Failures, int32(r.Failures))
 			metrics[r.ID] = metricsOf(r, now)
+			if r.Launch != nil {
+				// Bounded again: the agent's word is not the bound.
+				launches[r.ID] = r.Launch.Bounded()
+			}
 		}
 		touched, err := q.ReplicaObserve(ctx, p)
 		if err != nil {
@@ -247,6 +252,14 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		}
 		if err := q.ReplicaObserveMetrics(ctx, db.ReplicaObserveMetricsParams{NodeID: node.ID, Metrics: metricsJSON}); err != nil {
 			return err
+		}
+		// What a replica runs is for people to read; nothing placement or
+		// routing reads, so it is no change either.
+		if len(launches) > 0 {
+			launchJSON, _ := json.Marshal(launches)
+			if err := q.ReplicaObserveLaunch(ctx, db.ReplicaObserveLaunchParams{NodeID: node.ID, Launches: launchJSON}); err != nil {
+				return err
+			}
 		}
 		// A measured cold start changes the Retry-After in the routing
 		// entry of an endpoint scaled to zero.

@@ -123,6 +123,17 @@ func (s *Server) registerEndpoints(api huma.API) {
 			}
 			return &One[endpoint.Endpoint]{Body: e}, nil
 		})
+	huma.Register(api, s.op("endpoint-replicas-list", http.MethodGet, "/endpoints/{endpoint}/replicas",
+		"List an endpoint's replicas with what each runs: its command line and generated files", "endpoints"),
+		func(ctx context.Context, in *endpointPath) (*List[endpoint.Replica], error) {
+			rs, err := s.Endpoints.Replicas(ctx, principal(ctx), in.Endpoint)
+			if err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			out := &List[endpoint.Replica]{}
+			out.Body.Items = rs
+			return out, nil
+		})
 	huma.Register(api, s.op("endpoint-update", http.MethodPut, "/endpoints/{endpoint}", "Update an endpoint's settings", "endpoints"),
 		func(ctx context.Context, in *endpointUpdateInput) (*One[endpoint.Endpoint], error) {
 			e, err := s.Endpoints.Update(ctx, principal(ctx), in.Endpoint, in.Body.settings())

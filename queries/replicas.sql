@@ -54,9 +54,18 @@ WHERE r.name = u.name AND r.node_id = @node_id
   AND (r.state, r.addr, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.reason, u.failures)
 RETURNING r.endpoint_id;
 
+-- name: ReplicaObserveLaunch :exec
+-- Records the launch a heartbeat reports for the node's replicas;
+-- @launches is a JSON object from replica name to its proto.Launch. A row
+-- is written only when its launch changed: every heartbeat repeats it,
+-- and one that repeats it writes nothing.
+UPDATE replicas r SET launch = u.launch
+FROM jsonb_each(@launches::jsonb) AS u(name, launch)
+WHERE r.name = u.name AND r.node_id = @node_id AND r.launch IS DISTINCT FROM u.launch;
+
 -- name: ReplicaListByEndpoint :many
 SELECT r.name, v.name AS version, n.name AS node, r.state, r.addr, r.reason, r.gpu_type, r.profile, r.created_at, r.updated_at,
-       r.failures, r.placement_note, r.metrics,
+       r.failures, r.placement_note, r.metrics, r.launch,
        coalesce((SELECT array_agg(a.gpu ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_gpus,
        coalesce((SELECT array_agg(a.slice ORDER BY a.gpu, a.slice) FROM allocations a WHERE a.replica_id = r.id), '{}')::int[] AS slot_slices
 FROM replicas r

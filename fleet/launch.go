@@ -1,0 +1,21 @@
+package fleet
+
+import (
+	"encoding/json"
+
+	"modelplane/agent/proto"
+)
+
+// ParseReplicaLaunch reads a stored replicas.launch value: what the node
+// runs for the replica (proto.Launch), or nil when its node reported none
+// (not started yet, or a simulated node, which launches no process).
+func ParseReplicaLaunch(raw []byte) *proto.Launch {
+	if len(raw) == 0 {
+		return nil
+	}
+	var l proto.Launch
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil
+	}
+	return &l
+}
