@@ -170,6 +170,11 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 		TimeoutMS: strconv.Itoa(int(e.TimeoutMS)), Batching: batchingForm(e.Batching)}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
+	reps, err := s.Endpoints.Replicas(r.Context(), p, e.Name)
+	if err != nil {
+		return web.EndpointProps{}, err
+	}
+	props.Launch = launchProps(reps)
 	props.Stats = s.statsProps(r.Context(), e.Name, e.ID)
 	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
 		return web.EndpointProps{}, err
@@ -192,6 +197,39 @@ func replicasProps(e endpoint.Endpoint, p *auth.Principal) web.ReplicasProps {
 			Slots: strings.Join(r.Slots, ", "), State: r.State, Addr: r.Addr, Reason: r.Reason})
 	}
 	return out
+}
+
+// launchProps fills the section on what the replicas run, from those
+// whose node reported it.
+func launchProps(reps []endpoint.Replica) web.LaunchProps {
+	var out web.LaunchProps
+	for _, r := range reps {
+		l := r.Launch
+		if l == nil {
+			continue
+		}
+		row := web.LaunchRow{Replica: r.Name, Version: r.Version, Node: r.Node, Command: shellLine(l.Argv), Env: l.Env, Dir: l.Dir, Truncated: l.Truncated}
+		for _, f := range l.Files {
+			row.Files = append(row.Files, web.LaunchFileRow{Path: f.Path, Content: f.Content, Link: f.Link, Truncated: f.Truncated})
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	return out
+}
+
+// shellLine is argv as one POSIX shell line an operator can paste: each
+// argument single-quoted unless it holds only characters no shell treats
+// specially.
+func shellLine(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }
 
 // portalEndpointReplicas is the endpoint page's replicas section alone, which

@@ -108,6 +108,33 @@ type EndpointProps struct {
 	Advice      []string
 	Rollouts    RolloutsSection
 	Autoscaling AutoscalingProps
+	// Launch is what the endpoint's replicas run.
+	Launch LaunchProps
+}
+
+// LaunchProps fills the endpoint page's section on what its replicas run:
+// one row per replica whose node reported a launch.
+type LaunchProps struct {
+	Rows []LaunchRow
+}
+
+// LaunchRow is one replica's launch: its command line as one shell-quoted
+// line, its environment (KEY=value, secrets hidden), and the files
+// generated for its runtime under Dir.
+type LaunchRow struct {
+	Replica, Version, Node string
+	Command                string
+	Env                    []string
+	Dir                    string
+	Files                  []LaunchFileRow
+	// Truncated says the launch was cut to its bounds.
+	Truncated bool
+}
+
+// LaunchFileRow is one generated file, or a link when Link is set.
+type LaunchFileRow struct {
+	Path, Content, Link string
+	Truncated           bool
 }
 
 // ReplicaRow is one replica on the endpoint page.
