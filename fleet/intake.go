@@ -109,7 +109,32 @@ func checkStatus(st proto.NodeStatus) error {
 	if err := checkCache(st.Cache); err != nil {
 		return fmt.Errorf("%w: node %s: %v", ErrBadStatus, st.Node, err)
 	}
+	if len(st.Runtimes) > maxRuntimes {
+		return fmt.Errorf("%w: node %s: %d runtimes, at most %d", ErrBadStatus, st.Node, len(st.Runtimes), maxRuntimes)
+	}
+	for _, r := range st.Runtimes {
+		if !runtimeName.MatchString(r) {
+			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, proto.AnyRuntime)
+		}
+	}
 	return nil
+}
+
+// runtimeName is what a runtime catalogue entry a node reports may be
+// called, or proto.AnyRuntime; maxRuntimes bounds the list.
+var runtimeName = regexp.MustCompile(`^([A-Za-z0-9._-]{1,64}|\*)$`)
+
+const maxRuntimes = 64
+
+// nodeRuntimes is a heartbeat's runtimes as stored: sorted, once each, nil
+// (NULL: the node does not say) kept apart from empty (it runs none).
+func nodeRuntimes(rs []string) []string {
+	if rs == nil {
+		return nil
+	}
+	out := slices.Clone(rs)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Observe records one heartbeat: it registers the node (again, when its GPU
@@ -201,6 +226,14 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 				return err
 			}
 		}
+		// The runtimes the node can run decide where placement may put a
+		// version; a change (vllm installed) wakes the reconciler, a
+		// repeat writes nothing.
+		rt, err := q.NodeSetRuntimes(ctx, db.NodeSetRuntimesParams{ID: node.ID, Runtimes: nodeRuntimes(st.Runtimes)})
+		if err != nil {
+			return err
+		}
+		changed = changed || rt > 0
 		if len(st.Replicas) == 0 {
 			return nil
 		}

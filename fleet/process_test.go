@@ -58,10 +58,13 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	drv, err := process.New(process.Config{
 		MIGDevices: mig,
 		StateDir:   t.TempDir(),
-		Catalog: map[string]catalog.Entry{"fake": {Name: "fake", Command: append([]string{bin, "-port", "{port}", "-model-dir", "{model_dir}"}, flags...),
+		// The fake runtime speaks Triton's protocol and stands in for it
+		// under its catalogue name, which the node then reports among its
+		// runtimes: the fixture's versions are Triton's.
+		Catalog: map[string]catalog.Entry{catalog.Triton: {Name: catalog.Triton, Command: append([]string{bin, "-port", "{port}", "-model-dir", "{model_dir}"}, flags...),
 			Devices: catalog.DevicesCUDAEnv, Health: "/v2/health/live", Ready: "/v2/health/ready", Metrics: "/metrics", Adapter: catalog.AdapterTriton}},
 		Resolve: func(context.Context, proto.ReplicaSpec, string) (process.Launch, error) {
-			return process.Launch{Runtime: "fake", ModelDir: models}, nil
+			return process.Launch{Runtime: catalog.Triton, ModelDir: models}, nil
 		},
 		// The backoff is not what this test is about: keep it short on the
 		// real clock, so three failures in a row come quickly.
