@@ -58,13 +58,10 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	drv, err := process.New(process.Config{
 		MIGDevices: mig,
 		StateDir:   t.TempDir(),
-		// The fake runtime speaks Triton's protocol and stands in for it
-		// under its catalogue name, which the node then reports among its
-		// runtimes: the fixture's versions are Triton's.
-		Catalog: map[string]catalog.Entry{catalog.Triton: {Name: catalog.Triton, Command: append([]string{bin, "-port", "{port}", "-model-dir", "{model_dir}"}, flags...),
+		Catalog: map[string]catalog.Entry{"fake": {Name: "fake", Command: append([]string{bin, "-port", "{port}", "-model-dir", "{model_dir}"}, flags...),
 			Devices: catalog.DevicesCUDAEnv, Health: "/v2/health/live", Ready: "/v2/health/ready", Metrics: "/metrics", Adapter: catalog.AdapterTriton}},
 		Resolve: func(context.Context, proto.ReplicaSpec, string) (process.Launch, error) {
-			return process.Launch{Runtime: catalog.Triton, ModelDir: models}, nil
+			return process.Launch{Runtime: "fake", ModelDir: models}, nil
 		},
 		// The backoff is not what this test is about: keep it short on the
 		// real clock, so three failures in a row come quickly.
@@ -92,7 +89,12 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: t.TempDir(), Lease: 15 * time.Second, Heartbeat: time.Second, Driver: drv},
+	// The fake runtime stands in for the fixture's Triton versions under
+	// a catalogue name of its own, so the node does not report its
+	// runtimes (placement would find no triton on it): what these tests
+	// check is how failures move replicas, not the runtime filter.
+	a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: t.TempDir(), Lease: 15 * time.Second, Heartbeat: time.Second,
+		Driver: unlisted{drv}},
 		nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +109,9 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	}
 	return nodeAgent{Agent: a, node: node, kv: kv}
 }
+
+// unlisted is a driver that does not say which runtimes its node runs.
+type unlisted struct{ agent.Driver }
 
 // deliver copies a node's latest desired state from the outbox to its
 // agent's bucket, as the relay would.
