@@ -119,6 +119,13 @@ func TestVLLMVersionNowhereIsUnplaceableUntilANodeReportsIt(t *testing.T) {
 	if got := replicaNodes(t, f, "llama-ep"); fmt.Sprint(got) != "[gpu-b]" {
 		t.Fatalf("llama-ep replicas on %v, want gpu-b", got)
 	}
+	n, err := f.fleet.Node(t.Context(), f.root, "gpu-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(n.Runtimes) != "[builtin triton vllm]" {
+		t.Errorf("node gpu-b shows runtimes %v, want [builtin triton vllm]", n.Runtimes)
+	}
 	if e := f.get(t, "llama-ep"); e.PlacementError != "" {
 		t.Errorf("placement error = %q after the replica was placed, want none", e.PlacementError)
 	}
