@@ -228,12 +228,14 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		}
 		// The runtimes the node can run decide where placement may put a
 		// version; a change (vllm installed) wakes the reconciler, a
-		// repeat writes nothing.
-		rt, err := q.NodeSetRuntimes(ctx, db.NodeSetRuntimesParams{ID: node.ID, Runtimes: nodeRuntimes(st.Runtimes)})
-		if err != nil {
-			return err
+		// repeat costs no query (the row read above has them).
+		if rts := nodeRuntimes(st.Runtimes); (rts == nil) != (node.Runtimes == nil) || !slices.Equal(rts, node.Runtimes) {
+			n, err := q.NodeSetRuntimes(ctx, db.NodeSetRuntimesParams{ID: node.ID, Runtimes: rts})
+			if err != nil {
+				return err
+			}
+			changed = changed || n > 0
 		}
-		changed = changed || rt > 0
 		if len(st.Replicas) == 0 {
 			return nil
 		}

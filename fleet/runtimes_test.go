@@ -157,6 +157,9 @@ func TestNodeThatDoesNotSayItsRuntimesTakesAnyVersion(t *testing.T) {
 	if err := f.pool.QueryRow(t.Context(), "SELECT runtimes IS NULL FROM nodes WHERE name = 'gpu-none'").Scan(&isNull); err != nil || isNull {
 		t.Fatalf("runtimes of a node running none: NULL = %t (%v), want an empty list", isNull, err)
 	}
+	if f.beat(t, "gpu-none", gpus(0, 1, "A100-80GB", nil), []string{}...) || f.beat(t, "gpu-old", gpus(0, 1, "A100-80GB", nil)) {
+		t.Error("a heartbeat repeating no runtimes, or none said, reported a change")
+	}
 }
 
 func TestHeartbeatWithABadRuntimeNameIsRefused(t *testing.T) {
