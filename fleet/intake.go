@@ -139,7 +139,8 @@ func nodeRuntimes(rs []string) []string {
 
 // Observe records one heartbeat: it registers the node (again, when its GPU
 // layout or its CPU inventory changed: the old allocations go and their replicas are placed
-// anew), stamps the heartbeat, brings a lost node back, and records the state
+// anew), stamps the heartbeat, brings a lost node back, stores the runtimes
+// the node runs when they changed, and records the state
 // and address of each replica the agent runs. It reports whether anything
 // placement or routing depends on changed.
 func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool, err error) {
