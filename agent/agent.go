@@ -945,6 +945,15 @@ func (a *Agent) saveState() {
 
 // Status is the heartbeat the agent would send now.
 func (a *Agent) Status() proto.NodeStatus {
+	// Asked before the lock: the process driver looks its programs up
+	// on PATH.
+	var runtimes []string
+	if l, ok := a.drv.(RuntimeLister); ok {
+		runtimes = l.Runtimes()
+		if runtimes == nil {
+			runtimes = []string{} // it said: none
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := proto.NodeStatus{
@@ -1004,6 +1013,7 @@ func (a *Agent) Status() proto.NodeStatus {
 		cs := a.cfg.Cache.Stats()
 		st.Cache = &cs
 	}
+	st.Runtimes = runtimes
 	slices.SortFunc(st.Replicas, func(x, y proto.ReplicaStatus) int { return cmp.Compare(x.ID, y.ID) })
 	return st
 }

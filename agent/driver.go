@@ -29,6 +29,16 @@ type Driver interface {
 	Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
 }
 
+// RuntimeLister is a Driver that can say which runtime catalogue entries
+// its node runs (proto.NodeStatus.Runtimes): the process driver lists the
+// entries whose programs are installed, the sim driver proto.AnyRuntime.
+// The agent asks at every heartbeat, so a runtime installed later is
+// reported without a restart. A driver without it sends no list, and
+// placement then does not filter the node by runtime.
+type RuntimeLister interface {
+	Runtimes() []string
+}
+
 // StartOptions are what the agent gives a driver to start a replica with,
 // besides its spec.
 type StartOptions struct {

@@ -139,6 +139,11 @@ func (d *SimDriver) inRange(addr string) bool {
 	return err == nil && p >= d.cfg.PortFirst && p <= d.cfg.PortLast
 }
 
+// Runtimes is proto.AnyRuntime: a simulated replica serves whatever
+// runtime its version names, so placement puts any version on a simulated
+// node, as before nodes reported their runtimes.
+func (d *SimDriver) Runtimes() []string { return []string{proto.AnyRuntime} }
+
 // Running lists the replicas this driver serves.
 func (d *SimDriver) Running() []Replica {
 	d.mu.Lock()

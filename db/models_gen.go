@@ -301,6 +301,7 @@ type Node struct {
 	CPUCores          int32
 	MemoryMB          int32
 	Cache             []byte
+	Runtimes          []string
 }
 
 type NodeAddress struct {

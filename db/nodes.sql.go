@@ -11,7 +11,7 @@ import (
 )
 
 const nodeGet = `-- name: NodeGet :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes WHERE name = $1
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache, runtimes FROM nodes WHERE name = $1
 `
 
 func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
@@ -33,12 +33,13 @@ func (q *Queries) NodeGet(ctx context.Context, name string) (Node, error) {
 		&i.CPUCores,
 		&i.MemoryMB,
 		&i.Cache,
+		&i.Runtimes,
 	)
 	return i, err
 }
 
 const nodeGetForUpdate = `-- name: NodeGetForUpdate :one
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes WHERE name = $1 FOR UPDATE
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache, runtimes FROM nodes WHERE name = $1 FOR UPDATE
 `
 
 func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, error) {
@@ -60,6 +61,7 @@ func (q *Queries) NodeGetForUpdate(ctx context.Context, name string) (Node, erro
 		&i.CPUCores,
 		&i.MemoryMB,
 		&i.Cache,
+		&i.Runtimes,
 	)
 	return i, err
 }
@@ -94,7 +96,7 @@ func (q *Queries) NodeHeartbeat(ctx context.Context, arg NodeHeartbeatParams) er
 }
 
 const nodeList = `-- name: NodeList :many
-SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache FROM nodes ORDER BY name
+SELECT id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache, runtimes FROM nodes ORDER BY name
 `
 
 func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
@@ -122,6 +124,7 @@ func (q *Queries) NodeList(ctx context.Context) ([]Node, error) {
 			&i.CPUCores,
 			&i.MemoryMB,
 			&i.Cache,
+			&i.Runtimes,
 		); err != nil {
 			return nil, err
 		}
@@ -208,7 +211,7 @@ INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory,
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (name) DO UPDATE SET boot_id = $2, lease_seconds = $3, last_heartbeat = $4,
     inventory = $5, gpu_use = $6, applied_generation = $7, cpu_cores = $8, memory_mb = $9, cache = $10, state = 'ready'
-RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache
+RETURNING id, name, state, boot_id, lease_seconds, last_heartbeat, registered_at, inventory, gpu_use, generation, desired_hash, applied_generation, cpu_cores, memory_mb, cache, runtimes
 `
 
 type NodeRegisterParams struct {
@@ -254,6 +257,7 @@ func (q *Queries) NodeRegister(ctx context.Context, arg NodeRegisterParams) (Nod
 		&i.CPUCores,
 		&i.MemoryMB,
 		&i.Cache,
+		&i.Runtimes,
 	)
 	return i, err
 }
@@ -271,6 +275,27 @@ type NodeSetDesiredParams struct {
 func (q *Queries) NodeSetDesired(ctx context.Context, arg NodeSetDesiredParams) error {
 	_, err := q.db.Exec(ctx, nodeSetDesired, arg.Generation, arg.DesiredHash, arg.ID)
 	return err
+}
+
+const nodeSetRuntimes = `-- name: NodeSetRuntimes :execrows
+UPDATE nodes SET runtimes = $1::text[]
+WHERE id = $2 AND runtimes IS DISTINCT FROM $1::text[]
+`
+
+type NodeSetRuntimesParams struct {
+	Runtimes []string
+	ID       int64
+}
+
+// Stores the runtimes a node reports, only when they changed, so that a
+// heartbeat that repeats them writes nothing; the row count says whether
+// placement has something new to read.
+func (q *Queries) NodeSetRuntimes(ctx context.Context, arg NodeSetRuntimesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, nodeSetRuntimes, arg.Runtimes, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const placementBulkPlans = `-- name: PlacementBulkPlans :exec

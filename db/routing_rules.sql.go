@@ -123,7 +123,8 @@ SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_pr
        c.desired AS autoscale_desired,
        coalesce(ro.from_version_id, 0)::bigint AS ro_from_version_id, coalesce(ro.to_version_id, 0)::bigint AS ro_to_version_id,
        coalesce(ro.strategy, '')::text AS ro_strategy, coalesce(ro.state, '')::text AS ro_state,
-       coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline
+       coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline,
+       v.runtime
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id
@@ -160,13 +161,15 @@ type RoutingRuleListForPlacementRow struct {
 	RoSteps          []byte
 	RoStepIndex      int32
 	RoBakeDeadline   *time.Time
+	Runtime          string
 }
 
 // What placement needs of every routed version; the routing entry's own
 // columns are read by package route (RoutingRuleListForRoutes).
 // autoscale_desired is the autoscaler's count for the whole endpoint (NULL
 // before its first decision); the ro_ columns describe the endpoint's active
-// rollout, if any, for canary sizing (fleet/wake.go).
+// rollout, if any, for canary sizing (fleet/wake.go). runtime picks the
+// nodes that can run the version (placement.Request.Runtime).
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
 	rows, err := q.db.Query(ctx, routingRuleListForPlacement)
 	if err != nil {
@@ -204,6 +207,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.RoSteps,
 			&i.RoStepIndex,
 			&i.RoBakeDeadline,
+			&i.Runtime,
 		); err != nil {
 			return nil, err
 		}

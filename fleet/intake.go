@@ -109,12 +109,38 @@ func checkStatus(st proto.NodeStatus) error {
 	if err := checkCache(st.Cache); err != nil {
 		return fmt.Errorf("%w: node %s: %v", ErrBadStatus, st.Node, err)
 	}
+	if len(st.Runtimes) > maxRuntimes {
+		return fmt.Errorf("%w: node %s: %d runtimes, at most %d", ErrBadStatus, st.Node, len(st.Runtimes), maxRuntimes)
+	}
+	for _, r := range st.Runtimes {
+		if !runtimeName.MatchString(r) {
+			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, proto.AnyRuntime)
+		}
+	}
 	return nil
+}
+
+// runtimeName is what a runtime catalogue entry a node reports may be
+// called, or proto.AnyRuntime; maxRuntimes bounds the list.
+var runtimeName = regexp.MustCompile(`^([A-Za-z0-9._-]{1,64}|\*)$`)
+
+const maxRuntimes = 64
+
+// nodeRuntimes is a heartbeat's runtimes as stored: sorted, once each, nil
+// (NULL: the node does not say) kept apart from empty (it runs none).
+func nodeRuntimes(rs []string) []string {
+	if rs == nil {
+		return nil
+	}
+	out := slices.Clone(rs)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Observe records one heartbeat: it registers the node (again, when its GPU
 // layout or its CPU inventory changed: the old allocations go and their replicas are placed
-// anew), stamps the heartbeat, brings a lost node back, and records the state
+// anew), stamps the heartbeat, brings a lost node back, stores the runtimes
+// the node runs when they changed, and records the state
 // and address of each replica the agent runs. It reports whether anything
 // placement or routing depends on changed.
 func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool, err error) {
@@ -200,6 +226,16 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 				LastHeartbeat: now, GPUUse: useJSON, AppliedGeneration: st.Generation, Cache: cacheJSON}); err != nil {
 				return err
 			}
+		}
+		// The runtimes the node can run decide where placement may put a
+		// version; a change (vllm installed) wakes the reconciler, a
+		// repeat costs no query (the row read above has them).
+		if rts := nodeRuntimes(st.Runtimes); (rts == nil) != (node.Runtimes == nil) || !slices.Equal(rts, node.Runtimes) {
+			n, err := q.NodeSetRuntimes(ctx, db.NodeSetRuntimesParams{ID: node.ID, Runtimes: rts})
+			if err != nil {
+				return err
+			}
+			changed = changed || n > 0
 		}
 		if len(st.Replicas) == 0 {
 			return nil

@@ -89,7 +89,12 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: t.TempDir(), Lease: 15 * time.Second, Heartbeat: time.Second, Driver: drv},
+	// The fake runtime stands in for the fixture's Triton versions under
+	// a catalogue name of its own, so the node does not report its
+	// runtimes (placement would find no triton on it): what these tests
+	// check is how failures move replicas, not the runtime filter.
+	a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: t.TempDir(), Lease: 15 * time.Second, Heartbeat: time.Second,
+		Driver: unlisted{drv}},
 		nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +109,9 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	}
 	return nodeAgent{Agent: a, node: node, kv: kv}
 }
+
+// unlisted is a driver that does not say which runtimes its node runs.
+type unlisted struct{ agent.Driver }
 
 // deliver copies a node's latest desired state from the outbox to its
 // agent's bucket, as the relay would.

@@ -284,7 +284,8 @@ func (l *limits) preempt(nodes []placement.Node, reqs []placement.Request, avoid
 	}
 	work := make([]placement.Node, len(nodes))
 	for i, n := range nodes {
-		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices), CPUCores: n.CPUCores, MemoryMB: n.MemoryMB, CPUHolds: n.CPUHolds}
+		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices), CPUCores: n.CPUCores, MemoryMB: n.MemoryMB, CPUHolds: n.CPUHolds,
+			Runtimes: n.Runtimes}
 	}
 	for i, res := range out {
 		if res.Err == "" {

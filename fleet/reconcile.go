@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"modelplane/agent/catalog"
 	"modelplane/agent/proto"
 	"modelplane/db"
 	"modelplane/placement"
@@ -367,8 +368,17 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 // CPU replica of the version's cores and memory when it needs no GPU (the
 // endpoint's instance profile, which sizes GPU allocations, does not
 // apply), else as many GPUs as it needs, at least one.
+//
+// The request names the runtime catalogue entry the version runs on that
+// kind of node (catalog.Name: onnxruntime is the built-in runtime on a CPU
+// node, Triton on a GPU), so placement only considers nodes that report it.
+// A runtime without an entry (sim, served only by simulated nodes, which
+// run everything) names none and any node may take it.
 func request(id string, d db.RoutingRuleListForPlacementRow, minProfile, gpuType string) placement.Request {
 	r := placement.Request{Replica: id, Endpoint: d.Endpoint, Tier: d.Tier}
+	if name, err := catalog.Name(d.Runtime, d.GPUCount > 0); err == nil {
+		r.Runtime = name
+	}
 	if d.GPUCount == 0 {
 		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPU()
 		r.CPUCores, r.HostMemoryMB = int(cores), int(mem)
@@ -397,7 +407,7 @@ func planAvoiding(nodes []placement.Node, reqs []placement.Request, avoid [][]st
 	}
 	work := make([]placement.Node, len(nodes))
 	for i, n := range nodes {
-		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices)}
+		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices), Runtimes: n.Runtimes}
 	}
 	out := make([]placement.Result, len(reqs))
 	place := func(idx []int, on []placement.Node) {
@@ -486,8 +496,10 @@ func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyR
 		return nil, nil, err
 	}
 	ids := make(map[string]int64, len(all))
+	runtimes := make(map[string][]string, len(all))
 	for _, n := range all {
 		ids[n.Name] = n.ID
+		runtimes[n.Name] = n.Runtimes
 	}
 	var nodes []placement.Node
 	cpu, err := q.NodeListCPUReady(ctx)
@@ -499,7 +511,7 @@ func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyR
 		return nil, nil, err
 	}
 	for _, n := range cpu {
-		nd := placement.Node{Name: n.Name, CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB)}
+		nd := placement.Node{Name: n.Name, CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB), Runtimes: runtimes[n.Name]}
 		for _, h := range holds {
 			if h.Node == n.Name {
 				nd.CPUHolds = append(nd.CPUHolds, placement.CPUHold{Owner: h.Name, OwnerEndpoint: h.Endpoint, Cores: int(h.CPUCores), MemoryMB: int(h.MemoryMB)})
@@ -509,7 +521,7 @@ func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyR
 	}
 	for _, r := range rows {
 		if len(nodes) == 0 || nodes[len(nodes)-1].Name != r.Node {
-			nodes = append(nodes, placement.Node{Name: r.Node})
+			nodes = append(nodes, placement.Node{Name: r.Node, Runtimes: runtimes[r.Node]})
 		}
 		n := &nodes[len(nodes)-1]
 		n.Slices = append(n.Slices, placement.Slice{GPU: int(r.GPU), Index: int(r.Slice), GPUType: r.GPUType, Profile: r.Profile,

@@ -37,6 +37,10 @@ type Node struct {
 	// Cache is the node's artifact cache as its last heartbeat reported
 	// it; absent for an agent that keeps none (the sim driver's nodes).
 	Cache *proto.CacheStatus `json:"cache,omitempty"`
+	// Runtimes are the runtime catalogue entries the node reports it can
+	// run ("*": every runtime, a simulated node; [] none); null when its
+	// agent does not say, and then placement does not filter the node.
+	Runtimes []string `json:"runtimes"`
 	// Replicas are the replicas placed on the node with their load and
 	// cold start; only in a single node's answer.
 	Replicas []NodeReplica `json:"replicas,omitempty"`
@@ -80,7 +84,7 @@ type SliceView struct {
 func (f *Fleet) nodeView(n db.Node) Node {
 	v := Node{Name: n.Name, State: n.State, LastHeartbeat: n.LastHeartbeat, LeaseSeconds: n.LeaseSeconds,
 		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration,
-		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB)}
+		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB), Runtimes: n.Runtimes}
 	if len(n.Cache) > 0 {
 		var c proto.CacheStatus
 		if json.Unmarshal(n.Cache, &c) == nil {

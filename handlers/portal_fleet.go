@@ -3,6 +3,7 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +153,20 @@ func nodeRow(n fleet.Node) web.NodeRow {
 		MIG: yesNo(n.MIG), Slices: fmt.Sprintf("%d / %d", n.SlicesUsed, n.Slices), Util: percent(n.UtilPct),
 		Heartbeat:  ago(time.Duration(n.HeartbeatAgeSeconds * float64(time.Second))),
 		Generation: fmt.Sprintf("%d / %d", n.Generation, n.AppliedGeneration), Behind: n.AppliedGeneration < n.Generation,
-		CPU: cpuUse(n), Cache: cacheView(n.Cache)}
+		CPU: cpuUse(n), Cache: cacheView(n.Cache), Runtimes: runtimesText(n.Runtimes)}
+}
+
+// runtimesText shows the runtimes a node reports it can run.
+func runtimesText(rs []string) string {
+	switch {
+	case rs == nil:
+		return "not reported"
+	case len(rs) == 0:
+		return "none"
+	case slices.Contains(rs, proto.AnyRuntime):
+		return "every runtime (simulated)"
+	}
+	return strings.Join(rs, ", ")
 }
 
 // cpuUse shows a CPU node's cores and memory in use of its inventory; ""

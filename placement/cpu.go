@@ -19,6 +19,7 @@ type cpuNode struct {
 	name                  string
 	freeCores, freeMemory int
 	spread                map[string]int // replicas per endpoint
+	runtimes              []string
 }
 
 func newCPUFleet(nodes []Node) *cpuFleet {
@@ -28,7 +29,7 @@ func newCPUFleet(nodes []Node) *cpuFleet {
 			continue
 		}
 		n := cpuNode{name: nd.Name, freeCores: nd.CPUCores, freeMemory: nd.MemoryMB,
-			spread: map[string]int{}}
+			spread: map[string]int{}, runtimes: nd.Runtimes}
 		seen := map[string]bool{}
 		for _, h := range nd.CPUHolds {
 			if seen[h.Owner] {
@@ -59,9 +60,13 @@ func (c *cpuFleet) place(r Request) Result {
 		res.Err = "memory is negative"
 		return res
 	}
-	best := -1
+	best, runs := -1, 0
 	for i := range c.nodes {
 		n := &c.nodes[i]
+		if r.Runtime != "" && !proto.RunsRuntime(n.runtimes, r.Runtime) {
+			continue
+		}
+		runs++
 		if n.freeCores < r.CPUCores || n.freeMemory < r.HostMemoryMB {
 			continue
 		}
@@ -76,6 +81,9 @@ func (c *cpuFleet) place(r Request) Result {
 	}
 	if best < 0 {
 		res.Err = fmt.Sprintf("no CPU node with %d free cores and %d MiB of free memory", r.CPUCores, r.HostMemoryMB)
+		if r.Runtime != "" {
+			res.Err = runtimeReason(res.Err, r.Runtime, runs, len(c.nodes), "CPU")
+		}
 		return res
 	}
 	n := &c.nodes[best]

@@ -44,4 +44,14 @@
 // CPU node. Among the nodes with the cores and memory free, Plan takes the
 // one with the fewest replicas of the same endpoint (spread), then the
 // fewest free cores (best fit), then the least free memory, then by name.
+//
+// Runtimes. A request that names a runtime catalogue entry
+// (Request.Runtime) is placed only on nodes that run it: nodes whose
+// Runtimes list it or proto.AnyRuntime, and nodes that do not say (nil
+// Runtimes), which take anything. The others are passed over before any
+// other rule, so they neither take the replica nor count as GPUs kept for
+// other tiers, and Preempt frees no GPU on them. When no node of the
+// request's kind runs the entry, Result.Err says so ("no node can run vllm
+// (installed on none of 3 GPU nodes)"); when those that do are full, the
+// usual reason ends with how few of them there are.
 package placement

@@ -18,6 +18,11 @@ type Node struct {
 	CPUCores int
 	MemoryMB int
 	CPUHolds []CPUHold
+	// Runtimes are the runtime catalogue entries the node runs, as its
+	// heartbeat reports them (proto.NodeStatus.Runtimes): nil when it
+	// does not say, and then it takes any request; proto.AnyRuntime for
+	// every runtime.
+	Runtimes []string
 }
 
 // CPUHold is what one replica holds of a CPU node.
@@ -64,6 +69,11 @@ type Request struct {
 	// cores and HostMemoryMB of memory on one CPU node, never a GPU.
 	CPUCores     int
 	HostMemoryMB int
+	// Runtime is the runtime catalogue entry the replica runs on the kind
+	// of node it asks for ("vllm", "triton", "builtin": agent/catalog.Name
+	// of the version's runtime), so only nodes that run it are
+	// candidates. Empty: any node.
+	Runtime string
 }
 
 // CPU reports whether r asks for a CPU replica.
@@ -124,9 +134,10 @@ type fleet struct {
 }
 
 type nodeState struct {
-	name string
-	used int     // compute in use, in sevenths of a GPU
-	gpus []int32 // into fleet.gpus, by GPU index
+	name     string
+	used     int     // compute in use, in sevenths of a GPU
+	gpus     []int32 // into fleet.gpus, by GPU index
+	runtimes []string
 }
 
 type gpuState struct {
@@ -184,6 +195,7 @@ func newFleet(nodes []Node) *fleet {
 	for ni, oi := range order {
 		nd := &nodes[oi]
 		f.nodes[ni].name = nd.Name
+		f.nodes[ni].runtimes = nd.Runtimes
 		ss = append(ss[:0], nd.Slices...)
 		slices.SortStableFunc(ss, func(a, b Slice) int {
 			return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Index, b.Index))
@@ -314,6 +326,9 @@ func (f *fleet) placeOne(r Request, cands []int, res *Result) {
 				}
 				b[w] = gi
 				w++
+				if r.Runtime != "" && !proto.RunsRuntime(f.nodes[g.node].runtimes, r.Runtime) {
+					continue
+				}
 				if !g.accepts(r.Tier) {
 					blocked = true
 					continue
@@ -347,7 +362,7 @@ func (f *fleet) placeOne(r Request, cands []int, res *Result) {
 			return
 		}
 	}
-	res.Err = noFree(cands, r.GPUType, blocked)
+	res.Err = f.withRuntime(r, noFree(cands, r.GPUType, blocked))
 }
 
 // better orders candidate GPUs: fewer slices of the endpoint on the node,
@@ -386,6 +401,9 @@ func (f *fleet) placeTP(r Request, res *Result) {
 	var bestSpread int32
 	for ni := range f.nodes {
 		nd := &f.nodes[ni]
+		if r.Runtime != "" && !proto.RunsRuntime(nd.runtimes, r.Runtime) {
+			continue
+		}
 		clear(f.counts)
 		for _, gi := range nd.gpus {
 			if g := &f.gpus[gi]; g.canGive(pFull) {
@@ -423,6 +441,7 @@ func (f *fleet) placeTP(r Request, res *Result) {
 		} else {
 			res.Err = fmt.Sprintf("no node with %d free whole %s GPUs", r.GPUCount, r.GPUType)
 		}
+		res.Err = f.withRuntime(r, res.Err)
 		return
 	}
 	res.Node, res.GPUType, res.Profile = f.nodes[bestNode].name, f.types[bestType], proto.ProfileFull
@@ -439,6 +458,46 @@ func (f *fleet) placeTP(r Request, res *Result) {
 			break
 		}
 	}
+}
+
+// withRuntime is why r could not be placed once the nodes that lack its
+// runtime are counted: when no GPU node runs it, that alone ("no node can
+// run vllm (installed on none of 3 GPU nodes)"), else reason with how few
+// do.
+func (f *fleet) withRuntime(r Request, reason string) string {
+	if r.Runtime == "" {
+		return reason
+	}
+	gpuNodes, runs := 0, 0
+	for i := range f.nodes {
+		if len(f.nodes[i].gpus) == 0 {
+			continue
+		}
+		gpuNodes++
+		if proto.RunsRuntime(f.nodes[i].runtimes, r.Runtime) {
+			runs++
+		}
+	}
+	return runtimeReason(reason, r.Runtime, runs, gpuNodes, "GPU")
+}
+
+// runtimeReason adds to reason how many of the kind's nodes run runtime,
+// or replaces it when none does.
+func runtimeReason(reason, runtime string, runs, nodes int, kind string) string {
+	switch {
+	case nodes == 0 || runs == nodes:
+		return reason
+	case runs == 0:
+		return fmt.Sprintf("no node can run %s (installed on none of %d %s %s)", runtime, nodes, kind, plural(nodes, "node"))
+	}
+	return fmt.Sprintf("%s; %s is installed on only %d of %d %s nodes", reason, runtime, runs, nodes, kind)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // noFree says which allocations a replica could not get, as in "no free

@@ -3,6 +3,8 @@ package placement
 import (
 	"cmp"
 	"slices"
+
+	"modelplane/agent/proto"
 )
 
 // TierRank orders tiers by their claim on scarce GPUs: critical (0) before
@@ -56,6 +58,9 @@ func Preempt(nodes []Node, r Request, y Yield) (victims []string, res Result, ok
 	var best *cand
 	for ni := range nodes {
 		nd := &nodes[ni]
+		if r.Runtime != "" && !proto.RunsRuntime(nd.Runtimes, r.Runtime) {
+			continue // freeing a GPU there would not let r run
+		}
 		byGPU := map[int][]Slice{}
 		for _, s := range nd.Slices {
 			byGPU[s.GPU] = append(byGPU[s.GPU], s)
@@ -109,7 +114,7 @@ func Preempt(nodes []Node, r Request, y Yield) (victims []string, res Result, ok
 
 // tryWithout plans r on node nd as if owners held nothing there.
 func tryWithout(nd Node, owners []string, r Request) (Result, bool) {
-	trial := Node{Name: nd.Name, Slices: slices.Clone(nd.Slices)}
+	trial := Node{Name: nd.Name, Slices: slices.Clone(nd.Slices), Runtimes: nd.Runtimes}
 	for k := range trial.Slices {
 		if s := &trial.Slices[k]; slices.Contains(owners, s.Owner) {
 			s.Owner, s.OwnerEndpoint, s.OwnerTier = "", "", ""

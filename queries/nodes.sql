@@ -42,3 +42,10 @@ SELECT pg_advisory_xact_lock_shared(7316020003);
 SELECT n.name, n.cpu_cores, n.memory_mb FROM nodes n
 WHERE n.state = 'ready' AND n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id)
 ORDER BY n.name;
+
+-- name: NodeSetRuntimes :execrows
+-- Stores the runtimes a node reports, only when they changed, so that a
+-- heartbeat that repeats them writes nothing; the row count says whether
+-- placement has something new to read.
+UPDATE nodes SET runtimes = sqlc.narg(runtimes)::text[]
+WHERE id = @id AND runtimes IS DISTINCT FROM sqlc.narg(runtimes)::text[];

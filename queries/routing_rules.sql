@@ -10,7 +10,8 @@ INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALU
 -- columns are read by package route (RoutingRuleListForRoutes).
 -- autoscale_desired is the autoscaler's count for the whole endpoint (NULL
 -- before its first decision); the ro_ columns describe the endpoint's active
--- rollout, if any, for canary sizing (fleet/wake.go).
+-- rollout, if any, for canary sizing (fleet/wake.go). runtime picks the
+-- nodes that can run the version (placement.Request.Runtime).
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas, e.max_replicas,
        v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, r.shadow_percent, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm,
@@ -18,7 +19,8 @@ SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_pr
        c.desired AS autoscale_desired,
        coalesce(ro.from_version_id, 0)::bigint AS ro_from_version_id, coalesce(ro.to_version_id, 0)::bigint AS ro_to_version_id,
        coalesce(ro.strategy, '')::text AS ro_strategy, coalesce(ro.state, '')::text AS ro_state,
-       coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline
+       coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline,
+       v.runtime
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id

@@ -313,6 +313,10 @@ type NodeRow struct {
 	CPU string
 	// Cache is the node's artifact cache, nil when its agent keeps none.
 	Cache *CacheView
+	// Runtimes are the runtime catalogue entries the node reports it can
+	// run, for people ("builtin, vllm", "every runtime (simulated)", "none",
+	// "not reported").
+	Runtimes string
 }
 
 // CacheView is a node's artifact cache: use of its limit, the versions it

@@ -274,6 +274,32 @@ type NodeStatus struct {
 	// Cache is the node's artifact cache; nil when the agent keeps none
 	// (a simulated node).
 	Cache *CacheStatus `json:"cache,omitempty"`
+	// Runtimes are the runtime catalogue entries this node can run
+	// ("builtin", "vllm", "triton", …: agent/catalog names, sorted), so
+	// that placement puts a version only where its runtime's binary is.
+	// AnyRuntime alone means every runtime (a simulated node serves them
+	// all). Nil, as an agent from before this field sends it (absent or
+	// null), means the node does not say: placement does not filter it.
+	// An empty list means the node runs none.
+	Runtimes []string `json:"runtimes"`
+}
+
+// AnyRuntime in NodeStatus.Runtimes stands for every runtime.
+const AnyRuntime = "*"
+
+// RunsRuntime reports whether a node reporting runtimes can run the
+// catalogue entry name: it said nothing (nil), said AnyRuntime, or listed
+// it.
+func RunsRuntime(runtimes []string, name string) bool {
+	if runtimes == nil {
+		return true
+	}
+	for _, r := range runtimes {
+		if r == name || r == AnyRuntime {
+			return true
+		}
+	}
+	return false
 }
 
 // GPU is one GPU of a node with its partitions and current use.
