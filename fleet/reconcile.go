@@ -366,11 +366,13 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 // request is what placement is asked for one replica of d's version: a
 // CPU replica of the version's cores and memory when it needs no GPU (the
 // endpoint's instance profile, which sizes GPU allocations, does not
-// apply), else as many GPUs as it needs, at least one.
+// apply), else as many GPUs as it needs, at least one. A GGUF version's
+// memory is the larger of the declared and what validation computed from
+// its file.
 func request(id string, d db.RoutingRuleListForPlacementRow, minProfile, gpuType string) placement.Request {
 	r := placement.Request{Replica: id, Endpoint: d.Endpoint, Tier: d.Tier}
 	if d.GPUCount == 0 {
-		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPU()
+		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPUNeeding(d.MemoryNeedMB)
 		r.CPUCores, r.HostMemoryMB = int(cores), int(mem)
 		return r
 	}

@@ -42,3 +42,9 @@ SELECT pg_advisory_xact_lock_shared(7316020003);
 SELECT n.name, n.cpu_cores, n.memory_mb FROM nodes n
 WHERE n.state = 'ready' AND n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id)
 ORDER BY n.name;
+
+-- name: NodeMaxCPUMemory :one
+-- The memory of the largest registered CPU node (ready or lost: a lost
+-- node may come back), and how many there are; 0 and 0 without any.
+SELECT coalesce(max(n.memory_mb), 0)::integer AS memory_mb, count(*)::integer AS nodes FROM nodes n
+WHERE n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id);
