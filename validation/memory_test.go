@@ -57,7 +57,9 @@ func (f *fixture) registerGGUF(t *testing.T, name string, body []byte, res regis
 	sum := sha256.Sum256(body)
 	man := artifact.Manifest{"model.gguf": hex.EncodeToString(sum[:])}
 	v, err := f.reg.RegisterVersion(t.Context(), f.eng, "chat", registry.VersionSpec{Name: name, Runtime: registry.BuiltinLLM, Resources: res},
-		man.Canonical(), func(u *artifact.Upload) error { return u.Add(context.Background(), "model.gguf", bytes.NewReader(body)) })
+		man.Canonical(), func(u *artifact.Upload) error {
+			return u.Add(context.Background(), "model.gguf", bytes.NewReader(body))
+		})
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}
