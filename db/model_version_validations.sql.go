@@ -9,6 +9,22 @@ import (
 	"context"
 )
 
+const modelVersionSetMemoryNeed = `-- name: ModelVersionSetMemoryNeed :exec
+UPDATE model_versions SET memory_need_mb = $1 WHERE id = $2 AND memory_need_mb = 0
+`
+
+type ModelVersionSetMemoryNeedParams struct {
+	MemoryNeedMB int32
+	ID           int64
+}
+
+// A GGUF version's memory need, computed from its file; written once (the
+// trigger refuses changing it after).
+func (q *Queries) ModelVersionSetMemoryNeed(ctx context.Context, arg ModelVersionSetMemoryNeedParams) error {
+	_, err := q.db.Exec(ctx, modelVersionSetMemoryNeed, arg.MemoryNeedMB, arg.ID)
+	return err
+}
+
 const modelVersionSetStatus = `-- name: ModelVersionSetStatus :exec
 UPDATE model_versions SET status = $1 WHERE id = $2
 `

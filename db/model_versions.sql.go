@@ -17,7 +17,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14,
     $15, $16, $17, $18, $19, $20, $21,
     $22, $23, $24)
-RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving
+RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb
 `
 
 type ModelVersionCreateParams struct {
@@ -103,6 +103,7 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		&i.CreatedByUserID,
 		&i.CreatedByKeyID,
 		&i.Serving,
+		&i.MemoryNeedMB,
 	)
 	return i, err
 }
@@ -150,7 +151,7 @@ func (q *Queries) ModelVersionDigestsInUse(ctx context.Context, digests []string
 }
 
 const modelVersionGet = `-- name: ModelVersionGet :one
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb FROM model_versions
 WHERE model_id = $1 AND name = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
 `
 
@@ -197,12 +198,13 @@ func (q *Queries) ModelVersionGet(ctx context.Context, arg ModelVersionGetParams
 		&i.CreatedByUserID,
 		&i.CreatedByKeyID,
 		&i.Serving,
+		&i.MemoryNeedMB,
 	)
 	return i, err
 }
 
 const modelVersionListAllByModel = `-- name: ModelVersionListAllByModel :many
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb FROM model_versions
 WHERE model_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[]))
 ORDER BY id
 `
@@ -250,6 +252,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 			&i.CreatedByUserID,
 			&i.CreatedByKeyID,
 			&i.Serving,
+			&i.MemoryNeedMB,
 		); err != nil {
 			return nil, err
 		}
@@ -262,7 +265,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 }
 
 const modelVersionListByModelName = `-- name: ModelVersionListByModelName :many
-SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb, v.created_by_user_id, v.created_by_key_id, v.serving FROM model_versions v JOIN models m ON m.id = v.model_id
+SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb, v.created_by_user_id, v.created_by_key_id, v.serving, v.memory_need_mb FROM model_versions v JOIN models m ON m.id = v.model_id
 WHERE m.name = $1 AND ($2::boolean OR v.team_id = ANY($3::bigint[])) AND v.id > $4
 ORDER BY v.id LIMIT $5
 `
@@ -318,6 +321,7 @@ func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVers
 			&i.CreatedByUserID,
 			&i.CreatedByKeyID,
 			&i.Serving,
+			&i.MemoryNeedMB,
 		); err != nil {
 			return nil, err
 		}

@@ -269,6 +269,7 @@ type ModelVersion struct {
 	CreatedByUserID *int64
 	CreatedByKeyID  *int64
 	Serving         []byte
+	MemoryNeedMB    int32
 }
 
 type ModelVersionValidation struct {

@@ -206,6 +206,25 @@ func (q *Queries) NodeMarkLost(ctx context.Context, arg NodeMarkLostParams) ([]N
 	return items, nil
 }
 
+const nodeMaxCPUMemory = `-- name: NodeMaxCPUMemory :one
+SELECT coalesce(max(n.memory_mb), 0)::integer AS memory_mb, count(*)::integer AS nodes FROM nodes n
+WHERE n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id)
+`
+
+type NodeMaxCPUMemoryRow struct {
+	MemoryMB int32
+	Nodes    int32
+}
+
+// The memory of the largest registered CPU node (ready or lost: a lost
+// node may come back), and how many there are; 0 and 0 without any.
+func (q *Queries) NodeMaxCPUMemory(ctx context.Context) (NodeMaxCPUMemoryRow, error) {
+	row := q.db.QueryRow(ctx, nodeMaxCPUMemory)
+	var i NodeMaxCPUMemoryRow
+	err := row.Scan(&i.MemoryMB, &i.Nodes)
+	return i, err
+}
+
 const nodeRegister = `-- name: NodeRegister :one
 INSERT INTO nodes AS n (name, boot_id, lease_seconds, last_heartbeat, inventory, gpu_use, applied_generation, cpu_cores, memory_mb, cache)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)

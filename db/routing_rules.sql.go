@@ -117,7 +117,7 @@ func (q *Queries) RoutingRuleListByEndpoint(ctx context.Context, arg RoutingRule
 
 const routingRuleListForPlacement = `-- name: RoutingRuleListForPlacement :many
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas, e.max_replicas,
-       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, r.shadow_percent, e.woken_at,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, v.memory_need_mb, r.weight, r.shadow_percent, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm,
        coalesce((SELECT a.share FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id), 0)::integer AS arm_share,
        c.desired AS autoscale_desired,
@@ -148,6 +148,7 @@ type RoutingRuleListForPlacementRow struct {
 	GPUType          string
 	CPUCores         int32
 	MemoryMB         int32
+	MemoryNeedMB     int32
 	Weight           int32
 	ShadowPercent    float64
 	WokenAt          *time.Time
@@ -194,6 +195,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.GPUType,
 			&i.CPUCores,
 			&i.MemoryMB,
+			&i.MemoryNeedMB,
 			&i.Weight,
 			&i.ShadowPercent,
 			&i.WokenAt,

@@ -137,10 +137,11 @@ var unscoped = map[string]string{
 	"ModelVersionManifestByDigest": "registry.Artifact: the manifest a node agent names by its digest, which it already holds from its desired state; content-addressed, no team data beyond what the digest pins",
 
 	// Validation at registration: the validator acts for the platform.
-	"ValidationCreate":       "insert; registry.RegisterVersion takes version and team ids from the version it inserted in the same transaction",
-	"ValidationClaimPending": "validator: validates every team's uploaded versions for the platform; no caller",
-	"ValidationFinish":       "validator: writes the outcome of the validation it claimed with ValidationClaimPending, by its version id",
-	"ModelVersionSetStatus":  "validator: sets the status of the version it claimed with ValidationClaimPending (the trigger lets only status change)",
+	"ValidationCreate":          "insert; registry.RegisterVersion takes version and team ids from the version it inserted in the same transaction",
+	"ValidationClaimPending":    "validator: validates every team's uploaded versions for the platform; no caller",
+	"ValidationFinish":          "validator: writes the outcome of the validation it claimed with ValidationClaimPending, by its version id",
+	"ModelVersionSetStatus":     "validator: sets the status of the version it claimed with ValidationClaimPending (the trigger lets only status and the memory need change)",
+	"ModelVersionSetMemoryNeed": "validator: writes the memory need of the GGUF version it claimed with ValidationClaimPending, once (the trigger refuses changing it)",
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",

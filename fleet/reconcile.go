@@ -367,7 +367,9 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 // request is what placement is asked for one replica of d's version: a
 // CPU replica of the version's cores and memory when it needs no GPU (the
 // endpoint's instance profile, which sizes GPU allocations, does not
-// apply), else as many GPUs as it needs, at least one.
+// apply), else as many GPUs as it needs, at least one. A GGUF version's
+// memory is the larger of the declared and what validation computed from
+// its file.
 //
 // The request names the runtime catalogue entry the version runs on that
 // kind of node (catalog.Name: onnxruntime is the built-in runtime on a CPU
@@ -380,7 +382,7 @@ func request(id string, d db.RoutingRuleListForPlacementRow, minProfile, gpuType
 		r.Runtime = name
 	}
 	if d.GPUCount == 0 {
-		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPU()
+		cores, mem := registry.Resources{CPUCores: d.CPUCores, MemoryMB: d.MemoryMB}.CPUNeeding(d.MemoryNeedMB)
 		r.CPUCores, r.HostMemoryMB = int(cores), int(mem)
 		return r
 	}

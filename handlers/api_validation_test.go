@@ -1,9 +1,15 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"modelplane/auth"
+	"modelplane/gguf"
+	"modelplane/llm"
+	"modelplane/registry"
 )
 
 // TestInvalidVersionRefusedByRoutes: a version validation found invalid
@@ -84,5 +90,50 @@ func TestBadServingMetadataNamesTheField(t *testing.T) {
 		if status != 400 || !p.names(c.field) && !strings.Contains(string(out), c.field) {
 			t.Errorf("serving %s = %d %s; want 400 naming %s", c.serving, status, out, c.field)
 		}
+	}
+}
+
+// TestVersionMemoryNeedShown: the memory need validation computed from a
+// GGUF file is in the version's API response and on its portal page, with
+// the memory its replicas are placed with (the larger of the need and the
+// declared memory_mb).
+func TestVersionMemoryNeedShown(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := t.Context()
+	system := &auth.Principal{Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
+	if _, err := e.srv.Registry.CreateModel(ctx, system, registry.ModelSpec{Team: "risk", Name: "risk-chat", Task: registry.TaskLLM}); err != nil {
+		t.Fatal(err)
+	}
+	var demo bytes.Buffer
+	if err := llm.WriteDemo(&demo, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"model.gguf": demo.Bytes()}
+	if _, err := e.srv.Registry.RegisterVersion(ctx, system, "risk-chat", registry.VersionSpec{Name: "c1", Runtime: registry.BuiltinLLM,
+		Resources: registry.Resources{CPUCores: 1, MemoryMB: 16}}, manifestOf(files), filesOf(files)); err != nil {
+		t.Fatal(err)
+	}
+	// The need as the validator writes it (package validation computes it
+	// from the file; here the showing is what matters).
+	if _, err := e.pool.Exec(ctx, `UPDATE model_versions SET memory_need_mb = 40 WHERE name = 'c1'
+		AND model_id = (SELECT id FROM models WHERE name = 'risk-chat')`); err != nil {
+		t.Fatal(err)
+	}
+	status, body := e.api(e.Keys["risk-viewer"], "GET", "/models/risk-chat/versions/c1", nil)
+	var v struct {
+		MemoryNeedMB int `json:"memory_need_mb"`
+		Resources    struct {
+			MemoryMB int `json:"memory_mb"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || status != 200 || v.MemoryNeedMB != 40 || v.Resources.MemoryMB != 16 {
+		t.Errorf("GET version = %d %s; want memory_need_mb 40 beside the declared memory_mb 16", status, body)
+	}
+	doc := portalSignIn(t, e, "risk-engineer@example.com").page("/models/risk-chat/versions/c1")
+	const want = "Memory: the model needs 40 MiB (weights as float32 and the K/V cache, computed from the GGUF file); " +
+		"a replica is placed with 40 MiB (the larger of the need and resources.memory_mb, 16)."
+	if got := portalText(doc.Find("#memory-need")); got != want {
+		t.Errorf("version page memory = %q, want %q", got, want)
 	}
 }

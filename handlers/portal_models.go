@@ -122,6 +122,15 @@ func servingView(v registry.Version, task string) web.ServingView {
 		b, _ := json.MarshalIndent(v.Serving.SampleInputs, "", "  ")
 		out.SampleInputs = string(b)
 	}
+	if v.MemoryNeedMB > 0 {
+		_, placed := v.Resources.CPUNeeding(v.MemoryNeedMB)
+		out.Memory = fmt.Sprintf("Memory: the model needs %d MiB (weights as float32 and the K/V cache, computed from the GGUF file); a replica is placed with %d MiB", v.MemoryNeedMB, placed)
+		if v.Resources.MemoryMB == 0 {
+			out.Memory += " (resources.memory_mb is not set)."
+		} else {
+			out.Memory += fmt.Sprintf(" (the larger of the need and resources.memory_mb, %d).", v.Resources.MemoryMB)
+		}
+	}
 	if x := v.Validation; x != nil {
 		out.Validation, out.Reason = x.State, x.Reason
 		if len(x.Outputs) > 0 && string(x.Outputs) != "[]" {

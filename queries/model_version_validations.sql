@@ -33,6 +33,11 @@ WHERE version_id = @version_id;
 -- name: ModelVersionSetStatus :exec
 UPDATE model_versions SET status = @status WHERE id = @id;
 
+-- name: ModelVersionSetMemoryNeed :exec
+-- A GGUF version's memory need, computed from its file; written once (the
+-- trigger refuses changing it after).
+UPDATE model_versions SET memory_need_mb = @memory_need_mb WHERE id = @id AND memory_need_mb = 0;
+
 -- name: VersionValidateByReadyReplicas :exec
 -- Versions the control plane does not validate itself (no validation row:
 -- GPU and LLM runtimes) are validated by their first replica on the node

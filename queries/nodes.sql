@@ -49,3 +49,9 @@ ORDER BY n.name;
 -- placement has something new to read.
 UPDATE nodes SET runtimes = sqlc.narg(runtimes)::text[]
 WHERE id = @id AND runtimes IS DISTINCT FROM sqlc.narg(runtimes)::text[];
+
+-- name: NodeMaxCPUMemory :one
+-- The memory of the largest registered CPU node (ready or lost: a lost
+-- node may come back), and how many there are; 0 and 0 without any.
+SELECT coalesce(max(n.memory_mb), 0)::integer AS memory_mb, count(*)::integer AS nodes FROM nodes n
+WHERE n.cpu_cores > 0 AND NOT EXISTS (SELECT 1 FROM gpu_slices s WHERE s.node_id = n.id);

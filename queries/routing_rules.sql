@@ -13,7 +13,7 @@ INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALU
 -- rollout, if any, for canary sizing (fleet/wake.go). runtime picks the
 -- nodes that can run the version (placement.Request.Runtime).
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas, e.max_replicas,
-       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, r.weight, r.shadow_percent, e.woken_at,
+       v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, v.memory_need_mb, r.weight, r.shadow_percent, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm,
        coalesce((SELECT a.share FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id), 0)::integer AS arm_share,
        c.desired AS autoscale_desired,

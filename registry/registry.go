@@ -251,7 +251,9 @@ func (s *Service) Models(ctx context.Context, p *auth.Principal, afterID int64, 
 // never on a GPU. Cores are whole cores, given to one replica only (the
 // process driver pins them), as whole GPUs and MIG slices are; they are
 // metered and priced per core-second. A CPU version that states neither
-// gets DefaultCPUCores and DefaultMemoryMB at registration. On a GPU
+// gets DefaultCPUCores and DefaultMemoryMB at registration, except the
+// memory of an uploaded GGUF model the control plane validates: that is
+// computed from the file (Version.MemoryNeedMB) and stays 0 here. On a GPU
 // version CPUCores and MemoryMB are recorded but not placed by: a GPU
 // node's host CPUs come with its GPUs.
 type Resources struct {
@@ -260,7 +262,8 @@ type Resources struct {
 	GPUType     string `json:"gpu_type,omitempty"`
 	// CPUCores is the whole CPU cores one replica needs.
 	CPUCores int32 `json:"cpu_cores"`
-	// MemoryMB is the host memory one replica needs, in MiB.
+	// MemoryMB is the host memory one replica needs, in MiB. A GGUF
+	// version may leave it 0: its need is computed from the file.
 	MemoryMB int32 `json:"memory_mb"`
 }
 
@@ -287,6 +290,22 @@ func (r Resources) CPU() (cores, memoryMB int32) {
 		if memoryMB == 0 {
 			memoryMB = DefaultMemoryMB
 		}
+	}
+	return cores, memoryMB
+}
+
+// CPUNeeding is CPU for a version whose files need needMB of memory to
+// run (a GGUF model's, computed at validation; 0 when not computed): the
+// memory is the larger of the stated and the need, the need alone when
+// none is stated. A version is placed by what its file needs, whatever it
+// declared.
+func (r Resources) CPUNeeding(needMB int32) (cores, memoryMB int32) {
+	if r.GPUCount == 0 && r.MemoryMB == 0 && needMB > 0 {
+		r.MemoryMB = needMB
+	}
+	cores, memoryMB = r.CPU()
+	if r.GPUCount == 0 {
+		memoryMB = max(memoryMB, needMB)
 	}
 	return cores, memoryMB
 }
@@ -330,9 +349,14 @@ type Version struct {
 	// Validation is the outcome of validation at registration; nil for a
 	// version the control plane does not run itself.
 	Validation *Validation `json:"validation,omitempty"`
-	CreatedBy  string      `json:"created_by"`
-	CreatedAt  time.Time   `json:"created_at"`
-	ID         int64       `json:"-"`
+	// MemoryNeedMB is what a GGUF version's file needs to run on the
+	// built-in LLM engine, in MiB (weights as float32 and the default K/V
+	// cache), computed at validation; 0 until then and for other versions.
+	// A replica is placed with the larger of it and Resources.MemoryMB.
+	MemoryNeedMB int32     `json:"memory_need_mb,omitempty"`
+	CreatedBy    string    `json:"created_by"`
+	CreatedAt    time.Time `json:"created_at"`
+	ID           int64     `json:"-"`
 }
 
 // Files streams a version's uploaded files into u: each file with its
@@ -373,8 +397,9 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 		errs.Add("metadata.resources.memory_mb", "must be between 0 (the default, %d) and %d MiB", DefaultMemoryMB, MaxMemoryMB)
 	}
 	if r.GPUCount == 0 && errs.Err() == nil {
-		// What is shown is what is placed: the defaults are stored.
-		spec.Resources.CPUCores, spec.Resources.MemoryMB = r.CPU()
+		// What is shown is what is placed: the defaults are stored (the
+		// memory once the files' format is known, in RegisterVersion).
+		spec.Resources.CPUCores, _ = r.CPU()
 	}
 	for name, v := range map[string]*float64{"p99_latency_ms": spec.SLA.P99LatencyMs, "p99_tpot_ms": spec.SLA.P99TPOTMs} {
 		if v != nil && !(*v > 0 && *v < 3_600_000) {
@@ -463,6 +488,11 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		return Version{}, fmt.Errorf("register version: %w", err)
 	}
 	queue := s.validate != nil && validatable(spec, files != nil)
+	if spec.Resources.GPUCount == 0 && spec.Resources.MemoryMB == 0 && !(queue && spec.Format == string(artifact.FormatGGUF)) {
+		// A GGUF model validation runs keeps 0: its need is computed from
+		// the file and placed by (Resources.CPUNeeding).
+		spec.Resources.MemoryMB = DefaultMemoryMB
+	}
 	var out Version
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.ModelVersionCreate(ctx, db.ModelVersionCreateParams{ModelID: m.ID, TeamID: m.TeamID, Name: spec.Name,
@@ -543,7 +573,8 @@ func (s *Service) digestsInUse(ctx context.Context, digests []string) (map[strin
 }
 
 func versionOf(r db.ModelVersion, model string) Version {
-	v := Version{ID: r.ID, Model: model, SizeBytes: r.SizeBytes, Status: r.Status, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+	v := Version{ID: r.ID, Model: model, SizeBytes: r.SizeBytes, Status: r.Status, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
+		MemoryNeedMB: r.MemoryNeedMB}
 	v.Name, v.Format, v.Runtime, v.ArtifactURI = r.Name, r.Format, r.Runtime, r.ArtifactURI
 	v.Resources = Resources{GPUCount: r.GPUCount, GPUMemoryMB: r.GPUMemoryMB, GPUType: r.GPUType, CPUCores: r.CPUCores, MemoryMB: r.MemoryMB}
 	v.SLA = SLA{P99LatencyMs: r.P99LatencyMs, P99TPOTMs: r.P99TPOTMs}

@@ -28,16 +28,25 @@ type Report struct {
 	// MemoryMB is what a GGUF model needs to run (llm.MemoryNeed with the
 	// engine's default K/V cache), in MiB, rounded up; 0 for other models.
 	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// NotLoaded says the GGUF model was not loaded: its need is above the
+	// child's own memory limit, so a load would only crash the child. The
+	// need and the header's checks stand.
+	NotLoaded bool `json:"not_loaded,omitempty"`
 }
 
 // Check loads the model directory as a replica would (its configuration's
 // features and output mapping) and answers the configuration's sample
 // inputs in one batch. It runs in the child process.
 func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) Report {
+	return check(ctx, dir, openers, 0)
+}
+
+// check is Check in a child whose address space is limitMB (0: none).
+func check(ctx context.Context, dir string, openers map[string]runtime.Opener, limitMB int64) Report {
 	if path, ok, err := runtime.GGUFPath(dir); err != nil {
 		return Report{Invalid: err.Error()}
 	} else if ok {
-		return checkGGUF(ctx, dir, path)
+		return checkGGUF(ctx, dir, path, limitMB)
 	}
 	cfg, err := runtime.ReadConfig(dir)
 	if err != nil {
@@ -71,8 +80,9 @@ func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) R
 
 // checkGGUF checks a GGUF LLM: its memory need from the header (which
 // refuses an architecture or tensor type the engine does not run, or a
-// truncated file), then a load of the model and one generated token.
-func checkGGUF(ctx context.Context, dir, path string) Report {
+// truncated file), then a load of the model and one generated token,
+// unless the need is above limitMB, the child's own limit.
+func checkGGUF(ctx context.Context, dir, path string, limitMB int64) Report {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return Report{Invalid: err.Error()}
@@ -87,6 +97,10 @@ func checkGGUF(ctx context.Context, dir, path string) Report {
 		return Report{Invalid: err.Error()}
 	}
 	rep := Report{MemoryMB: (need + 1<<20 - 1) >> 20}
+	if limitMB > 0 && rep.MemoryMB > limitMB {
+		rep.NotLoaded = true
+		return rep
+	}
 	s := runtime.New(runtime.Options{})
 	start := time.Now()
 	if err := s.Load(dir, nil); err != nil {
@@ -119,7 +133,7 @@ func RunChild(ctx context.Context, dir string, memoryMB int64, openers map[strin
 			return 1
 		}
 	}
-	rep := Check(ctx, dir, openers)
+	rep := check(ctx, dir, openers, memoryMB)
 	_ = json.NewEncoder(os.Stdout).Encode(rep)
 	if rep.Invalid != "" {
 		return exitInvalid

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,11 +118,14 @@ func (v *Validator) Pass(ctx context.Context) (int, error) {
 	return n, ctx.Err()
 }
 
-// outcome is one validation's result.
+// outcome is one validation's result. memoryNeedMB is a GGUF model's
+// need computed from its file (0: none), recorded on the version whatever
+// the state.
 type outcome struct {
 	state, reason     string
 	inputs, outputs   []json.RawMessage
 	loadMS, latencyMS *float64
+	memoryNeedMB      int64
 }
 
 // one claims the oldest pending validation, runs it and writes the
@@ -138,15 +142,24 @@ func (v *Validator) one(ctx context.Context) (bool, error) {
 			return err
 		}
 		found = true
-		out := v.run(ctx, row)
+		out, err := v.run(ctx, q, row)
 		if ctx.Err() != nil {
 			return ctx.Err() // stopping: the version stays pending for the next leader
+		}
+		if err != nil {
+			return err
 		}
 		inputs, _ := json.Marshal(nonNil(out.inputs))
 		outputs, _ := json.Marshal(nonNil(out.outputs))
 		if err := q.ValidationFinish(ctx, db.ValidationFinishParams{VersionID: row.VersionID, State: out.state, Reason: out.reason,
 			Inputs: inputs, Outputs: outputs, LoadMs: out.loadMS, LatencyMs: out.latencyMS}); err != nil {
 			return err
+		}
+		if out.memoryNeedMB > 0 {
+			if err := q.ModelVersionSetMemoryNeed(ctx, db.ModelVersionSetMemoryNeedParams{ID: row.VersionID,
+				MemoryNeedMB: int32(min(out.memoryNeedMB, math.MaxInt32))}); err != nil {
+				return err
+			}
 		}
 		if out.state == registry.StatusValidated || out.state == registry.StatusInvalid {
 			if err := q.ModelVersionSetStatus(ctx, db.ModelVersionSetStatusParams{ID: row.VersionID, Status: out.state}); err != nil {
@@ -174,8 +187,53 @@ func nonNil(xs []json.RawMessage) []json.RawMessage {
 // stays registered.
 const skipped = "skipped"
 
-// run validates one version in a child process.
-func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) outcome {
+// run validates one version in a child process; q reads the fleet's CPU
+// nodes, which a GGUF model's need must fit. An error is the database's:
+// the version stays pending.
+func (v *Validator) run(ctx context.Context, q *db.Queries, row db.ValidationClaimPendingRow) (outcome, error) {
+	out := v.check(ctx, row)
+	if row.Format != runtime.FormatGGUF || out.memoryNeedMB == 0 || out.state == registry.StatusInvalid {
+		return out, nil
+	}
+	return v.checkMemory(ctx, q, row, out)
+}
+
+// checkMemory checks a GGUF model's need, which the child computed from
+// the file: within what the version declares, if it declares any, and
+// within the largest CPU node. A need above what a validation child may
+// take was not loaded here: the version is not run by the control plane
+// (skipped), and its replicas' warm-up checks it, as a GPU version's.
+// Without any CPU node registered, the need cannot be held to one: the
+// version is validated and placement reports it unplaceable until a node
+// that holds it joins.
+func (v *Validator) checkMemory(ctx context.Context, q *db.Queries, row db.ValidationClaimPendingRow, out outcome) (outcome, error) {
+	need := out.memoryNeedMB
+	invalid := func(format string, args ...any) (outcome, error) {
+		out.state, out.reason = registry.StatusInvalid, fmt.Sprintf(format, args...)
+		return out, nil
+	}
+	if row.MemoryMB > 0 && need > int64(row.MemoryMB) {
+		return invalid("the model needs %d MiB (weights as float32 and the K/V cache, computed from the GGUF file) but resources.memory_mb is %d", need, row.MemoryMB)
+	}
+	largest, err := q.NodeMaxCPUMemory(ctx)
+	if err != nil {
+		return out, fmt.Errorf("largest CPU node: %w", err)
+	}
+	if largest.Nodes > 0 && need > int64(largest.MemoryMB) {
+		return invalid("the model needs %d MiB (weights as float32 and the K/V cache, computed from the GGUF file) but the largest CPU node has %d MiB", need, largest.MemoryMB)
+	}
+	if out.state == notLoaded {
+		out.state, out.reason = skipped, fmt.Sprintf("the model needs %d MiB, more than a validation may take here (%d MiB, the control plane's MP_VALIDATION_MEMORY_MB): it was not loaded by the control plane; its replicas' warm-up checks it", need, v.cfg.MemoryMB)
+	}
+	return out, nil
+}
+
+// notLoaded is a GGUF check whose model the child did not load (its need
+// is above the child's limit); checkMemory decides the state.
+const notLoaded = "not-loaded"
+
+// check validates one version in a child process.
+func (v *Validator) check(ctx context.Context, row db.ValidationClaimPendingRow) outcome {
 	cfg := registry.RuntimeConfig(row.Model, row.Version, row.Format, row.Serving, row.FeatureNames)
 	if len(cfg.SampleInputs) == 0 {
 		cfg.SampleInputs = Generate(cfg.Features, row.InputSchema)
@@ -215,7 +273,8 @@ func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) o
 		out.state, out.reason = skipped, err.Error()
 		return out
 	}
-	if rep.LoadMS > 0 || rep.Invalid == "" {
+	out.memoryNeedMB = rep.MemoryMB
+	if rep.LoadMS > 0 || (rep.Invalid == "" && !rep.NotLoaded) {
 		out.loadMS = &rep.LoadMS
 	}
 	switch {
@@ -225,13 +284,14 @@ func (v *Validator) run(ctx context.Context, row db.ValidationClaimPendingRow) o
 	case rep.Invalid != "":
 		return invalid("%s", rep.Invalid)
 	}
+	if isLLM && rep.NotLoaded {
+		out.state = notLoaded
+		return out
+	}
 	out.latencyMS, out.outputs = &rep.LatencyMS, rep.Outputs
 	if isLLM {
 		// An LLM answers no sample instances; what it needs is memory,
-		// which placement checks against the version's request.
-		if rep.MemoryMB > int64(row.MemoryMB) {
-			return invalid("the model needs %d MiB (weights as float32 and the K/V cache, computed from the GGUF file) but resources.memory_mb is %d", rep.MemoryMB, row.MemoryMB)
-		}
+		// which checkMemory holds to the version and the nodes.
 		out.state = registry.StatusValidated
 		return out
 	}

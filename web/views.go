@@ -201,6 +201,9 @@ type ServingView struct {
 	// does not validate the version), its reason, the answers (pretty
 	// JSON) and the latency.
 	Validation, Reason, Outputs, Latency string
+	// Memory says what a GGUF version needs, computed from its file, and
+	// what its replicas are placed with; "" for other versions.
+	Memory string
 }
 
 // LineageNode places a version in the lineage graph.
