@@ -30,6 +30,9 @@ type record struct {
 	InnerPort int    `json:"inner_port,omitempty"`
 	Cores     []int  `json:"cores"`
 	Devices   string `json:"devices,omitempty"`
+	// MetricsPort is the runtime's own metrics port on 127.0.0.1, for an
+	// entry with catalog.Entry.MetricsPort (0: none).
+	MetricsPort int `json:"metrics_port,omitempty"`
 }
 
 func (d *Driver) recordPath(id string) string { return filepath.Join(d.cfg.StateDir, id+".json") }
