@@ -524,6 +524,16 @@ func (r *replica) spawn() (*proc, error) {
 		if inner, err = freePort("127.0.0.1", 0); err != nil {
 			return nil, err
 		}
+		// Both are loopback ports: the kernel may hand out the metrics
+		// port again, whose probe listener is closed.
+		for tries := 0; inner == metricsPort || inner == port; tries++ {
+			if tries == 10 {
+				return nil, fmt.Errorf("allocate a port on 127.0.0.1: the kernel keeps handing out %d", inner)
+			}
+			if inner, err = freePort("127.0.0.1", 0); err != nil {
+				return nil, err
+			}
+		}
 		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(r.spec.Model), r.log); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
 		}
