@@ -990,7 +990,8 @@ func (a *Agent) Status() proto.NodeStatus {
 			rs.InFlight, rs.BatchSize = m.obs.InFlight, m.obs.BatchSize
 			rs.TokensPerSecond, rs.TTFTMS = m.obs.TokensPerSecond, m.obs.TTFTMS
 			rs.BatchQueueMS, rs.GPUUtil = m.obs.BatchQueueMS, m.obs.GPUUtil
-			if rs.GPUUtil == 0 && !isCPU(m.spec) {
+			rs.Absent, rs.Runtime = slices.Clone(m.obs.Absent), m.obs.Runtime
+			if rs.GPUUtil == 0 && !isCPU(m.spec) && rs.Reports(proto.MetricGPUUtil) {
 				rs.GPUUtil = min(m.obs.UtilPct/100, 1)
 			}
 			if m.valid && isCPU(m.spec) {

@@ -102,7 +102,8 @@ type Observation struct {
 	TTFTMS          float64
 	// BatchQueueMS is the mean wait of requests in the runtime's batcher
 	// and GPUUtil the replica's GPU utilisation, 0 to 1, over the last few
-	// seconds; 0 when unknown (a GPUUtil of 0 falls back to UtilPct).
+	// seconds; 0 when unknown (a GPUUtil of 0 falls back to UtilPct,
+	// unless Absent names it).
 	BatchQueueMS float64
 	GPUUtil      float64
 	// Failures counts the replica's failures in a row since it was last
@@ -119,4 +120,10 @@ type Observation struct {
 	// driver last started for the replica (proto.ReplicaStatus.Launch),
 	// within proto's bounds; nil for a driver that starts no process.
 	Launch *proto.Launch
+	// Absent names the metrics fields the runtime does not report, by the
+	// heartbeat's JSON names (proto.ReplicaStatus.Absent); nil when it
+	// reports them all, as the simulator does. Runtime is the catalogue
+	// entry running the replica, empty for a driver without one.
+	Absent  []string
+	Runtime string
 }

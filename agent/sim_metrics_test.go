@@ -42,4 +42,8 @@ func TestSimReplicaInFlightReachesTheHeartbeat(t *testing.T) {
 		rs := replicas(a)["slow"]
 		return rs.InFlight == 0 && rs.Requests == 2 && rs.State == proto.StateReady
 	}, "heartbeat never showed both answered: %v", wait.Show(func() any { return replicas(a)["slow"] }))
+	// The simulator reports every field it simulates: none is absent.
+	if rs := replicas(a)["slow"]; len(rs.Absent) != 0 || rs.Runtime != "" {
+		t.Errorf("sim replica absent %q, runtime %q; want none and no catalogue entry", rs.Absent, rs.Runtime)
+	}
 }

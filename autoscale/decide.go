@@ -145,13 +145,18 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	}
 	s.noteActivity(in.Ready, now)
 	var gone []string
+	var goneSignals []Signal
 	for _, sig := range missing {
 		if s.missing[sig.index()] >= MissingEvaluations {
 			gone = append(gone, string(sig))
+			goneSignals = append(goneSignals, sig)
 		}
 	}
 	if len(gone) > 0 {
 		why := fmt.Sprintf("%s missing from every ready replica for %d evaluations", strings.Join(gone, ", "), MissingEvaluations)
+		if detail := missingWhy(in.Ready, goneSignals); detail != "" {
+			why += " (" + detail + ")"
+		}
 		if !s.frozen {
 			d.Event = "autoscaling frozen: " + why
 		}
@@ -419,4 +424,28 @@ func num(v float64) string {
 		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	}
 	return s
+}
+
+// maxWhy is how many replicas' reasons a freeze names.
+const maxWhy = 3
+
+// missingWhy is why the ready replicas did not report the signals, as
+// their Samples say (Sample.Missing): the distinct reasons, the first
+// maxWhy of them and how many more; "" when none says.
+func missingWhy(ready []Sample, sigs []Signal) string {
+	var whys []string
+	seen := map[string]bool{}
+	for _, sig := range sigs {
+		i := sig.index()
+		for _, m := range ready {
+			if w := m.why[i]; w != "" && !seen[w] {
+				seen[w] = true
+				whys = append(whys, w)
+			}
+		}
+	}
+	if len(whys) > maxWhy {
+		return strings.Join(whys[:maxWhy], "; ") + fmt.Sprintf("; and %d more", len(whys)-maxWhy)
+	}
+	return strings.Join(whys, "; ")
 }

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +267,30 @@ func TestMissingSignalHoldsThenFreezesAndResumes(t *testing.T) {
 	d = e.eval(2*time.Second, back, false)
 	if d.Frozen || d.Desired != 20 || !strings.HasPrefix(d.Event, "autoscaling resumed") {
 		t.Errorf("resumed: frozen %v desired %d event %q, want 20 and the event: %s", d.Frozen, d.Desired, d.Event, d.Reason)
+	}
+}
+
+// A freeze names why the replicas did not report the signal, as their
+// Samples say: each distinct reason once, at most three and a count.
+func TestFreezeSaysWhyTheSignalIsMissing(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(llm(1, 100), 5)
+	noKV := replicas(5, InFlight, 20, QueueDepth, 0, TokensPerSecond, 100)
+	for i := range noKV {
+		noKV[i].Missing(KVCache, fmt.Sprintf("kv_used_pct not reported by replica r-%d (llama-server)", i%4))
+	}
+	noKV[0].Missing(InFlight, "not used: in_flight is reported")
+	var d Decision
+	for range MissingEvaluations {
+		d = e.eval(2*time.Second, noKV, false)
+	}
+	want := "autoscaling frozen: kv_cache missing from every ready replica for 3 evaluations (kv_used_pct not reported by replica r-0 (llama-server); " +
+		"kv_used_pct not reported by replica r-1 (llama-server); kv_used_pct not reported by replica r-2 (llama-server); and 1 more)"
+	if !d.Frozen || d.Event != want {
+		t.Fatalf("freeze event = %q, want %q", d.Event, want)
+	}
+	if !strings.HasPrefix(d.Reason, "frozen: kv_cache missing from every ready replica for 3 evaluations (kv_used_pct not reported by replica r-0") {
+		t.Errorf("reason = %q, want the freeze with its why", d.Reason)
 	}
 }
 

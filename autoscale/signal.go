@@ -79,6 +79,17 @@ func (t Task) reports(s Signal, gpu bool) error {
 type Sample struct {
 	values [signalCount]float64
 	has    uint8
+	// why says, for a signal not reported, why not (Missing).
+	why [signalCount]string
+}
+
+// Missing records why s was not reported ("kv_used_pct not reported by
+// replica r-1 (llama-server)"), for the reason of a freeze on it. A Sample
+// without it still reports nothing for s; Missing only explains.
+func (m *Sample) Missing(s Signal, why string) {
+	if i := s.index(); i >= 0 {
+		m.why[i] = why
+	}
 }
 
 // Set records v for s; a name that is no signal is ignored.

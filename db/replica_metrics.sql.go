@@ -67,9 +67,15 @@ UPDATE replicas r SET metrics = u.metrics || jsonb_build_object('rps', CASE
         THEN coalesce((r.metrics->>'rps')::double precision, 0)
     WHEN (u.metrics->>'observed_at_ms')::bigint > (r.metrics->>'observed_at_ms')::bigint
          AND (u.metrics->>'requests')::bigint >= (r.metrics->>'requests')::bigint
+         AND NOT coalesce(r.metrics->'absent' @> '["requests"]'::jsonb, false)
         THEN ((u.metrics->>'requests')::bigint - (r.metrics->>'requests')::bigint) * 1000.0
              / ((u.metrics->>'observed_at_ms')::bigint - (r.metrics->>'observed_at_ms')::bigint)
     ELSE 0 END)
+    || CASE WHEN coalesce(r.metrics->'absent' @> '["requests"]'::jsonb, false)
+                 AND (u.metrics->>'observed_at_ms')::bigint > (r.metrics->>'observed_at_ms')::bigint
+                 AND NOT coalesce(u.metrics->'absent' @> '["rps"]'::jsonb, false)
+            THEN jsonb_build_object('absent', coalesce(u.metrics->'absent', '[]'::jsonb) || '["rps"]'::jsonb)
+            ELSE '{}'::jsonb END
 FROM jsonb_each($2::jsonb) AS u(name, metrics)
 WHERE r.name = u.name AND r.node_id = $1
   AND coalesce((r.metrics->>'observed_at_ms')::bigint, 0) <= (u.metrics->>'observed_at_ms')::bigint
@@ -85,7 +91,8 @@ type ReplicaObserveMetricsParams struct {
 // fleet.ReplicaMetrics. rps is the growth of the requests counter since the
 // stored heartbeat over the time between them (observed_at_ms); a report
 // older than the stored one is not written, one of the same time keeps the
-// stored rate.
+// stored rate. After a heartbeat whose runtime did not report the counter
+// (absent lists "requests") no rate is made of it: rps is absent too.
 func (q *Queries) ReplicaObserveMetrics(ctx context.Context, arg ReplicaObserveMetricsParams) error {
 	_, err := q.db.Exec(ctx, replicaObserveMetrics, arg.NodeID, arg.Metrics)
 	return err

@@ -131,7 +131,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 			loads[r.EndpointID] = l
 		}
 		if r.State == proto.StateReady {
-			l.ready = append(l.ready, sampleOf(ParseReplicaMetrics(r.Metrics), now))
+			l.ready = append(l.ready, sampleOf(r.Name, ParseReplicaMetrics(r.Metrics), now))
 		}
 	}
 	round := Round{Endpoints: len(eps), Decisions: map[string]autoscale.Decision{}, Events: map[string]string{}}
@@ -259,20 +259,45 @@ func (a *Autoscaler) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEnd
 		State: fmt.Sprintf("%d replicas", d.Desired), Message: d.Event, At: now.UTC()})
 }
 
-// sampleOf is what a ready replica's latest metrics say for each signal.
-// Metrics older than staleMetrics (or none at all) report nothing, so a
-// signal no fresh replica reports is missing, never zero.
-func sampleOf(m ReplicaMetrics, now time.Time) autoscale.Sample {
+// sampleOf is what ready replica name's latest metrics say for each
+// signal. Metrics older than staleMetrics (or none at all) report nothing,
+// and neither does a field the replica's runtime does not report
+// (ReplicaMetrics.Absent), so a signal no fresh replica reports is
+// missing, never zero; the Sample says why, for the freeze's reason.
+func sampleOf(name string, m ReplicaMetrics, now time.Time) autoscale.Sample {
 	var s autoscale.Sample
 	if m.ObservedAtMS == 0 || now.Sub(time.UnixMilli(m.ObservedAtMS)) > staleMetrics {
+		why := "no metrics from replica " + name + " yet"
+		if m.ObservedAtMS != 0 {
+			why = fmt.Sprintf("no metrics from replica %s for %s", name, now.Sub(time.UnixMilli(m.ObservedAtMS)).Round(time.Second))
+		}
+		for _, sig := range autoscale.Signals {
+			s.Missing(sig, why)
+		}
 		return s
 	}
-	s.Set(autoscale.RPS, m.RPS)
-	s.Set(autoscale.InFlight, float64(m.InFlight))
-	s.Set(autoscale.QueueDepth, float64(m.QueueDepth))
-	s.Set(autoscale.BatchQueueMS, m.BatchQueueMS)
-	s.Set(autoscale.GPUUtil, m.GPUUtil)
-	s.Set(autoscale.KVCache, m.KVUsedPct/100)
-	s.Set(autoscale.TokensPerSecond, m.TokensPerSecond)
+	for _, f := range []struct {
+		sig   autoscale.Signal
+		field string
+		v     float64
+	}{
+		{autoscale.RPS, MetricRPS, m.RPS},
+		{autoscale.InFlight, proto.MetricInFlight, float64(m.InFlight)},
+		{autoscale.QueueDepth, proto.MetricQueueDepth, float64(m.QueueDepth)},
+		{autoscale.BatchQueueMS, proto.MetricBatchQueueMS, m.BatchQueueMS},
+		{autoscale.GPUUtil, proto.MetricGPUUtil, m.GPUUtil},
+		{autoscale.KVCache, proto.MetricKVUsedPct, m.KVUsedPct / 100},
+		{autoscale.TokensPerSecond, proto.MetricTokensPerSecond, m.TokensPerSecond},
+	} {
+		if m.Reports(f.field) {
+			s.Set(f.sig, f.v)
+			continue
+		}
+		why := fmt.Sprintf("%s not reported by replica %s", f.field, name)
+		if m.Runtime != "" {
+			why += " (" + m.Runtime + ")"
+		}
+		s.Missing(f.sig, why)
+	}
 	return s
 }

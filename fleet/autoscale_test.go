@@ -283,3 +283,112 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 		t.Fatalf("replicas after step 1 baked = %v, want v1 149 (99 %%), v2 8 (warmed for 5 %%)", got)
 	}
 }
+
+// TestAbsentSignalFreezesNamingTheReplica: a llama-server replica whose
+// build lacks the KV gauge reports kv_used_pct absent; the autoscaler takes
+// the signal as missing, never as 0 KV use (no scale-down on it), and after
+// three evaluations freezes naming the replica and its runtime. Once the
+// replica reports KV use the endpoint resumes.
+func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 2, "H100-80GB", nil)
+	f.heartbeat(t, "node-b", inv)
+	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
+	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.Signals = []fleet.AutoscaleTarget{{Signal: "kv_cache", Target: 0.85}, {Signal: "in_flight", Target: 200}}
+	p.MinReplicas, p.MaxReplicas = 1, 4
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	f.reconcile(t)
+	rs := ready(f.desired(t, "node-b"))
+	if len(rs) != 1 {
+		t.Fatalf("replicas = %+v, want one", rs)
+	}
+	id := rs[0].ID
+	noKV := rs[0]
+	noKV.InFlight, noKV.Runtime = 150, "llama-server"
+	noKV.Absent = []string{proto.MetricKVUsedPct, proto.MetricTTFTMS, proto.MetricBatchQueueMS, proto.MetricGPUUtil}
+	var events []string
+	for i := range 5 {
+		f.clock.Advance(2 * time.Second)
+		f.heartbeat(t, "node-b", inv, noKV)
+		r := f.evaluate(t, a)
+		if len(r.Decisions) != 0 {
+			t.Fatalf("evaluation %d decided %+v: an absent KV gauge is no KV use to scale on", i, r.Decisions)
+		}
+		if ev, ok := r.Events["chat-ep"]; ok {
+			events = append(events, ev)
+		}
+	}
+	want := "autoscaling frozen: kv_cache missing from every ready replica for 3 evaluations (kv_used_pct not reported by replica " + id + " (llama-server))"
+	if len(events) != 1 || events[0] != want {
+		t.Fatalf("events = %q, want one: %q", events, want)
+	}
+	m := f.get(t, "chat-ep").Replicas[0].Metrics
+	if m.Reports(proto.MetricKVUsedPct) || !m.Reports(proto.MetricInFlight) || m.Runtime != "llama-server" {
+		t.Errorf("stored metrics = %+v, want kv_used_pct absent, in_flight reported, runtime llama-server", m)
+	}
+	var audits int
+	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM audit_log WHERE action = $1 AND object_name = 'chat-ep'", fleet.AuditFrozen).Scan(&audits); err != nil {
+		t.Fatal(err)
+	}
+	if audits != 1 {
+		t.Errorf("freeze audit records = %d, want 1", audits)
+	}
+	withKV := noKV
+	withKV.Absent, withKV.KVUsedPct = []string{proto.MetricTTFTMS}, 40
+	f.clock.Advance(2 * time.Second)
+	f.heartbeat(t, "node-b", inv, withKV)
+	if ev := f.evaluate(t, a).Events["chat-ep"]; !strings.HasPrefix(ev, "autoscaling resumed") {
+		t.Fatalf("event with the KV gauge back = %q, want resumed", ev)
+	}
+}
+
+// TestAbsentRequestCounterMakesNoRate: a heartbeat whose runtime did not
+// report its requests counter (its metrics could not be read) stores 0
+// requests; the next heartbeat's counter is not turned into a burst of
+// requests/s from that 0: rps is absent for it, and the rate resumes with
+// the heartbeat after.
+func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	f.reconcile(t)
+	r := ready(f.desired(t, "node-a"))[0]
+	r.Requests = 5000
+	f.heartbeat(t, "node-a", inv, r)
+	f.clock.Advance(2 * time.Second)
+	unread := r
+	unread.Requests, unread.Absent = 0, slices.Clone(proto.Metrics)
+	f.heartbeat(t, "node-a", inv, unread)
+	if d := f.evaluate(t, a).Decisions; len(d) != 0 {
+		t.Fatalf("round on unread metrics decided %+v", d)
+	}
+	f.clock.Advance(2 * time.Second)
+	r.Requests = 5200 // read again: 200 more than before the gap
+	f.heartbeat(t, "node-a", inv, r)
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.Reports(fleet.MetricRPS) || m.RPS != 0 {
+		t.Fatalf("metrics after the unread heartbeat = %+v, want rps absent, not 5200 requests in 2 s", m)
+	}
+	if d := f.evaluate(t, a).Decisions; len(d) != 0 {
+		t.Fatalf("round after the unread heartbeat decided %+v, want nothing (no rate from a counter read as 0)", d)
+	}
+	f.clock.Advance(2 * time.Second)
+	r.Requests = 6000 // 800 in 2 s: 400/s
+	f.heartbeat(t, "node-a", inv, r)
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; !m.Reports(fleet.MetricRPS) || m.RPS != 400 {
+		t.Fatalf("metrics once the counter is read twice = %+v, want rps 400", m)
+	}
+	if d, ok := f.evaluate(t, a).Decisions["fraud-ep"]; !ok || d.Desired != 4 {
+		t.Fatalf("round at 400/s = %+v, want 1 → 4", d)
+	}
+}

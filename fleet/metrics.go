@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"modelplane/agent/proto"
@@ -12,7 +13,8 @@ import (
 // ReplicaMetrics is a replica's load and cold start as its node's latest
 // heartbeat reported them (replicas.metrics). The autoscaler reads the load;
 // people read both on the fleet's node page and with the endpoint's
-// replicas. A field the replica's runtime does not report is zero.
+// replicas. A field the replica's runtime does not report is zero and
+// named in Absent: missing, never a measured 0.
 type ReplicaMetrics struct {
 	// QueueDepth counts requests waiting to execute; InFlight those
 	// received and not yet answered, queued ones included.
@@ -42,7 +44,24 @@ type ReplicaMetrics struct {
 	ObservedAtMS int64   `json:"observed_at_ms"`
 	// ColdStart is how long the replica took to become ready.
 	ColdStart ColdStart `json:"cold_start"`
+	// Absent names, by their JSON names, the fields above the replica's
+	// runtime does not report (proto.ReplicaStatus.Absent), and "rps" when
+	// the requests counter was absent from this heartbeat or the one
+	// before, so that no rate is made of it. Runtime is the catalogue
+	// entry running the replica, empty for a simulated one.
+	Absent  []string `json:"absent,omitempty"`
+	Runtime string   `json:"runtime,omitempty"`
 }
+
+// MetricRPS names RPS in ReplicaMetrics.Absent.
+const MetricRPS = "rps"
+
+// Reports says whether the replica's runtime reported the field named (a
+// proto.Metric* constant or MetricRPS).
+func (m ReplicaMetrics) Reports(field string) bool { return !slices.Contains(m.Absent, field) }
+
+// maxRuntimeName bounds the runtime name a heartbeat may store.
+const maxRuntimeName = 64
 
 // ColdStart is a replica's start split into its parts, in milliseconds:
 // fetching the version's files that were not cached (0 on a cache hit),
@@ -59,10 +78,22 @@ type ColdStart struct {
 func (c ColdStart) TotalMS() int64 { return c.DownloadMS + c.VerifyMS + c.LoadMS + c.WarmupMS }
 
 func metricsOf(r proto.ReplicaStatus, now time.Time) ReplicaMetrics {
-	return ReplicaMetrics{QueueDepth: r.QueueDepth, InFlight: r.InFlight, BatchSize: r.BatchSize, KVUsedPct: r.KVUsedPct,
+	m := ReplicaMetrics{QueueDepth: r.QueueDepth, InFlight: r.InFlight, BatchSize: r.BatchSize, KVUsedPct: r.KVUsedPct,
 		Requests: r.Requests, TokensPerSecond: r.TokensPerSecond, TTFTMS: r.TTFTMS,
 		BatchQueueMS: r.BatchQueueMS, GPUUtil: r.GPUUtil, ObservedAtMS: now.UnixMilli(),
-		ColdStart: ColdStart{DownloadMS: r.DownloadMS, VerifyMS: r.VerifyMS, LoadMS: r.LoadMS, WarmupMS: r.WarmupMS}}
+		ColdStart: ColdStart{DownloadMS: r.DownloadMS, VerifyMS: r.VerifyMS, LoadMS: r.LoadMS, WarmupMS: r.WarmupMS},
+		Runtime:   truncate(r.Runtime, maxRuntimeName)}
+	// The names this control plane knows, in their order, once each: a
+	// newer agent's other names mean nothing to it.
+	for _, f := range proto.Metrics {
+		if !r.Reports(f) {
+			m.Absent = append(m.Absent, f)
+		}
+	}
+	if !r.Reports(proto.MetricRequests) {
+		m.Absent = append(m.Absent, MetricRPS)
+	}
+	return m
 }
 
 // ParseReplicaMetrics reads a stored replicas.metrics value; a row written
@@ -117,6 +148,9 @@ func checkReplicaMetrics(r proto.ReplicaStatus) error {
 		if math.IsNaN(c.v) || c.v < 0 || c.v > c.max {
 			return fmt.Errorf("%s %v out of 0..%v", c.name, c.v, c.max)
 		}
+	}
+	if len(r.Absent) > 4*len(proto.Metrics) {
+		return fmt.Errorf("%d absent metrics, more than any runtime has", len(r.Absent))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	if n.Cache == nil || *n.Cache != *cache {
 		t.Errorf("node cache = %+v, want %+v", n.Cache, cache)
 	}
-	if len(n.Replicas) != 1 || n.Replicas[0].Name != r.ID || n.Replicas[0].Endpoint != "fraud-ep" || n.Replicas[0].Metrics != want {
+	if len(n.Replicas) != 1 || n.Replicas[0].Name != r.ID || n.Replicas[0].Endpoint != "fraud-ep" || !reflect.DeepEqual(n.Replicas[0].Metrics, want) {
 		t.Errorf("node replicas = %+v, want %s of fraud-ep with %+v", n.Replicas, r.ID, want)
 	}
 	ns, err := f.fleet.Nodes(t.Context(), f.root)
@@ -63,7 +64,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	if len(ns) != 1 || ns[0].Cache == nil || ns[0].Cache.Hits != 5 {
 		t.Errorf("nodes = %+v, want node-a with its cache", ns)
 	}
-	if e := f.get(t, "fraud-ep"); len(e.Replicas) != 1 || e.Replicas[0].Metrics != want {
+	if e := f.get(t, "fraud-ep"); len(e.Replicas) != 1 || !reflect.DeepEqual(e.Replicas[0].Metrics, want) {
 		t.Errorf("endpoint replicas = %+v, want the metrics %+v", e.Replicas, want)
 	}
 

@@ -49,8 +49,8 @@ type Entry struct {
 	Name string
 	// Command is the argv template. Each element may hold placeholders,
 	// replaced by Expand: {self} (the modelplane binary), {model_dir},
-	// {host}, {port}, {threads}, {model} (the replica's model name) and
-	// {replica} (its id). The port and model directory are always passed
+	// {host}, {port}, {threads}, {model} (the replica's model name),
+	// {replica} (its id) and {metrics_port} (MetricsPort's port). The port and model directory are always passed
 	// on the command line, never through the environment, so that `ps`
 	// shows what a replica serves.
 	Command []string
@@ -75,6 +75,13 @@ type Entry struct {
 	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
 	// every other runtime with a guard of its own that checks it.
 	ChecksToken bool
+	// MetricsPort says the runtime serves Metrics on a port of its own,
+	// not on the port gateways reach (Triton's --metrics-port). The
+	// driver allocates it beside the replica's port, passes it as
+	// Vars.MetricsPort, has the runtime listen for it on loopback only
+	// and scrapes Metrics there: an agent-only port, which the token
+	// guard neither forwards nor lets through.
+	MetricsPort bool
 }
 
 // ReadyPath is the entry's ready path for a replica serving model.
@@ -103,10 +110,15 @@ func Listed(body io.Reader, model string) (bool, error) {
 
 // Probes are the entry's health, readiness and metrics paths of a
 // replica serving model: what the
-// agent asks of a runtime, open without the replica's token.
+// agent asks of a runtime, open without the replica's token. Metrics
+// served on a port of their own (MetricsPort) are not among them.
 func (e Entry) Probes(model string) []string {
+	metrics := e.Metrics
+	if e.MetricsPort {
+		metrics = ""
+	}
 	var out []string
-	for _, p := range []string{e.Health, e.ReadyPath(model), e.Metrics} {
+	for _, p := range []string{e.Health, e.ReadyPath(model), metrics} {
 		if p != "" {
 			out = append(out, p)
 		}
@@ -130,6 +142,9 @@ type Vars struct {
 	// WorkDir is the replica's own directory on the node, where Triton's
 	// model repository goes (TritonRepository).
 	WorkDir string
+	// MetricsPort is the runtime's own metrics port on 127.0.0.1, for an
+	// entry with MetricsPort; 0 otherwise.
+	MetricsPort int
 }
 
 // ErrUnknown means no catalogue entry serves a runtime.
@@ -175,16 +190,18 @@ func Default() map[string]Entry {
 			Metrics:    "/metrics",
 			Adapter:    AdapterVLLM,
 		},
-		// Triton with one model repository; the HTTP port is the one the
-		// agent allocates, gRPC and metrics ports are switched off or moved
-		// onto HTTP so that one port is all a replica holds.
+		// Triton with one model repository: HTTP on the replica's port,
+		// gRPC off, and its metrics (served on a port of their own) on a
+		// second port the agent allocates, bound to loopback for the
+		// agent alone.
 		Triton: {
-			Name:    Triton,
-			Devices: DevicesCUDAEnv,
-			Health:  "/v2/health/live",
-			Ready:   "/v2/models/{model}/ready",
-			Metrics: "/metrics",
-			Adapter: AdapterTriton,
+			Name:        Triton,
+			Devices:     DevicesCUDAEnv,
+			Health:      "/v2/health/live",
+			Ready:       "/v2/models/{model}/ready",
+			Metrics:     "/metrics",
+			Adapter:     AdapterTriton,
+			MetricsPort: true,
 		},
 		// llama.cpp's server with a GGUF file in the model directory
 		// (model.gguf); --metrics turns its Prometheus endpoint on. /health
@@ -241,6 +258,7 @@ func (e Entry) Expand(v Vars) ([]string, error) {
 	vals := map[string]string{
 		"self": v.Self, "model_dir": v.ModelDir, "host": v.Host, "port": strconv.Itoa(v.Port),
 		"threads": strconv.Itoa(max(v.Threads, 1)), "model": v.Model, "replica": v.Replica,
+		"metrics_port": strconv.Itoa(v.MetricsPort),
 	}
 	out := make([]string, len(e.Command))
 	for i, arg := range e.Command {

@@ -64,7 +64,8 @@ type Launch struct {
 	// ServedName is the model name clients send; empty leaves vLLM's
 	// default, the model directory.
 	ServedName string
-	// MetricsPort is Triton's separate metrics port; 0 leaves its default.
+	// MetricsPort is Triton's separate metrics port, served on loopback
+	// only; 0 leaves Triton's default (8002 on the HTTP address).
 	MetricsPort int
 }
 
@@ -248,7 +249,10 @@ func dims(ds []int) string {
 // TritonArgs is the tritonserver command line on a model repository:
 // HTTP on the replica's port, gRPC off, strict readiness (ready only once
 // every model loaded). Triton serves its metrics on a port of their own
-// (--metrics-port, default 8002); MetricsPort sets it when not zero.
+// (--metrics-port, default 8002, on the HTTP address); MetricsPort sets
+// it when not zero, bound to 127.0.0.1 (--metrics-address, Triton 23.05
+// and later) so that only the agent on the node reads it, with the GPU
+// metrics the adapter reads as GPU use.
 func TritonArgs(repo string, l Launch) []string {
 	argv := []string{"tritonserver", "--model-repository=" + repo}
 	if l.Host != "" {
@@ -256,7 +260,7 @@ func TritonArgs(repo string, l Launch) []string {
 	}
 	argv = append(argv, "--http-port="+strconv.Itoa(l.Port), "--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true")
 	if l.MetricsPort > 0 {
-		argv = append(argv, "--metrics-port="+strconv.Itoa(l.MetricsPort))
+		argv = append(argv, "--allow-gpu-metrics=true", "--metrics-address=127.0.0.1", "--metrics-port="+strconv.Itoa(l.MetricsPort))
 	}
 	return argv
 }
@@ -272,7 +276,7 @@ func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error
 		if v.WorkDir == "" {
 			return nil, fmt.Errorf("catalogue entry %s: no replica directory for the model repository", e.Name)
 		}
-		return TritonArgs(path.Join(v.WorkDir, "repository"), Launch{Host: v.Host, Port: v.Port}), nil
+		return TritonArgs(path.Join(v.WorkDir, "repository"), Launch{Host: v.Host, Port: v.Port, MetricsPort: v.MetricsPort}), nil
 	}
 	if e.Name != VLLM && e.Name != LlamaServer {
 		return e.Expand(v)

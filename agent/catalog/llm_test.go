@@ -92,9 +92,26 @@ func TestTritonArgs(t *testing.T) {
 	t.Parallel()
 	got := catalog.TritonArgs("/repo", catalog.Launch{Host: "127.0.0.1", Port: 8000, MetricsPort: 8002})
 	want := []string{"tritonserver", "--model-repository=/repo", "--http-address=127.0.0.1", "--http-port=8000",
-		"--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true", "--metrics-port=8002"}
+		"--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true",
+		"--allow-gpu-metrics=true", "--metrics-address=127.0.0.1", "--metrics-port=8002"}
 	if !slices.Equal(got, want) {
 		t.Errorf("argv =\n %q\nwant\n %q", got, want)
+	}
+	// The driver's replica: the metrics port it allocated, on loopback.
+	got, err := catalog.Default()[catalog.Triton].Argv(catalog.Vars{Host: "127.0.0.1", Port: 4100, MetricsPort: 4101, WorkDir: "/state/r-1.d"}, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"tritonserver", "--model-repository=/state/r-1.d/repository", "--http-address=127.0.0.1", "--http-port=4100",
+		"--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true",
+		"--allow-gpu-metrics=true", "--metrics-address=127.0.0.1", "--metrics-port=4101"}
+	if !slices.Equal(got, want) {
+		t.Errorf("replica argv =\n %q\nwant\n %q", got, want)
+	}
+	// A template entry takes the port as {metrics_port}.
+	e := catalog.Entry{Name: "x", Command: []string{"rt", "--port={port}", "--metrics-port={metrics_port}"}}
+	if got, err := e.Expand(catalog.Vars{Port: 1, MetricsPort: 2}); err != nil || !slices.Equal(got, []string{"rt", "--port=1", "--metrics-port=2"}) {
+		t.Errorf("expanded %q, %v", got, err)
 	}
 }
 
@@ -134,6 +151,12 @@ func TestAdaptersOnDocumentedFixtures(t *testing.T) {
 	if m.Reports(catalog.FieldKV) || m.Reports(catalog.FieldTokens) {
 		t.Errorf("a runtime exporting neither KV nor tokens reports %b", m.Has)
 	}
+	// A Triton that has answered nothing yet reports its queue time as 0,
+	// not absent: an idle replica must not read as one missing the signal.
+	m, _ = catalog.Parse(catalog.AdapterTriton, strings.NewReader("# TYPE nv_inference_queue_duration_us counter\nnv_inference_queue_duration_us{model=\"m\",version=\"1\"} 0\n"))
+	if !m.Reports(catalog.FieldBatchQueue) || m.BatchQueueMS != 0 || m.Reports(catalog.FieldGPUUtil) {
+		t.Errorf("idle Triton = %+v, want queue time reported as 0 and no GPU use", m)
+	}
 }
 
 // TestReadinessPaths: vLLM is ready once /v1/models (OpenAI's list, as
@@ -163,6 +186,9 @@ func TestReadinessPaths(t *testing.T) {
 	}
 	if got := tr.Probes("bert"); !slices.Contains(got, "/v2/models/bert/ready") {
 		t.Errorf("triton probes %q lack the model's ready path, which the token guard must let through", got)
+	}
+	if got := tr.Probes("bert"); slices.Contains(got, tr.Metrics) || !tr.MetricsPort {
+		t.Errorf("triton probes %q (metrics port %t): its metrics are on a port of their own, not open through the guard", got, tr.MetricsPort)
 	}
 	if l := cat[catalog.LlamaServer]; l.Health != "/health" || l.Ready != "/health" {
 		t.Errorf("llama-server probes = %+v", l)

@@ -135,9 +135,12 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 			m.BatchSize = sum(tritonCount) / e
 		}
 		m.LoadSeconds, m.WarmupSeconds = sum(LoadMetric), sum(WarmupMetric)
-		if has(tritonQueueUS) && m.Requests > 0 {
+		if has(tritonQueueUS) {
+			// Before the first request no request has waited: 0, reported.
 			m.Has |= FieldBatchQueue
-			m.BatchQueueMS = sum(tritonQueueUS) / 1000 / float64(m.Requests)
+			if m.Requests > 0 {
+				m.BatchQueueMS = sum(tritonQueueUS) / 1000 / float64(m.Requests)
+			}
 		}
 		if f := fams[tritonGPUUtil]; f != nil && len(f.GetMetric()) > 0 {
 			m.Has |= FieldGPUUtil

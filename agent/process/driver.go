@@ -412,6 +412,9 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	r := d.newReplica(spec, hash, entry, Launch{Runtime: rec.Runtime, ModelDir: rec.ModelDir, Threads: max(len(rec.Cores), 1)}, rec.Devices)
 	r.port = rec.Port
 	r.launched = rec.Launch
+	// A runtime started before the driver gave it a metrics port (a
+	// record without one) is adopted all the same, its metrics absent.
+	r.metricsPort = rec.MetricsPort
 	if r.guarded() {
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")
@@ -442,6 +445,9 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	}
 	if d.cfg.PortFirst != 0 {
 		d.ports[rec.Port] = r
+		if rec.MetricsPort != 0 {
+			d.ports[rec.MetricsPort] = r
+		}
 	}
 	d.running[spec.ID] = r
 	d.mu.Unlock()
@@ -578,12 +584,37 @@ func (d *Driver) forget(r *replica) {
 	}
 }
 
-// port picks the port of r's next process: prefer when it is free, else
-// a free one, from the configured range when there is one.
-func (d *Driver) port(r *replica, prefer int) (int, error) {
+// portWant is one port a replica's process listens on: on host, prefer
+// when it is free.
+type portWant struct {
+	host   string
+	prefer int
+}
+
+// takePorts picks the ports of r's next process, one per want and never two
+// alike: each its prefer when it is free on its host, else a free one,
+// from the configured range when there is one. The ports r held before
+// are freed first; forget frees them at the end.
+func (d *Driver) takePorts(r *replica, wants ...portWant) ([]int, error) {
 	first, last := d.cfg.PortFirst, d.cfg.PortLast
+	out := make([]int, 0, len(wants))
 	if first == 0 {
-		return freePort(d.cfg.Host, prefer)
+		for _, w := range wants {
+			p, err := freePort(w.host, w.prefer)
+			// The kernel may hand out a port it just gave the one before,
+			// whose listener is closed again: ask for another.
+			for tries := 0; err == nil && slices.Contains(out, p); tries++ {
+				if tries == 10 {
+					return nil, fmt.Errorf("allocate a port on %s: the kernel keeps handing out %d", w.host, p)
+				}
+				p, err = freePort(w.host, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+		return out, nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -592,11 +623,11 @@ func (d *Driver) port(r *replica, prefer int) (int, error) {
 			delete(d.ports, p)
 		}
 	}
-	try := func(p int) bool {
+	try := func(host string, p int) bool {
 		if p < first || p > last || d.ports[p] != nil {
 			return false
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(p)))
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
 			return false
 		}
@@ -604,15 +635,25 @@ func (d *Driver) port(r *replica, prefer int) (int, error) {
 		d.ports[p] = r
 		return true
 	}
-	if prefer > 0 && try(prefer) {
-		return prefer, nil
-	}
-	for p := first; p <= last; p++ {
-		if try(p) {
-			return p, nil
+	for _, w := range wants {
+		got := 0
+		if w.prefer > 0 && try(w.host, w.prefer) {
+			got = w.prefer
 		}
+		for p := first; got == 0 && p <= last; p++ {
+			if try(w.host, p) {
+				got = p
+			}
+		}
+		if got == 0 {
+			for _, p := range out { // none of this start's ports stays taken
+				delete(d.ports, p)
+			}
+			return nil, fmt.Errorf("no free port on %s in %d-%d", w.host, first, last)
+		}
+		out = append(out, got)
 	}
-	return 0, fmt.Errorf("no free port on %s in %d-%d", d.cfg.Host, first, last)
+	return out, nil
 }
 
 // specHash identifies what a replica runs, for adoption: a record of

@@ -24,9 +24,36 @@ func TestRatesTurnCountersIntoTokensPerSecondAndMeanTTFT(t *testing.T) {
 		{"a counter going down is a restarted runtime", 5 * time.Second, catalog.Metrics{Tokens: 10, TTFTSeconds: 0.1, TTFTCount: 1}, 0, 0},
 	}
 	for _, s := range steps {
-		tps, ttft := r.update(t0.Add(s.after), s.m)
-		if tps != s.tps || ttft != s.ttf {
-			t.Errorf("%s: tokens/s %v, TTFT %v ms; want %v and %v", s.name, tps, ttft, s.tps, s.ttf)
+		got := r.update(t0.Add(s.after), s.m)
+		if got.tokensPerSecond != s.tps || got.ttftMS != s.ttf {
+			t.Errorf("%s: tokens/s %v, TTFT %v ms; want %v and %v", s.name, got.tokensPerSecond, got.ttftMS, s.tps, s.ttf)
+		}
+	}
+}
+
+// The batcher's queue time in the heartbeat is the mean wait of the
+// requests answered since the last reading, from Triton's since-start
+// mean and its request counter.
+func TestRatesTurnTheSinceStartQueueMeanIntoTheLastSeconds(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var r rates
+	steps := []struct {
+		name  string
+		after time.Duration
+		m     catalog.Metrics
+		want  float64
+	}{
+		{"first reading: the mean since start", 0, catalog.Metrics{Requests: 100, BatchQueueMS: 2}, 2},
+		// 100 more requests, queue total 200 ms → 1200 ms: 10 ms each.
+		{"the requests in between", 2 * time.Second, catalog.Metrics{Requests: 200, BatchQueueMS: 6}, 10},
+		{"too soon keeps the last", 2500 * time.Millisecond, catalog.Metrics{Requests: 300, BatchQueueMS: 4}, 10},
+		{"no request in between: nobody waited", 4 * time.Second, catalog.Metrics{Requests: 200, BatchQueueMS: 6}, 0},
+		{"the counter going down starts over", 5 * time.Second, catalog.Metrics{Requests: 10, BatchQueueMS: 3}, 3},
+	}
+	for _, s := range steps {
+		if got := r.update(t0.Add(s.after), s.m).batchQueueMS; got != s.want {
+			t.Errorf("%s: batch queue %v ms, want %v", s.name, got, s.want)
 		}
 	}
 }

@@ -35,6 +35,9 @@ type record struct {
 	// Launch is what the process was started with, which an adopting
 	// driver reports as its own.
 	Launch *proto.Launch `json:"launch,omitempty"`
+	// MetricsPort is the runtime's own metrics port on 127.0.0.1, for an
+	// entry with catalog.Entry.MetricsPort (0: none).
+	MetricsPort int `json:"metrics_port,omitempty"`
 }
 
 func (d *Driver) recordPath(id string) string { return filepath.Join(d.cfg.StateDir, id+".json") }

@@ -51,6 +51,9 @@ type replica struct {
 	proc       *proc
 	port       int
 	preferPort int
+	// metricsPort is the runtime's own metrics port on 127.0.0.1, for an
+	// entry with catalog.Entry.MetricsPort; 0 without one.
+	metricsPort, preferMetricsPort int
 	// guard checks the replica's token in front of a runtime that does
 	// not (guarded).
 	guard    *guard
@@ -73,28 +76,46 @@ type replica struct {
 // the requests first answered in between are the heartbeat's; readings
 // closer together keep the last result, and a counter that went down (the
 // runtime restarted) starts over.
+//
+// The batcher's queue time is the mean wait of the requests answered in
+// between (0 when none was: nobody waited); at the first reading it is
+// the runtime's mean since it started, which is all there is to go by.
 type rates struct {
 	at                    time.Time
 	tokens, ttftS, ttftN  float64
 	tokensPerSecond, ttft float64
+	requests              uint64
+	queueMS, batchQueue   float64
 }
 
-func (r *rates) update(now time.Time, m catalog.Metrics) (tokensPerSecond, ttftMS float64) {
-	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN {
+// rateResult is what rates.update makes of a reading.
+type rateResult struct {
+	tokensPerSecond, ttftMS, batchQueueMS float64
+}
+
+func (r *rates) update(now time.Time, m catalog.Metrics) rateResult {
+	queueMS := m.BatchQueueMS * float64(m.Requests) // the counter behind the mean
+	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN || m.Requests < r.requests {
 		r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-		r.tokensPerSecond, r.ttft = 0, 0
-		return 0, 0
+		r.requests, r.queueMS = m.Requests, queueMS
+		r.tokensPerSecond, r.ttft, r.batchQueue = 0, 0, m.BatchQueueMS
+		return rateResult{batchQueueMS: r.batchQueue}
 	}
 	dt := now.Sub(r.at).Seconds()
 	if dt < 1 {
-		return r.tokensPerSecond, r.ttft
+		return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
 	}
 	r.tokensPerSecond = (m.Tokens - r.tokens) / dt
 	if n := m.TTFTCount - r.ttftN; n > 0 {
 		r.ttft = 1000 * (m.TTFTSeconds - r.ttftS) / n
 	}
+	r.batchQueue = 0
+	if n := m.Requests - r.requests; n > 0 {
+		r.batchQueue = max(queueMS-r.queueMS, 0) / float64(n)
+	}
 	r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-	return r.tokensPerSecond, r.ttft
+	r.requests, r.queueMS = m.Requests, queueMS
+	return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
 }
 
 // proc is one process of a replica. exited is closed once it has ended
@@ -150,7 +171,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	}
 	r.capLog()
 	r.mu.Lock()
-	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason, Launch: r.launched}
+	// Until its metrics are read, the replica reports none of them.
+	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason,
+		Runtime: r.entry.Name, Absent: slices.Clone(proto.Metrics), Launch: r.launched}
 	r.mu.Unlock()
 	if !o.Ready {
 		return o, nil
@@ -168,13 +191,41 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 		return o, nil
 	}
 	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
+	o.GPUUtil = m.GPUUtil
+	o.Absent = absent(m)
 	// Milliseconds rounded up: a phase measured at all is never shown as 0,
 	// which means unknown.
 	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
 	r.mu.Lock()
-	o.TokensPerSecond, o.TTFTMS = r.rates.update(r.d.cfg.Clock.Now(), m)
+	rr := r.rates.update(r.d.cfg.Clock.Now(), m)
 	r.mu.Unlock()
+	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.tokensPerSecond, rr.ttftMS, rr.batchQueueMS
 	return o, nil
+}
+
+// optional are the heartbeat's fields an adapter may find missing
+// (catalog.Field), by their JSON names.
+var optional = []struct {
+	f    catalog.Field
+	name string
+}{
+	{catalog.FieldKV, proto.MetricKVUsedPct},
+	{catalog.FieldTokens, proto.MetricTokensPerSecond},
+	{catalog.FieldTTFT, proto.MetricTTFTMS},
+	{catalog.FieldGPUUtil, proto.MetricGPUUtil},
+	{catalog.FieldBatchQueue, proto.MetricBatchQueueMS},
+}
+
+// absent names the fields of the heartbeat that m's runtime does not
+// export (proto.ReplicaStatus.Absent): they read 0 and mean unknown.
+func absent(m catalog.Metrics) []string {
+	var out []string
+	for _, o := range optional {
+		if !m.Reports(o.f) {
+			out = append(out, o.name)
+		}
+	}
+	return out
 }
 
 // Stop drains the replica: it stops reporting ready (so the agent's next
@@ -258,7 +309,7 @@ func (r *replica) supervise(p *proc) {
 			if collisions++; collisions <= maxCollisions {
 				r.log.Warn("runtime lost its port to another process; starting it on another port", slog.Int("port", r.port))
 				r.mu.Lock()
-				r.preferPort = 0
+				r.preferPort, r.preferMetricsPort = 0, 0
 				r.mu.Unlock()
 				p = nil
 				continue
@@ -457,17 +508,35 @@ func (r *replica) signal(p *proc, sig unix.Signal) {
 func (r *replica) spawn() (*proc, error) {
 	cfg := &r.d.cfg
 	r.mu.Lock()
-	prefer := r.preferPort
+	wants := []portWant{{host: cfg.Host, prefer: r.preferPort}}
+	if r.entry.MetricsPort {
+		// The runtime's metrics, for the agent alone: on loopback.
+		wants = append(wants, portWant{host: "127.0.0.1", prefer: r.preferMetricsPort})
+	}
 	r.mu.Unlock()
-	port, err := r.d.port(r, prefer)
+	got, err := r.d.takePorts(r, wants...)
 	if err != nil {
 		return nil, err
+	}
+	port, metricsPort := got[0], 0
+	if len(got) > 1 {
+		metricsPort = got[1]
 	}
 	host, runPort, inner := cfg.Host, port, 0
 	var g *guard
 	if r.guarded() {
 		if inner, err = freePort("127.0.0.1", 0); err != nil {
 			return nil, err
+		}
+		// Both are loopback ports: the kernel may hand out the metrics
+		// port again, whose probe listener is closed.
+		for tries := 0; inner == metricsPort || inner == port; tries++ {
+			if tries == 10 {
+				return nil, fmt.Errorf("allocate a port on 127.0.0.1: the kernel keeps handing out %d", inner)
+			}
+			if inner, err = freePort("127.0.0.1", 0); err != nil {
+				return nil, err
+			}
 		}
 		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(r.spec.Model), r.log); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
@@ -482,7 +551,7 @@ func (r *replica) spawn() (*proc, error) {
 	}()
 	vars := catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
 		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID,
-		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d")}
+		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d"), MetricsPort: metricsPort}
 	var repo string
 	var files []proto.LaunchFile
 	if r.entry.Name == catalog.Triton {
@@ -499,7 +568,11 @@ func (r *replica) spawn() (*proc, error) {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close() // the child holds its own descriptor
-	fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d, cores %v: %q\n", r.spec.ID, runPort, r.cores, argv)
+	if metricsPort != 0 {
+		fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d (metrics on 127.0.0.1:%d), cores %v: %q\n", r.spec.ID, runPort, metricsPort, r.cores, argv)
+	} else {
+		fmt.Fprintf(logf, "--- modelplane agent: starting %s on port %d, cores %v: %q\n", r.spec.ID, runPort, r.cores, argv)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
 	env := r.env()
@@ -536,12 +609,13 @@ func (r *replica) spawn() (*proc, error) {
 	r.mu.Lock()
 	r.proc, r.port, r.preferPort, r.guard = p, port, port, g
 	r.launched = launched
+	r.metricsPort, r.preferMetricsPort = metricsPort, metricsPort
 	if r.spawned++; r.spawned > 1 {
 		r.restarts++
 	}
 	r.mu.Unlock()
 	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
-		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched}); err != nil {
+		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched, MetricsPort: metricsPort}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
 	}
@@ -637,21 +711,25 @@ func freePort(host string, prefer int) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// portTaken reports whether the replica's port is held by another process
-// now that the replica's own has ended.
+// portTaken reports whether the replica's port, or its runtime's metrics
+// port, is held by another process now that the replica's own has ended.
 func (r *replica) portTaken() bool {
-	if r.guarded() {
-		return false // the guard holds the port; the runtime's is its own
-	}
 	r.mu.Lock()
-	port := r.port
+	port, metricsPort := r.port, r.metricsPort
 	r.mu.Unlock()
-	l, err := net.Listen("tcp", net.JoinHostPort(r.d.cfg.Host, strconv.Itoa(port)))
-	if err != nil {
+	taken := func(host string, p int) bool {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			return true
+		}
+		l.Close()
+		return false
+	}
+	if metricsPort != 0 && taken("127.0.0.1", metricsPort) {
 		return true
 	}
-	l.Close()
-	return false
+	// A guarded replica's port is the guard's; the runtime's is its own.
+	return !r.guarded() && taken(r.d.cfg.Host, port)
 }
 
 func portOf(addr string) int {
@@ -719,8 +797,21 @@ func (r *replica) probeReady(ctx context.Context) error {
 	return nil
 }
 
+// metrics scrapes the runtime's metrics through the entry's adapter: on
+// the runtime's own metrics port when it has one (catalog.Entry.MetricsPort),
+// else on the replica's address.
 func (r *replica) metrics(ctx context.Context) (catalog.Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Addr()+r.entry.Metrics, nil)
+	addr := r.Addr()
+	if r.entry.MetricsPort {
+		r.mu.Lock()
+		p := r.metricsPort
+		r.mu.Unlock()
+		if p == 0 {
+			return catalog.Metrics{}, errors.New("the runtime has no metrics port (started by an agent that gave it none)")
+		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+r.entry.Metrics, nil)
 	if err != nil {
 		return catalog.Metrics{}, err
 	}

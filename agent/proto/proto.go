@@ -386,6 +386,48 @@ type ReplicaStatus struct {
 	// driver serves its replicas inside the agent, so there is no command
 	// to show.
 	Launch *Launch `json:"launch,omitempty"`
+	// Absent names the metrics fields above, by their JSON names (the
+	// Metric* constants), that the replica's runtime does not report: a
+	// llama-server build without the KV gauge leaves "kv_used_pct" out, a
+	// Triton replica reports no tokens, and a runtime whose metrics could
+	// not be read this time reports none of them. Such a field reads 0
+	// here, and the control plane takes it as missing, never as 0 (the
+	// autoscaler freezes on a signal no replica reports). Empty when every
+	// field is reported, as the simulator does.
+	Absent []string `json:"absent,omitempty"`
+	// Runtime is the catalogue entry running the replica ("vllm",
+	// "triton", "llama-server", "builtin"); empty for a simulated one. The
+	// control plane names it where a field is absent.
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// The JSON names of ReplicaStatus's metrics fields, as ReplicaStatus.Absent
+// lists them.
+const (
+	MetricQueueDepth      = "queue_depth"
+	MetricInFlight        = "in_flight"
+	MetricRequests        = "requests"
+	MetricBatchSize       = "batch_size"
+	MetricKVUsedPct       = "kv_used_pct"
+	MetricTokensPerSecond = "tokens_per_second"
+	MetricTTFTMS          = "ttft_ms"
+	MetricBatchQueueMS    = "batch_queue_ms"
+	MetricGPUUtil         = "gpu_util"
+)
+
+// Metrics lists every name ReplicaStatus.Absent may hold.
+var Metrics = []string{MetricQueueDepth, MetricInFlight, MetricRequests, MetricBatchSize, MetricKVUsedPct,
+	MetricTokensPerSecond, MetricTTFTMS, MetricBatchQueueMS, MetricGPUUtil}
+
+// Reports says whether the replica's runtime reports the metrics field
+// named (a Metric* constant).
+func (r ReplicaStatus) Reports(field string) bool {
+	for _, a := range r.Absent {
+		if a == field {
+			return false
+		}
+	}
+	return true
 }
 
 // Bounds of a ReplicaStatus.Launch: each file's content and each argument

@@ -31,6 +31,8 @@ func main() {
 	tryRead := flag.String("try-read", "", "a file /env says whether this process can read")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM: only SIGKILL ends it")
 	sickFile := flag.String("sick-file", "", "fail the health path (liveness) once this file exists")
+	metricsPort := flag.Int("metrics-port", 0, "serve /metrics on 127.0.0.1 at this port, as Triton does, and not on -port")
+	llamacpp := flag.Bool("llamacpp-nokv", false, "serve /metrics in llama-server's names, from a build without the KV gauge")
 	flag.Parse()
 
 	fmt.Printf("fakeruntime pid %d model dir %s\n", os.Getpid(), *modelDir)
@@ -68,7 +70,39 @@ func main() {
 	mux.HandleFunc("GET /v2/health/ready", ready)
 	// Triton's per-model readiness, which its catalogue entry asks.
 	mux.HandleFunc("GET /v2/models/{model}/ready", ready)
+	// As Triton on its own metrics port: no in-flight gauge of the
+	// built-in runtime's (the adapter falls back to the pending count),
+	// every held request pending, 5 ms of queue time per request answered,
+	// and a GPU a quarter busy.
+	triton := func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} %d\n", inflight.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_count counter\nnv_inference_count{model=\"m\",version=\"1\"} %d\n", 2*served.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_exec_count counter\nnv_inference_exec_count{model=\"m\",version=\"1\"} %d\n", served.Load())
+		fmt.Fprintf(w, "# TYPE nv_inference_queue_duration_us counter\nnv_inference_queue_duration_us{model=\"m\",version=\"1\"} %d\n", 5000*served.Load())
+		fmt.Fprintf(w, "# TYPE nv_gpu_utilization gauge\nnv_gpu_utilization{gpu_uuid=\"GPU-0\"} 0.25\n")
+	}
+	if *metricsPort > 0 {
+		ml, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*metricsPort))
+		if err != nil {
+			fmt.Println("fakeruntime: listen for metrics:", err)
+			os.Exit(2)
+		}
+		mm := http.NewServeMux()
+		mm.HandleFunc("GET /metrics", triton)
+		go func() { _ = http.Serve(ml, mm) }()
+	}
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if *metricsPort > 0 {
+			http.NotFound(w, r) // on a port of their own
+			return
+		}
+		if *llamacpp {
+			fmt.Fprintf(w, "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n", inflight.Load())
+			fmt.Fprintf(w, "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 0\n")
+			fmt.Fprintf(w, "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total %d\n", 10*served.Load())
+			return
+		}
 		fmt.Fprintf(w, "# TYPE nv_inference_request_success counter\nnv_inference_request_success{model=\"m\",version=\"1\"} %d\n", served.Load())
 		fmt.Fprintf(w, "# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{model=\"m\",version=\"1\"} 0\n")
 		fmt.Fprintf(w, "# TYPE modelplane_runtime_inflight_requests gauge\nmodelplane_runtime_inflight_requests %d\n", inflight.Load())
