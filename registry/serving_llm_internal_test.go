@@ -101,3 +101,18 @@ func TestLLMSettingsOfStoredServing(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeConfigCarriesLLMSettings: a GGUF version's built-in runtime
+// configuration carries its serving.llm block, which sizes the engine.
+func TestRuntimeConfigCarriesLLMSettings(t *testing.T) {
+	t.Parallel()
+	serving := []byte(`{"output":{},"llm":{"max_model_len":1024,"max_num_seqs":4,"max_queued_requests":9}}`)
+	cfg := RuntimeConfig("chat", "v1", "gguf", serving, nil)
+	var got ServingLLM
+	if err := json.Unmarshal(cfg.LLM, &got); err != nil || got.MaxModelLen != 1024 || got.MaxNumSeqs != 4 || got.MaxQueuedRequests != 9 {
+		t.Errorf("config llm = %s (%v); want the version's block", cfg.LLM, err)
+	}
+	if cfg := RuntimeConfig("m", "v1", "onnx", []byte(`{"output":{}}`), nil); cfg.LLM != nil {
+		t.Errorf("a version without an llm block gets %s", cfg.LLM)
+	}
+}
