@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+
+	"modelplane/sim/profile"
 )
 
 // chain is a test hash chain: page i of prompt p.
@@ -150,4 +153,88 @@ func TestKVPrefixCacheProperties(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSchedulerPrefixCaching drives random workloads whose prompts share
+// heads (PageHashes) through a caching scheduler and checks after every
+// step: the cache's invariants, no Grow failure, no growth preemption
+// under "final" (cached pages count as available, so eviction comes
+// first), every request finished; at the end no page held, the rest free
+// or cached. The same workload without caching prefills more.
+func TestSchedulerPrefixCaching(t *testing.T) {
+	t.Parallel()
+	for _, reserve := range []profile.Reserve{profile.ReserveFinal, profile.ReserveStep} {
+		for seed := range uint64(8) {
+			t.Run(fmt.Sprintf("%s/seed%d", reserve, seed), func(t *testing.T) {
+				t.Parallel()
+				p, reqs := randomWorkload(seed, reserve, false)
+				r := rand.New(rand.NewPCG(seed, 0x7063))
+				for i := range reqs {
+					reqs[i].PrefixKey, reqs[i].PrefixTokens = "", 0
+					full := (reqs[i].PromptTokens - 1) / p.PageTokens
+					reqs[i].PageHashes = chain(r.IntN(4), full)
+				}
+				cached := runCaching(t, p, reqs, seed, true)
+				plain := runCaching(t, p, reqs, seed, false)
+				if cached.PrefixHits == 0 || plain.PrefixHits > cached.PrefixHits {
+					t.Errorf("prefix hits %d with caching, %d without; want more with", cached.PrefixHits, plain.PrefixHits)
+				}
+			})
+		}
+	}
+}
+
+func runCaching(t *testing.T, p profile.Profile, reqs []Request, seed uint64, caching bool) Stats {
+	t.Helper()
+	s, err := NewScheduler(Config{Profile: p, Seed: seed, PrefixCaching: caching})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	var now time.Duration
+	i := 0
+	for step := 0; ; step++ {
+		if step > 1_000_000 {
+			t.Fatal("no end in sight")
+		}
+		for i < len(reqs) && reqs[i].Arrival <= now {
+			if err := s.Submit(reqs[i]); err == nil {
+				live[reqs[i].ID] = true
+			} else if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("Submit: %v", err)
+			}
+			i++
+		}
+		res := s.Step(now)
+		if res.Duration == 0 && len(res.Preempted) == 0 {
+			if i == len(reqs) {
+				break
+			}
+			now = reqs[i].Arrival
+			continue
+		}
+		now = res.End()
+		if err := s.kv.Check(); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if s.growFailures != 0 {
+			t.Fatalf("step %d: %d Grow failures", step, s.growFailures)
+		}
+		if p.KVReserve == profile.ReserveFinal && s.growthPreemptions != 0 {
+			t.Fatalf("step %d: %d growth preemptions", step, s.growthPreemptions)
+		}
+		if !caching && s.kv.CachedPages() != 0 {
+			t.Fatalf("step %d: %d pages cached without caching", step, s.kv.CachedPages())
+		}
+		for _, f := range res.Finished {
+			delete(live, f.ID)
+		}
+	}
+	if len(live) != 0 {
+		t.Fatalf("%d requests never finished", len(live))
+	}
+	if s.kv.UsedPages() != 0 || s.kv.FreePages()+s.kv.CachedPages() != s.kv.Total() {
+		t.Fatalf("after the run: %d held, %d free + %d cached of %d", s.kv.UsedPages(), s.kv.FreePages(), s.kv.CachedPages(), s.kv.Total())
+	}
+	return s.Stats(now)
 }
