@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +208,32 @@ func TestOpenAIModels(t *testing.T) {
 	}
 	if code, body, _ := list(""); code != 401 || !strings.Contains(body, `"code":"invalid_api_key"`) {
 		t.Errorf("no key: %d %s; want 401 invalid_api_key", code, body)
+	}
+}
+
+// TestOpenAIReplicaBusyPassesOn: a replica that refuses for a full queue
+// (the built-in LLM runtime's 429 in OpenAI's shape, with Retry-After)
+// reaches the client as it answered, on the OpenAI route too.
+func TestOpenAIReplicaBusyPassesOn(t *testing.T) {
+	t.Parallel()
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"message":"the runtime's waiting queue is full; retry later","type":"rate_limit_error","param":null,"code":"overloaded"}}`)
+	}))
+	t.Cleanup(busy.Close)
+	e := newEnv(t)
+	e.putRoute(t, route("support-chat", "search", "llm", 1, ver("v1", 100, strings.TrimPrefix(busy.URL, "http://"))))
+	key := e.newKey(t, "search", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	for _, path := range []string{"/v1/chat/completions", chatPath("support-chat")} {
+		r := call(t, g.url, path, key, `{"model":"support-chat","messages":[{"role":"user","content":"hi"}]}`)
+		got := openaiErr(t, r).Error
+		if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "1" || got.Type != "rate_limit_error" || deref(got.Code) != "overloaded" {
+			t.Errorf("%s: %d Retry-After %q %s; want the replica's 429 with Retry-After 1, rate_limit_error, overloaded",
+				path, r.status, r.header.Get("Retry-After"), r.body)
+		}
 	}
 }

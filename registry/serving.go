@@ -48,7 +48,8 @@ type ServingLLM struct {
 	MaxModelLen          int             `json:"max_model_len,omitempty" doc:"Context length, prompt and completion, in tokens."`
 	GPUMemoryUtilization float64         `json:"gpu_memory_utilization,omitempty" doc:"Share of each GPU's memory for weights and KV cache, above 0 and at most 1."`
 	MaxNumSeqs           int             `json:"max_num_seqs,omitempty" doc:"Sequences in flight at most (the engine's batch)."`
-	PrefixCaching        bool            `json:"prefix_caching,omitempty" doc:"Reuse the KV pages of shared prompt prefixes."`
+	PrefixCaching        bool            `json:"prefix_caching,omitempty" doc:"Reuse the KV pages of shared prompt prefixes (the built-in runtime always does)."`
+	MaxQueuedRequests    int             `json:"max_queued_requests,omitempty" doc:"The built-in runtime's bound on requests waiting for a batch slot, beyond which it answers 429; 0 for its default of 256."`
 	Quantization         string          `json:"quantization,omitempty" enum:"awq,gptq,fp8,bitsandbytes" doc:"Weights' quantisation method; empty for none."`
 	Speculative          *ServingSpecDec `json:"speculative,omitempty" doc:"Speculative decoding: a draft model or method and tokens per step."`
 	TensorParallel       int             `json:"tensor_parallel,omitempty" doc:"Tensor-parallel degree; 0 means the version's gpu_count."`
@@ -77,6 +78,9 @@ func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
 	}
 	if l.MaxNumSeqs < 0 || l.MaxNumSeqs > 4096 {
 		errs.Add(f+".max_num_seqs", "must be between 1 and 4096 (0 for the runtime's default)")
+	}
+	if l.MaxQueuedRequests < 0 || l.MaxQueuedRequests > 1<<20 {
+		errs.Add(f+".max_queued_requests", "must be between 1 and %d (0 for the runtime's default)", 1<<20)
 	}
 	if l.Quantization != "" {
 		validate.OneOf(errs, f+".quantization", l.Quantization, "awq", "gptq", "fp8", "bitsandbytes")
@@ -500,5 +504,6 @@ func RuntimeConfig(name, version, format string, serving []byte, featureNames []
 			cfg.Features = append(cfg.Features, model.Feature{Name: f})
 		}
 	}
+	cfg.LLM = LLMSettings(serving)
 	return cfg
 }

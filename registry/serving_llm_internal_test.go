@@ -24,6 +24,7 @@ func TestLLMSettingsNameTheBadField(t *testing.T) {
 		{"memory above all of it", ServingLLM{GPUMemoryUtilization: 1.2}, 1, "metadata.serving.llm.gpu_memory_utilization"},
 		{"negative context", ServingLLM{MaxModelLen: -1}, 1, "metadata.serving.llm.max_model_len"},
 		{"too many sequences", ServingLLM{MaxNumSeqs: 10000}, 1, "metadata.serving.llm.max_num_seqs"},
+		{"a negative queue bound", ServingLLM{MaxQueuedRequests: -1}, 1, "metadata.serving.llm.max_queued_requests"},
 		{"an unknown quantisation", ServingLLM{Quantization: "int3"}, 1, "metadata.serving.llm.quantization"},
 		{"tensor parallel not dividing the GPUs", ServingLLM{TensorParallel: 3}, 4, "metadata.serving.llm.tensor_parallel"},
 		{"tensor parallel without GPUs", ServingLLM{TensorParallel: 2}, 0, "metadata.serving.llm.tensor_parallel"},
@@ -51,14 +52,14 @@ func TestLLMSettingsNameTheBadField(t *testing.T) {
 // line reads what was registered.
 func TestLLMSettingsAreTheCatalogues(t *testing.T) {
 	t.Parallel()
-	in := ServingLLM{DType: "bfloat16", MaxModelLen: 8192, GPUMemoryUtilization: 0.85, MaxNumSeqs: 64, PrefixCaching: true,
+	in := ServingLLM{DType: "bfloat16", MaxModelLen: 8192, GPUMemoryUtilization: 0.85, MaxNumSeqs: 64, PrefixCaching: true, MaxQueuedRequests: 32,
 		Quantization: "awq", TensorParallel: 2, RuntimeVersion: "0.11.0", Speculative: &ServingSpecDec{Method: "ngram", NumTokens: 4}}
 	b, _ := json.Marshal(in)
 	var got catalog.LLM
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := catalog.LLM{DType: "bfloat16", MaxModelLen: 8192, GPUMemoryUtilization: 0.85, MaxNumSeqs: 64, PrefixCaching: true,
+	want := catalog.LLM{DType: "bfloat16", MaxModelLen: 8192, GPUMemoryUtilization: 0.85, MaxNumSeqs: 64, PrefixCaching: true, MaxQueuedRequests: 32,
 		Quantization: "awq", TensorParallel: 2, RuntimeVersion: "0.11.0", Speculative: &catalog.Speculative{Method: "ngram", NumTokens: 4}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("catalogue reads %+v, want %+v", got, want)
@@ -98,5 +99,20 @@ func TestLLMSettingsOfStoredServing(t *testing.T) {
 		if got := LLMSettings([]byte(s)); got != nil {
 			t.Errorf("settings of %q = %s, want none", s, got)
 		}
+	}
+}
+
+// TestRuntimeConfigCarriesLLMSettings: a GGUF version's built-in runtime
+// configuration carries its serving.llm block, which sizes the engine.
+func TestRuntimeConfigCarriesLLMSettings(t *testing.T) {
+	t.Parallel()
+	serving := []byte(`{"output":{},"llm":{"max_model_len":1024,"max_num_seqs":4,"max_queued_requests":9}}`)
+	cfg := RuntimeConfig("chat", "v1", "gguf", serving, nil)
+	var got ServingLLM
+	if err := json.Unmarshal(cfg.LLM, &got); err != nil || got.MaxModelLen != 1024 || got.MaxNumSeqs != 4 || got.MaxQueuedRequests != 9 {
+		t.Errorf("config llm = %s (%v); want the version's block", cfg.LLM, err)
+	}
+	if cfg := RuntimeConfig("m", "v1", "onnx", []byte(`{"output":{}}`), nil); cfg.LLM != nil {
+		t.Errorf("a version without an llm block gets %s", cfg.LLM)
 	}
 }

@@ -74,16 +74,37 @@ func onlyGGUF(dir string) (string, error) {
 	return found[0], nil
 }
 
-// loadGGUF starts the LLM engine on a GGUF file, with the default KV
-// cache (llmserve.DefaultPages) and batches of up to 16 sequences.
-func (s *Server) loadGGUF(name, version, path string) error {
-	m, tok, err := llmserve.LoadModel(path, 0)
+// ggufSettings are the engine's sizes from a model directory's
+// configuration (its llm block, the version's serving.llm); the defaults
+// when it has none.
+func ggufSettings(dir string) (llmserve.Settings, error) {
+	var set llmserve.Settings
+	b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return set, nil
+	}
+	if err != nil {
+		return set, err
+	}
+	var head struct {
+		LLM json.RawMessage `json:"llm"`
+	}
+	if json.Unmarshal(b, &head) != nil || len(head.LLM) == 0 || string(head.LLM) == "null" {
+		return set, nil
+	}
+	if err := json.Unmarshal(head.LLM, &set); err != nil {
+		return set, fmt.Errorf("%s: llm: %w", model.ConfigFile, err)
+	}
+	return set, nil
+}
+
+// loadGGUF starts the LLM engine on a GGUF file, sized by the version's
+// serving.llm settings (llmserve.Settings: context window, batch, KV
+// cache, queue bound).
+func (s *Server) loadGGUF(name, version, path string, set llmserve.Settings) error {
+	eng, tok, err := llmserve.Open(path, set)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", filepath.Base(path), err)
-	}
-	eng, err := llmserve.New(m, llmserve.Config{MaxBatch: 16})
-	if err != nil {
-		return err
 	}
 	srv := llmserve.NewServer(eng, tok, llmserve.Options{Model: name, Token: s.opt.Token,
 		MaxBodyBytes: s.opt.MaxBodyBytes, ReplicaID: s.opt.ReplicaID, Version: version})

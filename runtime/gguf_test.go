@@ -13,6 +13,8 @@ import (
 	"modelplane/agent/proto"
 	"modelplane/gguf"
 	"modelplane/llm"
+	"modelplane/runtime/llmserve"
+	"modelplane/runtime/model"
 )
 
 // A model directory holding a GGUF file is served by the LLM engine, with
@@ -84,5 +86,59 @@ func TestGGUFDirectoryServesChat(t *testing.T) {
 	}
 	if resp.StatusCode != 200 || got.Model != "demo" || len(got.Choices) != 1 || got.Usage.CompletionTokens < 1 {
 		t.Fatalf("chat: %d %+v", resp.StatusCode, got)
+	}
+}
+
+// The version's serving.llm block, in the directory's configuration,
+// sizes the engine: context window, KV cache (a window per sequence).
+func TestGGUFSettingsSizeTheEngine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llm.WriteDemo(f, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := `{"model":"chat","version":"v1","format":"gguf","file":"demo.gguf",
+		"llm":{"max_model_len":1024,"max_num_seqs":2,"max_queued_requests":5}}`
+	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	if err := s.Load(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	get := func(path string, v any) {
+		t.Helper()
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st struct {
+		KVPagesTotal int `json:"kv_pages_total"`
+	}
+	get("/v2/stats", &st)
+	if want := llmserve.KVPages(1024, 2); st.KVPagesTotal != want {
+		t.Errorf("kv_pages_total = %d; want %d (two windows of 1,024 tokens)", st.KVPagesTotal, want)
+	}
+	var models struct {
+		Data []struct {
+			MaxModelLen int `json:"max_model_len"`
+		} `json:"data"`
+	}
+	get("/v1/models", &models)
+	if len(models.Data) != 1 || models.Data[0].MaxModelLen != 1024 {
+		t.Errorf("/v1/models = %+v; want max_model_len 1024", models)
 	}
 }

@@ -185,7 +185,11 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	if name, version, path, ok, err := ggufModel(dir); err != nil {
 		return err
 	} else if ok {
-		return s.loadGGUF(name, version, path)
+		set, err := ggufSettings(dir)
+		if err != nil {
+			return err
+		}
+		return s.loadGGUF(name, version, path, set)
 	}
 	start := s.clock.Now()
 	cfg, err := ReadConfig(dir)

@@ -5,7 +5,10 @@
 // It owns (the "sim" profile it runs on, a model version's step-time,
 // KV-cache, latency, score and class figures, is package sim/profile):
 //   - the paged KV-cache manager (KV): 16-token pages, a sequence holding
-//     ceil(tokens/16) of them, prefix pages shared by reference count;
+//     ceil(tokens/16) of them, full prompt pages named by a hash chain and
+//     shared by reference count, and, with prefix caching, kept cached
+//     after their last holder ends and evicted least recently released
+//     first when pages are needed;
 //   - the continuous-batching scheduler (Scheduler): admission against free
 //     pages after reserving the running sequences' growth, a batch cap,
 //     per-tenant caps on batch slots and pages that rotate a tenant at its

@@ -59,10 +59,17 @@ type Request struct {
 	// PrefixKey names the first PrefixTokens tokens of the prompt: requests
 	// with the same key have the same tokens there (a shared system prompt,
 	// say its hash). The full KV pages of the prefix are then shared and
-	// not prefilled again while some request holding them is running.
-	// Empty: no sharing.
+	// not prefilled again while some request holding them is running (or,
+	// with Config.PrefixCaching, while they stay cached). Empty: no sharing.
 	PrefixKey    string
 	PrefixTokens int
+	// PageHashes, when set, name the prompt's full pages instead of
+	// PrefixKey, as a hash chain (see KV): PageHashes[i] names the first
+	// (i+1)×PageTokens prompt tokens, so requests whose prompts start with
+	// the same tokens name their leading pages alike, whatever their
+	// keys. A real engine, which sees the tokens, sets them; the pages
+	// they name are shared and cached as PrefixKey's.
+	PageHashes []uint64
 }
 
 // TokenEvent is one generated token, to stream to the client.
@@ -189,6 +196,11 @@ type Config struct {
 	// Pages, when above 0, is the KV cache's size in pages instead of the
 	// profile's Pages(): a real engine that sized its cache itself.
 	Pages int
+	// PrefixCaching keeps the computed prefix pages of finished requests
+	// cached for later ones, evicted least recently released first when
+	// pages are needed (KV.CachePrefixes). Off, prefix pages are shared
+	// only while some request holds them.
+	PrefixCaching bool
 }
 
 // Scheduler is a continuous-batching scheduler over a paged KV cache for one
@@ -222,6 +234,7 @@ type Scheduler struct {
 	p             profile.Profile
 	seed          uint64
 	kv            *KV
+	caching       bool
 	tenantSlots   int
 	tenantPages   int
 	prefillBudget int // math.MaxInt when uncapped
@@ -243,6 +256,8 @@ type Scheduler struct {
 	priorityPreemptions int64
 	growthPreemptions   int64
 	growFailures        int64
+	prefixQueries       int64
+	prefixHits          int64
 }
 
 type tenantUse struct {
@@ -258,6 +273,7 @@ type seq struct {
 	reason FinishReason
 	commit int // pages reserved to the final length (profile.ReserveFinal, profile.ReserveMaxTokens)
 	rng    *rand.Rand
+	hashes []uint64 // the prompt's page hash chain (Request.PageHashes or PrefixKey's)
 
 	running   bool
 	admitted  int64 // admission serial: higher is more recent
@@ -295,6 +311,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 		p:             p,
 		seed:          cfg.Seed,
 		kv:            NewKV(pages, p.PageTokens),
+		caching:       cfg.PrefixCaching,
 		tenantSlots:   max(1, int(math.Floor(p.TenantBatchShare*float64(p.MaxBatch)))),
 		tenantPages:   max(1, int(math.Floor(p.TenantKVShare*float64(pages)))),
 		prefillBudget: math.MaxInt,
@@ -304,6 +321,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 	if p.MaxPrefillTokens > 0 {
 		s.prefillBudget = p.MaxPrefillTokens
 	}
+	s.kv.CachePrefixes(cfg.PrefixCaching)
 	// A share of 1 is no cap, not a cap at the whole GPU: a tenant alone on
 	// a full cache must still be able to preempt its own lower priorities.
 	if p.TenantBatchShare >= 1 {
@@ -313,6 +331,14 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 		s.tenantPages = math.MaxInt
 	}
 	return s, nil
+}
+
+// Waiting is the number of requests in the waiting queue, preempted ones
+// included.
+func (s *Scheduler) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
 }
 
 // Profile returns the profile in use, defaults filled in.
@@ -340,6 +366,10 @@ func (s *Scheduler) Submit(r Request) error {
 	}
 	r.PrefixTokens = min(r.PrefixTokens, r.PromptTokens)
 	q := &seq{req: r, rng: rand.New(rand.NewPCG(s.seed, hashID(s.seed, r.ID)))}
+	q.hashes = r.PageHashes
+	if len(q.hashes) == 0 {
+		q.hashes = s.kv.keyHashes(r.PrefixKey, r.PrefixTokens, r.PromptTokens)
+	}
 	limit := r.MaxTokens
 	if w := s.p.MaxModelLen - r.PromptTokens; s.p.MaxModelLen > 0 && (limit == 0 || w < limit) {
 		limit = w
@@ -581,7 +611,7 @@ func (s *Scheduler) plan(now time.Duration) Plan {
 				need++
 			}
 		}
-		for need > s.kv.FreePages() && len(s.running) > 0 {
+		for need > s.kv.AvailablePages() && len(s.running) > 0 {
 			v := s.victims(math.MaxInt)[0]
 			if emits(v) && v.tokens == v.pages*pt {
 				need--
@@ -629,7 +659,7 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 			q.prefill -= q.plan
 			q.prefilled += q.plan
 			q.plan = 0
-			if q.req.PrefixKey != "" {
+			if len(q.hashes) > 0 {
 				s.kv.MarkComputed(q.req.ID, q.tokens-q.prefill)
 			}
 			if q.prefill > 0 {
@@ -773,10 +803,10 @@ func (s *Scheduler) insertWaiting(q *seq) {
 	s.waiting = slices.Insert(s.waiting, i, q)
 }
 
-// available is the number of free pages admission may hand out: the free
-// pages less those reserved for the running sequences' growth.
+// available is the number of pages admission may hand out: the free and
+// cached pages less those reserved for the running sequences' growth.
 func (s *Scheduler) available() int {
-	return s.kv.FreePages() - s.reserved()
+	return s.kv.AvailablePages() - s.reserved()
 }
 
 func (s *Scheduler) reserved() int {
@@ -796,15 +826,16 @@ func (s *Scheduler) reserved() int {
 	return n
 }
 
-// need is the number of free pages admitting q takes, counting its
-// reservation.
+// need is the number of available pages admitting q takes, counting its
+// reservation: its pages less those it shares, plus the cached ones among
+// those, which sharing takes out of the cache.
 func (s *Scheduler) need(q *seq) int {
 	tokens := q.req.PromptTokens + q.generated
-	shared := s.kv.SharedPages(q.req.PrefixKey, q.req.PrefixTokens, tokens)
+	shared, idle := s.kv.match(q.hashes, tokens)
 	if s.p.KVReserve == profile.ReserveStep {
-		return s.kv.PagesFor(tokens+1) - shared
+		return s.kv.PagesFor(tokens+1) - shared + idle
 	}
-	return q.commit - shared
+	return q.commit - shared + idle
 }
 
 // tenantNeed is what admitting q charges to its tenant's page cap.
@@ -872,9 +903,15 @@ func (s *Scheduler) victims(limit int) []*seq {
 // preemption, of its output so far) and sets what is left to prefill.
 func (s *Scheduler) start(q *seq) bool {
 	tokens := q.req.PromptTokens + q.generated
-	shared, err := s.kv.Allocate(q.req.ID, tokens, q.req.PrefixKey, q.req.PrefixTokens)
+	shared, err := s.kv.allocate(q.req.ID, tokens, q.hashes)
 	if err != nil {
 		return false // admission checked the pages; unreachable
+	}
+	if s.caching || len(q.hashes) > 0 {
+		// As vLLM's counters: every admission looks its tokens up, a
+		// re-admission after a preemption again.
+		s.prefixQueries += int64(tokens)
+		s.prefixHits += int64(shared * s.kv.PageTokens())
 	}
 	// At least the last token is computed: it yields the next token.
 	compute := max(1, tokens-shared*s.kv.PageTokens())
@@ -954,6 +991,7 @@ func (s *Scheduler) Stats(now time.Duration) Stats {
 		Running:             len(s.running),
 		KVPagesTotal:        s.kv.Total(),
 		KVPagesUsed:         s.kv.UsedPages(),
+		KVPagesCached:       s.kv.CachedPages(),
 		KVPagesReserved:     s.reserved(),
 		TokensPerSecond:     s.rec.tokensPerSecond(now),
 		TTFT:                PercentilesOf(s.rec.ttft.v),
@@ -964,6 +1002,8 @@ func (s *Scheduler) Stats(now time.Duration) Stats {
 		PriorityPreemptions: s.priorityPreemptions,
 		GrowthPreemptions:   s.growthPreemptions,
 		GrowFailures:        s.growFailures,
+		PrefixQueries:       s.prefixQueries,
+		PrefixHits:          s.prefixHits,
 	}
 	if st.KVPagesTotal > 0 {
 		st.KVUtilization = float64(st.KVPagesUsed) / float64(st.KVPagesTotal)

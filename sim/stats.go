@@ -38,13 +38,18 @@ type Stats struct {
 	Waiting int
 	// Running is the batch size: sequences admitted, prefilling or decoding.
 	Running int
-	// KVPagesTotal is the cache size; KVPagesUsed the distinct pages held;
-	// KVPagesReserved the free pages held back for running sequences'
-	// growth (see profile.Reserve).
+	// KVPagesTotal is the cache size; KVPagesUsed the distinct pages
+	// requests hold; KVPagesCached the prefix pages nobody holds, kept
+	// cached and evictable (Config.PrefixCaching); KVPagesReserved the
+	// available pages held back for running sequences' growth (see
+	// profile.Reserve).
 	KVPagesTotal    int
 	KVPagesUsed     int
+	KVPagesCached   int
 	KVPagesReserved int
-	// KVUtilization is KVPagesUsed / KVPagesTotal.
+	// KVUtilization is KVPagesUsed / KVPagesTotal: cached pages, which
+	// are evicted when needed, do not count, as in vLLM's
+	// kv_cache_usage_perc.
 	KVUtilization float64
 	// TokensPerSecond is completion tokens generated in the last
 	// StatsWindow of model time (or since the first step, when shorter).
@@ -64,6 +69,12 @@ type Stats struct {
 	// into and were preempted for it. Admission reserves against this, so
 	// it is always 0 unless the scheduler has a bug; tests assert it.
 	GrowFailures int64
+	// PrefixQueries are the tokens admissions looked up in the prefix
+	// pages (each admission's prompt and output so far) and PrefixHits
+	// those found computed there, as vLLM's prefix_cache_queries and
+	// prefix_cache_hits; 0 without prefixes or caching.
+	PrefixQueries int64
+	PrefixHits    int64
 }
 
 // StatsWindow is the span of model time TokensPerSecond covers, and

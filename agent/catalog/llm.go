@@ -30,6 +30,10 @@ type LLM struct {
 	MaxNumSeqs int `json:"max_num_seqs,omitempty"`
 	// PrefixCaching reuses the KV pages of shared prompt prefixes.
 	PrefixCaching bool `json:"prefix_caching,omitempty"`
+	// MaxQueuedRequests bounds the built-in runtime's waiting queue
+	// (llmserve.Settings); vLLM and llama-server have no such flag and
+	// take none.
+	MaxQueuedRequests int `json:"max_queued_requests,omitempty"`
 	// Quantization is the weights' quantisation method ("awq", "gptq",
 	// "fp8"), empty for none.
 	Quantization string `json:"quantization,omitempty"`

@@ -6,9 +6,13 @@
 // engine runs the model's forward pass over those pages, samples, and
 // commits the tokens back. Admission with growth reservation, per-tenant
 // caps keyed by the team the gateway vouches for (proto.TeamHeader, never
-// the body's user), preemption with re-prefill, prefix sharing that skips
-// the prefill of a shared system prompt's full pages, and cancel freeing
-// pages at once all come from the scheduler.
+// the body's user), preemption with re-prefill, automatic prefix caching
+// (every prompt's full pages named by a hash chain of their tokens, kept
+// cached after their request ends and evicted least recently released
+// first, before anything is preempted), and cancel freeing pages at once
+// all come from the scheduler. The engine bounds its waiting queue
+// (ErrQueueFull, a 429) and takes its sizes from the version's
+// serving.llm settings (Settings).
 //
 // It speaks the OpenAI replica contract of sim/replica (chat and text
 // completions, SSE streaming, usage) plus health probes and Prometheus

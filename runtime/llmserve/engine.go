@@ -2,6 +2,9 @@ package llmserve
 
 import (
 	"cmp"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -57,8 +60,10 @@ type Request struct {
 	MaxTokens int
 	Sampling  Sampling
 	// PrefixTokens is how many leading prompt tokens are a shareable
-	// prefix (a system prompt): requests with the same tokens there share
-	// the K/V of its full pages. 0: none.
+	// prefix (a system prompt). With prefix caching on (the default) it
+	// changes nothing, since every prompt's full pages are cached and
+	// shared; with Config.NoPrefixCaching the full pages of this prefix
+	// are still shared while some request holds them. 0: none.
 	PrefixTokens int
 	// IgnoreEOS generates past the model's end of sequence, to MaxTokens
 	// or a stop (as vLLM's ignore_eos; benchmarks use it).
@@ -82,6 +87,9 @@ type Event struct {
 var (
 	ErrTooLong = errors.New("prompt too long")
 	ErrStopped = errors.New("engine is stopped")
+	// ErrQueueFull refuses a request while Config.MaxWaiting requests
+	// wait for a batch slot; the server answers it with 429.
+	ErrQueueFull = errors.New("waiting queue is full")
 )
 
 // Config sizes an engine.
@@ -90,6 +98,17 @@ type Config struct {
 	// the sequences in one step (default 16).
 	Pages    int
 	MaxBatch int
+	// MaxWaiting bounds the waiting queue (admitted requests not yet in
+	// the batch, preempted ones included): Submit refuses a request with
+	// ErrQueueFull while that many wait. 0: no bound.
+	MaxWaiting int
+	// NoPrefixCaching turns automatic prefix caching off. On (the
+	// default), every prompt's full pages are named by a hash chain of
+	// their tokens and, once computed, kept after their request ends,
+	// cached for any later prompt that starts with the same tokens until
+	// pages are needed (least recently released evicted first, before
+	// anything is preempted).
+	NoPrefixCaching bool
 	// TenantBatchShare and TenantKVShare are the per-tenant caps, as in
 	// profile.Profile (0: no cap).
 	TenantBatchShare float64
@@ -106,11 +125,14 @@ type Config struct {
 // Engine runs requests on a Model. Submit and Cancel may be called from
 // any goroutine; one loop goroutine owns the scheduler's steps.
 type Engine struct {
-	m      Model
-	sched  *sim.Scheduler
-	now    func() time.Time
-	t0     time.Time
-	onStep func(work []sim.Work)
+	m          Model
+	sched      *sim.Scheduler
+	now        func() time.Time
+	t0         time.Time
+	onStep     func(work []sim.Work)
+	maxWaiting int
+	caching    bool
+	salt       [8]byte // seeds the page hash chains, so nobody outside can aim at a hash
 
 	mu      sync.Mutex
 	ops     []op
@@ -178,12 +200,17 @@ func New(m Model, cfg Config) (*Engine, error) {
 		MaxBatch: cfg.MaxBatch, MaxPrefillTokens: cfg.MaxPrefillTokens,
 		MaxModelLen: m.Context(), TenantBatchShare: cfg.TenantBatchShare, TenantKVShare: cfg.TenantKVShare,
 	}
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Pages: cfg.Pages})
+	if cfg.MaxWaiting < 0 {
+		return nil, fmt.Errorf("max waiting: want 0 (no bound) or more, got %d", cfg.MaxWaiting)
+	}
+	s, err := sim.NewScheduler(sim.Config{Profile: p, Pages: cfg.Pages, PrefixCaching: !cfg.NoPrefixCaching})
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), onStep: cfg.OnStep, wake: make(chan struct{}, 1),
+	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), onStep: cfg.OnStep, maxWaiting: cfg.MaxWaiting,
+		caching: !cfg.NoPrefixCaching, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), live: map[string]*gen{}}
+	_, _ = crand.Read(e.salt[:])
 	e.stats.finished = map[string]int64{}
 	go e.loop()
 	return e, nil
@@ -211,6 +238,19 @@ func (e *Engine) Submit(r Request) (id string, events <-chan Event, err error) {
 	defer e.mu.Unlock()
 	if e.stopped {
 		return "", nil, ErrStopped
+	}
+	if e.maxWaiting > 0 {
+		// apply hands submits to the scheduler under e.mu, so a request is
+		// counted once: pending here, or waiting there.
+		waiting := e.sched.Waiting()
+		for _, o := range e.ops {
+			if o.submit != nil {
+				waiting++
+			}
+		}
+		if waiting >= e.maxWaiting {
+			return "", nil, fmt.Errorf("%w: %d requests wait for a batch slot", ErrQueueFull, waiting)
+		}
 	}
 	e.nextID++
 	g := &gen{id: fmt.Sprintf("gen-%d", e.nextID), req: r, tokens: append(make([]int, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
@@ -256,14 +296,19 @@ type Counts struct {
 	// PromptTokens are the prompt tokens of admitted requests;
 	// PrefillComputed the prompt tokens the model computed (re-prefills
 	// included, shared prefix pages not); CachedTokens those found in
-	// shared pages.
+	// shared or cached pages at each request's first admission.
 	PromptTokens, PrefillComputed, CachedTokens int64
 	GenerationTokens, Steps, Preemptions        int64
+	// PrefixQueries and PrefixHits are vLLM's prefix cache counters:
+	// tokens looked up at each admission, and those found computed.
+	PrefixQueries, PrefixHits int64
 	// KVWaste is the share of page slots the running sequences held that
 	// held no token, over all steps.
 	KVWaste float64
-	// FreePages and Pages describe the KV cache now.
-	FreePages, Pages int
+	// Pages is the KV cache's size; HeldPages the pages requests hold,
+	// CachedPages the computed prefix pages nobody holds (evictable) and
+	// FreePages the rest: FreePages + CachedPages + HeldPages = Pages.
+	FreePages, CachedPages, HeldPages, Pages int
 }
 
 // Counts returns the engine's totals.
@@ -274,7 +319,9 @@ func (e *Engine) Counts() Counts {
 	defer c.mu.Unlock()
 	n := Counts{PromptTokens: c.promptTokens, PrefillComputed: c.computedPrompt, CachedTokens: c.cachedTokens,
 		GenerationTokens: c.generationTokens, Steps: c.steps, Preemptions: c.preemptions,
-		FreePages: st.KVPagesTotal - st.KVPagesUsed, Pages: st.KVPagesTotal}
+		PrefixQueries: st.PrefixQueries, PrefixHits: st.PrefixHits,
+		FreePages: st.KVPagesTotal - st.KVPagesUsed - st.KVPagesCached, CachedPages: st.KVPagesCached,
+		HeldPages: st.KVPagesUsed, Pages: st.KVPagesTotal}
 	if c.heldSlots > 0 {
 		n.KVWaste = float64(c.wasteSlots) / float64(c.heldSlots)
 	}
@@ -318,21 +365,20 @@ func (e *Engine) loop() {
 
 func (e *Engine) apply() {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	ops := e.ops
 	e.ops = nil
-	e.mu.Unlock()
 	for _, o := range ops {
 		if g := o.submit; g != nil {
 			r := sim.Request{ID: g.id, Tenant: g.req.Tenant, Arrival: e.since(), PromptTokens: len(g.req.Prompt),
 				MaxTokens: g.req.MaxTokens, OutputTokens: g.req.MaxTokens}
-			if n := g.req.PrefixTokens; n > 0 {
-				// Only full pages before the last prompt token: that one is
-				// always computed, and must not be written into a shared page.
-				n = min(n, len(g.req.Prompt)-1) / PageTokens * PageTokens
-				if n > 0 {
-					r.PrefixKey, r.PrefixTokens = prefixKey(g.req.Prompt[:n]), n
-				}
+			// Only full pages before the last prompt token: that one is
+			// always computed, and must not be written into a shared page.
+			pages := (len(g.req.Prompt) - 1) / PageTokens
+			if !e.caching {
+				pages = min(pages, g.req.PrefixTokens/PageTokens)
 			}
+			r.PageHashes = pageHashes(e.salt, g.req.Prompt, pages)
 			if err := e.sched.Submit(r); err != nil {
 				g.events <- Event{Done: true, Reason: "error", Err: err}
 				close(g.events)
@@ -447,16 +493,29 @@ func (e *Engine) step() bool {
 	return true
 }
 
-// prefixKey names a run of prompt tokens.
-func prefixKey(tokens []int) string {
-	h := uint64(14695981039346656037)
-	for _, t := range tokens {
-		for b := range 4 {
-			h ^= uint64(byte(t >> (8 * b)))
-			h *= 1099511628211
-		}
+// pageHashes is the hash chain of the first pages full pages of tokens:
+// hash i is SHA-256 of the salt, hash i-1 and page i's tokens, cut to 64
+// bits, so it names the whole run of tokens up to the end of page i, as
+// vLLM's block hashes do. A cryptographic hash with a per-engine salt,
+// since a collision would hand one prompt another's K/V.
+func pageHashes(salt [8]byte, tokens []int, pages int) []uint64 {
+	if pages <= 0 {
+		return nil
 	}
-	return fmt.Sprintf("%016x/%d", h, len(tokens))
+	hs := make([]uint64, pages)
+	buf := make([]byte, 0, 16+4*PageTokens)
+	var parent uint64
+	for i := range hs {
+		buf = append(buf[:0], salt[:]...)
+		buf = binary.LittleEndian.AppendUint64(buf, parent)
+		for _, t := range tokens[i*PageTokens : (i+1)*PageTokens] {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(t))
+		}
+		sum := sha256.Sum256(buf)
+		parent = binary.LittleEndian.Uint64(sum[:8])
+		hs[i] = parent
+	}
+	return hs
 }
 
 // sample draws the next token from logits: argmax at temperature 0, else

@@ -30,11 +30,14 @@ func newMetrics(model string, eng *Engine) *metrics {
 	}
 	gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", func() float64 { return float64(eng.SchedulerStats().Waiting) })
 	gauge("vllm:num_requests_running", "Requests in the running batch.", func() float64 { return float64(eng.SchedulerStats().Running) })
+	// Pages requests hold, not cached ones nobody holds, as vLLM counts.
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", func() float64 { return eng.SchedulerStats().KVUtilization })
 	counter("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.", read(&c.promptTokens))
 	counter("vllm:generation_tokens_total", "Generated tokens.", read(&c.generationTokens))
-	counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", read(&c.promptTokens))
-	counter("vllm:prefix_cache_hits_total", "Prompt tokens found in shared prefix pages.", read(&c.cachedTokens))
+	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
+		func() float64 { return float64(eng.SchedulerStats().PrefixQueries) })
+	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+		func() float64 { return float64(eng.SchedulerStats().PrefixHits) })
 	counter("vllm:num_preemptions_total", "Sequences preempted and re-prefilled later.", read(&c.preemptions))
 	counter("modelplane:prefill_computed_tokens_total", "Prompt tokens computed, re-prefills included.", read(&c.computedPrompt))
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds", Help: "Time to first token.",

@@ -453,6 +453,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "messages", err.Error())
 			return
 		}
+		if errors.Is(err, ErrQueueFull) {
+			// Not 503: the gateway takes a 503 for a broken replica, and
+			// a full queue is a busy one. An OpenAI client retries a 429
+			// after Retry-After.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": map[string]any{
+				"message": "the runtime's waiting queue is full; retry later", "type": "rate_limit_error",
+				"param": nil, "code": "overloaded"}})
+			return
+		}
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "server_error", "", err.Error())
 		return

@@ -58,6 +58,10 @@ type Config struct {
 	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`
 	// Batching is the dynamic batcher's settings.
 	Batching Batching `json:"batching"`
+	// LLM is a GGUF version's serving.llm block as registered, which
+	// sizes the LLM engine (llmserve.Settings: max_model_len,
+	// max_num_seqs, max_queued_requests); absent for other formats.
+	LLM json.RawMessage `json:"llm,omitempty"`
 }
 
 // Feature is one model input. A numeric feature takes a JSON number; a

@@ -36,7 +36,8 @@ import (
 type Profile struct {
 	// PrefillMsPerToken is the GPU time, in milliseconds, to prefill one
 	// prompt token. Only computed tokens cost: prompt tokens found in shared
-	// prefix pages are free (see sim.Request.PrefixKey), re-prefill after a
+	// or cached prefix pages are free (see sim.Request.PrefixKey and
+	// PageHashes), re-prefill after a
 	// preemption is not.
 	PrefillMsPerToken float64 `json:"prefill_ms_per_token,omitempty"`
 	// DecodeBaseMs is the fixed cost, in milliseconds, of one forward pass
