@@ -74,10 +74,10 @@ func onlyGGUF(dir string) (string, error) {
 	return found[0], nil
 }
 
-// ggufSettings are the engine's sizes from a model directory's
+// GGUFSettings are the engine's sizes from a model directory's
 // configuration (its llm block, the version's serving.llm); the defaults
 // when it has none.
-func ggufSettings(dir string) (llmserve.Settings, error) {
+func GGUFSettings(dir string) (llmserve.Settings, error) {
 	var set llmserve.Settings
 	b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {

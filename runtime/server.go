@@ -185,7 +185,7 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 	if name, version, path, ok, err := ggufModel(dir); err != nil {
 		return err
 	} else if ok {
-		set, err := ggufSettings(dir)
+		set, err := GGUFSettings(dir)
 		if err != nil {
 			return err
 		}

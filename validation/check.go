@@ -26,7 +26,8 @@ type Report struct {
 	LoadMS      float64           `json:"load_ms"`
 	LatencyMS   float64           `json:"latency_ms"`
 	// MemoryMB is what a GGUF model needs to run (llm.MemoryNeed with the
-	// engine's default K/V cache), in MiB, rounded up; 0 for other models.
+	// K/V cache the version's serving.llm sizes), in MiB, rounded up; 0
+	// for other models.
 	MemoryMB int64 `json:"memory_mb,omitempty"`
 	// NotLoaded says the GGUF model was not loaded: its need is above the
 	// child's own memory limit, so a load would only crash the child. The
@@ -92,7 +93,14 @@ func checkGGUF(ctx context.Context, dir, path string, limitMB int64) Report {
 	if err != nil {
 		return Report{Invalid: err.Error()}
 	}
-	need, err := llm.MemoryNeed(path, llmserve.DefaultPages(c.Context)*llmserve.PageTokens)
+	// The K/V cache is sized as the replica's engine will size it: by the
+	// version's serving.llm block, which the model directory's
+	// configuration carries.
+	set, err := runtime.GGUFSettings(dir)
+	if err != nil {
+		return Report{Invalid: err.Error()}
+	}
+	need, err := llm.MemoryNeed(path, set.Pages(c.Context)*llmserve.PageTokens)
 	if err != nil {
 		return Report{Invalid: err.Error()}
 	}

@@ -30,6 +30,12 @@ import (
 // the file on its own.
 func needMB(t *testing.T, body []byte) int32 {
 	t.Helper()
+	return needWith(t, body, llmserve.Settings{})
+}
+
+// needWith is needMB with the K/V cache the settings size.
+func needWith(t *testing.T, body []byte, set llmserve.Settings) int32 {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "model.gguf")
 	if err := os.WriteFile(path, body, 0o644); err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ func needMB(t *testing.T, body []byte) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	need, err := llm.MemoryNeed(path, llmserve.DefaultPages(c.Context)*llmserve.PageTokens)
+	need, err := llm.MemoryNeed(path, set.Pages(c.Context)*llmserve.PageTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +60,15 @@ func needMB(t *testing.T, body []byte) int32 {
 // with the given resources.
 func (f *fixture) registerGGUF(t *testing.T, name string, body []byte, res registry.Resources) registry.Version {
 	t.Helper()
+	return f.registerGGUFServing(t, name, body, res, registry.Serving{})
+}
+
+// registerGGUFServing is registerGGUF with the version's serving block.
+func (f *fixture) registerGGUFServing(t *testing.T, name string, body []byte, res registry.Resources, serving registry.Serving) registry.Version {
+	t.Helper()
 	sum := sha256.Sum256(body)
 	man := artifact.Manifest{"model.gguf": hex.EncodeToString(sum[:])}
-	v, err := f.reg.RegisterVersion(t.Context(), f.eng, "chat", registry.VersionSpec{Name: name, Runtime: registry.BuiltinLLM, Resources: res},
+	v, err := f.reg.RegisterVersion(t.Context(), f.eng, "chat", registry.VersionSpec{Name: name, Runtime: registry.BuiltinLLM, Resources: res, Serving: serving},
 		man.Canonical(), func(u *artifact.Upload) error {
 			return u.Add(context.Background(), "model.gguf", bytes.NewReader(body))
 		})
@@ -309,5 +321,27 @@ func TestValidationGGUFNeedAboveValidationLimit(t *testing.T) {
 	t.Logf("big: %s", v.Validation.Reason)
 	if v.Validation.LoadMS != nil {
 		t.Errorf("load_ms = %v; want none, the model was not loaded", *v.Validation.LoadMS)
+	}
+}
+
+// TestValidationGGUFNeedFollowsServingSizes: the K/V cache in a GGUF
+// version's need is the one its replicas' engine will hold, sized by the
+// version's serving.llm (one sequence here, against the default batch).
+func TestValidationGGUFNeedFollowsServingSizes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.createModel(t, "chat", registry.TaskLLM)
+	demo := demoGGUF(t)
+	one := llmserve.Settings{MaxNumSeqs: 1}
+	want, dflt := needWith(t, demo, one), needMB(t, demo)
+	if want >= dflt {
+		t.Fatalf("need with one sequence %d MiB, default %d MiB: the fixture must tell them apart", want, dflt)
+	}
+	f.registerGGUFServing(t, "one-seq", demo, registry.Resources{}, registry.Serving{LLM: &registry.ServingLLM{MaxNumSeqs: 1}})
+	if _, err := f.validator.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.version(t, "chat", "one-seq"); v.Status != registry.StatusValidated || v.MemoryNeedMB != want {
+		t.Fatalf("one-seq = %q need %d (%+v); want validated with need %d MiB (default batch: %d)", v.Status, v.MemoryNeedMB, v.Validation, want, dflt)
 	}
 }
