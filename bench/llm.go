@@ -37,7 +37,9 @@ type llmResult struct {
 	// Continuous against static batching at equal median latency (see
 	// batchingSweep): the target is static's median at the highest load
 	// it sustains; each scheduler's figures are those of its highest
-	// sustained load whose median is within the target.
+	// sustained load whose median is within the target, its tokens/s the
+	// offered ones, which it delivered (to llmSustained; the sweep has
+	// what it measured).
 	LatencyTargetMs      float64 `json:"latency_target_ms"`
 	ContinuousTokensPerS float64 `json:"continuous_tokens_per_s"`
 	StaticTokensPerS     float64 `json:"static_tokens_per_s"`
@@ -376,7 +378,7 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 		return fmt.Errorf("static batching sustained none of the loads %v", loads)
 	}
 	res.LatencyTargetMs, res.EarlyLatencyTargetMs = st.MedianMs, st.EarlyMedianMs
-	res.StaticTokensPerS, res.StaticMedianMs, res.KVWasteStatic = st.TokensPerS, st.MedianMs, st.KVWaste
+	res.StaticTokensPerS, res.StaticMedianMs, res.KVWasteStatic = st.OfferedTokensPerS, st.MedianMs, st.KVWaste
 	// Continuous from the target's load, where its median is lower.
 	res.ContinuousSweep, err = climb(loads, st.Load, sz.Refine, runContinuous, func(p llmPoint) bool {
 		return p.Sustained && p.MedianMs <= res.LatencyTargetMs
@@ -385,12 +387,12 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 		return err
 	}
 	if p, ok := highestWithin(res.ContinuousSweep, res.LatencyTargetMs); ok {
-		res.ContinuousTokensPerS, res.ContinuousMedianMs, res.KVWasteContinuous = p.TokensPerS, p.MedianMs, p.KVWaste
-		res.ContinuousOverStatic = round3(p.TokensPerS / st.TokensPerS)
+		res.ContinuousTokensPerS, res.ContinuousMedianMs, res.KVWasteContinuous = p.OfferedTokensPerS, p.MedianMs, p.KVWaste
+		res.ContinuousOverStatic = round3(p.OfferedTokensPerS / st.OfferedTokensPerS)
 	}
 	if p, ok := highestWithin(res.ContinuousSweep, res.EarlyLatencyTargetMs); ok {
-		res.EarlyContinuousTokensPerS, res.EarlyContinuousMedianMs = p.TokensPerS, p.MedianMs
-		res.EarlyContinuousOverStatic = round3(p.TokensPerS / st.TokensPerS)
+		res.EarlyContinuousTokensPerS, res.EarlyContinuousMedianMs = p.OfferedTokensPerS, p.MedianMs
+		res.EarlyContinuousOverStatic = round3(p.OfferedTokensPerS / st.OfferedTokensPerS)
 	}
 	return nil
 }

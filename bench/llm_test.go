@@ -175,14 +175,14 @@ func TestLLMBenchRunsASmallSweep(t *testing.T) {
 		t.Fatalf("sweeps: static %d points, continuous %d", len(res.StaticSweep), len(res.ContinuousSweep))
 	}
 	st, ok := highestWithin(res.StaticSweep, math.Inf(1))
-	if !ok || res.LatencyTargetMs != st.MedianMs || res.StaticTokensPerS != st.TokensPerS || res.EarlyLatencyTargetMs != st.EarlyMedianMs {
+	if !ok || res.LatencyTargetMs != st.MedianMs || res.StaticTokensPerS != st.OfferedTokensPerS || res.EarlyLatencyTargetMs != st.EarlyMedianMs {
 		t.Errorf("target %v ms, static %v tok/s; want those of static's highest sustained load %+v", res.LatencyTargetMs, res.StaticTokensPerS, st)
 	}
 	if !slices.ContainsFunc(res.ContinuousSweep, func(p llmPoint) bool { return p.Load == st.Load }) {
 		t.Errorf("continuous sweep %+v lacks the target's load %v, where it starts", res.ContinuousSweep, st.Load)
 	}
 	if c, ok := highestWithin(res.ContinuousSweep, res.LatencyTargetMs); ok {
-		if res.ContinuousTokensPerS != c.TokensPerS || res.ContinuousOverStatic != round3(c.TokensPerS/st.TokensPerS) {
+		if res.ContinuousTokensPerS != c.OfferedTokensPerS || res.ContinuousOverStatic != round3(c.OfferedTokensPerS/st.OfferedTokensPerS) {
 			t.Errorf("continuous %v tok/s (%vx), want its point %+v over static's", res.ContinuousTokensPerS, res.ContinuousOverStatic, c)
 		}
 	} else if res.ContinuousTokensPerS != 0 {
