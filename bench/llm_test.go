@@ -61,8 +61,8 @@ func rows(batches [][]llmserve.Step) []int {
 // TestStaticBatchingRunsEachBatchToItsLongest holds the baseline to static
 // batching: a batch is the requests that have arrived, it runs every
 // sequence (finished ones padded) until its longest completion ends, a
-// request arriving meanwhile waits for the next batch, and the batch
-// answers at its end.
+// request arriving meanwhile waits for the next batch; a request's
+// latency ends at its own last token, or at the batch's end.
 func TestStaticBatchingRunsEachBatchToItsLongest(t *testing.T) {
 	t.Parallel()
 	m := &stepModel{}
@@ -78,11 +78,11 @@ func TestStaticBatchingRunsEachBatchToItsLongest(t *testing.T) {
 	if got := m.batches[4][0].Pos; got != 7 {
 		t.Errorf("padded sequence's position in the last step = %d, want 7 (it keeps stepping)", got)
 	}
-	if got, want := r.latency, []time.Duration{10 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
-		t.Errorf("latency (answered at the batch's end) = %v, want %v", got, want)
+	if got, want := r.latency, []time.Duration{4 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
+		t.Errorf("latency (to the own last token) = %v, want %v", got, want)
 	}
-	if got, want := r.early, []time.Duration{4 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
-		t.Errorf("early latency (own last token) = %v, want %v", got, want)
+	if got, want := r.batchEnd, []time.Duration{10 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
+		t.Errorf("latency to the batch's end = %v, want %v", got, want)
 	}
 	if r.tokens != 8 || r.windowTokens != 7 || r.makespan != 11*ms {
 		t.Errorf("tokens %d, in window %d, makespan %v; want 8, 7, 11ms", r.tokens, r.windowTokens, r.makespan)
@@ -175,8 +175,13 @@ func TestLLMBenchRunsASmallSweep(t *testing.T) {
 		t.Fatalf("sweeps: static %d points, continuous %d", len(res.StaticSweep), len(res.ContinuousSweep))
 	}
 	st, ok := highestWithin(res.StaticSweep, math.Inf(1))
-	if !ok || res.LatencyTargetMs != st.MedianMs || res.StaticTokensPerS != st.OfferedTokensPerS || res.EarlyLatencyTargetMs != st.EarlyMedianMs {
+	if !ok || res.LatencyTargetMs != st.MedianMs || res.StaticTokensPerS != st.OfferedTokensPerS || res.BatchEndLatencyTargetMs != st.BatchEndMedianMs {
 		t.Errorf("target %v ms, static %v tok/s; want those of static's highest sustained load %+v", res.LatencyTargetMs, res.StaticTokensPerS, st)
+	}
+	for i := 1; i < len(res.ContinuousSweep); i++ {
+		if res.ContinuousSweep[i-1].Load >= res.ContinuousSweep[i].Load {
+			t.Errorf("continuous sweep loads %v and %v out of order or twice", res.ContinuousSweep[i-1].Load, res.ContinuousSweep[i].Load)
+		}
 	}
 	if !slices.ContainsFunc(res.ContinuousSweep, func(p llmPoint) bool { return p.Load == st.Load }) {
 		t.Errorf("continuous sweep %+v lacks the target's load %v, where it starts", res.ContinuousSweep, st.Load)
