@@ -271,8 +271,8 @@ func measureLLM(ctx context.Context, sz llmSizes) (llmResult, error) {
 
 // yielding lets the other goroutines run before each forward pass. On one
 // P the engine's loop never blocks while it has work, so without it the
-// load driver's arrivals and the clients' reads of their tokens would wait
-// for the Go runtime's 10 ms preemption, and every latency would carry it.
+// clients' reads of their tokens would wait for the Go runtime's 10 ms
+// preemption, and every TTFT would carry it.
 type yielding struct{ llmserve.Model }
 
 func (y yielding) Forward(batch []llmserve.Step) [][]float32 {
@@ -409,9 +409,7 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 
 // llmSustained is the share of the offered tokens/s a sustained level
 // delivers.
-const (
-	llmSustained = 0.9
-)
+const llmSustained = 0.9
 
 // climb runs levels with run from load from upwards along loads (the
 // ones above from) while good holds of them; if even from's does not, it
