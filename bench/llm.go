@@ -1,13 +1,18 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"sync"
+	"syscall"
 	"time"
 
 	"modelplane/gguf"
@@ -21,13 +26,21 @@ type llmResult struct {
 	ModelBytes int64 `json:"model_bytes"`
 	GOMAXPROCS int   `json:"gomaxprocs"`
 
-	TokensPerSecBatch1   float64 `json:"tokens_per_s_batch1"`
-	TokensPerSecStreams  float64 `json:"tokens_per_s_16_streams"`
-	TTFTMissP50Ms        float64 `json:"ttft_miss_p50_ms"`
-	TTFTMissP99Ms        float64 `json:"ttft_miss_p99_ms"`
-	TTFTHitP50Ms         float64 `json:"ttft_prefix_hit_p50_ms"`
-	TTFTHitP99Ms         float64 `json:"ttft_prefix_hit_p99_ms"`
-	PrefixHitRatio       float64 `json:"prefix_hit_over_miss_p50"`
+	TokensPerSecBatch1  float64 `json:"tokens_per_s_batch1"`
+	TokensPerSecStreams float64 `json:"tokens_per_s_16_streams"`
+	TTFTMissP50Ms       float64 `json:"ttft_miss_p50_ms"`
+	TTFTMissP99Ms       float64 `json:"ttft_miss_p99_ms"`
+	TTFTHitP50Ms        float64 `json:"ttft_prefix_hit_p50_ms"`
+	TTFTHitP99Ms        float64 `json:"ttft_prefix_hit_p99_ms"`
+	PrefixHitRatio      float64 `json:"prefix_hit_over_miss_p50"`
+
+	// Continuous against static batching at equal median latency (see
+	// batchingSweep): the target is static's median at the highest load
+	// it sustains; each scheduler's figures are those of its highest
+	// sustained load whose median is within the target, its tokens/s the
+	// offered ones, which it delivered (to llmSustained; the sweep has
+	// what it measured).
+	LatencyTargetMs      float64 `json:"latency_target_ms"`
 	ContinuousTokensPerS float64 `json:"continuous_tokens_per_s"`
 	StaticTokensPerS     float64 `json:"static_tokens_per_s"`
 	ContinuousMedianMs   float64 `json:"continuous_median_latency_ms"`
@@ -35,39 +48,112 @@ type llmResult struct {
 	ContinuousOverStatic float64 `json:"continuous_over_static"`
 	KVWasteContinuous    float64 `json:"kv_waste_continuous"`
 	KVWasteStatic        float64 `json:"kv_waste_static"`
-	TargetsMet           bool    `json:"targets_met"`
+	// The same comparison against static batching that answers each
+	// request at its batch's end instead of at its own last token (the
+	// same schedule, so the same static throughput): its median is the
+	// target.
+	BatchEndLatencyTargetMs      float64 `json:"batch_end_latency_target_ms"`
+	BatchEndContinuousTokensPerS float64 `json:"batch_end_continuous_tokens_per_s"`
+	BatchEndContinuousMedianMs   float64 `json:"batch_end_continuous_median_latency_ms"`
+	BatchEndContinuousOverStatic float64 `json:"batch_end_continuous_over_static"`
+	// The sweep itself: requests per load level, each scheduler's
+	// throughput with every request arriving at once, and every point.
+	BatchingRequests           int        `json:"batching_requests"`
+	ContinuousSaturatedTokensS float64    `json:"continuous_saturated_tokens_per_s"`
+	StaticSaturatedTokensS     float64    `json:"static_saturated_tokens_per_s"`
+	ContinuousSweep            []llmPoint `json:"continuous_sweep"`
+	StaticSweep                []llmPoint `json:"static_sweep"`
+
+	TargetsMet bool `json:"targets_met"`
+}
+
+// llmPoint is one load level of the batching sweep. Its times and rates
+// are on the sweep's cpuClock: seconds of one core's work.
+type llmPoint struct {
+	// Load is the offered request rate as a multiple of static batching's
+	// saturated rate (every request at once); OfferedRPS that rate
+	// (Poisson arrivals).
+	Load              float64 `json:"load"`
+	OfferedRPS        float64 `json:"offered_requests_per_s"`
+	OfferedTokensPerS float64 `json:"offered_tokens_per_s"`
+	// TokensPerS are the tokens generated between the first and the last
+	// measured arrival, over that time; Sustained whether they are at
+	// least llmSustained of the offered. MedianMs and P99Ms are of each
+	// measured request's latency, from its arrival to its last token;
+	// BatchEndMedianMs, static only, to its batch's end.
+	TokensPerS       float64 `json:"tokens_per_s"`
+	Sustained        bool    `json:"sustained"`
+	MedianMs         float64 `json:"median_latency_ms"`
+	P99Ms            float64 `json:"p99_latency_ms"`
+	BatchEndMedianMs float64 `json:"batch_end_median_latency_ms,omitempty"`
+	// KVWaste is the share of held page slots without a token, over the
+	// level's steps.
+	KVWaste float64 `json:"kv_waste"`
 }
 
 const llmBatch = 16
 
+// llmSizes size the benchmark; tests run it small.
+type llmSizes struct {
+	Batch1Tokens, StreamTokens int
+	TTFTSamples, Prefix        int
+	// Requests are the measured requests of a load level and Warm its
+	// warm-up ones. Prompts are Prompt to Prompt+15 tokens; completions
+	// Short to 6·Short-1 tokens, but Long for one in every llmBatch.
+	Requests, Warm      int
+	Prompt, Short, Long int
+	// Loads are the offered loads, ascending, as multiples of static
+	// batching's saturated request rate; Refine the bisections at a
+	// sweep's edge (see batchingSweep and climb).
+	Loads  []float64
+	Refine int
+}
+
+var defaultLLMSizes = llmSizes{Batch1Tokens: 256, StreamTokens: 128, TTFTSamples: 30, Prefix: 256, Requests: 48, Warm: llmBatch,
+	Prompt: 24, Short: 8, Long: 192, Refine: 2,
+	Loads: []float64{0.5, 0.7, 0.85, 1, 1.2, 1.4, 1.7, 2, 2.4, 2.9, 3.5, 4.2, 5, 6, 7.2, 8.6}}
+
 func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
+	res, err := measureLLM(ctx, defaultLLMSizes)
+	if err != nil {
+		return err
+	}
+	return emit(out, cfg.JSON, res, "llm: demo model %d bytes; %.0f tok/s batch 1, %.0f tok/s 16 streams; TTFT p50 %.1f ms miss, %.1f ms prefix hit (%.2fx); at median latency <= %.0f ms continuous %.0f tok/s vs static %.0f (%.2fx), median %.0f / %.0f ms; against static answering at its batch's end %.2fx; KV waste %.2f / %.2f\n",
+		res.ModelBytes, res.TokensPerSecBatch1, res.TokensPerSecStreams, res.TTFTMissP50Ms, res.TTFTHitP50Ms, res.PrefixHitRatio,
+		res.LatencyTargetMs, res.ContinuousTokensPerS, res.StaticTokensPerS, res.ContinuousOverStatic, res.ContinuousMedianMs, res.StaticMedianMs,
+		res.BatchEndContinuousOverStatic, res.KVWasteContinuous, res.KVWasteStatic)
+}
+
+func measureLLM(ctx context.Context, sz llmSizes) (llmResult, error) {
 	prev := goruntime.GOMAXPROCS(1)
 	defer goruntime.GOMAXPROCS(prev)
 	dir, err := os.MkdirTemp("", "bench-llm")
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "demo.gguf")
 	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		return err
+		f.Close()
+		return llmResult{}, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return llmResult{}, err
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	res := llmResult{ModelBytes: st.Size(), GOMAXPROCS: 1}
-	m, _, err := llmserve.LoadModel(path, 2048)
+	loaded, _, err := llmserve.LoadModel(path, 2048)
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
+	m := yielding{loaded}
 	rng := rand.New(rand.NewPCG(1, 2))
 	randPrompt := func(n int) []int {
 		p := make([]int, n)
@@ -80,61 +166,59 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 	// Tokens per second, batch 1 and 16 streams.
 	eng, err := llmserve.New(m, llmserve.Config{MaxBatch: llmBatch})
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
-	defer eng.Stop()
-	run := func(reqs []llmserve.Request) ([]time.Duration, int, time.Duration, error) {
+	defer func() { eng.Stop() }()
+	run := func(reqs []llmserve.Request) (int, time.Duration, error) {
 		start := time.Now()
 		chans := make([]<-chan llmserve.Event, len(reqs))
 		for i, r := range reqs {
 			_, ch, err := eng.Submit(r)
 			if err != nil {
-				return nil, 0, 0, err
+				return 0, 0, err
 			}
 			chans[i] = ch
 		}
-		lat := make([]time.Duration, len(reqs))
 		tokens := 0
-		for i, ch := range chans {
+		for _, ch := range chans {
 			for ev := range ch {
 				if ev.Err != nil {
-					return nil, 0, 0, ev.Err
+					return 0, 0, ev.Err
 				}
 				if !ev.Done {
 					tokens++
 				}
 			}
-			lat[i] = time.Since(start)
 		}
-		return lat, tokens, time.Since(start), nil
+		return tokens, time.Since(start), nil
 	}
-	one := llmserve.Request{Prompt: randPrompt(32), MaxTokens: 256, IgnoreEOS: true}
-	_, n, d, err := run([]llmserve.Request{one})
+	one := llmserve.Request{Prompt: randPrompt(32), MaxTokens: sz.Batch1Tokens, IgnoreEOS: true}
+	n, d, err := run([]llmserve.Request{one})
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	res.TokensPerSecBatch1 = float64(n) / d.Seconds()
 	var streams []llmserve.Request
 	for range llmBatch {
-		streams = append(streams, llmserve.Request{Prompt: randPrompt(32), MaxTokens: 128, IgnoreEOS: true})
+		streams = append(streams, llmserve.Request{Prompt: randPrompt(32), MaxTokens: sz.StreamTokens, IgnoreEOS: true})
 	}
-	_, n, d, err = run(streams)
+	n, d, err = run(streams)
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	res.TokensPerSecStreams = float64(n) / d.Seconds()
 
-	// TTFT with and without a shared 256-token prefix, beside a running
-	// stream that holds the prefix.
-	prefix := randPrompt(256)
-	anchorID, anchor, err := eng.Submit(llmserve.Request{Prompt: append(slices.Clone(prefix), randPrompt(8)...), MaxTokens: 1500, IgnoreEOS: true, PrefixTokens: 256})
+	// TTFT with and without a shared sz.Prefix-token prefix (256), beside
+	// a running stream that holds the prefix.
+	prefix := randPrompt(sz.Prefix)
+	anchorID, anchor, err := eng.Submit(llmserve.Request{Prompt: append(slices.Clone(prefix), randPrompt(8)...), MaxTokens: 1500, IgnoreEOS: true, PrefixTokens: sz.Prefix})
 	if err != nil {
-		return err
+		return llmResult{}, err
 	}
 	<-anchor
 	ttft := func(p []int) (time.Duration, error) {
 		start := time.Now()
-		_, ch, err := eng.Submit(llmserve.Request{Prompt: p, MaxTokens: 1, PrefixTokens: 256})
+		_, ch, err := eng.Submit(llmserve.Request{Prompt: p, MaxTokens: 1, PrefixTokens: sz.Prefix})
 		if err != nil {
 			return 0, err
 		}
@@ -150,107 +234,567 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 		return first, nil
 	}
 	var hits, misses []time.Duration
-	for range 30 {
+	for range sz.TTFTSamples {
 		h, err := ttft(append(slices.Clone(prefix), randPrompt(16)...))
 		if err != nil {
-			return err
+			return llmResult{}, err
 		}
-		mi, err := ttft(randPrompt(272))
+		mi, err := ttft(randPrompt(sz.Prefix + 16))
 		if err != nil {
-			return err
+			return llmResult{}, err
 		}
 		hits, misses = append(hits, h), append(misses, mi)
 	}
 	eng.Cancel(anchorID)
 	for range anchor {
 	}
+	eng.Stop()
 	res.TTFTHitP50Ms, res.TTFTHitP99Ms = percentile(hits, 0.5), percentile(hits, 0.99)
 	res.TTFTMissP50Ms, res.TTFTMissP99Ms = percentile(misses, 0.5), percentile(misses, 0.99)
 	res.PrefixHitRatio = round3(res.TTFTHitP50Ms / res.TTFTMissP50Ms)
 
-	// Continuous against static batching on one workload of skewed
-	// completion lengths, all arriving at once.
+	// Continuous against static batching at equal median latency.
 	var work []llmserve.Request
-	for i := range 3 * llmBatch {
-		n := 8 + (i*37)%40
+	for i := range sz.Warm + 2*sz.Requests {
+		n := sz.Short + (i*37)%(5*sz.Short)
 		if i%llmBatch == 5 {
-			n = 192
+			n = sz.Long
 		}
-		work = append(work, llmserve.Request{Prompt: randPrompt(24 + i%16), MaxTokens: n, IgnoreEOS: true})
+		work = append(work, llmserve.Request{Prompt: randPrompt(sz.Prompt + i%16), MaxTokens: n, IgnoreEOS: true})
 	}
-	fresh, err := llmserve.New(m, llmserve.Config{MaxBatch: llmBatch})
-	if err != nil {
-		return err
+	if err := batchingSweep(ctx, m, work, sz, &res); err != nil {
+		return llmResult{}, err
 	}
-	eng.Stop()
-	eng = fresh
-	lat, n, d, err := run(work)
-	if err != nil {
-		return err
-	}
-	res.ContinuousTokensPerS = float64(n) / d.Seconds()
-	res.ContinuousMedianMs = percentile(lat, 0.5)
-	res.KVWasteContinuous = round3(eng.Counts().KVWaste)
-	eng.Stop()
-	sLat, sTokens, sDur, waste := static(m, work)
-	res.StaticTokensPerS = float64(sTokens) / sDur.Seconds()
-	res.StaticMedianMs = percentile(sLat, 0.5)
-	res.KVWasteStatic = round3(waste)
-	res.ContinuousOverStatic = round3(res.ContinuousTokensPerS / res.StaticTokensPerS)
 	res.TargetsMet = res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5
-	return emit(out, cfg.JSON, res, "llm: demo model %d bytes; %.0f tok/s batch 1, %.0f tok/s 16 streams; TTFT p50 %.1f ms miss, %.1f ms prefix hit (%.2fx); continuous %.0f tok/s vs static %.0f (%.2fx), median %.0f / %.0f ms; KV waste %.2f / %.2f\n",
-		res.ModelBytes, res.TokensPerSecBatch1, res.TokensPerSecStreams, res.TTFTMissP50Ms, res.TTFTHitP50Ms, res.PrefixHitRatio,
-		res.ContinuousTokensPerS, res.StaticTokensPerS, res.ContinuousOverStatic, res.ContinuousMedianMs, res.StaticMedianMs,
-		res.KVWasteContinuous, res.KVWasteStatic)
+	return res, nil
 }
 
-// static runs the workload with static batching: batches of llmBatch in
-// arrival order, each waiting for the last to end, every sequence of a
-// batch stepping (padded) until its longest completion is done, its pages
-// reserved for the prompt plus that longest completion. It returns each
-// request's latency, the useful tokens, the time and the KV waste.
-func static(m llmserve.Model, work []llmserve.Request) ([]time.Duration, int, time.Duration, float64) {
-	start := time.Now()
-	var lat []time.Duration
-	tokens := 0
-	var held, used int
-	for b := 0; b < len(work); b += llmBatch {
-		batch := work[b:min(b+llmBatch, len(work))]
-		longest := 0
-		for _, r := range batch {
-			longest = max(longest, r.MaxTokens)
+// yielding lets the other goroutines run before each forward pass. On one
+// P the engine's loop never blocks while it has work, so without it the
+// clients' reads of their tokens would wait for the Go runtime's 10 ms
+// preemption, and every TTFT would carry it.
+type yielding struct{ llmserve.Model }
+
+func (y yielding) Forward(batch []llmserve.Step) [][]float32 {
+	goruntime.Gosched()
+	return y.Model.Forward(batch)
+}
+
+// batchingSweep compares continuous and static batching at equal median
+// latency and fills res's batching figures.
+//
+// Both schedulers get the same batch cap (llmBatch), the same KV budget
+// (enough pages for a full batch of the longest prompt and completion, so
+// neither ever waits for pages) and the same requests: work's skewed
+// completion lengths, arriving open-loop at unit Poisson gaps drawn once
+// from a fixed seed and divided by the offered rate. Time is a cpuClock's:
+// the forward passes run for real, on one core, and the time they and the
+// scheduling cost is the process's CPU time. A load level is sz.Warm
+// requests of warm-up, then sz.Requests measured ones (their latencies
+// make the median), while the rest keep arriving until the measured ones
+// are done; its throughput is the tokens generated from the first measured
+// arrival to the last one, so that neither the empty start nor the tail of
+// the last long completion counts. A level is sustained when that is at
+// least llmSustained of the offered tokens/s.
+//
+// The offered rates are sz.Loads times static's saturated request rate
+// (every request at once). Static climbs them from 1 until a level is not
+// sustained (see climb); the latency target is its median at its highest
+// sustained load. Continuous climbs from that load while it is sustained
+// within the target. Each scheduler's figure is its highest sustained load
+// within the target (for static, the target's own).
+func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Request, sz llmSizes, res *llmResult) error {
+	measured, loads := sz.Requests, sz.Loads
+	longest, tokens := 0, 0
+	for _, r := range work {
+		longest = max(longest, len(r.Prompt)+r.MaxTokens)
+		tokens += r.MaxTokens
+	}
+	meanTokens := float64(tokens) / float64(len(work))
+	pages := llmBatch * ((longest + llmserve.PageTokens - 1) / llmserve.PageTokens)
+	res.BatchingRequests = measured
+	gaps := rand.New(rand.NewPCG(7, 11))
+	unit := make([]float64, len(work)) // arrival times at one request a second
+	for i := 1; i < len(work); i++ {
+		unit[i] = unit[i-1] + gaps.ExpFloat64()
+	}
+	for i := range unit { // exactly one a second on average
+		unit[i] *= float64(len(work)-1) / unit[len(work)-1]
+	}
+	level := func(rps float64) batchLevel {
+		l := batchLevel{from: sz.Warm, to: sz.Warm + measured}
+		for i, r := range work {
+			l.reqs = append(l.reqs, timedRequest{At: time.Duration(unit[i] / rps * float64(time.Second)), Req: r})
 		}
-		steps := make([]llmserve.Step, len(batch))
-		next := int32(0)
-		for i, r := range batch {
-			pages := (len(r.Prompt) + longest + llmserve.PageTokens - 1) / llmserve.PageTokens
-			held += pages * llmserve.PageTokens
-			used += len(r.Prompt) + r.MaxTokens
-			table := make([]int32, pages)
-			for j := range table {
-				table[j] = next
-				next++
+		l.window = [2]time.Duration{l.reqs[l.from].At, l.reqs[l.to-1].At}
+		return l
+	}
+	burst := batchLevel{reqs: make([]timedRequest, measured), to: measured}
+	for i := range burst.reqs {
+		burst.reqs[i] = timedRequest{Req: work[sz.Warm+i]}
+	}
+	point := func(r batchRun, load, rps float64) llmPoint {
+		p := llmPoint{Load: load, OfferedRPS: round3(rps), OfferedTokensPerS: round3(rps * meanTokens),
+			TokensPerS: round3(r.tokensPerS()), MedianMs: percentile(r.latency, 0.5), P99Ms: percentile(r.latency, 0.99),
+			BatchEndMedianMs: percentile(r.batchEnd, 0.5), KVWaste: round3(r.kvWaste)}
+		p.Sustained = p.TokensPerS >= llmSustained*p.OfferedTokensPerS
+		return p
+	}
+
+	sb := staticBatching(m, burst, llmBatch, pages, cpuBatchClock())
+	res.StaticSaturatedTokensS = round3(sb.tokensPerS())
+	saturatedRPS := float64(measured) / sb.makespan.Seconds()
+	cb, err := continuousBatching(m, burst, llmBatch, pages)
+	if err != nil {
+		return err
+	}
+	res.ContinuousSaturatedTokensS = round3(cb.tokensPerS())
+
+	runStatic := func(load float64) (llmPoint, error) {
+		if err := ctx.Err(); err != nil {
+			return llmPoint{}, err
+		}
+		rps := load * saturatedRPS
+		return point(staticBatching(m, level(rps), llmBatch, pages, cpuBatchClock()), load, rps), nil
+	}
+	ran := map[float64]llmPoint{} // continuous climbs twice
+	runContinuous := func(load float64) (llmPoint, error) {
+		if p, ok := ran[load]; ok {
+			return p, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return llmPoint{}, err
+		}
+		rps := load * saturatedRPS
+		r, err := continuousBatching(m, level(rps), llmBatch, pages)
+		if err != nil {
+			return llmPoint{}, err
+		}
+		ran[load] = point(r, load, rps)
+		return ran[load], nil
+	}
+	res.StaticSweep, err = climb(loads, 1, sz.Refine, runStatic, func(p llmPoint) bool { return p.Sustained })
+	if err != nil {
+		return err
+	}
+	st, ok := highestWithin(res.StaticSweep, math.Inf(1))
+	if !ok {
+		return fmt.Errorf("static batching sustained none of the loads %v", loads)
+	}
+	res.LatencyTargetMs, res.BatchEndLatencyTargetMs = st.MedianMs, st.BatchEndMedianMs
+	res.StaticTokensPerS, res.StaticMedianMs, res.KVWasteStatic = st.OfferedTokensPerS, st.MedianMs, st.KVWaste
+	// Continuous from the target's load, where its median is lower, to
+	// each target.
+	for _, target := range []float64{res.LatencyTargetMs, res.BatchEndLatencyTargetMs} {
+		if _, err := climb(loads, st.Load, sz.Refine, runContinuous, func(p llmPoint) bool {
+			return p.Sustained && p.MedianMs <= target
+		}); err != nil {
+			return err
+		}
+	}
+	for _, p := range ran {
+		res.ContinuousSweep = append(res.ContinuousSweep, p)
+	}
+	slices.SortFunc(res.ContinuousSweep, func(a, b llmPoint) int { return cmp.Compare(a.Load, b.Load) })
+	if p, ok := highestWithin(res.ContinuousSweep, res.LatencyTargetMs); ok {
+		res.ContinuousTokensPerS, res.ContinuousMedianMs, res.KVWasteContinuous = p.OfferedTokensPerS, p.MedianMs, p.KVWaste
+		res.ContinuousOverStatic = round3(p.OfferedTokensPerS / st.OfferedTokensPerS)
+	}
+	if p, ok := highestWithin(res.ContinuousSweep, res.BatchEndLatencyTargetMs); ok {
+		res.BatchEndContinuousTokensPerS, res.BatchEndContinuousMedianMs = p.OfferedTokensPerS, p.MedianMs
+		res.BatchEndContinuousOverStatic = round3(p.OfferedTokensPerS / st.OfferedTokensPerS)
+	}
+	return nil
+}
+
+// llmSustained is the share of the offered tokens/s a sustained level
+// delivers.
+const llmSustained = 0.9
+
+// climb runs levels with run from load from upwards along loads (the
+// ones above from) while good holds of them; if even from's does not, it
+// runs loads below from downwards until one does. Between the last good
+// load and the first bad one it then bisects refine times (geometric
+// means), so that the edge is found finer than the grid. It returns the
+// points by load.
+func climb(loads []float64, from float64, refine int, run func(load float64) (llmPoint, error), good func(llmPoint) bool) ([]llmPoint, error) {
+	var points []llmPoint
+	try := func(load float64) (bool, error) {
+		p, err := run(load)
+		if err != nil {
+			return false, err
+		}
+		points = append(points, p)
+		return good(p), nil
+	}
+	lo, hi := 0.0, 0.0 // the last good load, the first bad one
+	up := []float64{from}
+	for _, l := range loads {
+		if l > from {
+			up = append(up, l)
+		}
+	}
+	for _, l := range up {
+		ok, err := try(l)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			hi = l
+			break
+		}
+		lo = l
+	}
+	for i := len(loads) - 1; i >= 0 && lo == 0; i-- {
+		if loads[i] >= from {
+			continue
+		}
+		ok, err := try(loads[i])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = loads[i]
+		} else {
+			hi = loads[i]
+		}
+	}
+	for range refine {
+		if lo == 0 || hi == 0 {
+			break
+		}
+		mid := round3(math.Sqrt(lo * hi))
+		ok, err := try(mid)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	slices.SortFunc(points, func(a, b llmPoint) int { return cmp.Compare(a.Load, b.Load) })
+	return points, nil
+}
+
+// highestWithin is the sustained point of points at the highest load
+// whose median latency is within targetMs; false when none is. The load,
+// not the measured tokens/s, ranks them: a sustained level delivers its
+// offered load, and the measure is noisier than the order of the loads.
+func highestWithin(points []llmPoint, targetMs float64) (llmPoint, bool) {
+	var best llmPoint
+	ok := false
+	for _, p := range points {
+		if p.Sustained && p.MedianMs <= targetMs && (!ok || p.Load > best.Load) {
+			best, ok = p, true
+		}
+	}
+	return best, ok
+}
+
+// timedRequest is a request of the batching workload and when it arrives,
+// from the run's start.
+type timedRequest struct {
+	At  time.Duration
+	Req llmserve.Request
+}
+
+// batchLevel is one run of the batching workload: reqs in arrival order,
+// of which reqs[from:to] are measured. The tokens generated within window
+// are the throughput; a zero window (every request arriving at once) takes
+// all the tokens over the makespan instead.
+type batchLevel struct {
+	reqs     []timedRequest
+	from, to int
+	window   [2]time.Duration
+}
+
+func (l batchLevel) inWindow(t time.Duration) bool { return t >= l.window[0] && t <= l.window[1] }
+
+// batchRun is one scheduler's run of a level.
+type batchRun struct {
+	// latency is each measured request's time from its arrival to its
+	// last token; batchEnd, static only, to its batch's end.
+	latency, batchEnd []time.Duration
+	// windowTokens are the tokens generated in the level's window, window
+	// its length; tokens and makespan those of the whole run.
+	windowTokens, tokens int
+	window               time.Duration
+	makespan             time.Duration
+	kvWaste              float64
+}
+
+func (r batchRun) tokensPerS() float64 {
+	if r.window > 0 {
+		return float64(r.windowTokens) / r.window.Seconds()
+	}
+	return float64(r.tokens) / r.makespan.Seconds()
+}
+
+// continuousBatching runs l on the engine (continuous batching), on a
+// fresh engine with batch and pages and its own cpuClock: each request is
+// submitted when the clock reaches its arrival (at the start of a step, or
+// by a jump when the engine is idle) until the measured ones are done,
+// its latency taken from that arrival to its last token.
+func continuousBatching(m llmserve.Model, l batchLevel, batch, pages int) (batchRun, error) {
+	clk := newCPUClock()
+	d := &loadDriver{l: l, clk: clk, clients: make([]client, len(l.reqs)), left: l.to - l.from}
+	d.cond = sync.NewCond(&d.mu)
+	t0 := time.Now()
+	eng, err := llmserve.New(injecting{m, d}, llmserve.Config{MaxBatch: batch, Pages: pages,
+		Now: func() time.Time { return t0.Add(clk.now()) }})
+	if err != nil {
+		return batchRun{}, err
+	}
+	d.eng = eng
+	d.mu.Lock()
+	for d.left > 0 && d.err == nil {
+		if d.outstanding > 0 {
+			d.cond.Wait()
+			continue
+		}
+		if d.next == len(l.reqs) {
+			break
+		}
+		clk.jump(l.reqs[d.next].At) // idle until the next arrival
+		d.arrive()
+	}
+	err = d.err
+	d.mu.Unlock()
+	r := batchRun{kvWaste: eng.Counts().KVWaste, window: l.window[1] - l.window[0]}
+	eng.Stop() // the unmeasured requests still open end here
+	d.all.Wait()
+	if err != nil {
+		return batchRun{}, err
+	}
+	for i, c := range d.clients[l.from:l.to] {
+		if c.err != nil {
+			return batchRun{}, c.err
+		}
+		r.latency = append(r.latency, c.done-l.reqs[l.from+i].At)
+	}
+	for _, c := range d.clients {
+		r.tokens += c.tokens
+		r.windowTokens += c.windowTokens
+		r.makespan = max(r.makespan, c.done)
+	}
+	return r, nil
+}
+
+// loadDriver submits a level's requests to the engine as its clock reaches
+// their arrivals, and reads their tokens.
+type loadDriver struct {
+	l       batchLevel
+	clk     *cpuClock
+	eng     *llmserve.Engine
+	clients []client
+	all     sync.WaitGroup
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// next is the next request to submit; outstanding those submitted and
+	// not done; left the measured ones not done.
+	next, outstanding, left int
+	err                     error
+}
+
+// client is one request's reader.
+type client struct {
+	done                 time.Duration
+	tokens, windowTokens int
+	err                  error
+}
+
+// arrive submits the requests whose arrival the clock has reached; d.mu
+// is held.
+func (d *loadDriver) arrive() {
+	for d.err == nil && d.left > 0 && d.next < len(d.l.reqs) && d.l.reqs[d.next].At <= d.clk.now() {
+		i := d.next
+		d.next++
+		_, ch, err := d.eng.Submit(d.l.reqs[i].Req)
+		if err != nil {
+			d.err = err
+			d.cond.Broadcast()
+			return
+		}
+		d.outstanding++
+		d.all.Go(func() {
+			c := &d.clients[i]
+			for ev := range ch {
+				t := d.clk.now()
+				if ev.Err != nil {
+					c.err = ev.Err
+				}
+				if !ev.Done {
+					c.tokens++
+					if d.l.inWindow(t) {
+						c.windowTokens++
+					}
+				}
+				c.done = t
 			}
-			steps[i] = llmserve.Step{Tokens: r.Prompt, Pages: table}
+			d.mu.Lock()
+			d.outstanding--
+			if i >= d.l.from && i < d.l.to {
+				d.left--
+			}
+			d.cond.Broadcast()
+			d.mu.Unlock()
+		})
+	}
+}
+
+// injecting is the engine's model during the batching sweep: before each
+// forward pass it submits the requests that have arrived by then, and
+// lets the readers take the last step's tokens (see yielding).
+type injecting struct {
+	llmserve.Model
+	d *loadDriver
+}
+
+func (w injecting) Forward(batch []llmserve.Step) [][]float32 {
+	w.d.mu.Lock()
+	w.d.arrive()
+	w.d.mu.Unlock()
+	goruntime.Gosched()
+	return w.Model.Forward(batch)
+}
+
+// cpuClock is the batching sweep's time: the process's CPU time while
+// there is work (one core, as GOMAXPROCS is 1), and a jump to the next
+// arrival when there is none. Forward passes, scheduling and the readers
+// all count as they cost; waiting for an arrival does not take real time,
+// and the time the shared machine gives other processes does not count,
+// so a sweep reads the same on a busy machine and on an idle one.
+type cpuClock struct {
+	mu           sync.Mutex
+	start, jumps time.Duration
+}
+
+func newCPUClock() *cpuClock { return &cpuClock{start: cpuTime()} }
+
+func (c *cpuClock) now() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cpuTime() - c.start + c.jumps
+}
+
+// jump moves the clock on to t, if it is not there yet.
+func (c *cpuClock) jump(t time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := cpuTime() - c.start + c.jumps; t > now {
+		c.jumps += t - now
+	}
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(fmt.Sprintf("getrusage: %v", err)) // cannot fail for RUSAGE_SELF
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// batchClock is static batching's time: now since the run's start, and a
+// wait until a later time when nothing has arrived.
+type batchClock struct {
+	now  func() time.Duration
+	wait func(until time.Duration)
+}
+
+func cpuBatchClock() batchClock {
+	c := newCPUClock()
+	return batchClock{now: c.now, wait: c.jump}
+}
+
+// staticBatching runs l with static batching on the same model, batch cap
+// and KV budget (pages) as the engine: when the batcher is idle it forms a
+// batch of the requests that have arrived, in arrival order, up to batch
+// of them while their pages fit (it does not wait to fill a batch). The
+// batch runs as one fixed shape until its longest completion ends: every
+// sequence reserves pages for its prompt plus that longest completion, and
+// one that has finished keeps stepping (padding) until then; requests
+// arriving meanwhile wait for the next batch, none joins. A request's
+// latency ends at its own last token, as a streaming client sees it (the
+// best case for static batching); its batch's end, when a non-streaming
+// static batcher answers, is kept too (batchEnd). It stops forming
+// batches once the measured requests are done. KV waste is counted as the
+// engine counts it: page slots held in each step without a token of the
+// sequence.
+func staticBatching(m llmserve.Model, l batchLevel, batch, pages int, clk batchClock) batchRun {
+	r := batchRun{window: l.window[1] - l.window[0]}
+	var held, used int64
+	next, left := 0, l.to-l.from
+	for next < len(l.reqs) && left > 0 {
+		if l.reqs[next].At > clk.now() {
+			clk.wait(l.reqs[next].At)
 		}
-		done := make([]time.Duration, len(batch))
+		now := clk.now()
+		end := next // the batch is l.reqs[next:end]
+		longest := 0
+		for end < len(l.reqs) && end-next < batch && l.reqs[end].At <= now {
+			grown := max(longest, l.reqs[end].Req.MaxTokens)
+			need := 0
+			for _, w := range l.reqs[next : end+1] {
+				need += (len(w.Req.Prompt) + grown + llmserve.PageTokens - 1) / llmserve.PageTokens
+			}
+			if need > pages && end > next {
+				break
+			}
+			longest = grown
+			end++
+		}
+		b := l.reqs[next:end]
+		steps := make([]llmserve.Step, len(b))
+		page := int32(0)
+		for i, w := range b {
+			table := make([]int32, (len(w.Req.Prompt)+longest+llmserve.PageTokens-1)/llmserve.PageTokens)
+			for j := range table {
+				table[j] = page
+				page++
+			}
+			steps[i] = llmserve.Step{Tokens: w.Req.Prompt, Pages: table}
+		}
 		for k := range longest {
+			for i, s := range steps {
+				held += int64(len(s.Pages) * llmserve.PageTokens)
+				// The K/V a sequence really has: its prompt and all but its
+				// last token, which is never fed back.
+				used += int64(min(s.Pos+len(s.Tokens), len(b[i].Req.Prompt)+b[i].Req.MaxTokens-1))
+			}
 			logits := m.Forward(steps)
+			t := clk.now()
 			for i := range steps {
-				tok := argmax(logits[i])
 				steps[i].Pos += len(steps[i].Tokens)
-				steps[i].Tokens = []int{tok}
-				if k < batch[i].MaxTokens {
-					tokens++
+				steps[i].Tokens = []int{argmax(logits[i])}
+				if k >= b[i].Req.MaxTokens {
+					continue // padding
+				}
+				r.tokens++
+				if l.inWindow(t) {
+					r.windowTokens++
+				}
+				if k == b[i].Req.MaxTokens-1 && next+i >= l.from && next+i < l.to {
+					r.latency = append(r.latency, t-b[i].At)
+					left--
 				}
 			}
 		}
-		for i := range done {
-			done[i] = time.Since(start) // a static batch answers when it ends
+		r.makespan = clk.now()
+		for i, w := range b {
+			if next+i >= l.from && next+i < l.to {
+				r.batchEnd = append(r.batchEnd, r.makespan-w.At)
+			}
 		}
-		lat = append(lat, done...)
+		next = end
 	}
-	return lat, tokens, time.Since(start), 1 - float64(used)/float64(held)
+	if held > 0 {
+		r.kvWaste = 1 - float64(used)/float64(held)
+	}
+	return r
 }
 
 func argmax(v []float32) int {

@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"modelplane/runtime/llmserve"
+)
+
+// stepModel is a model whose forward pass costs a millisecond of its clock
+// per sequence, as a CPU forward pass costs about the sum of its
+// sequences, and records each batch.
+type stepModel struct {
+	now     time.Duration
+	batches [][]llmserve.Step
+}
+
+func (m *stepModel) Forward(batch []llmserve.Step) [][]float32 {
+	m.batches = append(m.batches, slices.Clone(batch))
+	m.now += time.Duration(len(batch)) * time.Millisecond
+	out := make([][]float32, len(batch))
+	for i := range out {
+		out[i] = make([]float32, m.Vocab())
+	}
+	return out
+}
+
+func (m *stepModel) Vocab() int   { return 8 }
+func (m *stepModel) Context() int { return 512 }
+func (m *stepModel) EOS() []int   { return nil }
+func (m *stepModel) Pages() int   { return 64 }
+
+func (m *stepModel) clock() batchClock {
+	return batchClock{
+		now: func() time.Duration { return m.now },
+		wait: func(t time.Duration) {
+			if t > m.now {
+				m.now = t
+			}
+		},
+	}
+}
+
+// req is a request of prompt tokens arriving at at, wanting max tokens.
+func req(at time.Duration, prompt, max int) timedRequest {
+	return timedRequest{At: at, Req: llmserve.Request{Prompt: make([]int, prompt), MaxTokens: max}}
+}
+
+func rows(batches [][]llmserve.Step) []int {
+	var n []int
+	for _, b := range batches {
+		n = append(n, len(b))
+	}
+	return n
+}
+
+// TestStaticBatchingRunsEachBatchToItsLongest holds the baseline to static
+// batching: a batch is the requests that have arrived, it runs every
+// sequence (finished ones padded) until its longest completion ends, a
+// request arriving meanwhile waits for the next batch; a request's
+// latency ends at its own last token, or at the batch's end.
+func TestStaticBatchingRunsEachBatchToItsLongest(t *testing.T) {
+	t.Parallel()
+	m := &stepModel{}
+	ms := time.Millisecond
+	l := batchLevel{reqs: []timedRequest{req(0, 4, 2), req(0, 4, 5), req(1*ms, 4, 1)}, to: 3, window: [2]time.Duration{0, 10 * ms}}
+	r := staticBatching(m, l, 16, 64, m.clock())
+
+	// A and B run five steps together (A padded after its two tokens); C,
+	// arriving during them, runs alone after.
+	if got, want := rows(m.batches), []int{2, 2, 2, 2, 2, 1}; !slices.Equal(got, want) {
+		t.Fatalf("rows per forward pass = %v, want %v", got, want)
+	}
+	if got := m.batches[4][0].Pos; got != 7 {
+		t.Errorf("padded sequence's position in the last step = %d, want 7 (it keeps stepping)", got)
+	}
+	if got, want := r.latency, []time.Duration{4 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
+		t.Errorf("latency (to the own last token) = %v, want %v", got, want)
+	}
+	if got, want := r.batchEnd, []time.Duration{10 * ms, 10 * ms, 10 * ms}; !slices.Equal(got, want) {
+		t.Errorf("latency to the batch's end = %v, want %v", got, want)
+	}
+	if r.tokens != 8 || r.windowTokens != 7 || r.makespan != 11*ms {
+		t.Errorf("tokens %d, in window %d, makespan %v; want 8, 7, 11ms", r.tokens, r.windowTokens, r.makespan)
+	}
+	// Held: a page each for five steps of two and one step of one, 176
+	// slots; K/V really there: A 4+5+5+5+5, B 4+5+6+7+8, C 4 = 58.
+	if got, want := r.kvWaste, 1-58.0/176; math.Abs(got-want) > 1e-12 {
+		t.Errorf("KV waste = %v, want %v", got, want)
+	}
+}
+
+func TestStaticBatchingKeepsABatchWithinTheKVBudget(t *testing.T) {
+	t.Parallel()
+	m := &stepModel{}
+	l := batchLevel{reqs: []timedRequest{req(0, 4, 2), req(0, 4, 5), req(time.Millisecond, 4, 1)}, to: 3}
+	staticBatching(m, l, 16, 1, m.clock()) // one page: one sequence at a time
+	if got, want := rows(m.batches), []int{1, 1, 1, 1, 1, 1, 1, 1}; !slices.Equal(got, want) {
+		t.Errorf("rows per forward pass = %v, want %v", got, want)
+	}
+}
+
+func TestClimbBisectsBetweenTheLastGoodLoadAndTheFirstBad(t *testing.T) {
+	t.Parallel()
+	loads := []float64{0.5, 1, 2, 4}
+	tests := []struct {
+		name  string
+		from  float64
+		limit float64 // loads up to it are good
+		want  []float64
+	}{
+		{"up from 1, then between 2 and 4", 1, 3, []float64{1, 2, 2.828, 3.363, 4}},
+		{"down from 1 when 1 is bad", 1, 0.75, []float64{0.5, 0.707, 0.841, 1}},
+		{"from a load between the grid's", 1.5, 100, []float64{1.5, 2, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ran []float64
+			points, err := climb(loads, tt.from, 2, func(l float64) (llmPoint, error) {
+				ran = append(ran, l)
+				return llmPoint{Load: l, Sustained: l <= tt.limit}, nil
+			}, func(p llmPoint) bool { return p.Sustained })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []float64
+			for _, p := range points {
+				got = append(got, p.Load)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("climb ran %v (points %v), want points %v", ran, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHighestWithinTakesTheHighestSustainedLoadWithinTheTarget(t *testing.T) {
+	t.Parallel()
+	points := []llmPoint{
+		{Load: 1, Sustained: true, MedianMs: 10, TokensPerS: 120},
+		{Load: 2, Sustained: true, MedianMs: 30, TokensPerS: 110}, // the measure is noisy; the load ranks
+		{Load: 3, Sustained: true, MedianMs: 80},
+		{Load: 4, Sustained: false, MedianMs: 20},
+	}
+	for _, tt := range []struct {
+		target float64
+		want   float64
+		ok     bool
+	}{{5, 0, false}, {10, 1, true}, {50, 2, true}, {math.Inf(1), 3, true}} {
+		p, ok := highestWithin(points, tt.target)
+		if ok != tt.ok || p.Load != tt.want {
+			t.Errorf("highestWithin(%v) = load %v, %v; want %v, %v", tt.target, p.Load, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestLLMBenchRunsASmallSweep runs the whole benchmark, small, on the
+// demo model (not in parallel: it sets GOMAXPROCS and reads the process's
+// CPU time). Its figures are not asserted, only that they are the sweep's.
+func TestLLMBenchRunsASmallSweep(t *testing.T) {
+	sz := llmSizes{Batch1Tokens: 4, StreamTokens: 2, TTFTSamples: 1, Prefix: 32, Requests: 8, Warm: 2,
+		Prompt: 4, Short: 2, Long: 16, Loads: []float64{0.5, 1, 2}, Refine: 1}
+	res, err := measureLLM(context.Background(), sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.StaticSweep) == 0 || len(res.ContinuousSweep) == 0 {
+		t.Fatalf("sweeps: static %d points, continuous %d", len(res.StaticSweep), len(res.ContinuousSweep))
+	}
+	st, ok := highestWithin(res.StaticSweep, math.Inf(1))
+	if !ok || res.LatencyTargetMs != st.MedianMs || res.StaticTokensPerS != st.OfferedTokensPerS || res.BatchEndLatencyTargetMs != st.BatchEndMedianMs {
+		t.Errorf("target %v ms, static %v tok/s; want those of static's highest sustained load %+v", res.LatencyTargetMs, res.StaticTokensPerS, st)
+	}
+	for i := 1; i < len(res.ContinuousSweep); i++ {
+		if res.ContinuousSweep[i-1].Load >= res.ContinuousSweep[i].Load {
+			t.Errorf("continuous sweep loads %v and %v out of order or twice", res.ContinuousSweep[i-1].Load, res.ContinuousSweep[i].Load)
+		}
+	}
+	if !slices.ContainsFunc(res.ContinuousSweep, func(p llmPoint) bool { return p.Load == st.Load }) {
+		t.Errorf("continuous sweep %+v lacks the target's load %v, where it starts", res.ContinuousSweep, st.Load)
+	}
+	if c, ok := highestWithin(res.ContinuousSweep, res.LatencyTargetMs); ok {
+		if res.ContinuousTokensPerS != c.OfferedTokensPerS || res.ContinuousOverStatic != round3(c.OfferedTokensPerS/st.OfferedTokensPerS) {
+			t.Errorf("continuous %v tok/s (%vx), want its point %+v over static's", res.ContinuousTokensPerS, res.ContinuousOverStatic, c)
+		}
+	} else if res.ContinuousTokensPerS != 0 {
+		t.Errorf("continuous %v tok/s with no point within the target", res.ContinuousTokensPerS)
+	}
+	for _, p := range slices.Concat(res.StaticSweep, res.ContinuousSweep) {
+		if p.TokensPerS <= 0 || p.MedianMs <= 0 || p.KVWaste < 0 || p.KVWaste >= 1 {
+			t.Errorf("point %+v: want tokens, a median and a KV waste in [0, 1)", p)
+		}
+	}
+	if res.ContinuousSaturatedTokensS <= 0 || res.StaticSaturatedTokensS <= 0 {
+		t.Errorf("saturated tokens/s %v and %v, want both above 0", res.ContinuousSaturatedTokensS, res.StaticSaturatedTokensS)
+	}
+}
