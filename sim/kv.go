@@ -290,19 +290,24 @@ func (k *KV) take() int32 {
 // O(pages + held pages).
 func (k *KV) Check() error {
 	owners := make([]int32, len(k.ref))
+	// seenBy[pg] is the number (from 1) of the last sequence seen holding
+	// pg: a slice rather than a set per sequence, as tests call Check after
+	// every step.
+	seenBy := make([]int32, len(k.ref))
+	var nth int32
 	for id, s := range k.seqs {
 		if want := k.PagesFor(s.tokens); len(s.pages) != want {
 			return fmt.Errorf("sequence %q holds %d pages for %d tokens; want %d", id, len(s.pages), s.tokens, want)
 		}
-		seen := make(map[int32]bool, len(s.pages))
+		nth++
 		for _, pg := range s.pages {
 			if pg < 0 || int(pg) >= len(k.ref) {
 				return fmt.Errorf("sequence %q holds page %d outside the cache", id, pg)
 			}
-			if seen[pg] {
+			if seenBy[pg] == nth {
 				return fmt.Errorf("sequence %q holds page %d twice", id, pg)
 			}
-			seen[pg] = true
+			seenBy[pg] = nth
 			owners[pg]++
 		}
 		if s.prefix != "" {
@@ -318,6 +323,7 @@ func (k *KV) Check() error {
 		}
 	}
 	prefixPage := map[int32]string{}
+	isPrefixPage := make([]bool, len(k.ref))
 	for key, p := range k.prefixes {
 		if len(p.pages) == 0 {
 			return fmt.Errorf("prefix %q is kept with no pages", key)
@@ -326,10 +332,14 @@ func (k *KV) Check() error {
 			return fmt.Errorf("prefix %q has %d ready of %d pages", key, p.ready, len(p.pages))
 		}
 		for _, pg := range p.pages {
+			if pg < 0 || int(pg) >= len(k.ref) {
+				return fmt.Errorf("prefix %q holds page %d outside the cache", key, pg)
+			}
 			if other, ok := prefixPage[pg]; ok {
 				return fmt.Errorf("page %d belongs to prefixes %q and %q", pg, other, key)
 			}
 			prefixPage[pg] = key
+			isPrefixPage[pg] = true
 		}
 	}
 	for id, s := range k.seqs {
@@ -354,7 +364,7 @@ func (k *KV) Check() error {
 		if (n == 0) != inFree[pg] {
 			return fmt.Errorf("page %d has %d owners and free=%v", pg, n, inFree[pg])
 		}
-		if _, ok := prefixPage[int32(pg)]; ok && n == 0 {
+		if isPrefixPage[pg] && n == 0 {
 			return fmt.Errorf("prefix page %d has no owner", pg)
 		}
 		if n > 0 {
