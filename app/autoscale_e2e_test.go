@@ -20,6 +20,7 @@ import (
 // burst stops the count returns to the minimum once the window has passed,
 // each change stored with its reason.
 func TestBurstOfChatsScalesUpAndBack(t *testing.T) {
+	t.Parallel()
 	s := newChatStack(t)
 	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
 	p.Signals = []fleet.AutoscaleTarget{{Signal: "rps", Target: 2}}

@@ -63,6 +63,8 @@ type llmAnswer struct {
 // request gives the same text twice and streamed, and the usage counts
 // add up and agree.
 func TestDemoLLMOpenAIClient(t *testing.T) {
+	t.Parallel()
+	oneDevAtATime(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is not on PATH (scripts/install-deps.sh test installs it): %v", err)

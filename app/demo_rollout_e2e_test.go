@@ -22,6 +22,8 @@ import (
 // back by the judge's drift check, with no human, while its latency and
 // error checks pass.
 func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
+	t.Parallel()
+	oneDevAtATime(t)
 	dir, err := os.MkdirTemp("", "mp-dev-rollout-")
 	if err != nil {
 		t.Fatal(err)

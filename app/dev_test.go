@@ -46,6 +46,20 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// devSlot is held by the test running a dev stack. Each dev stack starts
+// its own PostgreSQL, ClickHouse, NATS and CPU nodes on the fixed
+// SimPortBase ports, so they run one at a time; they are parallel tests
+// so that they run beside the lighter in-process stacks, whose waits on
+// real loops would otherwise add up to the package's time.
+var devSlot sync.Mutex
+
+// oneDevAtATime waits for the dev slot and holds it until t ends.
+func oneDevAtATime(t *testing.T) {
+	t.Helper()
+	devSlot.Lock()
+	t.Cleanup(devSlot.Unlock)
+}
+
 // startDev runs `modelplane dev` in dir and returns once it serves, with a
 // stop function that cancels it and waits for it to return.
 func startDev(t *testing.T, dir string, traffic float64) (*Dev, func()) {
@@ -97,6 +111,8 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // and the second run (without demo traffic) keeps the data and the keys,
 // backfills nothing again and sends no traffic of its own.
 func TestDevStartsServesAndStopsCleanly(t *testing.T) {
+	t.Parallel()
+	oneDevAtATime(t)
 	dir, err := os.MkdirTemp("", "mp-dev-test-")
 	if err != nil {
 		t.Fatal(err)

@@ -107,6 +107,7 @@ func (s *stack) predict() served {
 // no request started after the gateway serves the rollback's routing entry
 // is answered by v24.
 func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
+	t.Parallel()
 	s := newFraudStack(t)
 	stopLoad, responses := s.load(8)
 	defer stopLoad()

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// Most of this package's time is its end-to-end tests waiting on real
+	// loops (bakes, drift windows, autoscaling windows, cold starts), not
+	// computing: four run at once rather than GOMAXPROCS (two on CI), and
+	// the dev stacks among them one at a time (oneDevAtATime). An explicit
+	// -parallel wins.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		flag.Set("test.parallel", "4")
+	}
 	code := m.Run()
 	removeBinary()
 	pgtest.Stop()
@@ -63,6 +76,16 @@ type stack struct {
 // chatStack is a stack around the chat-assistant demo model.
 type chatStack = stack
 
+// stackPorts hands each stack the replica ports of its four simulated
+// nodes, so that stacks run side by side (the tests using them are
+// parallel): 400 ports each from 20000, below the kernel's ephemeral
+// range (32768 up) where freeport and the dev stacks' ports are.
+var stackPorts atomic.Int32
+
+func stackPortBase() int {
+	return 20000 + int(stackPorts.Add(1)-1)*4*SimPortsPerNode
+}
+
 // newStack starts the stack with demo model m (its team, versions and
 // endpoint), sending requests with send, and returns once the gateway
 // answers with the endpoint's first version.
@@ -93,7 +116,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
 	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, time.Now), dir: t.TempDir(),
-		nodes: 4, gpus: 2, portBase: 31000})
+		nodes: 4, gpus: 2, portBase: stackPortBase()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +321,7 @@ func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Roll
 // by v43, and v42 answers throughout. How fast the entry reaches gateways
 // is measured by `modelplane bench rollback`, not asserted here.
 func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
+	t.Parallel()
 	s := newChatStack(t)
 	ctx, nc := s.ctx, s.nc
 	stopLoad, responses := s.load(8)
@@ -484,6 +508,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 // controller ran is found and not asked for again, and the promotion happens
 // once.
 func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
+	t.Parallel()
 	v44 := demoModelNamed(t, "chat-assistant").versions[0].spec // v42's profile: a healthy candidate
 	v44.Name, v44.Lineage.ParentVersion = "v44", "v42"
 	s := newChatStack(t, v44)

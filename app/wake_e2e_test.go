@@ -18,6 +18,7 @@ import (
 // served (200) by it within the endpoint's cold-start budget (120 s: its
 // version needs a GPU), with no 202 for the client to poll on.
 func TestScaleToZeroWakesOnRequest(t *testing.T) {
+	t.Parallel()
 	s := newChatStack(t)
 	e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 	if err != nil {

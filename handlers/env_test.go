@@ -3,6 +3,8 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -78,6 +80,22 @@ type envOptions struct {
 	Deps func(d *Deps, pool *pgxpool.Pool)
 }
 
+// idpKeyOnce is the one RSA key every test environment's IdP signs with.
+// Generating a 2048-bit key took over a quarter of this package's CPU under
+// -race when each environment made its own. Sharing it keeps environments
+// apart all the same: each IdP has its own issuer URL and client, which a
+// token must name to verify.
+var idpKeyOnce = sync.OnceValues(func() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) })
+
+func idpKey(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	key, err := idpKeyOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
 // testGatewayKey is the key the portal's Try it sends to the stand-in gateway.
 const testGatewayKey = "mp_test_gateway_key"
 
@@ -88,7 +106,7 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	pool := pgtest.New(t)
 	ts := httptest.NewUnstartedServer(nil)
 	base := "http://" + ts.Listener.Addr().String()
-	idp, err := devidp.Start(devidp.Config{RedirectURLs: []string{base + "/auth/callback"}})
+	idp, err := devidp.Start(devidp.Config{RedirectURLs: []string{base + "/auth/callback"}, Key: idpKey(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

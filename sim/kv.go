@@ -392,6 +392,11 @@ func (k *KV) unregister(pg int32) {
 // costs O(pages + held pages).
 func (k *KV) Check() error {
 	owners := make([]int32, len(k.ref))
+	// seenBy[pg] is the number (from 1) of the last sequence seen holding
+	// pg: a slice rather than a set per sequence, as tests call Check after
+	// every step.
+	seenBy := make([]int32, len(k.ref))
+	var nth int32
 	for id, s := range k.seqs {
 		if want := k.PagesFor(s.tokens); len(s.pages) != want {
 			return fmt.Errorf("sequence %q holds %d pages for %d tokens; want %d", id, len(s.pages), s.tokens, want)
@@ -399,15 +404,15 @@ func (k *KV) Check() error {
 		if len(s.hashes) > len(s.pages) || s.shared > len(s.hashes) {
 			return fmt.Errorf("sequence %q has %d hashes and %d shared for %d pages", id, len(s.hashes), s.shared, len(s.pages))
 		}
-		seen := make(map[int32]bool, len(s.pages))
+		nth++
 		for _, pg := range s.pages {
 			if pg < 0 || int(pg) >= len(k.ref) {
 				return fmt.Errorf("sequence %q holds page %d outside the cache", id, pg)
 			}
-			if seen[pg] {
+			if seenBy[pg] == nth {
 				return fmt.Errorf("sequence %q holds page %d twice", id, pg)
 			}
-			seen[pg] = true
+			seenBy[pg] = nth
 			owners[pg]++
 		}
 	}

@@ -256,6 +256,10 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 	submitted := map[string]bool{}
 	var now time.Duration
 	i := 0
+	// Made once and cleared each step: clear keeps a map's tables, so the
+	// per-step bookkeeping does not allocate and rehash them again.
+	waitingPrio := map[string]int{}
+	finishedNow := map[string]bool{}
 	for step := 0; ; step++ {
 		if step > 1_000_000 {
 			t.Fatal("no end in sight")
@@ -268,7 +272,7 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 			}
 			i++
 		}
-		waitingPrio := map[string]int{}
+		clear(waitingPrio)
 		for _, q := range s.waiting {
 			waitingPrio[q.req.ID] = q.req.Priority
 		}
@@ -298,7 +302,7 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 		}
 		// Who was admitted this step: waiting before, running or done now.
 		admittedPrio := -1
-		finishedNow := map[string]bool{}
+		clear(finishedNow)
 		for _, f := range res.Finished {
 			finishedNow[f.ID] = true
 		}
