@@ -200,8 +200,9 @@ func TestModelVersionsImmutable(t *testing.T) {
 		"created_at":         "created_at - interval '1 day'",
 		"serving":            `'{"output":{"threshold":0.9}}'`,
 	}
-	// The table must not grow a column this test does not try to change.
-	cols, err := pool.Query(ctx, "SELECT column_name FROM information_schema.columns WHERE table_name = 'model_versions' AND column_name <> 'status'")
+	// The table must not grow a column this test does not try to change;
+	// memory_need_mb, written once, has its own test below.
+	cols, err := pool.Query(ctx, "SELECT column_name FROM information_schema.columns WHERE table_name = 'model_versions' AND column_name NOT IN ('status', 'memory_need_mb')")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +251,15 @@ func TestModelVersionsImmutable(t *testing.T) {
 	var status string
 	if err := pool.QueryRow(ctx, "SELECT status FROM model_versions WHERE id = $1", id).Scan(&status); err != nil || status != "active" {
 		t.Errorf("status = %q, %v; want active", status, err)
+	}
+	// The memory need is written once, from 0, and never again.
+	if tag, err := pool.Exec(ctx, "UPDATE model_versions SET memory_need_mb = 33 WHERE id = $1", id); err != nil || tag.RowsAffected() != 1 {
+		t.Errorf("first memory_need_mb: %v, %d rows; want 1 row updated", err, tag.RowsAffected())
+	}
+	for _, v := range []string{"34", "0"} {
+		if _, err := pool.Exec(ctx, "UPDATE model_versions SET memory_need_mb = "+v+" WHERE id = $1", id); err == nil || !strings.Contains(err.Error(), "model versions are immutable") {
+			t.Errorf("memory_need_mb 33 → %s: error = %v, want 'model versions are immutable'", v, err)
+		}
 	}
 	// A status change together with another column is refused as a whole.
 	if _, err := pool.Exec(ctx, "UPDATE model_versions SET status = 'x', name = 'v9' WHERE id = $1", id); err == nil {

@@ -1,6 +1,6 @@
 -- A GGUF version's memory need (docs/llm.md, "Memory"): what the built-in
 -- LLM engine needs to run the file (its weights as float32 and the K/V
--- cache of the engine's default size), in MiB, computed by validation from
+-- cache its serving.llm sizes), in MiB, computed by validation from
 -- the file. It is a fact derived from the version's immutable files, not
 -- a setting: validation writes it once, and placement sizes a replica by
 -- the larger of it and memory_mb. 0: not computed (every other version).
