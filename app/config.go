@@ -210,8 +210,8 @@ func (c *ServerConfig) Validate() error {
 	if c.ValidationTimeout < time.Second {
 		bad("MP_VALIDATION_TIMEOUT (--validation-timeout) must be at least 1s")
 	}
-	if c.ValidationMemoryMB < 256 {
-		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least 256")
+	if c.ValidationMemoryMB < validation.MinMemoryMB {
+		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", validation.MinMemoryMB)
 	}
 	if c.AutoscaleInterval < 500*time.Millisecond || c.AutoscaleInterval > time.Minute {
 		bad("MP_AUTOSCALE_INTERVAL (--autoscale-interval) must be between 500ms and 1m")

@@ -54,6 +54,18 @@ func TestServerConfigValidateNamesBadDriftInterval(t *testing.T) {
 	}
 }
 
+// TestServerConfigRefusesAValidationLimitTheChildCannotStartIn: below
+// validation.MinMemoryMB the Go child dies at start, which would make
+// every version invalid; the limit is refused instead.
+func TestServerConfigRefusesAValidationLimitTheChildCannotStartIn(t *testing.T) {
+	t.Setenv("MP_VALIDATION_MEMORY_MB", "1024")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least 2048") {
+		t.Fatalf("Validate() = %v; want it to refuse MP_VALIDATION_MEMORY_MB 1024", err)
+	}
+}
+
 func TestServerConfigValidateNamesShortWakeGrace(t *testing.T) {
 	t.Setenv("MP_WAKE_GRACE", "20s")
 	var c ServerConfig

@@ -34,6 +34,12 @@ const (
 	DefaultInterval = 2 * time.Second
 )
 
+// MinMemoryMB is the least address space a validation child starts in: the
+// Go runtime's own reservations fail below it ("cannot allocate memory"
+// under 1536 MiB, measured with `modelplane runtime validate --memory-mb`
+// on linux/amd64), so a lower limit would make every version invalid.
+const MinMemoryMB = 2048
+
 // Config configures a Validator.
 type Config struct {
 	Pool  *pgxpool.Pool
