@@ -140,9 +140,10 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	inv := ropeFreqs(hd, c.RopeTheta)
 	// Attention's cost is a row's history: split rows among workers when
 	// the histories are long enough to pay for them.
-	var history int
+	var history, longest int
 	for _, rw := range rows {
 		history += rw.pos + 1
+		longest = max(longest, rw.pos+1)
 	}
 	attWorkers := 1
 	if history*c.Heads*hd >= 1<<16 {
@@ -150,7 +151,7 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	}
 	scores := make([][]float32, attWorkers)
 	for w := range scores {
-		scores[w] = make([]float32, c.Context)
+		scores[w] = make([]float32, longest)
 	}
 	attend := func(li, r int, scores []float32) {
 		s, lastPos := batch[rows[r].seq], rows[r].pos
