@@ -11,7 +11,11 @@
 // from them, so a prefix another sequence already computed is never
 // recomputed; Stats counts the positions computed. Each sequence's numbers
 // are computed in the same order whether it runs alone or in a batch, so
-// batching never changes a sequence's logits.
+// batching never changes a sequence's logits. A call is one batched pass:
+// the new tokens of all its sequences are the rows of every matrix
+// product, so a weight row is read once a step for the whole batch, and
+// only attention runs per sequence. On amd64 the products are SSE
+// assembly (dot_amd64.s) whose lanes sum in the Go reference's order.
 //
 // It does not schedule, allocate pages, sample beyond the helpers in
 // sample.go, or serve HTTP: the engine that owns the scheduler builds on

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // KV is a paged K/V store: pages of PageTokens positions, each holding K
@@ -45,7 +46,7 @@ func (kv *KV) pageBase(page int32, layer int) int {
 // covering positions 0 … Pos+len(Tokens)-1 (PageTokens positions a page).
 // Positions before Pos must already be in the pages, written by an earlier
 // Forward call (a shared prefix or earlier steps); they are read, never
-// recomputed. Sequences of one call run concurrently, so one must not read
+// recomputed. Sequences of one call are computed together, so one must not read
 // positions another writes in the same call.
 type Seq struct {
 	Tokens []int
@@ -67,29 +68,7 @@ func (m *Model) Forward(kv *KV, batch []Seq) [][]float32 {
 		}
 	}
 	m.calls.Add(1)
-	out := make([][]float32, len(batch))
-	workers := min(runtime.GOMAXPROCS(0), len(batch))
-	if workers <= 1 {
-		for i, s := range batch {
-			out[i] = m.forward(kv, s, runtime.GOMAXPROCS(0))
-		}
-		return out
-	}
-	var wg sync.WaitGroup
-	next := make(chan int, len(batch))
-	for i := range batch {
-		next <- i
-	}
-	close(next)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				out[i] = m.forward(kv, batch[i], 1)
-			}
-		})
-	}
-	wg.Wait()
-	return out
+	return m.forward(kv, batch, runtime.GOMAXPROCS(0))
 }
 
 func (m *Model) check(kv *KV, s Seq) error {
@@ -122,14 +101,32 @@ func (m *Model) check(kv *KV, s Seq) error {
 	return nil
 }
 
-// forward runs one sequence; its float order depends on nothing but s
-// (workers only splits the output rows of each matrix product).
-func (m *Model) forward(kv *KV, s Seq, workers int) []float32 {
+// forward runs a batch as one stacked activation matrix: the new tokens
+// of every sequence are rows of x, and each matrix product (the Q, K, V
+// and output projections, the feed-forward's gate, up and down, the output
+// head) runs once over all rows, so a weight row is read once a step for
+// the whole batch, not once a sequence. Only attention is per row: its
+// position, its sequence's pages. Every output is the same dot product in
+// the same float order whatever the batch and however many workers split
+// the work, so a sequence's logits do not depend on its batch.
+func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	c := m.cfg
-	n, d, kvd, hd := len(s.Tokens), c.Dim, c.KVDim(), c.HeadDim
+	d, kvd, hd := c.Dim, c.KVDim(), c.HeadDim
+	// rows[r] is row r's sequence and position; last[i] sequence i's last row.
+	type row struct{ seq, pos int }
+	var rows []row
+	last := make([]int, len(batch))
+	for i, s := range batch {
+		for j := range s.Tokens {
+			rows = append(rows, row{i, s.Pos + j})
+		}
+		last[i] = len(rows) - 1
+	}
+	n := len(rows)
 	x := make([]float32, n*d)
-	for i, t := range s.Tokens {
-		copy(x[i*d:(i+1)*d], m.embd[t*d:(t+1)*d])
+	for r, rw := range rows {
+		t := batch[rw.seq].Tokens[rw.pos-batch[rw.seq].Pos]
+		copy(x[r*d:(r+1)*d], m.embd[t*d:(t+1)*d])
 	}
 	h := make([]float32, n*d)
 	q := make([]float32, n*d)
@@ -138,59 +135,92 @@ func (m *Model) forward(kv *KV, s Seq, workers int) []float32 {
 	att := make([]float32, n*d)
 	g := make([]float32, n*c.FFN)
 	u := make([]float32, n*c.FFN)
-	scores := make([]float32, s.Pos+n)
 	group := c.Heads / c.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	inv := ropeFreqs(hd, c.RopeTheta)
+	// Attention's cost is a row's history: split rows among workers when
+	// the histories are long enough to pay for them.
+	var history, longest int
+	for _, rw := range rows {
+		history += rw.pos + 1
+		longest = max(longest, rw.pos+1)
+	}
+	attWorkers := 1
+	if history*c.Heads*hd >= 1<<16 {
+		attWorkers = min(workers, n)
+	}
+	scores := make([][]float32, attWorkers)
+	for w := range scores {
+		scores[w] = make([]float32, longest)
+	}
+	attend := func(li, r int, scores []float32) {
+		s, lastPos := batch[rows[r].seq], rows[r].pos
+		for hh := range c.Heads {
+			qh := q[r*d+hh*hd : r*d+(hh+1)*hd]
+			ko := (hh / group) * hd
+			// A page's positions are consecutive slots kvd apart.
+			for pi := 0; pi*kv.PageTokens <= lastPos; pi++ {
+				lo, hi := pi*kv.PageTokens, min(lastPos+1, (pi+1)*kv.PageTokens)
+				dots(scores[lo:hi], qh, kv.K[kv.pageBase(s.Pages[pi], li)+ko:], kvd)
+			}
+			mx := float32(math.Inf(-1))
+			for p := 0; p <= lastPos; p++ {
+				scores[p] *= scale
+				if scores[p] > mx { // not max: its NaN and ±0 rules cost a third of this loop
+					mx = scores[p]
+				}
+			}
+			var sum float32
+			for p := 0; p <= lastPos; p++ {
+				e := float32(math.Exp(float64(scores[p] - mx)))
+				scores[p] = e
+				sum += e
+			}
+			for p := 0; p <= lastPos; p++ {
+				scores[p] /= sum
+			}
+			out := att[r*d+hh*hd : r*d+(hh+1)*hd]
+			clear(out)
+			for pi := 0; pi*kv.PageTokens <= lastPos; pi++ {
+				lo, hi := pi*kv.PageTokens, min(lastPos+1, (pi+1)*kv.PageTokens)
+				axpys(out, kv.V[kv.pageBase(s.Pages[pi], li)+ko:], kvd, scores[lo:hi])
+			}
+		}
+	}
 	for li := range m.layers {
 		l := &m.layers[li]
 		rmsnorm(h, x, l.attnNorm, n, d, c.NormEps)
 		parMatmul(workers, q, h, l.wq, n, d, d)
 		parMatmul(workers, k, h, l.wk, n, d, kvd)
 		parMatmul(workers, v, h, l.wv, n, d, kvd)
-		for i := range n {
-			pos := s.Pos + i
+		// Every row's K/V is in the pages before any row attends: a row
+		// reads the rows of its sequence before it.
+		for r, rw := range rows {
 			for hh := range c.Heads {
-				rope(q[i*d+hh*hd:i*d+(hh+1)*hd], pos, inv)
+				rope(q[r*d+hh*hd:r*d+(hh+1)*hd], rw.pos, inv)
 			}
 			for hh := range c.KVHeads {
-				rope(k[i*kvd+hh*hd:i*kvd+(hh+1)*hd], pos, inv)
+				rope(k[r*kvd+hh*hd:r*kvd+(hh+1)*hd], rw.pos, inv)
 			}
-			o := kv.at(s.Pages, pos, li)
-			copy(kv.K[o:o+kvd], k[i*kvd:(i+1)*kvd])
-			copy(kv.V[o:o+kvd], v[i*kvd:(i+1)*kvd])
+			o := kv.at(batch[rw.seq].Pages, rw.pos, li)
+			copy(kv.K[o:o+kvd], k[r*kvd:(r+1)*kvd])
+			copy(kv.V[o:o+kvd], v[r*kvd:(r+1)*kvd])
 		}
-		for i := range n {
-			last := s.Pos + i
-			for hh := range c.Heads {
-				qh := q[i*d+hh*hd : i*d+(hh+1)*hd]
-				ko := (hh / group) * hd
-				mx := float32(math.Inf(-1))
-				for pi := 0; pi*kv.PageTokens <= last; pi++ {
-					base := kv.pageBase(s.Pages[pi], li) + ko
-					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
-						sc := dot(qh, kv.K[base:base+hd]) * scale
-						scores[p] = sc
-						mx = max(mx, sc)
-						base += kvd
-					}
-				}
-				var sum float32
-				for p := 0; p <= last; p++ {
-					e := float32(math.Exp(float64(scores[p] - mx)))
-					scores[p] = e
-					sum += e
-				}
-				out := att[i*d+hh*hd : i*d+(hh+1)*hd]
-				clear(out)
-				for pi := 0; pi*kv.PageTokens <= last; pi++ {
-					base := kv.pageBase(s.Pages[pi], li) + ko
-					for p := pi * kv.PageTokens; p <= min(last, (pi+1)*kv.PageTokens-1); p++ {
-						axpy(out, kv.V[base:base+hd], scores[p]/sum)
-						base += kvd
-					}
-				}
+		if attWorkers <= 1 {
+			for r := range n {
+				attend(li, r, scores[0])
 			}
+		} else {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for w := range attWorkers {
+				wg.Go(func() {
+					for r := int(next.Add(1)) - 1; r < n; r = int(next.Add(1)) - 1 {
+						attend(li, r, scores[w])
+					}
+				})
+			}
+			wg.Wait()
 		}
 		parMatmul(workers, h, att, l.wo, n, d, d)
 		for i := range x {
@@ -208,11 +238,19 @@ func (m *Model) forward(kv *KV, s Seq, workers int) []float32 {
 		}
 	}
 	m.computed.Add(int64(n))
-	lastX := x[(n-1)*d:]
-	rmsnorm(h[:d], lastX, m.outNorm, 1, d, c.NormEps)
-	logits := make([]float32, c.Vocab)
-	parMatmul(workers, logits, h[:d], m.output, 1, d, c.Vocab)
-	return logits
+	b := len(batch)
+	lastX := make([]float32, b*d)
+	for i, r := range last {
+		copy(lastX[i*d:(i+1)*d], x[r*d:(r+1)*d])
+	}
+	rmsnorm(h[:b*d], lastX, m.outNorm, b, d, c.NormEps)
+	logits := make([]float32, b*c.Vocab)
+	parMatmul(workers, logits, h[:b*d], m.output, b, d, c.Vocab)
+	out := make([][]float32, b)
+	for i := range out {
+		out[i] = logits[i*c.Vocab : (i+1)*c.Vocab : (i+1)*c.Vocab]
+	}
+	return out
 }
 
 func ropeFreqs(hd int, theta float64) []float64 {
@@ -251,17 +289,13 @@ func rmsnorm(dst, x, w []float32, n, d int, eps float32) {
 	}
 }
 
-// parMatmul is matmul with the output rows split among workers goroutines
-// when the product is big enough to pay for them. Each output is the same
-// dot product either way.
+// parMatmul is matmul with the output columns (weight rows) split among
+// workers goroutines when the product is big enough to pay for them. Each
+// output is the same dot product either way.
 func parMatmul(workers int, dst, x, w []float32, n, in, out int) {
-	if workers <= 1 || n*in*out < 1<<18 {
-		matmul(dst, x, w, n, in, out)
-		return
-	}
 	workers = min(workers, out/16)
-	if workers <= 1 {
-		matmul(dst, x, w, n, in, out)
+	if workers <= 1 || n*in*out < 1<<16 {
+		matmulRows(dst, x, w, n, in, out, 0, out)
 		return
 	}
 	var wg sync.WaitGroup
@@ -272,39 +306,28 @@ func parMatmul(workers int, dst, x, w []float32, n, in, out int) {
 	wg.Wait()
 }
 
-// matmul sets dst[i][o] = Σ_j x[i][j]·w[o][j] for n rows of x; each output
-// is one dot product in a fixed order, so a row's result does not depend
-// on n. Each weight row is read once for all n rows.
-func matmul(dst, x, w []float32, n, in, out int) { matmulRows(dst, x, w, n, in, out, 0, out) }
+// matmulTile is how many rows of x matmulRows takes through the weights
+// at a time: a tile stays in the L1 or L2 cache while each weight row is
+// read once for all its rows.
+const matmulTile = 64
 
+// matmulRows sets dst[i][o] = Σ_j x[i][j]·w[o][j] for the n rows of x and
+// the outputs lo ≤ o < hi. Each weight row is read once per tile of rows
+// and feeds four rows at a time (dot4); each output is the dot product of
+// dot, in its float order, so a row's result does not depend on n or on
+// which rows share its tile.
 func matmulRows(dst, x, w []float32, n, in, out, lo, hi int) {
-	for o := lo; o < hi; o++ {
-		wr := w[o*in : (o+1)*in]
-		for i := range n {
-			dst[i*out+o] = dot(x[i*in:(i+1)*in], wr)
+	for t := 0; t < n; t += matmulTile {
+		end := min(n, t+matmulTile)
+		for o := lo; o < hi; o++ {
+			wr := w[o*in : (o+1)*in]
+			i := t
+			for ; i+4 <= end; i += 4 {
+				dot4(dst[i*out+o:], out, x[i*in:], in, wr)
+			}
+			for ; i < end; i++ {
+				dst[i*out+o] = dot(x[i*in:(i+1)*in], wr)
+			}
 		}
-	}
-}
-
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func axpy(dst, x []float32, a float32) {
-	x = x[:len(dst)]
-	for i := range dst {
-		dst[i] += a * x[i]
 	}
 }

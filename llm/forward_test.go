@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -270,7 +271,8 @@ func TestMemoryNeed(t *testing.T) {
 	}
 }
 
-// TestWorkersDoNotChangeLogits splits the matrix products of one sequence
+// TestWorkersDoNotChangeLogits splits the matrix products and the
+// attention of a batch (a 300-token prefill beside two short sequences)
 // among 1, 3 and 8 goroutines: the logits are bit-identical.
 func TestWorkersDoNotChangeLogits(t *testing.T) {
 	m := demoModel(t, gguf.F32)
@@ -278,17 +280,78 @@ func TestWorkersDoNotChangeLogits(t *testing.T) {
 	for i := range 300 {
 		prompt = append(prompt, 'a'+i%23)
 	}
-	var want []float32
+	batch := []Seq{
+		{Tokens: prompt, Pages: pagesFor(0, len(prompt))},
+		{Tokens: []int{'x', 'y', 'z'}, Pages: pagesFor(20, 3)},
+		{Tokens: []int{'q'}, Pages: pagesFor(21, 1)},
+	}
+	var want [][]float32
 	for _, workers := range []int{1, 3, 8} {
-		kv := NewKV(m.Config(), 20, pageTokens)
-		got := m.forward(kv, Seq{Tokens: prompt, Pages: pagesFor(0, len(prompt))}, workers)
+		kv := NewKV(m.Config(), 22, pageTokens)
+		got := m.forward(kv, batch, workers)
 		if want == nil {
 			want = got
 			continue
 		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("%d workers: logit %d = %v, want %v", workers, i, got[i], want[i])
+		for s := range want {
+			for i := range want[s] {
+				if got[s][i] != want[s][i] {
+					t.Fatalf("%d workers: seq %d logit %d = %v, want %v", workers, s, i, got[s][i], want[s][i])
+				}
+			}
+		}
+	}
+}
+
+// TestDotKernels compares dot and dot4 with dotGo, the reference order,
+// bit for bit, at lengths with and without a tail past a multiple of four.
+func TestDotKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 3, 4, 7, 16, 63, 64, 65, 192, 259} {
+		const xs, ds = 300, 5
+		x := make([]float32, 3*xs+n)
+		w := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		for i := range w {
+			w[i] = float32(rng.NormFloat64())
+		}
+		dst := make([]float32, 3*ds+1)
+		dot4(dst, ds, x, xs, w)
+		for k := range 4 {
+			row := x[k*xs : k*xs+n]
+			want := dotGo(row, w)
+			if got := dot(row, w); got != want {
+				t.Errorf("n=%d row %d: dot = %v, dotGo %v", n, k, got, want)
+			}
+			if dst[k*ds] != want {
+				t.Errorf("n=%d row %d: dot4 = %v, dotGo %v", n, k, dst[k*ds], want)
+			}
+		}
+	}
+	for _, count := range []int{1, 5, 16} {
+		for _, n := range []int{1, 6, 16, 18} {
+			const ks = 40
+			q := make([]float32, n)
+			k := make([]float32, (count-1)*ks+n)
+			a := make([]float32, count)
+			for _, s := range [][]float32{q, k, a} {
+				for i := range s {
+					s[i] = float32(rng.NormFloat64())
+				}
+			}
+			got, want := make([]float32, count), make([]float32, count)
+			dots(got, q, k, ks)
+			dotsGo(want, q, k, ks)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("count=%d n=%d: dots = %v, dotsGo %v", count, n, got, want)
+			}
+			gotV, wantV := append([]float32{}, q...), append([]float32{}, q...)
+			axpys(gotV, k, ks, a)
+			axpysGo(wantV, k, ks, a)
+			if fmt.Sprint(gotV) != fmt.Sprint(wantV) {
+				t.Errorf("count=%d n=%d: axpys = %v, axpysGo %v", count, n, gotV, wantV)
 			}
 		}
 	}
