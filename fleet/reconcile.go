@@ -409,7 +409,8 @@ func planAvoiding(nodes []placement.Node, reqs []placement.Request, avoid [][]st
 	}
 	work := make([]placement.Node, len(nodes))
 	for i, n := range nodes {
-		work[i] = placement.Node{Name: n.Name, Slices: slices.Clone(n.Slices), Runtimes: n.Runtimes}
+		work[i] = n
+		work[i].Slices, work[i].CPUHolds = slices.Clone(n.Slices), slices.Clone(n.CPUHolds)
 	}
 	out := make([]placement.Result, len(reqs))
 	place := func(idx []int, on []placement.Node) {
@@ -437,11 +438,17 @@ func planAvoiding(nodes []placement.Node, reqs []placement.Request, avoid [][]st
 	return out
 }
 
-// take marks the slices of a placed request as its own.
+// take marks the slices, or the CPU node's cores and memory, of a placed
+// request as its own.
 func take(nodes []placement.Node, res placement.Result, r placement.Request) {
-	for _, n := range nodes {
+	for i := range nodes {
+		n := &nodes[i]
 		if n.Name != res.Node {
 			continue
+		}
+		if res.CPUCores > 0 || res.HostMemoryMB > 0 {
+			n.CPUHolds = append(n.CPUHolds, placement.CPUHold{Owner: r.Replica, OwnerEndpoint: r.Endpoint,
+				Cores: res.CPUCores, MemoryMB: res.HostMemoryMB})
 		}
 		for _, slot := range res.Slots {
 			for k := range n.Slices {
