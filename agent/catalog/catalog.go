@@ -54,6 +54,12 @@ type Entry struct {
 	// on the command line, never through the environment, so that `ps`
 	// shows what a replica serves.
 	Command []string
+	// Program is the executable the entry runs, which a node must have on
+	// PATH to run it (the driver looks it up before a start, and lists the
+	// entries it has in its heartbeat); empty for the agent's own binary.
+	// vLLM, Triton and llama-server build their command lines from the
+	// version's settings (Argv), not from Command.
+	Program string
 	// Devices says how accelerators are passed.
 	Devices Devices
 	// Health answers 200 while the process lives (liveness); Ready answers
@@ -182,7 +188,7 @@ func Default() map[string]Entry {
 		// only then, so it is the readiness path.
 		VLLM: {
 			Name:       VLLM,
-			Command:    []string{"vllm", "serve", "{model_dir}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{model}"},
+			Program:    "vllm",
 			Devices:    DevicesCUDAEnv,
 			Health:     "/health",
 			Ready:      "/v1/models",
@@ -196,6 +202,7 @@ func Default() map[string]Entry {
 		// agent alone.
 		Triton: {
 			Name:        Triton,
+			Program:     "tritonserver",
 			Devices:     DevicesCUDAEnv,
 			Health:      "/v2/health/live",
 			Ready:       "/v2/models/{model}/ready",
@@ -207,9 +214,8 @@ func Default() map[string]Entry {
 		// (model.gguf); --metrics turns its Prometheus endpoint on. /health
 		// answers 503 while the model loads, so it serves as both paths.
 		LlamaServer: {
-			Name: LlamaServer,
-			Command: []string{"llama-server", "--model", "{model_dir}/model.gguf", "--host", "{host}", "--port", "{port}",
-				"--threads", "{threads}", "--metrics", "--alias", "{model}"},
+			Name:    LlamaServer,
+			Program: "llama-server",
 			Devices: DevicesCUDAEnv,
 			Health:  "/health",
 			Ready:   "/health",

@@ -3,6 +3,8 @@ package process
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,4 +48,33 @@ func TestRuntimeBinaryMissingFailsTheReplicaNamingTheNode(t *testing.T) {
 	s2 := spec("r-fake")
 	s2.Runtime = "fake"
 	waitReady(t, start(t, d, s2, ""))
+}
+
+// TestShippedEntriesListedByTheirPrograms: the shipped vLLM, Triton and
+// llama-server entries build their command lines from settings, so the
+// node's runtimes follow their programs on PATH: none of them on an empty
+// PATH, each once its program is there. Not parallel: it sets PATH.
+func TestShippedEntriesListedByTheirPrograms(t *testing.T) {
+	bin := t.TempDir()
+	t.Setenv("PATH", bin)
+	d := newDriver(t, t.TempDir(), quartz.NewMock(t), func(c *Config) {
+		for _, name := range []string{catalog.VLLM, catalog.Triton, catalog.LlamaServer, catalog.Builtin} {
+			c.Catalog[name] = catalog.Default()[name]
+		}
+	})
+	if got := d.Runtimes(); slices.Contains(got, catalog.VLLM) || slices.Contains(got, catalog.Triton) ||
+		slices.Contains(got, catalog.LlamaServer) || !slices.Contains(got, catalog.Builtin) {
+		t.Fatalf("runtimes on an empty PATH = %v; want the built-in runtime only of the shipped ones", got)
+	}
+	for _, prog := range []string{"vllm", "tritonserver", "llama-server"} {
+		if err := os.WriteFile(filepath.Join(bin, prog), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := d.Runtimes()
+	for _, name := range []string{catalog.VLLM, catalog.Triton, catalog.LlamaServer, catalog.Builtin} {
+		if !slices.Contains(got, name) {
+			t.Errorf("runtimes with the programs on PATH = %v; want %s among them", got, name)
+		}
+	}
 }

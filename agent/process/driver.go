@@ -502,17 +502,21 @@ var ErrNoBinary = errors.New("runtime binary not found")
 // replica of a runtime the node lacks fails at once with a reason that
 // says so instead of an exec error inside a restart loop.
 func (d *Driver) installed(e catalog.Entry) error {
-	if len(e.Command) == 0 || strings.Contains(e.Command[0], "{") {
+	prog := e.Program
+	if prog == "" && len(e.Command) > 0 {
+		prog = e.Command[0]
+	}
+	if prog == "" || strings.Contains(prog, "{") {
 		return nil // {self}: the agent's own binary
 	}
-	if _, err := exec.LookPath(e.Command[0]); err != nil {
+	if _, err := exec.LookPath(prog); err != nil {
 		node := d.cfg.Node
 		if node == "" {
 			node = "this node"
 		} else {
 			node = "node " + node
 		}
-		return fmt.Errorf("%w: %s not found on %s", ErrNoBinary, e.Command[0], node)
+		return fmt.Errorf("%w: %s not found on %s", ErrNoBinary, prog, node)
 	}
 	return nil
 }
