@@ -365,11 +365,14 @@ func batchingWork(sz llmSizes, randPrompt func(int) []int) []llmserve.Request {
 var bigLLMConfig = llm.Config{Layers: 6, Dim: 2048, Heads: 32, KVHeads: 4, HeadDim: 64, FFN: 5632,
 	Vocab: llm.DemoConfig.Vocab, Context: 2048, RopeTheta: 10000, NormEps: 1e-5}
 
-// bigLLMSizes size the memory-bound sweep. A token there costs about a
-// hundred times the demo's, so the workload is the demo's shape, smaller:
-// fewer measured requests, shorter prompts and completions, a coarser
+// bigLLMSizes size the memory-bound sweep. A token there costs about two
+// thousand times the demo's, so the workload is the demo's scaled by a
+// quarter: completions of 2 to 11 tokens but 48 for one in every
+// llmBatch (the demo's 8 to 47 and 192), prompts of 1 to 16 tokens (the
+// demo's 24 to 39: the spread of 16 is batchingWork's), 16 measured
+// requests a level after 8 of warm-up (the demo's 48 and 16), a coarser
 // load grid and one bisection.
-var bigLLMSizes = llmSizes{Requests: 16, Warm: 8, Prompt: 1, Short: 2, Long: 24, Refine: 1,
+var bigLLMSizes = llmSizes{Requests: 16, Warm: 8, Prompt: 1, Short: 2, Long: 48, Refine: 1,
 	Loads: []float64{0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8}}
 
 // decodeHistory is the positions before each sequence's token in
