@@ -57,6 +57,9 @@ type Config struct {
 	ColdMB         int
 	ColdRuns       int
 	LinkMbps       int
+	// LLMBig adds to `bench llm` the batching comparison on a generated
+	// model too big for the CPU caches (its memory-bound regime).
+	LLMBig bool
 }
 
 // Flags registers the bench settings on fs.
@@ -72,6 +75,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MLP, "mlp", defaultMLP, "bench runtime: the throughput ONNX MLP, INPUTSxHIDDENx... (one sigmoid output)")
 	fs.IntVar(&c.ColdMB, "cold-mb", defaultColdMB, "bench runtime: least size of the cold-start ONNX model, in MB")
 	fs.IntVar(&c.ColdRuns, "cold-runs", defaultColdRuns, "bench runtime: cold starts of each kind (the median is reported)")
+	fs.BoolVar(&c.LLMBig, "big", false, "bench llm: also compare the batching on a generated model too big for the CPU caches")
 	fs.IntVar(&c.LinkMbps, "link-mbps", defaultLinkMbps, "bench runtime: also start uncached over a link of this many Mbit/s (0: loopback only)")
 }
 
@@ -86,7 +90,7 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench drift [--json]
        modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]
        modelplane bench autoscale [--json]
-       modelplane bench llm [--json]`
+       modelplane bench llm [--json] [--big]`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.

@@ -34,6 +34,21 @@ type llmResult struct {
 	TTFTHitP99Ms        float64 `json:"ttft_prefix_hit_p99_ms"`
 	PrefixHitRatio      float64 `json:"prefix_hit_over_miss_p50"`
 
+	// Continuous against static batching at equal median latency on the
+	// demo model (see batchingSweep).
+	llmBatching
+
+	// TargetsMet is the issue's targets on the demo model: continuous at
+	// least 3× static, and a prefix hit's TTFT at most half a miss's.
+	TargetsMet bool `json:"targets_met"`
+
+	// MemoryBound is the same batching comparison on a generated model
+	// too big for the CPU caches (bench llm --big); nil without it.
+	MemoryBound *llmMemoryBound `json:"memory_bound,omitempty"`
+}
+
+// llmBatching are batchingSweep's figures.
+type llmBatching struct {
 	// Continuous against static batching at equal median latency (see
 	// batchingSweep): the target is static's median at the highest load
 	// it sustains; each scheduler's figures are those of its highest
@@ -63,8 +78,35 @@ type llmResult struct {
 	StaticSaturatedTokensS     float64    `json:"static_saturated_tokens_per_s"`
 	ContinuousSweep            []llmPoint `json:"continuous_sweep"`
 	StaticSweep                []llmPoint `json:"static_sweep"`
+}
 
-	TargetsMet bool `json:"targets_met"`
+// llmMemoryBound is the batching comparison on a model whose weights do
+// not fit the CPU caches, where a decode step streams every weight from
+// memory once whatever its batch: the regime of real LLM serving.
+type llmMemoryBound struct {
+	// Config is the model's shape; ModelBytes its file (F32), WeightBytes
+	// its weights in memory (float32, as the runtime holds them), L3Bytes
+	// the largest CPU cache the machine reports (0 when it reports none).
+	Config      string `json:"config"`
+	ModelBytes  int64  `json:"model_bytes"`
+	WeightBytes int64  `json:"weight_bytes"`
+	L3Bytes     int64  `json:"l3_cache_bytes"`
+	// A decode step's CPU time at batch 1, 4 and 16 (the median of a few
+	// steps, each sequence with decodeHistory positions before it), and
+	// batch 16's over batch 1's: 16 when a step costs its arithmetic, 1
+	// when it costs one pass over the weights.
+	DecodeStepMsBatch1  float64 `json:"decode_step_ms_batch1"`
+	DecodeStepMsBatch4  float64 `json:"decode_step_ms_batch4"`
+	DecodeStepMsBatch16 float64 `json:"decode_step_ms_batch16"`
+	Batch16OverBatch1   float64 `json:"decode_step_batch16_over_batch1"`
+	// The demo model's decode steps, measured the same way, beside them.
+	DemoDecodeStepMsBatch1  float64 `json:"demo_decode_step_ms_batch1"`
+	DemoDecodeStepMsBatch16 float64 `json:"demo_decode_step_ms_batch16"`
+	DemoBatch16OverBatch1   float64 `json:"demo_decode_step_batch16_over_batch1"`
+	// Sizes are the workload's sizes, smaller than the demo's (see
+	// bigLLMSizes).
+	Sizes llmSizes `json:"sizes"`
+	llmBatching
 }
 
 // llmPoint is one load level of the batching sweep. Its times and rates
@@ -114,54 +156,42 @@ var defaultLLMSizes = llmSizes{Batch1Tokens: 256, StreamTokens: 128, TTFTSamples
 	Loads: []float64{0.5, 0.7, 0.85, 1, 1.2, 1.4, 1.7, 2, 2.4, 2.9, 3.5, 4.2, 5, 6, 7.2, 8.6}}
 
 func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
-	res, err := measureLLM(ctx, defaultLLMSizes)
+	var big *llm.Config
+	if cfg.LLMBig {
+		big = &bigLLMConfig
+	}
+	res, err := measureLLM(ctx, defaultLLMSizes, big, bigLLMSizes)
 	if err != nil {
 		return err
 	}
-	return emit(out, cfg.JSON, res, "llm: demo model %d bytes; %.0f tok/s batch 1, %.0f tok/s 16 streams; TTFT p50 %.1f ms miss, %.1f ms prefix hit (%.2fx); at median latency <= %.0f ms continuous %.0f tok/s vs static %.0f (%.2fx), median %.0f / %.0f ms; against static answering at its batch's end %.2fx; KV waste %.2f / %.2f\n",
+	if err := emit(out, cfg.JSON, res, "llm: demo model %d bytes; %.0f tok/s batch 1, %.0f tok/s 16 streams; TTFT p50 %.1f ms miss, %.1f ms prefix hit (%.2fx); at median latency <= %.0f ms continuous %.0f tok/s vs static %.0f (%.2fx), median %.0f / %.0f ms; against static answering at its batch's end %.2fx; KV waste %.2f / %.2f\n",
 		res.ModelBytes, res.TokensPerSecBatch1, res.TokensPerSecStreams, res.TTFTMissP50Ms, res.TTFTHitP50Ms, res.PrefixHitRatio,
 		res.LatencyTargetMs, res.ContinuousTokensPerS, res.StaticTokensPerS, res.ContinuousOverStatic, res.ContinuousMedianMs, res.StaticMedianMs,
-		res.BatchEndContinuousOverStatic, res.KVWasteContinuous, res.KVWasteStatic)
+		res.BatchEndContinuousOverStatic, res.KVWasteContinuous, res.KVWasteStatic); err != nil {
+		return err
+	}
+	if mb := res.MemoryBound; mb != nil && !cfg.JSON {
+		_, err = fmt.Fprintf(out, "llm memory-bound: model %d bytes (L3 %d); decode step %.1f ms batch 1, %.1f ms batch 16 (%.2fx; demo %.2fx); at median latency <= %.0f ms continuous %.1f tok/s vs static %.1f (%.2fx)\n",
+			mb.ModelBytes, mb.L3Bytes, mb.DecodeStepMsBatch1, mb.DecodeStepMsBatch16, mb.Batch16OverBatch1, mb.DemoBatch16OverBatch1,
+			mb.LatencyTargetMs, mb.ContinuousTokensPerS, mb.StaticTokensPerS, mb.ContinuousOverStatic)
+	}
+	return err
 }
 
-func measureLLM(ctx context.Context, sz llmSizes) (llmResult, error) {
+// measureLLM runs the benchmark on the demo model sized by sz and, when
+// big is not nil, the memory-bound comparison on a model of shape *big
+// sized by bigSz.
+func measureLLM(ctx context.Context, sz llmSizes, big *llm.Config, bigSz llmSizes) (llmResult, error) {
 	prev := goruntime.GOMAXPROCS(1)
 	defer goruntime.GOMAXPROCS(prev)
-	dir, err := os.MkdirTemp("", "bench-llm")
+	loaded, size, err := generatedModel(llm.DemoConfig, 2048)
 	if err != nil {
 		return llmResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "demo.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		return llmResult{}, err
-	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		f.Close()
-		return llmResult{}, err
-	}
-	if err := f.Close(); err != nil {
-		return llmResult{}, err
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return llmResult{}, err
-	}
-	res := llmResult{ModelBytes: st.Size(), GOMAXPROCS: 1}
-	loaded, _, err := llmserve.LoadModel(path, 2048)
-	if err != nil {
-		return llmResult{}, err
-	}
+	res := llmResult{ModelBytes: size, GOMAXPROCS: 1}
 	m := yielding{loaded}
 	rng := rand.New(rand.NewPCG(1, 2))
-	randPrompt := func(n int) []int {
-		p := make([]int, n)
-		for i := range p {
-			p[i] = 32 + rng.IntN(95)
-		}
-		return p
-	}
+	randPrompt := promptsOf(rng)
 
 	// Tokens per second, batch 1 and 16 streams.
 	eng, err := llmserve.New(m, llmserve.Config{MaxBatch: llmBatch})
@@ -254,6 +284,68 @@ func measureLLM(ctx context.Context, sz llmSizes) (llmResult, error) {
 	res.PrefixHitRatio = round3(res.TTFTHitP50Ms / res.TTFTMissP50Ms)
 
 	// Continuous against static batching at equal median latency.
+	if err := batchingSweep(ctx, m, batchingWork(sz, randPrompt), sz, &res.llmBatching); err != nil {
+		return llmResult{}, err
+	}
+	res.TargetsMet = res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5
+	if big != nil {
+		mb, err := measureMemoryBound(ctx, *big, bigSz, m)
+		if err != nil {
+			return llmResult{}, err
+		}
+		res.MemoryBound = mb
+	}
+	return res, nil
+}
+
+// generatedModel writes llm.WriteModel's model of shape c (F32) to a
+// temporary file, loads it with pages pages of KV store, removes the file
+// and returns the model and the file's size.
+func generatedModel(c llm.Config, pages int) (llmserve.Model, int64, error) {
+	dir, err := os.MkdirTemp("", "bench-llm")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "model.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := llm.WriteModel(f, c, gguf.F32); err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, 0, err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, _, err := llmserve.LoadModel(path, pages)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, st.Size(), nil
+}
+
+// promptsOf returns a maker of random printable-byte prompts drawn from
+// rng.
+func promptsOf(rng *rand.Rand) func(n int) []int {
+	return func(n int) []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 32 + rng.IntN(95)
+		}
+		return p
+	}
+}
+
+// batchingWork is the batching sweep's requests for sz: prompts of
+// sz.Prompt to sz.Prompt+15 tokens, completions of sz.Short to
+// 6·sz.Short-1 tokens but sz.Long for one in every llmBatch.
+func batchingWork(sz llmSizes, randPrompt func(int) []int) []llmserve.Request {
 	var work []llmserve.Request
 	for i := range sz.Warm + 2*sz.Requests {
 		n := sz.Short + (i*37)%(5*sz.Short)
@@ -262,11 +354,114 @@ func measureLLM(ctx context.Context, sz llmSizes) (llmResult, error) {
 		}
 		work = append(work, llmserve.Request{Prompt: randPrompt(sz.Prompt + i%16), MaxTokens: n, IgnoreEOS: true})
 	}
-	if err := batchingSweep(ctx, m, work, sz, &res); err != nil {
-		return llmResult{}, err
+	return work
+}
+
+// bigLLMConfig is the memory-bound measurement's model: TinyLlama-1.1B's
+// layer (width 2048, 32 query heads sharing 4 K/V heads of 64, a 5,632-wide
+// SwiGLU) six times over, with the demo's byte vocabulary: 264 million
+// weights, 1.06 GB in float32, twice and more the largest L3 cache of the
+// machines bench llm has run on (480 MiB).
+var bigLLMConfig = llm.Config{Layers: 6, Dim: 2048, Heads: 32, KVHeads: 4, HeadDim: 64, FFN: 5632,
+	Vocab: llm.DemoConfig.Vocab, Context: 2048, RopeTheta: 10000, NormEps: 1e-5}
+
+// bigLLMSizes size the memory-bound sweep. A token there costs about two
+// thousand times the demo's, so the workload is the demo's scaled by a
+// quarter: completions of 2 to 11 tokens but 48 for one in every
+// llmBatch (the demo's 8 to 47 and 192), prompts of 1 to 16 tokens (the
+// demo's 24 to 39: the spread of 16 is batchingWork's), 16 measured
+// requests a level after 8 of warm-up (the demo's 48 and 16), a coarser
+// load grid and one bisection.
+var bigLLMSizes = llmSizes{Requests: 16, Warm: 8, Prompt: 1, Short: 2, Long: 48, Refine: 1,
+	Loads: []float64{0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8}}
+
+// decodeHistory is the positions before each sequence's token in
+// decodeStepMs's steps.
+const decodeHistory = 64
+
+// decodeStepMs is the median CPU time, in ms, of reps decode steps of
+// batch sequences on m, each one token at position decodeHistory (the K/V
+// before it is whatever the store holds: attention costs the same). m's
+// store needs batch·⌈(decodeHistory+1)/PageTokens⌉ pages.
+func decodeStepMs(m llmserve.Model, batch, reps int) float64 {
+	per := (decodeHistory + llmserve.PageTokens) / llmserve.PageTokens
+	steps := make([]llmserve.Step, batch)
+	for i := range steps {
+		pages := make([]int32, per)
+		for j := range pages {
+			pages[j] = int32(i*per + j)
+		}
+		steps[i] = llmserve.Step{Tokens: []int{'a' + i}, Pos: decodeHistory, Pages: pages}
 	}
-	res.TargetsMet = res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5
-	return res, nil
+	m.Forward(steps) // the weights' first touch
+	var d []time.Duration
+	for range reps {
+		t := cpuTime()
+		m.Forward(steps)
+		d = append(d, cpuTime()-t)
+	}
+	return percentile(d, 0.5)
+}
+
+// l3Bytes is the largest CPU cache cpu0 reports in sysfs; 0 when none.
+func l3Bytes() int64 {
+	var most int64
+	paths, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*/size")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var n int64
+		var unit string
+		if _, err := fmt.Sscanf(string(b), "%d%s", &n, &unit); err != nil {
+			continue
+		}
+		switch unit {
+		case "K":
+			n <<= 10
+		case "M":
+			n <<= 20
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// measureMemoryBound runs the batching comparison of measureLLM on a
+// generated model of shape c, sized by sz, after timing its decode steps
+// and demo's beside them.
+func measureMemoryBound(ctx context.Context, c llm.Config, sz llmSizes, demo llmserve.Model) (*llmMemoryBound, error) {
+	work := batchingWork(sz, promptsOf(rand.New(rand.NewPCG(1, 2))))
+	longest := 0
+	for _, r := range work {
+		longest = max(longest, len(r.Prompt)+r.MaxTokens)
+	}
+	pages := llmBatch * max((longest+llmserve.PageTokens-1)/llmserve.PageTokens, (decodeHistory+llmserve.PageTokens)/llmserve.PageTokens)
+	loaded, size, err := generatedModel(c, pages)
+	if err != nil {
+		return nil, err
+	}
+	mb := &llmMemoryBound{Config: fmt.Sprintf("%+v", c), ModelBytes: size, WeightBytes: 4 * weights(c), L3Bytes: l3Bytes(), Sizes: sz}
+	m := yielding{loaded}
+	mb.DecodeStepMsBatch1 = decodeStepMs(m, 1, 5)
+	mb.DecodeStepMsBatch4 = decodeStepMs(m, 4, 3)
+	mb.DecodeStepMsBatch16 = decodeStepMs(m, 16, 3)
+	mb.Batch16OverBatch1 = round3(mb.DecodeStepMsBatch16 / mb.DecodeStepMsBatch1)
+	mb.DemoDecodeStepMsBatch1 = decodeStepMs(demo, 1, 50)
+	mb.DemoDecodeStepMsBatch16 = decodeStepMs(demo, 16, 50)
+	mb.DemoBatch16OverBatch1 = round3(mb.DemoDecodeStepMsBatch16 / mb.DemoDecodeStepMsBatch1)
+	if err := batchingSweep(ctx, m, work, sz, &mb.llmBatching); err != nil {
+		return nil, err
+	}
+	return mb, nil
+}
+
+// weights is the number of weights of a model of shape c (untied output).
+func weights(c llm.Config) int64 {
+	d, kv := int64(c.Dim), int64(c.KVDim())
+	layer := 2*d + d*d + 2*kv*d + d*d + 3*int64(c.FFN)*d
+	return int64(c.Layers)*layer + d + 2*int64(c.Vocab)*d
 }
 
 // yielding lets the other goroutines run before each forward pass. On one
@@ -303,7 +498,7 @@ func (y yielding) Forward(batch []llmserve.Step) [][]float32 {
 // sustained load. Continuous climbs from that load while it is sustained
 // within the target. Each scheduler's figure is its highest sustained load
 // within the target (for static, the target's own).
-func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Request, sz llmSizes, res *llmResult) error {
+func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Request, sz llmSizes, res *llmBatching) error {
 	measured, loads := sz.Requests, sz.Loads
 	longest, tokens := 0, 0
 	for _, r := range work {

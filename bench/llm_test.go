@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/llm"
 	"modelplane/runtime/llmserve"
 )
 
@@ -159,18 +160,59 @@ func TestHighestWithinTakesTheHighestSustainedLoadWithinTheTarget(t *testing.T) 
 }
 
 // TestLLMBenchRunsASmallSweep runs the whole benchmark, small, on the
-// demo model (not in parallel: it sets GOMAXPROCS and reads the process's
-// CPU time). Its figures are not asserted, only that they are the sweep's.
+// demo model and, as its memory-bound measurement, on a generated model
+// smaller still (not in parallel: it sets GOMAXPROCS and reads the
+// process's CPU time). Its figures are not asserted, only that they are
+// the sweeps'.
 func TestLLMBenchRunsASmallSweep(t *testing.T) {
 	sz := llmSizes{Batch1Tokens: 4, StreamTokens: 2, TTFTSamples: 1, Prefix: 32, Requests: 8, Warm: 2,
 		Prompt: 4, Short: 2, Long: 16, Loads: []float64{0.5, 1, 2}, Refine: 1}
-	res, err := measureLLM(context.Background(), sz)
+	tiny := llm.Config{Layers: 1, Dim: 32, Heads: 2, KVHeads: 1, HeadDim: 16, FFN: 64,
+		Vocab: llm.DemoConfig.Vocab, Context: 512, RopeTheta: 10000, NormEps: 1e-5}
+	res, err := measureLLM(context.Background(), sz, &tiny, sz)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := json.Marshal(res); err != nil {
+	b, err := json.Marshal(res)
+	if err != nil {
 		t.Fatal(err)
 	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"continuous_over_static", "latency_target_ms", "static_sweep", "targets_met", "memory_bound"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+	checkSweep(t, "demo", res.llmBatching)
+	mb := res.MemoryBound
+	if mb == nil {
+		t.Fatal("no memory-bound figures with a big model")
+	}
+	if want := 4 * weights(tiny); mb.WeightBytes != want || mb.ModelBytes < want {
+		t.Errorf("memory-bound model %d bytes, weights %d; want weights %d and a file holding them", mb.ModelBytes, mb.WeightBytes, want)
+	}
+	for name, ms := range map[string]float64{"batch 1": mb.DecodeStepMsBatch1, "batch 4": mb.DecodeStepMsBatch4, "batch 16": mb.DecodeStepMsBatch16,
+		"demo batch 1": mb.DemoDecodeStepMsBatch1, "demo batch 16": mb.DemoDecodeStepMsBatch16} {
+		if ms <= 0 {
+			t.Errorf("decode step at %s: %v ms, want above 0", name, ms)
+		}
+	}
+	if mb.Batch16OverBatch1 != round3(mb.DecodeStepMsBatch16/mb.DecodeStepMsBatch1) {
+		t.Errorf("batch 16 over batch 1 = %v, want %v / %v", mb.Batch16OverBatch1, mb.DecodeStepMsBatch16, mb.DecodeStepMsBatch1)
+	}
+	checkSweep(t, "memory-bound", mb.llmBatching)
+	if res.TargetsMet != (res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5) {
+		t.Errorf("targets_met %v, want it of the demo model's figures alone (%v, %v)", res.TargetsMet, res.ContinuousOverStatic, res.PrefixHitRatio)
+	}
+}
+
+// checkSweep holds a batching sweep's figures to its points.
+func checkSweep(t *testing.T, name string, res llmBatching) {
+	t.Helper()
+	t.Logf("%s sweep: continuous over static %v at %v ms", name, res.ContinuousOverStatic, res.LatencyTargetMs)
 	if len(res.StaticSweep) == 0 || len(res.ContinuousSweep) == 0 {
 		t.Fatalf("sweeps: static %d points, continuous %d", len(res.StaticSweep), len(res.ContinuousSweep))
 	}

@@ -26,20 +26,43 @@ const ChatMLTemplate = "{% for message in messages %}{{'<|im_start|>' + message[
 // 1.1 MB in F32. Its tokenizer is GPT-2 byte-level BPE without merges, so
 // token id b is byte b.
 func WriteDemo(w io.Writer, typ gguf.TensorType) error {
-	kvs, tensors, err := demoParts(typ)
+	return WriteModel(w, DemoConfig, typ)
+}
+
+// WriteModel writes a llama model of shape c the way WriteDemo writes the
+// demo (which is WriteModel of DemoConfig): deterministic seeded random
+// weights of type typ and the demo's byte-level tokenizer and chat
+// template, so c.Vocab must be the demo's 259. It is for benchmarks that
+// need a model of another size, such as one too big for the CPU caches.
+func WriteModel(w io.Writer, c Config, typ gguf.TensorType) error {
+	kvs, tensors, err := modelParts(c, typ)
 	if err != nil {
 		return err
 	}
 	return gguf.Write(w, kvs, tensors)
 }
 
-// demoParts is the demo model's metadata and tensors, for WriteDemo and
-// for tests that write altered copies.
+// demoParts is the demo model's metadata and tensors, for tests that
+// write altered copies.
 func demoParts(typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
+	return modelParts(DemoConfig, typ)
+}
+
+// modelParts is the metadata and tensors of WriteModel's model of shape c.
+func modelParts(c Config, typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
 	if typ != gguf.F32 && typ != gguf.F16 && typ != gguf.Q8_0 {
-		return nil, nil, fmt.Errorf("demo weight type %s: want F32, F16 or Q8_0", typ)
+		return nil, nil, fmt.Errorf("model weight type %s: want F32, F16 or Q8_0", typ)
 	}
-	c := DemoConfig
+	if c.Vocab != DemoConfig.Vocab {
+		return nil, nil, fmt.Errorf("model vocabulary %d: the byte-level tokenizer has %d tokens", c.Vocab, DemoConfig.Vocab)
+	}
+	if c.Layers < 1 || c.HeadDim < 2 || c.HeadDim%2 != 0 || c.Heads < 1 || c.KVHeads < 1 || c.Heads%c.KVHeads != 0 ||
+		c.Dim != c.Heads*c.HeadDim || c.FFN < 1 || c.Context < 1 {
+		return nil, nil, fmt.Errorf("model shape %+v: want layers, heads a multiple of K/V heads, dim heads × an even head width, a feed-forward and a context", c)
+	}
+	if typ == gguf.Q8_0 && (c.Dim%32 != 0 || c.FFN%32 != 0) {
+		return nil, nil, fmt.Errorf("model shape %+v: Q8_0 wants the width and the feed-forward multiples of 32", c)
+	}
 	rng := rand.New(rand.NewPCG(17, 0x6c6c6d))
 	var tensors []gguf.Tensor
 	add := func(name string, rows, cols int, std, mean float64) {
@@ -82,10 +105,13 @@ func demoParts(typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
 		tokens = append(tokens, s)
 		types = append(types, tokControl)
 	}
-	name := map[gguf.TensorType]string{gguf.F32: "f32", gguf.F16: "f16", gguf.Q8_0: "q8_0"}[typ]
+	name := "modelplane-demo-llama-" + map[gguf.TensorType]string{gguf.F32: "f32", gguf.F16: "f16", gguf.Q8_0: "q8_0"}[typ]
+	if c != DemoConfig {
+		name = fmt.Sprintf("modelplane-llama-%dx%d-", c.Layers, c.Dim) + name[len("modelplane-demo-llama-"):]
+	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Type: gguf.String, Value: "llama"},
-		{Key: "general.name", Type: gguf.String, Value: "modelplane-demo-llama-" + name},
+		{Key: "general.name", Type: gguf.String, Value: name},
 		{Key: "general.alignment", Type: gguf.Uint32, Value: uint32(32)},
 		{Key: "llama.block_count", Type: gguf.Uint32, Value: uint32(c.Layers)},
 		{Key: "llama.context_length", Type: gguf.Uint32, Value: uint32(c.Context)},

@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,57 @@ func TestDemoIsDeterministic(t *testing.T) {
 	}
 	if a.Len() > 1<<20 {
 		t.Errorf("F16 demo is %d bytes", a.Len())
+	}
+}
+
+// TestWriteModelWritesTheShapeAskedFor holds WriteModel to its config: the
+// model it writes loads with that shape and runs, two calls write the same
+// bytes, and WriteDemo is WriteModel of DemoConfig.
+func TestWriteModelWritesTheShapeAskedFor(t *testing.T) {
+	c := Config{Layers: 2, Dim: 96, Heads: 6, KVHeads: 3, HeadDim: 16, FFN: 160,
+		Vocab: DemoConfig.Vocab, Context: 512, RopeTheta: 10000, NormEps: 1e-5}
+	var a, b, demo, viaModel bytes.Buffer
+	if err := WriteModel(&a, c, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteModel(&b, c, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("two WriteModel calls wrote different bytes")
+	}
+	if err := WriteDemo(&demo, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteModel(&viaModel, DemoConfig, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(demo.Bytes(), viaModel.Bytes()) {
+		t.Error("WriteDemo and WriteModel(DemoConfig) wrote different bytes")
+	}
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(p, a.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Config(); got != c {
+		t.Errorf("Config = %+v, want %+v", got, c)
+	}
+	kv := NewKV(c, 1, pageTokens)
+	logits := m.Forward(kv, []Seq{{Tokens: []int{'h', 'i'}, Pages: []int32{0}}})
+	if len(logits) != 1 || len(logits[0]) != c.Vocab {
+		t.Fatalf("logits %d rows, want 1 of %d", len(logits), c.Vocab)
+	}
+	for _, bad := range []Config{
+		func() Config { b := c; b.Vocab = 300; return b }(),
+		func() Config { b := c; b.Dim = 100; return b }(),
+		func() Config { b := c; b.KVHeads = 4; return b }(),
+	} {
+		if err := WriteModel(io.Discard, bad, gguf.F32); err == nil {
+			t.Errorf("WriteModel(%+v) wrote a model, want an error", bad)
+		}
 	}
 }
