@@ -241,14 +241,14 @@ func measureLLM(ctx context.Context, sz llmSizes, big *llm.Config, bigSz llmSize
 	// TTFT with and without a shared sz.Prefix-token prefix (256), beside
 	// a running stream that holds the prefix.
 	prefix := randPrompt(sz.Prefix)
-	anchorID, anchor, err := eng.Submit(llmserve.Request{Prompt: append(slices.Clone(prefix), randPrompt(8)...), MaxTokens: 1500, IgnoreEOS: true, PrefixTokens: sz.Prefix})
+	anchorID, anchor, err := eng.Submit(llmserve.Request{Prompt: append(slices.Clone(prefix), randPrompt(8)...), MaxTokens: 1500, IgnoreEOS: true})
 	if err != nil {
 		return llmResult{}, err
 	}
 	<-anchor
 	ttft := func(p []int) (time.Duration, error) {
 		start := time.Now()
-		_, ch, err := eng.Submit(llmserve.Request{Prompt: p, MaxTokens: 1, PrefixTokens: sz.Prefix})
+		_, ch, err := eng.Submit(llmserve.Request{Prompt: p, MaxTokens: 1})
 		if err != nil {
 			return 0, err
 		}

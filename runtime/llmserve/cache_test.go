@@ -91,6 +91,34 @@ func TestCompletionsHitThePrefixCache(t *testing.T) {
 	}
 }
 
+// A chat with the same system message as an earlier one, finished, finds
+// the system message's full pages cached: they are computed once.
+func TestChatSystemMessageHitsThePrefixCache(t *testing.T) {
+	t.Parallel()
+	ts, e := server(t, "")
+	sys := strings.Repeat("You answer in one short sentence. ", 10)
+	chat := func(user string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "system", "content": sys}, {"role": "user", "content": user}},
+			"max_tokens": 3, "temperature": 0})
+		resp := post(t, ts, "/v1/chat/completions", string(body))
+		var out chatAnswer
+		decodeJSON(t, resp, &out)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("chat: %d", resp.StatusCode)
+		}
+	}
+	chat("What is a page?")
+	mid := e.Counts()
+	chat("Why batch?")
+	after := e.Counts()
+	// The system message is 340 bytes, each a token: at least 21 full
+	// pages of the prompt are the same in both chats.
+	if hits := after.PrefixHits - mid.PrefixHits; hits < 21*PageTokens {
+		t.Errorf("second chat hit %d cached tokens; want at least the %d of its system message's full pages", hits, 21*PageTokens)
+	}
+}
+
 // When pages run short, cached pages are evicted, least recently released
 // first, and nothing is preempted for them.
 func TestCachedPagesEvictedBeforePreemption(t *testing.T) {

@@ -59,12 +59,6 @@ type Request struct {
 	Prompt    []int
 	MaxTokens int
 	Sampling  Sampling
-	// PrefixTokens is how many leading prompt tokens are a shareable
-	// prefix (a system prompt). With prefix caching on (the default) it
-	// changes nothing, since every prompt's full pages are cached and
-	// shared; with Config.NoPrefixCaching the full pages of this prefix
-	// are still shared while some request holds them. 0: none.
-	PrefixTokens int
 	// IgnoreEOS generates past the model's end of sequence, to MaxTokens
 	// or a stop (as vLLM's ignore_eos; benchmarks use it).
 	IgnoreEOS bool
@@ -374,11 +368,9 @@ func (e *Engine) apply() {
 				MaxTokens: g.req.MaxTokens, OutputTokens: g.req.MaxTokens}
 			// Only full pages before the last prompt token: that one is
 			// always computed, and must not be written into a shared page.
-			pages := (len(g.req.Prompt) - 1) / PageTokens
-			if !e.caching {
-				pages = min(pages, g.req.PrefixTokens/PageTokens)
+			if e.caching {
+				r.PageHashes = pageHashes(e.salt, g.req.Prompt, (len(g.req.Prompt)-1)/PageTokens)
 			}
-			r.PageHashes = pageHashes(e.salt, g.req.Prompt, pages)
 			if err := e.sched.Submit(r); err != nil {
 				g.events <- Event{Done: true, Reason: "error", Err: err}
 				close(g.events)

@@ -152,13 +152,13 @@ func TestPrefixSharingSkipsPrefill(t *testing.T) {
 	want, _ := collect(t, alone, Request{Prompt: b, MaxTokens: 12, Sampling: greedy()})
 
 	a := append(append([]int(nil), prefix...), tok.Encode(" Hello there.")...)
-	idA, evA, err := e.Submit(Request{Prompt: a, MaxTokens: 10000, Sampling: greedy(), PrefixTokens: 256})
+	idA, evA, err := e.Submit(Request{Prompt: a, MaxTokens: 10000, Sampling: greedy()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-evA // A's first token: its prefix pages are computed
 	before := e.Counts()
-	got, _ := collect(t, e, Request{Prompt: b, MaxTokens: 12, Sampling: greedy(), PrefixTokens: 256})
+	got, _ := collect(t, e, Request{Prompt: b, MaxTokens: 12, Sampling: greedy()})
 	after := e.Counts()
 	e.Cancel(idA)
 	for range evA {
@@ -461,39 +461,5 @@ func TestTokenRequiredButForProbes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("POST with token: %d; want 200", resp.StatusCode)
-	}
-}
-
-// A chat request's leading system messages are its shareable prefix: the
-// same tokens in two requests with different user turns.
-func TestChatSystemMessagesArePrefix(t *testing.T) {
-	t.Parallel()
-	e, tok := open(t, Config{Pages: 64})
-	s := NewServer(e, tok, Options{Model: "m"})
-	sys := strings.Repeat("You answer in one short sentence. ", 10)
-	body := func(user string) []byte {
-		b, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "system", "content": sys}, {"role": "user", "content": user}}})
-		return b
-	}
-	a, err := s.parseChat(body("What is a page?"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := s.parseChat(body("Why batch?"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.prefix < len(tok.Encode(sys)) || a.prefix != b.prefix {
-		t.Fatalf("prefixes %d and %d; want equal and covering the %d system tokens", a.prefix, b.prefix, len(tok.Encode(sys)))
-	}
-	if fmt.Sprint(a.prompt[:a.prefix]) != fmt.Sprint(b.prompt[:b.prefix]) {
-		t.Error("the prefixes' tokens differ")
-	}
-	c, err := s.parseChat([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.prefix != 0 {
-		t.Errorf("without a system message the prefix is %d; want 0", c.prefix)
 	}
 }

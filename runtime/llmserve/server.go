@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -220,16 +219,15 @@ type job struct {
 	kind   string // "chat" or "text"
 	p      params
 	prompt []int
-	prefix int
 	stops  []string
 	req    Request
 }
 
-func (s *Server) build(p params, prompt []int, prefix int) (*job, error) {
+func (s *Server) build(p params, prompt []int) (*job, error) {
 	if p.N != nil && *p.N != 1 {
 		return nil, bad("n", "n: only 1 is supported")
 	}
-	j := &job{p: p, prompt: prompt, prefix: prefix}
+	j := &job{p: p, prompt: prompt}
 	ctx := s.eng.m.Context()
 	if len(prompt) >= ctx {
 		return nil, bad("messages", "the prompt is %d tokens; this model's context length is %d", len(prompt), ctx)
@@ -277,7 +275,7 @@ func (s *Server) build(p params, prompt []int, prefix int) (*job, error) {
 			}
 		}
 	}
-	j.req = Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: samp, PrefixTokens: prefix}
+	j.req = Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: samp}
 	if len(j.stops) > 0 {
 		j.req.Stop = func(c []int) bool { _, hit := cutStop(s.tok.Decode(c), j.stops); return hit }
 	}
@@ -341,21 +339,7 @@ func (s *Server) parseChat(body []byte) (*job, error) {
 		msgs[i] = Message{Role: m.Role, Content: text}
 	}
 	prompt, turnStops := s.tok.Chat(msgs)
-	// The leading system messages are the shareable prefix: the tokens the
-	// prompt has in common with the same system messages before an empty
-	// user turn (the key is the tokens themselves, so sharing is exact).
-	prefix := 0
-	n := 0
-	for n < len(msgs) && msgs[n].Role == "system" {
-		n++
-	}
-	if n > 0 {
-		probe, _ := s.tok.Chat(append(slices.Clone(msgs[:n]), Message{Role: "user"}))
-		for prefix < len(probe) && prefix < len(prompt) && probe[prefix] == prompt[prefix] {
-			prefix++
-		}
-	}
-	j, err := s.build(b.params, prompt, prefix)
+	j, err := s.build(b.params, prompt)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +398,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, bad("prompt", "prompt must not be empty"))
 		return
 	}
-	j, err := s.build(b.params, s.tok.Encode(text), 0)
+	j, err := s.build(b.params, s.tok.Encode(text))
 	if err != nil {
 		s.refuse(w, err)
 		return
