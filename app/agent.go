@@ -20,8 +20,8 @@ import (
 	"modelplane/agent"
 	"modelplane/agent/cache"
 	"modelplane/agent/process"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/egress"
 	"modelplane/enrollment"
 	"modelplane/runtime/onnx"
@@ -195,7 +195,7 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.CacheBytes <= 0 {
 		bad("MP_AGENT_CACHE_BYTES (--cache-bytes) must be a positive number of bytes")
 	}
-	var gpus []proto.GPU
+	var gpus []busapi.GPU
 	var memMB int
 	var err error
 	if len(c.GPUs) > 0 || len(c.MIG) > 0 || c.CPUs == 0 && c.Memory == "" {

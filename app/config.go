@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"modelplane/bus"
-	"modelplane/validation"
+	"modelplane/versioncheck"
 )
 
 // Secret is a setting that never prints.
@@ -145,8 +145,8 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
 	fs.DurationVar(&c.AutoscaleInterval, "autoscale-interval", envDuration("MP_AUTOSCALE_INTERVAL", 2*time.Second), "how often the leader evaluates every endpoint's replica count (MP_AUTOSCALE_INTERVAL)")
 	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
-	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", validation.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
-	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", validation.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
+	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", versioncheck.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
+	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", versioncheck.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -210,8 +210,8 @@ func (c *ServerConfig) Validate() error {
 	if c.ValidationTimeout < time.Second {
 		bad("MP_VALIDATION_TIMEOUT (--validation-timeout) must be at least 1s")
 	}
-	if c.ValidationMemoryMB < validation.MinMemoryMB {
-		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", validation.MinMemoryMB)
+	if c.ValidationMemoryMB < versioncheck.MinMemoryMB {
+		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", versioncheck.MinMemoryMB)
 	}
 	if c.AutoscaleInterval < 500*time.Millisecond || c.AutoscaleInterval > time.Minute {
 		bad("MP_AUTOSCALE_INTERVAL (--autoscale-interval) must be between 500ms and 1m")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -82,7 +82,7 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_SEARCH_KEY"]
-	waitServing(t, env, DemoLLMEndpoint, key, 1, proto.ProfileCPU)
+	waitServing(t, env, DemoLLMEndpoint, key, 1, busapi.ProfileCPU)
 	var last string
 	wait.Eventually(t, 60*time.Second, func() bool {
 		env = readEnvFile(d.EnvFile)

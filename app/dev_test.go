@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
@@ -143,7 +143,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.AdminURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
 		t.Errorf("admin /metrics lacks mp_http_requests_total")
 	}
-	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, proto.ProfileCPU)
+	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, busapi.ProfileCPU)
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
@@ -175,7 +175,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	}
 	// The agents' replicas died with the first run; the second run's agents
 	// start them again from their state files.
-	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, proto.ProfileCPU)
+	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, busapi.ProfileCPU)
 	<-d.Backfilled
 	if got := backfilled(t, again["MP_CLICKHOUSE_URL"]); got != week {
 		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
@@ -396,11 +396,11 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(t.Context(), proto.BucketRoutes)
+	kv, err := js.KeyValue(t.Context(), busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last proto.Route
+	var last busapi.Route
 	wait.Eventually(t, 30*time.Second, func() bool {
 		e, err := kv.Get(t.Context(), endpoint)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/xgboost"
-	"modelplane/validation"
+	"modelplane/versioncheck"
 )
 
 // runtimeOpeners are the model loaders of the built-in runtime, by the
@@ -175,16 +175,16 @@ type RuntimeValidateConfig struct {
 // Flags registers the settings on fs.
 func (c *RuntimeValidateConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelDir, "model-dir", "", "model directory holding the model files and modelplane-runtime.json, whose sample_inputs are answered")
-	fs.Int64Var(&c.MemoryMB, "memory-mb", validation.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
+	fs.Int64Var(&c.MemoryMB, "memory-mb", versioncheck.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
 }
 
 // RunRuntimeValidate loads the model directory as a replica would, answers
-// its sample inputs and prints a validation.Report as JSON; it returns the
+// its sample inputs and prints a versioncheck.Report as JSON; it returns the
 // exit status (3 when the version is invalid).
 func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
 	if c.ModelDir == "" {
 		fmt.Fprintln(os.Stderr, "modelplane runtime validate: --model-dir is required")
 		return 2
 	}
-	return validation.RunChild(ctx, c.ModelDir, c.MemoryMB, runtimeOpeners())
+	return versioncheck.RunChild(ctx, c.ModelDir, c.MemoryMB, runtimeOpeners())
 }

@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/gateway"
 	"modelplane/ingest"
@@ -314,8 +314,8 @@ func putKey(ctx context.Context, js jetstream.JetStream) (string, error) {
 	prefix := "mpk_" + hex.EncodeToString(id)
 	raw := prefix + "_" + base64.RawURLEncoding.EncodeToString(secret)
 	sum := sha256.Sum256([]byte(raw))
-	entry := proto.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"}
-	keys, err := js.KeyValue(ctx, proto.BucketKeys)
+	entry := busapi.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"}
+	keys, err := js.KeyValue(ctx, busapi.BucketKeys)
 	if err != nil {
 		return "", err
 	}

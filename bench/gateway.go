@@ -28,8 +28,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/freeport"
 )
@@ -602,22 +602,22 @@ func (b *gatewayBench) start(ctx context.Context) error {
 // putRoutes writes the predict and chat endpoints' routing entries: a
 // stable and a canary version at 90/10, each on every replica.
 func putRoutes(ctx context.Context, js jetstream.JetStream, replicas []string) error {
-	routes, err := js.KeyValue(ctx, proto.BucketRoutes)
+	routes, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		return err
 	}
-	versions := func() []proto.RouteVersion {
-		var vs []proto.RouteVersion
+	versions := func() []busapi.RouteVersion {
+		var vs []busapi.RouteVersion
 		for i, name := range []string{"stable", "canary"} {
-			v := proto.RouteVersion{Name: name, Weight: []int{90, 10}[i]}
+			v := busapi.RouteVersion{Name: name, Weight: []int{90, 10}[i]}
 			for j, a := range replicas {
-				v.Replicas = append(v.Replicas, proto.RouteReplica{ID: fmt.Sprintf("%s-%d", name, j), Addr: a})
+				v.Replicas = append(v.Replicas, busapi.RouteReplica{ID: fmt.Sprintf("%s-%d", name, j), Addr: a})
 			}
 			vs = append(vs, v)
 		}
 		return vs
 	}
-	for _, rt := range []proto.Route{
+	for _, rt := range []busapi.Route{
 		{Endpoint: predictEndpoint, Team: "bench", Task: "classification", Generation: 1, Versions: versions(),
 			InputSchema: json.RawMessage(predictSchema), FeatureNames: []string{"amount", "country"}, SamplingRate: 0.01},
 		{Endpoint: chatEndpoint, Team: "bench", Task: "llm", Generation: 1, Versions: versions(), SamplingRate: 0.01},

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/placement"
 )
@@ -186,16 +186,16 @@ func (f *placementFleet) reconcile(ctx context.Context) (fleet.Pass, time.Durati
 }
 
 // nodeStatus is node i's heartbeat.
-func nodeStatus(i int) proto.NodeStatus {
-	st := proto.NodeStatus{Node: fmt.Sprintf("gpu-node-%03d", i), BootID: "bench", LeaseSeconds: 15}
+func nodeStatus(i int) busapi.NodeStatus {
+	st := busapi.NodeStatus{Node: fmt.Sprintf("gpu-node-%03d", i), BootID: "bench", LeaseSeconds: 15}
 	typ, mig := layout(i)
 	for g := range 8 {
-		gpu := proto.GPU{Index: g, Type: typ, MemoryMB: 81920, MIG: mig != nil}
+		gpu := busapi.GPU{Index: g, Type: typ, MemoryMB: 81920, MIG: mig != nil}
 		if mig == nil {
-			gpu.Slices = []proto.Slice{{Profile: proto.ProfileFull}}
+			gpu.Slices = []busapi.Slice{{Profile: busapi.ProfileFull}}
 		}
 		for j, p := range mig {
-			gpu.Slices = append(gpu.Slices, proto.Slice{Index: j, Profile: p})
+			gpu.Slices = append(gpu.Slices, busapi.Slice{Index: j, Profile: p})
 		}
 		st.GPUs = append(st.GPUs, gpu)
 	}

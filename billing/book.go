@@ -11,7 +11,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // RateLead is how far ahead of now a new rate must take effect. The ingest
@@ -88,7 +88,7 @@ func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, er
 	if !p.Finance() {
 		return Entry{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if !gpuTypeRule.MatchString(r.GPUType) {
 		errs.Add("gpu_type", "must be 1-63 letters, digits, '.', '_' or '-'")
 	}

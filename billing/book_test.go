@@ -8,8 +8,8 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
-	"modelplane/validate"
 )
 
 // TestBookCreate enters rates as finance: a future rate joins the history
@@ -66,7 +66,7 @@ func TestBookCreate(t *testing.T) {
 			}
 			continue
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != tc.field {
 			t.Errorf("%s: err = %v, want a validation error on %s", tc.name, err, tc.field)
 		}

@@ -1,4 +1,4 @@
-// Package bus sets up the JetStream side of the NATS contract in agent/proto:
+// Package bus sets up the JetStream side of the NATS contract in busapi:
 // it creates or updates the KV buckets and streams. The control plane calls
 // Ensure at start; tests call it on their embedded server. It owns no messages
 // and no consumers.
@@ -10,19 +10,19 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Ensure creates every bucket and stream of the contract, updating settings
 // that changed. It is safe to call from several processes at once.
 func Ensure(ctx context.Context, js jetstream.JetStream) error {
-	for _, b := range proto.Buckets {
+	for _, b := range busapi.Buckets {
 		cfg := jetstream.KeyValueConfig{Bucket: b.Name, History: uint8(b.History), Storage: jetstream.FileStorage}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("kv bucket %s: %w", b.Name, err)
 		}
 	}
-	for _, s := range proto.Streams {
+	for _, s := range busapi.Streams {
 		cfg := jetstream.StreamConfig{
 			Name:       s.Name,
 			Subjects:   s.Subjects,

@@ -13,14 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/money"
 	"modelplane/outbox"
 	"modelplane/service"
-	"modelplane/validate"
 )
 
 // Enforcement says what a budget does once a month's spend reaches it.
@@ -107,14 +107,14 @@ var system = auth.System("budget-check")
 // Set creates or replaces the budget of a team or of one of its
 // endpoints; team admins of that team and platform admins only.
 func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Budget, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if s.MonthlyUUSD <= 0 || s.MonthlyUUSD > 1_000_000_000_000_000 {
 		errs.Add("monthly_uusd", "must be a positive number of micro-USD")
 	}
 	if s.Enforcement == "" {
 		s.Enforcement = EnforceAlert
 	}
-	validate.OneOf(&errs, "enforcement", s.Enforcement, EnforceAlert, EnforceBlock)
+	field.OneOf(&errs, "enforcement", s.Enforcement, EnforceAlert, EnforceBlock)
 	if err := errs.Err(); err != nil {
 		return Budget{}, err
 	}
@@ -289,7 +289,7 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 }
 
 // Check measures every budget once: a threshold newly passed this month is
-// stored as an alert with an audit record and its event (proto.Event, kind
+// stored as an alert with an audit record and its event (busapi.Event, kind
 // "budget", on mp.events.<team>) as an outbox row, in one transaction, so
 // the event goes out exactly when the alert is stored, through the relay
 // like every other event (MP_EVENTS).
@@ -344,7 +344,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// EventKind is the Kind of a budget alert's proto.Event; its Type is
+// EventKind is the Kind of a budget alert's busapi.Event; its Type is
 // "alert", State the threshold passed ("80" or "100"), ID the budget's id
 // and Name the team or team/endpoint. Readers fetch the alerts for the
 // figures; Message says them for people.
@@ -358,7 +358,7 @@ func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, p
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
-	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
+	return outbox.Event(ctx, q, bu.Team, busapi.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
 }
 

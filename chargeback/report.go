@@ -14,7 +14,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/billing"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Unallocated is how the CSV and the portal name the team of GPU time no
@@ -77,7 +77,7 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 		}
 		d := Dimension(part)
 		if !slices.Contains(Dimensions, d) {
-			var errs validate.Errors
+			var errs field.Errors
 			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation", part)
 			return nil, errs
 		}
@@ -309,7 +309,7 @@ func scope(p *auth.Principal) (all bool, teams []string) {
 
 // check validates a query's period.
 func (q *Query) check() error {
-	var errs validate.Errors
+	var errs field.Errors
 	if q.From.IsZero() || q.To.IsZero() {
 		errs.Add("from", "from and to are both required")
 		return errs

@@ -24,7 +24,7 @@ import (
 // a report is, never what it says.
 
 // SealAfter is how old a day must be before it is sealed: past the usage
-// stream's 7-day retention (agent/proto.Streams), so no redelivery can add
+// stream's 7-day retention (busapi.Streams), so no redelivery can add
 // a second to it.
 const SealAfter = 8 * 24 * time.Hour
 

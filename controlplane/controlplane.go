@@ -15,12 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/drift"
@@ -32,11 +32,11 @@ import (
 	"modelplane/ingest"
 	"modelplane/outbox"
 	"modelplane/registry"
+	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
 	"modelplane/tenant"
-	"modelplane/traffic"
-	"modelplane/validation"
+	"modelplane/versioncheck"
 )
 
 // Stores are the connections the control plane runs on. CH and NC may be
@@ -76,7 +76,7 @@ type Config struct {
 	// such versions stay registered.
 	RuntimeBinary string
 	// ValidationTimeout and ValidationMemoryMB limit one validation's
-	// child process (zero: the validation package's defaults).
+	// child process (zero: package versioncheck's defaults).
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
 	// Authority mints the credentials of enrolling nodes; nil leaves node
@@ -126,7 +126,7 @@ type ControlPlane struct {
 	Budgets    *chargeback.Budgets
 	Advisor    *chargeback.Advisor
 	Rollouts   *rollout.Service
-	Traffic    *traffic.Reader
+	Traffic    *reqstats.Reader
 	Drift      *drift.Service
 	Audit      *audit.Log
 	// Enrollment enrolls, rotates and revokes nodes; nil without an
@@ -143,7 +143,7 @@ type ControlPlane struct {
 	// service when Start runs the background (NATS and ClickHouse
 	// present); its Pass may be called directly (demo seeding, a control
 	// plane without them).
-	Validator *validation.Validator
+	Validator *versioncheck.Validator
 
 	js         jetstream.JetStream
 	background *service.Group
@@ -184,7 +184,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Metrics:     reg,
 	}
 	if cfg.RuntimeBinary != "" {
-		cp.Validator = validation.New(validation.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
+		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
 			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
@@ -211,7 +211,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
 		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
-		cp.Traffic = traffic.NewReader(st.CH, now)
+		cp.Traffic = reqstats.NewReader(st.CH, now)
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
 		cp.Drift = drift.NewService(st.Pool, driftReader, now)
 		gate = drift.NewGate(driftReader)
@@ -293,7 +293,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
 	}
 	if cfg.OIDC != nil {
-		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, proto.BucketIdentity), cfg.Log)))
+		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log)))
 	}
 	cp.background = g
 	return nil

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/drift/stat"
 	"modelplane/outbox"
@@ -54,7 +54,7 @@ func (c *CheckerConfig) defaults() {
 
 // Event is what the audit log records when a drift alert fires
 // ("drift.alert") and when a fired one clears ("drift.resolved"). The event
-// on mp.events.<team> is a proto.Event of kind EventKind written to the
+// on mp.events.<team> is a busapi.Event of kind EventKind written to the
 // outbox in the same transaction (see alert).
 type Event struct {
 	Type             string    `json:"type"`
@@ -79,7 +79,7 @@ const (
 	EventResolved = "drift.resolved"
 )
 
-// EventKind is the Kind of a drift alert's proto.Event on mp.events.<team>:
+// EventKind is the Kind of a drift alert's busapi.Event on mp.events.<team>:
 // ID and Name are the endpoint's, Type "alert" or "resolved", State the
 // version and metric ("v24 w1_norm"), Message the figures for people.
 const EventKind = "drift"
@@ -374,7 +374,7 @@ func (c *Checker) retire(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// writeEvent writes the proto.Event of a fired or resolved alert to the
+// writeEvent writes the busapi.Event of a fired or resolved alert to the
 // outbox inside the alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) error {
 	typ, msg := "alert", fmt.Sprintf("%s %s = %.4g, past its threshold %.4g since %s", e.Version, e.Metric, e.Value, e.Threshold,
@@ -385,6 +385,6 @@ func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) e
 	case e.Type == EventResolved:
 		typ, msg = "resolved", fmt.Sprintf("%s %s = %.4g, back within its threshold %.4g", e.Version, e.Metric, e.Value, e.Threshold)
 	}
-	return outbox.Event(ctx, q, e.Team, proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ,
+	return outbox.Event(ctx, q, e.Team, busapi.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ,
 		State: e.Version + " " + e.Metric, Message: msg, At: e.At.UTC()})
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
@@ -26,7 +26,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	seed(t, pool, "fraud")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
-	events := newEventStream(t, pool, proto.EventsSubject("risk"))
+	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
 	now := t0
 	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, prometheus.NewRegistry(),
 		drift.CheckerConfig{AlertAfter: 10 * time.Minute})

@@ -16,18 +16,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/drift"
 	"modelplane/drift/stat"
+	"modelplane/field"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
 	"modelplane/outbox"
-	"modelplane/validate"
 )
 
 // eventStream reads the events of one subject from MP_EVENTS after the
@@ -48,7 +48,7 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateConsumer(t.Context(), proto.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
+	cons, err := js.CreateConsumer(t.Context(), busapi.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 
 // next relays the outbox and returns the events that arrived since the
 // last call.
-func (s *eventStream) next(t *testing.T) []proto.Event {
+func (s *eventStream) next(t *testing.T) []busapi.Event {
 	t.Helper()
 	if _, err := s.relay.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -66,9 +66,9 @@ func (s *eventStream) next(t *testing.T) []proto.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []proto.Event
+	var out []busapi.Event
 	for m := range batch.Messages() {
-		var e proto.Event
+		var e busapi.Event
 		if err := json.Unmarshal(m.Data(), &e); err != nil {
 			t.Fatalf("event %s: %v", m.Data(), err)
 		}
@@ -145,7 +145,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	garbage(t, ch, "quiet", endpointID(t, pool, "quiet"), t0, 50) // too few current samples to judge
 
-	events := newEventStream(t, pool, proto.EventsSubject("risk"))
+	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
 	now := t0
 	reg := prometheus.NewRegistry()
 	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, reg,
@@ -153,7 +153,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fired proto.Event
+	var fired busapi.Event
 	for _, step := range []time.Duration{0, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute} {
 		now = t0.Add(step)
 		if err := c.Check(ctx); err != nil {
@@ -242,7 +242,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 		!rep.Current.To.Equal(now) || !rep.Reference.To.Equal(now.Add(-time.Hour)) || rep.Reference.From != now.Add(-time.Hour-7*24*time.Hour) {
 		t.Errorf("report windows %+v %+v verdict %s", rep.Reference, rep.Current, rep.Verdict)
 	}
-	var verrs validate.Errors
+	var verrs field.Errors
 	if _, err := svc.Report(ctx, admin, "fraud", drift.Query{Reference: "sometime"}); !errors.As(err, &verrs) {
 		t.Errorf("bad reference: %v, want validation errors", err)
 	}

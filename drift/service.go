@@ -13,7 +13,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Report defaults (docs/drift.md).
@@ -57,9 +57,9 @@ type Query struct {
 
 // Report is the drift report of an endpoint visible to p: q.Version's
 // current window against the reference. A bad parameter is a
-// validate.Errors naming it.
+// field.Errors naming it.
 func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string, q Query) (Report, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	refSpan, err := ParseSpan(q.Reference, true)
 	if err != nil {
 		errs.Add("reference", "%s", err.Error())

@@ -11,8 +11,8 @@ import (
 	"modelplane/auth"
 	"modelplane/autoscale"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/fleet"
-	"modelplane/validate"
 )
 
 // Autoscaling is an endpoint's autoscaling policy and the count its
@@ -93,7 +93,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 			return err
 		}
 		pol := doc.Policy()
-		var errs validate.Errors
+		var errs field.Errors
 		if doc.MinReplicas > 1000 {
 			errs.Add("min_replicas", "must be between 0 and 1000, got %d", doc.MinReplicas)
 		}
@@ -101,7 +101,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 			errs.Add("max_replicas", "must be between 1 and 1000, got %d", doc.MaxReplicas)
 		}
 		if err := pol.Validate(autoscale.Task(before.Task), gpu); err != nil {
-			var verr validate.Errors
+			var verr field.Errors
 			if !errors.As(err, &verr) {
 				return err
 			}

@@ -23,7 +23,7 @@ import (
 	"modelplane/bus"
 	"modelplane/db"
 	"modelplane/errdefs"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Token prefixes: a join token and a node's artifact-download token, so a
@@ -153,7 +153,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, p *auth.Principal, req Jo
 	if req.PortFirst == 0 && req.PortLast == 0 {
 		req.PortFirst, req.PortLast = 1, 65535
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if !nodeName.MatchString(req.Node) {
 		errs.Add("node", "use up to 64 letters, digits, '-' and '_'")
 	}

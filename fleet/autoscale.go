@@ -10,10 +10,10 @@ import (
 
 	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/autoscale"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/outbox"
 	"modelplane/service"
@@ -28,7 +28,7 @@ const DefaultAutoscaleInterval = 2 * time.Second
 // stopped sending metrics is missing data, never zero load.
 const staleMetrics = 15 * time.Second
 
-// EventKind is the Kind of the autoscaler's proto.Event on
+// EventKind is the Kind of the autoscaler's busapi.Event on
 // mp.events.<team> (a freeze and its end), and AuditFrozen and
 // AuditResumed the audit actions recorded with them.
 const (
@@ -130,7 +130,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 			l = &load{}
 			loads[r.EndpointID] = l
 		}
-		if r.State == proto.StateReady {
+		if r.State == busapi.StateReady {
 			l.ready = append(l.ready, sampleOf(r.Name, ParseReplicaMetrics(r.Metrics), now))
 		}
 	}
@@ -255,7 +255,7 @@ func (a *Autoscaler) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEnd
 		ObjectName: e.Name, After: d}); err != nil {
 		return err
 	}
-	return outbox.Event(ctx, q, e.Team, proto.Event{Kind: EventKind, ID: e.ID, Name: e.Name, Type: typ,
+	return outbox.Event(ctx, q, e.Team, busapi.Event{Kind: EventKind, ID: e.ID, Name: e.Name, Type: typ,
 		State: fmt.Sprintf("%d replicas", d.Desired), Message: d.Event, At: now.UTC()})
 }
 
@@ -282,12 +282,12 @@ func sampleOf(name string, m ReplicaMetrics, now time.Time) autoscale.Sample {
 		v     float64
 	}{
 		{autoscale.RPS, MetricRPS, m.RPS},
-		{autoscale.InFlight, proto.MetricInFlight, float64(m.InFlight)},
-		{autoscale.QueueDepth, proto.MetricQueueDepth, float64(m.QueueDepth)},
-		{autoscale.BatchQueueMS, proto.MetricBatchQueueMS, m.BatchQueueMS},
-		{autoscale.GPUUtil, proto.MetricGPUUtil, m.GPUUtil},
-		{autoscale.KVCache, proto.MetricKVUsedPct, m.KVUsedPct / 100},
-		{autoscale.TokensPerSecond, proto.MetricTokensPerSecond, m.TokensPerSecond},
+		{autoscale.InFlight, busapi.MetricInFlight, float64(m.InFlight)},
+		{autoscale.QueueDepth, busapi.MetricQueueDepth, float64(m.QueueDepth)},
+		{autoscale.BatchQueueMS, busapi.MetricBatchQueueMS, m.BatchQueueMS},
+		{autoscale.GPUUtil, busapi.MetricGPUUtil, m.GPUUtil},
+		{autoscale.KVCache, busapi.MetricKVUsedPct, m.KVUsedPct / 100},
+		{autoscale.TokensPerSecond, busapi.MetricTokensPerSecond, m.TokensPerSecond},
 	} {
 		if m.Reports(f.field) {
 			s.Set(f.sig, f.v)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/autoscale"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/rollout"
@@ -27,7 +27,7 @@ func rpsPolicy(target float64, lo, hi int32, down time.Duration) fleet.Autoscale
 // serve reports every replica of node's desired state ready, each having
 // answered served more requests than at the last call (counts keeps the
 // counters), so that the intake reads served / elapsed requests/s.
-func (f *fixture) serve(t *testing.T, node string, inv []proto.GPU, counts map[string]int64, served int64) []proto.ReplicaStatus {
+func (f *fixture) serve(t *testing.T, node string, inv []busapi.GPU, counts map[string]int64, served int64) []busapi.ReplicaStatus {
 	t.Helper()
 	rs := ready(f.desired(t, node))
 	for i := range rs {
@@ -199,7 +199,7 @@ func TestMissingSignalFreezesAndRaisesAnEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE subject = $1 AND payload->>'kind' = $2",
-		proto.EventsSubject("risk"), fleet.EventKind).Scan(&outbox); err != nil {
+		busapi.EventsSubject("risk"), fleet.EventKind).Scan(&outbox); err != nil {
 		t.Fatal(err)
 	}
 	if audits != 1 || outbox != 1 {
@@ -218,7 +218,7 @@ func TestMissingSignalFreezesAndRaisesAnEvent(t *testing.T) {
 func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	var inv [3][]proto.GPU
+	var inv [3][]busapi.GPU
 	for i := range inv {
 		inv[i] = gpus(0, 8, "A100-80GB", seven1g())
 		f.heartbeat(t, []string{"node-a", "node-b", "node-c"}[i], inv[i])
@@ -310,7 +310,7 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 	id := rs[0].ID
 	noKV := rs[0]
 	noKV.InFlight, noKV.Runtime = 150, "llama-server"
-	noKV.Absent = []string{proto.MetricKVUsedPct, proto.MetricTTFTMS, proto.MetricBatchQueueMS, proto.MetricGPUUtil}
+	noKV.Absent = []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricBatchQueueMS, busapi.MetricGPUUtil}
 	var events []string
 	for i := range 5 {
 		f.clock.Advance(2 * time.Second)
@@ -328,7 +328,7 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 		t.Fatalf("events = %q, want one: %q", events, want)
 	}
 	m := f.get(t, "chat-ep").Replicas[0].Metrics
-	if m.Reports(proto.MetricKVUsedPct) || !m.Reports(proto.MetricInFlight) || m.Runtime != "llama-server" {
+	if m.Reports(busapi.MetricKVUsedPct) || !m.Reports(busapi.MetricInFlight) || m.Runtime != "llama-server" {
 		t.Errorf("stored metrics = %+v, want kv_used_pct absent, in_flight reported, runtime llama-server", m)
 	}
 	var audits int
@@ -339,7 +339,7 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 		t.Errorf("freeze audit records = %d, want 1", audits)
 	}
 	withKV := noKV
-	withKV.Absent, withKV.KVUsedPct = []string{proto.MetricTTFTMS}, 40
+	withKV.Absent, withKV.KVUsedPct = []string{busapi.MetricTTFTMS}, 40
 	f.clock.Advance(2 * time.Second)
 	f.heartbeat(t, "node-b", inv, withKV)
 	if ev := f.evaluate(t, a).Events["chat-ep"]; !strings.HasPrefix(ev, "autoscaling resumed") {
@@ -368,7 +368,7 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	f.heartbeat(t, "node-a", inv, r)
 	f.clock.Advance(2 * time.Second)
 	unread := r
-	unread.Requests, unread.Absent = 0, slices.Clone(proto.Metrics)
+	unread.Requests, unread.Absent = 0, slices.Clone(busapi.Metrics)
 	f.heartbeat(t, "node-a", inv, unread)
 	if d := f.evaluate(t, a).Decisions; len(d) != 0 {
 		t.Fatalf("round on unread metrics decided %+v", d)

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
@@ -27,10 +27,10 @@ var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // sliceMemoryMB is the memory of a slice of an 80 GB GPU; ok is false for a
 // profile the fleet does not know.
 func sliceMemoryMB(profile string) (int, bool) {
-	if profile == proto.ProfileFull {
+	if profile == busapi.ProfileFull {
 		return 80 * 1024, true
 	}
-	m, ok := proto.MIG(profile)
+	m, ok := busapi.MIG(profile)
 	return m.MemoryMB, ok
 }
 
@@ -49,11 +49,11 @@ var ErrBadStatus = errors.New("bad node status")
 // inventoryGPU is the part of a GPU that placement depends on; a change of it
 // is a new layout.
 type inventoryGPU struct {
-	Index    int           `json:"index"`
-	Type     string        `json:"type"`
-	MemoryMB int           `json:"memory_mb"`
-	MIG      bool          `json:"mig"`
-	Slices   []proto.Slice `json:"slices"`
+	Index    int            `json:"index"`
+	Type     string         `json:"type"`
+	MemoryMB int            `json:"memory_mb"`
+	MIG      bool           `json:"mig"`
+	Slices   []busapi.Slice `json:"slices"`
 }
 
 type gpuUse struct {
@@ -62,7 +62,7 @@ type gpuUse struct {
 	MemoryUsedMB int     `json:"memory_used_mb"`
 }
 
-func checkStatus(st proto.NodeStatus) error {
+func checkStatus(st busapi.NodeStatus) error {
 	if !nodeName.MatchString(st.Node) {
 		return fmt.Errorf("%w: node name %q: use up to 64 letters, digits, '-' and '_'", ErrBadStatus, st.Node)
 	}
@@ -90,13 +90,13 @@ func checkStatus(st proto.NodeStatus) error {
 			return fmt.Errorf("%w: node %s: GPU %d has %d slices", ErrBadStatus, st.Node, i, len(g.Slices))
 		}
 		for j, s := range g.Slices {
-			if _, ok := sliceMemoryMB(s.Profile); !ok || s.Index != j || (s.Profile == proto.ProfileFull) == g.MIG {
+			if _, ok := sliceMemoryMB(s.Profile); !ok || s.Index != j || (s.Profile == busapi.ProfileFull) == g.MIG {
 				return fmt.Errorf("%w: node %s: GPU %d slice %d (%s) does not fit its MIG mode", ErrBadStatus, st.Node, i, j, s.Profile)
 			}
 		}
 	}
 	for _, r := range st.Replicas {
-		if r.State != proto.StateStarting && r.State != proto.StateReady && r.State != proto.StateFailed {
+		if r.State != busapi.StateStarting && r.State != busapi.StateReady && r.State != busapi.StateFailed {
 			return fmt.Errorf("%w: node %s: replica %s in unknown state %q", ErrBadStatus, st.Node, r.ID, r.State)
 		}
 		if r.Failures < 0 || r.Failures > 1_000_000 {
@@ -114,14 +114,14 @@ func checkStatus(st proto.NodeStatus) error {
 	}
 	for _, r := range st.Runtimes {
 		if !runtimeName.MatchString(r) {
-			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, proto.AnyRuntime)
+			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, busapi.AnyRuntime)
 		}
 	}
 	return nil
 }
 
 // runtimeName is what a runtime catalogue entry a node reports may be
-// called, or proto.AnyRuntime; maxRuntimes bounds the list.
+// called, or busapi.AnyRuntime; maxRuntimes bounds the list.
 var runtimeName = regexp.MustCompile(`^([A-Za-z0-9._-]{1,64}|\*)$`)
 
 const maxRuntimes = 64
@@ -143,7 +143,7 @@ func nodeRuntimes(rs []string) []string {
 // the node runs when they changed, and records the state
 // and address of each replica the agent runs. It reports whether anything
 // placement or routing depends on changed.
-func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool, err error) {
+func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool, err error) {
 	if err := checkStatus(st); err != nil {
 		return false, err
 	}
@@ -248,7 +248,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		offNode = offNode[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
 		metrics := make(map[string]ReplicaMetrics, len(st.Replicas))
-		launches := make(map[string]proto.Launch)
+		launches := make(map[string]busapi.Launch)
 		for _, r := range st.Replicas {
 			if registered && r.Addr != "" {
 				if err := onNode(reg, r.Addr); err != nil {
@@ -347,7 +347,7 @@ type Intake struct {
 	wakeSub *nats.Subscription
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	work    []chan proto.NodeStatus
+	work    []chan busapi.NodeStatus
 	heard   heard
 }
 
@@ -360,13 +360,13 @@ func NewIntake(f *Fleet, nc *nats.Conn, log *slog.Logger, onDirty func()) *Intak
 // Start subscribes and starts the workers; they stop when ctx ends or Stop is called.
 func (in *Intake) Start(ctx context.Context) error {
 	ctx, in.cancel = context.WithCancel(ctx)
-	in.work = make([]chan proto.NodeStatus, in.workers)
+	in.work = make([]chan busapi.NodeStatus, in.workers)
 	for i := range in.work {
-		in.work[i] = make(chan proto.NodeStatus, 64)
+		in.work[i] = make(chan busapi.NodeStatus, 64)
 		in.wg.Add(1)
 		go in.run(ctx, in.work[i])
 	}
-	sub, err := in.nc.QueueSubscribe(proto.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
+	sub, err := in.nc.QueueSubscribe(busapi.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
 		in.heard.beat(time.Now())
 		// The node is the subject's (which NATS lets only that node's
 		// credential publish on), never the payload's word.
@@ -375,7 +375,7 @@ func (in *Intake) Start(ctx context.Context) error {
 			in.dropHeartbeat(dropSubject, m.Subject, "not a node status subject")
 			return
 		}
-		var st proto.NodeStatus
+		var st busapi.NodeStatus
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			in.dropHeartbeat(dropUndecodable, m.Subject, err.Error())
 			return
@@ -400,7 +400,7 @@ func (in *Intake) Start(ctx context.Context) error {
 	return in.startWakes(ctx)
 }
 
-func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
+func (in *Intake) run(ctx context.Context, ch chan busapi.NodeStatus) {
 	defer in.wg.Done()
 	for {
 		select {

@@ -3,17 +3,17 @@ package fleet
 import (
 	"encoding/json"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // ParseReplicaLaunch reads a stored replicas.launch value: what the node
-// runs for the replica (proto.Launch), or nil when its node reported none
+// runs for the replica (busapi.Launch), or nil when its node reported none
 // (not started yet, or a simulated node, which launches no process).
-func ParseReplicaLaunch(raw []byte) *proto.Launch {
+func ParseReplicaLaunch(raw []byte) *busapi.Launch {
 	if len(raw) == 0 {
 		return nil
 	}
-	var l proto.Launch
+	var l busapi.Launch
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // ReplicaMetrics is a replica's load and cold start as its node's latest
@@ -45,7 +45,7 @@ type ReplicaMetrics struct {
 	// ColdStart is how long the replica took to become ready.
 	ColdStart ColdStart `json:"cold_start"`
 	// Absent names, by their JSON names, the fields above the replica's
-	// runtime does not report (proto.ReplicaStatus.Absent), and "rps" when
+	// runtime does not report (busapi.ReplicaStatus.Absent), and "rps" when
 	// the requests counter was absent from this heartbeat or the one
 	// before, so that no rate is made of it. Runtime is the catalogue
 	// entry running the replica, empty for a simulated one.
@@ -57,7 +57,7 @@ type ReplicaMetrics struct {
 const MetricRPS = "rps"
 
 // Reports says whether the replica's runtime reported the field named (a
-// proto.Metric* constant or MetricRPS).
+// busapi.Metric* constant or MetricRPS).
 func (m ReplicaMetrics) Reports(field string) bool { return !slices.Contains(m.Absent, field) }
 
 // maxRuntimeName bounds the runtime name a heartbeat may store.
@@ -77,7 +77,7 @@ type ColdStart struct {
 // TotalMS is the whole cold start.
 func (c ColdStart) TotalMS() int64 { return c.DownloadMS + c.VerifyMS + c.LoadMS + c.WarmupMS }
 
-func metricsOf(r proto.ReplicaStatus, now time.Time) ReplicaMetrics {
+func metricsOf(r busapi.ReplicaStatus, now time.Time) ReplicaMetrics {
 	m := ReplicaMetrics{QueueDepth: r.QueueDepth, InFlight: r.InFlight, BatchSize: r.BatchSize, KVUsedPct: r.KVUsedPct,
 		Requests: r.Requests, TokensPerSecond: r.TokensPerSecond, TTFTMS: r.TTFTMS,
 		BatchQueueMS: r.BatchQueueMS, GPUUtil: r.GPUUtil, ObservedAtMS: now.UnixMilli(),
@@ -85,12 +85,12 @@ func metricsOf(r proto.ReplicaStatus, now time.Time) ReplicaMetrics {
 		Runtime:   truncate(r.Runtime, maxRuntimeName)}
 	// The names this control plane knows, in their order, once each: a
 	// newer agent's other names mean nothing to it.
-	for _, f := range proto.Metrics {
+	for _, f := range busapi.Metrics {
 		if !r.Reports(f) {
 			m.Absent = append(m.Absent, f)
 		}
 	}
-	if !r.Reports(proto.MetricRequests) {
+	if !r.Reports(busapi.MetricRequests) {
 		m.Absent = append(m.Absent, MetricRPS)
 	}
 	return m
@@ -113,7 +113,7 @@ const (
 
 // checkReplicaMetrics refuses a replica report whose numbers no runtime
 // produces: negative, out of range, or not finite.
-func checkReplicaMetrics(r proto.ReplicaStatus) error {
+func checkReplicaMetrics(r busapi.ReplicaStatus) error {
 	counts := []struct {
 		name string
 		v    int64
@@ -149,14 +149,14 @@ func checkReplicaMetrics(r proto.ReplicaStatus) error {
 			return fmt.Errorf("%s %v out of 0..%v", c.name, c.v, c.max)
 		}
 	}
-	if len(r.Absent) > 4*len(proto.Metrics) {
+	if len(r.Absent) > 4*len(busapi.Metrics) {
 		return fmt.Errorf("%d absent metrics, more than any runtime has", len(r.Absent))
 	}
 	return nil
 }
 
 // checkCache refuses a cache report that cannot be true.
-func checkCache(c *proto.CacheStatus) error {
+func checkCache(c *busapi.CacheStatus) error {
 	if c == nil {
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/placement"
 )
@@ -23,7 +23,7 @@ import (
 
 // CPUResource is the quota resource of CPU replicas, counted in cores;
 // every other resource is a GPU type counted in GPU equivalents.
-const CPUResource = proto.CPUType
+const CPUResource = busapi.CPUType
 
 // held is what one existing replica holds, for quotas and preemption.
 type held struct {
@@ -59,12 +59,12 @@ func unitsOf(resource string, amount float64) float64 {
 	if resource == CPUResource {
 		return amount
 	}
-	return amount * float64(placement.Compute(proto.ProfileFull))
+	return amount * float64(placement.Compute(busapi.ProfileFull))
 }
 
 // replicaUnits is the resource and units a stored replica holds.
 func replicaUnits(gpuType, profile string, cores int32, slots int) (string, int) {
-	if gpuType == proto.CPUType || profile == proto.ProfileCPU {
+	if gpuType == busapi.CPUType || profile == busapi.ProfileCPU {
 		return CPUResource, int(cores)
 	}
 	return gpuType, placement.Sevenths(profile, slots)
@@ -72,7 +72,7 @@ func replicaUnits(gpuType, profile string, cores int32, slots int) (string, int)
 
 // resultUnits is the resource and units a placement result takes.
 func resultUnits(res placement.Result) (string, int) {
-	if res.Profile == proto.ProfileCPU {
+	if res.Profile == busapi.ProfileCPU {
 		return CPUResource, res.CPUCores
 	}
 	return res.GPUType, placement.Sevenths(res.Profile, len(res.Slots))
@@ -81,7 +81,7 @@ func resultUnits(res placement.Result) (string, int) {
 // amount formats units of resource as people read them: "16", "2.43".
 func amount(resource string, units float64) string {
 	if resource != CPUResource {
-		units /= float64(placement.Compute(proto.ProfileFull))
+		units /= float64(placement.Compute(busapi.ProfileFull))
 	}
 	if math.Abs(units-math.Round(units)) < 1e-9 {
 		return strconv.FormatFloat(math.Round(units), 'f', -1, 64)

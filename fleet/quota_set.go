@@ -13,7 +13,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Quota caps what one team's replicas hold of one resource: a GPU type in
@@ -52,8 +52,8 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 	if !p.PlatformAdmin() {
 		return Quota{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
-	validate.Name(&errs, "team", team)
+	var errs field.Errors
+	field.Name(&errs, "team", team)
 	switch {
 	case !resourceRule.MatchString(resource):
 		errs.Add("resource", "must be a GPU type (A100-80GB) or cpu")
@@ -181,7 +181,7 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 	if resource == CPUResource {
 		unit = "cores"
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	errs.Add("amount", "is below the %s %s %s that the minimum replicas of endpoints %s hold; lower their min_replicas first",
 		amount2(resource, total), resource, unit, strings.Join(parts, ", "))
 	return errs.Err()

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/field"
 	"modelplane/fleet"
-	"modelplane/validate"
 )
 
 // replicasOf counts an endpoint's replicas.
@@ -70,7 +70,7 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 	f.endpoint(t, "fraud-b", "fraud", "v2", "gpu-a100-80gb", "batch", 1)
 	f.reconcile(t)
 	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2)
-	var verrs validate.Errors
+	var verrs field.Errors
 	if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != "amount" {
 		t.Fatalf("quota 2 below minimums holding 3: err = %v, want a validation error on amount", err)
 	}
@@ -89,7 +89,7 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 		field    string
 	}{{"A100 80GB", 1, "resource"}, {"A100-80GB", -1, "amount"}, {fleet.CPUResource, 1.5, "amount"}} {
 		_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", c.resource, c.amount)
-		var ve validate.Errors
+		var ve field.Errors
 		if !errors.As(err, &ve) || ve[0].Field != c.field {
 			t.Errorf("SetQuota(%q, %v) = %v, want a validation error on %s", c.resource, c.amount, err, c.field)
 		}
@@ -121,7 +121,7 @@ func TestQuotaCountsMIGSlicesAsFractions(t *testing.T) {
 		t.Errorf("placement_error = %q, want the quota in GPU equivalents", e.PlacementError)
 	}
 	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2.0/7)
-	var verrs validate.Errors
+	var verrs field.Errors
 	if !errors.As(err, &verrs) || !strings.Contains(verrs[0].Message, "fraud-ep (0.43)") {
 		t.Errorf("quota of 2/7 under minimums holding 3/7: %v, want a refusal naming fraud-ep (0.43)", err)
 	}

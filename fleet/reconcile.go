@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/placement"
 	"modelplane/registry"
@@ -197,7 +197,7 @@ func surplus(want map[versionKey]int, reps []db.ReplicaListAllRow) ([]int64, map
 			continue
 		}
 		slices.SortFunc(rs, func(a, b db.ReplicaListAllRow) int {
-			ar, br := a.State == proto.StateReady, b.State == proto.StateReady
+			ar, br := a.State == busapi.StateReady, b.State == busapi.StateReady
 			if ar != br {
 				if ar {
 					return -1
@@ -494,7 +494,7 @@ func fromInstanceProfile(d db.RoutingRuleListForPlacementRow) (minProfile, gpuTy
 		if gpuType != "" && gpuType != t {
 			return "", "", fmt.Sprintf("the endpoint asks for %s GPUs but the version needs %s", t, gpuType)
 		}
-		return proto.ProfileFull, t, ""
+		return busapi.ProfileFull, t, ""
 	}
 	return p, gpuType, ""
 }
@@ -554,7 +554,7 @@ func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleLi
 	}
 	ready := map[int64]int{}
 	for _, r := range reps {
-		if r.State == proto.StateReady {
+		if r.State == busapi.StateReady {
 			ready[r.EndpointID]++
 		}
 	}
@@ -601,7 +601,7 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 	if err != nil {
 		return 0, err
 	}
-	byNode := map[int64][]proto.ReplicaSpec{}
+	byNode := map[int64][]busapi.ReplicaSpec{}
 	for _, r := range reps {
 		byNode[r.NodeID] = append(byNode[r.NodeID], replicaSpec(r))
 	}
@@ -609,19 +609,19 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 	for _, n := range nodes {
 		specs := byNode[n.ID]
 		if specs == nil {
-			specs = []proto.ReplicaSpec{}
+			specs = []busapi.ReplicaSpec{}
 		}
-		slices.SortFunc(specs, func(a, b proto.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(specs, func(a, b busapi.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
 		h := hashOf(specs)
 		if h == n.DesiredHash {
 			continue
 		}
 		gen := n.Generation + 1
-		payload, err := json.Marshal(proto.Desired{Node: n.Name, Generation: gen, Replicas: specs})
+		payload, err := json.Marshal(busapi.Desired{Node: n.Name, Generation: gen, Replicas: specs})
 		if err != nil {
 			return 0, err
 		}
-		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketDesired, n.Name), Payload: payload}); err != nil {
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketDesired, n.Name), Payload: payload}); err != nil {
 			return 0, err
 		}
 		if err := q.NodeSetDesired(ctx, db.NodeSetDesiredParams{ID: n.ID, Generation: gen, DesiredHash: h}); err != nil {

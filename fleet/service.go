@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
@@ -36,7 +36,7 @@ type Node struct {
 	MemoryUsedMB int `json:"memory_used_mb"`
 	// Cache is the node's artifact cache as its last heartbeat reported
 	// it; absent for an agent that keeps none (the sim driver's nodes).
-	Cache *proto.CacheStatus `json:"cache,omitempty"`
+	Cache *busapi.CacheStatus `json:"cache,omitempty"`
 	// Runtimes are the runtime catalogue entries the node reports it can
 	// run ("*": every runtime, a simulated node; [] none); null when its
 	// agent does not say, and then placement does not filter the node.
@@ -86,7 +86,7 @@ func (f *Fleet) nodeView(n db.Node) Node {
 		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration,
 		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB), Runtimes: n.Runtimes}
 	if len(n.Cache) > 0 {
-		var c proto.CacheStatus
+		var c busapi.CacheStatus
 		if json.Unmarshal(n.Cache, &c) == nil {
 			v.Cache = &c
 		}

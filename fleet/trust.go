@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
@@ -96,7 +96,7 @@ func subjectNode(subject string) (node string, ok bool) {
 		return "", false
 	}
 	node, ok = strings.CutSuffix(rest, ".status")
-	if !ok || proto.NodeStatusSubject(node) != subject || !nodeName.MatchString(node) {
+	if !ok || busapi.NodeStatusSubject(node) != subject || !nodeName.MatchString(node) {
 		return "", false
 	}
 	return node, true

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
@@ -62,9 +62,9 @@ func TestReplicaOffItsNodeIsNotRecorded(t *testing.T) {
 		t.Fatalf("desired = %+v, want 3 replicas", d)
 	}
 	addrs := []string{"127.0.0.1:31005", "10.1.2.3:31006", "127.0.0.1:32000"}
-	var reps []proto.ReplicaStatus
+	var reps []busapi.ReplicaStatus
 	for i, r := range d.Replicas {
-		reps = append(reps, proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: addrs[i]})
+		reps = append(reps, busapi.ReplicaStatus{ID: r.ID, State: busapi.StateReady, Addr: addrs[i]})
 	}
 	f.heartbeat(t, "node-a", inv, reps...)
 	f.reconcile(t)
@@ -130,15 +130,15 @@ func TestHeartbeatSpeaksOnlyForItsSubject(t *testing.T) {
 	t.Cleanup(a.Close)
 
 	beat := func(node string) []byte {
-		b, _ := json.Marshal(proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: gpus(0, 1, "A100-80GB", nil)})
+		b, _ := json.Marshal(busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: gpus(0, 1, "A100-80GB", nil)})
 		return b
 	}
 	// Node a's credential may publish only on its own subject: a payload
 	// claiming node b there is dropped.
-	if err := a.Publish(proto.NodeStatusSubject("node-a"), beat("node-b")); err != nil {
+	if err := a.Publish(busapi.NodeStatusSubject("node-a"), beat("node-b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Publish(proto.NodeStatusSubject("node-a"), beat("node-a")); err != nil {
+	if err := a.Publish(busapi.NodeStatusSubject("node-a"), beat("node-a")); err != nil {
 		t.Fatal(err)
 	}
 	q := db.New(f.pool)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/route"
 )
@@ -194,9 +194,9 @@ func (in *Intake) startWakes(ctx context.Context) error {
 			}
 		}
 	}()
-	sub, err := in.nc.QueueSubscribe(proto.WakeWildcard, "mp-control-plane", func(m *nats.Msg) {
-		var w proto.Wake
-		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint == "" || proto.WakeSubject(w.Endpoint) != m.Subject {
+	sub, err := in.nc.QueueSubscribe(busapi.WakeWildcard, "mp-control-plane", func(m *nats.Msg) {
+		var w busapi.Wake
+		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint == "" || busapi.WakeSubject(w.Endpoint) != m.Subject {
 			in.log.Warn("wake request does not decode", slog.String("subject", m.Subject))
 			return
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/endpoint"
@@ -147,12 +147,12 @@ func TestIntakeRecordsWakeRequests(t *testing.T) {
 	}
 	t.Cleanup(in.Stop)
 	// A body naming another endpoint than its subject is refused.
-	bad, _ := json.Marshal(proto.Wake{Endpoint: "other", Gateway: "gw-1"})
-	if err := nc.Publish(proto.WakeSubject("sleepy"), bad); err != nil {
+	bad, _ := json.Marshal(busapi.Wake{Endpoint: "other", Gateway: "gw-1"})
+	if err := nc.Publish(busapi.WakeSubject("sleepy"), bad); err != nil {
 		t.Fatal(err)
 	}
-	good, _ := json.Marshal(proto.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.Now()})
-	if err := nc.Publish(proto.WakeSubject("sleepy"), good); err != nil {
+	good, _ := json.Marshal(busapi.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.Now()})
+	if err := nc.Publish(busapi.WakeSubject("sleepy"), good); err != nil {
 		t.Fatal(err)
 	}
 	wait.Eventually(t, 10*time.Second, func() bool { return dirty.Load() != 0 }, "the reconciler was never woken")

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Defaults of Config.
@@ -275,7 +275,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
-	g.identity.Store(&identityTable{members: map[string]*proto.MemberEntry{}})
+	g.identity.Store(&identityTable{members: map[string]*busapi.MemberEntry{}})
 	if err := g.loadSnapshot(); err != nil {
 		// A damaged snapshot is not fatal: NATS has the truth.
 		log.Warn("gateway snapshot unreadable; waiting for NATS", slog.String("path", g.snapPath), slog.String("error", err.Error()))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 func TestLimiterRetryAfterAndIndependentKeys(t *testing.T) {
@@ -124,7 +124,7 @@ func TestRouteLimiterOutlivesUpdates(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	d := routeDefaults{timeout: time.Second, rps: 2, now: func() time.Time { return now }}
-	src := proto.Route{Endpoint: "e", Generation: 1}
+	src := busapi.Route{Endpoint: "e", Generation: 1}
 	if rt := newRoute(src, nil, routeDefaults{timeout: time.Second}); rt.limiter != nil {
 		t.Fatalf("no rate anywhere: limiter %v, want nil (unlimited)", rt.limiter)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // rolePlatformAdmin is the org-wide role that may call every endpoint.
@@ -439,9 +439,9 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 // and the calling team it keys tenant fairness on.
 func upstreamHeaders(h http.Header, u *upstream, team string) {
 	if u.token != "" {
-		h.Set(proto.ReplicaTokenHeader, u.token)
+		h.Set(busapi.ReplicaTokenHeader, u.token)
 	}
-	h.Set(proto.TeamHeader, team)
+	h.Set(busapi.TeamHeader, team)
 }
 
 // dialFailed reports whether err happened while connecting, before any byte

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Sampling defaults.
@@ -124,7 +124,7 @@ func (s *sampler) publish(ctx context.Context, p *pending) {
 		s.dropped.Add(1)
 		return
 	}
-	msg := &nats.Msg{Subject: proto.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: busapi.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
 	_, err = s.pub.PublishMsg(pctx, msg)
@@ -140,8 +140,8 @@ func (s *sampler) publish(ctx context.Context, p *pending) {
 
 // sample extracts the features and outputs of p; ok is false when the
 // answer cannot be read.
-func (p *pending) sample() (proto.PredictionSample, bool) {
-	m := proto.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
+func (p *pending) sample() (busapi.PredictionSample, bool) {
+	m := busapi.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
 		Version: p.version, LatencyMS: ms(p.latency), Pinned: p.pinned, EndpointID: p.endpointID}
 	if p.llm {
 		m.Tokens = p.tokens
@@ -168,7 +168,7 @@ func (p *pending) sample() (proto.PredictionSample, bool) {
 		return m, false
 	}
 	m.FeatureNames = p.features
-	m.Instances = make([]proto.SampleInstance, len(ans.Predictions))
+	m.Instances = make([]busapi.SampleInstance, len(ans.Predictions))
 	for i := range m.Instances {
 		in := &m.Instances[i]
 		in.Num = make([]float64, len(p.features))
@@ -183,7 +183,7 @@ func (p *pending) sample() (proto.PredictionSample, bool) {
 
 // features fills in's values from one instance: an object is read by
 // feature name, an array by position.
-func features(in *proto.SampleInstance, names []string, raw json.RawMessage) {
+func features(in *busapi.SampleInstance, names []string, raw json.RawMessage) {
 	raw = bytes.TrimSpace(raw)
 	if len(names) == 0 || len(raw) == 0 {
 		return

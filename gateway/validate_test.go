@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 const txSchema = `{"type":"object","required":["amount","country"],"additionalProperties":false,
@@ -142,15 +142,15 @@ func TestSchemaLoadsNothingOutside(t *testing.T) {
 // not change: replica and generation changes keep the compiled object.
 func TestSchemaCompiledOncePerChange(t *testing.T) {
 	t.Parallel()
-	src := proto.Route{Endpoint: "e", Team: "t", Task: "classification", Generation: 1, InputSchema: json.RawMessage(txSchema),
-		Versions: []proto.RouteVersion{{Name: "v1", Weight: 100, Replicas: []proto.RouteReplica{{ID: "a", Addr: "127.0.0.1:1"}}}}}
+	src := busapi.Route{Endpoint: "e", Team: "t", Task: "classification", Generation: 1, InputSchema: json.RawMessage(txSchema),
+		Versions: []busapi.RouteVersion{{Name: "v1", Weight: 100, Replicas: []busapi.RouteReplica{{ID: "a", Addr: "127.0.0.1:1"}}}}}
 	t1 := (&routeTable{byName: map[string]*route{}}).with("e", &src, routeDefaults{timeout: time.Second})
 	first := t1.byName["e"].schema
 	if first == nil || first.schema == nil {
 		t.Fatal("schema not compiled when the route arrived")
 	}
 	src.Generation = 2
-	src.Versions[0].Replicas = append(src.Versions[0].Replicas, proto.RouteReplica{ID: "b", Addr: "127.0.0.1:2"})
+	src.Versions[0].Replicas = append(src.Versions[0].Replicas, busapi.RouteReplica{ID: "b", Addr: "127.0.0.1:2"})
 	t2 := t1.with("e", &src, routeDefaults{timeout: time.Second})
 	if got := t2.byName["e"].schema; got != first {
 		t.Error("schema compiled again although it did not change")

@@ -14,15 +14,15 @@ import (
 	"modelplane/auth"
 	"modelplane/enrollment"
 	"modelplane/errdefs"
+	"modelplane/field"
 	"modelplane/tenant"
-	"modelplane/validate"
 )
 
 // statusOf maps a domain error to an HTTP status and a message safe to show.
 // Not-found and not-yours are the same 404; anything unknown is a 500 whose
 // detail is not shown.
 func statusOf(err error) (int, string, []*huma.ErrorDetail) {
-	var verrs validate.Errors
+	var verrs field.Errors
 	switch {
 	case errors.As(err, &verrs):
 		details := make([]*huma.ErrorDetail, len(verrs))
@@ -158,6 +158,6 @@ func invalidInputAs400(ctx huma.Context, _ string, v any) (any, error) {
 	return &out, nil
 }
 
-func validateErr(field, msg string) error {
-	return validate.Errors{{Field: field, Message: msg}}
+func validateErr(name, msg string) error {
+	return field.Errors{{Field: name, Message: msg}}
 }

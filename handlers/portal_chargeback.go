@@ -14,8 +14,8 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
+	"modelplane/field"
 	"modelplane/money"
-	"modelplane/validate"
 	"modelplane/web"
 )
 
@@ -111,7 +111,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	props.Period, props.From, props.To, props.GroupBy = v.period, v.fromDay, v.toDay, v.groupBy
 	props.Team, props.Endpoint = v.q.Team, v.q.Endpoint
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return
@@ -136,7 +136,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := s.Chargeback.Report(ctx, p, v.q)
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if errors.As(err, &verrs) {
 			props.Error = verrs.Error()
 			s.render(w, r, http.StatusBadRequest, web.ChargebackPage(props))
@@ -431,7 +431,7 @@ func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
 			redirectFlash(w, r, "/cost-rates", fmt.Sprintf("Rate for %s %s entered.", form.GPUType, form.Profile))
 			return
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return
@@ -457,7 +457,7 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 	b, err := s.Budgets.Set(r.Context(), principal(r.Context()), chargeback.BudgetSpec{Team: r.PostFormValue("team"),
 		Endpoint: r.PostFormValue("endpoint"), MonthlyUUSD: uusd, Enforcement: r.PostFormValue("enforcement")})
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if errors.As(err, &verrs) {
 			redirectFlash(w, r, "/chargeback", "Budget not set: "+verrs.Error())
 			return

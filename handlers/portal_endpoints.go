@@ -12,7 +12,7 @@ import (
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/errdefs"
-	"modelplane/validate"
+	"modelplane/field"
 	"modelplane/web"
 )
 
@@ -74,7 +74,7 @@ func (s *Server) portalEndpointNew(w http.ResponseWriter, r *http.Request) {
 // fieldErrors turns a validation error into form field messages; ok is false
 // for any other error.
 func fieldErrors(err error) (web.FieldErrors, bool) {
-	var verrs validate.Errors
+	var verrs field.Errors
 	if !errors.As(err, &verrs) {
 		return nil, false
 	}

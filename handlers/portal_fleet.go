@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/money"
 	"modelplane/web"
@@ -105,7 +105,7 @@ func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) 
 }
 
 // cacheView shows a node's artifact cache; nil when its agent keeps none.
-func cacheView(c *proto.CacheStatus) *web.CacheView {
+func cacheView(c *busapi.CacheStatus) *web.CacheView {
 	if c == nil {
 		return nil
 	}
@@ -163,7 +163,7 @@ func runtimesText(rs []string) string {
 		return "not reported"
 	case len(rs) == 0:
 		return "none"
-	case slices.Contains(rs, proto.AnyRuntime):
+	case slices.Contains(rs, busapi.AnyRuntime):
 		return "every runtime (simulated)"
 	}
 	return strings.Join(rs, ", ")
@@ -181,7 +181,7 @@ func cpuUse(n fleet.Node) string {
 // sliceSize is the CSS class that sizes a slice's box by its share of the
 // GPU: g1 to g7 for MIG profiles by their compute slices, g7 for a whole GPU.
 func sliceSize(profile string) string {
-	rest, ok := strings.CutPrefix(profile, proto.MIGPrefix)
+	rest, ok := strings.CutPrefix(profile, busapi.MIGPrefix)
 	if !ok {
 		return "g7"
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
@@ -19,10 +19,10 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	ctx := context.Background()
-	cache := &proto.CacheStatus{BytesUsed: 300 << 20, BytesLimit: 10 << 30, Versions: 3, Hits: 7, Misses: 2, Evictions: 1}
-	beat := func(reps ...proto.ReplicaStatus) {
+	cache := &busapi.CacheStatus{BytesUsed: 300 << 20, BytesLimit: 10 << 30, Versions: 3, Hits: 7, Misses: 2, Evictions: 1}
+	beat := func(reps ...busapi.ReplicaStatus) {
 		t.Helper()
-		if _, err := e.srv.Fleet.Observe(ctx, proto.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536,
+		if _, err := e.srv.Fleet.Observe(ctx, busapi.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536,
 			Cache: cache, Replicas: reps}); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 		t.Fatalf("replicas = %+v, want one", reps)
 	}
 	name := reps[0].Name
-	beat(proto.ReplicaStatus{ID: name, State: proto.StateReady, QueueDepth: 2, InFlight: 5, BatchSize: 3.5, Requests: 1234,
+	beat(busapi.ReplicaStatus{ID: name, State: busapi.StateReady, QueueDepth: 2, InFlight: 5, BatchSize: 3.5, Requests: 1234,
 		DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60})
 
 	admin := portalSignIn(t, e, "admin@example.com")

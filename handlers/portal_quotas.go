@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"modelplane/auth"
+	"modelplane/field"
 	"modelplane/fleet"
-	"modelplane/validate"
 	"modelplane/web"
 )
 
@@ -59,7 +59,7 @@ func (s *Server) portalQuotaSet(w http.ResponseWriter, r *http.Request) {
 			redirectFlash(w, r, "/quotas", fmt.Sprintf("Quota of team %s for %s set to %s.", form.Team, form.Resource, form.Amount))
 			return
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return

@@ -14,8 +14,8 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/chromedp/chromedp"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/judge"
 	"modelplane/rollout"
@@ -237,7 +237,7 @@ func (f fixedStats) Totals(context.Context, string, int64, time.Time, time.Time)
 }
 
 func latencyWindow(n uint64, bucket int) judge.Window {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	h[bucket] = n
 	return judge.Window{Requests: n, Latency: h}
 }

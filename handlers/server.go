@@ -17,9 +17,9 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/registry"
+	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/tenant"
-	"modelplane/traffic"
 )
 
 // Pinger reports whether a dependency is reachable, for /readyz.
@@ -52,7 +52,7 @@ type Deps struct {
 	Advisor *chargeback.Advisor
 	// Rollouts starts and drives rollouts.
 	Rollouts *rollout.Service
-	// Traffic reads the gateways' request statistics (a *traffic.Reader
+	// Traffic reads the gateways' request statistics (a *reqstats.Reader
 	// over ClickHouse); nil: the endpoint page and API say they are
 	// unavailable.
 	Traffic TrafficReader
@@ -108,7 +108,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // TrafficReader reads an endpoint's per-version request statistics by
 // name; handlers scope the endpoint to the caller's team before asking.
 type TrafficReader interface {
-	Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (traffic.Window, error)
+	Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (reqstats.Window, error)
 }
 
 // DevUser is a demo identity offered on the sign-in page.

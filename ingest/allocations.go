@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Allocation is one interval of an allocation as the control plane recorded
@@ -169,9 +169,9 @@ func (c *allocCache) prune(cutoff int64) {
 // may change with a fresher cache: nothing was found, or the interval found
 // was still open at the last read and r is not older than that read (it
 // may have been closed since). Callers hold mu for reading.
-func (c *allocCache) lookup(r *proto.Usage, loadedAt int64) (s *span, reason int, certain bool) {
+func (c *allocCache) lookup(r *busapi.Usage, loadedAt int64) (s *span, reason int, certain bool) {
 	reason = dropUnallocated
-	if r.GPUType == proto.CPUType {
+	if r.GPUType == busapi.CPUType {
 		for _, x := range c.slots[slotKey{node: r.Node, cpuReplica: r.Replica}] {
 			if x.from <= r.Time && r.Time < x.to && r.GPU == 0 && r.Slice < x.cores {
 				return x, 0, x.to != math.MaxInt64 || r.Time < loadedAt

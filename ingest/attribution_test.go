@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
@@ -58,13 +58,13 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	}
 	fl := fleet.New(pool, slog.New(slog.DiscardHandler), time.Now)
 	watching := time.Now()
-	if _, err := fl.Observe(ctx, proto.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []proto.GPU{
-		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}},
-		{Index: 1, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}},
+	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []busapi.GPU{
+		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
+		{Index: 1, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fl.Observe(ctx, proto.NodeStatus{Node: "cpu-a", BootID: "b", LeaseSeconds: 15, CPUCores: 4, MemoryMB: 8192}); err != nil {
+	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "cpu-a", BootID: "b", LeaseSeconds: 15, CPUCores: 4, MemoryMB: 8192}); err != nil {
 		t.Fatal(err)
 	}
 	eps := endpoint.New(pool)
@@ -112,31 +112,31 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	u := e.start(t, cfg)
 	// What agent gpu-a and agent cpu-a say: the right slots and replicas,
 	// labelled as another team's endpoint on a dearer GPU.
-	forged := func(r proto.Usage) proto.Usage {
+	forged := func(r busapi.Usage) busapi.Usage {
 		r.Team, r.Endpoint, r.Model, r.Version = "search", "chat", "llama", "v9"
-		if r.GPUType != proto.CPUType {
+		if r.GPUType != busapi.CPUType {
 			r.GPUType, r.Profile = "H100-80GB", "mig-3g.40gb"
 		}
 		return r
 	}
-	send := func(id, node string, recs ...proto.Usage) {
+	send := func(id, node string, recs ...busapi.Usage) {
 		t.Helper()
 		for i := range recs {
 			recs[i].Node = node
 		}
-		e.publish(t, e.js, proto.UsageBatch{ID: id, Node: node, Records: recs})
+		e.publish(t, e.js, busapi.UsageBatch{ID: id, Node: node, Records: recs})
 	}
 	send("gpu-1", "gpu-a",
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: gpuRep, UtilPct: 50, Requests: 7}),
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: gpuRep, UtilPct: 50, Requests: 7}),
 		// A slot with no allocation, and the allocated slot claimed for
 		// another replica.
-		forged(proto.Usage{Time: during, GPU: 1 - gpu, Replica: gpuRep}),
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: "someone-else"}))
+		forged(busapi.Usage{Time: during, GPU: 1 - gpu, Replica: gpuRep}),
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: "someone-else"}))
 	send("cpu-1", "cpu-a",
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}),
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 1, Replica: cpuRep}),
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}),
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 1, Replica: cpuRep}),
 		// A third core of a 2-core replica.
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 2, Replica: cpuRep}))
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 2, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
 
 	// Both endpoints are deleted: the replicas and their allocations go.
@@ -156,11 +156,11 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	// the agent and arriving now; and seconds after the allocations ended.
 	after := ended.Unix() + 2
 	send("gpu-2", "gpu-a",
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: gpuRep, Requests: 3}),
-		forged(proto.Usage{Time: after, GPU: gpu, Replica: gpuRep}))
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: gpuRep, Requests: 3}),
+		forged(busapi.Usage{Time: after, GPU: gpu, Replica: gpuRep}))
 	send("cpu-2", "cpu-a",
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}),
-		forged(proto.Usage{Time: after, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}))
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}),
+		forged(busapi.Usage{Time: after, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
 
 	rows, err := e.ch.Query(ctx, `SELECT node, ts, gpu, slice, gpu_type, profile, team, endpoint, model, version, replica, requests, row_idx, batch_id

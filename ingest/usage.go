@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Pricer gives the rate in force for one second of one GPU allocation, in
@@ -50,8 +50,8 @@ type UsageConfig struct {
 	// Now is the clock lag is measured with; default time.Now.
 	Now func() time.Time
 
-	// Stream is the stream consumed; default proto.StreamUsage. Its
-	// subjects must be proto.UsageSubject's: the node a batch bills is
+	// Stream is the stream consumed; default busapi.StreamUsage. Its
+	// subjects must be busapi.UsageSubject's: the node a batch bills is
 	// checked against its subject, and a message on any other subject is
 	// terminated as poison.
 	Stream string
@@ -213,7 +213,7 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = proto.StreamUsage
+		cfg.Stream = busapi.StreamUsage
 	}
 	if cfg.Durable == "" {
 		cfg.Durable = "ingest-usage"

@@ -12,13 +12,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // heldBatch is a decoded message a worker holds until it is stored.
 type heldBatch struct {
 	msg      jetstream.Msg
-	batch    proto.UsageBatch
+	batch    busapi.UsageBatch
 	received time.Time
 	// rowIdx is, once attribution dropped records, the index in the
 	// message of each record kept; nil while Records is the whole message.
@@ -36,7 +36,7 @@ func (h *heldBatch) idx(i int) uint32 {
 // decode parses and checks one message. A message that cannot be stored
 // however often it is redelivered is terminated here, logged and counted.
 func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
-	var b proto.UsageBatch
+	var b busapi.UsageBatch
 	err := decodeBatch(msg.Data(), &b)
 	if err == nil {
 		err = checkBatch(msg.Subject(), &b)
@@ -61,12 +61,12 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 }
 
 // usagePrefix is what UsageSubject puts before the node name.
-var usagePrefix = proto.UsageSubject("")
+var usagePrefix = busapi.UsageSubject("")
 
 // checkBatch refuses what ClickHouse cannot hold and any batch that bills a
 // node other than the one whose subject it came on: the batch id is only
 // unique per node, and the dedup query is narrowed by node.
-func checkBatch(subject string, b *proto.UsageBatch) error {
+func checkBatch(subject string, b *busapi.UsageBatch) error {
 	node, ok := strings.CutPrefix(subject, usagePrefix)
 	switch {
 	case !ok || node == "":
@@ -200,7 +200,7 @@ func (u *Usage) retry(held []heldBatch) {
 // promised unique per node, so the node is part of the key.
 type batchKey struct{ node, id string }
 
-func keyOf(b *proto.UsageBatch) batchKey { return batchKey{b.Node, b.ID} }
+func keyOf(b *busapi.UsageBatch) batchKey { return batchKey{b.Node, b.ID} }
 
 // storedBatch is what gpu_usage already holds of one batch: how many rows,
 // and for a batch only partly there, which.

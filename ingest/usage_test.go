@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/ingest"
 	"modelplane/internal/natstest"
@@ -22,7 +22,7 @@ func natsServer(t *testing.T) string { return natstest.New(t).ClientURL() }
 
 func streamMsgs(t *testing.T, e *env) uint64 {
 	t.Helper()
-	s, err := e.js.Stream(context.Background(), proto.StreamUsage)
+	s, err := e.js.Stream(context.Background(), busapi.StreamUsage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestDuplicatesInsideWindow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
 	e.start(t, e.usageConfig(t, e.js))
-	var batches []proto.UsageBatch
+	var batches []busapi.UsageBatch
 	for sec := range int64(40) {
 		for n := range 5 {
 			batches = append(batches, nodeSecond(fmt.Sprintf("node-%d", n), sec, 8))
@@ -71,13 +71,13 @@ func TestRepublishAfterWindow(t *testing.T) {
 	// replayLate publishes each batch again once the window has forgotten
 	// its id: a publish inside the window is dropped as a duplicate and
 	// changes nothing, so it is simply tried again until it is stored.
-	replayLate := func(batches []proto.UsageBatch) {
+	replayLate := func(batches []busapi.UsageBatch) {
 		for _, b := range batches {
 			wait.Eventually(t, 10*time.Second, func() bool { return !e.publish(t, e.js, b).Duplicate },
 				"replay of %s still a duplicate: the window never forgot it", b.ID)
 		}
 	}
-	var a, b []proto.UsageBatch
+	var a, b []busapi.UsageBatch
 	for sec := range int64(10) {
 		for n := range 4 {
 			a = append(a, nodeSecond(fmt.Sprintf("a-%d", n), sec, 8))
@@ -129,9 +129,9 @@ func TestIdenticalRowsBothCount(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
 	e.start(t, e.usageConfig(t, e.js))
-	idle := proto.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: proto.ProfileFull}
-	same := proto.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []proto.Usage{idle, idle}}
-	other := proto.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []proto.Usage{idle}}
+	idle := busapi.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: busapi.ProfileFull}
+	same := busapi.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []busapi.Usage{idle, idle}}
+	other := busapi.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []busapi.Usage{idle}}
 	r1, _ := json.Marshal(same.Records[0])
 	r2, _ := json.Marshal(other.Records[0])
 	if string(r1) != string(r2) {
@@ -145,7 +145,7 @@ func TestIdenticalRowsBothCount(t *testing.T) {
 	if err := e.ch.QueryRow(context.Background(), "SELECT sum(cost_uusd_x3600) FROM gpu_usage_hourly").Scan(&cost); err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(3 * rates[proto.ProfileFull]); cost != want {
+	if want := uint64(3 * rates[busapi.ProfileFull]); cost != want {
 		t.Errorf("rollup cost numerator = %d, want %d (three idle seconds)", cost, want)
 	}
 }
@@ -166,10 +166,10 @@ func TestPricesAtRateInForce(t *testing.T) {
 	cfg := e.usageConfig(t, e.js)
 	cfg.LoadRates = func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) }
 	u := e.start(t, cfg)
-	var batches []proto.UsageBatch
+	var batches []busapi.UsageBatch
 	for sec := range int64(60) {
 		b := nodeSecond("p-0", sec, 2)
-		b.Records = append(b.Records, proto.Usage{Time: baseTime + sec, Node: "p-0", GPU: 2, GPUType: "T4", Profile: proto.ProfileFull})
+		b.Records = append(b.Records, busapi.Usage{Time: baseTime + sec, Node: "p-0", GPU: 2, GPUType: "T4", Profile: busapi.ProfileFull})
 		batches = append(batches, b)
 	}
 	e.publishAsync(t, e.js, batches)
@@ -231,12 +231,12 @@ func TestPoisonTerminated(t *testing.T) {
 	ctx := context.Background()
 	good := nodeSecond("n-1", 0, 4)
 	e.publish(t, e.js, good)
-	if _, err := e.js.Publish(ctx, proto.UsageSubject("n-1"), []byte("{not json"), jetstream.WithMsgID("junk")); err != nil {
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), []byte("{not json"), jetstream.WithMsgID("junk")); err != nil {
 		t.Fatal(err)
 	}
 	forged := nodeSecond("n-2", 0, 4)
 	data, _ := json.Marshal(forged)
-	if _, err := e.js.Publish(ctx, proto.UsageSubject("n-1"), data, jetstream.WithMsgID(forged.ID)); err != nil {
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), data, jetstream.WithMsgID(forged.ID)); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, e.js, nodeSecond("n-1", 1, 4))
@@ -261,7 +261,7 @@ func TestRunAgain(t *testing.T) {
 		if err := u.Start(context.Background()); err != nil {
 			t.Fatalf("lease %d: %v", lease, err)
 		}
-		var batches []proto.UsageBatch
+		var batches []busapi.UsageBatch
 		for sec := range int64(20) {
 			batches = append(batches, nodeSecond("lease-1", lease*100+sec, 4))
 		}

@@ -5,19 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
 // Event writes ev for team's mp.events.<team> as an outbox row, in the
 // transaction q belongs to, so that the event goes out exactly when the
 // change it tells of commits.
-func Event(ctx context.Context, q *db.Queries, team string, ev proto.Event) error {
+func Event(ctx context.Context, q *db.Queries, team string, ev busapi.Event) error {
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("%s event: %w", ev.Kind, err)
 	}
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.EventsSubject(team), Payload: payload}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.EventsSubject(team), Payload: payload}); err != nil {
 		return fmt.Errorf("%s event: %w", ev.Kind, err)
 	}
 	return nil

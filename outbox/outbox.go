@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/service"
 )
@@ -132,7 +132,7 @@ func refused(err error) bool {
 func (r *Relay) publish(ctx context.Context, row db.Outbox) error {
 	m := nats.NewMsg(row.Subject)
 	m.Header.Set(jetstream.MsgIDHeader, "outbox-"+strconv.FormatInt(row.ID, 10))
-	if _, _, isKV := proto.KVKey(row.Subject); isKV && bytes.Equal(bytes.TrimSpace(row.Payload), []byte("null")) {
+	if _, _, isKV := busapi.KVKey(row.Subject); isKV && bytes.Equal(bytes.TrimSpace(row.Payload), []byte("null")) {
 		m.Header.Set("KV-Operation", "DEL")
 	} else {
 		m.Data = row.Payload

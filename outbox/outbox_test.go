@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
@@ -29,12 +29,12 @@ func TestRelayPublishesInOrderOnceAndDeletes(t *testing.T) {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := db.New(pool)
-	subject := proto.KVSubject(proto.BucketDesired, "node-a")
+	subject := busapi.KVSubject(busapi.BucketDesired, "node-a")
 	for _, payload := range []string{`{"generation":1}`, `{"generation":2}`, `{"generation":3}`} {
 		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: subject, Payload: []byte(payload)}); err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func TestRelayKeepsRowsWhenNATSIsDown(t *testing.T) {
 	}
 	srv.Shutdown()
 	q := db.New(pool)
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
@@ -122,18 +122,18 @@ func TestRelayPassesOverARowNATSRefuses(t *testing.T) {
 	q := db.New(pool)
 	// Over the server's maximum payload: no retry can publish it.
 	huge := []byte(`{"pad":"` + strings.Repeat("x", int(nc.MaxPayload())+1) + `"}`)
-	big, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "big"), Payload: huge})
+	big, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "big"), Payload: huge})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
 	if n, err := relay.Flush(ctx); err != nil || n != 1 {
 		t.Fatalf("flush = %d, %v; want the row after the refused one published", n, err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketRoutes)
+	kv, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/egress"
+	"modelplane/field"
 	"modelplane/sim/profile"
-	"modelplane/validate"
 )
 
 // Tasks a model can perform.
@@ -126,7 +126,7 @@ var errExternalRef = errors.New("external references are not allowed")
 // anchors) work, any other ($ref, $schema or $id-relative) is refused with
 // the same message, which names neither the target nor what loading it
 // would have found.
-func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.RawMessage {
+func checkSchema(errs *field.Errors, field string, raw json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return json.RawMessage(`{}`)
 	}
@@ -155,9 +155,9 @@ func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.
 
 // CreateModel creates a model in one of the caller's teams.
 func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec ModelSpec) (Model, error) {
-	var errs validate.Errors
-	validate.Name(&errs, "name", spec.Name)
-	validate.OneOf(&errs, "task", spec.Task, TaskClassification, TaskRegression, TaskLLM)
+	var errs field.Errors
+	field.Name(&errs, "name", spec.Name)
+	field.OneOf(&errs, "task", spec.Task, TaskClassification, TaskRegression, TaskLLM)
 	if len(spec.Description) > 2000 {
 		errs.Add("description", "must be at most 2000 characters")
 	}
@@ -367,13 +367,13 @@ type Files func(u *artifact.Upload) error
 // Formats a version may declare when its artifact lives elsewhere.
 var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "lightgbm"}
 
-func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
+func (s *Service) checkSpec(errs *field.Errors, spec *VersionSpec, m Model) {
 	checkServing(errs, &spec.Serving, m)
 	if spec.Serving.LLM != nil {
 		checkLLM(errs, spec.Serving.LLM, int(spec.Resources.GPUCount))
 	}
-	validate.VersionName(errs, "metadata.name", spec.Name)
-	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
+	field.VersionName(errs, "metadata.name", spec.Name)
+	field.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
 	r := spec.Resources
 	if r.GPUCount < 0 || r.GPUCount > 16 {
 		errs.Add("metadata.resources.gpu_count", "must be between 0 and 16")
@@ -382,7 +382,7 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 		errs.Add("metadata.resources.gpu_memory_mb", "must be between 0 and %d", 16*80*1024)
 	}
 	if r.GPUType != "" {
-		validate.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
+		field.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
 		if r.GPUCount == 0 {
 			errs.Add("metadata.resources.gpu_type", "needs gpu_count of at least 1; a version with gpu_count 0 runs on CPU nodes")
 		}
@@ -407,7 +407,7 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 		}
 	}
 	if spec.Lineage.ParentVersion != "" {
-		validate.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
+		field.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
 	}
 	if len(spec.Sim) > 0 {
 		if !json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{' {
@@ -431,7 +431,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	if !p.CanWrite(m.TeamID) {
 		return Version{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	s.checkSpec(&errs, &spec, m)
 	man, err := artifact.ParseManifest(manifest)
 	if err != nil {
@@ -446,7 +446,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 				errs.Add("metadata.artifact_uri", "%s", strings.TrimPrefix(err.Error(), egress.ErrRefused.Error()+": "))
 			}
 		}
-		validate.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
+		field.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
 	} else if spec.ArtifactURI != "" {
 		errs.Add("metadata.artifact_uri", "must be empty when files are uploaded")
 	}
@@ -467,10 +467,10 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			return Version{}, err
 		}
 		if !res.Format.IsModel() {
-			return Version{}, validate.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
+			return Version{}, field.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
 		}
 		if spec.Format != "" && spec.Format != string(res.Format) {
-			return Version{}, validate.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}
+			return Version{}, field.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}
 		}
 		spec.Format, spec.ArtifactURI, size = string(res.Format), res.URI, res.Size
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // StatsReader reads each version's request statistics of an endpoint (by
-// name and id) over [from, to); package traffic's Reader.Totals is one.
+// name and id) over [from, to); package reqstats' Reader.Totals is one.
 type StatsReader interface {
 	Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error)
 }

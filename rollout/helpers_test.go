@@ -11,9 +11,9 @@ import (
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/internal/chtest"
@@ -82,7 +82,7 @@ func (s *stats) Totals(_ context.Context, _ string, _ int64, from, to time.Time)
 
 // window is n requests with errs errors, all in latency bucket b.
 func window(n, errs uint64, b int) judge.Window {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	h[b] = n
 	return judge.Window{Requests: n, Errors: errs, Latency: h}
 }
@@ -232,10 +232,10 @@ func (f *fixture) published(t *testing.T, endpointName string) map[string]float6
 	t.Helper()
 	var payload []byte
 	if err := f.pool.QueryRow(t.Context(), `SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1`,
-		proto.KVSubject(proto.BucketRoutes, endpointName)).Scan(&payload); err != nil {
+		busapi.KVSubject(busapi.BucketRoutes, endpointName)).Scan(&payload); err != nil {
 		t.Fatalf("routing entry of %s: %v", endpointName, err)
 	}
-	var rt proto.Route
+	var rt busapi.Route
 	if err := json.Unmarshal(payload, &rt); err != nil {
 		t.Fatal(err)
 	}

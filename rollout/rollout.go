@@ -13,9 +13,9 @@ import (
 
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/judge"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // Strategies.
@@ -285,7 +285,7 @@ func fromRow(r db.RolloutGetRow) Rollout {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
+func checkSteps(errs *field.Errors, strategy string, steps []Step) {
 	if len(steps) == 0 || len(steps) > 20 {
 		errs.Add("steps", "must have between 1 and 20 steps")
 		return
@@ -322,7 +322,7 @@ func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
 	}
 }
 
-func checkDuration(errs *validate.Errors, field string, d, lo, hi time.Duration) {
+func checkDuration(errs *field.Errors, field string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
 		errs.Add(field, "must be between %s and %s", lo, hi)
 	}
@@ -330,14 +330,14 @@ func checkDuration(errs *validate.Errors, field string, d, lo, hi time.Duration)
 
 // defaults fills the zero fields of spec and validates it.
 func (s *Service) defaults(spec *Spec) error {
-	var errs validate.Errors
+	var errs field.Errors
 	if spec.Version == "" {
 		errs.Add("version", "is required")
 	}
 	if spec.Strategy == "" {
 		spec.Strategy = Canary
 	}
-	validate.OneOf(&errs, "strategy", spec.Strategy, Canary, BlueGreen, Shadow)
+	field.OneOf(&errs, "strategy", spec.Strategy, Canary, BlueGreen, Shadow)
 	if spec.Steps == nil {
 		switch spec.Strategy {
 		case BlueGreen:
@@ -411,7 +411,7 @@ func (s *Service) criteria(task, strategy string, slaP99, slaTPOT *float64, samp
 	if o.MinRequests != nil {
 		c.MinRequests = *o.MinRequests
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
 		if c.Drift && strategy == BlueGreen {
@@ -466,14 +466,14 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	to, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: modelID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		if errors.Is(err, db.ErrNotFound) {
-			return 0, validate.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
+			return 0, field.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
 		}
 		return 0, err
 	}
 	if why, err := registry.Unroutable(ctx, q, p, to); err != nil {
 		return 0, err
 	} else if why != "" {
-		return 0, validate.Errors{{Field: "version", Message: why}}
+		return 0, field.Errors{{Field: "version", Message: why}}
 	}
 	rules, err := q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -487,9 +487,9 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	}
 	switch {
 	case fromID == 0:
-		return 0, validate.Errors{{Field: "version", Message: "a rollout starts from one version serving 100 percent of the endpoint; set the traffic first"}}
+		return 0, field.Errors{{Field: "version", Message: "a rollout starts from one version serving 100 percent of the endpoint; set the traffic first"}}
 	case fromID == to.ID:
-		return 0, validate.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
+		return 0, field.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
 	}
 	arms, err := q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -500,7 +500,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 			// The experiment splits users over this version by a hash the
 			// rollout's weights do not see: the judge's windows would mix
 			// the two, and the rollout's end would leave an arm behind.
-			return 0, validate.Errors{{Field: "version", Message: fmt.Sprintf(
+			return 0, field.Errors{{Field: "version", Message: fmt.Sprintf(
 				"the endpoint's A/B experiment %q has an arm of %s; end the experiment before a rollout of this endpoint", a.Experiment, a.Version)}}
 		}
 	}
@@ -714,7 +714,7 @@ func (s *Service) Reject(ctx context.Context, p *auth.Principal, id int64, comme
 
 func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decision, comment string) (Rollout, error) {
 	if len(comment) > 2000 {
-		return Rollout{}, validate.Errors{{Field: "comment", Message: "must be at most 2000 characters"}}
+		return Rollout{}, field.Errors{{Field: "comment", Message: "must be at most 2000 characters"}}
 	}
 	return s.act(ctx, p, id, decision, func(t *tx) error {
 		if !p.CanAdmin(t.r.TeamID) {

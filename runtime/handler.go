@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/runtime/batch"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // statusClientGone marks a request whose caller went away, as nginx does.
@@ -33,7 +33,7 @@ const statusClientGone = 499
 //
 // With Options.Token set, only the probes the agent makes (health,
 // readiness, /v2/stats, /metrics: counts, no model or tenant data) answer
-// without the token; everything else wants it in proto.ReplicaTokenHeader
+// without the token; everything else wants it in busapi.ReplicaTokenHeader
 // and answers 401 without it, so that nobody who reaches the port skips
 // the gateway's authentication, limits and billing.
 func (s *Server) Handler() http.Handler {
@@ -57,7 +57,7 @@ func (s *Server) Handler() http.Handler {
 			g.handler.ServeHTTP(w, r)
 			return
 		}
-		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 			writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
 			return
 		}
@@ -211,7 +211,7 @@ func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 		bs := l.batcher.Stats()
 		st.Endpoint, st.Version = l.cfg.Model, l.cfg.Version
 		st.Task = "classification"
-		if l.model.OutputKind() == model.OutputValue {
+		if l.model.OutputKind() == serveapi.OutputValue {
 			st.Task = "regression"
 		}
 		st.QueueDepth = bs.QueuedRequests

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // answer is one prediction in /predict's answer. A classifier's has label
@@ -31,16 +31,16 @@ type decoder struct {
 	threshold float64
 }
 
-func newDecoder(kind string, out model.Output) (*decoder, error) {
+func newDecoder(kind string, out serveapi.Output) (*decoder, error) {
 	d := &decoder{kind: kind, classes: out.Classes, threshold: out.Threshold}
 	switch kind {
-	case model.OutputProbability:
-	case model.OutputValue:
+	case serveapi.OutputProbability:
+	case serveapi.OutputValue:
 		if len(out.Classes) > 0 {
 			return nil, errors.New("output.classes: a regression model has no classes")
 		}
 	default:
-		return nil, fmt.Errorf("model output kind %q is neither %q nor %q", kind, model.OutputProbability, model.OutputValue)
+		return nil, fmt.Errorf("model output kind %q is neither %q nor %q", kind, serveapi.OutputProbability, serveapi.OutputValue)
 	}
 	if d.threshold == 0 {
 		d.threshold = 0.5
@@ -65,7 +65,7 @@ func (d *decoder) check(w int) error {
 	switch {
 	case w < 1:
 		return errors.New("the model returned empty output rows")
-	case d.kind == model.OutputValue:
+	case d.kind == serveapi.OutputValue:
 		return nil
 	case w <= 2 && (len(d.classes) == 0 || len(d.classes) == 2):
 		return nil
@@ -81,7 +81,7 @@ func (d *decoder) answer(row []float32) (answer, error) {
 	if err := d.check(len(row)); err != nil {
 		return answer{}, err
 	}
-	if d.kind == model.OutputValue {
+	if d.kind == serveapi.OutputValue {
 		if len(row) == 1 {
 			v := float64(row[0])
 			return answer{Value: &v}, nil

@@ -16,11 +16,11 @@ import (
 	"github.com/coder/quartz"
 
 	"modelplane/runtime/batch"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // Opener loads a model file: each loader package's Load.
-type Opener func(path string) (model.Model, error)
+type Opener func(path string) (serveapi.Model, error)
 
 // Defaults of Options.
 const (
@@ -58,8 +58,8 @@ var extensions = map[string]string{
 
 // loaded is what Load builds; it is set once and read without locks.
 type loaded struct {
-	cfg     model.Config
-	model   model.Model
+	cfg     serveapi.Config
+	model   serveapi.Model
 	enc     *encoder
 	dec     *decoder
 	batcher *batch.Batcher
@@ -119,16 +119,16 @@ func Open(dir string, openers map[string]Opener, opt Options) (*Server, error) {
 
 // ReadConfig reads and checks the serving configuration of a model
 // directory.
-func ReadConfig(dir string) (model.Config, error) {
-	var cfg model.Config
-	b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+func ReadConfig(dir string) (serveapi.Config, error) {
+	var cfg serveapi.Config
+	b, err := os.ReadFile(filepath.Join(dir, serveapi.ConfigFile))
 	if err != nil {
 		return cfg, fmt.Errorf("read serving configuration: %w", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("%s: %w", model.ConfigFile, err)
+		return cfg, fmt.Errorf("%s: %w", serveapi.ConfigFile, err)
 	}
 	var errs []string
 	if cfg.Model == "" {
@@ -141,14 +141,14 @@ func ReadConfig(dir string) (model.Config, error) {
 		errs = append(errs, "batching: sizes, delays and timeouts must not be negative")
 	}
 	if len(errs) > 0 {
-		return cfg, fmt.Errorf("%s: %s", model.ConfigFile, strings.Join(errs, "; "))
+		return cfg, fmt.Errorf("%s: %s", serveapi.ConfigFile, strings.Join(errs, "; "))
 	}
 	return cfg, nil
 }
 
 // modelFile is the path of the model file: Config.File, or the only file
 // with the format's extension.
-func modelFile(dir string, cfg model.Config) (string, error) {
+func modelFile(dir string, cfg serveapi.Config) (string, error) {
 	if cfg.File != "" {
 		if !filepath.IsLocal(cfg.File) {
 			return "", fmt.Errorf("file %q is not inside the model directory", cfg.File)
@@ -165,7 +165,7 @@ func modelFile(dir string, cfg model.Config) (string, error) {
 	}
 	var found []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && strings.EqualFold(filepath.Ext(e.Name()), ext) && e.Name() != model.ConfigFile {
+		if e.Type().IsRegular() && strings.EqualFold(filepath.Ext(e.Name()), ext) && e.Name() != serveapi.ConfigFile {
 			found = append(found, e.Name())
 		}
 	}

@@ -12,9 +12,9 @@ import (
 
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
 	"modelplane/tenant"
-	"modelplane/validate"
 )
 
 // t0 is whole seconds, so it survives PostgreSQL's microsecond timestamps.
@@ -96,10 +96,10 @@ func (f *fixture) roles(t *testing.T, teamID int64) map[string]auth.Role {
 	return out
 }
 
-// fields returns the fields named by a validate.Errors in err's chain, sorted;
+// fields returns the fields named by a field.Errors in err's chain, sorted;
 // nil when err holds none.
 func fields(err error) []string {
-	var ve validate.Errors
+	var ve field.Errors
 	if !errors.As(err, &ve) {
 		return nil
 	}

@@ -14,11 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Team is a group of people that owns models and endpoints.
@@ -68,8 +68,8 @@ func (s *Service) CreateTeam(ctx context.Context, p *auth.Principal, name, displ
 	if !p.PlatformAdmin() {
 		return Team{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
-	validate.Name(&errs, "name", name)
+	var errs field.Errors
+	field.Name(&errs, "name", name)
 	if len(displayName) > 200 {
 		errs.Add("display_name", "must be at most 200 characters")
 	}
@@ -145,7 +145,7 @@ var ErrAmbiguousEmail = errors.New("more than one user has this email")
 // ambiguous is ErrAmbiguousEmail with its field error, so the API answers
 // 400 on the email and callers can still branch on the sentinel.
 func ambiguous() error {
-	return errors.Join(ErrAmbiguousEmail, validate.Errors{{Field: "email", Message: ErrAmbiguousEmail.Error()}})
+	return errors.Join(ErrAmbiguousEmail, field.Errors{{Field: "email", Message: ErrAmbiguousEmail.Error()}})
 }
 
 // ErrLastAdmin means the change would leave a team without an admin.
@@ -153,7 +153,7 @@ var ErrLastAdmin = errors.New("a team must keep at least one admin")
 
 // SetMember adds a user to a team or changes their role; team admins only.
 func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email string, role auth.Role) (Member, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if !auth.ValidTeamRole(role) {
 		errs.Add("role", "must be one of admin, engineer, viewer")
 	}
@@ -182,7 +182,7 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		}
 		switch len(users) {
 		case 0:
-			return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
+			return field.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
 		case 1:
 		default:
 			return ambiguous()
@@ -291,7 +291,7 @@ type KeyRequest struct {
 // Team admins create keys for their team; platform admins also create
 // org-wide platform_admin and finance keys (with no team).
 func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest) (string, Key, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if r.Name == "" || len(r.Name) > 100 {
 		errs.Add("name", "must be 1-100 characters")
 	}
@@ -423,22 +423,22 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 	return out, nil
 }
 
-// publishKey writes the key's digest for the gateways (proto.BucketKeys) to
+// publishKey writes the key's digest for the gateways (busapi.BucketKeys) to
 // the outbox, in the caller's transaction.
 func publishKey(ctx context.Context, q *db.Queries, k db.APIKey, team string) error {
-	payload, err := json.Marshal(proto.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
+	payload, err := json.Marshal(busapi.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
 		Role: k.Role, ExpiresAt: k.ExpiresAt})
 	if err != nil {
 		return err
 	}
-	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, k.Prefix), Payload: payload})
+	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketKeys, k.Prefix), Payload: payload})
 	return err
 }
 
 // unpublishKey deletes the key's digest from the gateways: the relay turns a
 // JSON null into a KV delete.
 func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
-	_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, prefix), Payload: []byte("null")})
+	_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketKeys, prefix), Payload: []byte("null")})
 	return err
 }
 

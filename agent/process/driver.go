@@ -26,7 +26,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Defaults for the zero values of Config.
@@ -97,14 +97,14 @@ type Config struct {
 	// default runs the version's runtime (the built-in one when the spec
 	// names none) on that directory, or on ModelRoot/<model>/<version>
 	// without one, with a thread per core of the spec.
-	Resolve func(ctx context.Context, spec proto.ReplicaSpec, modelDir string) (Launch, error)
+	Resolve func(ctx context.Context, spec busapi.ReplicaSpec, modelDir string) (Launch, error)
 	// ModelRoot is the default Resolve's root of model directories for an
 	// agent without an artifact cache.
 	ModelRoot string
 	// MIGDevices maps a MIG slot to the device id CUDA_VISIBLE_DEVICES
 	// takes for it ("MIG-<uuid>", from nvidia-smi -L). A whole GPU is
 	// passed by its index and needs no entry.
-	MIGDevices map[proto.Slot]string
+	MIGDevices map[busapi.Slot]string
 	// CPUs are the cores runtimes are pinned to; each replica gets Threads
 	// of them, the least used first. Default the agent's own affinity.
 	CPUs []int
@@ -162,7 +162,7 @@ func (c *Config) defaults() error {
 	}
 	if c.Resolve == nil {
 		root := c.ModelRoot
-		c.Resolve = func(_ context.Context, spec proto.ReplicaSpec, dir string) (Launch, error) {
+		c.Resolve = func(_ context.Context, spec busapi.ReplicaSpec, dir string) (Launch, error) {
 			if dir == "" {
 				if root == "" {
 					return Launch{}, errors.New("no model directory: the process driver has no model root and no artifact cache")
@@ -290,7 +290,7 @@ func New(cfg Config) (*Driver, error) {
 // again when free. Starting a replica the driver already runs returns that
 // one; a replica a previous driver left running (its record says so) is
 // adopted instead of started twice.
-func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, opts agent.StartOptions) (agent.Replica, error) {
+func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts agent.StartOptions) (agent.Replica, error) {
 	addr := opts.Addr
 	hash := specHash(spec)
 	d.mu.Lock()
@@ -373,7 +373,7 @@ func (d *Driver) Running() []agent.Replica {
 // record must name a live process (same pid and start time), the same spec
 // and addr's port, and the runtime must answer its health path. Anything
 // else is agent.ErrNotRunning, and the agent starts the replica afresh.
-func (d *Driver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (agent.Replica, error) {
+func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, addr string) (agent.Replica, error) {
 	d.mu.Lock()
 	if r, ok := d.running[spec.ID]; ok && r.Addr() == addr {
 		d.mu.Unlock()
@@ -397,7 +397,7 @@ func (d *Driver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string)
 
 // adoptRecord re-attaches to the process of rec when it still runs the
 // spec and answers.
-func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec record) (*replica, error) {
+func (d *Driver) adoptRecord(ctx context.Context, spec busapi.ReplicaSpec, rec record) (*replica, error) {
 	hash := specHash(spec)
 	if rec.SpecHash != hash {
 		return nil, errors.New("recorded replica runs another spec")
@@ -535,13 +535,13 @@ func (d *Driver) Runtimes() []string {
 }
 
 // devices is CUDA_VISIBLE_DEVICES for the spec's slots.
-func (d *Driver) devices(spec proto.ReplicaSpec, e catalog.Entry) (string, error) {
+func (d *Driver) devices(spec busapi.ReplicaSpec, e catalog.Entry) (string, error) {
 	if e.Devices != catalog.DevicesCUDAEnv {
 		return "", nil
 	}
 	var ids []string
 	for _, s := range spec.Slots {
-		if spec.Profile == proto.ProfileFull || spec.Profile == "" {
+		if spec.Profile == busapi.ProfileFull || spec.Profile == "" {
 			ids = append(ids, strconv.Itoa(s.GPU))
 			continue
 		}
@@ -662,7 +662,7 @@ func (d *Driver) takePorts(r *replica, wants ...portWant) ([]int, error) {
 
 // specHash identifies what a replica runs, for adoption: a record of
 // another spec is never adopted.
-func specHash(s proto.ReplicaSpec) string {
+func specHash(s busapi.ReplicaSpec) string {
 	if len(s.Sim) > 0 {
 		var buf bytes.Buffer
 		if json.Compact(&buf, s.Sim) == nil {

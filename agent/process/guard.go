@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // guard is the replica token check in front of a runtime that does not
@@ -39,7 +39,7 @@ func startGuard(addr string, inner int, token string, open []string, log *slog.L
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
-			pr.Out.Header.Del(proto.ReplicaTokenHeader) // the runtime has no use for it
+			pr.Out.Header.Del(busapi.ReplicaTokenHeader) // the runtime has no use for it
 		},
 		// Server-sent events (token streaming) pass through at once.
 		FlushInterval: -1,
@@ -47,8 +47,8 @@ func startGuard(addr string, inner int, token string, open []string, log *slog.L
 	}
 	want := []byte(token)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
-			http.Error(w, "this replica answers only the gateway: missing or wrong "+proto.ReplicaTokenHeader, http.StatusUnauthorized)
+		if !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
+			http.Error(w, "this replica answers only the gateway: missing or wrong "+busapi.ReplicaTokenHeader, http.StatusUnauthorized)
 			return
 		}
 		rp.ServeHTTP(w, r)

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // record is what the driver keeps on disk of one running replica, so that
@@ -34,7 +34,7 @@ type record struct {
 	Devices   string `json:"devices,omitempty"`
 	// Launch is what the process was started with, which an adopting
 	// driver reports as its own.
-	Launch *proto.Launch `json:"launch,omitempty"`
+	Launch *busapi.Launch `json:"launch,omitempty"`
 	// MetricsPort is the runtime's own metrics port on 127.0.0.1, for an
 	// entry with catalog.Entry.MetricsPort (0: none).
 	MetricsPort int `json:"metrics_port,omitempty"`

@@ -25,14 +25,14 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // replica is one replica of the driver: a supervisor goroutine owns its
 // process from spawn to end; Observe and Stop only read its state and ask.
 type replica struct {
 	d       *Driver
-	spec    proto.ReplicaSpec
+	spec    busapi.ReplicaSpec
 	hash    string
 	entry   catalog.Entry
 	launch  Launch
@@ -68,7 +68,7 @@ type replica struct {
 	rates rates
 	// launched is the command line and files of the process last
 	// started (launchOf); set whole, never changed in place.
-	launched *proto.Launch
+	launched *busapi.Launch
 }
 
 // rates keeps the last reading of a runtime's counters. Between two
@@ -127,7 +127,7 @@ type proc struct {
 	status     string
 }
 
-func (d *Driver) newReplica(spec proto.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
+func (d *Driver) newReplica(spec busapi.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
 	return &replica{d: d, spec: spec, hash: hash, entry: e, launch: l, devices: devices,
 		log:  d.log.With(slog.String("replica", spec.ID), slog.String("runtime", e.Name)),
 		stop: make(chan struct{}), abandon: make(chan struct{}), done: make(chan struct{})}
@@ -151,7 +151,7 @@ func adoptedProc(pid int, ticks uint64) *proc {
 	return p
 }
 
-func (r *replica) Spec() proto.ReplicaSpec { return r.spec }
+func (r *replica) Spec() busapi.ReplicaSpec { return r.spec }
 
 func (r *replica) Addr() string {
 	r.mu.Lock()
@@ -173,7 +173,7 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	r.mu.Lock()
 	// Until its metrics are read, the replica reports none of them.
 	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason,
-		Runtime: r.entry.Name, Absent: slices.Clone(proto.Metrics), Launch: r.launched}
+		Runtime: r.entry.Name, Absent: slices.Clone(busapi.Metrics), Launch: r.launched}
 	r.mu.Unlock()
 	if !o.Ready {
 		return o, nil
@@ -209,15 +209,15 @@ var optional = []struct {
 	f    catalog.Field
 	name string
 }{
-	{catalog.FieldKV, proto.MetricKVUsedPct},
-	{catalog.FieldTokens, proto.MetricTokensPerSecond},
-	{catalog.FieldTTFT, proto.MetricTTFTMS},
-	{catalog.FieldGPUUtil, proto.MetricGPUUtil},
-	{catalog.FieldBatchQueue, proto.MetricBatchQueueMS},
+	{catalog.FieldKV, busapi.MetricKVUsedPct},
+	{catalog.FieldTokens, busapi.MetricTokensPerSecond},
+	{catalog.FieldTTFT, busapi.MetricTTFTMS},
+	{catalog.FieldGPUUtil, busapi.MetricGPUUtil},
+	{catalog.FieldBatchQueue, busapi.MetricBatchQueueMS},
 }
 
 // absent names the fields of the heartbeat that m's runtime does not
-// export (proto.ReplicaStatus.Absent): they read 0 and mean unknown.
+// export (busapi.ReplicaStatus.Absent): they read 0 and mean unknown.
 func absent(m catalog.Metrics) []string {
 	var out []string
 	for _, o := range optional {
@@ -553,7 +553,7 @@ func (r *replica) spawn() (*proc, error) {
 		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID,
 		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d"), MetricsPort: metricsPort}
 	var repo string
-	var files []proto.LaunchFile
+	var files []busapi.LaunchFile
 	if r.entry.Name == catalog.Triton {
 		if repo, files, err = r.writeRepository(vars); err != nil {
 			return nil, err
@@ -916,7 +916,7 @@ func (r *replica) logTail() string {
 // The runtime user reads it, so it is not private; it holds no secret.
 // It returns the repository's directory and what it wrote there, for the
 // replica's launch.
-func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, error) {
+func (r *replica) writeRepository(v catalog.Vars) (string, []busapi.LaunchFile, error) {
 	entries, err := os.ReadDir(v.ModelDir)
 	if err != nil {
 		return "", nil, fmt.Errorf("model repository: %w", err)
@@ -933,7 +933,7 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 	if err := os.RemoveAll(v.WorkDir); err != nil {
 		return "", nil, fmt.Errorf("model repository: %w", err)
 	}
-	var files []proto.LaunchFile
+	var files []busapi.LaunchFile
 	for rel, body := range cfgs {
 		p := filepath.Join(repo, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -942,7 +942,7 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
-		files = append(files, proto.LaunchFile{Path: rel, Content: body})
+		files = append(files, busapi.LaunchFile{Path: rel, Content: body})
 	}
 	for rel, target := range links {
 		p := filepath.Join(repo, rel)
@@ -952,32 +952,32 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 		if err := os.Symlink(target, p); err != nil {
 			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
-		files = append(files, proto.LaunchFile{Path: rel, Link: target})
+		files = append(files, busapi.LaunchFile{Path: rel, Link: target})
 	}
-	slices.SortFunc(files, func(a, b proto.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(files, func(a, b busapi.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
 	return repo, files, nil
 }
 
 // launchOf is the launch a heartbeat reports of a process started with
 // argv and env, with files written under dir: the replica's token never
-// in it (its variable reads proto.LaunchSecret, and so would any argument
+// in it (its variable reads busapi.LaunchSecret, and so would any argument
 // or file that held it), nor the values of the variables Config.Env adds
 // (env ends with them), which are the operator's.
-func (r *replica) launchOf(argv, env []string, dir string, files []proto.LaunchFile) *proto.Launch {
+func (r *replica) launchOf(argv, env []string, dir string, files []busapi.LaunchFile) *busapi.Launch {
 	hide := func(s string) string {
 		if r.spec.Token == "" {
 			return s
 		}
-		return strings.ReplaceAll(s, r.spec.Token, proto.LaunchSecret)
+		return strings.ReplaceAll(s, r.spec.Token, busapi.LaunchSecret)
 	}
-	l := proto.Launch{Argv: make([]string, len(argv)), Dir: dir}
+	l := busapi.Launch{Argv: make([]string, len(argv)), Dir: dir}
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
 	own := len(env) - len(r.d.cfg.Env)
 	for i, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); i >= own || k == "MP_REPLICA_TOKEN" {
-			kv = k + "=" + proto.LaunchSecret
+			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))
 	}

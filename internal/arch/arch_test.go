@@ -71,7 +71,7 @@ var rules = []rule{{
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
+	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
@@ -98,7 +98,7 @@ var rules = []rule{{
 	// The built-in runtime's LLM engine runs the simulator's scheduler and
 	// KV-cache manager on real K/V (DESIGN §19); validation runs that
 	// runtime in a child process.
-	except:    append([]string{"modelplane/sim/...", "modelplane/agent/...", "modelplane/runtime/...", "modelplane/validation"}, aboveDomain...),
+	except:    append([]string{"modelplane/sim/...", "modelplane/agent/...", "modelplane/runtime/...", "modelplane/versioncheck"}, aboveDomain...),
 	forbidden: simEngine,
 }, {
 	name:      "the simulator shares drift's math through drift/stat, not drift",

@@ -6,7 +6,7 @@
 //
 //   - pure packages (sim/..., judge, placement, autoscale, drift/stat,
 //     money) reach no database, ClickHouse or NATS client, nor package db;
-//   - the leaf contracts (agent/proto, drift/stat, money, sim/profile)
+//   - the leaf contracts (busapi, drift/stat, money, sim/profile)
 //     import only the standard library;
 //   - gateway, agent and runtime never reach package db;
 //   - web imports only its own packages, static and the view-neutral

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gguf"
 	"modelplane/internal/wait"
 	"modelplane/llm"
@@ -254,7 +254,7 @@ func server(t *testing.T, token string) (*httptest.Server, *Engine) {
 func post(t *testing.T, ts *httptest.Server, path, body string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+path, strings.NewReader(body))
-	req.Header.Set(proto.TeamHeader, "team-a")
+	req.Header.Set(busapi.TeamHeader, "team-a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +453,7 @@ func TestTokenRequiredButForProbes(t *testing.T) {
 		t.Errorf("POST without token: %d; want 401", resp.StatusCode)
 	}
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"x","max_tokens":2}`))
-	req.Header.Set(proto.ReplicaTokenHeader, "s3cret")
+	req.Header.Set(busapi.ReplicaTokenHeader, "s3cret")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/sim"
 )
 
@@ -39,7 +39,7 @@ type Tokenizer interface {
 type Options struct {
 	// Model is the name answered in /v1/models and responses.
 	Model string
-	// Token, when set, is required in proto.ReplicaTokenHeader on all but
+	// Token, when set, is required in busapi.ReplicaTokenHeader on all but
 	// the probes (health, readiness, models, metrics).
 	Token string
 	// MaxBodyBytes bounds a request body; default 8 MiB.
@@ -96,7 +96,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	want := []byte(s.opt.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 			writeError(w, http.StatusUnauthorized, "authentication_error", "", "this replica answers only its gateways")
 			return
 		}
@@ -430,7 +430,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		writeError(w, http.StatusServiceUnavailable, "server_error", "", "runtime is draining")
 		return
 	}
-	j.req.Tenant = r.Header.Get(proto.TeamHeader)
+	j.req.Tenant = r.Header.Get(busapi.TeamHeader)
 	id, events, err := s.eng.Submit(j.req)
 	if err != nil {
 		if errors.Is(err, ErrTooLong) {

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/sim"
 )
 
@@ -247,7 +247,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 	g := &generation{
 		seq: Sequence{
 			ID:           fmt.Sprintf("chatcmpl-%s-%d", s.cfg.ReplicaID, s.nextID.Add(1)),
-			Tenant:       r.Header.Get(proto.TeamHeader),
+			Tenant:       r.Header.Get(busapi.TeamHeader),
 			PromptTokens: p.promptTokens,
 			OutputTokens: p.outputTokens,
 		},

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package validation
+package versioncheck
 
 // limitMemory is a no-op where RLIMIT_AS is not available; the time limit
 // still holds.

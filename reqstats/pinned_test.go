@@ -1,11 +1,11 @@
-package traffic_test
+package reqstats_test
 
 import (
 	"testing"
 	"time"
 
 	"modelplane/internal/chtest"
-	"modelplane/traffic"
+	"modelplane/reqstats"
 )
 
 // TestTotalsSkipPinned checks that the judge's totals leave out pinned
@@ -29,7 +29,7 @@ func TestTotalsSkipPinned(t *testing.T) {
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "fraud", 0, from, to)
+	got, err := reqstats.NewReader(ch, nil).Totals(t.Context(), "fraud", 0, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package traffic_test
+package reqstats_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"modelplane/internal/chtest"
-	"modelplane/traffic"
+	"modelplane/reqstats"
 )
 
 // TestReadersKeepToTheEndpointID: statistics of a deleted endpoint (id 1)
@@ -34,7 +34,7 @@ func TestReadersKeepToTheEndpointID(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	r := traffic.NewReader(ch, func() time.Time { return now })
+	r := reqstats.NewReader(ch, func() time.Time { return now })
 	w, err := r.Last(t.Context(), "fraud", 2, 10)
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
-package validation
+package versioncheck
 
 import (
 	"encoding/json"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // generated is how many instances Generate makes.
@@ -14,7 +14,7 @@ const generated = 3
 // schema's minimum, maximum and midpoint (0, 1 and 0.5 where it states no
 // bounds), categories from the first to the last. They exercise the model
 // and its output mapping; they say nothing of its accuracy.
-func Generate(features []model.Feature, inputSchema []byte) []json.RawMessage {
+func Generate(features []serveapi.Feature, inputSchema []byte) []json.RawMessage {
 	var schema struct {
 		Properties map[string]struct {
 			Type    any      `json:"type"`

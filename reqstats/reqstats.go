@@ -1,4 +1,4 @@
-package traffic
+package reqstats
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/judge"
 )
 
@@ -138,13 +138,13 @@ func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, st
 		for i, st := range a.steps {
 			p := Point{Start: from.Add(time.Duration(i) * step), Requests: st.requests, Errors: st.errors,
 				QPS: float64(st.requests) / step.Seconds(), Streams: st.streams,
-				P50MS: proto.QuantileMS(st.lat, 0.5), P99MS: proto.QuantileMS(st.lat, 0.99)}
+				P50MS: busapi.QuantileMS(st.lat, 0.5), P99MS: busapi.QuantileMS(st.lat, 0.99)}
 			if st.requests > 0 {
 				p.ErrorRate = float64(st.errors) / float64(st.requests)
 			}
 			if a.streaming {
-				p.TTFTP50MS, p.TTFTP99MS = proto.QuantileMS(st.ttft, 0.5), proto.QuantileMS(st.ttft, 0.99)
-				p.TPOTP50MS, p.TPOTP99MS = proto.QuantileMS(st.tpot, 0.5), proto.QuantileMS(st.tpot, 0.99)
+				p.TTFTP50MS, p.TTFTP99MS = busapi.QuantileMS(st.ttft, 0.5), busapi.QuantileMS(st.ttft, 0.99)
+				p.TPOTP50MS, p.TPOTP99MS = busapi.QuantileMS(st.tpot, 0.5), busapi.QuantileMS(st.tpot, 0.99)
 			}
 			s.Points[i] = p
 		}
@@ -169,11 +169,11 @@ func newVersionAcc(steps int) *versionAcc { return &versionAcc{steps: make([]ste
 // addBuckets adds h into *sum; a histogram of the wrong length (an empty
 // one for a version that does not stream) is skipped.
 func addBuckets(sum *[]uint64, h []uint64) {
-	if len(h) != proto.LatencyBuckets {
+	if len(h) != busapi.LatencyBuckets {
 		return
 	}
 	if *sum == nil {
-		*sum = make([]uint64, proto.LatencyBuckets)
+		*sum = make([]uint64, busapi.LatencyBuckets)
 	}
 	for i, n := range h {
 		(*sum)[i] += n
@@ -199,7 +199,7 @@ func (r *Reader) Last(ctx context.Context, endpoint string, endpointID int64, mi
 // Totals sums each version's request statistics of endpoint over windows
 // starting in [from, to): what a rollout's judge compares. Errors are
 // upstream, timeout and shed failures, as Read counts them; histograms are
-// over proto.LatencyBoundsUS (nil when the version recorded none).
+// over busapi.LatencyBoundsUS (nil when the version recorded none).
 func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrWindow, from, to)

@@ -1,4 +1,4 @@
-package traffic_test
+package reqstats_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 
 	"modelplane/autoscale"
 	"modelplane/internal/chtest"
-	"modelplane/traffic"
+	"modelplane/reqstats"
 )
 
 func TestHourlyRates(t *testing.T) {
@@ -33,7 +33,7 @@ func TestHourlyRates(t *testing.T) {
 		row{at: to, endpoint: "chat", version: "v42", requests: 1_000_000},
 		row{at: from.Add(10 * time.Hour), endpoint: "fraud", version: "v1", requests: 1_000_000})
 	insert(t, ch, rows...)
-	r := traffic.NewReader(ch, nil)
+	r := reqstats.NewReader(ch, nil)
 	h, err := r.HourlyRates(t.Context(), "chat", 0, from.Add(15*time.Minute), to)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +59,10 @@ func TestHourlyRates(t *testing.T) {
 	if !ok || !near(rps, 2) {
 		t.Errorf("forecast %v ok %v (%s), want 2", rps, ok, why)
 	}
-	if _, err := r.HourlyRates(t.Context(), "chat", 0, to, from); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := r.HourlyRates(t.Context(), "chat", 0, to, from); !errors.Is(err, reqstats.ErrWindow) {
 		t.Errorf("reversed span: %v, want ErrWindow", err)
 	}
-	if _, err := r.HourlyRates(t.Context(), "chat", 0, from, from.Add(6*autoscale.Week)); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := r.HourlyRates(t.Context(), "chat", 0, from, from.Add(6*autoscale.Week)); !errors.Is(err, reqstats.ErrWindow) {
 		t.Errorf("six weeks: %v, want ErrWindow", err)
 	}
 }

@@ -1,4 +1,4 @@
-package validation
+package versioncheck
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"modelplane/db"
 	"modelplane/registry"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 	"modelplane/service"
 )
 
@@ -333,7 +333,7 @@ func checkOutputs(schema []byte, outputs []json.RawMessage) string {
 
 // layout links (or copies) the version's files from the store into dir
 // and writes the serving configuration beside them.
-func (v *Validator) layout(dir string, manifest []byte, cfg model.Config) error {
+func (v *Validator) layout(dir string, manifest []byte, cfg serveapi.Config) error {
 	var man map[string]string
 	if err := json.Unmarshal(manifest, &man); err != nil {
 		return fmt.Errorf("manifest: %w", err)
@@ -354,7 +354,7 @@ func (v *Validator) layout(dir string, manifest []byte, cfg model.Config) error 
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, model.ConfigFile), b, 0o644)
+	return os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), b, 0o644)
 }
 
 func (v *Validator) place(digest, dst string) error {

@@ -1,4 +1,4 @@
-// Package validation runs a registered version through the built-in
+// Package versioncheck runs a registered version through the built-in
 // runtime before it may take traffic (seed §3: registered → validated or
 // invalid). The Validator, a leader-only background loop of the control
 // plane, takes the versions the registry queued, lays their files out from
@@ -11,5 +11,5 @@
 //
 // Check is the child's side: it loads the model the way a replica does and
 // answers the inputs. This package must not serve traffic or place
-// replicas; it is not package validate, which reports bad request fields.
-package validation
+// replicas; it is not package field, which reports bad request fields.
+package versioncheck

@@ -1,4 +1,4 @@
-// Package traffic reads the per-version request statistics the gateways
+// Package reqstats reads the per-version request statistics the gateways
 // publish (ClickHouse request_stats, written by package ingest) and turns
 // them into short time series for the portal and the API: requests per
 // second, error rate, p50 and p99 latency and, for endpoints that stream,
@@ -13,4 +13,4 @@
 // the bucket that holds the rank: bucket i spans (bound[i-1], bound[i]], the
 // first from zero; a rank in the open last bucket reads as the last bound,
 // so a quantile is never invented above what the histogram can say.
-package traffic
+package reqstats

@@ -1,4 +1,4 @@
-package proto_test
+package busapi_test
 
 import (
 	"encoding/json"
@@ -6,30 +6,30 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 func TestLaunchBounded(t *testing.T) {
 	t.Parallel()
-	small := proto.Launch{Argv: []string{"vllm", "serve", "/m"}, Env: []string{"A=1"}, Dir: "/r",
-		Files: []proto.LaunchFile{{Path: "m/config.pbtxt", Content: "name: \"m\"\n"}, {Path: "m/1", Link: "/m"}}}
-	big := strings.Repeat("é", proto.LaunchMaxFileBytes) // two bytes each
+	small := busapi.Launch{Argv: []string{"vllm", "serve", "/m"}, Env: []string{"A=1"}, Dir: "/r",
+		Files: []busapi.LaunchFile{{Path: "m/config.pbtxt", Content: "name: \"m\"\n"}, {Path: "m/1", Link: "/m"}}}
+	big := strings.Repeat("é", busapi.LaunchMaxFileBytes) // two bytes each
 	tests := []struct {
 		name string
-		in   proto.Launch
+		in   busapi.Launch
 		// check says what is wrong with the bounded launch, or "".
-		check func(proto.Launch) string
+		check func(busapi.Launch) string
 	}{
-		{"a launch within the bounds is kept as it is", small, func(got proto.Launch) string {
+		{"a launch within the bounds is kept as it is", small, func(got busapi.Launch) string {
 			if !reflect.DeepEqual(got, small) {
 				return "changed"
 			}
 			return ""
 		}},
-		{"a file over its bound is cut on a character and marked", proto.Launch{Argv: []string{"x"}, Files: []proto.LaunchFile{{Path: "f", Content: big}}},
-			func(got proto.Launch) string {
+		{"a file over its bound is cut on a character and marked", busapi.Launch{Argv: []string{"x"}, Files: []busapi.LaunchFile{{Path: "f", Content: big}}},
+			func(got busapi.Launch) string {
 				f := got.Files[0]
-				if len(f.Content) > proto.LaunchMaxFileBytes || !strings.HasPrefix(big, f.Content) || !f.Truncated || !got.Truncated {
+				if len(f.Content) > busapi.LaunchMaxFileBytes || !strings.HasPrefix(big, f.Content) || !f.Truncated || !got.Truncated {
 					return "file not cut to its bound and marked"
 				}
 				if strings.ContainsRune(f.Content, '\uFFFD') || len(f.Content)%2 != 0 {
@@ -37,23 +37,23 @@ func TestLaunchBounded(t *testing.T) {
 				}
 				return ""
 			}},
-		{"files past the total are left out and the launch marked", proto.Launch{Argv: []string{"x"}, Files: []proto.LaunchFile{
+		{"files past the total are left out and the launch marked", busapi.Launch{Argv: []string{"x"}, Files: []busapi.LaunchFile{
 			{Path: "a", Content: strings.Repeat("a", 3000)},
 			{Path: "b", Content: strings.Repeat("b", 3000)},
 			{Path: "c", Content: strings.Repeat("c", 3000)}}},
-			func(got proto.Launch) string {
+			func(got busapi.Launch) string {
 				if len(got.Files) != 2 || !got.Truncated {
 					return "want two files and truncated"
 				}
 				return ""
 			}},
-		{"an agent's oversized argv is cut", proto.Launch{Argv: []string{"x", big, big, big}}, func(got proto.Launch) string {
+		{"an agent's oversized argv is cut", busapi.Launch{Argv: []string{"x", big, big, big}}, func(got busapi.Launch) string {
 			if !got.Truncated {
 				return "not marked"
 			}
 			return ""
 		}},
-		{"no argv reads as an empty one", proto.Launch{}, func(got proto.Launch) string {
+		{"no argv reads as an empty one", busapi.Launch{}, func(got busapi.Launch) string {
 			if got.Argv == nil {
 				return "nil argv"
 			}
@@ -69,8 +69,8 @@ func TestLaunchBounded(t *testing.T) {
 			}
 			data, _ := json.Marshal(got)
 			// The bounds, plus the JSON around them.
-			if len(data) > proto.LaunchMaxBytes+1024 {
-				t.Errorf("bounded launch is %d bytes of JSON, over %d", len(data), proto.LaunchMaxBytes)
+			if len(data) > busapi.LaunchMaxBytes+1024 {
+				t.Errorf("bounded launch is %d bytes of JSON, over %d", len(data), busapi.LaunchMaxBytes)
 			}
 			if again := got.Bounded(); !reflect.DeepEqual(again, got) {
 				t.Errorf("bounding twice changed it: %+v then %+v", got, again)

@@ -1,4 +1,4 @@
-package traffic_test
+package reqstats_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/chtest"
-	"modelplane/traffic"
+	"modelplane/reqstats"
 )
 
 func TestMain(m *testing.M) {
@@ -57,7 +57,7 @@ func insert(t *testing.T, ch driver.Conn, rows ...row) {
 
 // hist is a histogram with n in each of the given buckets.
 func hist(n uint64, buckets ...int) []uint64 {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	for _, b := range buckets {
 		h[b] += n
 	}
@@ -73,7 +73,7 @@ func TestRead(t *testing.T) {
 	step := 10 * time.Second
 	// The window is 3 steps of 10 s: [11:59:40, 12:00:10).
 	from := time.Date(2026, 11, 30, 11, 59, 40, 0, time.UTC)
-	b := proto.LatencyBoundsUS()
+	b := busapi.LatencyBoundsUS()
 	insert(t, ch,
 		// Step 0 of v1: two windows, 100 requests in all, 10 errors.
 		row{at: from.Add(123 * time.Millisecond), endpoint: "fraud", version: "v1", requests: 60, errs: 4, lat: hist(60, 5)},
@@ -88,7 +88,7 @@ func TestRead(t *testing.T) {
 		row{at: from.Add(30 * time.Second), endpoint: "fraud", version: "v1", requests: 1000, lat: hist(1000, 0)},
 		row{at: from, endpoint: "chat", version: "v1", requests: 1000, lat: hist(1000, 0)},
 	)
-	r := traffic.NewReader(ch, func() time.Time { return now })
+	r := reqstats.NewReader(ch, func() time.Time { return now })
 	w, err := r.Read(t.Context(), "fraud", 0, 3, step)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +132,8 @@ func TestRead(t *testing.T) {
 
 func TestReadRefusesBadWindow(t *testing.T) {
 	t.Parallel()
-	r := traffic.NewReader(nil, nil)
-	for _, steps := range []int{0, -1, traffic.MaxSteps + 1} {
+	r := reqstats.NewReader(nil, nil)
+	for _, steps := range []int{0, -1, reqstats.MaxSteps + 1} {
 		if _, err := r.Read(t.Context(), "fraud", 0, steps, time.Minute); err == nil {
 			t.Errorf("Read(%d steps) succeeded, want ErrWindow", steps)
 		}
@@ -144,12 +144,12 @@ func TestLastSteps(t *testing.T) {
 	t.Parallel()
 	ch := chtest.New(t)
 	now := time.Date(2026, 11, 30, 12, 0, 5, 0, time.UTC)
-	r := traffic.NewReader(ch, func() time.Time { return now })
+	r := reqstats.NewReader(ch, func() time.Time { return now })
 	tests := []struct {
 		minutes int
 		points  int
 		step    time.Duration
-	}{{5, 30, 10 * time.Second}, {10, 60, 10 * time.Second}, {30, 30, time.Minute}, {traffic.MaxMinutes, traffic.MaxMinutes, time.Minute}}
+	}{{5, 30, 10 * time.Second}, {10, 60, 10 * time.Second}, {30, 30, time.Minute}, {reqstats.MaxMinutes, reqstats.MaxMinutes, time.Minute}}
 	insert(t, ch, row{at: now, endpoint: "fraud", version: "v1", requests: 1, lat: hist(1, 0)})
 	for _, tt := range tests {
 		w, err := r.Last(t.Context(), "fraud", 0, tt.minutes)
@@ -163,7 +163,7 @@ func TestLastSteps(t *testing.T) {
 			t.Errorf("Last(%d): last point has %d requests, want the one just sent", tt.minutes, got)
 		}
 	}
-	if _, err := r.Last(t.Context(), "fraud", 0, traffic.MaxMinutes+1); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := r.Last(t.Context(), "fraud", 0, reqstats.MaxMinutes+1); !errors.Is(err, reqstats.ErrWindow) {
 		t.Errorf("Last(too long) = %v, want ErrWindow", err)
 	}
 }
@@ -183,7 +183,7 @@ func TestTotals(t *testing.T) {
 		row{at: to, endpoint: "chat", version: "v42", requests: 1000, lat: hist(1000, 0)},
 		row{at: from, endpoint: "fraud", version: "v42", requests: 1000, lat: hist(1000, 0)},
 	)
-	got, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", 0, from, to)
+	got, err := reqstats.NewReader(ch, nil).Totals(t.Context(), "chat", 0, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestTotals(t *testing.T) {
 	if v42.TPOT[2] != 50 || v42.TPOT[4] != 30 || v42.Latency[10] != 50 || v42.Latency[11] != 30 || v43.TPOT[9] != 5 {
 		t.Errorf("histograms not summed per bucket: v42 tpot %v latency %v, v43 tpot %v", v42.TPOT, v42.Latency, v43.TPOT)
 	}
-	if _, err := traffic.NewReader(ch, nil).Totals(t.Context(), "chat", 0, to, from); !errors.Is(err, traffic.ErrWindow) {
+	if _, err := reqstats.NewReader(ch, nil).Totals(t.Context(), "chat", 0, to, from); !errors.Is(err, reqstats.ErrWindow) {
 		t.Errorf("Totals(to, from) error = %v, want ErrWindow", err)
 	}
 }

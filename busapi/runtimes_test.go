@@ -1,10 +1,10 @@
-package proto_test
+package busapi_test
 
 import (
 	"encoding/json"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // TestRunsRuntime: a node that says nothing runs anything (an agent from
@@ -19,18 +19,18 @@ func TestRunsRuntime(t *testing.T) {
 		want     bool
 	}{
 		{"not said", nil, true},
-		{"every runtime", []string{proto.AnyRuntime}, true},
+		{"every runtime", []string{busapi.AnyRuntime}, true},
 		{"listed", []string{"builtin", "vllm"}, true},
 		{"not listed", []string{"builtin", "triton"}, false},
 		{"none", []string{}, false},
 	}
 	for _, tt := range tests {
-		if got := proto.RunsRuntime(tt.runtimes, "vllm"); got != tt.want {
+		if got := busapi.RunsRuntime(tt.runtimes, "vllm"); got != tt.want {
 			t.Errorf("%s: RunsRuntime(%#v, vllm) = %t, want %t", tt.name, tt.runtimes, got, tt.want)
 		}
 	}
 	for _, body := range []string{`{"node":"n"}`, `{"node":"n","runtimes":null}`} {
-		var st proto.NodeStatus
+		var st busapi.NodeStatus
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestRunsRuntime(t *testing.T) {
 			t.Errorf("%s: runtimes = %#v, want nil (not said)", body, st.Runtimes)
 		}
 	}
-	var st proto.NodeStatus
+	var st busapi.NodeStatus
 	if err := json.Unmarshal([]byte(`{"node":"n","runtimes":[]}`), &st); err != nil || st.Runtimes == nil {
 		t.Errorf("runtimes [] = %#v (%v), want an empty list, not nil", st.Runtimes, err)
 	}

@@ -1,10 +1,10 @@
-// Package model is the contract between the built-in runtime's server and the
+// Package serveapi is the contract between the built-in runtime's server and the
 // libraries that load model files: a Model scores a batch of feature rows,
 // and Config is the replica's serving configuration, which the agent writes
 // beside the model files (ConfigFile) from the version's metadata and the
 // endpoint's settings. It imports only the standard library so that every
 // loader (XGBoost, LightGBM, ONNX) and the server depend on it alone.
-package model
+package serveapi
 
 import "encoding/json"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package validation
+package versioncheck
 
 import "syscall"
 

@@ -1,8 +1,8 @@
-// Package proto is the NATS contract between the control plane, the node
+// Package busapi is the NATS contract between the control plane, the node
 // agents and the gateways: subjects, the KV buckets and streams with their
 // settings, and the message structs. It imports only the standard library so
 // that every side can depend on it; it holds no behaviour beyond naming.
-package proto
+package busapi
 
 import (
 	"crypto/sha256"
@@ -235,7 +235,7 @@ type ReplicaSpec struct {
 	// has (NATS caps a value at 1 MB).
 	Manifest string `json:"manifest,omitempty"`
 	// Settings are the runtime's own settings; for the built-in runtime a
-	// runtime/model.Config, which the agent writes into the replica's model
+	// serveapi.Config, which the agent writes into the replica's model
 	// directory as model.ConfigFile.
 	Settings json.RawMessage `json:"settings,omitempty"`
 	// Token is the replica's token, made by the control plane at placement:

@@ -1,8 +1,8 @@
-// Package validate holds the input rules that several domain packages share
+// Package field holds the input rules that several domain packages share
 // (names of teams, models, endpoints and versions) and the field error type
 // they return, which the HTTP layer turns into a 400 naming each field. It
 // knows nothing about HTTP or storage.
-package validate
+package field
 
 import (
 	"fmt"

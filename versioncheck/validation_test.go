@@ -1,4 +1,4 @@
-package validation_test
+package versioncheck_test
 
 import (
 	"bytes"
@@ -22,11 +22,11 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
 	"modelplane/rollout"
-	"modelplane/validate"
-	"modelplane/validation"
+	"modelplane/versioncheck"
 )
 
 // binary is the modelplane binary TestMain builds once for the package:
@@ -95,7 +95,7 @@ type fixture struct {
 	reg       *registry.Service
 	eps       *endpoint.Service
 	rollouts  *rollout.Service
-	validator *validation.Validator
+	validator *versioncheck.Validator
 	eng       *auth.Principal
 }
 
@@ -110,7 +110,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := validation.New(validation.Config{Pool: pool, Store: store, Binary: binary, WorkDir: t.TempDir()})
+	v := versioncheck.New(versioncheck.Config{Pool: pool, Store: store, Binary: binary, WorkDir: t.TempDir()})
 	return &fixture{db: pool, store: store, reg: registry.New(pool, store, artifact.Limits{}).WithValidation(v.Wake), eps: endpoint.New(pool),
 		rollouts: rollout.New(pool, nil, nil), validator: v,
 		eng: &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleEngineer}}}}
@@ -275,7 +275,7 @@ func TestValidation(t *testing.T) {
 
 	// A child past its time limit is killed, and the version is invalid.
 	f.register(t, "fraud", "v4", "xgboost", "model.json", xgbFile, sv)
-	hasty := validation.New(validation.Config{Pool: f.db, Store: f.store, Binary: binary, Timeout: time.Millisecond})
+	hasty := versioncheck.New(versioncheck.Config{Pool: f.db, Store: f.store, Binary: binary, Timeout: time.Millisecond})
 	if _, err := hasty.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -289,10 +289,10 @@ func TestValidation(t *testing.T) {
 	assertRefused(t, err, "version", "v2 is invalid")
 }
 
-func assertRefused(t *testing.T, err error, field, says string) {
+func assertRefused(t *testing.T, err error, name, says string) {
 	t.Helper()
-	var ve validate.Errors
-	if !errors.As(err, &ve) || len(ve) != 1 || ve[0].Field != field || !strings.Contains(ve[0].Message, says) {
-		t.Fatalf("err = %v, want a 400 on %s saying %q", err, field, says)
+	var ve field.Errors
+	if !errors.As(err, &ve) || len(ve) != 1 || ve[0].Field != name || !strings.Contains(ve[0].Message, says) {
+		t.Fatalf("err = %v, want a 400 on %s saying %q", err, name, says)
 	}
 }

@@ -1,4 +1,4 @@
-package validation_test
+package versioncheck_test
 
 import (
 	"bytes"
@@ -14,15 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/gguf"
 	"modelplane/llm"
 	"modelplane/registry"
 	"modelplane/runtime/llmserve"
-	"modelplane/validation"
+	"modelplane/versioncheck"
 )
 
 // needMB is what validation computes for a GGUF file: llm.MemoryNeed with
@@ -82,20 +82,20 @@ func (f *fixture) registerGGUFServing(t *testing.T, name string, body []byte, re
 // as its agent's first heartbeat does.
 func cpuNode(t *testing.T, fl *fleet.Fleet, name string, cores, memoryMB int) {
 	t.Helper()
-	if _, err := fl.Observe(t.Context(), proto.NodeStatus{Node: name, BootID: "b1", LeaseSeconds: 15, CPUCores: cores, MemoryMB: memoryMB}); err != nil {
+	if _, err := fl.Observe(t.Context(), busapi.NodeStatus{Node: name, BootID: "b1", LeaseSeconds: 15, CPUCores: cores, MemoryMB: memoryMB}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // desiredReplicas is the replicas of a node's latest desired state.
-func (f *fixture) desiredReplicas(t *testing.T, node string) []proto.ReplicaSpec {
+func (f *fixture) desiredReplicas(t *testing.T, node string) []busapi.ReplicaSpec {
 	t.Helper()
 	var payload []byte
 	if err := f.db.QueryRow(t.Context(), "SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
-		proto.KVSubject(proto.BucketDesired, node)).Scan(&payload); err != nil {
+		busapi.KVSubject(busapi.BucketDesired, node)).Scan(&payload); err != nil {
 		t.Fatalf("desired of %s: %v", node, err)
 	}
-	var d proto.Desired
+	var d busapi.Desired
 	if err := json.Unmarshal(payload, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +208,8 @@ func TestValidationGGUFNeedAboveLargestNode(t *testing.T) {
 	largest := int(need) - 1
 	cpuNode(t, fl, "cpu-small", 4, largest/2)
 	cpuNode(t, fl, "cpu-large", 4, largest)
-	if _, err := fl.Observe(ctx, proto.NodeStatus{Node: "gpu-a", BootID: "b1", LeaseSeconds: 15,
-		GPUs: []proto.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}}}}); err != nil {
+	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "gpu-a", BootID: "b1", LeaseSeconds: 15,
+		GPUs: []busapi.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}}}}); err != nil {
 		t.Fatal(err)
 	}
 	f.registerGGUF(t, "auto", demo, registry.Resources{})
@@ -301,7 +301,7 @@ func TestValidationGGUFNeedAboveValidationLimit(t *testing.T) {
 	// The least a Go child starts under (at 1 GiB of address space its
 	// runtime cannot allocate its first arena).
 	const limit = 2048
-	f.validator = validation.New(validation.Config{Pool: f.db, Store: f.store, Binary: binary, WorkDir: t.TempDir(), MemoryMB: limit})
+	f.validator = versioncheck.New(versioncheck.Config{Pool: f.db, Store: f.store, Binary: binary, WorkDir: t.TempDir(), MemoryMB: limit})
 	f.createModel(t, "chat", registry.TaskLLM)
 	body := bigKV(t)
 	need := needMB(t, body)
