@@ -30,6 +30,7 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/ingest"
+	"modelplane/opsmetrics"
 	"modelplane/outbox"
 	"modelplane/registry"
 	"modelplane/reqstats"
@@ -222,6 +223,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
+	// The fleet's state and the budgets as Prometheus series on the admin
+	// listener (docs/operations.md lists them).
+	reg.MustRegister(opsmetrics.New(st.Pool, quartz.NewReal(), cfg.Log), cp.Budgets)
 	cp.Rollouts = rollout.New(st.Pool, now, gate)
 	if st.NC != nil && st.CH != nil {
 		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
