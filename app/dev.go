@@ -148,9 +148,11 @@ func (c *DevConfig) Validate() error {
 type Dev struct {
 	Ready   chan struct{}
 	BaseURL string
-	// AdminURL is the control plane's admin listener (/metrics).
-	AdminURL string
-	EnvFile  string
+	// AdminURL is the control plane's admin listener (/metrics);
+	// GatewayAdminURL the gateway's, "off" without a gateway.
+	AdminURL        string
+	GatewayAdminURL string
+	EnvFile         string
 	// Backfilled is closed once the demo's week of history is stored (or
 	// failed to be, which dev logs); set when Ready closes.
 	Backfilled <-chan struct{}
@@ -311,7 +313,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
 		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate, outdated: outdated})
 	if d != nil {
-		d.BaseURL, d.AdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, envFile, bfDone
+		d.BaseURL, d.AdminURL, d.GatewayAdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, gatewayAdminURL, envFile, bfDone
 		close(d.Ready)
 	}
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())

@@ -184,8 +184,8 @@ type OpsRolloutCountsRow struct {
 	N        int64
 }
 
-// Rollouts by endpoint and state since the platform began: a count that only
-// grows, so rolled_back's is a counter an alert can take the increase of.
+// Rollouts by endpoint and state: a finished state's count only grows (a
+// counter an alert can take the increase of), a running state's is a gauge.
 func (q *Queries) OpsRolloutCounts(ctx context.Context) ([]OpsRolloutCountsRow, error) {
 	rows, err := q.db.Query(ctx, opsRolloutCounts)
 	if err != nil {
@@ -196,6 +196,50 @@ func (q *Queries) OpsRolloutCounts(ctx context.Context) ([]OpsRolloutCountsRow, 
 	for rows.Next() {
 		var i OpsRolloutCountsRow
 		if err := rows.Scan(&i.Endpoint, &i.State, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const opsVersionSLAList = `-- name: OpsVersionSLAList :many
+SELECT t.name AS team, e.name AS endpoint, v.name AS version, v.p99_latency_ms::double precision AS p99_latency_ms
+FROM routing_rules rr
+JOIN endpoints e ON e.id = rr.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN model_versions v ON v.id = rr.version_id
+WHERE v.p99_latency_ms IS NOT NULL
+ORDER BY e.name, v.name
+`
+
+type OpsVersionSLAListRow struct {
+	Team         string
+	Endpoint     string
+	Version      string
+	P99LatencyMs float64
+}
+
+// The p99 latency target of every version an endpoint routes to, where the
+// version states one.
+func (q *Queries) OpsVersionSLAList(ctx context.Context) ([]OpsVersionSLAListRow, error) {
+	rows, err := q.db.Query(ctx, opsVersionSLAList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OpsVersionSLAListRow{}
+	for rows.Next() {
+		var i OpsVersionSLAListRow
+		if err := rows.Scan(
+			&i.Team,
+			&i.Endpoint,
+			&i.Version,
+			&i.P99LatencyMs,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

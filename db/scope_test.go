@@ -71,10 +71,11 @@ var unscoped = map[string]string{
 
 	// The control plane's /metrics (package opsmetrics) serves operators on
 	// the admin listener, never a team: it reads every team's fleet state.
-	"OpsReplicaList":   "opsmetrics: the admin listener's fleet series; no caller, operators only",
-	"OpsNodeList":      "opsmetrics: the admin listener's node series; no caller, operators only",
-	"OpsEndpointList":  "opsmetrics: the admin listener's endpoint series; no caller, operators only",
-	"OpsRolloutCounts": "opsmetrics: the admin listener's rollout counts; no caller, operators only",
+	"OpsReplicaList":    "opsmetrics: the admin listener's fleet series; no caller, operators only",
+	"OpsNodeList":       "opsmetrics: the admin listener's node series; no caller, operators only",
+	"OpsEndpointList":   "opsmetrics: the admin listener's endpoint series; no caller, operators only",
+	"OpsRolloutCounts":  "opsmetrics: the admin listener's rollout counts; no caller, operators only",
+	"OpsVersionSLAList": "opsmetrics: the admin listener's latency targets; no caller, operators only",
 	// The fleet's control loops act for the platform, not for a caller: they
 	// read and write every team's replicas by design (fleet package).
 	"EndpointSetPlacement":           "fleet reconciler: writes the placement outcome of every endpoint; no caller",

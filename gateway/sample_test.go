@@ -16,6 +16,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/gateway"
+	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
@@ -277,4 +278,5 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
 	}
+	promcheck.Metrics(t, string(body))
 }

@@ -67,13 +67,15 @@ var (
 	gpuMemUsedDesc  = desc("ml_serving_gpu_memory_used_bytes", "A GPU's memory in use as its node reported it.", gpuLabels...)
 	gpuMemDesc      = desc("ml_serving_gpu_memory_total_bytes", "A GPU's memory.", gpuLabels...)
 
-	rolloutsDesc = desc("ml_serving_rollouts_total", "Rollouts of an endpoint by state reached (promoted, rolled_back, completed, or still running).", "endpoint", "state")
+	finishedDesc = desc("ml_serving_rollouts_finished_total", "Rollouts of an endpoint that ended, by how: rolled_back or completed.", "endpoint", "state")
+	activeDesc   = desc("ml_serving_rollouts_active", "Rollouts of an endpoint under way, by state (starting, progressing, awaiting_approval, promoted).", "endpoint", "state")
+	slaDesc      = desc("ml_serving_sla_p99_latency_seconds", "The p99 latency a version's SLA states, for each endpoint routing to it.", versionLabels...)
 	upDesc       = desc("modelplane_fleet_metrics_up", "1 when the last read of the fleet's state for these metrics succeeded.")
 )
 
 var all = []*prometheus.Desc{replicasDesc, wantedDesc, minDesc, maxDesc, costDesc, queueDesc, inFlightDesc, batchDesc, kvDesc,
 	tokensDesc, gpuUtilDesc, queueWaitDesc, coldDesc, failuresDesc, nodeUpDesc, nodeAgeDesc, slicesDesc, slicesUsedDesc,
-	coresDesc, coresUsedDesc, gpuUtilNodeDesc, gpuMemUsedDesc, gpuMemDesc, rolloutsDesc, upDesc}
+	coresDesc, coresUsedDesc, gpuUtilNodeDesc, gpuMemUsedDesc, gpuMemDesc, finishedDesc, activeDesc, slaDesc, upDesc}
 
 // Collector is a prometheus.Collector of the fleet's state.
 type Collector struct {
@@ -146,6 +148,10 @@ func (c *Collector) read(ctx context.Context, now time.Time) ([]prometheus.Metri
 	if err != nil {
 		return nil, fmt.Errorf("rollouts: %w", err)
 	}
+	slas, err := q.OpsVersionSLAList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("latency targets: %w", err)
+	}
 	rates, err := billing.LoadRates(ctx, q)
 	if err != nil {
 		return nil, err
@@ -154,8 +160,26 @@ func (c *Collector) read(ctx context.Context, now time.Time) ([]prometheus.Metri
 	b.replicas(replicas, rates, now)
 	b.endpoints(endpoints)
 	b.nodes(nodes, now)
+	// Every endpoint has both finished counters, 0 before its first, so
+	// that the first rollback is an increase an alert sees.
+	finished := map[string]map[string]int64{}
+	for _, e := range endpoints {
+		finished[e.Endpoint] = map[string]int64{"rolled_back": 0, "completed": 0}
+	}
 	for _, r := range rollouts {
-		b.add(rolloutsDesc, prometheus.CounterValue, float64(r.N), r.Endpoint, r.State)
+		if n, ok := finished[r.Endpoint][r.State]; ok {
+			finished[r.Endpoint][r.State] = n + r.N
+		} else if r.State != "rolled_back" && r.State != "completed" {
+			b.add(activeDesc, prometheus.GaugeValue, float64(r.N), r.Endpoint, r.State)
+		}
+	}
+	for _, e := range endpoints {
+		for _, state := range []string{"completed", "rolled_back"} {
+			b.add(finishedDesc, prometheus.CounterValue, float64(finished[e.Endpoint][state]), e.Endpoint, state)
+		}
+	}
+	for _, v := range slas {
+		b.add(slaDesc, prometheus.GaugeValue, v.P99LatencyMs/1000, v.Team, v.Endpoint, v.Version)
 	}
 	return b.ms, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/quartz"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"modelplane/artifact"
 	"modelplane/auth"
@@ -18,6 +19,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/promcheck"
 	"modelplane/opsmetrics"
 	"modelplane/registry"
 )
@@ -101,7 +103,7 @@ ml_serving_cost_usd_per_hour{endpoint="fraud-ep",team="risk",version="v1"} COST
 ml_serving_queue_depth` + lbl + ` 3
 # HELP ml_serving_batch_size A replica's mean executed batch, or the sequences in an LLM engine's batch.
 # TYPE ml_serving_batch_size gauge
-ml_serving_batch_size` + lbl + ` 3
+ml_serving_batch_size` + lbl + ` 4
 # HELP ml_serving_cold_start_seconds How long a replica took to become ready: download, verify, load and warm-up.
 # TYPE ml_serving_cold_start_seconds gauge
 ml_serving_cold_start_seconds` + lbl + ` 2
@@ -139,4 +141,9 @@ modelplane_fleet_metrics_up 1
 		"modelplane_node_slices_used", "modelplane_fleet_metrics_up"); err != nil {
 		t.Error(err)
 	}
+	text, err := testutil.CollectAndFormat(c, expfmt.TypeTextPlain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promcheck.Metrics(t, string(text))
 }

@@ -32,10 +32,21 @@ LEFT JOIN autoscale_counts c ON c.endpoint_id = e.id
 ORDER BY e.name;
 
 -- name: OpsRolloutCounts :many
--- Rollouts by endpoint and state since the platform began: a count that only
--- grows, so rolled_back's is a counter an alert can take the increase of.
+-- Rollouts by endpoint and state: a finished state's count only grows (a
+-- counter an alert can take the increase of), a running state's is a gauge.
 SELECT e.name AS endpoint, ro.state, count(*)::bigint AS n
 FROM rollouts ro
 JOIN endpoints e ON e.id = ro.endpoint_id
 GROUP BY e.name, ro.state
 ORDER BY e.name, ro.state;
+
+-- name: OpsVersionSLAList :many
+-- The p99 latency target of every version an endpoint routes to, where the
+-- version states one.
+SELECT t.name AS team, e.name AS endpoint, v.name AS version, v.p99_latency_ms::double precision AS p99_latency_ms
+FROM routing_rules rr
+JOIN endpoints e ON e.id = rr.endpoint_id
+JOIN teams t ON t.id = e.team_id
+JOIN model_versions v ON v.id = rr.version_id
+WHERE v.p99_latency_ms IS NOT NULL
+ORDER BY e.name, v.name;
