@@ -30,13 +30,18 @@ import (
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
+	"modelplane/notify"
 )
 
 // DevConfig configures `modelplane dev`.
 type DevConfig struct {
-	Dir         string
-	HTTPAddr    string
-	GatewayAddr string
+	Dir string
+	// AlertmanagerURL receives the control plane's own alerts (empty:
+	// none); webhook secrets are sealed with MP_SECRET_KEY or a key dev
+	// keeps in Dir.
+	AlertmanagerURL string
+	HTTPAddr        string
+	GatewayAddr     string
 	// AdminAddr and GatewayAdminAddr are the admin listeners (/metrics):
 	// loopback, on a free port unless set.
 	AdminAddr        string
@@ -76,6 +81,7 @@ func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	c.RuntimeBinary, _ = os.Executable()
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
+	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
 	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_ADMIN_ADDR", "127.0.0.1:0"), "control plane admin listen address (/metrics); port 0 picks a free one (MP_ADMIN_ADDR)")
@@ -90,6 +96,24 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
 	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring and support-chat; 0 for none (MP_DEV_DEMO_TRAFFIC)")
 	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
+}
+
+// devSecretKey reads the server key sealing webhook secrets from the
+// state directory, making one on the first start: MP_SECRET_KEY when set.
+func devSecretKey(dir string) (*notify.Keyring, error) {
+	if v := os.Getenv("MP_SECRET_KEY"); v != "" {
+		return notify.ParseKeyring(v)
+	}
+	path := filepath.Join(dir, "secret.key")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		raw = []byte(notify.NewKey())
+		err = os.WriteFile(path, raw, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dev server key: %w", err)
+	}
+	return notify.ParseKeyring(strings.TrimSpace(string(raw)))
 }
 
 // Validate names every bad setting.
@@ -209,7 +233,12 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("connect nats as the system user: %w", err)
 	}
 	defer snc.Close()
+	keys, err := devSecretKey(dir)
+	if err != nil {
+		return err
+	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
+		SecretKeys: keys, Alertmanager: cfg.AlertmanagerURL,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
 		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }})

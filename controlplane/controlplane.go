@@ -30,6 +30,7 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/ingest"
+	"modelplane/notify"
 	"modelplane/opsmetrics"
 	"modelplane/outbox"
 	"modelplane/registry"
@@ -89,6 +90,11 @@ type Config struct {
 	// NATS (empty: their own settings).
 	NodeNATSURLs []string
 	NodeNATSCA   string
+	// SecretKeys seal webhook secrets (MP_SECRET_KEY; nil or empty: no
+	// webhook can be created). Alertmanager is the base URL the
+	// control plane's own alerts go to (MP_ALERTMANAGER_URL; empty: none).
+	SecretKeys   *notify.Keyring
+	Alertmanager string
 }
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -106,6 +112,7 @@ const (
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
 	leadEnrollment  = 7_316_020_041
+	leadNotify      = 7_316_020_050
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -145,7 +152,10 @@ type ControlPlane struct {
 	// present); its Pass may be called directly (demo seeding, a control
 	// plane without them).
 	Validator *versioncheck.Validator
+	// Webhooks manages the teams' webhooks and their delivery logs.
+	Webhooks *notify.Webhooks
 
+	notifier   *notify.Sender
 	js         jetstream.JetStream
 	background *service.Group
 }
@@ -223,6 +233,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
+	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
+		Alertmanager: cfg.Alertmanager, Clock: quartz.NewReal(), Log: cfg.Log})
+	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, quartz.NewReal(), cp.notifier.Wake)
 	// The fleet's state and the budgets as Prometheus series on the admin
 	// listener (docs/operations.md lists them).
 	reg.MustRegister(opsmetrics.New(st.Pool, quartz.NewReal(), cfg.Log), cp.Budgets)
@@ -289,6 +302,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, now)),
 		lease(leadDrift, checker),
 		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
+		lease(leadNotify, cp.notifier.Service()),
 	)
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))

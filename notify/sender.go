@@ -108,9 +108,16 @@ func (s *Sender) Wake() {
 	}
 }
 
-// Service is the sender's loop.
+// Service is the sender's loop. It first re-seals webhook secrets sealed
+// with an older server key (ResealAll), so a rotated key can be dropped
+// once a leader ran.
 func (s *Sender) Service() service.Service {
 	return service.NewFunc(func(ctx context.Context) {
+		if n, err := ResealAll(ctx, s.cfg.Pool, s.cfg.Keys); err != nil {
+			s.cfg.Log.Warn("re-seal webhook secrets", slog.String("error", err.Error()))
+		} else if n > 0 {
+			s.cfg.Log.Info("re-sealed webhook secrets with the current server key", slog.Int("webhooks", n))
+		}
 		service.Tick(ctx, s.cfg.Clock, s.cfg.Interval, s.wake, func(ctx context.Context) {
 			if _, err := s.SendDue(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Log.Warn("deliveries", slog.String("error", err.Error()))
