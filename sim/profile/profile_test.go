@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/engine"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
@@ -246,7 +247,7 @@ func FuzzParse(f *testing.F) {
 		if s.KVPages() != p.Pages() || p.Pages() < 1 {
 			t.Fatalf("KV pages = %d; profile says %d", s.KVPages(), p.Pages())
 		}
-		if err := s.Submit(sim.Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
+		if err := s.Submit(engine.Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
 			if res := s.Step(0); res.Duration <= 0 || len(res.Events) != 1 || !res.Events[0].Last {
 				t.Fatalf("one-token request: step %+v; want one last token and a positive duration", res)
 			}

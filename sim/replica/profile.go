@@ -19,7 +19,7 @@ import (
 //     error_rate, score, value, class_balance); LLM keys are refused.
 //   - llm: an LLM profile; the predictor keys are refused. Predict's draws are
 //     unused, only error_rate is read. Without an injected Engine the profile
-//     must also drive a sim.Scheduler (see New).
+//     must also drive an engine.Scheduler (see New).
 //
 //	{"latency_ms":{"p50":8,"p99":21}, "error_rate":0.001,
 //	 "score":{"mean":0.12,"sd":0.18}, "class_balance":{"legit":0.97,"fraud":0.03}}

@@ -8,7 +8,7 @@
 //     distributions, routing weights, tenants, a duration and a seed; read
 //     from YAML (Parse, documented in docs/simulation.md) or taken from the
 //     built-ins (Builtin, Builtins), which are YAML files themselves;
-//   - the discrete-event fleet run (Run): one sim.Scheduler per GPU, a router
+//   - the discrete-event fleet run (Run): one engine.Scheduler per GPU, a router
 //     that picks a version by weight and then the replica of that version
 //     with the fewest outstanding requests, and an event loop that always
 //     advances whichever comes first, the next arrival or the end of some
