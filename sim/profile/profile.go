@@ -359,6 +359,10 @@ func (p Profile) validatePredictor(bad func(key, want string) error) error {
 		var sum float64
 		seen := make(map[string]bool, len(p.ClassBalance))
 		for _, c := range p.ClassBalance {
+			if c.Label == "" {
+				// A prediction without a label reads as a regressor's.
+				return bad("class_balance", "want non-empty class labels")
+			}
 			if !finite(c.Share) || c.Share < 0 {
 				return bad("class_balance", fmt.Sprintf("class %q: want a share >= 0", c.Label))
 			}

@@ -143,6 +143,7 @@ func TestParseErrors(t *testing.T) {
 		{"class twice", `{"class_balance":{"a":1,"a":2}}`, "twice"},
 		{"classes add to 0", `{"class_balance":{"a":0}}`, "class_balance"},
 		{"class share not a number", `{"class_balance":{"a":"x"}}`, "class_balance"},
+		{"class without a label", `{"class_balance":{"":1}}`, "non-empty class labels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
