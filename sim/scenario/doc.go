@@ -13,7 +13,7 @@
 //     with the fewest outstanding requests, and an event loop that always
 //     advances whichever comes first, the next arrival or the end of some
 //     replica's step. The schedulers are the very code the real-time
-//     replicas run; only the clock differs. A classic version (a classifier
+//     replicas and the built-in LLM runtime run; only the clock differs. A classic version (a classifier
 //     or regressor profile) has no scheduler: each request is answered
 //     after a latency, with an error or an output, drawn from its profile;
 //   - the fleet Report: per-version request counts, TTFT, TPOT and end-to-end

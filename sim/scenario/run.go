@@ -35,7 +35,7 @@ const (
 
 // Run simulates the scenario in virtual time and reports what it measured.
 //
-// Each GPU is a engine.Scheduler. An arrival picks a tenant by share and a
+// Each GPU is an engine.Scheduler. An arrival picks a tenant by share and a
 // version by weight, then the version's replica with the fewest requests
 // queued or running (ties go round-robin), and is submitted to it. A
 // replica with work steps back to back: at the end of each step the

@@ -23,7 +23,7 @@ import (
 //     load it runs small batches at once, under load its batches are full;
 //   - the batch's first step prefills every prompt and makes each request's
 //     first token: decode_base_ms + prefill_ms_per_token × prompt tokens,
-//     as a engine.Scheduler step of only new sequences costs;
+//     as an engine.Scheduler step of only new sequences costs;
 //   - then the batch decodes one token per step until its longest
 //     completion is done. Every step costs decode_base_ms +
 //     decode_ms_per_seq × the batch size: a sequence that has finished
