@@ -13,8 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"modelplane/sim"
-	"modelplane/sim/profile"
+	"modelplane/engine"
 )
 
 // PageTokens is the size of a KV page in tokens.
@@ -113,17 +112,17 @@ type Config struct {
 	Now func() time.Time
 	// OnStep, when set, is told each forward pass's batch before it runs,
 	// from the loop goroutine (for tests and tracing).
-	OnStep func(work []sim.Work)
+	OnStep func(work []engine.Work)
 }
 
 // Engine runs requests on a Model. Submit and Cancel may be called from
 // any goroutine; one loop goroutine owns the scheduler's steps.
 type Engine struct {
 	m          Model
-	sched      *sim.Scheduler
+	sched      *engine.Scheduler
 	now        func() time.Time
 	t0         time.Time
-	onStep     func(work []sim.Work)
+	onStep     func(work []engine.Work)
 	maxWaiting int
 	caching    bool
 	salt       [8]byte // seeds the page hash chains, so nobody outside can aim at a hash
@@ -187,17 +186,16 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := profile.Profile{
-		// The step time model is unused: steps take what the model takes.
-		DecodeBaseMs: 1, KVMBPerToken: 1, UsableGB: 1,
-		PageTokens: PageTokens, KVReserve: profile.ReserveStep,
-		MaxBatch: cfg.MaxBatch, MaxPrefillTokens: cfg.MaxPrefillTokens,
-		MaxModelLen: m.Context(), TenantBatchShare: cfg.TenantBatchShare, TenantKVShare: cfg.TenantKVShare,
-	}
 	if cfg.MaxWaiting < 0 {
 		return nil, fmt.Errorf("max waiting: want 0 (no bound) or more, got %d", cfg.MaxWaiting)
 	}
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Pages: cfg.Pages, PrefixCaching: !cfg.NoPrefixCaching})
+	// No step-time model: steps take what the model takes (Plan, Commit).
+	s, err := engine.NewScheduler(engine.Config{
+		Pages: cfg.Pages, PageTokens: PageTokens, Reserve: engine.ReserveStep,
+		MaxBatch: cfg.MaxBatch, MaxPrefillTokens: cfg.MaxPrefillTokens, MaxModelLen: m.Context(),
+		TenantBatchShare: cfg.TenantBatchShare, TenantKVShare: cfg.TenantKVShare,
+		PrefixCaching: !cfg.NoPrefixCaching,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +321,7 @@ func (e *Engine) Counts() Counts {
 }
 
 // SchedulerStats is the scheduler's snapshot.
-func (e *Engine) SchedulerStats() sim.Stats { return e.sched.Stats(e.since()) }
+func (e *Engine) SchedulerStats() engine.Stats { return e.sched.Stats(e.since()) }
 
 func (e *Engine) since() time.Duration { return e.now().Sub(e.t0) }
 
@@ -364,7 +362,7 @@ func (e *Engine) apply() {
 	e.ops = nil
 	for _, o := range ops {
 		if g := o.submit; g != nil {
-			r := sim.Request{ID: g.id, Tenant: g.req.Tenant, Arrival: e.since(), PromptTokens: len(g.req.Prompt),
+			r := engine.Request{ID: g.id, Tenant: g.req.Tenant, Arrival: e.since(), PromptTokens: len(g.req.Prompt),
 				MaxTokens: g.req.MaxTokens, OutputTokens: g.req.MaxTokens}
 			// Only full pages before the last prompt token: that one is
 			// always computed, and must not be written into a shared page.
@@ -438,14 +436,14 @@ func (e *Engine) step() bool {
 	t := e.now()
 	logits := e.m.Forward(batch)
 	d := e.now().Sub(t)
-	out := make([]sim.Output, 0, len(plan.Work))
+	out := make([]engine.Output, 0, len(plan.Work))
 	for i, w := range plan.Work {
 		if !w.Emits {
 			continue
 		}
 		g := e.live[w.ID]
 		tok := sample(logits[i], g.req.Sampling, g.rng)
-		o := sim.Output{ID: w.ID, Token: tok}
+		o := engine.Output{ID: w.ID, Token: tok}
 		if !g.req.IgnoreEOS {
 			for _, eos := range e.m.EOS() {
 				o.Stop = o.Stop || tok == eos
