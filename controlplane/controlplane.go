@@ -68,7 +68,10 @@ type Config struct {
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
 	// replica count (zero: fleet.DefaultAutoscaleInterval).
 	AutoscaleInterval time.Duration
-	// Now is the clock of every service (nil: time.Now).
+	// Clock is the clock of every service and background loop (nil:
+	// quartz.NewReal()); tests pass a quartz.Mock and move it.
+	Clock quartz.Clock
+	// Now is the clock of the services not yet on Clock (nil: Clock's Now).
 	Now func() time.Time
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
@@ -158,9 +161,13 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
 	now := cfg.Now
 	if now == nil {
-		now = time.Now
+		now = func() time.Time { return clock.Now() }
 	}
 	store, err := artifact.NewStore(cfg.ArtifactDir)
 	if err != nil {
@@ -171,14 +178,14 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	cp := &ControlPlane{
 		Log:         cfg.Log,
 		Pool:        st.Pool,
-		Keys:        auth.NewKeys(st.Pool, now),
+		Keys:        auth.NewKeys(st.Pool, clock),
 		OIDC:        cfg.OIDC,
-		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
-		Tenant:      tenant.New(st.Pool, now),
+		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, clock),
+		Tenant:      tenant.New(st.Pool, clock),
 		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints:   endpoint.New(st.Pool),
 		Fleet:       fleet.New(st.Pool, cfg.Log, now),
-		Rates:       billing.NewBook(st.Pool, now),
+		Rates:       billing.NewBook(st.Pool, clock),
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
 		Metrics:     reg,
@@ -211,7 +218,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
 		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
-		cp.Traffic = reqstats.NewReader(st.CH, now)
+		cp.Traffic = reqstats.NewReader(st.CH, clock)
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
 		cp.Drift = drift.NewService(st.Pool, driftReader, now)
 		gate = drift.NewGate(driftReader)
@@ -224,7 +231,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
 	cp.Rollouts = rollout.New(st.Pool, now, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, clock, now, driftReader, published); err != nil {
 			return nil, err
 		}
 	}
@@ -234,7 +241,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, now func() time.Time, driftReader *drift.Reader, published func()) error {
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
@@ -271,7 +278,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
 	g := service.NewGroup(
 		intake,
-		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
+		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
 		cp.Idempotency.Sweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
@@ -293,7 +300,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
 	}
 	if cfg.OIDC != nil {
-		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log)))
+		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))
 	}
 	cp.background = g
 	return nil
