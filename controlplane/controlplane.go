@@ -196,7 +196,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
-		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, now).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
+		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, clock).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
@@ -217,10 +217,10 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	var gate rollout.DriftMeasurer
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
-		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
+		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock)
 		cp.Traffic = reqstats.NewReader(st.CH, clock)
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
-		cp.Drift = drift.NewService(st.Pool, driftReader, now)
+		cp.Drift = drift.NewService(st.Pool, driftReader, clock)
 		gate = drift.NewGate(driftReader)
 		eps := cp.Endpoints
 		cp.Advisor = chargeback.NewAdvisor(cp.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
@@ -228,7 +228,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 			return e.MinReplicas, err
 		})
 	}
-	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
+	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
 	cp.Rollouts = rollout.New(st.Pool, now, gate)
 	if st.NC != nil && st.CH != nil {
 		if err := cp.buildBackground(st, cfg, clock, now, driftReader, published); err != nil {
@@ -256,7 +256,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	if err != nil {
 		return err
 	}
-	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, now, cp.Metrics, cfg.Drift)
+	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, clock, cp.Metrics, cfg.Drift)
 	if err != nil {
 		return err
 	}
@@ -289,15 +289,15 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 		lease(leadReqStats, reqstats),
 		lease(leadPredictions, predictions),
 		lease(leadBudgets, cp.Budgets.Checker()),
-		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, now)),
+		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, clock)),
 		lease(leadDrift, checker),
-		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
+		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, clock)),
 	)
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))
 	}
 	if cp.Enrollment != nil {
-		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
+		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, clock)))
 	}
 	if cfg.OIDC != nil {
 		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))
