@@ -229,7 +229,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
-	cp.Rollouts = rollout.New(st.Pool, now, gate)
+	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
 		if err := cp.buildBackground(st, cfg, clock, now, driftReader, published); err != nil {
 			return nil, err
@@ -242,7 +242,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
 func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, now func() time.Time, driftReader *drift.Reader, published func()) error {
-	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
+	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics, Clock: clock,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
 	if err != nil {
@@ -272,7 +272,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: drift.NewGate(driftReader), Interval: time.Second, Published: published})
+		Drift: drift.NewGate(driftReader), Clock: clock, Interval: time.Second, Published: published})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
