@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,7 +47,7 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler)), cons: cons}
+	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), cons: cons}
 }
 
 // next relays the outbox and returns the events that arrived since the

@@ -210,7 +210,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		if cp.js, err = jetstream.New(st.NC); err != nil {
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
-		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log)
+		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log, clock)
 		published = cp.Relay.Wake
 	}
 	var driftReader *drift.Reader
@@ -279,7 +279,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	g := service.NewGroup(
 		intake,
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
-		cp.Idempotency.Sweeper(cfg.Log),
+		cp.Idempotency.Sweeper(cfg.Log, clock),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
 		// fleet's leader, and every lease holds a pooled connection.

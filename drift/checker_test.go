@@ -53,7 +53,7 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, quiet), cons: cons}
+	return &eventStream{relay: outbox.NewRelay(pool, js, quiet, quartz.NewMock(t)), cons: cons}
 }
 
 // next relays the outbox and returns the events that arrived since the
