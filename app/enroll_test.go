@@ -227,7 +227,7 @@ func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
 	ctx := t.Context()
 	clock := quartz.NewMock(t)
 	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
-		Authority: natstest.Auth(t), Now: func() time.Time { return clock.Now() }})
+		Authority: natstest.Auth(t), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

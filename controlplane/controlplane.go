@@ -71,8 +71,6 @@ type Config struct {
 	// Clock is the clock of every service and background loop (nil:
 	// quartz.NewReal()); tests pass a quartz.Mock and move it.
 	Clock quartz.Clock
-	// Now is the clock of the services not yet on Clock (nil: Clock's Now).
-	Now func() time.Time
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
 	// own, os.Executable); empty turns validation at registration off, and
@@ -165,16 +163,15 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if clock == nil {
 		clock = quartz.NewReal()
 	}
-	now := cfg.Now
-	if now == nil {
-		now = func() time.Time { return clock.Now() }
-	}
 	store, err := artifact.NewStore(cfg.ArtifactDir)
 	if err != nil {
 		return nil, fmt.Errorf("artifact store: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// fleet (excluded from the clock change) still reads time through a
+	// func; its owner moves it onto the clock.
+	fleetNow := func() time.Time { return clock.Now() }
 	cp := &ControlPlane{
 		Log:         cfg.Log,
 		Pool:        st.Pool,
@@ -184,7 +181,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Tenant:      tenant.New(st.Pool, clock),
 		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, cfg.Log, now),
+		Fleet:       fleet.New(st.Pool, cfg.Log, fleetNow),
 		Rates:       billing.NewBook(st.Pool, clock),
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
@@ -231,7 +228,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
 	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, clock, now, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, clock, driftReader, published); err != nil {
 			return nil, err
 		}
 	}
@@ -241,7 +238,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, now func() time.Time, driftReader *drift.Reader, published func()) error {
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, driftReader *drift.Reader, published func()) error {
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics, Clock: clock,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
