@@ -189,7 +189,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
-			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log, Clock: clock})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
