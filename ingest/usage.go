@@ -48,8 +48,9 @@ type UsageConfig struct {
 	Log               *slog.Logger
 	// Metrics, when set, gets the consumer's counters and lag gauge.
 	Metrics prometheus.Registerer
-	// Clock is what lag and the allocation horizon are measured with;
-	// default quartz.NewReal().
+	// Clock is what lag and the allocation horizon are measured with, and
+	// what the rollup repair loop ticks on; default quartz.NewReal().
+	// Flush and retry waits are wall-clock time: they time real I/O.
 	Clock quartz.Clock
 
 	// Stream is the stream consumed; default busapi.StreamUsage. Its
