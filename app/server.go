@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
@@ -197,9 +198,12 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if u, err := url.Parse(cfg.OIDCIssuer); err == nil && u.Hostname() != "" {
 		egressPolicy.Hosts = append(egressPolicy.Hosts, u.Hostname())
 	}
+	// The one real clock of the control plane: every service and loop
+	// gets it from here.
+	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
 		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback",
-		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, time.Now)
+		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
@@ -207,7 +211,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("find the modelplane binary for validation: %w", err)
 	}
-	cpCfg := controlplane.Config{Log: log, OIDC: oidc,
+	cpCfg := controlplane.Config{Log: log, OIDC: oidc, Clock: clock,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,

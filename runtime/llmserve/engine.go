@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/engine"
 )
 
@@ -108,8 +110,8 @@ type Config struct {
 	TenantKVShare    float64
 	// MaxPrefillTokens caps the prompt tokens computed in one step.
 	MaxPrefillTokens int
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock is the engine's clock; quartz.NewReal() when nil.
+	Clock quartz.Clock
 	// OnStep, when set, is told each forward pass's batch before it runs,
 	// from the loop goroutine (for tests and tracing).
 	OnStep func(work []engine.Work)
@@ -120,7 +122,7 @@ type Config struct {
 type Engine struct {
 	m          Model
 	sched      *engine.Scheduler
-	now        func() time.Time
+	clock      quartz.Clock
 	t0         time.Time
 	onStep     func(work []engine.Work)
 	maxWaiting int
@@ -183,8 +185,8 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 16
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
 	}
 	if cfg.MaxWaiting < 0 {
 		return nil, fmt.Errorf("max waiting: want 0 (no bound) or more, got %d", cfg.MaxWaiting)
@@ -199,7 +201,7 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), onStep: cfg.OnStep, maxWaiting: cfg.MaxWaiting,
+	e := &Engine{m: m, sched: s, clock: cfg.Clock, t0: cfg.Clock.Now(), onStep: cfg.OnStep, maxWaiting: cfg.MaxWaiting,
 		caching: !cfg.NoPrefixCaching, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), live: map[string]*gen{}}
 	_, _ = crand.Read(e.salt[:])
@@ -323,7 +325,7 @@ func (e *Engine) Counts() Counts {
 // SchedulerStats is the scheduler's snapshot.
 func (e *Engine) SchedulerStats() engine.Stats { return e.sched.Stats(e.since()) }
 
-func (e *Engine) since() time.Duration { return e.now().Sub(e.t0) }
+func (e *Engine) since() time.Duration { return e.clock.Now().Sub(e.t0) }
 
 func (e *Engine) loop() {
 	defer close(e.done)
@@ -433,9 +435,9 @@ func (e *Engine) step() bool {
 	if e.onStep != nil {
 		e.onStep(plan.Work)
 	}
-	t := e.now()
+	t := e.clock.Now()
 	logits := e.m.Forward(batch)
-	d := e.now().Sub(t)
+	d := e.clock.Now().Sub(t)
 	out := make([]engine.Output, 0, len(plan.Work))
 	for i, w := range plan.Work {
 		if !w.Emits {

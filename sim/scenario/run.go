@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/autoscale"
 	"modelplane/engine"
 	"modelplane/sim"
@@ -16,10 +18,10 @@ import (
 
 // Options are how a run is observed; none of them changes its result.
 type Options struct {
-	// Now, when set, is read before and after the run to report its wall
-	// time and speed-up over real time. Without it they are 0, and two runs
-	// of a scenario give equal reports.
-	Now func() time.Time
+	// Clock, when set, is read before and after the run to report its
+	// wall time and speed-up over real time. Without it they are 0, and
+	// two runs of a scenario give equal reports.
+	Clock quartz.Clock
 }
 
 // Independent generator streams, so that, for instance, changing the
@@ -51,8 +53,8 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	var t0 time.Time
-	if opt.Now != nil {
-		t0 = opt.Now()
+	if opt.Clock != nil {
+		t0 = opt.Clock.Now()
 	}
 	f, err := newFleet(sc)
 	if err != nil {
@@ -112,8 +114,8 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		rep.Autoscale.PredictiveOff = n.Autoscale
 		rep.Autoscale.Comparison = compareWithoutPredictive(rep.Autoscale, n.Autoscale)
 	}
-	if opt.Now != nil {
-		rep.WallSeconds = opt.Now().Sub(t0).Seconds()
+	if opt.Clock != nil {
+		rep.WallSeconds = opt.Clock.Now().Sub(t0).Seconds()
 		if rep.WallSeconds > 0 {
 			rep.SpeedUp = rep.SimSeconds / rep.WallSeconds
 		}
