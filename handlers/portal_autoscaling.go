@@ -105,7 +105,7 @@ var autoscalingFormFields = map[string]string{"signals": "as_signals", "min_repl
 // the fields the form shows, the rest as they are.
 func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "endpoint")
-	ctx, p := r.Context(), principal(r.Context())
+	ctx, p := r.Context(), pageFrame(r).user
 	cur, err := s.Endpoints.Autoscaling(ctx, p, name, s.wakeGrace())
 	if err != nil {
 		s.portalError(w, r, err)

@@ -103,11 +103,11 @@ func parseChargebackView(r *http.Request, now time.Time) (chargebackView, error)
 func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := principal(ctx)
-	props := web.ChargebackProps{Layout: s.layout(w, r, "Chargeback", "chargeback")}
+	props := web.ChargebackProps{Layout: pageFrame(r).layout(w, "Chargeback", "chargeback")}
 	for _, d := range chargeback.Dimensions {
 		props.Dimensions = append(props.Dimensions, string(d))
 	}
-	v, err := parseChargebackView(r, s.Now())
+	v, err := parseChargebackView(r, s.Clock.Now())
 	props.Period, props.From, props.To, props.GroupBy = v.period, v.fromDay, v.toDay, v.groupBy
 	props.Team, props.Endpoint = v.q.Team, v.q.Endpoint
 	if err != nil {
@@ -261,7 +261,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 
 // portalChargebackCSV downloads what the page shows as CSV.
 func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
-	v, err := parseChargebackView(r, s.Now())
+	v, err := parseChargebackView(r, s.Clock.Now())
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -270,7 +270,7 @@ func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusServiceUnavailable, "chargeback is unavailable: no usage store is configured")
 		return
 	}
-	rep, err := s.Chargeback.Report(r.Context(), principal(r.Context()), v.q)
+	rep, err := s.Chargeback.Report(r.Context(), pageFrame(r).user, v.q)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -365,9 +365,9 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = s.layout(w, r, "Cost rates", "chargeback")
+	props.Layout = pageFrame(r).layout(w, "Cost rates", "chargeback")
 	props.CanEdit = principal(ctx).Finance()
-	now := s.Now()
+	now := s.Clock.Now()
 	table := make([]billing.Rate, 0, len(rates))
 	for _, e := range rates {
 		table = append(table, billing.Rate{GPUType: e.GPUType, Profile: e.Profile, UUSDPerHour: e.UUSDPerHour, EffectiveFrom: e.EffectiveFrom})
@@ -410,7 +410,7 @@ func parseUSD(s string) (int64, bool) {
 
 // portalCostRateCreate enters a rate from the form.
 func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).Finance() {
+	if !pageFrame(r).user.Finance() {
 		s.portalError(w, r, auth.ErrForbidden)
 		return
 	}
@@ -426,7 +426,7 @@ func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
 		errs["effective_from"] = "must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"
 	}
 	if len(errs) == 0 {
-		_, err = s.Rates.Create(r.Context(), principal(r.Context()), billing.Rate{GPUType: form.GPUType, Profile: form.Profile, UUSDPerHour: uusd, EffectiveFrom: at})
+		_, err = s.Rates.Create(r.Context(), pageFrame(r).user, billing.Rate{GPUType: form.GPUType, Profile: form.Profile, UUSDPerHour: uusd, EffectiveFrom: at})
 		if err == nil {
 			redirectFlash(w, r, "/cost-rates", fmt.Sprintf("Rate for %s %s entered.", form.GPUType, form.Profile))
 			return
@@ -454,7 +454,7 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 		redirectFlash(w, r, "/chargeback", "Budget not set: the monthly budget must be a positive amount of dollars, e.g. 5000.")
 		return
 	}
-	b, err := s.Budgets.Set(r.Context(), principal(r.Context()), chargeback.BudgetSpec{Team: r.PostFormValue("team"),
+	b, err := s.Budgets.Set(r.Context(), pageFrame(r).user, chargeback.BudgetSpec{Team: r.PostFormValue("team"),
 		Endpoint: r.PostFormValue("endpoint"), MonthlyUUSD: uusd, Enforcement: r.PostFormValue("enforcement")})
 	if err != nil {
 		var verrs field.Errors

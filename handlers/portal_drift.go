@@ -37,7 +37,7 @@ func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	props := web.DriftProps{Layout: s.layout(w, r, e.Name+" drift", "endpoints"), Endpoint: e.Name,
+	props := web.DriftProps{Layout: pageFrame(r).layout(w, e.Name+" drift", "endpoints"), Endpoint: e.Name,
 		Version: q.Get("version"), Reference: q.Get("reference"), Current: q.Get("current"), Feature: q.Get("feature")}
 	for _, t := range e.Traffic {
 		props.Versions = append(props.Versions, t.Version)
@@ -61,7 +61,7 @@ func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 		s.Log.ErrorContext(ctx, "drift report", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
 		props.Unavailable = driftUnavailable
 	}
-	scores, alerts, err := s.Drift.History(ctx, p, e.Name, s.Now().Add(-driftTimeline))
+	scores, alerts, err := s.Drift.History(ctx, p, e.Name, s.Clock.Now().Add(-driftTimeline))
 	if err != nil {
 		s.Log.ErrorContext(ctx, "drift history", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
 	}

@@ -32,14 +32,14 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	es, err := s.Endpoints.List(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	es, err := s.Endpoints.List(r.Context(), pageFrame(r).user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
-	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
-	if props.Awaiting, err = s.awaitingRows(r.Context(), principal(r.Context())); err != nil {
+	props := web.EndpointsProps{Layout: pageFrame(r).layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(pageFrame(r).user)}
+	if props.Awaiting, err = s.awaitingRows(r.Context(), pageFrame(r).user); err != nil {
 		s.portalError(w, r, err)
 		return
 	}
@@ -50,11 +50,11 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) endpointNewProps(w http.ResponseWriter, r *http.Request, f web.EndpointForm, errs web.FieldErrors) (web.EndpointNewProps, error) {
-	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), 0, 500)
+	ms, err := s.Registry.Models(r.Context(), pageFrame(r).user, 0, 500)
 	if err != nil {
 		return web.EndpointNewProps{}, err
 	}
-	p := web.EndpointNewProps{Layout: s.layout(w, r, "New endpoint", "endpoints"), Form: f, Errors: errs,
+	p := web.EndpointNewProps{Layout: pageFrame(r).layout(w, "New endpoint", "endpoints"), Form: f, Errors: errs,
 		Profiles: endpoint.InstanceProfiles, Tiers: endpoint.Tiers}
 	for _, m := range ms {
 		p.Models = append(p.Models, m.Name)
@@ -118,7 +118,7 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	spec.SamplingRate = rate
 	if len(errs) == 0 {
-		_, err = s.Endpoints.Create(r.Context(), principal(r.Context()), spec)
+		_, err = s.Endpoints.Create(r.Context(), pageFrame(r).user, spec)
 		if err == nil {
 			redirectFlash(w, r, "/endpoints/"+spec.Name, "Endpoint "+spec.Name+" created.")
 			return
@@ -142,7 +142,7 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name string) (web.EndpointProps, error) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	e, err := s.Endpoints.Get(r.Context(), p, name)
 	if err != nil {
 		return web.EndpointProps{}, err
@@ -151,7 +151,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name stri
 	if err != nil {
 		return web.EndpointProps{}, err
 	}
-	props := web.EndpointProps{Layout: s.layout(w, r, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
+	props := web.EndpointProps{Layout: pageFrame(r).layout(w, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
 		SamplingRate: strconv.FormatFloat(e.SamplingRate, 'f', -1, 64), RetentionDays: e.RetentionDays, CanWrite: p.CanWrite(e.TeamID)}
 	for _, t := range e.Traffic {
 		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight, Shadow: t.ShadowPercent})
@@ -235,7 +235,7 @@ func shellLine(argv []string) string {
 // portalEndpointReplicas is the endpoint page's replicas section alone, which
 // the page re-fetches every 2 s.
 func (s *Server) portalEndpointReplicas(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	e, err := s.Endpoints.Get(r.Context(), p, chi.URLParam(r, "endpoint"))
 	if err != nil {
 		s.portalError(w, r, err)
@@ -289,7 +289,7 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if len(errs) == 0 {
-		if _, err := s.Endpoints.SetTraffic(r.Context(), principal(r.Context()), name, weights); err != nil {
+		if _, err := s.Endpoints.SetTraffic(r.Context(), pageFrame(r).user, name, weights); err != nil {
 			fe, ok := fieldErrors(err)
 			if !ok {
 				s.portalError(w, r, err)
@@ -337,7 +337,7 @@ func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
 		return
 	}
-	if err := s.Endpoints.Delete(r.Context(), principal(r.Context()), name); err != nil {
+	if err := s.Endpoints.Delete(r.Context(), pageFrame(r).user, name); err != nil {
 		s.portalError(w, r, err)
 		return
 	}
@@ -389,7 +389,7 @@ func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) 
 	errs := web.FieldErrors{}
 	f, set := settingsFrom(r, errs)
 	if len(errs) == 0 {
-		_, err := s.Endpoints.Update(r.Context(), principal(r.Context()), name, set)
+		_, err := s.Endpoints.Update(r.Context(), pageFrame(r).user, name, set)
 		if err == nil {
 			redirectFlash(w, r, "/endpoints/"+name, "Settings saved.")
 			return

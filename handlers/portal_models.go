@@ -29,13 +29,13 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	ms, err := s.Registry.Models(r.Context(), pageFrame(r).user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(ms, pg.Limit, func(m registry.Model) int64 { return m.ID })
-	props := web.ModelsProps{Layout: s.layout(w, r, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
+	props := web.ModelsProps{Layout: pageFrame(r).layout(w, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(pageFrame(r).user)}
 	for _, m := range list.Body.Items {
 		props.Rows = append(props.Rows, web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: m.Versions})
 	}
@@ -43,8 +43,8 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelNewProps(w http.ResponseWriter, r *http.Request, f web.ModelForm, errs web.FieldErrors) web.ModelNewProps {
-	p := web.ModelNewProps{Layout: s.layout(w, r, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
-	for _, m := range principal(r.Context()).Teams {
+	p := web.ModelNewProps{Layout: pageFrame(r).layout(w, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
+	for _, m := range pageFrame(r).user.Teams {
 		p.Teams = append(p.Teams, m.Team)
 	}
 	if p.Form.Team == "" {
@@ -66,7 +66,7 @@ func (s *Server) portalModelCreate(w http.ResponseWriter, r *http.Request) {
 			features = append(features, n)
 		}
 	}
-	_, err := s.Registry.CreateModel(r.Context(), principal(r.Context()), registry.ModelSpec{Team: f.Team, Name: f.Name, Task: f.Task,
+	_, err := s.Registry.CreateModel(r.Context(), pageFrame(r).user, registry.ModelSpec{Team: f.Team, Name: f.Name, Task: f.Task,
 		Description: f.Description, InputSchema: json.RawMessage(f.InputSchema), FeatureNames: features})
 	if err == nil {
 		redirectFlash(w, r, "/models/"+f.Name, "Model "+f.Name+" created.")
@@ -183,14 +183,14 @@ func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Linea
 }
 
 func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, chi.URLParam(r, "model"))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	schema, _ := json.MarshalIndent(json.RawMessage(m.InputSchema), "", "  ")
-	props := web.ModelProps{Layout: s.layout(w, r, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
+	props := web.ModelProps{Layout: pageFrame(r).layout(w, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
 		Row:     web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
 		Lineage: lineageGraph(vs, edges), CanWrite: p.CanWrite(m.TeamID)}
 	for _, v := range vs {
@@ -208,12 +208,12 @@ const versionMetadataExample = `{
 }`
 
 func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
-	m, err := s.Registry.Model(r.Context(), principal(r.Context()), chi.URLParam(r, "model"))
+	m, err := s.Registry.Model(r.Context(), pageFrame(r).user, chi.URLParam(r, "model"))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"),
+	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: pageFrame(r).layout(w, "Register a version", "models"),
 		Model: m.Name, Metadata: versionMetadataExample}))
 }
 
@@ -232,7 +232,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	props := web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"), Model: model}
+	props := web.VersionNewProps{Layout: pageFrame(r).layout(w, "Register a version", "models"), Model: model}
 	tmp, err := os.MkdirTemp("", "mp-upload-")
 	if err != nil {
 		s.fail(w, r, err)
@@ -302,7 +302,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}
-	v, err := s.Registry.RegisterVersion(r.Context(), principal(r.Context()), model, spec, mj, files)
+	v, err := s.Registry.RegisterVersion(r.Context(), pageFrame(r).user, model, spec, mj, files)
 	if err != nil {
 		status, msg, _ := statusOf(err)
 		if fe, ok := fieldErrors(err); ok {
@@ -324,7 +324,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	model := chi.URLParam(r, "model")
 	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
 	if err != nil {
@@ -338,6 +338,6 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
-	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: s.layout(w, r, model+" "+v.Name, "models"), Model: model,
+	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: pageFrame(r).layout(w, model+" "+v.Name, "models"), Model: model,
 		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task)}))
 }

@@ -217,8 +217,8 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 }
 
 func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, fmt.Sprintf("Rollout %s", chi.URLParam(r, "rollout")), "endpoints"), rolloutID(r))
+	p := pageFrame(r).user
+	props, err := s.rolloutProps(r.Context(), p, pageFrame(r).layout(w, fmt.Sprintf("Rollout %s", chi.URLParam(r, "rollout")), "endpoints"), rolloutID(r))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -228,8 +228,8 @@ func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
 
 // portalRolloutLive is the rollout page's live section alone.
 func (s *Server) portalRolloutLive(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), rolloutID(r))
+	p := pageFrame(r).user
+	props, err := s.rolloutProps(r.Context(), p, pageFrame(r).layout(w, "", "endpoints"), rolloutID(r))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -247,7 +247,7 @@ const sseLifetime = 5 * time.Minute
 // replica, the events table is the record, and a second of delay is what
 // the page needs.
 func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	id := rolloutID(r)
 	ro, err := s.Rollouts.Get(r.Context(), p, id)
 	if err != nil {
@@ -272,7 +272,7 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	ctx, cancel := context.WithTimeout(r.Context(), sseLifetime)
 	defer cancel()
-	tick := time.NewTicker(time.Second)
+	tick := s.Clock.NewTicker(time.Second, "portal", "rollout_events")
 	defer tick.Stop()
 	idle := 0
 	for {
@@ -285,7 +285,7 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 		// timeout) and with the membership of the rollout's team: p is read
 		// again each time (Events, scoped by p's teams, would otherwise
 		// just find nothing new).
-		if p, err = s.Sessions.Check(ctx, sessionOf(r.Context()).token); err != nil {
+		if p, err = s.Sessions.Check(ctx, pageFrame(r).session.token); err != nil {
 			return
 		}
 		if _, ok := p.Membership(ro.Team); !ok && !p.PlatformAdmin() {
@@ -319,7 +319,7 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 // portalRolloutAction runs one button of the rollout page. htmx gets the
 // live section back; a plain form post goes back to the page.
 func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	id := rolloutID(r)
 	comment := strings.TrimSpace(r.PostFormValue("comment"))
 	name := chi.URLParam(r, "action")
@@ -351,7 +351,7 @@ func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
 		redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", id), msg)
 		return
 	}
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), id)
+	props, err := s.rolloutProps(r.Context(), p, pageFrame(r).layout(w, "", "endpoints"), id)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -383,7 +383,7 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 		}
 		steps = append(steps, rollout.Step{Percent: n, BakeSeconds: bake * 60})
 	}
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	if len(errs) == 0 {
 		ro, err := s.Rollouts.Start(r.Context(), p, name, rollout.Spec{Version: f.Version, Strategy: f.Strategy, Steps: steps,
 			EvaluationInterval: time.Duration(interval * float64(time.Second))})

@@ -69,7 +69,7 @@ func versionCharts(v reqstats.Series) web.VersionStats {
 // portalEndpointStats is the endpoint page's traffic section alone, which
 // the page re-fetches every 5 s.
 func (s *Server) portalEndpointStats(w http.ResponseWriter, r *http.Request) {
-	e, err := s.Endpoints.Get(r.Context(), principal(r.Context()), chi.URLParam(r, "endpoint"))
+	e, err := s.Endpoints.Get(r.Context(), pageFrame(r).user, chi.URLParam(r, "endpoint"))
 	if err != nil {
 		s.portalError(w, r, err)
 		return

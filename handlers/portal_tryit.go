@@ -102,7 +102,7 @@ func (s *Server) portalTryIt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := r.PostFormValue("body")
-	props, err := s.tryItProps(ctx, sessionOf(ctx).csrf, e, p, body)
+	props, err := s.tryItProps(ctx, pageFrame(r).session.csrf, e, p, body)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
