@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/web"
@@ -30,14 +28,10 @@ const driftTimeline = 24 * time.Hour
 // histogram shown), the timeline of scheduled scores and open alerts.
 func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := principal(ctx)
-	e, err := s.Endpoints.Get(ctx, p, chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	f, e := pageFrame(r), endpointParam(r)
+	p := f.user
 	q := r.URL.Query()
-	props := web.DriftProps{Layout: pageFrame(r).layout(w, e.Name+" drift", "endpoints"), Endpoint: e.Name,
+	props := web.DriftProps{Layout: f.layout(w, e.Name+" drift", "endpoints"), Endpoint: e.Name,
 		Version: q.Get("version"), Reference: q.Get("reference"), Current: q.Get("current"), Feature: q.Get("feature")}
 	for _, t := range e.Traffic {
 		props.Versions = append(props.Versions, t.Version)

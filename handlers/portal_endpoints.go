@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/errdefs"
@@ -141,17 +139,16 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointNewPage(p))
 }
 
-func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name string) (web.EndpointProps, error) {
-	p := pageFrame(r).user
-	e, err := s.Endpoints.Get(r.Context(), p, name)
-	if err != nil {
-		return web.EndpointProps{}, err
-	}
+// endpointProps fills the endpoint page of e, as the request's
+// endpointParam or as a change just left it.
+func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoint.Endpoint) (web.EndpointProps, error) {
+	f := pageFrame(r)
+	p := f.user
 	versions, err := s.Registry.VersionNames(r.Context(), p, e.ModelID)
 	if err != nil {
 		return web.EndpointProps{}, err
 	}
-	props := web.EndpointProps{Layout: pageFrame(r).layout(w, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
+	props := web.EndpointProps{Layout: f.layout(w, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
 		SamplingRate: strconv.FormatFloat(e.SamplingRate, 'f', -1, 64), RetentionDays: e.RetentionDays, CanWrite: p.CanWrite(e.TeamID)}
 	for _, t := range e.Traffic {
 		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight, Shadow: t.ShadowPercent})
@@ -235,17 +232,11 @@ func shellLine(argv []string) string {
 // portalEndpointReplicas is the endpoint page's replicas section alone, which
 // the page re-fetches every 2 s.
 func (s *Server) portalEndpointReplicas(w http.ResponseWriter, r *http.Request) {
-	p := pageFrame(r).user
-	e, err := s.Endpoints.Get(r.Context(), p, chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, web.ReplicasSection(replicasProps(e, p)))
+	s.render(w, r, http.StatusOK, web.ReplicasSection(replicasProps(endpointParam(r), pageFrame(r).user)))
 }
 
 func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
-	props, err := s.endpointProps(w, r, chi.URLParam(r, "endpoint"))
+	props, err := s.endpointProps(w, r, endpointParam(r))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -259,7 +250,7 @@ func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
 // is a shadow). htmx gets the traffic fragment back; a plain form post gets
 // the whole page.
 func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
 	if err := r.ParseForm(); err != nil {
 		s.renderError(w, r, http.StatusBadRequest, "malformed form")
 		return
@@ -289,7 +280,7 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if len(errs) == 0 {
-		if _, err := s.Endpoints.SetTraffic(r.Context(), pageFrame(r).user, name, weights); err != nil {
+		if _, err := s.Endpoints.SetTraffic(r.Context(), pageFrame(r).user, e.Name, weights); err != nil {
 			fe, ok := fieldErrors(err)
 			if !ok {
 				s.portalError(w, r, err)
@@ -300,8 +291,16 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(errs) > 0 {
 		status = http.StatusUnprocessableEntity
+	} else {
+		// The split changed: the page shows it as stored, with the
+		// replicas the change brought.
+		var err error
+		if e, err = s.Endpoints.Get(r.Context(), pageFrame(r).user, e.Name); err != nil {
+			s.portalError(w, r, err)
+			return
+		}
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -326,9 +325,10 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
+	name := e.Name
 	if r.PostFormValue("confirm") != name {
-		props, err := s.endpointProps(w, r, name)
+		props, err := s.endpointProps(w, r, e)
 		if err != nil {
 			s.portalError(w, r, err)
 			return
@@ -385,7 +385,8 @@ func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endp
 }
 
 func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
+	name := e.Name
 	errs := web.FieldErrors{}
 	f, set := settingsFrom(r, errs)
 	if len(errs) == 0 {
@@ -400,7 +401,7 @@ func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) 
 			return
 		}
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

@@ -183,14 +183,15 @@ func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Linea
 }
 
 func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
-	p := pageFrame(r).user
-	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, chi.URLParam(r, "model"))
+	f := pageFrame(r)
+	p := f.user
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, modelParam(r).Name)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	schema, _ := json.MarshalIndent(json.RawMessage(m.InputSchema), "", "  ")
-	props := web.ModelProps{Layout: pageFrame(r).layout(w, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
+	props := web.ModelProps{Layout: f.layout(w, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
 		Row:     web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
 		Lineage: lineageGraph(vs, edges), CanWrite: p.CanWrite(m.TeamID)}
 	for _, v := range vs {
@@ -208,11 +209,7 @@ const versionMetadataExample = `{
 }`
 
 func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
-	m, err := s.Registry.Model(r.Context(), pageFrame(r).user, chi.URLParam(r, "model"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	m := modelParam(r)
 	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: pageFrame(r).layout(w, "Register a version", "models"),
 		Model: m.Name, Metadata: versionMetadataExample}))
 }
@@ -221,7 +218,8 @@ func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
 // are spooled to temporary files while their sha256 is computed, which makes
 // the manifest, then streamed through the same registration as the API.
 func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
-	model := chi.URLParam(r, "model")
+	f := pageFrame(r)
+	model := modelParam(r).Name
 	// csrfCheck has started the reader when the token came as the form's
 	// first part; with the token in X-CSRF-Token (htmx) nothing read the body yet.
 	mr := multipartOf(r)
@@ -232,7 +230,13 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	props := web.VersionNewProps{Layout: pageFrame(r).layout(w, "Register a version", "models"), Model: model}
+	props := web.VersionNewProps{Model: model}
+	// The form comes back only on an error; the frame is filled then, so a
+	// successful upload loads no team list.
+	renderForm := func(status int) {
+		props.Layout = f.layout(w, "Register a version", "models")
+		s.render(w, r, status, web.VersionNewPage(props))
+	}
 	tmp, err := os.MkdirTemp("", "mp-upload-")
 	if err != nil {
 		s.fail(w, r, err)
@@ -261,7 +265,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		name := part.FileName()
 		if _, dup := manifest[name]; dup {
 			props.Error = name + ": uploaded twice"
-			s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+			renderForm(http.StatusUnprocessableEntity)
 			return
 		}
 		f, err := os.Create(fmt.Sprintf("%s/%d", tmp, len(order)))
@@ -284,7 +288,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		props.Errors = web.FieldErrors{"metadata": "is not valid version metadata: " + err.Error()}
-		s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+		renderForm(http.StatusUnprocessableEntity)
 		return
 	}
 	mj, _ := json.Marshal(manifest)
@@ -302,7 +306,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}
-	v, err := s.Registry.RegisterVersion(r.Context(), pageFrame(r).user, model, spec, mj, files)
+	v, err := s.Registry.RegisterVersion(r.Context(), f.user, model, spec, mj, files)
 	if err != nil {
 		status, msg, _ := statusOf(err)
 		if fe, ok := fieldErrors(err); ok {
@@ -317,16 +321,15 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		props.Error = msg
-		s.render(w, r, status, web.VersionNewPage(props))
+		renderForm(status)
 		return
 	}
 	redirectFlash(w, r, "/models/"+model+"/versions/"+v.Name, "Version "+v.Name+" registered.")
 }
 
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
-	p := pageFrame(r).user
-	model := chi.URLParam(r, "model")
-	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
+	model := modelParam(r).Name
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), pageFrame(r).user, model)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
