@@ -202,7 +202,9 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 func (s *Server) readDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// An error means the writer cannot set deadlines (a test recorder);
-		// there is no connection to bound then.
+		// there is no connection to bound then. The deadline is the
+		// connection's, kept by the runtime's network poller in wall-clock
+		// time, so it is read from the real clock, not s.Clock.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.ReadTimeout))
 		next.ServeHTTP(w, r)
 	})

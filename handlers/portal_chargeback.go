@@ -102,8 +102,9 @@ func parseChargebackView(r *http.Request, now time.Time) (chargebackView, error)
 // said on the page, never an error page: finance still sees what is there.
 func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := principal(ctx)
-	props := web.ChargebackProps{Layout: pageFrame(r).layout(w, "Chargeback", "chargeback")}
+	f := pageFrame(r)
+	p := f.user
+	props := web.ChargebackProps{Layout: f.layout(w, "Chargeback", "chargeback")}
 	for _, d := range chargeback.Dimensions {
 		props.Dimensions = append(props.Dimensions, string(d))
 	}
@@ -209,7 +210,7 @@ func (s *Server) adviceLines(r *http.Request, endpoint string) []string {
 		return nil
 	}
 	ctx := r.Context()
-	adv, err := s.Advisor.Advise(ctx, principal(ctx), endpoint)
+	adv, err := s.Advisor.Advise(ctx, pageFrame(r).user, endpoint)
 	if err != nil {
 		s.Log.WarnContext(ctx, "right-sizing advice", slog.String("error", err.Error()))
 		return nil
@@ -228,7 +229,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	ctx := r.Context()
-	p := principal(ctx)
+	p := pageFrame(r).user
 	if p.PlatformAdmin() {
 		props.BudgetTeams = props.Layout.Teams
 	} else {
@@ -241,7 +242,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 	bs, err := s.Budgets.List(ctx, p)
 	if err == nil {
 		var alerts []chargeback.Alert
-		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
+		if alerts, err = s.Budgets.Alerts(ctx, p); err == nil {
 			for _, a := range alerts {
 				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
 					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), money.Dollars(a.SpentUUSD), money.Dollars(a.BudgetUUSD), money.Dollars(a.ForecastUUSD)))
@@ -365,8 +366,9 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = pageFrame(r).layout(w, "Cost rates", "chargeback")
-	props.CanEdit = principal(ctx).Finance()
+	f := pageFrame(r)
+	props.Layout = f.layout(w, "Cost rates", "chargeback")
+	props.CanEdit = f.user.Finance()
 	now := s.Clock.Now()
 	table := make([]billing.Rate, 0, len(rates))
 	for _, e := range rates {

@@ -30,14 +30,15 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	es, err := s.Endpoints.List(r.Context(), pageFrame(r).user, after, pg.Limit+1)
+	f := pageFrame(r)
+	es, err := s.Endpoints.List(r.Context(), f.user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
-	props := web.EndpointsProps{Layout: pageFrame(r).layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(pageFrame(r).user)}
-	if props.Awaiting, err = s.awaitingRows(r.Context(), pageFrame(r).user); err != nil {
+	props := web.EndpointsProps{Layout: f.layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user)}
+	if props.Awaiting, err = s.awaitingRows(r.Context(), f.user); err != nil {
 		s.portalError(w, r, err)
 		return
 	}

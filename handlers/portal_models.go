@@ -29,13 +29,14 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	ms, err := s.Registry.Models(r.Context(), pageFrame(r).user, after, pg.Limit+1)
+	f := pageFrame(r)
+	ms, err := s.Registry.Models(r.Context(), f.user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(ms, pg.Limit, func(m registry.Model) int64 { return m.ID })
-	props := web.ModelsProps{Layout: pageFrame(r).layout(w, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(pageFrame(r).user)}
+	props := web.ModelsProps{Layout: f.layout(w, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user)}
 	for _, m := range list.Body.Items {
 		props.Rows = append(props.Rows, web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: m.Versions})
 	}
@@ -43,8 +44,9 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelNewProps(w http.ResponseWriter, r *http.Request, f web.ModelForm, errs web.FieldErrors) web.ModelNewProps {
-	p := web.ModelNewProps{Layout: pageFrame(r).layout(w, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
-	for _, m := range pageFrame(r).user.Teams {
+	frame := pageFrame(r)
+	p := web.ModelNewProps{Layout: frame.layout(w, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
+	for _, m := range frame.user.Teams {
 		p.Teams = append(p.Teams, m.Team)
 	}
 	if p.Form.Team == "" {
@@ -328,8 +330,8 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
-	model := modelParam(r).Name
-	m, vs, edges, err := s.Registry.LineageOf(r.Context(), pageFrame(r).user, model)
+	f, model := pageFrame(r), modelParam(r).Name
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), f.user, model)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -341,6 +343,6 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
-	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: pageFrame(r).layout(w, model+" "+v.Name, "models"), Model: model,
+	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: f.layout(w, model+" "+v.Name, "models"), Model: model,
 		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task)}))
 }

@@ -22,13 +22,14 @@ func (s *Server) portalQuotas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int, props web.QuotasProps) {
 	ctx := r.Context()
-	qs, err := s.Fleet.Quotas(ctx, principal(ctx))
+	f := pageFrame(r)
+	qs, err := s.Fleet.Quotas(ctx, f.user)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = pageFrame(r).layout(w, "Team quotas", "fleet")
-	props.CanEdit = principal(ctx).PlatformAdmin()
+	props.Layout = f.layout(w, "Team quotas", "fleet")
+	props.CanEdit = f.user.PlatformAdmin()
 	for _, q := range qs {
 		unit := "GPU equivalents"
 		if q.Resource == fleet.CPUResource {

@@ -226,7 +226,7 @@ const sseLifetime = 5 * time.Minute
 // the page needs.
 func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 	f, ro := pageFrame(r), rolloutParam(r)
-	p, id := f.user, ro.ID
+	id := ro.ID
 	var last int64
 	if n, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && n > 0 {
 		last = n
@@ -258,8 +258,8 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 		// timeout) and with the membership of the rollout's team: p is read
 		// again each time (Events, scoped by p's teams, would otherwise
 		// just find nothing new).
-		var err error
-		if p, err = s.Sessions.Check(ctx, f.session.token); err != nil {
+		p, err := s.Sessions.Check(ctx, f.session.token)
+		if err != nil {
 			return
 		}
 		if _, ok := p.Membership(ro.Team); !ok && !p.PlatformAdmin() {

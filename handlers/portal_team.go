@@ -29,8 +29,9 @@ func when(t *time.Time) string {
 // teamProps fills the team page for team, or for the active team when team
 // is "" (a form re-rendered after it failed shows the team it was for).
 func (s *Server) teamProps(w http.ResponseWriter, r *http.Request, team string) (web.TeamProps, error) {
-	p := pageFrame(r).user
-	props := web.TeamProps{Layout: pageFrame(r).layout(w, "Team", "team")}
+	f := pageFrame(r)
+	p := f.user
+	props := web.TeamProps{Layout: f.layout(w, "Team", "team")}
 	props.Team = props.ActiveTeam
 	if team != "" {
 		props.Team = team
