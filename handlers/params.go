@@ -19,6 +19,14 @@ import (
 // exist, before the handler runs. Handlers read the row with the
 // accessors (endpointParam, modelParam, rolloutParam), never with
 // chi.URLParam and a lookup of their own (Coder's httpmw/*param.go).
+//
+// On the API, the version upload (a plain chi route) extracts {model}
+// too, answering problems (extractModelAPI), so an upload to a model the
+// caller cannot see is refused before its body is read. The huma
+// operations keep their path fields: each is one domain call whose SQL
+// scopes by team, so a middleware would add a query and remove no check,
+// and huma runs operation middleware before it validates the input, which
+// would put 404 before the 400s the API answers for bad input today.
 
 type paramKey int
 
@@ -51,16 +59,28 @@ func endpointParam(r *http.Request) endpoint.Endpoint {
 	return e
 }
 
-// extractModel loads {model} for modelParam.
+// extractModel loads {model} for modelParam, answering a failure with an
+// error page.
 func (s *Server) extractModel(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m, err := s.Registry.Model(r.Context(), pageFrame(r).user, chi.URLParam(r, "model"))
-		if err != nil {
-			s.portalError(w, r, err)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyModelParam, m)))
-	})
+	return s.modelLoader(s.portalError)(next)
+}
+
+// extractModelAPI is extractModel for the API, answering problems.
+func (s *Server) extractModelAPI(next http.Handler) http.Handler {
+	return s.modelLoader(s.problem)(next)
+}
+
+func (s *Server) modelLoader(failed func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m, err := s.Registry.Model(r.Context(), principal(r.Context()), chi.URLParam(r, "model"))
+			if err != nil {
+				failed(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyModelParam, m)))
+		})
+	}
 }
 
 // modelParam is the {model} extractModel loaded; it panics on a route

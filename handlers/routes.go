@@ -20,7 +20,7 @@ func (s *Server) Handler() http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Use(s.apiAuth, s.idempotency)
 		s.newAPI(r)
-		r.With(keepReading).Post("/models/{model}/versions", s.versionRegister)
+		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
