@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // TestPortalFrameLoadedOncePerRequest holds a portal request to one page
@@ -95,5 +98,46 @@ func TestPortalParamsScopedToTeam(t *testing.T) {
 		if r := search.post(path, url.Values{"csrf": {"forged"}}); r.StatusCode != http.StatusForbidden {
 			t.Errorf("forged POST %s = %d, want 403", path, r.StatusCode)
 		}
+	}
+}
+
+// TestPortalParamRoutesAreExtracted walks the route tree: every portal
+// route with an {endpoint}, {model} or {rollout} answers 404 for one that
+// does not exist, which it can only do through the extract middleware (a
+// handler reading a parameter its route did not extract panics, a 500).
+// A new route joins the middleware or fails here.
+func TestPortalParamRoutesAreExtracted(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	u := portalSignIn(t, e, "risk-admin@example.com")
+	fill := strings.NewReplacer("{endpoint}", "nope", "{model}", "nope", "{rollout}", "999999", "{version}", "v1", "{action}", "pause")
+	walked := 0
+	err := chi.Walk(e.srv.Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if strings.HasPrefix(route, "/api/") || !strings.ContainsAny(route, "{") ||
+			!(strings.Contains(route, "{endpoint}") || strings.Contains(route, "{model}") || strings.Contains(route, "{rollout}")) {
+			return nil
+		}
+		walked++
+		path := fill.Replace(route)
+		var r portalResponse
+		switch method {
+		case http.MethodGet:
+			r = u.get(path)
+		case http.MethodPost:
+			r = u.post(path, u.form())
+		default:
+			t.Errorf("%s %s: no request for this method", method, route)
+			return nil
+		}
+		if r.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s = %d, want 404", method, path, r.StatusCode)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if walked < 18 {
+		t.Errorf("walked %d routes with a parameter, want the portal's 18 or more", walked)
 	}
 }
