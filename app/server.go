@@ -58,38 +58,16 @@ func readiness(pool *pgxpool.Pool, ch driver.Conn, nc *nats.Conn) map[string]han
 // NewHTTP builds the portal and API over cp's services: what `server` and
 // `dev` serve and `bench api` drives.
 func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
-	d := handlers.Deps{
-		Log:            cp.Log,
-		Keys:           cp.Keys,
-		OIDC:           cp.OIDC,
-		Sessions:       cp.Sessions,
-		Tenant:         cp.Tenant,
-		Registry:       cp.Registry,
-		Endpoints:      cp.Endpoints,
-		Fleet:          cp.Fleet,
-		Meter:          cp.Meter,
-		Rates:          cp.Rates,
-		Chargeback:     cp.Chargeback,
-		Budgets:        cp.Budgets,
-		Advisor:        cp.Advisor,
-		Rollouts:       cp.Rollouts,
-		Drift:          cp.Drift,
-		Audit:          cp.Audit,
-		Idempotency:    cp.Idempotency,
+	return handlers.New(handlers.Deps{
+		Set:            &cp.Set,
+		Clock:          quartz.NewReal(),
 		Ready:          o.Ready,
 		AgentToken:     string(o.AgentToken),
-		Enrollment:     cp.Enrollment,
 		PublicURL:      o.PublicURL,
-		Metrics:        cp.Metrics,
-		Now:            time.Now,
 		DevUsers:       o.DevUsers,
 		MaxUploadBytes: o.MaxUploadBytes,
 		MaxBodyBytes:   handlers.DefaultMaxBodyBytes,
-	}
-	if cp.Traffic != nil { // a nil *traffic.Reader in the interface would not read as absent
-		d.Traffic = cp.Traffic
-	}
-	return handlers.New(d)
+	})
 }
 
 // adminDrain is how long an admin listener waits for a scrape in flight.

@@ -35,6 +35,7 @@ import (
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
+	"modelplane/services"
 	"modelplane/tenant"
 	"modelplane/versioncheck"
 )
@@ -112,31 +113,9 @@ const (
 // services that run beside them. A field the stores cannot back is nil
 // (Meter, Chargeback, Advisor, Traffic and Drift without ClickHouse).
 type ControlPlane struct {
-	Log        *slog.Logger
-	Pool       *pgxpool.Pool
-	Keys       *auth.Keys
-	OIDC       *auth.OIDC
-	Sessions   *auth.Sessions
-	Tenant     *tenant.Service
-	Registry   *registry.Service
-	Endpoints  *endpoint.Service
-	Fleet      *fleet.Fleet
-	Rates      *billing.Book
-	Meter      *billing.Meter
-	Chargeback *chargeback.Service
-	Budgets    *chargeback.Budgets
-	Advisor    *chargeback.Advisor
-	Rollouts   *rollout.Service
-	Traffic    *reqstats.Reader
-	Drift      *drift.Service
-	Audit      *audit.Log
-	// Enrollment enrolls, rotates and revokes nodes; nil without an
-	// authority (Config.Authority).
-	Enrollment *enrollment.Service
-	// Idempotency keeps the API's Idempotency-Key records.
-	Idempotency *idempotency.Store
-	// Metrics is the registry every service and the HTTP layer export on.
-	Metrics *prometheus.Registry
+	// Set is the domain services, which the HTTP layer takes whole.
+	services.Set
+	Pool *pgxpool.Pool
 	// Relay publishes outbox rows to NATS; nil without NATS.
 	Relay *outbox.Relay
 	// Validator validates uploaded versions of the built-in runtime; nil
@@ -172,9 +151,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	// fleet (excluded from the clock change) still reads time through a
 	// func; its owner moves it onto the clock.
 	fleetNow := func() time.Time { return clock.Now() }
-	cp := &ControlPlane{
+	cp := &ControlPlane{Pool: st.Pool, Set: services.Set{
 		Log:         cfg.Log,
-		Pool:        st.Pool,
 		Keys:        auth.NewKeys(st.Pool, clock),
 		OIDC:        cfg.OIDC,
 		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, clock),
@@ -186,7 +164,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
 		Metrics:     reg,
-	}
+	}}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
 			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log, Clock: clock})
