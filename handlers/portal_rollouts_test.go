@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
-	"github.com/coder/quartz"
 	"github.com/chromedp/chromedp"
+	"github.com/coder/quartz"
 
 	"modelplane/auth"
 	"modelplane/busapi"
