@@ -312,6 +312,9 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	log := NewLogger(c.LogLevel)
+	// The one real clock of the agent: everything below gets it from here.
+	clock := quartz.NewReal()
+	cfg.Clock = clock
 	sess, err := c.enroll(ctx, log)
 	if err != nil {
 		return err
@@ -337,7 +340,8 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	defer nc.Close()
 	if c.ControlPlaneURL != "" {
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node))}
+			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node)),
+			Clock: clock}
 		if sess != nil {
 			cc.TokenFunc = sess.ArtifactToken
 		}
@@ -350,7 +354,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if sess != nil && c.RotateEvery > 0 && c.ControlPlaneURL != "" {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go sess.RotateEvery(rctx, quartz.NewReal(), c.RotateEvery)
+		go sess.RotateEvery(rctx, clock, c.RotateEvery)
 	}
 	var stop func(context.Context)
 	switch c.Driver {
@@ -360,7 +364,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 			user = "" // the driver falls back to nobody when it is missing
 		}
 		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), Node: cfg.Node, ModelRoot: c.ModelRoot, RunAs: user,
-			Env: runtimeEnv(), Log: log})
+			Env: runtimeEnv(), Log: log, Clock: clock})
 		if err != nil {
 			return err
 		}

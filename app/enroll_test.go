@@ -60,7 +60,7 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, func() time.Time { return clock.Now() })
+	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, clock)
 
 	const node = "rot-1"
 	creds, err := enrollDevNode(ctx, svc, node, fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
@@ -227,7 +227,7 @@ func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
 	ctx := t.Context()
 	clock := quartz.NewMock(t)
 	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
-		Authority: natstest.Auth(t), Now: func() time.Time { return clock.Now() }})
+		Authority: natstest.Auth(t), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
-	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, time.Now), dir: t.TempDir(),
+	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, nil), dir: t.TempDir(),
 		nodes: 4, gpus: 2, portBase: stackPortBase()})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package auth
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,7 +42,7 @@ func identityRows(t *testing.T, pool *pgxpool.Pool, after int64) (map[string]str
 func TestIdentityPublisher(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	q := db.New(pool)
 	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})
@@ -135,7 +134,7 @@ func member(t *testing.T, payload string) busapi.MemberEntry {
 func TestIdentityPublisherNewTerm(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	q := db.New(pool)
 	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})

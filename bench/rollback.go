@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
@@ -230,7 +231,7 @@ func startRollback(ctx context.Context, s *scratch, n int) (*rollbackBench, erro
 	if b.key, err = putKey(ctx, js); err != nil {
 		return nil, err
 	}
-	b.relay = outbox.NewRelay(b.pool, js, slog.New(slog.DiscardHandler))
+	b.relay = outbox.NewRelay(b.pool, js, slog.New(slog.DiscardHandler), quartz.NewReal())
 	if err := b.relay.Start(ctx); err != nil {
 		return nil, err
 	}

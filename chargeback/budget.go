@@ -81,7 +81,7 @@ type Budgets struct {
 	// outbox (it wakes the relay); nil when nobody waits.
 	published func()
 	log       *slog.Logger
-	now       func() time.Time
+	clock     quartz.Clock
 	// wake lets Check run early (after a budget changed).
 	wake chan struct{}
 	mu   sync.Mutex
@@ -93,15 +93,16 @@ type Budgets struct {
 // NewBudgets returns Budgets. published is called after Check wrote an
 // alert's event to the outbox (the relay's Wake), and may be nil (the relay
 // then sends it at its next poll); reports may be nil too (no usage store:
-// spend reads as zero and no alert is raised).
-func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slog.Logger, now func() time.Time) *Budgets {
-	if now == nil {
-		now = time.Now
+// spend reads as zero and no alert is raised). clock is what months and
+// the check's interval run on (quartz.NewReal() when nil).
+func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slog.Logger, clock quartz.Clock) *Budgets {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Budgets{pool: pool, reports: reports, published: published, log: log, now: now, wake: make(chan struct{}, 1)}
+	return &Budgets{pool: pool, reports: reports, published: published, log: log, clock: clock, wake: make(chan struct{}, 1)}
 }
 
 // system is who the budget check reads costs as: it measures every team.
@@ -142,7 +143,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		// A changed amount voids this month's alerts (and the block a 100
 		// percent alert means): the checker measures the spend against the
 		// new amount and alerts again.
-		from, _ := Month(b.now())
+		from, _ := Month(b.clock.Now())
 		if _, err := q.BudgetAlertsResetChanged(ctx, db.BudgetAlertsResetChangedParams{Month: pgtype.Date{Time: from, Valid: true},
 			TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD}); err != nil {
 			return err
@@ -226,7 +227,7 @@ type monthSpend struct {
 
 // spend reads the month's cost so far of every team and endpoint.
 func (b *Budgets) spend(ctx context.Context) (monthSpend, error) {
-	now := b.now().UTC()
+	now := b.clock.Now().UTC()
 	from, to := Month(now)
 	end := now.Truncate(time.Second)
 	sp := monthSpend{team: map[string]int64{}, endpoint: map[[2]string]int64{}}
@@ -277,7 +278,7 @@ func Forecast(spent int64, elapsed, month time.Duration) int64 {
 // Alerts returns this month's alerts p may see, newest first.
 func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error) {
 	all, ids := budgetScope(p)
-	from, _ := Month(b.now())
+	from, _ := Month(b.clock.Now())
 	rows, err := db.New(b.pool).BudgetAlertListScoped(ctx, db.BudgetAlertListScopedParams{AllTeams: all, TeamIDs: ids,
 		Month: pgtype.Date{Time: from, Valid: true}})
 	if err != nil {
@@ -312,7 +313,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("budget check: %w", err)
 	}
-	month, _ := Month(b.now())
+	month, _ := Month(b.clock.Now())
 	var errs []error
 	raised := 0
 	seen := make([]Budget, 0, len(rows))
@@ -338,7 +339,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 					return err
 				}
 				raised++
-				return writeEvent(ctx, q, r.ID, bu, pct, b.now())
+				return writeEvent(ctx, q, r.ID, bu, pct, b.clock.Now())
 			})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("budget alert: %w", err))
@@ -377,7 +378,7 @@ const BudgetInterval = time.Minute
 // per control plane.
 func (b *Budgets) Checker() service.Service {
 	return service.NewFunc(func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), BudgetInterval, b.wake, func(ctx context.Context) {
+		service.Tick(ctx, b.clock, BudgetInterval, b.wake, func(ctx context.Context) {
 			if err := b.Check(ctx); err != nil && ctx.Err() == nil {
 				b.log.Warn("budget check", slog.String("error", err.Error()))
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,7 +47,7 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler)), cons: cons}
+	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), cons: cons}
 }
 
 // next relays the outbox and returns the events that arrived since the
@@ -85,7 +86,7 @@ func TestBudgets(t *testing.T) {
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
 	sys := &auth.Principal{Name: "seed", PlatformRole: auth.RolePlatformAdmin}
-	ten := tenant.New(pool, time.Now)
+	ten := tenant.New(pool, nil)
 	risk, err := ten.CreateTeam(ctx, sys, "risk", "Risk")
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +96,9 @@ func TestBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC) // 15.5 of 31 days: half the month
-	svc := chargeback.New(ch, db.New(pool), func() time.Time { return now })
-	budgets := chargeback.NewBudgets(pool, svc, nil, nil, func() time.Time { return now })
+	clk := clockAt(t, now)
+	svc := chargeback.New(ch, db.New(pool), clk)
+	budgets := chargeback.NewBudgets(pool, svc, nil, nil, clk)
 	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
 
 	riskAdmin := &auth.Principal{Name: "ra", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleAdmin}}}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/auth"
 	"modelplane/billing"
@@ -270,7 +271,7 @@ const LagWindow = time.Hour
 type Service struct {
 	ch    driver.Conn
 	rates RateTable
-	now   func() time.Time
+	clock quartz.Clock
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
 	LagAllowance time.Duration
@@ -287,12 +288,13 @@ type RateTable interface {
 }
 
 // New returns a Service. rates gives the rate table's version (and may be
-// nil, for version "r0"); now is the clock reports measure lag with.
-func New(ch driver.Conn, rates RateTable, now func() time.Time) *Service {
-	if now == nil {
-		now = time.Now
+// nil, for version "r0"); clock is what reports measure lag with
+// (quartz.NewReal() when nil).
+func New(ch driver.Conn, rates RateTable, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Service{ch: ch, rates: rates, now: now, LagAllowance: 2 * time.Minute}
+	return &Service{ch: ch, rates: rates, clock: clock, LagAllowance: 2 * time.Minute}
 }
 
 // scope returns the teams the principal may see: all, or the named ones.

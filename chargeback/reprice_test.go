@@ -46,9 +46,8 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 	clk := quartz.NewMock(t)
 	clk.Set(t0.Add(-billing.RateLead - time.Hour))
-	clock := func() time.Time { return clk.Now() }
 	finance := &auth.Principal{Name: "fin", PlatformRole: auth.RoleFinance}
-	book := billing.NewBook(pool, clock)
+	book := billing.NewBook(pool, clk)
 	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +92,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 			return n == want
 		}, "gpu_usage holds %v rows, want %d", wait.Show(func() any { return n }), want)
 	}
-	svc := chargeback.New(ch, db.New(pool), clock)
+	svc := chargeback.New(ch, db.New(pool), clk)
 	cost := func(from, to time.Time) int64 {
 		t.Helper()
 		rep, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to})
@@ -115,7 +114,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 		EffectiveFrom: t0.Add(30 * time.Second)}); err == nil {
 		t.Fatal("a rate effective at a metered second was booked")
 	}
-	next := clock().Add(billing.RateLead)
+	next := clk.Now().Add(billing.RateLead)
 	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
 		EffectiveFrom: next}); err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ import (
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
+	"modelplane/services"
 	"modelplane/tenant"
 	"modelplane/versioncheck"
 )
@@ -70,8 +71,9 @@ type Config struct {
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
 	// replica count (zero: fleet.DefaultAutoscaleInterval).
 	AutoscaleInterval time.Duration
-	// Now is the clock of every service (nil: time.Now).
-	Now func() time.Time
+	// Clock is the clock of every service and background loop (nil:
+	// quartz.NewReal()); tests pass a quartz.Mock and move it.
+	Clock quartz.Clock
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
 	// own, os.Executable); empty turns validation at registration off, and
@@ -119,31 +121,9 @@ const (
 // services that run beside them. A field the stores cannot back is nil
 // (Meter, Chargeback, Advisor, Traffic and Drift without ClickHouse).
 type ControlPlane struct {
-	Log        *slog.Logger
-	Pool       *pgxpool.Pool
-	Keys       *auth.Keys
-	OIDC       *auth.OIDC
-	Sessions   *auth.Sessions
-	Tenant     *tenant.Service
-	Registry   *registry.Service
-	Endpoints  *endpoint.Service
-	Fleet      *fleet.Fleet
-	Rates      *billing.Book
-	Meter      *billing.Meter
-	Chargeback *chargeback.Service
-	Budgets    *chargeback.Budgets
-	Advisor    *chargeback.Advisor
-	Rollouts   *rollout.Service
-	Traffic    *reqstats.Reader
-	Drift      *drift.Service
-	Audit      *audit.Log
-	// Enrollment enrolls, rotates and revokes nodes; nil without an
-	// authority (Config.Authority).
-	Enrollment *enrollment.Service
-	// Idempotency keeps the API's Idempotency-Key records.
-	Idempotency *idempotency.Store
-	// Metrics is the registry every service and the HTTP layer export on.
-	Metrics *prometheus.Registry
+	// Set is the domain services, which the HTTP layer takes whole.
+	services.Set
+	Pool *pgxpool.Pool
 	// Relay publishes outbox rows to NATS; nil without NATS.
 	Relay *outbox.Relay
 	// Validator validates uploaded versions of the built-in runtime; nil
@@ -151,10 +131,7 @@ type ControlPlane struct {
 	// service when Start runs the background (NATS and ClickHouse
 	// present); its Pass may be called directly (demo seeding, a control
 	// plane without them).
-	Validator *versioncheck.Validator
-	// Webhooks manages the teams' webhooks and their delivery logs.
-	Webhooks *notify.Webhooks
-
+	Validator  *versioncheck.Validator
 	notifier   *notify.Sender
 	js         jetstream.JetStream
 	background *service.Group
@@ -169,9 +146,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	clock := cfg.Clock
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	store, err := artifact.NewStore(cfg.ArtifactDir)
 	if err != nil {
@@ -179,28 +156,30 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cp := &ControlPlane{
+	// fleet (excluded from the clock change) still reads time through a
+	// func; its owner moves it onto the clock.
+	fleetNow := func() time.Time { return clock.Now() }
+	cp := &ControlPlane{Pool: st.Pool, Set: services.Set{
 		Log:         cfg.Log,
-		Pool:        st.Pool,
-		Keys:        auth.NewKeys(st.Pool, now),
+		Keys:        auth.NewKeys(st.Pool, clock),
 		OIDC:        cfg.OIDC,
-		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
-		Tenant:      tenant.New(st.Pool, now),
+		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, clock),
+		Tenant:      tenant.New(st.Pool, clock),
 		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, cfg.Log, now),
-		Rates:       billing.NewBook(st.Pool, now),
+		Fleet:       fleet.New(st.Pool, cfg.Log, fleetNow),
+		Rates:       billing.NewBook(st.Pool, clock),
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
 		Metrics:     reg,
-	}
+	}}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
-			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log, Clock: clock})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
-		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, now).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
+		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, clock).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
 	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
@@ -214,17 +193,17 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		if cp.js, err = jetstream.New(st.NC); err != nil {
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
-		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log)
+		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log, clock)
 		published = cp.Relay.Wake
 	}
 	var driftReader *drift.Reader
 	var gate rollout.DriftMeasurer
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
-		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
-		cp.Traffic = reqstats.NewReader(st.CH, now)
+		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock)
+		cp.Traffic = reqstats.NewReader(st.CH, clock)
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
-		cp.Drift = drift.NewService(st.Pool, driftReader, now)
+		cp.Drift = drift.NewService(st.Pool, driftReader, clock)
 		gate = drift.NewGate(driftReader)
 		eps := cp.Endpoints
 		cp.Advisor = chargeback.NewAdvisor(cp.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
@@ -232,16 +211,16 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 			return e.MinReplicas, err
 		})
 	}
-	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
+	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
 	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
-		Alertmanager: cfg.Alertmanager, Clock: quartz.NewReal(), Log: cfg.Log})
-	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, quartz.NewReal(), cp.notifier.Wake)
+		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
+	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)
 	// The fleet's state and the budgets as Prometheus series on the admin
 	// listener (docs/operations.md lists them).
-	reg.MustRegister(opsmetrics.New(st.Pool, quartz.NewReal(), cfg.Log), cp.Budgets)
-	cp.Rollouts = rollout.New(st.Pool, now, gate)
+	reg.MustRegister(opsmetrics.New(st.Pool, clock, cfg.Log), cp.Budgets)
+	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, clock, driftReader, published); err != nil {
 			return nil, err
 		}
 	}
@@ -251,8 +230,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
-	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, driftReader *drift.Reader, published func()) error {
+	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics, Clock: clock,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
 	if err != nil {
@@ -266,7 +245,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	if err != nil {
 		return err
 	}
-	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, now, cp.Metrics, cfg.Drift)
+	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, clock, cp.Metrics, cfg.Drift)
 	if err != nil {
 		return err
 	}
@@ -282,14 +261,14 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: drift.NewGate(driftReader), Interval: time.Second, Published: published})
+		Drift: drift.NewGate(driftReader), Clock: clock, Interval: time.Second, Published: published})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
 	g := service.NewGroup(
 		intake,
-		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
-		cp.Idempotency.Sweeper(cfg.Log),
+		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
+		cp.Idempotency.Sweeper(cfg.Log, clock),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
 		// fleet's leader, and every lease holds a pooled connection.
@@ -299,19 +278,19 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		lease(leadReqStats, reqstats),
 		lease(leadPredictions, predictions),
 		lease(leadBudgets, cp.Budgets.Checker()),
-		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, now)),
+		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, clock)),
 		lease(leadDrift, checker),
-		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
+		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, clock)),
 		lease(leadNotify, cp.notifier.Service()),
 	)
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))
 	}
 	if cp.Enrollment != nil {
-		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
+		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, clock)))
 	}
 	if cfg.OIDC != nil {
-		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log)))
+		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))
 	}
 	cp.background = g
 	return nil

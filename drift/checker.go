@@ -101,7 +101,7 @@ type Checker struct {
 	// wakes the relay); nil when nobody waits.
 	published func()
 	log       *slog.Logger
-	now       func() time.Time
+	clock     quartz.Clock
 	cfg       CheckerConfig
 	score     *prometheus.GaugeVec
 	// threshold is each exported score's threshold, so that an alert rule
@@ -113,12 +113,14 @@ type Checker struct {
 // NewChecker returns a Checker and registers its gauge on reg (nil: not
 // registered). published is called after a check wrote alert events to the
 // outbox (the relay's Wake); nil leaves them to the relay's next poll.
-func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
+// clock ends every window and drives the interval (quartz.NewReal() when
+// nil).
+func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.Logger, clock quartz.Clock, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
 	cfg.defaults()
-	if now == nil {
-		now = time.Now
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	c := &Checker{pool: pool, reader: reader, published: published, log: log, now: now, cfg: cfg, shown: map[[3]string]bool{},
+	c := &Checker{pool: pool, reader: reader, published: published, log: log, clock: clock, cfg: cfg, shown: map[[3]string]bool{},
 		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_score",
 			Help: "Latest drift score of an endpoint's live version: psi:<feature>, kl, w1_norm or completion_length_w1_norm."},
 			[]string{"endpoint", "version", "metric"})}
@@ -139,7 +141,7 @@ func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.
 // Start checks every interval until Stop.
 func (c *Checker) Start(ctx context.Context) error {
 	return c.Go(ctx, func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), c.cfg.Interval, nil, func(ctx context.Context) {
+		service.Tick(ctx, c.clock, c.cfg.Interval, nil, func(ctx context.Context) {
 			if err := c.Check(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("drift check", slog.String("error", err.Error()))
 			}
@@ -159,7 +161,7 @@ type target struct {
 // the others are still checked.
 func (c *Checker) Check(ctx context.Context) error {
 	all, ids := system.Scope()
-	now := c.now().UTC()
+	now := c.clock.Now().UTC()
 	q := db.New(c.pool)
 	rows, err := q.DriftTargetList(ctx, db.DriftTargetListParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
@@ -70,7 +71,7 @@ type Service struct {
 	pool  *pgxpool.Pool
 	auth  *bus.Authority
 	push  Pusher
-	now   func() time.Time
+	clock quartz.Clock
 	grace time.Duration
 	// natsURLs and natsCA are what a node is told about NATS: the URLs to
 	// connect to and the PEM of the CAs of the servers' certificates;
@@ -82,9 +83,13 @@ type Service struct {
 }
 
 // New returns a Service minting credentials with a and pushing revocations
-// with push.
-func New(pool *pgxpool.Pool, a *bus.Authority, push Pusher, now func() time.Time) *Service {
-	return &Service{pool: pool, auth: a, push: push, now: now, grace: DefaultRotationGrace}
+// with push; clock is what credentials and enrollment tokens expire on
+// (quartz.NewReal() when nil).
+func New(pool *pgxpool.Pool, a *bus.Authority, push Pusher, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Service{pool: pool, auth: a, push: push, clock: clock, grace: DefaultRotationGrace}
 }
 
 // Advertise sets what enrolled nodes are told about NATS: the server URLs
@@ -170,7 +175,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, p *auth.Principal, req Jo
 		return "", JoinToken{}, err
 	}
 	token, hash := newToken(joinPrefix)
-	now := s.now()
+	now := s.clock.Now()
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.NodeJoinTokenInsert(ctx, db.NodeJoinTokenInsertParams{TokenHash: hash, Node: req.Node, Host: req.Host,
 			PortFirst: int32(req.PortFirst), PortLast: int32(req.PortLast), CreatedBy: p.Actor(), CreatedAt: now, ExpiresAt: now.Add(req.TTL)})
@@ -195,7 +200,7 @@ func (s *Service) JoinTokens(ctx context.Context, p *auth.Principal) ([]JoinToke
 	if err != nil {
 		return nil, fmt.Errorf("list join tokens: %w", err)
 	}
-	now := s.now()
+	now := s.clock.Now()
 	out := make([]JoinToken, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, joinTokenOf(r, now))
@@ -209,7 +214,7 @@ func (s *Service) RevokeJoinToken(ctx context.Context, p *auth.Principal, id int
 	if p == nil || !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.NodeJoinTokenRevoke(ctx, db.NodeJoinTokenRevokeParams{ID: id, Now: &now})
 		if err != nil {
@@ -269,7 +274,7 @@ func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, er
 	if !strings.HasPrefix(token, joinPrefix) {
 		return Credentials{}, ErrInvalidToken
 	}
-	now := s.now()
+	now := s.clock.Now()
 	var out Credentials
 	var oldKeys []string
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -354,7 +359,7 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 	if !strings.HasPrefix(artifactToken, artifactPrefix) {
 		return Credentials{}, ErrInvalidToken
 	}
-	now := s.now()
+	now := s.clock.Now()
 	var out Credentials
 	var older string
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -401,7 +406,7 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 // Sweep revokes the previous credentials of nodes whose rotation grace is
 // over. The control plane runs it every few seconds (Sweeper).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
-	now := s.now()
+	now := s.clock.Now()
 	n := 0
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		rows, err := q.NodeCredentialPrevExpired(ctx, &now)
@@ -435,7 +440,7 @@ func (s *Service) Revoke(ctx context.Context, p *auth.Principal, node string) er
 	if p == nil || !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		c, err := q.NodeCredentialRevoke(ctx, db.NodeCredentialRevokeParams{Node: node, Now: &now})
 		if err != nil {
@@ -500,7 +505,7 @@ func (s *Service) VerifyArtifactToken(ctx context.Context, token string) (node s
 		return "", ErrInvalidToken
 	}
 	h := digest(token)
-	now := s.now()
+	now := s.clock.Now()
 	c, err := db.New(s.pool).NodeCredentialByArtifactToken(ctx, db.NodeCredentialByArtifactTokenParams{ArtifactTokenHash: h, Now: &now})
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return "", ErrInvalidToken

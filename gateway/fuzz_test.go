@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/coder/quartz"
 	jose "github.com/go-jose/go-jose/v4"
 
 	"modelplane/busapi"
@@ -128,7 +128,7 @@ func FuzzVerifyToken(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	v, err := newTokenVerifier(busapi.OIDCEntry{Issuer: "https://idp.example.com", Audience: "modelplane", JWKS: jwks}, time.Now)
+	v, err := newTokenVerifier(busapi.OIDCEntry{Issuer: "https://idp.example.com", Audience: "modelplane", JWKS: jwks}, quartz.NewMock(f))
 	if err != nil {
 		f.Fatal(err)
 	}

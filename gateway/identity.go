@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -37,9 +38,9 @@ type tokenVerifier struct {
 // signingAlgs are the algorithms accepted for tokens.
 var signingAlgs = []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512, oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA}
 
-// newTokenVerifier builds the verifier of an OIDCEntry; now is the clock
-// for exp.
-func newTokenVerifier(e busapi.OIDCEntry, now func() time.Time) (*tokenVerifier, error) {
+// newTokenVerifier builds the verifier of an OIDCEntry; clock is what exp
+// is checked on.
+func newTokenVerifier(e busapi.OIDCEntry, clock quartz.Clock) (*tokenVerifier, error) {
 	if e.Issuer == "" || e.Audience == "" {
 		return nil, errors.New("oidc entry names no issuer or audience")
 	}
@@ -58,7 +59,8 @@ func newTokenVerifier(e busapi.OIDCEntry, now func() time.Time) (*tokenVerifier,
 		return nil, errors.New("oidc entry holds no signing key")
 	}
 	v := oidc.NewVerifier(e.Issuer, &oidc.StaticKeySet{PublicKeys: keys},
-		&oidc.Config{ClientID: e.Audience, Now: now, SupportedSigningAlgs: signingAlgs})
+		// go-oidc takes its clock as a func.
+		&oidc.Config{ClientID: e.Audience, Now: func() time.Time { return clock.Now() }, SupportedSigningAlgs: signingAlgs})
 	return &tokenVerifier{src: e, v: v}, nil
 }
 

@@ -106,8 +106,8 @@ func routeLimiter(src busapi.Route, prev *route, d routeDefaults) *rate.Limiter 
 	b := prev.limiter
 	if b.Limit() != lim || b.Burst() != burst {
 		now := time.Now()
-		if d.now != nil {
-			now = d.now()
+		if d.clock != nil {
+			now = d.clock.Now()
 		}
 		b.SetLimitAt(now, lim)
 		b.SetBurstAt(now, burst)

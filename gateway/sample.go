@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
+	"modelplane/serveapi"
 )
 
 // Sampling defaults.
@@ -158,12 +159,9 @@ func (p *pending) sample() (busapi.PredictionSample, bool) {
 		}
 		return m, true
 	}
-	var req struct {
-		Instances []json.RawMessage `json:"instances"`
-	}
-	var ans struct {
-		Predictions []json.RawMessage `json:"predictions"`
-	}
+	var req serveapi.PredictRequest
+	// Any runtime's answer: its predictions may be bare numbers or labels.
+	var ans serveapi.PredictResponse[json.RawMessage]
 	if json.Unmarshal(p.body, &req) != nil || json.Unmarshal(p.answer, &ans) != nil {
 		return m, false
 	}

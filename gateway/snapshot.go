@@ -125,7 +125,7 @@ func (g *Gateway) loadSnapshot() error {
 	}
 	id := &identityTable{members: map[string]*busapi.MemberEntry{}}
 	if s.OIDC != nil {
-		if v, err := newTokenVerifier(*s.OIDC, g.now); err == nil {
+		if v, err := newTokenVerifier(*s.OIDC, g.cfg.Clock); err == nil {
 			id.oidc = v
 		}
 	}

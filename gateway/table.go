@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"golang.org/x/time/rate"
 
 	"modelplane/busapi"
@@ -53,14 +54,14 @@ type routeDefaults struct {
 	// EndpointBurst); rps 0 is unlimited.
 	rps   float64
 	burst int
-	// now is the gateway's clock, for a changed rate limit; the wall
+	// clock is the gateway's clock, for a changed rate limit; the wall
 	// clock when nil.
-	now func() time.Time
+	clock quartz.Clock
 }
 
 // routeDefaults returns the defaults of g's routes.
 func (g *Gateway) routeDefaults() routeDefaults {
-	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.now}
+	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, clock: g.cfg.Clock}
 }
 
 // experiment is an endpoint's A/B experiment, ready to assign users.

@@ -170,7 +170,7 @@ func (g *Gateway) decodeOIDC(e jetstream.KeyValueEntry, prev *tokenVerifier) *to
 	err := json.Unmarshal(e.Value(), &oe)
 	var v *tokenVerifier
 	if err == nil {
-		v, err = newTokenVerifier(oe, g.now)
+		v, err = newTokenVerifier(oe, g.cfg.Clock)
 	}
 	if err != nil {
 		g.log.Error("gateway: oidc entry unusable; keeping the last one", slog.String("error", err.Error()))

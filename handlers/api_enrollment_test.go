@@ -41,7 +41,7 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, pool *pgxpool.Pool) {
-		d.Enrollment = enrollment.New(pool, a, func(ctx context.Context) error { return a.Push(ctx, snc) }, time.Now).
+		d.Enrollment = enrollment.New(pool, a, func(ctx context.Context) error { return a.Push(ctx, snc) }, nil).
 			Advertise([]string{ns.ClientURL()}, "")
 		d.PublicURL = "https://cp.example.com/"
 	}})

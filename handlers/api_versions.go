@@ -12,7 +12,6 @@ import (
 	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/go-chi/chi/v5"
 
 	"modelplane/artifact"
 	"modelplane/field"
@@ -91,7 +90,7 @@ func (s *Server) registerVersions(api huma.API) {
 func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := principal(ctx)
-	model := chi.URLParam(r, "model")
+	model := modelParam(r).Name
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var v registry.Version
 	var err error
@@ -119,12 +118,7 @@ func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		status, msg, details := statusOf(err)
-		if status == http.StatusInternalServerError {
-			s.fail(w, r, err)
-			return
-		}
-		writeProblem(w, status, msg, details...)
+		s.problem(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/artifact"
@@ -74,8 +75,8 @@ type envOptions struct {
 	// traffic, drift); nil leaves them out, as a control plane without
 	// ClickHouse would.
 	CH driver.Conn
-	// Now is the services' clock (nil: time.Now).
-	Now func() time.Time
+	// Clock is the services' and the handlers' clock (nil: the real one).
+	Clock quartz.Clock
 	// Deps, when set, changes the handlers' dependencies last.
 	Deps func(d *Deps, pool *pgxpool.Pool)
 }
@@ -112,16 +113,15 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	}
 	t.Cleanup(func() { idp.Close() })
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
-		RedirectURL: base + "/auth/callback"}, pool, time.Now)
+		RedirectURL: base + "/auth/callback"}, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: o.CH}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: now, OIDC: oidc, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
+		Clock: o.Clock, OIDC: oidc, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
 		ArtifactDir: t.TempDir(), MaxUploadBytes: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -130,27 +130,10 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	for _, u := range idp.Users() {
 		devUsers = append(devUsers, DevUser{Email: u.Email, Description: u.Description})
 	}
+	cp.Enrollment = enrollment.New(pool, natstest.Auth(t), nil, o.Clock)
 	deps := Deps{
-		Log:            cp.Log,
-		Keys:           cp.Keys,
-		OIDC:           cp.OIDC,
-		Sessions:       cp.Sessions,
-		Tenant:         cp.Tenant,
-		Registry:       cp.Registry,
-		Endpoints:      cp.Endpoints,
-		Fleet:          cp.Fleet,
-		Rates:          cp.Rates,
-		Meter:          cp.Meter,
-		Chargeback:     cp.Chargeback,
-		Budgets:        cp.Budgets,
-		Advisor:        cp.Advisor,
-		Rollouts:       cp.Rollouts,
-		Drift:          cp.Drift,
-		Audit:          cp.Audit,
-		Enrollment:     enrollment.New(pool, natstest.Auth(t), nil, now),
-		Idempotency:    cp.Idempotency,
-		Metrics:        cp.Metrics,
-		Now:            now,
+		Set:            &cp.Set,
+		Clock:          o.Clock,
 		Ready:          map[string]Pinger{"postgres": pool},
 		DevUsers:       devUsers,
 		MaxUploadBytes: 2 << 20,
@@ -164,9 +147,6 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	}))
 	t.Cleanup(gw.Close)
 	deps.GatewayURL, deps.GatewayKey = gw.URL, testGatewayKey
-	if cp.Traffic != nil {
-		deps.Traffic = cp.Traffic
-	}
 	if o.Deps != nil {
 		o.Deps(&deps, pool)
 	}

@@ -96,6 +96,17 @@ func (s *Server) apiError(ctx context.Context, err error) error {
 
 // writeProblem writes an application/problem+json response outside huma
 // (middleware and the streaming upload).
+// problem answers err as a problem, logging it when it is a 500, for the
+// API's plain chi handlers (huma operations return apiError instead).
+func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg, details := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.fail(w, r, err)
+		return
+	}
+	writeProblem(w, status, msg, details...)
+}
+
 func writeProblem(w http.ResponseWriter, status int, detail string, details ...*huma.ErrorDetail) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/fleet"
@@ -104,8 +102,9 @@ var autoscalingFormFields = map[string]string{"signals": "as_signals", "min_repl
 // portalAutoscalingSet changes the endpoint's policy from the page's form:
 // the fields the form shows, the rest as they are.
 func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
-	ctx, p := r.Context(), principal(r.Context())
+	e := endpointParam(r)
+	name := e.Name
+	ctx, p := r.Context(), pageFrame(r).user
 	cur, err := s.Endpoints.Autoscaling(ctx, p, name, s.wakeGrace())
 	if err != nil {
 		s.portalError(w, r, err)
@@ -154,8 +153,11 @@ func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(errs) > 0 {
 		status = http.StatusUnprocessableEntity
+	} else if e, err = s.Endpoints.Get(ctx, p, name); err != nil { // the policy sets its bounds
+		s.portalError(w, r, err)
+		return
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

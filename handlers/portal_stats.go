@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/reqstats"
 	"modelplane/web"
 )
@@ -69,10 +67,6 @@ func versionCharts(v reqstats.Series) web.VersionStats {
 // portalEndpointStats is the endpoint page's traffic section alone, which
 // the page re-fetches every 5 s.
 func (s *Server) portalEndpointStats(w http.ResponseWriter, r *http.Request) {
-	e, err := s.Endpoints.Get(r.Context(), principal(r.Context()), chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	e := endpointParam(r)
 	s.render(w, r, http.StatusOK, web.StatsSection(s.statsProps(r.Context(), e.Name, e.ID)))
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/busapi"
 )
 
@@ -74,7 +76,7 @@ type slotKey struct {
 type allocCache struct {
 	load    LoadAllocations
 	horizon time.Duration
-	now     func() time.Time
+	clock   quartz.Clock
 
 	loading  sync.Mutex // one read at a time; guards cursor and pruned
 	cursor   int64
@@ -86,8 +88,8 @@ type allocCache struct {
 	slots map[slotKey][]*span
 }
 
-func newAllocCache(load LoadAllocations, horizon time.Duration, now func() time.Time) *allocCache {
-	return &allocCache{load: load, horizon: horizon, now: now, byID: make(map[int64]*span), slots: make(map[slotKey][]*span)}
+func newAllocCache(load LoadAllocations, horizon time.Duration, clock quartz.Clock) *allocCache {
+	return &allocCache{load: load, horizon: horizon, clock: clock, byID: make(map[int64]*span), slots: make(map[slotKey][]*span)}
 }
 
 // fresh makes sure the cache reflects every allocation committed before
@@ -99,7 +101,7 @@ func (c *allocCache) fresh(ctx context.Context, since time.Time) error {
 	if c.loadedAt.Load() > since.UnixNano() {
 		return nil
 	}
-	start := c.now()
+	start := c.clock.Now()
 	allocs, next, err := c.load(ctx, c.cursor, start.Add(-c.horizon))
 	if err != nil {
 		return err

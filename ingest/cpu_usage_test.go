@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/busapi"
@@ -70,7 +72,9 @@ func TestCPUUsagePricedPerCoreHour(t *testing.T) {
 	}
 
 	finance := &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance}
-	svc := chargeback.New(e.ch, db.New(pool), func() time.Time { return time.Unix(baseTime, 0).Add(48 * time.Hour) })
+	clk := quartz.NewMock(t)
+	clk.Set(time.Unix(baseTime, 0).Add(48 * time.Hour))
+	svc := chargeback.New(e.ch, db.New(pool), clk)
 	from := time.Unix(baseTime, 0).UTC()
 	// 2,700 core-seconds at $0.04 a core-hour is $0.03; 900 A100 seconds
 	// at $3.50 an hour is $0.875.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,8 +48,10 @@ type UsageConfig struct {
 	Log               *slog.Logger
 	// Metrics, when set, gets the consumer's counters and lag gauge.
 	Metrics prometheus.Registerer
-	// Now is the clock lag is measured with; default time.Now.
-	Now func() time.Time
+	// Clock is what lag and the allocation horizon are measured with, and
+	// what the rollup repair loop ticks on; default quartz.NewReal().
+	// Flush and retry waits are wall-clock time: they time real I/O.
+	Clock quartz.Clock
 
 	// Stream is the stream consumed; default busapi.StreamUsage. Its
 	// subjects must be busapi.UsageSubject's: the node a batch bills is
@@ -209,8 +212,8 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = busapi.StreamUsage
@@ -232,7 +235,7 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	defDur(&cfg.RepairInterval, 30*time.Second)
 	defDur(&cfg.AllocationHorizon, DefaultAllocationHorizon)
 	u := &Usage{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
-	u.allocs = newAllocCache(cfg.LoadAllocations, cfg.AllocationHorizon, cfg.Now)
+	u.allocs = newAllocCache(cfg.LoadAllocations, cfg.AllocationHorizon, cfg.Clock)
 	u.repair.wake = make(chan struct{}, 1)
 	if cfg.Metrics != nil {
 		if err := u.register(cfg.Metrics); err != nil {
@@ -317,7 +320,7 @@ func (u *Usage) Start(ctx context.Context) error {
 		r.wg.Go(func() { u.work(ctx, shards[i]) })
 	}
 	// A process that died with a repair pending left no note of it.
-	now := u.cfg.Now()
+	now := u.cfg.Clock.Now()
 	u.repair.add(now.Add(-RepairWindow), now)
 	u.repair.poke()
 	r.wg.Go(func() { u.repairRollups(ctx) })

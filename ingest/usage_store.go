@@ -42,7 +42,7 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 		err = checkBatch(msg.Subject(), &b)
 	}
 	if err == nil {
-		return heldBatch{msg: msg, batch: b, received: u.cfg.Now()}, true
+		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now()}, true
 	}
 	u.stats.poison.Add(1)
 	var seq uint64
@@ -154,7 +154,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 			return fmt.Errorf("insert usage rows: %w", err)
 		}
 		u.stats.rows.Add(uint64(n))
-		u.stats.lagNanos.Store(int64(u.cfg.Now().Sub(time.Unix(newest, 0))))
+		u.stats.lagNanos.Store(int64(u.cfg.Clock.Now().Sub(time.Unix(newest, 0))))
 	}
 	if u.cfg.AfterInsert != nil {
 		if err := u.cfg.AfterInsert(ids); err != nil {

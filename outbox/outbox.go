@@ -36,9 +36,13 @@ type Relay struct {
 	wake      chan struct{}
 }
 
-// NewRelay returns a Relay.
-func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger) *Relay {
-	return &Relay{clock: quartz.NewReal(), pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
+// NewRelay returns a Relay that polls and sweeps on clock
+// (quartz.NewReal() when nil).
+func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, clock quartz.Clock) *Relay {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Relay{clock: clock, pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
 }
 
 // Wake makes a running relay look for rows now rather than at its next tick.

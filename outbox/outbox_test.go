@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/bus"
@@ -40,7 +41,7 @@ func TestRelayPublishesInOrderOnceAndDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err != nil || n != 3 {
 		t.Fatalf("flush = %d, %v; want 3", n, err)
 	}
@@ -97,7 +98,7 @@ func TestRelayKeepsRowsWhenNATSIsDown(t *testing.T) {
 	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err == nil || n != 0 {
 		t.Fatalf("flush with NATS down = %d, %v; want an error and nothing marked", n, err)
 	}
@@ -129,7 +130,7 @@ func TestRelayPassesOverARowNATSRefuses(t *testing.T) {
 	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err != nil || n != 1 {
 		t.Fatalf("flush = %d, %v; want the row after the refused one published", n, err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"modelplane/internal/chtest"
 	"modelplane/reqstats"
+
+	"github.com/coder/quartz"
 )
 
 // TestReadersKeepToTheEndpointID: statistics of a deleted endpoint (id 1)
@@ -34,7 +36,9 @@ func TestReadersKeepToTheEndpointID(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	r := reqstats.NewReader(ch, func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	r := reqstats.NewReader(ch, clk)
 	w, err := r.Last(t.Context(), "fraud", 2, 10)
 	if err != nil {
 		t.Fatal(err)

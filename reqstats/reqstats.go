@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/busapi"
 	"modelplane/judge"
@@ -26,17 +27,17 @@ const MaxSteps = 360
 
 // Reader reads request_stats.
 type Reader struct {
-	ch  driver.Conn
-	now func() time.Time
+	ch    driver.Conn
+	clock quartz.Clock
 }
 
-// NewReader returns a Reader over ch; now is the clock that ends every
-// window (time.Now when nil).
-func NewReader(ch driver.Conn, now func() time.Time) *Reader {
-	if now == nil {
-		now = time.Now
+// NewReader returns a Reader over ch; clock is what ends every window
+// (quartz.NewReal() when nil).
+func NewReader(ch driver.Conn, clock quartz.Clock) *Reader {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Reader{ch: ch, now: now}
+	return &Reader{ch: ch, clock: clock}
 }
 
 // Point is one step of one version's series. Latencies are in
@@ -85,7 +86,7 @@ func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, st
 	if steps <= 0 || steps > MaxSteps || step < time.Second {
 		return Window{}, fmt.Errorf("%w: %d steps of %s", ErrWindow, steps, step)
 	}
-	end := r.now().Truncate(step).Add(step)
+	end := r.clock.Now().Truncate(step).Add(step)
 	from := end.Add(-time.Duration(steps) * step)
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/busapi"
 	"modelplane/internal/chtest"
@@ -88,7 +89,9 @@ func TestRead(t *testing.T) {
 		row{at: from.Add(30 * time.Second), endpoint: "fraud", version: "v1", requests: 1000, lat: hist(1000, 0)},
 		row{at: from, endpoint: "chat", version: "v1", requests: 1000, lat: hist(1000, 0)},
 	)
-	r := reqstats.NewReader(ch, func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	r := reqstats.NewReader(ch, clk)
 	w, err := r.Read(t.Context(), "fraud", 0, 3, step)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +147,9 @@ func TestLastSteps(t *testing.T) {
 	t.Parallel()
 	ch := chtest.New(t)
 	now := time.Date(2026, 11, 30, 12, 0, 5, 0, time.UTC)
-	r := reqstats.NewReader(ch, func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	r := reqstats.NewReader(ch, clk)
 	tests := []struct {
 		minutes int
 		points  int

@@ -451,7 +451,7 @@ func TestConcurrentControllersPromoteOnce(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.now})
+			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Clock: f.clock})
 			errs <- c.Pass(t.Context())
 		}()
 	}

@@ -97,7 +97,7 @@ func (f *fixture) sampleSeconds(t *testing.T, ch driver.Conn, version string, p 
 func (f *fixture) gated(t *testing.T, ch driver.Conn) {
 	t.Helper()
 	gate := drift.NewGate(drift.NewReader(ch, drift.ReaderConfig{}))
-	f.svc, f.drift = rollout.New(f.pool, f.now, gate), gate
+	f.svc, f.drift = rollout.New(f.pool, f.clock, gate), gate
 	if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET sampling_rate = 0.5 WHERE name = 'fraud-scoring'`); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/auth"
@@ -236,19 +237,20 @@ type DriftMeasurer interface {
 // Service is the rollout API for people.
 type Service struct {
 	pool  *pgxpool.Pool
-	now   func() time.Time
+	clock quartz.Clock
 	drift DriftMeasurer
 	// onChange tells a controller in this process that something changed;
 	// set while requests may be served, hence atomic.
 	onChange atomic.Pointer[func()]
 }
 
-// New returns a Service. drift may be nil.
-func New(pool *pgxpool.Pool, now func() time.Time, drift DriftMeasurer) *Service {
-	if now == nil {
-		now = time.Now
+// New returns a Service on clock (quartz.NewReal() when nil). drift may
+// be nil.
+func New(pool *pgxpool.Pool, clock quartz.Clock, drift DriftMeasurer) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Service{pool: pool, now: now, drift: drift}
+	return &Service{pool: pool, clock: clock, drift: drift}
 }
 
 // OnChange sets what a change calls after it commits: a controller's Wake,
@@ -518,7 +520,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	if h := p.HumanID(); h != 0 {
 		uid = &h
 	}
-	now := s.now()
+	now := s.clock.Now()
 	id, err := q.RolloutCreate(ctx, db.RolloutCreateParams{TeamID: teamID, EndpointID: endpointID, FromVersionID: fromID, ToVersionID: to.ID,
 		Strategy: spec.Strategy, Steps: stepsJSON, Criteria: critJSON, EvalIntervalMs: ms(spec.EvaluationInterval),
 		EvalWindowMs: ms(spec.EvaluationWindow), KeepMs: ms(spec.Keep), Initiator: p.Actor(), InitiatorUserID: uid, Now: now})
@@ -676,7 +678,7 @@ func CanOperate(p *auth.Principal, r Rollout) bool { return r.Active() && p.CanW
 // its team), then wakes the controller.
 func (s *Service) act(ctx context.Context, p *auth.Principal, id int64, what string, fn func(t *tx) error) (Rollout, error) {
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		t, err := lockTx(ctx, q, id, s.now(), p)
+		t, err := lockTx(ctx, q, id, s.clock.Now(), p)
 		if err != nil {
 			return err
 		}

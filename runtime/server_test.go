@@ -91,17 +91,8 @@ func do(t *testing.T, method, url, body string) reply {
 	return reply{resp.StatusCode, resp.Header, b}
 }
 
-type prediction struct {
-	Label         string             `json:"label"`
-	Score         *float64           `json:"score"`
-	Probabilities map[string]float64 `json:"probabilities"`
-	Value         *float64           `json:"value"`
-}
-
-type predictions struct {
-	Predictions  []prediction `json:"predictions"`
-	ModelVersion string       `json:"model_version"`
-}
+// predictions is /predict's answer as a client decodes it.
+type predictions = serveapi.PredictResponse[serveapi.Prediction]
 
 func decode[T any](t *testing.T, r reply) T {
 	t.Helper()

@@ -1,9 +1,16 @@
-// Package serveapi is the contract between the built-in runtime's server and the
-// libraries that load model files: a Model scores a batch of feature rows,
-// and Config is the replica's serving configuration, which the agent writes
-// beside the model files (ConfigFile) from the version's metadata and the
-// endpoint's settings. It imports only the standard library so that every
-// loader (XGBoost, LightGBM, ONNX) and the server depend on it alone.
+// Package serveapi is the runtime's serving contract. It holds the
+// contract between the built-in runtime's server and the libraries that
+// load model files (a Model scores a batch of feature rows; Config is the
+// replica's serving configuration, which the agent writes beside the model
+// files, ConfigFile, from the version's metadata and the endpoint's
+// settings) and the platform's /predict shapes (PredictRequest,
+// PredictResponse, Prediction), declared once for the runtime, the
+// simulated replicas and the gateway.
+//
+// It holds messages, names and their documentation only: no serving, no
+// decoding rules, no I/O. It imports only the standard library so that
+// every loader (XGBoost, LightGBM, ONNX), the server, the gateway and the
+// simulator depend on it alone.
 package serveapi
 
 import "encoding/json"

@@ -40,8 +40,7 @@ func newFixture(t *testing.T) *fixture {
 	pool := pgtest.New(t)
 	clk := quartz.NewMock(t)
 	clk.Set(t0)
-	now := func() time.Time { return clk.Now() }
-	f := &fixture{pool: pool, svc: tenant.New(pool, now), clk: clk, keys: auth.NewKeys(pool, now)}
+	f := &fixture{pool: pool, svc: tenant.New(pool, clk), clk: clk, keys: auth.NewKeys(pool, clk)}
 	f.root = &auth.Principal{UserID: 0, Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
 	var err error
 	if f.risk, err = f.svc.CreateTeam(ctx, f.root, "risk", "Risk"); err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
@@ -52,12 +53,18 @@ type Key struct {
 
 // Service manages teams, members and keys.
 type Service struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock quartz.Clock
 }
 
-// New returns a Service.
-func New(pool *pgxpool.Pool, now func() time.Time) *Service { return &Service{pool: pool, now: now} }
+// New returns a Service; clock is what key expiry is checked on
+// (quartz.NewReal() when nil).
+func New(pool *pgxpool.Pool, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Service{pool: pool, clock: clock}
+}
 
 func teamOf(t db.Team) Team {
 	return Team{ID: t.ID, Name: t.Name, DisplayName: t.DisplayName, CreatedAt: t.CreatedAt}
@@ -304,7 +311,7 @@ func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest
 	case !orgWide && r.Team == "":
 		errs.Add("team", "is required")
 	}
-	if r.ExpiresAt != nil && !r.ExpiresAt.After(s.now()) {
+	if r.ExpiresAt != nil && !r.ExpiresAt.After(s.clock.Now()) {
 		errs.Add("expires_at", "must be in the future")
 	}
 	if err := errs.Err(); err != nil {
@@ -449,7 +456,7 @@ func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
 // again is published again. Gateways authenticate from that copy alone, so
 // without this a removed or demoted member's keys kept working there.
 func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamID, userID int64) error {
-	rows, err := q.APIKeyListActiveByCreator(ctx, db.APIKeyListActiveByCreatorParams{TeamID: &teamID, CreatedBy: &userID, Now: s.now()})
+	rows, err := q.APIKeyListActiveByCreator(ctx, db.APIKeyListActiveByCreatorParams{TeamID: &teamID, CreatedBy: &userID, Now: s.clock.Now()})
 	if err != nil {
 		return fmt.Errorf("republish keys: %w", err)
 	}
@@ -480,7 +487,7 @@ func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamI
 func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 	n := 0
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		rows, err := q.APIKeyListActive(ctx, s.now())
+		rows, err := q.APIKeyListActive(ctx, s.clock.Now())
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"modelplane/agent/cache"
 	"modelplane/artifact"
@@ -71,8 +69,7 @@ func newPlane(t *testing.T) *plane {
 	if _, err := cp.Registry.CreateModel(ctx, system, registry.ModelSpec{Team: "risk", Name: "m", Task: registry.TaskClassification}); err != nil {
 		t.Fatal(err)
 	}
-	h := handlers.New(handlers.Deps{Log: slog.New(slog.DiscardHandler), Registry: cp.Registry, Metrics: cp.Metrics, AgentToken: token,
-		MaxBodyBytes: handlers.DefaultMaxBodyBytes, Now: time.Now}).Handler()
+	h := handlers.New(handlers.Deps{Set: &cp.Set, AgentToken: token, MaxBodyBytes: handlers.DefaultMaxBodyBytes}).Handler()
 	p := &plane{t: t, reg: cp.Registry}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d, ok := strings.CutPrefix(r.URL.Path, "/internal/artifacts/"); ok {

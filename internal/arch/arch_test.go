@@ -51,9 +51,9 @@ var aboveDomain = []string{
 	"modelplane/internal/...",
 }
 
-// simEngine is the simulator proper; its pure leaf sim/profile is not part
-// of it.
-var simEngine = []string{"modelplane/sim", "modelplane/sim/replica/...", "modelplane/sim/scenario/..."}
+// simulator is the simulator proper; its pure leaf sim/profile is not part
+// of it, and neither is the engine it runs (package engine).
+var simulator = []string{"modelplane/sim", "modelplane/sim/replica/...", "modelplane/sim/scenario/..."}
 
 type rule struct {
 	name      string   // what the rule protects, printed with a violation
@@ -67,11 +67,11 @@ type rule struct {
 
 var rules = []rule{{
 	name:      "pure packages do no I/O",
-	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
+	importers: []string{"modelplane/engine", "modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
+	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/engine", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
@@ -93,13 +93,11 @@ var rules = []rule{{
 	except:    aboveDomain,
 	forbidden: httpLayer,
 }, {
-	name:      "only the node agent, commands and benchmarks run the simulator engine; domain packages use sim/profile",
+	name:      "only the node agent, commands and benchmarks run the simulator; domain packages use sim/profile",
 	importers: []string{"modelplane/..."},
-	// The built-in runtime's LLM engine runs the simulator's scheduler and
-	// KV-cache manager on real K/V (DESIGN §19); validation runs that
-	// runtime in a child process.
-	except:    append([]string{"modelplane/sim/...", "modelplane/agent/...", "modelplane/runtime/...", "modelplane/versioncheck"}, aboveDomain...),
-	forbidden: simEngine,
+	// The built-in runtime serves with package engine, never the simulator.
+	except:    append([]string{"modelplane/sim/...", "modelplane/agent/..."}, aboveDomain...),
+	forbidden: simulator,
 }, {
 	name:      "the simulator shares drift's math through drift/stat, not drift",
 	importers: []string{"modelplane/sim/..."},
@@ -114,11 +112,6 @@ var rules = []rule{{
 	forbidden: []string{"modelplane/fleet/..."},
 }}
 
-// notYet are importer patterns for packages DESIGN.md plans but the tree
-// may not have yet; every other importer pattern must match a package, so
-// a misspelt rule cannot pass by matching nothing.
-var notYet = []string{"modelplane/runtime/..."}
-
 // TestImportDirections loads the package graph of the module (without test
 // files: a test may import whatever it needs to set up) and fails on every
 // import that points the wrong way, naming the rule and the shortest path
@@ -128,7 +121,9 @@ func TestImportDirections(t *testing.T) {
 	g := load(t)
 	for _, r := range rules {
 		for _, pat := range r.importers {
-			if !slices.Contains(notYet, pat) && !slices.ContainsFunc(g.local, func(p string) bool { return match(pat, p) }) {
+			// Every importer pattern must match a package, so a misspelt
+			// rule cannot pass by matching nothing.
+			if !slices.ContainsFunc(g.local, func(p string) bool { return match(pat, p) }) {
 				t.Errorf("rule %q: importer pattern %s matches no package", r.name, pat)
 			}
 		}

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"modelplane/busapi"
+	"modelplane/engine"
 	"modelplane/gguf"
 	"modelplane/internal/wait"
 	"modelplane/llm"
-	"modelplane/sim"
 )
 
 // demoPath writes the deterministic demo GGUF once per test.
@@ -109,7 +109,7 @@ func TestConcurrentPromptsMatchAlone(t *testing.T) {
 		alone[i], _ = collect(t, e, Request{Prompt: prompt(tok, i), MaxTokens: 20, Sampling: greedy()})
 	}
 	maxBatch := 0
-	e2, _ := open(t, Config{Pages: 256, MaxBatch: 16, OnStep: func(w []sim.Work) { maxBatch = max(maxBatch, len(w)) }})
+	e2, _ := open(t, Config{Pages: 256, MaxBatch: 16, OnStep: func(w []engine.Work) { maxBatch = max(maxBatch, len(w)) }})
 	got := make([][]int, n)
 	var wg sync.WaitGroup
 	chans := make([]<-chan Event, n)
@@ -214,7 +214,7 @@ func TestTenantCapByTeam(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	worst := map[string]int{}
-	e, tok := open(t, Config{Pages: 128, MaxBatch: 4, TenantBatchShare: 0.25, OnStep: func(w []sim.Work) {
+	e, tok := open(t, Config{Pages: 128, MaxBatch: 4, TenantBatchShare: 0.25, OnStep: func(w []engine.Work) {
 		per := map[string]int{}
 		for _, x := range w {
 			per[x.Tenant]++

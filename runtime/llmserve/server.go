@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"modelplane/busapi"
-	"modelplane/sim"
+	"modelplane/engine"
 )
 
 // Message is one chat message.
@@ -134,7 +134,7 @@ func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 		"kv_pages_used": st.KVPagesUsed, "kv_pages_total": st.KVPagesTotal, "kv_utilization": st.KVUtilization,
 		"tokens_per_second": st.TokensPerSecond,
 		"ttft_p50_ms":       ms(st.TTFT.P50), "ttft_p99_ms": ms(st.TTFT.P99), "tpot_p50_ms": ms(st.TPOT.P50), "tpot_p99_ms": ms(st.TPOT.P99),
-		"requests": st.Submitted, "cancelled": st.Cancelled, "window_seconds": sim.StatsWindow.Seconds(),
+		"requests": st.Submitted, "cancelled": st.Cancelled, "window_seconds": engine.StatsWindow.Seconds(),
 	})
 }
 

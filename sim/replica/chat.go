@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"modelplane/busapi"
-	"modelplane/sim"
+	"modelplane/engine"
 )
 
 // chatRequest is the part of an OpenAI chat completion request the replica
@@ -416,7 +416,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 // token (or, for a non-streamed answer, before its last).
 func writeGenerationError(w http.ResponseWriter, err error, text bool) {
 	switch {
-	case errors.Is(err, sim.ErrTooLarge):
+	case errors.Is(err, engine.ErrTooLarge):
 		// The prompt leaves no room in the context window: OpenAI's
 		// context_length_exceeded, on the field that holds the prompt.
 		param := "messages"

@@ -50,7 +50,7 @@ type Config struct {
 	// same prediction, latency, failure and generated text.
 	Seed uint64
 	// Engine generates tokens for TaskLLM (unused otherwise). Nil means
-	// the real scheduler: sim.Scheduler with the paged KV cache, built from
+	// the real scheduler: engine.Scheduler with the paged KV cache, built from
 	// Profile and Seed.
 	Engine Engine
 

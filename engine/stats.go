@@ -1,4 +1,4 @@
-package sim
+package engine
 
 import (
 	"slices"
@@ -42,7 +42,7 @@ type Stats struct {
 	// requests hold; KVPagesCached the prefix pages nobody holds, kept
 	// cached and evictable (Config.PrefixCaching); KVPagesReserved the
 	// available pages held back for running sequences' growth (see
-	// profile.Reserve).
+	// Reserve).
 	KVPagesTotal    int
 	KVPagesUsed     int
 	KVPagesCached   int

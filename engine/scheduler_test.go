@@ -1,4 +1,4 @@
-package sim
+package engine
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 
 func newScheduler(t testing.TB, p profile.Profile, seed uint64) *Scheduler {
 	t.Helper()
-	s, err := NewScheduler(Config{Profile: p, Seed: seed})
+	s, err := NewScheduler(profileConfig(t, p, seed))
 	if err != nil {
 		t.Fatalf("NewScheduler: %v", err)
 	}
@@ -405,7 +405,7 @@ func TestCompletionLength(t *testing.T) {
 		{"max_tokens cuts", nil, Request{PromptTokens: 10, OutputTokens: 10, MaxTokens: 5}, 5, FinishLength},
 		{"max_tokens only", nil, Request{PromptTokens: 10, MaxTokens: 7}, 7, FinishLength},
 		{"context window", func(p *profile.Profile) { p.MaxModelLen = 100 }, Request{PromptTokens: 90}, 10, FinishLength},
-		{"nothing says", nil, Request{PromptTokens: 10}, profile.DefaultMaxTokens, FinishLength},
+		{"nothing says", nil, Request{PromptTokens: 10}, DefaultMaxTokens, FinishLength},
 		{"profile draws", func(p *profile.Profile) { p.OutputTokens = &profile.LengthDist{Mean: 42} }, Request{PromptTokens: 10, MaxTokens: 100}, 42, FinishStop},
 	}
 	for _, tt := range tests {

@@ -1,4 +1,4 @@
-package sim
+package engine
 
 import (
 	"encoding/binary"
@@ -67,7 +67,7 @@ type kvSeq struct {
 // NewKV returns a cache of pages pages of pageTokens tokens each, all free.
 func NewKV(pages, pageTokens int) *KV {
 	if pages < 0 || pageTokens < 1 {
-		panic(fmt.Sprintf("sim.NewKV(%d, %d): want pages >= 0 and pageTokens >= 1", pages, pageTokens))
+		panic(fmt.Sprintf("engine.NewKV(%d, %d): want pages >= 0 and pageTokens >= 1", pages, pageTokens))
 	}
 	k := &KV{
 		pageTokens: pageTokens,
@@ -221,7 +221,7 @@ func (k *KV) Allocate(id string, tokens int, prefixKey string, prefixTokens int)
 // allocate is Allocate with the prompt's hash chain.
 func (k *KV) allocate(id string, tokens int, hashes []uint64) (shared int, err error) {
 	if k.seqs[id] != nil {
-		panic(fmt.Sprintf("sim.KV.Allocate(%q): already holds pages", id))
+		panic(fmt.Sprintf("engine.KV.Allocate(%q): already holds pages", id))
 	}
 	tokens = max(tokens, 0)
 	need := k.PagesFor(tokens)

@@ -1,17 +1,12 @@
-package sim
+package engine
 
-import (
-	"testing"
-
-	"modelplane/sim/profile"
-)
+import "testing"
 
 // A caller that executes steps itself gets each sequence's positions and
 // block table, and its tokens and stops are what the scheduler reports.
 func TestPlanCommitRunsTheCallersPass(t *testing.T) {
 	t.Parallel()
-	p := profile.Profile{DecodeBaseMs: 1, KVMBPerToken: 1, UsableGB: 1, KVReserve: profile.ReserveStep}
-	s, err := NewScheduler(Config{Profile: p, Pages: 8})
+	s, err := NewScheduler(Config{Pages: 8, Reserve: ReserveStep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +48,7 @@ func TestPlanCommitRunsTheCallersPass(t *testing.T) {
 // reports no token.
 func TestCancelBetweenPlanAndCommit(t *testing.T) {
 	t.Parallel()
-	p := profile.Profile{DecodeBaseMs: 1, KVMBPerToken: 1, UsableGB: 1}
-	s, err := NewScheduler(Config{Profile: p, Pages: 8})
+	s, err := NewScheduler(Config{Pages: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sim
+package engine
 
 import (
 	"errors"
@@ -186,7 +186,9 @@ func TestSchedulerPrefixCaching(t *testing.T) {
 
 func runCaching(t *testing.T, p profile.Profile, reqs []Request, seed uint64, caching bool) Stats {
 	t.Helper()
-	s, err := NewScheduler(Config{Profile: p, Seed: seed, PrefixCaching: caching})
+	c := profileConfig(t, p, seed)
+	c.PrefixCaching = caching
+	s, err := NewScheduler(c)
 	if err != nil {
 		t.Fatal(err)
 	}
