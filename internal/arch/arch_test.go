@@ -71,7 +71,7 @@ var rules = []rule{{
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
+	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf", "modelplane/buildinfo"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
@@ -82,6 +82,14 @@ var rules = []rule{{
 	importers: []string{"modelplane/web/..."},
 	forbidden: []string{"modelplane/..."},
 	allowed:   append([]string{"modelplane/web/...", "modelplane/static/..."}, viewNeutral...),
+}, {
+	// The CLI can do what the API lets a key do, nothing more: a domain
+	// rule it imported would be a second copy that drifts from the
+	// server's.
+	name:      "the command-line client speaks the REST API only, knowing no domain package or the database",
+	importers: []string{"modelplane/cli/..."},
+	forbidden: []string{"modelplane/..."},
+	allowed:   []string{"modelplane/cli/...", "modelplane/buildinfo"},
 }, {
 	name:      "handlers call domain services, never the queries",
 	importers: []string{"modelplane/handlers/..."},
