@@ -98,6 +98,12 @@ func exitCode(err error) int {
 	if errors.As(err, &u) {
 		return ExitUsage
 	}
+	// Cobra's own checks of the command line return plain errors.
+	for _, prefix := range []string{"required flag(s)", "unknown command", "unknown flag", "invalid argument", "flag needs an argument"} {
+		if strings.HasPrefix(err.Error(), prefix) {
+			return ExitUsage
+		}
+	}
 	var p *Problem
 	if errors.As(err, &p) {
 		switch p.Status {

@@ -128,9 +128,9 @@ func (a *app) modelsCmd() *cobra.Command {
 
 // endpointSettings are the flags of endpoints create and update.
 type endpointSettings struct {
-	min, max                   int32
-	tier, profile              string
-	sampling, rps              float64
+	min, max                    int32
+	tier, profile               string
+	sampling, rps               float64
 	timeoutMS, retention, burst int32
 }
 
