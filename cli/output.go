@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -175,6 +176,9 @@ func cell(v any) string {
 		}
 		return strings.Join(parts, sep)
 	case map[string]any:
+		if names, ok := fileNames(v); ok {
+			return names
+		}
 		b, _ := json.Marshal(v)
 		s := string(b)
 		if len(s) > 60 {
@@ -183,4 +187,20 @@ func cell(v any) string {
 		return s
 	}
 	return fmt.Sprint(v)
+}
+
+// fileNames is a manifest (path → sha256) as its sorted paths.
+func fileNames(m map[string]any) (string, bool) {
+	if len(m) == 0 {
+		return "", false
+	}
+	names := make([]string, 0, len(m))
+	for k, v := range m {
+		if _, ok := v.(string); !ok {
+			return "", false
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", "), true
 }

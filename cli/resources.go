@@ -18,7 +18,7 @@ import (
 var (
 	modelCols    = []column{{"NAME", "name"}, {"TEAM", "team"}, {"TASK", "task"}, {"VERSIONS", "version_count"}, {"CREATED", "created_at"}}
 	endpointCols = []column{{"NAME", "name"}, {"TEAM", "team"}, {"MODEL", "model"}, {"STATUS", "status"}, {"TRAFFIC", "traffic"},
-		{"REPLICAS", "min_replicas"}, {"MAX", "max_replicas"}, {"TIER", "tier"}, {"PROFILE", "instance_profile"}}
+		{"MIN", "min_replicas"}, {"MAX", "max_replicas"}, {"TIER", "tier"}, {"PROFILE", "instance_profile"}}
 	endpointFields = append(endpointCols[:len(endpointCols):len(endpointCols)], column{"PLACEMENT ERROR", "placement_error"}, column{"UPDATED", "updated_at"})
 	rolloutCols    = []column{{"ID", "id"}, {"ENDPOINT", "endpoint"}, {"FROM", "from_version"}, {"TO", "to_version"}, {"STRATEGY", "strategy"},
 		{"STATE", "state"}, {"STEP", "step_index"}, {"PAUSED", "paused"}, {"REASON", "reason"}}
