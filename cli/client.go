@@ -125,36 +125,59 @@ func readProblem(resp *http.Response) error {
 }
 
 // call sends a JSON request (body nil for none) and returns the answer's
-// body.
+// body. A POST carries an Idempotency-Key and is sent again with it when
+// the transport or the server failed, so the API acts on it once; other
+// methods are sent once.
 func (c *client) call(ctx context.Context, method, path string, query url.Values, body any) (json.RawMessage, error) {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(b)
+		payload = b
+	}
+	key, attempts := "", 1
+	if method == http.MethodPost {
+		key, attempts = newIdempotencyKey(), uploadAttempts
+	}
+	var err error
+	for attempt := 1; attempt <= attempts; attempt++ {
+		var b []byte
+		if b, err = c.callOnce(ctx, method, path, query, payload, key); err == nil {
+			return b, nil
+		}
+		if !retryable(err) || ctx.Err() != nil || attempt == attempts {
+			break
+		}
+		if berr := backoff(ctx, attempt); berr != nil {
+			return nil, berr
+		}
+	}
+	return nil, err
+}
+
+func (c *client) callOnce(ctx context.Context, method, path string, query url.Values, payload []byte, key string) ([]byte, error) {
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
 	}
 	req, err := c.request(ctx, method, path, query, rd)
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if method == http.MethodPost {
-		req.Header.Set("Idempotency-Key", newIdempotencyKey())
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.send(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return io.ReadAll(resp.Body)
 }
 
 // list reads every page of a list (limit > 0 stops after that many
