@@ -160,6 +160,7 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		}
 		s.run(t, risk, "rollouts", "resume", ids).ok(t, "rollouts resume")
 		s.run(t, risk, "rollouts", "approve", ids, "-m", "looks good").want(t, "approve before the 100 percent step", 4, "409", "not waiting for approval")
+		s.run(t, risk, "rollouts", "reject", ids).want(t, "reject before the 100 percent step", 4, "409", "not waiting for approval")
 		s.run(t, viewer, "rollouts", "rollback", ids).want(t, "rollback as a viewer", 1, "403")
 		rb := jsonOf[map[string]any](t, s.run(t, risk, "rollouts", "rollback", ids, "-m", "on-call: p99", "-o", "json").ok(t, "rollouts rollback"))
 		if rb["state"] == "running" {

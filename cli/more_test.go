@@ -104,6 +104,10 @@ func TestContextsAndVersionWarning(t *testing.T) {
 	if r := s.runEnv(t, none, "", "models", "list"); strings.Contains(r.stderr, "warning") {
 		t.Errorf("same build warned: %q", r.stderr)
 	}
+	v := s.runEnv(t, none, "v0.0.1-old", "version").ok(t, "version")
+	if !strings.Contains(v, "client  v0.0.1-old") || !strings.Contains(v, "server  devel") {
+		t.Errorf("version:\n%s\nwant the client's and the server's builds", v)
+	}
 }
 
 // TestPushRetriesWithTheSameIdempotencyKey puts a proxy in front of the
