@@ -42,7 +42,7 @@ type Env struct {
 }
 
 // nouns are the first words main hands to Run.
-var nouns = []string{"models", "versions", "endpoints", "traffic", "rollouts", "keys", "chargeback", "nodes", "audit", "predict", "context", "completion", "me", "version"}
+var nouns = []string{"models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
 
 // Has reports whether word is a command of the client.
 func Has(word string) bool { return slices.Contains(nouns, word) }
@@ -154,8 +154,8 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 		}
 		return nil
 	}
-	root.AddCommand(a.modelsCmd(), a.versionsCmd(), a.endpointsCmd(), a.trafficCmd(), a.rolloutsCmd(), a.keysCmd(),
-		a.chargebackCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd())
+	root.AddCommand(a.modelsCmd(), a.versionsCmd(), a.endpointsCmd(), a.trafficCmd(), a.rolloutsCmd(), a.experimentsCmd(), a.keysCmd(),
+		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd())
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }

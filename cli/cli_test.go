@@ -139,6 +139,13 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		}
 		s.run(t, risk, "traffic", "set", "scoring", "v1=90", "v2=5").want(t, "weights not summing to 100", 1, "400")
 		s.run(t, risk, "traffic", "set", "scoring", "v1").want(t, "a weight without =", 2, "VERSION=WEIGHT")
+		x := jsonOf[map[string]any](t, s.run(t, risk, "experiments", "set", "scoring", "ab", "v1=50", "v2=50", "-o", "json").ok(t, "experiments set"))
+		if ex, _ := x["experiment"].(map[string]any); ex["name"] != "ab" {
+			t.Errorf("experiments set = %v; want experiment ab", x)
+		}
+		s.run(t, risk, "experiments", "set", "scoring", "ab", "v1=50", "v9=50").want(t, "an arm outside the split", 1, "400")
+		s.run(t, risk, "experiments", "clear", "scoring").ok(t, "experiments clear")
+		s.run(t, risk, "experiments", "clear", "nowhere").want(t, "experiments clear of a missing endpoint", 3, "404")
 		s.run(t, risk, "traffic", "set", "scoring", "v1=100").ok(t, "traffic back to v1")
 	})
 
@@ -218,6 +225,15 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		}
 		s.run(t, s.keys["finance"], "chargeback", "--from", "yesterday", "--to", "2026-12-01").want(t, "a bad date", 1, "400", "from")
 		s.run(t, s.keys["finance"], "chargeback", "--to", "2026-12-01").want(t, "no --from", 2, "from")
+	})
+
+	t.Run("drift", func(t *testing.T) {
+		d := jsonOf[map[string]any](t, s.run(t, risk, "drift", "scoring", "--current", "2h", "-o", "json").ok(t, "drift"))
+		if d["endpoint"] != "scoring" || d["verdict"] == nil {
+			t.Errorf("drift = %v; want scoring's verdict", d)
+		}
+		s.run(t, risk, "drift", "scoring", "--current", "forever").want(t, "a bad window", 1, "400", "current")
+		s.run(t, search, "drift", "scoring").want(t, "another team's drift", 3, "404")
 	})
 
 	t.Run("endpoints delete", func(t *testing.T) {

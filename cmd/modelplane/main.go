@@ -34,8 +34,8 @@ commands:
             autoscale, llm (run 'modelplane bench' for each one's flags)
 
 client commands (the REST API; MP_API and MP_API_KEY, or --api and --key):
-  models, versions, endpoints, traffic, rollouts, keys, chargeback, nodes, audit,
-  predict, me, context, completion, version   e.g. modelplane endpoints list
+  models, versions, endpoints, traffic, rollouts, experiments, keys, chargeback, drift,
+  nodes, audit, predict, me, context, completion, version   e.g. modelplane endpoints list
 
 run 'modelplane <command> -h' for its flags`
 
