@@ -69,7 +69,11 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		if v["name"] != "v1" || v["status"] != "registered" || len(man) != 2 || man["tokenizer/config.json"] == nil {
 			t.Errorf("versions push = %v; want v1 registered with both files in its manifest", v)
 		}
-		out := s.run(t, risk, "versions", "push", "scorer", dir, "--name", "v2", "--metadata", meta).ok(t, "versions push v2")
+		r := s.run(t, risk, "versions", "push", "scorer", dir, "--name", "v2", "--metadata", meta)
+		out := r.ok(t, "versions push v2")
+		if !strings.Contains(r.stderr, "uploaded ") {
+			t.Errorf("versions push reports no progress on stderr: %q", r.stderr)
+		}
 		if !strings.Contains(out, "STATUS:") || !strings.Contains(out, "registered") {
 			t.Errorf("versions push prints the version with its status:\n%s", out)
 		}

@@ -85,3 +85,29 @@ func TestYAMLKeepsNumbers(t *testing.T) {
 		t.Errorf("yaml:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestProgressOffATerminal checks that an upload reported to a file or a
+// pipe prints a plain line at each tenth and one at the end, never a
+// carriage return.
+func TestProgressOffATerminal(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := newProgress(&out, 1000)
+	for range 20 {
+		p.add(50)
+	}
+	p.finish()
+	lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+	if len(lines) != 11 || !bytes.HasPrefix(lines[0], []byte("upload 50 B / 1000 B    5%")) || !bytes.HasPrefix(lines[10], []byte("uploaded 1000 B in ")) ||
+		bytes.ContainsRune(out.Bytes(), '\r') {
+		t.Errorf("progress off a terminal:\n%s", out.Bytes())
+	}
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{{512, "512 B"}, {1536, "1.5 KiB"}, {10 << 20, "10.0 MiB"}, {3 << 30, "3.0 GiB"}} {
+		if got := bytesText(tc.n); got != tc.want {
+			t.Errorf("bytesText(%d) = %q; want %q", tc.n, got, tc.want)
+		}
+	}
+}

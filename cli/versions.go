@@ -189,11 +189,22 @@ func fileSHA256(p string) (string, error) {
 func (c *client) push(ctx context.Context, model, dir string, meta map[string]any, files map[string]string) ([]byte, error) {
 	key := newIdempotencyKey()
 	boundary := "modelplane-" + strings.TrimPrefix(key, "mpcli-")
+	var total int64
+	for p := range files {
+		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return nil, err
+		}
+		total += fi.Size()
+	}
+	prog := newProgress(c.warn, total)
 	var err error
 	for attempt := 1; attempt <= uploadAttempts; attempt++ {
 		var b []byte
-		b, err = c.pushOnce(ctx, model, dir, meta, files, key, boundary)
+		prog.restart()
+		b, err = c.pushOnce(ctx, model, dir, meta, files, key, boundary, prog)
 		if err == nil {
+			prog.finish()
 			return b, nil
 		}
 		if !retryable(err) || ctx.Err() != nil || attempt == uploadAttempts {
@@ -207,13 +218,13 @@ func (c *client) push(ctx context.Context, model, dir string, meta map[string]an
 	return nil, err
 }
 
-func (c *client) pushOnce(ctx context.Context, model, dir string, meta map[string]any, files map[string]string, key, boundary string) ([]byte, error) {
+func (c *client) pushOnce(ctx context.Context, model, dir string, meta map[string]any, files map[string]string, key, boundary string, prog *progress) ([]byte, error) {
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	if err := mw.SetBoundary(boundary); err != nil {
 		return nil, err
 	}
-	go func() { pw.CloseWithError(writeUpload(mw, dir, meta, files)) }()
+	go func() { pw.CloseWithError(writeUpload(mw, dir, meta, files, prog)) }()
 	req, err := c.request(ctx, http.MethodPost, "/models/"+esc(model)+"/versions", nil, pr)
 	if err != nil {
 		pr.Close()
@@ -232,7 +243,7 @@ func (c *client) pushOnce(ctx context.Context, model, dir string, meta map[strin
 
 // writeUpload writes the multipart body in sorted path order, so that
 // every attempt's body is the same bytes.
-func writeUpload(mw *multipart.Writer, dir string, meta map[string]any, files map[string]string) error {
+func writeUpload(mw *multipart.Writer, dir string, meta map[string]any, files map[string]string, prog *progress) error {
 	for _, part := range []struct {
 		name string
 		v    any
@@ -262,7 +273,7 @@ func writeUpload(mw *multipart.Writer, dir string, meta map[string]any, files ma
 		if err != nil {
 			return err
 		}
-		_, err = io.Copy(w, f)
+		_, err = io.Copy(w, countingReader{r: f, p: prog})
 		f.Close()
 		if err != nil {
 			return err
