@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -326,6 +327,9 @@ func (a *app) rolloutsCmd() *cobra.Command {
 			Args:  args("ROLLOUT"),
 			RunE: func(cmd *cobra.Command, argv []string) error {
 				var body any
+				if comment == "" && act.name != "pause" && act.name != "resume" {
+					comment = a.ask("comment for the audit log (enter for none): ")
+				}
 				if comment != "" {
 					body = map[string]any{"comment": comment}
 				}
@@ -538,4 +542,19 @@ func readArg(v string, stdin io.Reader) ([]byte, error) {
 		return os.ReadFile(v[1:])
 	}
 	return []byte(v), nil
+}
+
+// ask prompts on stderr and reads one line when stdin is a terminal; a
+// script's stdin is never read.
+func (a *app) ask(prompt string) string {
+	f, ok := a.env.Stdin.(*os.File)
+	if !ok {
+		return ""
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return ""
+	}
+	fmt.Fprint(a.env.Stderr, prompt)
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	return strings.TrimSpace(line)
 }
