@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestVerbsAgainstAControlPlane runs every verb of the client against a
@@ -173,7 +174,18 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		s.run(t, risk, "rollouts", "approve", ids, "-m", "looks good").want(t, "approve before the 100 percent step", 4, "409", "not waiting for approval")
 		s.run(t, risk, "rollouts", "reject", ids).want(t, "reject before the 100 percent step", 4, "409", "not waiting for approval")
 		s.run(t, viewer, "rollouts", "rollback", ids).want(t, "rollback as a viewer", 1, "403")
+		// watch follows the rollout until the rollback ends it.
+		watched := make(chan result, 1)
+		go func() { watched <- s.run(t, risk, "rollouts", "watch", ids, "--interval", "20ms") }()
 		rb := jsonOf[map[string]any](t, s.run(t, risk, "rollouts", "rollback", ids, "-m", "on-call: p99", "-o", "json").ok(t, "rollouts rollback"))
+		select {
+		case w := <-watched:
+			if w.code != 1 || !strings.Contains(w.stdout, "rollout "+ids+" rolled_back") || !strings.Contains(w.stdout, "on-call: p99") {
+				t.Errorf("rollouts watch: exit %d\n%s%s\nwant exit 1 after the rollback event and the final state", w.code, w.stdout, w.stderr)
+			}
+		case <-time.After(time.Minute): // a bound, not a pause: watch returns as soon as it reads the end
+			t.Error("rollouts watch did not end with the rolled-back rollout")
+		}
 		if rb["state"] == "running" {
 			t.Errorf("rollouts rollback = %v; want it ended", rb)
 		}

@@ -312,6 +312,7 @@ func (a *app) rolloutsCmd() *cobra.Command {
 		a.listCmd("list ENDPOINT", "List an endpoint's rollouts, newest first", []string{"ENDPOINT"},
 			func(v []string) string { return "/endpoints/" + esc(v[0]) + "/rollouts" }, rolloutCols),
 		a.getCmd("get ROLLOUT", "Show a rollout", []string{"ROLLOUT"}, func(v []string) string { return "/rollouts/" + esc(v[0]) }, rolloutCols),
+		a.watchCmd(),
 	}
 	for _, act := range []struct{ name, short string }{
 		{"approve", "Approve the step to 100 percent (a team admin who did not start it)"},
@@ -341,7 +342,7 @@ func (a *app) rolloutsCmd() *cobra.Command {
 		}
 		verbs = append(verbs, c)
 	}
-	return group("rollouts", "Rollouts: start, list, get, approve, reject, rollback, pause, resume", verbs...)
+	return group("rollouts", "Rollouts: start, list, get, watch, approve, reject, rollback, pause, resume", verbs...)
 }
 
 func (a *app) keysCmd() *cobra.Command {
