@@ -79,7 +79,7 @@ func TestEveryInputTypeCreatesWithOnlyItsRequiredFields(t *testing.T) {
 			body: map[string]any{"weights": []any{map[string]any{"version": "v1", "weight": 50}, map[string]any{"version": "v2", "weight": 50}}}},
 		{op: "endpoint-experiment-set", key: risk, method: "PUT", path: "/endpoints/scorer/experiment",
 			body: map[string]any{"name": "ab", "arms": []any{map[string]any{"version": "v1", "share": 50}, map[string]any{"version": "v2", "share": 50}}}},
-		{op: "endpoint-experiment-clear", key: risk, method: "DELETE", path: "/endpoints/scorer/experiment"},
+		{op: "endpoint-experiment-end", key: risk, method: "DELETE", path: "/endpoints/scorer/experiment"},
 		{op: "endpoint-traffic-set", key: risk, method: "PUT", path: "/endpoints/scorer/traffic",
 			body: map[string]any{"weights": []any{map[string]any{"version": "v1", "weight": 100}}}},
 		{op: "rollouts-start", key: risk, method: "POST", path: "/endpoints/scorer/rollouts", body: map[string]any{"version": "v2"}},
