@@ -271,9 +271,14 @@ var devKeys = []struct {
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate.
+// devCLIKey is the dev key MP_API_KEY repeats for the command-line client:
+// the risk team's admin, who owns the demo's fraud model and endpoint.
+const devCLIKey = "MP_RISK_KEY"
+
 func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
+	var cliKey string
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
 	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_NATS_CREDS=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, natsCreds, clickhouseURL)
 	for _, k := range devKeys {
@@ -287,6 +292,11 @@ func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickho
 			key = raw
 		}
 		fmt.Fprintf(&b, "export %s=%s\n", k.env, key)
+		if k.env == devCLIKey {
+			cliKey = key
+		}
 	}
+	// The command-line client reads MP_API and MP_API_KEY.
+	fmt.Fprintf(&b, "export MP_API_KEY=%s\n", cliKey)
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

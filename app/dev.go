@@ -458,6 +458,7 @@ modelplane dev is running.
   API      %[1]s/api/v1   (OpenAPI: %[1]s/api/v1/openapi.json)
            source %[3]s   # MP_API, MP_ADMIN_KEY, MP_RISK_KEY, MP_SEARCH_KEY, MP_FINANCE_KEY
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
+           modelplane endpoints list   # the CLI: MP_API and MP_API_KEY (the risk admin's key)
   gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'

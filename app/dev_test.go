@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
+	"modelplane/cli"
 	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
@@ -162,6 +163,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
+	cliOnTheDemo(t, env)
 	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
 	waitCPUNodes(t, env)
 	waitDemoTraffic(t, env["MP_CLICKHOUSE_URL"])
@@ -194,6 +196,45 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
 	}
 	assertNoDemoTraffic(t, again, secondStart)
+}
+
+// cliOnTheDemo runs the command-line client as a user does after `source
+// .modelplane/dev.env`: MP_API and MP_API_KEY as dev wrote them list the
+// demo's endpoint, and a payment sent as a row (the feature values in
+// feature_names order) through MP_GATEWAY is scored as the same payment
+// sent as an object.
+func cliOnTheDemo(t *testing.T, env map[string]string) {
+	t.Helper()
+	run := func(argv ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := cli.Run(context.Background(), argv, cli.Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] },
+			ConfigDir: t.TempDir()}); code != 0 {
+			t.Fatalf("modelplane %v with dev.env: exit %d\n%s%s", argv, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	if env["MP_API_KEY"] != env["MP_RISK_KEY"] {
+		t.Errorf("dev.env MP_API_KEY is not the risk admin's key")
+	}
+	if out := run("endpoints", "list", "-o", "json"); !strings.Contains(out, `"fraud-scoring"`) {
+		t.Errorf("modelplane endpoints list with dev.env:\n%s\nwant fraud-scoring", out)
+	}
+	object := run("predict", "fraud-scoring", "-o", "json", "-d",
+		`{"instances":[{"amount":1250,"merchant_category":"electronics","country":"NG","hour_of_day":3,"account_age_days":4,"distance_km":9500}]}`)
+	row := run("predict", "fraud-scoring", "-o", "json", "-d", `{"instances":[[1250,"electronics","NG",3,4,9500]]}`)
+	score := func(out string) any {
+		var a struct {
+			Predictions []map[string]any `json:"predictions"`
+		}
+		if err := json.Unmarshal([]byte(out), &a); err != nil || len(a.Predictions) != 1 {
+			t.Fatalf("predict answered %s (%v)", out, err)
+		}
+		return a.Predictions[0]["score"]
+	}
+	if score(object) != score(row) {
+		t.Errorf("the demo scores the payment %v as an object and %v as a row; want the same", score(object), score(row))
+	}
 }
 
 // waitCPUNodes waits until both CPU nodes report ready with their cores and

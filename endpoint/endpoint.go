@@ -378,17 +378,23 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 
 // Update changes an endpoint's settings.
 func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, set Settings) (Endpoint, error) {
-	var errs field.Errors
 	set.Batching = set.Batching.orDefault()
-	checkSettings(&errs, set)
-	if err := errs.Err(); err != nil {
-		return Endpoint{}, err
-	}
 	all, ids := p.Scope()
 	var out Endpoint
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
+			return err
+		}
+		// An instance profile left out keeps the endpoint's: it is
+		// derived from the version on create, so a client need not
+		// know it to change the replica bounds.
+		if set.InstanceProfile == "" {
+			set.InstanceProfile = before.InstanceProfile
+		}
+		var errs field.Errors
+		checkSettings(&errs, set)
+		if err := errs.Err(); err != nil {
 			return err
 		}
 		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,

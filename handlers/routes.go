@@ -18,7 +18,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/readyz", s.readyz)
 
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Use(s.apiAuth, s.idempotency)
+		r.Use(versionHeader, s.apiAuth, s.idempotency)
 		s.newAPI(r)
 		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)

@@ -257,14 +257,14 @@ func (s *Service) Models(ctx context.Context, p *auth.Principal, afterID int64, 
 // version CPUCores and MemoryMB are recorded but not placed by: a GPU
 // node's host CPUs come with its GPUs.
 type Resources struct {
-	GPUCount    int32  `json:"gpu_count"`
-	GPUMemoryMB int32  `json:"gpu_memory_mb"`
+	GPUCount    int32  `json:"gpu_count" required:"false" doc:"GPUs one replica needs; 0 (the default) serves it on CPU nodes."`
+	GPUMemoryMB int32  `json:"gpu_memory_mb" required:"false"`
 	GPUType     string `json:"gpu_type,omitempty"`
 	// CPUCores is the whole CPU cores one replica needs.
-	CPUCores int32 `json:"cpu_cores"`
+	CPUCores int32 `json:"cpu_cores" required:"false" doc:"Whole CPU cores one replica needs; 0 is 1 on a CPU version."`
 	// MemoryMB is the host memory one replica needs, in MiB. A GGUF
 	// version may leave it 0: its need is computed from the file.
-	MemoryMB int32 `json:"memory_mb"`
+	MemoryMB int32 `json:"memory_mb" required:"false" doc:"Host memory one replica needs, in MiB; 0 is 1024 on a CPU version (a GGUF version's need is computed)."`
 }
 
 // The size of a CPU version that states none, and the bounds of what one
@@ -329,14 +329,14 @@ type VersionSpec struct {
 	Format         string             `json:"format,omitempty"`
 	Runtime        string             `json:"runtime"`
 	ArtifactURI    string             `json:"artifact_uri,omitempty"`
-	Resources      Resources          `json:"resources"`
-	SLA            SLA                `json:"sla"`
-	Lineage        Lineage            `json:"lineage"`
+	Resources      Resources          `json:"resources" required:"false"`
+	SLA            SLA                `json:"sla" required:"false"`
+	Lineage        Lineage            `json:"lineage" required:"false"`
 	OfflineMetrics map[string]float64 `json:"offline_metrics,omitempty"`
 	Sim            json.RawMessage    `json:"sim,omitempty"`
 	// Serving says how the built-in runtime reads instances and maps
 	// outputs (features, output, sample_inputs).
-	Serving Serving `json:"serving"`
+	Serving Serving `json:"serving" required:"false"`
 }
 
 // Version is a registered, immutable model version.

@@ -31,7 +31,7 @@ type Serving struct {
 	Features []ServingFeature `json:"features,omitempty"`
 	// Output is the output mapping: classes (a binary classifier names
 	// the negative class first) and threshold; empty for a regression.
-	Output ServingOutput `json:"output"`
+	Output ServingOutput `json:"output" required:"false"`
 	// SampleInputs are instances in the model's input shape (objects
 	// keyed by feature name); each must pass the model's input_schema.
 	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`

@@ -63,7 +63,7 @@ const (
 // shadow: the mirrored share) and how long it bakes before it may advance.
 type Step struct {
 	Percent     int     `json:"percent"`
-	BakeSeconds float64 `json:"bake_seconds"`
+	BakeSeconds float64 `json:"bake_seconds" required:"false" doc:"How long the step bakes before it may advance; 0 (the default) advances at the next evaluation."`
 }
 
 func (s Step) bake() time.Duration { return time.Duration(s.BakeSeconds * float64(time.Second)) }

@@ -83,6 +83,18 @@ var rules = []rule{{
 	forbidden: []string{"modelplane/..."},
 	allowed:   append([]string{"modelplane/web/...", "modelplane/static/..."}, viewNeutral...),
 }, {
+	name:      "the build's own version is a leaf both sides of the API import",
+	importers: []string{"modelplane/buildinfo"},
+	stdOnly:   true,
+}, {
+	// The CLI can do what the API lets a key do, nothing more: a domain
+	// rule it imported would be a second copy that drifts from the
+	// server's.
+	name:      "the command-line client speaks the REST API only, knowing no domain package or the database",
+	importers: []string{"modelplane/cli/..."},
+	forbidden: []string{"modelplane/..."},
+	allowed:   []string{"modelplane/cli/...", "modelplane/buildinfo"},
+}, {
 	name:      "handlers call domain services, never the queries",
 	importers: []string{"modelplane/handlers/..."},
 	forbidden: []string{"modelplane/db/..."},
