@@ -214,15 +214,16 @@ func (q *Queries) DeliveryRecord(ctx context.Context, arg DeliveryRecordParams) 
 
 const deliveryRedeliverScoped = `-- name: DeliveryRedeliverScoped :execrows
 UPDATE deliveries d SET state = 'pending', attempts = 0, next_at = $1, last_error = '', updated_at = $1
-WHERE d.id = $2 AND d.state IN ('dead', 'delivered')
-  AND ($3::boolean OR d.team_id = ANY($4::bigint[]))
+WHERE d.id = $2 AND d.webhook_id = $3 AND d.state IN ('dead', 'delivered')
+  AND ($4::boolean OR d.team_id = ANY($5::bigint[]))
 `
 
 type DeliveryRedeliverScopedParams struct {
-	Now      time.Time
-	ID       int64
-	AllTeams bool
-	TeamIDs  []int64
+	Now       time.Time
+	ID        int64
+	WebhookID *int64
+	AllTeams  bool
+	TeamIDs   []int64
 }
 
 // Sends a finished delivery again from its first try.
@@ -230,6 +231,7 @@ func (q *Queries) DeliveryRedeliverScoped(ctx context.Context, arg DeliveryRedel
 	result, err := q.db.Exec(ctx, deliveryRedeliverScoped,
 		arg.Now,
 		arg.ID,
+		arg.WebhookID,
 		arg.AllTeams,
 		arg.TeamIDs,
 	)

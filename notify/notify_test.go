@@ -216,10 +216,10 @@ func TestWebhookDeadThenRedelivered(t *testing.T) {
 		t.Fatalf("a dead delivery was sent again")
 	}
 	viewer := &auth.Principal{Name: "viewer@example.com", Teams: []auth.Membership{{TeamID: f.admin.Teams[0].TeamID, Team: "risk", Role: auth.RoleViewer}}}
-	if err := f.hooks.Redeliver(t.Context(), viewer, d.ID); !errors.Is(err, auth.ErrForbidden) {
+	if err := f.hooks.Redeliver(t.Context(), viewer, wh.ID, d.ID); !errors.Is(err, auth.ErrForbidden) {
 		t.Fatalf("viewer redelivers: %v, want forbidden", err)
 	}
-	if err := f.hooks.Redeliver(t.Context(), f.admin, d.ID); err != nil {
+	if err := f.hooks.Redeliver(t.Context(), f.admin, wh.ID, d.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.SendDue(t.Context()); n != 1 {

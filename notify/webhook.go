@@ -43,7 +43,7 @@ type Delivery struct {
 	ID         int64        `json:"id"`
 	WebhookID  int64        `json:"webhook_id,omitempty"`
 	EventType  string       `json:"event_type"`
-	Event      busapi.Event `json:"event"`
+	Event      WebhookEvent `json:"event"`
 	State      string       `json:"state" enum:"pending,delivered,dead,skipped"`
 	Attempts   int          `json:"attempts"`
 	NextAt     time.Time    `json:"next_at"`
@@ -52,6 +52,10 @@ type Delivery struct {
 	CreatedAt  time.Time    `json:"created_at"`
 	UpdatedAt  time.Time    `json:"updated_at"`
 }
+
+// WebhookEvent is the event a delivery carries: a busapi.Event, named
+// apart for the API's schema.
+type WebhookEvent busapi.Event
 
 // Webhooks is the team-scoped management of webhooks and their deliveries.
 type Webhooks struct {
@@ -211,26 +215,21 @@ func (w *Webhooks) Deliveries(ctx context.Context, p *auth.Principal, id int64, 
 	return out, nil
 }
 
-// Redeliver sends a dead (or delivered) delivery again from its first try.
-func (w *Webhooks) Redeliver(ctx context.Context, p *auth.Principal, deliveryID int64) error {
+// Redeliver sends a dead (or delivered) delivery of a webhook of a team
+// the caller administers again, from its first try.
+func (w *Webhooks) Redeliver(ctx context.Context, p *auth.Principal, webhookID, deliveryID int64) error {
+	q := db.New(w.pool)
+	r, err := forAdmin(ctx, q, p, webhookID)
+	if err != nil {
+		return err
+	}
 	all, ids := p.Scope()
-	if !p.PlatformAdmin() && !slices.ContainsFunc(p.Teams, func(m auth.Membership) bool { return p.CanAdmin(m.TeamID) }) {
-		return auth.ErrForbidden
-	}
-	// Only teams the caller administers: admins of every team the row
-	// may belong to.
-	admin := ids[:0:0]
-	for _, id := range ids {
-		if p.CanAdmin(id) {
-			admin = append(admin, id)
-		}
-	}
-	n, err := db.New(w.pool).DeliveryRedeliverScoped(ctx, db.DeliveryRedeliverScopedParams{ID: deliveryID, Now: w.clock.Now(), AllTeams: all, TeamIDs: admin})
+	n, err := q.DeliveryRedeliverScoped(ctx, db.DeliveryRedeliverScopedParams{ID: deliveryID, WebhookID: &r.ID, Now: w.clock.Now(), AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err
 	}
 	if n == 0 {
-		return db.ErrNotFound
+		return fmt.Errorf("delivery %d: %w (or not dead nor delivered)", deliveryID, db.ErrNotFound)
 	}
 	w.sent()
 	return nil

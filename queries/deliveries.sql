@@ -43,5 +43,5 @@ LIMIT @lim;
 -- name: DeliveryRedeliverScoped :execrows
 -- Sends a finished delivery again from its first try.
 UPDATE deliveries d SET state = 'pending', attempts = 0, next_at = @now, last_error = '', updated_at = @now
-WHERE d.id = @id AND d.state IN ('dead', 'delivered')
+WHERE d.id = @id AND d.webhook_id = @webhook_id AND d.state IN ('dead', 'delivered')
   AND (@all_teams::boolean OR d.team_id = ANY(@team_ids::bigint[]));
