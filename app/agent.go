@@ -335,6 +335,9 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	defer nc.Close()
+	if c.AgentToken != "" {
+		warnSharedAgentToken(log, "agent")
+	}
 	if c.ControlPlaneURL != "" {
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
 			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node))}

@@ -165,6 +165,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	dropSharedAgentToken(log)
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
