@@ -203,7 +203,9 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1))...)
+	reconnected := make(chan struct{}, 1)
+	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1),
+		nats.ReconnectHandler(notify(reconnected)))...)
 	if err != nil {
 		return fmt.Errorf("connect nats as the system user: %w", err)
 	}
@@ -211,7 +213,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
-		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }})
+		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }, Reconnected: reconnected})
 	if err != nil {
 		return err
 	}
