@@ -27,6 +27,12 @@ func EnsureContract(ctx context.Context, js jetstream.JetStream, buckets []busap
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("kv bucket %s: %w", b.Name, err)
 		}
+		if b.MaxConsumers > 0 {
+			// A KV bucket's settings have no consumer cap; its stream's do.
+			if err := capConsumers(ctx, js, "KV_"+b.Name, b.MaxConsumers); err != nil {
+				return fmt.Errorf("kv bucket %s: %w", b.Name, err)
+			}
+		}
 	}
 	for _, s := range streams {
 		cfg := jetstream.StreamConfig{
@@ -48,6 +54,25 @@ func EnsureContract(ctx context.Context, js jetstream.JetStream, buckets []busap
 		}
 	}
 	return nil
+}
+
+// capConsumers sets the consumer cap of stream.
+func capConsumers(ctx context.Context, js jetstream.JetStream, stream string, n int) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Config.MaxConsumers == n {
+		return nil
+	}
+	cfg := info.Config
+	cfg.MaxConsumers = n
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }
 
 // orNoLimit is v, or JetStream's -1 (no limit) for 0.

@@ -222,3 +222,72 @@ func TestAccountLimitsHoldTheContract(t *testing.T) {
 		t.Errorf("account limits %+v; want every one bounded", l)
 	}
 }
+
+// TestOneNodeCannotTakeEveryConsumer: a node may create consumers of its
+// own mp_desired key (that is its watch), and nothing else bounds how
+// many; mp_desired's consumer cap keeps them below the account's, so the
+// control plane still watches mp_routes. Sized down to a cap of 4.
+func TestOneNodeCannotTakeEveryConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const capDesired = 4
+	buckets, streams := scaled(1, busapi.UsageMaxMsgsPerNode)
+	for i := range buckets {
+		if buckets[i].Name == busapi.BucketDesired {
+			buckets[i].MaxConsumers = capDesired
+		}
+	}
+	url, a := limitedServer(t, bus.AccountDiskBytes(buckets, streams))
+	connect := func(c bus.Credential, err error) jetstream.JetStream {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(url, c.Options()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	cpjs := connect(a.ControlPlane())
+	if err := bus.EnsureContract(ctx, cpjs, buckets, streams); err != nil {
+		t.Fatal(err)
+	}
+	ajs := connect(a.Agent("a"))
+	made := 0
+	for i := range 3 * capDesired {
+		_, err := ajs.CreateConsumer(ctx, "KV_"+busapi.BucketDesired, jetstream.ConsumerConfig{
+			Name: fmt.Sprintf("hog-%d", i), FilterSubject: "$KV." + busapi.BucketDesired + ".a", AckPolicy: jetstream.AckNonePolicy,
+			InactiveThreshold: time.Hour})
+		if err == nil {
+			made++
+		}
+	}
+	t.Logf("node a made %d consumers of mp_desired before it was refused", made)
+	if made == 0 || made > capDesired {
+		t.Errorf("node a made %d consumers of mp_desired; want between 1 and the cap of %d", made, capDesired)
+	}
+	routes, err := cpjs.KeyValue(ctx, busapi.BucketRoutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := routes.WatchAll(ctx)
+	if err != nil {
+		t.Fatalf("watch mp_routes after node a's consumers: %v", err)
+	}
+	defer w.Stop()
+	if _, err := routes.Put(ctx, "fraud", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for e := range w.Updates() {
+		if e != nil && e.Key() == "fraud" {
+			return
+		}
+	}
+	t.Error("the route watch ended without the route")
+}

@@ -40,10 +40,16 @@ const (
 // Bucket is a KV bucket's settings. MaxBytes bounds the bucket's storage:
 // only the control plane writes buckets, and the bound keeps the account's
 // disk limit (the sum of every bucket's and stream's) a true bound.
+//
+// MaxConsumers, when set, bounds the consumers of the bucket's stream: on
+// mp_desired, whose consumers every node may create (a watch of its own
+// key), it keeps what nodes make below the account's cap, so gateways'
+// route watches and the control plane's consumers always find room.
 type Bucket struct {
-	Name     string
-	History  int
-	MaxBytes int64
+	Name         string
+	History      int
+	MaxBytes     int64
+	MaxConsumers int
 }
 
 // Stream is a JetStream stream's settings. Every stream uses file storage and
@@ -84,11 +90,16 @@ const (
 	// MaxMsgBytes bounds one message of every stream: a usage batch of
 	// 1,000 records is a few hundred KiB.
 	MaxMsgBytes = 1 << 20
+	// DesiredMaxConsumers bounds mp_desired's consumers: one watch per
+	// node (two while it resets), so a fleet of a few thousand nodes; it
+	// is half the account's consumer cap (bus.AccountMaxConsumers), and
+	// both grow together.
+	DesiredMaxConsumers = 5_000
 )
 
 // Buckets are the KV buckets the control plane creates at start.
 var Buckets = []Bucket{
-	{Name: BucketDesired, History: 1, MaxBytes: BucketMaxBytes},
+	{Name: BucketDesired, History: 1, MaxBytes: BucketMaxBytes, MaxConsumers: DesiredMaxConsumers},
 	{Name: BucketRoutes, History: 1, MaxBytes: BucketMaxBytes},
 	{Name: BucketKeys, History: 1, MaxBytes: BucketMaxBytes},
 	{Name: BucketIdentity, History: 1, MaxBytes: BucketMaxBytes},
