@@ -211,8 +211,21 @@ func TestAccountLimitsHoldTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.Ensure(t.Context(), js); err != nil {
-		t.Fatalf("ensure the contract under the account's limits: %v", err)
+	for range 2 { // a control plane's start, then the next one's
+		if err := bus.Ensure(t.Context(), js); err != nil {
+			t.Fatalf("ensure the contract under the account's limits: %v", err)
+		}
+	}
+	s, err := js.Stream(t.Context(), "KV_"+busapi.BucketDesired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.Config.MaxConsumers != busapi.DesiredMaxConsumers {
+		t.Errorf("mp_desired's consumer cap after two starts: %d, want %d", si.Config.MaxConsumers, busapi.DesiredMaxConsumers)
 	}
 	ai, err := js.AccountInfo(t.Context())
 	if err != nil {
