@@ -362,8 +362,12 @@ type skips struct {
 // columns prices the rows whose slot-second is not stored yet and lays them
 // out by column; of several held rows of one slot-second only the first is
 // kept. It returns the ids of the batches with rows to insert, what it
-// skipped, and the newest second among the rows.
+// skipped, and the newest second among the rows. stored may be nil (none
+// stored); columns adds the slot-seconds it keeps to it.
 func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[slotSecond]rowID) (c usageColumns, ids []string, skip skips, newest int64) {
+	if stored == nil {
+		stored = make(map[slotSecond]rowID)
+	}
 	n := 0
 	for _, h := range batches {
 		n += len(h.batch.Records)
