@@ -295,7 +295,7 @@ func (c *AgentConfig) connectEnrolled(sess *nodeSession, log *slog.Logger, extra
 	conn, err := nats.Connect(nc.URL, append(append(sess.Options(), opts...), append([]nats.Option{nats.Name("modelplane-agent-" + creds.Node)}, extra...)...)...)
 	if err != nil {
 		if hint := bus.Hint(err); hint != "" {
-			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked: enroll again with a new join token)", nc.URL, err)
+			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked, or expired after 48 h without a rotation: enroll again with a new join token)", nc.URL, err)
 		}
 		return nil, fmt.Errorf("connect nats %s: %w", nc.URL, err)
 	}
