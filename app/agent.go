@@ -295,7 +295,7 @@ func (c *AgentConfig) connectEnrolled(sess *nodeSession, log *slog.Logger, extra
 	conn, err := nats.Connect(nc.URL, append(append(sess.Options(), opts...), append([]nats.Option{nats.Name("modelplane-agent-" + creds.Node)}, extra...)...)...)
 	if err != nil {
 		if hint := bus.Hint(err); hint != "" {
-			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked: enroll again with a new join token)", nc.URL, err)
+			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked, or expired after 48 h without a rotation: enroll again with a new join token)", nc.URL, err)
 		}
 		return nil, fmt.Errorf("connect nats %s: %w", nc.URL, err)
 	}
@@ -338,6 +338,9 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	defer nc.Close()
+	if c.AgentToken != "" {
+		warnSharedAgentToken(log, "agent")
+	}
 	if c.ControlPlaneURL != "" {
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
 			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node)),

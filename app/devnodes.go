@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
@@ -64,6 +65,9 @@ func (j devNode) join(ctx context.Context, node string, addr fleet.Address) (*na
 		return nil, nil, fmt.Errorf("connect nats: %w", err)
 	}
 	sess.Attach(nc)
+	// Node credentials expire (enrollment.DefaultCredentialLifetime): a
+	// dev left running rotates them as an agent does.
+	go sess.RotateEvery(ctx, quartz.NewReal(), DefaultRotateEvery)
 	return nc, sess, nil
 }
 

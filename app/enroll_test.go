@@ -60,6 +60,7 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, clock)
 
 	const node = "rot-1"
@@ -226,6 +227,7 @@ func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
 		Authority: natstest.Auth(t), Clock: clock})
 	if err != nil {

@@ -158,6 +158,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	if cfg.AgentToken != "" {
+		warnSharedAgentToken(log, "server")
+	}
 	natsOpts, err := cfg.NATS.Options(log)
 	if err != nil {
 		return err

@@ -86,6 +86,10 @@ type Config struct {
 	// the NATS servers (over a system-user connection).
 	Authority *bus.Authority
 	Push      enrollment.Pusher
+	// Reconnected receives when Push's connection reconnects, so the
+	// revocations are pushed again to a server that restarted without
+	// them (enrollment.Repusher); nil: only every RepushInterval.
+	Reconnected <-chan struct{}
 	// NodeNATSURLs and NodeNATSCA are what enrolling nodes are told about
 	// NATS (empty: their own settings).
 	NodeNATSURLs []string
@@ -273,6 +277,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	}
 	if cp.Enrollment != nil {
 		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, clock)))
+		g.Add(cp.Enrollment.Repusher(cfg.Log, clock, cfg.Reconnected))
 	}
 	if cfg.OIDC != nil {
 		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))
