@@ -229,45 +229,35 @@ func (t *Tokenizer) bytesOf(id int, first bool) []byte {
 }
 
 // UTF8Buffer joins streamed token bytes into whole UTF-8 characters: Write
-// returns the text complete so far and keeps an unfinished character for
-// the next call; Flush returns what is left (invalid bytes as U+FFFD).
+// returns the text complete so far, always valid UTF-8, and keeps an
+// unfinished character for the next call; a byte that can begin no
+// character is U+FFFD at once. Flush returns what is left, an unfinished
+// character as U+FFFD. The text of any split of a byte string into Writes,
+// then Flush, is the same.
 type UTF8Buffer struct{ pending []byte }
 
 // Write adds b and returns the text that is complete.
 func (u *UTF8Buffer) Write(b []byte) string {
 	u.pending = append(u.pending, b...)
-	n := len(u.pending)
-	// Hold back at most 3 trailing bytes that could start a character.
-	for back := 1; back <= 3 && back <= n; back++ {
-		c := u.pending[n-back]
-		if c&0xc0 == 0x80 {
-			continue // continuation byte; look further back
+	var out strings.Builder
+	i := 0
+	for i < len(u.pending) && utf8.FullRune(u.pending[i:]) {
+		r, w := utf8.DecodeRune(u.pending[i:])
+		if r == utf8.RuneError && w == 1 {
+			out.WriteRune(utf8.RuneError)
+		} else {
+			out.Write(u.pending[i : i+w])
 		}
-		if c >= 0xc0 { // a lead byte: is its character complete?
-			need := 2
-			if c >= 0xe0 {
-				need = 3
-			}
-			if c >= 0xf0 {
-				need = 4
-			}
-			if back < need {
-				out := string(u.pending[:n-back])
-				u.pending = append([]byte(nil), u.pending[n-back:]...)
-				return out
-			}
-		}
-		break
+		i += w
 	}
-	out := string(u.pending)
-	u.pending = u.pending[:0]
-	return out
+	u.pending = append(u.pending[:0], u.pending[i:]...)
+	return out.String()
 }
 
-// Flush returns any held-back bytes.
+// Flush returns any held-back bytes: an unfinished character is U+FFFD.
 func (u *UTF8Buffer) Flush() string {
 	out := strings.ToValidUTF8(string(u.pending), "\uFFFD")
-	u.pending = nil
+	u.pending = u.pending[:0]
 	return out
 }
 
