@@ -112,8 +112,14 @@ func (e *invalidInput) Error() string { return e.Path + ": " + e.Reason }
 // against s: for predict every instance in order, for chat the whole body.
 // It reports the first failing instance and, within it, the failing
 // location that sorts first, so that the answer is the same every time.
+//
+// An LLM model's input schema is its chat request's (registry: "the whole
+// body for LLMs"); a text completion is another shape, a prompt and no
+// messages, so it is held to decodeRequest's completion shape and not to
+// the chat schema, which would refuse every completion ("messages: is
+// required").
 func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
-	if s == nil || s.schema == nil {
+	if s == nil || s.schema == nil || k == kindCompletion {
 		return nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
