@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/demo/fraud"
+	"modelplane/docs"
 	"modelplane/endpoint"
 	"modelplane/gguf"
 	"modelplane/llm"
@@ -86,15 +88,43 @@ const (
 	DemoLLMEndpoint = "chat-cpu"
 )
 
-// demoLLM is the demo GGUF (llm.WriteDemo, F16 weights): the same bytes
-// every run, about half a MiB, 33 MiB to run (llm.MemoryNeed).
+// demoLLM is the demo GGUF: a bigram model over a byte-level BPE
+// vocabulary, trained on the repository's own docs/*.md when a process
+// first needs it (llm.TrainBigram with llm.DemoTraining: deterministic,
+// about 13 s of one core) and written as a llama GGUF with F16 weights
+// (llm.WriteBigram, about 0.6 MB), so chat-cpu answers in words.
 var demoLLM = sync.OnceValues(func() ([]byte, error) {
+	texts, err := demoCorpus()
+	if err != nil {
+		return nil, err
+	}
+	m, _, _, err := llm.TrainBigram(texts, llm.DemoTraining)
+	if err != nil {
+		return nil, fmt.Errorf("train the demo llm: %w", err)
+	}
 	var b bytes.Buffer
-	if err := llm.WriteDemo(&b, gguf.F16); err != nil {
+	if err := llm.WriteBigram(&b, m, gguf.F16); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
 })
+
+// demoCorpus is docs/*.md in name order, the demo LLM's training text.
+func demoCorpus() ([]string, error) {
+	names, err := fs.Glob(docs.Markdown, "*.md")
+	if err != nil {
+		return nil, err
+	}
+	texts := make([]string, 0, len(names))
+	for _, n := range names {
+		b, err := fs.ReadFile(docs.Markdown, n)
+		if err != nil {
+			return nil, err
+		}
+		texts = append(texts, string(b))
+	}
+	return texts, nil
+}
 
 // demoVersion is a demo version and its files; nil files are a tiny
 // stand-in (demoArtifact) for a version the simulated fleet serves.
