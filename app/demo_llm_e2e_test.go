@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"modelplane/busapi"
+	"modelplane/endpoint"
 	"modelplane/internal/wait"
 )
 
@@ -235,7 +236,7 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 
 	// 429: the team gives chat-cpu a rate limit of one request per 1,000 s
 	// through the API; once the gateway holds it, a call is refused.
-	settings := `{"instance_profile":"` + busapi.ProfileCPU + `","min_replicas":1,"max_replicas":2,"tier":"standard","retention_days":14,` +
+	settings := `{"instance_profile":"` + endpoint.ProfileCPU + `","min_replicas":1,"max_replicas":2,"tier":"standard","retention_days":14,` +
 		`"rate_limit_rps":0.001,"rate_limit_burst":1}`
 	req, _ := http.NewRequest(http.MethodPut, env["MP_API"]+"/endpoints/"+DemoLLMEndpoint, strings.NewReader(settings))
 	req.Header.Set("Authorization", "Bearer "+key)
