@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -260,6 +259,7 @@ func (e *encoder) merge(s string, pair func(l, r, joined string) (float64, bool)
 		alive[i] = true
 	}
 	q := &pairQueue{}
+	*q = make(pairQueue, 0, n)
 	push := func(l int) {
 		r := next[l]
 		if l < 0 || r < 0 {
@@ -267,14 +267,14 @@ func (e *encoder) merge(s string, pair func(l, r, joined string) (float64, bool)
 		}
 		if p, ok := pair(s[start[l]:end[l]], s[start[r]:end[r]], s[start[l]:end[r]]); ok {
 			e.ops++
-			heap.Push(q, candidate{prio: p, left: l, lend: end[l], rend: end[r]})
+			q.push(candidate{prio: p, left: l, lend: end[l], rend: end[r]})
 		}
 	}
 	for i := 0; i+1 < n; i++ {
 		push(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(q).(candidate)
+	for len(*q) > 0 {
+		c := q.pop()
 		if e.ops++; e.ops%4096 == 0 {
 			if err := e.check(); err != nil {
 				return nil, err
@@ -310,21 +310,50 @@ type candidate struct {
 	left, lend, rend int
 }
 
-// pairQueue pops the highest priority first, then the leftmost.
+// pairQueue is a binary heap that pops the highest priority first, then
+// the leftmost. (Not container/heap: its interface boxes every element.)
 type pairQueue []candidate
 
-func (q pairQueue) Len() int { return len(q) }
-func (q pairQueue) Less(i, j int) bool {
+func (q pairQueue) less(i, j int) bool {
 	if q[i].prio != q[j].prio {
 		return q[i].prio > q[j].prio
 	}
 	return q[i].left < q[j].left
 }
-func (q pairQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *pairQueue) Push(x any)   { *q = append(*q, x.(candidate)) }
-func (q *pairQueue) Pop() any {
-	old := *q
-	c := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return c
+
+func (q *pairQueue) push(c candidate) {
+	*q = append(*q, c)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *pairQueue) pop() candidate {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, best := 2*i+1, i
+		if l < n && h.less(l, best) {
+			best = l
+		}
+		if r := l + 1; r < n && h.less(r, best) {
+			best = r
+		}
+		if best == i {
+			break
+		}
+		h[i], h[best] = h[best], h[i]
+		i = best
+	}
+	*q = h
+	return top
 }
