@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"modelplane/gguf"
 )
@@ -471,7 +473,10 @@ func orthonormalize(x []float64, n, r int) {
 // cross-entropy of softmax(In[x]·Out) against the smoothed bigram
 // exp(logp[x]), each row weighted by its count: the SVD fits log
 // probabilities in least squares, which spends the rank on rare
-// successors; this fits what perplexity measures.
+// successors; this fits what perplexity measures. The rows are split in
+// a fixed number of chunks, each with its own gradient of Out summed in
+// chunk order, so the result is the same bytes whatever the number of
+// cores that run the chunks.
 func refine(in, out [][]float32, logp, row []float64, v, r, steps int) {
 	if steps <= 0 {
 		return
@@ -484,51 +489,88 @@ func refine(in, out [][]float32, logp, row []float64, v, r, steps int) {
 			total += row[x]
 		}
 	}
+	p := make([]float32, v*v)
+	for i, l := range logp {
+		p[i] = float32(math.Exp(l))
+	}
+	const chunks = 8
 	const lr, b1, b2, eps = 0.02, 0.9, 0.999, 1e-8
 	gin := make([][]float32, v)
-	gout := make([][]float32, v)
+	gout := make([][][]float32, chunks)
+	for c := range gout {
+		gout[c] = make([][]float32, v)
+		for y := range v {
+			gout[c][y] = make([]float32, r)
+		}
+	}
 	m := make([][]float32, 2*v)
 	s2 := make([][]float32, 2*v)
 	for i := range v {
-		gin[i], gout[i] = make([]float32, r), make([]float32, r)
+		gin[i] = make([]float32, r)
 	}
 	for i := range m {
 		m[i], s2[i] = make([]float32, r), make([]float32, r)
 	}
-	logits := make([]float32, v)
-	for step := 1; step <= steps; step++ {
-		for i := range v {
-			clear(gin[i])
-			clear(gout[i])
+	chunk := func(c int) {
+		logits := make([]float32, v)
+		gc := gout[c]
+		for y := range v {
+			clear(gc[y])
 		}
-		for _, x := range rows {
+		for _, x := range rows[c*len(rows)/chunks : (c+1)*len(rows)/chunks] {
 			ix := in[x]
+			gx := gin[x]
+			clear(gx)
 			mx := float32(math.Inf(-1))
 			for y := range v {
+				oy := out[y][:len(ix)]
 				var d float32
-				oy := out[y]
-				for k := range r {
-					d += ix[k] * oy[k]
+				for k, a := range ix {
+					d += a * oy[k]
 				}
 				logits[y] = d
 				mx = max(mx, d)
 			}
 			var z float64
 			for y := range v {
-				z += math.Exp(float64(logits[y] - mx))
+				e := float32(math.Exp(float64(logits[y] - mx)))
+				logits[y] = e
+				z += float64(e)
 			}
-			w := row[x] / total
+			iz := float32(1 / z)
+			w := float32(row[x] / total)
+			px := p[x*v : (x+1)*v]
 			for y := range v {
-				d := math.Exp(float64(logits[y]-mx))/z - math.Exp(logp[x*v+y])
-				if math.Abs(d) < 1e-4 {
+				d := logits[y]*iz - px[y]
+				if d < 1e-4 && d > -1e-4 {
 					continue // most successors: too small to move anything
 				}
-				g := float32(w * d)
-				oy, go_ := out[y], gout[y]
-				gx := gin[x]
-				for k := range r {
+				g := w * d
+				oy, go_ := out[y][:len(ix)], gc[y][:len(ix)]
+				for k, a := range ix {
 					gx[k] += g * oy[k]
-					go_[k] += g * ix[k]
+					go_[k] += g * a
+				}
+			}
+		}
+	}
+	for step := 1; step <= steps; step++ {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+		for c := range chunks {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				chunk(c)
+				<-sem
+			}()
+		}
+		wg.Wait()
+		for c := 1; c < chunks; c++ {
+			for y := range v {
+				for k, g := range gout[c][y] {
+					gout[0][y][k] += g
 				}
 			}
 		}
@@ -542,8 +584,8 @@ func refine(in, out [][]float32, logp, row []float64, v, r, steps int) {
 			}
 		}
 		for i := range v {
-			upd(in[i], gin[i], m[i], s2[i])
-			upd(out[i], gout[i], m[v+i], s2[v+i])
+			upd(in[i], gin[i], m[i], s2[i]) // zero for a row never seen
+			upd(out[i], gout[0][i], m[v+i], s2[v+i])
 		}
 	}
 }
