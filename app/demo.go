@@ -91,7 +91,7 @@ const (
 // demoLLM is the demo GGUF: a bigram model over a byte-level BPE
 // vocabulary, trained on the repository's own docs/*.md when a process
 // first needs it (llm.TrainBigram with llm.DemoTraining: deterministic,
-// about 13 s of one core) and written as a llama GGUF with F16 weights
+// about 5 s of one core) and written as a llama GGUF with F16 weights
 // (llm.WriteBigram, about 0.6 MB), so chat-cpu answers in words.
 var demoLLM = sync.OnceValues(func() ([]byte, error) {
 	texts, err := demoCorpus()
