@@ -51,15 +51,17 @@ type TrainReport struct {
 // model over it from texts (Markdown documents), deterministically, and
 // returns the bigram factored to rank s.Rank, ready for WriteBigram.
 //
-// Text: fenced code, tables and indented blocks are dropped, paragraphs
-// (blank-line separated) are joined into one line each and their
-// backticks and emphasis removed; each paragraph is trained as the
+// Text: headings, fenced code, tables and indented blocks are dropped,
+// paragraphs (blank-line separated) are joined into one line each and
+// their backticks and emphasis removed; each paragraph is trained as the
 // answer of a chat turn would be, "\n" then the text then <|im_end|>, so
 // the model starts after the chat template's "assistant\n" and ends
 // where a paragraph ends. The bigram is Witten-Bell smoothed against the
-// add-one unigram, centred per row (softmax ignores a row's constant) and
+// add-one unigram, centred per row (softmax ignores a row's constant),
 // factored by a weighted truncated SVD (rows weighted by the square root
-// of their count, by subspace iteration from a seeded start).
+// of their count, by subspace iteration from a seeded start) and refined
+// by s.Refine Adam steps on its cross-entropy. It also returns the
+// held-out paragraphs' token sequences, for ModelPerplexity.
 func TrainBigram(texts []string, s TrainSettings) (Bigram, TrainReport, [][]int, error) {
 	var train, held []string
 	n := 0
@@ -236,7 +238,7 @@ func ModelPerplexity(m *Model, seqs [][]int) float64 {
 }
 
 // paragraphs is a Markdown document's prose: paragraphs as single lines,
-// without code, tables, backticks or emphasis.
+// without headings, code, tables, backticks or emphasis.
 func paragraphs(doc string) []string {
 	var out []string
 	var cur []string
@@ -260,7 +262,7 @@ func paragraphs(doc string) []string {
 			flush()
 			continue
 		}
-		if fenced || strings.HasPrefix(trim, "|") || strings.HasPrefix(line, "    ") || strings.HasPrefix(line, "\t") {
+		if fenced || strings.HasPrefix(trim, "|") || strings.HasPrefix(trim, "#") || strings.HasPrefix(line, "    ") || strings.HasPrefix(line, "\t") {
 			flush()
 			continue
 		}

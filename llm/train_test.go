@@ -91,12 +91,12 @@ func TestTrainBigramIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestParagraphsKeepProse: code, tables and indented blocks go; a
+// TestParagraphsKeepProse: headings, code, tables and indented blocks go; a
 // paragraph's lines join into one, without Markdown emphasis.
 func TestParagraphsKeepProse(t *testing.T) {
 	t.Parallel()
 	got := paragraphs("# Title\n\nSome **bold**\n`code` words.\n\n    indented\n\n| a | b |\n\n```\nfenced\n```\nAfter.\n")
-	want := []string{"# Title", "Some bold code words.", "After."}
+	want := []string{"Some bold code words.", "After."}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("paragraphs = %q; want %q", got, want)
 	}
