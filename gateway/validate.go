@@ -112,14 +112,8 @@ func (e *invalidInput) Error() string { return e.Path + ": " + e.Reason }
 // against s: for predict every instance in order, for chat the whole body.
 // It reports the first failing instance and, within it, the failing
 // location that sorts first, so that the answer is the same every time.
-//
-// An LLM model's input schema is its chat request's (registry: "the whole
-// body for LLMs"); a text completion is another shape, a prompt and no
-// messages, so it is held to decodeRequest's completion shape and not to
-// the chat schema, which would refuse every completion ("messages: is
-// required").
 func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
-	if s == nil || s.schema == nil || k == kindCompletion {
+	if s == nil || s.schema == nil {
 		return nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
@@ -240,7 +234,16 @@ func ratString(r *big.Rat) string {
 // validate checks body against rt's input schema. An endpoint whose schema
 // does not compile is served without validation, and the first request to
 // it says so in the log, once per schema.
+//
+// Each route is held to the shape it serves. An LLM model's input schema
+// is its chat request's ("the whole body for LLMs"); a text completion is
+// another shape, a prompt and no messages, so it is held to
+// decodeRequest's completion checks and not to the chat schema, which
+// would refuse every completion ("messages: is required").
 func (g *Gateway) validate(rt *route, k kind, body []byte) *invalidInput {
+	if k == kindCompletion {
+		return nil
+	}
 	s := rt.schema
 	if s == nil {
 		return nil
