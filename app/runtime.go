@@ -168,14 +168,19 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 // child process the control plane validates a version in.
 type RuntimeValidateConfig struct {
 	ModelDir string
-	// MemoryMB is the address space the process allows itself.
-	MemoryMB int64
+	// MemoryMB is the address space the process allows itself;
+	// CPUSeconds and MaxProcesses its CPU time and processes (0: none).
+	MemoryMB     int64
+	CPUSeconds   int64
+	MaxProcesses int64
 }
 
 // Flags registers the settings on fs.
 func (c *RuntimeValidateConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelDir, "model-dir", "", "model directory holding the model files and modelplane-runtime.json, whose sample_inputs are answered")
 	fs.Int64Var(&c.MemoryMB, "memory-mb", versioncheck.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
+	fs.Int64Var(&c.CPUSeconds, "cpu-seconds", 0, "CPU time limit of this process in seconds (0: none)")
+	fs.Int64Var(&c.MaxProcesses, "max-processes", 0, "limit on the processes and threads of this process's user (0: none)")
 }
 
 // RunRuntimeValidate loads the model directory as a replica would, answers
@@ -186,5 +191,6 @@ func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
 		fmt.Fprintln(os.Stderr, "modelplane runtime validate: --model-dir is required")
 		return 2
 	}
-	return versioncheck.RunChild(ctx, c.ModelDir, c.MemoryMB, runtimeOpeners())
+	return versioncheck.RunChild(ctx, c.ModelDir, versioncheck.ChildLimits{MemoryMB: c.MemoryMB,
+		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners())
 }
