@@ -114,6 +114,13 @@ type Config struct {
 	// and then its runtimes share its user (run the agent unprivileged, or
 	// as root with a runtime user, never as a user holding secrets).
 	RunAs string
+	// Cgroup is the cgroup v2 directory delegated to the driver, under
+	// which each replica with a memory limit (the spec's MemoryMB) gets a
+	// leaf with memory.max. Empty: one the driver makes at the root of the
+	// hierarchy when the agent runs in the root cgroup. Where neither is
+	// possible (no cgroup v2 memory controller, a non-root cgroup not
+	// delegated), or CgroupNone, the limit is RLIMIT_AS.
+	Cgroup string
 	// Env is added to every runtime's environment ("KEY=value"): settings
 	// the runtimes need, such as where the ONNX Runtime library is
 	// (MP_ONNXRUNTIME_LIB); never a credential, since every runtime reads it.
@@ -240,6 +247,7 @@ type Driver struct {
 	log    *slog.Logger
 	client *http.Client
 	cred   *credential
+	mem    memoryLimiter
 
 	mu      sync.Mutex
 	running map[string]*replica
@@ -266,6 +274,12 @@ func New(cfg Config) (*Driver, error) {
 		running: make(map[string]*replica),
 		cores:   make(map[int]int),
 		ports:   make(map[int]*replica),
+	}
+	d.mem = newMemoryLimiter(cfg.Cgroup)
+	if d.mem.parent != "" {
+		d.log.Info("runtime memory limits: a cgroup v2 leaf per replica", slog.String("cgroup", d.mem.parent))
+	} else {
+		d.log.Info("runtime memory limits: RLIMIT_AS (no cgroup for replicas)", slog.String("why", d.mem.why))
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(cfg.RunAs)

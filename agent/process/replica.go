@@ -125,6 +125,11 @@ type proc struct {
 	startTicks uint64
 	exited     chan struct{}
 	status     string
+	// cgroup says it runs in the replica's cgroup, whose oom_kill count
+	// was oomBefore when it started; else it runs under RLIMIT_AS (when
+	// the spec has a memory limit).
+	cgroup    bool
+	oomBefore int64
 }
 
 func (d *Driver) newReplica(spec busapi.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
@@ -301,6 +306,7 @@ func (r *replica) supervise(p *proc) {
 			// has drained them and ended.
 			r.terminate(p)
 			r.closeGuard()
+			r.d.mem.remove(r.spec.ID)
 			r.finish()
 			return
 		case endAbandoned:
@@ -317,6 +323,9 @@ func (r *replica) supervise(p *proc) {
 			res.reason = fmt.Sprintf("runtime lost its port to another process %d times in a row", collisions)
 		}
 		collisions = 0
+		if res.kind == endFailed && p != nil && r.exceededMemory(p) {
+			res.reason = fmt.Sprintf("memory limit %d MiB exceeded; %s", r.spec.MemoryMB, res.reason)
+		}
 		p = nil
 		r.fail(res.reason)
 		if !r.backoff() {
@@ -586,6 +595,25 @@ func (r *replica) spawn() (*proc, error) {
 	if c := r.d.cred; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: []uint32{}}
 	}
+	// The spec's memory: a cgroup of the replica's own, which the child
+	// starts in (no moment outside it), else RLIMIT_AS once it runs.
+	inCgroup, oomBefore := false, int64(0)
+	if mb := r.spec.MemoryMB; mb > 0 && r.d.mem.parent != "" {
+		cg, n, err := r.d.mem.leaf(r.spec.ID, mb)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: cgroup of %s: %w", r.spec.ID, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+		inCgroup, oomBefore = true, n
+	} else if mb > 0 {
+		bin, err := os.Open(cfg.Self)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: open %s: %w", cfg.Self, err)
+		}
+		defer bin.Close()
+		throughLimit(cmd, bin, mb)
+	}
 	if err := startPinned(cmd, r.cores); err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -599,7 +627,7 @@ func (r *replica) spawn() (*proc, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("read start time of pid %d: %w", pid, err)
 	}
-	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{})}
+	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{}), cgroup: inCgroup, oomBefore: oomBefore}
 	go func() {
 		err := cmd.Wait()
 		p.status = exitStatus(err)

@@ -120,6 +120,20 @@ func main() {
 		served.Add(1)
 		_ = json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "score": 0.5})
 	})
+	// POST /alloc?mb=N allocates N MiB and keeps it, touching every page,
+	// as a model whose requests allocate rows × classes does.
+	var kept [][]byte
+	mux.HandleFunc("POST /alloc", func(w http.ResponseWriter, r *http.Request) {
+		mb, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+		for range mb {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			kept = append(kept, b)
+		}
+		fmt.Fprintf(w, "holding %d MiB\n", len(kept))
+	})
 	mux.HandleFunc("GET /env", func(w http.ResponseWriter, r *http.Request) {
 		status, _ := os.ReadFile("/proc/self/status")
 		cpus := ""
