@@ -77,9 +77,10 @@ type Entry struct {
 	// Adapter names the metrics adapter (AdapterTriton, …).
 	Adapter string
 	// ChecksToken says the runtime itself refuses requests without the
-	// replica's token (proto.ReplicaTokenHeader, given to it as
-	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
-	// every other runtime with a guard of its own that checks it.
+	// replica's token (busapi.ReplicaTokenHeader, given to it on a pipe
+	// named by MP_REPLICA_TOKEN_FD), as the built-in runtime does. The
+	// agent fronts every other runtime with a guard of its own that checks
+	// it, and gives that runtime no token.
 	ChecksToken bool
 	// MetricsPort says the runtime serves Metrics on a port of its own,
 	// not on the port gateways reach (Triton's --metrics-port). The
@@ -180,7 +181,7 @@ func Default() map[string]Entry {
 			Ready:   "/v2/health/ready",
 			Metrics: "/metrics",
 			Adapter: AdapterTriton,
-			// runtime.Options.Token, from MP_REPLICA_TOKEN.
+			// runtime.Options.Token, from MP_REPLICA_TOKEN_FD.
 			ChecksToken: true,
 		},
 		// vLLM's OpenAI server: /health answers once the engine is up, which

@@ -38,7 +38,11 @@ type replica struct {
 	launch  Launch
 	devices string
 	cores   []int // set before the supervisor starts, then read-only
-	log     *slog.Logger
+	// uid is the replica's own user (and group), from Config.UIDs; 0 when
+	// it runs as RunAs or the agent's user. Set before the supervisor
+	// starts, then read-only.
+	uid uint32
+	log *slog.Logger
 
 	stop     chan struct{} // closed by Stop: end the runtime, restart nothing
 	abandon  chan struct{} // closed by detach: leave the runtime running
@@ -592,7 +596,14 @@ func (r *replica) spawn() (*proc, error) {
 	// not reach it (it must outlive an agent restart), and Stop signals the
 	// runtime's own children with it. No Pdeathsig, for the same reason.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if c := r.d.cred; c != nil {
+	if r.uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: r.uid, Gid: r.uid, Groups: []uint32{}}
+		if r.launch.Private && r.launch.ModelDir != "" {
+			if err := giveModelDir(r.launch.ModelDir, r.uid); err != nil {
+				return nil, err
+			}
+		}
+	} else if c := r.d.cred; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: []uint32{}}
 	}
 	// The spec's memory: a cgroup of the replica's own, which the child
@@ -614,8 +625,29 @@ func (r *replica) spawn() (*proc, error) {
 		defer bin.Close()
 		throughLimit(cmd, bin, mb)
 	}
+	// The token, for a runtime that checks it itself: on a pipe it reads
+	// once at start, never in its environment, which /proc shows to every
+	// process of its user. A guarded runtime gets none: the guard checks.
+	var tokenW *os.File
+	if r.spec.Token != "" && !r.guarded() {
+		tr, tw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		defer tr.Close()
+		defer tw.Close()
+		if _, err := tw.WriteString(r.spec.Token); err != nil { // far below a pipe's buffer
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		tokenW = tw
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tr)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", busapi.ReplicaTokenFDEnv, 2+len(cmd.ExtraFiles)))
+	}
 	if err := startPinned(cmd, r.cores); err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	if tokenW != nil {
+		_ = tokenW.Close() // the runtime reads to the end of the pipe
 	}
 	pid := cmd.Process.Pid
 	_, ticks, err := procStat(pid)
@@ -642,7 +674,7 @@ func (r *replica) spawn() (*proc, error) {
 		r.restarts++
 	}
 	r.mu.Unlock()
-	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
+	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid, UID: r.uid,
 		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched, MetricsPort: metricsPort}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
@@ -695,6 +727,9 @@ func (r *replica) env() []string {
 	if c := r.d.cred; c != nil {
 		home = c.home
 	}
+	if r.uid != 0 {
+		home = "/" // a uid of the range has no home
+	}
 	if home == "" {
 		home = "/"
 	}
@@ -705,9 +740,6 @@ func (r *replica) env() []string {
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
-		// The token the runtime wants from gateways; in the environment,
-		// which only the replica's user may read, not on its command line.
-		"MP_REPLICA_TOKEN=" + r.spec.Token,
 	}, r.d.cfg.Env...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,15 @@ func main() {
 	flag.Parse()
 
 	fmt.Printf("fakeruntime pid %d model dir %s\n", os.Getpid(), *modelDir)
+	// The replica's token, as the built-in runtime reads it: once, from
+	// the pipe the agent names.
+	token := ""
+	if fd, err := strconv.Atoi(os.Getenv("MP_REPLICA_TOKEN_FD")); err == nil {
+		f := os.NewFile(uintptr(fd), "token")
+		b, _ := io.ReadAll(f)
+		f.Close()
+		token = string(b)
+	}
 	if *crash {
 		fmt.Println("fakeruntime: crashing on start as told")
 		os.Exit(3)
@@ -134,6 +144,12 @@ func main() {
 		}
 		fmt.Fprintf(w, "holding %d MiB\n", len(kept))
 	})
+	// GET /read?path=P says whether this process can read P (a sibling's
+	// model file, /proc/<pid>/environ, /proc/<pid>/fd/<n>).
+	mux.HandleFunc("GET /read", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		_ = json.NewEncoder(w).Encode(map[string]any{"readable": err == nil, "content": string(b)})
+	})
 	mux.HandleFunc("GET /env", func(w http.ResponseWriter, r *http.Request) {
 		status, _ := os.ReadFile("/proc/self/status")
 		cpus := ""
@@ -149,6 +165,7 @@ func main() {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"uid": os.Getuid(), "gid": os.Getgid(), "cpus": cpus, "environ": os.Environ(), "readable": readable, "pid": os.Getpid(),
+			"token": token,
 		})
 	})
 	srv := &http.Server{Handler: mux}
