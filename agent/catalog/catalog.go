@@ -54,6 +54,11 @@ type Entry struct {
 	// on the command line, never through the environment, so that `ps`
 	// shows what a replica serves.
 	Command []string
+	// Env is added to the runtime's environment, after the agent's
+	// configured Env so that it wins: what the runtime must run with
+	// whatever the node's settings say (vLLM: HF_HUB_OFFLINE=1, so it never
+	// fetches a model from the hub, only loads the version's files).
+	Env []string
 	// Program is the executable the entry runs, which a node must have on
 	// PATH to run it (the driver looks it up before a start, and lists the
 	// entries it has in its heartbeat); empty for the agent's own binary.
@@ -190,6 +195,7 @@ func Default() map[string]Entry {
 		VLLM: {
 			Name:       VLLM,
 			Program:    "vllm",
+			Env:        []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"},
 			Devices:    DevicesCUDAEnv,
 			Health:     "/health",
 			Ready:      "/v1/models",

@@ -740,7 +740,7 @@ func (r *replica) env() []string {
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
-	}, r.d.cfg.Env...)
+	}, append(slices.Clone(r.d.cfg.Env), r.entry.Env...)...)
 }
 
 func exitStatus(err error) string {
@@ -1034,9 +1034,10 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
-	own := len(env) - len(r.d.cfg.Env)
+	own := len(env) - len(r.d.cfg.Env) - len(r.entry.Env)
 	for i, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); i >= own || k == "MP_REPLICA_TOKEN" {
+		// The operator's Env may hold secrets; the entry's own does not.
+		if k, _, _ := strings.Cut(kv, "="); (i >= own && i < len(env)-len(r.entry.Env)) || k == "MP_REPLICA_TOKEN" {
 			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))
