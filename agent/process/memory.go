@@ -168,6 +168,16 @@ func oomKills(dir string) int64 {
 	return 0
 }
 
+// addressSpaceHeadroomMB is what RLIMIT_AS allows beyond a replica's
+// memory: address space is not memory in use, and a runtime reserves much
+// it never touches (the Go runtime's arenas and page summaries, thread
+// stacks, ONNX Runtime's library and arenas). The modelplane binary does
+// not start under 512 MiB of address space and does not load ONNX models
+// under about 1536 MiB (measured; versioncheck.MinMemoryMB), so the limit
+// is memory_mb plus this: loose for a small replica, but a runaway (rows
+// × classes) is stopped within it.
+const addressSpaceHeadroomMB = 2048
+
 // outOfMemoryLines are what runtimes print when an allocation fails
 // under RLIMIT_AS: Go, Python, C++ (libstdc++), C and ONNX Runtime.
 var outOfMemoryLines = []string{

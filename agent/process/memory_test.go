@@ -15,10 +15,11 @@ import (
 // TestSecurityRuntimeMemoryLimit: memory_mb only steered placement, so a
 // replica whose requests allocate (XGBoost's rows × classes) could take
 // the node's memory and get other teams' replicas OOM-killed. A real
-// runtime with a 1024 MiB limit is asked to hold 2 GiB: it is stopped at
-// its limit (its cgroup's memory.max, or RLIMIT_AS where the agent cannot
-// make a cgroup), and the replica fails with "memory limit 1024 MiB
-// exceeded". A sibling without the request keeps serving.
+// runtime with a 1024 MiB limit is asked to hold 4 GiB: it is stopped at
+// its limit (its cgroup's memory.max at 1024 MiB, or RLIMIT_AS of 1024 MiB
+// and the address-space headroom where the agent cannot make a cgroup),
+// and the replica fails with "memory limit 1024 MiB exceeded". A sibling
+// without the request keeps serving.
 func TestSecurityRuntimeMemoryLimit(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
@@ -32,7 +33,7 @@ func TestSecurityRuntimeMemoryLimit(t *testing.T) {
 	rs := start(t, d, sibling, "")
 	waitReady(t, rh)
 	waitReady(t, rs)
-	resp, err := http.Post("http://"+rh.Addr()+"/alloc?mb=2048", "text/plain", nil)
+	resp, err := http.Post("http://"+rh.Addr()+"/alloc?mb=4096", "text/plain", nil)
 	if err == nil {
 		resp.Body.Close()
 		t.Logf("/alloc answered %s", resp.Status)

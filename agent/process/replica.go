@@ -623,7 +623,7 @@ func (r *replica) spawn() (*proc, error) {
 			return nil, fmt.Errorf("memory limit: open %s: %w", cfg.Self, err)
 		}
 		defer bin.Close()
-		throughLimit(cmd, bin, mb)
+		throughLimit(cmd, bin, mb+addressSpaceHeadroomMB)
 	}
 	// The token, for a runtime that checks it itself: on a pipe it reads
 	// once at start, never in its environment, which /proc shows to every
