@@ -197,7 +197,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
 		AutoscaleInterval: cfg.AutoscaleInterval,
-		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB}
+		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB,
+		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID)}
 	if cfg.NATSAuthority != "" {
 		closeSys, err := enrollmentConfig(&cpCfg, cfg, log)
 		if err != nil {

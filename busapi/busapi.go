@@ -743,6 +743,11 @@ const (
 	// on nothing the request body says. The gateway never forwards a
 	// client's headers, so a client cannot set it.
 	TeamHeader = "X-Modelplane-Team"
+	// ReplicaTokenFDEnv names the descriptor a runtime that checks the
+	// token reads it from, once, at start (a pipe the agent wrote it to):
+	// in the environment the token would show in /proc/<pid>/environ to
+	// every process of the runtime's user.
+	ReplicaTokenFDEnv = "MP_REPLICA_TOKEN_FD"
 )
 
 // KeyEntry is the value of an API key's prefix in BucketKeys: what a gateway

@@ -81,6 +81,9 @@ type Config struct {
 	// child process (zero: package versioncheck's defaults).
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// ValidationUID and ValidationGID are the validation child's user
+	// when the control plane is root (zero: versioncheck.DefaultSandboxID).
+	ValidationUID, ValidationGID int
 	// Authority mints the credentials of enrolling nodes; nil leaves node
 	// enrollment off (Enrollment is nil). Push sends its revocations to
 	// the NATS servers (over a system-user connection).
@@ -171,7 +174,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
-			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log, Clock: clock})
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, UID: cfg.ValidationUID, GID: cfg.ValidationGID, Log: cfg.Log, Clock: clock})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
