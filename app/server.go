@@ -66,6 +66,7 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		Registry:       cp.Registry,
 		Endpoints:      cp.Endpoints,
 		Fleet:          cp.Fleet,
+		Quotas:         cp.Quotas,
 		Meter:          cp.Meter,
 		Rates:          cp.Rates,
 		Chargeback:     cp.Chargeback,

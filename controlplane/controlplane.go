@@ -18,6 +18,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/autoscaler"
 	"modelplane/billing"
 	"modelplane/bus"
 	"modelplane/busapi"
@@ -31,6 +32,7 @@ import (
 	"modelplane/idempotency"
 	"modelplane/ingest"
 	"modelplane/outbox"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/reqstats"
 	"modelplane/rollout"
@@ -66,10 +68,14 @@ type Config struct {
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (zero: fleet.DefaultAutoscaleInterval).
+	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
-	// Now is the clock of every service (nil: time.Now).
-	Now func() time.Time
+	// Now is the clock of the services still taking a function (nil:
+	// time.Now); Clock that of those taking a quartz.Clock (nil: the real
+	// clock): the fleet, its reconciler, the autoscaler and quotas. Set
+	// both from one clock.
+	Now   func() time.Time
+	Clock quartz.Clock
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
 	// own, os.Executable); empty turns validation at registration off, and
@@ -120,6 +126,7 @@ type ControlPlane struct {
 	Registry   *registry.Service
 	Endpoints  *endpoint.Service
 	Fleet      *fleet.Fleet
+	Quotas     *quota.Service
 	Rates      *billing.Book
 	Meter      *billing.Meter
 	Chargeback *chargeback.Service
@@ -162,6 +169,10 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if now == nil {
 		now = time.Now
 	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
 	store, err := artifact.NewStore(cfg.ArtifactDir)
 	if err != nil {
 		return nil, fmt.Errorf("artifact store: %w", err)
@@ -177,7 +188,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Tenant:      tenant.New(st.Pool, now),
 		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, cfg.Log, now),
+		Fleet:       fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace}),
+		Quotas:      quota.New(st.Pool, clock),
 		Rates:       billing.NewBook(st.Pool, now),
 		Audit:       audit.NewLog(st.Pool),
 		Idempotency: idempotency.New(st.Pool),
@@ -191,7 +203,6 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if cfg.Authority != nil {
 		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, now).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
-	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
 		return nil, fmt.Errorf("fleet metrics: %w", err)
 	}
@@ -224,7 +235,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
 	cp.Rollouts = rollout.New(st.Pool, now, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, now, clock, driftReader, published); err != nil {
 			return nil, err
 		}
 	}
@@ -234,7 +245,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, clock quartz.Clock, driftReader *drift.Reader, published func()) error {
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
@@ -256,10 +267,15 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	var intake *fleet.Intake
 	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
 	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
-	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
+	// Every change of an endpoint's demand wakes the reconciler, as
+	// heartbeats that change a replica and autoscaler decisions do.
+	cp.Endpoints.OnChange(reconciler.Wake)
+	var history autoscaler.HistoryFunc
 	if cp.Traffic != nil {
-		scaler.SetHistory(cp.Traffic.HourlyRates)
+		history = cp.Traffic.HourlyRates
 	}
+	scaler := autoscaler.New(st.Pool, autoscaler.Options{Clock: clock, Log: cfg.Log, Interval: cfg.AutoscaleInterval,
+		Grace: cp.Fleet.Grace(), Changed: reconciler.Wake, Published: published, History: history})
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates

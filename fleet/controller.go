@@ -26,11 +26,12 @@ type Controller struct {
 	wake      chan struct{}
 }
 
-// NewController returns a Controller. listeningSince tells when this
-// process last started hearing heartbeats (Intake.ListeningSince);
-// published is called when a pass wrote outbox rows.
+// NewController returns a Controller ticking on the fleet's clock.
+// listeningSince tells when this process last started hearing heartbeats
+// (Intake.ListeningSince); published is called when a pass wrote outbox
+// rows.
 func NewController(f *Fleet, log *slog.Logger, interval time.Duration, listeningSince func() time.Time, published func()) *Controller {
-	return &Controller{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
+	return &Controller{clock: f.clock, fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now.

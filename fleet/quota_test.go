@@ -7,6 +7,7 @@ import (
 
 	"modelplane/field"
 	"modelplane/fleet"
+	"modelplane/quota"
 )
 
 // replicasOf counts an endpoint's replicas.
@@ -22,7 +23,7 @@ func (f *fixture) replicasOf(t *testing.T, endpoint string) int {
 
 func (f *fixture) setQuota(t *testing.T, resource string, amount float64) {
 	t.Helper()
-	if _, err := f.fleet.SetQuota(t.Context(), f.root, "risk", resource, amount); err != nil {
+	if _, err := f.quotas.Set(t.Context(), f.root, "risk", resource, amount); err != nil {
 		t.Fatalf("set quota %s %v: %v", resource, amount, err)
 	}
 }
@@ -69,7 +70,7 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "gpu-a100-80gb", "standard", 2)
 	f.endpoint(t, "fraud-b", "fraud", "v2", "gpu-a100-80gb", "batch", 1)
 	f.reconcile(t)
-	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2)
+	_, err := f.quotas.Set(t.Context(), f.root, "risk", "A100-80GB", 2)
 	var verrs field.Errors
 	if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != "amount" {
 		t.Fatalf("quota 2 below minimums holding 3: err = %v, want a validation error on amount", err)
@@ -80,21 +81,21 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 		}
 	}
 	f.setQuota(t, "A100-80GB", 3)
-	if _, err := f.fleet.SetQuota(t.Context(), f.eng, "risk", "A100-80GB", 8); err == nil {
+	if _, err := f.quotas.Set(t.Context(), f.eng, "risk", "A100-80GB", 8); err == nil {
 		t.Error("a team admin set a quota; want forbidden")
 	}
 	for _, c := range []struct {
 		resource string
 		amount   float64
 		field    string
-	}{{"A100 80GB", 1, "resource"}, {"A100-80GB", -1, "amount"}, {fleet.CPUResource, 1.5, "amount"}} {
-		_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", c.resource, c.amount)
+	}{{"A100 80GB", 1, "resource"}, {"A100-80GB", -1, "amount"}, {quota.CPUResource, 1.5, "amount"}} {
+		_, err := f.quotas.Set(t.Context(), f.root, "risk", c.resource, c.amount)
 		var ve field.Errors
 		if !errors.As(err, &ve) || ve[0].Field != c.field {
 			t.Errorf("SetQuota(%q, %v) = %v, want a validation error on %s", c.resource, c.amount, err, c.field)
 		}
 	}
-	qs, err := f.fleet.Quotas(t.Context(), f.eng)
+	qs, err := f.quotas.List(t.Context(), f.eng)
 	if err != nil || len(qs) != 1 || qs[0].Amount != 3 || qs[0].UpdatedBy != "root@example.com" {
 		t.Errorf("quotas seen by the team = %+v, %v; want the one of 3 set by root", qs, err)
 	}
@@ -120,7 +121,7 @@ func TestQuotaCountsMIGSlicesAsFractions(t *testing.T) {
 	if e := f.get(t, "fraud-ep"); !strings.Contains(e.PlacementError, "quota: team risk holds 0.43 of 0.43 A100-80GB GPUs") {
 		t.Errorf("placement_error = %q, want the quota in GPU equivalents", e.PlacementError)
 	}
-	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2.0/7)
+	_, err := f.quotas.Set(t.Context(), f.root, "risk", "A100-80GB", 2.0/7)
 	var verrs field.Errors
 	if !errors.As(err, &verrs) || !strings.Contains(verrs[0].Message, "fraud-ep (0.43)") {
 		t.Errorf("quota of 2/7 under minimums holding 3/7: %v, want a refusal naming fraud-ep (0.43)", err)

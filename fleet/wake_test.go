@@ -40,7 +40,7 @@ func TestWokenEndpointGetsAReplicaAndSleepsAfterTheGrace(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	grace := 5 * time.Minute
-	f.fleet.SetWakeGrace(grace)
+	f.fleet = fleet.New(f.pool, fleet.Options{Clock: f.clock, WakeGrace: grace})
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
 	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"modelplane/fleet"
+	"modelplane/quota"
 )
 
 type quotaSetInput struct {
@@ -23,14 +23,14 @@ type quotaPath struct {
 }
 
 type quotaListBody struct {
-	Items []fleet.Quota `json:"items"`
+	Items []quota.Quota `json:"items"`
 }
 
 func (s *Server) registerQuotas(api huma.API) {
 	huma.Register(api, s.op("quota-list", http.MethodGet, "/quotas",
 		"The GPU and CPU quotas of the teams you may see (every team for platform roles)", "fleet"),
 		func(ctx context.Context, _ *struct{}) (*One[quotaListBody], error) {
-			qs, err := s.Fleet.Quotas(ctx, principal(ctx))
+			qs, err := s.Quotas.List(ctx, principal(ctx))
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}
@@ -38,17 +38,17 @@ func (s *Server) registerQuotas(api huma.API) {
 		})
 	huma.Register(api, s.op("quota-set", http.MethodPost, "/quotas",
 		"Set a team's quota of a GPU type or of CPU cores; platform admins. Refused below what the team's minimum replicas hold, naming their endpoints.", "fleet"),
-		func(ctx context.Context, in *quotaSetInput) (*One[fleet.Quota], error) {
-			q, err := s.Fleet.SetQuota(ctx, principal(ctx), in.Body.Team, in.Body.Resource, in.Body.Amount)
+		func(ctx context.Context, in *quotaSetInput) (*One[quota.Quota], error) {
+			q, err := s.Quotas.Set(ctx, principal(ctx), in.Body.Team, in.Body.Resource, in.Body.Amount)
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}
-			return &One[fleet.Quota]{Body: q}, nil
+			return &One[quota.Quota]{Body: q}, nil
 		})
 	huma.Register(api, s.op("quota-delete", http.MethodDelete, "/quotas/{team}/{resource}",
 		"Remove a team's quota of a resource (no cap); platform admins", "fleet"),
 		func(ctx context.Context, in *quotaPath) (*struct{}, error) {
-			if err := s.Fleet.DeleteQuota(ctx, principal(ctx), in.Team, in.Resource); err != nil {
+			if err := s.Quotas.Delete(ctx, principal(ctx), in.Team, in.Resource); err != nil {
 				return nil, s.apiError(ctx, err)
 			}
 			return nil, nil

@@ -139,6 +139,7 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 		Registry:       cp.Registry,
 		Endpoints:      cp.Endpoints,
 		Fleet:          cp.Fleet,
+		Quotas:         cp.Quotas,
 		Rates:          cp.Rates,
 		Meter:          cp.Meter,
 		Chargeback:     cp.Chargeback,

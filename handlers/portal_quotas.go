@@ -10,7 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/field"
-	"modelplane/fleet"
+	"modelplane/quota"
 	"modelplane/web"
 )
 
@@ -22,7 +22,7 @@ func (s *Server) portalQuotas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int, props web.QuotasProps) {
 	ctx := r.Context()
-	qs, err := s.Fleet.Quotas(ctx, principal(ctx))
+	qs, err := s.Quotas.List(ctx, principal(ctx))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -31,7 +31,7 @@ func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int
 	props.CanEdit = principal(ctx).PlatformAdmin()
 	for _, q := range qs {
 		unit := "GPU equivalents"
-		if q.Resource == fleet.CPUResource {
+		if q.Resource == quota.CPUResource {
 			unit = "cores"
 		}
 		props.Quotas = append(props.Quotas, web.QuotaView{Team: q.Team, Resource: q.Resource,
@@ -54,7 +54,7 @@ func (s *Server) portalQuotaSet(w http.ResponseWriter, r *http.Request) {
 		errs["amount"] = "must be a number, e.g. 16 or 2.5"
 	}
 	if len(errs) == 0 {
-		_, err = s.Fleet.SetQuota(r.Context(), principal(r.Context()), form.Team, form.Resource, amount)
+		_, err = s.Quotas.Set(r.Context(), principal(r.Context()), form.Team, form.Resource, amount)
 		if err == nil {
 			redirectFlash(w, r, "/quotas", fmt.Sprintf("Quota of team %s for %s set to %s.", form.Team, form.Resource, form.Amount))
 			return

@@ -16,6 +16,7 @@ import (
 	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/idempotency"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/reqstats"
 	"modelplane/rollout"
@@ -39,6 +40,7 @@ type Deps struct {
 	Registry  *registry.Service
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet
+	Quotas    *quota.Service
 	Meter     *billing.Meter // nil: the fleet page shows no metered total
 	// Rates is the cost-rate history.
 	Rates *billing.Book

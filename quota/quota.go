@@ -1,4 +1,4 @@
-package fleet
+package quota
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coder/quartz"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
 	"modelplane/auth"
@@ -29,11 +32,22 @@ type Quota struct {
 
 var resourceRule = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
-// Quotas lists the quotas of the caller's teams (every team for platform
+// Service keeps the team quotas.
+type Service struct {
+	pool  *pgxpool.Pool
+	clock quartz.Clock
+}
+
+// New returns a Service; clock stamps each quota's update.
+func New(pool *pgxpool.Pool, clock quartz.Clock) *Service {
+	return &Service{pool: pool, clock: clock}
+}
+
+// List lists the quotas of the caller's teams (every team for platform
 // roles).
-func (f *Fleet) Quotas(ctx context.Context, p *auth.Principal) ([]Quota, error) {
+func (s *Service) List(ctx context.Context, p *auth.Principal) ([]Quota, error) {
 	all, ids := p.Scope()
-	rows, err := db.New(f.pool).TeamQuotaListScoped(ctx, db.TeamQuotaListScopedParams{AllTeams: all, TeamIDs: ids})
+	rows, err := db.New(s.pool).TeamQuotaListScoped(ctx, db.TeamQuotaListScopedParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("list quotas: %w", err)
 	}
@@ -44,11 +58,11 @@ func (f *Fleet) Quotas(ctx context.Context, p *auth.Principal) ([]Quota, error) 
 	return out, nil
 }
 
-// SetQuota sets team's quota of resource; platform admins only, audited.
+// Set sets team's quota of resource; platform admins only, audited.
 // A quota below what the team's minimum replicas hold now is refused
 // naming the endpoints that hold them: minimums are what a team is
 // promised, so lower an endpoint's min_replicas first.
-func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource string, amount float64) (Quota, error) {
+func (s *Service) Set(ctx context.Context, p *auth.Principal, team, resource string, amount float64) (Quota, error) {
 	if !p.PlatformAdmin() {
 		return Quota{}, auth.ErrForbidden
 	}
@@ -67,7 +81,7 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 	}
 	var out Quota
 	all, ids := p.Scope()
-	err := db.InTx(ctx, f.pool, func(q *db.Queries) error {
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		t, err := q.TeamGetByName(ctx, team)
 		if err != nil {
 			return err
@@ -85,7 +99,7 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 			return err
 		}
 		row, err := q.TeamQuotaUpsert(ctx, db.TeamQuotaUpsertParams{TeamID: t.ID, Resource: resource, Amount: amount,
-			UpdatedBy: p.Actor(), Now: f.now()})
+			UpdatedBy: p.Actor(), Now: s.clock.Now()})
 		if err != nil {
 			return err
 		}
@@ -99,13 +113,13 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 	return out, nil
 }
 
-// DeleteQuota removes team's quota of resource (no cap); platform admins
+// Delete removes team's quota of resource (no cap); platform admins
 // only, audited.
-func (f *Fleet) DeleteQuota(ctx context.Context, p *auth.Principal, team, resource string) error {
+func (s *Service) Delete(ctx context.Context, p *auth.Principal, team, resource string) error {
 	if !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	err := db.InTx(ctx, f.pool, func(q *db.Queries) error {
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		t, err := q.TeamGetByName(ctx, team)
 		if err != nil {
 			return err
@@ -157,7 +171,7 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 			return 1
 		})
 		for _, r := range rs[:min(len(rs), int(rs[0].MinReplicas))] {
-			res, u := replicaUnits(r.GPUType, r.Profile, r.CPUCores, int(r.Slots))
+			res, u := ReplicaUnits(r.GPUType, r.Profile, r.CPUCores, int(r.Slots))
 			if res != resource {
 				continue
 			}
@@ -165,7 +179,7 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 			total += u
 		}
 	}
-	if float64(total) <= unitsOf(resource, amount)+1e-9 {
+	if float64(total) <= Units(resource, amount)+1e-9 {
 		return nil
 	}
 	names := make([]string, 0, len(perEndpoint))
@@ -187,4 +201,4 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 	return errs.Err()
 }
 
-func amount2(resource string, units int) string { return amount(resource, float64(units)) }
+func amount2(resource string, units int) string { return Amount(resource, float64(units)) }

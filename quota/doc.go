@@ -1,0 +1,11 @@
+// Package quota owns team quotas: what a team's replicas may hold of one
+// resource (a GPU type in GPU equivalents, or CPU cores), who set it, and
+// how usage is counted against it (Units, ReplicaUnits, ResultUnits). The
+// Service keeps the quotas (platform admins only, audited); Table is one
+// reconcile pass's read of them.
+//
+// It decides what a quota is and whether an amount exceeds it, not where
+// replicas go: package fleet's reconciler caps what it places by a Table
+// (and preempts lower tiers within it). It must not place or remove
+// replicas itself.
+package quota
