@@ -26,8 +26,8 @@ type fixture struct {
 	pool  *pgxpool.Pool
 	fleet *fleet.Fleet
 	eps   *endpoint.Service
-	clock *quartz.Mock // the fleet's clock, moved by hand
-	now   func() time.Time
+	clock *quartz.Mock     // the fleet's clock, moved by hand
+	now   func() time.Time // the clock for packages that still take a function (rollout)
 	eng   *auth.Principal
 	root  *auth.Principal
 	start time.Time
@@ -138,26 +138,6 @@ func (f *fixture) desired(t *testing.T, node string) busapi.Desired {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// route returns the latest routing entry of an endpoint from the outbox; ok
-// is false when the latest write deletes it.
-func (f *fixture) route(t *testing.T, name string) (busapi.Route, bool) {
-	t.Helper()
-	var payload []byte
-	err := f.pool.QueryRow(t.Context(), "SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
-		busapi.KVSubject(busapi.BucketRoutes, name)).Scan(&payload)
-	if err != nil {
-		t.Fatalf("route of %s: %v", name, err)
-	}
-	if string(payload) == "null" {
-		return busapi.Route{}, false
-	}
-	var r busapi.Route
-	if err := json.Unmarshal(payload, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r, true
 }
 
 func (f *fixture) get(t *testing.T, name string) endpoint.Endpoint {

@@ -94,8 +94,8 @@ func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 		f.serve(t, "node-a", inv, counts, 0)
 		if d, ok := f.evaluate(t, a).Decisions["fraud-ep"]; ok {
 			seen = append(seen, d.Desired)
-			if f.now().Sub(f.start) < 12*time.Second { // the burst was seen at 2 s
-				t.Fatalf("scaled down to %d at %s, inside the 10 s window", d.Desired, f.now().Sub(f.start))
+			if f.clock.Now().Sub(f.start) < 12*time.Second { // the burst was seen at 2 s
+				t.Fatalf("scaled down to %d at %s, inside the 10 s window", d.Desired, f.clock.Now().Sub(f.start))
 			}
 		}
 		f.reconcile(t)
@@ -268,7 +268,7 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := f.pool.Exec(t.Context(), `UPDATE rollouts SET state = 'progressing', step_index = 0, step_started_at = $1, bake_deadline = $2`,
-		f.now(), f.now().Add(600*time.Second)); err != nil {
+		f.clock.Now(), f.clock.Now().Add(600*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	f.reconcile(t)

@@ -264,9 +264,12 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	if err != nil {
 		return err
 	}
-	var intake *fleet.Intake
-	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
-	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
+	// The intake wakes the reconciler on heartbeats that change a replica;
+	// the reconciler asks the intake how long it has heard the fleet.
+	var reconciler *fleet.Controller
+	intake := fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, func() { reconciler.Wake() })
+	reconciler = fleet.NewController(cp.Fleet, fleet.ControllerOptions{Log: cfg.Log, Interval: time.Second, Listening: intake,
+		Published: published})
 	// Every change of an endpoint's demand wakes the reconciler, as
 	// heartbeats that change a replica and autoscaler decisions do.
 	cp.Endpoints.OnChange(reconciler.Wake)

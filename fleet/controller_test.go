@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ func TestEndpointChangesWakeTheReconciler(t *testing.T) {
 	defer settle.Close()
 	ticker := f.clock.Trap().NewTicker()
 	defer ticker.Close()
-	ctrl := fleet.NewController(f.fleet, slog.New(slog.DiscardHandler), time.Hour, func() time.Time { return f.start }, nil)
+	ctrl := fleet.NewController(f.fleet, fleet.ControllerOptions{Interval: time.Hour, Listening: listeningSince(f.start)})
 	f.eps.OnChange(ctrl.Wake)
 	if err := ctrl.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -76,3 +75,8 @@ func TestEndpointChangesWakeTheReconciler(t *testing.T) {
 		t.Fatalf("the clock moved from %s to %s: a tick, not a wake, may have placed the replicas", frozen, f.clock.Now())
 	}
 }
+
+// listeningSince is an intake that has heard the fleet since its time.
+type listeningSince time.Time
+
+func (l listeningSince) ListeningSince() time.Time { return time.Time(l) }

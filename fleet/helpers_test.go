@@ -28,8 +28,8 @@ type fixture struct {
 	fleet  *fleet.Fleet
 	quotas *quota.Service
 	eps    *endpoint.Service
-	clock  *quartz.Mock // the fleet's clock, moved by hand
-	now    func() time.Time
+	clock  *quartz.Mock     // the fleet's clock, moved by hand
+	now    func() time.Time // the clock for packages that still take a function (rollout, chargeback)
 	eng    *auth.Principal
 	root   *auth.Principal
 	start  time.Time

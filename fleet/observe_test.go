@@ -46,7 +46,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 		t.Error("first ready heartbeat reported no change")
 	}
 	want := replica.Metrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
-		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.now().UnixMilli(),
+		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.clock.Now().UnixMilli(),
 		ColdStart: replica.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
 	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
 	if err != nil {
