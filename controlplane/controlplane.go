@@ -38,6 +38,7 @@ import (
 	"modelplane/rollout"
 	"modelplane/service"
 	"modelplane/tenant"
+	"modelplane/trust"
 	"modelplane/versioncheck"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// RequireAttestation refuses heartbeats of nodes without an attested
+	// inventory (fleet.Options.RequireAttestation).
+	RequireAttestation bool
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
 	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
@@ -117,25 +121,27 @@ const (
 // services that run beside them. A field the stores cannot back is nil
 // (Meter, Chargeback, Advisor, Traffic and Drift without ClickHouse).
 type ControlPlane struct {
-	Log        *slog.Logger
-	Pool       *pgxpool.Pool
-	Keys       *auth.Keys
-	OIDC       *auth.OIDC
-	Sessions   *auth.Sessions
-	Tenant     *tenant.Service
-	Registry   *registry.Service
-	Endpoints  *endpoint.Service
-	Fleet      *fleet.Fleet
-	Quotas     *quota.Service
-	Rates      *billing.Book
-	Meter      *billing.Meter
-	Chargeback *chargeback.Service
-	Budgets    *chargeback.Budgets
-	Advisor    *chargeback.Advisor
-	Rollouts   *rollout.Service
-	Traffic    *reqstats.Reader
-	Drift      *drift.Service
-	Audit      *audit.Log
+	Log       *slog.Logger
+	Pool      *pgxpool.Pool
+	Keys      *auth.Keys
+	OIDC      *auth.OIDC
+	Sessions  *auth.Sessions
+	Tenant    *tenant.Service
+	Registry  *registry.Service
+	Endpoints *endpoint.Service
+	Fleet     *fleet.Fleet
+	Quotas    *quota.Service
+	// Attestations keeps what platform admins attest each node has.
+	Attestations *trust.Attestations
+	Rates        *billing.Book
+	Meter        *billing.Meter
+	Chargeback   *chargeback.Service
+	Budgets      *chargeback.Budgets
+	Advisor      *chargeback.Advisor
+	Rollouts     *rollout.Service
+	Traffic      *reqstats.Reader
+	Drift        *drift.Service
+	Audit        *audit.Log
 	// Enrollment enrolls, rotates and revokes nodes; nil without an
 	// authority (Config.Authority).
 	Enrollment *enrollment.Service
@@ -180,20 +186,22 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cp := &ControlPlane{
-		Log:         cfg.Log,
-		Pool:        st.Pool,
-		Keys:        auth.NewKeys(st.Pool, now),
-		OIDC:        cfg.OIDC,
-		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
-		Tenant:      tenant.New(st.Pool, now),
-		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
-		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace}),
-		Quotas:      quota.New(st.Pool, clock),
-		Rates:       billing.NewBook(st.Pool, now),
-		Audit:       audit.NewLog(st.Pool),
-		Idempotency: idempotency.New(st.Pool),
-		Metrics:     reg,
+		Log:       cfg.Log,
+		Pool:      st.Pool,
+		Keys:      auth.NewKeys(st.Pool, now),
+		OIDC:      cfg.OIDC,
+		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, now),
+		Tenant:    tenant.New(st.Pool, now),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
+		Endpoints: endpoint.New(st.Pool),
+		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
+			RequireAttestation: cfg.RequireAttestation}),
+		Attestations: trust.NewAttestations(st.Pool, clock),
+		Quotas:       quota.New(st.Pool, clock),
+		Rates:        billing.NewBook(st.Pool, now),
+		Audit:        audit.NewLog(st.Pool),
+		Idempotency:  idempotency.New(st.Pool),
+		Metrics:      reg,
 	}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,

@@ -313,6 +313,17 @@ type NodeAddress struct {
 	UpdatedAt time.Time
 }
 
+type NodeAttestation struct {
+	Node          string
+	GPUs          []byte
+	CPUCores      int32
+	MemoryMB      int32
+	AttestedBy    string
+	AttestedAt    time.Time
+	RefusedAt     *time.Time
+	RefusedReason string
+}
+
 type NodeCredential struct {
 	Node                  string
 	NATSUserKey           string

@@ -165,14 +165,27 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 	// coldStarts are the replicas' cold starts measured by this heartbeat,
 	// observed once the transaction is done.
 	var coldStarts []db.VersionRecordColdStartsRow
+	// refused is why the heartbeat claims more than its node's attested
+	// inventory: the transaction commits the refusal's mark and event,
+	// nothing of the heartbeat.
+	var refused error
 	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
-		coldStarts = nil
+		coldStarts, refused = nil, nil
 		// Heartbeats share the lock a reconcile pass holds alone: a pass
 		// locks replica rows before node rows and a heartbeat the other way
 		// round (they deadlocked), and a new GPU layout must not land
 		// between a pass's read of the slices and its allocations.
 		if err := q.PlacementLockShared(ctx); err != nil {
 			return err
+		}
+		// A node is believed about its inventory only up to what a
+		// platform admin attested (docs/security.md).
+		verdict, err := trust.Judge(ctx, q, st, f.requireAttestation, now)
+		if err != nil {
+			return err
+		}
+		if refused = verdict.Err; refused != nil {
+			return nil
 		}
 		node, err := q.NodeGetForUpdate(ctx, st.Node)
 		found := err == nil
@@ -303,6 +316,12 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 	})
 	if err != nil {
 		return false, fmt.Errorf("observe node %s: %w", st.Node, err)
+	}
+	if refused != nil {
+		// Counted at every heartbeat, raised as an event once (trust.Judge);
+		// the intake logs the error.
+		f.trust.HeartbeatsDropped.WithLabelValues(trust.DropOverAttestation).Inc()
+		return false, refused
 	}
 	for _, c := range coldStarts {
 		f.coldStart.WithLabelValues(c.Endpoint, c.Version).Observe(float64(c.TotalMs) / 1000)
@@ -483,6 +502,8 @@ type Fleet struct {
 	clock quartz.Clock
 	// wakeGrace is how long a woken endpoint keeps its replica (wake.go).
 	wakeGrace time.Duration
+	// requireAttestation is Options.RequireAttestation.
+	requireAttestation bool
 	// trust counts what the fleet refused to believe (package trust).
 	trust trust.Metrics
 	// coldStart is the replicas' measured cold starts (coldstart.go).
@@ -499,6 +520,10 @@ type Options struct {
 	// WakeGrace is how long a woken endpoint keeps its replica after the
 	// last wake request (<= 0: DefaultWakeGrace).
 	WakeGrace time.Duration
+	// RequireAttestation refuses the heartbeats of nodes without an
+	// attested inventory (trust.Attestations); false believes such nodes,
+	// as before attestations existed. A node with one is always held to it.
+	RequireAttestation bool
 }
 
 // New returns a Fleet over the database in pool.
@@ -509,7 +534,7 @@ func New(pool *pgxpool.Pool, o Options) *Fleet {
 	if o.WakeGrace <= 0 {
 		o.WakeGrace = DefaultWakeGrace
 	}
-	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
+	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
 }
 
 func (f *Fleet) now() time.Time { return f.clock.Now() }

@@ -102,6 +102,10 @@ const (
 	DropUndecodable = "undecodable"
 	DropSubject     = "bad_subject"
 	DropNodeClaim   = "node_mismatch"
+	// DropOverAttestation: the heartbeat claims more GPUs, another MIG
+	// layout, or more cores or memory than its node's attested inventory
+	// (or the node has none where attestation is required).
+	DropOverAttestation = "over_attestation"
 )
 
 // Metrics count what the control plane refused to believe.
@@ -119,14 +123,14 @@ func NewMetrics() Metrics {
 	m := Metrics{
 		HeartbeatsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "modelplane_fleet_heartbeats_dropped_total",
-			Help: "Heartbeats dropped before they were recorded, by reason: undecodable, bad_subject (not a node's status subject), node_mismatch (the payload names another node than its subject).",
+			Help: "Heartbeats dropped before they were recorded, by reason: undecodable, bad_subject (not a node's status subject), node_mismatch (the payload names another node than its subject), over_attestation (more than the node's attested inventory).",
 		}, []string{"reason"}),
 		ReplicasOffNode: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelplane_fleet_replica_reports_off_node_total",
 			Help: "Replica reports dropped because the replica's address is not on its node's registered address and port range.",
 		}),
 	}
-	for _, r := range []string{DropUndecodable, DropSubject, DropNodeClaim} {
+	for _, r := range []string{DropUndecodable, DropSubject, DropNodeClaim, DropOverAttestation} {
 		m.HeartbeatsDropped.WithLabelValues(r)
 	}
 	return m
