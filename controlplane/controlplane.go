@@ -71,6 +71,9 @@ type Config struct {
 	// RequireAttestation refuses heartbeats of nodes without an attested
 	// inventory (fleet.Options.RequireAttestation).
 	RequireAttestation bool
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (fleet.Options.DefaultQuota); nil: such teams are uncapped.
+	DefaultQuota map[string]float64
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
 	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
@@ -195,7 +198,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
 		Endpoints: endpoint.New(st.Pool),
 		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
-			RequireAttestation: cfg.RequireAttestation}),
+			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
 		Attestations: trust.NewAttestations(st.Pool, clock),
 		Quotas:       quota.New(st.Pool, clock),
 		Rates:        billing.NewBook(st.Pool, now),

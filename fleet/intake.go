@@ -504,6 +504,8 @@ type Fleet struct {
 	wakeGrace time.Duration
 	// requireAttestation is Options.RequireAttestation.
 	requireAttestation bool
+	// defaultQuota is Options.DefaultQuota.
+	defaultQuota map[string]float64
 	// trust counts what the fleet refused to believe (package trust).
 	trust trust.Metrics
 	// coldStart is the replicas' measured cold starts (coldstart.go).
@@ -524,6 +526,10 @@ type Options struct {
 	// attested inventory (trust.Attestations); false believes such nodes,
 	// as before attestations existed. A node with one is always held to it.
 	RequireAttestation bool
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (resource → amount, as quota.Quota.Amount counts it); nil:
+	// such teams are uncapped.
+	DefaultQuota map[string]float64
 }
 
 // New returns a Fleet over the database in pool.
@@ -534,7 +540,7 @@ func New(pool *pgxpool.Pool, o Options) *Fleet {
 	if o.WakeGrace <= 0 {
 		o.WakeGrace = DefaultWakeGrace
 	}
-	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
+	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, defaultQuota: o.DefaultQuota, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
 }
 
 func (f *Fleet) now() time.Time { return f.clock.Now() }

@@ -48,13 +48,20 @@ type limits struct {
 	preempted map[int64]preemption // victim endpoint → by whom
 }
 
-// loadLimits reads the quotas and lowers want where a team's kept replicas
+// loadLimits reads the quotas (defaults cap the teams without their own,
+// Options.DefaultQuota) and lowers want where a team's kept replicas
 // already hold more than its quota (a quota lowered below what runs): the
 // replicas beyond their version's minimum go, lowest tier first. notes gets
 // why, per endpoint.
-func loadLimits(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
-	want map[versionKey]int, notes map[int64]string) (*limits, error) {
-	table, err := quota.Load(ctx, q)
+func loadLimits(ctx context.Context, q *db.Queries, defaults map[string]float64, demand []db.RoutingRuleListForPlacementRow,
+	reps []db.ReplicaListAllRow, want map[versionKey]int, notes map[int64]string) (*limits, error) {
+	var teams []int64
+	for _, d := range demand {
+		if !slices.Contains(teams, d.TeamID) {
+			teams = append(teams, d.TeamID)
+		}
+	}
+	table, err := quota.Load(ctx, q, defaults, teams)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +74,8 @@ func loadLimits(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListF
 	}
 	_, keep := surplus(want, reps)
 	used := l.usedBy(keep)
-	for team, qs := range l.quota.Teams() {
+	for _, team := range teams {
+		qs := l.quota.Limits(team)
 		for res, limit := range qs {
 			if float64(used[team][res]) <= limit+1e-9 {
 				continue

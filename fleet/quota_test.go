@@ -221,3 +221,28 @@ func TestLoweredQuotaStopsReplicasBeyondMinimums(t *testing.T) {
 		t.Errorf("nightly placement_error = %q, want the quota named", e.PlacementError)
 	}
 }
+
+// TestTeamWithoutQuotaIsCappedByTheDefault (issue 25 point 9): a team with
+// no quota row was unlimited; with an operator default of 1 A100 it gets
+// one of the 3 whole-GPU replicas its endpoint wants, the endpoint says
+// the quota holds the rest back, and a quota of the team's own overrides
+// the default.
+func TestTeamWithoutQuotaIsCappedByTheDefault(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.fleet = fleet.New(f.pool, fleet.Options{Clock: f.clock, DefaultQuota: map[string]float64{"A100-80GB": 1}})
+	f.heartbeat(t, "node-a", gpus(0, 4, "A100-80GB", nil))
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "gpu-a100-80gb", "standard", 3)
+	f.reconcile(t)
+	if got := f.replicasOf(t, "fraud-ep"); got != 1 {
+		t.Fatalf("replicas under a default quota of 1 A100 = %d, want 1", got)
+	}
+	if want := "quota: team risk holds 1 of 1 A100-80GB GPUs"; !strings.Contains(f.get(t, "fraud-ep").PlacementError, want) {
+		t.Errorf("placement_error = %q, want it to contain %q", f.get(t, "fraud-ep").PlacementError, want)
+	}
+	f.setQuota(t, "A100-80GB", 3)
+	f.reconcile(t)
+	if got := f.replicasOf(t, "fraud-ep"); got != 3 {
+		t.Errorf("replicas with the team's own quota of 3 = %d, want 3", got)
+	}
+}

@@ -135,7 +135,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			return err
 		}
 		want, notes := f.wanted(demand, reps, blocking)
-		lim, err := loadLimits(ctx, q, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
+		lim, err := loadLimits(ctx, q, f.defaultQuota, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
 		if err != nil {
 			return err
 		}

@@ -63,19 +63,24 @@ func Note(team, resource string, used int, limit float64) string {
 }
 
 // Table is every team's quotas in units, as one reconcile pass applies
-// them.
+// them: a team's own quota of a resource, else the operator's default of
+// it, else no cap.
 type Table struct {
 	limit    map[int64]map[string]float64 // team → resource → limit in units
+	defaults map[string]float64           // resource → limit in units
 	teamName map[int64]string
 }
 
-// Load reads every quota inside the caller's transaction q.
-func Load(ctx context.Context, q *db.Queries) (Table, error) {
+// Load reads, inside the caller's transaction q, every team's quotas and
+// the names of teams, the teams a pass places for, so that
+// a team without a quota row is capped by defaults (resource → amount, as
+// Quota.Amount counts it; nil or empty: such teams are uncapped).
+func Load(ctx context.Context, q *db.Queries, defaults map[string]float64, teams []int64) (Table, error) {
 	rows, err := q.TeamQuotaListAll(ctx)
 	if err != nil {
 		return Table{}, fmt.Errorf("load quotas: %w", err)
 	}
-	t := Table{limit: map[int64]map[string]float64{}, teamName: map[int64]string{}}
+	t := Table{limit: map[int64]map[string]float64{}, defaults: map[string]float64{}, teamName: map[int64]string{}}
 	for _, r := range rows {
 		if t.limit[r.TeamID] == nil {
 			t.limit[r.TeamID] = map[string]float64{}
@@ -83,17 +88,54 @@ func Load(ctx context.Context, q *db.Queries) (Table, error) {
 		t.limit[r.TeamID][r.Resource] = Units(r.Resource, r.Amount)
 		t.teamName[r.TeamID] = r.Team
 	}
+	for res, amount := range defaults {
+		t.defaults[res] = Units(res, amount)
+	}
+	if len(t.defaults) > 0 {
+		var unnamed []int64
+		for _, id := range teams {
+			if _, ok := t.teamName[id]; !ok {
+				unnamed = append(unnamed, id)
+			}
+		}
+		if len(unnamed) > 0 {
+			named, err := q.TeamListByIDs(ctx, unnamed)
+			if err != nil {
+				return Table{}, fmt.Errorf("load quotas: %w", err)
+			}
+			for _, n := range named {
+				t.teamName[n.ID] = n.Name
+			}
+		}
+	}
 	return t, nil
 }
 
-// Empty reports whether no team has a quota: nothing is capped.
-func (t Table) Empty() bool { return len(t.limit) == 0 }
+// Empty reports whether no team has a quota and there is no default:
+// nothing is capped.
+func (t Table) Empty() bool { return len(t.limit) == 0 && len(t.defaults) == 0 }
 
-// Limit is team's limit of resource in units; ok is false when the team
-// has no quota of it (no cap).
+// Limit is team's limit of resource in units: its own quota, else the
+// default; ok is false when neither exists (no cap).
 func (t Table) Limit(team int64, resource string) (limit float64, ok bool) {
-	limit, ok = t.limit[team][resource]
+	if limit, ok = t.limit[team][resource]; ok {
+		return limit, true
+	}
+	limit, ok = t.defaults[resource]
 	return limit, ok
+}
+
+// Limits is every limit of team in units, its own quotas over the
+// defaults.
+func (t Table) Limits(team int64) map[string]float64 {
+	out := make(map[string]float64, len(t.defaults)+len(t.limit[team]))
+	for res, l := range t.defaults {
+		out[res] = l
+	}
+	for res, l := range t.limit[team] {
+		out[res] = l
+	}
+	return out
 }
 
 // Over reports whether used units of resource exceed team's quota.
@@ -107,6 +149,3 @@ func (t Table) Note(team int64, resource string, used int) string {
 	limit, _ := t.Limit(team, resource)
 	return Note(t.teamName[team], resource, used, limit)
 }
-
-// Teams lists the teams with quotas and, for each, its limits in units.
-func (t Table) Teams() map[int64]map[string]float64 { return t.limit }
