@@ -496,6 +496,13 @@ type TeamQuota struct {
 	UpdatedAt time.Time
 }
 
+type TeamTierGrant struct {
+	TeamID    int64
+	Tier      string
+	GrantedBy string
+	GrantedAt time.Time
+}
+
 type User struct {
 	ID           int64
 	Issuer       string

@@ -21,7 +21,7 @@ import (
 	"modelplane/registry"
 )
 
-// fixture is a database with team risk, model fraud (v1, v2: 4 GB each),
+// fixture is a database with team risk (granted the critical tier), model fraud (v1, v2: 4 GB each),
 // model chat (c1: 40 GB on an H100) and the fleet service on a fake clock.
 type fixture struct {
 	pool   *pgxpool.Pool
@@ -55,6 +55,7 @@ func newFixture(t *testing.T) *fixture {
 		eng:   &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		root:  &auth.Principal{Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin},
 		start: c.Now()}
+	f.grantCritical(t)
 	man := []byte(`{"model.onnx":"` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `"}`)
 	for _, m := range []struct {
 		model    string

@@ -246,3 +246,44 @@ func TestTeamWithoutQuotaIsCappedByTheDefault(t *testing.T) {
 		t.Errorf("replicas with the team's own quota of 3 = %d, want 3", got)
 	}
 }
+
+// grantCritical grants team risk the critical tier, as a platform admin
+// (newFixture does, as an operator of a team with critical endpoints
+// would).
+func (f *fixture) grantCritical(t *testing.T) {
+	t.Helper()
+	if err := f.quotas.GrantTier(t.Context(), f.root, "risk", quota.TierCritical); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCriticalTierNeedsAPlatformGrant (issue 25 point 9): any engineer
+// could mark an endpoint critical and preempt other workloads. Without the
+// team's grant a critical endpoint is placed as standard: it takes no GPU
+// from a standard replica beyond its minimum, and says why; a team admin
+// cannot grant it; once a platform admin does, the same endpoint preempts.
+func TestCriticalTierNeedsAPlatformGrant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.quotas.RevokeTier(t.Context(), f.root, "risk", quota.TierCritical); err != nil {
+		t.Fatal(err)
+	}
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", nil))
+	f.endpoint(t, "nightly", "fraud", "v2", "gpu-a100-80gb", "standard", 0)
+	f.wake(t, "nightly")
+	f.reconcile(t)
+	f.endpoint(t, "grab", "fraud", "v1", "gpu-a100-80gb", "critical", 1)
+	if p := f.reconcile(t); p.Preempted != 0 || f.replicasOf(t, "nightly") != 1 {
+		t.Fatalf("an ungranted critical endpoint preempted %d replicas (nightly has %d)", p.Preempted, f.replicasOf(t, "nightly"))
+	}
+	if e := f.get(t, "grab"); !strings.Contains(e.PlacementError, "tier critical is not granted") {
+		t.Errorf("grab placement_error = %q, want it to say the tier is not granted", e.PlacementError)
+	}
+	if err := f.quotas.GrantTier(t.Context(), f.eng, "risk", quota.TierCritical); err == nil {
+		t.Fatal("a team admin granted their own team the critical tier")
+	}
+	f.grantCritical(t)
+	if p := f.reconcile(t); p.Preempted != 1 || f.replicasOf(t, "grab") != 1 {
+		t.Fatalf("granted: pass preempted %d, grab has %d replicas; want 1, 1", p.Preempted, f.replicasOf(t, "grab"))
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/placement"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/route"
 )
@@ -134,7 +135,15 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err != nil {
 			return err
 		}
+		demoted := demoteUngranted(demand)
 		want, notes := f.wanted(demand, reps, blocking)
+		for id := range demoted {
+			note := "tier critical is not granted to the team (a platform admin grants it); placed as standard"
+			if n := notes[id]; n != "" {
+				note = n + "; " + note
+			}
+			notes[id] = note
+		}
 		lim, err := loadLimits(ctx, q, f.defaultQuota, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
 		if err != nil {
 			return err
@@ -184,6 +193,20 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		f.log.Warn("nodes lost; their replicas are placed elsewhere", slog.Any("nodes", pass.LostNodes))
 	}
 	return pass, nil
+}
+
+// demoteUngranted places the critical endpoints of teams without the
+// critical grant (quota.Service.GrantTier) as standard, so that choosing a
+// tier preempts no one; it returns the endpoints it demoted.
+func demoteUngranted(demand []db.RoutingRuleListForPlacementRow) map[int64]bool {
+	demoted := map[int64]bool{}
+	for i := range demand {
+		if d := &demand[i]; d.Tier == quota.TierCritical && !d.CriticalGranted {
+			d.Tier = quota.TierStandard
+			demoted[d.EndpointID] = true
+		}
+	}
+	return demoted
 }
 
 type versionKey struct{ endpoint, version int64 }
