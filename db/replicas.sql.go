@@ -486,7 +486,7 @@ func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHold
 
 const replicaListForQuota = `-- name: ReplicaListForQuota :many
 SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
-       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots, r.memory_mb
 FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.team_id = $1
 ORDER BY r.endpoint_id, r.version_id, r.id
@@ -503,6 +503,7 @@ type ReplicaListForQuotaRow struct {
 	Profile     string
 	CPUCores    int32
 	Slots       int32
+	MemoryMB    int32
 }
 
 // One team's replicas with what each holds and its version's minimum, to
@@ -527,6 +528,7 @@ func (q *Queries) ReplicaListForQuota(ctx context.Context, teamID int64) ([]Repl
 			&i.Profile,
 			&i.CPUCores,
 			&i.Slots,
+			&i.MemoryMB,
 		); err != nil {
 			return nil, err
 		}

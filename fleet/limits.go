@@ -26,8 +26,7 @@ type held struct {
 	endpoint int64
 	team     int64
 	group    versionKey
-	resource string
-	units    int // sevenths of a GPU, or cores
+	uses     []quota.Use
 }
 
 // preemption is one endpoint losing replicas to a higher tier in a pass.
@@ -96,12 +95,14 @@ func loadLimits(ctx context.Context, q *db.Queries, defaults map[string]float64,
 				d, rs := l.demand[k], keep[k]
 				for len(rs) > int(d.MinReplicas) && float64(used[team][res]) > limit+1e-9 {
 					last := rs[len(rs)-1]
-					r, u := quota.ReplicaUnits(last.GPUType, last.Profile, last.CPUCores, len(last.SlotGpus))
-					if r != res {
+					uses := quota.ReplicaUses(last.GPUType, last.Profile, last.CPUCores, last.MemoryMB, len(last.SlotGpus))
+					if !slices.ContainsFunc(uses, func(u quota.Use) bool { return u.Resource == res }) {
 						break
 					}
 					rs = rs[:len(rs)-1]
-					used[team][res] -= u
+					for _, u := range uses {
+						used[team][u.Resource] -= u.Units
+					}
 					want[k] = len(rs)
 					notes[d.EndpointID] = l.quota.Note(team, res, used[team][res])
 				}
@@ -121,11 +122,12 @@ func (l *limits) usedBy(keep map[versionKey][]db.ReplicaListAllRow) map[int64]ma
 			continue
 		}
 		for _, r := range rs {
-			res, u := quota.ReplicaUnits(r.GPUType, r.Profile, r.CPUCores, len(r.SlotGpus))
 			if used[d.TeamID] == nil {
 				used[d.TeamID] = map[string]int{}
 			}
-			used[d.TeamID][res] += u
+			for _, u := range quota.ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, len(r.SlotGpus)) {
+				used[d.TeamID][u.Resource] += u.Units
+			}
 		}
 	}
 	return used
@@ -178,18 +180,31 @@ func (l *limits) admit(out []placement.Result, reqDemand []db.RoutingRuleListFor
 			continue
 		}
 		team := reqDemand[i].TeamID
-		r, u := quota.ResultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		if l.quota.Over(team, r, used[team][r]+u) {
-			out[i] = placement.Result{Replica: res.Replica, Err: l.quota.Note(team, r, used[team][r])}
+		uses := quota.ResultUses(res)
+		if note := l.over(team, uses, used[team]); note != "" {
+			out[i] = placement.Result{Replica: res.Replica, Err: note}
 			refused[i] = true
 			continue
 		}
-		used[team][r] += u
+		for _, u := range uses {
+			used[team][u.Resource] += u.Units
+		}
 	}
 	return refused
+}
+
+// over is the quota note of the first resource uses would take team past,
+// holding used; "" when all fit.
+func (l *limits) over(team int64, uses []quota.Use, used map[string]int) string {
+	for _, u := range uses {
+		if l.quota.Over(team, u.Resource, used[u.Resource]+u.Units) {
+			return l.quota.Note(team, u.Resource, used[u.Resource])
+		}
+	}
+	return ""
 }
 
 func maps(m map[string]int) map[string]int {
@@ -223,8 +238,8 @@ func (l *limits) preempt(nodes []placement.Node, reqs []placement.Request, avoid
 		g := strconv.FormatInt(k.endpoint, 10) + "/" + strconv.FormatInt(k.version, 10)
 		l.yield.Spare[g] = len(rs) - int(d.MinReplicas)
 		for _, r := range rs {
-			res, u := quota.ReplicaUnits(r.GPUType, r.Profile, r.CPUCores, len(r.SlotGpus))
-			l.holders[r.Name] = held{id: r.ID, endpoint: k.endpoint, team: d.TeamID, group: k, resource: res, units: u}
+			l.holders[r.Name] = held{id: r.ID, endpoint: k.endpoint, team: d.TeamID, group: k,
+				uses: quota.ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, len(r.SlotGpus))}
 			l.yield.Group[r.Name] = g
 		}
 	}
@@ -263,21 +278,25 @@ func (l *limits) preempt(nodes []placement.Node, reqs []placement.Request, avoid
 			}
 		}
 		team := reqDemand[i].TeamID
-		r, u := quota.ResultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		if l.quota.Over(team, r, used[team][r]+u) {
-			out[i].Err = l.quota.Note(team, r, used[team][r])
+		uses := quota.ResultUses(res)
+		if note := l.over(team, uses, used[team]); note != "" {
+			out[i].Err = note
 			continue
 		}
-		used[team][r] += u
+		for _, u := range uses {
+			used[team][u.Resource] += u.Units
+		}
 		for _, v := range victims {
 			h := l.holders[v]
 			l.victims = append(l.victims, h.id)
 			l.yield.Spare[l.yield.Group[v]]--
 			delete(l.yield.Group, v)
-			used[h.team][h.resource] -= h.units
+			for _, u := range h.uses {
+				used[h.team][u.Resource] -= u.Units
+			}
 			p := l.preempted[h.endpoint]
 			p.by, p.byTier = reqs[i].Endpoint, reqs[i].Tier
 			p.replicas++
@@ -300,11 +319,12 @@ func (l *limits) usedAfter(out []placement.Result, reqDemand []db.RoutingRuleLis
 			continue
 		}
 		team := reqDemand[i].TeamID
-		r, u := quota.ResultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		used[team][r] += u
+		for _, u := range quota.ResultUses(res) {
+			used[team][u.Resource] += u.Units
+		}
 	}
 	return used
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/endpoint"
 	"modelplane/field"
 	"modelplane/fleet"
 	"modelplane/quota"
@@ -285,5 +286,31 @@ func TestCriticalTierNeedsAPlatformGrant(t *testing.T) {
 	f.grantCritical(t)
 	if p := f.reconcile(t); p.Preempted != 1 || f.replicasOf(t, "grab") != 1 {
 		t.Fatalf("granted: pass preempted %d, grab has %d replicas; want 1, 1", p.Preempted, f.replicasOf(t, "grab"))
+	}
+}
+
+// TestMemoryIsAQuotaResource (issue 25 point 9): memory was no quota
+// resource, so a team under a core quota could still take a node's memory.
+// A memory quota of 4096 MiB gives a team two of the five 2048 MiB CPU
+// replicas it wants, however many cores it may use, and names the quota.
+func TestMemoryIsAQuotaResource(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.cpuVersion(t)
+	f.cpuHeartbeat(t, "cpu-a", 64, 65536)
+	f.setQuota(t, quota.MemoryResource, 4096)
+	if _, err := f.eps.Create(t.Context(), f.eng, endpoint.Spec{Name: "xgb-ep", Model: "xgb", Version: "x1",
+		Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 5, MaxReplicas: 5, Tier: "standard", RetentionDays: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if got := f.replicasOf(t, "xgb-ep"); got != 2 {
+		t.Fatalf("replicas under a 4096 MiB memory quota = %d, want 2", got)
+	}
+	if want := "quota: team risk holds 4096 of 4096 MiB of memory"; !strings.Contains(f.get(t, "xgb-ep").PlacementError, want) {
+		t.Errorf("placement_error = %q, want it to contain %q", f.get(t, "xgb-ep").PlacementError, want)
+	}
+	if _, err := f.quotas.Set(t.Context(), f.root, "risk", quota.MemoryResource, 1000.5); err == nil {
+		t.Error("a fractional MiB quota was accepted")
 	}
 }

@@ -30,10 +30,7 @@ func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int
 	props.Layout = s.layout(w, r, "Team quotas", "fleet")
 	props.CanEdit = principal(ctx).PlatformAdmin()
 	for _, q := range qs {
-		unit := "GPU equivalents"
-		if q.Resource == quota.CPUResource {
-			unit = "cores"
-		}
+		unit := quota.Unit(q.Resource)
 		props.Quotas = append(props.Quotas, web.QuotaView{Team: q.Team, Resource: q.Resource,
 			Amount: strconv.FormatFloat(q.Amount, 'f', -1, 64), Unit: unit, UpdatedBy: q.UpdatedBy, UpdatedAt: q.UpdatedAt.Format(time.RFC3339)})
 	}

@@ -140,7 +140,7 @@ ORDER BY f.name;
 -- One team's replicas with what each holds and its version's minimum, to
 -- refuse a quota below what the minimums hold.
 SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
-       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots, r.memory_mb
 FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.team_id = @team_id
 ORDER BY r.endpoint_id, r.version_id, r.id;

@@ -1,6 +1,7 @@
 // Package quota owns team quotas: what a team's replicas may hold of one
-// resource (a GPU type in GPU equivalents, or CPU cores), who set it, and
-// how usage is counted against it (Units, ReplicaUnits, ResultUnits). The
+// resource (a GPU type in GPU equivalents, CPU cores, or MiB of host
+// memory), who set it, and how usage is counted against it (Units,
+// ReplicaUses, ResultUses). The
 // Service keeps the quotas (platform admins only, audited); Table is one
 // reconcile pass's read of them.
 //

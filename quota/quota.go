@@ -21,11 +21,12 @@ import (
 
 // Quota caps what one team's replicas hold of one resource: a GPU type in
 // GPU equivalents (a MIG slice counts as its compute slices out of the
-// GPU's seven: 1g.10gb is 1/7) or CPUResource in cores.
+// GPU's seven: 1g.10gb is 1/7), CPUResource in cores or MemoryResource in
+// MiB (the host memory replicas are given).
 type Quota struct {
 	Team      string    `json:"team"`
-	Resource  string    `json:"resource" doc:"A GPU type (A100-80GB) or cpu."`
-	Amount    float64   `json:"amount" doc:"GPU equivalents of that type, or CPU cores."`
+	Resource  string    `json:"resource" doc:"A GPU type (A100-80GB), cpu or memory."`
+	Amount    float64   `json:"amount" doc:"GPU equivalents of that type, CPU cores, or MiB of memory."`
 	UpdatedBy string    `json:"updated_by"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -70,11 +71,13 @@ func (s *Service) Set(ctx context.Context, p *auth.Principal, team, resource str
 	field.Name(&errs, "team", team)
 	switch {
 	case !resourceRule.MatchString(resource):
-		errs.Add("resource", "must be a GPU type (A100-80GB) or cpu")
+		errs.Add("resource", "must be a GPU type (A100-80GB), cpu or memory")
 	case math.IsNaN(amount) || math.IsInf(amount, 0) || amount < 0 || amount > 1e6:
 		errs.Add("amount", "must be between 0 and 1,000,000")
 	case resource == CPUResource && amount != math.Trunc(amount):
 		errs.Add("amount", "must be whole CPU cores")
+	case resource == MemoryResource && amount != math.Trunc(amount):
+		errs.Add("amount", "must be whole MiB")
 	}
 	if err := errs.Err(); err != nil {
 		return Quota{}, err
@@ -171,12 +174,12 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 			return 1
 		})
 		for _, r := range rs[:min(len(rs), int(rs[0].MinReplicas))] {
-			res, u := ReplicaUnits(r.GPUType, r.Profile, r.CPUCores, int(r.Slots))
-			if res != resource {
-				continue
+			for _, u := range ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, int(r.Slots)) {
+				if u.Resource == resource {
+					perEndpoint[r.Endpoint] += u.Units
+					total += u.Units
+				}
 			}
-			perEndpoint[r.Endpoint] += u
-			total += u
 		}
 	}
 	if float64(total) <= Units(resource, amount)+1e-9 {
@@ -191,10 +194,7 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 	for i, n := range names {
 		parts[i] = n + " (" + amount2(resource, perEndpoint[n]) + ")"
 	}
-	unit := "GPU equivalents"
-	if resource == CPUResource {
-		unit = "cores"
-	}
+	unit := Unit(resource)
 	var errs field.Errors
 	errs.Add("amount", "is below the %s %s %s that the minimum replicas of endpoints %s hold; lower their min_replicas first",
 		amount2(resource, total), resource, unit, strings.Join(parts, ", "))

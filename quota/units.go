@@ -11,38 +11,79 @@ import (
 	"modelplane/placement"
 )
 
-// CPUResource is the quota resource of CPU replicas, counted in cores;
-// every other resource is a GPU type counted in GPU equivalents.
-const CPUResource = busapi.CPUType
+// CPUResource is the quota resource of CPU replicas' cores, counted in
+// cores, and MemoryResource that of the host memory replicas are given,
+// counted in MiB; every other resource is a GPU type counted in GPU
+// equivalents.
+const (
+	CPUResource    = busapi.CPUType
+	MemoryResource = "memory"
+)
 
-// Units is a quota amount in the units usage is counted in: cores, or
+// counted reports whether resource is counted as it is written (cores,
+// MiB) rather than in sevenths of a GPU.
+func counted(resource string) bool { return resource == CPUResource || resource == MemoryResource }
+
+// Units is a quota amount in the units usage is counted in: cores, MiB, or
 // sevenths of a GPU (a MIG slice holds its compute slices out of seven).
 func Units(resource string, amount float64) float64 {
-	if resource == CPUResource {
+	if counted(resource) {
 		return amount
 	}
 	return amount * float64(placement.Compute(busapi.ProfileFull))
 }
 
-// ReplicaUnits is the resource and units a stored replica holds.
-func ReplicaUnits(gpuType, profile string, cores int32, slots int) (string, int) {
-	if gpuType == busapi.CPUType || profile == busapi.ProfileCPU {
-		return CPUResource, int(cores)
+// Unit is what an amount of resource counts: "cores", "MiB" or "GPU
+// equivalents".
+func Unit(resource string) string {
+	switch resource {
+	case CPUResource:
+		return "cores"
+	case MemoryResource:
+		return "MiB"
 	}
-	return gpuType, placement.Sevenths(profile, slots)
+	return "GPU equivalents"
 }
 
-// ResultUnits is the resource and units a placement result takes.
-func ResultUnits(res placement.Result) (string, int) {
-	if res.Profile == busapi.ProfileCPU {
-		return CPUResource, res.CPUCores
+// Use is what a replica holds of one resource, in units.
+type Use struct {
+	Resource string
+	Units    int
+}
+
+// ReplicaUses is what a stored replica holds: a CPU replica its cores and
+// its memory, a GPU replica its GPU type's sevenths (and host memory, when
+// it was given some).
+func ReplicaUses(gpuType, profile string, cores, memoryMB int32, slots int) []Use {
+	var out []Use
+	if gpuType == busapi.CPUType || profile == busapi.ProfileCPU {
+		out = append(out, Use{CPUResource, int(cores)})
+	} else {
+		out = append(out, Use{gpuType, placement.Sevenths(profile, slots)})
 	}
-	return res.GPUType, placement.Sevenths(res.Profile, len(res.Slots))
+	if memoryMB > 0 {
+		out = append(out, Use{MemoryResource, int(memoryMB)})
+	}
+	return out
+}
+
+// ResultUses is what a placement result takes.
+func ResultUses(res placement.Result) []Use {
+	var out []Use
+	if res.Profile == busapi.ProfileCPU {
+		out = append(out, Use{CPUResource, res.CPUCores})
+	} else {
+		out = append(out, Use{res.GPUType, placement.Sevenths(res.Profile, len(res.Slots))})
+	}
+	if res.HostMemoryMB > 0 {
+		out = append(out, Use{MemoryResource, res.HostMemoryMB})
+	}
+	return out
 }
 
 // Amount formats units of resource as people read them: "16", "2.43".
 func Amount(resource string, units float64) string {
-	if resource != CPUResource {
+	if !counted(resource) {
 		units /= float64(placement.Compute(busapi.ProfileFull))
 	}
 	if math.Abs(units-math.Round(units)) < 1e-9 {
@@ -56,8 +97,11 @@ func Amount(resource string, units float64) string {
 // are quota refusals.
 func Note(team, resource string, used int, limit float64) string {
 	what := resource + " GPUs"
-	if resource == CPUResource {
+	switch resource {
+	case CPUResource:
 		what = "CPU cores"
+	case MemoryResource:
+		what = "MiB of memory"
 	}
 	return fmt.Sprintf("quota: team %s holds %s of %s %s", team, Amount(resource, float64(used)), Amount(resource, limit), what)
 }
