@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"time"
-
 )
 
 // TargetDoc is one signal of an autoscaling policy as the API and the
@@ -20,17 +19,17 @@ type TargetDoc struct {
 // seconds. It is Policy in JSON; PolicyDoc.Policy and DocOf convert.
 type PolicyDoc struct {
 	Signals                 []TargetDoc `json:"signals" doc:"Signals scaled on, each at most once; the largest desire wins. Empty: the count stays where it is, within the bounds."`
-	MinReplicas             int32             `json:"min_replicas" doc:"The endpoint's min_replicas: 0 lets it scale to zero."`
-	MaxReplicas             int32             `json:"max_replicas" doc:"The endpoint's max_replicas."`
-	ScaleUpStabilizationS   float64           `json:"scale_up_stabilization_s"`
-	ScaleDownStabilizationS float64           `json:"scale_down_stabilization_s"`
-	ScaleUpRate             float64           `json:"scale_up_rate"`
-	ScaleDownRate           float64           `json:"scale_down_rate"`
-	Tolerance               float64           `json:"tolerance"`
-	PanicThreshold          float64           `json:"panic_threshold"`
-	ScaleToZeroGraceS       float64           `json:"scale_to_zero_grace_s"`
-	ColdStartBudgetS        float64           `json:"cold_start_budget_s"`
-	Predictive              string            `json:"predictive" enum:"off,advisory,on"`
+	MinReplicas             int32       `json:"min_replicas" doc:"The endpoint's min_replicas: 0 lets it scale to zero."`
+	MaxReplicas             int32       `json:"max_replicas" doc:"The endpoint's max_replicas."`
+	ScaleUpStabilizationS   float64     `json:"scale_up_stabilization_s"`
+	ScaleDownStabilizationS float64     `json:"scale_down_stabilization_s"`
+	ScaleUpRate             float64     `json:"scale_up_rate"`
+	ScaleDownRate           float64     `json:"scale_down_rate"`
+	Tolerance               float64     `json:"tolerance"`
+	PanicThreshold          float64     `json:"panic_threshold"`
+	ScaleToZeroGraceS       float64     `json:"scale_to_zero_grace_s"`
+	ColdStartBudgetS        float64     `json:"cold_start_budget_s"`
+	Predictive              string      `json:"predictive" enum:"off,advisory,on"`
 }
 
 // seconds turns an API duration into a time.Duration, keeping NaN and
