@@ -4,7 +4,8 @@
 // even where they are missing: the node of a heartbeat is its subject's
 // (SubjectNode), and a replica's address must be on the address the
 // platform registered for the node (OnNode), not where the agent says.
-// Metrics counts what was refused.
+// A node's hardware is believed only up to what a platform admin attested
+// (Attestations, Check, Judge). Metrics counts what was refused.
 //
 // It owns the rules and the platform's record of a node's address, not the
 // heartbeat path: package fleet's intake calls it for every heartbeat. It
