@@ -67,6 +67,7 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		Endpoints:      cp.Endpoints,
 		Fleet:          cp.Fleet,
 		Quotas:         cp.Quotas,
+		Attestations:   cp.Attestations,
 		Meter:          cp.Meter,
 		Rates:          cp.Rates,
 		Chargeback:     cp.Chargeback,

@@ -48,6 +48,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /nodes/join-tokens":                             {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
 		"DELETE /nodes/join-tokens/{id}":                      {nil},
 		"POST /nodes/{node}/revoke":                           {nil},
+		"PUT /nodes/{node}/attestation":                       {jsonPayload(map[string]any{"gpus": []map[string]any{{"type": "A100-80GB", "count": 8, "slices": []string{"full"}}}})},
 		"PUT /endpoints/{endpoint}":                           {jsonPayload(endpointSettings)},
 		"DELETE /endpoints/{endpoint}":                        {nil},
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
@@ -140,7 +141,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
 var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
-	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke",
+	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
 	"POST /quotas", "DELETE /quotas/{team}/{resource}"}
 
 // agentOnly are the API routes node agents call with their own token and no

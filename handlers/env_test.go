@@ -140,6 +140,7 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 		Endpoints:      cp.Endpoints,
 		Fleet:          cp.Fleet,
 		Quotas:         cp.Quotas,
+		Attestations:   cp.Attestations,
 		Rates:          cp.Rates,
 		Meter:          cp.Meter,
 		Chargeback:     cp.Chargeback,

@@ -21,6 +21,7 @@ import (
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/tenant"
+	"modelplane/trust"
 )
 
 // Pinger reports whether a dependency is reachable, for /readyz.
@@ -41,7 +42,9 @@ type Deps struct {
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet
 	Quotas    *quota.Service
-	Meter     *billing.Meter // nil: the fleet page shows no metered total
+	// Attestations keeps what platform admins attest each node has.
+	Attestations *trust.Attestations
+	Meter        *billing.Meter // nil: the fleet page shows no metered total
 	// Rates is the cost-rate history.
 	Rates *billing.Book
 	// Chargeback reads usage and cost reports from ClickHouse; nil: the

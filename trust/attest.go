@@ -40,9 +40,9 @@ type GPUs struct {
 // and layout, or a CPU node's cores and memory. A heartbeat is believed up
 // to it: fewer GPUs (one failed) or fewer cores are fine, more are not.
 type Inventory struct {
-	GPUs     []GPUs `json:"gpus"`
-	CPUCores int    `json:"cpu_cores"`
-	MemoryMB int    `json:"memory_mb"`
+	GPUs     []GPUs `json:"gpus,omitempty" doc:"The GPUs by type and layout; empty for a CPU node."`
+	CPUCores int    `json:"cpu_cores,omitempty" doc:"A CPU node's cores."`
+	MemoryMB int    `json:"memory_mb,omitempty" doc:"A CPU node's memory in MiB."`
 }
 
 // Attestations keeps the attested inventories of nodes.
