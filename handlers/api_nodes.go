@@ -47,6 +47,6 @@ func (s *Server) registerNodes(api huma.API) {
 }
 
 type nodeAttestInput struct {
-	nodePath
+	Node string `path:"node" doc:"The node's name, as its join token names it."`
 	Body trust.Inventory
 }

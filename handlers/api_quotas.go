@@ -12,14 +12,19 @@ import (
 type quotaSetInput struct {
 	Body struct {
 		Team     string  `json:"team" minLength:"1" doc:"The team whose replicas the quota caps."`
-		Resource string  `json:"resource" minLength:"1" maxLength:"63" doc:"A GPU type (A100-80GB) or cpu."`
-		Amount   float64 `json:"amount" minimum:"0" doc:"GPU equivalents of that type (a MIG slice counts as its share of the GPU's seven compute slices: 1g.10gb is 1/7), or whole CPU cores."`
+		Resource string  `json:"resource" minLength:"1" maxLength:"63" doc:"A GPU type (A100-80GB), cpu or memory."`
+		Amount   float64 `json:"amount" minimum:"0" doc:"GPU equivalents of that type (a MIG slice counts as its share of the GPU's seven compute slices: 1g.10gb is 1/7), whole CPU cores, or whole MiB of memory."`
 	}
 }
 
 type quotaPath struct {
 	Team     string `path:"team"`
 	Resource string `path:"resource"`
+}
+
+type tierGrantPath struct {
+	Team string `path:"team" doc:"The team granted the tier."`
+	Tier string `path:"tier" enum:"critical" doc:"The tier; only critical is granted."`
 }
 
 type quotaListBody struct {
@@ -49,6 +54,22 @@ func (s *Server) registerQuotas(api huma.API) {
 		"Remove a team's quota of a resource (no cap); platform admins", "fleet"),
 		func(ctx context.Context, in *quotaPath) (*struct{}, error) {
 			if err := s.Quotas.Delete(ctx, principal(ctx), in.Team, in.Resource); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return nil, nil
+		})
+	huma.Register(api, s.op("tier-grant", http.MethodPut, "/tier-grants/{team}/{tier}",
+		"Grant a team the critical tier: its critical endpoints are placed as critical (first, preempting lower tiers); platform admins", "fleet"),
+		func(ctx context.Context, in *tierGrantPath) (*struct{}, error) {
+			if err := s.Quotas.GrantTier(ctx, principal(ctx), in.Team, in.Tier); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return nil, nil
+		})
+	huma.Register(api, s.op("tier-revoke", http.MethodDelete, "/tier-grants/{team}/{tier}",
+		"Take the critical tier back: the team's critical endpoints are placed as standard; platform admins", "fleet"),
+		func(ctx context.Context, in *tierGrantPath) (*struct{}, error) {
+			if err := s.Quotas.RevokeTier(ctx, principal(ctx), in.Team, in.Tier); err != nil {
 				return nil, s.apiError(ctx, err)
 			}
 			return nil, nil
