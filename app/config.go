@@ -65,7 +65,7 @@ type ServerConfig struct {
 	// replica a request woke after the last request (fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (fleet.DefaultAutoscaleInterval).
+	// replica count (autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
 	// ValidationTimeout and ValidationMemoryMB limit the child process
 	// that validates an uploaded version at registration.

@@ -25,6 +25,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/gguf"
 	"modelplane/llm"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -39,6 +40,11 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 		if _, err := cp.Tenant.CreateTeam(ctx, system, team, strings.ToUpper(team[:1])+team[1:]); err != nil && !errors.Is(err, db.ErrConflict) {
 			return err
 		}
+	}
+	// The platform grants risk the critical tier its fraud-scoring endpoint
+	// runs at, as an operator would (docs/security.md).
+	if err := cp.Quotas.GrantTier(ctx, system, "risk", quota.TierCritical); err != nil {
+		return err
 	}
 	q := db.New(cp.Pool)
 	for _, u := range idp.Users() {

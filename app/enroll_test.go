@@ -21,10 +21,10 @@ import (
 	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/enrollment"
-	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
+	"modelplane/trust"
 )
 
 // TestRotationKeepsTheAgentConnected: an agent enrolled through the join
@@ -64,7 +64,7 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, clock)
 
 	const node = "rot-1"
-	creds, err := enrollDevNode(ctx, svc, node, fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
+	creds, err := enrollDevNode(ctx, svc, node, trust.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/billing"
@@ -56,7 +58,7 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fl := fleet.New(pool, slog.New(slog.DiscardHandler), time.Now)
+	fl := fleet.New(pool, fleet.Options{Clock: quartz.NewReal(), Log: slog.New(slog.DiscardHandler)})
 	watching := time.Now()
 	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []busapi.GPU{
 		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
