@@ -41,7 +41,7 @@ func TestSecurityVLLMRunsOfflineOnTheVersionsDraft(t *testing.T) {
 	}
 	var e runtimeEnv
 	wait.Eventually(t, long, func() bool {
-		e = envOf(t, r)
+		e = envWhenUp(r)
 		return e.PID != 0
 	}, "no /env")
 	if v, _ := e.get("HF_HUB_OFFLINE"); v != "1" {
