@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -66,12 +67,15 @@ type ServerConfig struct {
 	// replica a request woke after the last request (fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (fleet.DefaultAutoscaleInterval).
+	// replica count (autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
 	// ValidationTimeout and ValidationMemoryMB limit the child process
 	// that validates an uploaded version at registration.
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// ValidationUID and ValidationGID are the user the validation child
+	// runs as when the control plane runs as root (default nobody).
+	ValidationUID, ValidationGID int64
 	// SecretKey seals webhook secrets (MP_SECRET_KEY: comma-separated
 	// 32-byte base64 keys, the current first; docs/operations.md says how
 	// to rotate). AlertmanagerURL receives the control plane's own alerts
@@ -155,6 +159,8 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
 	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", versioncheck.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
 	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", versioncheck.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
+	fs.Int64Var(&c.ValidationUID, "validation-uid", envInt("MP_VALIDATION_UID", versioncheck.DefaultSandboxID), "uid the validation child runs as when the control plane runs as root; it should own no file (MP_VALIDATION_UID)")
+	fs.Int64Var(&c.ValidationGID, "validation-gid", envInt("MP_VALIDATION_GID", versioncheck.DefaultSandboxID), "gid the validation child runs as when the control plane runs as root (MP_VALIDATION_GID)")
 	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
 	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
 	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
@@ -226,6 +232,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.ValidationTimeout < time.Second {
 		bad("MP_VALIDATION_TIMEOUT (--validation-timeout) must be at least 1s")
+	}
+	if c.ValidationUID < 1 || c.ValidationUID > math.MaxUint32-1 {
+		bad("MP_VALIDATION_UID (--validation-uid) must be a uid other than root's (1 to %d)", uint32(math.MaxUint32-1))
+	}
+	if c.ValidationGID < 1 || c.ValidationGID > math.MaxUint32-1 {
+		bad("MP_VALIDATION_GID (--validation-gid) must be a gid other than root's (1 to %d)", uint32(math.MaxUint32-1))
 	}
 	if c.ValidationMemoryMB < versioncheck.MinMemoryMB {
 		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", versioncheck.MinMemoryMB)

@@ -192,6 +192,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	dropSharedAgentToken(log)
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
@@ -232,7 +233,9 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1))...)
+	reconnected := make(chan struct{}, 1)
+	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1),
+		nats.ReconnectHandler(signalOn(reconnected)))...)
 	if err != nil {
 		return fmt.Errorf("connect nats as the system user: %w", err)
 	}
@@ -245,7 +248,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		SecretKeys: keys, Alertmanager: cfg.AlertmanagerURL,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
-		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }})
+		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }, Reconnected: reconnected})
 	if err != nil {
 		return err
 	}

@@ -21,10 +21,10 @@ import (
 	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/enrollment"
-	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
+	"modelplane/trust"
 )
 
 // TestRotationKeepsTheAgentConnected: an agent enrolled through the join
@@ -60,10 +60,11 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, clock)
 
 	const node = "rot-1"
-	creds, err := enrollDevNode(ctx, svc, node, fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
+	creds, err := enrollDevNode(ctx, svc, node, trust.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +227,7 @@ func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
 		Authority: natstest.Auth(t), Clock: clock})
 	if err != nil {

@@ -159,6 +159,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	if cfg.AgentToken != "" {
+		warnSharedAgentToken(log, "server")
+	}
 	natsOpts, err := cfg.NATS.Options(log)
 	if err != nil {
 		return err
@@ -196,7 +199,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
 		AutoscaleInterval: cfg.AutoscaleInterval,
 		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB,
-		Alertmanager: cfg.AlertmanagerURL}
+		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID), Alertmanager: cfg.AlertmanagerURL}
 	if cpCfg.SecretKeys, err = notify.ParseKeyring(string(cfg.SecretKey)); err != nil {
 		return err
 	}

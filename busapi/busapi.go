@@ -37,40 +37,89 @@ const (
 	StreamEvents      = "MP_EVENTS"
 )
 
-// Bucket is a KV bucket's settings.
+// Bucket is a KV bucket's settings. MaxBytes bounds the bucket's storage:
+// only the control plane writes buckets, and the bound keeps the account's
+// disk limit (the sum of every bucket's and stream's) a true bound.
+//
+// MaxConsumers, when set, bounds the consumers of the bucket's stream: on
+// mp_desired, whose consumers every node may create (a watch of its own
+// key), it keeps what nodes make below the account's cap, so gateways'
+// route watches and the control plane's consumers always find room.
 type Bucket struct {
-	Name    string
-	History int
+	Name         string
+	History      int
+	MaxBytes     int64
+	MaxConsumers int
 }
 
 // Stream is a JetStream stream's settings. Every stream uses file storage and
 // explicit acks; Duplicates is the Nats-Msg-Id deduplication window.
+//
+// MaxBytes bounds the stream's storage: once full, its oldest messages are
+// dropped, so a publisher that floods one stream never takes the room of
+// another stream or bucket (routes, keys, desired replica sets). MaxMsgSize
+// bounds one message. MaxMsgsPerSubject, when set, bounds the messages one
+// subject keeps (a subject's oldest go first): on MP_USAGE a subject is one
+// node, so one node's flood drops its own oldest batches, not others'.
 type Stream struct {
-	Name       string
-	Subjects   []string
-	MaxAge     time.Duration
-	Duplicates time.Duration
+	Name              string
+	Subjects          []string
+	MaxAge            time.Duration
+	Duplicates        time.Duration
+	MaxBytes          int64
+	MaxMsgSize        int32
+	MaxMsgsPerSubject int64
 }
+
+// Sizes of the contract's buckets and streams. JetStream reserves a
+// stream's MaxBytes against the server's store (by default 75% of the free
+// disk) when the stream is created, so their sum, about 6 GiB, must fit
+// on every machine that runs a NATS server, a developer's laptop included.
+// A fleet whose usage outgrows them raises them here; the account's limit
+// follows (bus.AccountDiskBytes).
+const (
+	// BucketMaxBytes bounds each KV bucket.
+	BucketMaxBytes = 128 << 20
+	// UsageMaxBytes bounds MP_USAGE. Agents publish about one batch a
+	// second of a few KiB, so 4 GiB is days of a small fleet and hours of
+	// a large one: MaxAge is then not what bounds an ingest outage.
+	UsageMaxBytes = 4 << 30
+	// UsageMaxMsgsPerNode bounds the batches MP_USAGE keeps of one node:
+	// a day and more at one batch a second.
+	UsageMaxMsgsPerNode = 100_000
+	// MaxMsgBytes bounds one message of every stream: a usage batch of
+	// 1,000 records is a few hundred KiB.
+	MaxMsgBytes = 1 << 20
+	// DesiredMaxConsumers bounds mp_desired's consumers: one watch per
+	// node (two while it resets), so a fleet of a few thousand nodes; it
+	// is half the account's consumer cap (bus.AccountMaxConsumers), and
+	// both grow together.
+	DesiredMaxConsumers = 5_000
+)
 
 // Buckets are the KV buckets the control plane creates at start.
 var Buckets = []Bucket{
-	{Name: BucketDesired, History: 1},
-	{Name: BucketRoutes, History: 1},
-	{Name: BucketKeys, History: 1},
-	{Name: BucketIdentity, History: 1},
+	{Name: BucketDesired, History: 1, MaxBytes: BucketMaxBytes, MaxConsumers: DesiredMaxConsumers},
+	{Name: BucketRoutes, History: 1, MaxBytes: BucketMaxBytes},
+	{Name: BucketKeys, History: 1, MaxBytes: BucketMaxBytes},
+	{Name: BucketIdentity, History: 1, MaxBytes: BucketMaxBytes},
 }
 
 // Streams are the streams the control plane creates at start. MaxAge bounds
-// how long an ingest outage can last before records are lost; it is far
-// beyond any outage the operations guide expects (docs/operations.md).
+// how long an ingest outage can last before records are lost, unless
+// MaxBytes is reached first (see UsageMaxBytes).
 var Streams = []Stream{
-	{Name: StreamUsage, Subjects: []string{"mp.usage.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
-	{Name: StreamPredictions, Subjects: []string{"mp.pred.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
-	{Name: StreamReqStats, Subjects: []string{"mp.reqstats.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute},
+	{Name: StreamUsage, Subjects: []string{"mp.usage.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
+		MaxBytes: UsageMaxBytes, MaxMsgSize: MaxMsgBytes, MaxMsgsPerSubject: UsageMaxMsgsPerNode},
+	{Name: StreamPredictions, Subjects: []string{"mp.pred.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
+		MaxBytes: 1 << 30, MaxMsgSize: MaxMsgBytes},
+	{Name: StreamReqStats, Subjects: []string{"mp.reqstats.>"}, MaxAge: 7 * 24 * time.Hour, Duplicates: 2 * time.Minute,
+		MaxBytes: 512 << 20, MaxMsgSize: MaxMsgBytes},
 	// Events are published through the outbox like everything else, and a
 	// JetStream publish needs a stream to land in; live pages read them with
 	// a plain subscription, so a day of history is plenty.
-	{Name: StreamEvents, Subjects: []string{"mp.events.>"}, MaxAge: 24 * time.Hour, Duplicates: 2 * time.Minute},
+	{Name: StreamEvents, Subjects: []string{"mp.events.>"}, MaxAge: 24 * time.Hour, Duplicates: 2 * time.Minute,
+		MaxBytes: 128 << 20, MaxMsgSize: MaxMsgBytes},
 }
 
 // NodeStatusSubject is where an agent publishes its heartbeats (core NATS).
@@ -694,6 +743,11 @@ const (
 	// on nothing the request body says. The gateway never forwards a
 	// client's headers, so a client cannot set it.
 	TeamHeader = "X-Modelplane-Team"
+	// ReplicaTokenFDEnv names the descriptor a runtime that checks the
+	// token reads it from, once, at start (a pipe the agent wrote it to):
+	// in the environment the token would show in /proc/<pid>/environ to
+	// every process of the runtime's user.
+	ReplicaTokenFDEnv = "MP_REPLICA_TOKEN_FD"
 )
 
 // KeyEntry is the value of an API key's prefix in BucketKeys: what a gateway

@@ -18,6 +18,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/autoscaler"
 	"modelplane/billing"
 	"modelplane/bus"
 	"modelplane/busapi"
@@ -33,12 +34,14 @@ import (
 	"modelplane/notify"
 	"modelplane/opsmetrics"
 	"modelplane/outbox"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
 	"modelplane/services"
 	"modelplane/tenant"
+	"modelplane/trust"
 	"modelplane/versioncheck"
 )
 
@@ -68,8 +71,14 @@ type Config struct {
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// RequireAttestation refuses heartbeats of nodes without an attested
+	// inventory (fleet.Options.RequireAttestation).
+	RequireAttestation bool
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (fleet.Options.DefaultQuota); nil: such teams are uncapped.
+	DefaultQuota map[string]float64
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (zero: fleet.DefaultAutoscaleInterval).
+	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
 	// Clock is the clock of every service and background loop (nil:
 	// quartz.NewReal()); tests pass a quartz.Mock and move it.
@@ -83,11 +92,18 @@ type Config struct {
 	// child process (zero: package versioncheck's defaults).
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// ValidationUID and ValidationGID are the validation child's user
+	// when the control plane is root (zero: versioncheck.DefaultSandboxID).
+	ValidationUID, ValidationGID int
 	// Authority mints the credentials of enrolling nodes; nil leaves node
 	// enrollment off (Enrollment is nil). Push sends its revocations to
 	// the NATS servers (over a system-user connection).
 	Authority *bus.Authority
 	Push      enrollment.Pusher
+	// Reconnected receives when Push's connection reconnects, so the
+	// revocations are pushed again to a server that restarted without
+	// them (enrollment.Repusher); nil: only every RepushInterval.
+	Reconnected <-chan struct{}
 	// NodeNATSURLs and NodeNATSCA are what enrolling nodes are told about
 	// NATS (empty: their own settings).
 	NodeNATSURLs []string
@@ -156,32 +172,31 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// fleet (excluded from the clock change) still reads time through a
-	// func; its owner moves it onto the clock.
-	fleetNow := func() time.Time { return clock.Now() }
 	cp := &ControlPlane{Pool: st.Pool, Set: services.Set{
-		Log:         cfg.Log,
-		Keys:        auth.NewKeys(st.Pool, clock),
-		OIDC:        cfg.OIDC,
-		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, clock),
-		Tenant:      tenant.New(st.Pool, clock),
-		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
-		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, cfg.Log, fleetNow),
-		Rates:       billing.NewBook(st.Pool, clock),
-		Audit:       audit.NewLog(st.Pool),
-		Idempotency: idempotency.New(st.Pool),
-		Metrics:     reg,
+		Log:       cfg.Log,
+		Keys:      auth.NewKeys(st.Pool, clock),
+		OIDC:      cfg.OIDC,
+		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, clock),
+		Tenant:    tenant.New(st.Pool, clock),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
+		Endpoints: endpoint.New(st.Pool),
+		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
+			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
+		Attestations: trust.NewAttestations(st.Pool, clock),
+		Quotas:       quota.New(st.Pool, clock),
+		Rates:        billing.NewBook(st.Pool, clock),
+		Audit:        audit.NewLog(st.Pool),
+		Idempotency:  idempotency.New(st.Pool),
+		Metrics:      reg,
 	}}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
-			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log, Clock: clock})
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, UID: cfg.ValidationUID, GID: cfg.ValidationGID, Log: cfg.Log, Clock: clock})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
 		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, clock).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
-	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
 		return nil, fmt.Errorf("fleet metrics: %w", err)
 	}
@@ -249,13 +264,21 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	if err != nil {
 		return err
 	}
-	var intake *fleet.Intake
-	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
-	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
-	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
+	// The intake wakes the reconciler on heartbeats that change a replica;
+	// the reconciler asks the intake how long it has heard the fleet.
+	var reconciler *fleet.Controller
+	intake := fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, func() { reconciler.Wake() })
+	reconciler = fleet.NewController(cp.Fleet, fleet.ControllerOptions{Log: cfg.Log, Interval: time.Second, Listening: intake,
+		Published: published})
+	// Every change of an endpoint's demand wakes the reconciler, as
+	// heartbeats that change a replica and autoscaler decisions do.
+	cp.Endpoints.OnChange(reconciler.Wake)
+	var history autoscaler.HistoryFunc
 	if cp.Traffic != nil {
-		scaler.SetHistory(cp.Traffic.HourlyRates)
+		history = cp.Traffic.HourlyRates
 	}
+	scaler := autoscaler.New(st.Pool, autoscaler.Options{Clock: clock, Log: cfg.Log, Interval: cfg.AutoscaleInterval,
+		Grace: cp.Fleet.Grace(), Changed: reconciler.Wake, Published: published, History: history})
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates
@@ -288,6 +311,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	}
 	if cp.Enrollment != nil {
 		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, clock)))
+		g.Add(cp.Enrollment.Repusher(cfg.Log, clock, cfg.Reconnected))
 	}
 	if cfg.OIDC != nil {
 		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))

@@ -328,6 +328,17 @@ type NodeAddress struct {
 	UpdatedAt time.Time
 }
 
+type NodeAttestation struct {
+	Node          string
+	GPUs          []byte
+	CPUCores      int32
+	MemoryMB      int32
+	AttestedBy    string
+	AttestedAt    time.Time
+	RefusedAt     *time.Time
+	RefusedReason string
+}
+
 type NodeCredential struct {
 	Node                  string
 	NATSUserKey           string
@@ -498,6 +509,13 @@ type TeamQuota struct {
 	Amount    float64
 	UpdatedBy string
 	UpdatedAt time.Time
+}
+
+type TeamTierGrant struct {
+	TeamID    int64
+	Tier      string
+	GrantedBy string
+	GrantedAt time.Time
 }
 
 type User struct {

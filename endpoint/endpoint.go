@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,8 +21,8 @@ import (
 	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/field"
-	"modelplane/fleet"
 	"modelplane/registry"
+	"modelplane/replica"
 )
 
 // Tiers keep workloads of different criticality apart on the fleet.
@@ -94,7 +95,7 @@ type Replica struct {
 	UpdatedAt     time.Time `json:"updated_at"`
 	// Metrics are the replica's load and cold start as its node last
 	// reported them.
-	Metrics fleet.ReplicaMetrics `json:"metrics"`
+	Metrics replica.Metrics `json:"metrics"`
 	// Launch is what its node runs for it: the command line, environment
 	// (secrets hidden) and generated files. Only Service.Replicas fills
 	// it; an endpoint's own reads leave it out, to stay small.
@@ -145,11 +146,27 @@ type Spec struct {
 
 // Service manages endpoints.
 type Service struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	onChange atomic.Pointer[func()]
 }
 
 // New returns a Service.
 func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
+
+// OnChange sets what a change of an endpoint's demand calls after it
+// commits (create, update, delete, traffic, experiment, autoscaling): the
+// fleet reconciler's Wake, so that a new endpoint's replica is placed now
+// instead of at the next tick. The call only wakes: the reconciler reads
+// the whole demand again, so a lost wake costs at most one tick.
+func (s *Service) OnChange(fn func()) {
+	s.onChange.Store(&fn)
+}
+
+func (s *Service) changed() {
+	if fn := s.onChange.Load(); fn != nil && *fn != nil {
+		(*fn)()
+	}
+}
 
 func checkSettings(errs *field.Errors, s Settings) {
 	field.OneOf(errs, "instance_profile", s.InstanceProfile, InstanceProfiles...)
@@ -260,6 +277,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -351,9 +369,9 @@ func (s *Service) replicas(ctx context.Context, q *db.Queries, p *auth.Principal
 	for i, r := range rows {
 		out[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
 			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{},
-			Metrics: fleet.ParseReplicaMetrics(r.Metrics)}
+			Metrics: replica.ParseMetrics(r.Metrics)}
 		if launch {
-			out[i].Launch = fleet.ParseReplicaLaunch(r.Launch)
+			out[i].Launch = replica.ParseLaunch(r.Launch)
 		}
 		for j := range r.SlotGpus {
 			out[i].Slots = append(out[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
@@ -413,6 +431,7 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -432,6 +451,7 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 	if err != nil {
 		return fmt.Errorf("delete endpoint: %w", err)
 	}
+	s.changed()
 	return nil
 }
 
@@ -530,5 +550,6 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("set traffic: %w", err)
 	}
+	s.changed()
 	return out, nil
 }

@@ -116,6 +116,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("set experiment: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -144,5 +145,6 @@ func (s *Service) EndExperiment(ctx context.Context, p *auth.Principal, name str
 	if err != nil {
 		return fmt.Errorf("end experiment: %w", err)
 	}
+	s.changed()
 	return nil
 }

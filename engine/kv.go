@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -186,6 +187,23 @@ func (k *KV) keyHashes(prefixKey string, prefixTokens, tokens int) []uint64 {
 		hs[i] = h.Sum64()
 	}
 	return hs
+}
+
+// saltHashes is a hash chain salted: each hash replaced by SHA-256 of the
+// salt's length, the salt and the hash, cut to 64 bits. A chain still
+// names its prefix (each hash already names all the tokens before it),
+// and chains of different salts share no hash but by a 64-bit collision.
+func saltHashes(salt string, hs []uint64) []uint64 {
+	out := make([]uint64, len(hs))
+	buf := make([]byte, 0, 16+len(salt))
+	for i, h := range hs {
+		buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(len(salt)))
+		buf = append(buf, salt...)
+		buf = binary.LittleEndian.AppendUint64(buf, h)
+		sum := sha256.Sum256(buf)
+		out[i] = binary.LittleEndian.Uint64(sum[:8])
+	}
+	return out
 }
 
 // match is how many leading pages of a chain are registered (hit), and how

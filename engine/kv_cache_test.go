@@ -186,6 +186,12 @@ func TestSchedulerPrefixCaching(t *testing.T) {
 
 func runCaching(t *testing.T, p profile.Profile, reqs []Request, seed uint64, caching bool) Stats {
 	t.Helper()
+	return runCachingChecked(t, p, reqs, seed, caching, nil)
+}
+
+// runCachingChecked is runCaching calling check after every step.
+func runCachingChecked(t *testing.T, p profile.Profile, reqs []Request, seed uint64, caching bool, check func(*Scheduler)) Stats {
+	t.Helper()
 	c := profileConfig(t, p, seed)
 	c.PrefixCaching = caching
 	s, err := NewScheduler(c)
@@ -218,6 +224,9 @@ func runCaching(t *testing.T, p profile.Profile, reqs []Request, seed uint64, ca
 		now = res.End()
 		if err := s.kv.Check(); err != nil {
 			t.Fatalf("step %d: %v", step, err)
+		}
+		if check != nil {
+			check(s)
 		}
 		if s.growFailures != 0 {
 			t.Fatalf("step %d: %d Grow failures", step, s.growFailures)

@@ -72,6 +72,12 @@ type Request struct {
 	// keys. A real engine, which sees the tokens, sets them; the pages
 	// they name are shared and cached as PrefixKey's.
 	PageHashes []uint64
+	// CacheSalt, when set, is part of every page hash of the request
+	// (PageHashes' or PrefixKey's), as vLLM's cache_salt: requests share
+	// prefix pages only when their salts are equal. A serving engine puts
+	// the calling team here, so that one team never reads, or times,
+	// another's cached prompt.
+	CacheSalt string
 }
 
 // TokenEvent is one generated token, to stream to the client.
@@ -476,6 +482,9 @@ func (s *Scheduler) Submit(r Request) error {
 	q.hashes = r.PageHashes
 	if len(q.hashes) == 0 {
 		q.hashes = s.kv.keyHashes(r.PrefixKey, r.PrefixTokens, r.PromptTokens)
+	}
+	if r.CacheSalt != "" {
+		q.hashes = saltHashes(r.CacheSalt, q.hashes)
 	}
 	limit := r.MaxTokens
 	if w := s.p.MaxModelLen - r.PromptTokens; s.p.MaxModelLen > 0 && (limit == 0 || w < limit) {

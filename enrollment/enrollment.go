@@ -54,6 +54,18 @@ var (
 // needs (403).
 var ErrNotPlaced = errors.New("no version placed on this node needs this file")
 
+// DefaultCredentialLifetime is how long a node's credentials (its NATS
+// user and artifact token) stay valid after they were issued: twice the
+// agent's default rotation interval (24 h), so an agent that rotates on
+// time never sees one expire, and a copy taken from a node stops working
+// within two days even if nobody revokes it. An agent down for longer
+// enrolls again with a new join token.
+const DefaultCredentialLifetime = 48 * time.Hour
+
+// ErrCredentialsExpired means a node's artifact token was issued more than
+// the credential lifetime ago (401): it enrolls again with a new join token.
+var ErrCredentialsExpired = fmt.Errorf("node credentials expired, enroll again with a new join token: %w", ErrInvalidToken)
+
 // DefaultRotationGrace is how long a node's previous credentials keep
 // working after it rotates: enough for the agent to reconnect with the new
 // ones and for downloads in flight to finish.
@@ -73,6 +85,8 @@ type Service struct {
 	push  Pusher
 	clock quartz.Clock
 	grace time.Duration
+	// lifetime is how long issued credentials stay valid.
+	lifetime time.Duration
 	// natsURLs and natsCA are what a node is told about NATS: the URLs to
 	// connect to and the PEM of the CAs of the servers' certificates;
 	// empty: the agent's own settings.
@@ -89,7 +103,17 @@ func New(pool *pgxpool.Pool, a *bus.Authority, push Pusher, clock quartz.Clock) 
 	if clock == nil {
 		clock = quartz.NewReal()
 	}
-	return &Service{pool: pool, auth: a, push: push, clock: clock, grace: DefaultRotationGrace}
+	return &Service{pool: pool, auth: a, push: push, clock: clock, grace: DefaultRotationGrace, lifetime: DefaultCredentialLifetime}
+}
+
+// SetCredentialLifetime sets how long issued credentials stay valid (0:
+// DefaultCredentialLifetime). Keep it above the agents' rotation interval
+// (--rotate-every), or they expire before the agent rotates them.
+func (s *Service) SetCredentialLifetime(d time.Duration) {
+	if d <= 0 {
+		d = DefaultCredentialLifetime
+	}
+	s.lifetime = d
 }
 
 // Advertise sets what enrolled nodes are told about NATS: the server URLs
@@ -252,9 +276,10 @@ func (c Credentials) String() string { return "<secret>" }
 // LogValue keeps the secrets out of structured logs.
 func (c Credentials) LogValue() slog.Value { return slog.StringValue("<secret>") }
 
-// mint makes node's new NATS user and artifact token.
+// mint makes node's new NATS user, which the servers refuse after the
+// credential lifetime, and artifact token.
 func (s *Service) mint(node string, now time.Time) (Credentials, bus.Credential, string, error) {
-	cred, err := s.auth.Agent(node)
+	cred, err := s.auth.Mint("node-"+node, bus.AgentPermissions(node), now.Add(s.lifetime))
 	if err != nil {
 		return Credentials{}, bus.Credential{}, "", err
 	}
@@ -269,7 +294,10 @@ func (s *Service) mint(node string, now time.Time) (Credentials, bus.Credential,
 
 // Join exchanges a join token for the node's credentials. The token works
 // once; a node that enrolls again gets new credentials, and its old NATS
-// user is revoked. addr is where the request came from, for the audit log.
+// users are revoked for good: kept in node_revoked_keys, whether or not
+// the node was revoked before, so enrolling a revoked node again never
+// lets its old credentials back in. addr is where the request came from,
+// for the audit log.
 func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, error) {
 	if !strings.HasPrefix(token, joinPrefix) {
 		return Credentials{}, ErrInvalidToken
@@ -288,9 +316,9 @@ func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, er
 		old, err := q.NodeCredentialGetForUpdate(ctx, jt.Node)
 		switch {
 		case err == nil:
-			if old.RevokedAt == nil {
-				oldKeys = append(oldKeys, old.NATSUserKey)
-			}
+			// A revoked node's key too: its revocation was recorded only
+			// on the row this enrollment overwrites.
+			oldKeys = append(oldKeys, old.NATSUserKey)
 			if old.PrevNatsUserKey != nil {
 				oldKeys = append(oldKeys, *old.PrevNatsUserKey)
 			}
@@ -370,6 +398,9 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 		if err != nil {
 			return err
 		}
+		if s.expired(c, now) {
+			return ErrCredentialsExpired
+		}
 		if c.PrevNatsUserKey != nil {
 			older = *c.PrevNatsUserKey
 			if err := q.NodeRevokedKeyInsert(ctx, db.NodeRevokedKeyInsertParams{NATSUserKey: older, Node: c.Node, RevokedAt: now}); err != nil {
@@ -446,6 +477,10 @@ func (s *Service) Revoke(ctx context.Context, p *auth.Principal, node string) er
 		if err != nil {
 			return err
 		}
+		// Kept for good, beside the row a later enrollment overwrites.
+		if err := q.NodeRevokedKeyInsert(ctx, db.NodeRevokedKeyInsertParams{NATSUserKey: c.NATSUserKey, Node: node, RevokedAt: now}); err != nil {
+			return err
+		}
 		if c.PrevNatsUserKey != nil {
 			if err := q.NodeRevokedKeyInsert(ctx, db.NodeRevokedKeyInsertParams{NATSUserKey: *c.PrevNatsUserKey, Node: node, RevokedAt: now}); err != nil {
 				return err
@@ -519,7 +554,20 @@ func (s *Service) VerifyArtifactToken(ctx context.Context, token string) (node s
 	if !cur && !prev {
 		return "", ErrInvalidToken
 	}
+	if cur && s.expired(c, now) {
+		return "", ErrCredentialsExpired
+	}
 	return c.Node, nil
+}
+
+// expired reports whether c's current credentials were issued (enrolled or
+// last rotated) a lifetime or more before now.
+func (s *Service) expired(c db.NodeCredential, now time.Time) bool {
+	issued := c.EnrolledAt
+	if c.RotatedAt != nil && c.RotatedAt.After(issued) {
+		issued = *c.RotatedAt
+	}
+	return !now.Before(issued.Add(s.lifetime))
 }
 
 // AuthorizeArtifact returns the node whose artifact token this is when that

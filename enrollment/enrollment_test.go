@@ -79,6 +79,7 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 	}
 	url, sc := natsFor(t, a)
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pool, a, pusher(a, sc), clock)
 
 	if _, _, err := svc.CreateJoinToken(ctx, engineer, enrollment.JoinRequest{Node: "gpu-1", Host: "10.0.0.7", TTL: time.Hour}); !errors.Is(err, auth.ErrForbidden) {
@@ -169,6 +170,7 @@ func TestJoinTokenExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pool, a, nil, clock)
 	token, _, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-2", Host: "10.0.0.8", TTL: time.Hour})
 	if err != nil {
@@ -207,6 +209,7 @@ func TestJoinTokenRevokedBeforeUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pool, a, nil, clock)
 	token, jt, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-3", Host: "10.0.0.9", TTL: time.Hour})
 	if err != nil {
@@ -243,6 +246,7 @@ func TestRotationKeepsOldCredentialsForTheGrace(t *testing.T) {
 	}
 	url, sc := natsFor(t, a)
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	svc := enrollment.New(pool, a, pusher(a, sc), clock)
 	token, _, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-4", Host: "10.0.0.10", TTL: time.Hour})
 	if err != nil {

@@ -17,20 +17,21 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/pgtest"
+	"modelplane/quota"
 	"modelplane/registry"
 )
 
-// fixture is a database with team risk, model fraud (v1, v2: 4 GB each),
+// fixture is a database with team risk (granted the critical tier), model fraud (v1, v2: 4 GB each),
 // model chat (c1: 40 GB on an H100) and the fleet service on a fake clock.
 type fixture struct {
-	pool  *pgxpool.Pool
-	fleet *fleet.Fleet
-	eps   *endpoint.Service
-	clock *quartz.Mock // the fleet's clock, moved by hand
-	now   func() time.Time
-	eng   *auth.Principal
-	root  *auth.Principal
-	start time.Time
+	pool   *pgxpool.Pool
+	fleet  *fleet.Fleet
+	quotas *quota.Service
+	eps    *endpoint.Service
+	clock  *quartz.Mock // the fleet's clock, moved by hand
+	eng    *auth.Principal
+	root   *auth.Principal
+	start  time.Time
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -48,11 +49,11 @@ func newFixture(t *testing.T) *fixture {
 	}
 	c := quartz.NewMock(t)
 	c.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	now := func() time.Time { return c.Now() }
-	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), now), eps: endpoint.New(pool), clock: c, now: now,
+	f := &fixture{pool: pool, fleet: fleet.New(pool, fleet.Options{Clock: c, Log: slog.New(slog.DiscardHandler)}), quotas: quota.New(pool, c), eps: endpoint.New(pool), clock: c,
 		eng:   &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		root:  &auth.Principal{Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin},
 		start: c.Now()}
+	f.grantCritical(t)
 	man := []byte(`{"model.onnx":"` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `"}`)
 	for _, m := range []struct {
 		model    string

@@ -9,6 +9,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/fleet"
+	"modelplane/replica"
 )
 
 // A heartbeat's per-replica load and cold start and the node's cache are
@@ -44,9 +45,9 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	if !observe(r) {
 		t.Error("first ready heartbeat reported no change")
 	}
-	want := fleet.ReplicaMetrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
-		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.now().UnixMilli(),
-		ColdStart: fleet.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
+	want := replica.Metrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
+		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.clock.Now().UnixMilli(),
+		ColdStart: replica.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
 	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"modelplane/auth"
 	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/replica"
 )
 
 // Node is a node as people see it.
@@ -48,14 +49,14 @@ type Node struct {
 
 // NodeReplica is one replica on a node, as the node's page shows it.
 type NodeReplica struct {
-	Name     string         `json:"name"`
-	Team     string         `json:"team"`
-	Endpoint string         `json:"endpoint"`
-	Version  string         `json:"version"`
-	State    string         `json:"state"`
-	Reason   string         `json:"reason,omitempty"`
-	Failures int32          `json:"failures,omitempty"`
-	Metrics  ReplicaMetrics `json:"metrics"`
+	Name     string          `json:"name"`
+	Team     string          `json:"team"`
+	Endpoint string          `json:"endpoint"`
+	Version  string          `json:"version"`
+	State    string          `json:"state"`
+	Reason   string          `json:"reason,omitempty"`
+	Failures int32           `json:"failures,omitempty"`
+	Metrics  replica.Metrics `json:"metrics"`
 }
 
 // GPU is one GPU of a node with its slices and who uses them.
@@ -209,7 +210,7 @@ func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node,
 	v.Replicas = make([]NodeReplica, len(reps))
 	for i, r := range reps {
 		v.Replicas[i] = NodeReplica{Name: r.Name, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version, State: r.State,
-			Reason: r.Reason, Failures: r.Failures, Metrics: ParseReplicaMetrics(r.Metrics)}
+			Reason: r.Reason, Failures: r.Failures, Metrics: replica.ParseMetrics(r.Metrics)}
 	}
 	return v, nil
 }

@@ -17,6 +17,7 @@ import (
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
+	"modelplane/trust"
 )
 
 // counter reads one series of the fleet's counters.
@@ -52,7 +53,7 @@ func TestReplicaOffItsNodeIsNotRecorded(t *testing.T) {
 	}
 	inv := gpus(0, 2, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	if err := f.fleet.SetAddress(t.Context(), "node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 31000, PortLast: 31099}); err != nil {
+	if err := trust.SetAddress(t.Context(), db.New(f.pool), "node-a", trust.Address{Host: "127.0.0.1", PortFirst: 31000, PortLast: 31099}); err != nil {
 		t.Fatal(err)
 	}
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 3)
@@ -83,15 +84,15 @@ func TestSetAddressRefusesNonsense(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {
 		node string
-		a    fleet.Address
+		a    trust.Address
 	}{
-		{"node.a", fleet.Address{Host: "127.0.0.1"}},
-		{"node-a", fleet.Address{Host: ""}},
-		{"node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 10, PortLast: 5}},
-		{"node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 70000}},
-		{"node-a", fleet.Address{Host: "http://x"}},
+		{"node.a", trust.Address{Host: "127.0.0.1"}},
+		{"node-a", trust.Address{Host: ""}},
+		{"node-a", trust.Address{Host: "127.0.0.1", PortFirst: 10, PortLast: 5}},
+		{"node-a", trust.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 70000}},
+		{"node-a", trust.Address{Host: "http://x"}},
 	} {
-		if err := f.fleet.SetAddress(t.Context(), tc.node, tc.a); err == nil {
+		if err := trust.SetAddress(t.Context(), db.New(f.pool), tc.node, tc.a); err == nil {
 			t.Errorf("SetAddress(%q, %+v) = nil, want an error", tc.node, tc.a)
 		}
 	}

@@ -40,7 +40,7 @@ func TestWokenEndpointGetsAReplicaAndSleepsAfterTheGrace(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	grace := 5 * time.Minute
-	f.fleet.SetWakeGrace(grace)
+	f.fleet = fleet.New(f.pool, fleet.Options{Clock: f.clock, WakeGrace: grace})
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
 	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
@@ -298,7 +298,7 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 		t.Fatalf("route while blocked = %+v (written %v), want scaled to zero with the budget named in blocked", rt, ok)
 	}
 	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
-	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.now)
+	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock)
 	if _, err := budgets.Set(t.Context(), admin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 20_000_000, Enforcement: chargeback.EnforceBlock}); err != nil {
 		t.Fatal(err)
 	}

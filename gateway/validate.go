@@ -250,7 +250,16 @@ func ratString(r *big.Rat) string {
 // validate checks body against rt's input schema. An endpoint whose schema
 // does not compile is served without validation, and the first request to
 // it says so in the log, once per schema.
+//
+// Each route is held to the shape it serves. An LLM model's input schema
+// is its chat request's ("the whole body for LLMs"); a text completion is
+// another shape, a prompt and no messages, so it is held to
+// decodeRequest's completion checks and not to the chat schema, which
+// would refuse every completion ("messages: is required").
 func (g *Gateway) validate(rt *route, k kind, body []byte) *invalidInput {
+	if k == kindCompletion {
+		return nil
+	}
 	s := rt.schema
 	if s == nil {
 		return nil

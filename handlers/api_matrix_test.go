@@ -48,6 +48,9 @@ func apiFixtures() map[string][]*payload {
 		"POST /nodes/join-tokens":                             {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
 		"DELETE /nodes/join-tokens/{id}":                      {nil},
 		"POST /nodes/{node}/revoke":                           {nil},
+		"PUT /tier-grants/{team}/{tier}":                      {nil},
+		"DELETE /tier-grants/{team}/{tier}":                   {nil},
+		"PUT /nodes/{node}/attestation":                       {jsonPayload(map[string]any{"gpus": []map[string]any{{"type": "A100-80GB", "count": 8, "slices": []string{"full"}}}})},
 		"PUT /endpoints/{endpoint}":                           {jsonPayload(endpointSettings)},
 		"DELETE /endpoints/{endpoint}":                        {nil},
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
@@ -145,8 +148,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
 var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
-	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke",
-	"POST /quotas", "DELETE /quotas/{team}/{resource}"}
+	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
+	"POST /quotas", "DELETE /quotas/{team}/{resource}", "PUT /tier-grants/{team}/{tier}", "DELETE /tier-grants/{team}/{tier}"}
 
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
@@ -180,10 +183,10 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
-		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors",
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors", "tier": "critical",
 		"webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors",
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors", "tier": "critical",
 		"webhook": "987654321", "delivery": "987654321"}
 	return risk, missing
 }

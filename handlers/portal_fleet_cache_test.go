@@ -10,6 +10,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
+	"modelplane/replica"
 )
 
 // TestFleetShowsNodeCachesAndReplicaColdStarts: the node cache and each
@@ -90,7 +91,7 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 	}
 	var one fleet.Node
 	e.getJSON(t, e.Keys["platform-admin"], "/nodes/cpu-01", &one)
-	wantCold := fleet.ColdStart{DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60}
+	wantCold := replica.ColdStart{DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60}
 	if len(one.Replicas) != 1 || one.Replicas[0].Metrics.ColdStart != wantCold || one.Replicas[0].Metrics.InFlight != 5 ||
 		one.Replicas[0].Metrics.BatchSize != 3.5 {
 		t.Errorf("GET /nodes/cpu-01 replicas = %+v, want in-flight 5, batch 3.5 and cold start %+v", one.Replicas, wantCold)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/coder/quartz"
 
 	"modelplane/busapi"
 	"modelplane/endpoint"
@@ -52,7 +53,9 @@ var testFleet = map[string][]busapi.GPU{
 func (e *testEnv) seedFleet(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	hourAgo := fleet.New(e.pool, slog.New(slog.DiscardHandler), func() time.Time { return time.Now().Add(-time.Hour) })
+	clock := quartz.NewMock(t)
+	clock.Set(time.Now().Add(-time.Hour))
+	hourAgo := fleet.New(e.pool, fleet.Options{Clock: clock, Log: slog.New(slog.DiscardHandler)})
 	if _, err := hourAgo.Observe(ctx, busapi.NodeStatus{Node: "gpu-old-01", BootID: "b1", LeaseSeconds: 15, GPUs: testFleet["gpu-old-01"]}); err != nil {
 		t.Fatal(err)
 	}

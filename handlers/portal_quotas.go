@@ -10,7 +10,7 @@ import (
 
 	"modelplane/auth"
 	"modelplane/field"
-	"modelplane/fleet"
+	"modelplane/quota"
 	"modelplane/web"
 )
 
@@ -23,7 +23,7 @@ func (s *Server) portalQuotas(w http.ResponseWriter, r *http.Request) {
 func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int, props web.QuotasProps) {
 	ctx := r.Context()
 	f := pageFrame(r)
-	qs, err := s.Fleet.Quotas(ctx, f.user)
+	qs, err := s.Quotas.List(ctx, f.user)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -31,10 +31,7 @@ func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int
 	props.Layout = f.layout(w, "Team quotas", "fleet")
 	props.CanEdit = f.user.PlatformAdmin()
 	for _, q := range qs {
-		unit := "GPU equivalents"
-		if q.Resource == fleet.CPUResource {
-			unit = "cores"
-		}
+		unit := quota.Unit(q.Resource)
 		props.Quotas = append(props.Quotas, web.QuotaView{Team: q.Team, Resource: q.Resource,
 			Amount: strconv.FormatFloat(q.Amount, 'f', -1, 64), Unit: unit, UpdatedBy: q.UpdatedBy, UpdatedAt: q.UpdatedAt.Format(time.RFC3339)})
 	}
@@ -55,7 +52,7 @@ func (s *Server) portalQuotaSet(w http.ResponseWriter, r *http.Request) {
 		errs["amount"] = "must be a number, e.g. 16 or 2.5"
 	}
 	if len(errs) == 0 {
-		_, err = s.Fleet.SetQuota(r.Context(), pageFrame(r).user, form.Team, form.Resource, amount)
+		_, err = s.Quotas.Set(r.Context(), pageFrame(r).user, form.Team, form.Resource, amount)
 		if err == nil {
 			redirectFlash(w, r, "/quotas", fmt.Sprintf("Quota of team %s for %s set to %s.", form.Team, form.Resource, form.Amount))
 			return

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/billing"
@@ -56,7 +58,7 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fl := fleet.New(pool, slog.New(slog.DiscardHandler), time.Now)
+	fl := fleet.New(pool, fleet.Options{Clock: quartz.NewReal(), Log: slog.New(slog.DiscardHandler)})
 	watching := time.Now()
 	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []busapi.GPU{
 		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
@@ -134,7 +136,6 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 		forged(busapi.Usage{Time: during, GPU: gpu, Replica: "someone-else"}))
 	send("cpu-1", "cpu-a",
 		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}),
-		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 1, Replica: cpuRep}),
 		// A third core of a 2-core replica.
 		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 2, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
@@ -153,13 +154,15 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 		t.Fatalf("intervals not closed by the delete: %v", err)
 	}
 	// Late: another batch of the second they were allocated in, spooled by
-	// the agent and arriving now; and seconds after the allocations ended.
+	// the agent and arriving now (the second core's, billed; the GPU's
+	// again, a repeat never billed twice); and seconds after the
+	// allocations ended.
 	after := ended.Unix() + 2
 	send("gpu-2", "gpu-a",
 		forged(busapi.Usage{Time: during, GPU: gpu, Replica: gpuRep, Requests: 3}),
 		forged(busapi.Usage{Time: after, GPU: gpu, Replica: gpuRep}))
 	send("cpu-2", "cpu-a",
-		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}),
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 1, Replica: cpuRep}),
 		forged(busapi.Usage{Time: after, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
 
@@ -192,19 +195,17 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	}
 	want := []string{
 		"cpu-1/0 cpu-a t+0 0/0 cpu cpu-core risk xgb-ep xgb x1 req=0",
-		"cpu-1/1 cpu-a t+0 0/1 cpu cpu-core risk xgb-ep xgb x1 req=0",
-		"cpu-2/0 cpu-a t+0 0/0 cpu cpu-core risk xgb-ep xgb x1 req=0",
+		"cpu-2/0 cpu-a t+0 0/1 cpu cpu-core risk xgb-ep xgb x1 req=0",
 		fmt.Sprintf("gpu-1/0 gpu-a t+0 %d/0 A100-80GB full risk fraud-ep fraud v1 req=7", gpu),
-		fmt.Sprintf("gpu-2/0 gpu-a t+0 %d/0 A100-80GB full risk fraud-ep fraud v1 req=3", gpu),
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("gpu_usage rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// Dropped: the unallocated GPU, the third core, and the two seconds
 	// after the end (unallocated); the slot claimed for another replica
-	// (foreign).
-	if s := u.Stats(); s.UnallocatedRows != 4 || s.ForeignRows != 1 {
-		t.Errorf("dropped %d unallocated and %d foreign rows; want 4 and 1", s.UnallocatedRows, s.ForeignRows)
+	// (foreign); the GPU's second billed again (repeated).
+	if s := u.Stats(); s.UnallocatedRows != 4 || s.ForeignRows != 1 || s.RepeatedRows != 1 {
+		t.Errorf("dropped %d unallocated, %d foreign, %d repeated rows; want 4, 1 and 1", s.UnallocatedRows, s.ForeignRows, s.RepeatedRows)
 	}
 }
 

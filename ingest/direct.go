@@ -22,9 +22,9 @@ import (
 const directChunk = 1000
 
 // StoreUsage prices batches at prices and inserts them into gpu_usage, as
-// the usage consumer does, and returns the rows written. Unlike the
-// consumer it does not look for rows stored already: the caller loads
-// each batch once. Nor does it attribute rows by allocation intervals:
+// the usage consumer does, and returns the rows written: one per
+// slot-second among batches. Unlike the consumer it does not look for rows
+// stored already: the caller loads each batch once. Nor does it attribute rows by allocation intervals:
 // its caller is the platform itself writing history it made up, whose
 // labels are its own, never an agent's. The insert is tagged as this package's write, so a
 // concurrent RepairRollup waits for it instead of counting it twice.

@@ -74,11 +74,23 @@ type rowKey struct {
 	idx   uint32
 }
 
-type rowWant struct{ requests, rate uint64 }
+type rowWant struct {
+	requests, rate uint64
+	slot           slotKey
+}
+
+// slotKey is a slot-second, which the ledger bills once whatever batches
+// name it.
+type slotKey struct {
+	node, replica string
+	gpu, slice    int
+	ts            int64
+}
 
 // ledger is the exactly-once bookkeeping of a test: every row attempted
 // (handed to JetStream), every row whose publish JetStream acknowledged,
-// checked against what ClickHouse stored.
+// checked against what ClickHouse stored, which is one row per slot-second
+// attempted.
 // It is also the control plane's record of allocations for the consumer
 // (loadAllocations): a synthetic fleet is never placed, so each slot a
 // record meters is taken as allocated, from the epoch on, to the replica
@@ -106,7 +118,8 @@ func (l *ledger) attempt(b busapi.UsageBatch) {
 	defer l.mu.Unlock()
 	for i, r := range b.Records {
 		rate, _ := rates.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
-		l.attempted[rowKey{b.ID, uint32(i)}] = rowWant{requests: uint64(r.Requests), rate: uint64(rate)}
+		l.attempted[rowKey{b.ID, uint32(i)}] = rowWant{requests: uint64(r.Requests), rate: uint64(rate),
+			slot: slotKey{node: r.Node, replica: r.Replica, gpu: r.GPU, slice: r.Slice, ts: r.Time}}
 		k := allocKey{node: r.Node, replica: r.Replica, gpu: r.GPU, slice: r.Slice}
 		a := ingest.Allocation{Node: r.Node, Replica: r.Replica, GPU: r.GPU, Slice: r.Slice, Team: r.Team, Endpoint: r.Endpoint,
 			Model: r.Model, Version: r.Version, GPUType: r.GPUType, Profile: r.Profile, From: time.Unix(0, 0)}
@@ -145,46 +158,62 @@ func (l *ledger) rows() int {
 }
 
 // check asserts that every attempted row was acknowledged, that ClickHouse
-// holds each acknowledged row exactly once and nothing else, that request
-// and cost totals are exact, and that the hourly rollup adds up to the raw
+// holds exactly one row of each acknowledged slot-second, one of the rows
+// published for it, and nothing else, that request and cost totals are
+// those of the rows stored, and that the hourly rollup adds up to the raw
 // table.
 func (l *ledger) check(t *testing.T, ch driver.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rows, err := ch.Query(ctx, "SELECT batch_id, row_idx, count() FROM gpu_usage GROUP BY batch_id, row_idx")
+	rows, err := ch.Query(ctx, "SELECT batch_id, row_idx, node, replica, gpu, slice, toUInt32(ts) FROM gpu_usage")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := make(map[rowKey]uint64)
+	storedSlots := make(map[slotKey]uint64)
 	for rows.Next() {
 		var (
-			k rowKey
-			n uint64
+			k          rowKey
+			s          slotKey
+			gpu, slice uint16
+			ts         uint32
 		)
-		if err := rows.Scan(&k.batch, &k.idx, &n); err != nil {
+		if err := rows.Scan(&k.batch, &k.idx, &s.node, &s.replica, &gpu, &slice, &ts); err != nil {
 			t.Fatal(err)
 		}
-		stored[k] = n
+		s.gpu, s.slice, s.ts = int(gpu), int(slice), int64(ts)
+		stored[k]++
+		storedSlots[s]++
 	}
 	rows.Close()
 	var lost, duplicated, unknown, unacked int
 	var wantRequests, wantCost uint64
+	slots := make(map[slotKey]bool)
 	for k, w := range l.attempted {
 		if !l.acked[k] {
 			unacked++
 		}
-		n := stored[k]
-		if n == 0 && l.acked[k] {
+		if l.acked[k] {
+			slots[w.slot] = true
+		}
+		if n := stored[k]; n > 0 {
+			wantRequests += w.requests
+			wantCost += w.rate
+		}
+	}
+	for s := range slots {
+		if storedSlots[s] == 0 {
 			lost++
 		}
+	}
+	for s, n := range storedSlots {
 		if n > 1 {
 			duplicated += int(n - 1)
 		}
-		if n > 0 {
-			wantRequests += w.requests
-			wantCost += w.rate
+		if !slots[s] {
+			unknown++
 		}
 	}
 	for k := range stored {
@@ -192,16 +221,16 @@ func (l *ledger) check(t *testing.T, ch driver.Conn) {
 			unknown++
 		}
 	}
-	t.Logf("ledger: %d rows attempted, %d acked by JetStream, %d stored", len(l.attempted), len(l.acked), len(stored))
+	t.Logf("ledger: %d rows attempted, %d acked by JetStream, %d slot-seconds, %d stored", len(l.attempted), len(l.acked), len(slots), len(stored))
 	if lost != 0 || duplicated != 0 || unknown != 0 || unacked != 0 {
-		t.Errorf("lost %d, duplicated %d, stored but never published %d, never acked %d; want all 0", lost, duplicated, unknown, unacked)
+		t.Errorf("slot-seconds lost %d, billed twice %d, stored but never published %d; rows never acked %d; want all 0", lost, duplicated, unknown, unacked)
 	}
 	var rawRows, rawRequests, rawCost uint64
 	if err := ch.QueryRow(ctx, "SELECT count(), sum(requests), sum(rate_uusd_per_hour) FROM gpu_usage").Scan(&rawRows, &rawRequests, &rawCost); err != nil {
 		t.Fatal(err)
 	}
-	if rawRows != uint64(len(l.attempted)) || rawRequests != wantRequests || rawCost != wantCost {
-		t.Errorf("gpu_usage: %d rows, %d requests, %d µUSD×3600; want %d, %d, %d", rawRows, rawRequests, rawCost, len(l.attempted), wantRequests, wantCost)
+	if rawRows != uint64(len(slots)) || rawRequests != wantRequests || rawCost != wantCost {
+		t.Errorf("gpu_usage: %d rows, %d requests, %d µUSD×3600; want %d, %d, %d", rawRows, rawRequests, rawCost, len(slots), wantRequests, wantCost)
 	}
 	// Merges of the rollup are eventual: sum what is there, never read one row.
 	var hSeconds, hCost, hRequests uint64

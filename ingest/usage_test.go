@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/billing"
 	"modelplane/busapi"
@@ -94,13 +95,13 @@ func TestRepublishAfterWindow(t *testing.T) {
 	replayLate(b)
 	// C: ClickHouse already holds rows 0–4 of the batch.
 	c := nodeSecond("c-0", 0, 8)
-	partial, err := e.ch.PrepareBatch(context.Background(), "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, requests, rate_uusd_per_hour, batch_id, row_idx)")
+	partial, err := e.ch.PrepareBatch(context.Background(), "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, replica, requests, rate_uusd_per_hour, batch_id, row_idx)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range c.Records[:5] {
 		rate, _ := rates.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
-		if err := partial.Append(time.Unix(r.Time, 0), r.Node, uint16(r.GPU), uint16(r.Slice), r.GPUType, r.Profile, uint64(r.Requests), uint64(rate), c.ID, uint32(i)); err != nil {
+		if err := partial.Append(time.Unix(r.Time, 0), r.Node, uint16(r.GPU), uint16(r.Slice), r.GPUType, r.Profile, r.Replica, uint64(r.Requests), uint64(rate), c.ID, uint32(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,32 +123,68 @@ func TestRepublishAfterWindow(t *testing.T) {
 	e.l.check(t, e.ch)
 }
 
-// TestIdenticalRowsBothCount stores seconds whose rows are byte for byte
-// the same, as two idle slices reported alike are: rows are told apart by
-// (batch_id, row_idx), never by content, so every one is billed.
-func TestIdenticalRowsBothCount(t *testing.T) {
+// TestOneBillPerSlotSecond is the attack of issue 25 finding 1: node a
+// bills one GPU-second three times, twice in one batch and again in a
+// second batch with another id, sent both in the same gathering and after
+// the first was stored. The ledger holds that slot-second once and bills
+// it once; each repeat is dropped and counted for operators. A second slot
+// whose row is byte for byte the same as the first's, as two idle slices
+// reported alike are, is still billed: rows are told apart by slot and
+// second, never by content. (This replaces TestIdenticalRowsBothCount,
+// which asserted the old rule: a GPU-second billed three times.)
+func TestOneBillPerSlotSecond(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
-	e.start(t, e.usageConfig(t, e.js))
-	idle := busapi.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: busapi.ProfileFull}
-	same := busapi.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []busapi.Usage{idle, idle}}
-	other := busapi.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []busapi.Usage{idle}}
-	r1, _ := json.Marshal(same.Records[0])
-	r2, _ := json.Marshal(other.Records[0])
-	if string(r1) != string(r2) {
-		t.Fatal("records differ; the test needs identical ones")
-	}
-	e.publish(t, e.js, same)
-	e.publish(t, e.js, other)
+	reg := prometheus.NewRegistry()
+	cfg := e.usageConfig(t, e.js)
+	cfg.Metrics = reg
+	u := e.start(t, cfg)
+	idle := busapi.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: busapi.ProfileFull, Replica: "idle-1-r3"}
+	twin := idle
+	twin.GPU = 4
+	same := busapi.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []busapi.Usage{idle, idle, twin}}
+	again := busapi.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []busapi.Usage{idle}}
+	later := busapi.UsageBatch{ID: "idle-1-c", Node: "idle-1", Records: []busapi.Usage{idle, twin}}
+	e.publishAsync(t, e.js, []busapi.UsageBatch{same, again})
+	e.waitDrained(t, "", 30*time.Second)
+	e.publish(t, e.js, later)
 	e.waitDrained(t, "", 30*time.Second)
 	e.l.check(t, e.ch)
-	var cost uint64
+	var rows, cost uint64
+	if err := e.ch.QueryRow(context.Background(), "SELECT count() FROM gpu_usage WHERE gpu = 3").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Errorf("gpu_usage rows of GPU 3 at %d = %d, want 1", baseTime, rows)
+	}
 	if err := e.ch.QueryRow(context.Background(), "SELECT sum(cost_uusd_x3600) FROM gpu_usage_hourly").Scan(&cost); err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(3 * rates[busapi.ProfileFull]); cost != want {
-		t.Errorf("rollup cost numerator = %d, want %d (three idle seconds)", cost, want)
+	if want := uint64(2 * rates[busapi.ProfileFull]); cost != want {
+		t.Errorf("rollup cost numerator = %d, want %d (one second of each of two GPUs)", cost, want)
 	}
+	if st := u.Stats(); st.RepeatedRows != 4 || st.Rows != 2 {
+		t.Errorf("stats: %d rows stored, %d repeats dropped; want 2 and 4", st.Rows, st.RepeatedRows)
+	}
+	if got := counterValue(t, reg, "mp_ingest_usage_repeated_rows_total"); got != 4 {
+		t.Errorf("mp_ingest_usage_repeated_rows_total = %v, want 4", got)
+	}
+}
+
+// counterValue is the value of the counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
 
 // TestPricesAtRateInForce prices with the real rate table in PostgreSQL: a

@@ -13,5 +13,5 @@
 // operators on the admin listener, never served to a team.
 //
 // It must not write, and it owns no rule: what a replica's metrics mean is
-// the fleet's (fleet.ReplicaMetrics), what a second costs is billing's.
+// package replica's (replica.Metrics), what a second costs is billing's.
 package opsmetrics

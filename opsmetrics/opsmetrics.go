@@ -16,7 +16,7 @@ import (
 	"modelplane/billing"
 	"modelplane/busapi"
 	"modelplane/db"
-	"modelplane/fleet"
+	"modelplane/replica"
 )
 
 // cacheFor is how long one read serves scrapes: several Prometheus servers
@@ -218,8 +218,8 @@ func (b *builder) replicas(rows []db.OpsReplicaListRow, rates *billing.Rates, no
 		}
 		labels := []string{r.Team, r.Endpoint, r.Version, r.Name, r.Node}
 		b.add(failuresDesc, prometheus.GaugeValue, float64(r.Failures), labels...)
-		var m fleet.ReplicaMetrics
-		if len(r.Metrics) == 0 || json.Unmarshal(r.Metrics, &m) != nil || m.ObservedAtMS == 0 {
+		m := replica.ParseMetrics(r.Metrics)
+		if m.ObservedAtMS == 0 {
 			continue // no heartbeat reported its load yet
 		}
 		gauge := func(d *prometheus.Desc, field string, v float64) {

@@ -37,7 +37,6 @@ func TestSeriesFromHeartbeats(t *testing.T) {
 	pool := pgtest.New(t)
 	clock := quartz.NewMock(t)
 	clock.Set(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
-	now := func() time.Time { return clock.Now() }
 	store, err := artifact.NewStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +59,7 @@ func TestSeriesFromHeartbeats(t *testing.T) {
 		Settings: endpoint.Settings{InstanceProfile: "gpu-h100-80gb", MinReplicas: 1, MaxReplicas: 3, Tier: "standard", RetentionDays: 30}}); err != nil {
 		t.Fatal(err)
 	}
-	fl := fleet.New(pool, slog.New(slog.DiscardHandler), now)
+	fl := fleet.New(pool, fleet.Options{Clock: clock, Log: slog.New(slog.DiscardHandler)})
 	inv := []busapi.GPU{{Index: 0, Type: "H100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
 		{Index: 1, Type: "H100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}}}
 	beat := func(reps ...busapi.ReplicaStatus) {

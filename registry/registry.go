@@ -436,6 +436,8 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	man, err := artifact.ParseManifest(manifest)
 	if err != nil {
 		errs.Add("manifest", "%s", strings.TrimPrefix(err.Error(), artifact.ErrRejected.Error()+": "))
+	} else {
+		checkDraftModel(&errs, spec.Serving.LLM, man)
 	}
 	if files == nil {
 		u, err := url.Parse(spec.ArtifactURI)

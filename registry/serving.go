@@ -12,6 +12,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/field"
@@ -58,7 +59,7 @@ type ServingLLM struct {
 
 // ServingSpecDec are speculative decoding's settings.
 type ServingSpecDec struct {
-	Model     string `json:"model,omitempty" doc:"Draft model: a directory on the node or a hub id."`
+	Model     string `json:"model,omitempty" doc:"Draft model: a directory of the version's files (a path of its manifest, as in draft), never a hub id or a path on the node."`
 	Method    string `json:"method,omitempty" enum:"ngram,eagle,medusa,mlp_speculator" doc:"A drafting method; empty with a draft model."`
 	NumTokens int    `json:"num_speculative_tokens" doc:"Tokens proposed per step, 1 to 16."`
 }
@@ -110,6 +111,30 @@ func checkLLM(errs *field.Errors, l *ServingLLM, gpus int) {
 			errs.Add(f+".speculative.num_speculative_tokens", "must be between 1 and 16")
 		}
 	}
+}
+
+// checkDraftModel holds speculative.model to the version's manifest: it
+// is handed to vLLM as the draft model, which would otherwise load a hub
+// id (a download outside the artifact pipeline, unchecked and unscanned)
+// or any directory of the node (another team's cache). It must name a
+// directory holding files of the manifest; the agent joins it to the
+// replica's model directory and runs vLLM offline.
+func checkDraftModel(errs *field.Errors, l *ServingLLM, man artifact.Manifest) {
+	if l == nil || l.Speculative == nil || l.Speculative.Model == "" {
+		return
+	}
+	const f = "metadata.serving.llm.speculative.model"
+	m := l.Speculative.Model
+	if err := artifact.CheckPath(m); err != nil {
+		errs.Add(f, "must be a directory of the version's files (a clean relative path), not %q", m)
+		return
+	}
+	for p := range man {
+		if strings.HasPrefix(p, m+"/") {
+			return
+		}
+	}
+	errs.Add(f, "%q is not a directory of the version's files: the manifest lists no file under %s/", m, m)
 }
 
 // LLMSettings is the JSON of a version's serving.llm block from its

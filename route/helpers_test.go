@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/artifact"
@@ -46,7 +47,9 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), func() time.Time { return now }), eps: endpoint.New(pool),
+	clock := quartz.NewMock(t)
+	clock.Set(now)
+	f := &fixture{pool: pool, fleet: fleet.New(pool, fleet.Options{Clock: clock, Log: slog.New(slog.DiscardHandler)}), eps: endpoint.New(pool),
 		eng: &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		now: now}
 	reg := registry.New(pool, store, artifact.Limits{})

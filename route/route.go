@@ -104,15 +104,18 @@ func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 // and reads the routing input afterwards, even when the caller read it
 // already: a rollout that committed since then has its new weights in the
 // entry, and one that has not yet committed waits for this transaction.
-func WriteAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
-	n, err := writeAll(ctx, q, now)
+// blocks are the blocking budgets the caller read in q (BudgetBlocksAt):
+// the reconciler caps replicas by the same read, so the pass reads them
+// once and its caps and the entries' Blocked cannot disagree.
+func WriteAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, error) {
+	n, err := writeAll(ctx, q, blocks)
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
 	return n, nil
 }
 
-func writeAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
+func writeAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, error) {
 	if err := q.EndpointLockForRoutes(ctx); err != nil {
 		return 0, err
 	}
@@ -125,10 +128,6 @@ func writeAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
 		return 0, err
 	}
 	arms, err := q.ExperimentListForRoutes(ctx)
-	if err != nil {
-		return 0, err
-	}
-	blocks, err := BudgetBlocksAt(ctx, q, now)
 	if err != nil {
 		return 0, err
 	}

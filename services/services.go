@@ -15,10 +15,12 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/notify"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/tenant"
+	"modelplane/trust"
 )
 
 // Set is every domain service the control plane serves, built once. A
@@ -34,6 +36,10 @@ type Set struct {
 	// Endpoints creates, changes and reads endpoints, scoped by team.
 	Endpoints *endpoint.Service
 	Fleet     *fleet.Fleet
+	// Quotas keeps the teams' quotas and tier grants.
+	Quotas *quota.Service
+	// Attestations keeps what platform admins attest each node has.
+	Attestations *trust.Attestations
 	// Rates is the cost-rate history.
 	Rates *billing.Book
 	// Meter reads metered usage; nil without ClickHouse.

@@ -131,17 +131,29 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // 0 means it answered, any other status or a signal is a crash.
 const exitInvalid = 3
 
-// RunChild is `modelplane runtime validate`: it limits its own address
-// space to memoryMB (the parent's time limit kills it if it hangs), runs
-// Check and prints the Report. It returns the exit status.
-func RunChild(ctx context.Context, dir string, memoryMB int64, openers map[string]runtime.Opener) int {
-	if memoryMB > 0 {
-		if err := limitMemory(memoryMB << 20); err != nil {
-			_ = json.NewEncoder(os.Stdout).Encode(Report{Unavailable: "set memory limit: " + err.Error()})
-			return 1
-		}
+// ChildLimits are what a validation child holds itself to, set before it
+// reads any file of the version. The control plane passes them as flags.
+type ChildLimits struct {
+	// MemoryMB is its address space (RLIMIT_AS; 0: none).
+	MemoryMB int64
+	// CPUSeconds is the CPU time of all its threads (RLIMIT_CPU; 0: none).
+	CPUSeconds int64
+	// MaxProcesses bounds its user's processes and threads (RLIMIT_NPROC;
+	// 0: none, as when it runs as the control plane's own user, whose
+	// count it would share).
+	MaxProcesses int64
+}
+
+// RunChild is `modelplane runtime validate`: it sets its limits on itself
+// (address space, open files, processes, CPU time, file size, no core, no
+// new privileges, a seccomp filter; the parent's time limit kills it if it
+// hangs), runs Check and prints the Report. It returns the exit status.
+func RunChild(ctx context.Context, dir string, lim ChildLimits, openers map[string]runtime.Opener) int {
+	if err := limitSelf(lim); err != nil {
+		_ = json.NewEncoder(os.Stdout).Encode(Report{Unavailable: "set the validation sandbox: " + err.Error()})
+		return 1
 	}
-	rep := check(ctx, dir, openers, memoryMB)
+	rep := check(ctx, dir, openers, lim.MemoryMB)
 	_ = json.NewEncoder(os.Stdout).Encode(rep)
 	if rep.Invalid != "" {
 		return exitInvalid

@@ -44,7 +44,11 @@ func withQ4(t *testing.T, demo []byte) []byte {
 	for _, ti := range f.Tensors {
 		tt := gguf.Tensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: make([]byte, ti.Size)}
 		if !retyped && len(ti.Dims) == 2 && ti.Dims[0]%32 == 0 {
-			tt.Type, tt.Data, retyped = gguf.Q4_0, make([]byte, ti.Elements()/32*18), true
+			n, err := ti.Elements()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.Type, tt.Data, retyped = gguf.Q4_0, make([]byte, n/32*18), true
 		}
 		tensors = append(tensors, tt)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/artifact"
 	"modelplane/busapi"
 	"modelplane/endpoint"
@@ -145,7 +147,9 @@ func TestValidationGGUFMemoryNeed(t *testing.T) {
 	}
 
 	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	fl := fleet.New(f.db, slog.New(slog.DiscardHandler), func() time.Time { return clock })
+	mock := quartz.NewMock(t)
+	mock.Set(clock)
+	fl := fleet.New(f.db, fleet.Options{Clock: mock, Log: slog.New(slog.DiscardHandler)})
 	for _, e := range []struct {
 		name, version string
 		replicas      int32
@@ -204,7 +208,7 @@ func TestValidationGGUFNeedAboveLargestNode(t *testing.T) {
 	f.createModel(t, "chat", registry.TaskLLM)
 	demo := demoGGUF(t)
 	need := needMB(t, demo)
-	fl := fleet.New(f.db, slog.New(slog.DiscardHandler), time.Now)
+	fl := fleet.New(f.db, fleet.Options{Clock: quartz.NewReal(), Log: slog.New(slog.DiscardHandler)})
 	largest := int(need) - 1
 	cpuNode(t, fl, "cpu-small", 4, largest/2)
 	cpuNode(t, fl, "cpu-large", 4, largest)

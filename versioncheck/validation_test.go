@@ -34,6 +34,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(versioncheck.LimitsHelperEnv) == "1" {
+		os.Exit(versioncheck.LimitsHelper())
+	}
 	dir, err := os.MkdirTemp("", "validation-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

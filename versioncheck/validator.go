@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/quartz"
@@ -57,6 +59,10 @@ type Config struct {
 	// Interval is how often pending versions are looked for; Wake runs a
 	// pass at once.
 	Interval time.Duration
+	// UID and GID are the user the child runs as when the control plane
+	// runs as root (0: DefaultSandboxID, nobody; negative: not switched).
+	// Not root, the child runs as the control plane's user.
+	UID, GID int
 	Log      *slog.Logger
 	Clock    quartz.Clock
 }
@@ -66,6 +72,9 @@ type Validator struct {
 	service.Runner
 	cfg  Config
 	wake chan struct{}
+	// noNS is set once the kernel refused a child's namespaces: later
+	// children start without them (logged once).
+	noNS atomic.Bool
 }
 
 // New returns a validator; Start runs it.
@@ -84,6 +93,12 @@ func New(cfg Config) *Validator {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = quartz.NewReal()
+	}
+	if cfg.UID == 0 {
+		cfg.UID = DefaultSandboxID
+	}
+	if cfg.GID == 0 {
+		cfg.GID = DefaultSandboxID
 	}
 	return &Validator{cfg: cfg, wake: make(chan struct{}, 1)}
 }
@@ -266,9 +281,16 @@ func (v *Validator) check(ctx context.Context, row db.ValidationClaimPendingRow)
 		out.state, out.reason = skipped, "lay out the model directory: "+err.Error()
 		return out
 	}
+	if err := v.handOver(dir); err != nil {
+		out.state, out.reason = skipped, "lay out the model directory: "+err.Error()
+		return out
+	}
 	// Messages name files by the temporary directory's path, which is
 	// the control plane's and not the user's business.
-	scrub := func(s string) string { return strings.ReplaceAll(s, dir+string(filepath.Separator), "") }
+	scrub := func(s string) string {
+		s = strings.ReplaceAll(s, childDir+"/", "")
+		return strings.ReplaceAll(s, dir+string(filepath.Separator), "")
+	}
 	rep, err := v.child(ctx, dir)
 	rep.Invalid, rep.Unavailable = scrub(rep.Invalid), scrub(rep.Unavailable)
 	if err != nil {
@@ -363,10 +385,12 @@ func (v *Validator) place(digest, dst string) error {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	if os.Link(f.Name(), dst) == nil {
+	// A child of its own user cannot read the store's blobs (0440, the
+	// control plane's): it gets a copy, which handOver gives it.
+	if !v.switchesUser() && os.Link(f.Name(), dst) == nil {
 		return nil
 	}
-	w, err := os.Create(dst)
+	w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
 	if err != nil {
 		return err
 	}
@@ -375,6 +399,26 @@ func (v *Validator) place(digest, dst string) error {
 		return err
 	}
 	return w.Close()
+}
+
+// switchesUser reports whether children run as the sandbox user.
+func (v *Validator) switchesUser() bool {
+	return os.Geteuid() == 0 && v.cfg.UID >= 0 && v.cfg.GID >= 0
+}
+
+// handOver makes the laid-out directory the sandbox user's, so the child
+// reads its files and nobody else's: the directory is 0700 (MkdirTemp)
+// and only its owner may enter it.
+func (v *Validator) handOver(dir string) error {
+	if !v.switchesUser() {
+		return nil
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, v.cfg.UID, v.cfg.GID)
+	})
 }
 
 // crashError is a child that ended without a report: the version's model
@@ -390,12 +434,38 @@ const maxStderr = 2000
 func (v *Validator) child(ctx context.Context, dir string) (Report, error) {
 	cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, v.cfg.Binary, "runtime", "validate", "--model-dir", dir,
-		"--memory-mb", strconv.FormatInt(v.cfg.MemoryMB, 10))
-	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &capped{b: &stderr, n: 64 << 10}
-	err := cmd.Run()
+	dirFile, err := os.Open(dir)
+	if err != nil {
+		return Report{}, fmt.Errorf("open the model directory: %w", err)
+	}
+	defer func() { _ = dirFile.Close() }()
+	bin, err := os.Open(v.cfg.Binary)
+	if err != nil {
+		return Report{}, fmt.Errorf("start the runtime %s: %w", v.cfg.Binary, err)
+	}
+	defer func() { _ = bin.Close() }()
+	lib := openLibrary()
+	if lib != nil {
+		defer func() { _ = lib.Close() }()
+	}
+	start := func(ns bool) (*exec.Cmd, error) {
+		stdout.Reset()
+		stderr.Reset()
+		cmd := v.childCommand(cctx, dirFile, lib, bin, ns)
+		cmd.Stdout, cmd.Stderr = &stdout, &capped{b: &stderr, n: 64 << 10}
+		return cmd, cmd.Start()
+	}
+	cmd, err := start(!v.noNS.Load())
+	if err != nil && !v.noNS.Load() && nsRefused(err) {
+		v.noNS.Store(true)
+		v.cfg.Log.Warn("validation children run without network, IPC and UTS namespaces: the kernel refused them",
+			slog.String("error", err.Error()))
+		cmd, err = start(false)
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	var rep Report
 	if derr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); derr == nil && (err == nil || rep.Invalid != "" || rep.Unavailable != "") {
 		return rep, nil
@@ -416,6 +486,35 @@ func (v *Validator) child(ctx context.Context, dir string) (Report, error) {
 		return Report{}, fmt.Errorf("start the runtime %s: %w", v.cfg.Binary, err)
 	}
 	return Report{}, fmt.Errorf("the runtime printed no report")
+}
+
+// childCommand is the sandboxed `modelplane runtime validate` of the
+// directory open as dir, run from the binary open as bin: an empty
+// environment but for the library's descriptor, the sandbox user,
+// namespaces when ns, and its limits as flags it sets on itself.
+func (v *Validator) childCommand(ctx context.Context, dir, lib, bin *os.File, ns bool) *exec.Cmd {
+	cpu := int64(2 * v.cfg.Timeout.Seconds())
+	nproc := int64(0)
+	if v.switchesUser() {
+		nproc = childMaxProcesses
+	}
+	cmd := exec.CommandContext(ctx, fmt.Sprintf("/proc/self/fd/%d", childBinaryFD), "runtime", "validate", "--model-dir", childDir,
+		"--memory-mb", strconv.FormatInt(v.cfg.MemoryMB, 10),
+		"--cpu-seconds", strconv.FormatInt(max(cpu, 1), 10),
+		"--max-processes", strconv.FormatInt(nproc, 10))
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = childEnv(lib)
+	cmd.Dir = "/"
+	cmd.Args[0] = v.cfg.Binary
+	// childDirFD, childLibraryFD (closed in the child when there is no
+	// library), childBinaryFD.
+	cmd.ExtraFiles = []*os.File{dir, lib, bin}
+	uid, gid := v.cfg.UID, v.cfg.GID
+	if !v.switchesUser() {
+		uid, gid = -1, -1
+	}
+	cmd.SysProcAttr = childAttr(uid, gid, ns)
+	return cmd
 }
 
 // capped keeps the first n bytes written to it and drops the rest.

@@ -176,9 +176,21 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{cfg: cfg, client: client, log: cfg.Log, blobs: map[string]int64{}, partials: map[string]int64{},
 		pins: map[string]string{}, busy: map[string]chan struct{}{}}
-	// The runtime may run as another user: it must traverse to its files.
-	for _, d := range []string{cfg.Dir, c.sub("blobs", "sha256"), c.sub("replicas")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	// A runtime runs as another user: it traverses the cache and the
+	// replicas directory (0711: it cannot list them) to its own replica
+	// directory, which the process driver makes its user's alone (0500),
+	// and reaches the blobs only through that directory's hard links. The
+	// blobs' own directory is the agent's (0700), so no runtime reads a
+	// blob of a version it does not serve. Modes are set on directories an
+	// older agent made 0755 too.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{cfg.Dir, 0o711}, {c.sub("blobs"), 0o700}, {c.sub("blobs", "sha256"), 0o700}, {c.sub("replicas"), 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("cache dir: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("cache dir: %w", err)
 		}
 	}
@@ -624,7 +636,7 @@ func (c *Cache) install(d, part string) error {
 		err = os.Chmod(part, 0o444)
 	}
 	if err == nil {
-		err = os.MkdirAll(filepath.Dir(blob), 0o755)
+		err = os.MkdirAll(filepath.Dir(blob), 0o700)
 	}
 	if err == nil {
 		err = os.Rename(part, blob)

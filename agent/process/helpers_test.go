@@ -189,6 +189,19 @@ func envOf(t *testing.T, r agent.Replica) runtimeEnv {
 	return e
 }
 
+// envWhenUp is envOf once the runtime answers: the zero env (PID 0) while
+// it is not listening yet, so a caller can wait on it.
+func envWhenUp(r agent.Replica) runtimeEnv {
+	var e runtimeEnv
+	resp, err := http.Get("http://" + r.Addr() + "/env")
+	if err != nil {
+		return e
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	return e
+}
+
 // predict sends one /predict and returns its status, or an error.
 func predict(addr string) (int, error) { return predictWith(addr, "") }
 

@@ -161,9 +161,15 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 			t.Errorf("launch shows a secret %q: %s", secret, raw)
 		}
 	}
-	for _, kv := range []string{"MP_REPLICA_TOKEN=" + busapi.LaunchSecret, "HF_TOKEN=" + busapi.LaunchSecret, "CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
+	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
 		if !slices.Contains(l.Env, kv) {
 			t.Errorf("env %q lacks %s", l.Env, kv)
+		}
+	}
+	// The guard checks the token: the runtime is not given it at all.
+	for _, kv := range l.Env {
+		if strings.HasPrefix(kv, "MP_REPLICA_TOKEN") {
+			t.Errorf("env %q holds %s; a guarded runtime needs no token", l.Env, kv)
 		}
 	}
 	if got := replicaStatus(a, s.ID).Launch; got == nil || !slices.Equal(got.Argv, l.Argv) {

@@ -29,9 +29,11 @@ type record struct {
 	Port       int    `json:"port"`
 	// InnerPort is the runtime's own loopback port behind the agent's
 	// token guard (0: the runtime listens on Port itself).
-	InnerPort int    `json:"inner_port,omitempty"`
-	Cores     []int  `json:"cores"`
-	Devices   string `json:"devices,omitempty"`
+	InnerPort int   `json:"inner_port,omitempty"`
+	Cores     []int `json:"cores"`
+	// UID is the replica's own user (0: RunAs or the agent's).
+	UID     uint32 `json:"uid,omitempty"`
+	Devices string `json:"devices,omitempty"`
 	// Launch is what the process was started with, which an adopting
 	// driver reports as its own.
 	Launch *busapi.Launch `json:"launch,omitempty"`

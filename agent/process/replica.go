@@ -38,7 +38,11 @@ type replica struct {
 	launch  Launch
 	devices string
 	cores   []int // set before the supervisor starts, then read-only
-	log     *slog.Logger
+	// uid is the replica's own user (and group), from Config.UIDs; 0 when
+	// it runs as RunAs or the agent's user. Set before the supervisor
+	// starts, then read-only.
+	uid uint32
+	log *slog.Logger
 
 	stop     chan struct{} // closed by Stop: end the runtime, restart nothing
 	abandon  chan struct{} // closed by detach: leave the runtime running
@@ -125,6 +129,11 @@ type proc struct {
 	startTicks uint64
 	exited     chan struct{}
 	status     string
+	// cgroup says it runs in the replica's cgroup, whose oom_kill count
+	// was oomBefore when it started; else it runs under RLIMIT_AS (when
+	// the spec has a memory limit).
+	cgroup    bool
+	oomBefore int64
 }
 
 func (d *Driver) newReplica(spec busapi.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
@@ -301,6 +310,7 @@ func (r *replica) supervise(p *proc) {
 			// has drained them and ended.
 			r.terminate(p)
 			r.closeGuard()
+			r.d.mem.remove(r.spec.ID)
 			r.finish()
 			return
 		case endAbandoned:
@@ -317,6 +327,9 @@ func (r *replica) supervise(p *proc) {
 			res.reason = fmt.Sprintf("runtime lost its port to another process %d times in a row", collisions)
 		}
 		collisions = 0
+		if res.kind == endFailed && p != nil && r.exceededMemory(p) {
+			res.reason = fmt.Sprintf("memory limit %d MiB exceeded; %s", r.spec.MemoryMB, res.reason)
+		}
 		p = nil
 		r.fail(res.reason)
 		if !r.backoff() {
@@ -583,11 +596,58 @@ func (r *replica) spawn() (*proc, error) {
 	// not reach it (it must outlive an agent restart), and Stop signals the
 	// runtime's own children with it. No Pdeathsig, for the same reason.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if c := r.d.cred; c != nil {
+	if r.uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: r.uid, Gid: r.uid, Groups: []uint32{}}
+		if r.launch.Private && r.launch.ModelDir != "" {
+			if err := giveModelDir(r.launch.ModelDir, r.uid); err != nil {
+				return nil, err
+			}
+		}
+	} else if c := r.d.cred; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: []uint32{}}
+	}
+	// The spec's memory: a cgroup of the replica's own, which the child
+	// starts in (no moment outside it), else RLIMIT_AS once it runs.
+	inCgroup, oomBefore := false, int64(0)
+	if mb := r.spec.MemoryMB; mb > 0 && r.d.mem.parent != "" {
+		cg, n, err := r.d.mem.leaf(r.spec.ID, mb)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: cgroup of %s: %w", r.spec.ID, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+		inCgroup, oomBefore = true, n
+	} else if mb > 0 {
+		bin, err := os.Open(cfg.Self)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: open %s: %w", cfg.Self, err)
+		}
+		defer bin.Close()
+		throughLimit(cmd, bin, mb+addressSpaceHeadroomMB)
+	}
+	// The token, for a runtime that checks it itself: on a pipe it reads
+	// once at start, never in its environment, which /proc shows to every
+	// process of its user. A guarded runtime gets none: the guard checks.
+	var tokenW *os.File
+	if r.spec.Token != "" && !r.guarded() {
+		tr, tw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		defer tr.Close()
+		defer tw.Close()
+		if _, err := tw.WriteString(r.spec.Token); err != nil { // far below a pipe's buffer
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		tokenW = tw
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tr)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", busapi.ReplicaTokenFDEnv, 2+len(cmd.ExtraFiles)))
 	}
 	if err := startPinned(cmd, r.cores); err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	if tokenW != nil {
+		_ = tokenW.Close() // the runtime reads to the end of the pipe
 	}
 	pid := cmd.Process.Pid
 	_, ticks, err := procStat(pid)
@@ -599,7 +659,7 @@ func (r *replica) spawn() (*proc, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("read start time of pid %d: %w", pid, err)
 	}
-	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{})}
+	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{}), cgroup: inCgroup, oomBefore: oomBefore}
 	go func() {
 		err := cmd.Wait()
 		p.status = exitStatus(err)
@@ -614,7 +674,7 @@ func (r *replica) spawn() (*proc, error) {
 		r.restarts++
 	}
 	r.mu.Unlock()
-	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
+	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid, UID: r.uid,
 		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched, MetricsPort: metricsPort}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
@@ -667,6 +727,9 @@ func (r *replica) env() []string {
 	if c := r.d.cred; c != nil {
 		home = c.home
 	}
+	if r.uid != 0 {
+		home = "/" // a uid of the range has no home
+	}
 	if home == "" {
 		home = "/"
 	}
@@ -677,10 +740,7 @@ func (r *replica) env() []string {
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
-		// The token the runtime wants from gateways; in the environment,
-		// which only the replica's user may read, not on its command line.
-		"MP_REPLICA_TOKEN=" + r.spec.Token,
-	}, r.d.cfg.Env...)
+	}, append(slices.Clone(r.d.cfg.Env), r.entry.Env...)...)
 }
 
 func exitStatus(err error) string {
@@ -974,9 +1034,10 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
-	own := len(env) - len(r.d.cfg.Env)
+	own := len(env) - len(r.d.cfg.Env) - len(r.entry.Env)
 	for i, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); i >= own || k == "MP_REPLICA_TOKEN" {
+		// The operator's Env may hold secrets; the entry's own does not.
+		if k, _, _ := strings.Cut(kv, "="); (i >= own && i < len(env)-len(r.entry.Env)) || k == "MP_REPLICA_TOKEN" {
 			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))

@@ -115,14 +115,27 @@ var rules = []rule{{
 	importers: []string{"modelplane/sim/..."},
 	forbidden: []string{"modelplane/drift"},
 }, {
-	name:      "fleet formats money with package money, not chargeback",
-	importers: []string{"modelplane/fleet/..."},
+	name:      "the fleet's packages format money with package money, not chargeback",
+	importers: fleetPackages,
 	forbidden: []string{"modelplane/chargeback/..."},
 }, {
-	name:      "rollouts write routes through the routes owner, not fleet",
+	name:      "rollouts write routes through the routes owner, not the fleet's packages",
 	importers: []string{"modelplane/rollout/..."},
-	forbidden: []string{"modelplane/fleet/..."},
+	forbidden: fleetPackages,
+}, {
+	name:      "endpoints take their autoscaling policy from autoscale, not the fleet's packages",
+	importers: []string{"modelplane/endpoint/..."},
+	forbidden: fleetPackages,
+}, {
+	name:      "what is stored of a replica's reports is a value leaf: no I/O",
+	importers: []string{"modelplane/replica/..."},
+	forbidden: ioClients,
 }}
+
+// fleetPackages are the control plane's fleet, split by what each owns:
+// reconcile and intake (fleet), quotas, the autoscaling loop and node
+// trust. The pure decision package autoscale is not among them.
+var fleetPackages = []string{"modelplane/fleet/...", "modelplane/quota/...", "modelplane/autoscaler/...", "modelplane/trust/..."}
 
 // TestImportDirections loads the package graph of the module (without test
 // files: a test may import whatever it needs to set up) and fails on every

@@ -55,7 +55,8 @@ type Sampling struct {
 
 // Request is one generation request.
 type Request struct {
-	// Tenant is the fairness key: the calling team.
+	// Tenant is the fairness key and the prefix cache's salt: the calling
+	// team. Requests share cached prompt pages only within a tenant.
 	Tenant    string
 	Prompt    []int
 	MaxTokens int
@@ -370,6 +371,7 @@ func (e *Engine) apply() {
 			// always computed, and must not be written into a shared page.
 			if e.caching {
 				r.PageHashes = pageHashes(e.salt, g.req.Prompt, (len(g.req.Prompt)-1)/PageTokens)
+				r.CacheSalt = "tenant:" + g.req.Tenant
 			}
 			if err := e.sched.Submit(r); err != nil {
 				g.events <- Event{Done: true, Reason: "error", Err: err}

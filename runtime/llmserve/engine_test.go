@@ -402,7 +402,8 @@ func TestBadRequestsInOpenAIShape(t *testing.T) {
 	ts, _ := server(t, "")
 	long := strings.Repeat("word ", 5000)
 	for _, c := range []struct{ name, path, body, param string }{
-		{"prompt over the context length", "/v1/completions", fmt.Sprintf(`{"prompt":%q}`, long), "messages"},
+		{"prompt over the context length", "/v1/completions", fmt.Sprintf(`{"prompt":%q}`, long), "prompt"},
+		{"chat over the context length", "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, long), "messages"},
 		{"n above 1", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"n":2}`, "n"},
 		{"no messages", "/v1/chat/completions", `{"messages":[]}`, "messages"},
 		{"bad temperature", "/v1/completions", `{"prompt":"x","temperature":3}`, "temperature"},

@@ -1,4 +1,4 @@
-package fleet
+package quota
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
@@ -18,22 +21,34 @@ import (
 
 // Quota caps what one team's replicas hold of one resource: a GPU type in
 // GPU equivalents (a MIG slice counts as its compute slices out of the
-// GPU's seven: 1g.10gb is 1/7) or CPUResource in cores.
+// GPU's seven: 1g.10gb is 1/7), CPUResource in cores or MemoryResource in
+// MiB (the host memory replicas are given).
 type Quota struct {
 	Team      string    `json:"team"`
-	Resource  string    `json:"resource" doc:"A GPU type (A100-80GB) or cpu."`
-	Amount    float64   `json:"amount" doc:"GPU equivalents of that type, or CPU cores."`
+	Resource  string    `json:"resource" doc:"A GPU type (A100-80GB), cpu or memory."`
+	Amount    float64   `json:"amount" doc:"GPU equivalents of that type, CPU cores, or MiB of memory."`
 	UpdatedBy string    `json:"updated_by"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
 var resourceRule = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
-// Quotas lists the quotas of the caller's teams (every team for platform
+// Service keeps the team quotas.
+type Service struct {
+	pool  *pgxpool.Pool
+	clock quartz.Clock
+}
+
+// New returns a Service; clock stamps each quota's update.
+func New(pool *pgxpool.Pool, clock quartz.Clock) *Service {
+	return &Service{pool: pool, clock: clock}
+}
+
+// List lists the quotas of the caller's teams (every team for platform
 // roles).
-func (f *Fleet) Quotas(ctx context.Context, p *auth.Principal) ([]Quota, error) {
+func (s *Service) List(ctx context.Context, p *auth.Principal) ([]Quota, error) {
 	all, ids := p.Scope()
-	rows, err := db.New(f.pool).TeamQuotaListScoped(ctx, db.TeamQuotaListScopedParams{AllTeams: all, TeamIDs: ids})
+	rows, err := db.New(s.pool).TeamQuotaListScoped(ctx, db.TeamQuotaListScopedParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("list quotas: %w", err)
 	}
@@ -44,11 +59,11 @@ func (f *Fleet) Quotas(ctx context.Context, p *auth.Principal) ([]Quota, error) 
 	return out, nil
 }
 
-// SetQuota sets team's quota of resource; platform admins only, audited.
+// Set sets team's quota of resource; platform admins only, audited.
 // A quota below what the team's minimum replicas hold now is refused
 // naming the endpoints that hold them: minimums are what a team is
 // promised, so lower an endpoint's min_replicas first.
-func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource string, amount float64) (Quota, error) {
+func (s *Service) Set(ctx context.Context, p *auth.Principal, team, resource string, amount float64) (Quota, error) {
 	if !p.PlatformAdmin() {
 		return Quota{}, auth.ErrForbidden
 	}
@@ -56,18 +71,20 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 	field.Name(&errs, "team", team)
 	switch {
 	case !resourceRule.MatchString(resource):
-		errs.Add("resource", "must be a GPU type (A100-80GB) or cpu")
+		errs.Add("resource", "must be a GPU type (A100-80GB), cpu or memory")
 	case math.IsNaN(amount) || math.IsInf(amount, 0) || amount < 0 || amount > 1e6:
 		errs.Add("amount", "must be between 0 and 1,000,000")
 	case resource == CPUResource && amount != math.Trunc(amount):
 		errs.Add("amount", "must be whole CPU cores")
+	case resource == MemoryResource && amount != math.Trunc(amount):
+		errs.Add("amount", "must be whole MiB")
 	}
 	if err := errs.Err(); err != nil {
 		return Quota{}, err
 	}
 	var out Quota
 	all, ids := p.Scope()
-	err := db.InTx(ctx, f.pool, func(q *db.Queries) error {
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		t, err := q.TeamGetByName(ctx, team)
 		if err != nil {
 			return err
@@ -85,7 +102,7 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 			return err
 		}
 		row, err := q.TeamQuotaUpsert(ctx, db.TeamQuotaUpsertParams{TeamID: t.ID, Resource: resource, Amount: amount,
-			UpdatedBy: p.Actor(), Now: f.now()})
+			UpdatedBy: p.Actor(), Now: s.clock.Now()})
 		if err != nil {
 			return err
 		}
@@ -99,13 +116,13 @@ func (f *Fleet) SetQuota(ctx context.Context, p *auth.Principal, team, resource 
 	return out, nil
 }
 
-// DeleteQuota removes team's quota of resource (no cap); platform admins
+// Delete removes team's quota of resource (no cap); platform admins
 // only, audited.
-func (f *Fleet) DeleteQuota(ctx context.Context, p *auth.Principal, team, resource string) error {
+func (s *Service) Delete(ctx context.Context, p *auth.Principal, team, resource string) error {
 	if !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	err := db.InTx(ctx, f.pool, func(q *db.Queries) error {
+	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		t, err := q.TeamGetByName(ctx, team)
 		if err != nil {
 			return err
@@ -157,15 +174,15 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 			return 1
 		})
 		for _, r := range rs[:min(len(rs), int(rs[0].MinReplicas))] {
-			res, u := replicaUnits(r.GPUType, r.Profile, r.CPUCores, int(r.Slots))
-			if res != resource {
-				continue
+			for _, u := range ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, int(r.Slots)) {
+				if u.Resource == resource {
+					perEndpoint[r.Endpoint] += u.Units
+					total += u.Units
+				}
 			}
-			perEndpoint[r.Endpoint] += u
-			total += u
 		}
 	}
-	if float64(total) <= unitsOf(resource, amount)+1e-9 {
+	if float64(total) <= Units(resource, amount)+1e-9 {
 		return nil
 	}
 	names := make([]string, 0, len(perEndpoint))
@@ -177,14 +194,11 @@ func refuseBelowMinimums(ctx context.Context, q *db.Queries, team int64, resourc
 	for i, n := range names {
 		parts[i] = n + " (" + amount2(resource, perEndpoint[n]) + ")"
 	}
-	unit := "GPU equivalents"
-	if resource == CPUResource {
-		unit = "cores"
-	}
+	unit := Unit(resource)
 	var errs field.Errors
 	errs.Add("amount", "is below the %s %s %s that the minimum replicas of endpoints %s hold; lower their min_replicas first",
 		amount2(resource, total), resource, unit, strings.Join(parts, ", "))
 	return errs.Err()
 }
 
-func amount2(resource string, units int) string { return amount(resource, float64(units)) }
+func amount2(resource string, units int) string { return Amount(resource, float64(units)) }

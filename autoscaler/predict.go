@@ -1,4 +1,4 @@
-package fleet
+package autoscaler
 
 import (
 	"context"
@@ -26,17 +26,12 @@ type history struct {
 	err   error
 }
 
-// SetHistory gives the autoscaler its source of request history; without
-// one, endpoints with predictive advisory or on decide with the forecast
-// missing ("no history source"). Call it before Start.
-func (a *Autoscaler) SetHistory(h HistoryFunc) { a.historyOf = h }
-
 // forecast is the prediction an endpoint's policy asks for, or nil when
 // its predictive mode is off. The horizon is the forecast's 15 minutes plus
 // the endpoint's cold-start budget: a replica asked for now is ready within
 // it when the budget holds (the measured cold starts are below it), so the
 // forecast covers the load the replica will meet.
-func (a *Autoscaler) forecast(ctx context.Context, p *autoscale.Policy, endpoint string, endpointID int64, now time.Time) *autoscale.Prediction {
+func (a *Loop) forecast(ctx context.Context, p *autoscale.Policy, endpoint string, endpointID int64, now time.Time) *autoscale.Prediction {
 	if p.Predictive != autoscale.PredictiveAdvisory && p.Predictive != autoscale.PredictiveOn {
 		return nil
 	}

@@ -1,11 +1,11 @@
-package fleet
+package trust
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -14,12 +14,6 @@ import (
 	"modelplane/busapi"
 	"modelplane/db"
 )
-
-// The control plane believes an agent only about its own node (DESIGN.md
-// section 18). NATS permissions let node N publish only on N's subject; the
-// checks here hold even where they are missing: the node of a heartbeat is
-// its subject's, and a replica's address must be on the address the
-// platform registered for the node, not where the agent says.
 
 // ErrOffNode means a replica was reported at an address that is not its
 // node's; the replica's report is dropped and counted.
@@ -39,8 +33,8 @@ type Address struct {
 // enrollment (or by dev for its nodes), never from a heartbeat; a node
 // without one is believed about its replicas' addresses, as before
 // enrollment existed (docs/security.md).
-func (f *Fleet) SetAddress(ctx context.Context, node string, a Address) error {
-	if !nodeName.MatchString(node) {
+func SetAddress(ctx context.Context, q *db.Queries, node string, a Address) error {
+	if !ValidNodeName(node) {
 		return fmt.Errorf("node name %q: use up to 64 letters, digits, '-' and '_'", node)
 	}
 	if a.Host == "" || strings.ContainsAny(a.Host, ":/ ") && net.ParseIP(a.Host) == nil {
@@ -52,7 +46,7 @@ func (f *Fleet) SetAddress(ctx context.Context, node string, a Address) error {
 	if a.PortFirst < 1 || a.PortLast > 65535 || a.PortFirst > a.PortLast {
 		return fmt.Errorf("node %s: port range %d-%d is not within 1-65535", node, a.PortFirst, a.PortLast)
 	}
-	err := db.New(f.pool).NodeAddressSet(ctx, db.NodeAddressSetParams{Node: node, Host: a.Host,
+	err := q.NodeAddressSet(ctx, db.NodeAddressSetParams{Node: node, Host: a.Host,
 		PortFirst: int32(a.PortFirst), PortLast: int32(a.PortLast)})
 	if err != nil {
 		return fmt.Errorf("set address of node %s: %w", node, err)
@@ -60,9 +54,9 @@ func (f *Fleet) SetAddress(ctx context.Context, node string, a Address) error {
 	return nil
 }
 
-// onNode reports whether addr (host:port, as a replica reports it) is on
-// the registered address reg.
-func onNode(reg db.NodeAddress, addr string) error {
+// OnNode returns nil when addr (host:port, as a replica reports it) is on
+// the registered address reg, else an error wrapping ErrOffNode.
+func OnNode(reg db.NodeAddress, addr string) error {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%w: %q is not host:port", ErrOffNode, addr)
@@ -87,63 +81,69 @@ func sameHost(a, b string) bool {
 	return strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
 }
 
-// subjectNode is the node a heartbeat subject names; ok is false for any
+// SubjectNode is the node a heartbeat subject names; ok is false for any
 // subject but a node's status subject (a consumer delivering elsewhere
 // keeps its own subject).
-func subjectNode(subject string) (node string, ok bool) {
+func SubjectNode(subject string) (node string, ok bool) {
 	rest, ok := strings.CutPrefix(subject, "mp.node.")
 	if !ok {
 		return "", false
 	}
 	node, ok = strings.CutSuffix(rest, ".status")
-	if !ok || busapi.NodeStatusSubject(node) != subject || !nodeName.MatchString(node) {
+	if !ok || busapi.NodeStatusSubject(node) != subject || !ValidNodeName(node) {
 		return "", false
 	}
 	return node, true
 }
 
-// Reasons a heartbeat is dropped before it is recorded.
+// Reasons a heartbeat is dropped before it is recorded, the reason label
+// of Metrics.HeartbeatsDropped.
 const (
-	dropUndecodable = "undecodable"
-	dropSubject     = "bad_subject"
-	dropNodeClaim   = "node_mismatch"
+	DropUndecodable = "undecodable"
+	DropSubject     = "bad_subject"
+	DropNodeClaim   = "node_mismatch"
+	// DropOverAttestation: the heartbeat claims more GPUs, another MIG
+	// layout, or more cores or memory than its node's attested inventory
+	// (or the node has none where attestation is required).
+	DropOverAttestation = "over_attestation"
 )
 
-// trustMetrics count what the control plane refused to believe.
-type trustMetrics struct {
-	heartbeatsDropped *prometheus.CounterVec
-	replicasOffNode   prometheus.Counter
+// Metrics count what the control plane refused to believe.
+type Metrics struct {
+	// HeartbeatsDropped counts heartbeats dropped before they were
+	// recorded, by reason (Drop*).
+	HeartbeatsDropped *prometheus.CounterVec
+	// ReplicasOffNode counts replica reports dropped for an address off
+	// their node (OnNode).
+	ReplicasOffNode prometheus.Counter
 }
 
-func newTrustMetrics() trustMetrics {
-	m := trustMetrics{
-		heartbeatsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+// NewMetrics returns the counters, every reason at zero.
+func NewMetrics() Metrics {
+	m := Metrics{
+		HeartbeatsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "modelplane_fleet_heartbeats_dropped_total",
-			Help: "Heartbeats dropped before they were recorded, by reason: undecodable, bad_subject (not a node's status subject), node_mismatch (the payload names another node than its subject).",
+			Help: "Heartbeats dropped before they were recorded, by reason: undecodable, bad_subject (not a node's status subject), node_mismatch (the payload names another node than its subject), over_attestation (more than the node's attested inventory).",
 		}, []string{"reason"}),
-		replicasOffNode: prometheus.NewCounter(prometheus.CounterOpts{
+		ReplicasOffNode: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelplane_fleet_replica_reports_off_node_total",
 			Help: "Replica reports dropped because the replica's address is not on its node's registered address and port range.",
 		}),
 	}
-	for _, r := range []string{dropUndecodable, dropSubject, dropNodeClaim} {
-		m.heartbeatsDropped.WithLabelValues(r)
+	for _, r := range []string{DropUndecodable, DropSubject, DropNodeClaim, DropOverAttestation} {
+		m.HeartbeatsDropped.WithLabelValues(r)
 	}
 	return m
 }
 
-// Register exports the fleet's counters and its cold-start histogram on reg.
-func (f *Fleet) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{f.trust.heartbeatsDropped, f.trust.replicasOffNode, f.coldStart} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+// Collectors are the counters, for a prometheus.Registerer.
+func (m Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.HeartbeatsDropped, m.ReplicasOffNode}
 }
 
-// dropHeartbeat counts and logs a heartbeat that is not recorded.
-func (in *Intake) dropHeartbeat(reason, subject, detail string) {
-	in.fleet.trust.heartbeatsDropped.WithLabelValues(reason).Inc()
-	in.log.Warn("heartbeat dropped", slog.String("reason", reason), slog.String("subject", subject), slog.String("detail", detail))
-}
+// nodeName is what a node may be called (the agent checks the same): it is
+// a NATS subject token and a KV key, so no dots, wildcards or spaces.
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidNodeName reports whether name may name a node.
+func ValidNodeName(name string) bool { return nodeName.MatchString(name) }

@@ -1,4 +1,4 @@
-package fleet
+package replica
 
 import (
 	"encoding/json"
@@ -6,10 +6,10 @@ import (
 	"modelplane/busapi"
 )
 
-// ParseReplicaLaunch reads a stored replicas.launch value: what the node
+// ParseLaunch reads a stored replicas.launch value: what the node
 // runs for the replica (busapi.Launch), or nil when its node reported none
 // (not started yet, or a simulated node, which launches no process).
-func ParseReplicaLaunch(raw []byte) *busapi.Launch {
+func ParseLaunch(raw []byte) *busapi.Launch {
 	if len(raw) == 0 {
 		return nil
 	}

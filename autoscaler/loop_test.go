@@ -1,24 +1,25 @@
-package fleet_test
+package autoscaler_test
 
 import (
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"modelplane/autoscale"
+	"modelplane/autoscaler"
 	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
+	"modelplane/replica"
 	"modelplane/rollout"
 )
 
 // rpsPolicy scales on requests/s (target per replica) between lo and hi,
 // with a scale-down window of down.
-func rpsPolicy(target float64, lo, hi int32, down time.Duration) fleet.AutoscalePolicy {
-	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskClassification, true, int(lo)))
-	p.Signals = []fleet.AutoscaleTarget{{Signal: "rps", Target: target}}
+func rpsPolicy(target float64, lo, hi int32, down time.Duration) autoscale.PolicyDoc {
+	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskClassification, true, int(lo)))
+	p.Signals = []autoscale.TargetDoc{{Signal: "rps", Target: target}}
 	p.MinReplicas, p.MaxReplicas = lo, hi
 	p.ScaleDownStabilizationS = down.Seconds()
 	return p
@@ -38,7 +39,7 @@ func (f *fixture) serve(t *testing.T, node string, inv []busapi.GPU, counts map[
 	return rs
 }
 
-func (f *fixture) evaluate(t *testing.T, a *fleet.Autoscaler) fleet.Round {
+func (f *fixture) evaluate(t *testing.T, a *autoscaler.Loop) autoscaler.Round {
 	t.Helper()
 	r, err := a.Evaluate(t.Context())
 	if err != nil {
@@ -62,7 +63,7 @@ func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	woke := 0
-	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, func() { woke++ }, nil)
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(), Changed: func() { woke++ }})
 	f.reconcile(t)
 	counts := map[string]int64{}
 	f.serve(t, "node-a", inv, counts, 0)
@@ -93,8 +94,8 @@ func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 		f.serve(t, "node-a", inv, counts, 0)
 		if d, ok := f.evaluate(t, a).Decisions["fraud-ep"]; ok {
 			seen = append(seen, d.Desired)
-			if f.now().Sub(f.start) < 12*time.Second { // the burst was seen at 2 s
-				t.Fatalf("scaled down to %d at %s, inside the 10 s window", d.Desired, f.now().Sub(f.start))
+			if f.clock.Now().Sub(f.start) < 12*time.Second { // the burst was seen at 2 s
+				t.Fatalf("scaled down to %d at %s, inside the 10 s window", d.Desired, f.clock.Now().Sub(f.start))
 			}
 		}
 		f.reconcile(t)
@@ -128,7 +129,7 @@ func TestRestartedAutoscalerResumesWithoutDoublePlacement(t *testing.T) {
 	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 300*time.Second), f.fleet.Grace()); err != nil {
 		t.Fatal(err)
 	}
-	old := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	old := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	counts := map[string]int64{}
 	first := f.serve(t, "node-a", inv, counts, 0)
@@ -141,8 +142,8 @@ func TestRestartedAutoscalerResumesWithoutDoublePlacement(t *testing.T) {
 		t.Fatalf("first controller's pass = %+v, want 3 placed", p)
 	}
 	// It stops here, mid-scale: 3 replicas starting, 1 ready and loaded.
-	restarted := fleet.New(f.pool, slog.New(slog.DiscardHandler), f.now)
-	a := fleet.NewAutoscaler(restarted, slog.New(slog.DiscardHandler), 0, nil, nil)
+	restarted := fleet.New(f.pool, fleet.Options{Clock: f.clock})
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: restarted.Grace()})
 	for range 3 {
 		f.clock.Advance(2 * time.Second)
 		counts[first[0].ID] += 800
@@ -180,7 +181,7 @@ func TestMissingSignalFreezesAndRaisesAnEvent(t *testing.T) {
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	f.serve(t, "node-a", inv, map[string]int64{}, 0)
 	f.clock.Advance(20 * time.Second) // older than a heartbeat can be
@@ -195,11 +196,11 @@ func TestMissingSignalFreezesAndRaisesAnEvent(t *testing.T) {
 		t.Fatalf("events = %q, want one freeze naming rps and queue_depth", events)
 	}
 	var audits, outbox int
-	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM audit_log WHERE action = $1 AND object_name = 'fraud-ep'", fleet.AuditFrozen).Scan(&audits); err != nil {
+	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM audit_log WHERE action = $1 AND object_name = 'fraud-ep'", autoscaler.AuditFrozen).Scan(&audits); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE subject = $1 AND payload->>'kind' = $2",
-		busapi.EventsSubject("risk"), fleet.EventKind).Scan(&outbox); err != nil {
+		busapi.EventsSubject("risk"), autoscaler.EventKind).Scan(&outbox); err != nil {
 		t.Fatal(err)
 	}
 	if audits != 1 || outbox != 1 {
@@ -248,7 +249,7 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 	if got := count(); got["v1"] != 150 {
 		t.Fatalf("replicas = %v, want 150 of v1", got)
 	}
-	rs := rollout.New(f.pool, f.now, nil)
+	rs := rollout.New(f.pool, f.clock, nil)
 	if _, err := rs.Start(t.Context(), f.eng, "fraud-ep", rollout.Spec{Version: "v2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := f.pool.Exec(t.Context(), `UPDATE rollouts SET state = 'progressing', step_index = 0, step_started_at = $1, bake_deadline = $2`,
-		f.now(), f.now().Add(600*time.Second)); err != nil {
+		f.clock.Now(), f.clock.Now().Add(600*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	f.reconcile(t)
@@ -295,13 +296,13 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 	inv := gpus(0, 2, "H100-80GB", nil)
 	f.heartbeat(t, "node-b", inv)
 	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
-	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
-	p.Signals = []fleet.AutoscaleTarget{{Signal: "kv_cache", Target: 0.85}, {Signal: "in_flight", Target: 200}}
+	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.Signals = []autoscale.TargetDoc{{Signal: "kv_cache", Target: 0.85}, {Signal: "in_flight", Target: 200}}
 	p.MinReplicas, p.MaxReplicas = 1, 4
 	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
 		t.Fatal(err)
 	}
-	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	rs := ready(f.desired(t, "node-b"))
 	if len(rs) != 1 {
@@ -332,7 +333,7 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 		t.Errorf("stored metrics = %+v, want kv_used_pct absent, in_flight reported, runtime llama-server", m)
 	}
 	var audits int
-	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM audit_log WHERE action = $1 AND object_name = 'chat-ep'", fleet.AuditFrozen).Scan(&audits); err != nil {
+	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM audit_log WHERE action = $1 AND object_name = 'chat-ep'", autoscaler.AuditFrozen).Scan(&audits); err != nil {
 		t.Fatal(err)
 	}
 	if audits != 1 {
@@ -361,7 +362,7 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
 		t.Fatal(err)
 	}
-	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	r := ready(f.desired(t, "node-a"))[0]
 	r.Requests = 5000
@@ -376,7 +377,7 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	f.clock.Advance(2 * time.Second)
 	r.Requests = 5200 // read again: 200 more than before the gap
 	f.heartbeat(t, "node-a", inv, r)
-	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.Reports(fleet.MetricRPS) || m.RPS != 0 {
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.Reports(replica.MetricRPS) || m.RPS != 0 {
 		t.Fatalf("metrics after the unread heartbeat = %+v, want rps absent, not 5200 requests in 2 s", m)
 	}
 	if d := f.evaluate(t, a).Decisions; len(d) != 0 {
@@ -385,7 +386,7 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	f.clock.Advance(2 * time.Second)
 	r.Requests = 6000 // 800 in 2 s: 400/s
 	f.heartbeat(t, "node-a", inv, r)
-	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; !m.Reports(fleet.MetricRPS) || m.RPS != 400 {
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; !m.Reports(replica.MetricRPS) || m.RPS != 400 {
 		t.Fatalf("metrics once the counter is read twice = %+v, want rps 400", m)
 	}
 	if d, ok := f.evaluate(t, a).Decisions["fraud-ep"]; !ok || d.Desired != 4 {

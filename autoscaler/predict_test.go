@@ -1,14 +1,13 @@
-package fleet_test
+package autoscaler_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"modelplane/autoscale"
-	"modelplane/fleet"
+	"modelplane/autoscaler"
 )
 
 // TestPredictiveForecastRaisesTheCount: an endpoint whose policy has
@@ -31,8 +30,7 @@ func TestPredictiveForecastRaisesTheCount(t *testing.T) {
 	}
 	policy("advisory")
 	reads := 0
-	a := fleet.NewAutoscaler(f.fleet, slog.New(slog.DiscardHandler), 0, nil, nil)
-	a.SetHistory(func(_ context.Context, endpoint string, _ int64, from, to time.Time) (autoscale.History, error) {
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(), History: func(_ context.Context, endpoint string, _ int64, from, to time.Time) (autoscale.History, error) {
 		reads++
 		if endpoint != "fraud-ep" || to.Sub(from) < autoscale.MinHistory {
 			t.Errorf("history of %s from %s to %s; want fraud-ep over at least a week", endpoint, from, to)
@@ -42,7 +40,7 @@ func TestPredictiveForecastRaisesTheCount(t *testing.T) {
 			h = append(h, autoscale.HourRate{Hour: at, RPS: 350})
 		}
 		return h, nil
-	})
+	}})
 	f.reconcile(t)
 	counts := map[string]int64{}
 	f.serve(t, "node-a", inv, counts, 0)

@@ -1,4 +1,4 @@
-package fleet
+package trust
 
 import (
 	"testing"
@@ -23,9 +23,9 @@ func TestSubjectNode(t *testing.T) {
 		{"mp.node.a.status.x", "", false},
 		{"mp.usage.a", "", false},
 	} {
-		node, ok := subjectNode(tc.subject)
+		node, ok := SubjectNode(tc.subject)
 		if node != tc.node || ok != tc.ok {
-			t.Errorf("subjectNode(%q) = %q, %v; want %q, %v", tc.subject, node, ok, tc.node, tc.ok)
+			t.Errorf("SubjectNode(%q) = %q, %v; want %q, %v", tc.subject, node, ok, tc.node, tc.ok)
 		}
 	}
 }
@@ -55,9 +55,9 @@ func TestOnNode(t *testing.T) {
 		{"other host name", name, "gpu-8.example.com:8000", false},
 	} {
 		host, first, last := tc.reg()
-		err := onNode(dbAddress(host, first, last), tc.addr)
+		err := OnNode(dbAddress(host, first, last), tc.addr)
 		if (err == nil) != tc.ok {
-			t.Errorf("%s: onNode(%s) = %v, want ok %v", tc.name, tc.addr, err, tc.ok)
+			t.Errorf("%s: OnNode(%s) = %v, want ok %v", tc.name, tc.addr, err, tc.ok)
 		}
 	}
 }

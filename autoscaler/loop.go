@@ -1,4 +1,4 @@
-package fleet
+package autoscaler
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
 	"modelplane/auth"
@@ -16,12 +17,13 @@ import (
 	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/outbox"
+	"modelplane/replica"
 	"modelplane/service"
 )
 
-// DefaultAutoscaleInterval is how often the autoscaler evaluates every
-// endpoint (DESIGN.md section 17: every 2 to 5 seconds).
-const DefaultAutoscaleInterval = 2 * time.Second
+// DefaultInterval is how often the autoscaler evaluates every endpoint
+// (DESIGN.md section 17: every 2 to 5 seconds).
+const DefaultInterval = 2 * time.Second
 
 // staleMetrics is how old a replica's last heartbeat metrics may be before
 // the replica counts as reporting no signal at all: a replica whose node
@@ -39,20 +41,21 @@ const (
 
 var autoscaler = auth.System("autoscaler")
 
-// Autoscaler evaluates every routed endpoint's replica count from its
-// replicas' heartbeat metrics and its policy (package autoscale), stores
-// each count and every decision that changed one, and wakes the reconciler,
-// which places what the count asks for (wanted, wake.go). It keeps each
+// Loop evaluates every routed endpoint's replica count from its replicas'
+// heartbeat metrics and its policy (package autoscale), stores each count
+// and every decision that changed one, and wakes the fleet's reconciler,
+// which places what the count asks for. It keeps each
 // endpoint's autoscale.State in memory; the count itself is in PostgreSQL
 // (autoscale_counts), so a new leader resumes from it. Run it under a
 // leader lease (db.Lease): two evaluating at once would each keep windows
 // of their own.
-type Autoscaler struct {
+type Loop struct {
 	service.Runner
+	pool     *pgxpool.Pool
 	clock    quartz.Clock
-	fleet    *Fleet
 	log      *slog.Logger
 	interval time.Duration
+	grace    time.Duration
 	// changed is called after a round changed a count (it wakes the
 	// reconciler) and published after it wrote an event to the outbox.
 	changed, published func()
@@ -75,19 +78,41 @@ type scaleState struct {
 	since time.Time
 }
 
-// NewAutoscaler returns an Autoscaler evaluating every interval (<= 0:
-// DefaultAutoscaleInterval). changed is called when a round changed a
-// count, published when it wrote outbox rows; either may be nil.
-func NewAutoscaler(f *Fleet, log *slog.Logger, interval time.Duration, changed, published func()) *Autoscaler {
-	if interval <= 0 {
-		interval = DefaultAutoscaleInterval
+// Options configure a Loop. Clock and Grace are required.
+type Options struct {
+	// Clock times the rounds and is the time every decision is made at:
+	// the fleet's clock, so that counts and wakes agree.
+	Clock quartz.Clock
+	// Log receives warnings and decisions (nil: discarded).
+	Log *slog.Logger
+	// Interval is how often a round runs (<= 0: DefaultInterval).
+	Interval time.Duration
+	// Grace is the fleet's wake grace (fleet.Fleet.Grace): how long a
+	// woken endpoint at zero counts as wanting a replica, and the default
+	// scale-to-zero grace of a policy.
+	Grace time.Duration
+	// Changed is called when a round changed a count (it wakes the
+	// reconciler), Published when it wrote outbox rows; either may be nil.
+	Changed, Published func()
+	// History is the source of request history of predictive policies
+	// (nil: their forecast is missing, "no history source").
+	History HistoryFunc
+}
+
+// New returns a Loop over the endpoints in pool.
+func New(pool *pgxpool.Pool, o Options) *Loop {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
 	}
-	return &Autoscaler{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, changed: changed, published: published,
-		states: map[int64]*scaleState{}, histories: map[int64]*history{}}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Loop{pool: pool, clock: o.Clock, log: o.Log, interval: o.Interval, grace: o.Grace, changed: o.Changed,
+		published: o.Published, historyOf: o.History, states: map[int64]*scaleState{}, histories: map[int64]*history{}}
 }
 
 // Start evaluates in the background every interval until Stop.
-func (a *Autoscaler) Start(ctx context.Context) error {
+func (a *Loop) Start(ctx context.Context) error {
 	return a.Go(ctx, func(ctx context.Context) {
 		service.Tick(ctx, a.clock, a.interval, nil, func(ctx context.Context) {
 			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -108,12 +133,12 @@ type Round struct {
 	Events map[string]string
 }
 
-// Evaluate runs one round over every routed endpoint at the fleet's clock.
-func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
+// Evaluate runs one round over every routed endpoint at the clock's now.
+func (a *Loop) Evaluate(ctx context.Context) (Round, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.fleet.now()
-	q := db.New(a.fleet.pool)
+	now := a.clock.Now()
+	q := db.New(a.pool)
 	eps, err := q.AutoscaleEndpointList(ctx)
 	if err != nil {
 		return Round{}, fmt.Errorf("autoscale: %w", err)
@@ -131,7 +156,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 			loads[r.EndpointID] = l
 		}
 		if r.State == busapi.StateReady {
-			l.ready = append(l.ready, sampleOf(r.Name, ParseReplicaMetrics(r.Metrics), now))
+			l.ready = append(l.ready, sampleOf(r.Name, replica.ParseMetrics(r.Metrics), now))
 		}
 	}
 	round := Round{Endpoints: len(eps), Decisions: map[string]autoscale.Decision{}, Events: map[string]string{}}
@@ -144,7 +169,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 	seen := map[int64]bool{}
 	for _, e := range eps {
 		seen[e.ID] = true
-		p := StoredPolicy(e.AutoscalePolicy, e.Task, e.GPU, e.MinReplicas, e.MaxReplicas, a.fleet.grace())
+		p := autoscale.StoredPolicy(e.AutoscalePolicy, e.Task, e.GPU, e.MinReplicas, e.MaxReplicas, a.grace)
 		key := fmt.Sprintf("%s|%d|%d", e.AutoscalePolicy, e.MinReplicas, e.MaxReplicas)
 		s := a.states[e.ID]
 		if s == nil || s.key != key {
@@ -162,14 +187,14 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 			// Never decided: what the reconciler aims for without a
 			// decision, min_replicas, or one for a woken endpoint at 0.
 			current = int(e.MinReplicas)
-			if current == 0 && e.WokenAt != nil && now.Sub(*e.WokenAt) < a.fleet.grace() {
+			if current == 0 && e.WokenAt != nil && now.Sub(*e.WokenAt) < a.grace {
 				current = 1
 			}
 		}
 		in := autoscale.Input{Now: now, Current: current, Ready: l.ready, Forecast: a.forecast(ctx, &p, e.Name, e.ID, now)}
 		if e.WokenAt != nil {
 			in.LastRequest = *e.WokenAt
-			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.fleet.grace()
+			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.grace
 		}
 		d := s.st.Decide(&p, in)
 		if d.Desired < current && d.Desired > 0 && now.Sub(s.since) < p.ScaleDownStabilization {
@@ -200,7 +225,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 		return round, nil
 	}
 	events := false
-	err = db.InTx(ctx, a.fleet.pool, func(q *db.Queries) error {
+	err = db.InTx(ctx, a.pool, func(q *db.Queries) error {
 		events = false
 		for _, w := range writes {
 			if w.d.Changed {
@@ -245,7 +270,7 @@ func (a *Autoscaler) Evaluate(ctx context.Context) (Round, error) {
 
 // raise records a freeze (or its end) in the audit log and as an event on
 // the team's subject.
-func (a *Autoscaler) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEndpointListRow, d autoscale.Decision, now time.Time) error {
+func (a *Loop) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEndpointListRow, d autoscale.Decision, now time.Time) error {
 	action, typ := AuditResumed, "resumed"
 	if d.Frozen {
 		action, typ = AuditFrozen, "frozen"
@@ -262,9 +287,9 @@ func (a *Autoscaler) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEnd
 // sampleOf is what ready replica name's latest metrics say for each
 // signal. Metrics older than staleMetrics (or none at all) report nothing,
 // and neither does a field the replica's runtime does not report
-// (ReplicaMetrics.Absent), so a signal no fresh replica reports is
+// (replica.Metrics.Absent), so a signal no fresh replica reports is
 // missing, never zero; the Sample says why, for the freeze's reason.
-func sampleOf(name string, m ReplicaMetrics, now time.Time) autoscale.Sample {
+func sampleOf(name string, m replica.Metrics, now time.Time) autoscale.Sample {
 	var s autoscale.Sample
 	if m.ObservedAtMS == 0 || now.Sub(time.UnixMilli(m.ObservedAtMS)) > staleMetrics {
 		why := "no metrics from replica " + name + " yet"
@@ -281,7 +306,7 @@ func sampleOf(name string, m ReplicaMetrics, now time.Time) autoscale.Sample {
 		field string
 		v     float64
 	}{
-		{autoscale.RPS, MetricRPS, m.RPS},
+		{autoscale.RPS, replica.MetricRPS, m.RPS},
 		{autoscale.InFlight, busapi.MetricInFlight, float64(m.InFlight)},
 		{autoscale.QueueDepth, busapi.MetricQueueDepth, float64(m.QueueDepth)},
 		{autoscale.BatchQueueMS, busapi.MetricBatchQueueMS, m.BatchQueueMS},

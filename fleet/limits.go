@@ -4,15 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/placement"
+	"modelplane/quota"
 )
 
 // When GPUs run out (DESIGN.md section 17): per-team quotas cap what a
@@ -21,18 +20,13 @@ import (
 // many replicas each version should have, so whatever decides the counts
 // (min_replicas, a wake, the autoscaler) is capped the same way.
 
-// CPUResource is the quota resource of CPU replicas, counted in cores;
-// every other resource is a GPU type counted in GPU equivalents.
-const CPUResource = busapi.CPUType
-
 // held is what one existing replica holds, for quotas and preemption.
 type held struct {
 	id       int64
 	endpoint int64
 	team     int64
 	group    versionKey
-	resource string
-	units    int // sevenths of a GPU, or cores
+	uses     []quota.Use
 }
 
 // preemption is one endpoint losing replicas to a higher tier in a pass.
@@ -43,9 +37,8 @@ type preemption struct {
 
 // limits is one pass's view of quotas and preemption.
 type limits struct {
-	quota    map[int64]map[string]float64 // team → resource → limit in units
-	teamName map[int64]string
-	demand   map[versionKey]db.RoutingRuleListForPlacementRow
+	quota  quota.Table
+	demand map[versionKey]db.RoutingRuleListForPlacementRow
 	// Filled by plan.
 	base      map[int64]map[string]int // held by the kept replicas
 	holders   map[string]held          // kept replicas by name
@@ -54,79 +47,34 @@ type limits struct {
 	preempted map[int64]preemption // victim endpoint → by whom
 }
 
-// unitsOf is a quota amount in the units usage is counted in.
-func unitsOf(resource string, amount float64) float64 {
-	if resource == CPUResource {
-		return amount
-	}
-	return amount * float64(placement.Compute(busapi.ProfileFull))
-}
-
-// replicaUnits is the resource and units a stored replica holds.
-func replicaUnits(gpuType, profile string, cores int32, slots int) (string, int) {
-	if gpuType == busapi.CPUType || profile == busapi.ProfileCPU {
-		return CPUResource, int(cores)
-	}
-	return gpuType, placement.Sevenths(profile, slots)
-}
-
-// resultUnits is the resource and units a placement result takes.
-func resultUnits(res placement.Result) (string, int) {
-	if res.Profile == busapi.ProfileCPU {
-		return CPUResource, res.CPUCores
-	}
-	return res.GPUType, placement.Sevenths(res.Profile, len(res.Slots))
-}
-
-// amount formats units of resource as people read them: "16", "2.43".
-func amount(resource string, units float64) string {
-	if resource != CPUResource {
-		units /= float64(placement.Compute(busapi.ProfileFull))
-	}
-	if math.Abs(units-math.Round(units)) < 1e-9 {
-		return strconv.FormatFloat(math.Round(units), 'f', -1, 64)
-	}
-	return strconv.FormatFloat(units, 'f', 2, 64)
-}
-
-// quotaNote says why a team gets no more of resource: "quota: team risk
-// holds 16 of 16 A100-80GB GPUs".
-func quotaNote(team, resource string, used int, limit float64) string {
-	what := resource + " GPUs"
-	if resource == CPUResource {
-		what = "CPU cores"
-	}
-	return fmt.Sprintf("quota: team %s holds %s of %s %s", team, amount(resource, float64(used)), amount(resource, limit), what)
-}
-
-// loadLimits reads the quotas and lowers want where a team's kept replicas
+// loadLimits reads the quotas (defaults cap the teams without their own,
+// Options.DefaultQuota) and lowers want where a team's kept replicas
 // already hold more than its quota (a quota lowered below what runs): the
 // replicas beyond their version's minimum go, lowest tier first. notes gets
 // why, per endpoint.
-func loadLimits(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow,
-	want map[versionKey]int, notes map[int64]string) (*limits, error) {
-	rows, err := q.TeamQuotaListAll(ctx)
+func loadLimits(ctx context.Context, q *db.Queries, defaults map[string]float64, demand []db.RoutingRuleListForPlacementRow,
+	reps []db.ReplicaListAllRow, want map[versionKey]int, notes map[int64]string) (*limits, error) {
+	var teams []int64
+	for _, d := range demand {
+		if !slices.Contains(teams, d.TeamID) {
+			teams = append(teams, d.TeamID)
+		}
+	}
+	table, err := quota.Load(ctx, q, defaults, teams)
 	if err != nil {
 		return nil, err
 	}
-	l := &limits{quota: map[int64]map[string]float64{}, teamName: map[int64]string{},
-		demand: map[versionKey]db.RoutingRuleListForPlacementRow{}, preempted: map[int64]preemption{}}
-	for _, r := range rows {
-		if l.quota[r.TeamID] == nil {
-			l.quota[r.TeamID] = map[string]float64{}
-		}
-		l.quota[r.TeamID][r.Resource] = unitsOf(r.Resource, r.Amount)
-		l.teamName[r.TeamID] = r.Team
-	}
+	l := &limits{quota: table, demand: map[versionKey]db.RoutingRuleListForPlacementRow{}, preempted: map[int64]preemption{}}
 	for _, d := range demand {
 		l.demand[versionKey{d.EndpointID, d.VersionID}] = d
 	}
-	if len(l.quota) == 0 {
+	if l.quota.Empty() {
 		return l, nil
 	}
 	_, keep := surplus(want, reps)
 	used := l.usedBy(keep)
-	for team, qs := range l.quota {
+	for _, team := range teams {
+		qs := l.quota.Limits(team)
 		for res, limit := range qs {
 			if float64(used[team][res]) <= limit+1e-9 {
 				continue
@@ -147,14 +95,16 @@ func loadLimits(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListF
 				d, rs := l.demand[k], keep[k]
 				for len(rs) > int(d.MinReplicas) && float64(used[team][res]) > limit+1e-9 {
 					last := rs[len(rs)-1]
-					r, u := replicaUnits(last.GPUType, last.Profile, last.CPUCores, len(last.SlotGpus))
-					if r != res {
+					uses := quota.ReplicaUses(last.GPUType, last.Profile, last.CPUCores, last.MemoryMB, len(last.SlotGpus))
+					if !slices.ContainsFunc(uses, func(u quota.Use) bool { return u.Resource == res }) {
 						break
 					}
 					rs = rs[:len(rs)-1]
-					used[team][res] -= u
+					for _, u := range uses {
+						used[team][u.Resource] -= u.Units
+					}
 					want[k] = len(rs)
-					notes[d.EndpointID] = quotaNote(l.teamName[team], res, used[team][res], limit)
+					notes[d.EndpointID] = l.quota.Note(team, res, used[team][res])
 				}
 				keep[k] = rs
 			}
@@ -172,11 +122,12 @@ func (l *limits) usedBy(keep map[versionKey][]db.ReplicaListAllRow) map[int64]ma
 			continue
 		}
 		for _, r := range rs {
-			res, u := replicaUnits(r.GPUType, r.Profile, r.CPUCores, len(r.SlotGpus))
 			if used[d.TeamID] == nil {
 				used[d.TeamID] = map[string]int{}
 			}
-			used[d.TeamID][res] += u
+			for _, u := range quota.ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, len(r.SlotGpus)) {
+				used[d.TeamID][u.Resource] += u.Units
+			}
 		}
 	}
 	return used
@@ -191,7 +142,7 @@ func (l *limits) plan(nodes []placement.Node, reqs []placement.Request, avoid []
 	reqDemand []db.RoutingRuleListForPlacementRow, keep map[versionKey][]db.ReplicaListAllRow) []placement.Result {
 	l.base = l.usedBy(keep)
 	out := planAvoiding(nodes, reqs, avoid)
-	if len(l.quota) > 0 {
+	if !l.quota.Empty() {
 		refused := l.admit(out, reqDemand)
 		if len(refused) > 0 {
 			var idx []int
@@ -229,18 +180,31 @@ func (l *limits) admit(out []placement.Result, reqDemand []db.RoutingRuleListFor
 			continue
 		}
 		team := reqDemand[i].TeamID
-		r, u := resultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		if limit, ok := l.quota[team][r]; ok && float64(used[team][r]+u) > limit+1e-9 {
-			out[i] = placement.Result{Replica: res.Replica, Err: quotaNote(l.teamName[team], r, used[team][r], limit)}
+		uses := quota.ResultUses(res)
+		if note := l.over(team, uses, used[team]); note != "" {
+			out[i] = placement.Result{Replica: res.Replica, Err: note}
 			refused[i] = true
 			continue
 		}
-		used[team][r] += u
+		for _, u := range uses {
+			used[team][u.Resource] += u.Units
+		}
 	}
 	return refused
+}
+
+// over is the quota note of the first resource uses would take team past,
+// holding used; "" when all fit.
+func (l *limits) over(team int64, uses []quota.Use, used map[string]int) string {
+	for _, u := range uses {
+		if l.quota.Over(team, u.Resource, used[u.Resource]+u.Units) {
+			return l.quota.Note(team, u.Resource, used[u.Resource])
+		}
+	}
+	return ""
 }
 
 func maps(m map[string]int) map[string]int {
@@ -274,8 +238,8 @@ func (l *limits) preempt(nodes []placement.Node, reqs []placement.Request, avoid
 		g := strconv.FormatInt(k.endpoint, 10) + "/" + strconv.FormatInt(k.version, 10)
 		l.yield.Spare[g] = len(rs) - int(d.MinReplicas)
 		for _, r := range rs {
-			res, u := replicaUnits(r.GPUType, r.Profile, r.CPUCores, len(r.SlotGpus))
-			l.holders[r.Name] = held{id: r.ID, endpoint: k.endpoint, team: d.TeamID, group: k, resource: res, units: u}
+			l.holders[r.Name] = held{id: r.ID, endpoint: k.endpoint, team: d.TeamID, group: k,
+				uses: quota.ReplicaUses(r.GPUType, r.Profile, r.CPUCores, r.MemoryMB, len(r.SlotGpus))}
 			l.yield.Group[r.Name] = g
 		}
 	}
@@ -314,21 +278,25 @@ func (l *limits) preempt(nodes []placement.Node, reqs []placement.Request, avoid
 			}
 		}
 		team := reqDemand[i].TeamID
-		r, u := resultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		if limit, ok := l.quota[team][r]; ok && float64(used[team][r]+u) > limit+1e-9 {
-			out[i].Err = quotaNote(l.teamName[team], r, used[team][r], limit)
+		uses := quota.ResultUses(res)
+		if note := l.over(team, uses, used[team]); note != "" {
+			out[i].Err = note
 			continue
 		}
-		used[team][r] += u
+		for _, u := range uses {
+			used[team][u.Resource] += u.Units
+		}
 		for _, v := range victims {
 			h := l.holders[v]
 			l.victims = append(l.victims, h.id)
 			l.yield.Spare[l.yield.Group[v]]--
 			delete(l.yield.Group, v)
-			used[h.team][h.resource] -= h.units
+			for _, u := range h.uses {
+				used[h.team][u.Resource] -= u.Units
+			}
 			p := l.preempted[h.endpoint]
 			p.by, p.byTier = reqs[i].Endpoint, reqs[i].Tier
 			p.replicas++
@@ -351,11 +319,12 @@ func (l *limits) usedAfter(out []placement.Result, reqDemand []db.RoutingRuleLis
 			continue
 		}
 		team := reqDemand[i].TeamID
-		r, u := resultUnits(res)
 		if used[team] == nil {
 			used[team] = map[string]int{}
 		}
-		used[team][r] += u
+		for _, u := range quota.ResultUses(res) {
+			used[team][u.Resource] += u.Units
+		}
 	}
 	return used
 }
