@@ -404,20 +404,28 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	return ctx.Err()
 }
 
-// runtimeEnv is what the agent tells its runtimes of this machine: where
-// the ONNX Runtime library is, when the agent finds one ($MP_ONNXRUNTIME_LIB
+// runtimeEnv is what the agent tells its runtimes of this machine: its
+// tracing settings (OTEL_*) and where the ONNX Runtime library is, when the agent finds one ($MP_ONNXRUNTIME_LIB
 // or install-deps.sh's), since the runtimes' user has a home of its own.
 // The runtimes' user must be able to read it: install it outside a
 // private home in production (docs/operations.md).
 func runtimeEnv() []string {
+	// The agent's OTEL_* settings go to its runtimes, so that a replica's
+	// spans join the gateway's trace and leave for the same collector.
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
 	lib, err := onnx.LibraryPath()
 	if err != nil {
-		return nil
+		return env
 	}
 	if _, err := os.Stat(lib); err != nil {
-		return nil
+		return env
 	}
-	return []string{onnx.LibraryEnv + "=" + lib}
+	return append(env, onnx.LibraryEnv+"="+lib)
 }
 
 // isLoopbackHost reports whether host names this machine: localhost or a

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"modelplane/bus"
+	"modelplane/notify"
 	"modelplane/versioncheck"
 )
 
@@ -74,6 +76,12 @@ type ServerConfig struct {
 	// ValidationUID and ValidationGID are the user the validation child
 	// runs as when the control plane runs as root (default nobody).
 	ValidationUID, ValidationGID int64
+	// SecretKey seals webhook secrets (MP_SECRET_KEY: comma-separated
+	// 32-byte base64 keys, the current first; docs/operations.md says how
+	// to rotate). AlertmanagerURL receives the control plane's own alerts
+	// (MP_ALERTMANAGER_URL; empty: none).
+	SecretKey       Secret
+	AlertmanagerURL string
 }
 
 func env(name, def string) string {
@@ -153,6 +161,9 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", versioncheck.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
 	fs.Int64Var(&c.ValidationUID, "validation-uid", envInt("MP_VALIDATION_UID", versioncheck.DefaultSandboxID), "uid the validation child runs as when the control plane runs as root; it should own no file (MP_VALIDATION_UID)")
 	fs.Int64Var(&c.ValidationGID, "validation-gid", envInt("MP_VALIDATION_GID", versioncheck.DefaultSandboxID), "gid the validation child runs as when the control plane runs as root (MP_VALIDATION_GID)")
+	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
+	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
+	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -168,6 +179,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
 		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
+	}
+	if _, err := notify.ParseKeyring(string(c.SecretKey)); err != nil {
+		bad("%v (--secret-key)", err)
+	}
+	if u, err := url.Parse(c.AlertmanagerURL); c.AlertmanagerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		bad("MP_ALERTMANAGER_URL (--alertmanager-url) must be an http(s) URL")
 	}
 	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		bad("MP_PUBLIC_URL (--public-url) must be an http(s) URL, got %q", c.PublicURL)

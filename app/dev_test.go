@@ -26,6 +26,7 @@ import (
 	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
+	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
 )
 
@@ -148,6 +149,18 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
+	// What Prometheus scrapes of the control plane and the gateway, with
+	// the fleet serving, passes Prometheus's own linter, and has the
+	// fleet's series the shipped alert rules read.
+	cpMetrics := get(t, d.AdminURL+"/metrics", "")
+	promcheck.Metrics(t, cpMetrics)
+	for _, want := range []string{`ml_serving_replicas{endpoint="fraud-scoring",state="ready",team="risk",version="v23"} 2`,
+		`modelplane_node_up{node="cpu-node-01"} 1`, `ml_serving_rollouts_finished_total{endpoint="fraud-scoring",state="rolled_back"}`} {
+		if !strings.Contains(cpMetrics, want) {
+			t.Errorf("control plane /metrics lacks %s", want)
+		}
+	}
+	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	cliOnTheDemo(t, env)

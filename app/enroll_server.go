@@ -33,7 +33,7 @@ func enrollmentConfig(cp *controlplane.Config, cfg ServerConfig, log *slog.Logge
 	}
 	reconnected := make(chan struct{}, 1)
 	snc, err := nats.Connect(cfg.NATS.URL, append(append(sys.Options(), opts...), nats.Name("modelplane-server-system"), nats.MaxReconnects(-1),
-		nats.ReconnectHandler(notify(reconnected)))...)
+		nats.ReconnectHandler(signalOn(reconnected)))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats as the system user (for node revocations): %w", err)
 	}
@@ -52,9 +52,9 @@ func enrollmentConfig(cp *controlplane.Config, cfg ServerConfig, log *slog.Logge
 	return snc.Close, nil
 }
 
-// notify is a connection handler that sends on ch without waiting: one
+// signalOn is a connection handler that sends on ch without waiting: one
 // pending wake is enough.
-func notify(ch chan<- struct{}) nats.ConnHandler {
+func signalOn(ch chan<- struct{}) nats.ConnHandler {
 	return func(*nats.Conn) {
 		select {
 		case ch <- struct{}{}:

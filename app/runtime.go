@@ -19,6 +19,7 @@ import (
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/xgboost"
+	"modelplane/tracing"
 	"modelplane/versioncheck"
 )
 
@@ -134,7 +135,17 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_RUNTIME_PORT): %w", addr, err)
 	}
-	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log})
+	tp, err := tracing.FromEnv(ctx, "modelplane-runtime")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}()
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp})
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

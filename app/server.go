@@ -28,6 +28,7 @@ import (
 	"modelplane/handlers"
 	"modelplane/ingest"
 	"modelplane/migrations"
+	"modelplane/notify"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -198,7 +199,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
 		AutoscaleInterval: cfg.AutoscaleInterval,
 		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB,
-		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID)}
+		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID), Alertmanager: cfg.AlertmanagerURL}
+	if cpCfg.SecretKeys, err = notify.ParseKeyring(string(cfg.SecretKey)); err != nil {
+		return err
+	}
+	if cfg.SecretKey == "" {
+		log.Warn("MP_SECRET_KEY is not set: teams cannot create webhooks")
+	}
 	if cfg.NATSAuthority != "" {
 		closeSys, err := enrollmentConfig(&cpCfg, cfg, log)
 		if err != nil {

@@ -34,6 +34,7 @@ import (
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
 	"modelplane/migrations"
+	"modelplane/tracing"
 )
 
 // Config configures `modelplane bench`. Each benchmark reads the settings
@@ -293,8 +294,14 @@ func (s *scratch) profile(file string) error {
 // the routing table's propagation, not the limiter. id may be empty (the
 // gateway then names itself).
 func startGateway(ctx context.Context, nc *nats.Conn, stateDir, id string, statsInterval time.Duration) (*gateway.Gateway, error) {
+	// Traced as the OTEL_* variables say, as `modelplane gateway` is
+	// (bench gateway runs one gateway with tracing on, one with it off).
+	tp, err := tracing.FromEnv(ctx, "modelplane-gateway")
+	if err != nil {
+		return nil, err
+	}
 	g, err := gateway.New(gateway.Config{StateDir: stateDir, ID: id, KeyRPS: 1e9, KeyBurst: 1e9, EndpointRPS: 1e9, EndpointBurst: 1e9,
-		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval}, nc, slog.New(slog.DiscardHandler))
+		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval, Tracer: tp}, nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,9 @@ type Budgets struct {
 	// wake lets Check run early (after a budget changed).
 	wake chan struct{}
 	mu   sync.Mutex
+	// measured holds the budgets as the last Check measured them, for
+	// the metrics (budget_metrics.go).
+	measured budgetsMeasured
 }
 
 // NewBudgets returns Budgets. published is called after Check wrote an
@@ -303,6 +306,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 		return fmt.Errorf("budget check: %w", err)
 	}
 	if len(rows) == 0 {
+		b.measured.set(nil)
 		return nil
 	}
 	sp, err := b.spend(ctx)
@@ -312,9 +316,12 @@ func (b *Budgets) Check(ctx context.Context) error {
 	month, _ := Month(b.clock.Now())
 	var errs []error
 	raised := 0
+	seen := make([]Budget, 0, len(rows))
+	defer func() { b.measured.set(seen) }()
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
 		sp.measure(&bu)
+		seen = append(seen, bu)
 		for _, pct := range Thresholds {
 			// spent ≥ pct% of the budget, in integers.
 			if bu.SpentUUSD*100 < bu.MonthlyUUSD*int64(pct) {

@@ -31,6 +31,8 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/ingest"
+	"modelplane/notify"
+	"modelplane/opsmetrics"
 	"modelplane/outbox"
 	"modelplane/quota"
 	"modelplane/registry"
@@ -106,6 +108,11 @@ type Config struct {
 	// NATS (empty: their own settings).
 	NodeNATSURLs []string
 	NodeNATSCA   string
+	// SecretKeys seal webhook secrets (MP_SECRET_KEY; nil or empty: no
+	// webhook can be created). Alertmanager is the base URL the
+	// control plane's own alerts go to (MP_ALERTMANAGER_URL; empty: none).
+	SecretKeys   *notify.Keyring
+	Alertmanager string
 }
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -123,6 +130,7 @@ const (
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
 	leadEnrollment  = 7_316_020_041
+	leadNotify      = 7_316_020_050
 )
 
 // ControlPlane is every domain service, built once, and the background
@@ -139,8 +147,8 @@ type ControlPlane struct {
 	// service when Start runs the background (NATS and ClickHouse
 	// present); its Pass may be called directly (demo seeding, a control
 	// plane without them).
-	Validator *versioncheck.Validator
-
+	Validator  *versioncheck.Validator
+	notifier   *notify.Sender
 	js         jetstream.JetStream
 	background *service.Group
 }
@@ -219,6 +227,12 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
+	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
+		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
+	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)
+	// The fleet's state and the budgets as Prometheus series on the admin
+	// listener (docs/operations.md lists them).
+	reg.MustRegister(opsmetrics.New(st.Pool, clock, cfg.Log), cp.Budgets)
 	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
 		if err := cp.buildBackground(st, cfg, clock, driftReader, published); err != nil {
@@ -290,6 +304,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, clock)),
 		lease(leadDrift, checker),
 		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, clock)),
+		lease(leadNotify, cp.notifier.Service()),
 	)
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))

@@ -133,6 +133,21 @@ type CostRate struct {
 	CreatedByKeyID  *int64
 }
 
+type Delivery struct {
+	ID         int64
+	TeamID     int64
+	WebhookID  *int64
+	EventType  string
+	Event      []byte
+	State      string
+	Attempts   int32
+	NextAt     time.Time
+	LastStatus int32
+	LastError  string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
 type DriftAlert struct {
 	EndpointID    int64
 	TeamID        int64
@@ -517,4 +532,15 @@ type User struct {
 type VersionColdStart struct {
 	VersionID    int64
 	ColdStartsMs []int64
+}
+
+type Webhook struct {
+	ID         int64
+	TeamID     int64
+	Url        string
+	EventTypes []string
+	Secret     []byte
+	KeyID      string
+	CreatedBy  string
+	CreatedAt  time.Time
 }

@@ -104,6 +104,9 @@ type Checker struct {
 	clock     quartz.Clock
 	cfg       CheckerConfig
 	score     *prometheus.GaugeVec
+	// threshold is each exported score's threshold, so that an alert rule
+	// compares the two series instead of repeating the configuration.
+	threshold *prometheus.GaugeVec
 	shown     map[[3]string]bool
 }
 
@@ -121,8 +124,14 @@ func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.
 		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_score",
 			Help: "Latest drift score of an endpoint's live version: psi:<feature>, kl, w1_norm or completion_length_w1_norm."},
 			[]string{"endpoint", "version", "metric"})}
+	c.threshold = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_threshold",
+		Help: "The threshold of each ml_serving_prediction_drift_score series, with the same labels."},
+		[]string{"endpoint", "version", "metric"})
 	if reg != nil {
 		if err := reg.Register(c.score); err != nil {
+			return nil, fmt.Errorf("drift metrics: %w", err)
+		}
+		if err := reg.Register(c.threshold); err != nil {
 			return nil, fmt.Errorf("drift metrics: %w", err)
 		}
 	}
@@ -190,6 +199,7 @@ func (c *Checker) Check(ctx context.Context) error {
 				}
 				k := [3]string{t.endpoint, v, s.Metric}
 				c.score.WithLabelValues(k[:]...).Set(s.Value)
+				c.threshold.WithLabelValues(k[:]...).Set(s.Threshold)
 				shown[k] = true
 			}
 			// Without enough data nothing is known: a run or a fired alert
@@ -206,6 +216,7 @@ func (c *Checker) Check(ctx context.Context) error {
 	for k := range c.shown {
 		if !shown[k] {
 			c.score.DeleteLabelValues(k[:]...)
+			c.threshold.DeleteLabelValues(k[:]...)
 		}
 	}
 	c.shown = shown

@@ -16,6 +16,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/gateway"
+	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
@@ -260,11 +261,11 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`ml_serving_request_duration_ms_count{endpoint="fraud",status_class="2xx",version="v1"} 3`,
-		`ml_serving_platform_overhead_ms_count{endpoint="fraud",version="v1"} 3`,
+		`ml_serving_request_duration_seconds_count{endpoint="fraud",status_class="2xx",version="v1"} 3`,
+		`ml_serving_platform_overhead_seconds_count{endpoint="fraud",version="v1"} 3`,
 		`ml_serving_in_flight_requests{endpoint="fraud",version="v1"} 0`,
-		`ml_serving_ttft_ms_count{endpoint="chat",version="v9"} 1`,
-		`ml_serving_inter_token_latency_ms_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_ttft_seconds_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_inter_token_latency_seconds_count{endpoint="chat",version="v9"} 1`,
 		`ml_serving_concurrent_streams{endpoint="chat",version="v9"} 0`,
 		`ml_serving_tokens_total{endpoint="chat",version="v9"} 5`,
 		`ml_serving_request_stats_dropped_total 0`,
@@ -277,4 +278,5 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
 	}
+	promcheck.Metrics(t, string(body))
 }

@@ -74,6 +74,7 @@ func TestEveryInputTypeCreatesWithOnlyItsRequiredFields(t *testing.T) {
 		{op: "versions-register", key: risk, method: "POST", path: "/models/scorer/versions", extra: external,
 			body: map[string]any{"metadata": map[string]any{"name": "v2", "runtime": "onnxruntime", "artifact_uri": "s3://b/v2", "format": "safetensors"}, "manifest": manifest}},
 		{op: "endpoints-create", key: risk, method: "POST", path: "/endpoints", body: map[string]any{"name": "scorer", "model": "scorer", "version": "v1"}},
+		{op: "webhook-create", key: risk, method: "POST", path: "/webhooks", body: map[string]any{"team": "risk", "url": "https://hooks.example.com/ci", "event_types": []string{"*"}}},
 		{op: "endpoint-update", key: risk, method: "PUT", path: "/endpoints/scorer", body: map[string]any{}},
 		{op: "endpoint-traffic-set", key: risk, method: "PUT", path: "/endpoints/scorer/traffic",
 			body: map[string]any{"weights": []any{map[string]any{"version": "v1", "weight": 50}, map[string]any{"version": "v2", "weight": 50}}}},

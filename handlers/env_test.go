@@ -25,13 +25,17 @@ import (
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/db"
+	"modelplane/egress"
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/notify"
+	"modelplane/outbox"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -49,6 +53,9 @@ func TestMain(m *testing.M) {
 type testEnv struct {
 	rolloutOnce sync.Once
 	rolloutID   int64
+	// riskWebhook is a webhook of team risk, riskDelivery one of its
+	// deliveries (seed).
+	riskWebhook, riskDelivery int64
 
 	t    *testing.T
 	srv  *Server
@@ -121,7 +128,7 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 		o.Clock = quartz.NewReal()
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: o.CH}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: o.Clock, OIDC: oidc, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
+		Clock: o.Clock, OIDC: oidc, SecretKeys: testSecretKeys(t), Egress: &egress.Policy{Hosts: []string{"hooks.example.com"}}, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
 		ArtifactDir: t.TempDir(), MaxUploadBytes: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +230,31 @@ func (e *testEnv) seed(ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	// A webhook of risk with one delivery, for the routes that name them.
+	wh, _, err := e.srv.Webhooks.Create(ctx, system, notify.WebhookSpec{Team: "risk", URL: "https://hooks.example.com/risk", EventTypes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.riskWebhook = wh.ID
+	if err := db.InTx(ctx, e.pool, func(q *db.Queries) error {
+		return outbox.Event(ctx, q, "risk", busapi.Event{Kind: "rollout", ID: 1, Name: "risk-endpoint", Type: "state", State: "progressing", At: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := e.srv.Webhooks.Deliveries(ctx, system, wh.ID, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("seed delivery: %v, %v", ds, err)
+	}
+	e.riskDelivery = ds[0].ID
+}
+
+// testSecretKeys is a server key for the environment's webhook secrets.
+func testSecretKeys(t *testing.T) *notify.Keyring {
+	k, err := notify.ParseKeyring(notify.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // safetensorsFile is a small valid safetensors file whose bytes depend on tag.

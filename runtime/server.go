@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/runtime/batch"
 	"modelplane/serveapi"
+	"modelplane/tracing"
 )
 
 // Opener loads a model file: each loader package's Load.
@@ -46,6 +48,10 @@ type Options struct {
 	// Clock defaults to the real one; Log to discarding.
 	Clock quartz.Clock
 	Log   *slog.Logger
+	// Tracer continues the caller's trace (the gateway's traceparent) with
+	// the replica's span, its queue wait and its batch's execution (nil:
+	// nothing is traced).
+	Tracer trace.TracerProvider
 }
 
 // extensions are the model file extensions of each format, for a Config
@@ -74,9 +80,10 @@ type loaded struct {
 // the start: live at once, ready only once the model is loaded and warmed
 // up, and not while draining.
 type Server struct {
-	opt   Options
-	log   *slog.Logger
-	clock quartz.Clock
+	tracer trace.Tracer
+	opt    Options
+	log    *slog.Logger
+	clock  quartz.Clock
 
 	m        atomic.Pointer[loaded]
 	gen      atomic.Pointer[generative] // a GGUF LLM, instead of m
@@ -105,7 +112,10 @@ func New(opt Options) *Server {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats()}
+	if opt.Tracer == nil {
+		opt.Tracer = tracing.Off()
+	}
+	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats(), tracer: opt.Tracer.Tracer("modelplane/runtime")}
 }
 
 // Open is New and Load.

@@ -14,6 +14,7 @@ import (
 	"modelplane/enrollment"
 	"modelplane/fleet"
 	"modelplane/idempotency"
+	"modelplane/notify"
 	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/reqstats"
@@ -66,4 +67,6 @@ type Set struct {
 	Idempotency *idempotency.Store
 	// Metrics is the registry every service and the HTTP layer export on.
 	Metrics *prometheus.Registry
+	// Webhooks manages the teams' webhooks and their delivery logs.
+	Webhooks *notify.Webhooks
 }
