@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 
 	"github.com/coder/quartz"
 
@@ -56,7 +58,7 @@ type EngineResult struct {
 // comparison, and prints the result. --duration and --clients are the api
 // benchmark's and are ignored: the scenario fixes its own duration.
 func runEngine(ctx context.Context, cfg Config, out io.Writer) error {
-	res, err := measureEngine(ctx)
+	res, err := measureEngine(ctx, cfg.Profile)
 	if err != nil {
 		return err
 	}
@@ -66,7 +68,8 @@ func runEngine(ctx context.Context, cfg Config, out io.Writer) error {
 
 // measureEngine times the seed-fleet scenario on one core, reads v42's KV
 // waste from its report and compares continuous with static batching.
-func measureEngine(ctx context.Context) (EngineResult, error) {
+// With cpuprofile set it writes a CPU profile of the timed run there.
+func measureEngine(ctx context.Context, cpuprofile string) (EngineResult, error) {
 	const name, version = "seed-fleet", "v42"
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
@@ -75,7 +78,12 @@ func measureEngine(ctx context.Context) (EngineResult, error) {
 		return EngineResult{}, err
 	}
 	runtime.GC() // start the timed run without the previous garbage
+	stop, err := startCPUProfile(cpuprofile)
+	if err != nil {
+		return EngineResult{}, err
+	}
 	rep, err := scenario.Run(ctx, sc, scenario.Options{Clock: quartz.NewReal()})
+	stop()
 	if err != nil {
 		return EngineResult{}, err
 	}
@@ -118,4 +126,24 @@ func measureEngine(ctx context.Context) (EngineResult, error) {
 		"continuous_at_least_2x_static":      res.ContinuousVsStatic >= 2,
 	}
 	return res, nil
+}
+
+// startCPUProfile writes a CPU profile to file (none when empty) until the
+// returned function is called.
+func startCPUProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
