@@ -413,7 +413,7 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 func (r *autoscaleRun) start(f *fleet, now time.Duration) {
 	idx := len(f.reps)
 	p := f.sc.Versions[r.vi].Profile
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15)})
+	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true})
 	if err != nil {
 		return // the profile was checked when the fleet was made
 	}
