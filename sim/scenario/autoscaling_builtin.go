@@ -179,23 +179,32 @@ func autoscaleBuiltins() []Scenario {
 // that prefills at most 1,024 tokens a step (chunked prefill), so the
 // replica is busy prefilling while its KV cache holds a few sequences: under
 // overload the queue grows and KV use stays near 0.3. The policy is the
-// seed's LLM one (KV 0.85, queue 4, tokens/s 2,000) with an in-flight
-// target of 4 per replica in place of 200, which a vLLM replica's batch
-// would be; no requests/s target. The SLA's TPOT ceiling is 300 ms: a
-// 4-token answer's steps are mostly other requests' prefills.
+// seed's LLM one (in flight 200, KV 0.85, tokens/s 2,000) scaled on the
+// prefill work asked of a replica: prompt tokens received per second,
+// 12,000 per replica (about 75 % of the 16,400 a replica of this mix
+// prefills). Its queue target is 16 requests, about a second of a
+// replica's prefill work here, in place of 4: four 1,000-token prompts are
+// a quarter of a second of work, so a queue of 4 is no overload, and as a
+// backlog the queue asked for twice the replicas the load needs. No
+// requests/s target; the replicas' rates are over 10 s rather than 30 s,
+// so that the prompt tokens/s of a step is seen within 10 s (no requests/s
+// target here to be inflated on a new replica). The SLA's TPOT ceiling is 300 ms: a 4-token answer's
+// steps are mostly other requests' prefills.
 func prefillHeavy() Scenario {
 	p := chatPolicy(0)
 	p.MinReplicas = 2
 	for i := range p.Signals {
-		if p.Signals[i].Signal == autoscale.InFlight {
-			p.Signals[i].Target = 4
+		if p.Signals[i].Signal == autoscale.QueueDepth {
+			p.Signals[i].Target = 16
 		}
 	}
+	p.Signals = append(p.Signals, autoscale.Target{Signal: autoscale.PromptTokensPerSecond, Target: 12000})
 	sc := chatScenario("prefill-heavy",
 		"Long prompts (1,000 tokens), 4-token answers, chunked prefill, 8 to 32 req/s at 2 minutes: the queue grows while KV use stays near 0.3 (llm-d#662).",
 		8, 2, 8*time.Minute, &Autoscale{Policy: p, SLA: SLA{TTFTP99: 2 * time.Second, TPOTP99: 300 * time.Millisecond},
-			Load:  []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 4}},
-			Steps: []time.Duration{2 * time.Minute}})
+			RateWindow: 10 * time.Second,
+			Load:       []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 4}},
+			Steps:      []time.Duration{2 * time.Minute}})
 	out := profile.LengthDist{Mean: 4}
 	sc.PromptTokens = profile.LengthDist{Mean: 1000, SD: 100, Max: 1024}
 	sc.OutputTokens = &out

@@ -379,7 +379,7 @@ func (f *fleet) arrive(t time.Duration) {
 	}
 	f.rr[vi] = (f.rr[vi] + 1) % len(reps)
 	if f.as != nil {
-		f.as.arrived(f, best, t)
+		f.as.arrived(f, best, t, prompt)
 	}
 	rep := &f.reps[best]
 	if f.sc.ShedOutstanding > 0 && rep.outstanding >= f.sc.ShedOutstanding {
