@@ -221,12 +221,14 @@ func (k *KV) Allocate(id string, tokens int, prefixKey string, prefixTokens int)
 
 // allocate is Allocate with the prompt's hash chain.
 func (k *KV) allocate(id string, tokens int, hashes []uint64) (shared int, err error) {
-	return k.allocateSeq(id, tokens, hashes, &kvSeq{})
+	return k.allocateSeq(id, tokens, hashes, &kvSeq{}, 0)
 }
 
 // allocateSeq is allocate into s, which the caller keeps to grow and free
-// the sequence without looking its id up; s's slices are reused.
-func (k *KV) allocateSeq(id string, tokens int, hashes []uint64, s *kvSeq) (shared int, err error) {
+// the sequence without looking its id up; s's slices are reused, and its
+// block table has room for pages pages (the sequence's final length, so
+// growing it never copies).
+func (k *KV) allocateSeq(id string, tokens int, hashes []uint64, s *kvSeq, pages int) (shared int, err error) {
 	if k.seqs[id] != nil {
 		panic(fmt.Sprintf("engine.KV.Allocate(%q): already holds pages", id))
 	}
@@ -237,7 +239,7 @@ func (k *KV) allocateSeq(id string, tokens int, hashes []uint64, s *kvSeq) (shar
 		return 0, fmt.Errorf("allocate %d pages for %q with %d available: %w", need-hit, id, avail, ErrOutOfPages)
 	}
 	hashes = hashes[:min(len(hashes), tokens/k.pageTokens)]
-	s.pages, s.tokens, s.hashes, s.shared = slices.Grow(s.pages[:0], need), tokens, append(s.hashes[:0], hashes...), hit
+	s.pages, s.tokens, s.hashes, s.shared = slices.Grow(s.pages[:0], max(need, pages)), tokens, append(s.hashes[:0], hashes...), hit
 	// The shared pages first, so that taking new ones cannot evict them.
 	for _, h := range hashes[:hit] {
 		pg := k.byHash[h]

@@ -379,9 +379,11 @@ type Scheduler struct {
 	nextOrder int64
 	nextAdmit int64
 
-	// With Config.Lean, the buffers every step's Events and Finished reuse.
+	// With Config.Lean, the buffers every step's Events and Finished reuse,
+	// and the finished sequences Submit reuses (see newSeq).
 	events []TokenEvent
 	done   []Finished
+	spare  []*seq
 
 	rec                 recorder
 	submitted           int64
@@ -430,6 +432,21 @@ type seq struct {
 	prefilled   int
 	preemptions int
 	times       []time.Duration // every token's; none with Config.Lean
+}
+
+// newSeq returns a sequence for r: with Config.Lean a finished one reused,
+// its block table's memory kept (nothing it handed out refers to it: its
+// Finished has no TokenTimes), else a new one.
+func (s *Scheduler) newSeq(r Request) *seq {
+	n := len(s.spare)
+	if n == 0 {
+		return &seq{req: r, id: r.ID}
+	}
+	q := s.spare[n-1]
+	s.spare[n-1] = nil
+	s.spare = s.spare[:n-1]
+	*q = seq{req: r, id: r.ID, kv: kvSeq{pages: q.kv.pages[:0], hashes: q.kv.hashes[:0]}}
+	return q
 }
 
 // random is the sequence's generator: seeded by the scheduler seed and the
@@ -509,7 +526,7 @@ func (s *Scheduler) Submit(r Request) error {
 		return fmt.Errorf("%w: prompt of %d tokens leaves no room in the context window of %d", ErrTooLarge, r.PromptTokens, s.p.MaxModelLen)
 	}
 	r.PrefixTokens = min(r.PrefixTokens, r.PromptTokens)
-	q := &seq{req: r, id: r.ID}
+	q := s.newSeq(r)
 	q.hashes = r.PageHashes
 	if len(q.hashes) == 0 {
 		q.hashes = s.kv.keyHashes(r.PrefixKey, r.PrefixTokens, r.PromptTokens)
@@ -863,6 +880,9 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 			}
 			res.Finished = append(res.Finished, f)
 			done = true
+			if lean {
+				s.spare = append(s.spare, q)
+			}
 		}
 		res.Events = append(res.Events, ev)
 	}
@@ -1074,7 +1094,7 @@ func (s *Scheduler) victims(limit int) []*seq {
 // preemption, of its output so far) and sets what is left to prefill.
 func (s *Scheduler) start(q *seq) bool {
 	tokens := q.req.PromptTokens + q.generated
-	shared, err := s.kv.allocateSeq(q.req.ID, tokens, q.hashes, &q.kv)
+	shared, err := s.kv.allocateSeq(q.req.ID, tokens, q.hashes, &q.kv, q.commit)
 	if err != nil {
 		return false // admission checked the pages; unreachable
 	}
