@@ -35,19 +35,27 @@ generate:
 	$(GO) tool sqlc generate
 	$(GO) tool templ generate -path web
 
+# Each benchmark's JSON line is also kept in $(BENCH_OUT); a failing one does
+# not stop the others, and the summary's table ends the run (failing when a
+# benchmark printed nothing).
+BENCH_OUT ?= bin/bench.jsonl
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
 bench: deps build
-	./$(BIN) bench api --json
-	./$(BIN) bench engine --json
-	./$(BIN) bench placement --json
-	./$(BIN) bench ingest --json
+	@: > $(BENCH_OUT)
+	-./$(BIN) bench api --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench engine --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench placement --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench ingest --json | tee -a $(BENCH_OUT)
 	./scripts/bench-proxies.sh
-	./$(BIN) bench gateway --json
-	./$(BIN) bench rollback --json
-	./$(BIN) bench chargeback --json
-	./$(BIN) bench drift --json
-	./$(BIN) bench runtime --json
-	./$(BIN) bench autoscale --json
-	./$(BIN) bench llm --json
+	-./$(BIN) bench gateway --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench rollback --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench chargeback --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench drift --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench runtime --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench autoscale --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench llm --json | tee -a $(BENCH_OUT)
+	@./$(BIN) bench summary --results $(BENCH_OUT) | grep -v '^{'
 
 deps:
 	./scripts/install-deps.sh

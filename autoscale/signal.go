@@ -6,8 +6,16 @@ import "fmt"
 // API's.
 type Signal string
 
-// The signals. RPS, InFlight, QueueDepth, BatchQueueMS and TokensPerSecond
-// are per replica; GPUUtil and KVCache are fractions from 0 to 1.
+// The signals. RPS, InFlight, QueueDepth, BatchQueueMS, TokensPerSecond
+// and PromptTokensPerSecond are per replica; GPUUtil and KVCache are
+// fractions from 0 to 1.
+//
+// PromptTokensPerSecond is the prompt tokens of the requests a replica
+// received per second: the prefill work asked of it, which neither the
+// request count (prompts differ in length), nor in-flight requests, nor
+// KV use (a prefill-bound replica holds few sequences) measures. Unlike the
+// tokens it computed, it keeps growing with the load past what the
+// replica can serve, so the desire says how many replicas the load needs.
 const (
 	RPS             Signal = "rps"
 	InFlight        Signal = "in_flight"
@@ -16,12 +24,14 @@ const (
 	GPUUtil         Signal = "gpu_util"
 	KVCache         Signal = "kv_cache"
 	TokensPerSecond Signal = "tokens_per_s"
+
+	PromptTokensPerSecond Signal = "prompt_tokens_per_s"
 )
 
 // Signals lists every signal in the order a Sample stores them.
-var Signals = []Signal{RPS, InFlight, QueueDepth, BatchQueueMS, GPUUtil, KVCache, TokensPerSecond}
+var Signals = []Signal{RPS, InFlight, QueueDepth, BatchQueueMS, GPUUtil, KVCache, TokensPerSecond, PromptTokensPerSecond}
 
-const signalCount = 7
+const signalCount = 8 // at most 8: Sample.has is a byte
 
 // index is s's slot in a Sample, or -1 for a name that is no signal.
 func (s Signal) index() int {
@@ -40,6 +50,8 @@ func (s Signal) index() int {
 		return 5
 	case TokensPerSecond:
 		return 6
+	case PromptTokensPerSecond:
+		return 7
 	}
 	return -1
 }
@@ -66,7 +78,7 @@ func (t Task) reports(s Signal, gpu bool) error {
 	switch {
 	case s.index() < 0:
 		return fmt.Errorf("unknown signal %q", s)
-	case (s == KVCache || s == TokensPerSecond) && t != TaskLLM:
+	case (s == KVCache || s == TokensPerSecond || s == PromptTokensPerSecond) && t != TaskLLM:
 		return fmt.Errorf("a %s endpoint does not report %s (LLM endpoints only)", t, s)
 	case s == GPUUtil && !gpu:
 		return fmt.Errorf("a CPU endpoint does not report %s", s)

@@ -61,6 +61,9 @@ type Config struct {
 	// LLMBig adds to `bench llm` the batching comparison on a generated
 	// model too big for the CPU caches (its memory-bound regime).
 	LLMBig bool
+	// Results is the file of JSON lines `bench summary` reads; empty or
+	// "-": standard input.
+	Results string
 }
 
 // Flags registers the bench settings on fs.
@@ -77,6 +80,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ColdMB, "cold-mb", defaultColdMB, "bench runtime: least size of the cold-start ONNX model, in MB")
 	fs.IntVar(&c.ColdRuns, "cold-runs", defaultColdRuns, "bench runtime: cold starts of each kind (the median is reported)")
 	fs.BoolVar(&c.LLMBig, "big", false, "bench llm: also compare the batching on a generated model too big for the CPU caches")
+	fs.StringVar(&c.Results, "results", "", "bench summary: the benchmarks' JSON lines (default standard input)")
 	fs.IntVar(&c.LinkMbps, "link-mbps", defaultLinkMbps, "bench runtime: also start uncached over a link of this many Mbit/s (0: loopback only)")
 }
 
@@ -91,7 +95,8 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench drift [--json]
        modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]
        modelplane bench autoscale [--json]
-       modelplane bench llm [--json] [--big]`
+       modelplane bench llm [--json] [--big]
+       modelplane bench summary [--results FILE]   (the JSON lines of the others, then a table of ratios)`
 
 // benchmarks maps each name of `modelplane bench NAME` to its run, which
 // measures and prints the result.
@@ -107,6 +112,7 @@ var benchmarks = map[string]func(context.Context, Config, io.Writer) error{
 	"runtime":    runRuntimeBench,
 	"autoscale":  runAutoscale,
 	"llm":        runLLM,
+	"summary":    runSummary,
 }
 
 // Run runs the benchmark args names (exactly one) and prints its result to

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 )
 
 // ErrOutOfPages is returned by KV.Allocate and KV.Grow when the free pages do
@@ -238,6 +239,14 @@ func (k *KV) Allocate(id string, tokens int, prefixKey string, prefixTokens int)
 
 // allocate is Allocate with the prompt's hash chain.
 func (k *KV) allocate(id string, tokens int, hashes []uint64) (shared int, err error) {
+	return k.allocateSeq(id, tokens, hashes, &kvSeq{}, 0)
+}
+
+// allocateSeq is allocate into s, which the caller keeps to grow and free
+// the sequence without looking its id up; s's slices are reused, and its
+// block table has room for pages pages (the sequence's final length, so
+// growing it never copies).
+func (k *KV) allocateSeq(id string, tokens int, hashes []uint64, s *kvSeq, pages int) (shared int, err error) {
 	if k.seqs[id] != nil {
 		panic(fmt.Sprintf("engine.KV.Allocate(%q): already holds pages", id))
 	}
@@ -248,7 +257,7 @@ func (k *KV) allocate(id string, tokens int, hashes []uint64) (shared int, err e
 		return 0, fmt.Errorf("allocate %d pages for %q with %d available: %w", need-hit, id, avail, ErrOutOfPages)
 	}
 	hashes = hashes[:min(len(hashes), tokens/k.pageTokens)]
-	s := &kvSeq{pages: make([]int32, 0, need), tokens: tokens, hashes: append([]uint64(nil), hashes...), shared: hit}
+	s.pages, s.tokens, s.hashes, s.shared = slices.Grow(s.pages[:0], max(need, pages)), tokens, append(s.hashes[:0], hashes...), hit
 	// The shared pages first, so that taking new ones cannot evict them.
 	for _, h := range hashes[:hit] {
 		pg := k.byHash[h]
@@ -273,18 +282,33 @@ func (k *KV) Grow(id string, tokens int) error {
 	if s == nil {
 		return fmt.Errorf("grow %q: %w", id, ErrUnknownSequence)
 	}
+	if !k.grow(s, tokens) {
+		need := k.PagesFor(s.tokens+tokens) - len(s.pages)
+		return fmt.Errorf("grow %q by %d pages with %d available: %w", id, need, k.AvailablePages(), ErrOutOfPages)
+	}
+	return nil
+}
+
+// grow is Grow on the sequence's pages, found without its id (the
+// scheduler's step calls it for every token); false when the available
+// pages do not cover the tokens, changing nothing.
+func (k *KV) grow(s *kvSeq, tokens int) bool {
 	if tokens <= 0 {
-		return nil
+		return true
+	}
+	if t := s.tokens + tokens; t <= len(s.pages)*k.pageTokens {
+		s.tokens = t // the last page has room
+		return true
 	}
 	need := k.PagesFor(s.tokens+tokens) - len(s.pages)
 	if need > k.AvailablePages() {
-		return fmt.Errorf("grow %q by %d pages with %d available: %w", id, need, k.AvailablePages(), ErrOutOfPages)
+		return false
 	}
 	for range need {
 		s.pages = append(s.pages, k.take())
 	}
 	s.tokens += tokens
-	return nil
+	return true
 }
 
 // Free releases every page of a finished or cancelled sequence and returns
@@ -296,6 +320,11 @@ func (k *KV) Free(id string) int {
 	if s == nil {
 		return 0
 	}
+	return k.freeSeq(id, s)
+}
+
+// freeSeq is Free of the sequence id whose pages are s.
+func (k *KV) freeSeq(id string, s *kvSeq) int {
 	delete(k.seqs, id)
 	n := 0
 	var cached []int32

@@ -94,6 +94,9 @@ type TokenEvent struct {
 	Token int
 	// Time is when the token exists: the end of the step that made it.
 	Time time.Duration
+	// Tokens is the sequence's length with this token: its prompt and its
+	// completion so far, the positions its KV pages hold.
+	Tokens int
 	// Last marks the completion's final token. By the time Step returns it
 	// the request has left the batch and its pages are free.
 	Last bool
@@ -134,26 +137,31 @@ type Finished struct {
 	// Arrival is Request.Arrival; Done is when it finished or was cancelled.
 	Arrival time.Duration
 	Done    time.Duration
-	// TokenTimes holds when each completion token was generated.
+	// FirstToken and LastToken are when the first and the last completion
+	// tokens were generated; 0 without tokens.
+	FirstToken time.Duration
+	LastToken  time.Duration
+	// TokenTimes holds when each completion token was generated; nil with
+	// Config.Lean.
 	TokenTimes []time.Duration
 }
 
 // TTFT is the time from arrival to the first token; 0 when there was none.
 func (f Finished) TTFT() time.Duration {
-	if len(f.TokenTimes) == 0 {
+	if f.CompletionTokens == 0 {
 		return 0
 	}
-	return f.TokenTimes[0] - f.Arrival
+	return f.FirstToken - f.Arrival
 }
 
 // TPOT is the mean time per output token after the first:
 // (last - first) / (tokens - 1); 0 with fewer than two tokens.
 func (f Finished) TPOT() time.Duration {
-	n := len(f.TokenTimes)
+	n := f.CompletionTokens
 	if n < 2 {
 		return 0
 	}
-	return (f.TokenTimes[n-1] - f.TokenTimes[0]) / time.Duration(n-1)
+	return (f.LastToken - f.FirstToken) / time.Duration(n-1)
 }
 
 // StepResult is what one scheduler step did.
@@ -282,6 +290,15 @@ type Config struct {
 	// pages are needed (KV.CachePrefixes). Off, prefix pages are shared
 	// only while some request holds them.
 	PrefixCaching bool
+	// Lean is for a caller that reads each step's result before the next
+	// step and needs neither token ids nor every token's time, as a
+	// virtual-time fleet: events carry Token 0, Finished.TokenTimes is nil
+	// (FirstToken and LastToken are set), the Events and Finished of a
+	// StepResult are overwritten by the next Step or Commit, and Stats
+	// keeps no recent samples (TokensPerSecond, TTFT and TPOT stay 0).
+	// Admission, steps, times and counts are exactly those of a scheduler
+	// without it.
+	Lean bool
 }
 
 // withDefaults fills cfg's zero fields and checks it.
@@ -368,6 +385,12 @@ type Scheduler struct {
 	nextOrder int64
 	nextAdmit int64
 
+	// With Config.Lean, the buffers every step's Events and Finished reuse,
+	// and the finished sequences Submit reuses (see newSeq).
+	events []TokenEvent
+	done   []Finished
+	spare  []*seq
+
 	rec                 recorder
 	submitted           int64
 	completed           int64
@@ -384,30 +407,61 @@ type tenantUse struct {
 	pages   int
 }
 
-// seq is one request inside the scheduler.
+// seq is one request inside the scheduler. The fields a step reads for
+// every running sequence come first, with its pages, so that a step
+// touches few cache lines per sequence.
 type seq struct {
-	req    Request
-	order  int64 // queue position: lower goes first within a priority
-	target int   // completion tokens the model produces
-	reason FinishReason
-	commit int // pages reserved to the final length (ReserveFinal, ReserveMaxTokens)
-	rng    *rand.Rand
-	hashes []uint64 // the prompt's page hash chain (Request.PageHashes or PrefixKey's)
-
-	running   bool
-	admitted  int64 // admission serial: higher is more recent
-	generated int
-	tokens    int // tokens in the KV cache while running
-	pages     int // pages held while running
-	charged   int // pages charged to the tenant while running
 	prefill   int // prompt tokens still to prefill; 0 when decoding
 	plan      int // prompt tokens to prefill in the current step
+	tokens    int // tokens in the KV cache while running
+	pages     int // pages held while running
+	generated int
+	target    int           // completion tokens the model produces
+	firstAt   time.Duration // the first token's time
+	lastAt    time.Duration // the last token's so far
+	running   bool
+	reason    FinishReason
+	id        string // req.ID
+	kv        kvSeq  // its pages while running (KV.allocateSeq)
+
+	req    Request
+	order  int64      // queue position: lower goes first within a priority
+	commit int        // pages reserved to the final length (ReserveFinal, ReserveMaxTokens)
+	rng    *rand.Rand // made at first use (see random)
+	hashes []uint64   // the prompt's page hash chain (Request.PageHashes or PrefixKey's)
+
+	admitted int64 // admission serial: higher is more recent
+	charged  int   // pages charged to the tenant while running
 
 	first       bool // admitted at least once
 	cached      int
 	prefilled   int
 	preemptions int
-	times       []time.Duration
+	times       []time.Duration // every token's; none with Config.Lean
+}
+
+// newSeq returns a sequence for r: with Config.Lean a finished one reused,
+// its block table's memory kept (nothing it handed out refers to it: its
+// Finished has no TokenTimes), else a new one.
+func (s *Scheduler) newSeq(r Request) *seq {
+	n := len(s.spare)
+	if n == 0 {
+		return &seq{req: r, id: r.ID}
+	}
+	q := s.spare[n-1]
+	s.spare[n-1] = nil
+	s.spare = s.spare[:n-1]
+	*q = seq{req: r, id: r.ID, kv: kvSeq{pages: q.kv.pages[:0], hashes: q.kv.hashes[:0]}}
+	return q
+}
+
+// random is the sequence's generator: seeded by the scheduler seed and the
+// request id, so its draws do not depend on when it is first needed.
+func (q *seq) random(seed uint64) *rand.Rand {
+	if q.rng == nil {
+		q.rng = rand.New(rand.NewPCG(seed, hashID(seed, q.req.ID)))
+	}
+	return q.rng
 }
 
 const vocabSize = 32000
@@ -478,7 +532,7 @@ func (s *Scheduler) Submit(r Request) error {
 		return fmt.Errorf("%w: prompt of %d tokens leaves no room in the context window of %d", ErrTooLarge, r.PromptTokens, s.p.MaxModelLen)
 	}
 	r.PrefixTokens = min(r.PrefixTokens, r.PromptTokens)
-	q := &seq{req: r, rng: rand.New(rand.NewPCG(s.seed, hashID(s.seed, r.ID)))}
+	q := s.newSeq(r)
 	q.hashes = r.PageHashes
 	if len(q.hashes) == 0 {
 		q.hashes = s.kv.keyHashes(r.PrefixKey, r.PrefixTokens, r.PromptTokens)
@@ -494,7 +548,7 @@ func (s *Scheduler) Submit(r Request) error {
 	case r.OutputTokens > 0:
 		q.target = r.OutputTokens
 	case s.p.OutputTokens != nil:
-		q.target = s.p.OutputTokens.Draw(q.rng)
+		q.target = s.p.OutputTokens.Draw(q.random(s.seed))
 	case limit > 0:
 		q.target = limit
 	default:
@@ -768,7 +822,12 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 
 	var failed []*seq
 	done := false
-	res.Events = make([]TokenEvent, 0, len(s.running))
+	lean := s.p.Lean
+	if lean {
+		res.Events, res.Finished = s.events[:0], s.done[:0]
+	} else {
+		res.Events = make([]TokenEvent, 0, len(s.running))
+	}
 	for _, q := range s.running {
 		if q.prefill > 0 {
 			if q.plan == 0 {
@@ -784,7 +843,7 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 				continue
 			}
 		}
-		if err := s.kv.Grow(q.req.ID, 1); err != nil {
+		if !s.kv.grow(&q.kv, 1) {
 			// Admission reserves against this; reaching it is a bug, made
 			// visible in Stats and survived by preempting the sequence.
 			s.growFailures++
@@ -798,16 +857,22 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 				s.charge(q, 1)
 			}
 		}
-		q.times = append(q.times, end)
-		ev := TokenEvent{ID: q.req.ID, Index: q.generated, Time: end}
+		if !lean {
+			q.times = append(q.times, end)
+		}
+		if q.generated == 0 {
+			q.firstAt = end
+		}
+		q.lastAt = end
+		ev := TokenEvent{ID: q.id, Index: q.generated, Time: end, Tokens: q.tokens}
 		reason, stop := q.reason, false
 		if o, ok := out[q.req.ID]; ok {
 			ev.Token = o.Token
 			if o.Stop {
 				reason, stop = FinishStop, true
 			}
-		} else {
-			ev.Token = q.rng.IntN(vocabSize)
+		} else if !lean {
+			ev.Token = q.random(s.seed).IntN(vocabSize)
 		}
 		q.generated++
 		if q.generated >= q.target || stop {
@@ -816,12 +881,17 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 			delete(s.live, q.req.ID)
 			s.completed++
 			f := s.finished(q, reason, end)
-			s.rec.ttft.add(f.TTFT())
-			if len(f.TokenTimes) > 1 {
-				s.rec.tpot.add(f.TPOT())
+			if !lean {
+				s.rec.ttft.add(f.TTFT())
+				if f.CompletionTokens > 1 {
+					s.rec.tpot.add(f.TPOT())
+				}
 			}
 			res.Finished = append(res.Finished, f)
 			done = true
+			if lean {
+				s.spare = append(s.spare, q)
+			}
 		}
 		res.Events = append(res.Events, ev)
 	}
@@ -833,7 +903,11 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 		s.insertWaiting(q)
 	}
 	s.clock = end
-	s.rec.step(p.Start, end, len(res.Events))
+	if lean {
+		s.events, s.done = res.Events, res.Finished
+	} else {
+		s.rec.step(p.Start, end, len(res.Events))
+	}
 	res.Waiting, res.KVPagesUsed = len(s.waiting), s.kv.UsedPages()
 	return res
 }
@@ -888,7 +962,11 @@ func (s *Scheduler) admit(start time.Duration, budget int, res *StepResult) {
 		avail -= need
 		res.Admitted++
 	}
-	n += copy(w[n:], w[i:])
+	if n != i {
+		n += copy(w[n:], w[i:])
+	} else {
+		n = len(w)
+	}
 	clear(w[n:]) // drop the admitted from the backing array
 	s.waiting = w[:n]
 	for _, q := range rotated {
@@ -917,6 +995,10 @@ func queueOrder(a, b *seq) int {
 }
 
 func (s *Scheduler) insertWaiting(q *seq) {
+	if n := len(s.waiting); n == 0 || queueOrder(s.waiting[n-1], q) <= 0 {
+		s.waiting = append(s.waiting, q) // a new request of the lowest priority queued
+		return
+	}
 	i, _ := slices.BinarySearchFunc(s.waiting, q, queueOrder)
 	s.waiting = slices.Insert(s.waiting, i, q)
 }
@@ -1021,7 +1103,7 @@ func (s *Scheduler) victims(limit int) []*seq {
 // preemption, of its output so far) and sets what is left to prefill.
 func (s *Scheduler) start(q *seq) bool {
 	tokens := q.req.PromptTokens + q.generated
-	shared, err := s.kv.allocate(q.req.ID, tokens, q.hashes)
+	shared, err := s.kv.allocateSeq(q.req.ID, tokens, q.hashes, &q.kv, q.commit)
 	if err != nil {
 		return false // admission checked the pages; unreachable
 	}
@@ -1038,7 +1120,7 @@ func (s *Scheduler) start(q *seq) bool {
 	}
 	q.running, q.admitted = true, s.nextAdmit
 	s.nextAdmit++
-	q.tokens, q.pages, q.prefill = tokens, s.kv.Pages(q.req.ID), compute
+	q.tokens, q.pages, q.prefill = tokens, len(q.kv.pages), compute
 	s.running = append(s.running, q)
 	t := s.tenants[q.req.Tenant]
 	if t == nil {
@@ -1062,7 +1144,7 @@ func (s *Scheduler) charge(q *seq, pages int) {
 // release frees a running sequence's pages and tenant charges. The caller
 // removes it from s.running.
 func (s *Scheduler) release(q *seq) {
-	s.kv.Free(q.req.ID)
+	s.kv.freeSeq(q.req.ID, &q.kv)
 	t := s.tenants[q.req.Tenant]
 	t.running--
 	t.pages -= q.charged
@@ -1095,6 +1177,8 @@ func (s *Scheduler) finished(q *seq, reason FinishReason, done time.Duration) Fi
 		Preemptions:      q.preemptions,
 		Arrival:          q.req.Arrival,
 		Done:             done,
+		FirstToken:       q.firstAt,
+		LastToken:        q.lastAt,
 		TokenTimes:       q.times,
 	}
 }

@@ -20,6 +20,9 @@ type Config struct {
 	// PrefixCaching keeps the computed prefix pages of finished requests
 	// cached for later ones (engine.Config.PrefixCaching).
 	PrefixCaching bool
+	// Lean drops what a virtual-time fleet does not read: token ids, every
+	// token's time, fresh result slices each step (engine.Config.Lean).
+	Lean bool
 }
 
 // NewScheduler returns the engine's scheduler for a simulated GPU running
@@ -32,7 +35,7 @@ func NewScheduler(cfg Config) (*engine.Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	ec.Seed, ec.PrefixCaching = cfg.Seed, cfg.PrefixCaching
+	ec.Seed, ec.PrefixCaching, ec.Lean = cfg.Seed, cfg.PrefixCaching, cfg.Lean
 	if cfg.Pages > 0 {
 		ec.Pages = cfg.Pages
 	}

@@ -190,10 +190,10 @@ type minuteStats struct {
 
 // replicaMetrics is what an autoscaled replica keeps for its heartbeats.
 type replicaMetrics struct {
-	arrivals, tokens int   // since the last heartbeat
-	ring             []int // requests then tokens per heartbeat, rate window
-	head, filled     int
-	draining         bool
+	arrivals, tokens, prompt int   // since the last heartbeat
+	ring                     []int // requests, tokens and prompt tokens per heartbeat, rate window
+	head, filled             int
+	draining                 bool
 }
 
 func newAutoscaleRun(f *fleet) *autoscaleRun {
@@ -216,8 +216,11 @@ func newAutoscaleRun(f *fleet) *autoscaleRun {
 	return r
 }
 
+// metricsStride is the ints a heartbeat takes in replicaMetrics.ring.
+const metricsStride = 3
+
 func (r *autoscaleRun) newMetrics() *replicaMetrics {
-	return &replicaMetrics{ring: make([]int, 2*r.slots)}
+	return &replicaMetrics{ring: make([]int, metricsStride*r.slots)}
 }
 
 // rate is the arrival rate at t.
@@ -316,10 +319,11 @@ func (r *autoscaleRun) heartbeat(f *fleet, now time.Duration) {
 	for _, i := range f.byVersion[r.vi] {
 		rep := &f.reps[i]
 		m := rep.m
-		m.ring[2*m.head], m.ring[2*m.head+1] = m.arrivals, m.tokens
+		o := metricsStride * m.head
+		m.ring[o], m.ring[o+1], m.ring[o+2] = m.arrivals, m.tokens, m.prompt
 		m.head = (m.head + 1) % r.slots
 		m.filled = min(m.filled+1, r.slots)
-		m.arrivals, m.tokens = 0, 0
+		m.arrivals, m.tokens, m.prompt = 0, 0, 0
 		kv += float64(rep.res.KVPagesUsed) / float64(rep.s.KVPages())
 	}
 	if n := len(f.byVersion[r.vi]); n > 0 {
@@ -340,10 +344,12 @@ func (r *autoscaleRun) heartbeat(f *fleet, now time.Duration) {
 // sample is a ready replica's heartbeat as the autoscaler reads it.
 func (r *autoscaleRun) sample(rep *replica, now time.Duration) autoscale.Sample {
 	m := rep.m
-	var reqs, toks int
+	var reqs, toks, prompt int
 	for k := range m.filled {
-		reqs += m.ring[2*k]
-		toks += m.ring[2*k+1]
+		o := metricsStride * k
+		reqs += m.ring[o]
+		toks += m.ring[o+1]
+		prompt += m.ring[o+2]
 	}
 	// Over the whole window, also for a replica ready for less: the sum
 	// over the replicas is then the version's request rate, and their mean
@@ -355,6 +361,7 @@ func (r *autoscaleRun) sample(rep *replica, now time.Duration) autoscale.Sample 
 	var s autoscale.Sample
 	s.Set(autoscale.RPS, float64(reqs)/secs)
 	s.Set(autoscale.TokensPerSecond, float64(toks)/secs)
+	s.Set(autoscale.PromptTokensPerSecond, float64(prompt)/secs)
 	s.Set(autoscale.InFlight, float64(rep.outstanding))
 	s.Set(autoscale.QueueDepth, float64(max(0, rep.outstanding-rep.res.Batch)))
 	s.Set(autoscale.KVCache, float64(rep.res.KVPagesUsed)/float64(rep.s.KVPages()))
@@ -413,7 +420,7 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 func (r *autoscaleRun) start(f *fleet, now time.Duration) {
 	idx := len(f.reps)
 	p := f.sc.Versions[r.vi].Profile
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15)})
+	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true})
 	if err != nil {
 		return // the profile was checked when the fleet was made
 	}
@@ -445,10 +452,12 @@ func (r *autoscaleRun) remove(f *fleet) {
 	r.draining = append(r.draining, i)
 }
 
-// arrived counts an arrival at t routed to replica i.
-func (r *autoscaleRun) arrived(f *fleet, i int, t time.Duration) {
+// arrived counts an arrival at t of a prompt of prompt tokens routed to
+// replica i.
+func (r *autoscaleRun) arrived(f *fleet, i int, t time.Duration, prompt int) {
 	if m := f.reps[i].m; m != nil {
 		m.arrivals++
+		m.prompt += prompt
 	}
 	if k := int(t / time.Minute); k < len(r.minutes) {
 		r.minutes[k].arrivals++

@@ -223,7 +223,7 @@ func newFleet(sc Scenario) (*fleet, error) {
 			idx := len(f.reps)
 			// Each replica's own stream: completion lengths the profile
 			// draws and token ids.
-			s, err := sim.NewScheduler(sim.Config{Profile: v.Profile, Seed: sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15)})
+			s, err := sim.NewScheduler(sim.Config{Profile: v.Profile, Seed: sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true})
 			if err != nil {
 				return nil, fmt.Errorf("%w: versions[%d].profile: %w", ErrInvalidScenario, vi, err)
 			}
@@ -379,7 +379,7 @@ func (f *fleet) arrive(t time.Duration) {
 	}
 	f.rr[vi] = (f.rr[vi] + 1) % len(reps)
 	if f.as != nil {
-		f.as.arrived(f, best, t)
+		f.as.arrived(f, best, t, prompt)
 	}
 	rep := &f.reps[best]
 	if f.sc.ShedOutstanding > 0 && rep.outstanding >= f.sc.ShedOutstanding {
@@ -512,8 +512,7 @@ func (f *fleet) account(rep *replica, res *engine.StepResult) {
 		if ev.Last {
 			continue
 		}
-		id, _ := strconv.Atoi(ev.ID) // ids are request numbers
-		n := int(f.prompt[id]) + ev.Index + 1
+		n := ev.Tokens
 		held += n
 		pages += (n + pt - 1) / pt
 		for k, l := range lens {
