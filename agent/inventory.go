@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"modelplane/busapi"
+	"modelplane/placement"
 )
 
 // MaxGPUs bounds the GPUs of one node; no machine has more, and the bound
@@ -35,7 +36,7 @@ type migProfile struct {
 // or without the "mig-" prefix), from the contract's table.
 func lookupMIG(p string) (migProfile, bool) {
 	p = strings.TrimPrefix(strings.ToLower(p), busapi.MIGPrefix)
-	m, ok := busapi.MIG(busapi.MIGPrefix + p)
+	m, ok := placement.MIG(busapi.MIGPrefix + p)
 	if !ok {
 		return migProfile{}, false
 	}

@@ -201,38 +201,6 @@ const (
 	CPUType = "cpu"
 )
 
-// MIGShape is a MIG partition of an 80 GB GPU (A100-80GB, H100-80GB).
-type MIGShape struct {
-	// Profile is the allocation profile, as in "mig-1g.10gb".
-	Profile string
-	// Compute is the share of the GPU's compute, in sevenths.
-	Compute int
-	// MemorySlices is the share of the GPU's memory, in eighths.
-	MemorySlices int
-	MemoryMB     int
-}
-
-// MIGShapes are the MIG partitions the platform knows, smallest first.
-func MIGShapes() []MIGShape {
-	return []MIGShape{
-		{"mig-1g.10gb", 1, 1, 10 * 1024},
-		{"mig-2g.20gb", 2, 2, 20 * 1024},
-		{"mig-3g.40gb", 3, 4, 40 * 1024},
-		{"mig-4g.40gb", 4, 4, 40 * 1024},
-		{"mig-7g.80gb", 7, 8, 80 * 1024},
-	}
-}
-
-// MIG returns the shape of a MIG allocation profile ("mig-3g.40gb").
-func MIG(profile string) (MIGShape, bool) {
-	for _, m := range MIGShapes() {
-		if m.Profile == profile {
-			return m, true
-		}
-	}
-	return MIGShape{}, false
-}
-
 // Desired is the full desired replica set of one node, the value of its key in
 // BucketDesired. Generation increases with every change; an agent ignores a
 // generation at or below the one it has applied.
@@ -335,21 +303,6 @@ type NodeStatus struct {
 
 // AnyRuntime in NodeStatus.Runtimes stands for every runtime.
 const AnyRuntime = "*"
-
-// RunsRuntime reports whether a node reporting runtimes can run the
-// catalogue entry name: it said nothing (nil), said AnyRuntime, or listed
-// it.
-func RunsRuntime(runtimes []string, name string) bool {
-	if runtimes == nil {
-		return true
-	}
-	for _, r := range runtimes {
-		if r == name || r == AnyRuntime {
-			return true
-		}
-	}
-	return false
-}
 
 // GPU is one GPU of a node with its partitions and current use.
 type GPU struct {
@@ -837,40 +790,6 @@ const LatencyBuckets = len(latencyBoundsUS) + 1
 // order, so quantiles are read the same way everywhere. Changing them
 // changes the meaning of stored rows: add a field instead.
 func LatencyBoundsUS() []uint64 { return append([]uint64(nil), latencyBoundsUS[:]...) }
-
-// QuantileMS returns the q-quantile, in milliseconds, of a histogram over
-// LatencyBoundsUS, interpolating linearly inside the bucket that
-// holds the rank q·total; the open last bucket reads as the last bound.
-// It is zero for an empty histogram.
-func QuantileMS(h []uint64, q float64) float64 {
-	var total uint64
-	for _, n := range h {
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	bounds := latencyBoundsUS[:]
-	rank := q * float64(total)
-	var below uint64
-	for i, n := range h {
-		if n == 0 || float64(below+n) < rank {
-			below += n
-			continue
-		}
-		if i >= len(bounds) {
-			break
-		}
-		lo := 0.0
-		if i > 0 {
-			lo = float64(bounds[i-1])
-		}
-		hi := float64(bounds[i])
-		us := lo + (hi-lo)*(rank-float64(below))/float64(n)
-		return us / 1000
-	}
-	return float64(bounds[len(bounds)-1]) / 1000
-}
 
 // LatencyBucket is the index of the bucket that counts d: the first whose
 // bound is at least d.

@@ -19,6 +19,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/placement"
 	"modelplane/replica"
 	"modelplane/trust"
 )
@@ -29,7 +30,7 @@ func sliceMemoryMB(profile string) (int, bool) {
 	if profile == busapi.ProfileFull {
 		return 80 * 1024, true
 	}
-	m, ok := busapi.MIG(profile)
+	m, ok := placement.MIG(profile)
 	return m.MemoryMB, ok
 }
 

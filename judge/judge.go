@@ -296,7 +296,7 @@ func Quantile(h []uint64, q float64) (float64, bool) {
 	if n == 0 {
 		return 0, false
 	}
-	return busapi.QuantileMS(h, q), true
+	return QuantileMS(h, q), true
 }
 
 func outcome(failed bool) Outcome {

@@ -63,7 +63,7 @@ func (c *cpuFleet) place(r Request) Result {
 	best, runs := -1, 0
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		if r.Runtime != "" && !busapi.RunsRuntime(n.runtimes, r.Runtime) {
+		if r.Runtime != "" && !RunsRuntime(n.runtimes, r.Runtime) {
 			continue
 		}
 		runs++

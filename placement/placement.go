@@ -326,7 +326,7 @@ func (f *fleet) placeOne(r Request, cands []int, res *Result) {
 				}
 				b[w] = gi
 				w++
-				if r.Runtime != "" && !busapi.RunsRuntime(f.nodes[g.node].runtimes, r.Runtime) {
+				if r.Runtime != "" && !RunsRuntime(f.nodes[g.node].runtimes, r.Runtime) {
 					continue
 				}
 				if !g.accepts(r.Tier) {
@@ -401,7 +401,7 @@ func (f *fleet) placeTP(r Request, res *Result) {
 	var bestSpread int32
 	for ni := range f.nodes {
 		nd := &f.nodes[ni]
-		if r.Runtime != "" && !busapi.RunsRuntime(nd.runtimes, r.Runtime) {
+		if r.Runtime != "" && !RunsRuntime(nd.runtimes, r.Runtime) {
 			continue
 		}
 		clear(f.counts)
@@ -474,7 +474,7 @@ func (f *fleet) withRuntime(r Request, reason string) string {
 			continue
 		}
 		gpuNodes++
-		if busapi.RunsRuntime(f.nodes[i].runtimes, r.Runtime) {
+		if RunsRuntime(f.nodes[i].runtimes, r.Runtime) {
 			runs++
 		}
 	}

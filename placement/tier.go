@@ -3,8 +3,6 @@ package placement
 import (
 	"cmp"
 	"slices"
-
-	"modelplane/busapi"
 )
 
 // TierRank orders tiers by their claim on scarce GPUs: critical (0) before
@@ -58,7 +56,7 @@ func Preempt(nodes []Node, r Request, y Yield) (victims []string, res Result, ok
 	var best *cand
 	for ni := range nodes {
 		nd := &nodes[ni]
-		if r.Runtime != "" && !busapi.RunsRuntime(nd.Runtimes, r.Runtime) {
+		if r.Runtime != "" && !RunsRuntime(nd.Runtimes, r.Runtime) {
 			continue // freeing a GPU there would not let r run
 		}
 		byGPU := map[int][]Slice{}

@@ -139,13 +139,13 @@ func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, st
 		for i, st := range a.steps {
 			p := Point{Start: from.Add(time.Duration(i) * step), Requests: st.requests, Errors: st.errors,
 				QPS: float64(st.requests) / step.Seconds(), Streams: st.streams,
-				P50MS: busapi.QuantileMS(st.lat, 0.5), P99MS: busapi.QuantileMS(st.lat, 0.99)}
+				P50MS: judge.QuantileMS(st.lat, 0.5), P99MS: judge.QuantileMS(st.lat, 0.99)}
 			if st.requests > 0 {
 				p.ErrorRate = float64(st.errors) / float64(st.requests)
 			}
 			if a.streaming {
-				p.TTFTP50MS, p.TTFTP99MS = busapi.QuantileMS(st.ttft, 0.5), busapi.QuantileMS(st.ttft, 0.99)
-				p.TPOTP50MS, p.TPOTP99MS = busapi.QuantileMS(st.tpot, 0.5), busapi.QuantileMS(st.tpot, 0.99)
+				p.TTFTP50MS, p.TTFTP99MS = judge.QuantileMS(st.ttft, 0.5), judge.QuantileMS(st.ttft, 0.99)
+				p.TPOTP50MS, p.TPOTP99MS = judge.QuantileMS(st.tpot, 0.5), judge.QuantileMS(st.tpot, 0.99)
 			}
 			s.Points[i] = p
 		}

@@ -270,7 +270,7 @@ type WindowSummary struct {
 
 func summarize(w judge.Window) WindowSummary {
 	return WindowSummary{Requests: w.Requests, Errors: w.Errors, Streams: w.Streams,
-		P99TPOTMS: busapi.QuantileMS(w.TPOT, 0.99), P99LatencyMS: busapi.QuantileMS(w.Latency, 0.99)}
+		P99TPOTMS: judge.QuantileMS(w.TPOT, 0.99), P99LatencyMS: judge.QuantileMS(w.Latency, 0.99)}
 }
 
 // RolloutEvent is one evaluation or change of step.

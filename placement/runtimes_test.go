@@ -1,10 +1,11 @@
-package busapi_test
+package placement_test
 
 import (
 	"encoding/json"
 	"testing"
 
 	"modelplane/busapi"
+	"modelplane/placement"
 )
 
 // TestRunsRuntime: a node that says nothing runs anything (an agent from
@@ -25,7 +26,7 @@ func TestRunsRuntime(t *testing.T) {
 		{"none", []string{}, false},
 	}
 	for _, tt := range tests {
-		if got := busapi.RunsRuntime(tt.runtimes, "vllm"); got != tt.want {
+		if got := placement.RunsRuntime(tt.runtimes, "vllm"); got != tt.want {
 			t.Errorf("%s: RunsRuntime(%#v, vllm) = %t, want %t", tt.name, tt.runtimes, got, tt.want)
 		}
 	}
