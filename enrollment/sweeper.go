@@ -63,6 +63,10 @@ type Repusher struct {
 	wake  <-chan struct{}
 }
 
+// repushTries is how often one round tries to push before it waits for
+// the next.
+const repushTries = 10
+
 // Repusher returns the service that pushes s's revocations again on clock
 // and on wake (nil: only on clock).
 func (s *Service) Repusher(log *slog.Logger, clock quartz.Clock, wake <-chan struct{}) *Repusher {
@@ -73,10 +77,25 @@ func (s *Service) Repusher(log *slog.Logger, clock quartz.Clock, wake <-chan str
 func (w *Repusher) Start(ctx context.Context) error {
 	return w.Go(ctx, func(ctx context.Context) {
 		service.Tick(ctx, w.clock, RepushInterval, w.wake, func(ctx context.Context) {
-			ctx, cancel := context.WithTimeout(ctx, repushTimeout)
-			defer cancel()
-			if err := w.svc.pushRevocations(ctx); err != nil && ctx.Err() == nil {
-				w.log.WarnContext(ctx, "push node revocations again", slog.String("error", err.Error()))
+			// A push right after a reconnect can meet a server still
+			// loading its accounts: it is tried again a few times, a
+			// second apart (wall-clock time: it waits on the server).
+			for attempt := 1; ; attempt++ {
+				pctx, cancel := context.WithTimeout(ctx, repushTimeout)
+				err := w.svc.pushRevocations(pctx)
+				cancel()
+				if err == nil || ctx.Err() != nil {
+					return
+				}
+				if attempt == repushTries {
+					w.log.WarnContext(ctx, "push node revocations again", slog.String("error", err.Error()))
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
 			}
 		})
 	})
