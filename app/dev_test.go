@@ -161,6 +161,23 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		}
 	}
 	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
+	// A CPU replica's log, read from its node through the API as its
+	// team's engineer would, with no shell on the node.
+	var reps struct {
+		Items []struct {
+			Name, Node, State string
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/fraud-scoring/replicas", env["MP_RISK_KEY"])), &reps); err != nil || len(reps.Items) == 0 {
+		t.Fatalf("fraud-scoring replicas: %+v, %v", reps, err)
+	}
+	logURL := env["MP_API"] + "/endpoints/fraud-scoring/replicas/" + reps.Items[0].Name + "/logs?tail=20"
+	if body := get(t, logURL, env["MP_RISK_KEY"]); !strings.Contains(body, "modelplane agent: starting "+reps.Items[0].Name) {
+		t.Errorf("log of %s on %s: %q; want the agent's start line", reps.Items[0].Name, reps.Items[0].Node, body)
+	}
+	if body := get(t, logURL, env["MP_SEARCH_KEY"]); !strings.Contains(body, "not found") {
+		t.Errorf("search reads risk's replica log: %q", body)
+	}
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	cliOnTheDemo(t, env)
