@@ -267,7 +267,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 		return "", nil, fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", adminAddr, err)
 	}
 	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway"), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}
-	g, stop, err := startGateway(ctx, cfg, nc, log)
+	g, stopGateway, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
 		ln.Close()
 		adm.Close()
@@ -283,7 +283,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	if err != nil {
 		ln.Close()
 		adm.Close()
-		stop()
+		stopGateway()
 		return "", nil, fmt.Errorf("dev.env: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -294,7 +294,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()
-	return adm.Addr().String(), func() { cancel(); <-done; stop() }, nil
+	return adm.Addr().String(), func() { cancel(); <-done; stopGateway() }, nil
 }
 
 // gatewayDrain is how long a stopping gateway waits for in-flight requests:
