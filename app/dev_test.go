@@ -175,8 +175,12 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, logURL, env["MP_RISK_KEY"]); !strings.Contains(body, "modelplane agent: starting "+reps.Items[0].Name) {
 		t.Errorf("log of %s on %s: %q; want the agent's start line", reps.Items[0].Name, reps.Items[0].Node, body)
 	}
-	if body := get(t, logURL, env["MP_SEARCH_KEY"]); !strings.Contains(body, "not found") {
-		t.Errorf("search reads risk's replica log: %q", body)
+	req, _ := http.NewRequest(http.MethodGet, logURL, nil)
+	req.Header.Set("Authorization", "Bearer "+env["MP_SEARCH_KEY"])
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("search reads risk's replica log: %v %v; want 404", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)

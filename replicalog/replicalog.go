@@ -46,12 +46,12 @@ func New(nc *nats.Conn, eps *endpoint.Service) *Reader { return &Reader{nc: nc, 
 // offset is negative, else the bytes from offset on (at most
 // busapi.MaxLogChunk; follow with the chunk's Next).
 func (r *Reader) Read(ctx context.Context, p *auth.Principal, endpointName, replica string, offset int64, tail int) (busapi.LogChunk, error) {
-	e, err := r.eps.Get(ctx, p, endpointName)
+	reps, err := r.eps.Replicas(ctx, p, endpointName)
 	if err != nil {
 		return busapi.LogChunk{}, err
 	}
 	node := ""
-	for _, rep := range e.Replicas {
+	for _, rep := range reps {
 		if rep.Name == replica {
 			node = rep.Node
 		}
