@@ -60,6 +60,8 @@ type Agent struct {
 
 	// nudge wakes the main loop to reconcile and send a heartbeat.
 	nudge chan struct{}
+	// logSub answers log requests when the driver keeps logs.
+	logSub *nats.Subscription
 
 	mu       sync.Mutex // guards the fields below
 	gen      int64
@@ -226,6 +228,11 @@ func (a *Agent) Start(ctx context.Context) error {
 		st = savedState{}
 	}
 	a.adopt(ctx, st)
+	if lr, ok := a.drv.(LogReader); ok {
+		if a.logSub, err = a.nc.Subscribe(busapi.LogsSubject(a.cfg.Node), func(m *nats.Msg) { a.answerLog(lr, m) }); err != nil {
+			return fmt.Errorf("subscribe to log requests: %w", err)
+		}
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	a.cancel = cancel
@@ -246,6 +253,9 @@ func (a *Agent) Stop() {
 		return
 	}
 	a.stopped = true
+	if a.logSub != nil {
+		_ = a.logSub.Unsubscribe()
+	}
 	a.cancel()
 	a.wg.Wait()
 	if a.ownDriver != nil {
@@ -1115,4 +1125,41 @@ func (a *Agent) Counters() Counters {
 		c.SpoolBatches, c.SpoolBytes = sp.count.Load(), sp.size.Load()
 	}
 	return c
+}
+
+// answerLog answers one log request for a replica this agent runs (or is
+// starting, or has failed): only those, so a request cannot name another
+// file of the node.
+func (a *Agent) answerLog(lr LogReader, m *nats.Msg) {
+	var req busapi.LogRequest
+	var out busapi.LogChunk
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		out.Error = "bad log request: " + err.Error()
+	} else if !a.runs(req.Replica) {
+		out.Error = "replica " + req.Replica + " does not run on node " + a.cfg.Node
+	} else if c, err := lr.ReadLog(req.Replica, req.Offset, req.Tail, busapi.MaxLogChunk); err != nil {
+		out.Error = err.Error()
+	} else {
+		out = c
+	}
+	data, _ := json.Marshal(out)
+	if err := m.Respond(data); err != nil {
+		a.log.Warn("answer log request", slog.String("replica", req.Replica), slog.String("error", err.Error()))
+	}
+}
+
+// runs reports whether id is a replica of this agent's desired set or one
+// it manages.
+func (a *Agent) runs(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.replicas[id]; ok {
+		return true
+	}
+	for _, s := range a.desired {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -39,6 +39,16 @@ type RuntimeLister interface {
 	Runtimes() []string
 }
 
+// LogReader is a Driver that keeps its replicas' output: the process
+// driver, each runtime's stdout and stderr in a file. The agent answers the
+// control plane's log requests (busapi.LogsSubject) from it, so nobody needs
+// a shell on the node to read a crash-looping replica's log.
+type LogReader interface {
+	// ReadLog returns replica id's last tail lines when offset is
+	// negative, else at most max bytes from offset on.
+	ReadLog(id string, offset int64, tail, max int) (busapi.LogChunk, error)
+}
+
 // StartOptions are what the agent gives a driver to start a replica with,
 // besides its spec.
 type StartOptions struct {

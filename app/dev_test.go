@@ -161,6 +161,27 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		}
 	}
 	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
+	// A CPU replica's log, read from its node through the API as its
+	// team's engineer would, with no shell on the node.
+	var reps struct {
+		Items []struct {
+			Name, Node, State string
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/fraud-scoring/replicas", env["MP_RISK_KEY"])), &reps); err != nil || len(reps.Items) == 0 {
+		t.Fatalf("fraud-scoring replicas: %+v, %v", reps, err)
+	}
+	logURL := env["MP_API"] + "/endpoints/fraud-scoring/replicas/" + reps.Items[0].Name + "/logs?tail=20"
+	if body := get(t, logURL, env["MP_RISK_KEY"]); !strings.Contains(body, "modelplane agent: starting "+reps.Items[0].Name) {
+		t.Errorf("log of %s on %s: %q; want the agent's start line", reps.Items[0].Name, reps.Items[0].Node, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, logURL, nil)
+	req.Header.Set("Authorization", "Bearer "+env["MP_SEARCH_KEY"])
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("search reads risk's replica log: %v %v; want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
 	cliOnTheDemo(t, env)

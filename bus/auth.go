@@ -259,6 +259,9 @@ func (a *Authority) Mint(name string, p Permissions, expires time.Time) (Credent
 	uc.Name = name
 	uc.Pub.Allow.Add(p.Publish...)
 	uc.Sub.Allow.Add(p.Subscribe...)
+	if p.Respond {
+		uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	}
 	if !expires.IsZero() {
 		uc.Expires = expires.Unix()
 	}

@@ -14,6 +14,10 @@ type Permissions struct {
 	Publish   []string
 	Subscribe []string
 	Inbox     string
+	// Respond lets the user answer the requests it receives on the
+	// subjects it may subscribe to (one reply each, within a minute),
+	// whatever the asker's inbox.
+	Respond bool
 }
 
 // ControlPlanePermissions are the control plane's: everything. It writes
@@ -45,7 +49,8 @@ func GatewayPermissions(name string) Permissions {
 }
 
 // AgentPermissions are the agent's of node: it watches only its own key in
-// mp_desired and publishes only its own heartbeats and usage. The consumer
+// mp_desired, publishes only its own heartbeats and usage, and answers the
+// control plane's requests for its replicas' logs. The consumer
 // it may create is filtered to its key in the request subject, and the
 // server refuses a request whose body asks for another filter.
 func AgentPermissions(node string) Permissions {
@@ -55,8 +60,9 @@ func AgentPermissions(node string) Permissions {
 			busapi.NodeStatusSubject(node),
 			busapi.UsageSubject(node),
 		},
-		Subscribe: []string{inbox + ".>"},
+		Subscribe: []string{inbox + ".>", busapi.LogsSubject(node)},
 		Inbox:     inbox,
+		Respond:   true,
 	}
 	p.Publish = append(p.Publish, watchAPI(busapi.BucketDesired, busapi.KVSubject(busapi.BucketDesired, node))...)
 	return p

@@ -916,3 +916,30 @@ type SampleInstance struct {
 	Score float64 `json:"score"`
 	Label string  `json:"label,omitempty"`
 }
+
+// LogsSubject is where the agent of node answers requests for a replica's
+// log (core NATS request and reply; only the control plane may ask).
+func LogsSubject(node string) string { return "mp.node." + node + ".logs" }
+
+// MaxLogChunk bounds the bytes of one LogChunk.
+const MaxLogChunk = 64 << 10
+
+// LogRequest asks for a replica's log: Tail lines from its end when
+// Offset is negative, else the bytes from Offset on (at most MaxLogChunk).
+type LogRequest struct {
+	Replica string `json:"replica"`
+	Offset  int64  `json:"offset"`
+	Tail    int    `json:"tail,omitempty"`
+}
+
+// LogChunk answers a LogRequest: Data from Offset, Next the offset to ask
+// from to follow the log, Size the log's size when read. Error says why
+// nothing was read (no such replica on the node, a driver without logs).
+// A log that shrank (it is kept to its last bytes) starts again at 0.
+type LogChunk struct {
+	Data   string `json:"data"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next"`
+	Size   int64  `json:"size"`
+	Error  string `json:"error,omitempty"`
+}

@@ -36,6 +36,7 @@ import (
 	"modelplane/outbox"
 	"modelplane/quota"
 	"modelplane/registry"
+	"modelplane/replicalog"
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
@@ -208,6 +209,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		if cp.js, err = jetstream.New(st.NC); err != nil {
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
+		cp.Logs = replicalog.New(st.NC, cp.Endpoints)
 		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log, clock)
 		published = cp.Relay.Wake
 	}

@@ -82,6 +82,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /rollouts/{rollout}/resume":                          {jsonPayload(map[string]any{})},
 		"POST /rollouts/{rollout}/canary":                          {jsonPayload(map[string]any{})},
 		"GET /endpoints/{endpoint}/drift":                          {nil},
+		"GET /endpoints/{endpoint}/replicas/{replica}/logs":        {nil},
 		"POST /webhooks":                                           {jsonPayload(map[string]any{"team": "risk", "url": "https://hooks.example.com/matrix", "event_types": []string{"*"}})},
 		"DELETE /webhooks/{webhook}":                               {nil},
 		"POST /webhooks/{webhook}/rotate-secret":                   {nil},
@@ -151,6 +152,12 @@ var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /flee
 	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
 	"POST /quotas", "DELETE /quotas/{team}/{resource}", "PUT /tier-grants/{team}/{tier}", "DELETE /tier-grants/{team}/{tier}"}
 
+// nodeReads are the API routes that read from a node's agent over NATS,
+// which this environment has none of: a caller allowed to read gets the
+// 503 that says so (TestReplicaLogsFromTheAgent reads them from a real
+// agent).
+var nodeReads = []string{"GET /endpoints/{endpoint}/replicas/{replica}/logs"}
+
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
 var agentOnly = []string{"POST /nodes/enroll", "POST /nodes/rotate"}
@@ -184,10 +191,10 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
 		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
+		"replica": e.riskReplica(t), "webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
 		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"webhook": "987654321", "delivery": "987654321"}
+		"replica": "no-such-replica", "webhook": "987654321", "delivery": "987654321"}
 	return risk, missing
 }
 
@@ -423,8 +430,12 @@ func TestTenancyMatrix(t *testing.T) {
 							problem(t, "platform admin GET "+none, e.call(t, e.Keys["platform-admin"], method, none, nil), http.StatusNotFound)
 							return
 						}
-						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != http.StatusOK {
-							t.Errorf("risk viewer GET %s = %d %s; want 200", path, got.status, got)
+						want := http.StatusOK
+						if slices.Contains(nodeReads, route) {
+							want = http.StatusServiceUnavailable
+						}
+						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != want {
+							t.Errorf("risk viewer GET %s = %d %s; want %d", path, got.status, got, want)
 						}
 						got := e.call(t, e.Keys["finance"], method, path, nil)
 						problem(t, "finance GET "+path, got, http.StatusNotFound)
@@ -533,4 +544,14 @@ func TestTenancyMatrix(t *testing.T) {
 	})
 
 	e.unchanged(t, before)
+}
+
+// riskReplica names a replica of risk-endpoint (seedFleet placed it).
+func (e *testEnv) riskReplica(t testing.TB) string {
+	t.Helper()
+	reps := e.replicas(t, "risk-endpoint")
+	if len(reps) == 0 {
+		t.Fatal("risk-endpoint has no replica: seedFleet first")
+	}
+	return reps[0].Name
 }

@@ -22,6 +22,7 @@ func (s *Server) Handler() http.Handler {
 		s.newAPI(r)
 		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
+		r.Get("/endpoints/{endpoint}/replicas/{replica}/logs", s.replicaLogs)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
 	r.Get("/internal/artifacts/{sha256}", s.internalArtifact)

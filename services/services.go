@@ -17,6 +17,7 @@ import (
 	"modelplane/notify"
 	"modelplane/quota"
 	"modelplane/registry"
+	"modelplane/replicalog"
 	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/tenant"
@@ -69,4 +70,6 @@ type Set struct {
 	Metrics *prometheus.Registry
 	// Webhooks manages the teams' webhooks and their delivery logs.
 	Webhooks *notify.Webhooks
+	// Logs reads replicas' logs from their nodes; nil without NATS.
+	Logs *replicalog.Reader
 }
