@@ -237,7 +237,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	reg.MustRegister(opsmetrics.New(st.Pool, clock, cfg.Log), cp.Budgets)
 	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, clock, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, clock, driftReader, gate, published); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +247,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, driftReader *drift.Reader, published func()) error {
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, driftReader *drift.Reader, gate rollout.DriftMeasurer, published func()) error {
 	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics, Clock: clock,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
@@ -286,7 +286,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: drift.NewGate(driftReader), Clock: clock, Interval: time.Second, Published: published})
+		Drift: gate, Clock: clock, Interval: time.Second, Published: published})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
