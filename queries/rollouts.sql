@@ -40,6 +40,21 @@ JOIN model_versions tv ON tv.id = r.to_version_id
 WHERE r.endpoint_id = @endpoint_id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
 ORDER BY r.id DESC LIMIT @lim;
 
+-- name: RolloutList :many
+-- The rollouts of the caller's teams, newest first, in the given states (all
+-- states when none is given): the portal's rollouts list.
+SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+FROM rollouts r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = r.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions fv ON fv.id = r.from_version_id
+JOIN model_versions tv ON tv.id = r.to_version_id
+WHERE (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
+  AND (cardinality(@states::text[]) = 0 OR r.state = ANY(@states::text[]))
+ORDER BY r.id DESC LIMIT @lim;
+
 -- name: RolloutListAwaitingApproval :many
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
        fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms

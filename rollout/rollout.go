@@ -630,6 +630,27 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, endpointName stri
 	return out, nil
 }
 
+// ListAll returns the rollouts of every endpoint p may see, newest first,
+// in the given states (every state when states is empty), at most limit.
+func (s *Service) ListAll(ctx context.Context, p *auth.Principal, states []string, limit int) ([]Rollout, error) {
+	all, ids := p.Scope()
+	if states == nil {
+		states = []string{}
+	}
+	rows, err := db.New(s.pool).RolloutList(ctx, db.RolloutListParams{AllTeams: all, TeamIDs: ids, States: states, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list rollouts: %w", err)
+	}
+	out := make([]Rollout, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(db.RolloutGetRow(r))
+	}
+	return out, nil
+}
+
+// States lists every state a rollout can be in, active ones first.
+var States = []string{StateStarting, StateProgressing, StateAwaitingApproval, StatePromoted, StateRolledBack, StateCompleted}
+
 // AwaitingApproval returns the rollouts waiting for an approval that p may
 // give: of teams p administers, started by someone else.
 func (s *Service) AwaitingApproval(ctx context.Context, p *auth.Principal) ([]Rollout, error) {
