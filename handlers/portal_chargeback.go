@@ -445,12 +445,22 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 				latest = false
 			}
 		}
-		props.Rates = append(props.Rates, web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + money.USD(e.UUSDPerHour),
+		view := web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + money.USD(e.UUSDPerHour),
 			EffectiveFrom: e.EffectiveFrom.Format(time.RFC3339), CreatedBy: e.CreatedBy,
-			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)})
+			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)}
+		if e.CreatedBy == defaultRateAuthor && e.EffectiveFrom.Unix() == 0 {
+			// Entered by the migration, in force since the epoch: a time
+			// and an author would only puzzle.
+			view.EffectiveFrom, view.CreatedBy = "default rate", "–"
+		}
+		props.Rates = append(props.Rates, view)
 	}
 	s.render(w, r, status, web.CostRatesPage(props))
 }
+
+// defaultRateAuthor is the author the migration gives the default rates
+// (migrations/postgres/0002_fleet.sql), effective from the epoch.
+const defaultRateAuthor = "default"
 
 // parseUSD reads dollars with at most six decimals as micro-USD.
 func parseUSD(s string) (int64, bool) {
