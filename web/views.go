@@ -421,9 +421,12 @@ type ChartLine struct {
 // the gateway's answer.
 type TryItProps struct {
 	Endpoint string
-	CSRF     string
-	Body     string
-	Curl     string
+	// Path is the gateway route Send posts to (predict, or an LLM's
+	// chat/completions); the endpoint page's header names it too.
+	Path string
+	CSRF string
+	Body string
+	Curl string
 	// Configured is false when the portal knows no gateway URL; CanSend when
 	// it also holds a key to send with and the caller may write.
 	Configured, CanSend bool
@@ -432,4 +435,23 @@ type TryItProps struct {
 	Status   int
 	Response string
 	Error    string
+	// Answers are a 200 predict answer read per instance, with the version
+	// that answered; Chat an LLM's request messages and its reply. Either
+	// is shown above the raw JSON, which stays one click away.
+	Answers      []TryAnswer
+	ModelVersion string
+	Chat         []ChatTurn
+}
+
+// TryAnswer is one instance's prediction: a classifier's label and score,
+// or a regressor's value in Score.
+type TryAnswer struct {
+	Instance     int
+	Label, Score string
+}
+
+// ChatTurn is one message of a chat.
+type ChatTurn struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
 }
