@@ -40,15 +40,30 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 	}
 	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
 		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
-	for _, t := range e.Traffic {
-		if t.Weight < 100 && out.Form.Version == "" {
-			out.Form.Version = t.Version
-		}
-	}
+	out.Form.Version = defaultCandidate(e, versions)
+
 	for _, r := range rs {
 		out.Rows = append(out.Rows, rolloutRow(r))
 	}
 	return out, nil
+}
+
+// defaultCandidate is the rollout form's first choice: the newest version
+// (versions are oldest first) that takes no traffic, never the version
+// already serving all of it; "" when every version serves.
+func defaultCandidate(e endpoint.Endpoint, versions []string) string {
+	serving := map[string]bool{}
+	for _, t := range e.Traffic {
+		if t.Weight > 0 {
+			serving[t.Version] = true
+		}
+	}
+	for i := len(versions) - 1; i >= 0; i-- {
+		if !serving[versions[i]] {
+			return versions[i]
+		}
+	}
+	return ""
 }
 
 // awaitingRows are the rollouts waiting for p's approval.

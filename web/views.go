@@ -253,6 +253,29 @@ type VersionProps struct {
 	Metadata string // pretty JSON of the whole version
 	Lineage  Lineage
 	Serving  ServingView
+	// Metrics are the version's offline metrics beside its parent's and
+	// the serving versions'; nil when none of them has any.
+	Metrics *MetricsTable
+}
+
+// MetricsTable is offline metrics side by side: one column per version
+// (the first the page's own), one row per metric; a version without the
+// metric has "–".
+type MetricsTable struct {
+	Columns []MetricsColumn
+	Rows    []MetricsRow
+}
+
+// MetricsColumn is one version compared, and why it is ("parent",
+// "serving on fraud-scoring").
+type MetricsColumn struct {
+	Version, Role string
+}
+
+// MetricsRow is one metric's values, in the columns' order.
+type MetricsRow struct {
+	Name   string
+	Values []string
 }
 
 // MemberRow is one team member.
