@@ -12,9 +12,9 @@ import (
 )
 
 // TestPortalSaysWhatIsEmpty: pages that have nothing to list say so (no
-// quotas, a model without versions, finance's team page), and the rates
-// the migration entered read "default rate" rather than the epoch and an
-// author called "default".
+// quotas, a model without versions, finance's team and endpoints pages),
+// and the rates the migration entered read "default rate" rather than the
+// epoch and an author called "default".
 func TestPortalSaysWhatIsEmpty(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
@@ -38,6 +38,7 @@ func TestPortalSaysWhatIsEmpty(t *testing.T) {
 		{"risk-admin@example.com", "/quotas", "#quotas-empty", "No quotas set"},
 		{"risk-admin@example.com", "/models/empty-model", "#versions-empty", "No versions yet"},
 		{"finance@example.com", "/team", "#no-team", "You are in no team"},
+		{"finance@example.com", "/endpoints", "#endpoints-no-team", "You are in no team"},
 	} {
 		if got := doc(c.user, c.path).Find(c.sel).Text(); !strings.Contains(got, c.want) {
 			t.Errorf("%s %s: %s = %q, want %q", c.user, c.path, c.sel, got, c.want)

@@ -44,6 +44,9 @@ type EndpointsProps struct {
 	CanCreate  bool
 	// Awaiting are the rollouts waiting for this user's approval.
 	Awaiting []RolloutRow
+	// NoTeam says the user is in no team (finance): the list is empty
+	// because nothing is theirs, not because nothing exists.
+	NoTeam bool
 }
 
 // EndpointForm is the create-endpoint form's values, as typed.
