@@ -181,6 +181,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 	if props.Rollouts, err = s.rolloutsSection(r.Context(), p, e, versions, props.CSRF); err != nil {
 		return web.EndpointProps{}, err
 	}
+	props.Unroutable = props.Rollouts.Unroutable
 	if props.Autoscaling, err = s.autoscalingProps(r.Context(), p, e); err != nil {
 		return web.EndpointProps{}, err
 	}

@@ -40,7 +40,10 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 	}
 	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
 		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
-	out.Form.Version = defaultCandidate(e, versions)
+	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID); err != nil {
+		return web.RolloutsSection{}, err
+	}
+	out.Form.Version = defaultCandidate(e, versions, out.Unroutable)
 
 	for _, r := range rs {
 		out.Rows = append(out.Rows, rolloutRow(r))
@@ -49,9 +52,10 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 }
 
 // defaultCandidate is the rollout form's first choice: the newest version
-// (versions are oldest first) that takes no traffic, never the version
-// already serving all of it; "" when every version serves.
-func defaultCandidate(e endpoint.Endpoint, versions []string) string {
+// (versions are oldest first) that takes no traffic and can be rolled out
+// (not in unroutable), never the version already serving all of it; ""
+// when there is none.
+func defaultCandidate(e endpoint.Endpoint, versions []string, unroutable map[string]string) string {
 	serving := map[string]bool{}
 	for _, t := range e.Traffic {
 		if t.Weight > 0 {
@@ -59,7 +63,7 @@ func defaultCandidate(e endpoint.Endpoint, versions []string) string {
 		}
 	}
 	for i := len(versions) - 1; i >= 0; i-- {
-		if !serving[versions[i]] {
+		if _, bad := unroutable[versions[i]]; !serving[versions[i]] && !bad {
 			return versions[i]
 		}
 	}

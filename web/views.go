@@ -96,6 +96,8 @@ type EndpointProps struct {
 	// "name: v1 50%, v2 50%"; it is set through the API.
 	Experiment     string
 	Versions       []string // all versions of the model, for the traffic form
+	// Unroutable are the versions that may not take traffic now, with why.
+	Unroutable map[string]string
 	CanWrite       bool
 	TrafficErrors  FieldErrors
 	TrafficSaved   bool
