@@ -128,7 +128,8 @@ func (q *Queries) RolloutExperimentArms(ctx context.Context, arg RolloutExperime
 
 const rolloutGet = `-- name: RolloutGet :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -180,6 +181,7 @@ type RolloutGetRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (RolloutGetRow, error) {
@@ -221,13 +223,15 @@ func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (Rollout
 		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
+		&i.InitiatorEmail,
 	)
 	return i, err
 }
 
 const rolloutGetForUpdate = `-- name: RolloutGetForUpdate :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -280,6 +284,7 @@ type RolloutGetForUpdateRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpdateParams) (RolloutGetForUpdateRow, error) {
@@ -321,13 +326,15 @@ func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpda
 		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
+		&i.InitiatorEmail,
 	)
 	return i, err
 }
 
 const rolloutList = `-- name: RolloutList :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -382,6 +389,7 @@ type RolloutListRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 // The rollouts of the caller's teams, newest first, in the given states (all
@@ -436,6 +444,7 @@ func (q *Queries) RolloutList(ctx context.Context, arg RolloutListParams) ([]Rol
 			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
 		); err != nil {
 			return nil, err
 		}
@@ -449,7 +458,8 @@ func (q *Queries) RolloutList(ctx context.Context, arg RolloutListParams) ([]Rol
 
 const rolloutListAwaitingApproval = `-- name: RolloutListAwaitingApproval :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -501,6 +511,7 @@ type RolloutListAwaitingApprovalRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutListAwaitingApprovalParams) ([]RolloutListAwaitingApprovalRow, error) {
@@ -548,6 +559,7 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
 		); err != nil {
 			return nil, err
 		}
@@ -561,7 +573,8 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 
 const rolloutListByEndpoint = `-- name: RolloutListByEndpoint :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -615,6 +628,7 @@ type RolloutListByEndpointRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutListByEndpoint(ctx context.Context, arg RolloutListByEndpointParams) ([]RolloutListByEndpointRow, error) {
@@ -667,6 +681,7 @@ func (q *Queries) RolloutListByEndpoint(ctx context.Context, arg RolloutListByEn
 			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
 		); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,11 +26,20 @@ const portalTime = "2006-01-02 15:04:05"
 
 func rolloutRow(r rollout.Rollout) web.RolloutRow {
 	row := web.RolloutRow{ID: r.ID, Endpoint: r.Endpoint, From: r.FromVersion, To: r.ToVersion, Strategy: r.Strategy, State: r.State,
-		Paused: r.Paused, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime)}
+		Paused: r.Paused, Initiator: rolloutInitiator(r), Created: r.CreatedAt.UTC().Format(portalTime)}
 	if r.Active() && r.StepStartedAt != nil && r.StepIndex < len(r.Steps) {
 		row.Percent = r.Steps[r.StepIndex].Percent
 	}
 	return row
+}
+
+// rolloutInitiator names the person who started r, with the key's prefix
+// when a key was used ("search-admin@example.com via mpk_2939…").
+func rolloutInitiator(r rollout.Rollout) string {
+	if r.InitiatorEmail == "" || r.InitiatorEmail == r.Initiator {
+		return r.Initiator
+	}
+	return r.InitiatorEmail + " via " + r.Initiator
 }
 
 // rolloutsSection fills the endpoint page's rollouts section.
@@ -93,11 +103,11 @@ func fmtMS(v float64) string {
 // rolloutProps fills the rollout page of r for p.
 func rolloutProps(p *auth.Principal, l web.Layout, r rollout.Rollout) web.RolloutProps {
 	props := web.RolloutProps{Layout: l, ID: r.ID, Endpoint: r.Endpoint, Team: r.Team, From: r.FromVersion, To: r.ToVersion,
-		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime),
+		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: rolloutInitiator(r), Created: r.CreatedAt.UTC().Format(portalTime),
 		Paused: r.Paused, Active: r.Active(), CanApprove: rollout.CanApprove(p, r), CanOperate: rollout.CanOperate(p, r),
 		CanCanary: r.Strategy == rollout.Shadow && rollout.CanOperate(p, r)}
 	if r.State == rollout.StateAwaitingApproval {
-		props.WaitingFor = "Waiting for a team admin other than " + r.Initiator + " to approve " + r.ToVersion + " at 100 percent."
+		props.WaitingFor = "Waiting for a team admin other than " + cmp.Or(r.InitiatorEmail, r.Initiator) + " to approve " + r.ToVersion + " at 100 percent."
 		for _, a := range r.Approvals {
 			if a.StepIndex == r.ApprovalStep() {
 				props.WaitingFor = a.Approver + " " + a.Decision + "d; the controller acts on it within a second."

@@ -121,10 +121,13 @@ type Rollout struct {
 	CleanupAt                 *time.Time `json:"cleanup_at,omitempty"`
 	Cleaned                   bool       `json:"cleaned"`
 	Initiator                 string     `json:"initiator"`
-	Generation                int64      `json:"generation"`
-	CreatedAt                 time.Time  `json:"created_at"`
-	UpdatedAt                 time.Time  `json:"updated_at"`
-	FinishedAt                *time.Time `json:"finished_at,omitempty"`
+	// InitiatorEmail is the person who started the rollout: the user, or
+	// the creator of the API key used (Initiator is then the key's prefix).
+	InitiatorEmail string     `json:"initiator_email,omitempty"`
+	Generation     int64      `json:"generation"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	// Events (the latest MaxEvents) and Approvals are filled by Get only.
 	Events    []Event    `json:"events,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
@@ -278,7 +281,7 @@ func fromRow(r db.RolloutGetRow) Rollout {
 		KeepSeconds: float64(r.KeepMs) / 1000, CleanupAt: r.CleanupAt, Cleaned: r.Cleaned, Initiator: r.Initiator,
 		Generation: r.Generation, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		TeamID: r.TeamID, EndpointID: r.EndpointID, FromVersionID: r.FromVersionID, ToVersionID: r.ToVersionID,
-		ModelID: r.ModelID, Task: r.Task, MinReplicas: r.MinReplicas, InitiatorUserID: r.InitiatorUserID}
+		ModelID: r.ModelID, Task: r.Task, MinReplicas: r.MinReplicas, InitiatorUserID: r.InitiatorUserID, InitiatorEmail: r.InitiatorEmail}
 	// Both columns are JSON this package wrote.
 	_ = json.Unmarshal(r.Steps, &out.Steps)
 	_ = json.Unmarshal(r.Criteria, &out.Criteria)
