@@ -198,6 +198,9 @@ func driftTimelineCharts(scores []drift.Score) []web.Chart {
 		}
 		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 		c := web.Chart{ID: "drift-" + v, Title: v, Lines: []web.ChartLine{{Label: outputMetric[v]}, {Label: "max PSI"}}}
+		if len(times) > 0 {
+			c.From, c.To = chartTime(times[0], times[len(times)-1])
+		}
 		for _, t := range times {
 			pt := byVersion[v][t]
 			c.Lines[0].Values = append(c.Lines[0].Values, pt.output)

@@ -228,6 +228,9 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 		if hasInc {
 			ch.Lines = append(ch.Lines, web.ChartLine{Label: "incumbent", Values: inc})
 		}
+		if len(verdicts) > 0 {
+			ch.From, ch.To = chartTime(verdicts[0].At, verdicts[len(verdicts)-1].At)
+		}
 		out = append(out, ch)
 	}
 	return out

@@ -20,8 +20,8 @@ type RolloutsSection struct {
 	// (invalid, still being validated): offered disabled, with the reason.
 	Unroutable map[string]string
 	Rows       []RolloutRow
-	Form     RolloutForm
-	Errors   FieldErrors
+	Form       RolloutForm
+	Errors     FieldErrors
 }
 
 // RolloutForm is the start-rollout form's values, as typed.

@@ -94,10 +94,10 @@ type EndpointProps struct {
 	Traffic       []TrafficRow
 	// Experiment describes the active A/B experiment ("" when none), as
 	// "name: v1 50%, v2 50%"; it is set through the API.
-	Experiment     string
-	Versions       []string // all versions of the model, for the traffic form
+	Experiment string
+	Versions   []string // all versions of the model, for the traffic form
 	// Unroutable are the versions that may not take traffic now, with why.
-	Unroutable map[string]string
+	Unroutable     map[string]string
 	CanWrite       bool
 	TrafficErrors  FieldErrors
 	TrafficSaved   bool
@@ -436,6 +436,10 @@ type VersionStats struct {
 type Chart struct {
 	ID, Title, Unit string
 	Lines           []ChartLine
+	// From and To are the times of the first and last points (UTC,
+	// "15:04" or a date and time), written under the chart as its time
+	// axis; empty leaves the axis out.
+	From, To string
 }
 
 // ChartLine is one series of a chart.
