@@ -66,10 +66,13 @@ func marshal(v any) ([]byte, error) {
 
 // Row is one audit log record as callers see it.
 type Row struct {
-	ID         int64           `json:"id"`
-	At         time.Time       `json:"at"`
-	Team       string          `json:"team,omitempty"`
-	Actor      string          `json:"actor"`
+	ID    int64     `json:"id"`
+	At    time.Time `json:"at"`
+	Team  string    `json:"team,omitempty"`
+	Actor string    `json:"actor"`
+	// ActorEmail is the person behind the actor: the user, or the creator
+	// of the API key used; "" for the platform itself or an unknown person.
+	ActorEmail string          `json:"actor_email,omitempty"`
 	Via        string          `json:"via"`
 	Action     string          `json:"action"`
 	ObjectType string          `json:"object_type"`
@@ -124,7 +127,7 @@ func (l *Log) List(ctx context.Context, p *auth.Principal, f Filter) ([]Row, err
 	}
 	out := make([]Row, len(rows))
 	for i, r := range rows {
-		out[i] = Row{ID: r.ID, At: r.At, Team: r.TeamName, Actor: r.Actor, Via: r.Via, Action: r.Action,
+		out[i] = Row{ID: r.ID, At: r.At, Team: r.TeamName, Actor: r.Actor, ActorEmail: r.ActorEmail, Via: r.Via, Action: r.Action,
 			ObjectType: r.ObjectType, ObjectName: r.ObjectName, Before: r.Before, After: r.After}
 	}
 	return out, nil

@@ -10,9 +10,13 @@ import (
 	"modelplane/auth"
 )
 
-// Metered is GPU time and its cost over a period, from the hourly rollup.
+// Metered is GPU time, CPU core time and their cost over a period, from the
+// hourly rollup.
 type Metered struct {
-	GPUSeconds int64
+	// GPUSeconds counts GPU allocation-seconds (whole GPUs, MIG slices, MPS
+	// shares); CPU cores are not GPUs and are counted in CPUCoreSeconds.
+	GPUSeconds     int64
+	CPUCoreSeconds int64
 	// CostMicroUSD is the exact cost rounded once, half up, to the micro-dollar.
 	CostMicroUSD int64
 }
@@ -31,11 +35,11 @@ func (m *Meter) Since(ctx context.Context, p *auth.Principal, from time.Time) (M
 	if !p.Finance() {
 		return Metered{}, auth.ErrForbidden
 	}
-	var seconds, x3600 uint64
-	err := m.ch.QueryRow(ctx, `SELECT sum(gpu_seconds), sum(cost_uusd_x3600) FROM gpu_usage_hourly WHERE hour >= toStartOfHour(?)`,
-		from.UTC()).Scan(&seconds, &x3600)
+	var gpu, cpu, x3600 uint64
+	err := m.ch.QueryRow(ctx, `SELECT sumIf(gpu_seconds, gpu_type != 'cpu'), sumIf(gpu_seconds, gpu_type = 'cpu'), sum(cost_uusd_x3600) `+
+		`FROM gpu_usage_hourly WHERE hour >= toStartOfHour(?)`, from.UTC()).Scan(&gpu, &cpu, &x3600)
 	if err != nil {
 		return Metered{}, fmt.Errorf("metered usage: %w", err)
 	}
-	return Metered{GPUSeconds: int64(seconds), CostMicroUSD: int64((x3600 + 1800) / 3600)}, nil
+	return Metered{GPUSeconds: int64(gpu), CPUCoreSeconds: int64(cpu), CostMicroUSD: int64((x3600 + 1800) / 3600)}, nil
 }

@@ -21,8 +21,8 @@ var CSVColumns = []string{
 	"kind", "team", "endpoint", "model", "version", "gpu_type", "allocation",
 	"gpu_seconds", "gpu_hours", "cost_usd", "cost_uusd", "requests", "cost_per_1k_requests_usd",
 	"tokens", "cost_per_1m_tokens_usd", "avg_gpu_util_pct",
-	// CPU cores, priced per core-hour: the part of gpu_seconds that is
-	// CPU cores.
+	// CPU cores, priced per core-hour, counted apart from the GPUs:
+	// gpu_seconds, gpu_hours and avg_gpu_util_pct leave them out.
 	"cpu_core_seconds", "cpu_core_hours",
 }
 
@@ -68,14 +68,18 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 	if v, ok := r.CostPer1MTokensMicroUSD(); ok {
 		per1m = money.USD(v)
 	}
+	util := "" // not measured: no GPU in the group
+	if pct, ok := r.AvgGPUUtilPct(); ok {
+		util = strconv.FormatFloat(pct, 'f', 2, 64)
+	}
 	team := r.Team
 	if kind == "group" && team == "" && groupsTeam {
 		team = Unallocated
 	}
 	return []string{
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
-		strconv.FormatInt(r.GPUSeconds, 10), r.GPUHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
-		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, strconv.FormatFloat(r.AvgUtilPct(), 'f', 2, 64),
+		strconv.FormatInt(r.GPUOnlySeconds(), 10), r.GPUOnlyHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
+		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, util,
 		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(),
 	}
 }

@@ -35,12 +35,13 @@ func (f filter) where() (string, []any) {
 	return b.String(), args
 }
 
-// cpuSeconds and cpuSecondsRaw sum the CPU core-seconds of a group from
+// cpuSeconds and cpuSecondsRaw sum the CPU core-seconds of a group, and
+// their utilisation (kept apart from the GPUs'), from
 // the rollups and from the raw table: usage of CPU replicas is one row per
 // core and second, typed gpu_type cpu (proto.CPUType).
 const (
-	cpuSeconds    = "sumIf(gpu_seconds, gpu_type = 'cpu')"
-	cpuSecondsRaw = "countIf(gpu_type = 'cpu')"
+	cpuSeconds    = "sumIf(gpu_seconds, gpu_type = 'cpu'), sumIf(util_pct_sum, gpu_type = 'cpu')"
+	cpuSecondsRaw = "countIf(gpu_type = 'cpu'), sumIf(util_pct, gpu_type = 'cpu')"
 )
 
 // table is where a read sums usage from.
@@ -194,15 +195,15 @@ func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, f
 		var m uint8
 		keys := make([]string, len(grain))
 		var seconds, cost, requests, memory, cpu uint64
-		var util float64
+		var util, cpuUtil float64
 		var days []time.Time
 		var daySeconds, dayCost []uint64
-		dest := make([]any, 0, len(grain)+10)
+		dest := make([]any, 0, len(grain)+11)
 		dest = append(dest, &m)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu, &days, &daySeconds, &dayCost)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu, &cpuUtil, &days, &daySeconds, &dayCost)
 		if err := res.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("chargeback usage: %w", err)
 		}
@@ -220,7 +221,7 @@ func (s *Service) readSealed(ctx context.Context, grain []Dimension, f filter, f
 			continue
 		}
 		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
-			CPUCoreSeconds: int64(cpu)}
+			CPUCoreSeconds: int64(cpu), CPUUtilPctSum: cpuUtil}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}
@@ -271,13 +272,13 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 		var m uint8
 		keys := make([]string, len(grain))
 		var seconds, cost, requests, memory, cpu uint64
-		var util float64
-		dest := make([]any, 0, len(grain)+8)
+		var util, cpuUtil float64
+		dest := make([]any, 0, len(grain)+9)
 		dest = append(dest, &day, &m)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu, &cpuUtil)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("chargeback usage: %w", err)
 		}
@@ -290,7 +291,7 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 			continue
 		}
 		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
-			CPUCoreSeconds: int64(cpu)}
+			CPUCoreSeconds: int64(cpu), CPUUtilPctSum: cpuUtil}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}
@@ -348,12 +349,12 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 	for rows.Next() {
 		keys := make([]string, len(grain))
 		var seconds, cost, requests, memory, cpu uint64
-		var util float64
-		dest := make([]any, 0, len(grain)+6)
+		var util, cpuUtil float64
+		dest := make([]any, 0, len(grain)+7)
 		for i := range keys {
 			dest = append(dest, &keys[i])
 		}
-		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu)
+		dest = append(dest, &seconds, &cost, &requests, &util, &memory, &cpu, &cpuUtil)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("chargeback usage: %w", err)
 		}
@@ -361,7 +362,7 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 			continue
 		}
 		r := Row{GPUSeconds: int64(seconds), CostX3600: int64(cost), Requests: int64(requests), UtilPctSum: util, MemoryMBSum: int64(memory),
-			CPUCoreSeconds: int64(cpu)}
+			CPUCoreSeconds: int64(cpu), CPUUtilPctSum: cpuUtil}
 		for i, d := range grain {
 			r.set(d, keys[i])
 		}

@@ -191,6 +191,28 @@ type Row struct {
 	// UtilPctSum and MemoryMBSum are summed over seconds; see AvgUtilPct.
 	UtilPctSum  float64
 	MemoryMBSum int64
+	// CPUUtilPctSum is the part of UtilPctSum metered on CPU cores: a CPU
+	// core's utilisation is not a GPU's, so AvgGPUUtilPct leaves it out.
+	CPUUtilPctSum float64
+}
+
+// GPUOnlySeconds is the GPU allocation-seconds (whole GPUs, MIG slices, MPS
+// shares) without the CPU core-seconds GPUSeconds also counts: what a
+// report calls GPU time.
+func (r Row) GPUOnlySeconds() int64 { return r.GPUSeconds - r.CPUCoreSeconds }
+
+// GPUOnlyHours is GPUOnlySeconds as hours, written as GPUHours is.
+func (r Row) GPUOnlyHours() string { return ratio(r.GPUOnlySeconds(), 3600, 6) }
+
+// AvgGPUUtilPct is the mean GPU utilisation over the group's GPU seconds;
+// ok is false when the group held no GPU (CPU cores only), where GPU
+// utilisation was not measured.
+func (r Row) AvgGPUUtilPct() (pct float64, ok bool) {
+	n := r.GPUOnlySeconds()
+	if n <= 0 {
+		return 0, false
+	}
+	return (r.UtilPctSum - r.CPUUtilPctSum) / float64(n), true
 }
 
 // GPUHours is GPU-seconds as hours, exact to the second, as a decimal
@@ -241,6 +263,7 @@ func (r *Row) add(o Row) {
 	r.Requests += o.Requests
 	r.UtilPctSum += o.UtilPctSum
 	r.MemoryMBSum += o.MemoryMBSum
+	r.CPUUtilPctSum += o.CPUUtilPctSum
 }
 
 // Report is usage and cost over a period.

@@ -45,8 +45,8 @@ func (q *Queries) AuditInsert(ctx context.Context, arg AuditInsertParams) error 
 }
 
 const auditList = `-- name: AuditList :many
-SELECT a.id, a.at, a.team_id, a.actor, a.via, a.action, a.object_type, a.object_name, a.before, a.after, a.actor_user_id, a.actor_key_id, coalesce(t.name, '') AS team_name
-FROM audit_log a LEFT JOIN teams t ON t.id = a.team_id
+SELECT a.id, a.at, a.team_id, a.actor, a.via, a.action, a.object_type, a.object_name, a.before, a.after, a.actor_user_id, a.actor_key_id, coalesce(t.name, '') AS team_name, coalesce(u.email, '') AS actor_email
+FROM audit_log a LEFT JOIN teams t ON t.id = a.team_id LEFT JOIN users u ON u.id = a.actor_user_id
 WHERE ($1::boolean OR a.team_id = ANY($2::bigint[]))
   AND ($3::text = '' OR a.action = $3)
   AND ($4::text = '' OR a.object_type = $4)
@@ -79,6 +79,7 @@ type AuditListRow struct {
 	ActorUserID *int64
 	ActorKeyID  *int64
 	TeamName    string
+	ActorEmail  string
 }
 
 func (q *Queries) AuditList(ctx context.Context, arg AuditListParams) ([]AuditListRow, error) {
@@ -112,6 +113,7 @@ func (q *Queries) AuditList(ctx context.Context, arg AuditListParams) ([]AuditLi
 			&i.ActorUserID,
 			&i.ActorKeyID,
 			&i.TeamName,
+			&i.ActorEmail,
 		); err != nil {
 			return nil, err
 		}

@@ -366,6 +366,45 @@ func (q *Queries) EndpointLockForRoutes(ctx context.Context) error {
 	return err
 }
 
+const endpointNames = `-- name: EndpointNames :many
+SELECT t.name AS team_name, e.name
+FROM endpoints e JOIN teams t ON t.id = e.team_id
+WHERE ($1::boolean OR e.team_id = ANY($2::bigint[]))
+ORDER BY t.name, e.name
+`
+
+type EndpointNamesParams struct {
+	AllTeams bool
+	TeamIDs  []int64
+}
+
+type EndpointNamesRow struct {
+	TeamName string
+	Name     string
+}
+
+// The names of the endpoints that exist, with their team's: chargeback marks
+// the usage rows of endpoints deleted since.
+func (q *Queries) EndpointNames(ctx context.Context, arg EndpointNamesParams) ([]EndpointNamesRow, error) {
+	rows, err := q.db.Query(ctx, endpointNames, arg.AllTeams, arg.TeamIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []EndpointNamesRow{}
+	for rows.Next() {
+		var i EndpointNamesRow
+		if err := rows.Scan(&i.TeamName, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const endpointSetPlacement = `-- name: EndpointSetPlacement :exec
 UPDATE endpoints e SET status = u.status, placement_error = u.placement_error
 FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::text[]) AS status,

@@ -128,7 +128,8 @@ func (q *Queries) RolloutExperimentArms(ctx context.Context, arg RolloutExperime
 
 const rolloutGet = `-- name: RolloutGet :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -180,6 +181,7 @@ type RolloutGetRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (RolloutGetRow, error) {
@@ -221,13 +223,15 @@ func (q *Queries) RolloutGet(ctx context.Context, arg RolloutGetParams) (Rollout
 		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
+		&i.InitiatorEmail,
 	)
 	return i, err
 }
 
 const rolloutGetForUpdate = `-- name: RolloutGetForUpdate :one
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -280,6 +284,7 @@ type RolloutGetForUpdateRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpdateParams) (RolloutGetForUpdateRow, error) {
@@ -321,13 +326,140 @@ func (q *Queries) RolloutGetForUpdate(ctx context.Context, arg RolloutGetForUpda
 		&i.ModelID,
 		&i.SlaP99Ms,
 		&i.SlaP99TpotMs,
+		&i.InitiatorEmail,
 	)
 	return i, err
 }
 
+const rolloutList = `-- name: RolloutList :many
+SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
+FROM rollouts r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = r.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions fv ON fv.id = r.from_version_id
+JOIN model_versions tv ON tv.id = r.to_version_id
+WHERE ($1::boolean OR r.team_id = ANY($2::bigint[]))
+  AND (cardinality($3::text[]) = 0 OR r.state = ANY($3::text[]))
+ORDER BY r.id DESC LIMIT $4
+`
+
+type RolloutListParams struct {
+	AllTeams bool
+	TeamIDs  []int64
+	States   []string
+	Lim      int32
+}
+
+type RolloutListRow struct {
+	ID              int64
+	TeamID          int64
+	EndpointID      int64
+	FromVersionID   int64
+	ToVersionID     int64
+	Strategy        string
+	Steps           []byte
+	Criteria        []byte
+	StepIndex       int32
+	State           string
+	Paused          bool
+	Reason          string
+	StepStartedAt   *time.Time
+	BakeDeadline    *time.Time
+	LastEvaluatedAt *time.Time
+	EvalIntervalMs  int64
+	EvalWindowMs    int64
+	KeepMs          int64
+	CleanupAt       *time.Time
+	Cleaned         bool
+	Initiator       string
+	InitiatorUserID *int64
+	Generation      int64
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      *time.Time
+	Endpoint        string
+	Team            string
+	Task            string
+	MinReplicas     int32
+	FromVersion     string
+	ToVersion       string
+	ModelID         int64
+	SlaP99Ms        *float64
+	SlaP99TpotMs    *float64
+	InitiatorEmail  string
+}
+
+// The rollouts of the caller's teams, newest first, in the given states (all
+// states when none is given): the portal's rollouts list.
+func (q *Queries) RolloutList(ctx context.Context, arg RolloutListParams) ([]RolloutListRow, error) {
+	rows, err := q.db.Query(ctx, rolloutList,
+		arg.AllTeams,
+		arg.TeamIDs,
+		arg.States,
+		arg.Lim,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RolloutListRow{}
+	for rows.Next() {
+		var i RolloutListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TeamID,
+			&i.EndpointID,
+			&i.FromVersionID,
+			&i.ToVersionID,
+			&i.Strategy,
+			&i.Steps,
+			&i.Criteria,
+			&i.StepIndex,
+			&i.State,
+			&i.Paused,
+			&i.Reason,
+			&i.StepStartedAt,
+			&i.BakeDeadline,
+			&i.LastEvaluatedAt,
+			&i.EvalIntervalMs,
+			&i.EvalWindowMs,
+			&i.KeepMs,
+			&i.CleanupAt,
+			&i.Cleaned,
+			&i.Initiator,
+			&i.InitiatorUserID,
+			&i.Generation,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+			&i.Endpoint,
+			&i.Team,
+			&i.Task,
+			&i.MinReplicas,
+			&i.FromVersion,
+			&i.ToVersion,
+			&i.ModelID,
+			&i.SlaP99Ms,
+			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rolloutListAwaitingApproval = `-- name: RolloutListAwaitingApproval :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -379,6 +511,7 @@ type RolloutListAwaitingApprovalRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutListAwaitingApprovalParams) ([]RolloutListAwaitingApprovalRow, error) {
@@ -426,6 +559,7 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
 		); err != nil {
 			return nil, err
 		}
@@ -439,7 +573,8 @@ func (q *Queries) RolloutListAwaitingApproval(ctx context.Context, arg RolloutLi
 
 const rolloutListByEndpoint = `-- name: RolloutListByEndpoint :many
 SELECT r.id, r.team_id, r.endpoint_id, r.from_version_id, r.to_version_id, r.strategy, r.steps, r.criteria, r.step_index, r.state, r.paused, r.reason, r.step_started_at, r.bake_deadline, r.last_evaluated_at, r.eval_interval_ms, r.eval_window_ms, r.keep_ms, r.cleanup_at, r.cleaned, r.initiator, r.initiator_user_id, r.generation, r.created_at, r.updated_at, r.finished_at, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -493,6 +628,7 @@ type RolloutListByEndpointRow struct {
 	ModelID         int64
 	SlaP99Ms        *float64
 	SlaP99TpotMs    *float64
+	InitiatorEmail  string
 }
 
 func (q *Queries) RolloutListByEndpoint(ctx context.Context, arg RolloutListByEndpointParams) ([]RolloutListByEndpointRow, error) {
@@ -545,6 +681,7 @@ func (q *Queries) RolloutListByEndpoint(ctx context.Context, arg RolloutListByEn
 			&i.ModelID,
 			&i.SlaP99Ms,
 			&i.SlaP99TpotMs,
+			&i.InitiatorEmail,
 		); err != nil {
 			return nil, err
 		}

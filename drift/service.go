@@ -93,16 +93,42 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 		}
 		version, refVersion = cmp.Or(version, stable), cmp.Or(refVersion, stable)
 	}
-	if curSpan == (Span{}) {
+	now := s.clock.Now().UTC()
+	defaultCur := curSpan == (Span{})
+	if defaultCur {
 		curSpan.Last = DefaultCurrent
 	}
-	cur := curSpan.window(version, s.clock.Now().UTC())
-	if refSpan.Last == 0 && refSpan.From.IsZero() {
+	cur := curSpan.window(version, now)
+	defaultRef := refSpan.Last == 0 && refSpan.From.IsZero()
+	if defaultRef {
 		refSpan.Last = DefaultReference
 	}
 	ref := refSpan.window(refVersion, cur.From)
 	// Samples from before the endpoint existed are a deleted namesake's.
-	return s.reader.Report(ctx, endpoint, row.ID, ref.Since(row.CreatedAt), cur.Since(row.CreatedAt))
+	ref, cur = ref.Since(row.CreatedAt), cur.Since(row.CreatedAt)
+	if defaultRef && defaultCur && !ref.From.Before(ref.To) {
+		ref, cur = youngWindows(ref, cur, row.CreatedAt, now)
+	}
+	return s.reader.Report(ctx, endpoint, row.ID, ref, cur)
+}
+
+// youngWindows are the default windows of an endpoint younger than the
+// default current window: its whole life would be the current window and
+// the reference would be empty ("20:25 – 20:25, 0 samples"), so its life
+// is split in two halves instead, the first the reference. A reference
+// naming another version than the current keeps the same span.
+func youngWindows(ref, cur Window, created, now time.Time) (Window, Window) {
+	created = created.UTC()
+	if created.Truncate(time.Second) != created {
+		created = created.Truncate(time.Second).Add(time.Second)
+	}
+	if !created.Before(now) {
+		return ref, cur
+	}
+	mid := created.Add(now.Sub(created) / 2).Truncate(time.Second)
+	ref.From, ref.To = created, mid
+	cur.From, cur.To = mid, now
+	return ref, cur
 }
 
 // stableVersion is the version with the largest weight in the endpoint's

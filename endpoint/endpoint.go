@@ -394,6 +394,25 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 	return out, nil
 }
 
+// Names returns "team/name" of every endpoint that exists among those whose
+// usage the caller reads in chargeback: every team's for finance and
+// platform admins (their reports name them all), the caller's teams' for
+// anyone else. Chargeback marks the rows of the endpoints missing here as
+// deleted.
+func (s *Service) Names(ctx context.Context, p *auth.Principal) (map[string]bool, error) {
+	all, ids := p.Scope()
+	all = all || p.Finance()
+	rows, err := db.New(s.pool).EndpointNames(ctx, db.EndpointNamesParams{AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint names: %w", err)
+	}
+	out := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		out[r.TeamName+"/"+r.Name] = true
+	}
+	return out, nil
+}
+
 // Update changes an endpoint's settings.
 func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, set Settings) (Endpoint, error) {
 	set.Batching = set.Batching.orDefault()

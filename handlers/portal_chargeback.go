@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,8 +172,17 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	for _, d := range rep.GroupBy {
 		props.Columns = append(props.Columns, string(d))
 	}
+	live := s.liveEndpoints(r, rep)
 	for _, row := range rep.Rows {
-		props.Rows = append(props.Rows, chargebackRowView(row, rep.GroupBy, v))
+		rv := chargebackRowView(row, rep.GroupBy, v)
+		team := row.Team
+		if team == "" {
+			team = v.q.Team // a drill-down into one team groups by endpoint alone
+		}
+		if live != nil && row.Endpoint != "" && team != "" && !live[team+"/"+row.Endpoint] {
+			rv.Deleted = true
+		}
+		props.Rows = append(props.Rows, rv)
 	}
 	props.Total = chargebackRowView(rep.Total, nil, v)
 	if len(rep.GroupBy) > 0 {
@@ -200,6 +210,55 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 		props.Top.Bars = append(props.Top.Bars, web.Bar{Label: row.Endpoint, Value: float64(row.CostMicroUSD), Text: "$" + money.Dollars(row.CostMicroUSD)})
 	}
 	s.render(w, r, http.StatusOK, web.ChargebackPage(props))
+}
+
+// liveEndpoints is "team/name" of the endpoints that exist now among those
+// the user reads usage of, so rows of deleted endpoints can be marked; nil
+// when the report does not group by team and endpoint, or the endpoints
+// cannot be read (then nothing is marked rather than everything).
+func (s *Server) liveEndpoints(r *http.Request, rep *chargeback.Report) map[string]bool {
+	if s.Endpoints == nil || !slices.Contains(rep.GroupBy, chargeback.DimEndpoint) {
+		return nil
+	}
+	names, err := s.Endpoints.Names(r.Context(), pageFrame(r).user)
+	if err != nil {
+		s.Log.WarnContext(r.Context(), "chargeback endpoints", slog.String("error", err.Error()))
+		return nil
+	}
+	return names
+}
+
+// groupedInt writes n with thousands separators ("1,234,567").
+func groupedInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// hoursOf writes seconds as hours to two places, half up, with thousands
+// separators ("1,234.57"). Seconds are not negative.
+func hoursOf(seconds int64) string {
+	centi := (seconds*100 + 1800) / 3600
+	return fmt.Sprintf("%s.%02d", groupedInt(centi/100), centi%100)
+}
+
+// unitDollars writes a per-unit cost (per 1k requests, per 1M tokens) in
+// dollars to four places, half up, with thousands separators: cents hide
+// what a thousand cheap requests cost.
+func unitDollars(uusd int64) string {
+	v := (uusd + 50) / 100 // ten-thousandths of a dollar
+	return fmt.Sprintf("%s.%04d", groupedInt(v/10_000), v%10_000)
 }
 
 // adviceLines is the right-sizing advice for one endpoint ("" for all the
@@ -294,13 +353,16 @@ func teamLabel(d chargeback.Dimension, v string) string {
 // chargebackRowView fills one table row; a team cell drills into the
 // team's endpoints, an endpoint cell into its versions.
 func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargebackView) web.ChargebackRowView {
-	out := web.ChargebackRowView{GPUHours: row.GPUHours(), Cost: money.Dollars(row.CostMicroUSD), Requests: strconv.FormatInt(row.Requests, 10),
-		Util: fmt.Sprintf("%.1f%%", row.AvgUtilPct())}
+	out := web.ChargebackRowView{GPUHours: hoursOf(row.GPUOnlySeconds()), CPUHours: hoursOf(row.CPUCoreSeconds),
+		Cost: money.Dollars(row.CostMicroUSD), Requests: groupedInt(row.Requests), Util: "not measured"}
+	if pct, ok := row.AvgGPUUtilPct(); ok {
+		out.Util = fmt.Sprintf("%.1f%%", pct)
+	}
 	if c, ok := row.CostPer1kRequestsMicroUSD(); ok {
-		out.Per1k = "$" + money.USD(c)
+		out.Per1k = "$" + unitDollars(c)
 	}
 	if c, ok := row.CostPer1MTokensMicroUSD(); ok {
-		out.Per1M = "$" + money.USD(c)
+		out.Per1M = "$" + unitDollars(c)
 	}
 	for _, d := range by {
 		val := row.Get(d)
@@ -383,12 +445,22 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 				latest = false
 			}
 		}
-		props.Rates = append(props.Rates, web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + money.USD(e.UUSDPerHour),
+		view := web.CostRateView{GPUType: e.GPUType, Profile: e.Profile, PerHour: "$" + money.USD(e.UUSDPerHour),
 			EffectiveFrom: e.EffectiveFrom.Format(time.RFC3339), CreatedBy: e.CreatedBy,
-			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)})
+			InForce: ok && cur == e.UUSDPerHour && latest && !e.EffectiveFrom.After(now)}
+		if e.CreatedBy == defaultRateAuthor && e.EffectiveFrom.Unix() == 0 {
+			// Entered by the migration, in force since the epoch: a time
+			// and an author would only puzzle.
+			view.EffectiveFrom, view.CreatedBy = "default rate", "–"
+		}
+		props.Rates = append(props.Rates, view)
 	}
 	s.render(w, r, status, web.CostRatesPage(props))
 }
+
+// defaultRateAuthor is the author the migration gives the default rates
+// (migrations/postgres/0002_fleet.sql), effective from the epoch.
+const defaultRateAuthor = "default"
 
 // parseUSD reads dollars with at most six decimals as micro-USD.
 func parseUSD(s string) (int64, bool) {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -32,7 +33,8 @@ func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 	p := f.user
 	q := r.URL.Query()
 	props := web.DriftProps{Layout: f.layout(w, e.Name+" drift", "endpoints"), Endpoint: e.Name,
-		Version: q.Get("version"), Reference: q.Get("reference"), Current: q.Get("current"), Feature: q.Get("feature")}
+		Version: q.Get("version"), Reference: q.Get("reference"), Current: q.Get("current"), Feature: q.Get("feature"),
+		SamplingOff: e.SamplingRate == 0}
 	for _, t := range e.Traffic {
 		props.Versions = append(props.Versions, t.Version)
 	}
@@ -82,6 +84,9 @@ func driftReportView(props web.DriftProps, rep drift.Report) *web.DriftReport {
 		CurrentSamples: rep.CurrentSamples, MinSamples: rep.MinSamples, Verdict: rep.Verdict,
 		Output:          web.DriftScore{Name: rep.Output.Metric, Value: rep.Output.Value, Threshold: rep.Output.Threshold, Flagged: rep.Output.Drifting},
 		OutputHistogram: histogramView("Output ("+rep.Output.Metric+")", rep.Output.Histogram)}
+	if rep.Verdict == drift.VerdictNotEnough {
+		v.Missing = driftMissing(rep)
+	}
 	chosen := -1
 	for i, f := range rep.Features {
 		link := url.Values{"feature": {f.Name}}
@@ -102,6 +107,21 @@ func driftReportView(props web.DriftProps, rep drift.Report) *web.DriftReport {
 		v.FeatureHistogram = &h
 	}
 	return v
+}
+
+// driftMissing says what a not_enough_data report lacks: how many of the
+// samples it needs each short window holds.
+func driftMissing(rep drift.Report) string {
+	var short []string
+	for _, w := range []struct {
+		name string
+		n    uint64
+	}{{"the reference window", rep.ReferenceSamples}, {"the current window", rep.CurrentSamples}} {
+		if w.n < uint64(rep.MinSamples) {
+			short = append(short, fmt.Sprintf("%s holds %d of %d samples", w.name, w.n, rep.MinSamples))
+		}
+	}
+	return "Not computed: " + strings.Join(short, " and ") + ". Wait for more traffic, or pick longer windows."
 }
 
 // histogramView turns counts into shares with bin labels: classes, or the
@@ -178,6 +198,9 @@ func driftTimelineCharts(scores []drift.Score) []web.Chart {
 		}
 		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 		c := web.Chart{ID: "drift-" + v, Title: v, Lines: []web.ChartLine{{Label: outputMetric[v]}, {Label: "max PSI"}}}
+		if len(times) > 0 {
+			c.From, c.To = chartTime(times[0], times[len(times)-1])
+		}
 		for _, t := range times {
 			pt := byVersion[v][t]
 			c.Lines[0].Values = append(c.Lines[0].Values, pt.output)

@@ -37,7 +37,8 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
-	props := web.EndpointsProps{Layout: f.layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user)}
+	props := web.EndpointsProps{Layout: f.layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user),
+		NoTeam: len(f.user.Teams) == 0 && !f.user.PlatformAdmin()}
 	if props.Awaiting, err = s.awaitingRows(r.Context(), f.user); err != nil {
 		s.portalError(w, r, err)
 		return
@@ -180,6 +181,7 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 	if props.Rollouts, err = s.rolloutsSection(r.Context(), p, e, versions, props.CSRF); err != nil {
 		return web.EndpointProps{}, err
 	}
+	props.Unroutable = props.Rollouts.Unroutable
 	if props.Autoscaling, err = s.autoscalingProps(r.Context(), p, e); err != nil {
 		return web.EndpointProps{}, err
 	}

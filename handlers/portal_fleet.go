@@ -47,7 +47,8 @@ func (s *Server) fleetTable(r *http.Request) (web.FleetTableProps, error) {
 	if s.Meter != nil {
 		day := s.Clock.Now().UTC().Truncate(24 * time.Hour)
 		if m, err := s.Meter.Since(r.Context(), pageFrame(r).user, day); err == nil {
-			t.Metered = fmt.Sprintf("%d GPU-seconds metered today (UTC), $%s", m.GPUSeconds, money.USD(m.CostMicroUSD))
+			t.Metered = fmt.Sprintf("%s GPU-seconds and %s CPU core-seconds metered today (UTC), $%s", groupedInt(m.GPUSeconds),
+				groupedInt(m.CPUCoreSeconds), money.Dollars(m.CostMicroUSD))
 		} else {
 			// ClickHouse is for reports, never for the fleet's state: say it
 			// is unavailable rather than failing the page.

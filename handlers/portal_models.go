@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -344,5 +347,89 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
 	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: f.layout(w, model+" "+v.Name, "models"), Model: model,
-		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task)}))
+		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task),
+		Metrics: metricsTable(v, vs, s.servingVersions(r, model))}))
+}
+
+// servingVersions are the versions of model taking traffic on the
+// endpoints the user sees, each with the endpoints it serves on; a failure
+// to read endpoints is logged and compares with the parent alone.
+func (s *Server) servingVersions(r *http.Request, model string) map[string][]string {
+	out := map[string][]string{}
+	const page = 500
+	after := int64(0)
+	for {
+		eps, err := s.Endpoints.List(r.Context(), pageFrame(r).user, after, page)
+		if err != nil {
+			s.Log.WarnContext(r.Context(), "serving versions", slog.String("error", err.Error()))
+			return out
+		}
+		for _, e := range eps {
+			after = e.ID
+			if e.Model != model {
+				continue
+			}
+			for _, t := range e.Traffic {
+				if t.Weight > 0 {
+					out[t.Version] = append(out[t.Version], e.Name)
+				}
+			}
+		}
+		if len(eps) < page {
+			return out
+		}
+	}
+}
+
+// metricsTable sets v's offline metrics beside its parent's and the
+// serving versions' (one column per version, roles joined); nil when none
+// of them has a metric.
+func metricsTable(v registry.Version, all []registry.Version, serving map[string][]string) *web.MetricsTable {
+	byName := map[string]registry.Version{}
+	for _, x := range all {
+		byName[x.Name] = x
+	}
+	roles := map[string][]string{}
+	order := []string{v.Name}
+	add := func(name, role string) {
+		if _, ok := byName[name]; !ok {
+			return
+		}
+		if _, seen := roles[name]; !seen && name != v.Name {
+			order = append(order, name)
+		}
+		roles[name] = append(roles[name], role)
+	}
+	if v.Lineage.ParentVersion != "" {
+		add(v.Lineage.ParentVersion, "parent")
+	}
+	for _, name := range slices.Sorted(maps.Keys(serving)) {
+		add(name, "serving on "+strings.Join(serving[name], ", "))
+	}
+	names := map[string]bool{}
+	for _, n := range order {
+		for k := range byName[n].OfflineMetrics {
+			names[k] = true
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	t := &web.MetricsTable{}
+	for _, n := range order {
+		t.Columns = append(t.Columns, web.MetricsColumn{Version: n, Role: strings.Join(roles[n], "; ")})
+	}
+	for _, k := range slices.Sorted(maps.Keys(names)) {
+		row := web.MetricsRow{Name: k}
+		for _, n := range order {
+			val, ok := byName[n].OfflineMetrics[k]
+			cell := "–"
+			if ok {
+				cell = strconv.FormatFloat(val, 'f', -1, 64)
+			}
+			row.Values = append(row.Values, cell)
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
 }

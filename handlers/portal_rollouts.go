@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,11 +26,20 @@ const portalTime = "2006-01-02 15:04:05"
 
 func rolloutRow(r rollout.Rollout) web.RolloutRow {
 	row := web.RolloutRow{ID: r.ID, Endpoint: r.Endpoint, From: r.FromVersion, To: r.ToVersion, Strategy: r.Strategy, State: r.State,
-		Paused: r.Paused, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime)}
+		Paused: r.Paused, Initiator: rolloutInitiator(r), Created: r.CreatedAt.UTC().Format(portalTime)}
 	if r.Active() && r.StepStartedAt != nil && r.StepIndex < len(r.Steps) {
 		row.Percent = r.Steps[r.StepIndex].Percent
 	}
 	return row
+}
+
+// rolloutInitiator names the person who started r, with the key's prefix
+// when a key was used ("search-admin@example.com via mpk_2939…").
+func rolloutInitiator(r rollout.Rollout) string {
+	if r.InitiatorEmail == "" || r.InitiatorEmail == r.Initiator {
+		return r.Initiator
+	}
+	return r.InitiatorEmail + " via " + r.Initiator
 }
 
 // rolloutsSection fills the endpoint page's rollouts section.
@@ -40,15 +50,34 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 	}
 	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
 		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
-	for _, t := range e.Traffic {
-		if t.Weight < 100 && out.Form.Version == "" {
-			out.Form.Version = t.Version
-		}
+	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID); err != nil {
+		return web.RolloutsSection{}, err
 	}
+	out.Form.Version = defaultCandidate(e, versions, out.Unroutable)
+
 	for _, r := range rs {
 		out.Rows = append(out.Rows, rolloutRow(r))
 	}
 	return out, nil
+}
+
+// defaultCandidate is the rollout form's first choice: the newest version
+// (versions are oldest first) that takes no traffic and can be rolled out
+// (not in unroutable), never the version already serving all of it; ""
+// when there is none.
+func defaultCandidate(e endpoint.Endpoint, versions []string, unroutable map[string]string) string {
+	serving := map[string]bool{}
+	for _, t := range e.Traffic {
+		if t.Weight > 0 {
+			serving[t.Version] = true
+		}
+	}
+	for i := len(versions) - 1; i >= 0; i-- {
+		if _, bad := unroutable[versions[i]]; !serving[versions[i]] && !bad {
+			return versions[i]
+		}
+	}
+	return ""
 }
 
 // awaitingRows are the rollouts waiting for p's approval.
@@ -74,11 +103,11 @@ func fmtMS(v float64) string {
 // rolloutProps fills the rollout page of r for p.
 func rolloutProps(p *auth.Principal, l web.Layout, r rollout.Rollout) web.RolloutProps {
 	props := web.RolloutProps{Layout: l, ID: r.ID, Endpoint: r.Endpoint, Team: r.Team, From: r.FromVersion, To: r.ToVersion,
-		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime),
+		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: rolloutInitiator(r), Created: r.CreatedAt.UTC().Format(portalTime),
 		Paused: r.Paused, Active: r.Active(), CanApprove: rollout.CanApprove(p, r), CanOperate: rollout.CanOperate(p, r),
 		CanCanary: r.Strategy == rollout.Shadow && rollout.CanOperate(p, r)}
 	if r.State == rollout.StateAwaitingApproval {
-		props.WaitingFor = "Waiting for a team admin other than " + r.Initiator + " to approve " + r.ToVersion + " at 100 percent."
+		props.WaitingFor = "Waiting for a team admin other than " + cmp.Or(r.InitiatorEmail, r.Initiator) + " to approve " + r.ToVersion + " at 100 percent."
 		for _, a := range r.Approvals {
 			if a.StepIndex == r.ApprovalStep() {
 				props.WaitingFor = a.Approver + " " + a.Decision + "d; the controller acts on it within a second."
@@ -198,6 +227,9 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 			Lines: []web.ChartLine{{Label: "candidate", Values: cand}, {Label: "threshold", Values: thr}}}
 		if hasInc {
 			ch.Lines = append(ch.Lines, web.ChartLine{Label: "incumbent", Values: inc})
+		}
+		if len(verdicts) > 0 {
+			ch.From, ch.To = chartTime(verdicts[0].At, verdicts[len(verdicts)-1].At)
 		}
 		out = append(out, ch)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"modelplane/reqstats"
 	"modelplane/web"
@@ -61,7 +62,24 @@ func versionCharts(v reqstats.Series) web.VersionStats {
 			pair("ttft", "Time to first token", func(p reqstats.Point) float64 { return p.TTFTP50MS }, func(p reqstats.Point) float64 { return p.TTFTP99MS }),
 			pair("tpot", "Time per output token", func(p reqstats.Point) float64 { return p.TPOTP50MS }, func(p reqstats.Point) float64 { return p.TPOTP99MS }))
 	}
+	if n > 0 {
+		from, to := chartTime(v.Points[0].Start, v.Points[n-1].Start)
+		for i := range out.Charts {
+			out.Charts[i].From, out.Charts[i].To = from, to
+		}
+	}
 	return out
+}
+
+// chartTime writes a chart's first and last times for its axis: the time
+// of day when both fall on one UTC day, else dates and times.
+func chartTime(from, to time.Time) (string, string) {
+	from, to = from.UTC(), to.UTC()
+	layout := "15:04 UTC"
+	if from.Truncate(24*time.Hour) != to.Truncate(24*time.Hour) {
+		layout = "Jan 2 15:04 UTC"
+	}
+	return from.Format(layout), to.Format(layout)
 }
 
 // portalEndpointStats is the endpoint page's traffic section alone, which

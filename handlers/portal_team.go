@@ -196,10 +196,24 @@ func (s *Server) portalAudit(w http.ResponseWriter, r *http.Request) {
 		props.NextURL = "/audit?" + next.Encode()
 	}
 	for _, a := range list.Body.Items {
-		props.Rows = append(props.Rows, web.AuditRow{At: a.At.UTC().Format("2006-01-02 15:04:05"), Team: a.Team, Actor: a.Actor, Via: a.Via,
+		who, via := auditWho(a)
+		props.Rows = append(props.Rows, web.AuditRow{At: a.At.UTC().Format("2006-01-02 15:04:05"), Team: a.Team, Actor: who, Via: via,
 			Action: a.Action, Object: a.ObjectType + " " + a.ObjectName, Before: string(a.Before), After: string(a.After)})
 	}
 	s.render(w, r, http.StatusOK, web.AuditPage(props))
+}
+
+// auditWho names the person behind an audit record ("search-admin@example.com")
+// and how they acted ("via mpk_2939ab… (api-key)"): the key's prefix only
+// when a key was used, since the person is who a reader looks for.
+func auditWho(a audit.Row) (who, via string) {
+	if a.ActorEmail == "" {
+		return a.Actor, a.Via
+	}
+	if a.Actor != "" && a.Actor != a.ActorEmail {
+		return a.ActorEmail, "via " + a.Actor + " (" + a.Via + ")"
+	}
+	return a.ActorEmail, a.Via
 }
 
 func (s *Server) portalTeamCreate(w http.ResponseWriter, r *http.Request) {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/registry"
+	"modelplane/serveapi"
 	"modelplane/web"
 )
 
@@ -22,7 +24,9 @@ const tryTimeout = 30 * time.Second
 // tryMaxResponse is how much of the gateway's answer Try it shows.
 const tryMaxResponse = 64 << 10
 
-// tryItProps fills the Try it section; body "" is replaced by an example
+// tryItProps fills the Try it section; body "" is replaced by an example:
+// the serving version's sample inputs when it has any (instances that pass
+// the model's schema, checked when the version was registered), else one
 // built from the model's input schema.
 func (s *Server) tryItProps(ctx context.Context, csrf string, e endpoint.Endpoint, p *auth.Principal, body string) (web.TryItProps, error) {
 	m, err := s.Registry.Model(ctx, p, e.Model)
@@ -31,12 +35,44 @@ func (s *Server) tryItProps(ctx context.Context, csrf string, e endpoint.Endpoin
 	}
 	path := tryPath(e.Name, m.Task)
 	if body == "" {
-		body = exampleBody(m)
+		body = s.sampleBody(ctx, p, e, m)
 	}
 	curl := fmt.Sprintf("curl -sS \"$MP_GATEWAY%s\" \\\n  -H \"Authorization: Bearer $MP_API_KEY\" \\\n  -H 'Content-Type: application/json' \\\n  -d '%s'",
 		path, strings.ReplaceAll(body, "'", `'\''`))
-	return web.TryItProps{Endpoint: e.Name, CSRF: csrf, Body: body, Curl: curl, Configured: s.GatewayURL != "",
+	return web.TryItProps{Endpoint: e.Name, Path: path, CSRF: csrf, Body: body, Curl: curl, Configured: s.GatewayURL != "",
 		CanSend: s.GatewayURL != "" && s.GatewayKey != "" && p.CanWrite(e.TeamID)}, nil
+}
+
+// trySamples bounds how many sample inputs Try it prefills.
+const trySamples = 8
+
+// sampleBody is Try it's first body: the sample inputs of the version
+// taking most of the endpoint's traffic, or exampleBody when it has none
+// (or cannot be read: the section still works, with the schema's example).
+func (s *Server) sampleBody(ctx context.Context, p *auth.Principal, e endpoint.Endpoint, m registry.Model) string {
+	if m.Task == registry.TaskLLM {
+		return exampleBody(m)
+	}
+	serving := ""
+	var top int32
+	for _, w := range e.Traffic {
+		if w.Weight > top {
+			serving, top = w.Version, w.Weight
+		}
+	}
+	if serving == "" {
+		return exampleBody(m)
+	}
+	v, err := s.Registry.Version(ctx, p, e.Model, serving)
+	if err != nil || len(v.Serving.SampleInputs) == 0 {
+		return exampleBody(m)
+	}
+	samples := v.Serving.SampleInputs[:min(len(v.Serving.SampleInputs), trySamples)]
+	b, err := json.Marshal(serveapi.PredictRequest{Instances: samples})
+	if err != nil {
+		return exampleBody(m)
+	}
+	return string(b)
 }
 
 // tryPath is the gateway path an endpoint of the task answers on.
@@ -119,8 +155,58 @@ func (s *Server) portalTryIt(w http.ResponseWriter, r *http.Request) {
 	props.Status, props.Response, err = s.sendToGateway(ctx, tryPath(e.Name, m.Task), body)
 	if err != nil {
 		props.Error = "the gateway did not answer: " + err.Error()
+	} else if props.Status == http.StatusOK {
+		readAnswer(&props, m.Task, body)
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, []byte(props.Response), "", "  ") == nil {
+		props.Response = pretty.String()
 	}
 	s.render(w, r, http.StatusOK, web.TryItSection(props))
+}
+
+// readAnswer turns a 200 answer into what a person reads: a classifier's
+// or regressor's predictions as a table (one row per instance), an LLM's
+// reply as the chat it continues. An answer in another shape fills
+// neither, and the raw JSON is shown open.
+func readAnswer(props *web.TryItProps, task, body string) {
+	if task == registry.TaskLLM {
+		var req struct {
+			Messages []web.ChatTurn `json:"messages"`
+		}
+		var res struct {
+			Choices []struct {
+				Message web.ChatTurn `json:"message"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(props.Response), &res) != nil || len(res.Choices) == 0 {
+			return
+		}
+		_ = json.Unmarshal([]byte(body), &req)
+		props.Chat = append(req.Messages, res.Choices[0].Message)
+		return
+	}
+	var res serveapi.PredictResponse[serveapi.Prediction]
+	if json.Unmarshal([]byte(props.Response), &res) != nil || len(res.Predictions) == 0 {
+		return
+	}
+	props.ModelVersion = res.ModelVersion
+	for i, pr := range res.Predictions {
+		a := web.TryAnswer{Instance: i + 1, Label: pr.Label}
+		switch {
+		case pr.Score != nil:
+			a.Score = strconv.FormatFloat(*pr.Score, 'f', 3, 64)
+		case pr.Value != nil:
+			a.Score = strconv.FormatFloat(*pr.Value, 'g', 6, 64)
+		case len(pr.Values) > 0:
+			vs := make([]string, len(pr.Values))
+			for j, v := range pr.Values {
+				vs[j] = strconv.FormatFloat(v, 'g', 6, 64)
+			}
+			a.Score = strings.Join(vs, ", ")
+		}
+		props.Answers = append(props.Answers, a)
+	}
 }
 
 // sendToGateway posts body to the gateway and returns its status and the

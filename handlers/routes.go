@@ -13,6 +13,7 @@ import (
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(s.observe, securityHeaders, s.readDeadline)
+	r.NotFound(s.notFound)
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
@@ -61,7 +62,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 		r.Group(func(r chi.Router) {
 			r.Use(limitBody(s.MaxBodyBytes), s.csrfCheck)
 			r.Post("/logout", s.logout)
-			r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/endpoints", http.StatusSeeOther) })
+			r.Get("/", s.portalLanding)
 			r.Get("/endpoints", s.portalEndpoints)
 			r.Get("/endpoints/new", s.portalEndpointNew)
 			r.Post("/endpoints", s.portalEndpointCreate)
@@ -80,6 +81,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Post("/endpoints/{endpoint}/autoscaling", s.portalAutoscalingSet)
 				r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
 			})
+			r.Get("/rollouts", s.portalRollouts)
 			r.Group(func(r chi.Router) {
 				r.Use(s.extractRollout)
 				r.Get("/rollouts/{rollout}", s.portalRollout)

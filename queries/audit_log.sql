@@ -3,8 +3,8 @@ INSERT INTO audit_log (team_id, actor, actor_user_id, actor_key_id, via, action,
 VALUES (sqlc.narg(team_id), @actor, sqlc.narg(actor_user_id), sqlc.narg(actor_key_id), @via, @action, @object_type, @object_name, @before, @after);
 
 -- name: AuditList :many
-SELECT a.*, coalesce(t.name, '') AS team_name
-FROM audit_log a LEFT JOIN teams t ON t.id = a.team_id
+SELECT a.*, coalesce(t.name, '') AS team_name, coalesce(u.email, '') AS actor_email
+FROM audit_log a LEFT JOIN teams t ON t.id = a.team_id LEFT JOIN users u ON u.id = a.actor_user_id
 WHERE (@all_teams::boolean OR a.team_id = ANY(@team_ids::bigint[]))
   AND (@action::text = '' OR a.action = @action)
   AND (@object_type::text = '' OR a.object_type = @object_type)

@@ -77,3 +77,11 @@ WHERE id = @id AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
 -- name: EndpointAutoscalePolicy :one
 -- The endpoint's own autoscaling policy (NULL: its task's defaults).
 SELECT autoscale_policy FROM endpoints WHERE id = @id;
+
+-- name: EndpointNames :many
+-- The names of the endpoints that exist, with their team's: chargeback marks
+-- the usage rows of endpoints deleted since.
+SELECT t.name AS team_name, e.name
+FROM endpoints e JOIN teams t ON t.id = e.team_id
+WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]))
+ORDER BY t.name, e.name;

@@ -7,7 +7,8 @@ RETURNING id;
 
 -- name: RolloutGet :one
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -18,7 +19,8 @@ WHERE r.id = @id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]
 
 -- name: RolloutGetForUpdate :one
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -30,7 +32,8 @@ FOR UPDATE OF r;
 
 -- name: RolloutListByEndpoint :many
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id
@@ -40,9 +43,26 @@ JOIN model_versions tv ON tv.id = r.to_version_id
 WHERE r.endpoint_id = @endpoint_id AND (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
 ORDER BY r.id DESC LIMIT @lim;
 
+-- name: RolloutList :many
+-- The rollouts of the caller's teams, newest first, in the given states (all
+-- states when none is given): the portal's rollouts list.
+SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
+FROM rollouts r
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN teams t ON t.id = r.team_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions fv ON fv.id = r.from_version_id
+JOIN model_versions tv ON tv.id = r.to_version_id
+WHERE (@all_teams::boolean OR r.team_id = ANY(@team_ids::bigint[]))
+  AND (cardinality(@states::text[]) = 0 OR r.state = ANY(@states::text[]))
+ORDER BY r.id DESC LIMIT @lim;
+
 -- name: RolloutListAwaitingApproval :many
 SELECT r.*, e.name AS endpoint, t.name AS team, m.task, e.min_replicas,
-       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms
+       fv.name AS from_version, tv.name AS to_version, tv.model_id, tv.p99_latency_ms AS sla_p99_ms, tv.p99_tpot_ms AS sla_p99_tpot_ms,
+       coalesce((SELECT u.email FROM users u WHERE u.id = r.initiator_user_id), '')::text AS initiator_email
 FROM rollouts r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = r.team_id

@@ -671,6 +671,29 @@ func (s *Service) VersionNames(ctx context.Context, p *auth.Principal, modelID i
 	return names, nil
 }
 
+// Unroutables says, for each of the model's versions that may not take
+// traffic or be rolled out now, why (Unroutable's reasons), so forms can
+// offer only the others; a version missing from it may.
+func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID int64) (map[string]string, error) {
+	all, ids := p.Scope()
+	q := db.New(s.pool)
+	rows, err := q.ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: modelID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		why, err := Unroutable(ctx, q, p, r)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			out[r.Name] = why
+		}
+	}
+	return out, nil
+}
+
 // LineageEdge links a version to its parent for the lineage graph.
 type LineageEdge struct{ Parent, Child string }
 

@@ -121,10 +121,13 @@ type Rollout struct {
 	CleanupAt                 *time.Time `json:"cleanup_at,omitempty"`
 	Cleaned                   bool       `json:"cleaned"`
 	Initiator                 string     `json:"initiator"`
-	Generation                int64      `json:"generation"`
-	CreatedAt                 time.Time  `json:"created_at"`
-	UpdatedAt                 time.Time  `json:"updated_at"`
-	FinishedAt                *time.Time `json:"finished_at,omitempty"`
+	// InitiatorEmail is the person who started the rollout: the user, or
+	// the creator of the API key used (Initiator is then the key's prefix).
+	InitiatorEmail string     `json:"initiator_email,omitempty"`
+	Generation     int64      `json:"generation"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	// Events (the latest MaxEvents) and Approvals are filled by Get only.
 	Events    []Event    `json:"events,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
@@ -278,7 +281,7 @@ func fromRow(r db.RolloutGetRow) Rollout {
 		KeepSeconds: float64(r.KeepMs) / 1000, CleanupAt: r.CleanupAt, Cleaned: r.Cleaned, Initiator: r.Initiator,
 		Generation: r.Generation, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		TeamID: r.TeamID, EndpointID: r.EndpointID, FromVersionID: r.FromVersionID, ToVersionID: r.ToVersionID,
-		ModelID: r.ModelID, Task: r.Task, MinReplicas: r.MinReplicas, InitiatorUserID: r.InitiatorUserID}
+		ModelID: r.ModelID, Task: r.Task, MinReplicas: r.MinReplicas, InitiatorUserID: r.InitiatorUserID, InitiatorEmail: r.InitiatorEmail}
 	// Both columns are JSON this package wrote.
 	_ = json.Unmarshal(r.Steps, &out.Steps)
 	_ = json.Unmarshal(r.Criteria, &out.Criteria)
@@ -629,6 +632,27 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, endpointName stri
 	}
 	return out, nil
 }
+
+// ListAll returns the rollouts of every endpoint p may see, newest first,
+// in the given states (every state when states is empty), at most limit.
+func (s *Service) ListAll(ctx context.Context, p *auth.Principal, states []string, limit int) ([]Rollout, error) {
+	all, ids := p.Scope()
+	if states == nil {
+		states = []string{}
+	}
+	rows, err := db.New(s.pool).RolloutList(ctx, db.RolloutListParams{AllTeams: all, TeamIDs: ids, States: states, Lim: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list rollouts: %w", err)
+	}
+	out := make([]Rollout, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(db.RolloutGetRow(r))
+	}
+	return out, nil
+}
+
+// States lists every state a rollout can be in, active ones first.
+var States = []string{StateStarting, StateProgressing, StateAwaitingApproval, StatePromoted, StateRolledBack, StateCompleted}
 
 // AwaitingApproval returns the rollouts waiting for an approval that p may
 // give: of teams p administers, started by someone else.

@@ -16,7 +16,9 @@ type DriftProps struct {
 	// The form: version, windows and the feature whose histogram is shown.
 	Version, Reference, Current, Feature string
 	Versions                             []string
-	Report                               *DriftReport
+	// SamplingOff says the endpoint records no samples (sampling rate 0).
+	SamplingOff bool
+	Report      *DriftReport
 	// Timeline has one chart per live version over the last day of
 	// scheduled checks.
 	Timeline []Chart
@@ -29,10 +31,13 @@ type DriftReport struct {
 	ReferenceSamples, CurrentSamples uint64
 	MinSamples                       int
 	Verdict                          string
-	Output                           DriftScore
-	OutputHistogram                  DriftHistogram
-	Features                         []DriftScore
-	FeatureHistogram                 *DriftHistogram
+	// Missing, when set, says what the report lacks to be computed ("the
+	// reference holds 42 of 200 samples"); no score is shown then.
+	Missing          string
+	Output           DriftScore
+	OutputHistogram  DriftHistogram
+	Features         []DriftScore
+	FeatureHistogram *DriftHistogram
 }
 
 // DriftScore is one number with its threshold; Link, for a feature, shows

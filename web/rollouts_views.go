@@ -16,9 +16,12 @@ type RolloutsSection struct {
 	CSRF     string
 	CanStart bool
 	Versions []string
-	Rows     []RolloutRow
-	Form     RolloutForm
-	Errors   FieldErrors
+	// Unroutable are the versions that cannot be rolled out now, with why
+	// (invalid, still being validated): offered disabled, with the reason.
+	Unroutable map[string]string
+	Rows       []RolloutRow
+	Form       RolloutForm
+	Errors     FieldErrors
 }
 
 // RolloutForm is the start-rollout form's values, as typed.

@@ -44,6 +44,9 @@ type EndpointsProps struct {
 	CanCreate  bool
 	// Awaiting are the rollouts waiting for this user's approval.
 	Awaiting []RolloutRow
+	// NoTeam says the user is in no team (finance): the list is empty
+	// because nothing is theirs, not because nothing exists.
+	NoTeam bool
 }
 
 // EndpointForm is the create-endpoint form's values, as typed.
@@ -91,8 +94,10 @@ type EndpointProps struct {
 	Traffic       []TrafficRow
 	// Experiment describes the active A/B experiment ("" when none), as
 	// "name: v1 50%, v2 50%"; it is set through the API.
-	Experiment     string
-	Versions       []string // all versions of the model, for the traffic form
+	Experiment string
+	Versions   []string // all versions of the model, for the traffic form
+	// Unroutable are the versions that may not take traffic now, with why.
+	Unroutable     map[string]string
 	CanWrite       bool
 	TrafficErrors  FieldErrors
 	TrafficSaved   bool
@@ -253,6 +258,29 @@ type VersionProps struct {
 	Metadata string // pretty JSON of the whole version
 	Lineage  Lineage
 	Serving  ServingView
+	// Metrics are the version's offline metrics beside its parent's and
+	// the serving versions'; nil when none of them has any.
+	Metrics *MetricsTable
+}
+
+// MetricsTable is offline metrics side by side: one column per version
+// (the first the page's own), one row per metric; a version without the
+// metric has "–".
+type MetricsTable struct {
+	Columns []MetricsColumn
+	Rows    []MetricsRow
+}
+
+// MetricsColumn is one version compared, and why it is ("parent",
+// "serving on fraud-scoring").
+type MetricsColumn struct {
+	Version, Role string
+}
+
+// MetricsRow is one metric's values, in the columns' order.
+type MetricsRow struct {
+	Name   string
+	Values []string
 }
 
 // MemberRow is one team member.
@@ -408,6 +436,10 @@ type VersionStats struct {
 type Chart struct {
 	ID, Title, Unit string
 	Lines           []ChartLine
+	// From and To are the times of the first and last points (UTC,
+	// "15:04" or a date and time), written under the chart as its time
+	// axis; empty leaves the axis out.
+	From, To string
 }
 
 // ChartLine is one series of a chart.
@@ -421,9 +453,12 @@ type ChartLine struct {
 // the gateway's answer.
 type TryItProps struct {
 	Endpoint string
-	CSRF     string
-	Body     string
-	Curl     string
+	// Path is the gateway route Send posts to (predict, or an LLM's
+	// chat/completions); the endpoint page's header names it too.
+	Path string
+	CSRF string
+	Body string
+	Curl string
 	// Configured is false when the portal knows no gateway URL; CanSend when
 	// it also holds a key to send with and the caller may write.
 	Configured, CanSend bool
@@ -432,4 +467,23 @@ type TryItProps struct {
 	Status   int
 	Response string
 	Error    string
+	// Answers are a 200 predict answer read per instance, with the version
+	// that answered; Chat an LLM's request messages and its reply. Either
+	// is shown above the raw JSON, which stays one click away.
+	Answers      []TryAnswer
+	ModelVersion string
+	Chat         []ChatTurn
+}
+
+// TryAnswer is one instance's prediction: a classifier's label and score,
+// or a regressor's value in Score.
+type TryAnswer struct {
+	Instance     int
+	Label, Score string
+}
+
+// ChatTurn is one message of a chat.
+type ChatTurn struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
 }
