@@ -1,41 +1,47 @@
 package llm
 
-// kernelSet is one implementation of the row-dot kernels: each sets
-// dst[k·ds], k < rows (1 or 4), to activation row i+k against one weight
-// row. The set in use is chosen once, by the CPU (kernels_amd64.go).
+// kernelSet is one implementation of the matrix product's kernels. Its
+// tile sets dst[k·ds + l], k < xr and l < wr, to activation row i+k
+// against weight row o+l, for xr of 1 or the set's xr and wr of 1 or the
+// set's wr. Each pair's result must not depend on the tile's shape: the
+// same bits alone as among others. The set in use is chosen once, by the
+// CPU (kernels_amd64.go).
 type kernelSet struct {
-	name string
-	f32  func(dst []float32, ds int, x []float32, xs int, w []float32, rows int)
-	f16  func(dst []float32, ds int, x []float32, xs int, w []byte, rows int)
-	// q8_0 and q4_0 take Q8_0 activation rows, q4_K and q6_K Q8_K ones.
-	q8_0, q4_0, q4_K, q6_K func(dst []float32, ds int, x []q8Row, w []byte, rows int)
+	name   string
+	xr, wr int
+	tile   func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 }
 
 // goKernels is the pure Go set: the kernels where there is no assembly,
 // and the reference the assembly is tested against.
-var goKernels = kernelSet{
-	name: "go",
-	f32: func(dst []float32, ds int, x []float32, xs int, w []float32, rows int) {
-		for k := range rows {
-			dst[k*ds] = dotGo(x[k*xs:k*xs+len(w)], w)
+var goKernels = kernelSet{name: "go", xr: 1, wr: 1, tile: goTile}
+
+func goTile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	for k := range xr {
+		for l := range wr {
+			dst[k*ds+l] = goDot(a, i+k, w, o+l)
 		}
-	},
-	f16: func(dst []float32, ds int, x []float32, xs int, w []byte, rows int) {
-		for k := range rows {
-			dst[k*ds] = dotF16Go(x[k*xs:k*xs+len(w)/2], w)
-		}
-	},
-	q8_0: eachRow(dotQ8_0Go),
-	q4_0: eachRow(dotQ4_0Go),
-	q4_K: eachRow(dotQ4_KGo),
-	q6_K: eachRow(dotQ6_KGo),
+	}
 }
 
-func eachRow(dot func(x *q8Row, w []byte) float32) func(dst []float32, ds int, x []q8Row, w []byte, rows int) {
-	return func(dst []float32, ds int, x []q8Row, w []byte, rows int) {
-		for k := range rows {
-			dst[k*ds] = dot(&x[k], w)
-		}
+// goDot is activation row i against weight row o, in Go.
+func goDot(a *acts, i int, w *matrix, o int) float32 {
+	c := w.cols
+	if w.typ == tF32 {
+		return dotGo(a.x[i*c:(i+1)*c], w.f32[o*c:(o+1)*c])
+	}
+	wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+	switch w.typ {
+	case tF16:
+		return dotF16Go(a.x[i*c:(i+1)*c], wb)
+	case tQ8_0:
+		return dotQ8_0Go(&a.q[i], wb)
+	case tQ4_0:
+		return dotQ4_0Go(&a.q[i], wb)
+	case tQ4_K:
+		return dotQ4_KGo(&a.q[i], wb)
+	default:
+		return dotQ6_KGo(&a.q[i], wb)
 	}
 }
 
@@ -141,23 +147,4 @@ func dotQ6_KGo(x *q8Row, w []byte) float32 {
 		acc += float32(d*x.d[b]) * float32(sumi)
 	}
 	return acc
-}
-
-// dotN sets dst[k·ds], k < rows, to activation row i+k against weight row o.
-func (w *matrix) dotN(dst []float32, ds int, a *acts, i, o, rows int) {
-	c := w.cols
-	switch w.typ {
-	case tF32:
-		kern.f32(dst, ds, a.x[i*c:], c, w.f32[o*c:(o+1)*c], rows)
-	case tF16:
-		kern.f16(dst, ds, a.x[i*c:], c, w.data[o*w.rowBytes:(o+1)*w.rowBytes], rows)
-	case tQ8_0:
-		kern.q8_0(dst, ds, a.q[i:i+rows], w.data[o*w.rowBytes:(o+1)*w.rowBytes], rows)
-	case tQ4_0:
-		kern.q4_0(dst, ds, a.q[i:i+rows], w.data[o*w.rowBytes:(o+1)*w.rowBytes], rows)
-	case tQ4_K:
-		kern.q4_K(dst, ds, a.q[i:i+rows], w.data[o*w.rowBytes:(o+1)*w.rowBytes], rows)
-	case tQ6_K:
-		kern.q6_K(dst, ds, a.q[i:i+rows], w.data[o*w.rowBytes:(o+1)*w.rowBytes], rows)
-	}
 }

@@ -4,8 +4,9 @@ package llm
 
 import "golang.org/x/sys/cpu"
 
-// kern is the kernel set in use, chosen once by what the CPU has: AVX2
-// with FMA and F16C (every x86 server since 2013), else pure Go.
+// kern is the kernel set in use, chosen once by what the CPU has: AVX-512
+// (F, BW, VL and VNNI), else AVX2 with FMA and F16C (every x86 server
+// since 2013), else pure Go.
 var kern = pickKernels()
 
 // kernelSets are the sets this machine can run, for the tests.
@@ -13,8 +14,12 @@ var kernelSets = availableKernels()
 
 func availableKernels() []kernelSet {
 	sets := []kernelSet{goKernels}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C {
+	x := cpu.X86
+	if x.HasAVX2 && x.HasFMA && x.HasF16C {
 		sets = append(sets, avx2Kernels)
+		if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+			sets = append(sets, avx512Kernels)
+		}
 	}
 	return sets
 }
@@ -24,69 +29,111 @@ func pickKernels() kernelSet {
 	return s[len(s)-1]
 }
 
-var avx2Kernels = kernelSet{
-	name: "avx2",
-	f32: func(dst []float32, ds int, x []float32, xs int, w []float32, rows int) {
-		n := len(w)
-		m := n &^ 7
-		_ = dst[(rows-1)*ds]
-		_ = x[(rows-1)*xs+n-1]
-		if m > 0 {
-			f32DotAVX2(&dst[0], ds, &x[0], xs, &w[0], m, rows)
-		} else {
-			for k := range rows {
-				dst[k*ds] = 0
-			}
-		}
-		if m < n { // the tail past the last eight, in Go, after
-			for k := range rows {
-				dst[k*ds] += dotGo(x[k*xs+m:k*xs+n], w[m:])
-			}
-		}
-	},
-	f16: func(dst []float32, ds int, x []float32, xs int, w []byte, rows int) {
-		n := len(w) / 2
-		m := n &^ 7
-		_ = dst[(rows-1)*ds]
-		_ = x[(rows-1)*xs+n-1]
-		if m > 0 {
-			f16DotAVX2(&dst[0], ds, &x[0], xs, &w[0], m, rows)
-		} else {
-			for k := range rows {
-				dst[k*ds] = 0
-			}
-		}
-		if m < n {
-			for k := range rows {
-				dst[k*ds] += dotF16Go(x[k*xs+m:k*xs+n], w[2*m:])
-			}
-		}
-	},
-	q8_0: qKernel(q8_0DotAVX2, q8_0Bytes),
-	q4_0: qKernel(q4_0DotAVX2, q4_0Bytes),
-	q4_K: eachRow(dotQ4_KGo),
-	q6_K: eachRow(dotQ6_KGo),
+// avx2Kernels take one weight row against one or four activation rows.
+var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile}
+
+func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	_ = dst[(xr-1)*ds+wr-1]
+	for l := range wr {
+		avx2Row(dst[l:], ds, a, i, xr, w, o+l)
+	}
 }
 
-// qKernel wraps an assembly kernel of Q8_0-activation blocks. The rows of
-// x must be consecutive rows of one acts: prepare lays each row's values
-// and scales right after the previous row's, so the strides are a row's
-// lengths.
-func qKernel(k func(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int), blockBytes int) func(dst []float32, ds int, x []q8Row, w []byte, rows int) {
-	return func(dst []float32, ds int, x []q8Row, w []byte, rows int) {
-		nb := len(x[0].d)
-		_ = dst[(rows-1)*ds]
-		_ = w[nb*blockBytes-1]
-		if nb == 0 {
-			for k := range rows {
+// avx2Row sets dst[k·ds], k < xr, to activation row i+k against weight
+// row o. Elements past the last multiple of eight are added after, in Go.
+func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
+	c := w.cols
+	switch w.typ {
+	case tF32, tF16:
+		m := c &^ 7
+		x := a.x[i*c : (i+xr)*c]
+		if m > 0 {
+			if w.typ == tF32 {
+				f32DotAVX2(&dst[0], ds, &x[0], c, &w.f32[o*c], m, xr)
+			} else {
+				f16DotAVX2(&dst[0], ds, &x[0], c, &w.data[o*w.rowBytes], m, xr)
+			}
+		} else {
+			for k := range xr {
 				dst[k*ds] = 0
 			}
-			return
 		}
-		// prepare lays row i+1 right after row i: the strides are a row's lengths.
-		xqs, xds := len(x[0].q), len(x[0].d)
-		_ = x[rows-1].q[xqs-1]
-		k(&dst[0], ds, &x[0].q[0], xqs, &x[0].d[0], xds, &w[0], nb, rows)
+		for k := 0; m < c && k < xr; k++ {
+			if w.typ == tF32 {
+				dst[k*ds] += dotGo(x[k*c+m:(k+1)*c], w.f32[o*c+m:(o+1)*c])
+			} else {
+				dst[k*ds] += dotF16Go(x[k*c+m:(k+1)*c], w.data[o*w.rowBytes+2*m:(o+1)*w.rowBytes])
+			}
+		}
+	case tQ8_0, tQ4_0:
+		q := a.q[i : i+xr]
+		_ = q[xr-1].q[c-1]
+		nb := c / 32
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		// prepare lays row i+1's values and scales right after row i's.
+		if w.typ == tQ8_0 {
+			q8_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
+		} else {
+			q4_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
+		}
+	default:
+		for k := range xr {
+			dst[k*ds] = goDot(a, i+k, w, o)
+		}
+	}
+}
+
+// avx512Kernels take tiles of four activation rows by four weight rows
+// for F32, F16 and Q8_0 weights; the other types run avx2Row.
+var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile}
+
+func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	c := w.cols
+	_ = dst[(xr-1)*ds+wr-1]
+	switch w.typ {
+	case tF32, tF16:
+		m := c &^ 15
+		x := a.x[i*c : (i+xr)*c]
+		if w.typ == tF32 {
+			wf := w.f32[o*c : (o+wr)*c]
+			f32Tile512(&dst[0], ds, &x[0], 4*c, &wf[0], 4*c, m, xr, wr)
+		} else {
+			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+			f16Tile512(&dst[0], ds, &x[0], 4*c, &wb[0], w.rowBytes, m, xr, wr)
+		}
+		if m < c { // the tail, in Go, after
+			for k := range xr {
+				for l := range wr {
+					if w.typ == tF32 {
+						dst[k*ds+l] += dotGo(x[k*c+m:(k+1)*c], w.f32[(o+l)*c+m:(o+l+1)*c])
+					} else {
+						dst[k*ds+l] += dotF16Go(x[k*c+m:(k+1)*c], w.data[(o+l)*w.rowBytes+2*m:(o+l+1)*w.rowBytes])
+					}
+				}
+			}
+		}
+	case tQ8_0:
+		nb := c / 32
+		q := a.q[i : i+xr]
+		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+		if nb >= 2 {
+			_ = q[xr-1].dx16[nb/2*16-1]
+			q8_0Tile512(&dst[0], ds, &q[0].q[0], c, &wb[0], w.rowBytes, nb/2, xr, wr, &q[0].dx16[0], len(q[0].dx16))
+		} else {
+			for k := range xr {
+				clear(dst[k*ds : k*ds+wr])
+			}
+		}
+		if nb%2 == 1 { // an odd last block, in Go, after
+			for k := range xr {
+				last := q8Row{q: q[k].q[c-32:], d: q[k].d[nb-1:]}
+				for l := range wr {
+					dst[k*ds+l] += dotQ8_0Go(&last, wb[l*w.rowBytes+(nb-1)*q8_0Bytes:(l+1)*w.rowBytes])
+				}
+			}
+		}
+	default:
+		avx2Tile(dst, ds, a, i, xr, w, o, wr)
 	}
 }
 
@@ -101,3 +148,12 @@ func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, 
 
 //go:noescape
 func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
+
+//go:noescape
+func f16Tile512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
+
+//go:noescape
+func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx16 *float32, dxs int)

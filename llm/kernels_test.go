@@ -47,7 +47,7 @@ func TestKernels(t *testing.T) {
 		{gguf.Q6_K, []int{256, 512, 768}},
 	} {
 		for _, cols := range c.cols {
-			const rows, n = 3, 6
+			const rows, n = 6, 6
 			w, wf := randomMatrix(t, rng, c.typ, rows, cols)
 			x := make([]float32, n*cols)
 			for i := range x {
@@ -67,26 +67,42 @@ func TestKernels(t *testing.T) {
 			}
 			for _, set := range kernelSets {
 				t.Run(fmt.Sprintf("%s/%s/%d", set.name, c.typ, cols), func(t *testing.T) {
-					old := kern
-					kern = set
-					defer func() { kern = old }()
-					for o := range rows {
-						for i := 0; i+4 <= n; i++ {
-							var four [8]float32
-							w.dot4(four[:], 2, &a, i, o)
-							for k := range 4 {
-								one := w.dot1(&a, i+k, o)
-								if math.Float32bits(one) != math.Float32bits(four[2*k]) {
-									t.Fatalf("row %d alone %v, among four %v", i+k, one, four[2*k])
-								}
-								var exact, mag float64
-								for j := range cols {
-									p := float64(xs[(i+k)*cols+j]) * float64(wf[o*cols+j])
-									exact += p
-									mag += math.Abs(p)
-								}
-								if d := math.Abs(float64(one) - exact); d > 1e-5*mag+1e-6 {
-									t.Errorf("weight row %d, row %d: %v, exact %v (Σ|terms| %v)", o, i+k, one, exact, mag)
+					single := func(i, o int) float32 {
+						var d [1]float32
+						set.tile(d[:], 1, &a, i, 1, w, o, 1)
+						return d[0]
+					}
+					for i := range n {
+						for o := range rows {
+							got := single(i, o)
+							var exact, mag float64
+							for j := range cols {
+								p := float64(xs[i*cols+j]) * float64(wf[o*cols+j])
+								exact += p
+								mag += math.Abs(p)
+							}
+							if d := math.Abs(float64(got) - exact); d > 1e-5*mag+1e-6 {
+								t.Errorf("activation row %d, weight row %d: %v, exact %v (Σ|terms| %v)", i, o, got, exact, mag)
+							}
+						}
+					}
+					// Every tile shape gives each pair the bits it has alone.
+					for _, xr := range []int{1, set.xr} {
+						for _, wr := range []int{1, set.wr} {
+							if xr > n || wr > rows {
+								continue
+							}
+							for i := 0; i+xr <= n; i++ {
+								for o := 0; o+wr <= rows; o++ {
+									dst := make([]float32, xr*7)
+									set.tile(dst, 7, &a, i, xr, w, o, wr)
+									for k := range xr {
+										for l := range wr {
+											if want := single(i+k, o+l); math.Float32bits(dst[k*7+l]) != math.Float32bits(want) {
+												t.Fatalf("tile %dx%d at (%d, %d): pair (%d, %d) = %v, alone %v", xr, wr, i, o, i+k, o+l, dst[k*7+l], want)
+											}
+										}
+									}
 								}
 							}
 						}

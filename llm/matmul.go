@@ -112,10 +112,18 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 	case tQ8_0, tQ4_0:
 		a.q = make([]q8Row, n)
 		q := make([]int8, n*cols+32)
-		d := make([]float32, n*cols/32)
+		nb := cols / 32
+		d := make([]float32, n*nb)
+		dx16 := make([]float32, n*(nb/2)*16)
 		for i := range a.q {
-			a.q[i] = q8Row{q: q[i*cols : (i+1)*cols], d: d[i*cols/32 : (i+1)*cols/32]}
-			quantRowQ8_0(&a.q[i], x[i*cols:(i+1)*cols])
+			r := q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb], dx16: dx16[i*(nb/2)*16 : (i+1)*(nb/2)*16]}
+			quantRowQ8_0(&r, x[i*cols:(i+1)*cols])
+			for b := range nb &^ 1 {
+				for l := range 8 {
+					r.dx16[b*8+l] = r.d[b]
+				}
+			}
+			a.q[i] = r
 		}
 	case tQ4_K, tQ6_K:
 		a.q = make([]q8Row, n)
@@ -156,31 +164,27 @@ func matmul(workers int, dst, x []float32, w *matrix, n int) {
 const matmulTile = 64
 
 // mulRows computes the outputs lo ≤ o < hi of every row: each weight row
-// is read once per tile of rows and feeds four activation rows at a time.
+// is read once per tile of rows, and the kernels take tiles of kern.xr
+// activation rows by kern.wr weight rows (or single rows at the edges).
 func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	n, out := a.n, w.rows
+	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
-		for o := lo; o < hi; o++ {
-			i := t
-			for ; i+4 <= end; i += 4 {
-				w.dot4(dst[i*out+o:], out, a, i, o)
+		for o := lo; o < hi; {
+			wr := k.wr
+			if o+wr > hi {
+				wr = 1
 			}
-			for ; i < end; i++ {
-				dst[i*out+o] = w.dot1(a, i, o)
+			for i := t; i < end; {
+				xr := k.xr
+				if i+xr > end {
+					xr = 1
+				}
+				k.tile(dst[i*out+o:], out, a, i, xr, w, o, wr)
+				i += xr
 			}
+			o += wr
 		}
 	}
-}
-
-// dot1 is row i of a against weight row o.
-func (w *matrix) dot1(a *acts, i, o int) float32 {
-	var d [1]float32
-	w.dotN(d[:], 1, a, i, o, 1)
-	return d[0]
-}
-
-// dot4 sets dst[k·ds] to rows i…i+3 of a against weight row o.
-func (w *matrix) dot4(dst []float32, ds int, a *acts, i, o int) {
-	w.dotN(dst, ds, a, i, o, 4)
 }

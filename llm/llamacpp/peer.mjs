@@ -4,7 +4,8 @@
 //   greedy: {model, prompt, steps} → the greedy tokens after prompt
 //   top1:   {model, tokens} → the argmax after each prefix of tokens
 //   speed:  {model, threads, decode, seqs, prompt} → decode tokens/s at
-//           batch 1 and aggregate over seqs concurrent sequences
+//           batch 1 and aggregate over seqs concurrent sequences, over
+//           wall time and over the process's CPU time
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
 import { readFileSync } from "node:fs";
@@ -55,6 +56,7 @@ if (req.mode !== "info") {
       const seqs = Array.from({ length: n }, () => ctx.getSequence());
       await Promise.all(seqs.map(s => s.evaluateWithoutGeneratingNewTokens(req.prompt)));
       const start = process.hrtime.bigint();
+      const cpu0 = process.cpuUsage();
       let total = 0;
       await Promise.all(seqs.map(async (s) => {
         // Each sequence feeds back a fixed token: what is timed is the
@@ -65,11 +67,12 @@ if (req.mode !== "info") {
         }
       }));
       const secs = Number(process.hrtime.bigint() - start) / 1e9;
+      const cpu = process.cpuUsage(cpu0);
       await ctx.dispose();
-      return total / secs;
+      return [total / secs, total / ((cpu.user + cpu.system) / 1e6)];
     };
-    out.tokens_per_s_batch1 = await run(1);
-    out.tokens_per_s_seqs = await run(req.seqs);
+    [out.tokens_per_s_batch1, out.cpu_tokens_per_s_batch1] = await run(1);
+    [out.tokens_per_s_seqs, out.cpu_tokens_per_s_seqs] = await run(req.seqs);
   }
   await model.dispose();
 }
