@@ -148,3 +148,7 @@ func dotQ6_KGo(x *q8Row, w []byte) float32 {
 	}
 	return acc
 }
+
+// Kernels names the kernel set the forward pass uses on this CPU: avx512,
+// avx2 or go.
+func Kernels() string { return kern.name }
