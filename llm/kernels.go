@@ -2,9 +2,9 @@ package llm
 
 // kernelSet is one implementation of the matrix product's kernels. Its
 // tile sets dst[k·ds + l], k < xr and l < wr, to activation row i+k
-// against weight row o+l, for xr of 1 or the set's xr and wr of 1 or the
-// set's wr. Each pair's result must not depend on the tile's shape: the
-// same bits alone as among others. The set in use is chosen once, by the
+// against weight row o+l, for xr of 1 or the set's xr, and wr of 1 or
+// the set's wr or, when xr is 1, any number. Each pair's result must not
+// depend on the tile's shape: the same bits alone as among others. The set in use is chosen once, by the
 // CPU (kernels_amd64.go).
 type kernelSet struct {
 	name   string

@@ -2,11 +2,17 @@
 
 package llm
 
-import "golang.org/x/sys/cpu"
+//go:generate python3 matmul512_gen.py
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
 
 // kern is the kernel set in use, chosen once by what the CPU has: AVX-512
 // (F, BW, VL and VNNI), else AVX2 with FMA and F16C (every x86 server
-// since 2013), else pure Go.
+// since 2013), else pure Go; MP_LLM_KERNELS may name a lesser one.
 var kern = pickKernels()
 
 // kernelSets are the sets this machine can run, for the tests.
@@ -24,8 +30,15 @@ func availableKernels() []kernelSet {
 	return sets
 }
 
+// pickKernels takes the most capable set, or the one MP_LLM_KERNELS
+// names (go, avx2 or avx512) when the CPU has it: for comparing them.
 func pickKernels() kernelSet {
 	s := availableKernels()
+	for _, k := range s {
+		if k.name == os.Getenv("MP_LLM_KERNELS") {
+			return k
+		}
+	}
 	return s[len(s)-1]
 }
 
@@ -90,6 +103,18 @@ var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile}
 func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	c := w.cols
 	_ = dst[(xr-1)*ds+wr-1]
+	if xr == 1 && wr != 1 && wr != 4 && w.typ != tQ8_0 {
+		// Only the Q8_0 kernel runs a row against any number of weight rows.
+		for l := 0; l < wr; {
+			n := 4
+			if l+n > wr {
+				n = 1
+			}
+			avx512Tile(dst[l:], ds, a, i, 1, w, o+l, n)
+			l += n
+		}
+		return
+	}
 	switch w.typ {
 	case tF32, tF16:
 		m := c &^ 15

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"modelplane/gguf"
 )
@@ -75,12 +76,14 @@ func newMatrix(t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
 	}
 	if wt == tF32 {
 		m.f32 = make([]float32, rows*cols)
+		hugePages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.f32))), 4*len(m.f32)))
 		for i := range m.f32 {
 			m.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 		return m, nil
 	}
 	m.data = make([]byte, len(b)+32) // slack: the kernels may read a vector past a row's end
+	hugePages(m.data)
 	copy(m.data, b)
 	m.data = m.data[:len(b)]
 	return m, nil
@@ -165,26 +168,30 @@ const matmulTile = 64
 
 // mulRows computes the outputs lo ≤ o < hi of every row: each weight row
 // is read once per tile of rows, and the kernels take tiles of kern.xr
-// activation rows by kern.wr weight rows (or single rows at the edges).
+// activation rows by kern.wr weight rows; a row left over (all of them at
+// batch 1) goes against every weight row in one call, which a kernel may
+// run as one stream through the weights.
 func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	n, out := a.n, w.rows
 	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
-		for o := lo; o < hi; {
+		full := t + (end-t)/k.xr*k.xr
+		if k.xr == 1 {
+			full = t
+		}
+		for o := lo; o < hi && full > t; {
 			wr := k.wr
 			if o+wr > hi {
 				wr = 1
 			}
-			for i := t; i < end; {
-				xr := k.xr
-				if i+xr > end {
-					xr = 1
-				}
-				k.tile(dst[i*out+o:], out, a, i, xr, w, o, wr)
-				i += xr
+			for i := t; i < full; i += k.xr {
+				k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, wr)
 			}
 			o += wr
+		}
+		for i := full; i < end; i++ {
+			k.tile(dst[i*out+lo:], out, a, i, 1, w, lo, hi-lo)
 		}
 	}
 }
