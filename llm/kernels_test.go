@@ -146,3 +146,68 @@ func TestQuantRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzKernels feeds tensor bytes as a file may hold them (any scale, any
+// int8, NaNs and infinities included) to every kernel set: none may
+// panic or read out of bounds, and where the Go kernel's answer is finite
+// the others agree with it to float rounding.
+func FuzzKernels(f *testing.F) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q6_K} {
+		x := make([]float32, 2*256)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		f.Add(encodeTensor(x, typ), uint8(wtypes[typ]), uint64(1))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, typ uint8, seed uint64) {
+		wt := wtype(typ % 6)
+		el, by := wt.block()
+		cols := el * max(1, 64/el)
+		if wt >= tQ4_K {
+			cols = 256
+		}
+		const rows, n = 5, 5
+		need := rows * cols / el * by
+		b := make([]byte, need)
+		copy(b, data)
+		var gt gguf.TensorType
+		for g, w := range wtypes {
+			if w == wt {
+				gt = g
+			}
+		}
+		w, err := newMatrix(gt, rows, cols, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(seed, 1))
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		a := prepare(w.typ, x, n, cols)
+		want := make([]float32, n*rows)
+		for i := range n {
+			for o := range rows {
+				want[i*rows+o] = goDot(&a, i, w, o)
+			}
+		}
+		for _, set := range kernelSets {
+			old := kern
+			kern = set
+			got := make([]float32, n*rows)
+			w.mulRows(got, &a, 0, rows)
+			kern = old
+			for i, g := range got {
+				wv := float64(want[i])
+				if math.IsNaN(wv) || math.IsInf(wv, 0) || math.Abs(wv) > 1e30 {
+					continue
+				}
+				if d := math.Abs(float64(g) - wv); d > 1e-3*math.Abs(wv)+1e-2 && !(math.Abs(wv) > 1e20) {
+					t.Errorf("%s %v output %d: %v, go %v", set.name, gt, i, g, wv)
+				}
+			}
+		}
+	})
+}
