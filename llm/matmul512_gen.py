@@ -78,22 +78,31 @@ def float_kernel(name, half):
                 for j in range(wr):
                     z = 4*i+j
                     p(f"\tVPXORD Z{z}, Z{z}, Z{z}")
+            def chunk(o):
+                # one chunk of sixteen at element offset o of the step
+                for j in range(wr):
+                    if half:
+                        p(f"\tVCVTPH2PS {off(waddr[j], o*32)}, Z{16+j}")
+                    else:
+                        p(f"\tVMOVUPS {off(waddr[j], o*64)}, Z{16+j}")
+                for i in range(xr):
+                    p(f"\tVMOVUPS {off(xaddr[i], o*64)}, Z{20+i}")
+                for i in range(xr):
+                    for j in range(wr):
+                        p(f"\tVFMADD231PS Z{16+j}, Z{20+i}, Z{4*i+j}")
+            # Two chunks a step (one prefetch a row for them), then an odd
+            # last one: the same chunks into the same accumulators in order.
             p(f"{lbl}_loop:")
-            p(f"\tTESTQ CX, CX\n\tJZ {lbl}_done")
+            p(f"\tCMPQ CX, $2\n\tJLT {lbl}_last")
             if wr == 4:
                 for j in range(wr):
                     p(f"\tPREFETCHT0 {naddr[j]}")
-            for j in range(wr):
-                if half:
-                    p(f"\tVCVTPH2PS {waddr[j]}, Z{16+j}")
-                else:
-                    p(f"\tVMOVUPS {waddr[j]}, Z{16+j}")
-            for i in range(xr):
-                p(f"\tVMOVUPS {xaddr[i]}, Z{20+i}")
-            for i in range(xr):
-                for j in range(wr):
-                    p(f"\tVFMADD231PS Z{16+j}, Z{20+i}, Z{4*i+j}")
-            p(f"\tADDQ $64, SI\n\tADDQ ${wstep}, DX\n\tADDQ ${wstep}, AX\n\tDECQ CX\n\tJMP {lbl}_loop")
+            chunk(0)
+            chunk(1)
+            p(f"\tADDQ $128, SI\n\tADDQ ${2*wstep}, DX\n\tADDQ ${2*wstep}, AX\n\tSUBQ $2, CX\n\tJMP {lbl}_loop")
+            p(f"{lbl}_last:")
+            p(f"\tTESTQ CX, CX\n\tJZ {lbl}_done")
+            chunk(0)
             p(f"{lbl}_done:")
             store(xr, wr, lbl)
             p("\tVZEROUPPER\n\tRET")
