@@ -89,6 +89,40 @@ func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 		} else {
 			q4_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
 		}
+	case tQ4_K:
+		nb := c / qk
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		var buf [64 * 8]int16
+		if nb > len(buf)/8 {
+			for k := range xr {
+				dst[k*ds] = goDot(a, i+k, w, o)
+			}
+			return
+		}
+		// The scales once for the weight row; the mins' share per
+		// activation row, in Go, after.
+		sc := buf[:nb*8]
+		var mins [64 * 8]int16
+		for b := range nb {
+			for j := range 8 {
+				s, m := scaleMinK4(j, wb[b*q4_KBytes+4:])
+				sc[b*8+j], mins[b*8+j] = int16(s), int16(m)
+			}
+		}
+		for k := range xr {
+			x := &a.q[i+k]
+			_ = x.q[nb*qk-1]
+			sum := q4_KDotAVX2(&x.q[0], &x.d[0], &wb[0], &sc[0], nb)
+			var minus float32
+			for b := range nb {
+				var summ int32
+				for j := range 8 {
+					summ += int32(mins[b*8+j]) * (int32(x.bsums[b*16+2*j]) + int32(x.bsums[b*16+2*j+1]))
+				}
+				minus += float32(f16(wb[b*q4_KBytes+2:])*x.d[b]) * float32(summ)
+			}
+			dst[k*ds] = sum - minus
+		}
 	default:
 		for k := range xr {
 			dst[k*ds] = goDot(a, i+k, w, o)
@@ -173,6 +207,9 @@ func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, 
 
 //go:noescape
 func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 
 //go:noescape
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)

@@ -367,3 +367,63 @@ q40fourdone:
 	QSTORE4
 	VZEROUPPER
 	RET
+
+// Q4KPAIR does sub-blocks 2k and 2k+1 of a Q4_K super-block: the low and
+// high nibbles of its 32 bytes at QOFF, against the activations at XOFF
+// and XOFF+32, weighted by the int16 scales at SLO and SHI.
+#define Q4KPAIR(QOFF, XOFF, SLO, SHI) \
+	VMOVDQU QOFF(DX), Y0 \
+	VPAND Y14, Y0, Y2 \
+	VPSRLW $4, Y0, Y3 \
+	VPAND Y14, Y3, Y3 \
+	VPMADDUBSW XOFF(SI), Y2, Y2 \
+	VPBROADCASTW SLO(R8), Y4 \
+	VPMADDWD Y4, Y2, Y2 \
+	VPADDD Y2, Y6, Y6 \
+	VPMADDUBSW XOFF+32(SI), Y3, Y3 \
+	VPBROADCASTW SHI(R8), Y4 \
+	VPMADDWD Y4, Y3, Y3 \
+	VPADDD Y3, Y6, Y6
+
+// func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+// Q4_K weights against Q8_K activations: for each super-block, its eight
+// sub-blocks' products (unsigned nibbles by signed activations,
+// VPMADDUBSW) are weighted by their 6-bit scales (sc, unpacked by the
+// caller, eight an super-block) in VPMADDWD and summed in int32 lanes;
+// the lanes, as floats, times d·d_x, go to an eight-lane accumulator,
+// reduced by HSUM8 at the end. The mins' share is the caller's.
+TEXT ·q4_KDotAVX2(SB), NOSPLIT, $0-44
+	MOVQ xq+0(FP), SI
+	MOVQ xd+8(FP), BX
+	MOVQ w+16(FP), DX
+	MOVQ sc+24(FP), R8
+	MOVQ nb+32(FP), CX
+	MOVQ $0x0F0F0F0F0F0F0F0F, AX
+	MOVQ AX, X14
+	VPBROADCASTQ X14, Y14
+	VXORPS Y8, Y8, Y8
+q4kloop:
+	TESTQ CX, CX
+	JZ q4kdone
+	VPBROADCASTW (DX), X1
+	VCVTPH2PS X1, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS Y1, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	Q4KPAIR(16, 0, 0, 2)
+	Q4KPAIR(48, 64, 4, 6)
+	Q4KPAIR(80, 128, 8, 10)
+	Q4KPAIR(112, 192, 12, 14)
+	VCVTDQ2PS Y6, Y6
+	VFMADD231PS Y5, Y6, Y8
+	ADDQ $144, DX
+	ADDQ $256, SI
+	ADDQ $4, BX
+	ADDQ $16, R8
+	DECQ CX
+	JMP q4kloop
+q4kdone:
+	HSUM8(Y8, X8, X3)
+	MOVSS X8, ret+40(FP)
+	VZEROUPPER
+	RET
