@@ -123,6 +123,37 @@ func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 			}
 			dst[k*ds] = sum - minus
 		}
+	case tQ6_K:
+		nb := c / qk
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		var buf [64 * 16]int16
+		if nb > len(buf)/16 {
+			for k := range xr {
+				dst[k*ds] = goDot(a, i+k, w, o)
+			}
+			return
+		}
+		sc := buf[:nb*16]
+		for b := range nb {
+			for j := range 16 {
+				sc[b*16+j] = int16(int8(wb[b*q6_KBytes+192+j]))
+			}
+		}
+		for k := range xr {
+			x := &a.q[i+k]
+			_ = x.q[nb*qk-1]
+			sum := q6_KDotAVX2(&x.q[0], &x.d[0], &wb[0], &sc[0], nb)
+			// The −32 offset's share: 32·Σ sc·bsum a super-block, in Go, after.
+			var minus float32
+			for b := range nb {
+				var s int32
+				for j := range 16 {
+					s += int32(sc[b*16+j]) * int32(x.bsums[b*16+j])
+				}
+				minus += float32(f16(wb[b*q6_KBytes+208:])*x.d[b]) * float32(32*s)
+			}
+			dst[k*ds] = sum - minus
+		}
 	default:
 		for k := range xr {
 			dst[k*ds] = goDot(a, i+k, w, o)
@@ -210,6 +241,9 @@ func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, 
 
 //go:noescape
 func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+
+//go:noescape
+func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 
 //go:noescape
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)

@@ -427,3 +427,89 @@ q4kdone:
 	MOVSS X8, ret+40(FP)
 	VZEROUPPER
 	RET
+
+// Q6CHUNK does 32 values of a Q6_K super-block, already in Y2 as unsigned
+// 6-bit q, against the activations at XOFF, weighted by the int16 scales
+// of its two sub-blocks of 16 at SOFF and SOFF+2.
+#define Q6CHUNK(XOFF, SOFF) \
+	VPMADDUBSW XOFF(SI), Y2, Y2 \
+	VPBROADCASTW SOFF(R8), X4 \
+	VPBROADCASTW SOFF+2(R8), X7 \
+	VINSERTI128 $1, X7, Y4, Y4 \
+	VPMADDWD Y4, Y2, Y2 \
+	VPADDD Y2, Y6, Y6
+
+// Q6HALF does half h of a super-block (128 values): ql's 64 bytes at
+// QL, qh's 32 at QH; values 32c…32c+31 of the half are chunk c.
+#define Q6HALF(QL, QH, X0FF, S0) \
+	VMOVDQU QL(DX), Y9 \
+	VMOVDQU QL+32(DX), Y10 \
+	VMOVDQU QH(DX), Y11 \
+	VPAND Y14, Y9, Y2 \
+	VPAND Y13, Y11, Y3 \
+	VPSLLW $4, Y3, Y3 \
+	VPOR Y3, Y2, Y2 \
+	Q6CHUNK(X0FF, S0) \
+	VPAND Y14, Y10, Y2 \
+	VPSLLW $2, Y11, Y3 \
+	VPAND Y12, Y3, Y3 \
+	VPOR Y3, Y2, Y2 \
+	Q6CHUNK(X0FF+32, S0+4) \
+	VPSRLW $4, Y9, Y2 \
+	VPAND Y14, Y2, Y2 \
+	VPAND Y12, Y11, Y3 \
+	VPOR Y3, Y2, Y2 \
+	Q6CHUNK(X0FF+64, S0+8) \
+	VPSRLW $4, Y10, Y2 \
+	VPAND Y14, Y2, Y2 \
+	VPSRLW $2, Y11, Y3 \
+	VPAND Y12, Y3, Y3 \
+	VPOR Y3, Y2, Y2 \
+	Q6CHUNK(X0FF+96, S0+12)
+
+// func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+// Q6_K weights against Q8_K activations: each super-block's q (0…63,
+// unpacked from ql and qh) against the signed activations in VPMADDUBSW,
+// weighted by the sub-blocks' scales (sc: sixteen int16 a super-block,
+// widened by the caller) in VPMADDWD, summed in int32 lanes; as floats,
+// times d·d_x, into an eight-lane accumulator, reduced by HSUM8. The −32
+// offset's share (32·Σ sc·bsum) is the caller's.
+TEXT ·q6_KDotAVX2(SB), NOSPLIT, $0-44
+	MOVQ xq+0(FP), SI
+	MOVQ xd+8(FP), BX
+	MOVQ w+16(FP), DX
+	MOVQ sc+24(FP), R8
+	MOVQ nb+32(FP), CX
+	MOVQ $0x0F0F0F0F0F0F0F0F, AX
+	MOVQ AX, X14
+	VPBROADCASTQ X14, Y14
+	MOVQ $0x0303030303030303, AX
+	MOVQ AX, X13
+	VPBROADCASTQ X13, Y13
+	MOVQ $0x3030303030303030, AX
+	MOVQ AX, X12
+	VPBROADCASTQ X12, Y12
+	VXORPS Y8, Y8, Y8
+q6kloop:
+	TESTQ CX, CX
+	JZ q6kdone
+	VPBROADCASTW 208(DX), X1
+	VCVTPH2PS X1, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS Y1, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	Q6HALF(0, 128, 0, 0)
+	Q6HALF(64, 160, 128, 16)
+	VCVTDQ2PS Y6, Y6
+	VFMADD231PS Y5, Y6, Y8
+	ADDQ $210, DX
+	ADDQ $256, SI
+	ADDQ $4, BX
+	ADDQ $32, R8
+	DECQ CX
+	JMP q6kloop
+q6kdone:
+	HSUM8(Y8, X8, X3)
+	MOVSS X8, ret+40(FP)
+	VZEROUPPER
+	RET
