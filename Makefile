@@ -6,8 +6,10 @@ BIN := bin/modelplane
 
 .PHONY: run test lint verify build generate bench deps deps-test
 
+# dev's nodes enroll with their own tokens: the shared MP_AGENT_TOKEN,
+# which reads every artifact, is never passed on.
 run: deps build
-	./$(BIN) dev
+	env -u MP_AGENT_TOKEN ./$(BIN) dev
 
 test: deps-test lint verify
 	$(GO) test -race -count=1 -timeout 20m ./...

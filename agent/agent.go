@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Timeouts of single calls the agent makes.
@@ -63,7 +63,7 @@ type Agent struct {
 
 	mu       sync.Mutex // guards the fields below
 	gen      int64
-	desired  []proto.ReplicaSpec
+	desired  []busapi.ReplicaSpec
 	replicas map[string]*managed
 	// stopping holds the ids whose replica is being stopped; nothing of
 	// that id starts until the stop has finished, so two copies never run.
@@ -92,7 +92,7 @@ type Agent struct {
 
 // managed is the agent's view of one desired replica.
 type managed struct {
-	spec proto.ReplicaSpec
+	spec busapi.ReplicaSpec
 	hash string
 	rep  Replica // nil while not running
 	// valid is false when the spec does not fit the inventory (a slot that
@@ -128,7 +128,7 @@ type managed struct {
 // needsFiles reports whether the replica's model directory must be
 // prepared before it starts: the agent keeps a cache and the version has
 // files, unless it runs on the simulator, which reads none.
-func (a *Agent) needsFiles(spec proto.ReplicaSpec) bool {
+func (a *Agent) needsFiles(spec busapi.ReplicaSpec) bool {
 	return a.cfg.Cache != nil && spec.Manifest != "" && spec.Runtime != "sim"
 }
 
@@ -161,8 +161,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Agent, error) {
 		drv:           cfg.Driver,
 		bootID:        newBootID(),
 		leaseSeconds:  int((cfg.Lease + time.Second - 1) / time.Second),
-		statusSubject: proto.NodeStatusSubject(cfg.Node),
-		usageSubject:  proto.UsageSubject(cfg.Node),
+		statusSubject: busapi.NodeStatusSubject(cfg.Node),
+		usageSubject:  busapi.UsageSubject(cfg.Node),
 		nudge:         make(chan struct{}, 1),
 		replicas:      make(map[string]*managed),
 		stopping:      make(map[string]bool),
@@ -275,7 +275,7 @@ func (a *Agent) adopt(ctx context.Context, st savedState) {
 			continue
 		}
 		seen[spec.ID] = true
-		m := &managed{spec: spec, hash: specHash(spec), state: proto.StateStarting, preferAddr: sr.Addr}
+		m := &managed{spec: spec, hash: specHash(spec), state: busapi.StateStarting, preferAddr: sr.Addr}
 		if r, ok := running[spec.ID]; ok {
 			if specHash(r.Spec()) == m.hash {
 				m.rep = r
@@ -429,9 +429,9 @@ func (a *Agent) watch(ctx context.Context) (jetstream.KeyWatcher, context.Cancel
 	}
 	cctx, cancel := context.WithTimeout(ctx, natsCallTimeout)
 	defer cancel()
-	kv, err := a.js.KeyValue(cctx, proto.BucketDesired)
+	kv, err := a.js.KeyValue(cctx, busapi.BucketDesired)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bucket %s: %w", proto.BucketDesired, err)
+		return nil, nil, fmt.Errorf("bucket %s: %w", busapi.BucketDesired, err)
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	slow := time.AfterFunc(natsCallTimeout, wcancel)
@@ -444,7 +444,7 @@ func (a *Agent) watch(ctx context.Context) (jetstream.KeyWatcher, context.Cancel
 			_ = w.Stop()
 		}
 		wcancel()
-		return nil, nil, fmt.Errorf("watch %s/%s: %w", proto.BucketDesired, a.cfg.Node, err)
+		return nil, nil, fmt.Errorf("watch %s/%s: %w", busapi.BucketDesired, a.cfg.Node, err)
 	}
 	return w, wcancel, nil
 }
@@ -468,7 +468,7 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 		a.n.applied.Add(1)
 		return true
 	}
-	var d proto.Desired
+	var d busapi.Desired
 	if err := json.Unmarshal(e.Value(), &d); err != nil {
 		a.n.ignored.Add(1)
 		a.log.Error("desired state is not valid JSON; ignoring it", slog.Uint64("revision", e.Revision()), slog.String("error", err.Error()))
@@ -526,7 +526,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			m = nil
 		}
 		if m == nil {
-			m = &managed{spec: spec, hash: h, state: proto.StateStarting}
+			m = &managed{spec: spec, hash: h, state: busapi.StateStarting}
 			a.replicas[spec.ID] = m
 		}
 		order = append(order, m)
@@ -559,7 +559,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if !m.valid || m.rep != nil || a.stopping[m.spec.ID] {
 			continue
 		}
-		if m.state == proto.StateFailed && now.Before(m.retryAt) {
+		if m.state == busapi.StateFailed && now.Before(m.retryAt) {
 			continue
 		}
 		if a.needsFiles(m.spec) && !m.prepared {
@@ -606,7 +606,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 				slog.Int("failures", m.failures), slog.Time("retry_at", m.retryAt))
 		} else {
 			a.n.starts.Add(1)
-			m.rep, m.state, m.reason, m.obs = r, proto.StateStarting, "", Observation{}
+			m.rep, m.state, m.reason, m.obs = r, busapi.StateStarting, "", Observation{}
 			m.preferAddr = r.Addr()
 			m.metered, m.lastRequests = true, 0 // a fresh replica counts from zero
 			a.log.Info("replica started", slog.String("replica", m.spec.ID), slog.String("addr", r.Addr()))
@@ -640,9 +640,9 @@ const prepMsg = "preparing model files"
 func (a *Agent) prepareLocked(ctx context.Context, m *managed) {
 	pctx, cancel := context.WithCancel(ctx)
 	m.cancelPrep = cancel
-	if m.state != proto.StateFailed {
+	if m.state != busapi.StateFailed {
 		// A retry keeps its failure's reason until it gets further.
-		m.state, m.reason = proto.StateStarting, prepMsg
+		m.state, m.reason = busapi.StateStarting, prepMsg
 	}
 	prev := a.prepping[m.spec.ID]
 	done := make(chan struct{})
@@ -706,7 +706,7 @@ func (a *Agent) runPrep(m *managed) {
 // exponential backoff, so a replica that cannot start never loops hot.
 func (a *Agent) failLocked(m *managed, now time.Time, reason string) {
 	m.failures++
-	m.state, m.reason = proto.StateFailed, reason
+	m.state, m.reason = busapi.StateFailed, reason
 	m.retryAt = now.Add(min(time.Second<<min(m.failures-1, 20), maxBackoff))
 }
 
@@ -714,7 +714,7 @@ func (a *Agent) failLocked(m *managed, now time.Time, reason string) {
 // gives every slot to one replica at most. Running replicas claim their
 // slots first, so a later conflicting spec never displaces one that serves.
 func (a *Agent) validateLocked(order []*managed) {
-	owner := make(map[proto.Slot]string)
+	owner := make(map[busapi.Slot]string)
 	var cpu cpuHeld
 	check := func(m *managed) {
 		reason := ""
@@ -727,11 +727,11 @@ func (a *Agent) validateLocked(order []*managed) {
 			if m.valid || m.reason != reason {
 				a.log.Error("replica does not fit this node", slog.String("replica", m.spec.ID), slog.String("reason", reason))
 			}
-			m.valid, m.state, m.reason = false, proto.StateFailed, reason
+			m.valid, m.state, m.reason = false, busapi.StateFailed, reason
 			return
 		}
 		if !m.valid && m.rep == nil && m.failures == 0 {
-			m.state, m.reason = proto.StateStarting, ""
+			m.state, m.reason = busapi.StateStarting, ""
 		}
 		m.valid = true
 		for _, s := range m.spec.Slots {
@@ -751,7 +751,7 @@ func (a *Agent) validateLocked(order []*managed) {
 }
 
 // isCPU reports whether spec is a CPU replica's.
-func isCPU(spec proto.ReplicaSpec) bool { return spec.Profile == proto.ProfileCPU }
+func isCPU(spec busapi.ReplicaSpec) bool { return spec.Profile == busapi.ProfileCPU }
 
 // cpuHeld is what the replicas checked so far hold of a CPU node.
 type cpuHeld struct{ cores, memoryMB int }
@@ -760,7 +760,7 @@ type cpuHeld struct{ cores, memoryMB int }
 // what it holds to held. The control plane keeps a node's replicas within
 // its inventory; this catches a node restarted with fewer cores, or a
 // GPU replica sent to a CPU node and the other way round.
-func (a *Agent) checkCPU(spec proto.ReplicaSpec, held *cpuHeld) string {
+func (a *Agent) checkCPU(spec busapi.ReplicaSpec, held *cpuHeld) string {
 	switch {
 	case !a.cfg.CPUNode():
 		return "a CPU replica on a GPU node; CPU versions run on CPU nodes"
@@ -783,11 +783,11 @@ func (a *Agent) checkCPU(spec proto.ReplicaSpec, held *cpuHeld) string {
 }
 
 // checkSlots returns why spec does not fit, or "".
-func (a *Agent) checkSlots(spec proto.ReplicaSpec, owner map[proto.Slot]string) string {
+func (a *Agent) checkSlots(spec busapi.ReplicaSpec, owner map[busapi.Slot]string) string {
 	if len(spec.Slots) == 0 {
 		return "no GPU slots allocated"
 	}
-	seen := make(map[proto.Slot]bool, len(spec.Slots))
+	seen := make(map[busapi.Slot]bool, len(spec.Slots))
 	for _, s := range spec.Slots {
 		if s.GPU < 0 || s.GPU >= len(a.cfg.GPUs) {
 			return fmt.Sprintf("gpu %d does not exist on this node", s.GPU)
@@ -838,7 +838,7 @@ func (a *Agent) refresh(ctx context.Context) bool {
 	a.mu.Lock()
 	var todo []*managed
 	for _, m := range a.replicas {
-		if m.rep != nil && m.state != proto.StateReady {
+		if m.rep != nil && m.state != busapi.StateReady {
 			todo = append(todo, m)
 		}
 	}
@@ -882,13 +882,13 @@ func (a *Agent) observe(ctx context.Context, m *managed) bool {
 	prev, prevReason := m.state, m.reason
 	switch {
 	case o.Ready:
-		m.state, m.reason, m.failures = proto.StateReady, "", 0
+		m.state, m.reason, m.failures = busapi.StateReady, "", 0
 	case o.Failures > 0:
 		// The driver restarts its runtime itself; until it is ready again
 		// the replica is failed, with the driver's reason.
-		m.state, m.reason = proto.StateFailed, o.Reason
+		m.state, m.reason = busapi.StateFailed, o.Reason
 	default:
-		m.state = proto.StateStarting
+		m.state = busapi.StateStarting
 	}
 	return prev != m.state || prevReason != m.reason
 }
@@ -903,9 +903,9 @@ func (a *Agent) schedule(t *quartz.Timer) {
 	a.mu.Lock()
 	for _, m := range a.replicas {
 		switch {
-		case m.rep != nil && m.state != proto.StateReady:
+		case m.rep != nil && m.state != busapi.StateReady:
 			next = min(next, readyPoll)
-		case m.rep == nil && m.valid && m.state == proto.StateFailed && !a.stopping[m.spec.ID]:
+		case m.rep == nil && m.valid && m.state == busapi.StateFailed && !a.stopping[m.spec.ID]:
 			next = min(next, max(m.retryAt.Sub(now), 0))
 		}
 	}
@@ -944,7 +944,7 @@ func (a *Agent) saveState() {
 }
 
 // Status is the heartbeat the agent would send now.
-func (a *Agent) Status() proto.NodeStatus {
+func (a *Agent) Status() busapi.NodeStatus {
 	// Asked before the lock: the process driver looks its programs up
 	// on PATH.
 	var runtimes []string
@@ -956,16 +956,16 @@ func (a *Agent) Status() proto.NodeStatus {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := proto.NodeStatus{
+	st := busapi.NodeStatus{
 		Node:         a.cfg.Node,
 		BootID:       a.bootID,
 		Time:         a.cfg.Clock.Now().UTC(),
 		LeaseSeconds: a.leaseSeconds,
 		Generation:   a.gen,
-		GPUs:         make([]proto.GPU, len(a.cfg.GPUs)),
+		GPUs:         make([]busapi.GPU, len(a.cfg.GPUs)),
 		CPUCores:     a.cfg.CPUCores,
 		MemoryMB:     a.cfg.MemoryMB,
-		Replicas:     make([]proto.ReplicaStatus, 0, len(a.replicas)),
+		Replicas:     make([]busapi.ReplicaStatus, 0, len(a.replicas)),
 	}
 	for i, g := range a.cfg.GPUs {
 		g.Slices = slices.Clone(g.Slices)
@@ -973,12 +973,12 @@ func (a *Agent) Status() proto.NodeStatus {
 		st.GPUs[i] = g
 	}
 	for _, m := range a.replicas {
-		rs := proto.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason, Failures: m.failures,
+		rs := busapi.ReplicaStatus{ID: m.spec.ID, State: m.state, Reason: m.reason, Failures: m.failures,
 			DownloadMS: m.downloadMS, VerifyMS: m.verifyMS}
 		if m.rep != nil {
 			rs.LoadMS, rs.WarmupMS = m.obs.LoadMS, m.obs.WarmupMS
 			rs.Launch = m.obs.Launch
-			if m.state != proto.StateReady {
+			if m.state != busapi.StateReady {
 				// Failed starts the agent counted, then the driver's
 				// failures in a row of the runtime it started.
 				rs.Failures += m.obs.Failures
@@ -991,7 +991,7 @@ func (a *Agent) Status() proto.NodeStatus {
 			rs.TokensPerSecond, rs.TTFTMS = m.obs.TokensPerSecond, m.obs.TTFTMS
 			rs.BatchQueueMS, rs.GPUUtil = m.obs.BatchQueueMS, m.obs.GPUUtil
 			rs.Absent, rs.Runtime = slices.Clone(m.obs.Absent), m.obs.Runtime
-			if rs.GPUUtil == 0 && !isCPU(m.spec) && rs.Reports(proto.MetricGPUUtil) {
+			if rs.GPUUtil == 0 && !isCPU(m.spec) && rs.Reports(busapi.MetricGPUUtil) {
 				rs.GPUUtil = min(m.obs.UtilPct/100, 1)
 			}
 			if m.valid && isCPU(m.spec) {
@@ -1015,7 +1015,7 @@ func (a *Agent) Status() proto.NodeStatus {
 		st.Cache = &cs
 	}
 	st.Runtimes = runtimes
-	slices.SortFunc(st.Replicas, func(x, y proto.ReplicaStatus) int { return cmp.Compare(x.ID, y.ID) })
+	slices.SortFunc(st.Replicas, func(x, y busapi.ReplicaStatus) int { return cmp.Compare(x.ID, y.ID) })
 	return st
 }
 

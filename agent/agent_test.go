@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
@@ -48,10 +48,10 @@ func TestDesiredStateReconciles(t *testing.T) {
 	// A stale generation and a replayed one change nothing.
 	for i, d := range []struct {
 		gen   int64
-		specs []proto.ReplicaSpec
+		specs []busapi.ReplicaSpec
 	}{
-		{1, []proto.ReplicaSpec{classifier("r9", 3)}},
-		{2, []proto.ReplicaSpec{classifier("r2", 1), classifier("r3", 0)}},
+		{1, []busapi.ReplicaSpec{classifier("r9", 3)}},
+		{2, []busapi.ReplicaSpec{classifier("r2", 1), classifier("r3", 0)}},
 		{2, nil},
 	} {
 		ignored := a.Counters().DesiredIgnored
@@ -84,9 +84,9 @@ func TestHeartbeatReportsInventoryAndUse(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig(t, "node-hb", nil)
 	cfg.GPUs = inventory(t, "1xA100-80GB,1xH100-80GB", "1:3g.40gb+4g.40gb")
-	beats := make(chan proto.NodeStatus, 64)
-	sub, err := e.nc.Subscribe(proto.NodeStatusSubject("node-hb"), func(m *nats.Msg) {
-		var st proto.NodeStatus
+	beats := make(chan busapi.NodeStatus, 64)
+	sub, err := e.nc.Subscribe(busapi.NodeStatusSubject("node-hb"), func(m *nats.Msg) {
+		var st busapi.NodeStatus
 		if json.Unmarshal(m.Data, &st) == nil {
 			select {
 			case beats <- st:
@@ -98,21 +98,21 @@ func TestHeartbeatReportsInventoryAndUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	llm := proto.ReplicaSpec{ID: "chat-1", Team: "support", Endpoint: "chat", Model: "llama", Version: "v1",
-		Task: "llm", GPUType: "H100-80GB", Profile: "mig-4g.40gb", Slots: []proto.Slot{{GPU: 1, Slice: 1}}, Sim: json.RawMessage(llmSim)}
+	llm := busapi.ReplicaSpec{ID: "chat-1", Team: "support", Endpoint: "chat", Model: "llama", Version: "v1",
+		Task: "llm", GPUType: "H100-80GB", Profile: "mig-4g.40gb", Slots: []busapi.Slot{{GPU: 1, Slice: 1}}, Sim: json.RawMessage(llmSim)}
 	e.put(t, "node-hb", 7, classifier("clf-1", 0), llm)
 	a := start(t, cfg, e.nc)
 	allReady(t, a, "clf-1", "chat-1")
 
 	deadline := time.After(10 * time.Second)
 	for {
-		var st proto.NodeStatus
+		var st busapi.NodeStatus
 		select {
 		case st = <-beats:
 		case <-deadline:
 			t.Fatal("no heartbeat with both replicas ready")
 		}
-		if len(st.Replicas) != 2 || st.Replicas[0].State != proto.StateReady || st.Replicas[1].State != proto.StateReady {
+		if len(st.Replicas) != 2 || st.Replicas[0].State != busapi.StateReady || st.Replicas[1].State != busapi.StateReady {
 			continue
 		}
 		if st.Node != "node-hb" || st.BootID != a.BootID() || st.LeaseSeconds != 2 || st.Generation != 7 {
@@ -152,11 +152,11 @@ func TestReplicaThatCannotStartFailsWithReasonAndBacksOff(t *testing.T) {
 
 	allReadyOrFailed := func() error {
 		rs := replicas(a)
-		if rs["good"].State != proto.StateReady {
+		if rs["good"].State != busapi.StateReady {
 			return fmt.Errorf("good: %+v", rs["good"])
 		}
 		for id, want := range map[string]string{"bad-profile": "no_such_key", "no-gpu": "gpu 9 does not exist", "clash": "already replica good's"} {
-			if r := rs[id]; r.State != proto.StateFailed || !strings.Contains(r.Reason, want) {
+			if r := rs[id]; r.State != busapi.StateFailed || !strings.Contains(r.Reason, want) {
 				return fmt.Errorf("%s: %+v, want failed saying %q", id, r, want)
 			}
 		}
@@ -328,7 +328,7 @@ func TestNATSDownReplicasKeepServing(t *testing.T) {
 		return a.Counters().HeartbeatsFailed >= failed+3
 	}, "heartbeats failed %v, want %d more while NATS is down", wait.Show(func() any { return a.Counters().HeartbeatsFailed }), 3)
 	c := a.Counters()
-	if c.ReplicaStops != 0 || replicas(a)["o1"].State != proto.StateReady {
+	if c.ReplicaStops != 0 || replicas(a)["o1"].State != busapi.StateReady {
 		t.Fatalf("losing NATS must stop nothing: %+v, %+v", c, replicas(a))
 	}
 
@@ -339,7 +339,7 @@ func TestNATSDownReplicasKeepServing(t *testing.T) {
 	// The desired-state watch survives the outage.
 	var putErr error
 	wait.Eventually(t, 10*time.Second, func() bool {
-		data, _ := json.Marshal(proto.Desired{Node: "node-outage", Generation: 2, Replicas: []proto.ReplicaSpec{classifier("o1", 0), classifier("o2", 1)}})
+		data, _ := json.Marshal(busapi.Desired{Node: "node-outage", Generation: 2, Replicas: []busapi.ReplicaSpec{classifier("o1", 0), classifier("o2", 1)}})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, putErr = e.kv.Put(ctx, "node-outage", data)
@@ -443,13 +443,13 @@ func TestWaitsForTheDesiredBucketAndReportsLoading(t *testing.T) {
 	if err := bus.Ensure(ctx, e.js); err != nil {
 		t.Fatal(err)
 	}
-	if e.kv, err = e.js.KeyValue(ctx, proto.BucketDesired); err != nil {
+	if e.kv, err = e.js.KeyValue(ctx, busapi.BucketDesired); err != nil {
 		t.Fatal(err)
 	}
 	e.put(t, "node-early", 1, classifier("late", 0))
 	wait.Eventually(t, 10*time.Second, func() bool {
 		r := replicas(a)["late"]
-		return r.State == proto.StateStarting && r.Addr != ""
+		return r.State == busapi.StateStarting && r.Addr != ""
 	}, "late: %v, want starting while its model loads", wait.Show(func() any { return replicas(a)["late"] }))
 	allReady(t, a, "late")
 }

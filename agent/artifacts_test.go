@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"modelplane/agent/cache"
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/egress"
 	"modelplane/internal/wait"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // store serves blobs as the control plane's /internal/artifacts does (by
@@ -97,7 +97,7 @@ type dirDriver struct {
 	seen map[string]map[string]string // replica → file → content
 }
 
-func (d *dirDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error) {
+func (d *dirDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts StartOptions) (Replica, error) {
 	files := map[string]string{}
 	if opts.ModelDir != "" {
 		_ = filepath.WalkDir(opts.ModelDir, func(p string, e os.DirEntry, err error) error {
@@ -160,8 +160,8 @@ func TestReplicasStartOnVerifiedModelFiles(t *testing.T) {
 	wait.Eventually(t, 10*time.Second, func() bool {
 		rs := replicas(a)
 		why = rs
-		return rs["ok"].State == proto.StateReady && rs["sim"].State == proto.StateReady &&
-			rs["broken"].State == proto.StateFailed && strings.Contains(rs["broken"].Reason, "sha256")
+		return rs["ok"].State == busapi.StateReady && rs["sim"].State == busapi.StateReady &&
+			rs["broken"].State == busapi.StateFailed && strings.Contains(rs["broken"].Reason, "sha256")
 	}, "want ok and sim ready, broken failed on its digest: %v", wait.Show(func() any { return why }))
 
 	got, _ := drv.files("ok")
@@ -170,8 +170,8 @@ func TestReplicasStartOnVerifiedModelFiles(t *testing.T) {
 			t.Errorf("driver saw %s = %q; want %q", p, got[p], b)
 		}
 	}
-	if _, ok := got[model.ConfigFile]; !ok || len(got) != len(files)+1 {
-		t.Errorf("driver saw %v; want the files and %s", got, model.ConfigFile)
+	if _, ok := got[serveapi.ConfigFile]; !ok || len(got) != len(files)+1 {
+		t.Errorf("driver saw %v; want the files and %s", got, serveapi.ConfigFile)
 	}
 	if _, started := drv.files("broken"); started {
 		t.Error("the replica whose file failed its digest was started")
@@ -294,7 +294,7 @@ func TestReplicaIsNotReadyBeforeItsFilesAreVerified(t *testing.T) {
 
 	wait.Eventually(t, 10*time.Second, func() bool { return st.requests(sum(weights)) > 0 }, "the file was never asked for")
 	rs := replicas(a)["cand"]
-	if rs.State != proto.StateStarting || rs.Reason != prepMsg || rs.Addr != "" {
+	if rs.State != busapi.StateStarting || rs.Reason != prepMsg || rs.Addr != "" {
 		t.Errorf("while its file downloads: %+v; want starting, %q, no address", rs, prepMsg)
 	}
 	if _, started := drv.files("cand"); started {
@@ -304,7 +304,7 @@ func TestReplicaIsNotReadyBeforeItsFilesAreVerified(t *testing.T) {
 		t.Errorf("cache while downloading = %+v; want no version whole", cs)
 	}
 	close(release)
-	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["cand"].State == proto.StateReady },
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["cand"].State == busapi.StateReady },
 		"replica never ready: %v", wait.Show(func() any { return replicas(a) }))
 	if got, _ := drv.files("cand"); got["model.onnx"] != string(weights) {
 		t.Error("the replica started without its verified file")
@@ -337,17 +337,17 @@ func TestVersionTooBigForTheCacheFailsItsReplicaNotTheLiveOne(t *testing.T) {
 	live := classifier("live", 0)
 	live.Runtime, live.Manifest = "onnxruntime", small
 	e.put(t, "n1", 1, live)
-	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["live"].State == proto.StateReady },
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["live"].State == busapi.StateReady },
 		"live replica never ready: %v", wait.Show(func() any { return replicas(a) }))
 	huge := classifier("huge", 1)
 	huge.Runtime, huge.Manifest = "onnxruntime", big
 	e.put(t, "n1", 2, live, huge)
-	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["huge"].State == proto.StateFailed },
+	wait.Eventually(t, 10*time.Second, func() bool { return replicas(a)["huge"].State == busapi.StateFailed },
 		"replica of the version too big never failed: %v", wait.Show(func() any { return replicas(a) }))
 	if reason := replicas(a)["huge"].Reason; !strings.Contains(reason, "cache full") || !strings.Contains(reason, "--cache-bytes") {
 		t.Errorf("reason = %q; want the cache's limit named", reason)
 	}
-	if rs := replicas(a)["live"]; rs.State != proto.StateReady {
+	if rs := replicas(a)["live"]; rs.State != busapi.StateReady {
 		t.Errorf("live replica = %+v; want it still ready", rs)
 	}
 	if _, started := drv.files("huge"); started {

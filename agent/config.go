@@ -10,7 +10,7 @@ import (
 	"github.com/coder/quartz"
 
 	"modelplane/agent/cache"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Defaults for the zero values of Config.
@@ -34,7 +34,7 @@ type Config struct {
 	// subjects, so letters, digits, '-' and '_' only.
 	Node string
 	// GPUs is a GPU node's inventory, as ParseInventory builds it.
-	GPUs []proto.GPU
+	GPUs []busapi.GPU
 	// CPUCores and MemoryMB make a CPU node, one without GPUs: the whole
 	// cores and the memory, in MiB, its replicas may be given. A node is
 	// either a GPU node or a CPU node: a GPU node's host CPUs serve its
@@ -201,7 +201,7 @@ func validNode(n string) error {
 
 // validInventory checks an inventory built by hand as ParseInventory would
 // have built it: GPUs and their slices indexed from 0 in order.
-func validInventory(gpus []proto.GPU) error {
+func validInventory(gpus []busapi.GPU) error {
 	if len(gpus) == 0 {
 		return errors.New("at least one GPU is required")
 	}
@@ -216,7 +216,7 @@ func validInventory(gpus []proto.GPU) error {
 			return fmt.Errorf("gpu %d: memory must be positive", i)
 		}
 		if len(g.Slices) == 0 {
-			return fmt.Errorf("gpu %d has no slices; a GPU without MIG has one %q slice", i, proto.ProfileFull)
+			return fmt.Errorf("gpu %d has no slices; a GPU without MIG has one %q slice", i, busapi.ProfileFull)
 		}
 		for j, s := range g.Slices {
 			if s.Index != j {

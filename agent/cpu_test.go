@@ -9,15 +9,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
 // cpuReplica is a classifier on cores of a CPU node.
-func cpuReplica(id string, cores, memoryMB int) proto.ReplicaSpec {
-	return proto.ReplicaSpec{
+func cpuReplica(id string, cores, memoryMB int) busapi.ReplicaSpec {
+	return busapi.ReplicaSpec{
 		ID: id, Team: "fraud", Endpoint: "fraud-cpu", Model: "fraud-xgb", Version: "v23", Task: "classification",
-		GPUType: proto.CPUType, Profile: proto.ProfileCPU, CPUCores: cores, MemoryMB: memoryMB, Sim: json.RawMessage(classifierSim),
+		GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, CPUCores: cores, MemoryMB: memoryMB, Sim: json.RawMessage(classifierSim),
 	}
 }
 
@@ -42,7 +42,7 @@ func TestCPUNodeConfig(t *testing.T) {
 		{"memory without cores", func(c *Config) { c.MemoryMB = 4096 }, "cpus 0"},
 		{"negative cores", func(c *Config) { c.CPUCores, c.MemoryMB = -2, 4096 }, "cpus -2"},
 		{"GPUs and cores", func(c *Config) {
-			c.GPUs = []proto.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Profile: proto.ProfileFull}}}}
+			c.GPUs = []busapi.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Profile: busapi.ProfileFull}}}}
 			c.CPUCores, c.MemoryMB = 8, 4096
 		}, "a GPU node or a CPU node"},
 	}
@@ -83,9 +83,9 @@ func TestCPUNodeRunsCPUReplicasWithinItsCores(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := cpuConfig(t, "cpu-hb")
-	beats := make(chan proto.NodeStatus, 64)
-	sub, err := e.nc.Subscribe(proto.NodeStatusSubject("cpu-hb"), func(m *nats.Msg) {
-		var st proto.NodeStatus
+	beats := make(chan busapi.NodeStatus, 64)
+	sub, err := e.nc.Subscribe(busapi.NodeStatusSubject("cpu-hb"), func(m *nats.Msg) {
+		var st busapi.NodeStatus
 		if json.Unmarshal(m.Data, &st) == nil {
 			select {
 			case beats <- st:
@@ -102,8 +102,8 @@ func TestCPUNodeRunsCPUReplicasWithinItsCores(t *testing.T) {
 	a := start(t, cfg, e.nc)
 	wait.Eventually(t, 10*time.Second, func() bool {
 		rs := replicas(a)
-		return rs["a"].State == proto.StateReady && rs["b"].State == proto.StateReady && rs["c"].State == proto.StateFailed &&
-			rs["gpu"].State == proto.StateFailed
+		return rs["a"].State == busapi.StateReady && rs["b"].State == busapi.StateReady && rs["c"].State == busapi.StateFailed &&
+			rs["gpu"].State == busapi.StateFailed
 	}, "want a and b ready, c and gpu failed: %v", wait.Show(func() any { return replicas(a) }))
 	rs := replicas(a)
 	if !strings.Contains(rs["c"].Reason, "needs 2 cores; 1 of the node's 8 are free") {
@@ -112,7 +112,7 @@ func TestCPUNodeRunsCPUReplicasWithinItsCores(t *testing.T) {
 	if !strings.Contains(rs["gpu"].Reason, "CPU node") {
 		t.Errorf("gpu's reason = %q, want a GPU replica refused on a CPU node", rs["gpu"].Reason)
 	}
-	var st proto.NodeStatus
+	var st busapi.NodeStatus
 	wait.Eventually(t, time.Minute, func() bool {
 		for {
 			select {
@@ -144,7 +144,7 @@ func TestMeteringOneRecordPerCorePerSecond(t *testing.T) {
 	for range 4 {
 		predict(t, addrs["two"])
 	}
-	var stored map[string]proto.UsageBatch
+	var stored map[string]busapi.UsageBatch
 	var requests int64
 	wait.Eventually(t, 10*time.Second, func() bool {
 		stored = checkLedger(t, readUsage(t, e.js), "cpu-meter", 3)
@@ -159,7 +159,7 @@ func TestMeteringOneRecordPerCorePerSecond(t *testing.T) {
 	for _, b := range stored {
 		cores := map[string][]int{}
 		for _, r := range b.Records {
-			if r.GPUType != proto.CPUType || r.Profile != proto.ProfileCPU || r.GPU != 0 || r.Endpoint != "fraud-cpu" {
+			if r.GPUType != busapi.CPUType || r.Profile != busapi.ProfileCPU || r.GPU != 0 || r.Endpoint != "fraud-cpu" {
 				t.Fatalf("record %+v, want a cpu / cpu-core record of fraud-cpu", r)
 			}
 			if r.Slice > 0 && r.Requests != 0 {

@@ -1,7 +1,7 @@
 // Package agent is the node agent: one per GPU machine, it runs the replicas
 // the control plane places there and reports what it sees, talking to
 // nothing but NATS (DESIGN.md section 5; the contract is package
-// agent/proto).
+// busapi).
 //
 // It owns:
 //   - the node's inventory (ParseInventory): GPUs indexed in order, a GPU

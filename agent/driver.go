@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Driver runs replicas on this machine: the sim driver serves them in this
@@ -19,19 +19,19 @@ type Driver interface {
 	// driver that cannot take it picks another. opts.ModelDir holds the
 	// version's verified files. Starting a replica the driver already runs
 	// with the same spec returns the running one: one id never runs twice.
-	Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error)
+	Start(ctx context.Context, spec busapi.ReplicaSpec, opts StartOptions) (Replica, error)
 	// Running lists the replicas the driver runs now, of every agent that
 	// shares it; an agent picks its own by id.
 	Running() []Replica
 	// Adopt takes over a replica a previous agent process left running at
 	// addr. It returns ErrNotRunning unless something there answers as that
 	// replica; the agent then starts it afresh.
-	Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error)
+	Adopt(ctx context.Context, spec busapi.ReplicaSpec, addr string) (Replica, error)
 }
 
 // RuntimeLister is a Driver that can say which runtime catalogue entries
-// its node runs (proto.NodeStatus.Runtimes): the process driver lists the
-// entries whose programs are installed, the sim driver proto.AnyRuntime.
+// its node runs (busapi.NodeStatus.Runtimes): the process driver lists the
+// entries whose programs are installed, the sim driver busapi.AnyRuntime.
 // The agent asks at every heartbeat, so a runtime installed later is
 // reported without a restart. A driver without it sends no list, and
 // placement then does not filter the node by runtime.
@@ -46,7 +46,7 @@ type StartOptions struct {
 	Addr string
 	// ModelDir is the replica's model directory: every file of the
 	// version at its manifest path, each verified against its sha256, and
-	// the runtime's settings (spec.Settings) as runtime/model.ConfigFile
+	// the runtime's settings (spec.Settings) as serveapi.ConfigFile
 	// when the spec has any. The directory is the replica's alone and
 	// stays until the replica leaves the node; a runtime restarted in
 	// place may read it again. "" when the agent keeps no artifact cache
@@ -57,7 +57,7 @@ type StartOptions struct {
 
 // Replica is one replica as its driver runs it.
 type Replica interface {
-	Spec() proto.ReplicaSpec
+	Spec() busapi.ReplicaSpec
 	// Addr is where it serves, host:port.
 	Addr() string
 	// Observe reports readiness, load and GPU use. An error means the
@@ -117,11 +117,11 @@ type Observation struct {
 	Restarts int
 	Reason   string
 	// Launch is the command line and generated files of the runtime the
-	// driver last started for the replica (proto.ReplicaStatus.Launch),
+	// driver last started for the replica (busapi.ReplicaStatus.Launch),
 	// within proto's bounds; nil for a driver that starts no process.
-	Launch *proto.Launch
+	Launch *busapi.Launch
 	// Absent names the metrics fields the runtime does not report, by the
-	// heartbeat's JSON names (proto.ReplicaStatus.Absent); nil when it
+	// heartbeat's JSON names (busapi.ReplicaStatus.Absent); nil when it
 	// reports them all, as the simulator does. Runtime is the catalogue
 	// entry running the replica, empty for a driver without one.
 	Absent  []string

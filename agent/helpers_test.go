@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
@@ -56,7 +56,7 @@ func newEnv(t *testing.T) *env {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +64,9 @@ func newEnv(t *testing.T) *env {
 }
 
 // put writes a node's desired state.
-func (e *env) put(t *testing.T, node string, gen int64, specs ...proto.ReplicaSpec) {
+func (e *env) put(t *testing.T, node string, gen int64, specs ...busapi.ReplicaSpec) {
 	t.Helper()
-	data, err := json.Marshal(proto.Desired{Node: node, Generation: gen, Replicas: specs})
+	data, err := json.Marshal(busapi.Desired{Node: node, Generation: gen, Replicas: specs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,15 +78,15 @@ func (e *env) put(t *testing.T, node string, gen int64, specs ...proto.ReplicaSp
 }
 
 // classifier is a one-slot classification replica on a whole GPU.
-func classifier(id string, gpu int) proto.ReplicaSpec {
-	return proto.ReplicaSpec{
+func classifier(id string, gpu int) busapi.ReplicaSpec {
+	return busapi.ReplicaSpec{
 		ID: id, Team: "fraud", Endpoint: "fraud-detector", Model: "fraud-xgb", Version: "v23",
-		Task: "classification", GPUType: "A100-80GB", Profile: proto.ProfileFull,
-		Slots: []proto.Slot{{GPU: gpu}}, Sim: json.RawMessage(classifierSim),
+		Task: "classification", GPUType: "A100-80GB", Profile: busapi.ProfileFull,
+		Slots: []busapi.Slot{{GPU: gpu}}, Sim: json.RawMessage(classifierSim),
 	}
 }
 
-func inventory(t *testing.T, gpus, mig string) []proto.GPU {
+func inventory(t *testing.T, gpus, mig string) []busapi.GPU {
 	t.Helper()
 	inv, err := ParseInventory([]string{gpus}, mig)
 	if err != nil {
@@ -146,12 +146,12 @@ func newCountingDriver(t *testing.T) *countingDriver {
 	return d
 }
 
-func (d *countingDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error) {
+func (d *countingDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts StartOptions) (Replica, error) {
 	d.starts.Add(1)
 	return d.SimDriver.Start(ctx, spec, opts)
 }
 
-func (d *countingDriver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error) {
+func (d *countingDriver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, addr string) (Replica, error) {
 	d.adopts.Add(1)
 	return d.SimDriver.Adopt(ctx, spec, addr)
 }
@@ -183,8 +183,8 @@ func advance(t *testing.T, clk *quartz.Mock, d time.Duration) {
 }
 
 // replicas maps the agent's reported replicas by id.
-func replicas(a *Agent) map[string]proto.ReplicaStatus {
-	out := make(map[string]proto.ReplicaStatus)
+func replicas(a *Agent) map[string]busapi.ReplicaStatus {
+	out := make(map[string]busapi.ReplicaStatus)
 	for _, r := range a.Status().Replicas {
 		out[r.ID] = r
 	}
@@ -213,7 +213,7 @@ func readyAt(a *Agent, ids []string, addrs map[string]string) error {
 	}
 	for _, id := range ids {
 		r, ok := rs[id]
-		if !ok || r.State != proto.StateReady || r.Addr == "" {
+		if !ok || r.State != busapi.StateReady || r.Addr == "" {
 			return fmt.Errorf("replica %s: %+v", id, r)
 		}
 		if code := httpGet(r.Addr, "/v2/health/ready"); code != http.StatusOK {
@@ -251,7 +251,7 @@ func predict(t *testing.T, addr string) {
 // usageMsg is one stored MP_USAGE message.
 type usageMsg struct {
 	msgID string
-	batch proto.UsageBatch
+	batch busapi.UsageBatch
 }
 
 // readUsage returns every message of MP_USAGE in stream order.
@@ -268,7 +268,7 @@ func readUsage(t *testing.T, js jetstream.JetStream) []usageMsg {
 func tryReadUsage(js jetstream.JetStream) ([]usageMsg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, proto.StreamUsage)
+	s, err := js.Stream(ctx, busapi.StreamUsage)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +282,7 @@ func tryReadUsage(js jetstream.JetStream) ([]usageMsg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("get %d: %w", seq, err)
 		}
-		var b proto.UsageBatch
+		var b busapi.UsageBatch
 		if err := json.Unmarshal(m.Data, &b); err != nil {
 			return nil, fmt.Errorf("message %d: %w", seq, err)
 		}
@@ -309,7 +309,7 @@ func spooledIDs(t *testing.T, stateDir string) []string {
 		if err != nil {
 			continue // acknowledged and removed meanwhile
 		}
-		var b proto.UsageBatch
+		var b busapi.UsageBatch
 		if err := json.Unmarshal(data, &b); err != nil {
 			t.Fatalf("spool file %s: %v", de.Name(), err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // MaxGPUs bounds the GPUs of one node; no machine has more, and the bound
@@ -34,8 +34,8 @@ type migProfile struct {
 // lookupMIG returns the partition shape named p ("1g.10gb", any case, with
 // or without the "mig-" prefix), from the contract's table.
 func lookupMIG(p string) (migProfile, bool) {
-	p = strings.TrimPrefix(strings.ToLower(p), proto.MIGPrefix)
-	m, ok := proto.MIG(proto.MIGPrefix + p)
+	p = strings.TrimPrefix(strings.ToLower(p), busapi.MIGPrefix)
+	m, ok := busapi.MIG(busapi.MIGPrefix + p)
 	if !ok {
 		return migProfile{}, false
 	}
@@ -52,8 +52,8 @@ const migNames = "1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb or 7g.80gb"
 // repeated with "Nx" ("0:7x1g.10gb,1:3g.40gb+4g.40gb"). A GPU without a
 // layout is one "full" slice; a MIG GPU's slices are its partitions in the
 // order written, profiles "mig-<name>". The error names the item at fault.
-func ParseInventory(gpus []string, mig string) ([]proto.GPU, error) {
-	var out []proto.GPU
+func ParseInventory(gpus []string, mig string) ([]busapi.GPU, error) {
+	var out []busapi.GPU
 	for _, spec := range gpus {
 		for item := range strings.SplitSeq(spec, ",") {
 			item = strings.TrimSpace(item)
@@ -69,11 +69,11 @@ func ParseInventory(gpus []string, mig string) ([]proto.GPU, error) {
 			}
 			mem, _ := gpuMemoryMB(typ)
 			for range n {
-				out = append(out, proto.GPU{
+				out = append(out, busapi.GPU{
 					Index:    len(out),
 					Type:     typ,
 					MemoryMB: mem,
-					Slices:   []proto.Slice{{Index: 0, Profile: proto.ProfileFull}},
+					Slices:   []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}},
 				})
 			}
 		}
@@ -165,7 +165,7 @@ func gpuMemoryMB(typ string) (int, bool) {
 }
 
 // parseMIGItem reads "GPU:LAYOUT" and checks the layout's budgets.
-func parseMIGItem(item string) (int, []proto.Slice, error) {
+func parseMIGItem(item string) (int, []busapi.Slice, error) {
 	gpu, layout, ok := strings.Cut(item, ":")
 	if !ok {
 		return 0, nil, errors.New("want GPU:LAYOUT, as in 0:7x1g.10gb")
@@ -174,7 +174,7 @@ func parseMIGItem(item string) (int, []proto.Slice, error) {
 	if err != nil || idx < 0 || idx >= MaxGPUs {
 		return 0, nil, fmt.Errorf("gpu index %q: want a whole number from 0", gpu)
 	}
-	var slices []proto.Slice
+	var slices []busapi.Slice
 	compute, memory := 0, 0
 	for part := range strings.SplitSeq(layout, "+") {
 		part = strings.TrimSpace(part)
@@ -195,7 +195,7 @@ func parseMIGItem(item string) (int, []proto.Slice, error) {
 		for range n {
 			compute += p.compute
 			memory += p.memory
-			slices = append(slices, proto.Slice{Index: len(slices), Profile: proto.MIGPrefix + p.name})
+			slices = append(slices, busapi.Slice{Index: len(slices), Profile: busapi.MIGPrefix + p.name})
 		}
 		if compute > migComputeSlices {
 			return 0, nil, fmt.Errorf("layout %q needs more than the %d compute slices of a GPU", layout, migComputeSlices)
@@ -210,7 +210,7 @@ func parseMIGItem(item string) (int, []proto.Slice, error) {
 // sliceMemoryMB is the memory of one allocatable unit: the whole GPU for
 // "full", the partition's for a MIG profile.
 func sliceMemoryMB(gpuMemoryMB int, profile string) int {
-	if profile == proto.ProfileFull {
+	if profile == busapi.ProfileFull {
 		return gpuMemoryMB
 	}
 	if p, ok := lookupMIG(profile); ok {
@@ -222,7 +222,7 @@ func sliceMemoryMB(gpuMemoryMB int, profile string) int {
 // sliceComputeShare is the share of its GPU's compute one unit has, to
 // weigh slice utilisation into the GPU's.
 func sliceComputeShare(profile string) float64 {
-	if profile == proto.ProfileFull {
+	if profile == busapi.ProfileFull {
 		return 1
 	}
 	if p, ok := lookupMIG(profile); ok {
@@ -239,10 +239,10 @@ func ProfileMemoryMB(gpuType, profile string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	if profile == proto.ProfileFull {
+	if profile == busapi.ProfileFull {
 		return mem, true
 	}
-	if !strings.HasPrefix(profile, proto.MIGPrefix) || mem != migGPUMemoryMB {
+	if !strings.HasPrefix(profile, busapi.MIGPrefix) || mem != migGPUMemoryMB {
 		return 0, false
 	}
 	p, ok := lookupMIG(profile)

@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // layout renders a GPU as "TYPE:profile,profile" for compact table checks.
-func layout(g proto.GPU) string {
+func layout(g busapi.GPU) string {
 	var ps []string
 	for _, s := range g.Slices {
 		ps = append(ps, s.Profile)
@@ -59,7 +59,7 @@ func TestParseInventory(t *testing.T) {
 				if g.MemoryMB != 81920 {
 					t.Errorf("gpu %d: memory %d MB, want 81920", i, g.MemoryMB)
 				}
-				if g.MIG != (g.Slices[0].Profile != proto.ProfileFull) {
+				if g.MIG != (g.Slices[0].Profile != busapi.ProfileFull) {
 					t.Errorf("gpu %d: MIG %v with slices %s", i, g.MIG, layout(g))
 				}
 				for j, s := range g.Slices {
@@ -158,7 +158,7 @@ func TestConfigValidateNamesBadSettings(t *testing.T) {
 		{"dotted node", func(c *Config) { c.Node = "gpu.7" }, "node:"},
 		{"no gpus", func(c *Config) { c.GPUs = nil }, "gpus:"},
 		{"bad gpu index", func(c *Config) {
-			c.GPUs = []proto.GPU{{Index: 1, MemoryMB: 1, Slices: []proto.Slice{{Profile: "full"}}}}
+			c.GPUs = []busapi.GPU{{Index: 1, MemoryMB: 1, Slices: []busapi.Slice{{Profile: "full"}}}}
 		}, "gpus: gpu 0 has index 1"},
 		{"no state dir", func(c *Config) { c.StateDir = "" }, "state dir"},
 		{"heartbeat over half the lease", func(c *Config) { c.Heartbeat = 10_000_000_000 }, "heartbeat 10s"},
@@ -203,7 +203,7 @@ func FuzzParseInventory(f *testing.F) {
 				t.Fatalf("type %q not upper case", g.Type)
 			}
 			if !g.MIG {
-				if len(g.Slices) != 1 || g.Slices[0].Profile != proto.ProfileFull {
+				if len(g.Slices) != 1 || g.Slices[0].Profile != busapi.ProfileFull {
 					t.Fatalf("gpu %d without MIG has slices %v", g.Index, g.Slices)
 				}
 				continue
@@ -211,7 +211,7 @@ func FuzzParseInventory(f *testing.F) {
 			compute, memory := 0, 0
 			for _, s := range g.Slices {
 				p, ok := lookupMIG(s.Profile)
-				if !ok || !strings.HasPrefix(s.Profile, proto.MIGPrefix) {
+				if !ok || !strings.HasPrefix(s.Profile, busapi.MIGPrefix) {
 					t.Fatalf("gpu %d: profile %q", g.Index, s.Profile)
 				}
 				compute += p.compute

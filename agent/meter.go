@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 const (
@@ -70,7 +70,7 @@ func (a *Agent) meterTick(ctx context.Context, now time.Time) {
 
 	alloc := a.allocations(ctx)
 	for sec := first; sec <= cur; sec++ {
-		recs := make([]proto.Usage, len(alloc))
+		recs := make([]busapi.Usage, len(alloc))
 		for i, u := range alloc {
 			u.Time = sec
 			if sec != cur {
@@ -90,7 +90,7 @@ func (a *Agent) meterTick(ctx context.Context, now time.Time) {
 // replica serves, loads or failed: the GPU is reserved for that team all
 // the same. Records come sorted by GPU, slice and replica, so chunks are
 // the same for the same set.
-func (a *Agent) allocations(ctx context.Context) []proto.Usage {
+func (a *Agent) allocations(ctx context.Context) []busapi.Usage {
 	a.mu.Lock()
 	var todo []*managed
 	for _, m := range a.replicas {
@@ -111,7 +111,7 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []proto.Usage
+	var out []busapi.Usage
 	for _, m := range a.replicas {
 		if !m.valid {
 			continue
@@ -137,8 +137,8 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 			// One record per allocated core: a core-second is the unit
 			// the cpu-core rate prices, as a slot-second is a GPU's.
 			for i := range m.spec.CPUCores {
-				u := proto.Usage{
-					Node: a.cfg.Node, Slice: i, GPUType: proto.CPUType, Profile: proto.ProfileCPU,
+				u := busapi.Usage{
+					Node: a.cfg.Node, Slice: i, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU,
 					Team: m.spec.Team, Endpoint: m.spec.Endpoint, Model: m.spec.Model, Version: m.spec.Version, Replica: m.spec.ID,
 					UtilPct: util, MemoryMB: slotShare(mem, m.spec.CPUCores, i),
 				}
@@ -150,7 +150,7 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 			continue
 		}
 		for i, s := range m.spec.Slots {
-			u := proto.Usage{
+			u := busapi.Usage{
 				Node:     a.cfg.Node,
 				GPU:      s.GPU,
 				Slice:    s.Slice,
@@ -172,7 +172,7 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 			out = append(out, u)
 		}
 	}
-	slices.SortFunc(out, func(x, y proto.Usage) int {
+	slices.SortFunc(out, func(x, y busapi.Usage) int {
 		return cmp.Or(cmp.Compare(x.GPU, y.GPU), cmp.Compare(x.Slice, y.Slice), cmp.Compare(x.Replica, y.Replica))
 	})
 	return out
@@ -180,14 +180,14 @@ func (a *Agent) allocations(ctx context.Context) []proto.Usage {
 
 // spoolSecond writes one second's records to the spool in chunks. While
 // NATS is away a batch is fsynced at once: it will wait there.
-func (a *Agent) spoolSecond(sec int64, recs []proto.Usage) {
+func (a *Agent) spoolSecond(sec int64, recs []busapi.Usage) {
 	a.spoolBatches(sec, recs, !a.nc.IsConnected())
 }
 
-func (a *Agent) spoolBatches(sec int64, recs []proto.Usage, durable bool) {
+func (a *Agent) spoolBatches(sec int64, recs []busapi.Usage, durable bool) {
 	for chunk := 0; chunk*a.cfg.BatchRecords < len(recs); chunk++ {
 		part := recs[chunk*a.cfg.BatchRecords : min((chunk+1)*a.cfg.BatchRecords, len(recs))]
-		b := proto.UsageBatch{ID: BatchID(a.cfg.Node, sec, chunk), Node: a.cfg.Node, Records: part}
+		b := busapi.UsageBatch{ID: BatchID(a.cfg.Node, sec, chunk), Node: a.cfg.Node, Records: part}
 		data, err := json.Marshal(b)
 		if err == nil {
 			err = a.spool.append(b.ID, data, durable)

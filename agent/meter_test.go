@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -19,9 +19,9 @@ import (
 // id is its batch id, no id is stored twice, every batch holds one second
 // of this node, and the seconds from the first to the last have no gap.
 // It returns the stored ids.
-func checkLedger(t *testing.T, msgs []usageMsg, node string, perSecond int) map[string]proto.UsageBatch {
+func checkLedger(t *testing.T, msgs []usageMsg, node string, perSecond int) map[string]busapi.UsageBatch {
 	t.Helper()
-	byID := make(map[string]proto.UsageBatch)
+	byID := make(map[string]busapi.UsageBatch)
 	var secs []int64
 	for _, m := range msgs {
 		b := m.batch
@@ -64,10 +64,10 @@ func TestMeteringOneRecordPerSlotPerSecond(t *testing.T) {
 	cfg := testConfig(t, "node-meter", nil)
 	cfg.GPUs = inventory(t, "2xA100-80GB,1xH100-80GB", "2:3g.40gb+4g.40gb")
 	tp := classifier("tp", 0)
-	tp.Slots = []proto.Slot{{GPU: 0}, {GPU: 1}} // tensor parallel over two whole GPUs
+	tp.Slots = []busapi.Slot{{GPU: 0}, {GPU: 1}} // tensor parallel over two whole GPUs
 	mig := classifier("mig", 0)
 	mig.Team, mig.Endpoint, mig.Version = "risk", "risk-score", "v2"
-	mig.GPUType, mig.Profile, mig.Slots = "H100-80GB", "mig-3g.40gb", []proto.Slot{{GPU: 2, Slice: 0}}
+	mig.GPUType, mig.Profile, mig.Slots = "H100-80GB", "mig-3g.40gb", []busapi.Slot{{GPU: 2, Slice: 0}}
 	e.put(t, "node-meter", 1, tp, mig)
 	a := start(t, cfg, e.nc)
 	addrs := allReady(t, a, "tp", "mig")
@@ -75,7 +75,7 @@ func TestMeteringOneRecordPerSlotPerSecond(t *testing.T) {
 		predict(t, addrs["tp"])
 	}
 
-	var stored map[string]proto.UsageBatch
+	var stored map[string]busapi.UsageBatch
 	var requests int64
 	wait.Eventually(t, 10*time.Second, func() bool {
 		msgs := readUsage(t, e.js)
@@ -90,17 +90,17 @@ func TestMeteringOneRecordPerSlotPerSecond(t *testing.T) {
 	}, "%v requests metered; want 5 requests in at least 3 batches", wait.Show(func() any { return fmt.Sprintf("%d batches, %d", len(stored), requests) }))
 	for _, b := range stored {
 		for _, r := range b.Records {
-			var want proto.Usage
+			var want busapi.Usage
 			switch {
 			case r.Replica == "tp" && r.GPU == 0:
-				want = proto.Usage{GPU: 0, GPUType: "A100-80GB", Profile: "full", Team: "fraud", Endpoint: "fraud-detector", Model: "fraud-xgb", Version: "v23", MemoryMB: 24576}
+				want = busapi.Usage{GPU: 0, GPUType: "A100-80GB", Profile: "full", Team: "fraud", Endpoint: "fraud-detector", Model: "fraud-xgb", Version: "v23", MemoryMB: 24576}
 			case r.Replica == "tp" && r.GPU == 1:
-				want = proto.Usage{GPU: 1, GPUType: "A100-80GB", Profile: "full", Team: "fraud", Endpoint: "fraud-detector", Model: "fraud-xgb", Version: "v23", MemoryMB: 24576}
+				want = busapi.Usage{GPU: 1, GPUType: "A100-80GB", Profile: "full", Team: "fraud", Endpoint: "fraud-detector", Model: "fraud-xgb", Version: "v23", MemoryMB: 24576}
 				if r.Requests != 0 {
 					t.Errorf("second slot of a tensor-parallel replica carries %d requests; the first slot counts them", r.Requests)
 				}
 			case r.Replica == "mig":
-				want = proto.Usage{GPU: 2, GPUType: "H100-80GB", Profile: "mig-3g.40gb", Team: "risk", Endpoint: "risk-score", Model: "fraud-xgb", Version: "v2", MemoryMB: 12288}
+				want = busapi.Usage{GPU: 2, GPUType: "H100-80GB", Profile: "mig-3g.40gb", Team: "risk", Endpoint: "risk-score", Model: "fraud-xgb", Version: "v2", MemoryMB: 12288}
 				if r.UtilPct != 0 || r.Requests != 0 {
 					t.Errorf("idle slot: util %v, requests %d; want 0 and 0", r.UtilPct, r.Requests)
 				}
@@ -134,9 +134,9 @@ func TestBatchIDsAreDeterministicAndChunked(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.spool = sp
-		var recs []proto.Usage
+		var recs []busapi.Usage
 		for i := range 5 {
-			recs = append(recs, proto.Usage{Time: 100, Node: "n", GPU: 0, Slice: i, GPUType: "A100-80GB", Profile: "mig-1g.10gb", Replica: "r" + strconv.Itoa(i)})
+			recs = append(recs, busapi.Usage{Time: 100, Node: "n", GPU: 0, Slice: i, GPUType: "A100-80GB", Profile: "mig-1g.10gb", Replica: "r" + strconv.Itoa(i)})
 		}
 		e.spoolBatches(100, recs, false)
 		var out [][]byte
@@ -157,7 +157,7 @@ func TestBatchIDsAreDeterministicAndChunked(t *testing.T) {
 		if string(a[i]) != string(b[i]) {
 			t.Fatalf("batch %d differs between two builds", i)
 		}
-		var batch proto.UsageBatch
+		var batch busapi.UsageBatch
 		if err := json.Unmarshal(a[i], &batch); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // plainDriver is a driver that cannot say which runtimes its node runs.
@@ -33,7 +33,7 @@ func TestHeartbeatSaysWhichRuntimesTheNodeRuns(t *testing.T) {
 		want []string // nil: not said
 		json string
 	}{
-		{"the sim driver runs every runtime", sim, []string{proto.AnyRuntime}, `["*"]`},
+		{"the sim driver runs every runtime", sim, []string{busapi.AnyRuntime}, `["*"]`},
 		{"a listing driver is believed", listing{sim, []string{"builtin", "vllm"}}, []string{"builtin", "vllm"}, `["builtin","vllm"]`},
 		{"a listing driver with nothing installed runs none", listing{sim, nil}, []string{}, `[]`},
 		{"a driver that cannot tell says nothing", plainDriver{sim}, nil, `null`},

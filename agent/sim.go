@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/sim/replica"
 )
 
@@ -65,7 +65,7 @@ func NewSimDriver(cfg SimDriverConfig) *SimDriver {
 // free loopback port; it reads no model files. Starting a replica the
 // driver already runs returns the running one, so a retried start never
 // makes a second copy.
-func (d *SimDriver) Start(ctx context.Context, spec proto.ReplicaSpec, opts StartOptions) (Replica, error) {
+func (d *SimDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts StartOptions) (Replica, error) {
 	addr := opts.Addr
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -139,10 +139,10 @@ func (d *SimDriver) inRange(addr string) bool {
 	return err == nil && p >= d.cfg.PortFirst && p <= d.cfg.PortLast
 }
 
-// Runtimes is proto.AnyRuntime: a simulated replica serves whatever
+// Runtimes is busapi.AnyRuntime: a simulated replica serves whatever
 // runtime its version names, so placement puts any version on a simulated
 // node, as before nodes reported their runtimes.
-func (d *SimDriver) Runtimes() []string { return []string{proto.AnyRuntime} }
+func (d *SimDriver) Runtimes() []string { return []string{busapi.AnyRuntime} }
 
 // Running lists the replicas this driver serves.
 func (d *SimDriver) Running() []Replica {
@@ -160,7 +160,7 @@ func (d *SimDriver) Running() []Replica {
 // on /v2/stats (a replica another driver in this process, or a process that
 // outlived its agent, serves). The sim driver cannot end a replica it does
 // not serve: Stop on such a one only forgets it.
-func (d *SimDriver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (Replica, error) {
+func (d *SimDriver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, addr string) (Replica, error) {
 	d.mu.Lock()
 	if r, ok := d.running[spec.ID]; ok && r.addr == addr {
 		d.mu.Unlock()
@@ -216,7 +216,7 @@ func (d *SimDriver) probeLive(ctx context.Context, addr string) error {
 // HTTP.
 type simReplica struct {
 	d     *SimDriver
-	spec  proto.ReplicaSpec
+	spec  busapi.ReplicaSpec
 	srv   *replica.Server
 	addr  string
 	memMB int64
@@ -226,8 +226,8 @@ type simReplica struct {
 	stopOnce sync.Once
 }
 
-func (r *simReplica) Spec() proto.ReplicaSpec { return r.spec }
-func (r *simReplica) Addr() string            { return r.addr }
+func (r *simReplica) Spec() busapi.ReplicaSpec { return r.spec }
+func (r *simReplica) Addr() string             { return r.addr }
 
 func (r *simReplica) Observe(ctx context.Context) (Observation, error) {
 	var st replica.Stats
@@ -360,7 +360,7 @@ func (u *utilEstimate) update(now time.Time, st replica.Stats) float64 {
 
 // replicaMemoryMB is the memory of all the replica's slots, or a CPU
 // replica's memory.
-func replicaMemoryMB(spec proto.ReplicaSpec) (int64, error) {
+func replicaMemoryMB(spec busapi.ReplicaSpec) (int64, error) {
 	if isCPU(spec) {
 		return int64(spec.MemoryMB), nil
 	}

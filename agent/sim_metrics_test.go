@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -40,7 +40,7 @@ func TestSimReplicaInFlightReachesTheHeartbeat(t *testing.T) {
 	wg.Wait()
 	wait.Eventually(t, 10*time.Second, func() bool {
 		rs := replicas(a)["slow"]
-		return rs.InFlight == 0 && rs.Requests == 2 && rs.State == proto.StateReady
+		return rs.InFlight == 0 && rs.Requests == 2 && rs.State == busapi.StateReady
 	}, "heartbeat never showed both answered: %v", wait.Show(func() any { return replicas(a)["slow"] }))
 	// The simulator reports every field it simulates: none is absent.
 	if rs := replicas(a)["slow"]; len(rs.Absent) != 0 || rs.Runtime != "" {

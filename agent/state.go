@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // savedState is the agent's state file: the desired set it last applied and
@@ -24,7 +24,7 @@ type savedState struct {
 }
 
 type savedReplica struct {
-	Spec proto.ReplicaSpec `json:"spec"`
+	Spec busapi.ReplicaSpec `json:"spec"`
 	// Hash is specHash(Spec): a replica is adopted only when it runs the
 	// same spec.
 	Hash string `json:"hash"`
@@ -80,7 +80,7 @@ func writeState(dir string, data []byte) error {
 // specHash identifies what a replica runs. The sim profile and the runtime
 // settings are compacted first so that the control plane re-encoding them
 // does not restart anything.
-func specHash(s proto.ReplicaSpec) string {
+func specHash(s busapi.ReplicaSpec) string {
 	for _, raw := range []*json.RawMessage{&s.Sim, &s.Settings} {
 		if len(*raw) > 0 {
 			var buf bytes.Buffer

@@ -20,8 +20,8 @@ import (
 	"modelplane/agent"
 	"modelplane/agent/cache"
 	"modelplane/agent/process"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/egress"
 	"modelplane/enrollment"
 	"modelplane/runtime/onnx"
@@ -55,6 +55,9 @@ type AgentConfig struct {
 	// RuntimeUser is who the process driver's runtimes run as when the
 	// agent runs as root.
 	RuntimeUser string
+	// RuntimeUIDs and RuntimeCgroup are process.Config.UIDs and Cgroup:
+	// the per-replica users and the cgroup v2 directory for memory limits.
+	RuntimeUIDs, RuntimeCgroup string
 	// StopReplicas makes the process driver's runtimes end with the agent;
 	// by default they keep serving and the next agent adopts them.
 	StopReplicas bool
@@ -119,6 +122,8 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.SpoolMaxBytes, "spool-max-bytes", envInt("MP_AGENT_SPOOL_MAX_BYTES", agent.DefaultSpoolMaxBytes), "bound of the usage spool on disk (MP_AGENT_SPOOL_MAX_BYTES)")
 	fs.DurationVar(&c.LoadDelay, "sim-load-delay", envDuration("MP_AGENT_SIM_LOAD_DELAY", 0), "sim driver: how long a replica takes to load (MP_AGENT_SIM_LOAD_DELAY)")
 	fs.StringVar(&c.ModelRoot, "model-root", env("MP_AGENT_MODEL_ROOT", ""), "process driver: model directories as ROOT/<model>/<version> (MP_AGENT_MODEL_ROOT)")
+	fs.StringVar(&c.RuntimeUIDs, "runtime-uids", env("MP_AGENT_RUNTIME_UIDS", ""), "process driver: FIRST-LAST uids, one per replica, when the agent is root; empty for 1500000000-1500065535, shared for all as --runtime-user (MP_AGENT_RUNTIME_UIDS)")
+	fs.StringVar(&c.RuntimeCgroup, "runtime-cgroup", env("MP_AGENT_RUNTIME_CGROUP", ""), "process driver: cgroup v2 directory delegated for replicas' memory limits; empty to make one when the agent is in the root cgroup, none for RLIMIT_AS only (MP_AGENT_RUNTIME_CGROUP)")
 	fs.StringVar(&c.RuntimeUser, "runtime-user", env("MP_AGENT_RUNTIME_USER", process.DefaultRunAs), "process driver: user runtimes run as when the agent is root; nobody when it does not exist (MP_AGENT_RUNTIME_USER)")
 	stopDefault, _ := strconv.ParseBool(env("MP_AGENT_STOP_REPLICAS_ON_EXIT", "false"))
 	fs.BoolVar(&c.StopReplicas, "stop-replicas-on-exit", stopDefault, "process driver: stop the runtimes when the agent exits instead of leaving them to the next agent (MP_AGENT_STOP_REPLICAS_ON_EXIT)")
@@ -195,7 +200,7 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.CacheBytes <= 0 {
 		bad("MP_AGENT_CACHE_BYTES (--cache-bytes) must be a positive number of bytes")
 	}
-	var gpus []proto.GPU
+	var gpus []busapi.GPU
 	var memMB int
 	var err error
 	if len(c.GPUs) > 0 || len(c.MIG) > 0 || c.CPUs == 0 && c.Memory == "" {
@@ -295,7 +300,7 @@ func (c *AgentConfig) connectEnrolled(sess *nodeSession, log *slog.Logger, extra
 	conn, err := nats.Connect(nc.URL, append(append(sess.Options(), opts...), append([]nats.Option{nats.Name("modelplane-agent-" + creds.Node)}, extra...)...)...)
 	if err != nil {
 		if hint := bus.Hint(err); hint != "" {
-			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked: enroll again with a new join token)", nc.URL, err)
+			return nil, fmt.Errorf("connect nats %s: %w (the node's credentials may be revoked, or expired after 48 h without a rotation: enroll again with a new join token)", nc.URL, err)
 		}
 		return nil, fmt.Errorf("connect nats %s: %w", nc.URL, err)
 	}
@@ -312,6 +317,9 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	log := NewLogger(c.LogLevel)
+	// The one real clock of the agent: everything below gets it from here.
+	clock := quartz.NewReal()
+	cfg.Clock = clock
 	sess, err := c.enroll(ctx, log)
 	if err != nil {
 		return err
@@ -335,9 +343,13 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 		return err
 	}
 	defer nc.Close()
+	if c.AgentToken != "" {
+		warnSharedAgentToken(log, "agent")
+	}
 	if c.ControlPlaneURL != "" {
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node))}
+			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node)),
+			Clock: clock}
 		if sess != nil {
 			cc.TokenFunc = sess.ArtifactToken
 		}
@@ -350,7 +362,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if sess != nil && c.RotateEvery > 0 && c.ControlPlaneURL != "" {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go sess.RotateEvery(rctx, quartz.NewReal(), c.RotateEvery)
+		go sess.RotateEvery(rctx, clock, c.RotateEvery)
 	}
 	var stop func(context.Context)
 	switch c.Driver {
@@ -360,7 +372,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 			user = "" // the driver falls back to nobody when it is missing
 		}
 		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), Node: cfg.Node, ModelRoot: c.ModelRoot, RunAs: user,
-			Env: runtimeEnv(), Log: log})
+			UIDs: c.RuntimeUIDs, Cgroup: c.RuntimeCgroup, Env: runtimeEnv(), Log: log, Clock: clock})
 		if err != nil {
 			return err
 		}
@@ -392,20 +404,28 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	return ctx.Err()
 }
 
-// runtimeEnv is what the agent tells its runtimes of this machine: where
-// the ONNX Runtime library is, when the agent finds one ($MP_ONNXRUNTIME_LIB
+// runtimeEnv is what the agent tells its runtimes of this machine: its
+// tracing settings (OTEL_*) and where the ONNX Runtime library is, when the agent finds one ($MP_ONNXRUNTIME_LIB
 // or install-deps.sh's), since the runtimes' user has a home of its own.
 // The runtimes' user must be able to read it: install it outside a
 // private home in production (docs/operations.md).
 func runtimeEnv() []string {
+	// The agent's OTEL_* settings go to its runtimes, so that a replica's
+	// spans join the gateway's trace and leave for the same collector.
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
 	lib, err := onnx.LibraryPath()
 	if err != nil {
-		return nil
+		return env
 	}
 	if _, err := os.Stat(lib); err != nil {
-		return nil
+		return env
 	}
-	return []string{onnx.LibraryEnv + "=" + lib}
+	return append(env, onnx.LibraryEnv+"="+lib)
 }
 
 // isLoopbackHost reports whether host names this machine: localhost or a

@@ -22,8 +22,8 @@ import (
 func TestBurstOfChatsScalesUpAndBack(t *testing.T) {
 	t.Parallel()
 	s := newChatStack(t)
-	p := fleet.PolicyDoc(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
-	p.Signals = []fleet.AutoscaleTarget{{Signal: "rps", Target: 2}}
+	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.Signals = []autoscale.TargetDoc{{Signal: "rps", Target: 2}}
 	p.MinReplicas, p.MaxReplicas = 1, 3 // the stack has room for three of its MIG slices
 	p.ScaleDownStabilizationS = 4
 	if _, err := s.cp.Endpoints.SetAutoscaling(s.ctx, system, "support-chat", p, fleet.DefaultWakeGrace); err != nil {

@@ -5,14 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"modelplane/bus"
-	"modelplane/validation"
+	"modelplane/notify"
+	"modelplane/versioncheck"
 )
 
 // Secret is a setting that never prints.
@@ -64,12 +67,21 @@ type ServerConfig struct {
 	// replica a request woke after the last request (fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (fleet.DefaultAutoscaleInterval).
+	// replica count (autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
 	// ValidationTimeout and ValidationMemoryMB limit the child process
 	// that validates an uploaded version at registration.
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// ValidationUID and ValidationGID are the user the validation child
+	// runs as when the control plane runs as root (default nobody).
+	ValidationUID, ValidationGID int64
+	// SecretKey seals webhook secrets (MP_SECRET_KEY: comma-separated
+	// 32-byte base64 keys, the current first; docs/operations.md says how
+	// to rotate). AlertmanagerURL receives the control plane's own alerts
+	// (MP_ALERTMANAGER_URL; empty: none).
+	SecretKey       Secret
+	AlertmanagerURL string
 }
 
 func env(name, def string) string {
@@ -145,8 +157,13 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DriftInterval, "drift-interval", envDuration("MP_DRIFT_INTERVAL", 5*time.Minute), "time between scheduled drift checks (MP_DRIFT_INTERVAL)")
 	fs.DurationVar(&c.AutoscaleInterval, "autoscale-interval", envDuration("MP_AUTOSCALE_INTERVAL", 2*time.Second), "how often the leader evaluates every endpoint's replica count (MP_AUTOSCALE_INTERVAL)")
 	fs.DurationVar(&c.WakeGrace, "wake-grace", envDuration("MP_WAKE_GRACE", 15*time.Minute), "how long an endpoint scaled to zero keeps its replica after the last request (MP_WAKE_GRACE)")
-	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", validation.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
-	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", validation.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
+	fs.DurationVar(&c.ValidationTimeout, "validation-timeout", envDuration("MP_VALIDATION_TIMEOUT", versioncheck.DefaultTimeout), "how long validating an uploaded version may take, load and inference (MP_VALIDATION_TIMEOUT)")
+	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", versioncheck.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
+	fs.Int64Var(&c.ValidationUID, "validation-uid", envInt("MP_VALIDATION_UID", versioncheck.DefaultSandboxID), "uid the validation child runs as when the control plane runs as root; it should own no file (MP_VALIDATION_UID)")
+	fs.Int64Var(&c.ValidationGID, "validation-gid", envInt("MP_VALIDATION_GID", versioncheck.DefaultSandboxID), "gid the validation child runs as when the control plane runs as root (MP_VALIDATION_GID)")
+	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
+	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
+	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -162,6 +179,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
 		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
+	}
+	if _, err := notify.ParseKeyring(string(c.SecretKey)); err != nil {
+		bad("%v (--secret-key)", err)
+	}
+	if u, err := url.Parse(c.AlertmanagerURL); c.AlertmanagerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		bad("MP_ALERTMANAGER_URL (--alertmanager-url) must be an http(s) URL")
 	}
 	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		bad("MP_PUBLIC_URL (--public-url) must be an http(s) URL, got %q", c.PublicURL)
@@ -210,8 +233,14 @@ func (c *ServerConfig) Validate() error {
 	if c.ValidationTimeout < time.Second {
 		bad("MP_VALIDATION_TIMEOUT (--validation-timeout) must be at least 1s")
 	}
-	if c.ValidationMemoryMB < validation.MinMemoryMB {
-		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", validation.MinMemoryMB)
+	if c.ValidationUID < 1 || c.ValidationUID > math.MaxUint32-1 {
+		bad("MP_VALIDATION_UID (--validation-uid) must be a uid other than root's (1 to %d)", uint32(math.MaxUint32-1))
+	}
+	if c.ValidationGID < 1 || c.ValidationGID > math.MaxUint32-1 {
+		bad("MP_VALIDATION_GID (--validation-gid) must be a gid other than root's (1 to %d)", uint32(math.MaxUint32-1))
+	}
+	if c.ValidationMemoryMB < versioncheck.MinMemoryMB {
+		bad("MP_VALIDATION_MEMORY_MB (--validation-memory-mb) must be at least %d: the validation child does not start in less", versioncheck.MinMemoryMB)
 	}
 	if c.AutoscaleInterval < 500*time.Millisecond || c.AutoscaleInterval > time.Minute {
 		bad("MP_AUTOSCALE_INTERVAL (--autoscale-interval) must be between 500ms and 1m")

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
@@ -20,9 +21,11 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/demo/fraud"
+	"modelplane/docs"
 	"modelplane/endpoint"
 	"modelplane/gguf"
 	"modelplane/llm"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -37,6 +40,11 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 		if _, err := cp.Tenant.CreateTeam(ctx, system, team, strings.ToUpper(team[:1])+team[1:]); err != nil && !errors.Is(err, db.ErrConflict) {
 			return err
 		}
+	}
+	// The platform grants risk the critical tier its fraud-scoring endpoint
+	// runs at, as an operator would (docs/security.md).
+	if err := cp.Quotas.GrantTier(ctx, system, "risk", quota.TierCritical); err != nil {
+		return err
 	}
 	q := db.New(cp.Pool)
 	for _, u := range idp.Users() {
@@ -86,15 +94,51 @@ const (
 	DemoLLMEndpoint = "chat-cpu"
 )
 
-// demoLLM is the demo GGUF (llm.WriteDemo, F16 weights): the same bytes
-// every run, about half a MiB, 33 MiB to run (llm.MemoryNeed).
-var demoLLM = sync.OnceValues(func() ([]byte, error) {
+// demoLLM is the demo GGUF: a bigram model over a byte-level BPE
+// vocabulary, trained on the repository's own docs/*.md when a process
+// first needs it (llm.TrainBigram with llm.DemoTraining: deterministic,
+// about 5 s of one core) and written as a llama GGUF with F16 weights
+// (llm.WriteBigram, about 0.6 MB), so chat-cpu answers in words.
+var demoLLM = sync.OnceValues(func() (trainedLLM, error) {
+	texts, err := demoCorpus()
+	if err != nil {
+		return trainedLLM{}, err
+	}
+	m, rep, held, err := llm.TrainBigram(texts, llm.DemoTraining)
+	if err != nil {
+		return trainedLLM{}, fmt.Errorf("train the demo llm: %w", err)
+	}
 	var b bytes.Buffer
-	if err := llm.WriteDemo(&b, gguf.F16); err != nil {
+	if err := llm.WriteBigram(&b, m, gguf.F16); err != nil {
+		return trainedLLM{}, err
+	}
+	return trainedLLM{file: b.Bytes(), report: rep, heldOut: held}, nil
+})
+
+// trainedLLM is the demo LLM's file and what its training measured, with
+// the held-out token sequences to measure it on.
+type trainedLLM struct {
+	file    []byte
+	report  llm.TrainReport
+	heldOut [][]int
+}
+
+// demoCorpus is docs/*.md in name order, the demo LLM's training text.
+func demoCorpus() ([]string, error) {
+	names, err := fs.Glob(docs.Markdown, "*.md")
+	if err != nil {
 		return nil, err
 	}
-	return b.Bytes(), nil
-})
+	texts := make([]string, 0, len(names))
+	for _, n := range names {
+		b, err := fs.ReadFile(docs.Markdown, n)
+		if err != nil {
+			return nil, err
+		}
+		texts = append(texts, string(b))
+	}
+	return texts, nil
+}
 
 // demoVersion is a demo version and its files; nil files are a tiny
 // stand-in (demoArtifact) for a version the simulated fleet serves.
@@ -121,7 +165,7 @@ func demoModels() ([]demoModel, error) {
 	}
 	v23, v24 := fv[0], fv[1]
 	cpu := registry.Resources{CPUCores: 1, MemoryMB: 512}
-	llmFile, err := demoLLM()
+	trained, err := demoLLM()
 	if err != nil {
 		return nil, fmt.Errorf("write the demo GGUF model: %w", err)
 	}
@@ -169,7 +213,7 @@ func demoModels() ([]demoModel, error) {
 			versions: []demoVersion{
 				{spec: registry.VersionSpec{Name: DemoLLMVersion, Runtime: registry.BuiltinLLM, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
 					Lineage: registry.Lineage{ParentVersion: "v42", TrainingJob: "distill-chat-44", Dataset: "support-dialogs-v8"}},
-					files: map[string][]byte{"model.gguf": llmFile}},
+					files: map[string][]byte{"model.gguf": trained.file}},
 			},
 			endpoint: endpoint.Spec{Name: DemoLLMEndpoint, Model: "chat-assistant", Version: DemoLLMVersion,
 				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 1, MaxReplicas: 2, Tier: "standard", RetentionDays: 14}},
@@ -271,9 +315,14 @@ var devKeys = []struct {
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate.
+// devCLIKey is the dev key MP_API_KEY repeats for the command-line client:
+// the risk team's admin, who owns the demo's fraud model and endpoint.
+const devCLIKey = "MP_RISK_KEY"
+
 func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
+	var cliKey string
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
 	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_NATS_CREDS=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, natsCreds, clickhouseURL)
 	for _, k := range devKeys {
@@ -287,6 +336,11 @@ func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickho
 			key = raw
 		}
 		fmt.Fprintf(&b, "export %s=%s\n", k.env, key)
+		if k.env == devCLIKey {
+			cliKey = key
+		}
 	}
+	// The command-line client reads MP_API and MP_API_KEY.
+	fmt.Fprintf(&b, "export MP_API_KEY=%s\n", cliKey)
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

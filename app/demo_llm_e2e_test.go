@@ -3,14 +3,19 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
+	"modelplane/endpoint"
 	"modelplane/internal/wait"
 )
 
@@ -53,15 +58,41 @@ type llmAnswer struct {
 	FinishReason string    `json:"finish_reason"`
 	Model        string    `json:"model"`
 	Chunks       int       `json:"chunks"`
+	TokenChunks  int       `json:"token_chunks"`
 	Usage        *llmUsage `json:"usage"`
 }
 
+// llmError is what the script reports of a failed call.
+type llmError struct {
+	Class      string  `json:"class"`
+	Status     int     `json:"status"`
+	Type       *string `json:"type"`
+	Code       *string `json:"code"`
+	Param      *string `json:"param"`
+	RetryAfter *string `json:"retry_after"`
+}
+
+func (e llmError) String() string {
+	s := func(p *string) string {
+		if p == nil {
+			return "<null>"
+		}
+		return *p
+	}
+	return fmt.Sprintf("%s %d type %s code %s param %s", e.Class, e.Status, s(e.Type), s(e.Code), s(e.Param))
+}
+
 // TestDemoLLMOpenAIClient runs dev and has the unmodified npm openai
-// client, with baseURL the dev gateway's /v1, call chat-cpu: the demo's
-// real GGUF version (chat-assistant v44-cpu) that a CPU node serves with
-// the built-in LLM engine through the process driver. The same seeded
-// request gives the same text twice and streamed, and the usage counts
-// add up and agree.
+// client, with baseURL the dev gateway's /v1, call chat-cpu as a user of
+// the demo would: the demo's real GGUF version (chat-assistant v44-cpu,
+// the bigram trained on docs/*.md) that a CPU node serves with the
+// built-in LLM engine through the process driver. The client's cases:
+// the same seeded chat gives the same words twice and streamed, with one
+// chunk per counted token and usage that adds up; a completion on the
+// endpoint whose chat schema requires messages, plain and streamed;
+// models.list and retrieve; a stream cancelled mid-way; 401, 404, 400
+// (n, a prompt past the context) in OpenAI's shapes; and, once the test
+// gives chat-cpu a rate limit through the API, the 429 with Retry-After.
 func TestDemoLLMOpenAIClient(t *testing.T) {
 	t.Parallel()
 	oneDevAtATime(t)
@@ -82,7 +113,7 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_SEARCH_KEY"]
-	waitServing(t, env, DemoLLMEndpoint, key, 1, proto.ProfileCPU)
+	waitServing(t, env, DemoLLMEndpoint, key, 1, busapi.ProfileCPU)
 	var last string
 	wait.Eventually(t, 60*time.Second, func() bool {
 		env = readEnvFile(d.EnvFile)
@@ -95,21 +126,55 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, "the gateway never routed %s: %v", DemoLLMEndpoint, wait.Show(func() any { return last }))
 
-	cmd := exec.CommandContext(t.Context(), node, filepath.Join("testdata", "openai_llm.cjs"))
-	cmd.Env = append(os.Environ(), "MP_OPENAI_MODULE="+mod, "MP_BASE_URL="+env["MP_GATEWAY"]+"/v1", "MP_KEY="+key, "MP_MODEL="+DemoLLMEndpoint)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node openai_llm.cjs: %v\n%s", err, stderr.Bytes())
+	client := func(c string) []byte {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), node, filepath.Join("testdata", "openai_llm.cjs"))
+		cmd.Env = append(os.Environ(), "MP_OPENAI_MODULE="+mod, "MP_BASE_URL="+env["MP_GATEWAY"]+"/v1", "MP_KEY="+key,
+			"MP_MODEL="+DemoLLMEndpoint, "MP_CASE="+c)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		raw, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("node openai_llm.cjs: %v\n%s", err, stderr.Bytes())
+		}
+		return raw
 	}
-	var out struct{ First, Second, Stream llmAnswer }
+	raw := client("")
+	var out struct {
+		First, Second, Stream llmAnswer
+		Completion            struct {
+			Object, Text string
+			FinishReason string   `json:"finish_reason"`
+			Usage        llmUsage `json:"usage"`
+		}
+		CompletionStream struct {
+			Text  string    `json:"text"`
+			Usage *llmUsage `json:"usage"`
+		} `json:"completion_stream"`
+		Models []struct {
+			ID, Object string
+			OwnedBy    string `json:"owned_by"`
+		}
+		Retrieved string
+		Cancel    struct {
+			Chunks  int  `json:"chunks"`
+			Aborted bool `json:"aborted"`
+		}
+		Err401               llmError `json:"err_401"`
+		Err404               llmError `json:"err_404"`
+		ErrN                 llmError `json:"err_n"`
+		ErrContext           llmError `json:"err_context"`
+		ErrCompletionContext llmError `json:"err_completion_context"`
+	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("client output %s: %v", raw, err)
 	}
 	t.Logf("chat-cpu answered %q (%+v)", out.First.Content, *out.First.Usage)
 	if out.First.Content == "" || out.First.Usage == nil || out.First.Usage.Completion == 0 {
 		t.Fatalf("first answer %+v; want generated tokens and usage", out.First)
+	}
+	if !utf8.ValidString(out.First.Content) || strings.ContainsRune(out.First.Content, utf8.RuneError) || len(strings.Fields(out.First.Content)) < 2 {
+		t.Errorf("first answer %q; want words: valid UTF-8, no U+FFFD, more than one word", out.First.Content)
 	}
 	if out.Second.Content != out.First.Content || out.Stream.Content != out.First.Content {
 		t.Errorf("same seed gave %q, %q and streamed %q; want one text", out.First.Content, out.Second.Content, out.Stream.Content)
@@ -124,11 +189,99 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 			t.Errorf("%s usage %+v; want prompt+completion = total and equal to the first's %+v", name, *u, *out.First.Usage)
 		}
 	}
-	if out.Stream.Chunks < 3 || out.Stream.FinishReason != out.First.FinishReason {
-		t.Errorf("stream had %d chunks, finish %q; want the text in chunks, then the usage, finishing as the first (%q)",
-			out.Stream.Chunks, out.Stream.FinishReason, out.First.FinishReason)
+	if out.Stream.TokenChunks != out.First.Usage.Completion || out.Stream.FinishReason != out.First.FinishReason {
+		t.Errorf("stream had %d token chunks, finish %q; want one per completion token (%d), finishing as the first (%q)",
+			out.Stream.TokenChunks, out.Stream.FinishReason, out.First.Usage.Completion, out.First.FinishReason)
 	}
 	if out.First.Model != DemoLLMEndpoint {
 		t.Errorf("model %q; want the endpoint %s", out.First.Model, DemoLLMEndpoint)
+	}
+	// chat-cpu's model has a chat input schema (messages required): the
+	// completion route serves all the same.
+	if c := out.Completion; c.Object != "text_completion" || c.Text == "" || c.Usage.Completion == 0 ||
+		c.Usage.Prompt+c.Usage.Completion != c.Usage.Total {
+		t.Errorf("completion %+v; want a text completion with its usage", c)
+	}
+	if c := out.CompletionStream; c.Text != out.Completion.Text || c.Usage == nil || *c.Usage != out.Completion.Usage {
+		t.Errorf("streamed completion %+v; want the plain one's text %q and usage %+v", c, out.Completion.Text, out.Completion.Usage)
+	}
+	found := false
+	for _, m := range out.Models {
+		found = found || m.ID == DemoLLMEndpoint && m.Object == "model" && m.OwnedBy == "search"
+	}
+	if !found || out.Retrieved != DemoLLMEndpoint {
+		t.Errorf("models.list %+v, retrieve %q; want %s owned by search", out.Models, out.Retrieved, DemoLLMEndpoint)
+	}
+	if out.Cancel.Chunks != 3 || !out.Cancel.Aborted {
+		t.Errorf("cancel = %+v; want an abort after 3 chunks", out.Cancel)
+	}
+	// The abort reached the engine: chat-cpu's replica (nothing but this
+	// test calls it) counts the cancelled generation and holds no page.
+	var ep struct{ Replicas []struct{ Addr string } }
+	if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/"+DemoLLMEndpoint, key)), &ep); err != nil || len(ep.Replicas) != 1 {
+		t.Fatalf("chat-cpu's replicas: %+v, %v; want one", ep, err)
+	}
+	var stats struct {
+		Cancelled   int `json:"cancelled"`
+		InFlight    int `json:"in_flight"`
+		KVPagesUsed int `json:"kv_pages_used"`
+	}
+	wait.Eventually(t, 30*time.Second, func() bool {
+		if err := json.Unmarshal([]byte(get(t, "http://"+ep.Replicas[0].Addr+"/v2/stats", "")), &stats); err != nil {
+			t.Fatal(err)
+		}
+		return stats.Cancelled >= 1 && stats.InFlight == 0 && stats.KVPagesUsed == 0
+	}, "chat-cpu's replica %+v; want the generation cancelled and its pages free", wait.Show(func() any { return stats }))
+	wantErr := func(name string, got llmError, status int, class, code, param string) {
+		t.Helper()
+		want := llmError{Class: class, Status: status, Type: &[]string{"invalid_request_error"}[0], Code: &code, Param: &param}
+		if code == "" {
+			want.Code = nil
+		}
+		if param == "" {
+			want.Param = nil
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s: %s; want %s", name, got, want)
+		}
+	}
+	wantErr("401", out.Err401, 401, "AuthenticationError", "invalid_api_key", "")
+	wantErr("404", out.Err404, 404, "NotFoundError", "model_not_found", "model")
+	wantErr("n=2", out.ErrN, 400, "BadRequestError", "", "n")
+	wantErr("chat past the context", out.ErrContext, 400, "BadRequestError", "context_length_exceeded", "messages")
+	wantErr("completion past the context", out.ErrCompletionContext, 400, "BadRequestError", "context_length_exceeded", "prompt")
+
+	// 429: the team gives chat-cpu a rate limit of one request per 1,000 s
+	// through the API; once the gateway holds it, a call is refused.
+	settings := `{"instance_profile":"` + endpoint.ProfileCPU + `","min_replicas":1,"max_replicas":2,"tier":"standard","retention_days":14,` +
+		`"rate_limit_rps":0.001,"rate_limit_burst":1}`
+	req, _ := http.NewRequest(http.MethodPut, env["MP_API"]+"/endpoints/"+DemoLLMEndpoint, strings.NewReader(settings))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT rate limit: %d %s", resp.StatusCode, b)
+	}
+	wait.Eventually(t, 30*time.Second, func() bool {
+		resp, body := postJSON(t, env["MP_GATEWAY"]+"/v1/chat/completions", key,
+			`{"model":"`+DemoLLMEndpoint+`","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`)
+		last = resp.Status + " " + body
+		return resp.StatusCode == http.StatusTooManyRequests
+	}, "the gateway never applied the rate limit: %v", wait.Show(func() any { return last }))
+	var limited struct {
+		Err429 llmError `json:"err_429"`
+	}
+	if err := json.Unmarshal(client("429"), &limited); err != nil {
+		t.Fatal(err)
+	}
+	e := limited.Err429
+	if e.Class != "RateLimitError" || e.Status != 429 || e.Type == nil || *e.Type != "rate_limit_error" ||
+		e.Code == nil || *e.Code != "rate_limit_exceeded" || e.RetryAfter == nil {
+		t.Errorf("429: %s retry-after %v; want RateLimitError, rate_limit_error, rate_limit_exceeded, with Retry-After", e, e.RetryAfter)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 	"modelplane/rollout"
 )
@@ -36,7 +36,7 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_RISK_KEY"]
-	waitServing(t, env, "fraud-scoring", key, 2, proto.ProfileCPU)
+	waitServing(t, env, "fraud-scoring", key, 2, busapi.ProfileCPU)
 
 	// CI-sized criteria, as in TestGarbageModelRolledBackByDriftGate: a
 	// 50 percent canary of about 9 sampled predictions a second fills the

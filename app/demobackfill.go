@@ -12,8 +12,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"modelplane/agent/proto"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/demo/backfill"
@@ -150,7 +150,7 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 			}
 			be.PeakRPS, be.LatencyMS, be.SamplesPerHour = 6, 4, 20
 			be.FeatureNames = fraud.FeatureNames()
-			be.Sample = func(r *rand.Rand) proto.SampleInstance {
+			be.Sample = func(r *rand.Rand) busapi.SampleInstance {
 				return score(fraud.NewGenerator(r.Uint64()).Next(0).Instance)
 			}
 		default:
@@ -159,15 +159,15 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 		for i := range int(max(e.MinReplicas, 1)) {
 			rep := backfill.Replica{Name: fmt.Sprintf("%s-backfill-%d", e.Name, i+1), Profile: e.InstanceProfile}
 			if e.InstanceProfile == endpoint.ProfileCPU {
-				rep.Node, rep.GPUType, rep.Profile = cpuNodeName(i%2), proto.CPUType, proto.ProfileCPU
+				rep.Node, rep.GPUType, rep.Profile = cpuNodeName(i%2), busapi.CPUType, busapi.ProfileCPU
 				rep.MemoryMB = int(max(v.Resources.MemoryMB, 512))
 				for c := range int(max(v.Resources.CPUCores, 1)) {
-					rep.Slots = append(rep.Slots, proto.Slot{Slice: c})
+					rep.Slots = append(rep.Slots, busapi.Slot{Slice: c})
 				}
 			} else {
 				// The MIG node of dev's fleet (gpu-node-04, H100s).
 				rep.Node, rep.GPUType, rep.MemoryMB = "gpu-node-04", "H100-80GB", int(v.Resources.GPUMemoryMB)
-				rep.Slots = []proto.Slot{{GPU: len(plan.Endpoints), Slice: i}}
+				rep.Slots = []busapi.Slot{{GPU: len(plan.Endpoints), Slice: i}}
 			}
 			be.Replicas = append(be.Replicas, rep)
 		}
@@ -179,7 +179,7 @@ func demoBackfillPlan(ctx context.Context, cp *controlplane.ControlPlane, to tim
 // demoFraudScorer scores a payment with v23 as the built-in runtime does
 // (runtime/xgboost on the version's file, the features encoded natively),
 // into a sample of its features and answer.
-func demoFraudScorer() (func(instance map[string]any) proto.SampleInstance, error) {
+func demoFraudScorer() (func(instance map[string]any) busapi.SampleInstance, error) {
 	fv, err := demoFraud()
 	if err != nil {
 		return nil, err
@@ -200,8 +200,8 @@ func demoFraudScorer() (func(instance map[string]any) proto.SampleInstance, erro
 	}
 	names := fraud.FeatureNames()
 	threshold := v23.Serving.Output.Threshold
-	return func(instance map[string]any) proto.SampleInstance {
-		in := proto.SampleInstance{Num: make([]float64, len(names)), Str: make([]string, len(names)), Label: fraud.LabelLegit}
+	return func(instance map[string]any) busapi.SampleInstance {
+		in := busapi.SampleInstance{Num: make([]float64, len(names)), Str: make([]string, len(names)), Label: fraud.LabelLegit}
 		for i, n := range names {
 			switch v := instance[n].(type) {
 			case float64:

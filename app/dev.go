@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -30,13 +31,18 @@ import (
 	"modelplane/handlers"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
+	"modelplane/notify"
 )
 
 // DevConfig configures `modelplane dev`.
 type DevConfig struct {
-	Dir         string
-	HTTPAddr    string
-	GatewayAddr string
+	Dir string
+	// AlertmanagerURL receives the control plane's own alerts (empty:
+	// none); webhook secrets are sealed with MP_SECRET_KEY or a key dev
+	// keeps in Dir.
+	AlertmanagerURL string
+	HTTPAddr        string
+	GatewayAddr     string
 	// AdminAddr and GatewayAdminAddr are the admin listeners (/metrics):
 	// loopback, on a free port unless set.
 	AdminAddr        string
@@ -76,6 +82,7 @@ func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	c.RuntimeBinary, _ = os.Executable()
 	fs.StringVar(&c.Dir, "dir", env("MP_DEV_DIR", ".modelplane"), "state directory: PostgreSQL, ClickHouse, NATS, artifacts, dev.env (MP_DEV_DIR)")
+	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("MP_HTTP_ADDR", "127.0.0.1:8080"), "portal and API listen address (MP_HTTP_ADDR)")
 	fs.StringVar(&c.GatewayAddr, "gateway-addr", env("MP_GATEWAY_ADDR", "127.0.0.1:8081"), "inference gateway listen address; empty for none (MP_GATEWAY_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("MP_ADMIN_ADDR", "127.0.0.1:0"), "control plane admin listen address (/metrics); port 0 picks a free one (MP_ADMIN_ADDR)")
@@ -90,6 +97,24 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
 	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring and support-chat; 0 for none (MP_DEV_DEMO_TRAFFIC)")
 	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
+}
+
+// devSecretKey reads the server key sealing webhook secrets from the
+// state directory, making one on the first start: MP_SECRET_KEY when set.
+func devSecretKey(dir string) (*notify.Keyring, error) {
+	if v := os.Getenv("MP_SECRET_KEY"); v != "" {
+		return notify.ParseKeyring(v)
+	}
+	path := filepath.Join(dir, "secret.key")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		raw = []byte(notify.NewKey())
+		err = os.WriteFile(path, raw, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dev server key: %w", err)
+	}
+	return notify.ParseKeyring(strings.TrimSpace(string(raw)))
 }
 
 // Validate names every bad setting.
@@ -148,9 +173,11 @@ func (c *DevConfig) Validate() error {
 type Dev struct {
 	Ready   chan struct{}
 	BaseURL string
-	// AdminURL is the control plane's admin listener (/metrics).
-	AdminURL string
-	EnvFile  string
+	// AdminURL is the control plane's admin listener (/metrics);
+	// GatewayAdminURL the gateway's, "off" without a gateway.
+	AdminURL        string
+	GatewayAdminURL string
+	EnvFile         string
 	// Backfilled is closed once the demo's week of history is stored (or
 	// failed to be, which dev logs); set when Ready closes.
 	Backfilled <-chan struct{}
@@ -165,6 +192,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	dropSharedAgentToken(log)
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
@@ -186,8 +214,11 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("development identity provider: %w", err)
 	}
 	defer idp.Close()
+	// The one real clock of the control plane: every service and loop
+	// gets it from here.
+	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
-		RedirectURL: baseURL + "/auth/callback"}, pool, time.Now)
+		RedirectURL: baseURL + "/auth/callback"}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
@@ -202,15 +233,22 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1))...)
+	reconnected := make(chan struct{}, 1)
+	snc, err := nats.Connect(st.natsURL, append(sysCred.Options(), bus.ErrorLogger(log), nats.Name("modelplane-dev-system"), nats.MaxReconnects(-1),
+		nats.ReconnectHandler(signalOn(reconnected)))...)
 	if err != nil {
 		return fmt.Errorf("connect nats as the system user: %w", err)
 	}
 	defer snc.Close()
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc,
+	keys, err := devSecretKey(dir)
+	if err != nil {
+		return err
+	}
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc, Clock: clock,
+		SecretKeys: keys, Alertmanager: cfg.AlertmanagerURL,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
-		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }})
+		Authority: st.natsAuth, Push: func(ctx context.Context) error { return st.natsAuth.Push(ctx, snc) }, Reconnected: reconnected})
 	if err != nil {
 		return err
 	}
@@ -311,7 +349,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		gateway: gatewayURL, nodes: cfg.SimNodes, gpus: cfg.SimGPUsPerNode, admin: adminURL, gatewayAdmin: gatewayAdminURL,
 		cpuNodes: cfg.CPUNodes, cpuCores: cfg.CPUNodeCores, cpuMemoryMB: cpuMemoryMB, traffic: trafficRate, outdated: outdated})
 	if d != nil {
-		d.BaseURL, d.AdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, envFile, bfDone
+		d.BaseURL, d.AdminURL, d.GatewayAdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, gatewayAdminURL, envFile, bfDone
 		close(d.Ready)
 	}
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
@@ -423,6 +461,7 @@ modelplane dev is running.
   API      %[1]s/api/v1   (OpenAPI: %[1]s/api/v1/openapi.json)
            source %[3]s   # MP_API, MP_ADMIN_KEY, MP_RISK_KEY, MP_SEARCH_KEY, MP_FINANCE_KEY
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_API/endpoints
+           modelplane endpoints list   # the CLI: MP_API and MP_API_KEY (the risk admin's key)
   gateway  %[6]s   (MP_GATEWAY; inference: POST /v1/endpoints/{endpoint}/predict, …/chat/completions)
            curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/fraud-scoring/predict \
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'

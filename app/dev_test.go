@@ -21,10 +21,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
+	"modelplane/cli"
 	"modelplane/demo/fraud"
 	"modelplane/ingest"
 	"modelplane/internal/freeport"
+	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
 )
 
@@ -143,12 +145,25 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	if body := get(t, d.AdminURL+"/metrics", ""); !strings.Contains(body, "mp_http_requests_total") {
 		t.Errorf("admin /metrics lacks mp_http_requests_total")
 	}
-	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, proto.ProfileCPU)
+	waitServing(t, env, "fraud-scoring", env["MP_RISK_KEY"], 2, busapi.ProfileCPU)
 	waitServing(t, env, "support-chat", env["MP_SEARCH_KEY"], 1, "mig-4g.40gb")
 	waitMetered(t, env["MP_CLICKHOUSE_URL"])
 	waitRoute(t, bus.ClientConfig{URL: env["MP_NATS_URL"], Creds: env["MP_NATS_CREDS"]}, "fraud-scoring", "v23", 2)
+	// What Prometheus scrapes of the control plane and the gateway, with
+	// the fleet serving, passes Prometheus's own linter, and has the
+	// fleet's series the shipped alert rules read.
+	cpMetrics := get(t, d.AdminURL+"/metrics", "")
+	promcheck.Metrics(t, cpMetrics)
+	for _, want := range []string{`ml_serving_replicas{endpoint="fraud-scoring",state="ready",team="risk",version="v23"} 2`,
+		`modelplane_node_up{node="cpu-node-01"} 1`, `ml_serving_rollouts_finished_total{endpoint="fraud-scoring",state="rolled_back"}`} {
+		if !strings.Contains(cpMetrics, want) {
+			t.Errorf("control plane /metrics lacks %s", want)
+		}
+	}
+	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
 	env = readEnvFile(d.EnvFile)
 	predictThroughGateway(t, env)
+	cliOnTheDemo(t, env)
 	waitRequestStats(t, env["MP_CLICKHOUSE_URL"])
 	waitCPUNodes(t, env)
 	waitDemoTraffic(t, env["MP_CLICKHOUSE_URL"])
@@ -175,12 +190,51 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	}
 	// The agents' replicas died with the first run; the second run's agents
 	// start them again from their state files.
-	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, proto.ProfileCPU)
+	waitServing(t, again, "fraud-scoring", again["MP_RISK_KEY"], 2, busapi.ProfileCPU)
 	<-d.Backfilled
 	if got := backfilled(t, again["MP_CLICKHOUSE_URL"]); got != week {
 		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
 	}
 	assertNoDemoTraffic(t, again, secondStart)
+}
+
+// cliOnTheDemo runs the command-line client as a user does after `source
+// .modelplane/dev.env`: MP_API and MP_API_KEY as dev wrote them list the
+// demo's endpoint, and a payment sent as a row (the feature values in
+// feature_names order) through MP_GATEWAY is scored as the same payment
+// sent as an object.
+func cliOnTheDemo(t *testing.T, env map[string]string) {
+	t.Helper()
+	run := func(argv ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := cli.Run(context.Background(), argv, cli.Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] },
+			ConfigDir: t.TempDir()}); code != 0 {
+			t.Fatalf("modelplane %v with dev.env: exit %d\n%s%s", argv, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	if env["MP_API_KEY"] != env["MP_RISK_KEY"] {
+		t.Errorf("dev.env MP_API_KEY is not the risk admin's key")
+	}
+	if out := run("endpoints", "list", "-o", "json"); !strings.Contains(out, `"fraud-scoring"`) {
+		t.Errorf("modelplane endpoints list with dev.env:\n%s\nwant fraud-scoring", out)
+	}
+	object := run("predict", "fraud-scoring", "-o", "json", "-d",
+		`{"instances":[{"amount":1250,"merchant_category":"electronics","country":"NG","hour_of_day":3,"account_age_days":4,"distance_km":9500}]}`)
+	row := run("predict", "fraud-scoring", "-o", "json", "-d", `{"instances":[[1250,"electronics","NG",3,4,9500]]}`)
+	score := func(out string) any {
+		var a struct {
+			Predictions []map[string]any `json:"predictions"`
+		}
+		if err := json.Unmarshal([]byte(out), &a); err != nil || len(a.Predictions) != 1 {
+			t.Fatalf("predict answered %s (%v)", out, err)
+		}
+		return a.Predictions[0]["score"]
+	}
+	if score(object) != score(row) {
+		t.Errorf("the demo scores the payment %v as an object and %v as a row; want the same", score(object), score(row))
+	}
 }
 
 // waitCPUNodes waits until both CPU nodes report ready with their cores and
@@ -396,11 +450,11 @@ func waitRoute(t *testing.T, nc0 bus.ClientConfig, endpoint, version string, n i
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(t.Context(), proto.BucketRoutes)
+	kv, err := js.KeyValue(t.Context(), busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last proto.Route
+	var last busapi.Route
 	wait.Eventually(t, 30*time.Second, func() bool {
 		e, err := kv.Get(t.Context(), endpoint)
 		if err != nil {

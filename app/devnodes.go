@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent"
@@ -24,8 +25,8 @@ import (
 	"modelplane/controlplane"
 	"modelplane/egress"
 	"modelplane/enrollment"
-	"modelplane/fleet"
 	"modelplane/runtime/onnx"
+	"modelplane/trust"
 )
 
 // Dev's CPU nodes are real agents with the process driver: each replica
@@ -50,7 +51,7 @@ type devNode struct {
 
 // join enrolls node at addr and connects it to NATS as itself; the
 // session holds its credentials, the artifact token included.
-func (j devNode) join(ctx context.Context, node string, addr fleet.Address) (*nats.Conn, *nodeSession, error) {
+func (j devNode) join(ctx context.Context, node string, addr trust.Address) (*nats.Conn, *nodeSession, error) {
 	creds, err := enrollDevNode(ctx, j.enroll, node, addr)
 	if err != nil {
 		return nil, nil, err
@@ -64,6 +65,9 @@ func (j devNode) join(ctx context.Context, node string, addr fleet.Address) (*na
 		return nil, nil, fmt.Errorf("connect nats: %w", err)
 	}
 	sess.Attach(nc)
+	// Node credentials expire (enrollment.DefaultCredentialLifetime): a
+	// dev left running rotates them as an agent does.
+	go sess.RotateEvery(ctx, quartz.NewReal(), DefaultRotateEvery)
 	return nc, sess, nil
 }
 
@@ -119,7 +123,7 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 	for i := range cn.nodes {
 		node := cpuNodeName(i)
 		nlog := log.With(slog.String("node", node))
-		addr := fleet.Address{Host: "127.0.0.1", PortFirst: cn.portBase + i*SimPortsPerNode, PortLast: cn.portBase + (i+1)*SimPortsPerNode - 1}
+		addr := trust.Address{Host: "127.0.0.1", PortFirst: cn.portBase + i*SimPortsPerNode, PortLast: cn.portBase + (i+1)*SimPortsPerNode - 1}
 		state := filepath.Join(cn.dir, node)
 		if err := os.MkdirAll(state, 0o755); err != nil {
 			return nil, err

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/judge"
 	"modelplane/registry"
@@ -199,7 +199,7 @@ func TestGarbageModelRolledBackByDriftGate(t *testing.T) {
 
 	// Once the gateway serves the entry without v24, no request started
 	// after it reaches v24; the load goes on for 20 more answers.
-	quiet := s.switched(t, "fraud-scoring", func(rt proto.Route) bool { return weight(rt, "v24") == 0 })
+	quiet := s.switched(t, "fraud-scoring", func(rt busapi.Route) bool { return weight(rt, "v24") == 0 })
 	answeredSince(t, responses, quiet, 20)
 	stopLoad()
 	var v23, v24, late24, failed int

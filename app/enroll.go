@@ -21,7 +21,7 @@ import (
 	"modelplane/auth"
 	"modelplane/bus"
 	"modelplane/enrollment"
-	"modelplane/fleet"
+	"modelplane/trust"
 )
 
 // nodeCredsFile is where an enrolled agent keeps its credentials, in its
@@ -159,7 +159,7 @@ func (s localSource) Rotate(ctx context.Context, artifactToken string) (enrollme
 // admin and a remote agent would: a join token made by the enrollment
 // service, exchanged once. The credentials hold the node's NATS creds and
 // its artifact token (Credentials.ArtifactToken).
-func enrollDevNode(ctx context.Context, svc *enrollment.Service, node string, addr fleet.Address) (enrollment.Credentials, error) {
+func enrollDevNode(ctx context.Context, svc *enrollment.Service, node string, addr trust.Address) (enrollment.Credentials, error) {
 	token, _, err := svc.CreateJoinToken(ctx, auth.System("modelplane dev"), enrollment.JoinRequest{Node: node, Host: addr.Host,
 		PortFirst: addr.PortFirst, PortLast: addr.PortLast, TTL: time.Minute})
 	if err != nil {

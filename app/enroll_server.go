@@ -31,12 +31,15 @@ func enrollmentConfig(cp *controlplane.Config, cfg ServerConfig, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	snc, err := nats.Connect(cfg.NATS.URL, append(append(sys.Options(), opts...), nats.Name("modelplane-server-system"), nats.MaxReconnects(-1))...)
+	reconnected := make(chan struct{}, 1)
+	snc, err := nats.Connect(cfg.NATS.URL, append(append(sys.Options(), opts...), nats.Name("modelplane-server-system"), nats.MaxReconnects(-1),
+		nats.ReconnectHandler(signalOn(reconnected)))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats as the system user (for node revocations): %w", err)
 	}
 	cp.Authority = a
 	cp.Push = func(ctx context.Context) error { return a.Push(ctx, snc) }
+	cp.Reconnected = reconnected
 	cp.NodeNATSURLs = cfg.NodeNATSURLs
 	if cfg.NATS.CA != "" {
 		pem, err := os.ReadFile(cfg.NATS.CA)
@@ -47,4 +50,15 @@ func enrollmentConfig(cp *controlplane.Config, cfg ServerConfig, log *slog.Logge
 		cp.NodeNATSCA = string(pem)
 	}
 	return snc.Close, nil
+}
+
+// signalOn is a connection handler that sends on ch without waiting: one
+// pending wake is enough.
+func signalOn(ch chan<- struct{}) nats.ConnHandler {
+	return func(*nats.Conn) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

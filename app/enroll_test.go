@@ -17,14 +17,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/enrollment"
-	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
+	"modelplane/trust"
 )
 
 // TestRotationKeepsTheAgentConnected: an agent enrolled through the join
@@ -60,10 +60,11 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, func() time.Time { return clock.Now() })
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
+	svc := enrollment.New(pgtest.New(t), a, func(ctx context.Context) error { return a.Push(ctx, snc) }, clock)
 
 	const node = "rot-1"
-	creds, err := enrollDevNode(ctx, svc, node, fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
+	creds, err := enrollDevNode(ctx, svc, node, trust.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 65535})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,20 +87,20 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 	t.Cleanup(nc.Close)
 	sess.Attach(nc)
 
-	beats, err := cp.SubscribeSync(proto.NodeStatusSubject(node))
+	beats, err := cp.SubscribeSync(busapi.NodeStatusSubject(node))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
-	desired, _ := json.Marshal(proto.Desired{Node: node, Generation: 2, Replicas: []proto.ReplicaSpec{{
+	desired, _ := json.Marshal(busapi.Desired{Node: node, Generation: 2, Replicas: []busapi.ReplicaSpec{{
 		ID: "r1", Team: "risk", Endpoint: "fraud-scoring", Model: "fraud", Version: "v1", Task: "classification",
-		GPUType: "A100-80GB", Profile: proto.ProfileFull, Slots: []proto.Slot{{GPU: 0}},
+		GPUType: "A100-80GB", Profile: busapi.ProfileFull, Slots: []busapi.Slot{{GPU: 0}},
 		Sim: json.RawMessage(`{"latency_ms":{"p50":2,"p99":5},"score":{"mean":0.3,"sd":0.1},"class_balance":{"legit":0.9,"fraud":0.1}}`),
 	}}})
 	if _, err := kv.Put(ctx, node, desired); err != nil {
@@ -127,8 +128,8 @@ func TestRotationKeepsTheAgentConnected(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			var st proto.NodeStatus
-			return json.Unmarshal(m.Data, &st) == nil && st.Generation == 2 && len(st.Replicas) == 1 && st.Replicas[0].State == proto.StateReady
+			var st busapi.NodeStatus
+			return json.Unmarshal(m.Data, &st) == nil && st.Generation == 2 && len(st.Replicas) == 1 && st.Replicas[0].State == busapi.StateReady
 		}, "no heartbeat with the replica ready %s", what)
 	}
 	ready("before the rotation")
@@ -226,8 +227,9 @@ func TestAgentJoinsOnceThenStartsFromItsState(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := quartz.NewMock(t)
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
 	cp, err := controlplane.New(controlplane.Stores{Pool: pgtest.New(t)}, controlplane.Config{ArtifactDir: t.TempDir(),
-		Authority: natstest.Auth(t), Now: func() time.Time { return clock.Now() }})
+		Authority: natstest.Auth(t), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"modelplane/bus"
 	"modelplane/gateway"
+	"modelplane/tracing"
 )
 
 // GatewayConfig configures `modelplane gateway`.
@@ -212,28 +213,43 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 		ln.Close()
 		return fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", c.AdminAddr, err)
 	}
-	g, err := startGateway(ctx, cfg, nc, log)
+	g, stop, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
 		ln.Close()
 		adm.Close()
 		return err
 	}
-	defer g.Stop()
+	defer stop()
 	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
 		slog.String("state_dir", cfg.StateDir))
 	return serveWithAdmin(ctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler())
 }
 
-// startGateway builds and starts a gateway; its Stop ends it.
-func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *slog.Logger) (*gateway.Gateway, error) {
-	g, err := gateway.New(cfg, nc, log)
+// startGateway builds and starts a gateway, tracing as the OTEL_*
+// variables say (package tracing); its Stop ends it, and stop flushes the
+// traces.
+func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *slog.Logger) (g *gateway.Gateway, stop func(), err error) {
+	tp, err := tracing.FromEnv(ctx, "modelplane-gateway")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := g.Start(ctx); err != nil {
-		return nil, err
+	cfg.Tracer = tp
+	if tp.On {
+		log.Info("tracing requests over OTLP (OTEL_* variables)")
 	}
-	return g, nil
+	if g, err = gateway.New(cfg, nc, log); err == nil {
+		err = g.Start(ctx)
+	}
+	if err != nil {
+		_ = tp.Shutdown(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	return g, func() {
+		g.Stop()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}, nil
 }
 
 // startDevGateway runs the gateway of `modelplane dev` on addr, and its
@@ -251,7 +267,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 		return "", nil, fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", adminAddr, err)
 	}
 	cfg := gateway.Config{StateDir: filepath.Join(dir, "gateway"), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}
-	g, err := startGateway(ctx, cfg, nc, log)
+	g, stop, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
 		ln.Close()
 		adm.Close()
@@ -267,7 +283,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	if err != nil {
 		ln.Close()
 		adm.Close()
-		g.Stop()
+		stop()
 		return "", nil, fmt.Errorf("dev.env: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -278,7 +294,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()
-	return adm.Addr().String(), func() { cancel(); <-done; g.Stop() }, nil
+	return adm.Addr().String(), func() { cancel(); <-done; stop() }, nil
 }
 
 // gatewayDrain is how long a stopping gateway waits for in-flight requests:

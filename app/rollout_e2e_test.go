@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/enrollment"
 	"modelplane/gateway"
@@ -115,7 +115,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	s := &stack{ctx: ctx, cp: cp, nc: nc, key: key, send: send}
 	s.startLoops(t)
 	t.Cleanup(s.cp.Stop)
-	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, time.Now), dir: t.TempDir(),
+	stopFleet, err := startSimFleet(ctx, log, simFleet{natsURL: ns.ClientURL(), enroll: enrollment.New(pool, natstest.Auth(t), nil, nil), dir: t.TempDir(),
 		nodes: 4, gpus: 2, portBase: stackPortBase()})
 	if err != nil {
 		t.Fatal(err)
@@ -238,13 +238,13 @@ func (s *stack) load(n int) (stop func(), responses func() []served) {
 // at or after the real switch; an assertion on requests started after it
 // is causal, not a bound on propagation time (bench rollback measures
 // that).
-func (s *stack) switched(t *testing.T, endpoint string, done func(proto.Route) bool) time.Time {
+func (s *stack) switched(t *testing.T, endpoint string, done func(busapi.Route) bool) time.Time {
 	t.Helper()
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(s.ctx, proto.BucketRoutes)
+	kv, err := js.KeyValue(s.ctx, busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func (s *stack) switched(t *testing.T, endpoint string, done func(proto.Route) b
 		if err != nil {
 			return false
 		}
-		var rt proto.Route
+		var rt busapi.Route
 		if json.Unmarshal(e.Value(), &rt) != nil || !done(rt) {
 			return false
 		}
@@ -271,7 +271,7 @@ func (s *stack) switched(t *testing.T, endpoint string, done func(proto.Route) b
 }
 
 // weight is version's weight in rt (0 when absent).
-func weight(rt proto.Route, version string) int {
+func weight(rt busapi.Route, version string) int {
 	for _, v := range rt.Versions {
 		if v.Name == version {
 			return v.Weight
@@ -333,7 +333,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketRoutes)
+	kv, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 			if e == nil {
 				continue
 			}
-			var rt proto.Route
+			var rt busapi.Route
 			if json.Unmarshal(e.Value(), &rt) != nil {
 				continue
 			}
@@ -368,9 +368,9 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 	}()
 
 	// The team's live pages hear of it on mp.events.search.
-	events := make(chan proto.Event, 256)
-	sub, err := nc.Subscribe(proto.EventsSubject("search"), func(m *nats.Msg) {
-		var ev proto.Event
+	events := make(chan busapi.Event, 256)
+	sub, err := nc.Subscribe(busapi.EventsSubject("search"), func(m *nats.Msg) {
+		var ev busapi.Event
 		if json.Unmarshal(m.Data, &ev) == nil {
 			select {
 			case events <- ev:
@@ -452,13 +452,13 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 				return false
 			}
 		}
-	}, "no rollback event on %s", proto.EventsSubject("search"))
+	}, "no rollback event on %s", busapi.EventsSubject("search"))
 	if verdicts > 3 {
 		t.Errorf("rolled back after %d evaluations, want within 3", verdicts)
 	}
 	// Once the gateway serves the entry without v43, no request started
 	// after it reaches v43; the load goes on for 20 more answers.
-	quiet := s.switched(t, "support-chat", func(rt proto.Route) bool { return weight(rt, "v43") == 0 })
+	quiet := s.switched(t, "support-chat", func(rt busapi.Route) bool { return weight(rt, "v43") == 0 })
 	t.Logf("rollback decision to the gateway serving the entry: at most %s", quiet.Sub(rollbackAt))
 	answeredSince(t, responses, quiet, 20)
 	stopLoad()
@@ -551,7 +551,7 @@ func TestRolloutSurvivesControlPlaneRestart(t *testing.T) {
 	if count["start"] != 1 || count["step"] != 1 || count["promote"] != 1 || count["await_approval"] != 1 {
 		t.Errorf("state changes %v; want one start, one first step, one wait for approval and one promotion across two restarts", count)
 	}
-	promoted := s.switched(t, "support-chat", func(rt proto.Route) bool { return weight(rt, "v42") == 0 && weight(rt, "v44") == 100 })
+	promoted := s.switched(t, "support-chat", func(rt busapi.Route) bool { return weight(rt, "v42") == 0 && weight(rt, "v44") == 100 })
 	answeredSince(t, responses, promoted, 20)
 	stopLoad()
 	var duringKill44, failed, late42 int

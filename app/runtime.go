@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,11 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"modelplane/busapi"
 	"modelplane/runtime"
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/xgboost"
-	"modelplane/validation"
+	"modelplane/tracing"
+	"modelplane/versioncheck"
 )
 
 // runtimeOpeners are the model loaders of the built-in runtime, by the
@@ -50,6 +53,23 @@ type RuntimeConfig struct {
 	LogLevel     string
 }
 
+// tokenFromFD reads the replica's token from the descriptor the agent
+// names in busapi.ReplicaTokenFDEnv (a pipe it wrote the token to) and
+// closes it; false when none is named or it cannot be read.
+func tokenFromFD() (string, bool) {
+	fd, err := strconv.Atoi(os.Getenv(busapi.ReplicaTokenFDEnv))
+	if err != nil || fd < 3 {
+		return "", false
+	}
+	f := os.NewFile(uintptr(fd), "replica-token")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
 // DefaultRuntimeDrainTimeout is how long a stopping runtime waits for
 // in-flight requests: the agent's grace before SIGKILL should be longer.
 const DefaultRuntimeDrainTimeout = 30 * time.Second
@@ -62,6 +82,9 @@ func (c *RuntimeConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Port, "port", envInt("MP_RUNTIME_PORT", 8000), "listen port; 0 picks a free one (MP_RUNTIME_PORT)")
 	fs.StringVar(&c.ReplicaID, "replica-id", env("MP_REPLICA_ID", ""), "replica id reported on /v2/stats (MP_REPLICA_ID)")
 	c.Token = Secret(env("MP_REPLICA_TOKEN", ""))
+	if t, ok := tokenFromFD(); ok {
+		c.Token = Secret(t)
+	}
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration("MP_RUNTIME_DRAIN_TIMEOUT", DefaultRuntimeDrainTimeout), "on SIGTERM, how long in-flight requests may take (MP_RUNTIME_DRAIN_TIMEOUT)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_RUNTIME_MAX_BODY_BYTES", runtime.DefaultMaxBodyBytes), "largest request body (MP_RUNTIME_MAX_BODY_BYTES)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
@@ -112,7 +135,17 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_RUNTIME_PORT): %w", addr, err)
 	}
-	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log})
+	tp, err := tracing.FromEnv(ctx, "modelplane-runtime")
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}()
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp})
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -168,23 +201,29 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 // child process the control plane validates a version in.
 type RuntimeValidateConfig struct {
 	ModelDir string
-	// MemoryMB is the address space the process allows itself.
-	MemoryMB int64
+	// MemoryMB is the address space the process allows itself;
+	// CPUSeconds and MaxProcesses its CPU time and processes (0: none).
+	MemoryMB     int64
+	CPUSeconds   int64
+	MaxProcesses int64
 }
 
 // Flags registers the settings on fs.
 func (c *RuntimeValidateConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ModelDir, "model-dir", "", "model directory holding the model files and modelplane-runtime.json, whose sample_inputs are answered")
-	fs.Int64Var(&c.MemoryMB, "memory-mb", validation.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
+	fs.Int64Var(&c.MemoryMB, "memory-mb", versioncheck.DefaultMemoryMB, "address-space limit of this process in MiB (0: none)")
+	fs.Int64Var(&c.CPUSeconds, "cpu-seconds", 0, "CPU time limit of this process in seconds (0: none)")
+	fs.Int64Var(&c.MaxProcesses, "max-processes", 0, "limit on the processes and threads of this process's user (0: none)")
 }
 
 // RunRuntimeValidate loads the model directory as a replica would, answers
-// its sample inputs and prints a validation.Report as JSON; it returns the
+// its sample inputs and prints a versioncheck.Report as JSON; it returns the
 // exit status (3 when the version is invalid).
 func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
 	if c.ModelDir == "" {
 		fmt.Fprintln(os.Stderr, "modelplane runtime validate: --model-dir is required")
 		return 2
 	}
-	return validation.RunChild(ctx, c.ModelDir, c.MemoryMB, runtimeOpeners())
+	return versioncheck.RunChild(ctx, c.ModelDir, versioncheck.ChildLimits{MemoryMB: c.MemoryMB,
+		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners())
 }

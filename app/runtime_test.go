@@ -14,7 +14,7 @@ import (
 
 	"modelplane/internal/wait"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // logistic is a one-feature logistic regression read from a JSON file,
@@ -26,7 +26,7 @@ type logistic struct {
 }
 
 func (m *logistic) NumFeatures() int   { return 1 }
-func (m *logistic) OutputKind() string { return model.OutputProbability }
+func (m *logistic) OutputKind() string { return serveapi.OutputProbability }
 func (m *logistic) Close() error       { return nil }
 func (m *logistic) Predict(rows [][]float32) ([][]float32, error) {
 	<-m.gate
@@ -40,11 +40,11 @@ func (m *logistic) Predict(rows [][]float32) ([][]float32, error) {
 func runtimeDir(t *testing.T, sample string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := model.Config{Model: "churn", Version: "v1", Format: "logistic", File: "m.json",
-		Features: []model.Feature{{Name: "x"}}, SampleInputs: []json.RawMessage{json.RawMessage(sample)},
-		Batching: model.Batching{MaxBatchSize: 4}}
+	cfg := serveapi.Config{Model: "churn", Version: "v1", Format: "logistic", File: "m.json",
+		Features: []serveapi.Feature{{Name: "x"}}, SampleInputs: []json.RawMessage{json.RawMessage(sample)},
+		Batching: serveapi.Batching{MaxBatchSize: 4}}
 	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "m.json"), []byte(`{"W": 2, "B": -1}`), 0o600); err != nil {
@@ -54,7 +54,7 @@ func runtimeDir(t *testing.T, sample string) string {
 }
 
 func logisticOpeners(gate chan struct{}) map[string]runtime.Opener {
-	return map[string]runtime.Opener{"logistic": func(path string) (model.Model, error) {
+	return map[string]runtime.Opener{"logistic": func(path string) (serveapi.Model, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
@@ -27,6 +28,7 @@ import (
 	"modelplane/handlers"
 	"modelplane/ingest"
 	"modelplane/migrations"
+	"modelplane/notify"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -57,38 +59,16 @@ func readiness(pool *pgxpool.Pool, ch driver.Conn, nc *nats.Conn) map[string]han
 // NewHTTP builds the portal and API over cp's services: what `server` and
 // `dev` serve and `bench api` drives.
 func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
-	d := handlers.Deps{
-		Log:            cp.Log,
-		Keys:           cp.Keys,
-		OIDC:           cp.OIDC,
-		Sessions:       cp.Sessions,
-		Tenant:         cp.Tenant,
-		Registry:       cp.Registry,
-		Endpoints:      cp.Endpoints,
-		Fleet:          cp.Fleet,
-		Meter:          cp.Meter,
-		Rates:          cp.Rates,
-		Chargeback:     cp.Chargeback,
-		Budgets:        cp.Budgets,
-		Advisor:        cp.Advisor,
-		Rollouts:       cp.Rollouts,
-		Drift:          cp.Drift,
-		Audit:          cp.Audit,
-		Idempotency:    cp.Idempotency,
+	return handlers.New(handlers.Deps{
+		Set:            &cp.Set,
+		Clock:          quartz.NewReal(),
 		Ready:          o.Ready,
 		AgentToken:     string(o.AgentToken),
-		Enrollment:     cp.Enrollment,
 		PublicURL:      o.PublicURL,
-		Metrics:        cp.Metrics,
-		Now:            time.Now,
 		DevUsers:       o.DevUsers,
 		MaxUploadBytes: o.MaxUploadBytes,
 		MaxBodyBytes:   handlers.DefaultMaxBodyBytes,
-	}
-	if cp.Traffic != nil { // a nil *traffic.Reader in the interface would not read as absent
-		d.Traffic = cp.Traffic
-	}
-	return handlers.New(d)
+	})
 }
 
 // adminDrain is how long an admin listener waits for a scrape in flight.
@@ -179,6 +159,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	log := NewLogger(cfg.LogLevel)
+	if cfg.AgentToken != "" {
+		warnSharedAgentToken(log, "server")
+	}
 	natsOpts, err := cfg.NATS.Options(log)
 	if err != nil {
 		return err
@@ -197,9 +180,12 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if u, err := url.Parse(cfg.OIDCIssuer); err == nil && u.Hostname() != "" {
 		egressPolicy.Hosts = append(egressPolicy.Hosts, u.Hostname())
 	}
+	// The one real clock of the control plane: every service and loop
+	// gets it from here.
+	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
 		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback",
-		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, time.Now)
+		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
@@ -207,12 +193,19 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("find the modelplane binary for validation: %w", err)
 	}
-	cpCfg := controlplane.Config{Log: log, OIDC: oidc,
+	cpCfg := controlplane.Config{Log: log, OIDC: oidc, Clock: clock,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
 		AutoscaleInterval: cfg.AutoscaleInterval,
-		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB}
+		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB,
+		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID), Alertmanager: cfg.AlertmanagerURL}
+	if cpCfg.SecretKeys, err = notify.ParseKeyring(string(cfg.SecretKey)); err != nil {
+		return err
+	}
+	if cfg.SecretKey == "" {
+		log.Warn("MP_SECRET_KEY is not set: teams cannot create webhooks")
+	}
 	if cfg.NATSAuthority != "" {
 		closeSys, err := enrollmentConfig(&cpCfg, cfg, log)
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/sim/scenario"
 )
 
@@ -66,7 +68,7 @@ func RunSim(ctx context.Context, cfg SimConfig, args []string, out io.Writer) er
 			sc.Warmup = 0
 		}
 	}
-	rep, err := scenario.Run(ctx, sc, scenario.Options{Now: time.Now})
+	rep, err := scenario.Run(ctx, sc, scenario.Options{Clock: quartz.NewReal()})
 	if err != nil {
 		return fmt.Errorf("sim run %s: %w", args[1], err)
 	}

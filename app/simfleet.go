@@ -10,7 +10,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/enrollment"
-	"modelplane/fleet"
+	"modelplane/trust"
 )
 
 // simFleetLayout is the inventory of node i of the dev fleet: A100s on even
@@ -87,7 +87,7 @@ func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop fun
 			return nil, fmt.Errorf("sim fleet: %w", err)
 		}
 		node := fmt.Sprintf("gpu-node-%02d", i+1)
-		addr := fleet.Address{Host: "127.0.0.1", PortFirst: sf.portBase + i*SimPortsPerNode, PortLast: sf.portBase + (i+1)*SimPortsPerNode - 1}
+		addr := trust.Address{Host: "127.0.0.1", PortFirst: sf.portBase + i*SimPortsPerNode, PortLast: sf.portBase + (i+1)*SimPortsPerNode - 1}
 		nc, _, err := devNode{natsURL: sf.natsURL, enroll: sf.enroll, log: log}.join(ctx, node, addr)
 		if err != nil {
 			stop()

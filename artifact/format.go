@@ -58,25 +58,34 @@ const accepted = "accepted: safetensors, onnx, gguf, json, utf-8 text"
 // format, and a file named like a pickle (.bin, .pt, .pkl, ...) may only hold
 // a binary model format.
 func Detect(name string, r io.Reader, size int64) (Format, error) {
+	f, _, err := detectFile(name, r, size)
+	return f, err
+}
+
+// detectFile is Detect that also returns, for an ONNX model, the external
+// data files its tensors name (relative to the model's directory, as
+// written in the file), which the upload holds to the manifest.
+func detectFile(name string, r io.Reader, size int64) (Format, []string, error) {
 	if size < 0 {
-		return "", fmt.Errorf("detect %s: negative size %d", name, size)
+		return "", nil, fmt.Errorf("detect %s: negative size %d", name, size)
 	}
 	head := make([]byte, min(size, headSize))
 	if _, err := io.ReadFull(r, head); err != nil {
-		return "", fmt.Errorf("detect %s: %w", name, unexpected(err))
+		return "", nil, fmt.Errorf("detect %s: %w", name, unexpected(err))
 	}
 	rest := io.LimitReader(r, size-int64(len(head)))
-	f, err := detect(name, head, rest, size)
+	var external []string
+	f, err := detect(name, head, rest, size, &external)
 	if err != nil {
-		return "", withPath(err, name)
+		return "", nil, withPath(err, name)
 	}
 	if err := checkName(name, f); err != nil {
-		return "", withPath(err, name)
+		return "", nil, withPath(err, name)
 	}
-	return f, nil
+	return f, external, nil
 }
 
-func detect(name string, head []byte, rest io.Reader, size int64) (Format, error) {
+func detect(name string, head []byte, rest io.Reader, size int64, external *[]string) (Format, error) {
 	// The pickle scan of a binary format sees every byte its checks read.
 	pk := newPickleScanner(size)
 	pk.write(head)
@@ -98,8 +107,9 @@ func detect(name string, head []byte, rest io.Reader, size int64) (Format, error
 	}
 	// Binary and not safetensors or GGUF: ONNX or refused. The ONNX walk
 	// fails on the first bytes of every format named in refusal below.
-	onnxErr := checkONNX(io.MultiReader(bytes.NewReader(head), tee), size)
+	ext, onnxErr := walkONNX(io.MultiReader(bytes.NewReader(head), tee), size)
 	if onnxErr == nil {
+		*external = ext
 		return notPickle(FormatONNX, pk, tee)
 	}
 	if err := refusal(head, int64(len(head)) == size); err != nil {

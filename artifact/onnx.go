@@ -16,12 +16,50 @@ const (
 )
 
 // A protoSchema lists the fields a message may have, with their wire types,
-// and the schemas of the nested messages the walk descends into.
+// and the schemas of the nested messages the walk descends into. A lenient
+// schema skips fields it does not list (the walk descends into it only to
+// find tensors, not to check its shape).
 type protoSchema struct {
-	name   string
-	fields map[uint64]int
-	nested map[uint64]*protoSchema
+	name    string
+	fields  map[uint64]int
+	nested  map[uint64]*protoSchema
+	lenient bool
 }
+
+// The messages that can hold a TensorProto, walked to find every tensor
+// whose data lives in another file (external data): ONNX Runtime opens
+// that file by the path the tensor names, relative to the model's
+// directory, whatever it is. The schemas are wired in init (they nest).
+var (
+	nodeSchema         = &protoSchema{name: "node", lenient: true}
+	attributeSchema    = &protoSchema{name: "attribute", lenient: true}
+	functionSchema     = &protoSchema{name: "function", lenient: true}
+	trainingInfoSchema = &protoSchema{name: "training_info", lenient: true}
+	sparseTensorSchema = &protoSchema{name: "sparse_tensor", lenient: true}
+	tensorSchema       = &protoSchema{name: "tensor", lenient: true}
+	// entrySchema is StringStringEntryProto, a tensor's external_data.
+	entrySchema = &protoSchema{name: "external_data", lenient: true}
+)
+
+func init() {
+	graphSchema.nested = map[uint64]*protoSchema{1: nodeSchema, 5: tensorSchema, 15: sparseTensorSchema}
+	modelSchema.nested[20] = trainingInfoSchema
+	modelSchema.nested[25] = functionSchema
+	nodeSchema.nested = map[uint64]*protoSchema{5: attributeSchema}
+	attributeSchema.nested = map[uint64]*protoSchema{5: tensorSchema, 6: graphSchema, 10: tensorSchema,
+		11: graphSchema, 22: sparseTensorSchema, 23: sparseTensorSchema}
+	functionSchema.nested = map[uint64]*protoSchema{7: nodeSchema}
+	trainingInfoSchema.nested = map[uint64]*protoSchema{1: graphSchema, 2: graphSchema}
+	sparseTensorSchema.nested = map[uint64]*protoSchema{1: tensorSchema, 2: tensorSchema}
+	tensorSchema.nested = map[uint64]*protoSchema{13: entrySchema}
+}
+
+// Bounds of the walk: how deep messages may nest (subgraphs of If and Loop
+// nodes nest graphs), and the longest external_data key or value read.
+const (
+	maxONNXDepth    = 48
+	maxExternalText = 4096
+)
 
 // operatorSetIDSchema is onnx.OperatorSetIdProto.
 var operatorSetIDSchema = &protoSchema{
@@ -59,29 +97,42 @@ const maxIRVersion = 100
 // opset_import are checked the same way. Large payloads (nodes, initializers)
 // are skipped, never held.
 func checkONNX(r io.Reader, size int64) error {
-	c := &cursor{r: bufio.NewReaderSize(r, 32<<10)}
+	_, err := walkONNX(r, size)
+	return err
+}
+
+// walkONNX is checkONNX that also returns the external data files the
+// model's tensors name (the "location" of their external_data), each once,
+// as written in the file. Every node, attribute, subgraph, function and
+// training graph is walked to find them; only their tensors' payloads are
+// skipped.
+func walkONNX(r io.Reader, size int64) ([]string, error) {
+	c := &cursor{r: bufio.NewReaderSize(r, 32<<10), seen: map[string]bool{}}
 	seen, err := c.walk(modelSchema, size, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case seen.irVersion == 0:
-		return errors.New("no ir_version")
+		return nil, errors.New("no ir_version")
 	case !seen.fields[7]:
-		return errors.New("no graph")
+		return nil, errors.New("no graph")
 	}
-	return nil
+	return c.external, nil
 }
 
 // cursor reads a protobuf stream and knows its offset.
 type cursor struct {
-	r   *bufio.Reader
-	off int64
+	r        *bufio.Reader
+	off      int64
+	external []string // external data locations, in the order first met
+	seen     map[string]bool
 }
 
 type walked struct {
-	fields    map[uint64]bool
-	irVersion uint64
+	fields     map[uint64]bool
+	irVersion  uint64
+	key, value string // of an external_data entry
 }
 
 // walk checks the fields of one message that ends at offset end.
@@ -95,11 +146,24 @@ func (c *cursor) walk(s *protoSchema, end int64, depth int) (walked, error) {
 		}
 		field, wire := tag>>3, int(tag&7)
 		want, ok := s.fields[field]
+		if sub := s.nested[field]; s.lenient && sub != nil {
+			want, ok = wireBytes, true
+		} else if s.lenient && !ok && field != 0 {
+			want, ok = wire, true
+		}
 		if !ok || want != wire {
 			return seen, fmt.Errorf("%s: unexpected field %d (wire type %d) at offset %d", s.name, field, wire, at)
 		}
 		seen.fields[field] = true
 		switch wire {
+		case wireI64:
+			if err := c.skipIn(8, end); err != nil {
+				return seen, fmt.Errorf("%s: field %d: %w", s.name, field, err)
+			}
+		case wireI32:
+			if err := c.skipIn(4, end); err != nil {
+				return seen, fmt.Errorf("%s: field %d: %w", s.name, field, err)
+			}
 		case wireVarint:
 			v, err := c.varint(end)
 			if err != nil {
@@ -119,19 +183,59 @@ func (c *cursor) walk(s *protoSchema, end int64, depth int) (walked, error) {
 			if n > uint64(end-c.off) {
 				return seen, fmt.Errorf("%s: field %d length %d runs past the end", s.name, field, n)
 			}
-			if sub := s.nested[field]; sub != nil && depth < 1 {
-				if _, err := c.walk(sub, c.off+int64(n), depth+1); err != nil {
+			switch sub := s.nested[field]; {
+			case sub != nil:
+				if depth >= maxONNXDepth {
+					return seen, fmt.Errorf("%s: messages nested more than %d deep", s.name, maxONNXDepth)
+				}
+				w, err := c.walk(sub, c.off+int64(n), depth+1)
+				if err != nil {
 					return seen, err
 				}
-			} else if err := c.skip(int64(n)); err != nil {
-				return seen, err
+				if sub == entrySchema && w.key == "location" {
+					if !c.seen[w.value] {
+						c.seen[w.value] = true
+						c.external = append(c.external, w.value)
+					}
+				}
+			case s == entrySchema && (field == 1 || field == 2):
+				if n > maxExternalText {
+					return seen, fmt.Errorf("%s: field %d of %d bytes is too long", s.name, field, n)
+				}
+				b := make([]byte, n)
+				if _, err := io.ReadFull(c.r, b); err != nil {
+					return seen, unexpected(err)
+				}
+				c.off += int64(n)
+				if field == 1 {
+					seen.key = string(b)
+				} else {
+					seen.value = string(b)
+				}
+			default:
+				if err := c.skip(int64(n)); err != nil {
+					return seen, err
+				}
 			}
+		default:
+			if !s.lenient {
+				break
+			}
+			return seen, fmt.Errorf("%s: field %d has wire type %d", s.name, field, wire)
 		}
 	}
 	if c.off != end {
 		return seen, fmt.Errorf("%s: runs past its end", s.name)
 	}
 	return seen, nil
+}
+
+// skipIn skips n bytes that must end before end.
+func (c *cursor) skipIn(n, end int64) error {
+	if end-c.off < n {
+		return io.ErrUnexpectedEOF
+	}
+	return c.skip(n)
 }
 
 var errVarint = errors.New("malformed varint")

@@ -47,6 +47,10 @@ type Blob struct {
 	Size int64 `json:"size"`
 	// Format is what Detect recognised the content as.
 	Format Format `json:"format"`
+	// External lists the external data files an ONNX model's tensors name,
+	// as written in it (relative to the model's directory); an upload
+	// accepts the model only when each is a file of its manifest.
+	External []string `json:"external,omitempty"`
 }
 
 // NewStore returns a store rooted at dir, creating its directories.
@@ -104,11 +108,11 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, limit int64, 
 	if n > limit {
 		return Blob{}, tooLarge(name, "file is larger than the limit of %d bytes", limit)
 	}
-	format, err := Detect(name, io.NewSectionReader(tmp, 0, n), n)
+	format, external, err := detectFile(name, io.NewSectionReader(tmp, 0, n), n)
 	if err != nil {
 		return Blob{}, err
 	}
-	b := Blob{Digest: hex.EncodeToString(h.Sum(nil)), Size: n, Format: format}
+	b := Blob{Digest: hex.EncodeToString(h.Sum(nil)), Size: n, Format: format, External: external}
 
 	dst := s.path(b.Digest)
 	// Flush before taking the lock, which removals wait on; a blob that is

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -49,7 +50,7 @@ func TestStorePutDedupes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Put #%d: %v", i+1, err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("Put #%d = %+v, want %+v", i+1, got, want)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 )
 
@@ -116,8 +117,29 @@ func (u *Upload) Add(ctx context.Context, p string, r io.Reader) error {
 	if b.Digest != want {
 		return reject(p, "digest mismatch: manifest says sha256 %s, content is %s", want, b.Digest)
 	}
+	if err := u.checkExternal(p, b.External); err != nil {
+		return err
+	}
 	u.blobs[p] = b
 	u.size += b.Size
+	return nil
+}
+
+// checkExternal refuses an ONNX model at p whose tensors name external
+// data that is not a file of the manifest: ONNX Runtime opens the named
+// path relative to the model's directory when it loads the model (in the
+// validation child, then in every replica), so a location such as
+// "../../../etc/shadow" or "/proc/self/environ" would read a file of the
+// machine into the model's weights.
+func (u *Upload) checkExternal(p string, external []string) error {
+	for _, loc := range external {
+		if CheckPath(loc) != nil {
+			return reject(p, "onnx external data %q is not a file of the manifest (it must be a clean relative path)", loc)
+		}
+		if _, ok := u.manifest[path.Join(path.Dir(p), loc)]; !ok {
+			return reject(p, "onnx external data %q is not a file of the manifest", loc)
+		}
+	}
 	return nil
 }
 

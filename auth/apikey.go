@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
@@ -67,13 +68,17 @@ func LooksLikeKey(token string) bool { return strings.HasPrefix(token, KeyPrefix
 
 // Keys verifies API keys against PostgreSQL.
 type Keys struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock quartz.Clock
 }
 
-// NewKeys returns a key verifier; now is injected for expiry tests.
-func NewKeys(pool *pgxpool.Pool, now func() time.Time) *Keys {
-	return &Keys{pool: pool, now: now}
+// NewKeys returns a key verifier; clock is what expiry is checked on
+// (quartz.NewReal() when nil).
+func NewKeys(pool *pgxpool.Pool, clock quartz.Clock) *Keys {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Keys{pool: pool, clock: clock}
 }
 
 // Authenticate returns the principal for a raw key, or ErrUnauthenticated.
@@ -93,7 +98,7 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 	if subtle.ConstantTimeCompare(row.Hash, HashKey(key)) != 1 {
 		return nil, ErrUnauthenticated
 	}
-	now := k.now()
+	now := k.clock.Now()
 	if row.RevokedAt != nil || (row.ExpiresAt != nil && !now.Before(*row.ExpiresAt)) {
 		return nil, ErrUnauthenticated
 	}

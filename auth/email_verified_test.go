@@ -16,7 +16,7 @@ import (
 func TestOIDCEmailVerified(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	cases := []struct {
 		name     string
 		verified any // nil: claim absent

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
@@ -71,30 +71,30 @@ func (p *IdentityPublisher) Publish(ctx context.Context) (int, error) {
 	want := map[string]string{}
 	jwks, jwksErr := p.fetchJWKS(ctx)
 	if jwksErr == nil {
-		b, err := json.Marshal(proto.OIDCEntry{Issuer: p.issuer, Audience: p.audience, JWKS: jwks})
+		b, err := json.Marshal(busapi.OIDCEntry{Issuer: p.issuer, Audience: p.audience, JWKS: jwks})
 		if err != nil {
 			return 0, fmt.Errorf("publish identity: %w", err)
 		}
-		want[proto.IdentityOIDCKey] = string(b)
-	} else if old, ok := p.last[proto.IdentityOIDCKey]; ok {
-		want[proto.IdentityOIDCKey] = old
+		want[busapi.IdentityOIDCKey] = string(b)
+	} else if old, ok := p.last[busapi.IdentityOIDCKey]; ok {
+		want[busapi.IdentityOIDCKey] = old
 	}
 	rows, err := db.New(p.pool).IdentityListMembers(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("publish identity: %w", err)
 	}
-	entries := map[string]*proto.MemberEntry{}
+	entries := map[string]*busapi.MemberEntry{}
 	var order []string
 	for _, r := range rows {
-		k := proto.IdentityUserKey(r.Issuer, r.Subject)
+		k := busapi.IdentityUserKey(r.Issuer, r.Subject)
 		e := entries[k]
 		if e == nil {
-			e = &proto.MemberEntry{PlatformRole: r.PlatformRole}
+			e = &busapi.MemberEntry{PlatformRole: r.PlatformRole}
 			entries[k] = e
 			order = append(order, k)
 		}
 		if r.Team != "" {
-			e.Teams = append(e.Teams, proto.MemberTeam{Team: r.Team, Role: r.Role})
+			e.Teams = append(e.Teams, busapi.MemberTeam{Team: r.Team, Role: r.Role})
 		}
 	}
 	for _, k := range order {
@@ -108,7 +108,7 @@ func (p *IdentityPublisher) Publish(ctx context.Context) (int, error) {
 	err = db.InTx(ctx, p.pool, func(q *db.Queries) error {
 		written = 0
 		put := func(key, payload string) error {
-			_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketIdentity, key), Payload: []byte(payload)})
+			_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketIdentity, key), Payload: []byte(payload)})
 			written++
 			return err
 		}

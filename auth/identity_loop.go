@@ -24,14 +24,18 @@ type IdentityLoop struct {
 	// bucketKeys lists the keys now in mp_identity (nil: none known).
 	bucketKeys func(ctx context.Context) ([]string, error)
 	log        *slog.Logger
+	clock      quartz.Clock
 }
 
 // NewIdentityLoop returns the loop over pub. bucketKeys lists the keys in
 // mp_identity at the start of a term, so the term's first pass deletes
 // entries of users who lost their memberships while another control plane
-// led or none ran.
-func NewIdentityLoop(pub *IdentityPublisher, bucketKeys func(ctx context.Context) ([]string, error), log *slog.Logger) *IdentityLoop {
-	return &IdentityLoop{pub: pub, bucketKeys: bucketKeys, log: log}
+// led or none ran. It ticks on clock (quartz.NewReal() when nil).
+func NewIdentityLoop(pub *IdentityPublisher, bucketKeys func(ctx context.Context) ([]string, error), log *slog.Logger, clock quartz.Clock) *IdentityLoop {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &IdentityLoop{pub: pub, bucketKeys: bucketKeys, log: log, clock: clock}
 }
 
 // Start begins a term and publishes until Stop.
@@ -45,7 +49,7 @@ func (l *IdentityLoop) Start(ctx context.Context) error {
 		}
 		l.pub.BeginTerm(keys)
 		failing := false
-		service.Tick(ctx, quartz.NewReal(), IdentityInterval, nil, func(ctx context.Context) {
+		service.Tick(ctx, l.clock, IdentityInterval, nil, func(ctx context.Context) {
 			_, err := l.pub.Publish(ctx)
 			if err != nil && ctx.Err() == nil && !failing {
 				l.log.Warn("publish identity for the gateways", slog.String("error", err.Error()))

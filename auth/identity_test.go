@@ -3,11 +3,10 @@ package auth
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/internal/pgtest"
 )
@@ -29,7 +28,7 @@ func identityRows(t *testing.T, pool *pgxpool.Pool, after int64) (map[string]str
 		if err := rows.Scan(&id, &subject, &payload); err != nil {
 			t.Fatal(err)
 		}
-		_, key, _ := proto.KVKey(subject)
+		_, key, _ := busapi.KVKey(subject)
 		out[key] = string(payload)
 		last = id
 	}
@@ -43,7 +42,7 @@ func identityRows(t *testing.T, pool *pgxpool.Pool, after int64) (map[string]str
 func TestIdentityPublisher(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	q := db.New(pool)
 	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})
@@ -68,7 +67,7 @@ func TestIdentityPublisher(t *testing.T) {
 		}
 	}
 	pub := rp.IdentityPublisher(pool)
-	stale := proto.IdentityUserKey(iss, "gone")
+	stale := busapi.IdentityUserKey(iss, "gone")
 	pub.Forget([]string{stale})
 	n, err := pub.Publish(ctx)
 	if err != nil {
@@ -78,8 +77,8 @@ func TestIdentityPublisher(t *testing.T) {
 	if n != 4 || len(got) != 4 {
 		t.Fatalf("first publish wrote %d: %v; want the keys, alice, bob and the stale key's deletion", n, got)
 	}
-	var oe proto.OIDCEntry
-	if err := json.Unmarshal([]byte(got[proto.IdentityOIDCKey]), &oe); err != nil {
+	var oe busapi.OIDCEntry
+	if err := json.Unmarshal([]byte(got[busapi.IdentityOIDCKey]), &oe); err != nil {
 		t.Fatal(err)
 	}
 	var set struct {
@@ -88,13 +87,13 @@ func TestIdentityPublisher(t *testing.T) {
 	if err := json.Unmarshal(oe.JWKS, &set); err != nil || oe.Issuer != iss || oe.Audience != idp.ClientID() || len(set.Keys) == 0 {
 		t.Errorf("oidc entry = %+v (%v), want issuer %s, audience %s and the signing keys", oe, err, iss, idp.ClientID())
 	}
-	if a := member(t, got[proto.IdentityUserKey(iss, "alice")]); len(a.Teams) != 1 || a.Teams[0] != (proto.MemberTeam{Team: "risk", Role: "engineer"}) {
+	if a := member(t, got[busapi.IdentityUserKey(iss, "alice")]); len(a.Teams) != 1 || a.Teams[0] != (busapi.MemberTeam{Team: "risk", Role: "engineer"}) {
 		t.Errorf("alice = %+v, want engineer of risk", a)
 	}
 	if got[stale] != "null" {
 		t.Errorf("stale key = %q, want null (deleted)", got[stale])
 	}
-	if _, ok := got[proto.IdentityUserKey(iss, "carol")]; ok {
+	if _, ok := got[busapi.IdentityUserKey(iss, "carol")]; ok {
 		t.Errorf("carol, in no team, was published")
 	}
 
@@ -112,15 +111,15 @@ func TestIdentityPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = identityRows(t, pool, last)
-	bob := got[proto.IdentityUserKey(iss, "bob")]
-	if b := member(t, bob); len(got) != 2 || got[proto.IdentityUserKey(iss, "alice")] != "null" || len(b.Teams) != 1 || b.Teams[0].Role != "admin" {
+	bob := got[busapi.IdentityUserKey(iss, "bob")]
+	if b := member(t, bob); len(got) != 2 || got[busapi.IdentityUserKey(iss, "alice")] != "null" || len(b.Teams) != 1 || b.Teams[0].Role != "admin" {
 		t.Errorf("after the changes wrote %v, want alice deleted and bob an admin", got)
 	}
 }
 
-func member(t *testing.T, payload string) proto.MemberEntry {
+func member(t *testing.T, payload string) busapi.MemberEntry {
 	t.Helper()
-	var m proto.MemberEntry
+	var m busapi.MemberEntry
 	if err := json.Unmarshal([]byte(payload), &m); err != nil {
 		t.Fatalf("member entry %q: %v", payload, err)
 	}
@@ -135,7 +134,7 @@ func member(t *testing.T, payload string) proto.MemberEntry {
 func TestIdentityPublisherNewTerm(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	q := db.New(pool)
 	team, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: "risk"})
@@ -156,7 +155,7 @@ func TestIdentityPublisherNewTerm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	alice := proto.IdentityUserKey(iss, "alice")
+	alice := busapi.IdentityUserKey(iss, "alice")
 	setRole("engineer")
 	a, b := rp.IdentityPublisher(pool), rp.IdentityPublisher(pool)
 	a.BeginTerm(nil)
@@ -164,13 +163,13 @@ func TestIdentityPublisherNewTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	setRole("viewer")
-	b.BeginTerm([]string{proto.IdentityOIDCKey, alice})
+	b.BeginTerm([]string{busapi.IdentityOIDCKey, alice})
 	if _, err := b.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, last := identityRows(t, pool, 0)
 	setRole("engineer")
-	a.BeginTerm([]string{proto.IdentityOIDCKey, alice})
+	a.BeginTerm([]string{busapi.IdentityOIDCKey, alice})
 	if _, err := a.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/oauth2"
@@ -62,17 +63,20 @@ type OIDC struct {
 	verifier *oidc.IDTokenVerifier
 	client   *http.Client
 	pool     *pgxpool.Pool
-	now      func() time.Time
+	clock    quartz.Clock
 	// issuer, clientID and jwksURL are what gateways need to verify tokens
 	// themselves (see IdentityPublisher).
 	issuer, clientID, jwksURL string
 }
 
-// NewOIDC discovers the provider and returns a relying party; now is
-// injected so tests can move time.
-func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, now func() time.Time) (*OIDC, error) {
+// NewOIDC discovers the provider and returns a relying party; clock is
+// what tokens and sign-ins expire on (quartz.NewReal() when nil).
+func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, clock quartz.Clock) (*OIDC, error) {
 	if cfg.Issuer == "" || cfg.ClientID == "" || cfg.RedirectURL == "" {
 		return nil, errors.New("oidc: issuer, client id and redirect url are required")
+	}
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	scopes := cfg.Scopes
 	if len(scopes) == 0 {
@@ -107,10 +111,11 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, now func()
 		},
 		// The verifier checks signature (keys from the provider's JWKS, cached
 		// and refetched on an unknown kid), iss, aud = client id and exp.
-		verifier: provider.Verifier(&oidc.Config{ClientID: cfg.ClientID, Now: now}),
+		// go-oidc takes its clock as a func.
+		verifier: provider.Verifier(&oidc.Config{ClientID: cfg.ClientID, Now: func() time.Time { return clock.Now() }}),
 		client:   client,
 		pool:     pool,
-		now:      now,
+		clock:    clock,
 	}, nil
 }
 
@@ -138,7 +143,7 @@ func (o *OIDC) BeginHint(ctx context.Context, returnTo, loginHint string) (authU
 		Nonce:        nonce,
 		CodeVerifier: verifier,
 		ReturnTo:     LocalPath(returnTo),
-		CreatedAt:    o.now(),
+		CreatedAt:    o.clock.Now(),
 	})
 	if err != nil {
 		return "", fmt.Errorf("begin login: %w", err)
@@ -194,7 +199,7 @@ func (o *OIDC) Finish(ctx context.Context, state, code string) (userID int64, re
 		return 0, "", fmt.Errorf("%w: missing state or code", ErrLoginFailed)
 	}
 	q := db.New(o.pool)
-	login, err := q.OIDCLoginTake(ctx, db.OIDCLoginTakeParams{State: state, NotBefore: o.now().Add(-LoginMaxAge)})
+	login, err := q.OIDCLoginTake(ctx, db.OIDCLoginTakeParams{State: state, NotBefore: o.clock.Now().Add(-LoginMaxAge)})
 	if err != nil {
 		if errors.Is(err, db.ErrNotFound) {
 			return 0, "", fmt.Errorf("%w: unknown, used or expired state", ErrLoginFailed)
@@ -278,7 +283,7 @@ func (o *OIDC) AuthenticateToken(ctx context.Context, raw string) (*Principal, e
 // Sweep deletes sign-ins started more than LoginMaxAge ago and never
 // finished; it returns how many.
 func (o *OIDC) Sweep(ctx context.Context) (int64, error) {
-	n, err := db.New(o.pool).OIDCLoginDeleteOld(ctx, o.now().Add(-LoginMaxAge))
+	n, err := db.New(o.pool).OIDCLoginDeleteOld(ctx, o.clock.Now().Add(-LoginMaxAge))
 	if err != nil {
 		return 0, fmt.Errorf("sweep logins: %w", err)
 	}

@@ -21,12 +21,11 @@ import (
 // stops at the IdP's redirect and reads state and code from it.
 const testRedirect = "http://127.0.0.1:1/auth/callback"
 
-// newClock is a hand-moved clock at t, and its Now as the func the
-// package's constructors take.
-func newClock(tb testing.TB, t time.Time) (*quartz.Mock, func() time.Time) {
+// newClock is a hand-moved clock at t.
+func newClock(tb testing.TB, t time.Time) *quartz.Mock {
 	clk := quartz.NewMock(tb)
 	clk.Set(t)
-	return clk, func() time.Time { return clk.Now() }
+	return clk
 }
 
 func startIdP(t *testing.T) *devidp.IdP {
@@ -39,14 +38,15 @@ func startIdP(t *testing.T) *devidp.IdP {
 	return idp
 }
 
-func newRP(t *testing.T, idp *devidp.IdP, pool *pgxpool.Pool, now func() time.Time) *OIDC {
+// newRP is a relying party of idp on clock (the real one when nil).
+func newRP(t *testing.T, idp *devidp.IdP, pool *pgxpool.Pool, clock quartz.Clock) *OIDC {
 	t.Helper()
 	rp, err := NewOIDC(t.Context(), OIDCConfig{
 		Issuer:       idp.Issuer(),
 		ClientID:     idp.ClientID(),
 		ClientSecret: idp.ClientSecret(),
 		RedirectURL:  testRedirect,
-	}, pool, now)
+	}, pool, clock)
 	if err != nil {
 		t.Fatalf("NewOIDC: %v", err)
 	}
@@ -98,7 +98,7 @@ func countUsers(t *testing.T, pool *pgxpool.Pool) int {
 func TestOIDCLogin(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 
 	authURL, err := rp.Begin(ctx, "/endpoints?team=risk")
@@ -175,7 +175,7 @@ func TestLocalPath(t *testing.T) {
 func TestOIDCFinishBadState(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	state, code := login(t, rp, "admin@example.com")
 
@@ -195,7 +195,7 @@ func TestOIDCFinishBadState(t *testing.T) {
 func TestOIDCFinishReplay(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	state, code := login(t, rp, "admin@example.com")
 
@@ -220,7 +220,7 @@ func tamperLogin(t *testing.T, pool *pgxpool.Pool, state, column string) {
 func TestOIDCFinishWrongNonce(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	state, code := login(t, rp, "admin@example.com")
 	tamperLogin(t, pool, state, "nonce")
 
@@ -236,7 +236,7 @@ func TestOIDCFinishWrongNonce(t *testing.T) {
 func TestOIDCFinishWrongVerifier(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	state, code := login(t, rp, "admin@example.com")
 	tamperLogin(t, pool, state, "code_verifier")
 
@@ -254,7 +254,7 @@ func TestOIDCFinishWrongVerifier(t *testing.T) {
 func TestOIDCFinishBadIDToken(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	for _, tc := range []struct {
 		name   string
 		claims map[string]any
@@ -286,8 +286,8 @@ func TestOIDCFinishBadIDToken(t *testing.T) {
 func TestOIDCLoginMaxAge(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	clk, now := newClock(t, time.Now())
-	rp := newRP(t, idp, pool, now)
+	clk := newClock(t, time.Now())
+	rp := newRP(t, idp, pool, clk)
 	state, code := login(t, rp, "admin@example.com")
 	stale, _ := login(t, rp, "admin@example.com")
 
@@ -311,8 +311,8 @@ func TestOIDCLoginMaxAge(t *testing.T) {
 func TestLoginRotatesSession(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
-	sessions := NewSessions(pool, SessionConfig{}, time.Now)
+	rp := newRP(t, idp, pool, nil)
+	sessions := NewSessions(pool, SessionConfig{}, nil)
 	ctx := t.Context()
 
 	state, code := login(t, rp, "risk-viewer@example.com")
@@ -347,7 +347,7 @@ func TestLoginRotatesSession(t *testing.T) {
 func TestAuthenticateToken(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	other, err := devidp.Start(devidp.Config{ClientID: idp.ClientID()})
 	if err != nil {
 		t.Fatal(err)
@@ -414,7 +414,7 @@ func TestAuthenticateToken(t *testing.T) {
 func TestAuthenticateTokenKnownUser(t *testing.T) {
 	t.Parallel()
 	idp, pool := startIdP(t), pgtest.New(t)
-	rp := newRP(t, idp, pool, time.Now)
+	rp := newRP(t, idp, pool, nil)
 	ctx := t.Context()
 	state, code := login(t, rp, "risk-admin@example.com")
 	uid, _, err := rp.Finish(ctx, state, code)
@@ -453,7 +453,7 @@ func TestAuthenticateTokenKnownUser(t *testing.T) {
 
 func TestNewOIDCValidates(t *testing.T) {
 	t.Parallel()
-	_, err := NewOIDC(context.Background(), OIDCConfig{Issuer: "http://127.0.0.1:1/oidc"}, nil, time.Now)
+	_, err := NewOIDC(context.Background(), OIDCConfig{Issuer: "http://127.0.0.1:1/oidc"}, nil, nil)
 	if err == nil {
 		t.Errorf("NewOIDC without client id: want error")
 	}

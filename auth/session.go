@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
@@ -39,21 +40,24 @@ type SessionConfig struct {
 // token; the table holds only its SHA-256, so a database leak yields no
 // usable session.
 type Sessions struct {
-	pool *pgxpool.Pool
-	cfg  SessionConfig
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	cfg   SessionConfig
+	clock quartz.Clock
 }
 
 // NewSessions returns the session store; zero timeouts take the defaults and
-// now is injected for timeout tests.
-func NewSessions(pool *pgxpool.Pool, cfg SessionConfig, now func() time.Time) *Sessions {
+// clock is what timeouts are measured on (quartz.NewReal() when nil).
+func NewSessions(pool *pgxpool.Pool, cfg SessionConfig, clock quartz.Clock) *Sessions {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.AbsoluteTimeout <= 0 {
 		cfg.AbsoluteTimeout = DefaultAbsoluteTimeout
 	}
-	return &Sessions{pool: pool, cfg: cfg, now: now}
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Sessions{pool: pool, cfg: cfg, clock: clock}
 }
 
 // Create starts a session for the user and returns the cookie token and the
@@ -93,7 +97,7 @@ func (s *Sessions) create(ctx context.Context, q *db.Queries, userID int64) (tok
 	if csrf, err = randomToken(); err != nil {
 		return "", "", err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err = q.SessionInsert(ctx, db.SessionInsertParams{
 		IDHash:    hashToken(token),
 		UserID:    userID,
@@ -136,7 +140,7 @@ func (s *Sessions) lookup(ctx context.Context, token string, touch bool) (*Princ
 		}
 		return nil, "", fmt.Errorf("lookup session: %w", err)
 	}
-	now := s.now()
+	now := s.clock.Now()
 	if !now.Before(row.ExpiresAt) || now.Sub(row.LastSeenAt) >= s.cfg.IdleTimeout {
 		if err := q.SessionDelete(ctx, h); err != nil {
 			return nil, "", fmt.Errorf("lookup session: %w", err)
@@ -184,7 +188,7 @@ func (s *Sessions) End(ctx context.Context, token string) error {
 // Sweep deletes sessions past their absolute or idle timeout and returns
 // how many; Lookup refuses them anyway, this only reclaims the rows.
 func (s *Sessions) Sweep(ctx context.Context) (int64, error) {
-	now := s.now()
+	now := s.clock.Now()
 	n, err := db.New(s.pool).SessionDeleteExpired(ctx, db.SessionDeleteExpiredParams{
 		Now:        now,
 		IdleBefore: now.Add(-s.cfg.IdleTimeout),

@@ -27,8 +27,8 @@ func sessionFixture(t *testing.T) (*Sessions, *quartz.Mock, *pgxpool.Pool, int64
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk, now := newClock(t, t0)
-	return NewSessions(pool, SessionConfig{}, now), clk, pool, u.ID
+	clk := newClock(t, t0)
+	return NewSessions(pool, SessionConfig{}, clk), clk, pool, u.ID
 }
 
 func TestSessionLookup(t *testing.T) {

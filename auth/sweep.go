@@ -15,11 +15,15 @@ import (
 const SweepInterval = 5 * time.Minute
 
 // NewSweeper returns the Service that removes expired sessions and, when
-// oidc is not nil, abandoned sign-ins every SweepInterval. Every control
-// plane may run one: the deletes are idempotent.
-func NewSweeper(sessions *Sessions, oidc *OIDC, log *slog.Logger) service.Service {
+// oidc is not nil, abandoned sign-ins every SweepInterval of clock
+// (quartz.NewReal() when nil). Every control plane may run one: the
+// deletes are idempotent.
+func NewSweeper(sessions *Sessions, oidc *OIDC, log *slog.Logger, clock quartz.Clock) service.Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
 	return service.NewFunc(func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), SweepInterval, nil, func(ctx context.Context) {
+		service.Tick(ctx, clock, SweepInterval, nil, func(ctx context.Context) {
 			if _, err := sessions.Sweep(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("sweep sessions", slog.String("error", err.Error()))
 			}

@@ -25,6 +25,12 @@
 // one; an endpoint with min_replicas 0 goes back to zero after its grace
 // period without requests.
 //
+// PolicyDoc is a Policy as the API shows it and endpoints.autoscale_policy
+// stores it (seconds for durations, the endpoint's bounds apart); the
+// endpoint package reads and writes it here, so it depends on the policy,
+// not on the loop that applies it.
+//
 // It must not read heartbeats, the database or the clock itself, and it does
-// not place replicas: package fleet turns the count into replicas.
+// not place replicas: package autoscaler runs it against the database, and
+// package fleet turns the count into replicas.
 package autoscale

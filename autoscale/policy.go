@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Target is one signal a policy scales on and the per-replica value it
@@ -117,9 +117,9 @@ func DefaultPolicy(task Task, gpu bool, minReplicas int) Policy {
 }
 
 // Validate checks p for an endpoint of task, on GPUs or not, and returns
-// validate.Errors naming every bad field.
+// field.Errors naming every bad field.
 func (p Policy) Validate(task Task, gpu bool) error {
-	var errs validate.Errors
+	var errs field.Errors
 	seen := map[Signal]bool{}
 	for i, t := range p.Signals {
 		field := fmt.Sprintf("signals[%d]", i)

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/validate"
+	"modelplane/field"
 )
 
-// fields returns the fields a validate.Errors in err's chain names, sorted.
+// fields returns the fields a field.Errors in err's chain names, sorted.
 func fields(err error) []string {
-	var ve validate.Errors
+	var ve field.Errors
 	if !errors.As(err, &ve) {
 		return nil
 	}

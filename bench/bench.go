@@ -26,14 +26,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/gateway"
 	"modelplane/ingest"
 	"modelplane/internal/chproc"
 	"modelplane/internal/pgproc"
 	"modelplane/migrations"
+	"modelplane/tracing"
 )
 
 // Config configures `modelplane bench`. Each benchmark reads the settings
@@ -293,8 +294,14 @@ func (s *scratch) profile(file string) error {
 // the routing table's propagation, not the limiter. id may be empty (the
 // gateway then names itself).
 func startGateway(ctx context.Context, nc *nats.Conn, stateDir, id string, statsInterval time.Duration) (*gateway.Gateway, error) {
+	// Traced as the OTEL_* variables say, as `modelplane gateway` is
+	// (bench gateway runs one gateway with tracing on, one with it off).
+	tp, err := tracing.FromEnv(ctx, "modelplane-gateway")
+	if err != nil {
+		return nil, err
+	}
 	g, err := gateway.New(gateway.Config{StateDir: stateDir, ID: id, KeyRPS: 1e9, KeyBurst: 1e9, EndpointRPS: 1e9, EndpointBurst: 1e9,
-		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval}, nc, slog.New(slog.DiscardHandler))
+		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval, Tracer: tp}, nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
@@ -314,8 +321,8 @@ func putKey(ctx context.Context, js jetstream.JetStream) (string, error) {
 	prefix := "mpk_" + hex.EncodeToString(id)
 	raw := prefix + "_" + base64.RawURLEncoding.EncodeToString(secret)
 	sum := sha256.Sum256([]byte(raw))
-	entry := proto.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"}
-	keys, err := js.KeyValue(ctx, proto.BucketKeys)
+	entry := busapi.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"}
+	keys, err := js.KeyValue(ctx, busapi.BucketKeys)
 	if err != nil {
 		return "", err
 	}

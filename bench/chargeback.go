@@ -134,7 +134,7 @@ func measureChargeback(ctx context.Context, cfg Config) (ChargebackResult, error
 	// A day after the raw day has closed: reports of closed periods do not
 	// look for ingest lag (chargeback.LagWindow), so both reads time only
 	// the sums.
-	r := reports{svc: chargeback.New(ch, nil, func() time.Time { return rawDay.Add(48 * time.Hour) }),
+	r := reports{svc: chargeback.New(ch, nil, newStandingClock(rawDay.Add(48*time.Hour))),
 		caller: auth.System("bench")}
 	monthOK, err := r.month(ctx, ch, &res)
 	if err != nil {
@@ -203,7 +203,7 @@ func (r reports) month(ctx context.Context, ch driver.Conn, res *ChargebackResul
 	}
 	res.MonthReportHourlyMs = percentile(hourlyTimes, 0.95)
 	sealStart := time.Now()
-	sealed, err := chargeback.NewSealer(ch, nil, func() time.Time { return monthEnd.Add(chargeback.SealAfter + 24*time.Hour) }).Seal(ctx)
+	sealed, err := chargeback.NewSealer(ch, nil, newStandingClock(monthEnd.Add(chargeback.SealAfter+24*time.Hour))).Seal(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"time"
+
+	"github.com/coder/quartz"
 
 	"modelplane/sim/scenario"
 )
@@ -74,7 +75,7 @@ func measureEngine(ctx context.Context) (EngineResult, error) {
 		return EngineResult{}, err
 	}
 	runtime.GC() // start the timed run without the previous garbage
-	rep, err := scenario.Run(ctx, sc, scenario.Options{Now: time.Now})
+	rep, err := scenario.Run(ctx, sc, scenario.Options{Clock: quartz.NewReal()})
 	if err != nil {
 		return EngineResult{}, err
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/ingest"
 )
@@ -204,7 +204,7 @@ func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driv
 // the burst's time from its first publish to its last insert.
 func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lagTracker, res *IngestResult) (time.Duration, error) {
 	start := time.Now()
-	pub, err := fleet.publish(ctx, url, proto.UsageSubject, 0, burstSeconds, 0, lags.stamp)
+	pub, err := fleet.publish(ctx, url, busapi.UsageSubject, 0, burstSeconds, 0, lags.stamp)
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
@@ -215,7 +215,7 @@ func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lag
 	lags.mu.Lock()
 	elapsed := lags.lastDone[burstPhase].Sub(start)
 	lags.mu.Unlock()
-	if _, err := fleet.publish(ctx, url, proto.UsageSubject, burstSeconds, burstSeconds+paceSeconds, time.Second, lags.stamp); err != nil {
+	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, burstSeconds, burstSeconds+paceSeconds, time.Second, lags.stamp); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
 	return elapsed, lags.wait(ctx, pacePhase)
@@ -304,11 +304,11 @@ func newUsageFleet(seconds int) *usageFleet {
 		perNode := make([][]byte, seconds)
 		for s := range seconds {
 			t := t0 + int64(s)
-			b := proto.UsageBatch{ID: fmt.Sprintf("%s/%d/0", node, t), Node: node, Records: make([]proto.Usage, 0, f.records)}
+			b := busapi.UsageBatch{ID: fmt.Sprintf("%s/%d/0", node, t), Node: node, Records: make([]busapi.Usage, 0, f.records)}
 			for g := range gpusPerNode {
 				for sl := range slicesPerGPU {
 					a := slotAllocation(n, g, sl)
-					b.Records = append(b.Records, proto.Usage{Time: t, Node: node, GPU: g, Slice: sl, GPUType: a.GPUType, Profile: a.Profile,
+					b.Records = append(b.Records, busapi.Usage{Time: t, Node: node, GPU: g, Slice: sl, GPUType: a.GPUType, Profile: a.Profile,
 						Team: a.Team, Endpoint: a.Endpoint, Model: a.Model, Version: a.Version,
 						Replica: a.Replica, UtilPct: float64((s*7+g*13+sl*3)%100) + 0.5,
 						MemoryMB: int64(4000 + (s*11+sl)%6000), Requests: int64((s*31 + g*7 + sl) % 40)})

@@ -757,9 +757,8 @@ func continuousBatching(m llmserve.Model, l batchLevel, batch, pages int) (batch
 	clk := newCPUClock()
 	d := &loadDriver{l: l, clk: clk, clients: make([]client, len(l.reqs)), left: l.to - l.from}
 	d.cond = sync.NewCond(&d.mu)
-	t0 := time.Now()
 	eng, err := llmserve.New(injecting{m, d}, llmserve.Config{MaxBatch: batch, Pages: pages,
-		Now: func() time.Time { return t0.Add(clk.now()) }})
+		Clock: newEngineClock(time.Now(), clk)})
 	if err != nil {
 		return batchRun{}, err
 	}

@@ -8,9 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/placement"
 )
@@ -93,8 +94,8 @@ func measurePlacement(ctx context.Context) (PlacementResult, error) {
 	if res.Endpoints, res.Replicas, err = seedDemand(ctx, pool); err != nil {
 		return res, err
 	}
-	fl := &placementFleet{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	fl.fleet = fleet.New(pool, slog.New(slog.DiscardHandler), fl.clock)
+	fl := &placementFleet{clk: &movedClock{Clock: quartz.NewReal(), now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}}
+	fl.fleet = fleet.New(pool, fleet.Options{Clock: fl.clk, Log: slog.New(slog.DiscardHandler)})
 	if err := fl.heartbeat(ctx, ""); err != nil {
 		return res, err
 	}
@@ -156,13 +157,32 @@ ANALYZE;`
 // placementFleet is the reconciler under a clock the benchmark moves.
 type placementFleet struct {
 	fleet *fleet.Fleet
-	mu    sync.Mutex
-	now   time.Time
+	clk   *movedClock
 }
 
-func (f *placementFleet) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+func (f *placementFleet) clock() time.Time { return f.clk.Now() }
 
-func (f *placementFleet) advance(d time.Duration) { f.mu.Lock(); f.now = f.now.Add(d); f.mu.Unlock() }
+func (f *placementFleet) advance(d time.Duration) { f.clk.advance(d) }
+
+// movedClock is a quartz.Clock whose time the benchmark moves by hand. The
+// benchmark calls the reconciler's passes itself, so only the time is
+// read; quartz.Mock, which also fires timers, needs a test to report to.
+type movedClock struct {
+	quartz.Clock
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Now is the moved time.
+func (c *movedClock) Now(...string) time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+// Since is Now().Sub(t).
+func (c *movedClock) Since(t time.Time, _ ...string) time.Duration { return c.Now().Sub(t) }
+
+// Until is t.Sub(Now()).
+func (c *movedClock) Until(t time.Time, _ ...string) time.Duration { return t.Sub(c.Now()) }
+
+func (c *movedClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // heartbeat reports every node but skip.
 func (f *placementFleet) heartbeat(ctx context.Context, skip string) error {
@@ -186,16 +206,16 @@ func (f *placementFleet) reconcile(ctx context.Context) (fleet.Pass, time.Durati
 }
 
 // nodeStatus is node i's heartbeat.
-func nodeStatus(i int) proto.NodeStatus {
-	st := proto.NodeStatus{Node: fmt.Sprintf("gpu-node-%03d", i), BootID: "bench", LeaseSeconds: 15}
+func nodeStatus(i int) busapi.NodeStatus {
+	st := busapi.NodeStatus{Node: fmt.Sprintf("gpu-node-%03d", i), BootID: "bench", LeaseSeconds: 15}
 	typ, mig := layout(i)
 	for g := range 8 {
-		gpu := proto.GPU{Index: g, Type: typ, MemoryMB: 81920, MIG: mig != nil}
+		gpu := busapi.GPU{Index: g, Type: typ, MemoryMB: 81920, MIG: mig != nil}
 		if mig == nil {
-			gpu.Slices = []proto.Slice{{Profile: proto.ProfileFull}}
+			gpu.Slices = []busapi.Slice{{Profile: busapi.ProfileFull}}
 		}
 		for j, p := range mig {
-			gpu.Slices = append(gpu.Slices, proto.Slice{Index: j, Profile: p})
+			gpu.Slices = append(gpu.Slices, busapi.Slice{Index: j, Profile: p})
 		}
 		st.GPUs = append(st.GPUs, gpu)
 	}

@@ -14,10 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/gateway"
 	"modelplane/outbox"
@@ -112,15 +113,15 @@ func runRollback(ctx context.Context, cfg Config, out io.Writer) error {
 // routeEntry is the endpoint's routing entry of one generation; the
 // candidate keeps its replicas at weight 0 (they stay up for inspection).
 func routeEntry(gen int64, candidateWeight int, inc, cand []string) []byte {
-	rv := func(name string, w int, addrs []string) proto.RouteVersion {
-		v := proto.RouteVersion{Name: name, Weight: w}
+	rv := func(name string, w int, addrs []string) busapi.RouteVersion {
+		v := busapi.RouteVersion{Name: name, Weight: w}
 		for i, a := range addrs {
-			v.Replicas = append(v.Replicas, proto.RouteReplica{ID: fmt.Sprintf("%s-%d", name, i), Addr: a})
+			v.Replicas = append(v.Replicas, busapi.RouteReplica{ID: fmt.Sprintf("%s-%d", name, i), Addr: a})
 		}
 		return v
 	}
-	b, _ := json.Marshal(proto.Route{Endpoint: rollbackEndpoint, Team: "bench", Task: "classification", Generation: gen,
-		Versions: []proto.RouteVersion{rv(incumbentVersion, 100-candidateWeight, inc), rv(candidateVersion, candidateWeight, cand)}})
+	b, _ := json.Marshal(busapi.Route{Endpoint: rollbackEndpoint, Team: "bench", Task: "classification", Generation: gen,
+		Versions: []busapi.RouteVersion{rv(incumbentVersion, 100-candidateWeight, inc), rv(candidateVersion, candidateWeight, cand)}})
 	return b
 }
 
@@ -217,7 +218,7 @@ func measureRollback(ctx context.Context, n int) (RollbackResult, error) {
 // four replicas (two per version) and n gateways, writes generation 1 and
 // waits until every gateway serves it.
 func startRollback(ctx context.Context, s *scratch, n int) (*rollbackBench, error) {
-	b := &rollbackBench{subject: proto.KVSubject(proto.BucketRoutes, rollbackEndpoint)}
+	b := &rollbackBench{subject: busapi.KVSubject(busapi.BucketRoutes, rollbackEndpoint)}
 	var err error
 	if b.pool, err = s.postgres(ctx); err != nil {
 		return nil, err
@@ -230,7 +231,7 @@ func startRollback(ctx context.Context, s *scratch, n int) (*rollbackBench, erro
 	if b.key, err = putKey(ctx, js); err != nil {
 		return nil, err
 	}
-	b.relay = outbox.NewRelay(b.pool, js, slog.New(slog.DiscardHandler))
+	b.relay = outbox.NewRelay(b.pool, js, slog.New(slog.DiscardHandler), quartz.NewReal())
 	if err := b.relay.Start(ctx); err != nil {
 		return nil, err
 	}

@@ -26,11 +26,11 @@ import (
 
 	"modelplane/agent/cache"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/egress"
 	"modelplane/internal/freeport"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // RuntimeResult is what `modelplane bench runtime` prints: the built-in
@@ -100,12 +100,12 @@ type RuntimeModel struct {
 
 // RuntimeRun is one replica's figures over all its load phases.
 type RuntimeRun struct {
-	Batching model.Batching `json:"batching"`
-	RPS      float64        `json:"rps"`
-	P50Ms    float64        `json:"p50_ms"`
-	P99Ms    float64        `json:"p99_ms"`
-	Requests int            `json:"requests"`
-	Errors   int            `json:"errors"`
+	Batching serveapi.Batching `json:"batching"`
+	RPS      float64           `json:"rps"`
+	P50Ms    float64           `json:"p50_ms"`
+	P99Ms    float64           `json:"p99_ms"`
+	Requests int               `json:"requests"`
+	Errors   int               `json:"errors"`
 	// MeanBatchRows is rows per model execution during the phases, from
 	// the runtime's nv_inference_count and nv_inference_exec_count.
 	MeanBatchRows float64 `json:"mean_batch_rows"`
@@ -195,10 +195,10 @@ const (
 
 // batchedSettings is the batched replica's batcher: up to 64 rows, a
 // window of at most 2 ms, and 16, 32 and 64 executed at once.
-var batchedSettings = model.Batching{MaxBatchSize: 64, MaxQueueDelayUS: 2000, PreferredBatchSizes: []int{16, 32, 64}}
+var batchedSettings = serveapi.Batching{MaxBatchSize: 64, MaxQueueDelayUS: 2000, PreferredBatchSizes: []int{16, 32, 64}}
 
 // unbatchedSettings executes every request alone.
-var unbatchedSettings = model.Batching{MaxBatchSize: 1}
+var unbatchedSettings = serveapi.Batching{MaxBatchSize: 1}
 
 // runtimeSettings are one run's sizes; the command's come from Config,
 // the smoke test makes tiny ones.
@@ -475,7 +475,7 @@ func (b *runtimeBench) load(ctx context.Context, u string, bodies []string) ([]t
 // predictBodies makes n /predict bodies of one instance each, an array of
 // the features' values in order: numbers in [0, 100), categories drawn
 // from their list. The seed is fixed so every run sends the same.
-func predictBodies(features []model.Feature, n int) []string {
+func predictBodies(features []serveapi.Feature, n int) []string {
 	rng := rand.New(rand.NewPCG(14, 16))
 	out := make([]string, n)
 	for i := range out {
@@ -494,9 +494,9 @@ func predictBodies(features []model.Feature, n int) []string {
 }
 
 // readModelConfig reads a model directory's serving configuration.
-func readModelConfig(dir string) (model.Config, error) {
-	var cfg model.Config
-	raw, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+func readModelConfig(dir string) (serveapi.Config, error) {
+	var cfg serveapi.Config
+	raw, err := os.ReadFile(filepath.Join(dir, serveapi.ConfigFile))
 	if err != nil {
 		return cfg, err
 	}
@@ -505,7 +505,7 @@ func readModelConfig(dir string) (model.Config, error) {
 
 // withBatching makes a sibling directory named name holding dir's model
 // files (hard links) and cfg with batching b.
-func withBatching(dir, name string, cfg model.Config, b model.Batching) (string, error) {
+func withBatching(dir, name string, cfg serveapi.Config, b serveapi.Batching) (string, error) {
 	out := filepath.Join(filepath.Dir(dir), name)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return "", err
@@ -515,7 +515,7 @@ func withBatching(dir, name string, cfg model.Config, b model.Batching) (string,
 		return "", err
 	}
 	for _, e := range entries {
-		if e.Name() == model.ConfigFile {
+		if e.Name() == serveapi.ConfigFile {
 			continue
 		}
 		if err := os.Link(filepath.Join(dir, e.Name()), filepath.Join(out, e.Name())); err != nil {
@@ -523,7 +523,7 @@ func withBatching(dir, name string, cfg model.Config, b model.Batching) (string,
 		}
 	}
 	cfg.Batching = b
-	return out, writeJSON(filepath.Join(out, model.ConfigFile), cfg)
+	return out, writeJSON(filepath.Join(out, serveapi.ConfigFile), cfg)
 }
 
 func writeJSON(path string, v any) error {
@@ -788,7 +788,7 @@ func (b *runtimeBench) coldStart(ctx context.Context) (*ColdStart, error) {
 			if kind == "link" {
 				dir += "-link"
 			}
-			spec := proto.ReplicaSpec{ID: fmt.Sprintf("cold-%s-%d", kind, run), Model: "cold", Version: "v1", Runtime: "onnxruntime",
+			spec := busapi.ReplicaSpec{ID: fmt.Sprintf("cold-%s-%d", kind, run), Model: "cold", Version: "v1", Runtime: "onnxruntime",
 				Format: "onnx", Manifest: manifest, Settings: settings}
 			smp, err := b.coldOnce(ctx, dir, "http://"+servers[kind], spec)
 			if err != nil {
@@ -824,7 +824,7 @@ type coldSample struct {
 
 // coldOnce opens a cache on dir, as an agent starting would, prepares the
 // replica and starts its runtime, and times both until ready.
-func (b *runtimeBench) coldOnce(ctx context.Context, dir, url string, spec proto.ReplicaSpec) (coldSample, error) {
+func (b *runtimeBench) coldOnce(ctx context.Context, dir, url string, spec busapi.ReplicaSpec) (coldSample, error) {
 	c, err := cache.New(cache.Config{Dir: dir, URL: url, Token: runtimeToken, Egress: &egress.Policy{AllowLoopback: true}})
 	if err != nil {
 		return coldSample{}, err
@@ -898,7 +898,7 @@ func uploadVersion(ctx context.Context, store *artifact.Store, dir string) (stri
 	}
 	man := artifact.Manifest{}
 	for _, e := range entries {
-		if e.Name() == model.ConfigFile {
+		if e.Name() == serveapi.ConfigFile {
 			continue
 		}
 		d, err := fileDigest(filepath.Join(dir, e.Name()))

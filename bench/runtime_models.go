@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"modelplane/demo/fraud"
-	"modelplane/runtime/model"
 	"modelplane/runtime/onnx/onnxgen"
+	"modelplane/serveapi"
 )
 
 // mlpShape is an MLP's widths: Inputs features, then each hidden layer
@@ -106,13 +106,13 @@ func (b *runtimeBench) writeONNXAt(dir, name string, shape mlpShape) (string, *R
 	if err != nil {
 		return "", nil, fmt.Errorf("write %s: %w", name, err)
 	}
-	features := make([]model.Feature, shape.Inputs)
+	features := make([]serveapi.Feature, shape.Inputs)
 	for i := range features {
-		features[i] = model.Feature{Name: "f" + strconv.Itoa(i)}
+		features[i] = serveapi.Feature{Name: "f" + strconv.Itoa(i)}
 	}
-	cfg := model.Config{Model: name, Version: "v1", Format: "onnx", File: "model.onnx", Features: features,
-		Output: model.Output{Classes: []string{"legit", "fraud"}}, SampleInputs: sampleInputs(features, 4)}
-	if err := writeJSON(filepath.Join(dir, model.ConfigFile), cfg); err != nil {
+	cfg := serveapi.Config{Model: name, Version: "v1", Format: "onnx", File: "model.onnx", Features: features,
+		Output: serveapi.Output{Classes: []string{"legit", "fraud"}}, SampleInputs: sampleInputs(features, 4)}
+	if err := writeJSON(filepath.Join(dir, serveapi.ConfigFile), cfg); err != nil {
 		return "", nil, err
 	}
 	return dir, &RuntimeModel{Format: "onnx", Model: shape.String(), FileBytes: n, Features: shape.Inputs}, nil
@@ -140,7 +140,7 @@ func (b *runtimeBench) writeDemo(name, version string) (string, *RuntimeModel, e
 	}
 	cfg := v.Serving
 	cfg.Model, cfg.Version = name, v.Name
-	if err := writeJSON(filepath.Join(dir, model.ConfigFile), cfg); err != nil {
+	if err := writeJSON(filepath.Join(dir, serveapi.ConfigFile), cfg); err != nil {
 		return "", nil, err
 	}
 	return dir, &RuntimeModel{Format: v.Format, Model: "demo fraud model " + v.Name + ": " + v.Description,
@@ -160,7 +160,7 @@ func demoBodies(n int) []string {
 }
 
 // sampleInputs are n instances keyed by feature name, for warm-up.
-func sampleInputs(features []model.Feature, n int) []json.RawMessage {
+func sampleInputs(features []serveapi.Feature, n int) []json.RawMessage {
 	var out []json.RawMessage
 	for _, body := range predictBodies(features, n) {
 		var req struct {

@@ -6,12 +6,13 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // RateLead is how far ahead of now a new rate must take effect. The ingest
@@ -37,16 +38,17 @@ type Entry struct {
 // Book keeps the rate history in PostgreSQL: every rate ever entered, none
 // ever changed or deleted, so any past bill can be explained.
 type Book struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock quartz.Clock
 }
 
-// NewBook returns a Book; now is the clock a new rate's lead is checked on.
-func NewBook(pool *pgxpool.Pool, now func() time.Time) *Book {
-	if now == nil {
-		now = time.Now
+// NewBook returns a Book; clock is what a new rate's lead is checked on
+// (quartz.NewReal() when nil).
+func NewBook(pool *pgxpool.Pool, clock quartz.Clock) *Book {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Book{pool: pool, now: now}
+	return &Book{pool: pool, clock: clock}
 }
 
 func entryOf(r db.CostRate) Entry {
@@ -88,7 +90,7 @@ func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, er
 	if !p.Finance() {
 		return Entry{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if !gpuTypeRule.MatchString(r.GPUType) {
 		errs.Add("gpu_type", "must be 1-63 letters, digits, '.', '_' or '-'")
 	}
@@ -102,7 +104,7 @@ func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, er
 	if from.Before(r.EffectiveFrom) {
 		from = from.Add(time.Second)
 	}
-	if earliest := b.now().Add(RateLead); from.Before(earliest) {
+	if earliest := b.clock.Now().Add(RateLead); from.Before(earliest) {
 		errs.Add("effective_from", "must be at least %s from now (after %s): seconds already metered are never repriced",
 			RateLead, earliest.UTC().Format(time.RFC3339))
 	}

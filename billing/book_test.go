@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
-	"modelplane/validate"
 )
 
 // TestBookCreate enters rates as finance: a future rate joins the history
@@ -20,7 +22,9 @@ func TestBookCreate(t *testing.T) {
 	ctx := t.Context()
 	pool := pgtest.New(t)
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	book := billing.NewBook(pool, func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	book := billing.NewBook(pool, clk)
 	finance := &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance}
 	at := now.Add(time.Hour + 300*time.Millisecond)
 	e, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 3_900_000, EffectiveFrom: at})
@@ -66,7 +70,7 @@ func TestBookCreate(t *testing.T) {
 			}
 			continue
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != tc.field {
 			t.Errorf("%s: err = %v, want a validation error on %s", tc.name, err, tc.field)
 		}

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"modelplane/busapi"
 )
 
 // Authority is the NATS trust chain modelplane runs on (decentralised JWT
@@ -160,14 +162,20 @@ func newAuthority(op, sys, acc nkeys.KeyPair) (*Authority, error) {
 	}
 	ac := jwt.NewAccountClaims(accPub)
 	ac.Name = AccountName
-	// JetStream is off for an account whose JWT sets no limits.
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit,
-		Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
+	// JetStream is off for an account whose JWT sets no limits; these
+	// bound what any credential of the account can make it hold.
+	ac.Limits.JetStreamLimits = jetStreamLimits(AccountDiskBytes(busapi.Buckets, busapi.Streams))
 	a.accountClaims = ac
 	if a.accountJWT, err = ac.Encode(op); err != nil {
 		return nil, fmt.Errorf("account jwt: %w", err)
 	}
 	return a, nil
+}
+
+// jetStreamLimits are the account's limits with disk bytes of storage.
+func jetStreamLimits(disk int64) jwt.JetStreamLimits {
+	return jwt.JetStreamLimits{MemoryStorage: AccountMaxMemoryBytes, DiskStorage: disk,
+		Streams: AccountMaxStreams, Consumer: AccountMaxConsumers}
 }
 
 // String keeps the keys out of prints.

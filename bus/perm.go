@@ -1,7 +1,7 @@
 package bus
 
 import (
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Permissions are the subjects one NATS user may publish to and subscribe
@@ -31,15 +31,15 @@ func GatewayPermissions(name string) Permissions {
 	inbox := GatewayInbox(name)
 	p := Permissions{
 		Publish: []string{
-			proto.ReqStatsSubject(">"),
-			proto.PredictionSubject(">"),
-			proto.WakeSubject(">"),
+			busapi.ReqStatsSubject(">"),
+			busapi.PredictionSubject(">"),
+			busapi.WakeSubject(">"),
 		},
 		Subscribe: []string{inbox + ".>"},
 		Inbox:     inbox,
 	}
-	for _, b := range []string{proto.BucketRoutes, proto.BucketKeys, proto.BucketIdentity} {
-		p.Publish = append(p.Publish, watchAPI(b, proto.KVSubject(b, ">"))...)
+	for _, b := range []string{busapi.BucketRoutes, busapi.BucketKeys, busapi.BucketIdentity} {
+		p.Publish = append(p.Publish, watchAPI(b, busapi.KVSubject(b, ">"))...)
 	}
 	return p
 }
@@ -52,13 +52,13 @@ func AgentPermissions(node string) Permissions {
 	inbox := AgentInbox(node)
 	p := Permissions{
 		Publish: []string{
-			proto.NodeStatusSubject(node),
-			proto.UsageSubject(node),
+			busapi.NodeStatusSubject(node),
+			busapi.UsageSubject(node),
 		},
 		Subscribe: []string{inbox + ".>"},
 		Inbox:     inbox,
 	}
-	p.Publish = append(p.Publish, watchAPI(proto.BucketDesired, proto.KVSubject(proto.BucketDesired, node))...)
+	p.Publish = append(p.Publish, watchAPI(busapi.BucketDesired, busapi.KVSubject(busapi.BucketDesired, node))...)
 	return p
 }
 

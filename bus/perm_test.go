@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -160,14 +160,14 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	s := newSuite(t)
 	// The control plane listens to every heartbeat, and node b has a
 	// desired state that node a must not read.
-	beats, err := s.cp.SubscribeSync(proto.NodeStatusWildcard)
+	beats, err := s.cp.SubscribeSync(busapi.NodeStatusWildcard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.cp.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.kv(t, proto.BucketDesired).Put(t.Context(), "b", []byte(`{"node":"b","generation":1}`)); err != nil {
+	if _, err := s.kv(t, busapi.BucketDesired).Put(t.Context(), "b", []byte(`{"node":"b","generation":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	a := s.connect(t, natstest.Agent(t, "a"))
@@ -178,19 +178,19 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 		// stream names the stream it would land in.
 		bucket, key, stream string
 	}{
-		{name: "heartbeat as node b", subject: proto.NodeStatusSubject("b")},
-		{name: "usage of node b", subject: proto.UsageSubject("b"), stream: proto.StreamUsage},
-		{name: "write an API key", subject: proto.KVSubject(proto.BucketKeys, "mpk_000000000000"), bucket: proto.BucketKeys, key: "mpk_000000000000"},
-		{name: "write a route", subject: proto.KVSubject(proto.BucketRoutes, "fraud-scoring"), bucket: proto.BucketRoutes, key: "fraud-scoring"},
-		{name: "write an identity", subject: proto.KVSubject(proto.BucketIdentity, proto.IdentityOIDCKey), bucket: proto.BucketIdentity, key: proto.IdentityOIDCKey},
-		{name: "write its own desired state", subject: proto.KVSubject(proto.BucketDesired, "a"), bucket: proto.BucketDesired, key: "a"},
-		{name: "write node b's desired state", subject: proto.KVSubject(proto.BucketDesired, "c"), bucket: proto.BucketDesired, key: "c"},
-		{name: "request statistics", subject: proto.ReqStatsSubject("fraud-scoring"), stream: proto.StreamReqStats},
-		{name: "prediction samples", subject: proto.PredictionSubject("fraud-scoring"), stream: proto.StreamPredictions},
-		{name: "a wake", subject: proto.WakeSubject("fraud-scoring")},
-		{name: "an event", subject: proto.EventsSubject("risk"), stream: proto.StreamEvents},
-		{name: "purge a bucket", subject: "$JS.API.STREAM.PURGE.KV_" + proto.BucketRoutes},
-		{name: "delete a stream", subject: "$JS.API.STREAM.DELETE." + proto.StreamUsage},
+		{name: "heartbeat as node b", subject: busapi.NodeStatusSubject("b")},
+		{name: "usage of node b", subject: busapi.UsageSubject("b"), stream: busapi.StreamUsage},
+		{name: "write an API key", subject: busapi.KVSubject(busapi.BucketKeys, "mpk_000000000000"), bucket: busapi.BucketKeys, key: "mpk_000000000000"},
+		{name: "write a route", subject: busapi.KVSubject(busapi.BucketRoutes, "fraud-scoring"), bucket: busapi.BucketRoutes, key: "fraud-scoring"},
+		{name: "write an identity", subject: busapi.KVSubject(busapi.BucketIdentity, busapi.IdentityOIDCKey), bucket: busapi.BucketIdentity, key: busapi.IdentityOIDCKey},
+		{name: "write its own desired state", subject: busapi.KVSubject(busapi.BucketDesired, "a"), bucket: busapi.BucketDesired, key: "a"},
+		{name: "write node b's desired state", subject: busapi.KVSubject(busapi.BucketDesired, "c"), bucket: busapi.BucketDesired, key: "c"},
+		{name: "request statistics", subject: busapi.ReqStatsSubject("fraud-scoring"), stream: busapi.StreamReqStats},
+		{name: "prediction samples", subject: busapi.PredictionSubject("fraud-scoring"), stream: busapi.StreamPredictions},
+		{name: "a wake", subject: busapi.WakeSubject("fraud-scoring")},
+		{name: "an event", subject: busapi.EventsSubject("risk"), stream: busapi.StreamEvents},
+		{name: "purge a bucket", subject: "$JS.API.STREAM.PURGE.KV_" + busapi.BucketRoutes},
+		{name: "delete a stream", subject: "$JS.API.STREAM.DELETE." + busapi.StreamUsage},
 		{name: "direct get of node b's key", subject: "$JS.API.DIRECT.GET.KV_mp_desired.$KV.mp_desired.b"},
 		{name: "message get on mp_desired", subject: "$JS.API.STREAM.MSG.GET.KV_mp_desired"},
 		{name: "consumer on node b's key", subject: "$JS.API.CONSUMER.CREATE.KV_mp_desired.x.$KV.mp_desired.b"},
@@ -208,14 +208,14 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	}
 	// What a may say lands, after everything above: had any heartbeat of
 	// b passed, it would have arrived first.
-	if err := a.nc.Publish(proto.NodeStatusSubject("a"), []byte(`{}`)); err != nil {
+	if err := a.nc.Publish(busapi.NodeStatusSubject("a"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := beats.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Subject != proto.NodeStatusSubject("a") {
+	if m.Subject != busapi.NodeStatusSubject("a") {
 		t.Errorf("control plane heard %s first, want only node a's heartbeat", m.Subject)
 	}
 	for _, p := range publishes {
@@ -228,13 +228,13 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	}
 
 	subscriptions := []struct{ name, subject string }{
-		{"node b's desired key", proto.KVSubject(proto.BucketDesired, "b")},
-		{"every heartbeat", proto.NodeStatusWildcard},
+		{"node b's desired key", busapi.KVSubject(busapi.BucketDesired, "b")},
+		{"every heartbeat", busapi.NodeStatusWildcard},
 		{"node b's inbox", bus.AgentInbox("b") + ".>"},
 		{"the default inbox", "_INBOX.>"},
 		{"everything", ">"},
-		{"API keys", proto.KVSubject(proto.BucketKeys, ">")},
-		{"identity", proto.KVSubject(proto.BucketIdentity, ">")},
+		{"API keys", busapi.KVSubject(busapi.BucketKeys, ">")},
+		{"identity", busapi.KVSubject(busapi.BucketIdentity, ">")},
 	}
 	for _, sub := range subscriptions {
 		if _, err := a.nc.SubscribeSync(sub.subject); err != nil {
@@ -246,7 +246,7 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	// The consumer it may create is its own key's: asking for node b's key
 	// (or every key) in the body of its own subject is refused by
 	// JetStream itself.
-	for _, filter := range []string{proto.KVSubject(proto.BucketDesired, "b"), proto.KVSubject(proto.BucketDesired, ">")} {
+	for _, filter := range []string{busapi.KVSubject(busapi.BucketDesired, "b"), busapi.KVSubject(busapi.BucketDesired, ">")} {
 		req, _ := json.Marshal(map[string]any{"stream_name": "KV_mp_desired", "config": map[string]any{
 			"name": "x", "filter_subject": filter, "deliver_policy": "last_per_subject", "ack_policy": "none",
 		}})
@@ -269,7 +269,7 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(t.Context(), proto.BucketDesired)
+	kv, err := js.KeyValue(t.Context(), busapi.BucketDesired)
 	if err != nil {
 		t.Fatalf("node a may look up mp_desired: %v", err)
 	}
@@ -282,7 +282,7 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 	}
 	ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := js.KeyValue(ctx, proto.BucketRoutes); err == nil {
+	if _, err := js.KeyValue(ctx, busapi.BucketRoutes); err == nil {
 		t.Error("node a may look up mp_routes")
 	}
 }
@@ -294,12 +294,12 @@ func TestGatewayCannotWriteKV(t *testing.T) {
 	s := newSuite(t)
 	g := s.connect(t, natstest.Gateway(t, "gw1"))
 	for _, p := range []struct{ bucket, key string }{
-		{proto.BucketRoutes, "fraud-scoring"},
-		{proto.BucketKeys, "mpk_000000000000"},
-		{proto.BucketIdentity, proto.IdentityOIDCKey},
-		{proto.BucketDesired, "a"},
+		{busapi.BucketRoutes, "fraud-scoring"},
+		{busapi.BucketKeys, "mpk_000000000000"},
+		{busapi.BucketIdentity, busapi.IdentityOIDCKey},
+		{busapi.BucketDesired, "a"},
 	} {
-		subject := proto.KVSubject(p.bucket, p.key)
+		subject := busapi.KVSubject(p.bucket, p.key)
 		if err := g.nc.Publish(subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -307,10 +307,10 @@ func TestGatewayCannotWriteKV(t *testing.T) {
 		s.absent(t, p.bucket, p.key)
 	}
 	for _, subject := range []string{
-		proto.NodeStatusSubject("a"),
-		proto.UsageSubject("a"),
-		proto.EventsSubject("risk"),
-		"$JS.API.STREAM.PURGE.KV_" + proto.BucketRoutes,
+		busapi.NodeStatusSubject("a"),
+		busapi.UsageSubject("a"),
+		busapi.EventsSubject("risk"),
+		"$JS.API.STREAM.PURGE.KV_" + busapi.BucketRoutes,
 		"$JS.API.CONSUMER.CREATE.KV_mp_desired.x.$KV.mp_desired.a",
 	} {
 		if err := g.nc.Publish(subject, []byte(`{}`)); err != nil {
@@ -318,8 +318,8 @@ func TestGatewayCannotWriteKV(t *testing.T) {
 		}
 		g.refused(t, "publish", subject)
 	}
-	s.noMessage(t, proto.StreamUsage, proto.UsageSubject("a"))
-	for _, subject := range []string{proto.NodeStatusWildcard, bus.GatewayInbox("gw2") + ".>", "_INBOX.>"} {
+	s.noMessage(t, busapi.StreamUsage, busapi.UsageSubject("a"))
+	for _, subject := range []string{busapi.NodeStatusWildcard, bus.GatewayInbox("gw2") + ".>", "_INBOX.>"} {
 		if _, err := g.nc.SubscribeSync(subject); err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +336,7 @@ func TestLegitimateFlowsWork(t *testing.T) {
 	s := newSuite(t)
 	log := slog.New(slog.DiscardHandler)
 
-	beats, err := s.cp.SubscribeSync(proto.NodeStatusSubject("a"))
+	beats, err := s.cp.SubscribeSync(busapi.NodeStatusSubject("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,11 +344,11 @@ func TestLegitimateFlowsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	const sim = `{"latency_ms":{"p50":2,"p99":5},"score":{"mean":0.3,"sd":0.1},"class_balance":{"legit":0.9,"fraud":0.1}}`
-	desired, _ := json.Marshal(proto.Desired{Node: "a", Generation: 3, Replicas: []proto.ReplicaSpec{{
+	desired, _ := json.Marshal(busapi.Desired{Node: "a", Generation: 3, Replicas: []busapi.ReplicaSpec{{
 		ID: "r1", Team: "risk", Endpoint: "fraud-scoring", Model: "fraud", Version: "v1", Task: "classification",
-		GPUType: "A100-80GB", Profile: proto.ProfileFull, Slots: []proto.Slot{{GPU: 0}}, Sim: json.RawMessage(sim),
+		GPUType: "A100-80GB", Profile: busapi.ProfileFull, Slots: []busapi.Slot{{GPU: 0}}, Sim: json.RawMessage(sim),
 	}}})
-	if _, err := s.kv(t, proto.BucketDesired).Put(t.Context(), "a", desired); err != nil {
+	if _, err := s.kv(t, busapi.BucketDesired).Put(t.Context(), "a", desired); err != nil {
 		t.Fatal(err)
 	}
 	an := s.connect(t, natstest.Agent(t, "a"))
@@ -369,15 +369,15 @@ func TestLegitimateFlowsWork(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		var st proto.NodeStatus
-		return json.Unmarshal(m.Data, &st) == nil && st.Generation == 3 && len(st.Replicas) == 1 && st.Replicas[0].State == proto.StateReady
+		var st busapi.NodeStatus
+		return json.Unmarshal(m.Data, &st) == nil && st.Generation == 3 && len(st.Replicas) == 1 && st.Replicas[0].State == busapi.StateReady
 	}, "node a never reported generation 3 with its replica ready")
-	usage, err := s.js.Stream(t.Context(), proto.StreamUsage)
+	usage, err := s.js.Stream(t.Context(), busapi.StreamUsage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wait.Eventually(t, 20*time.Second, func() bool {
-		_, err := usage.GetLastMsgForSubject(t.Context(), proto.UsageSubject("a"))
+		_, err := usage.GetLastMsgForSubject(t.Context(), busapi.UsageSubject("a"))
 		return err == nil
 	}, "node a's usage never reached MP_USAGE")
 	select {
@@ -400,19 +400,19 @@ func TestLegitimateFlowsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subject := range []string{proto.ReqStatsSubject("fraud-scoring"), proto.PredictionSubject("fraud-scoring")} {
+	for _, subject := range []string{busapi.ReqStatsSubject("fraud-scoring"), busapi.PredictionSubject("fraud-scoring")} {
 		if _, err := gjs.Publish(t.Context(), subject, []byte(`{}`)); err != nil {
 			t.Errorf("gateway publish %s: %v", subject, err)
 		}
 	}
-	wakes, err := s.cp.SubscribeSync(proto.WakeWildcard)
+	wakes, err := s.cp.SubscribeSync(busapi.WakeWildcard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.cp.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := gc.nc.Publish(proto.WakeSubject("fraud-scoring"), []byte(`{}`)); err != nil {
+	if err := gc.nc.Publish(busapi.WakeSubject("fraud-scoring"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := wakes.NextMsg(10 * time.Second); err != nil {
@@ -434,10 +434,10 @@ func TestLegitimateFlowsWork(t *testing.T) {
 func TestConsumerRedirectCarriesItsOwnSubject(t *testing.T) {
 	t.Parallel()
 	s := newSuite(t)
-	if _, err := s.kv(t, proto.BucketDesired).Put(t.Context(), "a", []byte(`{"node":"a","generation":1}`)); err != nil {
+	if _, err := s.kv(t, busapi.BucketDesired).Put(t.Context(), "a", []byte(`{"node":"a","generation":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	beats, err := s.cp.SubscribeSync(proto.NodeStatusSubject("b"))
+	beats, err := s.cp.SubscribeSync(busapi.NodeStatusSubject("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestConsumerRedirectCarriesItsOwnSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := s.connect(t, natstest.Agent(t, "a"))
-	for i, deliver := range []string{proto.KVSubject(proto.BucketRoutes, "victim"), proto.NodeStatusSubject("b")} {
+	for i, deliver := range []string{busapi.KVSubject(busapi.BucketRoutes, "victim"), busapi.NodeStatusSubject("b")} {
 		name := fmt.Sprintf("redirect%d", i)
 		req, _ := json.Marshal(map[string]any{"stream_name": "KV_mp_desired", "config": map[string]any{
 			"name": name, "filter_subject": "$KV.mp_desired.a", "deliver_policy": "last_per_subject",
@@ -459,8 +459,8 @@ func TestConsumerRedirectCarriesItsOwnSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Subject != proto.KVSubject(proto.BucketDesired, "a") {
+	if m.Subject != busapi.KVSubject(busapi.BucketDesired, "a") {
 		t.Errorf("redirected delivery has subject %s, want its stream subject", m.Subject)
 	}
-	s.absent(t, proto.BucketRoutes, "victim")
+	s.absent(t, busapi.BucketRoutes, "victim")
 }

@@ -113,7 +113,7 @@ func NewAdvisor(reports *Service, min MinReplicas) *Advisor {
 // saving first.
 func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string) ([]Advice, error) {
 	s := a.reports
-	to := s.now().UTC().Truncate(time.Hour)
+	to := s.clock.Now().UTC().Truncate(time.Hour)
 	from := to.Add(-AdviceWindow)
 	all, teams := scope(p)
 	out := []Advice{}
@@ -175,7 +175,7 @@ func (a *Advisor) Advise(ctx context.Context, p *auth.Principal, endpoint string
 		avg := float64(r.GPUSeconds) / window
 		adv := Advice{Kind: AdviceMIG, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version, GPUType: r.GPUType, AvgReplicas: avg,
 			AvgUtilPct: util, AvgMemoryMB: mem, SuggestedProfile: pick.name}
-		now := s.now()
+		now := s.clock.Now()
 		full, okF := rates.At(r.GPUType, "full", now)
 		slice, okS := rates.At(r.GPUType, pick.name, now)
 		if okF && okS && full > slice {

@@ -63,7 +63,7 @@ func TestAdvise(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	svc := chargeback.New(ch, db.New(pool), func() time.Time { return now })
+	svc := chargeback.New(ch, db.New(pool), clockAt(t, now))
 	mins := map[string]int32{"big": 2, "quiet": 1, "low": 4}
 	adv := chargeback.NewAdvisor(svc, func(_ context.Context, _ *auth.Principal, name string) (int32, error) {
 		if m, ok := mins[name]; ok {

@@ -13,14 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/money"
 	"modelplane/outbox"
 	"modelplane/service"
-	"modelplane/validate"
 )
 
 // Enforcement says what a budget does once a month's spend reaches it.
@@ -81,24 +81,28 @@ type Budgets struct {
 	// outbox (it wakes the relay); nil when nobody waits.
 	published func()
 	log       *slog.Logger
-	now       func() time.Time
+	clock     quartz.Clock
 	// wake lets Check run early (after a budget changed).
 	wake chan struct{}
 	mu   sync.Mutex
+	// measured holds the budgets as the last Check measured them, for
+	// the metrics (budget_metrics.go).
+	measured budgetsMeasured
 }
 
 // NewBudgets returns Budgets. published is called after Check wrote an
 // alert's event to the outbox (the relay's Wake), and may be nil (the relay
 // then sends it at its next poll); reports may be nil too (no usage store:
-// spend reads as zero and no alert is raised).
-func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slog.Logger, now func() time.Time) *Budgets {
-	if now == nil {
-		now = time.Now
+// spend reads as zero and no alert is raised). clock is what months and
+// the check's interval run on (quartz.NewReal() when nil).
+func NewBudgets(pool *pgxpool.Pool, reports *Service, published func(), log *slog.Logger, clock quartz.Clock) *Budgets {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Budgets{pool: pool, reports: reports, published: published, log: log, now: now, wake: make(chan struct{}, 1)}
+	return &Budgets{pool: pool, reports: reports, published: published, log: log, clock: clock, wake: make(chan struct{}, 1)}
 }
 
 // system is who the budget check reads costs as: it measures every team.
@@ -107,14 +111,14 @@ var system = auth.System("budget-check")
 // Set creates or replaces the budget of a team or of one of its
 // endpoints; team admins of that team and platform admins only.
 func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Budget, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if s.MonthlyUUSD <= 0 || s.MonthlyUUSD > 1_000_000_000_000_000 {
 		errs.Add("monthly_uusd", "must be a positive number of micro-USD")
 	}
 	if s.Enforcement == "" {
 		s.Enforcement = EnforceAlert
 	}
-	validate.OneOf(&errs, "enforcement", s.Enforcement, EnforceAlert, EnforceBlock)
+	field.OneOf(&errs, "enforcement", s.Enforcement, EnforceAlert, EnforceBlock)
 	if err := errs.Err(); err != nil {
 		return Budget{}, err
 	}
@@ -139,7 +143,7 @@ func (b *Budgets) Set(ctx context.Context, p *auth.Principal, s BudgetSpec) (Bud
 		// A changed amount voids this month's alerts (and the block a 100
 		// percent alert means): the checker measures the spend against the
 		// new amount and alerts again.
-		from, _ := Month(b.now())
+		from, _ := Month(b.clock.Now())
 		if _, err := q.BudgetAlertsResetChanged(ctx, db.BudgetAlertsResetChangedParams{Month: pgtype.Date{Time: from, Valid: true},
 			TeamID: team.ID, EndpointID: endpointID, MonthlyUusd: s.MonthlyUUSD}); err != nil {
 			return err
@@ -223,7 +227,7 @@ type monthSpend struct {
 
 // spend reads the month's cost so far of every team and endpoint.
 func (b *Budgets) spend(ctx context.Context) (monthSpend, error) {
-	now := b.now().UTC()
+	now := b.clock.Now().UTC()
 	from, to := Month(now)
 	end := now.Truncate(time.Second)
 	sp := monthSpend{team: map[string]int64{}, endpoint: map[[2]string]int64{}}
@@ -274,7 +278,7 @@ func Forecast(spent int64, elapsed, month time.Duration) int64 {
 // Alerts returns this month's alerts p may see, newest first.
 func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error) {
 	all, ids := budgetScope(p)
-	from, _ := Month(b.now())
+	from, _ := Month(b.clock.Now())
 	rows, err := db.New(b.pool).BudgetAlertListScoped(ctx, db.BudgetAlertListScopedParams{AllTeams: all, TeamIDs: ids,
 		Month: pgtype.Date{Time: from, Valid: true}})
 	if err != nil {
@@ -289,7 +293,7 @@ func (b *Budgets) Alerts(ctx context.Context, p *auth.Principal) ([]Alert, error
 }
 
 // Check measures every budget once: a threshold newly passed this month is
-// stored as an alert with an audit record and its event (proto.Event, kind
+// stored as an alert with an audit record and its event (busapi.Event, kind
 // "budget", on mp.events.<team>) as an outbox row, in one transaction, so
 // the event goes out exactly when the alert is stored, through the relay
 // like every other event (MP_EVENTS).
@@ -302,18 +306,22 @@ func (b *Budgets) Check(ctx context.Context) error {
 		return fmt.Errorf("budget check: %w", err)
 	}
 	if len(rows) == 0 {
+		b.measured.set(nil)
 		return nil
 	}
 	sp, err := b.spend(ctx)
 	if err != nil {
 		return fmt.Errorf("budget check: %w", err)
 	}
-	month, _ := Month(b.now())
+	month, _ := Month(b.clock.Now())
 	var errs []error
 	raised := 0
+	seen := make([]Budget, 0, len(rows))
+	defer func() { b.measured.set(seen) }()
 	for _, r := range rows {
 		bu := Budget{ID: r.ID, Team: r.TeamName, Endpoint: r.EndpointName, MonthlyUUSD: r.MonthlyUusd, Enforcement: r.Enforcement}
 		sp.measure(&bu)
+		seen = append(seen, bu)
 		for _, pct := range Thresholds {
 			// spent ≥ pct% of the budget, in integers.
 			if bu.SpentUUSD*100 < bu.MonthlyUUSD*int64(pct) {
@@ -331,7 +339,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 					return err
 				}
 				raised++
-				return writeEvent(ctx, q, r.ID, bu, pct, b.now())
+				return writeEvent(ctx, q, r.ID, bu, pct, b.clock.Now())
 			})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("budget alert: %w", err))
@@ -344,7 +352,7 @@ func (b *Budgets) Check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// EventKind is the Kind of a budget alert's proto.Event; its Type is
+// EventKind is the Kind of a budget alert's busapi.Event; its Type is
 // "alert", State the threshold passed ("80" or "100"), ID the budget's id
 // and Name the team or team/endpoint. Readers fetch the alerts for the
 // figures; Message says them for people.
@@ -358,7 +366,7 @@ func writeEvent(ctx context.Context, q *db.Queries, budgetID int64, bu Budget, p
 	if bu.Enforcement == EnforceBlock && pct >= 100 {
 		msg += "; no new replicas beyond the endpoints' minimum this month"
 	}
-	return outbox.Event(ctx, q, bu.Team, proto.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
+	return outbox.Event(ctx, q, bu.Team, busapi.Event{Kind: EventKind, ID: budgetID, Name: BudgetName(bu.Team, bu.Endpoint),
 		Type: "alert", State: strconv.Itoa(pct), Message: msg, At: at.UTC()})
 }
 
@@ -370,7 +378,7 @@ const BudgetInterval = time.Minute
 // per control plane.
 func (b *Budgets) Checker() service.Service {
 	return service.NewFunc(func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), BudgetInterval, b.wake, func(ctx context.Context) {
+		service.Tick(ctx, b.clock, BudgetInterval, b.wake, func(ctx context.Context) {
 			if err := b.Check(ctx); err != nil && ctx.Err() == nil {
 				b.log.Warn("budget check", slog.String("error", err.Error()))
 			}

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/internal/chtest"
@@ -42,16 +43,16 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateConsumer(t.Context(), proto.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
+	cons, err := js.CreateConsumer(t.Context(), busapi.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler)), cons: cons}
+	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), cons: cons}
 }
 
 // next relays the outbox and returns the events that arrived since the
 // last call.
-func (s *eventStream) next(t *testing.T) []proto.Event {
+func (s *eventStream) next(t *testing.T) []busapi.Event {
 	t.Helper()
 	if _, err := s.relay.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -60,9 +61,9 @@ func (s *eventStream) next(t *testing.T) []proto.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []proto.Event
+	var out []busapi.Event
 	for m := range batch.Messages() {
-		var e proto.Event
+		var e busapi.Event
 		if err := json.Unmarshal(m.Data(), &e); err != nil {
 			t.Fatalf("event %s: %v", m.Data(), err)
 		}
@@ -85,7 +86,7 @@ func TestBudgets(t *testing.T) {
 	pool := pgtest.New(t)
 	ch := chtest.New(t)
 	sys := &auth.Principal{Name: "seed", PlatformRole: auth.RolePlatformAdmin}
-	ten := tenant.New(pool, time.Now)
+	ten := tenant.New(pool, nil)
 	risk, err := ten.CreateTeam(ctx, sys, "risk", "Risk")
 	if err != nil {
 		t.Fatal(err)
@@ -95,9 +96,10 @@ func TestBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC) // 15.5 of 31 days: half the month
-	svc := chargeback.New(ch, db.New(pool), func() time.Time { return now })
-	budgets := chargeback.NewBudgets(pool, svc, nil, nil, func() time.Time { return now })
-	events := newEventStream(t, pool, proto.EventsSubject("risk"))
+	clk := clockAt(t, now)
+	svc := chargeback.New(ch, db.New(pool), clk)
+	budgets := chargeback.NewBudgets(pool, svc, nil, nil, clk)
+	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
 
 	riskAdmin := &auth.Principal{Name: "ra", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleAdmin}}}
 	riskViewer := &auth.Principal{Name: "rv", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleViewer}}}

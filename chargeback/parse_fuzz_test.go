@@ -60,7 +60,7 @@ func TestDailyAddsUpToTheReport(t *testing.T) {
 	from, to := t0.Add(23*time.Hour+50*time.Minute), t0.Add(24*time.Hour+20*time.Minute)
 	rows := fleetUsage(from, to)
 	insert(t, ch, rows)
-	svc := chargeback.New(ch, nil, func() time.Time { return to })
+	svc := chargeback.New(ch, nil, clockAt(t, to))
 	q := chargeback.Query{From: t0, To: t0.Add(3 * 24 * time.Hour)}
 	d, err := svc.Daily(t.Context(), finance, q, chargeback.DimTeam)
 	if err != nil {

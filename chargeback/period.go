@@ -3,20 +3,20 @@ package chargeback
 import (
 	"time"
 
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // ParseTime reads a period bound: RFC 3339 ("2026-10-01T00:00:00Z") or a
 // date ("2026-10-01", midnight UTC).
-func ParseTime(field, s string) (time.Time, error) {
+func ParseTime(name, s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t.UTC(), nil
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return t, nil
 	}
-	var errs validate.Errors
-	errs.Add(field, "must be an RFC 3339 time or a date (2026-10-01)")
+	var errs field.Errors
+	errs.Add(name, "must be an RFC 3339 time or a date (2026-10-01)")
 	return time.Time{}, errs
 }
 

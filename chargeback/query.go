@@ -405,7 +405,7 @@ func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map
 // into the last LagWindow is checked, and only that window is read: the
 // raw table is ordered by node then time, so the read is a range per node.
 func (s *Service) freshness(ctx context.Context, rep *Report) error {
-	now := s.now().UTC()
+	now := s.clock.Now().UTC()
 	since := now.Add(-LagWindow)
 	if !rep.To.After(since) {
 		return nil

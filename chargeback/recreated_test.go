@@ -37,7 +37,7 @@ func TestTokensOfARecreatedEndpoint(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	svc := chargeback.New(ch, nil, func() time.Time { return to.Add(48 * time.Hour) })
+	svc := chargeback.New(ch, nil, clockAt(t, to.Add(48*time.Hour)))
 	rep, err := svc.Report(t.Context(), finance, chargeback.Query{From: from, To: to, Source: chargeback.SourceRaw,
 		GroupBy: []chargeback.Dimension{chargeback.DimEndpoint}})
 	if err != nil {

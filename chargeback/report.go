@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/auth"
 	"modelplane/billing"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Unallocated is how the CSV and the portal name the team of GPU time no
@@ -77,7 +78,7 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 		}
 		d := Dimension(part)
 		if !slices.Contains(Dimensions, d) {
-			var errs validate.Errors
+			var errs field.Errors
 			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation", part)
 			return nil, errs
 		}
@@ -270,7 +271,7 @@ const LagWindow = time.Hour
 type Service struct {
 	ch    driver.Conn
 	rates RateTable
-	now   func() time.Time
+	clock quartz.Clock
 	// LagAllowance is how far behind now the newest stored second may be
 	// before a report reaching now is marked delayed; default 2 minutes.
 	LagAllowance time.Duration
@@ -287,12 +288,13 @@ type RateTable interface {
 }
 
 // New returns a Service. rates gives the rate table's version (and may be
-// nil, for version "r0"); now is the clock reports measure lag with.
-func New(ch driver.Conn, rates RateTable, now func() time.Time) *Service {
-	if now == nil {
-		now = time.Now
+// nil, for version "r0"); clock is what reports measure lag with
+// (quartz.NewReal() when nil).
+func New(ch driver.Conn, rates RateTable, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Service{ch: ch, rates: rates, now: now, LagAllowance: 2 * time.Minute}
+	return &Service{ch: ch, rates: rates, clock: clock, LagAllowance: 2 * time.Minute}
 }
 
 // scope returns the teams the principal may see: all, or the named ones.
@@ -309,7 +311,7 @@ func scope(p *auth.Principal) (all bool, teams []string) {
 
 // check validates a query's period.
 func (q *Query) check() error {
-	var errs validate.Errors
+	var errs field.Errors
 	if q.From.IsZero() || q.To.IsZero() {
 		errs.Add("from", "from and to are both required")
 		return errs

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/auth"
 	"modelplane/billing"
@@ -38,6 +39,13 @@ type rec struct {
 	util                                         float32
 	memMB, requests                              uint64
 	rate                                         uint64
+}
+
+// clockAt is a hand-moved clock standing at at.
+func clockAt(t *testing.T, at time.Time) *quartz.Mock {
+	clk := quartz.NewMock(t)
+	clk.Set(at)
+	return clk
 }
 
 func insert(t *testing.T, ch driver.Conn, rows []rec) {
@@ -161,7 +169,7 @@ func TestTotalsExactWhateverTheGrouping(t *testing.T) {
 	from, to := t0.Add(50*time.Minute), t0.Add(3*time.Hour+10*time.Minute)
 	rows := fleetUsage(from, to)
 	insert(t, ch, rows)
-	svc := chargeback.New(ch, nil, func() time.Time { return to })
+	svc := chargeback.New(ch, nil, clockAt(t, to))
 	periods := []struct{ from, to time.Time }{
 		{from, to}, // raw ends around two whole hours
 		{t0.Add(time.Hour), t0.Add(3 * time.Hour)},           // whole hours only
@@ -238,7 +246,7 @@ func TestRateChangeSplitsAtTheSecond(t *testing.T) {
 		add(s)
 	}
 	insert(t, ch, rows)
-	svc := chargeback.New(ch, nil, func() time.Time { return monthEnd })
+	svc := chargeback.New(ch, nil, clockAt(t, monthEnd))
 	rep, err := svc.Report(t.Context(), finance, chargeback.Query{From: t0, To: monthEnd, GroupBy: []chargeback.Dimension{chargeback.DimTeam}})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +274,7 @@ func TestSlicesAndIdlePricedByOwnRates(t *testing.T) {
 	ch := chtest.New(t)
 	from, to := t0, t0.Add(time.Hour)
 	insert(t, ch, fleetUsage(from, to))
-	svc := chargeback.New(ch, nil, func() time.Time { return to })
+	svc := chargeback.New(ch, nil, clockAt(t, to))
 	rep, err := svc.Report(t.Context(), finance, chargeback.Query{From: from, To: to,
 		GroupBy: []chargeback.Dimension{chargeback.DimTeam, chargeback.DimGPUType, chargeback.DimAllocation}})
 	if err != nil {
@@ -300,7 +308,7 @@ func TestTeamScoping(t *testing.T) {
 	from, to := t0.Add(30*time.Minute), t0.Add(2*time.Hour)
 	rows := fleetUsage(from, to)
 	insert(t, ch, rows)
-	svc := chargeback.New(ch, nil, func() time.Time { return to })
+	svc := chargeback.New(ch, nil, clockAt(t, to))
 	for _, by := range subsets() {
 		rep, err := svc.Report(t.Context(), riskEng, chargeback.Query{From: from, To: to, GroupBy: by})
 		if err != nil {
@@ -354,7 +362,7 @@ func TestCSVGolden(t *testing.T) {
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	svc := chargeback.New(ch, nil, func() time.Time { return to })
+	svc := chargeback.New(ch, nil, clockAt(t, to))
 	by, err := chargeback.ParseGroupBy("version,team,endpoint")
 	if err != nil {
 		t.Fatal(err)

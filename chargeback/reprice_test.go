@@ -11,10 +11,10 @@ import (
 	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/ingest"
@@ -46,16 +46,15 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 	clk := quartz.NewMock(t)
 	clk.Set(t0.Add(-billing.RateLead - time.Hour))
-	clock := func() time.Time { return clk.Now() }
 	finance := &auth.Principal{Name: "fin", PlatformRole: auth.RoleFinance}
-	book := billing.NewBook(pool, clock)
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: proto.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
+	book := billing.NewBook(pool, clk)
+	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
 		t.Fatal(err)
 	}
 
 	// The replica the agent meters, as placement would have recorded it.
 	if err := billing.RecordAllocations(ctx, db.New(pool), []ingest.Allocation{{Node: "n1", Replica: "r1", GPUType: "A100-80GB",
-		Profile: proto.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "m", Version: "v1", From: t0.Add(-24 * time.Hour)}}); err != nil {
+		Profile: busapi.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "m", Version: "v1", From: t0.Add(-24 * time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
 	// ingestMinute runs a fresh consumer (it loads the rate table before its
@@ -75,13 +74,13 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 		defer u.Stop()
 		for s := range int64(60) {
 			ts := start.Unix() + s
-			b := proto.UsageBatch{ID: fmt.Sprintf("n1-%d-0", ts), Node: "n1", Records: []proto.Usage{{Time: ts, Node: "n1", GPU: 0,
-				GPUType: "A100-80GB", Profile: proto.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "m", Version: "v1", Replica: "r1"}}}
+			b := busapi.UsageBatch{ID: fmt.Sprintf("n1-%d-0", ts), Node: "n1", Records: []busapi.Usage{{Time: ts, Node: "n1", GPU: 0,
+				GPUType: "A100-80GB", Profile: busapi.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "m", Version: "v1", Replica: "r1"}}}
 			data, err := json.Marshal(b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := js.Publish(ctx, proto.UsageSubject("n1"), data, jetstream.WithMsgID(b.ID)); err != nil {
+			if _, err := js.Publish(ctx, busapi.UsageSubject("n1"), data, jetstream.WithMsgID(b.ID)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -93,7 +92,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 			return n == want
 		}, "gpu_usage holds %v rows, want %d", wait.Show(func() any { return n }), want)
 	}
-	svc := chargeback.New(ch, db.New(pool), clock)
+	svc := chargeback.New(ch, db.New(pool), clk)
 	cost := func(from, to time.Time) int64 {
 		t.Helper()
 		rep, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to})
@@ -111,12 +110,12 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	}
 	// A rate from a metered second is refused; a rate booked now starts
 	// RateLead ahead.
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: proto.ProfileFull, UUSDPerHour: 7_200_000,
+	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
 		EffectiveFrom: t0.Add(30 * time.Second)}); err == nil {
 		t.Fatal("a rate effective at a metered second was booked")
 	}
-	next := clock().Add(billing.RateLead)
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: proto.ProfileFull, UUSDPerHour: 7_200_000,
+	next := clk.Now().Add(billing.RateLead)
+	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
 		EffectiveFrom: next}); err != nil {
 		t.Fatal(err)
 	}

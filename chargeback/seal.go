@@ -24,7 +24,7 @@ import (
 // a report is, never what it says.
 
 // SealAfter is how old a day must be before it is sealed: past the usage
-// stream's 7-day retention (agent/proto.Streams), so no redelivery can add
+// stream's 7-day retention (busapi.Streams), so no redelivery can add
 // a second to it.
 const SealAfter = 8 * 24 * time.Hour
 
@@ -35,20 +35,20 @@ const SealWindow = 62 * 24 * time.Hour
 // Sealer seals days of the hourly rollup; run one per control plane.
 type Sealer struct {
 	service.Runner
-	ch  driver.Conn
-	now func() time.Time
-	log *slog.Logger
+	ch    driver.Conn
+	clock quartz.Clock
+	log   *slog.Logger
 }
 
-// NewSealer returns a Sealer.
-func NewSealer(ch driver.Conn, log *slog.Logger, now func() time.Time) *Sealer {
-	if now == nil {
-		now = time.Now
+// NewSealer returns a Sealer on clock (quartz.NewReal() when nil).
+func NewSealer(ch driver.Conn, log *slog.Logger, clock quartz.Clock) *Sealer {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sealer{ch: ch, now: now, log: log}
+	return &Sealer{ch: ch, clock: clock, log: log}
 }
 
 type daySums struct{ seconds, x3600 uint64 }
@@ -84,7 +84,7 @@ const (
 // and not sealed, and reseals a sealed one whose hourly totals changed. It
 // returns the days it (re)sealed.
 func (s *Sealer) Seal(ctx context.Context) (int, error) {
-	last := s.now().UTC().Truncate(24 * time.Hour).Add(-SealAfter)
+	last := s.clock.Now().UTC().Truncate(24 * time.Hour).Add(-SealAfter)
 	first := last.Add(-SealWindow)
 	hourly, err := sumsByDay(ctx, s.ch, hourlyByDay, first, last)
 	if err != nil {
@@ -136,7 +136,7 @@ func (s *Sealer) sealDay(ctx context.Context, d time.Time, want daySums) error {
 	if err != nil {
 		return fmt.Errorf("seal %s: %w", day, err)
 	}
-	if err := b.Append(d, want.seconds, want.x3600, s.now().UTC()); err != nil {
+	if err := b.Append(d, want.seconds, want.x3600, s.clock.Now().UTC()); err != nil {
 		return fmt.Errorf("seal %s: %w", day, err)
 	}
 	if err := b.Send(); err != nil {
@@ -151,7 +151,7 @@ const SealInterval = 10 * time.Minute
 // Start seals every SealInterval until Stop.
 func (s *Sealer) Start(ctx context.Context) error {
 	return s.Go(ctx, func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), SealInterval, nil, func(ctx context.Context) {
+		service.Tick(ctx, s.clock, SealInterval, nil, func(ctx context.Context) {
 			if n, err := s.Seal(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("seal usage days", slog.String("error", err.Error()))
 			} else if n > 0 {

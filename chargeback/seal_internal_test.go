@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/internal/chtest"
 )
 
@@ -35,10 +37,12 @@ func TestSealedDaysAreReadFromTheDailyTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := d0.Add(30 * 24 * time.Hour)
-	if n, err := NewSealer(ch, nil, func() time.Time { return now }).Seal(ctx); err != nil || n != 3 {
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	if n, err := NewSealer(ch, nil, clk).Seal(ctx); err != nil || n != 3 {
 		t.Fatalf("Seal = %d, %v; want 3 days", n, err)
 	}
-	s := New(ch, nil, func() time.Time { return now })
+	s := New(ch, nil, clk)
 	from, to := d0.Add(5*time.Hour), d0.Add(3*24*time.Hour)
 	spans, seals, err := s.wholeHours(ctx, from, to)
 	if err != nil {

@@ -25,7 +25,8 @@ func TestSealedDaysExact(t *testing.T) {
 	}
 	insert(t, ch, rows)
 	now := t0.Add(20 * 24 * time.Hour)
-	sealer := chargeback.NewSealer(ch, nil, func() time.Time { return now })
+	clk := clockAt(t, now)
+	sealer := chargeback.NewSealer(ch, nil, clk)
 	n, err := sealer.Seal(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func TestSealedDaysExact(t *testing.T) {
 	if n, err := sealer.Seal(ctx); err != nil || n != 0 {
 		t.Fatalf("second pass sealed %d, %v; want nothing to do", n, err)
 	}
-	svc := chargeback.New(ch, nil, func() time.Time { return now })
+	svc := chargeback.New(ch, nil, clk)
 	check := func(what string, rows []rec) {
 		t.Helper()
 		for _, p := range []struct{ from, to time.Time }{

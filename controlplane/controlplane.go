@@ -15,12 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/autoscaler"
 	"modelplane/billing"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/drift"
@@ -30,13 +31,18 @@ import (
 	"modelplane/fleet"
 	"modelplane/idempotency"
 	"modelplane/ingest"
+	"modelplane/notify"
+	"modelplane/opsmetrics"
 	"modelplane/outbox"
+	"modelplane/quota"
 	"modelplane/registry"
+	"modelplane/reqstats"
 	"modelplane/rollout"
 	"modelplane/service"
+	"modelplane/services"
 	"modelplane/tenant"
-	"modelplane/traffic"
-	"modelplane/validation"
+	"modelplane/trust"
+	"modelplane/versioncheck"
 )
 
 // Stores are the connections the control plane runs on. CH and NC may be
@@ -65,29 +71,48 @@ type Config struct {
 	// WakeGrace is how long a woken endpoint keeps its replica (zero:
 	// fleet.DefaultWakeGrace).
 	WakeGrace time.Duration
+	// RequireAttestation refuses heartbeats of nodes without an attested
+	// inventory (fleet.Options.RequireAttestation).
+	RequireAttestation bool
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (fleet.Options.DefaultQuota); nil: such teams are uncapped.
+	DefaultQuota map[string]float64
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
-	// replica count (zero: fleet.DefaultAutoscaleInterval).
+	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
-	// Now is the clock of every service (nil: time.Now).
-	Now func() time.Time
+	// Clock is the clock of every service and background loop (nil:
+	// quartz.NewReal()); tests pass a quartz.Mock and move it.
+	Clock quartz.Clock
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
 	// own, os.Executable); empty turns validation at registration off, and
 	// such versions stay registered.
 	RuntimeBinary string
 	// ValidationTimeout and ValidationMemoryMB limit one validation's
-	// child process (zero: the validation package's defaults).
+	// child process (zero: package versioncheck's defaults).
 	ValidationTimeout  time.Duration
 	ValidationMemoryMB int64
+	// ValidationUID and ValidationGID are the validation child's user
+	// when the control plane is root (zero: versioncheck.DefaultSandboxID).
+	ValidationUID, ValidationGID int
 	// Authority mints the credentials of enrolling nodes; nil leaves node
 	// enrollment off (Enrollment is nil). Push sends its revocations to
 	// the NATS servers (over a system-user connection).
 	Authority *bus.Authority
 	Push      enrollment.Pusher
+	// Reconnected receives when Push's connection reconnects, so the
+	// revocations are pushed again to a server that restarted without
+	// them (enrollment.Repusher); nil: only every RepushInterval.
+	Reconnected <-chan struct{}
 	// NodeNATSURLs and NodeNATSCA are what enrolling nodes are told about
 	// NATS (empty: their own settings).
 	NodeNATSURLs []string
 	NodeNATSCA   string
+	// SecretKeys seal webhook secrets (MP_SECRET_KEY; nil or empty: no
+	// webhook can be created). Alertmanager is the base URL the
+	// control plane's own alerts go to (MP_ALERTMANAGER_URL; empty: none).
+	SecretKeys   *notify.Keyring
+	Alertmanager string
 }
 
 // Advisory-lock ids of the loops that run once per control plane.
@@ -105,37 +130,16 @@ const (
 	leadRetention   = 7_316_020_031
 	leadValidation  = 7_316_020_040
 	leadEnrollment  = 7_316_020_041
+	leadNotify      = 7_316_020_050
 )
 
 // ControlPlane is every domain service, built once, and the background
 // services that run beside them. A field the stores cannot back is nil
 // (Meter, Chargeback, Advisor, Traffic and Drift without ClickHouse).
 type ControlPlane struct {
-	Log        *slog.Logger
-	Pool       *pgxpool.Pool
-	Keys       *auth.Keys
-	OIDC       *auth.OIDC
-	Sessions   *auth.Sessions
-	Tenant     *tenant.Service
-	Registry   *registry.Service
-	Endpoints  *endpoint.Service
-	Fleet      *fleet.Fleet
-	Rates      *billing.Book
-	Meter      *billing.Meter
-	Chargeback *chargeback.Service
-	Budgets    *chargeback.Budgets
-	Advisor    *chargeback.Advisor
-	Rollouts   *rollout.Service
-	Traffic    *traffic.Reader
-	Drift      *drift.Service
-	Audit      *audit.Log
-	// Enrollment enrolls, rotates and revokes nodes; nil without an
-	// authority (Config.Authority).
-	Enrollment *enrollment.Service
-	// Idempotency keeps the API's Idempotency-Key records.
-	Idempotency *idempotency.Store
-	// Metrics is the registry every service and the HTTP layer export on.
-	Metrics *prometheus.Registry
+	// Set is the domain services, which the HTTP layer takes whole.
+	services.Set
+	Pool *pgxpool.Pool
 	// Relay publishes outbox rows to NATS; nil without NATS.
 	Relay *outbox.Relay
 	// Validator validates uploaded versions of the built-in runtime; nil
@@ -143,8 +147,8 @@ type ControlPlane struct {
 	// service when Start runs the background (NATS and ClickHouse
 	// present); its Pass may be called directly (demo seeding, a control
 	// plane without them).
-	Validator *validation.Validator
-
+	Validator  *versioncheck.Validator
+	notifier   *notify.Sender
 	js         jetstream.JetStream
 	background *service.Group
 }
@@ -158,9 +162,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	clock := cfg.Clock
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	store, err := artifact.NewStore(cfg.ArtifactDir)
 	if err != nil {
@@ -168,30 +172,31 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cp := &ControlPlane{
-		Log:         cfg.Log,
-		Pool:        st.Pool,
-		Keys:        auth.NewKeys(st.Pool, now),
-		OIDC:        cfg.OIDC,
-		Sessions:    auth.NewSessions(st.Pool, cfg.Sessions, now),
-		Tenant:      tenant.New(st.Pool, now),
-		Registry:    registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
-		Endpoints:   endpoint.New(st.Pool),
-		Fleet:       fleet.New(st.Pool, cfg.Log, now),
-		Rates:       billing.NewBook(st.Pool, now),
-		Audit:       audit.NewLog(st.Pool),
-		Idempotency: idempotency.New(st.Pool),
-		Metrics:     reg,
-	}
+	cp := &ControlPlane{Pool: st.Pool, Set: services.Set{
+		Log:       cfg.Log,
+		Keys:      auth.NewKeys(st.Pool, clock),
+		OIDC:      cfg.OIDC,
+		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, clock),
+		Tenant:    tenant.New(st.Pool, clock),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
+		Endpoints: endpoint.New(st.Pool),
+		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
+			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
+		Attestations: trust.NewAttestations(st.Pool, clock),
+		Quotas:       quota.New(st.Pool, clock),
+		Rates:        billing.NewBook(st.Pool, clock),
+		Audit:        audit.NewLog(st.Pool),
+		Idempotency:  idempotency.New(st.Pool),
+		Metrics:      reg,
+	}}
 	if cfg.RuntimeBinary != "" {
-		cp.Validator = validation.New(validation.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
-			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, Log: cfg.Log})
+		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,
+			Timeout: cfg.ValidationTimeout, MemoryMB: cfg.ValidationMemoryMB, UID: cfg.ValidationUID, GID: cfg.ValidationGID, Log: cfg.Log, Clock: clock})
 		cp.Registry.WithValidation(cp.Validator.Wake)
 	}
 	if cfg.Authority != nil {
-		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, now).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
+		cp.Enrollment = enrollment.New(st.Pool, cfg.Authority, cfg.Push, clock).Advertise(cfg.NodeNATSURLs, cfg.NodeNATSCA)
 	}
-	cp.Fleet.SetWakeGrace(cfg.WakeGrace)
 	if err := cp.Fleet.Register(reg); err != nil {
 		return nil, fmt.Errorf("fleet metrics: %w", err)
 	}
@@ -203,17 +208,17 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		if cp.js, err = jetstream.New(st.NC); err != nil {
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
-		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log)
+		cp.Relay = outbox.NewRelay(st.Pool, cp.js, cfg.Log, clock)
 		published = cp.Relay.Wake
 	}
 	var driftReader *drift.Reader
 	var gate rollout.DriftMeasurer
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
-		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), now)
-		cp.Traffic = traffic.NewReader(st.CH, now)
+		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock)
+		cp.Traffic = reqstats.NewReader(st.CH, clock)
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
-		cp.Drift = drift.NewService(st.Pool, driftReader, now)
+		cp.Drift = drift.NewService(st.Pool, driftReader, clock)
 		gate = drift.NewGate(driftReader)
 		eps := cp.Endpoints
 		cp.Advisor = chargeback.NewAdvisor(cp.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {
@@ -221,10 +226,16 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 			return e.MinReplicas, err
 		})
 	}
-	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, now)
-	cp.Rollouts = rollout.New(st.Pool, now, gate)
+	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
+	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
+		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
+	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)
+	// The fleet's state and the budgets as Prometheus series on the admin
+	// listener (docs/operations.md lists them).
+	reg.MustRegister(opsmetrics.New(st.Pool, clock, cfg.Log), cp.Budgets)
+	cp.Rollouts = rollout.New(st.Pool, clock, gate)
 	if st.NC != nil && st.CH != nil {
-		if err := cp.buildBackground(st, cfg, now, driftReader, published); err != nil {
+		if err := cp.buildBackground(st, cfg, clock, driftReader, published); err != nil {
 			return nil, err
 		}
 	}
@@ -234,8 +245,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 // buildBackground lists the background services: heartbeat intake and the
 // sweeps on every replica, the rest once per control plane under a lease
 // (an ingest's check-then-insert is exactly-once only with one consumer).
-func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.Time, driftReader *drift.Reader, published func()) error {
-	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics,
+func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Clock, driftReader *drift.Reader, published func()) error {
+	usage, err := ingest.NewUsage(ingest.UsageConfig{JS: cp.js, CH: st.CH, Log: cfg.Log, Metrics: cp.Metrics, Clock: clock,
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(st.Pool)) },
 		LoadAllocations: billing.LoadAllocations(db.New(st.Pool))})
 	if err != nil {
@@ -249,30 +260,38 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 	if err != nil {
 		return err
 	}
-	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, now, cp.Metrics, cfg.Drift)
+	checker, err := drift.NewChecker(st.Pool, driftReader, published, cfg.Log, clock, cp.Metrics, cfg.Drift)
 	if err != nil {
 		return err
 	}
-	var intake *fleet.Intake
-	reconciler := fleet.NewController(cp.Fleet, cfg.Log, time.Second, func() time.Time { return intake.ListeningSince() }, published)
-	intake = fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, reconciler.Wake)
-	scaler := fleet.NewAutoscaler(cp.Fleet, cfg.Log, cfg.AutoscaleInterval, reconciler.Wake, published)
+	// The intake wakes the reconciler on heartbeats that change a replica;
+	// the reconciler asks the intake how long it has heard the fleet.
+	var reconciler *fleet.Controller
+	intake := fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, func() { reconciler.Wake() })
+	reconciler = fleet.NewController(cp.Fleet, fleet.ControllerOptions{Log: cfg.Log, Interval: time.Second, Listening: intake,
+		Published: published})
+	// Every change of an endpoint's demand wakes the reconciler, as
+	// heartbeats that change a replica and autoscaler decisions do.
+	cp.Endpoints.OnChange(reconciler.Wake)
+	var history autoscaler.HistoryFunc
 	if cp.Traffic != nil {
-		scaler.SetHistory(cp.Traffic.HourlyRates)
+		history = cp.Traffic.HourlyRates
 	}
+	scaler := autoscaler.New(st.Pool, autoscaler.Options{Clock: clock, Log: cfg.Log, Interval: cfg.AutoscaleInterval,
+		Grace: cp.Fleet.Grace(), Changed: reconciler.Wake, Published: published, History: history})
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: drift.NewGate(driftReader), Interval: time.Second, Published: published})
+		Drift: drift.NewGate(driftReader), Clock: clock, Interval: time.Second, Published: published})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
 	g := service.NewGroup(
 		intake,
-		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log),
-		cp.Idempotency.Sweeper(cfg.Log),
+		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
+		cp.Idempotency.Sweeper(cfg.Log, clock),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
 		// fleet's leader, and every lease holds a pooled connection.
@@ -282,18 +301,20 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, now func() time.T
 		lease(leadReqStats, reqstats),
 		lease(leadPredictions, predictions),
 		lease(leadBudgets, cp.Budgets.Checker()),
-		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, now)),
+		lease(leadSeal, chargeback.NewSealer(st.CH, cfg.Log, clock)),
 		lease(leadDrift, checker),
-		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, now)),
+		lease(leadRetention, drift.NewRetention(st.Pool, st.CH, cfg.Log, clock)),
+		lease(leadNotify, cp.notifier.Service()),
 	)
 	if cp.Validator != nil {
 		g.Add(lease(leadValidation, cp.Validator))
 	}
 	if cp.Enrollment != nil {
-		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, quartz.NewReal())))
+		g.Add(lease(leadEnrollment, cp.Enrollment.Sweeper(cfg.Log, clock)))
+		g.Add(cp.Enrollment.Repusher(cfg.Log, clock, cfg.Reconnected))
 	}
 	if cfg.OIDC != nil {
-		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, proto.BucketIdentity), cfg.Log)))
+		g.Add(lease(leadIdentity, auth.NewIdentityLoop(cfg.OIDC.IdentityPublisher(st.Pool), bus.Keys(cp.js, busapi.BucketIdentity), cfg.Log, clock)))
 	}
 	cp.background = g
 	return nil

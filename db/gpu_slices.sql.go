@@ -144,7 +144,10 @@ func (q *Queries) GPUSliceListByNode(ctx context.Context, nodeID int64) ([]GPUSl
 
 const gPUSliceListReady = `-- name: GPUSliceListReady :many
 SELECT n.name AS node, s.gpu, s.slice, s.gpu_type, s.profile, s.memory_mb,
-       coalesce(r.name, '') AS owner, coalesce(e.name, '') AS owner_endpoint, coalesce(e.tier, '') AS owner_tier
+       coalesce(r.name, '') AS owner, coalesce(e.name, '') AS owner_endpoint,
+       -- The tier the holder is placed as: critical only with its team's grant.
+       (CASE WHEN e.tier = 'critical' AND NOT EXISTS (SELECT 1 FROM team_tier_grants g WHERE g.team_id = e.team_id AND g.tier = 'critical')
+             THEN 'standard' ELSE coalesce(e.tier, '') END)::text AS owner_tier
 FROM gpu_slices s
 JOIN nodes n ON n.id = s.node_id
 LEFT JOIN allocations a ON a.node_id = s.node_id AND a.gpu = s.gpu AND a.slice = s.slice

@@ -46,7 +46,8 @@ FROM model_version_validations x
 JOIN model_versions v ON v.id = x.version_id
 JOIN models m ON m.id = v.model_id
 WHERE x.state = 'pending'
-ORDER BY x.version_id
+ORDER BY (SELECT max(y.finished_at) FROM model_version_validations y WHERE y.team_id = x.team_id) ASC NULLS FIRST,
+         x.version_id
 LIMIT 1
 FOR UPDATE OF x SKIP LOCKED
 `
@@ -67,8 +68,11 @@ type ValidationClaimPendingRow struct {
 	FeatureNames []string
 }
 
-// The oldest pending validation, locked for the validator (skipping one
-// another control plane holds), with what running it needs.
+// A pending validation, locked for the validator (skipping one another
+// control plane holds), with what running it needs: round-robin by team,
+// the oldest pending version of the team whose last validation finished
+// longest ago (a team never served first), so one team queueing many
+// versions delays another's by at most one validation, not all of its own.
 func (q *Queries) ValidationClaimPending(ctx context.Context) (ValidationClaimPendingRow, error) {
 	row := q.db.QueryRow(ctx, validationClaimPending)
 	var i ValidationClaimPendingRow

@@ -133,6 +133,21 @@ type CostRate struct {
 	CreatedByKeyID  *int64
 }
 
+type Delivery struct {
+	ID         int64
+	TeamID     int64
+	WebhookID  *int64
+	EventType  string
+	Event      []byte
+	State      string
+	Attempts   int32
+	NextAt     time.Time
+	LastStatus int32
+	LastError  string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
 type DriftAlert struct {
 	EndpointID    int64
 	TeamID        int64
@@ -313,6 +328,17 @@ type NodeAddress struct {
 	UpdatedAt time.Time
 }
 
+type NodeAttestation struct {
+	Node          string
+	GPUs          []byte
+	CPUCores      int32
+	MemoryMB      int32
+	AttestedBy    string
+	AttestedAt    time.Time
+	RefusedAt     *time.Time
+	RefusedReason string
+}
+
 type NodeCredential struct {
 	Node                  string
 	NATSUserKey           string
@@ -485,6 +511,13 @@ type TeamQuota struct {
 	UpdatedAt time.Time
 }
 
+type TeamTierGrant struct {
+	TeamID    int64
+	Tier      string
+	GrantedBy string
+	GrantedAt time.Time
+}
+
 type User struct {
 	ID           int64
 	Issuer       string
@@ -499,4 +532,15 @@ type User struct {
 type VersionColdStart struct {
 	VersionID    int64
 	ColdStartsMs []int64
+}
+
+type Webhook struct {
+	ID         int64
+	TeamID     int64
+	Url        string
+	EventTypes []string
+	Secret     []byte
+	KeyID      string
+	CreatedBy  string
+	CreatedAt  time.Time
 }

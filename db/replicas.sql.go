@@ -335,6 +335,111 @@ func (q *Queries) ReplicaListByEndpoint(ctx context.Context, arg ReplicaListByEn
 	return items, nil
 }
 
+const replicaListByIDs = `-- name: ReplicaListByIDs :many
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb, r.token,
+       t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
+       v.runtime, v.format, v.artifact_uri, m.feature_names, v.serving,
+       e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms,
+       coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN teams t ON t.id = r.team_id
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN (SELECT replica_id, array_agg(gpu ORDER BY gpu, slice) AS gpus, array_agg(slice ORDER BY gpu, slice) AS slices
+           FROM allocations WHERE replica_id = ANY($1::bigint[]) GROUP BY replica_id) s ON s.replica_id = r.id
+WHERE r.id = ANY($1::bigint[])
+ORDER BY r.id
+`
+
+type ReplicaListByIDsRow struct {
+	ID                   int64
+	Name                 string
+	EndpointID           int64
+	VersionID            int64
+	NodeID               int64
+	Node                 string
+	State                string
+	Addr                 string
+	GPUType              string
+	Profile              string
+	CPUCores             int32
+	MemoryMB             int32
+	Token                string
+	Team                 string
+	Endpoint             string
+	Model                string
+	Task                 string
+	Version              string
+	SimProfile           []byte
+	Runtime              string
+	Format               string
+	ArtifactURI          string
+	FeatureNames         []string
+	Serving              []byte
+	BatchMaxSize         int32
+	BatchMaxQueueDelayUS int32
+	BatchPreferredSizes  []int32
+	BatchQueueTimeoutMS  int32
+	SlotGpus             []int32
+	SlotSlices           []int32
+}
+
+// ReplicaListAll's columns for the replicas of ids: the fleet reconciler
+// reads back the replicas it placed in the same pass (their token is the
+// database's), instead of listing every replica a second time.
+func (q *Queries) ReplicaListByIDs(ctx context.Context, ids []int64) ([]ReplicaListByIDsRow, error) {
+	rows, err := q.db.Query(ctx, replicaListByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListByIDsRow{}
+	for rows.Next() {
+		var i ReplicaListByIDsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.EndpointID,
+			&i.VersionID,
+			&i.NodeID,
+			&i.Node,
+			&i.State,
+			&i.Addr,
+			&i.GPUType,
+			&i.Profile,
+			&i.CPUCores,
+			&i.MemoryMB,
+			&i.Token,
+			&i.Team,
+			&i.Endpoint,
+			&i.Model,
+			&i.Task,
+			&i.Version,
+			&i.SimProfile,
+			&i.Runtime,
+			&i.Format,
+			&i.ArtifactURI,
+			&i.FeatureNames,
+			&i.Serving,
+			&i.BatchMaxSize,
+			&i.BatchMaxQueueDelayUS,
+			&i.BatchPreferredSizes,
+			&i.BatchQueueTimeoutMS,
+			&i.SlotGpus,
+			&i.SlotSlices,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaListCPUHolds = `-- name: ReplicaListCPUHolds :many
 SELECT n.name AS node, r.name, e.name AS endpoint, r.cpu_cores, r.memory_mb
 FROM replicas r
@@ -381,7 +486,7 @@ func (q *Queries) ReplicaListCPUHolds(ctx context.Context) ([]ReplicaListCPUHold
 
 const replicaListForQuota = `-- name: ReplicaListForQuota :many
 SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
-       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots, r.memory_mb
 FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.team_id = $1
 ORDER BY r.endpoint_id, r.version_id, r.id
@@ -398,6 +503,7 @@ type ReplicaListForQuotaRow struct {
 	Profile     string
 	CPUCores    int32
 	Slots       int32
+	MemoryMB    int32
 }
 
 // One team's replicas with what each holds and its version's minimum, to
@@ -422,6 +528,7 @@ func (q *Queries) ReplicaListForQuota(ctx context.Context, teamID int64) ([]Repl
 			&i.Profile,
 			&i.CPUCores,
 			&i.Slots,
+			&i.MemoryMB,
 		); err != nil {
 			return nil, err
 		}

@@ -124,7 +124,8 @@ SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_pr
        coalesce(ro.from_version_id, 0)::bigint AS ro_from_version_id, coalesce(ro.to_version_id, 0)::bigint AS ro_to_version_id,
        coalesce(ro.strategy, '')::text AS ro_strategy, coalesce(ro.state, '')::text AS ro_state,
        coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline,
-       v.runtime
+       v.runtime,
+       EXISTS (SELECT 1 FROM team_tier_grants g WHERE g.team_id = e.team_id AND g.tier = 'critical')::boolean AS critical_granted
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id
@@ -163,6 +164,7 @@ type RoutingRuleListForPlacementRow struct {
 	RoStepIndex      int32
 	RoBakeDeadline   *time.Time
 	Runtime          string
+	CriticalGranted  bool
 }
 
 // What placement needs of every routed version; the routing entry's own
@@ -171,6 +173,8 @@ type RoutingRuleListForPlacementRow struct {
 // before its first decision); the ro_ columns describe the endpoint's active
 // rollout, if any, for canary sizing (fleet/wake.go). runtime picks the
 // nodes that can run the version (placement.Request.Runtime).
+// critical_granted says whether the team may place critical endpoints as
+// critical (team_tier_grants).
 func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRuleListForPlacementRow, error) {
 	rows, err := q.db.Query(ctx, routingRuleListForPlacement)
 	if err != nil {
@@ -210,6 +214,7 @@ func (q *Queries) RoutingRuleListForPlacement(ctx context.Context) ([]RoutingRul
 			&i.RoStepIndex,
 			&i.RoBakeDeadline,
 			&i.Runtime,
+			&i.CriticalGranted,
 		); err != nil {
 			return nil, err
 		}

@@ -38,6 +38,8 @@ var teamOwned = map[string]bool{
 	"drift_scores":              true,
 	"drift_alerts":              true,
 	"team_quotas":               true,
+	"webhooks":                  true,
+	"deliveries":                true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -69,6 +71,23 @@ var unscoped = map[string]string{
 	"TeamMemberListByTeam":  "tenant.Members resolved the team with TeamGetScoped first",
 	"TeamAdminCount":        "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
 
+	// Notifications (package notify): the team comes from the change the
+	// event tells of, or the sender acts for the platform.
+	"WebhookCreate":              "insert; notify.Webhooks.Create resolved the team with TeamGetScoped and checked CanAdmin",
+	"WebhookSetSecret":           "notify.Webhooks.RotateSecret loaded the webhook with WebhookGetScoped and checked CanAdmin; ResealAll is the server's key rotation",
+	"WebhookSecret":              "notify.Sender: the delivery's own webhook, claimed by the platform's sender; no caller",
+	"WebhookListSealedWithOther": "notify.ResealAll: the server's key rotation over every webhook; no caller",
+	"DeliveryEnqueueWebhooks":    "insert; outbox.Event runs in the change's transaction with that change's team",
+	"DeliveryEnqueueAlert":       "insert; outbox.Event runs in the change's transaction with that change's team",
+	"DeliveryClaimDue":           "notify.Sender: the platform's sender claims every team's due deliveries; no caller",
+	"DeliveryRecord":             "notify.Sender: records the outcome of a delivery it claimed; no caller",
+	// The control plane's /metrics (package opsmetrics) serves operators on
+	// the admin listener, never a team: it reads every team's fleet state.
+	"OpsReplicaList":    "opsmetrics: the admin listener's fleet series; no caller, operators only",
+	"OpsNodeList":       "opsmetrics: the admin listener's node series; no caller, operators only",
+	"OpsEndpointList":   "opsmetrics: the admin listener's endpoint series; no caller, operators only",
+	"OpsRolloutCounts":  "opsmetrics: the admin listener's rollout counts; no caller, operators only",
+	"OpsVersionSLAList": "opsmetrics: the admin listener's latency targets; no caller, operators only",
 	// The fleet's control loops act for the platform, not for a caller: they
 	// read and write every team's replicas by design (fleet package).
 	"EndpointSetPlacement":           "fleet reconciler: writes the placement outcome of every endpoint; no caller",
@@ -77,11 +96,12 @@ var unscoped = map[string]string{
 	"GPUSliceListByNode":             "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",
 	"ReplicaCPUUseByNode":            "fleet pages: platform admins only (fleet.Service.Nodes and Node check PlatformAdmin first)",
 	"ReplicaListAll":                 "fleet reconciler: desired state of every node and the routing table of every endpoint; no caller",
+	"ReplicaListByIDs":               "fleet reconciler: reads back the replicas it placed in the pass, by the ids it took; no caller",
 	"ReplicaInsertMany":              "fleet reconciler: places replicas for every endpoint; team ids come from RoutingRuleListForPlacement",
 	"TeamQuotaListAll":               "fleet reconciler: every team's quota caps its replicas; no caller",
-	"ReplicaListForQuota":            "fleet.Fleet.SetQuota: platform admins only, for the team it resolved by name",
-	"TeamQuotaGet":                   "fleet.Fleet.SetQuota/DeleteQuota: platform admins only (checked first)",
-	"TeamQuotaUpsert":                "fleet.Fleet.SetQuota: platform admins only (checked first)",
+	"ReplicaListForQuota":            "quota.Service.Set: platform admins only, for the team it resolved by name",
+	"TeamQuotaGet":                   "quota.Service.Set/Delete: platform admins only (checked first)",
+	"TeamQuotaUpsert":                "quota.Service.Set: platform admins only (checked first)",
 	"TeamQuotaDelete":                "fleet.Fleet.DeleteQuota: platform admins only (checked first)",
 	"ReplicaDeleteByIDs":             "fleet reconciler: scales down or removes replicas it listed with ReplicaListAll",
 	"ReplicaDeleteOnLostNodes":       "fleet reconciler: a lost node's replicas are placed elsewhere, whoever owns them",

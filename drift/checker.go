@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/drift/stat"
 	"modelplane/outbox"
@@ -54,7 +54,7 @@ func (c *CheckerConfig) defaults() {
 
 // Event is what the audit log records when a drift alert fires
 // ("drift.alert") and when a fired one clears ("drift.resolved"). The event
-// on mp.events.<team> is a proto.Event of kind EventKind written to the
+// on mp.events.<team> is a busapi.Event of kind EventKind written to the
 // outbox in the same transaction (see alert).
 type Event struct {
 	Type             string    `json:"type"`
@@ -79,7 +79,7 @@ const (
 	EventResolved = "drift.resolved"
 )
 
-// EventKind is the Kind of a drift alert's proto.Event on mp.events.<team>:
+// EventKind is the Kind of a drift alert's busapi.Event on mp.events.<team>:
 // ID and Name are the endpoint's, Type "alert" or "resolved", State the
 // version and metric ("v24 w1_norm"), Message the figures for people.
 const EventKind = "drift"
@@ -101,26 +101,37 @@ type Checker struct {
 	// wakes the relay); nil when nobody waits.
 	published func()
 	log       *slog.Logger
-	now       func() time.Time
+	clock     quartz.Clock
 	cfg       CheckerConfig
 	score     *prometheus.GaugeVec
+	// threshold is each exported score's threshold, so that an alert rule
+	// compares the two series instead of repeating the configuration.
+	threshold *prometheus.GaugeVec
 	shown     map[[3]string]bool
 }
 
 // NewChecker returns a Checker and registers its gauge on reg (nil: not
 // registered). published is called after a check wrote alert events to the
 // outbox (the relay's Wake); nil leaves them to the relay's next poll.
-func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
+// clock ends every window and drives the interval (quartz.NewReal() when
+// nil).
+func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.Logger, clock quartz.Clock, reg prometheus.Registerer, cfg CheckerConfig) (*Checker, error) {
 	cfg.defaults()
-	if now == nil {
-		now = time.Now
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	c := &Checker{pool: pool, reader: reader, published: published, log: log, now: now, cfg: cfg, shown: map[[3]string]bool{},
+	c := &Checker{pool: pool, reader: reader, published: published, log: log, clock: clock, cfg: cfg, shown: map[[3]string]bool{},
 		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_score",
 			Help: "Latest drift score of an endpoint's live version: psi:<feature>, kl, w1_norm or completion_length_w1_norm."},
 			[]string{"endpoint", "version", "metric"})}
+	c.threshold = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_prediction_drift_threshold",
+		Help: "The threshold of each ml_serving_prediction_drift_score series, with the same labels."},
+		[]string{"endpoint", "version", "metric"})
 	if reg != nil {
 		if err := reg.Register(c.score); err != nil {
+			return nil, fmt.Errorf("drift metrics: %w", err)
+		}
+		if err := reg.Register(c.threshold); err != nil {
 			return nil, fmt.Errorf("drift metrics: %w", err)
 		}
 	}
@@ -130,7 +141,7 @@ func NewChecker(pool *pgxpool.Pool, reader *Reader, published func(), log *slog.
 // Start checks every interval until Stop.
 func (c *Checker) Start(ctx context.Context) error {
 	return c.Go(ctx, func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), c.cfg.Interval, nil, func(ctx context.Context) {
+		service.Tick(ctx, c.clock, c.cfg.Interval, nil, func(ctx context.Context) {
 			if err := c.Check(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("drift check", slog.String("error", err.Error()))
 			}
@@ -150,7 +161,7 @@ type target struct {
 // the others are still checked.
 func (c *Checker) Check(ctx context.Context) error {
 	all, ids := system.Scope()
-	now := c.now().UTC()
+	now := c.clock.Now().UTC()
 	q := db.New(c.pool)
 	rows, err := q.DriftTargetList(ctx, db.DriftTargetListParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -188,6 +199,7 @@ func (c *Checker) Check(ctx context.Context) error {
 				}
 				k := [3]string{t.endpoint, v, s.Metric}
 				c.score.WithLabelValues(k[:]...).Set(s.Value)
+				c.threshold.WithLabelValues(k[:]...).Set(s.Threshold)
 				shown[k] = true
 			}
 			// Without enough data nothing is known: a run or a fired alert
@@ -204,6 +216,7 @@ func (c *Checker) Check(ctx context.Context) error {
 	for k := range c.shown {
 		if !shown[k] {
 			c.score.DeleteLabelValues(k[:]...)
+			c.threshold.DeleteLabelValues(k[:]...)
 		}
 	}
 	c.shown = shown
@@ -374,7 +387,7 @@ func (c *Checker) retire(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// writeEvent writes the proto.Event of a fired or resolved alert to the
+// writeEvent writes the busapi.Event of a fired or resolved alert to the
 // outbox inside the alert's transaction.
 func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) error {
 	typ, msg := "alert", fmt.Sprintf("%s %s = %.4g, past its threshold %.4g since %s", e.Version, e.Metric, e.Value, e.Threshold,
@@ -385,6 +398,6 @@ func writeEvent(ctx context.Context, q *db.Queries, endpointID int64, e Event) e
 	case e.Type == EventResolved:
 		typ, msg = "resolved", fmt.Sprintf("%s %s = %.4g, back within its threshold %.4g", e.Version, e.Metric, e.Value, e.Threshold)
 	}
-	return outbox.Event(ctx, q, e.Team, proto.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ,
+	return outbox.Event(ctx, q, e.Team, busapi.Event{Kind: EventKind, ID: endpointID, Name: e.Endpoint, Type: typ,
 		State: e.Version + " " + e.Metric, Message: msg, At: e.At.UTC()})
 }

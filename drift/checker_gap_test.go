@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
@@ -26,15 +27,16 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	seed(t, pool, "fraud")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
-	events := newEventStream(t, pool, proto.EventsSubject("risk"))
-	now := t0
-	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, prometheus.NewRegistry(),
+	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
+	clk := quartz.NewMock(t)
+	clk.Set(t0)
+	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, clk, prometheus.NewRegistry(),
 		drift.CheckerConfig{AlertAfter: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []time.Duration{0, 10 * time.Minute} {
-		now = t0.Add(step)
+		clk.Set(t0.Add(step))
 		if err := c.Check(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +46,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	}
 
 	// Three hours on, no sample is in the current window.
-	now = t0.Add(3 * time.Hour)
+	clk.Set(t0.Add(3 * time.Hour))
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 		t.Errorf("events without data = %+v, want none (not enough data resolves nothing)", evs)
 	}
 	admin := &auth.Principal{Name: "admin", PlatformRole: auth.RolePlatformAdmin}
-	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), func() time.Time { return now })
+	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), clk)
 	if _, alerts, err := svc.History(ctx, admin, "fraud", t0); err != nil || len(alerts) != 1 || alerts[0].FiredAt == nil {
 		t.Errorf("alerts without data = %+v (%v), want v24's still fired", alerts, err)
 	}
@@ -90,8 +92,9 @@ func TestDriftIgnoresSamplesBeforeTheEndpoint(t *testing.T) {
 	// (the same as the endpoint's here: only created_at keeps them out).
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	admin := &auth.Principal{Name: "admin", PlatformRole: auth.RolePlatformAdmin}
-	now := t0
-	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(t0)
+	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), clk)
 	rep, err := svc.Report(ctx, admin, "fraud", drift.Query{Version: "v24"})
 	if err != nil {
 		t.Fatal(err)
@@ -120,13 +123,13 @@ func TestDriftIgnoresSamplesBeforeTheEndpoint(t *testing.T) {
 		t.Errorf("pinned period before creation: %d samples (%v), want 0", rep.CurrentSamples, err)
 	}
 
-	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, prometheus.NewRegistry(),
+	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, clk, prometheus.NewRegistry(),
 		drift.CheckerConfig{AlertAfter: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []time.Duration{0, 5 * time.Minute} {
-		now = t0.Add(step)
+		clk.Set(t0.Add(step))
 		if err := c.Check(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -12,22 +12,23 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/drift"
 	"modelplane/drift/stat"
+	"modelplane/field"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
 	"modelplane/outbox"
-	"modelplane/validate"
 )
 
 // eventStream reads the events of one subject from MP_EVENTS after the
@@ -48,16 +49,16 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err := bus.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateConsumer(t.Context(), proto.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
+	cons, err := js.CreateConsumer(t.Context(), busapi.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, quiet), cons: cons}
+	return &eventStream{relay: outbox.NewRelay(pool, js, quiet, quartz.NewMock(t)), cons: cons}
 }
 
 // next relays the outbox and returns the events that arrived since the
 // last call.
-func (s *eventStream) next(t *testing.T) []proto.Event {
+func (s *eventStream) next(t *testing.T) []busapi.Event {
 	t.Helper()
 	if _, err := s.relay.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -66,9 +67,9 @@ func (s *eventStream) next(t *testing.T) []proto.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []proto.Event
+	var out []busapi.Event
 	for m := range batch.Messages() {
-		var e proto.Event
+		var e busapi.Event
 		if err := json.Unmarshal(m.Data(), &e); err != nil {
 			t.Fatalf("event %s: %v", m.Data(), err)
 		}
@@ -145,17 +146,18 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	garbage(t, ch, "quiet", endpointID(t, pool, "quiet"), t0, 50) // too few current samples to judge
 
-	events := newEventStream(t, pool, proto.EventsSubject("risk"))
-	now := t0
+	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
+	clk := quartz.NewMock(t)
+	clk.Set(t0)
 	reg := prometheus.NewRegistry()
-	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, func() time.Time { return now }, reg,
+	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, clk, reg,
 		drift.CheckerConfig{AlertAfter: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fired proto.Event
+	var fired busapi.Event
 	for _, step := range []time.Duration{0, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute} {
-		now = t0.Add(step)
+		clk.Set(t0.Add(step))
 		if err := c.Check(ctx); err != nil {
 			t.Fatalf("check at +%s: %v", step, err)
 		}
@@ -195,7 +197,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	// Scores are stored for both live versions of both endpoints, the
 	// quiet endpoint's as not enough data, and exported.
 	admin := &auth.Principal{Name: "admin", PlatformRole: auth.RolePlatformAdmin}
-	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), func() time.Time { return now })
+	svc := drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), clk)
 	scores, alerts, err := svc.History(ctx, admin, "fraud", t0)
 	if err != nil {
 		t.Fatal(err)
@@ -239,10 +241,10 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Reference.Version != "v23" || rep.Current.Version != "v24" || rep.Verdict != drift.VerdictDrifting ||
-		!rep.Current.To.Equal(now) || !rep.Reference.To.Equal(now.Add(-time.Hour)) || rep.Reference.From != now.Add(-time.Hour-7*24*time.Hour) {
+		!rep.Current.To.Equal(clk.Now()) || !rep.Reference.To.Equal(clk.Now().Add(-time.Hour)) || rep.Reference.From != clk.Now().Add(-time.Hour-7*24*time.Hour) {
 		t.Errorf("report windows %+v %+v verdict %s", rep.Reference, rep.Current, rep.Verdict)
 	}
-	var verrs validate.Errors
+	var verrs field.Errors
 	if _, err := svc.Report(ctx, admin, "fraud", drift.Query{Reference: "sometime"}); !errors.As(err, &verrs) {
 		t.Errorf("bad reference: %v, want validation errors", err)
 	}
@@ -253,7 +255,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	}
 	waitMutations(t, ch)
 	insertID(t, ch, "fraud", endpointID(t, pool, "fraud"), rows("v24", t0.Add(-40*time.Minute), 40*time.Minute, normal(1000, 100, 20, 4), normal(1000, 40, 10, 5), normal(1000, 0.12, 0.18, 6)))
-	now = t0.Add(20 * time.Minute)
+	clk.Set(t0.Add(20 * time.Minute))
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}

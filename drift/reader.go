@@ -79,7 +79,7 @@ type Histogram struct {
 }
 
 // FeatureDrift is one input feature's PSI. (Not Feature: the API's
-// schemas are named by type name, and runtime/model.Feature is one too.)
+// schemas are named by type name, and serveapi.Feature is one too.)
 type FeatureDrift struct {
 	Name      string    `json:"name"`
 	PSI       float64   `json:"psi"`

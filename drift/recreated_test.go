@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/drift"
 	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
@@ -50,7 +52,9 @@ func TestRetentionPurgesRecreatedEndpoint(t *testing.T) {
 	if err := stats.Send(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drift.NewRetention(pool, ch, quiet, func() time.Time { return now }).Apply(ctx); err != nil {
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	if _, err := drift.NewRetention(pool, ch, quiet, clk).Apply(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitMutations(t, ch)

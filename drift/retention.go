@@ -34,18 +34,18 @@ import (
 // docs/drift.md.
 type Retention struct {
 	service.Runner
-	pool *pgxpool.Pool
-	ch   driver.Conn
-	log  *slog.Logger
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	ch    driver.Conn
+	log   *slog.Logger
+	clock quartz.Clock
 }
 
-// NewRetention returns a Retention.
-func NewRetention(pool *pgxpool.Pool, ch driver.Conn, log *slog.Logger, now func() time.Time) *Retention {
-	if now == nil {
-		now = time.Now
+// NewRetention returns a Retention on clock (quartz.NewReal() when nil).
+func NewRetention(pool *pgxpool.Pool, ch driver.Conn, log *slog.Logger, clock quartz.Clock) *Retention {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Retention{pool: pool, ch: ch, log: log, now: now}
+	return &Retention{pool: pool, ch: ch, log: log, clock: clock}
 }
 
 // RetentionResult says what one pass removed.
@@ -66,7 +66,7 @@ const RetentionInterval = time.Hour
 // Start applies retention every RetentionInterval until Stop.
 func (r *Retention) Start(ctx context.Context) error {
 	return r.Go(ctx, func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), RetentionInterval, nil, func(ctx context.Context) {
+		service.Tick(ctx, r.clock, RetentionInterval, nil, func(ctx context.Context) {
 			if _, err := r.Apply(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("prediction sample retention", slog.String("error", err.Error()))
 			}
@@ -81,7 +81,7 @@ const day = 24 * time.Hour
 func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
 	all, ids := system.Scope()
 	var res RetentionResult
-	now := r.now().UTC()
+	now := r.clock.Now().UTC()
 	rows, err := db.New(r.pool).DriftEndpointRetention(ctx, db.DriftEndpointRetentionParams{AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return res, fmt.Errorf("retention: endpoints: %w", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/drift"
 	"modelplane/internal/chtest"
 	"modelplane/internal/pgtest"
@@ -31,7 +33,9 @@ func TestRetentionRemovesExactlyTheExpiredDays(t *testing.T) {
 		}
 		insert(t, ch, e, rs)
 	}
-	r := drift.NewRetention(pool, ch, quiet, func() time.Time { return now })
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	r := drift.NewRetention(pool, ch, quiet, clk)
 	res, err := r.Apply(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,11 +9,12 @@ import (
 	"sort"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Report defaults (docs/drift.md).
@@ -35,15 +36,16 @@ var ErrNoStable = errors.New("drift: endpoint has no version with traffic")
 type Service struct {
 	pool   *pgxpool.Pool
 	reader *Reader
-	now    func() time.Time
+	clock  quartz.Clock
 }
 
-// NewService returns a Service; now ends every default window.
-func NewService(pool *pgxpool.Pool, reader *Reader, now func() time.Time) *Service {
-	if now == nil {
-		now = time.Now
+// NewService returns a Service; clock ends every default window
+// (quartz.NewReal() when nil).
+func NewService(pool *pgxpool.Pool, reader *Reader, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Service{pool: pool, reader: reader, now: now}
+	return &Service{pool: pool, reader: reader, clock: clock}
 }
 
 // Query is a report request as the API takes it: a version ("" for the
@@ -57,9 +59,9 @@ type Query struct {
 
 // Report is the drift report of an endpoint visible to p: q.Version's
 // current window against the reference. A bad parameter is a
-// validate.Errors naming it.
+// field.Errors naming it.
 func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string, q Query) (Report, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	refSpan, err := ParseSpan(q.Reference, true)
 	if err != nil {
 		errs.Add("reference", "%s", err.Error())
@@ -94,7 +96,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 	if curSpan == (Span{}) {
 		curSpan.Last = DefaultCurrent
 	}
-	cur := curSpan.window(version, s.now().UTC())
+	cur := curSpan.window(version, s.clock.Now().UTC())
 	if refSpan.Last == 0 && refSpan.From.IsZero() {
 		refSpan.Last = DefaultReference
 	}

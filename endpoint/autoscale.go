@@ -11,15 +11,14 @@ import (
 	"modelplane/auth"
 	"modelplane/autoscale"
 	"modelplane/db"
-	"modelplane/fleet"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Autoscaling is an endpoint's autoscaling policy and the count its
 // replicas are set to.
 type Autoscaling struct {
-	Endpoint string                `json:"endpoint"`
-	Policy   fleet.AutoscalePolicy `json:"policy"`
+	Endpoint string              `json:"endpoint"`
+	Policy   autoscale.PolicyDoc `json:"policy"`
 	// Default is true while the endpoint has no policy of its own: the
 	// seed's defaults for its task.
 	Default bool `json:"default"`
@@ -66,7 +65,7 @@ func (s *Service) autoscaling(ctx context.Context, q *db.Queries, e Endpoint, gr
 		return Autoscaling{}, fmt.Errorf("endpoint %s autoscaling: %w", e.Name, err)
 	}
 	out := Autoscaling{Endpoint: e.Name, Default: len(raw) == 0,
-		Policy: fleet.PolicyDoc(fleet.StoredPolicy(raw, e.Task, gpu, e.MinReplicas, e.MaxReplicas, grace))}
+		Policy: autoscale.DocOf(autoscale.StoredPolicy(raw, e.Task, gpu, e.MinReplicas, e.MaxReplicas, grace))}
 	c, err := q.AutoscaleCountGet(ctx, e.ID)
 	switch {
 	case err == nil:
@@ -81,7 +80,7 @@ func (s *Service) autoscaling(ctx context.Context, q *db.Queries, e Endpoint, gr
 // endpoint's min_replicas and max_replicas (one source of truth: this sets
 // them). A policy autoscale.Policy.Validate refuses for the endpoint's task
 // is a validation error naming the field (signals[0].target, ...).
-func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name string, doc fleet.AutoscalePolicy, grace time.Duration) (Autoscaling, error) {
+func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name string, doc autoscale.PolicyDoc, grace time.Duration) (Autoscaling, error) {
 	var out Autoscaling
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		before, err := s.getForWrite(ctx, q, p, name)
@@ -93,7 +92,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 			return err
 		}
 		pol := doc.Policy()
-		var errs validate.Errors
+		var errs field.Errors
 		if doc.MinReplicas > 1000 {
 			errs.Add("min_replicas", "must be between 0 and 1000, got %d", doc.MinReplicas)
 		}
@@ -101,7 +100,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 			errs.Add("max_replicas", "must be between 1 and 1000, got %d", doc.MaxReplicas)
 		}
 		if err := pol.Validate(autoscale.Task(before.Task), gpu); err != nil {
-			var verr validate.Errors
+			var verr field.Errors
 			if !errors.As(err, &verr) {
 				return err
 			}
@@ -115,7 +114,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 			return err
 		}
 		all, ids := p.Scope()
-		if err := q.EndpointAutoscaleSet(ctx, db.EndpointAutoscaleSetParams{ID: before.ID, Policy: fleet.StoreJSON(pol),
+		if err := q.EndpointAutoscaleSet(ctx, db.EndpointAutoscaleSetParams{ID: before.ID, Policy: autoscale.StoreJSON(pol),
 			MinReplicas: doc.MinReplicas, MaxReplicas: doc.MaxReplicas, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
 		}
@@ -132,6 +131,7 @@ func (s *Service) SetAutoscaling(ctx context.Context, p *auth.Principal, name st
 	if err != nil {
 		return Autoscaling{}, fmt.Errorf("set autoscaling: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 

@@ -3,11 +3,11 @@ package endpoint
 import (
 	"fmt"
 
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Batching is the built-in runtime's dynamic batcher of an endpoint's
-// replicas (runtime/batch; runtime/model.Config.Batching). Other runtimes
+// replicas (runtime/batch; serveapi.Config.Batching). Other runtimes
 // (Triton, vLLM) batch by their own configuration and ignore it.
 type Batching struct {
 	// MaxBatchSize is the largest batch executed, in rows; 1 turns
@@ -45,7 +45,7 @@ func (b Batching) orDefault() Batching {
 
 // checkBatching adds the errors of b to errs under field names the API
 // uses (batching.max_batch_size, …).
-func checkBatching(errs *validate.Errors, b Batching) {
+func checkBatching(errs *field.Errors, b Batching) {
 	if b.MaxBatchSize < 1 || b.MaxBatchSize > 1024 {
 		errs.Add("batching.max_batch_size", "must be between 1 and 1024")
 	}

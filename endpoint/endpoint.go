@@ -11,17 +11,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
-	"modelplane/fleet"
+	"modelplane/field"
 	"modelplane/registry"
-	"modelplane/validate"
+	"modelplane/replica"
 )
 
 // Tiers keep workloads of different criticality apart on the fleet.
@@ -94,11 +95,11 @@ type Replica struct {
 	UpdatedAt     time.Time `json:"updated_at"`
 	// Metrics are the replica's load and cold start as its node last
 	// reported them.
-	Metrics fleet.ReplicaMetrics `json:"metrics"`
+	Metrics replica.Metrics `json:"metrics"`
 	// Launch is what its node runs for it: the command line, environment
 	// (secrets hidden) and generated files. Only Service.Replicas fills
 	// it; an endpoint's own reads leave it out, to stay small.
-	Launch *proto.Launch `json:"launch,omitempty" doc:"What the node runs for the replica: the command line as executed, its environment with secrets as <secret>, and the files generated for the runtime (Triton's config.pbtxt), each cut to 4 KiB and 8 KiB in all (truncated says so). Absent until the replica's runtime started, and on simulated nodes, which launch no process."`
+	Launch *busapi.Launch `json:"launch,omitempty" doc:"What the node runs for the replica: the command line as executed, its environment with secrets as <secret>, and the files generated for the runtime (Triton's config.pbtxt), each cut to 4 KiB and 8 KiB in all (truncated says so). Absent until the replica's runtime started, and on simulated nodes, which launch no process."`
 }
 
 // Weight is one version's share of traffic, in percent. A version of weight
@@ -145,15 +146,31 @@ type Spec struct {
 
 // Service manages endpoints.
 type Service struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	onChange atomic.Pointer[func()]
 }
 
 // New returns a Service.
 func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
 
-func checkSettings(errs *validate.Errors, s Settings) {
-	validate.OneOf(errs, "instance_profile", s.InstanceProfile, InstanceProfiles...)
-	validate.OneOf(errs, "tier", s.Tier, Tiers...)
+// OnChange sets what a change of an endpoint's demand calls after it
+// commits (create, update, delete, traffic, experiment, autoscaling): the
+// fleet reconciler's Wake, so that a new endpoint's replica is placed now
+// instead of at the next tick. The call only wakes: the reconciler reads
+// the whole demand again, so a lost wake costs at most one tick.
+func (s *Service) OnChange(fn func()) {
+	s.onChange.Store(&fn)
+}
+
+func (s *Service) changed() {
+	if fn := s.onChange.Load(); fn != nil && *fn != nil {
+		(*fn)()
+	}
+}
+
+func checkSettings(errs *field.Errors, s Settings) {
+	field.OneOf(errs, "instance_profile", s.InstanceProfile, InstanceProfiles...)
+	field.OneOf(errs, "tier", s.Tier, Tiers...)
 	if s.MinReplicas < 0 || s.MinReplicas > 1000 {
 		errs.Add("min_replicas", "must be between 0 and 1000")
 	}
@@ -183,8 +200,8 @@ func checkSettings(errs *validate.Errors, s Settings) {
 
 // Create creates an endpoint serving one version of a model at 100 percent.
 func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (Endpoint, error) {
-	var errs validate.Errors
-	validate.Name(&errs, "name", spec.Name)
+	var errs field.Errors
+	field.Name(&errs, "name", spec.Name)
 	if spec.Model == "" {
 		errs.Add("model", "is required")
 	}
@@ -192,7 +209,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		errs.Add("version", "is required")
 	}
 	if spec.Runtime != "" {
-		validate.OneOf(&errs, "runtime", spec.Runtime, registry.Runtimes...)
+		field.OneOf(&errs, "runtime", spec.Runtime, registry.Runtimes...)
 	}
 	// The instance profile may wait for the version: its default depends
 	// on whether the version needs a GPU.
@@ -209,7 +226,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		m, err := q.ModelGet(ctx, db.ModelGetParams{Name: spec.Model, AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			if errors.Is(err, db.ErrNotFound) {
-				return validate.Errors{{Field: "model", Message: "no such model"}}
+				return field.Errors{{Field: "model", Message: "no such model"}}
 			}
 			return err
 		}
@@ -219,23 +236,23 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			if errors.Is(err, db.ErrNotFound) {
-				return validate.Errors{{Field: "version", Message: "no such version of " + spec.Model}}
+				return field.Errors{{Field: "version", Message: "no such version of " + spec.Model}}
 			}
 			return err
 		}
 		if why, err := registry.Unroutable(ctx, q, p, v); err != nil {
 			return err
 		} else if why != "" {
-			return validate.Errors{{Field: "version", Message: why}}
+			return field.Errors{{Field: "version", Message: why}}
 		}
 		switch {
 		case spec.Runtime == "":
 			spec.Runtime = v.Runtime
 		case spec.Runtime != v.Runtime:
-			return validate.Errors{{Field: "runtime", Message: fmt.Sprintf("version %s is served by %s: a version's runtime decides how it is served; leave runtime out", v.Name, v.Runtime)}}
+			return field.Errors{{Field: "runtime", Message: fmt.Sprintf("version %s is served by %s: a version's runtime decides how it is served; leave runtime out", v.Name, v.Runtime)}}
 		}
 		if profile == "" && v.GPUCount > 0 {
-			return validate.Errors{{Field: "instance_profile", Message: fmt.Sprintf("is required: version %s needs %d GPU(s); cpu is the default only for versions with gpu_count 0", v.Name, v.GPUCount)}}
+			return field.Errors{{Field: "instance_profile", Message: fmt.Sprintf("is required: version %s needs %d GPU(s); cpu is the default only for versions with gpu_count 0", v.Name, v.GPUCount)}}
 		}
 		e, err := q.EndpointCreate(ctx, db.EndpointCreateParams{TeamID: m.TeamID, Name: spec.Name, ModelID: m.ID, Runtime: spec.Runtime,
 			InstanceProfile: spec.InstanceProfile, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Tier: spec.Tier,
@@ -260,6 +277,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("create endpoint: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -351,9 +369,9 @@ func (s *Service) replicas(ctx context.Context, q *db.Queries, p *auth.Principal
 	for i, r := range rows {
 		out[i] = Replica{Name: r.Name, Version: r.Version, Node: r.Node, State: r.State, Addr: r.Addr, Reason: r.Reason,
 			Failures: r.Failures, PlacementNote: r.PlacementNote, GPUType: r.GPUType, Profile: r.Profile, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Slots: []string{},
-			Metrics: fleet.ParseReplicaMetrics(r.Metrics)}
+			Metrics: replica.ParseMetrics(r.Metrics)}
 		if launch {
-			out[i].Launch = fleet.ParseReplicaLaunch(r.Launch)
+			out[i].Launch = replica.ParseLaunch(r.Launch)
 		}
 		for j := range r.SlotGpus {
 			out[i].Slots = append(out[i].Slots, fmt.Sprintf("gpu%d/%d", r.SlotGpus[j], r.SlotSlices[j]))
@@ -378,17 +396,23 @@ func (s *Service) List(ctx context.Context, p *auth.Principal, afterID int64, li
 
 // Update changes an endpoint's settings.
 func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, set Settings) (Endpoint, error) {
-	var errs validate.Errors
 	set.Batching = set.Batching.orDefault()
-	checkSettings(&errs, set)
-	if err := errs.Err(); err != nil {
-		return Endpoint{}, err
-	}
 	all, ids := p.Scope()
 	var out Endpoint
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		before, err := s.getForWrite(ctx, q, p, name)
 		if err != nil {
+			return err
+		}
+		// An instance profile left out keeps the endpoint's: it is
+		// derived from the version on create, so a client need not
+		// know it to change the replica bounds.
+		if set.InstanceProfile == "" {
+			set.InstanceProfile = before.InstanceProfile
+		}
+		var errs field.Errors
+		checkSettings(&errs, set)
+		if err := errs.Err(); err != nil {
 			return err
 		}
 		if _, err := q.EndpointUpdate(ctx, db.EndpointUpdateParams{ID: before.ID, InstanceProfile: set.InstanceProfile,
@@ -407,6 +431,7 @@ func (s *Service) Update(ctx context.Context, p *auth.Principal, name string, se
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("update endpoint: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -426,6 +451,7 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 	if err != nil {
 		return fmt.Errorf("delete endpoint: %w", err)
 	}
+	s.changed()
 	return nil
 }
 
@@ -436,7 +462,7 @@ func (s *Service) Delete(ctx context.Context, p *auth.Principal, name string) er
 // the endpoint's experiment, may not. While a rollout is active it owns the
 // split, and SetTraffic refuses.
 func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string, weights []Weight) (Endpoint, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	sum := int32(0)
 	seen := map[string]bool{}
 	for i, w := range weights {
@@ -473,7 +499,7 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 		// set by hand meanwhile would be overwritten, or would leave the
 		// rollout's versions out.
 		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
-			return validate.Errors{{Field: "weights", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
+			return field.Errors{{Field: "weights", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
 		} else if !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
@@ -484,7 +510,7 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 			for _, a := range before.Experiment.Arms {
 				arm[a.Version] = true
 			}
-			var bad validate.Errors
+			var bad field.Errors
 			for i, w := range weights {
 				if w.ShadowPercent > 0 && arm[w.Version] {
 					bad.Add(fmt.Sprintf("weights[%d].shadow_percent", i), "version %s is an arm of experiment %s, which answers callers; end the experiment first", w.Version, before.Experiment.Name)
@@ -501,14 +527,14 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 			v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: before.ModelID, Name: w.Version, AllTeams: all, TeamIDs: ids})
 			if err != nil {
 				if errors.Is(err, db.ErrNotFound) {
-					return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
+					return field.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: "no such version of " + before.Model}}
 				}
 				return err
 			}
 			if why, err := registry.Unroutable(ctx, q, p, v); err != nil {
 				return err
 			} else if why != "" {
-				return validate.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: why}}
+				return field.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: why}}
 			}
 			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight,
 				ShadowPercent: w.ShadowPercent}); err != nil {
@@ -524,5 +550,6 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("set traffic: %w", err)
 	}
+	s.changed()
 	return out, nil
 }

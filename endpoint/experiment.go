@@ -8,7 +8,7 @@ import (
 	"modelplane/audit"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // MaxArms bounds the arms of an experiment.
@@ -37,8 +37,8 @@ type Arm struct {
 // with shares of 1 to 100 that sum to 100. While a rollout is active it owns
 // the endpoint's traffic, and SetExperiment refuses.
 func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name string, x Experiment) (Endpoint, error) {
-	var errs validate.Errors
-	validate.Name(&errs, "name", x.Name)
+	var errs field.Errors
+	field.Name(&errs, "name", x.Name)
 	if len(x.Arms) < 2 || len(x.Arms) > MaxArms {
 		errs.Add("arms", "must name between 2 and %d versions", MaxArms)
 	}
@@ -70,7 +70,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 		// A rollout sets the split at every step and deletes what it
 		// rolls back; arms set meanwhile would route callers around it.
 		if active, err := q.RolloutActiveByEndpoint(ctx, db.RolloutActiveByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err == nil {
-			return validate.Errors{{Field: "arms", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
+			return field.Errors{{Field: "arms", Message: fmt.Sprintf("rollout %d (to %s) sets this endpoint's traffic until it ends; roll it back or let it finish", active.ID, active.ToVersion)}}
 		} else if !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
@@ -78,7 +78,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 		for _, w := range before.Traffic {
 			routed[w.Version] = w
 		}
-		var bad validate.Errors
+		var bad field.Errors
 		for i, a := range x.Arms {
 			w, ok := routed[a.Version]
 			switch {
@@ -116,6 +116,7 @@ func (s *Service) SetExperiment(ctx context.Context, p *auth.Principal, name str
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("set experiment: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -144,5 +145,6 @@ func (s *Service) EndExperiment(ctx context.Context, p *auth.Principal, name str
 	if err != nil {
 		return fmt.Errorf("end experiment: %w", err)
 	}
+	s.changed()
 	return nil
 }

@@ -12,9 +12,9 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // fixture is a fresh database with teams risk (model fraud, versions v1, v2
@@ -158,12 +158,12 @@ func equalWeights(a, b []endpoint.Weight) bool {
 }
 
 // fieldErrors returns the field errors in err's chain, sorted by field.
-func fieldErrors(err error) validate.Errors {
-	var ve validate.Errors
+func fieldErrors(err error) field.Errors {
+	var ve field.Errors
 	if !errors.As(err, &ve) {
 		return nil
 	}
-	out := append(validate.Errors(nil), ve...)
+	out := append(field.Errors(nil), ve...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/audit"
@@ -23,7 +24,7 @@ import (
 	"modelplane/bus"
 	"modelplane/db"
 	"modelplane/errdefs"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Token prefixes: a join token and a node's artifact-download token, so a
@@ -53,6 +54,18 @@ var (
 // needs (403).
 var ErrNotPlaced = errors.New("no version placed on this node needs this file")
 
+// DefaultCredentialLifetime is how long a node's credentials (its NATS
+// user and artifact token) stay valid after they were issued: twice the
+// agent's default rotation interval (24 h), so an agent that rotates on
+// time never sees one expire, and a copy taken from a node stops working
+// within two days even if nobody revokes it. An agent down for longer
+// enrolls again with a new join token.
+const DefaultCredentialLifetime = 48 * time.Hour
+
+// ErrCredentialsExpired means a node's artifact token was issued more than
+// the credential lifetime ago (401): it enrolls again with a new join token.
+var ErrCredentialsExpired = fmt.Errorf("node credentials expired, enroll again with a new join token: %w", ErrInvalidToken)
+
 // DefaultRotationGrace is how long a node's previous credentials keep
 // working after it rotates: enough for the agent to reconnect with the new
 // ones and for downloads in flight to finish.
@@ -70,8 +83,10 @@ type Service struct {
 	pool  *pgxpool.Pool
 	auth  *bus.Authority
 	push  Pusher
-	now   func() time.Time
+	clock quartz.Clock
 	grace time.Duration
+	// lifetime is how long issued credentials stay valid.
+	lifetime time.Duration
 	// natsURLs and natsCA are what a node is told about NATS: the URLs to
 	// connect to and the PEM of the CAs of the servers' certificates;
 	// empty: the agent's own settings.
@@ -82,9 +97,23 @@ type Service struct {
 }
 
 // New returns a Service minting credentials with a and pushing revocations
-// with push.
-func New(pool *pgxpool.Pool, a *bus.Authority, push Pusher, now func() time.Time) *Service {
-	return &Service{pool: pool, auth: a, push: push, now: now, grace: DefaultRotationGrace}
+// with push; clock is what credentials and enrollment tokens expire on
+// (quartz.NewReal() when nil).
+func New(pool *pgxpool.Pool, a *bus.Authority, push Pusher, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Service{pool: pool, auth: a, push: push, clock: clock, grace: DefaultRotationGrace, lifetime: DefaultCredentialLifetime}
+}
+
+// SetCredentialLifetime sets how long issued credentials stay valid (0:
+// DefaultCredentialLifetime). Keep it above the agents' rotation interval
+// (--rotate-every), or they expire before the agent rotates them.
+func (s *Service) SetCredentialLifetime(d time.Duration) {
+	if d <= 0 {
+		d = DefaultCredentialLifetime
+	}
+	s.lifetime = d
 }
 
 // Advertise sets what enrolled nodes are told about NATS: the server URLs
@@ -153,7 +182,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, p *auth.Principal, req Jo
 	if req.PortFirst == 0 && req.PortLast == 0 {
 		req.PortFirst, req.PortLast = 1, 65535
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if !nodeName.MatchString(req.Node) {
 		errs.Add("node", "use up to 64 letters, digits, '-' and '_'")
 	}
@@ -170,7 +199,7 @@ func (s *Service) CreateJoinToken(ctx context.Context, p *auth.Principal, req Jo
 		return "", JoinToken{}, err
 	}
 	token, hash := newToken(joinPrefix)
-	now := s.now()
+	now := s.clock.Now()
 	err = db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.NodeJoinTokenInsert(ctx, db.NodeJoinTokenInsertParams{TokenHash: hash, Node: req.Node, Host: req.Host,
 			PortFirst: int32(req.PortFirst), PortLast: int32(req.PortLast), CreatedBy: p.Actor(), CreatedAt: now, ExpiresAt: now.Add(req.TTL)})
@@ -195,7 +224,7 @@ func (s *Service) JoinTokens(ctx context.Context, p *auth.Principal) ([]JoinToke
 	if err != nil {
 		return nil, fmt.Errorf("list join tokens: %w", err)
 	}
-	now := s.now()
+	now := s.clock.Now()
 	out := make([]JoinToken, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, joinTokenOf(r, now))
@@ -209,7 +238,7 @@ func (s *Service) RevokeJoinToken(ctx context.Context, p *auth.Principal, id int
 	if p == nil || !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.NodeJoinTokenRevoke(ctx, db.NodeJoinTokenRevokeParams{ID: id, Now: &now})
 		if err != nil {
@@ -247,9 +276,10 @@ func (c Credentials) String() string { return "<secret>" }
 // LogValue keeps the secrets out of structured logs.
 func (c Credentials) LogValue() slog.Value { return slog.StringValue("<secret>") }
 
-// mint makes node's new NATS user and artifact token.
+// mint makes node's new NATS user, which the servers refuse after the
+// credential lifetime, and artifact token.
 func (s *Service) mint(node string, now time.Time) (Credentials, bus.Credential, string, error) {
-	cred, err := s.auth.Agent(node)
+	cred, err := s.auth.Mint("node-"+node, bus.AgentPermissions(node), now.Add(s.lifetime))
 	if err != nil {
 		return Credentials{}, bus.Credential{}, "", err
 	}
@@ -264,12 +294,15 @@ func (s *Service) mint(node string, now time.Time) (Credentials, bus.Credential,
 
 // Join exchanges a join token for the node's credentials. The token works
 // once; a node that enrolls again gets new credentials, and its old NATS
-// user is revoked. addr is where the request came from, for the audit log.
+// users are revoked for good: kept in node_revoked_keys, whether or not
+// the node was revoked before, so enrolling a revoked node again never
+// lets its old credentials back in. addr is where the request came from,
+// for the audit log.
 func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, error) {
 	if !strings.HasPrefix(token, joinPrefix) {
 		return Credentials{}, ErrInvalidToken
 	}
-	now := s.now()
+	now := s.clock.Now()
 	var out Credentials
 	var oldKeys []string
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -283,9 +316,9 @@ func (s *Service) Join(ctx context.Context, token, addr string) (Credentials, er
 		old, err := q.NodeCredentialGetForUpdate(ctx, jt.Node)
 		switch {
 		case err == nil:
-			if old.RevokedAt == nil {
-				oldKeys = append(oldKeys, old.NATSUserKey)
-			}
+			// A revoked node's key too: its revocation was recorded only
+			// on the row this enrollment overwrites.
+			oldKeys = append(oldKeys, old.NATSUserKey)
 			if old.PrevNatsUserKey != nil {
 				oldKeys = append(oldKeys, *old.PrevNatsUserKey)
 			}
@@ -354,7 +387,7 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 	if !strings.HasPrefix(artifactToken, artifactPrefix) {
 		return Credentials{}, ErrInvalidToken
 	}
-	now := s.now()
+	now := s.clock.Now()
 	var out Credentials
 	var older string
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
@@ -364,6 +397,9 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 		}
 		if err != nil {
 			return err
+		}
+		if s.expired(c, now) {
+			return ErrCredentialsExpired
 		}
 		if c.PrevNatsUserKey != nil {
 			older = *c.PrevNatsUserKey
@@ -401,7 +437,7 @@ func (s *Service) Rotate(ctx context.Context, artifactToken string) (Credentials
 // Sweep revokes the previous credentials of nodes whose rotation grace is
 // over. The control plane runs it every few seconds (Sweeper).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
-	now := s.now()
+	now := s.clock.Now()
 	n := 0
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		rows, err := q.NodeCredentialPrevExpired(ctx, &now)
@@ -435,10 +471,14 @@ func (s *Service) Revoke(ctx context.Context, p *auth.Principal, node string) er
 	if p == nil || !p.PlatformAdmin() {
 		return auth.ErrForbidden
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		c, err := q.NodeCredentialRevoke(ctx, db.NodeCredentialRevokeParams{Node: node, Now: &now})
 		if err != nil {
+			return err
+		}
+		// Kept for good, beside the row a later enrollment overwrites.
+		if err := q.NodeRevokedKeyInsert(ctx, db.NodeRevokedKeyInsertParams{NATSUserKey: c.NATSUserKey, Node: node, RevokedAt: now}); err != nil {
 			return err
 		}
 		if c.PrevNatsUserKey != nil {
@@ -500,7 +540,7 @@ func (s *Service) VerifyArtifactToken(ctx context.Context, token string) (node s
 		return "", ErrInvalidToken
 	}
 	h := digest(token)
-	now := s.now()
+	now := s.clock.Now()
 	c, err := db.New(s.pool).NodeCredentialByArtifactToken(ctx, db.NodeCredentialByArtifactTokenParams{ArtifactTokenHash: h, Now: &now})
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return "", ErrInvalidToken
@@ -514,7 +554,20 @@ func (s *Service) VerifyArtifactToken(ctx context.Context, token string) (node s
 	if !cur && !prev {
 		return "", ErrInvalidToken
 	}
+	if cur && s.expired(c, now) {
+		return "", ErrCredentialsExpired
+	}
 	return c.Node, nil
+}
+
+// expired reports whether c's current credentials were issued (enrolled or
+// last rotated) a lifetime or more before now.
+func (s *Service) expired(c db.NodeCredential, now time.Time) bool {
+	issued := c.EnrolledAt
+	if c.RotatedAt != nil && c.RotatedAt.After(issued) {
+		issued = *c.RotatedAt
+	}
+	return !now.Before(issued.Add(s.lifetime))
 }
 
 // AuthorizeArtifact returns the node whose artifact token this is when that

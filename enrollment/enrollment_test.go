@@ -79,7 +79,8 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 	}
 	url, sc := natsFor(t, a)
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pool, a, pusher(a, sc), func() time.Time { return clock.Now() })
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
+	svc := enrollment.New(pool, a, pusher(a, sc), clock)
 
 	if _, _, err := svc.CreateJoinToken(ctx, engineer, enrollment.JoinRequest{Node: "gpu-1", Host: "10.0.0.7", TTL: time.Hour}); !errors.Is(err, auth.ErrForbidden) {
 		t.Fatalf("an engineer made a join token (err %v)", err)
@@ -147,7 +148,7 @@ func TestJoinTokenEnrollsOnceAndRevokeEndsBoth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := enrollment.New(pool, b, pusher(b, sc), func() time.Time { return clock.Now() }).Restore(ctx); err != nil {
+	if err := enrollment.New(pool, b, pusher(b, sc), clock).Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Push(ctx, sc); err != nil {
@@ -169,7 +170,8 @@ func TestJoinTokenExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pool, a, nil, func() time.Time { return clock.Now() })
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
+	svc := enrollment.New(pool, a, nil, clock)
 	token, _, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-2", Host: "10.0.0.8", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +209,8 @@ func TestJoinTokenRevokedBeforeUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pool, a, nil, func() time.Time { return clock.Now() })
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
+	svc := enrollment.New(pool, a, nil, clock)
 	token, jt, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-3", Host: "10.0.0.9", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +246,8 @@ func TestRotationKeepsOldCredentialsForTheGrace(t *testing.T) {
 	}
 	url, sc := natsFor(t, a)
 	clock := quartz.NewMock(t)
-	svc := enrollment.New(pool, a, pusher(a, sc), func() time.Time { return clock.Now() })
+	clock.Set(time.Now()) // NATS checks a credential's expiry by its own clock
+	svc := enrollment.New(pool, a, pusher(a, sc), clock)
 	token, _, err := svc.CreateJoinToken(ctx, admin, enrollment.JoinRequest{Node: "gpu-4", Host: "10.0.0.10", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

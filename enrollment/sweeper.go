@@ -40,3 +40,44 @@ func (w *Sweeper) Start(ctx context.Context) error {
 		})
 	})
 }
+
+// RepushInterval is how often every control plane pushes the revocation
+// list again, whatever happened: a NATS server that restarted reloads the
+// account from its trust file, which lists no revocations, and one in a
+// cluster may restart without this process's connection noticing.
+const RepushInterval = time.Minute
+
+// repushTimeout bounds one push.
+const repushTimeout = 10 * time.Second
+
+// Repusher pushes every revocation PostgreSQL lists at start, every
+// RepushInterval and whenever wake receives: the control plane's
+// system-user connection sends on it at each reconnect, so a restarted
+// server learns them as soon as it takes connections again. Every control
+// plane runs one (no lease): each pushes on its own connection.
+type Repusher struct {
+	service.Runner
+	svc   *Service
+	log   *slog.Logger
+	clock quartz.Clock
+	wake  <-chan struct{}
+}
+
+// Repusher returns the service that pushes s's revocations again on clock
+// and on wake (nil: only on clock).
+func (s *Service) Repusher(log *slog.Logger, clock quartz.Clock, wake <-chan struct{}) *Repusher {
+	return &Repusher{svc: s, log: log, clock: clock, wake: wake}
+}
+
+// Start pushes at once, then every RepushInterval and on wake until Stop.
+func (w *Repusher) Start(ctx context.Context) error {
+	return w.Go(ctx, func(ctx context.Context) {
+		service.Tick(ctx, w.clock, RepushInterval, w.wake, func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, repushTimeout)
+			defer cancel()
+			if err := w.svc.pushRevocations(ctx); err != nil && ctx.Err() == nil {
+				w.log.WarnContext(ctx, "push node revocations again", slog.String("error", err.Error()))
+			}
+		})
+	})
+}

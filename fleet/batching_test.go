@@ -8,7 +8,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/endpoint"
 	"modelplane/registry"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // TestBatchingSettingsReachTheReplicaSpec: a built-in runtime replica's
@@ -39,7 +39,7 @@ func TestBatchingSettingsReachTheReplicaSpec(t *testing.T) {
 		t.Fatalf("pass = %+v, want 1 placed", p)
 	}
 	id, got := specBatching(t, f)
-	want := model.Batching{MaxBatchSize: 32, MaxQueueDelayUS: 500, QueueTimeoutMS: 1000}
+	want := serveapi.Batching{MaxBatchSize: 32, MaxQueueDelayUS: 500, QueueTimeoutMS: 1000}
 	if !equalBatching(got, want) {
 		t.Fatalf("batching = %+v, want the defaults %+v", got, want)
 	}
@@ -51,26 +51,26 @@ func TestBatchingSettingsReachTheReplicaSpec(t *testing.T) {
 	}
 	f.reconcile(t)
 	id2, got := specBatching(t, f)
-	want = model.Batching{MaxBatchSize: 64, MaxQueueDelayUS: 0, PreferredBatchSizes: []int{8, 16}, QueueTimeoutMS: 250}
+	want = serveapi.Batching{MaxBatchSize: 64, MaxQueueDelayUS: 0, PreferredBatchSizes: []int{8, 16}, QueueTimeoutMS: 250}
 	if id2 != id || !equalBatching(got, want) {
 		t.Fatalf("after the update: replica %s with batching %+v; want replica %s with %+v", id2, got, id, want)
 	}
 }
 
-func specBatching(t *testing.T, f *fixture) (string, model.Batching) {
+func specBatching(t *testing.T, f *fixture) (string, serveapi.Batching) {
 	t.Helper()
 	d := f.desired(t, "node-a")
 	if len(d.Replicas) != 1 {
 		t.Fatalf("desired = %+v, want one replica", d)
 	}
-	var cfg model.Config
+	var cfg serveapi.Config
 	if err := json.Unmarshal(d.Replicas[0].Settings, &cfg); err != nil {
 		t.Fatalf("settings %s: %v", d.Replicas[0].Settings, err)
 	}
 	return d.Replicas[0].ID, cfg.Batching
 }
 
-func equalBatching(a, b model.Batching) bool {
+func equalBatching(a, b serveapi.Batching) bool {
 	return a.MaxBatchSize == b.MaxBatchSize && a.MaxQueueDelayUS == b.MaxQueueDelayUS && a.QueueTimeoutMS == b.QueueTimeoutMS &&
 		slices.Equal(a.PreferredBatchSizes, b.PreferredBatchSizes)
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 )
 
@@ -31,7 +31,7 @@ func TestHeartbeatsAndPassesDoNotDeadlock(t *testing.T) {
 	for _, n := range nodes {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
-				var reps []proto.ReplicaStatus
+				var reps []busapi.ReplicaStatus
 				rows, err := f.pool.Query(ctx, "SELECT r.name FROM replicas r JOIN nodes n ON n.id = r.node_id WHERE n.name = $1", n)
 				if err != nil {
 					continue
@@ -39,14 +39,14 @@ func TestHeartbeatsAndPassesDoNotDeadlock(t *testing.T) {
 				for rows.Next() {
 					var name string
 					_ = rows.Scan(&name)
-					state := proto.StateReady
+					state := busapi.StateReady
 					if i%2 == 0 {
-						state = proto.StateStarting
+						state = busapi.StateStarting
 					}
-					reps = append(reps, proto.ReplicaStatus{ID: name, State: state, Addr: "127.0.0.1:1"})
+					reps = append(reps, busapi.ReplicaStatus{ID: name, State: state, Addr: "127.0.0.1:1"})
 				}
 				rows.Close()
-				if _, err := f.fleet.Observe(ctx, proto.NodeStatus{Node: n, BootID: "b", LeaseSeconds: 15, GPUs: inv, Replicas: reps}); err != nil && ctx.Err() == nil {
+				if _, err := f.fleet.Observe(ctx, busapi.NodeStatus{Node: n, BootID: "b", LeaseSeconds: 15, GPUs: inv, Replicas: reps}); err != nil && ctx.Err() == nil {
 					errs <- err
 				}
 			}

@@ -19,18 +19,43 @@ type Controller struct {
 	fleet    *Fleet
 	log      *slog.Logger
 	interval time.Duration
-	// listeningSince is when this process last started hearing heartbeats.
-	listeningSince func() time.Time
+	// listening tells when this process last started hearing heartbeats.
+	listening Listener
 	// published is called after a pass wrote to the outbox (it wakes the relay).
 	published func()
 	wake      chan struct{}
 }
 
-// NewController returns a Controller. listeningSince tells when this
-// process last started hearing heartbeats (Intake.ListeningSince);
-// published is called when a pass wrote outbox rows.
-func NewController(f *Fleet, log *slog.Logger, interval time.Duration, listeningSince func() time.Time, published func()) *Controller {
-	return &Controller{clock: quartz.NewReal(), fleet: f, log: log, interval: interval, listeningSince: listeningSince, published: published, wake: make(chan struct{}, 1)}
+// Listener tells when this process last started hearing the fleet's
+// heartbeats (the Intake): no node is declared lost before it has listened
+// for a full lease.
+type Listener interface {
+	ListeningSince() time.Time
+}
+
+// ControllerOptions configure a Controller. Listening is required.
+type ControllerOptions struct {
+	// Log receives warnings (nil: discarded).
+	Log *slog.Logger
+	// Interval is the longest time between passes (<= 0: a second).
+	Interval time.Duration
+	// Listening is the intake that hears the heartbeats.
+	Listening Listener
+	// Published is called when a pass wrote outbox rows (it wakes the
+	// relay); nil: nothing is called.
+	Published func()
+}
+
+// NewController returns a Controller ticking on the fleet's clock.
+func NewController(f *Fleet, o ControllerOptions) *Controller {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	return &Controller{clock: f.clock, fleet: f, log: o.Log, interval: o.Interval, listening: o.Listening, published: o.Published,
+		wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now.
@@ -61,7 +86,7 @@ func (c *Controller) Start(ctx context.Context) error {
 
 func (c *Controller) pass(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pass, err := c.fleet.Reconcile(pctx, c.listeningSince())
+	pass, err := c.fleet.Reconcile(pctx, c.listening.ListeningSince())
 	cancel()
 	switch {
 	case err != nil && ctx.Err() == nil:

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent"
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
@@ -41,9 +41,9 @@ func (f *fixture) cpuVersion(t *testing.T) {
 	}
 }
 
-func (f *fixture) cpuHeartbeat(t *testing.T, node string, cores, memoryMB int, reps ...proto.ReplicaStatus) {
+func (f *fixture) cpuHeartbeat(t *testing.T, node string, cores, memoryMB int, reps ...busapi.ReplicaStatus) {
 	t.Helper()
-	if _, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, CPUCores: cores, MemoryMB: memoryMB,
+	if _, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, CPUCores: cores, MemoryMB: memoryMB,
 		Replicas: reps}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestCPUAgentHeartbeatIsAccepted(t *testing.T) {
 func TestIntakeRefusesBadCPUInventory(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for name, st := range map[string]proto.NodeStatus{
+	for name, st := range map[string]busapi.NodeStatus{
 		"neither GPUs nor cores":     {Node: "n1", LeaseSeconds: 15},
 		"negative cores":             {Node: "n2", LeaseSeconds: 15, CPUCores: -4, MemoryMB: 4096},
 		"cores without memory":       {Node: "n3", LeaseSeconds: 15, CPUCores: 4},
@@ -132,7 +132,7 @@ func TestCPUVersionPlacedOnCPUNodesByCores(t *testing.T) {
 		t.Fatalf("cpu-node desired = %+v, want the 3 xgb replicas", dc)
 	}
 	for _, r := range dc.Replicas {
-		if r.Endpoint != "xgb-ep" || r.GPUType != proto.CPUType || r.Profile != proto.ProfileCPU || len(r.Slots) != 0 ||
+		if r.Endpoint != "xgb-ep" || r.GPUType != busapi.CPUType || r.Profile != busapi.ProfileCPU || len(r.Slots) != 0 ||
 			r.CPUCores != 2 || r.MemoryMB != 2048 {
 			t.Errorf("cpu replica = %+v, want xgb-ep on 2 cores and 2048 MiB, no GPU slots", r)
 		}
@@ -142,7 +142,7 @@ func TestCPUVersionPlacedOnCPUNodesByCores(t *testing.T) {
 	}
 	e := f.get(t, "xgb-ep")
 	for _, r := range e.Replicas {
-		if r.Node != "cpu-node" || r.GPUType != proto.CPUType || r.Profile != proto.ProfileCPU {
+		if r.Node != "cpu-node" || r.GPUType != busapi.CPUType || r.Profile != busapi.ProfileCPU {
 			t.Errorf("replica %+v, want it on cpu-node as cpu / cpu-core", r)
 		}
 	}

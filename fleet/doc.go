@@ -19,6 +19,16 @@
 // replica's placement note names the node and the failure, and an endpoint
 // with nowhere left says so in its placement error.
 //
+// What it does not own lives beside it: package quota keeps team quotas
+// and counts usage against them (the reconciler caps what it places by a
+// quota.Table, limits.go); package autoscaler runs the autoscaling loop
+// that sets the counts the reconciler places; package trust decides what
+// a heartbeat is believed about (the intake calls it); package replica is
+// the stored form of a replica's reports. Endpoint changes wake the
+// reconciler (endpoint.Service.OnChange), as heartbeats that change a
+// replica and autoscaler decisions do; the tick remains for what no event
+// announces (a node's lease running out).
+//
 // It never talks to an agent or a gateway directly: everything it sends goes
 // through the outbox relay, everything it hears comes from heartbeats. Its
 // loops are level-triggered: each pass reads the whole demand and the whole

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 )
@@ -40,7 +40,7 @@ func TestPlacesReplicasWritesDesiredAndRoutes(t *testing.T) {
 		}
 	}
 	// No H100 in MIG mode: chat (40 GB, H100) falls back to a whole H100.
-	if len(db_.Replicas) != 1 || db_.Replicas[0].Profile != proto.ProfileFull || db_.Replicas[0].GPUType != "H100-80GB" {
+	if len(db_.Replicas) != 1 || db_.Replicas[0].Profile != busapi.ProfileFull || db_.Replicas[0].GPUType != "H100-80GB" {
 		t.Fatalf("node-b desired = %+v, want chat on a whole H100", db_)
 	}
 	if e := f.get(t, "fraud-ep"); e.Status != fleet.StatusStarting || len(e.Replicas) != 3 {
@@ -287,12 +287,12 @@ func TestDeletedEndpointLeavesTheFleetAndTheRoutingTable(t *testing.T) {
 func TestBadHeartbeatsAreRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for name, st := range map[string]proto.NodeStatus{
+	for name, st := range map[string]busapi.NodeStatus{
 		"bad name":     {Node: "Node.A", LeaseSeconds: 15},
 		"no lease":     {Node: "node-a"},
 		"unknown gpu":  {Node: "node-a", LeaseSeconds: 15, GPUs: gpus(0, 1, "T4", nil)},
-		"mig mismatch": {Node: "node-a", LeaseSeconds: 15, GPUs: []proto.GPU{{Index: 0, Type: "A100-80GB", MIG: true, Slices: []proto.Slice{{Profile: "full"}}}}},
-		"bad state":    {Node: "node-a", LeaseSeconds: 15, Replicas: []proto.ReplicaStatus{{ID: "x", State: "exploded"}}},
+		"mig mismatch": {Node: "node-a", LeaseSeconds: 15, GPUs: []busapi.GPU{{Index: 0, Type: "A100-80GB", MIG: true, Slices: []busapi.Slice{{Profile: "full"}}}}},
+		"bad state":    {Node: "node-a", LeaseSeconds: 15, Replicas: []busapi.ReplicaStatus{{ID: "x", State: "exploded"}}},
 	} {
 		if _, err := f.fleet.Observe(t.Context(), st); !errors.Is(err, fleet.ErrBadStatus) {
 			t.Errorf("%s: err = %v, want ErrBadStatus", name, err)

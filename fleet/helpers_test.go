@@ -10,27 +10,28 @@ import (
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/internal/pgtest"
+	"modelplane/quota"
 	"modelplane/registry"
 )
 
-// fixture is a database with team risk, model fraud (v1, v2: 4 GB each),
+// fixture is a database with team risk (granted the critical tier), model fraud (v1, v2: 4 GB each),
 // model chat (c1: 40 GB on an H100) and the fleet service on a fake clock.
 type fixture struct {
-	pool  *pgxpool.Pool
-	fleet *fleet.Fleet
-	eps   *endpoint.Service
-	clock *quartz.Mock // the fleet's clock, moved by hand
-	now   func() time.Time
-	eng   *auth.Principal
-	root  *auth.Principal
-	start time.Time
+	pool   *pgxpool.Pool
+	fleet  *fleet.Fleet
+	quotas *quota.Service
+	eps    *endpoint.Service
+	clock  *quartz.Mock // the fleet's clock, moved by hand
+	eng    *auth.Principal
+	root   *auth.Principal
+	start  time.Time
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -48,11 +49,11 @@ func newFixture(t *testing.T) *fixture {
 	}
 	c := quartz.NewMock(t)
 	c.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	now := func() time.Time { return c.Now() }
-	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), now), eps: endpoint.New(pool), clock: c, now: now,
+	f := &fixture{pool: pool, fleet: fleet.New(pool, fleet.Options{Clock: c, Log: slog.New(slog.DiscardHandler)}), quotas: quota.New(pool, c), eps: endpoint.New(pool), clock: c,
 		eng:   &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		root:  &auth.Principal{Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin},
 		start: c.Now()}
+	f.grantCritical(t)
 	man := []byte(`{"model.onnx":"` + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + `"}`)
 	for _, m := range []struct {
 		model    string
@@ -87,15 +88,15 @@ func (f *fixture) endpoint(t *testing.T, name, model, version, profile, tier str
 }
 
 // gpus builds an inventory: n GPUs of a type, with MIG layout (nil: whole GPUs).
-func gpus(start, n int, typ string, mig []string) []proto.GPU {
-	var out []proto.GPU
+func gpus(start, n int, typ string, mig []string) []busapi.GPU {
+	var out []busapi.GPU
 	for i := start; i < start+n; i++ {
-		g := proto.GPU{Index: i, Type: typ, MemoryMB: 81920, MIG: mig != nil}
+		g := busapi.GPU{Index: i, Type: typ, MemoryMB: 81920, MIG: mig != nil}
 		if mig == nil {
-			g.Slices = []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}
+			g.Slices = []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}
 		}
 		for j, p := range mig {
-			g.Slices = append(g.Slices, proto.Slice{Index: j, Profile: p})
+			g.Slices = append(g.Slices, busapi.Slice{Index: j, Profile: p})
 		}
 		out = append(out, g)
 	}
@@ -106,9 +107,9 @@ func seven1g() []string {
 	return []string{"mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb"}
 }
 
-func (f *fixture) heartbeat(t *testing.T, node string, inv []proto.GPU, reps ...proto.ReplicaStatus) bool {
+func (f *fixture) heartbeat(t *testing.T, node string, inv []busapi.GPU, reps ...busapi.ReplicaStatus) bool {
 	t.Helper()
-	changed, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: inv, Replicas: reps})
+	changed, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: inv, Replicas: reps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,15 +126,15 @@ func (f *fixture) reconcile(t *testing.T) fleet.Pass {
 }
 
 // desired returns the latest desired state of a node from the outbox.
-func (f *fixture) desired(t *testing.T, node string) proto.Desired {
+func (f *fixture) desired(t *testing.T, node string) busapi.Desired {
 	t.Helper()
 	var payload []byte
 	err := f.pool.QueryRow(t.Context(), "SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
-		proto.KVSubject(proto.BucketDesired, node)).Scan(&payload)
+		busapi.KVSubject(busapi.BucketDesired, node)).Scan(&payload)
 	if err != nil {
 		t.Fatalf("desired of %s: %v", node, err)
 	}
-	var d proto.Desired
+	var d busapi.Desired
 	if err := json.Unmarshal(payload, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -142,18 +143,18 @@ func (f *fixture) desired(t *testing.T, node string) proto.Desired {
 
 // route returns the latest routing entry of an endpoint from the outbox; ok
 // is false when the latest write deletes it.
-func (f *fixture) route(t *testing.T, name string) (proto.Route, bool) {
+func (f *fixture) route(t *testing.T, name string) (busapi.Route, bool) {
 	t.Helper()
 	var payload []byte
 	err := f.pool.QueryRow(t.Context(), "SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
-		proto.KVSubject(proto.BucketRoutes, name)).Scan(&payload)
+		busapi.KVSubject(busapi.BucketRoutes, name)).Scan(&payload)
 	if err != nil {
 		t.Fatalf("route of %s: %v", name, err)
 	}
 	if string(payload) == "null" {
-		return proto.Route{}, false
+		return busapi.Route{}, false
 	}
-	var r proto.Route
+	var r busapi.Route
 	if err := json.Unmarshal(payload, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +171,10 @@ func (f *fixture) get(t *testing.T, name string) endpoint.Endpoint {
 }
 
 // ready reports every replica of a node's desired state as ready.
-func ready(d proto.Desired) []proto.ReplicaStatus {
-	var out []proto.ReplicaStatus
+func ready(d busapi.Desired) []busapi.ReplicaStatus {
+	var out []busapi.ReplicaStatus
 	for i, r := range d.Replicas {
-		out = append(out, proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: "127.0.0.1:" + string(rune('0'+i%10)) + "000"})
+		out = append(out, busapi.ReplicaStatus{ID: r.ID, State: busapi.StateReady, Addr: "127.0.0.1:" + string(rune('0'+i%10)) + "000"})
 	}
 	return out
 }

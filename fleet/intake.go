@@ -12,25 +12,24 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/replica"
+	"modelplane/trust"
 )
-
-// nodeName is what a node may be called (the agent checks the same): it is a
-// KV key and a NATS subject token, so no dots, spaces or wildcards.
-var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // sliceMemoryMB is the memory of a slice of an 80 GB GPU; ok is false for a
 // profile the fleet does not know.
 func sliceMemoryMB(profile string) (int, bool) {
-	if profile == proto.ProfileFull {
+	if profile == busapi.ProfileFull {
 		return 80 * 1024, true
 	}
-	m, ok := proto.MIG(profile)
+	m, ok := busapi.MIG(profile)
 	return m.MemoryMB, ok
 }
 
@@ -49,11 +48,11 @@ var ErrBadStatus = errors.New("bad node status")
 // inventoryGPU is the part of a GPU that placement depends on; a change of it
 // is a new layout.
 type inventoryGPU struct {
-	Index    int           `json:"index"`
-	Type     string        `json:"type"`
-	MemoryMB int           `json:"memory_mb"`
-	MIG      bool          `json:"mig"`
-	Slices   []proto.Slice `json:"slices"`
+	Index    int            `json:"index"`
+	Type     string         `json:"type"`
+	MemoryMB int            `json:"memory_mb"`
+	MIG      bool           `json:"mig"`
+	Slices   []busapi.Slice `json:"slices"`
 }
 
 type gpuUse struct {
@@ -62,8 +61,8 @@ type gpuUse struct {
 	MemoryUsedMB int     `json:"memory_used_mb"`
 }
 
-func checkStatus(st proto.NodeStatus) error {
-	if !nodeName.MatchString(st.Node) {
+func checkStatus(st busapi.NodeStatus) error {
+	if !trust.ValidNodeName(st.Node) {
 		return fmt.Errorf("%w: node name %q: use up to 64 letters, digits, '-' and '_'", ErrBadStatus, st.Node)
 	}
 	if st.LeaseSeconds < 1 || st.LeaseSeconds > 3600 {
@@ -90,13 +89,13 @@ func checkStatus(st proto.NodeStatus) error {
 			return fmt.Errorf("%w: node %s: GPU %d has %d slices", ErrBadStatus, st.Node, i, len(g.Slices))
 		}
 		for j, s := range g.Slices {
-			if _, ok := sliceMemoryMB(s.Profile); !ok || s.Index != j || (s.Profile == proto.ProfileFull) == g.MIG {
+			if _, ok := sliceMemoryMB(s.Profile); !ok || s.Index != j || (s.Profile == busapi.ProfileFull) == g.MIG {
 				return fmt.Errorf("%w: node %s: GPU %d slice %d (%s) does not fit its MIG mode", ErrBadStatus, st.Node, i, j, s.Profile)
 			}
 		}
 	}
 	for _, r := range st.Replicas {
-		if r.State != proto.StateStarting && r.State != proto.StateReady && r.State != proto.StateFailed {
+		if r.State != busapi.StateStarting && r.State != busapi.StateReady && r.State != busapi.StateFailed {
 			return fmt.Errorf("%w: node %s: replica %s in unknown state %q", ErrBadStatus, st.Node, r.ID, r.State)
 		}
 		if r.Failures < 0 || r.Failures > 1_000_000 {
@@ -114,14 +113,14 @@ func checkStatus(st proto.NodeStatus) error {
 	}
 	for _, r := range st.Runtimes {
 		if !runtimeName.MatchString(r) {
-			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, proto.AnyRuntime)
+			return fmt.Errorf("%w: node %s: runtime %q: use up to 64 letters, digits, '.', '-' and '_', or %q", ErrBadStatus, st.Node, r, busapi.AnyRuntime)
 		}
 	}
 	return nil
 }
 
 // runtimeName is what a runtime catalogue entry a node reports may be
-// called, or proto.AnyRuntime; maxRuntimes bounds the list.
+// called, or busapi.AnyRuntime; maxRuntimes bounds the list.
 var runtimeName = regexp.MustCompile(`^([A-Za-z0-9._-]{1,64}|\*)$`)
 
 const maxRuntimes = 64
@@ -143,7 +142,7 @@ func nodeRuntimes(rs []string) []string {
 // the node runs when they changed, and records the state
 // and address of each replica the agent runs. It reports whether anything
 // placement or routing depends on changed.
-func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool, err error) {
+func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool, err error) {
 	if err := checkStatus(st); err != nil {
 		return false, err
 	}
@@ -166,14 +165,27 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	// coldStarts are the replicas' cold starts measured by this heartbeat,
 	// observed once the transaction is done.
 	var coldStarts []db.VersionRecordColdStartsRow
+	// refused is why the heartbeat claims more than its node's attested
+	// inventory: the transaction commits the refusal's mark and event,
+	// nothing of the heartbeat.
+	var refused error
 	err = db.InTx(ctx, f.pool, func(q *db.Queries) error {
-		coldStarts = nil
+		coldStarts, refused = nil, nil
 		// Heartbeats share the lock a reconcile pass holds alone: a pass
 		// locks replica rows before node rows and a heartbeat the other way
 		// round (they deadlocked), and a new GPU layout must not land
 		// between a pass's read of the slices and its allocations.
 		if err := q.PlacementLockShared(ctx); err != nil {
 			return err
+		}
+		// A node is believed about its inventory only up to what a
+		// platform admin attested (docs/security.md).
+		verdict, err := trust.Judge(ctx, q, st, f.requireAttestation, now)
+		if err != nil {
+			return err
+		}
+		if refused = verdict.Err; refused != nil {
+			return nil
 		}
 		node, err := q.NodeGetForUpdate(ctx, st.Node)
 		found := err == nil
@@ -247,11 +259,11 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 		}
 		offNode = offNode[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
-		metrics := make(map[string]ReplicaMetrics, len(st.Replicas))
-		launches := make(map[string]proto.Launch)
+		metrics := make(map[string]replica.Metrics, len(st.Replicas))
+		launches := make(map[string]busapi.Launch)
 		for _, r := range st.Replicas {
 			if registered && r.Addr != "" {
-				if err := onNode(reg, r.Addr); err != nil {
+				if err := trust.OnNode(reg, r.Addr); err != nil {
 					offNode = append(offNode, fmt.Sprintf("replica %s: %v", r.ID, err))
 					continue
 				}
@@ -261,7 +273,7 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 			p.Addrs = append(p.Addrs, r.Addr)
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
 			p.Failures = append(p.Failures, int32(r.Failures))
-			metrics[r.ID] = metricsOf(r, now)
+			metrics[r.ID] = replica.FromStatus(r, now)
 			if r.Launch != nil {
 				// Bounded again: the agent's word is not the bound.
 				launches[r.ID] = r.Launch.Bounded()
@@ -305,11 +317,17 @@ func (f *Fleet) Observe(ctx context.Context, st proto.NodeStatus) (changed bool,
 	if err != nil {
 		return false, fmt.Errorf("observe node %s: %w", st.Node, err)
 	}
+	if refused != nil {
+		// Counted at every heartbeat, raised as an event once (trust.Judge);
+		// the intake logs the error.
+		f.trust.HeartbeatsDropped.WithLabelValues(trust.DropOverAttestation).Inc()
+		return false, refused
+	}
 	for _, c := range coldStarts {
 		f.coldStart.WithLabelValues(c.Endpoint, c.Version).Observe(float64(c.TotalMs) / 1000)
 	}
 	for _, reason := range offNode {
-		f.trust.replicasOffNode.Inc()
+		f.trust.ReplicasOffNode.Inc()
 		f.log.Warn("replica report dropped", slog.String("node", st.Node), slog.String("reason", reason))
 	}
 	return changed, nil
@@ -347,7 +365,7 @@ type Intake struct {
 	wakeSub *nats.Subscription
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	work    []chan proto.NodeStatus
+	work    []chan busapi.NodeStatus
 	heard   heard
 }
 
@@ -360,28 +378,28 @@ func NewIntake(f *Fleet, nc *nats.Conn, log *slog.Logger, onDirty func()) *Intak
 // Start subscribes and starts the workers; they stop when ctx ends or Stop is called.
 func (in *Intake) Start(ctx context.Context) error {
 	ctx, in.cancel = context.WithCancel(ctx)
-	in.work = make([]chan proto.NodeStatus, in.workers)
+	in.work = make([]chan busapi.NodeStatus, in.workers)
 	for i := range in.work {
-		in.work[i] = make(chan proto.NodeStatus, 64)
+		in.work[i] = make(chan busapi.NodeStatus, 64)
 		in.wg.Add(1)
 		go in.run(ctx, in.work[i])
 	}
-	sub, err := in.nc.QueueSubscribe(proto.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
-		in.heard.beat(time.Now())
+	sub, err := in.nc.QueueSubscribe(busapi.NodeStatusWildcard, "mp-control-plane", func(m *nats.Msg) {
+		in.heard.beat(in.fleet.now())
 		// The node is the subject's (which NATS lets only that node's
 		// credential publish on), never the payload's word.
-		node, ok := subjectNode(m.Subject)
+		node, ok := trust.SubjectNode(m.Subject)
 		if !ok {
-			in.dropHeartbeat(dropSubject, m.Subject, "not a node status subject")
+			in.dropHeartbeat(trust.DropSubject, m.Subject, "not a node status subject")
 			return
 		}
-		var st proto.NodeStatus
+		var st busapi.NodeStatus
 		if err := json.Unmarshal(m.Data, &st); err != nil {
-			in.dropHeartbeat(dropUndecodable, m.Subject, err.Error())
+			in.dropHeartbeat(trust.DropUndecodable, m.Subject, err.Error())
 			return
 		}
 		if st.Node != node {
-			in.dropHeartbeat(dropNodeClaim, m.Subject, fmt.Sprintf("payload names node %q", st.Node))
+			in.dropHeartbeat(trust.DropNodeClaim, m.Subject, fmt.Sprintf("payload names node %q", st.Node))
 			return
 		}
 		h := fnv.New32a()
@@ -400,7 +418,7 @@ func (in *Intake) Start(ctx context.Context) error {
 	return in.startWakes(ctx)
 }
 
-func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
+func (in *Intake) run(ctx context.Context, ch chan busapi.NodeStatus) {
 	defer in.wg.Done()
 	for {
 		select {
@@ -426,7 +444,7 @@ func (in *Intake) run(ctx context.Context, ch chan proto.NodeStatus) {
 // ListeningSince is when this process last started hearing the fleet; the
 // reconciler declares no node lost before it has listened for a full lease
 // (Fleet.Reconcile's watchingSince).
-func (in *Intake) ListeningSince() time.Time { return in.heard.since(time.Now()) }
+func (in *Intake) ListeningSince() time.Time { return in.heard.since(in.fleet.now()) }
 
 // fleetSilence is how long the whole fleet may be silent before this process
 // counts as cut off: agents beat every few seconds, so a silence of every
@@ -479,18 +497,67 @@ func (in *Intake) Stop() {
 
 // Fleet holds the fleet's state in PostgreSQL.
 type Fleet struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	clock quartz.Clock
 	// wakeGrace is how long a woken endpoint keeps its replica (wake.go).
 	wakeGrace time.Duration
-	// trust counts what the fleet refused to believe (trust.go).
-	trust trustMetrics
+	// requireAttestation is Options.RequireAttestation.
+	requireAttestation bool
+	// defaultQuota is Options.DefaultQuota.
+	defaultQuota map[string]float64
+	// trust counts what the fleet refused to believe (package trust).
+	trust trust.Metrics
 	// coldStart is the replicas' measured cold starts (coldstart.go).
 	coldStart *prometheus.HistogramVec
 }
 
-// New returns a Fleet; now is the clock heartbeats and leases are measured by.
-func New(pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) *Fleet {
-	return &Fleet{pool: pool, log: log, now: now, trust: newTrustMetrics(), coldStart: newColdStartMetric()}
+// Options configure a Fleet. Clock is required.
+type Options struct {
+	// Clock is what heartbeats, leases, wakes and the reconciler's ticks
+	// are measured by; the assembly passes the control plane's one clock.
+	Clock quartz.Clock
+	// Log receives the fleet's warnings (nil: discarded).
+	Log *slog.Logger
+	// WakeGrace is how long a woken endpoint keeps its replica after the
+	// last wake request (<= 0: DefaultWakeGrace).
+	WakeGrace time.Duration
+	// RequireAttestation refuses the heartbeats of nodes without an
+	// attested inventory (trust.Attestations); false believes such nodes,
+	// as before attestations existed. A node with one is always held to it.
+	RequireAttestation bool
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (resource → amount, as quota.Quota.Amount counts it); nil:
+	// such teams are uncapped.
+	DefaultQuota map[string]float64
+}
+
+// New returns a Fleet over the database in pool.
+func New(pool *pgxpool.Pool, o Options) *Fleet {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.WakeGrace <= 0 {
+		o.WakeGrace = DefaultWakeGrace
+	}
+	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, defaultQuota: o.DefaultQuota, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
+}
+
+func (f *Fleet) now() time.Time { return f.clock.Now() }
+
+// Register exports the fleet's trust counters and its cold-start histogram
+// on reg.
+func (f *Fleet) Register(reg prometheus.Registerer) error {
+	for _, c := range append(f.trust.Collectors(), f.coldStart) {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropHeartbeat counts and logs a heartbeat that is not recorded.
+func (in *Intake) dropHeartbeat(reason, subject, detail string) {
+	in.fleet.trust.HeartbeatsDropped.WithLabelValues(reason).Inc()
+	in.log.Warn("heartbeat dropped", slog.String("reason", reason), slog.String("subject", subject), slog.String("detail", detail))
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // A replica's launch, as its heartbeat reports it, is stored on the
@@ -25,16 +25,16 @@ func TestHeartbeatLaunchIsStoredOnTheReplica(t *testing.T) {
 		t.Fatalf("desired = %+v, want one replica", rs)
 	}
 	r := rs[0]
-	observe := func(r proto.ReplicaStatus) bool {
+	observe := func(r busapi.ReplicaStatus) bool {
 		t.Helper()
-		changed, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
-			Replicas: []proto.ReplicaStatus{r}})
+		changed, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
+			Replicas: []busapi.ReplicaStatus{r}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return changed
 	}
-	launch := func() *proto.Launch {
+	launch := func() *busapi.Launch {
 		t.Helper()
 		reps, err := f.eps.Replicas(t.Context(), f.eng, "fraud-ep")
 		if err != nil {
@@ -50,9 +50,9 @@ func TestHeartbeatLaunchIsStoredOnTheReplica(t *testing.T) {
 		t.Errorf("launch before the node reported one = %+v, want none", l)
 	}
 
-	first := &proto.Launch{Argv: []string{"tritonserver", "--model-repository=/var/lib/mp/r.d/repository", "--http-port=9001"},
-		Env: []string{"CUDA_VISIBLE_DEVICES=MIG-1", "MP_REPLICA_TOKEN=" + proto.LaunchSecret}, Dir: "/var/lib/mp/r.d/repository",
-		Files: []proto.LaunchFile{{Path: "fraud/1", Link: "/cache/fraud/v1"}, {Path: "fraud/config.pbtxt", Content: "name: \"fraud\"\nmax_batch_size: 8\n"}}}
+	first := &busapi.Launch{Argv: []string{"tritonserver", "--model-repository=/var/lib/mp/r.d/repository", "--http-port=9001"},
+		Env: []string{"CUDA_VISIBLE_DEVICES=MIG-1", "MP_REPLICA_TOKEN=" + busapi.LaunchSecret}, Dir: "/var/lib/mp/r.d/repository",
+		Files: []busapi.LaunchFile{{Path: "fraud/1", Link: "/cache/fraud/v1"}, {Path: "fraud/config.pbtxt", Content: "name: \"fraud\"\nmax_batch_size: 8\n"}}}
 	r.Launch = first
 	if observe(r) {
 		t.Error("a launch reported a change to the reconciler")
@@ -81,11 +81,11 @@ func TestHeartbeatLaunchIsStoredOnTheReplica(t *testing.T) {
 	}
 
 	// An agent sending more than the bounds gets them imposed.
-	huge := proto.Launch{Argv: []string{"x"}, Files: []proto.LaunchFile{{Path: "big", Content: strings.Repeat("a", 1<<20)}}}
+	huge := busapi.Launch{Argv: []string{"x"}, Files: []busapi.LaunchFile{{Path: "big", Content: strings.Repeat("a", 1<<20)}}}
 	r.Launch = &huge
 	observe(r)
 	l := launch()
-	if l == nil || !l.Truncated || len(l.Files) != 1 || len(l.Files[0].Content) != proto.LaunchMaxFileBytes || !l.Files[0].Truncated {
-		t.Errorf("stored launch of an oversized report = %+v, want its file cut to %d bytes and marked", l, proto.LaunchMaxFileBytes)
+	if l == nil || !l.Truncated || len(l.Files) != 1 || len(l.Files[0].Content) != busapi.LaunchMaxFileBytes || !l.Files[0].Truncated {
+		t.Errorf("stored launch of an oversized report = %+v, want its file cut to %d bytes and marked", l, busapi.LaunchMaxFileBytes)
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
 )
 
-func failed(id string, failures int) proto.ReplicaStatus {
-	return proto.ReplicaStatus{ID: id, State: proto.StateFailed, Reason: "runtime exited before it was ready: exit status 3", Failures: failures}
+func failed(id string, failures int) busapi.ReplicaStatus {
+	return busapi.ReplicaStatus{ID: id, State: busapi.StateFailed, Reason: "runtime exited before it was ready: exit status 3", Failures: failures}
 }
 
 func TestReplicaFailingOnItsNodeIsPlacedOnAnother(t *testing.T) {
@@ -29,7 +29,7 @@ func TestReplicaFailingOnItsNodeIsPlacedOnAnother(t *testing.T) {
 	if p := f.reconcile(t); len(p.Moved) != 0 {
 		t.Fatalf("moved after %d failures: %+v", fleet.MoveAfterFailures-1, p)
 	}
-	if got := f.get(t, "fraud-ep").Replicas; len(got) != 1 || got[0].Failures != fleet.MoveAfterFailures-1 || got[0].State != proto.StateFailed {
+	if got := f.get(t, "fraud-ep").Replicas; len(got) != 1 || got[0].Failures != fleet.MoveAfterFailures-1 || got[0].State != busapi.StateFailed {
 		t.Fatalf("replica = %+v, want failed with its failures shown", got)
 	}
 
@@ -83,7 +83,7 @@ func TestMovedReplicaDoesNotDisplaceOthers(t *testing.T) {
 	f := newFixture(t)
 	// Each node has a 1g and a 3g slice: two replicas of fraud-ep, one on
 	// each node's 1g.
-	one := func() []proto.GPU { return gpus(0, 1, "A100-80GB", []string{"mig-1g.10gb", "mig-3g.40gb"}) }
+	one := func() []busapi.GPU { return gpus(0, 1, "A100-80GB", []string{"mig-1g.10gb", "mig-3g.40gb"}) }
 	f.heartbeat(t, "node-a", one())
 	f.heartbeat(t, "node-b", one())
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 2)
@@ -100,7 +100,7 @@ func TestMovedReplicaDoesNotDisplaceOthers(t *testing.T) {
 		failing, other = other, failing
 	}
 	f.heartbeat(t, "node-a", one(), failed(failing.Name, fleet.MoveAfterFailures))
-	f.heartbeat(t, "node-b", one(), proto.ReplicaStatus{ID: other.Name, State: proto.StateReady, Addr: "127.0.0.1:9000"})
+	f.heartbeat(t, "node-b", one(), busapi.ReplicaStatus{ID: other.Name, State: busapi.StateReady, Addr: "127.0.0.1:9000"})
 	p := f.reconcile(t)
 	if len(p.Moved) != 1 {
 		t.Fatalf("pass = %+v, want one moved", p)
@@ -113,7 +113,7 @@ func TestMovedReplicaDoesNotDisplaceOthers(t *testing.T) {
 		if r.Node != "node-b" {
 			t.Errorf("replica %s on %s, want node-b", r.Name, r.Node)
 		}
-		if r.Name == other.Name && (r.State != proto.StateReady || strings.Join(r.Slots, ",") != strings.Join(other.Slots, ",")) {
+		if r.Name == other.Name && (r.State != busapi.StateReady || strings.Join(r.Slots, ",") != strings.Join(other.Slots, ",")) {
 			t.Errorf("the ready replica changed: %+v, was %+v", r, other)
 		}
 	}

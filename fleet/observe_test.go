@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
+	"modelplane/replica"
 )
 
 // A heartbeat's per-replica load and cold start and the node's cache are
@@ -31,11 +32,11 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	r.TokensPerSecond, r.TTFTMS = 950, 120
 	r.BatchQueueMS, r.GPUUtil = 4.5, 0.62
 	r.DownloadMS, r.VerifyMS, r.LoadMS, r.WarmupMS = 1500, 200, 300, 40
-	cache := &proto.CacheStatus{BytesUsed: 3 << 20, BytesLimit: 1 << 30, Versions: 2, Hits: 5, Misses: 2, Evictions: 1}
-	observe := func(r proto.ReplicaStatus) bool {
+	cache := &busapi.CacheStatus{BytesUsed: 3 << 20, BytesLimit: 1 << 30, Versions: 2, Hits: 5, Misses: 2, Evictions: 1}
+	observe := func(r busapi.ReplicaStatus) bool {
 		t.Helper()
-		changed, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
-			Replicas: []proto.ReplicaStatus{r}, Cache: cache})
+		changed, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
+			Replicas: []busapi.ReplicaStatus{r}, Cache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +45,9 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	if !observe(r) {
 		t.Error("first ready heartbeat reported no change")
 	}
-	want := fleet.ReplicaMetrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
-		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.now().UnixMilli(),
-		ColdStart: fleet.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
+	want := replica.Metrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
+		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.clock.Now().UnixMilli(),
+		ColdStart: replica.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
 	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
 	if err != nil {
 		t.Fatal(err)
@@ -97,22 +98,22 @@ func TestHeartbeatMetricsNoRuntimeProducesAreRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", nil)
-	rep := func(mod func(*proto.ReplicaStatus)) proto.NodeStatus {
-		r := proto.ReplicaStatus{ID: "x", State: proto.StateReady}
+	rep := func(mod func(*busapi.ReplicaStatus)) busapi.NodeStatus {
+		r := busapi.ReplicaStatus{ID: "x", State: busapi.StateReady}
 		mod(&r)
-		return proto.NodeStatus{Node: "node-a", LeaseSeconds: 15, GPUs: inv, Replicas: []proto.ReplicaStatus{r}}
+		return busapi.NodeStatus{Node: "node-a", LeaseSeconds: 15, GPUs: inv, Replicas: []busapi.ReplicaStatus{r}}
 	}
-	for name, st := range map[string]proto.NodeStatus{
-		"negative in-flight":  rep(func(r *proto.ReplicaStatus) { r.InFlight = -1 }),
-		"negative queue":      rep(func(r *proto.ReplicaStatus) { r.QueueDepth = -2 }),
-		"NaN batch":           rep(func(r *proto.ReplicaStatus) { r.BatchSize = math.NaN() }),
-		"KV above 100":        rep(func(r *proto.ReplicaStatus) { r.KVUsedPct = 101 }),
-		"negative tokens/s":   rep(func(r *proto.ReplicaStatus) { r.TokensPerSecond = -5 }),
-		"GPU use above 1":     rep(func(r *proto.ReplicaStatus) { r.GPUUtil = 1.5 }),
-		"NaN batch queue":     rep(func(r *proto.ReplicaStatus) { r.BatchQueueMS = math.NaN() }),
-		"negative download":   rep(func(r *proto.ReplicaStatus) { r.DownloadMS = -1 }),
-		"warm-up of a year":   rep(func(r *proto.ReplicaStatus) { r.WarmupMS = 365 * 24 * 3600 * 1000 }),
-		"negative cache size": {Node: "node-a", LeaseSeconds: 15, GPUs: inv, Cache: &proto.CacheStatus{BytesUsed: -1}},
+	for name, st := range map[string]busapi.NodeStatus{
+		"negative in-flight":  rep(func(r *busapi.ReplicaStatus) { r.InFlight = -1 }),
+		"negative queue":      rep(func(r *busapi.ReplicaStatus) { r.QueueDepth = -2 }),
+		"NaN batch":           rep(func(r *busapi.ReplicaStatus) { r.BatchSize = math.NaN() }),
+		"KV above 100":        rep(func(r *busapi.ReplicaStatus) { r.KVUsedPct = 101 }),
+		"negative tokens/s":   rep(func(r *busapi.ReplicaStatus) { r.TokensPerSecond = -5 }),
+		"GPU use above 1":     rep(func(r *busapi.ReplicaStatus) { r.GPUUtil = 1.5 }),
+		"NaN batch queue":     rep(func(r *busapi.ReplicaStatus) { r.BatchQueueMS = math.NaN() }),
+		"negative download":   rep(func(r *busapi.ReplicaStatus) { r.DownloadMS = -1 }),
+		"warm-up of a year":   rep(func(r *busapi.ReplicaStatus) { r.WarmupMS = 365 * 24 * 3600 * 1000 }),
+		"negative cache size": {Node: "node-a", LeaseSeconds: 15, GPUs: inv, Cache: &busapi.CacheStatus{BytesUsed: -1}},
 	} {
 		if _, err := f.fleet.Observe(t.Context(), st); !errors.Is(err, fleet.ErrBadStatus) {
 			t.Errorf("%s: err = %v, want ErrBadStatus", name, err)
@@ -142,13 +143,13 @@ func TestFirstReadyReplicaValidatesAVersionTheControlPlaneCannotRun(t *testing.T
 	}
 	rs := ready(f.desired(t, "node-a"))
 	starting := rs[0]
-	starting.State = proto.StateStarting
-	for _, r := range []proto.ReplicaStatus{starting, rs[0]} {
+	starting.State = busapi.StateStarting
+	for _, r := range []busapi.ReplicaStatus{starting, rs[0]} {
 		if got := status(); got != "registered" {
 			t.Fatalf("before a ready replica (%s): status %s, want registered", r.State, got)
 		}
-		if _, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
-			Replicas: []proto.ReplicaStatus{r}}); err != nil {
+		if _, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv,
+			Replicas: []busapi.ReplicaStatus{r}}); err != nil {
 			t.Fatal(err)
 		}
 	}

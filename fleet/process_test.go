@@ -18,8 +18,8 @@ import (
 	"modelplane/agent"
 	"modelplane/agent/catalog"
 	"modelplane/agent/process"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -51,16 +51,16 @@ type nodeAgent struct {
 func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	t.Helper()
 	models := openDir(t)
-	mig := map[proto.Slot]string{}
+	mig := map[busapi.Slot]string{}
 	for i := range 7 {
-		mig[proto.Slot{GPU: 0, Slice: i}] = fmt.Sprintf("MIG-%s-%d", node, i)
+		mig[busapi.Slot{GPU: 0, Slice: i}] = fmt.Sprintf("MIG-%s-%d", node, i)
 	}
 	drv, err := process.New(process.Config{
 		MIGDevices: mig,
 		StateDir:   t.TempDir(),
 		Catalog: map[string]catalog.Entry{"fake": {Name: "fake", Command: append([]string{bin, "-port", "{port}", "-model-dir", "{model_dir}"}, flags...),
 			Devices: catalog.DevicesCUDAEnv, Health: "/v2/health/live", Ready: "/v2/health/ready", Metrics: "/metrics", Adapter: catalog.AdapterTriton}},
-		Resolve: func(context.Context, proto.ReplicaSpec, string) (process.Launch, error) {
+		Resolve: func(context.Context, busapi.ReplicaSpec, string) (process.Launch, error) {
 			return process.Launch{Runtime: "fake", ModelDir: models}, nil
 		},
 		// The backoff is not what this test is about: keep it short on the
@@ -103,7 +103,7 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Stop)
-	kv, err := js.KeyValue(t.Context(), proto.BucketDesired)
+	kv, err := js.KeyValue(t.Context(), busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestRuntimeCrashingOnEveryStartIsMovedToAnotherNode(t *testing.T) {
 
 	// The runtime crashes on every start: the agent says so, with the
 	// reason, and counts the failures in a row.
-	var rs proto.ReplicaStatus
+	var rs busapi.ReplicaStatus
 	wait.Eventually(t, time.Minute, func() bool {
 		for _, r := range broken.Status().Replicas {
 			if r.ID == first {
@@ -159,7 +159,7 @@ func TestRuntimeCrashingOnEveryStartIsMovedToAnotherNode(t *testing.T) {
 		}
 		return rs.Failures >= fleet.MoveAfterFailures
 	}, "failures never reached %d: %v", fleet.MoveAfterFailures, wait.Show(func() any { return rs }))
-	if rs.State != proto.StateFailed || !strings.Contains(rs.Reason, "exit status 3") {
+	if rs.State != busapi.StateFailed || !strings.Contains(rs.Reason, "exit status 3") {
 		t.Fatalf("heartbeat = %+v, want failed with the exit status", rs)
 	}
 
@@ -183,7 +183,7 @@ func TestRuntimeCrashingOnEveryStartIsMovedToAnotherNode(t *testing.T) {
 	moved := reps[0].Name
 	wait.Eventually(t, time.Minute, func() bool {
 		for _, r := range healthy.Status().Replicas {
-			if r.ID == moved && r.State == proto.StateReady {
+			if r.ID == moved && r.State == busapi.StateReady {
 				return true
 			}
 		}

@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/endpoint"
+	"modelplane/field"
 	"modelplane/fleet"
-	"modelplane/validate"
+	"modelplane/quota"
 )
 
 // replicasOf counts an endpoint's replicas.
@@ -22,7 +24,7 @@ func (f *fixture) replicasOf(t *testing.T, endpoint string) int {
 
 func (f *fixture) setQuota(t *testing.T, resource string, amount float64) {
 	t.Helper()
-	if _, err := f.fleet.SetQuota(t.Context(), f.root, "risk", resource, amount); err != nil {
+	if _, err := f.quotas.Set(t.Context(), f.root, "risk", resource, amount); err != nil {
 		t.Fatalf("set quota %s %v: %v", resource, amount, err)
 	}
 }
@@ -69,8 +71,8 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "gpu-a100-80gb", "standard", 2)
 	f.endpoint(t, "fraud-b", "fraud", "v2", "gpu-a100-80gb", "batch", 1)
 	f.reconcile(t)
-	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2)
-	var verrs validate.Errors
+	_, err := f.quotas.Set(t.Context(), f.root, "risk", "A100-80GB", 2)
+	var verrs field.Errors
 	if !errors.As(err, &verrs) || len(verrs) != 1 || verrs[0].Field != "amount" {
 		t.Fatalf("quota 2 below minimums holding 3: err = %v, want a validation error on amount", err)
 	}
@@ -80,21 +82,21 @@ func TestQuotaBelowMinimumsIsRefusedNamingEndpoints(t *testing.T) {
 		}
 	}
 	f.setQuota(t, "A100-80GB", 3)
-	if _, err := f.fleet.SetQuota(t.Context(), f.eng, "risk", "A100-80GB", 8); err == nil {
+	if _, err := f.quotas.Set(t.Context(), f.eng, "risk", "A100-80GB", 8); err == nil {
 		t.Error("a team admin set a quota; want forbidden")
 	}
 	for _, c := range []struct {
 		resource string
 		amount   float64
 		field    string
-	}{{"A100 80GB", 1, "resource"}, {"A100-80GB", -1, "amount"}, {fleet.CPUResource, 1.5, "amount"}} {
-		_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", c.resource, c.amount)
-		var ve validate.Errors
+	}{{"A100 80GB", 1, "resource"}, {"A100-80GB", -1, "amount"}, {quota.CPUResource, 1.5, "amount"}} {
+		_, err := f.quotas.Set(t.Context(), f.root, "risk", c.resource, c.amount)
+		var ve field.Errors
 		if !errors.As(err, &ve) || ve[0].Field != c.field {
 			t.Errorf("SetQuota(%q, %v) = %v, want a validation error on %s", c.resource, c.amount, err, c.field)
 		}
 	}
-	qs, err := f.fleet.Quotas(t.Context(), f.eng)
+	qs, err := f.quotas.List(t.Context(), f.eng)
 	if err != nil || len(qs) != 1 || qs[0].Amount != 3 || qs[0].UpdatedBy != "root@example.com" {
 		t.Errorf("quotas seen by the team = %+v, %v; want the one of 3 set by root", qs, err)
 	}
@@ -120,8 +122,8 @@ func TestQuotaCountsMIGSlicesAsFractions(t *testing.T) {
 	if e := f.get(t, "fraud-ep"); !strings.Contains(e.PlacementError, "quota: team risk holds 0.43 of 0.43 A100-80GB GPUs") {
 		t.Errorf("placement_error = %q, want the quota in GPU equivalents", e.PlacementError)
 	}
-	_, err := f.fleet.SetQuota(t.Context(), f.root, "risk", "A100-80GB", 2.0/7)
-	var verrs validate.Errors
+	_, err := f.quotas.Set(t.Context(), f.root, "risk", "A100-80GB", 2.0/7)
+	var verrs field.Errors
 	if !errors.As(err, &verrs) || !strings.Contains(verrs[0].Message, "fraud-ep (0.43)") {
 		t.Errorf("quota of 2/7 under minimums holding 3/7: %v, want a refusal naming fraud-ep (0.43)", err)
 	}
@@ -218,5 +220,97 @@ func TestLoweredQuotaStopsReplicasBeyondMinimums(t *testing.T) {
 	}
 	if e := f.get(t, "nightly"); !strings.Contains(e.PlacementError, "quota: team risk holds 1 of 1 A100-80GB GPUs") {
 		t.Errorf("nightly placement_error = %q, want the quota named", e.PlacementError)
+	}
+}
+
+// TestTeamWithoutQuotaIsCappedByTheDefault (issue 25 point 9): a team with
+// no quota row was unlimited; with an operator default of 1 A100 it gets
+// one of the 3 whole-GPU replicas its endpoint wants, the endpoint says
+// the quota holds the rest back, and a quota of the team's own overrides
+// the default.
+func TestTeamWithoutQuotaIsCappedByTheDefault(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.fleet = fleet.New(f.pool, fleet.Options{Clock: f.clock, DefaultQuota: map[string]float64{"A100-80GB": 1}})
+	f.heartbeat(t, "node-a", gpus(0, 4, "A100-80GB", nil))
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "gpu-a100-80gb", "standard", 3)
+	f.reconcile(t)
+	if got := f.replicasOf(t, "fraud-ep"); got != 1 {
+		t.Fatalf("replicas under a default quota of 1 A100 = %d, want 1", got)
+	}
+	if want := "quota: team risk holds 1 of 1 A100-80GB GPUs"; !strings.Contains(f.get(t, "fraud-ep").PlacementError, want) {
+		t.Errorf("placement_error = %q, want it to contain %q", f.get(t, "fraud-ep").PlacementError, want)
+	}
+	f.setQuota(t, "A100-80GB", 3)
+	f.reconcile(t)
+	if got := f.replicasOf(t, "fraud-ep"); got != 3 {
+		t.Errorf("replicas with the team's own quota of 3 = %d, want 3", got)
+	}
+}
+
+// grantCritical grants team risk the critical tier, as a platform admin
+// (newFixture does, as an operator of a team with critical endpoints
+// would).
+func (f *fixture) grantCritical(t *testing.T) {
+	t.Helper()
+	if err := f.quotas.GrantTier(t.Context(), f.root, "risk", quota.TierCritical); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCriticalTierNeedsAPlatformGrant (issue 25 point 9): any engineer
+// could mark an endpoint critical and preempt other workloads. Without the
+// team's grant a critical endpoint is placed as standard: it takes no GPU
+// from a standard replica beyond its minimum, and says why; a team admin
+// cannot grant it; once a platform admin does, the same endpoint preempts.
+func TestCriticalTierNeedsAPlatformGrant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.quotas.RevokeTier(t.Context(), f.root, "risk", quota.TierCritical); err != nil {
+		t.Fatal(err)
+	}
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", nil))
+	f.endpoint(t, "nightly", "fraud", "v2", "gpu-a100-80gb", "standard", 0)
+	f.wake(t, "nightly")
+	f.reconcile(t)
+	f.endpoint(t, "grab", "fraud", "v1", "gpu-a100-80gb", "critical", 1)
+	if p := f.reconcile(t); p.Preempted != 0 || f.replicasOf(t, "nightly") != 1 {
+		t.Fatalf("an ungranted critical endpoint preempted %d replicas (nightly has %d)", p.Preempted, f.replicasOf(t, "nightly"))
+	}
+	if e := f.get(t, "grab"); !strings.Contains(e.PlacementError, "tier critical is not granted") {
+		t.Errorf("grab placement_error = %q, want it to say the tier is not granted", e.PlacementError)
+	}
+	if err := f.quotas.GrantTier(t.Context(), f.eng, "risk", quota.TierCritical); err == nil {
+		t.Fatal("a team admin granted their own team the critical tier")
+	}
+	f.grantCritical(t)
+	if p := f.reconcile(t); p.Preempted != 1 || f.replicasOf(t, "grab") != 1 {
+		t.Fatalf("granted: pass preempted %d, grab has %d replicas; want 1, 1", p.Preempted, f.replicasOf(t, "grab"))
+	}
+}
+
+// TestMemoryIsAQuotaResource (issue 25 point 9): memory was no quota
+// resource, so a team under a core quota could still take a node's memory.
+// A memory quota of 4096 MiB gives a team two of the five 2048 MiB CPU
+// replicas it wants, however many cores it may use, and names the quota.
+func TestMemoryIsAQuotaResource(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.cpuVersion(t)
+	f.cpuHeartbeat(t, "cpu-a", 64, 65536)
+	f.setQuota(t, quota.MemoryResource, 4096)
+	if _, err := f.eps.Create(t.Context(), f.eng, endpoint.Spec{Name: "xgb-ep", Model: "xgb", Version: "x1",
+		Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 5, MaxReplicas: 5, Tier: "standard", RetentionDays: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if got := f.replicasOf(t, "xgb-ep"); got != 2 {
+		t.Fatalf("replicas under a 4096 MiB memory quota = %d, want 2", got)
+	}
+	if want := "quota: team risk holds 4096 of 4096 MiB of memory"; !strings.Contains(f.get(t, "xgb-ep").PlacementError, want) {
+		t.Errorf("placement_error = %q, want it to contain %q", f.get(t, "xgb-ep").PlacementError, want)
+	}
+	if _, err := f.quotas.Set(t.Context(), f.root, "risk", quota.MemoryResource, 1000.5); err == nil {
+		t.Error("a fractional MiB quota was accepted")
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/placement"
+	"modelplane/quota"
 	"modelplane/registry"
 	"modelplane/route"
 )
@@ -94,6 +95,15 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		for _, n := range lost {
 			pass.LostNodes = append(pass.LostNodes, n.Name)
 		}
+		// Each table is read once a pass and what was read is passed on:
+		// the nodes to placement and to the desired states, the replicas
+		// to every step (the ones this pass places are read back by id),
+		// the blocking budgets to the caps and to the routing entries.
+		// TestReconcileReadsEachListOnce counts the queries.
+		nodes, err := q.NodeList(ctx)
+		if err != nil {
+			return err
+		}
 		gone, err := q.ReplicaDeleteOnLostNodes(ctx)
 		if err != nil {
 			return err
@@ -125,8 +135,16 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err != nil {
 			return err
 		}
+		demoted := demoteUngranted(demand)
 		want, notes := f.wanted(demand, reps, blocking)
-		lim, err := loadLimits(ctx, q, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
+		for id := range demoted {
+			note := "tier critical is not granted to the team (a platform admin grants it); placed as standard"
+			if n := notes[id]; n != "" {
+				note = n + "; " + note
+			}
+			notes[id] = note
+		}
+		lim, err := loadLimits(ctx, q, f.defaultQuota, demand, reps, want, notes) // quotas and tiers cap what wanted() asks
 		if err != nil {
 			return err
 		}
@@ -137,24 +155,27 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			}
 			pass.Removed += len(removeIDs)
 		}
-		errs, err := f.placeMissing(ctx, q, demand, want, keep, lim, &pass)
+		errs, placed, err := f.placeMissing(ctx, q, nodes, demand, want, keep, lim, &pass)
 		if err != nil {
 			return err
 		}
 		if err := lim.finish(ctx, q, demand, errs, notes, f.now()); err != nil {
 			return err
 		}
-		if pass.Placed > 0 {
-			if reps, err = q.ReplicaListAll(ctx); err != nil {
+		reps = keepRows(reps, append(removeIDs, lim.victims...))
+		if len(placed) > 0 {
+			rows, err := q.ReplicaListByIDs(ctx, placed)
+			if err != nil {
 				return err
 			}
-		} else {
-			reps = keepRows(reps, removeIDs)
+			for _, r := range rows {
+				reps = append(reps, db.ReplicaListAllRow(r))
+			}
 		}
 		if err := writeStatuses(ctx, q, demand, want, reps, errs, notes); err != nil {
 			return err
 		}
-		if pass.DesiredWritten, err = writeDesired(ctx, q, reps); err != nil {
+		if pass.DesiredWritten, err = writeDesired(ctx, q, nodes, reps); err != nil {
 			return err
 		}
 		// WriteAll locks every endpoint's row and reads the routing
@@ -162,7 +183,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		// since, and the entry must carry that rollout's weights. The
 		// locks come last, so a rollout waits at most for the route
 		// writes of a pass, never for its placement.
-		pass.RoutesWritten, err = route.WriteAll(ctx, q, f.now())
+		pass.RoutesWritten, err = route.WriteAll(ctx, q, blocking)
 		return err
 	})
 	if err != nil {
@@ -172,6 +193,20 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		f.log.Warn("nodes lost; their replicas are placed elsewhere", slog.Any("nodes", pass.LostNodes))
 	}
 	return pass, nil
+}
+
+// demoteUngranted places the critical endpoints of teams without the
+// critical grant (quota.Service.GrantTier) as standard, so that choosing a
+// tier preempts no one; it returns the endpoints it demoted.
+func demoteUngranted(demand []db.RoutingRuleListForPlacementRow) map[int64]bool {
+	demoted := map[int64]bool{}
+	for i := range demand {
+		if d := &demand[i]; d.Tier == quota.TierCritical && !d.CriticalGranted {
+			d.Tier = quota.TierStandard
+			demoted[d.EndpointID] = true
+		}
+	}
+	return demoted
 }
 
 type versionKey struct{ endpoint, version int64 }
@@ -197,7 +232,7 @@ func surplus(want map[versionKey]int, reps []db.ReplicaListAllRow) ([]int64, map
 			continue
 		}
 		slices.SortFunc(rs, func(a, b db.ReplicaListAllRow) int {
-			ar, br := a.State == proto.StateReady, b.State == proto.StateReady
+			ar, br := a.State == busapi.StateReady, b.State == busapi.StateReady
 			if ar != br {
 				if ar {
 					return -1
@@ -232,9 +267,9 @@ var tierOrder = map[string]int{"critical": 0, "standard": 1, "batch": 2}
 
 // placeMissing asks placement for every missing replica and stores the
 // placed ones with their allocations. It returns, per endpoint, why replicas
-// could not be placed.
-func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.RoutingRuleListForPlacementRow, want map[versionKey]int,
-	keep map[versionKey][]db.ReplicaListAllRow, lim *limits, pass *Pass) (map[int64]string, error) {
+// could not be placed, and the ids of the replicas it placed.
+func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, all []db.Node, demand []db.RoutingRuleListForPlacementRow, want map[versionKey]int,
+	keep map[versionKey][]db.ReplicaListAllRow, lim *limits, pass *Pass) (map[int64]string, []int64, error) {
 	type need struct {
 		d db.RoutingRuleListForPlacementRow
 		n int
@@ -250,7 +285,7 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	}
 	errs := map[int64]string{}
 	if total == 0 {
-		return errs, nil
+		return errs, nil, nil
 	}
 	// Biggest first (first-fit decreasing packs better), critical tier first.
 	slices.SortStableFunc(needs, func(a, b need) int {
@@ -264,15 +299,15 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 	})
 	rows, err := q.GPUSliceListReady(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	nodes, nodeIDs, err := fleetNodes(ctx, q, rows)
+	nodes, nodeIDs, err := fleetNodes(ctx, q, all, rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	excl, err := q.PlacementExclusionListActive(ctx, f.now())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	avoid := map[versionKey][]db.PlacementExclusionListActiveRow{}
 	for _, x := range excl {
@@ -319,14 +354,14 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		pass.Unplaced++
 	}
 	if placed == 0 {
-		return errs, nil
+		return errs, nil, nil
 	}
 	if err := lim.evict(ctx, q, pass); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ids, err := q.ReplicaNextIDs(ctx, int32(placed))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var ins db.ReplicaInsertManyParams
 	var alloc db.AllocationInsertManyParams
@@ -356,12 +391,12 @@ func (f *Fleet) placeMissing(ctx context.Context, q *db.Queries, demand []db.Rou
 		pass.Placed++
 	}
 	if err := q.ReplicaInsertMany(ctx, ins); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := q.AllocationInsertMany(ctx, alloc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return errs, nil
+	return errs, ins.IDs, nil
 }
 
 // request is what placement is asked for one replica of d's version: a
@@ -494,16 +529,14 @@ func fromInstanceProfile(d db.RoutingRuleListForPlacementRow) (minProfile, gpuTy
 		if gpuType != "" && gpuType != t {
 			return "", "", fmt.Sprintf("the endpoint asks for %s GPUs but the version needs %s", t, gpuType)
 		}
-		return proto.ProfileFull, t, ""
+		return busapi.ProfileFull, t, ""
 	}
 	return p, gpuType, ""
 }
 
-func fleetNodes(ctx context.Context, q *db.Queries, rows []db.GPUSliceListReadyRow) ([]placement.Node, map[string]int64, error) {
-	all, err := q.NodeList(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
+// fleetNodes is the fleet as placement sees it: all is every node, as the
+// pass read them; rows the slices of ready GPU nodes.
+func fleetNodes(ctx context.Context, q *db.Queries, all []db.Node, rows []db.GPUSliceListReadyRow) ([]placement.Node, map[string]int64, error) {
 	ids := make(map[string]int64, len(all))
 	runtimes := make(map[string][]string, len(all))
 	for _, n := range all {
@@ -554,7 +587,7 @@ func writeStatuses(ctx context.Context, q *db.Queries, demand []db.RoutingRuleLi
 	}
 	ready := map[int64]int{}
 	for _, r := range reps {
-		if r.State == proto.StateReady {
+		if r.State == busapi.StateReady {
 			ready[r.EndpointID]++
 		}
 	}
@@ -596,12 +629,8 @@ func hashOf(v any) string {
 // writeDesired writes the desired state of every node whose replica set
 // changed, lost nodes included (an empty set: when such a node comes back,
 // its agent stops what it still runs).
-func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRow) (int, error) {
-	nodes, err := q.NodeList(ctx)
-	if err != nil {
-		return 0, err
-	}
-	byNode := map[int64][]proto.ReplicaSpec{}
+func writeDesired(ctx context.Context, q *db.Queries, nodes []db.Node, reps []db.ReplicaListAllRow) (int, error) {
+	byNode := map[int64][]busapi.ReplicaSpec{}
 	for _, r := range reps {
 		byNode[r.NodeID] = append(byNode[r.NodeID], replicaSpec(r))
 	}
@@ -609,19 +638,19 @@ func writeDesired(ctx context.Context, q *db.Queries, reps []db.ReplicaListAllRo
 	for _, n := range nodes {
 		specs := byNode[n.ID]
 		if specs == nil {
-			specs = []proto.ReplicaSpec{}
+			specs = []busapi.ReplicaSpec{}
 		}
-		slices.SortFunc(specs, func(a, b proto.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(specs, func(a, b busapi.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
 		h := hashOf(specs)
 		if h == n.DesiredHash {
 			continue
 		}
 		gen := n.Generation + 1
-		payload, err := json.Marshal(proto.Desired{Node: n.Name, Generation: gen, Replicas: specs})
+		payload, err := json.Marshal(busapi.Desired{Node: n.Name, Generation: gen, Replicas: specs})
 		if err != nil {
 			return 0, err
 		}
-		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketDesired, n.Name), Payload: payload}); err != nil {
+		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketDesired, n.Name), Payload: payload}); err != nil {
 			return 0, err
 		}
 		if err := q.NodeSetDesired(ctx, db.NodeSetDesiredParams{ID: n.ID, Generation: gen, DesiredHash: h}); err != nil {

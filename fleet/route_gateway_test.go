@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 )
 
@@ -43,7 +43,7 @@ func TestRouteCarriesGatewaySettings(t *testing.T) {
 	}
 	f.reconcile(t)
 	rt, _ = f.route(t, "fraud-ep")
-	wantX := &proto.RouteExperiment{Name: "ab-1", Arms: []proto.RouteArm{{Version: "v1", Share: 60}, {Version: "v2", Share: 40}}}
+	wantX := &busapi.RouteExperiment{Name: "ab-1", Arms: []busapi.RouteArm{{Version: "v1", Share: 60}, {Version: "v2", Share: 40}}}
 	if !reflect.DeepEqual(rt.Experiment, wantX) {
 		t.Errorf("experiment = %+v, want %+v", rt.Experiment, wantX)
 	}

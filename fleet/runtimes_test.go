@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/registry"
 )
@@ -34,9 +34,9 @@ func (f *fixture) vllmEndpoint(t *testing.T, n int32) {
 
 // beat records a heartbeat of a node reporting runtimes (nil: an agent
 // that does not say) and returns whether placement has something new.
-func (f *fixture) beat(t *testing.T, node string, inv []proto.GPU, runtimes ...string) bool {
+func (f *fixture) beat(t *testing.T, node string, inv []busapi.GPU, runtimes ...string) bool {
 	t.Helper()
-	changed, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: inv, Runtimes: runtimes})
+	changed, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: inv, Runtimes: runtimes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestNodeThatDoesNotSayItsRuntimesTakesAnyVersion(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.beat(t, "gpu-old", gpus(0, 1, "A100-80GB", nil))
-	f.beat(t, "gpu-sim", gpus(0, 1, "A100-80GB", nil), proto.AnyRuntime)
+	f.beat(t, "gpu-sim", gpus(0, 1, "A100-80GB", nil), busapi.AnyRuntime)
 	f.vllmEndpoint(t, 2)
 	if p := f.reconcile(t); p.Placed != 2 {
 		t.Fatalf("pass = %+v, want both replicas placed", p)
@@ -166,7 +166,7 @@ func TestHeartbeatWithABadRuntimeNameIsRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for _, bad := range []string{"", "vllm serve", "a.b/c", strings.Repeat("x", 65), "**"} {
-		_, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "gpu-a", BootID: "b1", LeaseSeconds: 15,
+		_, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: "gpu-a", BootID: "b1", LeaseSeconds: 15,
 			GPUs: gpus(0, 1, "A100-80GB", nil), Runtimes: []string{"builtin", bad}})
 		if !errors.Is(err, fleet.ErrBadStatus) {
 			t.Errorf("runtime %q: err = %v, want ErrBadStatus", bad, err)

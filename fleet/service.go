@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
+	"modelplane/replica"
 )
 
 // Node is a node as people see it.
@@ -36,7 +37,7 @@ type Node struct {
 	MemoryUsedMB int `json:"memory_used_mb"`
 	// Cache is the node's artifact cache as its last heartbeat reported
 	// it; absent for an agent that keeps none (the sim driver's nodes).
-	Cache *proto.CacheStatus `json:"cache,omitempty"`
+	Cache *busapi.CacheStatus `json:"cache,omitempty"`
 	// Runtimes are the runtime catalogue entries the node reports it can
 	// run ("*": every runtime, a simulated node; [] none); null when its
 	// agent does not say, and then placement does not filter the node.
@@ -48,14 +49,14 @@ type Node struct {
 
 // NodeReplica is one replica on a node, as the node's page shows it.
 type NodeReplica struct {
-	Name     string         `json:"name"`
-	Team     string         `json:"team"`
-	Endpoint string         `json:"endpoint"`
-	Version  string         `json:"version"`
-	State    string         `json:"state"`
-	Reason   string         `json:"reason,omitempty"`
-	Failures int32          `json:"failures,omitempty"`
-	Metrics  ReplicaMetrics `json:"metrics"`
+	Name     string          `json:"name"`
+	Team     string          `json:"team"`
+	Endpoint string          `json:"endpoint"`
+	Version  string          `json:"version"`
+	State    string          `json:"state"`
+	Reason   string          `json:"reason,omitempty"`
+	Failures int32           `json:"failures,omitempty"`
+	Metrics  replica.Metrics `json:"metrics"`
 }
 
 // GPU is one GPU of a node with its slices and who uses them.
@@ -86,7 +87,7 @@ func (f *Fleet) nodeView(n db.Node) Node {
 		HeartbeatAgeSeconds: f.now().Sub(n.LastHeartbeat).Seconds(), GPUTypes: []string{}, Generation: n.Generation, AppliedGeneration: n.AppliedGeneration,
 		CPUCores: int(n.CPUCores), MemoryMB: int(n.MemoryMB), Runtimes: n.Runtimes}
 	if len(n.Cache) > 0 {
-		var c proto.CacheStatus
+		var c busapi.CacheStatus
 		if json.Unmarshal(n.Cache, &c) == nil {
 			v.Cache = &c
 		}
@@ -209,7 +210,7 @@ func (f *Fleet) Node(ctx context.Context, p *auth.Principal, name string) (Node,
 	v.Replicas = make([]NodeReplica, len(reps))
 	for i, r := range reps {
 		v.Replicas[i] = NodeReplica{Name: r.Name, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version, State: r.State,
-			Reason: r.Reason, Failures: r.Failures, Metrics: ParseReplicaMetrics(r.Metrics)}
+			Reason: r.Reason, Failures: r.Failures, Metrics: replica.ParseMetrics(r.Metrics)}
 	}
 	return v, nil
 }

@@ -3,19 +3,19 @@ package fleet
 import (
 	"encoding/json"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/registry"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // replicaSpec is what a node's agent needs to run one replica: where it
 // runs (slots), what it serves (the version, its runtime and format), the
 // digest of the version's manifest, by which the agent fetches the files,
 // and the runtime's settings.
-func replicaSpec(r db.ReplicaListAllRow) proto.ReplicaSpec {
-	spec := proto.ReplicaSpec{ID: r.Name, Team: r.Team, Endpoint: r.Endpoint, Model: r.Model, Version: r.Version, Task: r.Task,
+func replicaSpec(r db.ReplicaListAllRow) busapi.ReplicaSpec {
+	spec := busapi.ReplicaSpec{ID: r.Name, Team: r.Team, Endpoint: r.Endpoint, Model: r.Model, Version: r.Version, Task: r.Task,
 		GPUType: r.GPUType, Profile: r.Profile, Sim: json.RawMessage(r.SimProfile),
 		CPUCores: int(r.CPUCores), MemoryMB: int(r.MemoryMB),
 		VersionID: r.VersionID, Runtime: r.Runtime, Format: r.Format, Token: r.Token}
@@ -24,13 +24,13 @@ func replicaSpec(r db.ReplicaListAllRow) proto.ReplicaSpec {
 	}
 	spec.Settings = runtimeSettings(r)
 	for i := range r.SlotGpus {
-		spec.Slots = append(spec.Slots, proto.Slot{GPU: int(r.SlotGpus[i]), Slice: int(r.SlotSlices[i])})
+		spec.Slots = append(spec.Slots, busapi.Slot{GPU: int(r.SlotGpus[i]), Slice: int(r.SlotSlices[i])})
 	}
 	return spec
 }
 
 // runtimeSettings is the built-in runtime's configuration of a replica
-// (runtime/model.Config) for the versions it serves, and nil for the
+// (runtime/serveapi.Config) for the versions it serves, and nil for the
 // others, whose runtimes take no settings from the platform yet: the
 // endpoint's name, the version, the format, the version's serving
 // metadata (registry.Serving: features in order with their categories and
@@ -59,8 +59,8 @@ func runtimeSettings(r db.ReplicaListAllRow) json.RawMessage {
 // batching is the endpoint's dynamic batcher settings as the runtime reads
 // them. They are part of the spec, so a change of them changes the spec's
 // hash and the agent restarts the replica with them (agent.specHash).
-func batching(r db.ReplicaListAllRow) model.Batching {
-	b := model.Batching{MaxBatchSize: int(r.BatchMaxSize), MaxQueueDelayUS: int(r.BatchMaxQueueDelayUS), QueueTimeoutMS: int(r.BatchQueueTimeoutMS)}
+func batching(r db.ReplicaListAllRow) serveapi.Batching {
+	b := serveapi.Batching{MaxBatchSize: int(r.BatchMaxSize), MaxQueueDelayUS: int(r.BatchMaxQueueDelayUS), QueueTimeoutMS: int(r.BatchQueueTimeoutMS)}
 	for _, n := range r.BatchPreferredSizes {
 		b.PreferredBatchSizes = append(b.PreferredBatchSizes, int(n))
 	}

@@ -12,7 +12,7 @@ import (
 
 	"modelplane/artifact"
 	"modelplane/registry"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // TestDesiredSpecCarriesWhatTheRuntimeNeeds: a replica of an uploaded
@@ -63,7 +63,7 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 			if r.Manifest != man.Digest() || r.Runtime != "onnxruntime" || r.Format != "safetensors" || r.VersionID != v.ID {
 				t.Errorf("scorer replica = %+v; want manifest %s, runtime onnxruntime, format safetensors, version id %d", r, man.Digest(), v.ID)
 			}
-			var cfg model.Config
+			var cfg serveapi.Config
 			if err := json.Unmarshal(r.Settings, &cfg); err != nil {
 				t.Fatalf("settings %s: %v", r.Settings, err)
 			}
@@ -73,8 +73,8 @@ func TestDesiredSpecCarriesWhatTheRuntimeNeeds(t *testing.T) {
 			var got, want any
 			b, _ := json.Marshal(map[string]any{"features": cfg.Features, "output": cfg.Output, "sample_inputs": cfg.SampleInputs})
 			_ = json.Unmarshal(b, &got)
-			b, _ = json.Marshal(map[string]any{"features": []model.Feature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
-				"output": model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7}, "sample_inputs": serving.SampleInputs})
+			b, _ = json.Marshal(map[string]any{"features": []serveapi.Feature{{Name: "amount"}, {Name: "age"}, {Name: "country", Categories: []string{"DE", "FR"}, Encoding: "native"}},
+				"output": serveapi.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.7}, "sample_inputs": serving.SampleInputs})
 			_ = json.Unmarshal(b, &want)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("settings' serving part = %v, want the version's %v", got, want)

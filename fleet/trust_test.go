@@ -11,12 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/fleet"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
+	"modelplane/trust"
 )
 
 // counter reads one series of the fleet's counters.
@@ -52,7 +53,7 @@ func TestReplicaOffItsNodeIsNotRecorded(t *testing.T) {
 	}
 	inv := gpus(0, 2, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	if err := f.fleet.SetAddress(t.Context(), "node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 31000, PortLast: 31099}); err != nil {
+	if err := trust.SetAddress(t.Context(), db.New(f.pool), "node-a", trust.Address{Host: "127.0.0.1", PortFirst: 31000, PortLast: 31099}); err != nil {
 		t.Fatal(err)
 	}
 	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 3)
@@ -62,9 +63,9 @@ func TestReplicaOffItsNodeIsNotRecorded(t *testing.T) {
 		t.Fatalf("desired = %+v, want 3 replicas", d)
 	}
 	addrs := []string{"127.0.0.1:31005", "10.1.2.3:31006", "127.0.0.1:32000"}
-	var reps []proto.ReplicaStatus
+	var reps []busapi.ReplicaStatus
 	for i, r := range d.Replicas {
-		reps = append(reps, proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: addrs[i]})
+		reps = append(reps, busapi.ReplicaStatus{ID: r.ID, State: busapi.StateReady, Addr: addrs[i]})
 	}
 	f.heartbeat(t, "node-a", inv, reps...)
 	f.reconcile(t)
@@ -83,15 +84,15 @@ func TestSetAddressRefusesNonsense(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {
 		node string
-		a    fleet.Address
+		a    trust.Address
 	}{
-		{"node.a", fleet.Address{Host: "127.0.0.1"}},
-		{"node-a", fleet.Address{Host: ""}},
-		{"node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 10, PortLast: 5}},
-		{"node-a", fleet.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 70000}},
-		{"node-a", fleet.Address{Host: "http://x"}},
+		{"node.a", trust.Address{Host: "127.0.0.1"}},
+		{"node-a", trust.Address{Host: ""}},
+		{"node-a", trust.Address{Host: "127.0.0.1", PortFirst: 10, PortLast: 5}},
+		{"node-a", trust.Address{Host: "127.0.0.1", PortFirst: 1, PortLast: 70000}},
+		{"node-a", trust.Address{Host: "http://x"}},
 	} {
-		if err := f.fleet.SetAddress(t.Context(), tc.node, tc.a); err == nil {
+		if err := trust.SetAddress(t.Context(), db.New(f.pool), tc.node, tc.a); err == nil {
 			t.Errorf("SetAddress(%q, %+v) = nil, want an error", tc.node, tc.a)
 		}
 	}
@@ -130,15 +131,15 @@ func TestHeartbeatSpeaksOnlyForItsSubject(t *testing.T) {
 	t.Cleanup(a.Close)
 
 	beat := func(node string) []byte {
-		b, _ := json.Marshal(proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: gpus(0, 1, "A100-80GB", nil)})
+		b, _ := json.Marshal(busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15, GPUs: gpus(0, 1, "A100-80GB", nil)})
 		return b
 	}
 	// Node a's credential may publish only on its own subject: a payload
 	// claiming node b there is dropped.
-	if err := a.Publish(proto.NodeStatusSubject("node-a"), beat("node-b")); err != nil {
+	if err := a.Publish(busapi.NodeStatusSubject("node-a"), beat("node-b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Publish(proto.NodeStatusSubject("node-a"), beat("node-a")); err != nil {
+	if err := a.Publish(busapi.NodeStatusSubject("node-a"), beat("node-a")); err != nil {
 		t.Fatal(err)
 	}
 	q := db.New(f.pool)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/route"
 )
@@ -21,20 +21,12 @@ import (
 // gateway's periodic reminder) before it goes back to zero.
 const DefaultWakeGrace = 15 * time.Minute
 
-// SetWakeGrace sets the idle grace period of woken endpoints; d <= 0 keeps
-// DefaultWakeGrace. Call it before the reconciler starts.
-func (f *Fleet) SetWakeGrace(d time.Duration) {
-	if d > 0 {
-		f.wakeGrace = d
-	}
-}
+// Grace is the fleet's wake grace (Options.WakeGrace): how long a woken
+// endpoint keeps its replica, and the default scale-to-zero grace of an
+// autoscaling policy, so that the two agree.
+func (f *Fleet) Grace() time.Duration { return f.wakeGrace }
 
-func (f *Fleet) grace() time.Duration {
-	if f.wakeGrace <= 0 {
-		return DefaultWakeGrace
-	}
-	return f.wakeGrace
-}
+func (f *Fleet) grace() time.Duration { return f.wakeGrace }
 
 // Wake records that a gateway asked for a replica of endpoint. asleep is
 // true when the endpoint was not woken within the grace period before, so
@@ -194,9 +186,9 @@ func (in *Intake) startWakes(ctx context.Context) error {
 			}
 		}
 	}()
-	sub, err := in.nc.QueueSubscribe(proto.WakeWildcard, "mp-control-plane", func(m *nats.Msg) {
-		var w proto.Wake
-		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint == "" || proto.WakeSubject(w.Endpoint) != m.Subject {
+	sub, err := in.nc.QueueSubscribe(busapi.WakeWildcard, "mp-control-plane", func(m *nats.Msg) {
+		var w busapi.Wake
+		if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint == "" || busapi.WakeSubject(w.Endpoint) != m.Subject {
 			in.log.Warn("wake request does not decode", slog.String("subject", m.Subject))
 			return
 		}

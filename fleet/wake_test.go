@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/endpoint"
@@ -40,7 +40,7 @@ func TestWokenEndpointGetsAReplicaAndSleepsAfterTheGrace(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	grace := 5 * time.Minute
-	f.fleet.SetWakeGrace(grace)
+	f.fleet = fleet.New(f.pool, fleet.Options{Clock: f.clock, WakeGrace: grace})
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
 	f.endpoint(t, "sleepy", "fraud", "v1", "mig-1g.10gb", "batch", 0)
@@ -147,12 +147,12 @@ func TestIntakeRecordsWakeRequests(t *testing.T) {
 	}
 	t.Cleanup(in.Stop)
 	// A body naming another endpoint than its subject is refused.
-	bad, _ := json.Marshal(proto.Wake{Endpoint: "other", Gateway: "gw-1"})
-	if err := nc.Publish(proto.WakeSubject("sleepy"), bad); err != nil {
+	bad, _ := json.Marshal(busapi.Wake{Endpoint: "other", Gateway: "gw-1"})
+	if err := nc.Publish(busapi.WakeSubject("sleepy"), bad); err != nil {
 		t.Fatal(err)
 	}
-	good, _ := json.Marshal(proto.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.Now()})
-	if err := nc.Publish(proto.WakeSubject("sleepy"), good); err != nil {
+	good, _ := json.Marshal(busapi.Wake{Endpoint: "sleepy", Gateway: "gw-1", At: f.clock.Now()})
+	if err := nc.Publish(busapi.WakeSubject("sleepy"), good); err != nil {
 		t.Fatal(err)
 	}
 	wait.Eventually(t, 10*time.Second, func() bool { return dirty.Load() != 0 }, "the reconciler was never woken")
@@ -298,7 +298,7 @@ func TestRaisedBudgetLiftsTheBlock(t *testing.T) {
 		t.Fatalf("route while blocked = %+v (written %v), want scaled to zero with the budget named in blocked", rt, ok)
 	}
 	admin := &auth.Principal{Name: "pa", PlatformRole: auth.RolePlatformAdmin}
-	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.now)
+	budgets := chargeback.NewBudgets(f.pool, nil, nil, nil, f.clock)
 	if _, err := budgets.Set(t.Context(), admin, chargeback.BudgetSpec{Team: "risk", MonthlyUUSD: 20_000_000, Enforcement: chargeback.EnforceBlock}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -84,11 +84,11 @@ func setupBench(b *testing.B) *benchSetup {
 	if err := bus.Ensure(ctx, js); err != nil {
 		b.Fatal(err)
 	}
-	routes, err := js.KeyValue(ctx, proto.BucketRoutes)
+	routes, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys, err := js.KeyValue(ctx, proto.BucketKeys)
+	keys, err := js.KeyValue(ctx, busapi.BucketKeys)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,8 +98,8 @@ func setupBench(b *testing.B) *benchSetup {
 		b.Cleanup(s.Close)
 		addrs = append(addrs, strings.TrimPrefix(s.URL, "http://"))
 	}
-	versions := []proto.RouteVersion{ver("stable", 90, addrs...), ver("canary", 10, addrs...)}
-	for _, rt := range []proto.Route{
+	versions := []busapi.RouteVersion{ver("stable", 90, addrs...), ver("canary", 10, addrs...)}
+	for _, rt := range []busapi.Route{
 		{Endpoint: "bench", Team: "bench", Task: "classification", Generation: 1, Versions: versions,
 			InputSchema: json.RawMessage(benchSchema), FeatureNames: []string{"amount", "country"}, SamplingRate: 0.01},
 		{Endpoint: "bench-chat", Team: "bench", Task: "llm", Generation: 1, Versions: versions, SamplingRate: 0.01},
@@ -115,7 +115,7 @@ func setupBench(b *testing.B) *benchSetup {
 	prefix := "mpk_" + hex.EncodeToString(id)
 	raw := prefix + "_" + base64.RawURLEncoding.EncodeToString(secret)
 	sum := sha256.Sum256([]byte(raw))
-	entry, _ := json.Marshal(proto.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"})
+	entry, _ := json.Marshal(busapi.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: "bench", Role: "engineer"})
 	if _, err := keys.Put(ctx, prefix, entry); err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // within reports whether got successes of n trials at probability p lie
@@ -22,10 +22,10 @@ func within(t *testing.T, what string, got, n int, p float64) {
 	}
 }
 
-func twoVersions(stable, canary int) proto.Route {
-	return proto.Route{Endpoint: "e", Versions: []proto.RouteVersion{
-		{Name: "stable", Weight: stable, Replicas: []proto.RouteReplica{{ID: "s", Addr: "10.0.0.1:1"}}},
-		{Name: "canary", Weight: canary, Replicas: []proto.RouteReplica{{ID: "c", Addr: "10.0.0.2:1"}}}}}
+func twoVersions(stable, canary int) busapi.Route {
+	return busapi.Route{Endpoint: "e", Versions: []busapi.RouteVersion{
+		{Name: "stable", Weight: stable, Replicas: []busapi.RouteReplica{{ID: "s", Addr: "10.0.0.1:1"}}},
+		{Name: "canary", Weight: canary, Replicas: []busapi.RouteReplica{{ID: "c", Addr: "10.0.0.2:1"}}}}}
 }
 
 // TestSplitChoiceAccuracy draws the weighted split 100,000 times at each
@@ -48,9 +48,9 @@ func TestSplitChoiceAccuracy(t *testing.T) {
 	}
 }
 
-func withExperiment(name string, arms ...proto.RouteArm) proto.Route {
+func withExperiment(name string, arms ...busapi.RouteArm) busapi.Route {
 	src := twoVersions(100, 0)
-	src.Experiment = &proto.RouteExperiment{Name: name, Arms: arms}
+	src.Experiment = &busapi.RouteExperiment{Name: name, Arms: arms}
 	return src
 }
 
@@ -61,7 +61,7 @@ func withExperiment(name string, arms ...proto.RouteArm) proto.Route {
 // to the split).
 func TestExperimentAssignment(t *testing.T) {
 	t.Parallel()
-	arms := []proto.RouteArm{{Version: "stable", Share: 20}, {Version: "canary", Share: 80}}
+	arms := []busapi.RouteArm{{Version: "stable", Share: 20}, {Version: "canary", Share: 80}}
 	a := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
 	b := newRoute(withExperiment("checkout-1", arms...), nil, routeDefaults{timeout: time.Second}).experiment
 	other := newRoute(withExperiment("checkout-2", arms...), nil, routeDefaults{timeout: time.Second}).experiment
@@ -95,7 +95,7 @@ func TestExperimentAssignment(t *testing.T) {
 	// Independent assignments differ with probability 2 × 0.2 × 0.8.
 	within(t, "users whose arm changed with the experiment's name", moved, users, 0.32)
 
-	gone := newRoute(withExperiment("gone", proto.RouteArm{Version: "stable", Share: 50}, proto.RouteArm{Version: "v9", Share: 50}), nil, routeDefaults{timeout: time.Second}).experiment
+	gone := newRoute(withExperiment("gone", busapi.RouteArm{Version: "stable", Share: 50}, busapi.RouteArm{Version: "v9", Share: 50}), nil, routeDefaults{timeout: time.Second}).experiment
 	nils := 0
 	for i := range 1000 {
 		if v := gone.assign(strconv.Itoa(i)); v == nil {
@@ -127,7 +127,7 @@ func fnvArm(e *experiment, name, user string) *version {
 // TestExperimentAssignNoAlloc: assigning a user allocates nothing (not
 // parallel: AllocsPerRun counts the whole process).
 func TestExperimentAssignNoAlloc(t *testing.T) {
-	e := newRoute(withExperiment("checkout-1", proto.RouteArm{Version: "stable", Share: 20}, proto.RouteArm{Version: "canary", Share: 80}),
+	e := newRoute(withExperiment("checkout-1", busapi.RouteArm{Version: "stable", Share: 20}, busapi.RouteArm{Version: "canary", Share: 80}),
 		nil, routeDefaults{timeout: time.Second}).experiment
 	if n := testing.AllocsPerRun(100, func() { e.assign("user-42") }); n != 0 {
 		t.Errorf("assign allocates %v times, want 0", n)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 )
@@ -38,7 +38,7 @@ func TestVersionChoiceOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rt := route("fraud-scoring", "risk", "classification", 1, ver("stable", 100, "10.0.0.1:1"), ver("canary", 0, "10.0.0.2:1"))
-	rt.Experiment = &proto.RouteExperiment{Name: "ab-1", Arms: []proto.RouteArm{{Version: "stable", Share: 70}, {Version: "canary", Share: 30}}}
+	rt.Experiment = &busapi.RouteExperiment{Name: "ab-1", Arms: []busapi.RouteArm{{Version: "stable", Share: 70}, {Version: "canary", Share: 30}}}
 	e.putRoute(t, rt)
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{Transport: instant{}})

@@ -2,7 +2,7 @@
 // and routes every prediction and chat-completion request to a ready replica
 // and relays the answer, streaming server-sent events as they come.
 //
-// It works from three KV buckets the control plane writes (agent/proto):
+// It works from three KV buckets the control plane writes (busapi):
 // mp_routes (the routing table), mp_keys (API key digests) and mp_identity
 // (the OIDC issuer's signing keys and the users' memberships, for bearer
 // tokens verified locally). It watches them, serves from an in-memory snapshot swapped atomically (the request

@@ -9,11 +9,11 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/coder/quartz"
 	jose "github.com/go-jose/go-jose/v4"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // FuzzDecodeRequest: any body is accepted or refused with errBadRequest,
@@ -128,12 +128,12 @@ func FuzzVerifyToken(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	v, err := newTokenVerifier(proto.OIDCEntry{Issuer: "https://idp.example.com", Audience: "modelplane", JWKS: jwks}, time.Now)
+	v, err := newTokenVerifier(busapi.OIDCEntry{Issuer: "https://idp.example.com", Audience: "modelplane", JWKS: jwks}, quartz.NewMock(f))
 	if err != nil {
 		f.Fatal(err)
 	}
 	g := &Gateway{}
-	g.identity.Store(&identityTable{oidc: v, members: map[string]*proto.MemberEntry{}})
+	g.identity.Store(&identityTable{oidc: v, members: map[string]*busapi.MemberEntry{}})
 	f.Add("Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2lkcC5leGFtcGxlLmNvbSIsInN1YiI6ImEifQ.c2ln")
 	f.Add("Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.")
 	f.Add("Bearer a.b.c")

@@ -17,8 +17,9 @@ import (
 	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Defaults of Config.
@@ -63,6 +64,10 @@ type Config struct {
 	Clock quartz.Clock
 	// Transport reaches the replicas; a tuned shared one when nil.
 	Transport http.RoundTripper
+	// Tracer traces each request (ml_serving.request and its steps,
+	// trace.go) and carries the trace to the replica; nil traces nothing
+	// but still passes a caller's traceparent on.
+	Tracer trace.TracerProvider
 	// ID names this gateway in its request statistics, whose message ids
 	// it starts; unique among gateways. Default: host name and a random
 	// suffix.
@@ -203,6 +208,7 @@ type Gateway struct {
 	js        jetstream.JetStream
 	log       *slog.Logger
 	transport http.RoundTripper
+	tracer    trace.Tracer
 	snapPath  string
 
 	routes   atomic.Pointer[routeTable]
@@ -266,6 +272,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = NewTransport()
 	}
+	g.tracer = g.tracerOf(cfg.Tracer)
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
@@ -275,7 +282,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
-	g.identity.Store(&identityTable{members: map[string]*proto.MemberEntry{}})
+	g.identity.Store(&identityTable{members: map[string]*busapi.MemberEntry{}})
 	if err := g.loadSnapshot(); err != nil {
 		// A damaged snapshot is not fatal: NATS has the truth.
 		log.Warn("gateway snapshot unreadable; waiting for NATS", slog.String("path", g.snapPath), slog.String("error", err.Error()))

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -59,17 +59,17 @@ func setupEnv(t *testing.T, url string, nc *nats.Conn) *env {
 		t.Fatal(err)
 	}
 	e := &env{url: url, nc: nc}
-	if e.routes, err = js.KeyValue(ctx, proto.BucketRoutes); err != nil {
+	if e.routes, err = js.KeyValue(ctx, busapi.BucketRoutes); err != nil {
 		t.Fatal(err)
 	}
-	if e.keys, err = js.KeyValue(ctx, proto.BucketKeys); err != nil {
+	if e.keys, err = js.KeyValue(ctx, busapi.BucketKeys); err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
 
 // putRoute publishes a routing entry as the control plane's relay would.
-func (e *env) putRoute(t *testing.T, rt proto.Route) {
+func (e *env) putRoute(t *testing.T, rt busapi.Route) {
 	t.Helper()
 	b, err := json.Marshal(rt)
 	if err != nil {
@@ -86,7 +86,7 @@ func (e *env) newKey(t *testing.T, team, role string, expires *time.Time) string
 	t.Helper()
 	raw, prefix := makeKey(t)
 	sum := sha256.Sum256([]byte(raw))
-	b, err := json.Marshal(proto.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: team, Role: role, ExpiresAt: expires})
+	b, err := json.Marshal(busapi.KeyEntry{Prefix: prefix, SHA256: hex.EncodeToString(sum[:]), Team: team, Role: role, ExpiresAt: expires})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,14 +239,14 @@ func predictPath(endpoint string) string { return "/v1/endpoints/" + endpoint + 
 func chatPath(endpoint string) string    { return "/v1/endpoints/" + endpoint + "/chat/completions" }
 
 // route is a one-version routing entry.
-func route(endpoint, team, task string, gen int64, versions ...proto.RouteVersion) proto.Route {
-	return proto.Route{Endpoint: endpoint, Team: team, Task: task, Generation: gen, Versions: versions}
+func route(endpoint, team, task string, gen int64, versions ...busapi.RouteVersion) busapi.Route {
+	return busapi.Route{Endpoint: endpoint, Team: team, Task: task, Generation: gen, Versions: versions}
 }
 
-func ver(name string, weight int, addrs ...string) proto.RouteVersion {
-	v := proto.RouteVersion{Name: name, Weight: weight, Replicas: []proto.RouteReplica{}}
+func ver(name string, weight int, addrs ...string) busapi.RouteVersion {
+	v := busapi.RouteVersion{Name: name, Weight: weight, Replicas: []busapi.RouteReplica{}}
 	for i, a := range addrs {
-		v.Replicas = append(v.Replicas, proto.RouteReplica{ID: name + "-" + string(rune('a'+i)), Addr: a})
+		v.Replicas = append(v.Replicas, busapi.RouteReplica{ID: name + "-" + string(rune('a'+i)), Addr: a})
 	}
 	return v
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
@@ -20,7 +20,7 @@ import (
 // zeroRoute is a routing entry of an endpoint scaled to zero with no
 // replica of its one version v1, a cold-start budget and v1's measured cold
 // start (0: never measured).
-func zeroRoute(endpoint string, gen int64, budgetS int, coldMS int64, addrs ...string) proto.Route {
+func zeroRoute(endpoint string, gen int64, budgetS int, coldMS int64, addrs ...string) busapi.Route {
 	rt := route(endpoint, "risk", "classification", gen, ver("v1", 100, addrs...))
 	rt.ScaledToZero, rt.ColdStartBudgetS = true, budgetS
 	rt.Versions[0].ColdStartMS = coldMS
@@ -91,7 +91,7 @@ func TestScaleFromZeroServedWithinBudget(t *testing.T) {
 	e.putRoute(t, zeroRoute("sleepy", 1, 30, 0))
 	key := e.newKey(t, "risk", "engineer", nil)
 	wakes := make(chan *nats.Msg, 100)
-	sub, err := e.nc.ChanSubscribe(proto.WakeSubject("sleepy"), wakes)
+	sub, err := e.nc.ChanSubscribe(busapi.WakeSubject("sleepy"), wakes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestScaleFromZeroServedWithinBudget(t *testing.T) {
 			return false
 		}
 	}, "no wake request for the held request")
-	var w proto.Wake
+	var w busapi.Wake
 	if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint != "sleepy" || w.Served {
 		t.Fatalf("wake request %s (%v), want one for sleepy, not served", m.Data, err)
 	}

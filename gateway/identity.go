@@ -10,10 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // maxTokenBytes bounds a bearer token the gateway tries to verify.
@@ -24,22 +25,22 @@ const maxTokenBytes = 16 << 10
 // memberships by IdentityUserKey.
 type identityTable struct {
 	oidc    *tokenVerifier
-	members map[string]*proto.MemberEntry
+	members map[string]*busapi.MemberEntry
 }
 
 // tokenVerifier checks a token's signature against the published keys, and
 // its iss, aud and exp, with no network call.
 type tokenVerifier struct {
-	src proto.OIDCEntry
+	src busapi.OIDCEntry
 	v   *oidc.IDTokenVerifier
 }
 
 // signingAlgs are the algorithms accepted for tokens.
 var signingAlgs = []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512, oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA}
 
-// newTokenVerifier builds the verifier of an OIDCEntry; now is the clock
-// for exp.
-func newTokenVerifier(e proto.OIDCEntry, now func() time.Time) (*tokenVerifier, error) {
+// newTokenVerifier builds the verifier of an OIDCEntry; clock is what exp
+// is checked on.
+func newTokenVerifier(e busapi.OIDCEntry, clock quartz.Clock) (*tokenVerifier, error) {
 	if e.Issuer == "" || e.Audience == "" {
 		return nil, errors.New("oidc entry names no issuer or audience")
 	}
@@ -58,7 +59,8 @@ func newTokenVerifier(e proto.OIDCEntry, now func() time.Time) (*tokenVerifier, 
 		return nil, errors.New("oidc entry holds no signing key")
 	}
 	v := oidc.NewVerifier(e.Issuer, &oidc.StaticKeySet{PublicKeys: keys},
-		&oidc.Config{ClientID: e.Audience, Now: now, SupportedSigningAlgs: signingAlgs})
+		// go-oidc takes its clock as a func.
+		&oidc.Config{ClientID: e.Audience, Now: func() time.Time { return clock.Now() }, SupportedSigningAlgs: signingAlgs})
 	return &tokenVerifier{src: e, v: v}, nil
 }
 
@@ -80,7 +82,7 @@ type caller struct {
 	name string
 	// team and role are an API key's; teams and platformRole a user's.
 	team, role   string
-	teams        []proto.MemberTeam
+	teams        []busapi.MemberTeam
 	platformRole string
 	token        bool
 }
@@ -114,7 +116,7 @@ func (g *Gateway) verifyToken(ctx context.Context, raw string) (*caller, bool) {
 	if err != nil || t.Subject == "" {
 		return nil, false
 	}
-	k := proto.IdentityUserKey(t.Issuer, t.Subject)
+	k := busapi.IdentityUserKey(t.Issuer, t.Subject)
 	c := &caller{name: "oidc_" + k[2:18], token: true}
 	if m := id.members[k]; m != nil {
 		c.teams, c.platformRole = m.Teams, m.PlatformRole
@@ -128,7 +130,7 @@ func (t *identityTable) withOIDC(v *tokenVerifier) *identityTable {
 }
 
 // withMember returns a copy of t with key set to m (nil: removed).
-func (t *identityTable) withMember(key string, m *proto.MemberEntry) *identityTable {
+func (t *identityTable) withMember(key string, m *busapi.MemberEntry) *identityTable {
 	ms := maps.Clone(t.members)
 	if m == nil {
 		delete(ms, key)

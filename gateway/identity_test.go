@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/auth/devidp"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -60,7 +60,7 @@ func putIdentity(t *testing.T, e *env, key string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(t.Context(), proto.BucketIdentity)
+	kv, err := js.KeyValue(t.Context(), busapi.BucketIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +95,9 @@ func TestOIDCBearerTokens(t *testing.T) {
 		users[u.Subject] = u
 	}
 	eng, admin, searchAdmin := users["demo-risk-engineer"], users["demo-admin"], users["demo-search-admin"]
-	putIdentity(t, e, proto.IdentityOIDCKey, proto.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), JWKS: jwksOf(t, idp.Issuer())})
-	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), eng.Subject), proto.MemberEntry{Teams: []proto.MemberTeam{{Team: "risk", Role: "engineer"}}})
-	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), admin.Subject), proto.MemberEntry{PlatformRole: "platform_admin"})
+	putIdentity(t, e, busapi.IdentityOIDCKey, busapi.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), JWKS: jwksOf(t, idp.Issuer())})
+	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), eng.Subject), busapi.MemberEntry{Teams: []busapi.MemberTeam{{Team: "risk", Role: "engineer"}}})
+	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), admin.Subject), busapi.MemberEntry{PlatformRole: "platform_admin"})
 	g := startGateway(t, e.nc, gateway.Config{Transport: instant{}})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
@@ -146,7 +146,7 @@ func TestOIDCBearerTokens(t *testing.T) {
 		}
 	}
 
-	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), eng.Subject), nil)
+	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), eng.Subject), nil)
 	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g.url, predictPath("fraud-scoring"), engToken, predictBody).status == http.StatusNotFound
 	}, "waiting for membership removal reaches the gateway")
@@ -163,8 +163,8 @@ func TestTokensFromSnapshot(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v1", 100, "10.0.0.1:1")))
 	e.newKey(t, "risk", "engineer", nil)
 	eng := idp.Users()[2]
-	putIdentity(t, e, proto.IdentityOIDCKey, proto.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), JWKS: jwksOf(t, idp.Issuer())})
-	putIdentity(t, e, proto.IdentityUserKey(idp.Issuer(), eng.Subject), proto.MemberEntry{Teams: []proto.MemberTeam{{Team: "risk", Role: "engineer"}}})
+	putIdentity(t, e, busapi.IdentityOIDCKey, busapi.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), JWKS: jwksOf(t, idp.Issuer())})
+	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), eng.Subject), busapi.MemberEntry{Teams: []busapi.MemberTeam{{Team: "risk", Role: "engineer"}}})
 	tok, err := idp.Sign(idp.TokenClaims(eng, 5*time.Minute))
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // maxBuckets is how many token buckets a limiter holds before it evicts the
@@ -88,7 +88,7 @@ func (l *limiter) bucket(name string, now time.Time) *rate.Limiter {
 // bucket is kept with the tokens it holds, so that a route update (a new
 // replica, a weight change) does not refill it; a changed rate or burst
 // applies from now on.
-func routeLimiter(src proto.Route, prev *route, d routeDefaults) *rate.Limiter {
+func routeLimiter(src busapi.Route, prev *route, d routeDefaults) *rate.Limiter {
 	rps, burst := d.rps, d.burst
 	if src.RateLimitRPS > 0 {
 		rps, burst = src.RateLimitRPS, src.RateLimitBurst
@@ -106,8 +106,8 @@ func routeLimiter(src proto.Route, prev *route, d routeDefaults) *rate.Limiter {
 	b := prev.limiter
 	if b.Limit() != lim || b.Burst() != burst {
 		now := time.Now()
-		if d.now != nil {
-			now = d.now()
+		if d.clock != nil {
+			now = d.clock.Now()
 		}
 		b.SetLimitAt(now, lim)
 		b.SetBurstAt(now, burst)

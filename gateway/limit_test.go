@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"github.com/coder/quartz"
+
+	"modelplane/busapi"
 )
 
 func TestLimiterRetryAfterAndIndependentKeys(t *testing.T) {
@@ -123,8 +125,10 @@ func TestAcquireNeverExceedsBound(t *testing.T) {
 func TestRouteLimiterOutlivesUpdates(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	d := routeDefaults{timeout: time.Second, rps: 2, now: func() time.Time { return now }}
-	src := proto.Route{Endpoint: "e", Generation: 1}
+	clk := quartz.NewMock(t)
+	clk.Set(now)
+	d := routeDefaults{timeout: time.Second, rps: 2, clock: clk}
+	src := busapi.Route{Endpoint: "e", Generation: 1}
 	if rt := newRoute(src, nil, routeDefaults{timeout: time.Second}); rt.limiter != nil {
 		t.Fatalf("no rate anywhere: limiter %v, want nil (unlimited)", rt.limiter)
 	}

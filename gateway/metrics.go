@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metricBuckets are the millisecond buckets of the gateway's histograms:
-// fine below a millisecond, where the platform overhead lives, and coarse up
-// to a minute.
-var metricBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+// metricBuckets are the seconds buckets of the gateway's histograms (the
+// Prometheus base unit): fine below a millisecond, where the platform
+// overhead lives, and coarse up to a minute.
+var metricBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // statusClasses label the request duration by status class; index s/100.
 var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
@@ -56,10 +56,10 @@ func newMetrics(g *Gateway) *metrics {
 	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metricBuckets}, labels)
 	}
-	m.duration = hist("ml_serving_request_duration_ms", "End-to-end latency through the gateway, in milliseconds.", "endpoint", "version", "status_class")
-	m.overhead = hist("ml_serving_platform_overhead_ms", "Gateway-added latency: time in the gateway minus time waiting on the replica, in milliseconds.", "endpoint", "version")
-	m.ttft = hist("ml_serving_ttft_ms", "Time to the first streamed event, in milliseconds.", "endpoint", "version")
-	m.itl = hist("ml_serving_inter_token_latency_ms", "Mean time per output token after the first of each stream, in milliseconds.", "endpoint", "version")
+	m.duration = hist("ml_serving_request_duration_seconds", "End-to-end latency through the gateway, in seconds.", "endpoint", "version", "status_class")
+	m.overhead = hist("ml_serving_platform_overhead_seconds", "Gateway-added latency: time in the gateway minus time waiting on the replica, in seconds.", "endpoint", "version")
+	m.ttft = hist("ml_serving_ttft_seconds", "Time to the first streamed event, in seconds.", "endpoint", "version")
+	m.itl = hist("ml_serving_inter_token_latency_seconds", "Mean time per output token after the first of each stream, in seconds.", "endpoint", "version")
 	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ml_serving_concurrent_streams", Help: "Server-sent event streams being relayed."}, []string{"endpoint", "version"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ml_serving_tokens_total", Help: "Completion tokens streamed."}, []string{"endpoint", "version"})
 	m.ejections = prometheus.NewCounter(prometheus.CounterOpts{Name: "ml_serving_replica_ejections_total",
@@ -142,15 +142,15 @@ func (m *metrics) of(endpoint, version string) *metricChildren {
 func (m *metrics) observe(c *call, total time.Duration) {
 	ch := c.ver.metricsOf(m, c.endpoint)
 	class := min(max(c.status/100, 1), len(statusClasses)-1)
-	ch.duration[class].Observe(ms(total))
+	ch.duration[class].Observe(total.Seconds())
 	if c.upstream > 0 {
-		ch.overhead.Observe(ms(max(total-c.upstream, 0)))
+		ch.overhead.Observe(max(total-c.upstream, 0).Seconds())
 	}
 	if c.streamed && !c.firstEvent.IsZero() {
 		ttft := c.firstEvent.Sub(c.start)
-		ch.ttft.Observe(ms(ttft))
+		ch.ttft.Observe(ttft.Seconds())
 		if c.tokens >= 2 {
-			ch.itl.Observe(ms((total - ttft) / time.Duration(c.tokens-1)))
+			ch.itl.Observe(((total - ttft) / time.Duration(c.tokens-1)).Seconds())
 		}
 		if c.tokens > 0 {
 			ch.tokens.Add(float64(c.tokens))

@@ -84,6 +84,39 @@ func TestOpenAIRoutesShareThePath(t *testing.T) {
 	}
 }
 
+// TestCompletionsWhateverTheChatSchema: an LLM endpoint whose input
+// schema is a chat request's (messages required, as the demo's
+// support-chat has) answers /v1/completions, on both paths; its chat
+// route still holds chat bodies to the schema, and a completion is
+// still held to the completion's shape.
+func TestCompletionsWhateverTheChatSchema(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rt := route("support-chat", "search", "llm", 1, ver("v1", 100, startReplica(t, "v1", replica.TaskLLM)))
+	rt.InputSchema = json.RawMessage(`{"type":"object","properties":{"messages":{"type":"array","minItems":1}},"required":["messages"]}`)
+	e.putRoute(t, rt)
+	key := e.newKey(t, "search", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+
+	comp := `{"model":"support-chat","prompt":"The gateway","max_tokens":2}`
+	for _, path := range []string{"/v1/completions", "/v1/endpoints/support-chat/completions"} {
+		if r := call(t, g.url, path, key, comp); r.status != http.StatusOK {
+			t.Errorf("%s: %d %s; want 200", path, r.status, r.body)
+		}
+	}
+	if r := call(t, g.url, "/v1/chat/completions", key, `{"model":"support-chat","messages":"hi"}`); r.status != http.StatusBadRequest {
+		t.Errorf("chat against its schema: %d %s; want 400", r.status, r.body)
+	} else if got := openaiErr(t, r); deref(got.Error.Param) != "messages" {
+		t.Errorf("chat against its schema: param %s; want messages", deref(got.Error.Param))
+	}
+	if r := call(t, g.url, "/v1/completions", key, `{"model":"support-chat","max_tokens":2}`); r.status != http.StatusBadRequest {
+		t.Errorf("completion without a prompt: %d %s; want 400", r.status, r.body)
+	} else if got := openaiErr(t, r); deref(got.Error.Param) != "prompt" {
+		t.Errorf("completion without a prompt: param %s; want prompt", deref(got.Error.Param))
+	}
+}
+
 // TestOpenAIRouteErrors: the gateway's own errors on the OpenAI routes
 // are in OpenAI's shape, with the status, type, code and param a client
 // branches on.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 )
@@ -62,7 +62,7 @@ func TestPinOnlyToServingVersions(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestPinOnlyToServingVersions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("message %d: %v", n, err)
 		}
-		var m proto.ReqStats
+		var m busapi.ReqStats
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestStatsCarryEndpointID(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestStatsCarryEndpointID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m proto.ReqStats
+	var m busapi.ReqStats
 	if err := json.Unmarshal(msg.Data(), &m); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modelplane/agent/proto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"modelplane/busapi"
+	"modelplane/tracing"
 )
 
 // rolePlatformAdmin is the org-wide role that may call every endpoint.
@@ -58,6 +62,13 @@ type call struct {
 	// openai is set on the OpenAI routes (openai.go): the body's model
 	// names the endpoint, and errors have OpenAI's shape.
 	openai bool
+	// span is the request's root span, nil without a trace; traceID its
+	// trace's id for the log line; tracing is set when the span records,
+	// and marks then hold when each step of the path ended (trace.go).
+	span    trace.Span
+	traceID string
+	tracing bool
+	marks   [steps]time.Time
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in
@@ -69,8 +80,10 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 		start := time.Now()
 		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: start, openai: openai}
 		w.Header().Set("X-Request-Id", c.id)
+		r = g.startTrace(w, c, r)
 		g.serve(k, c, w, r)
 		end := time.Now()
+		c.endTrace(end)
 		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 		if c.ver != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
@@ -94,7 +107,7 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
 			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.versionName()),
-			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status),
+			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status), slog.String("trace_id", c.traceID),
 			slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
 	})
 }
@@ -124,6 +137,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		return
 	}
 	c.key, c.team = who.name, who.team
+	c.mark(stepAuthn)
 	// The OpenAI routes name the endpoint in the body's model, so the body
 	// is read first there.
 	var body []byte
@@ -169,9 +183,11 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		g.fail(w, c, http.StatusBadRequest, "invalid input", bad.Error())
 		return
 	}
+	c.mark(stepSchema)
 	if !g.admit(w, c, rt) {
 		return
 	}
+	c.mark(stepRateLimit)
 	// Version choice: a pin first, then the experiment's arm of the user,
 	// then the weighted split.
 	var v *version
@@ -197,11 +213,17 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 		}
 	}
 	c.ver = v
+	c.mark(stepRouting)
 	// An endpoint scaled to zero with no replica of v: the request waits
 	// for one within the endpoint's cold-start budget (hold.go).
 	if rt.src.ScaledToZero && rt.src.Blocked == "" && len(v.upstreams) == 0 {
 		g.wake(&rt.src, true)
-		if rt, v, ok = g.hold(w, c, r, rt, v); !ok {
+		_, hs := c.child(r.Context(), "ml_serving.scale_from_zero_wait", trace.SpanKindInternal)
+		rt, v, ok = g.hold(w, c, r, rt, v)
+		if hs != nil {
+			hs.End()
+		}
+		if !ok {
 			return
 		}
 		c.ver = v
@@ -335,6 +357,10 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
+	ctx, ps := c.child(ctx, "ml_serving.model_inference", trace.SpanKindClient, attribute.String("selected_replica", u.id))
+	if ps != nil {
+		defer ps.End()
+	}
 	resp, err := g.send(ctx, path, u, body, c, r)
 	if err != nil && dialFailed(err) && ctx.Err() == nil {
 		g.outcome(v, u, true)
@@ -431,6 +457,7 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 		req.Header.Set("Accept", a)
 	}
 	req.Header.Set("X-Request-Id", c.id)
+	tracing.Inject(ctx, req.Header)
 	upstreamHeaders(req.Header, u, c.team)
 	return g.transport.RoundTrip(req)
 }
@@ -439,9 +466,9 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 // and the calling team it keys tenant fairness on.
 func upstreamHeaders(h http.Header, u *upstream, team string) {
 	if u.token != "" {
-		h.Set(proto.ReplicaTokenHeader, u.token)
+		h.Set(busapi.ReplicaTokenHeader, u.token)
 	}
-	h.Set(proto.TeamHeader, team)
+	h.Set(busapi.TeamHeader, team)
 }
 
 // dialFailed reports whether err happened while connecting, before any byte

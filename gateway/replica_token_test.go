@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
@@ -36,12 +36,12 @@ func TestReplicaAnswersOnlyTheGateway(t *testing.T) {
 		t.Fatalf("straight to the replica = %d (%s), want 401", r.status, r.body)
 	}
 	// A client that learnt the header's name still lacks the token.
-	if r := call(t, "http://"+addr.String(), "/predict", "", predictBody, proto.ReplicaTokenHeader, "guess"); r.status != http.StatusUnauthorized {
+	if r := call(t, "http://"+addr.String(), "/predict", "", predictBody, busapi.ReplicaTokenHeader, "guess"); r.status != http.StatusUnauthorized {
 		t.Fatalf("with a guessed token = %d, want 401", r.status)
 	}
 
 	e := newEnv(t)
-	v := proto.RouteVersion{Name: "v23", Weight: 100, Replicas: []proto.RouteReplica{{ID: "r-tok", Addr: addr.String(), Token: "tok-r1"}}}
+	v := busapi.RouteVersion{Name: "v23", Weight: 100, Replicas: []busapi.RouteReplica{{ID: "r-tok", Addr: addr.String(), Token: "tok-r1"}}}
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, v))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
@@ -69,12 +69,12 @@ func TestGatewaySendsTokenAndTeam(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	e := newEnv(t)
-	v := proto.RouteVersion{Name: "v1", Weight: 100, Replicas: []proto.RouteReplica{{ID: "r1", Addr: strings.TrimPrefix(up.URL, "http://"), Token: "tok-up"}}}
+	v := busapi.RouteVersion{Name: "v1", Weight: 100, Replicas: []busapi.RouteReplica{{ID: "r1", Addr: strings.TrimPrefix(up.URL, "http://"), Token: "tok-up"}}}
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, v))
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, gateway.Config{})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
-	r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody, proto.TeamHeader, "search", proto.ReplicaTokenHeader, "forged")
+	r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody, busapi.TeamHeader, "search", busapi.ReplicaTokenHeader, "forged")
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d (%s), want 200", r.status, r.body)
 	}
@@ -84,10 +84,10 @@ func TestGatewaySendsTokenAndTeam(t *testing.T) {
 		t.Fatalf("upstream saw %d requests, want 1", len(seen))
 	}
 	h := seen[0]
-	if got := h.Values(proto.TeamHeader); len(got) != 1 || got[0] != "risk" {
-		t.Errorf("%s = %q, want only the key's team risk", proto.TeamHeader, got)
+	if got := h.Values(busapi.TeamHeader); len(got) != 1 || got[0] != "risk" {
+		t.Errorf("%s = %q, want only the key's team risk", busapi.TeamHeader, got)
 	}
-	if got := h.Values(proto.ReplicaTokenHeader); len(got) != 1 || got[0] != "tok-up" {
-		t.Errorf("%s = %q, want only the routing entry's tok-up", proto.ReplicaTokenHeader, got)
+	if got := h.Values(busapi.ReplicaTokenHeader); len(got) != 1 || got[0] != "tok-up" {
+		t.Errorf("%s = %q, want only the routing entry's tok-up", busapi.ReplicaTokenHeader, got)
 	}
 }

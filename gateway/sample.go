@@ -12,7 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
+	"modelplane/serveapi"
 )
 
 // Sampling defaults.
@@ -124,7 +125,7 @@ func (s *sampler) publish(ctx context.Context, p *pending) {
 		s.dropped.Add(1)
 		return
 	}
-	msg := &nats.Msg{Subject: proto.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: busapi.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
 	_, err = s.pub.PublishMsg(pctx, msg)
@@ -140,8 +141,8 @@ func (s *sampler) publish(ctx context.Context, p *pending) {
 
 // sample extracts the features and outputs of p; ok is false when the
 // answer cannot be read.
-func (p *pending) sample() (proto.PredictionSample, bool) {
-	m := proto.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
+func (p *pending) sample() (busapi.PredictionSample, bool) {
+	m := busapi.PredictionSample{ID: p.id, Time: p.end.UnixMilli(), Endpoint: p.endpoint, Team: p.team,
 		Version: p.version, LatencyMS: ms(p.latency), Pinned: p.pinned, EndpointID: p.endpointID}
 	if p.llm {
 		m.Tokens = p.tokens
@@ -158,17 +159,14 @@ func (p *pending) sample() (proto.PredictionSample, bool) {
 		}
 		return m, true
 	}
-	var req struct {
-		Instances []json.RawMessage `json:"instances"`
-	}
-	var ans struct {
-		Predictions []json.RawMessage `json:"predictions"`
-	}
+	var req serveapi.PredictRequest
+	// Any runtime's answer: its predictions may be bare numbers or labels.
+	var ans serveapi.PredictResponse[json.RawMessage]
 	if json.Unmarshal(p.body, &req) != nil || json.Unmarshal(p.answer, &ans) != nil {
 		return m, false
 	}
 	m.FeatureNames = p.features
-	m.Instances = make([]proto.SampleInstance, len(ans.Predictions))
+	m.Instances = make([]busapi.SampleInstance, len(ans.Predictions))
 	for i := range m.Instances {
 		in := &m.Instances[i]
 		in.Num = make([]float64, len(p.features))
@@ -183,7 +181,7 @@ func (p *pending) sample() (proto.PredictionSample, bool) {
 
 // features fills in's values from one instance: an object is read by
 // feature name, an array by position.
-func features(in *proto.SampleInstance, names []string, raw json.RawMessage) {
+func features(in *busapi.SampleInstance, names []string, raw json.RawMessage) {
 	raw = bytes.TrimSpace(raw)
 	if len(names) == 0 || len(raw) == 0 {
 		return

@@ -14,8 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
+	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
@@ -50,7 +51,7 @@ const sampledBody = `{"instances":[{"amount":12.5,"country":"DE","name":"Alice S
 func predictionsIn(t *testing.T, e *env) uint64 {
 	t.Helper()
 	js, _ := jetstream.New(e.nc)
-	s, err := js.Stream(t.Context(), proto.StreamPredictions)
+	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
 	return c
 }
 
-func sampledRoute(endpoint string, rate float64, addr string) proto.Route {
+func sampledRoute(endpoint string, rate float64, addr string) busapi.Route {
 	rt := route(endpoint, "risk", "classification", 1, ver("v1", 100, addr))
 	rt.FeatureNames, rt.SamplingRate = []string{"amount", "country", "flag", "missing"}, rate
 	return rt
@@ -155,13 +156,13 @@ func TestSampleContent(t *testing.T) {
 		t.Fatalf("predict: %d %s", r.status, r.body)
 	}
 	js, _ := jetstream.New(e.nc)
-	s, err := js.Stream(t.Context(), proto.StreamPredictions)
+	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var msg *jetstream.RawStreamMsg
 	wait.Eventually(t, 10*time.Second, func() bool {
-		msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("fraud"))
+		msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("fraud"))
 		return err == nil
 	}, "waiting for sample published")
 	if id := msg.Header.Get(jetstream.MsgIDHeader); id != r.header.Get("X-Request-Id") || id == "" {
@@ -172,7 +173,7 @@ func TestSampleContent(t *testing.T) {
 			t.Fatalf("sample carries %q: %s", secret, msg.Data)
 		}
 	}
-	var got proto.PredictionSample
+	var got busapi.PredictionSample
 	if err := json.Unmarshal(msg.Data, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestSampleContent(t *testing.T) {
 		got.Time == 0 || got.LatencyMS <= 0 {
 		t.Fatalf("sample header fields: %+v", got)
 	}
-	want := []proto.SampleInstance{
+	want := []busapi.SampleInstance{
 		{Num: []float64{12.5, 0, 1, 0}, Str: []string{"", "DE", "", ""}, Score: 0.125, Label: "legit"},
 		{Num: []float64{900, 0, 0, 0}, Str: []string{"", "US", "", ""}, Score: 0.75},
 	}
@@ -202,13 +203,13 @@ func TestSampleContent(t *testing.T) {
 			t.Fatalf("chat: %d", resp.StatusCode)
 		}
 		wait.Eventually(t, 10*time.Second, func() bool {
-			msg, err = s.GetLastMsgForSubject(t.Context(), proto.PredictionSubject("chat"))
+			msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("chat"))
 			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
 		}, "waiting for chat sample")
 		if bytes.Contains(msg.Data, []byte("4111")) {
 			t.Fatalf("chat sample carries the prompt: %s", msg.Data)
 		}
-		var cs proto.PredictionSample
+		var cs busapi.PredictionSample
 		if err := json.Unmarshal(msg.Data, &cs); err != nil {
 			t.Fatal(err)
 		}
@@ -260,11 +261,11 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`ml_serving_request_duration_ms_count{endpoint="fraud",status_class="2xx",version="v1"} 3`,
-		`ml_serving_platform_overhead_ms_count{endpoint="fraud",version="v1"} 3`,
+		`ml_serving_request_duration_seconds_count{endpoint="fraud",status_class="2xx",version="v1"} 3`,
+		`ml_serving_platform_overhead_seconds_count{endpoint="fraud",version="v1"} 3`,
 		`ml_serving_in_flight_requests{endpoint="fraud",version="v1"} 0`,
-		`ml_serving_ttft_ms_count{endpoint="chat",version="v9"} 1`,
-		`ml_serving_inter_token_latency_ms_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_ttft_seconds_count{endpoint="chat",version="v9"} 1`,
+		`ml_serving_inter_token_latency_seconds_count{endpoint="chat",version="v9"} 1`,
 		`ml_serving_concurrent_streams{endpoint="chat",version="v9"} 0`,
 		`ml_serving_tokens_total{endpoint="chat",version="v9"} 5`,
 		`ml_serving_request_stats_dropped_total 0`,
@@ -277,4 +278,5 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
 	}
+	promcheck.Metrics(t, string(body))
 }

@@ -15,14 +15,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
 )
 
 // shadowOf is a shadow version: weight 0, pct percent of requests mirrored.
-func shadowOf(name string, pct float64, addrs ...string) proto.RouteVersion {
+func shadowOf(name string, pct float64, addrs ...string) busapi.RouteVersion {
 	v := ver(name, 0, addrs...)
 	v.Shadow = pct
 	return v
@@ -30,7 +30,7 @@ func shadowOf(name string, pct float64, addrs ...string) proto.RouteVersion {
 
 // readStats sums the MP_REQSTATS messages the gateway published, per
 // endpoint/version.
-func readStats(t *testing.T, e *env, g *gw) map[string]*proto.ReqStats {
+func readStats(t *testing.T, e *env, g *gw) map[string]*busapi.ReqStats {
 	t.Helper()
 	js, err := jetstream.New(e.nc)
 	if err != nil {
@@ -38,23 +38,23 @@ func readStats(t *testing.T, e *env, g *gw) map[string]*proto.ReqStats {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]*proto.ReqStats{}
+	got := map[string]*busapi.ReqStats{}
 	for n := range int(g.Stats().Published) {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatalf("message %d: %v", n, err)
 		}
-		var m proto.ReqStats
+		var m busapi.ReqStats
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {
 			t.Fatal(err)
 		}
 		a := got[m.Endpoint+"/"+m.Version]
 		if a == nil {
-			a = &proto.ReqStats{Endpoint: m.Endpoint, Version: m.Version}
+			a = &busapi.ReqStats{Endpoint: m.Endpoint, Version: m.Version}
 			got[m.Endpoint+"/"+m.Version] = a
 		}
 		a.Count += m.Count

@@ -12,18 +12,18 @@ import (
 	"sort"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // snapshot is the last good routing table and key digests, as kept on disk.
 // It holds digests, never keys; the file is readable by its owner only.
 type snapshot struct {
-	SavedAt time.Time        `json:"saved_at"`
-	Routes  []proto.Route    `json:"routes"`
-	Keys    []proto.KeyEntry `json:"keys"`
+	SavedAt time.Time         `json:"saved_at"`
+	Routes  []busapi.Route    `json:"routes"`
+	Keys    []busapi.KeyEntry `json:"keys"`
 	// OIDC and Members are mp_identity, for OIDC bearer tokens.
-	OIDC    *proto.OIDCEntry              `json:"oidc,omitempty"`
-	Members map[string]*proto.MemberEntry `json:"members,omitempty"`
+	OIDC    *busapi.OIDCEntry              `json:"oidc,omitempty"`
+	Members map[string]*busapi.MemberEntry `json:"members,omitempty"`
 }
 
 func snapshotPath(dir string) string { return filepath.Join(dir, "snapshot.json") }
@@ -123,9 +123,9 @@ func (g *Gateway) loadSnapshot() error {
 		}
 		kt.byPrefix[e.Prefix] = k
 	}
-	id := &identityTable{members: map[string]*proto.MemberEntry{}}
+	id := &identityTable{members: map[string]*busapi.MemberEntry{}}
 	if s.OIDC != nil {
-		if v, err := newTokenVerifier(*s.OIDC, g.now); err == nil {
+		if v, err := newTokenVerifier(*s.OIDC, g.cfg.Clock); err == nil {
 			id.oidc = v
 		}
 	}

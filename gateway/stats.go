@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // DefaultStatsInterval is how often request statistics are published.
@@ -73,13 +73,13 @@ type series struct {
 // statsWindow is what one series counted since the last flush.
 type statsWindow struct {
 	count      uint64
-	errors     proto.ErrorCounts
-	latency    [proto.LatencyBuckets]uint64
+	errors     busapi.ErrorCounts
+	latency    [busapi.LatencyBuckets]uint64
 	latencySum float64
 	streams    uint64
-	ttft       [proto.LatencyBuckets]uint64
+	ttft       [busapi.LatencyBuckets]uint64
 	ttftSum    float64
-	tpot       [proto.LatencyBuckets]uint64
+	tpot       [busapi.LatencyBuckets]uint64
 	tpotSum    float64
 	tokens     uint64
 }
@@ -116,26 +116,26 @@ func (w *statsWindow) add(o *observation) {
 	case s >= 400:
 		w.errors.Client++
 	}
-	w.latency[proto.LatencyBucket(o.duration)]++
+	w.latency[busapi.LatencyBucket(o.duration)]++
 	w.latencySum += ms(o.duration)
 	if !o.streamed {
 		return
 	}
 	w.streams++
-	w.ttft[proto.LatencyBucket(o.ttft)]++
+	w.ttft[busapi.LatencyBucket(o.ttft)]++
 	w.ttftSum += ms(o.ttft)
 	if o.tokens > 0 {
 		w.tokens += uint64(o.tokens)
 	}
 	if o.tokens >= 2 {
 		p := (o.duration - o.ttft) / time.Duration(o.tokens-1)
-		w.tpot[proto.LatencyBucket(p)]++
+		w.tpot[busapi.LatencyBucket(p)]++
 		w.tpotSum += ms(p)
 	}
 }
 
 // statsRecorder counts requests per endpoint × version and publishes one
-// proto.ReqStats per series with traffic every interval. The request path
+// busapi.ReqStats per series with traffic every interval. The request path
 // only looks the series up in a copy-on-write map (no lock, no allocation)
 // and adds under the series' mutex; publishing runs on the flusher's
 // goroutine and never holds a series' mutex, so a slow NATS delays only the
@@ -246,7 +246,7 @@ func (r *statsRecorder) flush(ctx context.Context) {
 	}
 	start := r.start
 	r.start = end
-	var msgs []proto.ReqStats
+	var msgs []busapi.ReqStats
 	for k, s := range *r.series.Load() {
 		s.mu.Lock()
 		w := s.w
@@ -280,12 +280,12 @@ func (r *statsRecorder) flush(ctx context.Context) {
 	}
 }
 
-func (r *statsRecorder) publish(ctx context.Context, m *proto.ReqStats) error {
+func (r *statsRecorder) publish(ctx context.Context, m *busapi.ReqStats) error {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(m); err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: proto.ReqStatsSubject(m.Endpoint), Data: buf.Bytes(), Header: nats.Header{}}
+	msg := &nats.Msg{Subject: busapi.ReqStatsSubject(m.Endpoint), Data: buf.Bytes(), Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
 	_, err := r.pub.PublishMsg(ctx, msg)
 	return err
@@ -309,9 +309,9 @@ func (r *statsRecorder) prune(k statsKey, s *series) {
 	s.dead = true
 }
 
-func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) proto.ReqStats {
-	return proto.ReqStats{
-		ID:          proto.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned),
+func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) busapi.ReqStats {
+	return busapi.ReqStats{
+		ID:          busapi.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned),
 		WindowStart: start.UnixMilli(), WindowEnd: end.UnixMilli(),
 		Gateway: gatewayID, Endpoint: k.endpoint, Team: team, Version: k.version,
 		Count: w.count, Errors: w.errors,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
@@ -82,17 +82,17 @@ func TestStatsThroughTheGateway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]*proto.ReqStats{}
+	got := map[string]*busapi.ReqStats{}
 	for n := range int(g.Stats().Published) {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatalf("message %d: %v", n, err)
 		}
-		var m proto.ReqStats
+		var m busapi.ReqStats
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -101,8 +101,8 @@ func TestStatsThroughTheGateway(t *testing.T) {
 		}
 		a := got[m.Endpoint+"/"+m.Version]
 		if a == nil {
-			a = &proto.ReqStats{Endpoint: m.Endpoint, Team: m.Team, Version: m.Version,
-				Latency: make([]uint64, proto.LatencyBuckets), TTFT: make([]uint64, proto.LatencyBuckets), TPOT: make([]uint64, proto.LatencyBuckets)}
+			a = &busapi.ReqStats{Endpoint: m.Endpoint, Team: m.Team, Version: m.Version,
+				Latency: make([]uint64, busapi.LatencyBuckets), TTFT: make([]uint64, busapi.LatencyBuckets), TPOT: make([]uint64, busapi.LatencyBuckets)}
 			got[m.Endpoint+"/"+m.Version] = a
 		}
 		a.Count += m.Count
@@ -110,7 +110,7 @@ func TestStatsThroughTheGateway(t *testing.T) {
 		a.Errors.Client += m.Errors.Client
 		a.Streams += m.Streams
 		a.Tokens += m.Tokens
-		for i := range proto.LatencyBuckets {
+		for i := range busapi.LatencyBuckets {
 			a.Latency[i] += m.Latency[i]
 			a.TTFT[i] += m.TTFT[i]
 			a.TPOT[i] += m.TPOT[i]

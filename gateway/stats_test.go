@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
@@ -54,8 +54,8 @@ func record(r *statsRecorder, h map[statsKey]*version, o *observation) {
 
 type tally struct {
 	count, streams, tpots, tokens uint64
-	errors                        proto.ErrorCounts
-	latency, ttft, tpot           [proto.LatencyBuckets]uint64
+	errors                        busapi.ErrorCounts
+	latency, ttft, tpot           [busapi.LatencyBuckets]uint64
 }
 
 func (t *tally) addObservation(o observation) {
@@ -81,7 +81,7 @@ func (t *tally) addWindow(w *statsWindow) {
 	}
 }
 
-func (t *tally) addMessage(m *proto.ReqStats) {
+func (t *tally) addMessage(m *busapi.ReqStats) {
 	var w statsWindow
 	w.count, w.streams, w.tokens, w.errors = m.Count, m.Streams, m.Tokens, m.Errors
 	copy(w.latency[:], m.Latency)
@@ -174,7 +174,7 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 			t.Errorf("message id %s published twice", m.ID)
 		}
 		ids[m.ID] = true
-		if m.ID != proto.ReqStatsID("gw-1", m.Endpoint, m.Version, m.WindowStart) || m.Gateway != "gw-1" {
+		if m.ID != busapi.ReqStatsID("gw-1", m.Endpoint, m.Version, m.WindowStart) || m.Gateway != "gw-1" {
 			t.Errorf("message %s: id or gateway does not name its gateway, endpoint, version and window", m.ID)
 		}
 		if m.WindowEnd <= m.WindowStart {
@@ -221,25 +221,25 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 }
 
 // readStats reads every message of MP_REQSTATS, expecting want of them.
-func readStats(t *testing.T, js jetstream.JetStream, want int) []proto.ReqStats {
+func readStats(t *testing.T, js jetstream.JetStream, want int) []busapi.ReqStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, proto.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []proto.ReqStats
+	var out []busapi.ReqStats
 	for len(out) < want {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatalf("after %d of %d messages: %v", len(out), want, err)
 		}
-		var m proto.ReqStats
+		var m busapi.ReqStats
 		if err := json.Unmarshal(msg.Data(), &m); err != nil {
 			t.Fatal(err)
 		}
-		if msg.Subject() != proto.ReqStatsSubject(m.Endpoint) || msg.Headers().Get(jetstream.MsgIDHeader) != m.ID {
+		if msg.Subject() != busapi.ReqStatsSubject(m.Endpoint) || msg.Headers().Get(jetstream.MsgIDHeader) != m.ID {
 			t.Errorf("message %s on %s with Nats-Msg-Id %q", m.ID, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
 		}
 		out = append(out, m)
@@ -252,7 +252,7 @@ func readStats(t *testing.T, js jetstream.JetStream, want int) []proto.ReqStats 
 type stuckPublisher struct {
 	mu      sync.Mutex
 	stuck   bool
-	got     []proto.ReqStats
+	got     []busapi.ReqStats
 	entered chan struct{} // when set, receives a value per hung publish
 }
 
@@ -270,7 +270,7 @@ func (p *stuckPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jet
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	var m proto.ReqStats
+	var m busapi.ReqStats
 	if err := json.Unmarshal(msg.Data, &m); err != nil {
 		return nil, err
 	}
@@ -419,9 +419,9 @@ var _ statsPublisher = jetstream.JetStream(nil)
 // buckets.
 func TestLatencyBuckets(t *testing.T) {
 	t.Parallel()
-	b := proto.LatencyBoundsUS()
-	if len(b)+1 != proto.LatencyBuckets {
-		t.Fatalf("%d bounds, %d buckets", len(b), proto.LatencyBuckets)
+	b := busapi.LatencyBoundsUS()
+	if len(b)+1 != busapi.LatencyBuckets {
+		t.Fatalf("%d bounds, %d buckets", len(b), busapi.LatencyBuckets)
 	}
 	for i := 1; i < len(b); i++ {
 		if b[i] <= b[i-1] || float64(b[i]) > 1.16*float64(b[i-1]) {
@@ -430,20 +430,20 @@ func TestLatencyBuckets(t *testing.T) {
 	}
 	for i, us := range b {
 		d := time.Duration(us) * time.Microsecond
-		if got := proto.LatencyBucket(d); got != i {
+		if got := busapi.LatencyBucket(d); got != i {
 			t.Errorf("LatencyBucket(%v) = %d, want %d", d, got, i)
 		}
-		if got := proto.LatencyBucket(d + time.Nanosecond); got != i+1 {
+		if got := busapi.LatencyBucket(d + time.Nanosecond); got != i+1 {
 			t.Errorf("LatencyBucket(%v) = %d, want %d", d+time.Nanosecond, got, i+1)
 		}
 	}
-	if got := proto.LatencyBucket(0); got != 0 {
+	if got := busapi.LatencyBucket(0); got != 0 {
 		t.Errorf("LatencyBucket(0) = %d", got)
 	}
-	if got := proto.LatencyBucket(time.Hour); got != proto.LatencyBuckets-1 {
-		t.Errorf("LatencyBucket(1h) = %d, want the +Inf bucket %d", got, proto.LatencyBuckets-1)
+	if got := busapi.LatencyBucket(time.Hour); got != busapi.LatencyBuckets-1 {
+		t.Errorf("LatencyBucket(1h) = %d, want the +Inf bucket %d", got, busapi.LatencyBuckets-1)
 	}
-	p22, sla, p41 := proto.LatencyBucket(22*time.Millisecond), proto.LatencyBucket(30*time.Millisecond+time.Microsecond), proto.LatencyBucket(41*time.Millisecond)
+	p22, sla, p41 := busapi.LatencyBucket(22*time.Millisecond), busapi.LatencyBucket(30*time.Millisecond+time.Microsecond), busapi.LatencyBucket(41*time.Millisecond)
 	if p22 >= sla || sla >= p41 {
 		t.Errorf("22 ms, just over 30 ms and 41 ms fall in buckets %d, %d, %d; the judge could not tell them apart", p22, sla, p41)
 	}

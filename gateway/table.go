@@ -10,9 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"golang.org/x/time/rate"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway/kserve"
 )
 
@@ -24,7 +25,7 @@ type routeTable struct {
 
 // route is one endpoint's entry, ready to serve.
 type route struct {
-	src      proto.Route
+	src      busapi.Route
 	versions []*version
 	byName   map[string]*version
 	// totalWeight is the sum of the versions' weights.
@@ -53,14 +54,14 @@ type routeDefaults struct {
 	// EndpointBurst); rps 0 is unlimited.
 	rps   float64
 	burst int
-	// now is the gateway's clock, for a changed rate limit; the wall
+	// clock is the gateway's clock, for a changed rate limit; the wall
 	// clock when nil.
-	now func() time.Time
+	clock quartz.Clock
 }
 
 // routeDefaults returns the defaults of g's routes.
 func (g *Gateway) routeDefaults() routeDefaults {
-	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, now: g.now}
+	return routeDefaults{timeout: g.cfg.Timeout, rps: g.cfg.EndpointRPS, burst: g.cfg.EndpointBurst, clock: g.cfg.Clock}
 }
 
 // experiment is an endpoint's A/B experiment, ready to assign users.
@@ -103,7 +104,7 @@ type version struct {
 	// with a share above 0: it takes traffic, so a pin may reach it.
 	arm bool
 	// v2 translates predict calls for a runtime that speaks only the V2
-	// protocol (proto.ProtocolV2); nil for the others (v2.go).
+	// protocol (busapi.ProtocolV2); nil for the others (v2.go).
 	v2 *kserve.Translator
 	// coldStart is the version's measured cold start, 0 when unknown: the
 	// Retry-After of a 202 of an endpoint scaled to zero (hold.go).
@@ -146,7 +147,7 @@ func (v *version) record(r *statsRecorder, o *observation) {
 type upstream struct {
 	id       string
 	addr     string
-	token    string // sent in proto.ReplicaTokenHeader
+	token    string // sent in busapi.ReplicaTokenHeader
 	inFlight atomic.Int64
 	// fails counts consecutive failed calls (connect errors, 5xx);
 	// ejectedUntil is the Unix nanosecond time until which the replica is
@@ -158,7 +159,7 @@ type upstream struct {
 // newRoute builds a route from its entry, reusing the upstream objects (and
 // so the in-flight counters) of prev where the replica is the same, and
 // prev's rate-limit bucket.
-func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
+func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 	old := map[string]*upstream{}
 	if prev != nil {
 		for _, v := range prev.versions {
@@ -181,7 +182,7 @@ func newRoute(src proto.Route, prev *route, d routeDefaults) *route {
 	}
 	for _, sv := range src.Versions {
 		v := &version{name: sv.Name, weight: max(sv.Weight, 0), coldStart: time.Duration(max(sv.ColdStartMS, 0)) * time.Millisecond}
-		if sv.Protocol == proto.ProtocolV2 && src.Task != "llm" {
+		if sv.Protocol == busapi.ProtocolV2 && src.Task != "llm" {
 			v.v2 = kserve.New(sv.V2Model, src.FeatureNames, src.Task)
 		}
 		// Only a version that takes no traffic of its own is a shadow:
@@ -336,7 +337,7 @@ func (v *version) acquire(skip *upstream, bound, now int64) (u *upstream, satura
 
 // withRoute returns a copy of t with name set to src (or removed when src is
 // nil).
-func (t *routeTable) with(name string, src *proto.Route, d routeDefaults) *routeTable {
+func (t *routeTable) with(name string, src *busapi.Route, d routeDefaults) *routeTable {
 	m := maps.Clone(t.byName)
 	if src == nil {
 		delete(m, name)
@@ -353,7 +354,7 @@ type keyTable struct {
 
 // key is one active API key's digest.
 type key struct {
-	src       proto.KeyEntry
+	src       busapi.KeyEntry
 	sum       [32]byte
 	team      string
 	role      string
@@ -362,7 +363,7 @@ type key struct {
 
 var errBadDigest = errors.New("key digest is not 64 hex characters")
 
-func newKey(e proto.KeyEntry) (*key, error) {
+func newKey(e busapi.KeyEntry) (*key, error) {
 	b, err := hex.DecodeString(e.SHA256)
 	if err != nil || len(b) != 32 {
 		return nil, errBadDigest

@@ -18,19 +18,19 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
 	"modelplane/runtime/xgboost"
+	"modelplane/serveapi"
 	"modelplane/sim/replica"
 )
 
 // v2ver is a routing entry's version served by a V2-only runtime.
-func v2ver(name, v2Model string, addrs ...string) proto.RouteVersion {
+func v2ver(name, v2Model string, addrs ...string) busapi.RouteVersion {
 	v := ver(name, 100, addrs...)
-	v.Protocol, v.V2Model = proto.ProtocolV2, v2Model
+	v.Protocol, v.V2Model = busapi.ProtocolV2, v2Model
 	return v
 }
 
@@ -77,11 +77,11 @@ func serveXGBoost(t *testing.T, name string) (*paths, string, [][]float64, []flo
 	if err := os.WriteFile(filepath.Join(dir, "model.json"), m, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := model.Config{Model: name, Version: "v9", Format: "xgboost-json", File: "model.json",
-		Features: []model.Feature{{Name: "f0"}, {Name: "f1"}, {Name: "f2"}, {Name: "f3"}},
-		Batching: model.Batching{MaxBatchSize: 16, MaxQueueDelayUS: 100, QueueTimeoutMS: 5000}}
+	cfg := serveapi.Config{Model: name, Version: "v9", Format: "xgboost-json", File: "model.json",
+		Features: []serveapi.Feature{{Name: "f0"}, {Name: "f1"}, {Name: "f2"}, {Name: "f3"}},
+		Batching: serveapi.Batching{MaxBatchSize: 16, MaxQueueDelayUS: 100, QueueTimeoutMS: 5000}}
 	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := runtime.Open(dir, map[string]runtime.Opener{"xgboost-json": xgboost.Load}, runtime.Options{})

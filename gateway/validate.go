@@ -112,7 +112,12 @@ func (e *invalidInput) Error() string { return e.Path + ": " + e.Reason }
 // against s: for predict every instance in order, for chat the whole body.
 // It reports the first failing instance and, within it, the failing
 // location that sorts first, so that the answer is the same every time.
-func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
+// A predict instance may be a row: an array of the feature values in the
+// order of features (the model's feature_names, which a version's serving
+// features default to; KServe V1, TF Serving and SageMaker clients send
+// rows), checked as the object it stands for. Without features a row is
+// checked as it is.
+func (s *inputSchema) validate(k kind, body []byte, features []string) *invalidInput {
 	if s == nil || s.schema == nil {
 		return nil
 	}
@@ -126,7 +131,18 @@ func (s *inputSchema) validate(k kind, body []byte) *invalidInput {
 	obj, _ := doc.(map[string]any)
 	instances, _ := obj["instances"].([]any)
 	for i, inst := range instances {
-		if bad := check(s.schema, inst, "instances/"+strconv.Itoa(i)); bad != nil {
+		at := "instances/" + strconv.Itoa(i)
+		if row, ok := inst.([]any); ok && len(features) > 0 {
+			if len(row) != len(features) {
+				return &invalidInput{Path: at, Reason: "a row must hold " + strconv.Itoa(len(features)) + " values, one per feature (" + strings.Join(features, ", ") + "), not " + strconv.Itoa(len(row))}
+			}
+			obj := make(map[string]any, len(row))
+			for j, name := range features {
+				obj[name] = row[j]
+			}
+			inst = obj
+		}
+		if bad := check(s.schema, inst, at); bad != nil {
 			return bad
 		}
 	}
@@ -234,7 +250,16 @@ func ratString(r *big.Rat) string {
 // validate checks body against rt's input schema. An endpoint whose schema
 // does not compile is served without validation, and the first request to
 // it says so in the log, once per schema.
+//
+// Each route is held to the shape it serves. An LLM model's input schema
+// is its chat request's ("the whole body for LLMs"); a text completion is
+// another shape, a prompt and no messages, so it is held to
+// decodeRequest's completion checks and not to the chat schema, which
+// would refuse every completion ("messages: is required").
 func (g *Gateway) validate(rt *route, k kind, body []byte) *invalidInput {
+	if k == kindCompletion {
+		return nil
+	}
 	s := rt.schema
 	if s == nil {
 		return nil
@@ -247,5 +272,5 @@ func (g *Gateway) validate(rt *route, k kind, body []byte) *invalidInput {
 		})
 		return nil
 	}
-	return s.validate(k, body)
+	return s.validate(k, body, rt.src.FeatureNames)
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 const txSchema = `{"type":"object","required":["amount","country"],"additionalProperties":false,
@@ -54,7 +54,7 @@ func TestValidatePaths(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := ""
-			if bad := tt.s.validate(tt.k, []byte(tt.body)); bad != nil {
+			if bad := tt.s.validate(tt.k, []byte(tt.body), nil); bad != nil {
 				got = bad.Error()
 			}
 			if got != tt.want {
@@ -71,7 +71,7 @@ func TestSchemaThatAcceptsAll(t *testing.T) {
 			t.Errorf("compileSchema(%q) = %+v, want nil (accept all)", raw, s)
 		}
 		var s *inputSchema
-		if bad := s.validate(kindPredict, []byte(`{"instances":[1]}`)); bad != nil {
+		if bad := s.validate(kindPredict, []byte(`{"instances":[1]}`), nil); bad != nil {
 			t.Errorf("nil schema refused: %v", bad)
 		}
 	}
@@ -84,7 +84,7 @@ func TestBadSchemaIsKeptWithItsError(t *testing.T) {
 		if s == nil || s.err == nil || s.schema != nil {
 			t.Errorf("compileSchema(%q) = %+v, want an error and no schema", raw, s)
 		}
-		if bad := s.validate(kindPredict, []byte(`{"instances":[1]}`)); bad != nil {
+		if bad := s.validate(kindPredict, []byte(`{"instances":[1]}`), nil); bad != nil {
 			t.Errorf("a schema that does not compile refused a body: %v", bad)
 		}
 	}
@@ -133,7 +133,7 @@ func TestSchemaLoadsNothingOutside(t *testing.T) {
 	if s == nil || s.err != nil {
 		t.Fatalf("internal $ref: compileSchema = %+v, want a schema", s)
 	}
-	if bad := s.validate(kindPredict, []byte(`{"instances":[{"a":"x"}]}`)); bad == nil {
+	if bad := s.validate(kindPredict, []byte(`{"instances":[{"a":"x"}]}`), nil); bad == nil {
 		t.Error("internal $ref: a string where #/$defs/n wants a number was accepted")
 	}
 }
@@ -142,15 +142,15 @@ func TestSchemaLoadsNothingOutside(t *testing.T) {
 // not change: replica and generation changes keep the compiled object.
 func TestSchemaCompiledOncePerChange(t *testing.T) {
 	t.Parallel()
-	src := proto.Route{Endpoint: "e", Team: "t", Task: "classification", Generation: 1, InputSchema: json.RawMessage(txSchema),
-		Versions: []proto.RouteVersion{{Name: "v1", Weight: 100, Replicas: []proto.RouteReplica{{ID: "a", Addr: "127.0.0.1:1"}}}}}
+	src := busapi.Route{Endpoint: "e", Team: "t", Task: "classification", Generation: 1, InputSchema: json.RawMessage(txSchema),
+		Versions: []busapi.RouteVersion{{Name: "v1", Weight: 100, Replicas: []busapi.RouteReplica{{ID: "a", Addr: "127.0.0.1:1"}}}}}
 	t1 := (&routeTable{byName: map[string]*route{}}).with("e", &src, routeDefaults{timeout: time.Second})
 	first := t1.byName["e"].schema
 	if first == nil || first.schema == nil {
 		t.Fatal("schema not compiled when the route arrived")
 	}
 	src.Generation = 2
-	src.Versions[0].Replicas = append(src.Versions[0].Replicas, proto.RouteReplica{ID: "b", Addr: "127.0.0.1:2"})
+	src.Versions[0].Replicas = append(src.Versions[0].Replicas, busapi.RouteReplica{ID: "b", Addr: "127.0.0.1:2"})
 	t2 := t1.with("e", &src, routeDefaults{timeout: time.Second})
 	if got := t2.byName["e"].schema; got != first {
 		t.Error("schema compiled again although it did not change")
@@ -181,9 +181,9 @@ func FuzzValidate(f *testing.F) {
 		if isChat {
 			s, k = chat, kindChat
 		}
-		first := s.validate(k, body)
+		first := s.validate(k, body, nil)
 		for range 3 {
-			again := s.validate(k, body)
+			again := s.validate(k, body, nil)
 			if (first == nil) != (again == nil) || first != nil && *first != *again {
 				t.Fatalf("validate not deterministic: %v then %v", first, again)
 			}

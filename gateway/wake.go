@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Wake-up of endpoints scaled to zero (min_replicas 0). The control plane
-// starts a replica when a gateway asks on proto.WakeSubject and keeps it for
+// starts a replica when a gateway asks on busapi.WakeSubject and keeps it for
 // an idle grace period after the last ask (docs/gateway.md, docs/fleet.md).
 const (
 	// wakeEvery is the shortest time between two wake requests of one
@@ -38,7 +38,7 @@ type waker struct {
 // caller gets 202) or keep (a replica serves) a replica of an endpoint
 // scaled to zero; for any other endpoint it is one inlined test on the
 // request path.
-func (g *Gateway) wake(src *proto.Route, idle bool) {
+func (g *Gateway) wake(src *busapi.Route, idle bool) {
 	if src.ScaledToZero {
 		g.wakeScaledToZero(src, idle)
 	}
@@ -46,7 +46,7 @@ func (g *Gateway) wake(src *proto.Route, idle bool) {
 
 // wakeScaledToZero sends the throttled wake request. The publish runs off
 // the request's goroutine, so a slow NATS never delays a caller.
-func (g *Gateway) wakeScaledToZero(src *proto.Route, idle bool) {
+func (g *Gateway) wakeScaledToZero(src *busapi.Route, idle bool) {
 	every := wakeRefresh
 	if idle {
 		every = wakeEvery
@@ -68,11 +68,11 @@ func (g *Gateway) wakeScaledToZero(src *proto.Route, idle bool) {
 	if g.nc == nil {
 		return
 	}
-	msg := proto.Wake{Endpoint: src.Endpoint, Gateway: g.cfg.ID, Served: !idle, At: now}
+	msg := busapi.Wake{Endpoint: src.Endpoint, Gateway: g.cfg.ID, Served: !idle, At: now}
 	g.wakes.sent.Add(1)
 	go func() {
 		data, _ := json.Marshal(msg)
-		if err := g.nc.Publish(proto.WakeSubject(msg.Endpoint), data); err != nil {
+		if err := g.nc.Publish(busapi.WakeSubject(msg.Endpoint), data); err != nil {
 			g.wakes.failed.Add(1)
 			g.log.Debug("wake request not sent", slog.String("endpoint", msg.Endpoint), slog.String("error", err.Error()))
 		}

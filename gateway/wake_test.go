@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
@@ -32,7 +32,7 @@ func TestWakeRequestsAreThrottled(t *testing.T) {
 	key := e.newKey(t, "risk", "engineer", nil)
 
 	msgs := make(chan *nats.Msg, 100)
-	sub, err := e.nc.ChanSubscribe(proto.WakeWildcard, msgs)
+	sub, err := e.nc.ChanSubscribe(busapi.WakeWildcard, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +62,12 @@ func TestWakeRequestsAreThrottled(t *testing.T) {
 		t.Helper()
 		select {
 		case m := <-msgs:
-			var w proto.Wake
+			var w busapi.Wake
 			if err := json.Unmarshal(m.Data, &w); err != nil {
 				t.Fatal(err)
 			}
-			if m.Subject != proto.WakeSubject(endpoint) || w.Endpoint != endpoint || w.Gateway != "gw-test" || w.Served != served {
-				t.Fatalf("wake request %s %+v, want %s for %s served=%v from gw-test", m.Subject, w, proto.WakeSubject(endpoint), endpoint, served)
+			if m.Subject != busapi.WakeSubject(endpoint) || w.Endpoint != endpoint || w.Gateway != "gw-test" || w.Served != served {
+				t.Fatalf("wake request %s %+v, want %s for %s served=%v from gw-test", m.Subject, w, busapi.WakeSubject(endpoint), endpoint, served)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no wake request for %s", endpoint)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // bucket names which KV bucket a watch loop follows.
@@ -26,11 +26,11 @@ const (
 func (b bucket) String() string {
 	switch b {
 	case bucketKeys:
-		return proto.BucketKeys
+		return busapi.BucketKeys
 	case bucketIdentity:
-		return proto.BucketIdentity
+		return busapi.BucketIdentity
 	}
-	return proto.BucketRoutes
+	return busapi.BucketRoutes
 }
 
 // natsCallTimeout bounds each call to NATS outside the watch itself.
@@ -133,11 +133,11 @@ func deleted(e jetstream.KeyValueEntry) bool {
 }
 
 // decodeRoute reads a routing entry; ok is false for a malformed one.
-func (g *Gateway) decodeRoute(e jetstream.KeyValueEntry) (proto.Route, bool) {
-	var rt proto.Route
+func (g *Gateway) decodeRoute(e jetstream.KeyValueEntry) (busapi.Route, bool) {
+	var rt busapi.Route
 	if err := json.Unmarshal(e.Value(), &rt); err != nil {
 		g.log.Error("gateway: routing entry is not valid JSON; ignoring it", slog.String("endpoint", e.Key()), slog.String("error", err.Error()))
-		return proto.Route{}, false
+		return busapi.Route{}, false
 	}
 	if rt.Endpoint == "" {
 		rt.Endpoint = e.Key()
@@ -147,7 +147,7 @@ func (g *Gateway) decodeRoute(e jetstream.KeyValueEntry) (proto.Route, bool) {
 
 // decodeKey reads a key entry; ok is false for a malformed one.
 func (g *Gateway) decodeKey(e jetstream.KeyValueEntry) (*key, bool) {
-	var ke proto.KeyEntry
+	var ke busapi.KeyEntry
 	if err := json.Unmarshal(e.Value(), &ke); err != nil {
 		g.log.Error("gateway: key entry is not valid JSON; ignoring it", slog.String("prefix", e.Key()), slog.String("error", err.Error()))
 		return nil, false
@@ -166,11 +166,11 @@ func (g *Gateway) decodeKey(e jetstream.KeyValueEntry) (*key, bool) {
 // decodeOIDC builds the token verifier of an entry; a malformed one keeps
 // prev.
 func (g *Gateway) decodeOIDC(e jetstream.KeyValueEntry, prev *tokenVerifier) *tokenVerifier {
-	var oe proto.OIDCEntry
+	var oe busapi.OIDCEntry
 	err := json.Unmarshal(e.Value(), &oe)
 	var v *tokenVerifier
 	if err == nil {
-		v, err = newTokenVerifier(oe, g.now)
+		v, err = newTokenVerifier(oe, g.cfg.Clock)
 	}
 	if err != nil {
 		g.log.Error("gateway: oidc entry unusable; keeping the last one", slog.String("error", err.Error()))
@@ -180,8 +180,8 @@ func (g *Gateway) decodeOIDC(e jetstream.KeyValueEntry, prev *tokenVerifier) *to
 }
 
 // decodeMember reads a user's memberships; ok is false for a malformed entry.
-func (g *Gateway) decodeMember(e jetstream.KeyValueEntry) (*proto.MemberEntry, bool) {
-	var m proto.MemberEntry
+func (g *Gateway) decodeMember(e jetstream.KeyValueEntry) (*busapi.MemberEntry, bool) {
+	var m busapi.MemberEntry
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		g.log.Error("gateway: member entry is not valid JSON; ignoring it", slog.String("key", e.Key()), slog.String("error", err.Error()))
 		return nil, false
@@ -235,13 +235,13 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 		g.keysSynced = true
 	case bucketIdentity:
 		// Identity is not needed for readiness: API keys work without it.
-		id := &identityTable{members: map[string]*proto.MemberEntry{}}
+		id := &identityTable{members: map[string]*busapi.MemberEntry{}}
 		old := g.identity.Load()
 		for k, e := range entries {
 			if deleted(e) {
 				continue
 			}
-			if k == proto.IdentityOIDCKey {
+			if k == busapi.IdentityOIDCKey {
 				id.oidc = g.decodeOIDC(e, old.oidc)
 				continue
 			}
@@ -305,9 +305,9 @@ func (g *Gateway) apply(b bucket, e jetstream.KeyValueEntry) {
 	case bucketIdentity:
 		t := g.identity.Load()
 		switch {
-		case e.Key() == proto.IdentityOIDCKey && deleted(e):
+		case e.Key() == busapi.IdentityOIDCKey && deleted(e):
 			g.identity.Store(t.withOIDC(nil))
-		case e.Key() == proto.IdentityOIDCKey:
+		case e.Key() == busapi.IdentityOIDCKey:
 			g.identity.Store(t.withOIDC(g.decodeOIDC(e, t.oidc)))
 		case deleted(e):
 			g.identity.Store(t.withMember(e.Key(), nil))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 )
 
@@ -105,7 +106,9 @@ func (t TensorType) String() string {
 func (t TensorType) Known() bool { _, ok := tensorTypes[t]; return ok }
 
 // RowBytes is the size in bytes of n elements of the type, or an error when
-// the type is unknown or n is not a whole number of blocks.
+// the type is unknown, n is not a whole number of blocks or the size does
+// not fit in 64 bits (a wrapped size once let a tensor of 2^63 elements
+// claim 16 bytes).
 func (t TensorType) RowBytes(n uint64) (uint64, error) {
 	i, ok := tensorTypes[t]
 	if !ok {
@@ -114,7 +117,11 @@ func (t TensorType) RowBytes(n uint64) (uint64, error) {
 	if n%uint64(i.blockSize) != 0 {
 		return 0, fmt.Errorf("%w: %d elements of %s is not a whole number of %d-element blocks", ErrInvalid, n, i.name, i.blockSize)
 	}
-	return n / uint64(i.blockSize) * uint64(i.typeSize), nil
+	hi, sz := bits.Mul64(n/uint64(i.blockSize), uint64(i.typeSize))
+	if hi != 0 {
+		return 0, fmt.Errorf("%w: %d elements of %s overflow a 64-bit size", ErrInvalid, n, i.name)
+	}
+	return sz, nil
 }
 
 // KV is one metadata entry. Value holds uint8, int8, uint16, int16, uint32,
@@ -136,13 +143,25 @@ type TensorInfo struct {
 	Size   uint64 // bytes
 }
 
-// Elements is the product of the dimensions.
-func (t TensorInfo) Elements() uint64 {
+// MaxElements bounds a tensor's element count: 2^53, so that the count, and
+// four bytes for each element, fit in an int64 (and a float64) wherever a
+// caller sums or scales it. No real model comes near it.
+const MaxElements = 1 << 53
+
+// Elements is the product of the dimensions, or an error wrapping
+// ErrInvalid when it passes MaxElements. Multiplying unchecked once let
+// dimensions [15790336, 1099510579201] wrap to a size of 16 bytes and a
+// negative memory need.
+func (t TensorInfo) Elements() (uint64, error) {
 	n := uint64(1)
 	for _, d := range t.Dims {
-		n *= d
+		hi, lo := bits.Mul64(n, d)
+		if hi != 0 || lo > MaxElements {
+			return 0, fmt.Errorf("%w: tensor %q: dimensions %v hold more than 2^53 elements", ErrInvalid, t.Name, t.Dims)
+		}
+		n = lo
 	}
-	return n
+	return n, nil
 }
 
 // File is an opened GGUF file: its metadata and tensor table, with the
@@ -189,17 +208,28 @@ func (f *File) Close() error {
 }
 
 // limits guard against absurd counts in a corrupt header before any
-// allocation is made from them.
+// allocation is made from them. Besides these, nothing is allocated for
+// more bytes (or array elements) than are left in the file.
 const (
-	maxStringLen = 1 << 30
+	maxStringLen = 64 << 20 // a whole tokenizer.json fits
 	maxCount     = 1 << 28
 	maxDims      = 8
+	maxAlignment = 1 << 20 // so that aligning an offset cannot wrap
 )
 
 type reader struct {
-	r   *bufio.Reader
-	off uint64
-	err error
+	r    *bufio.Reader
+	off  uint64
+	size uint64 // of the file: what may still be read is size - off
+	err  error
+}
+
+// left is how many bytes the file holds past the reader's offset.
+func (r *reader) left() uint64 {
+	if r.off >= r.size {
+		return 0
+	}
+	return r.size - r.off
 }
 
 func (r *reader) fail(format string, a ...any) {
@@ -244,6 +274,12 @@ func (r *reader) str(what string) string {
 	}
 	if n > maxStringLen {
 		r.fail("%s length %d is too large", what, n)
+		return ""
+	}
+	if n > r.left() {
+		// Refused before allocating: a declared length is believed only
+		// as far as the file has bytes to back it.
+		r.fail("truncated at byte %d reading %s (%d bytes declared, %d left)", r.off, what, n, r.left())
 		return ""
 	}
 	return string(r.bytes(int(n), what))
@@ -306,6 +342,11 @@ func (r *reader) value(t ValueType, what string, depth int) any {
 			r.fail("%s: array of %d elements is too large", what, n)
 			return nil
 		}
+		if n > r.left() {
+			// Every element takes at least a byte.
+			r.fail("truncated at byte %d reading %s (%d elements declared, %d bytes left)", r.off, what, n, r.left())
+			return nil
+		}
 		if depth > 4 {
 			r.fail("%s: arrays nested too deep", what)
 			return nil
@@ -360,7 +401,10 @@ func (r *reader) array(et ValueType, n int, what string, depth int) any {
 
 // Read parses a GGUF file of the given size from r.
 func Read(ra io.ReaderAt, size int64) (*File, error) {
-	r := &reader{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16)}
+	if size < 0 {
+		return nil, fmt.Errorf("%w: negative size %d", ErrInvalid, size)
+	}
+	r := &reader{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16), size: uint64(size)}
 	magic := r.bytes(4, "magic")
 	if r.err != nil {
 		return nil, r.err
@@ -416,7 +460,11 @@ func Read(ra io.ReaderAt, size int64) (*File, error) {
 		if r.err != nil {
 			break
 		}
-		sz, err := t.Type.RowBytes(t.Elements())
+		n, err := t.Elements()
+		if err != nil {
+			return nil, err
+		}
+		sz, err := t.Type.RowBytes(n)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
@@ -436,6 +484,9 @@ func Read(ra io.ReaderAt, size int64) (*File, error) {
 		if !ok || a == 0 || a&(a-1) != 0 {
 			return nil, fmt.Errorf("%w: general.alignment %v is not a power of two", ErrInvalid, kv.Value)
 		}
+		if a > maxAlignment {
+			return nil, fmt.Errorf("%w: general.alignment %d is larger than %d", ErrInvalid, a, maxAlignment)
+		}
 		f.Alignment = a
 	}
 	f.DataOffset = alignUp(r.off, f.Alignment)
@@ -443,7 +494,10 @@ func Read(ra io.ReaderAt, size int64) (*File, error) {
 		if t.Offset%f.Alignment != 0 {
 			return nil, fmt.Errorf("%w: tensor %q offset %d is not aligned to %d", ErrInvalid, t.Name, t.Offset, f.Alignment)
 		}
-		if end := f.DataOffset + t.Offset + t.Size; end > uint64(size) || end < t.Offset {
+		if end, ok := addAll(f.DataOffset, t.Offset, t.Size); !ok || end > uint64(size) {
+			if !ok {
+				return nil, fmt.Errorf("%w: tensor %q at offset %d of %d bytes overflows: truncated", ErrInvalid, t.Name, t.Offset, t.Size)
+			}
 			return nil, fmt.Errorf("%w: tensor %q ends at byte %d, past the end of the file (%d bytes): truncated", ErrInvalid, t.Name, end, size)
 		}
 	}
@@ -451,6 +505,19 @@ func Read(ra io.ReaderAt, size int64) (*File, error) {
 }
 
 func alignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
+
+// addAll is the sum of xs, and false when it does not fit in 64 bits.
+func addAll(xs ...uint64) (uint64, bool) {
+	var s uint64
+	for _, x := range xs {
+		var c uint64
+		s, c = bits.Add64(s, x, 0)
+		if c != 0 {
+			return 0, false
+		}
+	}
+	return s, true
+}
 
 // Get returns the metadata entry for key.
 func (f *File) Get(key string) (KV, bool) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/big"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -176,9 +178,130 @@ func FuzzRead(f *testing.F) {
 			return
 		}
 		for _, ti := range g.Tensors {
+			// Sizes are checked arithmetic: the element count fits, the
+			// size is the count's true size and the bytes are in the file.
+			n, err := ti.Elements()
+			if err != nil || n > MaxElements {
+				t.Fatalf("tensor %s accepted with %d elements (%v)", ti.Name, n, err)
+			}
+			sz, err := ti.Type.RowBytes(n)
+			if err != nil || sz != ti.Size {
+				t.Fatalf("tensor %s: size %d, want RowBytes(%d) = %d (%v)", ti.Name, ti.Size, n, sz, err)
+			}
+			if end := new(big.Int).SetUint64(g.DataOffset); end.Add(end, new(big.Int).SetUint64(ti.Offset)).Add(end, new(big.Int).SetUint64(ti.Size)).Cmp(big.NewInt(int64(len(data)))) > 0 {
+				t.Fatalf("tensor %s ends at byte %v, past %d", ti.Name, end, len(data))
+			}
 			if _, err := g.TensorBytes(ti); err != nil {
 				t.Fatalf("tensor %s listed but unreadable: %v", ti.Name, err)
 			}
 		}
 	})
+}
+
+// OverflowingTensor is a well-formed file with one Q8_0 tensor "evil" of
+// dims [32, 16] (544 bytes), its dims then patched to [15790336,
+// 1099510579201]: 2^63.9 elements, whose size wrapped to 16 bytes before
+// sizes were checked, so the file loaded (issue 25, finding 6).
+func OverflowingTensor(t testing.TB) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Write(&b, nil, []Tensor{{Name: "evil", Dims: []uint64{32, 16}, Type: Q8_0, Data: make([]byte, 16*34)}}); err != nil {
+		t.Fatal(err)
+	}
+	d := b.Bytes()
+	var dims []byte
+	dims = binary.LittleEndian.AppendUint64(dims, 32)
+	dims = binary.LittleEndian.AppendUint64(dims, 16)
+	i := bytes.Index(d, append([]byte("evil\x02\x00\x00\x00"), dims...))
+	if i < 0 {
+		t.Fatal("tensor header not found")
+	}
+	binary.LittleEndian.PutUint64(d[i+8:], 15790336)
+	binary.LittleEndian.PutUint64(d[i+16:], 1099510579201)
+	return d
+}
+
+// TestSecurityTensorSizesDoNotWrap reproduces the overflow: the wrapped
+// size (16 bytes) fits the file, so only checked arithmetic refuses it.
+func TestSecurityTensorSizesDoNotWrap(t *testing.T) {
+	t.Parallel()
+	d := OverflowingTensor(t)
+	_, err := Read(bytes.NewReader(d), int64(len(d)))
+	if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "more than 2^53 elements") {
+		t.Fatalf("Read: %v, want ErrInvalid naming more than 2^53 elements", err)
+	}
+	for _, tc := range []struct {
+		name string
+		typ  TensorType
+		n    uint64
+	}{
+		{"Q8_0 blocks", Q8_0, 17361641481138401536},
+		{"F64 elements", F64, 1 << 62},
+	} {
+		if sz, err := tc.typ.RowBytes(tc.n); err == nil {
+			t.Errorf("%s: RowBytes(%d) = %d, want an overflow error", tc.name, tc.n, sz)
+		}
+	}
+	if n, err := (TensorInfo{Dims: []uint64{1 << 40, 1 << 40}}).Elements(); err == nil {
+		t.Errorf("Elements of [2^40, 2^40] = %d, want an error", n)
+	}
+	if n, err := (TensorInfo{Dims: []uint64{1 << 26, 1 << 27}}).Elements(); err != nil || n != 1<<53 {
+		t.Errorf("Elements of [2^26, 2^27] = %d, %v, want 2^53", n, err)
+	}
+}
+
+// TestSecurityDeclaredLengthsAreNotAllocated: a string or array that
+// declares more than the file holds is refused before anything of its
+// declared size is allocated (it once allocated up to 1 GiB first).
+// Not parallel, so that the allocation count is this test's alone.
+func TestSecurityDeclaredLengthsAreNotAllocated(t *testing.T) {
+	header := func(kvs uint64) *bytes.Buffer {
+		var b bytes.Buffer
+		b.WriteString("GGUF")
+		b.Write(binary.LittleEndian.AppendUint32(nil, 3))
+		b.Write(binary.LittleEndian.AppendUint64(nil, 0))
+		b.Write(binary.LittleEndian.AppendUint64(nil, kvs))
+		return &b
+	}
+	longKey := header(1)
+	longKey.Write(binary.LittleEndian.AppendUint64(nil, maxStringLen))
+	longKey.WriteString("k")
+	longValue := header(1)
+	longValue.Write(binary.LittleEndian.AppendUint64(nil, 1))
+	longValue.WriteString("k")
+	longValue.Write(binary.LittleEndian.AppendUint32(nil, uint32(String)))
+	longValue.Write(binary.LittleEndian.AppendUint64(nil, maxStringLen-1))
+	tooLong := header(1)
+	tooLong.Write(binary.LittleEndian.AppendUint64(nil, 1<<30))
+	bigArray := header(1)
+	bigArray.Write(binary.LittleEndian.AppendUint64(nil, 1))
+	bigArray.WriteString("k")
+	bigArray.Write(binary.LittleEndian.AppendUint32(nil, uint32(Array)))
+	bigArray.Write(binary.LittleEndian.AppendUint32(nil, uint32(Uint64)))
+	bigArray.Write(binary.LittleEndian.AppendUint64(nil, maxCount))
+	for _, tc := range []struct {
+		name, want string
+		data       []byte
+	}{
+		{"key longer than the file", "bytes declared", longKey.Bytes()},
+		{"value longer than the file", "bytes declared", longValue.Bytes()},
+		{"string over the cap", "is too large", tooLong.Bytes()},
+		{"array longer than the file", "elements declared", bigArray.Bytes()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Read(bytes.NewReader(tc.data), int64(len(tc.data)))
+			runtime.ReadMemStats(&after)
+			if err == nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Read: %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Read: %v, want it to contain %q", err, tc.want)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+				t.Errorf("reading a %d-byte file allocated %d bytes", len(tc.data), got)
+			}
+		})
+	}
 }

@@ -48,9 +48,9 @@ func Write(w io.Writer, kvs []KV, tensors []Tensor) error {
 	var off uint64
 	offsets := make([]uint64, len(tensors))
 	for i, t := range tensors {
-		n := uint64(1)
-		for _, d := range t.Dims {
-			n *= d
+		n, err := TensorInfo{Name: t.Name, Dims: t.Dims}.Elements()
+		if err != nil {
+			return err
 		}
 		sz, err := t.Type.RowBytes(n)
 		if err != nil {

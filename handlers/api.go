@@ -15,6 +15,7 @@ import (
 func (s *Server) newAPI(r chi.Router) huma.API {
 	api := newHumaAPI(r)
 	s.registerAPI(api)
+	documentProblems(api.OpenAPI())
 	return api
 }
 

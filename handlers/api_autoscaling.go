@@ -7,13 +7,14 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"modelplane/autoscale"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 )
 
 type autoscalingInput struct {
 	Endpoint string `path:"endpoint"`
-	Body     fleet.AutoscalePolicy
+	Body     autoscale.PolicyDoc
 }
 
 type decisionsInput struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 
 	"modelplane/chargeback"
 	"modelplane/internal/chtest"
@@ -29,8 +30,9 @@ func newChargebackEnv(t *testing.T) (*testEnv, driver.Conn) {
 func newChargebackEnvAt(t *testing.T, at time.Time) (*testEnv, driver.Conn) {
 	t.Helper()
 	ch := chtest.New(t)
-	now := func() time.Time { return at }
-	e := newTestEnvWith(t, envOptions{CH: ch, Now: now})
+	clk := quartz.NewMock(t)
+	clk.Set(at)
+	e := newTestEnvWith(t, envOptions{CH: ch, Clock: clk})
 	b, err := ch.PrepareBatch(t.Context(), "INSERT INTO gpu_usage (ts, node, gpu, gpu_type, profile, team, endpoint, model, version, requests, rate_uusd_per_hour, batch_id, row_idx)")
 	if err != nil {
 		t.Fatal(err)

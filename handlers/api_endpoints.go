@@ -11,10 +11,10 @@ import (
 
 // EndpointSettings are the settable fields of an endpoint.
 type EndpointSettings struct {
-	InstanceProfile string            `json:"instance_profile,omitempty" enum:"cpu,gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb" doc:"cpu: cores and memory on a CPU node, as the version states them; the default on create when the version needs no GPU (gpu_count 0), which is always served on a CPU node. The GPU profiles size GPU versions."`
-	MinReplicas     int32             `json:"min_replicas" minimum:"0" maximum:"1000"`
-	MaxReplicas     int32             `json:"max_replicas" minimum:"1" maximum:"1000"`
-	Tier            string            `json:"tier" enum:"critical,standard,batch" default:"standard"`
+	InstanceProfile string            `json:"instance_profile,omitempty" enum:"cpu,gpu-a100-80gb,gpu-h100-80gb,mig-1g.10gb,mig-2g.20gb,mig-3g.40gb,mig-4g.40gb,mig-7g.80gb" doc:"cpu: cores and memory on a CPU node, as the version states them; the default on create when the version needs no GPU (gpu_count 0), which is always served on a CPU node. The GPU profiles size GPU versions. Left out on update: the endpoint's own."`
+	MinReplicas     *int32            `json:"min_replicas,omitempty" minimum:"0" maximum:"1000" default:"1" doc:"Replicas kept however idle; 0 lets the endpoint scale to zero."`
+	MaxReplicas     *int32            `json:"max_replicas,omitempty" minimum:"1" maximum:"1000" doc:"Most replicas the autoscaler may run; default min_replicas, at least 1."`
+	Tier            string            `json:"tier,omitempty" enum:"critical,standard,batch" default:"standard"`
 	SamplingRate    float64           `json:"sampling_rate,omitempty" minimum:"0" maximum:"1" doc:"Share of requests whose prediction is sampled; 0 turns sampling off."`
 	RetentionDays   int32             `json:"retention_days,omitempty" minimum:"1" maximum:"3650" default:"30"`
 	RateLimitRPS    float64           `json:"rate_limit_rps,omitempty" minimum:"0" maximum:"1000000" doc:"Requests per second across callers, at each gateway; 0 uses the gateway's default."`
@@ -54,8 +54,23 @@ func (b *BatchingSettings) batching() endpoint.Batching {
 	return out
 }
 
+// replicas are the bounds e states, with the defaults for what it leaves
+// out: one replica at least and at most.
+func (e EndpointSettings) replicas() (minimum, maximum int32) {
+	minimum = 1
+	if e.MinReplicas != nil {
+		minimum = *e.MinReplicas
+	}
+	maximum = max(minimum, 1)
+	if e.MaxReplicas != nil {
+		maximum = *e.MaxReplicas
+	}
+	return minimum, maximum
+}
+
 func (e EndpointSettings) settings() endpoint.Settings {
-	return endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas,
+	minimum, maximum := e.replicas()
+	return endpoint.Settings{InstanceProfile: e.InstanceProfile, MinReplicas: minimum, MaxReplicas: maximum,
 		Tier: e.Tier, SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays,
 		RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS,
 		Batching: e.Batching.batching()}

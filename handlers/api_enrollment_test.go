@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/enrollment"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
@@ -41,7 +41,7 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 	}
 	t.Cleanup(snc.Close)
 	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, pool *pgxpool.Pool) {
-		d.Enrollment = enrollment.New(pool, a, func(ctx context.Context) error { return a.Push(ctx, snc) }, time.Now).
+		d.Enrollment = enrollment.New(pool, a, func(ctx context.Context) error { return a.Push(ctx, snc) }, nil).
 			Advertise([]string{ns.ClientURL()}, "")
 		d.PublicURL = "https://cp.example.com/"
 	}})
@@ -105,7 +105,7 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 	if err := bus.Ensure(ctx, cpjs); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := cpjs.KeyValue(ctx, proto.BucketDesired)
+	kv, err := cpjs.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	akv, err := ajs.KeyValue(ctx, proto.BucketDesired)
+	akv, err := ajs.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatalf("the node cannot open mp_desired: %v", err)
 	}

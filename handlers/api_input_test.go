@@ -29,7 +29,7 @@ func TestAPIInput(t *testing.T) {
 	// while in use without the test waiting for it.
 	clk := quartz.NewMock(t)
 	clk.Set(time.Now())
-	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, pool *pgxpool.Pool) { d.Keys = auth.NewKeys(pool, func() time.Time { return clk.Now() }) }})
+	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, pool *pgxpool.Pool) { d.Keys = auth.NewKeys(pool, clk) }})
 	admin := e.Keys["risk-admin"]
 	before := e.snapshot(t)
 	big := strings.Repeat("x", 1<<20) // MaxBodyBytes is 1 MiB
@@ -133,7 +133,9 @@ func TestAPIInput(t *testing.T) {
 		}
 		// A tenant service whose clock is an hour behind issues a key that
 		// expired half an hour ago by the server's clock.
-		past := tenant.New(e.pool, func() time.Time { return time.Now().Add(-time.Hour) })
+		pastClk := quartz.NewMock(t)
+		pastClk.Set(time.Now().Add(-time.Hour))
+		past := tenant.New(e.pool, pastClk)
 		expiredAt := time.Now().Add(-30 * time.Minute)
 		expired, _ := fresh("expired", &expiredAt, past)
 		soonAt := clk.Now().Add(time.Hour)

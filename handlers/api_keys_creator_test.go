@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/tenant"
 )
@@ -46,7 +46,7 @@ func TestKeyStopsWhenCreatorLosesRole(t *testing.T) {
 		t.Helper()
 		var p string
 		err := e.pool.QueryRow(ctx, "SELECT payload::text FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1",
-			proto.KVSubject(proto.BucketKeys, prefix)).Scan(&p)
+			busapi.KVSubject(busapi.BucketKeys, prefix)).Scan(&p)
 		if err != nil {
 			t.Fatalf("outbox entry of %s: %v", prefix, err)
 		}

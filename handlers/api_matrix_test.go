@@ -48,6 +48,9 @@ func apiFixtures() map[string][]*payload {
 		"POST /nodes/join-tokens":                             {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
 		"DELETE /nodes/join-tokens/{id}":                      {nil},
 		"POST /nodes/{node}/revoke":                           {nil},
+		"PUT /tier-grants/{team}/{tier}":                      {nil},
+		"DELETE /tier-grants/{team}/{tier}":                   {nil},
+		"PUT /nodes/{node}/attestation":                       {jsonPayload(map[string]any{"gpus": []map[string]any{{"type": "A100-80GB", "count": 8, "slices": []string{"full"}}}})},
 		"PUT /endpoints/{endpoint}":                           {jsonPayload(endpointSettings)},
 		"DELETE /endpoints/{endpoint}":                        {nil},
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
@@ -66,19 +69,24 @@ func apiFixtures() map[string][]*payload {
 		// (a 400 that stores nothing), anyone else on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
 			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
-		"POST /budgets":                       {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
-		"POST /quotas":                        {jsonPayload(map[string]any{"team": "risk", "resource": "H100-80GB", "amount": 64})},
-		"DELETE /quotas/{team}/{resource}":    {nil},
-		"POST /endpoints/{endpoint}/rollouts": {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
-		"GET /endpoints/{endpoint}/rollouts":  {nil},
-		"GET /rollouts/{rollout}":             {nil},
-		"POST /rollouts/{rollout}/approve":    {jsonPayload(map[string]any{"comment": "ok"})},
-		"POST /rollouts/{rollout}/reject":     {jsonPayload(map[string]any{"comment": "no"})},
-		"POST /rollouts/{rollout}/rollback":   {jsonPayload(map[string]any{})},
-		"POST /rollouts/{rollout}/pause":      {jsonPayload(map[string]any{})},
-		"POST /rollouts/{rollout}/resume":     {jsonPayload(map[string]any{})},
-		"POST /rollouts/{rollout}/canary":     {jsonPayload(map[string]any{})},
-		"GET /endpoints/{endpoint}/drift":     {nil},
+		"POST /budgets":                                            {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
+		"POST /quotas":                                             {jsonPayload(map[string]any{"team": "risk", "resource": "H100-80GB", "amount": 64})},
+		"DELETE /quotas/{team}/{resource}":                         {nil},
+		"POST /endpoints/{endpoint}/rollouts":                      {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
+		"GET /endpoints/{endpoint}/rollouts":                       {nil},
+		"GET /rollouts/{rollout}":                                  {nil},
+		"POST /rollouts/{rollout}/approve":                         {jsonPayload(map[string]any{"comment": "ok"})},
+		"POST /rollouts/{rollout}/reject":                          {jsonPayload(map[string]any{"comment": "no"})},
+		"POST /rollouts/{rollout}/rollback":                        {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/pause":                           {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/resume":                          {jsonPayload(map[string]any{})},
+		"POST /rollouts/{rollout}/canary":                          {jsonPayload(map[string]any{})},
+		"GET /endpoints/{endpoint}/drift":                          {nil},
+		"POST /webhooks":                                           {jsonPayload(map[string]any{"team": "risk", "url": "https://hooks.example.com/matrix", "event_types": []string{"*"}})},
+		"DELETE /webhooks/{webhook}":                               {nil},
+		"POST /webhooks/{webhook}/rotate-secret":                   {nil},
+		"GET /webhooks/{webhook}/deliveries":                       {nil},
+		"POST /webhooks/{webhook}/deliveries/{delivery}/redeliver": {nil},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -140,8 +148,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
 var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
-	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke",
-	"POST /quotas", "DELETE /quotas/{team}/{resource}"}
+	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
+	"POST /quotas", "DELETE /quotas/{team}/{resource}", "PUT /tier-grants/{team}/{tier}", "DELETE /tier-grants/{team}/{tier}"}
 
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
@@ -175,9 +183,11 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	t.Helper()
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
-		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors"}
+		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors", "tier": "critical",
+		"webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
-		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors"}
+		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors", "tier": "critical",
+		"webhook": "987654321", "delivery": "987654321"}
 	return risk, missing
 }
 
@@ -376,7 +386,7 @@ func TestTenancyMatrix(t *testing.T) {
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
 							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
-							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden}
+							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound}
 						status, ok := want[route]
 						if slices.Contains(platformOnly, route) {
 							status, ok = http.StatusForbidden, true

@@ -16,9 +16,9 @@ type modelCreateInput struct {
 		Name         string          `json:"name" doc:"Globally unique, DNS-label-like."`
 		Task         string          `json:"task" enum:"classification,regression,llm"`
 		Description  string          `json:"description,omitempty"`
-		InputSchema  json.RawMessage `json:"input_schema,omitempty" doc:"JSON Schema of one instance."`
+		InputSchema  json.RawMessage `json:"input_schema,omitempty" doc:"JSON Schema of one instance, an object keyed by feature name. At /predict an instance may also be a row: an array of the feature values in feature_names order, checked as the object it stands for."`
 		OutputSchema json.RawMessage `json:"output_schema,omitempty" doc:"JSON Schema of one prediction."`
-		FeatureNames []string        `json:"feature_names,omitempty"`
+		FeatureNames []string        `json:"feature_names,omitempty" doc:"The model's features in the order it reads them, which is the order of a row instance's values at /predict."`
 	}
 }
 

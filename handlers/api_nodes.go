@@ -7,6 +7,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"modelplane/fleet"
+	"modelplane/trust"
 )
 
 type nodePath struct {
@@ -35,4 +36,17 @@ func (s *Server) registerNodes(api huma.API) {
 			}
 			return &One[fleet.Node]{Body: n}, nil
 		})
+	huma.Register(api, s.op("node-attest", http.MethodPut, "/nodes/{node}/attestation",
+		"Attest a node's inventory: its heartbeats are believed up to it (platform admins)", "fleet"),
+		func(ctx context.Context, in *nodeAttestInput) (*One[trust.Inventory], error) {
+			if err := s.Attestations.Attest(ctx, principal(ctx), in.Node, in.Body); err != nil {
+				return nil, s.apiError(ctx, err)
+			}
+			return &One[trust.Inventory]{Body: in.Body}, nil
+		})
+}
+
+type nodeAttestInput struct {
+	Node string `path:"node" doc:"The node's name, as its join token names it."`
+	Body trust.Inventory
 }

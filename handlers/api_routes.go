@@ -22,4 +22,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerChargeback(api)
 	s.registerBudgets(api)
 	s.registerQuotas(api)
+	s.registerWebhooks(api)
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"modelplane/traffic"
+	"modelplane/reqstats"
 )
 
 type statsInput struct {
@@ -19,10 +19,10 @@ type statsInput struct {
 // per version with traffic. Without a statistics store the answer is still
 // 200, with Available false and no series, like the portal section.
 type StatsBody struct {
-	Available   bool             `json:"available"`
-	From        time.Time        `json:"from"`
-	StepSeconds float64          `json:"step_seconds"`
-	Versions    []traffic.Series `json:"versions"`
+	Available   bool              `json:"available"`
+	From        time.Time         `json:"from"`
+	StepSeconds float64           `json:"step_seconds"`
+	Versions    []reqstats.Series `json:"versions"`
 }
 
 func (s *Server) registerStats(api huma.API) {
@@ -34,14 +34,14 @@ func (s *Server) registerStats(api huma.API) {
 				return nil, s.apiError(ctx, err)
 			}
 			if s.Traffic == nil {
-				return &One[StatsBody]{Body: StatsBody{Versions: []traffic.Series{}}}, nil
+				return &One[StatsBody]{Body: StatsBody{Versions: []reqstats.Series{}}}, nil
 			}
 			w, err := s.Traffic.Last(ctx, e.Name, e.ID, in.Minutes)
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}
 			if w.Versions == nil {
-				w.Versions = []traffic.Series{}
+				w.Versions = []reqstats.Series{}
 			}
 			return &One[StatsBody]{Body: StatsBody{Available: true, From: w.From, StepSeconds: w.Step.Seconds(), Versions: w.Versions}}, nil
 		})

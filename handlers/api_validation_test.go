@@ -19,7 +19,7 @@ func TestInvalidVersionRefusedByRoutes(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	const reason = "onnx runtime refused model.onnx: No Op registered for FrobnicateRows with domain_version of 13"
-	// The validator's outcome, as it writes it (package validation runs
+	// The validator's outcome, as it writes it (package versioncheck runs
 	// the real runtime; here the state is what matters).
 	if _, err := e.pool.Exec(t.Context(), `
 		WITH v AS (SELECT v.id, v.team_id FROM model_versions v JOIN models m ON m.id = v.model_id WHERE m.name = 'risk-model' AND v.name = 'v2')
@@ -114,7 +114,7 @@ func TestVersionMemoryNeedShown(t *testing.T) {
 		Resources: registry.Resources{CPUCores: 1, MemoryMB: 16}}, manifestOf(files), filesOf(files)); err != nil {
 		t.Fatal(err)
 	}
-	// The need as the validator writes it (package validation computes it
+	// The need as the validator writes it (package versioncheck computes it
 	// from the file; here the showing is what matters).
 	if _, err := e.pool.Exec(ctx, `UPDATE model_versions SET memory_need_mb = 40 WHERE name = 'c1'
 		AND model_id = (SELECT id FROM models WHERE name = 'risk-chat')`); err != nil {

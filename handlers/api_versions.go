@@ -12,11 +12,10 @@ import (
 	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/go-chi/chi/v5"
 
 	"modelplane/artifact"
+	"modelplane/field"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 type versionPath struct {
@@ -91,7 +90,7 @@ func (s *Server) registerVersions(api huma.API) {
 func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := principal(ctx)
-	model := chi.URLParam(r, "model")
+	model := modelParam(r).Name
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var v registry.Version
 	var err error
@@ -119,12 +118,7 @@ func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		status, msg, details := statusOf(err)
-		if status == http.StatusInternalServerError {
-			s.fail(w, r, err)
-			return
-		}
-		writeProblem(w, status, msg, details...)
+		s.problem(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -136,14 +130,14 @@ func (s *Server) versionRegister(w http.ResponseWriter, r *http.Request) {
 func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model string) (registry.Version, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return registry.Version{}, validate.Errors{{Field: "body", Message: "is not a multipart body: " + err.Error()}}
+		return registry.Version{}, field.Errors{{Field: "body", Message: "is not a multipart body: " + err.Error()}}
 	}
 	var spec registry.VersionSpec
 	var manifest []byte
 	for manifest == nil || spec.Name == "" {
 		part, err := mr.NextPart()
 		if err != nil {
-			return registry.Version{}, validate.Errors{{Field: "body", Message: "needs a metadata and a manifest part before any file"}}
+			return registry.Version{}, field.Errors{{Field: "body", Message: "needs a metadata and a manifest part before any file"}}
 		}
 		b, err := io.ReadAll(io.LimitReader(part, 1<<20))
 		if err != nil {
@@ -154,15 +148,15 @@ func (s *Server) registerMultipart(ctx context.Context, r *http.Request, model s
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&spec); err != nil {
-				return registry.Version{}, validate.Errors{{Field: "metadata", Message: "is not valid version metadata: " + err.Error()}}
+				return registry.Version{}, field.Errors{{Field: "metadata", Message: "is not valid version metadata: " + err.Error()}}
 			}
 			if spec.Name == "" {
-				return registry.Version{}, validate.Errors{{Field: "metadata.name", Message: "is required"}}
+				return registry.Version{}, field.Errors{{Field: "metadata.name", Message: "is required"}}
 			}
 		case "manifest":
 			manifest = b
 		default:
-			return registry.Version{}, validate.Errors{{Field: part.FormName(), Message: "file parts must come after the metadata and manifest parts"}}
+			return registry.Version{}, field.Errors{{Field: part.FormName(), Message: "file parts must come after the metadata and manifest parts"}}
 		}
 	}
 	files := func(u *artifact.Upload) error {

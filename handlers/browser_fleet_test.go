@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 )
 
@@ -40,7 +40,7 @@ func TestBrowserFleet(t *testing.T) {
 
 	// The agent reports the replica ready; the section shows it without a reload.
 	b.do("mark the page", chromedp.Evaluate[chromedp.Void](`window.mpMarker = "live"`))
-	e.heartbeat(t, "gpu-mig-01", proto.ReplicaStatus{ID: rep.Name, State: proto.StateReady, Addr: "10.0.0.7:9001"})
+	e.heartbeat(t, "gpu-mig-01", busapi.ReplicaStatus{ID: rep.Name, State: busapi.StateReady, Addr: "10.0.0.7:9001"})
 	e.reconcile(t)
 	b.do("wait for the replica to turn ready", chromedp.WaitVisible(chromedp.CSS(row+" .pill.ready")))
 	if got := b.text(row); !strings.Contains(got, "10.0.0.7:9001") {
@@ -74,7 +74,7 @@ func TestBrowserFleet(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`window.mpMarker = "fleet"`),
 	)
 	// A node registers: the table shows it within a refresh.
-	if _, err := e.srv.Fleet.Observe(context.Background(), proto.NodeStatus{Node: "gpu-new-01", BootID: "b1", LeaseSeconds: 15,
+	if _, err := e.srv.Fleet.Observe(context.Background(), busapi.NodeStatus{Node: "gpu-new-01", BootID: "b1", LeaseSeconds: 15,
 		GPUs: testGPUs(1, 0, 0)}); err != nil {
 		t.Fatal(err)
 	}

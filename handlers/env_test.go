@@ -19,18 +19,23 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/auth/devidp"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/db"
+	"modelplane/egress"
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/notify"
+	"modelplane/outbox"
 	"modelplane/registry"
 	"modelplane/tenant"
 )
@@ -48,6 +53,9 @@ func TestMain(m *testing.M) {
 type testEnv struct {
 	rolloutOnce sync.Once
 	rolloutID   int64
+	// riskWebhook is a webhook of team risk, riskDelivery one of its
+	// deliveries (seed).
+	riskWebhook, riskDelivery int64
 
 	t    *testing.T
 	srv  *Server
@@ -74,8 +82,8 @@ type envOptions struct {
 	// traffic, drift); nil leaves them out, as a control plane without
 	// ClickHouse would.
 	CH driver.Conn
-	// Now is the services' clock (nil: time.Now).
-	Now func() time.Time
+	// Clock is the services' and the handlers' clock (nil: the real one).
+	Clock quartz.Clock
 	// Deps, when set, changes the handlers' dependencies last.
 	Deps func(d *Deps, pool *pgxpool.Pool)
 }
@@ -112,16 +120,15 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	}
 	t.Cleanup(func() { idp.Close() })
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
-		RedirectURL: base + "/auth/callback"}, pool, time.Now)
+		RedirectURL: base + "/auth/callback"}, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
 	}
 	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: o.CH}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: now, OIDC: oidc, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
+		Clock: o.Clock, OIDC: oidc, SecretKeys: testSecretKeys(t), Egress: &egress.Policy{Hosts: []string{"hooks.example.com"}}, Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour},
 		ArtifactDir: t.TempDir(), MaxUploadBytes: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -130,27 +137,10 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	for _, u := range idp.Users() {
 		devUsers = append(devUsers, DevUser{Email: u.Email, Description: u.Description})
 	}
+	cp.Enrollment = enrollment.New(pool, natstest.Auth(t), nil, o.Clock)
 	deps := Deps{
-		Log:            cp.Log,
-		Keys:           cp.Keys,
-		OIDC:           cp.OIDC,
-		Sessions:       cp.Sessions,
-		Tenant:         cp.Tenant,
-		Registry:       cp.Registry,
-		Endpoints:      cp.Endpoints,
-		Fleet:          cp.Fleet,
-		Rates:          cp.Rates,
-		Meter:          cp.Meter,
-		Chargeback:     cp.Chargeback,
-		Budgets:        cp.Budgets,
-		Advisor:        cp.Advisor,
-		Rollouts:       cp.Rollouts,
-		Drift:          cp.Drift,
-		Audit:          cp.Audit,
-		Enrollment:     enrollment.New(pool, natstest.Auth(t), nil, now),
-		Idempotency:    cp.Idempotency,
-		Metrics:        cp.Metrics,
-		Now:            now,
+		Set:            &cp.Set,
+		Clock:          o.Clock,
 		Ready:          map[string]Pinger{"postgres": pool},
 		DevUsers:       devUsers,
 		MaxUploadBytes: 2 << 20,
@@ -164,9 +154,6 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	}))
 	t.Cleanup(gw.Close)
 	deps.GatewayURL, deps.GatewayKey = gw.URL, testGatewayKey
-	if cp.Traffic != nil {
-		deps.Traffic = cp.Traffic
-	}
 	if o.Deps != nil {
 		o.Deps(&deps, pool)
 	}
@@ -243,6 +230,31 @@ func (e *testEnv) seed(ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	// A webhook of risk with one delivery, for the routes that name them.
+	wh, _, err := e.srv.Webhooks.Create(ctx, system, notify.WebhookSpec{Team: "risk", URL: "https://hooks.example.com/risk", EventTypes: []string{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.riskWebhook = wh.ID
+	if err := db.InTx(ctx, e.pool, func(q *db.Queries) error {
+		return outbox.Event(ctx, q, "risk", busapi.Event{Kind: "rollout", ID: 1, Name: "risk-endpoint", Type: "state", State: "progressing", At: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := e.srv.Webhooks.Deliveries(ctx, system, wh.ID, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("seed delivery: %v, %v", ds, err)
+	}
+	e.riskDelivery = ds[0].ID
+}
+
+// testSecretKeys is a server key for the environment's webhook secrets.
+func testSecretKeys(t *testing.T) *notify.Keyring {
+	k, err := notify.ParseKeyring(notify.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // safetensorsFile is a small valid safetensors file whose bytes depend on tag.

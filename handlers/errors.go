@@ -14,15 +14,15 @@ import (
 	"modelplane/auth"
 	"modelplane/enrollment"
 	"modelplane/errdefs"
+	"modelplane/field"
 	"modelplane/tenant"
-	"modelplane/validate"
 )
 
 // statusOf maps a domain error to an HTTP status and a message safe to show.
 // Not-found and not-yours are the same 404; anything unknown is a 500 whose
 // detail is not shown.
 func statusOf(err error) (int, string, []*huma.ErrorDetail) {
-	var verrs validate.Errors
+	var verrs field.Errors
 	switch {
 	case errors.As(err, &verrs):
 		details := make([]*huma.ErrorDetail, len(verrs))
@@ -96,6 +96,17 @@ func (s *Server) apiError(ctx context.Context, err error) error {
 
 // writeProblem writes an application/problem+json response outside huma
 // (middleware and the streaming upload).
+// problem answers err as a problem, logging it when it is a 500, for the
+// API's plain chi handlers (huma operations return apiError instead).
+func (s *Server) problem(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg, details := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.fail(w, r, err)
+		return
+	}
+	writeProblem(w, status, msg, details...)
+}
+
 func writeProblem(w http.ResponseWriter, status int, detail string, details ...*huma.ErrorDetail) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
@@ -158,6 +169,6 @@ func invalidInputAs400(ctx huma.Context, _ string, v any) (any, error) {
 	return &out, nil
 }
 
-func validateErr(field, msg string) error {
-	return validate.Errors{{Field: field, Message: msg}}
+func validateErr(name, msg string) error {
+	return field.Errors{{Field: name, Message: msg}}
 }

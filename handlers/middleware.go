@@ -24,7 +24,7 @@ type ctxKey int
 const (
 	keyPrincipal ctxKey = iota
 	keyRequestID
-	keySession
+	keyFrame
 	keyPrincipalHolder
 	keyRemoteHost
 )
@@ -63,7 +63,7 @@ func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
 // the metrics per request. Payloads, tokens and cookies are never logged.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := s.Now()
+		start := s.Clock.Now()
 		id := r.Header.Get("X-Request-Id")
 		if id == "" || len(id) > 64 {
 			b := make([]byte, 8)
@@ -92,7 +92,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
-			d := s.Now().Sub(start)
+			d := s.Clock.Now().Sub(start)
 			s.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
 			s.metrics.duration.WithLabelValues(route, r.Method).Observe(d.Seconds())
 			attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method), slog.String("route", route),
@@ -202,7 +202,9 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 func (s *Server) readDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// An error means the writer cannot set deadlines (a test recorder);
-		// there is no connection to bound then.
+		// there is no connection to bound then. The deadline is the
+		// connection's, kept by the runtime's network poller in wall-clock
+		// time, so it is read from the real clock, not s.Clock.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.ReadTimeout))
 		next.ServeHTTP(w, r)
 	})

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/a-h/templ"
 
@@ -22,8 +23,33 @@ type sessionInfo struct {
 	csrf  string
 }
 
+// frame is what frames every portal page: the signed-in user, their
+// session, the team the header shows and the one-time flash message. The
+// session middleware loads it once per request, before any handler runs;
+// handlers read it with pageFrame and look none of it up again.
+type frame struct {
+	user    *auth.Principal
+	session sessionInfo
+	team    string // the header switcher's team: TeamCookie's, or the first
+	flash   string
+	// flashSet is whether the request carried a flash cookie, which the
+	// first page rendered with the frame clears.
+	flashSet bool
+	// teams is the switcher's team list, loaded at most once and only when
+	// a page renders the frame (for a platform admin it is a query).
+	teams func() []string
+}
+
+// pageFrame returns the request's page frame; nil outside the routes the
+// session middleware guards.
+func pageFrame(r *http.Request) *frame {
+	f, _ := r.Context().Value(keyFrame).(*frame)
+	return f
+}
+
 // session requires a signed-in user; others go to the sign-in page and come
-// back where they were.
+// back where they were. It is the one place a portal request's frame is
+// loaded (loadFrame).
 func (s *Server) session(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := r.Cookie(auth.SessionCookie)
@@ -49,9 +75,58 @@ func (s *Server) session(next http.Handler) http.Handler {
 			http.Redirect(w, r, target, http.StatusSeeOther)
 			return
 		}
-		ctx := context.WithValue(r.Context(), keySession, sessionInfo{token: c.Value, csrf: csrf})
+		f := s.loadFrame(r, p, sessionInfo{token: c.Value, csrf: csrf})
+		ctx := context.WithValue(r.Context(), keyFrame, f)
 		next.ServeHTTP(w, setPrincipal(r.WithContext(ctx), p))
 	})
+}
+
+// loadFrame builds the frame of a request signed in as p. Only the
+// platform admin's team list costs a query, and it waits until a page
+// renders the frame.
+func (s *Server) loadFrame(r *http.Request, p *auth.Principal, si sessionInfo) *frame {
+	s.frameLoads.Add(1)
+	f := &frame{user: p, session: si, team: activeTeam(r, p)}
+	if c, err := r.Cookie(FlashCookie); err == nil {
+		f.flashSet = true
+		f.flash, _ = url.QueryUnescape(c.Value)
+	}
+	ctx := r.Context()
+	f.teams = sync.OnceValue(func() []string {
+		var names []string
+		if !p.PlatformAdmin() {
+			for _, m := range p.Teams {
+				names = append(names, m.Team)
+			}
+			return names
+		}
+		s.teamListLoads.Add(1)
+		if ts, err := s.Tenant.Teams(ctx, p, 0, 500); err == nil {
+			for _, t := range ts {
+				names = append(names, t.Name)
+			}
+		}
+		return names
+	})
+	return f
+}
+
+// layout fills the page frame's view for a page titled title under the
+// nav section active. The first page rendered clears the flash cookie.
+func (f *frame) layout(w http.ResponseWriter, title, active string) web.Layout {
+	p := f.user
+	l := web.Layout{Title: title, Active: active, User: p.Name, Role: string(p.PlatformRole), CSRF: f.session.csrf,
+		Teams: f.teams(), ActiveTeam: f.team, Flash: f.flash}
+	for _, m := range p.Teams {
+		l.ShowAudit = l.ShowAudit || m.Role == auth.RoleAdmin
+	}
+	if p.PlatformAdmin() {
+		l.ShowAudit, l.ShowFleet = true, true
+	}
+	if f.flashSet {
+		http.SetCookie(w, &http.Cookie{Name: FlashCookie, Path: "/", MaxAge: -1, Secure: true, HttpOnly: true})
+	}
+	return l
 }
 
 // pageOf is the local path of the page an htmx request came from
@@ -62,11 +137,6 @@ func pageOf(r *http.Request) string {
 		return "/"
 	}
 	return auth.LocalPath(u.RequestURI())
-}
-
-func sessionOf(ctx context.Context) sessionInfo {
-	si, _ := ctx.Value(keySession).(sessionInfo)
-	return si
 }
 
 // csrfCheck refuses a state-changing request whose CSRF token (form field
@@ -81,7 +151,7 @@ func (s *Server) csrfCheck(next http.Handler) http.Handler {
 		if sent == "" {
 			r, sent = csrfFromForm(r)
 		}
-		if !auth.ValidCSRF(sessionOf(r.Context()).csrf, sent) {
+		if !auth.ValidCSRF(pageFrame(r).session.csrf, sent) {
 			s.renderError(w, r, http.StatusForbidden, "the form expired or did not come from this site; reload the page and try again")
 			return
 		}
@@ -119,31 +189,6 @@ func multipartOf(r *http.Request) *multipart.Reader {
 	return mr
 }
 
-// layout fills the page frame for the signed-in user.
-func (s *Server) layout(w http.ResponseWriter, r *http.Request, title, active string) web.Layout {
-	p := principal(r.Context())
-	l := web.Layout{Title: title, Active: active, User: p.Name, Role: string(p.PlatformRole), CSRF: sessionOf(r.Context()).csrf}
-	for _, m := range p.Teams {
-		l.Teams = append(l.Teams, m.Team)
-		l.ShowAudit = l.ShowAudit || m.Role == auth.RoleAdmin
-	}
-	if p.PlatformAdmin() {
-		l.ShowAudit, l.ShowFleet = true, true
-		l.Teams = nil
-		if ts, err := s.Tenant.Teams(r.Context(), p, 0, 500); err == nil {
-			for _, t := range ts {
-				l.Teams = append(l.Teams, t.Name)
-			}
-		}
-	}
-	l.ActiveTeam = activeTeam(r, p)
-	if c, err := r.Cookie(FlashCookie); err == nil {
-		l.Flash, _ = url.QueryUnescape(c.Value)
-		http.SetCookie(w, &http.Cookie{Name: FlashCookie, Path: "/", MaxAge: -1, Secure: true, HttpOnly: true})
-	}
-	return l
-}
-
 // FlashCookie carries a one-time message across a redirect. Like the
 // session cookie it is a __Host- cookie (Secure, Path=/, no Domain), so
 // neither a sibling subdomain nor a plain-http page on the same host can
@@ -161,7 +206,7 @@ const TeamCookie = "__Host-mp_team"
 // when it answered the request itself: 400 without the field, 404 for a team
 // the caller is not in (the same answer as a team that does not exist).
 func (s *Server) formTeam(w http.ResponseWriter, r *http.Request) (string, bool) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	team := strings.TrimSpace(r.PostFormValue("team"))
 	if team == "" {
 		s.renderError(w, r, http.StatusBadRequest, "the form names no team; reload the page and try again")
@@ -199,8 +244,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, c te
 // renderError shows an error page; unknown errors are logged and shown as 500.
 func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	l := web.Layout{Title: "Error"}
-	if p := principal(r.Context()); p != nil {
-		l = s.layout(w, r, "Error", "")
+	if f := pageFrame(r); f != nil {
+		l = f.layout(w, "Error", "")
 	}
 	s.render(w, r, status, web.ErrorPage(web.ErrorProps{Layout: l, Status: status, Message: msg}))
 }

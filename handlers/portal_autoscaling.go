@@ -9,11 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/auth"
+	"modelplane/autoscale"
 	"modelplane/endpoint"
-	"modelplane/fleet"
 	"modelplane/web"
 )
 
@@ -88,7 +86,7 @@ func chart(ds []endpoint.ScalingDecision) (string, int) {
 	return strings.Join(pts, " "), top
 }
 
-func autoscalingForm(p fleet.AutoscalePolicy) web.AutoscalingForm {
+func autoscalingForm(p autoscale.PolicyDoc) web.AutoscalingForm {
 	sigs := make([]string, len(p.Signals))
 	for i, t := range p.Signals {
 		sigs[i] = t.Signal + "=" + num(t.Target)
@@ -104,8 +102,9 @@ var autoscalingFormFields = map[string]string{"signals": "as_signals", "min_repl
 // portalAutoscalingSet changes the endpoint's policy from the page's form:
 // the fields the form shows, the rest as they are.
 func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
-	ctx, p := r.Context(), principal(r.Context())
+	e := endpointParam(r)
+	name := e.Name
+	ctx, p := r.Context(), pageFrame(r).user
 	cur, err := s.Endpoints.Autoscaling(ctx, p, name, s.wakeGrace())
 	if err != nil {
 		s.portalError(w, r, err)
@@ -115,7 +114,7 @@ func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
 		MaxReplicas: r.PostFormValue("as_max_replicas"), ScaleDownS: r.PostFormValue("as_scale_down_s"), GraceS: r.PostFormValue("as_grace_s")}
 	errs := web.FieldErrors{}
 	doc := cur.Policy
-	doc.Signals = []fleet.AutoscaleTarget{}
+	doc.Signals = []autoscale.TargetDoc{}
 	for part := range strings.SplitSeq(f.Signals, ",") {
 		if part = strings.TrimSpace(part); part == "" {
 			continue
@@ -126,7 +125,7 @@ func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
 			errs["as_signals"] = fmt.Sprintf("%q: write signal=target, such as rps=100", part)
 			continue
 		}
-		doc.Signals = append(doc.Signals, fleet.AutoscaleTarget{Signal: strings.TrimSpace(sig), Target: target})
+		doc.Signals = append(doc.Signals, autoscale.TargetDoc{Signal: strings.TrimSpace(sig), Target: target})
 	}
 	doc.MinReplicas, doc.MaxReplicas = intField(errs, r, "as_min_replicas"), intField(errs, r, "as_max_replicas")
 	for field, v := range map[string]*float64{"as_scale_down_s": &doc.ScaleDownStabilizationS, "as_grace_s": &doc.ScaleToZeroGraceS} {
@@ -154,8 +153,11 @@ func (s *Server) portalAutoscalingSet(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(errs) > 0 {
 		status = http.StatusUnprocessableEntity
+	} else if e, err = s.Endpoints.Get(ctx, p, name); err != nil { // the policy sets its bounds
+		s.portalError(w, r, err)
+		return
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

@@ -14,8 +14,8 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/chargeback"
+	"modelplane/field"
 	"modelplane/money"
-	"modelplane/validate"
 	"modelplane/web"
 )
 
@@ -102,16 +102,17 @@ func parseChargebackView(r *http.Request, now time.Time) (chargebackView, error)
 // said on the page, never an error page: finance still sees what is there.
 func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := principal(ctx)
-	props := web.ChargebackProps{Layout: s.layout(w, r, "Chargeback", "chargeback")}
+	f := pageFrame(r)
+	p := f.user
+	props := web.ChargebackProps{Layout: f.layout(w, "Chargeback", "chargeback")}
 	for _, d := range chargeback.Dimensions {
 		props.Dimensions = append(props.Dimensions, string(d))
 	}
-	v, err := parseChargebackView(r, s.Now())
+	v, err := parseChargebackView(r, s.Clock.Now())
 	props.Period, props.From, props.To, props.GroupBy = v.period, v.fromDay, v.toDay, v.groupBy
 	props.Team, props.Endpoint = v.q.Team, v.q.Endpoint
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return
@@ -136,7 +137,7 @@ func (s *Server) portalChargeback(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := s.Chargeback.Report(ctx, p, v.q)
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if errors.As(err, &verrs) {
 			props.Error = verrs.Error()
 			s.render(w, r, http.StatusBadRequest, web.ChargebackPage(props))
@@ -209,7 +210,7 @@ func (s *Server) adviceLines(r *http.Request, endpoint string) []string {
 		return nil
 	}
 	ctx := r.Context()
-	adv, err := s.Advisor.Advise(ctx, principal(ctx), endpoint)
+	adv, err := s.Advisor.Advise(ctx, pageFrame(r).user, endpoint)
 	if err != nil {
 		s.Log.WarnContext(ctx, "right-sizing advice", slog.String("error", err.Error()))
 		return nil
@@ -228,7 +229,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 		return
 	}
 	ctx := r.Context()
-	p := principal(ctx)
+	p := pageFrame(r).user
 	if p.PlatformAdmin() {
 		props.BudgetTeams = props.Layout.Teams
 	} else {
@@ -241,7 +242,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 	bs, err := s.Budgets.List(ctx, p)
 	if err == nil {
 		var alerts []chargeback.Alert
-		if alerts, err = s.Budgets.Alerts(ctx, principal(ctx)); err == nil {
+		if alerts, err = s.Budgets.Alerts(ctx, p); err == nil {
 			for _, a := range alerts {
 				props.Alerts = append(props.Alerts, fmt.Sprintf("%s passed %d%% of its budget on %s: $%s of $%s spent, forecast $%s.",
 					chargeback.BudgetName(a.Team, a.Endpoint), a.ThresholdPct, a.At.Format(time.DateOnly), money.Dollars(a.SpentUUSD), money.Dollars(a.BudgetUUSD), money.Dollars(a.ForecastUUSD)))
@@ -261,7 +262,7 @@ func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
 
 // portalChargebackCSV downloads what the page shows as CSV.
 func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
-	v, err := parseChargebackView(r, s.Now())
+	v, err := parseChargebackView(r, s.Clock.Now())
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -270,7 +271,7 @@ func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusServiceUnavailable, "chargeback is unavailable: no usage store is configured")
 		return
 	}
-	rep, err := s.Chargeback.Report(r.Context(), principal(r.Context()), v.q)
+	rep, err := s.Chargeback.Report(r.Context(), pageFrame(r).user, v.q)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -365,9 +366,10 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = s.layout(w, r, "Cost rates", "chargeback")
-	props.CanEdit = principal(ctx).Finance()
-	now := s.Now()
+	f := pageFrame(r)
+	props.Layout = f.layout(w, "Cost rates", "chargeback")
+	props.CanEdit = f.user.Finance()
+	now := s.Clock.Now()
 	table := make([]billing.Rate, 0, len(rates))
 	for _, e := range rates {
 		table = append(table, billing.Rate{GPUType: e.GPUType, Profile: e.Profile, UUSDPerHour: e.UUSDPerHour, EffectiveFrom: e.EffectiveFrom})
@@ -410,7 +412,7 @@ func parseUSD(s string) (int64, bool) {
 
 // portalCostRateCreate enters a rate from the form.
 func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).Finance() {
+	if !pageFrame(r).user.Finance() {
 		s.portalError(w, r, auth.ErrForbidden)
 		return
 	}
@@ -426,12 +428,12 @@ func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
 		errs["effective_from"] = "must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"
 	}
 	if len(errs) == 0 {
-		_, err = s.Rates.Create(r.Context(), principal(r.Context()), billing.Rate{GPUType: form.GPUType, Profile: form.Profile, UUSDPerHour: uusd, EffectiveFrom: at})
+		_, err = s.Rates.Create(r.Context(), pageFrame(r).user, billing.Rate{GPUType: form.GPUType, Profile: form.Profile, UUSDPerHour: uusd, EffectiveFrom: at})
 		if err == nil {
 			redirectFlash(w, r, "/cost-rates", fmt.Sprintf("Rate for %s %s entered.", form.GPUType, form.Profile))
 			return
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return
@@ -454,10 +456,10 @@ func (s *Server) portalBudgetSet(w http.ResponseWriter, r *http.Request) {
 		redirectFlash(w, r, "/chargeback", "Budget not set: the monthly budget must be a positive amount of dollars, e.g. 5000.")
 		return
 	}
-	b, err := s.Budgets.Set(r.Context(), principal(r.Context()), chargeback.BudgetSpec{Team: r.PostFormValue("team"),
+	b, err := s.Budgets.Set(r.Context(), pageFrame(r).user, chargeback.BudgetSpec{Team: r.PostFormValue("team"),
 		Endpoint: r.PostFormValue("endpoint"), MonthlyUUSD: uusd, Enforcement: r.PostFormValue("enforcement")})
 	if err != nil {
-		var verrs validate.Errors
+		var verrs field.Errors
 		if errors.As(err, &verrs) {
 			redirectFlash(w, r, "/chargeback", "Budget not set: "+verrs.Error())
 			return

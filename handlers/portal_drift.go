@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/web"
@@ -30,14 +28,10 @@ const driftTimeline = 24 * time.Hour
 // histogram shown), the timeline of scheduled scores and open alerts.
 func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := principal(ctx)
-	e, err := s.Endpoints.Get(ctx, p, chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	f, e := pageFrame(r), endpointParam(r)
+	p := f.user
 	q := r.URL.Query()
-	props := web.DriftProps{Layout: s.layout(w, r, e.Name+" drift", "endpoints"), Endpoint: e.Name,
+	props := web.DriftProps{Layout: f.layout(w, e.Name+" drift", "endpoints"), Endpoint: e.Name,
 		Version: q.Get("version"), Reference: q.Get("reference"), Current: q.Get("current"), Feature: q.Get("feature")}
 	for _, t := range e.Traffic {
 		props.Versions = append(props.Versions, t.Version)
@@ -61,7 +55,7 @@ func (s *Server) portalDrift(w http.ResponseWriter, r *http.Request) {
 		s.Log.ErrorContext(ctx, "drift report", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
 		props.Unavailable = driftUnavailable
 	}
-	scores, alerts, err := s.Drift.History(ctx, p, e.Name, s.Now().Add(-driftTimeline))
+	scores, alerts, err := s.Drift.History(ctx, p, e.Name, s.Clock.Now().Add(-driftTimeline))
 	if err != nil {
 		s.Log.ErrorContext(ctx, "drift history", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
 	}

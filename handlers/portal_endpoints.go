@@ -7,12 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/errdefs"
-	"modelplane/validate"
+	"modelplane/field"
 	"modelplane/web"
 )
 
@@ -32,14 +30,15 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	es, err := s.Endpoints.List(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	f := pageFrame(r)
+	es, err := s.Endpoints.List(r.Context(), f.user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(es, pg.Limit, func(e endpoint.Endpoint) int64 { return e.ID })
-	props := web.EndpointsProps{Layout: s.layout(w, r, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
-	if props.Awaiting, err = s.awaitingRows(r.Context(), principal(r.Context())); err != nil {
+	props := web.EndpointsProps{Layout: f.layout(w, "Endpoints", "endpoints"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user)}
+	if props.Awaiting, err = s.awaitingRows(r.Context(), f.user); err != nil {
 		s.portalError(w, r, err)
 		return
 	}
@@ -50,11 +49,11 @@ func (s *Server) portalEndpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) endpointNewProps(w http.ResponseWriter, r *http.Request, f web.EndpointForm, errs web.FieldErrors) (web.EndpointNewProps, error) {
-	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), 0, 500)
+	ms, err := s.Registry.Models(r.Context(), pageFrame(r).user, 0, 500)
 	if err != nil {
 		return web.EndpointNewProps{}, err
 	}
-	p := web.EndpointNewProps{Layout: s.layout(w, r, "New endpoint", "endpoints"), Form: f, Errors: errs,
+	p := web.EndpointNewProps{Layout: pageFrame(r).layout(w, "New endpoint", "endpoints"), Form: f, Errors: errs,
 		Profiles: endpoint.InstanceProfiles, Tiers: endpoint.Tiers}
 	for _, m := range ms {
 		p.Models = append(p.Models, m.Name)
@@ -74,7 +73,7 @@ func (s *Server) portalEndpointNew(w http.ResponseWriter, r *http.Request) {
 // fieldErrors turns a validation error into form field messages; ok is false
 // for any other error.
 func fieldErrors(err error) (web.FieldErrors, bool) {
-	var verrs validate.Errors
+	var verrs field.Errors
 	if !errors.As(err, &verrs) {
 		return nil, false
 	}
@@ -118,7 +117,7 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	spec.SamplingRate = rate
 	if len(errs) == 0 {
-		_, err = s.Endpoints.Create(r.Context(), principal(r.Context()), spec)
+		_, err = s.Endpoints.Create(r.Context(), pageFrame(r).user, spec)
 		if err == nil {
 			redirectFlash(w, r, "/endpoints/"+spec.Name, "Endpoint "+spec.Name+" created.")
 			return
@@ -141,17 +140,16 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointNewPage(p))
 }
 
-func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, name string) (web.EndpointProps, error) {
-	p := principal(r.Context())
-	e, err := s.Endpoints.Get(r.Context(), p, name)
-	if err != nil {
-		return web.EndpointProps{}, err
-	}
+// endpointProps fills the endpoint page of e, as the request's
+// endpointParam or as a change just left it.
+func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoint.Endpoint) (web.EndpointProps, error) {
+	f := pageFrame(r)
+	p := f.user
 	versions, err := s.Registry.VersionNames(r.Context(), p, e.ModelID)
 	if err != nil {
 		return web.EndpointProps{}, err
 	}
-	props := web.EndpointProps{Layout: s.layout(w, r, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
+	props := web.EndpointProps{Layout: f.layout(w, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
 		SamplingRate: strconv.FormatFloat(e.SamplingRate, 'f', -1, 64), RetentionDays: e.RetentionDays, CanWrite: p.CanWrite(e.TeamID)}
 	for _, t := range e.Traffic {
 		props.Traffic = append(props.Traffic, web.TrafficRow{Version: t.Version, Weight: t.Weight, Shadow: t.ShadowPercent})
@@ -235,17 +233,11 @@ func shellLine(argv []string) string {
 // portalEndpointReplicas is the endpoint page's replicas section alone, which
 // the page re-fetches every 2 s.
 func (s *Server) portalEndpointReplicas(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	e, err := s.Endpoints.Get(r.Context(), p, chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, web.ReplicasSection(replicasProps(e, p)))
+	s.render(w, r, http.StatusOK, web.ReplicasSection(replicasProps(endpointParam(r), pageFrame(r).user)))
 }
 
 func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
-	props, err := s.endpointProps(w, r, chi.URLParam(r, "endpoint"))
+	props, err := s.endpointProps(w, r, endpointParam(r))
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -259,7 +251,7 @@ func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
 // is a shadow). htmx gets the traffic fragment back; a plain form post gets
 // the whole page.
 func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
 	if err := r.ParseForm(); err != nil {
 		s.renderError(w, r, http.StatusBadRequest, "malformed form")
 		return
@@ -289,7 +281,7 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if len(errs) == 0 {
-		if _, err := s.Endpoints.SetTraffic(r.Context(), principal(r.Context()), name, weights); err != nil {
+		if _, err := s.Endpoints.SetTraffic(r.Context(), pageFrame(r).user, e.Name, weights); err != nil {
 			fe, ok := fieldErrors(err)
 			if !ok {
 				s.portalError(w, r, err)
@@ -300,8 +292,16 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(errs) > 0 {
 		status = http.StatusUnprocessableEntity
+	} else {
+		// The split changed: the page shows it as stored, with the
+		// replicas the change brought.
+		var err error
+		if e, err = s.Endpoints.Get(r.Context(), pageFrame(r).user, e.Name); err != nil {
+			s.portalError(w, r, err)
+			return
+		}
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -326,9 +326,10 @@ func (s *Server) portalTrafficSet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
+	name := e.Name
 	if r.PostFormValue("confirm") != name {
-		props, err := s.endpointProps(w, r, name)
+		props, err := s.endpointProps(w, r, e)
 		if err != nil {
 			s.portalError(w, r, err)
 			return
@@ -337,7 +338,7 @@ func (s *Server) portalEndpointDelete(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
 		return
 	}
-	if err := s.Endpoints.Delete(r.Context(), principal(r.Context()), name); err != nil {
+	if err := s.Endpoints.Delete(r.Context(), pageFrame(r).user, name); err != nil {
 		s.portalError(w, r, err)
 		return
 	}
@@ -385,11 +386,12 @@ func settingsFrom(r *http.Request, errs web.FieldErrors) (web.EndpointForm, endp
 }
 
 func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
+	name := e.Name
 	errs := web.FieldErrors{}
 	f, set := settingsFrom(r, errs)
 	if len(errs) == 0 {
-		_, err := s.Endpoints.Update(r.Context(), principal(r.Context()), name, set)
+		_, err := s.Endpoints.Update(r.Context(), pageFrame(r).user, name, set)
 		if err == nil {
 			redirectFlash(w, r, "/endpoints/"+name, "Settings saved.")
 			return
@@ -400,7 +402,7 @@ func (s *Server) portalEndpointSettings(w http.ResponseWriter, r *http.Request) 
 			return
 		}
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

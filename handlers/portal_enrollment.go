@@ -14,7 +14,7 @@ import (
 // enrollmentProps fills the fleet page's enrollment section: shown to
 // platform admins when enrollment is configured, to nobody else.
 func (s *Server) enrollmentProps(r *http.Request, csrf string) web.EnrollmentProps {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	if s.Enrollment == nil || p == nil || !p.PlatformAdmin() {
 		return web.EnrollmentProps{}
 	}
@@ -59,7 +59,7 @@ func (s *Server) portalJoinTokenCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.to = n
 	}
-	token, jt, err := s.Enrollment.CreateJoinToken(r.Context(), principal(r.Context()), req)
+	token, jt, err := s.Enrollment.CreateJoinToken(r.Context(), pageFrame(r).user, req)
 	if err != nil {
 		s.joinTokenFormFailed(w, r, form, err)
 		return
@@ -69,7 +69,7 @@ func (s *Server) portalJoinTokenCreate(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	l := s.layout(w, r, "Fleet", "fleet")
+	l := pageFrame(r).layout(w, "Fleet", "fleet")
 	e := s.enrollmentProps(r, l.CSRF)
 	e.NewToken, e.NewTokenNode, e.NewCommand = token, jt.Node, s.joinCommand(token)
 	e.NewTokenExpires = jt.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
@@ -88,7 +88,7 @@ func (s *Server) joinTokenFormFailed(w http.ResponseWriter, r *http.Request, for
 		s.portalError(w, r, terr)
 		return
 	}
-	l := s.layout(w, r, "Fleet", "fleet")
+	l := pageFrame(r).layout(w, "Fleet", "fleet")
 	e := s.enrollmentProps(r, l.CSRF)
 	e.Form, e.Errors = form, errs
 	s.render(w, r, http.StatusUnprocessableEntity, web.FleetPage(web.FleetProps{Layout: l, Table: t, Enrollment: e}))
@@ -102,7 +102,7 @@ func (s *Server) portalNodeRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	node := chi.URLParam(r, "node")
-	if err := s.Enrollment.Revoke(r.Context(), principal(r.Context()), node); err != nil {
+	if err := s.Enrollment.Revoke(r.Context(), pageFrame(r).user, node); err != nil {
 		s.portalError(w, r, err)
 		return
 	}

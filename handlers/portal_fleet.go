@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/fleet"
 	"modelplane/money"
 	"modelplane/web"
@@ -30,13 +30,13 @@ func (s *Server) portalFleet(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusOK, web.FleetTable(t))
 		return
 	}
-	l := s.layout(w, r, "Fleet", "fleet")
+	l := pageFrame(r).layout(w, "Fleet", "fleet")
 	s.render(w, r, http.StatusOK, web.FleetPage(web.FleetProps{Layout: l, Table: t, Enrollment: s.enrollmentProps(r, l.CSRF)}))
 }
 
 // fleetTable fills the nodes table.
 func (s *Server) fleetTable(r *http.Request) (web.FleetTableProps, error) {
-	ns, err := s.Fleet.Nodes(r.Context(), principal(r.Context()))
+	ns, err := s.Fleet.Nodes(r.Context(), pageFrame(r).user)
 	if err != nil {
 		return web.FleetTableProps{}, err
 	}
@@ -45,8 +45,8 @@ func (s *Server) fleetTable(r *http.Request) (web.FleetTableProps, error) {
 		t.Nodes[i] = nodeRow(n)
 	}
 	if s.Meter != nil {
-		day := s.Now().UTC().Truncate(24 * time.Hour)
-		if m, err := s.Meter.Since(r.Context(), principal(r.Context()), day); err == nil {
+		day := s.Clock.Now().UTC().Truncate(24 * time.Hour)
+		if m, err := s.Meter.Since(r.Context(), pageFrame(r).user, day); err == nil {
 			t.Metered = fmt.Sprintf("%d GPU-seconds metered today (UTC), $%s", m.GPUSeconds, money.USD(m.CostMicroUSD))
 		} else {
 			// ClickHouse is for reports, never for the fleet's state: say it
@@ -64,7 +64,7 @@ func (s *Server) portalNode(w http.ResponseWriter, r *http.Request) {
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = s.layout(w, r, props.Node.Name, "fleet")
+	props.Layout = pageFrame(r).layout(w, props.Node.Name, "fleet")
 	s.render(w, r, http.StatusOK, web.NodePage(props))
 }
 
@@ -79,7 +79,7 @@ func (s *Server) portalNodeGPUs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) {
-	n, err := s.Fleet.Node(r.Context(), principal(r.Context()), name)
+	n, err := s.Fleet.Node(r.Context(), pageFrame(r).user, name)
 	if err != nil {
 		return web.NodeProps{}, err
 	}
@@ -105,7 +105,7 @@ func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) 
 }
 
 // cacheView shows a node's artifact cache; nil when its agent keeps none.
-func cacheView(c *proto.CacheStatus) *web.CacheView {
+func cacheView(c *busapi.CacheStatus) *web.CacheView {
 	if c == nil {
 		return nil
 	}
@@ -163,7 +163,7 @@ func runtimesText(rs []string) string {
 		return "not reported"
 	case len(rs) == 0:
 		return "none"
-	case slices.Contains(rs, proto.AnyRuntime):
+	case slices.Contains(rs, busapi.AnyRuntime):
 		return "every runtime (simulated)"
 	}
 	return strings.Join(rs, ", ")
@@ -181,7 +181,7 @@ func cpuUse(n fleet.Node) string {
 // sliceSize is the CSS class that sizes a slice's box by its share of the
 // GPU: g1 to g7 for MIG profiles by their compute slices, g7 for a whole GPU.
 func sliceSize(profile string) string {
-	rest, ok := strings.CutPrefix(profile, proto.MIGPrefix)
+	rest, ok := strings.CutPrefix(profile, busapi.MIGPrefix)
 	if !ok {
 		return "g7"
 	}

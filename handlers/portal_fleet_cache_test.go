@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 	"modelplane/registry"
+	"modelplane/replica"
 )
 
 // TestFleetShowsNodeCachesAndReplicaColdStarts: the node cache and each
@@ -19,10 +20,10 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	ctx := context.Background()
-	cache := &proto.CacheStatus{BytesUsed: 300 << 20, BytesLimit: 10 << 30, Versions: 3, Hits: 7, Misses: 2, Evictions: 1}
-	beat := func(reps ...proto.ReplicaStatus) {
+	cache := &busapi.CacheStatus{BytesUsed: 300 << 20, BytesLimit: 10 << 30, Versions: 3, Hits: 7, Misses: 2, Evictions: 1}
+	beat := func(reps ...busapi.ReplicaStatus) {
 		t.Helper()
-		if _, err := e.srv.Fleet.Observe(ctx, proto.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536,
+		if _, err := e.srv.Fleet.Observe(ctx, busapi.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536,
 			Cache: cache, Replicas: reps}); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 		t.Fatalf("replicas = %+v, want one", reps)
 	}
 	name := reps[0].Name
-	beat(proto.ReplicaStatus{ID: name, State: proto.StateReady, QueueDepth: 2, InFlight: 5, BatchSize: 3.5, Requests: 1234,
+	beat(busapi.ReplicaStatus{ID: name, State: busapi.StateReady, QueueDepth: 2, InFlight: 5, BatchSize: 3.5, Requests: 1234,
 		DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60})
 
 	admin := portalSignIn(t, e, "admin@example.com")
@@ -90,7 +91,7 @@ func TestFleetShowsNodeCachesAndReplicaColdStarts(t *testing.T) {
 	}
 	var one fleet.Node
 	e.getJSON(t, e.Keys["platform-admin"], "/nodes/cpu-01", &one)
-	wantCold := fleet.ColdStart{DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60}
+	wantCold := replica.ColdStart{DownloadMS: 1800, VerifyMS: 250, LoadMS: 400, WarmupMS: 60}
 	if len(one.Replicas) != 1 || one.Replicas[0].Metrics.ColdStart != wantCold || one.Replicas[0].Metrics.InFlight != 5 ||
 		one.Replicas[0].Metrics.BatchSize != 3.5 {
 		t.Errorf("GET /nodes/cpu-01 replicas = %+v, want in-flight 5, batch 3.5 and cold start %+v", one.Replicas, wantCold)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/registry"
 )
@@ -17,7 +17,7 @@ func TestPortalFleetShowsCPUNodes(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	ctx := context.Background()
-	if _, err := e.srv.Fleet.Observe(ctx, proto.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536}); err != nil {
+	if _, err := e.srv.Fleet.Observe(ctx, busapi.NodeStatus{Node: "cpu-01", BootID: "b1", LeaseSeconds: 15, CPUCores: 16, MemoryMB: 65536}); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{"model.safetensors": safetensorsFile("cpu-portal")}

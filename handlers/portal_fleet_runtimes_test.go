@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // TestNodePageShowsTheRuntimesTheNodeReports: the node page says which
@@ -22,11 +22,11 @@ func TestNodePageShowsTheRuntimesTheNodeReports(t *testing.T) {
 		want     string
 	}{
 		{"cpu-rt-1", []string{"builtin", "llama-server"}, "builtin, llama-server"},
-		{"cpu-rt-2", []string{proto.AnyRuntime}, "every runtime (simulated)"},
+		{"cpu-rt-2", []string{busapi.AnyRuntime}, "every runtime (simulated)"},
 		{"cpu-rt-3", []string{}, "none"},
 		{"cpu-rt-4", nil, "not reported"},
 	} {
-		if _, err := e.srv.Fleet.Observe(context.Background(), proto.NodeStatus{Node: tt.node, BootID: "b1", LeaseSeconds: 15,
+		if _, err := e.srv.Fleet.Observe(context.Background(), busapi.NodeStatus{Node: tt.node, BootID: "b1", LeaseSeconds: 15,
 			CPUCores: 4, MemoryMB: 4096, Runtimes: tt.runtimes}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,23 +12,24 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/fleet"
 )
 
 // testGPUs is an inventory of n A100s, each split into the MIG profiles
 // given, or whole when there are none; every GPU reports util and memory.
-func testGPUs(n int, util float64, memUsedMB int, mig ...string) []proto.GPU {
-	out := make([]proto.GPU, n)
+func testGPUs(n int, util float64, memUsedMB int, mig ...string) []busapi.GPU {
+	out := make([]busapi.GPU, n)
 	for i := range out {
-		g := proto.GPU{Index: i, Type: "A100-80GB", MemoryMB: 81920, MIG: len(mig) > 0, UtilPct: util, MemoryUsedMB: memUsedMB}
+		g := busapi.GPU{Index: i, Type: "A100-80GB", MemoryMB: 81920, MIG: len(mig) > 0, UtilPct: util, MemoryUsedMB: memUsedMB}
 		if len(mig) == 0 {
-			g.Slices = []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}
+			g.Slices = []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}
 		}
 		for j, p := range mig {
-			g.Slices = append(g.Slices, proto.Slice{Index: j, Profile: p})
+			g.Slices = append(g.Slices, busapi.Slice{Index: j, Profile: p})
 		}
 		out[i] = g
 	}
@@ -36,7 +37,7 @@ func testGPUs(n int, util float64, memUsedMB int, mig ...string) []proto.GPU {
 }
 
 // testFleet are the nodes seedFleet registers, by name.
-var testFleet = map[string][]proto.GPU{
+var testFleet = map[string][]busapi.GPU{
 	// Two A100s in seven 1g.10gb slices each: the seeded endpoints' replicas land here.
 	"gpu-mig-01": testGPUs(2, 40, 12800, "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb"),
 	// One whole A100.
@@ -52,8 +53,10 @@ var testFleet = map[string][]proto.GPU{
 func (e *testEnv) seedFleet(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	hourAgo := fleet.New(e.pool, slog.New(slog.DiscardHandler), func() time.Time { return time.Now().Add(-time.Hour) })
-	if _, err := hourAgo.Observe(ctx, proto.NodeStatus{Node: "gpu-old-01", BootID: "b1", LeaseSeconds: 15, GPUs: testFleet["gpu-old-01"]}); err != nil {
+	clock := quartz.NewMock(t)
+	clock.Set(time.Now().Add(-time.Hour))
+	hourAgo := fleet.New(e.pool, fleet.Options{Clock: clock, Log: slog.New(slog.DiscardHandler)})
+	if _, err := hourAgo.Observe(ctx, busapi.NodeStatus{Node: "gpu-old-01", BootID: "b1", LeaseSeconds: 15, GPUs: testFleet["gpu-old-01"]}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"gpu-mig-01", "gpu-full-01"} {
@@ -64,9 +67,9 @@ func (e *testEnv) seedFleet(t testing.TB) {
 
 // heartbeat sends a node's heartbeat with the same inventory, reporting the
 // replicas given.
-func (e *testEnv) heartbeat(t testing.TB, node string, reps ...proto.ReplicaStatus) {
+func (e *testEnv) heartbeat(t testing.TB, node string, reps ...busapi.ReplicaStatus) {
 	t.Helper()
-	if _, err := e.srv.Fleet.Observe(context.Background(), proto.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15,
+	if _, err := e.srv.Fleet.Observe(context.Background(), busapi.NodeStatus{Node: node, BootID: "b1", LeaseSeconds: 15,
 		GPUs: testFleet[node], Replicas: reps}); err != nil {
 		t.Fatal(err)
 	}
@@ -358,12 +361,12 @@ func TestEndpointReplicas(t *testing.T) {
 	}
 
 	// The agent reports the replica ready: the next fetch of the fragment shows it.
-	e.heartbeat(t, "gpu-mig-01", proto.ReplicaStatus{ID: rep[0].Name, State: proto.StateReady, Addr: "10.0.0.7:9001"})
+	e.heartbeat(t, "gpu-mig-01", busapi.ReplicaStatus{ID: rep[0].Name, State: busapi.StateReady, Addr: "10.0.0.7:9001"})
 	e.reconcile(t)
 	d := u.get("/endpoints/risk-endpoint/replicas").doc(t)
 	cells = nil
 	d.Find(`tr[data-replica="` + rep[0].Name + `"] td`).Each(func(_ int, s *goquery.Selection) { cells = append(cells, portalText(s)) })
-	if len(cells) != 9 || cells[6] != proto.StateReady || cells[7] != "10.0.0.7:9001" {
+	if len(cells) != 9 || cells[6] != busapi.StateReady || cells[7] != "10.0.0.7:9001" {
 		t.Errorf("replica after the agent reported it ready = %q, want state ready at 10.0.0.7:9001", cells)
 	}
 	if got := portalText(d.Find("#replicas-status")); got != fleet.StatusReady {

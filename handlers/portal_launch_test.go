@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 )
 
@@ -34,14 +34,14 @@ func TestReplicaLaunchShownInAPIAndPortal(t *testing.T) {
 	}
 
 	cfg := "name: \"risk-model\"\nplatform: \"onnxruntime_onnx\"\nmax_batch_size: 8\n\ndynamic_batching {\n  preferred_batch_size: [ 4, 8 ]\n}\n"
-	launch := &proto.Launch{
+	launch := &busapi.Launch{
 		Argv: []string{"tritonserver", "--model-repository=/var/lib/mp/" + name + ".d/repository", "--http-address=127.0.0.1",
 			"--http-port=40123", "--allow-grpc=false", "--allow-metrics=true", "--strict-readiness=true", `--note={"a": 1}`},
-		Env:   []string{"CUDA_VISIBLE_DEVICES=MIG-abc", "MP_REPLICA_TOKEN=" + proto.LaunchSecret},
+		Env:   []string{"CUDA_VISIBLE_DEVICES=MIG-abc", "MP_REPLICA_TOKEN=" + busapi.LaunchSecret},
 		Dir:   "/var/lib/mp/" + name + ".d/repository",
-		Files: []proto.LaunchFile{{Path: "risk-model/1", Link: "/cache/risk-model/v1"}, {Path: "risk-model/config.pbtxt", Content: cfg}},
+		Files: []busapi.LaunchFile{{Path: "risk-model/1", Link: "/cache/risk-model/v1"}, {Path: "risk-model/config.pbtxt", Content: cfg}},
 	}
-	e.heartbeat(t, "gpu-mig-01", proto.ReplicaStatus{ID: name, State: proto.StateReady, Addr: "10.0.0.7:9001", Launch: launch})
+	e.heartbeat(t, "gpu-mig-01", busapi.ReplicaStatus{ID: name, State: busapi.StateReady, Addr: "10.0.0.7:9001", Launch: launch})
 
 	// The API, to the endpoint's team.
 	var list struct {
@@ -90,8 +90,8 @@ func TestReplicaLaunchShownInAPIAndPortal(t *testing.T) {
 
 	// A cut launch says so.
 	big := *launch
-	big.Files = []proto.LaunchFile{{Path: "risk-model/config.pbtxt", Content: strings.Repeat("x", proto.LaunchMaxFileBytes+1)}}
-	e.heartbeat(t, "gpu-mig-01", proto.ReplicaStatus{ID: name, State: proto.StateReady, Addr: "10.0.0.7:9001", Launch: &big})
+	big.Files = []busapi.LaunchFile{{Path: "risk-model/config.pbtxt", Content: strings.Repeat("x", busapi.LaunchMaxFileBytes+1)}}
+	e.heartbeat(t, "gpu-mig-01", busapi.ReplicaStatus{ID: name, State: busapi.StateReady, Addr: "10.0.0.7:9001", Launch: &big})
 	d = u.page("/endpoints/risk-endpoint").Find(`#launch details[data-replica="` + name + `"]`)
 	if d.Find(`.launch-file .launch-truncated`).Length() != 1 || d.Find(`[data-launch-truncated]`).Length() != 1 {
 		t.Errorf("a cut launch is not marked truncated: %q", portalText(d))

@@ -102,7 +102,7 @@ func (s *Server) loginCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	if err := s.Sessions.End(r.Context(), sessionOf(r.Context()).token); err != nil {
+	if err := s.Sessions.End(r.Context(), pageFrame(r).session.token); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -29,13 +29,14 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusBadRequest, "bad cursor")
 		return
 	}
-	ms, err := s.Registry.Models(r.Context(), principal(r.Context()), after, pg.Limit+1)
+	f := pageFrame(r)
+	ms, err := s.Registry.Models(r.Context(), f.user, after, pg.Limit+1)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(ms, pg.Limit, func(m registry.Model) int64 { return m.ID })
-	props := web.ModelsProps{Layout: s.layout(w, r, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(principal(r.Context()))}
+	props := web.ModelsProps{Layout: f.layout(w, "Models", "models"), NextCursor: list.Body.NextCursor, CanCreate: canCreate(f.user)}
 	for _, m := range list.Body.Items {
 		props.Rows = append(props.Rows, web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: m.Versions})
 	}
@@ -43,8 +44,9 @@ func (s *Server) portalModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelNewProps(w http.ResponseWriter, r *http.Request, f web.ModelForm, errs web.FieldErrors) web.ModelNewProps {
-	p := web.ModelNewProps{Layout: s.layout(w, r, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
-	for _, m := range principal(r.Context()).Teams {
+	frame := pageFrame(r)
+	p := web.ModelNewProps{Layout: frame.layout(w, "New model", "models"), Form: f, Errors: errs, Teams: []string{}}
+	for _, m := range frame.user.Teams {
 		p.Teams = append(p.Teams, m.Team)
 	}
 	if p.Form.Team == "" {
@@ -66,7 +68,7 @@ func (s *Server) portalModelCreate(w http.ResponseWriter, r *http.Request) {
 			features = append(features, n)
 		}
 	}
-	_, err := s.Registry.CreateModel(r.Context(), principal(r.Context()), registry.ModelSpec{Team: f.Team, Name: f.Name, Task: f.Task,
+	_, err := s.Registry.CreateModel(r.Context(), pageFrame(r).user, registry.ModelSpec{Team: f.Team, Name: f.Name, Task: f.Task,
 		Description: f.Description, InputSchema: json.RawMessage(f.InputSchema), FeatureNames: features})
 	if err == nil {
 		redirectFlash(w, r, "/models/"+f.Name, "Model "+f.Name+" created.")
@@ -183,14 +185,15 @@ func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Linea
 }
 
 func (s *Server) portalModel(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, chi.URLParam(r, "model"))
+	f := pageFrame(r)
+	p := f.user
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, modelParam(r).Name)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	schema, _ := json.MarshalIndent(json.RawMessage(m.InputSchema), "", "  ")
-	props := web.ModelProps{Layout: s.layout(w, r, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
+	props := web.ModelProps{Layout: f.layout(w, m.Name, "models"), InputSchema: string(schema), FeatureNames: strings.Join(m.FeatureNames, ", "),
 		Row:     web.ModelRow{Name: m.Name, Team: m.Team, Task: m.Task, Description: m.Description, Versions: int64(len(vs))},
 		Lineage: lineageGraph(vs, edges), CanWrite: p.CanWrite(m.TeamID)}
 	for _, v := range vs {
@@ -208,12 +211,8 @@ const versionMetadataExample = `{
 }`
 
 func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
-	m, err := s.Registry.Model(r.Context(), principal(r.Context()), chi.URLParam(r, "model"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"),
+	m := modelParam(r)
+	s.render(w, r, http.StatusOK, web.VersionNewPage(web.VersionNewProps{Layout: pageFrame(r).layout(w, "Register a version", "models"),
 		Model: m.Name, Metadata: versionMetadataExample}))
 }
 
@@ -221,7 +220,8 @@ func (s *Server) portalVersionNew(w http.ResponseWriter, r *http.Request) {
 // are spooled to temporary files while their sha256 is computed, which makes
 // the manifest, then streamed through the same registration as the API.
 func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
-	model := chi.URLParam(r, "model")
+	f := pageFrame(r)
+	model := modelParam(r).Name
 	// csrfCheck has started the reader when the token came as the form's
 	// first part; with the token in X-CSRF-Token (htmx) nothing read the body yet.
 	mr := multipartOf(r)
@@ -232,7 +232,13 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	props := web.VersionNewProps{Layout: s.layout(w, r, "Register a version", "models"), Model: model}
+	props := web.VersionNewProps{Model: model}
+	// The form comes back only on an error; the frame is filled then, so a
+	// successful upload loads no team list.
+	renderForm := func(status int) {
+		props.Layout = f.layout(w, "Register a version", "models")
+		s.render(w, r, status, web.VersionNewPage(props))
+	}
 	tmp, err := os.MkdirTemp("", "mp-upload-")
 	if err != nil {
 		s.fail(w, r, err)
@@ -261,7 +267,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		name := part.FileName()
 		if _, dup := manifest[name]; dup {
 			props.Error = name + ": uploaded twice"
-			s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+			renderForm(http.StatusUnprocessableEntity)
 			return
 		}
 		f, err := os.Create(fmt.Sprintf("%s/%d", tmp, len(order)))
@@ -284,7 +290,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		props.Errors = web.FieldErrors{"metadata": "is not valid version metadata: " + err.Error()}
-		s.render(w, r, http.StatusUnprocessableEntity, web.VersionNewPage(props))
+		renderForm(http.StatusUnprocessableEntity)
 		return
 	}
 	mj, _ := json.Marshal(manifest)
@@ -302,7 +308,7 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}
-	v, err := s.Registry.RegisterVersion(r.Context(), principal(r.Context()), model, spec, mj, files)
+	v, err := s.Registry.RegisterVersion(r.Context(), f.user, model, spec, mj, files)
 	if err != nil {
 		status, msg, _ := statusOf(err)
 		if fe, ok := fieldErrors(err); ok {
@@ -317,16 +323,15 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		props.Error = msg
-		s.render(w, r, status, web.VersionNewPage(props))
+		renderForm(status)
 		return
 	}
 	redirectFlash(w, r, "/models/"+model+"/versions/"+v.Name, "Version "+v.Name+" registered.")
 }
 
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	model := chi.URLParam(r, "model")
-	m, vs, edges, err := s.Registry.LineageOf(r.Context(), p, model)
+	f, model := pageFrame(r), modelParam(r).Name
+	m, vs, edges, err := s.Registry.LineageOf(r.Context(), f.user, model)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -338,6 +343,6 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	v := vs[i]
 	meta, _ := json.MarshalIndent(v, "", "  ")
-	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: s.layout(w, r, model+" "+v.Name, "models"), Model: model,
+	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: f.layout(w, model+" "+v.Name, "models"), Model: model,
 		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task)}))
 }

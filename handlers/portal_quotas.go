@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"modelplane/auth"
-	"modelplane/fleet"
-	"modelplane/validate"
+	"modelplane/field"
+	"modelplane/quota"
 	"modelplane/web"
 )
 
@@ -22,18 +22,16 @@ func (s *Server) portalQuotas(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int, props web.QuotasProps) {
 	ctx := r.Context()
-	qs, err := s.Fleet.Quotas(ctx, principal(ctx))
+	f := pageFrame(r)
+	qs, err := s.Quotas.List(ctx, f.user)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
-	props.Layout = s.layout(w, r, "Team quotas", "fleet")
-	props.CanEdit = principal(ctx).PlatformAdmin()
+	props.Layout = f.layout(w, "Team quotas", "fleet")
+	props.CanEdit = f.user.PlatformAdmin()
 	for _, q := range qs {
-		unit := "GPU equivalents"
-		if q.Resource == fleet.CPUResource {
-			unit = "cores"
-		}
+		unit := quota.Unit(q.Resource)
 		props.Quotas = append(props.Quotas, web.QuotaView{Team: q.Team, Resource: q.Resource,
 			Amount: strconv.FormatFloat(q.Amount, 'f', -1, 64), Unit: unit, UpdatedBy: q.UpdatedBy, UpdatedAt: q.UpdatedAt.Format(time.RFC3339)})
 	}
@@ -42,7 +40,7 @@ func (s *Server) renderQuotas(w http.ResponseWriter, r *http.Request, status int
 
 // portalQuotaSet sets a quota from the form.
 func (s *Server) portalQuotaSet(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).PlatformAdmin() {
+	if !pageFrame(r).user.PlatformAdmin() {
 		s.portalError(w, r, auth.ErrForbidden)
 		return
 	}
@@ -54,12 +52,12 @@ func (s *Server) portalQuotaSet(w http.ResponseWriter, r *http.Request) {
 		errs["amount"] = "must be a number, e.g. 16 or 2.5"
 	}
 	if len(errs) == 0 {
-		_, err = s.Fleet.SetQuota(r.Context(), principal(r.Context()), form.Team, form.Resource, amount)
+		_, err = s.Quotas.Set(r.Context(), pageFrame(r).user, form.Team, form.Resource, amount)
 		if err == nil {
 			redirectFlash(w, r, "/quotas", fmt.Sprintf("Quota of team %s for %s set to %s.", form.Team, form.Resource, form.Amount))
 			return
 		}
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) {
 			s.portalError(w, r, err)
 			return

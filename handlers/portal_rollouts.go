@@ -64,14 +64,6 @@ func (s *Server) awaitingRows(ctx context.Context, p *auth.Principal) ([]web.Rol
 	return out, nil
 }
 
-func rolloutID(r *http.Request) int64 {
-	id, err := strconv.ParseInt(chi.URLParam(r, "rollout"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0 // no rollout has id 0: not found, like any other
-	}
-	return id
-}
-
 func fmtMS(v float64) string {
 	if v == 0 {
 		return "–"
@@ -79,12 +71,8 @@ func fmtMS(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
-// rolloutProps fills the rollout page for p.
-func (s *Server) rolloutProps(ctx context.Context, p *auth.Principal, l web.Layout, id int64) (web.RolloutProps, error) {
-	r, err := s.Rollouts.Get(ctx, p, id)
-	if err != nil {
-		return web.RolloutProps{}, err
-	}
+// rolloutProps fills the rollout page of r for p.
+func rolloutProps(p *auth.Principal, l web.Layout, r rollout.Rollout) web.RolloutProps {
 	props := web.RolloutProps{Layout: l, ID: r.ID, Endpoint: r.Endpoint, Team: r.Team, From: r.FromVersion, To: r.ToVersion,
 		Strategy: r.Strategy, State: r.State, Reason: r.Reason, Initiator: r.Initiator, Created: r.CreatedAt.UTC().Format(portalTime),
 		Paused: r.Paused, Active: r.Active(), CanApprove: rollout.CanApprove(p, r), CanOperate: rollout.CanOperate(p, r),
@@ -148,7 +136,7 @@ func (s *Server) rolloutProps(ctx context.Context, p *auth.Principal, l web.Layo
 	if props.Events == nil {
 		props.Events = []web.RolloutEvent{}
 	}
-	return props, nil
+	return props
 }
 
 // rolloutDrift is a window's output drift for people; nil when it was not
@@ -217,24 +205,14 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 }
 
 func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, fmt.Sprintf("Rollout %s", chi.URLParam(r, "rollout")), "endpoints"), rolloutID(r))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, web.RolloutPage(props))
+	f, ro := pageFrame(r), rolloutParam(r)
+	s.render(w, r, http.StatusOK, web.RolloutPage(rolloutProps(f.user, f.layout(w, fmt.Sprintf("Rollout %d", ro.ID), "endpoints"), ro)))
 }
 
 // portalRolloutLive is the rollout page's live section alone.
 func (s *Server) portalRolloutLive(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), rolloutID(r))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, web.RolloutLive(props))
+	f := pageFrame(r)
+	s.render(w, r, http.StatusOK, web.RolloutLive(rolloutProps(f.user, f.layout(w, "", "endpoints"), rolloutParam(r))))
 }
 
 // sseLifetime bounds one event stream; the browser's EventSource reconnects
@@ -247,13 +225,8 @@ const sseLifetime = 5 * time.Minute
 // replica, the events table is the record, and a second of delay is what
 // the page needs.
 func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	id := rolloutID(r)
-	ro, err := s.Rollouts.Get(r.Context(), p, id)
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	f, ro := pageFrame(r), rolloutParam(r)
+	id := ro.ID
 	var last int64
 	if n, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && n > 0 {
 		last = n
@@ -272,7 +245,7 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	ctx, cancel := context.WithTimeout(r.Context(), sseLifetime)
 	defer cancel()
-	tick := time.NewTicker(time.Second)
+	tick := s.Clock.NewTicker(time.Second, "portal", "rollout_events")
 	defer tick.Stop()
 	idle := 0
 	for {
@@ -285,7 +258,8 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 		// timeout) and with the membership of the rollout's team: p is read
 		// again each time (Events, scoped by p's teams, would otherwise
 		// just find nothing new).
-		if p, err = s.Sessions.Check(ctx, sessionOf(r.Context()).token); err != nil {
+		p, err := s.Sessions.Check(ctx, f.session.token)
+		if err != nil {
 			return
 		}
 		if _, ok := p.Membership(ro.Team); !ok && !p.PlatformAdmin() {
@@ -319,8 +293,8 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 // portalRolloutAction runs one button of the rollout page. htmx gets the
 // live section back; a plain form post goes back to the page.
 func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
-	id := rolloutID(r)
+	f, ro := pageFrame(r), rolloutParam(r)
+	p, id := f.user, ro.ID
 	comment := strings.TrimSpace(r.PostFormValue("comment"))
 	name := chi.URLParam(r, "action")
 	acts := s.rolloutActions()
@@ -351,18 +325,18 @@ func (s *Server) portalRolloutAction(w http.ResponseWriter, r *http.Request) {
 		redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", id), msg)
 		return
 	}
-	props, err := s.rolloutProps(r.Context(), p, s.layout(w, r, "", "endpoints"), id)
-	if err != nil {
-		s.portalError(w, r, err)
-		return
+	if err == nil {
+		ro = c // the rollout as the action left it
 	}
+	props := rolloutProps(p, f.layout(w, "", "endpoints"), ro)
 	props.Error = msg
 	s.render(w, r, status, web.RolloutLive(props))
 }
 
 // portalRolloutStart starts a rollout from the endpoint page's form.
 func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "endpoint")
+	e := endpointParam(r)
+	name := e.Name
 	f := web.RolloutForm{Version: r.PostFormValue("version"), Strategy: r.PostFormValue("strategy"), Steps: r.PostFormValue("steps"),
 		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds")}
 	errs := web.FieldErrors{}
@@ -383,7 +357,7 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 		}
 		steps = append(steps, rollout.Step{Percent: n, BakeSeconds: bake * 60})
 	}
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	if len(errs) == 0 {
 		ro, err := s.Rollouts.Start(r.Context(), p, name, rollout.Spec{Version: f.Version, Strategy: f.Strategy, Steps: steps,
 			EvaluationInterval: time.Duration(interval * float64(time.Second))})
@@ -403,7 +377,7 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	props, err := s.endpointProps(w, r, name)
+	props, err := s.endpointProps(w, r, e)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

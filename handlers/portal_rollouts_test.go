@@ -13,9 +13,10 @@ import (
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/chromedp/chromedp"
+	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/endpoint"
 	"modelplane/judge"
 	"modelplane/rollout"
@@ -237,7 +238,7 @@ func (f fixedStats) Totals(context.Context, string, int64, time.Time, time.Time)
 }
 
 func latencyWindow(n uint64, bucket int) judge.Window {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	h[bucket] = n
 	return judge.Window{Requests: n, Latency: h}
 }
@@ -258,8 +259,8 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	clock := func() time.Time { return now }
+	clock := quartz.NewMock(t)
+	clock.Set(time.Now())
 	// Too few candidate requests for three evaluations, then a candidate
 	// 10 buckets slower than the incumbent: rolled back.
 	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(20, 20)}
@@ -267,11 +268,11 @@ func TestPortalRolloutVerdictCharts(t *testing.T) {
 		if i == 4 {
 			stats["v2"] = latencyWindow(500, 20)
 		}
-		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Now: clock})
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Clock: clock})
 		if err := ctl.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(time.Second)
+		clock.Set(clock.Now().Add(time.Second))
 	}
 	admin := portalSignIn(t, e, "risk-admin@example.com")
 	doc := admin.page(fmt.Sprintf("/rollouts/%d", ro.ID))
@@ -332,16 +333,16 @@ func TestPortalRolloutDriftCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	clock := func() time.Time { return now }
+	clock := quartz.NewMock(t)
+	clock.Set(time.Now())
 	stats := fixedStats{"v1": latencyWindow(500, 10), "v2": latencyWindow(500, 10)}
 	pass := func() {
 		t.Helper()
-		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Drift: measured, Now: clock})
+		ctl := rollout.NewController(rollout.ControllerConfig{Pool: e.pool, Stats: stats, Drift: measured, Clock: clock})
 		if err := ctl.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(time.Second)
+		clock.Set(clock.Now().Add(time.Second))
 	}
 	for range 3 {
 		pass()

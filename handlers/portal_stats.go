@@ -5,9 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
-	"modelplane/traffic"
+	"modelplane/reqstats"
 	"modelplane/web"
 )
 
@@ -41,27 +39,27 @@ func (s *Server) statsProps(ctx context.Context, endpoint string, endpointID int
 
 // versionCharts are QPS, latency and error rate for every version, and
 // TTFT and TPOT for one that streams.
-func versionCharts(v traffic.Series) web.VersionStats {
+func versionCharts(v reqstats.Series) web.VersionStats {
 	n := len(v.Points)
-	col := func(f func(traffic.Point) float64) []float64 {
+	col := func(f func(reqstats.Point) float64) []float64 {
 		out := make([]float64, n)
 		for i, p := range v.Points {
 			out[i] = f(p)
 		}
 		return out
 	}
-	pair := func(id, title string, p50, p99 func(traffic.Point) float64) web.Chart {
+	pair := func(id, title string, p50, p99 func(reqstats.Point) float64) web.Chart {
 		return web.Chart{ID: id, Title: title, Unit: "ms", Lines: []web.ChartLine{{Label: "p50", Values: col(p50)}, {Label: "p99", Values: col(p99)}}}
 	}
 	out := web.VersionStats{Version: v.Version, Charts: []web.Chart{
-		{ID: "qps", Title: "Requests per second", Unit: "req/s", Lines: []web.ChartLine{{Label: "QPS", Values: col(func(p traffic.Point) float64 { return p.QPS })}}},
-		pair("latency", "Latency", func(p traffic.Point) float64 { return p.P50MS }, func(p traffic.Point) float64 { return p.P99MS }),
-		{ID: "errors", Title: "Error rate", Unit: "%", Lines: []web.ChartLine{{Label: "errors", Values: col(func(p traffic.Point) float64 { return p.ErrorRate * 100 })}}},
+		{ID: "qps", Title: "Requests per second", Unit: "req/s", Lines: []web.ChartLine{{Label: "QPS", Values: col(func(p reqstats.Point) float64 { return p.QPS })}}},
+		pair("latency", "Latency", func(p reqstats.Point) float64 { return p.P50MS }, func(p reqstats.Point) float64 { return p.P99MS }),
+		{ID: "errors", Title: "Error rate", Unit: "%", Lines: []web.ChartLine{{Label: "errors", Values: col(func(p reqstats.Point) float64 { return p.ErrorRate * 100 })}}},
 	}}
 	if v.Streaming {
 		out.Charts = append(out.Charts,
-			pair("ttft", "Time to first token", func(p traffic.Point) float64 { return p.TTFTP50MS }, func(p traffic.Point) float64 { return p.TTFTP99MS }),
-			pair("tpot", "Time per output token", func(p traffic.Point) float64 { return p.TPOTP50MS }, func(p traffic.Point) float64 { return p.TPOTP99MS }))
+			pair("ttft", "Time to first token", func(p reqstats.Point) float64 { return p.TTFTP50MS }, func(p reqstats.Point) float64 { return p.TTFTP99MS }),
+			pair("tpot", "Time per output token", func(p reqstats.Point) float64 { return p.TPOTP50MS }, func(p reqstats.Point) float64 { return p.TPOTP99MS }))
 	}
 	return out
 }
@@ -69,10 +67,6 @@ func versionCharts(v traffic.Series) web.VersionStats {
 // portalEndpointStats is the endpoint page's traffic section alone, which
 // the page re-fetches every 5 s.
 func (s *Server) portalEndpointStats(w http.ResponseWriter, r *http.Request) {
-	e, err := s.Endpoints.Get(r.Context(), principal(r.Context()), chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	e := endpointParam(r)
 	s.render(w, r, http.StatusOK, web.StatsSection(s.statsProps(r.Context(), e.Name, e.ID)))
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/PuerkitoBio/goquery"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/chtest"
 )
 
@@ -34,7 +34,7 @@ func newStatsEnv(t *testing.T) *testEnv {
 	}
 	at := time.Now().Add(-20 * time.Second).Truncate(time.Second)
 	hist := func(n uint64, bucket int) []uint64 {
-		h := make([]uint64, proto.LatencyBuckets)
+		h := make([]uint64, busapi.LatencyBuckets)
 		h[bucket] = n
 		return h
 	}

@@ -29,8 +29,9 @@ func when(t *time.Time) string {
 // teamProps fills the team page for team, or for the active team when team
 // is "" (a form re-rendered after it failed shows the team it was for).
 func (s *Server) teamProps(w http.ResponseWriter, r *http.Request, team string) (web.TeamProps, error) {
-	p := principal(r.Context())
-	props := web.TeamProps{Layout: s.layout(w, r, "Team", "team")}
+	f := pageFrame(r)
+	p := f.user
+	props := web.TeamProps{Layout: f.layout(w, "Team", "team")}
 	props.Team = props.ActiveTeam
 	if team != "" {
 		props.Team = team
@@ -82,7 +83,7 @@ func (s *Server) portalTeam(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) portalTeamSwitch(w http.ResponseWriter, r *http.Request) {
 	team := r.PostFormValue("team")
-	if _, ok := principal(r.Context()).Membership(team); !ok {
+	if _, ok := pageFrame(r).user.Membership(team); !ok {
 		s.renderError(w, r, http.StatusNotFound, "not found")
 		return
 	}
@@ -114,7 +115,7 @@ func (s *Server) teamFormFailed(w http.ResponseWriter, r *http.Request, err erro
 }
 
 func (s *Server) portalMemberSet(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	team, ok := s.formTeam(w, r)
 	if !ok {
 		return
@@ -128,7 +129,7 @@ func (s *Server) portalMemberSet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) portalKeyCreate(w http.ResponseWriter, r *http.Request) {
-	p := principal(r.Context())
+	p := pageFrame(r).user
 	team, ok := s.formTeam(w, r)
 	if !ok {
 		return
@@ -142,7 +143,7 @@ func (s *Server) portalKeyCreate(w http.ResponseWriter, r *http.Request) {
 				func(tp *web.TeamProps) { tp.KeyForm = web.KeyRow{Name: name, Role: role, Expires: days} })
 			return
 		}
-		t := s.Now().Add(time.Duration(n) * day)
+		t := s.Clock.Now().Add(time.Duration(n) * day)
 		req.ExpiresAt = &t
 	}
 	raw, _, err := s.Tenant.CreateKey(r.Context(), p, req)
@@ -166,7 +167,7 @@ func (s *Server) portalKeyRevoke(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusNotFound, "not found")
 		return
 	}
-	k, err := s.Tenant.RevokeKey(r.Context(), principal(r.Context()), id)
+	k, err := s.Tenant.RevokeKey(r.Context(), pageFrame(r).user, id)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
@@ -183,13 +184,13 @@ func (s *Server) portalAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := audit.Filter{Action: q.Get("action"), ObjectType: q.Get("object_type"), Actor: q.Get("actor"), BeforeID: before, Limit: pg.Limit + 1}
-	rows, err := s.Audit.List(r.Context(), principal(r.Context()), f)
+	rows, err := s.Audit.List(r.Context(), pageFrame(r).user, f)
 	if err != nil {
 		s.portalError(w, r, err)
 		return
 	}
 	list := page(rows, pg.Limit, func(a audit.Row) int64 { return a.ID })
-	props := web.AuditProps{Layout: s.layout(w, r, "Audit", "audit"), Action: f.Action, ObjectType: f.ObjectType, Actor: f.Actor}
+	props := web.AuditProps{Layout: pageFrame(r).layout(w, "Audit", "audit"), Action: f.Action, ObjectType: f.ObjectType, Actor: f.Actor}
 	if list.Body.NextCursor != "" {
 		next := url.Values{"cursor": {list.Body.NextCursor}, "action": {f.Action}, "object_type": {f.ObjectType}, "actor": {f.Actor}}
 		props.NextURL = "/audit?" + next.Encode()
@@ -203,7 +204,7 @@ func (s *Server) portalAudit(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) portalTeamCreate(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSpace(r.PostFormValue("team_name"))
-	_, err := s.Tenant.CreateTeam(r.Context(), principal(r.Context()), name, "")
+	_, err := s.Tenant.CreateTeam(r.Context(), pageFrame(r).user, name, "")
 	if err == nil {
 		http.SetCookie(w, &http.Cookie{Name: TeamCookie, Value: name, Path: "/", MaxAge: 365 * 86400, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 		redirectFlash(w, r, "/team", "Team "+name+" created.")

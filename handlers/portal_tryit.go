@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/registry"
@@ -91,18 +89,14 @@ func exampleBody(m registry.Model) string {
 // endpoint's team may: the request runs, and is billed, as the platform.
 func (s *Server) portalTryIt(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := principal(ctx)
-	e, err := s.Endpoints.Get(ctx, p, chi.URLParam(r, "endpoint"))
-	if err != nil {
-		s.portalError(w, r, err)
-		return
-	}
+	f, e := pageFrame(r), endpointParam(r)
+	p := f.user
 	if !p.CanWrite(e.TeamID) {
 		s.portalError(w, r, auth.ErrForbidden)
 		return
 	}
 	body := r.PostFormValue("body")
-	props, err := s.tryItProps(ctx, sessionOf(ctx).csrf, e, p, body)
+	props, err := s.tryItProps(ctx, f.session.csrf, e, p, body)
 	if err != nil {
 		s.portalError(w, r, err)
 		return

@@ -2,24 +2,12 @@ package handlers
 
 import (
 	"context"
-	"log/slog"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/coder/quartz"
 
-	"modelplane/audit"
-	"modelplane/auth"
-	"modelplane/billing"
-	"modelplane/chargeback"
-	"modelplane/drift"
-	"modelplane/endpoint"
-	"modelplane/enrollment"
-	"modelplane/fleet"
-	"modelplane/idempotency"
-	"modelplane/registry"
-	"modelplane/rollout"
-	"modelplane/tenant"
-	"modelplane/traffic"
+	"modelplane/services"
 )
 
 // Pinger reports whether a dependency is reachable, for /readyz.
@@ -27,42 +15,19 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Deps are what the handlers need: the control plane's services, built once
-// by package controlplane, and the HTTP layer's settings. Every field is
-// required unless its comment says what nil means; New fills nothing in.
+// Deps are what the handlers need: the control plane's services, built
+// once by package controlplane and taken whole, and the HTTP layer's
+// settings. Set is required, and so is every setting unless its comment
+// says what its zero value means.
 type Deps struct {
-	Log       *slog.Logger
-	Keys      *auth.Keys
-	OIDC      *auth.OIDC // nil disables SSO sign-in and bearer tokens
-	Sessions  *auth.Sessions
-	Tenant    *tenant.Service
-	Registry  *registry.Service
-	Endpoints *endpoint.Service
-	Fleet     *fleet.Fleet
-	Meter     *billing.Meter // nil: the fleet page shows no metered total
-	// Rates is the cost-rate history.
-	Rates *billing.Book
-	// Chargeback reads usage and cost reports from ClickHouse; nil: the
-	// chargeback API answers 503 and the portal page says it is unavailable.
-	Chargeback *chargeback.Service
-	// Budgets keeps monthly budgets and their alerts; nil: the budget API
-	// answers 503 and the chargeback page shows none.
-	Budgets *chargeback.Budgets
-	// Advisor gives right-sizing advice; nil (no ClickHouse): none is shown.
-	Advisor *chargeback.Advisor
-	// Rollouts starts and drives rollouts.
-	Rollouts *rollout.Service
-	// Traffic reads the gateways' request statistics (a *traffic.Reader
-	// over ClickHouse); nil: the endpoint page and API say they are
-	// unavailable.
-	Traffic TrafficReader
-	// Drift serves drift reports and stored scores; nil: the drift page
-	// and API say drift is unavailable (no ClickHouse).
-	Drift *drift.Service
-	// Audit lists the audit log for the API and the team page.
-	Audit *audit.Log
-	// Idempotency stores the Idempotency-Key records of API POSTs.
-	Idempotency *idempotency.Store
+	// Set is the domain services. A nil service in it makes its pages and
+	// API answer that it is unavailable (services.Set says which may be
+	// nil); a nil Enrollment also leaves artifact fetches to AgentToken.
+	*services.Set
+	// Clock is the HTTP layer's clock: request durations, the chargeback
+	// and drift windows, and the event streams' polling (nil: the real
+	// clock).
+	Clock quartz.Clock
 	// GatewayURL is the inference gateway's base URL; "" makes the
 	// endpoint page's Try it section say the gateway is not configured.
 	GatewayURL string
@@ -72,18 +37,11 @@ type Deps struct {
 	// AgentToken is the credential node agents present to fetch artifacts
 	// (GET /internal/artifacts/{sha256}); "" refuses every agent.
 	AgentToken string
-	// Enrollment enrolls, rotates and revokes nodes and checks their
-	// artifact tokens; nil: the enrollment routes answer 503 and only
-	// AgentToken fetches artifacts.
-	Enrollment *enrollment.Service
 	// PublicURL is the control plane's URL as nodes reach it, for the
 	// join command line the portal shows; "" leaves --control-plane out.
 	PublicURL string
-	Ready     map[string]Pinger // name → dependency checked by /readyz
-	// Metrics is the registry /metrics serves; the HTTP layer registers its
-	// own collectors on it.
-	Metrics *prometheus.Registry
-	Now     func() time.Time
+	// Ready names the dependencies /readyz checks.
+	Ready map[string]Pinger
 	// DevUsers, when set, are shown on the sign-in page (modelplane dev).
 	DevUsers []DevUser
 	// MaxUploadBytes bounds a version upload; other bodies are bounded by
@@ -105,12 +63,6 @@ const DefaultReadTimeout = 30 * time.Second
 // the server is told otherwise.
 const DefaultMaxBodyBytes = 1 << 20
 
-// TrafficReader reads an endpoint's per-version request statistics by
-// name; handlers scope the endpoint to the caller's team before asking.
-type TrafficReader interface {
-	Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (traffic.Window, error)
-}
-
 // DevUser is a demo identity offered on the sign-in page.
 type DevUser struct {
 	Email       string
@@ -121,12 +73,19 @@ type DevUser struct {
 type Server struct {
 	Deps
 	metrics *httpMetrics
+	// frameLoads and teamListLoads count the portal's page frames and the
+	// switcher's team lists loaded since New, so tests hold a request to
+	// one frame and at most one team list.
+	frameLoads, teamListLoads atomic.Int64
 }
 
 // New returns a Server; call Handler for its routes.
 func New(d Deps) *Server {
 	if d.ReadTimeout <= 0 {
 		d.ReadTimeout = DefaultReadTimeout
+	}
+	if d.Clock == nil {
+		d.Clock = quartz.NewReal()
 	}
 	return &Server{Deps: d, metrics: newHTTPMetrics(d.Metrics)}
 }

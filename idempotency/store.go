@@ -100,10 +100,12 @@ const Retention = 24 * time.Hour
 const SweepInterval = 5 * time.Minute
 
 // Sweeper returns the Service that removes records older than Retention
-// every SweepInterval. Every control plane may run one: the delete is
-// idempotent.
-func (s *Store) Sweeper(log *slog.Logger) service.Service {
-	clock := quartz.NewReal()
+// every SweepInterval of clock (quartz.NewReal() when nil). Every control
+// plane may run one: the delete is idempotent.
+func (s *Store) Sweeper(log *slog.Logger, clock quartz.Clock) service.Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
 	return service.NewFunc(func(ctx context.Context) {
 		service.Tick(ctx, clock, SweepInterval, nil, func(ctx context.Context) {
 			if _, err := s.Sweep(ctx, clock.Now().Add(-Retention)); err != nil && ctx.Err() == nil {

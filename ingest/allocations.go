@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modelplane/agent/proto"
+	"github.com/coder/quartz"
+
+	"modelplane/busapi"
 )
 
 // Allocation is one interval of an allocation as the control plane recorded
@@ -74,7 +76,7 @@ type slotKey struct {
 type allocCache struct {
 	load    LoadAllocations
 	horizon time.Duration
-	now     func() time.Time
+	clock   quartz.Clock
 
 	loading  sync.Mutex // one read at a time; guards cursor and pruned
 	cursor   int64
@@ -86,8 +88,8 @@ type allocCache struct {
 	slots map[slotKey][]*span
 }
 
-func newAllocCache(load LoadAllocations, horizon time.Duration, now func() time.Time) *allocCache {
-	return &allocCache{load: load, horizon: horizon, now: now, byID: make(map[int64]*span), slots: make(map[slotKey][]*span)}
+func newAllocCache(load LoadAllocations, horizon time.Duration, clock quartz.Clock) *allocCache {
+	return &allocCache{load: load, horizon: horizon, clock: clock, byID: make(map[int64]*span), slots: make(map[slotKey][]*span)}
 }
 
 // fresh makes sure the cache reflects every allocation committed before
@@ -99,7 +101,7 @@ func (c *allocCache) fresh(ctx context.Context, since time.Time) error {
 	if c.loadedAt.Load() > since.UnixNano() {
 		return nil
 	}
-	start := c.now()
+	start := c.clock.Now()
 	allocs, next, err := c.load(ctx, c.cursor, start.Add(-c.horizon))
 	if err != nil {
 		return err
@@ -169,9 +171,9 @@ func (c *allocCache) prune(cutoff int64) {
 // may change with a fresher cache: nothing was found, or the interval found
 // was still open at the last read and r is not older than that read (it
 // may have been closed since). Callers hold mu for reading.
-func (c *allocCache) lookup(r *proto.Usage, loadedAt int64) (s *span, reason int, certain bool) {
+func (c *allocCache) lookup(r *busapi.Usage, loadedAt int64) (s *span, reason int, certain bool) {
 	reason = dropUnallocated
-	if r.GPUType == proto.CPUType {
+	if r.GPUType == busapi.CPUType {
 		for _, x := range c.slots[slotKey{node: r.Node, cpuReplica: r.Replica}] {
 			if x.from <= r.Time && r.Time < x.to && r.GPU == 0 && r.Slice < x.cores {
 				return x, 0, x.to != math.MaxInt64 || r.Time < loadedAt

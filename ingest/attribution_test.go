@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"github.com/coder/quartz"
+
 	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
@@ -56,15 +58,15 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fl := fleet.New(pool, slog.New(slog.DiscardHandler), time.Now)
+	fl := fleet.New(pool, fleet.Options{Clock: quartz.NewReal(), Log: slog.New(slog.DiscardHandler)})
 	watching := time.Now()
-	if _, err := fl.Observe(ctx, proto.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []proto.GPU{
-		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}},
-		{Index: 1, Type: "A100-80GB", MemoryMB: 81920, Slices: []proto.Slice{{Index: 0, Profile: proto.ProfileFull}}},
+	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "gpu-a", BootID: "b", LeaseSeconds: 15, GPUs: []busapi.GPU{
+		{Index: 0, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
+		{Index: 1, Type: "A100-80GB", MemoryMB: 81920, Slices: []busapi.Slice{{Index: 0, Profile: busapi.ProfileFull}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fl.Observe(ctx, proto.NodeStatus{Node: "cpu-a", BootID: "b", LeaseSeconds: 15, CPUCores: 4, MemoryMB: 8192}); err != nil {
+	if _, err := fl.Observe(ctx, busapi.NodeStatus{Node: "cpu-a", BootID: "b", LeaseSeconds: 15, CPUCores: 4, MemoryMB: 8192}); err != nil {
 		t.Fatal(err)
 	}
 	eps := endpoint.New(pool)
@@ -112,31 +114,30 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	u := e.start(t, cfg)
 	// What agent gpu-a and agent cpu-a say: the right slots and replicas,
 	// labelled as another team's endpoint on a dearer GPU.
-	forged := func(r proto.Usage) proto.Usage {
+	forged := func(r busapi.Usage) busapi.Usage {
 		r.Team, r.Endpoint, r.Model, r.Version = "search", "chat", "llama", "v9"
-		if r.GPUType != proto.CPUType {
+		if r.GPUType != busapi.CPUType {
 			r.GPUType, r.Profile = "H100-80GB", "mig-3g.40gb"
 		}
 		return r
 	}
-	send := func(id, node string, recs ...proto.Usage) {
+	send := func(id, node string, recs ...busapi.Usage) {
 		t.Helper()
 		for i := range recs {
 			recs[i].Node = node
 		}
-		e.publish(t, e.js, proto.UsageBatch{ID: id, Node: node, Records: recs})
+		e.publish(t, e.js, busapi.UsageBatch{ID: id, Node: node, Records: recs})
 	}
 	send("gpu-1", "gpu-a",
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: gpuRep, UtilPct: 50, Requests: 7}),
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: gpuRep, UtilPct: 50, Requests: 7}),
 		// A slot with no allocation, and the allocated slot claimed for
 		// another replica.
-		forged(proto.Usage{Time: during, GPU: 1 - gpu, Replica: gpuRep}),
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: "someone-else"}))
+		forged(busapi.Usage{Time: during, GPU: 1 - gpu, Replica: gpuRep}),
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: "someone-else"}))
 	send("cpu-1", "cpu-a",
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}),
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 1, Replica: cpuRep}),
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}),
 		// A third core of a 2-core replica.
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 2, Replica: cpuRep}))
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 2, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
 
 	// Both endpoints are deleted: the replicas and their allocations go.
@@ -153,14 +154,16 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 		t.Fatalf("intervals not closed by the delete: %v", err)
 	}
 	// Late: another batch of the second they were allocated in, spooled by
-	// the agent and arriving now; and seconds after the allocations ended.
+	// the agent and arriving now (the second core's, billed; the GPU's
+	// again, a repeat never billed twice); and seconds after the
+	// allocations ended.
 	after := ended.Unix() + 2
 	send("gpu-2", "gpu-a",
-		forged(proto.Usage{Time: during, GPU: gpu, Replica: gpuRep, Requests: 3}),
-		forged(proto.Usage{Time: after, GPU: gpu, Replica: gpuRep}))
+		forged(busapi.Usage{Time: during, GPU: gpu, Replica: gpuRep, Requests: 3}),
+		forged(busapi.Usage{Time: after, GPU: gpu, Replica: gpuRep}))
 	send("cpu-2", "cpu-a",
-		forged(proto.Usage{Time: during, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}),
-		forged(proto.Usage{Time: after, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slice: 0, Replica: cpuRep}))
+		forged(busapi.Usage{Time: during, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 1, Replica: cpuRep}),
+		forged(busapi.Usage{Time: after, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slice: 0, Replica: cpuRep}))
 	e.waitDrained(t, "", 30*time.Second)
 
 	rows, err := e.ch.Query(ctx, `SELECT node, ts, gpu, slice, gpu_type, profile, team, endpoint, model, version, replica, requests, row_idx, batch_id
@@ -192,19 +195,17 @@ func TestUsageAttributedByAllocations(t *testing.T) {
 	}
 	want := []string{
 		"cpu-1/0 cpu-a t+0 0/0 cpu cpu-core risk xgb-ep xgb x1 req=0",
-		"cpu-1/1 cpu-a t+0 0/1 cpu cpu-core risk xgb-ep xgb x1 req=0",
-		"cpu-2/0 cpu-a t+0 0/0 cpu cpu-core risk xgb-ep xgb x1 req=0",
+		"cpu-2/0 cpu-a t+0 0/1 cpu cpu-core risk xgb-ep xgb x1 req=0",
 		fmt.Sprintf("gpu-1/0 gpu-a t+0 %d/0 A100-80GB full risk fraud-ep fraud v1 req=7", gpu),
-		fmt.Sprintf("gpu-2/0 gpu-a t+0 %d/0 A100-80GB full risk fraud-ep fraud v1 req=3", gpu),
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("gpu_usage rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// Dropped: the unallocated GPU, the third core, and the two seconds
 	// after the end (unallocated); the slot claimed for another replica
-	// (foreign).
-	if s := u.Stats(); s.UnallocatedRows != 4 || s.ForeignRows != 1 {
-		t.Errorf("dropped %d unallocated and %d foreign rows; want 4 and 1", s.UnallocatedRows, s.ForeignRows)
+	// (foreign); the GPU's second billed again (repeated).
+	if s := u.Stats(); s.UnallocatedRows != 4 || s.ForeignRows != 1 || s.RepeatedRows != 1 {
+		t.Errorf("dropped %d unallocated, %d foreign, %d repeated rows; want 4, 1 and 1", s.UnallocatedRows, s.ForeignRows, s.RepeatedRows)
 	}
 }
 

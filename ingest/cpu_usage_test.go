@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"github.com/coder/quartz"
+
 	"modelplane/auth"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/ingest"
@@ -21,15 +23,15 @@ import (
 
 // cpuSecond is a CPU node's batch for one second as its agent meters it:
 // one record per allocated core (replica xgb-r1 on 2 cores, xgb-r2 on 1).
-func cpuSecond(node string, sec int64) proto.UsageBatch {
+func cpuSecond(node string, sec int64) busapi.UsageBatch {
 	t := baseTime + sec
-	b := proto.UsageBatch{ID: fmt.Sprintf("%s-%d-0", node, t), Node: node}
+	b := busapi.UsageBatch{ID: fmt.Sprintf("%s-%d-0", node, t), Node: node}
 	for _, r := range []struct {
 		replica string
 		cores   int
 	}{{"xgb-r1", 2}, {"xgb-r2", 1}} {
 		for core := range r.cores {
-			rec := proto.Usage{Time: t, Node: node, Slice: core, GPUType: proto.CPUType, Profile: proto.ProfileCPU, Team: "risk",
+			rec := busapi.Usage{Time: t, Node: node, Slice: core, GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Team: "risk",
 				Endpoint: "fraud-cpu", Model: "fraud-xgb", Version: "x1", Replica: r.replica, UtilPct: 20, MemoryMB: 512}
 			if core == 0 {
 				rec.Requests = 3
@@ -53,11 +55,11 @@ func TestCPUUsagePricedPerCoreHour(t *testing.T) {
 	cfg.LoadRates = func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) }
 	e.start(t, cfg)
 	const seconds = 900
-	var batches []proto.UsageBatch
+	var batches []busapi.UsageBatch
 	for sec := range int64(seconds) {
 		batches = append(batches, cpuSecond("cpu-0", sec))
-		g := proto.UsageBatch{ID: fmt.Sprintf("gpu-0-%d-0", baseTime+sec), Node: "gpu-0", Records: []proto.Usage{{Time: baseTime + sec,
-			Node: "gpu-0", GPUType: "A100-80GB", Profile: proto.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "fraud-xgb",
+		g := busapi.UsageBatch{ID: fmt.Sprintf("gpu-0-%d-0", baseTime+sec), Node: "gpu-0", Records: []busapi.Usage{{Time: baseTime + sec,
+			Node: "gpu-0", GPUType: "A100-80GB", Profile: busapi.ProfileFull, Team: "risk", Endpoint: "fraud", Model: "fraud-xgb",
 			Version: "v3", Replica: "fraud-r1", UtilPct: 50}}}
 		batches = append(batches, g)
 	}
@@ -70,7 +72,9 @@ func TestCPUUsagePricedPerCoreHour(t *testing.T) {
 	}
 
 	finance := &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance}
-	svc := chargeback.New(e.ch, db.New(pool), func() time.Time { return time.Unix(baseTime, 0).Add(48 * time.Hour) })
+	clk := quartz.NewMock(t)
+	clk.Set(time.Unix(baseTime, 0).Add(48 * time.Hour))
+	svc := chargeback.New(e.ch, db.New(pool), clk)
 	from := time.Unix(baseTime, 0).UTC()
 	// 2,700 core-seconds at $0.04 a core-hour is $0.03; 900 A100 seconds
 	// at $3.50 an hour is $0.875.
@@ -85,8 +89,8 @@ func TestCPUUsagePricedPerCoreHour(t *testing.T) {
 		for _, r := range rep.Rows {
 			byType[r.GPUType] = r
 		}
-		c, g := byType[proto.CPUType], byType["A100-80GB"]
-		if len(rep.Rows) != 2 || c.Endpoint != "fraud-cpu" || c.Allocation != proto.ProfileCPU || c.GPUSeconds != 3*seconds ||
+		c, g := byType[busapi.CPUType], byType["A100-80GB"]
+		if len(rep.Rows) != 2 || c.Endpoint != "fraud-cpu" || c.Allocation != busapi.ProfileCPU || c.GPUSeconds != 3*seconds ||
 			c.CPUCoreSeconds != 3*seconds || c.CostMicroUSD != cpuCost || c.Requests != 2*3*seconds {
 			t.Errorf("source %d: cpu row = %+v; want fraud-cpu on cpu-core, 2700 core-seconds, %d µUSD, 5400 requests (rows %+v)", src, c, cpuCost, rep.Rows)
 		}
@@ -109,11 +113,11 @@ func TestCPUUsagePricedPerCoreHour(t *testing.T) {
 		col := func(name string) int { return slices.Index(recs[0], name) }
 		var cpuLine []string
 		for _, r := range recs[1:] {
-			if r[col("gpu_type")] == proto.CPUType {
+			if r[col("gpu_type")] == busapi.CPUType {
 				cpuLine = r
 			}
 		}
-		if cpuLine == nil || cpuLine[col("allocation")] != proto.ProfileCPU || cpuLine[col("cost_uusd")] != "30000" ||
+		if cpuLine == nil || cpuLine[col("allocation")] != busapi.ProfileCPU || cpuLine[col("cost_uusd")] != "30000" ||
 			cpuLine[col("cost_usd")] != "0.030000" || cpuLine[col("cpu_core_seconds")] != "2700" || cpuLine[col("cpu_core_hours")] != "0.75" {
 			t.Errorf("source %d: CSV cpu line = %q (columns %q); want cpu-core, 30000 µUSD ($0.030000), 2700 core-seconds, 0.75 core-hours",
 				src, cpuLine, recs[0])

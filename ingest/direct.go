@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // The Store functions write rows that no agent or gateway published, such
@@ -22,20 +22,20 @@ import (
 const directChunk = 1000
 
 // StoreUsage prices batches at prices and inserts them into gpu_usage, as
-// the usage consumer does, and returns the rows written. Unlike the
-// consumer it does not look for rows stored already: the caller loads
-// each batch once. Nor does it attribute rows by allocation intervals:
+// the usage consumer does, and returns the rows written: one per
+// slot-second among batches. Unlike the consumer it does not look for rows
+// stored already: the caller loads each batch once. Nor does it attribute rows by allocation intervals:
 // its caller is the platform itself writing history it made up, whose
 // labels are its own, never an agent's. The insert is tagged as this package's write, so a
 // concurrent RepairRollup waits for it instead of counting it twice.
-func StoreUsage(ctx context.Context, ch driver.Conn, prices Pricer, batches []proto.UsageBatch) (int, error) {
+func StoreUsage(ctx context.Context, ch driver.Conn, prices Pricer, batches []busapi.UsageBatch) (int, error) {
 	if prices == nil {
 		return 0, errors.New("store usage: no rate table")
 	}
 	ptrs := make([]*heldBatch, 0, len(batches))
 	for i := range batches {
 		b := &batches[i]
-		if err := checkBatch(proto.UsageSubject(b.Node), b); err != nil {
+		if err := checkBatch(busapi.UsageSubject(b.Node), b); err != nil {
 			return 0, fmt.Errorf("store usage: batch %q: %w", b.ID, err)
 		}
 		ptrs = append(ptrs, &heldBatch{batch: *b})
@@ -57,7 +57,7 @@ func StoreUsage(ctx context.Context, ch driver.Conn, prices Pricer, batches []pr
 
 // StoreReqStats inserts request statistics into request_stats as the
 // statistics consumer does, skipping ids stored already.
-func StoreReqStats(ctx context.Context, ch driver.Conn, stats []proto.ReqStats) error {
+func StoreReqStats(ctx context.Context, ch driver.Conn, stats []busapi.ReqStats) error {
 	c := &ReqStats{cfg: ReqStatsConfig{CH: ch}, log: slog.New(slog.DiscardHandler)}
 	for len(stats) > 0 {
 		chunk := stats[:min(directChunk, len(stats))]
@@ -68,7 +68,7 @@ func StoreReqStats(ctx context.Context, ch driver.Conn, stats []proto.ReqStats) 
 			case s.ID == "" || s.Endpoint == "" || s.Version == "":
 				return errors.New("store request stats: missing id, endpoint or version")
 			case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT):
-				return fmt.Errorf("store request stats %q: a histogram does not have %d buckets", s.ID, proto.LatencyBuckets)
+				return fmt.Errorf("store request stats %q: a histogram does not have %d buckets", s.ID, busapi.LatencyBuckets)
 			case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
 				return fmt.Errorf("store request stats %q: window ends before it starts", s.ID)
 			}
@@ -84,14 +84,14 @@ func StoreReqStats(ctx context.Context, ch driver.Conn, stats []proto.ReqStats) 
 // StorePredictionSamples inserts prediction samples into
 // prediction_samples as the samples consumer does, skipping request ids
 // stored already.
-func StorePredictionSamples(ctx context.Context, ch driver.Conn, samples []proto.PredictionSample) error {
+func StorePredictionSamples(ctx context.Context, ch driver.Conn, samples []busapi.PredictionSample) error {
 	c := &Predictions{cfg: PredictionsConfig{CH: ch}, log: slog.New(slog.DiscardHandler)}
 	for len(samples) > 0 {
 		chunk := samples[:min(directChunk, len(samples))]
 		samples = samples[len(chunk):]
 		held := make([]heldSample, 0, len(chunk))
 		for _, s := range chunk {
-			if err := checkSample(proto.PredictionSubject(s.Endpoint), &s); err != nil {
+			if err := checkSample(busapi.PredictionSubject(s.Endpoint), &s); err != nil {
 				return fmt.Errorf("store prediction sample %q: %w", s.ID, err)
 			}
 			held = append(held, heldSample{s: s})

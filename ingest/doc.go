@@ -4,17 +4,24 @@
 //
 // Usage is the MP_USAGE consumer: it prices each per-second GPU allocation
 // record at the rate in force at that second and writes gpu_usage (and so,
-// through its materialised view, the hourly rollup). Exactly once rests on
-// one rule: no row whose (batch_id, row_idx) is already stored is ever
-// inserted again. Before each insert the consumer asks ClickHouse which of
-// the batches it holds are already there, with a query narrowed by the
-// table's primary key, and it drops repeats within what it holds; only then
-// does it insert, and only after ClickHouse accepted the insert does it ack.
-// A redelivery after a crash, a batch an agent replays after the JetStream
-// duplicate window, or an operator replaying the stream are all skipped, so
-// ReplacingMergeTree is not needed and the rollup, which fires on insert,
-// never sees a duplicate. Rows are never compared by content: two identical
-// seconds of two idle GPUs are two rows.
+// through its materialised view, the hourly rollup). The ledger bills each
+// slot-second once: gpu_usage holds at most one row per (node, GPU and
+// slice or CPU core, replica, second), whatever batch ids an agent puts on
+// them. Exactly once rests on that one rule: no row whose slot-second is
+// already stored is ever inserted. Before each insert the consumer asks
+// ClickHouse which slot-seconds of the rows it holds are already there,
+// with a query narrowed by the table's sort key (the nodes and the runs of
+// seconds they cover), and it keeps only the first of several held rows of
+// one slot-second; only then does it insert, and only after ClickHouse
+// accepted the insert does it ack. A redelivery after a crash, a batch an
+// agent replays after the JetStream duplicate window, or an operator
+// replaying the stream find their rows stored under their own (batch_id,
+// row_idx) and are skipped as duplicates; a row stored under another batch
+// is a repeat (a node billing a second twice) and is dropped and counted
+// (mp_ingest_usage_repeated_rows_total, logged per node). So
+// ReplacingMergeTree is not needed, and the rollup, which fires on insert,
+// never sees a second twice. Rows are never compared by content: two
+// identical seconds of two idle slots are two rows.
 //
 // The rollup needs one more rule. On ClickHouse 18.16 an insert writes
 // gpu_usage's part, then the view's; an insert that fails in between
@@ -32,7 +39,7 @@
 // Check-then-insert is only atomic while one process consumes: run one Usage
 // per durable consumer, under a leader lease (db.Lease starting and stopping Usage).
 // Inside the process, batches of one node always go to the same worker, so
-// concurrent inserts never race on one batch; the same single consumer
+// concurrent inserts never race on one slot-second; the same single consumer
 // keeps two repairs of one database from running at once.
 //
 // Usage believes an agent about its own node's measurements (utilisation,

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
@@ -39,7 +39,7 @@ func (r testRates) At(_, profile string, _ time.Time) (int64, bool) {
 	return v, ok
 }
 
-var rates = testRates{proto.ProfileFull: 3_500_000, "mig-1g.10gb": 500_000, "mig-3g.40gb": 1_750_000}
+var rates = testRates{busapi.ProfileFull: 3_500_000, "mig-1g.10gb": 500_000, "mig-3g.40gb": 1_750_000}
 
 func loadTestRates(context.Context) (ingest.Pricer, error) { return rates, nil }
 
@@ -49,13 +49,13 @@ var baseTime = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC).Unix()
 // nodeSecond is one agent's batch for one second: gpus GPUs, the even ones
 // whole and busy, the odd ones split into a 3g.40gb slice serving and a
 // 1g.10gb slice allocated but idle (billed all the same).
-func nodeSecond(node string, sec int64, gpus int) proto.UsageBatch {
+func nodeSecond(node string, sec int64, gpus int) busapi.UsageBatch {
 	t := baseTime + sec
-	b := proto.UsageBatch{ID: fmt.Sprintf("%s-%d-0", node, t), Node: node}
+	b := busapi.UsageBatch{ID: fmt.Sprintf("%s-%d-0", node, t), Node: node}
 	for g := range gpus {
-		rec := proto.Usage{Time: t, Node: node, GPU: g, GPUType: "A100-80GB", Team: "risk", Endpoint: "fraud", Model: "fraud-xgb", Version: "v3"}
+		rec := busapi.Usage{Time: t, Node: node, GPU: g, GPUType: "A100-80GB", Team: "risk", Endpoint: "fraud", Model: "fraud-xgb", Version: "v3"}
 		if g%2 == 0 {
-			rec.Profile, rec.Replica = proto.ProfileFull, fmt.Sprintf("%s-r%d", node, g)
+			rec.Profile, rec.Replica = busapi.ProfileFull, fmt.Sprintf("%s-r%d", node, g)
 			rec.UtilPct, rec.MemoryMB, rec.Requests = 61.5, 20_000, (t*31+int64(g)*7)%50
 			b.Records = append(b.Records, rec)
 			continue
@@ -63,7 +63,7 @@ func nodeSecond(node string, sec int64, gpus int) proto.UsageBatch {
 		rec.Profile, rec.Slice, rec.Replica = "mig-3g.40gb", 0, fmt.Sprintf("%s-r%d-0", node, g)
 		rec.UtilPct, rec.MemoryMB, rec.Requests = 40, 9_000, (t*17+int64(g))%20
 		b.Records = append(b.Records, rec)
-		idle := proto.Usage{Time: t, Node: node, GPU: g, Slice: 1, GPUType: "A100-80GB", Profile: "mig-1g.10gb"}
+		idle := busapi.Usage{Time: t, Node: node, GPU: g, Slice: 1, GPUType: "A100-80GB", Profile: "mig-1g.10gb"}
 		b.Records = append(b.Records, idle)
 	}
 	return b
@@ -74,11 +74,23 @@ type rowKey struct {
 	idx   uint32
 }
 
-type rowWant struct{ requests, rate uint64 }
+type rowWant struct {
+	requests, rate uint64
+	slot           slotKey
+}
+
+// slotKey is a slot-second, which the ledger bills once whatever batches
+// name it.
+type slotKey struct {
+	node, replica string
+	gpu, slice    int
+	ts            int64
+}
 
 // ledger is the exactly-once bookkeeping of a test: every row attempted
 // (handed to JetStream), every row whose publish JetStream acknowledged,
-// checked against what ClickHouse stored.
+// checked against what ClickHouse stored, which is one row per slot-second
+// attempted.
 // It is also the control plane's record of allocations for the consumer
 // (loadAllocations): a synthetic fleet is never placed, so each slot a
 // record meters is taken as allocated, from the epoch on, to the replica
@@ -101,16 +113,17 @@ func newLedger() *ledger {
 	return &ledger{attempted: make(map[rowKey]rowWant), acked: make(map[rowKey]bool), slots: make(map[allocKey]bool)}
 }
 
-func (l *ledger) attempt(b proto.UsageBatch) {
+func (l *ledger) attempt(b busapi.UsageBatch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, r := range b.Records {
 		rate, _ := rates.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
-		l.attempted[rowKey{b.ID, uint32(i)}] = rowWant{requests: uint64(r.Requests), rate: uint64(rate)}
+		l.attempted[rowKey{b.ID, uint32(i)}] = rowWant{requests: uint64(r.Requests), rate: uint64(rate),
+			slot: slotKey{node: r.Node, replica: r.Replica, gpu: r.GPU, slice: r.Slice, ts: r.Time}}
 		k := allocKey{node: r.Node, replica: r.Replica, gpu: r.GPU, slice: r.Slice}
 		a := ingest.Allocation{Node: r.Node, Replica: r.Replica, GPU: r.GPU, Slice: r.Slice, Team: r.Team, Endpoint: r.Endpoint,
 			Model: r.Model, Version: r.Version, GPUType: r.GPUType, Profile: r.Profile, From: time.Unix(0, 0)}
-		if r.GPUType == proto.CPUType {
+		if r.GPUType == busapi.CPUType {
 			// A CPU replica is one interval holding every core it meters.
 			k.gpu, k.slice, a.GPU, a.Slice, a.CPUCores = 0, 0, 0, 0, 1<<16
 		}
@@ -130,7 +143,7 @@ func (l *ledger) loadAllocations(_ context.Context, cursor int64, _ time.Time) (
 	return slices.Clone(l.allocs[cursor:]), int64(len(l.allocs)), nil
 }
 
-func (l *ledger) ack(b proto.UsageBatch) {
+func (l *ledger) ack(b busapi.UsageBatch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range b.Records {
@@ -145,46 +158,62 @@ func (l *ledger) rows() int {
 }
 
 // check asserts that every attempted row was acknowledged, that ClickHouse
-// holds each acknowledged row exactly once and nothing else, that request
-// and cost totals are exact, and that the hourly rollup adds up to the raw
+// holds exactly one row of each acknowledged slot-second, one of the rows
+// published for it, and nothing else, that request and cost totals are
+// those of the rows stored, and that the hourly rollup adds up to the raw
 // table.
 func (l *ledger) check(t *testing.T, ch driver.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rows, err := ch.Query(ctx, "SELECT batch_id, row_idx, count() FROM gpu_usage GROUP BY batch_id, row_idx")
+	rows, err := ch.Query(ctx, "SELECT batch_id, row_idx, node, replica, gpu, slice, toUInt32(ts) FROM gpu_usage")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := make(map[rowKey]uint64)
+	storedSlots := make(map[slotKey]uint64)
 	for rows.Next() {
 		var (
-			k rowKey
-			n uint64
+			k          rowKey
+			s          slotKey
+			gpu, slice uint16
+			ts         uint32
 		)
-		if err := rows.Scan(&k.batch, &k.idx, &n); err != nil {
+		if err := rows.Scan(&k.batch, &k.idx, &s.node, &s.replica, &gpu, &slice, &ts); err != nil {
 			t.Fatal(err)
 		}
-		stored[k] = n
+		s.gpu, s.slice, s.ts = int(gpu), int(slice), int64(ts)
+		stored[k]++
+		storedSlots[s]++
 	}
 	rows.Close()
 	var lost, duplicated, unknown, unacked int
 	var wantRequests, wantCost uint64
+	slots := make(map[slotKey]bool)
 	for k, w := range l.attempted {
 		if !l.acked[k] {
 			unacked++
 		}
-		n := stored[k]
-		if n == 0 && l.acked[k] {
+		if l.acked[k] {
+			slots[w.slot] = true
+		}
+		if n := stored[k]; n > 0 {
+			wantRequests += w.requests
+			wantCost += w.rate
+		}
+	}
+	for s := range slots {
+		if storedSlots[s] == 0 {
 			lost++
 		}
+	}
+	for s, n := range storedSlots {
 		if n > 1 {
 			duplicated += int(n - 1)
 		}
-		if n > 0 {
-			wantRequests += w.requests
-			wantCost += w.rate
+		if !slots[s] {
+			unknown++
 		}
 	}
 	for k := range stored {
@@ -192,16 +221,16 @@ func (l *ledger) check(t *testing.T, ch driver.Conn) {
 			unknown++
 		}
 	}
-	t.Logf("ledger: %d rows attempted, %d acked by JetStream, %d stored", len(l.attempted), len(l.acked), len(stored))
+	t.Logf("ledger: %d rows attempted, %d acked by JetStream, %d slot-seconds, %d stored", len(l.attempted), len(l.acked), len(slots), len(stored))
 	if lost != 0 || duplicated != 0 || unknown != 0 || unacked != 0 {
-		t.Errorf("lost %d, duplicated %d, stored but never published %d, never acked %d; want all 0", lost, duplicated, unknown, unacked)
+		t.Errorf("slot-seconds lost %d, billed twice %d, stored but never published %d; rows never acked %d; want all 0", lost, duplicated, unknown, unacked)
 	}
 	var rawRows, rawRequests, rawCost uint64
 	if err := ch.QueryRow(ctx, "SELECT count(), sum(requests), sum(rate_uusd_per_hour) FROM gpu_usage").Scan(&rawRows, &rawRequests, &rawCost); err != nil {
 		t.Fatal(err)
 	}
-	if rawRows != uint64(len(l.attempted)) || rawRequests != wantRequests || rawCost != wantCost {
-		t.Errorf("gpu_usage: %d rows, %d requests, %d µUSD×3600; want %d, %d, %d", rawRows, rawRequests, rawCost, len(l.attempted), wantRequests, wantCost)
+	if rawRows != uint64(len(slots)) || rawRequests != wantRequests || rawCost != wantCost {
+		t.Errorf("gpu_usage: %d rows, %d requests, %d µUSD×3600; want %d, %d, %d", rawRows, rawRequests, rawCost, len(slots), wantRequests, wantCost)
 	}
 	// Merges of the rollup are eventual: sum what is there, never read one row.
 	var hSeconds, hCost, hRequests uint64
@@ -242,7 +271,7 @@ func newEnv(t *testing.T, ch driver.Conn, dupWindow time.Duration) *env {
 		t.Fatal(err)
 	}
 	if dupWindow > 0 {
-		cfg := jetstream.StreamConfig{Name: proto.StreamUsage, Subjects: []string{"mp.usage.>"}, Storage: jetstream.FileStorage, Duplicates: dupWindow}
+		cfg := jetstream.StreamConfig{Name: busapi.StreamUsage, Subjects: []string{"mp.usage.>"}, Storage: jetstream.FileStorage, Duplicates: dupWindow}
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +283,7 @@ func newEnv(t *testing.T, ch driver.Conn, dupWindow time.Duration) *env {
 }
 
 // publish publishes b with its id as Nats-Msg-Id and records the outcome.
-func (e *env) publish(t *testing.T, js jetstream.JetStream, b proto.UsageBatch) *jetstream.PubAck {
+func (e *env) publish(t *testing.T, js jetstream.JetStream, b busapi.UsageBatch) *jetstream.PubAck {
 	t.Helper()
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -263,7 +292,7 @@ func (e *env) publish(t *testing.T, js jetstream.JetStream, b proto.UsageBatch) 
 	e.l.attempt(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ack, err := js.Publish(ctx, proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
+	ack, err := js.Publish(ctx, busapi.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
 	if err != nil {
 		t.Fatalf("publish %s: %v", b.ID, err)
 	}
@@ -273,7 +302,7 @@ func (e *env) publish(t *testing.T, js jetstream.JetStream, b proto.UsageBatch) 
 
 // publishAsync publishes batches without waiting for each ack, as agents
 // do, and waits for all acks at the end.
-func (e *env) publishAsync(t *testing.T, js jetstream.JetStream, batches []proto.UsageBatch) {
+func (e *env) publishAsync(t *testing.T, js jetstream.JetStream, batches []busapi.UsageBatch) {
 	t.Helper()
 	if err := e.publishAll(js, batches); err != nil {
 		t.Fatal(err)
@@ -281,7 +310,7 @@ func (e *env) publishAsync(t *testing.T, js jetstream.JetStream, batches []proto
 }
 
 // publishAll is publishAsync for goroutines other than the test's.
-func (e *env) publishAll(js jetstream.JetStream, batches []proto.UsageBatch) error {
+func (e *env) publishAll(js jetstream.JetStream, batches []busapi.UsageBatch) error {
 	futures := make([]jetstream.PubAckFuture, len(batches))
 	for i, b := range batches {
 		data, err := json.Marshal(b)
@@ -289,7 +318,7 @@ func (e *env) publishAll(js jetstream.JetStream, batches []proto.UsageBatch) err
 			return err
 		}
 		e.l.attempt(b)
-		if futures[i], err = js.PublishAsync(proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID)); err != nil {
+		if futures[i], err = js.PublishAsync(busapi.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID)); err != nil {
 			return fmt.Errorf("publish %s: %w", b.ID, err)
 		}
 	}
@@ -320,7 +349,7 @@ func (e *env) publishLoad(js jetstream.JetStream, nodes, gpus int, tick time.Dur
 				return
 			case <-t.C:
 			}
-			batches := make([]proto.UsageBatch, nodes)
+			batches := make([]busapi.UsageBatch, nodes)
 			for n := range batches {
 				batches[n] = nodeSecond(fmt.Sprintf("load-%d", n), sec, gpus)
 			}
@@ -374,7 +403,7 @@ func (e *env) waitDrained(t *testing.T, durable string, within time.Duration) {
 	wait.Eventually(t, within, func() bool {
 		info = nil
 		var s jetstream.Stream
-		if s, err = e.js.Stream(ctx, proto.StreamUsage); err == nil {
+		if s, err = e.js.Stream(ctx, busapi.StreamUsage); err == nil {
 			var si *jetstream.StreamInfo
 			if si, err = s.Info(ctx); err == nil {
 				last = si.State.LastSeq

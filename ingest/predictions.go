@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // PredictionsConfig configures the prediction samples consumer: the stream
-// defaults to proto.StreamPredictions, the durable to "ingest-predictions"
+// defaults to busapi.StreamPredictions, the durable to "ingest-predictions"
 // and the batch to 1,000.
 type PredictionsConfig = PullConfig
 
@@ -54,7 +54,7 @@ type PredictionsStats struct {
 
 // NewPredictions checks cfg and fills defaults. It starts nothing; call Start.
 func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
-	if err := cfg.defaults("predictions", proto.StreamPredictions, "ingest-predictions", 1_000); err != nil {
+	if err := cfg.defaults("predictions", busapi.StreamPredictions, "ingest-predictions", 1_000); err != nil {
 		return nil, err
 	}
 	c := &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
@@ -72,15 +72,15 @@ func (c *Predictions) Stats() PredictionsStats {
 type heldSample struct {
 	msg jetstream.Msg
 	seq uint64
-	s   proto.PredictionSample
+	s   busapi.PredictionSample
 }
 
 // checkSample reports why a decoded sample cannot be stored, nil when it can.
-func checkSample(subject string, s *proto.PredictionSample) error {
+func checkSample(subject string, s *busapi.PredictionSample) error {
 	switch {
 	case s.ID == "" || s.Endpoint == "" || s.Version == "":
 		return errors.New("missing id, endpoint or version")
-	case subject != proto.PredictionSubject(s.Endpoint):
+	case subject != busapi.PredictionSubject(s.Endpoint):
 		return fmt.Errorf("endpoint %q published on %s", s.Endpoint, subject)
 	case s.Time <= 0:
 		return errors.New("missing time")
@@ -102,7 +102,7 @@ func checkSample(subject string, s *proto.PredictionSample) error {
 func (c *Predictions) store(ctx context.Context, msgs []jetstream.Msg) error {
 	var held []heldSample
 	for _, m := range msgs {
-		var s proto.PredictionSample
+		var s busapi.PredictionSample
 		err := json.Unmarshal(m.Data(), &s)
 		if err == nil {
 			err = checkSample(m.Subject(), &s)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/wait"
 )
@@ -27,7 +27,7 @@ func (e *reqStatsEnv) startPredictions(t *testing.T) *ingest.Predictions {
 
 func (e *reqStatsEnv) predictionsDrained(t *testing.T) bool {
 	t.Helper()
-	c, err := e.js.Consumer(t.Context(), proto.StreamPredictions, "ingest-predictions")
+	c, err := e.js.Consumer(t.Context(), busapi.StreamPredictions, "ingest-predictions")
 	if err != nil {
 		return false
 	}
@@ -35,11 +35,11 @@ func (e *reqStatsEnv) predictionsDrained(t *testing.T) bool {
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
 
-func fraudSample(i int) proto.PredictionSample {
-	return proto.PredictionSample{ID: fmt.Sprintf("req-%d", i), Time: 1_800_000_000_000 + int64(i)*1_000 + 7,
+func fraudSample(i int) busapi.PredictionSample {
+	return busapi.PredictionSample{ID: fmt.Sprintf("req-%d", i), Time: 1_800_000_000_000 + int64(i)*1_000 + 7,
 		Endpoint: "fraud", Team: "risk", Version: "v23", LatencyMS: 1.5,
 		FeatureNames: []string{"amount", "country"},
-		Instances: []proto.SampleInstance{
+		Instances: []busapi.SampleInstance{
 			{Num: []float64{12.5, 0}, Str: []string{"", "DE"}, Score: 0.1, Label: "legit"},
 			{Num: []float64{900, 0}, Str: []string{"", "US"}, Score: 0.9, Label: "fraud"},
 		}}
@@ -55,16 +55,16 @@ func TestPredictionsExactlyOnce(t *testing.T) {
 	const n = 20
 	for i := range n {
 		b, _ := json.Marshal(fraudSample(i))
-		e.publishRaw(t, proto.PredictionSubject("fraud"), b, fmt.Sprintf("req-%d", i), true)
+		e.publishRaw(t, busapi.PredictionSubject("fraud"), b, fmt.Sprintf("req-%d", i), true)
 	}
-	llm := proto.PredictionSample{ID: "chat-1", Time: 1_800_000_000_000, Endpoint: "chat", Team: "search", Version: "v42", Tokens: 17, LatencyMS: 90}
+	llm := busapi.PredictionSample{ID: "chat-1", Time: 1_800_000_000_000, Endpoint: "chat", Team: "search", Version: "v42", Tokens: 17, LatencyMS: 90}
 	b, _ := json.Marshal(llm)
-	e.publishRaw(t, proto.PredictionSubject("chat"), b, llm.ID, true)
+	e.publishRaw(t, busapi.PredictionSubject("chat"), b, llm.ID, true)
 	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Samples == n+1 }, "waiting for first pass stored")
 	// Published again without ids: redeliveries past the duplicate window.
 	for i := range 5 {
 		b, _ := json.Marshal(fraudSample(i))
-		e.publishRaw(t, proto.PredictionSubject("fraud"), b, "", false)
+		e.publishRaw(t, busapi.PredictionSubject("fraud"), b, "", false)
 	}
 	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 5 }, "waiting for drained")
 
@@ -110,10 +110,10 @@ func TestPredictionsPoisonTerminated(t *testing.T) {
 	ragged.Instances[0].Num = []float64{1}
 	wrongSubject := fraudSample(2)
 	wrongSubject.Endpoint = "other"
-	for i, data := range [][]byte{[]byte("not json"), mustJSON(t, ragged), mustJSON(t, wrongSubject), mustJSON(t, proto.PredictionSample{Endpoint: "fraud"})} {
-		e.publishRaw(t, proto.PredictionSubject("fraud"), data, fmt.Sprintf("poison-%d", i), true)
+	for i, data := range [][]byte{[]byte("not json"), mustJSON(t, ragged), mustJSON(t, wrongSubject), mustJSON(t, busapi.PredictionSample{Endpoint: "fraud"})} {
+		e.publishRaw(t, busapi.PredictionSubject("fraud"), data, fmt.Sprintf("poison-%d", i), true)
 	}
-	e.publishRaw(t, proto.PredictionSubject("fraud"), mustJSON(t, fraudSample(9)), "req-9", true)
+	e.publishRaw(t, busapi.PredictionSubject("fraud"), mustJSON(t, fraudSample(9)), "req-9", true)
 	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 1 }, "waiting for drained")
 	if s := c.Stats(); s.Poison != 4 || s.Rows != 2 {
 		t.Fatalf("stats %+v; want 4 poison, 2 rows", s)

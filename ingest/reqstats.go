@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // ReqStatsConfig configures the request statistics consumer: the stream
-// defaults to proto.StreamReqStats, the durable to "ingest-reqstats" and the
+// defaults to busapi.StreamReqStats, the durable to "ingest-reqstats" and the
 // batch to 500 (gateways send one message per endpoint version every few
 // seconds, so one fetch usually takes everything waiting).
 type ReqStatsConfig = PullConfig
@@ -57,7 +57,7 @@ type ReqStatsStats struct {
 
 // NewReqStats checks cfg and fills defaults. It starts nothing; call Start.
 func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
-	if err := cfg.defaults("reqstats", proto.StreamReqStats, "ingest-reqstats", 500); err != nil {
+	if err := cfg.defaults("reqstats", busapi.StreamReqStats, "ingest-reqstats", 500); err != nil {
 		return nil, err
 	}
 	c := &ReqStats{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
@@ -75,7 +75,7 @@ func (c *ReqStats) Stats() ReqStatsStats {
 type heldStats struct {
 	msg jetstream.Msg
 	seq uint64
-	s   proto.ReqStats
+	s   busapi.ReqStats
 }
 
 // store decodes msgs, terminates poison, inserts what request_stats does
@@ -84,16 +84,16 @@ type heldStats struct {
 func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
 	var held []heldStats
 	for _, m := range msgs {
-		var s proto.ReqStats
+		var s busapi.ReqStats
 		err := json.Unmarshal(m.Data(), &s)
 		switch {
 		case err != nil:
 		case s.ID == "" || s.Endpoint == "" || s.Version == "":
 			err = errors.New("missing id, endpoint or version")
-		case m.Subject() != proto.ReqStatsSubject(s.Endpoint):
+		case m.Subject() != busapi.ReqStatsSubject(s.Endpoint):
 			err = fmt.Errorf("endpoint %q published on %s", s.Endpoint, m.Subject())
 		case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT):
-			err = fmt.Errorf("a histogram does not have %d buckets", proto.LatencyBuckets)
+			err = fmt.Errorf("a histogram does not have %d buckets", busapi.LatencyBuckets)
 		case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
 			err = errors.New("window ends before it starts")
 		}
@@ -135,7 +135,7 @@ func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
 	return nil
 }
 
-func histogram(h []uint64) bool { return len(h) == 0 || len(h) == proto.LatencyBuckets }
+func histogram(h []uint64) bool { return len(h) == 0 || len(h) == busapi.LatencyBuckets }
 
 // insertNew inserts the held messages whose ids request_stats does not hold
 // yet, each id once.
@@ -190,10 +190,10 @@ func flag(b bool) uint8 {
 }
 
 // buckets stores an absent histogram (a predict endpoint's TTFT) as zeros,
-// so every row's arrays line up with proto.LatencyBoundsMS.
+// so every row's arrays line up with busapi.LatencyBoundsMS.
 func buckets(h []uint64) []uint64 {
 	if len(h) == 0 {
-		return make([]uint64, proto.LatencyBuckets)
+		return make([]uint64, busapi.LatencyBuckets)
 	}
 	return h
 }

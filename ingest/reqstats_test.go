@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
@@ -58,30 +58,30 @@ func (e *reqStatsEnv) start(t *testing.T, cfg ingest.ReqStatsConfig) *ingest.Req
 }
 
 // reqStatsMsg is window i of a gateway's statistics for one version.
-func reqStatsMsg(i int) proto.ReqStats {
+func reqStatsMsg(i int) busapi.ReqStats {
 	start := int64(1_800_000_000_000) + int64(i)*5_000 + 123
-	m := proto.ReqStats{WindowStart: start, WindowEnd: start + 5_000, Gateway: "gw-1",
+	m := busapi.ReqStats{WindowStart: start, WindowEnd: start + 5_000, Gateway: "gw-1",
 		Endpoint: []string{"fraud", "chat"}[i%2], Team: "risk", Version: []string{"v1", "v2"}[i/2%2],
-		Count: uint64(100 + i), Errors: proto.ErrorCounts{Client: 1, Upstream: uint64(i % 3), Timeout: 1, Shed: 2},
-		Latency: make([]uint64, proto.LatencyBuckets), LatencySumMS: float64(i) * 10}
-	m.ID = proto.ReqStatsID(m.Gateway, m.Endpoint, m.Version, m.WindowStart)
-	m.Latency[i%proto.LatencyBuckets] = m.Count
+		Count: uint64(100 + i), Errors: busapi.ErrorCounts{Client: 1, Upstream: uint64(i % 3), Timeout: 1, Shed: 2},
+		Latency: make([]uint64, busapi.LatencyBuckets), LatencySumMS: float64(i) * 10}
+	m.ID = busapi.ReqStatsID(m.Gateway, m.Endpoint, m.Version, m.WindowStart)
+	m.Latency[i%busapi.LatencyBuckets] = m.Count
 	if m.Endpoint == "chat" {
 		m.Streams, m.Tokens = m.Count, 8*m.Count
-		m.TTFT = make([]uint64, proto.LatencyBuckets)
-		m.TPOT = make([]uint64, proto.LatencyBuckets)
+		m.TTFT = make([]uint64, busapi.LatencyBuckets)
+		m.TPOT = make([]uint64, busapi.LatencyBuckets)
 		m.TTFT[3], m.TPOT[4] = m.Count, m.Count
 	}
 	return m
 }
 
-func (e *reqStatsEnv) publish(t *testing.T, m proto.ReqStats, withID bool) {
+func (e *reqStatsEnv) publish(t *testing.T, m busapi.ReqStats, withID bool) {
 	t.Helper()
 	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.publishRaw(t, proto.ReqStatsSubject(m.Endpoint), b, m.ID, withID)
+	e.publishRaw(t, busapi.ReqStatsSubject(m.Endpoint), b, m.ID, withID)
 }
 
 func (e *reqStatsEnv) publishRaw(t *testing.T, subject string, data []byte, id string, withID bool) {
@@ -98,7 +98,7 @@ func (e *reqStatsEnv) publishRaw(t *testing.T, subject string, data []byte, id s
 // drained reports whether the consumer has nothing pending or unacked.
 func (e *reqStatsEnv) drained(t *testing.T) bool {
 	t.Helper()
-	c, err := e.js.Consumer(t.Context(), proto.StreamReqStats, "ingest-reqstats")
+	c, err := e.js.Consumer(t.Context(), busapi.StreamReqStats, "ingest-reqstats")
 	if err != nil {
 		return false
 	}
@@ -121,7 +121,7 @@ func (e *reqStatsEnv) totals(t *testing.T) reqStatsTotals {
 	return s
 }
 
-func wantTotals(ms []proto.ReqStats) reqStatsTotals {
+func wantTotals(ms []busapi.ReqStats) reqStatsTotals {
 	var s reqStatsTotals
 	for _, m := range ms {
 		s.rows++
@@ -146,7 +146,7 @@ func wantTotals(ms []proto.ReqStats) reqStatsTotals {
 func TestReqStatsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	e := newReqStatsEnv(t)
-	var ms []proto.ReqStats
+	var ms []busapi.ReqStats
 	for i := range 40 {
 		ms = append(ms, reqStatsMsg(i))
 		e.publish(t, ms[i], true)
@@ -199,17 +199,17 @@ func TestReqStatsPoisonTerminated(t *testing.T) {
 	e := newReqStatsEnv(t)
 	good := reqStatsMsg(1)
 	e.publish(t, good, true)
-	e.publishRaw(t, proto.ReqStatsSubject("fraud"), []byte("{not json"), "p1", true)
+	e.publishRaw(t, busapi.ReqStatsSubject("fraud"), []byte("{not json"), "p1", true)
 	other := reqStatsMsg(2)
 	b, _ := json.Marshal(other)
-	e.publishRaw(t, proto.ReqStatsSubject("someone-else"), b, "p2", true)
+	e.publishRaw(t, busapi.ReqStatsSubject("someone-else"), b, "p2", true)
 	short := reqStatsMsg(4)
 	short.ID += "-short"
 	short.Latency = short.Latency[:3]
 	e.publish(t, short, true)
 	c := e.start(t, ingest.ReqStatsConfig{})
 	wait.Eventually(t, 30*time.Second, func() bool { s := c.Stats(); return s.Poison == 3 && s.Rows == 1 && e.drained(t) }, "waiting for poison terminated")
-	if got, want := e.totals(t), wantTotals([]proto.ReqStats{good}); got != want {
+	if got, want := e.totals(t), wantTotals([]busapi.ReqStats{good}); got != want {
 		t.Errorf("request_stats totals %+v, want %+v", got, want)
 	}
 }
@@ -234,7 +234,7 @@ func TestReqStatsClickHouseFailure(t *testing.T) {
 	e := newReqStatsEnv(t)
 	ch := &failingCH{Conn: e.ch}
 	ch.fail.Store(3)
-	var ms []proto.ReqStats
+	var ms []busapi.ReqStats
 	for i := range 12 {
 		ms = append(ms, reqStatsMsg(i))
 		e.publish(t, ms[i], true)

@@ -386,7 +386,7 @@ func (p *rollupPending) poke() {
 // the outage that failed the insert, and the rollup is wrong until it
 // runs. Twice, and it is something else, not worth a query a store.
 func (u *Usage) repairRollups(ctx context.Context) {
-	tick := time.NewTicker(u.cfg.RepairInterval)
+	tick := u.cfg.Clock.NewTicker(u.cfg.RepairInterval)
 	defer tick.Stop()
 	var (
 		last           time.Time
@@ -398,7 +398,7 @@ func (u *Usage) repairRollups(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-u.repair.wake:
-			if !early && time.Since(last) < u.cfg.RepairInterval {
+			if !early && u.cfg.Clock.Since(last) < u.cfg.RepairInterval {
 				continue
 			}
 			wasEarly = early
@@ -408,7 +408,7 @@ func (u *Usage) repairRollups(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		last = time.Now()
+		last = u.cfg.Clock.Now()
 		early = false
 		cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
 		u.repair.writes.Lock()

@@ -14,7 +14,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
 	"modelplane/internal/wait"
@@ -33,7 +33,7 @@ func failView(ctx context.Context) context.Context {
 
 // insertBatches writes batches into gpu_usage in one INSERT, as the
 // consumer would, priced with the test rates.
-func insertBatches(ctx context.Context, ch driver.Conn, batches []proto.UsageBatch) error {
+func insertBatches(ctx context.Context, ch driver.Conn, batches []busapi.UsageBatch) error {
 	b, err := ch.PrepareBatch(ctx, "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, team, endpoint, model, version, replica, "+
 		"util_pct, memory_mb, requests, rate_uusd_per_hour, batch_id, row_idx)")
 	if err != nil {
@@ -54,8 +54,8 @@ func insertBatches(ctx context.Context, ch driver.Conn, batches []proto.UsageBat
 
 // seconds returns one batch per node per second for secs seconds from
 // offset from baseTime.
-func seconds(nodes []string, from, secs int64, gpus int) []proto.UsageBatch {
-	var out []proto.UsageBatch
+func seconds(nodes []string, from, secs int64, gpus int) []busapi.UsageBatch {
+	var out []busapi.UsageBatch
 	for s := from; s < from+secs; s++ {
 		for _, n := range nodes {
 			out = append(out, nodeSecond(n, s, gpus))
@@ -215,7 +215,7 @@ func TestRepairRollupNeverSubtracts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := extra.Append(hourStart(0), "risk", "fraud", "fraud-xgb", "v3", "c-0-r0", "A100-80GB", proto.ProfileFull, uint64(5), uint64(5*3_500_000), uint64(0)); err != nil {
+	if err := extra.Append(hourStart(0), "risk", "fraud", "fraud-xgb", "v3", "c-0-r0", "A100-80GB", busapi.ProfileFull, uint64(5), uint64(5*3_500_000), uint64(0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := extra.Send(); err != nil {
@@ -394,7 +394,7 @@ func TestConsumerRepairsRollup(t *testing.T) {
 	wait.Eventually(t, 15*time.Second, func() bool { return u.Stats().RollupRepairs != 0 && len(unequalKeys(t, e.ch)) == 0 },
 		"rollup not repaired: stats %v, keys differing %v", wait.Show(func() any { return u.Stats() }), wait.Show(func() any { return unequalKeys(t, e.ch) }))
 	st := u.Stats()
-	rows := func(bs []proto.UsageBatch) (n uint64) {
+	rows := func(bs []busapi.UsageBatch) (n uint64) {
 		for _, b := range bs {
 			n += uint64(len(b.Records))
 		}

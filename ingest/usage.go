@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Pricer gives the rate in force for one second of one GPU allocation, in
@@ -47,11 +48,13 @@ type UsageConfig struct {
 	Log               *slog.Logger
 	// Metrics, when set, gets the consumer's counters and lag gauge.
 	Metrics prometheus.Registerer
-	// Now is the clock lag is measured with; default time.Now.
-	Now func() time.Time
+	// Clock is what lag and the allocation horizon are measured with, and
+	// what the rollup repair loop ticks on; default quartz.NewReal().
+	// Flush and retry waits are wall-clock time: they time real I/O.
+	Clock quartz.Clock
 
-	// Stream is the stream consumed; default proto.StreamUsage. Its
-	// subjects must be proto.UsageSubject's: the node a batch bills is
+	// Stream is the stream consumed; default busapi.StreamUsage. Its
+	// subjects must be busapi.UsageSubject's: the node a batch bills is
 	// checked against its subject, and a message on any other subject is
 	// terminated as poison.
 	Stream string
@@ -143,10 +146,10 @@ type rateTable struct{ Pricer }
 
 // usageCounters are the consumer's running totals.
 type usageCounters struct {
-	rows, dupRows, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
-	rollupRepairs, rollupKeys                                            atomic.Uint64
-	dropped                                                              [dropReasons]atomic.Uint64
-	lagNanos                                                             atomic.Int64
+	rows, dupRows, repeated, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
+	rollupRepairs, rollupKeys                                                      atomic.Uint64
+	dropped                                                                        [dropReasons]atomic.Uint64
+	lagNanos                                                                       atomic.Int64
 }
 
 // UsageStats is a snapshot of the consumer's counters since it was built.
@@ -154,12 +157,17 @@ type UsageStats struct {
 	// Rows is the number of rows inserted into gpu_usage.
 	Rows uint64
 	// DuplicateRows is the number of rows skipped because they were already
-	// stored or repeated within what one worker gathered.
+	// stored from their own batch: redeliveries and replays.
 	DuplicateRows uint64
+	// RepeatedRows is the number of rows dropped, never billed, because
+	// gpu_usage already held a row of their slot-second (node, GPU and
+	// slice or core, replica, second) from another batch, or another row
+	// gathered with them had it: a node billing one second twice.
+	RepeatedRows uint64
 	// Batches is the number of messages acked after their rows were stored.
 	Batches uint64
 	// DuplicateBatches is the number of messages none of whose rows needed
-	// inserting.
+	// inserting (stored already, or repeats).
 	DuplicateBatches uint64
 	// Poison is the number of messages terminated because they do not
 	// decode or do not describe the node they were published for.
@@ -209,11 +217,11 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = proto.StreamUsage
+		cfg.Stream = busapi.StreamUsage
 	}
 	if cfg.Durable == "" {
 		cfg.Durable = "ingest-usage"
@@ -232,7 +240,7 @@ func NewUsage(cfg UsageConfig) (*Usage, error) {
 	defDur(&cfg.RepairInterval, 30*time.Second)
 	defDur(&cfg.AllocationHorizon, DefaultAllocationHorizon)
 	u := &Usage{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
-	u.allocs = newAllocCache(cfg.LoadAllocations, cfg.AllocationHorizon, cfg.Now)
+	u.allocs = newAllocCache(cfg.LoadAllocations, cfg.AllocationHorizon, cfg.Clock)
 	u.repair.wake = make(chan struct{}, 1)
 	if cfg.Metrics != nil {
 		if err := u.register(cfg.Metrics); err != nil {
@@ -250,6 +258,7 @@ func (u *Usage) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		counter("mp_ingest_usage_rows_total", "Usage rows inserted into ClickHouse.", &s.rows),
 		counter("mp_ingest_usage_duplicate_rows_total", "Usage rows skipped because they were already stored.", &s.dupRows),
+		counter("mp_ingest_usage_repeated_rows_total", "Usage rows dropped, never billed, because the ledger already holds their slot-second from another batch.", &s.repeated),
 		counter("mp_ingest_usage_batches_total", "Usage messages stored and acked.", &s.batches),
 		counter("mp_ingest_usage_poison_total", "Usage messages terminated because they do not decode or bill another node than their subject's.", &s.poison),
 		counter("mp_ingest_usage_unpriced_rows_total", "Usage rows stored at price 0 for want of a rate.", &s.unpriced),
@@ -283,7 +292,7 @@ func (u *Usage) register(r prometheus.Registerer) error {
 func (u *Usage) Stats() UsageStats {
 	s := &u.stats
 	return UsageStats{
-		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
+		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), RepeatedRows: s.repeated.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
 		Poison: s.poison.Load(), UnpricedRows: s.unpriced.Load(), InsertFailures: s.insertFailures.Load(),
 		UnallocatedRows: s.dropped[dropUnallocated].Load(), ForeignRows: s.dropped[dropForeign].Load(),
 		RollupRepairs: s.rollupRepairs.Load(), RollupKeysRepaired: s.rollupKeys.Load(), RollupRepairPending: u.repair.pending(),
@@ -317,7 +326,7 @@ func (u *Usage) Start(ctx context.Context) error {
 		r.wg.Go(func() { u.work(ctx, shards[i]) })
 	}
 	// A process that died with a repair pending left no note of it.
-	now := u.cfg.Now()
+	now := u.cfg.Clock.Now()
 	u.repair.add(now.Add(-RepairWindow), now)
 	u.repair.poke()
 	r.wg.Go(func() { u.repairRollups(ctx) })

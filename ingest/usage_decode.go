@@ -6,7 +6,7 @@ import (
 
 	gojson "github.com/goccy/go-json"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // decodeBatch parses one MP_USAGE message. Decoding is a large share of the
@@ -16,7 +16,7 @@ import (
 // cores. Invalid UTF-8 (which agents never send) goes to encoding/json, whose
 // replacement of bad bytes goccy does not copy; FuzzDecodeBatch holds the
 // result to encoding/json's.
-func decodeBatch(data []byte, b *proto.UsageBatch) error {
+func decodeBatch(data []byte, b *busapi.UsageBatch) error {
 	if !utf8.Valid(data) {
 		return json.Unmarshal(data, b)
 	}

@@ -5,14 +5,14 @@ import (
 	"reflect"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // FuzzDecodeBatch holds the usage decoder to encoding/json: whatever the
 // input it does not panic, what encoding/json accepts it decodes to the same
 // batch, and checkBatch never panics on what it returns.
 func FuzzDecodeBatch(f *testing.F) {
-	seed, _ := json.Marshal(proto.UsageBatch{ID: "gpu-node-07/1764500000/0", Node: "gpu-node-07", Records: []proto.Usage{
+	seed, _ := json.Marshal(busapi.UsageBatch{ID: "gpu-node-07/1764500000/0", Node: "gpu-node-07", Records: []busapi.Usage{
 		{Time: 1764500000, Node: "gpu-node-07", GPU: 1, Slice: 3, GPUType: "A100-80GB", Profile: "mig-1g.10gb", Team: "risk", Endpoint: "fraud",
 			Model: "fraud-xgb", Version: "v3", Replica: "fraud-v3-1", UtilPct: 61.25, MemoryMB: 9000, Requests: 17},
 		{Time: 1764500000, Node: "gpu-node-07", GPU: 2, GPUType: "A100-80GB", Profile: "full"},
@@ -34,7 +34,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fast, std proto.UsageBatch
+		var fast, std busapi.UsageBatch
 		fastErr := decodeBatch(data, &fast)
 		if json.Unmarshal(data, &std) == nil {
 			if fastErr != nil {
@@ -45,7 +45,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 		if fastErr == nil {
-			_ = checkBatch(proto.UsageSubject(fast.Node), &fast)
+			_ = checkBatch(busapi.UsageSubject(fast.Node), &fast)
 		}
 	})
 }
@@ -53,9 +53,9 @@ func FuzzDecodeBatch(f *testing.F) {
 // BenchmarkDecodeBatch compares the decoder with encoding/json on a node's
 // second (56 allocations).
 func BenchmarkDecodeBatch(b *testing.B) {
-	batch := proto.UsageBatch{ID: "gpu-node-007/1764500000/0", Node: "gpu-node-007"}
+	batch := busapi.UsageBatch{ID: "gpu-node-007/1764500000/0", Node: "gpu-node-007"}
 	for i := range 56 {
-		batch.Records = append(batch.Records, proto.Usage{Time: 1764500000, Node: "gpu-node-007", GPU: i / 7, Slice: i % 7, GPUType: "A100-80GB",
+		batch.Records = append(batch.Records, busapi.Usage{Time: 1764500000, Node: "gpu-node-007", GPU: i / 7, Slice: i % 7, GPUType: "A100-80GB",
 			Profile: "mig-1g.10gb", Team: "team-3", Endpoint: "endpoint-17", Model: "model-17", Version: "v10", Replica: "endpoint-17-r1",
 			UtilPct: 42.5, MemoryMB: 4096, Requests: 12})
 	}
@@ -63,7 +63,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.Run("decodeBatch", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			var v proto.UsageBatch
+			var v busapi.UsageBatch
 			if err := decodeBatch(data, &v); err != nil {
 				b.Fatal(err)
 			}
@@ -72,7 +72,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.Run("encoding_json", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			var v proto.UsageBatch
+			var v busapi.UsageBatch
 			if err := json.Unmarshal(data, &v); err != nil {
 				b.Fatal(err)
 			}

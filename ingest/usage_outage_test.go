@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/chproc"
 	"modelplane/internal/wait"
@@ -51,7 +51,7 @@ func TestClickHouseOutage(t *testing.T) {
 	wait.Eventually(t, 30*time.Second, func() bool { return u.Stats().Rows >= 20*8 }, "no rows stored under load: %v", wait.Show(func() any { return u.Stats() }))
 	before := u.Stats()
 	redelivered := func() int {
-		c, err := e.js.Consumer(ctx, proto.StreamUsage, "ingest-usage")
+		c, err := e.js.Consumer(ctx, busapi.StreamUsage, "ingest-usage")
 		if err != nil {
 			return 0
 		}

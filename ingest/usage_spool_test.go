@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
@@ -118,7 +118,7 @@ func newSpoolAgent(t *testing.T, l *ledger, node, url string) *spoolAgent {
 	return &spoolAgent{t: t, l: l, node: node, dir: t.TempDir(), nc: nc, js: js, dead: make(chan struct{})}
 }
 
-func (a *spoolAgent) publish(b proto.UsageBatch) {
+func (a *spoolAgent) publish(b busapi.UsageBatch) {
 	data, err := json.Marshal(b)
 	if err != nil {
 		a.t.Fatal(err)
@@ -128,7 +128,7 @@ func (a *spoolAgent) publish(b proto.UsageBatch) {
 		a.t.Fatal(err)
 	}
 	a.l.attempt(b)
-	f, err := a.js.PublishAsync(proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
+	f, err := a.js.PublishAsync(busapi.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
 	if err != nil {
 		return // stays in the spool
 	}
@@ -181,7 +181,7 @@ func (a *spoolAgent) replay(dir string) error {
 		if err != nil {
 			return err
 		}
-		var b proto.UsageBatch
+		var b busapi.UsageBatch
 		if err := json.Unmarshal(data, &b); err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func (a *spoolAgent) replay(dir string) error {
 		wait.Eventually(a.t, 10*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ack, err = a.js.Publish(ctx, proto.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
+			ack, err = a.js.Publish(ctx, busapi.UsageSubject(b.Node), data, jetstream.WithMsgID(b.ID))
 			return err != nil || !ack.Duplicate
 		}, "replay of %s still a duplicate: the window never forgot it", b.ID)
 		if err != nil {

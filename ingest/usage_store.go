@@ -12,13 +12,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // heldBatch is a decoded message a worker holds until it is stored.
 type heldBatch struct {
 	msg      jetstream.Msg
-	batch    proto.UsageBatch
+	batch    busapi.UsageBatch
 	received time.Time
 	// rowIdx is, once attribution dropped records, the index in the
 	// message of each record kept; nil while Records is the whole message.
@@ -36,13 +36,13 @@ func (h *heldBatch) idx(i int) uint32 {
 // decode parses and checks one message. A message that cannot be stored
 // however often it is redelivered is terminated here, logged and counted.
 func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
-	var b proto.UsageBatch
+	var b busapi.UsageBatch
 	err := decodeBatch(msg.Data(), &b)
 	if err == nil {
 		err = checkBatch(msg.Subject(), &b)
 	}
 	if err == nil {
-		return heldBatch{msg: msg, batch: b, received: u.cfg.Now()}, true
+		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now()}, true
 	}
 	u.stats.poison.Add(1)
 	var seq uint64
@@ -61,12 +61,12 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 }
 
 // usagePrefix is what UsageSubject puts before the node name.
-var usagePrefix = proto.UsageSubject("")
+var usagePrefix = busapi.UsageSubject("")
 
 // checkBatch refuses what ClickHouse cannot hold and any batch that bills a
 // node other than the one whose subject it came on: the batch id is only
 // unique per node, and the dedup query is narrowed by node.
-func checkBatch(subject string, b *proto.UsageBatch) error {
+func checkBatch(subject string, b *busapi.UsageBatch) error {
 	node, ok := strings.CutPrefix(subject, usagePrefix)
 	switch {
 	case !ok || node == "":
@@ -93,10 +93,11 @@ func checkBatch(subject string, b *proto.UsageBatch) error {
 	return nil
 }
 
-// store writes the rows of held that gpu_usage does not hold yet, then acks
-// every message. On a ClickHouse failure it naks them all with a delay and
-// returns the error; the redelivered messages go through the same check, so
-// whatever part of the insert did land is not written twice.
+// store writes the rows of held whose slot-second gpu_usage does not hold
+// yet, then acks every message. On a ClickHouse failure it naks them all
+// with a delay and returns the error; the redelivered messages go through
+// the same check, so whatever part of the insert did land is not written
+// twice.
 func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	// The first copy of a batch is the one stored; later copies (a
 	// redelivery, or a replay JetStream no longer recognised as a
@@ -126,7 +127,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		u.retry(held)
 		return fmt.Errorf("read allocations: %w", err)
 	}
-	stored, err := u.storedRows(ctx, uniq)
+	stored, err := u.storedSlots(ctx, uniq)
 	if err != nil {
 		u.retry(held)
 		return fmt.Errorf("find stored usage rows: %w", err)
@@ -136,13 +137,9 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		u.retry(held)
 		return err
 	}
-	cols, ids, skipped, newest := u.columns(prices, uniq, stored)
-	dupRows += skipped
-	for _, h := range uniq {
-		if s, ok := stored[keyOf(&h.batch)]; ok && s.count >= uint64(len(h.batch.Records)) {
-			dupBatches++
-		}
-	}
+	cols, ids, skip, newest := u.columns(prices, uniq, stored)
+	dupRows += skip.replayed
+	dupBatches += skip.batches
 	if n := len(cols.batchID); n > 0 {
 		if err := u.insert(ctx, db, cols); err != nil {
 			// ClickHouse 18.16 may have stored the rows and not fed them
@@ -154,7 +151,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 			return fmt.Errorf("insert usage rows: %w", err)
 		}
 		u.stats.rows.Add(uint64(n))
-		u.stats.lagNanos.Store(int64(u.cfg.Now().Sub(time.Unix(newest, 0))))
+		u.stats.lagNanos.Store(int64(u.cfg.Clock.Now().Sub(time.Unix(newest, 0))))
 	}
 	if u.cfg.AfterInsert != nil {
 		if err := u.cfg.AfterInsert(ids); err != nil {
@@ -174,6 +171,12 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 	u.stats.dupRows.Add(dupRows)
 	for reason, n := range dropped {
 		u.stats.dropped[reason].Add(n)
+	}
+	if len(skip.repeatedBy) > 0 {
+		for node, n := range skip.repeatedBy {
+			u.stats.repeated.Add(n)
+			u.log.Warn("usage rows repeat slot-seconds already billed under another batch; dropped", "node", node, "rows", n)
+		}
 	}
 	u.repair.poke()
 	return nil
@@ -200,93 +203,84 @@ func (u *Usage) retry(held []heldBatch) {
 // promised unique per node, so the node is part of the key.
 type batchKey struct{ node, id string }
 
-func keyOf(b *proto.UsageBatch) batchKey { return batchKey{b.Node, b.ID} }
+func keyOf(b *busapi.UsageBatch) batchKey { return batchKey{b.Node, b.ID} }
 
-// storedBatch is what gpu_usage already holds of one batch: how many rows,
-// and for a batch only partly there, which.
-type storedBatch struct {
-	count uint64
-	rows  map[uint32]bool
+// slotSecond is what the ledger bills once: one second of one slot (a GPU
+// and slice, or a CPU replica's core) held by one replica on one node.
+// gpu_usage never holds two rows of one slotSecond, whatever batches they
+// came in.
+type slotSecond struct {
+	node, replica string
+	gpu, slice    uint16
+	ts            int64
 }
 
-// storedChunk bounds the ids in one query: ClickHouse limits a query to
-// 256 KiB of text by default.
-const storedChunk = 1000
+func slotOf(r *busapi.Usage) slotSecond {
+	return slotSecond{node: r.Node, replica: r.Replica, gpu: uint16(r.GPU), slice: uint16(r.Slice), ts: r.Time}
+}
 
-// storedRows finds which rows of batches gpu_usage already holds. The query
-// names the nodes and the time range the batches cover, which is the
-// table's sort key, so ClickHouse reads only the granules those batches
-// could be in instead of scanning batch_id across the table.
-func (u *Usage) storedRows(ctx context.Context, batches []*heldBatch) (map[batchKey]storedBatch, error) {
-	stored := make(map[batchKey]storedBatch)
-	for len(batches) > 0 {
-		chunk := batches[:min(storedChunk, len(batches))]
-		batches = batches[len(chunk):]
-		f := newFilter(chunk)
-		if len(f.ids) == 0 {
-			continue
-		}
-		rows, err := u.cfg.CH.Query(ctx, `SELECT node, batch_id, count() FROM gpu_usage
-			WHERE node IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND batch_id IN ?
-			GROUP BY node, batch_id`, set(f.nodes), f.from, f.to, set(f.ids))
-		if err != nil {
-			return nil, err
-		}
-		var partial []string
-		for rows.Next() {
-			var (
-				k batchKey
-				n uint64
-			)
-			if err := rows.Scan(&k.node, &k.id, &n); err != nil {
-				rows.Close()
-				return nil, err
+// rowID is where a stored row came from: its batch and index there. A row
+// found stored under its own rowID is a redelivery; under another, a
+// repeat.
+type rowID struct {
+	batch string
+	idx   uint32
+}
+
+// storedRanges bounds the node time ranges in one query: ClickHouse limits
+// a query to 256 KiB of text by default.
+const storedRanges = 500
+
+// rangeGap is the widest run of seconds without a held row that one range
+// still spans: an agent's spool replayed beside live seconds makes two
+// ranges, not one that reads the hours between them.
+const rangeGap = 60
+
+// nodeRange is a run of seconds of one node, both ends included.
+type nodeRange struct {
+	node     string
+	from, to int64
+}
+
+// storedSlots finds which slot-seconds of batches gpu_usage already holds,
+// and from which batch row. The query names each node and the runs of
+// seconds its rows cover, which is the table's sort key (node, ts, …), so
+// ClickHouse reads only the granules those rows could be in.
+func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slotSecond]rowID, error) {
+	ranges := heldRanges(batches)
+	stored := make(map[slotSecond]rowID)
+	for len(ranges) > 0 {
+		chunk := ranges[:min(storedRanges, len(ranges))]
+		ranges = ranges[len(chunk):]
+		var (
+			where strings.Builder
+			args  = make([]any, 0, 3*len(chunk))
+		)
+		for i, r := range chunk {
+			if i > 0 {
+				where.WriteString(" OR ")
 			}
-			want, ok := f.size[k]
-			if !ok {
-				continue // the same id from a node of another batch here
-			}
-			stored[k] = storedBatch{count: n}
-			switch {
-			case n < uint64(want):
-				partial = append(partial, k.id)
-			case n > uint64(want):
-				// Only a batch id reused for other content gets here; its
-				// rows are left as they are rather than guessed at.
-				u.log.Error("more usage rows stored than the batch holds", "node", k.node, "batch_id", k.id, "stored", n, "records", want)
-			}
+			where.WriteString("(node = ? AND ts >= toDateTime(?) AND ts <= toDateTime(?))")
+			args = append(args, r.node, r.from, r.to)
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, err
-		}
-		if len(partial) == 0 {
-			continue
-		}
-		rows, err = u.cfg.CH.Query(ctx, `SELECT node, batch_id, row_idx FROM gpu_usage
-			WHERE node IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND batch_id IN ?`, set(f.nodes), f.from, f.to, set(partial))
+		rows, err := u.cfg.CH.Query(ctx, `SELECT node, replica, gpu, slice, toUInt32(ts), batch_id, row_idx FROM gpu_usage WHERE `+where.String(), args...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
 			var (
-				k   batchKey
-				idx uint32
+				k  slotSecond
+				ts uint32
+				id rowID
 			)
-			if err := rows.Scan(&k.node, &k.id, &idx); err != nil {
+			if err := rows.Scan(&k.node, &k.replica, &k.gpu, &k.slice, &ts, &id.batch, &id.idx); err != nil {
 				rows.Close()
 				return nil, err
 			}
-			s, ok := stored[k]
-			if !ok || s.count >= uint64(f.size[k]) {
-				continue
+			k.ts = int64(ts)
+			if _, ok := stored[k]; !ok {
+				stored[k] = id
 			}
-			if s.rows == nil {
-				s.rows = make(map[uint32]bool)
-				stored[k] = s
-			}
-			s.rows[idx] = true
 		}
 		err = rows.Err()
 		rows.Close()
@@ -297,6 +291,32 @@ func (u *Usage) storedRows(ctx context.Context, batches []*heldBatch) (map[batch
 	return stored, nil
 }
 
+// heldRanges is, per node, the runs of seconds the held rows cover, split
+// where rangeGap seconds pass without one.
+func heldRanges(batches []*heldBatch) []nodeRange {
+	secs := make(map[string][]int64)
+	for _, h := range batches {
+		for i := range h.batch.Records {
+			r := &h.batch.Records[i]
+			secs[r.Node] = append(secs[r.Node], r.Time)
+		}
+	}
+	var out []nodeRange
+	for node, ts := range secs {
+		slices.Sort(ts)
+		cur := nodeRange{node: node, from: ts[0], to: ts[0]}
+		for _, t := range ts[1:] {
+			if t-cur.to > rangeGap {
+				out = append(out, cur)
+				cur.from = t
+			}
+			cur.to = t
+		}
+		out = append(out, cur)
+	}
+	return out
+}
+
 // set binds strings as an IN list, "('a', 'b')": a plain slice binds as
 // an Array, which IN refuses.
 func set(ss []string) clickhouse.GroupSet {
@@ -305,36 +325,6 @@ func set(ss []string) clickhouse.GroupSet {
 		g.Value[i] = s
 	}
 	return g
-}
-
-// filter is the primary-key range and the ids of a chunk of batches.
-type filter struct {
-	nodes    []string
-	ids      []string
-	from, to int64
-	size     map[batchKey]int
-}
-
-func newFilter(batches []*heldBatch) filter {
-	f := filter{from: math.MaxInt64, size: make(map[batchKey]int, len(batches))}
-	nodes := make(map[string]bool)
-	for _, h := range batches {
-		b := &h.batch
-		if len(b.Records) == 0 {
-			continue
-		}
-		f.ids = append(f.ids, b.ID)
-		f.size[keyOf(b)] = len(b.Records)
-		for _, r := range b.Records {
-			if !nodes[r.Node] {
-				nodes[r.Node] = true
-				f.nodes = append(f.nodes, r.Node)
-			}
-			f.from = min(f.from, r.Time)
-			f.to = max(f.to, r.Time)
-		}
-	}
-	return f
 }
 
 // usageColumns are the gpu_usage columns of the rows to insert, in the
@@ -359,10 +349,25 @@ func (c *usageColumns) list() []any {
 		c.util, c.memory, c.requests, c.rate, c.batchID, c.rowIdx}
 }
 
-// columns prices the rows not yet stored and lays them out by column. It
-// returns the ids of the batches with rows to insert, the number of rows
-// skipped as stored, and the newest second among the rows.
-func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[batchKey]storedBatch) (c usageColumns, ids []string, skipped uint64, newest int64) {
+// skips is what columns left out: rows gpu_usage holds already from their
+// own batch (a redelivery or replay), rows whose slot-second the ledger
+// holds from another batch, or another held row took (repeats, by node),
+// and the batches none of whose rows needed inserting.
+type skips struct {
+	replayed   uint64
+	repeatedBy map[string]uint64
+	batches    uint64
+}
+
+// columns prices the rows whose slot-second is not stored yet and lays them
+// out by column; of several held rows of one slot-second only the first is
+// kept. It returns the ids of the batches with rows to insert, what it
+// skipped, and the newest second among the rows. stored may be nil (none
+// stored); columns adds the slot-seconds it keeps to it.
+func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[slotSecond]rowID) (c usageColumns, ids []string, skip skips, newest int64) {
+	if stored == nil {
+		stored = make(map[slotSecond]rowID)
+	}
 	n := 0
 	for _, h := range batches {
 		n += len(h.batch.Records)
@@ -377,18 +382,23 @@ func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[batchKey
 	var unpriced uint64
 	for _, h := range batches {
 		b := &h.batch
-		s, ok := stored[keyOf(b)]
-		if ok && s.count >= uint64(len(b.Records)) {
-			skipped += uint64(len(b.Records))
-			continue
-		}
 		added := false
-		for i, r := range b.Records {
+		for i := range b.Records {
+			r := &b.Records[i]
 			idx := h.idx(i)
-			if s.rows[idx] {
-				skipped++
+			k := slotOf(r)
+			if by, ok := stored[k]; ok {
+				if by == (rowID{b.ID, idx}) {
+					skip.replayed++
+				} else {
+					if skip.repeatedBy == nil {
+						skip.repeatedBy = make(map[string]uint64)
+					}
+					skip.repeatedBy[r.Node]++
+				}
 				continue
 			}
+			stored[k] = rowID{b.ID, idx}
 			rate, ok := prices.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
 			if !ok {
 				unpriced++
@@ -416,10 +426,12 @@ func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[batchKey
 		}
 		if added {
 			ids = append(ids, b.ID)
+		} else if len(b.Records) > 0 {
+			skip.batches++
 		}
 	}
 	u.stats.unpriced.Add(unpriced)
-	return c, ids, skipped, newest
+	return c, ids, skip, newest
 }
 
 // warnUnpriced logs a GPU type and profile without a rate once per process:

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
 	"modelplane/billing"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/ingest"
 	"modelplane/internal/natstest"
@@ -22,7 +23,7 @@ func natsServer(t *testing.T) string { return natstest.New(t).ClientURL() }
 
 func streamMsgs(t *testing.T, e *env) uint64 {
 	t.Helper()
-	s, err := e.js.Stream(context.Background(), proto.StreamUsage)
+	s, err := e.js.Stream(context.Background(), busapi.StreamUsage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestDuplicatesInsideWindow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
 	e.start(t, e.usageConfig(t, e.js))
-	var batches []proto.UsageBatch
+	var batches []busapi.UsageBatch
 	for sec := range int64(40) {
 		for n := range 5 {
 			batches = append(batches, nodeSecond(fmt.Sprintf("node-%d", n), sec, 8))
@@ -71,13 +72,13 @@ func TestRepublishAfterWindow(t *testing.T) {
 	// replayLate publishes each batch again once the window has forgotten
 	// its id: a publish inside the window is dropped as a duplicate and
 	// changes nothing, so it is simply tried again until it is stored.
-	replayLate := func(batches []proto.UsageBatch) {
+	replayLate := func(batches []busapi.UsageBatch) {
 		for _, b := range batches {
 			wait.Eventually(t, 10*time.Second, func() bool { return !e.publish(t, e.js, b).Duplicate },
 				"replay of %s still a duplicate: the window never forgot it", b.ID)
 		}
 	}
-	var a, b []proto.UsageBatch
+	var a, b []busapi.UsageBatch
 	for sec := range int64(10) {
 		for n := range 4 {
 			a = append(a, nodeSecond(fmt.Sprintf("a-%d", n), sec, 8))
@@ -94,13 +95,13 @@ func TestRepublishAfterWindow(t *testing.T) {
 	replayLate(b)
 	// C: ClickHouse already holds rows 0–4 of the batch.
 	c := nodeSecond("c-0", 0, 8)
-	partial, err := e.ch.PrepareBatch(context.Background(), "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, requests, rate_uusd_per_hour, batch_id, row_idx)")
+	partial, err := e.ch.PrepareBatch(context.Background(), "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, replica, requests, rate_uusd_per_hour, batch_id, row_idx)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range c.Records[:5] {
 		rate, _ := rates.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
-		if err := partial.Append(time.Unix(r.Time, 0), r.Node, uint16(r.GPU), uint16(r.Slice), r.GPUType, r.Profile, uint64(r.Requests), uint64(rate), c.ID, uint32(i)); err != nil {
+		if err := partial.Append(time.Unix(r.Time, 0), r.Node, uint16(r.GPU), uint16(r.Slice), r.GPUType, r.Profile, r.Replica, uint64(r.Requests), uint64(rate), c.ID, uint32(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,32 +123,68 @@ func TestRepublishAfterWindow(t *testing.T) {
 	e.l.check(t, e.ch)
 }
 
-// TestIdenticalRowsBothCount stores seconds whose rows are byte for byte
-// the same, as two idle slices reported alike are: rows are told apart by
-// (batch_id, row_idx), never by content, so every one is billed.
-func TestIdenticalRowsBothCount(t *testing.T) {
+// TestOneBillPerSlotSecond is the attack of issue 25 finding 1: node a
+// bills one GPU-second three times, twice in one batch and again in a
+// second batch with another id, sent both in the same gathering and after
+// the first was stored. The ledger holds that slot-second once and bills
+// it once; each repeat is dropped and counted for operators. A second slot
+// whose row is byte for byte the same as the first's, as two idle slices
+// reported alike are, is still billed: rows are told apart by slot and
+// second, never by content. (This replaces TestIdenticalRowsBothCount,
+// which asserted the old rule: a GPU-second billed three times.)
+func TestOneBillPerSlotSecond(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, 0)
-	e.start(t, e.usageConfig(t, e.js))
-	idle := proto.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: proto.ProfileFull}
-	same := proto.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []proto.Usage{idle, idle}}
-	other := proto.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []proto.Usage{idle}}
-	r1, _ := json.Marshal(same.Records[0])
-	r2, _ := json.Marshal(other.Records[0])
-	if string(r1) != string(r2) {
-		t.Fatal("records differ; the test needs identical ones")
-	}
-	e.publish(t, e.js, same)
-	e.publish(t, e.js, other)
+	reg := prometheus.NewRegistry()
+	cfg := e.usageConfig(t, e.js)
+	cfg.Metrics = reg
+	u := e.start(t, cfg)
+	idle := busapi.Usage{Time: baseTime, Node: "idle-1", GPU: 3, GPUType: "A100-80GB", Profile: busapi.ProfileFull, Replica: "idle-1-r3"}
+	twin := idle
+	twin.GPU = 4
+	same := busapi.UsageBatch{ID: "idle-1-a", Node: "idle-1", Records: []busapi.Usage{idle, idle, twin}}
+	again := busapi.UsageBatch{ID: "idle-1-b", Node: "idle-1", Records: []busapi.Usage{idle}}
+	later := busapi.UsageBatch{ID: "idle-1-c", Node: "idle-1", Records: []busapi.Usage{idle, twin}}
+	e.publishAsync(t, e.js, []busapi.UsageBatch{same, again})
+	e.waitDrained(t, "", 30*time.Second)
+	e.publish(t, e.js, later)
 	e.waitDrained(t, "", 30*time.Second)
 	e.l.check(t, e.ch)
-	var cost uint64
+	var rows, cost uint64
+	if err := e.ch.QueryRow(context.Background(), "SELECT count() FROM gpu_usage WHERE gpu = 3").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Errorf("gpu_usage rows of GPU 3 at %d = %d, want 1", baseTime, rows)
+	}
 	if err := e.ch.QueryRow(context.Background(), "SELECT sum(cost_uusd_x3600) FROM gpu_usage_hourly").Scan(&cost); err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(3 * rates[proto.ProfileFull]); cost != want {
-		t.Errorf("rollup cost numerator = %d, want %d (three idle seconds)", cost, want)
+	if want := uint64(2 * rates[busapi.ProfileFull]); cost != want {
+		t.Errorf("rollup cost numerator = %d, want %d (one second of each of two GPUs)", cost, want)
 	}
+	if st := u.Stats(); st.RepeatedRows != 4 || st.Rows != 2 {
+		t.Errorf("stats: %d rows stored, %d repeats dropped; want 2 and 4", st.Rows, st.RepeatedRows)
+	}
+	if got := counterValue(t, reg, "mp_ingest_usage_repeated_rows_total"); got != 4 {
+		t.Errorf("mp_ingest_usage_repeated_rows_total = %v, want 4", got)
+	}
+}
+
+// counterValue is the value of the counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
 
 // TestPricesAtRateInForce prices with the real rate table in PostgreSQL: a
@@ -166,10 +203,10 @@ func TestPricesAtRateInForce(t *testing.T) {
 	cfg := e.usageConfig(t, e.js)
 	cfg.LoadRates = func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) }
 	u := e.start(t, cfg)
-	var batches []proto.UsageBatch
+	var batches []busapi.UsageBatch
 	for sec := range int64(60) {
 		b := nodeSecond("p-0", sec, 2)
-		b.Records = append(b.Records, proto.Usage{Time: baseTime + sec, Node: "p-0", GPU: 2, GPUType: "T4", Profile: proto.ProfileFull})
+		b.Records = append(b.Records, busapi.Usage{Time: baseTime + sec, Node: "p-0", GPU: 2, GPUType: "T4", Profile: busapi.ProfileFull})
 		batches = append(batches, b)
 	}
 	e.publishAsync(t, e.js, batches)
@@ -231,12 +268,12 @@ func TestPoisonTerminated(t *testing.T) {
 	ctx := context.Background()
 	good := nodeSecond("n-1", 0, 4)
 	e.publish(t, e.js, good)
-	if _, err := e.js.Publish(ctx, proto.UsageSubject("n-1"), []byte("{not json"), jetstream.WithMsgID("junk")); err != nil {
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), []byte("{not json"), jetstream.WithMsgID("junk")); err != nil {
 		t.Fatal(err)
 	}
 	forged := nodeSecond("n-2", 0, 4)
 	data, _ := json.Marshal(forged)
-	if _, err := e.js.Publish(ctx, proto.UsageSubject("n-1"), data, jetstream.WithMsgID(forged.ID)); err != nil {
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), data, jetstream.WithMsgID(forged.ID)); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, e.js, nodeSecond("n-1", 1, 4))
@@ -261,7 +298,7 @@ func TestRunAgain(t *testing.T) {
 		if err := u.Start(context.Background()); err != nil {
 			t.Fatalf("lease %d: %v", lease, err)
 		}
-		var batches []proto.UsageBatch
+		var batches []busapi.UsageBatch
 		for sec := range int64(20) {
 			batches = append(batches, nodeSecond("lease-1", lease*100+sec, 4))
 		}

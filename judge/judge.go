@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"modelplane/agent/proto"
-	"modelplane/validate"
+	"modelplane/busapi"
+	"modelplane/field"
 )
 
 // Decision is what one evaluation tells the rollout to do.
@@ -64,7 +64,7 @@ func DefaultCriteria(task string, slaP99MS, slaP99TPOTMS float64) Criteria {
 
 // Validate names every criterion out of range, under prefix (such as
 // "criteria").
-func (c Criteria) Validate(errs *validate.Errors, prefix string) {
+func (c Criteria) Validate(errs *field.Errors, prefix string) {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	if !finite(c.MaxP99MS) || c.MaxP99MS < 0 {
 		errs.Add(prefix+".max_p99_ms", "must be 0 (none) or a positive number of milliseconds")
@@ -91,7 +91,7 @@ type Window struct {
 	// Errors counts the version's failures (upstream, timeout and shed;
 	// not the clients' bad requests).
 	Errors uint64 `json:"errors"`
-	// Latency is the duration histogram over proto.LatencyBoundsUS.
+	// Latency is the duration histogram over busapi.LatencyBoundsUS.
 	Latency []uint64 `json:"-"`
 	// Streams counts streamed completions.
 	Streams uint64 `json:"streams"`
@@ -284,9 +284,9 @@ func decide(checks []Check, baked bool) Verdict {
 }
 
 // Quantile reads the q-quantile, in milliseconds, of a histogram over
-// proto.LatencyBoundsUS; 0 and false when the histogram is missing or empty.
+// busapi.LatencyBoundsUS; 0 and false when the histogram is missing or empty.
 func Quantile(h []uint64, q float64) (float64, bool) {
-	if len(h) != proto.LatencyBuckets {
+	if len(h) != busapi.LatencyBuckets {
 		return 0, false
 	}
 	var n uint64
@@ -296,7 +296,7 @@ func Quantile(h []uint64, q float64) (float64, bool) {
 	if n == 0 {
 		return 0, false
 	}
-	return proto.QuantileMS(h, q), true
+	return busapi.QuantileMS(h, q), true
 }
 
 func outcome(failed bool) Outcome {

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
+	"modelplane/field"
 	"modelplane/judge"
-	"modelplane/validate"
 )
 
 // hist puts counts[i] observations at ms[i] milliseconds.
 func hist(pairs ...float64) []uint64 {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	for i := 0; i+1 < len(pairs); i += 2 {
-		h[proto.LatencyBucket(time.Duration(pairs[i+1]*float64(time.Millisecond)))] += uint64(pairs[i])
+		h[busapi.LatencyBucket(time.Duration(pairs[i+1]*float64(time.Millisecond)))] += uint64(pairs[i])
 	}
 	return h
 }
@@ -141,7 +141,7 @@ func TestEvaluateRecordsTheNumbers(t *testing.T) {
 
 func TestCriteriaValidate(t *testing.T) {
 	t.Parallel()
-	var errs validate.Errors
+	var errs field.Errors
 	judge.Criteria{MaxP99MS: -1, MaxP99TPOTMS: math.NaN(), MaxRegression: 11, MaxErrorRateDelta: -0.1}.Validate(&errs, "criteria")
 	want := []string{"criteria.max_p99_ms", "criteria.max_p99_tpot_ms", "criteria.max_regression", "criteria.max_error_rate_delta", "criteria.min_requests"}
 	if len(errs) != len(want) {

@@ -2,8 +2,10 @@ package llm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,5 +228,46 @@ func TestWriteModelWritesTheShapeAskedFor(t *testing.T) {
 		if err := WriteModel(io.Discard, bad, gguf.F32); err == nil {
 			t.Errorf("WriteModel(%+v) wrote a model, want an error", bad)
 		}
+	}
+}
+
+// TestSecurityMemoryNeedNeverWraps: a tensor whose element count wraps
+// 64 bits once made MemoryNeed return −4.3e18 bytes, which passed the
+// placement guard; a context too large to hold did the same. Both are
+// errors now, and no answer is ever negative (issue 25, finding 6).
+func TestSecurityMemoryNeedNeverWraps(t *testing.T) {
+	t.Parallel()
+	p := writeAltered(t, func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+		return kvs, append(ts, gguf.Tensor{Name: "evil", Dims: []uint64{32, 16}, Type: gguf.Q8_0, Data: make([]byte, 16*34)})
+	})
+	d, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Patch the tensor's dims to [15790336, 1099510579201]: Q8_0's size of
+	// that many elements wraps to 16 bytes, which the file holds.
+	i := bytes.Index(d, []byte("evil\x02\x00\x00\x00"))
+	if i < 0 {
+		t.Fatal("tensor header not found")
+	}
+	binary.LittleEndian.PutUint64(d[i+8:], 15790336)
+	binary.LittleEndian.PutUint64(d[i+16:], 1099510579201)
+	if err := os.WriteFile(p, d, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := MemoryNeed(p, 512); err == nil || !errors.Is(err, gguf.ErrInvalid) {
+		t.Errorf("MemoryNeed of the wrapping tensor = %d, %v; want an error wrapping gguf.ErrInvalid", n, err)
+	}
+	good := demoPath(t, gguf.F32)
+	for _, ctx := range []int{math.MaxInt, math.MaxInt / 4} {
+		if n, err := MemoryNeed(good, ctx); err == nil || n < 0 {
+			t.Errorf("MemoryNeed(context %d) = %d, %v; want an error", ctx, n, err)
+		}
+	}
+	if n, err := MemoryNeed(good, -1); err == nil {
+		t.Errorf("MemoryNeed(context -1) = %d, want an error", n)
+	}
+	if n, err := MemoryNeed(good, 512); err != nil || n <= 0 {
+		t.Errorf("MemoryNeed(context 512) = %d, %v; want a positive need", n, err)
 	}
 }

@@ -3,6 +3,8 @@ package llm
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"sync/atomic"
 
 	"modelplane/gguf"
@@ -321,7 +323,10 @@ func checkShape(t gguf.TensorInfo, dims []int) error {
 //	kv      = 2 × layers × contextTokens × head_count_kv × head_dim × 4
 //
 // It checks the file as Load would (architecture, shapes and tensor
-// types), so a file it accepts is one Load can run.
+// types), so a file it accepts is one Load can run. The arithmetic is
+// checked: a need that does not fit in an int64 is an error wrapping
+// ErrInvalid, so the result is never negative and never wrapped (a wrapped
+// need once passed the placement guard as −4.3e18 bytes).
 func MemoryNeed(path string, contextTokens int) (int64, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -332,21 +337,64 @@ func MemoryNeed(path string, contextTokens int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var weights int64
+	tooLarge := fmt.Errorf("%w: the memory it needs does not fit in 64 bits", ErrInvalid)
+	var weights uint64
 	for _, t := range f.Tensors {
 		if !supported(t.Type) {
 			return 0, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs %s)", ErrUnsupported, t.Name, t.Type, supportedTypes)
 		}
-		n, err := t.Type.RowBytes(t.Elements())
+		n, err := t.Elements()
+		if err != nil {
+			return 0, err
+		}
+		b, err := t.Type.RowBytes(n) // checked: an overflow is an error
 		if err != nil {
 			return 0, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
-		weights += int64(n)
+		var ok bool
+		if weights, ok = addMax(weights, b); !ok {
+			return 0, tooLarge
+		}
 	}
-	return weights + KVBytes(c, contextTokens), nil
+	if contextTokens < 0 {
+		return 0, fmt.Errorf("%w: %d context tokens", ErrInvalid, contextTokens)
+	}
+	kv, ok := mulAll(2, uint64(c.Layers), uint64(contextTokens), uint64(c.KVHeads), uint64(c.HeadDim), 4)
+	if !ok {
+		return 0, tooLarge
+	}
+	total, ok := addMax(weights, kv)
+	if !ok {
+		return 0, tooLarge
+	}
+	return int64(total), nil
 }
 
-// KVBytes is the size of K and V for n positions.
+// mulAll is the product of xs, and false when it passes math.MaxInt64.
+func mulAll(xs ...uint64) (uint64, bool) {
+	p := uint64(1)
+	for _, x := range xs {
+		hi, lo := bits.Mul64(p, x)
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, false
+		}
+		p = lo
+	}
+	return p, true
+}
+
+// addMax is a+b, and false when it passes math.MaxInt64.
+func addMax(a, b uint64) (uint64, bool) {
+	s, c := bits.Add64(a, b, 0)
+	if c != 0 || s > math.MaxInt64 {
+		return 0, false
+	}
+	return s, true
+}
+
+// KVBytes is the size of K and V for n positions, unchecked: MemoryNeed,
+// which validation runs before a version may serve, checks the same
+// product for the context it serves with.
 func KVBytes(c Config, n int) int64 {
 	return 2 * int64(c.Layers) * int64(n) * int64(c.KVDim()) * 4
 }

@@ -1,6 +1,9 @@
 package llm
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+)
 
 // Message is one chat turn.
 type Message struct {
@@ -42,49 +45,113 @@ func RecogniseTemplate(jinja string) Template {
 // eos are the tokenizer's texts for them (Llama-2 and Zephyr write them).
 func RenderChat(t Template, msgs []Message, bos, eos string) string {
 	var b strings.Builder
-	switch t {
-	case Llama3:
-		b.WriteString(bos)
-		for _, m := range msgs {
-			b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + strings.TrimSpace(m.Content) + "<|eot_id|>")
-		}
-		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
-	case Llama2:
-		sys := ""
-		first := true
-		for _, m := range msgs {
-			switch m.Role {
-			case "system":
-				sys = "<<SYS>>\n" + m.Content + "\n<</SYS>>\n\n"
-			case "user":
-				c := m.Content
-				if first {
-					c = sys + c
-					first = false
-				}
-				b.WriteString(bos + "[INST] " + strings.TrimSpace(c) + " [/INST]")
-			case "assistant":
-				b.WriteString(" " + strings.TrimSpace(m.Content) + " " + eos)
-			}
-		}
-	case Zephyr:
-		for _, m := range msgs {
-			b.WriteString("<|" + m.Role + "|>\n" + m.Content + eos + "\n")
-		}
-		b.WriteString("<|assistant|>\n")
-	default:
-		for _, m := range msgs {
-			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
-		}
-		b.WriteString("<|im_start|>assistant\n")
+	for _, s := range ChatSegments(t, msgs, bos, eos) {
+		b.WriteString(s.Text)
 	}
 	return b.String()
 }
 
+// ChatSegments is RenderChat's text in segments: what the format writes
+// (markers, roles, BOS and EOS) is Special, the messages' content is not,
+// so that a control token spelt in a message is encoded as text
+// (Tokenizer.EncodeSegments). A role is the caller's too: one that is not
+// a plain word is written as text.
+func ChatSegments(t Template, msgs []Message, bos, eos string) []Segment {
+	var segs []Segment
+	mark := func(s string) {
+		if s != "" {
+			segs = append(segs, Segment{Text: s, Special: true})
+		}
+	}
+	text := func(s string) {
+		if s != "" {
+			segs = append(segs, Segment{Text: s})
+		}
+	}
+	switch t {
+	case Llama3:
+		mark(bos)
+		for _, m := range msgs {
+			mark("<|start_header_id|>")
+			text(m.Role)
+			mark("<|end_header_id|>\n\n")
+			text(strings.TrimSpace(m.Content))
+			mark("<|eot_id|>")
+		}
+		mark("<|start_header_id|>assistant<|end_header_id|>\n\n")
+	case Llama2:
+		var sys []Segment
+		first := true
+		for _, m := range msgs {
+			switch m.Role {
+			case "system":
+				sys = []Segment{{Text: "<<SYS>>\n", Special: true}, {Text: m.Content}, {Text: "\n<</SYS>>\n\n", Special: true}}
+			case "user":
+				mark(bos + "[INST] ")
+				c := strings.TrimSpace(m.Content)
+				if first {
+					first = false
+					if sys != nil {
+						// TrimSpace of system block + content: the block
+						// starts with a marker, so only the right is cut.
+						c = strings.TrimRightFunc(m.Content, unicode.IsSpace)
+						if c == "" {
+							sys[2].Text = "\n<</SYS>>"
+						}
+						for _, s := range sys {
+							if s.Text != "" {
+								segs = append(segs, s)
+							}
+						}
+					}
+				}
+				text(c)
+				mark(" [/INST]")
+			case "assistant":
+				mark(" ")
+				text(strings.TrimSpace(m.Content))
+				mark(" " + eos)
+			}
+		}
+	case Zephyr:
+		for _, m := range msgs {
+			mark("<|")
+			text(m.Role)
+			mark("|>\n")
+			text(m.Content)
+			mark(eos + "\n")
+		}
+		mark("<|assistant|>\n")
+	default:
+		for _, m := range msgs {
+			mark("<|im_start|>")
+			text(m.Role)
+			mark("\n")
+			text(m.Content)
+			mark("<|im_end|>\n")
+		}
+		mark("<|im_start|>assistant\n")
+	}
+	return segs
+}
+
 // Chat renders messages with the model's chat template and the stop texts
 // that end the assistant's turn in that format. Encode the prompt with
-// special set, so the format's markers become their control tokens.
+// special set, so the format's markers become their control tokens; or
+// encode ChatSegments' segments, so that only they do.
 func (m *Model) Chat(msgs []Message) (prompt string, stops []string) {
+	segs, stops := m.ChatSegments(msgs)
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteString(s.Text)
+	}
+	return b.String(), stops
+}
+
+// ChatSegments is Chat's prompt as segments for Tokenizer.EncodeSegments:
+// the format's markers are Special, the messages' content and roles are
+// text, so a user who writes "<|im_end|>" cannot end their turn with it.
+func (m *Model) ChatSegments(msgs []Message) (segs []Segment, stops []string) {
 	t := RecogniseTemplate(m.template)
 	bos, eos := m.tok.Token(m.tok.BOS), m.tok.Token(m.tok.EOS)
 	if m.tok.AddsBOS() {
@@ -98,5 +165,5 @@ func (m *Model) Chat(msgs []Message) (prompt string, stops []string) {
 	default:
 		stops = []string{"<|im_end|>"}
 	}
-	return RenderChat(t, msgs, bos, eos), stops
+	return ChatSegments(t, msgs, bos, eos), stops
 }

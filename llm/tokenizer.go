@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -34,10 +35,14 @@ type Tokenizer struct {
 	ids      map[string]int
 	ranks    map[[2]string]int // gpt2 merges
 	specials []string          // control/user-defined token texts, longest first
-	byteTok  [256]int          // llama byte fallback ids (-1 when absent)
-	BOS, EOS int               // -1 when absent
-	addBOS   bool
-	addSpace bool
+	// specialsBy are the specials by their first byte, longest first.
+	specialsBy [256][]string
+	maxBytes   int          // the longest token's text in bytes
+	ops        atomic.Int64 // merge-queue operations (Ops)
+	byteTok    [256]int     // llama byte fallback ids (-1 when absent)
+	BOS, EOS   int          // -1 when absent
+	addBOS     bool
+	addSpace   bool
 }
 
 // NewTokenizer reads the tokenizer of a GGUF file.
@@ -134,6 +139,12 @@ func NewTokenizer(f *gguf.File) (*Tokenizer, error) {
 		}
 	}
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.specials[a]) > len(t.specials[b]) })
+	for _, s := range t.specials {
+		t.specialsBy[s[0]] = append(t.specialsBy[s[0]], s)
+	}
+	for _, s := range tokens {
+		t.maxBytes = max(t.maxBytes, len(s))
+	}
 	return t, nil
 }
 
@@ -169,53 +180,6 @@ func (t *Tokenizer) IsControl(id int) bool {
 // AddsBOS reports whether Encode puts BOS first (tokenizer.ggml.add_bos_token,
 // default on for SentencePiece, off for GPT-2 BPE).
 func (t *Tokenizer) AddsBOS() bool { return t.addBOS && t.BOS >= 0 }
-
-// Encode tokenises text. With special, control and user-defined token
-// texts in it (as a chat template writes them) become those tokens; BOS is
-// prepended when the tokenizer adds it.
-func (t *Tokenizer) Encode(text string, special bool) []int {
-	var out []int
-	if t.AddsBOS() {
-		out = append(out, t.BOS)
-	}
-	first := true
-	for text != "" {
-		cut, tok := len(text), ""
-		if special {
-			for i := 0; i < len(text); i++ {
-				for _, s := range t.specials {
-					if strings.HasPrefix(text[i:], s) {
-						cut, tok = i, s
-						break
-					}
-				}
-				if tok != "" {
-					break
-				}
-			}
-		}
-		if cut > 0 {
-			out = t.encodeText(out, text[:cut], first)
-		}
-		first = false
-		if tok == "" {
-			break
-		}
-		out = append(out, t.ids[tok])
-		text = text[cut+len(tok):]
-	}
-	return out
-}
-
-func (t *Tokenizer) encodeText(out []int, s string, first bool) []int {
-	if t.model == "llama" {
-		return t.encodeSPM(out, s, first)
-	}
-	for _, w := range pretokenize(s) {
-		out = t.encodeBPE(out, w)
-	}
-	return out
-}
 
 // Decode returns the text of ids, control tokens left out.
 func (t *Tokenizer) Decode(ids []int) string {
@@ -265,45 +229,35 @@ func (t *Tokenizer) bytesOf(id int, first bool) []byte {
 }
 
 // UTF8Buffer joins streamed token bytes into whole UTF-8 characters: Write
-// returns the text complete so far and keeps an unfinished character for
-// the next call; Flush returns what is left (invalid bytes as U+FFFD).
+// returns the text complete so far, always valid UTF-8, and keeps an
+// unfinished character for the next call; a byte that can begin no
+// character is U+FFFD at once. Flush returns what is left, an unfinished
+// character as U+FFFD. The text of any split of a byte string into Writes,
+// then Flush, is the same.
 type UTF8Buffer struct{ pending []byte }
 
 // Write adds b and returns the text that is complete.
 func (u *UTF8Buffer) Write(b []byte) string {
 	u.pending = append(u.pending, b...)
-	n := len(u.pending)
-	// Hold back at most 3 trailing bytes that could start a character.
-	for back := 1; back <= 3 && back <= n; back++ {
-		c := u.pending[n-back]
-		if c&0xc0 == 0x80 {
-			continue // continuation byte; look further back
+	var out strings.Builder
+	i := 0
+	for i < len(u.pending) && utf8.FullRune(u.pending[i:]) {
+		r, w := utf8.DecodeRune(u.pending[i:])
+		if r == utf8.RuneError && w == 1 {
+			out.WriteRune(utf8.RuneError)
+		} else {
+			out.Write(u.pending[i : i+w])
 		}
-		if c >= 0xc0 { // a lead byte: is its character complete?
-			need := 2
-			if c >= 0xe0 {
-				need = 3
-			}
-			if c >= 0xf0 {
-				need = 4
-			}
-			if back < need {
-				out := string(u.pending[:n-back])
-				u.pending = append([]byte(nil), u.pending[n-back:]...)
-				return out
-			}
-		}
-		break
+		i += w
 	}
-	out := string(u.pending)
-	u.pending = u.pending[:0]
-	return out
+	u.pending = append(u.pending[:0], u.pending[i:]...)
+	return out.String()
 }
 
-// Flush returns any held-back bytes.
+// Flush returns any held-back bytes: an unfinished character is U+FFFD.
 func (u *UTF8Buffer) Flush() string {
 	out := strings.ToValidUTF8(string(u.pending), "\uFFFD")
-	u.pending = nil
+	u.pending = u.pending[:0]
 	return out
 }
 
@@ -326,39 +280,6 @@ var byteToUnicode, unicodeToByte = func() ([256]rune, map[rune]byte) {
 
 // ByteToken is the GPT-2 byte-level vocabulary string of byte b.
 func ByteToken(b byte) string { return string(byteToUnicode[b]) }
-
-func (t *Tokenizer) encodeBPE(out []int, word string) []int {
-	syms := make([]string, 0, len(word))
-	for i := 0; i < len(word); i++ {
-		syms = append(syms, string(byteToUnicode[word[i]]))
-	}
-	for len(syms) > 1 {
-		best, at := -1, -1
-		for i := 0; i+1 < len(syms); i++ {
-			if r, ok := t.ranks[[2]string{syms[i], syms[i+1]}]; ok && (best < 0 || r < best) {
-				best, at = r, i
-			}
-		}
-		if at < 0 {
-			break
-		}
-		syms[at] += syms[at+1]
-		syms = append(syms[:at+1], syms[at+2:]...)
-	}
-	for _, s := range syms {
-		if id, ok := t.ids[s]; ok {
-			out = append(out, id)
-			continue
-		}
-		// A merge result missing from the vocabulary: fall back to its runes.
-		for _, r := range s {
-			if id, ok := t.ids[string(r)]; ok {
-				out = append(out, id)
-			}
-		}
-	}
-	return out
-}
 
 // pretokenize splits text as GPT-2's pattern does:
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -430,46 +351,6 @@ func pretokenize(s string) []string {
 		}
 		out = append(out, s[i:k])
 		i = k
-	}
-	return out
-}
-
-func (t *Tokenizer) encodeSPM(out []int, s string, first bool) []int {
-	if first && t.addSpace {
-		s = " " + s
-	}
-	s = strings.ReplaceAll(s, " ", "▁")
-	var syms []string
-	for i := 0; i < len(s); {
-		_, w := utf8.DecodeRuneInString(s[i:]) // an invalid byte is a symbol of its own
-		syms = append(syms, s[i:i+w])
-		i += w
-	}
-	for len(syms) > 1 {
-		best, at := float32(0), -1
-		for i := 0; i+1 < len(syms); i++ {
-			if id, ok := t.ids[syms[i]+syms[i+1]]; ok && (at < 0 || t.scores[id] > best) {
-				best, at = t.scores[id], i
-			}
-		}
-		if at < 0 {
-			break
-		}
-		syms[at] += syms[at+1]
-		syms = append(syms[:at+1], syms[at+2:]...)
-	}
-	for _, sym := range syms {
-		if id, ok := t.ids[sym]; ok {
-			out = append(out, id)
-			continue
-		}
-		for i := 0; i < len(sym); i++ {
-			if id := t.byteTok[sym[i]]; id >= 0 {
-				out = append(out, id)
-			} else if id, ok := t.ids["<unk>"]; ok {
-				out = append(out, id)
-			}
-		}
 	}
 	return out
 }

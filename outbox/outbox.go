@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/service"
 )
@@ -36,9 +36,13 @@ type Relay struct {
 	wake      chan struct{}
 }
 
-// NewRelay returns a Relay.
-func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger) *Relay {
-	return &Relay{clock: quartz.NewReal(), pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
+// NewRelay returns a Relay that polls and sweeps on clock
+// (quartz.NewReal() when nil).
+func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, clock quartz.Clock) *Relay {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Relay{clock: clock, pool: pool, js: js, log: log, wake: make(chan struct{}, 1)}
 }
 
 // Wake makes a running relay look for rows now rather than at its next tick.
@@ -132,7 +136,7 @@ func refused(err error) bool {
 func (r *Relay) publish(ctx context.Context, row db.Outbox) error {
 	m := nats.NewMsg(row.Subject)
 	m.Header.Set(jetstream.MsgIDHeader, "outbox-"+strconv.FormatInt(row.ID, 10))
-	if _, _, isKV := proto.KVKey(row.Subject); isKV && bytes.Equal(bytes.TrimSpace(row.Payload), []byte("null")) {
+	if _, _, isKV := busapi.KVKey(row.Subject); isKV && bytes.Equal(bytes.TrimSpace(row.Payload), []byte("null")) {
 		m.Header.Set("KV-Operation", "DEL")
 	} else {
 		m.Data = row.Payload

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
@@ -29,18 +30,18 @@ func TestRelayPublishesInOrderOnceAndDeletes(t *testing.T) {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := db.New(pool)
-	subject := proto.KVSubject(proto.BucketDesired, "node-a")
+	subject := busapi.KVSubject(busapi.BucketDesired, "node-a")
 	for _, payload := range []string{`{"generation":1}`, `{"generation":2}`, `{"generation":3}`} {
 		if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: subject, Payload: []byte(payload)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err != nil || n != 3 {
 		t.Fatalf("flush = %d, %v; want 3", n, err)
 	}
@@ -94,10 +95,10 @@ func TestRelayKeepsRowsWhenNATSIsDown(t *testing.T) {
 	}
 	srv.Shutdown()
 	q := db.New(pool)
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "ep"), Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err == nil || n != 0 {
 		t.Fatalf("flush with NATS down = %d, %v; want an error and nothing marked", n, err)
 	}
@@ -122,18 +123,18 @@ func TestRelayPassesOverARowNATSRefuses(t *testing.T) {
 	q := db.New(pool)
 	// Over the server's maximum payload: no retry can publish it.
 	huge := []byte(`{"pad":"` + strings.Repeat("x", int(nc.MaxPayload())+1) + `"}`)
-	big, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "big"), Payload: huge})
+	big, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "big"), Payload: huge})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, "next"), Payload: []byte(`{"generation":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t))
 	if n, err := relay.Flush(ctx); err != nil || n != 1 {
 		t.Fatalf("flush = %d, %v; want the row after the refused one published", n, err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketRoutes)
+	kv, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // cpuFleet is Plan's working copy of the CPU nodes: nodes without GPU
@@ -63,7 +63,7 @@ func (c *cpuFleet) place(r Request) Result {
 	best, runs := -1, 0
 	for i := range c.nodes {
 		n := &c.nodes[i]
-		if r.Runtime != "" && !proto.RunsRuntime(n.runtimes, r.Runtime) {
+		if r.Runtime != "" && !busapi.RunsRuntime(n.runtimes, r.Runtime) {
 			continue
 		}
 		runs++
@@ -90,7 +90,7 @@ func (c *cpuFleet) place(r Request) Result {
 	n.freeCores -= r.CPUCores
 	n.freeMemory -= r.HostMemoryMB
 	n.spread[r.Endpoint]++
-	res.Node, res.GPUType, res.Profile = n.name, proto.CPUType, proto.ProfileCPU
+	res.Node, res.GPUType, res.Profile = n.name, busapi.CPUType, busapi.ProfileCPU
 	res.CPUCores, res.HostMemoryMB = r.CPUCores, r.HostMemoryMB
 	return res
 }

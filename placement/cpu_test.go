@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 func cpuHost(name string, cores, memoryMB int, holds ...CPUHold) Node {
@@ -66,7 +66,7 @@ func TestCPUPlacement(t *testing.T) {
 				if r.Err != "" || !tt.reqs[i].CPU() {
 					continue
 				}
-				if r.GPUType != proto.CPUType || r.Profile != proto.ProfileCPU || len(r.Slots) != 0 ||
+				if r.GPUType != busapi.CPUType || r.Profile != busapi.ProfileCPU || len(r.Slots) != 0 ||
 					r.CPUCores != tt.reqs[i].CPUCores || r.HostMemoryMB != tt.reqs[i].HostMemoryMB {
 					t.Errorf("result %d = %+v, want a cpu-core allocation of the request's cores and memory", i, r)
 				}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Node is one schedulable node (ready, not lost) with every slice it has.
@@ -19,8 +19,8 @@ type Node struct {
 	MemoryMB int
 	CPUHolds []CPUHold
 	// Runtimes are the runtime catalogue entries the node runs, as its
-	// heartbeat reports them (proto.NodeStatus.Runtimes): nil when it
-	// does not say, and then it takes any request; proto.AnyRuntime for
+	// heartbeat reports them (busapi.NodeStatus.Runtimes): nil when it
+	// does not say, and then it takes any request; busapi.AnyRuntime for
 	// every runtime.
 	Runtimes []string
 }
@@ -83,12 +83,12 @@ func (r Request) CPU() bool { return r.GPUCount == 0 && r.CPUCores > 0 }
 type Result struct {
 	Replica string
 	// Node, GPUType, Profile and Slots are set when placed; a CPU
-	// replica has GPUType proto.CPUType, Profile proto.ProfileCPU, no
+	// replica has GPUType busapi.CPUType, Profile busapi.ProfileCPU, no
 	// slots, and the request's CPUCores and HostMemoryMB.
 	Node         string
 	GPUType      string
 	Profile      string
-	Slots        []proto.Slot
+	Slots        []busapi.Slot
 	CPUCores     int
 	HostMemoryMB int
 	// Err says why the replica could not be placed, for people to read
@@ -326,7 +326,7 @@ func (f *fleet) placeOne(r Request, cands []int, res *Result) {
 				}
 				b[w] = gi
 				w++
-				if r.Runtime != "" && !proto.RunsRuntime(f.nodes[g.node].runtimes, r.Runtime) {
+				if r.Runtime != "" && !busapi.RunsRuntime(f.nodes[g.node].runtimes, r.Runtime) {
 					continue
 				}
 				if !g.accepts(r.Tier) {
@@ -354,11 +354,11 @@ func (f *fleet) placeOne(r Request, cands []int, res *Result) {
 		}
 		if best >= 0 {
 			g := &f.gpus[best]
-			slot := proto.Slot{GPU: g.id, Slice: g.free[p][0]}
+			slot := busapi.Slot{GPU: g.id, Slice: g.free[p][0]}
 			g.free[p] = g.free[p][1:]
 			f.take(r, best, p)
 			res.Node, res.GPUType, res.Profile = f.nodes[g.node].name, f.types[g.typ], profileNames[p]
-			res.Slots = []proto.Slot{slot}
+			res.Slots = []busapi.Slot{slot}
 			return
 		}
 	}
@@ -401,7 +401,7 @@ func (f *fleet) placeTP(r Request, res *Result) {
 	var bestSpread int32
 	for ni := range f.nodes {
 		nd := &f.nodes[ni]
-		if r.Runtime != "" && !proto.RunsRuntime(nd.runtimes, r.Runtime) {
+		if r.Runtime != "" && !busapi.RunsRuntime(nd.runtimes, r.Runtime) {
 			continue
 		}
 		clear(f.counts)
@@ -444,14 +444,14 @@ func (f *fleet) placeTP(r Request, res *Result) {
 		res.Err = f.withRuntime(r, res.Err)
 		return
 	}
-	res.Node, res.GPUType, res.Profile = f.nodes[bestNode].name, f.types[bestType], proto.ProfileFull
-	res.Slots = make([]proto.Slot, 0, r.GPUCount)
+	res.Node, res.GPUType, res.Profile = f.nodes[bestNode].name, f.types[bestType], busapi.ProfileFull
+	res.Slots = make([]busapi.Slot, 0, r.GPUCount)
 	for _, gi := range f.nodes[bestNode].gpus {
 		g := &f.gpus[gi]
 		if g.typ != bestType || !g.canGive(pFull) {
 			continue
 		}
-		res.Slots = append(res.Slots, proto.Slot{GPU: g.id, Slice: g.free[pFull][0]})
+		res.Slots = append(res.Slots, busapi.Slot{GPU: g.id, Slice: g.free[pFull][0]})
 		g.free[pFull] = g.free[pFull][1:]
 		f.take(r, gi, pFull)
 		if len(res.Slots) == r.GPUCount {
@@ -474,7 +474,7 @@ func (f *fleet) withRuntime(r Request, reason string) string {
 			continue
 		}
 		gpuNodes++
-		if proto.RunsRuntime(f.nodes[i].runtimes, r.Runtime) {
+		if busapi.RunsRuntime(f.nodes[i].runtimes, r.Runtime) {
 			runs++
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 const (
@@ -20,14 +20,14 @@ const (
 
 var profileMB = map[string]int{
 	"mig-1g.10gb": 10240, "mig-2g.20gb": 20480, "mig-3g.40gb": 40960,
-	"mig-4g.40gb": 40960, "mig-7g.80gb": 81920, proto.ProfileFull: 81920,
+	"mig-4g.40gb": 40960, "mig-7g.80gb": 81920, busapi.ProfileFull: 81920,
 }
 
 // gpu returns the slices of one GPU: a whole GPU when no MIG profiles are
 // given, else one slice per profile, numbered from 0.
 func gpu(id int, typ string, profiles ...string) []Slice {
 	if len(profiles) == 0 {
-		profiles = []string{proto.ProfileFull}
+		profiles = []string{busapi.ProfileFull}
 	}
 	out := make([]Slice, len(profiles))
 	for i, p := range profiles {
@@ -594,7 +594,7 @@ func (f *reference) placeOne(r Request, res *Result) {
 			f.hold(*best, r.Endpoint, r.Tier)
 			s := f.slice[*best]
 			res.Node, res.GPUType, res.Profile = best.node, s.GPUType, p
-			res.Slots = []proto.Slot{{GPU: best.gpu, Slice: best.index}}
+			res.Slots = []busapi.Slot{{GPU: best.gpu, Slice: best.index}}
 			return
 		}
 	}
@@ -649,7 +649,7 @@ func (f *reference) placeTP(r Request, res *Result) {
 	res.Node, res.GPUType, res.Profile = best.node, best.typ, "full"
 	for _, k := range best.gpus {
 		f.hold(k, r.Endpoint, r.Tier)
-		res.Slots = append(res.Slots, proto.Slot{GPU: k.gpu, Slice: k.index})
+		res.Slots = append(res.Slots, busapi.Slot{GPU: k.gpu, Slice: k.index})
 	}
 }
 

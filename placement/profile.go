@@ -3,7 +3,7 @@ package placement
 import (
 	"slices"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Profile ranks, smallest first; the order is the size order MinProfile uses.
@@ -17,7 +17,7 @@ const (
 	numProfiles
 )
 
-var profileNames = [numProfiles]string{"mig-1g.10gb", "mig-2g.20gb", "mig-3g.40gb", "mig-4g.40gb", "mig-7g.80gb", proto.ProfileFull}
+var profileNames = [numProfiles]string{"mig-1g.10gb", "mig-2g.20gb", "mig-3g.40gb", "mig-4g.40gb", "mig-7g.80gb", busapi.ProfileFull}
 
 var compute = [numProfiles]int{1, 2, 3, 4, 7, 7}
 

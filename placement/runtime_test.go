@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // runs is n with the runtimes its heartbeat reports.
@@ -41,7 +41,7 @@ func TestPlacementOnlyOnNodesWithTheRuntime(t *testing.T) {
 			[]Node{node("gpu-a", gpu(0, a100)), runs(node("gpu-b", gpu(0, a100)), "triton")},
 			[]Request{vllm(0)}, []string{"gpu-a"}},
 		{"a simulated node runs every runtime",
-			[]Node{runs(node("gpu-a", gpu(0, a100)), proto.AnyRuntime)}, []Request{vllm(0)}, []string{"gpu-a"}},
+			[]Node{runs(node("gpu-a", gpu(0, a100)), busapi.AnyRuntime)}, []Request{vllm(0)}, []string{"gpu-a"}},
 		{"a request naming no runtime goes anywhere",
 			[]Node{runs(node("gpu-a", gpu(0, a100)))}, []Request{rep(0, "e", "standard", 4096)}, []string{"gpu-a"}},
 		{"no GPU node has vllm: the reason says so",

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // TierRank orders tiers by their claim on scarce GPUs: critical (0) before
@@ -58,7 +58,7 @@ func Preempt(nodes []Node, r Request, y Yield) (victims []string, res Result, ok
 	var best *cand
 	for ni := range nodes {
 		nd := &nodes[ni]
-		if r.Runtime != "" && !proto.RunsRuntime(nd.Runtimes, r.Runtime) {
+		if r.Runtime != "" && !busapi.RunsRuntime(nd.Runtimes, r.Runtime) {
 			continue // freeing a GPU there would not let r run
 		}
 		byGPU := map[int][]Slice{}

@@ -12,15 +12,19 @@ SELECT * FROM model_version_validations
 WHERE version_id = ANY(@version_ids::bigint[]) AND (@all_teams::boolean OR team_id = ANY(@team_ids::bigint[]));
 
 -- name: ValidationClaimPending :one
--- The oldest pending validation, locked for the validator (skipping one
--- another control plane holds), with what running it needs.
+-- A pending validation, locked for the validator (skipping one another
+-- control plane holds), with what running it needs: round-robin by team,
+-- the oldest pending version of the team whose last validation finished
+-- longest ago (a team never served first), so one team queueing many
+-- versions delays another's by at most one validation, not all of its own.
 SELECT x.version_id, x.attempts, v.name AS version, v.format, v.runtime, v.manifest, v.serving, v.memory_mb,
        m.name AS model, m.task, m.input_schema, m.output_schema, m.feature_names
 FROM model_version_validations x
 JOIN model_versions v ON v.id = x.version_id
 JOIN models m ON m.id = v.model_id
 WHERE x.state = 'pending'
-ORDER BY x.version_id
+ORDER BY (SELECT max(y.finished_at) FROM model_version_validations y WHERE y.team_id = x.team_id) ASC NULLS FIRST,
+         x.version_id
 LIMIT 1
 FOR UPDATE OF x SKIP LOCKED;
 

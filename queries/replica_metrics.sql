@@ -1,7 +1,7 @@
 -- name: ReplicaObserveMetrics :exec
 -- Records the load and cold start a heartbeat reports for the node's
 -- replicas; @metrics is a JSON object from replica name to its
--- fleet.ReplicaMetrics. rps is the growth of the requests counter since the
+-- replica.Metrics. rps is the growth of the requests counter since the
 -- stored heartbeat over the time between them (observed_at_ms); a report
 -- older than the stored one is not written, one of the same time keeps the
 -- stored rate. After a heartbeat whose runtime did not report the counter

@@ -14,6 +14,26 @@ LEFT JOIN (SELECT replica_id, array_agg(gpu ORDER BY gpu, slice) AS gpus, array_
            FROM allocations GROUP BY replica_id) s ON s.replica_id = r.id
 ORDER BY r.id;
 
+-- name: ReplicaListByIDs :many
+-- ReplicaListAll's columns for the replicas of ids: the fleet reconciler
+-- reads back the replicas it placed in the same pass (their token is the
+-- database's), instead of listing every replica a second time.
+SELECT r.id, r.name, r.endpoint_id, r.version_id, r.node_id, n.name AS node, r.state, r.addr, r.gpu_type, r.profile, r.cpu_cores, r.memory_mb, r.token,
+       t.name AS team, e.name AS endpoint, m.name AS model, m.task, v.name AS version, v.sim_profile,
+       v.runtime, v.format, v.artifact_uri, m.feature_names, v.serving,
+       e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms,
+       coalesce(s.gpus, '{}')::int[] AS slot_gpus, coalesce(s.slices, '{}')::int[] AS slot_slices
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN teams t ON t.id = r.team_id
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN models m ON m.id = e.model_id
+JOIN model_versions v ON v.id = r.version_id
+LEFT JOIN (SELECT replica_id, array_agg(gpu ORDER BY gpu, slice) AS gpus, array_agg(slice ORDER BY gpu, slice) AS slices
+           FROM allocations WHERE replica_id = ANY(@ids::bigint[]) GROUP BY replica_id) s ON s.replica_id = r.id
+WHERE r.id = ANY(@ids::bigint[])
+ORDER BY r.id;
+
 -- name: ReplicaListReadyForRoutes :many
 -- The replicas a gateway may send requests to, for package route.
 SELECT endpoint_id, version_id, name, addr, token FROM replicas
@@ -120,7 +140,7 @@ ORDER BY f.name;
 -- One team's replicas with what each holds and its version's minimum, to
 -- refuse a quota below what the minimums hold.
 SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.state, r.gpu_type, r.profile, r.cpu_cores,
-       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots
+       (SELECT count(*) FROM allocations a WHERE a.replica_id = r.id)::int AS slots, r.memory_mb
 FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.team_id = @team_id
 ORDER BY r.endpoint_id, r.version_id, r.id;

@@ -12,6 +12,8 @@ INSERT INTO routing_rules (endpoint_id, version_id, weight, shadow_percent) VALU
 -- before its first decision); the ro_ columns describe the endpoint's active
 -- rollout, if any, for canary sizing (fleet/wake.go). runtime picks the
 -- nodes that can run the version (placement.Request.Runtime).
+-- critical_granted says whether the team may place critical endpoints as
+-- critical (team_tier_grants).
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_profile, e.min_replicas, e.max_replicas,
        v.id AS version_id, v.name AS version, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.cpu_cores, v.memory_mb, v.memory_need_mb, r.weight, r.shadow_percent, e.woken_at,
        EXISTS (SELECT 1 FROM experiment_arms a WHERE a.endpoint_id = e.id AND a.version_id = v.id)::boolean AS experiment_arm,
@@ -20,7 +22,8 @@ SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, e.tier, e.instance_pr
        coalesce(ro.from_version_id, 0)::bigint AS ro_from_version_id, coalesce(ro.to_version_id, 0)::bigint AS ro_to_version_id,
        coalesce(ro.strategy, '')::text AS ro_strategy, coalesce(ro.state, '')::text AS ro_state,
        coalesce(ro.steps, '[]')::jsonb AS ro_steps, coalesce(ro.step_index, 0)::integer AS ro_step_index, ro.bake_deadline AS ro_bake_deadline,
-       v.runtime
+       v.runtime,
+       EXISTS (SELECT 1 FROM team_tier_grants g WHERE g.team_id = e.team_id AND g.tier = 'critical')::boolean AS critical_granted
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id

@@ -17,9 +17,9 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/egress"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // safetensors holds one F32 tensor of shape [2].
@@ -152,9 +152,9 @@ func (f *fixture) versions(t *testing.T) int {
 	return f.count(t, "SELECT count(*) FROM model_versions")
 }
 
-// fields returns the fields named by a validate.Errors in err's chain, sorted.
+// fields returns the fields named by a field.Errors in err's chain, sorted.
 func fields(err error) []string {
-	var ve validate.Errors
+	var ve field.Errors
 	if !errors.As(err, &ve) {
 		return nil
 	}

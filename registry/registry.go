@@ -23,8 +23,8 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/egress"
+	"modelplane/field"
 	"modelplane/sim/profile"
-	"modelplane/validate"
 )
 
 // Tasks a model can perform.
@@ -126,7 +126,7 @@ var errExternalRef = errors.New("external references are not allowed")
 // anchors) work, any other ($ref, $schema or $id-relative) is refused with
 // the same message, which names neither the target nor what loading it
 // would have found.
-func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.RawMessage {
+func checkSchema(errs *field.Errors, field string, raw json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return json.RawMessage(`{}`)
 	}
@@ -155,9 +155,9 @@ func checkSchema(errs *validate.Errors, field string, raw json.RawMessage) json.
 
 // CreateModel creates a model in one of the caller's teams.
 func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec ModelSpec) (Model, error) {
-	var errs validate.Errors
-	validate.Name(&errs, "name", spec.Name)
-	validate.OneOf(&errs, "task", spec.Task, TaskClassification, TaskRegression, TaskLLM)
+	var errs field.Errors
+	field.Name(&errs, "name", spec.Name)
+	field.OneOf(&errs, "task", spec.Task, TaskClassification, TaskRegression, TaskLLM)
 	if len(spec.Description) > 2000 {
 		errs.Add("description", "must be at most 2000 characters")
 	}
@@ -257,14 +257,14 @@ func (s *Service) Models(ctx context.Context, p *auth.Principal, afterID int64, 
 // version CPUCores and MemoryMB are recorded but not placed by: a GPU
 // node's host CPUs come with its GPUs.
 type Resources struct {
-	GPUCount    int32  `json:"gpu_count"`
-	GPUMemoryMB int32  `json:"gpu_memory_mb"`
+	GPUCount    int32  `json:"gpu_count" required:"false" doc:"GPUs one replica needs; 0 (the default) serves it on CPU nodes."`
+	GPUMemoryMB int32  `json:"gpu_memory_mb" required:"false"`
 	GPUType     string `json:"gpu_type,omitempty"`
 	// CPUCores is the whole CPU cores one replica needs.
-	CPUCores int32 `json:"cpu_cores"`
+	CPUCores int32 `json:"cpu_cores" required:"false" doc:"Whole CPU cores one replica needs; 0 is 1 on a CPU version."`
 	// MemoryMB is the host memory one replica needs, in MiB. A GGUF
 	// version may leave it 0: its need is computed from the file.
-	MemoryMB int32 `json:"memory_mb"`
+	MemoryMB int32 `json:"memory_mb" required:"false" doc:"Host memory one replica needs, in MiB; 0 is 1024 on a CPU version (a GGUF version's need is computed)."`
 }
 
 // The size of a CPU version that states none, and the bounds of what one
@@ -329,14 +329,14 @@ type VersionSpec struct {
 	Format         string             `json:"format,omitempty"`
 	Runtime        string             `json:"runtime"`
 	ArtifactURI    string             `json:"artifact_uri,omitempty"`
-	Resources      Resources          `json:"resources"`
-	SLA            SLA                `json:"sla"`
-	Lineage        Lineage            `json:"lineage"`
+	Resources      Resources          `json:"resources" required:"false"`
+	SLA            SLA                `json:"sla" required:"false"`
+	Lineage        Lineage            `json:"lineage" required:"false"`
 	OfflineMetrics map[string]float64 `json:"offline_metrics,omitempty"`
 	Sim            json.RawMessage    `json:"sim,omitempty"`
 	// Serving says how the built-in runtime reads instances and maps
 	// outputs (features, output, sample_inputs).
-	Serving Serving `json:"serving"`
+	Serving Serving `json:"serving" required:"false"`
 }
 
 // Version is a registered, immutable model version.
@@ -367,13 +367,13 @@ type Files func(u *artifact.Upload) error
 // Formats a version may declare when its artifact lives elsewhere.
 var externalFormats = []string{"safetensors", "onnx", "gguf", "xgboost-json", "lightgbm"}
 
-func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
+func (s *Service) checkSpec(errs *field.Errors, spec *VersionSpec, m Model) {
 	checkServing(errs, &spec.Serving, m)
 	if spec.Serving.LLM != nil {
 		checkLLM(errs, spec.Serving.LLM, int(spec.Resources.GPUCount))
 	}
-	validate.VersionName(errs, "metadata.name", spec.Name)
-	validate.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
+	field.VersionName(errs, "metadata.name", spec.Name)
+	field.OneOf(errs, "metadata.runtime", spec.Runtime, Runtimes...)
 	r := spec.Resources
 	if r.GPUCount < 0 || r.GPUCount > 16 {
 		errs.Add("metadata.resources.gpu_count", "must be between 0 and 16")
@@ -382,7 +382,7 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 		errs.Add("metadata.resources.gpu_memory_mb", "must be between 0 and %d", 16*80*1024)
 	}
 	if r.GPUType != "" {
-		validate.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
+		field.OneOf(errs, "metadata.resources.gpu_type", r.GPUType, "A100-80GB", "H100-80GB")
 		if r.GPUCount == 0 {
 			errs.Add("metadata.resources.gpu_type", "needs gpu_count of at least 1; a version with gpu_count 0 runs on CPU nodes")
 		}
@@ -407,7 +407,7 @@ func (s *Service) checkSpec(errs *validate.Errors, spec *VersionSpec, m Model) {
 		}
 	}
 	if spec.Lineage.ParentVersion != "" {
-		validate.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
+		field.VersionName(errs, "metadata.lineage.parent_version", spec.Lineage.ParentVersion)
 	}
 	if len(spec.Sim) > 0 {
 		if !json.Valid(spec.Sim) || bytes.TrimSpace(spec.Sim)[0] != '{' {
@@ -431,11 +431,13 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	if !p.CanWrite(m.TeamID) {
 		return Version{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	s.checkSpec(&errs, &spec, m)
 	man, err := artifact.ParseManifest(manifest)
 	if err != nil {
 		errs.Add("manifest", "%s", strings.TrimPrefix(err.Error(), artifact.ErrRejected.Error()+": "))
+	} else {
+		checkDraftModel(&errs, spec.Serving.LLM, man)
 	}
 	if files == nil {
 		u, err := url.Parse(spec.ArtifactURI)
@@ -446,7 +448,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 				errs.Add("metadata.artifact_uri", "%s", strings.TrimPrefix(err.Error(), egress.ErrRefused.Error()+": "))
 			}
 		}
-		validate.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
+		field.OneOf(&errs, "metadata.format", spec.Format, externalFormats...)
 	} else if spec.ArtifactURI != "" {
 		errs.Add("metadata.artifact_uri", "must be empty when files are uploaded")
 	}
@@ -467,10 +469,10 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			return Version{}, err
 		}
 		if !res.Format.IsModel() {
-			return Version{}, validate.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
+			return Version{}, field.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
 		}
 		if spec.Format != "" && spec.Format != string(res.Format) {
-			return Version{}, validate.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}
+			return Version{}, field.Errors{{Field: "metadata.format", Message: fmt.Sprintf("says %s but the files hold %s", spec.Format, res.Format)}}
 		}
 		spec.Format, spec.ArtifactURI, size = string(res.Format), res.URI, res.Size
 	}

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"modelplane/field"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // TestSchemaExternalRefs checks that a model's schemas never load anything
@@ -57,21 +57,21 @@ func TestSchemaExternalRefs(t *testing.T) {
 		{"file meta-schema", `{"$schema":"file://` + onDisk + `","type":"object"}`},
 	}
 	for i, tt := range tests {
-		for _, field := range []string{"input_schema", "output_schema"} {
-			t.Run(tt.name+"/"+field, func(t *testing.T) {
-				spec := registry.ModelSpec{Team: "risk", Name: fmt.Sprintf("ext-%d-%s", i, field[:1]), Task: registry.TaskLLM}
-				if field == "input_schema" {
+		for _, name := range []string{"input_schema", "output_schema"} {
+			t.Run(tt.name+"/"+name, func(t *testing.T) {
+				spec := registry.ModelSpec{Team: "risk", Name: fmt.Sprintf("ext-%d-%s", i, name[:1]), Task: registry.TaskLLM}
+				if name == "input_schema" {
 					spec.InputSchema = json.RawMessage(tt.schema)
 				} else {
 					spec.OutputSchema = json.RawMessage(tt.schema)
 				}
 				_, err := f.svc.CreateModel(t.Context(), f.riskEng, spec)
-				var ve validate.Errors
+				var ve field.Errors
 				if !errors.As(err, &ve) || len(ve) != 1 {
 					t.Fatalf("CreateModel(%s) error = %v, want one field error", tt.schema, err)
 				}
-				if ve[0].Field != field || ve[0].Message != want {
-					t.Errorf("CreateModel(%s) = %s: %q, want %s: %q", tt.schema, ve[0].Field, ve[0].Message, field, want)
+				if ve[0].Field != name || ve[0].Message != want {
+					t.Errorf("CreateModel(%s) = %s: %q, want %s: %q", tt.schema, ve[0].Field, ve[0].Message, name, want)
 				}
 			})
 		}

@@ -12,10 +12,11 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"modelplane/artifact"
 	"modelplane/auth"
 	"modelplane/db"
-	"modelplane/runtime/model"
-	"modelplane/validate"
+	"modelplane/field"
+	"modelplane/serveapi"
 )
 
 // Serving says how the built-in runtime turns a JSON instance into the
@@ -31,7 +32,7 @@ type Serving struct {
 	Features []ServingFeature `json:"features,omitempty"`
 	// Output is the output mapping: classes (a binary classifier names
 	// the negative class first) and threshold; empty for a regression.
-	Output ServingOutput `json:"output"`
+	Output ServingOutput `json:"output" required:"false"`
 	// SampleInputs are instances in the model's input shape (objects
 	// keyed by feature name); each must pass the model's input_schema.
 	SampleInputs []json.RawMessage `json:"sample_inputs,omitempty"`
@@ -58,17 +59,17 @@ type ServingLLM struct {
 
 // ServingSpecDec are speculative decoding's settings.
 type ServingSpecDec struct {
-	Model     string `json:"model,omitempty" doc:"Draft model: a directory on the node or a hub id."`
+	Model     string `json:"model,omitempty" doc:"Draft model: a directory of the version's files (a path of its manifest, as in draft), never a hub id or a path on the node."`
 	Method    string `json:"method,omitempty" enum:"ngram,eagle,medusa,mlp_speculator" doc:"A drafting method; empty with a draft model."`
 	NumTokens int    `json:"num_speculative_tokens" doc:"Tokens proposed per step, 1 to 16."`
 }
 
 // checkLLM checks an llm version's runtime settings against its
 // resources: every field named in its error.
-func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
+func checkLLM(errs *field.Errors, l *ServingLLM, gpus int) {
 	const f = "metadata.serving.llm"
 	if l.DType != "" {
-		validate.OneOf(errs, f+".dtype", l.DType, "auto", "float16", "bfloat16", "float32")
+		field.OneOf(errs, f+".dtype", l.DType, "auto", "float16", "bfloat16", "float32")
 	}
 	if l.MaxModelLen < 0 || l.MaxModelLen > 1<<21 {
 		errs.Add(f+".max_model_len", "must be between 1 and %d tokens (0 for the model's own)", 1<<21)
@@ -83,7 +84,7 @@ func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
 		errs.Add(f+".max_queued_requests", "must be between 1 and %d (0 for the runtime's default)", 1<<20)
 	}
 	if l.Quantization != "" {
-		validate.OneOf(errs, f+".quantization", l.Quantization, "awq", "gptq", "fp8", "bitsandbytes")
+		field.OneOf(errs, f+".quantization", l.Quantization, "awq", "gptq", "fp8", "bitsandbytes")
 	}
 	switch {
 	case l.TensorParallel < 0:
@@ -101,7 +102,7 @@ func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
 			errs.Add(f+".speculative", "needs a draft model or a method, not both")
 		}
 		if sp.Method != "" {
-			validate.OneOf(errs, f+".speculative.method", sp.Method, "ngram", "eagle", "medusa", "mlp_speculator")
+			field.OneOf(errs, f+".speculative.method", sp.Method, "ngram", "eagle", "medusa", "mlp_speculator")
 		}
 		if len(sp.Model) > 1024 {
 			errs.Add(f+".speculative.model", "must be at most 1024 characters")
@@ -110,6 +111,30 @@ func checkLLM(errs *validate.Errors, l *ServingLLM, gpus int) {
 			errs.Add(f+".speculative.num_speculative_tokens", "must be between 1 and 16")
 		}
 	}
+}
+
+// checkDraftModel holds speculative.model to the version's manifest: it
+// is handed to vLLM as the draft model, which would otherwise load a hub
+// id (a download outside the artifact pipeline, unchecked and unscanned)
+// or any directory of the node (another team's cache). It must name a
+// directory holding files of the manifest; the agent joins it to the
+// replica's model directory and runs vLLM offline.
+func checkDraftModel(errs *field.Errors, l *ServingLLM, man artifact.Manifest) {
+	if l == nil || l.Speculative == nil || l.Speculative.Model == "" {
+		return
+	}
+	const f = "metadata.serving.llm.speculative.model"
+	m := l.Speculative.Model
+	if err := artifact.CheckPath(m); err != nil {
+		errs.Add(f, "must be a directory of the version's files (a clean relative path), not %q", m)
+		return
+	}
+	for p := range man {
+		if strings.HasPrefix(p, m+"/") {
+			return
+		}
+	}
+	errs.Add(f, "%q is not a directory of the version's files: the manifest lists no file under %s/", m, m)
 }
 
 // LLMSettings is the JSON of a version's serving.llm block from its
@@ -139,7 +164,7 @@ func runtimeVersion(v string) bool {
 	return true
 }
 
-// ServingFeature is one model input (runtime/model.Feature): a number, or
+// ServingFeature is one model input (runtime/serveapi.Feature): a number, or
 // a category among Categories with its encoding.
 type ServingFeature struct {
 	Name       string   `json:"name" doc:"The instance's key of the feature."`
@@ -147,7 +172,7 @@ type ServingFeature struct {
 	Encoding   string   `json:"encoding,omitempty" enum:"onehot,native" doc:"Of a categorical feature: onehot (a column per category, in order; the default) or native (one column holding the category's index, XGBoost's native categorical)."`
 }
 
-// ServingOutput is the output mapping (runtime/model.Output).
+// ServingOutput is the output mapping (runtime/serveapi.Output).
 type ServingOutput struct {
 	Classes   []string `json:"classes,omitempty" doc:"A classifier's classes in output order; a binary one names the negative class first."`
 	Threshold float64  `json:"threshold,omitempty" doc:"A binary classifier's label threshold on the positive class's probability; 0 means 0.5."`
@@ -161,7 +186,7 @@ const (
 	maxSampleBytes  = 64 << 10
 )
 
-// Encodings a categorical feature may have (runtime/model.Feature).
+// Encodings a categorical feature may have (runtime/serveapi.Feature).
 var encodings = []string{"onehot", "native"}
 
 // schemaProperty is what registration reads of one property of a model's
@@ -204,7 +229,7 @@ func (p schemaProperty) text() bool {
 // categories exactly when the schema makes it a string; the output mapping
 // must fit the task and the output schema's labels; every sample input
 // must pass the input schema.
-func checkServing(errs *validate.Errors, sv *Serving, m Model) {
+func checkServing(errs *field.Errors, sv *Serving, m Model) {
 	const f = "metadata.serving"
 	if sv.LLM != nil && m.Task != TaskLLM {
 		errs.Add(f+".llm", "is for llm models; a %s version is served from features and output", m.Task)
@@ -277,7 +302,7 @@ func checkServing(errs *validate.Errors, sv *Serving, m Model) {
 
 // checkOutput checks the output mapping against the task and the labels
 // the output schema allows.
-func checkOutput(errs *validate.Errors, out ServingOutput, m Model) {
+func checkOutput(errs *field.Errors, out ServingOutput, m Model) {
 	const f = "metadata.serving.output"
 	if m.Task == TaskRegression {
 		if len(out.Classes) > 0 {
@@ -319,7 +344,7 @@ func checkOutput(errs *validate.Errors, out ServingOutput, m Model) {
 // checkSamples checks every sample input against the input schema and
 // the features: an object holding each feature, a category among the
 // feature's categories.
-func checkSamples(errs *validate.Errors, sv *Serving, m Model) {
+func checkSamples(errs *field.Errors, sv *Serving, m Model) {
 	const f = "metadata.serving.sample_inputs"
 	if len(sv.SampleInputs) > maxSampleInputs {
 		errs.Add(f, "must hold at most %d instances", maxSampleInputs)
@@ -491,17 +516,17 @@ func Unroutable(ctx context.Context, q *db.Queries, p *auth.Principal, v db.Mode
 // served under name (an endpoint's, or the validator's): the stored
 // serving metadata, with the model's feature names for a version
 // registered before it had any. Batching is the caller's to set.
-func RuntimeConfig(name, version, format string, serving []byte, featureNames []string) model.Config {
+func RuntimeConfig(name, version, format string, serving []byte, featureNames []string) serveapi.Config {
 	var sv Serving
 	_ = json.Unmarshal(serving, &sv)
-	cfg := model.Config{Model: name, Version: version, Format: format, Features: []model.Feature{},
-		Output: model.Output{Classes: sv.Output.Classes, Threshold: sv.Output.Threshold}, SampleInputs: sv.SampleInputs}
+	cfg := serveapi.Config{Model: name, Version: version, Format: format, Features: []serveapi.Feature{},
+		Output: serveapi.Output{Classes: sv.Output.Classes, Threshold: sv.Output.Threshold}, SampleInputs: sv.SampleInputs}
 	for _, f := range sv.Features {
-		cfg.Features = append(cfg.Features, model.Feature{Name: f.Name, Categories: f.Categories, Encoding: f.Encoding})
+		cfg.Features = append(cfg.Features, serveapi.Feature{Name: f.Name, Categories: f.Categories, Encoding: f.Encoding})
 	}
 	if len(sv.Features) == 0 {
 		for _, f := range featureNames {
-			cfg.Features = append(cfg.Features, model.Feature{Name: f})
+			cfg.Features = append(cfg.Features, serveapi.Feature{Name: f})
 		}
 	}
 	cfg.LLM = LLMSettings(serving)

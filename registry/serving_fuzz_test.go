@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // FuzzCheckServing: whatever serving metadata a caller sends, checking it
@@ -21,7 +21,7 @@ func FuzzCheckServing(f *testing.F) {
 		if json.Unmarshal(b, &sv) != nil {
 			return
 		}
-		var errs validate.Errors
+		var errs field.Errors
 		checkServing(&errs, &sv, m)
 		if errs.Err() == nil {
 			if _, err := json.Marshal(RuntimeConfig("e", "v", "xgboost-json", mustJSON(t, sv), nil)); err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"modelplane/agent/catalog"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // TestLLMSettingsNameTheBadField: every bad llm setting is refused with
@@ -32,13 +32,13 @@ func TestLLMSettingsNameTheBadField(t *testing.T) {
 		{"speculation without draft or method", ServingLLM{Speculative: &ServingSpecDec{NumTokens: 5}}, 1, "metadata.serving.llm.speculative"},
 		{"speculation of no tokens", ServingLLM{Speculative: &ServingSpecDec{Model: "/d", NumTokens: 0}}, 1, "metadata.serving.llm.speculative.num_speculative_tokens"},
 	} {
-		var errs validate.Errors
+		var errs field.Errors
 		checkLLM(&errs, &c.llm, c.gpus)
 		if !strings.Contains(errs.Error(), c.field) {
 			t.Errorf("%s: errors %q do not name %s", c.name, errs.Error(), c.field)
 		}
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	seed := ServingLLM{DType: "float16", MaxModelLen: 32768, GPUMemoryUtilization: 0.9, MaxNumSeqs: 256, PrefixCaching: true,
 		TensorParallel: 4, RuntimeVersion: "0.11.0", Speculative: &ServingSpecDec{Model: "/models/llm-7b-draft/v1", NumTokens: 5}}
 	checkLLM(&errs, &seed, 4)

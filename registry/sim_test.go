@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/field"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // A version's sim profile is checked when it is registered, so the fleet
@@ -27,7 +27,7 @@ func TestRegisterVersionChecksSimProfile(t *testing.T) {
 	} {
 		spec := registry.VersionSpec{Name: "v-" + strings.ReplaceAll(tc.name, " ", "-"), Runtime: "vllm", Sim: json.RawMessage(tc.sim)}
 		_, err := f.svc.RegisterVersion(context.Background(), f.riskEng, "llama", spec, up.manifest(), up.files())
-		var verrs validate.Errors
+		var verrs field.Errors
 		if !errors.As(err, &verrs) || verrs[0].Field != "metadata.sim" || !strings.Contains(verrs[0].Message, tc.want) {
 			t.Errorf("%s: err = %v; want a metadata.sim field error naming %q", tc.name, err, tc.want)
 		}

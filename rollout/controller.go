@@ -17,7 +17,7 @@ import (
 )
 
 // StatsReader reads each version's request statistics of an endpoint (by
-// name and id) over [from, to); package traffic's Reader.Totals is one.
+// name and id) over [from, to); package reqstats' Reader.Totals is one.
 type StatsReader interface {
 	Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error)
 }
@@ -29,7 +29,8 @@ type ControllerConfig struct {
 	// Drift may be nil (the drift gate then holds when a rollout asks for
 	// it); drift.NewGate gives one.
 	Drift DriftMeasurer
-	Now   func() time.Time
+	// Clock decides steps and drives Interval (nil: quartz.NewReal()).
+	Clock quartz.Clock
 	Log   *slog.Logger
 	// Interval is the longest time between passes; a Wake starts one now.
 	Interval time.Duration
@@ -48,8 +49,8 @@ type Controller struct {
 
 // NewController returns a Controller.
 func NewController(cfg ControllerConfig) *Controller {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -74,7 +75,7 @@ func (c *Controller) Wake() {
 // Start reconciles until Stop: every interval and whenever woken.
 func (c *Controller) Start(ctx context.Context) error {
 	return c.Go(ctx, func(ctx context.Context) {
-		service.Tick(ctx, quartz.NewReal(), c.cfg.Interval, c.wake, func(ctx context.Context) {
+		service.Tick(ctx, c.cfg.Clock, c.cfg.Interval, c.wake, func(ctx context.Context) {
 			if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("rollout controller", slog.String("error", err.Error()))
 			}
@@ -86,7 +87,7 @@ func (c *Controller) Start(ctx context.Context) error {
 // not stop the others; the first error is returned.
 func (c *Controller) Pass(ctx context.Context) error {
 	all, teams := system.Scope()
-	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Now(), AllTeams: all, TeamIDs: teams})
+	ids, err := db.New(c.cfg.Pool).RolloutWorkList(ctx, db.RolloutWorkListParams{Now: c.cfg.Clock.Now(), AllTeams: all, TeamIDs: teams})
 	if err != nil {
 		return fmt.Errorf("rollout pass: %w", err)
 	}
@@ -185,7 +186,7 @@ func (c *Controller) reconcile(ctx context.Context, id int64) (wrote bool, err e
 		return false, err
 	}
 	seen := fromRow(row)
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	var ev *evaluation
 	if c.due(seen, now) {
 		e := c.evaluate(ctx, seen, now)

@@ -9,9 +9,9 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/endpoint"
+	"modelplane/field"
 	"modelplane/judge"
 	"modelplane/rollout"
-	"modelplane/validate"
 )
 
 func u64(v uint64) *uint64 { return &v }
@@ -218,15 +218,15 @@ func TestStartValidationAndConflict(t *testing.T) {
 	}{
 		"other team":        {f.sue, "fraud-scoring", rollout.Spec{Version: "v3"}, db.ErrNotFound},
 		"viewer":            {f.viewer, "fraud-scoring", rollout.Spec{Version: "v3"}, auth.ErrForbidden},
-		"no version":        {f.sue, "ranking", rollout.Spec{Version: "nope"}, validate.Errors{}},
-		"same version":      {f.sue, "ranking", rollout.Spec{Version: "r1"}, validate.Errors{}},
-		"last step not 100": {f.sue, "ranking", rollout.Spec{Version: "r2", Steps: []rollout.Step{{Percent: 5}, {Percent: 50}}}, validate.Errors{}},
-		"bad strategy":      {f.sue, "ranking", rollout.Spec{Version: "r2", Strategy: "yolo"}, validate.Errors{}},
-		"bad criteria":      {f.sue, "ranking", rollout.Spec{Version: "r2", Criteria: rollout.CriteriaSpec{MinRequests: u64(0)}}, validate.Errors{}},
+		"no version":        {f.sue, "ranking", rollout.Spec{Version: "nope"}, field.Errors{}},
+		"same version":      {f.sue, "ranking", rollout.Spec{Version: "r1"}, field.Errors{}},
+		"last step not 100": {f.sue, "ranking", rollout.Spec{Version: "r2", Steps: []rollout.Step{{Percent: 5}, {Percent: 50}}}, field.Errors{}},
+		"bad strategy":      {f.sue, "ranking", rollout.Spec{Version: "r2", Strategy: "yolo"}, field.Errors{}},
+		"bad criteria":      {f.sue, "ranking", rollout.Spec{Version: "r2", Criteria: rollout.CriteriaSpec{MinRequests: u64(0)}}, field.Errors{}},
 	} {
 		_, err := f.svc.Start(t.Context(), tc.p, tc.ep, tc.spec)
-		var ve validate.Errors
-		if _, isVal := tc.want.(validate.Errors); isVal {
+		var ve field.Errors
+		if _, isVal := tc.want.(field.Errors); isVal {
 			if !errors.As(err, &ve) {
 				t.Errorf("%s: %v, want a validation error", name, err)
 			}
@@ -234,7 +234,7 @@ func TestStartValidationAndConflict(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
-	var ve validate.Errors
+	var ve field.Errors
 	if _, err := endpoint.New(f.pool).SetTraffic(t.Context(), f.eng, "fraud-scoring", []endpoint.Weight{{Version: "v3", Weight: 100}}); !errors.As(err, &ve) ||
 		!strings.Contains(err.Error(), "rollout") {
 		t.Errorf("setting traffic by hand during a rollout: %v, want a validation error naming the rollout", err)
@@ -451,7 +451,7 @@ func TestConcurrentControllersPromoteOnce(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Now: f.now})
+			c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Clock: f.clock})
 			errs <- c.Pass(t.Context())
 		}()
 	}

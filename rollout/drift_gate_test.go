@@ -13,10 +13,10 @@ import (
 
 	"modelplane/drift"
 	"modelplane/drift/stat"
+	"modelplane/field"
 	"modelplane/internal/chtest"
 	"modelplane/judge"
 	"modelplane/rollout"
-	"modelplane/validate"
 )
 
 // profile is a fraud model's output distribution, as the demo's sim
@@ -97,7 +97,7 @@ func (f *fixture) sampleSeconds(t *testing.T, ch driver.Conn, version string, p 
 func (f *fixture) gated(t *testing.T, ch driver.Conn) {
 	t.Helper()
 	gate := drift.NewGate(drift.NewReader(ch, drift.ReaderConfig{}))
-	f.svc, f.drift = rollout.New(f.pool, f.now, gate), gate
+	f.svc, f.drift = rollout.New(f.pool, f.clock, gate), gate
 	if _, err := f.pool.Exec(t.Context(), `UPDATE endpoints SET sampling_rate = 0.5 WHERE name = 'fraud-scoring'`); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestDriftGateNeedsSampling(t *testing.T) {
 	}
 	on := true
 	_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2", Criteria: rollout.CriteriaSpec{Drift: &on}})
-	var verr validate.Errors
+	var verr field.Errors
 	if !errors.As(err, &verr) || len(verr) != 1 || verr[0].Field != "criteria.drift" || !strings.Contains(verr[0].Message, "sampling_rate") ||
 		!strings.Contains(verr[0].Message, "drift: false") {
 		t.Fatalf("explicit drift gate without sampling: %v; want a criteria.drift error naming sampling_rate and drift: false", err)

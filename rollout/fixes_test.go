@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"modelplane/auth"
+	"modelplane/field"
 	"modelplane/judge"
 	"modelplane/rollout"
-	"modelplane/validate"
 )
 
 // awaiting starts a one-step blue-green rollout of v2 by p and walks it to
@@ -156,7 +156,7 @@ func TestStartRefusals(t *testing.T) {
 		{"drift gate without a measurer", rollout.Spec{Version: "v2", Criteria: rollout.CriteriaSpec{Drift: &on}}, "criteria.drift", "drift: false"},
 	} {
 		_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", tt.spec)
-		var verr validate.Errors
+		var verr field.Errors
 		if !errors.As(err, &verr) || len(verr) != 1 || verr[0].Field != tt.wantField || !strings.Contains(verr[0].Message, tt.wantText) {
 			t.Errorf("%s: %v; want one %s field error mentioning %q", tt.name, err, tt.wantField, tt.wantText)
 		}
@@ -195,7 +195,7 @@ func TestRolloutsAndExperiments(t *testing.T) {
 	for _, arms := range [][]string{{"v1", "v3"}, {"v2", "v3"}} {
 		f.experiment(t, arms...)
 		_, err := f.svc.Start(t.Context(), f.eng, "fraud-scoring", rollout.Spec{Version: "v2"})
-		var verr validate.Errors
+		var verr field.Errors
 		if !errors.As(err, &verr) || verr[0].Field != "version" || !strings.Contains(verr[0].Message, "experiment") {
 			t.Errorf("start with an experiment over %v: %v, want a version field error naming the experiment", arms, err)
 		}

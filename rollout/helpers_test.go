@@ -11,9 +11,9 @@ import (
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/internal/chtest"
@@ -82,7 +82,7 @@ func (s *stats) Totals(_ context.Context, _ string, _ int64, from, to time.Time)
 
 // window is n requests with errs errors, all in latency bucket b.
 func window(n, errs uint64, b int) judge.Window {
-	h := make([]uint64, proto.LatencyBuckets)
+	h := make([]uint64, busapi.LatencyBuckets)
 	h[b] = n
 	return judge.Window{Requests: n, Errors: errs, Latency: h}
 }
@@ -91,7 +91,6 @@ type fixture struct {
 	pool  *pgxpool.Pool
 	svc   *rollout.Service
 	clock *quartz.Mock // the service's and the controller's clock, moved by hand
-	now   func() time.Time
 	stats *stats
 	// drift is the controller's drift measurer; nil unless a test gates
 	// on drift.
@@ -116,8 +115,8 @@ func newFixture(t *testing.T) *fixture {
 	reg := registry.New(pool, store, artifact.Limits{})
 	clk := quartz.NewMock(t)
 	clk.Set(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	f := &fixture{pool: pool, clock: clk, now: func() time.Time { return clk.Now() }, stats: &stats{w: map[string]judge.Window{}}}
-	f.svc = rollout.New(pool, f.now, nil)
+	f := &fixture{pool: pool, clock: clk, stats: &stats{w: map[string]judge.Window{}}}
+	f.svc = rollout.New(pool, f.clock, nil)
 	q := db.New(pool)
 	for name, id := range map[string]*int64{"risk": &f.riskID, "search": &f.searchID} {
 		tm, err := q.TeamCreate(ctx, db.TeamCreateParams{Name: name})
@@ -168,7 +167,7 @@ func newFixture(t *testing.T) *fixture {
 // nothing may depend on memory kept between passes.
 func (f *fixture) pass(t *testing.T) {
 	t.Helper()
-	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Drift: f.drift, Now: f.now})
+	c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Stats: f.stats, Drift: f.drift, Clock: f.clock})
 	if err := c.Pass(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +231,10 @@ func (f *fixture) published(t *testing.T, endpointName string) map[string]float6
 	t.Helper()
 	var payload []byte
 	if err := f.pool.QueryRow(t.Context(), `SELECT payload FROM outbox WHERE subject = $1 ORDER BY id DESC LIMIT 1`,
-		proto.KVSubject(proto.BucketRoutes, endpointName)).Scan(&payload); err != nil {
+		busapi.KVSubject(busapi.BucketRoutes, endpointName)).Scan(&payload); err != nil {
 		t.Fatalf("routing entry of %s: %v", endpointName, err)
 	}
-	var rt proto.Route
+	var rt busapi.Route
 	if err := json.Unmarshal(payload, &rt); err != nil {
 		t.Fatal(err)
 	}

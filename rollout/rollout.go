@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/judge"
 	"modelplane/registry"
-	"modelplane/validate"
 )
 
 // Strategies.
@@ -62,7 +63,7 @@ const (
 // shadow: the mirrored share) and how long it bakes before it may advance.
 type Step struct {
 	Percent     int     `json:"percent"`
-	BakeSeconds float64 `json:"bake_seconds"`
+	BakeSeconds float64 `json:"bake_seconds" required:"false" doc:"How long the step bakes before it may advance; 0 (the default) advances at the next evaluation."`
 }
 
 func (s Step) bake() time.Duration { return time.Duration(s.BakeSeconds * float64(time.Second)) }
@@ -236,19 +237,20 @@ type DriftMeasurer interface {
 // Service is the rollout API for people.
 type Service struct {
 	pool  *pgxpool.Pool
-	now   func() time.Time
+	clock quartz.Clock
 	drift DriftMeasurer
 	// onChange tells a controller in this process that something changed;
 	// set while requests may be served, hence atomic.
 	onChange atomic.Pointer[func()]
 }
 
-// New returns a Service. drift may be nil.
-func New(pool *pgxpool.Pool, now func() time.Time, drift DriftMeasurer) *Service {
-	if now == nil {
-		now = time.Now
+// New returns a Service on clock (quartz.NewReal() when nil). drift may
+// be nil.
+func New(pool *pgxpool.Pool, clock quartz.Clock, drift DriftMeasurer) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
-	return &Service{pool: pool, now: now, drift: drift}
+	return &Service{pool: pool, clock: clock, drift: drift}
 }
 
 // OnChange sets what a change calls after it commits: a controller's Wake,
@@ -285,7 +287,7 @@ func fromRow(r db.RolloutGetRow) Rollout {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
+func checkSteps(errs *field.Errors, strategy string, steps []Step) {
 	if len(steps) == 0 || len(steps) > 20 {
 		errs.Add("steps", "must have between 1 and 20 steps")
 		return
@@ -322,7 +324,7 @@ func checkSteps(errs *validate.Errors, strategy string, steps []Step) {
 	}
 }
 
-func checkDuration(errs *validate.Errors, field string, d, lo, hi time.Duration) {
+func checkDuration(errs *field.Errors, field string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
 		errs.Add(field, "must be between %s and %s", lo, hi)
 	}
@@ -330,14 +332,14 @@ func checkDuration(errs *validate.Errors, field string, d, lo, hi time.Duration)
 
 // defaults fills the zero fields of spec and validates it.
 func (s *Service) defaults(spec *Spec) error {
-	var errs validate.Errors
+	var errs field.Errors
 	if spec.Version == "" {
 		errs.Add("version", "is required")
 	}
 	if spec.Strategy == "" {
 		spec.Strategy = Canary
 	}
-	validate.OneOf(&errs, "strategy", spec.Strategy, Canary, BlueGreen, Shadow)
+	field.OneOf(&errs, "strategy", spec.Strategy, Canary, BlueGreen, Shadow)
 	if spec.Steps == nil {
 		switch spec.Strategy {
 		case BlueGreen:
@@ -411,7 +413,7 @@ func (s *Service) criteria(task, strategy string, slaP99, slaTPOT *float64, samp
 	if o.MinRequests != nil {
 		c.MinRequests = *o.MinRequests
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	if o.Drift != nil {
 		c.Drift = *o.Drift
 		if c.Drift && strategy == BlueGreen {
@@ -466,14 +468,14 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	to, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: modelID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		if errors.Is(err, db.ErrNotFound) {
-			return 0, validate.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
+			return 0, field.Errors{{Field: "version", Message: "no such version of the endpoint's model"}}
 		}
 		return 0, err
 	}
 	if why, err := registry.Unroutable(ctx, q, p, to); err != nil {
 		return 0, err
 	} else if why != "" {
-		return 0, validate.Errors{{Field: "version", Message: why}}
+		return 0, field.Errors{{Field: "version", Message: why}}
 	}
 	rules, err := q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -487,9 +489,9 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	}
 	switch {
 	case fromID == 0:
-		return 0, validate.Errors{{Field: "version", Message: "a rollout starts from one version serving 100 percent of the endpoint; set the traffic first"}}
+		return 0, field.Errors{{Field: "version", Message: "a rollout starts from one version serving 100 percent of the endpoint; set the traffic first"}}
 	case fromID == to.ID:
-		return 0, validate.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
+		return 0, field.Errors{{Field: "version", Message: spec.Version + " already serves 100 percent of the endpoint"}}
 	}
 	arms, err := q.RolloutExperimentArms(ctx, db.RolloutExperimentArmsParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -500,7 +502,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 			// The experiment splits users over this version by a hash the
 			// rollout's weights do not see: the judge's windows would mix
 			// the two, and the rollout's end would leave an arm behind.
-			return 0, validate.Errors{{Field: "version", Message: fmt.Sprintf(
+			return 0, field.Errors{{Field: "version", Message: fmt.Sprintf(
 				"the endpoint's A/B experiment %q has an arm of %s; end the experiment before a rollout of this endpoint", a.Experiment, a.Version)}}
 		}
 	}
@@ -518,7 +520,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	if h := p.HumanID(); h != 0 {
 		uid = &h
 	}
-	now := s.now()
+	now := s.clock.Now()
 	id, err := q.RolloutCreate(ctx, db.RolloutCreateParams{TeamID: teamID, EndpointID: endpointID, FromVersionID: fromID, ToVersionID: to.ID,
 		Strategy: spec.Strategy, Steps: stepsJSON, Criteria: critJSON, EvalIntervalMs: ms(spec.EvaluationInterval),
 		EvalWindowMs: ms(spec.EvaluationWindow), KeepMs: ms(spec.Keep), Initiator: p.Actor(), InitiatorUserID: uid, Now: now})
@@ -676,7 +678,7 @@ func CanOperate(p *auth.Principal, r Rollout) bool { return r.Active() && p.CanW
 // its team), then wakes the controller.
 func (s *Service) act(ctx context.Context, p *auth.Principal, id int64, what string, fn func(t *tx) error) (Rollout, error) {
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		t, err := lockTx(ctx, q, id, s.now(), p)
+		t, err := lockTx(ctx, q, id, s.clock.Now(), p)
 		if err != nil {
 			return err
 		}
@@ -714,7 +716,7 @@ func (s *Service) Reject(ctx context.Context, p *auth.Principal, id int64, comme
 
 func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decision, comment string) (Rollout, error) {
 	if len(comment) > 2000 {
-		return Rollout{}, validate.Errors{{Field: "comment", Message: "must be at most 2000 characters"}}
+		return Rollout{}, field.Errors{{Field: "comment", Message: "must be at most 2000 characters"}}
 	}
 	return s.act(ctx, p, id, decision, func(t *tx) error {
 		if !p.CanAdmin(t.r.TeamID) {

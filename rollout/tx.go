@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/judge"
 	"modelplane/outbox"
@@ -104,7 +104,7 @@ func (t *tx) event(ctx context.Context, kind, decision, msg string, v *judge.Ver
 		StepIndex: int32(t.r.StepIndex), State: t.r.State, Decision: decision, Message: msg, Actor: t.p.Actor(), Verdict: vj, Windows: wj}); err != nil {
 		return fmt.Errorf("rollout event: %w", err)
 	}
-	return outbox.Event(ctx, t.q, t.r.Team, proto.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind,
+	return outbox.Event(ctx, t.q, t.r.Team, busapi.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind,
 		State: t.r.State, Message: msg, At: t.now})
 }
 

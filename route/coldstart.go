@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"slices"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Default cold-start budgets of an endpoint scaled to zero, in seconds
-// (proto.Route.ColdStartBudgetS), when its autoscaling policy sets none: a
+// (busapi.Route.ColdStartBudgetS), when its autoscaling policy sets none: a
 // CPU replica starts in seconds, a GPU one loads weights onto the device
 // and warms up first.
 const (
@@ -58,7 +58,7 @@ func medianMS(ms []int64) int64 {
 // 0) or the default by whether any of its versions needs a GPU, and each version's measured cold start (the caller's
 // medians, by version name). It does nothing for another endpoint, whose
 // entry then does not change when a replica's cold start is measured.
-func setColdStart(rt *proto.Route, budget int, gpu bool, coldMS map[string]int64) {
+func setColdStart(rt *busapi.Route, budget int, gpu bool, coldMS map[string]int64) {
 	if !rt.ScaledToZero {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/route"
 )
 
@@ -31,15 +31,15 @@ func TestScaledToZeroEntryCarriesColdStart(t *testing.T) {
 	if _, err := f.pool.Exec(t.Context(), `INSERT INTO version_cold_starts SELECT id, '{9000,1000,7000,3000,2000}' FROM model_versions WHERE name = 'v1'`); err != nil {
 		t.Fatal(err)
 	}
-	inv := []proto.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, MIG: true}}
+	inv := []busapi.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, MIG: true}}
 	for i := range 7 {
-		inv[0].Slices = append(inv[0].Slices, proto.Slice{Index: i, Profile: "mig-1g.10gb"})
+		inv[0].Slices = append(inv[0].Slices, busapi.Slice{Index: i, Profile: "mig-1g.10gb"})
 	}
 	beat := func(load int64) {
 		t.Helper()
-		var reps []proto.ReplicaStatus
+		var reps []busapi.ReplicaStatus
 		for i, r := range f.desired(t).Replicas {
-			st := proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)}
+			st := busapi.ReplicaStatus{ID: r.ID, State: busapi.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)}
 			if r.Endpoint == "other-ep" {
 				st.DownloadMS, st.VerifyMS, st.LoadMS, st.WarmupMS = 2500, 300, load, 500
 			}

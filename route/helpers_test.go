@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/fleet"
@@ -46,7 +47,9 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	f := &fixture{pool: pool, fleet: fleet.New(pool, slog.New(slog.DiscardHandler), func() time.Time { return now }), eps: endpoint.New(pool),
+	clock := quartz.NewMock(t)
+	clock.Set(now)
+	f := &fixture{pool: pool, fleet: fleet.New(pool, fleet.Options{Clock: clock, Log: slog.New(slog.DiscardHandler)}), eps: endpoint.New(pool),
 		eng: &auth.Principal{Name: "eng@example.com", Via: "session", Teams: []auth.Membership{{TeamID: tm.ID, Team: "risk", Role: auth.RoleAdmin}}},
 		now: now}
 	reg := registry.New(pool, store, artifact.Limits{})
@@ -74,17 +77,17 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	mig := []string{"mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb", "mig-1g.10gb"}
-	inv := []proto.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, MIG: true}}
+	inv := []busapi.GPU{{Index: 0, Type: "A100-80GB", MemoryMB: 81920, MIG: true}}
 	for i, p := range mig {
-		inv[0].Slices = append(inv[0].Slices, proto.Slice{Index: i, Profile: p})
+		inv[0].Slices = append(inv[0].Slices, busapi.Slice{Index: i, Profile: p})
 	}
 	f.heartbeat(t, inv, nil)
 	if p := f.reconcile(t); p.Placed != 3 {
 		t.Fatalf("pass = %+v, want fraud-ep's v1 and v2 and other-ep's v1 placed", p)
 	}
-	var ready []proto.ReplicaStatus
+	var ready []busapi.ReplicaStatus
 	for i, r := range f.desired(t).Replicas {
-		ready = append(ready, proto.ReplicaStatus{ID: r.ID, State: proto.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)})
+		ready = append(ready, busapi.ReplicaStatus{ID: r.ID, State: busapi.StateReady, Addr: "127.0.0.1:" + strconv.Itoa(9000+i)})
 	}
 	f.heartbeat(t, inv, ready)
 	if p := f.reconcile(t); p.RoutesWritten != 2 {
@@ -93,9 +96,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) heartbeat(t *testing.T, inv []proto.GPU, reps []proto.ReplicaStatus) {
+func (f *fixture) heartbeat(t *testing.T, inv []busapi.GPU, reps []busapi.ReplicaStatus) {
 	t.Helper()
-	if _, err := f.fleet.Observe(t.Context(), proto.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv, Replicas: reps}); err != nil {
+	if _, err := f.fleet.Observe(t.Context(), busapi.NodeStatus{Node: "node-a", BootID: "b1", LeaseSeconds: 15, GPUs: inv, Replicas: reps}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,18 +113,18 @@ func (f *fixture) reconcile(t *testing.T) fleet.Pass {
 }
 
 // desired is node-a's latest desired state in the outbox.
-func (f *fixture) desired(t *testing.T) proto.Desired {
+func (f *fixture) desired(t *testing.T) busapi.Desired {
 	t.Helper()
-	var d proto.Desired
-	f.latest(t, proto.KVSubject(proto.BucketDesired, "node-a"), &d)
+	var d busapi.Desired
+	f.latest(t, busapi.KVSubject(busapi.BucketDesired, "node-a"), &d)
 	return d
 }
 
 // route returns the latest routing entry of an endpoint in the outbox; ok
 // is false when the latest write deletes it.
-func (f *fixture) route(t *testing.T, name string) (rt proto.Route, ok bool) {
+func (f *fixture) route(t *testing.T, name string) (rt busapi.Route, ok bool) {
 	t.Helper()
-	return rt, f.latest(t, proto.KVSubject(proto.BucketRoutes, name), &rt)
+	return rt, f.latest(t, busapi.KVSubject(busapi.BucketRoutes, name), &rt)
 }
 
 // latest decodes the newest outbox payload of subject into v and reports
@@ -145,14 +148,14 @@ func (f *fixture) latest(t *testing.T, subject string, v any) bool {
 func (f *fixture) writes(t *testing.T, name string) int {
 	t.Helper()
 	var n int
-	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE subject = $1", proto.KVSubject(proto.BucketRoutes, name)).Scan(&n); err != nil {
+	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox WHERE subject = $1", busapi.KVSubject(busapi.BucketRoutes, name)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
 // weights is a routing entry's split, version → weight.
-func weights(rt proto.Route) map[string]int {
+func weights(rt busapi.Route) map[string]int {
 	out := map[string]int{}
 	for _, v := range rt.Versions {
 		out[v.Name] = v.Weight

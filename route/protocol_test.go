@@ -3,8 +3,8 @@ package route_test
 import (
 	"testing"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/registry"
@@ -35,12 +35,12 @@ func TestEntryNamesTheProtocolOfV2OnlyRuntimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, _ := f.route(t, "fraud-ep")
-	got := map[string]proto.RouteVersion{}
+	got := map[string]busapi.RouteVersion{}
 	for _, v := range rt.Versions {
 		got[v.Name] = v
 	}
-	if v := got["v1"]; v.Protocol != proto.ProtocolV2 || v.V2Model != "fraud" {
-		t.Errorf("triton v1 = protocol %q model %q, want %q and fraud", v.Protocol, v.V2Model, proto.ProtocolV2)
+	if v := got["v1"]; v.Protocol != busapi.ProtocolV2 || v.V2Model != "fraud" {
+		t.Errorf("triton v1 = protocol %q model %q, want %q and fraud", v.Protocol, v.V2Model, busapi.ProtocolV2)
 	}
 	if v, ok := got["v3"]; !ok || v.Protocol != "" || v.V2Model != "" {
 		t.Errorf("onnxruntime v3 = %+v (listed %v), want no protocol: it speaks /predict", v, ok)

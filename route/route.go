@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 )
 
@@ -104,15 +104,18 @@ func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 // and reads the routing input afterwards, even when the caller read it
 // already: a rollout that committed since then has its new weights in the
 // entry, and one that has not yet committed waits for this transaction.
-func WriteAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
-	n, err := writeAll(ctx, q, now)
+// blocks are the blocking budgets the caller read in q (BudgetBlocksAt):
+// the reconciler caps replicas by the same read, so the pass reads them
+// once and its caps and the entries' Blocked cannot disagree.
+func WriteAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, error) {
+	n, err := writeAll(ctx, q, blocks)
 	if err != nil {
 		return 0, fmt.Errorf("write routes: %w", err)
 	}
 	return n, nil
 }
 
-func writeAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
+func writeAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, error) {
 	if err := q.EndpointLockForRoutes(ctx); err != nil {
 		return 0, err
 	}
@@ -125,10 +128,6 @@ func writeAll(ctx context.Context, q *db.Queries, now time.Time) (int, error) {
 		return 0, err
 	}
 	arms, err := q.ExperimentListForRoutes(ctx)
-	if err != nil {
-		return 0, err
-	}
-	blocks, err := BudgetBlocksAt(ctx, q, now)
 	if err != nil {
 		return 0, err
 	}
@@ -179,22 +178,22 @@ type versionKey struct{ endpoint, version int64 }
 var v2Only = map[string]bool{"triton": true}
 
 func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyForRoutesRow, arms []db.ExperimentListForRoutesRow,
-	blocks BudgetBlocks) (map[string]*proto.Route, []string) {
-	replicas := map[versionKey][]proto.RouteReplica{}
+	blocks BudgetBlocks) (map[string]*busapi.Route, []string) {
+	replicas := map[versionKey][]busapi.RouteReplica{}
 	for _, r := range ready {
 		k := versionKey{r.EndpointID, r.VersionID}
-		replicas[k] = append(replicas[k], proto.RouteReplica{ID: r.Name, Addr: r.Addr, Token: r.Token})
+		replicas[k] = append(replicas[k], busapi.RouteReplica{ID: r.Name, Addr: r.Addr, Token: r.Token})
 	}
-	experiments := map[int64]*proto.RouteExperiment{}
+	experiments := map[int64]*busapi.RouteExperiment{}
 	for _, a := range arms {
 		x := experiments[a.EndpointID]
 		if x == nil {
-			x = &proto.RouteExperiment{Name: a.Name}
+			x = &busapi.RouteExperiment{Name: a.Name}
 			experiments[a.EndpointID] = x
 		}
-		x.Arms = append(x.Arms, proto.RouteArm{Version: a.Version, Share: int(a.Share)})
+		x.Arms = append(x.Arms, busapi.RouteArm{Version: a.Version, Share: int(a.Share)})
 	}
-	routes := map[string]*proto.Route{}
+	routes := map[string]*busapi.Route{}
 	var names []string
 	gpu := map[string]bool{}
 	budget := map[string]int{}
@@ -202,7 +201,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	for _, d := range rules {
 		rt := routes[d.Endpoint]
 		if rt == nil {
-			rt = &proto.Route{Endpoint: d.Endpoint, EndpointID: d.EndpointID, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
+			rt = &busapi.Route{Endpoint: d.Endpoint, EndpointID: d.EndpointID, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
 				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate, RateLimitRPS: d.RateLimitRPS,
 				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0,
 				Experiment: experiments[d.EndpointID]}
@@ -214,12 +213,12 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 		}
 		rr := replicas[versionKey{d.EndpointID, d.VersionID}]
 		if rr == nil {
-			rr = []proto.RouteReplica{}
+			rr = []busapi.RouteReplica{}
 		}
-		slices.SortFunc(rr, func(a, b proto.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
-		rv := proto.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr}
+		slices.SortFunc(rr, func(a, b busapi.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
+		rv := busapi.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr}
 		if v2Only[d.Runtime] {
-			rv.Protocol, rv.V2Model = proto.ProtocolV2, d.Model
+			rv.Protocol, rv.V2Model = busapi.ProtocolV2, d.Model
 		}
 		rt.Versions = append(rt.Versions, rv)
 		gpu[d.Endpoint] = gpu[d.Endpoint] || d.GPUCount > 0
@@ -230,7 +229,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 		coldMS[d.Endpoint][d.Version] = medianMS(d.ColdStartsMs)
 	}
 	for name, rt := range routes {
-		slices.SortFunc(rt.Versions, func(a, b proto.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(rt.Versions, func(a, b busapi.RouteVersion) int { return cmp.Compare(a.Name, b.Name) })
 		setColdStart(rt, budget[name], gpu[name], coldMS[name])
 	}
 	return routes, names
@@ -238,7 +237,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 
 // put writes rt to the outbox with the next generation unless its hash is
 // the one last written (prev, when had).
-func put(ctx context.Context, q *db.Queries, rt *proto.Route, prev db.RouteEntry, had bool) (bool, error) {
+func put(ctx context.Context, q *db.Queries, rt *busapi.Route, prev db.RouteEntry, had bool) (bool, error) {
 	h := hashOf(rt)
 	if had && prev.Hash == h {
 		return false, nil
@@ -248,7 +247,7 @@ func put(ctx context.Context, q *db.Queries, rt *proto.Route, prev db.RouteEntry
 	if err != nil {
 		return false, err
 	}
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, rt.Endpoint), Payload: payload}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, rt.Endpoint), Payload: payload}); err != nil {
 		return false, err
 	}
 	if err := q.RouteEntryUpsert(ctx, db.RouteEntryUpsertParams{Endpoint: rt.Endpoint, Generation: rt.Generation, Hash: h}); err != nil {
@@ -260,7 +259,7 @@ func put(ctx context.Context, q *db.Queries, rt *proto.Route, prev db.RouteEntry
 // remove deletes an endpoint's key from mp_routes: a JSON null tells the
 // relay to delete it.
 func remove(ctx context.Context, q *db.Queries, name string) error {
-	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketRoutes, name), Payload: []byte("null")}); err != nil {
+	if _, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketRoutes, name), Payload: []byte("null")}); err != nil {
 		return err
 	}
 	return q.RouteEntryDelete(ctx, name)
@@ -268,7 +267,7 @@ func remove(ctx context.Context, q *db.Queries, name string) error {
 
 // hashOf is the hash of an entry before its generation is set; it must stay
 // the one route_entries holds, or every entry is written again once.
-func hashOf(rt *proto.Route) string {
+func hashOf(rt *busapi.Route) string {
 	b, _ := json.Marshal(rt)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/route"
 )
@@ -164,18 +164,18 @@ func TestRolloutsAndPassesSerialisePerEndpoint(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	rows, err := f.pool.Query(ctx, `SELECT payload FROM outbox WHERE subject = $1 ORDER BY id`, proto.KVSubject(proto.BucketRoutes, "fraud-ep"))
+	rows, err := f.pool.Query(ctx, `SELECT payload FROM outbox WHERE subject = $1 ORDER BY id`, busapi.KVSubject(busapi.BucketRoutes, "fraud-ep"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var last proto.Route
+	var last busapi.Route
 	for rows.Next() {
 		var payload []byte
 		if err := rows.Scan(&payload); err != nil {
 			t.Fatal(err)
 		}
-		var rt proto.Route
+		var rt busapi.Route
 		if err := json.Unmarshal(payload, &rt); err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"modelplane/runtime/llmserve"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // FormatGGUF is the registry's format of a GGUF LLM, which the runtime
@@ -30,8 +30,8 @@ type generative struct {
 // .gguf file when it has no configuration. ok is false for any other
 // model.
 func ggufModel(dir string) (name, version, path string, ok bool, err error) {
-	if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
-		b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+	if _, err := os.Stat(filepath.Join(dir, serveapi.ConfigFile)); err == nil {
+		b, err := os.ReadFile(filepath.Join(dir, serveapi.ConfigFile))
 		if err != nil {
 			return "", "", "", false, err
 		}
@@ -79,7 +79,7 @@ func onlyGGUF(dir string) (string, error) {
 // when it has none.
 func GGUFSettings(dir string) (llmserve.Settings, error) {
 	var set llmserve.Settings
-	b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+	b, err := os.ReadFile(filepath.Join(dir, serveapi.ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return set, nil
 	}
@@ -93,7 +93,7 @@ func GGUFSettings(dir string) (llmserve.Settings, error) {
 		return set, nil
 	}
 	if err := json.Unmarshal(head.LLM, &set); err != nil {
-		return set, fmt.Errorf("%s: llm: %w", model.ConfigFile, err)
+		return set, fmt.Errorf("%s: llm: %w", serveapi.ConfigFile, err)
 	}
 	return set, nil
 }

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/gguf"
 	"modelplane/llm"
 	"modelplane/runtime/llmserve"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // A model directory holding a GGUF file is served by the LLM engine, with
@@ -66,7 +66,7 @@ func TestGGUFDirectoryServesChat(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions",
 		strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0}`))
-	req.Header.Set(proto.ReplicaTokenHeader, "tok")
+	req.Header.Set(busapi.ReplicaTokenHeader, "tok")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestGGUFSettingsSizeTheEngine(t *testing.T) {
 	f.Close()
 	cfg := `{"model":"chat","version":"v1","format":"gguf","file":"demo.gguf",
 		"llm":{"max_model_len":1024,"max_num_seqs":2,"max_queued_requests":5}}`
-	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := New(Options{})

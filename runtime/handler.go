@@ -12,10 +12,14 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/runtime/batch"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
+	"modelplane/tracing"
 )
 
 // statusClientGone marks a request whose caller went away, as nginx does.
@@ -33,7 +37,7 @@ const statusClientGone = 499
 //
 // With Options.Token set, only the probes the agent makes (health,
 // readiness, /v2/stats, /metrics: counts, no model or tenant data) answer
-// without the token; everything else wants it in proto.ReplicaTokenHeader
+// without the token; everything else wants it in busapi.ReplicaTokenHeader
 // and answers 401 without it, so that nobody who reaches the port skips
 // the gateway's authentication, limits and billing.
 func (s *Server) Handler() http.Handler {
@@ -57,7 +61,7 @@ func (s *Server) Handler() http.Handler {
 			g.handler.ServeHTTP(w, r)
 			return
 		}
-		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 			writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
 			return
 		}
@@ -117,6 +121,9 @@ func (s *Server) inference(h http.HandlerFunc) http.HandlerFunc {
 		}
 		l.metrics.inFlight.Set(float64(l.inFlight.Add(1)))
 		defer func() { l.metrics.inFlight.Set(float64(l.inFlight.Add(-1))) }()
+		ctx, span := s.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.runtime", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithTimestamp(start))
+		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		if l.cfg.Version != "" {
 			sw.Header().Set("X-Model-Version", l.cfg.Version)
@@ -126,6 +133,14 @@ func (s *Server) inference(h http.HandlerFunc) http.HandlerFunc {
 			sw.status = statusClientGone
 		}
 		s.stats.request(sw.status, s.clock.Since(start, "runtime", "request"))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("model", l.cfg.Model), attribute.String("version", l.cfg.Version),
+				attribute.Int("http.response.status_code", sw.status))
+			if sw.status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(sw.status))
+			}
+		}
+		span.End()
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request", slog.String("request_id", r.Header.Get("X-Request-Id")),
 			slog.String("route", r.Pattern), slog.Int("status", sw.status))
 	}
@@ -164,6 +179,16 @@ type failure struct {
 func (s *Server) run(ctx context.Context, l *loaded, rows [][]float32) (batch.Result, *failure) {
 	start := s.clock.Now("runtime", "infer")
 	res, err := l.batcher.Do(ctx, rows)
+	if span := trace.SpanFromContext(ctx); err == nil && span.IsRecording() {
+		// The batcher measured the wait and the batch's execution; they
+		// become the seed's batch_queue_wait and gpu_inference spans.
+		tr := span.TracerProvider().Tracer("modelplane/runtime")
+		_, q := tr.Start(ctx, "ml_serving.batch_queue_wait", trace.WithTimestamp(start))
+		q.End(trace.WithTimestamp(start.Add(res.Queue)))
+		_, x := tr.Start(ctx, "ml_serving.gpu_inference", trace.WithTimestamp(start.Add(res.Queue)),
+			trace.WithAttributes(attribute.Int("batch_size", res.BatchRows), attribute.Int("rows", len(rows))))
+		x.End(trace.WithTimestamp(start.Add(res.Queue + res.Compute)))
+	}
 	switch {
 	case err == nil:
 		m := l.metrics
@@ -211,7 +236,7 @@ func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 		bs := l.batcher.Stats()
 		st.Endpoint, st.Version = l.cfg.Model, l.cfg.Version
 		st.Task = "classification"
-		if l.model.OutputKind() == model.OutputValue {
+		if l.model.OutputKind() == serveapi.OutputValue {
 			st.Task = "regression"
 		}
 		st.QueueDepth = bs.QueuedRequests

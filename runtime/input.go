@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strconv"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
-// Feature encodings of categorical features (model.Feature.Encoding).
+// Feature encodings of categorical features (serveapi.Feature.Encoding).
 const (
 	encodingOneHot = "onehot"
 	encodingNative = "native"
@@ -38,7 +38,7 @@ type encoder struct {
 }
 
 // newEncoder checks the features and lays out their columns.
-func newEncoder(features []model.Feature) (*encoder, error) {
+func newEncoder(features []serveapi.Feature) (*encoder, error) {
 	if len(features) == 0 {
 		return nil, errors.New("features: at least one is required")
 	}

@@ -12,13 +12,13 @@ import (
 	"testing"
 
 	"modelplane/runtime"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // linear is a small real model for the server's tests: K linear functions
 // of the row, read from a JSON file, whose outputs are class probabilities
 // (a logistic regression for K = 1, softmax regression above) or
-// regression values. It implements model.Model as a loader would.
+// regression values. It implements serveapi.Model as a loader would.
 type linear struct {
 	Kind    string      `json:"kind"`
 	Weights [][]float64 `json:"weights"`
@@ -34,7 +34,7 @@ type linear struct {
 	seen []float32
 }
 
-func openLinear(path string) (model.Model, error) {
+func openLinear(path string) (serveapi.Model, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func (m *linear) eval(r []float32) []float64 {
 			z[k] += w[j] * float64(x)
 		}
 	}
-	if m.Kind != model.OutputProbability {
+	if m.Kind != serveapi.OutputProbability {
 		return z
 	}
 	if len(z) == 1 {
@@ -106,7 +106,7 @@ func (m *linear) eval(r []float32) []float64 {
 
 // modelDir writes a model directory: the linear model as file and the
 // serving configuration.
-func modelDir(t testing.TB, cfg model.Config, m *linear, file string) string {
+func modelDir(t testing.TB, cfg serveapi.Config, m *linear, file string) string {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := json.Marshal(m)
@@ -120,7 +120,7 @@ func modelDir(t testing.TB, cfg model.Config, m *linear, file string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), c, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), c, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -135,7 +135,7 @@ type opened struct {
 }
 
 func (o *opened) openers() map[string]runtime.Opener {
-	open := func(path string) (model.Model, error) {
+	open := func(path string) (serveapi.Model, error) {
 		m, err := openLinear(path)
 		if err != nil {
 			return nil, err

@@ -4,43 +4,30 @@ import (
 	"errors"
 	"fmt"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
-
-// answer is one prediction in /predict's answer. A classifier's has label
-// and score (the positive-class probability of a binary classifier, the
-// winning class's of a multiclass one) and, for more than one output
-// value, each class's probability; a regressor's has value (or values,
-// for a model with several outputs).
-type answer struct {
-	Label         string             `json:"label,omitempty"`
-	Score         *float64           `json:"score,omitempty"`
-	Probabilities map[string]float64 `json:"probabilities,omitempty"`
-	Value         *float64           `json:"value,omitempty"`
-	Values        []float64          `json:"values,omitempty"`
-}
 
 // defaultBinaryClasses name a binary classifier's classes when the version
 // names none, as the simulated replicas do.
 var defaultBinaryClasses = []string{"negative", "positive"}
 
-// decoder turns output rows into answers.
+// decoder turns output rows into /predict's answers (serveapi.Prediction).
 type decoder struct {
 	kind      string
 	classes   []string
 	threshold float64
 }
 
-func newDecoder(kind string, out model.Output) (*decoder, error) {
+func newDecoder(kind string, out serveapi.Output) (*decoder, error) {
 	d := &decoder{kind: kind, classes: out.Classes, threshold: out.Threshold}
 	switch kind {
-	case model.OutputProbability:
-	case model.OutputValue:
+	case serveapi.OutputProbability:
+	case serveapi.OutputValue:
 		if len(out.Classes) > 0 {
 			return nil, errors.New("output.classes: a regression model has no classes")
 		}
 	default:
-		return nil, fmt.Errorf("model output kind %q is neither %q nor %q", kind, model.OutputProbability, model.OutputValue)
+		return nil, fmt.Errorf("model output kind %q is neither %q nor %q", kind, serveapi.OutputProbability, serveapi.OutputValue)
 	}
 	if d.threshold == 0 {
 		d.threshold = 0.5
@@ -65,7 +52,7 @@ func (d *decoder) check(w int) error {
 	switch {
 	case w < 1:
 		return errors.New("the model returned empty output rows")
-	case d.kind == model.OutputValue:
+	case d.kind == serveapi.OutputValue:
 		return nil
 	case w <= 2 && (len(d.classes) == 0 || len(d.classes) == 2):
 		return nil
@@ -77,20 +64,20 @@ func (d *decoder) check(w int) error {
 	return nil
 }
 
-func (d *decoder) answer(row []float32) (answer, error) {
+func (d *decoder) answer(row []float32) (serveapi.Prediction, error) {
 	if err := d.check(len(row)); err != nil {
-		return answer{}, err
+		return serveapi.Prediction{}, err
 	}
-	if d.kind == model.OutputValue {
+	if d.kind == serveapi.OutputValue {
 		if len(row) == 1 {
 			v := float64(row[0])
-			return answer{Value: &v}, nil
+			return serveapi.Prediction{Value: &v}, nil
 		}
 		vs := make([]float64, len(row))
 		for i, x := range row {
 			vs[i] = float64(x)
 		}
-		return answer{Values: vs}, nil
+		return serveapi.Prediction{Values: vs}, nil
 	}
 	classes := d.classes
 	if len(row) <= 2 {
@@ -98,7 +85,7 @@ func (d *decoder) answer(row []float32) (answer, error) {
 			classes = defaultBinaryClasses
 		}
 		score := float64(row[len(row)-1])
-		a := answer{Label: classes[0], Score: &score}
+		a := serveapi.Prediction{Label: classes[0], Score: &score}
 		if score >= d.threshold {
 			a.Label = classes[1]
 		}
@@ -108,7 +95,7 @@ func (d *decoder) answer(row []float32) (answer, error) {
 		return a, nil
 	}
 	best := 0
-	a := answer{Probabilities: make(map[string]float64, len(row))}
+	a := serveapi.Prediction{Probabilities: make(map[string]float64, len(row))}
 	for i, p := range row {
 		a.Probabilities[classes[i]] = float64(p)
 		if p > row[best] {

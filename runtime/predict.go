@@ -7,22 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"modelplane/serveapi"
 )
 
-// predictRequest is the body of POST /predict, the shape the gateway sends
-// (`{"instances": [...]}`); other top-level keys are ignored.
-type predictRequest struct {
-	Instances []json.RawMessage `json:"instances"`
-}
-
-// predictResponse is its answer, as the simulated replicas give it: one
-// prediction per instance, in order, and the version that answered.
-type predictResponse struct {
-	Predictions  []answer `json:"predictions"`
-	ModelVersion string   `json:"model_version"`
-}
-
-// predict answers POST /predict.
+// predict answers POST /predict (serveapi.PredictRequest,
+// serveapi.PredictResponse).
 func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	l := s.m.Load()
 	body, ok := s.readBody(w, r, writeProblem)
@@ -41,7 +31,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		s.answerFailure(w, f, writeProblem)
 		return
 	}
-	out := predictResponse{Predictions: make([]answer, len(rows)), ModelVersion: l.cfg.Version}
+	out := serveapi.PredictResponse[serveapi.Prediction]{Predictions: make([]serveapi.Prediction, len(rows)), ModelVersion: l.cfg.Version}
 	for i, row := range res.Outputs {
 		if out.Predictions[i], err = l.dec.answer(row); err != nil {
 			s.log.Error("output does not fit the output mapping", "model", l.cfg.Model, "error", err.Error())
@@ -56,7 +46,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 // field at fault and are safe to show.
 func (s *Server) parsePredict(l *loaded, body []byte) ([][]float32, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	var req predictRequest
+	var req serveapi.PredictRequest
 	if err := dec.Decode(&req); err != nil {
 		return nil, fmt.Errorf("body must be a JSON object with an instances array: %s", jsonProblem(err))
 	}

@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/runtime/batch"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
+	"modelplane/tracing"
 )
 
 // Opener loads a model file: each loader package's Load.
-type Opener func(path string) (model.Model, error)
+type Opener func(path string) (serveapi.Model, error)
 
 // Defaults of Options.
 const (
@@ -46,6 +48,10 @@ type Options struct {
 	// Clock defaults to the real one; Log to discarding.
 	Clock quartz.Clock
 	Log   *slog.Logger
+	// Tracer continues the caller's trace (the gateway's traceparent) with
+	// the replica's span, its queue wait and its batch's execution (nil:
+	// nothing is traced).
+	Tracer trace.TracerProvider
 }
 
 // extensions are the model file extensions of each format, for a Config
@@ -58,8 +64,8 @@ var extensions = map[string]string{
 
 // loaded is what Load builds; it is set once and read without locks.
 type loaded struct {
-	cfg     model.Config
-	model   model.Model
+	cfg     serveapi.Config
+	model   serveapi.Model
 	enc     *encoder
 	dec     *decoder
 	batcher *batch.Batcher
@@ -74,9 +80,10 @@ type loaded struct {
 // the start: live at once, ready only once the model is loaded and warmed
 // up, and not while draining.
 type Server struct {
-	opt   Options
-	log   *slog.Logger
-	clock quartz.Clock
+	tracer trace.Tracer
+	opt    Options
+	log    *slog.Logger
+	clock  quartz.Clock
 
 	m        atomic.Pointer[loaded]
 	gen      atomic.Pointer[generative] // a GGUF LLM, instead of m
@@ -105,7 +112,10 @@ func New(opt Options) *Server {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats()}
+	if opt.Tracer == nil {
+		opt.Tracer = tracing.Off()
+	}
+	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats(), tracer: opt.Tracer.Tracer("modelplane/runtime")}
 }
 
 // Open is New and Load.
@@ -119,16 +129,16 @@ func Open(dir string, openers map[string]Opener, opt Options) (*Server, error) {
 
 // ReadConfig reads and checks the serving configuration of a model
 // directory.
-func ReadConfig(dir string) (model.Config, error) {
-	var cfg model.Config
-	b, err := os.ReadFile(filepath.Join(dir, model.ConfigFile))
+func ReadConfig(dir string) (serveapi.Config, error) {
+	var cfg serveapi.Config
+	b, err := os.ReadFile(filepath.Join(dir, serveapi.ConfigFile))
 	if err != nil {
 		return cfg, fmt.Errorf("read serving configuration: %w", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("%s: %w", model.ConfigFile, err)
+		return cfg, fmt.Errorf("%s: %w", serveapi.ConfigFile, err)
 	}
 	var errs []string
 	if cfg.Model == "" {
@@ -141,14 +151,14 @@ func ReadConfig(dir string) (model.Config, error) {
 		errs = append(errs, "batching: sizes, delays and timeouts must not be negative")
 	}
 	if len(errs) > 0 {
-		return cfg, fmt.Errorf("%s: %s", model.ConfigFile, strings.Join(errs, "; "))
+		return cfg, fmt.Errorf("%s: %s", serveapi.ConfigFile, strings.Join(errs, "; "))
 	}
 	return cfg, nil
 }
 
 // modelFile is the path of the model file: Config.File, or the only file
 // with the format's extension.
-func modelFile(dir string, cfg model.Config) (string, error) {
+func modelFile(dir string, cfg serveapi.Config) (string, error) {
 	if cfg.File != "" {
 		if !filepath.IsLocal(cfg.File) {
 			return "", fmt.Errorf("file %q is not inside the model directory", cfg.File)
@@ -165,7 +175,7 @@ func modelFile(dir string, cfg model.Config) (string, error) {
 	}
 	var found []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && strings.EqualFold(filepath.Ext(e.Name()), ext) && e.Name() != model.ConfigFile {
+		if e.Type().IsRegular() && strings.EqualFold(filepath.Ext(e.Name()), ext) && e.Name() != serveapi.ConfigFile {
 			found = append(found, e.Name())
 		}
 	}

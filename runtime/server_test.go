@@ -18,28 +18,28 @@ import (
 
 	"modelplane/internal/wait"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 	"modelplane/sim/replica"
 )
 
 // fraudConfig is a binary classifier of three features: a number, a
 // one-hot categorical and a natively encoded one (five model columns).
-func fraudConfig() model.Config {
-	return model.Config{
+func fraudConfig() serveapi.Config {
+	return serveapi.Config{
 		Model: "fraud-scoring", Version: "v23", Format: "xgboost-json",
-		Features: []model.Feature{
+		Features: []serveapi.Feature{
 			{Name: "amount"},
 			{Name: "country", Categories: []string{"us", "de", "fr"}},
 			{Name: "merchant", Categories: []string{"grocery", "travel", "online"}, Encoding: "native"},
 		},
-		Output:       model.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.5},
+		Output:       serveapi.Output{Classes: []string{"legit", "fraud"}, Threshold: 0.5},
 		SampleInputs: []json.RawMessage{json.RawMessage(`{"amount": 10, "country": "us", "merchant": "grocery"}`)},
-		Batching:     model.Batching{MaxBatchSize: 16, MaxQueueDelayUS: 200, QueueTimeoutMS: 5000},
+		Batching:     serveapi.Batching{MaxBatchSize: 16, MaxQueueDelayUS: 200, QueueTimeoutMS: 5000},
 	}
 }
 
 func fraudModel() *linear {
-	return &linear{Kind: model.OutputProbability, Weights: [][]float64{{0.02, 0.3, -0.5, 0.1, 0.7}}, Bias: []float64{-1}}
+	return &linear{Kind: serveapi.OutputProbability, Weights: [][]float64{{0.02, 0.3, -0.5, 0.1, 0.7}}, Bias: []float64{-1}}
 }
 
 // serve opens and warms a runtime on dir and serves it over real HTTP.
@@ -91,17 +91,8 @@ func do(t *testing.T, method, url, body string) reply {
 	return reply{resp.StatusCode, resp.Header, b}
 }
 
-type prediction struct {
-	Label         string             `json:"label"`
-	Score         *float64           `json:"score"`
-	Probabilities map[string]float64 `json:"probabilities"`
-	Value         *float64           `json:"value"`
-}
-
-type predictions struct {
-	Predictions  []prediction `json:"predictions"`
-	ModelVersion string       `json:"model_version"`
-}
+// predictions is /predict's answer as a client decodes it.
+type predictions = serveapi.PredictResponse[serveapi.Prediction]
 
 func decode[T any](t *testing.T, r reply) T {
 	t.Helper()
@@ -203,12 +194,12 @@ func TestPredictRejectsBadInputNamingTheField(t *testing.T) {
 
 func TestMulticlassAndRegressionAnswers(t *testing.T) {
 	t.Parallel()
-	two := []model.Feature{{Name: "x"}, {Name: "y"}}
+	two := []serveapi.Feature{{Name: "x"}, {Name: "y"}}
 	t.Run("multiclass", func(t *testing.T) {
 		t.Parallel()
-		cfg := model.Config{Model: "iris", Version: "v1", Format: "linear", File: "m.json", Features: two,
-			Output: model.Output{Classes: []string{"setosa", "versicolor", "virginica"}}, Batching: model.Batching{MaxBatchSize: 8}}
-		m := &linear{Kind: model.OutputProbability, Weights: [][]float64{{1, 0}, {0, 1}, {-1, -1}}, Bias: []float64{0, 0, 0}}
+		cfg := serveapi.Config{Model: "iris", Version: "v1", Format: "linear", File: "m.json", Features: two,
+			Output: serveapi.Output{Classes: []string{"setosa", "versicolor", "virginica"}}, Batching: serveapi.Batching{MaxBatchSize: 8}}
+		m := &linear{Kind: serveapi.OutputProbability, Weights: [][]float64{{1, 0}, {0, 1}, {-1, -1}}, Bias: []float64{0, 0, 0}}
 		_, url := serve(t, modelDir(t, cfg, m, "m.json"), &opened{}, runtime.Options{})
 		r := do(t, "POST", url+"/predict", `{"instances": [{"x": 2, "y": 0.5}, {"x": -3, "y": -2}]}`)
 		got := decode[predictions](t, r)
@@ -233,8 +224,8 @@ func TestMulticlassAndRegressionAnswers(t *testing.T) {
 	})
 	t.Run("regression", func(t *testing.T) {
 		t.Parallel()
-		cfg := model.Config{Model: "price", Version: "v2", Format: "linear", File: "m.json", Features: two, Batching: model.Batching{MaxBatchSize: 8}}
-		m := &linear{Kind: model.OutputValue, Weights: [][]float64{{3, -2}}, Bias: []float64{10}}
+		cfg := serveapi.Config{Model: "price", Version: "v2", Format: "linear", File: "m.json", Features: two, Batching: serveapi.Batching{MaxBatchSize: 8}}
+		m := &linear{Kind: serveapi.OutputValue, Weights: [][]float64{{3, -2}}, Bias: []float64{10}}
 		_, url := serve(t, modelDir(t, cfg, m, "m.json"), &opened{}, runtime.Options{})
 		r := do(t, "POST", url+"/predict", `{"instances": [{"x": 1.5, "y": 4}]}`)
 		got := decode[predictions](t, r)
@@ -453,13 +444,13 @@ func TestWarmUpFailureNamesTheSample(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		edit func(*model.Config, *linear)
+		edit func(*serveapi.Config, *linear)
 		want string
 	}{
-		{"unknown category", func(c *model.Config, _ *linear) {
+		{"unknown category", func(c *serveapi.Config, _ *linear) {
 			c.SampleInputs = append(c.SampleInputs, json.RawMessage(`{"amount": 1, "country": "mars", "merchant": "travel"}`))
 		}, "warm-up: sample_inputs[1].country"},
-		{"outputs that do not fit the classes", func(c *model.Config, m *linear) {
+		{"outputs that do not fit the classes", func(c *serveapi.Config, m *linear) {
 			m.Weights = [][]float64{m.Weights[0], m.Weights[0], m.Weights[0]}
 			m.Bias = []float64{0, 0, 0}
 		}, "3 class probabilities but output.classes names 2"},
@@ -543,7 +534,7 @@ func TestQueueTimeoutIs503AndNeverExecuted(t *testing.T) {
 	timers := clk.Trap().NewTimer("batch", "timeout")
 	defer timers.Close()
 	cfg := fraudConfig()
-	cfg.Batching = model.Batching{MaxBatchSize: 8, QueueTimeoutMS: 50}
+	cfg.Batching = serveapi.Batching{MaxBatchSize: 8, QueueTimeoutMS: 50}
 	o := &opened{gate: make(chan struct{}, 1)}
 	o.gate <- struct{}{} // the warm-up's execution
 	s, err := runtime.Open(modelDir(t, cfg, fraudModel(), "model.json"), o.openers(), runtime.Options{Clock: clk, ReplicaID: "r-1"})

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/runtime"
 )
 
@@ -24,7 +24,7 @@ func TestTokenRequiredButForProbes(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
-			req.Header.Set(proto.ReplicaTokenHeader, token)
+			req.Header.Set(busapi.ReplicaTokenHeader, token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

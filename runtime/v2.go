@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // The V2 (Open Inference protocol) tensors of the built-in runtime. A
@@ -94,7 +94,7 @@ func (s *Server) modelMetadata(w http.ResponseWriter, r *http.Request, l *loaded
 	if k := l.outWidth.Load(); k > 0 {
 		md.Outputs[0].Shape[1] = k
 	}
-	if l.dec.kind == model.OutputProbability {
+	if l.dec.kind == serveapi.OutputProbability {
 		md.Outputs = append(md.Outputs, v2TensorMeta{Name: labelOutput, Datatype: "BYTES", Shape: []int64{-1}})
 	}
 	writeJSON(w, http.StatusOK, md)
@@ -134,7 +134,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request, l *loaded) {
 			return
 		}
 		flat = append(flat, row...)
-		if l.dec.kind == model.OutputProbability {
+		if l.dec.kind == serveapi.OutputProbability {
 			a, err := l.dec.answer(row)
 			if err != nil {
 				v2Error(w, http.StatusInternalServerError, "the model's output does not fit its output mapping")

@@ -13,6 +13,11 @@ if [ "${1:-}" = test ]; then
   # The tree-model runtime tests compare with the real libraries' predictions.
   /usr/bin/python3 -c 'import xgboost' 2>/dev/null || want+=(python3-xgboost)
   /usr/bin/python3 -c 'import sklearn' 2>/dev/null || want+=(python3-sklearn)
+  # The shipped alert rules and every process's /metrics are checked with
+  # promtool (Debian's prometheus package); alerts are delivered to a real
+  # Alertmanager (prometheus-alertmanager).
+  command -v promtool >/dev/null || want+=(prometheus)
+  command -v prometheus-alertmanager >/dev/null || want+=(prometheus-alertmanager)
 fi
 
 # ONNX (runtime/onnx). Its tests build MLPs with Debian's python3-onnx and
@@ -72,6 +77,8 @@ if [ ${#want[@]} -gt 0 ]; then
   # ones as child processes, so stop the system-wide ones to free memory and ports.
   if [[ " ${want[*]} " == *" postgresql "* ]]; then $sudo service postgresql stop >/dev/null 2>&1 || true; fi
   if [[ " ${want[*]} " == *" clickhouse-server "* ]]; then $sudo service clickhouse-server stop >/dev/null 2>&1 || true; fi
+  if [[ " ${want[*]} " == *" prometheus "* ]]; then $sudo service prometheus stop >/dev/null 2>&1 || true; fi
+  if [[ " ${want[*]} " == *" prometheus-alertmanager "* ]]; then $sudo service prometheus-alertmanager stop >/dev/null 2>&1 || true; fi
 fi
 
 if [ -z "$ort_arch" ] && [ ! -f "$ort_lib" ]; then

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"modelplane/engine"
 )
 
 // Report is what a virtual-time run measured, all in model time.
@@ -32,9 +34,9 @@ type Report struct {
 	// completed requests over Duration.
 	TokensPerSecond   float64
 	RequestsPerSecond float64
-	// TTFT and TPOT over the completed requests (see Finished).
-	TTFT Percentiles
-	TPOT Percentiles
+	// TTFT and TPOT over the completed requests (see engine.Finished).
+	TTFT engine.Percentiles
+	TPOT engine.Percentiles
 	// MeanBatch is the time-weighted mean of sequences per step over
 	// Duration (idle time counts as 0), MaxBatch the largest; likewise for
 	// the fraction of KV pages held after a step.
@@ -43,7 +45,7 @@ type Report struct {
 	MeanKVUtilization float64
 	MaxKVUtilization  float64
 	// Preemptions for a higher-priority request, and for growth under
-	// profile.ReserveStep; GrowFailures as in Stats (always 0 unless a bug).
+	// engine.ReserveStep; GrowFailures as in engine.Stats (always 0 unless a bug).
 	PriorityPreemptions int
 	GrowthPreemptions   int
 	GrowFailures        int
@@ -59,7 +61,7 @@ type Result struct {
 	ID               string
 	Tenant           string
 	Priority         int
-	Reason           FinishReason
+	Reason           engine.FinishReason
 	Arrival          time.Duration
 	Done             time.Duration
 	TTFT             time.Duration
@@ -79,9 +81,9 @@ type Result struct {
 // ended), jumps the clock to the next arrival when it has none, and stops
 // when every request has finished. s should be fresh; the run is
 // deterministic for a given scheduler seed and arrivals.
-func RunVirtual(s *Scheduler, arrivals []Request) Report {
+func RunVirtual(s *engine.Scheduler, arrivals []engine.Request) Report {
 	reqs := slices.Clone(arrivals)
-	slices.SortStableFunc(reqs, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	slices.SortStableFunc(reqs, func(a, b engine.Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
 	rep := Report{Requests: len(reqs)}
 	streamed := map[string]int{}
 	kvTotal := float64(s.KVPages())
@@ -155,6 +157,6 @@ func RunVirtual(s *Scheduler, arrivals []Request) Report {
 		rep.MeanBatch = batchTime / secs
 		rep.MeanKVUtilization = kvTime / secs
 	}
-	rep.TTFT, rep.TPOT = PercentilesOf(ttft), PercentilesOf(tpot)
+	rep.TTFT, rep.TPOT = engine.PercentilesOf(ttft), engine.PercentilesOf(tpot)
 	return rep
 }

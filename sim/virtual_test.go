@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/engine"
 	"modelplane/sim/profile"
 )
 
 // poisson returns n requests arriving at rate per second from start, made
 // by mk from a generator seeded with seed.
-func poisson(seed uint64, n int, rate float64, start time.Duration, mk func(r *rand.Rand, i int) Request) []Request {
+func poisson(seed uint64, n int, rate float64, start time.Duration, mk func(r *rand.Rand, i int) engine.Request) []engine.Request {
 	r := rand.New(rand.NewPCG(seed, 0xa1))
-	reqs := make([]Request, n)
+	reqs := make([]engine.Request, n)
 	at := start
 	for i := range reqs {
 		at += time.Duration(r.ExpFloat64() / rate * float64(time.Second))
@@ -31,7 +32,7 @@ func p99TTFT(rep Report, tenant string) (time.Duration, int) {
 			xs = append(xs, r.TTFT)
 		}
 	}
-	return PercentilesOf(xs).P99, len(xs)
+	return engine.PercentilesOf(xs).P99, len(xs)
 }
 
 // TestTenantFairness: tenant B sends steady traffic (2 req/s for 300 s of
@@ -53,16 +54,16 @@ func TestTenantFairness(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
-			b := poisson(seed, 600, 2, 0, func(_ *rand.Rand, i int) Request {
-				return Request{ID: fmt.Sprint("b", i), Tenant: "b", PromptTokens: 300, OutputTokens: 150}
+			b := poisson(seed, 600, 2, 0, func(_ *rand.Rand, i int) engine.Request {
+				return engine.Request{ID: fmt.Sprint("b", i), Tenant: "b", PromptTokens: 300, OutputTokens: 150}
 			})
 			r := rand.New(rand.NewPCG(seed, 0xa))
-			var burst []Request
+			var burst []engine.Request
 			for i := range 500 {
-				burst = append(burst, Request{ID: fmt.Sprint("a", i), Tenant: "a", Arrival: 5 * time.Second, PromptTokens: 200, OutputTokens: 800 + r.IntN(401)})
+				burst = append(burst, engine.Request{ID: fmt.Sprint("a", i), Tenant: "a", Arrival: 5 * time.Second, PromptTokens: 200, OutputTokens: 800 + r.IntN(401)})
 			}
-			both := append(append([]Request(nil), b...), burst...)
-			run := func(share float64, reqs []Request) (time.Duration, int, Report) {
+			both := append(append([]engine.Request(nil), b...), burst...)
+			run := func(share float64, reqs []engine.Request) (time.Duration, int, Report) {
 				p := seedProfile()
 				p.TenantBatchShare, p.TenantKVShare = share, share
 				rep := RunVirtual(newScheduler(t, p, seed), reqs)
@@ -93,8 +94,8 @@ func TestTenantFairness(t *testing.T) {
 
 // mixedRequest is a prompt of 200 to 800 tokens and a completion of 50 to
 // 350.
-func mixedRequest(r *rand.Rand, i int) Request {
-	return Request{ID: fmt.Sprint("r", i), PromptTokens: 200 + r.IntN(601), OutputTokens: 50 + r.IntN(301)}
+func mixedRequest(r *rand.Rand, i int) engine.Request {
+	return engine.Request{ID: fmt.Sprint("r", i), PromptTokens: 200 + r.IntN(601), OutputTokens: 50 + r.IntN(301)}
 }
 
 // TestOverload: arrivals at twice the capacity keep the throughput within 10
@@ -135,8 +136,8 @@ func TestStreamedEqualsCompletion(t *testing.T) {
 			p := seedProfile()
 			p.KVReserve, p.MaxPrefillTokens = reserve, 512
 			p.OutputTokens = &profile.LengthDist{Mean: 150, SD: 100, Max: 600}
-			reqs := poisson(7, 2000, 40, 0, func(r *rand.Rand, i int) Request {
-				q := Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(4)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(1500), MaxTokens: 400}
+			reqs := poisson(7, 2000, 40, 0, func(r *rand.Rand, i int) engine.Request {
+				q := engine.Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(4)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(1500), MaxTokens: 400}
 				if r.IntN(2) == 0 {
 					q.PrefixKey, q.PrefixTokens = "sys", 256
 				}
@@ -167,9 +168,9 @@ func TestStreamedEqualsCompletion(t *testing.T) {
 // without the shared prefix.
 func TestPrefixSharing(t *testing.T) {
 	t.Parallel()
-	mk := func(key string) []Request {
-		return poisson(3, 300, 8, 0, func(r *rand.Rand, i int) Request {
-			return Request{ID: fmt.Sprint("r", i), PromptTokens: 512 + 1 + r.IntN(200), OutputTokens: 100, PrefixKey: key, PrefixTokens: 512}
+	mk := func(key string) []engine.Request {
+		return poisson(3, 300, 8, 0, func(r *rand.Rand, i int) engine.Request {
+			return engine.Request{ID: fmt.Sprint("r", i), PromptTokens: 512 + 1 + r.IntN(200), OutputTokens: 100, PrefixKey: key, PrefixTokens: 512}
 		})
 	}
 	plain := RunVirtual(newScheduler(t, seedProfile(), 3), mk(""))
@@ -204,8 +205,8 @@ func TestDeterminism(t *testing.T) {
 	p := seedProfile()
 	p.OutputTokens = &profile.LengthDist{Mean: 120, SD: 80}
 	p.TenantBatchShare, p.TenantKVShare = 0.5, 0.5
-	reqs := poisson(11, 800, 12, 0, func(r *rand.Rand, i int) Request {
-		return Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(3)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(900), PrefixKey: "sys", PrefixTokens: r.IntN(300)}
+	reqs := poisson(11, 800, 12, 0, func(r *rand.Rand, i int) engine.Request {
+		return engine.Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", r.IntN(3)), Priority: r.IntN(2), PromptTokens: 1 + r.IntN(900), PrefixKey: "sys", PrefixTokens: r.IntN(300)}
 	})
 	a := RunVirtual(newScheduler(t, p, 42), reqs)
 	b := RunVirtual(newScheduler(t, p, 42), reqs)
@@ -219,9 +220,9 @@ func TestDeterminism(t *testing.T) {
 
 	tokens := func(extra int) []int {
 		s := newScheduler(t, seedProfile(), 5)
-		_ = s.Submit(Request{ID: "x", PromptTokens: 50, OutputTokens: 40})
+		_ = s.Submit(engine.Request{ID: "x", PromptTokens: 50, OutputTokens: 40})
 		for i := range extra {
-			_ = s.Submit(Request{ID: fmt.Sprint("other", i), PromptTokens: 30, OutputTokens: 60})
+			_ = s.Submit(engine.Request{ID: fmt.Sprint("other", i), PromptTokens: 30, OutputTokens: 60})
 		}
 		var got []int
 		for _, res := range stepAll(t, s) {
@@ -247,7 +248,7 @@ func TestDeterminism(t *testing.T) {
 func TestSeedCapacity(t *testing.T) {
 	t.Parallel()
 	p := seedProfile()
-	kv := NewKV(p.Pages(), p.PageTokens)
+	kv := engine.NewKV(p.Pages(), p.PageTokens)
 	atAdmission := p.Pages() / kv.PagesFor(500) // 32 pages each
 	atFinish := p.Pages() / kv.PagesFor(700)    // 44 pages each
 	contiguous := func(maxLen int) int {
@@ -276,8 +277,8 @@ func TestSeedCapacity(t *testing.T) {
 			p := seedProfile()
 			p.KVReserve = tt.reserve
 			// A steady overload: arrivals at twice what the GPU serves.
-			reqs := poisson(1, 3000, 12, 0, func(_ *rand.Rand, i int) Request {
-				return Request{ID: fmt.Sprint(i), PromptTokens: 500, OutputTokens: 200, MaxTokens: 200}
+			reqs := poisson(1, 3000, 12, 0, func(_ *rand.Rand, i int) engine.Request {
+				return engine.Request{ID: fmt.Sprint(i), PromptTokens: 500, OutputTokens: 200, MaxTokens: 200}
 			})
 			rep := RunVirtual(newScheduler(t, p, 1), reqs)
 			t.Logf("%s: max batch %d, mean batch %.1f, mean KV use %.1f%%, %.0f tokens/s, p50/p99 TPOT %v/%v, %d growth preemptions per %d requests",

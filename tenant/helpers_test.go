@@ -12,9 +12,9 @@ import (
 
 	"modelplane/auth"
 	"modelplane/db"
+	"modelplane/field"
 	"modelplane/internal/pgtest"
 	"modelplane/tenant"
-	"modelplane/validate"
 )
 
 // t0 is whole seconds, so it survives PostgreSQL's microsecond timestamps.
@@ -40,8 +40,7 @@ func newFixture(t *testing.T) *fixture {
 	pool := pgtest.New(t)
 	clk := quartz.NewMock(t)
 	clk.Set(t0)
-	now := func() time.Time { return clk.Now() }
-	f := &fixture{pool: pool, svc: tenant.New(pool, now), clk: clk, keys: auth.NewKeys(pool, now)}
+	f := &fixture{pool: pool, svc: tenant.New(pool, clk), clk: clk, keys: auth.NewKeys(pool, clk)}
 	f.root = &auth.Principal{UserID: 0, Name: "root@example.com", Via: "session", PlatformRole: auth.RolePlatformAdmin}
 	var err error
 	if f.risk, err = f.svc.CreateTeam(ctx, f.root, "risk", "Risk"); err != nil {
@@ -96,10 +95,10 @@ func (f *fixture) roles(t *testing.T, teamID int64) map[string]auth.Role {
 	return out
 }
 
-// fields returns the fields named by a validate.Errors in err's chain, sorted;
+// fields returns the fields named by a field.Errors in err's chain, sorted;
 // nil when err holds none.
 func fields(err error) []string {
-	var ve validate.Errors
+	var ve field.Errors
 	if !errors.As(err, &ve) {
 		return nil
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/tenant"
 )
 
@@ -16,7 +16,7 @@ import (
 // first.
 func (f *fixture) outboxRows(t *testing.T, prefix string) []string {
 	t.Helper()
-	rows, err := f.pool.Query(t.Context(), "SELECT payload::text FROM outbox WHERE subject = $1 ORDER BY id", proto.KVSubject(proto.BucketKeys, prefix))
+	rows, err := f.pool.Query(t.Context(), "SELECT payload::text FROM outbox WHERE subject = $1 ORDER BY id", busapi.KVSubject(busapi.BucketKeys, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,9 +35,9 @@ func (f *fixture) outboxRows(t *testing.T, prefix string) []string {
 	return out
 }
 
-func entryOf(t *testing.T, payload string) proto.KeyEntry {
+func entryOf(t *testing.T, payload string) busapi.KeyEntry {
 	t.Helper()
-	var e proto.KeyEntry
+	var e busapi.KeyEntry
 	if err := json.Unmarshal([]byte(payload), &e); err != nil {
 		t.Fatalf("outbox payload %s: %v", payload, err)
 	}
@@ -62,7 +62,7 @@ func TestKeysPublishedToGateways(t *testing.T) {
 	if len(rows) != 1 {
 		t.Fatalf("outbox rows after CreateKey = %q, want one", rows)
 	}
-	want := proto.KeyEntry{Prefix: k.Prefix, SHA256: digest(raw), Team: "risk", Role: "engineer", ExpiresAt: &exp}
+	want := busapi.KeyEntry{Prefix: k.Prefix, SHA256: digest(raw), Team: "risk", Role: "engineer", ExpiresAt: &exp}
 	if got := entryOf(t, rows[0]); got.Prefix != want.Prefix || got.SHA256 != want.SHA256 || got.Team != want.Team ||
 		got.Role != want.Role || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
 		t.Errorf("entry = %+v, want %+v", got, want)

@@ -12,13 +12,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"modelplane/agent/proto"
 	"modelplane/audit"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/db"
-	"modelplane/validate"
+	"modelplane/field"
 )
 
 // Team is a group of people that owns models and endpoints.
@@ -52,12 +53,18 @@ type Key struct {
 
 // Service manages teams, members and keys.
 type Service struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock quartz.Clock
 }
 
-// New returns a Service.
-func New(pool *pgxpool.Pool, now func() time.Time) *Service { return &Service{pool: pool, now: now} }
+// New returns a Service; clock is what key expiry is checked on
+// (quartz.NewReal() when nil).
+func New(pool *pgxpool.Pool, clock quartz.Clock) *Service {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Service{pool: pool, clock: clock}
+}
 
 func teamOf(t db.Team) Team {
 	return Team{ID: t.ID, Name: t.Name, DisplayName: t.DisplayName, CreatedAt: t.CreatedAt}
@@ -68,8 +75,8 @@ func (s *Service) CreateTeam(ctx context.Context, p *auth.Principal, name, displ
 	if !p.PlatformAdmin() {
 		return Team{}, auth.ErrForbidden
 	}
-	var errs validate.Errors
-	validate.Name(&errs, "name", name)
+	var errs field.Errors
+	field.Name(&errs, "name", name)
 	if len(displayName) > 200 {
 		errs.Add("display_name", "must be at most 200 characters")
 	}
@@ -145,7 +152,7 @@ var ErrAmbiguousEmail = errors.New("more than one user has this email")
 // ambiguous is ErrAmbiguousEmail with its field error, so the API answers
 // 400 on the email and callers can still branch on the sentinel.
 func ambiguous() error {
-	return errors.Join(ErrAmbiguousEmail, validate.Errors{{Field: "email", Message: ErrAmbiguousEmail.Error()}})
+	return errors.Join(ErrAmbiguousEmail, field.Errors{{Field: "email", Message: ErrAmbiguousEmail.Error()}})
 }
 
 // ErrLastAdmin means the change would leave a team without an admin.
@@ -153,7 +160,7 @@ var ErrLastAdmin = errors.New("a team must keep at least one admin")
 
 // SetMember adds a user to a team or changes their role; team admins only.
 func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email string, role auth.Role) (Member, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if !auth.ValidTeamRole(role) {
 		errs.Add("role", "must be one of admin, engineer, viewer")
 	}
@@ -182,7 +189,7 @@ func (s *Service) SetMember(ctx context.Context, p *auth.Principal, team, email 
 		}
 		switch len(users) {
 		case 0:
-			return validate.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
+			return field.Errors{{Field: "email", Message: ErrUnknownUser.Error()}}
 		case 1:
 		default:
 			return ambiguous()
@@ -291,7 +298,7 @@ type KeyRequest struct {
 // Team admins create keys for their team; platform admins also create
 // org-wide platform_admin and finance keys (with no team).
 func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest) (string, Key, error) {
-	var errs validate.Errors
+	var errs field.Errors
 	if r.Name == "" || len(r.Name) > 100 {
 		errs.Add("name", "must be 1-100 characters")
 	}
@@ -304,7 +311,7 @@ func (s *Service) CreateKey(ctx context.Context, p *auth.Principal, r KeyRequest
 	case !orgWide && r.Team == "":
 		errs.Add("team", "is required")
 	}
-	if r.ExpiresAt != nil && !r.ExpiresAt.After(s.now()) {
+	if r.ExpiresAt != nil && !r.ExpiresAt.After(s.clock.Now()) {
 		errs.Add("expires_at", "must be in the future")
 	}
 	if err := errs.Err(); err != nil {
@@ -423,22 +430,22 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 	return out, nil
 }
 
-// publishKey writes the key's digest for the gateways (proto.BucketKeys) to
+// publishKey writes the key's digest for the gateways (busapi.BucketKeys) to
 // the outbox, in the caller's transaction.
 func publishKey(ctx context.Context, q *db.Queries, k db.APIKey, team string) error {
-	payload, err := json.Marshal(proto.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
+	payload, err := json.Marshal(busapi.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
 		Role: k.Role, ExpiresAt: k.ExpiresAt})
 	if err != nil {
 		return err
 	}
-	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, k.Prefix), Payload: payload})
+	_, err = q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketKeys, k.Prefix), Payload: payload})
 	return err
 }
 
 // unpublishKey deletes the key's digest from the gateways: the relay turns a
 // JSON null into a KV delete.
 func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
-	_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: proto.KVSubject(proto.BucketKeys, prefix), Payload: []byte("null")})
+	_, err := q.OutboxInsert(ctx, db.OutboxInsertParams{Subject: busapi.KVSubject(busapi.BucketKeys, prefix), Payload: []byte("null")})
 	return err
 }
 
@@ -449,7 +456,7 @@ func unpublishKey(ctx context.Context, q *db.Queries, prefix string) error {
 // again is published again. Gateways authenticate from that copy alone, so
 // without this a removed or demoted member's keys kept working there.
 func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamID, userID int64) error {
-	rows, err := q.APIKeyListActiveByCreator(ctx, db.APIKeyListActiveByCreatorParams{TeamID: &teamID, CreatedBy: &userID, Now: s.now()})
+	rows, err := q.APIKeyListActiveByCreator(ctx, db.APIKeyListActiveByCreatorParams{TeamID: &teamID, CreatedBy: &userID, Now: s.clock.Now()})
 	if err != nil {
 		return fmt.Errorf("republish keys: %w", err)
 	}
@@ -480,7 +487,7 @@ func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamI
 func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 	n := 0
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
-		rows, err := q.APIKeyListActive(ctx, s.now())
+		rows, err := q.APIKeyListActive(ctx, s.clock.Now())
 		if err != nil {
 			return err
 		}

@@ -26,10 +26,10 @@ import (
 
 	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
 	"modelplane/artifact"
+	"modelplane/busapi"
 	"modelplane/egress"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // Watermarks of the cache, as shares of Config.LimitBytes: above High it
@@ -89,7 +89,7 @@ type Config struct {
 // Prepared is a replica's model directory, ready for a runtime.
 type Prepared struct {
 	// Dir holds every file of the version at its manifest path, and the
-	// runtime settings (model.ConfigFile) when the spec has any.
+	// runtime settings (serveapi.ConfigFile) when the spec has any.
 	Dir string
 	// Download is the time spent fetching, Verify the time spent hashing.
 	Download time.Duration
@@ -176,9 +176,21 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{cfg: cfg, client: client, log: cfg.Log, blobs: map[string]int64{}, partials: map[string]int64{},
 		pins: map[string]string{}, busy: map[string]chan struct{}{}}
-	// The runtime may run as another user: it must traverse to its files.
-	for _, d := range []string{cfg.Dir, c.sub("blobs", "sha256"), c.sub("replicas")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	// A runtime runs as another user: it traverses the cache and the
+	// replicas directory (0711: it cannot list them) to its own replica
+	// directory, which the process driver makes its user's alone (0500),
+	// and reaches the blobs only through that directory's hard links. The
+	// blobs' own directory is the agent's (0700), so no runtime reads a
+	// blob of a version it does not serve. Modes are set on directories an
+	// older agent made 0755 too.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{cfg.Dir, 0o711}, {c.sub("blobs"), 0o700}, {c.sub("blobs", "sha256"), 0o700}, {c.sub("replicas"), 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("cache dir: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("cache dir: %w", err)
 		}
 	}
@@ -388,7 +400,7 @@ func dirName(id string) string {
 // without a manifest has nothing to fetch: the result is empty. A file that
 // fails its digest twice fails the preparation with an error wrapping
 // ErrDigest; nothing unverified is ever linked.
-func (c *Cache) Prepare(ctx context.Context, spec proto.ReplicaSpec) (Prepared, error) {
+func (c *Cache) Prepare(ctx context.Context, spec busapi.ReplicaSpec) (Prepared, error) {
 	var p Prepared
 	if spec.Manifest == "" {
 		return p, nil
@@ -415,8 +427,8 @@ func (c *Cache) Prepare(ctx context.Context, spec proto.ReplicaSpec) (Prepared, 
 	if err != nil {
 		return p, fmt.Errorf("manifest %s: %w", spec.Manifest, err)
 	}
-	if _, clash := man[model.ConfigFile]; clash && len(spec.Settings) > 0 {
-		return p, fmt.Errorf("the version has a file named %s, which is where the agent writes the runtime's settings", model.ConfigFile)
+	if _, clash := man[serveapi.ConfigFile]; clash && len(spec.Settings) > 0 {
+		return p, fmt.Errorf("the version has a file named %s, which is where the agent writes the runtime's settings", serveapi.ConfigFile)
 	}
 	files := []string{spec.Manifest}
 	for _, path := range man.Paths() {
@@ -624,7 +636,7 @@ func (c *Cache) install(d, part string) error {
 		err = os.Chmod(part, 0o444)
 	}
 	if err == nil {
-		err = os.MkdirAll(filepath.Dir(blob), 0o755)
+		err = os.MkdirAll(filepath.Dir(blob), 0o700)
 	}
 	if err == nil {
 		err = os.Rename(part, blob)
@@ -806,7 +818,7 @@ func (c *Cache) write(part string, flags int, body io.Reader) (int64, error) {
 
 // link builds the replica's directory in a temporary place and renames it
 // into place, so a runtime never sees a half-built one.
-func (c *Cache) link(spec proto.ReplicaSpec, man artifact.Manifest) (string, error) {
+func (c *Cache) link(spec busapi.ReplicaSpec, man artifact.Manifest) (string, error) {
 	final := c.Dir(spec.ID)
 	tmp, err := os.MkdirTemp(c.sub("tmp"), "replica-")
 	if err != nil {
@@ -830,7 +842,7 @@ func (c *Cache) link(spec proto.ReplicaSpec, man artifact.Manifest) (string, err
 		if err := json.Indent(&buf, spec.Settings, "", "  "); err != nil {
 			return "", fmt.Errorf("runtime settings are not JSON: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(tmp, model.ConfigFile), buf.Bytes(), 0o444); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, serveapi.ConfigFile), buf.Bytes(), 0o444); err != nil {
 			return "", fmt.Errorf("write runtime settings: %w", err)
 		}
 	}
@@ -936,10 +948,10 @@ func (c *Cache) saveLocked() error {
 }
 
 // Stats is the cache as a heartbeat reports it.
-func (c *Cache) Stats() proto.CacheStatus {
+func (c *Cache) Stats() busapi.CacheStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := proto.CacheStatus{BytesUsed: c.usedLocked(), BytesLimit: c.cfg.LimitBytes, Hits: c.hits, Misses: c.misses, Evictions: c.evicted}
+	st := busapi.CacheStatus{BytesUsed: c.usedLocked(), BytesLimit: c.cfg.LimitBytes, Hits: c.hits, Misses: c.misses, Evictions: c.evicted}
 	for _, v := range c.idx.Versions {
 		if v.Complete {
 			st.Versions++

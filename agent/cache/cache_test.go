@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,17 +17,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"modelplane/agent/cache"
-	"modelplane/agent/proto"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/handlers"
 	"modelplane/internal/pgtest"
 	"modelplane/registry"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 func TestMain(m *testing.M) {
@@ -71,8 +69,7 @@ func newPlane(t *testing.T) *plane {
 	if _, err := cp.Registry.CreateModel(ctx, system, registry.ModelSpec{Team: "risk", Name: "m", Task: registry.TaskClassification}); err != nil {
 		t.Fatal(err)
 	}
-	h := handlers.New(handlers.Deps{Log: slog.New(slog.DiscardHandler), Registry: cp.Registry, Metrics: cp.Metrics, AgentToken: token,
-		MaxBodyBytes: handlers.DefaultMaxBodyBytes, Now: time.Now}).Handler()
+	h := handlers.New(handlers.Deps{Set: &cp.Set, AgentToken: token, MaxBodyBytes: handlers.DefaultMaxBodyBytes}).Handler()
 	p := &plane{t: t, reg: cp.Registry}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d, ok := strings.CutPrefix(r.URL.Path, "/internal/artifacts/"); ok {
@@ -121,7 +118,7 @@ func (p *plane) setHook(h func(w http.ResponseWriter, r *http.Request, digest st
 
 // version registers a version of model m with files and returns the spec
 // of a replica of it.
-func (p *plane) version(name string, files map[string][]byte) proto.ReplicaSpec {
+func (p *plane) version(name string, files map[string][]byte) busapi.ReplicaSpec {
 	p.t.Helper()
 	man := artifact.Manifest{}
 	for path, b := range files {
@@ -143,7 +140,7 @@ func (p *plane) version(name string, files map[string][]byte) proto.ReplicaSpec 
 	if !ok {
 		p.t.Fatalf("version %s has artifact uri %s", name, v.ArtifactURI)
 	}
-	return proto.ReplicaSpec{ID: "rep-" + name, Version: name, Runtime: "onnxruntime", Manifest: d}
+	return busapi.ReplicaSpec{ID: "rep-" + name, Version: name, Runtime: "onnxruntime", Manifest: d}
 }
 
 func digest(b []byte) string {
@@ -186,7 +183,7 @@ func checkDir(t *testing.T, dir string, files map[string][]byte, settings bool) 
 			return err
 		}
 		seen++
-		if rel == model.ConfigFile && settings {
+		if rel == serveapi.ConfigFile && settings {
 			if !json.Valid(got) {
 				t.Errorf("%s is not JSON: %s", rel, got)
 			}
@@ -238,8 +235,8 @@ func TestPrepareFetchesVerifiesAndReusesFiles(t *testing.T) {
 		t.Errorf("first preparation fetched %d blobs; want 4 (manifest and 3 files)", got.Fetched)
 	}
 	checkDir(t, got.Dir, files, true)
-	var cfg model.Config
-	if b, err := os.ReadFile(filepath.Join(got.Dir, model.ConfigFile)); err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Model != "ep" {
+	var cfg serveapi.Config
+	if b, err := os.ReadFile(filepath.Join(got.Dir, serveapi.ConfigFile)); err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Model != "ep" {
 		t.Errorf("settings file = %+v, %v; want the spec's settings", cfg, err)
 	}
 	fi, err := os.Stat(filepath.Join(got.Dir, "model.safetensors"))
@@ -494,7 +491,7 @@ func TestEvictionSparesLiveVersionsAndSharedFiles(t *testing.T) {
 	// Five files' worth: four files and the manifests are above 80 %.
 	dir := t.TempDir()
 	c := newCache(t, p, dir, 5*size)
-	prep := func(spec proto.ReplicaSpec) {
+	prep := func(spec busapi.ReplicaSpec) {
 		t.Helper()
 		if _, err := c.Prepare(t.Context(), spec); err != nil {
 			t.Fatal(err)

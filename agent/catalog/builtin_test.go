@@ -13,14 +13,14 @@ import (
 
 	"modelplane/agent/catalog"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // doubler is a one-feature model whose value is twice its input.
 type doubler struct{}
 
 func (doubler) NumFeatures() int   { return 1 }
-func (doubler) OutputKind() string { return model.OutputValue }
+func (doubler) OutputKind() string { return serveapi.OutputValue }
 func (doubler) Close() error       { return nil }
 func (doubler) Predict(rows [][]float32) ([][]float32, error) {
 	out := make([][]float32, len(rows))
@@ -37,17 +37,17 @@ func (doubler) Predict(rows [][]float32) ([][]float32, error) {
 // cold start, load and warm-up.
 func TestTritonAdapterReadsTheBuiltinRuntime(t *testing.T) {
 	dir := t.TempDir()
-	cfg := model.Config{Model: "m", Version: "v1", Format: "test", File: "model.bin", Features: []model.Feature{{Name: "x"}},
-		SampleInputs: []json.RawMessage{json.RawMessage(`{"x":1}`)}, Batching: model.Batching{MaxBatchSize: 4, QueueTimeoutMS: 1000}}
+	cfg := serveapi.Config{Model: "m", Version: "v1", Format: "test", File: "model.bin", Features: []serveapi.Feature{{Name: "x"}},
+		SampleInputs: []json.RawMessage{json.RawMessage(`{"x":1}`)}, Batching: serveapi.Batching{MaxBatchSize: 4, QueueTimeoutMS: 1000}}
 	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, model.ConfigFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "model.bin"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := runtime.New(runtime.Options{})
-	if err := s.Load(dir, map[string]runtime.Opener{"test": func(string) (model.Model, error) { return doubler{}, nil }}); err != nil {
+	if err := s.Load(dir, map[string]runtime.Opener{"test": func(string) (serveapi.Model, error) { return doubler{}, nil }}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Warm(t.Context()); err != nil {

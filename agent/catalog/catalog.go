@@ -54,6 +54,11 @@ type Entry struct {
 	// on the command line, never through the environment, so that `ps`
 	// shows what a replica serves.
 	Command []string
+	// Env is added to the runtime's environment, after the agent's
+	// configured Env so that it wins: what the runtime must run with
+	// whatever the node's settings say (vLLM: HF_HUB_OFFLINE=1, so it never
+	// fetches a model from the hub, only loads the version's files).
+	Env []string
 	// Program is the executable the entry runs, which a node must have on
 	// PATH to run it (the driver looks it up before a start, and lists the
 	// entries it has in its heartbeat); empty for the agent's own binary.
@@ -77,9 +82,10 @@ type Entry struct {
 	// Adapter names the metrics adapter (AdapterTriton, …).
 	Adapter string
 	// ChecksToken says the runtime itself refuses requests without the
-	// replica's token (proto.ReplicaTokenHeader, given to it as
-	// MP_REPLICA_TOKEN), as the built-in runtime does. The agent fronts
-	// every other runtime with a guard of its own that checks it.
+	// replica's token (busapi.ReplicaTokenHeader, given to it on a pipe
+	// named by MP_REPLICA_TOKEN_FD), as the built-in runtime does. The
+	// agent fronts every other runtime with a guard of its own that checks
+	// it, and gives that runtime no token.
 	ChecksToken bool
 	// MetricsPort says the runtime serves Metrics on a port of its own,
 	// not on the port gateways reach (Triton's --metrics-port). The
@@ -180,7 +186,7 @@ func Default() map[string]Entry {
 			Ready:   "/v2/health/ready",
 			Metrics: "/metrics",
 			Adapter: AdapterTriton,
-			// runtime.Options.Token, from MP_REPLICA_TOKEN.
+			// runtime.Options.Token, from MP_REPLICA_TOKEN_FD.
 			ChecksToken: true,
 		},
 		// vLLM's OpenAI server: /health answers once the engine is up, which
@@ -189,6 +195,7 @@ func Default() map[string]Entry {
 		VLLM: {
 			Name:       VLLM,
 			Program:    "vllm",
+			Env:        []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"},
 			Devices:    DevicesCUDAEnv,
 			Health:     "/health",
 			Ready:      "/v1/models",

@@ -48,12 +48,35 @@ type LLM struct {
 }
 
 // Speculative are speculative decoding's settings: a draft model (a
-// directory or hub id) proposing NumTokens tokens per step, or a method
-// without a draft model ("ngram").
+// directory of the version's files, relative to its model directory)
+// proposing NumTokens tokens per step, or a method without a draft model
+// ("ngram").
 type Speculative struct {
 	Model     string `json:"model,omitempty"`
 	Method    string `json:"method,omitempty"`
 	NumTokens int    `json:"num_speculative_tokens"`
+}
+
+// DraftModelPath reports whether p can name a directory of a version's
+// files: relative, clean, without "..", backslashes or control characters.
+// A hub id ("org/model") reads as one too; it names nothing among the
+// version's files, so vLLM, which runs offline, fails to load it rather
+// than fetch it.
+func DraftModelPath(p string) bool {
+	if p == "" || len(p) > 1024 || strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\\:") || path.Clean(p) != p {
+		return false
+	}
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." || e == "." {
+			return false
+		}
+	}
+	for _, c := range p {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Launch is where one LLM replica serves: its model directory, listen
@@ -113,7 +136,10 @@ func VLLMArgs(l Launch, s LLM) []string {
 		// so the order is stable (sorted keys).
 		cfg := map[string]any{"num_speculative_tokens": sp.NumTokens}
 		if sp.Model != "" {
-			cfg["model"] = sp.Model
+			// A directory of the version's files (the registry refuses
+			// anything else; Argv refuses it again), never a hub id or a
+			// path elsewhere on the node.
+			cfg["model"] = path.Join(l.ModelDir, sp.Model)
 		}
 		if sp.Method != "" {
 			cfg["method"] = sp.Method
@@ -296,6 +322,9 @@ func (e Entry) Argv(v Vars, settings json.RawMessage, gpus int) ([]string, error
 		served = v.Model
 	}
 	l := Launch{ModelDir: v.ModelDir, Host: v.Host, Port: v.Port, GPUs: gpus, ServedName: served}
+	if sp := s.Speculative; sp != nil && sp.Model != "" && !DraftModelPath(sp.Model) {
+		return nil, fmt.Errorf("catalogue entry %s: speculative.model %q is not a directory of the version's files", e.Name, sp.Model)
+	}
 	if e.Name == VLLM {
 		return VLLMArgs(l, s), nil
 	}

@@ -40,9 +40,9 @@ func TestVLLMArgsOfTheSeedsExample(t *testing.T) {
 func TestVLLMArgsQuantisationSpeculationAndName(t *testing.T) {
 	t.Parallel()
 	got := catalog.VLLMArgs(catalog.Launch{ModelDir: "/m", Host: "127.0.0.1", Port: 9, GPUs: 4, ServedName: "chat"},
-		catalog.LLM{TensorParallel: 2, Quantization: "awq", Speculative: &catalog.Speculative{Model: "/models/llm-7b-draft/v1", NumTokens: 5}})
+		catalog.LLM{TensorParallel: 2, Quantization: "awq", Speculative: &catalog.Speculative{Model: "draft", NumTokens: 5}})
 	want := []string{"vllm", "serve", "/m", "--served-model-name", "chat", "--host", "127.0.0.1", "--tensor-parallel-size", "2",
-		"--quantization", "awq", "--speculative-config", `{"model":"/models/llm-7b-draft/v1","num_speculative_tokens":5}`, "--port", "9"}
+		"--quantization", "awq", "--speculative-config", `{"model":"/m/draft","num_speculative_tokens":5}`, "--port", "9"}
 	if !slices.Equal(got, want) {
 		t.Errorf("argv =\n %q\nwant\n %q", got, want)
 	}

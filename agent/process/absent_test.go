@@ -8,7 +8,7 @@ import (
 	"github.com/coder/quartz"
 
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -27,7 +27,7 @@ func TestHeartbeatNamesWhatTheRuntimeDoesNotExport(t *testing.T) {
 		broken.Name, broken.Metrics = "fake-broken", "/no-metrics-here"
 		c.Catalog = map[string]catalog.Entry{llama.Name: llama, broken.Name: broken}
 		resolve := c.Resolve
-		c.Resolve = func(ctx context.Context, s proto.ReplicaSpec, dir string) (Launch, error) {
+		c.Resolve = func(ctx context.Context, s busapi.ReplicaSpec, dir string) (Launch, error) {
 			l, err := resolve(ctx, s, dir)
 			l.Runtime = s.Runtime
 			return l, err
@@ -36,18 +36,18 @@ func TestHeartbeatNamesWhatTheRuntimeDoesNotExport(t *testing.T) {
 	a := startAgent(t, nc, "cpu-9", t.TempDir(), d)
 	llama, broken := spec("r-llama"), spec("r-broken")
 	llama.Runtime, broken.Runtime = "fake-llama", "fake-broken"
-	broken.Slots = []proto.Slot{{GPU: 1, Slice: 0}}
+	broken.Slots = []busapi.Slot{{GPU: 1, Slice: 0}}
 	putDesired(t, kv, "cpu-9", 1, llama, broken)
 	wait.Eventually(t, long, func() bool {
-		return replicaStatus(a, llama.ID).State == proto.StateReady && replicaStatus(a, broken.ID).State == proto.StateReady
+		return replicaStatus(a, llama.ID).State == busapi.StateReady && replicaStatus(a, broken.ID).State == busapi.StateReady
 	}, "replicas never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
 
 	rs := replicaStatus(a, llama.ID)
-	want := []string{proto.MetricKVUsedPct, proto.MetricTTFTMS, proto.MetricGPUUtil, proto.MetricBatchQueueMS}
+	want := []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricGPUUtil, busapi.MetricBatchQueueMS}
 	if !slices.Equal(rs.Absent, want) || rs.Runtime != "fake-llama" {
 		t.Errorf("llama-server without KV: absent %q, runtime %q; want %q from fake-llama", rs.Absent, rs.Runtime, want)
 	}
-	if !rs.Reports(proto.MetricTokensPerSecond) || rs.Reports(proto.MetricKVUsedPct) || rs.KVUsedPct != 0 {
+	if !rs.Reports(busapi.MetricTokensPerSecond) || rs.Reports(busapi.MetricKVUsedPct) || rs.KVUsedPct != 0 {
 		t.Errorf("heartbeat %+v: want tokens/s reported and KV use absent", rs)
 	}
 	// The GPU fallback of a simulated replica (its utilisation) does not
@@ -55,7 +55,7 @@ func TestHeartbeatNamesWhatTheRuntimeDoesNotExport(t *testing.T) {
 	if rs.GPUUtil != 0 {
 		t.Errorf("gpu_util = %v for a runtime that does not export it, want 0 and absent", rs.GPUUtil)
 	}
-	if got := replicaStatus(a, broken.ID).Absent; !slices.Equal(got, proto.Metrics) {
-		t.Errorf("runtime whose metrics answer 404: absent %q, want every field %q", got, proto.Metrics)
+	if got := replicaStatus(a, broken.ID).Absent; !slices.Equal(got, busapi.Metrics) {
+		t.Errorf("runtime whose metrics answer 404: absent %q, want every field %q", got, busapi.Metrics)
 	}
 }

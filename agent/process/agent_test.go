@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent"
-	"modelplane/agent/proto"
 	"modelplane/bus"
+	"modelplane/busapi"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 )
@@ -35,16 +35,16 @@ func agentEnv(t *testing.T) (*nats.Conn, jetstream.KeyValue) {
 	if err := bus.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, proto.BucketDesired)
+	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return nc, kv
 }
 
-func putDesired(t *testing.T, kv jetstream.KeyValue, node string, gen int64, specs ...proto.ReplicaSpec) {
+func putDesired(t *testing.T, kv jetstream.KeyValue, node string, gen int64, specs ...busapi.ReplicaSpec) {
 	t.Helper()
-	data, err := json.Marshal(proto.Desired{Node: node, Generation: gen, Replicas: specs})
+	data, err := json.Marshal(busapi.Desired{Node: node, Generation: gen, Replicas: specs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +71,13 @@ func startAgent(t *testing.T, nc *nats.Conn, node, stateDir string, d *Driver) *
 	return a
 }
 
-func replicaStatus(a *agent.Agent, id string) proto.ReplicaStatus {
+func replicaStatus(a *agent.Agent, id string) busapi.ReplicaStatus {
 	for _, r := range a.Status().Replicas {
 		if r.ID == id {
 			return r
 		}
 	}
-	return proto.ReplicaStatus{}
+	return busapi.ReplicaStatus{}
 }
 
 func TestRestartedAgentAdoptsItsRuntimesWithoutRestarting(t *testing.T) {
@@ -87,7 +87,7 @@ func TestRestartedAgentAdoptsItsRuntimesWithoutRestarting(t *testing.T) {
 	d1 := newDriver(t, driverState, quartz.NewMock(t), nil)
 	a1 := startAgent(t, nc, "cpu-1", agentState, d1)
 	putDesired(t, kv, "cpu-1", 1, spec("r-agent"))
-	wait.Eventually(t, long, func() bool { return replicaStatus(a1, "r-agent").State == proto.StateReady },
+	wait.Eventually(t, long, func() bool { return replicaStatus(a1, "r-agent").State == busapi.StateReady },
 		"replica never ready: %v", wait.Show(func() any { return a1.Status().Replicas }))
 	rs := replicaStatus(a1, "r-agent")
 	pid := envOf(t, runningReplica(d1, "r-agent")).PID
@@ -96,9 +96,9 @@ func TestRestartedAgentAdoptsItsRuntimesWithoutRestarting(t *testing.T) {
 
 	d2 := newDriver(t, driverState, quartz.NewMock(t), nil)
 	a2 := startAgent(t, nc, "cpu-1", agentState, d2)
-	if got := replicaStatus(a2, "r-agent"); got.State != proto.StateReady || got.Addr != rs.Addr {
+	if got := replicaStatus(a2, "r-agent"); got.State != busapi.StateReady || got.Addr != rs.Addr {
 		// The first heartbeat of the new agent already routes to it.
-		wait.Eventually(t, long, func() bool { return replicaStatus(a2, "r-agent").State == proto.StateReady },
+		wait.Eventually(t, long, func() bool { return replicaStatus(a2, "r-agent").State == busapi.StateReady },
 			"adopted replica never ready: %v", wait.Show(func() any { return a2.Status().Replicas }))
 	}
 	c := a2.Counters()
@@ -124,7 +124,7 @@ func TestAgentReportsACrashingRuntimeFailedWithItsReason(t *testing.T) {
 	wait.Eventually(t, long, func() bool { return replicaStatus(a, "r-crashes").Failures == 2 },
 		"failures never reached 2: %v", wait.Show(func() any { return a.Status().Replicas }))
 	rs := replicaStatus(a, "r-crashes")
-	if rs.State != proto.StateFailed || !strings.Contains(rs.Reason, "exit status 3") {
+	if rs.State != busapi.StateFailed || !strings.Contains(rs.Reason, "exit status 3") {
 		t.Errorf("heartbeat of a crashing replica = %+v, want failed with the exit status", rs)
 	}
 }
@@ -138,7 +138,7 @@ func TestHeartbeatCarriesInFlightAndBatch(t *testing.T) {
 	d := newDriver(t, t.TempDir(), quartz.NewMock(t), nil, "-hold-file", hold)
 	a := startAgent(t, nc, "cpu-3", t.TempDir(), d)
 	putDesired(t, kv, "cpu-3", 1, spec("r-load"))
-	wait.Eventually(t, long, func() bool { return replicaStatus(a, "r-load").State == proto.StateReady },
+	wait.Eventually(t, long, func() bool { return replicaStatus(a, "r-load").State == busapi.StateReady },
 		"replica never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
 	addr := replicaStatus(a, "r-load").Addr
 	const n = 3

@@ -13,7 +13,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // TestRuntimeBinaryMissingFailsTheReplicaNamingTheNode: a vLLM replica on
@@ -27,7 +27,7 @@ func TestRuntimeBinaryMissingFailsTheReplicaNamingTheNode(t *testing.T) {
 		c.Catalog[catalog.VLLM] = catalog.Entry{Name: catalog.VLLM, Command: []string{"modelplane-test-no-such-vllm", "serve", "{model_dir}"},
 			Health: "/health", Ready: "/v1/models", Metrics: "/metrics", Adapter: catalog.AdapterVLLM}
 		models := openDir(t)
-		c.Resolve = func(_ context.Context, s proto.ReplicaSpec, _ string) (Launch, error) {
+		c.Resolve = func(_ context.Context, s busapi.ReplicaSpec, _ string) (Launch, error) {
 			return Launch{Runtime: s.Runtime, ModelDir: models}, nil
 		}
 	})

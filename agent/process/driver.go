@@ -26,7 +26,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // Defaults for the zero values of Config.
@@ -67,6 +67,10 @@ type Launch struct {
 	// Threads is the replica's CPU cores: OMP_NUM_THREADS and the size of
 	// its CPU affinity. Default 1.
 	Threads int
+	// Private says ModelDir is the replica's own (the artifact cache's
+	// replicas/<id>): a replica with a user of its own gets it, mode 0500,
+	// so no sibling enters it. A shared directory (ModelRoot) is left as is.
+	Private bool
 }
 
 // Config configures a Driver. StateDir is required.
@@ -97,14 +101,14 @@ type Config struct {
 	// default runs the version's runtime (the built-in one when the spec
 	// names none) on that directory, or on ModelRoot/<model>/<version>
 	// without one, with a thread per core of the spec.
-	Resolve func(ctx context.Context, spec proto.ReplicaSpec, modelDir string) (Launch, error)
+	Resolve func(ctx context.Context, spec busapi.ReplicaSpec, modelDir string) (Launch, error)
 	// ModelRoot is the default Resolve's root of model directories for an
 	// agent without an artifact cache.
 	ModelRoot string
 	// MIGDevices maps a MIG slot to the device id CUDA_VISIBLE_DEVICES
 	// takes for it ("MIG-<uuid>", from nvidia-smi -L). A whole GPU is
 	// passed by its index and needs no entry.
-	MIGDevices map[proto.Slot]string
+	MIGDevices map[busapi.Slot]string
 	// CPUs are the cores runtimes are pinned to; each replica gets Threads
 	// of them, the least used first. Default the agent's own affinity.
 	CPUs []int
@@ -114,6 +118,19 @@ type Config struct {
 	// and then its runtimes share its user (run the agent unprivileged, or
 	// as root with a runtime user, never as a user holding secrets).
 	RunAs string
+	// UIDs are the users replicas run as when the agent runs as root:
+	// "FIRST-LAST", each running replica a uid (and the gid of the same
+	// number) of its own, so that no runtime reads another's files, model
+	// directory or /proc. Default DefaultUIDFirst and DefaultUIDCount;
+	// UIDsShared runs every runtime as RunAs.
+	UIDs string
+	// Cgroup is the cgroup v2 directory delegated to the driver, under
+	// which each replica with a memory limit (the spec's MemoryMB) gets a
+	// leaf with memory.max. Empty: one the driver makes at the root of the
+	// hierarchy when the agent runs in the root cgroup. Where neither is
+	// possible (no cgroup v2 memory controller, a non-root cgroup not
+	// delegated), or CgroupNone, the limit is RLIMIT_AS.
+	Cgroup string
 	// Env is added to every runtime's environment ("KEY=value"): settings
 	// the runtimes need, such as where the ONNX Runtime library is
 	// (MP_ONNXRUNTIME_LIB); never a credential, since every runtime reads it.
@@ -162,7 +179,8 @@ func (c *Config) defaults() error {
 	}
 	if c.Resolve == nil {
 		root := c.ModelRoot
-		c.Resolve = func(_ context.Context, spec proto.ReplicaSpec, dir string) (Launch, error) {
+		c.Resolve = func(_ context.Context, spec busapi.ReplicaSpec, dir string) (Launch, error) {
+			private := dir != "" // the cache's directory of this replica
 			if dir == "" {
 				if root == "" {
 					return Launch{}, errors.New("no model directory: the process driver has no model root and no artifact cache")
@@ -173,7 +191,7 @@ func (c *Config) defaults() error {
 			if rt == "" {
 				rt = catalog.Builtin
 			}
-			return Launch{Runtime: rt, GPU: len(spec.Slots) > 0, ModelDir: dir, Threads: max(1, spec.CPUCores)}, nil
+			return Launch{Runtime: rt, GPU: len(spec.Slots) > 0, ModelDir: dir, Threads: max(1, spec.CPUCores), Private: private}, nil
 		}
 	}
 	if len(c.CPUs) == 0 {
@@ -240,6 +258,8 @@ type Driver struct {
 	log    *slog.Logger
 	client *http.Client
 	cred   *credential
+	mem    memoryLimiter
+	uids   uidRange
 
 	mu      sync.Mutex
 	running map[string]*replica
@@ -248,6 +268,8 @@ type Driver struct {
 	// ports are the ports of the range handed to replicas, so that two
 	// starting at once never pick the same one.
 	ports map[int]*replica
+	// uidOwner is the replica holding each per-replica uid.
+	uidOwner map[uint32]*replica
 }
 
 // New checks cfg and returns a driver that runs nothing yet. It creates
@@ -266,6 +288,17 @@ func New(cfg Config) (*Driver, error) {
 		running: make(map[string]*replica),
 		cores:   make(map[int]int),
 		ports:   make(map[int]*replica),
+	}
+	uids, err := parseUIDs(cfg.UIDs)
+	if err != nil {
+		return nil, err
+	}
+	d.uids, d.uidOwner = uids, map[uint32]*replica{}
+	d.mem = newMemoryLimiter(cfg.Cgroup)
+	if d.mem.parent != "" {
+		d.log.Info("runtime memory limits: a cgroup v2 leaf per replica", slog.String("cgroup", d.mem.parent))
+	} else {
+		d.log.Info("runtime memory limits: RLIMIT_AS (no cgroup for replicas)", slog.String("why", d.mem.why))
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(cfg.RunAs)
@@ -290,7 +323,7 @@ func New(cfg Config) (*Driver, error) {
 // again when free. Starting a replica the driver already runs returns that
 // one; a replica a previous driver left running (its record says so) is
 // adopted instead of started twice.
-func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, opts agent.StartOptions) (agent.Replica, error) {
+func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts agent.StartOptions) (agent.Replica, error) {
 	addr := opts.Addr
 	hash := specHash(spec)
 	d.mu.Lock()
@@ -347,6 +380,7 @@ func (d *Driver) Start(ctx context.Context, spec proto.ReplicaSpec, opts agent.S
 		return other, nil
 	}
 	r.cores = d.takeCoresLocked(launch.Threads)
+	d.takeUIDLocked(r, 0)
 	d.running[spec.ID] = r
 	d.mu.Unlock()
 	p, err := r.spawn()
@@ -373,7 +407,7 @@ func (d *Driver) Running() []agent.Replica {
 // record must name a live process (same pid and start time), the same spec
 // and addr's port, and the runtime must answer its health path. Anything
 // else is agent.ErrNotRunning, and the agent starts the replica afresh.
-func (d *Driver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string) (agent.Replica, error) {
+func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, addr string) (agent.Replica, error) {
 	d.mu.Lock()
 	if r, ok := d.running[spec.ID]; ok && r.Addr() == addr {
 		d.mu.Unlock()
@@ -397,7 +431,7 @@ func (d *Driver) Adopt(ctx context.Context, spec proto.ReplicaSpec, addr string)
 
 // adoptRecord re-attaches to the process of rec when it still runs the
 // spec and answers.
-func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec record) (*replica, error) {
+func (d *Driver) adoptRecord(ctx context.Context, spec busapi.ReplicaSpec, rec record) (*replica, error) {
 	hash := specHash(spec)
 	if rec.SpecHash != hash {
 		return nil, errors.New("recorded replica runs another spec")
@@ -442,6 +476,9 @@ func (d *Driver) adoptRecord(ctx context.Context, spec proto.ReplicaSpec, rec re
 	r.cores = rec.Cores
 	for _, c := range rec.Cores {
 		d.cores[c]++
+	}
+	if rec.UID != 0 { // the process runs as it, whatever else holds it
+		r.uid, d.uidOwner[rec.UID] = rec.UID, r
 	}
 	if d.cfg.PortFirst != 0 {
 		d.ports[rec.Port] = r
@@ -535,13 +572,13 @@ func (d *Driver) Runtimes() []string {
 }
 
 // devices is CUDA_VISIBLE_DEVICES for the spec's slots.
-func (d *Driver) devices(spec proto.ReplicaSpec, e catalog.Entry) (string, error) {
+func (d *Driver) devices(spec busapi.ReplicaSpec, e catalog.Entry) (string, error) {
 	if e.Devices != catalog.DevicesCUDAEnv {
 		return "", nil
 	}
 	var ids []string
 	for _, s := range spec.Slots {
-		if spec.Profile == proto.ProfileFull || spec.Profile == "" {
+		if spec.Profile == busapi.ProfileFull || spec.Profile == "" {
 			ids = append(ids, strconv.Itoa(s.GPU))
 			continue
 		}
@@ -576,6 +613,7 @@ func (d *Driver) forget(r *replica) {
 		return
 	}
 	delete(d.running, r.spec.ID)
+	d.releaseUIDLocked(r)
 	for _, c := range r.cores {
 		if d.cores[c]--; d.cores[c] <= 0 {
 			delete(d.cores, c)
@@ -662,7 +700,7 @@ func (d *Driver) takePorts(r *replica, wants ...portWant) ([]int, error) {
 
 // specHash identifies what a replica runs, for adoption: a record of
 // another spec is never adopted.
-func specHash(s proto.ReplicaSpec) string {
+func specHash(s busapi.ReplicaSpec) string {
 	if len(s.Sim) > 0 {
 		var buf bytes.Buffer
 		if json.Compact(&buf, s.Sim) == nil {

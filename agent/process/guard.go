@@ -2,6 +2,8 @@ package process
 
 import (
 	"crypto/subtle"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // guard is the replica token check in front of a runtime that does not
@@ -28,9 +30,37 @@ type guard struct {
 	addr string
 }
 
+// guardLimits bound how long a client may hold a guard's connection
+// without finishing what it sends: anyone who reaches the replica's
+// address may connect, token or not.
+type guardLimits struct {
+	// header bounds reading a request's headers.
+	header time.Duration
+	// read bounds reading a whole request, headers and body, from its
+	// start. It is lifted once the body is in: on HTTP/1 the server then
+	// reads the connection to notice the caller leave, and a deadline
+	// passing there would cut a long or streamed answer. A request the
+	// guard refuses keeps it, so the unread rest of its body is not waited
+	// for beyond it.
+	read time.Duration
+	// idle bounds how long a kept-alive connection waits for its next
+	// request. It is above the gateway's transport's IdleConnTimeout (90
+	// s), so the gateway drops an idle connection before the guard does and
+	// never sends on one the guard is closing.
+	idle time.Duration
+}
+
+// defaultGuardLimits are the guard's limits.
+var defaultGuardLimits = guardLimits{header: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
+
 // startGuard listens on addr and forwards what carries token to the
 // runtime at 127.0.0.1:inner.
 func startGuard(addr string, inner int, token string, open []string, log *slog.Logger) (*guard, error) {
+	return listenGuard(addr, inner, token, open, log, defaultGuardLimits)
+}
+
+// listenGuard is startGuard with the limits given.
+func listenGuard(addr string, inner int, token string, open []string, log *slog.Logger, lim guardLimits) (*guard, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -39,7 +69,7 @@ func startGuard(addr string, inner int, token string, open []string, log *slog.L
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
-			pr.Out.Header.Del(proto.ReplicaTokenHeader) // the runtime has no use for it
+			pr.Out.Header.Del(busapi.ReplicaTokenHeader) // the runtime has no use for it
 		},
 		// Server-sent events (token streaming) pass through at once.
 		FlushInterval: -1,
@@ -47,15 +77,41 @@ func startGuard(addr string, inner int, token string, open []string, log *slog.L
 	}
 	want := []byte(token)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
-			http.Error(w, "this replica answers only the gateway: missing or wrong "+proto.ReplicaTokenHeader, http.StatusUnauthorized)
+		// The server's ReadTimeout would stay through a streamed answer;
+		// this deadline goes once the body is in.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(lim.read))
+		if !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
+			http.Error(w, "this replica answers only the gateway: missing or wrong "+busapi.ReplicaTokenHeader, http.StatusUnauthorized)
 			return
+		}
+		if r.Body == nil || r.Body == http.NoBody {
+			_ = rc.SetReadDeadline(time.Time{})
+		} else {
+			r.Body = &liftAtEOF{ReadCloser: r.Body, rc: rc}
 		}
 		rp.ServeHTTP(w, r)
 	})
-	g := &guard{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr().String()}
+	g := &guard{srv: &http.Server{Handler: h, ReadHeaderTimeout: lim.header, IdleTimeout: lim.idle}, addr: ln.Addr().String()}
 	go func() { _ = g.srv.Serve(ln) }()
 	return g, nil
+}
+
+// liftAtEOF lifts the connection's read deadline once the request body
+// has been read to its end.
+type liftAtEOF struct {
+	io.ReadCloser
+	rc     *http.ResponseController
+	lifted bool
+}
+
+func (b *liftAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.lifted {
+		b.lifted = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // close stops listening and ends the connections open through the guard.

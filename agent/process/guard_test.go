@@ -8,7 +8,7 @@ import (
 
 	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // call sends method path to addr with the replica token (none when "").
@@ -16,7 +16,7 @@ func call(t *testing.T, method, addr, path, token string) (int, map[string]any) 
 	t.Helper()
 	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(`{"instances":[{}]}`))
 	if token != "" {
-		req.Header.Set(proto.ReplicaTokenHeader, token)
+		req.Header.Set(busapi.ReplicaTokenHeader, token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -86,7 +86,7 @@ func newDriver(t *testing.T, stateDir string, clock quartz.Clock, mutate func(*C
 	cfg := Config{
 		StateDir: stateDir,
 		Catalog:  map[string]catalog.Entry{"fake": fake(flags...)},
-		Resolve: func(context.Context, proto.ReplicaSpec, string) (Launch, error) {
+		Resolve: func(context.Context, busapi.ReplicaSpec, string) (Launch, error) {
 			return Launch{Runtime: "fake", ModelDir: models}, nil
 		},
 		Clock: clock,
@@ -125,12 +125,12 @@ func stopAll(t *testing.T, d *Driver) {
 	}
 }
 
-func spec(id string) proto.ReplicaSpec {
-	return proto.ReplicaSpec{ID: id, Team: "risk", Endpoint: "fraud", Model: "fraud", Version: "v1", Task: "classification",
-		GPUType: "A100-80GB", Profile: proto.ProfileFull, Slots: []proto.Slot{{GPU: 0, Slice: 0}}}
+func spec(id string) busapi.ReplicaSpec {
+	return busapi.ReplicaSpec{ID: id, Team: "risk", Endpoint: "fraud", Model: "fraud", Version: "v1", Task: "classification",
+		GPUType: "A100-80GB", Profile: busapi.ProfileFull, Slots: []busapi.Slot{{GPU: 0, Slice: 0}}}
 }
 
-func start(t *testing.T, d *Driver, s proto.ReplicaSpec, addr string) *replica {
+func start(t *testing.T, d *Driver, s busapi.ReplicaSpec, addr string) *replica {
 	t.Helper()
 	r, err := d.Start(t.Context(), s, agent.StartOptions{Addr: addr})
 	if err != nil {
@@ -189,6 +189,19 @@ func envOf(t *testing.T, r agent.Replica) runtimeEnv {
 	return e
 }
 
+// envWhenUp is envOf once the runtime answers: the zero env (PID 0) while
+// it is not listening yet, so a caller can wait on it.
+func envWhenUp(r agent.Replica) runtimeEnv {
+	var e runtimeEnv
+	resp, err := http.Get("http://" + r.Addr() + "/env")
+	if err != nil {
+		return e
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	return e
+}
+
 // predict sends one /predict and returns its status, or an error.
 func predict(addr string) (int, error) { return predictWith(addr, "") }
 
@@ -197,7 +210,7 @@ func predictWith(addr, token string) (int, error) {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/predict", strings.NewReader(`{"instances":[{}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
-		req.Header.Set(proto.ReplicaTokenHeader, token)
+		req.Header.Set(busapi.ReplicaTokenHeader, token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -65,14 +65,14 @@ func argsRun(t *testing.T, file string) []string {
 // heartbeats keeps the last heartbeat node published on NATS.
 type heartbeats struct {
 	mu   sync.Mutex
-	last proto.NodeStatus
+	last busapi.NodeStatus
 }
 
 func listen(t *testing.T, nc *nats.Conn, node string) *heartbeats {
 	t.Helper()
 	h := &heartbeats{}
-	sub, err := nc.Subscribe(proto.NodeStatusSubject(node), func(m *nats.Msg) {
-		var st proto.NodeStatus
+	sub, err := nc.Subscribe(busapi.NodeStatusSubject(node), func(m *nats.Msg) {
+		var st busapi.NodeStatus
 		if json.Unmarshal(m.Data, &st) == nil {
 			h.mu.Lock()
 			h.last = st
@@ -86,7 +86,7 @@ func listen(t *testing.T, nc *nats.Conn, node string) *heartbeats {
 	return h
 }
 
-func (h *heartbeats) replica(id string) proto.ReplicaStatus {
+func (h *heartbeats) replica(id string) busapi.ReplicaStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.last.Replicas {
@@ -94,7 +94,7 @@ func (h *heartbeats) replica(id string) proto.ReplicaStatus {
 			return r
 		}
 	}
-	return proto.ReplicaStatus{}
+	return busapi.ReplicaStatus{}
 }
 
 // TestHeartbeatCarriesTritonsCommandAndConfig: the heartbeat a Triton
@@ -113,7 +113,7 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 	state := t.TempDir()
 	d := newDriver(t, state, quartz.NewMock(t), func(c *Config) {
 		c.Catalog = map[string]catalog.Entry{catalog.Triton: catalog.Default()[catalog.Triton]}
-		c.Resolve = func(context.Context, proto.ReplicaSpec, string) (Launch, error) {
+		c.Resolve = func(context.Context, busapi.ReplicaSpec, string) (Launch, error) {
 			return Launch{Runtime: catalog.Triton, ModelDir: models}, nil
 		}
 		c.Env = []string{"HF_TOKEN=hf_operator_secret"}
@@ -126,7 +126,7 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 	putDesired(t, kv, "gpu-launch", 1, s)
 	wait.Eventually(t, long, func() bool {
 		rs := hb.replica(s.ID)
-		return rs.State == proto.StateReady && rs.Launch != nil
+		return rs.State == busapi.StateReady && rs.Launch != nil
 	}, "no heartbeat with the replica ready and its launch: %v", wait.Show(func() any { return hb.replica(s.ID) }))
 	l := hb.replica(s.ID).Launch
 
@@ -142,7 +142,7 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []proto.LaunchFile{{Path: "fraud/1", Link: models}, {Path: "fraud/config.pbtxt", Content: string(cfg)}}
+	want := []busapi.LaunchFile{{Path: "fraud/1", Link: models}, {Path: "fraud/config.pbtxt", Content: string(cfg)}}
 	if !slices.Equal(l.Files, want) || l.Truncated {
 		t.Errorf("files in the heartbeat = %+v (truncated %t), want %+v", l.Files, l.Truncated, want)
 	}
@@ -161,9 +161,15 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 			t.Errorf("launch shows a secret %q: %s", secret, raw)
 		}
 	}
-	for _, kv := range []string{"MP_REPLICA_TOKEN=" + proto.LaunchSecret, "HF_TOKEN=" + proto.LaunchSecret, "CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
+	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
 		if !slices.Contains(l.Env, kv) {
 			t.Errorf("env %q lacks %s", l.Env, kv)
+		}
+	}
+	// The guard checks the token: the runtime is not given it at all.
+	for _, kv := range l.Env {
+		if strings.HasPrefix(kv, "MP_REPLICA_TOKEN") {
+			t.Errorf("env %q holds %s; a guarded runtime needs no token", l.Env, kv)
 		}
 	}
 	if got := replicaStatus(a, s.ID).Launch; got == nil || !slices.Equal(got.Argv, l.Argv) {
@@ -181,13 +187,13 @@ func TestStartingVLLMReplicaShowsItsGeneratedCommandLine(t *testing.T) {
 	args := standIn(t, "vllm", `*) [ "$prev" = --port ] && port="$a" ;;`, models)
 	d := newDriver(t, t.TempDir(), quartz.NewMock(t), func(c *Config) {
 		c.Catalog = map[string]catalog.Entry{catalog.VLLM: catalog.Default()[catalog.VLLM]}
-		c.Resolve = func(_ context.Context, s proto.ReplicaSpec, _ string) (Launch, error) {
+		c.Resolve = func(_ context.Context, s busapi.ReplicaSpec, _ string) (Launch, error) {
 			return Launch{Runtime: catalog.VLLM, GPU: true, ModelDir: models}, nil
 		}
 	})
 	s := spec("r-vllm-launch")
 	s.Endpoint, s.Task, s.Runtime = "chat", "llm", catalog.VLLM
-	s.Slots = []proto.Slot{{GPU: 0}, {GPU: 1}}
+	s.Slots = []busapi.Slot{{GPU: 0}, {GPU: 1}}
 	s.Settings = []byte(`{"dtype":"float16","max_model_len":32768,"gpu_memory_utilization":0.9,"max_num_seqs":256,"prefix_caching":true}`)
 	r := start(t, d, s, "")
 	ran := argsRun(t, args)

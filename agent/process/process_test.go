@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"modelplane/agent"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -70,11 +70,11 @@ func TestRuntimeGetsItsDevicesThreadsAndNothingOfTheAgent(t *testing.T) {
 	}
 	d := newDriver(t, t.TempDir(), quartz.NewMock(t), func(c *Config) {
 		c.CPUs = []int{last}
-		c.MIGDevices = map[proto.Slot]string{{GPU: 1, Slice: 2}: "MIG-4f1c2d"}
+		c.MIGDevices = map[busapi.Slot]string{{GPU: 1, Slice: 2}: "MIG-4f1c2d"}
 	}, "-try-read", secret)
 
 	s := spec("r-env")
-	s.Slots = []proto.Slot{{GPU: 2, Slice: 0}, {GPU: 3, Slice: 0}}
+	s.Slots = []busapi.Slot{{GPU: 2, Slice: 0}, {GPU: 3, Slice: 0}}
 	r := start(t, d, s, "")
 	waitReady(t, r)
 	e := envOf(t, r)
@@ -99,13 +99,13 @@ func TestRuntimeGetsItsDevicesThreadsAndNothingOfTheAgent(t *testing.T) {
 	}
 
 	mig := spec("r-mig")
-	mig.Profile, mig.Slots = "mig-1g.10gb", []proto.Slot{{GPU: 1, Slice: 2}}
+	mig.Profile, mig.Slots = "mig-1g.10gb", []busapi.Slot{{GPU: 1, Slice: 2}}
 	waitReady(t, start(t, d, mig, ""))
 	if got, _ := envOf(t, runningReplica(d, "r-mig")).get("CUDA_VISIBLE_DEVICES"); got != "MIG-4f1c2d" {
 		t.Errorf("MIG replica's CUDA_VISIBLE_DEVICES = %q, want its MIG device id", got)
 	}
 	unknown := spec("r-mig-unknown")
-	unknown.Profile, unknown.Slots = "mig-1g.10gb", []proto.Slot{{GPU: 0, Slice: 5}}
+	unknown.Profile, unknown.Slots = "mig-1g.10gb", []busapi.Slot{{GPU: 0, Slice: 5}}
 	if _, err := d.Start(t.Context(), unknown, agent.StartOptions{}); err == nil || !strings.Contains(err.Error(), "no MIG device id") {
 		t.Errorf("start on an unknown MIG slot: err = %v, want one naming the missing device id", err)
 	}

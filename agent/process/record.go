@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // record is what the driver keeps on disk of one running replica, so that
@@ -29,12 +29,14 @@ type record struct {
 	Port       int    `json:"port"`
 	// InnerPort is the runtime's own loopback port behind the agent's
 	// token guard (0: the runtime listens on Port itself).
-	InnerPort int    `json:"inner_port,omitempty"`
-	Cores     []int  `json:"cores"`
-	Devices   string `json:"devices,omitempty"`
+	InnerPort int   `json:"inner_port,omitempty"`
+	Cores     []int `json:"cores"`
+	// UID is the replica's own user (0: RunAs or the agent's).
+	UID     uint32 `json:"uid,omitempty"`
+	Devices string `json:"devices,omitempty"`
 	// Launch is what the process was started with, which an adopting
 	// driver reports as its own.
-	Launch *proto.Launch `json:"launch,omitempty"`
+	Launch *busapi.Launch `json:"launch,omitempty"`
 	// MetricsPort is the runtime's own metrics port on 127.0.0.1, for an
 	// entry with catalog.Entry.MetricsPort (0: none).
 	MetricsPort int `json:"metrics_port,omitempty"`

@@ -25,20 +25,24 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // replica is one replica of the driver: a supervisor goroutine owns its
 // process from spawn to end; Observe and Stop only read its state and ask.
 type replica struct {
 	d       *Driver
-	spec    proto.ReplicaSpec
+	spec    busapi.ReplicaSpec
 	hash    string
 	entry   catalog.Entry
 	launch  Launch
 	devices string
 	cores   []int // set before the supervisor starts, then read-only
-	log     *slog.Logger
+	// uid is the replica's own user (and group), from Config.UIDs; 0 when
+	// it runs as RunAs or the agent's user. Set before the supervisor
+	// starts, then read-only.
+	uid uint32
+	log *slog.Logger
 
 	stop     chan struct{} // closed by Stop: end the runtime, restart nothing
 	abandon  chan struct{} // closed by detach: leave the runtime running
@@ -68,7 +72,7 @@ type replica struct {
 	rates rates
 	// launched is the command line and files of the process last
 	// started (launchOf); set whole, never changed in place.
-	launched *proto.Launch
+	launched *busapi.Launch
 }
 
 // rates keeps the last reading of a runtime's counters. Between two
@@ -125,9 +129,14 @@ type proc struct {
 	startTicks uint64
 	exited     chan struct{}
 	status     string
+	// cgroup says it runs in the replica's cgroup, whose oom_kill count
+	// was oomBefore when it started; else it runs under RLIMIT_AS (when
+	// the spec has a memory limit).
+	cgroup    bool
+	oomBefore int64
 }
 
-func (d *Driver) newReplica(spec proto.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
+func (d *Driver) newReplica(spec busapi.ReplicaSpec, hash string, e catalog.Entry, l Launch, devices string) *replica {
 	return &replica{d: d, spec: spec, hash: hash, entry: e, launch: l, devices: devices,
 		log:  d.log.With(slog.String("replica", spec.ID), slog.String("runtime", e.Name)),
 		stop: make(chan struct{}), abandon: make(chan struct{}), done: make(chan struct{})}
@@ -151,7 +160,7 @@ func adoptedProc(pid int, ticks uint64) *proc {
 	return p
 }
 
-func (r *replica) Spec() proto.ReplicaSpec { return r.spec }
+func (r *replica) Spec() busapi.ReplicaSpec { return r.spec }
 
 func (r *replica) Addr() string {
 	r.mu.Lock()
@@ -173,7 +182,7 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	r.mu.Lock()
 	// Until its metrics are read, the replica reports none of them.
 	o := agent.Observation{Ready: r.ready && !r.draining, Failures: r.failures, Restarts: r.restarts, Reason: r.reason,
-		Runtime: r.entry.Name, Absent: slices.Clone(proto.Metrics), Launch: r.launched}
+		Runtime: r.entry.Name, Absent: slices.Clone(busapi.Metrics), Launch: r.launched}
 	r.mu.Unlock()
 	if !o.Ready {
 		return o, nil
@@ -209,15 +218,15 @@ var optional = []struct {
 	f    catalog.Field
 	name string
 }{
-	{catalog.FieldKV, proto.MetricKVUsedPct},
-	{catalog.FieldTokens, proto.MetricTokensPerSecond},
-	{catalog.FieldTTFT, proto.MetricTTFTMS},
-	{catalog.FieldGPUUtil, proto.MetricGPUUtil},
-	{catalog.FieldBatchQueue, proto.MetricBatchQueueMS},
+	{catalog.FieldKV, busapi.MetricKVUsedPct},
+	{catalog.FieldTokens, busapi.MetricTokensPerSecond},
+	{catalog.FieldTTFT, busapi.MetricTTFTMS},
+	{catalog.FieldGPUUtil, busapi.MetricGPUUtil},
+	{catalog.FieldBatchQueue, busapi.MetricBatchQueueMS},
 }
 
 // absent names the fields of the heartbeat that m's runtime does not
-// export (proto.ReplicaStatus.Absent): they read 0 and mean unknown.
+// export (busapi.ReplicaStatus.Absent): they read 0 and mean unknown.
 func absent(m catalog.Metrics) []string {
 	var out []string
 	for _, o := range optional {
@@ -301,6 +310,7 @@ func (r *replica) supervise(p *proc) {
 			// has drained them and ended.
 			r.terminate(p)
 			r.closeGuard()
+			r.d.mem.remove(r.spec.ID)
 			r.finish()
 			return
 		case endAbandoned:
@@ -317,6 +327,9 @@ func (r *replica) supervise(p *proc) {
 			res.reason = fmt.Sprintf("runtime lost its port to another process %d times in a row", collisions)
 		}
 		collisions = 0
+		if res.kind == endFailed && p != nil && r.exceededMemory(p) {
+			res.reason = fmt.Sprintf("memory limit %d MiB exceeded; %s", r.spec.MemoryMB, res.reason)
+		}
 		p = nil
 		r.fail(res.reason)
 		if !r.backoff() {
@@ -553,7 +566,7 @@ func (r *replica) spawn() (*proc, error) {
 		Threads: len(r.cores), Model: r.spec.Model, Endpoint: r.spec.Endpoint, Replica: r.spec.ID,
 		WorkDir: filepath.Join(cfg.StateDir, r.spec.ID+".d"), MetricsPort: metricsPort}
 	var repo string
-	var files []proto.LaunchFile
+	var files []busapi.LaunchFile
 	if r.entry.Name == catalog.Triton {
 		if repo, files, err = r.writeRepository(vars); err != nil {
 			return nil, err
@@ -583,11 +596,58 @@ func (r *replica) spawn() (*proc, error) {
 	// not reach it (it must outlive an agent restart), and Stop signals the
 	// runtime's own children with it. No Pdeathsig, for the same reason.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if c := r.d.cred; c != nil {
+	if r.uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: r.uid, Gid: r.uid, Groups: []uint32{}}
+		if r.launch.Private && r.launch.ModelDir != "" {
+			if err := giveModelDir(r.launch.ModelDir, r.uid); err != nil {
+				return nil, err
+			}
+		}
+	} else if c := r.d.cred; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: []uint32{}}
+	}
+	// The spec's memory: a cgroup of the replica's own, which the child
+	// starts in (no moment outside it), else RLIMIT_AS once it runs.
+	inCgroup, oomBefore := false, int64(0)
+	if mb := r.spec.MemoryMB; mb > 0 && r.d.mem.parent != "" {
+		cg, n, err := r.d.mem.leaf(r.spec.ID, mb)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: cgroup of %s: %w", r.spec.ID, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+		inCgroup, oomBefore = true, n
+	} else if mb > 0 {
+		bin, err := os.Open(cfg.Self)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit: open %s: %w", cfg.Self, err)
+		}
+		defer bin.Close()
+		throughLimit(cmd, bin, mb+addressSpaceHeadroomMB)
+	}
+	// The token, for a runtime that checks it itself: on a pipe it reads
+	// once at start, never in its environment, which /proc shows to every
+	// process of its user. A guarded runtime gets none: the guard checks.
+	var tokenW *os.File
+	if r.spec.Token != "" && !r.guarded() {
+		tr, tw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		defer tr.Close()
+		defer tw.Close()
+		if _, err := tw.WriteString(r.spec.Token); err != nil { // far below a pipe's buffer
+			return nil, fmt.Errorf("token pipe: %w", err)
+		}
+		tokenW = tw
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tr)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", busapi.ReplicaTokenFDEnv, 2+len(cmd.ExtraFiles)))
 	}
 	if err := startPinned(cmd, r.cores); err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	if tokenW != nil {
+		_ = tokenW.Close() // the runtime reads to the end of the pipe
 	}
 	pid := cmd.Process.Pid
 	_, ticks, err := procStat(pid)
@@ -599,7 +659,7 @@ func (r *replica) spawn() (*proc, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("read start time of pid %d: %w", pid, err)
 	}
-	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{})}
+	p := &proc{pid: pid, startTicks: ticks, exited: make(chan struct{}), cgroup: inCgroup, oomBefore: oomBefore}
 	go func() {
 		err := cmd.Wait()
 		p.status = exitStatus(err)
@@ -614,7 +674,7 @@ func (r *replica) spawn() (*proc, error) {
 		r.restarts++
 	}
 	r.mu.Unlock()
-	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid,
+	if err := r.d.saveRecord(record{ID: r.spec.ID, SpecHash: r.hash, Runtime: r.entry.Name, ModelDir: r.launch.ModelDir, PID: pid, UID: r.uid,
 		StartTicks: ticks, Port: port, InnerPort: inner, Cores: r.cores, Devices: r.devices, Launch: launched, MetricsPort: metricsPort}); err != nil {
 		// The replica runs; only an agent restart would start it twice.
 		r.log.Error("replica record not written; an agent restart will not adopt it", slog.String("error", err.Error()))
@@ -667,6 +727,9 @@ func (r *replica) env() []string {
 	if c := r.d.cred; c != nil {
 		home = c.home
 	}
+	if r.uid != 0 {
+		home = "/" // a uid of the range has no home
+	}
 	if home == "" {
 		home = "/"
 	}
@@ -677,10 +740,7 @@ func (r *replica) env() []string {
 		"OMP_NUM_THREADS=" + strconv.Itoa(max(len(r.cores), 1)),
 		"CUDA_VISIBLE_DEVICES=" + r.devices,
 		"MP_REPLICA_ID=" + r.spec.ID,
-		// The token the runtime wants from gateways; in the environment,
-		// which only the replica's user may read, not on its command line.
-		"MP_REPLICA_TOKEN=" + r.spec.Token,
-	}, r.d.cfg.Env...)
+	}, append(slices.Clone(r.d.cfg.Env), r.entry.Env...)...)
 }
 
 func exitStatus(err error) string {
@@ -916,7 +976,7 @@ func (r *replica) logTail() string {
 // The runtime user reads it, so it is not private; it holds no secret.
 // It returns the repository's directory and what it wrote there, for the
 // replica's launch.
-func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, error) {
+func (r *replica) writeRepository(v catalog.Vars) (string, []busapi.LaunchFile, error) {
 	entries, err := os.ReadDir(v.ModelDir)
 	if err != nil {
 		return "", nil, fmt.Errorf("model repository: %w", err)
@@ -933,7 +993,7 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 	if err := os.RemoveAll(v.WorkDir); err != nil {
 		return "", nil, fmt.Errorf("model repository: %w", err)
 	}
-	var files []proto.LaunchFile
+	var files []busapi.LaunchFile
 	for rel, body := range cfgs {
 		p := filepath.Join(repo, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -942,7 +1002,7 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
-		files = append(files, proto.LaunchFile{Path: rel, Content: body})
+		files = append(files, busapi.LaunchFile{Path: rel, Content: body})
 	}
 	for rel, target := range links {
 		p := filepath.Join(repo, rel)
@@ -952,32 +1012,33 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []proto.LaunchFile, e
 		if err := os.Symlink(target, p); err != nil {
 			return "", nil, fmt.Errorf("model repository: %w", err)
 		}
-		files = append(files, proto.LaunchFile{Path: rel, Link: target})
+		files = append(files, busapi.LaunchFile{Path: rel, Link: target})
 	}
-	slices.SortFunc(files, func(a, b proto.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(files, func(a, b busapi.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
 	return repo, files, nil
 }
 
 // launchOf is the launch a heartbeat reports of a process started with
 // argv and env, with files written under dir: the replica's token never
-// in it (its variable reads proto.LaunchSecret, and so would any argument
+// in it (its variable reads busapi.LaunchSecret, and so would any argument
 // or file that held it), nor the values of the variables Config.Env adds
 // (env ends with them), which are the operator's.
-func (r *replica) launchOf(argv, env []string, dir string, files []proto.LaunchFile) *proto.Launch {
+func (r *replica) launchOf(argv, env []string, dir string, files []busapi.LaunchFile) *busapi.Launch {
 	hide := func(s string) string {
 		if r.spec.Token == "" {
 			return s
 		}
-		return strings.ReplaceAll(s, r.spec.Token, proto.LaunchSecret)
+		return strings.ReplaceAll(s, r.spec.Token, busapi.LaunchSecret)
 	}
-	l := proto.Launch{Argv: make([]string, len(argv)), Dir: dir}
+	l := busapi.Launch{Argv: make([]string, len(argv)), Dir: dir}
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
-	own := len(env) - len(r.d.cfg.Env)
+	own := len(env) - len(r.d.cfg.Env) - len(r.entry.Env)
 	for i, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); i >= own || k == "MP_REPLICA_TOKEN" {
-			kv = k + "=" + proto.LaunchSecret
+		// The operator's Env may hold secrets; the entry's own does not.
+		if k, _, _ := strings.Cut(kv, "="); (i >= own && i < len(env)-len(r.entry.Env)) || k == "MP_REPLICA_TOKEN" {
+			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))
 	}

@@ -18,7 +18,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -63,7 +63,7 @@ func tritonDriver(t *testing.T, state string, clock quartz.Clock, mutate func(*C
 	}
 	return newDriver(t, state, clock, func(c *Config) {
 		c.Catalog = map[string]catalog.Entry{catalog.Triton: catalog.Default()[catalog.Triton]}
-		c.Resolve = func(context.Context, proto.ReplicaSpec, string) (Launch, error) {
+		c.Resolve = func(context.Context, busapi.ReplicaSpec, string) (Launch, error) {
 			return Launch{Runtime: catalog.Triton, ModelDir: models}, nil
 		}
 		c.LiveInterval = time.Hour
@@ -73,7 +73,7 @@ func tritonDriver(t *testing.T, state string, clock quartz.Clock, mutate func(*C
 	})
 }
 
-func tritonSpec(id string) proto.ReplicaSpec {
+func tritonSpec(id string) busapi.ReplicaSpec {
 	s := spec(id)
 	s.Settings = []byte(`{"batching":{"max_batch_size":8,"preferred_batch_sizes":[4,8],"max_queue_delay_us":2000}}`)
 	return s
@@ -117,7 +117,7 @@ func TestTritonHeartbeatReadsItsMetricsPort(t *testing.T) {
 	s := tritonSpec("r-triton-m")
 	s.Token = "replica-token-7"
 	putDesired(t, kv, "gpu-7", 1, s)
-	wait.Eventually(t, long, func() bool { return replicaStatus(a, s.ID).State == proto.StateReady },
+	wait.Eventually(t, long, func() bool { return replicaStatus(a, s.ID).State == busapi.StateReady },
 		"replica never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
 
 	rs := replicaStatus(a, s.ID)
@@ -172,7 +172,7 @@ func TestTritonHeartbeatReadsItsMetricsPort(t *testing.T) {
 	if rs.BatchSize != 2 || rs.GPUUtil != 0.25 || rs.QueueDepth != 0 {
 		t.Errorf("heartbeat = %+v, want batch 2, GPU use 0.25, nothing queued", rs)
 	}
-	want := []string{proto.MetricKVUsedPct, proto.MetricTokensPerSecond, proto.MetricTTFTMS}
+	want := []string{busapi.MetricKVUsedPct, busapi.MetricTokensPerSecond, busapi.MetricTTFTMS}
 	if !slices.Equal(rs.Absent, want) {
 		t.Errorf("absent = %q, want %q: what Triton exports is there, what it does not is absent", rs.Absent, want)
 	}
@@ -193,7 +193,7 @@ func TestTritonMetricsPortComesFromTheRangeAndIsFreed(t *testing.T) {
 	if port < first || port > first+2 || mport < first || mport > first+2 || port == mport {
 		t.Fatalf("ports %d and %d, want two in %d-%d", port, mport, first, first+2)
 	}
-	if o := observe(t, r); o.Requests != 0 || slices.Contains(o.Absent, proto.MetricRequests) {
+	if o := observe(t, r); o.Requests != 0 || slices.Contains(o.Absent, busapi.MetricRequests) {
 		t.Errorf("observation %+v: want the metrics read from port %d", o, mport)
 	}
 	// Two ports are taken of three: a second Triton replica does not fit.

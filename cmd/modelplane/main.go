@@ -14,6 +14,7 @@ import (
 
 	"modelplane/app"
 	"modelplane/bench"
+	"modelplane/cli"
 )
 
 const usage = `usage: modelplane <command> [flags]
@@ -32,71 +33,88 @@ commands:
             rollback, chargeback, drift, runtime,
             autoscale, llm (run 'modelplane bench' for each one's flags)
 
+client commands (the REST API; MP_API and MP_API_KEY, or --api and --key):
+  models, versions, endpoints, traffic, rollouts, experiments, keys, chargeback, drift,
+  nodes, audit, predict, me, context, completion, version   e.g. modelplane endpoints list
+
 run 'modelplane <command> -h' for its flags`
 
 func main() {
-	os.Exit(run())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
 }
 
-func run() int {
-	if len(os.Args) < 2 {
+// parseExit is the exit code of a flag parse that failed: 0 for -h or
+// --help, which print the usage as asked, 2 for a bad flag.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+func run(ctx context.Context, argv []string) int {
+	if len(argv) < 1 {
 		fmt.Fprintln(os.Stderr, usage)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmd, args := os.Args[1], os.Args[2:]
+	cmd, args := argv[0], argv[1:]
+	if cli.Has(cmd) {
+		return cli.Run(ctx, argv, cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, Getenv: os.Getenv})
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var err error
 	switch cmd {
 	case "dev":
 		var cfg app.DevConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunDev(ctx, cfg, os.Stdout, nil)
 	case "server":
 		var cfg app.ServerConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunServer(ctx, cfg)
 	case "gateway":
 		var cfg app.GatewayConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunGateway(ctx, cfg)
 	case "agent":
 		var cfg app.AgentConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunAgent(ctx, cfg)
 	case "runtime":
 		if len(args) > 0 && args[0] == "validate" {
 			var cfg app.RuntimeValidateConfig
 			cfg.Flags(fs)
-			if fs.Parse(args[1:]) != nil {
-				return 2
+			if err := fs.Parse(args[1:]); err != nil {
+				return parseExit(err)
 			}
 			return app.RunRuntimeValidate(ctx, cfg)
 		}
 		var cfg app.RuntimeConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunRuntime(ctx, cfg)
 	case "migrate":
 		var cfg app.MigrateConfig
 		cfg.Flags(fs)
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunMigrate(ctx, cfg)
 	case "nats":
@@ -106,8 +124,8 @@ func run() int {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			words, args = args[:1], args[1:] // nats init|creds [flags]
 		}
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunNATS(cfg, append(words, fs.Args()...), os.Stdout)
 	case "bench":
@@ -117,8 +135,8 @@ func run() int {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			names, args = args[:1], args[1:] // bench NAME [flags]
 		}
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = bench.Run(ctx, cfg, append(names, fs.Args()...), os.Stdout)
 	case "sim":
@@ -128,8 +146,8 @@ func run() int {
 		for len(args) > 0 && len(words) < 2 && !strings.HasPrefix(args[0], "-") {
 			words, args = append(words, args[0]), args[1:] // sim run NAME [flags]
 		}
-		if fs.Parse(args) != nil {
-			return 2
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
 		}
 		err = app.RunSim(ctx, cfg, append(words, fs.Args()...), os.Stdout)
 	case "-h", "--help", "help":

@@ -16,7 +16,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // IDPrefix starts every batch, statistics and sample id of the backfill.
@@ -50,7 +50,7 @@ type Endpoint struct {
 	// draws the features, parallel to FeatureNames, and the model's score
 	// and label for them.
 	FeatureNames []string
-	Sample       func(r *rand.Rand) proto.SampleInstance
+	Sample       func(r *rand.Rand) busapi.SampleInstance
 	Replicas     []Replica
 }
 
@@ -59,8 +59,8 @@ type Replica struct {
 	Name, Node       string
 	GPUType, Profile string
 	// Slots are the GPU (and slice) or, on a CPU node (GPUType
-	// proto.CPUType), the cores it holds: one usage record per slot.
-	Slots    []proto.Slot
+	// busapi.CPUType), the cores it holds: one usage record per slot.
+	Slots    []busapi.Slot
 	MemoryMB int
 }
 
@@ -116,7 +116,7 @@ func poisson(r *rand.Rand, m float64) uint64 {
 
 // Usage is day d's usage: one batch per node and hour, one record per
 // replica slot and second, its requests the replica's share of the load.
-func (p Plan) Usage(d int) []proto.UsageBatch {
+func (p Plan) Usage(d int) []busapi.UsageBatch {
 	r := p.rng(d, 1)
 	start := p.Day(d)
 	type key struct {
@@ -124,7 +124,7 @@ func (p Plan) Usage(d int) []proto.UsageBatch {
 		hour int64
 	}
 	var order []key
-	batches := map[key]*proto.UsageBatch{}
+	batches := map[key]*busapi.UsageBatch{}
 	for _, e := range p.Endpoints {
 		for _, rep := range e.Replicas {
 			for s := range int64(24 * 3600) {
@@ -132,7 +132,7 @@ func (p Plan) Usage(d int) []proto.UsageBatch {
 				k := key{rep.Node, t - t%3600}
 				b := batches[k]
 				if b == nil {
-					b = &proto.UsageBatch{ID: fmt.Sprintf("%s%s/%d", IDPrefix, k.node, k.hour), Node: k.node}
+					b = &busapi.UsageBatch{ID: fmt.Sprintf("%s%s/%d", IDPrefix, k.node, k.hour), Node: k.node}
 					batches[k] = b
 					order = append(order, k)
 				}
@@ -140,7 +140,7 @@ func (p Plan) Usage(d int) []proto.UsageBatch {
 				rps := e.PeakRPS * share / float64(len(e.Replicas))
 				util := math.Min(95, 8+70*share+2*r.NormFloat64())
 				for i, sl := range rep.Slots {
-					rec := proto.Usage{Time: t, Node: rep.Node, GPU: sl.GPU, Slice: sl.Slice, GPUType: rep.GPUType, Profile: rep.Profile,
+					rec := busapi.Usage{Time: t, Node: rep.Node, GPU: sl.GPU, Slice: sl.Slice, GPUType: rep.GPUType, Profile: rep.Profile,
 						Team: e.Team, Endpoint: e.Name, Model: e.Model, Version: e.Version, Replica: rep.Name,
 						UtilPct: math.Max(1, util), MemoryMB: int64(rep.MemoryMB)}
 					if i == 0 {
@@ -151,7 +151,7 @@ func (p Plan) Usage(d int) []proto.UsageBatch {
 			}
 		}
 	}
-	out := make([]proto.UsageBatch, 0, len(order))
+	out := make([]busapi.UsageBatch, 0, len(order))
 	for _, k := range order {
 		out = append(out, *batches[k])
 	}
@@ -179,15 +179,15 @@ func lognormal(r *rand.Rand, median, sigma float64) float64 {
 const maxDraws = 400
 
 // Stats is day d's request statistics: one row per endpoint and window.
-func (p Plan) Stats(d int) []proto.ReqStats {
+func (p Plan) Stats(d int) []busapi.ReqStats {
 	r := p.rng(d, 2)
-	bounds := proto.LatencyBoundsUS()
+	bounds := busapi.LatencyBoundsUS()
 	start := p.Day(d)
-	var out []proto.ReqStats
+	var out []busapi.ReqStats
 	for _, e := range p.Endpoints {
 		for w := start; w.Before(start.Add(24 * time.Hour)); w = w.Add(Window) {
 			n := poisson(r, e.PeakRPS*load(w)*Window.Seconds())
-			s := proto.ReqStats{ID: proto.ReqStatsID(Gateway, e.Name, e.Version, w.UnixMilli()),
+			s := busapi.ReqStats{ID: busapi.ReqStatsID(Gateway, e.Name, e.Version, w.UnixMilli()),
 				WindowStart: w.UnixMilli(), WindowEnd: w.Add(Window).UnixMilli(), Gateway: Gateway,
 				Endpoint: e.Name, Team: e.Team, Version: e.Version, Count: n, EndpointID: e.ID}
 			draws := min(n, maxDraws)
@@ -195,10 +195,10 @@ func (p Plan) Stats(d int) []proto.ReqStats {
 			if draws > 0 {
 				scale = float64(n) / float64(draws)
 			}
-			lat := make([]uint64, proto.LatencyBuckets)
+			lat := make([]uint64, busapi.LatencyBuckets)
 			var ttft, tpot []uint64
 			if e.Chat {
-				ttft, tpot = make([]uint64, proto.LatencyBuckets), make([]uint64, proto.LatencyBuckets)
+				ttft, tpot = make([]uint64, busapi.LatencyBuckets), make([]uint64, busapi.LatencyBuckets)
 			}
 			var sum, ttftSum, tpotSum, tokens float64
 			for range draws {
@@ -260,10 +260,10 @@ func scaleTo(h []uint64, n uint64) []uint64 {
 
 // Samples is day d's sampled predictions: SamplesPerHour an hour, more in
 // busy hours, each one instance.
-func (p Plan) Samples(d int) []proto.PredictionSample {
+func (p Plan) Samples(d int) []busapi.PredictionSample {
 	r := p.rng(d, 3)
 	start := p.Day(d)
-	var out []proto.PredictionSample
+	var out []busapi.PredictionSample
 	for _, e := range p.Endpoints {
 		if e.SamplesPerHour <= 0 || e.Sample == nil {
 			continue
@@ -274,10 +274,10 @@ func (p Plan) Samples(d int) []proto.PredictionSample {
 			for i := range n {
 				t := hour.Add(time.Duration(r.Int64N(int64(time.Hour))))
 				in := e.Sample(r)
-				out = append(out, proto.PredictionSample{ID: fmt.Sprintf("%s%s/%d/%d", IDPrefix, e.Name, hour.Unix(), i),
+				out = append(out, busapi.PredictionSample{ID: fmt.Sprintf("%s%s/%d/%d", IDPrefix, e.Name, hour.Unix(), i),
 					Time: t.UnixMilli(), Endpoint: e.Name, Team: e.Team, Version: e.Version, EndpointID: e.ID,
 					LatencyMS: lognormal(r, e.LatencyMS, 0.35), FeatureNames: e.FeatureNames,
-					Instances: []proto.SampleInstance{in}})
+					Instances: []busapi.SampleInstance{in}})
 			}
 		}
 	}

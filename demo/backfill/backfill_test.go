@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/demo/backfill"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
@@ -29,16 +29,16 @@ func plan() backfill.Plan {
 	return backfill.Plan{To: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Days: 7, Seed: 1, Endpoints: []backfill.Endpoint{
 		{ID: 7, Name: "fraud-scoring", Team: "risk", Model: "fraud-detector", Version: "v23", PeakRPS: 6, LatencyMS: 4, SamplesPerHour: 20,
 			FeatureNames: []string{"amount", "country"},
-			Sample: func(r *rand.Rand) proto.SampleInstance {
-				return proto.SampleInstance{Num: []float64{r.Float64() * 100, 0}, Str: []string{"", "DE"}, Score: r.Float64(), Label: "legit"}
+			Sample: func(r *rand.Rand) busapi.SampleInstance {
+				return busapi.SampleInstance{Num: []float64{r.Float64() * 100, 0}, Str: []string{"", "DE"}, Score: r.Float64(), Label: "legit"}
 			},
 			Replicas: []backfill.Replica{
-				{Name: "f-1", Node: "cpu-node-01", GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slots: []proto.Slot{{Slice: 0}}, MemoryMB: 512},
-				{Name: "f-2", Node: "cpu-node-02", GPUType: proto.CPUType, Profile: proto.ProfileCPU, Slots: []proto.Slot{{Slice: 0}}, MemoryMB: 512},
+				{Name: "f-1", Node: "cpu-node-01", GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slots: []busapi.Slot{{Slice: 0}}, MemoryMB: 512},
+				{Name: "f-2", Node: "cpu-node-02", GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, Slots: []busapi.Slot{{Slice: 0}}, MemoryMB: 512},
 			}},
 		{ID: 8, Name: "support-chat", Team: "search", Model: "chat-assistant", Version: "v42", Chat: true, PeakRPS: 0.5, LatencyMS: 180, TPOTMS: 16,
 			Replicas: []backfill.Replica{{Name: "c-1", Node: "gpu-node-04", GPUType: "H100-80GB", Profile: "mig-4g.40gb",
-				Slots: []proto.Slot{{GPU: 1, Slice: 0}}, MemoryMB: 40960}}},
+				Slots: []busapi.Slot{{GPU: 1, Slice: 0}}, MemoryMB: 40960}}},
 	}}
 }
 
@@ -58,7 +58,7 @@ func TestDaysAreDeterministic(t *testing.T) {
 		for _, n := range s.Latency {
 			sum += n
 		}
-		if sum != s.Count || len(s.Latency) != proto.LatencyBuckets {
+		if sum != s.Count || len(s.Latency) != busapi.LatencyBuckets {
 			t.Fatalf("window %s: histogram sums to %d of %d requests", s.ID, sum, s.Count)
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
-	"modelplane/runtime/model"
 	"modelplane/runtime/onnx/onnxgen"
+	"modelplane/serveapi"
 )
 
 // DefaultSeed is the seed the demo loader builds its models from.
@@ -23,7 +23,7 @@ const (
 // not to learn the label noise of a few hundred frauds.
 var v23Params = boostParams{rounds: 40, maxDepth: 3, eta: 0.2, lambda: 2, minChildWeight: 3}
 
-// Encodings of categorical features (model.Feature.Encoding).
+// Encodings of categorical features (serveapi.Feature.Encoding).
 const (
 	EncodingNative = "native"
 	EncodingOneHot = "onehot"
@@ -46,7 +46,7 @@ type Version struct {
 	// Output (classes legit and fraud, threshold 0.5) and SampleInputs.
 	// Model, Version and Batching are the replica's and the endpoint's,
 	// left for the agent to fill.
-	Serving model.Config
+	Serving serveapi.Config
 	// AUC is the area under the ROC curve on held-out transactions with
 	// their true labels: the version's honest offline metric.
 	AUC float64
@@ -160,7 +160,7 @@ func (m logisticRegression) onnx() ([]byte, error) {
 		Units: 1, Activation: onnxgen.Sigmoid, Weights: m.w, Bias: []float32{m.b},
 	}}, onnxgen.MLPOptions{
 		InputName: "features", OutputName: "fraud_probability", ProducerName: "modelplane-demo",
-		Metadata: []onnxgen.Prop{{Key: "modelplane.output_kind", Value: model.OutputProbability}},
+		Metadata: []onnxgen.Prop{{Key: "modelplane.output_kind", Value: serveapi.OutputProbability}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("v24 onnx: %w", err)
@@ -183,10 +183,10 @@ func FeatureNames() []string {
 
 // Features are the models' inputs with the categorical features encoded
 // as encoding (EncodingNative for v23, EncodingOneHot for v24).
-func Features(encoding string) []model.Feature {
-	var fs []model.Feature
+func Features(encoding string) []serveapi.Feature {
+	var fs []serveapi.Feature
 	for _, n := range FeatureNames() {
-		f := model.Feature{Name: n}
+		f := serveapi.Feature{Name: n}
 		switch n {
 		case FeatureMerchantCategory:
 			f.Categories, f.Encoding = slices.Clone(MerchantCategories), encoding
@@ -214,12 +214,12 @@ func sampleInputs() []json.RawMessage {
 	return append(out, b)
 }
 
-func serving(format, file, encoding string) model.Config {
-	return model.Config{
+func serving(format, file, encoding string) serveapi.Config {
+	return serveapi.Config{
 		Format:       format,
 		File:         file,
 		Features:     Features(encoding),
-		Output:       model.Output{Classes: []string{LabelLegit, LabelFraud}, Threshold: 0.5},
+		Output:       serveapi.Output{Classes: []string{LabelLegit, LabelFraud}, Threshold: 0.5},
 		SampleInputs: sampleInputs(),
 	}
 }

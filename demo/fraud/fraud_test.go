@@ -19,9 +19,9 @@ import (
 	"modelplane/artifact"
 	"modelplane/drift/stat"
 	"modelplane/runtime"
-	"modelplane/runtime/model"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/xgboost"
+	"modelplane/serveapi"
 )
 
 // python is Debian's interpreter, where python3-xgboost installs;
@@ -160,7 +160,7 @@ func TestServedByTheRuntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, dir, model.ConfigFile, raw)
+			writeFile(t, dir, serveapi.ConfigFile, raw)
 			s, err := runtime.Open(dir, openers, runtime.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"modelplane/serveapi"
 )
 
 type v2Output struct {
@@ -25,28 +27,14 @@ type v2Error struct {
 	Error string `json:"error"`
 }
 
-// prediction is one answer, in the fields and order the built-in runtime's
-// /predict gives them, so that a caller and the gateway's sampler read a
-// V2-only runtime's answers like any other.
-type prediction struct {
-	Label         string             `json:"label,omitempty"`
-	Score         *float64           `json:"score,omitempty"`
-	Probabilities map[string]float64 `json:"probabilities,omitempty"`
-	Value         *float64           `json:"value,omitempty"`
-	Values        []float64          `json:"values,omitempty"`
-}
-
-type predictAnswer struct {
-	Predictions  []prediction `json:"predictions"`
-	ModelVersion string       `json:"model_version"`
-}
-
 // ErrAnswer wraps every answer that cannot be translated: the runtime
 // answered 200 with something that is not what the request asked for.
 var ErrAnswer = errors.New("the runtime's V2 answer cannot be translated")
 
 // Response translates the V2 answer to a request of n instances into the
-// platform's predict answer, naming version.
+// platform's predict answer (serveapi.PredictResponse), naming version, so
+// that a caller and the gateway's sampler read a V2-only runtime's answers
+// like the built-in runtime's.
 func (t *Translator) Response(body []byte, n int, version string) ([]byte, error) {
 	var r v2Response
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -66,7 +54,7 @@ func (t *Translator) Response(body []byte, n int, version string) ([]byte, error
 			return nil, fmt.Errorf("%w: output %q: %v", ErrAnswer, labels.Name, err)
 		}
 	}
-	ans := predictAnswer{Predictions: make([]prediction, n), ModelVersion: version}
+	ans := serveapi.PredictResponse[serveapi.Prediction]{Predictions: make([]serveapi.Prediction, n), ModelVersion: version}
 	for i, row := range rows {
 		p := t.answer(row)
 		if names != nil {
@@ -221,17 +209,17 @@ func strs(o *v2Output, n int) ([]string, error) {
 // one or two values) is the score, labelled by 0.5; more values are class
 // probabilities, the largest winning, named by their index; a regressor's
 // row is its value or values.
-func (t *Translator) answer(row []float64) prediction {
+func (t *Translator) answer(row []float64) serveapi.Prediction {
 	if t.task != TaskClassification {
 		if len(row) == 1 {
 			v := row[0]
-			return prediction{Value: &v}
+			return serveapi.Prediction{Value: &v}
 		}
-		return prediction{Values: row}
+		return serveapi.Prediction{Values: row}
 	}
 	if len(row) <= 2 {
 		score := row[len(row)-1]
-		p := prediction{Label: defaultClasses[0], Score: &score}
+		p := serveapi.Prediction{Label: defaultClasses[0], Score: &score}
 		if score >= 0.5 {
 			p.Label = defaultClasses[1]
 		}
@@ -241,7 +229,7 @@ func (t *Translator) answer(row []float64) prediction {
 		return p
 	}
 	best := 0
-	p := prediction{Probabilities: make(map[string]float64, len(row))}
+	p := serveapi.Prediction{Probabilities: make(map[string]float64, len(row))}
 	for i, v := range row {
 		p.Probabilities[strconv.Itoa(i)] = v
 		if v > row[best] {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"modelplane/gateway/kserve"
+	"modelplane/serveapi"
 )
 
 var fraud = kserve.New("fraud", []string{"amount", "age", "night", "score"}, kserve.TaskClassification)
@@ -57,18 +58,8 @@ func TestRequestRefusesWhatOneFP32TensorCannotCarry(t *testing.T) {
 	}
 }
 
-type prediction struct {
-	Label         string             `json:"label"`
-	Score         *float64           `json:"score"`
-	Probabilities map[string]float64 `json:"probabilities"`
-	Value         *float64           `json:"value"`
-	Values        []float64          `json:"values"`
-}
-
-type answer struct {
-	Predictions  []prediction `json:"predictions"`
-	ModelVersion string       `json:"model_version"`
-}
+// answer is /predict's answer as a client decodes it.
+type answer = serveapi.PredictResponse[serveapi.Prediction]
 
 func recorded(t *testing.T, name string) []byte {
 	t.Helper()

@@ -51,9 +51,9 @@ var aboveDomain = []string{
 	"modelplane/internal/...",
 }
 
-// simEngine is the simulator proper; its pure leaf sim/profile is not part
-// of it.
-var simEngine = []string{"modelplane/sim", "modelplane/sim/replica/...", "modelplane/sim/scenario/..."}
+// simulator is the simulator proper; its pure leaf sim/profile is not part
+// of it, and neither is the engine it runs (package engine).
+var simulator = []string{"modelplane/sim", "modelplane/sim/replica/...", "modelplane/sim/scenario/..."}
 
 type rule struct {
 	name      string   // what the rule protects, printed with a violation
@@ -67,11 +67,11 @@ type rule struct {
 
 var rules = []rule{{
 	name:      "pure packages do no I/O",
-	importers: []string{"modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
+	importers: []string{"modelplane/engine", "modelplane/sim/...", "modelplane/judge/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",
-	importers: []string{"modelplane/agent/proto", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
+	importers: []string{"modelplane/busapi", "modelplane/serveapi", "modelplane/engine", "modelplane/drift/stat", "modelplane/money", "modelplane/sim/profile", "modelplane/gguf"},
 	stdOnly:   true,
 }, {
 	name:      "the data plane never reads the database",
@@ -83,6 +83,18 @@ var rules = []rule{{
 	forbidden: []string{"modelplane/..."},
 	allowed:   append([]string{"modelplane/web/...", "modelplane/static/..."}, viewNeutral...),
 }, {
+	name:      "the build's own version is a leaf both sides of the API import",
+	importers: []string{"modelplane/buildinfo"},
+	stdOnly:   true,
+}, {
+	// The CLI can do what the API lets a key do, nothing more: a domain
+	// rule it imported would be a second copy that drifts from the
+	// server's.
+	name:      "the command-line client speaks the REST API only, knowing no domain package or the database",
+	importers: []string{"modelplane/cli/..."},
+	forbidden: []string{"modelplane/..."},
+	allowed:   []string{"modelplane/cli/...", "modelplane/buildinfo"},
+}, {
 	name:      "handlers call domain services, never the queries",
 	importers: []string{"modelplane/handlers/..."},
 	forbidden: []string{"modelplane/db/..."},
@@ -93,31 +105,37 @@ var rules = []rule{{
 	except:    aboveDomain,
 	forbidden: httpLayer,
 }, {
-	name:      "only the node agent, commands and benchmarks run the simulator engine; domain packages use sim/profile",
+	name:      "only the node agent, commands and benchmarks run the simulator; domain packages use sim/profile",
 	importers: []string{"modelplane/..."},
-	// The built-in runtime's LLM engine runs the simulator's scheduler and
-	// KV-cache manager on real K/V (DESIGN §19); validation runs that
-	// runtime in a child process.
-	except:    append([]string{"modelplane/sim/...", "modelplane/agent/...", "modelplane/runtime/...", "modelplane/validation"}, aboveDomain...),
-	forbidden: simEngine,
+	// The built-in runtime serves with package engine, never the simulator.
+	except:    append([]string{"modelplane/sim/...", "modelplane/agent/..."}, aboveDomain...),
+	forbidden: simulator,
 }, {
 	name:      "the simulator shares drift's math through drift/stat, not drift",
 	importers: []string{"modelplane/sim/..."},
 	forbidden: []string{"modelplane/drift"},
 }, {
-	name:      "fleet formats money with package money, not chargeback",
-	importers: []string{"modelplane/fleet/..."},
+	name:      "the fleet's packages format money with package money, not chargeback",
+	importers: fleetPackages,
 	forbidden: []string{"modelplane/chargeback/..."},
 }, {
-	name:      "rollouts write routes through the routes owner, not fleet",
+	name:      "rollouts write routes through the routes owner, not the fleet's packages",
 	importers: []string{"modelplane/rollout/..."},
-	forbidden: []string{"modelplane/fleet/..."},
+	forbidden: fleetPackages,
+}, {
+	name:      "endpoints take their autoscaling policy from autoscale, not the fleet's packages",
+	importers: []string{"modelplane/endpoint/..."},
+	forbidden: fleetPackages,
+}, {
+	name:      "what is stored of a replica's reports is a value leaf: no I/O",
+	importers: []string{"modelplane/replica/..."},
+	forbidden: ioClients,
 }}
 
-// notYet are importer patterns for packages DESIGN.md plans but the tree
-// may not have yet; every other importer pattern must match a package, so
-// a misspelt rule cannot pass by matching nothing.
-var notYet = []string{"modelplane/runtime/..."}
+// fleetPackages are the control plane's fleet, split by what each owns:
+// reconcile and intake (fleet), quotas, the autoscaling loop and node
+// trust. The pure decision package autoscale is not among them.
+var fleetPackages = []string{"modelplane/fleet/...", "modelplane/quota/...", "modelplane/autoscaler/...", "modelplane/trust/..."}
 
 // TestImportDirections loads the package graph of the module (without test
 // files: a test may import whatever it needs to set up) and fails on every
@@ -128,7 +146,9 @@ func TestImportDirections(t *testing.T) {
 	g := load(t)
 	for _, r := range rules {
 		for _, pat := range r.importers {
-			if !slices.Contains(notYet, pat) && !slices.ContainsFunc(g.local, func(p string) bool { return match(pat, p) }) {
+			// Every importer pattern must match a package, so a misspelt
+			// rule cannot pass by matching nothing.
+			if !slices.ContainsFunc(g.local, func(p string) bool { return match(pat, p) }) {
 				t.Errorf("rule %q: importer pattern %s matches no package", r.name, pat)
 			}
 		}

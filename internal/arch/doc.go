@@ -6,7 +6,7 @@
 //
 //   - pure packages (sim/..., judge, placement, autoscale, drift/stat,
 //     money) reach no database, ClickHouse or NATS client, nor package db;
-//   - the leaf contracts (agent/proto, drift/stat, money, sim/profile)
+//   - the leaf contracts (busapi, drift/stat, money, sim/profile)
 //     import only the standard library;
 //   - gateway, agent and runtime never reach package db;
 //   - web imports only its own packages, static and the view-neutral
@@ -17,8 +17,10 @@
 //     by the node agent, which runs simulated replicas, and by commands and
 //     benchmarks: domain packages may import the pure leaves (sim/profile,
 //     drift/stat, money) but not the engine;
-//   - sim/... does not import drift, fleet does not import chargeback, and
-//     rollout does not import fleet.
+//   - sim/... does not import drift; the fleet's packages (fleet, quota,
+//     autoscaler, trust) do not import chargeback; rollout and endpoint do
+//     not import any of them; replica, the stored form of a replica's
+//     reports, does no I/O.
 //
 // Rules name packages by pattern, so a rule for a package that does not
 // exist yet (autoscale, runtime) applies as soon as it appears.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"modelplane/bus"
 )
 
 // Restartable is an embedded server a test can shut down and start again on
@@ -17,6 +19,9 @@ type Restartable struct {
 	t    testing.TB
 	opts server.Options
 
+	// resolver, when set, makes each start's account resolver afresh.
+	resolver func() server.AccountResolver
+
 	mu  sync.Mutex
 	srv *server.Server
 }
@@ -25,7 +30,36 @@ type Restartable struct {
 // is shut down when the test ends.
 func NewRestartable(t testing.TB) *Restartable {
 	t.Helper()
-	r := &Restartable{t: t, opts: options(t)}
+	return newRestartable(t, options(t))
+}
+
+// NewRestartableTrusting is NewRestartable for a server trusting a instead
+// of the test binary's authority: each start reads a's account JWT as it
+// was when this was called, as a server restarted from its trust file
+// does.
+func NewRestartableTrusting(t testing.TB, a *bus.Authority) *Restartable {
+	t.Helper()
+	o := server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	if err := a.Configure(&o); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	// A pushed account update lands in the running server's resolver;
+	// each start gets a resolver of its own, holding only what the trust
+	// file would.
+	sysPub, sysJWT, accPub, accJWT := a.SystemAccountPublicKey(), a.SystemAccountJWT(), a.AccountPublicKey(), a.AccountJWT()
+	r := newRestartable(t, o)
+	r.resolver = func() server.AccountResolver {
+		res := &server.MemAccResolver{}
+		_ = res.Store(sysPub, sysJWT)
+		_ = res.Store(accPub, accJWT)
+		return res
+	}
+	return r
+}
+
+func newRestartable(t testing.TB, o server.Options) *Restartable {
+	t.Helper()
+	r := &Restartable{t: t, opts: o}
 	r.start()
 	// Pin the port the first start picked for every restart.
 	r.opts.Port = r.srv.Addr().(*net.TCPAddr).Port
@@ -68,6 +102,9 @@ func (r *Restartable) Restart() {
 func (r *Restartable) start() {
 	r.t.Helper()
 	opts := r.opts // the server keeps and edits its options
+	if r.resolver != nil {
+		opts.AccountResolver = r.resolver()
+	}
 	var s *server.Server
 	var err error
 	// The old listener's port may linger for a moment after a shutdown.
@@ -84,6 +121,9 @@ func (r *Restartable) start() {
 		s = nil
 		time.Sleep(100 * time.Millisecond)
 		opts = r.opts
+		if r.resolver != nil {
+			opts.AccountResolver = r.resolver()
+		}
 	}
 	if s == nil {
 		r.t.Fatal("natstest: server not ready")

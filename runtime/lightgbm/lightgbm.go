@@ -13,7 +13,7 @@ import (
 
 	"github.com/dmitryikh/leaves"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // ErrUnsupported is wrapped by Load's error for a valid LightGBM model this
@@ -44,11 +44,11 @@ type Model struct {
 	scale float64
 }
 
-var _ model.Model = (*Model)(nil)
+var _ serveapi.Model = (*Model)(nil)
 
 // Load reads a LightGBM text model file. The error names the file and what
 // is wrong; an unsupported objective or model kind wraps ErrUnsupported.
-func Load(path string) (model.Model, error) {
+func Load(path string) (serveapi.Model, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("lightgbm: %w", err)
@@ -230,25 +230,25 @@ func readHeader(p map[string]string) (header, error) {
 	h.nOut = nClass
 	switch name {
 	case "binary":
-		h.kind, h.out = model.OutputProbability, sigmoid
+		h.kind, h.out = serveapi.OutputProbability, sigmoid
 		err = errors.Join(single(), sigmoidArg())
 	case "cross_entropy", "xentropy":
-		h.kind, h.out = model.OutputProbability, sigmoid
+		h.kind, h.out = serveapi.OutputProbability, sigmoid
 		err = single()
 	case "multiclass", "softmax":
-		h.kind, h.out = model.OutputProbability, softmax
+		h.kind, h.out = serveapi.OutputProbability, softmax
 		err = classes()
 	case "multiclassova", "multiclass_ova", "ova", "ovr":
-		h.kind, h.out = model.OutputProbability, sigmoid
+		h.kind, h.out = serveapi.OutputProbability, sigmoid
 		err = errors.Join(classes(), sigmoidArg())
 	case "regression", "regression_l2", "regression_l1", "huber", "fair", "quantile", "mape":
-		h.kind, h.out = model.OutputValue, identity
+		h.kind, h.out = serveapi.OutputValue, identity
 		if _, ok := args["sqrt"]; ok {
 			h.out = squared
 		}
 		err = single()
 	case "poisson", "gamma", "tweedie":
-		h.kind, h.out = model.OutputValue, exponential
+		h.kind, h.out = serveapi.OutputValue, exponential
 		err = single()
 	default:
 		return h, fmt.Errorf("objective %q: %w (supported: binary, multiclass, multiclassova, cross_entropy, regression objectives, poisson, gamma, tweedie)", name, ErrUnsupported)
@@ -496,8 +496,8 @@ func (m *Model) NumFeatures() int { return m.nFeatures }
 // feature order against them.
 func (m *Model) FeatureNames() []string { return slices.Clone(m.names) }
 
-// OutputKind is model.OutputProbability for classifiers and
-// model.OutputValue for regressions.
+// OutputKind is serveapi.OutputProbability for classifiers and
+// serveapi.OutputValue for regressions.
 func (m *Model) OutputKind() string { return m.kind }
 
 // NumOutputs is the width of every output row: 1, or the class count.

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // readData returns a testdata file's bytes, gunzipped when it ends in .gz.
@@ -174,51 +174,51 @@ func TestMatchesLightGBM(t *testing.T) {
 		want  func(t *testing.T) [][]float64
 	}{
 		{
-			name: "v4 regression", model: "boosters/regression/model.txt", kind: model.OutputValue,
+			name: "v4 regression", model: "boosters/regression/model.txt", kind: serveapi.OutputValue,
 			rows: func(t *testing.T, _ int) [][]float64 { return boostersInput(t, "boosters/regression") },
 			want: func(t *testing.T) [][]float64 { return boostersExpected(t, "boosters/regression", "raw") },
 		},
 		{
-			name: "v4 regression with missing values", model: "boosters/regression_missing/model.txt", kind: model.OutputValue,
+			name: "v4 regression with missing values", model: "boosters/regression_missing/model.txt", kind: serveapi.OutputValue,
 			rows: func(t *testing.T, _ int) [][]float64 { return boostersInput(t, "boosters/regression_missing") },
 			want: func(t *testing.T) [][]float64 { return boostersExpected(t, "boosters/regression_missing", "raw") },
 		},
 		{
-			name: "v4 small trees", model: "boosters/small_tree/model.txt", kind: model.OutputValue,
+			name: "v4 small trees", model: "boosters/small_tree/model.txt", kind: serveapi.OutputValue,
 			rows: func(t *testing.T, _ int) [][]float64 { return boostersInput(t, "boosters/small_tree") },
 			want: func(t *testing.T) [][]float64 { return boostersExpected(t, "boosters/small_tree", "raw") },
 		},
 		{
-			name: "v4 binary", model: "boosters/binary_classification/model.txt", kind: model.OutputProbability,
+			name: "v4 binary", model: "boosters/binary_classification/model.txt", kind: serveapi.OutputProbability,
 			rows: func(t *testing.T, _ int) [][]float64 { return boostersInput(t, "boosters/binary_classification") },
 			want: func(t *testing.T) [][]float64 { return boostersExpected(t, "boosters/binary_classification", "proba") },
 		},
 		{
-			name: "v4 multiclass", model: "boosters/multiclass/model.txt", kind: model.OutputProbability,
+			name: "v4 multiclass", model: "boosters/multiclass/model.txt", kind: serveapi.OutputProbability,
 			rows: func(t *testing.T, _ int) [][]float64 { return boostersInput(t, "boosters/multiclass") },
 			want: func(t *testing.T) [][]float64 { return boostersExpected(t, "boosters/multiclass", "proba") },
 		},
 		{
-			name: "dart binary", model: "leaves/lg_dart_breast_cancer.model", kind: model.OutputProbability,
+			name: "dart binary", model: "leaves/lg_dart_breast_cancer.model", kind: serveapi.OutputProbability,
 			rows: func(t *testing.T, _ int) [][]float64 { return table(t, "leaves/breast_cancer_test.tsv") },
 			want: func(t *testing.T) [][]float64 { return table(t, "leaves/lg_dart_breast_cancer_true_predictions.txt") },
 		},
 		{
-			name: "v2 random forest binary", model: "leaves/lg_rf_iris.model", kind: model.OutputProbability,
+			name: "v2 random forest binary", model: "leaves/lg_rf_iris.model", kind: serveapi.OutputProbability,
 			rows: func(t *testing.T, n int) [][]float64 { return libsvm(t, "leaves/iris_test.libsvm", n) },
 			want: func(t *testing.T) [][]float64 { return table(t, "leaves/lg_rf_iris_true_predictions.txt") },
 		},
 		{
 			// LightGBM saved raw scores here; the probabilities are their
 			// softmax.
-			name: "multiclass with categorical features", model: "leaves/lg_kddcup99.model.gz", kind: model.OutputProbability,
+			name: "multiclass with categorical features", model: "leaves/lg_kddcup99.model.gz", kind: serveapi.OutputProbability,
 			rows: func(t *testing.T, _ int) [][]float64 { return table(t, "leaves/kddcup99_test.tsv.gz") },
 			want: func(t *testing.T) [][]float64 {
 				return softmaxRows(table(t, "leaves/lg_kddcup99_true_predictions.txt.gz"))
 			},
 		},
 		{
-			name: "poisson with categorical features", model: "leaves/genlin_fmtp_poisson_Frequency.model.gz", kind: model.OutputValue,
+			name: "poisson with categorical features", model: "leaves/genlin_fmtp_poisson_Frequency.model.gz", kind: serveapi.OutputValue,
 			rows: func(t *testing.T, _ int) [][]float64 {
 				return table(t, "leaves/genlin_fmtp_poisson_Frequency_features.tsv")
 			},

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/engine"
 	"modelplane/internal/wait"
-	"modelplane/sim"
 )
 
 // sharedPrefix is a 256-token prefix and two prompts that start with it.
@@ -162,7 +162,7 @@ func TestQueueBoundRefuses(t *testing.T) {
 	t.Parallel()
 	var gate sync.Mutex
 	stepping := make(chan struct{}, 1)
-	e, tok := open(t, Config{Pages: 128, MaxBatch: 1, MaxWaiting: 2, OnStep: func([]sim.Work) {
+	e, tok := open(t, Config{Pages: 128, MaxBatch: 1, MaxWaiting: 2, OnStep: func([]engine.Work) {
 		select {
 		case stepping <- struct{}{}:
 		default:

@@ -1,7 +1,7 @@
 // Package llmserve is the built-in runtime's LLM engine (DESIGN §19): it
 // serves a llama-architecture GGUF model on the CPU with the platform's own
-// continuous-batching scheduler and paged KV-cache manager (sim.Scheduler
-// and sim.KV, the simulator's algorithms) now holding real K/V: each step
+// continuous-batching scheduler and paged KV-cache manager (package engine,
+// which the simulator runs too) holding real K/V: each step
 // the scheduler plans which sequences run and which pages they use, the
 // engine runs the model's forward pass over those pages, samples, and
 // commits the tokens back. Admission with growth reservation, per-tenant

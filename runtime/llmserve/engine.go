@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"modelplane/sim"
-	"modelplane/sim/profile"
+	"github.com/coder/quartz"
+
+	"modelplane/engine"
 )
 
 // PageTokens is the size of a KV page in tokens.
@@ -54,7 +55,8 @@ type Sampling struct {
 
 // Request is one generation request.
 type Request struct {
-	// Tenant is the fairness key: the calling team.
+	// Tenant is the fairness key and the prefix cache's salt: the calling
+	// team. Requests share cached prompt pages only within a tenant.
 	Tenant    string
 	Prompt    []int
 	MaxTokens int
@@ -109,21 +111,21 @@ type Config struct {
 	TenantKVShare    float64
 	// MaxPrefillTokens caps the prompt tokens computed in one step.
 	MaxPrefillTokens int
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock is the engine's clock; quartz.NewReal() when nil.
+	Clock quartz.Clock
 	// OnStep, when set, is told each forward pass's batch before it runs,
 	// from the loop goroutine (for tests and tracing).
-	OnStep func(work []sim.Work)
+	OnStep func(work []engine.Work)
 }
 
 // Engine runs requests on a Model. Submit and Cancel may be called from
 // any goroutine; one loop goroutine owns the scheduler's steps.
 type Engine struct {
 	m          Model
-	sched      *sim.Scheduler
-	now        func() time.Time
+	sched      *engine.Scheduler
+	clock      quartz.Clock
 	t0         time.Time
-	onStep     func(work []sim.Work)
+	onStep     func(work []engine.Work)
 	maxWaiting int
 	caching    bool
 	salt       [8]byte // seeds the page hash chains, so nobody outside can aim at a hash
@@ -184,24 +186,23 @@ func New(m Model, cfg Config) (*Engine, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 16
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	p := profile.Profile{
-		// The step time model is unused: steps take what the model takes.
-		DecodeBaseMs: 1, KVMBPerToken: 1, UsableGB: 1,
-		PageTokens: PageTokens, KVReserve: profile.ReserveStep,
-		MaxBatch: cfg.MaxBatch, MaxPrefillTokens: cfg.MaxPrefillTokens,
-		MaxModelLen: m.Context(), TenantBatchShare: cfg.TenantBatchShare, TenantKVShare: cfg.TenantKVShare,
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
 	}
 	if cfg.MaxWaiting < 0 {
 		return nil, fmt.Errorf("max waiting: want 0 (no bound) or more, got %d", cfg.MaxWaiting)
 	}
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Pages: cfg.Pages, PrefixCaching: !cfg.NoPrefixCaching})
+	// No step-time model: steps take what the model takes (Plan, Commit).
+	s, err := engine.NewScheduler(engine.Config{
+		Pages: cfg.Pages, PageTokens: PageTokens, Reserve: engine.ReserveStep,
+		MaxBatch: cfg.MaxBatch, MaxPrefillTokens: cfg.MaxPrefillTokens, MaxModelLen: m.Context(),
+		TenantBatchShare: cfg.TenantBatchShare, TenantKVShare: cfg.TenantKVShare,
+		PrefixCaching: !cfg.NoPrefixCaching,
+	})
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, sched: s, now: cfg.Now, t0: cfg.Now(), onStep: cfg.OnStep, maxWaiting: cfg.MaxWaiting,
+	e := &Engine{m: m, sched: s, clock: cfg.Clock, t0: cfg.Clock.Now(), onStep: cfg.OnStep, maxWaiting: cfg.MaxWaiting,
 		caching: !cfg.NoPrefixCaching, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), live: map[string]*gen{}}
 	_, _ = crand.Read(e.salt[:])
@@ -323,9 +324,9 @@ func (e *Engine) Counts() Counts {
 }
 
 // SchedulerStats is the scheduler's snapshot.
-func (e *Engine) SchedulerStats() sim.Stats { return e.sched.Stats(e.since()) }
+func (e *Engine) SchedulerStats() engine.Stats { return e.sched.Stats(e.since()) }
 
-func (e *Engine) since() time.Duration { return e.now().Sub(e.t0) }
+func (e *Engine) since() time.Duration { return e.clock.Now().Sub(e.t0) }
 
 func (e *Engine) loop() {
 	defer close(e.done)
@@ -364,12 +365,13 @@ func (e *Engine) apply() {
 	e.ops = nil
 	for _, o := range ops {
 		if g := o.submit; g != nil {
-			r := sim.Request{ID: g.id, Tenant: g.req.Tenant, Arrival: e.since(), PromptTokens: len(g.req.Prompt),
+			r := engine.Request{ID: g.id, Tenant: g.req.Tenant, Arrival: e.since(), PromptTokens: len(g.req.Prompt),
 				MaxTokens: g.req.MaxTokens, OutputTokens: g.req.MaxTokens}
 			// Only full pages before the last prompt token: that one is
 			// always computed, and must not be written into a shared page.
 			if e.caching {
 				r.PageHashes = pageHashes(e.salt, g.req.Prompt, (len(g.req.Prompt)-1)/PageTokens)
+				r.CacheSalt = "tenant:" + g.req.Tenant
 			}
 			if err := e.sched.Submit(r); err != nil {
 				g.events <- Event{Done: true, Reason: "error", Err: err}
@@ -435,17 +437,17 @@ func (e *Engine) step() bool {
 	if e.onStep != nil {
 		e.onStep(plan.Work)
 	}
-	t := e.now()
+	t := e.clock.Now()
 	logits := e.m.Forward(batch)
-	d := e.now().Sub(t)
-	out := make([]sim.Output, 0, len(plan.Work))
+	d := e.clock.Now().Sub(t)
+	out := make([]engine.Output, 0, len(plan.Work))
 	for i, w := range plan.Work {
 		if !w.Emits {
 			continue
 		}
 		g := e.live[w.ID]
 		tok := sample(logits[i], g.req.Sampling, g.rng)
-		o := sim.Output{ID: w.ID, Token: tok}
+		o := engine.Output{ID: w.ID, Token: tok}
 		if !g.req.IgnoreEOS {
 			for _, eos := range e.m.EOS() {
 				o.Stop = o.Stop || tok == eos

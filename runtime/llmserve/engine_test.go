@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
+	"modelplane/engine"
 	"modelplane/gguf"
 	"modelplane/internal/wait"
 	"modelplane/llm"
-	"modelplane/sim"
 )
 
 // demoPath writes the deterministic demo GGUF once per test.
@@ -109,7 +109,7 @@ func TestConcurrentPromptsMatchAlone(t *testing.T) {
 		alone[i], _ = collect(t, e, Request{Prompt: prompt(tok, i), MaxTokens: 20, Sampling: greedy()})
 	}
 	maxBatch := 0
-	e2, _ := open(t, Config{Pages: 256, MaxBatch: 16, OnStep: func(w []sim.Work) { maxBatch = max(maxBatch, len(w)) }})
+	e2, _ := open(t, Config{Pages: 256, MaxBatch: 16, OnStep: func(w []engine.Work) { maxBatch = max(maxBatch, len(w)) }})
 	got := make([][]int, n)
 	var wg sync.WaitGroup
 	chans := make([]<-chan Event, n)
@@ -214,7 +214,7 @@ func TestTenantCapByTeam(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	worst := map[string]int{}
-	e, tok := open(t, Config{Pages: 128, MaxBatch: 4, TenantBatchShare: 0.25, OnStep: func(w []sim.Work) {
+	e, tok := open(t, Config{Pages: 128, MaxBatch: 4, TenantBatchShare: 0.25, OnStep: func(w []engine.Work) {
 		per := map[string]int{}
 		for _, x := range w {
 			per[x.Tenant]++
@@ -254,7 +254,7 @@ func server(t *testing.T, token string) (*httptest.Server, *Engine) {
 func post(t *testing.T, ts *httptest.Server, path, body string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+path, strings.NewReader(body))
-	req.Header.Set(proto.TeamHeader, "team-a")
+	req.Header.Set(busapi.TeamHeader, "team-a")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +402,8 @@ func TestBadRequestsInOpenAIShape(t *testing.T) {
 	ts, _ := server(t, "")
 	long := strings.Repeat("word ", 5000)
 	for _, c := range []struct{ name, path, body, param string }{
-		{"prompt over the context length", "/v1/completions", fmt.Sprintf(`{"prompt":%q}`, long), "messages"},
+		{"prompt over the context length", "/v1/completions", fmt.Sprintf(`{"prompt":%q}`, long), "prompt"},
+		{"chat over the context length", "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, long), "messages"},
 		{"n above 1", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"n":2}`, "n"},
 		{"no messages", "/v1/chat/completions", `{"messages":[]}`, "messages"},
 		{"bad temperature", "/v1/completions", `{"prompt":"x","temperature":3}`, "temperature"},
@@ -453,7 +454,7 @@ func TestTokenRequiredButForProbes(t *testing.T) {
 		t.Errorf("POST without token: %d; want 401", resp.StatusCode)
 	}
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"x","max_tokens":2}`))
-	req.Header.Set(proto.ReplicaTokenHeader, "s3cret")
+	req.Header.Set(busapi.ReplicaTokenHeader, "s3cret")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package llmserve
 
 import (
 	"cmp"
+	"context"
 
 	"modelplane/llm"
 )
@@ -90,14 +91,22 @@ type llmTokenizer struct{ m *llm.Model }
 
 func (t llmTokenizer) Encode(text string) []int   { return t.m.Tokenizer().Encode(text, false) }
 func (t llmTokenizer) Decode(tokens []int) string { return t.m.Tokenizer().Decode(tokens) }
+func (t llmTokenizer) TokenBytes(id int, first bool) []byte {
+	return t.m.Tokenizer().TokenBytes(id, first)
+}
 
-func (t llmTokenizer) Chat(msgs []Message) ([]int, []string) {
+func (t llmTokenizer) Prompt(ctx context.Context, text string, limit int) ([]int, error) {
+	return t.m.Tokenizer().EncodeSegments(ctx, []llm.Segment{{Text: text}}, limit)
+}
+
+func (t llmTokenizer) Chat(ctx context.Context, msgs []Message, limit int) ([]int, []string, error) {
 	lm := make([]llm.Message, len(msgs))
 	for i, m := range msgs {
 		lm[i] = llm.Message{Role: m.Role, Content: m.Content}
 	}
-	text, stops := t.m.Chat(lm)
-	return t.m.Tokenizer().Encode(text, true), stops
+	segs, stops := t.m.ChatSegments(lm)
+	prompt, err := t.m.Tokenizer().EncodeSegments(ctx, segs, limit)
+	return prompt, stops, err
 }
 
 // LoadModel reads a GGUF file and gives it a KV store of pages pages

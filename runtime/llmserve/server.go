@@ -2,6 +2,7 @@ package llmserve
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -13,8 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"modelplane/agent/proto"
-	"modelplane/sim"
+	"modelplane/busapi"
+	"modelplane/engine"
+	"modelplane/llm"
 )
 
 // Message is one chat message.
@@ -29,17 +31,25 @@ type Tokenizer interface {
 	// stay text.
 	Encode(text string) []int
 	Decode(tokens []int) string
+	// TokenBytes is the bytes one token adds to the text (none for a
+	// control token); first says it starts the completion.
+	TokenBytes(id int, first bool) []byte
+	// Prompt is Encode for a request: a text of more than limit tokens
+	// is llm.ErrTooLong, found in time linear in its length (its bytes are
+	// checked before any work), and encoding stops when ctx is done.
+	Prompt(ctx context.Context, text string, limit int) ([]int, error)
 	// Chat renders messages with the model's chat template, opening the
 	// assistant's turn, and returns the tokens and the texts that end the
-	// turn.
-	Chat(msgs []Message) (prompt []int, stops []string)
+	// turn, with Prompt's limit and ctx. Only the template's own markers
+	// become control tokens: the messages are text.
+	Chat(ctx context.Context, msgs []Message, limit int) (prompt []int, stops []string, err error)
 }
 
 // Options configure a Server.
 type Options struct {
 	// Model is the name answered in /v1/models and responses.
 	Model string
-	// Token, when set, is required in proto.ReplicaTokenHeader on all but
+	// Token, when set, is required in busapi.ReplicaTokenHeader on all but
 	// the probes (health, readiness, models, metrics).
 	Token string
 	// MaxBodyBytes bounds a request body; default 8 MiB.
@@ -96,7 +106,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	want := []byte(s.opt.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+		if !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 			writeError(w, http.StatusUnauthorized, "authentication_error", "", "this replica answers only its gateways")
 			return
 		}
@@ -134,7 +144,7 @@ func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 		"kv_pages_used": st.KVPagesUsed, "kv_pages_total": st.KVPagesTotal, "kv_utilization": st.KVUtilization,
 		"tokens_per_second": st.TokensPerSecond,
 		"ttft_p50_ms":       ms(st.TTFT.P50), "ttft_p99_ms": ms(st.TTFT.P99), "tpot_p50_ms": ms(st.TPOT.P50), "tpot_p99_ms": ms(st.TPOT.P99),
-		"requests": st.Submitted, "cancelled": st.Cancelled, "window_seconds": sim.StatsWindow.Seconds(),
+		"requests": st.Submitted, "cancelled": st.Cancelled, "window_seconds": engine.StatsWindow.Seconds(),
 	})
 }
 
@@ -152,6 +162,9 @@ func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
 	}
 	if status == http.StatusBadRequest {
 		code = "invalid_request"
+		if strings.Contains(msg, "context length") {
+			code = "context_length_exceeded"
+		}
 	}
 	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": code}})
 }
@@ -223,14 +236,16 @@ type job struct {
 	req    Request
 }
 
-func (s *Server) build(p params, prompt []int) (*job, error) {
+// build checks the parameters of a request whose prompt, in the field
+// field, is prompt.
+func (s *Server) build(p params, field string, prompt []int) (*job, error) {
 	if p.N != nil && *p.N != 1 {
 		return nil, bad("n", "n: only 1 is supported")
 	}
 	j := &job{p: p, prompt: prompt}
 	ctx := s.eng.m.Context()
 	if len(prompt) >= ctx {
-		return nil, bad("messages", "the prompt is %d tokens; this model's context length is %d", len(prompt), ctx)
+		return nil, bad(field, "the prompt is %d tokens; this model's context length is %d", len(prompt), ctx)
 	}
 	maxTokens := ctx - len(prompt)
 	limit := p.MaxTokens
@@ -310,7 +325,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	j, err := s.parseChat(body)
+	j, err := s.parseChat(r.Context(), body)
 	if err != nil {
 		s.refuse(w, err)
 		return
@@ -319,7 +334,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.run(w, r, j)
 }
 
-func (s *Server) parseChat(body []byte) (*job, error) {
+func (s *Server) parseChat(ctx context.Context, body []byte) (*job, error) {
 	var b chatBody
 	if err := decode(body, &b); err != nil {
 		return nil, err
@@ -338,8 +353,11 @@ func (s *Server) parseChat(body []byte) (*job, error) {
 		}
 		msgs[i] = Message{Role: m.Role, Content: text}
 	}
-	prompt, turnStops := s.tok.Chat(msgs)
-	j, err := s.build(b.params, prompt)
+	prompt, turnStops, err := s.tok.Chat(ctx, msgs, s.eng.m.Context()-1)
+	if err != nil {
+		return nil, s.encodeError("messages", err)
+	}
+	j, err := s.build(b.params, "messages", prompt)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +416,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, bad("prompt", "prompt must not be empty"))
 		return
 	}
-	j, err := s.build(b.params, s.tok.Encode(text))
+	prompt, err := s.tok.Prompt(r.Context(), text, s.eng.m.Context()-1)
+	if err != nil {
+		s.refuse(w, s.encodeError("prompt", err))
+		return
+	}
+	j, err := s.build(b.params, "prompt", prompt)
 	if err != nil {
 		s.refuse(w, err)
 		return
@@ -407,7 +430,20 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.run(w, r, j)
 }
 
+// encodeError is a prompt's encoding failure: one that cannot fit the
+// context is the caller's (400 on param), a cancelled one is left
+// unanswered (the caller has gone).
+func (s *Server) encodeError(param string, err error) error {
+	if errors.Is(err, llm.ErrTooLong) {
+		return bad(param, "the prompt is longer than this model's context length of %d tokens", s.eng.m.Context())
+	}
+	return err
+}
+
 func (s *Server) refuse(w http.ResponseWriter, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return // the caller has gone; encoding stopped
+	}
 	var br *badRequest
 	if errors.As(err, &br) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", br.param, br.msg)
@@ -423,14 +459,15 @@ type usage struct {
 }
 
 // run submits the job and relays its tokens. The tenant is the team the
-// gateway vouches for, never the body's user.
+// gateway vouches for, never the body's user: the key of the tenant caps
+// and the prefix cache's salt, so teams never share a cached page.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 	if !s.ready.Load() {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "server_error", "", "runtime is draining")
 		return
 	}
-	j.req.Tenant = r.Header.Get(proto.TeamHeader)
+	j.req.Tenant = r.Header.Get(busapi.TeamHeader)
 	id, events, err := s.eng.Submit(j.req)
 	if err != nil {
 		if errors.Is(err, ErrTooLong) {
@@ -501,8 +538,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": reason}}, "usage": u})
 }
 
-// relay turns a generation's tokens into text: it holds back what could
-// still become a stop string, and a partial UTF-8 character.
+// relay turns a generation's tokens into text. Each token's bytes go
+// through a UTF-8 buffer, so a character split over tokens is held until
+// it completes and a byte that can start none is U+FFFD; the text is
+// therefore valid UTF-8, the same streamed or not. It holds back what
+// could still become a stop string.
 type relay struct {
 	s       *Server
 	j       *job
@@ -510,32 +550,32 @@ type relay struct {
 	model   string
 	created int64
 	tokens  []int
-	sent    int // bytes of text sent
+	utf     llm.UTF8Buffer
+	text    strings.Builder // the valid text so far
+	emitted bool            // a token has added bytes (SentencePiece's first)
+	sent    int             // bytes of text sent
 }
 
-func (st *relay) add(tok int) { st.tokens = append(st.tokens, tok) }
-
-func (st *relay) completion() []int {
-	out := st.tokens
-	if n := len(out); n > 0 {
-		for _, eos := range st.s.eng.m.EOS() {
-			if out[n-1] == eos {
-				return out[:n-1]
-			}
-		}
+func (st *relay) add(tok int) {
+	st.tokens = append(st.tokens, tok)
+	b := st.s.tok.TokenBytes(tok, !st.emitted)
+	if len(b) == 0 {
+		return
 	}
-	return out
+	st.emitted = true
+	st.text.WriteString(st.utf.Write(b))
 }
 
-// delta is the text safe to send now.
+// delta is the text safe to send now: complete characters, less what a
+// stop string could still claim.
 func (st *relay) delta() string {
-	text := st.s.tok.Decode(st.completion())
+	text := st.text.String()
 	hold := 0
 	for _, stop := range st.j.stops {
 		hold = max(hold, len(stop)-1)
 	}
 	end := max(st.sent, len(text)-hold)
-	for end > st.sent && !utf8.ValidString(text[st.sent:end]) {
+	for end > st.sent && end < len(text) && !utf8.RuneStart(text[end]) {
 		end--
 	}
 	d := text[st.sent:end]
@@ -543,9 +583,11 @@ func (st *relay) delta() string {
 	return d
 }
 
-// final is the whole text, cut at a stop string, and the finish reason.
+// final is the whole text, an unfinished character at its end flushed as
+// U+FFFD and cut at a stop string, and the finish reason.
 func (st *relay) final(reason string) (string, string) {
-	text, _ := cutStop(st.s.tok.Decode(st.completion()), st.j.stops)
+	st.text.WriteString(st.utf.Flush())
+	text, _ := cutStop(st.text.String(), st.j.stops)
 	return text, reason
 }
 

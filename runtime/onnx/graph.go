@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -270,13 +270,13 @@ const MetadataOutputKind = "modelplane.output_kind"
 // package documentation.
 func (g graph) outputKind(output string) (string, error) {
 	if k, ok := g.metadata[MetadataOutputKind]; ok {
-		if k != model.OutputProbability && k != model.OutputValue {
+		if k != serveapi.OutputProbability && k != serveapi.OutputValue {
 			return "", fmt.Errorf("metadata %s is %q, want probability or value", MetadataOutputKind, k)
 		}
 		return k, nil
 	}
 	if strings.Contains(strings.ToLower(output), "prob") {
-		return model.OutputProbability, nil
+		return serveapi.OutputProbability, nil
 	}
 	name := output
 	for range len(g.producers) + 1 {
@@ -285,12 +285,12 @@ func (g graph) outputKind(output string) (string, error) {
 			break
 		}
 		if n.opType == "Softmax" || n.opType == "Sigmoid" {
-			return model.OutputProbability, nil
+			return serveapi.OutputProbability, nil
 		}
 		if !passThrough[n.opType] || len(n.inputs) == 0 {
 			break
 		}
 		name = n.inputs[0]
 	}
-	return model.OutputValue, nil
+	return serveapi.OutputValue, nil
 }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // Version is the ONNX Runtime release scripts/install-deps.sh installs and
@@ -54,6 +54,6 @@ type Options struct {
 }
 
 // Load opens the ONNX model at path with the default Options.
-func Load(path string) (model.Model, error) {
+func Load(path string) (serveapi.Model, error) {
 	return LoadWithOptions(path, Options{})
 }

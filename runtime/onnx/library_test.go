@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // installHint is what a test missing its tools or data tells the reader.
@@ -53,21 +53,21 @@ func TestOutputKindRules(t *testing.T) {
 	for _, tc := range []struct {
 		output, want string
 	}{
-		{"Output_Probability", model.OutputProbability},
-		{"sm", model.OutputProbability},
-		{"sm_flat", model.OutputProbability},
-		{"sig", model.OutputProbability},
-		{"lsm", model.OutputValue},
-		{"custom", model.OutputValue},
-		{"loop", model.OutputValue},
-		{"graph_input", model.OutputValue},
+		{"Output_Probability", serveapi.OutputProbability},
+		{"sm", serveapi.OutputProbability},
+		{"sm_flat", serveapi.OutputProbability},
+		{"sig", serveapi.OutputProbability},
+		{"lsm", serveapi.OutputValue},
+		{"custom", serveapi.OutputValue},
+		{"loop", serveapi.OutputValue},
+		{"graph_input", serveapi.OutputValue},
 	} {
 		if got, err := g.outputKind(tc.output); err != nil || got != tc.want {
 			t.Errorf("outputKind(%q) = %q, %v; want %q", tc.output, got, err, tc.want)
 		}
 	}
-	g.metadata[MetadataOutputKind] = model.OutputValue
-	if got, _ := g.outputKind("sm"); got != model.OutputValue {
+	g.metadata[MetadataOutputKind] = serveapi.OutputValue
+	if got, _ := g.outputKind("sm"); got != serveapi.OutputValue {
 		t.Errorf("outputKind(sm) with metadata value = %q, want value", got)
 	}
 }

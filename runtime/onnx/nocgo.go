@@ -5,7 +5,7 @@ package onnx
 import (
 	"errors"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // errNoCgo is returned by a binary built with CGO_ENABLED=0: the binding to
@@ -16,4 +16,4 @@ var errNoCgo = errors.New("onnx: built without cgo; ONNX models need a binary bu
 func RuntimeVersion() (string, error) { return "", errNoCgo }
 
 // LoadWithOptions reports that this binary cannot load ONNX models.
-func LoadWithOptions(string, Options) (model.Model, error) { return nil, errNoCgo }
+func LoadWithOptions(string, Options) (serveapi.Model, error) { return nil, errNoCgo }

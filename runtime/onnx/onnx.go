@@ -12,7 +12,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // environment initialises ONNX Runtime once per process: onnxruntime_go keeps
@@ -45,7 +45,7 @@ func RuntimeVersion() (string, error) {
 // LoadWithOptions opens the ONNX model at path, checks it is a supported
 // model (see the package documentation) and prepares a session that scores
 // batches of any size.
-func LoadWithOptions(path string, opts Options) (model.Model, error) {
+func LoadWithOptions(path string, opts Options) (serveapi.Model, error) {
 	if _, err := environment(); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func pickOutput(outputs []valueInfo) (valueInfo, int, error) {
 	return out, 0, fmt.Errorf("output %q has shape %v, want [batch, K] or [batch]", out.name, out.dims)
 }
 
-// onnxModel is a model.Model over one ONNX Runtime session.
+// onnxModel is a serveapi.Model over one ONNX Runtime session.
 type onnxModel struct {
 	mu       sync.Mutex
 	sess     *ort.DynamicAdvancedSession

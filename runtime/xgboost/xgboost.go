@@ -7,7 +7,7 @@ import (
 	"os"
 	"slices"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // ErrUnsupported is wrapped by Load's error for a valid model file whose
@@ -37,19 +37,19 @@ type objective struct {
 }
 
 var objectives = map[string]objective{
-	"binary:logistic":      {kind: model.OutputProbability, logitBase: true, out: sigmoid},
-	"multi:softprob":       {kind: model.OutputProbability, out: softmax},
-	"multi:softmax":        {kind: model.OutputProbability, out: softmax},
-	"reg:squarederror":     {kind: model.OutputValue},
-	"reg:linear":           {kind: model.OutputValue},
-	"reg:squaredlogerror":  {kind: model.OutputValue},
-	"reg:pseudohubererror": {kind: model.OutputValue},
-	"reg:absoluteerror":    {kind: model.OutputValue},
-	"reg:quantileerror":    {kind: model.OutputValue},
-	"reg:logistic":         {kind: model.OutputValue, logitBase: true, out: sigmoid},
-	"count:poisson":        {kind: model.OutputValue, logBase: true, out: exponential},
-	"reg:gamma":            {kind: model.OutputValue, logBase: true, out: exponential},
-	"reg:tweedie":          {kind: model.OutputValue, logBase: true, out: exponential},
+	"binary:logistic":      {kind: serveapi.OutputProbability, logitBase: true, out: sigmoid},
+	"multi:softprob":       {kind: serveapi.OutputProbability, out: softmax},
+	"multi:softmax":        {kind: serveapi.OutputProbability, out: softmax},
+	"reg:squarederror":     {kind: serveapi.OutputValue},
+	"reg:linear":           {kind: serveapi.OutputValue},
+	"reg:squaredlogerror":  {kind: serveapi.OutputValue},
+	"reg:pseudohubererror": {kind: serveapi.OutputValue},
+	"reg:absoluteerror":    {kind: serveapi.OutputValue},
+	"reg:quantileerror":    {kind: serveapi.OutputValue},
+	"reg:logistic":         {kind: serveapi.OutputValue, logitBase: true, out: sigmoid},
+	"count:poisson":        {kind: serveapi.OutputValue, logBase: true, out: exponential},
+	"reg:gamma":            {kind: serveapi.OutputValue, logBase: true, out: exponential},
+	"reg:tweedie":          {kind: serveapi.OutputValue, logBase: true, out: exponential},
 }
 
 // node is one tree node in the flat array. A leaf has feature -1 and its
@@ -83,12 +83,12 @@ type Model struct {
 	out       transform
 }
 
-var _ model.Model = (*Model)(nil)
+var _ serveapi.Model = (*Model)(nil)
 
 // Load reads an XGBoost JSON model file. The error names the file and what
 // is wrong with it; an unsupported booster or objective wraps
 // ErrUnsupported.
-func Load(path string) (model.Model, error) {
+func Load(path string) (serveapi.Model, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("xgboost: %w", err)
@@ -421,8 +421,8 @@ func (m *Model) FeatureNames() []string {
 	return slices.Clone(m.names)
 }
 
-// OutputKind is model.OutputProbability for classifiers and
-// model.OutputValue for regressions.
+// OutputKind is serveapi.OutputProbability for classifiers and
+// serveapi.OutputValue for regressions.
 func (m *Model) OutputKind() string { return m.kind }
 
 // NumOutputs is the width of every output row: 1, or the class count.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/runtime/model"
+	"modelplane/serveapi"
 )
 
 // python is the interpreter Debian's python3-xgboost and python3-sklearn
@@ -167,7 +167,7 @@ func argmax(x []float32) int {
 }
 
 // Ensure the package's Model satisfies the runtime's contract.
-var _ model.Model = (*Model)(nil)
+var _ serveapi.Model = (*Model)(nil)
 
 // TestMatchesXGBoost3Files checks files saved by xgboost 3.1.1 (which
 // writes base_score as a vector and pandas categoricals) against that

@@ -11,12 +11,13 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Profile is a model version's "sim" profile: the JSON object stored with the
 // version in the registry (registry.VersionSpec.Sim). One type serves every
-// task. An LLM profile sets the step-time and KV-cache keys and drives a
-// sim.Scheduler; a classifier or regressor profile sets the prediction keys,
+// task. An LLM profile sets the step-time and KV-cache keys and drives an
+// engine.Scheduler in the simulator; a classifier or regressor profile sets the prediction keys,
 // which the replica's /predict draws from. A profile may not mix the two
 // groups; error_rate belongs to both.
 //
@@ -36,7 +37,7 @@ import (
 type Profile struct {
 	// PrefillMsPerToken is the GPU time, in milliseconds, to prefill one
 	// prompt token. Only computed tokens cost: prompt tokens found in shared
-	// or cached prefix pages are free (see sim.Request.PrefixKey and
+	// or cached prefix pages are free (see engine.Request.PrefixKey and
 	// PageHashes), re-prefill after a
 	// preemption is not.
 	PrefillMsPerToken float64 `json:"prefill_ms_per_token,omitempty"`
@@ -87,7 +88,7 @@ type Profile struct {
 	// default 1 (no cap).
 	TenantKVShare float64 `json:"tenant_kv_share,omitempty"`
 	// OutputTokens is the completion length distribution of requests that do
-	// not fix their own (sim.Request.OutputTokens): the model "stops" after a
+	// not fix their own (engine.Request.OutputTokens): the model "stops" after a
 	// drawn number of tokens, capped by the request's max_tokens. Absent, a
 	// completion runs to its max_tokens (or DefaultMaxTokens).
 	OutputTokens *LengthDist `json:"output_tokens,omitempty"`
@@ -358,6 +359,10 @@ func (p Profile) validatePredictor(bad func(key, want string) error) error {
 		var sum float64
 		seen := make(map[string]bool, len(p.ClassBalance))
 		for _, c := range p.ClassBalance {
+			if c.Label == "" {
+				// A prediction without a label reads as a regressor's.
+				return bad("class_balance", "want non-empty class labels")
+			}
 			if !finite(c.Share) || c.Share < 0 {
 				return bad("class_balance", fmt.Sprintf("class %q: want a share >= 0", c.Label))
 			}
@@ -398,6 +403,19 @@ func (p Profile) Pages() int {
 	}
 	usable := int64(math.Round(p.UsableGB * 1e9))
 	return int(usable / pb)
+}
+
+// StepTime is the step-time model: how long one fused forward pass of a
+// scheduler step lasts,
+//
+//	decode_base_ms + decode_ms_per_seq × decoding + prefill_ms_per_token × prefillTokens,
+//
+// rounded to the nanosecond, so TTFT and TPOT come out of the schedule,
+// never out of a random number. The simulator hands the profile to the
+// engine's scheduler as its cost model (engine.StepTimer).
+func (p Profile) StepTime(decoding, prefillTokens int) time.Duration {
+	ms := p.DecodeBaseMs + p.DecodeMsPerSeq*float64(decoding) + p.PrefillMsPerToken*float64(prefillTokens)
+	return time.Duration(math.Round(ms * float64(time.Millisecond)))
 }
 
 func (p Profile) pageTokens() int {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"modelplane/engine"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
@@ -142,6 +143,7 @@ func TestParseErrors(t *testing.T) {
 		{"class twice", `{"class_balance":{"a":1,"a":2}}`, "twice"},
 		{"classes add to 0", `{"class_balance":{"a":0}}`, "class_balance"},
 		{"class share not a number", `{"class_balance":{"a":"x"}}`, "class_balance"},
+		{"class without a label", `{"class_balance":{"":1}}`, "non-empty class labels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,7 +248,7 @@ func FuzzParse(f *testing.F) {
 		if s.KVPages() != p.Pages() || p.Pages() < 1 {
 			t.Fatalf("KV pages = %d; profile says %d", s.KVPages(), p.Pages())
 		}
-		if err := s.Submit(sim.Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
+		if err := s.Submit(engine.Request{ID: "x", PromptTokens: 1, OutputTokens: 1}); err == nil {
 			if res := s.Step(0); res.Duration <= 0 || len(res.Events) != 1 || !res.Events[0].Last {
 				t.Fatalf("one-token request: step %+v; want one last token and a positive duration", res)
 			}

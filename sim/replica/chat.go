@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"modelplane/agent/proto"
-	"modelplane/sim"
+	"modelplane/busapi"
+	"modelplane/engine"
 )
 
 // chatRequest is the part of an OpenAI chat completion request the replica
@@ -247,7 +247,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 	g := &generation{
 		seq: Sequence{
 			ID:           fmt.Sprintf("chatcmpl-%s-%d", s.cfg.ReplicaID, s.nextID.Add(1)),
-			Tenant:       r.Header.Get(proto.TeamHeader),
+			Tenant:       r.Header.Get(busapi.TeamHeader),
 			PromptTokens: p.promptTokens,
 			OutputTokens: p.outputTokens,
 		},
@@ -416,7 +416,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 // token (or, for a non-streamed answer, before its last).
 func writeGenerationError(w http.ResponseWriter, err error, text bool) {
 	switch {
-	case errors.Is(err, sim.ErrTooLarge):
+	case errors.Is(err, engine.ErrTooLarge):
 		// The prompt leaves no room in the context window: OpenAI's
 		// context_length_exceeded, on the field that holds the prompt.
 		param := "messages"

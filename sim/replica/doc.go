@@ -15,8 +15,9 @@
 //     OpenAI-compatible, with SSE streaming (stream_options.include_usage
 //     adds a last chunk of no choices with the usage) and OpenAI's error
 //     shape, a prompt past the context window being context_length_exceeded.
-//     Tokens come from an Engine (the continuous-batching scheduler of package
-//     sim, adapted) that one goroutine steps in wall-clock time, sleeping each
+//     Tokens come from an Engine (package engine's continuous-batching
+//     scheduler on the profile's step-time model, sim.NewScheduler, adapted)
+//     that one goroutine steps in wall-clock time, sleeping each
 //     step's modelled duration and handing every generated token to the
 //     waiting request.
 //

@@ -3,7 +3,7 @@ package replica
 import "time"
 
 // Engine generates tokens for chat requests in model time. It is a
-// step-driven continuous-batching scheduler: sim.Scheduler is adapted to it.
+// step-driven continuous-batching scheduler: engine.Scheduler is adapted to it.
 //
 // The replica calls every method from one goroutine (its step loop), so an
 // Engine need not be safe for concurrent use, and it must not block: the

@@ -8,7 +8,7 @@ import (
 )
 
 // testEngine is a small deterministic continuous-batching engine, the test
-// double of sim.Scheduler: 16-token pages, admission only when the prompt's
+// double of engine.Scheduler: 16-token pages, admission only when the prompt's
 // pages are free after one growth page per running sequence, a batch cap,
 // prefill and decode costs like a sim profile's. It is safe for the tests to
 // inspect while the replica's loop drives it.

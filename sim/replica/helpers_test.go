@@ -98,3 +98,12 @@ func decode[T any](t *testing.T, b []byte) T {
 	}
 	return v
 }
+
+// set returns *v, failing the test when the prediction raw left it out.
+func set(t *testing.T, v *float64, raw []byte) float64 {
+	t.Helper()
+	if v == nil {
+		t.Fatalf("prediction %s lacks the field", raw)
+	}
+	return *v
+}

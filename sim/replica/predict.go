@@ -7,27 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"modelplane/serveapi"
 )
 
-// predictRequest is the body of POST /predict. Other top-level keys (for
-// example "parameters") are ignored.
-type predictRequest struct {
-	Instances []json.RawMessage `json:"instances"`
-}
-
-// predictResponse is the answer: one prediction per instance, in order.
-type predictResponse struct {
-	Predictions  []any  `json:"predictions"`
-	ModelVersion string `json:"model_version"`
-}
-
-// parsePredict reads a predict body and returns each instance in canonical
+// parsePredict reads a predict body (serveapi.PredictRequest; other
+// top-level keys, for example "parameters", are ignored) and returns each instance in canonical
 // form: compact JSON with object keys sorted and numbers as written, so that
 // whitespace and key order do not change an instance's hash. Its errors are
 // safe to show the client; they never quote the payload.
 func parsePredict(body []byte, maxInstances int) ([][]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	var req predictRequest
+	var req serveapi.PredictRequest
 	if err := dec.Decode(&req); err != nil {
 		return nil, fmt.Errorf("body must be a JSON object with an instances array: %s", jsonProblem(err))
 	}
@@ -100,13 +91,13 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, predictResponse{Predictions: preds, ModelVersion: s.cfg.Version})
+	writeJSON(w, http.StatusOK, serveapi.PredictResponse[serveapi.Prediction]{Predictions: preds, ModelVersion: s.cfg.Version})
 }
 
 // draw waits the request's simulated latency and returns one prediction
 // (classification or regression) per instance; ok is false when the
 // request was answered (a simulated failure) or its client left.
-func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte) (preds []any, ok bool) {
+func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte) (preds []serveapi.Prediction, ok bool) {
 	start := s.clock.Now()
 	rr := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, instances...))
 	fail, latency := s.model.outcome(rr)
@@ -124,7 +115,7 @@ func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte
 		writeProblem(w, http.StatusInternalServerError, "simulated model failure")
 		return nil, false
 	}
-	preds = make([]any, len(instances))
+	preds = make([]serveapi.Prediction, len(instances))
 	for i, inst := range instances {
 		ir := newRand(s.cfg.Seed, hashBytes(s.cfg.Seed, []byte("instance"), inst))
 		if s.cfg.Task == TaskRegression {

@@ -13,12 +13,11 @@ import (
 	"time"
 
 	"modelplane/internal/wait"
+	"modelplane/serveapi"
 )
 
-type predictReply struct {
-	Predictions  []json.RawMessage `json:"predictions"`
-	ModelVersion string            `json:"model_version"`
-}
+// predictReply is an answer as a client reads it, each prediction raw.
+type predictReply = serveapi.PredictResponse[json.RawMessage]
 
 func TestPredictDeterministic(t *testing.T) {
 	t.Parallel()
@@ -111,12 +110,13 @@ func TestPredictDistributionsMatchProfile(t *testing.T) {
 				t.Fatalf("predict = %d", code)
 			}
 			for _, p := range decode[predictReply](t, raw).Predictions {
-				out := decode[classification](t, p)
-				if out.Score < 0 || out.Score > 1 {
-					t.Fatalf("score %v outside [0, 1]", out.Score)
+				out := decode[serveapi.Prediction](t, p)
+				score := set(t, out.Score, p)
+				if score < 0 || score > 1 {
+					t.Fatalf("score %v outside [0, 1]", score)
 				}
-				scores = append(scores, out.Score)
-				byLabel[out.Label] = append(byLabel[out.Label], out.Score)
+				scores = append(scores, score)
+				byLabel[out.Label] = append(byLabel[out.Label], score)
 			}
 		}
 		n := float64(len(scores))
@@ -157,7 +157,7 @@ func TestPredictDistributionsMatchProfile(t *testing.T) {
 				t.Fatalf("predict = %d", code)
 			}
 			for _, p := range decode[predictReply](t, raw).Predictions {
-				values = append(values, decode[regression](t, p).Value)
+				values = append(values, set(t, decode[serveapi.Prediction](t, p).Value, p))
 			}
 		}
 		mean, sd := meanSD(values)
@@ -173,9 +173,10 @@ func TestPredictDistributionsMatchProfile(t *testing.T) {
 			t.Fatalf("predict = %d", code)
 		}
 		for _, p := range decode[predictReply](t, raw).Predictions {
-			out := decode[classification](t, p)
-			if want := map[bool]string{true: "positive", false: "negative"}[out.Score >= 0.5]; out.Label != want {
-				t.Fatalf("score %.3f labelled %q; want %q", out.Score, out.Label, want)
+			out := decode[serveapi.Prediction](t, p)
+			score := set(t, out.Score, p)
+			if want := map[bool]string{true: "positive", false: "negative"}[score >= 0.5]; out.Label != want {
+				t.Fatalf("score %.3f labelled %q; want %q", score, out.Label, want)
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"modelplane/serveapi"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
@@ -19,7 +20,7 @@ import (
 //     error_rate, score, value, class_balance); LLM keys are refused.
 //   - llm: an LLM profile; the predictor keys are refused. Predict's draws are
 //     unused, only error_rate is read. Without an injected Engine the profile
-//     must also drive a sim.Scheduler (see New).
+//     must also drive an engine.Scheduler (see New).
 //
 //	{"latency_ms":{"p50":8,"p99":21}, "error_rate":0.001,
 //	 "score":{"mean":0.12,"sd":0.18}, "class_balance":{"legit":0.97,"fraud":0.03}}
@@ -118,42 +119,32 @@ func cumulative(classes profile.ClassBalance) []profile.ClassShare {
 	return bands
 }
 
-// classification is one classifier output.
-type classification struct {
-	Label string  `json:"label"`
-	Score float64 `json:"score"`
-}
-
-// regression is one regressor output.
-type regression struct {
-	Value float64 `json:"value"`
-}
-
 // classify draws one instance's output. The score is a Beta draw; the label
 // is the class whose band holds the score's own quantile q = I_score(a, b).
 // q is uniform on [0, 1], so each class gets exactly its share, and the
 // highest scores go to the last class listed (for {"legit":0.97,"fraud":0.03}
 // the top 3 percent of scores are "fraud"), as a real classifier's would.
-func (b behaviour) classify(r *rand.Rand) classification {
+func (b behaviour) classify(r *rand.Rand) serveapi.Prediction {
 	s := b.score.Draw(r)
 	if len(b.bands) == 0 {
 		if s >= 0.5 {
-			return classification{Label: "positive", Score: s}
+			return serveapi.Prediction{Label: "positive", Score: &s}
 		}
-		return classification{Label: "negative", Score: s}
+		return serveapi.Prediction{Label: "negative", Score: &s}
 	}
 	q := b.score.CDF(s)
 	for _, band := range b.bands {
 		if q < band.Share {
-			return classification{Label: band.Label, Score: s}
+			return serveapi.Prediction{Label: band.Label, Score: &s}
 		}
 	}
-	return classification{Label: b.bands[len(b.bands)-1].Label, Score: s}
+	return serveapi.Prediction{Label: b.bands[len(b.bands)-1].Label, Score: &s}
 }
 
 // regress draws one instance's value from N(mean, sd²).
-func (b behaviour) regress(r *rand.Rand) regression {
-	return regression{Value: b.value.Mean + b.value.SD*r.NormFloat64()}
+func (b behaviour) regress(r *rand.Rand) serveapi.Prediction {
+	v := b.value.Mean + b.value.SD*r.NormFloat64()
+	return serveapi.Prediction{Value: &v}
 }
 
 // outcome is the request-level draw: whether the request fails and how long

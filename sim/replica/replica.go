@@ -17,7 +17,7 @@ import (
 
 	"github.com/coder/quartz"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/sim"
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 	ReplicaID string
 	// Token, when set, is the replica's token: every request but the
 	// agent's probes (/v2/health/live, /v2/health/ready, /v2/stats) must
-	// carry it in proto.ReplicaTokenHeader, or is answered 401.
+	// carry it in busapi.ReplicaTokenHeader, or is answered 401.
 	Token    string
 	Endpoint string
 	Version  string
@@ -50,7 +50,7 @@ type Config struct {
 	// same prediction, latency, failure and generated text.
 	Seed uint64
 	// Engine generates tokens for TaskLLM (unused otherwise). Nil means
-	// the real scheduler: sim.Scheduler with the paged KV cache, built from
+	// the real scheduler: engine.Scheduler with the paged KV cache, built from
 	// Profile and Seed.
 	Engine Engine
 
@@ -339,7 +339,7 @@ func (s *Server) routes() http.Handler {
 		switch r.URL.Path {
 		case "/v2/health/live", "/v2/health/ready", "/v2/stats":
 		default:
-			if subtle.ConstantTimeCompare([]byte(r.Header.Get(proto.ReplicaTokenHeader)), want) != 1 {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 				writeProblem(w, http.StatusUnauthorized, "this replica answers only its gateways")
 				return
 			}

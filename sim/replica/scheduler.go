@@ -3,25 +3,25 @@ package replica
 import (
 	"time"
 
-	"modelplane/sim"
+	"modelplane/engine"
 )
 
-// SchedulerEngine adapts sim.Scheduler, the continuous-batching scheduler
+// SchedulerEngine adapts engine.Scheduler, the continuous-batching scheduler
 // with the paged KV cache, to Engine. It keeps the scheduler's model-time
 // clock: each Step starts when the previous one ended, or at the current
 // clock when the scheduler was idle.
 type SchedulerEngine struct {
-	s   *sim.Scheduler
+	s   *engine.Scheduler
 	now time.Duration
 }
 
 // NewSchedulerEngine returns an Engine that runs s.
-func NewSchedulerEngine(s *sim.Scheduler) *SchedulerEngine { return &SchedulerEngine{s: s} }
+func NewSchedulerEngine(s *engine.Scheduler) *SchedulerEngine { return &SchedulerEngine{s: s} }
 
 // Submit queues the sequence at the current model time with its exact
 // output length.
 func (e *SchedulerEngine) Submit(seq Sequence) error {
-	return e.s.Submit(sim.Request{ID: seq.ID, Tenant: seq.Tenant, Arrival: e.now,
+	return e.s.Submit(engine.Request{ID: seq.ID, Tenant: seq.Tenant, Arrival: e.now,
 		PromptTokens: seq.PromptTokens, MaxTokens: seq.OutputTokens, OutputTokens: seq.OutputTokens})
 }
 

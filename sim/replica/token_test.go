@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 )
 
 // TestTokenRequiredButForProbes: a replica given a token answers 401 to
@@ -24,7 +24,7 @@ func TestTokenRequiredButForProbes(t *testing.T) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/predict", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if tc.token != "" {
-			req.Header.Set(proto.ReplicaTokenHeader, tc.token)
+			req.Header.Set(busapi.ReplicaTokenHeader, tc.token)
 		}
 		resp, err := c.Do(req)
 		if err != nil {
@@ -53,7 +53,7 @@ func TestTenantIsTheTeamHeader(t *testing.T) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/chat/completions",
 			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"user":"search"}`))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(proto.TeamHeader, team)
+		req.Header.Set(busapi.TeamHeader, team)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -48,12 +48,12 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 	values := make([]float64, n)
 	var labels []string
 	for i, p := range preds {
-		switch x := p.(type) {
-		case classification:
-			values[i] = x.Score
-			labels = append(labels, x.Label)
-		case regression:
-			values[i] = x.Value
+		switch {
+		case p.Score != nil: // a classifier's
+			values[i] = *p.Score
+			labels = append(labels, p.Label)
+		case p.Value != nil: // a regressor's
+			values[i] = *p.Value
 		}
 	}
 	outs := []v2Output{{Name: "output__0", Datatype: "FP32", Shape: []int64{n, 1}, Data: values}}

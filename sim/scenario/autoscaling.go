@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelplane/autoscale"
+	"modelplane/engine"
 	"modelplane/sim"
 )
 
@@ -252,9 +253,9 @@ var capacities sync.Map // measureCapacity's figures by profile, mix and seed
 func runCapacity(sc Scenario, vi int) float64 {
 	p := sc.Versions[vi].Profile
 	lr := newRand(sc.Seed, streamLengths)
-	reqs := make([]sim.Request, 1000)
+	reqs := make([]engine.Request, 1000)
 	for i := range reqs {
-		reqs[i] = sim.Request{ID: fmt.Sprint(i), PromptTokens: sc.PromptTokens.Draw(lr), MaxTokens: sc.MaxTokens}
+		reqs[i] = engine.Request{ID: fmt.Sprint(i), PromptTokens: sc.PromptTokens.Draw(lr), MaxTokens: sc.MaxTokens}
 		if sc.OutputTokens != nil {
 			reqs[i].OutputTokens = sc.OutputTokens.Draw(lr)
 		}
@@ -455,7 +456,7 @@ func (r *autoscaleRun) arrived(f *fleet, i int, t time.Duration) {
 }
 
 // finished records a finished request's latencies in its arrival minute.
-func (r *autoscaleRun) finished(fin *sim.Finished) {
+func (r *autoscaleRun) finished(fin *engine.Finished) {
 	k := int(fin.Arrival / time.Minute)
 	if k >= len(r.minutes) {
 		return

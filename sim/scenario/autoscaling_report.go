@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/engine"
 )
 
 const streamNoise = 0x40 // the noise of an autoscaled scenario's load
@@ -137,8 +137,8 @@ func (r *autoscaleRun) report(f *fleet) *AutoscaleReport {
 			mr.Oracle = int(math.Ceil(mr.OfferedRPS/r.capacity - 1e-9))
 		}
 		oracleSec += float64(mr.Oracle) * span.Seconds()
-		mr.TTFTP99MS = ms(sim.PercentilesOf(m.ttft).P99)
-		mr.TPOTP99MS = ms(sim.PercentilesOf(m.tpot).P99)
+		mr.TTFTP99MS = ms(engine.PercentilesOf(m.ttft).P99)
+		mr.TPOTP99MS = ms(engine.PercentilesOf(m.tpot).P99)
 		mr.WithinSLA = mr.TTFTP99MS <= out.SLATTFTP99MS && mr.TPOTP99MS <= out.SLATPOTP99MS
 		if mr.WithinSLA {
 			out.MinutesWithinSLA++

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"modelplane/engine"
 	"modelplane/sim"
 )
 
@@ -52,7 +53,7 @@ type Comparison struct {
 const DefaultCompareRequests = 2000
 
 // CompareBatching measures the throughput of continuous batching (a
-// sim.Scheduler, as in the fleet) against static batching (RunStatic) on
+// engine.Scheduler, as in the fleet) against static batching (RunStatic) on
 // one GPU of the named version, with the scenario's length mix, at equal
 // median end-to-end latency. Both engines see the same requests: Poisson
 // arrivals (the scenario's seed) whose times are scaled to each load tried,
@@ -91,21 +92,21 @@ func CompareBatching(ctx context.Context, sc Scenario, version string, requests 
 	}
 	r := rand.New(rand.NewPCG(sc.Seed, streamArrivals))
 	lr := rand.New(rand.NewPCG(sc.Seed, streamLengths))
-	base := make([]sim.Request, n)
+	base := make([]engine.Request, n)
 	var at float64 // arrival at rate 1
 	for i := range base {
 		at += r.ExpFloat64()
-		base[i] = sim.Request{ID: strconv.Itoa(i), PromptTokens: sc.PromptTokens.Draw(lr), OutputTokens: out.Draw(lr), MaxTokens: sc.MaxTokens}
+		base[i] = engine.Request{ID: strconv.Itoa(i), PromptTokens: sc.PromptTokens.Draw(lr), OutputTokens: out.Draw(lr), MaxTokens: sc.MaxTokens}
 		base[i].Arrival = time.Duration(at * float64(time.Second)) // at rate 1; see atRate
 	}
-	atRate := func(rate float64) []sim.Request {
+	atRate := func(rate float64) []engine.Request {
 		reqs := slices.Clone(base)
 		for i := range reqs {
 			reqs[i].Arrival = time.Duration(float64(base[i].Arrival) / rate)
 		}
 		return reqs
 	}
-	continuous := func(reqs []sim.Request) (sim.Report, error) {
+	continuous := func(reqs []engine.Request) (sim.Report, error) {
 		s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: sc.Seed})
 		if err != nil {
 			return sim.Report{}, err
@@ -117,7 +118,7 @@ func CompareBatching(ctx context.Context, sc Scenario, version string, requests 
 		for i, res := range rep.Results {
 			e2e[i] = res.Done - res.Arrival
 		}
-		return sim.PercentilesOf(e2e).P50
+		return engine.PercentilesOf(e2e).P50
 	}
 
 	c := Comparison{Version: version, Requests: n, LoadFraction: 0.8}

@@ -8,12 +8,12 @@
 //     distributions, routing weights, tenants, a duration and a seed; read
 //     from YAML (Parse, documented in docs/simulation.md) or taken from the
 //     built-ins (Builtin, Builtins), which are YAML files themselves;
-//   - the discrete-event fleet run (Run): one sim.Scheduler per GPU, a router
+//   - the discrete-event fleet run (Run): one engine.Scheduler per GPU, a router
 //     that picks a version by weight and then the replica of that version
 //     with the fewest outstanding requests, and an event loop that always
 //     advances whichever comes first, the next arrival or the end of some
 //     replica's step. The schedulers are the very code the real-time
-//     replicas run; only the clock differs. A classic version (a classifier
+//     replicas and the built-in LLM runtime run; only the clock differs. A classic version (a classifier
 //     or regressor profile) has no scheduler: each request is answered
 //     after a latency, with an error or an output, drawn from its profile;
 //   - the fleet Report: per-version request counts, TTFT, TPOT and end-to-end

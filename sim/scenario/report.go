@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/engine"
 )
 
 // Report is what a fleet run measured. Times are simulated unless named
@@ -71,7 +71,7 @@ type VersionReport struct {
 	// tokens per second of measured time, over all the version's GPUs.
 	CompletedPerSecond float64 `json:"completed_per_second"`
 	TokensPerSecond    float64 `json:"tokens_per_second"`
-	// TTFT, TPOT (see sim.Finished) and end-to-end latency (arrival to last
+	// TTFT, TPOT (see engine.Finished) and end-to-end latency (arrival to last
 	// token) of the requests that arrived after warmup and completed.
 	TTFT Latency `json:"ttft_ms"`
 	TPOT Latency `json:"tpot_ms"`
@@ -92,7 +92,7 @@ type VersionReport struct {
 	// per sequence, one entry per contiguous_max_len.
 	Contiguous []Contiguous `json:"contiguous"`
 	// Preemptions counts sequences evicted back to the queue (priority and
-	// growth); GrowFailures is sim.Stats.GrowFailures (0 unless a bug).
+	// growth); GrowFailures is engine.Stats.GrowFailures (0 unless a bug).
 	Preemptions  int `json:"preemptions"`
 	GrowFailures int `json:"grow_failures"`
 	// Claims are the scenario's published figures for the version.
@@ -146,7 +146,7 @@ type Latency struct {
 }
 
 func latencyOf(samples []time.Duration) Latency {
-	p := sim.PercentilesOf(samples)
+	p := engine.PercentilesOf(samples)
 	return Latency{N: p.N, P50: msOf(p.P50), P90: msOf(p.P90), P99: msOf(p.P99), Max: msOf(p.Max)}
 }
 

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"time"
 
-	"modelplane/agent/proto"
+	"modelplane/busapi"
 	"modelplane/drift/stat"
+	"modelplane/field"
 	"modelplane/judge"
-	"modelplane/validate"
 )
 
 // Rollout is a canary rollout run in virtual time: the judge (package
@@ -151,7 +151,7 @@ func (r *Rollout) validate(s Scenario) error {
 		}
 		prev = st.Weight
 	}
-	var errs validate.Errors
+	var errs field.Errors
 	r.Criteria.Validate(&errs, "rollout.criteria")
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidScenario, errs[0].Field, errs[0].Message)
@@ -270,7 +270,7 @@ type WindowSummary struct {
 
 func summarize(w judge.Window) WindowSummary {
 	return WindowSummary{Requests: w.Requests, Errors: w.Errors, Streams: w.Streams,
-		P99TPOTMS: proto.QuantileMS(w.TPOT, 0.99), P99LatencyMS: proto.QuantileMS(w.Latency, 0.99)}
+		P99TPOTMS: busapi.QuantileMS(w.TPOT, 0.99), P99LatencyMS: busapi.QuantileMS(w.Latency, 0.99)}
 }
 
 // RolloutEvent is one evaluation or change of step.
@@ -450,7 +450,7 @@ func newRolloutRun(sc Scenario) *rolloutRun {
 	for side := range rr.slots {
 		rr.slots[side] = make([]slot, n)
 		for i := range rr.slots[side] {
-			rr.slots[side][i] = slot{sec: -1, latency: make([]uint64, proto.LatencyBuckets), tpot: make([]uint64, proto.LatencyBuckets)}
+			rr.slots[side][i] = slot{sec: -1, latency: make([]uint64, busapi.LatencyBuckets), tpot: make([]uint64, busapi.LatencyBuckets)}
 		}
 	}
 	return rr
@@ -499,10 +499,10 @@ func (rr *rolloutRun) finished(vi int, arrival, done time.Duration, tokens int, 
 	}
 	sl := at(s, done)
 	sl.requests++
-	sl.latency[proto.LatencyBucket(done-arrival)]++
+	sl.latency[busapi.LatencyBucket(done-arrival)]++
 	if tokens > 1 {
 		sl.streams++
-		sl.tpot[proto.LatencyBucket(tpot)]++
+		sl.tpot[busapi.LatencyBucket(tpot)]++
 	}
 	if vi == rr.cand {
 		rr.candLastDone = max(rr.candLastDone, done)
@@ -534,7 +534,7 @@ func (rr *rolloutRun) answered(f *fleet, vi int, a answer) {
 		sl.errors++
 		return
 	}
-	sl.latency[proto.LatencyBucket(a.done-a.arrival)]++
+	sl.latency[busapi.LatencyBucket(a.done-a.arrival)]++
 	if rr.r.Criteria.Drift && (rr.r.SamplingRate >= 1 || rr.sampling.Float64() < rr.r.SamplingRate) {
 		sl.outputs = append(sl.outputs, a.out)
 	}
@@ -554,7 +554,7 @@ func outputs(s []slot, from, to time.Duration) []float64 {
 
 // window sums ring s over [from, to).
 func window(s []slot, from, to time.Duration) judge.Window {
-	w := judge.Window{Latency: make([]uint64, proto.LatencyBuckets), TPOT: make([]uint64, proto.LatencyBuckets)}
+	w := judge.Window{Latency: make([]uint64, busapi.LatencyBuckets), TPOT: make([]uint64, busapi.LatencyBuckets)}
 	lo, hi := int64(from/time.Second), int64(to/time.Second)
 	for i := range s {
 		sl := &s[i]

@@ -8,17 +8,20 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/autoscale"
+	"modelplane/engine"
 	"modelplane/sim"
 	"modelplane/sim/profile"
 )
 
 // Options are how a run is observed; none of them changes its result.
 type Options struct {
-	// Now, when set, is read before and after the run to report its wall
-	// time and speed-up over real time. Without it they are 0, and two runs
-	// of a scenario give equal reports.
-	Now func() time.Time
+	// Clock, when set, is read before and after the run to report its
+	// wall time and speed-up over real time. Without it they are 0, and
+	// two runs of a scenario give equal reports.
+	Clock quartz.Clock
 }
 
 // Independent generator streams, so that, for instance, changing the
@@ -34,7 +37,7 @@ const (
 
 // Run simulates the scenario in virtual time and reports what it measured.
 //
-// Each GPU is a sim.Scheduler. An arrival picks a tenant by share and a
+// Each GPU is an engine.Scheduler. An arrival picks a tenant by share and a
 // version by weight, then the version's replica with the fewest requests
 // queued or running (ties go round-robin), and is submitted to it. A
 // replica with work steps back to back: at the end of each step the
@@ -50,8 +53,8 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	var t0 time.Time
-	if opt.Now != nil {
-		t0 = opt.Now()
+	if opt.Clock != nil {
+		t0 = opt.Clock.Now()
 	}
 	f, err := newFleet(sc)
 	if err != nil {
@@ -111,8 +114,8 @@ func Run(ctx context.Context, sc Scenario, opt Options) (Report, error) {
 		rep.Autoscale.PredictiveOff = n.Autoscale
 		rep.Autoscale.Comparison = compareWithoutPredictive(rep.Autoscale, n.Autoscale)
 	}
-	if opt.Now != nil {
-		rep.WallSeconds = opt.Now().Sub(t0).Seconds()
+	if opt.Clock != nil {
+		rep.WallSeconds = opt.Clock.Now().Sub(t0).Seconds()
 		if rep.WallSeconds > 0 {
 			rep.SpeedUp = rep.SimSeconds / rep.WallSeconds
 		}
@@ -152,13 +155,13 @@ type fleet struct {
 }
 
 type replica struct {
-	s           *sim.Scheduler
+	s           *engine.Scheduler
 	version     int
-	at          time.Duration   // when the pending event is due
-	res         sim.StepResult  // the step in flight, handed out at its end
-	scheduled   bool            // in the heap
-	outstanding int             // submitted and not finished
-	m           *replicaMetrics // heartbeat counters of an autoscaled replica
+	at          time.Duration     // when the pending event is due
+	res         engine.StepResult // the step in flight, handed out at its end
+	scheduled   bool              // in the heap
+	outstanding int               // submitted and not finished
+	m           *replicaMetrics   // heartbeat counters of an autoscaled replica
 }
 
 type versionStats struct {
@@ -395,7 +398,7 @@ func (f *fleet) arrive(t time.Duration) {
 		f.pushAnswer(answer{done: t + lat, arrival: t, replica: best, tenant: tenant, fail: fail, out: out})
 		return
 	}
-	req := sim.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
+	req := engine.Request{ID: strconv.Itoa(id), Arrival: t, PromptTokens: prompt, MaxTokens: f.sc.MaxTokens, OutputTokens: out}
 	if tenant >= 0 {
 		req.Tenant, req.Priority = f.sc.Tenants[tenant].Name, f.sc.Tenants[tenant].Priority
 	}
@@ -439,7 +442,7 @@ func (f *fleet) advance(r int) {
 				f.vs[rep.version].preemptions += len(res.Preempted)
 				continue // evictions made room; the next step admits
 			}
-			rep.res = sim.StepResult{}
+			rep.res = engine.StepResult{}
 			return // idle until the next arrival pushes it again
 		}
 		rep.res = res
@@ -451,7 +454,7 @@ func (f *fleet) advance(r int) {
 
 // account hands out a finished step: latencies of the finished requests,
 // and the step's share of the time averages.
-func (f *fleet) account(rep *replica, res *sim.StepResult) {
+func (f *fleet) account(rep *replica, res *engine.StepResult) {
 	v := &f.vs[rep.version]
 	warmup := f.sc.Warmup
 	f.steps++
@@ -500,7 +503,7 @@ func (f *fleet) account(rep *replica, res *sim.StepResult) {
 	v.tokensWindow += int64(len(res.Events))
 	// The KV cache after the step: every sequence that made a token and
 	// did not finish holds its prompt and its tokens so far.
-	pt := rep.s.Profile().PageTokens
+	pt := rep.s.PageTokens()
 	held, pages := 0, 0
 	lens := f.sc.ContiguousMaxLen
 	var contig [maxContiguousLen]int

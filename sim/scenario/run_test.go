@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"modelplane/sim/profile"
 )
 
@@ -261,9 +263,26 @@ func TestRunCancelled(t *testing.T) {
 
 func TestRunWallClock(t *testing.T) {
 	t.Parallel()
-	now := time.Unix(0, 0)
-	clock := func() time.Time { now = now.Add(2 * time.Second); return now }
-	rep, err := Run(context.Background(), smallCanary(1), Options{Now: clock})
+	ctx := t.Context()
+	clk := quartz.NewMock(t)
+	// The run reads the clock when it starts and when it ends; two
+	// seconds pass in between.
+	reads := clk.Trap().Now()
+	defer reads.Close()
+	type result struct {
+		rep Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := Run(ctx, smallCanary(1), Options{Clock: clk})
+		done <- result{rep, err}
+	}()
+	reads.MustWait(ctx).MustRelease(ctx)
+	clk.Advance(2 * time.Second)
+	reads.MustWait(ctx).MustRelease(ctx)
+	r := <-done
+	rep, err := r.rep, r.err
 	if err != nil {
 		t.Fatal(err)
 	}

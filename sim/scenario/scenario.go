@@ -84,7 +84,7 @@ type Tenant struct {
 	// Share is the tenant's weight among the tenants; shares need not add
 	// up to 1.
 	Share float64
-	// Priority is the requests' sim.Request.Priority: higher preempts lower.
+	// Priority is the requests' engine.Request.Priority: higher preempts lower.
 	Priority int
 }
 

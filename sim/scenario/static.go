@@ -8,13 +8,13 @@ import (
 	"slices"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/engine"
 	"modelplane/sim/profile"
 )
 
 // RunStatic serves requests with static batching, the baseline continuous
 // batching is measured against, on one simulated GPU with the step-time
-// model of sim.Scheduler:
+// model of engine.Scheduler:
 //
 //   - when the GPU is free, a batch takes the requests that have arrived,
 //     in arrival order, up to maxBatch and up to what the KV cache holds
@@ -23,7 +23,7 @@ import (
 //     load it runs small batches at once, under load its batches are full;
 //   - the batch's first step prefills every prompt and makes each request's
 //     first token: decode_base_ms + prefill_ms_per_token × prompt tokens,
-//     as a sim.Scheduler step of only new sequences costs;
+//     as an engine.Scheduler step of only new sequences costs;
 //   - then the batch decodes one token per step until its longest
 //     completion is done. Every step costs decode_base_ms +
 //     decode_ms_per_seq × the batch size: a sequence that has finished
@@ -39,7 +39,7 @@ import (
 // at its own last token, not the batch's (again the generous reading).
 // Requests must fix their completion length (OutputTokens, else
 // MaxTokens): static batching does not change what the model generates.
-func RunStatic(p profile.Profile, maxBatch int, reqs []sim.Request) (StaticReport, error) {
+func RunStatic(p profile.Profile, maxBatch int, reqs []engine.Request) (StaticReport, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return StaticReport{}, err
@@ -115,7 +115,7 @@ func RunStatic(p profile.Profile, maxBatch int, reqs []sim.Request) (StaticRepor
 		rep.RequestsPerSecond = float64(rep.Completed) / s
 		rep.TokensPerSecond = float64(rep.CompletionTokens) / s
 	}
-	rep.TTFT, rep.E2E = sim.PercentilesOf(ttft), sim.PercentilesOf(e2e)
+	rep.TTFT, rep.E2E = engine.PercentilesOf(ttft), engine.PercentilesOf(e2e)
 	return rep, nil
 }
 
@@ -131,5 +131,5 @@ type StaticReport struct {
 	CompletionTokens  int64
 	RequestsPerSecond float64
 	TokensPerSecond   float64
-	TTFT, E2E         sim.Percentiles
+	TTFT, E2E         engine.Percentiles
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"modelplane/sim"
+	"modelplane/engine"
 	"modelplane/sim/profile"
 )
 
@@ -18,13 +18,13 @@ func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Mill
 func TestRunStatic(t *testing.T) {
 	t.Parallel()
 	p := profile.Profile{DecodeBaseMs: 10, DecodeMsPerSeq: 1, PrefillMsPerToken: 0.1, KVMBPerToken: 1, UsableGB: 0.16}
-	req := func(id string, at time.Duration, prompt, out int) sim.Request {
-		return sim.Request{ID: id, Arrival: at, PromptTokens: prompt, OutputTokens: out}
+	req := func(id string, at time.Duration, prompt, out int) engine.Request {
+		return engine.Request{ID: id, Arrival: at, PromptTokens: prompt, OutputTokens: out}
 	}
 	tests := []struct {
 		name     string
 		batch    int
-		reqs     []sim.Request
+		reqs     []engine.Request
 		wantE2E  []time.Duration // sorted
 		wantDur  time.Duration
 		batches  int
@@ -36,14 +36,14 @@ func TestRunStatic(t *testing.T) {
 			// sequence's slot included. a ends after 3 tokens at 36 ms, b
 			// after 5 at 60 ms.
 			name: "together", batch: 4,
-			reqs:    []sim.Request{req("a", 0, 10, 3), req("b", 0, 10, 5)},
+			reqs:    []engine.Request{req("a", 0, 10, 3), req("b", 0, 10, 5)},
 			wantE2E: []time.Duration{msDur(36), msDur(60)}, wantDur: msDur(60), batches: 1,
 		},
 		{
 			// Batch size 1: a runs alone (11 + 2 × 11 = 33 ms), then b
 			// (33 + 11 + 4 × 11 = 88 ms).
 			name: "one at a time", batch: 1,
-			reqs:    []sim.Request{req("a", 0, 10, 3), req("b", 0, 10, 5)},
+			reqs:    []engine.Request{req("a", 0, 10, 3), req("b", 0, 10, 5)},
 			wantE2E: []time.Duration{msDur(33), msDur(88)}, wantDur: msDur(88), batches: 2,
 		},
 		{
@@ -51,7 +51,7 @@ func TestRunStatic(t *testing.T) {
 			// 11 + 9 × 11 = 110 ms; b starts then and ends at 110 + 11 = 121,
 			// 116 ms after it arrived.
 			name: "late arrival waits for the batch", batch: 4,
-			reqs:    []sim.Request{req("a", 0, 10, 10), req("b", msDur(5), 10, 1)},
+			reqs:    []engine.Request{req("a", 0, 10, 10), req("b", msDur(5), 10, 1)},
 			wantE2E: []time.Duration{msDur(110), msDur(116)}, wantDur: msDur(121), batches: 2,
 		},
 		{
@@ -60,12 +60,12 @@ func TestRunStatic(t *testing.T) {
 			// prefills 70 tokens (17 ms) and decodes 19 steps of 12 ms: 245
 			// ms; c then takes 10 + 1 = 11 ms.
 			name: "the cache caps the batch", batch: 8,
-			reqs:    []sim.Request{req("a", 0, 60, 1), req("b", 0, 10, 20), req("c", 0, 10, 1)},
+			reqs:    []engine.Request{req("a", 0, 60, 1), req("b", 0, 10, 20), req("c", 0, 10, 1)},
 			wantE2E: []time.Duration{msDur(17), msDur(245), msDur(256)}, wantDur: msDur(256), batches: 2,
 		},
 		{
 			name: "too large alone", batch: 8,
-			reqs:    []sim.Request{req("a", 0, 200, 1), req("b", 0, 10, 1)},
+			reqs:    []engine.Request{req("a", 0, 200, 1), req("b", 0, 10, 1)},
 			wantE2E: []time.Duration{msDur(11)}, wantDur: msDur(11), batches: 1, rejected: 1,
 		},
 	}
@@ -79,12 +79,12 @@ func TestRunStatic(t *testing.T) {
 			if rep.Batches != tt.batches || rep.Rejected != tt.rejected || rep.Duration != tt.wantDur {
 				t.Errorf("%d batches, %d rejected, took %v; want %d, %d, %v", rep.Batches, rep.Rejected, rep.Duration, tt.batches, tt.rejected, tt.wantDur)
 			}
-			if want := sim.PercentilesOf(tt.wantE2E); rep.E2E != want {
+			if want := engine.PercentilesOf(tt.wantE2E); rep.E2E != want {
 				t.Errorf("e2e %+v; want %+v", rep.E2E, want)
 			}
 		})
 	}
-	if _, err := RunStatic(p, 1, []sim.Request{{ID: "x", PromptTokens: 5}}); err == nil || !strings.Contains(err.Error(), "fixed completion length") {
+	if _, err := RunStatic(p, 1, []engine.Request{{ID: "x", PromptTokens: 5}}); err == nil || !strings.Contains(err.Error(), "fixed completion length") {
 		t.Errorf("a request without a completion length: %v; want an error", err)
 	}
 }

@@ -5,8 +5,8 @@ package onnxgen_test
 import (
 	"testing"
 
-	"modelplane/runtime/model"
 	"modelplane/runtime/onnx"
+	"modelplane/serveapi"
 )
 
 // TestONNXRuntimeRunsMLPs loads every written model in the real ONNX
@@ -29,9 +29,9 @@ func TestONNXRuntimeRunsMLPs(t *testing.T) {
 				t.Errorf("NumFeatures() = %d, want %d", got, c.inputs)
 			}
 			last := c.layers[len(c.layers)-1]
-			wantKind := model.OutputValue
+			wantKind := serveapi.OutputValue
 			if last.Activation == "Sigmoid" {
-				wantKind = model.OutputProbability
+				wantKind = serveapi.OutputProbability
 			}
 			if got := m.OutputKind(); got != wantKind {
 				t.Errorf("OutputKind() = %q, want %q", got, wantKind)

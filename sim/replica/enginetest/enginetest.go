@@ -1,5 +1,5 @@
 // Package enginetest checks that an Engine keeps the contract the replica's
-// step loop relies on (see replica.Engine), so the adapter of sim.Scheduler
+// step loop relies on (see replica.Engine), so the adapter of engine.Scheduler
 // can prove itself in its own tests:
 //
 //	func TestSchedulerIsAReplicaEngine(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,15 @@ func main() {
 	flag.Parse()
 
 	fmt.Printf("fakeruntime pid %d model dir %s\n", os.Getpid(), *modelDir)
+	// The replica's token, as the built-in runtime reads it: once, from
+	// the pipe the agent names.
+	token := ""
+	if fd, err := strconv.Atoi(os.Getenv("MP_REPLICA_TOKEN_FD")); err == nil {
+		f := os.NewFile(uintptr(fd), "token")
+		b, _ := io.ReadAll(f)
+		f.Close()
+		token = string(b)
+	}
 	if *crash {
 		fmt.Println("fakeruntime: crashing on start as told")
 		os.Exit(3)
@@ -120,6 +130,26 @@ func main() {
 		served.Add(1)
 		_ = json.NewEncoder(w).Encode(map[string]any{"pid": os.Getpid(), "score": 0.5})
 	})
+	// POST /alloc?mb=N allocates N MiB and keeps it, touching every page,
+	// as a model whose requests allocate rows × classes does.
+	var kept [][]byte
+	mux.HandleFunc("POST /alloc", func(w http.ResponseWriter, r *http.Request) {
+		mb, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+		for range mb {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			kept = append(kept, b)
+		}
+		fmt.Fprintf(w, "holding %d MiB\n", len(kept))
+	})
+	// GET /read?path=P says whether this process can read P (a sibling's
+	// model file, /proc/<pid>/environ, /proc/<pid>/fd/<n>).
+	mux.HandleFunc("GET /read", func(w http.ResponseWriter, r *http.Request) {
+		b, err := os.ReadFile(r.URL.Query().Get("path"))
+		_ = json.NewEncoder(w).Encode(map[string]any{"readable": err == nil, "content": string(b)})
+	})
 	mux.HandleFunc("GET /env", func(w http.ResponseWriter, r *http.Request) {
 		status, _ := os.ReadFile("/proc/self/status")
 		cpus := ""
@@ -135,6 +165,7 @@ func main() {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"uid": os.Getuid(), "gid": os.Getgid(), "cpus": cpus, "environ": os.Environ(), "readable": readable, "pid": os.Getpid(),
+			"token": token,
 		})
 	})
 	srv := &http.Server{Handler: mux}

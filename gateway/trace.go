@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"modelplane/tracing"
+)
+
+// The steps of the request path a trace shows as child spans of
+// ml_serving.request (the seed's span list, 001 §15), in order; each ends
+// where the next begins. They are built from timestamps the path takes
+// only when the request's span records, so an untraced or unsampled
+// request pays one branch a step.
+const (
+	stepAuthn = iota
+	stepSchema
+	stepRateLimit
+	stepRouting
+	steps
+)
+
+var stepNames = [steps]string{"ml_serving.authn", "ml_serving.schema_validation", "ml_serving.rate_limit_check", "ml_serving.traffic_routing"}
+
+// tracer returns the gateway's tracer: Config.Tracer's, or a no-op one.
+func (g *Gateway) tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return tracing.Off().Tracer("modelplane/gateway")
+	}
+	return tp.Tracer("modelplane/gateway")
+}
+
+// startTrace starts the request's root span, as a child of the caller's
+// traceparent when it sent one, and answers with the trace's traceparent
+// so the caller can quote one id, sampled or not.
+func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) *http.Request {
+	ctx, span := g.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.request", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithTimestamp(c.start))
+	sc := span.SpanContext()
+	if !sc.IsValid() {
+		return r // tracing off and no caller's trace: nothing to say
+	}
+	c.span, c.traceID = span, sc.TraceID().String()
+	c.tracing = span.IsRecording()
+	w.Header().Set("traceparent", tracing.Traceparent(sc))
+	return r.WithContext(ctx)
+}
+
+// mark records when step i of the request path ended.
+func (c *call) mark(i int) {
+	if c.tracing {
+		c.marks[i] = time.Now()
+	}
+}
+
+// endTrace ends the root span at end, with the steps' child spans and
+// what the request came to.
+func (c *call) endTrace(end time.Time) {
+	if c.span == nil {
+		return
+	}
+	if c.tracing {
+		ctx := trace.ContextWithSpan(context.Background(), c.span)
+		tr := c.span.TracerProvider().Tracer("modelplane/gateway")
+		from := c.start
+		for i, at := range c.marks {
+			if at.IsZero() {
+				break // the request ended before this step
+			}
+			_, s := tr.Start(ctx, stepNames[i], trace.WithTimestamp(from))
+			if i == stepRouting && c.ver != nil {
+				s.SetAttributes(attribute.String("version_assigned", c.ver.name), attribute.Bool("pinned", c.pinned))
+			}
+			s.End(trace.WithTimestamp(at))
+			from = at
+		}
+		c.span.SetAttributes(attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
+			attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status),
+			attribute.String("request_id", c.id))
+		if c.status >= 500 {
+			c.span.SetStatus(codes.Error, http.StatusText(c.status))
+		}
+		if c.streamed && !c.firstEvent.IsZero() {
+			c.span.AddEvent("first_event", trace.WithTimestamp(c.firstEvent), trace.WithAttributes(attribute.Int("tokens", c.tokens)))
+		}
+	}
+	c.span.End(trace.WithTimestamp(end))
+}
+
+// child starts a child span of the request's while it records (nil
+// otherwise): the call to a replica (ml_serving.model_inference, which
+// the replica continues from the traceparent send writes) and the held
+// wait of an endpoint scaled to zero.
+func (c *call) child(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !c.tracing {
+		return ctx, nil
+	}
+	return c.span.TracerProvider().Tracer("modelplane/gateway").Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+}

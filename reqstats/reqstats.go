@@ -1,0 +1,246 @@
+package reqstats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/coder/quartz"
+
+	"modelplane/busapi"
+	"modelplane/judge"
+)
+
+// queryTimeout bounds one read; the portal polls every few seconds, so a
+// slow ClickHouse must not pile requests up.
+const queryTimeout = 5 * time.Second
+
+// ErrWindow is returned for a window the reader refuses: not positive, or
+// more steps than a chart can show.
+var ErrWindow = errors.New("traffic: bad window")
+
+// MaxSteps is the most points one series may have.
+const MaxSteps = 360
+
+// Reader reads request_stats.
+type Reader struct {
+	ch    driver.Conn
+	clock quartz.Clock
+}
+
+// NewReader returns a Reader over ch; clock is what ends every window
+// (quartz.NewReal() when nil).
+func NewReader(ch driver.Conn, clock quartz.Clock) *Reader {
+	if clock == nil {
+		clock = quartz.NewReal()
+	}
+	return &Reader{ch: ch, clock: clock}
+}
+
+// Point is one step of one version's series. Latencies are in
+// milliseconds; a quantile of a step without samples is zero and Requests
+// tells it apart.
+type Point struct {
+	Start     time.Time `json:"start"`
+	Requests  uint64    `json:"requests"`
+	QPS       float64   `json:"qps"`
+	Errors    uint64    `json:"errors"`
+	ErrorRate float64   `json:"error_rate"`
+	P50MS     float64   `json:"p50_ms"`
+	P99MS     float64   `json:"p99_ms"`
+	Streams   uint64    `json:"streams"`
+	TTFTP50MS float64   `json:"ttft_p50_ms"`
+	TTFTP99MS float64   `json:"ttft_p99_ms"`
+	TPOTP50MS float64   `json:"tpot_p50_ms"`
+	TPOTP99MS float64   `json:"tpot_p99_ms"`
+}
+
+// Series is one version's points, oldest first, one per step of the window
+// (steps without traffic included, as zeros).
+type Series struct {
+	Version string  `json:"version"`
+	Points  []Point `json:"points"`
+	// Streaming is true when any window of the version counted a stream,
+	// so the caller shows TTFT and TPOT.
+	Streaming bool `json:"streaming"`
+}
+
+// Window is what Read returns: the series of every version with traffic,
+// by version name.
+type Window struct {
+	From     time.Time     `json:"from"`
+	Step     time.Duration `json:"step"`
+	Versions []Series      `json:"versions"`
+}
+
+// Read returns the series of endpoint over the steps × step ending now,
+// aligned to step. Only rows of the endpoint's id count: an endpoint
+// deleted and created again under the same name (perhaps by another team)
+// never shows the old one's statistics, even before retention purges them. Errors counted are upstream, timeout and shed failures
+// (a client's bad request is not the endpoint's error); the rate divides
+// them by requests.
+func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, steps int, step time.Duration) (Window, error) {
+	if steps <= 0 || steps > MaxSteps || step < time.Second {
+		return Window{}, fmt.Errorf("%w: %d steps of %s", ErrWindow, steps, step)
+	}
+	end := r.clock.Now().Truncate(step).Add(step)
+	from := end.Add(-time.Duration(steps) * step)
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
+		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, ttft_buckets, tpot_buckets
+		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ?`,
+		endpoint, endpointID, from.Add(-time.Second), end.Add(time.Second))
+	if err != nil {
+		return Window{}, fmt.Errorf("read traffic: %w", err)
+	}
+	defer rows.Close()
+	acc := map[string]*versionAcc{}
+	for rows.Next() {
+		var (
+			version                 string
+			sec                     uint32
+			ms                      uint16
+			requests, errs, streams uint64
+			lat, ttft, tpot         []uint64
+		)
+		if err := rows.Scan(&version, &sec, &ms, &requests, &errs, &lat, &streams, &ttft, &tpot); err != nil {
+			return Window{}, fmt.Errorf("read traffic: %w", err)
+		}
+		at := time.Unix(int64(sec), int64(ms)*int64(time.Millisecond))
+		if at.Before(from) || !at.Before(end) {
+			continue
+		}
+		a := acc[version]
+		if a == nil {
+			a = newVersionAcc(steps)
+			acc[version] = a
+		}
+		s := &a.steps[int(at.Sub(from)/step)]
+		s.requests += requests
+		s.errors += errs
+		s.streams += streams
+		addBuckets(&s.lat, lat)
+		addBuckets(&s.ttft, ttft)
+		addBuckets(&s.tpot, tpot)
+		if streams > 0 {
+			a.streaming = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Window{}, fmt.Errorf("read traffic: %w", err)
+	}
+	w := Window{From: from, Step: step}
+	for version, a := range acc {
+		s := Series{Version: version, Streaming: a.streaming, Points: make([]Point, steps)}
+		for i, st := range a.steps {
+			p := Point{Start: from.Add(time.Duration(i) * step), Requests: st.requests, Errors: st.errors,
+				QPS: float64(st.requests) / step.Seconds(), Streams: st.streams,
+				P50MS: busapi.QuantileMS(st.lat, 0.5), P99MS: busapi.QuantileMS(st.lat, 0.99)}
+			if st.requests > 0 {
+				p.ErrorRate = float64(st.errors) / float64(st.requests)
+			}
+			if a.streaming {
+				p.TTFTP50MS, p.TTFTP99MS = busapi.QuantileMS(st.ttft, 0.5), busapi.QuantileMS(st.ttft, 0.99)
+				p.TPOTP50MS, p.TPOTP99MS = busapi.QuantileMS(st.tpot, 0.5), busapi.QuantileMS(st.tpot, 0.99)
+			}
+			s.Points[i] = p
+		}
+		w.Versions = append(w.Versions, s)
+	}
+	sort.Slice(w.Versions, func(i, j int) bool { return w.Versions[i].Version < w.Versions[j].Version })
+	return w, nil
+}
+
+type stepAcc struct {
+	requests, errors, streams uint64
+	lat, ttft, tpot           []uint64
+}
+
+type versionAcc struct {
+	steps     []stepAcc
+	streaming bool
+}
+
+func newVersionAcc(steps int) *versionAcc { return &versionAcc{steps: make([]stepAcc, steps)} }
+
+// addBuckets adds h into *sum; a histogram of the wrong length (an empty
+// one for a version that does not stream) is skipped.
+func addBuckets(sum *[]uint64, h []uint64) {
+	if len(h) != busapi.LatencyBuckets {
+		return
+	}
+	if *sum == nil {
+		*sum = make([]uint64, busapi.LatencyBuckets)
+	}
+	for i, n := range h {
+		(*sum)[i] += n
+	}
+}
+
+// MaxMinutes is the longest window Last reads.
+const MaxMinutes = MaxSteps
+
+// Last reads the last minutes of endpoint: in 10-second steps up to ten
+// minutes, so a live chart moves, and in one-minute steps beyond, so a
+// chart never has more than MaxSteps points.
+func (r *Reader) Last(ctx context.Context, endpoint string, endpointID int64, minutes int) (Window, error) {
+	if minutes <= 0 || minutes > MaxMinutes {
+		return Window{}, fmt.Errorf("%w: %d minutes", ErrWindow, minutes)
+	}
+	if minutes <= 10 {
+		return r.Read(ctx, endpoint, endpointID, minutes*6, 10*time.Second)
+	}
+	return r.Read(ctx, endpoint, endpointID, minutes, time.Minute)
+}
+
+// Totals sums each version's request statistics of endpoint over windows
+// starting in [from, to): what a rollout's judge compares. Errors are
+// upstream, timeout and shed failures, as Read counts them; histograms are
+// over busapi.LatencyBoundsUS (nil when the version recorded none).
+func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrWindow, from, to)
+	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
+		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, tpot_buckets
+		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ? AND pinned = 0`,
+		endpoint, endpointID, from.Add(-time.Second), to.Add(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]judge.Window{}
+	for rows.Next() {
+		var (
+			version                 string
+			sec                     uint32
+			ms                      uint16
+			requests, errs, streams uint64
+			lat, tpot               []uint64
+		)
+		if err := rows.Scan(&version, &sec, &ms, &requests, &errs, &lat, &streams, &tpot); err != nil {
+			return nil, fmt.Errorf("read totals: %w", err)
+		}
+		at := time.Unix(int64(sec), int64(ms)*int64(time.Millisecond))
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		w := out[version]
+		w.Requests += requests
+		w.Errors += errs
+		w.Streams += streams
+		addBuckets(&w.Latency, lat)
+		addBuckets(&w.TPOT, tpot)
+		out[version] = w
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	return out, nil
+}

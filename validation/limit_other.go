@@ -1,7 +1,0 @@
-//go:build !linux
-
-package validation
-
-// limitMemory is a no-op where RLIMIT_AS is not available; the time limit
-// still holds.
-func limitMemory(int64) error { return nil }
