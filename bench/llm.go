@@ -45,6 +45,10 @@ type llmResult struct {
 	// MemoryBound is the same batching comparison on a generated model
 	// too big for the CPU caches (bench llm --big); nil without it.
 	MemoryBound *llmMemoryBound `json:"memory_bound,omitempty"`
+
+	// LlamaCpp is the engine against llama.cpp on the same memory-bound
+	// files, F16 and Q8_0 (see measurePeer).
+	LlamaCpp *llmPeer `json:"llamacpp,omitempty"`
 }
 
 // llmBatching are batchingSweep's figures.
@@ -164,11 +168,28 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if res.LlamaCpp, err = measurePeer(ctx, defaultPeerSizes()); err != nil {
+		return fmt.Errorf("llama.cpp comparison: %w", err)
+	}
 	if err := emit(out, cfg.JSON, res, "llm: demo model %d bytes; %.0f tok/s batch 1, %.0f tok/s 16 streams; TTFT p50 %.1f ms miss, %.1f ms prefix hit (%.2fx); at median latency <= %.0f ms continuous %.0f tok/s vs static %.0f (%.2fx), median %.0f / %.0f ms; against static answering at its batch's end %.2fx; KV waste %.2f / %.2f\n",
 		res.ModelBytes, res.TokensPerSecBatch1, res.TokensPerSecStreams, res.TTFTMissP50Ms, res.TTFTHitP50Ms, res.PrefixHitRatio,
 		res.LatencyTargetMs, res.ContinuousTokensPerS, res.StaticTokensPerS, res.ContinuousOverStatic, res.ContinuousMedianMs, res.StaticMedianMs,
 		res.BatchEndContinuousOverStatic, res.KVWasteContinuous, res.KVWasteStatic); err != nil {
 		return err
+	}
+	if p := res.LlamaCpp; !cfg.JSON {
+		if p.Skipped != "" {
+			if _, err := fmt.Fprintf(out, "llm vs llama.cpp: skipped (%s); ours alone below\n", p.Skipped); err != nil {
+				return err
+			}
+		}
+		for _, f := range p.Models {
+			if _, err := fmt.Fprintf(out, "llm vs llama.cpp %s, %d thread(s): batch 1 %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx), %d seqs %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx)\n",
+				f.Type, f.Threads, f.OursBatch1, f.PeerBatch1, f.RatioBatch1, f.RatioCPUBatch1, p.TargetBatch1,
+				p.Seqs, f.OursSeqs, f.PeerSeqs, f.RatioSeqs, f.RatioCPUSeqs, p.TargetSeqs); err != nil {
+				return err
+			}
+		}
 	}
 	if mb := res.MemoryBound; mb != nil && !cfg.JSON {
 		_, err = fmt.Fprintf(out, "llm memory-bound: model %d bytes (L3 %d); decode step %.1f ms batch 1, %.1f ms batch 16 (%.2fx; demo %.2fx); at median latency <= %.0f ms continuous %.1f tok/s vs static %.1f (%.2fx)\n",

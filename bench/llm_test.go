@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/gguf"
 	"modelplane/llm"
 	"modelplane/runtime/llmserve"
 )
@@ -242,5 +243,36 @@ func checkSweep(t *testing.T, name string, res llmBatching) {
 	}
 	if res.ContinuousSaturatedTokensS <= 0 || res.StaticSaturatedTokensS <= 0 {
 		t.Errorf("saturated tokens/s %v and %v, want both above 0", res.ContinuousSaturatedTokensS, res.StaticSaturatedTokensS)
+	}
+}
+
+// TestLLMPeerComparesOnTheSameFiles runs the llama.cpp comparison small:
+// every figure is there, and the ratios are ours over the peer's (or,
+// when the peer cannot be had, it says why and has our figures alone).
+func TestLLMPeerComparesOnTheSameFiles(t *testing.T) {
+	tiny := llm.Config{Layers: 1, Dim: 64, Heads: 2, KVHeads: 1, HeadDim: 32, FFN: 128,
+		Vocab: llm.DemoConfig.Vocab, Context: 256, RopeTheta: 10000, NormEps: 1e-5}
+	sz := llmPeerSizes{Config: tiny, Types: []gguf.TensorType{gguf.F16, gguf.Q8_0}, Prompt: 4, Decode: 4, Seqs: 3, Reps: 1, Threads: []int{1}}
+	res, err := measurePeer(context.Background(), sz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Models) != 2 {
+		t.Fatalf("%d figures, want one a type: %+v", len(res.Models), res.Models)
+	}
+	for _, f := range res.Models {
+		if f.OursBatch1 <= 0 || f.OursSeqs <= 0 || f.OursCPUBatch1 <= 0 || f.OursCPUSeqs <= 0 || f.WeightBytes <= 0 || f.FileBytes < f.WeightBytes {
+			t.Errorf("%s: our figures %+v, want all above 0 and the file holding the weights", f.Type, f)
+		}
+		if res.Skipped != "" {
+			t.Logf("peer skipped: %s", res.Skipped)
+			continue
+		}
+		if f.PeerBatch1 <= 0 || f.PeerSeqs <= 0 || f.RatioBatch1 != round3(f.OursBatch1/f.PeerBatch1) || f.RatioCPUSeqs != round3(f.OursCPUSeqs/f.PeerCPUSeqs) {
+			t.Errorf("%s: %+v, want the peer's figures and ours over them", f.Type, f)
+		}
+	}
+	if res.Skipped == "" && res.Peer == "" {
+		t.Error("the peer ran but its build is not named")
 	}
 }

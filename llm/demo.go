@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"modelplane/gguf"
 )
@@ -32,8 +33,13 @@ func WriteDemo(w io.Writer, typ gguf.TensorType) error {
 // WriteModel writes a llama model of shape c the way WriteDemo writes the
 // demo (which is WriteModel of DemoConfig): deterministic seeded random
 // weights of type typ and the demo's byte-level tokenizer and chat
-// template, so c.Vocab must be the demo's 259. It is for benchmarks that
-// need a model of another size, such as one too big for the CPU caches.
+// template, so c.Vocab must be the demo's 259. It is for benchmarks and
+// tests that need a model of another size or type, such as one too big
+// for the CPU caches. typ is F32, F16, Q8_0, Q4_0, Q4_K or Q6_K; the
+// norms stay F32, as converters write them. Q4_K writes what llama.cpp's
+// Q4_K_M mostly is: Q4_K, with ffn_down and output in Q6_K. The
+// quantised types want the width and the feed-forward to be multiples of
+// their blocks (32 for Q8_0 and Q4_0, 256 for the K-quants).
 func WriteModel(w io.Writer, c Config, typ gguf.TensorType) error {
 	kvs, tensors, err := modelParts(c, typ)
 	if err != nil {
@@ -50,8 +56,9 @@ func demoParts(typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
 
 // modelParts is the metadata and tensors of WriteModel's model of shape c.
 func modelParts(c Config, typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error) {
-	if typ != gguf.F32 && typ != gguf.F16 && typ != gguf.Q8_0 {
-		return nil, nil, fmt.Errorf("model weight type %s: want F32, F16 or Q8_0", typ)
+	wt, ok := wtypes[typ]
+	if !ok {
+		return nil, nil, fmt.Errorf("model weight type %s: want one of %s", typ, supportedTypes)
 	}
 	if c.Vocab != DemoConfig.Vocab {
 		return nil, nil, fmt.Errorf("model vocabulary %d: the byte-level tokenizer has %d tokens", c.Vocab, DemoConfig.Vocab)
@@ -60,8 +67,8 @@ func modelParts(c Config, typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error)
 		c.Dim != c.Heads*c.HeadDim || c.FFN < 1 || c.Context < 1 {
 		return nil, nil, fmt.Errorf("model shape %+v: want layers, heads a multiple of K/V heads, dim heads × an even head width, a feed-forward and a context", c)
 	}
-	if typ == gguf.Q8_0 && (c.Dim%32 != 0 || c.FFN%32 != 0) {
-		return nil, nil, fmt.Errorf("model shape %+v: Q8_0 wants the width and the feed-forward multiples of 32", c)
+	if el, _ := wt.block(); c.Dim%el != 0 || c.FFN%el != 0 {
+		return nil, nil, fmt.Errorf("model shape %+v: %s wants the width and the feed-forward multiples of %d", c, typ, el)
 	}
 	rng := rand.New(rand.NewPCG(17, 0x6c6c6d))
 	var tensors []gguf.Tensor
@@ -74,6 +81,9 @@ func modelParts(c Config, typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error)
 		if rows > 1 {
 			t.Dims = append(t.Dims, uint64(rows))
 			t.Type = typ // norms stay F32, as converters write them
+			if typ == gguf.Q4_K && (name == "output.weight" || strings.HasSuffix(name, "ffn_down.weight")) {
+				t.Type = gguf.Q6_K // as Q4_K_M
+			}
 		}
 		t.Data = encodeTensor(x, t.Type)
 		tensors = append(tensors, t)
@@ -105,7 +115,7 @@ func modelParts(c Config, typ gguf.TensorType) ([]gguf.KV, []gguf.Tensor, error)
 		tokens = append(tokens, s)
 		types = append(types, tokControl)
 	}
-	name := "modelplane-demo-llama-" + map[gguf.TensorType]string{gguf.F32: "f32", gguf.F16: "f16", gguf.Q8_0: "q8_0"}[typ]
+	name := "modelplane-demo-llama-" + strings.ToLower(typ.String())
 	if c != DemoConfig {
 		name = fmt.Sprintf("modelplane-llama-%dx%d-", c.Layers, c.Dim) + name[len("modelplane-demo-llama-"):]
 	}
@@ -143,24 +153,13 @@ func encodeTensor(x []float32, t gguf.TensorType) []byte {
 		}
 		return b
 	case gguf.Q8_0:
-		b := make([]byte, 0, len(x)/32*34)
-		for blk := 0; blk < len(x)/32; blk++ {
-			xs := x[blk*32 : blk*32+32]
-			var amax float32
-			for _, v := range xs {
-				amax = max(amax, float32(math.Abs(float64(v))))
-			}
-			d := amax / 127
-			id := float32(0)
-			if d != 0 {
-				id = 1 / d
-			}
-			b = binary.LittleEndian.AppendUint16(b, floatToHalf(d))
-			for _, v := range xs {
-				b = append(b, byte(int8(math.Round(float64(v*id)))))
-			}
-		}
-		return b
+		return quantQ8_0(nil, x)
+	case gguf.Q4_0:
+		return quantQ4_0(nil, x)
+	case gguf.Q4_K:
+		return quantQ4_K(nil, x)
+	case gguf.Q6_K:
+		return quantQ6_K(nil, x)
 	}
 	b := make([]byte, 4*len(x))
 	for i, v := range x {

@@ -1,11 +1,12 @@
 package llm
 
-// The dot products of the forward pass. Every one of them, in every
-// kernel, sums in one order: four lane sums, s_k over the terms
-// a[4i+k]·b[4i+k], then the terms past the last multiple of four into
-// s0, then (s0+s1)+(s2+s3); each product is rounded before it is added
-// (no fused multiply-add). A row's logits are therefore the same whether
-// it runs alone or in a batch, in dot4 or in dot, and on any GOARCH.
+// Attention's dot products, and the pure Go order of the F32 and F16
+// matrix products. Every one of them sums in one order: four lane sums,
+// s_k over the terms a[4i+k]·b[4i+k], then the terms past the last
+// multiple of four into s0, then (s0+s1)+(s2+s3); each product is rounded
+// before it is added (no fused multiply-add). The matrix products' SIMD
+// kernels have their own order (kernels_amd64.go), fixed for a row
+// whatever its batch.
 
 // dotGo is dot in Go: the reference order, and the kernel where there is
 // no assembly. The float32 conversions keep the compiler from fusing a

@@ -2,36 +2,10 @@
 
 package llm
 
-// On amd64 the dot products are SSE: a vector of four lanes is exactly
-// dotGo's s0..s3 (MULPS then ADDPS, each rounded), so the results are
-// dotGo's bit for bit. SSE is in every amd64, so there is no CPU check.
-
-// dot returns Σ a[i]·b[i] over len(a) terms.
-func dot(a, b []float32) float32 {
-	if len(a) == 0 {
-		return 0
-	}
-	b = b[:len(a)]
-	return dotSSE(&a[0], &b[0], len(a))
-}
-
-// dot4 sets dst[k·ds] = dot(x[k·xs : k·xs+len(w)], w) for k = 0…3: one
-// weight row against four rows of x, each loaded weight feeding four
-// accumulators.
-func dot4(dst []float32, ds int, x []float32, xs int, w []float32) {
-	if len(w) == 0 {
-		panic("llm: dot4 of no terms")
-	}
-	_ = dst[3*ds]
-	_ = x[3*xs+len(w)-1]
-	dot4SSE(&dst[0], ds, &x[0], xs, &w[0], len(w))
-}
-
-//go:noescape
-func dotSSE(a, b *float32, n int) float32
-
-//go:noescape
-func dot4SSE(dst *float32, ds int, x *float32, xs int, w *float32, n int)
+// On amd64 attention's dot products are SSE: a vector of four lanes is
+// exactly dotGo's s0..s3 (MULPS then ADDPS, each rounded), so the results
+// are dotGo's bit for bit. SSE is in every amd64, so there is no CPU
+// check. The matrix products are in matmul_amd64.s.
 
 // dots sets dst[c] = dot(q, k[c·ks : c·ks+len(q)]) for c < len(dst): a
 // query against the keys of consecutive positions.

@@ -3,7 +3,6 @@ package llm
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -68,7 +67,7 @@ func (m *Model) Forward(kv *KV, batch []Seq) [][]float32 {
 		}
 	}
 	m.calls.Add(1)
-	return m.forward(kv, batch, runtime.GOMAXPROCS(0))
+	return m.forward(kv, batch, m.Threads())
 }
 
 func (m *Model) check(kv *KV, s Seq) error {
@@ -126,7 +125,7 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	x := make([]float32, n*d)
 	for r, rw := range rows {
 		t := batch[rw.seq].Tokens[rw.pos-batch[rw.seq].Pos]
-		copy(x[r*d:(r+1)*d], m.embd[t*d:(t+1)*d])
+		m.embd.row(x[r*d:(r+1)*d], t)
 	}
 	h := make([]float32, n*d)
 	q := make([]float32, n*d)
@@ -190,9 +189,9 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	for li := range m.layers {
 		l := &m.layers[li]
 		rmsnorm(h, x, l.attnNorm, n, d, c.NormEps)
-		parMatmul(workers, q, h, l.wq, n, d, d)
-		parMatmul(workers, k, h, l.wk, n, d, kvd)
-		parMatmul(workers, v, h, l.wv, n, d, kvd)
+		matmul(workers, q, h, l.wq, n)
+		matmul(workers, k, h, l.wk, n)
+		matmul(workers, v, h, l.wv, n)
 		// Every row's K/V is in the pages before any row attends: a row
 		// reads the rows of its sequence before it.
 		for r, rw := range rows {
@@ -222,17 +221,17 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 			}
 			wg.Wait()
 		}
-		parMatmul(workers, h, att, l.wo, n, d, d)
+		matmul(workers, h, att, l.wo, n)
 		for i := range x {
 			x[i] += h[i]
 		}
 		rmsnorm(h, x, l.ffnNorm, n, d, c.NormEps)
-		parMatmul(workers, g, h, l.gate, n, d, c.FFN)
-		parMatmul(workers, u, h, l.up, n, d, c.FFN)
+		matmul(workers, g, h, l.gate, n)
+		matmul(workers, u, h, l.up, n)
 		for i := range g {
 			g[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
 		}
-		parMatmul(workers, h, g, l.down, n, c.FFN, d)
+		matmul(workers, h, g, l.down, n)
 		for i := range x {
 			x[i] += h[i]
 		}
@@ -245,7 +244,7 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 	}
 	rmsnorm(h[:b*d], lastX, m.outNorm, b, d, c.NormEps)
 	logits := make([]float32, b*c.Vocab)
-	parMatmul(workers, logits, h[:b*d], m.output, b, d, c.Vocab)
+	matmul(workers, logits, h[:b*d], m.output, b)
 	out := make([][]float32, b)
 	for i := range out {
 		out[i] = logits[i*c.Vocab : (i+1)*c.Vocab : (i+1)*c.Vocab]
@@ -285,49 +284,6 @@ func rmsnorm(dst, x, w []float32, n, d int, eps float32) {
 		out := dst[i*d : (i+1)*d]
 		for j, v := range row {
 			out[j] = v * r * w[j]
-		}
-	}
-}
-
-// parMatmul is matmul with the output columns (weight rows) split among
-// workers goroutines when the product is big enough to pay for them. Each
-// output is the same dot product either way.
-func parMatmul(workers int, dst, x, w []float32, n, in, out int) {
-	workers = min(workers, out/16)
-	if workers <= 1 || n*in*out < 1<<16 {
-		matmulRows(dst, x, w, n, in, out, 0, out)
-		return
-	}
-	var wg sync.WaitGroup
-	for k := range workers {
-		lo, hi := out*k/workers, out*(k+1)/workers
-		wg.Go(func() { matmulRows(dst, x, w, n, in, out, lo, hi) })
-	}
-	wg.Wait()
-}
-
-// matmulTile is how many rows of x matmulRows takes through the weights
-// at a time: a tile stays in the L1 or L2 cache while each weight row is
-// read once for all its rows.
-const matmulTile = 64
-
-// matmulRows sets dst[i][o] = Σ_j x[i][j]·w[o][j] for the n rows of x and
-// the outputs lo ≤ o < hi. Each weight row is read once per tile of rows
-// and feeds four rows at a time (dot4); each output is the dot product of
-// dot, in its float order, so a row's result does not depend on n or on
-// which rows share its tile.
-func matmulRows(dst, x, w []float32, n, in, out, lo, hi int) {
-	for t := 0; t < n; t += matmulTile {
-		end := min(n, t+matmulTile)
-		for o := lo; o < hi; o++ {
-			wr := w[o*in : (o+1)*in]
-			i := t
-			for ; i+4 <= end; i += 4 {
-				dot4(dst[i*out+o:], out, x[i*in:], in, wr)
-			}
-			for ; i < end; i++ {
-				dst[i*out+o] = dot(x[i*in:(i+1)*in], wr)
-			}
 		}
 	}
 }

@@ -121,9 +121,12 @@ func numpyForward(t *testing.T, path string, prompt []int, steps int) ([][]float
 
 // TestLogitsMatchNumPy compares the Go forward pass (paged, incremental
 // decode) with the independent NumPy forward pass (float64, whole sequence
-// recomputed each step) on the demo model in each weight type.
+// recomputed each step) on the demo model in F32 and F16, whose
+// activations stay float32. Quantised weights take activations quantised
+// to Q8 as llama.cpp does, which float64 NumPy does not model to 1e-4;
+// they are held to llama.cpp itself (TestQuantisedTop1MatchesLlamaCpp).
 func TestLogitsMatchNumPy(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
+	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16} {
 		t.Run(typ.String(), func(t *testing.T) {
 			m := demoModel(t, typ)
 			prompt, _ := m.Chat([]Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Name a colour."}})
@@ -258,15 +261,23 @@ func TestSharedPrefixSkipsPrefill(t *testing.T) {
 
 func TestMemoryNeed(t *testing.T) {
 	c := DemoConfig
-	params := int64(c.Vocab*c.Dim*2 + c.Dim + c.Layers*(2*c.Dim+2*c.Dim*c.Dim+2*c.Dim*c.KVDim()+3*c.Dim*c.FFN))
-	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
-		got, err := MemoryNeed(demoPath(t, typ), 1024)
+	norms := int64(c.Dim + c.Layers*2*c.Dim)
+	matrices := int64(c.Vocab*c.Dim*2 + c.Layers*(2*c.Dim*c.Dim+2*c.Dim*c.KVDim()+3*c.Dim*c.FFN))
+	for _, tc := range []struct {
+		typ   gguf.TensorType
+		bytes float64 // a matrix element's
+	}{{gguf.F32, 4}, {gguf.F16, 2}, {gguf.Q8_0, 34.0 / 32}} {
+		got, err := MemoryNeed(demoPath(t, tc.typ), 1024)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 4*params + 2*int64(c.Layers)*1024*int64(c.KVDim())*4
+		weights := 4*norms + int64(float64(matrices)*tc.bytes)
+		want := weights + 2*int64(c.Layers)*1024*int64(c.KVDim())*4
 		if got != want {
-			t.Errorf("%s: MemoryNeed = %d, want %d", typ, got, want)
+			t.Errorf("%s: MemoryNeed = %d, want %d", tc.typ, got, want)
+		}
+		if held := demoModel(t, tc.typ).WeightBytes(); held != weights {
+			t.Errorf("%s: the loaded model holds %d bytes of weights, MemoryNeed counts %d", tc.typ, held, weights)
 		}
 	}
 }
@@ -303,33 +314,10 @@ func TestWorkersDoNotChangeLogits(t *testing.T) {
 	}
 }
 
-// TestDotKernels compares dot and dot4 with dotGo, the reference order,
-// bit for bit, at lengths with and without a tail past a multiple of four.
-func TestDotKernels(t *testing.T) {
+// TestAttentionKernels compares dots and axpys with their Go reference
+// order, bit for bit.
+func TestAttentionKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{1, 3, 4, 7, 16, 63, 64, 65, 192, 259} {
-		const xs, ds = 300, 5
-		x := make([]float32, 3*xs+n)
-		w := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		for i := range w {
-			w[i] = float32(rng.NormFloat64())
-		}
-		dst := make([]float32, 3*ds+1)
-		dot4(dst, ds, x, xs, w)
-		for k := range 4 {
-			row := x[k*xs : k*xs+n]
-			want := dotGo(row, w)
-			if got := dot(row, w); got != want {
-				t.Errorf("n=%d row %d: dot = %v, dotGo %v", n, k, got, want)
-			}
-			if dst[k*ds] != want {
-				t.Errorf("n=%d row %d: dot4 = %v, dotGo %v", n, k, dst[k*ds], want)
-			}
-		}
-	}
 	for _, count := range []int{1, 5, 16} {
 		for _, n := range []int{1, 6, 16, 18} {
 			const ks = 40

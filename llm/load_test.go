@@ -87,9 +87,9 @@ func TestBadModels(t *testing.T) {
 		}), ErrUnsupported, `architecture "gpt2"`},
 		{"unsupported tensor type", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
 			return kvs, withTensor(ts, "blk.0.attn_q.weight", func(t *gguf.Tensor) {
-				t.Type, t.Data = gguf.Q4_K, make([]byte, 64*64/256*144)
+				t.Type, t.Data = gguf.Q5_0, make([]byte, 64*64/32*22)
 			})
-		}), ErrUnsupported, "tensor blk.0.attn_q.weight has type Q4_K"},
+		}), ErrUnsupported, "tensor blk.0.attn_q.weight has type Q5_0 (the built-in runtime runs F32, F16, Q8_0, Q4_0, Q4_K and Q6_K)"},
 		{"wrong shape", altered(func(kvs []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
 			return kvs, withTensor(ts, "blk.1.ffn_up.weight", func(t *gguf.Tensor) {
 				t.Dims = []uint64{64, 96}

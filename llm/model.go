@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -39,8 +38,8 @@ func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
 type layer struct {
 	attnNorm, ffnNorm []float32
-	wq, wk, wv, wo    []float32 // [out][in] row-major
-	gate, up, down    []float32
+	wq, wk, wv, wo    *matrix // [out][in], in the file's type
+	gate, up, down    *matrix
 }
 
 // Model is a loaded llama model. Its methods are safe for concurrent use;
@@ -48,13 +47,38 @@ type layer struct {
 type Model struct {
 	cfg      Config
 	tok      *Tokenizer
-	embd     []float32 // [vocab][dim]
+	embd     *matrix // [vocab][dim]
 	layers   []layer
 	outNorm  []float32
-	output   []float32 // [vocab][dim]; shares embd when tied
+	output   *matrix // [vocab][dim]; embd when tied
 	template string
+	threads  atomic.Int32
 	computed atomic.Int64
 	calls    atomic.Int64
+}
+
+// SetThreads sets how many goroutines a Forward call splits its matrix
+// products and attention among: the cores the replica was given. It is 1
+// after Load; n < 1 means 1. The logits do not depend on it.
+func (m *Model) SetThreads(n int) { m.threads.Store(int32(max(1, n))) }
+
+// Threads is what SetThreads set.
+func (m *Model) Threads() int { return int(m.threads.Load()) }
+
+// WeightBytes is the memory the weights hold: the quantised types as
+// their blocks, F32 and F16 at 4 and 2 bytes an element.
+func (m *Model) WeightBytes() int64 {
+	n := m.embd.bytes() + 4*int64(len(m.outNorm))
+	if m.output != m.embd {
+		n += m.output.bytes()
+	}
+	for _, l := range m.layers {
+		n += 4 * int64(len(l.attnNorm)+len(l.ffnNorm))
+		for _, w := range []*matrix{l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down} {
+			n += w.bytes()
+		}
+	}
+	return n
 }
 
 // Config returns the model's hyperparameters.
@@ -102,17 +126,17 @@ func FromFile(f *gguf.File) (*Model, error) {
 		return nil, fmt.Errorf("%w: tokenizer has %d tokens but token_embd has %d rows", ErrInvalid, tok.Len(), cfg.Vocab)
 	}
 	m := &Model{cfg: cfg, tok: tok}
+	m.threads.Store(1)
 	m.template, _ = f.String("tokenizer.chat_template")
 	d, kv := cfg.Dim, cfg.KVDim()
-	load := func(name string, dims ...int) ([]float32, error) { return loadTensor(f, name, dims...) }
-	if m.embd, err = load("token_embd.weight", d, cfg.Vocab); err != nil {
+	if m.embd, err = loadMatrix(f, "token_embd.weight", d, cfg.Vocab); err != nil {
 		return nil, err
 	}
-	if m.outNorm, err = load("output_norm.weight", d); err != nil {
+	if m.outNorm, err = loadVector(f, "output_norm.weight", d); err != nil {
 		return nil, err
 	}
 	if _, ok := f.Tensor("output.weight"); ok {
-		if m.output, err = load("output.weight", d, cfg.Vocab); err != nil {
+		if m.output, err = loadMatrix(f, "output.weight", d, cfg.Vocab); err != nil {
 			return nil, err
 		}
 	} else {
@@ -122,22 +146,26 @@ func FromFile(f *gguf.File) (*Model, error) {
 	for i := range m.layers {
 		l := &m.layers[i]
 		p := fmt.Sprintf("blk.%d.", i)
+		if l.attnNorm, err = loadVector(f, p+"attn_norm.weight", d); err != nil {
+			return nil, err
+		}
+		if l.ffnNorm, err = loadVector(f, p+"ffn_norm.weight", d); err != nil {
+			return nil, err
+		}
 		for _, t := range []struct {
-			dst  *[]float32
-			name string
-			dims []int
+			dst        **matrix
+			name       string
+			cols, rows int
 		}{
-			{&l.attnNorm, "attn_norm", []int{d}},
-			{&l.wq, "attn_q", []int{d, d}},
-			{&l.wk, "attn_k", []int{d, kv}},
-			{&l.wv, "attn_v", []int{d, kv}},
-			{&l.wo, "attn_output", []int{d, d}},
-			{&l.ffnNorm, "ffn_norm", []int{d}},
-			{&l.gate, "ffn_gate", []int{d, cfg.FFN}},
-			{&l.up, "ffn_up", []int{d, cfg.FFN}},
-			{&l.down, "ffn_down", []int{cfg.FFN, d}},
+			{&l.wq, "attn_q", d, d},
+			{&l.wk, "attn_k", d, kv},
+			{&l.wv, "attn_v", d, kv},
+			{&l.wo, "attn_output", d, d},
+			{&l.gate, "ffn_gate", d, cfg.FFN},
+			{&l.up, "ffn_up", d, cfg.FFN},
+			{&l.down, "ffn_down", cfg.FFN, d},
 		} {
-			if *t.dst, err = load(p+t.name+".weight", t.dims...); err != nil {
+			if *t.dst, err = loadMatrix(f, p+t.name+".weight", t.cols, t.rows); err != nil {
 				return nil, err
 			}
 		}
@@ -226,50 +254,51 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	return c, nil
 }
 
-// supported reports whether loadTensor decodes the type.
-func supported(t gguf.TensorType) bool {
-	return t == gguf.F32 || t == gguf.F16 || t == gguf.Q8_0
-}
+// supported reports whether the forward pass runs weights of type t.
+func supported(t gguf.TensorType) bool { _, ok := wtypes[t]; return ok }
 
-func loadTensor(f *gguf.File, name string, dims ...int) ([]float32, error) {
+// tensorBytes checks a tensor's shape and type and returns its bytes.
+func tensorBytes(f *gguf.File, name string, dims ...int) (gguf.TensorInfo, []byte, error) {
 	t, ok := f.Tensor(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: tensor %s is missing", ErrInvalid, name)
+		return t, nil, fmt.Errorf("%w: tensor %s is missing", ErrInvalid, name)
 	}
 	if err := checkShape(t, dims); err != nil {
-		return nil, err
+		return t, nil, err
 	}
 	if !supported(t.Type) {
-		return nil, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs F32, F16 and Q8_0)", ErrUnsupported, name, t.Type)
+		return t, nil, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs %s)", ErrUnsupported, name, t.Type, supportedTypes)
 	}
 	b, err := f.TensorBytes(t)
+	return t, b, err
+}
+
+// loadMatrix reads a weight matrix of rows × cols (dims [cols rows]) and
+// keeps it in its file's type.
+func loadMatrix(f *gguf.File, name string, cols, rows int) (*matrix, error) {
+	t, b, err := tensorBytes(f, name, cols, rows)
 	if err != nil {
 		return nil, err
 	}
-	elems, err := t.Elements()
+	m, err := newMatrix(t.Type, rows, cols, b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tensor %s: %v", ErrInvalid, name, err)
+	}
+	return m, nil
+}
+
+// loadVector reads a one-dimensional tensor (a norm's weights) as float32.
+func loadVector(f *gguf.File, name string, n int) ([]float32, error) {
+	t, b, err := tensorBytes(f, name, n)
 	if err != nil {
 		return nil, err
 	}
-	n := int(elems)
+	w, ok := wtypes[t.Type]
+	if el, _ := w.block(); !ok || n%el != 0 {
+		return nil, fmt.Errorf("%w: tensor %s of %d elements in %s", ErrInvalid, name, n, t.Type)
+	}
 	out := make([]float32, n)
-	switch t.Type {
-	case gguf.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case gguf.F16:
-		for i := range out {
-			out[i] = halfToFloat(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-	case gguf.Q8_0:
-		for blk := 0; blk < n/32; blk++ {
-			p := b[blk*34:]
-			d := halfToFloat(binary.LittleEndian.Uint16(p))
-			for j := range 32 {
-				out[blk*32+j] = d * float32(int8(p[2+j]))
-			}
-		}
-	}
+	dequantRow(out, w, b)
 	return out, nil
 }
 
@@ -286,10 +315,11 @@ func checkShape(t gguf.TensorInfo, dims []int) error {
 
 // MemoryNeed is the bytes the built-in runtime needs to run the model at
 // path with K/V for contextTokens positions, computed from the header
-// alone: every weight held as float32 (4 bytes an element, whatever the
-// file's type) plus K and V in float32 for every layer:
+// alone: every weight in its file's type (the bytes of its tensor: F32
+// 4 bytes an element, F16 2, the quantised types their blocks) plus K and
+// V in float32 for every layer:
 //
-//	weights = 4 × Σ elements(tensor)
+//	weights = Σ bytes(tensor)
 //	kv      = 2 × layers × contextTokens × head_count_kv × head_dim × 4
 //
 // It checks the file as Load would (architecture, shapes and tensor
@@ -311,16 +341,17 @@ func MemoryNeed(path string, contextTokens int) (int64, error) {
 	var weights uint64
 	for _, t := range f.Tensors {
 		if !supported(t.Type) {
-			return 0, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs F32, F16 and Q8_0)", ErrUnsupported, t.Name, t.Type)
+			return 0, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs %s)", ErrUnsupported, t.Name, t.Type, supportedTypes)
 		}
 		n, err := t.Elements()
 		if err != nil {
 			return 0, err
 		}
-		b, ok := mulAll(4, n)
-		if !ok {
-			return 0, tooLarge
+		b, err := t.Type.RowBytes(n) // checked: an overflow is an error
+		if err != nil {
+			return 0, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
+		var ok bool
 		if weights, ok = addMax(weights, b); !ok {
 			return 0, tooLarge
 		}

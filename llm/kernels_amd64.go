@@ -1,0 +1,255 @@
+//go:build !purego
+
+package llm
+
+//go:generate python3 matmul512_gen.py
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// kern is the kernel set in use, chosen once by what the CPU has: AVX-512
+// (F, BW, VL and VNNI), else AVX2 with FMA and F16C (every x86 server
+// since 2013), else pure Go; MP_LLM_KERNELS may name a lesser one.
+var kern = pickKernels()
+
+// kernelSets are the sets this machine can run, for the tests.
+var kernelSets = availableKernels()
+
+func availableKernels() []kernelSet {
+	sets := []kernelSet{goKernels}
+	x := cpu.X86
+	if x.HasAVX2 && x.HasFMA && x.HasF16C {
+		sets = append(sets, avx2Kernels)
+		if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+			sets = append(sets, avx512Kernels)
+		}
+	}
+	return sets
+}
+
+// pickKernels takes the most capable set, or the one MP_LLM_KERNELS
+// names (go, avx2 or avx512) when the CPU has it: for comparing them.
+func pickKernels() kernelSet {
+	s := availableKernels()
+	for _, k := range s {
+		if k.name == os.Getenv("MP_LLM_KERNELS") {
+			return k
+		}
+	}
+	return s[len(s)-1]
+}
+
+// avx2Kernels take one weight row against one or four activation rows.
+var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile}
+
+func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	_ = dst[(xr-1)*ds+wr-1]
+	for l := range wr {
+		avx2Row(dst[l:], ds, a, i, xr, w, o+l)
+	}
+}
+
+// avx2Row sets dst[k·ds], k < xr, to activation row i+k against weight
+// row o. Elements past the last multiple of eight are added after, in Go.
+func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
+	c := w.cols
+	switch w.typ {
+	case tF32, tF16:
+		m := c &^ 7
+		x := a.x[i*c : (i+xr)*c]
+		if m > 0 {
+			if w.typ == tF32 {
+				f32DotAVX2(&dst[0], ds, &x[0], c, &w.f32[o*c], m, xr)
+			} else {
+				f16DotAVX2(&dst[0], ds, &x[0], c, &w.data[o*w.rowBytes], m, xr)
+			}
+		} else {
+			for k := range xr {
+				dst[k*ds] = 0
+			}
+		}
+		for k := 0; m < c && k < xr; k++ {
+			if w.typ == tF32 {
+				dst[k*ds] += dotGo(x[k*c+m:(k+1)*c], w.f32[o*c+m:(o+1)*c])
+			} else {
+				dst[k*ds] += dotF16Go(x[k*c+m:(k+1)*c], w.data[o*w.rowBytes+2*m:(o+1)*w.rowBytes])
+			}
+		}
+	case tQ8_0, tQ4_0:
+		q := a.q[i : i+xr]
+		_ = q[xr-1].q[c-1]
+		nb := c / 32
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		// prepare lays row i+1's values and scales right after row i's.
+		if w.typ == tQ8_0 {
+			q8_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
+		} else {
+			q4_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
+		}
+	case tQ4_K:
+		nb := c / qk
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		var buf [64 * 8]int16
+		if nb > len(buf)/8 {
+			for k := range xr {
+				dst[k*ds] = goDot(a, i+k, w, o)
+			}
+			return
+		}
+		// The scales once for the weight row; the mins' share per
+		// activation row, in Go, after.
+		sc := buf[:nb*8]
+		var mins [64 * 8]int16
+		for b := range nb {
+			for j := range 8 {
+				s, m := scaleMinK4(j, wb[b*q4_KBytes+4:])
+				sc[b*8+j], mins[b*8+j] = int16(s), int16(m)
+			}
+		}
+		for k := range xr {
+			x := &a.q[i+k]
+			_ = x.q[nb*qk-1]
+			sum := q4_KDotAVX2(&x.q[0], &x.d[0], &wb[0], &sc[0], nb)
+			var minus float32
+			for b := range nb {
+				var summ int32
+				for j := range 8 {
+					summ += int32(mins[b*8+j]) * (int32(x.bsums[b*16+2*j]) + int32(x.bsums[b*16+2*j+1]))
+				}
+				minus += float32(f16(wb[b*q4_KBytes+2:])*x.d[b]) * float32(summ)
+			}
+			dst[k*ds] = sum - minus
+		}
+	case tQ6_K:
+		nb := c / qk
+		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
+		var buf [64 * 16]int16
+		if nb > len(buf)/16 {
+			for k := range xr {
+				dst[k*ds] = goDot(a, i+k, w, o)
+			}
+			return
+		}
+		sc := buf[:nb*16]
+		for b := range nb {
+			for j := range 16 {
+				sc[b*16+j] = int16(int8(wb[b*q6_KBytes+192+j]))
+			}
+		}
+		for k := range xr {
+			x := &a.q[i+k]
+			_ = x.q[nb*qk-1]
+			sum := q6_KDotAVX2(&x.q[0], &x.d[0], &wb[0], &sc[0], nb)
+			// The −32 offset's share: 32·Σ sc·bsum a super-block, in Go, after.
+			var minus float32
+			for b := range nb {
+				var s int32
+				for j := range 16 {
+					s += int32(sc[b*16+j]) * int32(x.bsums[b*16+j])
+				}
+				minus += float32(f16(wb[b*q6_KBytes+208:])*x.d[b]) * float32(32*s)
+			}
+			dst[k*ds] = sum - minus
+		}
+	default:
+		for k := range xr {
+			dst[k*ds] = goDot(a, i+k, w, o)
+		}
+	}
+}
+
+// avx512Kernels take tiles of four activation rows by four weight rows
+// for F32, F16 and Q8_0 weights; the other types run avx2Row.
+var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile}
+
+func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	c := w.cols
+	_ = dst[(xr-1)*ds+wr-1]
+	if xr == 1 && wr != 1 && wr != 4 && w.typ != tQ8_0 {
+		// Only the Q8_0 kernel runs a row against any number of weight rows.
+		for l := 0; l < wr; {
+			n := 4
+			if l+n > wr {
+				n = 1
+			}
+			avx512Tile(dst[l:], ds, a, i, 1, w, o+l, n)
+			l += n
+		}
+		return
+	}
+	switch w.typ {
+	case tF32, tF16:
+		m := c &^ 15
+		x := a.x[i*c : (i+xr)*c]
+		if w.typ == tF32 {
+			wf := w.f32[o*c : (o+wr)*c]
+			f32Tile512(&dst[0], ds, &x[0], 4*c, &wf[0], 4*c, m, xr, wr)
+		} else {
+			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+			f16Tile512(&dst[0], ds, &x[0], 4*c, &wb[0], w.rowBytes, m, xr, wr)
+		}
+		if m < c { // the tail, in Go, after
+			for k := range xr {
+				for l := range wr {
+					if w.typ == tF32 {
+						dst[k*ds+l] += dotGo(x[k*c+m:(k+1)*c], w.f32[(o+l)*c+m:(o+l+1)*c])
+					} else {
+						dst[k*ds+l] += dotF16Go(x[k*c+m:(k+1)*c], w.data[(o+l)*w.rowBytes+2*m:(o+l+1)*w.rowBytes])
+					}
+				}
+			}
+		}
+	case tQ8_0:
+		nb := c / 32
+		q := a.q[i : i+xr]
+		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+		if nb >= 2 {
+			_ = q[xr-1].dx16[nb/2*16-1]
+			q8_0Tile512(&dst[0], ds, &q[0].q[0], c, &wb[0], w.rowBytes, nb/2, xr, wr, &q[0].dx16[0], len(q[0].dx16))
+		} else {
+			for k := range xr {
+				clear(dst[k*ds : k*ds+wr])
+			}
+		}
+		if nb%2 == 1 { // an odd last block, in Go, after
+			for k := range xr {
+				last := q8Row{q: q[k].q[c-32:], d: q[k].d[nb-1:]}
+				for l := range wr {
+					dst[k*ds+l] += dotQ8_0Go(&last, wb[l*w.rowBytes+(nb-1)*q8_0Bytes:(l+1)*w.rowBytes])
+				}
+			}
+		}
+	default:
+		avx2Tile(dst, ds, a, i, xr, w, o, wr)
+	}
+}
+
+//go:noescape
+func f32DotAVX2(dst *float32, ds int, x *float32, xs int, w *float32, n int, rows int)
+
+//go:noescape
+func f16DotAVX2(dst *float32, ds int, x *float32, xs int, w *byte, n int, rows int)
+
+//go:noescape
+func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+
+//go:noescape
+func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+
+//go:noescape
+func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
+
+//go:noescape
+func f16Tile512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
+
+//go:noescape
+func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx16 *float32, dxs int)

@@ -1,0 +1,197 @@
+package llm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"modelplane/gguf"
+)
+
+// wtype is a weight matrix's type in memory: its type in the file, kept.
+type wtype uint8
+
+const (
+	tF32 wtype = iota
+	tF16
+	tQ8_0
+	tQ4_0
+	tQ4_K
+	tQ6_K
+)
+
+var wtypes = map[gguf.TensorType]wtype{gguf.F32: tF32, gguf.F16: tF16, gguf.Q8_0: tQ8_0,
+	gguf.Q4_0: tQ4_0, gguf.Q4_K: tQ4_K, gguf.Q6_K: tQ6_K}
+
+// supportedTypes names what runs, for the errors about what does not.
+const supportedTypes = "F32, F16, Q8_0, Q4_0, Q4_K and Q6_K"
+
+// block is the elements of a block of t and bytes a block.
+func (t wtype) block() (elems, bytes int) {
+	switch t {
+	case tF32:
+		return 1, 4
+	case tF16:
+		return 1, 2
+	case tQ8_0:
+		return 32, q8_0Bytes
+	case tQ4_0:
+		return 32, q4_0Bytes
+	case tQ4_K:
+		return qk, q4_KBytes
+	default:
+		return qk, q6_KBytes
+	}
+}
+
+// matrix is a weight matrix of rows × cols (a GGUF tensor of dims [cols
+// rows]) in its file's type: F32 as float32, every other type as the
+// file's bytes, rowBytes a row.
+type matrix struct {
+	typ        wtype
+	rows, cols int
+	rowBytes   int
+	f32        []float32
+	data       []byte
+}
+
+// bytes is the memory the matrix holds.
+func (m *matrix) bytes() int64 { return int64(m.rows) * int64(m.rowBytes) }
+
+// newMatrix holds b, the bytes of a tensor of type t and rows × cols.
+func newMatrix(t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
+	wt, ok := wtypes[t]
+	if !ok {
+		return nil, fmt.Errorf("type %s", t)
+	}
+	el, by := wt.block()
+	if cols%el != 0 {
+		return nil, fmt.Errorf("rows of %d elements are not whole %s blocks of %d", cols, t, el)
+	}
+	m := &matrix{typ: wt, rows: rows, cols: cols, rowBytes: cols / el * by}
+	if len(b) != rows*m.rowBytes {
+		return nil, fmt.Errorf("%d bytes for %d rows of %d", len(b), rows, m.rowBytes)
+	}
+	if wt == tF32 {
+		m.f32 = make([]float32, rows*cols)
+		hugePages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.f32))), 4*len(m.f32)))
+		for i := range m.f32 {
+			m.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return m, nil
+	}
+	m.data = make([]byte, len(b)+32) // slack: the kernels may read a vector past a row's end
+	hugePages(m.data)
+	copy(m.data, b)
+	m.data = m.data[:len(b)]
+	return m, nil
+}
+
+// row expands row r to float32 (the embedding lookup).
+func (m *matrix) row(dst []float32, r int) {
+	if m.typ == tF32 {
+		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
+		return
+	}
+	dequantRow(dst[:m.cols], m.typ, m.data[r*m.rowBytes:(r+1)*m.rowBytes])
+}
+
+// acts are the n rows of activations a product reads: as float32 for F32
+// and F16 weights, quantised (Q8_0 or Q8_K, one q8Row a row) for the
+// others, as llama.cpp quantises them.
+type acts struct {
+	x    []float32
+	n    int
+	cols int
+	q    []q8Row
+}
+
+// prepare quantises x's n rows of cols for weights of type t.
+func prepare(t wtype, x []float32, n, cols int) acts {
+	a := acts{x: x, n: n, cols: cols}
+	switch t {
+	case tQ8_0, tQ4_0:
+		a.q = make([]q8Row, n)
+		q := make([]int8, n*cols+32)
+		nb := cols / 32
+		d := make([]float32, n*nb)
+		dx16 := make([]float32, n*(nb/2)*16)
+		for i := range a.q {
+			r := q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb], dx16: dx16[i*(nb/2)*16 : (i+1)*(nb/2)*16]}
+			quantRowQ8_0(&r, x[i*cols:(i+1)*cols])
+			for b := range nb &^ 1 {
+				for l := range 8 {
+					r.dx16[b*8+l] = r.d[b]
+				}
+			}
+			a.q[i] = r
+		}
+	case tQ4_K, tQ6_K:
+		a.q = make([]q8Row, n)
+		q := make([]int8, n*cols+32)
+		d := make([]float32, n*cols/qk)
+		bs := make([]int16, n*cols/16)
+		for i := range a.q {
+			a.q[i] = q8Row{q: q[i*cols : (i+1)*cols], d: d[i*cols/qk : (i+1)*cols/qk], bsums: bs[i*cols/16 : (i+1)*cols/16]}
+			quantRowQ8_K(&a.q[i], x[i*cols:(i+1)*cols])
+		}
+	}
+	return a
+}
+
+// matmul sets dst[i][o] = Σ_j x[i][j]·w[o][j] for the n rows of x, the
+// output rows split among workers goroutines when the product is big
+// enough to pay for them. Each output is one row-dot whose order depends
+// on its weight row and its activation row alone, so neither n, nor which
+// rows share a kernel call, nor the workers change a bit of it.
+func matmul(workers int, dst, x []float32, w *matrix, n int) {
+	a := prepare(w.typ, x, n, w.cols)
+	workers = min(workers, w.rows/16)
+	if workers <= 1 || n*w.cols*w.rows < 1<<16 {
+		w.mulRows(dst, &a, 0, w.rows)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range workers {
+		lo, hi := w.rows*k/workers, w.rows*(k+1)/workers
+		wg.Go(func() { w.mulRows(dst, &a, lo, hi) })
+	}
+	wg.Wait()
+}
+
+// matmulTile is how many rows of x mulRows takes through the weights at a
+// time: a tile stays in the L1 or L2 cache while each weight row is read
+// once for all its rows.
+const matmulTile = 64
+
+// mulRows computes the outputs lo ≤ o < hi of every row: each weight row
+// is read once per tile of rows, and the kernels take tiles of kern.xr
+// activation rows by kern.wr weight rows; a row left over (all of them at
+// batch 1) goes against every weight row in one call, which a kernel may
+// run as one stream through the weights.
+func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
+	n, out := a.n, w.rows
+	k := kern
+	for t := 0; t < n; t += matmulTile {
+		end := min(n, t+matmulTile)
+		full := t + (end-t)/k.xr*k.xr
+		if k.xr == 1 {
+			full = t
+		}
+		for o := lo; o < hi && full > t; {
+			wr := k.wr
+			if o+wr > hi {
+				wr = 1
+			}
+			for i := t; i < full; i += k.xr {
+				k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, wr)
+			}
+			o += wr
+		}
+		for i := full; i < end; i++ {
+			k.tile(dst[i*out+lo:], out, a, i, 1, w, lo, hi-lo)
+		}
+	}
+}
