@@ -3,6 +3,7 @@ package llmserve
 import (
 	"cmp"
 	"context"
+	goruntime "runtime"
 
 	"modelplane/llm"
 )
@@ -120,12 +121,15 @@ func LoadModel(path string, pages int) (Model, Tokenizer, error) {
 }
 
 // Open starts an engine on a GGUF file sized by s: its context window,
-// batch, KV cache and queue bound.
+// batch, KV cache and queue bound. Its forward pass splits over the cores
+// the process may run on (GOMAXPROCS follows the affinity the agent gives
+// the replica: its cpu_cores).
 func Open(path string, s Settings) (*Engine, Tokenizer, error) {
 	m, err := llm.Load(path)
 	if err != nil {
 		return nil, nil, err
 	}
+	m.SetThreads(goruntime.GOMAXPROCS(0))
 	ctx := m.Config().Context
 	cfg := s.Config(ctx)
 	a, tok, err := adapt(m, cfg.Pages, s.Context(ctx))
