@@ -215,14 +215,17 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 	if out.Cancel.Chunks != 3 || !out.Cancel.Aborted {
 		t.Errorf("cancel = %+v; want an abort after 3 chunks", out.Cancel)
 	}
-	// The abort reached the engine: chat-cpu's replica (nothing but this
-	// test calls it) counts the cancelled generation and holds no page.
+	// After the abort chat-cpu's replica (nothing but this test calls it)
+	// holds no request and no page. Whether the engine counts the abort
+	// as a cancellation depends on a race this test cannot fix: the demo
+	// model generates 1,500 tokens in a fraction of a second, so on a
+	// loaded machine the generation can end before the abort arrives.
+	// runtime/llmserve's cancel tests check the cancellation itself.
 	var ep struct{ Replicas []struct{ Addr string } }
 	if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/"+DemoLLMEndpoint, key)), &ep); err != nil || len(ep.Replicas) != 1 {
 		t.Fatalf("chat-cpu's replicas: %+v, %v; want one", ep, err)
 	}
 	var stats struct {
-		Cancelled   int `json:"cancelled"`
 		InFlight    int `json:"in_flight"`
 		KVPagesUsed int `json:"kv_pages_used"`
 	}
@@ -230,8 +233,8 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 		if err := json.Unmarshal([]byte(get(t, "http://"+ep.Replicas[0].Addr+"/v2/stats", "")), &stats); err != nil {
 			t.Fatal(err)
 		}
-		return stats.Cancelled >= 1 && stats.InFlight == 0 && stats.KVPagesUsed == 0
-	}, "chat-cpu's replica %+v; want the generation cancelled and its pages free", wait.Show(func() any { return stats }))
+		return stats.InFlight == 0 && stats.KVPagesUsed == 0
+	}, "chat-cpu's replica %+v; want nothing in flight and its pages free", wait.Show(func() any { return stats }))
 	wantErr := func(name string, got llmError, status int, class, code, param string) {
 		t.Helper()
 		want := llmError{Class: class, Status: status, Type: &[]string{"invalid_request_error"}[0], Code: &code, Param: &param}
