@@ -457,6 +457,12 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 		req.Header.Set("Accept", a)
 	}
 	req.Header.Set("X-Request-Id", c.id)
+	// Marks the call replayable for net/http: a pooled connection the
+	// replica closed (a replica stopping as its endpoint scales down) is
+	// then retried on a fresh one instead of failing the request with a
+	// 502; nothing of the request reached a model. A refused fresh
+	// connection then moves the request to another replica (proxy).
+	req.Header.Set("X-Idempotency-Key", c.id)
 	tracing.Inject(ctx, req.Header)
 	upstreamHeaders(req.Header, u, c.team)
 	return g.transport.RoundTrip(req)

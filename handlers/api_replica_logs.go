@@ -3,9 +3,11 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/field"
@@ -99,5 +101,29 @@ func (s *Server) logProblem(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusNotFound, err.Error())
 	default:
 		s.problem(w, r, err)
+	}
+}
+
+// replicaLogsOperation documents the plain chi route of a replica's log,
+// which streams text (follow) and so is not a huma operation.
+func replicaLogsOperation(reg huma.Registry) *huma.Operation {
+	str, num := &huma.Schema{Type: "string"}, &huma.Schema{Type: "integer"}
+	problem := map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")}}
+	return &huma.Operation{
+		OperationID: "replica-logs", Method: http.MethodGet, Path: "/endpoints/{endpoint}/replicas/{replica}/logs",
+		Tags: []string{"endpoints"}, Summary: "A replica's log, read from its node",
+		Description: "The replica's last `tail` lines (100 by default), or with `offset` the bytes from there; with follow=1 the answer " +
+			"stays open and carries what the replica writes. X-Log-Next is the offset to go on from.",
+		Parameters: []*huma.Param{{Name: "endpoint", In: "path", Required: true, Schema: str},
+			{Name: "replica", In: "path", Required: true, Schema: str},
+			{Name: "tail", In: "query", Schema: num}, {Name: "offset", In: "query", Schema: num},
+			{Name: "follow", In: "query", Schema: str}},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "The log", Content: map[string]*huma.MediaType{"text/plain": {Schema: str}}},
+			"400": {Description: "Bad query", Content: problem}, "401": {Description: "Unauthorized", Content: problem},
+			"404": {Description: "No such endpoint or replica, or no log on its node", Content: problem},
+			"503": {Description: "No NATS connection", Content: problem},
+			"504": {Description: "The replica's node did not answer", Content: problem},
+		},
 	}
 }

@@ -84,6 +84,7 @@ func (s *Server) registerVersions(api huma.API) {
 	// Downloads serve ranges of a file with http.ServeContent, so they too
 	// are a plain handler mounted in routes.go.
 	api.OpenAPI().AddOperation(versionFileOperation(reg))
+	api.OpenAPI().AddOperation(replicaLogsOperation(reg))
 }
 
 // versionRegister handles POST /api/v1/models/{model}/versions.

@@ -26,9 +26,9 @@ func demoGGUF(t *testing.T) []byte {
 	return b.Bytes()
 }
 
-// withQ4 is the demo file with its first matrix retyped Q4_0, a type the
-// built-in runtime does not run (the bytes are zeros of Q4_0's size).
-func withQ4(t *testing.T, demo []byte) []byte {
+// withQ5 is the demo file with its first matrix retyped Q5_0, a type the
+// built-in runtime does not run (the bytes are zeros of Q5_0's size).
+func withQ5(t *testing.T, demo []byte) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "demo.gguf")
 	if err := os.WriteFile(path, demo, 0o644); err != nil {
@@ -48,7 +48,7 @@ func withQ4(t *testing.T, demo []byte) []byte {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tt.Type, tt.Data, retyped = gguf.Q4_0, make([]byte, n/32*18), true
+			tt.Type, tt.Data, retyped = gguf.Q5_0, make([]byte, n/32*22), true
 		}
 		tensors = append(tensors, tt)
 	}
@@ -61,7 +61,7 @@ func withQ4(t *testing.T, demo []byte) []byte {
 
 // TestValidationGGUF validates builtin-llm versions of GGUF files: the
 // demo model is validated by a real load and a generated token; a file of
-// another architecture, one with a Q4_0 tensor and one that needs more
+// another architecture, one with a Q5_0 tensor and one that needs more
 // memory than its version requests are invalid with the reason; a
 // truncated file never becomes a version that could run.
 func TestValidationGGUF(t *testing.T) {
@@ -91,7 +91,7 @@ func TestValidationGGUF(t *testing.T) {
 		// Every "llama" in the header (the architecture and its keys' prefix)
 		// becomes "mamba": a consistent file of an architecture not run.
 		{"arch", bytes.ReplaceAll(demo, []byte("llama"), []byte("mamba")), 256},
-		{"q4", withQ4(t, demo), 256},
+		{"q5", withQ5(t, demo), 256},
 		{"small", demo, 8},
 	} {
 		if err := register(v.name, v.body, v.memory); err != nil {
@@ -111,7 +111,7 @@ func TestValidationGGUF(t *testing.T) {
 	}
 	for name, says := range map[string]string{
 		"arch":  "mamba",
-		"q4":    "Q4_0",
+		"q5":    "Q5_0",
 		"small": "resources.memory_mb is 8",
 	} {
 		v := f.version(t, "chat", name)
