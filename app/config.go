@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,14 @@ type ServerConfig struct {
 	// (MP_ALERTMANAGER_URL; empty: none).
 	SecretKey       Secret
 	AlertmanagerURL string
+	// DefaultQuota caps every team without a quota of its own of a
+	// resource (MP_DEFAULT_QUOTA: "A100-80GB=8,cpu=64,memory=65536";
+	// empty: such teams are uncapped). RequireAttestation refuses the
+	// heartbeats of nodes no platform admin attested
+	// (MP_REQUIRE_ATTESTATION).
+	DefaultQuota       map[string]float64
+	RequireAttestation bool
+	quotaErr           error
 }
 
 func env(name, def string) string {
@@ -161,6 +170,13 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.ValidationMemoryMB, "validation-memory-mb", envInt("MP_VALIDATION_MEMORY_MB", versioncheck.DefaultMemoryMB), "address space the validation child process may take, in MiB (MP_VALIDATION_MEMORY_MB)")
 	fs.Int64Var(&c.ValidationUID, "validation-uid", envInt("MP_VALIDATION_UID", versioncheck.DefaultSandboxID), "uid the validation child runs as when the control plane runs as root; it should own no file (MP_VALIDATION_UID)")
 	fs.Int64Var(&c.ValidationGID, "validation-gid", envInt("MP_VALIDATION_GID", versioncheck.DefaultSandboxID), "gid the validation child runs as when the control plane runs as root (MP_VALIDATION_GID)")
+	c.DefaultQuota, c.quotaErr = parseQuotas(env("MP_DEFAULT_QUOTA", ""))
+	fs.Func("default-quota", "quota of every team without its own, as RESOURCE=AMOUNT,… (GPU types in GPU equivalents, cpu in cores, memory in MiB); empty: uncapped (MP_DEFAULT_QUOTA)", func(v string) error {
+		q, err := parseQuotas(v)
+		c.DefaultQuota, c.quotaErr = q, err
+		return err
+	})
+	fs.BoolVar(&c.RequireAttestation, "require-attestation", env("MP_REQUIRE_ATTESTATION", "") == "true", "refuse the heartbeats of nodes no platform admin attested (MP_REQUIRE_ATTESTATION=true)")
 	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
 	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
 	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
@@ -179,6 +195,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
 		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
+	}
+	if c.quotaErr != nil {
+		bad("MP_DEFAULT_QUOTA (--default-quota) %v", c.quotaErr)
 	}
 	if _, err := notify.ParseKeyring(string(c.SecretKey)); err != nil {
 		bad("%v (--secret-key)", err)
@@ -301,4 +320,27 @@ func splitHosts(v string) []string {
 		}
 	}
 	return out
+}
+
+// quotaResource is what a quota may name: a GPU type, cpu or memory.
+var quotaResource = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+
+// parseQuotas reads RESOURCE=AMOUNT pairs, comma separated; empty is none.
+func parseQuotas(s string) (map[string]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]float64{}
+	for _, pair := range strings.Split(s, ",") {
+		res, amount, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		n, err := strconv.ParseFloat(strings.TrimSpace(amount), 64)
+		switch {
+		case !ok || !quotaResource.MatchString(res):
+			return nil, fmt.Errorf("%q is not RESOURCE=AMOUNT (a GPU type, cpu or memory)", pair)
+		case err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n):
+			return nil, fmt.Errorf("%q: the amount must be a number, 0 or more", pair)
+		}
+		out[res] = n
+	}
+	return out, nil
 }

@@ -101,3 +101,30 @@ func TestConfigValidateNamesBadAdminAddr(t *testing.T) {
 		t.Errorf("gateway default admin address %q (Validate %v); want %s, valid", g.AdminAddr, g.Validate(), DefaultGatewayAdminAddr)
 	}
 }
+
+// TestServerConfigDefaultQuotaAndAttestation: operators choose the quota
+// of teams without one and whether unattested nodes are refused; a bad
+// quota is named.
+func TestServerConfigDefaultQuotaAndAttestation(t *testing.T) {
+	t.Setenv("MP_DEFAULT_QUOTA", "H100-80GB=8, cpu=64,memory=65536")
+	t.Setenv("MP_REQUIRE_ATTESTATION", "true")
+	var c ServerConfig
+	c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+	want := map[string]float64{"H100-80GB": 8, "cpu": 64, "memory": 65536}
+	if len(c.DefaultQuota) != len(want) || !c.RequireAttestation {
+		t.Fatalf("default quota %v, require attestation %v; want %v and true", c.DefaultQuota, c.RequireAttestation, want)
+	}
+	for k, v := range want {
+		if c.DefaultQuota[k] != v {
+			t.Errorf("default quota of %s = %v, want %v", k, c.DefaultQuota[k], v)
+		}
+	}
+	for _, bad := range []string{"H100-80GB", "H100-80GB=eight", "cpu=-1", "a b=1"} {
+		t.Setenv("MP_DEFAULT_QUOTA", bad)
+		var c ServerConfig
+		c.Flags(flag.NewFlagSet("server", flag.ContinueOnError))
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MP_DEFAULT_QUOTA") {
+			t.Errorf("MP_DEFAULT_QUOTA=%q: Validate() = %v; want it named", bad, err)
+		}
+	}
+}

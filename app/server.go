@@ -199,7 +199,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
 		AutoscaleInterval: cfg.AutoscaleInterval,
 		RuntimeBinary:     self, ValidationTimeout: cfg.ValidationTimeout, ValidationMemoryMB: cfg.ValidationMemoryMB,
-		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID), Alertmanager: cfg.AlertmanagerURL}
+		ValidationUID: int(cfg.ValidationUID), ValidationGID: int(cfg.ValidationGID), Alertmanager: cfg.AlertmanagerURL,
+		DefaultQuota: cfg.DefaultQuota, RequireAttestation: cfg.RequireAttestation}
 	if cpCfg.SecretKeys, err = notify.ParseKeyring(string(cfg.SecretKey)); err != nil {
 		return err
 	}
