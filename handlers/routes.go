@@ -72,6 +72,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Use(s.extractEndpoint)
 				r.Get("/endpoints/{endpoint}", s.portalEndpoint)
 				r.Get("/endpoints/{endpoint}/replicas", s.portalEndpointReplicas)
+				r.Get("/endpoints/{endpoint}/replicas/{replica}/log", s.portalReplicaLog)
 				r.Get("/endpoints/{endpoint}/stats", s.portalEndpointStats)
 				r.Get("/endpoints/{endpoint}/drift", s.portalDrift)
 				r.Post("/endpoints/{endpoint}/traffic", s.portalTrafficSet)
