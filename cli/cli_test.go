@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"modelplane/internal/wait"
 )
 
 // TestVerbsAgainstAControlPlane runs every verb of the client against a
@@ -178,13 +180,17 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		watched := make(chan result, 1)
 		go func() { watched <- s.run(t, risk, "rollouts", "watch", ids, "--interval", "20ms") }()
 		rb := jsonOf[map[string]any](t, s.run(t, risk, "rollouts", "rollback", ids, "-m", "on-call: p99", "-o", "json").ok(t, "rollouts rollback"))
-		select {
-		case w := <-watched:
-			if w.code != 1 || !strings.Contains(w.stdout, "rollout "+ids+" rolled_back") || !strings.Contains(w.stdout, "on-call: p99") {
-				t.Errorf("rollouts watch: exit %d\n%s%s\nwant exit 1 after the rollback event and the final state", w.code, w.stdout, w.stderr)
+		var w result
+		wait.Eventually(t, time.Minute, func() bool {
+			select {
+			case w = <-watched:
+				return true
+			default:
+				return false
 			}
-		case <-time.After(time.Minute): // a bound, not a pause: watch returns as soon as it reads the end
-			t.Error("rollouts watch did not end with the rolled-back rollout")
+		}, "rollouts watch did not end with the rolled-back rollout")
+		if w.code != 1 || !strings.Contains(w.stdout, "rollout "+ids+" rolled_back") || !strings.Contains(w.stdout, "on-call: p99") {
+			t.Errorf("rollouts watch: exit %d\n%s%s\nwant exit 1 after the rollback event and the final state", w.code, w.stdout, w.stderr)
 		}
 		if rb["state"] == "running" {
 			t.Errorf("rollouts rollback = %v; want it ended", rb)
