@@ -233,8 +233,8 @@ func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *s
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Tracer = tp
 	if tp.On {
+		cfg.Tracer = tp
 		log.Info("tracing requests over OTLP (OTEL_* variables)")
 	}
 	if g, err = gateway.New(cfg, nc, log); err == nil {

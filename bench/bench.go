@@ -306,8 +306,12 @@ func startGateway(ctx context.Context, nc *nats.Conn, stateDir, id string, stats
 	if err != nil {
 		return nil, err
 	}
-	g, err := gateway.New(gateway.Config{StateDir: stateDir, ID: id, KeyRPS: 1e9, KeyBurst: 1e9, EndpointRPS: 1e9, EndpointBurst: 1e9,
-		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval, Tracer: tp}, nc, slog.New(slog.DiscardHandler))
+	cfg := gateway.Config{StateDir: stateDir, ID: id, KeyRPS: 1e9, KeyBurst: 1e9, EndpointRPS: 1e9, EndpointBurst: 1e9,
+		MaxOutstandingPerReplica: 4096, StatsInterval: statsInterval}
+	if tp.On {
+		cfg.Tracer = tp
+	}
+	g, err := gateway.New(cfg, nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}

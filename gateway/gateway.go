@@ -66,7 +66,8 @@ type Config struct {
 	Transport http.RoundTripper
 	// Tracer traces each request (ml_serving.request and its steps,
 	// trace.go) and carries the trace to the replica; nil traces nothing
-	// but still passes a caller's traceparent on.
+	// (a request without a traceparent then pays nothing for tracing) but
+	// still passes a caller's traceparent on.
 	Tracer trace.TracerProvider
 	// ID names this gateway in its request statistics, whose message ids
 	// it starts; unique among gateways. Default: host name and a random
