@@ -228,10 +228,11 @@ func (a *Agent) Start(ctx context.Context) error {
 		st = savedState{}
 	}
 	a.adopt(ctx, st)
-	if lr, ok := a.drv.(LogReader); ok {
-		if a.logSub, err = a.nc.Subscribe(busapi.LogsSubject(a.cfg.Node), func(m *nats.Msg) { a.answerLog(lr, m) }); err != nil {
-			return fmt.Errorf("subscribe to log requests: %w", err)
-		}
+	// Every agent answers, a driver without logs (the simulated one) that
+	// it has none, so the control plane never mistakes it for a silent node.
+	lr, _ := a.drv.(LogReader)
+	if a.logSub, err = a.nc.Subscribe(busapi.LogsSubject(a.cfg.Node), func(m *nats.Msg) { a.answerLog(lr, m) }); err != nil {
+		return fmt.Errorf("subscribe to log requests: %w", err)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -1127,9 +1128,9 @@ func (a *Agent) Counters() Counters {
 	return c
 }
 
-// answerLog answers one log request for a replica this agent runs (or is
-// starting, or has failed): only those, so a request cannot name another
-// file of the node.
+// answerLog answers one log request (lr nil: the driver keeps no logs) for
+// a replica this agent runs (or is starting, or has failed): only those,
+// so a request cannot name another file of the node.
 func (a *Agent) answerLog(lr LogReader, m *nats.Msg) {
 	var req busapi.LogRequest
 	var out busapi.LogChunk
@@ -1137,6 +1138,8 @@ func (a *Agent) answerLog(lr LogReader, m *nats.Msg) {
 		out.Error = "bad log request: " + err.Error()
 	} else if !a.runs(req.Replica) {
 		out.Error = "replica " + req.Replica + " does not run on node " + a.cfg.Node
+	} else if lr == nil {
+		out.Error = "node " + a.cfg.Node + " keeps no replica logs: its replicas are simulated and run no process"
 	} else if c, err := lr.ReadLog(req.Replica, req.Offset, req.Tail, busapi.MaxLogChunk); err != nil {
 		out.Error = err.Error()
 	} else {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -174,6 +175,22 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	logURL := env["MP_API"] + "/endpoints/fraud-scoring/replicas/" + reps.Items[0].Name + "/logs?tail=20"
 	if body := get(t, logURL, env["MP_RISK_KEY"]); !strings.Contains(body, "modelplane agent: starting "+reps.Items[0].Name) {
 		t.Errorf("log of %s on %s: %q; want the agent's start line", reps.Items[0].Name, reps.Items[0].Node, body)
+	}
+	// A simulated replica runs no process: its node says so at once,
+	// rather than staying silent like a node that is down.
+	if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/support-chat/replicas", env["MP_SEARCH_KEY"])), &reps); err != nil || len(reps.Items) == 0 {
+		t.Fatalf("support-chat replicas: %+v, %v", reps, err)
+	}
+	simReq, _ := http.NewRequest(http.MethodGet, env["MP_API"]+"/endpoints/support-chat/replicas/"+reps.Items[0].Name+"/logs", nil)
+	simReq.Header.Set("Authorization", "Bearer "+env["MP_SEARCH_KEY"])
+	if resp, err := http.DefaultClient.Do(simReq); err != nil {
+		t.Error(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "keeps no replica logs") {
+			t.Errorf("a simulated replica's log = %d %s; want 404 saying its node keeps none", resp.StatusCode, body)
+		}
 	}
 	req, _ := http.NewRequest(http.MethodGet, logURL, nil)
 	req.Header.Set("Authorization", "Bearer "+env["MP_SEARCH_KEY"])

@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -28,7 +29,7 @@ func (s *Server) portalReplicaLog(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, replicalog.ErrNodeSilent):
 			p.Problem = "The replica's node did not answer; its agent may be down."
 		case errors.Is(err, replicalog.ErrNoLog):
-			p.Problem = "Its node keeps no log for it: " + err.Error()
+			p.Problem = strings.TrimPrefix(err.Error(), replicalog.ErrNoLog.Error()+": ")
 		default:
 			s.portalError(w, r, err)
 			return
