@@ -380,9 +380,40 @@ func TestCompletionsStopString(t *testing.T) {
 	}
 }
 
+// gated is a model whose forward passes past the first `free` wait for a
+// value on open, so a test decides how far a generation may get.
+type gated struct {
+	Model
+	free int
+	n    int
+	open chan struct{}
+}
+
+func (g *gated) Forward(batch []Step) [][]float32 {
+	if g.n++; g.n > g.free {
+		<-g.open
+	}
+	return g.Model.Forward(batch)
+}
+
+// TestCancelMidStreamFreesPages: a client that leaves mid-stream cancels
+// its generation and frees its pages. The model is held after a few
+// passes, so the generation is still running when the client leaves,
+// whatever the machine's load.
 func TestCancelMidStreamFreesPages(t *testing.T) {
 	t.Parallel()
-	ts, e := server(t, "")
+	m, tok, err := LoadModel(demoPath(t), 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gated{Model: m, free: 6, open: make(chan struct{})}
+	e, err := New(g, Config{Pages: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	ts := httptest.NewServer(NewServer(e, tok, Options{Model: "chat-assistant"}).Handler())
+	t.Cleanup(ts.Close)
 	resp := post(t, ts, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":1500,"temperature":0,"stream":true}`)
 	r := bufio.NewReader(resp.Body)
 	for range 3 {
@@ -394,7 +425,18 @@ func TestCancelMidStreamFreesPages(t *testing.T) {
 		t.Fatal("no pages held mid-stream")
 	}
 	resp.Body.Close()
-	wait.Eventually(t, 10*time.Second, func() bool { return released(e.Counts()) }, "pages held after the client left")
+	// The passes go on one by one until the engine sees the client gone.
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case g.open <- struct{}{}:
+		default:
+		}
+		return released(e.Counts())
+	}, "pages held after the client left")
+	close(g.open)
+	if st := e.SchedulerStats(); st.Cancelled < 1 {
+		t.Errorf("cancelled = %d, want the generation counted as cancelled", st.Cancelled)
+	}
 }
 
 func TestBadRequestsInOpenAIShape(t *testing.T) {
