@@ -286,12 +286,13 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: gate, Clock: clock, Interval: time.Second, Published: published})
+		Drift: gate, Clock: clock, Interval: time.Second, Published: func() { published(); cp.Rollouts.Changed() }})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
 	g := service.NewGroup(
 		intake,
+		&eventWaker{nc: st.NC, changed: cp.Rollouts.Changed},
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
 		cp.Idempotency.Sweeper(cfg.Log, clock),
 		lease(leadOutbox, cp.Relay),

@@ -75,6 +75,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /endpoints/{endpoint}/rollouts":                      {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
 		"GET /endpoints/{endpoint}/rollouts":                       {nil},
 		"GET /rollouts/{rollout}":                                  {nil},
+		"GET /rollouts/{rollout}/events":                           {nil},
 		"POST /rollouts/{rollout}/approve":                         {jsonPayload(map[string]any{"comment": "ok"})},
 		"POST /rollouts/{rollout}/reject":                          {jsonPayload(map[string]any{"comment": "no"})},
 		"POST /rollouts/{rollout}/rollback":                        {jsonPayload(map[string]any{})},
@@ -158,6 +159,10 @@ var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /flee
 // 503 that says so (TestReplicaLogsFromTheAgent reads them from a real
 // agent).
 var nodeReads = []string{"GET /endpoints/{endpoint}/replicas/{replica}/logs"}
+
+// streams are the API routes that stream until the caller leaves: a
+// caller allowed to read gets what there is with follow=0.
+var streams = []string{"GET /rollouts/{rollout}/events"}
 
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
@@ -434,6 +439,9 @@ func TestTenancyMatrix(t *testing.T) {
 						want := http.StatusOK
 						if slices.Contains(nodeReads, route) {
 							want = http.StatusServiceUnavailable
+						}
+						if slices.Contains(streams, route) {
+							path += "?follow=0"
 						}
 						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != want {
 							t.Errorf("risk viewer GET %s = %d %s; want %d", path, got.status, got, want)

@@ -24,6 +24,7 @@ func (s *Server) Handler() http.Handler {
 		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 		r.Get("/endpoints/{endpoint}/replicas/{replica}/logs", s.replicaLogs)
+		r.With(keepReading).Get("/rollouts/{rollout}/events", s.rolloutEventStream)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
 	r.Get("/internal/artifacts/{sha256}", s.internalArtifact)

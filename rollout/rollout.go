@@ -245,6 +245,8 @@ type Service struct {
 	// onChange tells a controller in this process that something changed;
 	// set while requests may be served, hence atomic.
 	onChange atomic.Pointer[func()]
+	// feed wakes the readers of events after every change (Changes).
+	feed feed
 }
 
 // New returns a Service on clock (quartz.NewReal() when nil). drift may
@@ -264,6 +266,7 @@ func (s *Service) OnChange(fn func()) {
 }
 
 func (s *Service) wake() {
+	s.Changed()
 	if fn := s.onChange.Load(); fn != nil && *fn != nil {
 		(*fn)()
 	}
