@@ -145,7 +145,7 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 		}
 	}, "rollouts watch did not end with the rollout")
 	t.Logf("rollouts watch:\n%s", w.stdout)
-	for _, want := range []string{" 50%  progressing", "verdict", "drift                  fail", "rollout-controller", "rolled_back"} {
+	for _, want := range []string{" 50%  progressing", "verdict", "drift                      fail", "rollout-controller", "rolled_back"} {
 		if !strings.Contains(w.stdout, want) {
 			t.Errorf("rollouts watch printed no %q:\n%s", want, w.stdout)
 		}

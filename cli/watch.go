@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -200,5 +201,6 @@ func (a *app) printEvent(e rolloutEvent, raw string) {
 	}
 }
 
-// num prints a check's number without trailing zeros.
-func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// num prints a check's number to four decimals at most, without trailing
+// zeros (a p99 of 71.92000000000002 ms is 71.92).
+func num(f float64) string { return strconv.FormatFloat(math.Round(f*1e4)/1e4, 'f', -1, 64) }
