@@ -179,7 +179,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		OIDC:      cfg.OIDC,
 		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, clock),
 		Tenant:    tenant.New(st.Pool, clock),
-		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress).WithClock(clock),
 		Endpoints: endpoint.New(st.Pool),
 		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
 			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
@@ -295,6 +295,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 		&eventWaker{nc: st.NC, changed: cp.Rollouts.Changed},
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
 		cp.Idempotency.Sweeper(cfg.Log, clock),
+		cp.Registry.UploadSweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
 		// fleet's leader, and every lease holds a pooled connection.

@@ -518,6 +518,25 @@ type TeamTierGrant struct {
 	GrantedAt time.Time
 }
 
+type UploadChunk struct {
+	SessionID string
+	TeamID    int64
+	Digest    string
+	Size      int64
+}
+
+type UploadSession struct {
+	ID        string
+	TeamID    int64
+	ModelID   int64
+	Spec      []byte
+	Manifest  []byte
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	VersionID *int64
+}
+
 type User struct {
 	ID           int64
 	Issuer       string

@@ -40,6 +40,8 @@ var teamOwned = map[string]bool{
 	"team_quotas":               true,
 	"webhooks":                  true,
 	"deliveries":                true,
+	"upload_sessions":           true,
+	"upload_chunks":             true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -70,6 +72,15 @@ var unscoped = map[string]string{
 	"TeamMemberListByEmail": "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
 	"TeamMemberListByTeam":  "tenant.Members resolved the team with TeamGetScoped first",
 	"TeamAdminCount":        "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+
+	// Upload sessions (package registry): created for a model the caller's
+	// scoped ModelGet returned, then reached only through the scoped
+	// UploadSessionGetScoped/LockScoped.
+	"UploadSessionCreate":   "insert; registry.CreateUpload takes model and team ids from the scoped Model lookup and checked CanWrite",
+	"UploadSessionComplete": "registry.CompleteUpload: by the id of the session it locked with UploadSessionLockScoped in the same transaction",
+	"UploadChunkAdd":        "insert; registry.PutChunk takes session and team ids from the scoped UploadSessionGetScoped and checked CanWrite",
+	"UploadSessionsExpired": "registry upload sweeper: removes every team's expired sessions; no caller",
+	"UploadSessionDelete":   "registry upload sweeper: deletes a session UploadSessionsExpired listed; no caller",
 
 	// Notifications (package notify): the team comes from the change the
 	// event tells of, or the sender acts for the platform.

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/registry"
 	"modelplane/rollout"
 )
 
@@ -39,6 +42,11 @@ func apiFixtures() map[string][]*payload {
 		// The plain chi upload route and its JSON form for external artifacts.
 		"POST /models/{model}/versions":          {versionUpload("v9"), versionExternal("v9")},
 		"GET /models/{model}/versions/{version}": {nil},
+		// Resumable uploads: a session of risk-model holding nothing yet.
+		"POST /models/{model}/uploads":          {jsonPayload(map[string]any{"metadata": map[string]any{"name": "v9", "runtime": "onnxruntime"}, "manifest": map[string]string{"model.safetensors": matrixChunkDigest()}})},
+		"GET /uploads/{upload}":                 {nil},
+		"PUT /uploads/{upload}/chunks/{sha256}": {{contentType: "application/octet-stream", body: matrixChunk()}},
+		"POST /uploads/{upload}/complete":       {jsonPayload(map[string]any{"files": map[string][]string{"model.safetensors": {matrixChunkDigest()}}})},
 		// The plain chi download route.
 		"GET /models/{model}/versions/{version}/files/{path}": {nil},
 		"GET /endpoints/{endpoint}":                           {nil},
@@ -197,10 +205,12 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
 		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"replica": e.riskReplica(t), "webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
+		"replica": e.riskReplica(t), "webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10),
+		"upload": e.riskUpload(t), "sha256": matrixChunkDigest()}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
 		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"replica": "no-such-replica", "webhook": "987654321", "delivery": "987654321"}
+		"replica": "no-such-replica", "webhook": "987654321", "delivery": "987654321",
+		"upload": "up_" + strings.Repeat("0", 32), "sha256": matrixChunkDigest()}
 	return risk, missing
 }
 
@@ -216,6 +226,29 @@ func (e *testEnv) riskRollout(t testing.TB) int64 {
 		e.rolloutID = r.ID
 	})
 	return e.rolloutID
+}
+
+// matrixChunk is the one chunk the matrix's upload requests send.
+func matrixChunk() []byte { return safetensorsFile("matrix-chunk") }
+
+func matrixChunkDigest() string {
+	sum := sha256.Sum256(matrixChunk())
+	return hex.EncodeToString(sum[:])
+}
+
+// riskUpload returns the id of an upload session of risk-model for v9,
+// starting one the first time.
+func (e *testEnv) riskUpload(t testing.TB) string {
+	t.Helper()
+	e.uploadOnce.Do(func() {
+		man, _ := json.Marshal(map[string]string{"model.safetensors": matrixChunkDigest()})
+		u, err := e.srv.Registry.CreateUpload(t.Context(), system, "risk-model", registry.VersionSpec{Name: "v9", Runtime: "onnxruntime"}, man)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.uploadID = u.ID
+	})
+	return e.uploadID
 }
 
 // keyID finds the id of one of the seeded keys by its name.

@@ -10,6 +10,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerKeys(api)
 	s.registerModels(api)
 	s.registerVersions(api)
+	s.registerUploads(api)
 	s.registerEndpoints(api)
 	s.registerAutoscaling(api)
 	s.registerRollouts(api)

@@ -25,6 +25,7 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 		r.Get("/endpoints/{endpoint}/replicas/{replica}/logs", s.replicaLogs)
 		r.With(keepReading).Get("/rollouts/{rollout}/events", s.rolloutEventStream)
+		r.With(keepReading).Put("/uploads/{upload}/chunks/{sha256}", s.uploadChunk)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
 	r.Get("/internal/artifacts/{sha256}", s.internalArtifact)

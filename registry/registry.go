@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -80,6 +81,8 @@ type Service struct {
 	// validate is set when a validator runs: versions it can run are
 	// queued for validation at registration, and it is woken.
 	validate func()
+	// clock is what upload sessions expire on (nil: the real clock).
+	clock quartz.Clock
 }
 
 // WithValidation makes registration queue the versions the control plane
