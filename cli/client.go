@@ -150,6 +150,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		if !retryable(err) || ctx.Err() != nil || attempt == attempts {
 			break
 		}
+		fmt.Fprintf(c.warn, "modelplane: %s %s: attempt %d failed (%v); retrying with the same Idempotency-Key\n", method, path, attempt, err)
 		if berr := backoff(ctx, attempt); berr != nil {
 			return nil, berr
 		}
