@@ -32,16 +32,19 @@ type ServerConfig struct {
 	HTTPAddr string
 	// AdminAddr serves /metrics, which names every team's routes: keep it
 	// on loopback or a network only operators reach.
-	AdminAddr      string
-	PublicURL      string
-	DatabaseURL    Secret
-	ClickHouseURL  Secret
-	NATS           bus.ClientConfig
-	OIDCIssuer     string
-	OIDCClientID   string
-	OIDCSecret     Secret
-	ArtifactDir    string
-	MaxUploadBytes int64
+	AdminAddr     string
+	PublicURL     string
+	DatabaseURL   Secret
+	ClickHouseURL Secret
+	NATS          bus.ClientConfig
+	OIDCIssuer    string
+	OIDCClientID  string
+	// OIDCCLIClientID is the public client of `modelplane login` at the
+	// same issuer; "" leaves login off.
+	OIDCCLIClientID string
+	OIDCSecret      Secret
+	ArtifactDir     string
+	MaxUploadBytes  int64
 	// AgentToken is the credential every node agent presents to fetch
 	// artifacts until nodes enrol with their own; empty refuses agents.
 	AgentToken Secret
@@ -143,6 +146,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	natsFlags(fs, &c.NATS, "nats-url", "")
 	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", env("MP_OIDC_ISSUER", ""), "OIDC issuer URL (MP_OIDC_ISSUER)")
 	fs.StringVar(&c.OIDCClientID, "oidc-client-id", env("MP_OIDC_CLIENT_ID", ""), "OIDC client id (MP_OIDC_CLIENT_ID)")
+	fs.StringVar(&c.OIDCCLIClientID, "oidc-cli-client-id", env("MP_OIDC_CLI_CLIENT_ID", ""), "OIDC public client id of `modelplane login` (PKCE, loopback redirects); empty: login off (MP_OIDC_CLI_CLIENT_ID)")
 	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
 	fs.Var(secretFlag{&c.OIDCSecret}, "oidc-client-secret", "OIDC client secret (MP_OIDC_CLIENT_SECRET)")
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")

@@ -185,7 +185,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
 		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback",
-		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
+		CLIClientID: cfg.OIDCCLIClientID, HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}

@@ -39,10 +39,13 @@ type Env struct {
 	HTTP *http.Client
 	// Version is the version the client reports; "" is this build's.
 	Version string
+	// OpenBrowser opens login's sign-in URL; nil runs the system's
+	// opener (xdg-open, open). Tests play the browser here.
+	OpenBrowser func(url string) error
 }
 
 // nouns are the first words main hands to Run.
-var nouns = []string{"models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
+var nouns = []string{"login", "logout", "models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
 
 // Has reports whether word is a command of the client.
 func Has(word string) bool { return slices.Contains(nouns, word) }
@@ -155,7 +158,8 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 		return nil
 	}
 	root.AddCommand(a.modelsCmd(), a.versionsCmd(), a.endpointsCmd(), a.trafficCmd(), a.rolloutsCmd(), a.experimentsCmd(), a.keysCmd(),
-		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd())
+		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd(),
+		a.loginCmd(), a.logoutCmd())
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }

@@ -58,6 +58,12 @@ func (a *app) apiClient() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.key == "" {
+		// No key anywhere: the token login kept for this server, if any.
+		if t.key, err = a.loginToken(context.Background(), t.api); err != nil {
+			return nil, err
+		}
+	}
 	h := a.env.HTTP
 	if h == nil {
 		h = &http.Client{Timeout: 0} // uploads may take long; each call has its context

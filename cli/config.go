@@ -25,6 +25,9 @@ type ConfigContext struct {
 	API     string `json:"api"`
 	Key     string `json:"key,omitempty"`
 	Gateway string `json:"gateway,omitempty"`
+	// Token is what `modelplane login` signed in with, used when no key
+	// is given.
+	Token *Token `json:"token,omitempty"`
 }
 
 func (c Config) names() []string {

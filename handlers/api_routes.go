@@ -6,6 +6,7 @@ import "github.com/danielgtaylor/huma/v2"
 // cross-team test matrix are both derived from these registrations.
 func (s *Server) registerAPI(api huma.API) {
 	s.registerMe(api)
+	s.registerCLILogin(api)
 	s.registerTeams(api)
 	s.registerKeys(api)
 	s.registerModels(api)
