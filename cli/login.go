@@ -383,4 +383,3 @@ func randomString() string {
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
-
