@@ -35,12 +35,7 @@ func rolloutRow(r rollout.Rollout) web.RolloutRow {
 
 // rolloutInitiator names the person who started r, with the key's prefix
 // when a key was used ("search-admin@example.com via mpk_2939…").
-func rolloutInitiator(r rollout.Rollout) string {
-	if r.InitiatorEmail == "" || r.InitiatorEmail == r.Initiator {
-		return r.Initiator
-	}
-	return r.InitiatorEmail + " via " + r.Initiator
-}
+func rolloutInitiator(r rollout.Rollout) string { return r.StartedBy }
 
 // rolloutsSection fills the endpoint page's rollouts section.
 func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpoint.Endpoint, versions []string, csrf string) (web.RolloutsSection, error) {

@@ -204,7 +204,7 @@ func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec Model
 	var res Model
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.ModelCreate(ctx, db.ModelCreateParams{TeamID: m.TeamID, Name: spec.Name, Task: spec.Task,
-			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
+			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Who(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}
@@ -506,7 +506,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			CPUCores: spec.Resources.CPUCores, MemoryMB: spec.Resources.MemoryMB,
 			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
-			CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID(), Serving: serving})
+			CreatedBy: p.Who(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID(), Serving: serving})
 		if err != nil {
 			return err
 		}
