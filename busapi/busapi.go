@@ -735,6 +735,9 @@ func IdentityUserKey(issuer, subject string) string {
 type OIDCEntry struct {
 	Issuer   string `json:"issuer"`
 	Audience string `json:"audience"`
+	// CLIAudience is a further audience accepted: the public client of
+	// `modelplane login` at the same issuer; "" for none.
+	CLIAudience string `json:"cli_audience,omitempty"`
 	// JWKS is the issuer's JSON Web Key Set, as the issuer serves it.
 	JWKS json.RawMessage `json:"jwks"`
 }
