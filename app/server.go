@@ -232,7 +232,15 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		ln.Close()
 		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
 	}
-	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()))
+	srvTLS, err := cfg.TLS.Server(log)
+	if err != nil {
+		ln.Close()
+		adm.Close()
+		return fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
+	ln, adm = srvTLS.Listener(ln), srvTLS.Listener(adm)
+	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
+		slog.String("scheme", srvTLS.Scheme()))
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
 }
 

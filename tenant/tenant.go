@@ -434,7 +434,7 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 // the outbox, in the caller's transaction.
 func publishKey(ctx context.Context, q *db.Queries, k db.APIKey, team string) error {
 	payload, err := json.Marshal(busapi.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
-		Role: k.Role, ExpiresAt: k.ExpiresAt})
+		Role: k.Role, ExpiresAt: k.ExpiresAt, Name: k.Name})
 	if err != nil {
 		return err
 	}
