@@ -244,22 +244,10 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 		return err
 	}
 	defer nc.Close()
-	ln, err := net.Listen("tcp", c.Addr)
+	ln, adm, pub, err := c.listeners(log)
 	if err != nil {
-		return fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", c.Addr, err)
-	}
-	adm, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", c.AdminAddr, err)
-	}
-	pub, admTLS, err := c.listenerTLS(log)
-	if err != nil {
-		ln.Close()
-		adm.Close()
 		return err
 	}
-	ln, adm = pub.Listener(ln), admTLS.Listener(adm)
 	g, stop, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
 		ln.Close()
@@ -272,21 +260,24 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	return serveWithAdmin(ctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler())
 }
 
-// listenerTLS is the TLS of the public listener (verifying client
-// certificates when a client CA is set) and of the admin listener (the same
-// keypair, no client certificates); both nil for plain HTTP.
-func (c *GatewayConfig) listenerTLS(log *slog.Logger) (pub, admin *tlscert.Server, err error) {
-	admin, err = c.TLS.Server(log)
-	if err != nil || admin == nil {
-		return nil, nil, err
+// listeners opens the public listener, serving TLS and verifying client
+// certificates when a client CA is set, and the admin listener (the same
+// certificate, no client certificates); pub is nil for plain HTTP.
+func (c *GatewayConfig) listeners(log *slog.Logger) (ln, adm net.Listener, pub *tlscert.Server, err error) {
+	admin, err := c.TLS.Server(log)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
 	}
-	pub = &tlscert.Server{Keypair: admin.Keypair}
-	if c.ClientCA != "" {
-		if pub.ClientCAs, err = tlscert.LoadBundle(c.ClientCA, log); err != nil {
-			return nil, nil, fmt.Errorf("MP_GATEWAY_CLIENT_CA (--client-ca): %w", err)
+	if admin != nil {
+		pub = &tlscert.Server{Keypair: admin.Keypair}
+		if c.ClientCA != "" {
+			if pub.ClientCAs, err = tlscert.LoadBundle(c.ClientCA, log); err != nil {
+				return nil, nil, nil, fmt.Errorf("MP_GATEWAY_CLIENT_CA (--client-ca): %w", err)
+			}
 		}
 	}
-	return pub, admin, nil
+	ln, adm, err = listenPair(c.Addr, "MP_GATEWAY_ADDR", pub, c.AdminAddr, "MP_GATEWAY_ADMIN_ADDR", admin)
+	return ln, adm, pub, err
 }
 
 // startGateway builds and starts a gateway, tracing as the OTEL_*

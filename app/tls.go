@@ -2,6 +2,8 @@ package app
 
 import (
 	"flag"
+	"fmt"
+	"net"
 
 	"modelplane/tlscert"
 )
@@ -32,4 +34,18 @@ func tlsCAFlag(fs *flag.FlagSet, f *tlscert.Files, what string) {
 // tlsProblems names what is wrong with f's files.
 func tlsProblems(f tlscert.Files) []string {
 	return f.Problems("MP_TLS_CERT (--tls-cert)", "MP_TLS_KEY (--tls-key)", "MP_TLS_CA (--tls-ca)")
+}
+
+// listenPair listens on addr and adminAddr (their variables named by
+// addrVar and adminVar in errors), each serving TLS with its server (nil:
+// plain HTTP).
+func listenPair(addr, addrVar string, s *tlscert.Server, adminAddr, adminVar string, admin *tlscert.Server) (ln, adm net.Listener, err error) {
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, nil, fmt.Errorf("listen %s (%s): %w", addr, addrVar, err)
+	}
+	if adm, err = net.Listen("tcp", adminAddr); err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("listen %s (%s): %w", adminAddr, adminVar, err)
+	}
+	return s.Listener(ln), admin.Listener(adm), nil
 }
