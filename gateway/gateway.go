@@ -231,9 +231,9 @@ type Gateway struct {
 	log       *slog.Logger
 	transport http.RoundTripper
 	// scheme is how replicas are called: "https://" with ReplicaTLS.
-	scheme    string
-	tracer    trace.Tracer
-	snapPath  string
+	scheme   string
+	tracer   trace.Tracer
+	snapPath string
 
 	routes   atomic.Pointer[routeTable]
 	keys     atomic.Pointer[keyTable]

@@ -1,10 +1,10 @@
 package process
 
 import (
-	"crypto/tls"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"

@@ -1,8 +1,8 @@
 package process
 
 import (
-	"crypto/tls"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
