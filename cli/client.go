@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +64,13 @@ func (a *app) apiClient() (*client, error) {
 	h := a.env.HTTP
 	if h == nil {
 		h = &http.Client{Timeout: 0} // uploads may take long; each call has its context
+		if t.ca != "" {
+			tr, err := trusting(t.ca)
+			if err != nil {
+				return nil, err
+			}
+			h.Transport = tr
+		}
 	}
 	a.client = &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
 	return a.client, nil
@@ -229,4 +239,20 @@ func backoff(ctx context.Context, n int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// trusting is the default transport trusting only the CAs of the PEM
+// bundle file (--tls-ca, MP_TLS_CA).
+func trusting(file string) (*http.Transport, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("--tls-ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--tls-ca %s: no PEM certificate in it", file)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	return tr, nil
 }
