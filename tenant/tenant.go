@@ -467,7 +467,7 @@ func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamI
 			}
 			continue
 		}
-		k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+		k := db.APIKey{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
 		if err := publishKey(ctx, q, k, r.TeamName); err != nil {
 			return err
 		}
@@ -503,7 +503,7 @@ func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 			if r.TeamName != nil {
 				team = *r.TeamName
 			}
-			k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+			k := db.APIKey{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
 			if err := publishKey(ctx, q, k, team); err != nil {
 				return err
 			}
