@@ -16,6 +16,7 @@ import (
 
 	"modelplane/bus"
 	"modelplane/notify"
+	"modelplane/tlscert"
 	"modelplane/versioncheck"
 )
 
@@ -93,7 +94,11 @@ type ServerConfig struct {
 	// (MP_REQUIRE_ATTESTATION).
 	DefaultQuota       map[string]float64
 	RequireAttestation bool
-	quotaErr           error
+	// TLS is the certificate and key the portal, API and admin listeners
+	// serve (MP_TLS_CERT, MP_TLS_KEY), read again when the files change;
+	// empty: plain HTTP.
+	TLS      tlscert.Files
+	quotaErr error
 }
 
 func env(name, def string) string {
@@ -184,6 +189,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
 	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
 	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
+	tlsFlags(fs, &c.TLS, "the portal, API and admin listeners")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -200,6 +206,7 @@ func (c *ServerConfig) Validate() error {
 	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
 		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
 	}
+	errs = append(errs, tlsProblems(c.TLS)...)
 	if c.quotaErr != nil {
 		bad("MP_DEFAULT_QUOTA (--default-quota) %v", c.quotaErr)
 	}

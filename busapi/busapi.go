@@ -717,6 +717,11 @@ type KeyEntry struct {
 	// an org-wide key.
 	Role      string     `json:"role"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Name is the key's name, as its team named it: a team key is also
+	// the service identity a client certificate of
+	// spiffe://<trust-domain>/team/<team>/sa/<name> authenticates as at
+	// a gateway that verifies client certificates (docs/tls.md).
+	Name string `json:"name,omitempty"`
 }
 
 // IdentityOIDCKey is the key of the OIDCEntry in BucketIdentity.

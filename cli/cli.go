@@ -30,7 +30,7 @@ const (
 type Env struct {
 	Stdout, Stderr io.Writer
 	Stdin          io.Reader
-	// Getenv reads MP_API, MP_API_KEY, MP_GATEWAY and MP_CONTEXT.
+	// Getenv reads MP_API, MP_API_KEY, MP_GATEWAY, MP_TLS_CA and MP_CONTEXT.
 	Getenv func(string) string
 	// ConfigDir holds config.json; "" is modelplane under the user's
 	// configuration directory.
@@ -61,6 +61,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 type app struct {
 	env                        Env
 	api, key, gateway, ctxName string
+	ca                         string
 	output                     string
 	client                     *client
 }
@@ -141,6 +142,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 	pf.StringVar(&a.api, "api", "", "API base URL, e.g. http://127.0.0.1:8080/api/v1 (MP_API)")
 	pf.StringVar(&a.key, "key", "", "API key (MP_API_KEY)")
 	pf.StringVar(&a.gateway, "gateway", "", "inference gateway URL for predict (MP_GATEWAY)")
+	pf.StringVar(&a.ca, "tls-ca", "", "PEM bundle of the CAs the API's and gateway's certificates chain to; empty: the system's roots (MP_TLS_CA)")
 	pf.StringVar(&a.ctxName, "context", "", "use this context of the configuration file (MP_CONTEXT)")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))

@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -58,18 +61,35 @@ func (a *app) apiClient() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
+	h, err := a.httpFor(t)
+	if err != nil {
+		return nil, err
+	}
 	if t.key == "" {
 		// No key anywhere: the token login kept for this server, if any.
-		if t.key, err = a.loginToken(context.Background(), t.api); err != nil {
+		if t.key, err = a.loginToken(context.Background(), h, t.api); err != nil {
 			return nil, err
 		}
 	}
-	h := a.env.HTTP
-	if h == nil {
-		h = &http.Client{Timeout: 0} // uploads may take long; each call has its context
-	}
 	a.client = &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
 	return a.client, nil
+}
+
+// httpFor is the HTTP client for t: Env.HTTP, else one that trusts t's CA
+// bundle when it names one.
+func (a *app) httpFor(t target) (*http.Client, error) {
+	if a.env.HTTP != nil {
+		return a.env.HTTP, nil
+	}
+	h := &http.Client{Timeout: 0} // uploads may take long; each call has its context
+	if t.ca != "" {
+		tr, err := trusting(t.ca)
+		if err != nil {
+			return nil, err
+		}
+		h.Transport = tr
+	}
+	return h, nil
 }
 
 // request builds a request to the API path (under /api/v1) with query.
@@ -236,4 +256,20 @@ func backoff(ctx context.Context, n int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// trusting is the default transport trusting only the CAs of the PEM
+// bundle file (--tls-ca, MP_TLS_CA).
+func trusting(file string) (*http.Transport, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("--tls-ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--tls-ca %s: no PEM certificate in it", file)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	return tr, nil
 }

@@ -107,7 +107,10 @@ func (a *app) login(ctx context.Context, hint string, noBrowser bool) error {
 	if err != nil {
 		return err
 	}
-	h := a.httpClient()
+	h, err := a.httpFor(t)
+	if err != nil {
+		return err
+	}
 	var cli struct {
 		Issuer   string `json:"issuer"`
 		ClientID string `json:"client_id"`
@@ -296,7 +299,7 @@ func (a *app) keepToken(api string, tok Token) error {
 
 // loginToken returns a token login kept for api, refreshed when it is
 // about to expire; "" when there is none.
-func (a *app) loginToken(ctx context.Context, api string) (string, error) {
+func (a *app) loginToken(ctx context.Context, h *http.Client, api string) (string, error) {
 	cfg, err := a.loadConfig()
 	if err != nil {
 		return "", err
@@ -315,7 +318,7 @@ func (a *app) loginToken(ctx context.Context, api string) (string, error) {
 			return "", fmt.Errorf("the token of context %q expired: run 'modelplane login'", name)
 		}
 		conf := oauth2.Config{ClientID: c.Token.ClientID, Endpoint: oauth2.Endpoint{TokenURL: c.Token.TokenURL, AuthStyle: oauth2.AuthStyleInParams}}
-		rctx := context.WithValue(ctx, oauth2.HTTPClient, a.httpClient())
+		rctx := context.WithValue(ctx, oauth2.HTTPClient, h)
 		tok, err := conf.TokenSource(rctx, &oauth2.Token{RefreshToken: c.Token.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
 		if err != nil {
 			return "", fmt.Errorf("refresh the token of context %q (run 'modelplane login'): %w", name, err)
@@ -335,13 +338,6 @@ func (a *app) loginToken(ctx context.Context, api string) (string, error) {
 		return fresh.IDToken, nil
 	}
 	return "", nil
-}
-
-func (a *app) httpClient() *http.Client {
-	if a.env.HTTP != nil {
-		return a.env.HTTP
-	}
-	return http.DefaultClient
 }
 
 // openBrowser opens url in the user's browser (Env.OpenBrowser in tests).

@@ -276,6 +276,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]b
 // authenticate checks the API key or OIDC bearer token of a request
 // locally, answering 401 when there is none or it is invalid.
 func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		// A client certificate is the request's credential (service.go).
+		return g.authenticateCert(w, c, r.TLS)
+	}
 	header := r.Header.Get("Authorization")
 	if raw, prefix, ok := bearerKey(header); ok {
 		key := g.keys.Load().byPrefix[prefix]
@@ -448,7 +452,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 // send makes one upstream call to path. Only the headers set here reach
 // the replica: none of the client's, so a client cannot set the team header.
 func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, c *call, in *http.Request) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+u.addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -350,6 +350,21 @@ func (t *routeTable) with(name string, src *busapi.Route, d routeDefaults) *rout
 // keyTable is an immutable view of mp_keys.
 type keyTable struct {
 	byPrefix map[string]*key
+	// byService are a team's keys by name, the service identities client
+	// certificates map onto (service.go): serviceKey(team, name).
+	byService map[string][]*key
+}
+
+// newKeyTable indexes byPrefix, which it keeps.
+func newKeyTable(byPrefix map[string]*key) *keyTable {
+	t := &keyTable{byPrefix: byPrefix, byService: map[string][]*key{}}
+	for _, k := range byPrefix {
+		if k.team != "" && k.src.Name != "" {
+			sk := serviceKey(k.team, k.src.Name)
+			t.byService[sk] = append(t.byService[sk], k)
+		}
+	}
+	return t
 }
 
 // key is one active API key's digest.
@@ -385,5 +400,5 @@ func (t *keyTable) with(prefix string, k *key) *keyTable {
 	} else {
 		m[prefix] = k
 	}
-	return &keyTable{byPrefix: m}
+	return newKeyTable(m)
 }
