@@ -67,7 +67,11 @@ func (a *app) apiClient() (*client, error) {
 	}
 	if t.key == "" {
 		// No key anywhere: the token login kept for this server, if any.
-		if t.key, err = a.loginToken(context.Background(), h, t.api); err != nil {
+		idp, err := a.idpHTTP(t)
+		if err != nil {
+			return nil, err
+		}
+		if t.key, err = a.loginToken(context.Background(), idp, t.api); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -118,8 +121,12 @@ func (a *app) login(ctx context.Context, hint string, noBrowser bool) error {
 	if err := getJSON(ctx, h, t.api+"/auth/cli", &cli); err != nil {
 		return fmt.Errorf("ask the server how to sign in: %w", err)
 	}
+	idp, err := a.idpHTTP(t)
+	if err != nil {
+		return err
+	}
 	var disc discovery
-	if err := getJSON(ctx, h, strings.TrimRight(cli.Issuer, "/")+"/.well-known/openid-configuration", &disc); err != nil {
+	if err := getJSON(ctx, idp, strings.TrimRight(cli.Issuer, "/")+"/.well-known/openid-configuration", &disc); err != nil {
 		return fmt.Errorf("identity provider discovery: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -193,7 +200,7 @@ func (a *app) login(ctx context.Context, hint string, noBrowser bool) error {
 	if ans.err != nil {
 		return ans.err
 	}
-	tok, err := conf.Exchange(context.WithValue(ctx, oauth2.HTTPClient, h), ans.code, oauth2.VerifierOption(verifier))
+	tok, err := conf.Exchange(context.WithValue(ctx, oauth2.HTTPClient, idp), ans.code, oauth2.VerifierOption(verifier))
 	if err != nil {
 		return fmt.Errorf("exchange the sign-in code: %w", err)
 	}
@@ -338,6 +345,30 @@ func (a *app) loginToken(ctx context.Context, h *http.Client, api string) (strin
 		return fresh.IDToken, nil
 	}
 	return "", nil
+}
+
+// idpHTTP is the client for the identity provider: Env.HTTP, else the
+// system's roots, with the server's CA bundle added when one is named (the
+// IdP may have a public certificate or one of the same internal CA).
+func (a *app) idpHTTP(t target) (*http.Client, error) {
+	if a.env.HTTP != nil {
+		return a.env.HTTP, nil
+	}
+	if t.ca == "" {
+		return http.DefaultClient, nil
+	}
+	b, err := os.ReadFile(t.ca)
+	if err != nil {
+		return nil, usagef("--tls-ca: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	pool.AppendCertsFromPEM(b)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	return &http.Client{Transport: tr}, nil
 }
 
 // openBrowser opens url in the user's browser (Env.OpenBrowser in tests).
