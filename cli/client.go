@@ -51,6 +51,10 @@ type client struct {
 	version string
 	warn    io.Writer
 	once    sync.Once
+	// renew reads the login token again, refreshed when it is about to
+	// expire, for a long-lived command (watch) that reconnects; nil when
+	// the client calls with a key.
+	renew func(ctx context.Context) error
 }
 
 func (a *app) apiClient() (*client, error) {
@@ -65,17 +69,25 @@ func (a *app) apiClient() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
 	if t.key == "" {
 		// No key anywhere: the token login kept for this server, if any.
 		idp, err := a.idpHTTP(t)
 		if err != nil {
 			return nil, err
 		}
-		if t.key, err = a.loginToken(context.Background(), idp, t.api); err != nil {
+		c.renew = func(ctx context.Context) error {
+			k, err := a.loginToken(ctx, idp, t.api)
+			if err == nil && k != "" {
+				c.t.key = k
+			}
+			return err
+		}
+		if err := c.renew(context.Background()); err != nil {
 			return nil, err
 		}
 	}
-	a.client = &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
+	a.client = c
 	return a.client, nil
 }
 

@@ -107,6 +107,12 @@ func (a *app) watch(ctx context.Context, c *client, id string) error {
 		if err := backoff(ctx, min(failures, 3)); err != nil {
 			return err
 		}
+		if c.renew != nil {
+			// A login token may expire during a long watch.
+			if err := c.renew(ctx); err != nil {
+				return err
+			}
+		}
 	}
 }
 
