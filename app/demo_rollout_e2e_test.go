@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,10 +146,13 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 		}
 	}, "rollouts watch did not end with the rollout")
 	t.Logf("rollouts watch:\n%s", w.stdout)
-	for _, want := range []string{" 50%  progressing", "verdict", "drift                      fail", "rollout-controller", "rolled_back"} {
+	for _, want := range []string{" 50%  progressing", "verdict", "rollout-controller", "rolled_back"} {
 		if !strings.Contains(w.stdout, want) {
 			t.Errorf("rollouts watch printed no %q:\n%s", want, w.stdout)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^\s+drift\s+fail\s+candidate [0-9.]+\s+threshold 0\.1$`).MatchString(w.stdout) {
+		t.Errorf("rollouts watch printed no failing drift check with its numbers:\n%s", w.stdout)
 	}
 	if w.code != 1 || !strings.Contains(w.stderr, "rolled_back") {
 		t.Errorf("rollouts watch exit %d (%s); want 1, rolled back", w.code, w.stderr)

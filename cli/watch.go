@@ -199,7 +199,7 @@ func (a *app) printEvent(e rolloutEvent, raw string) {
 		return
 	}
 	for _, ch := range v.Checks {
-		fmt.Fprintf(w, "    %-22s %-7s candidate %s", ch.Name, ch.Outcome, num(ch.Candidate))
+		fmt.Fprintf(w, "    %-26s %-7s candidate %s", ch.Name, ch.Outcome, num(ch.Candidate))
 		if ch.Incumbent != nil {
 			fmt.Fprintf(w, "  incumbent %s", num(*ch.Incumbent))
 		}
