@@ -44,6 +44,9 @@ type route struct {
 	// rate or the gateway's default; nil when unlimited. It outlives route
 	// updates (see routeLimiter).
 	limiter *rate.Limiter
+	// grants are the teams granted call access, by team name, with their
+	// buckets (grant.go); nil when none.
+	grants map[string]*grant
 }
 
 // routeDefaults are what a route takes from the gateway's configuration
@@ -169,7 +172,7 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 		}
 	}
 	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: d.timeout,
-		limiter: routeLimiter(src, prev, d)}
+		limiter: routeLimiter(src, prev, d), grants: newGrants(src.Grants, prev, d)}
 	if src.TimeoutMS > 0 {
 		rt.timeout = time.Duration(src.TimeoutMS) * time.Millisecond
 	}
