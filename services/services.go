@@ -39,7 +39,7 @@ type Set struct {
 	Endpoints *endpoint.Service
 	// Grants shares endpoints with other teams (call access).
 	Grants *grant.Service
-	Fleet     *fleet.Fleet
+	Fleet  *fleet.Fleet
 	// Quotas keeps the teams' quotas and tier grants.
 	Quotas *quota.Service
 	// Attestations keeps what platform admins attest each node has.
