@@ -139,6 +139,9 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /models":                                     form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                               form("team", "risk", "email", "search-admin@example.com", "role", "admin"),
 		"POST /team/keys":                                  form("team", "risk", "name", "matrix-key", "key_role", "viewer"),
+		"GET /endpoints/{endpoint}/sharing":                nil,
+		"POST /endpoints/{endpoint}/grants":                form("team", "search", "rate_limit_rps", "5", "daily_quota", "100"),
+		"POST /endpoints/{endpoint}/grants/{team}/revoke":  form(),
 		"POST /endpoints/{endpoint}/settings":              form("instance_profile", "mig-2g.20gb", "tier", "standard", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0", "retention_days", "30"),
 		"POST /teams":                                      form("team_name", "matrix-team"),
 		"POST /models/{model}/versions": func(_ map[string]string, csrf string) *payload {
