@@ -271,19 +271,6 @@ func (failing) GraphsUsing(context.Context, int64, string) ([]string, error) {
 	return nil, errors.New("graph store down")
 }
 
-func containsJSON(b []byte, s string) bool {
-	return json.Valid(b) && slices.Contains([]string{s}, s) && string(b) != "" && contains(string(b), s)
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
-}
-
 // TestSharedWithMe: a consumer lists what other teams shared with its
 // teams, with the models' schemas; the owners' own endpoints are not in
 // it, and a team with nothing shared sees nothing.
