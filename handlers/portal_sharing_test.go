@@ -75,6 +75,11 @@ func TestPortalSharing(t *testing.T) {
 		t.Errorf("risk's shared-with-me is not empty")
 	}
 
+	// Chargeback groups by caller team, for the consumers' share.
+	if eng.page("/chargeback").Find(`input[name="group_by"][value="caller_team"]`).Length() != 1 {
+		t.Errorf("the chargeback page offers no caller_team grouping")
+	}
+
 	r = eng.post("/endpoints/risk-endpoint/grants/search/revoke", eng.form())
 	if r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("revoke = %d, want 303\n%s", r.StatusCode, r.Body)
