@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -87,7 +88,23 @@ func TestPortalSharing(t *testing.T) {
 	if search.page("/shared").Find("#shared-empty").Length() != 1 {
 		t.Errorf("search still sees risk-endpoint shared after the revocation")
 	}
+
+	// A revocation that breaks inference graphs names them on the page.
+	e.srv.Grants.SetDependents(dependents{"document-processor"})
+	if r := eng.post("/endpoints/risk-endpoint/grants", eng.form("team", "search")); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("grant again = %d", r.StatusCode)
+	}
+	r = eng.post("/endpoints/risk-endpoint/grants/search/revoke", eng.form())
+	if r.StatusCode != http.StatusOK || portalText(r.doc(t).Find("#broken-graphs li")) != "document-processor" {
+		t.Errorf("revoke breaking a graph = %d, want the page naming it\n%s", r.StatusCode, r.Body)
+	}
 }
+
+// dependents stands in for the graph package's lookup of the graphs that
+// call an endpoint (grant.Dependents): every endpoint, every team.
+type dependents []string
+
+func (d dependents) GraphsUsing(context.Context, int64, string) ([]string, error) { return d, nil }
 
 // TestGrantsAPI: the API shares, lists and revokes, and the consumer's
 // GET /shared lists what is shared with it.
