@@ -23,4 +23,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerBudgets(api)
 	s.registerQuotas(api)
 	s.registerWebhooks(api)
+	s.registerGrants(api)
 }
