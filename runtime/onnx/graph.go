@@ -34,6 +34,9 @@ type valueInfo struct {
 	tensor   bool
 	elemType int
 	dims     []int64
+	// shaped is false when the file declares no shape at all (any rank),
+	// as opposed to a scalar's empty one.
+	shaped bool
 }
 
 // node is the part of a NodeProto the output kind needs.
@@ -205,6 +208,7 @@ func readTensorType(data []byte, vi *valueInfo) error {
 		case num == tensorElemType && typ == protowire.VarintType:
 			vi.elemType = int(x)
 		case num == tensorShape && typ == protowire.BytesType:
+			vi.shaped = true
 			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 				if num != shapeDim || typ != protowire.BytesType {
 					return nil

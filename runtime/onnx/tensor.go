@@ -1,0 +1,342 @@
+//go:build cgo
+
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"modelplane/serveapi"
+)
+
+// elemTypes maps ONNX's TensorProto.DataType to the V2 datatype Triton's
+// ONNX Runtime backend serves it as. The others (complex numbers, the
+// float8 and 4-bit types) have no V2 datatype and are refused.
+var elemTypes = map[int]string{
+	1: serveapi.TypeFP32, 2: serveapi.TypeUint8, 3: serveapi.TypeInt8, 4: serveapi.TypeUint16,
+	5: serveapi.TypeInt16, 6: serveapi.TypeInt32, 7: serveapi.TypeInt64, 8: serveapi.TypeBytes,
+	9: serveapi.TypeBool, 10: serveapi.TypeFP16, 11: serveapi.TypeFP64, 12: serveapi.TypeUint32,
+	13: serveapi.TypeUint64, 16: serveapi.TypeBF16,
+}
+
+// onnxType is the element type of a V2 datatype, the inverse of elemTypes.
+func onnxType(datatype string) (ort.TensorElementDataType, bool) {
+	for k, v := range elemTypes {
+		if v == datatype {
+			return ort.TensorElementDataType(k), true
+		}
+	}
+	return 0, false
+}
+
+// LoadTensors opens the ONNX model at path to be served with its own
+// inputs and outputs (see the package documentation): every graph input
+// that no initializer fills, and every graph output, each a tensor of an
+// element type V2 has a datatype for.
+func LoadTensors(path string, opts Options) (serveapi.TensorModel, error) {
+	if _, err := environment(); err != nil {
+		return nil, err
+	}
+	threads := max(opts.IntraOpThreads, 1)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: session options: %w", err)
+	}
+	defer so.Destroy()
+	if err := so.SetIntraOpNumThreads(threads); err != nil {
+		return nil, fmt.Errorf("onnx: intra-op threads: %w", err)
+	}
+	if err := so.SetInterOpNumThreads(1); err != nil {
+		return nil, fmt.Errorf("onnx: inter-op threads: %w", err)
+	}
+	g, err := readGraph(data)
+	if err != nil {
+		if _, _, oerr := ort.GetInputOutputInfoWithOptions(path, so); oerr != nil {
+			return nil, refused(path, oerr)
+		}
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	m := &tensorModel{}
+	if m.inputs, err = specs("input", g.inputs); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	if m.outputs, err = specs("output", g.outputs); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
+	}
+	if len(m.outputs) == 0 {
+		return nil, fmt.Errorf("onnx: %s: the graph has no outputs", filepath.Base(path))
+	}
+	var inNames, outNames []string
+	for _, s := range m.inputs {
+		inNames = append(inNames, s.Name)
+	}
+	for _, s := range m.outputs {
+		outNames = append(outNames, s.Name)
+	}
+	if m.sess, err = ort.NewDynamicAdvancedSession(path, inNames, outNames, so); err != nil {
+		return nil, refused(path, err)
+	}
+	return m, nil
+}
+
+// specs turns the graph's declared inputs or outputs into the V2
+// signature; a value with no declared shape gets nil (any shape).
+func specs(what string, vis []valueInfo) ([]serveapi.TensorSpec, error) {
+	out := make([]serveapi.TensorSpec, 0, len(vis))
+	for _, vi := range vis {
+		if !vi.tensor {
+			return nil, fmt.Errorf("%s %q is not a tensor (a sequence or map), which V2 cannot carry", what, vi.name)
+		}
+		dt, ok := elemTypes[vi.elemType]
+		if !ok {
+			return nil, fmt.Errorf("%s %q holds %s, which has no V2 datatype", what, vi.name, elemTypeName(vi.elemType))
+		}
+		s := serveapi.TensorSpec{Name: vi.name, Datatype: dt}
+		if vi.shaped {
+			s.Shape = append([]int64{}, vi.dims...)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// tensorModel is a serveapi.TensorModel over one ONNX Runtime session.
+type tensorModel struct {
+	mu              sync.Mutex
+	sess            *ort.DynamicAdvancedSession
+	inputs, outputs []serveapi.TensorSpec
+}
+
+func (m *tensorModel) Inputs() []serveapi.TensorSpec  { return m.inputs }
+func (m *tensorModel) Outputs() []serveapi.TensorSpec { return m.outputs }
+
+// Run runs the session once on the given tensors.
+func (m *tensorModel) Run(inputs []serveapi.Tensor) ([]serveapi.Tensor, error) {
+	if len(inputs) != len(m.inputs) {
+		return nil, fmt.Errorf("onnx: %d inputs, want %d", len(inputs), len(m.inputs))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return nil, errors.New("onnx: model is closed")
+	}
+	vals := make([]ort.Value, len(inputs))
+	defer func() {
+		for _, v := range vals {
+			if v != nil {
+				_ = v.Destroy()
+			}
+		}
+	}()
+	for i, in := range inputs {
+		v, err := inputValue(in)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: input %q: %w", in.Name, err)
+		}
+		vals[i] = v
+	}
+	outs := make([]ort.Value, len(m.outputs))
+	if err := m.sess.Run(vals, outs); err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	defer destroyAll(outs)
+	// onnxruntime_go copies a 16-bit float output it allocated short (one
+	// byte per element), so such outputs are run again into buffers of
+	// the shape the first run found; a model's output shape follows from
+	// its inputs.
+	var again []int
+	for i, o := range outs {
+		if c, ok := o.(*ort.CustomDataTensor); ok && (m.outputs[i].Datatype == serveapi.TypeFP16 || m.outputs[i].Datatype == serveapi.TypeBF16) {
+			shape := c.GetShape()
+			_ = c.Destroy()
+			outs[i] = nil
+			buf := make([]byte, 2*max(shape.FlattenedSize(), 1))
+			t, err := ort.NewCustomDataTensor(shape, buf, ort.TensorElementDataType(c.DataType()))
+			if err != nil {
+				return nil, fmt.Errorf("onnx: output %q: %w", m.outputs[i].Name, err)
+			}
+			outs[i] = t
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		keep := make([]ort.Value, len(outs))
+		for _, i := range again {
+			keep[i] = outs[i]
+		}
+		destroyExcept(outs, again)
+		outs = keep
+		if err := m.sess.Run(vals, outs); err != nil {
+			return nil, fmt.Errorf("onnx: %w", err)
+		}
+	}
+	res := make([]serveapi.Tensor, len(outs))
+	for i, o := range outs {
+		t, err := outputTensor(o, m.outputs[i])
+		if err != nil {
+			return nil, fmt.Errorf("onnx: output %q: %w", m.outputs[i].Name, err)
+		}
+		res[i] = t
+	}
+	return res, nil
+}
+
+func destroyAll(vs []ort.Value) {
+	for _, v := range vs {
+		if v != nil {
+			_ = v.Destroy()
+		}
+	}
+}
+
+// destroyExcept destroys the values not at the indexes keep.
+func destroyExcept(vs []ort.Value, keep []int) {
+	for i, v := range vs {
+		kept := false
+		for _, k := range keep {
+			kept = kept || k == i
+		}
+		if v != nil && !kept {
+			_ = v.Destroy()
+		}
+	}
+}
+
+// inputValue makes the ONNX Runtime value of one input tensor.
+func inputValue(in serveapi.Tensor) (ort.Value, error) {
+	shape := ort.NewShape(in.Shape...)
+	if in.Datatype == serveapi.TypeBytes {
+		if len(in.Shape) == 0 {
+			return nil, errors.New("a BYTES scalar is not supported; send shape [1]")
+		}
+		t, err := ort.NewStringTensor(shape)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.SetContents(in.Strings); err != nil {
+			_ = t.Destroy()
+			return nil, err
+		}
+		return t, nil
+	}
+	et, ok := onnxType(in.Datatype)
+	if !ok {
+		return nil, fmt.Errorf("datatype %q is not an ONNX element type", in.Datatype)
+	}
+	if len(in.Shape) == 0 {
+		return scalar(in)
+	}
+	if len(in.Data) == 0 {
+		return nil, errors.New("an empty tensor (a dimension of 0) is not supported")
+	}
+	return ort.NewCustomDataTensor(shape, in.Data, et)
+}
+
+// scalar makes a rank-0 input, which the binding builds only from a Go
+// value of the element's type.
+func scalar(in serveapi.Tensor) (ort.Value, error) {
+	if len(in.Data) != serveapi.ElementSize(in.Datatype) {
+		return nil, fmt.Errorf("a scalar needs %d bytes, got %d", serveapi.ElementSize(in.Datatype), len(in.Data))
+	}
+	p := unsafe.Pointer(&in.Data[0])
+	switch in.Datatype {
+	case serveapi.TypeFP32:
+		return ort.NewScalar(*(*float32)(p))
+	case serveapi.TypeFP64:
+		return ort.NewScalar(*(*float64)(p))
+	case serveapi.TypeInt64:
+		return ort.NewScalar(*(*int64)(p))
+	case serveapi.TypeInt32:
+		return ort.NewScalar(*(*int32)(p))
+	case serveapi.TypeInt16:
+		return ort.NewScalar(*(*int16)(p))
+	case serveapi.TypeInt8:
+		return ort.NewScalar(*(*int8)(p))
+	case serveapi.TypeUint64:
+		return ort.NewScalar(*(*uint64)(p))
+	case serveapi.TypeUint32:
+		return ort.NewScalar(*(*uint32)(p))
+	case serveapi.TypeUint16:
+		return ort.NewScalar(*(*uint16)(p))
+	case serveapi.TypeUint8:
+		return ort.NewScalar(*(*uint8)(p))
+	case serveapi.TypeBool:
+		return ort.NewScalar(in.Data[0] != 0)
+	}
+	return nil, fmt.Errorf("a %s scalar is not supported; send shape [1]", in.Datatype)
+}
+
+// outputTensor copies an output ONNX Runtime made into a Tensor.
+func outputTensor(v ort.Value, spec serveapi.TensorSpec) (serveapi.Tensor, error) {
+	t := serveapi.Tensor{Name: spec.Name, Datatype: spec.Datatype, Shape: []int64(v.GetShape().Clone())}
+	if t.Shape == nil {
+		t.Shape = []int64{}
+	}
+	var err error
+	switch x := v.(type) {
+	case *ort.StringTensor:
+		t.Strings, err = x.GetContents()
+	case *ort.CustomDataTensor:
+		t.Data = append([]byte(nil), x.GetData()...)
+	case *ort.Tensor[float32]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[float64]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[int64]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[int32]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[int16]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[int8]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[uint64]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[uint32]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[uint16]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[uint8]:
+		t.Data = raw(x.GetData())
+	case *ort.Tensor[bool]:
+		t.Data = raw(x.GetData())
+	default:
+		return t, fmt.Errorf("ONNX Runtime returned %T, which is not a tensor", v)
+	}
+	return t, err
+}
+
+// raw copies a typed slice's bytes (the machine's byte order, little-endian
+// on every platform the runtime is built for).
+func raw[T any](data []T) []byte {
+	if len(data) == 0 {
+		return []byte{}
+	}
+	n := len(data) * int(unsafe.Sizeof(data[0]))
+	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), n)...)
+}
+
+// Close destroys the session; a second Close does nothing.
+func (m *tensorModel) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return nil
+	}
+	err := m.sess.Destroy()
+	m.sess = nil
+	if err != nil {
+		return fmt.Errorf("onnx: close: %w", err)
+	}
+	return nil
+}
