@@ -67,6 +67,12 @@ func LoadTensors(path string, opts Options) (serveapi.TensorModel, error) {
 		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
 	}
 	m := &tensorModel{}
+	for _, vi := range g.inputs {
+		m.inParams = append(m.inParams, vi.params)
+	}
+	for _, vi := range g.outputs {
+		m.outParams = append(m.outParams, vi.params)
+	}
 	if m.inputs, err = specs("input", g.inputs); err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", filepath.Base(path), err)
 	}
@@ -115,6 +121,8 @@ type tensorModel struct {
 	mu              sync.Mutex
 	sess            *ort.DynamicAdvancedSession
 	inputs, outputs []serveapi.TensorSpec
+	// inParams and outParams are the symbolic names of the dimensions.
+	inParams, outParams [][]string
 }
 
 func (m *tensorModel) Inputs() []serveapi.TensorSpec  { return m.inputs }
@@ -145,40 +153,29 @@ func (m *tensorModel) Run(inputs []serveapi.Tensor) ([]serveapi.Tensor, error) {
 		}
 		vals[i] = v
 	}
+	// onnxruntime_go cannot take a 16-bit float output it allocates
+	// itself (it sizes the copy one byte per element), so such outputs
+	// are given buffers of the shape the graph declares, dynamic
+	// dimensions resolved by the input dimensions of the same name.
 	outs := make([]ort.Value, len(m.outputs))
+	defer destroyAll(outs)
+	for i, o := range m.outputs {
+		if o.Datatype != serveapi.TypeFP16 && o.Datatype != serveapi.TypeBF16 {
+			continue
+		}
+		shape, err := m.resolve(i, inputs)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: output %q: %w", o.Name, err)
+		}
+		et, _ := onnxType(o.Datatype)
+		t, err := ort.NewCustomDataTensor(ort.NewShape(shape...), make([]byte, 2*max(elements(shape), 1)), et)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: output %q: %w", o.Name, err)
+		}
+		outs[i] = t
+	}
 	if err := m.sess.Run(vals, outs); err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
-	}
-	defer destroyAll(outs)
-	// onnxruntime_go copies a 16-bit float output it allocated short (one
-	// byte per element), so such outputs are run again into buffers of
-	// the shape the first run found; a model's output shape follows from
-	// its inputs.
-	var again []int
-	for i, o := range outs {
-		if c, ok := o.(*ort.CustomDataTensor); ok && (m.outputs[i].Datatype == serveapi.TypeFP16 || m.outputs[i].Datatype == serveapi.TypeBF16) {
-			shape := c.GetShape()
-			_ = c.Destroy()
-			outs[i] = nil
-			buf := make([]byte, 2*max(shape.FlattenedSize(), 1))
-			t, err := ort.NewCustomDataTensor(shape, buf, ort.TensorElementDataType(c.DataType()))
-			if err != nil {
-				return nil, fmt.Errorf("onnx: output %q: %w", m.outputs[i].Name, err)
-			}
-			outs[i] = t
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		keep := make([]ort.Value, len(outs))
-		for _, i := range again {
-			keep[i] = outs[i]
-		}
-		destroyExcept(outs, again)
-		outs = keep
-		if err := m.sess.Run(vals, outs); err != nil {
-			return nil, fmt.Errorf("onnx: %w", err)
-		}
 	}
 	res := make([]serveapi.Tensor, len(outs))
 	for i, o := range outs {
@@ -199,17 +196,40 @@ func destroyAll(vs []ort.Value) {
 	}
 }
 
-// destroyExcept destroys the values not at the indexes keep.
-func destroyExcept(vs []ort.Value, keep []int) {
-	for i, v := range vs {
-		kept := false
-		for _, k := range keep {
-			kept = kept || k == i
+// resolve is output i's shape for these inputs: its fixed dimensions, and
+// each dynamic one named like an input's dimension taken from that input.
+func (m *tensorModel) resolve(i int, inputs []serveapi.Tensor) ([]int64, error) {
+	o := m.outputs[i]
+	if o.Shape == nil {
+		return nil, errors.New("a 16-bit float output needs a shape declared in the graph")
+	}
+	shape := make([]int64, len(o.Shape))
+	for d, size := range o.Shape {
+		shape[d] = size
+		if size >= 0 {
+			continue
 		}
-		if v != nil && !kept {
-			_ = v.Destroy()
+		p := m.outParams[i][d]
+		for j, in := range m.inParams {
+			for k, q := range in {
+				if p != "" && q == p && k < len(inputs[j].Shape) {
+					shape[d] = inputs[j].Shape[k]
+				}
+			}
+		}
+		if shape[d] < 0 {
+			return nil, fmt.Errorf("a 16-bit float output's dimension %d is dynamic and named after no input dimension", d)
 		}
 	}
+	return shape, nil
+}
+
+func elements(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // inputValue makes the ONNX Runtime value of one input tensor.
