@@ -18,6 +18,7 @@ import (
 	"modelplane/runtime"
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
+	"modelplane/runtime/tokenizer"
 	"modelplane/runtime/xgboost"
 	"modelplane/serveapi"
 	"modelplane/tracing"
@@ -39,7 +40,8 @@ func runtimeOpeners() map[string]runtime.Opener {
 // (a version whose serving configuration names no features), by format.
 func runtimeTensors() map[string]runtime.TensorOpener {
 	return map[string]runtime.TensorOpener{
-		"onnx": func(path string) (serveapi.TensorModel, error) { return onnx.LoadTensors(path, onnx.Options{}) },
+		"onnx":      func(path string) (serveapi.TensorModel, error) { return onnx.LoadTensors(path, onnx.Options{}) },
+		"tokenizer": tokenizer.Open,
 	}
 }
 

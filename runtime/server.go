@@ -64,6 +64,7 @@ var extensions = map[string]string{
 	"onnx":         ".onnx",
 	"xgboost-json": ".json",
 	"lightgbm":     ".txt",
+	"tokenizer":    ".json",
 }
 
 // loaded is what Load builds; it is set once and read without locks.

@@ -28,11 +28,12 @@ type TensorOpener func(path string) (serveapi.TensorModel, error)
 type tensors struct {
 	model   serveapi.TensorModel
 	in, out []serveapi.TensorSpec
-	// batched: every input and output has a dynamic first axis and the
-	// model does not refuse it (serveapi.BatchAxis), so a row of the first
-	// axis is one sample and the queue merges requests along it.
-	batched bool
-	queue   *batch.Queue[tensorRow]
+	// rowwise: every input and output has a dynamic first axis, so a row
+	// of it is one sample (a /predict instance); batched: also the model
+	// does not refuse merging (serveapi.BatchAxis), so the queue merges
+	// requests along it.
+	rowwise, batched bool
+	queue            *batch.Queue[tensorRow]
 }
 
 // tensorRow is the batcher's row of a tensor model: one sample's slice of
@@ -56,6 +57,7 @@ func newTensors(m serveapi.TensorModel) (*tensors, error) {
 			t.batched = false
 		}
 	}
+	t.rowwise = t.batched
 	if b, ok := m.(serveapi.BatchAxis); ok && !b.BatchesFirstAxis() {
 		t.batched = false
 	}
@@ -656,8 +658,8 @@ func requestedOutputs(raw json.RawMessage, specs []serveapi.TensorSpec) (map[str
 
 // predictTensors answers /predict for a tensor model: each instance is an
 // object keyed by input name holding one row (the input without its first
-// axis; a model not batched takes whole tensors), and each prediction an
-// object keyed by output name. Instances whose shapes differ run as
+// axis; a model whose first axis is fixed takes whole tensors), and each
+// prediction an object keyed by output name. Instances whose shapes differ run as
 // separate requests, so ragged rows never share a tensor.
 func (s *Server) predictTensors(ctx context.Context, l *loaded, instances []json.RawMessage) ([]map[string]any, *failure, error) {
 	t := l.tensors
@@ -695,8 +697,8 @@ func (s *Server) predictTensors(ctx context.Context, l *loaded, instances []json
 		go func() {
 			defer wg.Done()
 			start := s.clock.Now("runtime", "infer")
-			res, err := t.queue.DoKeyed(ctx, key, g.rows)
-			f := s.account(ctx, l, start, len(g.rows), res.Queue, res.Compute, res.BatchRows, err)
+			outs, err := t.runRows(ctx, key, g.rows)
+			f := s.account(ctx, l, start, len(g.rows), outs.Queue, outs.Compute, outs.BatchRows, err)
 			mu.Lock()
 			defer mu.Unlock()
 			if f != nil {
@@ -705,7 +707,7 @@ func (s *Server) predictTensors(ctx context.Context, l *loaded, instances []json
 				}
 				return
 			}
-			for k, row := range res.Outputs {
+			for k, row := range outs.Outputs {
 				p, err := prediction(row)
 				if err != nil {
 					if fail == nil {
@@ -722,6 +724,40 @@ func (s *Server) predictTensors(ctx context.Context, l *loaded, instances []json
 		return nil, fail, nil
 	}
 	return out, nil, nil
+}
+
+// runRows runs /predict rows of one key: merged by the queue when the
+// model is batched; otherwise the one row, as a request of one row when
+// the model is row-wise or as whole tensors.
+func (t *tensors) runRows(ctx context.Context, key string, rows []tensorRow) (batch.Answer[tensorRow], error) {
+	if t.batched {
+		return t.queue.DoKeyed(ctx, key, rows)
+	}
+	whole := rows[0]
+	if t.rowwise {
+		whole = make(tensorRow, len(rows[0]))
+		for j, x := range rows[0] {
+			x.Shape = append([]int64{1}, x.Shape...)
+			whole[j] = x
+		}
+	}
+	res, err := t.queue.Do(ctx, []tensorRow{whole})
+	if err != nil || !t.rowwise {
+		return res, err
+	}
+	out := make(tensorRow, len(res.Outputs[0]))
+	for j, x := range res.Outputs[0] {
+		if len(x.Shape) == 0 || x.Shape[0] != 1 {
+			return res, fmt.Errorf("output %q has shape %v for one row", x.Name, x.Shape)
+		}
+		parts, err := split(x)
+		if err != nil {
+			return res, err
+		}
+		out[j] = parts[0]
+	}
+	res.Outputs = []tensorRow{out}
+	return res, nil
 }
 
 // instance reads one /predict instance into a row.
@@ -741,7 +777,7 @@ func (t *tensors) instance(raw json.RawMessage, where string) (tensorRow, error)
 			return nil, &fieldError{where + "." + s.Name, err.Error()}
 		}
 		want := s.Shape
-		if t.batched {
+		if t.rowwise {
 			want = want[1:]
 		}
 		if err := fitShape(shape, want); err != nil {
