@@ -81,9 +81,10 @@ func predict(t *testing.T, url string, instances []map[string]any) []map[string]
 // the built-in runtime, as the document-processor graph chains them:
 // tokenizer → embedder → classifier. Accuracy must beat chance (25 % for
 // four classes) by a wide margin, and the served probabilities must be
-// what the Go model computes. Measured: 0.948 for DefaultSeed (379 of
-// 400), and 0.907 to 0.980 for seeds 1, 7, 100 and 2024; the bound, 0.85,
-// leaves room for a change of corpus (docs/*.md is part of it).
+// what the Go model computes. Measured on 2026-12-05: 0.960 for
+// DefaultSeed (384 of 400), and 0.855 to 0.980 for seeds 1, 7, 100 and
+// 2024; the bound, 0.8, leaves room for a change of corpus (docs/*.md is
+// part of it).
 func TestPipelineClassifiesHeldOutSentences(t *testing.T) {
 	b, err := build(DefaultSeed)
 	if err != nil {
@@ -124,8 +125,8 @@ func TestPipelineClassifiesHeldOutSentences(t *testing.T) {
 	acc := float64(right) / float64(len(b.heldOut))
 	t.Logf("held-out accuracy through the served pipeline: %d/%d = %.3f (chance 0.25; Go: held-out %.3f, train %.3f); largest probability difference ONNX Runtime vs Go %.2g",
 		right, len(b.heldOut), acc, p.HeldOutAccuracy, p.TrainAccuracy, worst)
-	if acc < 0.85 {
-		t.Errorf("held-out accuracy %.3f; want at least 0.85 (chance is 0.25)", acc)
+	if acc < 0.8 {
+		t.Errorf("held-out accuracy %.3f; want at least 0.8 (chance is 0.25)", acc)
 	}
 	if worst > 1e-4 {
 		t.Errorf("served probabilities differ from Go's by %g; want within 1e-4", worst)
