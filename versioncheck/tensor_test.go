@@ -27,7 +27,9 @@ func TestValidationOfTensorModels(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	samples := func(v docproc.Version) registry.Serving { return registry.Serving{SampleInputs: v.Serving.SampleInputs} }
+	samples := func(v docproc.Version) registry.Serving {
+		return registry.Serving{SampleInputs: v.Serving.SampleInputs}
+	}
 	tok := f.register(t, "bert-tokenizer", "v2", registry.Tokenizer, p.Tokenizer.File, p.Tokenizer.Data, samples(p.Tokenizer))
 	if tok.Format != registry.Tokenizer {
 		t.Fatalf("tokenizer version format %q, want %q", tok.Format, registry.Tokenizer)

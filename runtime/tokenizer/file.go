@@ -31,9 +31,3 @@ type padding struct {
 	PadID     int64           `json:"pad_id"`
 	PadTypeID int64           `json:"pad_type_id"`
 }
-
-// component is what every normalizer, pre-tokenizer and post-processor
-// object has: its type.
-type component struct {
-	Type string `json:"type"`
-}
