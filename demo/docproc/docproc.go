@@ -47,6 +47,14 @@ type Version struct {
 	Serving serveapi.Config
 	// Description says what the version is, for the registry.
 	Description string
+	// Task is the registry task of its model: classification for the
+	// classifier; the registry has no task for a tokenizer or an
+	// embedder, whose answers are tensors, so they are regression (their
+	// answers are values, neither a label nor a score).
+	Task string
+	// InputSchema is the JSON Schema of one /predict instance, which the
+	// gateway checks before a replica sees it.
+	InputSchema json.RawMessage
 }
 
 // Pipeline is the document-processor's models.
@@ -149,14 +157,22 @@ func build(seed uint64) (built, error) {
 	b.pipeline.Tokenizer = Version{Model: "bert-tokenizer", Name: "v2", Runtime: "tokenizer", Format: "tokenizer", File: "tokenizer.json",
 		Data:        tokJSON,
 		Serving:     tensorServing("tokenizer", "tokenizer.json", fmt.Sprintf(`{"text": %q}`, sample)),
+		Task:        "regression",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","maxLength":20000}},"required":["text"]}`),
 		Description: fmt.Sprintf("WordPiece tokenizer (%d tokens) learnt from the repository's docs and the classifier's training sentences; [CLS] … [SEP], lower case, at most %d tokens.", v, MaxTokens)}
 	b.pipeline.Embedder = Version{Model: "bert-embedder", Name: "v5", Runtime: "onnxruntime", Format: "onnx", File: "model.onnx",
-		Data:        embedder,
-		Serving:     tensorServing("onnx", "model.onnx", fmt.Sprintf(`{"input_ids": %s, "attention_mask": %s}`, ids, mask)),
+		Data:    embedder,
+		Serving: tensorServing("onnx", "model.onnx", fmt.Sprintf(`{"input_ids": %s, "attention_mask": %s}`, ids, mask)),
+		Task:    "regression",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"input_ids":{"type":"array","items":{"type":"integer","minimum":0}},` +
+			`"attention_mask":{"type":"array","items":{"type":"integer","minimum":0,"maximum":1}}},"required":["input_ids","attention_mask"]}`),
 		Description: fmt.Sprintf("BERT-style embedder: token embeddings (%d × %d, IDF-weighted) and masked mean pooling, L2-normalised; input_ids and attention_mask int64 [batch, seq] → embedding [batch, %d].", v, Dim, Dim)}
 	b.pipeline.Classifier = Version{Model: "document-classifier", Name: "v3", Runtime: "onnxruntime", Format: "onnx", File: "model.onnx",
 		Data:    classifier,
 		Serving: tensorServing("onnx", "model.onnx", fmt.Sprintf(`{"embedding": %s}`, emb)),
+		Task:    "classification",
+		InputSchema: json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{"embedding":{"type":"array","items":{"type":"number"},"minItems":%d,"maxItems":%d}},"required":["embedding"]}`,
+			Dim, Dim)),
 		Description: fmt.Sprintf("Softmax regression over the embedding, trained on %d labelled sentences: %s. Held-out accuracy %.1f %% on sentence shapes it never saw (chance %.0f %%).",
 			len(train), strings.Join(Classes, ", "), 100*b.pipeline.HeldOutAccuracy, 100.0/float64(len(Classes)))}
 	return b, nil

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"modelplane/registry"
 	"modelplane/runtime"
 	"modelplane/runtime/onnx"
 	"modelplane/runtime/tokenizer"
@@ -146,6 +149,30 @@ func TestDeterministic(t *testing.T) {
 	for i, pair := range [][2][]byte{{a.Tokenizer.Data, b.Tokenizer.Data}, {a.Embedder.Data, b.Embedder.Data}, {a.Classifier.Data, b.Classifier.Data}} {
 		if !bytes.Equal(pair[0], pair[1]) {
 			t.Errorf("file %d differs between two builds of one seed", i)
+		}
+	}
+}
+
+// Every version's sample input passes its own input schema, as the
+// registry requires of sample inputs.
+func TestSamplesFitTheSchemas(t *testing.T) {
+	p, err := Build(DefaultSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []Version{p.Tokenizer, p.Embedder, p.Classifier} {
+		s, err := registry.CompileSchema(v.InputSchema)
+		if err != nil || s == nil {
+			t.Fatalf("%s: schema %v", v.Model, err)
+		}
+		for _, raw := range v.Serving.SampleInputs {
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Validate(doc); err != nil {
+				t.Errorf("%s: sample %s: %v", v.Model, raw, err)
+			}
 		}
 	}
 }
