@@ -24,7 +24,8 @@ type TensorOpener func(path string) (serveapi.TensorModel, error)
 // tensors serves a serveapi.TensorModel: a version whose serving
 // configuration names no features. V2 requests carry the model's own
 // inputs by name; rows along a dynamic first axis are batched with other
-// requests' rows whose other dimensions agree.
+// requests' rows whose other dimensions agree, or of any length along a
+// padded input's sequence axis.
 type tensors struct {
 	model   serveapi.TensorModel
 	in, out []serveapi.TensorSpec
@@ -33,7 +34,11 @@ type tensors struct {
 	// does not refuse merging (serveapi.BatchAxis), so the queue merges
 	// requests along it.
 	rowwise, batched bool
-	queue            *batch.Queue[tensorRow]
+	// pad holds, by input position, the value rows of a padded input are
+	// padded with to the longest of their batch (serveapi.Padding); nil
+	// for inputs that are not, and nil altogether without a declaration.
+	pad   []*json.Number
+	queue *batch.Queue[tensorRow]
 }
 
 // tensorRow is the batcher's row of a tensor model: one sample's slice of
@@ -61,7 +66,60 @@ func newTensors(m serveapi.TensorModel) (*tensors, error) {
 	if b, ok := m.(serveapi.BatchAxis); ok && !b.BatchesFirstAxis() {
 		t.batched = false
 	}
+	if p, ok := m.(serveapi.Padding); ok && len(p.PadValues()) > 0 {
+		if err := t.padding(p.PadValues()); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// padding checks a model's padding declaration: it pads only a batched
+// model whose outputs' rows have a fixed shape, which padding the inputs
+// cannot change, and only inputs of one inner axis.
+func (t *tensors) padding(values map[string]float64) error {
+	if !t.batched {
+		return errors.New("the model declares padding but is not batched along a dynamic first axis")
+	}
+	for _, o := range t.out {
+		for _, d := range o.Shape[1:] {
+			if d < 0 {
+				return fmt.Errorf("the model declares padding, but output %q has shape %s: padding would change its rows", o.Name, shapeText(o.Shape))
+			}
+		}
+	}
+	t.pad = make([]*json.Number, len(t.in))
+	for j, s := range t.in {
+		v, ok := values[s.Name]
+		if !ok {
+			continue
+		}
+		if len(s.Shape) != 2 || s.Datatype == serveapi.TypeBytes {
+			return fmt.Errorf("padding: input %q is %s %s; only a numeric [batch, sequence] input may be padded", s.Name, s.Datatype, shapeText(s.Shape))
+		}
+		n := json.Number(strconv.FormatFloat(v, 'g', -1, 64))
+		if _, err := appendElement(nil, s.Datatype, n); err != nil {
+			return fmt.Errorf("padding: input %q: pad value %v: %w", s.Name, v, err)
+		}
+		t.pad[j] = &n
+	}
+	return nil
+}
+
+// key is the batching key of a row: the inner shapes of its inputs, but
+// for padded ones, whose length does not keep rows apart.
+func (t *tensors) key(r tensorRow) string {
+	if t.pad == nil {
+		return shapeKey(r)
+	}
+	masked := make(tensorRow, len(r))
+	for j, x := range r {
+		if t.pad[j] != nil {
+			x.Shape = nil
+		}
+		masked[j] = x
+	}
+	return shapeKey(masked)
 }
 
 // Predict runs a batch of rows: concatenated along a new first axis when
@@ -80,10 +138,26 @@ func (t *tensors) Predict(rows []tensorRow) ([]tensorRow, error) {
 	ins := make([]serveapi.Tensor, len(t.in))
 	for j, s := range t.in {
 		inner := rows[0][j].Shape
+		var padding []byte
+		if t.pad != nil && t.pad[j] != nil {
+			// Rows shorter than the batch's longest get the pad value at
+			// their end.
+			longest := int64(0)
+			for _, r := range rows {
+				longest = max(longest, r[j].Shape[0])
+			}
+			inner = []int64{longest}
+			padding, _ = appendElement(nil, s.Datatype, *t.pad[j])
+		}
 		x := serveapi.Tensor{Name: s.Name, Datatype: s.Datatype, Shape: append([]int64{int64(len(rows))}, inner...)}
 		for _, r := range rows {
 			x.Data = append(x.Data, r[j].Data...)
 			x.Strings = append(x.Strings, r[j].Strings...)
+			if padding != nil {
+				for range inner[0] - r[j].Shape[0] {
+					x.Data = append(x.Data, padding...)
+				}
+			}
 		}
 		ins[j] = x
 	}
@@ -560,7 +634,7 @@ func (t *tensors) run(ctx context.Context, ins []serveapi.Tensor) ([]serveapi.Te
 			rows[i][j] = parts[i]
 		}
 	}
-	res, err := t.queue.DoKeyed(ctx, shapeKey(rows[0]), rows)
+	res, err := t.queue.DoKeyed(ctx, t.key(rows[0]), rows)
 	if err != nil {
 		return nil, res, err
 	}
@@ -674,7 +748,7 @@ func (s *Server) predictTensors(ctx context.Context, l *loaded, instances []json
 		if err != nil {
 			return nil, nil, err
 		}
-		key := shapeKey(row)
+		key := t.key(row)
 		if !t.batched {
 			key = strconv.Itoa(i)
 		}

@@ -184,3 +184,99 @@ func TestTensorPredictAndRefusals(t *testing.T) {
 		t.Errorf("asking for one output: %d %s", r.status, r.body)
 	}
 }
+
+// paddedSums writes a model of x FP32 [batch, seq] → sum [batch] that
+// declares x paddable with 0 (metadata modelplane.padding), which leaves a
+// row's sum as it is.
+func paddedSums(t *testing.T) string {
+	t.Helper()
+	m := onnxgen.Model{Graph: onnxgen.Graph{
+		Name: "padded_sums",
+		Nodes: []onnxgen.Node{
+			{OpType: "ReduceSum", Inputs: []string{"x"}, Outputs: []string{"sum"}, Attrs: []onnxgen.Attr{onnxgen.IntsAttr("axes", 1), onnxgen.IntAttr("keepdims", 0)}},
+		},
+		Inputs:  []onnxgen.Value{{Name: "x", Dims: []onnxgen.Dim{onnxgen.Symbolic("batch"), onnxgen.Symbolic("seq")}}},
+		Outputs: []onnxgen.Value{{Name: "sum", Dims: []onnxgen.Dim{onnxgen.Symbolic("batch")}}},
+	}, Opsets: []onnxgen.Opset{{Version: 12}}, Metadata: []onnxgen.Prop{{Key: onnx.MetadataPadding, Value: `{"x": 0}`}}}
+	b, err := m.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "padded_sums.onnx")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// paddedGate is gated for a model that declares padding.
+type paddedGate struct{ *gated }
+
+func (p paddedGate) PadValues() map[string]float64 {
+	return p.TensorModel.(serveapi.Padding).PadValues()
+}
+
+// TestTensorPadding: a model that declares its input paddable batches
+// rows of different lengths together, each padded with the declared value
+// to the longest, and every request gets its own answer.
+func TestTensorPadding(t *testing.T) {
+	requireONNX(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := &gated{gate: make(chan struct{})}
+	dir := t.TempDir()
+	if err := os.Symlink(paddedSums(t), filepath.Join(dir, "model.onnx")); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(serveapi.Config{Model: "m", Version: "v1", Format: "onnx", File: "model.onnx", Batching: serveapi.Batching{MaxBatchSize: 8}})
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := runtime.Open(dir, nil, runtime.Options{Tensors: map[string]runtime.TensorOpener{"onnx": func(path string) (serveapi.TensorModel, error) {
+		m, err := onnx.LoadTensors(path, onnx.Options{})
+		g.TensorModel = m
+		return paddedGate{g}, err
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	defer s.Close(context.Background())
+	type result struct {
+		status int
+		a      v2Answer
+	}
+	send := func(shape []int64, data string) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			st, a := postV2(t, hs.URL, []v2Tensor{{Name: "x", Datatype: "FP32", Shape: shape, Data: json.RawMessage(data)}})
+			ch <- result{st, a}
+		}()
+		return ch
+	}
+	queued := func() float64 {
+		return decode[map[string]any](t, do(t, "GET", hs.URL+"/v2/stats", ""))["queue_depth"].(float64)
+	}
+	first := send([]int64{1, 1}, `[[7]]`)
+	wait.Eventually(t, 10*time.Second, func() bool {
+		return decode[map[string]any](t, do(t, "GET", hs.URL+"/v2/stats", ""))["in_flight"] == 1.0 && queued() == 0
+	}, "first request not executing")
+	short := send([]int64{1, 2}, `[[1, 2]]`)
+	wait.Eventually(t, 10*time.Second, func() bool { return queued() == 1 }, "second request not queued")
+	long := send([]int64{2, 4}, `[[1, 1, 1, 1], [2, 2, 2, 2]]`)
+	wait.Eventually(t, 10*time.Second, func() bool { return queued() == 2 }, "third request not queued")
+	g.gate <- struct{}{}
+	g.gate <- struct{}{}
+	for ch, sum := range map[<-chan result]string{first: "[7]", short: "[3]", long: "[4,8]"} {
+		if r := <-ch; r.status != http.StatusOK || string(r.a.Outputs[0].Data) != sum {
+			t.Errorf("answer %d %+v; want sum %s", r.status, r.a, sum)
+		}
+	}
+	if got := g.seen(); len(got) != 2 || got[1][0] != 3 || got[1][1] != 4 {
+		t.Fatalf("batches of shapes %v; want [1 1], then the rows of 2 and of 4 padded together [3 4]", got)
+	}
+}

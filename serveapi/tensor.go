@@ -78,3 +78,12 @@ type TensorModel interface {
 type BatchAxis interface {
 	BatchesFirstAxis() bool
 }
+
+// Padding models declare inputs whose rows may be padded at the end of
+// their one inner axis ([batch, sequence]) with the given value, so that
+// rows of different lengths batch together: token ids and their mask, say.
+// The runtime pads only when every output's rows have a fixed shape, which
+// padding cannot change.
+type Padding interface {
+	PadValues() map[string]float64
+}

@@ -429,7 +429,8 @@ func float32s(xs []float64) []float32 {
 
 // embedderONNX writes the embedder: Gather of the token rows, the mask
 // as float, masked sum over the sequence divided by the token count, and
-// L2 normalisation.
+// L2 normalisation. It declares its inputs paddable with 0, which the
+// mask makes harmless, so the runtime batches texts of any length.
 func (b *built) embedderONNX() ([]byte, error) {
 	flat := make([]float32, 0, len(b.table)*Dim)
 	for _, row := range b.table {
@@ -469,7 +470,12 @@ func (b *built) embedderONNX() ([]byte, error) {
 			},
 			Outputs: []onnxgen.Value{{Name: "embedding", Dims: []onnxgen.Dim{onnxgen.Symbolic("batch"), onnxgen.Fixed(Dim)}}},
 		},
-		Metadata: []onnxgen.Prop{{Key: "modelplane.output_kind", Value: serveapi.OutputValue}},
+		Metadata: []onnxgen.Prop{
+			{Key: "modelplane.output_kind", Value: serveapi.OutputValue},
+			// A padded token is masked out of the mean, so texts of any
+			// length batch together (runtime/onnx.MetadataPadding).
+			{Key: "modelplane.padding", Value: `{"input_ids": 0, "attention_mask": 0}`},
+		},
 	}
 	out, err := m.Bytes()
 	if err != nil {

@@ -3,10 +3,12 @@
 package onnx
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -82,6 +84,11 @@ func LoadTensors(path string, opts Options) (serveapi.TensorModel, error) {
 	if len(m.outputs) == 0 {
 		return nil, fmt.Errorf("onnx: %s: the graph has no outputs", filepath.Base(path))
 	}
+	if raw, ok := g.metadata[MetadataPadding]; ok {
+		if m.pad, err = padValues(raw, m.inputs); err != nil {
+			return nil, fmt.Errorf("onnx: %s: metadata %s: %w", filepath.Base(path), MetadataPadding, err)
+		}
+	}
 	var inNames, outNames []string
 	for _, s := range m.inputs {
 		inNames = append(inNames, s.Name)
@@ -123,7 +130,37 @@ type tensorModel struct {
 	inputs, outputs []serveapi.TensorSpec
 	// inParams and outParams are the symbolic names of the dimensions.
 	inParams, outParams [][]string
+	// pad is the metadata's padding declaration (nil: none).
+	pad map[string]float64
 }
+
+// MetadataPadding is the key of ModelProto.metadata_props that declares
+// which inputs may be padded, and with what, so that rows of different
+// lengths batch together: a JSON object of input name to pad value, as in
+// {"input_ids": 0, "attention_mask": 0}. Each must be a numeric input of
+// shape [batch, sequence].
+const MetadataPadding = "modelplane.padding"
+
+// padValues reads and checks the padding declaration.
+func padValues(raw string, inputs []serveapi.TensorSpec) (map[string]float64, error) {
+	var pad map[string]float64
+	if err := json.Unmarshal([]byte(raw), &pad); err != nil {
+		return nil, errors.New("must be a JSON object of input name to pad value")
+	}
+	for name := range pad {
+		i := slices.IndexFunc(inputs, func(s serveapi.TensorSpec) bool { return s.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%q is not an input", name)
+		}
+		if s := inputs[i]; len(s.Shape) != 2 || s.Datatype == serveapi.TypeBytes {
+			return nil, fmt.Errorf("input %q is %s %v; only a numeric [batch, sequence] input may be padded", name, s.Datatype, s.Shape)
+		}
+	}
+	return pad, nil
+}
+
+// PadValues is the model's padding declaration (serveapi.Padding).
+func (m *tensorModel) PadValues() map[string]float64 { return m.pad }
 
 func (m *tensorModel) Inputs() []serveapi.TensorSpec  { return m.inputs }
 func (m *tensorModel) Outputs() []serveapi.TensorSpec { return m.outputs }
