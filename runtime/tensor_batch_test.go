@@ -280,3 +280,32 @@ func TestTensorPadding(t *testing.T) {
 		t.Fatalf("batches of shapes %v; want [1 1], then the rows of 2 and of 4 padded together [3 4]", got)
 	}
 }
+
+// Padding declared on a model whose output rows have a dynamic length
+// (padding would change them) is refused at load, naming the output.
+func TestTensorPaddingRefused(t *testing.T) {
+	requireONNX(t)
+	m := onnxgen.Model{Graph: onnxgen.Graph{
+		Name:         "doubles",
+		Nodes:        []onnxgen.Node{{OpType: "Mul", Inputs: []string{"x", "two"}, Outputs: []string{"double"}}},
+		Initializers: []onnxgen.Tensor{{Name: "two", Dims: []int64{}, Floats: []float32{2}}},
+		Inputs:       []onnxgen.Value{{Name: "x", Dims: []onnxgen.Dim{onnxgen.Symbolic("batch"), onnxgen.Symbolic("seq")}}},
+		Outputs:      []onnxgen.Value{{Name: "double", Dims: []onnxgen.Dim{onnxgen.Symbolic("batch"), onnxgen.Symbolic("seq")}}},
+	}, Opsets: []onnxgen.Opset{{Version: 12}}, Metadata: []onnxgen.Prop{{Key: onnx.MetadataPadding, Value: `{"x": 0}`}}}
+	b, err := m.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(serveapi.Config{Model: "m", Format: "onnx", File: "model.onnx", Batching: serveapi.Batching{MaxBatchSize: 8}})
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runtime.Open(dir, nil, runtime.Options{Tensors: tensorOpeners()})
+	if err == nil || !strings.Contains(err.Error(), `output "double" has shape [-1,-1]: padding would change its rows`) {
+		t.Fatalf("open = %v; want a refusal naming the output", err)
+	}
+}
