@@ -309,3 +309,43 @@ func TestTensorPaddingRefused(t *testing.T) {
 		t.Fatalf("open = %v; want a refusal naming the output", err)
 	}
 }
+
+// BYTES in and out: a graph of string tensors (Identity, and Equal
+// against a string constant, BOOL) served over V2 and /predict.
+func TestTensorStrings(t *testing.T) {
+	requireONNX(t)
+	const onnxString, onnxBool = 8, 9
+	m := onnxgen.Model{Graph: onnxgen.Graph{
+		Name: "strings",
+		Nodes: []onnxgen.Node{
+			{OpType: "Identity", Inputs: []string{"s"}, Outputs: []string{"same"}},
+			{OpType: "Equal", Inputs: []string{"s", "s"}, Outputs: []string{"equal"}},
+		},
+		Inputs: []onnxgen.Value{{Name: "s", ElemType: onnxString, Dims: []onnxgen.Dim{onnxgen.Symbolic("batch")}}},
+		Outputs: []onnxgen.Value{
+			{Name: "same", ElemType: onnxString, Dims: []onnxgen.Dim{onnxgen.Symbolic("batch")}},
+			{Name: "equal", ElemType: onnxBool, Dims: []onnxgen.Dim{onnxgen.Symbolic("batch")}},
+		},
+	}, Opsets: []onnxgen.Opset{{Version: 19}}}
+	b, err := m.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "strings.onnx")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, url := serveTensors(t, path, serveapi.Batching{MaxBatchSize: 4}, runtime.Options{})
+	meta := metadata(t, url)
+	if meta.Inputs[0].Datatype != "BYTES" || meta.Outputs[0].Datatype != "BYTES" || meta.Outputs[1].Datatype != "BOOL" {
+		t.Fatalf("metadata %+v; want BYTES in, BYTES and BOOL out", meta)
+	}
+	st, a := postV2(t, url, []v2Tensor{{Name: "s", Datatype: "BYTES", Shape: []int64{2}, Data: json.RawMessage(`["héllo", "wörld"]`)}})
+	if st != http.StatusOK || string(a.Outputs[0].Data) != `["héllo","wörld"]` || string(a.Outputs[1].Data) != `[true,true]` {
+		t.Fatalf("infer: %d %+v", st, a)
+	}
+	r := do(t, "POST", url+"/predict", `{"instances": [{"s": "a"}, {"s": "b"}]}`)
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `{"equal":true,"same":"a"}`) {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+}

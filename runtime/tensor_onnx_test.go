@@ -34,7 +34,8 @@ const nodeTestData = "/usr/share/libonnx-testdata/data/node"
 // shapes). Not here: BF16, whose ONNX test inputs are stored as UINT16 and
 // whose Cast outputs hold NaN (which V2's JSON cannot carry), and STRING
 // (BYTES), whose only node tests (StringNormalizer) need a system locale
-// ONNX Runtime cannot find on a bare machine.
+// ONNX Runtime cannot find on a bare machine (TestTensorStrings serves a
+// graph of strings instead).
 var v2NodeTests = []string{
 	"test_add", "test_matmul_2d", "test_gemm_default_matrix_bias", // FP32, 2 and 3 inputs
 	"test_cast_FLOAT_to_FLOAT16", "test_cast_FLOAT16_to_FLOAT", // FP16 out and in
