@@ -210,9 +210,14 @@ func split(x serveapi.Tensor) ([]serveapi.Tensor, error) {
 	return out, nil
 }
 
+// elements is a shape's element count, saturating rather than
+// overflowing on a caller's absurd shape.
 func elements(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
+		if d > 0 && n > math.MaxInt64/d {
+			return math.MaxInt64
+		}
 		n *= d
 	}
 	return n
@@ -325,8 +330,8 @@ func specNames(specs []serveapi.TensorSpec) string {
 // fitShape checks a sent shape against a declared one (nil: any shape).
 func fitShape(got, want []int64) error {
 	for _, d := range got {
-		if d < 0 {
-			return fmt.Errorf("shape %v has a negative dimension", got)
+		if d < 1 {
+			return fmt.Errorf("shape %v: every dimension must be at least 1", got)
 		}
 	}
 	if want == nil {

@@ -221,3 +221,40 @@ func FuzzResponse(f *testing.F) {
 		}
 	})
 }
+
+// Any body a tensor model's translation accepts becomes a V2 request whose
+// every input holds as many values as its shape says.
+func FuzzTensorRequest(f *testing.F) {
+	tr := kserve.New("m", nil, kserve.TaskRegression)
+	f.Add([]byte(`{"instances":[{"input_ids":[2,17,3],"attention_mask":[1,1,1]}]}`))
+	f.Add([]byte(`{"instances":[{"x":[[1.5,2],[3,4]],"s":"a","b":true},{"x":[[1,2],[3,4]],"s":"b","b":false}]}`))
+	f.Add([]byte(`{"instances":[{"x":[]},{"x":[1]}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, n, err := tr.Request(body, "id")
+		if err != nil {
+			return
+		}
+		var v struct {
+			Inputs []struct {
+				Shape []int64         `json:"shape"`
+				Data  json.RawMessage `json:"data"`
+			} `json:"inputs"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("translated %s into invalid JSON %s: %v", body, out, err)
+		}
+		for _, in := range v.Inputs {
+			var vals []json.RawMessage
+			if err := json.Unmarshal(in.Data, &vals); err != nil {
+				t.Fatalf("translated %s: data %s: %v", body, in.Data, err)
+			}
+			count := int64(1)
+			for _, d := range in.Shape {
+				count *= d
+			}
+			if in.Shape[0] != int64(n) || int64(len(vals)) != count {
+				t.Fatalf("translated %s: shape %v with %d values for %d instances", body, in.Shape, len(vals), n)
+			}
+		}
+	})
+}
