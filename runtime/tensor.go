@@ -300,7 +300,7 @@ func (t *tensors) request(inputs []v2Tensor, maxRows int) ([]serveapi.Tensor, er
 		if err := fitShape(in.Shape, s.Shape); err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
-		if t.batched && in.Shape[0] > int64(maxRows) {
+		if t.rowwise && in.Shape[0] > int64(maxRows) {
 			return nil, fmt.Errorf("%s: at most %d rows per request", field, maxRows)
 		}
 		x, err := decodeTensor(in)
@@ -309,7 +309,7 @@ func (t *tensors) request(inputs []v2Tensor, maxRows int) ([]serveapi.Tensor, er
 		}
 		out[j] = x
 	}
-	if t.batched {
+	if t.rowwise {
 		for j := range out {
 			if out[j].Shape[0] != out[0].Shape[0] {
 				return nil, fmt.Errorf("inputs[%q]: %d rows where %q has %d", out[j].Name, out[j].Shape[0], out[0].Name, out[0].Shape[0])

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -58,4 +59,21 @@ func FuzzParse(f *testing.F) {
 			_, _ = tok.Encode("the quick brown fox")
 		}
 	})
+}
+
+// A "word" of a hundred thousand letters is merged in pieces, not as one
+// (merging is quadratic), and every letter is still covered.
+func TestLongWord(t *testing.T) {
+	vocab, merges := trainBPE([]string{"aaaa aaaa bbbb"}, 10)
+	tok, err := Parse(bpeFile(vocab, merges, false, false, json.RawMessage(`null`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := tok.Encode(strings.Repeat("a", 100_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.IDs) < 100_000/maxBPEWord {
+		t.Fatalf("%d ids for 100000 letters", len(e.IDs))
+	}
 }

@@ -128,7 +128,26 @@ type bpe struct {
 
 func (b *bpe) id(t string) (int64, bool) { id, ok := b.vocab[t]; return id, ok }
 
+// maxBPEWord bounds the characters merged as one word: merging is
+// quadratic in a word's length, and a caller's text may hold a "word" of
+// megabytes. A longer word is merged in pieces of this many characters,
+// which no natural word reaches.
+const maxBPEWord = 256
+
 func (b *bpe) tokenize(word string) ([]int64, error) {
+	if rs := []rune(word); len(rs) > maxBPEWord {
+		var ids []int64
+		for len(rs) > 0 {
+			n := min(len(rs), maxBPEWord)
+			part, err := b.tokenize(string(rs[:n]))
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, part...)
+			rs = rs[n:]
+		}
+		return ids, nil
+	}
 	if b.ignoreMerges {
 		if id, ok := b.vocab[word]; ok {
 			return []int64{id}, nil
