@@ -52,7 +52,8 @@
 //     caller's to retry.
 //   - A version whose routing entry says protocol "v2" (Triton) is called on
 //     /v2/models/{m}/infer: package kserve turns the instances into one FP32
-//     tensor and the answer back into predictions (v2.go). An instance it
+//     tensor (or, for a model with no feature_names, one tensor per named
+//     input) and the answer back into predictions (v2.go). An instance it
 //     cannot carry is the caller's 400, never sent.
 //   - A request of an endpoint scaled to zero that finds no replica is held
 //     in a bounded queue per endpoint while its wake starts one, and proxied
