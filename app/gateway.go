@@ -56,7 +56,6 @@ type GatewayConfig struct {
 	// HoldQueue bounds the requests of one endpoint scaled to zero held
 	// while a replica starts (0: none held, 202 at once).
 	HoldQueue int64
-	LogLevel  string
 	// TLS is the listeners' certificate and key (MP_TLS_CERT, MP_TLS_KEY)
 	// and, in CA, the bundle replicas' certificates chain to (MP_TLS_CA):
 	// set, replicas are called over https.
@@ -67,6 +66,10 @@ type GatewayConfig struct {
 	// (MP_GATEWAY_CLIENT_TRUST_DOMAIN). Empty: no client certificates.
 	ClientCA          string
 	ClientTrustDomain string
+	// QuotaGateways is how many gateways share grants' daily quotas
+	// (gateway.Config.QuotaGateways).
+	QuotaGateways int64
+	LogLevel      string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -96,6 +99,8 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 		"how long an ejected replica is skipped (MP_GATEWAY_EJECT_COOLDOWN)")
 	fs.Int64Var(&c.HoldQueue, "hold-queue", envInt("MP_GATEWAY_HOLD_QUEUE", gateway.DefaultHoldQueue),
 		"requests of one endpoint scaled to zero held while a replica starts, each up to the endpoint's cold-start budget; more get 202 at once; 0 holds none (MP_GATEWAY_HOLD_QUEUE)")
+	fs.Int64Var(&c.QuotaGateways, "quota-gateways", envInt("MP_GATEWAY_QUOTA_GATEWAYS", gateway.DefaultQuotaGateways),
+		"how many gateways share grants' daily quotas; each reserves chunks of 5% of a quota divided by it, so quotas hold within 5% (MP_GATEWAY_QUOTA_GATEWAYS)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 	tlsFlags(fs, &c.TLS, "the gateway's listeners")
 	tlsCAFlag(fs, &c.TLS, "replicas' (set: replicas are called over https)")
@@ -163,6 +168,9 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.HoldQueue < 0 || c.HoldQueue > 1<<20 {
 		bad("MP_GATEWAY_HOLD_QUEUE (--hold-queue) must be a whole number from 0 to 1048576")
 	}
+	if c.QuotaGateways < 1 || c.QuotaGateways > 10_000 {
+		bad("MP_GATEWAY_QUOTA_GATEWAYS (--quota-gateways) must be a whole number from 1 to 10000")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
 	}
@@ -196,7 +204,7 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 		ReadTimeout: c.ReadTimeout, ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
 		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica, ShadowWorkers: int(c.ShadowWorkers),
 		EjectFailures: zeroIsOff(c.EjectFailures), EjectCooldown: c.EjectCooldown, HoldQueue: zeroIsOff(c.HoldQueue),
-		ReplicaTLS: replicaTLS, ClientTrustDomain: c.ClientTrustDomain}, nil
+		ReplicaTLS: replicaTLS, ClientTrustDomain: c.ClientTrustDomain, QuotaGateways: int(c.QuotaGateways)}, nil
 }
 
 // zeroIsOff maps the command's 0 (off) to the package's negative: the

@@ -18,7 +18,9 @@ import (
 	"modelplane/runtime"
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
+	"modelplane/runtime/tokenizer"
 	"modelplane/runtime/xgboost"
+	"modelplane/serveapi"
 	"modelplane/tlscert"
 	"modelplane/tracing"
 	"modelplane/versioncheck"
@@ -32,6 +34,15 @@ func runtimeOpeners() map[string]runtime.Opener {
 		"onnx":         onnx.Load,
 		"xgboost-json": xgboost.Load,
 		"lightgbm":     lightgbm.Load,
+	}
+}
+
+// runtimeTensors are the loaders of models served with their own tensors
+// (a version whose serving configuration names no features), by format.
+func runtimeTensors() map[string]runtime.TensorOpener {
+	return map[string]runtime.TensorOpener{
+		"onnx":      func(path string) (serveapi.TensorModel, error) { return onnx.LoadTensors(path, onnx.Options{}) },
+		"tokenizer": tokenizer.Open,
 	}
 }
 
@@ -161,7 +172,8 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}()
-	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp})
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp,
+		Tensors: runtimeTensors()})
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -241,5 +253,5 @@ func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
 		return 2
 	}
 	return versioncheck.RunChild(ctx, c.ModelDir, versioncheck.ChildLimits{MemoryMB: c.MemoryMB,
-		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners())
+		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners(), runtimeTensors())
 }

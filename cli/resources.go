@@ -487,7 +487,7 @@ func (a *app) chargebackCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "start of the period, included: a date or RFC 3339")
 	f.StringVar(&to, "to", "", "end of the period, excluded")
-	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation")
+	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation, caller_team (the teams that called each endpoint through a grant, charged their share of its cost)")
 	f.StringVar(&team, "team", "", "only this team")
 	f.StringVar(&endpoint, "endpoint", "", "only this endpoint")
 	f.BoolVar(&csv, "csv", false, "print the API's CSV")

@@ -97,7 +97,7 @@ fields over it. A metadata file inside DIR is not uploaded.`,
 	}
 	pf := push.Flags()
 	pf.StringVar(&name, "name", "", "the version's name, as v25")
-	pf.StringVar(&runtime, "runtime", "", "xgboost, lightgbm, onnxruntime, builtin-llm, vllm, triton, ...")
+	pf.StringVar(&runtime, "runtime", "", "xgboost, lightgbm, onnxruntime, tokenizer, builtin-llm, vllm, triton, ...")
 	pf.StringVar(&metadata, "metadata", "", "JSON file of the version's metadata")
 	pf.Int64Var(&chunkSize, "chunk-size", defaultChunkBytes, "bytes per chunk; an interrupted upload resends at most one chunk per file")
 	pf.DurationVar(&wait, "wait", 0, "wait up to this long for validation to end (0: print the version as registered)")

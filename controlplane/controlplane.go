@@ -29,6 +29,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/fleet"
+	"modelplane/grant"
 	"modelplane/idempotency"
 	"modelplane/ingest"
 	"modelplane/notify"
@@ -229,6 +230,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
+	cp.Grants = grant.New(st.Pool, clock, published)
 	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
 		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
 	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)

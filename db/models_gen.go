@@ -200,6 +200,19 @@ type Endpoint struct {
 	AutoscalePolicy      []byte
 }
 
+type EndpointGrant struct {
+	ID             int64
+	EndpointID     int64
+	TeamID         int64
+	RateLimitRPS   float64
+	RateLimitBurst int32
+	DailyQuota     int64
+	Sampling       bool
+	GrantedBy      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type EndpointPreemption struct {
 	EndpointID int64
 	ByEndpoint string

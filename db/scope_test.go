@@ -42,6 +42,7 @@ var teamOwned = map[string]bool{
 	"deliveries":                true,
 	"upload_sessions":           true,
 	"upload_chunks":             true,
+	"endpoint_grants":           true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -143,6 +144,9 @@ var unscoped = map[string]string{
 	"ReplicaListReadyForRoute":  "route.Write: one endpoint's ready replicas, by an id the caller already loaded in its transaction",
 	"ExperimentListForRoutes":   "route.WriteAll: the experiment of every endpoint for its routing entry; no caller",
 	"ExperimentListForRoute":    "route.Write: one endpoint's experiment, by an id the caller already loaded in its transaction",
+	"GrantListForRoutes":        "route.WriteAll: the grants of every endpoint for its routing entry; no caller",
+	"GrantListForRoute":         "route.Write: one endpoint's grants, by an id the caller already loaded in its transaction",
+	"GrantUpsert":               "insert or update; grant.Service.Grant takes the endpoint id from the scoped EndpointGet (CanWrite checked) in the same transaction",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
@@ -176,6 +180,7 @@ var unscoped = map[string]string{
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",
+	"TeamIDByName":  "grant.Service.Grant: the owners name the consumer team of a grant; returns its id alone",
 	"TeamListByIDs": "endpoint.teamName resolves the name of a team id taken from an already-scoped row",
 }
 

@@ -118,6 +118,11 @@ type Config struct {
 	// endpoint's cold-start budget; more get 202 at once. DefaultHoldQueue
 	// when 0; negative holds none (every such request gets 202 at once).
 	HoldQueue int
+	// QuotaGateways is how many gateways share grants' daily quotas: each
+	// reserves a chunk of 5 % of a quota divided by it, so a quota holds
+	// within 5 % while at most this many gateways serve the endpoint
+	// (docs/sharing.md). DefaultQuotaGateways when 0.
+	QuotaGateways int
 }
 
 func (c *Config) defaults() {
@@ -157,6 +162,9 @@ func (c *Config) defaults() {
 	if c.HoldQueue == 0 {
 		c.HoldQueue = DefaultHoldQueue
 	}
+	if c.QuotaGateways == 0 {
+		c.QuotaGateways = DefaultQuotaGateways
+	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = host + "-" + rand.Text()[:8]
@@ -188,6 +196,9 @@ func (c *Config) Validate() error {
 		if n.v < 0 || math.IsNaN(n.v) || math.IsInf(n.v, 0) {
 			errs = append(errs, fmt.Errorf("%s must be a finite number, not negative", n.name))
 		}
+	}
+	if c.QuotaGateways < 0 {
+		errs = append(errs, errors.New("quota gateways must not be negative"))
 	}
 	if c.ShadowWorkers < 0 {
 		errs = append(errs, errors.New("shadow workers must not be negative"))
@@ -266,8 +277,9 @@ type Gateway struct {
 	stats   *statsRecorder
 	samples *sampler
 	metrics *metrics
-	wakes   waker  // wake requests of endpoints scaled to zero (wake.go)
-	holds   *holds // requests waiting for them (hold.go)
+	wakes   waker   // wake requests of endpoints scaled to zero (wake.go)
+	holds   *holds  // requests waiting for them (hold.go)
+	quotas  *quotas // grants' daily quotas (grant.go)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -307,6 +319,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Clock, js, log)
 	g.samples = newSampler(js, log, sampleQueue)
 	g.holds = newHolds(cfg.HoldQueue)
+	g.quotas = newQuotas(js, cfg.QuotaGateways)
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
 	g.keys.Store(newKeyTable(map[string]*key{}))

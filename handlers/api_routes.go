@@ -25,4 +25,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerBudgets(api)
 	s.registerQuotas(api)
 	s.registerWebhooks(api)
+	s.registerGrants(api)
 }

@@ -83,7 +83,11 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
 				r.Post("/endpoints/{endpoint}/autoscaling", s.portalAutoscalingSet)
 				r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
+				r.Get("/endpoints/{endpoint}/sharing", s.portalSharing)
+				r.Post("/endpoints/{endpoint}/grants", s.portalGrantSet)
+				r.Post("/endpoints/{endpoint}/grants/{team}/revoke", s.portalGrantRevoke)
 			})
+			r.Get("/shared", s.portalShared)
 			r.Get("/rollouts", s.portalRollouts)
 			r.Group(func(r chi.Router) {
 				r.Use(s.extractRollout)

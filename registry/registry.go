@@ -38,10 +38,16 @@ const (
 // Runtimes a version can be served by. llamacpp is llama.cpp's
 // llama-server; builtin-llm is the built-in runtime's LLM engine for GGUF
 // models on CPU (docs/llm-runtimes.md).
-var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "llamacpp", BuiltinLLM, "sim"}
+var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "llamacpp", BuiltinLLM, Tokenizer, "sim"}
 
 // BuiltinLLM is the registry runtime of the built-in runtime's LLM engine.
 const BuiltinLLM = "builtin-llm"
+
+// Tokenizer is the registry runtime, and the format, of the built-in
+// runtime's tokenizer: a version of it holds a Hugging Face tokenizer.json
+// (a JSON file, which no content check tells from other JSON, so the
+// runtime names the format) and turns text into token ids.
+const Tokenizer = "tokenizer"
 
 // Model is a named model owned by one team.
 type Model struct {
@@ -471,7 +477,13 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		if err != nil {
 			return Version{}, err
 		}
-		if !res.Format.IsModel() {
+		if spec.Runtime == Tokenizer {
+			if res.Format != artifact.FormatJSON {
+				return Version{}, field.Errors{{Field: "files", Message: "a tokenizer version holds a tokenizer.json and no model file"}}
+			}
+			res.Format = Tokenizer
+		}
+		if !res.Format.IsModel() && res.Format != Tokenizer {
 			return Version{}, field.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
 		}
 		if spec.Format != "" && spec.Format != string(res.Format) {
