@@ -104,6 +104,9 @@ type Config struct {
 	// endpoint's cold-start budget; more get 202 at once. DefaultHoldQueue
 	// when 0; negative holds none (every such request gets 202 at once).
 	HoldQueue int
+	// GraphIntn picks a graph splitter's branch, a number in [0, n), so
+	// that tests choose it; math/rand/v2's IntN when nil.
+	GraphIntn func(n int) int
 }
 
 func (c *Config) defaults() {
