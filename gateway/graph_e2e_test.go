@@ -375,6 +375,9 @@ func TestGraphStepFailures(t *testing.T) {
 
 	t.Run("another team's graph is not found and its steps are its team's", func(t *testing.T) {
 		other := ge.newKey(t, "search", "engineer", nil)
+		wait.Eventually(t, 10*time.Second, func() bool {
+			return call(t, ge.g.url, predictPath("nothing"), other, payments).status != http.StatusUnauthorized
+		}, "waiting for search's key")
 		if res := call(t, ge.g.url, predictPath("hard"), other, payments); res.status != http.StatusNotFound {
 			t.Errorf("search calling risk's graph: %d; want 404", res.status)
 		}
