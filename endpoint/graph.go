@@ -231,7 +231,8 @@ func (s *Service) AddGraphVersion(ctx context.Context, p *auth.Principal, name, 
 	return out, nil
 }
 
-// GraphVersions lists a graph endpoint's versions with their definitions.
+// GraphVersions lists a graph endpoint's versions with their definitions;
+// none for a model endpoint.
 func (s *Service) GraphVersions(ctx context.Context, p *auth.Principal, name string) ([]GraphVersion, error) {
 	q := db.New(s.pool)
 	e, err := s.get(ctx, q, p, name)
@@ -239,7 +240,7 @@ func (s *Service) GraphVersions(ctx context.Context, p *auth.Principal, name str
 		return nil, err
 	}
 	if e.Task != graph.Task {
-		return nil, fmt.Errorf("endpoint %s is not a graph: %w", name, db.ErrNotFound)
+		return []GraphVersion{}, nil // a model endpoint has none
 	}
 	all, ids := p.Scope()
 	rows, err := q.ModelVersionListGraphs(ctx, db.ModelVersionListGraphsParams{EndpointID: e.ID, ModelID: e.ModelID, AllTeams: all, TeamIDs: ids})

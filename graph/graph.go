@@ -57,11 +57,12 @@ const (
 type Definition struct {
 	// Entry is the id of the node a request enters.
 	Entry string `json:"entry"`
-	Nodes []Node `json:"nodes"`
+	Nodes []Vertex `json:"nodes"`
 }
 
-// Node is one node of a graph. Which fields apply depends on Type.
-type Node struct {
+// Vertex is one node of a graph; which fields apply depends on Type. (Not
+// Node: the API's schemas are named by type, and the fleet has a Node.)
+type Vertex struct {
 	ID   string `json:"id"`
 	Type string `json:"type"`
 
@@ -136,7 +137,7 @@ func Parse(b []byte) (*Definition, error) {
 }
 
 // Node returns the node with id, nil when there is none.
-func (d *Definition) Node(id string) *Node {
+func (d *Definition) Node(id string) *Vertex {
 	for i := range d.Nodes {
 		if d.Nodes[i].ID == id {
 			return &d.Nodes[i]
@@ -146,7 +147,7 @@ func (d *Definition) Node(id string) *Node {
 }
 
 // children are the ids a node refers to, in order.
-func (n *Node) children() []string {
+func (n *Vertex) children() []string {
 	var c []string
 	c = append(c, n.Steps...)
 	for _, k := range n.Cases {
@@ -233,7 +234,7 @@ func Validate(d *Definition, self string, lookup Lookup) error {
 	if len(d.Nodes) > MaxNodes {
 		return nodeErr("", "at most %d nodes", MaxNodes)
 	}
-	ids := map[string]*Node{}
+	ids := map[string]*Vertex{}
 	for i := range d.Nodes {
 		n := &d.Nodes[i]
 		if n.ID == "" || strings.ContainsAny(n.ID, "/$ ") {
@@ -286,7 +287,7 @@ func Validate(d *Definition, self string, lookup Lookup) error {
 }
 
 // checkNode checks one node's own fields.
-func checkNode(n *Node, ids map[string]*Node) error {
+func checkNode(n *Vertex, ids map[string]*Vertex) error {
 	ref := func(id string) error {
 		if ids[id] == nil {
 			return nodeErr(n.ID, "refers to node %q, which does not exist", id)
@@ -396,7 +397,7 @@ func checkNode(n *Node, ids map[string]*Node) error {
 // walk follows the definition from id, refusing a node reached again on
 // its own path (a cycle) and a path deeper than MaxDepth; it returns how
 // many calls a request reaching id may make at most.
-func walk(d *Definition, ids map[string]*Node, id string, path []string) (int, error) {
+func walk(d *Definition, ids map[string]*Vertex, id string, path []string) (int, error) {
 	if slices.Contains(path, id) {
 		return 0, nodeErr(id, "is part of a cycle: %s", strings.Join(append(path[slices.Index(path, id):], id), " → "))
 	}
@@ -455,7 +456,7 @@ func graphCycle(node, self, endpoint string, t Target, lookup Lookup, seen map[s
 // nodes that pass the answer on unmapped, the JSON type of the first's
 // output (one prediction) with the second's input (one instance), where
 // both endpoints declare one.
-func checkSchemas(d *Definition, ids map[string]*Node, targets map[string]Target) error {
+func checkSchemas(d *Definition, ids map[string]*Vertex, targets map[string]Target) error {
 	for _, n := range d.Nodes {
 		if n.Type != TypeSequence {
 			continue

@@ -96,7 +96,7 @@ func (e *StepError) Error() string {
 // run is one execution's state.
 type run struct {
 	def     *Definition
-	ids     map[string]*Node
+	ids     map[string]*Vertex
 	caller  Caller
 	opt     Options
 	request any
@@ -114,7 +114,7 @@ func Run(ctx context.Context, d *Definition, request []byte, c Caller, opt Optio
 	if opt.Clock == nil {
 		opt.Clock = quartz.NewReal()
 	}
-	r := &run{def: d, ids: map[string]*Node{}, caller: c, opt: opt, outputs: map[string]any{}}
+	r := &run{def: d, ids: map[string]*Vertex{}, caller: c, opt: opt, outputs: map[string]any{}}
 	for i := range d.Nodes {
 		r.ids[d.Nodes[i].ID] = &d.Nodes[i]
 	}
@@ -181,7 +181,7 @@ func (r *run) skip(node string, err error) {
 	r.mu.Unlock()
 }
 
-func (r *run) exec(ctx context.Context, n *Node, in any) (any, error) {
+func (r *run) exec(ctx context.Context, n *Vertex, in any) (any, error) {
 	switch n.Type {
 	case TypeCall:
 		return r.call(ctx, n, in)
@@ -257,7 +257,7 @@ func (r *run) intn(n int) int {
 
 // call sends one call node's request, retrying an idempotent one, and
 // returns its output.
-func (r *run) call(ctx context.Context, n *Node, in any) (any, error) {
+func (r *run) call(ctx context.Context, n *Vertex, in any) (any, error) {
 	body, err := r.body(n, in)
 	if err != nil {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Detail: err.Error()}
@@ -301,7 +301,7 @@ func (r *run) call(ctx context.Context, n *Node, in any) (any, error) {
 }
 
 // attempt makes one call under the node's timeout, on the injected clock.
-func (r *run) attempt(ctx context.Context, n *Node, body []byte, attempt int) (Answer, bool) {
+func (r *run) attempt(ctx context.Context, n *Vertex, body []byte, attempt int) (Answer, bool) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var expired sync.Once
@@ -345,7 +345,7 @@ func detailOf(b []byte) string {
 
 // body builds what a call node sends: its template filled, or what it
 // received, whose predictions become instances.
-func (r *run) body(n *Node, in any) ([]byte, error) {
+func (r *run) body(n *Vertex, in any) ([]byte, error) {
 	var v any
 	if len(n.Input) > 0 {
 		var tmpl any
@@ -497,7 +497,7 @@ func (r *run) holds(c Case, in any) bool {
 
 // ensemble runs the members at once and combines the predictions of those
 // that answered.
-func (r *run) ensemble(ctx context.Context, n *Node, in any) (any, error) {
+func (r *run) ensemble(ctx context.Context, n *Vertex, in any) (any, error) {
 	outs := make([]any, len(n.Steps))
 	errs := make([]error, len(n.Steps))
 	ctx, cancel := context.WithCancel(ctx)
@@ -555,7 +555,7 @@ func predictionsOf(v any) []any {
 }
 
 // combine merges the members' predictions instance by instance.
-func combine(n *Node, preds [][]any, weights []float64) ([]any, error) {
+func combine(n *Vertex, preds [][]any, weights []float64) ([]any, error) {
 	size := len(preds[0])
 	for _, p := range preds {
 		if len(p) != size {

@@ -88,6 +88,11 @@ func apiFixtures() map[string][]*payload {
 		"POST /webhooks/{webhook}/rotate-secret":                   {nil},
 		"GET /webhooks/{webhook}/deliveries":                       {nil},
 		"POST /webhooks/{webhook}/deliveries/{delivery}/redeliver": {nil},
+		"POST /graphs": {jsonPayload(map[string]any{"name": "matrix-graph", "team": "risk",
+			"graph": map[string]any{"entry": "a", "nodes": []map[string]any{{"id": "a", "type": "call", "endpoint": "risk-endpoint"}}}})},
+		"GET /endpoints/{endpoint}/graph/versions": {nil},
+		"POST /endpoints/{endpoint}/graph/versions": {jsonPayload(map[string]any{"version": "g2",
+			"graph": map[string]any{"entry": "a", "nodes": []map[string]any{{"id": "a", "type": "call", "endpoint": "risk-endpoint"}}}})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -394,7 +399,8 @@ func TestTenancyMatrix(t *testing.T) {
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
 							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
-							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound}
+							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound,
+							"POST /graphs": http.StatusNotFound}
 						status, ok := want[route]
 						if slices.Contains(platformOnly, route) {
 							status, ok = http.StatusForbidden, true

@@ -11,6 +11,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerModels(api)
 	s.registerVersions(api)
 	s.registerEndpoints(api)
+	s.registerGraphs(api)
 	s.registerAutoscaling(api)
 	s.registerRollouts(api)
 	s.registerStats(api)

@@ -1,0 +1,97 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// graphBody is a POST /graphs body over the given definition.
+func graphBody(name string, def string) *payload {
+	return jsonPayload(map[string]any{"name": name, "graph": json.RawMessage(def)})
+}
+
+// TestGraphValidationAtSave saves graphs over the seeded endpoints: a valid
+// one is created as an endpoint of kind graph; a cycle, a target of another
+// team, a missing target, an LLM-free type error, a fan-out past the limit
+// and a cycle through another graph are refused with a 400 naming the node.
+func TestGraphValidationAtSave(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	risk := e.Keys["risk-admin"]
+
+	ok := `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["a","b"]},
+	 {"id":"a","type":"call","endpoint":"risk-endpoint"},{"id":"b","type":"call","endpoint":"risk-endpoint","soft":true,"timeout_ms":50}]}`
+	r := e.call(t, risk, http.MethodPost, "/graphs", graphBody("risk-graph", ok))
+	if r.status != http.StatusCreated {
+		t.Fatalf("POST /graphs = %d %s; want 201", r.status, r)
+	}
+	var created struct{ Kind, Task, Runtime, Team string }
+	if err := json.Unmarshal(r.body, &created); err != nil || created.Kind != "graph" || created.Team != "risk" || created.Runtime != "graph" {
+		t.Fatalf("created %s; want kind graph of risk", r)
+	}
+	if g := e.call(t, risk, http.MethodGet, "/endpoints/risk-graph", nil); g.status != http.StatusOK || !strings.Contains(g.String(), `"kind":"graph"`) {
+		t.Errorf("GET the graph endpoint = %d %s; want 200, kind graph", g.status, g)
+	}
+
+	for _, tc := range []struct {
+		name, def, node string
+	}{
+		{"cycle", `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["a","loop"]},{"id":"a","type":"call","endpoint":"risk-endpoint"},
+		  {"id":"loop","type":"sequence","steps":["s"]}]}`, "s"},
+		{"another team's endpoint", `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"search-endpoint"}]}`, "x"},
+		{"no such endpoint", `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"nowhere"}]}`, "x"},
+		{"calls itself", `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"bad-graph"}]}`, "x"},
+		{"retries of a step not idempotent", `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"risk-endpoint","retries":2}]}`, "x"},
+		{"fan-out past the limit", `{"entry":"e","nodes":[{"id":"e","type":"ensemble","combine":"collect","steps":["a","a","a","a","a","a","a","a","a"]},
+		  {"id":"a","type":"call","endpoint":"risk-endpoint"}]}`, "e"},
+		{"a splitter's weights sum to 0", `{"entry":"p","nodes":[{"id":"p","type":"splitter","branches":[{"weight":0,"node":"a"},{"weight":0,"node":"a"}]},
+		  {"id":"a","type":"call","endpoint":"risk-endpoint"}]}`, "p"},
+	} {
+		r := e.call(t, risk, http.MethodPost, "/graphs", graphBody("bad-graph", tc.def))
+		if r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d %s; want 400", tc.name, r.status, r)
+			continue
+		}
+		if !strings.Contains(r.String(), `graph.nodes[`+tc.node+`]`) || !strings.Contains(r.String(), `\"`+tc.node+`\"`) {
+			t.Errorf("%s: %s; want the node %q named", tc.name, r, tc.node)
+		}
+	}
+	if r := e.call(t, risk, http.MethodGet, "/endpoints/bad-graph", nil); r.status != http.StatusNotFound {
+		t.Errorf("a refused graph exists: GET = %d", r.status)
+	}
+
+	// A cycle across graphs: outer calls risk-graph; a new version of
+	// risk-graph calling outer is refused, naming its node.
+	outer := `{"entry":"o","nodes":[{"id":"o","type":"call","endpoint":"risk-graph"}]}`
+	if r := e.call(t, risk, http.MethodPost, "/graphs", graphBody("outer", outer)); r.status != http.StatusCreated {
+		t.Fatalf("outer graph = %d %s", r.status, r)
+	}
+	back := `{"entry":"back","nodes":[{"id":"back","type":"call","endpoint":"outer"}]}`
+	r = e.call(t, risk, http.MethodPost, "/endpoints/risk-graph/graph/versions", jsonPayload(map[string]any{"version": "v2", "graph": json.RawMessage(back)}))
+	if r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity || !strings.Contains(r.String(), "graph.nodes[back]") {
+		t.Errorf("a version closing a cycle through outer: %d %s; want 400 naming back", r.status, r)
+	}
+
+	// A valid new version is saved without traffic; the list shows both.
+	v2 := `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint","idempotent":true,"retries":1}]}`
+	if r := e.call(t, risk, http.MethodPost, "/endpoints/risk-graph/graph/versions", jsonPayload(map[string]any{"version": "v2", "graph": json.RawMessage(v2)})); r.status != http.StatusCreated {
+		t.Fatalf("graph version v2 = %d %s; want 201", r.status, r)
+	}
+	r = e.call(t, risk, http.MethodGet, "/endpoints/risk-graph/graph/versions", nil)
+	var list struct {
+		Items []struct {
+			Name   string
+			Weight int
+			Graph  struct{ Entry string }
+		}
+	}
+	if err := json.Unmarshal(r.body, &list); err != nil || len(list.Items) != 2 || list.Items[0].Weight != 100 || list.Items[1].Weight != -1 || list.Items[1].Graph.Entry != "a" {
+		t.Errorf("graph versions = %d %s; want v1 at 100 and v2 unrouted", r.status, r)
+	}
+	// Another team sees none of it.
+	if r := e.call(t, e.Keys["search-admin"], http.MethodGet, "/endpoints/risk-graph/graph/versions", nil); r.status != http.StatusNotFound {
+		t.Errorf("search listing risk's graph versions = %d; want 404", r.status)
+	}
+}
