@@ -257,7 +257,7 @@ func Validate(d *Definition, self string, lookup Lookup) error {
 		}
 	}
 	// Cycles, depth and the calls a request may make, from the entry.
-	if _, err := walk(d, ids, d.Entry, nil); err != nil {
+	if _, err := walk(d, ids, d.Entry, nil, map[string]walked{}); err != nil {
 		return err
 	}
 	targets := map[string]Target{}
@@ -394,40 +394,53 @@ func checkNode(n *Vertex, ids map[string]*Vertex) error {
 	return nil
 }
 
+// walked is what walk learnt of a node whose subtree it finished.
+type walked struct{ calls, height int }
+
 // walk follows the definition from id, refusing a node reached again on
-// its own path (a cycle) and a path deeper than MaxDepth; it returns how
-// many calls a request reaching id may make at most.
-func walk(d *Definition, ids map[string]*Vertex, id string, path []string) (int, error) {
+// its own path (a cycle) and nesting deeper than MaxDepth; it returns how
+// many calls a request reaching id may make at most. A node shared by
+// several parents is walked once (memo), so a definition of branches
+// rejoining cannot make validation exponential.
+func walk(d *Definition, ids map[string]*Vertex, id string, path []string, memo map[string]walked) (walked, error) {
 	if slices.Contains(path, id) {
-		return 0, nodeErr(id, "is part of a cycle: %s", strings.Join(append(path[slices.Index(path, id):], id), " → "))
+		return walked{}, nodeErr(id, "is part of a cycle: %s", strings.Join(append(path[slices.Index(path, id):], id), " → "))
+	}
+	if w, ok := memo[id]; ok {
+		if len(path)+w.height > MaxDepth {
+			return walked{}, nodeErr(id, "nested deeper than %d", MaxDepth)
+		}
+		return w, nil
 	}
 	if len(path) >= MaxDepth {
-		return 0, nodeErr(id, "nested deeper than %d", MaxDepth)
+		return walked{}, nodeErr(id, "nested deeper than %d", MaxDepth)
 	}
 	n := ids[id]
 	path = append(path, id)
-	calls := 0
+	calls, most, height := 0, 0, 0
 	if n.Endpoint != "" {
 		calls = 1
 	}
-	most := 0
 	for _, c := range n.children() {
-		k, err := walk(d, ids, c, path)
+		k, err := walk(d, ids, c, path, memo)
 		if err != nil {
-			return 0, err
+			return walked{}, err
 		}
+		height = max(height, k.height)
 		switch n.Type {
 		case TypeSequence, TypeEnsemble:
-			calls += k
+			calls += k.calls
 		default: // one branch runs
-			most = max(most, k)
+			most = max(most, k.calls)
 		}
 	}
 	calls += most
 	if calls > MaxCalls {
-		return 0, nodeErr(id, "a request may make %d calls through it; at most %d", calls, MaxCalls)
+		return walked{}, nodeErr(id, "a request may make %d calls through it; at most %d", calls, MaxCalls)
 	}
-	return calls, nil
+	w := walked{calls: calls, height: height + 1}
+	memo[id] = w
+	return w, nil
 }
 
 // graphCycle follows a graph target's calls, refusing one that reaches the
