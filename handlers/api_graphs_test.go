@@ -95,3 +95,43 @@ func TestGraphValidationAtSave(t *testing.T) {
 		t.Errorf("search listing risk's graph versions = %d; want 404", r.status)
 	}
 }
+
+// TestGraphPageDiagram: a graph endpoint's page draws each version as
+// nested boxes, routed version first, each node with what it calls and how,
+// and no replica section.
+func TestGraphPageDiagram(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	def := `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["pick","both"]},
+	 {"id":"pick","type":"switch","cases":[{"field":"request/instances/0/amount","op":"gt","value":1000,"then":"a"}],"default":"b"},
+	 {"id":"both","type":"ensemble","steps":["a","b"],"combine":"weighted_mean","weights":[2,1]},
+	 {"id":"a","type":"call","endpoint":"risk-endpoint","timeout_ms":40,"soft":true},{"id":"b","type":"call","endpoint":"risk-endpoint"}]}`
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPost, "/graphs", graphBody("risk-graph", def)); r.status != http.StatusCreated {
+		t.Fatalf("POST /graphs = %d %s", r.status, r)
+	}
+	v2 := `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPost, "/endpoints/risk-graph/graph/versions", jsonPayload(map[string]any{"version": "v2", "graph": json.RawMessage(v2)})); r.status != http.StatusCreated {
+		t.Fatalf("graph version = %d %s", r.status, r)
+	}
+	u := portalSignIn(t, e, "risk-viewer@example.com")
+	d := u.page("/endpoints/risk-graph")
+	versions := d.Find("#graph .graph-version")
+	if versions.Length() != 2 || versions.First().AttrOr("data-version", "") != "v1" {
+		t.Fatalf("%d version diagrams, first %q; want v1 then v2", versions.Length(), versions.First().AttrOr("data-version", ""))
+	}
+	v1 := versions.First()
+	if got := v1.Find(".graph-sequence > .graph-children.graph-row > .graph-node").Length(); got != 2 {
+		t.Errorf("the sequence shows %d steps in a row; want 2", got)
+	}
+	sw := v1.Find(`[data-node="pick"]`)
+	if edge := sw.Find(".graph-edge").First().Text(); !strings.Contains(edge, "request/instances/0/amount gt 1000") {
+		t.Errorf("switch's first edge %q; want its condition", edge)
+	}
+	a := v1.Find(`[data-node="a"]`).First()
+	if href := a.Find("a").AttrOr("href", ""); href != "/endpoints/risk-endpoint" || !strings.Contains(a.Find(".graph-detail").Text(), "timeout 40 ms · soft") {
+		t.Errorf("node a links %q details %q; want its endpoint and timeout 40 ms · soft", href, a.Find(".graph-detail").Text())
+	}
+	if d.Find("#replicas").Length() != 0 {
+		t.Errorf("a graph endpoint's page shows a replica section")
+	}
+}

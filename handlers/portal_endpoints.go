@@ -174,6 +174,13 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 		return web.EndpointProps{}, err
 	}
 	props.Launch = launchProps(reps)
+	if e.Kind == endpoint.KindGraph {
+		vs, err := s.Endpoints.GraphVersions(r.Context(), p, e.Name)
+		if err != nil {
+			return web.EndpointProps{}, err
+		}
+		props.Graph = graphProps(vs)
+	}
 	props.Stats = s.statsProps(r.Context(), e.Name, e.ID)
 	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
 		return web.EndpointProps{}, err
