@@ -56,7 +56,7 @@ const (
 // Definition is one graph version: its nodes and the one a request enters.
 type Definition struct {
 	// Entry is the id of the node a request enters.
-	Entry string `json:"entry"`
+	Entry string   `json:"entry"`
 	Nodes []Vertex `json:"nodes"`
 }
 

@@ -26,7 +26,9 @@ func (e *endpoints) Call(_ context.Context, s graph.Step, body []byte) graph.Ans
 	return e.fn(s.Endpoint, body, n)
 }
 
-func ok(body string) graph.Answer { return graph.Answer{Status: 200, Body: []byte(body), Version: "v1"} }
+func ok(body string) graph.Answer {
+	return graph.Answer{Status: 200, Body: []byte(body), Version: "v1"}
+}
 
 func parse(t *testing.T, s string) *graph.Definition {
 	t.Helper()
