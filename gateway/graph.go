@@ -170,7 +170,7 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 		id = id[:128]
 	}
 	w := &stepWriter{h: http.Header{}}
-	c := &call{id: id, endpoint: step.Endpoint, start: time.Now()}
+	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true}
 	s.g.handle(kindPredict, c, w, req)
 	if span != nil {
 		span.SetAttributes(attribute.String("version", c.versionName()), attribute.Int("http.response.status_code", c.status))

@@ -108,6 +108,8 @@ type graphEnv struct {
 	*env
 	g   *gw
 	key string
+	// xgb is the address of v23's runtime.
+	xgb string
 }
 
 func newGraphEnv(t *testing.T, cfg gateway.Config, extra ...busapi.Route) *graphEnv {
@@ -127,7 +129,7 @@ func newGraphEnv(t *testing.T, cfg gateway.Config, extra ...busapi.Route) *graph
 	key := e.newKey(t, "risk", "engineer", nil)
 	g := startGateway(t, e.nc, cfg)
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
-	return &graphEnv{env: e, g: g, key: key}
+	return &graphEnv{env: e, g: g, key: key, xgb: xgb}
 }
 
 // put publishes a graph route and waits until the gateway serves it.
@@ -370,6 +372,21 @@ func TestGraphStepFailures(t *testing.T) {
 		res := <-done
 		if res.status != http.StatusBadGateway || !strings.Contains(string(res.body), `"node":"late"`) || !strings.Contains(string(res.body), "timed out") {
 			t.Fatalf("graph answered %d %s; want 502 naming late, timed out", res.status, res.body)
+		}
+	})
+
+	t.Run("a step takes its endpoint's rate limit, not a key's", func(t *testing.T) {
+		lim := route("limited", "risk", "classification", 1, ver("v23", 100, ge.xgb))
+		lim.RateLimitRPS, lim.RateLimitBurst = 0.001, 1
+		ge.put(t, lim)
+		def := `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"limited"}]}`
+		ge.put(t, graphRoute("limitedgraph", "risk", 1, graphVer("g1", 100, def)))
+		if res := ge.predict(t, "limitedgraph", payments); res.status != http.StatusOK {
+			t.Fatalf("first call: %d %s; want 200", res.status, res.body)
+		}
+		res := ge.predict(t, "limitedgraph", payments)
+		if res.status != http.StatusBadGateway || !strings.Contains(string(res.body), `"step_status":429`) || !strings.Contains(string(res.body), `"node":"x"`) {
+			t.Errorf("second call within the step's limit of one: %d %s; want 502 naming x with the step's 429", res.status, res.body)
 		}
 	})
 

@@ -62,6 +62,9 @@ type call struct {
 	// openai is set on the OpenAI routes (openai.go): the body's model
 	// names the endpoint, and errors have OpenAI's shape.
 	openai bool
+	// step is set on a graph's step (graph.go), served for the graph's
+	// team rather than for a key of its own.
+	step bool
 	// span is the request's root span, nil without a trace; traceID its
 	// trace's id for the log line; tracing is set when the span records,
 	// and marks then hold when each step of the path ended (trace.go).
