@@ -26,6 +26,7 @@ const (
 	TypeEnsemble = "ensemble"
 	TypeSplitter = "splitter"
 	TypeRouter   = "router"
+	TypeFormat   = "format"
 )
 
 // Ensemble combinations.
@@ -90,7 +91,9 @@ type Vertex struct {
 	Steps []string `json:"steps,omitempty"`
 	// Combine is how an ensemble merges its members' predictions; Weights
 	// are weighted_mean's, one per member; Field, when set, is the path of
-	// the number (mean) or value (vote) inside each prediction.
+	// the number (mean) or value (vote) inside each prediction (a router's:
+	// of the branch name in its answer; a format node's: of the
+	// probabilities inside each prediction).
 	Combine string    `json:"combine,omitempty"`
 	Weights []float64 `json:"weights,omitempty"`
 	Field   string    `json:"field,omitempty"`
@@ -106,6 +109,13 @@ type Vertex struct {
 	// Routes map the branch name a router model answers (at Field of its
 	// answer, "predictions/0" when empty) to the node that then runs.
 	Routes map[string]string `json:"routes,omitempty"`
+
+	// Labels, on a format node, name the positions of a probability
+	// vector (at Field of each prediction, or the prediction itself): each
+	// prediction becomes {"label", "score", "probabilities"} by its
+	// largest value. A format node calls nothing: its output is its Input
+	// template filled (what it received when empty), then labelled.
+	Labels []string `json:"labels,omitempty"`
 }
 
 // Case is one condition of a switch: Field (rooted at request, input or an
@@ -321,8 +331,11 @@ func checkNode(n *Vertex, ids map[string]*Vertex) error {
 		}
 		return nodeErr(n.ID, "only call and router nodes name an endpoint")
 	}
-	if !calls && (n.TimeoutMS != 0 || n.Retries != 0 || len(n.Input) > 0) {
-		return nodeErr(n.ID, "timeout_ms, retries and input belong on call and router nodes")
+	if !calls && (n.TimeoutMS != 0 || n.Retries != 0 || len(n.Input) > 0 && n.Type != TypeFormat) {
+		return nodeErr(n.ID, "timeout_ms, retries and input belong on call and router nodes (input on format nodes too)")
+	}
+	if n.Type != TypeFormat && len(n.Labels) > 0 {
+		return nodeErr(n.ID, "labels belong on format nodes")
 	}
 	switch n.Type {
 	case TypeCall:
@@ -381,15 +394,25 @@ func checkNode(n *Vertex, ids map[string]*Vertex) error {
 		if total == 0 {
 			return nodeErr(n.ID, "the branches' weights sum to 0")
 		}
+	case TypeFormat:
+		if len(n.children()) > 0 {
+			return nodeErr(n.ID, "a format node has no children")
+		}
+		if len(n.Input) == 0 && len(n.Labels) == 0 {
+			return nodeErr(n.ID, "a format node needs an input template or labels")
+		}
 	case TypeRouter:
 		if len(n.Routes) == 0 {
 			return nodeErr(n.ID, "a router needs routes")
 		}
 	default:
-		return nodeErr(n.ID, "type %q: want call, sequence, switch, ensemble, splitter or router", n.Type)
+		return nodeErr(n.ID, "type %q: want call, sequence, switch, ensemble, splitter, router or format", n.Type)
 	}
 	if n.Type != TypeEnsemble && (n.Combine != "" || len(n.Weights) > 0) {
 		return nodeErr(n.ID, "combine and weights belong on ensembles")
+	}
+	if n.Type != TypeEnsemble && n.Type != TypeFormat && n.Type != TypeRouter && n.Field != "" {
+		return nodeErr(n.ID, "field belongs on ensembles, routers and format nodes")
 	}
 	return nil
 }

@@ -156,3 +156,24 @@ func TestValidateSchemasAlongEdges(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatLabelsTheLargestProbability(t *testing.T) {
+	t.Parallel()
+	e := &endpoints{calls: map[string]int{}, fn: func(string, []byte, int) graph.Answer {
+		return ok(`{"predictions":[{"probabilities":[0.125,0.5,0.25,0.125]},{"probabilities":[[0.75,0.125,0.0625,0.0625]]}]}`)
+	}}
+	d := parse(t, `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["c","f"]},{"id":"c","type":"call","endpoint":"clf"},
+	 {"id":"f","type":"format","field":"probabilities","labels":["invoice","contract","support_ticket","job_application"]}]}`)
+	if err := graph.Validate(d, "g", func(string) (graph.Target, error) { return graph.Target{Exists: true}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	res, err := graph.Run(t.Context(), d, []byte(`{"instances":[{"text":"a"},{"text":"b"}]}`), e, graph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"predictions":[{"label":"contract","probabilities":{"contract":0.5,"invoice":0.125,"job_application":0.125,"support_ticket":0.25},"score":0.5},` +
+		`{"label":"invoice","probabilities":{"contract":0.125,"invoice":0.75,"job_application":0.0625,"support_ticket":0.0625},"score":0.75}]}`
+	if string(res.Output) != want {
+		t.Errorf("format = %s; want %s", res.Output, want)
+	}
+}

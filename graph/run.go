@@ -223,6 +223,12 @@ func (r *run) exec(ctx context.Context, n *Vertex, in any) (any, error) {
 			k -= b.Weight
 		}
 		return nil, &StepError{Node: n.ID, Detail: errNoBranch.Error()}
+	case TypeFormat:
+		out, err := r.format(n, in)
+		if err != nil {
+			return nil, &StepError{Node: n.ID, Detail: err.Error()}
+		}
+		return out, nil
 	case TypeRouter:
 		ans, err := r.call(ctx, n, in)
 		if err != nil {
@@ -633,4 +639,54 @@ func vote(vals []any, weights []float64) any {
 		}
 	}
 	return vals[best]
+}
+
+// format fills a format node's template and labels its predictions.
+func (r *run) format(n *Vertex, in any) (any, error) {
+	out := in
+	if len(n.Input) > 0 {
+		var tmpl any
+		if err := json.Unmarshal(n.Input, &tmpl); err != nil {
+			return nil, err
+		}
+		var err error
+		if out, err = r.fill(tmpl, in); err != nil {
+			return nil, err
+		}
+	}
+	if len(n.Labels) == 0 {
+		return out, nil
+	}
+	preds := predictionsOf(out)
+	labelled := make([]any, len(preds))
+	for i, p := range preds {
+		v := p
+		if n.Field != "" {
+			v, _ = lookupPath(p, n.Field)
+		}
+		vec, ok := v.([]any)
+		if ok && len(vec) == 1 {
+			// A batch of one: [[p0, p1, ...]].
+			if inner, isVec := vec[0].([]any); isVec {
+				vec = inner
+			}
+		}
+		if !ok || len(vec) != len(n.Labels) {
+			return nil, fmt.Errorf("prediction %d: want %d probabilities at %q", i, len(n.Labels), n.Field)
+		}
+		probs := make(map[string]any, len(vec))
+		best, bestP := 0, math.Inf(-1)
+		for k, x := range vec {
+			f, ok := x.(float64)
+			if !ok {
+				return nil, fmt.Errorf("prediction %d: probability %d is not a number", i, k)
+			}
+			probs[n.Labels[k]] = f
+			if f > bestP {
+				best, bestP = k, f
+			}
+		}
+		labelled[i] = map[string]any{"label": n.Labels[best], "score": bestP, "probabilities": probs}
+	}
+	return map[string]any{"predictions": labelled}, nil
 }

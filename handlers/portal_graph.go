@@ -100,5 +100,8 @@ func graphDetail(n *graph.Vertex) string {
 	if len(n.Input) > 0 {
 		parts = append(parts, "input mapped")
 	}
+	if len(n.Labels) > 0 {
+		parts = append(parts, "labels "+strings.Join(n.Labels, ", "))
+	}
 	return strings.Join(parts, " · ")
 }
