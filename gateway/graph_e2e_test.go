@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"modelplane/busapi"
 	"modelplane/demo/fraud"
 	"modelplane/gateway"
@@ -407,4 +410,74 @@ func TestGraphStepFailures(t *testing.T) {
 			t.Errorf("search's graph over risk's endpoint: %d %s; want 502 with the step's 404", res.status, res.body)
 		}
 	})
+}
+
+// TestGraphTrace: a graph request's trace has one ml_serving.graph_step
+// span per call, a child of the graph's ml_serving.request, naming the
+// node, its endpoint and the version that answered; under each, the
+// step's own request span, whose call reaches the replica in the same
+// trace.
+func TestGraphTrace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rep := &tracedReplica{}
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, rep.start(t))))
+	def := `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["first","second"]},
+	 {"id":"first","type":"call","endpoint":"fraud-scoring"},{"id":"second","type":"call","endpoint":"fraud-scoring"}]}`
+	e.putRoute(t, graphRoute("traced-graph", "risk", 1, graphVer("g1", 100, def)))
+	key := e.newKey(t, "risk", "engineer", nil)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	g := startGateway(t, e.nc, gateway.Config{Tracer: tp})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("traced-graph"); return ok }, "waiting for the graph's route")
+
+	r := call(t, g.url, predictPath("traced-graph"), key, predictBody)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	spans := exp.GetSpans()
+	var root tracetest.SpanStub
+	steps := map[string]tracetest.SpanStub{}
+	requests := map[string]tracetest.SpanStub{} // by parent span id
+	for _, s := range spans {
+		switch s.Name {
+		case "ml_serving.request":
+			if s.Parent.IsValid() {
+				requests[s.Parent.SpanID().String()] = s
+			} else {
+				root = s
+			}
+		case "ml_serving.graph_step":
+			for _, a := range s.Attributes {
+				if a.Key == "graph.node" {
+					steps[a.Value.AsString()] = s
+				}
+			}
+		}
+	}
+	if !root.SpanContext.IsValid() || len(steps) != 2 {
+		t.Fatalf("root %v, %d graph steps among %d spans; want a root and 2 steps", root.SpanContext.IsValid(), len(steps), len(spans))
+	}
+	for _, node := range []string{"first", "second"} {
+		s := steps[node]
+		if s.Parent.SpanID() != root.SpanContext.SpanID() || s.SpanContext.TraceID() != root.SpanContext.TraceID() {
+			t.Errorf("step %s is not a child of the graph's request span", node)
+		}
+		attrs := map[string]string{}
+		for _, a := range s.Attributes {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		if attrs["endpoint"] != "fraud-scoring" || attrs["version"] != "v23" || attrs["http.response.status_code"] != "200" {
+			t.Errorf("step %s attributes %v; want endpoint, version v23 and 200", node, attrs)
+		}
+		if _, ok := requests[s.SpanContext.SpanID().String()]; !ok {
+			t.Errorf("step %s has no request span of its own under it", node)
+		}
+	}
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if len(rep.parent) != 2 || !strings.Contains(rep.parent[0], root.SpanContext.TraceID().String()) {
+		t.Errorf("the replica saw traceparents %v; want 2 calls in the graph's trace", rep.parent)
+	}
 }
