@@ -90,7 +90,7 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench placement [--json]
        modelplane bench ingest [--json]
        modelplane bench gateway [--json] [--cpuprofile file]
-       modelplane bench graph [--json] [--duration 20s]
+       modelplane bench graph [--json] [--duration 20s] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
        modelplane bench drift [--json]

@@ -88,6 +88,9 @@ func runGraph(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	res := GraphResult{Name: "graph", Target: "added_p99_per_hop_ms <= gateway_added_p99_ms at each concurrency",
 		Env: map[string]any{"process": "gateway, backends and clients in one process", "backends": "instant (fixed JSON answer)"}}
+	if err := s.profile(cfg.Profile); err != nil {
+		return err
+	}
 	c1 := max(500, int(cfg.Duration/time.Millisecond/8))
 	for _, clients := range []int{1, 64} {
 		rounds := c1
