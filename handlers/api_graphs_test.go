@@ -62,6 +62,15 @@ func TestGraphValidationAtSave(t *testing.T) {
 		t.Errorf("a refused graph exists: GET = %d", r.status)
 	}
 
+	// A graph's model takes no artifact version, and no plain endpoint.
+	if r := e.call(t, risk, http.MethodPost, "/models/risk-graph/versions", versionExternal("v9")); r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
+		t.Errorf("registering an artifact version of a graph's model = %d %s; want 400", r.status, r)
+	}
+	plain := jsonPayload(map[string]any{"name": "plain-over-graph", "model": "risk-graph", "version": "v1"})
+	if r := e.call(t, risk, http.MethodPost, "/endpoints", plain); r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
+		t.Errorf("a plain endpoint over a graph's model = %d %s; want 400", r.status, r)
+	}
+
 	// A cycle across graphs: outer calls risk-graph; a new version of
 	// risk-graph calling outer is refused, naming its node.
 	outer := `{"entry":"o","nodes":[{"id":"o","type":"call","endpoint":"risk-graph"}]}`
