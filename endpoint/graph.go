@@ -167,6 +167,12 @@ func (s *Service) CreateGraph(ctx context.Context, p *auth.Principal, spec Graph
 		if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: e.ID, VersionID: v.ID, Weight: 100}); err != nil {
 			return err
 		}
+		// Ready once saved: it runs in the gateways, and placement, which
+		// sets the other endpoints' status, never sees it.
+		e.Status = "ready"
+		if err := q.EndpointSetPlacement(ctx, db.EndpointSetPlacementParams{IDs: []int64{e.ID}, Statuses: []string{e.Status}, PlacementErrors: []string{""}}); err != nil {
+			return err
+		}
 		out = Endpoint{ID: e.ID, TeamID: e.TeamID, ModelID: model.ID, Name: e.Name, Team: m.Team, Model: model.Name, Task: graph.Task, Kind: KindGraph,
 			Runtime: e.Runtime, InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
 			SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays, Status: e.Status,

@@ -27,11 +27,11 @@ func TestGraphValidationAtSave(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("POST /graphs = %d %s; want 201", r.status, r)
 	}
-	var created struct{ Kind, Task, Runtime, Team string }
-	if err := json.Unmarshal(r.body, &created); err != nil || created.Kind != "graph" || created.Team != "risk" || created.Runtime != "graph" {
-		t.Fatalf("created %s; want kind graph of risk", r)
+	var created struct{ Kind, Task, Runtime, Team, Status string }
+	if err := json.Unmarshal(r.body, &created); err != nil || created.Kind != "graph" || created.Team != "risk" || created.Runtime != "graph" || created.Status != "ready" {
+		t.Fatalf("created %s; want a ready endpoint of kind graph of risk", r)
 	}
-	if g := e.call(t, risk, http.MethodGet, "/endpoints/risk-graph", nil); g.status != http.StatusOK || !strings.Contains(g.String(), `"kind":"graph"`) {
+	if g := e.call(t, risk, http.MethodGet, "/endpoints/risk-graph", nil); g.status != http.StatusOK || !strings.Contains(g.String(), `"kind":"graph"`) || !strings.Contains(g.String(), `"status":"ready"`) {
 		t.Errorf("GET the graph endpoint = %d %s; want 200, kind graph", g.status, g)
 	}
 
