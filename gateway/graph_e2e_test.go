@@ -466,7 +466,7 @@ func TestGraphTrace(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range s.Attributes {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if attrs["endpoint"] != "fraud-scoring" || attrs["version"] != "v23" || attrs["http.response.status_code"] != "200" {
 			t.Errorf("step %s attributes %v; want endpoint, version v23 and 200", node, attrs)
