@@ -378,6 +378,22 @@ func TestGraphStepFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("a graph calls a graph; a loop saved around validation ends", func(t *testing.T) {
+		inner := `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"xgb"}]}`
+		ge.put(t, graphRoute("inner", "risk", 1, graphVer("g1", 100, inner)))
+		outer := `{"entry":"i","nodes":[{"id":"i","type":"call","endpoint":"inner"}]}`
+		ge.put(t, graphRoute("outer", "risk", 1, graphVer("g1", 100, outer)))
+		if res := ge.predict(t, "outer", payments); res.status != http.StatusOK || !strings.Contains(string(res.body), `"label"`) {
+			t.Errorf("outer over inner over xgb: %d %s; want xgb's answer", res.status, res.body)
+		}
+		loop := `{"entry":"self","nodes":[{"id":"self","type":"call","endpoint":"loop"}]}`
+		ge.put(t, graphRoute("loop", "risk", 1, graphVer("g1", 100, loop)))
+		res := ge.predict(t, "loop", payments)
+		if res.status != http.StatusBadGateway || !strings.Contains(string(res.body), "answered 508: graphs call graphs more than 8 deep") {
+			t.Errorf("a graph calling itself: %d %s; want 502 down to the innermost 508", res.status, res.body)
+		}
+	})
+
 	t.Run("a step takes its endpoint's rate limit, not a key's", func(t *testing.T) {
 		lim := route("limited", "risk", "classification", 1, ver("v23", 100, ge.xgb))
 		lim.RateLimitRPS, lim.RateLimitBurst = 0.001, 1
