@@ -144,3 +144,35 @@ func TestGraphPageDiagram(t *testing.T) {
 		t.Errorf("a graph endpoint's page shows a replica section")
 	}
 }
+
+// TestPortalPublishesGraph: an engineer publishes a graph from the portal
+// form and lands on its page; a definition with a cycle comes back 422
+// naming the node, with what was typed kept.
+func TestPortalPublishesGraph(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	u := portalSignIn(t, e, "risk-engineer@example.com")
+	if d := u.page("/graphs/new"); d.Find("#graph-form textarea#graph").Length() != 1 {
+		t.Fatalf("no definition field on the new graph page")
+	}
+	bad := `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["a","s"]},{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`
+	r := u.post("/graphs", u.form("name", "portal-graph", "team", "risk", "graph", bad))
+	if r.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("a cycle: %d; want 422", r.StatusCode)
+	}
+	d := r.doc(t)
+	if msg := d.Find(`[data-field="graph"]`).Text(); !strings.Contains(msg, `"s"`) || !strings.Contains(msg, "cycle") {
+		t.Errorf("the error under the definition is %q; want the cycle naming node s", msg)
+	}
+	if kept := d.Find("textarea#graph").Text(); kept != bad {
+		t.Errorf("the form kept %q; want what was typed", kept)
+	}
+	good := `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`
+	r = u.post("/graphs", u.form("name", "portal-graph", "team", "risk", "graph", good))
+	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/endpoints/portal-graph" {
+		t.Fatalf("publishing: %d to %q; want 303 to the graph's page", r.StatusCode, r.Header.Get("Location"))
+	}
+	if d := u.page("/endpoints/portal-graph"); d.Find(`#graph [data-node="a"]`).Length() != 1 {
+		t.Errorf("the published graph's page draws no node a")
+	}
+}

@@ -66,6 +66,8 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/endpoints", s.portalEndpoints)
 			r.Get("/endpoints/new", s.portalEndpointNew)
 			r.Post("/endpoints", s.portalEndpointCreate)
+			r.Get("/graphs/new", s.portalGraphNew)
+			r.Post("/graphs", s.portalGraphCreate)
 			// Parameter middleware runs after csrfCheck, so a forged form
 			// learns nothing of what exists.
 			r.Group(func(r chi.Router) {

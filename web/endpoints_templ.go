@@ -52,7 +52,7 @@ func EndpointsPage(p EndpointsProps) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if p.CanCreate {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p><a class=\"button\" href=\"/endpoints/new\" id=\"new-endpoint\">New endpoint</a></p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p><a class=\"button\" href=\"/endpoints/new\" id=\"new-endpoint\">New endpoint</a> <a class=\"button\" href=\"/graphs/new\" id=\"new-graph\">New graph</a></p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -30,3 +30,12 @@ type GraphNodeView struct {
 	Repeat   bool
 	Children []GraphNodeView
 }
+
+// GraphNewProps fills the form that publishes a graph endpoint: its name,
+// team and definition as JSON (docs/graphs.md).
+type GraphNewProps struct {
+	Layout
+	Name, Team, Definition string
+	Teams                  []string
+	Errors                 FieldErrors
+}
