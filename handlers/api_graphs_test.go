@@ -176,3 +176,36 @@ func TestPortalPublishesGraph(t *testing.T) {
 		t.Errorf("the published graph's page draws no node a")
 	}
 }
+
+// TestPortalSavesGraphVersion: the graph's page saves a new version from
+// its form, unrouted, and refuses one calling another team's endpoint,
+// naming the node.
+func TestPortalSavesGraphVersion(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	def := `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPost, "/graphs", graphBody("risk-graph", def)); r.status != http.StatusCreated {
+		t.Fatalf("POST /graphs = %d %s", r.status, r)
+	}
+	u := portalSignIn(t, e, "risk-engineer@example.com")
+	d := u.page("/endpoints/risk-graph")
+	if got := d.Find("textarea#graph_definition").Text(); !strings.Contains(got, `"endpoint": "risk-endpoint"`) {
+		t.Errorf("the new version's definition starts as %q; want the routed version's", got)
+	}
+	other := `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"search-endpoint"}]}`
+	r := u.post("/endpoints/risk-graph/graph/versions", u.form("graph_version", "v2", "graph_definition", other))
+	if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(r.doc(t).Find(`[data-field="graph_definition"]`).Text(), `"x"`) {
+		t.Fatalf("another team's target: %d; want 422 naming node x", r.StatusCode)
+	}
+	r = u.post("/endpoints/risk-graph/graph/versions", u.form("graph_version", "v2", "graph_definition", def))
+	if r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("saving v2: %d; want 303", r.StatusCode)
+	}
+	if v := u.page("/endpoints/risk-graph").Find(`.graph-version[data-version="v2"]`); v.Length() != 1 || !strings.Contains(v.Text(), "not routed") {
+		t.Errorf("v2 is not drawn as an unrouted version")
+	}
+	viewer := portalSignIn(t, e, "risk-viewer@example.com")
+	if r := viewer.post("/endpoints/risk-graph/graph/versions", viewer.form("graph_version", "v3", "graph_definition", def)); r.StatusCode != http.StatusForbidden {
+		t.Errorf("a viewer saving a version: %d; want 403", r.StatusCode)
+	}
+}

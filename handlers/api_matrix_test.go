@@ -138,6 +138,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /rollouts/{rollout}/events":                   nil,
 		"POST /rollouts/{rollout}/{action}":                form("comment", "matrix"),
 		"POST /endpoints":                                  form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
+		"POST /endpoints/{endpoint}/graph/versions":        form("graph_version", "g9", "graph_definition", `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`),
 		"POST /graphs":                                     form("team", "risk", "name", "matrix-graph", "graph", `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`),
 		"POST /models":                                     form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                               form("team", "risk", "email", "search-admin@example.com", "role", "admin"),

@@ -66,3 +66,48 @@ func (s *Server) portalGraphCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, r, http.StatusUnprocessableEntity, web.GraphNewPage(s.graphNewProps(w, r, name, team, def, errs)))
 }
+
+// portalGraphVersionCreate saves a new version of the graph endpoint from
+// the form on its page; a refusal re-renders the page with the reason,
+// naming the node, and what was typed.
+func (s *Server) portalGraphVersionCreate(w http.ResponseWriter, r *http.Request) {
+	e := endpointParam(r)
+	version, def := r.PostFormValue("graph_version"), r.PostFormValue("graph_definition")
+	errs := web.FieldErrors{}
+	d, err := graph.Parse([]byte(def))
+	if err != nil {
+		errs["graph_definition"] = strings.TrimPrefix(err.Error(), "graph definition: ")
+	} else {
+		_, err = s.Endpoints.AddGraphVersion(r.Context(), pageFrame(r).user, e.Name, version, *d)
+		if err == nil {
+			redirectFlash(w, r, "/endpoints/"+e.Name, "Version "+version+" saved; start a rollout to move traffic to it.")
+			return
+		}
+		var ok bool
+		if errs, ok = fieldErrors(err); !ok {
+			if !errors.Is(err, errdefs.ErrConflict) {
+				s.portalError(w, r, err)
+				return
+			}
+			errs = web.FieldErrors{"graph_version": "this graph already has a version " + version}
+		}
+		// The domain names the form's fields version and graph.
+		if m, ok := errs["version"]; ok {
+			errs["graph_version"] = m
+		}
+		if m, ok := errs["graph"]; ok {
+			errs["graph_definition"] = m
+		}
+	}
+	props, err := s.endpointProps(w, r, e)
+	if err != nil {
+		s.portalError(w, r, err)
+		return
+	}
+	if props.Graph == nil {
+		s.renderError(w, r, http.StatusBadRequest, "not a graph endpoint")
+		return
+	}
+	props.Graph.NewVersion, props.Graph.NewDefinition, props.Graph.Errors = version, def, errs
+	s.render(w, r, http.StatusUnprocessableEntity, web.EndpointPage(props))
+}

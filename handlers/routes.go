@@ -83,6 +83,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
 				r.Post("/endpoints/{endpoint}/autoscaling", s.portalAutoscalingSet)
 				r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
+				r.Post("/endpoints/{endpoint}/graph/versions", s.portalGraphVersionCreate)
 			})
 			r.Get("/rollouts", s.portalRollouts)
 			r.Group(func(r chi.Router) {

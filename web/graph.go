@@ -4,6 +4,15 @@ package web
 // routed ones first.
 type GraphProps struct {
 	Versions []GraphVersionView
+	// CanWrite shows the form that saves a new version, holding
+	// NewVersion and NewDefinition (the routed version's, to start from)
+	// and Errors from the last try.
+	CanWrite      bool
+	CSRF          string
+	Endpoint      string
+	NewVersion    string
+	NewDefinition string
+	Errors        FieldErrors
 }
 
 // GraphVersionView is one graph version and its diagram, drawn from the
