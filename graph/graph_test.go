@@ -177,3 +177,20 @@ func TestFormatLabelsTheLargestProbability(t *testing.T) {
 		t.Errorf("format = %s; want %s", res.Output, want)
 	}
 }
+
+func TestNumbersPassOnAsWritten(t *testing.T) {
+	t.Parallel()
+	var got []byte
+	e := &endpoints{calls: map[string]int{}, fn: func(_ string, body []byte, _ int) graph.Answer {
+		got = body
+		return ok(`{"predictions":[{"input_ids":[101,9007199254740993,102]}]}`)
+	}}
+	d := parse(t, `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["a","b"]},
+	 {"id":"a","type":"call","endpoint":"tok"},{"id":"b","type":"call","endpoint":"emb"}]}`)
+	if _, err := graph.Run(t.Context(), d, []byte(`{"instances":[{"text":"x","n":1.50}]}`), e, graph.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != `{"instances":[{"input_ids":[101,9007199254740993,102]}]}` {
+		t.Errorf("the embedder got %s; want the tokenizer's ids as written", got)
+	}
+}

@@ -118,7 +118,7 @@ func Run(ctx context.Context, d *Definition, request []byte, c Caller, opt Optio
 	for i := range d.Nodes {
 		r.ids[d.Nodes[i].ID] = &d.Nodes[i]
 	}
-	if err := json.Unmarshal(request, &r.request); err != nil {
+	if err := decode(request, &r.request); err != nil {
 		return nil, fmt.Errorf("graph request: %w", err)
 	}
 	out, err := r.node(ctx, d.Entry, r.request)
@@ -293,7 +293,7 @@ func (r *run) call(ctx context.Context, n *Vertex, in any) (any, error) {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: detailOf(a.Body)}
 	}
 	var out any
-	if err := json.Unmarshal(a.Body, &out); err != nil {
+	if err := decode(a.Body, &out); err != nil {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: "the answer is not JSON"}
 	}
 	if n.Output != "" && n.Type == TypeCall {
@@ -355,7 +355,7 @@ func (r *run) body(n *Vertex, in any) ([]byte, error) {
 	var v any
 	if len(n.Input) > 0 {
 		var tmpl any
-		if err := json.Unmarshal(n.Input, &tmpl); err != nil {
+		if err := decode(n.Input, &tmpl); err != nil {
 			return nil, err
 		}
 		var err error
@@ -475,14 +475,21 @@ var ops = map[string]func(a any, b any) bool{
 }
 
 func jsonEqual(a, b any) bool {
+	if x, ok := a.(json.Number); ok {
+		if y, ok := b.(json.Number); ok {
+			fx, err1 := x.Float64()
+			fy, err2 := y.Float64()
+			return err1 == nil && err2 == nil && fx == fy
+		}
+	}
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
 }
 
 func cmpNum(a, b any, f func(x, y float64) bool) bool {
-	x, ok1 := a.(float64)
-	y, ok2 := b.(float64)
+	x, ok1 := number(a)
+	y, ok2 := number(b)
 	return ok1 && ok2 && f(x, y)
 }
 
@@ -494,7 +501,7 @@ func (r *run) holds(c Case, in any) bool {
 	}
 	var want any
 	if c.Op != "exists" {
-		if err := json.Unmarshal(c.Value, &want); err != nil {
+		if err := decode(c.Value, &want); err != nil {
 			return false
 		}
 	}
@@ -609,6 +616,9 @@ func combine(n *Vertex, preds [][]any, weights []float64) ([]any, error) {
 // the single-element array a regression model answers.
 func number(v any) (float64, bool) {
 	switch t := v.(type) {
+	case json.Number:
+		f, err := t.Float64()
+		return f, err == nil && !math.IsNaN(f)
 	case float64:
 		return t, !math.IsNaN(t)
 	case []any:
@@ -646,7 +656,7 @@ func (r *run) format(n *Vertex, in any) (any, error) {
 	out := in
 	if len(n.Input) > 0 {
 		var tmpl any
-		if err := json.Unmarshal(n.Input, &tmpl); err != nil {
+		if err := decode(n.Input, &tmpl); err != nil {
 			return nil, err
 		}
 		var err error
@@ -677,7 +687,7 @@ func (r *run) format(n *Vertex, in any) (any, error) {
 		probs := make(map[string]any, len(vec))
 		best, bestP := 0, math.Inf(-1)
 		for k, x := range vec {
-			f, ok := x.(float64)
+			f, ok := number(x)
 			if !ok {
 				return nil, fmt.Errorf("prediction %d: probability %d is not a number", i, k)
 			}
@@ -689,4 +699,19 @@ func (r *run) format(n *Vertex, in any) (any, error) {
 		labelled[i] = map[string]any{"label": n.Labels[best], "score": bestP, "probabilities": probs}
 	}
 	return map[string]any{"predictions": labelled}, nil
+}
+
+// decode reads JSON keeping numbers as they were written (json.Number),
+// so that an answer's integers (token ids) and long decimals pass on to
+// the next step unchanged.
+func decode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("invalid character after top-level value")
+	}
+	return nil
 }
