@@ -89,21 +89,32 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		}
 		return
 	}
-	var out map[string]any
-	if json.Unmarshal(res.Output, &out) != nil || out == nil {
-		out = map[string]any{"predictions": json.RawMessage(res.Output)}
-	}
 	note := graphAnswer{Version: v.name, Partial: len(res.Skipped) > 0, Skipped: res.Skipped}
 	if r.Header.Get(GraphStepsHeader) == "true" {
 		note.Steps = res.Steps
 	}
-	if note.Partial || note.Steps != nil {
-		out["graph"] = note
+	// The output goes out as the last step wrote it; only a note to add
+	// opens its top level (one level: its parts stay as written).
+	b := []byte(res.Output)
+	var out map[string]json.RawMessage
+	if json.Unmarshal(res.Output, &out) != nil || out == nil {
+		out = map[string]json.RawMessage{"predictions": res.Output}
+		b = nil
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
-		return
+	if note.Partial || note.Steps != nil || b == nil {
+		if note.Partial || note.Steps != nil {
+			nb, err := json.Marshal(note)
+			if err != nil {
+				g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
+				return
+			}
+			out["graph"] = nb
+		}
+		var err error
+		if b, err = json.Marshal(out); err != nil {
+			g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
+			return
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

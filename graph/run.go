@@ -118,15 +118,19 @@ func Run(ctx context.Context, d *Definition, request []byte, c Caller, opt Optio
 	for i := range d.Nodes {
 		r.ids[d.Nodes[i].ID] = &d.Nodes[i]
 	}
-	if err := decode(request, &r.request); err != nil {
-		return nil, fmt.Errorf("graph request: %w", err)
+	if !json.Valid(request) {
+		return nil, errors.New("graph request: not JSON")
 	}
+	r.request = raw(request)
 	out, err := r.node(ctx, d.Entry, r.request)
 	if errors.Is(err, errSkipped) {
 		return nil, &StepError{Node: d.Entry, Detail: "the entry node was skipped: nothing answered"}
 	}
 	if err != nil {
 		return nil, err
+	}
+	if b, ok := out.(raw); ok {
+		return &Result{Output: json.RawMessage(b), Steps: r.steps, Skipped: r.skipped}, nil
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -292,10 +296,12 @@ func (r *run) call(ctx context.Context, n *Vertex, in any) (any, error) {
 	if a.Status/100 != 2 {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: detailOf(a.Body)}
 	}
-	var out any
-	if err := decode(a.Body, &out); err != nil {
+	if !json.Valid(a.Body) {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: "the answer is not JSON"}
 	}
+	// Kept as written until something needs its parts: a sequence of
+	// plain steps passes answers on without decoding them.
+	var out any = raw(a.Body)
 	if n.Output != "" && n.Type == TypeCall {
 		v, ok := lookupPath(out, n.Output)
 		if !ok {
@@ -363,8 +369,18 @@ func (r *run) body(n *Vertex, in any) ([]byte, error) {
 			return nil, err
 		}
 	} else {
-		v = in
-		if m, ok := in.(map[string]any); ok {
+		if b, ok := in.(raw); ok {
+			// One level only: the answer's parts stay as written.
+			var m map[string]json.RawMessage
+			if json.Unmarshal(b, &m) == nil {
+				if p, ok := m["predictions"]; ok && m["instances"] == nil {
+					return json.Marshal(map[string]json.RawMessage{"instances": p})
+				}
+				return b, nil
+			}
+		}
+		v = materialize(in)
+		if m, ok := v.(map[string]any); ok {
 			if p, ok := m["predictions"]; ok && m["instances"] == nil {
 				v = map[string]any{"instances": p}
 			}
@@ -431,7 +447,7 @@ func (r *run) resolve(path string, in any) (any, bool) {
 		base = v
 	}
 	if rest == "" {
-		return base, true
+		return materialize(base), true
 	}
 	return lookupPath(base, rest)
 }
@@ -439,6 +455,7 @@ func (r *run) resolve(path string, in any) (any, bool) {
 // lookupPath reads a slash-separated path of object keys and array
 // indexes.
 func lookupPath(v any, path string) (any, bool) {
+	v = materialize(v)
 	for p := range strings.SplitSeq(path, "/") {
 		if p == "" {
 			continue
@@ -558,6 +575,7 @@ func (r *run) ensemble(ctx context.Context, n *Vertex, in any) (any, error) {
 // predictionsOf is an output's predictions array (the output itself when
 // it is an array).
 func predictionsOf(v any) []any {
+	v = materialize(v)
 	if m, ok := v.(map[string]any); ok {
 		v = m["predictions"]
 	}
@@ -653,7 +671,7 @@ func vote(vals []any, weights []float64) any {
 
 // format fills a format node's template and labels its predictions.
 func (r *run) format(n *Vertex, in any) (any, error) {
-	out := in
+	out := materialize(in)
 	if len(n.Input) > 0 {
 		var tmpl any
 		if err := decode(n.Input, &tmpl); err != nil {
@@ -714,4 +732,24 @@ func decode(b []byte, v any) error {
 		return errors.New("invalid character after top-level value")
 	}
 	return nil
+}
+
+// raw is a JSON value kept as it was written (the request, a step's
+// answer) until something needs its parts (materialize).
+type raw []byte
+
+// MarshalJSON writes the value as it was written.
+func (r raw) MarshalJSON() ([]byte, error) { return r, nil }
+
+// materialize decodes a raw value; any other value is returned as it is.
+func materialize(v any) any {
+	b, ok := v.(raw)
+	if !ok {
+		return v
+	}
+	var out any
+	if err := decode(b, &out); err != nil {
+		return nil
+	}
+	return out
 }
