@@ -57,6 +57,7 @@ var unscoped = map[string]string{
 	"ModelCreate":             "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
 	"ModelVersionCreate":      "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
 	"ModelVersionCreateGraph": "insert; endpoint.CreateGraph takes model and team ids from its own ModelCreate (team resolved from the principal, CanWrite checked), AddGraphVersion from the scoped getForWrite",
+	"EndpointGraphsCalling":   "endpoint.GraphsUsing: for the owners revoking a team's access to their endpoint (grant.Service.Revoke, which scoped the endpoint to them), the names of that team's graphs calling it; names only",
 	"EndpointGetAsTarget":     "graph validation's view of a target another team may own; endpoint.MayCall decides whether the graph's team may call it, and a refusal reads exactly like a missing endpoint, so nothing of the row leaves unless it may",
 	"EndpointCreate":          "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
 	"ExperimentUpsert":        "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite (CanWrite checked) in the same transaction",

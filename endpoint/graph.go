@@ -263,3 +263,15 @@ func (s *Service) GraphVersions(ctx context.Context, p *auth.Principal, name str
 	}
 	return out, nil
 }
+
+// GraphsUsing returns the graph endpoints of team whose routed versions
+// call the endpoint of id endpointID: the graphs a revocation of team's
+// access to it breaks (what package grant's Dependents asks). Names only,
+// for the revoking owners to see.
+func (s *Service) GraphsUsing(ctx context.Context, endpointID int64, team string) ([]string, error) {
+	names, err := db.New(s.pool).EndpointGraphsCalling(ctx, db.EndpointGraphsCallingParams{Team: team, EndpointID: endpointID})
+	if err != nil {
+		return nil, fmt.Errorf("graphs of %s using endpoint %d: %w", team, endpointID, err)
+	}
+	return names, nil
+}

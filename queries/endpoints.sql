@@ -97,3 +97,16 @@ SELECT e.id, e.team_id, e.name, m.task, m.input_schema, m.output_schema,
 FROM endpoints e
 JOIN models m ON m.id = e.model_id
 WHERE e.name = @name;
+
+-- name: EndpointGraphsCalling :many
+-- The graph endpoints of team whose routed versions call the endpoint of
+-- id endpoint_id: what a revocation of team's access to it breaks.
+SELECT DISTINCT e.name
+FROM endpoints e
+JOIN teams t ON t.id = e.team_id
+JOIN routing_rules r ON r.endpoint_id = e.id
+JOIN model_versions v ON v.id = r.version_id
+WHERE t.name = @team AND v.graph IS NOT NULL
+  AND jsonb_path_exists(v.graph, '$.nodes[*] ? (@.endpoint == $name)',
+                        jsonb_build_object('name', (SELECT x.name FROM endpoints x WHERE x.id = @endpoint_id::bigint)))
+ORDER BY e.name;
