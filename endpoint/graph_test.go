@@ -10,7 +10,9 @@ import (
 	"modelplane/graph"
 )
 
-func call(id, ep string) graph.Vertex { return graph.Vertex{ID: id, Type: graph.TypeCall, Endpoint: ep} }
+func call(id, ep string) graph.Vertex {
+	return graph.Vertex{ID: id, Type: graph.TypeCall, Endpoint: ep}
+}
 
 // TestGraphsUsing: the graphs of a team whose routed versions call an
 // endpoint are the ones named; an unrouted version, another team's graph
