@@ -90,6 +90,7 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench placement [--json]
        modelplane bench ingest [--json]
        modelplane bench gateway [--json] [--cpuprofile file]
+       modelplane bench graph [--json] [--duration 20s] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
        modelplane bench drift [--json]
@@ -106,6 +107,7 @@ var benchmarks = map[string]func(context.Context, Config, io.Writer) error{
 	"placement":  runPlacement,
 	"ingest":     runIngest,
 	"gateway":    runGateway,
+	"graph":      runGraph,
 	"rollback":   runRollback,
 	"chargeback": runChargeback,
 	"drift":      runDrift,

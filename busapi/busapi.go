@@ -610,7 +610,10 @@ type Route struct {
 	// same name (perhaps by another team) never reads the old one's data.
 	EndpointID int64  `json:"endpoint_id,omitempty"`
 	Team       string `json:"team"`
-	Task       string `json:"task"`
+	// Task is the model's task; RouteTaskGraph for a graph endpoint, which
+	// the gateway runs itself: its versions carry their Graph and no
+	// replicas.
+	Task string `json:"task"`
 	// Generation increases with every change of the entry.
 	Generation int64          `json:"generation"`
 	Versions   []RouteVersion `json:"versions"`
@@ -708,7 +711,14 @@ type RouteVersion struct {
 	// load and warm-up), in milliseconds; 0 when none was measured. The
 	// gateway's Retry-After of a 202 comes from it.
 	ColdStartMS int64 `json:"cold_start_ms,omitempty"`
+	// Graph is a graph version's definition (package graph), which the
+	// gateway executes, calling each step through its own routing as the
+	// graph's team; empty for a model version.
+	Graph json.RawMessage `json:"graph,omitempty"`
 }
+
+// RouteTaskGraph is Route.Task of a graph endpoint.
+const RouteTaskGraph = "graph"
 
 // ProtocolV2 is RouteVersion.Protocol of a runtime that speaks only the
 // KServe V2 / Open Inference protocol.

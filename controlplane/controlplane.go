@@ -231,6 +231,8 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
 	cp.Grants = grant.New(st.Pool, clock, published)
+	// A revocation names the graphs it breaks.
+	cp.Grants.SetDependents(cp.Endpoints)
 	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
 		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
 	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)

@@ -37,6 +37,23 @@ func (q *Queries) GrantDelete(ctx context.Context, arg GrantDeleteParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const grantExists = `-- name: GrantExists :one
+SELECT EXISTS (SELECT 1 FROM endpoint_grants WHERE endpoint_id = $1 AND team_id = $2)
+`
+
+type GrantExistsParams struct {
+	EndpointID int64
+	TeamID     int64
+}
+
+// Whether a team holds a grant to call an endpoint (endpoint.MayCall).
+func (q *Queries) GrantExists(ctx context.Context, arg GrantExistsParams) (bool, error) {
+	row := q.db.QueryRow(ctx, grantExists, arg.EndpointID, arg.TeamID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const grantListByEndpoint = `-- name: GrantListByEndpoint :many
 SELECT g.id, g.endpoint_id, g.team_id, g.rate_limit_rps, g.rate_limit_burst, g.daily_quota, g.sampling, g.granted_by, g.created_at, g.updated_at, t.name AS team
 FROM endpoint_grants g JOIN endpoints e ON e.id = g.endpoint_id JOIN teams t ON t.id = g.team_id

@@ -235,6 +235,83 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 	return i, err
 }
 
+const endpointGetAsTarget = `-- name: EndpointGetAsTarget :one
+SELECT e.id, e.team_id, e.name, m.task, m.input_schema, m.output_schema,
+       coalesce((SELECT jsonb_agg(v.graph) FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+                 WHERE r.endpoint_id = e.id AND v.graph IS NOT NULL), '[]')::jsonb AS graphs
+FROM endpoints e
+JOIN models m ON m.id = e.model_id
+WHERE e.name = $1
+`
+
+type EndpointGetAsTargetRow struct {
+	ID           int64
+	TeamID       int64
+	Name         string
+	Task         string
+	InputSchema  []byte
+	OutputSchema []byte
+	Graphs       []byte
+}
+
+// What graph validation needs of an endpoint a graph node calls, whoever
+// owns it: endpoint.MayCall decides whether the graph's team may call it,
+// and a refusal reads like a missing endpoint. graphs are the definitions
+// of its routed graph versions, for finding cycles across graphs.
+func (q *Queries) EndpointGetAsTarget(ctx context.Context, name string) (EndpointGetAsTargetRow, error) {
+	row := q.db.QueryRow(ctx, endpointGetAsTarget, name)
+	var i EndpointGetAsTargetRow
+	err := row.Scan(
+		&i.ID,
+		&i.TeamID,
+		&i.Name,
+		&i.Task,
+		&i.InputSchema,
+		&i.OutputSchema,
+		&i.Graphs,
+	)
+	return i, err
+}
+
+const endpointGraphsCalling = `-- name: EndpointGraphsCalling :many
+SELECT DISTINCT e.name
+FROM endpoints e
+JOIN teams t ON t.id = e.team_id
+JOIN routing_rules r ON r.endpoint_id = e.id
+JOIN model_versions v ON v.id = r.version_id
+WHERE t.name = $1 AND v.graph IS NOT NULL
+  AND jsonb_path_exists(v.graph, '$.nodes[*] ? (@.endpoint == $name)',
+                        jsonb_build_object('name', (SELECT x.name FROM endpoints x WHERE x.id = $2::bigint)))
+ORDER BY e.name
+`
+
+type EndpointGraphsCallingParams struct {
+	Team       string
+	EndpointID int64
+}
+
+// The graph endpoints of team whose routed versions call the endpoint of
+// id endpoint_id: what a revocation of team's access to it breaks.
+func (q *Queries) EndpointGraphsCalling(ctx context.Context, arg EndpointGraphsCallingParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, endpointGraphsCalling, arg.Team, arg.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const endpointList = `-- name: EndpointList :many
 SELECT e.id, e.team_id, e.name, e.model_id, e.runtime, e.instance_profile, e.min_replicas, e.max_replicas, e.tier, e.sampling_rate, e.retention_days, e.status, e.created_at, e.updated_at, e.placement_error, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.woken_at, e.batch_max_size, e.batch_max_queue_delay_us, e.batch_preferred_sizes, e.batch_queue_timeout_ms, e.autoscale_policy, t.name AS team_name, m.name AS model_name, m.task AS model_task,
        coalesce((SELECT json_agg(json_build_object('version', v.name, 'weight', r.weight, 'shadow_percent', r.shadow_percent) ORDER BY v.name)

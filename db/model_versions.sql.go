@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const modelVersionCreate = `-- name: ModelVersionCreate :one
@@ -17,7 +18,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
     $9, $10, $11, $12, $13, $14,
     $15, $16, $17, $18, $19, $20, $21,
     $22, $23, $24)
-RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb
+RETURNING id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb, graph
 `
 
 type ModelVersionCreateParams struct {
@@ -104,7 +105,52 @@ func (q *Queries) ModelVersionCreate(ctx context.Context, arg ModelVersionCreate
 		&i.CreatedByKeyID,
 		&i.Serving,
 		&i.MemoryNeedMB,
+		&i.Graph,
 	)
+	return i, err
+}
+
+const modelVersionCreateGraph = `-- name: ModelVersionCreateGraph :one
+INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, gpu_count,
+    parent_version, status, graph, created_by, created_by_user_id, created_by_key_id)
+VALUES ($1, $2, $3, 'graph', 'graph', 'graph:' || $3::text, '{}', 0,
+    $4, 'validated', $5, $6, $7, $8)
+RETURNING id, name, created_at
+`
+
+type ModelVersionCreateGraphParams struct {
+	ModelID         int64
+	TeamID          int64
+	Name            string
+	ParentVersion   string
+	Graph           []byte
+	CreatedBy       string
+	CreatedByUserID *int64
+	CreatedByKeyID  *int64
+}
+
+type ModelVersionCreateGraphRow struct {
+	ID        int64
+	Name      string
+	CreatedAt time.Time
+}
+
+// A graph version: a version of a graph model whose definition is graph
+// (docs/decisions.md). It has no artifact, needs no replica and is valid
+// once saved: endpoint.Service validated the definition before.
+func (q *Queries) ModelVersionCreateGraph(ctx context.Context, arg ModelVersionCreateGraphParams) (ModelVersionCreateGraphRow, error) {
+	row := q.db.QueryRow(ctx, modelVersionCreateGraph,
+		arg.ModelID,
+		arg.TeamID,
+		arg.Name,
+		arg.ParentVersion,
+		arg.Graph,
+		arg.CreatedBy,
+		arg.CreatedByUserID,
+		arg.CreatedByKeyID,
+	)
+	var i ModelVersionCreateGraphRow
+	err := row.Scan(&i.ID, &i.Name, &i.CreatedAt)
 	return i, err
 }
 
@@ -151,7 +197,7 @@ func (q *Queries) ModelVersionDigestsInUse(ctx context.Context, digests []string
 }
 
 const modelVersionGet = `-- name: ModelVersionGet :one
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb, graph FROM model_versions
 WHERE model_id = $1 AND name = $2 AND ($3::boolean OR team_id = ANY($4::bigint[]))
 `
 
@@ -199,12 +245,13 @@ func (q *Queries) ModelVersionGet(ctx context.Context, arg ModelVersionGetParams
 		&i.CreatedByKeyID,
 		&i.Serving,
 		&i.MemoryNeedMB,
+		&i.Graph,
 	)
 	return i, err
 }
 
 const modelVersionListAllByModel = `-- name: ModelVersionListAllByModel :many
-SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb FROM model_versions
+SELECT id, model_id, team_id, name, format, runtime, artifact_uri, manifest, size_bytes, gpu_count, gpu_memory_mb, gpu_type, p99_latency_ms, p99_tpot_ms, parent_version, training_job, dataset, offline_metrics, sim_profile, status, created_by, created_at, cpu_cores, memory_mb, created_by_user_id, created_by_key_id, serving, memory_need_mb, graph FROM model_versions
 WHERE model_id = $1 AND ($2::boolean OR team_id = ANY($3::bigint[]))
 ORDER BY id
 `
@@ -253,6 +300,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 			&i.CreatedByKeyID,
 			&i.Serving,
 			&i.MemoryNeedMB,
+			&i.Graph,
 		); err != nil {
 			return nil, err
 		}
@@ -265,7 +313,7 @@ func (q *Queries) ModelVersionListAllByModel(ctx context.Context, arg ModelVersi
 }
 
 const modelVersionListByModelName = `-- name: ModelVersionListByModelName :many
-SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb, v.created_by_user_id, v.created_by_key_id, v.serving, v.memory_need_mb FROM model_versions v JOIN models m ON m.id = v.model_id
+SELECT v.id, v.model_id, v.team_id, v.name, v.format, v.runtime, v.artifact_uri, v.manifest, v.size_bytes, v.gpu_count, v.gpu_memory_mb, v.gpu_type, v.p99_latency_ms, v.p99_tpot_ms, v.parent_version, v.training_job, v.dataset, v.offline_metrics, v.sim_profile, v.status, v.created_by, v.created_at, v.cpu_cores, v.memory_mb, v.created_by_user_id, v.created_by_key_id, v.serving, v.memory_need_mb, v.graph FROM model_versions v JOIN models m ON m.id = v.model_id
 WHERE m.name = $1 AND ($2::boolean OR v.team_id = ANY($3::bigint[])) AND v.id > $4
 ORDER BY v.id LIMIT $5
 `
@@ -322,6 +370,68 @@ func (q *Queries) ModelVersionListByModelName(ctx context.Context, arg ModelVers
 			&i.CreatedByKeyID,
 			&i.Serving,
 			&i.MemoryNeedMB,
+			&i.Graph,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const modelVersionListGraphs = `-- name: ModelVersionListGraphs :many
+SELECT v.id, v.name, v.graph, v.parent_version, v.created_by, v.created_at,
+       coalesce(r.weight, -1)::integer AS weight
+FROM model_versions v
+LEFT JOIN routing_rules r ON r.version_id = v.id AND r.endpoint_id = $1
+WHERE v.model_id = $2 AND v.graph IS NOT NULL AND ($3::boolean OR v.team_id = ANY($4::bigint[]))
+ORDER BY v.id
+`
+
+type ModelVersionListGraphsParams struct {
+	EndpointID int64
+	ModelID    int64
+	AllTeams   bool
+	TeamIDs    []int64
+}
+
+type ModelVersionListGraphsRow struct {
+	ID            int64
+	Name          string
+	Graph         []byte
+	ParentVersion string
+	CreatedBy     string
+	CreatedAt     time.Time
+	Weight        int32
+}
+
+// A graph endpoint's versions with their definitions and their weights
+// (-1 when not routed).
+func (q *Queries) ModelVersionListGraphs(ctx context.Context, arg ModelVersionListGraphsParams) ([]ModelVersionListGraphsRow, error) {
+	rows, err := q.db.Query(ctx, modelVersionListGraphs,
+		arg.EndpointID,
+		arg.ModelID,
+		arg.AllTeams,
+		arg.TeamIDs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ModelVersionListGraphsRow{}
+	for rows.Next() {
+		var i ModelVersionListGraphsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Graph,
+			&i.ParentVersion,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Weight,
 		); err != nil {
 			return nil, err
 		}

@@ -298,6 +298,7 @@ type ModelVersion struct {
 	CreatedByKeyID  *int64
 	Serving         []byte
 	MemoryNeedMB    int32
+	Graph           []byte
 }
 
 type ModelVersionValidation struct {

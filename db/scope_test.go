@@ -55,24 +55,27 @@ const teamPredicate = "team_ids::bigint[]"
 var unscoped = map[string]string{
 	// Writes that take a team id (or a row id) the domain method has already
 	// resolved through a team-scoped query, in the same transaction.
-	"APIKeyCreate":          "insert; tenant.CreateKey resolved the team with TeamGetScoped and checked CanAdmin (or PlatformAdmin for org-wide keys)",
-	"AuditInsert":           "insert; audit.Record runs inside the domain change's transaction with that change's already-scoped team id",
-	"ModelCreate":           "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
-	"ModelVersionCreate":    "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
-	"EndpointCreate":        "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
-	"ExperimentUpsert":      "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite (CanWrite checked) in the same transaction",
-	"ExperimentArmInsert":   "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite and version ids from the scoped ModelVersionGet",
-	"RolloutCreate":         "insert; rollout.Service.Start takes team, endpoint and version ids from the scoped EndpointGet/ModelVersionGet and checked CanWrite",
-	"RolloutEventInsert":    "insert; the rollout service and controller take team and rollout ids from the rollout row they loaded (RolloutGetForUpdate) in the same transaction",
-	"ApprovalInsert":        "insert; rollout.Service.Approve/Reject take the ids from the scoped RolloutGetForUpdate and checked CanAdmin",
-	"RoutingRuleUpsert":     "insert or update; the rollout service and controller take endpoint and version ids from the rollout row they loaded in the same transaction",
-	"RoutingRuleInsert":     "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
-	"TeamCreate":            "insert; platform admins only (tenant.CreateTeam)",
-	"TeamMemberUpsert":      "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
-	"TeamMemberDelete":      "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
-	"TeamMemberListByEmail": "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
-	"TeamMemberListByTeam":  "tenant.Members resolved the team with TeamGetScoped first",
-	"TeamAdminCount":        "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+	"APIKeyCreate":            "insert; tenant.CreateKey resolved the team with TeamGetScoped and checked CanAdmin (or PlatformAdmin for org-wide keys)",
+	"AuditInsert":             "insert; audit.Record runs inside the domain change's transaction with that change's already-scoped team id",
+	"ModelCreate":             "insert; registry.CreateModel takes the team from the principal's memberships and checked CanWrite",
+	"ModelVersionCreate":      "insert; registry.RegisterVersion takes model and team ids from the scoped ModelGet and checked CanWrite",
+	"ModelVersionCreateGraph": "insert; endpoint.CreateGraph takes model and team ids from its own ModelCreate (team resolved from the principal, CanWrite checked), AddGraphVersion from the scoped getForWrite",
+	"EndpointGraphsCalling":   "endpoint.GraphsUsing: for the owners revoking a team's access to their endpoint (grant.Service.Revoke, which scoped the endpoint to them), the names of that team's graphs calling it; names only",
+	"EndpointGetAsTarget":     "graph validation's view of a target another team may own; endpoint.MayCall decides whether the graph's team may call it, and a refusal reads exactly like a missing endpoint, so nothing of the row leaves unless it may",
+	"EndpointCreate":          "insert; endpoint.Create takes model and team ids from the scoped ModelGet/ModelVersionGet and checked CanWrite",
+	"ExperimentUpsert":        "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite (CanWrite checked) in the same transaction",
+	"ExperimentArmInsert":     "insert; endpoint.SetExperiment takes the endpoint id from the scoped getForWrite and version ids from the scoped ModelVersionGet",
+	"RolloutCreate":           "insert; rollout.Service.Start takes team, endpoint and version ids from the scoped EndpointGet/ModelVersionGet and checked CanWrite",
+	"RolloutEventInsert":      "insert; the rollout service and controller take team and rollout ids from the rollout row they loaded (RolloutGetForUpdate) in the same transaction",
+	"ApprovalInsert":          "insert; rollout.Service.Approve/Reject take the ids from the scoped RolloutGetForUpdate and checked CanAdmin",
+	"RoutingRuleUpsert":       "insert or update; the rollout service and controller take endpoint and version ids from the rollout row they loaded in the same transaction",
+	"RoutingRuleInsert":       "insert; endpoint ids come from the scoped EndpointGet/EndpointCreate and version ids from the scoped ModelVersionGet in the same transaction",
+	"TeamCreate":              "insert; platform admins only (tenant.CreateTeam)",
+	"TeamMemberUpsert":        "tenant.SetMember resolved the team with TeamGetScoped and checked CanAdmin; also used by dev/demo seeding",
+	"TeamMemberDelete":        "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
+	"TeamMemberListByEmail":   "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
+	"TeamMemberListByTeam":    "tenant.Members resolved the team with TeamGetScoped first",
+	"TeamAdminCount":          "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
 
 	// Upload sessions (package registry): created for a model the caller's
 	// scoped ModelGet returned, then reached only through the scoped
@@ -102,7 +105,7 @@ var unscoped = map[string]string{
 	"OpsVersionSLAList": "opsmetrics: the admin listener's latency targets; no caller, operators only",
 	// The fleet's control loops act for the platform, not for a caller: they
 	// read and write every team's replicas by design (fleet package).
-	"EndpointSetPlacement":           "fleet reconciler: writes the placement outcome of every endpoint; no caller",
+	"EndpointSetPlacement":           "fleet reconciler: writes the placement outcome of every endpoint; no caller. endpoint.CreateGraph marks the graph endpoint it just created (scoped team, CanWrite checked) ready",
 	"GPUSliceListReady":              "fleet reconciler: placement sees the whole fleet and every slice's owner; no caller",
 	"ReplicaListCPUHolds":            "fleet reconciler: placement sees what every CPU replica holds on every CPU node; no caller",
 	"GPUSliceListByNode":             "fleet node page: platform admins only (fleet.Service.Node checks PlatformAdmin first)",
@@ -145,6 +148,7 @@ var unscoped = map[string]string{
 	"ExperimentListForRoutes":   "route.WriteAll: the experiment of every endpoint for its routing entry; no caller",
 	"ExperimentListForRoute":    "route.Write: one endpoint's experiment, by an id the caller already loaded in its transaction",
 	"GrantListForRoutes":        "route.WriteAll: the grants of every endpoint for its routing entry; no caller",
+	"GrantExists":               "endpoint.MayCall: whether one named team holds a grant, asked for that team only",
 	"GrantListForRoute":         "route.Write: one endpoint's grants, by an id the caller already loaded in its transaction",
 	"GrantUpsert":               "insert or update; grant.Service.Grant takes the endpoint id from the scoped EndpointGet (CanWrite checked) in the same transaction",
 

@@ -41,13 +41,16 @@ const ProfileCPU = "cpu"
 
 // Endpoint is a served endpoint.
 type Endpoint struct {
-	ID              int64   `json:"-"`
-	TeamID          int64   `json:"-"`
-	ModelID         int64   `json:"-"`
-	Name            string  `json:"name"`
-	Team            string  `json:"team"`
-	Model           string  `json:"model"`
-	Task            string  `json:"task"`
+	ID      int64  `json:"-"`
+	TeamID  int64  `json:"-"`
+	ModelID int64  `json:"-"`
+	Name    string `json:"name"`
+	Team    string `json:"team"`
+	Model   string `json:"model"`
+	Task    string `json:"task"`
+	// Kind is KindGraph for a graph endpoint (its model's task is graph),
+	// KindModel otherwise.
+	Kind            string  `json:"kind" enum:"model,graph"`
 	Runtime         string  `json:"runtime"`
 	InstanceProfile string  `json:"instance_profile"`
 	MinReplicas     int32   `json:"min_replicas"`
@@ -233,6 +236,9 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		if !p.CanWrite(m.TeamID) {
 			return auth.ErrForbidden
 		}
+		if m.Task == KindGraph {
+			return field.Errors{{Field: "model", Message: "is a graph's model: a graph endpoint is created with kind graph and its definition"}}
+		}
 		v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: m.ID, Name: spec.Version, AllTeams: all, TeamIDs: ids})
 		if err != nil {
 			if errors.Is(err, db.ErrNotFound) {
@@ -266,7 +272,7 @@ func (s *Service) Create(ctx context.Context, p *auth.Principal, spec Spec) (End
 		if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: e.ID, VersionID: v.ID, Weight: 100}); err != nil {
 			return err
 		}
-		out = Endpoint{ID: e.ID, TeamID: e.TeamID, Name: e.Name, Team: teamName(ctx, q, p, m.TeamID), Model: m.Name, Task: m.Task,
+		out = Endpoint{ID: e.ID, TeamID: e.TeamID, Name: e.Name, Team: teamName(ctx, q, p, m.TeamID), Model: m.Name, Task: m.Task, Kind: KindModel,
 			Runtime: e.Runtime, InstanceProfile: e.InstanceProfile, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, Tier: e.Tier,
 			SamplingRate: e.SamplingRate, RetentionDays: e.RetentionDays, Status: e.Status,
 			RateLimitRPS: e.RateLimitRPS, RateLimitBurst: e.RateLimitBurst, TimeoutMS: e.TimeoutMS,
@@ -300,7 +306,10 @@ func fromRow(r db.EndpointGetRow) Endpoint {
 		Tier: r.Tier, SamplingRate: r.SamplingRate, RetentionDays: r.RetentionDays, Status: r.Status, PlacementError: r.PlacementError,
 		RateLimitRPS: r.RateLimitRPS, RateLimitBurst: r.RateLimitBurst, TimeoutMS: r.TimeoutMS,
 		Batching:  batchingOf(r.BatchMaxSize, r.BatchMaxQueueDelayUS, r.BatchPreferredSizes, r.BatchQueueTimeoutMS),
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Kind: KindModel}
+	if e.Task == KindGraph {
+		e.Kind = KindGraph
+	}
 	// The query aggregates the traffic rules and the experiment as JSON it
 	// built itself ("null" when there is no experiment).
 	if err := json.Unmarshal([]byte(r.Traffic), &e.Traffic); err != nil || e.Traffic == nil {

@@ -61,6 +61,12 @@
 //     cold-start budget; held requests wait on routing updates, never on a
 //     polling timer. Past the budget, or with the queue full, 202 with a
 //     Retry-After from the version's measured cold start (hold.go).
+//   - A graph endpoint (route task graph) runs here (graph.go): its version's
+//     definition arrives in the routing entry and is parsed once; each step
+//     is served in memory by the same handle as a public request, as the
+//     graph's team, so it is authorised, limited, counted and traced as any
+//     call (a span per step). A hard step's failure is 502 problem+json
+//     naming the node; a soft step left out is marked in the answer.
 //   - A streaming client that takes longer than the stall timeout to accept
 //     an event is cut; cancelling the upstream request makes the replica
 //     cancel the generation and free its KV pages.

@@ -123,6 +123,9 @@ type Config struct {
 	// within 5 % while at most this many gateways serve the endpoint
 	// (docs/sharing.md). DefaultQuotaGateways when 0.
 	QuotaGateways int
+	// GraphIntn picks a graph splitter's branch, a number in [0, n), so
+	// that tests choose it; math/rand/v2's IntN when nil.
+	GraphIntn func(n int) int
 }
 
 func (c *Config) defaults() {

@@ -148,9 +148,13 @@ func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
 		return true
 	}
 	now := g.now()
-	if ok, d := g.keyLimit.allow(c.key, now); !ok {
-		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
-		return false
+	// A graph's step takes no key bucket: the caller's key paid once, at
+	// the graph; the step's endpoint's own limit still applies.
+	if !c.step {
+		if ok, d := g.keyLimit.allow(c.key, now); !ok {
+			g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
+			return false
+		}
 	}
 	if !g.admitGrantRate(w, c, now) {
 		return false

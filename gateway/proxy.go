@@ -65,6 +65,9 @@ type call struct {
 	// openai is set on the OpenAI routes (openai.go): the body's model
 	// names the endpoint, and errors have OpenAI's shape.
 	openai bool
+	// step is set on a graph's step (graph.go), served for the graph's
+	// team rather than for a key of its own.
+	step bool
 	// span is the request's root span, nil without a trace; traceID its
 	// trace's id for the log line; tracing is set when the span records,
 	// and marks then hold when each step of the path ended (trace.go).
@@ -80,42 +83,50 @@ func (g *Gateway) inference(k kind) http.Handler { return g.inferenceOf(k, false
 
 func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: start, openai: openai}
-		w.Header().Set("X-Request-Id", c.id)
-		r = g.startTrace(w, c, r)
-		g.serve(k, c, w, r)
-		end := time.Now()
-		c.endTrace(end)
-		// A 202 of a scaled-to-zero endpoint measured nothing of a version.
-		if c.ver != nil && c.status != http.StatusAccepted {
-			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
-				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
-			if c.grant != nil {
-				o.caller = c.team
-			}
-			if o.streamed {
-				o.ttft = c.firstEvent.Sub(start)
-			}
-			c.ver.record(g.stats, &o)
-		}
-		if c.ver != nil {
-			g.metrics.observe(c, end.Sub(start))
-		}
-		if c.sampled && c.status == http.StatusOK {
-			g.offerSample(c, k, end)
-		}
-		// Checked first: the attributes would be built (and the slice
-		// allocated) for a discarded line otherwise.
-		if !g.log.Enabled(r.Context(), slog.LevelInfo) {
-			return
-		}
-		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
-			slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.versionName()),
-			slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status), slog.String("trace_id", c.traceID),
-			slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
+		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: time.Now(), openai: openai}
+		g.handle(k, c, w, r)
 	})
+}
+
+// handle serves one request described by c, from the start of its trace to
+// its statistics and log line: the public routes' and a graph step's
+// (graph.go) alike, so that a step is counted, limited and traced as any
+// call.
+func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request) {
+	start := c.start
+	w.Header().Set("X-Request-Id", c.id)
+	r = g.startTrace(w, c, r)
+	g.serve(k, c, w, r)
+	end := time.Now()
+	c.endTrace(end)
+	// A 202 of a scaled-to-zero endpoint measured nothing of a version.
+	if c.ver != nil && c.status != http.StatusAccepted {
+		o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
+			duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
+		if c.grant != nil {
+			o.caller = c.team
+		}
+		if o.streamed {
+			o.ttft = c.firstEvent.Sub(start)
+		}
+		c.ver.record(g.stats, &o)
+	}
+	if c.ver != nil {
+		g.metrics.observe(c, end.Sub(start))
+	}
+	if c.sampled && c.status == http.StatusOK {
+		g.offerSample(c, k, end)
+	}
+	// Checked first: the attributes would be built (and the slice
+	// allocated) for a discarded line otherwise.
+	if !g.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	g.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		slog.String("request_id", c.id), slog.String("route", r.Pattern), slog.String("endpoint", c.endpoint),
+		slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.versionName()),
+		slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status), slog.String("trace_id", c.traceID),
+		slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
 }
 
 // versionName is the name of the version chosen, "" before there is one.
@@ -228,6 +239,12 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	c.ver = v
 	c.mark(stepRouting)
+	if rt.src.Task == busapi.RouteTaskGraph {
+		// A graph runs here: its version has no replica to wake or hold.
+		w.Header().Set("X-Model-Version", v.name)
+		g.runGraph(c, rt, v, body, w, r)
+		return
+	}
 	// An endpoint scaled to zero with no replica of v: the request waits
 	// for one within the endpoint's cold-start budget (hold.go).
 	if rt.src.ScaledToZero && rt.src.Blocked == "" && len(v.upstreams) == 0 {
@@ -291,6 +308,11 @@ func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]b
 // authenticate checks the API key or OIDC bearer token of a request
 // locally, answering 401 when there is none or it is invalid.
 func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
+	// A graph's step is its graph's team calling (graph.go); the context
+	// value is set only by the gateway itself, never from a request.
+	if who, ok := r.Context().Value(stepCaller{}).(*caller); ok {
+		return who, true
+	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		// A client certificate is the request's credential (service.go).
 		return g.authenticateCert(w, c, r.TLS)

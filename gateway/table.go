@@ -15,6 +15,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/gateway/kserve"
+	"modelplane/graph"
 )
 
 // routeTable is an immutable view of mp_routes; writers build a new one and
@@ -112,6 +113,11 @@ type version struct {
 	// coldStart is the version's measured cold start, 0 when unknown: the
 	// Retry-After of a 202 of an endpoint scaled to zero (hold.go).
 	coldStart time.Duration
+	// graph is a graph version's definition, parsed once when the routing
+	// entry arrives; nil for a model version, and for a graph version whose
+	// definition does not parse (graphBad then says why).
+	graph    *graph.Definition
+	graphBad string
 }
 
 // pinnable reports whether a pin may choose v: it takes traffic (weight
@@ -191,6 +197,13 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 	}
 	for _, sv := range src.Versions {
 		v := &version{name: sv.Name, weight: max(sv.Weight, 0), coldStart: time.Duration(max(sv.ColdStartMS, 0)) * time.Millisecond}
+		if src.Task == busapi.RouteTaskGraph {
+			if d, err := graph.Parse(sv.Graph); err != nil {
+				v.graphBad = err.Error()
+			} else {
+				v.graph = d
+			}
+		}
 		if sv.Protocol == busapi.ProtocolV2 && src.Task != "llm" {
 			v.v2 = kserve.New(sv.V2Model, src.FeatureNames, src.Task)
 		}

@@ -100,6 +100,11 @@ func apiFixtures() map[string][]*payload {
 		"POST /webhooks/{webhook}/rotate-secret":                   {nil},
 		"GET /webhooks/{webhook}/deliveries":                       {nil},
 		"POST /webhooks/{webhook}/deliveries/{delivery}/redeliver": {nil},
+		"POST /graphs": {jsonPayload(map[string]any{"name": "matrix-graph", "team": "risk",
+			"graph": map[string]any{"entry": "a", "nodes": []map[string]any{{"id": "a", "type": "call", "endpoint": "risk-endpoint"}}}})},
+		"GET /endpoints/{endpoint}/graph/versions": {nil},
+		"POST /endpoints/{endpoint}/graph/versions": {jsonPayload(map[string]any{"version": "g2",
+			"graph": map[string]any{"entry": "a", "nodes": []map[string]any{{"id": "a", "type": "call", "endpoint": "risk-endpoint"}}}})},
 		"POST /endpoints": {jsonPayload(map[string]any{"name": "matrix-endpoint", "model": "risk-model", "version": "v1", "runtime": "onnxruntime",
 			"instance_profile": "mig-1g.10gb", "min_replicas": 1, "max_replicas": 2, "tier": "standard"})},
 	}
@@ -145,6 +150,8 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"GET /rollouts/{rollout}/events":                   nil,
 		"POST /rollouts/{rollout}/{action}":                form("comment", "matrix"),
 		"POST /endpoints":                                  form("name", "matrix-endpoint", "model", "risk-model", "version", "v1", "instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30"),
+		"POST /endpoints/{endpoint}/graph/versions":        form("graph_version", "g9", "graph_definition", `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`),
+		"POST /graphs":                                     form("team", "risk", "name", "matrix-graph", "graph", `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`),
 		"POST /models":                                     form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                               form("team", "risk", "email", "search-admin@example.com", "role", "admin"),
 		"POST /team/keys":                                  form("team", "risk", "name", "matrix-key", "key_role", "viewer"),
@@ -438,7 +445,8 @@ func TestTenancyMatrix(t *testing.T) {
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
 							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
-							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound}
+							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound,
+							"POST /graphs": http.StatusNotFound}
 						status, ok := want[route]
 						if slices.Contains(platformOnly, route) {
 							status, ok = http.StatusForbidden, true

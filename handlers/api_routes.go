@@ -13,6 +13,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerVersions(api)
 	s.registerUploads(api)
 	s.registerEndpoints(api)
+	s.registerGraphs(api)
 	s.registerAutoscaling(api)
 	s.registerRollouts(api)
 	s.registerStats(api)

@@ -18,6 +18,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/grant"
+	"modelplane/graph"
 	"modelplane/rollout"
 	"modelplane/tenant"
 )
@@ -95,6 +96,10 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	one := graph.Definition{Entry: "a", Nodes: []graph.Vertex{{ID: "a", Type: graph.TypeCall, Endpoint: "risk-endpoint"}}}
+	if _, err := e.srv.Endpoints.CreateGraph(ctx, system, endpoint.GraphSpec{Name: "csrf-graph", Team: "risk", Definition: one}); err != nil {
+		t.Fatal(err)
+	}
 	ro, err := e.srv.Rollouts.Start(ctx, system, "csrf-rollout", rollout.Spec{Version: "v2"})
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +126,20 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			body: func(i int, csrf string) (string, []byte) {
 				return portalURLEncoded(csrf, "name", fmt.Sprintf("csrf-new-%d", i), "model", "risk-model", "version", "v1",
 					"instance_profile", "mig-1g.10gb", "tier", "standard", "min_replicas", "1", "max_replicas", "2", "sampling_rate", "0", "retention_days", "30")
+			},
+		},
+		{
+			route: "/graphs", path: fixed("/graphs"), status: http.StatusSeeOther,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "name", fmt.Sprintf("csrf-graph-%d", i), "team", "risk",
+					"graph", `{"entry":"a","nodes":[{"id":"a","type":"call","endpoint":"risk-endpoint"}]}`)
+			},
+		},
+		{
+			route: "/endpoints/{endpoint}/graph/versions", path: fixed("/endpoints/csrf-graph/graph/versions"), status: http.StatusSeeOther,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "graph_version", fmt.Sprintf("g%d", i+2),
+					"graph_definition", `{"entry":"b","nodes":[{"id":"b","type":"call","endpoint":"risk-endpoint"}]}`)
 			},
 		},
 		{
@@ -361,7 +380,7 @@ func TestCSRF(t *testing.T) {
 				{name: "a wrong field", field: "wrong"},
 				{name: "the right field but a wrong header", field: u.csrf, header: other.csrf},
 			}
-			if strings.Contains(w.route, "versions") {
+			if strings.HasPrefix(w.route, "/models/") && strings.Contains(w.route, "versions") { // the multipart upload
 				attempts = append(attempts, attempt{name: "the right token after the upload", field: u.csrf, misplaced: true})
 			}
 			for _, a := range attempts {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -174,6 +175,20 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 		return web.EndpointProps{}, err
 	}
 	props.Launch = launchProps(reps)
+	if e.Kind == endpoint.KindGraph {
+		vs, err := s.Endpoints.GraphVersions(r.Context(), p, e.Name)
+		if err != nil {
+			return web.EndpointProps{}, err
+		}
+		props.Graph = graphProps(vs)
+		props.Graph.CanWrite, props.Graph.CSRF, props.Graph.Endpoint = props.CanWrite, props.CSRF, e.Name
+		for _, v := range vs {
+			if v.Weight > 0 || props.Graph.NewDefinition == "" {
+				b, _ := json.MarshalIndent(v.Definition, "", "  ")
+				props.Graph.NewDefinition = string(b)
+			}
+		}
+	}
 	props.Stats = s.statsProps(r.Context(), e.Name, e.ID)
 	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
 		return web.EndpointProps{}, err

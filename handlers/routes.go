@@ -68,6 +68,8 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Get("/endpoints", s.portalEndpoints)
 			r.Get("/endpoints/new", s.portalEndpointNew)
 			r.Post("/endpoints", s.portalEndpointCreate)
+			r.Get("/graphs/new", s.portalGraphNew)
+			r.Post("/graphs", s.portalGraphCreate)
 			// Parameter middleware runs after csrfCheck, so a forged form
 			// learns nothing of what exists.
 			r.Group(func(r chi.Router) {
@@ -86,6 +88,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Get("/endpoints/{endpoint}/sharing", s.portalSharing)
 				r.Post("/endpoints/{endpoint}/grants", s.portalGrantSet)
 				r.Post("/endpoints/{endpoint}/grants/{team}/revoke", s.portalGrantRevoke)
+				r.Post("/endpoints/{endpoint}/graph/versions", s.portalGraphVersionCreate)
 			})
 			r.Get("/shared", s.portalShared)
 			r.Get("/rollouts", s.portalRollouts)

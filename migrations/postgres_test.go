@@ -199,6 +199,7 @@ func TestModelVersionsImmutable(t *testing.T) {
 		"created_by_key_id":  "42",
 		"created_at":         "created_at - interval '1 day'",
 		"serving":            `'{"output":{"threshold":0.9}}'`,
+		"graph":              `'{"entry":"a","nodes":[]}'`,
 	}
 	// The table must not grow a column this test does not try to change;
 	// memory_need_mb, written once, has its own test below.

@@ -46,3 +46,7 @@ SELECT g.endpoint_id, t.name AS team, g.rate_limit_rps, g.rate_limit_burst, g.da
 FROM endpoint_grants g JOIN teams t ON t.id = g.team_id
 WHERE g.endpoint_id = @endpoint_id
 ORDER BY t.name;
+
+-- name: GrantExists :one
+-- Whether a team holds a grant to call an endpoint (endpoint.MayCall).
+SELECT EXISTS (SELECT 1 FROM endpoint_grants WHERE endpoint_id = @endpoint_id AND team_id = @team_id);

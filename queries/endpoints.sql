@@ -85,3 +85,28 @@ SELECT t.name AS team_name, e.name
 FROM endpoints e JOIN teams t ON t.id = e.team_id
 WHERE (@all_teams::boolean OR e.team_id = ANY(@team_ids::bigint[]))
 ORDER BY t.name, e.name;
+
+-- name: EndpointGetAsTarget :one
+-- What graph validation needs of an endpoint a graph node calls, whoever
+-- owns it: endpoint.MayCall decides whether the graph's team may call it,
+-- and a refusal reads like a missing endpoint. graphs are the definitions
+-- of its routed graph versions, for finding cycles across graphs.
+SELECT e.id, e.team_id, e.name, m.task, m.input_schema, m.output_schema,
+       coalesce((SELECT jsonb_agg(v.graph) FROM routing_rules r JOIN model_versions v ON v.id = r.version_id
+                 WHERE r.endpoint_id = e.id AND v.graph IS NOT NULL), '[]')::jsonb AS graphs
+FROM endpoints e
+JOIN models m ON m.id = e.model_id
+WHERE e.name = @name;
+
+-- name: EndpointGraphsCalling :many
+-- The graph endpoints of team whose routed versions call the endpoint of
+-- id endpoint_id: what a revocation of team's access to it breaks.
+SELECT DISTINCT e.name
+FROM endpoints e
+JOIN teams t ON t.id = e.team_id
+JOIN routing_rules r ON r.endpoint_id = e.id
+JOIN model_versions v ON v.id = r.version_id
+WHERE t.name = @team AND v.graph IS NOT NULL
+  AND jsonb_path_exists(v.graph, '$.nodes[*] ? (@.endpoint == $name)',
+                        jsonb_build_object('name', (SELECT x.name FROM endpoints x WHERE x.id = @endpoint_id::bigint)))
+ORDER BY e.name;

@@ -41,3 +41,23 @@ SELECT (EXISTS (SELECT 1 FROM model_versions v, jsonb_each_text(v.manifest) AS f
 SELECT v.manifest FROM model_versions v
 WHERE v.artifact_uri = 'sha256-manifest:' || @digest::text
 ORDER BY v.id LIMIT 1;
+
+-- name: ModelVersionCreateGraph :one
+-- A graph version: a version of a graph model whose definition is graph
+-- (docs/decisions.md). It has no artifact, needs no replica and is valid
+-- once saved: endpoint.Service validated the definition before.
+INSERT INTO model_versions (model_id, team_id, name, format, runtime, artifact_uri, manifest, gpu_count,
+    parent_version, status, graph, created_by, created_by_user_id, created_by_key_id)
+VALUES (@model_id, @team_id, @name, 'graph', 'graph', 'graph:' || @name::text, '{}', 0,
+    @parent_version, 'validated', @graph, @created_by, sqlc.narg(created_by_user_id), sqlc.narg(created_by_key_id))
+RETURNING id, name, created_at;
+
+-- name: ModelVersionListGraphs :many
+-- A graph endpoint's versions with their definitions and their weights
+-- (-1 when not routed).
+SELECT v.id, v.name, v.graph, v.parent_version, v.created_by, v.created_at,
+       coalesce(r.weight, -1)::integer AS weight
+FROM model_versions v
+LEFT JOIN routing_rules r ON r.version_id = v.id AND r.endpoint_id = @endpoint_id
+WHERE v.model_id = @model_id AND v.graph IS NOT NULL AND (@all_teams::boolean OR v.team_id = ANY(@team_ids::bigint[]))
+ORDER BY v.id;

@@ -29,6 +29,7 @@ JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id
 LEFT JOIN autoscale_counts c ON c.endpoint_id = e.id
 LEFT JOIN rollouts ro ON ro.endpoint_id = e.id AND ro.state IN ('starting', 'progressing', 'awaiting_approval')
+WHERE v.runtime <> 'graph' -- a graph version runs in the gateways: no replica
 ORDER BY e.id, v.id;
 
 -- name: RoutingRuleListForRoutes :many
@@ -37,7 +38,7 @@ ORDER BY e.id, v.id;
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy, v.graph
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id
@@ -52,7 +53,7 @@ ORDER BY e.id, v.id;
 SELECT e.id AS endpoint_id, e.name AS endpoint, e.team_id, t.name AS team, m.task, m.input_schema, m.feature_names,
        e.sampling_rate, e.rate_limit_rps, e.rate_limit_burst, e.timeout_ms, e.min_replicas,
        v.id AS version_id, v.name AS version, r.weight, r.shadow_percent, v.runtime, m.name AS model,
-       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy
+       v.gpu_count, COALESCE(c.cold_starts_ms, '{}')::bigint[] AS cold_starts_ms, e.autoscale_policy, v.graph
 FROM routing_rules r
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN teams t ON t.id = e.team_id

@@ -440,6 +440,11 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 	if !p.CanWrite(m.TeamID) {
 		return Version{}, auth.ErrForbidden
 	}
+	if m.Task == "graph" {
+		// A graph's versions are definitions, saved through its endpoint
+		// (endpoint.AddGraphVersion), never artifacts.
+		return Version{}, field.Errors{{Field: "model", Message: "is a graph's model: save a version with POST /endpoints/" + model + "/graph/versions"}}
+	}
 	var errs field.Errors
 	s.checkSpec(&errs, &spec, m)
 	man, err := artifact.ParseManifest(manifest)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"modelplane/db"
+	"modelplane/graph"
 	"modelplane/judge"
 	"modelplane/route"
 	"modelplane/service"
@@ -294,7 +295,11 @@ func (c *Controller) start(ctx context.Context, t *tx) error {
 	if err != nil {
 		return err
 	}
-	if r.Strategy == BlueGreen {
+	if r.Task == graph.Task {
+		// A graph version runs in the gateways: it has no replica to wait
+		// for, and is ready once its routing entry is written.
+		want = 0
+	} else if r.Strategy == BlueGreen {
 		// Fully up before the switch: the candidate takes all of the
 		// incumbent's load at once, so it needs as many ready replicas as
 		// the incumbent serves with now, and at least min_replicas.
@@ -358,6 +363,9 @@ func (c *Controller) advance(ctx context.Context, t *tx) error {
 		return err
 	}
 	need := max(1, int32(math.Ceil(float64(total)*float64(r.Steps[next].Percent)/100-1e-9)))
+	if r.Task == graph.Task {
+		need = 0 // no replica: see start
+	}
 	n, err := t.q.ReplicaCountReady(ctx, db.ReplicaCountReadyParams{EndpointID: r.EndpointID, VersionID: r.ToVersionID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return err

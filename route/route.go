@@ -236,6 +236,9 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 		}
 		slices.SortFunc(rr, func(a, b busapi.RouteReplica) int { return cmp.Compare(a.ID, b.ID) })
 		rv := busapi.RouteVersion{Name: d.Version, Weight: int(d.Weight), Shadow: d.ShadowPercent, Replicas: rr}
+		if len(d.Graph) > 0 {
+			rv.Graph = json.RawMessage(d.Graph)
+		}
 		if v2Only[d.Runtime] {
 			rv.Protocol, rv.V2Model = busapi.ProtocolV2, d.Model
 		}

@@ -115,6 +115,8 @@ type EndpointProps struct {
 	Autoscaling AutoscalingProps
 	// Launch is what the endpoint's replicas run.
 	Launch LaunchProps
+	// Graph is a graph endpoint's diagrams; nil for a model endpoint.
+	Graph *GraphProps
 }
 
 // LaunchProps fills the endpoint page's section on what its replicas run:

@@ -4,7 +4,7 @@
 // wrong-way import fails `make lint` and `make test` instead of waiting for
 // a reviewer:
 //
-//   - pure packages (sim/..., judge, placement, autoscale, drift/stat,
+//   - pure packages (sim/..., judge, graph, placement, autoscale, drift/stat,
 //     money) reach no database, ClickHouse or NATS client, nor package db;
 //   - the leaf contracts (busapi, drift/stat, money, sim/profile)
 //     import only the standard library;

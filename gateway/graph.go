@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"modelplane/graph"
+	"modelplane/tracing"
+)
+
+// stepCaller is the context key of a graph step's caller: the graph's team.
+// Only runGraph sets it, on requests it makes itself.
+type stepCaller struct{}
+
+// graphDepth is the context key of how many graphs a step runs inside, so
+// that graphs calling graphs end even when a cycle was saved around
+// validation (definitions changed under each other).
+type graphDepth struct{}
+
+// GraphStepsHeader asks a graph endpoint to list its steps in the answer
+// (graph.steps): node, endpoint, version, status and latency of each call.
+const GraphStepsHeader = "X-Graph-Steps"
+
+// graphAnswer is what a graph adds to its output's answer: its version, the
+// soft steps left out (partial then set) and, when asked, every step.
+type graphAnswer struct {
+	Version string             `json:"version"`
+	Partial bool               `json:"partial,omitempty"`
+	Skipped []graph.Skip       `json:"skipped,omitempty"`
+	Steps   []graph.StepReport `json:"steps,omitempty"`
+}
+
+// graphProblem is the problem document of a graph whose hard step failed:
+// it names the node, the endpoint it called and that step's status.
+type graphProblem struct {
+	problemBody
+	Node       string `json:"node"`
+	Endpoint   string `json:"step_endpoint,omitempty"`
+	StepStatus int    `json:"step_status,omitempty"`
+}
+
+// runGraph executes graph version v of rt on body and answers: the entry
+// node's output with the graph's notes, or 502 naming the hard step that
+// failed. Every step goes through handle, as a call of the graph's team.
+func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.ResponseWriter, r *http.Request) {
+	if v.graph == nil {
+		g.log.Error("graph version does not parse", "endpoint", c.endpoint, "version", v.name, "error", v.graphBad)
+		g.fail(w, c, http.StatusInternalServerError, "internal error", "graph version "+strconv.Quote(v.name)+" cannot be run")
+		return
+	}
+	depth, _ := r.Context().Value(graphDepth{}).(int)
+	if depth >= graph.MaxDepth {
+		g.fail(w, c, http.StatusLoopDetected, "graph loop", "graphs call graphs more than "+strconv.Itoa(graph.MaxDepth)+" deep")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
+	defer cancel()
+	ctx = context.WithValue(ctx, graphDepth{}, depth+1)
+	sc := &stepCalls{g: g, parent: c, who: &caller{name: "graph:" + rt.src.Endpoint, team: rt.src.Team, role: "engineer"}}
+	intn := g.cfg.GraphIntn
+	if intn == nil {
+		intn = rand.IntN
+	}
+	sent := time.Now()
+	res, err := graph.Run(ctx, v.graph, body, sc, graph.Options{Clock: g.cfg.Clock, Intn: intn})
+	c.upstream = time.Since(sent)
+	if err != nil {
+		var se *graph.StepError
+		switch {
+		case r.Context().Err() != nil:
+			c.status = 499
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the graph did not finish within "+rt.timeout.String())
+		case errors.As(err, &se):
+			c.status = http.StatusBadGateway
+			writeGraphProblem(w, c.id, se)
+		default:
+			g.fail(w, c, http.StatusBadRequest, "bad request", err.Error())
+		}
+		return
+	}
+	note := graphAnswer{Version: v.name, Partial: len(res.Skipped) > 0, Skipped: res.Skipped}
+	if r.Header.Get(GraphStepsHeader) == "true" {
+		note.Steps = res.Steps
+	}
+	// The output goes out as the last step wrote it; only a note to add
+	// opens its top level (one level: its parts stay as written).
+	b := []byte(res.Output)
+	var out map[string]json.RawMessage
+	if json.Unmarshal(res.Output, &out) != nil || out == nil {
+		out = map[string]json.RawMessage{"predictions": res.Output}
+		b = nil
+	}
+	if note.Partial || note.Steps != nil || b == nil {
+		if note.Partial || note.Steps != nil {
+			nb, err := json.Marshal(note)
+			if err != nil {
+				g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
+				return
+			}
+			out["graph"] = nb
+		}
+		var err error
+		if b, err = json.Marshal(out); err != nil {
+			g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
+			return
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	if note.Partial {
+		h.Set("X-Graph-Partial", "true")
+	}
+	c.status = http.StatusOK
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+func writeGraphProblem(w http.ResponseWriter, id string, se *graph.StepError) {
+	detail := "graph step " + strconv.Quote(se.Node)
+	switch {
+	case se.Timeout:
+		detail += " timed out"
+	case se.Status != 0:
+		detail += " answered " + strconv.Itoa(se.Status)
+		if se.Detail != "" {
+			detail += ": " + se.Detail
+		}
+	default:
+		detail += " failed: " + se.Detail
+	}
+	p := graphProblem{problemBody: problemBody{Type: "about:blank", Title: "graph step failed", Status: http.StatusBadGateway, Detail: detail, RequestID: id},
+		Node: se.Node, Endpoint: se.Endpoint, StepStatus: se.Status}
+	b, _ := json.Marshal(p)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(http.StatusBadGateway)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// stepCalls makes a graph's steps through the gateway's own request path.
+type stepCalls struct {
+	g      *Gateway
+	parent *call
+	who    *caller
+}
+
+// Call serves one step as a request of the graph's team to the step's
+// endpoint, in memory: authorisation, input validation, rate limits,
+// version choice, statistics, metrics and the log line are the ones every
+// request gets, and its span is a child of the graph's.
+func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) graph.Answer {
+	ctx, span := s.parent.child(ctx, "ml_serving.graph_step", trace.SpanKindInternal,
+		attribute.String("graph.node", step.Node), attribute.String("endpoint", step.Endpoint), attribute.Int("attempt", step.Attempt))
+	ctx = context.WithValue(ctx, stepCaller{}, s.who)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/endpoints/"+step.Endpoint+"/predict", bytes.NewReader(body))
+	if err != nil {
+		if span != nil {
+			span.End()
+		}
+		return graph.Answer{Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Pattern = "graph step"
+	tracing.Inject(ctx, req.Header)
+	id := s.parent.id + ":" + step.Node
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	w := &stepWriter{h: http.Header{}}
+	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true}
+	s.g.handle(kindPredict, c, w, req)
+	if span != nil {
+		span.SetAttributes(attribute.String("version", c.versionName()), attribute.Int("http.response.status_code", c.status))
+		if c.status >= 500 || c.status == 0 {
+			span.SetStatus(codes.Error, http.StatusText(c.status))
+		}
+		span.End()
+	}
+	if c.status == 499 || w.status == 0 {
+		return graph.Answer{Err: context.Cause(ctx)}
+	}
+	return graph.Answer{Status: w.status, Body: w.buf.Bytes(), Version: c.versionName()}
+}
+
+// stepWriter keeps a step's answer in memory.
+type stepWriter struct {
+	h      http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (w *stepWriter) Header() http.Header { return w.h }
+
+func (w *stepWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *stepWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.buf.Write(b)
+}
