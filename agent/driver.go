@@ -61,6 +61,13 @@ type PoolDriver interface {
 	MetersRunningOnly()
 }
 
+// QuotaSetter is a Driver that enforces the teams' quotas itself as well
+// (busapi.Desired.Quotas): the Kubernetes driver, as namespace
+// ResourceQuotas. The agent hands it each desired state's quotas.
+type QuotaSetter interface {
+	SetTeamQuotas(map[string]map[string]float64)
+}
+
 // StartOptions are what the agent gives a driver to start a replica with,
 // besides its spec.
 type StartOptions struct {
