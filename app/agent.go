@@ -37,7 +37,7 @@ type AgentConfig struct {
 	Driver string
 	// Kube configures the kubernetes driver.
 	Kube KubeConfig
-	Node   string
+	Node string
 	// GPUs and MIG are the --gpus and --mig specs, each possibly repeated;
 	// agent.ParseInventory reads them.
 	GPUs []string

@@ -142,17 +142,17 @@ type Driver struct {
 	cfg Config
 	log *slog.Logger
 
-	factory  informers.SharedInformerFactory
+	factory informers.SharedInformerFactory
 	// nsFactory watches the team namespaces this pool uses, which carry
 	// the pool's own label (namespaces are shared between pools).
 	nsFactory informers.SharedInformerFactory
-	pods     corelisters.PodLister
-	cms      corelisters.ConfigMapLister
-	secrets  corelisters.SecretLister
-	ns       corelisters.NamespaceLister
-	quotas   corelisters.ResourceQuotaLister
-	policies netlisters.NetworkPolicyLister
-	synced   []cache.InformerSynced
+	pods      corelisters.PodLister
+	cms       corelisters.ConfigMapLister
+	secrets   corelisters.SecretLister
+	ns        corelisters.NamespaceLister
+	quotas    corelisters.ResourceQuotaLister
+	policies  netlisters.NetworkPolicyLister
+	synced    []cache.InformerSynced
 
 	wake chan struct{}
 
