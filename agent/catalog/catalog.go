@@ -94,13 +94,6 @@ type Entry struct {
 	// and scrapes Metrics there: an agent-only port, which the token
 	// guard neither forwards nor lets through.
 	MetricsPort bool
-	// Image is the container image that runs the entry on the Kubernetes
-	// driver (agent/cluster); the Command or Argv is its argument list.
-	// Empty for the built-in runtime's entries: they run modelplane's own
-	// image, the installation's (--kube-image), so the runtime and the
-	// agent are one release. An installation replaces an entry's image with
-	// --kube-runtime-image NAME=IMAGE.
-	Image string
 }
 
 // ReadyPath is the entry's ready path for a replica serving model.
@@ -202,7 +195,6 @@ func Default() map[string]Entry {
 		VLLM: {
 			Name:       VLLM,
 			Program:    "vllm",
-			Image:      "vllm/vllm-openai:latest",
 			Env:        []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"},
 			Devices:    DevicesCUDAEnv,
 			Health:     "/health",
@@ -218,7 +210,6 @@ func Default() map[string]Entry {
 		Triton: {
 			Name:        Triton,
 			Program:     "tritonserver",
-			Image:       "nvcr.io/nvidia/tritonserver:25.01-py3",
 			Devices:     DevicesCUDAEnv,
 			Health:      "/v2/health/live",
 			Ready:       "/v2/models/{model}/ready",
@@ -232,7 +223,6 @@ func Default() map[string]Entry {
 		LlamaServer: {
 			Name:    LlamaServer,
 			Program: "llama-server",
-			Image:   "ghcr.io/ggml-org/llama.cpp:server",
 			Devices: DevicesCUDAEnv,
 			Health:  "/health",
 			Ready:   "/health",
