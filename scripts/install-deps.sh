@@ -113,3 +113,11 @@ if $openai_want; then
   rm -rf "$npm_tmp" "$openai_dir"
   mv "$openai_dir.tmp" "$openai_dir"
 fi
+
+# The Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager) that internal/kubetest runs the kubernetes
+# driver's and the chart's tests against, compiled from the Go module proxy
+# once per machine into a cache outside the clone (scripts/kube-tools.sh).
+if [ "${1:-}" = test ]; then
+  "$(dirname "$0")/kube-tools.sh" >/dev/null
+fi

@@ -94,6 +94,12 @@ type Entry struct {
 	// and scrapes Metrics there: an agent-only port, which the token
 	// guard neither forwards nor lets through.
 	MetricsPort bool
+	// Image is the container image the kubernetes driver runs the entry
+	// from (the process driver ignores it): the runtime's own published
+	// image, or modelplane's for the built-in runtime. The defaults name
+	// public images; an installation that mirrors them, or pins other
+	// tags, replaces them with SetImages (the agent's setting).
+	Image string
 }
 
 // ReadyPath is the entry's ready path for a replica serving model.
@@ -159,6 +165,41 @@ type Vars struct {
 	MetricsPort int
 }
 
+// Default images of the entries. ModelplaneImage is what `make images`
+// builds (the same binary runs the platform and the built-in runtime); an
+// installation pushes it to its own registry and names it there.
+const (
+	ModelplaneImage  = "modelplane/modelplane:latest"
+	VLLMImage        = "docker.io/vllm/vllm-openai:v0.11.0"
+	TritonImage      = "nvcr.io/nvidia/tritonserver:25.09-py3"
+	LlamaServerImage = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+)
+
+// SetImages replaces entries' images from an installation's setting,
+// "name=image" pairs separated by commas, such as
+// "vllm=registry.corp/vllm-openai:v0.11.0,builtin=registry.corp/modelplane:1.4".
+// An unknown entry name or an empty image is an error that names it.
+func SetImages(entries map[string]Entry, setting string) error {
+	for _, pair := range strings.Split(setting, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		name, image, ok := strings.Cut(pair, "=")
+		name, image = strings.TrimSpace(name), strings.TrimSpace(image)
+		if !ok || image == "" {
+			return fmt.Errorf("runtime images: %q is not name=image", pair)
+		}
+		e, found := entries[name]
+		if !found {
+			return fmt.Errorf("runtime images: %w named %q", ErrUnknown, name)
+		}
+		e.Image = image
+		entries[name] = e
+	}
+	return nil
+}
+
 // ErrUnknown means no catalogue entry serves a runtime.
 var ErrUnknown = errors.New("no catalogue entry")
 
@@ -170,6 +211,7 @@ func Default() map[string]Entry {
 		// built-in command; its metrics are in vLLM's names.
 		BuiltinLLM: {
 			Name:        BuiltinLLM,
+			Image:       ModelplaneImage,
 			Command:     []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
 			Devices:     DevicesNone,
 			Health:      "/v2/health/live",
@@ -180,6 +222,7 @@ func Default() map[string]Entry {
 		},
 		Builtin: {
 			Name:    Builtin,
+			Image:   ModelplaneImage,
 			Command: []string{"{self}", "runtime", "--model-dir", "{model_dir}", "--port", "{port}"},
 			Devices: DevicesNone,
 			Health:  "/v2/health/live",
@@ -194,6 +237,7 @@ func Default() map[string]Entry {
 		// only then, so it is the readiness path.
 		VLLM: {
 			Name:       VLLM,
+			Image:      VLLMImage,
 			Program:    "vllm",
 			Env:        []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"},
 			Devices:    DevicesCUDAEnv,
@@ -209,6 +253,7 @@ func Default() map[string]Entry {
 		// agent alone.
 		Triton: {
 			Name:        Triton,
+			Image:       TritonImage,
 			Program:     "tritonserver",
 			Devices:     DevicesCUDAEnv,
 			Health:      "/v2/health/live",
@@ -222,6 +267,7 @@ func Default() map[string]Entry {
 		// answers 503 while the model loads, so it serves as both paths.
 		LlamaServer: {
 			Name:    LlamaServer,
+			Image:   LlamaServerImage,
 			Program: "llama-server",
 			Devices: DevicesCUDAEnv,
 			Health:  "/health",

@@ -142,3 +142,30 @@ func TestParseRefusesGarbageAndUnknownAdapters(t *testing.T) {
 		t.Error("an unknown adapter parsed")
 	}
 }
+
+func TestEveryEntryNamesAnImageAndAnInstallationReplacesThem(t *testing.T) {
+	t.Parallel()
+	entries := catalog.Default()
+	for name, e := range entries {
+		if e.Image == "" {
+			t.Errorf("entry %s names no image for the kubernetes driver", name)
+		}
+	}
+	if err := catalog.SetImages(entries, " vllm=registry.corp/vllm:v1 , builtin=registry.corp/modelplane:1.4,"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries[catalog.VLLM].Image; got != "registry.corp/vllm:v1" {
+		t.Errorf("vllm image = %q, want the installation's", got)
+	}
+	if got := entries[catalog.Builtin].Image; got != "registry.corp/modelplane:1.4" {
+		t.Errorf("builtin image = %q, want the installation's", got)
+	}
+	if got := entries[catalog.Triton].Image; got != catalog.TritonImage {
+		t.Errorf("triton image = %q, want the default kept", got)
+	}
+	for _, bad := range []string{"vllm", "vllm=", "nosuch=img"} {
+		if err := catalog.SetImages(catalog.Default(), bad); err == nil {
+			t.Errorf("SetImages(%q) accepted a bad setting", bad)
+		}
+	}
+}
