@@ -44,6 +44,9 @@ const (
 	// container prepares the version's files under it and links
 	// ModelsPath/model to them.
 	ModelsPath = "/models"
+	// ReplicaAccount is the ServiceAccount of the replicas' pods in each
+	// team namespace: no token, no role.
+	ReplicaAccount = "modelplane-replica"
 )
 
 // Config configures a Driver.
@@ -80,6 +83,9 @@ type Config struct {
 	// pods' NetworkPolicy admits (with the agent's, AgentSelector).
 	GatewaySelector map[string]string
 	AgentSelector   map[string]string
+	// NodeSelector keeps the pool's pods on nodes with these labels (and
+	// ReadInventory's caller lists only those nodes); nil is every node.
+	NodeSelector map[string]string
 	// Port is the runtime's container port.
 	Port int
 	// Resync is how often every object is compared with what the driver
@@ -149,6 +155,7 @@ type Driver struct {
 	pods      corelisters.PodLister
 	cms       corelisters.ConfigMapLister
 	secrets   corelisters.SecretLister
+	accounts  corelisters.ServiceAccountLister
 	ns        corelisters.NamespaceLister
 	quotas    corelisters.ResourceQuotaLister
 	policies  netlisters.NetworkPolicyLister
@@ -193,6 +200,7 @@ func New(cfg Config) (*Driver, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = d.poolLabel() + "=true" }))
 	core := d.factory.Core().V1()
 	d.pods, d.cms, d.secrets = core.Pods().Lister(), core.ConfigMaps().Lister(), core.Secrets().Lister()
+	d.accounts = core.ServiceAccounts().Lister()
 	nsInformer := d.nsFactory.Core().V1().Namespaces()
 	d.ns, d.quotas = nsInformer.Lister(), core.ResourceQuotas().Lister()
 	d.policies = d.factory.Networking().V1().NetworkPolicies().Lister()
@@ -201,6 +209,7 @@ func New(cfg Config) (*Driver, error) {
 		DeleteFunc: func(any) { d.poke() },
 	}
 	for _, inf := range []cache.SharedIndexInformer{core.Pods().Informer(), core.ConfigMaps().Informer(), core.Secrets().Informer(),
+		core.ServiceAccounts().Informer(),
 		nsInformer.Informer(), core.ResourceQuotas().Informer(), d.factory.Networking().V1().NetworkPolicies().Informer()} {
 		if _, err := inf.AddEventHandler(poke); err != nil {
 			return nil, fmt.Errorf("cluster driver: %w", err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ type objects struct {
 	namespace *applycorev1.NamespaceApplyConfiguration
 	quota     *applycorev1.ResourceQuotaApplyConfiguration // nil: the team has no quota
 	artifacts *applycorev1.SecretApplyConfiguration        // nil: no artifacts to fetch
+	account   *applycorev1.ServiceAccountApplyConfiguration
 	owner     *applycorev1.ConfigMapApplyConfiguration
 	// The rest are owned by owner: their owner reference is set once its
 	// uid is known.
@@ -66,6 +68,11 @@ func (d *Driver) desired(r *replica) (objects, error) {
 		o.quota = applycorev1.ResourceQuota(dnsLabel("modelplane-"+d.cfg.Pool, 253), r.ns).WithLabels(d.teamLabels(spec.Team)).
 			WithSpec(applycorev1.ResourceQuotaSpec().WithHard(hard))
 	}
+	// The pods' own ServiceAccount, with no token mounted: a runtime
+	// never talks to the API server. Made with the namespace, so a pod
+	// never waits for the controller's default one.
+	o.account = applycorev1.ServiceAccount(ReplicaAccount, r.ns).WithLabels(d.teamLabels(spec.Team)).
+		WithAutomountServiceAccountToken(false)
 	fetch := spec.Manifest != "" && spec.Runtime != "sim"
 	if fetch && d.cfg.ControlPlaneURL != "" && d.cfg.ArtifactToken != nil {
 		o.artifacts = applycorev1.Secret(d.artifactSecret(), r.ns).WithLabels(d.teamLabels(spec.Team)).
@@ -185,7 +192,7 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		runtime.WithStartupProbe(probe(e.Health).WithPeriodSeconds(5).WithFailureThreshold(120)).
 			WithLivenessProbe(probe(e.Health).WithPeriodSeconds(10).WithFailureThreshold(3))
 	}
-	ps := applycorev1.PodSpec().WithRestartPolicy(corev1.RestartPolicyAlways).
+	ps := applycorev1.PodSpec().WithRestartPolicy(corev1.RestartPolicyAlways).WithServiceAccountName(ReplicaAccount).
 		WithAutomountServiceAccountToken(false).WithEnableServiceLinks(false).
 		WithTerminationGracePeriodSeconds(int64(math.Ceil(d.cfg.Grace.Seconds()))).
 		WithVolumes(applycorev1.Volume().WithName("models").WithEmptyDir(applycorev1.EmptyDirVolumeSource())).
@@ -221,6 +228,14 @@ func secure() *applycorev1.SecurityContextApplyConfiguration {
 // product labels) and a CPU replica off GPU nodes.
 func (d *Driver) nodeTerm(spec busapi.ReplicaSpec) *applycorev1.NodeSelectorTermApplyConfiguration {
 	t := applycorev1.NodeSelectorTerm()
+	keys := make([]string, 0, len(d.cfg.NodeSelector))
+	for k := range d.cfg.NodeSelector {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		t.WithMatchExpressions(applycorev1.NodeSelectorRequirement().WithKey(k).WithOperator(corev1.NodeSelectorOpIn).WithValues(d.cfg.NodeSelector[k]))
+	}
 	if len(spec.Slots) == 0 {
 		return t.WithMatchExpressions(applycorev1.NodeSelectorRequirement().WithKey(LabelGPUPresent).WithOperator(corev1.NodeSelectorOpDoesNotExist))
 	}
@@ -293,6 +308,12 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica) error {
 			if _, err := core.ResourceQuotas(r.ns).Apply(ctx, o.quota, opts); err != nil {
 				return fmt.Errorf("apply resource quota: %w", err)
 			}
+		}
+	}
+	if live, err := d.accounts.ServiceAccounts(r.ns).Get(ReplicaAccount); err != nil || differs(o.account, extract(applycorev1.ExtractServiceAccount(live, fm))) {
+		d.wrote()
+		if _, err := core.ServiceAccounts(r.ns).Apply(ctx, o.account, opts); err != nil {
+			return fmt.Errorf("apply service account: %w", err)
 		}
 	}
 	if o.artifacts != nil {
