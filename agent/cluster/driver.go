@@ -334,13 +334,11 @@ func (d *Driver) image(e catalog.Entry) string {
 	if img := d.cfg.Images[e.Name]; img != "" {
 		return img
 	}
-	if e.Image != "" {
-		return e.Image
-	}
 	if e.Name == catalog.Builtin || e.Name == catalog.BuiltinLLM {
+		// The runtime and the init container are one release.
 		return d.cfg.Image
 	}
-	return ""
+	return e.Image
 }
 
 // Start makes the replica's objects and returns at once: the pod may wait
@@ -454,3 +452,6 @@ func randHex(n int) string {
 // MetersRunningOnly marks the driver as a pool's (agent.PoolDriver): a
 // replica is metered only while its pod holds a node's resources.
 func (d *Driver) MetersRunningOnly() {}
+
+// NamespacePrefix is the start of the team namespaces' names.
+func (d *Driver) NamespacePrefix() string { return d.cfg.NamespacePrefix }

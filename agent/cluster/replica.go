@@ -119,6 +119,15 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	check := func(kind string, cs []corev1.ContainerStatus) {
 		for _, s := range cs {
 			o.Restarts += int(s.RestartCount)
+			if t := s.State.Terminated; t != nil && (t.ExitCode != 0 || t.Reason == "OOMKilled") && kind == "container" {
+				// Ended and about to restart: OOMKilled, or a crash.
+				o.Failures = max(o.Failures, 1, int(s.RestartCount))
+				o.Reason = fmt.Sprintf("%s %s: %s (exit %d)", kind, s.Name, t.Reason, t.ExitCode)
+				if msg := strings.TrimSpace(t.Message); msg != "" {
+					o.Reason += ": " + msg
+				}
+				continue
+			}
 			w := s.State.Waiting
 			if w == nil || !slices.Contains(waitingFailures, w.Reason) {
 				continue

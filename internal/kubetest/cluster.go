@@ -163,6 +163,10 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		// endpoints pointing at its advertise address, which on loopback
 		// is refused.
 		"--endpoint-reconciler-type=none",
+		// The admission plugin taints every new node not-ready until the
+		// node lifecycle controller, which is off (see below), sees it
+		// ready; AddNode registers nodes ready.
+		"--disable-admission-plugins=TaintNodesByCondition",
 		"--audit-policy-file="+filepath.Join(dir, "audit-policy.yaml"),
 		"--audit-log-path="+c.auditPath,
 		"--audit-log-format=json",
