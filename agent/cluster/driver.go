@@ -357,7 +357,7 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 	if _, err := d.desired(r); err != nil {
 		return nil, err
 	}
-	if err := d.syncReplica(ctx, r); err != nil {
+	if err := d.syncReplica(ctx, r, true); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
@@ -403,7 +403,7 @@ func (d *Driver) Sync(ctx context.Context) (int, error) {
 	d.mu.Unlock()
 	var errs []error
 	for _, r := range reps {
-		if err := d.syncReplica(ctx, r); err != nil {
+		if err := d.syncReplica(ctx, r, false); err != nil {
 			errs = append(errs, fmt.Errorf("replica %s: %w", r.spec.ID, err))
 		}
 	}

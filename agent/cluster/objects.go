@@ -209,7 +209,12 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		if len(spec.Settings) > 0 {
 			args = append(args, "--settings", string(spec.Settings))
 		}
+		// A namespace quota on cores and memory needs every container to
+		// say what it takes; the fetch is light, and a pod's request is
+		// the larger of its init containers' and its containers' sum.
+		fres := corev1.ResourceList{corev1.ResourceCPU: quantity(1), corev1.ResourceMemory: *resource.NewQuantity(256<<20, resource.BinarySI)}
 		ps.WithInitContainers(applycorev1.Container().WithName("fetch").WithImage(d.cfg.Image).WithArgs(args...).WithEnv(fenv...).
+			WithResources(applycorev1.ResourceRequirements().WithRequests(fres).WithLimits(fres)).
 			WithVolumeMounts(applycorev1.VolumeMount().WithName("models").WithMountPath(ModelsPath)).
 			WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 			WithSecurityContext(secure()))
@@ -288,7 +293,7 @@ func (d *Driver) hardLimits(lim map[string]float64) corev1.ResourceList {
 // syncReplica applies each object of r that differs from what the
 // cluster holds; once r's pod was seen and is gone, it leaves the pod to
 // the agent, which replaces the lost replica with a new one.
-func (d *Driver) syncReplica(ctx context.Context, r *replica) error {
+func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error {
 	o, err := d.desired(r)
 	if err != nil {
 		return err
@@ -363,7 +368,9 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica) error {
 		if livePod.DeletionTimestamp != nil || terminal(livePod) {
 			return nil // lost: the agent replaces it
 		}
-	} else if r.wasSeen() {
+	} else if !create {
+		// Only Start makes a pod: one missing from the watch's cache is
+		// not seen yet, or gone, which Observe tells the agent.
 		return nil
 	}
 	if err != nil || differs(o.pod, extract(applycorev1.ExtractPod(livePod, fm))) {

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // Resource names the NVIDIA device plugin advertises: whole GPUs, and under
@@ -157,9 +159,21 @@ func (c *Cluster) AddNode(t testing.TB, n Node) *corev1.Node {
 		}
 	})
 	// A kubelet posts its status separately; create may keep it, but the
-	// status subresource is the kubelet's path, so write it there too.
-	got.Status = want.Status
-	got, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
+	// status subresource is the kubelet's path, so write it there when it
+	// was not kept (a controller may have written the node meanwhile).
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(cur.Status.Allocatable, want.Status.Allocatable) && len(cur.Status.Conditions) > 0 {
+			got = cur
+			return nil
+		}
+		cur.Status = want.Status
+		got, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatalf("kubetest: node %s status: %v", n.Name, err)
 	}
