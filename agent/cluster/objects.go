@@ -123,7 +123,7 @@ func (d *Driver) entry(spec busapi.ReplicaSpec) (catalog.Entry, error) {
 	if !ok {
 		return catalog.Entry{}, fmt.Errorf("%w %q (runtime %q)", catalog.ErrUnknown, name, rt)
 	}
-	if name == catalog.Triton {
+	if e.Name == catalog.Triton {
 		return catalog.Entry{}, fmt.Errorf("runtime %s does not run on the kubernetes driver yet: its model repository is built on a node", name)
 	}
 	if d.image(e) == "" {
@@ -144,8 +144,12 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	if err != nil {
 		return nil, err
 	}
-	if e.Command != nil && len(argv) > 0 && argv[0] == "modelplane" {
+	var command []string
+	if argv[0] == "modelplane" {
 		argv = argv[1:] // the image's entrypoint is modelplane
+	} else {
+		// vLLM, llama-server, or an entry's own program: the argv names it.
+		command, argv = argv[:1], argv[1:]
 	}
 	env := []*applycorev1.EnvVarApplyConfiguration{
 		applycorev1.EnvVar().WithName("MP_RUNTIME_HOST").WithValue("0.0.0.0"),
@@ -178,10 +182,8 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		WithResources(applycorev1.ResourceRequirements().WithRequests(res).WithLimits(res)).
 		WithVolumeMounts(applycorev1.VolumeMount().WithName("models").WithMountPath(ModelsPath).WithReadOnly(true)).
 		WithSecurityContext(secure())
-	if e.Command == nil {
-		// vLLM and llama-server: the generated argv names the program.
-		runtime.WithCommand(argv[0]).WithArgs()
-		runtime.Args = argv[1:]
+	if command != nil {
+		runtime.WithCommand(command...)
 	}
 	if e.Ready != "" {
 		runtime.WithReadinessProbe(probe(e.ReadyPath(spec.Model)).WithPeriodSeconds(2).WithFailureThreshold(1))
