@@ -178,7 +178,7 @@ func TestSecondSyncWritesNothing(t *testing.T) {
 		t.Fatalf("second sync wrote %d objects (%v), want none", n, err)
 	}
 	for _, e := range c.AuditSince(t, mark) {
-		if (e.ObjectRef.Namespace == ns || e.ObjectRef.Name == ns) {
+		if e.ObjectRef.Namespace == ns || e.ObjectRef.Name == ns {
 			t.Errorf("write after the second sync: %s", e)
 		}
 	}
