@@ -22,7 +22,6 @@ import (
 
 	"modelplane/agent/catalog"
 	"modelplane/busapi"
-	"modelplane/quota"
 )
 
 // objects are what the driver wants in the cluster for one replica.
@@ -253,6 +252,10 @@ func (d *Driver) nodeTerm(spec busapi.ReplicaSpec) *applycorev1.NodeSelectorTerm
 	return t.WithMatchExpressions(applycorev1.NodeSelectorRequirement().WithKey(LabelGPUProduct).WithOperator(corev1.NodeSelectorOpIn).WithValues(products...))
 }
 
+// memoryResource is package quota's name of host memory (MiB), which
+// the agent may not import (it reads the database).
+const memoryResource = "memory"
+
 // hardLimits turns a team's quota (package quota's resources: a GPU type
 // in GPU equivalents, cpu cores, memory MiB) into ResourceQuota hard
 // limits of this pool's kind. Kubernetes counts each MIG profile apart and
@@ -262,11 +265,11 @@ func (d *Driver) nodeTerm(spec busapi.ReplicaSpec) *applycorev1.NodeSelectorTerm
 func (d *Driver) hardLimits(lim map[string]float64) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	if d.cfg.Kind == KindCPU {
-		if v, ok := lim[quota.CPUResource]; ok {
+		if v, ok := lim[busapi.CPUType]; ok {
 			out["requests.cpu"] = quantity(int64(math.Floor(v)))
 			out["limits.cpu"] = quantity(int64(math.Floor(v)))
 		}
-		if v, ok := lim[quota.MemoryResource]; ok {
+		if v, ok := lim[memoryResource]; ok {
 			q := *resource.NewQuantity(int64(v)<<20, resource.BinarySI)
 			out["requests.memory"], out["limits.memory"] = q, q
 		}
