@@ -4,7 +4,7 @@ GO ?= go
 GOFMT ?= gofmt
 BIN := bin/modelplane
 
-.PHONY: run test lint verify build generate bench deps deps-test
+.PHONY: run test lint verify build generate bench deps deps-test images
 
 # dev's nodes enroll with their own tokens: the shared MP_AGENT_TOKEN,
 # which reads every artifact, is never passed on.
@@ -30,6 +30,11 @@ verify:
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelplane
+
+# images: modelplane's container image as OCI and docker archives in
+# bin/images, built without a daemon or a pulled base (scripts/images.sh).
+images: deps
+	./scripts/images.sh bin/images
 
 generate:
 	$(GO) tool sqlc generate

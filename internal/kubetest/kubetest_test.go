@@ -21,6 +21,12 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 
 var ctx = context.Background()
 
+// gpuProduct is a GPU product label of the test's own (the namespace's
+// number), so that pods selecting it never land on another test's nodes.
+func gpuProduct(model, ns string) string {
+	return model + "-" + ns[strings.LastIndex(ns, "-")+1:]
+}
+
 // gpuPod asks for n of resource res on a node with the given GPU product.
 func gpuPod(name string, res corev1.ResourceName, n int64, product string) *corev1.Pod {
 	q := *resource.NewQuantity(n, resource.DecimalSI)
@@ -44,7 +50,7 @@ func TestSchedulerBindsGPUPodToTheGPUNode(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
 	ns := c.Namespace(t)
-	product := "NVIDIA-H100-80GB-HBM3-" + ns // unique, so other tests' nodes never match
+	product := gpuProduct("NVIDIA-H100-80GB-HBM3", ns) // unique, so other tests' nodes never match
 	c.AddNode(t, kubetest.Node{})
 	gpu := c.AddNode(t, kubetest.Node{GPUs: 2, GPUProduct: product, GPUMemoryMiB: 81559})
 	if got := gpu.Status.Allocatable[kubetest.ResourceGPU]; got.Value() != 2 {
@@ -77,7 +83,7 @@ func TestSchedulerReportsUnschedulableWhenNoNodeHasTheMIGSlice(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
 	ns := c.Namespace(t)
-	product := "NVIDIA-A100-SXM4-80GB-" + ns
+	product := gpuProduct("NVIDIA-A100-SXM4-80GB", ns)
 	c.AddNode(t, kubetest.Node{GPUProduct: product, MIG: map[string]int{"1g.10gb": 7}})
 	slice := corev1.ResourceName(kubetest.MIGPrefix + "3g.40gb")
 	if _, err := c.Client().CoreV1().Pods(ns).Create(ctx, gpuPod("big", slice, 1, product), metav1.CreateOptions{}); err != nil {
@@ -100,7 +106,7 @@ func TestDeploymentQuotaGarbageCollectionAndNamespaceDeletion(t *testing.T) {
 	c := kubetest.Shared(t)
 	client := c.Client()
 	ns := c.Namespace(t)
-	product := "NVIDIA-L4-" + ns
+	product := gpuProduct("NVIDIA-L4", ns)
 	c.AddNode(t, kubetest.Node{GPUs: 4, GPUProduct: product})
 	c.AutoRun(t, func(p *corev1.Pod) bool { return p.Namespace == ns }, nil)
 
@@ -185,7 +191,7 @@ func TestContainerStatesAsTheKubeletReportsThem(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
 	ns := c.Namespace(t)
-	product := "NVIDIA-A10-" + ns
+	product := gpuProduct("NVIDIA-A10", ns)
 	c.AddNode(t, kubetest.Node{GPUs: 3, GPUProduct: product})
 	for _, tc := range []struct {
 		name   string
