@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/coder/quartz"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"modelplane/agent"
+	"modelplane/agent/catalog"
 	"modelplane/agent/cluster"
 )
 
@@ -31,10 +31,10 @@ type KubeConfig struct {
 	// resources) or cpu (nodes without GPUs, by cores and memory).
 	Kind string
 	// Image is modelplane's image: init containers and the built-in
-	// runtime; RuntimeImages replace catalogue entries' images
-	// (NAME=IMAGE).
+	// runtime; RuntimeImages replaces catalogue entries' images,
+	// "name=image" pairs separated by commas (catalog.SetImages).
 	Image         string
-	RuntimeImages []string
+	RuntimeImages string
 	// NamespacePrefix starts each team's namespace.
 	NamespacePrefix string
 	// ControlPlaneURL is where pods fetch artifacts, as they reach the
@@ -50,11 +50,8 @@ type KubeConfig struct {
 func (k *KubeConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.Kubeconfig, "kubeconfig", env("MP_KUBECONFIG", ""), "kubernetes driver: kubeconfig file; empty for the in-cluster ServiceAccount (MP_KUBECONFIG)")
 	fs.StringVar(&k.Kind, "kube-pool", env("MP_KUBE_POOL", cluster.KindGPU), "kubernetes driver: the pool's kind, gpu (GPU and MIG resources) or cpu (nodes without GPUs) (MP_KUBE_POOL)")
-	fs.StringVar(&k.Image, "kube-image", env("MP_KUBE_IMAGE", ""), "kubernetes driver: modelplane's image, for init containers and the built-in runtime (MP_KUBE_IMAGE)")
-	if v := env("MP_KUBE_RUNTIME_IMAGES", ""); v != "" {
-		k.RuntimeImages = strings.Split(v, ",")
-	}
-	fs.Var(listFlag{&k.RuntimeImages}, "kube-runtime-image", "kubernetes driver: NAME=IMAGE replacing a catalogue entry's image, repeatable (MP_KUBE_RUNTIME_IMAGES)")
+	fs.StringVar(&k.Image, "kube-image", env("MP_KUBE_IMAGE", catalog.ModelplaneImage), "kubernetes driver: modelplane's image, for init containers and the built-in runtime (MP_KUBE_IMAGE)")
+	fs.StringVar(&k.RuntimeImages, "runtime-images", env("MP_AGENT_RUNTIME_IMAGES", ""), "kubernetes driver: catalogue images replaced, as vllm=registry.corp/vllm:v1,triton=… (MP_AGENT_RUNTIME_IMAGES)")
 	fs.StringVar(&k.NamespacePrefix, "kube-namespace-prefix", env("MP_KUBE_NAMESPACE_PREFIX", cluster.DefaultNamespacePrefix), "kubernetes driver: start of each team's namespace (MP_KUBE_NAMESPACE_PREFIX)")
 	fs.StringVar(&k.ControlPlaneURL, "kube-control-plane", env("MP_KUBE_CONTROL_PLANE_URL", ""), "kubernetes driver: the control plane's URL as pods reach it; empty for --control-plane (MP_KUBE_CONTROL_PLANE_URL)")
 	fs.DurationVar(&k.Resync, "kube-resync", envDuration("MP_KUBE_RESYNC", cluster.DefaultResync), "kubernetes driver: how often every object is compared and put back (MP_KUBE_RESYNC)")
@@ -68,10 +65,8 @@ func (k *KubeConfig) validate() []string {
 	if k.Image == "" {
 		errs = append(errs, "MP_KUBE_IMAGE (--kube-image) is required with --driver kubernetes: init containers and the built-in runtime run it")
 	}
-	for _, kv := range k.RuntimeImages {
-		if n, img, ok := strings.Cut(kv, "="); !ok || n == "" || img == "" {
-			errs = append(errs, fmt.Sprintf("MP_KUBE_RUNTIME_IMAGES (--kube-runtime-image) %q: want NAME=IMAGE", kv))
-		}
+	if err := catalog.SetImages(catalog.Default(), k.RuntimeImages); err != nil {
+		errs = append(errs, fmt.Sprintf("MP_AGENT_RUNTIME_IMAGES (--runtime-images): %v", err))
 	}
 	if k.Resync <= 0 {
 		errs = append(errs, "MP_KUBE_RESYNC (--kube-resync) must be above 0")
@@ -108,10 +103,9 @@ func (k *KubeConfig) connect(ctx context.Context) error {
 
 // driver builds the kubernetes driver and starts its watches.
 func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig, sess *nodeSession, clock quartz.Clock, log *slog.Logger) (*cluster.Driver, error) {
-	images := map[string]string{}
-	for _, kv := range k.RuntimeImages {
-		n, img, _ := strings.Cut(kv, "=")
-		images[n] = img
+	cat := catalog.Default()
+	if err := catalog.SetImages(cat, k.RuntimeImages); err != nil {
+		return nil, err
 	}
 	var token func() string
 	switch {
@@ -126,7 +120,7 @@ func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig
 		url = c.ControlPlaneURL
 	}
 	drv, err := cluster.New(cluster.Config{Client: k.client, Pool: cfg.Node, Kind: k.Kind, Inventory: k.inventory,
-		NamespacePrefix: k.NamespacePrefix, Image: k.Image, Images: images, ControlPlaneURL: url, ArtifactToken: token,
+		NamespacePrefix: k.NamespacePrefix, Image: k.Image, Catalog: cat, ControlPlaneURL: url, ArtifactToken: token,
 		Resync: k.Resync, Clock: clock, Log: log})
 	if err != nil {
 		return nil, err

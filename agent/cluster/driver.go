@@ -153,7 +153,6 @@ type Driver struct {
 	// the pool's own label (namespaces are shared between pools).
 	nsFactory informers.SharedInformerFactory
 	pods      corelisters.PodLister
-	cms       corelisters.ConfigMapLister
 	secrets   corelisters.SecretLister
 	accounts  corelisters.ServiceAccountLister
 	ns        corelisters.NamespaceLister
@@ -199,7 +198,7 @@ func New(cfg Config) (*Driver, error) {
 	d.nsFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = d.poolLabel() + "=true" }))
 	core := d.factory.Core().V1()
-	d.pods, d.cms, d.secrets = core.Pods().Lister(), core.ConfigMaps().Lister(), core.Secrets().Lister()
+	d.pods, d.secrets = core.Pods().Lister(), core.Secrets().Lister()
 	d.accounts = core.ServiceAccounts().Lister()
 	nsInformer := d.nsFactory.Core().V1().Namespaces()
 	d.ns, d.quotas = nsInformer.Lister(), core.ResourceQuotas().Lister()
@@ -208,7 +207,7 @@ func New(cfg Config) (*Driver, error) {
 		UpdateFunc: func(_, _ any) { d.poke() },
 		DeleteFunc: func(any) { d.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{core.Pods().Informer(), core.ConfigMaps().Informer(), core.Secrets().Informer(),
+	for _, inf := range []cache.SharedIndexInformer{core.Pods().Informer(), core.Secrets().Informer(),
 		core.ServiceAccounts().Informer(),
 		nsInformer.Informer(), core.ResourceQuotas().Informer(), d.factory.Networking().V1().NetworkPolicies().Informer()} {
 		if _, err := inf.AddEventHandler(poke); err != nil {
@@ -334,8 +333,9 @@ func (d *Driver) image(e catalog.Entry) string {
 	if img := d.cfg.Images[e.Name]; img != "" {
 		return img
 	}
-	if e.Name == catalog.Builtin || e.Name == catalog.BuiltinLLM {
-		// The runtime and the init container are one release.
+	if (e.Name == catalog.Builtin || e.Name == catalog.BuiltinLLM) && (e.Image == "" || e.Image == catalog.ModelplaneImage) {
+		// The runtime and the init container are one release, unless the
+		// installation named another image for the entry.
 		return d.cfg.Image
 	}
 	return e.Image
@@ -411,8 +411,8 @@ func (d *Driver) Sync(ctx context.Context) (int, error) {
 }
 
 // forget drops r and, when it was its version's last replica, the
-// version's owner ConfigMap, whose deletion takes the NetworkPolicy and
-// anything left over with it (owner references).
+// version's NetworkPolicy, whose deletion takes anything left over of the
+// version with it (owner references).
 func (d *Driver) forget(ctx context.Context, r *replica) error {
 	d.mu.Lock()
 	if d.replicas[r.spec.ID] == r {
@@ -429,7 +429,7 @@ func (d *Driver) forget(ctx context.Context, r *replica) error {
 		return nil
 	}
 	bg := metav1.DeletePropagationBackground
-	err := d.cfg.Client.CoreV1().ConfigMaps(r.ns).Delete(ctx, versionName(r.spec.Endpoint, r.spec.Version), metav1.DeleteOptions{PropagationPolicy: &bg})
+	err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Delete(ctx, versionName(r.spec.Endpoint, r.spec.Version), metav1.DeleteOptions{PropagationPolicy: &bg})
 	d.wrote()
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete version objects: %w", err)

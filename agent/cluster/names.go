@@ -17,10 +17,10 @@ const (
 	LabelEndpoint  = "modelplane.io/endpoint"
 	LabelVersion   = "modelplane.io/version"
 	LabelReplica   = "modelplane.io/replica"
-	// LabelComponent marks modelplane's own pods: the NetworkPolicy of a
-	// version admits pods labelled gateway (and the cluster agent, which
-	// reads the runtimes' metrics) and nothing else.
-	LabelComponent = "modelplane.io/component"
+	// LabelComponent marks modelplane's own pods (the chart's label): the
+	// NetworkPolicy of a version admits pods labelled gateway (and the
+	// cluster agent, which reads the runtimes' metrics) and nothing else.
+	LabelComponent = "app.kubernetes.io/component"
 	// AnnotationReplica is the replica's id as the control plane wrote it
 	// (a label value may have been shortened); AnnotationSpec the hash of
 	// the spec the pod was made for.
@@ -77,6 +77,6 @@ func labelValue(s string) string {
 // Namespace is the namespace of a team's replicas: prefix and the team.
 func Namespace(prefix, team string) string { return dnsLabel(prefix+team, 63) }
 
-// versionName names a version's objects (its owner ConfigMap and its
-// NetworkPolicy) in the team's namespace.
+// versionName names a version's NetworkPolicy, the owner of its pods, in
+// the team's namespace.
 func versionName(endpoint, version string) string { return dnsLabel(endpoint+"-"+version, 63) }

@@ -30,9 +30,9 @@ type objects struct {
 	quota     *applycorev1.ResourceQuotaApplyConfiguration // nil: the team has no quota
 	artifacts *applycorev1.SecretApplyConfiguration        // nil: no artifacts to fetch
 	account   *applycorev1.ServiceAccountApplyConfiguration
-	owner     *applycorev1.ConfigMapApplyConfiguration
-	// The rest are owned by owner: their owner reference is set once its
-	// uid is known.
+	// policy admits gateways alone to the version's pods, and owns them
+	// and their tokens: deleting it removes the version (garbage
+	// collection by owner reference), and the agent needs no other kind.
 	policy *applynetv1.NetworkPolicyApplyConfiguration
 	token  *applycorev1.SecretApplyConfiguration
 	pod    *applycorev1.PodApplyConfiguration
@@ -79,8 +79,6 @@ func (d *Driver) desired(r *replica) (objects, error) {
 	}
 	vname := versionName(spec.Endpoint, spec.Version)
 	lbl := d.labels(spec)
-	o.owner = applycorev1.ConfigMap(vname, r.ns).WithLabels(lbl).
-		WithData(map[string]string{"endpoint": spec.Endpoint, "version": spec.Version, "model": spec.Model})
 
 	peer := func(sel map[string]string) *applynetv1.NetworkPolicyPeerApplyConfiguration {
 		return applynetv1.NetworkPolicyPeer().WithNamespaceSelector(applymetav1.LabelSelector()).
@@ -334,30 +332,23 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error
 			}
 		}
 	}
+	live, err := d.policies.NetworkPolicies(r.ns).Get(*o.policy.Name)
 	var uid types.UID
-	live, err := d.cms.ConfigMaps(r.ns).Get(*o.owner.Name)
 	if err == nil {
 		uid = live.UID
 	}
-	if err != nil || differs(o.owner, extract(applycorev1.ExtractConfigMap(live, fm))) {
+	if err != nil || differs(o.policy, extract(applynetv1.ExtractNetworkPolicy(live, fm))) {
 		d.wrote()
-		cm, err := core.ConfigMaps(r.ns).Apply(ctx, o.owner, opts)
+		pol, err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Apply(ctx, o.policy, opts)
 		if err != nil {
-			return fmt.Errorf("apply version owner: %w", err)
-		}
-		uid = cm.UID
-	}
-	ref := applymetav1.OwnerReference().WithAPIVersion("v1").WithKind("ConfigMap").WithName(*o.owner.Name).WithUID(uid).
-		WithBlockOwnerDeletion(true)
-	o.policy.WithOwnerReferences(ref)
-	o.token.WithOwnerReferences(ref)
-	o.pod.WithOwnerReferences(ref)
-	if live, err := d.policies.NetworkPolicies(r.ns).Get(*o.policy.Name); err != nil || differs(o.policy, extract(applynetv1.ExtractNetworkPolicy(live, fm))) {
-		d.wrote()
-		if _, err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Apply(ctx, o.policy, opts); err != nil {
 			return fmt.Errorf("apply network policy: %w", err)
 		}
+		uid = pol.UID
 	}
+	ref := applymetav1.OwnerReference().WithAPIVersion("networking.k8s.io/v1").WithKind("NetworkPolicy").WithName(*o.policy.Name).
+		WithUID(uid).WithBlockOwnerDeletion(true)
+	o.token.WithOwnerReferences(ref)
+	o.pod.WithOwnerReferences(ref)
 	if r.isGone() {
 		return nil
 	}
