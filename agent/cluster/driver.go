@@ -379,7 +379,7 @@ func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, _ string) (
 		if p.Annotations[AnnotationSpec] != h || p.DeletionTimestamp != nil || terminal(p) {
 			continue
 		}
-		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name, seen: true}
+		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name}
 		d.mu.Lock()
 		d.replicas[spec.ID] = r
 		d.mu.Unlock()

@@ -294,7 +294,7 @@ func (d *Driver) hardLimits(lim map[string]float64) corev1.ResourceList {
 }
 
 // syncReplica applies each object of r that differs from what the
-// cluster holds; once r's pod was seen and is gone, it leaves the pod to
+// cluster holds; once r's pod is gone, it leaves the pod to
 // the agent, which replaces the lost replica with a new one.
 func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error {
 	o, err := d.desired(r)
@@ -360,7 +360,6 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error
 	}
 	livePod, err := d.pods.Pods(r.ns).Get(r.pod)
 	if err == nil {
-		r.markSeen()
 		if livePod.DeletionTimestamp != nil || terminal(livePod) {
 			return nil // lost: the agent replaces it
 		}

@@ -30,25 +30,13 @@ type replica struct {
 	pod  string
 
 	mu sync.Mutex
-	// seen is set once the pod was in the watch's cache; gone once it left
-	// it (deleted, evicted): the replica is lost from then on.
-	seen, gone bool
-	stopOnce   sync.Once
+	// gone is set once the pod was deleted or ended (evicted): the
+	// replica is lost from then on, and no resync makes the pod again.
+	gone     bool
+	stopOnce sync.Once
 }
 
 func (r *replica) Spec() busapi.ReplicaSpec { return r.spec }
-
-func (r *replica) markSeen() {
-	r.mu.Lock()
-	r.seen = true
-	r.mu.Unlock()
-}
-
-func (r *replica) wasSeen() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seen
-}
 
 func (r *replica) isGone() bool {
 	r.mu.Lock()
@@ -95,7 +83,6 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	if err != nil {
 		return agent.Observation{}, err
 	}
-	r.markSeen()
 	if p.DeletionTimestamp != nil || terminal(p) {
 		r.mu.Lock()
 		r.gone = true
