@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"modelplane/agent"
@@ -184,7 +186,13 @@ func startAgent(t *testing.T, cfg agent.Config, drv agent.Driver) nodeAgent {
 		t.Fatal(err)
 	}
 	cfg.StateDir, cfg.Lease, cfg.Heartbeat = t.TempDir(), 15*time.Second, time.Second
-	cfg.Driver = unlisted{drv}
+	cfg.Driver = drv
+	if _, pool := drv.(agent.PoolDriver); !pool {
+		// As processAgent: the node does not list its runtimes, so the
+		// fixture's triton versions are placed on it. The cluster driver
+		// lists its catalogue, where the fake runtime is the triton entry.
+		cfg.Driver = unlisted{drv}
+	}
 	a, err := agent.New(cfg, nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +236,9 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 	}
 	t.Cleanup(func() { cancel(); drv.Close() })
 	models := openDir(t)
-	c.AutoRun(t, func(p *corev1.Pod) bool { return p.Spec.NodeName == n.Name }, func(p *corev1.Pod) {
+	c.AutoRun(t, func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == n.Name && p.Labels[cluster.LabelManagedBy] == cluster.ManagedBy
+	}, func(p *corev1.Pod) {
 		ctr := p.Spec.Containers[0]
 		args := slices.Clone(ctr.Args)
 		for i := range args {
@@ -265,7 +275,7 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 func deletePod(t *testing.T, a nodeAgent, id string) {
 	t.Helper()
 	c := kubetest.Shared(t)
-	list, err := c.Client().CoreV1().Pods("").List(t.Context(), metav1.ListOptions{LabelSelector: cluster.LabelReplica + "=" + id})
+	list, err := c.Client().CoreV1().Pods("").List(t.Context(), metav1.ListOptions{LabelSelector: cluster.LabelReplica + "=" + id + "," + cluster.LabelPool + "=" + a.node})
 	if err != nil || len(list.Items) == 0 {
 		t.Fatalf("pod of %s: %v (%d found)", id, err, len(list.Items))
 	}
@@ -273,4 +283,66 @@ func deletePod(t *testing.T, a nodeAgent, id string) {
 	if err := c.Client().CoreV1().Pods(p.Namespace).Delete(t.Context(), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestClusterQuotaRefusalIsShownOnTheEndpoint: the team's quota reaches
+// the cluster as its namespace's ResourceQuota; when something else in the
+// namespace holds it, the API server refuses the replica's pod, and the
+// endpoint shows the replica failed with the API server's reason.
+func TestClusterQuotaRefusalIsShownOnTheEndpoint(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(openDir(t), "fakeruntime")
+	if out, err := exec.Command("go", "build", "-o", bin, "../agent/process/testdata/fakeruntime").CombinedOutput(); err != nil {
+		t.Fatalf("build fake runtime: %v\n%s", err, out)
+	}
+	f := newFixture(t)
+	if _, err := f.quotas.Set(t.Context(), f.root, "risk", "A100-80GB", 1); err != nil {
+		t.Fatal(err)
+	}
+	a := kubeAgent(t, "node-quota", bin)
+	drv := a.drv.(*cluster.Driver)
+	c := kubetest.Shared(t)
+	ns := cluster.Namespace(drv.NamespacePrefix(), "risk")
+	f.report(t, a)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 1)
+	f.reconcile(t)
+	f.deliver(t, a)
+	// The first replica makes the namespace and its quota (a 1-GPU quota
+	// is seven 1g.10gb slices).
+	var rq *corev1.ResourceQuota
+	wait.Eventually(t, time.Minute, func() bool {
+		list, err := c.Client().CoreV1().ResourceQuotas(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) == 0 {
+			return false
+		}
+		rq = &list.Items[0]
+		q := rq.Status.Hard["requests.nvidia.com/mig-1g.10gb"]
+		return q.Value() == 7
+	}, "no namespace quota from the team's quota: %v", wait.Show(func() any { return rq }))
+	// Someone else's pod in the team's namespace takes the other six.
+	res := corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("6")}
+	if _, err := c.Client().CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "squatter"},
+		Spec: corev1.PodSpec{ServiceAccountName: cluster.ReplicaAccount,
+			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint wants a second replica; its pod is refused.
+	if _, err := f.eps.Update(t.Context(), f.eng, "fraud-ep", endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 2, MaxReplicas: 2,
+		Tier: "critical", RetentionDays: 30}); err != nil {
+		t.Fatal(err)
+	}
+	var reps []endpoint.Replica
+	wait.Eventually(t, 2*time.Minute, func() bool {
+		f.report(t, a)
+		f.reconcile(t)
+		f.deliver(t, a)
+		reps = f.get(t, "fraud-ep").Replicas
+		for _, r := range reps {
+			if r.State == busapi.StateFailed && strings.Contains(r.Reason, "exceeded quota") {
+				return true
+			}
+		}
+		return false
+	}, "no replica of the endpoint shows the quota's refusal: %v", wait.Show(func() any { return reps }))
 }

@@ -318,7 +318,7 @@ func (d *Driver) Running() []agent.Replica {
 func (d *Driver) Runtimes() []string {
 	var out []string
 	for name, e := range d.cfg.Catalog {
-		if name == catalog.Triton {
+		if e.Name == catalog.Triton {
 			continue
 		}
 		if d.image(e) != "" {

@@ -184,3 +184,41 @@ func TestStoppingTheLastReplicaRemovesEverythingOfTheVersion(t *testing.T) {
 	}
 	_ = busapi.StateReady
 }
+
+// TestANewDriverAdoptsThePodsOfTheLastOne: an agent restarted (a new
+// driver) takes over the pod made for the same spec instead of starting
+// a second, and refuses one made for another spec.
+func TestANewDriverAdoptsThePodsOfTheLastOne(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	spec := migSpec("fraud-v1-r1", 0)
+	first, err := d.Start(t.Context(), spec, agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podOf(t, c, spec, d)
+	next, err := cluster.New(cluster.Config{Client: c.Client(), Pool: "pool-" + uniq(t), Kind: cluster.KindGPU,
+		NamespacePrefix: d.NamespacePrefix(), Image: "modelplane/modelplane:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(next.Close)
+	var r agent.Replica
+	wait.Eventually(t, time.Minute, func() bool { r, err = next.Adopt(t.Context(), spec, first.Addr()); return err == nil },
+		"pod never adopted: %v", wait.Show(func() any { return err }))
+	if o, err := r.Observe(t.Context()); err != nil || o.Runtime == "" {
+		t.Fatalf("adopted replica observes %+v, %v", o, err)
+	}
+	other := spec
+	other.Token = "another-token"
+	if _, err := next.Adopt(t.Context(), other, ""); !errors.Is(err, agent.ErrNotRunning) {
+		t.Fatalf("adopting another spec's pod: err %v, want ErrNotRunning", err)
+	}
+	if got := podOf(t, c, spec, d); got.Name != pod.Name {
+		t.Fatalf("pod %s, want the same %s", got.Name, pod.Name)
+	}
+}
