@@ -14,6 +14,8 @@
 // # The API for tests (stable; the cluster agent's driver tests use it)
 //
 //	func TestMain(m *testing.M) { kubetest.Main(m) } // stops the shared cluster
+//	// or, in a TestMain that stops other harnesses too:
+//	code := m.Run(); kubetest.StopShared(code); os.Exit(code)
 //
 //	c := kubetest.Shared(t)        // the package's one cluster, started on first use
 //	ns := c.Namespace(t)           // a namespace of the test's own, deleted at its end

@@ -65,16 +65,7 @@ func Shared(t testing.TB) *Cluster {
 // TestMain: func TestMain(m *testing.M) { kubetest.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
-	if shared.c != nil {
-		shared.c.Stop()
-	}
-	if shared.dir != "" {
-		if code == 0 {
-			os.RemoveAll(shared.dir)
-		} else {
-			fmt.Fprintf(os.Stderr, "kubetest: the cluster's files and logs are kept in %s\n", shared.dir)
-		}
-	}
+	StopShared(code)
 	os.Exit(code)
 }
 
