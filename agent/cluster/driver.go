@@ -358,6 +358,11 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 		return nil, err
 	}
 	if err := d.syncReplica(ctx, r, true); err != nil {
+		// The agent retries under a new pod name: the token Secret made
+		// for this one goes (its version's policy would take it anyway).
+		if e := d.cfg.Client.CoreV1().Secrets(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e == nil {
+			d.wrote()
+		}
 		return nil, err
 	}
 	d.mu.Lock()
