@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,6 +132,8 @@ func kubelet(t *testing.T, c *kubetest.Cluster, bin string, p *corev1.Pod) {
 	ctr := p.Spec.Containers[0]
 	cmd := exec.Command(bin, args(ctr)...)
 	cmd.Env = env(ctr)
+	// A test binary that dies leaves no runtime on the pod's address.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Errorf("pod %s: %v", p.Name, err)
 		return

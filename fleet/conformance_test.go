@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,6 +251,8 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 			}
 		}
 		cmd := exec.Command(ctr.Command[0], args...)
+		// A test binary that dies leaves no runtime on the pod's address.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Errorf("run pod %s: %v", p.Name, err)
 			return
