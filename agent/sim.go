@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -31,6 +32,12 @@ type SimDriverConfig struct {
 	// node, outside which the control plane does not believe a replica's
 	// address. Zero: any free port.
 	PortFirst, PortLast int
+	// TLS, when set, is what every replica's listener serves (the node's
+	// certificate, reloaded when it changes) and ClientTLS what the
+	// driver's probes of replicas left by another process trust; nil:
+	// plain HTTP.
+	TLS       *tls.Config
+	ClientTLS *tls.Config
 }
 
 // SimDriver serves each replica as a sim/replica HTTP server in this
@@ -57,7 +64,7 @@ func NewSimDriver(cfg SimDriverConfig) *SimDriver {
 		// Probes of replicas another process left behind: a live replica
 		// answers in milliseconds, a dead port refuses at once, so a short
 		// timeout only guards against a hung peer.
-		client:  &http.Client{Timeout: 2 * time.Second},
+		client:  &http.Client{Timeout: 2 * time.Second, Transport: transportWith(cfg.ClientTLS)},
 		running: make(map[string]*simReplica),
 	}
 }
@@ -90,6 +97,7 @@ func (d *SimDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts Sta
 		Seed:      seedOf(spec.ID),
 		LoadDelay: d.cfg.LoadDelay,
 		Log:       d.log,
+		TLS:       d.cfg.TLS,
 	})
 	if err != nil {
 		return nil, err
@@ -125,6 +133,25 @@ func (d *SimDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts Sta
 	r := &simReplica{d: d, spec: spec, srv: srv, addr: bound, memMB: mem}
 	d.running[spec.ID] = r
 	return r, nil
+}
+
+// transportWith is the default transport trusting tc's roots (nil: the
+// default transport itself).
+func transportWith(tc *tls.Config) http.RoundTripper {
+	if tc == nil {
+		return http.DefaultTransport
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
+	return t
+}
+
+// scheme is how replicas are reached: "https://" with TLS.
+func (d *SimDriver) scheme() string {
+	if d.cfg.TLS != nil {
+		return "https://"
+	}
+	return "http://"
 }
 
 // inRange reports whether addr's port is one the driver may listen on.
@@ -196,7 +223,7 @@ func (d *SimDriver) Close(ctx context.Context) {
 }
 
 func (d *SimDriver) probeLive(ctx context.Context, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v2/health/live", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.scheme()+addr+"/v2/health/live", nil)
 	if err != nil {
 		return err
 	}
@@ -306,7 +333,7 @@ func (r *simReplica) Stop(ctx context.Context) error {
 }
 
 func (r *simReplica) remoteStats(ctx context.Context) (replica.Stats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.addr+"/v2/stats", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.d.scheme()+r.addr+"/v2/stats", nil)
 	if err != nil {
 		return replica.Stats{}, err
 	}

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"modelplane/egress"
 	"modelplane/enrollment"
 	"modelplane/runtime/onnx"
+	"modelplane/tlscert"
 )
 
 // AgentConfig configures `modelplane agent`.
@@ -87,6 +90,11 @@ type AgentConfig struct {
 	// they dial only ControlPlaneURL's host and never a loopback,
 	// link-local or metadata address.
 	EgressAllowLoopback bool
+	// TLS is the certificate and key every replica's address serves
+	// (MP_TLS_CERT, MP_TLS_KEY; it must name the node's host) and the CA
+	// bundle the agent trusts for the control plane and its own replicas
+	// (MP_TLS_CA).
+	TLS tlscert.Files
 
 	// pool is the cluster's inventory once the kubernetes driver read it.
 	pool *cluster.Inventory
@@ -145,6 +153,8 @@ func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CacheDir, "cache-dir", env("MP_AGENT_CACHE_DIR", ""), "node artifact cache; keep it across restarts (MP_AGENT_CACHE_DIR; default <state-dir>/cache)")
 	loopbackDefault, _ := strconv.ParseBool(env("MP_AGENT_EGRESS_ALLOW_LOOPBACK", "false"))
 	fs.BoolVar(&c.EgressAllowLoopback, "egress-allow-loopback", loopbackDefault, "let artifact downloads reach a control plane on a loopback address (MP_AGENT_EGRESS_ALLOW_LOOPBACK)")
+	tlsFlags(fs, &c.TLS, "the node's replicas")
+	tlsCAFlag(fs, &c.TLS, "the control plane's and the replicas'")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", envInt("MP_AGENT_CACHE_BYTES", DefaultCacheBytes), "size of the artifact cache; least recently used versions are evicted above 80 % (MP_AGENT_CACHE_BYTES)")
 }
 
@@ -210,6 +220,7 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 			bad("MP_AGENT_TOKEN (--agent-token) is required with MP_CONTROL_PLANE_URL: the control plane serves model files only to agents that present it")
 		}
 	}
+	errs = append(errs, tlsProblems(c.TLS)...)
 	if c.CacheBytes <= 0 {
 		bad("MP_AGENT_CACHE_BYTES (--cache-bytes) must be a positive number of bytes")
 	}
@@ -281,7 +292,11 @@ func (c *AgentConfig) enrolled() bool {
 // one (exchanged now and kept), else from the kept credentials; nil when
 // the agent is not enrolled (it connects with --nats-creds).
 func (c *AgentConfig) enroll(ctx context.Context, log *slog.Logger) (*nodeSession, error) {
-	src := newControlPlaneSource(c.ControlPlaneURL)
+	roots, err := c.TLS.Client()
+	if err != nil {
+		return nil, fmt.Errorf("MP_TLS_CA (--tls-ca): %w", err)
+	}
+	src := newControlPlaneSource(c.ControlPlaneURL, roots)
 	var creds enrollment.Credentials
 	switch kept, ok, err := loadNodeCreds(c.StateDir); {
 	case c.Join != "":
@@ -379,9 +394,25 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if c.AgentToken != "" {
 		warnSharedAgentToken(log, "agent")
 	}
+	srvTLS, err := c.TLS.Server(log)
+	if err != nil {
+		return fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
+	clientTLS, err := c.TLS.Client()
+	if err != nil {
+		return fmt.Errorf("MP_TLS_CA (--tls-ca): %w", err)
+	}
+	var replicaTLS *tls.Config
+	if srvTLS != nil {
+		replicaTLS = srvTLS.Config()
+	}
+	var roots *x509.CertPool
+	if clientTLS != nil {
+		roots = clientTLS.RootCAs
+	}
 	if c.ControlPlaneURL != "" && c.Driver != DriverKubernetes { // pods fetch their own files
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
-			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback}, Log: log.With(slog.String("node", cfg.Node)),
+			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback, RootCAs: roots}, Log: log.With(slog.String("node", cfg.Node)),
 			Clock: clock}
 		if sess != nil {
 			cc.TokenFunc = sess.ArtifactToken
@@ -413,7 +444,8 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 			user = "" // the driver falls back to nobody when it is missing
 		}
 		drv, err := process.New(process.Config{StateDir: filepath.Join(cfg.StateDir, "process"), Node: cfg.Node, ModelRoot: c.ModelRoot, RunAs: user,
-			UIDs: c.RuntimeUIDs, Cgroup: c.RuntimeCgroup, Env: runtimeEnv(), Log: log, Clock: clock})
+			UIDs: c.RuntimeUIDs, Cgroup: c.RuntimeCgroup, Env: runtimeEnv(), Log: log, Clock: clock,
+			TLS: replicaTLS, ClientTLS: clientTLS})
 		if err != nil {
 			return err
 		}
@@ -422,7 +454,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 			stop = drv.Close
 		}
 	default:
-		drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log})
+		drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log, TLS: replicaTLS, ClientTLS: clientTLS})
 		cfg.Driver = drv
 		// The sim driver's replicas live in this process; end them cleanly.
 		stop = drv.Close
@@ -434,7 +466,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("modelplane agent running", slog.String("node", cfg.Node), slog.Int("gpus", len(cfg.GPUs)), slog.Int("cpus", cfg.CPUCores), slog.Int("memory_mb", cfg.MemoryMB), slog.String("state_dir", cfg.StateDir))
+	log.Info("modelplane agent running", slog.String("replica_scheme", srvTLS.Scheme()), slog.String("node", cfg.Node), slog.Int("gpus", len(cfg.GPUs)), slog.Int("cpus", cfg.CPUCores), slog.Int("memory_mb", cfg.MemoryMB), slog.String("state_dir", cfg.StateDir))
 	<-ctx.Done()
 	a.Stop()
 	if stop != nil {

@@ -16,6 +16,7 @@ import (
 
 	"modelplane/bus"
 	"modelplane/notify"
+	"modelplane/tlscert"
 	"modelplane/versioncheck"
 )
 
@@ -32,16 +33,19 @@ type ServerConfig struct {
 	HTTPAddr string
 	// AdminAddr serves /metrics, which names every team's routes: keep it
 	// on loopback or a network only operators reach.
-	AdminAddr      string
-	PublicURL      string
-	DatabaseURL    Secret
-	ClickHouseURL  Secret
-	NATS           bus.ClientConfig
-	OIDCIssuer     string
-	OIDCClientID   string
-	OIDCSecret     Secret
-	ArtifactDir    string
-	MaxUploadBytes int64
+	AdminAddr     string
+	PublicURL     string
+	DatabaseURL   Secret
+	ClickHouseURL Secret
+	NATS          bus.ClientConfig
+	OIDCIssuer    string
+	OIDCClientID  string
+	// OIDCCLIClientID is the public client of `modelplane login` at the
+	// same issuer; "" leaves login off.
+	OIDCCLIClientID string
+	OIDCSecret      Secret
+	ArtifactDir     string
+	MaxUploadBytes  int64
 	// AgentToken is the credential every node agent presents to fetch
 	// artifacts until nodes enrol with their own; empty refuses agents.
 	AgentToken Secret
@@ -90,7 +94,11 @@ type ServerConfig struct {
 	// (MP_REQUIRE_ATTESTATION).
 	DefaultQuota       map[string]float64
 	RequireAttestation bool
-	quotaErr           error
+	// TLS is the certificate and key the portal, API and admin listeners
+	// serve (MP_TLS_CERT, MP_TLS_KEY), read again when the files change;
+	// empty: plain HTTP.
+	TLS      tlscert.Files
+	quotaErr error
 }
 
 func env(name, def string) string {
@@ -143,6 +151,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	natsFlags(fs, &c.NATS, "nats-url", "")
 	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", env("MP_OIDC_ISSUER", ""), "OIDC issuer URL (MP_OIDC_ISSUER)")
 	fs.StringVar(&c.OIDCClientID, "oidc-client-id", env("MP_OIDC_CLIENT_ID", ""), "OIDC client id (MP_OIDC_CLIENT_ID)")
+	fs.StringVar(&c.OIDCCLIClientID, "oidc-cli-client-id", env("MP_OIDC_CLI_CLIENT_ID", ""), "OIDC public client id of `modelplane login` (PKCE, loopback redirects); empty: login off (MP_OIDC_CLI_CLIENT_ID)")
 	c.OIDCSecret = Secret(env("MP_OIDC_CLIENT_SECRET", ""))
 	fs.Var(secretFlag{&c.OIDCSecret}, "oidc-client-secret", "OIDC client secret (MP_OIDC_CLIENT_SECRET)")
 	fs.StringVar(&c.ArtifactDir, "artifact-dir", env("MP_ARTIFACT_DIR", "artifacts"), "content-addressed artifact store directory (MP_ARTIFACT_DIR)")
@@ -180,6 +189,7 @@ func (c *ServerConfig) Flags(fs *flag.FlagSet) {
 	c.SecretKey = Secret(env("MP_SECRET_KEY", ""))
 	fs.Var(secretFlag{&c.SecretKey}, "secret-key", "server keys sealing webhook secrets: comma-separated 32-byte base64 keys, the current first (MP_SECRET_KEY)")
 	fs.StringVar(&c.AlertmanagerURL, "alertmanager-url", env("MP_ALERTMANAGER_URL", ""), "Alertmanager base URL for the control plane's own alerts; empty sends none (MP_ALERTMANAGER_URL)")
+	tlsFlags(fs, &c.TLS, "the portal, API and admin listeners")
 	fs.DurationVar(&c.DriftAlertAfter, "drift-alert-after", envDuration("MP_DRIFT_ALERT_AFTER", 15*time.Minute), "how long a drift score stays past its threshold before it alerts (MP_DRIFT_ALERT_AFTER)")
 }
 
@@ -196,6 +206,7 @@ func (c *ServerConfig) Validate() error {
 	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
 		bad("MP_ADMIN_ADDR (--admin-addr) must differ from MP_HTTP_ADDR (--http-addr): /metrics stays off the public port")
 	}
+	errs = append(errs, tlsProblems(c.TLS)...)
 	if c.quotaErr != nil {
 		bad("MP_DEFAULT_QUOTA (--default-quota) %v", c.quotaErr)
 	}

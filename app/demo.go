@@ -24,6 +24,7 @@ import (
 	"modelplane/docs"
 	"modelplane/endpoint"
 	"modelplane/gguf"
+	"modelplane/grant"
 	"modelplane/llm"
 	"modelplane/quota"
 	"modelplane/registry"
@@ -76,6 +77,27 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 		if err := seedModel(ctx, cp, m); err != nil {
 			return fmt.Errorf("%s: %w", m.spec.Name, err)
 		}
+	}
+	return seedGrant(ctx, cp)
+}
+
+// seedGrant shares search's support-chat with risk, with a rate limit and
+// a daily quota, as search's engineers would (docs/sharing.md): risk's
+// keys call it, risk's people find it under "Shared with me", and
+// chargeback by caller team charges risk its share. A grant that exists
+// is left alone, so the next run keeps the data.
+func seedGrant(ctx context.Context, cp *controlplane.ControlPlane) error {
+	gs, err := cp.Grants.List(ctx, system, "support-chat")
+	if err != nil {
+		return fmt.Errorf("demo grant: %w", err)
+	}
+	for _, g := range gs {
+		if g.Team == "risk" {
+			return nil
+		}
+	}
+	if _, err := cp.Grants.Set(ctx, system, "support-chat", "risk", grant.Limits{RateLimitRPS: 20, RateLimitBurst: 40, DailyQuota: 50_000}); err != nil {
+		return fmt.Errorf("demo grant: %w", err)
 	}
 	return nil
 }

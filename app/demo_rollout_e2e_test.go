@@ -1,15 +1,18 @@
 package app
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"modelplane/busapi"
+	"modelplane/cli"
 	"modelplane/internal/wait"
 	"modelplane/rollout"
 )
@@ -20,7 +23,9 @@ import (
 // gateway, and a canary of v24 (the ONNX model trained on shuffled labels:
 // as fast and as error-free, but wrong) started through the API is rolled
 // back by the judge's drift check, with no human, while its latency and
-// error checks pass.
+// error checks pass. `modelplane rollouts watch`, started beside it,
+// follows the rollout on the API's event stream to the rollback and exits
+// 1 with the drift check's numbers printed.
 func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	t.Parallel()
 	oneDevAtATime(t)
@@ -64,6 +69,17 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	if !started.Criteria.Drift {
 		t.Fatalf("rollout %+v; want the drift gate on by default (a classifier on an endpoint that samples)", started)
 	}
+	type watchResult struct {
+		stdout, stderr string
+		code           int
+	}
+	watched := make(chan watchResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := cli.Run(t.Context(), []string{"rollouts", "watch", strconv.FormatInt(started.ID, 10)}, cli.Env{Stdout: &out, Stderr: &errb,
+			Getenv: func(k string) string { return map[string]string{"MP_API": env["MP_API"], "MP_API_KEY": key}[k] }, ConfigDir: t.TempDir()})
+		watched <- watchResult{out.String(), errb.String(), code}
+	}()
 
 	type check struct {
 		Name    string `json:"name"`
@@ -119,5 +135,26 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	}
 	if c := outcomes["drift"]; c.Outcome != "fail" {
 		t.Errorf("drift check = %+v; want it to fail", c)
+	}
+	var w watchResult
+	wait.Eventually(t, time.Minute, func() bool {
+		select {
+		case w = <-watched:
+			return true
+		default:
+			return false
+		}
+	}, "rollouts watch did not end with the rollout")
+	t.Logf("rollouts watch:\n%s", w.stdout)
+	for _, want := range []string{" 50%  progressing", "verdict", "rollout-controller", "rolled_back"} {
+		if !strings.Contains(w.stdout, want) {
+			t.Errorf("rollouts watch printed no %q:\n%s", want, w.stdout)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s+drift\s+fail\s+candidate [0-9.]+\s+threshold 0\.1$`).MatchString(w.stdout) {
+		t.Errorf("rollouts watch printed no failing drift check with its numbers:\n%s", w.stdout)
+	}
+	if w.code != 1 || !strings.Contains(w.stderr, "rolled_back") {
+		t.Errorf("rollouts watch exit %d (%s); want 1, rolled back", w.code, w.stderr)
 	}
 }

@@ -34,6 +34,10 @@ import (
 	"modelplane/notify"
 )
 
+// DevCLIClientID is the command-line client's public client at the
+// development identity provider, for `modelplane login`.
+const DevCLIClientID = "modelplane-cli"
+
 // DevConfig configures `modelplane dev`.
 type DevConfig struct {
 	Dir string
@@ -209,7 +213,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 
 	baseURL := "http://" + cfg.HTTPAddr
 	idp, err := devidp.Start(devidp.Config{Addr: cfg.IdPAddr, ClientID: "modelplane-dev", ClientSecret: "modelplane-dev-secret",
-		RedirectURLs: []string{baseURL + "/auth/callback"}})
+		RedirectURLs: []string{baseURL + "/auth/callback"}, PublicClients: []string{DevCLIClientID}})
 	if err != nil {
 		return fmt.Errorf("development identity provider: %w", err)
 	}
@@ -218,7 +222,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	// gets it from here.
 	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID(), ClientSecret: idp.ClientSecret(),
-		RedirectURL: baseURL + "/auth/callback"}, pool, clock)
+		RedirectURL: baseURL + "/auth/callback", CLIClientID: DevCLIClientID}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}

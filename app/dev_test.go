@@ -614,6 +614,15 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"usage"`) || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
 		t.Fatalf("streamed chat through the gateway = %d %s", resp.StatusCode, body)
 	}
+	// The demo shares search's support-chat with risk (docs/sharing.md):
+	// risk's key calls it through the gateway and finds it shared.
+	if resp, body := post("/v1/endpoints/support-chat/chat/completions", env["MP_RISK_KEY"],
+		`{"messages":[{"role":"user","content":"is this payment fraud?"}],"max_tokens":4}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("risk calls the support-chat search shared with it = %d %s, want 200", resp.StatusCode, body)
+	}
+	if body := get(t, env["MP_API"]+"/shared", env["MP_RISK_KEY"]); !strings.Contains(body, `"support-chat"`) || !strings.Contains(body, `"owner":"search"`) {
+		t.Errorf("risk's shared-with-me = %s, want search's support-chat", body)
+	}
 }
 
 // waitRequestStats waits until the gateway's statistics of the requests

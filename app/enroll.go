@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,8 +78,16 @@ type controlPlaneSource struct {
 	client *http.Client
 }
 
-func newControlPlaneSource(url string) controlPlaneSource {
-	return controlPlaneSource{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second}}
+// roots, when set, are the CAs the control plane's certificate chains to
+// (MP_TLS_CA).
+func newControlPlaneSource(url string, roots *tls.Config) controlPlaneSource {
+	c := &http.Client{Timeout: 30 * time.Second}
+	if roots != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = roots
+		c.Transport = t
+	}
+	return controlPlaneSource{url: strings.TrimRight(url, "/"), client: c}
 }
 
 // Join exchanges a join token; a refused token says why (used, expired,

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"modelplane/bus"
 	"modelplane/gateway"
+	"modelplane/tlscert"
 	"modelplane/tracing"
 )
 
@@ -54,7 +56,20 @@ type GatewayConfig struct {
 	// HoldQueue bounds the requests of one endpoint scaled to zero held
 	// while a replica starts (0: none held, 202 at once).
 	HoldQueue int64
-	LogLevel  string
+	// TLS is the listeners' certificate and key (MP_TLS_CERT, MP_TLS_KEY)
+	// and, in CA, the bundle replicas' certificates chain to (MP_TLS_CA):
+	// set, replicas are called over https.
+	TLS tlscert.Files
+	// ClientCA is the bundle client certificates must chain to
+	// (MP_GATEWAY_CLIENT_CA), read again when it changes; ClientTrustDomain
+	// the SPIFFE trust domain their identities are in
+	// (MP_GATEWAY_CLIENT_TRUST_DOMAIN). Empty: no client certificates.
+	ClientCA          string
+	ClientTrustDomain string
+	// QuotaGateways is how many gateways share grants' daily quotas
+	// (gateway.Config.QuotaGateways).
+	QuotaGateways int64
+	LogLevel      string
 }
 
 // Flags registers the gateway settings on fs, with MP_* environment
@@ -84,7 +99,13 @@ func (c *GatewayConfig) Flags(fs *flag.FlagSet) {
 		"how long an ejected replica is skipped (MP_GATEWAY_EJECT_COOLDOWN)")
 	fs.Int64Var(&c.HoldQueue, "hold-queue", envInt("MP_GATEWAY_HOLD_QUEUE", gateway.DefaultHoldQueue),
 		"requests of one endpoint scaled to zero held while a replica starts, each up to the endpoint's cold-start budget; more get 202 at once; 0 holds none (MP_GATEWAY_HOLD_QUEUE)")
+	fs.Int64Var(&c.QuotaGateways, "quota-gateways", envInt("MP_GATEWAY_QUOTA_GATEWAYS", gateway.DefaultQuotaGateways),
+		"how many gateways share grants' daily quotas; each reserves chunks of 5% of a quota divided by it, so quotas hold within 5% (MP_GATEWAY_QUOTA_GATEWAYS)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+	tlsFlags(fs, &c.TLS, "the gateway's listeners")
+	tlsCAFlag(fs, &c.TLS, "replicas' (set: replicas are called over https)")
+	fs.StringVar(&c.ClientCA, "client-ca", env("MP_GATEWAY_CLIENT_CA", ""), "PEM bundle of the CAs client certificates must chain to, read again when it changes; a verified certificate authenticates as a team's key (docs/tls.md); empty: none asked for (MP_GATEWAY_CLIENT_CA)")
+	fs.StringVar(&c.ClientTrustDomain, "client-trust-domain", env("MP_GATEWAY_CLIENT_TRUST_DOMAIN", ""), "SPIFFE trust domain of client certificates: spiffe://<it>/team/<team>/sa/<key name> (MP_GATEWAY_CLIENT_TRUST_DOMAIN)")
 }
 
 // gatewayConfig checks the command's settings and turns them into the
@@ -147,8 +168,34 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	if c.HoldQueue < 0 || c.HoldQueue > 1<<20 {
 		bad("MP_GATEWAY_HOLD_QUEUE (--hold-queue) must be a whole number from 0 to 1048576")
 	}
+	if c.QuotaGateways < 1 || c.QuotaGateways > 10_000 {
+		bad("MP_GATEWAY_QUOTA_GATEWAYS (--quota-gateways) must be a whole number from 1 to 10000")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("MP_LOG_LEVEL (--log-level) %v", err)
+	}
+	errs = append(errs, tlsProblems(c.TLS)...)
+	var replicaTLS *tls.Config
+	if c.TLS.CA != "" {
+		replicaTLS, _ = c.TLS.Client() // Problems named a bad bundle
+	}
+	switch {
+	case c.ClientCA != "" && c.TLS.Cert == "":
+		bad("MP_GATEWAY_CLIENT_CA (--client-ca) needs MP_TLS_CERT and MP_TLS_KEY: client certificates come over TLS")
+	case c.ClientCA != "" && c.ClientTrustDomain == "":
+		bad("MP_GATEWAY_CLIENT_CA (--client-ca) needs MP_GATEWAY_CLIENT_TRUST_DOMAIN (--client-trust-domain): the trust domain of spiffe://<domain>/team/<team>/sa/<name>")
+	case c.ClientCA == "" && c.ClientTrustDomain != "":
+		bad("MP_GATEWAY_CLIENT_TRUST_DOMAIN (--client-trust-domain) needs MP_GATEWAY_CLIENT_CA (--client-ca): the CAs client certificates chain to")
+	}
+	if c.ClientCA != "" {
+		if _, err := tlscert.LoadBundle(c.ClientCA, nil); err != nil {
+			bad("MP_GATEWAY_CLIENT_CA (--client-ca): %v", err)
+		}
+	}
+	if c.ClientTrustDomain != "" {
+		if _, err := tlscert.ParseServiceID("spiffe://" + c.ClientTrustDomain + "/team/t/sa/s"); err != nil {
+			bad("MP_GATEWAY_CLIENT_TRUST_DOMAIN (--client-trust-domain) %q must be lower-case letters, digits, '.', '-' or '_'", c.ClientTrustDomain)
+		}
 	}
 	if len(errs) > 0 {
 		return gateway.Config{}, errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
@@ -156,7 +203,8 @@ func (c *GatewayConfig) gatewayConfig() (gateway.Config, error) {
 	return gateway.Config{StateDir: c.StateDir, MaxBodyBytes: c.MaxBodyBytes, Timeout: c.Timeout, StallTimeout: c.StallTimeout,
 		ReadTimeout: c.ReadTimeout, ID: c.ID, StatsInterval: c.StatsInterval, KeyRPS: c.KeyRPS, KeyBurst: int(c.KeyBurst), EndpointRPS: c.EndpointRPS,
 		EndpointBurst: int(c.EndpointBurst), MaxOutstandingPerReplica: c.MaxOutstandingPerReplica, ShadowWorkers: int(c.ShadowWorkers),
-		EjectFailures: zeroIsOff(c.EjectFailures), EjectCooldown: c.EjectCooldown, HoldQueue: zeroIsOff(c.HoldQueue)}, nil
+		EjectFailures: zeroIsOff(c.EjectFailures), EjectCooldown: c.EjectCooldown, HoldQueue: zeroIsOff(c.HoldQueue),
+		ReplicaTLS: replicaTLS, ClientTrustDomain: c.ClientTrustDomain, QuotaGateways: int(c.QuotaGateways)}, nil
 }
 
 // zeroIsOff maps the command's 0 (off) to the package's negative: the
@@ -204,14 +252,9 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 		return err
 	}
 	defer nc.Close()
-	ln, err := net.Listen("tcp", c.Addr)
+	ln, adm, pub, err := c.listeners(log)
 	if err != nil {
-		return fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", c.Addr, err)
-	}
-	adm, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen %s (MP_GATEWAY_ADMIN_ADDR): %w", c.AdminAddr, err)
+		return err
 	}
 	g, stop, err := startGateway(ctx, cfg, nc, log)
 	if err != nil {
@@ -221,8 +264,28 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	}
 	defer stop()
 	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
-		slog.String("state_dir", cfg.StateDir))
+		slog.String("state_dir", cfg.StateDir), slog.String("scheme", pub.Scheme()), slog.Bool("client_certificates", c.ClientCA != ""))
 	return serveWithAdmin(ctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler())
+}
+
+// listeners opens the public listener, serving TLS and verifying client
+// certificates when a client CA is set, and the admin listener (the same
+// certificate, no client certificates); pub is nil for plain HTTP.
+func (c *GatewayConfig) listeners(log *slog.Logger) (ln, adm net.Listener, pub *tlscert.Server, err error) {
+	admin, err := c.TLS.Server(log)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
+	if admin != nil {
+		pub = &tlscert.Server{Keypair: admin.Keypair}
+		if c.ClientCA != "" {
+			if pub.ClientCAs, err = tlscert.LoadBundle(c.ClientCA, log); err != nil {
+				return nil, nil, nil, fmt.Errorf("MP_GATEWAY_CLIENT_CA (--client-ca): %w", err)
+			}
+		}
+	}
+	ln, adm, err = listenPair(c.Addr, "MP_GATEWAY_ADDR", pub, c.AdminAddr, "MP_GATEWAY_ADMIN_ADDR", admin)
+	return ln, adm, pub, err
 }
 
 // startGateway builds and starts a gateway, tracing as the OTEL_*

@@ -137,3 +137,33 @@ func TestGatewayShadowAndEjectionSettings(t *testing.T) {
 			cfg.ShadowWorkers, cfg.EjectCooldown, cfg.EjectFailures, cfg.HoldQueue)
 	}
 }
+
+// TestGatewayQuotaGatewaysSetting: MP_GATEWAY_QUOTA_GATEWAYS, the gateways
+// sharing grants' daily quotas, reaches the gateway's configuration, and
+// a value below one is named.
+func TestGatewayQuotaGatewaysSetting(t *testing.T) {
+	withCreds(t)
+	parse := func() GatewayConfig {
+		var c GatewayConfig
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		c.Flags(fs)
+		if err := fs.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	t.Setenv("MP_GATEWAY_QUOTA_GATEWAYS", "0")
+	bad := parse()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "MP_GATEWAY_QUOTA_GATEWAYS") {
+		t.Errorf("Validate() = %v; want it to name MP_GATEWAY_QUOTA_GATEWAYS", err)
+	}
+	t.Setenv("MP_GATEWAY_QUOTA_GATEWAYS", "3")
+	c := parse()
+	cfg, err := c.gatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QuotaGateways != 3 {
+		t.Errorf("quota gateways = %d, want 3", cfg.QuotaGateways)
+	}
+}

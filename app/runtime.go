@@ -18,7 +18,10 @@ import (
 	"modelplane/runtime"
 	"modelplane/runtime/lightgbm"
 	"modelplane/runtime/onnx"
+	"modelplane/runtime/tokenizer"
 	"modelplane/runtime/xgboost"
+	"modelplane/serveapi"
+	"modelplane/tlscert"
 	"modelplane/tracing"
 	"modelplane/versioncheck"
 )
@@ -31,6 +34,15 @@ func runtimeOpeners() map[string]runtime.Opener {
 		"onnx":         onnx.Load,
 		"xgboost-json": xgboost.Load,
 		"lightgbm":     lightgbm.Load,
+	}
+}
+
+// runtimeTensors are the loaders of models served with their own tensors
+// (a version whose serving configuration names no features), by format.
+func runtimeTensors() map[string]runtime.TensorOpener {
+	return map[string]runtime.TensorOpener{
+		"onnx":      func(path string) (serveapi.TensorModel, error) { return onnx.LoadTensors(path, onnx.Options{}) },
+		"tokenizer": tokenizer.Open,
 	}
 }
 
@@ -51,6 +63,11 @@ type RuntimeConfig struct {
 	DrainTimeout time.Duration
 	MaxBodyBytes int64
 	LogLevel     string
+	// TLS is the certificate and key the runtime serves (MP_TLS_CERT,
+	// MP_TLS_KEY), for a runtime started by hand or by a launcher that
+	// gives it files; a process agent serving TLS terminates it in the
+	// replica's guard instead and starts the runtime on loopback.
+	TLS tlscert.Files
 }
 
 // tokenFromFD reads the replica's token from the descriptor the agent
@@ -88,6 +105,7 @@ func (c *RuntimeConfig) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration("MP_RUNTIME_DRAIN_TIMEOUT", DefaultRuntimeDrainTimeout), "on SIGTERM, how long in-flight requests may take (MP_RUNTIME_DRAIN_TIMEOUT)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", envInt("MP_RUNTIME_MAX_BODY_BYTES", runtime.DefaultMaxBodyBytes), "largest request body (MP_RUNTIME_MAX_BODY_BYTES)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
+	tlsFlags(fs, &c.TLS, "the runtime's listener")
 }
 
 // Validate names every bad setting.
@@ -108,6 +126,10 @@ func (c *RuntimeConfig) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Sprintf("MP_LOG_LEVEL (--log-level) %v", err))
 	}
+	if c.TLS.CA != "" {
+		errs = append(errs, "MP_TLS_CA (--tls-ca) means nothing to the runtime: it calls nobody")
+	}
+	errs = append(errs, tlsProblems(c.TLS)...)
 	if len(errs) > 0 {
 		return errors.New("invalid configuration:\n  " + strings.Join(errs, "\n  "))
 	}
@@ -131,10 +153,15 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 	}
 	log := NewLogger(c.LogLevel)
 	addr := net.JoinHostPort(c.Host, strconv.FormatInt(c.Port, 10))
+	srvTLS, err := c.TLS.Server(log)
+	if err != nil {
+		return fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s (MP_RUNTIME_PORT): %w", addr, err)
 	}
+	ln = srvTLS.Listener(ln)
 	tp, err := tracing.FromEnv(ctx, "modelplane-runtime")
 	if err != nil {
 		ln.Close()
@@ -145,7 +172,8 @@ func runRuntime(ctx context.Context, c RuntimeConfig, openers map[string]runtime
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}()
-	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp})
+	s := runtime.New(runtime.Options{ReplicaID: c.ReplicaID, Token: string(c.Token), MaxBodyBytes: c.MaxBodyBytes, Log: log, Tracer: tp,
+		Tensors: runtimeTensors()})
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -225,5 +253,5 @@ func RunRuntimeValidate(ctx context.Context, c RuntimeValidateConfig) int {
 		return 2
 	}
 	return versioncheck.RunChild(ctx, c.ModelDir, versioncheck.ChildLimits{MemoryMB: c.MemoryMB,
-		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners())
+		CPUSeconds: c.CPUSeconds, MaxProcesses: c.MaxProcesses}, runtimeOpeners(), runtimeTensors())
 }

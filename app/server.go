@@ -29,6 +29,7 @@ import (
 	"modelplane/ingest"
 	"modelplane/migrations"
 	"modelplane/notify"
+	"modelplane/tlscert"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -185,7 +186,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	clock := quartz.NewReal()
 	oidc, err := auth.NewOIDC(ctx, auth.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID,
 		ClientSecret: string(cfg.OIDCSecret), RedirectURL: strings.TrimRight(cfg.PublicURL, "/") + "/auth/callback",
-		HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
+		CLIClientID: cfg.OIDCCLIClientID, HTTPClient: egressPolicy.Client(10 * time.Second)}, pool, clock)
 	if err != nil {
 		return fmt.Errorf("oidc: %w", err)
 	}
@@ -223,17 +224,23 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return err
 	}
 	defer cp.Stop()
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, adm, srvTLS, err := cfg.listeners(log)
 	if err != nil {
-		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
+		return err
 	}
-	adm, err := net.Listen("tcp", cfg.AdminAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
-	}
-	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()))
+	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
+		slog.String("scheme", srvTLS.Scheme()))
 	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
+}
+
+// listeners opens the portal and API listener and the admin listener,
+// both serving TLS with the configured certificate when there is one.
+func (cfg *ServerConfig) listeners(log *slog.Logger) (ln, adm net.Listener, s *tlscert.Server, err error) {
+	if s, err = cfg.TLS.Server(log); err != nil {
+		return nil, nil, nil, fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
+	ln, adm, err = listenPair(cfg.HTTPAddr, "MP_HTTP_ADDR", s, cfg.AdminAddr, "MP_ADMIN_ADDR", s)
+	return ln, adm, s, err
 }
 
 // MigrateConfig configures `modelplane migrate`.

@@ -72,7 +72,11 @@ type Row struct {
 	Actor string    `json:"actor"`
 	// ActorEmail is the person behind the actor: the user, or the creator
 	// of the API key used; "" for the platform itself or an unknown person.
-	ActorEmail string          `json:"actor_email,omitempty"`
+	ActorEmail string `json:"actor_email,omitempty"`
+	// Who is how people read the actor: the person, with the key's
+	// prefix when a key was used ("search-admin@example.com via
+	// mpk_2939ab12cd34"), else the actor.
+	Who        string          `json:"who"`
 	Via        string          `json:"via"`
 	Action     string          `json:"action"`
 	ObjectType string          `json:"object_type"`
@@ -127,8 +131,16 @@ func (l *Log) List(ctx context.Context, p *auth.Principal, f Filter) ([]Row, err
 	}
 	out := make([]Row, len(rows))
 	for i, r := range rows {
-		out[i] = Row{ID: r.ID, At: r.At, Team: r.TeamName, Actor: r.Actor, ActorEmail: r.ActorEmail, Via: r.Via, Action: r.Action,
-			ObjectType: r.ObjectType, ObjectName: r.ObjectName, Before: r.Before, After: r.After}
+		out[i] = Row{ID: r.ID, At: r.At, Team: r.TeamName, Actor: r.Actor, ActorEmail: r.ActorEmail, Who: who(r.Actor, r.ActorEmail),
+			Via: r.Via, Action: r.Action, ObjectType: r.ObjectType, ObjectName: r.ObjectName, Before: r.Before, After: r.After}
 	}
 	return out, nil
+}
+
+// who names an actor for people: the person behind a key with the key.
+func who(actor, email string) string {
+	if email == "" || email == actor {
+		return actor
+	}
+	return email + " via " + actor
 }

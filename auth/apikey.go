@@ -116,7 +116,7 @@ func (k *Keys) Authenticate(ctx context.Context, key string) (*Principal, error)
 			return nil, fmt.Errorf("authenticate key: %w", err)
 		}
 	}
-	p := &Principal{KeyID: row.ID, Name: row.Prefix, Via: "api-key"}
+	p := &Principal{KeyID: row.ID, Name: row.Prefix, Via: "api-key", OwnerEmail: row.CreatorEmail}
 	if row.CreatedBy != nil {
 		p.OwnerUserID = *row.CreatedBy
 	}

@@ -27,6 +27,8 @@ type IdentityPublisher struct {
 	pool                      *pgxpool.Pool
 	client                    *http.Client
 	issuer, audience, jwksURL string
+	// cliAudience is the command-line client's id ("" for none).
+	cliAudience string
 	// last is the payload last written per key; nil before the first
 	// Publish, which writes everything.
 	last map[string]string
@@ -34,7 +36,7 @@ type IdentityPublisher struct {
 
 // IdentityPublisher returns the publisher of this relying party's issuer.
 func (o *OIDC) IdentityPublisher(pool *pgxpool.Pool) *IdentityPublisher {
-	return &IdentityPublisher{pool: pool, client: o.client, issuer: o.issuer, audience: o.clientID, jwksURL: o.jwksURL}
+	return &IdentityPublisher{pool: pool, client: o.client, issuer: o.issuer, audience: o.clientID, cliAudience: o.cliClientID, jwksURL: o.jwksURL}
 }
 
 // BeginTerm starts a leadership term: it drops what the publisher
@@ -71,7 +73,7 @@ func (p *IdentityPublisher) Publish(ctx context.Context) (int, error) {
 	want := map[string]string{}
 	jwks, jwksErr := p.fetchJWKS(ctx)
 	if jwksErr == nil {
-		b, err := json.Marshal(busapi.OIDCEntry{Issuer: p.issuer, Audience: p.audience, JWKS: jwks})
+		b, err := json.Marshal(busapi.OIDCEntry{Issuer: p.issuer, Audience: p.audience, CLIAudience: p.cliAudience, JWKS: jwks})
 		if err != nil {
 			return 0, fmt.Errorf("publish identity: %w", err)
 		}

@@ -41,6 +41,11 @@ type OIDCConfig struct {
 	ClientSecret string   // never printed: see String
 	RedirectURL  string   // the callback URL registered at the IdP
 	Scopes       []string // default openid, email, profile
+	// CLIClientID is the public client (no secret, PKCE, loopback
+	// redirects) of the command-line client's `modelplane login`; ID
+	// tokens issued to it are accepted as bearer tokens too. "" accepts
+	// none and leaves login off.
+	CLIClientID string
 	// HTTPClient makes discovery, JWKS and code-exchange calls; nil is a
 	// plain client. `modelplane server` passes the egress allow-list's
 	// client, so the IdP is dialled only at an address that list accepts.
@@ -49,8 +54,8 @@ type OIDCConfig struct {
 
 // String prints the config with the secret hidden.
 func (c OIDCConfig) String() string {
-	return fmt.Sprintf("{Issuer:%s ClientID:%s ClientSecret:<secret> RedirectURL:%s Scopes:%v}",
-		c.Issuer, c.ClientID, c.RedirectURL, c.Scopes)
+	return fmt.Sprintf("{Issuer:%s ClientID:%s ClientSecret:<secret> RedirectURL:%s Scopes:%v CLIClientID:%s}",
+		c.Issuer, c.ClientID, c.RedirectURL, c.Scopes, c.CLIClientID)
 }
 
 // LogValue keeps the secret out of structured logs too.
@@ -61,9 +66,12 @@ func (c OIDCConfig) LogValue() slog.Value { return slog.StringValue(c.String()) 
 type OIDC struct {
 	oauth    oauth2.Config
 	verifier *oidc.IDTokenVerifier
-	client   *http.Client
-	pool     *pgxpool.Pool
-	clock    quartz.Clock
+	// cliVerifier accepts the ID tokens of CLIClientID; nil without one.
+	cliVerifier *oidc.IDTokenVerifier
+	cliClientID string
+	client      *http.Client
+	pool        *pgxpool.Pool
+	clock       quartz.Clock
 	// issuer, clientID and jwksURL are what gateways need to verify tokens
 	// themselves (see IdentityPublisher).
 	issuer, clientID, jwksURL string
@@ -98,10 +106,16 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, clock quar
 	if err := provider.Claims(&disc); err != nil {
 		return nil, fmt.Errorf("oidc discovery: %w", err)
 	}
+	var cliVerifier *oidc.IDTokenVerifier
+	if cfg.CLIClientID != "" {
+		cliVerifier = provider.Verifier(&oidc.Config{ClientID: cfg.CLIClientID, Now: func() time.Time { return clock.Now() }})
+	}
 	return &OIDC{
-		issuer:   cfg.Issuer,
-		clientID: cfg.ClientID,
-		jwksURL:  disc.JWKSURL,
+		cliVerifier: cliVerifier,
+		cliClientID: cfg.CLIClientID,
+		issuer:      cfg.Issuer,
+		clientID:    cfg.ClientID,
+		jwksURL:     disc.JWKSURL,
 		oauth: oauth2.Config{
 			ClientID:     cfg.ClientID,
 			ClientSecret: cfg.ClientSecret,
@@ -117,6 +131,12 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, pool *pgxpool.Pool, clock quar
 		pool:     pool,
 		clock:    clock,
 	}, nil
+}
+
+// CLI returns the issuer and the command-line client's id for `modelplane
+// login`; ok is false when no CLI client is configured.
+func (o *OIDC) CLI() (issuer, clientID string, ok bool) {
+	return o.issuer, o.cliClientID, o.cliClientID != ""
 }
 
 // Begin starts a browser sign-in and returns the IdP URL to redirect to.
@@ -257,6 +277,10 @@ func (o *OIDC) AuthenticateToken(ctx context.Context, raw string) (*Principal, e
 		return nil, ErrUnauthenticated
 	}
 	t, err := o.verifier.Verify(ctx, raw)
+	if err != nil && o.cliVerifier != nil {
+		// The same issuer and keys; only the audience differs.
+		t, err = o.cliVerifier.Verify(ctx, raw)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}

@@ -45,7 +45,9 @@ type Principal struct {
 	// OwnerUserID is, for an API key, the user who created it (the human
 	// acting through the key); 0 for users and for keys with no known
 	// creator (made before users existed, or the creator was deleted).
-	OwnerUserID  int64
+	OwnerUserID int64
+	// OwnerEmail is that user's email, for Who; "" when unknown.
+	OwnerEmail   string
 	Name         string // email for users, key prefix for keys
 	Via          string // "session", "oidc-token" or "api-key"
 	PlatformRole Role   // "", RolePlatformAdmin or RoleFinance
@@ -143,6 +145,18 @@ func (p *Principal) HumanID() int64 {
 // or a system actor. It is for people to read, never to compare: emails
 // change and can be shared; ActorUserID, ActorKeyID and Namespace say who.
 func (p *Principal) Actor() string { return p.Name }
+
+// Who names the principal where people read what it did (a rollout's
+// timeline and messages, who registered a version): a key as the person
+// behind it with the key's prefix ("search-admin@example.com via
+// mpk_2939ab12cd34"), anyone else as Actor. Like Actor it is for reading,
+// never for comparing.
+func (p *Principal) Who() string {
+	if p.KeyID != 0 && p.OwnerEmail != "" {
+		return p.OwnerEmail + " via " + p.Name
+	}
+	return p.Name
+}
 
 // ActorUserID is the person who acted (HumanID), as the nullable id the
 // audit log and created_by columns store; nil when nobody is known.

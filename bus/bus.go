@@ -23,7 +23,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream) error {
 // them down to flood them.
 func EnsureContract(ctx context.Context, js jetstream.JetStream, buckets []busapi.Bucket, streams []busapi.Stream) error {
 	for _, b := range buckets {
-		cfg := jetstream.KeyValueConfig{Bucket: b.Name, History: uint8(b.History), Storage: jetstream.FileStorage, MaxBytes: orNoLimit(b.MaxBytes)}
+		cfg := jetstream.KeyValueConfig{Bucket: b.Name, History: uint8(b.History), Storage: jetstream.FileStorage, MaxBytes: orNoLimit(b.MaxBytes), TTL: b.TTL}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("kv bucket %s: %w", b.Name, err)
 		}

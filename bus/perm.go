@@ -29,8 +29,10 @@ func ControlPlanePermissions() Permissions {
 
 // GatewayPermissions are a gateway's: it reads the routing table, the API
 // key digests and the identity entries (watching whole buckets), and
-// publishes request statistics, prediction samples and wake requests. It
-// writes no bucket and reads no node's desired state or heartbeats.
+// publishes request statistics, prediction samples and wake requests. The
+// one bucket it writes is mp_grant_quota, the daily quota counters of
+// grants, which it reads and updates key by key (compare-and-set); it reads
+// no node's desired state or heartbeats.
 func GatewayPermissions(name string) Permissions {
 	inbox := GatewayInbox(name)
 	p := Permissions{
@@ -45,6 +47,9 @@ func GatewayPermissions(name string) Permissions {
 	for _, b := range []string{busapi.BucketRoutes, busapi.BucketKeys, busapi.BucketIdentity} {
 		p.Publish = append(p.Publish, watchAPI(b, busapi.KVSubject(b, ">"))...)
 	}
+	q := "KV_" + busapi.BucketGrantQuota
+	p.Publish = append(p.Publish, "$JS.API.STREAM.INFO."+q, "$JS.API.DIRECT.GET."+q+".>", "$JS.API.STREAM.MSG.GET."+q,
+		busapi.KVSubject(busapi.BucketGrantQuota, ">"))
 	return p
 }
 

@@ -418,6 +418,26 @@ func TestLegitimateFlowsWork(t *testing.T) {
 	if _, err := wakes.NextMsg(10 * time.Second); err != nil {
 		t.Errorf("wake: %v", err)
 	}
+	// The daily quota counters of grants (gateway/grant.go): the one
+	// bucket a gateway writes, read and compare-and-set by key.
+	quota, err := gjs.KeyValue(t.Context(), busapi.BucketGrantQuota)
+	if err != nil {
+		t.Fatalf("gateway looks up %s: %v", busapi.BucketGrantQuota, err)
+	}
+	key := busapi.GrantQuotaKey(7, "search", "20261205")
+	if _, err := quota.Get(t.Context(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("gateway reads a counter that does not exist: %v, want not found", err)
+	}
+	rev, err := quota.Create(t.Context(), key, []byte("10"))
+	if err != nil {
+		t.Fatalf("gateway creates a counter: %v", err)
+	}
+	if _, err := quota.Update(t.Context(), key, []byte("20"), rev); err != nil {
+		t.Errorf("gateway updates a counter: %v", err)
+	}
+	if e, err := quota.Get(t.Context(), key); err != nil || string(e.Value()) != "20" {
+		t.Errorf("gateway reads the counter: %v %v, want 20", e, err)
+	}
 	select {
 	case err := <-gc.errs:
 		t.Errorf("the gateway was refused something: %v", err)

@@ -27,7 +27,24 @@ const (
 	// without a database: the issuer, audience and signing keys (key
 	// IdentityOIDCKey) and each user's memberships (key IdentityUserKey).
 	BucketIdentity = "mp_identity"
+	// BucketGrantQuota holds the shared counters of grants' daily quotas
+	// (key GrantQuotaKey): how many requests gateways have reserved of one
+	// consumer's quota on one endpoint on one UTC day. Gateways reserve in
+	// chunks by compare-and-set (docs/sharing.md); it is the one bucket
+	// they write.
+	BucketGrantQuota = "mp_grant_quota"
 )
+
+// GrantQuotaTTL is how long a daily quota counter is kept: the day it
+// counts and the next, so a gateway whose clock is slightly behind still
+// finds it.
+const GrantQuotaTTL = 48 * time.Hour
+
+// GrantQuotaKey is the key in BucketGrantQuota of team's counter on the
+// endpoint of id endpointID on the UTC day of day (YYYYMMDD).
+func GrantQuotaKey(endpointID int64, team, day string) string {
+	return strconv.FormatInt(endpointID, 10) + "." + team + "." + day
+}
 
 // Streams and their subject prefixes.
 const (
@@ -50,6 +67,8 @@ type Bucket struct {
 	History      int
 	MaxBytes     int64
 	MaxConsumers int
+	// TTL, when set, expires each key that long after its last write.
+	TTL time.Duration
 }
 
 // Stream is a JetStream stream's settings. Every stream uses file storage and
@@ -103,6 +122,7 @@ var Buckets = []Bucket{
 	{Name: BucketRoutes, History: 1, MaxBytes: BucketMaxBytes},
 	{Name: BucketKeys, History: 1, MaxBytes: BucketMaxBytes},
 	{Name: BucketIdentity, History: 1, MaxBytes: BucketMaxBytes},
+	{Name: BucketGrantQuota, History: 1, MaxBytes: BucketMaxBytes, TTL: GrantQuotaTTL},
 }
 
 // Streams are the streams the control plane creates at start. MaxAge bounds
@@ -636,6 +656,25 @@ type Route struct {
 	// autoscaling policy's cold_start_budget_s, else 30 s for CPU versions
 	// and 120 s when a version needs a GPU. 0 holds nothing (202 at once).
 	ColdStartBudgetS int `json:"cold_start_budget_s,omitempty"`
+	// Grants are the other teams the endpoint's owners let call it, by
+	// team name, each with its own limits (package grant); empty when
+	// none. A caller of a team neither owning nor granted gets 404.
+	Grants []RouteGrant `json:"grants,omitempty"`
+}
+
+// RouteGrant is one consumer team's call access to an endpoint.
+type RouteGrant struct {
+	Team string `json:"team"`
+	// RateLimitRPS and RateLimitBurst bound the team's requests at each
+	// gateway (bursts of the rate rounded up when 0); 0 is unlimited.
+	RateLimitRPS   float64 `json:"rate_limit_rps,omitempty"`
+	RateLimitBurst int     `json:"rate_limit_burst,omitempty"`
+	// DailyQuota bounds the team's requests per UTC day across gateways
+	// (BucketGrantQuota); 0 is unlimited.
+	DailyQuota int64 `json:"daily_quota,omitempty"`
+	// Sampling says whether the team's requests may be sampled into
+	// MP_PREDICTIONS at the endpoint's sampling rate.
+	Sampling bool `json:"sampling,omitempty"`
 }
 
 // RouteExperiment is an endpoint's active A/B experiment.
@@ -723,6 +762,11 @@ type KeyEntry struct {
 	// an org-wide key.
 	Role      string     `json:"role"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Name is the key's name, as its team named it: a team key is also
+	// the service identity a client certificate of
+	// spiffe://<trust-domain>/team/<team>/sa/<name> authenticates as at
+	// a gateway that verifies client certificates (docs/tls.md).
+	Name string `json:"name,omitempty"`
 }
 
 // IdentityOIDCKey is the key of the OIDCEntry in BucketIdentity.
@@ -741,6 +785,9 @@ func IdentityUserKey(issuer, subject string) string {
 type OIDCEntry struct {
 	Issuer   string `json:"issuer"`
 	Audience string `json:"audience"`
+	// CLIAudience is a further audience accepted: the public client of
+	// `modelplane login` at the same issuer; "" for none.
+	CLIAudience string `json:"cli_audience,omitempty"`
 	// JWKS is the issuer's JSON Web Key Set, as the issuer serves it.
 	JWKS json.RawMessage `json:"jwks"`
 }
@@ -855,6 +902,10 @@ type ReqStats struct {
 	Pinned bool `json:"pinned,omitempty"`
 	// EndpointID is the routing entry's endpoint id (Route.EndpointID).
 	EndpointID int64 `json:"endpoint_id,omitempty"`
+	// CallerTeam is the team of a granted caller (Route.Grants) whose
+	// requests this series counts; empty for the owning team's own
+	// requests. A caller's series is separate, with its own id.
+	CallerTeam string `json:"caller_team,omitempty"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at

@@ -24,6 +24,8 @@ var CSVColumns = []string{
 	// CPU cores, priced per core-hour, counted apart from the GPUs:
 	// gpu_seconds, gpu_hours and avg_gpu_util_pct leave them out.
 	"cpu_core_seconds", "cpu_core_hours",
+	// The team whose calls the row's cost is for (group_by caller_team).
+	"caller_team",
 }
 
 // WriteCSV writes the report as RFC 4180 CSV (CRLF line ends) after one
@@ -80,7 +82,7 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
 		strconv.FormatInt(r.GPUOnlySeconds(), 10), r.GPUOnlyHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
 		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, util,
-		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(),
+		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(), csvSafe(r.CallerTeam),
 	}
 }
 

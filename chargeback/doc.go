@@ -1,7 +1,11 @@
 // Package chargeback owns the reports finance and teams read about GPU cost:
 // usage and cost over a period grouped by team, endpoint, model, version, GPU
-// type and allocation profile, with totals, the CSV finance pastes into a
-// spreadsheet, the daily cost series and top endpoints the portal charts.
+// type, allocation profile and caller team, with totals, the CSV finance
+// pastes into a spreadsheet, the daily cost series and top endpoints the
+// portal charts. The caller team splits an endpoint's cost among the teams
+// granted it by their share of its requests (tokens for LLMs) in each hour,
+// rounded down on the exact numerator, the owners keeping the rest
+// (apportion.go).
 //
 // The money rule (docs/chargeback.md). Every usage second was stamped at
 // ingest with the rate in force at that second (package billing), so its

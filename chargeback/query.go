@@ -3,6 +3,7 @@ package chargeback
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -73,6 +74,9 @@ func (s *Service) usage(ctx context.Context, grain []Dimension, f filter, from, 
 	var seals map[time.Time]daySums
 	if src == SourceRaw || !h0.Before(h1) {
 		spans = []span{{from, to, tableRaw}}
+	} else if slices.Contains(grain, dimHour) {
+		// Sealed days have no hours: a split by hour reads the rollup.
+		spans = []span{{from, h0, tableRaw}, {h0, h1, tableHourly}, {h1, to, tableRaw}}
 	} else {
 		spans = append(spans, span{from, h0, tableRaw})
 		mid, sealed, err := s.wholeHours(ctx, h0, h1)

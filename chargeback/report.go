@@ -35,13 +35,24 @@ const (
 	DimVersion    Dimension = "version"
 	DimGPUType    Dimension = "gpu_type"
 	DimAllocation Dimension = "allocation"
+	// DimCallerTeam splits each endpoint's cost among the teams that
+	// called it: in each hour, a team granted access (package grant) is
+	// charged the endpoint's cost times its share of the endpoint's
+	// requests (of its tokens, when the endpoint counted tokens that
+	// hour), rounded down in exact integers, and the owning team keeps
+	// the rest (apportion.go). A row of the owners' own use names the
+	// owning team.
+	DimCallerTeam Dimension = "caller_team"
 )
 
 // Dimensions lists every dimension in nesting order.
-var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation}
+var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation, DimCallerTeam}
 
 // dimDay groups by UTC day; only Daily uses it.
 const dimDay Dimension = "day"
+
+// dimHour groups by the hour; only the caller_team split uses it.
+const dimHour Dimension = "hour"
 
 // column is the ClickHouse expression of a dimension in one of the tables; the allocation is the profile column ("full", "mig-1g.10gb",
 // "mps-25pct", ...).
@@ -49,6 +60,11 @@ func (d Dimension) column(t table) string {
 	switch d {
 	case DimAllocation:
 		return "profile"
+	case dimHour:
+		if t == tableRaw {
+			return "toString(toStartOfHour(ts))"
+		}
+		return "toString(hour)"
 	case dimDay:
 		switch t {
 		case tableHourly:
@@ -79,7 +95,7 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 		d := Dimension(part)
 		if !slices.Contains(Dimensions, d) {
 			var errs field.Errors
-			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation", part)
+			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation, caller_team", part)
 			return nil, errs
 		}
 		seen[d] = true
@@ -124,8 +140,12 @@ type Query struct {
 // portal write it Unallocated).
 type Key struct {
 	Team, Endpoint, Model, Version, GPUType, Allocation string
+	// CallerTeam is the team whose calls a row's cost is for: a granted
+	// team, or the owning team (Team's value) for its own use.
+	CallerTeam string
 
-	day string // YYYY-MM-DD, in Daily's reads only
+	day  string // YYYY-MM-DD, in Daily's reads only
+	hour string // the hour's start, in the caller_team split only
 }
 
 func (k *Key) set(d Dimension, v string) {
@@ -142,8 +162,12 @@ func (k *Key) set(d Dimension, v string) {
 		k.GPUType = v
 	case DimAllocation:
 		k.Allocation = v
+	case DimCallerTeam:
+		k.CallerTeam = v
 	case dimDay:
 		k.day = v
+	case dimHour:
+		k.hour = v
 	}
 }
 
@@ -162,6 +186,8 @@ func (k Key) Get(d Dimension) string {
 		return k.GPUType
 	case DimAllocation:
 		return k.Allocation
+	case DimCallerTeam:
+		return k.CallerTeam
 	}
 	return ""
 }
@@ -365,11 +391,23 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		return rep, nil
 	}
 	f := filter{all: all, teams: teams, team: q.Team, endpoint: q.Endpoint}
-	tokens := !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
+	byCaller := slices.Contains(q.GroupBy, DimCallerTeam)
+	tokens := !byCaller && !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
 	// The query's grain: the grouping, plus team, endpoint and version
 	// when the rows can carry tokens (tokens are counted per endpoint
-	// version of a team).
-	grain := slices.Clone(q.GroupBy)
+	// version of a team), or team, endpoint and hour when the rows are
+	// split by caller team (the split is per endpoint and hour).
+	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam })
+	if byCaller {
+		// A consumer sees its share of other teams' endpoints: the
+		// split reads every team's usage and keeps the visible rows.
+		f.all = true
+		for _, d := range []Dimension{DimTeam, DimEndpoint, dimHour} {
+			if !slices.Contains(grain, d) {
+				grain = append(grain, d)
+			}
+		}
+	}
 	if tokens {
 		for _, d := range []Dimension{DimTeam, DimEndpoint, DimVersion} {
 			if !slices.Contains(grain, d) {
@@ -380,6 +418,16 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	fine, err := s.usage(ctx, grain, f, q.From, q.To, q.Source)
 	if err != nil {
 		return nil, err
+	}
+	if byCaller {
+		if fine, err = s.apportion(ctx, fine, f, q.From, q.To); err != nil {
+			return nil, err
+		}
+		if !all {
+			fine = slices.DeleteFunc(fine, func(r Row) bool {
+				return !slices.Contains(teams, r.Team) && !slices.Contains(teams, r.CallerTeam)
+			})
+		}
 	}
 	var tok map[[3]string]int64
 	if tokens && len(fine) > 0 {

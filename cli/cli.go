@@ -30,7 +30,7 @@ const (
 type Env struct {
 	Stdout, Stderr io.Writer
 	Stdin          io.Reader
-	// Getenv reads MP_API, MP_API_KEY, MP_GATEWAY and MP_CONTEXT.
+	// Getenv reads MP_API, MP_API_KEY, MP_GATEWAY, MP_TLS_CA and MP_CONTEXT.
 	Getenv func(string) string
 	// ConfigDir holds config.json; "" is modelplane under the user's
 	// configuration directory.
@@ -39,10 +39,13 @@ type Env struct {
 	HTTP *http.Client
 	// Version is the version the client reports; "" is this build's.
 	Version string
+	// OpenBrowser opens login's sign-in URL; nil runs the system's
+	// opener (xdg-open, open). Tests play the browser here.
+	OpenBrowser func(url string) error
 }
 
 // nouns are the first words main hands to Run.
-var nouns = []string{"models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
+var nouns = []string{"login", "logout", "models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
 
 // Has reports whether word is a command of the client.
 func Has(word string) bool { return slices.Contains(nouns, word) }
@@ -58,6 +61,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 type app struct {
 	env                        Env
 	api, key, gateway, ctxName string
+	ca                         string
 	output                     string
 	client                     *client
 }
@@ -138,6 +142,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 	pf.StringVar(&a.api, "api", "", "API base URL, e.g. http://127.0.0.1:8080/api/v1 (MP_API)")
 	pf.StringVar(&a.key, "key", "", "API key (MP_API_KEY)")
 	pf.StringVar(&a.gateway, "gateway", "", "inference gateway URL for predict (MP_GATEWAY)")
+	pf.StringVar(&a.ca, "tls-ca", "", "PEM bundle of the CAs the API's and gateway's certificates chain to; empty: the system's roots (MP_TLS_CA)")
 	pf.StringVar(&a.ctxName, "context", "", "use this context of the configuration file (MP_CONTEXT)")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -155,7 +160,8 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 		return nil
 	}
 	root.AddCommand(a.modelsCmd(), a.versionsCmd(), a.endpointsCmd(), a.trafficCmd(), a.rolloutsCmd(), a.experimentsCmd(), a.keysCmd(),
-		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd())
+		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd(),
+		a.loginCmd(), a.logoutCmd())
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }

@@ -178,7 +178,7 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		s.run(t, viewer, "rollouts", "rollback", ids).want(t, "rollback as a viewer", 1, "403")
 		// watch follows the rollout until the rollback ends it.
 		watched := make(chan result, 1)
-		go func() { watched <- s.run(t, risk, "rollouts", "watch", ids, "--interval", "20ms") }()
+		go func() { watched <- s.run(t, risk, "rollouts", "watch", ids) }()
 		rb := jsonOf[map[string]any](t, s.run(t, risk, "rollouts", "rollback", ids, "-m", "on-call: p99", "-o", "json").ok(t, "rollouts rollback"))
 		var w result
 		wait.Eventually(t, time.Minute, func() bool {

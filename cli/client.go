@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +51,10 @@ type client struct {
 	version string
 	warn    io.Writer
 	once    sync.Once
+	// renew reads the login token again, refreshed when it is about to
+	// expire, for a long-lived command (watch) that reconnects; nil when
+	// the client calls with a key.
+	renew func(ctx context.Context) error
 }
 
 func (a *app) apiClient() (*client, error) {
@@ -58,12 +65,47 @@ func (a *app) apiClient() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := a.env.HTTP
-	if h == nil {
-		h = &http.Client{Timeout: 0} // uploads may take long; each call has its context
+	h, err := a.httpFor(t)
+	if err != nil {
+		return nil, err
 	}
-	a.client = &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
+	c := &client{t: t, http: h, version: a.env.Version, warn: a.env.Stderr}
+	if t.key == "" {
+		// No key anywhere: the token login kept for this server, if any.
+		idp, err := a.idpHTTP(t)
+		if err != nil {
+			return nil, err
+		}
+		c.renew = func(ctx context.Context) error {
+			k, err := a.loginToken(ctx, idp, t.api)
+			if err == nil && k != "" {
+				c.t.key = k
+			}
+			return err
+		}
+		if err := c.renew(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	a.client = c
 	return a.client, nil
+}
+
+// httpFor is the HTTP client for t: Env.HTTP, else one that trusts t's CA
+// bundle when it names one.
+func (a *app) httpFor(t target) (*http.Client, error) {
+	if a.env.HTTP != nil {
+		return a.env.HTTP, nil
+	}
+	h := &http.Client{Timeout: 0} // uploads may take long; each call has its context
+	if t.ca != "" {
+		tr, err := trusting(t.ca)
+		if err != nil {
+			return nil, err
+		}
+		h.Transport = tr
+	}
+	return h, nil
 }
 
 // request builds a request to the API path (under /api/v1) with query.
@@ -150,6 +192,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		if !retryable(err) || ctx.Err() != nil || attempt == attempts {
 			break
 		}
+		fmt.Fprintf(c.warn, "modelplane: %s %s: attempt %d failed (%v); retrying with the same Idempotency-Key\n", method, path, attempt, err)
 		if berr := backoff(ctx, attempt); berr != nil {
 			return nil, berr
 		}
@@ -229,4 +272,20 @@ func backoff(ctx context.Context, n int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// trusting is the default transport trusting only the CAs of the PEM
+// bundle file (--tls-ca, MP_TLS_CA).
+func trusting(file string) (*http.Transport, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("--tls-ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--tls-ca %s: no PEM certificate in it", file)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	return tr, nil
 }

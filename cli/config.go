@@ -25,6 +25,12 @@ type ConfigContext struct {
 	API     string `json:"api"`
 	Key     string `json:"key,omitempty"`
 	Gateway string `json:"gateway,omitempty"`
+	// CA is a PEM bundle of the CAs the server's certificates chain to,
+	// for a server with a certificate of an internal CA.
+	CA string `json:"ca,omitempty"`
+	// Token is what `modelplane login` signed in with, used when no key
+	// is given.
+	Token *Token `json:"token,omitempty"`
 }
 
 func (c Config) names() []string {
@@ -89,7 +95,7 @@ func (a *app) saveConfig(cfg Config) error {
 }
 
 // target is where a command goes: the API base, the key and the gateway.
-type target struct{ api, key, gateway string }
+type target struct{ api, key, gateway, ca string }
 
 // resolve picks the target: flags, then an explicit context (--context,
 // MP_CONTEXT), then MP_API / MP_API_KEY / MP_GATEWAY, then the current
@@ -100,7 +106,10 @@ func (a *app) resolve() (target, error) {
 	if err != nil {
 		return t, err
 	}
-	fill := func(api, key, gw string) {
+	fill := func(api, key, gw, ca string) {
+		if t.ca == "" {
+			t.ca = ca
+		}
 		if t.api == "" {
 			t.api = api
 		}
@@ -111,7 +120,7 @@ func (a *app) resolve() (target, error) {
 			t.gateway = gw
 		}
 	}
-	fill(a.api, a.key, a.gateway)
+	fill(a.api, a.key, a.gateway, a.ca)
 	name := a.ctxName
 	if name == "" {
 		name = a.env.Getenv("MP_CONTEXT")
@@ -121,11 +130,11 @@ func (a *app) resolve() (target, error) {
 		if !ok {
 			return t, usagef("no context %q (have: %s)", name, strings.Join(cfg.names(), ", "))
 		}
-		fill(c.API, c.Key, c.Gateway)
+		fill(c.API, c.Key, c.Gateway, c.CA)
 	}
-	fill(a.env.Getenv("MP_API"), a.env.Getenv("MP_API_KEY"), a.env.Getenv("MP_GATEWAY"))
+	fill(a.env.Getenv("MP_API"), a.env.Getenv("MP_API_KEY"), a.env.Getenv("MP_GATEWAY"), a.env.Getenv("MP_TLS_CA"))
 	if c, ok := cfg.Contexts[cfg.Current]; ok {
-		fill(c.API, c.Key, c.Gateway)
+		fill(c.API, c.Key, c.Gateway, c.CA)
 	}
 	if t.api == "" {
 		return t, usagef("no API: set MP_API and MP_API_KEY (source .modelplane/dev.env), pass --api and --key, or run 'modelplane context set'")
@@ -173,6 +182,7 @@ func (a *app) contextCmd() *cobra.Command {
 	setCmd.Flags().StringVar(&set.API, "api", "", "API base URL")
 	setCmd.Flags().StringVar(&set.Key, "key", "", "API key")
 	setCmd.Flags().StringVar(&set.Gateway, "gateway", "", "gateway URL")
+	setCmd.Flags().StringVar(&set.CA, "tls-ca", "", "PEM bundle of the CAs the server's certificates chain to")
 	complete := func(_ *cobra.Command, argv []string, _ string) ([]string, cobra.ShellCompDirective) {
 		if len(argv) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp

@@ -7,9 +7,12 @@
 // It reads where to go and with which key from --api and --key, then the
 // MP_API and MP_API_KEY variables (`source .modelplane/dev.env` sets both),
 // then the current context of its configuration file (`modelplane context
-// use prod`, kept 0600 in the user's configuration directory). Output is
-// an aligned table, or the API's own JSON (-o json) or YAML (-o yaml) for
-// scripts. Exit codes are stable: 0 ok, 1 error, 2 usage, 3 not found, 4
+// use prod`, kept 0600 in the user's configuration directory); without a
+// key anywhere it uses the token `modelplane login` kept there (OIDC,
+// PKCE, a loopback redirect). `versions push` uploads through a resumable
+// upload session, and `rollouts watch` reads the rollout's event stream.
+// Output is an aligned table, or the API's own JSON (-o json) or YAML (-o
+// yaml) for scripts. Exit codes are stable: 0 ok, 1 error, 2 usage, 3 not found, 4
 // conflict. An API problem (application/problem+json) prints as its status,
 // detail and each field it names.
 package cli

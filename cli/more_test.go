@@ -111,10 +111,10 @@ func TestContextsAndVersionWarning(t *testing.T) {
 }
 
 // TestPushRetriesWithTheSameIdempotencyKey puts a proxy in front of the
-// API that loses the answer to the first upload after the server has
-// registered the version (a 502, as a load balancer gives): the client
-// sends the upload again with the same key, the API replays the first
-// registration, and there is one version, not two or a 409.
+// API that loses the answer to the first completion of the upload after
+// the server has registered the version (a 502, as a load balancer
+// gives): the client sends it again with the same key, the API replays
+// the first registration, and there is one version, not two or a 409.
 func TestPushRetriesWithTheSameIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -127,7 +127,7 @@ func TestPushRetriesWithTheSameIdempotencyKey(t *testing.T) {
 	)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.Method == http.MethodPost && strings.HasSuffix(resp.Request.URL.Path, "/versions") {
+		if resp.Request.Method == http.MethodPost && strings.HasSuffix(resp.Request.URL.Path, "/complete") {
 			mu.Lock()
 			keys = append(keys, resp.Request.Header.Get("Idempotency-Key"))
 			first := len(keys) == 1

@@ -18,6 +18,7 @@ type progress struct {
 	start time.Time
 
 	mu        sync.Mutex
+	base      int64 // bytes stored before this run: not part of the rate
 	done      int64
 	lastTenth int64
 	lastDraw  time.Time
@@ -62,19 +63,21 @@ func (p *progress) finish() {
 	if p.tty {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
-	fmt.Fprintf(p.w, "uploaded %s in %s (%s/s)\n", bytesText(p.done), el.Round(time.Millisecond), bytesText(rate(p.done, el)))
+	sent := p.done - p.base
+	fmt.Fprintf(p.w, "uploaded %s in %s (%s/s)\n", bytesText(sent), el.Round(time.Millisecond), bytesText(rate(sent, el)))
 }
 
-// restart counts from zero again for a retried attempt.
-func (p *progress) restart() {
+// resume counts n bytes as done before this run: they show in the
+// total done, not in the rate.
+func (p *progress) resume(n int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.done, p.lastTenth, p.start = 0, -1, time.Now()
+	p.base, p.done = n, n
 }
 
 func (p *progress) line(now time.Time) string {
 	el := now.Sub(p.start)
-	r := rate(p.done, el)
+	r := rate(p.done-p.base, el)
 	eta := "-"
 	if r > 0 && p.total >= p.done {
 		eta = (time.Duration(float64(p.total-p.done)/float64(r)) * time.Second).Round(time.Second).String()
@@ -107,15 +110,18 @@ func bytesText(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMG"[exp])
 }
 
-// countingReader counts what is read through it into a progress.
+// countingReader counts what is read through it into a progress, and
+// keeps its own count so that a failed send can be taken back.
 type countingReader struct {
 	r io.Reader
 	p *progress
+	n int64
 }
 
-func (c countingReader) Read(b []byte) (int, error) {
+func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	if n > 0 {
+		c.n += int64(n)
 		c.p.add(n)
 	}
 	return n, err

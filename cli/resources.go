@@ -22,10 +22,10 @@ var (
 		{"MIN", "min_replicas"}, {"MAX", "max_replicas"}, {"TIER", "tier"}, {"PROFILE", "instance_profile"}}
 	endpointFields = append(endpointCols[:len(endpointCols):len(endpointCols)], column{"PLACEMENT ERROR", "placement_error"}, column{"UPDATED", "updated_at"})
 	rolloutCols    = []column{{"ID", "id"}, {"ENDPOINT", "endpoint"}, {"FROM", "from_version"}, {"TO", "to_version"}, {"STRATEGY", "strategy"},
-		{"STATE", "state"}, {"STEP", "step_index"}, {"PAUSED", "paused"}, {"REASON", "reason"}}
+		{"STATE", "state"}, {"STEP", "step_index"}, {"PAUSED", "paused"}, {"STARTED BY", "started_by"}, {"REASON", "reason"}}
 	keyCols   = []column{{"ID", "id"}, {"NAME", "name"}, {"PREFIX", "prefix"}, {"TEAM", "team"}, {"ROLE", "role"}, {"EXPIRES", "expires_at"}, {"LAST USED", "last_used_at"}, {"REVOKED", "revoked_at"}}
 	nodeCols  = []column{{"NAME", "name"}, {"STATE", "state"}, {"GPUS", "gpu_count"}, {"GPU TYPES", "gpu_types"}, {"CPU", "cpu_cores"}, {"CPU USED", "cpu_cores_used"}, {"MEMORY MB", "memory_mb"}, {"HEARTBEAT AGE S", "heartbeat_age_seconds"}}
-	auditCols = []column{{"ID", "id"}, {"AT", "at"}, {"ACTOR", "actor"}, {"VIA", "via"}, {"ACTION", "action"}, {"OBJECT", "object_type"}, {"NAME", "object_name"}, {"TEAM", "team"}}
+	auditCols = []column{{"ID", "id"}, {"AT", "at"}, {"ACTOR", "who"}, {"VIA", "via"}, {"ACTION", "action"}, {"OBJECT", "object_type"}, {"NAME", "object_name"}, {"TEAM", "team"}}
 )
 
 // getCmd is a verb that GETs one object at path(args) and prints it.
@@ -487,7 +487,7 @@ func (a *app) chargebackCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "start of the period, included: a date or RFC 3339")
 	f.StringVar(&to, "to", "", "end of the period, excluded")
-	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation")
+	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation, caller_team (the teams that called each endpoint through a grant, charged their share of its cost)")
 	f.StringVar(&team, "team", "", "only this team")
 	f.StringVar(&endpoint, "endpoint", "", "only this endpoint")
 	f.BoolVar(&csv, "csv", false, "print the API's CSV")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -51,6 +52,9 @@ type stack struct {
 	artifacts string
 	cfgDir    string
 	gateway   string
+	// handler is the API's handler, for a test that serves it again
+	// (over TLS).
+	handler http.Handler
 }
 
 func newStack(t *testing.T) *stack {
@@ -63,7 +67,8 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(app.NewHTTP(cp, app.HTTPOptions{MaxUploadBytes: 16 << 20}).Handler())
+	s.handler = app.NewHTTP(cp, app.HTTPOptions{MaxUploadBytes: 16 << 20}).Handler()
+	ts := httptest.NewServer(s.handler)
 	t.Cleanup(ts.Close)
 	s.url = ts.URL
 	sys := auth.System("cli-test")

@@ -8,10 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"os"
 	"path"
 	"path/filepath"
@@ -36,14 +33,18 @@ const uploadAttempts = 4
 func (a *app) versionsCmd() *cobra.Command {
 	var name, runtime, metadata string
 	var wait time.Duration
+	var chunkSize int64
 	push := &cobra.Command{
 		Use:   "push MODEL DIR --name VERSION [--runtime R] [--metadata FILE]",
 		Short: "Register a version from the files of DIR: builds the sha256 manifest and uploads",
 		Long: `push registers an immutable version of MODEL from every file under DIR.
-It builds the sha256 manifest, uploads the files (retrying a failed upload
-with the same Idempotency-Key, so the version is registered once), and
-prints the new version with its validation result; --wait waits that long
-for the control plane's validation to end.
+It builds the sha256 manifest, uploads the files in chunks addressed by
+their sha256 into an upload session, and registers the version from
+them; it prints the new version with its validation result (--wait waits
+that long for the control plane's validation to end). An upload cut off
+part-way (network, Ctrl-C) resumes when the same push runs again: the
+session keeps its chunks for a day, and only the ones it lacks are sent.
+Every step is safe to repeat, so the version is registered once.
 
 --metadata names a JSON file of the version's metadata (resources, sla,
 lineage, serving, as the API takes it); --name and --runtime set those
@@ -74,7 +75,7 @@ fields over it. A metadata file inside DIR is not uploaded.`,
 			if meta["name"] == nil {
 				return usagef("versions push: --name (or name in --metadata) is required")
 			}
-			files, err := manifestOf(argv[1], skip)
+			files, err := scanDir(argv[1], skip, chunkSize)
 			if err != nil {
 				return err
 			}
@@ -82,7 +83,7 @@ fields over it. A metadata file inside DIR is not uploaded.`,
 			if err != nil {
 				return err
 			}
-			b, err := c.push(cmd.Context(), argv[0], argv[1], meta, files)
+			b, err := c.push(cmd.Context(), a.uploadsDir(), argv[0], argv[1], meta, files)
 			if err != nil {
 				return err
 			}
@@ -96,8 +97,9 @@ fields over it. A metadata file inside DIR is not uploaded.`,
 	}
 	pf := push.Flags()
 	pf.StringVar(&name, "name", "", "the version's name, as v25")
-	pf.StringVar(&runtime, "runtime", "", "xgboost, lightgbm, onnxruntime, builtin-llm, vllm, triton, ...")
+	pf.StringVar(&runtime, "runtime", "", "xgboost, lightgbm, onnxruntime, tokenizer, builtin-llm, vllm, triton, ...")
 	pf.StringVar(&metadata, "metadata", "", "JSON file of the version's metadata")
+	pf.Int64Var(&chunkSize, "chunk-size", defaultChunkBytes, "bytes per chunk; an interrupted upload resends at most one chunk per file")
 	pf.DurationVar(&wait, "wait", 0, "wait up to this long for validation to end (0: print the version as registered)")
 
 	var out string
@@ -128,158 +130,6 @@ fields over it. A metadata file inside DIR is not uploaded.`,
 		a.getCmd("get MODEL VERSION", "Show a version with its validation", []string{"MODEL", "VERSION"},
 			func(v []string) string { return "/models/" + esc(v[0]) + "/versions/" + esc(v[1]) }, versionFields),
 		push, download)
-}
-
-// manifestOf lists the regular files under dir by slash path with their
-// sha256, leaving out skip (an absolute path). Links and other special
-// files are refused: the server would refuse them too.
-func manifestOf(dir, skip string) (map[string]string, error) {
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s: not a regular file (links are not uploaded)", p)
-		}
-		if abs, err := filepath.Abs(p); err == nil && abs == skip {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		sum, err := fileSHA256(p)
-		if err != nil {
-			return err
-		}
-		out[filepath.ToSlash(rel)] = sum
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s holds no files", dir)
-	}
-	return out, nil
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// push uploads a version: metadata and manifest parts, then one part per
-// file named by its manifest path. Every attempt sends the same body
-// (the boundary is fixed) with the same Idempotency-Key, so a retry after
-// a lost answer replays the first registration instead of making a
-// second.
-func (c *client) push(ctx context.Context, model, dir string, meta map[string]any, files map[string]string) ([]byte, error) {
-	key := newIdempotencyKey()
-	boundary := "modelplane-" + strings.TrimPrefix(key, "mpcli-")
-	var total int64
-	for p := range files {
-		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
-		if err != nil {
-			return nil, err
-		}
-		total += fi.Size()
-	}
-	prog := newProgress(c.warn, total)
-	var err error
-	for attempt := 1; attempt <= uploadAttempts; attempt++ {
-		var b []byte
-		prog.restart()
-		b, err = c.pushOnce(ctx, model, dir, meta, files, key, boundary, prog)
-		if err == nil {
-			prog.finish()
-			return b, nil
-		}
-		if !retryable(err) || ctx.Err() != nil || attempt == uploadAttempts {
-			break
-		}
-		fmt.Fprintf(c.warn, "modelplane: upload attempt %d failed (%v); retrying with the same Idempotency-Key\n", attempt, err)
-		if berr := backoff(ctx, attempt); berr != nil {
-			return nil, berr
-		}
-	}
-	return nil, err
-}
-
-func (c *client) pushOnce(ctx context.Context, model, dir string, meta map[string]any, files map[string]string, key, boundary string, prog *progress) ([]byte, error) {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	if err := mw.SetBoundary(boundary); err != nil {
-		return nil, err
-	}
-	go func() { pw.CloseWithError(writeUpload(mw, dir, meta, files, prog)) }()
-	req, err := c.request(ctx, http.MethodPost, "/models/"+esc(model)+"/versions", nil, pr)
-	if err != nil {
-		pr.Close()
-		return nil, err
-	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.send(req)
-	pr.Close() // ends the writer if the server answered before reading it all
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
-}
-
-// writeUpload writes the multipart body in sorted path order, so that
-// every attempt's body is the same bytes.
-func writeUpload(mw *multipart.Writer, dir string, meta map[string]any, files map[string]string, prog *progress) error {
-	for _, part := range []struct {
-		name string
-		v    any
-	}{{"metadata", meta}, {"manifest", files}} {
-		h := textproto.MIMEHeader{}
-		h.Set("Content-Disposition", `form-data; name="`+part.name+`"`)
-		h.Set("Content-Type", "application/json")
-		w, err := mw.CreatePart(h)
-		if err != nil {
-			return err
-		}
-		if err := json.NewEncoder(w).Encode(part.v); err != nil {
-			return err
-		}
-	}
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
-		w, err := mw.CreateFormFile(p, p)
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(p)))
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(w, countingReader{r: f, p: prog})
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return mw.Close()
 }
 
 // awaitValidation polls the version until it is no longer "registered"

@@ -1,12 +1,16 @@
 package cli
 
 import (
-	"cmp"
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
-	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +22,7 @@ type errRolledBack struct{ state, reason string }
 
 func (e errRolledBack) Error() string { return "rollout ended " + e.state + ": " + e.reason }
 
-// rolloutEvent is one event of a rollout as the API shows it.
+// rolloutEvent is one "rollout" event of the API's event stream.
 type rolloutEvent struct {
 	ID        int64           `json:"id"`
 	At        time.Time       `json:"at"`
@@ -28,86 +32,181 @@ type rolloutEvent struct {
 	Decision  string          `json:"decision,omitempty"`
 	Message   string          `json:"message"`
 	Actor     string          `json:"actor,omitempty"`
+	Percent   int             `json:"percent"`
 	Verdict   json.RawMessage `json:"verdict,omitempty"`
+	Windows   json.RawMessage `json:"windows,omitempty"`
 }
 
-// watchedRollout is the part of a rollout watch reads.
-type watchedRollout struct {
-	ID       int64          `json:"id"`
-	State    string         `json:"state"`
-	Reason   string         `json:"reason"`
-	Finished *time.Time     `json:"finished_at"`
-	Events   []rolloutEvent `json:"events"`
+// rolloutEnd is the stream's "end" event.
+type rolloutEnd struct {
+	ID     int64  `json:"id"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+}
+
+// verdictChecks is the part of a verdict watch prints: each check with
+// its numbers.
+type verdictChecks struct {
+	Checks []struct {
+		Name      string   `json:"name"`
+		Candidate float64  `json:"candidate"`
+		Incumbent *float64 `json:"incumbent"`
+		Threshold float64  `json:"threshold"`
+		Outcome   string   `json:"outcome"`
+	} `json:"checks"`
 }
 
 func (a *app) watchCmd() *cobra.Command {
-	var interval time.Duration
-	cmd := &cobra.Command{
-		Use:   "watch ROLLOUT [--interval 2s]",
+	return &cobra.Command{
+		Use:   "watch ROLLOUT",
 		Short: "Follow a rollout: each event as it happens; exit 0 when it completes, 1 when it rolls back",
-		Long: `watch prints a rollout's events (steps, verdicts with their numbers,
-approvals, rollbacks) as they happen, reading the rollout every --interval,
-and ends with the rollout: exit 0 when it completed, 1 when it rolled back.
-With -o json each event is one JSON line.`,
+		Long: `watch prints a rollout's events (steps with the candidate's traffic
+percent, verdicts with each check's numbers, approvals, rollbacks) as they
+happen, read from the API's event stream (GET /rollouts/{id}/events,
+server-sent events), and ends with the rollout: exit 0 when it completed,
+1 when it rolled back. A dropped stream is opened again from the last
+event seen. With -o json each event is one JSON line.`,
 		Args: args("ROLLOUT"),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			c, err := a.apiClient()
 			if err != nil {
 				return err
 			}
-			return a.watch(cmd.Context(), c, argv[0], interval)
+			return a.watch(cmd.Context(), c, argv[0])
 		},
 	}
-	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often to read the rollout")
-	return cmd
 }
 
-func (a *app) watch(ctx context.Context, c *client, id string, interval time.Duration) error {
+// errStreamEnded is a stream that closed before the rollout ended (the
+// server bounds a stream's life): watch opens it again.
+var errStreamEnded = errors.New("event stream closed")
+
+func (a *app) watch(ctx context.Context, c *client, id string) error {
 	var last int64
-	for {
-		b, err := c.call(ctx, http.MethodGet, "/rollouts/"+esc(id), nil, nil)
-		if err != nil {
-			return err
-		}
-		var r watchedRollout
-		if err := json.Unmarshal(b, &r); err != nil {
-			return err
-		}
-		slices.SortFunc(r.Events, func(x, y rolloutEvent) int { return cmp.Compare(x.ID, y.ID) })
-		for _, e := range r.Events {
-			if e.ID <= last {
-				continue
-			}
-			last = e.ID
-			if a.output != "table" {
-				line, _ := json.Marshal(e)
-				fmt.Fprintln(a.env.Stdout, string(line))
-				continue
-			}
-			fmt.Fprintf(a.env.Stdout, "%s  step %d  %-17s %-10s %s", e.At.UTC().Format("2006-01-02 15:04:05"), e.StepIndex, e.State, e.Kind, e.Message)
-			if e.Actor != "" {
-				fmt.Fprintf(a.env.Stdout, "  (%s)", e.Actor)
-			}
-			if len(e.Verdict) > 0 && string(e.Verdict) != "null" {
-				fmt.Fprintf(a.env.Stdout, "  verdict %s", e.Verdict)
-			}
-			fmt.Fprintln(a.env.Stdout)
-		}
-		if r.Finished != nil {
+	for failures := 0; ; {
+		end, err := a.follow(ctx, c, id, &last)
+		if end != nil {
 			if a.output == "table" {
-				fmt.Fprintf(a.env.Stdout, "rollout %d %s\n", r.ID, r.State)
+				fmt.Fprintf(a.env.Stdout, "rollout %d %s\n", end.ID, end.State)
 			}
-			if r.State == "rolled_back" {
-				return errRolledBack{r.State, r.Reason}
+			if end.State == "rolled_back" {
+				return errRolledBack{end.State, end.Reason}
 			}
 			return nil
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		var p *Problem
+		if errors.As(err, &p) || ctx.Err() != nil {
+			return err // the API refused (not found, forbidden): no retry cures it
+		}
+		if !errors.Is(err, errStreamEnded) {
+			if failures++; failures > uploadAttempts {
+				return err
+			}
+			fmt.Fprintf(a.env.Stderr, "modelplane: event stream lost (%v); reconnecting\n", err)
+		}
+		if err := backoff(ctx, min(failures, 3)); err != nil {
+			return err
+		}
+		if c.renew != nil {
+			// A login token may expire during a long watch.
+			if err := c.renew(ctx); err != nil {
+				return err
+			}
 		}
 	}
 }
+
+// follow reads one event stream, printing each rollout event after
+// *last and moving *last on; it returns the end event when the rollout
+// ended, else why the stream stopped.
+func (a *app) follow(ctx context.Context, c *client, id string, last *int64) (*rolloutEnd, error) {
+	req, err := c.request(ctx, http.MethodGet, "/rollouts/"+esc(id)+"/events", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if *last > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var event string
+	var data strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		if line != "" {
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				event = value
+			case "data":
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.WriteString(value)
+			}
+			continue
+		}
+		// A blank line dispatches the event.
+		switch event {
+		case "rollout":
+			var e rolloutEvent
+			if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
+				return nil, fmt.Errorf("event stream: %w", err)
+			}
+			if e.ID > *last {
+				*last = e.ID
+				a.printEvent(e, data.String())
+			}
+		case "end":
+			var end rolloutEnd
+			if err := json.Unmarshal([]byte(data.String()), &end); err != nil {
+				return nil, fmt.Errorf("event stream: %w", err)
+			}
+			return &end, nil
+		}
+		event = ""
+		data.Reset()
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return nil, errStreamEnded
+}
+
+// printEvent prints one event: a JSON line as the API sent it, or a line
+// for people with the step, the candidate's percent and, for a verdict,
+// each check with its numbers.
+func (a *app) printEvent(e rolloutEvent, raw string) {
+	if a.output != "table" {
+		fmt.Fprintln(a.env.Stdout, raw)
+		return
+	}
+	w := a.env.Stdout
+	fmt.Fprintf(w, "%s  step %d  %3d%%  %-17s %-8s %s", e.At.UTC().Format("2006-01-02 15:04:05"), e.StepIndex, e.Percent, e.State, e.Kind, e.Message)
+	if e.Actor != "" {
+		fmt.Fprintf(w, "  (%s)", e.Actor)
+	}
+	fmt.Fprintln(w)
+	var v verdictChecks
+	if len(e.Verdict) == 0 || json.Unmarshal(e.Verdict, &v) != nil {
+		return
+	}
+	for _, ch := range v.Checks {
+		fmt.Fprintf(w, "    %-26s %-7s candidate %s", ch.Name, ch.Outcome, num(ch.Candidate))
+		if ch.Incumbent != nil {
+			fmt.Fprintf(w, "  incumbent %s", num(*ch.Incumbent))
+		}
+		fmt.Fprintf(w, "  threshold %s\n", num(ch.Threshold))
+	}
+}
+
+// num prints a check's number to four decimals at most, without trailing
+// zeros (a p99 of 71.92000000000002 ms is 71.92).
+func num(f float64) string { return strconv.FormatFloat(math.Round(f*1e4)/1e4, 'f', -1, 64) }

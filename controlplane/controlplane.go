@@ -29,6 +29,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/fleet"
+	"modelplane/grant"
 	"modelplane/idempotency"
 	"modelplane/ingest"
 	"modelplane/notify"
@@ -179,7 +180,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		OIDC:      cfg.OIDC,
 		Sessions:  auth.NewSessions(st.Pool, cfg.Sessions, clock),
 		Tenant:    tenant.New(st.Pool, clock),
-		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress),
+		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress).WithClock(clock),
 		Endpoints: endpoint.New(st.Pool),
 		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
 			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
@@ -229,6 +230,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		})
 	}
 	cp.Budgets = chargeback.NewBudgets(st.Pool, cp.Chargeback, published, cfg.Log, clock)
+	cp.Grants = grant.New(st.Pool, clock, published)
 	cp.notifier = notify.NewSender(notify.SenderConfig{Pool: st.Pool, Keys: cfg.SecretKeys, Egress: cfg.Egress,
 		Alertmanager: cfg.Alertmanager, Clock: clock, Log: cfg.Log})
 	cp.Webhooks = notify.NewWebhooks(st.Pool, cfg.SecretKeys, cfg.Egress, clock, cp.notifier.Wake)
@@ -286,14 +288,16 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
 	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
-		Drift: gate, Clock: clock, Interval: time.Second, Published: published})
+		Drift: gate, Clock: clock, Interval: time.Second, Published: func() { published(); cp.Rollouts.Changed() }})
 	cp.Rollouts.OnChange(rollouts.Wake)
 
 	lease := func(id int64, s service.Service) service.Service { return db.NewLease(st.Pool, id, s, cfg.Log) }
 	g := service.NewGroup(
 		intake,
+		&eventWaker{nc: st.NC, changed: cp.Rollouts.Changed},
 		auth.NewSweeper(cp.Sessions, cfg.OIDC, cfg.Log, clock),
 		cp.Idempotency.Sweeper(cfg.Log, clock),
+		cp.Registry.UploadSweeper(cfg.Log),
 		lease(leadOutbox, cp.Relay),
 		// The autoscaler shares the reconciler's lease: both are the
 		// fleet's leader, and every lease holds a pooled connection.

@@ -108,7 +108,8 @@ SELECT k.id, k.team_id, k.name, k.prefix, k.hash, k.role, k.created_by, k.create
                    AND (u.platform_role = 'platform_admin' OR (u.platform_role = 'finance' AND k.role = 'finance')))
         OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = k.team_id AND m.user_id = k.created_by
                    AND array_position(ARRAY['viewer', 'engineer', 'admin'], m.role)
-                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds
+                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds,
+       COALESCE((SELECT u.email FROM users u WHERE u.id = k.created_by), '')::text AS creator_email
 FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.prefix = $1
 `
@@ -127,6 +128,7 @@ type APIKeyGetByPrefixRow struct {
 	RevokedAt    *time.Time
 	TeamName     *string
 	CreatorHolds bool
+	CreatorEmail string
 }
 
 // creator_holds is whether the key's creator could still mint it: a key
@@ -153,6 +155,7 @@ func (q *Queries) APIKeyGetByPrefix(ctx context.Context, prefix string) (APIKeyG
 		&i.RevokedAt,
 		&i.TeamName,
 		&i.CreatorHolds,
+		&i.CreatorEmail,
 	)
 	return i, err
 }

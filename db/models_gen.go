@@ -200,6 +200,19 @@ type Endpoint struct {
 	AutoscalePolicy      []byte
 }
 
+type EndpointGrant struct {
+	ID             int64
+	EndpointID     int64
+	TeamID         int64
+	RateLimitRPS   float64
+	RateLimitBurst int32
+	DailyQuota     int64
+	Sampling       bool
+	GrantedBy      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type EndpointPreemption struct {
 	EndpointID int64
 	ByEndpoint string
@@ -516,6 +529,25 @@ type TeamTierGrant struct {
 	Tier      string
 	GrantedBy string
 	GrantedAt time.Time
+}
+
+type UploadChunk struct {
+	SessionID string
+	TeamID    int64
+	Digest    string
+	Size      int64
+}
+
+type UploadSession struct {
+	ID        string
+	TeamID    int64
+	ModelID   int64
+	Spec      []byte
+	Manifest  []byte
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	VersionID *int64
 }
 
 type User struct {

@@ -40,6 +40,9 @@ var teamOwned = map[string]bool{
 	"team_quotas":               true,
 	"webhooks":                  true,
 	"deliveries":                true,
+	"upload_sessions":           true,
+	"upload_chunks":             true,
+	"endpoint_grants":           true,
 }
 
 // teamPredicate is the one form every team-scoped query takes its scope in:
@@ -70,6 +73,15 @@ var unscoped = map[string]string{
 	"TeamMemberListByEmail": "tenant.RemoveMember resolved the team with TeamGetScoped and checked CanAdmin",
 	"TeamMemberListByTeam":  "tenant.Members resolved the team with TeamGetScoped first",
 	"TeamAdminCount":        "tenant.keepAdmin, inside SetMember/RemoveMember after the scoped team lookup and CanAdmin check",
+
+	// Upload sessions (package registry): created for a model the caller's
+	// scoped ModelGet returned, then reached only through the scoped
+	// UploadSessionGetScoped/LockScoped.
+	"UploadSessionCreate":   "insert; registry.CreateUpload takes model and team ids from the scoped Model lookup and checked CanWrite",
+	"UploadSessionComplete": "registry.CompleteUpload: by the id of the session it locked with UploadSessionLockScoped in the same transaction",
+	"UploadChunkAdd":        "insert; registry.PutChunk takes session and team ids from the scoped UploadSessionGetScoped and checked CanWrite",
+	"UploadSessionsExpired": "registry upload sweeper: removes every team's expired sessions; no caller",
+	"UploadSessionDelete":   "registry upload sweeper: deletes a session UploadSessionsExpired listed; no caller",
 
 	// Notifications (package notify): the team comes from the change the
 	// event tells of, or the sender acts for the platform.
@@ -132,6 +144,9 @@ var unscoped = map[string]string{
 	"ReplicaListReadyForRoute":  "route.Write: one endpoint's ready replicas, by an id the caller already loaded in its transaction",
 	"ExperimentListForRoutes":   "route.WriteAll: the experiment of every endpoint for its routing entry; no caller",
 	"ExperimentListForRoute":    "route.Write: one endpoint's experiment, by an id the caller already loaded in its transaction",
+	"GrantListForRoutes":        "route.WriteAll: the grants of every endpoint for its routing entry; no caller",
+	"GrantListForRoute":         "route.Write: one endpoint's grants, by an id the caller already loaded in its transaction",
+	"GrantUpsert":               "insert or update; grant.Service.Grant takes the endpoint id from the scoped EndpointGet (CanWrite checked) in the same transaction",
 
 	// Authentication: no principal, hence no teams, exists yet.
 	"APIKeyGetByPrefix":    "authentication: looks a key up by its public prefix before any team is known",
@@ -165,6 +180,7 @@ var unscoped = map[string]string{
 
 	// Team names and ids, not team-owned data.
 	"TeamGetByName": "platform admins only (registry.CreateModel for a team they are not in) and dev/demo seeding",
+	"TeamIDByName":  "grant.Service.Grant: the owners name the consumer team of a grant; returns its id alone",
 	"TeamListByIDs": "endpoint.teamName resolves the name of a team id taken from an already-scoped row",
 }
 

@@ -68,6 +68,19 @@ func (q *Queries) TeamGetScoped(ctx context.Context, arg TeamGetScopedParams) (T
 	return i, err
 }
 
+const teamIDByName = `-- name: TeamIDByName :one
+SELECT id FROM teams WHERE name = $1
+`
+
+// The id of a team named by another team's owners: the consumer of a grant
+// (package grant). It returns the id alone, no team data.
+func (q *Queries) TeamIDByName(ctx context.Context, name string) (int64, error) {
+	row := q.db.QueryRow(ctx, teamIDByName, name)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const teamListByIDs = `-- name: TeamListByIDs :many
 SELECT id, name, display_name, created_at FROM teams WHERE id = ANY($1::bigint[]) ORDER BY name
 `

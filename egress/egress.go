@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +28,10 @@ type Policy struct {
 	// AllowLoopback lets calls reach loopback addresses, for `modelplane
 	// dev` whose IdP listens on 127.0.0.1; never set in production.
 	AllowLoopback bool
+	// RootCAs are the CAs the servers' certificates must chain to (an
+	// agent's MP_TLS_CA: the control plane's internal CA); nil: the
+	// system's roots.
+	RootCAs *x509.CertPool
 }
 
 // allowedHost reports whether host is on the list.
@@ -105,9 +111,18 @@ func (p *Policy) Transport() *http.Transport {
 			return d.DialContext(ctx, network, addr)
 		},
 		ForceAttemptHTTP2:   true,
+		TLSClientConfig:     p.tlsConfig(),
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
 	}
+}
+
+// tlsConfig is the transport's TLS: RootCAs when set, else the defaults.
+func (p *Policy) tlsConfig() *tls.Config {
+	if p == nil || p.RootCAs == nil {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.RootCAs}
 }
 
 // Client is an http.Client over Transport with a timeout for the whole

@@ -19,7 +19,12 @@
 //     replay and ignored, and a deletion forgets the generation (the control
 //     plane restarts generations for an endpoint created again).
 //   - Another team's endpoint, and an LLM endpoint called on /predict (or the
-//     reverse), answer 404 exactly like an unknown one.
+//     reverse), answer 404 exactly like an unknown one, unless the routing
+//     entry grants the caller's team access (grant.go): that team's own
+//     rate limit, daily quota (a counter in mp_grant_quota, the one bucket
+//     the gateway writes, reserved in chunks across gateways) and sampling
+//     flag then apply, and its requests are a statistics series of their
+//     own naming it, for chargeback.
 //   - Inputs are checked against the endpoint's JSON Schema (one instance of
 //     a predict body, the whole body of a chat call), compiled once when the
 //     routing entry arrives or its schema changes, never on the request path;
@@ -47,7 +52,8 @@
 //     caller's to retry.
 //   - A version whose routing entry says protocol "v2" (Triton) is called on
 //     /v2/models/{m}/infer: package kserve turns the instances into one FP32
-//     tensor and the answer back into predictions (v2.go). An instance it
+//     tensor (or, for a model with no feature_names, one tensor per named
+//     input) and the answer back into predictions (v2.go). An instance it
 //     cannot carry is the caller's 400, never sent.
 //   - A request of an endpoint scaled to zero that finds no replica is held
 //     in a bounded queue per endpoint while its wake starts one, and proxied

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +65,19 @@ type Config struct {
 	Clock quartz.Clock
 	// Transport reaches the replicas; a tuned shared one when nil.
 	Transport http.RoundTripper
+	// ReplicaTLS, when set, is how replicas are reached: over https,
+	// their certificates verified against its RootCAs (MP_GATEWAY_REPLICA_CA).
+	// Every replica must then serve TLS (its node's MP_TLS_CERT). It is
+	// the default transport's TLS configuration; a Transport given is used
+	// as it is.
+	ReplicaTLS *tls.Config
+	// ClientTrustDomain is the SPIFFE trust domain of the client
+	// certificates the gateway's listener verified
+	// (MP_GATEWAY_CLIENT_TRUST_DOMAIN): a certificate naming
+	// spiffe://<it>/team/<team>/sa/<name> authenticates as the team's
+	// active key named <name> (service.go). Empty: client certificates
+	// authenticate nobody, and a request carrying one is refused.
+	ClientTrustDomain string
 	// Tracer traces each request (ml_serving.request and its steps,
 	// trace.go) and carries the trace to the replica; nil traces nothing
 	// (a request without a traceparent then pays nothing for tracing) but
@@ -104,6 +118,11 @@ type Config struct {
 	// endpoint's cold-start budget; more get 202 at once. DefaultHoldQueue
 	// when 0; negative holds none (every such request gets 202 at once).
 	HoldQueue int
+	// QuotaGateways is how many gateways share grants' daily quotas: each
+	// reserves a chunk of 5 % of a quota divided by it, so a quota holds
+	// within 5 % while at most this many gateways serve the endpoint
+	// (docs/sharing.md). DefaultQuotaGateways when 0.
+	QuotaGateways int
 }
 
 func (c *Config) defaults() {
@@ -143,6 +162,9 @@ func (c *Config) defaults() {
 	if c.HoldQueue == 0 {
 		c.HoldQueue = DefaultHoldQueue
 	}
+	if c.QuotaGateways == 0 {
+		c.QuotaGateways = DefaultQuotaGateways
+	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = host + "-" + rand.Text()[:8]
@@ -175,6 +197,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be a finite number, not negative", n.name))
 		}
 	}
+	if c.QuotaGateways < 0 {
+		errs = append(errs, errors.New("quota gateways must not be negative"))
+	}
 	if c.ShadowWorkers < 0 {
 		errs = append(errs, errors.New("shadow workers must not be negative"))
 	}
@@ -188,8 +213,15 @@ func (c *Config) Validate() error {
 // keep-alive connections, no compression (bodies pass through as they are)
 // and a short dial timeout, so that a dead replica is retried elsewhere fast.
 func NewTransport() *http.Transport {
+	return newTransport(nil)
+}
+
+// newTransport is NewTransport speaking TLS with tc (nil: plain).
+func newTransport(tc *tls.Config) *http.Transport {
 	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
+		TLSClientConfig:       tc,
+		TLSHandshakeTimeout:   2 * time.Second,
 		DialContext:           d.DialContext,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   512,
@@ -209,8 +241,10 @@ type Gateway struct {
 	js        jetstream.JetStream
 	log       *slog.Logger
 	transport http.RoundTripper
-	tracer    trace.Tracer
-	snapPath  string
+	// scheme is how replicas are called: "https://" with ReplicaTLS.
+	scheme   string
+	tracer   trace.Tracer
+	snapPath string
 
 	routes   atomic.Pointer[routeTable]
 	keys     atomic.Pointer[keyTable]
@@ -243,8 +277,9 @@ type Gateway struct {
 	stats   *statsRecorder
 	samples *sampler
 	metrics *metrics
-	wakes   waker  // wake requests of endpoints scaled to zero (wake.go)
-	holds   *holds // requests waiting for them (hold.go)
+	wakes   waker   // wake requests of endpoints scaled to zero (wake.go)
+	holds   *holds  // requests waiting for them (hold.go)
+	quotas  *quotas // grants' daily quotas (grant.go)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -271,7 +306,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, nc: nc, js: js, log: log, transport: cfg.Transport,
 		snapPath: snapshotPath(cfg.StateDir), save: make(chan struct{}, 1)}
 	if g.transport == nil {
-		g.transport = NewTransport()
+		g.transport = newTransport(cfg.ReplicaTLS)
+	}
+	g.scheme = "http://"
+	if cfg.ReplicaTLS != nil {
+		g.scheme = "https://"
 	}
 	g.tracer = g.tracerOf(cfg.Tracer)
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
@@ -280,9 +319,10 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Clock, js, log)
 	g.samples = newSampler(js, log, sampleQueue)
 	g.holds = newHolds(cfg.HoldQueue)
+	g.quotas = newQuotas(js, cfg.QuotaGateways)
 	g.metrics = newMetrics(g)
 	g.routes.Store(&routeTable{byName: map[string]*route{}})
-	g.keys.Store(&keyTable{byPrefix: map[string]*key{}})
+	g.keys.Store(newKeyTable(map[string]*key{}))
 	g.identity.Store(&identityTable{members: map[string]*busapi.MemberEntry{}})
 	if err := g.loadSnapshot(); err != nil {
 		// A damaged snapshot is not fatal: NATS has the truth.

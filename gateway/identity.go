@@ -33,6 +33,9 @@ type identityTable struct {
 type tokenVerifier struct {
 	src busapi.OIDCEntry
 	v   *oidc.IDTokenVerifier
+	// cli verifies the tokens of the command-line client's audience; nil
+	// when the entry names none.
+	cli *oidc.IDTokenVerifier
 }
 
 // signingAlgs are the algorithms accepted for tokens.
@@ -58,10 +61,16 @@ func newTokenVerifier(e busapi.OIDCEntry, clock quartz.Clock) (*tokenVerifier, e
 	if len(keys) == 0 {
 		return nil, errors.New("oidc entry holds no signing key")
 	}
-	v := oidc.NewVerifier(e.Issuer, &oidc.StaticKeySet{PublicKeys: keys},
-		// go-oidc takes its clock as a func.
-		&oidc.Config{ClientID: e.Audience, Now: func() time.Time { return clock.Now() }, SupportedSigningAlgs: signingAlgs})
-	return &tokenVerifier{src: e, v: v}, nil
+	verifier := func(aud string) *oidc.IDTokenVerifier {
+		return oidc.NewVerifier(e.Issuer, &oidc.StaticKeySet{PublicKeys: keys},
+			// go-oidc takes its clock as a func.
+			&oidc.Config{ClientID: aud, Now: func() time.Time { return clock.Now() }, SupportedSigningAlgs: signingAlgs})
+	}
+	tv := &tokenVerifier{src: e, v: verifier(e.Audience)}
+	if e.CLIAudience != "" {
+		tv.cli = verifier(e.CLIAudience)
+	}
+	return tv, nil
 }
 
 // bearerToken returns the token of an Authorization header when it has the
@@ -113,6 +122,9 @@ func (g *Gateway) verifyToken(ctx context.Context, raw string) (*caller, bool) {
 		return nil, false
 	}
 	t, err := id.oidc.v.Verify(ctx, raw)
+	if err != nil && id.oidc.cli != nil {
+		t, err = id.oidc.cli.Verify(ctx, raw)
+	}
 	if err != nil || t.Subject == "" {
 		return nil, false
 	}

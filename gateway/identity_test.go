@@ -95,7 +95,8 @@ func TestOIDCBearerTokens(t *testing.T) {
 		users[u.Subject] = u
 	}
 	eng, admin, searchAdmin := users["demo-risk-engineer"], users["demo-admin"], users["demo-search-admin"]
-	putIdentity(t, e, busapi.IdentityOIDCKey, busapi.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), JWKS: jwksOf(t, idp.Issuer())})
+	putIdentity(t, e, busapi.IdentityOIDCKey, busapi.OIDCEntry{Issuer: idp.Issuer(), Audience: idp.ClientID(), CLIAudience: "modelplane-cli",
+		JWKS: jwksOf(t, idp.Issuer())})
 	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), eng.Subject), busapi.MemberEntry{Teams: []busapi.MemberTeam{{Team: "risk", Role: "engineer"}}})
 	putIdentity(t, e, busapi.IdentityUserKey(idp.Issuer(), admin.Subject), busapi.MemberEntry{PlatformRole: "platform_admin"})
 	g := startGateway(t, e.nc, gateway.Config{Transport: instant{}})
@@ -131,6 +132,7 @@ func TestOIDCBearerTokens(t *testing.T) {
 		{"platform admin", sign(idp, admin, nil), "ranker", http.StatusOK},
 		{"expired", sign(idp, eng, func(c map[string]any) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), "fraud-scoring", http.StatusUnauthorized},
 		{"wrong audience", sign(idp, eng, func(c map[string]any) { c["aud"] = "someone-else" }), "fraud-scoring", http.StatusUnauthorized},
+		{"the command-line client's token (modelplane login)", sign(idp, eng, func(c map[string]any) { c["aud"] = "modelplane-cli" }), "fraud-scoring", http.StatusOK},
 		{"wrong issuer", sign(idp, eng, func(c map[string]any) { c["iss"] = "https://evil.example.com" }), "fraud-scoring", http.StatusUnauthorized},
 		{"another issuer's key", sign(other, eng, func(c map[string]any) { c["iss"] = idp.Issuer(); c["aud"] = idp.ClientID() }), "fraud-scoring", http.StatusUnauthorized},
 		{"tampered signature", tampered, "fraud-scoring", http.StatusUnauthorized},

@@ -139,16 +139,20 @@ func retryAfter(d time.Duration) string {
 	return strconv.FormatInt(max(1, s), 10)
 }
 
-// admit applies the rate limits, the caller's key first and then the
-// endpoint, and answers 429 when one is spent. A request refused by the
-// endpoint's bucket has still used its key's token.
+// admit applies the rate limits, the caller's key first, then a granted
+// caller's team's (grant.go), then the endpoint, and answers 429 when one
+// is spent. A request refused by a later bucket has still used the
+// earlier ones' tokens.
 func (g *Gateway) admit(w http.ResponseWriter, c *call, rt *route) bool {
-	if g.keyLimit == nil && rt.limiter == nil {
+	if g.keyLimit == nil && rt.limiter == nil && (c.grant == nil || c.grant.limiter == nil) {
 		return true
 	}
 	now := g.now()
 	if ok, d := g.keyLimit.allow(c.key, now); !ok {
 		g.tooMany(w, c, d, "rate limited", "this API key is over its request rate")
+		return false
+	}
+	if !g.admitGrantRate(w, c, now) {
 		return false
 	}
 	if rt.limiter == nil {

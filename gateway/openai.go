@@ -139,7 +139,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	}
 	list := openaiModelList{Object: "list", Data: []openaiModel{}}
 	for name, rt := range g.routes.Load().byName {
-		if rt.src.Task == "llm" && who.may(rt.src.Team) {
+		if rt.src.Task == "llm" && rt.callable(who) {
 			list.Data = append(list.Data, openaiModel{ID: name, Object: "model", OwnedBy: rt.src.Team})
 		}
 	}
@@ -157,7 +157,7 @@ func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt := g.routes.Load().byName[c.endpoint]
-	if rt == nil || rt.src.Task != "llm" || !who.may(rt.src.Team) {
+	if rt == nil || rt.src.Task != "llm" || !rt.callable(who) {
 		g.fail(w, c, http.StatusNotFound, "not found", "no LLM endpoint "+strconv.Quote(c.endpoint))
 		return
 	}

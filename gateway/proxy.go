@@ -39,6 +39,9 @@ type call struct {
 
 	// owner is the endpoint's team, for the statistics.
 	owner string
+	// grant is set when the caller calls another team's endpoint through
+	// a grant to its team (team); nil for the owners' own calls.
+	grant *grant
 	// streamed is set once an event stream is relayed; firstEvent is when
 	// its first event was written and tokens the completion tokens seen.
 	streamed   bool
@@ -88,6 +91,9 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 		if c.ver != nil && c.status != http.StatusAccepted {
 			o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
 				duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
+			if c.grant != nil {
+				o.caller = c.team
+			}
 			if o.streamed {
 				o.ttft = c.firstEvent.Sub(start)
 			}
@@ -152,12 +158,17 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	rt := g.routes.Load().byName[c.endpoint]
 	if rt != nil {
 		c.owner, c.endpointID = rt.src.Team, rt.src.EndpointID
-		if who.token && who.may(rt.src.Team) {
-			c.team = rt.src.Team
+		if who.may(rt.src.Team) {
+			if who.token {
+				c.team = rt.src.Team
+			}
+		} else if c.grant = rt.grantOf(who); c.grant != nil {
+			c.team = c.grant.src.Team
 		}
 	}
-	// Another team's endpoint answers exactly like one that does not exist.
-	if rt == nil || !who.may(rt.src.Team) {
+	// Another team's endpoint answers exactly like one that does not
+	// exist, unless the owners granted the caller's team access.
+	if rt == nil || (!who.may(rt.src.Team) && c.grant == nil) {
 		g.fail(w, c, http.StatusNotFound, "not found", "no endpoint "+strconv.Quote(c.endpoint))
 		return
 	}
@@ -185,6 +196,9 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	c.mark(stepSchema)
 	if !g.admit(w, c, rt) {
+		return
+	}
+	if !g.admitGrantQuota(r.Context(), w, c, rt, g.now()) {
 		return
 	}
 	c.mark(stepRateLimit)
@@ -234,7 +248,8 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	if len(rt.shadows) > 0 && !c.pinned {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}
-	if c.sampled = g.samples.draw(rt.src.SamplingRate); c.sampled {
+	// A granted team's requests are sampled only when its grant says so.
+	if c.sampled = (c.grant == nil || c.grant.src.Sampling) && g.samples.draw(rt.src.SamplingRate); c.sampled {
 		c.sampleOf.body, c.sampleOf.features = body, rt.src.FeatureNames
 	}
 	w.Header().Set("X-Model-Version", v.name)
@@ -276,6 +291,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]b
 // authenticate checks the API key or OIDC bearer token of a request
 // locally, answering 401 when there is none or it is invalid.
 func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		// A client certificate is the request's credential (service.go).
+		return g.authenticateCert(w, c, r.TLS)
+	}
 	header := r.Header.Get("Authorization")
 	if raw, prefix, ok := bearerKey(header); ok {
 		key := g.keys.Load().byPrefix[prefix]
@@ -448,7 +467,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 // send makes one upstream call to path. Only the headers set here reach
 // the replica: none of the client's, so a client cannot set the team header.
 func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, c *call, in *http.Request) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+u.addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 	start := time.Now()
 	o := observation{endpoint: m.endpoint, team: m.team, version: s.name, endpointID: m.endpointID}
 	var answer []byte
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u.addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+u.addr+path, bytes.NewReader(body))
 	var resp *http.Response
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -115,13 +115,13 @@ func (g *Gateway) loadSnapshot() error {
 	for _, r := range s.Routes {
 		rt.byName[r.Endpoint] = newRoute(r, nil, g.routeDefaults())
 	}
-	kt := &keyTable{byPrefix: make(map[string]*key, len(s.Keys))}
+	byPrefix := make(map[string]*key, len(s.Keys))
 	for _, e := range s.Keys {
 		k, err := newKey(e)
 		if err != nil {
 			continue
 		}
-		kt.byPrefix[e.Prefix] = k
+		byPrefix[e.Prefix] = k
 	}
 	id := &identityTable{members: map[string]*busapi.MemberEntry{}}
 	if s.OIDC != nil {
@@ -137,7 +137,7 @@ func (g *Gateway) loadSnapshot() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.routes.Store(rt)
-	g.keys.Store(kt)
+	g.keys.Store(newKeyTable(byPrefix))
 	g.identity.Store(id)
 	g.ready.Store(true)
 	g.log.Info("gateway serving from its snapshot until NATS answers", slog.Time("saved_at", s.SavedAt),

@@ -55,6 +55,9 @@ type statsKey struct {
 	// endpointID is the routing entry's endpoint id: an endpoint created
 	// again under the same name is another series.
 	endpointID int64
+	// caller is the granted team whose requests the series counts; ""
+	// for the owners' own, so chargeback splits an endpoint's cost by it.
+	caller string
 }
 
 // series counts one endpoint × version. Requests add under its mutex (held
@@ -98,6 +101,8 @@ type observation struct {
 	pinned bool
 	// endpointID is the routing entry's endpoint id.
 	endpointID int64
+	// caller is the granted team that called; "" for the owners.
+	caller string
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -173,7 +178,7 @@ func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clo
 func (r *statsRecorder) recordIn(s *series, o *observation) *series {
 	for {
 		if s == nil {
-			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID}
+			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID, o.caller}
 			if s = (*r.series.Load())[k]; s == nil {
 				s = r.add(k, o.team)
 			}
@@ -311,15 +316,24 @@ func (r *statsRecorder) prune(k statsKey, s *series) {
 
 func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) busapi.ReqStats {
 	return busapi.ReqStats{
-		ID:          busapi.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned),
+		ID:          busapi.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned) + callerSuffix(k.caller),
 		WindowStart: start.UnixMilli(), WindowEnd: end.UnixMilli(),
 		Gateway: gatewayID, Endpoint: k.endpoint, Team: team, Version: k.version,
 		Count: w.count, Errors: w.errors,
 		Latency: w.latency[:], LatencySumMS: w.latencySum,
 		Streams: w.streams, TTFT: w.ttft[:], TTFTSumMS: w.ttftSum,
 		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
-		Pinned: k.pinned, EndpointID: k.endpointID,
+		Pinned: k.pinned, EndpointID: k.endpointID, CallerTeam: k.caller,
 	}
+}
+
+// callerSuffix keeps a granted team's series' message id apart from the
+// owners' one of the same window.
+func callerSuffix(team string) string {
+	if team != "" {
+		return "/caller=" + team
+	}
+	return ""
 }
 
 // pinnedSuffix keeps a pinned series' message id apart from the unpinned

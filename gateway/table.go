@@ -44,6 +44,9 @@ type route struct {
 	// rate or the gateway's default; nil when unlimited. It outlives route
 	// updates (see routeLimiter).
 	limiter *rate.Limiter
+	// grants are the teams granted call access, by team name, with their
+	// buckets (grant.go); nil when none.
+	grants map[string]*grant
 }
 
 // routeDefaults are what a route takes from the gateway's configuration
@@ -132,6 +135,12 @@ func (v *version) metricsOf(m *metrics, endpoint string) *metricChildren {
 // record counts a finished request of v in its statistics series, keeping
 // the series for the next one.
 func (v *version) record(r *statsRecorder, o *observation) {
+	if o.caller != "" {
+		// A granted team's series is looked up by its key: the version
+		// keeps only the owners' series.
+		r.recordIn(nil, o)
+		return
+	}
 	p := &v.series
 	if o.pinned {
 		p = &v.pinnedSeries
@@ -169,7 +178,7 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 		}
 	}
 	rt := &route{src: src, byName: make(map[string]*version, len(src.Versions)), timeout: d.timeout,
-		limiter: routeLimiter(src, prev, d)}
+		limiter: routeLimiter(src, prev, d), grants: newGrants(src.Grants, prev, d)}
 	if src.TimeoutMS > 0 {
 		rt.timeout = time.Duration(src.TimeoutMS) * time.Millisecond
 	}
@@ -350,6 +359,21 @@ func (t *routeTable) with(name string, src *busapi.Route, d routeDefaults) *rout
 // keyTable is an immutable view of mp_keys.
 type keyTable struct {
 	byPrefix map[string]*key
+	// byService are a team's keys by name, the service identities client
+	// certificates map onto (service.go): serviceKey(team, name).
+	byService map[string][]*key
+}
+
+// newKeyTable indexes byPrefix, which it keeps.
+func newKeyTable(byPrefix map[string]*key) *keyTable {
+	t := &keyTable{byPrefix: byPrefix, byService: map[string][]*key{}}
+	for _, k := range byPrefix {
+		if k.team != "" && k.src.Name != "" {
+			sk := serviceKey(k.team, k.src.Name)
+			t.byService[sk] = append(t.byService[sk], k)
+		}
+	}
+	return t
 }
 
 // key is one active API key's digest.
@@ -385,5 +409,5 @@ func (t *keyTable) with(prefix string, k *key) *keyTable {
 	} else {
 		m[prefix] = k
 	}
-	return &keyTable{byPrefix: m}
+	return newKeyTable(m)
 }

@@ -18,8 +18,8 @@ const maxV2Answer = 16 << 20
 // v2Request translates a predict body for v when its runtime speaks only
 // the V2 protocol (package kserve). It returns the body and path to send
 // and the number of instances; ok is false when the request was answered
-// (400 naming the value a tensor cannot carry, or 500 when the model
-// declares no features).
+// (400 naming the value a tensor cannot carry, or 500 when the request
+// cannot be built).
 func (g *Gateway) v2Request(w http.ResponseWriter, c *call, v *version, k kind, body []byte) (out []byte, path string, n int, ok bool) {
 	if v.v2 == nil {
 		return body, k.upstreamPath(), 0, true

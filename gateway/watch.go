@@ -231,7 +231,7 @@ func (g *Gateway) sync(b bucket, entries map[string]jetstream.KeyValueEntry) {
 			}
 			m[prefix] = k
 		}
-		g.keys.Store(&keyTable{byPrefix: m})
+		g.keys.Store(newKeyTable(m))
 		g.keysSynced = true
 	case bucketIdentity:
 		// Identity is not needed for readiness: API keys work without it.

@@ -22,7 +22,7 @@ var errNoChargeback = huma.Error503ServiceUnavailable("chargeback is unavailable
 type chargebackInput struct {
 	From     string `query:"from" required:"true" doc:"Start of the period, included: RFC 3339 or a date (midnight UTC)."`
 	To       string `query:"to" required:"true" doc:"End of the period, excluded: RFC 3339 or a date."`
-	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation; rows nest in that order."`
+	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation, caller_team; rows nest in that order. caller_team splits each endpoint's cost among the teams that called it through a grant, by their share of its requests (tokens for LLMs) in each hour; the owning team keeps the rest (docs/sharing.md)."`
 	Team     string `query:"team" doc:"Only this team's usage (drill-down)."`
 	Endpoint string `query:"endpoint" doc:"Only this endpoint's usage (drill-down)."`
 	Format   string `query:"format" enum:"json,csv" doc:"csv answers text/csv, as Accept: text/csv does."`
@@ -38,6 +38,7 @@ type ChargebackRow struct {
 	Version    *string `json:"version,omitempty"`
 	GPUType    *string `json:"gpu_type,omitempty"`
 	Allocation *string `json:"allocation,omitempty"`
+	CallerTeam *string `json:"caller_team,omitempty" doc:"The team whose calls the row's cost is for: a team granted the endpoint, or its owning team for its own use."`
 	GPUSeconds int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
 	GPUHours   string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
 	CostUSD    string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
@@ -106,6 +107,8 @@ func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow 
 			out.GPUType = &v
 		case chargeback.DimAllocation:
 			out.Allocation = &v
+		case chargeback.DimCallerTeam:
+			out.CallerTeam = &v
 		}
 	}
 	if v, ok := r.CostPer1kRequestsMicroUSD(); ok {

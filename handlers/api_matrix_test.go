@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/registry"
 	"modelplane/rollout"
 )
 
@@ -39,6 +42,11 @@ func apiFixtures() map[string][]*payload {
 		// The plain chi upload route and its JSON form for external artifacts.
 		"POST /models/{model}/versions":          {versionUpload("v9"), versionExternal("v9")},
 		"GET /models/{model}/versions/{version}": {nil},
+		// Resumable uploads: a session of risk-model holding nothing yet.
+		"POST /models/{model}/uploads":          {jsonPayload(map[string]any{"metadata": map[string]any{"name": "v9", "runtime": "onnxruntime"}, "manifest": map[string]string{"model.safetensors": matrixChunkDigest()}})},
+		"GET /uploads/{upload}":                 {nil},
+		"PUT /uploads/{upload}/chunks/{sha256}": {{contentType: "application/octet-stream", body: matrixChunk()}},
+		"POST /uploads/{upload}/complete":       {jsonPayload(map[string]any{"files": map[string][]string{"model.safetensors": {matrixChunkDigest()}}})},
 		// The plain chi download route.
 		"GET /models/{model}/versions/{version}/files/{path}": {nil},
 		"GET /endpoints/{endpoint}":                           {nil},
@@ -56,6 +64,9 @@ func apiFixtures() map[string][]*payload {
 		"PUT /endpoints/{endpoint}/traffic":                   {jsonPayload(map[string]any{"weights": []map[string]any{{"version": "v1", "weight": 50}, {"version": "v2", "weight": 50}}})},
 		"PUT /endpoints/{endpoint}/experiment":                {jsonPayload(map[string]any{"name": "ab", "arms": []map[string]any{{"version": "v1", "share": 50}, {"version": "v2", "share": 50}}})},
 		"DELETE /endpoints/{endpoint}/experiment":             {nil},
+		"GET /endpoints/{endpoint}/grants":                    {nil},
+		"PUT /endpoints/{endpoint}/grants/{team}":             {jsonPayload(map[string]any{"rate_limit_rps": 5, "daily_quota": 1000, "sampling": true})},
+		"DELETE /endpoints/{endpoint}/grants/{team}":          {nil},
 		"GET /endpoints/{endpoint}/autoscaling":               {nil},
 		"GET /endpoints/{endpoint}/autoscaling/decisions":     {nil},
 		"PUT /endpoints/{endpoint}/autoscaling": {jsonPayload(map[string]any{"signals": []map[string]any{{"signal": "rps", "target": 100}},
@@ -75,6 +86,7 @@ func apiFixtures() map[string][]*payload {
 		"POST /endpoints/{endpoint}/rollouts":                      {jsonPayload(map[string]any{"version": "v2", "steps": []map[string]any{{"percent": 10, "bake_seconds": 60}, {"percent": 100, "bake_seconds": 60}}})},
 		"GET /endpoints/{endpoint}/rollouts":                       {nil},
 		"GET /rollouts/{rollout}":                                  {nil},
+		"GET /rollouts/{rollout}/events":                           {nil},
 		"POST /rollouts/{rollout}/approve":                         {jsonPayload(map[string]any{"comment": "ok"})},
 		"POST /rollouts/{rollout}/reject":                          {jsonPayload(map[string]any{"comment": "no"})},
 		"POST /rollouts/{rollout}/rollback":                        {jsonPayload(map[string]any{})},
@@ -136,6 +148,9 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 		"POST /models":                                     form("team", "risk", "name", "matrix-model", "task", "classification", "input_schema", `{"type":"object"}`),
 		"POST /team/members":                               form("team", "risk", "email", "search-admin@example.com", "role", "admin"),
 		"POST /team/keys":                                  form("team", "risk", "name", "matrix-key", "key_role", "viewer"),
+		"GET /endpoints/{endpoint}/sharing":                nil,
+		"POST /endpoints/{endpoint}/grants":                form("team", "search", "rate_limit_rps", "5", "daily_quota", "100"),
+		"POST /endpoints/{endpoint}/grants/{team}/revoke":  form(),
 		"POST /endpoints/{endpoint}/settings":              form("instance_profile", "mig-2g.20gb", "tier", "standard", "min_replicas", "1", "max_replicas", "3", "sampling_rate", "0", "retention_days", "30"),
 		"POST /teams":                                      form("team_name", "matrix-team"),
 		"POST /models/{model}/versions": func(_ map[string]string, csrf string) *payload {
@@ -158,6 +173,10 @@ var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /flee
 // 503 that says so (TestReplicaLogsFromTheAgent reads them from a real
 // agent).
 var nodeReads = []string{"GET /endpoints/{endpoint}/replicas/{replica}/logs"}
+
+// streams are the API routes that stream until the caller leaves: a
+// caller allowed to read gets what there is with follow=0.
+var streams = []string{"GET /rollouts/{rollout}/events"}
 
 // agentOnly are the API routes node agents call with their own token and no
 // user's: no user credential reaches them (TestNodeEnrollmentAPI covers them).
@@ -192,10 +211,12 @@ func (e *testEnv) riskValues(t testing.TB) (risk, missing map[string]string) {
 	risk = map[string]string{"team": "risk", "model": "risk-model", "version": "v1", "endpoint": "risk-endpoint",
 		"id": strconv.FormatInt(e.keyID(t, "risk-engineer"), 10), "email": "risk-engineer@example.com", "node": "gpu-mig-01", "resource": "H100-80GB",
 		"rollout": strconv.FormatInt(e.riskRollout(t), 10), "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"replica": e.riskReplica(t), "webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10)}
+		"replica": e.riskReplica(t), "webhook": strconv.FormatInt(e.riskWebhook, 10), "delivery": strconv.FormatInt(e.riskDelivery, 10),
+		"upload": e.riskUpload(t), "sha256": matrixChunkDigest()}
 	missing = map[string]string{"team": "no-such-team", "model": "no-such-model", "version": "v1", "endpoint": "no-such-endpoint",
 		"id": "987654321", "email": "nobody@example.com", "node": "no-such-node", "resource": "no-such-gpu", "rollout": "987654321", "action": "pause", "path": "model.safetensors", "tier": "critical",
-		"replica": "no-such-replica", "webhook": "987654321", "delivery": "987654321"}
+		"replica": "no-such-replica", "webhook": "987654321", "delivery": "987654321",
+		"upload": "up_" + strings.Repeat("0", 32), "sha256": matrixChunkDigest()}
 	return risk, missing
 }
 
@@ -211,6 +232,29 @@ func (e *testEnv) riskRollout(t testing.TB) int64 {
 		e.rolloutID = r.ID
 	})
 	return e.rolloutID
+}
+
+// matrixChunk is the one chunk the matrix's upload requests send.
+func matrixChunk() []byte { return safetensorsFile("matrix-chunk") }
+
+func matrixChunkDigest() string {
+	sum := sha256.Sum256(matrixChunk())
+	return hex.EncodeToString(sum[:])
+}
+
+// riskUpload returns the id of an upload session of risk-model for v9,
+// starting one the first time.
+func (e *testEnv) riskUpload(t testing.TB) string {
+	t.Helper()
+	e.uploadOnce.Do(func() {
+		man, _ := json.Marshal(map[string]string{"model.safetensors": matrixChunkDigest()})
+		u, err := e.srv.Registry.CreateUpload(t.Context(), system, "risk-model", registry.VersionSpec{Name: "v9", Runtime: "onnxruntime"}, man)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.uploadID = u.ID
+	})
+	return e.uploadID
 }
 
 // keyID finds the id of one of the seeded keys by its name.
@@ -434,6 +478,9 @@ func TestTenancyMatrix(t *testing.T) {
 						want := http.StatusOK
 						if slices.Contains(nodeReads, route) {
 							want = http.StatusServiceUnavailable
+						}
+						if slices.Contains(streams, route) {
+							path += "?follow=0"
 						}
 						if got := e.call(t, e.Keys["risk-viewer"], method, path, nil); got.status != want {
 							t.Errorf("risk viewer GET %s = %d %s; want %d", path, got.status, got, want)

@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -135,6 +137,20 @@ func TestEveryInputTypeCreatesWithOnlyItsRequiredFields(t *testing.T) {
 	do(autoscale)
 	enroll.body = map[string]any{"token": joinToken}
 	do(enroll)
+	// A resumable upload: the session, its one chunk, the completion.
+	chunk := safetensorsFile("required")
+	sum := sha256.Sum256(chunk)
+	digest := hex.EncodeToString(sum[:])
+	var up struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(do(requiredCall{op: "uploads-create", key: risk, method: "POST", path: "/models/scorer/uploads",
+		body: map[string]any{"metadata": map[string]any{"name": "v3", "runtime": "onnxruntime"}, "manifest": map[string]any{"model.safetensors": digest}}}), &up)
+	if got := e.call(t, risk, "PUT", "/uploads/"+up.ID+"/chunks/"+digest, &payload{contentType: "application/octet-stream", body: chunk}); got.status != http.StatusCreated {
+		t.Errorf("PUT chunk = %d %s", got.status, got)
+	}
+	do(requiredCall{op: "upload-complete", key: risk, method: "POST", path: "/uploads/" + up.ID + "/complete",
+		body: map[string]any{"files": map[string]any{"model.safetensors": []string{digest}}}})
 
 	for _, op := range slices.Sorted(maps.Keys(bodies)) {
 		if !called[op] && bodies[op].requiresAny(doc.Components.Schemas) {

@@ -6,10 +6,12 @@ import "github.com/danielgtaylor/huma/v2"
 // cross-team test matrix are both derived from these registrations.
 func (s *Server) registerAPI(api huma.API) {
 	s.registerMe(api)
+	s.registerCLILogin(api)
 	s.registerTeams(api)
 	s.registerKeys(api)
 	s.registerModels(api)
 	s.registerVersions(api)
+	s.registerUploads(api)
 	s.registerEndpoints(api)
 	s.registerAutoscaling(api)
 	s.registerRollouts(api)
@@ -23,4 +25,5 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerBudgets(api)
 	s.registerQuotas(api)
 	s.registerWebhooks(api)
+	s.registerGrants(api)
 }

@@ -85,6 +85,7 @@ func (s *Server) registerVersions(api huma.API) {
 	// are a plain handler mounted in routes.go.
 	api.OpenAPI().AddOperation(versionFileOperation(reg))
 	api.OpenAPI().AddOperation(replicaLogsOperation(reg))
+	api.OpenAPI().AddOperation(rolloutEventsOperation(reg))
 }
 
 // versionRegister handles POST /api/v1/models/{model}/versions.

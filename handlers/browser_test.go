@@ -251,12 +251,23 @@ func TestBrowserPortal(t *testing.T) {
 			chromedp.Click(chromedp.ID("new-version")),
 			chromedp.WaitVisible(chromedp.ID("version-form")),
 		)
+		// The form goes through htmx, which reports the upload's progress
+		// (upload.js draws it); the page records the last report where
+		// the next page can read it.
+		browserRun(b, "follow the upload's progress", chromedp.Evaluate[bool](`sessionStorage.removeItem("progress");
+			document.addEventListener("htmx:xhr:progress", function (e) {
+				sessionStorage.setItem("progress", e.detail.loaded + "/" + e.detail.total + " " + document.getElementById("upload-status").textContent);
+			}); true`))
 		b.do("register version "+v,
 			chromedp.SetValue(chromedp.ID("metadata"), meta),
 			chromedp.SetUploadFiles(chromedp.ID("files"), []string{file}),
 			chromedp.Click(chromedp.ID("register-version")),
 			chromedp.WaitVisible(chromedp.CSS(`main h1 a[href="/models/fraud-model"]`)),
 		)
+		progress := browserRun(b, "read the upload's progress", chromedp.Evaluate[string](`sessionStorage.getItem("progress") || ""`))
+		if !strings.Contains(progress, " of ") {
+			t.Errorf("upload progress seen %q; want htmx's progress events drawn as bytes of a total", progress)
+		}
 		if got := b.text("main h1"); got != "fraud-model / "+v {
 			t.Errorf("version page heading = %q, want %q", got, "fraud-model / "+v)
 		}

@@ -17,6 +17,7 @@ import (
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/enrollment"
+	"modelplane/grant"
 	"modelplane/rollout"
 	"modelplane/tenant"
 )
@@ -81,6 +82,14 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
 			t.Fatal(err)
 		}
+		share := fmt.Sprintf("csrf-share-%d", i)
+		if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: share, Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
+			Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.srv.Grants.Set(ctx, system, share, "search", grant.Limits{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := e.srv.Endpoints.Create(ctx, system, endpoint.Spec{Name: "csrf-rollout", Model: "risk-model", Version: "v1", Runtime: "onnxruntime",
 		Settings: endpoint.Settings{InstanceProfile: "mig-1g.10gb", MinReplicas: 1, MaxReplicas: 1, Tier: "batch", RetentionDays: 1}}); err != nil {
@@ -131,6 +140,17 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 					t.Errorf("POST try did not show the gateway's answer:\n%.600s", r.Body)
 				}
 			},
+		},
+		{
+			route: "/endpoints/{endpoint}/grants", path: fixed("/endpoints/risk-endpoint/grants"), status: http.StatusSeeOther,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "team", "search", "daily_quota", fmt.Sprint(1000+i))
+			},
+		},
+		{
+			route: "/endpoints/{endpoint}/grants/{team}/revoke", path: func(i int) string { return fmt.Sprintf("/endpoints/csrf-share-%d/grants/search/revoke", i) },
+			status: http.StatusSeeOther,
+			body:   func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
 		},
 		{
 			route: "/endpoints/{endpoint}/delete", path: func(i int) string { return fmt.Sprintf("/endpoints/csrf-del-%d/delete", i) }, status: http.StatusSeeOther,

@@ -53,6 +53,8 @@ func TestMain(m *testing.M) {
 type testEnv struct {
 	rolloutOnce sync.Once
 	rolloutID   int64
+	uploadOnce  sync.Once
+	uploadID    string
 	// riskWebhook is a webhook of team risk, riskDelivery one of its
 	// deliveries (seed).
 	riskWebhook, riskDelivery int64

@@ -156,7 +156,7 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if strings.HasPrefix(r.URL.Path, "/api/v1/openapi") {
+		if strings.HasPrefix(r.URL.Path, "/api/v1/openapi") || r.URL.Path == cliLoginPath {
 			next.ServeHTTP(w, r)
 			return
 		}

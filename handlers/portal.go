@@ -261,6 +261,11 @@ func (s *Server) portalError(w http.ResponseWriter, r *http.Request, err error) 
 
 // redirectFlash sends the browser to target with a one-time message.
 func redirectFlash(w http.ResponseWriter, r *http.Request, target, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: FlashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 60, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+	setFlash(w, msg)
 	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// setFlash sets the message the next page shows once.
+func setFlash(w http.ResponseWriter, msg string) {
+	http.SetCookie(w, &http.Cookie{Name: FlashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 60, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
 }

@@ -329,7 +329,16 @@ func (s *Server) portalVersionCreate(w http.ResponseWriter, r *http.Request) {
 		renderForm(status)
 		return
 	}
-	redirectFlash(w, r, "/models/"+model+"/versions/"+v.Name, "Version "+v.Name+" registered.")
+	target := "/models/" + model + "/versions/" + v.Name
+	if r.Header.Get("HX-Request") == "true" {
+		// The form was sent by htmx (to show the upload's progress): the
+		// browser goes to the version's page itself.
+		setFlash(w, "Version "+v.Name+" registered.")
+		w.Header().Set("HX-Redirect", target)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	redirectFlash(w, r, target, "Version "+v.Name+" registered.")
 }
 
 func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {

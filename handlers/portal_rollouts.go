@@ -35,12 +35,7 @@ func rolloutRow(r rollout.Rollout) web.RolloutRow {
 
 // rolloutInitiator names the person who started r, with the key's prefix
 // when a key was used ("search-admin@example.com via mpk_2939…").
-func rolloutInitiator(r rollout.Rollout) string {
-	if r.InitiatorEmail == "" || r.InitiatorEmail == r.Initiator {
-		return r.Initiator
-	}
-	return r.InitiatorEmail + " via " + r.Initiator
-}
+func rolloutInitiator(r rollout.Rollout) string { return r.StartedBy }
 
 // rolloutsSection fills the endpoint page's rollouts section.
 func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpoint.Endpoint, versions []string, csrf string) (web.RolloutsSection, error) {
@@ -280,11 +275,13 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 	tick := s.Clock.NewTicker(time.Second, "portal", "rollout_events")
 	defer tick.Stop()
 	idle := 0
+	changed := s.Rollouts.Changes()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-changed:
 		}
 		// The stream ends with the session (logout, idle or absolute
 		// timeout) and with the membership of the rollout's team: p is read
@@ -297,6 +294,9 @@ func (s *Server) portalRolloutEvents(w http.ResponseWriter, r *http.Request) {
 		if _, ok := p.Membership(ro.Team); !ok && !p.PlatformAdmin() {
 			return
 		}
+		// Taken before the read: a change committed after it wakes the
+		// next round at once instead of at the next tick.
+		changed = s.Rollouts.Changes()
 		evs, err := s.Rollouts.Events(ctx, p, id, last, 100)
 		if err != nil {
 			return

@@ -184,7 +184,7 @@ func portalText(s *goquery.Selection) string {
 var portalPages = []string{
 	"/endpoints", "/endpoints/new", "/endpoints/risk-endpoint",
 	"/models", "/models/new", "/models/risk-model", "/models/risk-model/versions/new", "/models/risk-model/versions/v1",
-	"/team", "/audit",
+	"/team", "/audit", "/shared", "/endpoints/risk-endpoint/sharing",
 }
 
 // portalCSPDirectives parses a Content-Security-Policy header.

@@ -24,6 +24,8 @@ func (s *Server) Handler() http.Handler {
 		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 		r.Get("/endpoints/{endpoint}/replicas/{replica}/logs", s.replicaLogs)
+		r.With(keepReading).Get("/rollouts/{rollout}/events", s.rolloutEventStream)
+		r.With(keepReading).Put("/uploads/{upload}/chunks/{sha256}", s.uploadChunk)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
 	r.Get("/internal/artifacts/{sha256}", s.internalArtifact)
@@ -81,7 +83,11 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Post("/endpoints/{endpoint}/settings", s.portalEndpointSettings)
 				r.Post("/endpoints/{endpoint}/autoscaling", s.portalAutoscalingSet)
 				r.Post("/endpoints/{endpoint}/rollouts", s.portalRolloutStart)
+				r.Get("/endpoints/{endpoint}/sharing", s.portalSharing)
+				r.Post("/endpoints/{endpoint}/grants", s.portalGrantSet)
+				r.Post("/endpoints/{endpoint}/grants/{team}/revoke", s.portalGrantRevoke)
 			})
+			r.Get("/shared", s.portalShared)
 			r.Get("/rollouts", s.portalRollouts)
 			r.Group(func(r chi.Router) {
 				r.Use(s.extractRollout)

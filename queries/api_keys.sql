@@ -18,7 +18,8 @@ SELECT k.*, t.name AS team_name,
                    AND (u.platform_role = 'platform_admin' OR (u.platform_role = 'finance' AND k.role = 'finance')))
         OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = k.team_id AND m.user_id = k.created_by
                    AND array_position(ARRAY['viewer', 'engineer', 'admin'], m.role)
-                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds
+                       >= array_position(ARRAY['viewer', 'engineer', 'admin'], k.role)))::boolean AS creator_holds,
+       COALESCE((SELECT u.email FROM users u WHERE u.id = k.created_by), '')::text AS creator_email
 FROM api_keys k LEFT JOIN teams t ON t.id = k.team_id
 WHERE k.prefix = @prefix;
 

@@ -15,3 +15,8 @@ SELECT * FROM teams WHERE (@all_teams::boolean OR id = ANY(@team_ids::bigint[]))
 
 -- name: TeamLock :exec
 SELECT id FROM teams WHERE id = @id AND (@all_teams::boolean OR id = ANY(@team_ids::bigint[])) FOR UPDATE;
+
+-- name: TeamIDByName :one
+-- The id of a team named by another team's owners: the consumer of a grant
+-- (package grant). It returns the id alone, no team data.
+SELECT id FROM teams WHERE name = @name;

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -37,10 +38,16 @@ const (
 // Runtimes a version can be served by. llamacpp is llama.cpp's
 // llama-server; builtin-llm is the built-in runtime's LLM engine for GGUF
 // models on CPU (docs/llm-runtimes.md).
-var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "llamacpp", BuiltinLLM, "sim"}
+var Runtimes = []string{"vllm", "triton", "onnxruntime", "tensorrt-llm", "xgboost", "lightgbm", "llamacpp", BuiltinLLM, Tokenizer, "sim"}
 
 // BuiltinLLM is the registry runtime of the built-in runtime's LLM engine.
 const BuiltinLLM = "builtin-llm"
+
+// Tokenizer is the registry runtime, and the format, of the built-in
+// runtime's tokenizer: a version of it holds a Hugging Face tokenizer.json
+// (a JSON file, which no content check tells from other JSON, so the
+// runtime names the format) and turns text into token ids.
+const Tokenizer = "tokenizer"
 
 // Model is a named model owned by one team.
 type Model struct {
@@ -80,6 +87,8 @@ type Service struct {
 	// validate is set when a validator runs: versions it can run are
 	// queued for validation at registration, and it is woken.
 	validate func()
+	// clock is what upload sessions expire on (nil: the real clock).
+	clock quartz.Clock
 }
 
 // WithValidation makes registration queue the versions the control plane
@@ -201,7 +210,7 @@ func (s *Service) CreateModel(ctx context.Context, p *auth.Principal, spec Model
 	var res Model
 	err := db.InTx(ctx, s.pool, func(q *db.Queries) error {
 		row, err := q.ModelCreate(ctx, db.ModelCreateParams{TeamID: m.TeamID, Name: spec.Name, Task: spec.Task,
-			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
+			Description: spec.Description, InputSchema: in, OutputSchema: out, FeatureNames: spec.FeatureNames, CreatedBy: p.Who(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID()})
 		if err != nil {
 			return err
 		}
@@ -468,7 +477,13 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 		if err != nil {
 			return Version{}, err
 		}
-		if !res.Format.IsModel() {
+		if spec.Runtime == Tokenizer {
+			if res.Format != artifact.FormatJSON {
+				return Version{}, field.Errors{{Field: "files", Message: "a tokenizer version holds a tokenizer.json and no model file"}}
+			}
+			res.Format = Tokenizer
+		}
+		if !res.Format.IsModel() && res.Format != Tokenizer {
 			return Version{}, field.Errors{{Field: "files", Message: "hold no model file: upload safetensors, ONNX, GGUF, XGBoost JSON or a LightGBM model"}}
 		}
 		if spec.Format != "" && spec.Format != string(res.Format) {
@@ -503,7 +518,7 @@ func (s *Service) RegisterVersion(ctx context.Context, p *auth.Principal, model 
 			CPUCores: spec.Resources.CPUCores, MemoryMB: spec.Resources.MemoryMB,
 			P99LatencyMs: spec.SLA.P99LatencyMs, P99TPOTMs: spec.SLA.P99TPOTMs, ParentVersion: spec.Lineage.ParentVersion,
 			TrainingJob: spec.Lineage.TrainingJob, Dataset: spec.Lineage.Dataset, OfflineMetrics: metrics, SimProfile: sim,
-			CreatedBy: p.Actor(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID(), Serving: serving})
+			CreatedBy: p.Who(), CreatedByUserID: p.ActorUserID(), CreatedByKeyID: p.ActorKeyID(), Serving: serving})
 		if err != nil {
 			return err
 		}

@@ -471,8 +471,8 @@ func validationOf(r db.ModelVersionValidation) *Validation {
 // builtinRuntimes are the registry runtimes the built-in runtime serves,
 // and builtinFormats the model files it reads.
 var (
-	builtinRuntimes = []string{"xgboost", "lightgbm", "onnxruntime", "builtin-llm"}
-	builtinFormats  = []string{"onnx", "xgboost-json", "lightgbm", "gguf"}
+	builtinRuntimes = []string{"xgboost", "lightgbm", "onnxruntime", "builtin-llm", Tokenizer}
+	builtinFormats  = []string{"onnx", "xgboost-json", "lightgbm", "gguf", Tokenizer}
 )
 
 // BuiltIn reports whether the built-in runtime serves versions of runtime.

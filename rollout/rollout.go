@@ -123,11 +123,15 @@ type Rollout struct {
 	Initiator                 string     `json:"initiator"`
 	// InitiatorEmail is the person who started the rollout: the user, or
 	// the creator of the API key used (Initiator is then the key's prefix).
-	InitiatorEmail string     `json:"initiator_email,omitempty"`
-	Generation     int64      `json:"generation"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	InitiatorEmail string `json:"initiator_email,omitempty"`
+	// StartedBy is how people read the initiator: the person, with the
+	// key's prefix when a key was used ("search-admin@example.com via
+	// mpk_2939ab12cd34").
+	StartedBy  string     `json:"started_by"`
+	Generation int64      `json:"generation"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// Events (the latest MaxEvents) and Approvals are filled by Get only.
 	Events    []Event    `json:"events,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
@@ -245,6 +249,8 @@ type Service struct {
 	// onChange tells a controller in this process that something changed;
 	// set while requests may be served, hence atomic.
 	onChange atomic.Pointer[func()]
+	// feed wakes the readers of events after every change (Changes).
+	feed feed
 }
 
 // New returns a Service on clock (quartz.NewReal() when nil). drift may
@@ -264,6 +270,7 @@ func (s *Service) OnChange(fn func()) {
 }
 
 func (s *Service) wake() {
+	s.Changed()
 	if fn := s.onChange.Load(); fn != nil && *fn != nil {
 		(*fn)()
 	}
@@ -282,6 +289,10 @@ func fromRow(r db.RolloutGetRow) Rollout {
 		Generation: r.Generation, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		TeamID: r.TeamID, EndpointID: r.EndpointID, FromVersionID: r.FromVersionID, ToVersionID: r.ToVersionID,
 		ModelID: r.ModelID, Task: r.Task, MinReplicas: r.MinReplicas, InitiatorUserID: r.InitiatorUserID, InitiatorEmail: r.InitiatorEmail}
+	out.StartedBy = out.Initiator
+	if out.InitiatorEmail != "" && out.InitiatorEmail != out.Initiator {
+		out.StartedBy = out.InitiatorEmail + " via " + out.Initiator
+	}
 	// Both columns are JSON this package wrote.
 	_ = json.Unmarshal(r.Steps, &out.Steps)
 	_ = json.Unmarshal(r.Criteria, &out.Criteria)
@@ -538,7 +549,7 @@ func (s *Service) insert(ctx context.Context, q *db.Queries, p *auth.Principal, 
 	if err != nil {
 		return 0, err
 	}
-	msg := fmt.Sprintf("%s rollout of %s started by %s", spec.Strategy, spec.Version, p.Actor())
+	msg := fmt.Sprintf("%s rollout of %s started by %s", spec.Strategy, spec.Version, p.Who())
 	if note != "" {
 		msg += "; " + note
 	}
@@ -759,14 +770,14 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		}
 		uid := new(p.HumanID())
 		err := t.q.ApprovalInsert(ctx, db.ApprovalInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, StepIndex: int32(t.r.ApprovalStep()),
-			Approver: p.Actor(), ApproverUserID: uid, Decision: decision, Comment: comment, At: t.now})
+			Approver: p.Who(), ApproverUserID: uid, Decision: decision, Comment: comment, At: t.now})
 		if err != nil {
 			if errors.Is(err, db.ErrConflict) {
 				return &ConflictError{Msg: fmt.Sprintf("rollout %d already has a decision for this step", t.r.ID)}
 			}
 			return err
 		}
-		msg := fmt.Sprintf("%s %sd the step to 100 percent", p.Actor(), decision)
+		msg := fmt.Sprintf("%s %sd the step to 100 percent", p.Who(), decision)
 		if comment != "" {
 			msg += ": " + comment
 		}
@@ -774,7 +785,7 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 			return err
 		}
 		if decision == "reject" {
-			return t.rollback(ctx, "rejected by "+p.Actor())
+			return t.rollback(ctx, "rejected by "+p.Who())
 		}
 		// The controller promotes on its next pass (woken now); doing it
 		// here too would be a second path to the same change.
@@ -788,7 +799,7 @@ func (s *Service) Rollback(ctx context.Context, p *auth.Principal, id int64, rea
 		if !t.r.Active() {
 			return notActive(t.r)
 		}
-		msg := "rolled back by " + p.Actor()
+		msg := "rolled back by " + p.Who()
 		if reason != "" {
 			msg += ": " + reason
 		}
@@ -806,7 +817,7 @@ func (s *Service) Pause(ctx context.Context, p *auth.Principal, id int64) (Rollo
 			return nil
 		}
 		t.r.Paused = true
-		return t.save(ctx, "pause", "paused by "+p.Actor())
+		return t.save(ctx, "pause", "paused by "+p.Who())
 	})
 }
 
@@ -824,7 +835,7 @@ func (s *Service) Resume(ctx context.Context, p *auth.Principal, id int64) (Roll
 		if t.r.StepStartedAt != nil {
 			t.startStep(t.r.StepIndex)
 		}
-		return t.save(ctx, "resume", "resumed by "+p.Actor())
+		return t.save(ctx, "resume", "resumed by "+p.Who())
 	})
 }
 
@@ -842,7 +853,7 @@ func (s *Service) CanaryFromShadow(ctx context.Context, p *auth.Principal, id in
 		}
 		t.r.State, t.r.Cleaned = StateCompleted, true
 		t.r.FinishedAt = &t.now
-		if err := t.save(ctx, "complete", "shadow ended by "+p.Actor()+"; a canary of "+t.r.ToVersion+" follows"); err != nil {
+		if err := t.save(ctx, "complete", "shadow ended by "+p.Who()+"; a canary of "+t.r.ToVersion+" follows"); err != nil {
 			return err
 		}
 		d := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }

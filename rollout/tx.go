@@ -101,7 +101,7 @@ func (t *tx) event(ctx context.Context, kind, decision, msg string, v *judge.Ver
 		wj, _ = json.Marshal(w)
 	}
 	if err := t.q.RolloutEventInsert(ctx, db.RolloutEventInsertParams{RolloutID: t.r.ID, TeamID: t.r.TeamID, At: t.now, Kind: kind,
-		StepIndex: int32(t.r.StepIndex), State: t.r.State, Decision: decision, Message: msg, Actor: t.p.Actor(), Verdict: vj, Windows: wj}); err != nil {
+		StepIndex: int32(t.r.StepIndex), State: t.r.State, Decision: decision, Message: msg, Actor: t.p.Who(), Verdict: vj, Windows: wj}); err != nil {
 		return fmt.Errorf("rollout event: %w", err)
 	}
 	return outbox.Event(ctx, t.q, t.r.Team, busapi.Event{Kind: "rollout", ID: t.r.ID, Name: t.r.Endpoint, Type: kind,

@@ -2,7 +2,8 @@
 // in KV mp_routes (proto.Route), which gateways serve from. It builds the
 // entry from the endpoint's routing rules (versions, weights, shadow
 // percentages), its versions' ready replica addresses, its A/B experiment,
-// its gateway settings, the budget that blocks it and, for an endpoint
+// its gateway settings, the teams granted call access with their limits
+// (package grant), the budget that blocks it and, for an endpoint
 // scaled to zero, its cold-start budget and its versions' measured cold
 // starts (coldstart.go), and writes it to the
 // outbox, inside the caller's transaction, only when its hash changed

@@ -77,6 +77,14 @@ func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 	for i, a := range armRows {
 		arms[i] = db.ExperimentListForRoutesRow(a)
 	}
+	grantRows, err := q.GrantListForRoute(ctx, endpointID)
+	if err != nil {
+		return false, err
+	}
+	grants := make([]db.GrantListForRoutesRow, len(grantRows))
+	for i, g := range grantRows {
+		grants[i] = db.GrantListForRoutesRow(g)
+	}
 	blocks, err := BudgetBlocksAt(ctx, q, now)
 	if err != nil {
 		return false, err
@@ -86,7 +94,7 @@ func write(ctx context.Context, q *db.Queries, endpointID int64, now time.Time) 
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		return false, err
 	}
-	routes, _ := build(rules, ready, arms, blocks)
+	routes, _ := build(rules, ready, arms, grants, blocks)
 	if rt, ok := routes[name]; ok {
 		return put(ctx, q, rt, prev, had)
 	}
@@ -131,6 +139,10 @@ func writeAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, err
 	if err != nil {
 		return 0, err
 	}
+	grants, err := q.GrantListForRoutes(ctx)
+	if err != nil {
+		return 0, err
+	}
 	entries, err := q.RouteEntryList(ctx)
 	if err != nil {
 		return 0, err
@@ -139,7 +151,7 @@ func writeAll(ctx context.Context, q *db.Queries, blocks BudgetBlocks) (int, err
 	for _, e := range entries {
 		old[e.Endpoint] = e
 	}
-	routes, names := build(rules, ready, arms, blocks)
+	routes, names := build(rules, ready, arms, grants, blocks)
 	written := 0
 	for _, name := range names {
 		prev, had := old[name]
@@ -178,7 +190,14 @@ type versionKey struct{ endpoint, version int64 }
 var v2Only = map[string]bool{"triton": true}
 
 func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyForRoutesRow, arms []db.ExperimentListForRoutesRow,
-	blocks BudgetBlocks) (map[string]*busapi.Route, []string) {
+	grantRows []db.GrantListForRoutesRow, blocks BudgetBlocks) (map[string]*busapi.Route, []string) {
+	// Grants come sorted by endpoint and team, so each entry's list is in
+	// a stable order and its hash changes only with the grants.
+	grants := map[int64][]busapi.RouteGrant{}
+	for _, g := range grantRows {
+		grants[g.EndpointID] = append(grants[g.EndpointID], busapi.RouteGrant{Team: g.Team, RateLimitRPS: g.RateLimitRPS,
+			RateLimitBurst: int(g.RateLimitBurst), DailyQuota: g.DailyQuota, Sampling: g.Sampling})
+	}
 	replicas := map[versionKey][]busapi.RouteReplica{}
 	for _, r := range ready {
 		k := versionKey{r.EndpointID, r.VersionID}
@@ -204,7 +223,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 			rt = &busapi.Route{Endpoint: d.Endpoint, EndpointID: d.EndpointID, Team: d.Team, Task: d.Task, InputSchema: json.RawMessage(d.InputSchema),
 				FeatureNames: d.FeatureNames, SamplingRate: d.SamplingRate, RateLimitRPS: d.RateLimitRPS,
 				RateLimitBurst: int(d.RateLimitBurst), TimeoutMS: int(d.TimeoutMS), ScaledToZero: d.MinReplicas == 0,
-				Experiment: experiments[d.EndpointID]}
+				Experiment: experiments[d.EndpointID], Grants: grants[d.EndpointID]}
 			if rt.ScaledToZero {
 				rt.Blocked = blocks.For(d.TeamID, d.EndpointID)
 			}

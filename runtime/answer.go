@@ -19,6 +19,22 @@ func (s *Server) Answer(ctx context.Context, instances []json.RawMessage) ([]jso
 	if len(instances) == 0 {
 		return nil, errors.New("no instances")
 	}
+	if l.tensors != nil {
+		preds, f, err := s.predictTensors(ctx, l, instances)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			return nil, errors.New(f.msg)
+		}
+		out := make([]json.RawMessage, len(preds))
+		for i, p := range preds {
+			if out[i], err = json.Marshal(p); err != nil {
+				return nil, fmt.Errorf("instances[%d]: %w", i, err)
+			}
+		}
+		return out, nil
+	}
 	rows := make([][]float32, len(instances))
 	for i, raw := range instances {
 		row, err := l.enc.instance(raw, fmt.Sprintf("instances[%d]", i))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -179,42 +180,52 @@ type failure struct {
 func (s *Server) run(ctx context.Context, l *loaded, rows [][]float32) (batch.Result, *failure) {
 	start := s.clock.Now("runtime", "infer")
 	res, err := l.batcher.Do(ctx, rows)
+	if f := s.account(ctx, l, start, len(rows), res.Queue, res.Compute, res.BatchRows, err); f != nil {
+		return res, f
+	}
+	if w := int64(len(res.Outputs[0])); l.outWidth.Load() == 0 {
+		l.outWidth.Store(w)
+	}
+	return res, nil
+}
+
+// account records one request of rows through the batcher, begun at
+// start: its spans, its Triton metrics, and how to answer a failure (nil
+// on success).
+func (s *Server) account(ctx context.Context, l *loaded, start time.Time, rows int, queue, compute time.Duration, batchRows int, err error) *failure {
 	if span := trace.SpanFromContext(ctx); err == nil && span.IsRecording() {
 		// The batcher measured the wait and the batch's execution; they
 		// become the seed's batch_queue_wait and gpu_inference spans.
 		tr := span.TracerProvider().Tracer("modelplane/runtime")
 		_, q := tr.Start(ctx, "ml_serving.batch_queue_wait", trace.WithTimestamp(start))
-		q.End(trace.WithTimestamp(start.Add(res.Queue)))
-		_, x := tr.Start(ctx, "ml_serving.gpu_inference", trace.WithTimestamp(start.Add(res.Queue)),
-			trace.WithAttributes(attribute.Int("batch_size", res.BatchRows), attribute.Int("rows", len(rows))))
-		x.End(trace.WithTimestamp(start.Add(res.Queue + res.Compute)))
+		q.End(trace.WithTimestamp(start.Add(queue)))
+		_, x := tr.Start(ctx, "ml_serving.gpu_inference", trace.WithTimestamp(start.Add(queue)),
+			trace.WithAttributes(attribute.Int("batch_size", batchRows), attribute.Int("rows", rows)))
+		x.End(trace.WithTimestamp(start.Add(queue + compute)))
 	}
 	switch {
 	case err == nil:
 		m := l.metrics
 		m.success.Inc()
-		m.count.Add(float64(len(rows)))
+		m.count.Add(float64(rows))
 		m.requestUS.Add(micros(s.clock.Since(start, "runtime", "infer")))
-		m.queueUS.Add(micros(res.Queue))
-		m.computeUS.Add(micros(res.Compute))
-		if w := int64(len(res.Outputs[0])); l.outWidth.Load() == 0 {
-			l.outWidth.Store(w)
-		}
-		return res, nil
+		m.queueUS.Add(micros(queue))
+		m.computeUS.Add(micros(compute))
+		return nil
 	case errors.Is(err, batch.ErrQueueTimeout):
 		l.metrics.failed(reasonRejected)
-		return res, &failure{http.StatusServiceUnavailable, "the request waited past the queue timeout and was not executed; retry", reasonRejected}
+		return &failure{http.StatusServiceUnavailable, "the request waited past the queue timeout and was not executed; retry", reasonRejected}
 	case errors.Is(err, batch.ErrStopped):
 		l.metrics.failed(reasonRejected)
-		return res, &failure{http.StatusServiceUnavailable, "runtime is draining; retry", reasonRejected}
+		return &failure{http.StatusServiceUnavailable, "runtime is draining; retry", reasonRejected}
 	case ctx.Err() != nil:
 		l.metrics.failed(reasonCanceled)
-		return res, &failure{statusClientGone, "", reasonCanceled}
+		return &failure{statusClientGone, "", reasonCanceled}
 	default:
 		l.metrics.failed(reasonBackend)
 		// The model's message names rows, never their values.
 		s.log.Error("inference failed", slog.String("model", l.cfg.Model), slog.String("version", l.cfg.Version), slog.String("error", err.Error()))
-		return res, &failure{http.StatusInternalServerError, "inference failed", reasonBackend}
+		return &failure{http.StatusInternalServerError, "inference failed", reasonBackend}
 	}
 }
 
@@ -233,10 +244,10 @@ func (s *Server) answerFailure(w http.ResponseWriter, f *failure, errf func(http
 func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
 	st := replicaStats{ReplicaID: s.opt.ReplicaID, Ready: s.Ready()}
 	if l := s.m.Load(); l != nil {
-		bs := l.batcher.Stats()
+		bs := l.queueStats()
 		st.Endpoint, st.Version = l.cfg.Model, l.cfg.Version
 		st.Task = "classification"
-		if l.model.OutputKind() == serveapi.OutputValue {
+		if l.tensors != nil || l.model.OutputKind() == serveapi.OutputValue {
 			st.Task = "regression"
 		}
 		st.QueueDepth = bs.QueuedRequests

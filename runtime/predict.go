@@ -20,6 +20,10 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		l.metrics.failed(reasonOther)
 		return
 	}
+	if l.tensors != nil {
+		s.predictTensorBody(w, r, l, body)
+		return
+	}
 	rows, err := s.parsePredict(l, body)
 	if err != nil {
 		l.metrics.failed(reasonOther)
@@ -40,6 +44,54 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// predictTensorBody answers /predict for a tensor model: the predictions
+// are objects keyed by output name (predictTensors).
+func (s *Server) predictTensorBody(w http.ResponseWriter, r *http.Request, l *loaded, body []byte) {
+	instances, err := s.predictInstances(body)
+	if err != nil {
+		l.metrics.failed(reasonOther)
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	preds, f, err := s.predictTensors(r.Context(), l, instances)
+	if err != nil {
+		l.metrics.failed(reasonOther)
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if f != nil {
+		s.answerFailure(w, f, writeProblem)
+		return
+	}
+	// The answer is /predict's shape (serveapi.PredictResponse) with each
+	// prediction the model's outputs by name.
+	writeJSON(w, http.StatusOK, struct {
+		Predictions  []map[string]any `json:"predictions"`
+		ModelVersion string           `json:"model_version"`
+	}{preds, l.cfg.Version})
+}
+
+// predictInstances reads a predict body's instances, checking their count.
+func (s *Server) predictInstances(body []byte) ([]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var req serveapi.PredictRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("body must be a JSON object with an instances array: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("body must hold one JSON object")
+	}
+	switch {
+	case req.Instances == nil:
+		return nil, errors.New("instances is required")
+	case len(req.Instances) == 0:
+		return nil, errors.New("instances must not be empty")
+	case len(req.Instances) > s.opt.MaxInstances:
+		return nil, fmt.Errorf("instances: at most %d per request", s.opt.MaxInstances)
+	}
+	return req.Instances, nil
 }
 
 // parsePredict reads a predict body into model rows. Its errors name the

@@ -45,6 +45,10 @@ type Options struct {
 	MaxInstances int
 	// RetryAfter is sent with 503s.
 	RetryAfter time.Duration
+	// Tensors are the loaders of models served with their own tensors,
+	// by format: a version whose configuration names no features is
+	// loaded by the one of its format.
+	Tensors map[string]TensorOpener
 	// Clock defaults to the real one; Log to discarding.
 	Clock quartz.Clock
 	Log   *slog.Logger
@@ -60,11 +64,15 @@ var extensions = map[string]string{
 	"onnx":         ".onnx",
 	"xgboost-json": ".json",
 	"lightgbm":     ".txt",
+	"tokenizer":    ".json",
 }
 
 // loaded is what Load builds; it is set once and read without locks.
 type loaded struct {
-	cfg     serveapi.Config
+	cfg serveapi.Config
+	// tensors is set for a tensor model (no features), and then model,
+	// enc, dec and batcher are not.
+	tensors *tensors
 	model   serveapi.Model
 	enc     *encoder
 	dec     *decoder
@@ -207,16 +215,22 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 		return err
 	}
 	open, ok := openers[cfg.Format]
-	if !ok {
+	if _, tensor := s.opt.Tensors[cfg.Format]; !ok && !tensor {
 		return fmt.Errorf("no loader for format %q", cfg.Format)
 	}
 	path, err := modelFile(dir, cfg)
 	if err != nil {
 		return err
 	}
+	if topen, ok := s.opt.Tensors[cfg.Format]; ok && len(cfg.Features) == 0 {
+		return s.loadTensors(cfg, path, topen, func() float64 { return s.clock.Since(start).Seconds() })
+	}
 	enc, err := newEncoder(cfg.Features)
 	if err != nil {
 		return err
+	}
+	if !ok {
+		return fmt.Errorf("format %q is served with its own tensors: a version of it names no features", cfg.Format)
 	}
 	m, err := open(path)
 	if err != nil {
@@ -234,7 +248,7 @@ func (s *Server) Load(dir string, openers map[string]Opener) error {
 		return fail(err)
 	}
 	l := &loaded{cfg: cfg, model: m, enc: enc, dec: dec}
-	l.metrics = newMetrics(cfg.Model, cfg.Version, func() float64 { return float64(l.batcher.Stats().QueuedRequests) })
+	l.metrics = newMetrics(cfg.Model, cfg.Version, func() float64 { return float64(l.queueStats().QueuedRequests) })
 	l.metrics.loadSec.Set(s.clock.Since(start).Seconds())
 	l.batcher, err = batch.New(m, batch.Config{
 		MaxBatchSize:        cfg.Batching.MaxBatchSize,
@@ -279,6 +293,16 @@ func (s *Server) Warm(ctx context.Context) error {
 		return errors.New("runtime: no model loaded")
 	}
 	start := s.clock.Now()
+	if l.tensors != nil {
+		if len(l.cfg.SampleInputs) > 0 {
+			if _, err := s.Answer(ctx, l.cfg.SampleInputs); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
+		l.metrics.warmupSec.Set(s.clock.Since(start).Seconds())
+		s.ready.Store(true)
+		return nil
+	}
 	var rows [][]float32
 	for i, raw := range l.cfg.SampleInputs {
 		row, err := l.enc.instance(raw, fmt.Sprintf("sample_inputs[%d]", i))
@@ -328,6 +352,16 @@ func (s *Server) Close(ctx context.Context) error {
 		if l == nil {
 			return
 		}
+		if l.tensors != nil {
+			if err := l.tensors.queue.Stop(ctx); err != nil {
+				s.closeErr = fmt.Errorf("stop batcher: %w", err)
+				return
+			}
+			if err := l.tensors.model.Close(); err != nil {
+				s.closeErr = fmt.Errorf("close model: %w", err)
+			}
+			return
+		}
 		if err := l.batcher.Stop(ctx); err != nil {
 			s.closeErr = fmt.Errorf("stop batcher: %w", err)
 			return // the executor may still be in Predict: keep the model
@@ -338,3 +372,17 @@ func (s *Server) Close(ctx context.Context) error {
 	})
 	return s.closeErr
 }
+
+// queueStats is the batcher's state, of either kind of model.
+func (l *loaded) queueStats() batch.Stats {
+	if l.tensors != nil {
+		return l.tensors.queue.Stats()
+	}
+	return l.batcher.Stats()
+}
+
+func pathBase(p string) string { return filepath.Base(p) }
+
+func durationUS(us int) time.Duration { return time.Duration(us) * time.Microsecond }
+
+func durationMS(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -85,6 +85,15 @@ func (s *Server) serverMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelMetadata(w http.ResponseWriter, r *http.Request, l *loaded) {
+	if l.tensors != nil {
+		md := v2ModelMetadata{Name: l.cfg.Model, Platform: l.cfg.Format}
+		if l.cfg.Version != "" {
+			md.Versions = []string{l.cfg.Version}
+		}
+		metadataTensors(&md, l.tensors)
+		writeJSON(w, http.StatusOK, md)
+		return
+	}
 	md := v2ModelMetadata{Name: l.cfg.Model, Platform: l.cfg.Format,
 		Inputs:  []v2TensorMeta{{Name: matrixInput, Datatype: "FP32", Shape: []int64{-1, int64(l.enc.width)}}},
 		Outputs: []v2TensorMeta{{Name: matrixOutput, Datatype: "FP32", Shape: []int64{-1, -1}}}}
@@ -112,6 +121,10 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request, l *loaded) {
 	if err := dec.Decode(&req); err != nil {
 		l.metrics.failed(reasonOther)
 		v2Error(w, http.StatusBadRequest, "body must be a V2 inference request: "+jsonProblem(err))
+		return
+	}
+	if l.tensors != nil {
+		s.inferTensors(w, r, l, req)
 		return
 	}
 	rows, err := s.tensorRows(l, req.Inputs)

@@ -66,6 +66,19 @@ if [ "${1:-}" = test ] && [ ! -f "$openai_dir/node_modules/openai/package.json" 
   command -v npm >/dev/null || want+=(npm)
 fi
 
+# The tokenizer runtime's test (runtime/tokenizer) checks its encodings
+# against Hugging Face's own JavaScript tokenizers, the npm package
+# @huggingface/tokenizers (no dependencies), run under Node; cached outside
+# the clone by version like openai-node ($MP_HF_TOKENIZERS_DIR overrides).
+hftok_version=0.2.0
+hftok_dir="${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/hf-tokenizers-$hftok_version"
+hftok_want=false
+if [ "${1:-}" = test ] && [ ! -f "$hftok_dir/node_modules/@huggingface/tokenizers/package.json" ]; then
+  hftok_want=true
+  command -v node >/dev/null || want+=(nodejs)
+  command -v npm >/dev/null || want+=(npm)
+fi
+
 if [ ${#want[@]} -gt 0 ]; then
   echo "installing: ${want[*]}"
   sudo=""
@@ -112,6 +125,16 @@ if $openai_want; then
   npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$openai_dir.tmp" "openai@$openai_version" >/dev/null
   rm -rf "$npm_tmp" "$openai_dir"
   mv "$openai_dir.tmp" "$openai_dir"
+fi
+
+if $hftok_want; then
+  echo "installing the npm @huggingface/tokenizers package $hftok_version into $hftok_dir"
+  npm_tmp="$(mktemp -d)"
+  rm -rf "$hftok_dir.tmp"
+  mkdir -p "$hftok_dir.tmp"
+  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$hftok_dir.tmp" "@huggingface/tokenizers@$hftok_version" >/dev/null
+  rm -rf "$npm_tmp" "$hftok_dir"
+  mv "$hftok_dir.tmp" "$hftok_dir"
 fi
 
 # The Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,

@@ -13,6 +13,7 @@ import (
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/fleet"
+	"modelplane/grant"
 	"modelplane/idempotency"
 	"modelplane/notify"
 	"modelplane/quota"
@@ -36,7 +37,9 @@ type Set struct {
 	Registry *registry.Service
 	// Endpoints creates, changes and reads endpoints, scoped by team.
 	Endpoints *endpoint.Service
-	Fleet     *fleet.Fleet
+	// Grants shares endpoints with other teams (call access).
+	Grants *grant.Service
+	Fleet  *fleet.Fleet
 	// Quotas keeps the teams' quotas and tier grants.
 	Quotas *quota.Service
 	// Attestations keeps what platform admins attest each node has.

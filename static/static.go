@@ -8,7 +8,7 @@ import (
 	"net/http"
 )
 
-//go:embed htmx.min.js app.css live.js
+//go:embed htmx.min.js app.css live.js upload.js
 var files embed.FS
 
 // Handler serves the assets, cacheable for a day.

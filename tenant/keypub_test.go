@@ -62,9 +62,11 @@ func TestKeysPublishedToGateways(t *testing.T) {
 	if len(rows) != 1 {
 		t.Fatalf("outbox rows after CreateKey = %q, want one", rows)
 	}
-	want := busapi.KeyEntry{Prefix: k.Prefix, SHA256: digest(raw), Team: "risk", Role: "engineer", ExpiresAt: &exp}
+	// The name too: a client certificate of the team's service "ci"
+	// authenticates as this key at a gateway (docs/tls.md).
+	want := busapi.KeyEntry{Prefix: k.Prefix, SHA256: digest(raw), Team: "risk", Role: "engineer", ExpiresAt: &exp, Name: "ci"}
 	if got := entryOf(t, rows[0]); got.Prefix != want.Prefix || got.SHA256 != want.SHA256 || got.Team != want.Team ||
-		got.Role != want.Role || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) {
+		got.Role != want.Role || got.ExpiresAt == nil || !got.ExpiresAt.Equal(exp) || got.Name != want.Name {
 		t.Errorf("entry = %+v, want %+v", got, want)
 	}
 	orgRaw, org, err := f.svc.CreateKey(ctx, f.root, tenant.KeyRequest{Name: "automation", Role: auth.RolePlatformAdmin})
@@ -104,8 +106,8 @@ func TestKeysPublishedToGateways(t *testing.T) {
 	if n != 1 {
 		t.Errorf("PublishKeys = %d, want 1 (the org-wide key; one revoked, one expired)", n)
 	}
-	if rows := f.outboxRows(t, org.Prefix); len(rows) != 2 || entryOf(t, rows[1]).SHA256 != digest(orgRaw) {
-		t.Errorf("org-wide key rows after backfill = %q, want its entry again", rows)
+	if rows := f.outboxRows(t, org.Prefix); len(rows) != 2 || entryOf(t, rows[1]).SHA256 != digest(orgRaw) || entryOf(t, rows[1]).Name != "automation" {
+		t.Errorf("org-wide key rows after backfill = %q, want its entry again, with its name", rows)
 	}
 	if rows := f.outboxRows(t, k.Prefix); len(rows) != 2 {
 		t.Errorf("revoked key rows after backfill = %q, want no new row", rows)

@@ -434,7 +434,7 @@ func (s *Service) RevokeKey(ctx context.Context, p *auth.Principal, id int64) (K
 // the outbox, in the caller's transaction.
 func publishKey(ctx context.Context, q *db.Queries, k db.APIKey, team string) error {
 	payload, err := json.Marshal(busapi.KeyEntry{Prefix: k.Prefix, SHA256: hex.EncodeToString(k.Hash), Team: team,
-		Role: k.Role, ExpiresAt: k.ExpiresAt})
+		Role: k.Role, ExpiresAt: k.ExpiresAt, Name: k.Name})
 	if err != nil {
 		return err
 	}
@@ -467,7 +467,7 @@ func (s *Service) republishCreatorKeys(ctx context.Context, q *db.Queries, teamI
 			}
 			continue
 		}
-		k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+		k := db.APIKey{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
 		if err := publishKey(ctx, q, k, r.TeamName); err != nil {
 			return err
 		}
@@ -503,7 +503,7 @@ func (s *Service) PublishKeys(ctx context.Context) (int, error) {
 			if r.TeamName != nil {
 				team = *r.TeamName
 			}
-			k := db.APIKey{ID: r.ID, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
+			k := db.APIKey{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Hash: r.Hash, Role: r.Role, ExpiresAt: r.ExpiresAt}
 			if err := publishKey(ctx, q, k, team); err != nil {
 				return err
 			}

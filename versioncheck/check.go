@@ -38,12 +38,12 @@ type Report struct {
 // Check loads the model directory as a replica would (its configuration's
 // features and output mapping) and answers the configuration's sample
 // inputs in one batch. It runs in the child process.
-func Check(ctx context.Context, dir string, openers map[string]runtime.Opener) Report {
-	return check(ctx, dir, openers, 0)
+func Check(ctx context.Context, dir string, openers map[string]runtime.Opener, tensors map[string]runtime.TensorOpener) Report {
+	return check(ctx, dir, openers, tensors, 0)
 }
 
 // check is Check in a child whose address space is limitMB (0: none).
-func check(ctx context.Context, dir string, openers map[string]runtime.Opener, limitMB int64) Report {
+func check(ctx context.Context, dir string, openers map[string]runtime.Opener, tensors map[string]runtime.TensorOpener, limitMB int64) Report {
 	if path, ok, err := runtime.GGUFPath(dir); err != nil {
 		return Report{Invalid: err.Error()}
 	} else if ok {
@@ -58,7 +58,7 @@ func check(ctx context.Context, dir string, openers map[string]runtime.Opener, l
 			return Report{Unavailable: err.Error()}
 		}
 	}
-	s := runtime.New(runtime.Options{})
+	s := runtime.New(runtime.Options{Tensors: tensors})
 	start := time.Now()
 	if err := s.Load(dir, openers); err != nil {
 		if errors.Is(err, onnx.ErrNoLibrary) {
@@ -68,6 +68,11 @@ func check(ctx context.Context, dir string, openers map[string]runtime.Opener, l
 	}
 	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
 	rep := Report{LoadMS: ms(time.Since(start))}
+	if len(cfg.SampleInputs) == 0 && len(cfg.Features) == 0 {
+		// A tensor model without samples: its signature is the graph's,
+		// and loading it into the runtime was the check.
+		return rep
+	}
 	start = time.Now()
 	out, err := s.Answer(ctx, cfg.SampleInputs)
 	rep.LatencyMS = ms(time.Since(start))
@@ -148,12 +153,12 @@ type ChildLimits struct {
 // (address space, open files, processes, CPU time, file size, no core, no
 // new privileges, a seccomp filter; the parent's time limit kills it if it
 // hangs), runs Check and prints the Report. It returns the exit status.
-func RunChild(ctx context.Context, dir string, lim ChildLimits, openers map[string]runtime.Opener) int {
+func RunChild(ctx context.Context, dir string, lim ChildLimits, openers map[string]runtime.Opener, tensors map[string]runtime.TensorOpener) int {
 	if err := limitSelf(lim); err != nil {
 		_ = json.NewEncoder(os.Stdout).Encode(Report{Unavailable: "set the validation sandbox: " + err.Error()})
 		return 1
 	}
-	rep := check(ctx, dir, openers, lim.MemoryMB)
+	rep := check(ctx, dir, openers, tensors, lim.MemoryMB)
 	_ = json.NewEncoder(os.Stdout).Encode(rep)
 	if rep.Invalid != "" {
 		return exitInvalid

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -253,10 +254,18 @@ func (v *Validator) checkMemory(ctx context.Context, q *db.Queries, row db.Valid
 // is above the child's limit); checkMemory decides the state.
 const notLoaded = "not-loaded"
 
+// tensorFormats are the formats the built-in runtime serves with their own
+// tensors when a version names no features (app's runtimeTensors).
+var tensorFormats = []string{"onnx", registry.Tokenizer}
+
 // check validates one version in a child process.
 func (v *Validator) check(ctx context.Context, row db.ValidationClaimPendingRow) outcome {
 	cfg := registry.RuntimeConfig(row.Model, row.Version, row.Format, row.Serving, row.FeatureNames)
-	if len(cfg.SampleInputs) == 0 {
+	// A version of a tensor format that names no features is served with
+	// its graph's own tensors: its signature comes from the file, and only
+	// its own sample inputs (objects keyed by input name) are run.
+	tensor := len(cfg.Features) == 0 && slices.Contains(tensorFormats, row.Format)
+	if len(cfg.SampleInputs) == 0 && !tensor {
 		cfg.SampleInputs = Generate(cfg.Features, row.InputSchema)
 	}
 	out := outcome{inputs: cfg.SampleInputs}
@@ -268,7 +277,7 @@ func (v *Validator) check(ctx context.Context, row db.ValidationClaimPendingRow)
 	if isLLM {
 		cfg.SampleInputs, out.inputs = nil, nil
 	}
-	if len(cfg.Features) == 0 && !isLLM {
+	if len(cfg.Features) == 0 && !isLLM && !tensor {
 		return invalid("the version names no features and its model no feature_names: the runtime cannot read an instance")
 	}
 	dir, err := os.MkdirTemp(v.cfg.WorkDir, "validate-")

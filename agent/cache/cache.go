@@ -971,6 +971,7 @@ func egressClient(base string, p *egress.Policy) (*http.Client, error) {
 	if p != nil {
 		pol.Hosts = append(pol.Hosts, p.Hosts...)
 		pol.AllowLoopback = p.AllowLoopback
+		pol.RootCAs = p.RootCAs
 	}
 	c := pol.Client(0)
 	c.Transport.(*http.Transport).ResponseHeaderTimeout = 30 * time.Second

@@ -284,7 +284,9 @@ func Default() map[string]Entry {
 // TensorRT-LLM go to Triton, which has backends for both.
 func Name(registryRuntime string, gpu bool) (string, error) {
 	switch registryRuntime {
-	case "xgboost", "lightgbm":
+	case "xgboost", "lightgbm", "tokenizer":
+		// tokenizer: the built-in runtime's tokenizer, which turns text
+		// into a tokenizer.json's ids on CPU, whatever the node.
 		return Builtin, nil
 	case "onnxruntime":
 		if gpu {

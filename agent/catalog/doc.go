@@ -6,8 +6,8 @@
 //
 // It owns the mapping from a registry runtime (a version's
 // metadata.runtime) to a catalogue entry: the registry's xgboost, lightgbm
-// and onnxruntime runtimes on a CPU node are served by the built-in runtime
-// (`modelplane runtime`).
+// and onnxruntime runtimes on a CPU node, and its tokenizer runtime on any
+// node, are served by the built-in runtime (`modelplane runtime`).
 //
 // It must stay free of I/O beyond parsing a metrics body it is handed: the
 // driver launches and probes, the catalogue only describes. It imports

@@ -24,6 +24,10 @@
 //     (catalog.Entry.ChecksToken) listens on a loopback port of its own,
 //     behind a guard on the replica's address that refuses requests
 //     without it (guard.go);
+//   - TLS: with the node's certificate (Config.TLS) every runtime is behind
+//     a guard, which serves TLS on the replica's address and holds the key,
+//     so runtimes of other users never read it; a runtime that checks the
+//     token still gets it, on its pipe and in the forwarded header;
 //   - logs: stdout and stderr go straight to a file per replica opened in
 //     append mode (no pipe through the agent, so a runtime outlives an agent
 //     restart without a broken pipe). When the file passes

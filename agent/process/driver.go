@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -131,6 +132,14 @@ type Config struct {
 	// possible (no cgroup v2 memory controller, a non-root cgroup not
 	// delegated), or CgroupNone, the limit is RLIMIT_AS.
 	Cgroup string
+	// TLS, when set, is what every replica's address serves: the agent
+	// then puts a guard in front of every runtime, token-checking or not,
+	// which terminates TLS with it (the node's certificate, reloaded when
+	// it changes) and forwards to the runtime on a loopback port of its
+	// own. ClientTLS is what the driver's probes trust (the CA bundle of
+	// MP_TLS_CA); nil: the system's roots.
+	TLS       *tls.Config
+	ClientTLS *tls.Config
 	// Env is added to every runtime's environment ("KEY=value"): settings
 	// the runtimes need, such as where the ONNX Runtime library is
 	// (MP_ONNXRUNTIME_LIB); never a credential, since every runtime reads it.
@@ -284,7 +293,7 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{
 		cfg:     cfg,
 		log:     cfg.Log,
-		client:  &http.Client{Timeout: probeTimeout},
+		client:  &http.Client{Timeout: probeTimeout, Transport: transportWith(cfg.ClientTLS)},
 		running: make(map[string]*replica),
 		cores:   make(map[int]int),
 		ports:   make(map[int]*replica),
@@ -453,7 +462,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec busapi.ReplicaSpec, rec r
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")
 		}
-		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, spec.Token, entry.Probes(spec.Model), r.log)
+		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, r.guardOptions())
 		if err != nil {
 			return nil, fmt.Errorf("adopt replica %s: token guard: %w", spec.ID, err)
 		}

@@ -2,6 +2,7 @@ package process
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -53,23 +54,44 @@ type guardLimits struct {
 // defaultGuardLimits are the guard's limits.
 var defaultGuardLimits = guardLimits{header: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
 
-// startGuard listens on addr and forwards what carries token to the
+// guardOptions are what a guard checks and serves.
+type guardOptions struct {
+	// token is the replica's token; open the paths that pass without it
+	// (the probes).
+	token string
+	open  []string
+	log   *slog.Logger
+	// tls, when set, is what the guard's listener serves (Config.TLS).
+	tls *tls.Config
+	// forwardToken passes the token header on, to a runtime that checks
+	// it too (the built-in one behind a TLS guard).
+	forwardToken bool
+}
+
+// startGuard listens on addr and forwards what carries the token to the
 // runtime at 127.0.0.1:inner.
-func startGuard(addr string, inner int, token string, open []string, log *slog.Logger) (*guard, error) {
-	return listenGuard(addr, inner, token, open, log, defaultGuardLimits)
+func startGuard(addr string, inner int, o guardOptions) (*guard, error) {
+	return listenGuard(addr, inner, o, defaultGuardLimits)
 }
 
 // listenGuard is startGuard with the limits given.
-func listenGuard(addr string, inner int, token string, open []string, log *slog.Logger, lim guardLimits) (*guard, error) {
+func listenGuard(addr string, inner int, o guardOptions, lim guardLimits) (*guard, error) {
+	token, open, log := o.token, o.open, o.log
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	served := ln
+	if o.tls != nil {
+		served = tls.NewListener(ln, o.tls)
 	}
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(inner))
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
-			pr.Out.Header.Del(busapi.ReplicaTokenHeader) // the runtime has no use for it
+			if !o.forwardToken {
+				pr.Out.Header.Del(busapi.ReplicaTokenHeader) // the runtime has no use for it
+			}
 		},
 		// Server-sent events (token streaming) pass through at once.
 		FlushInterval: -1,
@@ -81,7 +103,7 @@ func listenGuard(addr string, inner int, token string, open []string, log *slog.
 		// this deadline goes once the body is in.
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Now().Add(lim.read))
-		if !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
+		if token != "" && !slices.Contains(open, r.URL.Path) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
 			http.Error(w, "this replica answers only the gateway: missing or wrong "+busapi.ReplicaTokenHeader, http.StatusUnauthorized)
 			return
 		}
@@ -93,7 +115,7 @@ func listenGuard(addr string, inner int, token string, open []string, log *slog.
 		rp.ServeHTTP(w, r)
 	})
 	g := &guard{srv: &http.Server{Handler: h, ReadHeaderTimeout: lim.header, IdleTimeout: lim.idle}, addr: ln.Addr().String()}
-	go func() { _ = g.srv.Serve(ln) }()
+	go func() { _ = g.srv.Serve(served) }()
 	return g, nil
 }
 
@@ -119,4 +141,15 @@ func (g *guard) close() {
 	if g != nil {
 		_ = g.srv.Close()
 	}
+}
+
+// transportWith is the default transport trusting tc's roots (nil: the
+// default transport itself).
+func transportWith(tc *tls.Config) http.RoundTripper {
+	if tc == nil {
+		return http.DefaultTransport
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
+	return t
 }

@@ -51,7 +51,7 @@ func TestGuardCutsHeldConnections(t *testing.T) {
 	}
 	const token = "replica-token-limits"
 	lim := guardLimits{header: 100 * time.Millisecond, read: 200 * time.Millisecond, idle: 200 * time.Millisecond}
-	g, err := listenGuard("127.0.0.1:0", inner, token, []string{"/metrics"}, slog.New(slog.DiscardHandler), lim)
+	g, err := listenGuard("127.0.0.1:0", inner, guardOptions{token: token, open: []string{"/metrics"}, log: slog.New(slog.DiscardHandler)}, lim)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,9 +416,27 @@ func (r *replica) watch(p *proc) outcome {
 	}
 }
 
-// guarded reports whether the agent checks the replica's token in front
-// of its runtime (catalog.Entry.ChecksToken).
-func (r *replica) guarded() bool { return !r.entry.ChecksToken && r.spec.Token != "" }
+// guarded reports whether the agent puts a guard in front of the
+// replica's runtime: to check the token of a runtime that does not
+// (catalog.Entry.ChecksToken), or to serve TLS (Config.TLS).
+func (r *replica) guarded() bool {
+	return !r.entry.ChecksToken && r.spec.Token != "" || r.d.cfg.TLS != nil
+}
+
+// guardOptions are what the replica's guard checks, serves and forwards.
+func (r *replica) guardOptions() guardOptions {
+	return guardOptions{token: r.spec.Token, open: r.entry.Probes(r.spec.Model), log: r.log,
+		tls: r.d.cfg.TLS, forwardToken: r.entry.ChecksToken}
+}
+
+// scheme is how the replica's address is reached: "https://" behind a
+// guard serving TLS.
+func (r *replica) scheme() string {
+	if r.d.cfg.TLS != nil {
+		return "https://"
+	}
+	return "http://"
+}
 
 // closeGuard ends the guard of the runtime process that ended.
 func (r *replica) closeGuard() {
@@ -551,7 +569,7 @@ func (r *replica) spawn() (*proc, error) {
 				return nil, err
 			}
 		}
-		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.spec.Token, r.entry.Probes(r.spec.Model), r.log); err != nil {
+		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.guardOptions()); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
 		}
 		host, runPort = "127.0.0.1", inner
@@ -627,9 +645,10 @@ func (r *replica) spawn() (*proc, error) {
 	}
 	// The token, for a runtime that checks it itself: on a pipe it reads
 	// once at start, never in its environment, which /proc shows to every
-	// process of its user. A guarded runtime gets none: the guard checks.
+	// process of its user. A runtime that does not check it gets none: its
+	// guard checks.
 	var tokenW *os.File
-	if r.spec.Token != "" && !r.guarded() {
+	if r.spec.Token != "" && r.entry.ChecksToken {
 		tr, tw, err := os.Pipe()
 		if err != nil {
 			return nil, fmt.Errorf("token pipe: %w", err)
@@ -806,7 +825,7 @@ func (r *replica) probe(ctx context.Context, path string) error {
 	if path == "" {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Addr()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.scheme()+r.Addr()+path, nil)
 	if err != nil {
 		return err
 	}
@@ -830,7 +849,7 @@ func (r *replica) probeReady(ctx context.Context) error {
 	if !r.entry.ReadyLists {
 		return r.probe(ctx, path)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Addr()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.scheme()+r.Addr()+path, nil)
 	if err != nil {
 		return err
 	}
@@ -861,7 +880,7 @@ func (r *replica) probeReady(ctx context.Context) error {
 // the runtime's own metrics port when it has one (catalog.Entry.MetricsPort),
 // else on the replica's address.
 func (r *replica) metrics(ctx context.Context) (catalog.Metrics, error) {
-	addr := r.Addr()
+	addr, scheme := r.Addr(), r.scheme()
 	if r.entry.MetricsPort {
 		r.mu.Lock()
 		p := r.metricsPort
@@ -869,9 +888,10 @@ func (r *replica) metrics(ctx context.Context) (catalog.Metrics, error) {
 		if p == 0 {
 			return catalog.Metrics{}, errors.New("the runtime has no metrics port (started by an agent that gave it none)")
 		}
-		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		// The runtime's own loopback port, plain HTTP.
+		addr, scheme = net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), "http://"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+r.entry.Metrics, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+addr+r.entry.Metrics, nil)
 	if err != nil {
 		return catalog.Metrics{}, err
 	}

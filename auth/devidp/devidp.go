@@ -75,12 +75,20 @@ type Config struct {
 	// Key signs tokens; nil means a fresh 2048-bit RSA key, so tokens of one
 	// IdP never verify against another.
 	Key *rsa.PrivateKey
+	// PublicClients are the ids of public clients (no secret), such as the
+	// command-line client's: registered with loopback redirects on any
+	// port (RFC 8252 section 7.3), PKCE S256 required, refresh tokens
+	// issued. Their tokens name them as aud.
+	PublicClients []string
 }
 
 // IdP is a running development identity provider.
 type IdP struct {
 	m         *mockoidc.MockOIDC
 	redirects []string
+	public    []string
+	// codes binds each code issued to a public client to that client.
+	codes map[string]string
 
 	// mu serialises every request into mockoidc, whose session map, code
 	// grant flag and user queue are not synchronised, and guards users. Held
@@ -131,7 +139,7 @@ func Start(cfg Config) (*IdP, error) {
 	if users == nil {
 		users = DemoUsers()
 	}
-	p := &IdP{m: m, redirects: cfg.RedirectURLs, users: slices.Clone(users)}
+	p := &IdP{m: m, redirects: cfg.RedirectURLs, public: slices.Clone(cfg.PublicClients), codes: map[string]string{}, users: slices.Clone(users)}
 	if err := m.AddMiddleware(p.serve); err != nil {
 		return nil, fmt.Errorf("devidp: %w", err)
 	}
@@ -225,6 +233,10 @@ func (p *IdP) serve(next http.Handler) http.Handler {
 			p.authorize(w, r, next)
 			return
 		case mockoidc.TokenEndpoint:
+			if r.ParseForm() == nil && slices.Contains(p.public, r.Form.Get("client_id")) {
+				p.publicToken(w, r, next)
+				return
+			}
 			// mockoidc advertises client_secret_basic but reads the client
 			// credentials only from the form; copy them over. RFC 6749 2.3.1
 			// form-encodes both before they go into the header.
@@ -237,6 +249,10 @@ func (p *IdP) serve(next http.Handler) http.Handler {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if r.URL.Path == mockoidc.TokenEndpoint && r.ParseForm() == nil && p.codes[r.Form.Get("code")] != "" {
+			oauthError(w, "invalid_grant", "the code was not issued to this client", http.StatusBadRequest)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -248,7 +264,13 @@ func (p *IdP) authorize(w http.ResponseWriter, r *http.Request, next http.Handle
 		oauthError(w, "invalid_request", "bad form", http.StatusBadRequest)
 		return
 	}
-	if len(p.redirects) > 0 && !slices.Contains(p.redirects, r.Form.Get("redirect_uri")) {
+	client := r.Form.Get("client_id")
+	public := slices.Contains(p.public, client)
+	if public && !loopback(r.Form.Get("redirect_uri")) {
+		oauthError(w, "invalid_request", "a public client redirects to a loopback address (RFC 8252)", http.StatusBadRequest)
+		return
+	}
+	if !public && len(p.redirects) > 0 && !slices.Contains(p.redirects, r.Form.Get("redirect_uri")) {
 		oauthError(w, "invalid_request", "unregistered redirect_uri", http.StatusBadRequest)
 		return
 	}
@@ -269,8 +291,73 @@ func (p *IdP) authorize(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	p.m.QueueUser(mockUser{u})
-	next.ServeHTTP(w, r)
+	if !public {
+		next.ServeHTTP(w, r)
+		return
+	}
+	// mockoidc knows one client: it answers as the public one, and the
+	// code it issues is bound to that client.
+	rec := &redirectRecorder{ResponseWriter: w}
+	p.asClient(client, func() { next.ServeHTTP(rec, r) })
+	if loc, err := url.Parse(rec.Header().Get("Location")); err == nil && loc.Query().Get("code") != "" {
+		p.codes[loc.Query().Get("code")] = client
+	}
 }
+
+// asClient runs fn with mockoidc answering as client: the id it checks and
+// the aud of the tokens it signs. The caller holds p.mu.
+func (p *IdP) asClient(client string, fn func()) {
+	id := p.m.ClientID
+	p.m.ClientID = client
+	defer func() { p.m.ClientID = id }()
+	fn()
+}
+
+// publicToken serves the token endpoint for a public client: no secret
+// (mockoidc's own is filled in), a code only of this client, and the
+// PKCE verifier required.
+func (p *IdP) publicToken(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	client := r.Form.Get("client_id")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch r.Form.Get("grant_type") {
+	case "authorization_code":
+		code := r.Form.Get("code")
+		if p.codes[code] != client {
+			oauthError(w, "invalid_grant", "the code was not issued to this client", http.StatusBadRequest)
+			return
+		}
+		if r.Form.Get("code_verifier") == "" {
+			oauthError(w, "invalid_grant", "a public client sends its PKCE code_verifier", http.StatusBadRequest)
+			return
+		}
+		delete(p.codes, code)
+	case "refresh_token":
+	default:
+		oauthError(w, "unsupported_grant_type", "authorization_code or refresh_token", http.StatusBadRequest)
+		return
+	}
+	r.Form.Set("client_secret", p.m.ClientSecret)
+	p.asClient(client, func() { next.ServeHTTP(w, r) })
+}
+
+// loopback reports whether u is an http URL on a loopback address, on any
+// port.
+func loopback(u string) bool {
+	ru, err := url.Parse(u)
+	if err != nil || ru.Scheme != "http" {
+		return false
+	}
+	if ru.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(ru.Hostname())
+	return ip != nil && ip.IsLoopback()
+}
+
+// redirectRecorder passes a response through and keeps its headers for
+// the caller to read the Location of.
+type redirectRecorder struct{ http.ResponseWriter }
 
 var signIn = template.Must(template.New("signin").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Development sign-in</title></head>

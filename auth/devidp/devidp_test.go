@@ -217,3 +217,54 @@ func TestSign(t *testing.T) {
 		t.Errorf("token sub %q groups %v, want s [a]", idt.Subject, c.Groups)
 	}
 }
+
+// TestPublicClient checks the command-line client's registration: any
+// loopback port is a redirect it may use, nothing else is; the code it
+// gets is refused to the confidential client, and its tokens name it as
+// aud.
+func TestPublicClient(t *testing.T) {
+	t.Parallel()
+	p, err := Start(Config{RedirectURLs: []string{redirect}, PublicClients: []string{"cli"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	q := authParams(p)
+	q.Set("client_id", "cli")
+	for _, ru := range []string{"https://evil.example.com/cb", "http://10.0.0.1:5000/cb", "http://evil.example.com:8080/cb"} {
+		q.Set("redirect_uri", ru)
+		if resp, body := get(t, p.Issuer()+"/authorize?"+q.Encode()); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("public client redirecting to %s: %d %s; want 400", ru, resp.StatusCode, body)
+		}
+	}
+	q.Set("redirect_uri", "http://127.0.0.1:45678/callback")
+	resp, body := get(t, p.Issuer()+"/authorize?"+q.Encode())
+	loc, _ := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusFound || loc == nil || loc.Host != "127.0.0.1:45678" {
+		t.Fatalf("public client on a loopback port: %d %s %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	code := loc.Query().Get("code")
+	// The confidential client cannot redeem it.
+	if status, _ := exchange(t, p, code, verifier); status == http.StatusOK {
+		t.Error("the confidential client redeemed the public client's code")
+	}
+	form := url.Values{"grant_type": {"authorization_code"}, "code": {code}, "code_verifier": {verifier}, "client_id": {"cli"},
+		"redirect_uri": {"http://127.0.0.1:45678/callback"}}
+	r, err := http.PostForm(p.Issuer()+"/token", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(r.Body).Decode(&out)
+	if r.StatusCode != http.StatusOK || out["refresh_token"] == nil {
+		t.Fatalf("public client's exchange: %d %v; want tokens with a refresh token", r.StatusCode, out)
+	}
+	provider, err := oidc.NewProvider(t.Context(), p.Issuer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider.Verifier(&oidc.Config{ClientID: "cli"}).Verify(t.Context(), out["id_token"].(string)); err != nil {
+		t.Errorf("the public client's ID token does not name it as aud: %v", err)
+	}
+}

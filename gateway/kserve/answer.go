@@ -40,6 +40,9 @@ func (t *Translator) Response(body []byte, n int, version string) ([]byte, error
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrAnswer, err)
 	}
+	if len(t.features) == 0 {
+		return t.tensorResponse(r, n, version)
+	}
 	out, labels := pickOutputs(r.Outputs)
 	if out == nil {
 		return nil, fmt.Errorf("%w: no numeric output", ErrAnswer)

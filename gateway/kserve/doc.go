@@ -12,6 +12,13 @@
 // built-in runtime reads any single non-feature tensor so). A tensor per
 // feature is not sent: it needs a config.pbtxt written for each model.
 //
+// A model that declares no feature_names is served with its own tensors
+// (an ONNX graph's named inputs, as Triton's ONNX Runtime backend and the
+// built-in runtime serve them): each instance is an object keyed by input
+// name holding one row, the rows are stacked into one tensor per input
+// with the datatype read from the JSON, and the answer's outputs are split
+// back into one object per instance keyed by output name (tensor.go).
+//
 // The answer's output__0 (or output, the built-in runtime's name, or else
 // the first numeric output) holds one row per instance: a classifier's
 // positive-class probability ([N] or [N, 1]), its class probabilities

@@ -31,10 +31,6 @@ const (
 // runtime names them when a version names none.
 var defaultClasses = [2]string{"negative", "positive"}
 
-// ErrNoFeatures means the model declares no feature_names, which the
-// translation needs to order an instance's values.
-var ErrNoFeatures = errors.New("the model declares no feature_names, which a V2-only runtime's request needs")
-
 // InputError is an instance that cannot become the input tensor. Field is
 // its path in the body, as the gateway's schema errors name paths.
 type InputError struct {
@@ -77,10 +73,11 @@ type predictBody struct {
 // An instance is a JSON object keyed by feature name (other keys are
 // ignored) or an array of the feature values in order; a value is a
 // number or a boolean (1 or 0). Anything else is an *InputError naming
-// the value; no feature names is ErrNoFeatures.
+// the value. A model with no feature names is served with its own
+// tensors (tensor.go).
 func (t *Translator) Request(body []byte, id string) ([]byte, int, error) {
 	if len(t.features) == 0 {
-		return nil, 0, ErrNoFeatures
+		return t.tensorRequest(body, id)
 	}
 	var in predictBody
 	if err := json.Unmarshal(body, &in); err != nil {

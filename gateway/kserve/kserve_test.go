@@ -53,8 +53,44 @@ func TestRequestRefusesWhatOneFP32TensorCannotCarry(t *testing.T) {
 			t.Errorf("%s: err = %v, want an input error on %s", tt.name, err, tt.field)
 		}
 	}
-	if _, _, err := kserve.New("m", nil, kserve.TaskClassification).Request([]byte(`{"instances":[{}]}`), ""); !errors.Is(err, kserve.ErrNoFeatures) {
-		t.Errorf("no features: err = %v, want ErrNoFeatures", err)
+}
+
+// A model with no feature_names is served with its own tensors: the
+// instances' rows stacked into one tensor per input, the datatype read
+// from the JSON, and the answer's outputs split back into rows.
+func TestTensorModel(t *testing.T) {
+	t.Parallel()
+	tr := kserve.New("bert-embedder", nil, kserve.TaskRegression)
+	body, n, err := tr.Request([]byte(`{"instances":[
+		{"input_ids":[2,17,3],"attention_mask":[1,1,1],"text":"a"},
+		{"input_ids":[2,9,3],"attention_mask":[1,1,0],"text":"b"}]}`), "r1")
+	if err != nil || n != 2 {
+		t.Fatalf("request: %d, %v", n, err)
+	}
+	want := `{"id":"r1","inputs":[{"name":"attention_mask","datatype":"INT64","shape":[2,3],"data":[1,1,1,1,1,0]},` +
+		`{"name":"input_ids","datatype":"INT64","shape":[2,3],"data":[2,17,3,2,9,3]},` +
+		`{"name":"text","datatype":"BYTES","shape":[2],"data":["a","b"]}]}`
+	if string(body) != want {
+		t.Errorf("request\n got %s\nwant %s", body, want)
+	}
+	ans, err := tr.Response([]byte(`{"model_name":"bert-embedder","outputs":[{"name":"embedding","datatype":"FP32","shape":[2,2],"data":[0.5,-1,0.25,2]}]}`), 2, "v5")
+	if err != nil || string(ans) != `{"predictions":[{"embedding":[0.5,-1]},{"embedding":[0.25,2]}],"model_version":"v5"}` {
+		t.Errorf("response %s, %v", ans, err)
+	}
+	for _, tc := range []struct{ body, field string }{
+		{`{"instances":[{"x":[1,2]},{"x":[1,2,3]}]}`, "instances/1/x"},
+		{`{"instances":[{"x":[[1,2],[3]]}]}`, "instances/0/x"},
+		{`{"instances":[{"x":[1]},{"y":[1]}]}`, "instances/1/x"},
+		{`{"instances":[{"x":["a"]},{"x":[1]}]}`, "instances/1/x"},
+		{`{"instances":[[1,2]]}`, "instances/0"},
+	} {
+		var ie *kserve.InputError
+		if _, _, err := tr.Request([]byte(tc.body), ""); !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%s: err = %v, want an input error on %s", tc.body, err, tc.field)
+		}
+	}
+	if _, err := tr.Response([]byte(`{"outputs":[{"name":"e","datatype":"FP32","shape":[1,2],"data":[1,2]}]}`), 2, "v5"); !errors.Is(err, kserve.ErrAnswer) {
+		t.Errorf("an output of 1 row for 2 instances: err = %v, want ErrAnswer", err)
 	}
 }
 
@@ -182,6 +218,43 @@ func FuzzResponse(f *testing.F) {
 		var a answer
 		if err := json.Unmarshal(out, &a); err != nil || len(a.Predictions) != n {
 			t.Fatalf("translated %s into %s (%v)", body, out, err)
+		}
+	})
+}
+
+// Any body a tensor model's translation accepts becomes a V2 request whose
+// every input holds as many values as its shape says.
+func FuzzTensorRequest(f *testing.F) {
+	tr := kserve.New("m", nil, kserve.TaskRegression)
+	f.Add([]byte(`{"instances":[{"input_ids":[2,17,3],"attention_mask":[1,1,1]}]}`))
+	f.Add([]byte(`{"instances":[{"x":[[1.5,2],[3,4]],"s":"a","b":true},{"x":[[1,2],[3,4]],"s":"b","b":false}]}`))
+	f.Add([]byte(`{"instances":[{"x":[]},{"x":[1]}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, n, err := tr.Request(body, "id")
+		if err != nil {
+			return
+		}
+		var v struct {
+			Inputs []struct {
+				Shape []int64         `json:"shape"`
+				Data  json.RawMessage `json:"data"`
+			} `json:"inputs"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("translated %s into invalid JSON %s: %v", body, out, err)
+		}
+		for _, in := range v.Inputs {
+			var vals []json.RawMessage
+			if err := json.Unmarshal(in.Data, &vals); err != nil {
+				t.Fatalf("translated %s: data %s: %v", body, in.Data, err)
+			}
+			count := int64(1)
+			for _, d := range in.Shape {
+				count *= d
+			}
+			if in.Shape[0] != int64(n) || int64(len(vals)) != count {
+				t.Fatalf("translated %s: shape %v with %d values for %d instances", body, in.Shape, len(vals), n)
+			}
 		}
 	})
 }

@@ -83,6 +83,10 @@ var rules = []rule{{
 	forbidden: []string{"modelplane/..."},
 	allowed:   append([]string{"modelplane/web/...", "modelplane/static/..."}, viewNeutral...),
 }, {
+	name:      "TLS from files is a standard-library leaf every process, data plane included, may use",
+	importers: []string{"modelplane/tlscert"},
+	stdOnly:   true,
+}, {
 	name:      "the build's own version is a leaf both sides of the API import",
 	importers: []string{"modelplane/buildinfo"},
 	stdOnly:   true,

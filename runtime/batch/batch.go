@@ -23,11 +23,16 @@ var (
 	ErrStopped = errors.New("batcher stopped")
 )
 
-// Predictor scores rows: the model. Predict is only ever called by the
-// batcher's one executor goroutine.
-type Predictor interface {
-	Predict(rows [][]float32) ([][]float32, error)
+// Runner scores rows of any kind R (a feature row, or one sample's slice
+// of every input tensor): the model. Predict is only ever called by the
+// batcher's one executor goroutine, and returns one output row per input
+// row, in order.
+type Runner[R any] interface {
+	Predict(rows []R) ([]R, error)
 }
+
+// Predictor is the Runner of feature rows, the tabular models.
+type Predictor = Runner[[]float32]
 
 // Config is the batcher's settings.
 type Config struct {
@@ -63,10 +68,13 @@ type Executed struct {
 	Err error
 }
 
-// Result is one request's answer.
-type Result struct {
+// Result is one feature-row request's answer.
+type Result = Answer[[]float32]
+
+// Answer is one request's answer.
+type Answer[R any] struct {
 	// Outputs are the model's output rows for the request's rows, in order.
-	Outputs [][]float32
+	Outputs []R
 	// Queue is how long the request waited before its batch began.
 	Queue time.Duration
 	// Compute is how long its batch's Predict took.
@@ -98,15 +106,17 @@ const (
 	stateAbandoned
 )
 
-type request struct {
-	rows    [][]float32
+type request[R any] struct {
+	// key groups requests that may share a batch (see Queue.DoKeyed).
+	key     string
+	rows    []R
 	arrived time.Time
 	state   atomic.Int32
-	done    chan outcome // buffered: the answer never blocks the executor
+	done    chan outcome[R] // buffered: the answer never blocks the executor
 }
 
-type outcome struct {
-	res Result
+type outcome[R any] struct {
+	res Answer[R]
 	err error
 }
 
@@ -115,10 +125,13 @@ type outcome struct {
 // window follows a change of load within a handful of requests.
 const gapWeight = 0.25
 
-// Batcher queues requests and executes them in batches. Start it once;
-// Stop drains it. Safe for concurrent use.
-type Batcher struct {
-	p     Predictor
+// Batcher is the Queue of feature rows.
+type Batcher = Queue[[]float32]
+
+// Queue queues requests of rows R and executes them in batches. Start it
+// once; Stop drains it. Safe for concurrent use.
+type Queue[R any] struct {
+	p     Runner[R]
 	cfg   Config
 	clock quartz.Clock
 
@@ -126,7 +139,7 @@ type Batcher struct {
 	exited chan struct{}
 
 	mu       sync.Mutex
-	queue    []*request
+	queue    []*request[R]
 	rows     int // rows in queue
 	stopping bool
 	// gap is the smoothed inter-arrival gap in nanoseconds (negative
@@ -138,8 +151,11 @@ type Batcher struct {
 	startOnce, stopOnce sync.Once
 }
 
-// New returns a batcher of p; Start runs its executor.
-func New(p Predictor, cfg Config) (*Batcher, error) {
+// New returns a batcher of feature rows; Start runs its executor.
+func New(p Predictor, cfg Config) (*Batcher, error) { return NewQueue(p, cfg) }
+
+// NewQueue returns a batcher of p; Start runs its executor.
+func NewQueue[R any](p Runner[R], cfg Config) (*Queue[R], error) {
 	if p == nil {
 		return nil, errors.New("batch: nil predictor")
 	}
@@ -160,18 +176,18 @@ func New(p Predictor, cfg Config) (*Batcher, error) {
 	if clock == nil {
 		clock = quartz.NewReal()
 	}
-	return &Batcher{p: p, cfg: cfg, clock: clock, wake: make(chan struct{}, 1), exited: make(chan struct{}), gap: -1}, nil
+	return &Queue[R]{p: p, cfg: cfg, clock: clock, wake: make(chan struct{}, 1), exited: make(chan struct{}), gap: -1}, nil
 }
 
 // Start runs the executor goroutine. Calling it again does nothing.
-func (b *Batcher) Start() {
+func (b *Queue[R]) Start() {
 	b.startOnce.Do(func() { go b.loop() })
 }
 
 // Stop refuses new requests, executes every queued one (without waiting
 // for windows) and returns when the executor has ended or ctx does. A
 // batcher never started answers its queue with ErrStopped.
-func (b *Batcher) Stop(ctx context.Context) error {
+func (b *Queue[R]) Stop(ctx context.Context) error {
 	b.stopOnce.Do(func() {
 		b.mu.Lock()
 		b.stopping = true
@@ -183,7 +199,7 @@ func (b *Batcher) Stop(ctx context.Context) error {
 			b.mu.Lock()
 			for _, r := range b.queue {
 				if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-					r.done <- outcome{err: ErrStopped}
+					r.done <- outcome[R]{err: ErrStopped}
 				}
 			}
 			b.queue, b.rows = nil, 0
@@ -200,7 +216,7 @@ func (b *Batcher) Stop(ctx context.Context) error {
 }
 
 // Stats returns the batcher's current state.
-func (b *Batcher) Stats() Stats {
+func (b *Queue[R]) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.st
@@ -211,10 +227,17 @@ func (b *Batcher) Stats() Stats {
 // Do queues rows as one request and waits for its answer: the model's
 // outputs, ErrQueueTimeout, ErrStopped, ctx's error (the request is then
 // never executed, if it was still queued) or the model's error.
-func (b *Batcher) Do(ctx context.Context, rows [][]float32) (Result, error) {
-	r, err := b.enqueue(ctx, rows)
+func (b *Queue[R]) Do(ctx context.Context, rows []R) (Answer[R], error) {
+	return b.DoKeyed(ctx, "", rows)
+}
+
+// DoKeyed is Do for a request that shares a batch only with requests of
+// the same key: a tensor model's rows batch together along the first axis
+// only when their other dimensions agree, which the key names.
+func (b *Queue[R]) DoKeyed(ctx context.Context, key string, rows []R) (Answer[R], error) {
+	r, err := b.enqueue(ctx, key, rows)
 	if err != nil {
-		return Result{}, err
+		return Answer[R]{}, err
 	}
 	var timeout <-chan time.Time
 	if b.cfg.QueueTimeout > 0 {
@@ -227,11 +250,11 @@ func (b *Batcher) Do(ctx context.Context, rows [][]float32) (Result, error) {
 		return o.res, o.err
 	case <-timeout:
 		if b.abandon(r) {
-			return Result{}, ErrQueueTimeout
+			return Answer[R]{}, ErrQueueTimeout
 		}
 	case <-ctx.Done():
 		if b.abandon(r) {
-			return Result{}, ctx.Err()
+			return Answer[R]{}, ctx.Err()
 		}
 	}
 	// The executor took the request first: it is being executed, and its
@@ -242,11 +265,11 @@ func (b *Batcher) Do(ctx context.Context, rows [][]float32) (Result, error) {
 
 // enqueue queues a request, unless the batcher is stopping or ctx has
 // already ended (a caller that left never queues work).
-func (b *Batcher) enqueue(ctx context.Context, rows [][]float32) (*request, error) {
+func (b *Queue[R]) enqueue(ctx context.Context, key string, rows []R) (*request[R], error) {
 	if len(rows) == 0 {
 		return nil, errors.New("batch: a request needs at least one row")
 	}
-	r := &request{rows: rows, done: make(chan outcome, 1)}
+	r := &request[R]{key: key, rows: rows, done: make(chan outcome[R], 1)}
 	b.mu.Lock()
 	if b.stopping {
 		b.mu.Unlock()
@@ -269,7 +292,7 @@ func (b *Batcher) enqueue(ctx context.Context, rows [][]float32) (*request, erro
 // counted as at most twice the max delay: any gap past the max delay means
 // low load already, and an hour's idleness must not take dozens of arrivals
 // to forget.
-func (b *Batcher) observeArrivalLocked(now time.Time) {
+func (b *Queue[R]) observeArrivalLocked(now time.Time) {
 	if !b.last.IsZero() {
 		g := float64(min(now.Sub(b.last), 2*b.cfg.MaxQueueDelay))
 		if b.gap < 0 {
@@ -283,7 +306,7 @@ func (b *Batcher) observeArrivalLocked(now time.Time) {
 
 // abandon takes a queued request out for its caller; false when the
 // executor took it first.
-func (b *Batcher) abandon(r *request) bool {
+func (b *Queue[R]) abandon(r *request[R]) bool {
 	if !r.state.CompareAndSwap(stateQueued, stateAbandoned) {
 		return false
 	}
@@ -296,7 +319,7 @@ func (b *Batcher) abandon(r *request) bool {
 	return true
 }
 
-func (b *Batcher) signal() {
+func (b *Queue[R]) signal() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -305,7 +328,7 @@ func (b *Batcher) signal() {
 
 // loop is the executor: it steps until the queue is empty and waits for an
 // arrival, or for the window of the queued batch to close.
-func (b *Batcher) loop() {
+func (b *Queue[R]) loop() {
 	defer close(b.exited)
 	for {
 		ran, wait, idle := b.step()
@@ -334,7 +357,7 @@ func (b *Batcher) loop() {
 // step is one pass of the executor: it answers the requests past their
 // queue timeout, then either executes one batch (ran), reports an empty
 // queue (idle), or says how long the batch's window stays open (wait).
-func (b *Batcher) step() (ran bool, wait time.Duration, idle bool) {
+func (b *Queue[R]) step() (ran bool, wait time.Duration, idle bool) {
 	b.mu.Lock()
 	now := b.clock.Now("batch", "plan")
 	b.expireLocked(now)
@@ -354,7 +377,7 @@ func (b *Batcher) step() (ran bool, wait time.Duration, idle bool) {
 
 // expireLocked answers ErrQueueTimeout to every queued request that has
 // waited QueueTimeout; the request's own timer may not have fired yet.
-func (b *Batcher) expireLocked(now time.Time) {
+func (b *Queue[R]) expireLocked(now time.Time) {
 	if b.cfg.QueueTimeout <= 0 {
 		return
 	}
@@ -362,7 +385,7 @@ func (b *Batcher) expireLocked(now time.Time) {
 	for _, r := range b.queue {
 		if now.Sub(r.arrived) >= b.cfg.QueueTimeout && r.state.CompareAndSwap(stateQueued, stateAbandoned) {
 			b.rows -= len(r.rows)
-			r.done <- outcome{err: ErrQueueTimeout}
+			r.done <- outcome[R]{err: ErrQueueTimeout}
 			continue
 		}
 		kept = append(kept, r)
@@ -379,7 +402,7 @@ func (b *Batcher) expireLocked(now time.Time) {
 // arrival is expected within the max delay (a lone request is executed at
 // once), and growing with the load up to the max delay, which caps it, so
 // that no request is held for others past MaxQueueDelay.
-func (b *Batcher) closesLocked(now time.Time) time.Time {
+func (b *Queue[R]) closesLocked(now time.Time) time.Time {
 	rows := min(b.rows, b.cfg.MaxBatchSize)
 	if b.stopping || rows >= b.cfg.MaxBatchSize || slices.Contains(b.cfg.PreferredBatchSizes, rows) {
 		return now
@@ -403,15 +426,21 @@ func minTime(a, c time.Time) time.Time {
 }
 
 // takeLocked takes the oldest requests that fit in MaxBatchSize rows (at
-// least one, in arrival order) into a batch.
-func (b *Batcher) takeLocked() []*request {
-	var batch []*request
-	rows, n := 0, 0
+// least one, in arrival order) into a batch. Only requests of the oldest
+// one's key join it; the others keep their place for a later batch.
+func (b *Queue[R]) takeLocked() []*request[R] {
+	var batch []*request[R]
+	rows := 0
+	kept := b.queue[:0]
+	full := false
 	for _, r := range b.queue {
-		if len(batch) > 0 && rows+len(r.rows) > b.cfg.MaxBatchSize {
-			break
+		if full || len(batch) > 0 && (r.key != batch[0].key || rows+len(r.rows) > b.cfg.MaxBatchSize) {
+			// A request of the batch's key that does not fit ends the
+			// batch, so that a later one never overtakes it.
+			full = full || len(batch) > 0 && r.key == batch[0].key
+			kept = append(kept, r)
+			continue
 		}
-		n++
 		// Every queued request is still queued: one its caller abandons
 		// leaves the queue under the lock held here.
 		if r.state.CompareAndSwap(stateQueued, stateTaken) {
@@ -419,16 +448,16 @@ func (b *Batcher) takeLocked() []*request {
 			rows += len(r.rows)
 		}
 	}
-	clear(b.queue[:n])
-	b.queue = b.queue[n:]
+	clear(b.queue[len(kept):])
+	b.queue = kept
 	b.rows -= rows
 	b.st.ExecutingRequests, b.st.ExecutingRows = len(batch), rows
 	return batch
 }
 
 // execute runs one batch through the model and answers its requests.
-func (b *Batcher) execute(batch []*request, start time.Time) {
-	var rows [][]float32
+func (b *Queue[R]) execute(batch []*request[R], start time.Time) {
+	var rows []R
 	for _, r := range batch {
 		rows = append(rows, r.rows...)
 	}
@@ -449,9 +478,9 @@ func (b *Batcher) execute(batch []*request, start time.Time) {
 	}
 	i := 0
 	for _, r := range batch {
-		o := outcome{err: err}
+		o := outcome[R]{err: err}
 		if err == nil {
-			o.res = Result{Outputs: out[i : i+len(r.rows) : i+len(r.rows)], Queue: start.Sub(r.arrived), Compute: compute, BatchRows: len(rows)}
+			o.res = Answer[R]{Outputs: out[i : i+len(r.rows) : i+len(r.rows)], Queue: start.Sub(r.arrived), Compute: compute, BatchRows: len(rows)}
 		}
 		i += len(r.rows)
 		r.done <- o
@@ -460,7 +489,7 @@ func (b *Batcher) execute(batch []*request, start time.Time) {
 
 // predict calls the model, turning a panic into an error: Predict must not
 // panic, but one that does must fail its batch, not the process.
-func (b *Batcher) predict(rows [][]float32) (out [][]float32, err error) {
+func (b *Queue[R]) predict(rows []R) (out []R, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = nil, fmt.Errorf("model panicked: %v", p)

@@ -313,3 +313,37 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// Requests of different keys never share a batch: each batch holds the
+// oldest queued request and the later ones of its key, and the others
+// keep their order for the next batches.
+func TestKeysKeepRequestsApart(t *testing.T) {
+	t.Parallel()
+	clk := quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+	g := newGated()
+	b := start(t, g, batch.Config{MaxBatchSize: 8, MaxQueueDelay: time.Millisecond, Clock: clk})
+	send := func(key string, v float32) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			res, err := b.DoKeyed(context.Background(), key, [][]float32{{v}})
+			ch <- answer{res, err}
+		}()
+		return ch
+	}
+	first := send("a", 0)
+	wait.Eventually(t, 10*time.Second, func() bool { return b.Stats().ExecutingRequests == 1 }, "first request not executing")
+	var rest []<-chan answer
+	for i, key := range []string{"a", "b", "a", "b", "c"} {
+		rest = append(rest, send(key, float32(i+1)))
+		wait.Eventually(t, 10*time.Second, func() bool { return b.Stats().QueuedRequests == i+1 }, "request %d not queued", i+1)
+	}
+	close(g.gate)
+	for i, ch := range append([]<-chan answer{first}, rest...) {
+		if a := <-ch; a.err != nil || a.res.Outputs[0][0] != float32(2*i) {
+			t.Fatalf("request %d: %+v", i, a)
+		}
+	}
+	if batches, _ := g.executed(); !equal(batches, []int{1, 2, 2, 1}) {
+		t.Fatalf("batches %v; want the first alone, then a's two, b's two, c's one", batches)
+	}
+}

@@ -38,7 +38,7 @@ func simulate(t *testing.T, cfg Config, arrivals []time.Duration) (batches []int
 		t.Fatal(err)
 	}
 	start := clk.Now()
-	var reqs []*request
+	var reqs []*request[[]float32]
 	var wakeAt time.Time
 	for i := 0; i < len(arrivals) || len(b.queue) > 0; {
 		var next time.Time
@@ -53,7 +53,7 @@ func simulate(t *testing.T, cfg Config, arrivals []time.Duration) (batches []int
 		}
 		clk.Set(next).MustWait(ctx)
 		for i < len(arrivals) && !start.Add(arrivals[i]).After(next) {
-			r, err := b.enqueue(ctx, [][]float32{{float32(i)}})
+			r, err := b.enqueue(ctx, "", [][]float32{{float32(i)}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,6 +34,12 @@ type valueInfo struct {
 	tensor   bool
 	elemType int
 	dims     []int64
+	// shaped is false when the file declares no shape at all (any rank),
+	// as opposed to a scalar's empty one.
+	shaped bool
+	// params are the symbolic names of dynamic dimensions ("batch"),
+	// "" for a fixed or unnamed one, one per dimension.
+	params []string
 }
 
 // node is the part of a NodeProto the output kind needs.
@@ -60,6 +66,7 @@ const (
 	tensorShape        = 2
 	shapeDim           = 1
 	dimValue           = 1
+	dimParam           = 2
 	nodeInput          = 1
 	nodeOutput         = 2
 	nodeOpType         = 4
@@ -205,18 +212,24 @@ func readTensorType(data []byte, vi *valueInfo) error {
 		case num == tensorElemType && typ == protowire.VarintType:
 			vi.elemType = int(x)
 		case num == tensorShape && typ == protowire.BytesType:
+			vi.shaped = true
 			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 				if num != shapeDim || typ != protowire.BytesType {
 					return nil
 				}
 				size := int64(-1)
+				param := ""
 				err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 					if num == dimValue && typ == protowire.VarintType {
 						size = int64(x)
 					}
+					if num == dimParam && typ == protowire.BytesType {
+						param = string(v)
+					}
 					return nil
 				})
 				vi.dims = append(vi.dims, size)
+				vi.params = append(vi.params, param)
 				return err
 			})
 		}

@@ -17,3 +17,6 @@ func RuntimeVersion() (string, error) { return "", errNoCgo }
 
 // LoadWithOptions reports that this binary cannot load ONNX models.
 func LoadWithOptions(string, Options) (serveapi.Model, error) { return nil, errNoCgo }
+
+// LoadTensors reports that this binary cannot load ONNX models.
+func LoadTensors(string, Options) (serveapi.TensorModel, error) { return nil, errNoCgo }

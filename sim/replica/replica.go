@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,10 @@ type Config struct {
 	// Token, when set, is the replica's token: every request but the
 	// agent's probes (/v2/health/live, /v2/health/ready, /v2/stats) must
 	// carry it in busapi.ReplicaTokenHeader, or is answered 401.
-	Token    string
+	Token string
+	// TLS, when set, makes the replica's listener speak TLS with it (the
+	// node's certificate, tlscert.Server.Config); nil serves plain HTTP.
+	TLS      *tls.Config
 	Endpoint string
 	Version  string
 	Task     Task
@@ -242,6 +246,9 @@ func (s *Server) Start(ctx context.Context, addr string) (net.Addr, error) {
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
 	s.started = true
 	s.stats.start()

@@ -130,7 +130,8 @@ type Tensor struct {
 // Value is an onnx.ValueInfoProto of a tensor: a graph input or output.
 type Value struct {
 	Name string
-	// ElemType is Float or Int64; 0 means Float.
+	// ElemType is a TensorProto.DataType (Float, Int64, 8 for STRING, 9
+	// for BOOL, …); 0 means Float.
 	ElemType int
 	Dims     []Dim
 }
@@ -465,8 +466,8 @@ func (v Value) encode() ([]byte, error) {
 	if elem == 0 {
 		elem = Float
 	}
-	if elem != Float && elem != Int64 {
-		return nil, fmt.Errorf("value %q: element type %d not supported", v.Name, elem)
+	if elem < 1 || elem > 16 {
+		return nil, fmt.Errorf("value %q: element type %d is not a TensorProto.DataType", v.Name, elem)
 	}
 	var shape []byte
 	for _, d := range v.Dims {

@@ -166,7 +166,7 @@ func main() {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"uid": os.Getuid(), "gid": os.Getgid(), "cpus": cpus, "environ": os.Environ(), "readable": readable, "pid": os.Getpid(),
-			"token": token,
+			"token": token, "header_token": r.Header.Get("X-Modelplane-Replica-Token"),
 		})
 	})
 	srv := &http.Server{Handler: mux}

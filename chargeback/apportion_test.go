@@ -1,0 +1,141 @@
+package chargeback_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"modelplane/auth"
+	"modelplane/busapi"
+	"modelplane/chargeback"
+	"modelplane/ingest"
+	"modelplane/internal/chtest"
+	"modelplane/money"
+)
+
+// calls stores one gateway window of requests (and tokens) of endpoint,
+// owned by team, by caller ("" the owners' own) at at.
+func calls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller string, requests, tokens uint64) {
+	t.Helper()
+	zero := make([]uint64, busapi.LatencyBuckets)
+	lat := make([]uint64, busapi.LatencyBuckets)
+	lat[0] = requests
+	s := busapi.ReqStats{ID: fmt.Sprintf("gw/%s/v1/%d/%s", endpoint, at.UnixMilli(), caller), WindowStart: at.UnixMilli(),
+		WindowEnd: at.Add(5 * time.Second).UnixMilli(), Gateway: "gw", Endpoint: endpoint, Team: team, Version: "v1",
+		Count: requests, Latency: lat, TTFT: zero, TPOT: zero, Tokens: tokens, CallerTeam: caller}
+	if err := ingest.StoreReqStats(t.Context(), ch, []busapi.ReqStats{s}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChargebackByCallerTeamAddsUpToOwnersCost: an endpoint's cost split by
+// caller team (requests per hour; tokens for an endpoint that counted
+// them) gives each granted team its share rounded down in exact integers
+// and the owners the rest, so the rows add up to the cent — to the
+// micro-dollar — to what the owners' own report charges; a consumer sees
+// only its share, the owners see every caller.
+func TestChargebackByCallerTeamAddsUpToOwnersCost(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	from, to := t0.Add(30*time.Minute), t0.Add(2*time.Hour+10*time.Minute)
+	var rows []rec
+	for s := from; s.Before(to); s = s.Add(time.Second) {
+		rows = append(rows,
+			rec{ts: s, node: "n1", gpu: 0, gpuType: "A100-80GB", profile: "full", team: "risk", endpoint: "fraud", model: "fraud-model", ver: "v1", rate: 3_500_001, requests: 1},
+			rec{ts: s, node: "n1", gpu: 1, gpuType: "A100-80GB", profile: "full", team: "risk", endpoint: "chat", model: "chat-model", ver: "v1", rate: 5_500_011})
+	}
+	insert(t, ch, rows)
+	// fraud: hour 0 risk 100, search 37, ads 13; hour 1 search 5 only;
+	// hour 2 nobody but risk. chat counts tokens: search 3 of 10.
+	calls(t, ch, t0.Add(40*time.Minute), "risk", "fraud", "", 100, 0)
+	calls(t, ch, t0.Add(41*time.Minute), "risk", "fraud", "search", 37, 0)
+	calls(t, ch, t0.Add(42*time.Minute), "risk", "fraud", "ads", 13, 0)
+	calls(t, ch, t0.Add(70*time.Minute), "risk", "fraud", "search", 5, 0)
+	calls(t, ch, t0.Add(125*time.Minute), "risk", "fraud", "", 9, 0)
+	calls(t, ch, t0.Add(50*time.Minute), "risk", "chat", "", 50, 7)
+	calls(t, ch, t0.Add(51*time.Minute), "risk", "chat", "search", 900, 3)
+
+	svc := chargeback.New(ch, nil, clockAt(t, to.Add(time.Hour)))
+	ctx := t.Context()
+	for _, src := range []chargeback.Source{chargeback.SourceAuto, chargeback.SourceRaw} {
+		owners, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimEndpoint}, Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, Source: src,
+			GroupBy: []chargeback.Dimension{chargeback.DimEndpoint, chargeback.DimCallerTeam}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if split.Total.CostMicroUSD != owners.Total.CostMicroUSD || split.Total.CostX3600 != owners.Total.CostX3600 {
+			t.Fatalf("source %d: split total %d (x3600 %d), owners' total %d (x3600 %d)", src,
+				split.Total.CostMicroUSD, split.Total.CostX3600, owners.Total.CostMicroUSD, owners.Total.CostX3600)
+		}
+		perEndpoint := map[string]int64{}
+		got := map[string]chargeback.Row{}
+		for _, r := range split.Rows {
+			perEndpoint[r.Endpoint] += r.CostMicroUSD
+			got[r.Endpoint+"/"+r.CallerTeam] = r
+		}
+		for _, o := range owners.Rows {
+			// Each endpoint's parts add up to its owners' cost: exact to
+			// the micro-dollar, as money prints it.
+			if money.USD(perEndpoint[o.Endpoint]) != money.USD(o.CostMicroUSD) {
+				t.Errorf("source %d: %s parts add up to %s, owners' cost %s", src, o.Endpoint, money.USD(perEndpoint[o.Endpoint]), money.USD(o.CostMicroUSD))
+			}
+		}
+		// fraud costs 3,500,001 µUSD × 3600 per hour of seconds: hour 0
+		// has 1,800 s (from :30), hour 1 3,600 s, hour 2 600 s.
+		h0, h1 := int64(1800*3_500_001), int64(3600*3_500_001)
+		wantSearch := h0*37/150 + h1 // hour 1 is all search's
+		wantAds := h0 * 13 / 150
+		if g := got["fraud/search"].CostX3600; g != wantSearch {
+			t.Errorf("source %d: search's share of fraud = %d µUSD×3600, want %d", src, g, wantSearch)
+		}
+		if g := got["fraud/ads"].CostX3600; g != wantAds {
+			t.Errorf("source %d: ads' share of fraud = %d µUSD×3600, want %d", src, g, wantAds)
+		}
+		var fraud int64
+		for _, o := range owners.Rows {
+			if o.Endpoint == "fraud" {
+				fraud = o.CostX3600
+			}
+		}
+		if g := got["fraud/risk"].CostX3600; g != fraud-wantSearch-wantAds {
+			t.Errorf("source %d: risk keeps %d of fraud, want the rest %d", src, g, fraud-wantSearch-wantAds)
+		}
+		// chat counted tokens: search pays 3 of 10 tokens, not 900 of 950 requests.
+		chatH0 := int64(1800 * 5_500_011)
+		if g := got["chat/search"].CostX3600; g != chatH0*3/10 {
+			t.Errorf("source %d: search's share of chat = %d, want %d (by tokens)", src, g, chatH0*3/10)
+		}
+	}
+
+	// search's engineers see their share of risk's fraud model and nothing
+	// else of risk's; risk's see every caller of theirs.
+	searchEng := &auth.Principal{Name: "s@example.com", Teams: []auth.Membership{{TeamID: 2, Team: "search", Role: auth.RoleEngineer}}}
+	rep, err := svc.Report(ctx, searchEng, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimTeam, chargeback.DimEndpoint, chargeback.DimCallerTeam}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, r := range rep.Rows {
+		seen = append(seen, r.Team+"/"+r.Endpoint+"/"+r.CallerTeam)
+	}
+	if fmt.Sprint(seen) != "[risk/chat/search risk/fraud/search]" {
+		t.Errorf("search sees %v, want only its shares of risk's chat and fraud", seen)
+	}
+	rep, err = svc.Report(ctx, riskEng, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimEndpoint, chargeback.DimCallerTeam}, Endpoint: "fraud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = nil
+	for _, r := range rep.Rows {
+		seen = append(seen, r.CallerTeam)
+	}
+	if fmt.Sprint(seen) != "[ads risk search]" {
+		t.Errorf("risk sees callers %v of fraud, want [ads risk search]", seen)
+	}
+}

@@ -1,0 +1,9 @@
+package grant_test
+
+import (
+	"testing"
+
+	"modelplane/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

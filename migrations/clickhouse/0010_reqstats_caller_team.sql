@@ -1,0 +1,1 @@
+ALTER TABLE request_stats ADD COLUMN caller_team String DEFAULT ''
