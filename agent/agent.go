@@ -496,6 +496,9 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	a.gen = d.Generation
+	if qs, ok := a.drv.(QuotaSetter); ok {
+		qs.SetTeamQuotas(d.Quotas)
+	}
 	a.desired = a.desired[:0:0]
 	seen := make(map[string]bool, len(d.Replicas))
 	for _, spec := range d.Replicas {

@@ -49,6 +49,25 @@ type LogReader interface {
 	ReadLog(id string, offset int64, tail, max int) (busapi.LogChunk, error)
 }
 
+// PoolDriver is a Driver of a pool rather than a node: a Kubernetes
+// cluster, where a replica takes its GPUs or cores when the scheduler
+// binds its pod, not when modelplane places it. The meter counts a pool's
+// replica only while the driver runs it and its last observation was not
+// Unallocated; a node's slots are a replica's from placement on, idle or
+// not, so node drivers are not pools.
+type PoolDriver interface {
+	Driver
+	// MetersRunningOnly marks the driver as a pool's.
+	MetersRunningOnly()
+}
+
+// QuotaSetter is a Driver that enforces the teams' quotas itself as well
+// (busapi.Desired.Quotas): the Kubernetes driver, as namespace
+// ResourceQuotas. The agent hands it each desired state's quotas.
+type QuotaSetter interface {
+	SetTeamQuotas(map[string]map[string]float64)
+}
+
 // StartOptions are what the agent gives a driver to start a replica with,
 // besides its spec.
 type StartOptions struct {
@@ -136,4 +155,7 @@ type Observation struct {
 	// entry running the replica, empty for a driver without one.
 	Absent  []string
 	Runtime string
+	// Unallocated says the replica holds none of its pool's resources
+	// yet (a pod no node has taken); a PoolDriver's meter skips it.
+	Unallocated bool
 }

@@ -112,8 +112,9 @@ func (a *Agent) allocations(ctx context.Context) []busapi.Usage {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []busapi.Usage
+	_, pool := a.drv.(PoolDriver)
 	for _, m := range a.replicas {
-		if !m.valid {
+		if !m.valid || pool && (m.rep == nil || m.obs.Unallocated) {
 			continue
 		}
 		var util float64

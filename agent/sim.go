@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modelplane/busapi"
@@ -251,12 +252,18 @@ type simReplica struct {
 	mu       sync.Mutex
 	util     utilEstimate
 	stopOnce sync.Once
+	// stopped is set once Stop began: the replica no longer answers,
+	// though its in-process server may still be draining.
+	stopped atomic.Bool
 }
 
 func (r *simReplica) Spec() busapi.ReplicaSpec { return r.spec }
 func (r *simReplica) Addr() string             { return r.addr }
 
 func (r *simReplica) Observe(ctx context.Context) (Observation, error) {
+	if r.stopped.Load() {
+		return Observation{}, fmt.Errorf("replica %s: %w", r.spec.ID, ErrNotRunning)
+	}
 	var st replica.Stats
 	if r.srv != nil {
 		st = r.srv.Stats()
@@ -302,6 +309,7 @@ func (r *simReplica) memoryUsedMB() int64 {
 
 func (r *simReplica) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() {
+		r.stopped.Store(true)
 		r.d.mu.Lock()
 		if r.d.running[r.spec.ID] == r {
 			delete(r.d.running, r.spec.ID)

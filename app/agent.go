@@ -21,6 +21,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/cache"
+	"modelplane/agent/cluster"
 	"modelplane/agent/process"
 	"modelplane/bus"
 	"modelplane/busapi"
@@ -33,10 +34,13 @@ import (
 // AgentConfig configures `modelplane agent`.
 type AgentConfig struct {
 	NATS bus.ClientConfig
-	// Driver runs the replicas: "sim" (in this process) or "process" (a
-	// child process per replica, from the runtime catalogue).
+	// Driver runs the replicas: "sim" (in this process), "process" (a
+	// child process per replica, from the runtime catalogue) or
+	// "kubernetes" (a pod per replica in a cluster, which is the pool).
 	Driver string
-	Node   string
+	// Kube configures the kubernetes driver.
+	Kube KubeConfig
+	Node string
 	// GPUs and MIG are the --gpus and --mig specs, each possibly repeated;
 	// agent.ParseInventory reads them.
 	GPUs []string
@@ -91,6 +95,9 @@ type AgentConfig struct {
 	// bundle the agent trusts for the control plane and its own replicas
 	// (MP_TLS_CA).
 	TLS tlscert.Files
+
+	// pool is the cluster's inventory once the kubernetes driver read it.
+	pool *cluster.Inventory
 }
 
 // DefaultCacheBytes is the artifact cache's default size.
@@ -112,7 +119,8 @@ func (f listFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
 // as defaults.
 func (c *AgentConfig) Flags(fs *flag.FlagSet) {
 	natsFlags(fs, &c.NATS, "nats", nats.DefaultURL)
-	fs.StringVar(&c.Driver, "driver", env("MP_AGENT_DRIVER", "sim"), "replica driver: sim or process (MP_AGENT_DRIVER)")
+	fs.StringVar(&c.Driver, "driver", env("MP_AGENT_DRIVER", "sim"), "replica driver: sim, process or kubernetes (MP_AGENT_DRIVER)")
+	c.Kube.Flags(fs)
 	fs.StringVar(&c.Node, "node", env("MP_AGENT_NODE", hostNode()), "node name, its key in mp_desired (MP_AGENT_NODE; default the host name)")
 	if v := env("MP_AGENT_GPUS", ""); v != "" {
 		c.GPUs = []string{v}
@@ -187,8 +195,13 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	if c.RotateEvery < 0 {
 		bad("MP_AGENT_ROTATE_EVERY (--rotate-every) must not be negative")
 	}
-	if c.Driver != "sim" && c.Driver != "process" {
-		bad("MP_AGENT_DRIVER (--driver) %q: want sim or process", c.Driver)
+	if c.Driver != "sim" && c.Driver != "process" && c.Driver != DriverKubernetes {
+		bad("MP_AGENT_DRIVER (--driver) %q: want sim, process or kubernetes", c.Driver)
+	}
+	if c.Driver == DriverKubernetes {
+		for _, e := range c.Kube.validate() {
+			bad("%s", e)
+		}
 	}
 	if c.LoadDelay < 0 {
 		bad("MP_AGENT_SIM_LOAD_DELAY (--sim-load-delay) must not be negative")
@@ -214,13 +227,24 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	var gpus []busapi.GPU
 	var memMB int
 	var err error
-	if len(c.GPUs) > 0 || len(c.MIG) > 0 || c.CPUs == 0 && c.Memory == "" {
+	cpus := c.CPUs
+	switch {
+	case c.Driver == DriverKubernetes:
+		// The pool's inventory is the cluster's nodes', read at start.
+		if c.pool != nil {
+			gpus, cpus, memMB = c.pool.GPUs, c.pool.CPUCores, c.pool.MemoryMB
+		} else {
+			cpus, memMB = 1, 1 // checked once the cluster is read
+		}
+	case len(c.GPUs) > 0 || len(c.MIG) > 0 || c.CPUs == 0 && c.Memory == "":
 		gpus, err = agent.ParseInventory(c.GPUs, strings.Join(c.MIG, ","))
 		if err != nil {
 			bad("MP_AGENT_GPUS / MP_AGENT_MIG (--gpus / --mig): %v; or --cpus and --memory for a CPU node", err)
 		}
 	}
-	if c.Memory != "" {
+	if c.Driver == DriverKubernetes {
+		// --cpus and --memory do not apply: the cluster says.
+	} else if c.Memory != "" {
 		if memMB, err = agent.ParseMemory(c.Memory); err != nil {
 			bad("MP_AGENT_MEMORY (--memory): %v", err)
 		}
@@ -233,7 +257,7 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 	cfg := agent.Config{
 		Node:          c.Node,
 		GPUs:          gpus,
-		CPUCores:      c.CPUs,
+		CPUCores:      cpus,
 		MemoryMB:      memMB,
 		StateDir:      c.StateDir,
 		Lease:         c.Lease,
@@ -327,6 +351,15 @@ func (c *AgentConfig) connectEnrolled(sess *nodeSession, log *slog.Logger, extra
 // its replicas. It starts even while NATS is unreachable: the agent serves
 // what its state file records and connects when NATS comes.
 func RunAgent(ctx context.Context, c AgentConfig) error {
+	if _, err := c.agentConfig(); err != nil {
+		return err
+	}
+	if c.Driver == DriverKubernetes {
+		if err := c.Kube.connect(ctx); err != nil {
+			return err
+		}
+		c.pool = &c.Kube.inventory
+	}
 	cfg, err := c.agentConfig()
 	if err != nil {
 		return err
@@ -377,7 +410,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if clientTLS != nil {
 		roots = clientTLS.RootCAs
 	}
-	if c.ControlPlaneURL != "" {
+	if c.ControlPlaneURL != "" && c.Driver != DriverKubernetes { // pods fetch their own files
 		cc := cache.Config{Dir: c.cacheDir(), LimitBytes: c.CacheBytes, URL: c.ControlPlaneURL,
 			Token: string(c.AgentToken), Egress: &egress.Policy{AllowLoopback: c.EgressAllowLoopback, RootCAs: roots}, Log: log.With(slog.String("node", cfg.Node)),
 			Clock: clock}
@@ -397,6 +430,14 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	}
 	var stop func(context.Context)
 	switch c.Driver {
+	case DriverKubernetes:
+		drv, err := c.Kube.driver(ctx, cfg, c, sess, clock, log)
+		if err != nil {
+			return err
+		}
+		cfg.Driver = drv
+		// Pods outlive the agent; its watches end with it.
+		stop = func(context.Context) { drv.Close() }
 	case "process":
 		user := c.RuntimeUser
 		if user == process.DefaultRunAs {

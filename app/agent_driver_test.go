@@ -59,3 +59,50 @@ func TestAgentLoopbackControlPlaneNeedsTheEgressSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentConfigOfAClusterAgent: the kubernetes driver needs no --gpus or
+// --cpus (the cluster's nodes are the inventory), and names a bad pool
+// kind or runtime image setting.
+func TestAgentConfigOfAClusterAgent(t *testing.T) {
+	creds := withCreds(t)
+	for _, c := range []struct {
+		args []string
+		want string // "" for ok
+	}{
+		{nil, ""},
+		{[]string{"--kube-pool", "cpu"}, ""},
+		{[]string{"--kube-pool", "tpu"}, "MP_KUBE_POOL"},
+		{[]string{"--runtime-images", "vllm"}, "MP_AGENT_RUNTIME_IMAGES"},
+		{[]string{"--runtime-images", "nosuch=img:1"}, "MP_AGENT_RUNTIME_IMAGES"},
+		{[]string{"--kube-image", ""}, "MP_KUBE_IMAGE"},
+	} {
+		var cfg AgentConfig
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		cfg.Flags(fs)
+		args := append([]string{"--driver", "kubernetes", "--node", "gpu-pool", "--nats", "nats://127.0.0.1:4222", "--nats-creds", creds}, c.args...)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cfg.agentConfig()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: err = %v, want one naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// TestFetchConfigNamesEveryBadSetting: the init container's settings.
+func TestFetchConfigNamesEveryBadSetting(t *testing.T) {
+	err := FetchConfig{ControlPlaneURL: "ftp://x", Manifest: "abc", Settings: "{", LogLevel: "info"}.Validate()
+	for _, want := range []string{"MP_CONTROL_PLANE_URL", "MP_AGENT_TOKEN", "--manifest", "--replica", "--dir", "--settings"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want one naming %s", err, want)
+		}
+	}
+	ok := FetchConfig{ControlPlaneURL: "http://cp:8080", Token: "t", Manifest: strings.Repeat("ab", 32), Replica: "r1", Dir: "/models", LogLevel: "info"}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid settings: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"modelplane/enrollment"
 	"modelplane/gateway"
 	"modelplane/internal/chtest"
+	"modelplane/internal/kubetest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 	removeBinary()
 	pgtest.Stop()
 	chtest.Stop()
+	kubetest.StopShared(code)
 	os.Exit(code)
 }
 

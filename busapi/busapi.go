@@ -228,6 +228,12 @@ type Desired struct {
 	Node       string        `json:"node"`
 	Generation int64         `json:"generation"`
 	Replicas   []ReplicaSpec `json:"replicas"`
+	// Quotas are the quotas of the teams with replicas here, by team:
+	// resource (a GPU type, "cpu", "memory") → amount (GPUs, cores, MiB).
+	// A cluster agent writes them as each team namespace's ResourceQuota,
+	// a backstop under the control plane's own cap; node agents ignore
+	// them. Omitted when no team here has a quota.
+	Quotas map[string]map[string]float64 `json:"quotas,omitempty"`
 }
 
 // ReplicaSpec is one replica an agent must run.

@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -12,13 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
+	"github.com/coder/quartz"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +25,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"modelplane/agent"
+	"modelplane/agent/cluster"
+	"modelplane/busapi"
 	"modelplane/internal/kubetest"
 )
 
@@ -161,7 +160,6 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	team := "mp-team-" + ns[strings.LastIndex(ns, "-")+1:]
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -176,54 +174,31 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 	}
 	_, err = as.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	must("list nodes", err)
-	_, err = as.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}, metav1.CreateOptions{})
-	must("create a team namespace", err)
+
+	// The cluster driver itself, with the ServiceAccount's token, makes a
+	// replica's every object (team namespace, quota, account, artifact
+	// Secret, policy, token Secret, pod), watches them, and removes them.
+	prefix := "mp-" + ns[strings.LastIndex(ns, "-")+1:] + "-"
+	drv, err := cluster.New(cluster.Config{Client: as, Pool: "chart-" + ns, Kind: cluster.KindCPU, NamespacePrefix: prefix,
+		Image: "registry.corp/modelplane:1", ControlPlaneURL: "http://mp-server:8080", ArtifactToken: func() string { return "t" },
+		Clock: quartz.NewReal()})
+	must("build the driver", err)
+	dctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	must("watch its objects", drv.Watch(dctx))
+	t.Cleanup(drv.Close)
+	drv.SetTeamQuotas(map[string]map[string]float64{"risk": {"cpu": 4, "memory": 8192}})
+	team := cluster.Namespace(prefix, "risk")
 	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), team, metav1.DeleteOptions{}) })
-	c.WaitServiceAccount(t, team, "default")
-	_, err = as.CoreV1().ResourceQuotas(team).Create(ctx, &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "team"},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("4")}},
-	}, metav1.CreateOptions{})
-	must("create a ResourceQuota", err)
-	_, err = as.CoreV1().Secrets(team).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, StringData: map[string]string{"token": "x"}}, metav1.CreateOptions{})
-	must("create a Secret in a team namespace", err)
-	one := int32(1)
-	labels := map[string]string{"app": "v1"}
-	dep := &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "v1", Namespace: team},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "runtime", Image: "registry.corp/vllm:v1"}}}},
-		},
-	}
-	body, err := json.Marshal(dep)
-	must("encode", err)
-	_, err = as.AppsV1().Deployments(team).Patch(ctx, "v1", types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "modelplane"})
-	must("server-side apply a Deployment", err)
-	np := &networkingv1.NetworkPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: "v1", Namespace: team},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: labels},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"modelplane.dev/gateway": "true"}},
-			}}}}},
-	}
-	body, err = json.Marshal(np)
-	must("encode", err)
-	_, err = as.NetworkingV1().NetworkPolicies(team).Patch(ctx, "v1", types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "modelplane"})
-	must("server-side apply a NetworkPolicy", err)
-	_, err = as.CoreV1().Pods(team).List(ctx, metav1.ListOptions{})
-	must("list pods", err)
-	w, err := as.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
-	must("watch pods in every namespace", err)
-	w.Stop()
-	_, err = as.AppsV1().ReplicaSets(team).List(ctx, metav1.ListOptions{})
-	must("list ReplicaSets", err)
-	_, err = as.CoreV1().Events(team).List(ctx, metav1.ListOptions{})
-	must("list events", err)
+	rep, err := drv.Start(ctx, busapi.ReplicaSpec{ID: "scoring-v1-r1", Team: "risk", Endpoint: "scoring", Model: "scoring", Version: "v1",
+		GPUType: busapi.CPUType, Profile: busapi.ProfileCPU, CPUCores: 1, MemoryMB: 512, Runtime: "xgboost",
+		Manifest: strings.Repeat("ab", 32), Token: "replica-token"}, agent.StartOptions{})
+	must("start a replica", err)
+	_, err = drv.Sync(ctx)
+	must("resync", err)
+	_, err = rep.Observe(ctx)
+	must("observe its pod", err)
+	must("stop the replica", rep.Stop(ctx))
 
 	_, err = as.CoreV1().Nodes().Patch(ctx, "any", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 	refused("change a node", err)
@@ -233,9 +208,8 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "mp-agent", Namespace: ns}},
 	}, metav1.CreateOptions{})
 	refused("bind itself to cluster-admin", err)
-	_, err = as.CoreV1().Pods(team).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "direct"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{})
-	refused("create pods directly (it writes Deployments)", err)
+	_, err = as.AppsV1().Deployments(team).List(ctx, metav1.ListOptions{})
+	refused("read Deployments (it writes pods of its own)", err)
 	_, err = as.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 	refused("read ConfigMaps", err)
 
@@ -249,7 +223,9 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 		refused(sa+": list pods", err)
 	}
 
-	must("delete a team namespace", as.CoreV1().Namespaces().Delete(ctx, team, metav1.DeleteOptions{}))
+	// A team namespace outlives its endpoints (its quota is the team's);
+	// removing a team's namespace is a person's decision, not the agent's.
+	refused("delete a team namespace", as.CoreV1().Namespaces().Delete(ctx, team, metav1.DeleteOptions{}))
 }
 
 // decode splits helm's output into objects.

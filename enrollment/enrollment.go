@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"modelplane/db"
 	"modelplane/errdefs"
 	"modelplane/field"
+	"modelplane/trust"
 )
 
 // Token prefixes: a join token and a node's artifact-download token, so a
@@ -186,8 +186,8 @@ func (s *Service) CreateJoinToken(ctx context.Context, p *auth.Principal, req Jo
 	if !nodeName.MatchString(req.Node) {
 		errs.Add("node", "use up to 64 letters, digits, '-' and '_'")
 	}
-	if req.Host == "" || strings.ContainsAny(req.Host, "/ ") || (strings.Contains(req.Host, ":") && net.ParseIP(req.Host) == nil) {
-		errs.Add("host", "must be a host name or IP address")
+	if !trust.ValidHost(req.Host) {
+		errs.Add("host", "must be a host name, an IP address, or a cluster pool's pod network (CIDR)")
 	}
 	if req.PortFirst < 1 || req.PortLast > 65535 || req.PortFirst > req.PortLast {
 		errs.Add("port_first", "the port range must be within 1-65535")

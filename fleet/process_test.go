@@ -44,6 +44,7 @@ type nodeAgent struct {
 	*agent.Agent
 	node string
 	kv   jetstream.KeyValue
+	drv  agent.Driver
 }
 
 // processAgent is a node agent running the fake runtime of the process
@@ -107,7 +108,7 @@ func processAgent(t *testing.T, node, bin string, flags ...string) nodeAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nodeAgent{Agent: a, node: node, kv: kv}
+	return nodeAgent{Agent: a, node: node, kv: kv, drv: drv}
 }
 
 // unlisted is a driver that does not say which runtimes its node runs.

@@ -175,7 +175,7 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 		if err := writeStatuses(ctx, q, demand, want, reps, errs, notes); err != nil {
 			return err
 		}
-		if pass.DesiredWritten, err = writeDesired(ctx, q, nodes, reps); err != nil {
+		if pass.DesiredWritten, err = writeDesired(ctx, q, nodes, reps, teamQuotas(lim.quota, demand, reps)); err != nil {
 			return err
 		}
 		// WriteAll locks every endpoint's row and reads the routing
@@ -629,7 +629,7 @@ func hashOf(v any) string {
 // writeDesired writes the desired state of every node whose replica set
 // changed, lost nodes included (an empty set: when such a node comes back,
 // its agent stops what it still runs).
-func writeDesired(ctx context.Context, q *db.Queries, nodes []db.Node, reps []db.ReplicaListAllRow) (int, error) {
+func writeDesired(ctx context.Context, q *db.Queries, nodes []db.Node, reps []db.ReplicaListAllRow, quotas map[string]map[string]float64) (int, error) {
 	byNode := map[int64][]busapi.ReplicaSpec{}
 	for _, r := range reps {
 		byNode[r.NodeID] = append(byNode[r.NodeID], replicaSpec(r))
@@ -641,12 +641,30 @@ func writeDesired(ctx context.Context, q *db.Queries, nodes []db.Node, reps []db
 			specs = []busapi.ReplicaSpec{}
 		}
 		slices.SortFunc(specs, func(a, b busapi.ReplicaSpec) int { return cmp.Compare(a.ID, b.ID) })
+		// The quotas of the node's teams go with its set (a cluster
+		// agent writes them as each team namespace's ResourceQuota); a
+		// node whose teams have none hashes as before they existed.
+		var nq map[string]map[string]float64
+		for _, sp := range specs {
+			if lim, ok := quotas[sp.Team]; ok {
+				if nq == nil {
+					nq = map[string]map[string]float64{}
+				}
+				nq[sp.Team] = lim
+			}
+		}
 		h := hashOf(specs)
+		if nq != nil {
+			h = hashOf(struct {
+				Specs  []busapi.ReplicaSpec
+				Quotas map[string]map[string]float64
+			}{specs, nq})
+		}
 		if h == n.DesiredHash {
 			continue
 		}
 		gen := n.Generation + 1
-		payload, err := json.Marshal(busapi.Desired{Node: n.Name, Generation: gen, Replicas: specs})
+		payload, err := json.Marshal(busapi.Desired{Node: n.Name, Generation: gen, Replicas: specs, Quotas: nq})
 		if err != nil {
 			return 0, err
 		}
@@ -659,4 +677,33 @@ func writeDesired(ctx context.Context, q *db.Queries, nodes []db.Node, reps []db
 		written++
 	}
 	return written, nil
+}
+
+// teamQuotas are the quotas of the teams that have replicas, by team name,
+// as amounts (GPUs of a type, cores, MiB), for the desired states.
+func teamQuotas(t quota.Table, demand []db.RoutingRuleListForPlacementRow, reps []db.ReplicaListAllRow) map[string]map[string]float64 {
+	if t.Empty() {
+		return nil
+	}
+	teamOf := map[int64]int64{}
+	for _, d := range demand {
+		teamOf[d.EndpointID] = d.TeamID
+	}
+	out := map[string]map[string]float64{}
+	for _, r := range reps {
+		id, ok := teamOf[r.EndpointID]
+		if !ok || out[r.Team] != nil {
+			continue
+		}
+		lims := t.Limits(id)
+		if len(lims) == 0 {
+			continue
+		}
+		m := make(map[string]float64, len(lims))
+		for res, units := range lims {
+			m[res] = units / quota.Units(res, 1)
+		}
+		out[r.Team] = m
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ func SetAddress(ctx context.Context, q *db.Queries, node string, a Address) erro
 	if !ValidNodeName(node) {
 		return fmt.Errorf("node name %q: use up to 64 letters, digits, '-' and '_'", node)
 	}
-	if a.Host == "" || strings.ContainsAny(a.Host, ":/ ") && net.ParseIP(a.Host) == nil {
+	if !ValidHost(a.Host) {
 		return fmt.Errorf("node %s: host %q is not a host name or IP address", node, a.Host)
 	}
 	if a.PortFirst == 0 && a.PortLast == 0 {
@@ -74,7 +75,25 @@ func OnNode(reg db.NodeAddress, addr string) error {
 	return nil
 }
 
+// ValidHost reports whether h may be a node's registered host: a host
+// name, an IP address, or, for a cluster agent's pool, the pod network's
+// CIDR prefix (replicas are pods, at any IP in it).
+func ValidHost(h string) bool {
+	if h == "" || strings.Contains(h, " ") {
+		return false
+	}
+	if strings.Contains(h, "/") {
+		_, err := netip.ParsePrefix(h)
+		return err == nil
+	}
+	return !strings.Contains(h, ":") || net.ParseIP(h) != nil
+}
+
 func sameHost(a, b string) bool {
+	if p, err := netip.ParsePrefix(b); err == nil {
+		ip, err := netip.ParseAddr(a)
+		return err == nil && p.Contains(ip.Unmap())
+	}
 	if ia, ib := net.ParseIP(a), net.ParseIP(b); ia != nil && ib != nil {
 		return ia.Equal(ib)
 	}

@@ -38,6 +38,7 @@ func TestOnNode(t *testing.T) {
 	v4 := nodeAddress("127.0.0.1", 31000, 31099)
 	v6 := nodeAddress("::1", 1, 65535)
 	name := nodeAddress("gpu-7.example.com", 1, 65535)
+	pods := nodeAddress("10.244.0.0/16", 8000, 8000)
 	for _, tc := range []struct {
 		name string
 		reg  func() (string, int32, int32)
@@ -53,6 +54,9 @@ func TestOnNode(t *testing.T) {
 		{"ipv6 spelled differently", v6, "[0:0::1]:8000", true},
 		{"host name any case", name, "GPU-7.example.com.:8000", true},
 		{"other host name", name, "gpu-8.example.com:8000", false},
+		{"pod of the pool's network", pods, "10.244.3.7:8000", true},
+		{"pod outside the pool's network", pods, "10.245.0.1:8000", false},
+		{"pod on another port", pods, "10.244.3.7:9000", false},
 	} {
 		host, first, last := tc.reg()
 		err := OnNode(dbAddress(host, first, last), tc.addr)

@@ -26,6 +26,8 @@ commands:
   agent     node agent: runs the replicas placed on this machine (needs only NATS: MP_NATS_URL, MP_NATS_CREDS)
   runtime   the built-in serving runtime for one replica: runtime --model-dir D --port P;
             runtime validate --model-dir D answers the sample inputs once and prints a JSON report
+  fetch     a replica's model files, fetched and verified into a directory: the Kubernetes
+            driver's init container (fetch --manifest SHA256 --replica ID --dir /models)
   nats      NATS credentials for production: nats init (authority, server trust, creds), nats creds --agent NODE --out FILE
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
@@ -110,6 +112,13 @@ func run(ctx context.Context, argv []string) int {
 			return parseExit(err)
 		}
 		err = app.RunRuntime(ctx, cfg)
+	case "fetch":
+		var cfg app.FetchConfig
+		cfg.Flags(fs)
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
+		}
+		err = app.RunFetch(ctx, cfg)
 	case "migrate":
 		var cfg app.MigrateConfig
 		cfg.Flags(fs)

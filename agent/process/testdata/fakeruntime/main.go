@@ -24,6 +24,7 @@ import (
 
 func main() {
 	port := flag.Int("port", 0, "port to listen on")
+	host := flag.String("host", "127.0.0.1", "address to listen on (a pod's IP, when a test plays the kubelet)")
 	modelDir := flag.String("model-dir", "", "model directory")
 	crash := flag.Bool("crash", false, "exit with status 3 at once")
 	readyFile := flag.String("ready-file", "", "report ready only once this file exists")
@@ -56,7 +57,7 @@ func main() {
 			os.Stdout.WriteString(line)
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*port))
+	l, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		fmt.Println("fakeruntime: listen:", err)
 		os.Exit(2)

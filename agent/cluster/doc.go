@@ -1,0 +1,33 @@
+// Package cluster is the agent's kubernetes driver: it runs the replicas
+// of a pool, a Kubernetes cluster with the NVIDIA GPU operator, as pods
+// (agent.Driver, agent.PoolDriver, agent.QuotaSetter). DESIGN.md section
+// 22; docs/kubernetes.md, "The cluster agent".
+//
+// It owns:
+//   - the pool's inventory read from the nodes (ReadInventory): whole
+//     GPUs and MIG slices from allocatable nvidia.com/gpu and
+//     nvidia.com/mig-<profile>, typed from the operator's product and
+//     memory labels, or the cores and memory of the nodes without GPUs.
+//     modelplane places counts and profiles in it; the scheduler places
+//     pods, so slot numbers are bookkeeping, never devices;
+//   - every object it writes, by server-side apply with one field manager
+//     per pool and only where the live object's managed fields differ
+//     (a pass with nothing changed makes no write): per team a namespace,
+//     a ResourceQuota from the team's quota, a tokenless ServiceAccount
+//     and the pool's artifact Secret; per endpoint version a NetworkPolicy
+//     that admits only gateways (and the agent) and owns the version's
+//     pods; per replica a token Secret and a pod with the fetch init
+//     container (`modelplane fetch`), the catalogue entry's runtime
+//     container, requests and limits, node affinity and probes;
+//   - watches of those objects by label, which wake a resync so a hand
+//     edit is put back at once, and a resync every Config.Resync;
+//   - mapping pod status to observations: Ready, the scheduler's
+//     Unschedulable, failing container states with their reasons, and a
+//     deleted or ended pod as gone (agent.ErrNotRunning), which the agent
+//     replaces with a new pod.
+//
+// It decides nothing the agent decides: which replicas run comes from the
+// desired state, and only Start creates a pod. It must not import the
+// database or any control-plane package: the agent works with the
+// control plane down, and pods keep serving with the agent down.
+package cluster

@@ -1,0 +1,462 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coder/quartz"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	netlisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"modelplane/agent"
+	"modelplane/agent/catalog"
+	"modelplane/busapi"
+)
+
+// Defaults of Config.
+const (
+	DefaultFieldManager    = "modelplane"
+	DefaultNamespacePrefix = "mp-"
+	DefaultPort            = 8000
+	DefaultResync          = 30 * time.Second
+	DefaultGrace           = 30 * time.Second
+	// ArtifactSecret is the Secret in each team namespace that holds the
+	// pool's artifact token for the init containers.
+	ArtifactSecret = "modelplane-artifacts"
+	// ModelsPath is where a pod's model volume is mounted; the init
+	// container prepares the version's files under it and links
+	// ModelsPath/model to them.
+	ModelsPath = "/models"
+	// ReplicaAccount is the ServiceAccount of the replicas' pods in each
+	// team namespace: no token, no role.
+	ReplicaAccount = "modelplane-replica"
+)
+
+// Config configures a Driver.
+type Config struct {
+	// Client talks to the cluster's API server with the agent's
+	// ServiceAccount (or kubeconfig) identity.
+	Client kubernetes.Interface
+	// Pool is the pool's name: the agent's node name in modelplane, and
+	// the value of LabelPool on everything the driver writes.
+	Pool string
+	// Kind is KindGPU or KindCPU.
+	Kind string
+	// Inventory is the pool's capacity (ReadInventory); the driver reads
+	// the GPU types' product labels from it for node affinity.
+	Inventory Inventory
+	// FieldManager is the server-side apply field manager; "" is
+	// DefaultFieldManager-<pool>.
+	FieldManager string
+	// NamespacePrefix starts each team's namespace name.
+	NamespacePrefix string
+	// Image is modelplane's own image: the init container that fetches
+	// and verifies a version's files, and the built-in runtime.
+	Image string
+	// Images replaces catalogue entries' images by entry name.
+	Images map[string]string
+	// Catalog is the runtime catalogue; nil is catalog.Default().
+	Catalog map[string]catalog.Entry
+	// ControlPlaneURL is where init containers fetch artifacts from, as the
+	// pods reach it; ArtifactToken the pool's artifact credential, asked at
+	// every resync (an enrolled agent's rotates).
+	ControlPlaneURL string
+	ArtifactToken   func() string
+	// GatewaySelector are the labels of gateway pods, which alone the
+	// pods' NetworkPolicy admits (with the agent's, AgentSelector).
+	GatewaySelector map[string]string
+	AgentSelector   map[string]string
+	// NodeSelector keeps the pool's pods on nodes with these labels (and
+	// ReadInventory's caller lists only those nodes); nil is every node.
+	NodeSelector map[string]string
+	// Port is the runtime's container port.
+	Port int
+	// Resync is how often every object is compared with what the driver
+	// wants and put back when it drifted; changes to the driver's objects
+	// also wake it at once.
+	Resync time.Duration
+	// Grace is a pod's termination grace period: the runtime's drain.
+	Grace time.Duration
+	// HTTP reads runtimes' metrics; nil is a client with a short timeout.
+	HTTP  *http.Client
+	Clock quartz.Clock
+	Log   *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.FieldManager == "" {
+		// One manager per pool: pools share a team's namespace, and each
+		// owns its own label there.
+		c.FieldManager = DefaultFieldManager + "-" + dnsLabel(c.Pool, 100)
+	}
+	if c.NamespacePrefix == "" {
+		c.NamespacePrefix = DefaultNamespacePrefix
+	}
+	if c.Kind == "" {
+		c.Kind = KindGPU
+	}
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Resync == 0 {
+		c.Resync = DefaultResync
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Catalog == nil {
+		c.Catalog = catalog.Default()
+	}
+	if c.GatewaySelector == nil {
+		c.GatewaySelector = map[string]string{LabelComponent: "gateway"}
+	}
+	if c.AgentSelector == nil {
+		c.AgentSelector = map[string]string{LabelComponent: "agent"}
+	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: 2 * time.Second}
+	}
+	if c.Clock == nil {
+		c.Clock = quartz.NewReal()
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Driver runs a pool's replicas as pods in one cluster (agent.Driver).
+// Build it with New, run its watches and resync loop with Watch, end
+// them with Close.
+type Driver struct {
+	cfg Config
+	log *slog.Logger
+
+	factory informers.SharedInformerFactory
+	// nsFactory watches the team namespaces this pool uses, which carry
+	// the pool's own label (namespaces are shared between pools).
+	nsFactory informers.SharedInformerFactory
+	pods      corelisters.PodLister
+	secrets   corelisters.SecretLister
+	accounts  corelisters.ServiceAccountLister
+	ns        corelisters.NamespaceLister
+	quotas    corelisters.ResourceQuotaLister
+	policies  netlisters.NetworkPolicyLister
+	synced    []cache.InformerSynced
+
+	wake chan struct{}
+
+	mu       sync.Mutex
+	replicas map[string]*replica
+	// quotas are the teams' quotas as ResourceQuota hard limits, by team.
+	teamQuota map[string]corev1.ResourceList
+
+	writes    int64 // applies and deletes since New, for tests
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ agent.Driver = (*Driver)(nil)
+
+// New checks cfg and builds the driver; it starts nothing.
+func New(cfg Config) (*Driver, error) {
+	cfg.defaults()
+	if cfg.Client == nil {
+		return nil, errors.New("cluster driver: a Kubernetes client is required")
+	}
+	if cfg.Pool == "" {
+		return nil, errors.New("cluster driver: a pool name is required")
+	}
+	if cfg.Kind != KindGPU && cfg.Kind != KindCPU {
+		return nil, fmt.Errorf("cluster driver: kind %q: want %s or %s", cfg.Kind, KindGPU, KindCPU)
+	}
+	if cfg.Image == "" {
+		return nil, errors.New("cluster driver: modelplane's image is required (the init container and the built-in runtime run it)")
+	}
+	d := &Driver{cfg: cfg, log: cfg.Log.With(slog.String("pool", cfg.Pool)), wake: make(chan struct{}, 1),
+		replicas: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}}
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelPool: labelValue(cfg.Pool)}).String()
+	d.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	d.nsFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = d.poolLabel() + "=true" }))
+	core := d.factory.Core().V1()
+	d.pods, d.secrets = core.Pods().Lister(), core.Secrets().Lister()
+	d.accounts = core.ServiceAccounts().Lister()
+	nsInformer := d.nsFactory.Core().V1().Namespaces()
+	d.ns, d.quotas = nsInformer.Lister(), core.ResourceQuotas().Lister()
+	d.policies = d.factory.Networking().V1().NetworkPolicies().Lister()
+	poke := cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { d.poke() },
+		DeleteFunc: func(any) { d.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{core.Pods().Informer(), core.Secrets().Informer(),
+		core.ServiceAccounts().Informer(),
+		nsInformer.Informer(), core.ResourceQuotas().Informer(), d.factory.Networking().V1().NetworkPolicies().Informer()} {
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, fmt.Errorf("cluster driver: %w", err)
+		}
+		d.synced = append(d.synced, inf.HasSynced)
+	}
+	return d, nil
+}
+
+// Watch runs the watches and the resync loop until ctx ends or Close; it
+// returns once the watches have listed what exists. (Start is
+// agent.Driver's: it starts a replica.)
+func (d *Driver) Watch(ctx context.Context) error {
+	rctx, cancel := context.WithCancel(ctx)
+	d.cancel = cancel
+	d.factory.Start(rctx.Done())
+	d.nsFactory.Start(rctx.Done())
+	if !cache.WaitForCacheSync(rctx.Done(), d.synced...) {
+		cancel()
+		return errors.New("cluster driver: watches did not sync")
+	}
+	d.done = make(chan struct{})
+	go d.loop(rctx)
+	return nil
+}
+
+// Close ends the watches and the resync loop. Pods keep running: the next
+// agent adopts them.
+func (d *Driver) Close() {
+	d.closeOnce.Do(func() {
+		if d.cancel != nil {
+			d.cancel()
+			<-d.done
+		}
+		d.factory.Shutdown()
+		d.nsFactory.Shutdown()
+	})
+}
+
+func (d *Driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop resyncs every Resync and whenever an object of the driver changed,
+// so a hand edit is put back at once, and at the latest within a resync.
+func (d *Driver) loop(ctx context.Context) {
+	defer close(d.done)
+	t := d.cfg.Clock.NewTicker(d.cfg.Resync, "cluster", "resync")
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.wake:
+		}
+		if _, err := d.Sync(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("resync", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// Writes counts the applies and deletes the driver sent since New.
+func (d *Driver) Writes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writes
+}
+
+func (d *Driver) wrote() {
+	d.mu.Lock()
+	d.writes++
+	d.mu.Unlock()
+}
+
+// SetTeamQuotas sets the teams' quotas (by team, resource → amount, as
+// package quota keeps them) that each team's namespace ResourceQuota
+// carries; a team left out has none. The next resync applies them.
+func (d *Driver) SetTeamQuotas(q map[string]map[string]float64) {
+	out := map[string]corev1.ResourceList{}
+	for team, lim := range q {
+		out[team] = d.hardLimits(lim)
+	}
+	d.mu.Lock()
+	d.teamQuota = out
+	d.mu.Unlock()
+	d.poke()
+}
+
+// Running lists the replicas the driver runs.
+func (d *Driver) Running() []agent.Replica {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]agent.Replica, 0, len(d.replicas))
+	for _, r := range d.replicas {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Runtimes lists the catalogue entries the driver can run: every one with
+// an image (the built-in runtime's is modelplane's own), less Triton, whose
+// model repository the init container does not build yet.
+func (d *Driver) Runtimes() []string {
+	var out []string
+	for name, e := range d.cfg.Catalog {
+		if e.Name == catalog.Triton {
+			continue
+		}
+		if d.image(e) != "" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (d *Driver) image(e catalog.Entry) string {
+	if img := d.cfg.Images[e.Name]; img != "" {
+		return img
+	}
+	if (e.Name == catalog.Builtin || e.Name == catalog.BuiltinLLM) && (e.Image == "" || e.Image == catalog.ModelplaneImage) {
+		// The runtime and the init container are one release, unless the
+		// installation named another image for the entry.
+		return d.cfg.Image
+	}
+	return e.Image
+}
+
+// Start makes the replica's objects and returns at once: the pod may wait
+// for the scheduler, its image and its files (Observe says). Starting an
+// id the driver runs with the same spec returns the running replica.
+func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.StartOptions) (agent.Replica, error) {
+	h := specHash(spec)
+	d.mu.Lock()
+	if r, ok := d.replicas[spec.ID]; ok && r.hash == h {
+		d.mu.Unlock()
+		return r, nil
+	}
+	d.mu.Unlock()
+	r := &replica{d: d, spec: spec, hash: h, ns: Namespace(d.cfg.NamespacePrefix, spec.Team),
+		pod: dnsLabel(spec.ID, 57) + "-" + randHex(2)}
+	if _, err := d.desired(r); err != nil {
+		return nil, err
+	}
+	if err := d.syncReplica(ctx, r, true); err != nil {
+		// The agent retries under a new pod name: the token Secret made
+		// for this one goes (its version's policy would take it anyway).
+		if e := d.cfg.Client.CoreV1().Secrets(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e == nil {
+			d.wrote()
+		}
+		return nil, err
+	}
+	d.mu.Lock()
+	d.replicas[spec.ID] = r
+	d.mu.Unlock()
+	return r, nil
+}
+
+// Adopt takes over the pod a previous agent made for spec, when it is
+// still there and made for this spec.
+func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, _ string) (agent.Replica, error) {
+	ns := Namespace(d.cfg.NamespacePrefix, spec.Team)
+	pods, err := d.pods.Pods(ns).List(labels.SelectorFromSet(labels.Set{LabelReplica: labelValue(spec.ID), LabelPool: labelValue(d.cfg.Pool)}))
+	if err != nil {
+		return nil, err
+	}
+	h := specHash(spec)
+	for _, p := range pods {
+		if p.Annotations[AnnotationSpec] != h || p.DeletionTimestamp != nil || terminal(p) {
+			continue
+		}
+		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name}
+		d.mu.Lock()
+		d.replicas[spec.ID] = r
+		d.mu.Unlock()
+		d.poke()
+		return r, nil
+	}
+	return nil, agent.ErrNotRunning
+}
+
+// Sync compares every object of every replica with what the driver wants
+// and applies those that differ (drifted by hand, or never written);
+// it returns how many it wrote. A second Sync with nothing changed writes
+// nothing.
+func (d *Driver) Sync(ctx context.Context) (int, error) {
+	before := d.Writes()
+	d.mu.Lock()
+	reps := make([]*replica, 0, len(d.replicas))
+	for _, r := range d.replicas {
+		reps = append(reps, r)
+	}
+	d.mu.Unlock()
+	var errs []error
+	for _, r := range reps {
+		if err := d.syncReplica(ctx, r, false); err != nil {
+			errs = append(errs, fmt.Errorf("replica %s: %w", r.spec.ID, err))
+		}
+	}
+	return int(d.Writes() - before), errors.Join(errs...)
+}
+
+// forget drops r and, when it was its version's last replica, the
+// version's NetworkPolicy, whose deletion takes anything left over of the
+// version with it (owner references).
+func (d *Driver) forget(ctx context.Context, r *replica) error {
+	d.mu.Lock()
+	if d.replicas[r.spec.ID] == r {
+		delete(d.replicas, r.spec.ID)
+	}
+	last := true
+	for _, o := range d.replicas {
+		if o.ns == r.ns && o.spec.Endpoint == r.spec.Endpoint && o.spec.Version == r.spec.Version {
+			last = false
+		}
+	}
+	d.mu.Unlock()
+	if !last {
+		return nil
+	}
+	bg := metav1.DeletePropagationBackground
+	err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Delete(ctx, versionName(r.spec.Endpoint, r.spec.Version), metav1.DeleteOptions{PropagationPolicy: &bg})
+	d.wrote()
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete version objects: %w", err)
+	}
+	return nil
+}
+
+func specHash(spec busapi.ReplicaSpec) string {
+	b, _ := json.Marshal(spec)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// MetersRunningOnly marks the driver as a pool's (agent.PoolDriver): a
+// replica is metered only while its pod holds a node's resources.
+func (d *Driver) MetersRunningOnly() {}
+
+// NamespacePrefix is the start of the team namespaces' names.
+func (d *Driver) NamespacePrefix() string { return d.cfg.NamespacePrefix }

@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"modelplane/agent"
+	"modelplane/agent/catalog"
+	"modelplane/busapi"
+)
+
+// replica is one replica as a pod.
+type replica struct {
+	d    *Driver
+	spec busapi.ReplicaSpec
+	hash string
+	ns   string
+	pod  string
+
+	mu sync.Mutex
+	// gone is set once the pod was deleted or ended (evicted): the
+	// replica is lost from then on, and no resync makes the pod again.
+	gone     bool
+	stopOnce sync.Once
+}
+
+func (r *replica) Spec() busapi.ReplicaSpec { return r.spec }
+
+func (r *replica) isGone() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gone
+}
+
+// Addr is the pod's IP and the runtime's port; "" until the pod has an IP.
+func (r *replica) Addr() string {
+	p, err := r.d.pods.Pods(r.ns).Get(r.pod)
+	if err != nil || p.Status.PodIP == "" {
+		return ""
+	}
+	return net.JoinHostPort(p.Status.PodIP, strconv.Itoa(r.d.cfg.Port))
+}
+
+// terminal reports whether the pod has ended for good: evicted, or a
+// phase no restart leaves.
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+}
+
+// waitingFailures are the container waiting reasons that mean the replica
+// fails rather than starts.
+var waitingFailures = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+// Observe maps the pod's status: Ready is the pod's Ready condition (the
+// runtime's readiness probe), Unschedulable and the failing waiting
+// reasons are failures with their reason, and a deleted or evicted pod is
+// gone (agent.ErrNotRunning), which the agent counts as lost and replaces.
+func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
+	p, err := r.d.pods.Pods(r.ns).Get(r.pod)
+	if apierrors.IsNotFound(err) {
+		// Not in the watch's cache: new, or gone. The API server says which.
+		p, err = r.d.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, r.pod, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		r.gone = true
+		r.mu.Unlock()
+		return agent.Observation{}, fmt.Errorf("pod %s/%s is gone: %w", r.ns, r.pod, agent.ErrNotRunning)
+	}
+	if err != nil {
+		return agent.Observation{}, err
+	}
+	if p.DeletionTimestamp != nil || terminal(p) {
+		r.mu.Lock()
+		r.gone = true
+		r.mu.Unlock()
+		why := strings.TrimSpace(p.Status.Reason + " " + p.Status.Message)
+		if p.DeletionTimestamp != nil {
+			why = "deleted"
+		}
+		return agent.Observation{}, fmt.Errorf("pod %s/%s ended (%s): %w", r.ns, r.pod, why, agent.ErrNotRunning)
+	}
+	e, _ := r.d.entry(r.spec)
+	o := agent.Observation{Runtime: e.Name, Absent: slices.Clone(busapi.Metrics), Unallocated: p.Spec.NodeName == ""}
+	for _, c := range p.Status.Conditions {
+		switch {
+		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse:
+			o.Failures, o.Reason = 1, strings.TrimSpace(c.Reason+": "+c.Message)
+		case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
+			o.Ready = true
+		}
+	}
+	check := func(kind string, cs []corev1.ContainerStatus) {
+		for _, s := range cs {
+			o.Restarts += int(s.RestartCount)
+			if t := s.State.Terminated; t != nil && (t.ExitCode != 0 || t.Reason == "OOMKilled") && kind == "container" {
+				// Ended and about to restart: OOMKilled, or a crash.
+				o.Failures = max(o.Failures, 1, int(s.RestartCount))
+				o.Reason = fmt.Sprintf("%s %s: %s (exit %d)", kind, s.Name, t.Reason, t.ExitCode)
+				if msg := strings.TrimSpace(t.Message); msg != "" {
+					o.Reason += ": " + msg
+				}
+				continue
+			}
+			w := s.State.Waiting
+			if w == nil || !slices.Contains(waitingFailures, w.Reason) {
+				continue
+			}
+			why := w.Reason
+			if t := s.LastTerminationState.Terminated; t != nil {
+				why += fmt.Sprintf(" (last exit %d, %s", t.ExitCode, t.Reason)
+				if msg := strings.TrimSpace(t.Message); msg != "" {
+					why += ": " + msg
+				}
+				why += ")"
+			}
+			if w.Message != "" {
+				why += ": " + w.Message
+			}
+			o.Failures = max(o.Failures, 1, int(s.RestartCount))
+			o.Reason = fmt.Sprintf("%s %s: %s", kind, s.Name, why)
+		}
+	}
+	check("init container", p.Status.InitContainerStatuses)
+	check("container", p.Status.ContainerStatuses)
+	if o.Ready {
+		o.Failures, o.Reason = 0, ""
+		if e.Metrics != "" && !e.MetricsPort {
+			r.metrics(ctx, e, p, &o)
+		}
+	}
+	return o, nil
+}
+
+// metrics reads the runtime's metrics on the pod, as the process driver
+// does on a node, for the heartbeat's load fields.
+func (r *replica) metrics(ctx context.Context, e catalog.Entry, p *corev1.Pod, o *agent.Observation) {
+	if p.Status.PodIP == "" {
+		return
+	}
+	url := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(r.d.cfg.Port)) + e.Metrics
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	resp, err := r.d.cfg.HTTP.Do(req)
+	if err != nil {
+		r.d.log.Debug("metrics not read", slog.String("pod", r.pod), slog.String("error", err.Error()))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	m, err := catalog.Parse(e.Adapter, resp.Body)
+	if err != nil {
+		return
+	}
+	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
+	o.GPUUtil = m.GPUUtil
+	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
+	o.Absent = nil
+	for _, f := range []struct {
+		f    catalog.Field
+		name string
+	}{{catalog.FieldKV, busapi.MetricKVUsedPct}, {catalog.FieldTokens, busapi.MetricTokensPerSecond},
+		{catalog.FieldTTFT, busapi.MetricTTFTMS}, {catalog.FieldGPUUtil, busapi.MetricGPUUtil}, {catalog.FieldBatchQueue, busapi.MetricBatchQueueMS}} {
+		if !m.Reports(f.f) {
+			o.Absent = append(o.Absent, f.name)
+		}
+	}
+	// Rates need two readings; the cluster driver reports counts only.
+	o.Absent = append(o.Absent, busapi.MetricTokensPerSecond, busapi.MetricTTFTMS, busapi.MetricBatchQueueMS)
+	slices.Sort(o.Absent)
+	o.Absent = slices.Compact(o.Absent)
+}
+
+// Stop deletes the pod, whose runtime gets the grace period to drain
+// (the agent has taken it out of the routes already), and its token; the
+// version's last replica takes the version's objects with it.
+func (r *replica) Stop(ctx context.Context) error {
+	var err error
+	r.stopOnce.Do(func() {
+		core := r.d.cfg.Client.CoreV1()
+		r.d.wrote()
+		if e := core.Pods(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) {
+			err = fmt.Errorf("delete pod %s/%s: %w", r.ns, r.pod, e)
+		}
+		r.d.wrote()
+		if e := core.Secrets(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) && err == nil {
+			err = fmt.Errorf("delete token %s/%s: %w", r.ns, r.pod, e)
+		}
+		if e := r.d.forget(ctx, r); e != nil && err == nil {
+			err = e
+		}
+	})
+	return err
+}

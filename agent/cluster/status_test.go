@@ -1,0 +1,224 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"modelplane/agent"
+	"modelplane/agent/cluster"
+	"modelplane/busapi"
+	"modelplane/internal/kubetest"
+	"modelplane/internal/wait"
+)
+
+// observed waits until the replica's observation satisfies cond.
+func observed(t *testing.T, r agent.Replica, what string, cond func(agent.Observation, error) bool) agent.Observation {
+	t.Helper()
+	var o agent.Observation
+	var err error
+	wait.Eventually(t, time.Minute, func() bool {
+		o, err = r.Observe(context.Background())
+		return cond(o, err)
+	}, "%s never observed: %v", what, wait.Show(func() any { return []any{o, err} }))
+	return o
+}
+
+func TestPodStatusBecomesReplicaState(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	ctx := t.Context()
+	spec := migSpec("fraud-v1-r1", 0)
+	r, err := d.Start(ctx, spec, agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	pod := c.WaitScheduled(t, ns, podOf(t, c, spec, d).Name)
+	o := observed(t, r, "bound and starting", func(o agent.Observation, err error) bool { return err == nil && !o.Unallocated })
+	if o.Ready || o.Failures != 0 {
+		t.Fatalf("bound pod = %+v, want starting", o)
+	}
+
+	// Running and ready: the replica is ready at the pod's IP.
+	ip := c.NextPodIP()
+	pod = c.MarkRunning(t, pod, ip)
+	observed(t, r, "ready", func(o agent.Observation, err error) bool { return err == nil && o.Ready })
+	if r.Addr() != ip+":8000" {
+		t.Fatalf("addr = %q, want %s:8000", r.Addr(), ip)
+	}
+
+	for _, tc := range []struct {
+		name string
+		do   func() *corev1.Pod
+		want string
+	}{
+		{"OOMKilled", func() *corev1.Pod { return c.OOMKilled(t, pod, "runtime") }, "OOMKilled"},
+		{"CrashLoopBackOff", func() *corev1.Pod { return c.CrashLoopBackOff(t, pod, "runtime") }, "CrashLoopBackOff"},
+		{"ImagePullBackOff", func() *corev1.Pod { return c.ImagePullBackOff(t, pod, "runtime") }, "ImagePullBackOff"},
+	} {
+		pod = tc.do()
+		o := observed(t, r, tc.name, func(o agent.Observation, err error) bool {
+			return err == nil && strings.Contains(o.Reason, tc.want)
+		})
+		if o.Ready || o.Failures < 1 {
+			t.Fatalf("%s: observation = %+v, want failed with the reason", tc.name, o)
+		}
+	}
+
+	// Evicted: the replica is gone, and the agent replaces it.
+	c.Evict(t, pod)
+	observed(t, r, "evicted", func(_ agent.Observation, err error) bool { return errors.Is(err, agent.ErrNotRunning) })
+}
+
+func TestUnschedulableIsTheSchedulersReason(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	spec := migSpec("fraud-v1-r1", 0)
+	spec.Profile = "mig-3g.40gb" // no node of the pool has one
+	r, err := d.Start(t.Context(), spec, agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	cond := c.WaitUnschedulable(t, ns, podOf(t, c, spec, d).Name)
+	o := observed(t, r, "unschedulable", func(o agent.Observation, err error) bool {
+		return err == nil && strings.Contains(o.Reason, "Unschedulable")
+	})
+	if !o.Unallocated || o.Failures != 1 || !strings.Contains(o.Reason, cond.Message) {
+		t.Fatalf("observation = %+v, want unallocated and failed with the scheduler's %q", o, cond.Message)
+	}
+}
+
+func TestDeletedPodIsLost(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	spec := migSpec("fraud-v1-r1", 0)
+	r, err := d.Start(t.Context(), spec, agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podOf(t, c, spec, d)
+	observed(t, r, "seen", func(_ agent.Observation, err error) bool { return err == nil })
+	if err := c.Client().CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	observed(t, r, "lost", func(_ agent.Observation, err error) bool { return errors.Is(err, agent.ErrNotRunning) })
+	wait.Eventually(t, time.Minute, func() bool {
+		_, err := c.Client().CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, "pod %s never went", pod.Name)
+	// The driver does not make it again behind the agent's back: the
+	// agent replaces the lost replica with a pod of a new name.
+	if _, err := d.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client().CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{}); err == nil {
+		t.Fatalf("pod %s came back", pod.Name)
+	}
+}
+
+func TestNamespaceQuotaRefusesAReplica(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindCPU, kubetest.Node{CPU: "16", Memory: "64Gi"})
+	d.SetTeamQuotas(map[string]map[string]float64{"risk": {"cpu": 2, "memory": 4096}})
+	ctx := t.Context()
+	if _, err := d.Start(ctx, cpuSpec("scoring-v1-r1", 2, 1024), agent.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota controller has counted the first replica: the second
+	// would pass the team's two cores.
+	var err error
+	wait.Eventually(t, time.Minute, func() bool {
+		_, err = d.Start(ctx, cpuSpec("scoring-v1-r2", 1, 1024), agent.StartOptions{})
+		return err != nil && strings.Contains(err.Error(), "exceeded quota")
+	}, "second replica was not refused by the quota: %v", wait.Show(func() any { return err }))
+	if !strings.Contains(err.Error(), "requests.cpu") {
+		t.Fatalf("refusal %q does not name the resource", err)
+	}
+}
+
+func TestStoppingTheLastReplicaRemovesEverythingOfTheVersion(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	ctx := t.Context()
+	var reps []agent.Replica
+	for i, id := range []string{"fraud-v1-r1", "fraud-v1-r2"} {
+		r, err := d.Start(ctx, migSpec(id, i), agent.StartOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, r)
+	}
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	sel := metav1.ListOptions{LabelSelector: cluster.LabelEndpoint + "=fraud"}
+	for _, r := range reps {
+		c.MarkRunning(t, c.WaitScheduled(t, ns, podOf(t, c, r.Spec(), d).Name), "")
+	}
+	for _, r := range reps {
+		if err := r.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	core := c.Client().CoreV1()
+	wait.Eventually(t, time.Minute, func() bool {
+		pods, e1 := core.Pods(ns).List(ctx, sel)
+		secs, e2 := core.Secrets(ns).List(ctx, sel)
+		cms, e3 := core.ConfigMaps(ns).List(ctx, sel)
+		pols, e4 := c.Client().NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+		return errors.Join(e1, e2, e3, e4) == nil && len(pods.Items)+len(secs.Items)+len(cms.Items)+len(pols.Items) == 0
+	}, "objects of the endpoint remain")
+	if n := len(d.Running()); n != 0 {
+		t.Fatalf("driver still runs %d replicas", n)
+	}
+	_ = busapi.StateReady
+}
+
+// TestANewDriverAdoptsThePodsOfTheLastOne: an agent restarted (a new
+// driver) takes over the pod made for the same spec instead of starting
+// a second, and refuses one made for another spec.
+func TestANewDriverAdoptsThePodsOfTheLastOne(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	spec := migSpec("fraud-v1-r1", 0)
+	first, err := d.Start(t.Context(), spec, agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podOf(t, c, spec, d)
+	next, err := cluster.New(cluster.Config{Client: c.Client(), Pool: "pool-" + uniq(t), Kind: cluster.KindGPU,
+		NamespacePrefix: d.NamespacePrefix(), Image: "modelplane/modelplane:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(next.Close)
+	var r agent.Replica
+	wait.Eventually(t, time.Minute, func() bool { r, err = next.Adopt(t.Context(), spec, first.Addr()); return err == nil },
+		"pod never adopted: %v", wait.Show(func() any { return err }))
+	if o, err := r.Observe(t.Context()); err != nil || o.Runtime == "" {
+		t.Fatalf("adopted replica observes %+v, %v", o, err)
+	}
+	other := spec
+	other.Token = "another-token"
+	if _, err := next.Adopt(t.Context(), other, ""); !errors.Is(err, agent.ErrNotRunning) {
+		t.Fatalf("adopting another spec's pod: err %v, want ErrNotRunning", err)
+	}
+	if got := podOf(t, c, spec, d); got.Name != pod.Name {
+		t.Fatalf("pod %s, want the same %s", got.Name, pod.Name)
+	}
+}
