@@ -141,7 +141,7 @@ func (s controlPlaneSource) call(ctx context.Context, path, bearer string, body 
 			p.Detail = http.StatusText(resp.StatusCode)
 		}
 		if resp.StatusCode == http.StatusUnauthorized {
-			return c, fmt.Errorf("%w: %s: ask a platform admin for a new join token (the Fleet page's Add node, or POST /api/v1/nodes/join-tokens)", errRefused, p.Detail)
+			return c, fmt.Errorf("%w: %s: ask a platform admin for a new join token (the Fleet page's Add node, or POST /api/v1/join-tokens)", errRefused, p.Detail)
 		}
 		return c, fmt.Errorf("%s answered %d: %s", s.url+path, resp.StatusCode, p.Detail)
 	}

@@ -48,6 +48,15 @@ func (s *Server) op(id, method, path, summary string, tags ...string) huma.Opera
 	return o
 }
 
+// binaryContent documents a body of raw bytes as application/octet-stream
+// with no schema, which is how OpenAPI 3.1 says "any bytes"; huma's 3.0
+// downgrade turns it into 3.0's string of format binary. A schema of
+// format binary instead would carry 3.1's contentMediaType into the 3.0
+// document, where it is not allowed (Redocly's struct rule).
+func binaryContent() map[string]*huma.MediaType {
+	return map[string]*huma.MediaType{"application/octet-stream": {}}
+}
+
 // Page is the cursor-pagination query every list takes.
 type Page struct {
 	Cursor string `query:"cursor" doc:"Opaque cursor from a previous page's next_cursor."`

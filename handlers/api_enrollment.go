@@ -63,8 +63,9 @@ type credentialsOutput struct {
 const DefaultJoinTTL = 24 * time.Hour
 
 // nodeAgentRoutes take no user credential: the agent's token is checked by
-// the operation itself.
-var nodeAgentRoutes = []string{"/api/v1/nodes/enroll", "/api/v1/nodes/rotate"}
+// the operation itself. They name the method too: GET /api/v1/nodes/enroll
+// is node-get of a node named enroll, which needs a user's credential.
+var nodeAgentRoutes = []string{"POST /api/v1/nodes/enroll", "POST /api/v1/nodes/rotate"}
 
 // joinCommand is the command line a platform admin runs on the new node.
 func (s *Server) joinCommand(token string) string {
@@ -76,7 +77,7 @@ func (s *Server) joinCommand(token string) string {
 }
 
 func (s *Server) registerEnrollment(api huma.API) {
-	huma.Register(api, s.op("node-join-token-create", http.MethodPost, "/nodes/join-tokens", "Create a single-use join token for a node (platform admins)", "fleet"),
+	huma.Register(api, s.op("node-join-token-create", http.MethodPost, "/join-tokens", "Create a single-use join token for a node (platform admins)", "fleet"),
 		func(ctx context.Context, in *joinTokenCreateInput) (*createdJoinTokenOutput, error) {
 			if s.Enrollment == nil {
 				return nil, huma.Error503ServiceUnavailable("node enrollment is not configured (MP_NATS_AUTHORITY)")
@@ -92,7 +93,7 @@ func (s *Server) registerEnrollment(api huma.API) {
 			}
 			return &createdJoinTokenOutput{CacheControl: "no-store", Body: CreatedJoinToken{JoinToken: jt, Token: token, Command: s.joinCommand(token)}}, nil
 		})
-	huma.Register(api, s.op("node-join-tokens-list", http.MethodGet, "/nodes/join-tokens", "List join tokens, never their secrets (platform admins)", "fleet"),
+	huma.Register(api, s.op("node-join-tokens-list", http.MethodGet, "/join-tokens", "List join tokens, never their secrets (platform admins)", "fleet"),
 		func(ctx context.Context, _ *struct{}) (*List[enrollment.JoinToken], error) {
 			if s.Enrollment == nil {
 				return nil, huma.Error503ServiceUnavailable("node enrollment is not configured (MP_NATS_AUTHORITY)")
@@ -105,7 +106,7 @@ func (s *Server) registerEnrollment(api huma.API) {
 			out.Body.Items = ts
 			return out, nil
 		})
-	del := s.op("node-join-token-revoke", http.MethodDelete, "/nodes/join-tokens/{id}", "Revoke an unused join token (platform admins)", "fleet")
+	del := s.op("node-join-token-revoke", http.MethodDelete, "/join-tokens/{id}", "Revoke an unused join token (platform admins)", "fleet")
 	del.DefaultStatus = http.StatusNoContent
 	huma.Register(api, del, func(ctx context.Context, in *joinTokenPath) (*struct{}, error) {
 		if s.Enrollment == nil {

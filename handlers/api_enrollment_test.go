@@ -50,11 +50,11 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 
 	body := jsonPayload(map[string]any{"node": node, "host": "127.0.0.1", "ttl_seconds": 600})
 	for _, key := range []string{"risk-admin", "finance"} {
-		problem(t, key+" creates a join token", e.call(t, e.Keys[key], http.MethodPost, "/nodes/join-tokens", body), http.StatusForbidden)
+		problem(t, key+" creates a join token", e.call(t, e.Keys[key], http.MethodPost, "/join-tokens", body), http.StatusForbidden)
 	}
-	problem(t, "a join token with a bad host", e.call(t, e.Keys["platform-admin"], http.MethodPost, "/nodes/join-tokens",
+	problem(t, "a join token with a bad host", e.call(t, e.Keys["platform-admin"], http.MethodPost, "/join-tokens",
 		jsonPayload(map[string]any{"node": node, "host": "a b"})), http.StatusBadRequest)
-	r := e.call(t, e.Keys["platform-admin"], http.MethodPost, "/nodes/join-tokens", body)
+	r := e.call(t, e.Keys["platform-admin"], http.MethodPost, "/join-tokens", body)
 	if r.status != http.StatusCreated || !strings.Contains(r.header.Get("Cache-Control"), "no-store") {
 		t.Fatalf("create join token = %d (Cache-Control %q) %s; want 201, no-store", r.status, r.header.Get("Cache-Control"), r)
 	}
@@ -68,7 +68,7 @@ func TestNodeEnrollmentAPI(t *testing.T) {
 		created.Command != "modelplane agent --join "+created.Token+" --control-plane https://cp.example.com" {
 		t.Fatalf("created join token %+v", created)
 	}
-	list := e.call(t, e.Keys["platform-admin"], http.MethodGet, "/nodes/join-tokens", nil)
+	list := e.call(t, e.Keys["platform-admin"], http.MethodGet, "/join-tokens", nil)
 	if list.status != http.StatusOK || strings.Contains(list.String(), created.Token) || !strings.Contains(list.String(), node) {
 		t.Errorf("join tokens = %d %s; want the token listed without its secret", list.status, list)
 	}

@@ -53,8 +53,8 @@ func apiFixtures() map[string][]*payload {
 		"GET /endpoints/{endpoint}/stats":                     {nil},
 		"GET /endpoints/{endpoint}/replicas":                  {nil},
 		"GET /nodes/{node}":                                   {nil},
-		"POST /nodes/join-tokens":                             {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
-		"DELETE /nodes/join-tokens/{id}":                      {nil},
+		"POST /join-tokens":                                   {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},
+		"DELETE /join-tokens/{id}":                            {nil},
 		"POST /nodes/{node}/revoke":                           {nil},
 		"PUT /tier-grants/{team}/{tier}":                      {nil},
 		"DELETE /tier-grants/{team}/{tier}":                   {nil},
@@ -172,7 +172,7 @@ func portalFixtures() map[string]func(v map[string]string, csrf string) *payload
 // team, so there is nothing to hide: everyone else is refused with 403,
 // whether the node exists or not, and a platform admin gets 200 or 404.
 var platformOnly = []string{"GET /nodes/{node}", "GET /fleet/{node}", "GET /fleet/{node}/gpus",
-	"DELETE /nodes/join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
+	"DELETE /join-tokens/{id}", "POST /nodes/{node}/revoke", "POST /fleet/{node}/revoke", "PUT /nodes/{node}/attestation",
 	"POST /quotas", "DELETE /quotas/{team}/{resource}", "PUT /tier-grants/{team}/{tier}", "DELETE /tier-grants/{team}/{tier}"}
 
 // nodeReads are the API routes that read from a node's agent over NATS,
@@ -445,7 +445,7 @@ func TestTenancyMatrix(t *testing.T) {
 						// and creating a team needs a platform admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
 							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
-							"POST /budgets": http.StatusNotFound, "POST /nodes/join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound,
+							"POST /budgets": http.StatusNotFound, "POST /join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound,
 							"POST /graphs": http.StatusNotFound}
 						status, ok := want[route]
 						if slices.Contains(platformOnly, route) {

@@ -94,7 +94,7 @@ func TestEveryInputTypeCreatesWithOnlyItsRequiredFields(t *testing.T) {
 		{op: "cost-rate-create", key: admin, method: "POST", path: "/cost-rates",
 			body: map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 2_000_000, "effective_from": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}},
 		{op: "budget-set", key: risk, method: "POST", path: "/budgets", body: map[string]any{"team": "risk", "monthly_uusd": 1_000_000}},
-		{op: "node-join-token-create", key: admin, method: "POST", path: "/nodes/join-tokens", body: map[string]any{"node": "gpu-9", "host": "10.0.0.9"}},
+		{op: "node-join-token-create", key: admin, method: "POST", path: "/join-tokens", body: map[string]any{"node": "gpu-9", "host": "10.0.0.9"}},
 	}
 	autoscale := requiredCall{op: "endpoint-autoscaling-set", key: risk, method: "PUT", path: "/endpoints/scorer/autoscaling"}
 	enroll := requiredCall{op: "node-enroll", method: "POST", path: "/nodes/enroll"}

@@ -107,8 +107,7 @@ func uploadChunkOperation(reg huma.Registry) *huma.Operation {
 			"A chunk the session holds already is kept. Chunks are kept until the session expires.",
 		Parameters: []*huma.Param{{Name: "upload", In: "path", Required: true, Schema: str},
 			{Name: "sha256", In: "path", Required: true, Schema: str}},
-		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
-			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
+		RequestBody: &huma.RequestBody{Required: true, Content: binaryContent()},
 		Responses: map[string]*huma.Response{
 			"201": {Description: "Stored", Content: map[string]*huma.MediaType{"application/json": {Schema: reg.Schema(reflect.TypeFor[registry.Chunk](), true, "Chunk")}}},
 			"400": {Description: "The body's sha256 is not the one named", Content: problem},

@@ -119,8 +119,8 @@ func versionFileOperation(reg huma.Registry) *huma.Operation {
 			{Name: "path", In: "path", Required: true, Schema: str},
 			{Name: "Range", In: "header", Schema: str}},
 		Responses: map[string]*huma.Response{
-			"200":     {Description: "The file", Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
-			"206":     {Description: "The requested range", Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
+			"200":     {Description: "The file", Content: binaryContent()},
+			"206":     {Description: "The requested range", Content: binaryContent()},
 			"default": {Description: "Error", Content: map[string]*huma.MediaType{"application/problem+json": {Schema: reg.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")}}},
 		},
 	}

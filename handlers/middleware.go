@@ -160,7 +160,7 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if slices.Contains(nodeAgentRoutes, r.URL.Path) {
+		if slices.Contains(nodeAgentRoutes, r.Method+" "+r.URL.Path) {
 			// The agent's own token, checked by the operation.
 			next.ServeHTTP(w, withRemoteHost(r))
 			return

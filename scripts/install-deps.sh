@@ -79,6 +79,19 @@ if [ "${1:-}" = test ] && [ ! -f "$hftok_dir/node_modules/@huggingface/tokenizer
   command -v npm >/dev/null || want+=(npm)
 fi
 
+# The OpenAPI lint test (handlers/api_redocly_test.go) runs Redocly's CLI,
+# the npm package @redocly/cli, on the served document; cached outside the
+# clone by version like openai-node ($MP_REDOCLY_CLI_DIR overrides). 2.77.0
+# runs on Node 20.19 or later.
+redocly_version=2.77.0
+redocly_dir="${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/redocly-cli-$redocly_version"
+redocly_want=false
+if [ "${1:-}" = test ] && [ ! -f "$redocly_dir/node_modules/@redocly/cli/package.json" ]; then
+  redocly_want=true
+  command -v node >/dev/null || want+=(nodejs)
+  command -v npm >/dev/null || want+=(npm)
+fi
+
 if [ ${#want[@]} -gt 0 ]; then
   echo "installing: ${want[*]}"
   sudo=""
@@ -135,6 +148,16 @@ if $hftok_want; then
   npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$hftok_dir.tmp" "@huggingface/tokenizers@$hftok_version" >/dev/null
   rm -rf "$npm_tmp" "$hftok_dir"
   mv "$hftok_dir.tmp" "$hftok_dir"
+fi
+
+if $redocly_want; then
+  echo "installing the npm @redocly/cli package $redocly_version into $redocly_dir"
+  npm_tmp="$(mktemp -d)"
+  rm -rf "$redocly_dir.tmp"
+  mkdir -p "$redocly_dir.tmp"
+  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$redocly_dir.tmp" "@redocly/cli@$redocly_version" >/dev/null
+  rm -rf "$npm_tmp" "$redocly_dir"
+  mv "$redocly_dir.tmp" "$redocly_dir"
 fi
 
 # The Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
