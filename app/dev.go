@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -78,9 +77,12 @@ type DevConfig struct {
 	RuntimeBinary string
 }
 
-// defaultCPUNodeCores sizes a dev CPU node from the machine: two cores,
-// fewer on a smaller machine.
-func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
+// defaultCPUNodeCores are the cores a dev CPU node declares. The process
+// driver pins each replica to the machine's least used cores, so the dev
+// nodes, all on one machine, may declare more than it has: two nodes of
+// four hold the demo's six CPU replicas (fraud-scoring's two, chat-cpu,
+// the document-processor's three steps) with room for a canary.
+func defaultCPUNodeCores() int { return 4 }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {

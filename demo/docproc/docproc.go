@@ -65,6 +65,9 @@ type Pipeline struct {
 	// its training sentences and on sentences of templates it never saw,
 	// computed in Go over the same tokens and weights the files hold.
 	TrainAccuracy, HeldOutAccuracy float64
+	// HeldOut are the sentences HeldOutAccuracy is measured on, for
+	// tests that send them through a served pipeline.
+	HeldOut []Sentence
 }
 
 // Build makes the pipeline's three models from seed.
@@ -137,6 +140,7 @@ func build(seed uint64) (built, error) {
 	b.pipeline.Classes = append([]string(nil), Classes...)
 	b.pipeline.TrainAccuracy = b.accuracy(train)
 	b.pipeline.HeldOutAccuracy = b.accuracy(held)
+	b.pipeline.HeldOut = held
 
 	embedder, err := b.embedderONNX()
 	if err != nil {
