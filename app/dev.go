@@ -473,6 +473,9 @@ modelplane dev is running.
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'
            OpenAI clients: base URL $MP_GATEWAY/v1, API key $MP_SEARCH_KEY, model support-chat
            (simulated GPUs) or chat-cpu (a real tiny GGUF LLM on the CPU nodes)
+           search's document-processor graph, shared with risk (tokenizer → embedder → classifier):
+           curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/document-processor/predict \
+                -d '{"instances":[{"text":"Please find attached invoice 4521 for $1,250.00."}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
            %[11]s
