@@ -142,7 +142,7 @@ func TestDemoDocumentProcessor(t *testing.T) {
 		t.Errorf("the pipeline shows %d steps in a row; want 4", got)
 	}
 	for _, w := range wantSteps {
-		if href := v1.Find(`[data-node="` + w.node + `"] a`).AttrOr("href", ""); href != "/endpoints/"+w.endpoint {
+		if href := v1.Find(`[data-node="`+w.node+`"] a`).AttrOr("href", ""); href != "/endpoints/"+w.endpoint {
 			t.Errorf("node %s links to %q; want /endpoints/%s", w.node, href, w.endpoint)
 		}
 	}
