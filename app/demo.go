@@ -113,8 +113,8 @@ func seedGrant(ctx context.Context, cp *controlplane.ControlPlane, endpoint, tea
 	return nil
 }
 
-// The demo's document-processor: the graph endpoint, the team that owns it
-// and its three steps, and the team it is shared with.
+// The demo's document-processor: the graph endpoint, and the team that
+// owns it and its three steps (risk calls it, granted).
 const (
 	DemoGraphEndpoint = "document-processor"
 	DemoGraphTeam     = "search"
@@ -144,7 +144,7 @@ func seedGraph(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return err
 	}
 	_, err = cp.Endpoints.CreateGraph(ctx, system, endpoint.GraphSpec{Name: DemoGraphEndpoint, Team: DemoGraphTeam, Version: "v1",
-		Description: "Classifies a document's text: tokenizer → BERT-style embedder → classifier → a label with its confidence.",
+		Description: "Classifies a document's text: tokenizer → BERT-style embedder → classifier → the label, its score and every class's probability.",
 		Definition:  demoGraph(p.Classes),
 		Settings:    endpoint.Settings{Tier: "standard", RetentionDays: 14}})
 	if err != nil && !errors.Is(err, db.ErrConflict) {
@@ -245,7 +245,7 @@ func docprocModels() ([]demoModel, error) {
 		out = append(out, demoModel{
 			spec: registry.ModelSpec{Team: DemoGraphTeam, Name: v.Model, Task: v.Task, Description: v.Description, InputSchema: v.InputSchema},
 			versions: []demoVersion{{spec: registry.VersionSpec{Name: v.Name, Runtime: v.Runtime, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
-				Lineage: registry.Lineage{TrainingJob: "docproc-seed-29", Dataset: "demo/docproc"},
+				Lineage: registry.Lineage{TrainingJob: fmt.Sprintf("docproc-seed-%d", docproc.DefaultSeed), Dataset: "demo/docproc"},
 				Serving: registry.Serving{SampleInputs: v.Serving.SampleInputs}},
 				files: map[string][]byte{v.File: v.Data}}},
 			endpoint: endpoint.Spec{Name: v.Model, Model: v.Model, Version: v.Name,
