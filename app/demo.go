@@ -327,6 +327,9 @@ func demoModels() ([]demoModel, error) {
 
 // allDemoModels are demoModels and the document-processor's steps.
 func allDemoModels() ([]demoModel, error) {
+	// The pipeline is built on another core while the demo LLM trains,
+	// off the start's critical path; docprocModels waits for it.
+	go demoDocproc()
 	models, err := demoModels()
 	if err != nil {
 		return nil, err
