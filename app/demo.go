@@ -20,11 +20,13 @@ import (
 	"modelplane/auth/devidp"
 	"modelplane/controlplane"
 	"modelplane/db"
+	"modelplane/demo/docproc"
 	"modelplane/demo/fraud"
 	"modelplane/docs"
 	"modelplane/endpoint"
 	"modelplane/gguf"
 	"modelplane/grant"
+	"modelplane/graph"
 	"modelplane/llm"
 	"modelplane/quota"
 	"modelplane/registry"
@@ -69,7 +71,7 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 			}
 		}
 	}
-	models, err := demoModels()
+	models, err := allDemoModels()
 	if err != nil {
 		return err
 	}
@@ -78,26 +80,75 @@ func seedDemo(ctx context.Context, cp *controlplane.ControlPlane, idp *devidp.Id
 			return fmt.Errorf("%s: %w", m.spec.Name, err)
 		}
 	}
-	return seedGrant(ctx, cp)
+	if err := seedGraph(ctx, cp); err != nil {
+		return err
+	}
+	// search shares its support chat and its document processor with
+	// risk, with a rate limit and a daily quota, as search's engineers
+	// would (docs/sharing.md).
+	limits := grant.Limits{RateLimitRPS: 20, RateLimitBurst: 40, DailyQuota: 50_000}
+	if err := seedGrant(ctx, cp, "support-chat", "risk", limits); err != nil {
+		return err
+	}
+	return seedGrant(ctx, cp, DemoGraphEndpoint, "risk", limits)
 }
 
-// seedGrant shares search's support-chat with risk, with a rate limit and
-// a daily quota, as search's engineers would (docs/sharing.md): risk's
-// keys call it, risk's people find it under "Shared with me", and
-// chargeback by caller team charges risk its share. A grant that exists
-// is left alone, so the next run keeps the data.
-func seedGrant(ctx context.Context, cp *controlplane.ControlPlane) error {
-	gs, err := cp.Grants.List(ctx, system, "support-chat")
+// seedGrant shares endpoint with team: team's keys call it, its people
+// find it under "Shared with me", and chargeback by caller team charges
+// it its share. A grant that exists is left alone, so the next run keeps
+// the data.
+func seedGrant(ctx context.Context, cp *controlplane.ControlPlane, endpoint, team string, limits grant.Limits) error {
+	gs, err := cp.Grants.List(ctx, system, endpoint)
 	if err != nil {
-		return fmt.Errorf("demo grant: %w", err)
+		return fmt.Errorf("demo grant of %s: %w", endpoint, err)
 	}
 	for _, g := range gs {
-		if g.Team == "risk" {
+		if g.Team == team {
 			return nil
 		}
 	}
-	if _, err := cp.Grants.Set(ctx, system, "support-chat", "risk", grant.Limits{RateLimitRPS: 20, RateLimitBurst: 40, DailyQuota: 50_000}); err != nil {
-		return fmt.Errorf("demo grant: %w", err)
+	if _, err := cp.Grants.Set(ctx, system, endpoint, team, limits); err != nil {
+		return fmt.Errorf("demo grant of %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// The demo's document-processor: the graph endpoint, and the team that
+// owns it and its three steps (risk calls it, granted).
+const (
+	DemoGraphEndpoint = "document-processor"
+	DemoGraphTeam     = "search"
+)
+
+// demoGraph is the document-processor's definition (docs/graphs.md): the
+// tokenizer's ids feed the embedder, its embedding the classifier, whose
+// probabilities the format node names by docproc.Classes.
+func demoGraph(classes []string) graph.Definition {
+	call := func(id, endpoint string) graph.Vertex {
+		return graph.Vertex{ID: id, Type: graph.TypeCall, Endpoint: endpoint, Idempotent: true, Retries: 1}
+	}
+	return graph.Definition{Entry: "pipeline", Nodes: []graph.Vertex{
+		{ID: "pipeline", Type: graph.TypeSequence, Steps: []string{"tokenizer", "embedder", "classifier", "formatter"}},
+		call("tokenizer", "bert-tokenizer"),
+		call("embedder", "bert-embedder"),
+		call("classifier", "document-classifier"),
+		{ID: "formatter", Type: graph.TypeFormat, Field: "probabilities", Labels: classes},
+	}}
+}
+
+// seedGraph creates the document-processor graph endpoint over the three
+// step endpoints seedModel made; one that exists is left alone.
+func seedGraph(ctx context.Context, cp *controlplane.ControlPlane) error {
+	p, err := demoDocproc()
+	if err != nil {
+		return err
+	}
+	_, err = cp.Endpoints.CreateGraph(ctx, system, endpoint.GraphSpec{Name: DemoGraphEndpoint, Team: DemoGraphTeam, Version: "v1",
+		Description: "Classifies a document's text: tokenizer → BERT-style embedder → classifier → the label, its score and every class's probability.",
+		Definition:  demoGraph(p.Classes),
+		Settings:    endpoint.Settings{Tier: "standard", RetentionDays: 14}})
+	if err != nil && !errors.Is(err, db.ErrConflict) {
+		return fmt.Errorf("demo graph: %w", err)
 	}
 	return nil
 }
@@ -176,10 +227,40 @@ func ms(v float64) *float64 { return &v }
 // time.
 var demoFraud = sync.OnceValues(func() ([]fraud.Version, error) { return fraud.Versions(fraud.DefaultSeed) })
 
+// demoDocproc is the document-processor's three models (package
+// demo/docproc), built once per process: under a second, the same bytes
+// every time.
+var demoDocproc = sync.OnceValues(func() (docproc.Pipeline, error) { return docproc.Build(docproc.DefaultSeed) })
+
+// docprocModels are the document-processor's steps, search's: a model, a
+// version and an endpoint of one replica on the CPU nodes each, served
+// by the built-in runtime's tensor loaders.
+func docprocModels() ([]demoModel, error) {
+	p, err := demoDocproc()
+	if err != nil {
+		return nil, fmt.Errorf("build the demo document-processor: %w", err)
+	}
+	var out []demoModel
+	for _, v := range []docproc.Version{p.Tokenizer, p.Embedder, p.Classifier} {
+		out = append(out, demoModel{
+			spec: registry.ModelSpec{Team: DemoGraphTeam, Name: v.Model, Task: v.Task, Description: v.Description, InputSchema: v.InputSchema},
+			versions: []demoVersion{{spec: registry.VersionSpec{Name: v.Name, Runtime: v.Runtime, Resources: registry.Resources{CPUCores: 1, MemoryMB: 256},
+				Lineage: registry.Lineage{TrainingJob: fmt.Sprintf("docproc-seed-%d", docproc.DefaultSeed), Dataset: "demo/docproc"},
+				Serving: registry.Serving{SampleInputs: v.Serving.SampleInputs}},
+				files: map[string][]byte{v.File: v.Data}}},
+			endpoint: endpoint.Spec{Name: v.Model, Model: v.Model, Version: v.Name,
+				Settings: endpoint.Settings{InstanceProfile: endpoint.ProfileCPU, MinReplicas: 1, MaxReplicas: 1, Tier: "standard", RetentionDays: 14}},
+			live: true,
+		})
+	}
+	return out, nil
+}
+
 // demoModels are the demo's models, versions and endpoints: a real fraud
 // model the CPU nodes serve with the built-in runtime (v23 XGBoost, v24 an
 // ONNX model trained on shuffled labels), a simulated LLM on the GPU
-// nodes, and that LLM's tiny real GGUF version on the CPU nodes (chat-cpu).
+// nodes, that LLM's tiny real GGUF version on the CPU nodes (chat-cpu),
+// and the document-processor's three steps on the CPU nodes.
 func demoModels() ([]demoModel, error) {
 	fv, err := demoFraud()
 	if err != nil {
@@ -242,6 +323,22 @@ func demoModels() ([]demoModel, error) {
 			live: true,
 		},
 	}, nil
+}
+
+// allDemoModels are demoModels and the document-processor's steps.
+func allDemoModels() ([]demoModel, error) {
+	// The pipeline is built on another core while the demo LLM trains,
+	// off the start's critical path; docprocModels waits for it.
+	go demoDocproc()
+	models, err := demoModels()
+	if err != nil {
+		return nil, err
+	}
+	steps, err := docprocModels()
+	if err != nil {
+		return nil, err
+	}
+	return append(models, steps...), nil
 }
 
 // demoOutdated reports whether the dev directory's fraud model is the

@@ -107,9 +107,9 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 	}
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	// Two cores a node: fraud-scoring's two replicas take one each, chat-cpu
-	// the other.
-	d, stop := startDevWith(t, filepath.Join(dir, ".modelplane"), func(c *DevConfig) { c.CPUNodeCores = 2 })
+	// The default nodes: fraud-scoring's two replicas, chat-cpu and the
+	// document-processor's three steps take a core each.
+	d, stop := startDevWith(t, filepath.Join(dir, ".modelplane"), func(c *DevConfig) { c.CPUNodeCores, c.CPUNodeMemory = defaultCPUNodeCores(), "2GB" })
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_SEARCH_KEY"]

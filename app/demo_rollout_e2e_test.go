@@ -35,9 +35,12 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	}
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	// Two cores a node: the candidate's two replicas (a core each) start
-	// beside v23's before the canary gets traffic.
-	d, stop := startDevWith(t, filepath.Join(dir, ".modelplane"), func(c *DevConfig) { c.DemoTraffic, c.CPUNodeCores = 20, 2 })
+	// The default nodes: the candidate's two replicas (a core each) start
+	// beside v23's, chat-cpu's and the document-processor's three steps'
+	// before the canary gets traffic.
+	d, stop := startDevWith(t, filepath.Join(dir, ".modelplane"), func(c *DevConfig) {
+		c.DemoTraffic, c.CPUNodeCores, c.CPUNodeMemory = 20, defaultCPUNodeCores(), "2GB"
+	})
 	defer stop()
 	env := readEnvFile(d.EnvFile)
 	key := env["MP_RISK_KEY"]

@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -78,9 +77,12 @@ type DevConfig struct {
 	RuntimeBinary string
 }
 
-// defaultCPUNodeCores sizes a dev CPU node from the machine: two cores,
-// fewer on a smaller machine.
-func defaultCPUNodeCores() int { return min(2, goruntime.NumCPU()) }
+// defaultCPUNodeCores are the cores a dev CPU node declares. The process
+// driver pins each replica to the machine's least used cores, so the dev
+// nodes, all on one machine, may declare more than it has: two nodes of
+// four hold the demo's six CPU replicas (fraud-scoring's two, chat-cpu,
+// the document-processor's three steps) with room for a canary.
+func defaultCPUNodeCores() int { return 4 }
 
 // Flags registers the dev settings on fs.
 func (c *DevConfig) Flags(fs *flag.FlagSet) {
@@ -471,6 +473,9 @@ modelplane dev is running.
                 -d '{"instances":[{"amount":42.5,"merchant_category":"grocery","country":"US","hour_of_day":14,"account_age_days":800,"distance_km":3.2}]}'
            OpenAI clients: base URL $MP_GATEWAY/v1, API key $MP_SEARCH_KEY, model support-chat
            (simulated GPUs) or chat-cpu (a real tiny GGUF LLM on the CPU nodes)
+           search's document-processor graph, shared with risk (tokenizer → embedder → classifier):
+           curl -H "Authorization: Bearer $MP_RISK_KEY" $MP_GATEWAY/v1/endpoints/document-processor/predict \
+                -d '{"instances":[{"text":"Please find attached invoice 4521 for $1,250.00."}]}'
   metrics  %[9]s/metrics (control plane), %[10]s/metrics (gateway): loopback only
   fleet    %[7]d simulated nodes of %[8]d GPUs (Fleet page, GET $MP_API/nodes)
            %[11]s

@@ -84,12 +84,14 @@ func predict(t *testing.T, url string, instances []map[string]any) []map[string]
 // the built-in runtime, as the document-processor graph chains them:
 // tokenizer → embedder → classifier. Accuracy must beat chance (25 % for
 // four classes) by a wide margin, and the served probabilities must be
-// what the Go model computes. Measured on 2026-12-05: 0.94 to 0.99 for
-// DefaultSeed as the docs changed, and 0.855 to 0.980 for seeds 1, 7, 100
-// and 2024; the bound, 0.8, leaves room for a change of corpus
-// (docs/*.md is part of it). The 400 texts' token rows, of many lengths,
-// batch together padded (the embedder declares it), so the comparison
-// with Go also checks that padding changes no embedding.
+// what the Go model computes. The corpus is fixed (the training sentences
+// and corpus.txt, nothing of the repository's docs), so the figure moves
+// only when this package changes. Measured on 2026-12-05: 382/400 = 0.955
+// for DefaultSeed, and 0.887, 0.920, 0.887 and 0.865 for seeds 7, 1, 2024
+// and 100; the bound, 0.85, is under every seed's. The 400 texts' token
+// rows, of many lengths, batch together padded (the embedder declares
+// it), so the comparison with Go also checks that padding changes no
+// embedding.
 func TestPipelineClassifiesHeldOutSentences(t *testing.T) {
 	b, err := build(DefaultSeed)
 	if err != nil {
@@ -130,8 +132,8 @@ func TestPipelineClassifiesHeldOutSentences(t *testing.T) {
 	acc := float64(right) / float64(len(b.heldOut))
 	t.Logf("held-out accuracy through the served pipeline: %d/%d = %.3f (chance 0.25; Go: held-out %.3f, train %.3f); largest probability difference ONNX Runtime vs Go %.2g",
 		right, len(b.heldOut), acc, p.HeldOutAccuracy, p.TrainAccuracy, worst)
-	if acc < 0.8 {
-		t.Errorf("held-out accuracy %.3f; want at least 0.8 (chance is 0.25)", acc)
+	if acc < 0.85 {
+		t.Errorf("held-out accuracy %.3f; want at least 0.85 (chance is 0.25)", acc)
 	}
 	if worst > 1e-4 {
 		t.Errorf("served probabilities differ from Go's by %g; want within 1e-4", worst)
