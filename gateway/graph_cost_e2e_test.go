@@ -8,7 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/chargeback"
+	"modelplane/demo/fraud"
 	"modelplane/gateway"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
@@ -16,13 +18,15 @@ import (
 )
 
 // TestGraphCostIsItsStepsShares sends requests through the real gateway to
-// a graph (an ensemble over the demo's real xgb and onnx fraud models)
-// and directly to xgb; the statistics go through NATS and the ingest
-// consumer into ClickHouse, beside an hour of the two endpoints' GPU
-// usage. Chargeback then charges the graph, marked on its steps' series,
-// its share of each step endpoint (all of onnx's cost, 3 of xgb's 8
-// requests), its cost is the sum of those shares, and each step
-// endpoint's parts add up exactly to its own unchanged cost.
+// risk's graph (an ensemble over the demo's real xgb and onnx fraud
+// models), to search's graph over risk's xgb granted to search, and
+// directly to xgb; the statistics go through NATS and the ingest consumer
+// into ClickHouse, beside an hour of the two endpoints' GPU usage.
+// Chargeback then charges each graph, marked on its steps' series, its
+// share of each step endpoint (doc-flow all of onnx's cost and 3 of xgb's
+// 10 requests, search-flow 2 of them, charged to search as caller team),
+// a graph's cost is the sum of those shares, and each step endpoint's
+// parts add up exactly to its own unchanged cost.
 func TestGraphCostIsItsStepsShares(t *testing.T) {
 	t.Parallel()
 	clk := newClock(t)
@@ -31,7 +35,19 @@ func TestGraphCostIsItsStepsShares(t *testing.T) {
 	 {"id":"ens","type":"ensemble","steps":["x","o"],"combine":"mean"},
 	 {"id":"x","type":"call","endpoint":"xgb"},{"id":"o","type":"call","endpoint":"onnx"}]}`
 	ge.put(t, graphRoute("doc-flow", "risk", 1, graphVer("g1", 100, def)))
-	const viaGraph, direct = 3, 5
+	// risk grants xgb to search, whose own graph calls it.
+	xgbRoute := route("xgb", "risk", "classification", 2, ver("v23", 100, ge.xgb))
+	xgbRoute.InputSchema, xgbRoute.Grants = fraud.InputSchema(), []busapi.RouteGrant{{Team: "search"}}
+	ge.put(t, xgbRoute)
+	ge.put(t, graphRoute("search-flow", "search", 1, graphVer("s1", 100, `{"entry":"x","nodes":[{"id":"x","type":"call","endpoint":"xgb"}]}`)))
+	searchKey := ge.newKey(t, "search", "viewer", nil)
+	authenticates(t, ge.g, searchKey)
+	const viaGraph, viaSearch, direct = 3, 2, 5
+	for range viaSearch {
+		if r := call(t, ge.g.url, predictPath("search-flow"), searchKey, payments); r.status != 200 {
+			t.Fatalf("search's graph answered %d %s", r.status, r.body)
+		}
+	}
 	for range viaGraph {
 		if r := ge.predict(t, "doc-flow", payments); r.status != 200 {
 			t.Fatalf("graph answered %d %s", r.status, r.body)
@@ -42,8 +58,8 @@ func TestGraphCostIsItsStepsShares(t *testing.T) {
 			t.Fatalf("xgb answered %d %s", r.status, r.body)
 		}
 	}
-	// The graph's own requests, its two steps each, and the direct calls.
-	const total = viaGraph + 2*viaGraph + direct
+	// The graphs' own requests, their steps, and the direct calls.
+	const total = viaGraph + 2*viaGraph + 2*viaSearch + direct
 	wait.Eventually(t, 10*time.Second, func() bool { return ge.g.Stats().Pending == total }, "waiting for %d requests counted", total)
 	windowStart := clk.Now().UTC()
 	advance(t, clk, gateway.DefaultStatsInterval)
@@ -125,12 +141,18 @@ func TestGraphCostIsItsStepsShares(t *testing.T) {
 		parts[r.Endpoint+"/"+r.Graph] = r.CostX3600
 		sums[r.Endpoint] += r.CostX3600
 	}
-	wantXgb := xgbCost * viaGraph / (viaGraph + direct)
-	if parts["xgb/doc-flow"] != wantXgb || parts["onnx/doc-flow"] != onnxCost {
-		t.Errorf("doc-flow's shares %v; want xgb %d (3 of 8 requests) and all of onnx %d", parts, wantXgb, onnxCost)
+	xgbCalls := int64(viaGraph + viaSearch + direct)
+	wantXgb, wantSearch := xgbCost*viaGraph/xgbCalls, xgbCost*viaSearch/xgbCalls
+	if parts["xgb/doc-flow"] != wantXgb || parts["onnx/doc-flow"] != onnxCost || parts["xgb/search-flow"] != wantSearch {
+		t.Errorf("graphs' shares %v; want doc-flow xgb %d (3 of 10 requests) and all of onnx %d, search-flow xgb %d (2 of 10)",
+			parts, wantXgb, onnxCost, wantSearch)
 	}
-	if parts["xgb/"] != xgbCost-wantXgb {
-		t.Errorf("risk keeps %d of xgb, want the rest %d", parts["xgb/"], xgbCost-wantXgb)
+	if parts["xgb/"] != xgbCost-wantXgb-wantSearch {
+		t.Errorf("risk keeps %d of xgb, want the rest %d", parts["xgb/"], xgbCost-wantXgb-wantSearch)
+	}
+	// search-flow's share is search's, as caller team.
+	if rows := q("search-flow", chargeback.DimCallerTeam).Rows; len(rows) != 1 || rows[0].CallerTeam != "search" || rows[0].CostX3600 != wantSearch {
+		t.Errorf("search-flow's share by caller team %+v; want one row, search's %d", rows, wantSearch)
 	}
 	for ep, c := range cost {
 		if sums[ep] != c {
