@@ -372,10 +372,14 @@ func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// teamLabel names unallocated GPU time where a team would be.
+// teamLabel names unallocated GPU time where a team would be, and calls
+// from outside a graph where a graph would be.
 func teamLabel(d chargeback.Dimension, v string) string {
-	if d == chargeback.DimTeam && v == "" {
+	switch {
+	case d == chargeback.DimTeam && v == "":
 		return chargeback.Unallocated
+	case d == chargeback.DimGraph && v == "":
+		return "(no graph)"
 	}
 	return v
 }
@@ -415,6 +419,11 @@ func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargeba
 				drill.Set("team", team)
 			}
 			drill.Set("endpoint", val)
+			cell.URL = "/chargeback?" + drill.Encode()
+		case d == chargeback.DimGraph && val != "" && v.q.Graph == "":
+			// A graph drills into its cost by step.
+			drill.Set("graph", val)
+			drill.Set("group_by", "endpoint")
 			cell.URL = "/chargeback?" + drill.Encode()
 		}
 		out.Cells = append(out.Cells, cell)

@@ -85,3 +85,23 @@ func TestGraphPageShowsCostByStep(t *testing.T) {
 		t.Errorf("group_by %s", b)
 	}
 }
+
+// TestChargebackPageByGraph: the chargeback page grouped by graph names
+// calls from outside a graph and links a graph to its cost by step.
+func TestChargebackPageByGraph(t *testing.T) {
+	t.Parallel()
+	e, ch := newChargebackEnv(t)
+	graphStepCalls(t, ch, cbDay.Add(10*time.Hour+5*time.Minute), "", 30)
+	graphStepCalls(t, ch, cbDay.Add(10*time.Hour+6*time.Minute), "risk-graph", 10)
+	u := portalSignIn(t, e, "risk-viewer@example.com")
+	d := u.page("/chargeback?period=custom&from=2026-10-07&to=2026-10-07&group_by=graph")
+	text := d.Text()
+	link := d.Find(`a[href*="graph=risk-graph"]`)
+	if !strings.Contains(text, "(no graph)") || link.Length() != 1 || !strings.Contains(link.AttrOr("href", ""), "group_by=endpoint") {
+		t.Errorf("by graph: (no graph) shown %v, links to risk-graph's breakdown %d", strings.Contains(text, "(no graph)"), link.Length())
+	}
+	step := u.page(link.AttrOr("href", ""))
+	if !strings.Contains(step.Text(), "risk-endpoint") || !strings.Contains(step.Text(), "0.88") {
+		t.Errorf("risk-graph's breakdown lacks risk-endpoint's share of $0.875")
+	}
+}
