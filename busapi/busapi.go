@@ -916,6 +916,13 @@ type ReqStats struct {
 	// requests this series counts; empty for the owning team's own
 	// requests. A caller's series is separate, with its own id.
 	CallerTeam string `json:"caller_team,omitempty"`
+	// ViaGraph and ViaGraphVersion name the inference graph endpoint and
+	// its version whose steps this series counts (the gateway calls each
+	// step as a request of the graph's team); empty for requests from
+	// outside a graph. A graph's series is separate, with its own id, so
+	// chargeback can charge the graph its steps' share of the cost.
+	ViaGraph        string `json:"via_graph,omitempty"`
+	ViaGraphVersion string `json:"via_graph_version,omitempty"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at

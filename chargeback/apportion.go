@@ -1,6 +1,7 @@
 package chargeback
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/bits"
@@ -14,42 +15,54 @@ type callerUse struct {
 	requests, tokens int64
 }
 
+// caller is who an endpoint's calls are for: a caller team ("" the
+// owners) and the graph endpoint whose steps they were ("" for calls from
+// outside a graph, and when the report does not split by graph).
+type caller struct {
+	team, graph string
+}
+
 // useKey names an endpoint of a team in an hour.
 type useKey struct {
 	team, endpoint, hour string
 }
 
 // callers reads request_stats' requests and tokens per owning team,
-// endpoint, hour and caller team ("" is the owners' own) in [from, to).
-func (s *Service) callers(ctx context.Context, f filter, from, to time.Time) (map[useKey]map[string]callerUse, error) {
+// endpoint, hour, caller team ("" is the owners' own) and, when byGraph,
+// graph (via_graph) in [from, to).
+func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, byGraph bool) (map[useKey]map[caller]callerUse, error) {
 	cond, args := f.where()
-	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString(toStartOfHour(window_start)) AS h, caller_team, sum(requests), sum(tokens) "+
-		"FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+" GROUP BY team, endpoint, h, caller_team",
+	graph := "''"
+	if byGraph {
+		graph = "via_graph"
+	}
+	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString(toStartOfHour(window_start)) AS h, caller_team, "+graph+" AS g, sum(requests), sum(tokens) "+
+		"FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+" GROUP BY team, endpoint, h, caller_team, g",
 		append([]any{from.UTC(), to.UTC()}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("chargeback callers: %w", err)
 	}
 	defer rows.Close()
-	out := map[useKey]map[string]callerUse{}
+	out := map[useKey]map[caller]callerUse{}
 	for rows.Next() {
 		var k useKey
-		var caller string
+		var c caller
 		var n, tok uint64
-		if err := rows.Scan(&k.team, &k.endpoint, &k.hour, &caller, &n, &tok); err != nil {
+		if err := rows.Scan(&k.team, &k.endpoint, &k.hour, &c.team, &c.graph, &n, &tok); err != nil {
 			return nil, fmt.Errorf("chargeback callers: %w", err)
 		}
-		if caller == k.team {
-			caller = ""
+		if c.team == k.team {
+			c.team = ""
 		}
 		m := out[k]
 		if m == nil {
-			m = map[string]callerUse{}
+			m = map[caller]callerUse{}
 			out[k] = m
 		}
-		u := m[caller]
+		u := m[c]
 		u.requests += int64(n)
 		u.tokens += int64(tok)
-		m[caller] = u
+		m[c] = u
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("chargeback callers: %w", err)
@@ -58,13 +71,14 @@ func (s *Service) callers(ctx context.Context, f filter, from, to time.Time) (ma
 }
 
 // apportion splits each usage row (at a grain with team, endpoint and
-// hour) among the teams that called its endpoint in its hour and sets
-// each part's CallerTeam.
-func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time) ([]Row, error) {
+// hour) among the teams that called its endpoint in its hour, and when
+// byGraph among the graphs whose steps called it, and sets each part's
+// CallerTeam and Graph.
+func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time, byGraph bool) ([]Row, error) {
 	if len(rows) == 0 {
 		return rows, nil
 	}
-	uses, err := s.callers(ctx, f, from, to)
+	uses, err := s.callers(ctx, f, from, to, byGraph)
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +90,16 @@ func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to 
 }
 
 // split divides one endpoint-hour's usage row among its callers: each
-// granted team gets the row's cost numerator, GPU and CPU seconds,
+// granted team, and each graph whose steps called the endpoint (the
+// owners' graphs too), gets the row's cost numerator, GPU and CPU seconds,
 // requests and memory times its share of the hour's requests (of its
 // tokens when any were counted), rounded down in exact integers, and
 // utilisation by the same share; the owning team (r.Team) keeps the rest,
-// so the parts add up exactly to r. uses are by caller team, "" the
-// owners' own calls. Rows without calls stay whole with the owners.
-func split(r Row, uses map[string]callerUse) []Row {
+// its own calls from outside a graph and the remainders of the rounding,
+// so the parts add up exactly to r. uses are by caller, team "" the
+// owners. A graph's part names the graph's team (the caller team of its
+// steps) as CallerTeam. Rows without calls stay whole with the owners.
+func split(r Row, uses map[caller]callerUse) []Row {
 	rest := r
 	rest.CallerTeam = r.Team
 	if r.Team == "" || len(uses) == 0 {
@@ -99,17 +116,19 @@ func split(r Row, uses map[string]callerUse) []Row {
 		return u.requests
 	}
 	var total int64
-	names := make([]string, 0, len(uses))
+	names := make([]caller, 0, len(uses))
 	for c, u := range uses {
 		total += weight(u)
-		if c != "" && c != r.Team {
+		if c.graph != "" || (c.team != "" && c.team != r.Team) {
 			names = append(names, c)
 		}
 	}
 	if total <= 0 || len(names) == 0 {
 		return []Row{rest}
 	}
-	slices.Sort(names)
+	slices.SortFunc(names, func(a, b caller) int {
+		return cmp.Or(cmp.Compare(a.team, b.team), cmp.Compare(a.graph, b.graph))
+	})
 	out := make([]Row, 0, len(names)+1)
 	for _, c := range names {
 		w := weight(uses[c])
@@ -117,7 +136,11 @@ func split(r Row, uses map[string]callerUse) []Row {
 			continue
 		}
 		p := Row{Key: r.Key}
-		p.CallerTeam = c
+		p.CallerTeam = c.team
+		if c.team == "" {
+			p.CallerTeam = r.Team
+		}
+		p.Graph = c.graph
 		p.CostX3600 = mulDivFloor(r.CostX3600, w, total)
 		p.GPUSeconds = mulDivFloor(r.GPUSeconds, w, total)
 		p.CPUCoreSeconds = mulDivFloor(r.CPUCoreSeconds, w, total)

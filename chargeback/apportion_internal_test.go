@@ -13,20 +13,25 @@ func TestSplitAddsUpExactly(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		row  Row
-		uses map[string]callerUse
+		uses map[caller]callerUse
 		want map[string]int64 // cost numerator by caller team
 	}{
 		{"requests, owner keeps the remainders", Row{Key: Key{Team: "risk"}, CostX3600: 1000, GPUSeconds: 10, Requests: 7},
-			map[string]callerUse{"": {requests: 1}, "search": {requests: 1}, "ads": {requests: 1}},
+			map[caller]callerUse{{}: {requests: 1}, {team: "search"}: {requests: 1}, {team: "ads"}: {requests: 1}},
 			map[string]int64{"ads": 333, "search": 333, "risk": 334}},
 		{"tokens outweigh requests when any were counted", Row{Key: Key{Team: "risk"}, CostX3600: 900},
-			map[string]callerUse{"": {requests: 1, tokens: 2}, "search": {requests: 100, tokens: 1}},
+			map[caller]callerUse{{}: {requests: 1, tokens: 2}, {team: "search"}: {requests: 100, tokens: 1}},
 			map[string]int64{"search": 300, "risk": 600}},
 		{"no calls: the owners keep it whole", Row{Key: Key{Team: "risk"}, CostX3600: 5}, nil, map[string]int64{"risk": 5}},
-		{"idle GPU time has no owner to split", Row{CostX3600: 5}, map[string]callerUse{"search": {requests: 3}}, map[string]int64{"": 5}},
+		{"idle GPU time has no owner to split", Row{CostX3600: 5}, map[caller]callerUse{{team: "search"}: {requests: 3}}, map[string]int64{"": 5}},
 		{"beyond 64 bits", Row{Key: Key{Team: "risk"}, CostX3600: math.MaxInt64 / 3, GPUSeconds: 1 << 40},
-			map[string]callerUse{"": {requests: 1 << 40}, "search": {requests: (1 << 40) - 1}},
+			map[caller]callerUse{{}: {requests: 1 << 40}, {team: "search"}: {requests: (1 << 40) - 1}},
 			nil},
+		// risk's own graph and search's graph over risk's endpoint are
+		// charged their steps' shares; search's direct calls are search's.
+		{"graphs: each graph its steps' share, its team the caller", Row{Key: Key{Team: "risk"}, CostX3600: 1001, GPUSeconds: 10, Requests: 10},
+			map[caller]callerUse{{}: {requests: 4}, {graph: "risk-flow"}: {requests: 3}, {team: "search", graph: "search-flow"}: {requests: 2}, {team: "search"}: {requests: 1}},
+			map[string]int64{"risk/risk-flow": 300, "search/search-flow": 200, "search/": 100, "risk/": 401}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			parts := split(c.row, c.uses)
@@ -37,6 +42,7 @@ func TestSplitAddsUpExactly(t *testing.T) {
 				seconds += p.GPUSeconds
 				requests += p.Requests
 				got[p.CallerTeam] = p.CostX3600
+				got[p.CallerTeam+"/"+p.Graph] = p.CostX3600
 				if p.CostX3600 < 0 || p.GPUSeconds < 0 {
 					t.Errorf("negative part %+v", p)
 				}

@@ -19,12 +19,24 @@ import (
 // owned by team, by caller ("" the owners' own) at at.
 func calls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller string, requests, tokens uint64) {
 	t.Helper()
+	graphCalls(t, ch, at, team, endpoint, caller, "", requests, tokens)
+}
+
+// graphCalls is calls made as the steps of graph endpoint graph ("" none),
+// version g1, as the gateway marks them.
+func graphCalls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller, graph string, requests, tokens uint64) {
+	t.Helper()
 	zero := make([]uint64, busapi.LatencyBuckets)
 	lat := make([]uint64, busapi.LatencyBuckets)
 	lat[0] = requests
-	s := busapi.ReqStats{ID: fmt.Sprintf("gw/%s/v1/%d/%s", endpoint, at.UnixMilli(), caller), WindowStart: at.UnixMilli(),
+	gv := ""
+	if graph != "" {
+		gv = "g1"
+	}
+	s := busapi.ReqStats{ID: fmt.Sprintf("gw/%s/v1/%d/%s/%s", endpoint, at.UnixMilli(), caller, graph), WindowStart: at.UnixMilli(),
 		WindowEnd: at.Add(5 * time.Second).UnixMilli(), Gateway: "gw", Endpoint: endpoint, Team: team, Version: "v1",
-		Count: requests, Latency: lat, TTFT: zero, TPOT: zero, Tokens: tokens, CallerTeam: caller}
+		Count: requests, Latency: lat, TTFT: zero, TPOT: zero, Tokens: tokens, CallerTeam: caller,
+		ViaGraph: graph, ViaGraphVersion: gv}
 	if err := ingest.StoreReqStats(t.Context(), ch, []busapi.ReqStats{s}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,5 +149,133 @@ func TestChargebackByCallerTeamAddsUpToOwnersCost(t *testing.T) {
 	}
 	if fmt.Sprint(seen) != "[ads risk search]" {
 		t.Errorf("risk sees callers %v of fraud, want [ads risk search]", seen)
+	}
+}
+
+// TestChargebackByGraphIsTheSumOfItsSteps: a graph is charged, in each
+// hour, each step endpoint's cost times its steps' share of that
+// endpoint's requests (tokens for an endpoint that counted them), rounded
+// down in exact integers: risk's own graph over its fraud and chat
+// endpoints, and search's graph over risk's fraud through a grant (the
+// graph's team is its steps' caller team). A report by graph charges the
+// graph the sum of its steps' shares, the per-step breakdown adds up to
+// it, each step endpoint's parts (graphs, direct callers, the owners'
+// rest) add up exactly to its cost, and the caller_team split is
+// unchanged by the graphs' marks.
+func TestChargebackByGraphIsTheSumOfItsSteps(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	from, to := t0.Add(30*time.Minute), t0.Add(2*time.Hour)
+	var rows []rec
+	for s := from; s.Before(to); s = s.Add(time.Second) {
+		rows = append(rows,
+			rec{ts: s, node: "n1", gpu: 0, gpuType: "A100-80GB", profile: "full", team: "risk", endpoint: "fraud", model: "fraud-model", ver: "v1", rate: 3_500_001, requests: 1},
+			rec{ts: s, node: "n1", gpu: 1, gpuType: "A100-80GB", profile: "full", team: "risk", endpoint: "chat", model: "chat-model", ver: "v1", rate: 5_500_011})
+	}
+	insert(t, ch, rows)
+	// Hour 0: fraud 60 direct by risk, 30 by risk's doc-flow, 7 by
+	// search directly, 3 by search's search-flow; chat 10 tokens of which
+	// doc-flow 4. Hour 1: fraud 1 by doc-flow, 2 by risk directly.
+	calls(t, ch, t0.Add(40*time.Minute), "risk", "fraud", "", 60, 0)
+	graphCalls(t, ch, t0.Add(41*time.Minute), "risk", "fraud", "", "doc-flow", 30, 0)
+	calls(t, ch, t0.Add(42*time.Minute), "risk", "fraud", "search", 7, 0)
+	graphCalls(t, ch, t0.Add(43*time.Minute), "risk", "fraud", "search", "search-flow", 3, 0)
+	calls(t, ch, t0.Add(44*time.Minute), "risk", "chat", "", 50, 6)
+	graphCalls(t, ch, t0.Add(45*time.Minute), "risk", "chat", "", "doc-flow", 2, 4)
+	graphCalls(t, ch, t0.Add(70*time.Minute), "risk", "fraud", "", "doc-flow", 1, 0)
+	calls(t, ch, t0.Add(71*time.Minute), "risk", "fraud", "", 2, 0)
+
+	svc := chargeback.New(ch, nil, clockAt(t, to.Add(time.Hour)))
+	ctx := t.Context()
+	by := func(d ...chargeback.Dimension) []chargeback.Dimension { return d }
+	fraudH0, fraudH1, chatH0 := int64(1800*3_500_001), int64(3600*3_500_001), int64(1800*5_500_011)
+	want := map[string]int64{ // µUSD × 3600, by hand
+		"doc-flow/fraud":    fraudH0*30/100 + fraudH1*1/3,
+		"doc-flow/chat":     chatH0 * 4 / 10,
+		"search-flow/fraud": fraudH0 * 3 / 100,
+	}
+	for _, src := range []chargeback.Source{chargeback.SourceAuto, chargeback.SourceRaw} {
+		owners, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimEndpoint), Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimEndpoint, chargeback.DimGraph), Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		graphs, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimGraph), Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if steps.Total.CostX3600 != owners.Total.CostX3600 || graphs.Total.CostMicroUSD != owners.Total.CostMicroUSD {
+			t.Fatalf("source %d: totals %d and %d µUSD, owners' %d", src, steps.Total.CostMicroUSD, graphs.Total.CostMicroUSD, owners.Total.CostMicroUSD)
+		}
+		got := map[string]int64{}
+		perEndpoint := map[string]int64{}
+		for _, r := range steps.Rows {
+			got[r.Graph+"/"+r.Endpoint] += r.CostX3600
+			perEndpoint[r.Endpoint] += r.CostX3600
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("source %d: %s = %d µUSD×3600, want %d", src, k, got[k], w)
+			}
+		}
+		// Shares and the rest add up exactly to each step endpoint's cost.
+		for _, o := range owners.Rows {
+			if perEndpoint[o.Endpoint] != o.CostX3600 {
+				t.Errorf("source %d: %s's parts add up to %d, its cost is %d", src, o.Endpoint, perEndpoint[o.Endpoint], o.CostX3600)
+			}
+		}
+		// A graph's cost is the sum of its steps' shares.
+		for _, g := range graphs.Rows {
+			if g.Graph == "" {
+				continue
+			}
+			if s := got[g.Graph+"/fraud"] + got[g.Graph+"/chat"]; g.CostX3600 != s {
+				t.Errorf("source %d: graph %s costs %d, its steps %d", src, g.Graph, g.CostX3600, s)
+			}
+		}
+		// One graph's breakdown: its steps alone, adding up in micro-USD.
+		one, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimEndpoint), Graph: "doc-flow", Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		var names []string
+		for _, r := range one.Rows {
+			sum += r.CostMicroUSD
+			names = append(names, r.Endpoint)
+		}
+		if fmt.Sprint(names) != "[chat fraud]" || sum != one.Total.CostMicroUSD ||
+			one.Total.CostX3600 != want["doc-flow/fraud"]+want["doc-flow/chat"] {
+			t.Errorf("source %d: doc-flow by step %v adding to %d of %d (x3600 %d)", src, names, sum, one.Total.CostMicroUSD, one.Total.CostX3600)
+		}
+	}
+
+	// search's engineers see their graph's share and their direct calls'
+	// share of risk's fraud, nothing of risk's own graph.
+	searchEng := &auth.Principal{Name: "s@example.com", Teams: []auth.Membership{{TeamID: 2, Team: "search", Role: auth.RoleEngineer}}}
+	rep, err := svc.Report(ctx, searchEng, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimEndpoint, chargeback.DimCallerTeam, chargeback.DimGraph)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, r := range rep.Rows {
+		seen = append(seen, r.Endpoint+"/"+r.CallerTeam+"/"+r.Graph)
+	}
+	if fmt.Sprint(seen) != "[fraud/search/ fraud/search/search-flow]" {
+		t.Errorf("search sees %v", seen)
+	}
+	// Grouped by caller team alone, search pays for its direct calls and
+	// its graph's together, as before graphs were marked.
+	rep, err = svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: by(chargeback.DimEndpoint, chargeback.DimCallerTeam), Endpoint: "fraud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Rows {
+		if r.CallerTeam == "search" && r.CostX3600 != fraudH0*10/100 {
+			t.Errorf("search's share of fraud by caller team %d, want %d", r.CostX3600, fraudH0*10/100)
+		}
 	}
 }

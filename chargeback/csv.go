@@ -26,6 +26,9 @@ var CSVColumns = []string{
 	"cpu_core_seconds", "cpu_core_hours",
 	// The team whose calls the row's cost is for (group_by caller_team).
 	"caller_team",
+	// The inference graph whose steps the row's cost is for (group_by
+	// graph; docs/graphs.md).
+	"graph",
 }
 
 // WriteCSV writes the report as RFC 4180 CSV (CRLF line ends) after one
@@ -82,7 +85,7 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
 		strconv.FormatInt(r.GPUOnlySeconds(), 10), r.GPUOnlyHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
 		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, util,
-		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(), csvSafe(r.CallerTeam),
+		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(), csvSafe(r.CallerTeam), csvSafe(r.Graph),
 	}
 }
 

@@ -43,10 +43,17 @@ const (
 	// the rest (apportion.go). A row of the owners' own use names the
 	// owning team.
 	DimCallerTeam Dimension = "caller_team"
+	// DimGraph charges inference graphs what their steps cost: in each
+	// hour, each graph endpoint whose steps called an endpoint is charged
+	// that endpoint's cost times the steps' share of its requests (tokens),
+	// by the same split as DimCallerTeam, the graph's team being the
+	// caller team of its steps. Usage not called by a graph has graph "".
+	// Grouped with DimEndpoint, a graph's rows are its per-step breakdown.
+	DimGraph Dimension = "graph"
 )
 
 // Dimensions lists every dimension in nesting order.
-var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation, DimCallerTeam}
+var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation, DimCallerTeam, DimGraph}
 
 // dimDay groups by UTC day; only Daily uses it.
 const dimDay Dimension = "day"
@@ -95,7 +102,7 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 		d := Dimension(part)
 		if !slices.Contains(Dimensions, d) {
 			var errs field.Errors
-			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation, caller_team", part)
+			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation, caller_team, graph", part)
 			return nil, errs
 		}
 		seen[d] = true
@@ -132,7 +139,10 @@ type Query struct {
 	GroupBy  []Dimension
 	// Team and Endpoint, when set, keep only that team's or endpoint's rows.
 	Team, Endpoint string
-	Source         Source
+	// Graph, when set, keeps only the parts charged to that graph
+	// endpoint (DimGraph): its steps' shares.
+	Graph  string
+	Source Source
 }
 
 // Key names a report row; a dimension the report does not group by is "".
@@ -143,6 +153,9 @@ type Key struct {
 	// CallerTeam is the team whose calls a row's cost is for: a granted
 	// team, or the owning team (Team's value) for its own use.
 	CallerTeam string
+	// Graph is the inference graph endpoint whose steps a row's cost is
+	// for (DimGraph); "" for calls from outside a graph.
+	Graph string
 
 	day  string // YYYY-MM-DD, in Daily's reads only
 	hour string // the hour's start, in the caller_team split only
@@ -164,6 +177,8 @@ func (k *Key) set(d Dimension, v string) {
 		k.Allocation = v
 	case DimCallerTeam:
 		k.CallerTeam = v
+	case DimGraph:
+		k.Graph = v
 	case dimDay:
 		k.day = v
 	case dimHour:
@@ -188,6 +203,8 @@ func (k Key) Get(d Dimension) string {
 		return k.Allocation
 	case DimCallerTeam:
 		return k.CallerTeam
+	case DimGraph:
+		return k.Graph
 	}
 	return ""
 }
@@ -391,13 +408,14 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		return rep, nil
 	}
 	f := filter{all: all, teams: teams, team: q.Team, endpoint: q.Endpoint}
-	byCaller := slices.Contains(q.GroupBy, DimCallerTeam)
+	byGraph := slices.Contains(q.GroupBy, DimGraph) || q.Graph != ""
+	byCaller := slices.Contains(q.GroupBy, DimCallerTeam) || byGraph
 	tokens := !byCaller && !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
 	// The query's grain: the grouping, plus team, endpoint and version
 	// when the rows can carry tokens (tokens are counted per endpoint
 	// version of a team), or team, endpoint and hour when the rows are
 	// split by caller team (the split is per endpoint and hour).
-	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam })
+	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam || d == DimGraph })
 	if byCaller {
 		// A consumer sees its share of other teams' endpoints: the
 		// split reads every team's usage and keeps the visible rows.
@@ -420,8 +438,11 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		return nil, err
 	}
 	if byCaller {
-		if fine, err = s.apportion(ctx, fine, f, q.From, q.To); err != nil {
+		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, byGraph); err != nil {
 			return nil, err
+		}
+		if q.Graph != "" {
+			fine = slices.DeleteFunc(fine, func(r Row) bool { return r.Graph != q.Graph })
 		}
 		if !all {
 			fine = slices.DeleteFunc(fine, func(r Row) bool {

@@ -159,7 +159,7 @@ func subsets() [][]chargeback.Dimension {
 }
 
 // TestTotalsExactWhateverTheGrouping bills 2 h 20 min of a mixed fleet over
-// periods that start and end mid-hour, under all 64 groupings, from the
+// periods that start and end mid-hour, under every grouping (all subsets of Dimensions), from the
 // rollup with raw ends and from raw rows alone: every total is the per-second
 // records' numerator divided by 3,600 and rounded once, and the rows add up
 // to it to the micro-dollar.

@@ -419,7 +419,7 @@ func (a *app) auditCmd() *cobra.Command {
 }
 
 func (a *app) chargebackCmd() *cobra.Command {
-	var from, to, groupBy, team, endpoint string
+	var from, to, groupBy, team, endpoint, graph string
 	var csv bool
 	cmd := &cobra.Command{
 		Use:     "chargeback --from DATE --to DATE [--group-by team,endpoint] [--csv]",
@@ -432,7 +432,7 @@ func (a *app) chargebackCmd() *cobra.Command {
 				return err
 			}
 			q := url.Values{"from": {from}, "to": {to}}
-			for k, v := range map[string]string{"group_by": groupBy, "team": team, "endpoint": endpoint} {
+			for k, v := range map[string]string{"group_by": groupBy, "team": team, "endpoint": endpoint, "graph": graph} {
 				if v != "" {
 					q.Set(k, v)
 				}
@@ -487,9 +487,10 @@ func (a *app) chargebackCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "start of the period, included: a date or RFC 3339")
 	f.StringVar(&to, "to", "", "end of the period, excluded")
-	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation, caller_team (the teams that called each endpoint through a grant, charged their share of its cost)")
+	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation, caller_team (the teams that called each endpoint through a grant, charged their share of its cost), graph (the inference graphs whose steps called it)")
 	f.StringVar(&team, "team", "", "only this team")
 	f.StringVar(&endpoint, "endpoint", "", "only this endpoint")
+	f.StringVar(&graph, "graph", "", "only the shares charged to this graph endpoint (its cost by step with --group-by endpoint,graph)")
 	f.BoolVar(&csv, "csv", false, "print the API's CSV")
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("to")

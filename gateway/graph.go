@@ -66,7 +66,8 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
 	defer cancel()
 	ctx = context.WithValue(ctx, graphDepth{}, depth+1)
-	sc := &stepCalls{g: g, parent: c, who: &caller{name: "graph:" + rt.src.Endpoint, team: rt.src.Team, role: "engineer"}}
+	sc := &stepCalls{g: g, parent: c, who: &caller{name: "graph:" + rt.src.Endpoint, team: rt.src.Team, role: "engineer"},
+		via: graphRef{rt.src.Endpoint, v.name}}
 	intn := g.cfg.GraphIntn
 	if intn == nil {
 		intn = rand.IntN
@@ -151,11 +152,19 @@ func writeGraphProblem(w http.ResponseWriter, id string, se *graph.StepError) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// graphRef names a graph endpoint and its version; the zero value is no
+// graph.
+type graphRef struct {
+	endpoint, version string
+}
+
 // stepCalls makes a graph's steps through the gateway's own request path.
 type stepCalls struct {
 	g      *Gateway
 	parent *call
 	who    *caller
+	// via is the graph the steps are made for, marked on their statistics.
+	via graphRef
 }
 
 // Call serves one step as a request of the graph's team to the step's
@@ -181,7 +190,7 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 		id = id[:128]
 	}
 	w := &stepWriter{h: http.Header{}}
-	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true}
+	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true, via: s.via}
 	s.g.handle(kindPredict, c, w, req)
 	if span != nil {
 		span.SetAttributes(attribute.String("version", c.versionName()), attribute.Int("http.response.status_code", c.status))

@@ -68,6 +68,9 @@ type call struct {
 	// step is set on a graph's step (graph.go), served for the graph's
 	// team rather than for a key of its own.
 	step bool
+	// via is the graph endpoint and version a step is made for (graph.go);
+	// its statistics are a series of their own, for chargeback.
+	via graphRef
 	// span is the request's root span, nil without a trace; traceID its
 	// trace's id for the log line; tracing is set when the span records,
 	// and marks then hold when each step of the path ended (trace.go).
@@ -106,6 +109,7 @@ func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request
 		if c.grant != nil {
 			o.caller = c.team
 		}
+		o.via = c.via
 		if o.streamed {
 			o.ttft = c.firstEvent.Sub(start)
 		}

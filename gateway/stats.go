@@ -58,6 +58,8 @@ type statsKey struct {
 	// caller is the granted team whose requests the series counts; ""
 	// for the owners' own, so chargeback splits an endpoint's cost by it.
 	caller string
+	// via is the graph whose step the series counts, for chargeback.
+	via graphRef
 }
 
 // series counts one endpoint × version. Requests add under its mutex (held
@@ -103,6 +105,8 @@ type observation struct {
 	endpointID int64
 	// caller is the granted team that called; "" for the owners.
 	caller string
+	// via is the graph a step was made for; zero outside graphs.
+	via graphRef
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -178,7 +182,7 @@ func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clo
 func (r *statsRecorder) recordIn(s *series, o *observation) *series {
 	for {
 		if s == nil {
-			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID, o.caller}
+			k := statsKey{o.endpoint, o.version, o.pinned, o.endpointID, o.caller, o.via}
 			if s = (*r.series.Load())[k]; s == nil {
 				s = r.add(k, o.team)
 			}
@@ -316,7 +320,7 @@ func (r *statsRecorder) prune(k statsKey, s *series) {
 
 func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, end time.Time) busapi.ReqStats {
 	return busapi.ReqStats{
-		ID:          busapi.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned) + callerSuffix(k.caller),
+		ID:          busapi.ReqStatsID(gatewayID, k.endpoint, k.version, start.UnixMilli()) + pinnedSuffix(k.pinned) + callerSuffix(k.caller) + graphSuffix(k.via),
 		WindowStart: start.UnixMilli(), WindowEnd: end.UnixMilli(),
 		Gateway: gatewayID, Endpoint: k.endpoint, Team: team, Version: k.version,
 		Count: w.count, Errors: w.errors,
@@ -324,6 +328,7 @@ func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, 
 		Streams: w.streams, TTFT: w.ttft[:], TTFTSumMS: w.ttftSum,
 		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
 		Pinned: k.pinned, EndpointID: k.endpointID, CallerTeam: k.caller,
+		ViaGraph: k.via.endpoint, ViaGraphVersion: k.via.version,
 	}
 }
 
@@ -332,6 +337,15 @@ func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, 
 func callerSuffix(team string) string {
 	if team != "" {
 		return "/caller=" + team
+	}
+	return ""
+}
+
+// graphSuffix keeps a graph's step series' message id apart from the
+// direct calls' one of the same window.
+func graphSuffix(via graphRef) string {
+	if via.endpoint != "" {
+		return "/graph=" + via.endpoint + "@" + via.version
 	}
 	return ""
 }

@@ -141,9 +141,9 @@ func (v *version) metricsOf(m *metrics, endpoint string) *metricChildren {
 // record counts a finished request of v in its statistics series, keeping
 // the series for the next one.
 func (v *version) record(r *statsRecorder, o *observation) {
-	if o.caller != "" {
-		// A granted team's series is looked up by its key: the version
-		// keeps only the owners' series.
+	if o.caller != "" || o.via.endpoint != "" {
+		// A granted team's series and a graph's step series are looked
+		// up by their key: the version keeps only the owners' direct one.
 		r.recordIn(nil, o)
 		return
 	}

@@ -22,9 +22,10 @@ var errNoChargeback = huma.Error503ServiceUnavailable("chargeback is unavailable
 type chargebackInput struct {
 	From     string `query:"from" required:"true" doc:"Start of the period, included: RFC 3339 or a date (midnight UTC)."`
 	To       string `query:"to" required:"true" doc:"End of the period, excluded: RFC 3339 or a date."`
-	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation, caller_team; rows nest in that order. caller_team splits each endpoint's cost among the teams that called it through a grant, by their share of its requests (tokens for LLMs) in each hour; the owning team keeps the rest (docs/sharing.md)."`
+	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation, caller_team, graph; rows nest in that order. caller_team splits each endpoint's cost among the teams that called it through a grant, by their share of its requests (tokens for LLMs) in each hour; the owning team keeps the rest (docs/sharing.md). graph charges each inference graph its steps' shares of the endpoints they called the same way; with endpoint, a graph's rows are its cost by step (docs/graphs.md)."`
 	Team     string `query:"team" doc:"Only this team's usage (drill-down)."`
 	Endpoint string `query:"endpoint" doc:"Only this endpoint's usage (drill-down)."`
+	Graph    string `query:"graph" doc:"Only the shares charged to this graph endpoint: its steps' cost (docs/graphs.md)."`
 	Format   string `query:"format" enum:"json,csv" doc:"csv answers text/csv, as Accept: text/csv does."`
 	Accept   string `header:"Accept"`
 }
@@ -39,6 +40,7 @@ type ChargebackRow struct {
 	GPUType    *string `json:"gpu_type,omitempty"`
 	Allocation *string `json:"allocation,omitempty"`
 	CallerTeam *string `json:"caller_team,omitempty" doc:"The team whose calls the row's cost is for: a team granted the endpoint, or its owning team for its own use."`
+	Graph      *string `json:"graph,omitempty" doc:"The inference graph endpoint whose steps the row's cost is for; empty for calls from outside a graph."`
 	GPUSeconds int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
 	GPUHours   string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
 	CostUSD    string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
@@ -73,7 +75,7 @@ type chargebackOutput struct {
 
 // chargebackQuery parses the period, grouping and filters shared by the API
 // and the portal's CSV download.
-func chargebackQuery(from, to, groupBy, team, endpoint string) (chargeback.Query, error) {
+func chargebackQuery(from, to, groupBy, team, endpoint, graph string) (chargeback.Query, error) {
 	var q chargeback.Query
 	var err error
 	if q.From, err = chargeback.ParseTime("from", from); err != nil {
@@ -85,7 +87,7 @@ func chargebackQuery(from, to, groupBy, team, endpoint string) (chargeback.Query
 	if q.GroupBy, err = chargeback.ParseGroupBy(groupBy); err != nil {
 		return q, err
 	}
-	q.Team, q.Endpoint = team, endpoint
+	q.Team, q.Endpoint, q.Graph = team, endpoint, graph
 	return q, nil
 }
 
@@ -109,6 +111,8 @@ func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow 
 			out.Allocation = &v
 		case chargeback.DimCallerTeam:
 			out.CallerTeam = &v
+		case chargeback.DimGraph:
+			out.Graph = &v
 		}
 	}
 	if v, ok := r.CostPer1kRequestsMicroUSD(); ok {
@@ -184,7 +188,7 @@ func (s *Server) registerChargeback(api huma.API) {
 		if s.Chargeback == nil {
 			return nil, errNoChargeback
 		}
-		q, err := chargebackQuery(in.From, in.To, in.GroupBy, in.Team, in.Endpoint)
+		q, err := chargebackQuery(in.From, in.To, in.GroupBy, in.Team, in.Endpoint, in.Graph)
 		if err != nil {
 			return nil, s.apiError(ctx, err)
 		}

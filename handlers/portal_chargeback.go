@@ -41,6 +41,9 @@ func (v chargebackView) values() url.Values {
 	if v.q.Endpoint != "" {
 		out.Set("endpoint", v.q.Endpoint)
 	}
+	if v.q.Graph != "" {
+		out.Set("graph", v.q.Graph)
+	}
 	for _, g := range v.groupBy {
 		out.Add("group_by", g)
 	}
@@ -54,7 +57,7 @@ func (v chargebackView) values() url.Values {
 func parseChargebackView(r *http.Request, now time.Time) (chargebackView, error) {
 	qs := r.URL.Query()
 	v := chargebackView{period: qs.Get("period")}
-	v.q.Team, v.q.Endpoint = qs.Get("team"), qs.Get("endpoint")
+	v.q.Team, v.q.Endpoint, v.q.Graph = qs.Get("team"), qs.Get("endpoint"), qs.Get("graph")
 	switch v.period {
 	case "last":
 		v.q.From, v.q.To = chargeback.LastMonth(now)
@@ -281,6 +284,33 @@ func (s *Server) adviceLines(r *http.Request, endpoint string) []string {
 	return out
 }
 
+// graphCost is graph endpoint graph's cost this month by step endpoint
+// (chargeback's graph split), or nil when it cannot be read: the failure
+// is logged and the page shows the rest.
+func (s *Server) graphCost(r *http.Request, graph string) *web.GraphCostView {
+	if s.Chargeback == nil {
+		return nil
+	}
+	ctx := r.Context()
+	from, to := chargeback.ThisMonth(s.Clock.Now())
+	if !to.After(from) { // the first second of a month
+		to = from.Add(time.Second)
+	}
+	rep, err := s.Chargeback.Report(ctx, pageFrame(r).user, chargeback.Query{From: from, To: to,
+		GroupBy: []chargeback.Dimension{chargeback.DimEndpoint}, Graph: graph})
+	if err != nil {
+		s.Log.WarnContext(ctx, "graph cost", slog.String("error", err.Error()))
+		return nil
+	}
+	csv := url.Values{"period": {"this"}, "graph": {graph}, "group_by": {"endpoint"}}
+	out := &web.GraphCostView{Period: "this month (" + from.Format("January 2006") + ")", Total: "$" + money.Dollars(rep.Total.CostMicroUSD),
+		CSV: "/chargeback/csv?" + csv.Encode()}
+	for _, row := range rep.Rows {
+		out.Steps = append(out.Steps, web.GraphStepCost{Endpoint: row.Endpoint, Requests: groupedInt(row.Requests), Cost: "$" + money.Dollars(row.CostMicroUSD)})
+	}
+	return out
+}
+
 // budgetProps fills the budget section; a failure to read budgets is
 // logged and leaves the section empty rather than failing the page.
 func (s *Server) budgetProps(r *http.Request, props *web.ChargebackProps) {
@@ -342,10 +372,14 @@ func (s *Server) portalChargebackCSV(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// teamLabel names unallocated GPU time where a team would be.
+// teamLabel names unallocated GPU time where a team would be, and calls
+// from outside a graph where a graph would be.
 func teamLabel(d chargeback.Dimension, v string) string {
-	if d == chargeback.DimTeam && v == "" {
+	switch {
+	case d == chargeback.DimTeam && v == "":
 		return chargeback.Unallocated
+	case d == chargeback.DimGraph && v == "":
+		return "(no graph)"
 	}
 	return v
 }
@@ -385,6 +419,11 @@ func chargebackRowView(row chargeback.Row, by []chargeback.Dimension, v chargeba
 				drill.Set("team", team)
 			}
 			drill.Set("endpoint", val)
+			cell.URL = "/chargeback?" + drill.Encode()
+		case d == chargeback.DimGraph && val != "" && v.q.Graph == "":
+			// A graph drills into its cost by step.
+			drill.Set("graph", val)
+			drill.Set("group_by", "endpoint")
 			cell.URL = "/chargeback?" + drill.Encode()
 		}
 		out.Cells = append(out.Cells, cell)

@@ -260,6 +260,9 @@ func (s *Server) portalEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	props.Advice = s.adviceLines(r, props.Row.Name)
+	if props.Graph != nil {
+		props.Graph.Cost = s.graphCost(r, props.Row.Name)
+	}
 	s.render(w, r, http.StatusOK, web.EndpointPage(props))
 }
 

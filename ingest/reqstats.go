@@ -146,7 +146,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	}
 	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
 		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
-		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team)")
+		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)")
 	if err != nil {
 		return fmt.Errorf("reqstats insert: %w", err)
 	}
@@ -165,7 +165,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 			s.Gateway, s.Endpoint, s.Team, s.Version, s.Count,
 			s.Errors.Client, s.Errors.Upstream, s.Errors.Timeout, s.Errors.Shed, s.Errors.Canceled,
 			buckets(s.Latency), s.LatencySumMS, s.Streams, buckets(s.TTFT), s.TTFTSumMS, buckets(s.TPOT), s.TPOTSumMS,
-			s.Tokens, s.ID, h.seq, flag(s.Pinned), s.EndpointID, s.CallerTeam,
+			s.Tokens, s.ID, h.seq, flag(s.Pinned), s.EndpointID, s.CallerTeam, s.ViaGraph, s.ViaGraphVersion,
 		); err != nil {
 			return fmt.Errorf("reqstats insert: %w", err)
 		}

@@ -13,6 +13,28 @@ type GraphProps struct {
 	NewVersion    string
 	NewDefinition string
 	Errors        FieldErrors
+	// Cost is what the graph cost this month, by step; nil when it
+	// could not be read (no usage store, ClickHouse down).
+	Cost *GraphCostView
+}
+
+// GraphCostView is a graph's cost over a period broken down by the step
+// endpoints it called: each its share of that endpoint's cost
+// (docs/graphs.md), in dollars and cents; in micro-dollars (the CSV) the
+// rows add up to the total.
+type GraphCostView struct {
+	Period string
+	Steps  []GraphStepCost
+	Total  string
+	// CSV downloads the same breakdown from the chargeback page.
+	CSV string
+}
+
+// GraphStepCost is one step endpoint's share charged to the graph.
+type GraphStepCost struct {
+	Endpoint string
+	Requests string
+	Cost     string
 }
 
 // GraphVersionView is one graph version and its diagram, drawn from the
