@@ -172,6 +172,9 @@ type Driver struct {
 	replicas map[string]*replica
 	// inv is the pool's inventory, recomputed at each change of a node.
 	inv Inventory
+	// following serializes follow's list and store, so that an older
+	// list never overwrites a newer one.
+	following sync.Mutex
 	// quotas are the teams' quotas as ResourceQuota hard limits, by team.
 	teamQuota map[string]corev1.ResourceList
 
@@ -305,6 +308,8 @@ func (d *Driver) loop(ctx context.Context) {
 // its next heartbeat (PoolInventory). A node the driver cannot read (a
 // GPU node without the operator's labels) is left out and logged.
 func (d *Driver) follow() {
+	d.following.Lock()
+	defer d.following.Unlock()
 	list, err := d.nodes.List(labels.Everything())
 	if err != nil {
 		return
