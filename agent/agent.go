@@ -555,6 +555,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		releases = append(releases, a.forgetLocked(m)...)
 		delete(a.replicas, id)
 	}
+	a.followLocked()
 	a.validateLocked(order)
 	var starts []*managed
 	for _, m := range order {
@@ -827,6 +828,24 @@ func (a *Agent) checkSlots(spec busapi.ReplicaSpec, owner map[busapi.Slot]string
 	return ""
 }
 
+// followLocked takes a pool's current inventory from its driver
+// (InventorySource); a node's stays what Config says.
+func (a *Agent) followLocked() {
+	src, ok := a.drv.(InventorySource)
+	if !ok {
+		return
+	}
+	gpus, cores, mem := src.PoolInventory()
+	if cores != a.cfg.CPUCores || mem != a.cfg.MemoryMB || !slices.EqualFunc(gpus, a.cfg.GPUs, sameGPU) {
+		a.log.Info("pool inventory changed", slog.Int("gpus", len(gpus)), slog.Int("cpu_cores", cores), slog.Int("memory_mb", mem))
+	}
+	a.cfg.GPUs, a.cfg.CPUCores, a.cfg.MemoryMB = gpus, cores, mem
+}
+
+func sameGPU(x, y busapi.GPU) bool {
+	return x.Index == y.Index && x.Type == y.Type && x.MemoryMB == y.MemoryMB && x.MIG == y.MIG && slices.Equal(x.Slices, y.Slices)
+}
+
 // retireLocked stops a replica in the background, so that a long drain
 // never delays heartbeats; its id cannot start again until it has ended.
 func (a *Agent) retireLocked(id string, r Replica) {
@@ -970,6 +989,7 @@ func (a *Agent) Status() busapi.NodeStatus {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.followLocked()
 	st := busapi.NodeStatus{
 		Node:         a.cfg.Node,
 		BootID:       a.bootID,
@@ -1013,6 +1033,9 @@ func (a *Agent) Status() busapi.NodeStatus {
 				st.MemoryUsedMB += m.spec.MemoryMB
 			} else if m.valid {
 				for i, s := range m.spec.Slots {
+					if s.GPU >= len(st.GPUs) || s.Slice >= len(st.GPUs[s.GPU].Slices) {
+						continue // a pool's GPU gone since the last check
+					}
 					g := &st.GPUs[s.GPU]
 					g.UtilPct += m.obs.UtilPct * sliceComputeShare(g.Slices[s.Slice].Profile)
 					g.MemoryUsedMB += int(slotShare(m.obs.MemoryMB, len(m.spec.Slots), i))

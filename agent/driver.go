@@ -61,6 +61,16 @@ type PoolDriver interface {
 	MetersRunningOnly()
 }
 
+// InventorySource is a PoolDriver whose capacity changes while it runs:
+// the Kubernetes driver follows the cluster's nodes (one added, cordoned,
+// removed or relaid out). The agent takes it in place of Config's GPUs,
+// CPUCores and MemoryMB at each heartbeat and each check of the desired
+// replicas, so the control plane's placement sees the change at the next
+// heartbeat.
+type InventorySource interface {
+	PoolInventory() (gpus []busapi.GPU, cpuCores, memoryMB int)
+}
+
 // QuotaSetter is a Driver that enforces the teams' quotas itself as well
 // (busapi.Desired.Quotas): the Kubernetes driver, as namespace
 // ResourceQuotas. The agent hands it each desired state's quotas.

@@ -151,11 +151,15 @@ func (a *Agent) allocations(ctx context.Context) []busapi.Usage {
 			continue
 		}
 		for i, s := range m.spec.Slots {
+			typ := m.spec.GPUType
+			if s.GPU < len(a.cfg.GPUs) {
+				typ = a.cfg.GPUs[s.GPU].Type
+			}
 			u := busapi.Usage{
 				Node:     a.cfg.Node,
 				GPU:      s.GPU,
 				Slice:    s.Slice,
-				GPUType:  a.cfg.GPUs[s.GPU].Type,
+				GPUType:  typ,
 				Profile:  m.spec.Profile,
 				Team:     m.spec.Team,
 				Endpoint: m.spec.Endpoint,

@@ -57,10 +57,38 @@ func (q *Queries) GPUSliceDeleteByNode(ctx context.Context, nodeID int64) error 
 	return err
 }
 
+const gPUSliceDeleteChanged = `-- name: GPUSliceDeleteChanged :exec
+DELETE FROM gpu_slices s
+WHERE s.node_id = $1 AND (s.gpu, s.slice, s.gpu_type, s.profile) NOT IN (
+    SELECT unnest($2::int[]), unnest($3::int[]), unnest($4::text[]), unnest($5::text[]))
+`
+
+type GPUSliceDeleteChangedParams struct {
+	NodeID   int64
+	GPUs     []int32
+	Slices   []int32
+	GPUTypes []string
+	Profiles []string
+}
+
+// The node's slices its new inventory (the arrays) does not have alike:
+// gone, or of another type or profile. Their allocations go with them.
+func (q *Queries) GPUSliceDeleteChanged(ctx context.Context, arg GPUSliceDeleteChangedParams) error {
+	_, err := q.db.Exec(ctx, gPUSliceDeleteChanged,
+		arg.NodeID,
+		arg.GPUs,
+		arg.Slices,
+		arg.GPUTypes,
+		arg.Profiles,
+	)
+	return err
+}
+
 const gPUSliceInsertMany = `-- name: GPUSliceInsertMany :exec
 INSERT INTO gpu_slices (node_id, gpu, slice, gpu_type, profile, memory_mb)
 SELECT $1, unnest($2::int[]), unnest($3::int[]), unnest($4::text[]),
        unnest($5::text[]), unnest($6::int[])
+ON CONFLICT (node_id, gpu, slice) DO NOTHING
 `
 
 type GPUSliceInsertManyParams struct {
@@ -72,6 +100,7 @@ type GPUSliceInsertManyParams struct {
 	MemoryMBs []int32
 }
 
+// A slice the node already has (kept by GPUSliceDeleteChanged) stays.
 func (q *Queries) GPUSliceInsertMany(ctx context.Context, arg GPUSliceInsertManyParams) error {
 	_, err := q.db.Exec(ctx, gPUSliceInsertMany,
 		arg.NodeID,

@@ -91,6 +91,36 @@ func (q *Queries) ReplicaDeleteByNode(ctx context.Context, nodeID int64) error {
 	return err
 }
 
+const replicaDeleteOnChangedSlices = `-- name: ReplicaDeleteOnChangedSlices :exec
+DELETE FROM replicas r
+WHERE r.node_id = $1 AND EXISTS (
+    SELECT 1 FROM allocations a
+    JOIN gpu_slices s ON s.node_id = a.node_id AND s.gpu = a.gpu AND s.slice = a.slice
+    WHERE a.replica_id = r.id AND (s.gpu, s.slice, s.gpu_type, s.profile) NOT IN (
+        SELECT unnest($2::int[]), unnest($3::int[]), unnest($4::text[]), unnest($5::text[])))
+`
+
+type ReplicaDeleteOnChangedSlicesParams struct {
+	NodeID   int64
+	GPUs     []int32
+	Slices   []int32
+	GPUTypes []string
+	Profiles []string
+}
+
+// The node's replicas holding a slice its new inventory (the arrays) does
+// not have alike; those whose slices are all still there keep them.
+func (q *Queries) ReplicaDeleteOnChangedSlices(ctx context.Context, arg ReplicaDeleteOnChangedSlicesParams) error {
+	_, err := q.db.Exec(ctx, replicaDeleteOnChangedSlices,
+		arg.NodeID,
+		arg.GPUs,
+		arg.Slices,
+		arg.GPUTypes,
+		arg.Profiles,
+	)
+	return err
+}
+
 const replicaDeleteOnLostNodes = `-- name: ReplicaDeleteOnLostNodes :many
 DELETE FROM replicas r USING nodes n
 WHERE r.node_id = n.id AND n.state = 'lost'

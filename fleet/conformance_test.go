@@ -215,10 +215,9 @@ func startAgent(t *testing.T, cfg agent.Config, drv agent.Driver) nodeAgent {
 func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 	t.Helper()
 	c := kubetest.Shared(t)
-	sum := sha256.Sum256([]byte(t.Name()))
-	id := "c" + hex.EncodeToString(sum[:])[:8]
+	id := kubePoolID(t)
 	n := c.AddNode(t, kubetest.Node{GPUProduct: "NVIDIA-A100-SXM4-80GB", GPUMemoryMiB: 81920, MIG: map[string]int{"1g.10gb": 7},
-		Labels: map[string]string{"test.modelplane.io/pool": id}})
+		Labels: map[string]string{kubePoolLabel: id}})
 	inv, err := cluster.ReadInventory([]corev1.Node{*n}, cluster.KindGPU)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +226,7 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 		Health: "/v2/health/live", Ready: "/v2/health/ready", Metrics: "/metrics", Adapter: catalog.AdapterTriton}
 	drv, err := cluster.New(cluster.Config{Client: c.Client(), Pool: node, Kind: cluster.KindGPU, Inventory: inv,
 		NamespacePrefix: id + "-", Image: "modelplane/modelplane:test", Catalog: map[string]catalog.Entry{catalog.Triton: fake},
-		NodeSelector: map[string]string{"test.modelplane.io/pool": id}, Clock: quartz.NewReal()})
+		NodeSelector: map[string]string{kubePoolLabel: id}, Clock: quartz.NewReal()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +237,12 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 	t.Cleanup(func() { cancel(); drv.Close() })
 	models := openDir(t)
 	c.AutoRun(t, func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == n.Name && p.Labels[cluster.LabelManagedBy] == cluster.ManagedBy
+		if p.Labels[cluster.LabelManagedBy] != cluster.ManagedBy {
+			return false
+		}
+		// Any node of the pool: a test may add some.
+		node, err := c.Client().CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{})
+		return err == nil && node.Labels[kubePoolLabel] == id
 	}, func(p *corev1.Pod) {
 		ctr := p.Spec.Containers[0]
 		args := slices.Clone(ctr.Args)
@@ -272,6 +276,16 @@ func kubeAgent(t *testing.T, node, bin string) nodeAgent {
 		}
 	})
 	return startAgent(t, agent.Config{Node: node, GPUs: inv.GPUs}, drv)
+}
+
+// kubePoolLabel marks the nodes of a test's pool: the cluster is shared.
+const kubePoolLabel = "test.modelplane.io/pool"
+
+// kubePoolID is the value of kubePoolLabel on the test's nodes, and the
+// start of its namespaces.
+func kubePoolID(t *testing.T) string {
+	sum := sha256.Sum256([]byte(t.Name()))
+	return "c" + hex.EncodeToString(sum[:])[:8]
 }
 
 // deletePod deletes the replica's pod, as a person or an eviction would.

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -219,6 +220,50 @@ func TestNewGPULayoutReplacesAllocations(t *testing.T) {
 	d := f.desired(t, "node-a")
 	if len(d.Replicas) != 2 || d.Replicas[0].Profile == "mig-1g.10gb" {
 		t.Fatalf("desired after relayout = %+v", d)
+	}
+}
+
+// TestGrownInventoryKeepsItsReplicas: a node (or a cluster pool) whose
+// inventory grows keeps the replicas on the slices it still has alike,
+// and only the new capacity is placed; a relayout replaces only the
+// replicas of the slices that changed.
+func TestGrownInventoryKeepsItsReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.heartbeat(t, "node-a", gpus(0, 1, "A100-80GB", seven1g()))
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "critical", 9)
+	f.reconcile(t)
+	ids := func() []string {
+		var out []string
+		for _, r := range f.desired(t, "node-a").Replicas {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	before := ids()
+	if len(before) != 7 {
+		t.Fatalf("desired = %v, want the seven replicas that fit", before)
+	}
+	if !f.heartbeat(t, "node-a", gpus(0, 2, "A100-80GB", seven1g())) {
+		t.Fatal("a grown inventory must report a change")
+	}
+	f.reconcile(t)
+	after := ids()
+	if len(after) != 9 || len(slices.DeleteFunc(slices.Clone(after), func(id string) bool { return !slices.Contains(before, id) })) != 7 {
+		t.Fatalf("desired after growth = %v, want the seven of before %v and two more", after, before)
+	}
+	// GPU 1 relaid out: its two replicas are placed again, GPU 0's seven stay.
+	f.heartbeat(t, "node-a", append(gpus(0, 1, "A100-80GB", seven1g()), gpus(1, 1, "A100-80GB", []string{"mig-3g.40gb", "mig-4g.40gb"})...))
+	f.reconcile(t)
+	kept := 0
+	for _, id := range ids() {
+		if slices.Contains(before, id) {
+			kept++
+		}
+	}
+	if kept != 7 {
+		t.Fatalf("desired after GPU 1's relayout = %v, want GPU 0's seven replicas %v kept", ids(), before)
 	}
 }
 

@@ -195,10 +195,35 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 		}
 		sameCPU := int(node.CPUCores) == st.CPUCores && int(node.MemoryMB) == st.MemoryMB
 		if !found || !sameInventory(node.Inventory, inv) || !sameCPU {
-			if found {
-				// A new GPU layout (MIG reconfigured), or a CPU node with
-				// other cores or memory: allocations on the old inventory
-				// are meaningless; their replicas are placed again.
+			var p db.GPUSliceInsertManyParams
+			for _, g := range inv {
+				for _, s := range g.Slices {
+					p.GPUs = append(p.GPUs, int32(g.Index))
+					p.Slices = append(p.Slices, int32(s.Index))
+					p.GPUTypes = append(p.GPUTypes, g.Type)
+					p.Profiles = append(p.Profiles, s.Profile)
+					mem, _ := sliceMemoryMB(s.Profile)
+					p.MemoryMBs = append(p.MemoryMBs, int32(mem))
+				}
+			}
+			switch {
+			case found && sameCPU:
+				// A new GPU layout (MIG reconfigured, or a cluster
+				// pool's node added, drained or removed): allocations of
+				// slices gone or changed are meaningless and their
+				// replicas are placed again; a replica whose slices are
+				// all still there, alike, keeps them and keeps running.
+				if err := q.ReplicaDeleteOnChangedSlices(ctx, db.ReplicaDeleteOnChangedSlicesParams{NodeID: node.ID,
+					GPUs: p.GPUs, Slices: p.Slices, GPUTypes: p.GPUTypes, Profiles: p.Profiles}); err != nil {
+					return err
+				}
+				if err := q.GPUSliceDeleteChanged(ctx, db.GPUSliceDeleteChangedParams{NodeID: node.ID,
+					GPUs: p.GPUs, Slices: p.Slices, GPUTypes: p.GPUTypes, Profiles: p.Profiles}); err != nil {
+					return err
+				}
+			case found:
+				// A CPU node with other cores or memory: its replicas
+				// are placed again.
 				if err := q.ReplicaDeleteByNode(ctx, node.ID); err != nil {
 					return err
 				}
@@ -212,18 +237,7 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 			if err != nil {
 				return err
 			}
-			var p db.GPUSliceInsertManyParams
 			p.NodeID = node.ID
-			for _, g := range inv {
-				for _, s := range g.Slices {
-					p.GPUs = append(p.GPUs, int32(g.Index))
-					p.Slices = append(p.Slices, int32(s.Index))
-					p.GPUTypes = append(p.GPUTypes, g.Type)
-					p.Profiles = append(p.Profiles, s.Profile)
-					mem, _ := sliceMemoryMB(s.Profile)
-					p.MemoryMBs = append(p.MemoryMBs, int32(mem))
-				}
-			}
 			if err := q.GPUSliceInsertMany(ctx, p); err != nil {
 				return err
 			}

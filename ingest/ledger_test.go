@@ -19,6 +19,7 @@ import (
 	"modelplane/busapi"
 	"modelplane/ingest"
 	"modelplane/internal/chtest"
+	"modelplane/internal/kubetest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	chtest.Stop()
 	pgtest.Stop()
+	kubetest.StopShared(code)
 	os.Exit(code)
 }
 

@@ -2,9 +2,18 @@
 DELETE FROM gpu_slices WHERE node_id = @node_id;
 
 -- name: GPUSliceInsertMany :exec
+-- A slice the node already has (kept by GPUSliceDeleteChanged) stays.
 INSERT INTO gpu_slices (node_id, gpu, slice, gpu_type, profile, memory_mb)
 SELECT @node_id, unnest(@gpus::int[]), unnest(@slices::int[]), unnest(@gpu_types::text[]),
-       unnest(@profiles::text[]), unnest(@memory_mbs::int[]);
+       unnest(@profiles::text[]), unnest(@memory_mbs::int[])
+ON CONFLICT (node_id, gpu, slice) DO NOTHING;
+
+-- name: GPUSliceDeleteChanged :exec
+-- The node's slices its new inventory (the arrays) does not have alike:
+-- gone, or of another type or profile. Their allocations go with them.
+DELETE FROM gpu_slices s
+WHERE s.node_id = @node_id AND (s.gpu, s.slice, s.gpu_type, s.profile) NOT IN (
+    SELECT unnest(@gpus::int[]), unnest(@slices::int[]), unnest(@gpu_types::text[]), unnest(@profiles::text[]));
 
 -- name: GPUSliceListReady :many
 SELECT n.name AS node, s.gpu, s.slice, s.gpu_type, s.profile, s.memory_mb,

@@ -66,6 +66,16 @@ RETURNING r.name, r.endpoint_id;
 -- name: ReplicaDeleteByNode :exec
 DELETE FROM replicas WHERE node_id = @node_id;
 
+-- name: ReplicaDeleteOnChangedSlices :exec
+-- The node's replicas holding a slice its new inventory (the arrays) does
+-- not have alike; those whose slices are all still there keep them.
+DELETE FROM replicas r
+WHERE r.node_id = @node_id AND EXISTS (
+    SELECT 1 FROM allocations a
+    JOIN gpu_slices s ON s.node_id = a.node_id AND s.gpu = a.gpu AND s.slice = a.slice
+    WHERE a.replica_id = r.id AND (s.gpu, s.slice, s.gpu_type, s.profile) NOT IN (
+        SELECT unnest(@gpus::int[]), unnest(@slices::int[]), unnest(@gpu_types::text[]), unnest(@profiles::text[])));
+
 -- name: ReplicaObserve :many
 UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, failures = u.failures, updated_at = now()
 FROM (SELECT unnest(@names::text[]) AS name, unnest(@states::text[]) AS state,

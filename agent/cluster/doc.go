@@ -1,10 +1,13 @@
 // Package cluster is the agent's kubernetes driver: it runs the replicas
 // of a pool, a Kubernetes cluster with the NVIDIA GPU operator, as pods
-// (agent.Driver, agent.PoolDriver, agent.QuotaSetter). DESIGN.md section
+// (agent.Driver, agent.PoolDriver, agent.InventorySource, agent.QuotaSetter). DESIGN.md section
 // 22; docs/kubernetes.md, "The cluster agent".
 //
 // It owns:
-//   - the pool's inventory read from the nodes (ReadInventory): whole
+//   - the pool's inventory read from the nodes (ReadInventory) and
+//     followed by a watch of them (PoolInventory, agent.InventorySource):
+//     a node added, cordoned, NotReady, removed or relaid out counts at
+//     the agent's next heartbeat; whole
 //     GPUs and MIG slices from allocatable nvidia.com/gpu and
 //     nvidia.com/mig-<profile>, typed from the operator's product and
 //     memory labels, or the cores and memory of the nodes without GPUs.

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,8 +60,9 @@ type Config struct {
 	Pool string
 	// Kind is KindGPU or KindCPU.
 	Kind string
-	// Inventory is the pool's capacity (ReadInventory); the driver reads
-	// the GPU types' product labels from it for node affinity.
+	// Inventory is the pool's capacity at start (ReadInventory); the
+	// driver then follows the nodes (PoolInventory), and reads the GPU
+	// types' product labels for node affinity from what it follows.
 	Inventory Inventory
 	// FieldManager is the server-side apply field manager; "" is
 	// DefaultFieldManager-<pool>.
@@ -84,7 +86,7 @@ type Config struct {
 	GatewaySelector map[string]string
 	AgentSelector   map[string]string
 	// NodeSelector keeps the pool's pods on nodes with these labels (and
-	// ReadInventory's caller lists only those nodes); nil is every node.
+	// the driver counts only those nodes); nil is every node.
 	NodeSelector map[string]string
 	// Port is the runtime's container port.
 	Port int
@@ -152,18 +154,27 @@ type Driver struct {
 	// nsFactory watches the team namespaces this pool uses, which carry
 	// the pool's own label (namespaces are shared between pools).
 	nsFactory informers.SharedInformerFactory
-	pods      corelisters.PodLister
-	secrets   corelisters.SecretLister
-	accounts  corelisters.ServiceAccountLister
-	ns        corelisters.NamespaceLister
-	quotas    corelisters.ResourceQuotaLister
-	policies  netlisters.NetworkPolicyLister
-	synced    []cache.InformerSynced
+	// nodeFactory watches the pool's nodes (NodeSelector) for its
+	// inventory.
+	nodeFactory informers.SharedInformerFactory
+	nodes       corelisters.NodeLister
+	pods        corelisters.PodLister
+	secrets     corelisters.SecretLister
+	accounts    corelisters.ServiceAccountLister
+	ns          corelisters.NamespaceLister
+	quotas      corelisters.ResourceQuotaLister
+	policies    netlisters.NetworkPolicyLister
+	synced      []cache.InformerSynced
 
 	wake chan struct{}
 
 	mu       sync.Mutex
 	replicas map[string]*replica
+	// inv is the pool's inventory, recomputed at each change of a node.
+	inv Inventory
+	// following serializes follow's list and store, so that an older
+	// list never overwrites a newer one.
+	following sync.Mutex
 	// quotas are the teams' quotas as ResourceQuota hard limits, by team.
 	teamQuota map[string]corev1.ResourceList
 
@@ -191,7 +202,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, errors.New("cluster driver: modelplane's image is required (the init container and the built-in runtime run it)")
 	}
 	d := &Driver{cfg: cfg, log: cfg.Log.With(slog.String("pool", cfg.Pool)), wake: make(chan struct{}, 1),
-		replicas: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}}
+		replicas: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}, inv: cfg.Inventory}
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelPool: labelValue(cfg.Pool)}).String()
 	d.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
@@ -215,6 +226,20 @@ func New(cfg Config) (*Driver, error) {
 		}
 		d.synced = append(d.synced, inf.HasSynced)
 	}
+	d.nodeFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(cfg.NodeSelector).String()
+		}))
+	nodeInformer := d.nodeFactory.Core().V1().Nodes()
+	d.nodes = nodeInformer.Lister()
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { d.follow() },
+		UpdateFunc: func(_, _ any) { d.follow() },
+		DeleteFunc: func(any) { d.follow() },
+	}); err != nil {
+		return nil, fmt.Errorf("cluster driver: %w", err)
+	}
+	d.synced = append(d.synced, nodeInformer.Informer().HasSynced)
 	return d, nil
 }
 
@@ -226,10 +251,12 @@ func (d *Driver) Watch(ctx context.Context) error {
 	d.cancel = cancel
 	d.factory.Start(rctx.Done())
 	d.nsFactory.Start(rctx.Done())
+	d.nodeFactory.Start(rctx.Done())
 	if !cache.WaitForCacheSync(rctx.Done(), d.synced...) {
 		cancel()
 		return errors.New("cluster driver: watches did not sync")
 	}
+	d.follow()
 	d.done = make(chan struct{})
 	go d.loop(rctx)
 	return nil
@@ -245,6 +272,7 @@ func (d *Driver) Close() {
 		}
 		d.factory.Shutdown()
 		d.nsFactory.Shutdown()
+		d.nodeFactory.Shutdown()
 	})
 }
 
@@ -272,6 +300,51 @@ func (d *Driver) loop(ctx context.Context) {
 			d.log.Warn("resync", slog.String("error", err.Error()))
 		}
 	}
+}
+
+// follow recomputes the pool's inventory from the watched nodes: a node
+// added or back counts, one cordoned, not Ready or removed no longer
+// does, a MIG relayout counts as its new slices. The agent reports it at
+// its next heartbeat (PoolInventory). A node the driver cannot read (a
+// GPU node without the operator's labels) is left out and logged.
+func (d *Driver) follow() {
+	d.following.Lock()
+	defer d.following.Unlock()
+	list, err := d.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	nodes := make([]corev1.Node, len(list))
+	for i, n := range list {
+		nodes[i] = *n
+	}
+	inv, bad := readInventory(nodes, d.cfg.Kind)
+	for _, err := range bad {
+		d.log.Warn("node left out of the pool", slog.String("error", err.Error()))
+	}
+	d.mu.Lock()
+	d.inv = inv
+	d.mu.Unlock()
+}
+
+// current is the pool's inventory as last followed.
+func (d *Driver) current() Inventory {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inv
+}
+
+// PoolInventory is the pool's capacity now (agent.InventorySource): the
+// schedulable, Ready nodes' allocatable GPUs and MIG slices, or cores and
+// memory, as ReadInventory counts them.
+func (d *Driver) PoolInventory() (gpus []busapi.GPU, cpuCores, memoryMB int) {
+	inv := d.current()
+	gpus = make([]busapi.GPU, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		g.Slices = slices.Clone(g.Slices)
+		gpus[i] = g
+	}
+	return gpus, inv.CPUCores, inv.MemoryMB
 }
 
 // Writes counts the applies and deletes the driver sent since New.
@@ -354,6 +427,9 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 	d.mu.Unlock()
 	r := &replica{d: d, spec: spec, hash: h, ns: Namespace(d.cfg.NamespacePrefix, spec.Team),
 		pod: dnsLabel(spec.ID, 57) + "-" + randHex(2)}
+	if len(spec.Slots) > 0 {
+		r.products = slices.Clone(d.current().Products[strings.ToUpper(spec.GPUType)])
+	}
 	if _, err := d.desired(r); err != nil {
 		return nil, err
 	}
@@ -384,7 +460,7 @@ func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, _ string) (
 		if p.Annotations[AnnotationSpec] != h || p.DeletionTimestamp != nil || terminal(p) {
 			continue
 		}
-		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name}
+		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name, products: podProducts(p)}
 		d.mu.Lock()
 		d.replicas[spec.ID] = r
 		d.mu.Unlock()
@@ -438,6 +514,21 @@ func (d *Driver) forget(ctx context.Context, r *replica) error {
 	d.wrote()
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete version objects: %w", err)
+	}
+	return nil
+}
+
+// podProducts are the GPU product labels pod p's node affinity names.
+func podProducts(p *corev1.Pod) []string {
+	if p.Spec.Affinity == nil || p.Spec.Affinity.NodeAffinity == nil || p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	for _, t := range p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range t.MatchExpressions {
+			if e.Key == LabelGPUProduct {
+				return slices.Clone(e.Values)
+			}
+		}
 	}
 	return nil
 }

@@ -76,11 +76,30 @@ func GPUType(labels map[string]string) string {
 
 // ReadInventory sums the schedulable nodes' allocatable resources into a
 // pool of kind KindGPU or KindCPU. A node cordoned or not Ready is left
-// out; it comes back at the agent's next start.
+// out; the driver's watch of the nodes (Driver.PoolInventory) counts it
+// again once it is back.
 func ReadInventory(nodes []corev1.Node, kind string) (Inventory, error) {
-	inv := Inventory{Products: map[string][]string{}}
+	inv, bad := readInventory(nodes, kind)
+	if len(bad) > 0 {
+		return Inventory{}, bad[0]
+	}
+	if kind == KindCPU && inv.CPUCores == 0 {
+		return Inventory{}, fmt.Errorf("no schedulable CPU node (one without the %s label) in the cluster", LabelGPUPresent)
+	}
+	if kind == KindGPU && len(inv.GPUs) == 0 {
+		return Inventory{}, fmt.Errorf("no schedulable node with allocatable %s or %s* in the cluster", ResourceGPU, ResourceMIGPrefix)
+	}
+	return inv, nil
+}
+
+// readInventory is ReadInventory's sum, which leaves out each node it
+// cannot read (returned as bad) and may be empty: a pool whose last node
+// was drained has no capacity until one comes back.
+func readInventory(nodes []corev1.Node, kind string) (inv Inventory, bad []error) {
+	inv = Inventory{Products: map[string][]string{}}
 	var gpuSpecs, migSpecs []string
 	gpuIndex := 0
+	nodes = slices.Clone(nodes)
 	slices.SortFunc(nodes, func(a, b corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if n.Spec.Unschedulable || !nodeReady(n) {
@@ -111,7 +130,8 @@ func ReadInventory(nodes []corev1.Node, kind string) (Inventory, error) {
 			continue
 		}
 		if typ == "" {
-			return Inventory{}, fmt.Errorf("node %s has GPUs but no GPU type: label it %s (and %s) as the GPU operator does", n.Name, LabelGPUProduct, LabelGPUMemory)
+			bad = append(bad, fmt.Errorf("node %s has GPUs but no GPU type: label it %s (and %s) as the GPU operator does", n.Name, LabelGPUProduct, LabelGPUMemory))
+			continue
 		}
 		if p := n.Labels[LabelGPUProduct]; !slices.Contains(inv.Products[typ], p) {
 			inv.Products[typ] = append(inv.Products[typ], p)
@@ -126,24 +146,18 @@ func ReadInventory(nodes []corev1.Node, kind string) (Inventory, error) {
 			gpuIndex++
 		}
 	}
-	if kind == KindCPU {
-		if inv.CPUCores == 0 {
-			return Inventory{}, fmt.Errorf("no schedulable CPU node (one without the %s label) in the cluster", LabelGPUPresent)
-		}
-		return inv, nil
-	}
-	if len(gpuSpecs) == 0 {
-		return Inventory{}, fmt.Errorf("no schedulable node with allocatable %s or %s* in the cluster", ResourceGPU, ResourceMIGPrefix)
+	if kind == KindCPU || len(gpuSpecs) == 0 {
+		return inv, bad
 	}
 	gpus, err := agent.ParseInventory(gpuSpecs, strings.Join(migSpecs, ","))
 	if err != nil {
-		return Inventory{}, fmt.Errorf("cluster inventory: %w", err)
+		return Inventory{Products: map[string][]string{}}, append(bad, fmt.Errorf("cluster inventory: %w", err))
 	}
 	inv.GPUs = gpus
 	for _, ps := range inv.Products {
 		slices.Sort(ps)
 	}
-	return inv, nil
+	return inv, bad
 }
 
 func nodeReady(n corev1.Node) bool {

@@ -219,7 +219,7 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 			WithSecurityContext(secure()))
 	}
 	ps.WithAffinity(applycorev1.Affinity().WithNodeAffinity(applycorev1.NodeAffinity().
-		WithRequiredDuringSchedulingIgnoredDuringExecution(applycorev1.NodeSelector().WithNodeSelectorTerms(d.nodeTerm(spec)))))
+		WithRequiredDuringSchedulingIgnoredDuringExecution(applycorev1.NodeSelector().WithNodeSelectorTerms(d.nodeTerm(spec, r.products)))))
 	return ps, nil
 }
 
@@ -229,8 +229,9 @@ func secure() *applycorev1.SecurityContextApplyConfiguration {
 }
 
 // nodeTerm keeps a GPU replica on nodes of its GPU type (the operator's
-// product labels) and a CPU replica off GPU nodes.
-func (d *Driver) nodeTerm(spec busapi.ReplicaSpec) *applycorev1.NodeSelectorTermApplyConfiguration {
+// product labels, as the replica's pod was first made with: a pod's
+// affinity cannot change) and a CPU replica off GPU nodes.
+func (d *Driver) nodeTerm(spec busapi.ReplicaSpec, products []string) *applycorev1.NodeSelectorTermApplyConfiguration {
 	t := applycorev1.NodeSelectorTerm()
 	keys := make([]string, 0, len(d.cfg.NodeSelector))
 	for k := range d.cfg.NodeSelector {
@@ -243,7 +244,6 @@ func (d *Driver) nodeTerm(spec busapi.ReplicaSpec) *applycorev1.NodeSelectorTerm
 	if len(spec.Slots) == 0 {
 		return t.WithMatchExpressions(applycorev1.NodeSelectorRequirement().WithKey(LabelGPUPresent).WithOperator(corev1.NodeSelectorOpDoesNotExist))
 	}
-	products := d.cfg.Inventory.Products[strings.ToUpper(spec.GPUType)]
 	if len(products) == 0 {
 		products = []string{"none"} // no node of that type: the scheduler says so
 	}
@@ -275,7 +275,7 @@ func (d *Driver) hardLimits(lim map[string]float64) corev1.ResourceList {
 	}
 	gpus := 0.0
 	seen := false
-	for typ := range d.cfg.Inventory.Products {
+	for typ := range d.current().Products {
 		for r, v := range lim {
 			if strings.EqualFold(r, typ) {
 				gpus += v

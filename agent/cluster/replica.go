@@ -28,6 +28,9 @@ type replica struct {
 	hash string
 	ns   string
 	pod  string
+	// products are the GPU product labels its pod's node affinity names:
+	// the pool's of its type when the pod was made.
+	products []string
 
 	mu sync.Mutex
 	// gone is set once the pod was deleted or ended (evicted): the

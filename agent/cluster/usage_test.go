@@ -9,8 +9,6 @@ import (
 
 	"github.com/coder/quartz"
 	"github.com/nats-io/nats.go/jetstream"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"modelplane/agent"
 	"modelplane/agent/cluster"
@@ -28,15 +26,15 @@ import (
 func TestUsageIsMeteredOnlyForPodsOnANode(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
-	// The node has one 1g.10gb slice; the pool claims seven, so the
-	// second replica is the scheduler's to refuse.
-	d, nodes := pool(t, c, cluster.KindGPU, kubetest.Node{GPUProduct: "NVIDIA-A100-SXM4-80GB", GPUMemoryMiB: 81920, MIG: map[string]int{"1g.10gb": 1}})
-	claimed := nodes[0].DeepCopy()
-	claimed.Status.Allocatable["nvidia.com/mig-1g.10gb"] = resource.MustParse("7")
-	inv, err := cluster.ReadInventory([]corev1.Node{*claimed}, cluster.KindGPU)
+	// The node has two 1g.10gb slices and someone else's pod holds one,
+	// so the second replica is the scheduler's to refuse (the agent, which
+	// counts the pool's two slices, lets it through).
+	d, nodes := pool(t, c, cluster.KindGPU, kubetest.Node{GPUProduct: "NVIDIA-A100-SXM4-80GB", GPUMemoryMiB: 81920, MIG: map[string]int{"1g.10gb": 2}})
+	inv, err := cluster.ReadInventory(nodes, cluster.KindGPU)
 	if err != nil {
 		t.Fatal(err)
 	}
+	squat(t, c, "1g.10gb", 1)
 	_, nc := natstest.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -57,13 +55,20 @@ func TestUsageIsMeteredOnlyForPodsOnANode(t *testing.T) {
 	t.Cleanup(a.Stop)
 	placed, refused := migSpec("fraud-v1-r1", 0), migSpec("fraud-v1-r2", 1)
 	placed.Slots, refused.Slots = []busapi.Slot{{GPU: 0, Slice: 0}}, []busapi.Slot{{GPU: 0, Slice: 1}}
-	desired, _ := json.Marshal(busapi.Desired{Node: "pool-" + uniq(t), Generation: 1, Replicas: []busapi.ReplicaSpec{placed, refused}})
 	kv, err := js.KeyValue(ctx, busapi.BucketDesired)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, "pool-"+uniq(t), desired); err != nil {
-		t.Fatal(err)
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	// The placed replica first, so that it is the one the scheduler binds.
+	for gen, reps := range [][]busapi.ReplicaSpec{{placed}, {placed, refused}} {
+		desired, _ := json.Marshal(busapi.Desired{Node: "pool-" + uniq(t), Generation: int64(gen + 1), Replicas: reps})
+		if _, err := kv.Put(ctx, "pool-"+uniq(t), desired); err != nil {
+			t.Fatal(err)
+		}
+		if gen == 0 {
+			c.WaitScheduled(t, ns, podOf(t, c, placed, d).Name)
+		}
 	}
 
 	var st busapi.NodeStatus
@@ -76,7 +81,6 @@ func TestUsageIsMeteredOnlyForPodsOnANode(t *testing.T) {
 		}
 		return false
 	}, "the refused replica was never reported failed: %v", wait.Show(func() any { return st.Replicas }))
-	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
 	c.MarkRunning(t, c.WaitScheduled(t, ns, podOf(t, c, placed, d).Name), "")
 	wait.Eventually(t, time.Minute, func() bool { return a.Counters().BatchesAcked >= 3 }, "no usage acknowledged")
 
