@@ -178,7 +178,7 @@ func TestTLSSettingsAreValidated(t *testing.T) {
 	certFile, keyFile := ca.Server(t, "x").Write(t)
 	base := func() GatewayConfig {
 		return GatewayConfig{Addr: ":1", AdminAddr: "127.0.0.1:2", NATS: bus.ClientConfig{URL: "nats://x", Creds: certFile}, StateDir: "s",
-			MaxBodyBytes: 1, Timeout: 1, StallTimeout: 1, ReadTimeout: 1, StatsInterval: 1, ShadowWorkers: 1, EjectCooldown: 1, LogLevel: "info"}
+			MaxBodyBytes: 1, Timeout: 1, StallTimeout: 1, ReadTimeout: 1, StatsInterval: 1, ShadowWorkers: 1, EjectCooldown: 1, QuotaGateways: 1, LogLevel: "info"}
 	}
 	for _, tc := range []struct {
 		name string
