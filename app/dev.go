@@ -250,7 +250,13 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc, Clock: clock,
+	// The demo is seeded before the fleet starts; its first placement
+	// waits (up to a minute) for every dev node to report, so the demo's
+	// replicas land where they would on a running fleet (support-chat on
+	// its MIG slice) rather than on the first node to report.
+	fleetNodes, holdUntil := cfg.SimNodes+cfg.CPUNodes, time.Now().Add(time.Minute)
+	hold := func(nodes int) bool { return nodes < fleetNodes && time.Now().Before(holdUntil) }
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc, Clock: clock, HoldPlacement: hold,
 		SecretKeys: keys, Alertmanager: cfg.AlertmanagerURL,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},

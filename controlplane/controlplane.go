@@ -79,6 +79,8 @@ type Config struct {
 	// DefaultQuota caps every team without a quota of its own of a
 	// resource (fleet.Options.DefaultQuota); nil: such teams are uncapped.
 	DefaultQuota map[string]float64
+	// HoldPlacement is fleet.Options.HoldPlacement (nil: never held).
+	HoldPlacement func(nodes int) bool
 	// AutoscaleInterval is how often the leader evaluates every endpoint's
 	// replica count (zero: autoscaler.DefaultInterval).
 	AutoscaleInterval time.Duration
@@ -183,7 +185,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Registry:  registry.New(st.Pool, store, artifact.Limits{MaxTotalBytes: cfg.MaxUploadBytes, MaxFileBytes: cfg.MaxUploadBytes}).WithEgress(cfg.Egress).WithClock(clock),
 		Endpoints: endpoint.New(st.Pool),
 		Fleet: fleet.New(st.Pool, fleet.Options{Clock: clock, Log: cfg.Log, WakeGrace: cfg.WakeGrace,
-			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota}),
+			RequireAttestation: cfg.RequireAttestation, DefaultQuota: cfg.DefaultQuota, HoldPlacement: cfg.HoldPlacement}),
 		Attestations: trust.NewAttestations(st.Pool, clock),
 		Quotas:       quota.New(st.Pool, clock),
 		Rates:        billing.NewBook(st.Pool, clock),

@@ -521,6 +521,8 @@ type Fleet struct {
 	requireAttestation bool
 	// defaultQuota is Options.DefaultQuota.
 	defaultQuota map[string]float64
+	// holdPlacement is Options.HoldPlacement.
+	holdPlacement func(nodes int) bool
 	// trust counts what the fleet refused to believe (package trust).
 	trust trust.Metrics
 	// coldStart is the replicas' measured cold starts (coldstart.go).
@@ -545,6 +547,12 @@ type Options struct {
 	// resource (resource → amount, as quota.Quota.Amount counts it); nil:
 	// such teams are uncapped.
 	DefaultQuota map[string]float64
+	// HoldPlacement, when set, is asked before each pass places replicas
+	// with the number of nodes known; true leaves placing to a later pass.
+	// `modelplane dev` holds its first placement until its whole fleet has
+	// reported, so that the demo's replicas land where they would on a
+	// running fleet rather than on the first node to report.
+	HoldPlacement func(nodes int) bool
 }
 
 // New returns a Fleet over the database in pool.
@@ -555,7 +563,7 @@ func New(pool *pgxpool.Pool, o Options) *Fleet {
 	if o.WakeGrace <= 0 {
 		o.WakeGrace = DefaultWakeGrace
 	}
-	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, defaultQuota: o.DefaultQuota, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
+	return &Fleet{pool: pool, log: o.Log, clock: o.Clock, wakeGrace: o.WakeGrace, requireAttestation: o.RequireAttestation, defaultQuota: o.DefaultQuota, holdPlacement: o.HoldPlacement, trust: trust.NewMetrics(), coldStart: newColdStartMetric()}
 }
 
 func (f *Fleet) now() time.Time { return f.clock.Now() }

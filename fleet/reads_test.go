@@ -115,3 +115,24 @@ func TestReconcileReadsEachListOnce(t *testing.T) {
 		t.Errorf("node-b desired %+v, want chat-ep's replica with its token", d.Replicas)
 	}
 }
+
+// TestHoldPlacementWaitsForTheFleet: while HoldPlacement says hold, a pass
+// places nothing; once it lets go (here: both nodes reported), the next
+// pass places every replica, on the slices the whole fleet offers.
+func TestHoldPlacementWaitsForTheFleet(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	held := fleet.New(f.pool, fleet.Options{Clock: f.clock, HoldPlacement: func(nodes int) bool { return nodes < 2 }})
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 2)
+	f.heartbeat(t, "node-b", gpus(0, 2, "H100-80GB", nil))
+	if p, err := held.Reconcile(t.Context(), f.start); err != nil || p.Placed != 0 {
+		t.Fatalf("held pass placed %d (%v), want 0", p.Placed, err)
+	}
+	f.heartbeat(t, "node-a", gpus(0, 2, "A100-80GB", seven1g()))
+	if p, err := held.Reconcile(t.Context(), f.start); err != nil || p.Placed != 2 {
+		t.Fatalf("pass with the whole fleet placed %d (%v), want 2", p.Placed, err)
+	}
+	if d := f.desired(t, "node-a"); len(d.Replicas) != 2 {
+		t.Errorf("node-a desired %d replicas, want fraud-ep's 2 on its MIG slices", len(d.Replicas))
+	}
+}

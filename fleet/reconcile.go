@@ -155,9 +155,13 @@ func (f *Fleet) Reconcile(ctx context.Context, watchingSince time.Time) (Pass, e
 			}
 			pass.Removed += len(removeIDs)
 		}
-		errs, placed, err := f.placeMissing(ctx, q, nodes, demand, want, keep, lim, &pass)
-		if err != nil {
-			return err
+		var errs map[int64]string
+		var placed []int64
+		if f.holdPlacement == nil || !f.holdPlacement(len(nodes)) {
+			errs, placed, err = f.placeMissing(ctx, q, nodes, demand, want, keep, lim, &pass)
+			if err != nil {
+				return err
+			}
 		}
 		if err := lim.finish(ctx, q, demand, errs, notes, f.now()); err != nil {
 			return err
