@@ -127,38 +127,23 @@ if $ort_want; then
   mv "$ort_lib.tmp" "$ort_lib"
 fi
 
-if $openai_want; then
-  echo "installing the npm openai package $openai_version into $openai_dir"
+# npm_install DIR PACKAGE@VERSION installs one npm package into DIR, beside
+# it first and then renamed, so that an interrupted install never leaves a
+# half package where a test looks; with a private npm cache, so nothing
+# stays in ~/.npm.
+npm_install() {
+  echo "installing the npm package $2 into $1"
+  local npm_tmp
   npm_tmp="$(mktemp -d)"
-  # Installed beside the final place and renamed, so that an interrupted
-  # install never leaves a half package where the test looks; a private npm
-  # cache, so nothing stays in ~/.npm.
-  rm -rf "$openai_dir.tmp"
-  mkdir -p "$openai_dir.tmp"
-  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$openai_dir.tmp" "openai@$openai_version" >/dev/null
-  rm -rf "$npm_tmp" "$openai_dir"
-  mv "$openai_dir.tmp" "$openai_dir"
-fi
-
-if $hftok_want; then
-  echo "installing the npm @huggingface/tokenizers package $hftok_version into $hftok_dir"
-  npm_tmp="$(mktemp -d)"
-  rm -rf "$hftok_dir.tmp"
-  mkdir -p "$hftok_dir.tmp"
-  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$hftok_dir.tmp" "@huggingface/tokenizers@$hftok_version" >/dev/null
-  rm -rf "$npm_tmp" "$hftok_dir"
-  mv "$hftok_dir.tmp" "$hftok_dir"
-fi
-
-if $redocly_want; then
-  echo "installing the npm @redocly/cli package $redocly_version into $redocly_dir"
-  npm_tmp="$(mktemp -d)"
-  rm -rf "$redocly_dir.tmp"
-  mkdir -p "$redocly_dir.tmp"
-  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$redocly_dir.tmp" "@redocly/cli@$redocly_version" >/dev/null
-  rm -rf "$npm_tmp" "$redocly_dir"
-  mv "$redocly_dir.tmp" "$redocly_dir"
-fi
+  rm -rf "$1.tmp"
+  mkdir -p "$1.tmp"
+  npm install --silent --no-audit --no-fund --cache "$npm_tmp/npm-cache" --prefix "$1.tmp" "$2" >/dev/null
+  rm -rf "$npm_tmp" "$1"
+  mv "$1.tmp" "$1"
+}
+if $openai_want; then npm_install "$openai_dir" "openai@$openai_version"; fi
+if $hftok_want; then npm_install "$hftok_dir" "@huggingface/tokenizers@$hftok_version"; fi
+if $redocly_want; then npm_install "$redocly_dir" "@redocly/cli@$redocly_version"; fi
 
 # The Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager) that internal/kubetest runs the kubernetes
