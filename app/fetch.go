@@ -117,14 +117,7 @@ func RunFetch(ctx context.Context, c FetchConfig) error {
 	}
 	p, err := fc.Prepare(ctx, spec)
 	if err != nil {
-		msg := fmt.Errorf("prepare model files: %w", err)
-		// Kubernetes mounts the file in a container; elsewhere there is none
-		// to write.
-		if f, err := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); err == nil {
-			_, _ = f.WriteString(msg.Error())
-			_ = f.Close()
-		}
-		return msg
+		return terminate(fmt.Errorf("prepare model files: %w", err))
 	}
 	rel, err := filepath.Rel(c.Dir, p.Dir)
 	if err != nil {
@@ -140,10 +133,24 @@ func RunFetch(ctx context.Context, c FetchConfig) error {
 		// container mounts at the same place.
 		v := catalog.Vars{Model: c.TritonModel, ModelDir: link}
 		if _, err := triton.WriteRepository(filepath.Join(c.Dir, "repository"), v, spec.Settings, c.GPUs); err != nil {
-			return err
+			// A version without a model file Triton serves: the reason the
+			// replica reports.
+			return terminate(fmt.Errorf("triton model repository: %w", err))
 		}
 	}
 	log.Info("model files ready", slog.String("replica", c.Replica), slog.String("dir", link),
 		slog.Int("fetched", p.Fetched), slog.Int64("download_ms", p.Download.Milliseconds()), slog.Int64("verify_ms", p.Verify.Milliseconds()))
 	return nil
+}
+
+// terminate writes err as the container's termination message, which the
+// cluster agent reports as the replica's reason, and returns it.
+// Kubernetes mounts the file in a container; elsewhere there is none to
+// write.
+func terminate(err error) error {
+	if f, ferr := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+		_, _ = f.WriteString(err.Error())
+		_ = f.Close()
+	}
+	return err
 }
