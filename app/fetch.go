@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"modelplane/agent/cache"
+	"modelplane/agent/catalog"
+	"modelplane/agent/triton"
 	"modelplane/artifact"
 	"modelplane/busapi"
 	"modelplane/egress"
@@ -34,7 +36,13 @@ type FetchConfig struct {
 	Dir string
 	// Settings are the runtime's settings (busapi.ReplicaSpec.Settings),
 	// written into the directory as the node agent writes them.
-	Settings            string
+	Settings string
+	// TritonModel, when set, makes the command also lay out Triton's model
+	// repository serving the version under that name in Dir/repository,
+	// as the process driver does on a node (package triton), for a
+	// replica that sees GPUs GPUs.
+	TritonModel         string
+	GPUs                int
 	EgressAllowLoopback bool
 	LogLevel            string
 }
@@ -49,6 +57,8 @@ func (c *FetchConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Replica, "replica", env("MP_REPLICA_ID", ""), "the replica's id (MP_REPLICA_ID)")
 	fs.StringVar(&c.Dir, "dir", "/models", "the pod's model volume; the directory is linked as DIR/model")
 	fs.StringVar(&c.Settings, "settings", "", "the runtime's settings as JSON, written beside the files")
+	fs.StringVar(&c.TritonModel, "triton-model", "", "lay out Triton's model repository for this model in DIR/repository")
+	fs.IntVar(&c.GPUs, "gpus", 0, "GPUs the replica sees, for Triton's instance group (with --triton-model)")
 	loop := env("MP_AGENT_EGRESS_ALLOW_LOOPBACK", "") == "true"
 	fs.BoolVar(&c.EgressAllowLoopback, "egress-allow-loopback", loop, "let downloads reach a control plane on a loopback address (MP_AGENT_EGRESS_ALLOW_LOOPBACK)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
@@ -74,6 +84,12 @@ func (c FetchConfig) Validate() error {
 	}
 	if c.Settings != "" && !json.Valid([]byte(c.Settings)) {
 		errs = append(errs, errors.New("--settings is not JSON"))
+	}
+	if c.GPUs < 0 {
+		errs = append(errs, fmt.Errorf("--gpus %d is negative", c.GPUs))
+	}
+	if c.GPUs > 0 && c.TritonModel == "" {
+		errs = append(errs, errors.New("--gpus needs --triton-model"))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("MP_LOG_LEVEL (--log-level) %w", err))
@@ -101,14 +117,7 @@ func RunFetch(ctx context.Context, c FetchConfig) error {
 	}
 	p, err := fc.Prepare(ctx, spec)
 	if err != nil {
-		msg := fmt.Errorf("prepare model files: %w", err)
-		// Kubernetes mounts the file in a container; elsewhere there is none
-		// to write.
-		if f, err := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); err == nil {
-			_, _ = f.WriteString(msg.Error())
-			_ = f.Close()
-		}
-		return msg
+		return terminate(fmt.Errorf("prepare model files: %w", err))
 	}
 	rel, err := filepath.Rel(c.Dir, p.Dir)
 	if err != nil {
@@ -119,7 +128,29 @@ func RunFetch(ctx context.Context, c FetchConfig) error {
 	if err := os.Symlink(rel, link); err != nil {
 		return fmt.Errorf("link model directory: %w", err)
 	}
+	if c.TritonModel != "" {
+		// The link's target is the volume's own path, which the runtime
+		// container mounts at the same place.
+		v := catalog.Vars{Model: c.TritonModel, ModelDir: link}
+		if _, err := triton.WriteRepository(filepath.Join(c.Dir, "repository"), v, spec.Settings, c.GPUs); err != nil {
+			// A version without a model file Triton serves: the reason the
+			// replica reports.
+			return terminate(fmt.Errorf("triton model repository: %w", err))
+		}
+	}
 	log.Info("model files ready", slog.String("replica", c.Replica), slog.String("dir", link),
 		slog.Int("fetched", p.Fetched), slog.Int64("download_ms", p.Download.Milliseconds()), slog.Int64("verify_ms", p.Verify.Milliseconds()))
 	return nil
+}
+
+// terminate writes err as the container's termination message, which the
+// cluster agent reports as the replica's reason, and returns it.
+// Kubernetes mounts the file in a container; elsewhere there is none to
+// write.
+func terminate(err error) error {
+	if f, ferr := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+		_, _ = f.WriteString(err.Error())
+		_ = f.Close()
+	}
+	return err
 }

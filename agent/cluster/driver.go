@@ -386,14 +386,11 @@ func (d *Driver) Running() []agent.Replica {
 }
 
 // Runtimes lists the catalogue entries the driver can run: every one with
-// an image (the built-in runtime's is modelplane's own), less Triton, whose
-// model repository the init container does not build yet.
+// an image (the built-in runtime's is modelplane's own). Triton's model
+// repository is laid out by the init container.
 func (d *Driver) Runtimes() []string {
 	var out []string
 	for name, e := range d.cfg.Catalog {
-		if e.Name == catalog.Triton {
-			continue
-		}
 		if d.image(e) != "" {
 			out = append(out, name)
 		}

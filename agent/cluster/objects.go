@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,9 +121,6 @@ func (d *Driver) entry(spec busapi.ReplicaSpec) (catalog.Entry, error) {
 	if !ok {
 		return catalog.Entry{}, fmt.Errorf("%w %q (runtime %q)", catalog.ErrUnknown, name, rt)
 	}
-	if e.Name == catalog.Triton {
-		return catalog.Entry{}, fmt.Errorf("runtime %s does not run on the kubernetes driver yet: its model repository is built on a node", name)
-	}
 	if d.image(e) == "" {
 		return catalog.Entry{}, fmt.Errorf("catalogue entry %s has no image: set one with --kube-runtime-image %s=IMAGE", name, name)
 	}
@@ -135,9 +133,15 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	if err != nil {
 		return nil, err
 	}
+	triton := e.Name == catalog.Triton
+	if triton && !fetch {
+		return nil, fmt.Errorf("runtime %s needs the version's files: its model repository is laid out by the init container", e.Name)
+	}
 	modelDir := ModelsPath + "/model"
+	// Triton's model repository is the init container's, in the volume
+	// (ModelsPath/repository), with the arguments the process driver gives.
 	argv, err := e.Argv(catalog.Vars{Self: "modelplane", ModelDir: modelDir, Host: "0.0.0.0", Port: d.cfg.Port,
-		Threads: max(1, spec.CPUCores), Model: spec.Model, Replica: spec.ID, Endpoint: spec.Endpoint}, spec.Settings, len(spec.Slots))
+		Threads: max(1, spec.CPUCores), Model: spec.Model, Replica: spec.ID, Endpoint: spec.Endpoint, WorkDir: ModelsPath}, spec.Settings, len(spec.Slots))
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +211,9 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		args := []string{"fetch", "--manifest", spec.Manifest, "--replica", spec.ID, "--dir", ModelsPath}
 		if len(spec.Settings) > 0 {
 			args = append(args, "--settings", string(spec.Settings))
+		}
+		if triton {
+			args = append(args, "--triton-model", spec.Model, "--gpus", strconv.Itoa(len(spec.Slots)))
 		}
 		// A namespace quota on cores and memory needs every container to
 		// say what it takes; the fetch is light, and a pod's request is

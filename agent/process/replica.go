@@ -25,6 +25,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
+	"modelplane/agent/triton"
 	"modelplane/busapi"
 )
 
@@ -991,50 +992,19 @@ func (r *replica) logTail() string {
 }
 
 // writeRepository writes a Triton replica's model repository into its own
-// directory (v.WorkDir/repository, made afresh on each start): the
-// generated config.pbtxt beside version 1, a link to the version's files.
-// The runtime user reads it, so it is not private; it holds no secret.
-// It returns the repository's directory and what it wrote there, for the
-// replica's launch.
+// directory (v.WorkDir/repository; v.WorkDir is made afresh on each
+// start) with package triton, which the Kubernetes driver's init
+// container shares. It returns the repository's directory and what it
+// wrote there, for the replica's launch.
 func (r *replica) writeRepository(v catalog.Vars) (string, []busapi.LaunchFile, error) {
-	entries, err := os.ReadDir(v.ModelDir)
-	if err != nil {
-		return "", nil, fmt.Errorf("model repository: %w", err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	cfgs, links, err := catalog.TritonRepository(v, names, r.spec.Settings, len(r.spec.Slots))
-	if err != nil {
-		return "", nil, err
-	}
-	repo := filepath.Join(v.WorkDir, "repository")
 	if err := os.RemoveAll(v.WorkDir); err != nil {
 		return "", nil, fmt.Errorf("model repository: %w", err)
 	}
-	var files []busapi.LaunchFile
-	for rel, body := range cfgs {
-		p := filepath.Join(repo, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", nil, fmt.Errorf("model repository: %w", err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			return "", nil, fmt.Errorf("model repository: %w", err)
-		}
-		files = append(files, busapi.LaunchFile{Path: rel, Content: body})
+	repo := filepath.Join(v.WorkDir, "repository")
+	files, err := triton.WriteRepository(repo, v, r.spec.Settings, len(r.spec.Slots))
+	if err != nil {
+		return "", nil, err
 	}
-	for rel, target := range links {
-		p := filepath.Join(repo, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", nil, fmt.Errorf("model repository: %w", err)
-		}
-		if err := os.Symlink(target, p); err != nil {
-			return "", nil, fmt.Errorf("model repository: %w", err)
-		}
-		files = append(files, busapi.LaunchFile{Path: rel, Link: target})
-	}
-	slices.SortFunc(files, func(a, b busapi.LaunchFile) int { return strings.Compare(a.Path, b.Path) })
 	return repo, files, nil
 }
 
