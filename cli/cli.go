@@ -160,7 +160,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict.`,
 		return nil
 	}
 	root.AddCommand(a.modelsCmd(), a.versionsCmd(), a.endpointsCmd(), a.trafficCmd(), a.rolloutsCmd(), a.experimentsCmd(), a.keysCmd(),
-		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.contextCmd(), a.meCmd(), a.versionCmd(),
+		a.chargebackCmd(), a.driftCmd(), a.nodesCmd(), a.auditCmd(), a.predictCmd(), a.chatCmd(), a.contextCmd(), a.meCmd(), a.versionCmd(),
 		a.loginCmd(), a.logoutCmd())
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root

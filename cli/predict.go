@@ -34,29 +34,11 @@ row of the feature values in the model's feature_names order:
 			if err != nil {
 				return err
 			}
-			c, err := a.apiClient()
-			if err != nil {
-				return err
-			}
-			if c.t.gateway == "" {
-				return usagef("no gateway: set MP_GATEWAY (source .modelplane/dev.env), pass --gateway, or set the context's")
-			}
-			u := strings.TrimRight(c.t.gateway, "/") + "/v1/endpoints/" + esc(argv[0]) + "/predict"
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, u, bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+c.t.key)
-			req.Header.Set(buildinfo.Header, c.version)
-			resp, err := c.http.Do(req)
+			resp, err := a.gatewayPost(cmd, argv[0], "/predict", body)
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode >= 300 {
-				return readProblem(resp)
-			}
 			b, err := io.ReadAll(resp.Body)
 			if err != nil {
 				return err
@@ -70,4 +52,34 @@ row of the feature values in the model's feature_names order:
 	}
 	cmd.Flags().StringVarP(&data, "data", "d", "", "the request body: JSON, @file or @- for stdin")
 	return cmd
+}
+
+// gatewayPost POSTs body to the endpoint's path through the inference
+// gateway with the API key; an answer of 300 or more is returned as its
+// problem.
+func (a *app) gatewayPost(cmd *cobra.Command, endpoint, path string, body []byte) (*http.Response, error) {
+	c, err := a.apiClient()
+	if err != nil {
+		return nil, err
+	}
+	if c.t.gateway == "" {
+		return nil, usagef("no gateway: set MP_GATEWAY (source .modelplane/dev.env), pass --gateway, or set the context's")
+	}
+	u := strings.TrimRight(c.t.gateway, "/") + "/v1/endpoints/" + esc(endpoint) + path
+	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.t.key)
+	req.Header.Set(buildinfo.Header, c.version)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readProblem(resp)
+	}
+	return resp, nil
 }

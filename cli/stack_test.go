@@ -178,7 +178,15 @@ func (s *stack) startFraudGateway(t *testing.T) string {
 	}
 	replica := httptest.NewServer(rt.Handler())
 	t.Cleanup(replica.Close)
+	return s.gatewayTo(t, busapi.Route{Endpoint: "fraud-scoring", Team: "risk", Task: "classification", Generation: 1,
+		InputSchema: fraud.InputSchema(), FeatureNames: fraud.FeatureNames(),
+		Versions: []busapi.RouteVersion{{Name: v23.Name, Weight: 100, Replicas: []busapi.RouteReplica{{ID: "r-1", Addr: strings.TrimPrefix(replica.URL, "http://")}}}}})
+}
 
+// gatewayTo starts a real gateway whose only route is route, and which
+// knows risk's admin key; it returns the gateway's URL.
+func (s *stack) gatewayTo(t *testing.T, route busapi.Route) string {
+	t.Helper()
 	_, nc := natstest.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -195,10 +203,8 @@ func (s *stack) startFraudGateway(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, _ := json.Marshal(busapi.Route{Endpoint: "fraud-scoring", Team: "risk", Task: "classification", Generation: 1,
-		InputSchema: fraud.InputSchema(), FeatureNames: fraud.FeatureNames(),
-		Versions: []busapi.RouteVersion{{Name: v23.Name, Weight: 100, Replicas: []busapi.RouteReplica{{ID: "r-1", Addr: strings.TrimPrefix(replica.URL, "http://")}}}}})
-	if _, err := routes.Put(t.Context(), "fraud-scoring", rb); err != nil {
+	rb, _ := json.Marshal(route)
+	if _, err := routes.Put(t.Context(), route.Endpoint, rb); err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(s.keys["risk-admin"]))
