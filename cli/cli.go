@@ -45,10 +45,18 @@ type Env struct {
 }
 
 // nouns are the first words main hands to Run.
-var nouns = []string{"login", "logout", "models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "context", "completion", "me", "version"}
+var nouns = []string{"login", "logout", "models", "versions", "endpoints", "traffic", "rollouts", "experiments", "keys", "chargeback", "drift", "nodes", "audit", "predict", "chat", "context", "completion", "me", "version"}
 
-// Has reports whether word is a command of the client.
-func Has(word string) bool { return slices.Contains(nouns, word) }
+// globals are the client's flags that may come before its noun
+// (`modelplane --key K nodes list`).
+var globals = []string{"--api", "--key", "--gateway", "--tls-ca", "--context", "--output", "-o"}
+
+// Has reports whether word, the first of a command line, starts a command
+// of the client: one of its nouns or one of its global flags.
+func Has(word string) bool {
+	name, _, _ := strings.Cut(word, "=")
+	return slices.Contains(nouns, word) || slices.Contains(globals, name)
+}
 
 // usageError is a command line the client cannot make sense of: exit 2.
 type usageError struct{ err error }
