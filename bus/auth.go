@@ -423,6 +423,13 @@ func (a *Authority) Revoke(userPub string) error {
 	return nil
 }
 
+// ErrAccountNotLoaded is Push's answer from a server that has not loaded
+// the account yet (no connection of it since the server started): the
+// server skips the update, and the first connection of the account loads
+// the JWT from the server's trust file instead, revocations and all
+// forgotten. The push must be sent again once the account is loaded.
+var ErrAccountNotLoaded = errors.New("the NATS server has not loaded the account; the update was skipped")
+
 // Push sends the account JWT, as last signed, to the servers nc (a
 // SystemUser connection) reaches, and waits for the answer of one.
 func (a *Authority) Push(ctx context.Context, nc *nats.Conn) error {
@@ -432,6 +439,9 @@ func (a *Authority) Push(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("push account jwt: %w", err)
 	}
 	var r struct {
+		Data *struct {
+			Message string `json:"message"`
+		} `json:"data"`
 		Error *struct {
 			Code        int    `json:"code"`
 			Description string `json:"description"`
@@ -442,6 +452,10 @@ func (a *Authority) Push(ctx context.Context, nc *nats.Conn) error {
 	}
 	if r.Error != nil {
 		return fmt.Errorf("push account jwt: %s", r.Error.Description)
+	}
+	// nats-server answers a skipped update with code 200 and this message.
+	if r.Data != nil && strings.Contains(r.Data.Message, "skipped") {
+		return fmt.Errorf("push account jwt: %w", ErrAccountNotLoaded)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -232,6 +233,56 @@ func TestRevokedUserIsCutOff(t *testing.T) {
 	}
 	if err := a.Revoke("not-a-key"); err == nil {
 		t.Error("Revoke accepted a malformed key")
+	}
+}
+
+// TestPushToAServerThatHasNotLoadedTheAccount: a server just started has
+// loaded no account until a client of it connects, and skips an account
+// update meanwhile (answering 200). Push says so, since the first client
+// would then load the trust file's JWT and its revocations would be lost;
+// once a client has connected, the same push lands.
+func TestPushToAServerThatHasNotLoadedTheAccount(t *testing.T) {
+	t.Parallel()
+	a, err := bus.NewAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true}
+	if err := a.Configure(opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	sys, err := a.SystemUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := nats.Connect(s.ClientURL(), sys.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if err := a.Push(t.Context(), sc); !errors.Is(err, bus.ErrAccountNotLoaded) {
+		t.Fatalf("push before any client of the account: err %v, want ErrAccountNotLoaded", err)
+	}
+	user, err := a.Agent("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := nats.Connect(s.ClientURL(), user.Options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	if err := a.Push(t.Context(), sc); err != nil {
+		t.Fatalf("push once a client of the account connected: %v", err)
 	}
 }
 

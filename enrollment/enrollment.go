@@ -500,8 +500,20 @@ func (s *Service) Revoke(ctx context.Context, p *auth.Principal, node string) er
 
 // pushRevocations revokes, in the authority, every key PostgreSQL lists as
 // revoked and pushes the account JWT. It reads the whole list each time, so
-// a push by one control plane never drops what another revoked.
+// a push by one control plane never drops what another revoked. A server
+// that has not loaded the account (bus.ErrAccountNotLoaded) holds no
+// connection of it to cut: that is no failure of the change that pushed,
+// and the Repusher pushes until a push lands.
 func (s *Service) pushRevocations(ctx context.Context) error {
+	if err := s.pushRevocationsLanded(ctx); err != nil && !errors.Is(err, bus.ErrAccountNotLoaded) {
+		return err
+	}
+	return nil
+}
+
+// pushRevocationsLanded is pushRevocations that also fails when a server
+// skipped the push.
+func (s *Service) pushRevocationsLanded(ctx context.Context) error {
 	s.pushMu.Lock()
 	defer s.pushMu.Unlock()
 	keys, err := db.New(s.pool).NodeRevokedKeyList(ctx)

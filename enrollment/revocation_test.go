@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ import (
 // system-user connection that wakes the repusher when it reconnects, and
 // the service, restored as controlplane.Start does.
 type controlPlane struct {
-	svc *enrollment.Service
-	rep *enrollment.Repusher
+	svc    *enrollment.Service
+	rep    *enrollment.Repusher
+	landed atomic.Int64 // pushes the server took
 }
 
 func startControlPlane(t *testing.T, path, url string, pool *pgxpool.Pool, clock *quartz.Mock, wakeOnReconnect bool) *controlPlane {
@@ -54,23 +56,31 @@ func startControlPlane(t *testing.T, path, url string, pool *pgxpool.Pool, clock
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := enrollment.New(pool, a, pusher(a, sc), clock)
-	if err := svc.Restore(ctx); err != nil {
+	cp := &controlPlane{}
+	push := pusher(a, sc)
+	cp.svc = enrollment.New(pool, a, func(ctx context.Context) error {
+		err := push(ctx)
+		if err == nil {
+			cp.landed.Add(1)
+		}
+		return err
+	}, clock)
+	if err := cp.svc.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var wake <-chan struct{}
 	if wakeOnReconnect {
 		wake = reconnected
 	}
-	rep := svc.Repusher(slog.New(slog.DiscardHandler), clock, wake)
-	if err := rep.Start(context.Background()); err != nil {
+	cp.rep = cp.svc.Repusher(slog.New(slog.DiscardHandler), clock, wake)
+	if err := cp.rep.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		rep.Stop()
+		cp.rep.Stop()
 		sc.Close()
 	})
-	return &controlPlane{svc: svc, rep: rep}
+	return cp
 }
 
 // TestRevocationSurvivesReenrollAndRestarts is issue 25 finding 2: a node
@@ -163,7 +173,10 @@ func TestRevocationSurvivesReenrollAndRestarts(t *testing.T) {
 	// A restart the control plane does not hear of (here: a repusher not
 	// woken by reconnects) is covered within RepushInterval.
 	cp2.rep.Stop()
-	startControlPlane(t, path, url, pool, clock, false)
+	cp3 := startControlPlane(t, path, url, pool, clock, false)
+	// Its first push (Restore's, then the repusher's at start) must land
+	// before the restart: one retried across it would teach the new server.
+	wait.Eventually(t, time.Minute, func() bool { return cp3.landed.Load() >= 2 }, "the repusher's first push did not land")
 	srv.Shutdown()
 	srv.Restart()
 	wait.Eventually(t, time.Minute, func() bool { return !refused(second.NATSCreds) }, "NATS did not come back")

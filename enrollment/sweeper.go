@@ -78,11 +78,14 @@ func (w *Repusher) Start(ctx context.Context) error {
 	return w.Go(ctx, func(ctx context.Context) {
 		service.Tick(ctx, w.clock, RepushInterval, w.wake, func(ctx context.Context) {
 			// A push right after a reconnect can meet a server still
-			// loading its accounts: it is tried again a few times, a
-			// second apart (wall-clock time: it waits on the server).
+			// loading its accounts, or one that has not loaded this
+			// account yet and skips the update (its first client would
+			// then load the trust file's JWT, which lists no
+			// revocations): it is tried again a few times, a second
+			// apart (wall-clock time: it waits on the server).
 			for attempt := 1; ; attempt++ {
 				pctx, cancel := context.WithTimeout(ctx, repushTimeout)
-				err := w.svc.pushRevocations(pctx)
+				err := w.svc.pushRevocationsLanded(pctx)
 				cancel()
 				if err == nil || ctx.Err() != nil {
 					return
