@@ -77,11 +77,26 @@ func newBrowser(t *testing.T) *browser {
 }
 
 // do runs steps with a deadline, failing the test with what step was meant.
+// htmxSettled waits until the page has loaded and htmx has processed what
+// it swapped in last: htmx marks new content htmx-added until its settle
+// step (20 ms after the swap) has bound the content's hx- attributes, so a
+// form clicked before then submits as a plain form and reloads the page.
+func htmxSettled(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+	var none chromedp.Void
+	loc, err := chromedp.Location()(ctx, t)
+	if err != nil || loc == "about:blank" { // a new tab runs no script yet
+		return none, err
+	}
+	return chromedp.Poll[chromedp.Void](`document.readyState === "complete" && !document.querySelector(".htmx-added, .htmx-settling, .htmx-swapping")`,
+		chromedp.WithPollingInterval(10*time.Millisecond))(ctx, t)
+}
+
+// do runs steps once the page has settled (htmxSettled).
 func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
+	if err := chromedp.Do(ctx, append([]chromedp.Action[chromedp.Void]{htmxSettled}, steps...)...); err != nil {
 		b.t.Fatalf("%s: %v\nlocation: %s\nconsole:\n%s", what, err, b.location(), b.consoleText())
 	}
 }
