@@ -124,6 +124,9 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		h.Set("X-Graph-Partial", "true")
 	}
 	c.status = http.StatusOK
+	if c.sampled && len(b) <= maxSampledAnswer {
+		c.sampleOf.answer = b
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
