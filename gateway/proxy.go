@@ -71,6 +71,9 @@ type call struct {
 	// via is the graph endpoint and version a step is made for (graph.go);
 	// its statistics are a series of their own, for chargeback.
 	via graphRef
+	// llmAnswer is set on a graph whose last step called an LLM endpoint:
+	// its answer is a chat completion, sampled as one (graph.go).
+	llmAnswer bool
 	// span is the request's root span, nil without a trace; traceID its
 	// trace's id for the log line; tracing is set when the span records,
 	// and marks then hold when each step of the path ended (trace.go).
