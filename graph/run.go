@@ -81,7 +81,7 @@ type Result struct {
 	// Relayed is set when the last step's answer went to the graph's
 	// caller as it came (Answer.Relayed).
 	Relayed bool
-	Steps  []StepReport
+	Steps   []StepReport
 	// Skipped are the soft nodes left out.
 	Skipped []Skip
 }
