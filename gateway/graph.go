@@ -108,16 +108,21 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 	if r.Header.Get(GraphStepsHeader) == "true" {
 		note.Steps = res.Steps
 	}
-	// The output goes out as the last step wrote it; only a note to add
-	// opens its top level (one level: its parts stay as written).
+	// The output goes out as the last step wrote it; only a note to add,
+	// or an output that is no object, opens its top level (one level: its
+	// parts stay as written). The output is valid JSON (graph.Run), so an
+	// object is told by its first byte without decoding it.
 	b := []byte(res.Output)
+	noted := note.Partial || note.Steps != nil
 	var out map[string]json.RawMessage
-	if json.Unmarshal(res.Output, &out) != nil || out == nil {
-		out = map[string]json.RawMessage{"predictions": res.Output}
-		b = nil
+	if trimmed := bytes.TrimLeft(b, " \t\r\n"); noted || len(trimmed) == 0 || trimmed[0] != '{' {
+		if json.Unmarshal(res.Output, &out) != nil || out == nil {
+			out = map[string]json.RawMessage{"predictions": res.Output}
+			b = nil
+		}
 	}
-	if note.Partial || note.Steps != nil || b == nil {
-		if note.Partial || note.Steps != nil {
+	if noted || b == nil {
+		if noted {
 			nb, err := json.Marshal(note)
 			if err != nil {
 				g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
