@@ -101,7 +101,7 @@ func (c *DevConfig) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SimGPUsPerNode, "sim-gpus-per-node", int(envInt("MP_SIM_GPUS_PER_NODE", 8)), "GPUs per simulated node (MP_SIM_GPUS_PER_NODE)")
 	fs.IntVar(&c.CPUNodes, "cpu-nodes", int(envInt("MP_DEV_CPU_NODES", 2)), "CPU nodes running real replicas (process driver, built-in runtime); their ports follow the simulated nodes'; 0 for none (MP_DEV_CPU_NODES)")
 	fs.IntVar(&c.CPUNodeCores, "cpu-node-cpus", int(envInt("MP_DEV_CPU_NODE_CPUS", int64(defaultCPUNodeCores()))), "cores of each CPU node (MP_DEV_CPU_NODE_CPUS)")
-	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring and support-chat; 0 for none (MP_DEV_DEMO_TRAFFIC)")
+	fs.Float64Var(&c.DemoTraffic, "demo-traffic", envFloat("MP_DEV_DEMO_TRAFFIC", 5), "demo traffic through the gateway, requests per second over fraud-scoring, support-chat and document-processor; 0 for none (MP_DEV_DEMO_TRAFFIC)")
 	fs.StringVar(&c.CPUNodeMemory, "cpu-node-memory", env("MP_DEV_CPU_NODE_MEMORY", "2GB"), "memory of each CPU node, as 2048 (MiB) or 2GB (MP_DEV_CPU_NODE_MEMORY)")
 }
 
@@ -349,7 +349,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		// admin: a development convenience only; server leaves it off.
 		h.GatewayURL, h.GatewayKey = gatewayURL, readEnvFile(envFile)["MP_ADMIN_KEY"]
 		if cfg.DemoTraffic > 0 {
-			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic, !outdated)
+			stopTraffic, err := startDemoTraffic(ctx, log, gatewayURL, readEnvFile(envFile), cfg.DemoTraffic, !outdated, cfg.CPUNodes > 0)
 			if err != nil {
 				return err
 			}
@@ -511,7 +511,11 @@ func (b devBanner) trafficLine() string {
 	if b.traffic <= 0 {
 		return "no demo traffic (--demo-traffic=0)"
 	}
-	return fmt.Sprintf("%g requests/s of demo traffic to fraud-scoring and support-chat, the amounts drifting up (--demo-traffic=0 stops it)", b.traffic)
+	to := "fraud-scoring and support-chat"
+	if b.cpuNodes > 0 {
+		to = "fraud-scoring, support-chat and document-processor"
+	}
+	return fmt.Sprintf("%g requests/s of demo traffic to %s, the amounts drifting up (--demo-traffic=0 stops it)", b.traffic, to)
 }
 
 func (b devBanner) cpuLine() string {

@@ -52,6 +52,9 @@ type GraphPhase struct {
 	Sequence                GraphFigures       `json:"sequence"`
 	Ensemble                GraphFigures       `json:"ensemble"`
 	P99Ms                   map[string]float64 `json:"p99_ms"`
+	// P50Ms are the paths' medians: what a hop costs when nothing stalls,
+	// beside the p99s that the machine's stalls dominate.
+	P50Ms map[string]float64 `json:"p50_ms"`
 }
 
 // GraphFigures are one graph shape's figures.
@@ -293,11 +296,12 @@ func (b *graphBench) phase(ctx context.Context, clients, rounds int) GraphPhase 
 		})
 	}
 	wg.Wait()
-	p99 := map[string]float64{}
+	p99, p50 := map[string]float64{}, map[string]float64{}
 	for _, p := range graphPaths {
 		ds := lat[p]
 		slices.Sort(ds)
 		p99[p] = round3(percentile(ds, 0.99))
+		p50[p] = round3(percentile(ds, 0.5))
 	}
 	gw := round3(p99["gateway"] - p99["direct"])
 	gwPaired := round3(percentile(diff["gateway"], 0.99))
@@ -309,5 +313,5 @@ func (b *graphBench) phase(ctx context.Context, clients, rounds int) GraphPhase 
 			AddedPairedP99PerHopMs: perPaired, WithinTargetPaired: perPaired <= gwPaired}
 	}
 	return GraphPhase{Clients: clients, Requests: clients * rounds, Errors: errs, GatewayAddedP99Ms: gw, GatewayAddedPairedP99Ms: gwPaired,
-		Sequence: fig("graph_sequence", "direct_sequence", "sequence"), Ensemble: fig("graph_ensemble", "direct_ensemble", "ensemble"), P99Ms: p99}
+		Sequence: fig("graph_sequence", "direct_sequence", "sequence"), Ensemble: fig("graph_ensemble", "direct_ensemble", "ensemble"), P99Ms: p99, P50Ms: p50}
 }

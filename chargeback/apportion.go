@@ -16,11 +16,25 @@ type callerUse struct {
 }
 
 // caller is who an endpoint's calls are for: a caller team ("" the
-// owners) and the graph endpoint whose steps they were ("" for calls from
-// outside a graph, and when the report does not split by graph).
+// owners) and the graph endpoint and version whose steps they were (""
+// for calls from outside a graph, and when the report does not split by
+// graph or by its version).
 type caller struct {
-	team, graph string
+	team, graph, graphVersion string
 }
+
+// graphSplit says how far the callers of an endpoint are told apart
+// beyond their team.
+type graphSplit int
+
+const (
+	splitNone graphSplit = iota
+	// splitGraph tells graphs apart (via_graph).
+	splitGraph
+	// splitGraphVersion tells graphs and their versions apart
+	// (via_graph_version too).
+	splitGraphVersion
+)
 
 // useKey names an endpoint of a team in an hour.
 type useKey struct {
@@ -28,16 +42,20 @@ type useKey struct {
 }
 
 // callers reads request_stats' requests and tokens per owning team,
-// endpoint, hour, caller team ("" is the owners' own) and, when byGraph,
-// graph (via_graph) in [from, to).
-func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, byGraph bool) (map[useKey]map[caller]callerUse, error) {
+// endpoint, hour, caller team ("" is the owners' own) and the
+// graph (via_graph) and graph version (via_graph_version) as far as by
+// splits them, in [from, to).
+func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, by graphSplit) (map[useKey]map[caller]callerUse, error) {
 	cond, args := f.where()
-	graph := "''"
-	if byGraph {
+	graph, version := "''", "''"
+	if by >= splitGraph {
 		graph = "via_graph"
 	}
-	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString(toStartOfHour(window_start)) AS h, caller_team, "+graph+" AS g, sum(requests), sum(tokens) "+
-		"FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+" GROUP BY team, endpoint, h, caller_team, g",
+	if by == splitGraphVersion {
+		version = "via_graph_version"
+	}
+	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString(toStartOfHour(window_start)) AS h, caller_team, "+graph+" AS g, "+version+" AS gv, sum(requests), sum(tokens) "+
+		"FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+" GROUP BY team, endpoint, h, caller_team, g, gv",
 		append([]any{from.UTC(), to.UTC()}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("chargeback callers: %w", err)
@@ -48,7 +66,7 @@ func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, byG
 		var k useKey
 		var c caller
 		var n, tok uint64
-		if err := rows.Scan(&k.team, &k.endpoint, &k.hour, &c.team, &c.graph, &n, &tok); err != nil {
+		if err := rows.Scan(&k.team, &k.endpoint, &k.hour, &c.team, &c.graph, &c.graphVersion, &n, &tok); err != nil {
 			return nil, fmt.Errorf("chargeback callers: %w", err)
 		}
 		if c.team == k.team {
@@ -72,13 +90,13 @@ func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, byG
 
 // apportion splits each usage row (at a grain with team, endpoint and
 // hour) among the teams that called its endpoint in its hour, and when
-// byGraph among the graphs whose steps called it, and sets each part's
-// CallerTeam and Graph.
-func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time, byGraph bool) ([]Row, error) {
+// by says so among the graphs (and graph versions) whose steps called it,
+// and sets each part's CallerTeam, Graph and GraphVersion.
+func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time, by graphSplit) ([]Row, error) {
 	if len(rows) == 0 {
 		return rows, nil
 	}
-	uses, err := s.callers(ctx, f, from, to, byGraph)
+	uses, err := s.callers(ctx, f, from, to, by)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +145,7 @@ func split(r Row, uses map[caller]callerUse) []Row {
 		return []Row{rest}
 	}
 	slices.SortFunc(names, func(a, b caller) int {
-		return cmp.Or(cmp.Compare(a.team, b.team), cmp.Compare(a.graph, b.graph))
+		return cmp.Or(cmp.Compare(a.team, b.team), cmp.Compare(a.graph, b.graph), cmp.Compare(a.graphVersion, b.graphVersion))
 	})
 	out := make([]Row, 0, len(names)+1)
 	for _, c := range names {
@@ -140,7 +158,7 @@ func split(r Row, uses map[caller]callerUse) []Row {
 		if c.team == "" {
 			p.CallerTeam = r.Team
 		}
-		p.Graph = c.graph
+		p.Graph, p.GraphVersion = c.graph, c.graphVersion
 		p.CostX3600 = mulDivFloor(r.CostX3600, w, total)
 		p.GPUSeconds = mulDivFloor(r.GPUSeconds, w, total)
 		p.CPUCoreSeconds = mulDivFloor(r.CPUCoreSeconds, w, total)

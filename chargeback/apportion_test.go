@@ -2,6 +2,7 @@ package chargeback_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,14 +27,20 @@ func calls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller st
 // version g1, as the gateway marks them.
 func graphCalls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller, graph string, requests, tokens uint64) {
 	t.Helper()
-	zero := make([]uint64, busapi.LatencyBuckets)
-	lat := make([]uint64, busapi.LatencyBuckets)
-	lat[0] = requests
 	gv := ""
 	if graph != "" {
 		gv = "g1"
 	}
-	s := busapi.ReqStats{ID: fmt.Sprintf("gw/%s/v1/%d/%s/%s", endpoint, at.UnixMilli(), caller, graph), WindowStart: at.UnixMilli(),
+	graphVersionCalls(t, ch, at, team, endpoint, caller, graph, gv, requests, tokens)
+}
+
+// graphVersionCalls is graphCalls by version gv of the graph.
+func graphVersionCalls(t *testing.T, ch driver.Conn, at time.Time, team, endpoint, caller, graph, gv string, requests, tokens uint64) {
+	t.Helper()
+	zero := make([]uint64, busapi.LatencyBuckets)
+	lat := make([]uint64, busapi.LatencyBuckets)
+	lat[0] = requests
+	s := busapi.ReqStats{ID: fmt.Sprintf("gw/%s/v1/%d/%s/%s@%s", endpoint, at.UnixMilli(), caller, graph, gv), WindowStart: at.UnixMilli(),
 		WindowEnd: at.Add(5 * time.Second).UnixMilli(), Gateway: "gw", Endpoint: endpoint, Team: team, Version: "v1",
 		Count: requests, Latency: lat, TTFT: zero, TPOT: zero, Tokens: tokens, CallerTeam: caller,
 		ViaGraph: graph, ViaGraphVersion: gv}
@@ -276,6 +283,78 @@ func TestChargebackByGraphIsTheSumOfItsSteps(t *testing.T) {
 	for _, r := range rep.Rows {
 		if r.CallerTeam == "search" && r.CostX3600 != fraudH0*10/100 {
 			t.Errorf("search's share of fraud by caller team %d, want %d", r.CostX3600, fraudH0*10/100)
+		}
+	}
+}
+
+// TestChargebackByGraphVersion: grouped by graph_version, a graph's share
+// of each step endpoint is split by the graph version whose steps made the
+// calls (the incumbent's and a canary's), in exact integers; the versions
+// add up to the graph's row, and the report's total is unchanged.
+func TestChargebackByGraphVersion(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	from, to := t0, t0.Add(time.Hour)
+	var rows []rec
+	for s := from; s.Before(to); s = s.Add(time.Second) {
+		rows = append(rows, rec{ts: s, node: "n1", gpu: 0, gpuType: "A100-80GB", profile: "full", team: "risk", endpoint: "fraud", model: "fraud-model", ver: "v1", rate: 3_500_001, requests: 1})
+	}
+	insert(t, ch, rows)
+	// fraud: 60 direct, 30 by doc-flow g1, 7 by doc-flow g2 (its canary),
+	// 3 by search-flow g1.
+	calls(t, ch, t0.Add(10*time.Minute), "risk", "fraud", "", 60, 0)
+	graphVersionCalls(t, ch, t0.Add(11*time.Minute), "risk", "fraud", "", "doc-flow", "g1", 30, 0)
+	graphVersionCalls(t, ch, t0.Add(12*time.Minute), "risk", "fraud", "", "doc-flow", "g2", 7, 0)
+	graphVersionCalls(t, ch, t0.Add(13*time.Minute), "risk", "fraud", "", "search-flow", "g1", 3, 0)
+
+	svc := chargeback.New(ch, nil, clockAt(t, to.Add(time.Hour)))
+	by, err := chargeback.ParseGroupBy("graph_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(by) != "[graph graph_version]" {
+		t.Fatalf("group_by graph_version parses to %v, want [graph graph_version]", by)
+	}
+	fraud := int64(3600 * 3_500_001)
+	want := map[string]int64{"/": fraud - fraud*30/100 - fraud*7/100 - fraud*3/100,
+		"doc-flow/g1": fraud * 30 / 100, "doc-flow/g2": fraud * 7 / 100, "search-flow/g1": fraud * 3 / 100}
+	for _, src := range []chargeback.Source{chargeback.SourceAuto, chargeback.SourceRaw} {
+		// Query.GroupBy without graph: the report adds it.
+		versions, err := svc.Report(t.Context(), finance, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimGraphVersion}, Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		graphs, err := svc.Report(t.Context(), finance, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimGraph}, Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, r := range versions.Rows {
+			got[r.Graph+"/"+r.GraphVersion] = r.CostX3600
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("source %d: by graph version %v, want %v", src, got, want)
+		}
+		for _, g := range graphs.Rows {
+			var sum int64
+			for _, r := range versions.Rows {
+				if r.Graph == g.Graph {
+					sum += r.CostX3600
+				}
+			}
+			if sum != g.CostX3600 {
+				t.Errorf("source %d: graph %q costs %d, its versions %d", src, g.Graph, g.CostX3600, sum)
+			}
+		}
+		if versions.Total.CostMicroUSD != graphs.Total.CostMicroUSD || versions.Total.CostX3600 != fraud {
+			t.Errorf("source %d: totals %d and %d µUSD (x3600 %d, want %d)", src, versions.Total.CostMicroUSD, graphs.Total.CostMicroUSD, versions.Total.CostX3600, fraud)
+		}
+		var csv strings.Builder
+		if err := chargeback.WriteCSV(&csv, versions); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(csv.String(), ",doc-flow,g2\r\n") {
+			t.Errorf("source %d: the CSV has no doc-flow g2 row:\n%s", src, csv.String())
 		}
 	}
 }

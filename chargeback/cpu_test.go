@@ -60,9 +60,9 @@ func TestCPUCoresAreNotGPUTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, want := range []string{
-			"\r\ngroup,risk,,,,,,0,0,0.160000,160000,14400,0.011111,,,,14400,4,,\r\n",
-			"\r\ngroup,search,,,,,,7200,2,7.000000,7000000,14400,0.486111,,,40.00,0,0,,\r\n",
-			"\r\ntotal,,,,,,,7200,2,7.160000,7160000,28800,0.248611,,,40.00,14400,4,,\r\n",
+			"\r\ngroup,risk,,,,,,0,0,0.160000,160000,14400,0.011111,,,,14400,4,,,\r\n",
+			"\r\ngroup,search,,,,,,7200,2,7.000000,7000000,14400,0.486111,,,40.00,0,0,,,\r\n",
+			"\r\ntotal,,,,,,,7200,2,7.160000,7160000,28800,0.248611,,,40.00,14400,4,,,\r\n",
 		} {
 			if !strings.Contains(buf.String(), want) {
 				t.Errorf("source %d: CSV lacks %q:\n%s", src, want, buf.String())

@@ -29,6 +29,9 @@ var CSVColumns = []string{
 	// The inference graph whose steps the row's cost is for (group_by
 	// graph; docs/graphs.md).
 	"graph",
+	// The graph's version whose steps made the calls (group_by
+	// graph_version).
+	"graph_version",
 }
 
 // WriteCSV writes the report as RFC 4180 CSV (CRLF line ends) after one
@@ -85,7 +88,7 @@ func csvRecord(kind string, r Row, groupsTeam bool) []string {
 		kind, csvSafe(team), csvSafe(r.Endpoint), csvSafe(r.Model), csvSafe(r.Version), csvSafe(r.GPUType), csvSafe(r.Allocation),
 		strconv.FormatInt(r.GPUOnlySeconds(), 10), r.GPUOnlyHours(), money.USD(r.CostMicroUSD), strconv.FormatInt(r.CostMicroUSD, 10),
 		strconv.FormatInt(r.Requests, 10), per1k, tokens, per1m, util,
-		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(), csvSafe(r.CallerTeam), csvSafe(r.Graph),
+		strconv.FormatInt(r.CPUCoreSeconds, 10), r.CPUCoreHours(), csvSafe(r.CallerTeam), csvSafe(r.Graph), csvSafe(r.GraphVersion),
 	}
 }
 

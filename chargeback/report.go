@@ -50,10 +50,14 @@ const (
 	// caller team of its steps. Usage not called by a graph has graph "".
 	// Grouped with DimEndpoint, a graph's rows are its per-step breakdown.
 	DimGraph Dimension = "graph"
+	// DimGraphVersion splits each graph's share by the graph version whose
+	// steps made the calls (a canary's cost beside the incumbent's). It
+	// always groups by DimGraph too: version names are per graph.
+	DimGraphVersion Dimension = "graph_version"
 )
 
 // Dimensions lists every dimension in nesting order.
-var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation, DimCallerTeam, DimGraph}
+var Dimensions = []Dimension{DimTeam, DimEndpoint, DimModel, DimVersion, DimGPUType, DimAllocation, DimCallerTeam, DimGraph, DimGraphVersion}
 
 // dimDay groups by UTC day; only Daily uses it.
 const dimDay Dimension = "day"
@@ -102,10 +106,19 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 		d := Dimension(part)
 		if !slices.Contains(Dimensions, d) {
 			var errs field.Errors
-			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation, caller_team, graph", part)
+			errs.Add("group_by", "unknown dimension %q; use any of team, endpoint, model, version, gpu_type, allocation, caller_team, graph, graph_version", part)
 			return nil, errs
 		}
 		seen[d] = true
+	}
+	return normalize(seen), nil
+}
+
+// normalize returns the dimensions seen in nesting order, with DimGraph
+// added to DimGraphVersion (a version names nothing without its graph).
+func normalize(seen map[Dimension]bool) []Dimension {
+	if seen[DimGraphVersion] {
+		seen[DimGraph] = true
 	}
 	out := []Dimension{}
 	for _, d := range Dimensions {
@@ -113,7 +126,7 @@ func ParseGroupBy(s string) ([]Dimension, error) {
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Source says where a report reads usage from.
@@ -156,6 +169,9 @@ type Key struct {
 	// Graph is the inference graph endpoint whose steps a row's cost is
 	// for (DimGraph); "" for calls from outside a graph.
 	Graph string
+	// GraphVersion is the version of Graph whose steps made the calls
+	// (DimGraphVersion).
+	GraphVersion string
 
 	day  string // YYYY-MM-DD, in Daily's reads only
 	hour string // the hour's start, in the caller_team split only
@@ -179,6 +195,8 @@ func (k *Key) set(d Dimension, v string) {
 		k.CallerTeam = v
 	case DimGraph:
 		k.Graph = v
+	case DimGraphVersion:
+		k.GraphVersion = v
 	case dimDay:
 		k.day = v
 	case dimHour:
@@ -205,6 +223,8 @@ func (k Key) Get(d Dimension) string {
 		return k.CallerTeam
 	case DimGraph:
 		return k.Graph
+	case DimGraphVersion:
+		return k.GraphVersion
 	}
 	return ""
 }
@@ -383,6 +403,13 @@ func (q *Query) check() error {
 		return errs
 	}
 	q.From, q.To = q.From.UTC().Truncate(time.Second), q.To.UTC().Truncate(time.Second)
+	if slices.Contains(q.GroupBy, DimGraphVersion) && !slices.Contains(q.GroupBy, DimGraph) {
+		seen := map[Dimension]bool{}
+		for _, d := range q.GroupBy {
+			seen[d] = true
+		}
+		q.GroupBy = normalize(seen)
+	}
 	if !q.To.After(q.From) {
 		errs.Add("to", "must be after from")
 	} else if q.To.Sub(q.From) > MaxPeriod {
@@ -410,12 +437,19 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	f := filter{all: all, teams: teams, team: q.Team, endpoint: q.Endpoint}
 	byGraph := slices.Contains(q.GroupBy, DimGraph) || q.Graph != ""
 	byCaller := slices.Contains(q.GroupBy, DimCallerTeam) || byGraph
+	graphs := splitNone
+	switch {
+	case slices.Contains(q.GroupBy, DimGraphVersion):
+		graphs = splitGraphVersion
+	case byGraph:
+		graphs = splitGraph
+	}
 	tokens := !byCaller && !slices.ContainsFunc(q.GroupBy, Dimension.hardware)
 	// The query's grain: the grouping, plus team, endpoint and version
 	// when the rows can carry tokens (tokens are counted per endpoint
 	// version of a team), or team, endpoint and hour when the rows are
 	// split by caller team (the split is per endpoint and hour).
-	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam || d == DimGraph })
+	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam || d == DimGraph || d == DimGraphVersion })
 	if byCaller {
 		// A consumer sees its share of other teams' endpoints: the
 		// split reads every team's usage and keeps the visible rows.
@@ -438,7 +472,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		return nil, err
 	}
 	if byCaller {
-		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, byGraph); err != nil {
+		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs); err != nil {
 			return nil, err
 		}
 		if q.Graph != "" {

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -63,11 +65,18 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		g.fail(w, c, http.StatusLoopDetected, "graph loop", "graphs call graphs more than "+strconv.Itoa(graph.MaxDepth)+" deep")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
+	// The endpoint's timeout bounds the graph until its answer is written
+	// or, for a last LLM step that streams, until the stream starts: from
+	// there the stall timeout guards it, as on an LLM endpoint.
+	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(rt.timeout, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
 	ctx = context.WithValue(ctx, graphDepth{}, depth+1)
 	sc := &stepCalls{g: g, parent: c, who: &caller{name: "graph:" + rt.src.Endpoint, team: rt.src.Team, role: "engineer"},
-		via: graphRef{rt.src.Endpoint, v.name}}
+		via: graphRef{rt.src.Endpoint, v.name}, out: w, stream: strings.Contains(r.Header.Get("Accept"), "text/event-stream"),
+		streaming: func() { timer.Stop() }}
 	intn := g.cfg.GraphIntn
 	if intn == nil {
 		intn = rand.IntN
@@ -80,7 +89,7 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		switch {
 		case r.Context().Err() != nil:
 			c.status = 499
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		case timedOut.Load():
 			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the graph did not finish within "+rt.timeout.String())
 		case errors.As(err, &se):
 			c.status = http.StatusBadGateway
@@ -90,20 +99,30 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		}
 		return
 	}
+	if res.Relayed {
+		// The last step's stream went to the caller as it came.
+		c.status = http.StatusOK
+		return
+	}
 	note := graphAnswer{Version: v.name, Partial: len(res.Skipped) > 0, Skipped: res.Skipped}
 	if r.Header.Get(GraphStepsHeader) == "true" {
 		note.Steps = res.Steps
 	}
-	// The output goes out as the last step wrote it; only a note to add
-	// opens its top level (one level: its parts stay as written).
+	// The output goes out as the last step wrote it; only a note to add,
+	// or an output that is no object, opens its top level (one level: its
+	// parts stay as written). The output is valid JSON (graph.Run), so an
+	// object is told by its first byte without decoding it.
 	b := []byte(res.Output)
+	noted := note.Partial || note.Steps != nil
 	var out map[string]json.RawMessage
-	if json.Unmarshal(res.Output, &out) != nil || out == nil {
-		out = map[string]json.RawMessage{"predictions": res.Output}
-		b = nil
+	if trimmed := bytes.TrimLeft(b, " \t\r\n"); noted || len(trimmed) == 0 || trimmed[0] != '{' {
+		if json.Unmarshal(res.Output, &out) != nil || out == nil {
+			out = map[string]json.RawMessage{"predictions": res.Output}
+			b = nil
+		}
 	}
-	if note.Partial || note.Steps != nil || b == nil {
-		if note.Partial || note.Steps != nil {
+	if noted || b == nil {
+		if noted {
 			nb, err := json.Marshal(note)
 			if err != nil {
 				g.fail(w, c, http.StatusBadGateway, "bad gateway", "the graph's answer cannot be encoded")
@@ -124,6 +143,9 @@ func (g *Gateway) runGraph(c *call, rt *route, v *version, body []byte, w http.R
 		h.Set("X-Graph-Partial", "true")
 	}
 	c.status = http.StatusOK
+	if c.sampled && len(b) <= maxSampledAnswer {
+		c.sampleOf.answer = b
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
@@ -165,17 +187,33 @@ type stepCalls struct {
 	who    *caller
 	// via is the graph the steps are made for, marked on their statistics.
 	via graphRef
+	// out is the graph caller's writer and stream whether the caller asked
+	// for an event stream (Accept: text/event-stream): a last step calling
+	// an LLM endpoint then streams its tokens to out, and streaming is
+	// called when that stream starts.
+	out       http.ResponseWriter
+	stream    bool
+	streaming func()
 }
 
 // Call serves one step as a request of the graph's team to the step's
 // endpoint, in memory: authorisation, input validation, rate limits,
 // version choice, statistics, metrics and the log line are the ones every
-// request gets, and its span is a child of the graph's.
+// request gets, and its span is a child of the graph's. An LLM endpoint is
+// called at chat/completions (only the last step may call one: its answer
+// is the graph's), streaming to the graph's caller when it asked for a
+// stream.
 func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) graph.Answer {
+	k, path := kindPredict, "/predict"
+	llm := false
+	if rt := s.g.routes.Load().byName[step.Endpoint]; rt != nil && rt.src.Task == "llm" && step.Last {
+		k, path, llm = kindChat, "/chat/completions", true
+		body = withStream(body, s.stream)
+	}
 	ctx, span := s.parent.child(ctx, "ml_serving.graph_step", trace.SpanKindInternal,
 		attribute.String("graph.node", step.Node), attribute.String("endpoint", step.Endpoint), attribute.Int("attempt", step.Attempt))
 	ctx = context.WithValue(ctx, stepCaller{}, s.who)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/endpoints/"+step.Endpoint+"/predict", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/endpoints/"+step.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		if span != nil {
 			span.End()
@@ -189,9 +227,28 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 	if len(id) > 128 {
 		id = id[:128]
 	}
-	w := &stepWriter{h: http.Header{}}
+	sw := &streamWriter{stepWriter: stepWriter{h: http.Header{}}}
+	var w http.ResponseWriter = &sw.stepWriter
+	if llm && s.stream {
+		sw.out, sw.rc = s.out, http.NewResponseController(s.out)
+		sw.started = func() {
+			s.streaming()
+			if step.Started != nil {
+				step.Started()
+			}
+		}
+		w = sw
+	}
 	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true, via: s.via}
-	s.g.handle(kindPredict, c, w, req)
+	s.g.handle(k, c, w, req)
+	if llm {
+		// The graph's answer is the LLM's: its statistics and sample
+		// count the step's tokens.
+		s.parent.llmAnswer, s.parent.tokens = true, c.tokens
+		if sw.relayed {
+			s.parent.streamed, s.parent.firstEvent = true, c.firstEvent
+		}
+	}
 	if span != nil {
 		span.SetAttributes(attribute.String("version", c.versionName()), attribute.Int("http.response.status_code", c.status))
 		if c.status >= 500 || c.status == 0 {
@@ -199,10 +256,86 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 		}
 		span.End()
 	}
-	if c.status == 499 || w.status == 0 {
+	if sw.relayed {
+		return graph.Answer{Status: sw.status, Version: c.versionName(), Relayed: true}
+	}
+	if c.status == 499 || sw.status == 0 {
 		return graph.Answer{Err: context.Cause(ctx)}
 	}
-	return graph.Answer{Status: w.status, Body: w.buf.Bytes(), Version: c.versionName()}
+	return graph.Answer{Status: sw.status, Body: sw.buf.Bytes(), Version: c.versionName()}
+}
+
+// withStream sets a chat request's stream flag to on: a graph's LLM step
+// streams when, and only when, the graph's caller asked for a stream.
+func withStream(body []byte, on bool) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body // the step's own validation refuses it
+	}
+	m["stream"] = json.RawMessage(strconv.FormatBool(on))
+	b, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return b
+}
+
+// streamWriter keeps a step's answer in memory like stepWriter until an
+// event stream starts with a 200: from then on it writes to the graph's
+// caller (out), with the stream's content headers, flushes and write
+// deadlines, so the gateway's relay streams the step to the caller as it
+// would an LLM endpoint's answer. An error answer stays in memory, for the
+// graph's 502.
+type streamWriter struct {
+	stepWriter
+	out     http.ResponseWriter
+	rc      *http.ResponseController
+	started func()
+	relayed bool
+}
+
+func (w *streamWriter) WriteHeader(status int) {
+	if w.status != 0 {
+		return
+	}
+	if status != http.StatusOK || !strings.HasPrefix(w.h.Get("Content-Type"), "text/event-stream") {
+		w.stepWriter.WriteHeader(status)
+		return
+	}
+	w.status, w.relayed = status, true
+	w.started()
+	h := w.out.Header()
+	for _, name := range []string{"Content-Type", "Cache-Control"} {
+		if v := w.h.Get(name); v != "" {
+			h.Set(name, v)
+		}
+	}
+	h.Del("Content-Length")
+	w.out.WriteHeader(status)
+}
+
+func (w *streamWriter) Write(b []byte) (int, error) {
+	if w.relayed {
+		return w.out.Write(b)
+	}
+	return w.stepWriter.Write(b)
+}
+
+// FlushError flushes a relayed stream to the caller (http.ResponseController).
+func (w *streamWriter) FlushError() error {
+	if !w.relayed {
+		return nil
+	}
+	return w.rc.Flush()
+}
+
+// SetWriteDeadline bounds the caller's writes of a relayed stream: the
+// relay's stall timeout (http.ResponseController).
+func (w *streamWriter) SetWriteDeadline(t time.Time) error {
+	if !w.relayed {
+		return nil
+	}
+	return w.rc.SetWriteDeadline(t)
 }
 
 // stepWriter keeps a step's answer in memory.

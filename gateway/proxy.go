@@ -71,6 +71,9 @@ type call struct {
 	// via is the graph endpoint and version a step is made for (graph.go);
 	// its statistics are a series of their own, for chargeback.
 	via graphRef
+	// llmAnswer is set on a graph whose last step called an LLM endpoint:
+	// its answer is a chat completion, sampled as one (graph.go).
+	llmAnswer bool
 	// span is the request's root span, nil without a trace; traceID its
 	// trace's id for the log line; tracing is set when the span records,
 	// and marks then hold when each step of the path ended (trace.go).
@@ -243,6 +246,11 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	}
 	c.ver = v
 	c.mark(stepRouting)
+	// A granted team's requests are sampled only when its grant says so.
+	// A graph is sampled as any endpoint, its answer the graph's output.
+	if c.sampled = (c.grant == nil || c.grant.src.Sampling) && g.samples.draw(rt.src.SamplingRate); c.sampled {
+		c.sampleOf.body, c.sampleOf.features = body, rt.src.FeatureNames
+	}
 	if rt.src.Task == busapi.RouteTaskGraph {
 		// A graph runs here: its version has no replica to wake or hold.
 		w.Header().Set("X-Model-Version", v.name)
@@ -268,10 +276,6 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	// reads.
 	if len(rt.shadows) > 0 && !c.pinned {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
-	}
-	// A granted team's requests are sampled only when its grant says so.
-	if c.sampled = (c.grant == nil || c.grant.src.Sampling) && g.samples.draw(rt.src.SamplingRate); c.sampled {
-		c.sampleOf.body, c.sampleOf.features = body, rt.src.FeatureNames
 	}
 	w.Header().Set("X-Model-Version", v.name)
 	g.proxy(k, c, rt, v, body, stream, w, r)

@@ -286,7 +286,7 @@ func (g *Gateway) offerSample(c *call, k kind, end time.Time) {
 	p := c.sampleOf
 	p.id, p.endpoint, p.team, p.version = c.id, c.endpoint, c.owner, c.ver.name
 	p.end, p.latency = end, end.Sub(c.start)
-	p.llm, p.tokens, p.streamed, p.pinned, p.endpointID = k.llm(), c.tokens, c.streamed, c.pinned, c.endpointID
+	p.llm, p.tokens, p.streamed, p.pinned, p.endpointID = k.llm() || c.llmAnswer, c.tokens, c.streamed, c.pinned, c.endpointID
 	if p.answer == nil && !p.streamed {
 		return
 	}

@@ -156,6 +156,22 @@ func (d *Definition) Node(id string) *Vertex {
 	return nil
 }
 
+// Last is the id of the node whose output is the graph's answer as it
+// is: the entry, or, for a sequence, its last step (followed down nested
+// sequences). Only it may call an LLM endpoint, whose answer may then
+// stream to the graph's caller.
+func (d *Definition) Last() string {
+	id := d.Entry
+	for range MaxDepth + 1 {
+		n := d.Node(id)
+		if n == nil || n.Type != TypeSequence || len(n.Steps) == 0 {
+			return id
+		}
+		id = n.Steps[len(n.Steps)-1]
+	}
+	return id
+}
+
 // children are the ids a node refers to, in order.
 func (n *Vertex) children() []string {
 	var c []string
@@ -216,8 +232,8 @@ type Target struct {
 	// graph's team may not call: both are refused alike, so a definition
 	// cannot probe for other teams' endpoints.
 	Exists bool
-	// Task is the endpoint's model task; an LLM endpoint cannot be a call
-	// step (graphs call /predict).
+	// Task is the endpoint's model task; an LLM endpoint may be called
+	// only by the graph's last step (Definition.Last), at chat/completions.
 	Task string
 	// Calls are, for a graph endpoint, the endpoints its routed versions
 	// call, for finding cycles across graphs.
@@ -286,7 +302,9 @@ func Validate(d *Definition, self string, lookup Lookup) error {
 			return nodeErr(n.ID, "endpoint %q does not exist or the graph's team may not call it", n.Endpoint)
 		}
 		if t.Task == "llm" {
-			return nodeErr(n.ID, "endpoint %q is an LLM endpoint; graph steps call /predict", n.Endpoint)
+			if err := checkLLMStep(d, &n); err != nil {
+				return err
+			}
 		}
 		if err := graphCycle(n.ID, self, n.Endpoint, t, lookup, map[string]bool{}); err != nil {
 			return err
@@ -294,6 +312,34 @@ func Validate(d *Definition, self string, lookup Lookup) error {
 		targets[n.Endpoint] = t
 	}
 	return checkSchemas(d, ids, targets)
+}
+
+// checkLLMStep checks a node calling an LLM endpoint: only the graph's
+// last step, a hard call node that no other node refers to, may, with an
+// input template that builds its chat request (an earlier step's answer
+// is not one).
+func checkLLMStep(d *Definition, n *Vertex) error {
+	if n.Type != TypeCall || n.ID != d.Last() {
+		return nodeErr(n.ID, "endpoint %q is an LLM endpoint; only the graph's last step may call one", n.Endpoint)
+	}
+	if n.Soft || n.Output != "" {
+		return nodeErr(n.ID, "a step calling an LLM endpoint may not be soft or pick an output: its answer is the graph's")
+	}
+	if len(n.Input) == 0 {
+		return nodeErr(n.ID, "a step calling an LLM endpoint needs an input template building its chat request ({\"messages\": [...]})")
+	}
+	refs := 0
+	for _, m := range d.Nodes {
+		for _, c := range m.children() {
+			if c == n.ID {
+				refs++
+			}
+		}
+	}
+	if refs > 1 {
+		return nodeErr(n.ID, "a step calling an LLM endpoint must be reached once, as the graph's last step")
+	}
+	return nil
 }
 
 // checkNode checks one node's own fields.

@@ -16,8 +16,8 @@ import (
 	"github.com/coder/quartz"
 )
 
-// Caller makes one call of a step: endpoint's /predict with body, as the
-// graph's team.
+// Caller makes one call of a step: endpoint's /predict (chat/completions
+// for an LLM endpoint) with body, as the graph's team.
 type Caller interface {
 	Call(ctx context.Context, step Step, body []byte) Answer
 }
@@ -28,6 +28,13 @@ type Step struct {
 	Node     string
 	Endpoint string
 	Attempt  int
+	// Last is set on the graph's last step (Definition.Last), whose
+	// answer the caller may relay to the graph's caller as it comes (an
+	// LLM's stream) instead of returning it.
+	Last bool
+	// Started, when a relayed answer has begun, is called once: the
+	// step's timeout then stops bounding it.
+	Started func()
 }
 
 // Answer is a step's answer. Err is set when no answer came (Dial when the
@@ -38,6 +45,9 @@ type Answer struct {
 	Version string
 	Err     error
 	Dial    bool
+	// Relayed is set when the caller relayed a last step's answer to the
+	// graph's caller itself (Body is then empty).
+	Relayed bool
 }
 
 // Options are an execution's injected parts.
@@ -66,9 +76,12 @@ type Skip struct {
 
 // Result is a finished run.
 type Result struct {
-	// Output is the entry node's output.
+	// Output is the entry node's output; nil when Relayed.
 	Output json.RawMessage
-	Steps  []StepReport
+	// Relayed is set when the last step's answer went to the graph's
+	// caller as it came (Answer.Relayed).
+	Relayed bool
+	Steps   []StepReport
 	// Skipped are the soft nodes left out.
 	Skipped []Skip
 }
@@ -105,6 +118,10 @@ type run struct {
 	outputs map[string]any
 	steps   []StepReport
 	skipped []Skip
+	// last is the graph's last step (Definition.Last); relayed is set
+	// once its answer was relayed.
+	last    string
+	relayed bool
 }
 
 // Run executes d on request (a /predict body) and returns the answer's
@@ -114,7 +131,7 @@ func Run(ctx context.Context, d *Definition, request []byte, c Caller, opt Optio
 	if opt.Clock == nil {
 		opt.Clock = quartz.NewReal()
 	}
-	r := &run{def: d, ids: map[string]*Vertex{}, caller: c, opt: opt, outputs: map[string]any{}}
+	r := &run{def: d, ids: map[string]*Vertex{}, caller: c, opt: opt, outputs: map[string]any{}, last: d.Last()}
 	for i := range d.Nodes {
 		r.ids[d.Nodes[i].ID] = &d.Nodes[i]
 	}
@@ -128,6 +145,9 @@ func Run(ctx context.Context, d *Definition, request []byte, c Caller, opt Optio
 	}
 	if err != nil {
 		return nil, err
+	}
+	if r.relayed {
+		return &Result{Relayed: true, Steps: r.steps, Skipped: r.skipped}, nil
 	}
 	if b, ok := out.(raw); ok {
 		return &Result{Output: json.RawMessage(b), Steps: r.steps, Skipped: r.skipped}, nil
@@ -296,6 +316,12 @@ func (r *run) call(ctx context.Context, n *Vertex, in any) (any, error) {
 	if a.Status/100 != 2 {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: detailOf(a.Body)}
 	}
+	if a.Relayed {
+		r.mu.Lock()
+		r.relayed = true
+		r.mu.Unlock()
+		return nil, nil
+	}
 	if !json.Valid(a.Body) {
 		return nil, &StepError{Node: n.ID, Endpoint: n.Endpoint, Status: a.Status, Detail: "the answer is not JSON"}
 	}
@@ -319,13 +345,17 @@ func (r *run) attempt(ctx context.Context, n *Vertex, body []byte, attempt int) 
 	var expired sync.Once
 	var timedOut bool
 	var mu sync.Mutex
+	step := Step{Node: n.ID, Endpoint: n.Endpoint, Attempt: attempt, Last: n.ID == r.last && n.Type == TypeCall}
 	if n.TimeoutMS > 0 {
 		t := r.opt.Clock.AfterFunc(time.Duration(n.TimeoutMS)*time.Millisecond, func() {
 			expired.Do(func() { mu.Lock(); timedOut = true; mu.Unlock(); cancel() })
 		}, "graph", "step")
 		defer t.Stop()
+		// A relayed answer that has begun is the caller's to end: the
+		// timeout bounded the wait for its start.
+		step.Started = func() { expired.Do(func() {}) }
 	}
-	a := r.caller.Call(cctx, Step{Node: n.ID, Endpoint: n.Endpoint, Attempt: attempt}, body)
+	a := r.caller.Call(cctx, step, body)
 	mu.Lock()
 	defer mu.Unlock()
 	return a, timedOut
@@ -374,7 +404,12 @@ func (r *run) body(n *Vertex, in any) ([]byte, error) {
 			var m map[string]json.RawMessage
 			if json.Unmarshal(b, &m) == nil {
 				if p, ok := m["predictions"]; ok && m["instances"] == nil {
-					return json.Marshal(map[string]json.RawMessage{"instances": p})
+					// Written around the answer's bytes: p is valid JSON,
+					// and encoding it again would scan it once more.
+					out := make([]byte, 0, len(p)+len(`{"instances":}`))
+					out = append(out, `{"instances":`...)
+					out = append(out, p...)
+					return append(out, '}'), nil
 				}
 				return b, nil
 			}

@@ -22,7 +22,7 @@ var errNoChargeback = huma.Error503ServiceUnavailable("chargeback is unavailable
 type chargebackInput struct {
 	From     string `query:"from" required:"true" doc:"Start of the period, included: RFC 3339 or a date (midnight UTC)."`
 	To       string `query:"to" required:"true" doc:"End of the period, excluded: RFC 3339 or a date."`
-	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation, caller_team, graph; rows nest in that order. caller_team splits each endpoint's cost among the teams that called it through a grant, by their share of its requests (tokens for LLMs) in each hour; the owning team keeps the rest (docs/sharing.md). graph charges each inference graph its steps' shares of the endpoints they called the same way; with endpoint, a graph's rows are its cost by step (docs/graphs.md)."`
+	GroupBy  string `query:"group_by" doc:"Comma-separated subset of team, endpoint, model, version, gpu_type, allocation, caller_team, graph; rows nest in that order. caller_team splits each endpoint's cost among the teams that called it through a grant, by their share of its requests (tokens for LLMs) in each hour; the owning team keeps the rest (docs/sharing.md). graph charges each inference graph its steps' shares of the endpoints they called the same way; with endpoint, a graph's rows are its cost by step; graph_version (which implies graph) splits each graph's share by the graph version whose steps made the calls (docs/graphs.md)."`
 	Team     string `query:"team" doc:"Only this team's usage (drill-down)."`
 	Endpoint string `query:"endpoint" doc:"Only this endpoint's usage (drill-down)."`
 	Graph    string `query:"graph" doc:"Only the shares charged to this graph endpoint: its steps' cost (docs/graphs.md)."`
@@ -33,18 +33,19 @@ type chargebackInput struct {
 // ChargebackRow is one group of a report, or its total. The dimensions the
 // report does not group by are absent; team is "" for unallocated GPU time.
 type ChargebackRow struct {
-	Team       *string `json:"team,omitempty"`
-	Endpoint   *string `json:"endpoint,omitempty"`
-	Model      *string `json:"model,omitempty"`
-	Version    *string `json:"version,omitempty"`
-	GPUType    *string `json:"gpu_type,omitempty"`
-	Allocation *string `json:"allocation,omitempty"`
-	CallerTeam *string `json:"caller_team,omitempty" doc:"The team whose calls the row's cost is for: a team granted the endpoint, or its owning team for its own use."`
-	Graph      *string `json:"graph,omitempty" doc:"The inference graph endpoint whose steps the row's cost is for; empty for calls from outside a graph."`
-	GPUSeconds int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
-	GPUHours   string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
-	CostUSD    string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
-	CostUUSD   int64   `json:"cost_uusd" doc:"Cost in micro-USD; the rows add up to the total (docs/chargeback.md)."`
+	Team         *string `json:"team,omitempty"`
+	Endpoint     *string `json:"endpoint,omitempty"`
+	Model        *string `json:"model,omitempty"`
+	Version      *string `json:"version,omitempty"`
+	GPUType      *string `json:"gpu_type,omitempty"`
+	Allocation   *string `json:"allocation,omitempty"`
+	CallerTeam   *string `json:"caller_team,omitempty" doc:"The team whose calls the row's cost is for: a team granted the endpoint, or its owning team for its own use."`
+	Graph        *string `json:"graph,omitempty" doc:"The inference graph endpoint whose steps the row's cost is for; empty for calls from outside a graph."`
+	GraphVersion *string `json:"graph_version,omitempty" doc:"The version of the graph whose steps made the calls (group_by graph_version)."`
+	GPUSeconds   int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
+	GPUHours     string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
+	CostUSD      string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
+	CostUUSD     int64   `json:"cost_uusd" doc:"Cost in micro-USD; the rows add up to the total (docs/chargeback.md)."`
 	// CostX3600 is the unrounded cost, for reconciling by hand.
 	CostX3600           int64   `json:"cost_uusd_x3600" doc:"The exact cost in micro-USD times 3600: the sum of the per-hour rates of every second."`
 	Requests            int64   `json:"requests"`
@@ -113,6 +114,8 @@ func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow 
 			out.CallerTeam = &v
 		case chargeback.DimGraph:
 			out.Graph = &v
+		case chargeback.DimGraphVersion:
+			out.GraphVersion = &v
 		}
 	}
 	if v, ok := r.CostPer1kRequestsMicroUSD(); ok {

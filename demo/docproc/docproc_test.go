@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +179,26 @@ func TestSamplesFitTheSchemas(t *testing.T) {
 			if err := s.Validate(doc); err != nil {
 				t.Errorf("%s: sample %s: %v", v.Model, raw, err)
 			}
+		}
+	}
+}
+
+// TestDocumentDrawsEveryClassFilled: the demo traffic's documents cover
+// every class, with every slot of their template filled.
+func TestDocumentDrawsEveryClassFilled(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	seen := map[int]int{}
+	for range 400 {
+		d := Document(rng)
+		if d.Text == "" || strings.ContainsAny(d.Text, "{}") || d.Class < 0 || d.Class >= len(Classes) {
+			t.Fatalf("document %+v: want a filled sentence of a class", d)
+		}
+		seen[d.Class]++
+	}
+	for c := range Classes {
+		if seen[c] < 50 {
+			t.Errorf("class %s drawn %d times of 400; want about 100", Classes[c], seen[c])
 		}
 	}
 }

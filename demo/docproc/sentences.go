@@ -76,6 +76,15 @@ type Sentence struct {
 	Class int
 }
 
+// Document draws one document of a random class from all of its class's
+// templates, training and held-out alike, as the pipeline's consumers
+// would send it (the demo's traffic).
+func Document(rng *rand.Rand) Sentence {
+	c := rng.IntN(len(Classes))
+	ts := templates[Classes[c]]
+	return Sentence{Text: fill(rng, ts[rng.IntN(len(ts))]), Class: c}
+}
+
 // sentences draws n sentences per class from each class's templates,
 // either the training ones or the held-out ones.
 func sentences(rng *rand.Rand, n int, heldOut bool) []Sentence {

@@ -1,7 +1,8 @@
 // Package trafficgen is the demo's traffic: a steady mix of fraud-scoring
-// predictions and support-chat completions sent through a gateway with
-// API keys, as the demo's users would send them, with a slow drift in one
-// input of the fraud model so that the drift page has something to show.
+// predictions, support-chat completions and documents classified by the
+// document-processor graph, sent through a gateway with API keys, as the
+// demo's users would send them, with a slow drift in one input of the
+// fraud model so that the drift page has something to show.
 // `modelplane dev` runs it (--demo-traffic sets the rate; 0 turns it off).
 package trafficgen
 
@@ -26,6 +27,7 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultChatShare   = 0.1
+	DefaultGraphShare  = 0.1
 	DefaultDriftPeriod = time.Hour
 	DefaultMaxInFlight = 32
 	DefaultTimeout     = 30 * time.Second
@@ -48,7 +50,13 @@ type Config struct {
 	// ChatShare of the requests go there.
 	ChatEndpoint, ChatKey string
 	ChatShare             float64
-	DriftPeriod           time.Duration
+	// GraphEndpoint and GraphKey are a graph endpoint's (or any predict
+	// endpoint's) and the key that may call it; a GraphShare of the
+	// requests go there, each with one instance that Document draws.
+	GraphEndpoint, GraphKey string
+	GraphShare              float64
+	Document                func(r *rand.Rand) map[string]any
+	DriftPeriod             time.Duration
 	// MaxInFlight bounds the requests outstanding; a tick that finds it
 	// reached sends nothing (counted as skipped), so a slow gateway is not
 	// buried.
@@ -64,15 +72,19 @@ type Config struct {
 // Stats are the generator's counts so far.
 type Stats struct {
 	Sent, Failed, Skipped uint64
-	// Predictions and Chats count the requests sent to each endpoint.
-	Predictions, Chats uint64
+	// Predictions, Chats and Graphs count the requests sent to each
+	// endpoint.
+	Predictions, Chats, Graphs uint64
 }
 
 // Generator sends the demo's traffic; build it with New and Run it.
 type Generator struct {
-	cfg                                       Config
-	rng                                       *rand.Rand
-	sent, failed, skipped, predictions, chats atomic.Uint64
+	cfg Config
+	rng *rand.Rand
+	// chat and graph are the shares of the requests that go to the chat
+	// and graph endpoints; the rest are predictions.
+	chat, graph                                       float64
+	sent, failed, skipped, predictions, chats, graphs atomic.Uint64
 }
 
 // New checks cfg and fills its defaults.
@@ -84,24 +96,40 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.Rate <= 0 {
 		errs = append(errs, "the rate must be positive")
 	}
-	if cfg.PredictEndpoint == "" && cfg.ChatEndpoint == "" {
-		errs = append(errs, "a predict or a chat endpoint is required")
+	if cfg.PredictEndpoint == "" && cfg.ChatEndpoint == "" && cfg.GraphEndpoint == "" {
+		errs = append(errs, "a predict, a chat or a graph endpoint is required")
 	}
 	if cfg.PredictEndpoint != "" && cfg.Transaction == nil {
 		errs = append(errs, "the predict endpoint needs a transaction source")
 	}
+	if cfg.GraphEndpoint != "" && cfg.Document == nil {
+		errs = append(errs, "the graph endpoint needs a document source")
+	}
+	if cfg.ChatShare < 0 || cfg.GraphShare < 0 || cfg.ChatShare+cfg.GraphShare > 1 {
+		errs = append(errs, "the chat and graph shares must be between 0 and 1 together")
+	}
 	if len(errs) > 0 {
 		return nil, errors.New("demo traffic: " + strings.Join(errs, "; "))
 	}
-	if cfg.ChatShare <= 0 {
+	if cfg.ChatShare == 0 {
 		cfg.ChatShare = DefaultChatShare
 	}
-	if cfg.ChatEndpoint == "" {
-		cfg.ChatShare = 0
+	if cfg.GraphShare == 0 {
+		cfg.GraphShare = DefaultGraphShare
 	}
-	if cfg.PredictEndpoint == "" {
-		cfg.ChatShare = 1
+	// Each endpoint configured gets its share; predictions the rest, and
+	// without a predict endpoint the others share everything.
+	chat, graph, predict := 0.0, 0.0, 0.0
+	if cfg.ChatEndpoint != "" {
+		chat = cfg.ChatShare
 	}
+	if cfg.GraphEndpoint != "" {
+		graph = cfg.GraphShare
+	}
+	if cfg.PredictEndpoint != "" {
+		predict = 1 - chat - graph
+	}
+	sum := chat + graph + predict
 	if cfg.DriftPeriod <= 0 {
 		cfg.DriftPeriod = DefaultDriftPeriod
 	}
@@ -121,13 +149,13 @@ func New(cfg Config) (*Generator, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	cfg.Gateway = strings.TrimRight(cfg.Gateway, "/")
-	return &Generator{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7472616666696321))}, nil
+	return &Generator{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7472616666696321)), chat: chat / sum, graph: graph / sum}, nil
 }
 
 // Stats returns the counts so far.
 func (g *Generator) Stats() Stats {
 	return Stats{Sent: g.sent.Load(), Failed: g.failed.Load(), Skipped: g.skipped.Load(),
-		Predictions: g.predictions.Load(), Chats: g.chats.Load()}
+		Predictions: g.predictions.Load(), Chats: g.chats.Load(), Graphs: g.graphs.Load()}
 }
 
 // Run sends one request every 1/Rate seconds until ctx ends, then waits
@@ -183,7 +211,8 @@ var chatPrompts = []string{
 
 // next draws the next request: its path, key and body.
 func (g *Generator) next(drift float64) (path, key string, body []byte) {
-	if g.rng.Float64() < g.cfg.ChatShare {
+	u := g.rng.Float64()
+	if u < g.chat {
 		g.chats.Add(1)
 		msg := map[string]any{
 			"messages":   []map[string]string{{"role": "user", "content": chatPrompts[g.rng.IntN(len(chatPrompts))]}},
@@ -192,6 +221,11 @@ func (g *Generator) next(drift float64) (path, key string, body []byte) {
 		}
 		body, _ = json.Marshal(msg)
 		return "/v1/endpoints/" + g.cfg.ChatEndpoint + "/chat/completions", g.cfg.ChatKey, body
+	}
+	if u < g.chat+g.graph {
+		g.graphs.Add(1)
+		body, _ = json.Marshal(map[string]any{"instances": []map[string]any{g.cfg.Document(g.rng)}})
+		return "/v1/endpoints/" + g.cfg.GraphEndpoint + "/predict", g.cfg.GraphKey, body
 	}
 	g.predictions.Add(1)
 	body, _ = json.Marshal(map[string]any{"instances": []map[string]any{g.cfg.Transaction(g.rng, drift)}})

@@ -3,6 +3,7 @@ package trafficgen_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -24,6 +25,7 @@ type gateway struct {
 	paths   map[string]int
 	keys    map[string]string // path → key
 	amounts []float64
+	texts   []string
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,7 +38,13 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Instances []map[string]any `json:"instances"`
 	}
 	if json.Unmarshal(body, &p) == nil && len(p.Instances) == 1 {
-		g.amounts = append(g.amounts, p.Instances[0]["amount"].(float64))
+		switch r.URL.Path {
+		case "/v1/endpoints/fraud-scoring/predict":
+			g.amounts = append(g.amounts, p.Instances[0]["amount"].(float64))
+		case "/v1/endpoints/document-processor/predict":
+			text, _ := p.Instances[0]["text"].(string)
+			g.texts = append(g.texts, text)
+		}
 	}
 	w.Write([]byte(`{}`))
 }
@@ -52,9 +60,10 @@ func (g *gateway) count() int {
 }
 
 // TestSendsTheMixWithDriftAndStopsWithItsContext drives the generator on a
-// mock clock against a real HTTP server: both endpoints get requests with
-// their keys, the drifting feature moves over the drift period, and Run
-// returns once its context ends.
+// mock clock against a real HTTP server: the three endpoints get their
+// shares of the requests with their keys, the graph a drawn document, the
+// drifting feature moves over the drift period, and Run returns once its
+// context ends.
 func TestSendsTheMixWithDriftAndStopsWithItsContext(t *testing.T) {
 	t.Parallel()
 	gw := &gateway{paths: map[string]int{}, keys: map[string]string{}}
@@ -65,6 +74,10 @@ func TestSendsTheMixWithDriftAndStopsWithItsContext(t *testing.T) {
 	defer trap.Close()
 	g, err := trafficgen.New(trafficgen.Config{Gateway: srv.URL, Rate: 10, PredictEndpoint: "fraud-scoring", PredictKey: "risk-key",
 		ChatEndpoint: "support-chat", ChatKey: "search-key", ChatShare: 0.3, DriftPeriod: 10 * time.Second, Clock: clk,
+		GraphEndpoint: "document-processor", GraphKey: "graph-key", GraphShare: 0.2,
+		Document: func(r *rand.Rand) map[string]any {
+			return map[string]any{"text": fmt.Sprintf("invoice %d", r.IntN(1000))}
+		},
 		Transaction: func(r *rand.Rand, drift float64) map[string]any {
 			return map[string]any{"amount": 10 + 100*drift + r.Float64()}
 		}})
@@ -93,11 +106,20 @@ func TestSendsTheMixWithDriftAndStopsWithItsContext(t *testing.T) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	pred, chat := gw.paths["/v1/endpoints/fraud-scoring/predict"], gw.paths["/v1/endpoints/support-chat/chat/completions"]
-	if pred+chat != ticks || chat < 30 || pred < 100 {
-		t.Errorf("%d predictions and %d chats of %d requests; want about 70/30", pred, chat, ticks)
+	graph := gw.paths["/v1/endpoints/document-processor/predict"]
+	// Shares 50/30/20 of 200: each within about five standard deviations.
+	if pred+chat+graph != ticks || pred < 65 || pred > 135 || chat < 27 || chat > 93 || graph < 12 || graph > 68 {
+		t.Errorf("%d predictions, %d chats and %d graph calls of %d requests; want about 100/60/40", pred, chat, graph, ticks)
 	}
-	if gw.keys["/v1/endpoints/fraud-scoring/predict"] != "Bearer risk-key" || gw.keys["/v1/endpoints/support-chat/chat/completions"] != "Bearer search-key" {
+	if gw.keys["/v1/endpoints/fraud-scoring/predict"] != "Bearer risk-key" || gw.keys["/v1/endpoints/support-chat/chat/completions"] != "Bearer search-key" ||
+		gw.keys["/v1/endpoints/document-processor/predict"] != "Bearer graph-key" {
 		t.Errorf("keys %v", gw.keys)
+	}
+	if len(gw.texts) != graph || !strings.HasPrefix(gw.texts[0], "invoice ") {
+		t.Errorf("graph instances' texts %q; want one drawn document per call", gw.texts)
+	}
+	if s := g.Stats(); s.Predictions != uint64(pred) || s.Chats != uint64(chat) || s.Graphs != uint64(graph) {
+		t.Errorf("stats %+v; the gateway saw %d/%d/%d", s, pred, chat, graph)
 	}
 	first, last := gw.amounts[0], gw.amounts[len(gw.amounts)-1]
 	if first > 12 || last < 109 {
@@ -122,3 +144,19 @@ func TestNewNamesWhatIsMissing(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestNewRefusesBadGraphSettings(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		cfg  trafficgen.Config
+		want string
+	}{
+		"graph without documents": {trafficgen.Config{Gateway: "http://gw", Rate: 1, GraphEndpoint: "document-processor"}, "document source"},
+		"shares over one": {trafficgen.Config{Gateway: "http://gw", Rate: 1, ChatEndpoint: "c", ChatShare: 0.7, GraphEndpoint: "d", GraphShare: 0.5,
+			Document: func(*rand.Rand) map[string]any { return nil }}, "shares"},
+	} {
+		if _, err := trafficgen.New(c.cfg); err == nil || !contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v; want one naming the %s", name, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/busapi"
+	"modelplane/gateway"
+	"modelplane/gguf"
+	"modelplane/internal/wait"
+	"modelplane/llm"
+	"modelplane/runtime"
+	"modelplane/serveapi"
+)
+
+// llmRuntime serves the demo GGUF model (llm.WriteDemo) with the built-in
+// runtime's LLM engine and returns its address.
+func llmRuntime(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llm.WriteDemo(f, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := `{"model":"chat","version":"v1","format":"gguf","file":"demo.gguf"}`
+	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := runtime.New(runtime.Options{})
+	if err := s.Load(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// llmStats reads the runtime's /v2/stats.
+func llmStats(t *testing.T, addr string) (inFlight, cancelled int) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/v2/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		InFlight  int `json:"in_flight"`
+		Cancelled int `json:"cancelled"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.InFlight, st.Cancelled
+}
+
+// explainGraph scores the second payment with the real XGBoost model and
+// has the LLM step write about its label: the graph's last step.
+func explainGraph(maxTokens int) string {
+	return fmt.Sprintf(`{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["score","explain"]},
+	 {"id":"score","type":"call","endpoint":"xgb","input":{"instances":["$request/instances/1"]}},
+	 {"id":"explain","type":"call","endpoint":"chat","input":{"messages":[{"role":"user","content":"$score/predictions/0/label"}],"max_tokens":%d,"temperature":0}}]}`, maxTokens)
+}
+
+// streamed POSTs body to the graph asking for an event stream and returns
+// the response with the stream open.
+func streamed(t *testing.T, ctx context.Context, ge *graphEnv, endpoint, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ge.g.url+predictPath(endpoint), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ge.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// chunk is one event of an OpenAI chat completion stream.
+type chunk struct {
+	Object  string `json:"object"`
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+}
+
+// TestGraphStreamsItsLLMStep runs a graph whose last step calls an LLM
+// endpoint served by the built-in runtime's real engine (the demo GGUF
+// model), after a real XGBoost step whose label the LLM's prompt takes:
+// asked for an event stream, the graph streams the LLM's tokens in the
+// OpenAI chunk shape, the same text as calling the steps by hand; without,
+// it answers the chat completion; a failing LLM step is the graph's 502
+// naming it, not a broken stream; and a caller that goes away mid-stream
+// cancels the generation upstream.
+func TestGraphStreamsItsLLMStep(t *testing.T) {
+	t.Parallel()
+	ge := newGraphEnv(t, gateway.Config{})
+	chat := llmRuntime(t)
+	ge.put(t, route("chat", "risk", "llm", 1, ver("v1", 100, chat)))
+	explain := graphRoute("explain", "risk", 1, graphVer("g1", 100, explainGraph(12)))
+	explain.SamplingRate = 1
+	ge.put(t, explain)
+
+	// The steps by hand: xgb's label of the second payment, then the chat.
+	label := decodeLabels(t, ge.predict(t, "xgb", payments))[1]
+	msg, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": label}}, "max_tokens": 12, "temperature": 0})
+	direct := call(t, ge.g.url, chatPath("chat"), ge.key, string(msg))
+	var completion struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if direct.status != http.StatusOK || json.Unmarshal(direct.body, &completion) != nil || len(completion.Choices) != 1 || completion.Choices[0].Message.Content == "" {
+		t.Fatalf("chat by hand: %d %s", direct.status, direct.body)
+	}
+	want, wantTokens := completion.Choices[0].Message.Content, completion.Usage.CompletionTokens
+
+	t.Run("without a stream the graph answers the chat completion", func(t *testing.T) {
+		res := ge.predict(t, "explain", payments)
+		completion.Choices = nil
+		if res.status != http.StatusOK || json.Unmarshal(res.body, &completion) != nil || len(completion.Choices) != 1 {
+			t.Fatalf("graph answered %d %s", res.status, res.body)
+		}
+		if got := completion.Choices[0].Message.Content; got != want || completion.Object != "chat.completion" || res.header.Get("X-Model-Version") != "g1" {
+			t.Errorf("graph %s %q (version %q); want chat.completion %q from g1", completion.Object, got, res.header.Get("X-Model-Version"), want)
+		}
+	})
+
+	t.Run("asked for a stream the graph streams the LLM's tokens", func(t *testing.T) {
+		resp := streamed(t, t.Context(), ge, "explain", payments)
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || resp.Header.Get("X-Model-Version") != "g1" {
+			t.Fatalf("stream: %d %q version %q", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Model-Version"))
+		}
+		var text strings.Builder
+		var events int
+		done := false
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			if data == "[DONE]" {
+				done = true
+				break
+			}
+			var c chunk
+			if err := json.Unmarshal([]byte(data), &c); err != nil || c.Object != "chat.completion.chunk" {
+				t.Fatalf("event %q: want a chat.completion.chunk (%v)", data, err)
+			}
+			events++
+			for _, ch := range c.Choices {
+				text.WriteString(ch.Delta.Content)
+			}
+		}
+		if !done || events < 2 || text.String() != want {
+			t.Errorf("streamed %q in %d events (done %v); want %q token by token, then [DONE]", text.String(), events, done, want)
+		}
+		// Sampled as an LLM answer: the completion's length, no text.
+		js, _ := jetstream.New(ge.nc)
+		s, err := js.Stream(t.Context(), busapi.StreamPredictions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msg *jetstream.RawStreamMsg
+		wait.Eventually(t, 10*time.Second, func() bool {
+			msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("explain"))
+			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
+		}, "waiting for the streamed graph's sample")
+		var got busapi.PredictionSample
+		if err := json.Unmarshal(msg.Data, &got); err != nil {
+			t.Fatal(err)
+		}
+		// The gateway counts a stream's tokens by the events that carry
+		// content, as for an LLM endpoint: at most the chat's.
+		if got.Version != "g1" || got.Tokens < 1 || got.Tokens > wantTokens || len(got.Instances) != 0 {
+			t.Errorf("sample %+v; want version g1 with 1 to %d tokens and no instances", got, wantTokens)
+		}
+	})
+
+	t.Run("a failing LLM step is the graph's 502 naming it", func(t *testing.T) {
+		ge.put(t, graphRoute("explain", "risk", 2, graphVer("g2", 100, explainGraph(1_000_000))))
+		resp := streamed(t, t.Context(), ge, "explain", payments)
+		defer resp.Body.Close()
+		var p struct {
+			Node       string `json:"node"`
+			StepStatus int    `json:"step_status"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != http.StatusBadGateway || p.Node != "explain" || p.StepStatus/100 != 4 {
+			t.Errorf("graph answered %d %+v (%v); want 502 naming explain with the step's 4xx", resp.StatusCode, p, err)
+		}
+	})
+
+	t.Run("a caller that goes away cancels the generation", func(t *testing.T) {
+		ge.put(t, graphRoute("explain", "risk", 3, graphVer("g3", 100, explainGraph(1900))))
+		_, before := llmStats(t, chat)
+		ctx, cancel := context.WithCancel(t.Context())
+		resp := streamed(t, ctx, ge, "explain", payments)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream: %d", resp.StatusCode)
+		}
+		// The first token arrived: the generation is running upstream.
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		resp.Body.Close()
+		wait.Eventually(t, 30*time.Second, func() bool {
+			inFlight, cancelled := llmStats(t, chat)
+			return inFlight == 0 && cancelled == before+1
+		}, "the runtime never saw the generation cancelled: %v", wait.Show(func() any {
+			inFlight, cancelled := llmStats(t, chat)
+			return fmt.Sprintf("in flight %d, cancelled %d (before %d)", inFlight, cancelled, before)
+		}))
+	})
+}
