@@ -144,6 +144,12 @@ func (c *Predictions) store(ctx context.Context, msgs []jetstream.Msg) error {
 	return nil
 }
 
+// PredictionsInsert is the consumer's INSERT into prediction_samples;
+// `modelplane bench ingest` sends the same rows with it to measure
+// ClickHouse's own ceiling.
+const PredictionsInsert = "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, " +
+	"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, pinned, endpoint_id)"
+
 // insertNew inserts the held samples whose request ids prediction_samples
 // does not hold yet, each id once.
 func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
@@ -151,8 +157,7 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
 	if err != nil {
 		return fmt.Errorf("prediction samples stored ids: %w", err)
 	}
-	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, "+
-		"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, pinned, endpoint_id)")
+	batch, err := c.cfg.CH.PrepareBatch(ctx, PredictionsInsert)
 	if err != nil {
 		return fmt.Errorf("prediction samples insert: %w", err)
 	}

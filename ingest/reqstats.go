@@ -137,6 +137,13 @@ func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
 
 func histogram(h []uint64) bool { return len(h) == 0 || len(h) == busapi.LatencyBuckets }
 
+// ReqStatsInsert is the consumer's INSERT into request_stats; `modelplane
+// bench ingest` sends the same rows with it to measure ClickHouse's own
+// ceiling.
+const ReqStatsInsert = "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, " +
+	"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, " +
+	"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)"
+
 // insertNew inserts the held messages whose ids request_stats does not hold
 // yet, each id once.
 func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
@@ -144,9 +151,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	if err != nil {
 		return fmt.Errorf("reqstats stored ids: %w", err)
 	}
-	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
-		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
-		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)")
+	batch, err := c.cfg.CH.PrepareBatch(ctx, ReqStatsInsert)
 	if err != nil {
 		return fmt.Errorf("reqstats insert: %w", err)
 	}
