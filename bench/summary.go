@@ -31,6 +31,7 @@ type ratioCheck struct {
 }
 
 var ratioChecks = []ratioCheck{
+	{bench: "api", field: "slowest_route_p99_vs_median", target: 3, atMost: true},
 	{bench: "engine", field: "sim_speedup_vs_realtime", target: 100},
 	{bench: "engine", field: "sim_speedup_per_cpu_second", target: 100},
 	{bench: "engine", field: "continuous_vs_static_throughput", target: 2},
