@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,9 +33,29 @@ type APIResult struct {
 	Versions int     `json:"versions"`
 	Clients  int     `json:"clients"`
 	Seconds  float64 `json:"seconds"`
-	// RouteP99Ms is the p99 of each kind of request, to see where time goes.
-	RouteP99Ms map[string]float64 `json:"route_p99_ms"`
+	// Routes are each kind of request's latency. BaselineRoute is among
+	// them: GET /api/v1/me, which passes the same middleware (request
+	// log, authentication by API key, idempotency) and reads nothing else,
+	// so a route's distance from it is the route's own work.
+	Routes        map[string]routeLatency `json:"routes"`
+	BaselineRoute string                  `json:"baseline_route"`
+	// MedianRouteP99Ms is the median of the routes' p99s, the baseline's
+	// left out; SlowestRoute is the route with the highest p99, and
+	// SlowestVsMedianP99 its p99 over the median (issue 31: at most 3).
+	MedianRouteP99Ms   float64 `json:"median_route_p99_ms"`
+	SlowestRoute       string  `json:"slowest_route"`
+	SlowestVsMedianP99 float64 `json:"slowest_route_p99_vs_median"`
 }
+
+// routeLatency is one kind of request's figures in a run.
+type routeLatency struct {
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	Requests int     `json:"requests"`
+}
+
+// apiBaseline is the kind of the trivial route.
+const apiBaseline = "api me (baseline)"
 
 // The seeded catalogue: 50 teams, 1,000 endpoints, each over a model of
 // its own with 10 versions. apiSeed writes the same numbers.
@@ -67,8 +89,9 @@ func runAPI(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return emit(out, cfg.JSON, res, "api: p50 %.2f ms, p99 %.2f ms, %.0f req/s over %d requests (%d errors)\n",
-		res.P50Ms, res.P99Ms, res.RPS, res.Requests, res.Errors)
+	return emit(out, cfg.JSON, res, "api: p50 %.2f ms, p99 %.2f ms, %.0f req/s over %d requests (%d errors); slowest route %s p99 %.2f ms, %.2fx the median route's %.2f ms (baseline %.2f ms)\n",
+		res.P50Ms, res.P99Ms, res.RPS, res.Requests, res.Errors, res.SlowestRoute, res.Routes[res.SlowestRoute].P99Ms, res.SlowestVsMedianP99,
+		res.MedianRouteP99Ms, res.Routes[apiBaseline].P99Ms)
 }
 
 // measureAPI seeds 50 teams, 1,000 endpoints and 10,000 versions in a
@@ -98,13 +121,31 @@ func measureAPI(ctx context.Context, cfg Config) (APIResult, error) {
 	load := apiLoad{ctx: ctx, base: base, creds: creds, start: start, deadline: start.Add(cfg.Duration), byKind: map[string][]time.Duration{}}
 	load.run(cfg.Clients)
 	elapsed := time.Since(start)
-	routes := map[string]float64{}
+	res := APIResult{Name: "api", P50Ms: percentile(load.lat, 0.50), P99Ms: percentile(load.lat, 0.99), Routes: map[string]routeLatency{},
+		BaselineRoute: apiBaseline, RPS: float64(len(load.lat)) / elapsed.Seconds(), Requests: len(load.lat), Errors: load.errs,
+		Teams: apiTeams, Endpts: apiEndpoints, Versions: apiEndpoints * apiVersionsPerModel, Clients: cfg.Clients, Seconds: elapsed.Seconds()}
+	var p99s []float64
 	for k, v := range load.byKind {
-		routes[k] = percentile(v, 0.99)
+		r := routeLatency{P50Ms: percentile(v, 0.50), P99Ms: percentile(v, 0.99), Requests: len(v)}
+		res.Routes[k] = r
+		if k == apiBaseline {
+			continue
+		}
+		p99s = append(p99s, r.P99Ms)
+		if res.SlowestRoute == "" || r.P99Ms > res.Routes[res.SlowestRoute].P99Ms {
+			res.SlowestRoute = k
+		}
 	}
-	return APIResult{Name: "api", P50Ms: percentile(load.lat, 0.50), P99Ms: percentile(load.lat, 0.99), RouteP99Ms: routes,
-		RPS: float64(len(load.lat)) / elapsed.Seconds(), Requests: len(load.lat), Errors: load.errs,
-		Teams: apiTeams, Endpts: apiEndpoints, Versions: apiEndpoints * apiVersionsPerModel, Clients: cfg.Clients, Seconds: elapsed.Seconds()}, nil
+	if len(p99s) == 0 {
+		return res, errors.New("api: no request measured")
+	}
+	slices.Sort(p99s)
+	res.MedianRouteP99Ms = p99s[len(p99s)/2]
+	if len(p99s)%2 == 0 {
+		res.MedianRouteP99Ms = (p99s[len(p99s)/2-1] + p99s[len(p99s)/2]) / 2
+	}
+	res.SlowestVsMedianP99 = res.Routes[res.SlowestRoute].P99Ms / res.MedianRouteP99Ms
+	return res, nil
 }
 
 // apiCreds are each team's API key and its admin's session cookie, by
@@ -166,6 +207,7 @@ type apiTarget struct {
 // team's endpoints and models.
 func apiTargets(model int) []apiTarget {
 	return []apiTarget{
+		{apiBaseline, "/api/v1/me", false},
 		{"api endpoints list", "/api/v1/endpoints?limit=50", false},
 		{"api endpoint", fmt.Sprintf("/api/v1/endpoints/endpoint-%d", model), false},
 		{"api versions list", fmt.Sprintf("/api/v1/models/model-%d/versions", model), false},

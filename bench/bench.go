@@ -172,6 +172,8 @@ type scratch struct {
 	// gateway processes, which get their own from natsAuth.
 	natsAuth *bus.Authority
 	natsCred bus.Credential
+	// ch is the scratch ClickHouse, once clickhouse started it.
+	ch *chproc.Server
 }
 
 // natsOpts are the connection options of the scratch NATS.
@@ -225,7 +227,14 @@ func (s *scratch) clickhouse(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	s.onClose(chs.Stop)
-	ch, err := ingest.OpenClickHouse(ctx, chs.URL("bench"))
+	s.ch = chs
+	return s.clickhouseDB(ctx, "bench")
+}
+
+// clickhouseDB returns a connection to database name of the scratch
+// ClickHouse, created and migrated: the same tables and views as bench.
+func (s *scratch) clickhouseDB(ctx context.Context, name string) (driver.Conn, error) {
+	ch, err := ingest.OpenClickHouse(ctx, s.ch.URL(name))
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,28 @@ type IngestResult struct {
 	RealtimeLagP99S float64 `json:"realtime_lag_p99_s"`
 	// VsRawPublish is RowsPerS over RawPublishRowsPerS.
 	VsRawPublish float64 `json:"vs_raw_publish"`
+	// ClickHouseRowsPerS is ClickHouse's own ceiling for the burst's rows:
+	// the same rows, attributed and priced, sent by one writer in inserts
+	// of 200,000 rows over the native protocol into gpu_usage (and so its
+	// rollups) of a second database of the same ClickHouse, migrated
+	// alike. UsageVsClickHouse is RowsPerS over it.
+	ClickHouseRowsPerS float64 `json:"clickhouse_rows_per_s"`
+	UsageVsClickHouse  float64 `json:"usage_vs_clickhouse"`
+	// PredictionRowsPerS is prediction_samples rows stored per second by
+	// the predictions consumer draining MP_PREDICTIONS, which holds
+	// PredictionSamples samples of 4 instances each before it starts;
+	// PredictionClickHouseRowsPerS the tight writer's rate for the same
+	// rows, and PredictionsVsClickHouse the first over the second.
+	PredictionRowsPerS           float64 `json:"prediction_rows_per_s"`
+	PredictionClickHouseRowsPerS float64 `json:"prediction_clickhouse_rows_per_s"`
+	PredictionsVsClickHouse      float64 `json:"predictions_vs_clickhouse"`
+	PredictionSamples            int     `json:"prediction_samples"`
+	// ReqStatsRowsPerS and the rest are the same for request statistics,
+	// ReqStatsMessages messages of one row each.
+	ReqStatsRowsPerS           float64 `json:"reqstats_rows_per_s"`
+	ReqStatsClickHouseRowsPerS float64 `json:"reqstats_clickhouse_rows_per_s"`
+	ReqStatsVsClickHouse       float64 `json:"reqstats_vs_clickhouse"`
+	ReqStatsMessages           int     `json:"reqstats_messages"`
 	// BurstPublishRowsPerS is how fast the agents published in the burst
 	// phase, with the consumer running beside them.
 	BurstPublishRowsPerS float64         `json:"burst_publish_rows_per_s"`
@@ -86,8 +108,10 @@ func runIngest(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return emit(out, cfg.JSON, res, "ingest: %.0f rows/s end to end (%.2fx the raw publish rate of %.0f rows/s), lag p50 %.2f s, p99 %.2f s (at real pace p99 %.2f s); %d rows from %d allocations over %d simulated seconds\n",
-		res.RowsPerS, res.VsRawPublish, res.RawPublishRowsPerS, res.LagP50S, res.LagP99S, res.RealtimeLagP99S, res.Rows, res.Allocations, res.SimSeconds)
+	return emit(out, cfg.JSON, res, "ingest: usage %.0f rows/s end to end (%.2fx ClickHouse's %.0f rows/s, %.2fx the raw publish rate of %.0f rows/s), lag p50 %.2f s, p99 %.2f s (at real pace p99 %.2f s); %d rows from %d allocations over %d simulated seconds; "+
+		"predictions %.0f rows/s (%.2fx ClickHouse's %.0f); request statistics %.0f rows/s (%.2fx ClickHouse's %.0f)\n",
+		res.RowsPerS, res.UsageVsClickHouse, res.ClickHouseRowsPerS, res.VsRawPublish, res.RawPublishRowsPerS, res.LagP50S, res.LagP99S, res.RealtimeLagP99S, res.Rows, res.Allocations, res.SimSeconds,
+		res.PredictionRowsPerS, res.PredictionsVsClickHouse, res.PredictionClickHouseRowsPerS, res.ReqStatsRowsPerS, res.ReqStatsVsClickHouse, res.ReqStatsClickHouseRowsPerS)
 }
 
 // measureIngest starts PostgreSQL (rates), ClickHouse and an embedded NATS
@@ -126,6 +150,12 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	res := IngestResult{Name: "ingest", Rows: burst, Batches: usageNodes * burstSeconds, Nodes: usageNodes, GPUs: usageNodes * gpusPerNode,
 		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	t0 := time.Now()
+	preds, predCols := predictionTraffic(t0)
+	stats, statsCols := reqStatsTraffic(t0)
+	if err := clickhouseCeilings(ctx, s, pool, fleet, predCols, statsCols, &res); err != nil {
+		return res, err
+	}
 	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
 		return res, err
 	}
@@ -152,10 +182,15 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	res.LagP99S = quantile(lags.lags[burstPhase], 0.99).Seconds()
 	res.RealtimeLagP99S = quantile(lags.lags[pacePhase], 0.99).Seconds()
 	lags.mu.Unlock()
+	res.UsageVsClickHouse = res.RowsPerS / res.ClickHouseRowsPerS
+	if err := smallStreams(ctx, s, js, ch, url, preds, stats, &res); err != nil {
+		return res, err
+	}
 	res.TargetsMet = map[string]bool{
 		"rows_per_s_at_least_100000":     res.RowsPerS >= 100_000,
 		"at_least_half_raw_publish_rate": res.VsRawPublish >= 0.5,
 		"lag_p99_under_5s":               res.LagP99S < 5,
+		"usage_at_least_0.8_clickhouse":  res.UsageVsClickHouse >= 0.8,
 	}
 	return res, nil
 }

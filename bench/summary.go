@@ -31,11 +31,15 @@ type ratioCheck struct {
 }
 
 var ratioChecks = []ratioCheck{
+	{bench: "api", field: "slowest_route_p99_vs_median", target: 3, atMost: true},
 	{bench: "engine", field: "sim_speedup_vs_realtime", target: 100},
 	{bench: "engine", field: "sim_speedup_per_cpu_second", target: 100},
 	{bench: "engine", field: "continuous_vs_static_throughput", target: 2},
 	{bench: "engine", field: "kv_waste_paged_pct", target: 4, atMost: true},
 	{bench: "engine", field: "kv_waste_contiguous_pct", target: 60},
+	{bench: "ingest", field: "usage_vs_clickhouse", target: 0.8},
+	{bench: "ingest", field: "predictions_vs_clickhouse", target: 0.8},
+	{bench: "ingest", field: "reqstats_vs_clickhouse", target: 0.8},
 	{bench: "gateway", field: "rps_ratio_vs_nginx", target: 1},
 	{bench: "gateway", field: "rps_ratio_vs_haproxy", target: 1},
 	{bench: "autoscale", field: "share_of_interval", target: 0.01, atMost: true},

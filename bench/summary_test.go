@@ -17,7 +17,8 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 		`{"name":"engine","sim_speedup_vs_realtime":29.3,"sim_speedup_per_cpu_second":110.8,"continuous_vs_static_throughput":11.1,"kv_waste_paged_pct":1.2,"kv_waste_contiguous_pct":69.4}`,
 		`{"name":"autoscale","share_of_interval":0.004,"scenarios":[{"scenario":"burst","seed":2,"gpu_hours_vs_oracle":1.63,"vs_oracle_target":2,"within_sla_pct":91.7,"sla_target_pct":90}]}`,
 		`{"name":"drift","target_met":false}`,
-		`{"name":"ingest","targets_met":{"rows_per_s_at_least_100k":true}}`,
+		`{"name":"api","slowest_route_p99_vs_median":2.49,"routes":{}}`,
+		`{"name":"ingest","usage_vs_clickhouse":0.53,"predictions_vs_clickhouse":0.39,"reqstats_vs_clickhouse":1.01,"targets_met":{"rows_per_s_at_least_100k":true}}`,
 	}, "\n")
 	file := filepath.Join(t.TempDir(), "bench.jsonl")
 	if err := os.WriteFile(file, []byte(lines), 0o644); err != nil {
@@ -26,11 +27,11 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 	var out strings.Builder
 	err := runSummary(context.Background(), Config{Results: file}, &out)
 	if !errors.Is(err, ErrTargetsMissed) {
-		t.Errorf("summary = %v, want ErrTargetsMissed (api, gateway and others printed nothing)", err)
+		t.Errorf("summary = %v, want ErrTargetsMissed (gateway and others printed nothing)", err)
 	}
 	got := out.String()
-	if n := strings.Count(got, "\n{"); n != 3 || !strings.HasPrefix(got, "{") {
-		t.Errorf("echoed %d JSON objects, want 4, one a line, first:\n%s", n+1, got)
+	if n := strings.Count(got, "\n{"); n != 4 || !strings.HasPrefix(got, "{") {
+		t.Errorf("echoed %d JSON objects, want 5, one a line, first:\n%s", n+1, got)
 	}
 	// Compare lines by their fields, not the table's padding.
 	var table []string
@@ -45,9 +46,12 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 		"autoscale burst seed 2 GPU-hours vs oracle 1.63 <= 2 pass",
 		"autoscale burst seed 2 minutes within SLA % 91.7 >= 90 pass",
 		"drift target_met - - FAIL",
-		"ingest rows_per_s_at_least_100k - - pass",
-		"api - - - no result",
-		"8 of 17 met",
+		"ingest usage_vs_clickhouse 0.53 >= 0.8 FAIL",
+		"ingest predictions_vs_clickhouse 0.39 >= 0.8 FAIL",
+		"ingest reqstats_vs_clickhouse 1.01 >= 0.8 pass",
+		"api slowest_route_p99_vs_median 2.49 <= 3 pass",
+		"gateway - - - no result",
+		"9 of 19 met",
 	} {
 		if !slices.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)

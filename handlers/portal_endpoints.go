@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"modelplane/auth"
 	"modelplane/endpoint"
 	"modelplane/errdefs"
@@ -147,8 +149,49 @@ func (s *Server) portalEndpointCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoint.Endpoint) (web.EndpointProps, error) {
 	f := pageFrame(r)
 	p := f.user
-	versions, err := s.Registry.VersionNames(r.Context(), p, e.ModelID)
-	if err != nil {
+	// The sections read independent rows: they are read at once, so the
+	// page waits for its slowest read, not for the sum of a dozen.
+	var (
+		versions []string
+		reps     []endpoint.Replica
+		graph    []endpoint.GraphVersion
+		stats    web.StatsProps
+		tryIt    web.TryItProps
+		rollouts web.RolloutsSection
+		scaling  web.AutoscalingProps
+	)
+	csrf := f.session.csrf
+	g, ctx := errgroup.WithContext(r.Context())
+	g.Go(func() (err error) {
+		if versions, err = s.Registry.VersionNames(ctx, p, e.ModelID); err != nil {
+			return err
+		}
+		rollouts, err = s.rolloutsSection(ctx, p, e, versions, csrf)
+		return err
+	})
+	g.Go(func() (err error) {
+		reps, err = s.Endpoints.Replicas(ctx, p, e.Name)
+		return err
+	})
+	if e.Kind == endpoint.KindGraph {
+		g.Go(func() (err error) {
+			graph, err = s.Endpoints.GraphVersions(ctx, p, e.Name)
+			return err
+		})
+	}
+	g.Go(func() error {
+		stats = s.statsProps(ctx, e.Name, e.ID)
+		return nil
+	})
+	g.Go(func() (err error) {
+		tryIt, err = s.tryItProps(ctx, csrf, e, p, "")
+		return err
+	})
+	g.Go(func() (err error) {
+		scaling, err = s.autoscalingProps(ctx, p, e)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return web.EndpointProps{}, err
 	}
 	props := web.EndpointProps{Layout: f.layout(w, e.Name, "endpoints"), Row: endpointRow(e), Runtime: e.Runtime,
@@ -170,16 +213,9 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 		TimeoutMS: strconv.Itoa(int(e.TimeoutMS)), Batching: batchingForm(e.Batching)}
 	props.Versions = versions
 	props.Replicas = replicasProps(e, p)
-	reps, err := s.Endpoints.Replicas(r.Context(), p, e.Name)
-	if err != nil {
-		return web.EndpointProps{}, err
-	}
 	props.Launch = launchProps(reps)
 	if e.Kind == endpoint.KindGraph {
-		vs, err := s.Endpoints.GraphVersions(r.Context(), p, e.Name)
-		if err != nil {
-			return web.EndpointProps{}, err
-		}
+		vs := graph
 		props.Graph = graphProps(vs)
 		props.Graph.CanWrite, props.Graph.CSRF, props.Graph.Endpoint = props.CanWrite, props.CSRF, e.Name
 		for _, v := range vs {
@@ -189,17 +225,8 @@ func (s *Server) endpointProps(w http.ResponseWriter, r *http.Request, e endpoin
 			}
 		}
 	}
-	props.Stats = s.statsProps(r.Context(), e.Name, e.ID)
-	if props.TryIt, err = s.tryItProps(r.Context(), props.CSRF, e, p, ""); err != nil {
-		return web.EndpointProps{}, err
-	}
-	if props.Rollouts, err = s.rolloutsSection(r.Context(), p, e, versions, props.CSRF); err != nil {
-		return web.EndpointProps{}, err
-	}
+	props.Stats, props.TryIt, props.Rollouts, props.Autoscaling = stats, tryIt, rollouts, scaling
 	props.Unroutable = props.Rollouts.Unroutable
-	if props.Autoscaling, err = s.autoscalingProps(r.Context(), p, e); err != nil {
-		return web.EndpointProps{}, err
-	}
 	return props, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -206,4 +207,56 @@ func (c *pullLoop) loop(ctx context.Context) {
 		}
 		backoff = 0
 	}
+}
+
+// idChunk bounds the ids one dedup query names: ClickHouse refuses a query
+// over 256 KiB of text by default, and a fetched set may hold 10,000 ids.
+const idChunk = 2_000
+
+// idQuery is a fetched set's message ids with the endpoints and the time
+// range (Unix milliseconds) they fall in, for a dedup query narrowed by a
+// table's sort key.
+type idQuery struct {
+	ids, endpoints []string
+	seen           map[string]bool
+	from, to       int64
+}
+
+func (q *idQuery) add(id, endpoint string, t int64) {
+	q.ids = append(q.ids, id)
+	if q.seen == nil {
+		q.seen = map[string]bool{}
+	}
+	if !q.seen[endpoint] {
+		q.seen[endpoint] = true
+		q.endpoints = append(q.endpoints, endpoint)
+	}
+	q.from, q.to = min(q.from, t), max(q.to, t)
+}
+
+// stored runs query, whose four parameters are the endpoints, the range's
+// first and last second and the ids, over chunks of idChunk ids, and
+// returns the ids it found.
+func (q *idQuery) stored(ctx context.Context, ch driver.Conn, query string) (map[string]bool, error) {
+	stored := make(map[string]bool)
+	for ids := range slices.Chunk(q.ids, idChunk) {
+		rows, err := ch.Query(ctx, query, set(q.endpoints), q.from/1000, q.to/1000, set(ids))
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			stored[id] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
 }

@@ -57,7 +57,7 @@ type ReqStatsStats struct {
 
 // NewReqStats checks cfg and fills defaults. It starts nothing; call Start.
 func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
-	if err := cfg.defaults("reqstats", busapi.StreamReqStats, "ingest-reqstats", 500); err != nil {
+	if err := cfg.defaults("reqstats", busapi.StreamReqStats, "ingest-reqstats", 10_000); err != nil {
 		return nil, err
 	}
 	c := &ReqStats{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
@@ -137,6 +137,13 @@ func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
 
 func histogram(h []uint64) bool { return len(h) == 0 || len(h) == busapi.LatencyBuckets }
 
+// ReqStatsInsert is the consumer's INSERT into request_stats; `modelplane
+// bench ingest` sends the same rows with it to measure ClickHouse's own
+// ceiling.
+const ReqStatsInsert = "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, " +
+	"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, " +
+	"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)"
+
 // insertNew inserts the held messages whose ids request_stats does not hold
 // yet, each id once.
 func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
@@ -144,9 +151,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	if err != nil {
 		return fmt.Errorf("reqstats stored ids: %w", err)
 	}
-	batch, err := c.cfg.CH.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
-		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
-		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)")
+	batch, err := c.cfg.CH.PrepareBatch(ctx, ReqStatsInsert)
 	if err != nil {
 		return fmt.Errorf("reqstats insert: %w", err)
 	}
@@ -198,37 +203,15 @@ func buckets(h []uint64) []uint64 {
 	return h
 }
 
-// storedIDs returns which of the held ids request_stats holds. The query
-// names the endpoints and the window range, the table's sort key, so
-// ClickHouse reads only the granules they could be in.
+// storedIDs returns which of the held ids request_stats holds, asked
+// within the endpoints and the window range, the table's sort key.
 func (c *ReqStats) storedIDs(ctx context.Context, held []heldStats) (map[string]bool, error) {
-	endpoints := map[string]bool{}
-	var ids, eps []string
-	from, to := held[0].s.WindowStart, held[0].s.WindowStart
+	q := idQuery{ids: make([]string, 0, len(held)), from: held[0].s.WindowStart, to: held[0].s.WindowStart}
 	for _, h := range held {
-		ids = append(ids, h.s.ID)
-		if !endpoints[h.s.Endpoint] {
-			endpoints[h.s.Endpoint] = true
-			eps = append(eps, h.s.Endpoint)
-		}
-		from, to = min(from, h.s.WindowStart), max(to, h.s.WindowStart)
+		q.add(h.s.ID, h.s.Endpoint, h.s.WindowStart)
 	}
-	rows, err := c.cfg.CH.Query(ctx, `SELECT msg_id FROM request_stats
-		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN ?`,
-		set(eps), from/1000, to/1000, set(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	stored := make(map[string]bool, len(held))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		stored[id] = true
-	}
-	return stored, rows.Err()
+	return q.stored(ctx, c.cfg.CH, `SELECT msg_id FROM request_stats
+		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN ?`)
 }
 
 // nakDelay grows with the delivery count so that an outage is retried

@@ -328,7 +328,7 @@ func set(ss []string) clickhouse.GroupSet {
 }
 
 // usageColumns are the gpu_usage columns of the rows to insert, in the
-// order of insertColumns; a columnar append is several times cheaper than
+// order of UsageInsert; a columnar append is several times cheaper than
 // one Append per row.
 type usageColumns struct {
 	ts                                                        []int64
@@ -341,7 +341,9 @@ type usageColumns struct {
 	rowIdx                                                    []uint32
 }
 
-const insertColumns = "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, team, endpoint, model, version, replica, " +
+// UsageInsert is the consumer's INSERT into gpu_usage; `modelplane bench
+// ingest` sends the same rows with it to measure ClickHouse's own ceiling.
+const UsageInsert = "INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, team, endpoint, model, version, replica, " +
 	"util_pct, memory_mb, requests, rate_uusd_per_hour, batch_id, row_idx)"
 
 func (c *usageColumns) list() []any {
@@ -448,7 +450,7 @@ func (u *Usage) warnUnpriced(gpuType, profile string) {
 func (u *Usage) insert(ctx context.Context, db string, c usageColumns) error {
 	u.repair.writes.RLock()
 	defer u.repair.writes.RUnlock()
-	batch, err := u.cfg.CH.PrepareBatch(writeContext(ctx, db), insertColumns)
+	batch, err := u.cfg.CH.PrepareBatch(writeContext(ctx, db), UsageInsert)
 	if err != nil {
 		return err
 	}

@@ -701,13 +701,23 @@ func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID in
 	if err != nil {
 		return nil, fmt.Errorf("list versions: %w", err)
 	}
+	// One query for every version's validation, not one a version: the
+	// endpoint page calls this on each view (modelplane bench api).
+	vids := make([]int64, len(rows))
+	for i, r := range rows {
+		vids[i] = r.ID
+	}
+	xs, err := q.ValidationListByVersions(ctx, db.ValidationListByVersionsParams{VersionIDs: vids, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("list validations: %w", err)
+	}
+	byVersion := make(map[int64]*db.ModelVersionValidation, len(xs))
+	for i := range xs {
+		byVersion[xs[i].VersionID] = &xs[i]
+	}
 	out := map[string]string{}
 	for _, r := range rows {
-		why, err := Unroutable(ctx, q, p, r)
-		if err != nil {
-			return nil, err
-		}
-		if why != "" {
+		if why := unroutable(r, byVersion[r.ID]); why != "" {
 			out[r.Name] = why
 		}
 	}

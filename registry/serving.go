@@ -498,18 +498,29 @@ func Unroutable(ctx context.Context, q *db.Queries, p *auth.Principal, v db.Mode
 	x, err := q.ValidationGet(ctx, db.ValidationGetParams{VersionID: v.ID, AllTeams: all, TeamIDs: ids})
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		if v.Status == StatusInvalid {
-			return fmt.Sprintf("version %s is invalid", v.Name), nil
-		}
-		return "", nil // not validated by the control plane: its replicas' warm-up checks it
+		return unroutable(v, nil), nil
 	case err != nil:
 		return "", fmt.Errorf("validation of %s: %w", v.Name, err)
-	case v.Status == StatusInvalid || x.State == StatusInvalid:
-		return fmt.Sprintf("version %s is invalid: %s", v.Name, x.Reason), nil
-	case x.State == ValidationPending:
-		return fmt.Sprintf("version %s is still being validated (status registered); it can take traffic once it is validated", v.Name), nil
 	}
-	return "", nil
+	return unroutable(v, &x), nil
+}
+
+// unroutable is Unroutable's rule for v and its validation x (nil when
+// the control plane never validated it).
+func unroutable(v db.ModelVersion, x *db.ModelVersionValidation) string {
+	switch {
+	case v.Status == StatusValidated:
+		return ""
+	case x == nil && v.Status == StatusInvalid:
+		return fmt.Sprintf("version %s is invalid", v.Name)
+	case x == nil:
+		return "" // not validated by the control plane: its replicas' warm-up checks it
+	case v.Status == StatusInvalid || x.State == StatusInvalid:
+		return fmt.Sprintf("version %s is invalid: %s", v.Name, x.Reason)
+	case x.State == ValidationPending:
+		return fmt.Sprintf("version %s is still being validated (status registered); it can take traffic once it is validated", v.Name)
+	}
+	return ""
 }
 
 // RuntimeConfig is the built-in runtime's configuration of a version

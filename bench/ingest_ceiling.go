@@ -1,0 +1,329 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/billing"
+	"modelplane/busapi"
+	"modelplane/db"
+	"modelplane/ingest"
+)
+
+// ceilingRows is how many rows the tight writer sends in one INSERT:
+// ClickHouse's advice is inserts of 100,000 rows or more, one at a time.
+const ceilingRows = 200_000
+
+// The small streams' traffic: samples of 4 instances each of 3 features,
+// and one request statistics message per endpoint version window, over
+// the usage fleet's 1,000 endpoints.
+const (
+	predSamples      = 50_000
+	predInstances    = 4
+	reqStatsMessages = 100_000
+	smallPublishers  = 8
+)
+
+// ceilingRate inserts cols (typed column slices of one length, in the
+// order of stmt's column list) into ch from one writer, ceilingRows rows
+// an INSERT, and returns rows per second: ClickHouse's own ceiling for
+// these rows, with nothing to decode, check or acknowledge.
+func ceilingRate(ctx context.Context, ch driver.Conn, stmt string, cols []any) (float64, error) {
+	n := reflect.ValueOf(cols[0]).Len()
+	start := time.Now()
+	for from := 0; from < n; from += ceilingRows {
+		to := min(n, from+ceilingRows)
+		batch, err := ch.PrepareBatch(ctx, stmt)
+		if err != nil {
+			return 0, fmt.Errorf("ceiling insert: %w", err)
+		}
+		for i, c := range cols {
+			if err := batch.Column(i).Append(reflect.ValueOf(c).Slice(from, to).Interface()); err != nil {
+				batch.Close()
+				return 0, fmt.Errorf("ceiling insert column %d: %w", i, err)
+			}
+		}
+		if err := batch.Send(); err != nil {
+			return 0, fmt.Errorf("ceiling insert: %w", err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// usageCeilingColumns are the burst's rows as the consumer stores them:
+// attributed by their allocation, priced, with their batch id and index.
+func usageCeilingColumns(fleet *usageFleet, prices ingest.Pricer) ([]any, error) {
+	n := fleet.rows(0, burstSeconds)
+	var (
+		ts                                                        = make([]int64, 0, n)
+		node                                                      = make([]string, 0, n)
+		gpu, slice                                                = make([]uint16, 0, n), make([]uint16, 0, n)
+		gpuType, profile, team, endpoint, model, version, replica = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
+			make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		util                   = make([]float32, 0, n)
+		memory, requests, rate = make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+		batchID                = make([]string, 0, n)
+		rowIdx                 = make([]uint32, 0, n)
+	)
+	for ni := range fleet.nodes {
+		for s := range burstSeconds {
+			var b busapi.UsageBatch
+			if err := json.Unmarshal(fleet.batches[ni][s], &b); err != nil {
+				return nil, err
+			}
+			for i, r := range b.Records {
+				uusd, _ := prices.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
+				ts = append(ts, r.Time)
+				node = append(node, r.Node)
+				gpu = append(gpu, uint16(r.GPU))
+				slice = append(slice, uint16(r.Slice))
+				gpuType = append(gpuType, r.GPUType)
+				profile = append(profile, r.Profile)
+				team = append(team, r.Team)
+				endpoint = append(endpoint, r.Endpoint)
+				model = append(model, r.Model)
+				version = append(version, r.Version)
+				replica = append(replica, r.Replica)
+				util = append(util, float32(r.UtilPct))
+				memory = append(memory, uint64(r.MemoryMB))
+				requests = append(requests, uint64(r.Requests))
+				rate = append(rate, uint64(max(uusd, 0)))
+				batchID = append(batchID, b.ID)
+				rowIdx = append(rowIdx, uint32(i))
+			}
+		}
+	}
+	return []any{ts, node, gpu, slice, gpuType, profile, team, endpoint, model, version, replica, util, memory, requests, rate, batchID, rowIdx}, nil
+}
+
+// smallMsg is one encoded message of a small stream.
+type smallMsg struct {
+	subject, id string
+	data        []byte
+}
+
+// predictionTraffic is predSamples samples, encoded, and the rows
+// prediction_samples gets from them, by column of PredictionsInsert.
+func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
+	n := predSamples * predInstances
+	var (
+		ts                                 = make([]time.Time, 0, n)
+		tsMS                               = make([]uint16, 0, n)
+		endpoint, team, version, requestID = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		instance                           = make([]uint32, 0, n)
+		names, strs                        = make([][]string, 0, n), make([][]string, 0, n)
+		values                             = make([][]float64, 0, n)
+		score, latency                     = make([]float64, 0, n), make([]float64, 0, n)
+		label                              = make([]string, 0, n)
+		tokens                             = make([]uint32, 0, n)
+		seq                                = make([]uint64, 0, n)
+		pinned                             = make([]uint8, 0, n)
+		endpointID                         = make([]int64, 0, n)
+	)
+	msgs := make([]smallMsg, 0, predSamples)
+	feats := []string{"a", "b", "c"}
+	for i := range predSamples {
+		ep := i % 1000
+		s := busapi.PredictionSample{ID: fmt.Sprintf("req-%07d", i), Time: t0.UnixMilli() + int64(i/50), Endpoint: fmt.Sprintf("endpoint-%d", ep),
+			Team: fmt.Sprintf("team-%d", ep%50), Version: "v10", LatencyMS: float64(i%97) / 7, FeatureNames: feats, EndpointID: int64(ep + 1)}
+		for k := range predInstances {
+			s.Instances = append(s.Instances, busapi.SampleInstance{Num: []float64{float64(k), float64(i % 13), 0.25}, Str: []string{"", "", ""},
+				Score: float64((i+k)%100) / 100, Label: []string{"cat", "dog"}[(i+k)%2]})
+		}
+		data, err := json.Marshal(s)
+		if err != nil {
+			panic(err) // plain structs always encode
+		}
+		msgs = append(msgs, smallMsg{subject: busapi.PredictionSubject(s.Endpoint), id: s.ID, data: data})
+		for k, in := range s.Instances {
+			ts = append(ts, time.UnixMilli(s.Time).UTC())
+			tsMS = append(tsMS, uint16(s.Time%1000))
+			endpoint, team, version, requestID = append(endpoint, s.Endpoint), append(team, s.Team), append(version, s.Version), append(requestID, s.ID)
+			instance = append(instance, uint32(k))
+			names, values, strs = append(names, s.FeatureNames), append(values, in.Num), append(strs, in.Str)
+			score, label, tokens = append(score, in.Score), append(label, in.Label), append(tokens, 0)
+			latency, seq, pinned, endpointID = append(latency, s.LatencyMS), append(seq, uint64(i+1)), append(pinned, 0), append(endpointID, s.EndpointID)
+		}
+	}
+	return msgs, []any{ts, tsMS, endpoint, team, version, requestID, instance, names, values, strs, score, label, tokens, latency, seq, pinned, endpointID}
+}
+
+// reqStatsTraffic is reqStatsMessages gateway statistics, encoded, and the
+// rows request_stats gets from them, by column of ReqStatsInsert.
+func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
+	n := reqStatsMessages
+	var (
+		wStart, wEnd                       = make([]time.Time, 0, n), make([]time.Time, 0, n)
+		wStartMS, wEndMS                   = make([]uint16, 0, n), make([]uint16, 0, n)
+		gw, endpoint, team, version        = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		count, eClient, eUp, eTO, eShed    = make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+		canceled, streams, tokens, seq     = make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+		lat, ttft, tpot                    = make([][]uint64, 0, n), make([][]uint64, 0, n), make([][]uint64, 0, n)
+		latSum, ttftSum, tpotSum           = make([]float64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
+		msgID, caller, viaGraph, viaGraphV = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		pinned                             = make([]uint8, 0, n)
+		endpointID                         = make([]int64, 0, n)
+		empty                              = make([]uint64, busapi.LatencyBuckets)
+	)
+	msgs := make([]smallMsg, 0, n)
+	for i := range n {
+		ep := i % 1000
+		start := t0.UnixMilli() + int64(i/1000)*5000
+		s := busapi.ReqStats{ID: fmt.Sprintf("gw-1/%07d", i), WindowStart: start, WindowEnd: start + 5000, Gateway: "gw-1",
+			Endpoint: fmt.Sprintf("endpoint-%d", ep), Team: fmt.Sprintf("team-%d", ep%50), Version: "v10", Count: 100,
+			Errors: busapi.ErrorCounts{Client: uint64(i % 3)}, Latency: make([]uint64, busapi.LatencyBuckets), LatencySumMS: 1234.5, EndpointID: int64(ep + 1)}
+		s.Latency[i%busapi.LatencyBuckets] = s.Count
+		data, err := json.Marshal(s)
+		if err != nil {
+			panic(err) // plain structs always encode
+		}
+		msgs = append(msgs, smallMsg{subject: busapi.ReqStatsSubject(s.Endpoint), id: s.ID, data: data})
+		wStart, wStartMS = append(wStart, time.UnixMilli(s.WindowStart).UTC()), append(wStartMS, uint16(s.WindowStart%1000))
+		wEnd, wEndMS = append(wEnd, time.UnixMilli(s.WindowEnd).UTC()), append(wEndMS, uint16(s.WindowEnd%1000))
+		gw, endpoint, team, version = append(gw, s.Gateway), append(endpoint, s.Endpoint), append(team, s.Team), append(version, s.Version)
+		count, eClient, eUp, eTO, eShed = append(count, s.Count), append(eClient, s.Errors.Client), append(eUp, 0), append(eTO, 0), append(eShed, 0)
+		canceled, streams, tokens, seq = append(canceled, 0), append(streams, 0), append(tokens, 0), append(seq, uint64(i+1))
+		lat, ttft, tpot = append(lat, s.Latency), append(ttft, empty), append(tpot, empty)
+		latSum, ttftSum, tpotSum = append(latSum, s.LatencySumMS), append(ttftSum, 0), append(tpotSum, 0)
+		msgID, caller, viaGraph, viaGraphV = append(msgID, s.ID), append(caller, ""), append(viaGraph, ""), append(viaGraphV, "")
+		pinned, endpointID = append(pinned, 0), append(endpointID, s.EndpointID)
+	}
+	return msgs, []any{wStart, wStartMS, wEnd, wEndMS, gw, endpoint, team, version, count, eClient, eUp, eTO, eShed, canceled,
+		lat, latSum, streams, ttft, ttftSum, tpot, tpotSum, tokens, msgID, seq, pinned, endpointID, caller, viaGraph, viaGraphV}
+}
+
+// publishSmall publishes msgs from smallPublishers connections, each its
+// share with async publishes, and returns once every one is acknowledged.
+func publishSmall(ctx context.Context, url string, opts []nats.Option, msgs []smallMsg) error {
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	fail := func(err error) { errOnce.Do(func() { first = err }) }
+	for p := range smallPublishers {
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024))
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			for i := p; i < len(msgs); i += smallPublishers {
+				m := msgs[i]
+				if _, err := js.PublishAsync(m.subject, m.data, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute)); err != nil {
+					fail(err)
+					return
+				}
+			}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				fail(ctx.Err())
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// drainRate starts a consumer over a stream that already holds every
+// message, waits until rows() reaches want, and returns rows per second
+// from the start to then: the ingest path alone, from fetch to ack.
+func drainRate(ctx context.Context, start func(context.Context) error, stop func(), rows func() uint64, want uint64) (float64, error) {
+	t0 := time.Now()
+	if err := start(ctx); err != nil {
+		return 0, err
+	}
+	defer stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Minute)
+	for rows() < want {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return 0, fmt.Errorf("ingest: %d of %d rows stored after 5 minutes", rows(), want)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return float64(want) / time.Since(t0).Seconds(), nil
+}
+
+// clickhouseCeilings measures the tight writer's rate for each stream's
+// rows into database ceiling of the scratch ClickHouse, before any
+// consumer runs.
+func clickhouseCeilings(ctx context.Context, s *scratch, pool *pgxpool.Pool, fleet *usageFleet, predCols, statsCols []any, res *IngestResult) error {
+	ceiling, err := s.clickhouseDB(ctx, "ceiling")
+	if err != nil {
+		return err
+	}
+	prices, err := billing.LoadRates(ctx, db.New(pool))
+	if err != nil {
+		return err
+	}
+	usageCols, err := usageCeilingColumns(fleet, prices)
+	if err != nil {
+		return err
+	}
+	if res.ClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.UsageInsert, usageCols); err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	if res.PredictionClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.PredictionsInsert, predCols); err != nil {
+		return fmt.Errorf("predictions: %w", err)
+	}
+	if res.ReqStatsClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.ReqStatsInsert, statsCols); err != nil {
+		return fmt.Errorf("reqstats: %w", err)
+	}
+	return nil
+}
+
+// smallStreams publishes the prediction samples and the request
+// statistics, then times each consumer draining its stream, and checks
+// that ClickHouse holds exactly the rows published.
+func smallStreams(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, url string, preds, stats []smallMsg, res *IngestResult) error {
+	res.PredictionSamples, res.ReqStatsMessages = len(preds), len(stats)
+	if err := publishSmall(ctx, url, s.natsOpts(), append(preds, stats...)); err != nil {
+		return fmt.Errorf("publish samples and statistics: %w", err)
+	}
+	p, err := ingest.NewPredictions(ingest.PredictionsConfig{JS: js, CH: ch})
+	if err != nil {
+		return err
+	}
+	predRows := uint64(len(preds) * predInstances)
+	if res.PredictionRowsPerS, err = drainRate(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows); err != nil {
+		return fmt.Errorf("predictions: %w", err)
+	}
+	r, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: js, CH: ch})
+	if err != nil {
+		return err
+	}
+	if res.ReqStatsRowsPerS, err = drainRate(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, uint64(len(stats))); err != nil {
+		return fmt.Errorf("reqstats: %w", err)
+	}
+	for table, want := range map[string]uint64{"prediction_samples": predRows, "request_stats": uint64(len(stats))} {
+		var got uint64
+		if err := ch.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&got); err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s holds %d rows, %d were published", table, got, want)
+		}
+	}
+	res.PredictionsVsClickHouse = res.PredictionRowsPerS / res.PredictionClickHouseRowsPerS
+	res.ReqStatsVsClickHouse = res.ReqStatsRowsPerS / res.ReqStatsClickHouseRowsPerS
+	return nil
+}
