@@ -22,7 +22,11 @@ import (
 // HX-Redirect to the version's page.
 func TestPortalUploadShowsProgressAndSurvivesASlowBody(t *testing.T) {
 	t.Parallel()
-	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, _ *pgxpool.Pool) { d.ReadTimeout = 50 * time.Millisecond }})
+	// The read timeout is short enough for the stall below to outlast it
+	// quickly, and long enough that the sign-in and page loads around it,
+	// whose bodies arrive at once, are not cut on a loaded machine (50 ms
+	// was: a request waited that long for a core between accept and read).
+	e := newTestEnvWith(t, envOptions{Deps: func(d *Deps, _ *pgxpool.Pool) { d.ReadTimeout = time.Second }})
 	u := portalSignIn(t, e, "risk-engineer@example.com")
 
 	form := u.page("/models/risk-model/versions/new").Find("form#version-form")
