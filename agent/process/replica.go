@@ -25,6 +25,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
+	"modelplane/agent/guard"
 	"modelplane/agent/triton"
 	"modelplane/busapi"
 )
@@ -61,7 +62,7 @@ type replica struct {
 	metricsPort, preferMetricsPort int
 	// guard checks the replica's token in front of a runtime that does
 	// not (guarded).
-	guard    *guard
+	guard    *guard.Guard
 	spawned  int // processes started, the first one included
 	ready    bool
 	draining bool
@@ -425,9 +426,9 @@ func (r *replica) guarded() bool {
 }
 
 // guardOptions are what the replica's guard checks, serves and forwards.
-func (r *replica) guardOptions() guardOptions {
-	return guardOptions{token: r.spec.Token, open: r.entry.Probes(r.spec.Model), log: r.log,
-		tls: r.d.cfg.TLS, forwardToken: r.entry.ChecksToken}
+func (r *replica) guardOptions() guard.Options {
+	return guard.Options{Token: r.spec.Token, Open: r.entry.Probes(r.spec.Model), Log: r.log,
+		TLS: r.d.cfg.TLS, ForwardToken: r.entry.ChecksToken}
 }
 
 // scheme is how the replica's address is reached: "https://" behind a
@@ -445,7 +446,7 @@ func (r *replica) closeGuard() {
 	g := r.guard
 	r.guard = nil
 	r.mu.Unlock()
-	g.close()
+	g.Close()
 }
 
 // fail records one failure in a row.
@@ -555,7 +556,7 @@ func (r *replica) spawn() (*proc, error) {
 		metricsPort = got[1]
 	}
 	host, runPort, inner := cfg.Host, port, 0
-	var g *guard
+	var g *guard.Guard
 	if r.guarded() {
 		if inner, err = freePort("127.0.0.1", 0); err != nil {
 			return nil, err
@@ -570,7 +571,7 @@ func (r *replica) spawn() (*proc, error) {
 				return nil, err
 			}
 		}
-		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.guardOptions()); err != nil {
+		if g, err = guard.Listen(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), loopback(inner), r.guardOptions()); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
 		}
 		host, runPort = "127.0.0.1", inner
@@ -578,7 +579,7 @@ func (r *replica) spawn() (*proc, error) {
 	started := false
 	defer func() {
 		if !started {
-			g.close()
+			g.Close()
 		}
 	}()
 	vars := catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,
