@@ -141,7 +141,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	check("container", p.Status.ContainerStatuses)
 	if o.Ready {
 		o.Failures, o.Reason = 0, ""
-		if e.Metrics != "" && !e.MetricsPort {
+		// Behind a guard a runtime's metrics are on the pod's port (Triton's
+		// moved there from their own): the NetworkPolicy admits the agent.
+		if e.Metrics != "" && (!e.MetricsPort || guarded(e, r.spec)) {
 			r.metrics(ctx, e, p, &o)
 		}
 	}
