@@ -44,8 +44,8 @@ const (
 	// loopback behind a guard, which serves it on the runtime's metrics
 	// path.
 	TritonMetricsPort = 8002
-	DefaultResync          = 30 * time.Second
-	DefaultGrace           = 30 * time.Second
+	DefaultResync     = 30 * time.Second
+	DefaultGrace      = 30 * time.Second
 	// ArtifactSecret is the Secret in each team namespace that holds the
 	// pool's artifact token for the init containers.
 	ArtifactSecret = "modelplane-artifacts"
