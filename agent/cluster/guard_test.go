@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +42,8 @@ import (
 func TestGuardSidecarFrontsRuntimesThatDoNotCheckTheToken(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
-	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	clock := quartz.NewMock(t)
+	d, _ := poolWithClock(t, c, cluster.KindGPU, clock, gpuNode())
 	vllm := migSpec("chat-v1-r1", 0)
 	vllm.Endpoint, vllm.Model, vllm.Task, vllm.Runtime = "chat", "chat", "llm", "vllm"
 	vllm.Profile, vllm.Slots = busapi.ProfileFull, []busapi.Slot{{GPU: 0}}
@@ -51,6 +53,24 @@ func TestGuardSidecarFrontsRuntimesThatDoNotCheckTheToken(t *testing.T) {
 	tritonMetrics, err := os.ReadFile("../catalog/testdata/triton-25.metrics.txt")
 	if err != nil {
 		t.Fatal(err)
+	}
+	vllmMetrics, err := os.ReadFile("../catalog/testdata/vllm-0.11.metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vLLM's counters as the runtime serves them: reading 1 is the file's,
+	// reading 2 a thousand tokens and ten first tokens (one second of
+	// waiting in all) later.
+	var reading atomic.Int64
+	reading.Store(1)
+	vllmAt := func() []byte {
+		if reading.Load() == 1 {
+			return vllmMetrics
+		}
+		r := strings.NewReplacer(`model_name="chat"} 51200.0`, `model_name="chat"} 52200.0`,
+			`time_to_first_token_seconds_count{engine="0",model_name="chat"} 200.0`, `time_to_first_token_seconds_count{engine="0",model_name="chat"} 210.0`,
+			`time_to_first_token_seconds_sum{engine="0",model_name="chat"} 24.0`, `time_to_first_token_seconds_sum{engine="0",model_name="chat"} 25.0`)
+		return []byte(r.Replace(string(vllmMetrics)))
 	}
 
 	for _, tc := range []struct {
@@ -113,6 +133,10 @@ func TestGuardSidecarFrontsRuntimesThatDoNotCheckTheToken(t *testing.T) {
 				if r.URL.Path == tc.call {
 					reached.Add(1)
 				}
+				if r.URL.Path == "/metrics" && !tc.metrics {
+					_, _ = w.Write(vllmAt())
+					return
+				}
 				_, _ = io.WriteString(w, "runtime "+r.URL.Path)
 			})
 			if tc.metrics {
@@ -148,8 +172,18 @@ func TestGuardSidecarFrontsRuntimesThatDoNotCheckTheToken(t *testing.T) {
 			if r.Addr() != net.JoinHostPort(ip, strconv.Itoa(cluster.DefaultPort)) {
 				t.Errorf("addr = %q, want the guard's port on the pod IP", r.Addr())
 			}
-			if tc.metrics && (o.QueueDepth != 4 || o.BatchSize != 16 || o.GPUUtil != 0.6) {
-				t.Errorf("observation = %+v, want Triton's metrics read through the guard (queue 4, batch 16, GPU 0.6)", o)
+			if tc.metrics && (o.QueueDepth != 4 || o.BatchSize != 16 || o.GPUUtil != 0.6 || o.BatchQueueMS != 2.5 ||
+				slices.Contains(o.Absent, busapi.MetricBatchQueueMS)) {
+				t.Errorf("observation = %+v, want Triton's metrics read through the guard (queue 4, batch 16, GPU 0.6, batch queue 2.5 ms)", o)
+			}
+			if !tc.metrics {
+				// The rates from two readings two seconds apart.
+				reading.Store(2)
+				clock.Advance(2 * time.Second)
+				o, err = r.Observe(t.Context())
+				if err != nil || o.TokensPerSecond != 500 || o.TTFTMS != 100 || slices.Contains(o.Absent, busapi.MetricTokensPerSecond) {
+					t.Errorf("second reading = %+v, %v; want 500 tokens/s and a 100 ms TTFT", o, err)
+				}
 			}
 		})
 	}

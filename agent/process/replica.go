@@ -71,57 +71,10 @@ type replica struct {
 	reason   string
 	// rates turns the runtime's token and TTFT counters into the
 	// heartbeat's rate and mean.
-	rates rates
+	rates catalog.Rates
 	// launched is the command line and files of the process last
 	// started (launchOf); set whole, never changed in place.
 	launched *busapi.Launch
-}
-
-// rates keeps the last reading of a runtime's counters. Between two
-// readings at least a second apart the rate of tokens and the mean TTFT of
-// the requests first answered in between are the heartbeat's; readings
-// closer together keep the last result, and a counter that went down (the
-// runtime restarted) starts over.
-//
-// The batcher's queue time is the mean wait of the requests answered in
-// between (0 when none was: nobody waited); at the first reading it is
-// the runtime's mean since it started, which is all there is to go by.
-type rates struct {
-	at                    time.Time
-	tokens, ttftS, ttftN  float64
-	tokensPerSecond, ttft float64
-	requests              uint64
-	queueMS, batchQueue   float64
-}
-
-// rateResult is what rates.update makes of a reading.
-type rateResult struct {
-	tokensPerSecond, ttftMS, batchQueueMS float64
-}
-
-func (r *rates) update(now time.Time, m catalog.Metrics) rateResult {
-	queueMS := m.BatchQueueMS * float64(m.Requests) // the counter behind the mean
-	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN || m.Requests < r.requests {
-		r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-		r.requests, r.queueMS = m.Requests, queueMS
-		r.tokensPerSecond, r.ttft, r.batchQueue = 0, 0, m.BatchQueueMS
-		return rateResult{batchQueueMS: r.batchQueue}
-	}
-	dt := now.Sub(r.at).Seconds()
-	if dt < 1 {
-		return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
-	}
-	r.tokensPerSecond = (m.Tokens - r.tokens) / dt
-	if n := m.TTFTCount - r.ttftN; n > 0 {
-		r.ttft = 1000 * (m.TTFTSeconds - r.ttftS) / n
-	}
-	r.batchQueue = 0
-	if n := m.Requests - r.requests; n > 0 {
-		r.batchQueue = max(queueMS-r.queueMS, 0) / float64(n)
-	}
-	r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-	r.requests, r.queueMS = m.Requests, queueMS
-	return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
 }
 
 // proc is one process of a replica. exited is closed once it has ended
@@ -208,9 +161,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	// which means unknown.
 	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
 	r.mu.Lock()
-	rr := r.rates.update(r.d.cfg.Clock.Now(), m)
+	rr := r.rates.Update(r.d.cfg.Clock.Now(), m)
 	r.mu.Unlock()
-	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.tokensPerSecond, rr.ttftMS, rr.batchQueueMS
+	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.TokensPerSecond, rr.TTFTMS, rr.BatchQueueMS
 	return o, nil
 }
 
