@@ -116,6 +116,10 @@ func TestGuardSidecarFrontsRuntimesThatDoNotCheckTheToken(t *testing.T) {
 				t.Errorf("runtime command line %q: metrics on loopback port %d = %t, want %t", line, cluster.TritonMetricsPort, !tc.metrics, tc.metrics)
 			}
 
+			// A second pass over the pod with its guard writes nothing.
+			wait.Eventually(t, time.Minute, func() bool { n, err := d.Sync(t.Context()); return err == nil && n == 0 },
+				"sync of a guarded pod never settled")
+
 			// The kubelet's part: the runtime on the pod's loopback (its IP
 			// here), the guard from its container's arguments and env.
 			ip := c.NextPodIP()
@@ -285,6 +289,8 @@ func TestGuardTakesItsShareOfTheReplicasCores(t *testing.T) {
 	if len(pod.Spec.Containers) != 2 {
 		t.Fatalf("containers = %v, want the runtime and the guard", names(pod.Spec.Containers))
 	}
+	wait.Eventually(t, time.Minute, func() bool { n, err := d.Sync(t.Context()); return err == nil && n == 0 },
+		"sync of a guarded pod with its share never settled")
 	rt, g := pod.Spec.Containers[0].Resources, pod.Spec.Containers[1].Resources
 	for _, tc := range []struct {
 		res            corev1.ResourceName

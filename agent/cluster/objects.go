@@ -234,10 +234,14 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		if metricsPort != 0 {
 			args = append(args, "--metrics-path", e.Metrics, "--metrics-upstream", "127.0.0.1:"+strconv.Itoa(metricsPort))
 		}
-		ps.WithContainers(applycorev1.Container().WithName("guard").WithImage(d.cfg.Image).WithArgs(args...).
-			WithEnv(token()).WithPorts(servicePort).
-			WithResources(applycorev1.ResourceRequirements().WithRequests(gres).WithLimits(gres)).
-			WithSecurityContext(secure()))
+		guard := applycorev1.Container().WithName("guard").WithImage(d.cfg.Image).WithArgs(args...).
+			WithEnv(token()).WithPorts(servicePort).WithSecurityContext(secure())
+		if len(gres) > 0 {
+			// None at all when empty: the API server keeps no empty
+			// lists, and a pass would find them missing and write again.
+			guard.WithResources(applycorev1.ResourceRequirements().WithRequests(gres).WithLimits(gres))
+		}
+		ps.WithContainers(guard)
 	}
 	if fetch {
 		fenv := []*applycorev1.EnvVarApplyConfiguration{
