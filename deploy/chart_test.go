@@ -198,6 +198,10 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 	must("resync", err)
 	_, err = rep.Observe(ctx)
 	must("observe its pod", err)
+	// pods/log: the pod is not bound (no node here), so the API server
+	// answers an empty log, once the agent may ask at all.
+	_, err = drv.ReadLog(rep.Spec().ID, -1, 10, busapi.MaxLogChunk)
+	must("read its pod's log", err)
 	must("stop the replica", rep.Stop(ctx))
 
 	_, err = as.CoreV1().Nodes().Patch(ctx, "any", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
@@ -212,6 +216,8 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 	refused("read Deployments (it writes pods of its own)", err)
 	_, err = as.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 	refused("read ConfigMaps", err)
+	refused("exec into a pod (it reads logs, never a shell)",
+		as.CoreV1().RESTClient().Post().Namespace(team).Resource("pods").Name("any").SubResource("exec").Do(ctx).Error())
 
 	// The server and the gateways have no rights in the API at all.
 	for _, sa := range []string{"mp-server", "mp-gateway"} {

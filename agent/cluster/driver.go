@@ -36,8 +36,16 @@ const (
 	DefaultFieldManager    = "modelplane"
 	DefaultNamespacePrefix = "mp-"
 	DefaultPort            = 8000
-	DefaultResync          = 30 * time.Second
-	DefaultGrace           = 30 * time.Second
+	// DefaultInnerPort is the runtime's loopback port in a pod whose
+	// runtime does not check the replica token: the guard sidecar holds
+	// Port and forwards to it.
+	DefaultInnerPort = 8001
+	// TritonMetricsPort is Triton's own metrics port, on the pod's
+	// loopback behind a guard, which serves it on the runtime's metrics
+	// path.
+	TritonMetricsPort = 8002
+	DefaultResync     = 30 * time.Second
+	DefaultGrace      = 30 * time.Second
 	// ArtifactSecret is the Secret in each team namespace that holds the
 	// pool's artifact token for the init containers.
 	ArtifactSecret = "modelplane-artifacts"
@@ -88,8 +96,12 @@ type Config struct {
 	// NodeSelector keeps the pool's pods on nodes with these labels (and
 	// the driver counts only those nodes); nil is every node.
 	NodeSelector map[string]string
-	// Port is the runtime's container port.
-	Port int
+	// Port is the pod's service port: the runtime's, or the guard
+	// sidecar's in front of a runtime that does not check the replica
+	// token (catalog.Entry.ChecksToken), which then listens on 127.0.0.1
+	// at InnerPort.
+	Port      int
+	InnerPort int
 	// Resync is how often every object is compared with what the driver
 	// wants and put back when it drifted; changes to the driver's objects
 	// also wake it at once.
@@ -116,6 +128,9 @@ func (c *Config) defaults() {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
+	}
+	if c.InnerPort == 0 {
+		c.InnerPort = DefaultInnerPort
 	}
 	if c.Resync == 0 {
 		c.Resync = DefaultResync
@@ -197,6 +212,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Kind != KindGPU && cfg.Kind != KindCPU {
 		return nil, fmt.Errorf("cluster driver: kind %q: want %s or %s", cfg.Kind, KindGPU, KindCPU)
+	}
+	if cfg.InnerPort == cfg.Port || cfg.InnerPort == TritonMetricsPort || cfg.Port == TritonMetricsPort {
+		return nil, fmt.Errorf("cluster driver: port %d and the runtime's loopback port %d must differ, and from Triton's metrics port %d", cfg.Port, cfg.InnerPort, TritonMetricsPort)
 	}
 	if cfg.Image == "" {
 		return nil, errors.New("cluster driver: modelplane's image is required (the init container and the built-in runtime run it)")

@@ -34,6 +34,12 @@ func uniq(t *testing.T) string {
 // watches running, its namespaces removed when the test ends.
 func pool(t *testing.T, c *kubetest.Cluster, kind string, nodes ...kubetest.Node) (*cluster.Driver, []corev1.Node) {
 	t.Helper()
+	return poolWithClock(t, c, kind, quartz.NewMock(t), nodes...)
+}
+
+// poolWithClock is pool with the driver's clock given.
+func poolWithClock(t *testing.T, c *kubetest.Cluster, kind string, clock quartz.Clock, nodes ...kubetest.Node) (*cluster.Driver, []corev1.Node) {
+	t.Helper()
 	id := uniq(t)
 	var objs []corev1.Node
 	for _, n := range nodes {
@@ -50,7 +56,7 @@ func pool(t *testing.T, c *kubetest.Cluster, kind string, nodes ...kubetest.Node
 	d, err := cluster.New(cluster.Config{Client: c.Client(), Pool: "pool-" + id, Kind: kind, Inventory: inv,
 		NamespacePrefix: id + "-", Image: "modelplane/modelplane:test", ControlPlaneURL: "http://cp.example:8080",
 		ArtifactToken: func() string { return "artifact-token" }, NodeSelector: map[string]string{testLabel: id},
-		Clock: quartz.NewMock(t)})
+		Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

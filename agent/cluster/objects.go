@@ -138,9 +138,20 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		return nil, fmt.Errorf("runtime %s needs the version's files: its model repository is laid out by the init container", e.Name)
 	}
 	modelDir := ModelsPath + "/model"
+	// A runtime that does not check the replica token listens on the
+	// pod's loopback behind the guard sidecar, which holds the service
+	// port (and serves Triton's metrics from their own loopback port).
+	g := guarded(e, spec)
+	host, port, metricsPort := "0.0.0.0", d.cfg.Port, 0
+	if g {
+		host, port = "127.0.0.1", d.cfg.InnerPort
+		if e.MetricsPort {
+			metricsPort = TritonMetricsPort
+		}
+	}
 	// Triton's model repository is the init container's, in the volume
 	// (ModelsPath/repository), with the arguments the process driver gives.
-	argv, err := e.Argv(catalog.Vars{Self: "modelplane", ModelDir: modelDir, Host: "0.0.0.0", Port: d.cfg.Port,
+	argv, err := e.Argv(catalog.Vars{Self: "modelplane", ModelDir: modelDir, Host: host, Port: port, MetricsPort: metricsPort,
 		Threads: max(1, spec.CPUCores), Model: spec.Model, Replica: spec.ID, Endpoint: spec.Endpoint, WorkDir: ModelsPath}, spec.Settings, len(spec.Slots))
 	if err != nil {
 		return nil, err
@@ -153,16 +164,19 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		command, argv = argv[:1], argv[1:]
 	}
 	env := []*applycorev1.EnvVarApplyConfiguration{
-		applycorev1.EnvVar().WithName("MP_RUNTIME_HOST").WithValue("0.0.0.0"),
+		applycorev1.EnvVar().WithName("MP_RUNTIME_HOST").WithValue(host),
 		applycorev1.EnvVar().WithName("MP_REPLICA_ID").WithValue(spec.ID),
 	}
 	for _, kv := range e.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, applycorev1.EnvVar().WithName(k).WithValue(v))
 	}
-	if spec.Token != "" {
-		env = append(env, applycorev1.EnvVar().WithName("MP_REPLICA_TOKEN").WithValueFrom(applycorev1.EnvVarSource().
-			WithSecretKeyRef(applycorev1.SecretKeySelector().WithName(r.pod).WithKey("token"))))
+	token := func() *applycorev1.EnvVarApplyConfiguration {
+		return applycorev1.EnvVar().WithName("MP_REPLICA_TOKEN").WithValueFrom(applycorev1.EnvVarSource().
+			WithSecretKeyRef(applycorev1.SecretKeySelector().WithName(r.pod).WithKey("token")))
+	}
+	if spec.Token != "" && !g {
+		env = append(env, token())
 	}
 	res := corev1.ResourceList{}
 	if len(spec.Slots) > 0 {
@@ -174,15 +188,28 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	if spec.MemoryMB > 0 {
 		res[corev1.ResourceMemory] = *resource.NewQuantity(int64(spec.MemoryMB)<<20, resource.BinarySI)
 	}
-	port := intstr.FromString("http")
-	probe := func(path string) *applycorev1.ProbeApplyConfiguration {
-		return applycorev1.Probe().WithHTTPGet(applycorev1.HTTPGetAction().WithPath(path).WithPort(port))
+	var gres corev1.ResourceList
+	if g {
+		res, gres = guardShare(res)
 	}
+	// Probes reach the runtime on its named port; behind a guard they go
+	// through the guard's port (a named port is looked up in the probed
+	// container's own ports), the probe paths passing without the token.
+	probePort := intstr.FromString("http")
+	if g {
+		probePort = intstr.FromInt32(int32(d.cfg.Port))
+	}
+	probe := func(path string) *applycorev1.ProbeApplyConfiguration {
+		return applycorev1.Probe().WithHTTPGet(applycorev1.HTTPGetAction().WithPath(path).WithPort(probePort))
+	}
+	servicePort := applycorev1.ContainerPort().WithName("http").WithContainerPort(int32(d.cfg.Port)).WithProtocol(corev1.ProtocolTCP)
 	runtime := applycorev1.Container().WithName("runtime").WithImage(d.image(e)).WithArgs(argv...).WithEnv(env...).
-		WithPorts(applycorev1.ContainerPort().WithName("http").WithContainerPort(int32(d.cfg.Port)).WithProtocol(corev1.ProtocolTCP)).
 		WithResources(applycorev1.ResourceRequirements().WithRequests(res).WithLimits(res)).
 		WithVolumeMounts(applycorev1.VolumeMount().WithName("models").WithMountPath(ModelsPath).WithReadOnly(true)).
 		WithSecurityContext(secure())
+	if !g {
+		runtime.WithPorts(servicePort)
+	}
 	if command != nil {
 		runtime.WithCommand(command...)
 	}
@@ -200,6 +227,22 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		WithTerminationGracePeriodSeconds(int64(math.Ceil(d.cfg.Grace.Seconds()))).
 		WithVolumes(applycorev1.Volume().WithName("models").WithEmptyDir(applycorev1.EmptyDirVolumeSource())).
 		WithContainers(runtime)
+	if g {
+		args := []string{"guard", "--listen", ":" + strconv.Itoa(d.cfg.Port),
+			"--upstream", "127.0.0.1:" + strconv.Itoa(d.cfg.InnerPort), "--open", strings.Join(e.Probes(spec.Model), ","),
+			"--drain-timeout", d.cfg.Grace.String()}
+		if metricsPort != 0 {
+			args = append(args, "--metrics-path", e.Metrics, "--metrics-upstream", "127.0.0.1:"+strconv.Itoa(metricsPort))
+		}
+		guard := applycorev1.Container().WithName("guard").WithImage(d.cfg.Image).WithArgs(args...).
+			WithEnv(token()).WithPorts(servicePort).WithSecurityContext(secure())
+		if len(gres) > 0 {
+			// None at all when empty: the API server keeps no empty
+			// lists, and a pass would find them missing and write again.
+			guard.WithResources(applycorev1.ResourceRequirements().WithRequests(gres).WithLimits(gres))
+		}
+		ps.WithContainers(guard)
+	}
 	if fetch {
 		fenv := []*applycorev1.EnvVarApplyConfiguration{
 			applycorev1.EnvVar().WithName("MP_CONTROL_PLANE_URL").WithValue(d.cfg.ControlPlaneURL),
@@ -228,6 +271,42 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	ps.WithAffinity(applycorev1.Affinity().WithNodeAffinity(applycorev1.NodeAffinity().
 		WithRequiredDuringSchedulingIgnoredDuringExecution(applycorev1.NodeSelector().WithNodeSelectorTerms(d.nodeTerm(spec, r.products)))))
 	return ps, nil
+}
+
+// guarded reports whether a replica's pod runs the guard sidecar: its
+// runtime does not check the replica token itself (vLLM, Triton,
+// llama-server), and it has one to check. The process driver's rule.
+func guarded(e catalog.Entry, spec busapi.ReplicaSpec) bool {
+	return !e.ChecksToken && spec.Token != ""
+}
+
+// The guard's share of a replica's cores and memory.
+var (
+	guardCPU    = resource.MustParse("100m")
+	guardMemory = resource.MustParse("64Mi")
+)
+
+// guardShare splits a replica's cores and memory between the runtime and
+// its guard, so that the pod asks for exactly what modelplane placed (a
+// namespace quota and the pool's inventory count the pod's sum): the
+// guard takes 100m of the cores and 64 MiB (at most half) of the memory.
+// A replica without a cores or memory request leaves the guard without
+// one too.
+func guardShare(res corev1.ResourceList) (runtime, guard corev1.ResourceList) {
+	runtime, guard = res.DeepCopy(), corev1.ResourceList{}
+	if c, ok := runtime[corev1.ResourceCPU]; ok {
+		c.Sub(guardCPU)
+		runtime[corev1.ResourceCPU], guard[corev1.ResourceCPU] = c, guardCPU
+	}
+	if m, ok := runtime[corev1.ResourceMemory]; ok {
+		g := guardMemory
+		if half := resource.NewQuantity(m.Value()/2, resource.BinarySI); half.Cmp(g) < 0 {
+			g = *half
+		}
+		m.Sub(g)
+		runtime[corev1.ResourceMemory], guard[corev1.ResourceMemory] = m, g
+	}
+	return runtime, guard
 }
 
 func secure() *applycorev1.SecurityContextApplyConfiguration {

@@ -74,6 +74,9 @@ func TestObjectsWrittenForAPlacement(t *testing.T) {
 	core := c.Client().CoreV1()
 
 	pod := podOf(t, c, spec, d)
+	if len(pod.Spec.Containers) != 1 {
+		t.Errorf("containers = %d, want the built-in runtime alone: it checks the replica token itself", len(pod.Spec.Containers))
+	}
 	ctr := pod.Spec.Containers[0]
 	if q := ctr.Resources.Requests["nvidia.com/mig-1g.10gb"]; q.Cmp(resource.MustParse("1")) != 0 {
 		t.Errorf("requests = %v, want one nvidia.com/mig-1g.10gb", ctr.Resources.Requests)

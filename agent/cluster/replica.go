@@ -35,7 +35,9 @@ type replica struct {
 	mu sync.Mutex
 	// gone is set once the pod was deleted or ended (evicted): the
 	// replica is lost from then on, and no resync makes the pod again.
-	gone     bool
+	gone bool
+	// rates turns the runtime's counters into the heartbeat's rates.
+	rates    catalog.Rates
 	stopOnce sync.Once
 }
 
@@ -141,7 +143,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	check("container", p.Status.ContainerStatuses)
 	if o.Ready {
 		o.Failures, o.Reason = 0, ""
-		if e.Metrics != "" && !e.MetricsPort {
+		// Behind a guard a runtime's metrics are on the pod's port (Triton's
+		// moved there from their own): the NetworkPolicy admits the agent.
+		if e.Metrics != "" && (!e.MetricsPort || guarded(e, r.spec)) {
 			r.metrics(ctx, e, p, &o)
 		}
 	}
@@ -185,10 +189,12 @@ func (r *replica) metrics(ctx context.Context, e catalog.Entry, p *corev1.Pod, o
 			o.Absent = append(o.Absent, f.name)
 		}
 	}
-	// Rates need two readings; the cluster driver reports counts only.
-	o.Absent = append(o.Absent, busapi.MetricTokensPerSecond, busapi.MetricTTFTMS, busapi.MetricBatchQueueMS)
-	slices.Sort(o.Absent)
-	o.Absent = slices.Compact(o.Absent)
+	// The rates from this reading and the last, as the process driver
+	// makes them.
+	r.mu.Lock()
+	rr := r.rates.Update(r.d.cfg.Clock.Now(), m)
+	r.mu.Unlock()
+	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.TokensPerSecond, rr.TTFTMS, rr.BatchQueueMS
 }
 
 // Stop deletes the pod, whose runtime gets the grace period to drain

@@ -30,14 +30,16 @@ func TestTritonPodLaysOutItsRepositoryInTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := podOf(t, c, spec, d)
-	if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 1 {
-		t.Fatalf("containers = %d, init containers = %d, want 1 and 1", len(pod.Spec.Containers), len(pod.Spec.InitContainers))
+	if len(pod.Spec.Containers) != 2 || len(pod.Spec.InitContainers) != 1 {
+		t.Fatalf("containers = %d, init containers = %d, want 2 (the runtime and its guard) and 1", len(pod.Spec.Containers), len(pod.Spec.InitContainers))
 	}
 	ctr := pod.Spec.Containers[0]
 	if ctr.Image != catalog.Default()[catalog.Triton].Image {
 		t.Errorf("image = %q, want %q", ctr.Image, catalog.Default()[catalog.Triton].Image)
 	}
-	want := catalog.TritonArgs(cluster.ModelsPath+"/repository", catalog.Launch{Host: "0.0.0.0", Port: cluster.DefaultPort})
+	// Behind the guard sidecar: HTTP and metrics on the pod's loopback.
+	want := catalog.TritonArgs(cluster.ModelsPath+"/repository", catalog.Launch{Host: "127.0.0.1", Port: cluster.DefaultInnerPort,
+		MetricsPort: cluster.TritonMetricsPort})
 	if got := append(slices.Clone(ctr.Command), ctr.Args...); !slices.Equal(got, want) {
 		t.Errorf("command line = %q, want %q", got, want)
 	}

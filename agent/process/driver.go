@@ -27,6 +27,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
+	"modelplane/agent/guard"
 	"modelplane/busapi"
 )
 
@@ -462,7 +463,7 @@ func (d *Driver) adoptRecord(ctx context.Context, spec busapi.ReplicaSpec, rec r
 		if rec.InnerPort == 0 {
 			return nil, errors.New("recorded replica has no port behind its token guard")
 		}
-		g, err := startGuard(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), rec.InnerPort, r.guardOptions())
+		g, err := guard.Listen(net.JoinHostPort(d.cfg.Host, strconv.Itoa(rec.Port)), loopback(rec.InnerPort), r.guardOptions())
 		if err != nil {
 			return nil, fmt.Errorf("adopt replica %s: token guard: %w", spec.ID, err)
 		}

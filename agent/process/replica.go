@@ -25,6 +25,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/catalog"
+	"modelplane/agent/guard"
 	"modelplane/agent/triton"
 	"modelplane/busapi"
 )
@@ -61,7 +62,7 @@ type replica struct {
 	metricsPort, preferMetricsPort int
 	// guard checks the replica's token in front of a runtime that does
 	// not (guarded).
-	guard    *guard
+	guard    *guard.Guard
 	spawned  int // processes started, the first one included
 	ready    bool
 	draining bool
@@ -70,57 +71,10 @@ type replica struct {
 	reason   string
 	// rates turns the runtime's token and TTFT counters into the
 	// heartbeat's rate and mean.
-	rates rates
+	rates catalog.Rates
 	// launched is the command line and files of the process last
 	// started (launchOf); set whole, never changed in place.
 	launched *busapi.Launch
-}
-
-// rates keeps the last reading of a runtime's counters. Between two
-// readings at least a second apart the rate of tokens and the mean TTFT of
-// the requests first answered in between are the heartbeat's; readings
-// closer together keep the last result, and a counter that went down (the
-// runtime restarted) starts over.
-//
-// The batcher's queue time is the mean wait of the requests answered in
-// between (0 when none was: nobody waited); at the first reading it is
-// the runtime's mean since it started, which is all there is to go by.
-type rates struct {
-	at                    time.Time
-	tokens, ttftS, ttftN  float64
-	tokensPerSecond, ttft float64
-	requests              uint64
-	queueMS, batchQueue   float64
-}
-
-// rateResult is what rates.update makes of a reading.
-type rateResult struct {
-	tokensPerSecond, ttftMS, batchQueueMS float64
-}
-
-func (r *rates) update(now time.Time, m catalog.Metrics) rateResult {
-	queueMS := m.BatchQueueMS * float64(m.Requests) // the counter behind the mean
-	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN || m.Requests < r.requests {
-		r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-		r.requests, r.queueMS = m.Requests, queueMS
-		r.tokensPerSecond, r.ttft, r.batchQueue = 0, 0, m.BatchQueueMS
-		return rateResult{batchQueueMS: r.batchQueue}
-	}
-	dt := now.Sub(r.at).Seconds()
-	if dt < 1 {
-		return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
-	}
-	r.tokensPerSecond = (m.Tokens - r.tokens) / dt
-	if n := m.TTFTCount - r.ttftN; n > 0 {
-		r.ttft = 1000 * (m.TTFTSeconds - r.ttftS) / n
-	}
-	r.batchQueue = 0
-	if n := m.Requests - r.requests; n > 0 {
-		r.batchQueue = max(queueMS-r.queueMS, 0) / float64(n)
-	}
-	r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-	r.requests, r.queueMS = m.Requests, queueMS
-	return rateResult{r.tokensPerSecond, r.ttft, r.batchQueue}
 }
 
 // proc is one process of a replica. exited is closed once it has ended
@@ -207,9 +161,9 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	// which means unknown.
 	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
 	r.mu.Lock()
-	rr := r.rates.update(r.d.cfg.Clock.Now(), m)
+	rr := r.rates.Update(r.d.cfg.Clock.Now(), m)
 	r.mu.Unlock()
-	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.tokensPerSecond, rr.ttftMS, rr.batchQueueMS
+	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.TokensPerSecond, rr.TTFTMS, rr.BatchQueueMS
 	return o, nil
 }
 
@@ -425,9 +379,9 @@ func (r *replica) guarded() bool {
 }
 
 // guardOptions are what the replica's guard checks, serves and forwards.
-func (r *replica) guardOptions() guardOptions {
-	return guardOptions{token: r.spec.Token, open: r.entry.Probes(r.spec.Model), log: r.log,
-		tls: r.d.cfg.TLS, forwardToken: r.entry.ChecksToken}
+func (r *replica) guardOptions() guard.Options {
+	return guard.Options{Token: r.spec.Token, Open: r.entry.Probes(r.spec.Model), Log: r.log,
+		TLS: r.d.cfg.TLS, ForwardToken: r.entry.ChecksToken}
 }
 
 // scheme is how the replica's address is reached: "https://" behind a
@@ -445,7 +399,7 @@ func (r *replica) closeGuard() {
 	g := r.guard
 	r.guard = nil
 	r.mu.Unlock()
-	g.close()
+	g.Close()
 }
 
 // fail records one failure in a row.
@@ -555,7 +509,7 @@ func (r *replica) spawn() (*proc, error) {
 		metricsPort = got[1]
 	}
 	host, runPort, inner := cfg.Host, port, 0
-	var g *guard
+	var g *guard.Guard
 	if r.guarded() {
 		if inner, err = freePort("127.0.0.1", 0); err != nil {
 			return nil, err
@@ -570,7 +524,7 @@ func (r *replica) spawn() (*proc, error) {
 				return nil, err
 			}
 		}
-		if g, err = startGuard(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), inner, r.guardOptions()); err != nil {
+		if g, err = guard.Listen(net.JoinHostPort(cfg.Host, strconv.Itoa(port)), loopback(inner), r.guardOptions()); err != nil {
 			return nil, fmt.Errorf("token guard: %w", err)
 		}
 		host, runPort = "127.0.0.1", inner
@@ -578,7 +532,7 @@ func (r *replica) spawn() (*proc, error) {
 	started := false
 	defer func() {
 		if !started {
-			g.close()
+			g.Close()
 		}
 	}()
 	vars := catalog.Vars{Self: cfg.Self, ModelDir: r.launch.ModelDir, Host: host, Port: runPort,

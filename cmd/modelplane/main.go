@@ -28,6 +28,8 @@ commands:
             runtime validate --model-dir D answers the sample inputs once and prints a JSON report
   fetch     a replica's model files, fetched and verified into a directory: the Kubernetes
             driver's init container (fetch --manifest SHA256 --replica ID --dir /models)
+  guard     the replica token check in front of a runtime that does not check it: the Kubernetes
+            driver's sidecar (guard --listen :8000 --upstream 127.0.0.1:8001, token in MP_REPLICA_TOKEN)
   nats      NATS credentials for production: nats init (authority, server trust, creds), nats creds --agent NODE --out FILE
   migrate   apply PostgreSQL and ClickHouse migrations
   sim       fleet simulation in virtual time: sim list, sim run <scenario|file.yaml> [--json]
@@ -119,6 +121,13 @@ func run(ctx context.Context, argv []string) int {
 			return parseExit(err)
 		}
 		err = app.RunFetch(ctx, cfg)
+	case "guard":
+		var cfg app.GuardConfig
+		cfg.Flags(fs)
+		if err := fs.Parse(args); err != nil {
+			return parseExit(err)
+		}
+		err = app.RunGuard(ctx, cfg)
 	case "migrate":
 		var cfg app.MigrateConfig
 		cfg.Flags(fs)

@@ -163,6 +163,10 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		// endpoints pointing at its advertise address, which on loopback
 		// is refused.
 		"--endpoint-reconciler-type=none",
+		// Nodes are all on 127.0.0.1 (their InternalIP); their host names
+		// resolve nowhere. pods/log goes to a node's kubelet port there,
+		// without verifying its certificate (no kubelet CA is given).
+		"--kubelet-preferred-address-types=InternalIP",
 		// The admission plugin taints every new node not-ready until the
 		// node lifecycle controller, which is off (see below), sees it
 		// ready; AddNode registers nodes ready.

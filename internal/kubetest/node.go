@@ -61,6 +61,11 @@ type Node struct {
 	// Labels and Taints are added as given.
 	Labels map[string]string
 	Taints []corev1.Taint
+	// KubeletPort is the port of the node's kubelet on 127.0.0.1 (its
+	// daemon endpoint): a test that plays the kubelet's API (an HTTPS
+	// server serving /containerLogs/…, which the API server asks for
+	// pods/log) sets it. Zero is none.
+	KubeletPort int32
 }
 
 // NodeObject is the Node object n describes, as a kubelet with the NVIDIA
@@ -130,6 +135,7 @@ func (n Node) NodeObject() *corev1.Node {
 				{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
 				{Type: corev1.NodeHostName, Address: n.Name},
 			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: n.KubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem: "linux", Architecture: "amd64",
 				KubeletVersion: Version, ContainerRuntimeVersion: "kubetest://" + Version,

@@ -1,4 +1,4 @@
-package process
+package guard_test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"modelplane/agent/guard"
 	"modelplane/busapi"
 )
 
@@ -45,21 +46,18 @@ func TestGuardCutsHeldConnections(t *testing.T) {
 			close(release)
 		}
 	})
-	inner, err := strconv.Atoi(runtime.URL[strings.LastIndex(runtime.URL, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
 	const token = "replica-token-limits"
-	lim := guardLimits{header: 100 * time.Millisecond, read: 200 * time.Millisecond, idle: 200 * time.Millisecond}
-	g, err := listenGuard("127.0.0.1:0", inner, guardOptions{token: token, open: []string{"/metrics"}, log: slog.New(slog.DiscardHandler)}, lim)
+	lim := guard.Limits{Header: 100 * time.Millisecond, Read: 200 * time.Millisecond, Idle: 200 * time.Millisecond}
+	g, err := guard.Listen("127.0.0.1:0", strings.TrimPrefix(runtime.URL, "http://"),
+		guard.Options{Token: token, Open: []string{"/metrics"}, Limits: lim, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(g.close)
+	t.Cleanup(g.Close)
 
 	dial := func() net.Conn {
 		t.Helper()
-		c, err := net.Dial("tcp", g.addr)
+		c, err := net.Dial("tcp", g.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package process
+package catalog_test
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 func TestRatesTurnCountersIntoTokensPerSecondAndMeanTTFT(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	var r rates
+	var r catalog.Rates
 	steps := []struct {
 		name     string
 		after    time.Duration
@@ -24,9 +24,9 @@ func TestRatesTurnCountersIntoTokensPerSecondAndMeanTTFT(t *testing.T) {
 		{"a counter going down is a restarted runtime", 5 * time.Second, catalog.Metrics{Tokens: 10, TTFTSeconds: 0.1, TTFTCount: 1}, 0, 0},
 	}
 	for _, s := range steps {
-		got := r.update(t0.Add(s.after), s.m)
-		if got.tokensPerSecond != s.tps || got.ttftMS != s.ttf {
-			t.Errorf("%s: tokens/s %v, TTFT %v ms; want %v and %v", s.name, got.tokensPerSecond, got.ttftMS, s.tps, s.ttf)
+		got := r.Update(t0.Add(s.after), s.m)
+		if got.TokensPerSecond != s.tps || got.TTFTMS != s.ttf {
+			t.Errorf("%s: tokens/s %v, TTFT %v ms; want %v and %v", s.name, got.TokensPerSecond, got.TTFTMS, s.tps, s.ttf)
 		}
 	}
 }
@@ -37,7 +37,7 @@ func TestRatesTurnCountersIntoTokensPerSecondAndMeanTTFT(t *testing.T) {
 func TestRatesTurnTheSinceStartQueueMeanIntoTheLastSeconds(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	var r rates
+	var r catalog.Rates
 	steps := []struct {
 		name  string
 		after time.Duration
@@ -52,7 +52,7 @@ func TestRatesTurnTheSinceStartQueueMeanIntoTheLastSeconds(t *testing.T) {
 		{"the counter going down starts over", 5 * time.Second, catalog.Metrics{Requests: 10, BatchQueueMS: 3}, 3},
 	}
 	for _, s := range steps {
-		if got := r.update(t0.Add(s.after), s.m).batchQueueMS; got != s.want {
+		if got := r.Update(t0.Add(s.after), s.m).BatchQueueMS; got != s.want {
 			t.Errorf("%s: batch queue %v ms, want %v", s.name, got, s.want)
 		}
 	}
