@@ -3,6 +3,8 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,7 +15,9 @@ import (
 
 // TestBrowserFinanceLandsOnChargeback: finance opening the portal signs in
 // and lands on chargeback, where its work is, not on an empty endpoints
-// list; a risk engineer still lands on the endpoints.
+// list; a risk engineer still lands on the endpoints. Finance reads the
+// cost rates without a form, and a rate it posts anyway from the page (with
+// its session and CSRF token) is refused by the server.
 func TestBrowserFinanceLandsOnChargeback(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
@@ -26,6 +30,23 @@ func TestBrowserFinanceLandsOnChargeback(t *testing.T) {
 		)
 		if loc := b.location(); loc != e.URL+want {
 			t.Errorf("%s landed on %s, want %s", user, loc, e.URL+want)
+		}
+		if user != "finance@example.com" {
+			continue
+		}
+		b.do("open the cost rates as finance",
+			chromedp.Navigate(e.URL+"/cost-rates"),
+			chromedp.WaitVisible(chromedp.ID("rates-read-only")),
+		)
+		if n := browserRun(b, "count rate forms", chromedp.Evaluate[int](`document.querySelectorAll('#rate-form').length`)); n != 0 {
+			t.Errorf("finance sees %d rate forms, want none", n)
+		}
+		shot(b, filepath.Join(os.TempDir(), "portal-finance-cost-rates.png"))
+		status := browserRun(b, "post a rate as finance", chromedp.Evaluate[int](`fetch('/cost-rates', {method: 'POST', body: new URLSearchParams({
+			csrf: document.querySelector('meta[name="csrf-token"]').content, gpu_type: 'A100-80GB', profile: 'full',
+			usd_per_hour: '0.01', effective_from: '2099-01-01T00:00:00Z'})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+		if status != http.StatusForbidden {
+			t.Errorf("finance's rate change answered %d, want 403", status)
 		}
 	}
 }
