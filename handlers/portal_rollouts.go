@@ -45,7 +45,13 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 	}
 	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
 		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
-	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID); err != nil {
+	var serving []string
+	for _, t := range e.Traffic {
+		if t.Weight > 0 {
+			serving = append(serving, t.Version)
+		}
+	}
+	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID, serving); err != nil {
 		return web.RolloutsSection{}, err
 	}
 	out.Form.Version = defaultCandidate(e, versions, out.Unroutable)
@@ -370,7 +376,8 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 	e := endpointParam(r)
 	name := e.Name
 	f := web.RolloutForm{Version: r.PostFormValue("version"), Strategy: r.PostFormValue("strategy"), Steps: r.PostFormValue("steps"),
-		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds")}
+		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds"),
+		AcceptWorse: r.PostFormValue("accept_worse_metrics") == "yes"}
 	errs := web.FieldErrors{}
 	bake, err := strconv.ParseFloat(strings.TrimSpace(f.BakeMinutes), 64)
 	if err != nil || bake < 0 {
@@ -392,16 +399,20 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 	p := pageFrame(r).user
 	if len(errs) == 0 {
 		ro, err := s.Rollouts.Start(r.Context(), p, name, rollout.Spec{Version: f.Version, Strategy: f.Strategy, Steps: steps,
-			EvaluationInterval: time.Duration(interval * float64(time.Second))})
+			EvaluationInterval: time.Duration(interval * float64(time.Second)), AcceptWorseMetrics: f.AcceptWorse})
 		if err == nil {
 			redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", ro.ID), "Rollout started.")
 			return
 		}
 		var conflict *rollout.ConflictError
+		var worse *rollout.WorseError
 		var ok bool
 		switch {
 		case errors.As(err, &conflict):
 			errs = web.FieldErrors{"form": conflict.Msg}
+		case errors.As(err, &worse):
+			// The same form again, with why and a field that lets it through.
+			f.Worse = worse.Reasons
 		default:
 			if errs, ok = fieldErrors(err); !ok {
 				s.portalError(w, r, err)

@@ -7,11 +7,13 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -692,14 +694,21 @@ func (s *Service) VersionNames(ctx context.Context, p *auth.Principal, modelID i
 }
 
 // Unroutables says, for each of the model's versions that may not take
-// traffic or be rolled out now, why (Unroutable's reasons), so forms can
-// offer only the others; a version missing from it may.
-func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID int64) (map[string]string, error) {
+// traffic or be rolled out now on an endpoint where the versions named
+// serving take traffic, why (Unroutable's and Unfit's reasons), so forms
+// can offer only the others; a version missing from it may.
+func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID int64, serving []string) (map[string]string, error) {
 	all, ids := p.Scope()
 	q := db.New(s.pool)
 	rows, err := q.ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: modelID, AllTeams: all, TeamIDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("list versions: %w", err)
+	}
+	var on []db.ModelVersion
+	for _, r := range rows {
+		if slices.Contains(serving, r.Name) {
+			on = append(on, r)
+		}
 	}
 	out := map[string]string{}
 	for _, r := range rows {
@@ -707,6 +716,7 @@ func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID in
 		if err != nil {
 			return nil, err
 		}
+		why = cmp.Or(why, Unfit(r, on))
 		if why != "" {
 			out[r.Name] = why
 		}

@@ -27,6 +27,11 @@ type RolloutsSection struct {
 // RolloutForm is the start-rollout form's values, as typed.
 type RolloutForm struct {
 	Version, Strategy, Steps, BakeMinutes, IntervalSeconds string
+	// Worse are the reasons the candidate's offline metrics are worse than
+	// a serving version's, when a start was refused for them: the form asks
+	// for confirmation (AcceptWorse) and shows them.
+	Worse       []string
+	AcceptWorse bool
 }
 
 // RolloutStep is one step of the progress bar.
