@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +22,8 @@ import (
 // dev stack with the demo's real models: fraud-scoring serves v23 (the
 // XGBoost model) on the CPU nodes, the demo traffic flows through the
 // gateway, and a canary of v24 (the ONNX model trained on shuffled labels:
-// as fast and as error-free, but wrong) started through the API is rolled
+// as fast and as error-free, but wrong; refused once for its worse offline
+// AUC, then confirmed) started through the API is rolled
 // back by the judge's drift check, with no human, while its latency and
 // error checks pass. `modelplane rollouts watch`, started beside it,
 // follows the rollout on the API's event stream to the rollback and exits
@@ -56,6 +58,13 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	body := `{"version":"v24","steps":[{"percent":50,"bake_seconds":600},{"percent":100,"bake_seconds":600}],
 		"evaluation_interval_seconds":2,"evaluation_window_seconds":30,
 		"criteria":{"min_requests":10,"max_p99_ms":5000,"max_error_rate_delta":5,"max_regression":10}}`
+	// v24's offline AUC is worse than v23's: the first start asks for
+	// confirmation (409 naming the metric), the confirmed one starts.
+	if resp, answer := postJSON(t, env["MP_API"]+"/endpoints/fraud-scoring/rollouts", key, body); resp.StatusCode != http.StatusConflict ||
+		!strings.Contains(answer, "than v23: auc") {
+		t.Fatalf("unconfirmed start of v24 = %d %s; want 409 naming v23's better auc", resp.StatusCode, answer)
+	}
+	body = strings.Replace(body, `{"version":"v24",`, `{"version":"v24","accept_worse_metrics":true,`, 1)
 	var started struct {
 		ID       int64 `json:"id"`
 		Criteria struct {
