@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"modelplane/busapi"
 	"modelplane/cli"
@@ -65,6 +69,7 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 		t.Fatalf("unconfirmed start of v24 = %d %s; want 409 naming v23's better auc", resp.StatusCode, answer)
 	}
 	body = strings.Replace(body, `{"version":"v24",`, `{"version":"v24","accept_worse_metrics":true,`, 1)
+	checkV24ComparedWithV23(t, d.BaseURL)
 	var started struct {
 		ID       int64 `json:"id"`
 		Criteria struct {
@@ -168,5 +173,45 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	}
 	if w.code != 1 || !strings.Contains(w.stderr, "rolled_back") {
 		t.Errorf("rollouts watch exit %d (%s); want 1, rolled back", w.code, w.stderr)
+	}
+}
+
+// checkV24ComparedWithV23 opens v24's page in the portal as the risk
+// engineer and reads the answers of v24 and v23 on v24's validation inputs
+// (the demo's samples, both versions validated by the real runtime): the
+// obvious fraud (1250 on electronics from NG) is legit for v24 and fraud
+// for v23, so the disagreement rate with v23 is above zero.
+func checkV24ComparedWithV23(t *testing.T, base string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.PostForm(base+"/login", url.Values{"login_hint": {"risk-engineer@example.com"}, "return_to": {"/models/fraud-detector/versions/v24"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := goquery.NewDocumentFromReader(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("sign-in and v24's page: %d %v", resp.StatusCode, err)
+	}
+	var fraud *goquery.Selection
+	doc.Find("#answers tbody tr").Each(func(_ int, tr *goquery.Selection) {
+		if strings.Contains(tr.Find("td").First().Text(), "country=NG") {
+			fraud = tr
+		}
+	})
+	if fraud == nil {
+		t.Fatalf("v24's page has no answer to the obvious-fraud sample (at %s)", resp.Request.URL)
+	}
+	cells := fraud.Find("td")
+	mine, theirs := strings.TrimSpace(cells.Eq(1).Text()), strings.TrimSpace(cells.Eq(2).Text())
+	if doc.Find("#answers thead th").Eq(2).AttrOr("data-version", "") != "v23" || !strings.HasPrefix(mine, "legit") || !strings.HasPrefix(theirs, "fraud") {
+		t.Errorf("obvious fraud: v24 %q, %s %q; want v24 legit and v23 fraud", mine, doc.Find("#answers thead th").Eq(2).AttrOr("data-version", ""), theirs)
+	}
+	if rate := strings.TrimSpace(doc.Find(`#disagreement td[data-version="v23"]`).Text()); rate == "" || strings.HasPrefix(rate, "0 of") || strings.HasPrefix(rate, "not") {
+		t.Errorf("disagreement with v23 = %q, want some", rate)
+	}
+	if auc := strings.Fields(doc.Find(`#metrics tr[data-metric="auc"]`).Text()); len(auc) != 3 || auc[1] >= auc[2] {
+		t.Errorf("auc row %q, want v24's below v23's", auc)
 	}
 }

@@ -2,9 +2,12 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"modelplane/endpoint"
 	"modelplane/registry"
@@ -119,5 +122,69 @@ func TestPortalRolloutOfWorseCandidateAsksFirst(t *testing.T) {
 	rs, err := e.srv.Rollouts.List(context.Background(), system, "fraud-scoring", 10)
 	if err != nil || len(rs) != 1 || rs[0].ToVersion != "v24" || rs[0].FromVersion != "v23" {
 		t.Errorf("rollouts after confirming: %+v, %v; want one from v23 to v24", rs, err)
+	}
+}
+
+// TestPortalVersionComparesAnswers: v24's page sets its validation inputs
+// (the demo's fraud samples, the last one obvious fraud) beside its answers
+// and beside v23's stored answers to the same inputs, v23 being its parent
+// and serving fraud-scoring: the obvious fraud is "legit 0.23" for v24 and
+// "fraud 0.97" for v23, marked, and the disagreement rate counts it. v1,
+// validated on other inputs, is not compared on these.
+func TestPortalVersionComparesAnswers(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	registerCPUVersions(t, e)
+	inputs := `[{"amount":42.5,"country":"US","merchant_category":"grocery"},{"amount":18,"country":"CA","merchant_category":"travel"},` +
+		`{"amount":1250,"country":"NG","merchant_category":"electronics"}]`
+	// The validator's outcome, as it writes it (package versioncheck runs
+	// the real runtime; TestDemoV24CanaryRolledBackByDriftGate reads the
+	// demo's real answers).
+	for v, outputs := range map[string]string{
+		"v23": `[{"label":"legit","score":0.02},{"label":"legit","score":0.05},{"label":"fraud","score":0.97}]`,
+		"v24": `[{"label":"legit","score":0.41},{"label":"legit","score":0.38},{"label":"legit","score":0.23}]`,
+		"v1":  `[{"label":"legit","score":0.5}]`,
+	} {
+		in := inputs
+		if v == "v1" {
+			in = `[{"amount":1}]`
+		}
+		if _, err := e.pool.Exec(t.Context(), `
+			WITH v AS (SELECT v.id, v.team_id FROM model_versions v JOIN models m ON m.id = v.model_id WHERE m.name = 'risk-model' AND v.name = $1)
+			INSERT INTO model_version_validations (version_id, team_id, state, inputs, outputs, finished_at)
+			SELECT id, team_id, 'validated', $2, $3, now() FROM v
+			ON CONFLICT (version_id) DO UPDATE SET state = 'validated', inputs = $2, outputs = $3, finished_at = now()`, v, in, outputs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := portalSignIn(t, e, "risk-engineer@example.com").page("/models/risk-model/versions/v24")
+	portalCheckMarkup(t, "version page", doc)
+	var cols []string
+	doc.Find("#answers thead th[data-version]").Each(func(_ int, th *goquery.Selection) { cols = append(cols, th.AttrOr("data-version", "")) })
+	if got, want := strings.Join(cols, ","), "v24,v23,v1"; got != want {
+		t.Fatalf("answers compared for %s, want %s (the version, its parent serving fraud-scoring, v1 serving risk-endpoint)", got, want)
+	}
+	var rows [][]string
+	doc.Find("#answers tbody tr").Each(func(_ int, tr *goquery.Selection) {
+		var cells []string
+		tr.Find("td").Each(func(_ int, td *goquery.Selection) { cells = append(cells, portalText(td)) })
+		rows = append(rows, cells)
+	})
+	want := [][]string{
+		{"amount=42.5, country=US, merchant_category=grocery", "legit 0.41", "legit 0.02", "–"},
+		{"amount=18, country=CA, merchant_category=travel", "legit 0.38", "legit 0.05", "–"},
+		{"amount=1250, country=NG, merchant_category=electronics", "legit 0.23", "fraud 0.97", "–"},
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Errorf("answers rows\n%q\nwant\n%q", rows, want)
+	}
+	if got := doc.Find("#answers tbody tr").Eq(2).Find("td.differs").Length(); got != 1 {
+		t.Errorf("the obvious fraud has %d answers marked as differing, want v23's", got)
+	}
+	if got := portalText(doc.Find(`#disagreement td[data-version="v23"]`)); got != "1 of 3 inputs (33%)" {
+		t.Errorf("disagreement with v23 = %q, want 1 of 3 inputs (33%%)", got)
+	}
+	if got := portalText(doc.Find(`#disagreement td[data-version="v1"]`)); !strings.Contains(got, "not compared") {
+		t.Errorf("disagreement with v1 = %q, want not compared (other inputs)", got)
 	}
 }
