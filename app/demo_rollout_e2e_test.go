@@ -211,7 +211,9 @@ func checkV24ComparedWithV23(t *testing.T, base string) {
 	if rate := strings.TrimSpace(doc.Find(`#disagreement td[data-version="v23"]`).Text()); rate == "" || strings.HasPrefix(rate, "0 of") || strings.HasPrefix(rate, "not") {
 		t.Errorf("disagreement with v23 = %q, want some", rate)
 	}
-	if auc := strings.Fields(doc.Find(`#metrics tr[data-metric="auc"]`).Text()); len(auc) != 3 || auc[1] >= auc[2] {
+	var auc []string
+	doc.Find(`#metrics tr[data-metric="auc"] td`).Each(func(_ int, td *goquery.Selection) { auc = append(auc, strings.TrimSpace(td.Text())) })
+	if len(auc) != 3 || auc[1] >= auc[2] {
 		t.Errorf("auc row %q, want v24's below v23's", auc)
 	}
 }

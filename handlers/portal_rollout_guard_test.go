@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 
 	"modelplane/endpoint"
 	"modelplane/registry"
+	"modelplane/rollout"
 )
 
 // registerCPUVersions registers CPU versions of risk-model with offline
@@ -186,5 +188,56 @@ func TestPortalVersionComparesAnswers(t *testing.T) {
 	}
 	if got := portalText(doc.Find(`#disagreement td[data-version="v1"]`)); !strings.Contains(got, "not compared") {
 		t.Errorf("disagreement with v1 = %q, want not compared (other inputs)", got)
+	}
+}
+
+// TestPortalRolloutShowsCanaryCost: the rollout page shows what the
+// candidate has cost since the rollout started (chargeback's metered
+// seconds of v2 on risk-endpoint, priced at the rates stamped on them),
+// the incumbent's cost over the same time, and the monthly change of
+// promoting: v2 on a MIG slice at $0.50/h for 30 min and v1 on a whole
+// A100 at $3.50/h for 90 min, over the 2.5 h since the start, are $0.1/h
+// against $2.1/h, so promoting saves (2.1 − 0.1) × 730.5 = $1,461 a month.
+func TestPortalRolloutShowsCanaryCost(t *testing.T) {
+	t.Parallel()
+	e, ch := newChargebackEnv(t)
+	ctx := t.Context()
+	ro, err := e.srv.Rollouts.Start(ctx, system, "risk-endpoint", rollout.Spec{Version: "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cbDay.Add(10 * time.Hour)
+	if _, err := e.pool.Exec(ctx, `UPDATE rollouts SET created_at = $1 WHERE id = $2`, start, ro.ID); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ch.PrepareBatch(ctx, "INSERT INTO gpu_usage (ts, node, gpu, gpu_type, profile, team, endpoint, model, version, requests, rate_uusd_per_hour, batch_id, row_idx)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1800 {
+		if err := b.Append(start.Add(time.Duration(i)*time.Second), "n1", uint16(3), "A100-80GB", "mig-1g.10gb", "risk", "risk-endpoint", "risk-model", "v2",
+			uint64(1), uint64(500_000), "canary", uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	doc := portalSignIn(t, e, "risk-engineer@example.com").page(fmt.Sprintf("/rollouts/%d", ro.ID))
+	portalCheckMarkup(t, "rollout page", doc)
+	if got := portalText(doc.Find("#canary-cost")); !strings.Contains(got, "cost $0.25 so far (v2, since 2026-10-07 10:00:00)") ||
+		!strings.Contains(got, "v1 cost $5.25 over the same time") {
+		t.Errorf("canary cost %q, want v2's $0.25 since the start beside v1's $5.25", got)
+	}
+	if got := portalText(doc.Find("#promotion-cost")); !strings.Contains(got, "Promoting v2: −$1,461.00 per month") ||
+		!strings.Contains(got, "v2 at $0.1000/h against v1 at $2.1000/h") {
+		t.Errorf("promotion cost %q, want −$1,461.00 a month from $0.1000/h against $2.1000/h", got)
+	}
+	for v, want := range map[string]string{"v2": "v2 0.50 0.00 $0.25 $0.1000", "v1": "v1 1.50 0.00 $5.25 $2.1000"} {
+		var cells []string
+		doc.Find(`#rollout-cost-rates tr[data-version="` + v + `"] td`).Each(func(_ int, td *goquery.Selection) { cells = append(cells, portalText(td)) })
+		if got := strings.Join(cells, " "); got != want {
+			t.Errorf("%s cost row %q, want %q", v, got, want)
+		}
 	}
 }

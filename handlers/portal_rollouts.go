@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,8 +17,10 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/auth"
+	"modelplane/chargeback"
 	"modelplane/endpoint"
 	"modelplane/judge"
+	"modelplane/money"
 	"modelplane/rollout"
 	"modelplane/web"
 )
@@ -239,7 +242,41 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 
 func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
 	f, ro := pageFrame(r), rolloutParam(r)
-	s.render(w, r, http.StatusOK, web.RolloutPage(rolloutProps(f.user, f.layout(w, fmt.Sprintf("Rollout %d", ro.ID), "endpoints"), ro)))
+	props := rolloutProps(f.user, f.layout(w, fmt.Sprintf("Rollout %d", ro.ID), "endpoints"), ro)
+	if s.Chargeback != nil {
+		var to time.Time
+		if ro.FinishedAt != nil {
+			to = *ro.FinishedAt
+		}
+		// A chargeback store that does not answer costs the page its cost
+		// section, not the rollout's state.
+		if c, err := s.Chargeback.Canary(r.Context(), f.user, ro.Endpoint, ro.ToVersion, ro.FromVersion, ro.CreatedAt, to); err != nil {
+			s.Log.WarnContext(r.Context(), "rollout cost", slog.Int64("rollout", ro.ID), slog.String("error", err.Error()))
+		} else {
+			props.Cost = rolloutCost(c, ro.FinishedAt == nil)
+		}
+	}
+	s.render(w, r, http.StatusOK, web.RolloutPage(props))
+}
+
+// rolloutCost shows a canary's cost; running says the window ends now.
+func rolloutCost(c chargeback.Canary, running bool) *web.RolloutCost {
+	window := c.From.Format(portalTime) + " – " + c.To.Format(portalTime)
+	if running {
+		window = "since " + c.From.Format(portalTime)
+	}
+	change := "+$" + money.Dollars(c.MonthlyChangeMicroUSD)
+	if c.MonthlyChangeMicroUSD < 0 {
+		change = "−$" + money.Dollars(-c.MonthlyChangeMicroUSD)
+	}
+	out := &web.RolloutCost{From: c.Incumbent.Version, To: c.Candidate.Version, Window: window, SoFar: money.Dollars(c.Candidate.CostMicroUSD),
+		IncumbentSoFar: money.Dollars(c.Incumbent.CostMicroUSD), CandidatePerHour: unitDollars(c.Candidate.PerHourMicroUSD),
+		IncumbentPerHour: unitDollars(c.Incumbent.PerHourMicroUSD), MonthlyChange: change}
+	for _, v := range []chargeback.VersionCost{c.Candidate, c.Incumbent} {
+		out.Versions = append(out.Versions, web.RolloutCostVersion{Version: v.Version, GPUHours: hoursOf(v.GPUSeconds - v.CPUCoreSeconds),
+			CPUCoreHours: hoursOf(v.CPUCoreSeconds), Cost: money.Dollars(v.CostMicroUSD), PerHour: unitDollars(v.PerHourMicroUSD)})
+	}
+	return out
 }
 
 // portalRolloutLive is the rollout page's live section alone.
