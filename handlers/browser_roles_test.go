@@ -122,3 +122,39 @@ func TestBrowserRolloutsList(t *testing.T) {
 		t.Errorf("unknown API path = %d, want a plain 404:\n%s", r.status, r)
 	}
 }
+
+// TestBrowserRolloutOfWorseCandidateAsksFirst: a risk engineer starting a
+// rollout of v24 on fraud-scoring from the endpoint's page (v24, the
+// default candidate, has a worse AUC than the serving v23) gets the form
+// back with why and a box to tick; ticked, the rollout starts and its page
+// opens.
+func TestBrowserRolloutOfWorseCandidateAsksFirst(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	registerCPUVersions(t, e)
+	b := newBrowser(t)
+	b.do("sign in as the risk engineer on the way to fraud-scoring",
+		chromedp.Navigate(e.URL+"/endpoints/fraud-scoring"),
+		chromedp.Click(chromedp.CSS(`button[data-user="risk-engineer@example.com"]`)),
+		chromedp.WaitVisible(chromedp.ID("rollout-form")),
+	)
+	b.do("start a rollout of the default candidate",
+		chromedp.Click(chromedp.ID("start-rollout")),
+		chromedp.WaitVisible(chromedp.ID("rollout-worse")),
+	)
+	if got := b.text("#rollout-worse"); !strings.Contains(got, "than v23: auc 0.469 < 0.911") {
+		t.Errorf("the warning says %q, want v23's better auc", got)
+	}
+	shot(b, filepath.Join(os.TempDir(), "portal-risk-engineer-rollout-worse.png"))
+	b.do("confirm and start",
+		chromedp.Click(chromedp.ID("accept-worse")),
+		chromedp.Click(chromedp.ID("start-rollout")),
+		chromedp.WaitVisible(chromedp.ID("rollout-state")),
+	)
+	if loc := b.location(); !strings.Contains(loc, "/rollouts/") {
+		t.Errorf("after confirming the browser is at %s, want the rollout's page", loc)
+	}
+	if h := b.text("h1"); !strings.Contains(h, "v23 → v24") {
+		t.Errorf("rollout page heading %q, want v23 → v24", h)
+	}
+}
