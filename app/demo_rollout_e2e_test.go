@@ -3,6 +3,9 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"modelplane/busapi"
 	"modelplane/cli"
@@ -21,7 +26,8 @@ import (
 // dev stack with the demo's real models: fraud-scoring serves v23 (the
 // XGBoost model) on the CPU nodes, the demo traffic flows through the
 // gateway, and a canary of v24 (the ONNX model trained on shuffled labels:
-// as fast and as error-free, but wrong) started through the API is rolled
+// as fast and as error-free, but wrong; refused once for its worse offline
+// AUC, then confirmed) started through the API is rolled
 // back by the judge's drift check, with no human, while its latency and
 // error checks pass. `modelplane rollouts watch`, started beside it,
 // follows the rollout on the API's event stream to the rollback and exits
@@ -56,6 +62,14 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	body := `{"version":"v24","steps":[{"percent":50,"bake_seconds":600},{"percent":100,"bake_seconds":600}],
 		"evaluation_interval_seconds":2,"evaluation_window_seconds":30,
 		"criteria":{"min_requests":10,"max_p99_ms":5000,"max_error_rate_delta":5,"max_regression":10}}`
+	// v24's offline AUC is worse than v23's: the first start asks for
+	// confirmation (409 naming the metric), the confirmed one starts.
+	if resp, answer := postJSON(t, env["MP_API"]+"/endpoints/fraud-scoring/rollouts", key, body); resp.StatusCode != http.StatusConflict ||
+		!strings.Contains(answer, "than v23: auc") {
+		t.Fatalf("unconfirmed start of v24 = %d %s; want 409 naming v23's better auc", resp.StatusCode, answer)
+	}
+	body = strings.Replace(body, `{"version":"v24",`, `{"version":"v24","accept_worse_metrics":true,`, 1)
+	checkV24ComparedWithV23(t, d.BaseURL)
 	var started struct {
 		ID       int64 `json:"id"`
 		Criteria struct {
@@ -159,5 +173,47 @@ func TestDemoV24CanaryRolledBackByDriftGate(t *testing.T) {
 	}
 	if w.code != 1 || !strings.Contains(w.stderr, "rolled_back") {
 		t.Errorf("rollouts watch exit %d (%s); want 1, rolled back", w.code, w.stderr)
+	}
+}
+
+// checkV24ComparedWithV23 opens v24's page in the portal as the risk
+// engineer and reads the answers of v24 and v23 on v24's validation inputs
+// (the demo's samples, both versions validated by the real runtime): the
+// obvious fraud (1250 on electronics from NG) is legit for v24 and fraud
+// for v23, so the disagreement rate with v23 is above zero.
+func checkV24ComparedWithV23(t *testing.T, base string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.PostForm(base+"/login", url.Values{"login_hint": {"risk-engineer@example.com"}, "return_to": {"/models/fraud-detector/versions/v24"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := goquery.NewDocumentFromReader(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("sign-in and v24's page: %d %v", resp.StatusCode, err)
+	}
+	var fraud *goquery.Selection
+	doc.Find("#answers tbody tr").Each(func(_ int, tr *goquery.Selection) {
+		if strings.Contains(tr.Find("td").First().Text(), "country=NG") {
+			fraud = tr
+		}
+	})
+	if fraud == nil {
+		t.Fatalf("v24's page has no answer to the obvious-fraud sample (at %s)", resp.Request.URL)
+	}
+	cells := fraud.Find("td")
+	mine, theirs := strings.TrimSpace(cells.Eq(1).Text()), strings.TrimSpace(cells.Eq(2).Text())
+	if doc.Find("#answers thead th").Eq(2).AttrOr("data-version", "") != "v23" || !strings.HasPrefix(mine, "legit") || !strings.HasPrefix(theirs, "fraud") {
+		t.Errorf("obvious fraud: v24 %q, %s %q; want v24 legit and v23 fraud", mine, doc.Find("#answers thead th").Eq(2).AttrOr("data-version", ""), theirs)
+	}
+	if rate := strings.TrimSpace(doc.Find(`#disagreement td[data-version="v23"]`).Text()); rate == "" || strings.HasPrefix(rate, "0 of") || strings.HasPrefix(rate, "not") {
+		t.Errorf("disagreement with v23 = %q, want some", rate)
+	}
+	var auc []string
+	doc.Find(`#metrics tr[data-metric="auc"] td`).Each(func(_ int, td *goquery.Selection) { auc = append(auc, strings.TrimSpace(td.Text())) })
+	if len(auc) != 3 || auc[1] >= auc[2] {
+		t.Errorf("auc row %q, want v24's below v23's", auc)
 	}
 }

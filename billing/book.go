@@ -82,12 +82,13 @@ var (
 	profileRule = regexp.MustCompile(`^(full|mig-[1-7]g\.[0-9]{1,3}gb|mps-[0-9]{1,3}pct|cpu-core)$`)
 )
 
-// Create enters a new rate; platform admins and finance only. It takes
+// Create enters a new rate; platform admins only (finance reads rates and
+// reports but changes nothing, docs/chargeback.md). It takes
 // effect at EffectiveFrom, which must be at least RateLead ahead of now and
 // is kept to the whole second (a rate never applies to part of a second).
 // A rate of the same type, profile and time already entered is a conflict.
 func (b *Book) Create(ctx context.Context, p *auth.Principal, r Rate) (Entry, error) {
-	if !p.Finance() {
+	if !p.PlatformAdmin() {
 		return Entry{}, auth.ErrForbidden
 	}
 	var errs field.Errors

@@ -14,9 +14,10 @@ import (
 	"modelplane/internal/pgtest"
 )
 
-// TestBookCreate enters rates as finance: a future rate joins the history
-// (kept to the whole second, audited), a back-dated or too-soon one is
-// refused, a repeat conflicts, and a team admin may not enter one.
+// TestBookCreate enters rates as a platform admin: a future rate joins the
+// history (kept to the whole second, audited), a back-dated or too-soon one
+// is refused, a repeat conflicts, and neither finance (whose role changes
+// nothing) nor a team admin may enter one.
 func TestBookCreate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -25,14 +26,14 @@ func TestBookCreate(t *testing.T) {
 	clk := quartz.NewMock(t)
 	clk.Set(now)
 	book := billing.NewBook(pool, clk)
-	finance := &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance}
+	admin := &auth.Principal{Name: "ops@example.com", PlatformRole: auth.RolePlatformAdmin}
 	at := now.Add(time.Hour + 300*time.Millisecond)
-	e, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 3_900_000, EffectiveFrom: at})
+	e, err := book.Create(ctx, admin, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 3_900_000, EffectiveFrom: at})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := now.Add(time.Hour + time.Second); !e.EffectiveFrom.Equal(want) || e.CreatedBy != "fin@example.com" {
-		t.Fatalf("created %+v, want effective %s by fin@example.com", e, want)
+	if want := now.Add(time.Hour + time.Second); !e.EffectiveFrom.Equal(want) || e.CreatedBy != "ops@example.com" {
+		t.Fatalf("created %+v, want effective %s by ops@example.com", e, want)
 	}
 	rates, err := book.Current(ctx)
 	if err != nil {
@@ -55,11 +56,13 @@ func TestBookCreate(t *testing.T) {
 		field string
 		want  error
 	}{
-		{"back-dated", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(-time.Hour)}, "effective_from", nil},
-		{"inside the lead", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Minute)}, "effective_from", nil},
-		{"bad profile", finance, billing.Rate{GPUType: "A100-80GB", Profile: "half", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "profile", nil},
-		{"negative", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: -1, EffectiveFrom: now.Add(time.Hour)}, "uusd_per_hour", nil},
-		{"repeat", finance, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: at}, "", db.ErrConflict},
+		{"back-dated", admin, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(-time.Hour)}, "effective_from", nil},
+		{"inside the lead", admin, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Minute)}, "effective_from", nil},
+		{"bad profile", admin, billing.Rate{GPUType: "A100-80GB", Profile: "half", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "profile", nil},
+		{"negative", admin, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: -1, EffectiveFrom: now.Add(time.Hour)}, "uusd_per_hour", nil},
+		{"repeat", admin, billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: at}, "", db.ErrConflict},
+		{"finance", &auth.Principal{Name: "fin@example.com", PlatformRole: auth.RoleFinance},
+			billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "", auth.ErrForbidden},
 		{"team admin", &auth.Principal{Name: "a", Teams: []auth.Membership{{TeamID: 1, Team: "risk", Role: auth.RoleAdmin}}},
 			billing.Rate{GPUType: "A100-80GB", Profile: "full", UUSDPerHour: 1, EffectiveFrom: now.Add(time.Hour)}, "", auth.ErrForbidden},
 	} {

@@ -46,9 +46,9 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 	clk := quartz.NewMock(t)
 	clk.Set(t0.Add(-billing.RateLead - time.Hour))
-	finance := &auth.Principal{Name: "fin", PlatformRole: auth.RoleFinance}
+	admin := &auth.Principal{Name: "ops", PlatformRole: auth.RolePlatformAdmin}
 	book := billing.NewBook(pool, clk)
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
+	if _, err := book.Create(ctx, admin, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 3_600_000, EffectiveFrom: t0}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,7 +95,7 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	svc := chargeback.New(ch, db.New(pool), clk)
 	cost := func(from, to time.Time) int64 {
 		t.Helper()
-		rep, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to})
+		rep, err := svc.Report(ctx, admin, chargeback.Query{From: from, To: to})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,12 +110,12 @@ func TestBookedRateNeverRepricesStoredSeconds(t *testing.T) {
 	}
 	// A rate from a metered second is refused; a rate booked now starts
 	// RateLead ahead.
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
+	if _, err := book.Create(ctx, admin, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
 		EffectiveFrom: t0.Add(30 * time.Second)}); err == nil {
 		t.Fatal("a rate effective at a metered second was booked")
 	}
 	next := clk.Now().Add(billing.RateLead)
-	if _, err := book.Create(ctx, finance, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
+	if _, err := book.Create(ctx, admin, billing.Rate{GPUType: "A100-80GB", Profile: busapi.ProfileFull, UUSDPerHour: 7_200_000,
 		EffectiveFrom: next}); err != nil {
 		t.Fatal(err)
 	}

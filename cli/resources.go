@@ -276,10 +276,11 @@ func (a *app) rolloutsCmd() *cobra.Command {
 	var strategy, steps string
 	var bake time.Duration
 	var maxRegression float64
+	var acceptWorse bool
 	start := &cobra.Command{
 		Use:     "start ENDPOINT VERSION",
 		Short:   "Start a rollout of VERSION on ENDPOINT",
-		Example: "  modelplane rollouts start fraud-scoring v24 --steps 25,100 --bake 10m",
+		Example: "  modelplane rollouts start fraud-scoring v24 --steps 25,100 --bake 10m --accept-worse-metrics",
 		Args:    args("ENDPOINT", "VERSION"),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			body := map[string]any{"version": argv[1]}
@@ -300,6 +301,9 @@ func (a *app) rolloutsCmd() *cobra.Command {
 			if cmd.Flags().Changed("max-regression") {
 				body["criteria"] = map[string]any{"max_regression": maxRegression}
 			}
+			if acceptWorse {
+				body["accept_worse_metrics"] = true
+			}
 			return a.send(cmd, http.MethodPost, "/endpoints/"+esc(argv[0])+"/rollouts", body, rolloutCols)
 		},
 	}
@@ -307,6 +311,7 @@ func (a *app) rolloutsCmd() *cobra.Command {
 	start.Flags().StringVar(&steps, "steps", "", "traffic percents of the steps, as 5,25,100 (default 1,5,25,50,100)")
 	start.Flags().DurationVar(&bake, "bake", 10*time.Minute, "how long each step of --steps bakes")
 	start.Flags().Float64Var(&maxRegression, "max-regression", 0, "latency regression allowed, as a fraction (1 is 100 percent)")
+	start.Flags().BoolVar(&acceptWorse, "accept-worse-metrics", false, "start even though the candidate's offline metrics are worse than the serving version's (refused otherwise, naming them)")
 	_ = start.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"canary", "blue-green", "shadow"}, cobra.ShellCompDirectiveNoFileComp))
 	verbs := []*cobra.Command{start,
 		a.listCmd("list ENDPOINT", "List an endpoint's rollouts, newest first", []string{"ENDPOINT"},

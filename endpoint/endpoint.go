@@ -548,6 +548,10 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 				return err
 			}
 		}
+		serving, err := registry.ServingOn(ctx, q, p, before.ID, before.ModelID)
+		if err != nil {
+			return err
+		}
 		if err := q.RoutingRuleDeleteByEndpoint(ctx, db.RoutingRuleDeleteByEndpointParams{EndpointID: before.ID, AllTeams: all, TeamIDs: ids}); err != nil {
 			return err
 		}
@@ -559,9 +563,11 @@ func (s *Service) SetTraffic(ctx context.Context, p *auth.Principal, name string
 				}
 				return err
 			}
-			if why, err := registry.Unroutable(ctx, q, p, v); err != nil {
+			why, err := registry.Unroutable(ctx, q, p, v)
+			if err != nil {
 				return err
-			} else if why != "" {
+			}
+			if why = cmp.Or(why, registry.Unfit(v, serving)); why != "" {
 				return field.Errors{{Field: fmt.Sprintf("weights[%d].version", i), Message: why}}
 			}
 			if err := q.RoutingRuleInsert(ctx, db.RoutingRuleInsertParams{EndpointID: before.ID, VersionID: v.ID, Weight: w.Weight,

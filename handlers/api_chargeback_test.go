@@ -114,8 +114,8 @@ func TestChargebackAPI(t *testing.T) {
 	problem(t, "bad period", e.call(t, e.Keys["finance"], http.MethodGet, "/chargeback?from=2026-10-08&to=2026-10-07", nil), http.StatusBadRequest)
 }
 
-// TestCostRatesAPI: everyone reads the history; finance enters a rate,
-// a team admin may not.
+// TestCostRatesAPI: everyone reads the history; a platform admin enters a
+// rate; finance (whose role changes nothing) and a team admin may not.
 func TestCostRatesAPI(t *testing.T) {
 	t.Parallel()
 	e, _ := newChargebackEnv(t)
@@ -131,13 +131,14 @@ func TestCostRatesAPI(t *testing.T) {
 	body := map[string]any{"gpu_type": "H100-80GB", "profile": "mig-1g.10gb", "uusd_per_hour": 900_000,
 		"effective_from": time.Now().UTC().Add(24 * time.Hour).Format(time.RFC3339)}
 	problem(t, "risk admin POST /cost-rates", e.call(t, e.Keys["risk-admin"], http.MethodPost, "/cost-rates", jsonPayload(body)), http.StatusForbidden)
-	r := e.call(t, e.Keys["finance"], http.MethodPost, "/cost-rates", jsonPayload(body))
+	problem(t, "finance POST /cost-rates", e.call(t, e.Keys["finance"], http.MethodPost, "/cost-rates", jsonPayload(body)), http.StatusForbidden)
+	r := e.call(t, e.Keys["platform-admin"], http.MethodPost, "/cost-rates", jsonPayload(body))
 	var created struct {
 		ID          int64 `json:"id"`
 		UUSDPerHour int64 `json:"uusd_per_hour"`
 	}
 	if r.status != http.StatusCreated || json.Unmarshal(r.body, &created) != nil || created.UUSDPerHour != 900_000 {
-		t.Fatalf("finance POST /cost-rates = %d %s; want 201", r.status, r)
+		t.Fatalf("platform admin POST /cost-rates = %d %s; want 201", r.status, r)
 	}
 	var rep ChargebackBody
 	e.getJSON(t, e.Keys["finance"], "/chargeback?from=2026-10-07&to=2026-10-08", &rep)
@@ -250,30 +251,33 @@ func TestAdviceAPI(t *testing.T) {
 	}
 }
 
-// TestPortalCostRates: finance sees the history with the rates in force
-// and the form; a back-dated rate is refused on its field; a viewer sees
-// the history without the form and cannot post.
+// TestPortalCostRates: a platform admin sees the history with the rates in
+// force and the form; a back-dated rate is refused on its field; finance
+// and a viewer see the history without the form and cannot post.
 func TestPortalCostRates(t *testing.T) {
 	t.Parallel()
 	e, _ := newChargebackEnv(t)
-	fin := e.signIn(t, "finance@example.com")
-	page := e.portal(t, fin, http.MethodGet, "/cost-rates", nil)
+	adm := e.signIn(t, "admin@example.com")
+	page := e.portal(t, adm, http.MethodGet, "/cost-rates", nil)
 	if body := page.String(); page.status != http.StatusOK || !strings.Contains(body, `id="rate-form"`) ||
 		strings.Count(body, `<span class="pill">in force</span>`) != 13 || !strings.Contains(body, "$3.500000") {
-		t.Errorf("finance cost-rates page = %d, want the form and 13 rates in force:\n%.3000s", page.status, body)
+		t.Errorf("admin cost-rates page = %d, want the form and 13 rates in force:\n%.3000s", page.status, body)
 	}
-	bad := e.portal(t, fin, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {fin.csrf}, "gpu_type": {"A100-80GB"}, "profile": {"full"},
+	bad := e.portal(t, adm, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {adm.csrf}, "gpu_type": {"A100-80GB"}, "profile": {"full"},
 		"usd_per_hour": {"3.9"}, "effective_from": {"2020-01-01T00:00:00Z"}}))
 	if bad.status != http.StatusUnprocessableEntity || !strings.Contains(bad.String(), `data-field="effective_from"`) {
 		t.Errorf("back-dated rate = %d; want 422 with the error at effective_from:\n%.3000s", bad.status, bad)
 	}
-	viewer := e.signIn(t, "risk-viewer@example.com")
-	if p := e.portal(t, viewer, http.MethodGet, "/cost-rates", nil); p.status != http.StatusOK || strings.Contains(p.String(), `id="rate-form"`) {
-		t.Errorf("viewer cost-rates page = %d, shows the form: %v", p.status, strings.Contains(p.String(), `id="rate-form"`))
-	}
-	if p := e.portal(t, viewer, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {viewer.csrf}, "gpu_type": {"A100-80GB"},
-		"profile": {"full"}, "usd_per_hour": {"3.9"}, "effective_from": {"2099-01-01T00:00:00Z"}})); p.status != http.StatusForbidden {
-		t.Errorf("viewer POST /cost-rates = %d, want 403", p.status)
+	for _, user := range []string{"finance@example.com", "risk-viewer@example.com"} {
+		u := e.signIn(t, user)
+		if p := e.portal(t, u, http.MethodGet, "/cost-rates", nil); p.status != http.StatusOK || strings.Contains(p.String(), `id="rate-form"`) ||
+			!strings.Contains(p.String(), `id="rates-read-only"`) {
+			t.Errorf("%s cost-rates page = %d, shows the form: %v", user, p.status, strings.Contains(p.String(), `id="rate-form"`))
+		}
+		if p := e.portal(t, u, http.MethodPost, "/cost-rates", formPayload(url.Values{"csrf": {u.csrf}, "gpu_type": {"A100-80GB"},
+			"profile": {"full"}, "usd_per_hour": {"3.9"}, "effective_from": {"2099-01-01T00:00:00Z"}})); p.status != http.StatusForbidden {
+			t.Errorf("%s POST /cost-rates = %d, want 403", user, p.status)
+		}
 	}
 }
 

@@ -34,7 +34,7 @@ func (s *Server) registerCostRates(api huma.API) {
 			return &One[costRateListBody]{Body: costRateListBody{Items: rows}}, nil
 		})
 	huma.Register(api, s.op("cost-rate-create", http.MethodPost, "/cost-rates",
-		"Enter a new cost rate; platform admins and finance. Seconds before its effective time keep their rate.", "chargeback"),
+		"Enter a new cost rate; platform admins only (finance reads rates: 403). Seconds before its effective time keep their rate.", "chargeback"),
 		func(ctx context.Context, in *costRateCreateInput) (*One[billing.Entry], error) {
 			e, err := s.Rates.Create(ctx, principal(ctx), billing.Rate{GPUType: in.Body.GPUType, Profile: in.Body.Profile,
 				UUSDPerHour: in.Body.UUSDPerHour, EffectiveFrom: in.Body.EffectiveFrom})

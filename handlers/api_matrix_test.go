@@ -76,8 +76,9 @@ func apiFixtures() map[string][]*payload {
 		"POST /teams":    {jsonPayload(map[string]any{"name": "matrix-team"})},
 		"POST /api-keys": {jsonPayload(map[string]any{"name": "matrix-key", "team": "risk", "role": "viewer"})},
 		"POST /models":   {jsonPayload(map[string]any{"team": "risk", "name": "matrix-model", "task": "classification"})},
-		// A rate inside the 5-minute lead: finance is refused on that field
-		// (a 400 that stores nothing), anyone else on their role (403).
+		// A rate inside the 5-minute lead: a platform admin would be refused
+		// on that field (a 400 that stores nothing), anyone else, finance
+		// included, on their role (403).
 		"POST /cost-rates": {jsonPayload(map[string]any{"gpu_type": "A100-80GB", "profile": "full", "uusd_per_hour": 3_750_000,
 			"effective_from": time.Now().UTC().Add(time.Minute).Format(time.RFC3339)})},
 		"POST /budgets":                                            {jsonPayload(map[string]any{"team": "risk", "monthly_uusd": 5_000_000})},
@@ -442,9 +443,10 @@ func TestTenancyMatrix(t *testing.T) {
 						// 404, a body naming the risk team is a 404 (no such
 						// team for you), a body naming the risk model is a 400
 						// on that field (as for a model that does not exist),
-						// and creating a team needs a platform admin: 403.
+						// and creating a team or a cost rate needs a platform
+						// admin: 403.
 						want := map[string]int{"POST /teams": http.StatusForbidden, "POST /api-keys": http.StatusNotFound,
-							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusBadRequest,
+							"POST /models": http.StatusNotFound, "POST /endpoints": http.StatusBadRequest, "POST /cost-rates": http.StatusForbidden,
 							"POST /budgets": http.StatusNotFound, "POST /join-tokens": http.StatusForbidden, "POST /webhooks": http.StatusNotFound,
 							"POST /graphs": http.StatusNotFound}
 						status, ok := want[route]

@@ -22,6 +22,7 @@ type RolloutStart struct {
 	EvaluationIntervalSeconds float64 `json:"evaluation_interval_seconds,omitempty" minimum:"0" doc:"How often the judge looks; default 30."`
 	EvaluationWindowSeconds   float64 `json:"evaluation_window_seconds,omitempty" minimum:"0" doc:"How far back it looks, never before the step started; default 300."`
 	KeepSeconds               float64 `json:"keep_seconds,omitempty" minimum:"0" doc:"How long the losing version stays up after the end; default 3600."`
+	AcceptWorseMetrics        bool    `json:"accept_worse_metrics,omitempty" doc:"Start even though the candidate's offline metrics are worse than a serving version's; without it such a start is 409 and says which metrics."`
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -64,7 +65,7 @@ func (s *Server) registerRollouts(api huma.API) {
 			b := in.Body
 			r, err := s.Rollouts.Start(ctx, principal(ctx), in.Endpoint, rollout.Spec{Version: b.Version, Strategy: b.Strategy, Steps: b.Steps,
 				Criteria: b.Criteria, EvaluationInterval: seconds(b.EvaluationIntervalSeconds), EvaluationWindow: seconds(b.EvaluationWindowSeconds),
-				Keep: seconds(b.KeepSeconds)})
+				Keep: seconds(b.KeepSeconds), AcceptWorseMetrics: b.AcceptWorseMetrics})
 			if err != nil {
 				return nil, s.apiError(ctx, err)
 			}

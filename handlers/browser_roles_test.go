@@ -3,6 +3,8 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,7 +15,9 @@ import (
 
 // TestBrowserFinanceLandsOnChargeback: finance opening the portal signs in
 // and lands on chargeback, where its work is, not on an empty endpoints
-// list; a risk engineer still lands on the endpoints.
+// list; a risk engineer still lands on the endpoints. Finance reads the
+// cost rates without a form, and a rate it posts anyway from the page (with
+// its session and CSRF token) is refused by the server.
 func TestBrowserFinanceLandsOnChargeback(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
@@ -26,6 +30,23 @@ func TestBrowserFinanceLandsOnChargeback(t *testing.T) {
 		)
 		if loc := b.location(); loc != e.URL+want {
 			t.Errorf("%s landed on %s, want %s", user, loc, e.URL+want)
+		}
+		if user != "finance@example.com" {
+			continue
+		}
+		b.do("open the cost rates as finance",
+			chromedp.Navigate(e.URL+"/cost-rates"),
+			chromedp.WaitVisible(chromedp.ID("rates-read-only")),
+		)
+		if n := browserRun(b, "count rate forms", chromedp.Evaluate[int](`document.querySelectorAll('#rate-form').length`)); n != 0 {
+			t.Errorf("finance sees %d rate forms, want none", n)
+		}
+		shot(b, filepath.Join(os.TempDir(), "portal-finance-cost-rates.png"))
+		status := browserRun(b, "post a rate as finance", chromedp.Evaluate[int](`fetch('/cost-rates', {method: 'POST', body: new URLSearchParams({
+			csrf: document.querySelector('meta[name="csrf-token"]').content, gpu_type: 'A100-80GB', profile: 'full',
+			usd_per_hour: '0.01', effective_from: '2099-01-01T00:00:00Z'})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+		if status != http.StatusForbidden {
+			t.Errorf("finance's rate change answered %d, want 403", status)
 		}
 	}
 }
@@ -99,5 +120,41 @@ func TestBrowserRolloutsList(t *testing.T) {
 	}
 	if r := e.call(t, e.Keys["risk-admin"], http.MethodGet, "/no/such/thing", nil); r.status != http.StatusNotFound || strings.Contains(r.String(), "<html") {
 		t.Errorf("unknown API path = %d, want a plain 404:\n%s", r.status, r)
+	}
+}
+
+// TestBrowserRolloutOfWorseCandidateAsksFirst: a risk engineer starting a
+// rollout of v24 on fraud-scoring from the endpoint's page (v24, the
+// default candidate, has a worse AUC than the serving v23) gets the form
+// back with why and a box to tick; ticked, the rollout starts and its page
+// opens.
+func TestBrowserRolloutOfWorseCandidateAsksFirst(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	registerCPUVersions(t, e)
+	b := newBrowser(t)
+	b.do("sign in as the risk engineer on the way to fraud-scoring",
+		chromedp.Navigate(e.URL+"/endpoints/fraud-scoring"),
+		chromedp.Click(chromedp.CSS(`button[data-user="risk-engineer@example.com"]`)),
+		chromedp.WaitVisible(chromedp.ID("rollout-form")),
+	)
+	b.do("start a rollout of the default candidate",
+		chromedp.Click(chromedp.ID("start-rollout")),
+		chromedp.WaitVisible(chromedp.ID("rollout-worse")),
+	)
+	if got := b.text("#rollout-worse"); !strings.Contains(got, "than v23: auc 0.469 < 0.911") {
+		t.Errorf("the warning says %q, want v23's better auc", got)
+	}
+	shot(b, filepath.Join(os.TempDir(), "portal-risk-engineer-rollout-worse.png"))
+	b.do("confirm and start",
+		chromedp.Click(chromedp.ID("accept-worse")),
+		chromedp.Click(chromedp.ID("start-rollout")),
+		chromedp.WaitVisible(chromedp.ID("rollout-state")),
+	)
+	if loc := b.location(); !strings.Contains(loc, "/rollouts/") {
+		t.Errorf("after confirming the browser is at %s, want the rollout's page", loc)
+	}
+	if h := b.text("h1"); !strings.Contains(h, "v23 → v24") {
+		t.Errorf("rollout page heading %q, want v23 → v24", h)
 	}
 }

@@ -244,7 +244,7 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 			},
 		},
 		{
-			route: "/cost-rates", path: fixed("/cost-rates"), status: http.StatusSeeOther, user: "finance@example.com",
+			route: "/cost-rates", path: fixed("/cost-rates"), status: http.StatusSeeOther, user: "admin@example.com",
 			body: func(i int, csrf string) (string, []byte) {
 				at := time.Now().UTC().Add(time.Hour + time.Duration(i)*time.Minute).Truncate(time.Second).Format(time.RFC3339)
 				return portalURLEncoded(csrf, "gpu_type", "A100-80GB", "profile", "full", "usd_per_hour", "3.75", "effective_from", at)

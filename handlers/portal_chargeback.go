@@ -454,8 +454,8 @@ func chargebackCrumbs(v chargebackView) []web.Link {
 	return out
 }
 
-// portalCostRates shows the rate history, with the form for finance and
-// platform admins.
+// portalCostRates shows the rate history, with the form for platform
+// admins; everyone else reads it.
 func (s *Server) portalCostRates(w http.ResponseWriter, r *http.Request) {
 	s.renderCostRates(w, r, http.StatusOK, web.CostRatesProps{})
 }
@@ -469,7 +469,7 @@ func (s *Server) renderCostRates(w http.ResponseWriter, r *http.Request, status 
 	}
 	f := pageFrame(r)
 	props.Layout = f.layout(w, "Cost rates", "chargeback")
-	props.CanEdit = f.user.Finance()
+	props.CanEdit = f.user.PlatformAdmin()
 	now := s.Clock.Now()
 	table := make([]billing.Rate, 0, len(rates))
 	for _, e := range rates {
@@ -523,7 +523,7 @@ func parseUSD(s string) (int64, bool) {
 
 // portalCostRateCreate enters a rate from the form.
 func (s *Server) portalCostRateCreate(w http.ResponseWriter, r *http.Request) {
-	if !pageFrame(r).user.Finance() {
+	if !pageFrame(r).user.PlatformAdmin() {
 		s.portalError(w, r, auth.ErrForbidden)
 		return
 	}

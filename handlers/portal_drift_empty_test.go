@@ -14,8 +14,9 @@ import (
 // TestPortalDriftSaysWhatIsMissing: an endpoint forty minutes old, younger
 // than the default current window, with sampling off. Its default
 // reference is the first half of its life and holds its samples (it was
-// zero-length: "20:25:49 – 20:25:49, 0 samples"); the page says sampling
-// is off, says how many of the samples it needs each window holds, and
+// zero-length: "20:25:49 – 20:25:49, 0 samples"); the endpoint page offers
+// no drift link but the empty state (sampling is off, turn it on), the drift
+// page says sampling is off, says how many of the samples it needs each window holds, and
 // shows no score it did not compute; with no check run yet, the alerts
 // section does not claim that no score is past its threshold.
 func TestPortalDriftSaysWhatIsMissing(t *testing.T) {
@@ -57,8 +58,12 @@ func TestPortalDriftSaysWhatIsMissing(t *testing.T) {
 	}
 
 	u := portalSignIn(t, e, "risk-viewer@example.com")
-	if got := u.page("/endpoints/risk-endpoint").Find("#drift-sampling-off").Text(); !strings.Contains(got, "sampling is off") {
-		t.Errorf("endpoint page's drift link: %q, want the sampling-off note", got)
+	ep := u.page("/endpoints/risk-endpoint")
+	if got := ep.Find("#drift-sampling-off").Text(); !strings.Contains(got, "sampling is off") || !strings.Contains(got, "Turn it on") {
+		t.Errorf("endpoint page's drift line: %q, want the sampling-off empty state", got)
+	}
+	if n := ep.Find("a#drift-link").Length(); n != 0 {
+		t.Errorf("sampling off, the endpoint page still offers the drift page as if it worked")
 	}
 	doc := u.page("/endpoints/risk-endpoint/drift")
 	portalCheckMarkup(t, "drift page", doc)
@@ -84,5 +89,8 @@ func TestPortalDriftSaysWhatIsMissing(t *testing.T) {
 	}
 	if n := u.page("/endpoints/risk-endpoint/drift").Find("#drift-sampling-off").Length(); n != 0 {
 		t.Errorf("sampling on, the page still says it is off")
+	}
+	if href := u.page("/endpoints/risk-endpoint").Find("a#drift-link").AttrOr("href", ""); href != "/endpoints/risk-endpoint/drift" {
+		t.Errorf("sampling on, the drift link is %q, want the drift page", href)
 	}
 }

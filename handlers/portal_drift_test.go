@@ -107,6 +107,12 @@ func TestAPIDrift(t *testing.T) {
 func TestPortalDrift(t *testing.T) {
 	t.Parallel()
 	e := newDriftEnv(t)
+	// The endpoint samples (its samples are written here directly): the
+	// page links its drift dashboard. With sampling off it shows the empty
+	// state instead (TestPortalDriftSaysWhatIsMissing).
+	if _, err := e.pool.Exec(t.Context(), `UPDATE endpoints SET sampling_rate = 1 WHERE name = 'risk-endpoint'`); err != nil {
+		t.Fatal(err)
+	}
 	u := portalSignIn(t, e, "risk-viewer@example.com")
 	if href := u.page("/endpoints/risk-endpoint").Find("a#drift-link").AttrOr("href", ""); href != "/endpoints/risk-endpoint/drift" {
 		t.Errorf("endpoint page drift link = %q", href)

@@ -22,6 +22,7 @@ import (
 	"modelplane/artifact"
 	"modelplane/errdefs"
 	"modelplane/registry"
+	"modelplane/serveapi"
 	"modelplane/web"
 )
 
@@ -354,10 +355,11 @@ func (s *Server) portalVersion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := vs[i]
+	cmp := comparedWith(v, vs, s.servingVersions(r, model))
 	meta, _ := json.MarshalIndent(v, "", "  ")
 	s.render(w, r, http.StatusOK, web.VersionPage(web.VersionProps{Layout: f.layout(w, model+" "+v.Name, "models"), Model: model,
 		Row: versionRow(v), Metadata: string(meta), Lineage: lineageGraph(vs, edges), Serving: servingView(v, m.Task),
-		Metrics: metricsTable(v, vs, s.servingVersions(r, model))}))
+		Metrics: metricsTable(cmp), Answers: answersTable(cmp)}))
 }
 
 // servingVersions are the versions of model taking traffic on the
@@ -390,10 +392,16 @@ func (s *Server) servingVersions(r *http.Request, model string) map[string][]str
 	}
 }
 
-// metricsTable sets v's offline metrics beside its parent's and the
-// serving versions' (one column per version, roles joined); nil when none
-// of them has a metric.
-func metricsTable(v registry.Version, all []registry.Version, serving map[string][]string) *web.MetricsTable {
+// compared is a version and those its page compares it with: its parent
+// and the serving versions, in order (the version first), each with its
+// roles joined ("parent; serving on fraud-scoring").
+type compared struct {
+	versions []registry.Version
+	columns  []web.MetricsColumn
+}
+
+// comparedWith picks the versions v's page compares it with.
+func comparedWith(v registry.Version, all []registry.Version, serving map[string][]string) compared {
 	byName := map[string]registry.Version{}
 	for _, x := range all {
 		byName[x.Name] = x
@@ -415,23 +423,31 @@ func metricsTable(v registry.Version, all []registry.Version, serving map[string
 	for _, name := range slices.Sorted(maps.Keys(serving)) {
 		add(name, "serving on "+strings.Join(serving[name], ", "))
 	}
-	names := map[string]bool{}
+	var c compared
 	for _, n := range order {
-		for k := range byName[n].OfflineMetrics {
+		c.versions = append(c.versions, byName[n])
+		c.columns = append(c.columns, web.MetricsColumn{Version: n, Role: strings.Join(roles[n], "; ")})
+	}
+	return c
+}
+
+// metricsTable sets the version's offline metrics beside the compared
+// versions' (one column per version); nil when none of them has a metric.
+func metricsTable(c compared) *web.MetricsTable {
+	names := map[string]bool{}
+	for _, v := range c.versions {
+		for k := range v.OfflineMetrics {
 			names[k] = true
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	t := &web.MetricsTable{}
-	for _, n := range order {
-		t.Columns = append(t.Columns, web.MetricsColumn{Version: n, Role: strings.Join(roles[n], "; ")})
-	}
+	t := &web.MetricsTable{Columns: c.columns}
 	for _, k := range slices.Sorted(maps.Keys(names)) {
 		row := web.MetricsRow{Name: k}
-		for _, n := range order {
-			val, ok := byName[n].OfflineMetrics[k]
+		for _, v := range c.versions {
+			val, ok := v.OfflineMetrics[k]
 			cell := "–"
 			if ok {
 				cell = strconv.FormatFloat(val, 'f', -1, 64)
@@ -441,4 +457,75 @@ func metricsTable(v registry.Version, all []registry.Version, serving map[string
 		t.Rows = append(t.Rows, row)
 	}
 	return t
+}
+
+// answersTable sets the version's validation inputs beside its answers
+// and the compared versions' stored answers to the same inputs, with each
+// one's disagreement rate; nil when the version's validation answered
+// nothing.
+func answersTable(c compared) *web.AnswersTable {
+	v := c.versions[0]
+	inputs, _ := registry.Answers(v.Validation)
+	if len(inputs) == 0 {
+		return nil
+	}
+	t := &web.AnswersTable{Columns: c.columns, Rows: make([]web.AnswersRow, len(inputs))}
+	for i, in := range inputs {
+		t.Rows[i].Input = inputText(in)
+	}
+	for j, other := range c.versions {
+		cmp := registry.CompareAnswers(v.Validation, other.Validation)
+		for i := range inputs {
+			t.Rows[i].Cells = append(t.Rows[i].Cells, web.AnswerCell{Text: answerText(cmp.Theirs[i]), Differs: cmp.Differs[i]})
+		}
+		if j == 0 {
+			continue
+		}
+		switch {
+		case cmp.Compared == 0:
+			t.Rates = append(t.Rates, "not compared: no labels on these inputs")
+		default:
+			t.Rates = append(t.Rates, fmt.Sprintf("%d of %d inputs (%.0f%%)", cmp.Disagree, cmp.Compared, 100*float64(cmp.Disagree)/float64(cmp.Compared)))
+		}
+	}
+	return t
+}
+
+// inputText writes an instance as "feature=value" pairs in its order, or
+// its JSON when it is not an object.
+func inputText(in json.RawMessage) string {
+	d := json.NewDecoder(bytes.NewReader(in))
+	d.UseNumber()
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return string(in)
+	}
+	var parts []string
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			return string(in)
+		}
+		var val json.RawMessage
+		if d.Decode(&val) != nil {
+			return string(in)
+		}
+		parts = append(parts, fmt.Sprintf("%v=%s", k, strings.Trim(string(val), `"`)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// answerText is an answer as "fraud 0.97", a regression's value, or "–"
+// for none.
+func answerText(p *serveapi.Prediction) string {
+	switch {
+	case p == nil:
+		return "–"
+	case p.Label != "" && p.Score != nil:
+		return fmt.Sprintf("%s %.2f", p.Label, *p.Score)
+	case p.Label != "":
+		return p.Label
+	case p.Value != nil:
+		return strconv.FormatFloat(*p.Value, 'g', 6, 64)
+	}
+	return "–"
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,8 +17,10 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/auth"
+	"modelplane/chargeback"
 	"modelplane/endpoint"
 	"modelplane/judge"
+	"modelplane/money"
 	"modelplane/rollout"
 	"modelplane/web"
 )
@@ -45,7 +48,13 @@ func (s *Server) rolloutsSection(ctx context.Context, p *auth.Principal, e endpo
 	}
 	out := web.RolloutsSection{Endpoint: e.Name, CSRF: csrf, CanStart: p.CanWrite(e.TeamID), Versions: versions,
 		Form: web.RolloutForm{Strategy: rollout.Canary, Steps: "1, 5, 25, 50, 100", BakeMinutes: "10", IntervalSeconds: "30"}}
-	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID); err != nil {
+	var serving []string
+	for _, t := range e.Traffic {
+		if t.Weight > 0 {
+			serving = append(serving, t.Version)
+		}
+	}
+	if out.Unroutable, err = s.Registry.Unroutables(ctx, p, e.ModelID, serving); err != nil {
 		return web.RolloutsSection{}, err
 	}
 	out.Form.Version = defaultCandidate(e, versions, out.Unroutable)
@@ -233,7 +242,41 @@ func checkCharts(verdicts []rollout.Event) []web.Chart {
 
 func (s *Server) portalRollout(w http.ResponseWriter, r *http.Request) {
 	f, ro := pageFrame(r), rolloutParam(r)
-	s.render(w, r, http.StatusOK, web.RolloutPage(rolloutProps(f.user, f.layout(w, fmt.Sprintf("Rollout %d", ro.ID), "endpoints"), ro)))
+	props := rolloutProps(f.user, f.layout(w, fmt.Sprintf("Rollout %d", ro.ID), "endpoints"), ro)
+	if s.Chargeback != nil {
+		var to time.Time
+		if ro.FinishedAt != nil {
+			to = *ro.FinishedAt
+		}
+		// A chargeback store that does not answer costs the page its cost
+		// section, not the rollout's state.
+		if c, err := s.Chargeback.Canary(r.Context(), f.user, ro.Endpoint, ro.ToVersion, ro.FromVersion, ro.CreatedAt, to); err != nil {
+			s.Log.WarnContext(r.Context(), "rollout cost", slog.Int64("rollout", ro.ID), slog.String("error", err.Error()))
+		} else {
+			props.Cost = rolloutCost(c, ro.FinishedAt == nil)
+		}
+	}
+	s.render(w, r, http.StatusOK, web.RolloutPage(props))
+}
+
+// rolloutCost shows a canary's cost; running says the window ends now.
+func rolloutCost(c chargeback.Canary, running bool) *web.RolloutCost {
+	window := c.From.Format(portalTime) + " – " + c.To.Format(portalTime)
+	if running {
+		window = "since " + c.From.Format(portalTime)
+	}
+	change := "+$" + money.Dollars(c.MonthlyChangeMicroUSD)
+	if c.MonthlyChangeMicroUSD < 0 {
+		change = "−$" + money.Dollars(-c.MonthlyChangeMicroUSD)
+	}
+	out := &web.RolloutCost{From: c.Incumbent.Version, To: c.Candidate.Version, Window: window, SoFar: money.Dollars(c.Candidate.CostMicroUSD),
+		IncumbentSoFar: money.Dollars(c.Incumbent.CostMicroUSD), CandidatePerHour: unitDollars(c.Candidate.PerHourMicroUSD),
+		IncumbentPerHour: unitDollars(c.Incumbent.PerHourMicroUSD), MonthlyChange: change}
+	for _, v := range []chargeback.VersionCost{c.Candidate, c.Incumbent} {
+		out.Versions = append(out.Versions, web.RolloutCostVersion{Version: v.Version, GPUHours: hoursOf(v.GPUSeconds - v.CPUCoreSeconds),
+			CPUCoreHours: hoursOf(v.CPUCoreSeconds), Cost: money.Dollars(v.CostMicroUSD), PerHour: unitDollars(v.PerHourMicroUSD)})
+	}
+	return out
 }
 
 // portalRolloutLive is the rollout page's live section alone.
@@ -370,7 +413,8 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 	e := endpointParam(r)
 	name := e.Name
 	f := web.RolloutForm{Version: r.PostFormValue("version"), Strategy: r.PostFormValue("strategy"), Steps: r.PostFormValue("steps"),
-		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds")}
+		BakeMinutes: r.PostFormValue("bake_minutes"), IntervalSeconds: r.PostFormValue("interval_seconds"),
+		AcceptWorse: r.PostFormValue("accept_worse_metrics") == "yes"}
 	errs := web.FieldErrors{}
 	bake, err := strconv.ParseFloat(strings.TrimSpace(f.BakeMinutes), 64)
 	if err != nil || bake < 0 {
@@ -392,16 +436,20 @@ func (s *Server) portalRolloutStart(w http.ResponseWriter, r *http.Request) {
 	p := pageFrame(r).user
 	if len(errs) == 0 {
 		ro, err := s.Rollouts.Start(r.Context(), p, name, rollout.Spec{Version: f.Version, Strategy: f.Strategy, Steps: steps,
-			EvaluationInterval: time.Duration(interval * float64(time.Second))})
+			EvaluationInterval: time.Duration(interval * float64(time.Second)), AcceptWorseMetrics: f.AcceptWorse})
 		if err == nil {
 			redirectFlash(w, r, fmt.Sprintf("/rollouts/%d", ro.ID), "Rollout started.")
 			return
 		}
 		var conflict *rollout.ConflictError
+		var worse *rollout.WorseError
 		var ok bool
 		switch {
 		case errors.As(err, &conflict):
 			errs = web.FieldErrors{"form": conflict.Msg}
+		case errors.As(err, &worse):
+			// The same form again, with why and a field that lets it through.
+			f.Worse = worse.Reasons
 		default:
 			if errs, ok = fieldErrors(err); !ok {
 				s.portalError(w, r, err)

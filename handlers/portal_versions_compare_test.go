@@ -66,7 +66,9 @@ func TestPortalVersionComparesMetrics(t *testing.T) {
 	if got := row(u.page("/models/risk-model/versions/v1"), "auc"); got != "auc – 0.911" {
 		t.Errorf("v1's auc row %q, want – beside the serving v23's 0.911", got)
 	}
-	for ep, want := range map[string]string{"fraud-scoring": "v24", "risk-endpoint": "v24"} {
+	// risk-endpoint serves v1 on a GPU: the CPU versions cannot join it, so
+	// its default candidate is v2 (tested in TestPortalFormsOfferVersionsThatFit).
+	for ep, want := range map[string]string{"fraud-scoring": "v24", "risk-endpoint": "v2"} {
 		page := u.page("/endpoints/" + ep)
 		if got := page.Find("#rollout-form select#version option[selected]").AttrOr("value", ""); got != want {
 			t.Errorf("%s: default candidate %q, want %s (the newest not serving that can run)", ep, got, want)

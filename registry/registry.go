@@ -7,11 +7,13 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -692,9 +694,10 @@ func (s *Service) VersionNames(ctx context.Context, p *auth.Principal, modelID i
 }
 
 // Unroutables says, for each of the model's versions that may not take
-// traffic or be rolled out now, why (Unroutable's reasons), so forms can
-// offer only the others; a version missing from it may.
-func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID int64) (map[string]string, error) {
+// traffic or be rolled out now on an endpoint where the versions named
+// serving take traffic, why (Unroutable's and Unfit's reasons), so forms
+// can offer only the others; a version missing from it may.
+func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID int64, serving []string) (map[string]string, error) {
 	all, ids := p.Scope()
 	q := db.New(s.pool)
 	rows, err := q.ModelVersionListAllByModel(ctx, db.ModelVersionListAllByModelParams{ModelID: modelID, AllTeams: all, TeamIDs: ids})
@@ -704,8 +707,12 @@ func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID in
 	// One query for every version's validation, not one a version: the
 	// endpoint page calls this on each view (modelplane bench api).
 	vids := make([]int64, len(rows))
+	var on []db.ModelVersion
 	for i, r := range rows {
 		vids[i] = r.ID
+		if slices.Contains(serving, r.Name) {
+			on = append(on, r)
+		}
 	}
 	xs, err := q.ValidationListByVersions(ctx, db.ValidationListByVersionsParams{VersionIDs: vids, AllTeams: all, TeamIDs: ids})
 	if err != nil {
@@ -717,7 +724,7 @@ func (s *Service) Unroutables(ctx context.Context, p *auth.Principal, modelID in
 	}
 	out := map[string]string{}
 	for _, r := range rows {
-		if why := unroutable(r, byVersion[r.ID]); why != "" {
+		if why := cmp.Or(unroutable(r, byVersion[r.ID]), Unfit(r, on)); why != "" {
 			out[r.Name] = why
 		}
 	}

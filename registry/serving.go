@@ -523,6 +523,51 @@ func unroutable(v db.ModelVersion, x *db.ModelVersionValidation) string {
 	return ""
 }
 
+// Unfit says why version v cannot take traffic on an endpoint beside the
+// versions serving it now (serving), or "" when it can. One endpoint
+// serves on one kind of hardware: its instance profile sizes the GPU
+// versions, and a CPU version (gpu_count 0) is never placed on a GPU, so a
+// CPU version on an endpoint whose versions run on GPUs (the demo's CPU
+// GGUF beside support-chat's MIG slices), or the reverse, would be
+// compared, billed and scaled as something it is not. Forms offer such a
+// version disabled with this reason; traffic changes and rollout starts
+// refuse it.
+func Unfit(v db.ModelVersion, serving []db.ModelVersion) string {
+	for _, s := range serving {
+		switch {
+		case s.ID == v.ID || (s.GPUCount > 0) == (v.GPUCount > 0):
+		case v.GPUCount == 0:
+			return fmt.Sprintf("version %s runs on CPU (gpu_count 0), and this endpoint serves %s on GPUs: one endpoint serves on one kind of hardware", v.Name, s.Name)
+		default:
+			return fmt.Sprintf("version %s needs %d GPU(s), and this endpoint serves %s on CPU: one endpoint serves on one kind of hardware", v.Name, v.GPUCount, s.Name)
+		}
+	}
+	return ""
+}
+
+// ServingOn returns the versions taking traffic (weight above 0) on the
+// endpoint now, in q's transaction; p is the caller, whose scope the
+// endpoint was loaded with.
+func ServingOn(ctx context.Context, q *db.Queries, p *auth.Principal, endpointID, modelID int64) ([]db.ModelVersion, error) {
+	all, ids := p.Scope()
+	rules, err := q.RoutingRuleListByEndpoint(ctx, db.RoutingRuleListByEndpointParams{EndpointID: endpointID, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("traffic: %w", err)
+	}
+	var out []db.ModelVersion
+	for _, r := range rules {
+		if r.Weight == 0 {
+			continue
+		}
+		v, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: modelID, Name: r.Version, AllTeams: all, TeamIDs: ids})
+		if err != nil {
+			return nil, fmt.Errorf("serving version %s: %w", r.Version, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // RuntimeConfig is the built-in runtime's configuration of a version
 // served under name (an endpoint's, or the validator's): the stored
 // serving metadata, with the model's feature names for a version

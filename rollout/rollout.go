@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,10 @@ type Spec struct {
 	// Keep is how long the losing version stays routed at weight 0 (its
 	// replicas up) after the rollout ends.
 	Keep time.Duration
+	// AcceptWorseMetrics starts the rollout even though the candidate's
+	// offline metrics are worse than a serving version's; without it
+	// Start answers a *WorseError that says why.
+	AcceptWorseMetrics bool
 }
 
 // Rollout is a rollout as people see it.
@@ -226,6 +231,47 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return e.Msg }
+
+// WorseError is Start's answer when the candidate's offline metrics are
+// worse than those of a version serving the endpoint and the spec does not
+// accept that: the person confirms (Spec.AcceptWorseMetrics) or picks
+// another candidate. It is a conflict (409).
+type WorseError struct {
+	Version string
+	// Reasons are the worse metrics, each naming the serving version
+	// ("than v23: auc 0.469 < 0.911 (higher is better)").
+	Reasons []string
+}
+
+func (e *WorseError) Error() string {
+	return fmt.Sprintf("version %s has worse offline metrics than the serving version (%s); confirm to start the rollout anyway (accept_worse_metrics)",
+		e.Version, strings.Join(e.Reasons, "; "))
+}
+
+// Shown is the message to show the caller.
+func (e *WorseError) Shown() string { return e.Error() }
+
+// Is makes errors.Is(err, db.ErrConflict) true.
+func (e *WorseError) Is(target error) bool { return target == db.ErrConflict }
+
+// worse lists the offline metrics on which to is worse than each version
+// serving the endpoint now.
+func worse(to db.ModelVersion, serving []db.ModelVersion) []string {
+	var cand map[string]float64
+	_ = json.Unmarshal(to.OfflineMetrics, &cand)
+	var out []string
+	for _, s := range serving {
+		if s.ID == to.ID {
+			continue
+		}
+		var inc map[string]float64
+		_ = json.Unmarshal(s.OfflineMetrics, &inc)
+		for _, r := range registry.WorseMetrics(cand, inc) {
+			out = append(out, "than "+s.Name+": "+r)
+		}
+	}
+	return out
+}
 
 // Shown is the message to show the caller.
 func (e *ConflictError) Shown() string { return e.Msg }
@@ -459,6 +505,23 @@ func (s *Service) Start(ctx context.Context, p *auth.Principal, endpointName str
 		}
 		if !p.CanWrite(e.TeamID) {
 			return auth.ErrForbidden
+		}
+		// A version the endpoint's hardware cannot serve is refused here;
+		// insert's other checks hold for every rollout, a shadow's canary
+		// included (its version passed this one when the shadow started).
+		if to, err := q.ModelVersionGet(ctx, db.ModelVersionGetParams{ModelID: e.ModelID, Name: spec.Version, AllTeams: all, TeamIDs: ids}); err == nil {
+			serving, err := registry.ServingOn(ctx, q, p, e.ID, e.ModelID)
+			if err != nil {
+				return err
+			}
+			if why := registry.Unfit(to, serving); why != "" {
+				return field.Errors{{Field: "version", Message: why}}
+			}
+			if reasons := worse(to, serving); len(reasons) > 0 && !spec.AcceptWorseMetrics {
+				return &WorseError{Version: to.Name, Reasons: reasons}
+			}
+		} else if !errors.Is(err, db.ErrNotFound) {
+			return err
 		}
 		id, err = s.insert(ctx, q, p, e.ID, e.TeamID, e.ModelID, e.ModelTask, e.Name, spec)
 		return err

@@ -27,6 +27,11 @@ type RolloutsSection struct {
 // RolloutForm is the start-rollout form's values, as typed.
 type RolloutForm struct {
 	Version, Strategy, Steps, BakeMinutes, IntervalSeconds string
+	// Worse are the reasons the candidate's offline metrics are worse than
+	// a serving version's, when a start was refused for them: the form asks
+	// for confirmation (AcceptWorse) and shows them.
+	Worse       []string
+	AcceptWorse bool
 }
 
 // RolloutStep is one step of the progress bar.
@@ -94,4 +99,25 @@ type RolloutProps struct {
 	// WaitingFor says who may approve, when the rollout waits.
 	WaitingFor string
 	Error      string
+	// Cost is what the canary has cost and what promoting it changes per
+	// month; nil when chargeback is not configured.
+	Cost *RolloutCost
+}
+
+// RolloutCost is a rollout's cost: the candidate (To) and incumbent (From)
+// since the rollout started, dollar figures without the "$".
+type RolloutCost struct {
+	From, To       string
+	Window         string // "since 2026-10-07 10:00 UTC" or "2026-10-07 10:00 – 11:30 UTC"
+	SoFar          string
+	IncumbentSoFar string
+	// CandidatePerHour and IncumbentPerHour are per hour, to 4 places;
+	// MonthlyChange is signed, with its "$" ("+$1,234.56", "−$12.00").
+	CandidatePerHour, IncumbentPerHour, MonthlyChange string
+	Versions                                          []RolloutCostVersion
+}
+
+// RolloutCostVersion is one version's metered time and cost in the window.
+type RolloutCostVersion struct {
+	Version, GPUHours, CPUCoreHours, Cost, PerHour string
 }

@@ -263,6 +263,36 @@ type VersionProps struct {
 	// Metrics are the version's offline metrics beside its parent's and
 	// the serving versions'; nil when none of them has any.
 	Metrics *MetricsTable
+	// Answers are the version's validation inputs beside its answers and
+	// the parent's and serving versions' answers to the same inputs; nil
+	// when its validation answered none.
+	Answers *AnswersTable
+}
+
+// AnswersTable is validation answers side by side: one row per input of
+// the page's version, one column per version (the first the page's own,
+// then the columns of the metrics table), and under each other version
+// its disagreement rate with the page's.
+type AnswersTable struct {
+	Columns []MetricsColumn
+	Rows    []AnswersRow
+	// Rates are, for each column after the first, how many of the inputs
+	// both answered got a different label ("1 of 4 inputs (25%)").
+	Rates []string
+}
+
+// AnswersRow is one input (as "feature=value" pairs) and each version's
+// answer to it ("fraud 0.97", "–" when it did not answer it).
+type AnswersRow struct {
+	Input string
+	Cells []AnswerCell
+}
+
+// AnswerCell is one version's answer; Differs marks a label other than the
+// page's version's.
+type AnswerCell struct {
+	Text    string
+	Differs bool
 }
 
 // MetricsTable is offline metrics side by side: one column per version
