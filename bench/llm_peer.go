@@ -28,8 +28,10 @@ type llmPeer struct {
 	Skipped string `json:"skipped,omitempty"`
 	Config  string `json:"config"`
 	L3Bytes int64  `json:"l3_cache_bytes"`
-	// Kernels is the kernel set the engine chose for this CPU.
-	Kernels string `json:"kernels"`
+	// Kernels is the kernel set the engine chose for this CPU;
+	// StreamKernel the loop that measured each figure's stream bandwidth.
+	Kernels      string `json:"kernels"`
+	StreamKernel string `json:"stream_kernel"`
 	// Prompt tokens prefilled (not timed) before Decode tokens are timed,
 	// one at a time, alone and in each of Seqs sequences at once.
 	Prompt int `json:"prompt_tokens"`
@@ -71,6 +73,17 @@ type llmPeerFigure struct {
 	RatioSeqs      float64 `json:"ratio_seqs,omitempty"`
 	RatioCPUBatch1 float64 `json:"ratio_cpu_batch1,omitempty"`
 	RatioCPUSeqs   float64 `json:"ratio_cpu_seqs,omitempty"`
+
+	// The batch-1 limit: StreamBytesPerCPUS is this machine's
+	// single-thread streaming read of a buffer of the file's size (bytes
+	// per CPU-second, the best of Reps); a decode step at batch 1 reads
+	// every weight once, so WeightBytes × CPU tokens/s is the bandwidth
+	// each engine drew, and its share of the stream how close it came.
+	StreamBytesPerCPUS float64 `json:"stream_bytes_per_cpu_s"`
+	OursBytesPerCPUS   float64 `json:"ours_bytes_per_cpu_s_batch1"`
+	PeerBytesPerCPUS   float64 `json:"llamacpp_bytes_per_cpu_s_batch1,omitempty"`
+	OursShareOfStream  float64 `json:"ours_share_of_stream_batch1"`
+	PeerShareOfStream  float64 `json:"llamacpp_share_of_stream_batch1,omitempty"`
 }
 
 // llmPeerSizes size measurePeer; tests run it small.
@@ -94,7 +107,7 @@ func defaultPeerSizes() llmPeerSizes {
 // measurePeer writes each model, measures both engines on it (the peer
 // when it can be had) and removes it.
 func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
-	res := &llmPeer{Config: fmt.Sprintf("%+v", sz.Config), L3Bytes: l3Bytes(), Kernels: llm.Kernels(),
+	res := &llmPeer{Config: fmt.Sprintf("%+v", sz.Config), L3Bytes: l3Bytes(), Kernels: llm.Kernels(), StreamKernel: streamKernel(),
 		Prompt: sz.Prompt, Decode: sz.Decode, Seqs: sz.Seqs, Reps: sz.Reps, TargetBatch1: 1, TargetSeqs: 1.5}
 	peer, err := llamacpp.Open(ctx, llamacpp.DefaultDir())
 	switch {
@@ -131,8 +144,10 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 		if err != nil {
 			return nil, err
 		}
+		stream := streamBandwidth(st.Size(), sz.Reps)
 		for _, threads := range sz.Threads {
-			f := llmPeerFigure{Type: typ.String(), Threads: threads, FileBytes: st.Size(), WeightBytes: m.WeightBytes()}
+			f := llmPeerFigure{Type: typ.String(), Threads: threads, FileBytes: st.Size(), WeightBytes: m.WeightBytes(),
+				StreamBytesPerCPUS: round3(stream)}
 			for range sz.Reps {
 				if err := ctx.Err(); err != nil {
 					return nil, err
@@ -160,6 +175,13 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 				if threads == 1 && (f.RatioCPUBatch1 < res.TargetBatch1 || f.RatioCPUSeqs < res.TargetSeqs) {
 					met = false
 				}
+			}
+			f.OursBytesPerCPUS = round3(float64(f.WeightBytes) * f.OursCPUBatch1)
+			if peer != nil {
+				f.PeerBytesPerCPUS = round3(float64(f.WeightBytes) * f.PeerCPUBatch1)
+			}
+			if stream > 0 {
+				f.OursShareOfStream, f.PeerShareOfStream = round3(f.OursBytesPerCPUS/stream), round3(f.PeerBytesPerCPUS/stream)
 			}
 			res.Models = append(res.Models, f)
 		}

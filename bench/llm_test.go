@@ -264,9 +264,16 @@ func TestLLMPeerComparesOnTheSameFiles(t *testing.T) {
 		if f.OursBatch1 <= 0 || f.OursSeqs <= 0 || f.OursCPUBatch1 <= 0 || f.OursCPUSeqs <= 0 || f.WeightBytes <= 0 || f.FileBytes < f.WeightBytes {
 			t.Errorf("%s: our figures %+v, want all above 0 and the file holding the weights", f.Type, f)
 		}
+		if f.OursBytesPerCPUS != round3(float64(f.WeightBytes)*f.OursCPUBatch1) || f.StreamBytesPerCPUS < 0 ||
+			(f.StreamBytesPerCPUS > 0) != (f.OursShareOfStream > 0) {
+			t.Errorf("%s: bandwidth %+v, want the weights times CPU tokens/s, and its share of the stream when measured", f.Type, f)
+		}
 		if res.Skipped != "" {
 			t.Logf("peer skipped: %s", res.Skipped)
 			continue
+		}
+		if f.PeerBytesPerCPUS != round3(float64(f.WeightBytes)*f.PeerCPUBatch1) {
+			t.Errorf("%s: peer draws %v bytes/s, want its weights times its CPU tokens/s", f.Type, f.PeerBytesPerCPUS)
 		}
 		if f.PeerBatch1 <= 0 || f.PeerSeqs <= 0 || f.RatioBatch1 != round3(f.OursBatch1/f.PeerBatch1) || f.RatioCPUSeqs != round3(f.OursCPUSeqs/f.PeerCPUSeqs) {
 			t.Errorf("%s: %+v, want the peer's figures and ours over them", f.Type, f)

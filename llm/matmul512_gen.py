@@ -2,6 +2,12 @@
 # is the same per-pair instructions unrolled, which is easier to keep
 # right written once here than sixteen times by hand. Run by go generate
 # (kernels_amd64.go) from the llm directory.
+# A float tile's step: eight chunks of sixteen (a KiB of F32 or half a
+# KiB of F16 a weight row), so many loads are in flight, with a prefetch
+# of every cache line of the next tile's rows at the same offsets. At
+# batch 1 on the F16 memory-bound model it drew 28.6-30.7 GB/s where two
+# chunks a step drew 27.0-27.9 (docs/llm.md); without the prefetches 21-26.
+STEP = 8
 out = []
 def p(s=""): out.append(s)
 
@@ -90,19 +96,23 @@ def float_kernel(name, half):
                 for i in range(xr):
                     for j in range(wr):
                         p(f"\tVFMADD231PS Z{16+j}, Z{20+i}, Z{4*i+j}")
-            # Two chunks a step (one prefetch a row for them), then an odd
-            # last one: the same chunks into the same accumulators in order.
+            # STEP chunks a step (a prefetch a row for each cache line of
+            # them), then the rest one at a time: the same chunks into the
+            # same accumulators in order.
+            st = STEP
             p(f"{lbl}_loop:")
-            p(f"\tCMPQ CX, $2\n\tJLT {lbl}_last")
+            p(f"\tCMPQ CX, ${st}\n\tJLT {lbl}_last")
             if wr == 4:
-                for j in range(wr):
-                    p(f"\tPREFETCHT0 {naddr[j]}")
-            chunk(0)
-            chunk(1)
-            p(f"\tADDQ $128, SI\n\tADDQ ${2*wstep}, DX\n\tADDQ ${2*wstep}, AX\n\tSUBQ $2, CX\n\tJMP {lbl}_loop")
+                for c in range(0, st*wstep, 64):
+                    for j in range(wr):
+                        p(f"\tPREFETCHT0 {off(naddr[j], c)}")
+            for o in range(st):
+                chunk(o)
+            p(f"\tADDQ ${64*st}, SI\n\tADDQ ${st*wstep}, DX\n\tADDQ ${st*wstep}, AX\n\tSUBQ ${st}, CX\n\tJMP {lbl}_loop")
             p(f"{lbl}_last:")
             p(f"\tTESTQ CX, CX\n\tJZ {lbl}_done")
             chunk(0)
+            p(f"\tADDQ $64, SI\n\tADDQ ${wstep}, DX\n\tADDQ ${wstep}, AX\n\tDECQ CX\n\tJMP {lbl}_last")
             p(f"{lbl}_done:")
             store(xr, wr, lbl)
             p("\tVZEROUPPER\n\tRET")

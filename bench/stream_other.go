@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package bench
+
+func streamKernel() string { return "go" }
+
+func streamRead(b []byte) uint64 { return streamReadGo(b) }
