@@ -97,7 +97,8 @@ type GatewayResult struct {
 	GatewayGOMAXPROCS int     `json:"gateway_gomaxprocs"`
 	Seconds           float64 `json:"seconds"`
 	// Profile is the gateway's CPU profile at 64 connections in the last
-	// round; Profile+".sse" is its profile during that round's SSE phase.
+	// round; Profile+".traced" the traced gateway's in the same round, and
+	// Profile+".sse" the gateway's during that round's SSE phase.
 	Profile    string          `json:"cpu_profile,omitempty"`
 	TargetsMet map[string]bool `json:"targets_met"`
 }
@@ -521,6 +522,8 @@ type gatewayBench struct {
 	pin    bool
 	direct string // the first replica's address
 	gw, rp *child
+	// traced is the gateway that traces every request.
+	traced *child
 	key    string
 	client *http.Client
 	// order is the paths present, in the order of a round's first turn.
@@ -664,7 +667,7 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	}
 	b.s.onClose(traced.stop)
 	b.s.onClose(gw.stop)
-	b.gw, b.res.GatewayGOMAXPROCS = gw, gw.gomaxprocs
+	b.gw, b.traced, b.res.GatewayGOMAXPROCS = gw, traced, gw.gomaxprocs
 	rp, err := startChild(b.pin, childEnv+"=reverseproxy", childUpstreamEnv+"="+b.direct)
 	if err != nil {
 		return fmt.Errorf("reverse proxy: %w", err)
@@ -722,7 +725,11 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 	last := round == rounds-1 && b.cfg.Profile != ""
 	for _, n := range rot {
 		p := b.res.Paths[n]
-		abs, err := b.profiled(ctx, last && n == "gateway", b.cfg.Profile, func() {
+		ch, file := b.gw, b.cfg.Profile
+		if n == "gateway_traced" {
+			ch, file = b.traced, b.cfg.Profile+".traced"
+		}
+		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() {
 			lat, errs, secs := b.load(ctx, p.url, 64)
 			p.c64 = append(p.c64, lat...)
 			p.ErrorsC64 += errs
@@ -731,7 +738,7 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 		if err != nil {
 			return err
 		}
-		if abs != "" {
+		if abs != "" && n == "gateway" {
 			b.res.Profile = abs
 		}
 	}
@@ -741,7 +748,7 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 		"http://" + b.rp.addr + "/v1/chat/completions"}
 	for i := range 3 {
 		k := (i + round) % 3
-		if _, err := b.profiled(ctx, last && k == 1, b.cfg.Profile+".sse", func() {
+		if _, err := b.profiled(ctx, b.gw, last && k == 1, b.cfg.Profile+".sse", func() {
 			streams(ctx, b.client, b.key, urls[k], &b.sse[k])
 		}); err != nil {
 			return err
@@ -779,19 +786,19 @@ func (b *gatewayBench) c1(ctx context.Context, rot []string) {
 	}
 }
 
-// profiled runs f, under a CPU profile of the gateway child written to
+// profiled runs f, under a CPU profile of the gateway child ch written to
 // file when on, and returns the profile's absolute path (empty when off).
-func (b *gatewayBench) profiled(ctx context.Context, on bool, file string, f func()) (string, error) {
+func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file string, f func()) (string, error) {
 	if !on {
 		f()
 		return "", nil
 	}
 	abs, _ := filepath.Abs(file)
-	if err := b.post(ctx, "http://"+b.gw.ctl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
+	if err := b.post(ctx, "http://"+ch.ctl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
 		return "", fmt.Errorf("start profile: %w", err)
 	}
 	f()
-	_ = b.post(ctx, "http://"+b.gw.ctl+"/stop", "")
+	_ = b.post(ctx, "http://"+ch.ctl+"/stop", "")
 	return abs, nil
 }
 
