@@ -63,6 +63,11 @@ type GatewayResult struct {
 	// at least 0.97 and at most 1.1).
 	TracingRPSRatio    float64 `json:"tracing_rps_ratio"`
 	TracingP99RatioC64 float64 `json:"tracing_p99_ratio_c64"`
+	// TracingCPURatio is the traced gateway's CPU time per request at 64
+	// clients over the untraced one's: what tracing costs, read from the
+	// processes' own CPU time, so that it holds on a machine other work
+	// shares, where the rps and p99 ratios swing with the neighbours.
+	TracingCPURatio float64 `json:"tracing_cpu_ratio_c64"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -113,8 +118,14 @@ type GatewayPath struct {
 	ErrorsC64   int     `json:"errors_c64"`
 	RequestsC1  int     `json:"requests_c1"`
 	RequestsC64 int     `json:"requests_c64"`
+	// CPUUsPerRequestC64 is the process's CPU time (user and system) per
+	// request at 64 clients, warm-up included; for the gateways only.
+	CPUUsPerRequestC64 float64 `json:"cpu_us_per_request_c64,omitempty"`
 
 	url    string
+	proc   *child
+	cpu    time.Duration
+	sent   int
 	c1     []time.Duration
 	c64    []time.Duration
 	c64Sec float64
@@ -675,8 +686,8 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	b.s.onClose(rp.stop)
 	b.rp = rp
 	b.res.Paths["direct"] = &GatewayPath{url: "http://" + b.direct + "/predict"}
-	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict"}
-	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict"}
+	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: gw}
+	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: traced}
 	b.res.Paths["reverseproxy"] = &GatewayPath{url: "http://" + rp.addr + "/predict"}
 	for _, name := range []string{"nginx", "haproxy", "caddy"} {
 		p, addr, err := startProxy(name, b.s.dir, b.direct, b.pin)
@@ -730,10 +741,13 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 			ch, file = b.traced, b.cfg.Profile+".traced"
 		}
 		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() {
-			lat, errs, secs := b.load(ctx, p.url, 64)
+			cpu0 := p.proc.cpuTime()
+			lat, errs, secs, sent := b.load(ctx, p.url, 64)
+			p.cpu += p.proc.cpuTime() - cpu0
 			p.c64 = append(p.c64, lat...)
 			p.ErrorsC64 += errs
 			p.c64Sec += secs
+			p.sent += sent
 		})
 		if err != nil {
 			return err
@@ -803,13 +817,14 @@ func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file st
 }
 
 // load drives u with n concurrent clients for c64Time after an unmeasured
-// warm-up and returns the latencies, errors and seconds.
-func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Duration, int, float64) {
+// warm-up and returns the latencies, errors, seconds and requests sent
+// (warm-up included).
+func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Duration, int, float64, int) {
 	start := time.Now().Add(c64Warmup)
 	end := start.Add(c64Time)
 	var mu sync.Mutex
 	var all []time.Duration
-	var errs atomic.Int64
+	var errs, sent atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -820,6 +835,7 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Durati
 					break
 				}
 				err := b.post(ctx, u, predictIn)
+				sent.Add(1)
 				if t0.Before(start) {
 					continue
 				}
@@ -835,7 +851,32 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Durati
 		})
 	}
 	wg.Wait()
-	return all, int(errs.Load()), time.Since(start).Seconds()
+	return all, int(errs.Load()), time.Since(start).Seconds(), int(sent.Load())
+}
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// every Linux this runs on).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is c's CPU time so far (user and system), zero for a path that
+// is not a child of ours or where /proc cannot say.
+func (c *child) cpuTime() time.Duration {
+	if c == nil {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces, in
+	// parentheses): state is the first, utime the 12th, stime the 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * clockTick
 }
 
 // summarize turns the samples into the result's figures and targets.
@@ -847,6 +888,9 @@ func (b *gatewayBench) summarize(began time.Time) {
 		p.P99MsC64 = percentile(p.c64, 0.99)
 		if p.c64Sec > 0 {
 			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
+		}
+		if p.proc != nil && p.sent > 0 {
+			p.CPUUsPerRequestC64 = round3(float64(p.cpu.Microseconds()) / float64(p.sent))
 		}
 	}
 	g := res.Paths["gateway"]
@@ -868,6 +912,9 @@ func (b *gatewayBench) summarize(began time.Time) {
 	if t := res.Paths["gateway_traced"]; t != nil && g.RPSC64 > 0 && g.P99MsC64 > 0 {
 		res.TracingRPSRatio = round3(t.RPSC64 / g.RPSC64)
 		res.TracingP99RatioC64 = round3(t.P99MsC64 / g.P99MsC64)
+		if g.CPUUsPerRequestC64 > 0 {
+			res.TracingCPURatio = round3(t.CPUUsPerRequestC64 / g.CPUUsPerRequestC64)
+		}
 	}
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
 	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)
