@@ -85,11 +85,17 @@ func (c *call) endTrace(end time.Time) {
 			c.span.AddEvent(stepNames[i], trace.WithTimestamp(at))
 		}
 		// The attributes are built in an array of the call's, not in a
-		// slice each request allocates.
-		c.attrs = [requestAttrs]attribute.KeyValue{attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
-			attribute.Bool("pinned", c.pinned), attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status),
-			attribute.String("request_id", c.id), attribute.Bool("retried", c.retried)}
-		c.span.SetAttributes(c.attrs[:]...)
+		// slice each request allocates, and the flags only when set: the
+		// exporter allocates about three times for each attribute.
+		a := append(c.attrs[:0], attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
+			attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status), attribute.String("request_id", c.id))
+		if c.pinned {
+			a = append(a, attribute.Bool("pinned", true))
+		}
+		if c.retried {
+			a = append(a, attribute.Bool("retried", true))
+		}
+		c.span.SetAttributes(a...)
 		if c.status >= 500 {
 			c.span.SetStatus(codes.Error, http.StatusText(c.status))
 		}
