@@ -51,9 +51,9 @@ type metricChildren struct {
 	overheadEx exemplarGate
 	ttft       prometheus.Observer
 	ttftEx     exemplarGate
-	itl      prometheus.Observer
-	streams  prometheus.Gauge
-	tokens   prometheus.Counter
+	itl        prometheus.Observer
+	streams    prometheus.Gauge
+	tokens     prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *metrics {
