@@ -96,7 +96,7 @@ func TestRequestTrace(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range root.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range map[string]string{"endpoint": "fraud-scoring", "version": "v23", "http.response.status_code": "200",
 		"request_id": r.header.Get("X-Request-Id")} {
