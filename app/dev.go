@@ -256,7 +256,12 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	// its MIG slice) rather than on the first node to report.
 	fleetNodes, holdUntil := cfg.SimNodes+cfg.CPUNodes, time.Now().Add(time.Minute)
 	hold := func(nodes int) bool { return nodes < fleetNodes && time.Now().Before(holdUntil) }
-	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc, Clock: clock, HoldPlacement: hold,
+	tp, err := controlPlaneTracer(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: chConn, NC: nc}, controlplane.Config{Log: log, OIDC: oidc, Clock: clock, HoldPlacement: hold, Tracer: tp,
 		SecretKeys: keys, Alertmanager: cfg.AlertmanagerURL,
 		ArtifactDir: artifactDir, MaxUploadBytes: cfg.MaxUploadMB << 20, RuntimeBinary: cfg.RuntimeBinary,
 		Sessions:  auth.SessionConfig{IdleTimeout: 8 * time.Hour, AbsoluteTimeout: 24 * time.Hour},
@@ -264,7 +269,8 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc), PublicURL: baseURL})
+	h := NewHTTP(cp, HTTPOptions{DevUsers: devUsers, MaxUploadBytes: cfg.MaxUploadMB << 20, Ready: readiness(pool, chConn, nc), PublicURL: baseURL,
+		Tracer: tp})
 	if err := seedDemo(ctx, cp, idp); err != nil {
 		return fmt.Errorf("demo data: %w", err)
 	}

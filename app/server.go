@@ -18,6 +18,7 @@ import (
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/auth"
 	"modelplane/bus"
@@ -30,6 +31,7 @@ import (
 	"modelplane/migrations"
 	"modelplane/notify"
 	"modelplane/tlscert"
+	"modelplane/tracing"
 )
 
 // natsPinger checks the NATS connection for /readyz.
@@ -50,6 +52,8 @@ type HTTPOptions struct {
 	// PublicURL is where nodes reach the control plane, for the join
 	// command line the portal shows.
 	PublicURL string
+	// Tracer traces every request (nil: nothing).
+	Tracer trace.TracerProvider
 }
 
 // readiness is what /readyz checks in `server` and `dev`.
@@ -69,7 +73,22 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 		DevUsers:       o.DevUsers,
 		MaxUploadBytes: o.MaxUploadBytes,
 		MaxBodyBytes:   handlers.DefaultMaxBodyBytes,
+		Tracer:         o.Tracer,
 	})
+}
+
+// controlPlaneTracer is the control plane's tracer provider, as the
+// OTEL_* variables say (package tracing): its API calls, reconcile passes
+// and autoscaler rounds. Shutdown flushes it.
+func controlPlaneTracer(ctx context.Context, log *slog.Logger) (tracing.Provider, error) {
+	tp, err := tracing.FromEnv(ctx, "modelplane-server")
+	if err != nil {
+		return tracing.Provider{}, err
+	}
+	if tp.On {
+		log.Info("tracing API calls and control loops over OTLP (OTEL_* variables)")
+	}
+	return tp, nil
 }
 
 // adminDrain is how long an admin listener waits for a scrape in flight.
@@ -194,7 +213,12 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("find the modelplane binary for validation: %w", err)
 	}
-	cpCfg := controlplane.Config{Log: log, OIDC: oidc, Clock: clock,
+	tp, err := controlPlaneTracer(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+	cpCfg := controlplane.Config{Log: log, OIDC: oidc, Clock: clock, Tracer: tp,
 		Sessions:    auth.SessionConfig{IdleTimeout: cfg.SessionIdle, AbsoluteTimeout: cfg.SessionMax},
 		ArtifactDir: cfg.ArtifactDir, MaxUploadBytes: cfg.MaxUploadBytes, Egress: egressPolicy,
 		Drift: drift.CheckerConfig{Interval: cfg.DriftInterval, AlertAfter: cfg.DriftAlertAfter}, WakeGrace: cfg.WakeGrace,
@@ -219,7 +243,8 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc), AgentToken: cfg.AgentToken, PublicURL: cfg.PublicURL})
+	h := NewHTTP(cp, HTTPOptions{MaxUploadBytes: cfg.MaxUploadBytes, Ready: readiness(pool, ch, nc), AgentToken: cfg.AgentToken, PublicURL: cfg.PublicURL,
+		Tracer: tp})
 	if err := cp.Start(ctx); err != nil {
 		return err
 	}

@@ -10,6 +10,9 @@ import (
 
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/audit"
 	"modelplane/auth"
@@ -19,6 +22,7 @@ import (
 	"modelplane/outbox"
 	"modelplane/replica"
 	"modelplane/service"
+	"modelplane/tracing"
 )
 
 // DefaultInterval is how often the autoscaler evaluates every endpoint
@@ -61,6 +65,7 @@ type Loop struct {
 	changed, published func()
 
 	historyOf HistoryFunc
+	tracer    trace.Tracer
 
 	mu        sync.Mutex
 	states    map[int64]*scaleState
@@ -97,6 +102,8 @@ type Options struct {
 	// History is the source of request history of predictive policies
 	// (nil: their forecast is missing, "no history source").
 	History HistoryFunc
+	// Tracer traces each round (package tracing); nil traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // New returns a Loop over the endpoints in pool.
@@ -107,8 +114,12 @@ func New(pool *pgxpool.Pool, o Options) *Loop {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Tracer == nil {
+		o.Tracer = tracing.Off()
+	}
 	return &Loop{pool: pool, clock: o.Clock, log: o.Log, interval: o.Interval, grace: o.Grace, changed: o.Changed,
-		published: o.Published, historyOf: o.History, states: map[int64]*scaleState{}, histories: map[int64]*history{}}
+		published: o.Published, historyOf: o.History, states: map[int64]*scaleState{}, histories: map[int64]*history{},
+		tracer: o.Tracer.Tracer("modelplane/autoscaler")}
 }
 
 // Start evaluates in the background every interval until Stop.
@@ -133,8 +144,22 @@ type Round struct {
 	Events map[string]string
 }
 
-// Evaluate runs one round over every routed endpoint at the clock's now.
+// Evaluate runs one round over every routed endpoint at the clock's now,
+// traced as an autoscaler.round span that counts the endpoints evaluated,
+// the counts changed and the events raised.
 func (a *Loop) Evaluate(ctx context.Context) (Round, error) {
+	ctx, span := a.tracer.Start(ctx, "autoscaler.round")
+	defer span.End()
+	round, err := a.evaluate(ctx)
+	span.SetAttributes(attribute.Int("autoscaler.endpoints", round.Endpoints), attribute.Int("autoscaler.decisions", len(round.Decisions)),
+		attribute.Int("autoscaler.events", len(round.Events)))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return round, err
+}
+
+func (a *Loop) evaluate(ctx context.Context) (Round, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.clock.Now()

@@ -1,10 +1,14 @@
 package autoscaler_test
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"modelplane/autoscale"
 	"modelplane/autoscaler"
@@ -391,5 +395,50 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	}
 	if d, ok := f.evaluate(t, a).Decisions["fraud-ep"]; !ok || d.Desired != 4 {
 		t.Fatalf("round at 400/s = %+v, want 1 → 4", d)
+	}
+}
+
+// TestRoundTraced: each round is one autoscaler.round span, the root of a
+// trace of its own, counting the endpoints it evaluated and the counts it
+// changed: none while idle, one under load.
+func TestRoundTraced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(),
+		Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
+	f.reconcile(t)
+	counts := map[string]int64{}
+	f.serve(t, "node-a", inv, counts, 0)
+	f.evaluate(t, a)
+	f.clock.Advance(2 * time.Second)
+	f.serve(t, "node-a", inv, counts, 800)
+	f.evaluate(t, a)
+
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want one per round (2)", len(spans))
+	}
+	for i, want := range []map[string]int64{
+		{"autoscaler.endpoints": 1, "autoscaler.decisions": 0, "autoscaler.events": 0},
+		{"autoscaler.endpoints": 1, "autoscaler.decisions": 1, "autoscaler.events": 0},
+	} {
+		s := spans[i]
+		if s.Name != "autoscaler.round" || s.Parent.IsValid() {
+			t.Errorf("round %d: span %q with parent %v, want a root autoscaler.round", i, s.Name, s.Parent.SpanID())
+		}
+		got := map[string]int64{}
+		for _, kv := range s.Attributes {
+			got[string(kv.Key)] = kv.Value.AsInt64()
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("round %d: attributes %v, want %v", i, got, want)
+		}
 	}
 }

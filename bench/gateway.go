@@ -63,6 +63,11 @@ type GatewayResult struct {
 	// at least 0.97 and at most 1.1).
 	TracingRPSRatio    float64 `json:"tracing_rps_ratio"`
 	TracingP99RatioC64 float64 `json:"tracing_p99_ratio_c64"`
+	// TracingCPURatio is the traced gateway's CPU time per request at 64
+	// clients over the untraced one's: what tracing costs, read from the
+	// processes' own CPU time, so that it holds on a machine other work
+	// shares, where the rps and p99 ratios swing with the neighbours.
+	TracingCPURatio float64 `json:"tracing_cpu_ratio_c64"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -97,7 +102,8 @@ type GatewayResult struct {
 	GatewayGOMAXPROCS int     `json:"gateway_gomaxprocs"`
 	Seconds           float64 `json:"seconds"`
 	// Profile is the gateway's CPU profile at 64 connections in the last
-	// round; Profile+".sse" is its profile during that round's SSE phase.
+	// round; Profile+".traced" the traced gateway's in the same round, and
+	// Profile+".sse" the gateway's during that round's SSE phase.
 	Profile    string          `json:"cpu_profile,omitempty"`
 	TargetsMet map[string]bool `json:"targets_met"`
 }
@@ -112,8 +118,14 @@ type GatewayPath struct {
 	ErrorsC64   int     `json:"errors_c64"`
 	RequestsC1  int     `json:"requests_c1"`
 	RequestsC64 int     `json:"requests_c64"`
+	// CPUUsPerRequestC64 is the process's CPU time (user and system) per
+	// request at 64 clients, warm-up included; for the gateways only.
+	CPUUsPerRequestC64 float64 `json:"cpu_us_per_request_c64,omitempty"`
 
 	url    string
+	proc   *child
+	cpu    time.Duration
+	sent   int
 	c1     []time.Duration
 	c64    []time.Duration
 	c64Sec float64
@@ -521,6 +533,8 @@ type gatewayBench struct {
 	pin    bool
 	direct string // the first replica's address
 	gw, rp *child
+	// traced is the gateway that traces every request.
+	traced *child
 	key    string
 	client *http.Client
 	// order is the paths present, in the order of a round's first turn.
@@ -664,7 +678,7 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	}
 	b.s.onClose(traced.stop)
 	b.s.onClose(gw.stop)
-	b.gw, b.res.GatewayGOMAXPROCS = gw, gw.gomaxprocs
+	b.gw, b.traced, b.res.GatewayGOMAXPROCS = gw, traced, gw.gomaxprocs
 	rp, err := startChild(b.pin, childEnv+"=reverseproxy", childUpstreamEnv+"="+b.direct)
 	if err != nil {
 		return fmt.Errorf("reverse proxy: %w", err)
@@ -672,8 +686,8 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	b.s.onClose(rp.stop)
 	b.rp = rp
 	b.res.Paths["direct"] = &GatewayPath{url: "http://" + b.direct + "/predict"}
-	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict"}
-	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict"}
+	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: gw}
+	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: traced}
 	b.res.Paths["reverseproxy"] = &GatewayPath{url: "http://" + rp.addr + "/predict"}
 	for _, name := range []string{"nginx", "haproxy", "caddy"} {
 		p, addr, err := startProxy(name, b.s.dir, b.direct, b.pin)
@@ -722,16 +736,23 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 	last := round == rounds-1 && b.cfg.Profile != ""
 	for _, n := range rot {
 		p := b.res.Paths[n]
-		abs, err := b.profiled(ctx, last && n == "gateway", b.cfg.Profile, func() {
-			lat, errs, secs := b.load(ctx, p.url, 64)
+		ch, file := b.gw, b.cfg.Profile
+		if n == "gateway_traced" {
+			ch, file = b.traced, b.cfg.Profile+".traced"
+		}
+		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() {
+			cpu0 := p.proc.cpuTime()
+			lat, errs, secs, sent := b.load(ctx, p.url, 64)
+			p.cpu += p.proc.cpuTime() - cpu0
 			p.c64 = append(p.c64, lat...)
 			p.ErrorsC64 += errs
 			p.c64Sec += secs
+			p.sent += sent
 		})
 		if err != nil {
 			return err
 		}
-		if abs != "" {
+		if abs != "" && n == "gateway" {
 			b.res.Profile = abs
 		}
 	}
@@ -741,7 +762,7 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 		"http://" + b.rp.addr + "/v1/chat/completions"}
 	for i := range 3 {
 		k := (i + round) % 3
-		if _, err := b.profiled(ctx, last && k == 1, b.cfg.Profile+".sse", func() {
+		if _, err := b.profiled(ctx, b.gw, last && k == 1, b.cfg.Profile+".sse", func() {
 			streams(ctx, b.client, b.key, urls[k], &b.sse[k])
 		}); err != nil {
 			return err
@@ -779,30 +800,31 @@ func (b *gatewayBench) c1(ctx context.Context, rot []string) {
 	}
 }
 
-// profiled runs f, under a CPU profile of the gateway child written to
+// profiled runs f, under a CPU profile of the gateway child ch written to
 // file when on, and returns the profile's absolute path (empty when off).
-func (b *gatewayBench) profiled(ctx context.Context, on bool, file string, f func()) (string, error) {
+func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file string, f func()) (string, error) {
 	if !on {
 		f()
 		return "", nil
 	}
 	abs, _ := filepath.Abs(file)
-	if err := b.post(ctx, "http://"+b.gw.ctl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
+	if err := b.post(ctx, "http://"+ch.ctl+"/start?file="+url.QueryEscape(abs), ""); err != nil {
 		return "", fmt.Errorf("start profile: %w", err)
 	}
 	f()
-	_ = b.post(ctx, "http://"+b.gw.ctl+"/stop", "")
+	_ = b.post(ctx, "http://"+ch.ctl+"/stop", "")
 	return abs, nil
 }
 
 // load drives u with n concurrent clients for c64Time after an unmeasured
-// warm-up and returns the latencies, errors and seconds.
-func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Duration, int, float64) {
+// warm-up and returns the latencies, errors, seconds and requests sent
+// (warm-up included).
+func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Duration, int, float64, int) {
 	start := time.Now().Add(c64Warmup)
 	end := start.Add(c64Time)
 	var mu sync.Mutex
 	var all []time.Duration
-	var errs atomic.Int64
+	var errs, sent atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -813,6 +835,7 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Durati
 					break
 				}
 				err := b.post(ctx, u, predictIn)
+				sent.Add(1)
 				if t0.Before(start) {
 					continue
 				}
@@ -828,7 +851,32 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Durati
 		})
 	}
 	wg.Wait()
-	return all, int(errs.Load()), time.Since(start).Seconds()
+	return all, int(errs.Load()), time.Since(start).Seconds(), int(sent.Load())
+}
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// every Linux this runs on).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is c's CPU time so far (user and system), zero for a path that
+// is not a child of ours or where /proc cannot say.
+func (c *child) cpuTime() time.Duration {
+	if c == nil {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces, in
+	// parentheses): state is the first, utime the 12th, stime the 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * clockTick
 }
 
 // summarize turns the samples into the result's figures and targets.
@@ -840,6 +888,9 @@ func (b *gatewayBench) summarize(began time.Time) {
 		p.P99MsC64 = percentile(p.c64, 0.99)
 		if p.c64Sec > 0 {
 			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
+		}
+		if p.proc != nil && p.sent > 0 {
+			p.CPUUsPerRequestC64 = round3(float64(p.cpu.Microseconds()) / float64(p.sent))
 		}
 	}
 	g := res.Paths["gateway"]
@@ -861,6 +912,9 @@ func (b *gatewayBench) summarize(began time.Time) {
 	if t := res.Paths["gateway_traced"]; t != nil && g.RPSC64 > 0 && g.P99MsC64 > 0 {
 		res.TracingRPSRatio = round3(t.RPSC64 / g.RPSC64)
 		res.TracingP99RatioC64 = round3(t.P99MsC64 / g.P99MsC64)
+		if g.CPUUsPerRequestC64 > 0 {
+			res.TracingCPURatio = round3(t.CPUUsPerRequestC64 / g.CPUUsPerRequestC64)
+		}
 	}
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
 	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/artifact"
 	"modelplane/audit"
@@ -87,6 +88,9 @@ type Config struct {
 	// Clock is the clock of every service and background loop (nil:
 	// quartz.NewReal()); tests pass a quartz.Mock and move it.
 	Clock quartz.Clock
+	// Tracer traces each pass of the fleet reconciler and each autoscaler
+	// round (package tracing); nil traces nothing.
+	Tracer trace.TracerProvider
 	// RuntimeBinary is the modelplane binary whose `runtime validate`
 	// validates uploaded versions of the built-in runtime (the server's
 	// own, os.Executable); empty turns validation at registration off, and
@@ -277,7 +281,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	var reconciler *fleet.Controller
 	intake := fleet.NewIntake(cp.Fleet, st.NC, cfg.Log, func() { reconciler.Wake() })
 	reconciler = fleet.NewController(cp.Fleet, fleet.ControllerOptions{Log: cfg.Log, Interval: time.Second, Listening: intake,
-		Published: published})
+		Published: published, Tracer: cfg.Tracer})
 	// Every change of an endpoint's demand wakes the reconciler, as
 	// heartbeats that change a replica and autoscaler decisions do.
 	cp.Endpoints.OnChange(reconciler.Wake)
@@ -286,7 +290,7 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 		history = cp.Traffic.HourlyRates
 	}
 	scaler := autoscaler.New(st.Pool, autoscaler.Options{Clock: clock, Log: cfg.Log, Interval: cfg.AutoscaleInterval,
-		Grace: cp.Fleet.Grace(), Changed: reconciler.Wake, Published: published, History: history})
+		Grace: cp.Fleet.Grace(), Changed: reconciler.Wake, Published: published, History: history, Tracer: cfg.Tracer})
 	// The rollout controller writes routing entries in its own
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates

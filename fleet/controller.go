@@ -6,8 +6,12 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/service"
+	"modelplane/tracing"
 )
 
 // Controller runs reconcile passes: whenever woken (a heartbeat changed a
@@ -24,6 +28,7 @@ type Controller struct {
 	// published is called after a pass wrote to the outbox (it wakes the relay).
 	published func()
 	wake      chan struct{}
+	tracer    trace.Tracer
 }
 
 // Listener tells when this process last started hearing the fleet's
@@ -44,6 +49,9 @@ type ControllerOptions struct {
 	// Published is called when a pass wrote outbox rows (it wakes the
 	// relay); nil: nothing is called.
 	Published func()
+	// Tracer traces each pass as a fleet.reconcile span with what it did
+	// (package tracing); nil traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // NewController returns a Controller ticking on the fleet's clock.
@@ -54,8 +62,11 @@ func NewController(f *Fleet, o ControllerOptions) *Controller {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
+	if o.Tracer == nil {
+		o.Tracer = tracing.Off()
+	}
 	return &Controller{clock: f.clock, fleet: f, log: o.Log, interval: o.Interval, listening: o.Listening, published: o.Published,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), tracer: o.Tracer.Tracer("modelplane/fleet")}
 }
 
 // Wake asks for a pass now.
@@ -86,8 +97,17 @@ func (c *Controller) Start(ctx context.Context) error {
 
 func (c *Controller) pass(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pctx, span := c.tracer.Start(pctx, "fleet.reconcile")
 	pass, err := c.fleet.Reconcile(pctx, c.listening.ListeningSince())
 	cancel()
+	span.SetAttributes(attribute.Int("fleet.nodes_lost", len(pass.LostNodes)), attribute.Int("fleet.replicas_moved", len(pass.Moved)),
+		attribute.Int("fleet.replicas_removed", pass.Removed), attribute.Int("fleet.replicas_placed", pass.Placed),
+		attribute.Int("fleet.replicas_preempted", pass.Preempted), attribute.Int("fleet.replicas_unplaced", pass.Unplaced),
+		attribute.Int("fleet.desired_written", pass.DesiredWritten), attribute.Int("fleet.routes_written", pass.RoutesWritten))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 	switch {
 	case err != nil && ctx.Err() == nil:
 		c.log.Warn("fleet reconcile", slog.String("error", err.Error()))

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -22,12 +23,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
+	"modelplane/tracing"
 )
 
 // The request path's benchmarks: the gateway with every feature the
@@ -73,7 +76,10 @@ type benchSetup struct {
 	handler                       http.Handler
 }
 
-func setupBench(b *testing.B) *benchSetup {
+func setupBench(b *testing.B) *benchSetup { return setupBenchTraced(b, nil) }
+
+// setupBenchTraced is setupBench with a gateway tracing as tp says.
+func setupBenchTraced(b *testing.B, tp trace.TracerProvider) *benchSetup {
 	b.Helper()
 	ctx := b.Context()
 	_, nc := natstest.Connect(b)
@@ -120,7 +126,7 @@ func setupBench(b *testing.B) *benchSetup {
 		b.Fatal(err)
 	}
 	g, err := gateway.New(gateway.Config{StateDir: b.TempDir(), KeyRPS: 1e9, KeyBurst: 1e9, EndpointRPS: 1e9, EndpointBurst: 1e9,
-		MaxOutstandingPerReplica: 4096, StatsInterval: time.Second}, nc, slog.New(slog.DiscardHandler))
+		MaxOutstandingPerReplica: 4096, StatsInterval: time.Second, Tracer: tp}, nc, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -178,8 +184,25 @@ func BenchmarkPredict(b *testing.B) {
 // BenchmarkHandlerPredict calls the gateway's handler in process (the
 // replica still over loopback), so that -benchmem counts the gateway's own
 // allocations per request and no client's.
-func BenchmarkHandlerPredict(b *testing.B) {
-	s := setupBench(b)
+func BenchmarkHandlerPredict(b *testing.B) { handlerPredict(b, setupBench(b)) }
+
+// BenchmarkHandlerPredictTraced is BenchmarkHandlerPredict with every
+// request traced as modelplane gateway traces it (batched OTLP/HTTP to a
+// sink that discards it), so that the difference is what tracing costs a
+// request in allocations and CPU (-cpuprofile shows where).
+func BenchmarkHandlerPredictTraced(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	b.Cleanup(sink.Close)
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
+	tp, err := tracing.FromEnv(b.Context(), "bench")
+	if err != nil || !tp.On {
+		b.Fatalf("tracing %+v, %v; want on", tp, err)
+	}
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	handlerPredict(b, setupBenchTraced(b, tp))
+}
+
+func handlerPredict(b *testing.B, s *benchSetup) {
 	body := []byte(predictBody)
 	path := predictPath("bench")
 	auth := "Bearer " + s.key

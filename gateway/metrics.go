@@ -3,6 +3,7 @@ package gateway
 import (
 	"maps"
 	"net/http"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,7 @@ import (
 // metricBuckets are the seconds buckets of the gateway's histograms (the
 // Prometheus base unit): fine below a millisecond, where the platform
 // overhead lives, and coarse up to a minute.
-var metricBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+var metricBuckets = [...]float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // statusClasses label the request duration by status class; index s/100.
 var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
@@ -41,20 +42,24 @@ type metrics struct {
 	childrenM sync.Mutex
 }
 
-// metricChildren are the label children of one endpoint × version.
+// metricChildren are the label children of one endpoint × version, and
+// the exemplar gates of its latency histograms.
 type metricChildren struct {
-	duration [len(statusClasses)]prometheus.Observer
-	overhead prometheus.Observer
-	ttft     prometheus.Observer
-	itl      prometheus.Observer
-	streams  prometheus.Gauge
-	tokens   prometheus.Counter
+	duration   [len(statusClasses)]prometheus.Observer
+	durationEx [len(statusClasses)]exemplarGate
+	overhead   prometheus.Observer
+	overheadEx exemplarGate
+	ttft       prometheus.Observer
+	ttftEx     exemplarGate
+	itl        prometheus.Observer
+	streams    prometheus.Gauge
+	tokens     prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metricBuckets}, labels)
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metricBuckets[:]}, labels)
 	}
 	m.duration = hist("ml_serving_request_duration_seconds", "End-to-end latency through the gateway, in seconds.", "endpoint", "version", "status_class")
 	m.overhead = hist("ml_serving_platform_overhead_seconds", "Gateway-added latency: time in the gateway minus time waiting on the replica, in seconds.", "endpoint", "version")
@@ -109,9 +114,10 @@ func (m *metrics) held(endpoint, outcome string, d time.Duration) {
 	m.hold.WithLabelValues(endpoint, outcome).Observe(d.Seconds())
 }
 
-// handler serves the registry.
+// handler serves the registry, in OpenMetrics to a scraper that asks for
+// it (the only format that carries exemplars).
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
 }
 
 func (m *metrics) of(endpoint, version string) *metricChildren {
@@ -142,13 +148,17 @@ func (m *metrics) of(endpoint, version string) *metricChildren {
 func (m *metrics) observe(c *call, total time.Duration) {
 	ch := c.ver.metricsOf(m, c.endpoint)
 	class := min(max(c.status/100, 1), len(statusClasses)-1)
-	ch.duration[class].Observe(total.Seconds())
+	// A request with a trace id, sampled or not, leaves it as the
+	// exemplar of the buckets it lands in, so a slow or failed request on
+	// a dashboard leads to its trace and its log line.
+	at := c.start.Add(total).UnixNano()
+	ch.durationEx[class].observe(ch.duration[class], total.Seconds(), c.traceID, at)
 	if c.upstream > 0 {
-		ch.overhead.Observe(max(total-c.upstream, 0).Seconds())
+		ch.overheadEx.observe(ch.overhead, max(total-c.upstream, 0).Seconds(), c.traceID, at)
 	}
 	if c.streamed && !c.firstEvent.IsZero() {
 		ttft := c.firstEvent.Sub(c.start)
-		ch.ttft.Observe(ttft.Seconds())
+		ch.ttftEx.observe(ch.ttft, ttft.Seconds(), c.traceID, at)
 		if c.tokens >= 2 {
 			ch.itl.Observe(((total - ttft) / time.Duration(c.tokens-1)).Seconds())
 		}
@@ -156,6 +166,35 @@ func (m *metrics) observe(c *call, total time.Duration) {
 			ch.tokens.Add(float64(c.tokens))
 		}
 	}
+}
+
+// exemplarEvery is how often at most a bucket of a latency histogram
+// takes a new exemplar. Prometheus keeps one exemplar a bucket and reads
+// it once a scrape, and an exemplar costs about fifteen times an
+// observation (9 allocations), so replacing it on every traced request
+// would be most of what tracing costs the gateway. A rare bucket (the
+// slow requests) still takes the first request that lands in it.
+const exemplarEvery = time.Second
+
+// exemplarGate is when each bucket of one histogram series last took an
+// exemplar, in Unix nanoseconds.
+type exemplarGate [len(metricBuckets) + 1]atomic.Int64
+
+// observe records v in o, with the exemplar trace_id=traceID when there is
+// a trace id and v's bucket has not taken one for exemplarEvery before
+// at (Unix nanoseconds).
+func (e *exemplarGate) observe(o prometheus.Observer, v float64, traceID string, at int64) {
+	if traceID != "" {
+		b := &e[sort.SearchFloat64s(metricBuckets[:], v)]
+		last := b.Load()
+		if at-last >= int64(exemplarEvery) && b.CompareAndSwap(last, at) {
+			if eo, ok := o.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": traceID})
+				return
+			}
+		}
+	}
+	o.Observe(v)
 }
 
 // streaming counts a stream of v (a version of endpoint) as relayed until

@@ -75,12 +75,15 @@ type call struct {
 	// its answer is a chat completion, sampled as one (graph.go).
 	llmAnswer bool
 	// span is the request's root span, nil without a trace; traceID its
-	// trace's id for the log line; tracing is set when the span records,
-	// and marks then hold when each step of the path ended (trace.go).
+	// trace's id for the log line and the exemplars; tracing is set when
+	// the span records, and marks then hold when each step of the path
+	// ended and attrs the span's attributes (trace.go).
 	span    trace.Span
+	tracer  trace.Tracer
 	traceID string
 	tracing bool
 	marks   [steps]time.Time
+	attrs   [requestAttrs]attribute.KeyValue
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in

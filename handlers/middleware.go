@@ -15,9 +15,16 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/auth"
+	"modelplane/tracing"
 )
+
+// serverKind is the span kind of every request's span, built once.
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
 type ctxKey int
 
@@ -59,8 +66,10 @@ func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
 	return m
 }
 
-// observe assigns a request id, recovers panics, and writes one log line and
-// the metrics per request. Payloads, tokens and cookies are never logged.
+// observe assigns a request id, recovers panics, traces the request (a
+// server span named for its route, the caller's traceparent its parent),
+// and writes one log line, with the trace id, and the metrics per request.
+// Payloads, tokens and cookies are never logged, nor put in spans.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.Clock.Now()
@@ -71,7 +80,16 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			id = hex.EncodeToString(b)
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(r.Context(), keyRequestID, id)
+		// The span is named for the route once it is known (the route
+		// pattern, never the path, which holds names users chose).
+		ctx, span := s.tracer.Start(tracing.Extract(r.Context(), r.Header), r.Method, serverKind)
+		sc := span.SpanContext()
+		traceID := ""
+		if sc.IsValid() {
+			traceID = sc.TraceID().String()
+			w.Header().Set("traceparent", tracing.Traceparent(sc))
+		}
+		ctx = context.WithValue(ctx, keyRequestID, id)
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		holder := &principalHolder{}
 		defer func() {
@@ -94,9 +112,21 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			}
 			d := s.Clock.Now().Sub(start)
 			s.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
-			s.metrics.duration.WithLabelValues(route, r.Method).Observe(d.Seconds())
+			hist := s.metrics.duration.WithLabelValues(route, r.Method)
+			if eo, ok := hist.(prometheus.ExemplarObserver); ok && traceID != "" {
+				eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+			} else {
+				hist.Observe(d.Seconds())
+			}
+			span.SetName(r.Method + " " + route)
+			span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
+				attribute.Int("http.response.status_code", status))
+			if status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(status))
+			}
+			span.End()
 			attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method), slog.String("route", route),
-				slog.Int("status", status), slog.Duration("duration", d)}
+				slog.Int("status", status), slog.Duration("duration", d), slog.String("trace_id", traceID)}
 			if p := holder.p; p != nil {
 				attrs = append(attrs, slog.String("user", p.Name), slog.String("teams", teamNames(p)))
 			}

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/services"
+	"modelplane/tracing"
 )
 
 // Pinger reports whether a dependency is reachable, for /readyz.
@@ -53,6 +55,10 @@ type Deps struct {
 	// client that sends a body slowly cannot hold a handler and its
 	// connection open.
 	ReadTimeout time.Duration
+	// Tracer traces every request (package tracing); nil traces nothing,
+	// but a caller's traceparent still names the request's trace in its
+	// log line and answer.
+	Tracer trace.TracerProvider
 }
 
 // DefaultReadTimeout is ReadTimeout unless a caller needs another: far more
@@ -73,6 +79,7 @@ type DevUser struct {
 type Server struct {
 	Deps
 	metrics *httpMetrics
+	tracer  trace.Tracer
 	// frameLoads and teamListLoads count the portal's page frames and the
 	// switcher's team lists loaded since New, so tests hold a request to
 	// one frame and at most one team list.
@@ -87,5 +94,8 @@ func New(d Deps) *Server {
 	if d.Clock == nil {
 		d.Clock = quartz.NewReal()
 	}
-	return &Server{Deps: d, metrics: newHTTPMetrics(d.Metrics)}
+	if d.Tracer == nil {
+		d.Tracer = tracing.Off()
+	}
+	return &Server{Deps: d, metrics: newHTTPMetrics(d.Metrics), tracer: d.Tracer.Tracer("modelplane/controlplane")}
 }

@@ -1,6 +1,6 @@
 // Package tracing sets up OpenTelemetry tracing for a modelplane process
 // from the standard OTEL_* environment variables, and holds the W3C trace
-// context helpers the gateway and the runtime share.
+// context helpers the gateway, the runtime and the control plane share.
 //
 // Tracing is off (a no-op provider, nothing exported, no cost but a branch)
 // unless OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
