@@ -36,13 +36,15 @@ func (s *Server) Handler() http.Handler {
 
 // AdminHandler serves what only operators may read, on the admin listener
 // (MP_ADMIN_ADDR, loopback by default): /metrics, whose labels name every
-// team's routes, beside the health checks. The public Handler has no
-// /metrics, so it answers 404 there.
+// team's routes, and the runtimes' scrape targets (/sd/runtimes), beside
+// the health checks. The public Handler has neither, so it answers 404
+// there.
 func (s *Server) AdminHandler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
+	r.Get("/sd/runtimes", s.scrapeTargets)
 	return r
 }
 
