@@ -489,3 +489,58 @@ type ChatTurn struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
+
+// WebhookRow is one webhook of a team.
+type WebhookRow struct {
+	ID         int64
+	URL        string
+	EventTypes string
+	CreatedBy  string
+	Created    string
+}
+
+// WebhookForm is what the create form holds (again, after it failed).
+type WebhookForm struct {
+	URL        string
+	EventTypes []string
+}
+
+// WebhooksProps fills the team's webhooks page. Team admins may add and
+// remove webhooks; NewSecret, right after one was added, is shown once.
+type WebhooksProps struct {
+	Layout
+	Team      string
+	IsAdmin   bool
+	Webhooks  []WebhookRow
+	NewSecret string
+	NewURL    string
+	// EventTypes are the types a webhook may ask for, besides "*".
+	EventTypes []string
+	Form       WebhookForm
+	Errors     FieldErrors
+}
+
+// DeliveryRow is one delivery of a webhook's log.
+type DeliveryRow struct {
+	ID         int64
+	EventType  string
+	Event      string // what happened, in a few words
+	State      string
+	Attempts   int
+	LastStatus string // the receiver's last HTTP status, "" before any answer
+	LastError  string
+	Created    string
+	Updated    string
+	// Redeliverable says a team admin may send it again (dead or
+	// delivered).
+	Redeliverable bool
+}
+
+// WebhookDeliveriesProps fills a webhook's delivery log.
+type WebhookDeliveriesProps struct {
+	Layout
+	Webhook    WebhookRow
+	Team       string
+	IsAdmin    bool
+	Deliveries []DeliveryRow
+}
