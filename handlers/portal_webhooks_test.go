@@ -33,7 +33,9 @@ func TestPortalWebhooks(t *testing.T) {
 	if r.StatusCode != http.StatusOK || !strings.HasPrefix(secret, "whsec_") || !strings.Contains(r.Header.Get("Cache-Control"), "no-store") {
 		t.Fatalf("add webhook = %d, secret %q, Cache-Control %q; want 200 with a whsec_ secret, no-store\n%s", r.StatusCode, secret, r.Header.Get("Cache-Control"), r.Body)
 	}
-	row := doc.Find(`#webhooks tbody tr`).FilterFunction(func(_ int, s *goquery.Selection) bool { return strings.Contains(s.Text(), "https://hooks.example.com/portal") })
+	row := doc.Find(`#webhooks tbody tr`).FilterFunction(func(_ int, s *goquery.Selection) bool {
+		return strings.Contains(s.Text(), "https://hooks.example.com/portal")
+	})
 	id, _ := row.Attr("data-webhook")
 	if row.Length() != 1 || !strings.Contains(row.Text(), "rollout.state, budget.alert") || !strings.Contains(row.Text(), "risk-admin@example.com") {
 		t.Fatalf("webhooks table row = %q; want the URL, its events and who added it", row.Text())
