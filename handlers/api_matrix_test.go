@@ -51,6 +51,7 @@ func apiFixtures() map[string][]*payload {
 		"GET /models/{model}/versions/{version}/files/{path}": {nil},
 		"GET /endpoints/{endpoint}":                           {nil},
 		"GET /endpoints/{endpoint}/stats":                     {nil},
+		"GET /endpoints/{endpoint}/requests":                  {nil},
 		"GET /endpoints/{endpoint}/replicas":                  {nil},
 		"GET /nodes/{node}":                                   {nil},
 		"POST /join-tokens":                                   {jsonPayload(map[string]any{"node": "matrix-node", "host": "10.0.0.1"})},

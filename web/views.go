@@ -425,6 +425,8 @@ type StatsProps struct {
 	// statistics store, or reading it failed.
 	Unavailable string
 	Versions    []VersionStats
+	// Explorer is the request explorer, nil when Unavailable is set.
+	Explorer *ExplorerProps
 }
 
 // VersionStats are one version's charts.
@@ -543,4 +545,34 @@ type WebhookDeliveriesProps struct {
 	Team       string
 	IsAdmin    bool
 	Deliveries []DeliveryRow
+}
+
+// ExplorerProps is the endpoint page's request explorer: the notable
+// requests of the last Minutes and the gateway overhead the seed budgets
+// at OverheadBudgetMS at p99.
+type ExplorerProps struct {
+	Minutes int
+	// OverheadP99 is the endpoint's p99 gateway overhead ("1.20 ms"), ""
+	// when no request reached a replica; OverBudget says it is above the
+	// budget.
+	OverheadP99      string
+	OverheadRequests uint64
+	OverBudget       bool
+	OverheadBudgetMS int
+	Versions         []OverheadRow
+	Slowest          []RequestRow
+	Failed           []RequestRow
+	Sampled          []RequestRow
+}
+
+// OverheadRow is one version's gateway overhead.
+type OverheadRow struct {
+	Version, P50, P99 string
+	Requests          uint64
+}
+
+// RequestRow is one notable request.
+type RequestRow struct {
+	At, RequestID, TraceID, Version, Replica, Status string
+	Latency, Upstream, Overhead                      string
 }
