@@ -578,7 +578,7 @@ JOIN nodes n ON n.id = r.node_id
 JOIN teams t ON t.id = r.team_id
 JOIN endpoints e ON e.id = r.endpoint_id
 JOIN model_versions v ON v.id = r.version_id
-WHERE r.state = 'ready' AND r.addr <> ''
+WHERE r.state = 'ready' AND r.addr <> '' AND NOT coalesce('*' = ANY(n.runtimes), false)
 ORDER BY e.name, v.name, r.name
 `
 
@@ -595,7 +595,8 @@ type ReplicaListForScrapeRow struct {
 }
 
 // The ready replicas Prometheus may scrape (package scrape): where each
-// listens, what its version runs on and the labels of its target.
+// listens, what its version runs on and the labels of its target. Replicas
+// of simulated nodes (runtimes '{*}') export no metrics and are left out.
 func (q *Queries) ReplicaListForScrape(ctx context.Context) ([]ReplicaListForScrapeRow, error) {
 	rows, err := q.db.Query(ctx, replicaListForScrape)
 	if err != nil {

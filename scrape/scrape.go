@@ -31,9 +31,9 @@ func New(pool db.DBTX) *Discovery {
 
 // Targets returns one group per ready replica whose runtime serves
 // Prometheus metrics on the replica's address, in endpoint, version and
-// replica order. Replicas of simulated versions (runtime "sim"), which
-// have no catalogue entry, are left out: they export nothing; so are
-// Triton's, whose metrics only their agent reaches. The list is
+// replica order. Replicas on simulated nodes and of runtimes without a
+// catalogue entry are left out: they export nothing; so are Triton's,
+// whose metrics only their agent reaches. The list is
 // never nil, so an empty fleet encodes as [], which Prometheus accepts.
 func (d *Discovery) Targets(ctx context.Context) ([]Group, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
