@@ -162,6 +162,7 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		}
 	}
 	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
+	scrapeTargetsOnTheDemo(t, d.AdminURL)
 	// A CPU replica's log, read from its node through the API as its
 	// team's engineer would, with no shell on the node.
 	var reps struct {
@@ -234,6 +235,47 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		t.Errorf("the second run backfilled again: %+v, was %+v", got, week)
 	}
 	assertNoDemoTraffic(t, again, secondStart)
+}
+
+// scrapeTargetsOnTheDemo reads the admin listener's service discovery as
+// Prometheus does (http_sd: a JSON list of targets and labels): the demo's
+// two built-in CPU replicas of fraud-scoring v23 are listed with their
+// endpoint, version, team, node and runtime, each target answers its
+// __metrics_path__ with the runtime's metrics, and the simulated
+// support-chat, which exports none, is not listed.
+func scrapeTargetsOnTheDemo(t *testing.T, adminURL string) {
+	t.Helper()
+	var groups []struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal([]byte(get(t, adminURL+"/sd/runtimes", "")), &groups); err != nil {
+		t.Fatalf("service discovery answer: %v", err)
+	}
+	fraud := 0
+	for _, g := range groups {
+		l := g.Labels
+		if l["endpoint"] == "support-chat" {
+			t.Errorf("service discovery lists simulated support-chat: %+v", g)
+		}
+		if l["endpoint"] != "fraud-scoring" {
+			continue
+		}
+		if l["version"] == "v23" {
+			fraud++
+		}
+		if len(g.Targets) != 1 || l["team"] != "risk" || l["version"] == "" || l["replica"] == "" || l["runtime"] != "builtin" ||
+			!strings.HasPrefix(l["node"], "cpu-node-") || l["__metrics_path__"] != "/metrics" {
+			t.Errorf("fraud-scoring target = %+v; want one address with team risk, its version and replica, runtime builtin, a CPU node and /metrics", g)
+			continue
+		}
+		if body := get(t, "http://"+g.Targets[0]+l["__metrics_path__"], ""); !strings.Contains(body, "nv_inference_request_success") {
+			t.Errorf("target %s serves no Triton-named runtime metrics: %.300s", g.Targets[0], body)
+		}
+	}
+	if fraud != 2 {
+		t.Errorf("service discovery lists %d replicas of fraud-scoring v23, want 2: %+v", fraud, groups)
+	}
 }
 
 // cliOnTheDemo runs the command-line client as a user does after `source

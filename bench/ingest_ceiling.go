@@ -172,6 +172,12 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 		msgID, caller, viaGraph, viaGraphV = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		pinned                             = make([]uint8, 0, n)
 		endpointID                         = make([]int64, 0, n)
+		overhead                           = make([][]uint64, 0, n)
+		overheadSum                        = make([]float64, 0, n)
+		notableStr                         = make([][]string, 0, n) // kind, request id, trace id, replica: none
+		notableStatus                      = make([][]uint16, 0, n)
+		notableEnd                         = make([][]int64, 0, n)
+		notableMS                          = make([][]float64, 0, n) // latency, upstream: none
 		empty                              = make([]uint64, busapi.LatencyBuckets)
 	)
 	msgs := make([]smallMsg, 0, n)
@@ -196,9 +202,13 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 		latSum, ttftSum, tpotSum = append(latSum, s.LatencySumMS), append(ttftSum, 0), append(tpotSum, 0)
 		msgID, caller, viaGraph, viaGraphV = append(msgID, s.ID), append(caller, ""), append(viaGraph, ""), append(viaGraphV, "")
 		pinned, endpointID = append(pinned, 0), append(endpointID, s.EndpointID)
+		overhead, overheadSum = append(overhead, empty), append(overheadSum, 0)
+		notableStr, notableStatus = append(notableStr, []string{}), append(notableStatus, []uint16{})
+		notableEnd, notableMS = append(notableEnd, []int64{}), append(notableMS, []float64{})
 	}
 	return msgs, []any{wStart, wStartMS, wEnd, wEndMS, gw, endpoint, team, version, count, eClient, eUp, eTO, eShed, canceled,
-		lat, latSum, streams, ttft, ttftSum, tpot, tpotSum, tokens, msgID, seq, pinned, endpointID, caller, viaGraph, viaGraphV}
+		lat, latSum, streams, ttft, ttftSum, tpot, tpotSum, tokens, msgID, seq, pinned, endpointID, caller, viaGraph, viaGraphV,
+		overhead, overheadSum, notableStr, notableStr, notableStr, notableStr, notableStatus, notableEnd, notableMS, notableMS}
 }
 
 // publishSmall publishes msgs from smallPublishers connections, each its

@@ -923,6 +923,45 @@ type ReqStats struct {
 	// chargeback can charge the graph its steps' share of the cost.
 	ViaGraph        string `json:"via_graph,omitempty"`
 	ViaGraphVersion string `json:"via_graph_version,omitempty"`
+	// Overhead counts the requests that reached a replica by the time the
+	// gateway added (its whole time minus the time waiting on replicas),
+	// over LatencyBoundsUS; OverheadSumMS sums it. Empty from gateways
+	// that predate it.
+	Overhead      []uint64 `json:"overhead,omitempty"`
+	OverheadSumMS float64  `json:"overhead_sum_ms,omitempty"`
+	// Notable are the window's requests worth finding again: its slowest,
+	// its failures and its last sampled request (at most MaxNotable).
+	Notable []NotableRequest `json:"notable,omitempty"`
+}
+
+// Kinds of NotableRequest.
+const (
+	NotableSlowest = "slowest"
+	NotableFailed  = "failed"
+	NotableSampled = "sampled"
+)
+
+// MaxNotable bounds ReqStats.Notable: one slowest, one sampled and up to
+// MaxNotable-2 failures a window.
+const MaxNotable = 12
+
+// NotableRequest is one request a gateway singles out of a statistics
+// window, with what an engineer needs to find it again: its ids, where it
+// went and how its time splits between the gateway and the replica. No
+// request data.
+type NotableRequest struct {
+	Kind      string `json:"kind"`
+	RequestID string `json:"request_id"`
+	TraceID   string `json:"trace_id,omitempty"`
+	Replica   string `json:"replica,omitempty"`
+	Status    int    `json:"status"`
+	// EndMS is when the request ended, in Unix milliseconds.
+	EndMS int64 `json:"end_ms"`
+	// LatencyMS is the gateway's whole time; UpstreamMS the part spent
+	// waiting on replicas (0 when none was called), so the gateway's
+	// overhead is the difference.
+	LatencyMS  float64 `json:"latency_ms"`
+	UpstreamMS float64 `json:"upstream_ms"`
 }
 
 // ErrorCounts are a window's failed requests by class; each request is in at

@@ -41,6 +41,7 @@ import (
 	"modelplane/replicalog"
 	"modelplane/reqstats"
 	"modelplane/rollout"
+	"modelplane/scrape"
 	"modelplane/service"
 	"modelplane/services"
 	"modelplane/tenant"
@@ -196,6 +197,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 		Audit:        audit.NewLog(st.Pool),
 		Idempotency:  idempotency.New(st.Pool),
 		Metrics:      reg,
+		Scrape:       scrape.New(st.Pool),
 	}}
 	if cfg.RuntimeBinary != "" {
 		cp.Validator = versioncheck.New(versioncheck.Config{Pool: st.Pool, Store: store, Binary: cfg.RuntimeBinary,

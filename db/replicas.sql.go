@@ -570,6 +570,63 @@ func (q *Queries) ReplicaListForQuota(ctx context.Context, teamID int64) ([]Repl
 	return items, nil
 }
 
+const replicaListForScrape = `-- name: ReplicaListForScrape :many
+SELECT r.name, r.addr, r.gpu_type, t.name AS team, e.name AS endpoint, v.name AS version, n.name AS node,
+       v.runtime, v.gpu_count
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN teams t ON t.id = r.team_id
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN model_versions v ON v.id = r.version_id
+WHERE r.state = 'ready' AND r.addr <> '' AND NOT coalesce('*' = ANY(n.runtimes), false)
+ORDER BY e.name, v.name, r.name
+`
+
+type ReplicaListForScrapeRow struct {
+	Name     string
+	Addr     string
+	GPUType  string
+	Team     string
+	Endpoint string
+	Version  string
+	Node     string
+	Runtime  string
+	GPUCount int32
+}
+
+// The ready replicas Prometheus may scrape (package scrape): where each
+// listens, what its version runs on and the labels of its target. Replicas
+// of simulated nodes (runtimes '{*}') export no metrics and are left out.
+func (q *Queries) ReplicaListForScrape(ctx context.Context) ([]ReplicaListForScrapeRow, error) {
+	rows, err := q.db.Query(ctx, replicaListForScrape)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplicaListForScrapeRow{}
+	for rows.Next() {
+		var i ReplicaListForScrapeRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Addr,
+			&i.GPUType,
+			&i.Team,
+			&i.Endpoint,
+			&i.Version,
+			&i.Node,
+			&i.Runtime,
+			&i.GPUCount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
 SELECT endpoint_id, version_id, name, addr, token FROM replicas
 WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''

@@ -146,6 +146,7 @@ var unscoped = map[string]string{
 	"RoutingRuleListForRoute":   "route.Write: one endpoint's rules, by an id the caller already loaded in its transaction",
 	"ReplicaListReadyForRoutes": "route.WriteAll: the ready replicas of every endpoint for its routing entry; no caller",
 	"ReplicaListReadyForRoute":  "route.Write: one endpoint's ready replicas, by an id the caller already loaded in its transaction",
+	"ReplicaListForScrape":      "scrape.Discovery: every ready replica's metrics target for Prometheus, served only on the admin listener; no caller",
 	"ExperimentListForRoutes":   "route.WriteAll: the experiment of every endpoint for its routing entry; no caller",
 	"ExperimentListForRoute":    "route.Write: one endpoint's experiment, by an id the caller already loaded in its transaction",
 	"GrantListForRoutes":        "route.WriteAll: the grants of every endpoint for its routing entry; no caller",

@@ -111,7 +111,8 @@ func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request
 	// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 	if c.ver != nil && c.status != http.StatusAccepted {
 		o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
-			duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID}
+			duration: end.Sub(start), streamed: c.streamed && !c.firstEvent.IsZero(), tokens: c.tokens, pinned: c.pinned, endpointID: c.endpointID,
+			id: c.id, traceID: c.traceID, replica: c.replica, end: end, upstream: c.upstream, sampled: c.sampled && c.status == http.StatusOK}
 		if c.grant != nil {
 			o.caller = c.team
 		}

@@ -87,7 +87,20 @@ type statsWindow struct {
 	tpot       [busapi.LatencyBuckets]uint64
 	tpotSum    float64
 	tokens     uint64
+	// overhead counts the gateway's own time of requests that reached a
+	// replica.
+	overhead    [busapi.LatencyBuckets]uint64
+	overheadSum float64
+	// slowest and sampled are the window's slowest and last sampled
+	// request (set when their Kind is); failed its first failures, at
+	// most maxFailed.
+	slowest, sampled busapi.NotableRequest
+	failed           []busapi.NotableRequest
 }
+
+// maxFailed bounds the failed requests a window keeps: the rest are
+// counted, not named.
+const maxFailed = busapi.MaxNotable - 2
 
 // observation is one finished request as the statistics see it.
 type observation struct {
@@ -107,6 +120,20 @@ type observation struct {
 	caller string
 	// via is the graph a step was made for; zero outside graphs.
 	via graphRef
+	// id, traceID and replica name the request for the explorer, end is
+	// when it ended and upstream its time waiting on replicas; sampled is
+	// set when its prediction was sampled. A request without an id (a
+	// shadow copy) is never named.
+	id, traceID, replica string
+	end                  time.Time
+	upstream             time.Duration
+	sampled              bool
+}
+
+// notable is o as the explorer names it.
+func (o *observation) notable(kind string) busapi.NotableRequest {
+	return busapi.NotableRequest{Kind: kind, RequestID: o.id, TraceID: o.traceID, Replica: o.replica, Status: o.status,
+		EndMS: o.end.UnixMilli(), LatencyMS: ms(o.duration), UpstreamMS: ms(o.upstream)}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -127,6 +154,22 @@ func (w *statsWindow) add(o *observation) {
 	}
 	w.latency[busapi.LatencyBucket(o.duration)]++
 	w.latencySum += ms(o.duration)
+	if o.upstream > 0 {
+		d := max(o.duration-o.upstream, 0)
+		w.overhead[busapi.LatencyBucket(d)]++
+		w.overheadSum += ms(d)
+	}
+	if o.id != "" {
+		if w.slowest.Kind == "" || ms(o.duration) > w.slowest.LatencyMS {
+			w.slowest = o.notable(busapi.NotableSlowest)
+		}
+		if o.status >= 400 && o.status != 499 && len(w.failed) < maxFailed {
+			w.failed = append(w.failed, o.notable(busapi.NotableFailed))
+		}
+		if o.sampled {
+			w.sampled = o.notable(busapi.NotableSampled)
+		}
+	}
 	if !o.streamed {
 		return
 	}
@@ -329,7 +372,20 @@ func (w *statsWindow) message(gatewayID string, k statsKey, team string, start, 
 		TPOT: w.tpot[:], TPOTSumMS: w.tpotSum, Tokens: w.tokens,
 		Pinned: k.pinned, EndpointID: k.endpointID, CallerTeam: k.caller,
 		ViaGraph: k.via.endpoint, ViaGraphVersion: k.via.version,
+		Overhead: w.overhead[:], OverheadSumMS: w.overheadSum, Notable: w.notable(),
 	}
+}
+
+// notable lists the window's slowest request, its last sampled one and
+// its failures, nil when it named none.
+func (w *statsWindow) notable() []busapi.NotableRequest {
+	var out []busapi.NotableRequest
+	for _, n := range []busapi.NotableRequest{w.slowest, w.sampled} {
+		if n.Kind != "" {
+			out = append(out, n)
+		}
+	}
+	return append(out, w.failed...)
 }
 
 // callerSuffix keeps a granted team's series' message id apart from the

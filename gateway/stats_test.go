@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -446,5 +448,64 @@ func TestLatencyBuckets(t *testing.T) {
 	p22, sla, p41 := busapi.LatencyBucket(22*time.Millisecond), busapi.LatencyBucket(30*time.Millisecond+time.Microsecond), busapi.LatencyBucket(41*time.Millisecond)
 	if p22 >= sla || sla >= p41 {
 		t.Errorf("22 ms, just over 30 ms and 41 ms fall in buckets %d, %d, %d; the judge could not tell them apart", p22, sla, p41)
+	}
+}
+
+// TestStatsNamesNotableRequests: a window names its slowest request, its
+// last sampled one and its first failures (bounded), each with its ids,
+// replica, status and the split of its time; counts the gateway's own time
+// of the requests that reached a replica; and never names a request
+// without an id (a shadow copy).
+func TestStatsNamesNotableRequests(t *testing.T) {
+	t.Parallel()
+	end := time.UnixMilli(1_700_000_000_000)
+	var w statsWindow
+	add := func(id string, status int, total, upstream time.Duration, sampled bool) {
+		o := observation{endpoint: "fraud", team: "risk", version: "v1", status: status, duration: total, upstream: upstream,
+			id: id, traceID: "trace-" + id, replica: "r-" + id, end: end, sampled: sampled}
+		w.add(&o)
+	}
+	add("fast", 200, 2*time.Millisecond, 1500*time.Microsecond, false)
+	add("slow", 200, 90*time.Millisecond, 87*time.Millisecond, false)
+	add("sampled-1", 200, 3*time.Millisecond, 2*time.Millisecond, true)
+	add("sampled-2", 200, 4*time.Millisecond, 3*time.Millisecond, true)
+	add("", 500, time.Second, time.Second, true) // a shadow copy: counted, never named
+	add("gone", 499, 5*time.Millisecond, 0, false)
+	for i := range maxFailed + 3 {
+		add(fmt.Sprintf("bad-%d", i), 503, time.Millisecond, 0, false)
+	}
+	m := w.message("gw-1", statsKey{endpoint: "fraud", version: "v1"}, "risk", end.Add(-5*time.Second), end)
+
+	if got := sum(m.Overhead); got != 5 {
+		t.Errorf("overhead histogram counts %d requests, want the 5 that reached a replica", got)
+	}
+	if want := 0.5 + 3 + 1 + 1 + 0; math.Abs(m.OverheadSumMS-want) > 1e-9 {
+		t.Errorf("overhead sum = %v ms, want %v", m.OverheadSumMS, want)
+	}
+	var kinds []string
+	byKind := map[string][]busapi.NotableRequest{}
+	for _, n := range m.Notable {
+		kinds = append(kinds, n.Kind)
+		byKind[n.Kind] = append(byKind[n.Kind], n)
+	}
+	if len(m.Notable) != busapi.MaxNotable {
+		t.Errorf("notable = %v, want %d (slowest, sampled, %d failures)", kinds, busapi.MaxNotable, maxFailed)
+	}
+	want := busapi.NotableRequest{Kind: busapi.NotableSlowest, RequestID: "slow", TraceID: "trace-slow", Replica: "r-slow", Status: 200,
+		EndMS: end.UnixMilli(), LatencyMS: 90, UpstreamMS: 87}
+	if s := byKind[busapi.NotableSlowest]; len(s) != 1 || s[0] != want {
+		t.Errorf("slowest = %+v, want %+v", s, want)
+	}
+	if s := byKind[busapi.NotableSampled]; len(s) != 1 || s[0].RequestID != "sampled-2" {
+		t.Errorf("sampled = %+v, want the last sampled request", s)
+	}
+	failed := byKind[busapi.NotableFailed]
+	if len(failed) != maxFailed || failed[0].RequestID != "bad-0" || failed[0].Status != 503 {
+		t.Errorf("failed = %+v, want the first %d 503s (a canceled request is no failure)", failed, maxFailed)
+	}
+	for _, n := range m.Notable {
+		if n.RequestID == "" {
+			t.Errorf("a request without an id is named: %+v", n)
+		}
 	}
 }

@@ -17,6 +17,7 @@ func (s *Server) registerAPI(api huma.API) {
 	s.registerAutoscaling(api)
 	s.registerRollouts(api)
 	s.registerStats(api)
+	s.registerExplorer(api)
 	s.registerDrift(api)
 	s.registerAudit(api)
 	s.registerNodes(api)

@@ -15,10 +15,14 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"modelplane/auth"
+	"modelplane/busapi"
+	"modelplane/db"
 	"modelplane/endpoint"
 	"modelplane/enrollment"
 	"modelplane/grant"
 	"modelplane/graph"
+	"modelplane/notify"
+	"modelplane/outbox"
 	"modelplane/rollout"
 	"modelplane/tenant"
 )
@@ -104,8 +108,50 @@ func portalWrites(t *testing.T, e *testEnv) []portalWrite {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two webhooks to delete, and one with two dead deliveries to send
+	// again.
+	var hooks []int64
+	for i := range 3 {
+		wh, _, err := e.srv.Webhooks.Create(ctx, system, notify.WebhookSpec{Team: "risk", URL: fmt.Sprintf("https://hooks.example.com/csrf-%d", i),
+			EventTypes: []string{"budget.alert"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooks = append(hooks, wh.ID)
+	}
+	for i := range 2 {
+		if err := db.InTx(ctx, e.pool, func(q *db.Queries) error {
+			return outbox.Event(ctx, q, "risk", busapi.Event{Kind: "budget", ID: int64(i + 1), Name: "risk", Type: "alert", State: "80", At: time.Now()})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.pool.Exec(ctx, "UPDATE deliveries SET state = 'dead' WHERE webhook_id = $1", hooks[2]); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := e.srv.Webhooks.Deliveries(ctx, system, hooks[2], 10)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead deliveries: %v, %v", dead, err)
+	}
 	fixed := func(p string) func(int) string { return func(int) string { return p } }
 	return []portalWrite{
+		{
+			route: "/team/webhooks", path: fixed("/team/webhooks"), status: http.StatusOK,
+			body: func(i int, csrf string) (string, []byte) {
+				return portalURLEncoded(csrf, "team", "risk", "url", fmt.Sprintf("https://hooks.example.com/csrf-new-%d", i), "event_types", "*")
+			},
+		},
+		{
+			route: "/team/webhooks/{webhook}/delete", path: func(i int) string { return fmt.Sprintf("/team/webhooks/%d/delete", hooks[i]) },
+			status: http.StatusSeeOther, body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
+		},
+		{
+			route: "/team/webhooks/{webhook}/deliveries/{delivery}/redeliver",
+			path: func(i int) string {
+				return fmt.Sprintf("/team/webhooks/%d/deliveries/%d/redeliver", hooks[2], dead[i].ID)
+			},
+			status: http.StatusSeeOther, body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
+		},
 		{
 			route: "/logout", path: fixed("/logout"), status: http.StatusSeeOther, viewerMay: true,
 			body: func(_ int, csrf string) (string, []byte) { return portalURLEncoded(csrf) },
@@ -304,7 +350,7 @@ func enrollNode(t *testing.T, e *testEnv, node string) {
 func portalSnapshot(t *testing.T, e *testEnv) string {
 	t.Helper()
 	var out []string
-	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets", "team_quotas"} {
+	for _, table := range []string{"teams", "team_members", "api_keys", "models", "model_versions", "endpoints", "routing_rules", "audit_log", "outbox", "cost_rates", "budgets", "team_quotas", "webhooks", "deliveries"} {
 		var n int64
 		var sum string
 		err := e.pool.QueryRow(context.Background(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"modelplane/reqstats"
@@ -35,6 +36,49 @@ func (s *Server) statsProps(ctx context.Context, endpoint string, endpointID int
 	for _, v := range w.Versions {
 		p.Versions = append(p.Versions, versionCharts(v))
 	}
+	x, err := s.Traffic.Explore(ctx, endpoint, endpointID, explorerMinutes)
+	if err != nil {
+		s.Log.ErrorContext(ctx, "read request explorer", slog.String("error", err.Error()), slog.String("request_id", requestID(ctx)))
+		p.Unavailable = statsUnavailable
+		return p
+	}
+	p.Explorer = explorerProps(x)
+	return p
+}
+
+// explorerMinutes is the window of the endpoint page's request explorer.
+const explorerMinutes = 60
+
+// overheadBudgetMS is the seed's platform overhead budget at p99.
+const overheadBudgetMS = 5
+
+func msLabel(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) + " ms" }
+
+func explorerProps(x reqstats.Explorer) *web.ExplorerProps {
+	p := &web.ExplorerProps{Minutes: explorerMinutes, OverheadBudgetMS: overheadBudgetMS, OverheadRequests: x.All.Requests}
+	if x.All.Requests > 0 {
+		p.OverheadP99, p.OverBudget = msLabel(x.All.P99MS), x.All.P99MS > overheadBudgetMS
+	}
+	for _, o := range x.Overhead {
+		row := web.OverheadRow{Version: o.Version, Requests: o.Requests, P50: "–", P99: "–"}
+		if o.Requests > 0 {
+			row.P50, row.P99 = msLabel(o.P50MS), msLabel(o.P99MS)
+		}
+		p.Versions = append(p.Versions, row)
+	}
+	rows := func(rs []reqstats.Request) []web.RequestRow {
+		var out []web.RequestRow
+		for _, r := range rs {
+			row := web.RequestRow{At: r.At.Format("15:04:05.000"), RequestID: r.RequestID, TraceID: r.TraceID, Version: r.Version,
+				Replica: r.Replica, Status: strconv.Itoa(r.Status), Latency: msLabel(r.LatencyMS), Upstream: "–", Overhead: "–"}
+			if r.UpstreamMS > 0 {
+				row.Upstream, row.Overhead = msLabel(r.UpstreamMS), msLabel(r.OverheadMS)
+			}
+			out = append(out, row)
+		}
+		return out
+	}
+	p.Slowest, p.Failed, p.Sampled = rows(x.Slowest), rows(x.Failed), rows(x.Sampled)
 	return p
 }
 

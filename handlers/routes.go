@@ -36,13 +36,15 @@ func (s *Server) Handler() http.Handler {
 
 // AdminHandler serves what only operators may read, on the admin listener
 // (MP_ADMIN_ADDR, loopback by default): /metrics, whose labels name every
-// team's routes, beside the health checks. The public Handler has no
-// /metrics, so it answers 404 there.
+// team's routes, and the runtimes' scrape targets (/sd/runtimes), beside
+// the health checks. The public Handler has neither, so it answers 404
+// there.
 func (s *Server) AdminHandler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	r.Get("/sd/runtimes", s.scrapeTargets)
 	return r
 }
 
@@ -114,6 +116,11 @@ func (s *Server) portalRoutes(r chi.Router) {
 			r.Post("/team/members", s.portalMemberSet)
 			r.Post("/team/keys", s.portalKeyCreate)
 			r.Post("/team/keys/{id}/revoke", s.portalKeyRevoke)
+			r.Get("/team/webhooks", s.portalWebhooks)
+			r.Post("/team/webhooks", s.portalWebhookCreate)
+			r.Get("/team/webhooks/{webhook}", s.portalWebhookDeliveries)
+			r.Post("/team/webhooks/{webhook}/delete", s.portalWebhookDelete)
+			r.Post("/team/webhooks/{webhook}/deliveries/{delivery}/redeliver", s.portalWebhookRedeliver)
 			r.Get("/audit", s.portalAudit)
 			r.Get("/fleet", s.portalFleet)
 			r.Get("/fleet/{node}", s.portalNode)

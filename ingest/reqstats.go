@@ -92,10 +92,12 @@ func (c *ReqStats) store(ctx context.Context, msgs []jetstream.Msg) error {
 			err = errors.New("missing id, endpoint or version")
 		case m.Subject() != busapi.ReqStatsSubject(s.Endpoint):
 			err = fmt.Errorf("endpoint %q published on %s", s.Endpoint, m.Subject())
-		case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT):
+		case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT) || !histogram(s.Overhead):
 			err = fmt.Errorf("a histogram does not have %d buckets", busapi.LatencyBuckets)
 		case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
 			err = errors.New("window ends before it starts")
+		case len(s.Notable) > busapi.MaxNotable:
+			err = fmt.Errorf("%d notable requests, more than %d", len(s.Notable), busapi.MaxNotable)
 		}
 		if err != nil {
 			c.stats.poison.Add(1)
@@ -142,7 +144,8 @@ func histogram(h []uint64) bool { return len(h) == 0 || len(h) == busapi.Latency
 // ceiling.
 const ReqStatsInsert = "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, " +
 	"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, " +
-	"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version)"
+	"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version, " +
+	"overhead_buckets, overhead_sum_ms, notable_kind, notable_request_id, notable_trace_id, notable_replica, notable_status, notable_end_ms, notable_latency_ms, notable_upstream_ms)"
 
 // insertNew inserts the held messages whose ids request_stats does not hold
 // yet, each id once.
@@ -164,6 +167,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 			continue
 		}
 		stored[s.ID] = true
+		n := notableColumns(s.Notable)
 		if err := batch.Append(
 			time.UnixMilli(s.WindowStart).UTC(), uint16(s.WindowStart%1000),
 			time.UnixMilli(s.WindowEnd).UTC(), uint16(s.WindowEnd%1000),
@@ -171,6 +175,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 			s.Errors.Client, s.Errors.Upstream, s.Errors.Timeout, s.Errors.Shed, s.Errors.Canceled,
 			buckets(s.Latency), s.LatencySumMS, s.Streams, buckets(s.TTFT), s.TTFTSumMS, buckets(s.TPOT), s.TPOTSumMS,
 			s.Tokens, s.ID, h.seq, flag(s.Pinned), s.EndpointID, s.CallerTeam, s.ViaGraph, s.ViaGraphVersion,
+			buckets(s.Overhead), s.OverheadSumMS, n.kind, n.requestID, n.traceID, n.replica, n.status, n.endMS, n.latencyMS, n.upstreamMS,
 		); err != nil {
 			return fmt.Errorf("reqstats insert: %w", err)
 		}
@@ -184,6 +189,30 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	}
 	c.stats.rows.Add(uint64(rows))
 	return nil
+}
+
+// notable is ReqStats.Notable as request_stats' parallel arrays.
+type notable struct {
+	kind, requestID, traceID, replica []string
+	status                            []uint16
+	endMS                             []int64
+	latencyMS, upstreamMS             []float64
+}
+
+func notableColumns(ns []busapi.NotableRequest) notable {
+	out := notable{kind: []string{}, requestID: []string{}, traceID: []string{}, replica: []string{}, status: []uint16{},
+		endMS: []int64{}, latencyMS: []float64{}, upstreamMS: []float64{}}
+	for _, n := range ns {
+		out.kind = append(out.kind, n.Kind)
+		out.requestID = append(out.requestID, n.RequestID)
+		out.traceID = append(out.traceID, n.TraceID)
+		out.replica = append(out.replica, n.Replica)
+		out.status = append(out.status, uint16(min(max(n.Status, 0), 999)))
+		out.endMS = append(out.endMS, n.EndMS)
+		out.latencyMS = append(out.latencyMS, n.LatencyMS)
+		out.upstreamMS = append(out.upstreamMS, n.UpstreamMS)
+	}
+	return out
 }
 
 // flag is a bool as ClickHouse's UInt8 column holds it.

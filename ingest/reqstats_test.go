@@ -66,6 +66,16 @@ func reqStatsMsg(i int) busapi.ReqStats {
 		Latency: make([]uint64, busapi.LatencyBuckets), LatencySumMS: float64(i) * 10}
 	m.ID = busapi.ReqStatsID(m.Gateway, m.Endpoint, m.Version, m.WindowStart)
 	m.Latency[i%busapi.LatencyBuckets] = m.Count
+	m.Overhead = make([]uint64, busapi.LatencyBuckets)
+	m.Overhead[i%7] = m.Count
+	m.OverheadSumMS = float64(i)
+	if i%4 == 3 {
+		m.Notable = []busapi.NotableRequest{
+			{Kind: busapi.NotableSlowest, RequestID: fmt.Sprintf("req-%d", i), TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Replica: "r-1",
+				Status: 200, EndMS: start + 4_000, LatencyMS: 81.5, UpstreamMS: 80.25},
+			{Kind: busapi.NotableFailed, RequestID: fmt.Sprintf("req-%d-f", i), Status: 503, EndMS: start + 4_500, LatencyMS: 2},
+		}
+	}
 	if m.Endpoint == "chat" {
 		m.Streams, m.Tokens = m.Count, 8*m.Count
 		m.TTFT = make([]uint64, busapi.LatencyBuckets)
@@ -189,6 +199,28 @@ func TestReqStatsExactlyOnce(t *testing.T) {
 	}
 	if fmt.Sprint(lat) != fmt.Sprint(m.Latency) || fmt.Sprint(ttft) != fmt.Sprint(m.TTFT) || fmt.Sprint(tpot) != fmt.Sprint(m.TPOT) {
 		t.Errorf("histograms %v %v %v, want %v %v %v", lat, ttft, tpot, m.Latency, m.TTFT, m.TPOT)
+	}
+	// Its overhead and its notable requests, as parallel arrays.
+	var (
+		overhead                []uint64
+		overheadSum             float64
+		kinds, ids, traces, rep []string
+		statuses                []uint16
+		ends                    []int64
+		lats, ups               []float64
+	)
+	if err := e.ch.QueryRow(context.Background(), `SELECT overhead_buckets, overhead_sum_ms, notable_kind, notable_request_id, notable_trace_id,
+		notable_replica, notable_status, notable_end_ms, notable_latency_ms, notable_upstream_ms FROM request_stats WHERE msg_id = ?`, m.ID).
+		Scan(&overhead, &overheadSum, &kinds, &ids, &traces, &rep, &statuses, &ends, &lats, &ups); err != nil {
+		t.Fatal(err)
+	}
+	var back []busapi.NotableRequest
+	for i := range kinds {
+		back = append(back, busapi.NotableRequest{Kind: kinds[i], RequestID: ids[i], TraceID: traces[i], Replica: rep[i], Status: int(statuses[i]),
+			EndMS: ends[i], LatencyMS: lats[i], UpstreamMS: ups[i]})
+	}
+	if fmt.Sprint(overhead) != fmt.Sprint(m.Overhead) || overheadSum != m.OverheadSumMS || fmt.Sprint(back) != fmt.Sprint(m.Notable) {
+		t.Errorf("overhead %v (sum %v), notable %+v; want %v (sum %v), %+v", overhead, overheadSum, back, m.Overhead, m.OverheadSumMS, m.Notable)
 	}
 }
 

@@ -142,6 +142,16 @@ func (w *Webhooks) List(ctx context.Context, p *auth.Principal) ([]Webhook, erro
 	return out, nil
 }
 
+// Get returns a webhook of the caller's teams.
+func (w *Webhooks) Get(ctx context.Context, p *auth.Principal, id int64) (Webhook, error) {
+	all, ids := p.Scope()
+	r, err := db.New(w.pool).WebhookGetScoped(ctx, db.WebhookGetScopedParams{ID: id, AllTeams: all, TeamIDs: ids})
+	if err != nil {
+		return Webhook{}, err
+	}
+	return Webhook{ID: r.ID, Team: r.Team, URL: r.Url, EventTypes: r.EventTypes, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt.UTC()}, nil
+}
+
 // forAdmin loads a webhook of a team the caller administers.
 func forAdmin(ctx context.Context, q *db.Queries, p *auth.Principal, id int64) (db.WebhookGetScopedRow, error) {
 	all, ids := p.Scope()

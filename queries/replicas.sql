@@ -154,3 +154,17 @@ SELECT r.id, r.endpoint_id, e.name AS endpoint, r.version_id, e.min_replicas, r.
 FROM replicas r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.team_id = @team_id
 ORDER BY r.endpoint_id, r.version_id, r.id;
+
+-- name: ReplicaListForScrape :many
+-- The ready replicas Prometheus may scrape (package scrape): where each
+-- listens, what its version runs on and the labels of its target. Replicas
+-- of simulated nodes (runtimes '{*}') export no metrics and are left out.
+SELECT r.name, r.addr, r.gpu_type, t.name AS team, e.name AS endpoint, v.name AS version, n.name AS node,
+       v.runtime, v.gpu_count
+FROM replicas r
+JOIN nodes n ON n.id = r.node_id
+JOIN teams t ON t.id = r.team_id
+JOIN endpoints e ON e.id = r.endpoint_id
+JOIN model_versions v ON v.id = r.version_id
+WHERE r.state = 'ready' AND r.addr <> '' AND NOT coalesce('*' = ANY(n.runtimes), false)
+ORDER BY e.name, v.name, r.name;

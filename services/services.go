@@ -21,6 +21,7 @@ import (
 	"modelplane/replicalog"
 	"modelplane/reqstats"
 	"modelplane/rollout"
+	"modelplane/scrape"
 	"modelplane/tenant"
 	"modelplane/trust"
 )
@@ -75,4 +76,6 @@ type Set struct {
 	Webhooks *notify.Webhooks
 	// Logs reads replicas' logs from their nodes; nil without NATS.
 	Logs *replicalog.Reader
+	// Scrape lists the runtimes' metrics targets for Prometheus.
+	Scrape *scrape.Discovery
 }

@@ -455,6 +455,8 @@ type StatsProps struct {
 	// statistics store, or reading it failed.
 	Unavailable string
 	Versions    []VersionStats
+	// Explorer is the request explorer, nil when Unavailable is set.
+	Explorer *ExplorerProps
 }
 
 // VersionStats are one version's charts.
@@ -518,4 +520,89 @@ type TryAnswer struct {
 type ChatTurn struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+}
+
+// WebhookRow is one webhook of a team.
+type WebhookRow struct {
+	ID         int64
+	URL        string
+	EventTypes string
+	CreatedBy  string
+	Created    string
+}
+
+// WebhookForm is what the create form holds (again, after it failed).
+type WebhookForm struct {
+	URL        string
+	EventTypes []string
+}
+
+// WebhooksProps fills the team's webhooks page. Team admins may add and
+// remove webhooks; NewSecret, right after one was added, is shown once.
+type WebhooksProps struct {
+	Layout
+	Team      string
+	IsAdmin   bool
+	Webhooks  []WebhookRow
+	NewSecret string
+	NewURL    string
+	// EventTypes are the types a webhook may ask for, besides "*".
+	EventTypes []string
+	Form       WebhookForm
+	Errors     FieldErrors
+}
+
+// DeliveryRow is one delivery of a webhook's log.
+type DeliveryRow struct {
+	ID         int64
+	EventType  string
+	Event      string // what happened, in a few words
+	State      string
+	Attempts   int
+	LastStatus string // the receiver's last HTTP status, "" before any answer
+	LastError  string
+	Created    string
+	Updated    string
+	// Redeliverable says a team admin may send it again (dead or
+	// delivered).
+	Redeliverable bool
+}
+
+// WebhookDeliveriesProps fills a webhook's delivery log.
+type WebhookDeliveriesProps struct {
+	Layout
+	Webhook    WebhookRow
+	Team       string
+	IsAdmin    bool
+	Deliveries []DeliveryRow
+}
+
+// ExplorerProps is the endpoint page's request explorer: the notable
+// requests of the last Minutes and the gateway overhead the seed budgets
+// at OverheadBudgetMS at p99.
+type ExplorerProps struct {
+	Minutes int
+	// OverheadP99 is the endpoint's p99 gateway overhead ("1.20 ms"), ""
+	// when no request reached a replica; OverBudget says it is above the
+	// budget.
+	OverheadP99      string
+	OverheadRequests uint64
+	OverBudget       bool
+	OverheadBudgetMS int
+	Versions         []OverheadRow
+	Slowest          []RequestRow
+	Failed           []RequestRow
+	Sampled          []RequestRow
+}
+
+// OverheadRow is one version's gateway overhead.
+type OverheadRow struct {
+	Version, P50, P99 string
+	Requests          uint64
+}
+
+// RequestRow is one notable request.
+type RequestRow struct {
+	At, RequestID, TraceID, Version, Replica, Status string
+	Latency, Upstream, Overhead                      string
 }

@@ -1,0 +1,147 @@
+package reqstats
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"modelplane/busapi"
+	"modelplane/judge"
+)
+
+// ExplorerLimit is how many requests of each kind Explore returns.
+const ExplorerLimit = 20
+
+// Request is one notable request as the explorer lists it: its ids, the
+// version and replica that served it, its status and how its time splits
+// between the gateway (OverheadMS) and the replica (UpstreamMS).
+type Request struct {
+	At         time.Time `json:"at"`
+	RequestID  string    `json:"request_id"`
+	TraceID    string    `json:"trace_id"`
+	Version    string    `json:"version"`
+	Replica    string    `json:"replica"`
+	Status     int       `json:"status"`
+	LatencyMS  float64   `json:"latency_ms"`
+	UpstreamMS float64   `json:"upstream_ms"`
+	OverheadMS float64   `json:"overhead_ms"`
+}
+
+// Overhead is one version's gateway overhead over the window.
+type Overhead struct {
+	Version string `json:"version"`
+	// Requests is how many requests reached a replica; P50MS and P99MS
+	// the overhead's quantiles over them.
+	Requests uint64  `json:"requests"`
+	P50MS    float64 `json:"p50_ms"`
+	P99MS    float64 `json:"p99_ms"`
+}
+
+// Explorer is what Explore returns: the window's slowest requests (slowest
+// first), its failed and its sampled ones (newest first), and the
+// overhead the gateways added, per version and for the whole endpoint.
+type Explorer struct {
+	From    time.Time `json:"from"`
+	Slowest []Request `json:"slowest"`
+	Failed  []Request `json:"failed"`
+	Sampled []Request `json:"sampled"`
+	// Overhead is per version, by name; All is the endpoint's.
+	Overhead []Overhead `json:"overhead"`
+	All      Overhead   `json:"all"`
+}
+
+// Explore reads the notable requests of endpoint over the last minutes
+// (at most MaxMinutes) from request_stats: each gateway names, per window
+// and version, its slowest request, its last sampled one and its first
+// failures (busapi.ReqStats.Notable), so these are the slowest of the
+// slowest and the failures a gateway named, not every one.
+func (r *Reader) Explore(ctx context.Context, endpoint string, endpointID int64, minutes int) (Explorer, error) {
+	if minutes <= 0 || minutes > MaxMinutes {
+		return Explorer{}, fmt.Errorf("%w: %d minutes", ErrWindow, minutes)
+	}
+	from := r.clock.Now().Add(-time.Duration(minutes) * time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	out := Explorer{From: from, Slowest: []Request{}, Failed: []Request{}, Sampled: []Request{}, Overhead: []Overhead{}}
+
+	rows, err := r.ch.Query(ctx, `SELECT version, overhead_buckets FROM request_stats
+		WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ?`, endpoint, endpointID, from.Add(-time.Second))
+	if err != nil {
+		return Explorer{}, fmt.Errorf("read overhead: %w", err)
+	}
+	sums := map[string][]uint64{}
+	var all []uint64
+	for rows.Next() {
+		var version string
+		var h []uint64
+		if err := rows.Scan(&version, &h); err != nil {
+			rows.Close()
+			return Explorer{}, fmt.Errorf("read overhead: %w", err)
+		}
+		s := sums[version]
+		addBuckets(&s, h)
+		sums[version] = s
+		addBuckets(&all, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Explorer{}, fmt.Errorf("read overhead: %w", err)
+	}
+	for version, h := range sums {
+		out.Overhead = append(out.Overhead, overheadOf(version, h))
+	}
+	sort.Slice(out.Overhead, func(i, j int) bool { return out.Overhead[i].Version < out.Overhead[j].Version })
+	out.All = overheadOf("", all)
+
+	for _, k := range []struct {
+		kind, order string
+		into        *[]Request
+	}{
+		{busapi.NotableSlowest, "latency DESC", &out.Slowest},
+		{busapi.NotableFailed, "end_ms DESC", &out.Failed},
+		{busapi.NotableSampled, "end_ms DESC", &out.Sampled},
+	} {
+		// ARRAY JOIN unrolls each row's parallel arrays into one row per
+		// notable request; ClickHouse 18.16 and current versions alike.
+		rows, err := r.ch.Query(ctx, `SELECT version, request_id, trace_id, replica, status, end_ms, latency, upstream
+			FROM request_stats
+			ARRAY JOIN notable_kind AS kind, notable_request_id AS request_id, notable_trace_id AS trace_id, notable_replica AS replica,
+				notable_status AS status, notable_end_ms AS end_ms, notable_latency_ms AS latency, notable_upstream_ms AS upstream
+			WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND kind = ? AND end_ms >= ?
+			ORDER BY `+k.order+` LIMIT ?`, endpoint, endpointID, from.Add(-time.Second), k.kind, from.UnixMilli(), ExplorerLimit)
+		if err != nil {
+			return Explorer{}, fmt.Errorf("read %s requests: %w", k.kind, err)
+		}
+		for rows.Next() {
+			var q Request
+			var status uint16
+			var endMS int64
+			if err := rows.Scan(&q.Version, &q.RequestID, &q.TraceID, &q.Replica, &status, &endMS, &q.LatencyMS, &q.UpstreamMS); err != nil {
+				rows.Close()
+				return Explorer{}, fmt.Errorf("read %s requests: %w", k.kind, err)
+			}
+			q.Status, q.At = int(status), time.UnixMilli(endMS).UTC()
+			if q.UpstreamMS > 0 {
+				q.OverheadMS = max(q.LatencyMS-q.UpstreamMS, 0)
+			}
+			*k.into = append(*k.into, q)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return Explorer{}, fmt.Errorf("read %s requests: %w", k.kind, err)
+		}
+	}
+	return out, nil
+}
+
+func overheadOf(version string, h []uint64) Overhead {
+	o := Overhead{Version: version}
+	for _, n := range h {
+		o.Requests += n
+	}
+	if o.Requests > 0 {
+		o.P50MS, o.P99MS = judge.QuantileMS(h, 0.5), judge.QuantileMS(h, 0.99)
+	}
+	return o
+}
