@@ -53,7 +53,7 @@ func TestPredictAndStreamedChatEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("streamed chat", func(t *testing.T) {
-		body := `{"messages":[{"role":"user","content":"Where is my parcel?"}],"max_tokens":8,"stream":true}`
+		body := `{"messages":[{"role":"user","content":"Where is my parcel?"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+chatPath("support-chat"), strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+searchKey)
 		resp, err := http.DefaultClient.Do(req)

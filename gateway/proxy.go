@@ -47,6 +47,10 @@ type call struct {
 	streamed   bool
 	firstEvent time.Time
 	tokens     int
+	// hideUsage is set when the gateway, not the caller, asked the
+	// replica for a stream's usage (askUsage): the relay keeps that
+	// event from the caller.
+	hideUsage bool
 
 	// start is when the gateway got the request; upstream the time spent
 	// waiting on replicas (zero when none was called), for the metrics.
@@ -387,6 +391,9 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	if !ok {
 		return
 	}
+	if stream {
+		body, c.hideUsage = askUsage(body)
+	}
 
 	u, saturated := v.acquire(nil, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano())
 	if u == nil && !saturated && rt.src.Blocked != "" {
@@ -574,6 +581,17 @@ func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, c *call,
 	counted, final := 0, false
 	defer func() { c.tokens = counted }()
 	for ev := range events {
+		if !final {
+			n, f := streamTokens(ev)
+			if f {
+				counted, final = n, true
+				if c.hideUsage && usageOnly(ev) {
+					continue
+				}
+			} else {
+				counted += n
+			}
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.StallTimeout))
 		if _, err := w.Write(ev); err != nil {
 			cancel()
@@ -585,14 +603,6 @@ func (g *Gateway) relay(ctx context.Context, cancel context.CancelFunc, c *call,
 		}
 		if c.firstEvent.IsZero() {
 			c.firstEvent = time.Now()
-		}
-		if !final {
-			n, f := streamTokens(ev)
-			if f {
-				counted, final = n, true
-			} else {
-				counted += n
-			}
 		}
 	}
 	_ = rc.SetWriteDeadline(time.Time{})

@@ -441,3 +441,49 @@ func streamTokens(ev []byte) (n int, final bool) {
 	}
 	return 0, false
 }
+
+// askUsage asks the replica to end a stream with its usage: the exact
+// count of the tokens it generated, which counting events cannot give (a
+// runtime sends an event with no text for a token that ends mid-character,
+// and a last event with text that is no token). It returns the body to
+// send and whether the caller had not asked for the usage itself, in which
+// case the relay keeps that event from it. A body it cannot read goes on
+// as it came.
+func askUsage(body []byte) ([]byte, bool) {
+	var req map[string]json.RawMessage
+	if json.Unmarshal(body, &req) != nil {
+		return body, false
+	}
+	opts := map[string]json.RawMessage{}
+	if raw := req["stream_options"]; len(raw) > 0 && string(raw) != "null" {
+		if json.Unmarshal(raw, &opts) != nil {
+			return body, false
+		}
+	}
+	if string(opts["include_usage"]) == "true" {
+		return body, false
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	var err error
+	if req["stream_options"], err = json.Marshal(opts); err != nil {
+		return body, false
+	}
+	out, err := json.Marshal(req)
+	if err != nil {
+		return body, false
+	}
+	return out, true
+}
+
+// usageOnly reports whether a stream's event carries no choice, only the
+// usage (OpenAI's last chunk with include_usage).
+func usageOnly(ev []byte) bool {
+	i := bytes.Index(ev, []byte("data:"))
+	if i < 0 {
+		return false
+	}
+	var chunk struct {
+		Choices []json.RawMessage `json:"choices"`
+	}
+	return json.Unmarshal(bytes.TrimSpace(ev[i+len("data:"):]), &chunk) == nil && len(chunk.Choices) == 0
+}
