@@ -475,7 +475,7 @@ func (a *app) chargebackCmd() *cobra.Command {
 			for _, g := range r.GroupBy {
 				cols = append(cols, column{strings.ToUpper(strings.ReplaceAll(g, "_", " ")), g})
 			}
-			cols = append(cols, column{"GPU HOURS", "gpu_hours"}, column{"COST USD", "cost_usd"}, column{"REQUESTS", "requests"},
+			cols = append(cols, column{"GPU HOURS", "gpu_hours"}, column{"CPU CORE HOURS", "cpu_core_hours"}, column{"COST USD", "cost_usd"}, column{"REQUESTS", "requests"},
 				column{"USD/1K REQ", "cost_per_1k_requests_usd"}, column{"UTIL %", "avg_gpu_util_pct"})
 			rows := r.Rows
 			if len(r.Total) > 0 {

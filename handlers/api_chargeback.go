@@ -42,18 +42,19 @@ type ChargebackRow struct {
 	CallerTeam   *string `json:"caller_team,omitempty" doc:"The team whose calls the row's cost is for: a team granted the endpoint, or its owning team for its own use."`
 	Graph        *string `json:"graph,omitempty" doc:"The inference graph endpoint whose steps the row's cost is for; empty for calls from outside a graph."`
 	GraphVersion *string `json:"graph_version,omitempty" doc:"The version of the graph whose steps made the calls (group_by graph_version)."`
-	GPUSeconds   int64   `json:"gpu_seconds" doc:"Allocation-seconds: a whole GPU's second, a MIG slice's second and a CPU core's second each count one."`
-	GPUHours     string  `json:"gpu_hours" doc:"GPU-seconds / 3600 as a decimal, six places at most."`
+	GPUSeconds   int64   `json:"gpu_seconds" doc:"GPU allocation-seconds: a whole GPU's second and a MIG slice's second each count one; CPU cores are in cpu_core_seconds, never here."`
+	GPUHours     string  `json:"gpu_hours" doc:"gpu_seconds / 3600 as a decimal, six places at most."`
 	CostUSD      string  `json:"cost_usd" doc:"cost_uusd as an exact decimal of dollars."`
 	CostUUSD     int64   `json:"cost_uusd" doc:"Cost in micro-USD; the rows add up to the total (docs/chargeback.md)."`
 	// CostX3600 is the unrounded cost, for reconciling by hand.
-	CostX3600           int64   `json:"cost_uusd_x3600" doc:"The exact cost in micro-USD times 3600: the sum of the per-hour rates of every second."`
-	Requests            int64   `json:"requests"`
-	CostPer1kRequestUSD *string `json:"cost_per_1k_requests_usd,omitempty"`
-	Tokens              *int64  `json:"tokens,omitempty" doc:"Tokens the gateways counted (LLM endpoints), when the grouping does not split by hardware."`
-	CostPer1MTokensUSD  *string `json:"cost_per_1m_tokens_usd,omitempty"`
-	AvgGPUUtilPct       float64 `json:"avg_gpu_util_pct"`
-	CPUCoreSeconds      int64   `json:"cpu_core_seconds" doc:"The part of gpu_seconds that is CPU cores (gpu_type cpu, allocation cpu-core), priced per core-hour."`
+	CostX3600           int64    `json:"cost_uusd_x3600" doc:"The exact cost in micro-USD times 3600: the sum of the per-hour rates of every second."`
+	Requests            int64    `json:"requests"`
+	CostPer1kRequestUSD *string  `json:"cost_per_1k_requests_usd,omitempty"`
+	Tokens              *int64   `json:"tokens,omitempty" doc:"Tokens the gateways counted (LLM endpoints), when the grouping does not split by hardware."`
+	CostPer1MTokensUSD  *string  `json:"cost_per_1m_tokens_usd,omitempty"`
+	AvgGPUUtilPct       *float64 `json:"avg_gpu_util_pct,omitempty" doc:"Mean GPU utilisation over gpu_seconds; absent where no GPU was held (not measured)."`
+	CPUCoreSeconds      int64    `json:"cpu_core_seconds" doc:"CPU core-seconds (gpu_type cpu, allocation cpu-core), priced per core-hour."`
+	CPUCoreHours        string   `json:"cpu_core_hours" doc:"cpu_core_seconds / 3600 as a decimal, six places at most."`
 }
 
 // ChargebackBody is a chargeback report.
@@ -93,8 +94,13 @@ func chargebackQuery(from, to, groupBy, team, endpoint, graph string) (chargebac
 }
 
 func chargebackRowOf(r chargeback.Row, by []chargeback.Dimension) ChargebackRow {
-	out := ChargebackRow{GPUSeconds: r.GPUSeconds, CPUCoreSeconds: r.CPUCoreSeconds, GPUHours: r.GPUHours(), CostUSD: money.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD,
-		CostX3600: r.CostX3600, Requests: r.Requests, AvgGPUUtilPct: r.AvgUtilPct()}
+	// GPU time and CPU core time apart, as the portal and the CSV show
+	// them: a core-second is no GPU-second.
+	out := ChargebackRow{GPUSeconds: r.GPUOnlySeconds(), GPUHours: r.GPUOnlyHours(), CPUCoreSeconds: r.CPUCoreSeconds, CPUCoreHours: r.CPUCoreHours(),
+		CostUSD: money.USD(r.CostMicroUSD), CostUUSD: r.CostMicroUSD, CostX3600: r.CostX3600, Requests: r.Requests}
+	if pct, ok := r.AvgGPUUtilPct(); ok {
+		out.AvgGPUUtilPct = &pct
+	}
 	for _, d := range by {
 		v := r.Get(d)
 		switch d {

@@ -150,6 +150,23 @@ func TestBrowserChargebackKeepsCPUApart(t *testing.T) {
 		t.Errorf("the browser console reported problems:\n%s", strings.Join(p, "\n"))
 	}
 
+	// The API keeps them apart as the CSV does: risk held no GPU.
+	var api ChargebackBody
+	e.getJSON(t, e.Keys["finance"], "/chargeback?from=2026-10-07&to=2026-10-08&group_by=team", &api)
+	found := false
+	for _, r := range api.Rows {
+		if *r.Team != "risk" {
+			continue
+		}
+		found = true
+		if r.GPUSeconds != 0 || r.GPUHours != "0" || r.CPUCoreSeconds != 2*90*60 || r.CPUCoreHours != "3" || r.AvgGPUUtilPct != nil {
+			t.Errorf("API row for risk = %+v; want 0 GPU-seconds, 10,800 CPU core-seconds (3 hours) and no GPU utilisation", r)
+		}
+	}
+	if !found {
+		t.Errorf("the API has no row for risk: %+v", api.Rows)
+	}
+
 	// The fleet page's metered figure (platform admins): today has no usage, so read it on
 	// the metered day.
 	clk.Set(cbDay.Add(23 * time.Hour))
