@@ -652,7 +652,7 @@ func predictThroughGateway(t *testing.T, env map[string]string) {
 		t.Fatalf("another team's endpoint through the gateway = %d %s, want 404", resp.StatusCode, body)
 	}
 	resp, body = post("/v1/endpoints/support-chat/chat/completions", env["MP_SEARCH_KEY"],
-		`{"messages":[{"role":"user","content":"where is my parcel?"}],"stream":true,"max_tokens":8}`)
+		`{"messages":[{"role":"user","content":"where is my parcel?"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":8}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"usage"`) || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
 		t.Fatalf("streamed chat through the gateway = %d %s", resp.StatusCode, body)
 	}
