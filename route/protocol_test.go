@@ -25,7 +25,9 @@ func TestEntryNamesTheProtocolOfV2OnlyRuntimes(t *testing.T) {
 	}
 	man := []byte(`{"model.onnx":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`)
 	if _, err := registry.New(f.pool, store, artifact.Limits{}).RegisterVersion(ctx, f.eng, "fraud", registry.VersionSpec{Name: "v3",
-		Runtime: "onnxruntime", Format: "onnx", ArtifactURI: "s3://models/fraud/v3"}, man, nil); err != nil {
+		Runtime: "onnxruntime", Format: "onnx", ArtifactURI: "s3://models/fraud/v3",
+		// On a GPU like v1: an endpoint serves on one kind of hardware.
+		Resources: registry.Resources{GPUCount: 1, GPUMemoryMB: 4096}}, man, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.eps.SetTraffic(ctx, f.eng, "fraud-ep", []endpoint.Weight{{Version: "v1", Weight: 90}, {Version: "v3", Weight: 10}}); err != nil {
