@@ -41,8 +41,11 @@ type Reading struct {
 	// the signal (Replicas of them; 0 is missing).
 	Value    float64 `json:"value"`
 	Replicas int     `json:"replicas"`
-	// Desired is ceil(ready × Value / Target), 0 when missing.
-	Desired int `json:"desired"`
+	// Desired is ceil(ready × Value / Target), 0 when missing; for a
+	// backlog signal while replicas start, at most the current count
+	// (Held).
+	Desired int  `json:"desired"`
+	Held    bool `json:"held,omitempty"`
 }
 
 // Decision is one evaluation's result with everything it was decided from.
@@ -86,6 +89,7 @@ type State struct {
 	up, down   window
 	panicUntil int64 // unix nanoseconds; panic mode lasts until then
 	missing    [signalCount]uint8
+	backlog    [signalCount]float64 // a backlog signal's mean at the last evaluation
 	frozen     bool
 	active     int64 // unix nanoseconds of the last request or activity seen
 }
@@ -126,6 +130,23 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		if r.Replicas > 0 {
 			r.Value = sum / float64(r.Replicas)
 			load := float64(len(in.Ready)) * r.Value / t.Target
+			// A backlog stays on the replicas it queued on: while a large
+			// scale-up starts it keeps growing and asks again for capacity
+			// already on its way (burst: 4 → 11, then 28 where 11 serve),
+			// and once the replicas are ready it drains slowly while its
+			// mean still reads as overload (noise: 11 → 35). It raises the
+			// count only while it grows and the replicas starting are
+			// fewer than half the ready ones (a climb adds one at a time
+			// and still needs the queue); otherwise it may hold the count.
+			// Rate signals still scale up meanwhile.
+			if t.Signal.backlog() {
+				k := t.Signal.index()
+				growing := r.Value > s.backlog[k]
+				s.backlog[k] = r.Value
+				if (2*d.Starting >= len(in.Ready) || !growing) && load > float64(current) {
+					load, r.Held = float64(current), true
+				}
+			}
 			r.Desired = ceil(load)
 			if best < 0 || load > bestLoad {
 				best, bestLoad = i, load
@@ -184,6 +205,9 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		r := d.Readings[best]
 		d.Signal = r.Signal
 		label = fmt.Sprintf("%s %s/%s", r.Signal, num(r.Value), num(r.Target))
+		if r.Held {
+			label += fmt.Sprintf(" (backlog held: %d starting, %d ready, or not growing)", d.Starting, len(in.Ready))
+		}
 		if math.Abs(bestLoad/float64(current)-1) <= p.Tolerance {
 			inBand = true
 		} else {

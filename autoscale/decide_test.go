@@ -383,10 +383,10 @@ func TestDecisionKeepsItsInputs(t *testing.T) {
 	ready = append(ready, Sample{}) // a ready replica that reported nothing
 	d := s.Decide(&p, Input{Now: t0, Current: 5, Ready: ready})
 	want := []Reading{
-		{InFlight, 200, 150, 3, 3},
-		{KVCache, 0.85, 0.9, 3, 5},
-		{QueueDepth, 4, 2, 3, 2},
-		{TokensPerSecond, 2000, 1500, 3, 3},
+		{InFlight, 200, 150, 3, 3, false},
+		{KVCache, 0.85, 0.9, 3, 5, false},
+		{QueueDepth, 4, 2, 3, 2, false},
+		{TokensPerSecond, 2000, 1500, 3, 3, false},
 	}
 	for i, r := range d.Readings {
 		if r != want[i] {
@@ -422,4 +422,39 @@ func TestDecideIsDeterministic(t *testing.T) {
 func highPanic(p Policy, threshold float64) Policy {
 	p.PanicThreshold = threshold
 	return p
+}
+
+// TestBacklogRaisesOnlyWhileItGrowsWithNothingStarting replays burst's
+// overshoot: a queue that builds on the old replicas scales up once, and
+// neither keeps growing while the new replicas start nor, draining once
+// they are ready, asks for more; a queue that grows again does.
+func TestBacklogRaisesOnlyWhileItGrowsWithNothingStarting(t *testing.T) {
+	var s State
+	p := llm(1, 100)
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	load := func(n int, queue float64) []Sample {
+		return replicas(n, InFlight, 20, KVCache, 0.85, QueueDepth, queue, TokensPerSecond, 500)
+	}
+	steps := []struct {
+		sec, current, ready int
+		queue               float64
+		want                int
+		held                bool
+	}{
+		{0, 4, 4, 0.5, 4, false},    // idle
+		{2, 4, 4, 10.5, 11, false},  // the burst: growing, nothing starting
+		{4, 11, 4, 27, 11, true},    // 7 starting: no second scale-up to 28
+		{50, 11, 11, 8, 11, true},   // ready, the backlog drains: no more
+		{52, 11, 11, 12, 33, false}, // growing again with nothing starting
+	}
+	for _, st := range steps {
+		d := s.Decide(&p, Input{Now: at(st.sec), Current: st.current, Ready: load(st.ready, st.queue)})
+		q := d.Readings[2]
+		if q.Signal != QueueDepth || d.Desired != st.want || q.Held != st.held {
+			t.Fatalf("at %ds: desired %d held %v (%s), want %d held %v", st.sec, d.Desired, q.Held, d.Reason, st.want, st.held)
+		}
+		if st.held && !strings.Contains(d.Reason, "backlog held") {
+			t.Errorf("at %ds: reason %q does not say the backlog is held", st.sec, d.Reason)
+		}
+	}
 }

@@ -60,6 +60,11 @@ func (s Signal) index() int {
 // at most 1.
 func (s Signal) fraction() bool { return s == GPUUtil || s == KVCache }
 
+// backlog reports whether s measures work waiting rather than a rate: it
+// stays on the replicas it queued on and does not fall when replicas are
+// added, only once they take the new arrivals.
+func (s Signal) backlog() bool { return s == QueueDepth || s == BatchQueueMS }
+
 // Task is what the endpoint's model does; it decides which signals its
 // replicas can report. The values are the registry's.
 type Task string
