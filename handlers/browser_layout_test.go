@@ -37,8 +37,9 @@ const overflowJS = `(() => {
 
 // TestBrowserNothingOverflowsAt1280: each role's main pages, at 1280 px,
 // have no element whose content is wider than its box, and no page scrolls
-// sideways (measured in the page). Screenshots of every page go to the
-// temporary directory as test artefacts.
+// sideways (measured in the page), and each page has its heading.
+// Full-page screenshots of every page, each role's landing page first,
+// are kept as test artefacts in artefactsDir.
 func TestBrowserNothingOverflowsAt1280(t *testing.T) {
 	t.Parallel()
 	e, _ := newChargebackEnvAt(t, time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC))
@@ -61,14 +62,20 @@ func TestBrowserNothingOverflowsAt1280(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := artefactsDir(t)
+	rid := strconv.FormatInt(ro.ID, 10)
 	for _, c := range []struct {
 		user  string
 		pages []string
 	}{
-		{"risk-engineer@example.com", []string{"/endpoints", "/endpoints/risk-endpoint", "/models", "/models/risk-model", "/models/risk-model/versions/v2",
-			"/rollouts", "/rollouts/" + strconv.FormatInt(ro.ID, 10), "/endpoints/risk-endpoint/drift"}},
-		{"finance@example.com", []string{"/chargeback?period=last", "/chargeback?period=last&group_by=team&group_by=endpoint&group_by=version&group_by=gpu_type&group_by=allocation", "/cost-rates", "/team"}},
-		{"admin@example.com", []string{"/fleet", "/audit", "/quotas", "/team"}},
+		// Each demo role's landing page ("/" sends it there) first, then
+		// its main pages.
+		{"risk-engineer@example.com", []string{"/", "/endpoints", "/endpoints/risk-endpoint", "/models", "/models/risk-model", "/models/risk-model/versions/v2",
+			"/rollouts", "/rollouts/" + rid, "/endpoints/risk-endpoint/drift"}},
+		{"risk-admin@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts", "/chargeback?period=last"}},
+		{"risk-viewer@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts"}},
+		{"finance@example.com", []string{"/", "/chargeback?period=last", "/chargeback?period=last&group_by=team&group_by=endpoint&group_by=version&group_by=gpu_type&group_by=allocation", "/cost-rates", "/team"}},
+		{"admin@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts", "/chargeback?period=last", "/fleet", "/audit", "/quotas", "/team"}},
 	} {
 		b := newBrowser(t)
 		b.do("sign in as "+c.user,
@@ -78,11 +85,39 @@ func TestBrowserNothingOverflowsAt1280(t *testing.T) {
 		)
 		for _, p := range c.pages {
 			b.do("open "+p, chromedp.Navigate(e.URL+p), chromedp.WaitVisible(chromedp.CSS("main h1")))
+			if h := strings.TrimSpace(browserRun(b, "heading of "+p, chromedp.Evaluate[string](`document.querySelector('main h1').textContent`))); h == "" {
+				t.Errorf("%s %s: empty main heading", c.user, p)
+			}
+			// What is folded (a replica's command line in "What runs") has
+			// no box to measure until it is opened.
+			browserRun(b, "open details of "+p, chromedp.Evaluate[int](`document.querySelectorAll('main details').forEach(d => d.open = true), 0`))
 			if over := browserRun(b, "measure "+p, chromedp.Evaluate[[]string](overflowJS)); len(over) > 0 {
 				t.Errorf("%s %s overflows at 1280 px:\n  %s", c.user, p, strings.Join(over, "\n  "))
 			}
-			name := strings.NewReplacer("/", "-", "?", "-", "&", "-", "=", "-").Replace(strings.TrimPrefix(p, "/"))
-			shot(b, filepath.Join(os.TempDir(), "portal-"+strings.Split(c.user, "@")[0]+"-"+name[:min(len(name), 60)]+".png"))
+			name := strings.NewReplacer("/", "-", "?", "-", "&", "-", "=", "-").Replace(strings.Trim(p, "/"))
+			if name == "" {
+				name = "landing"
+			}
+			path := filepath.Join(dir, "portal-"+strings.Split(c.user, "@")[0]+"-"+name[:min(len(name), 60)]+".png")
+			shot(b, path)
+			if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+				t.Errorf("%s %s: no screenshot at %s: %v", c.user, p, path, err)
+			}
 		}
 	}
+}
+
+// artefactsDir is where browser tests keep screenshots for a person to
+// look at: $MP_TEST_ARTEFACTS when set (CI keeps it), otherwise a
+// temporary directory the test names in its log.
+func artefactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("MP_TEST_ARTEFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("MP_TEST_ARTEFACTS: %v", err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return dir
 }

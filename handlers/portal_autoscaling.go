@@ -50,40 +50,54 @@ func (s *Server) autoscalingProps(ctx context.Context, p *auth.Principal, e endp
 		out.Decisions = append(out.Decisions, web.DecisionRow{At: d.At.UTC().Format(time.DateTime), Change: fmt.Sprintf("%d → %d", d.Before, d.After),
 			Signal: d.Signal, Reason: d.Reason})
 	}
-	out.Chart, out.ChartMax = chart(ds)
+	out.Timeline = replicaTimeline(ds, s.Clock.Now())
 	return out, nil
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// chart draws the replica count over the decisions (newest first) as a
-// step line in a 600 × 120 box: the count before the oldest, each change
-// at its time, and the last count held to the right edge.
-func chart(ds []endpoint.ScalingDecision) (string, int) {
+// replicaTimeline draws the replica count over the decisions (newest
+// first) as two step lines in a 600 × 130 box, from the oldest decision to
+// now: the count the autoscaler wanted (each change at its time) and the
+// replicas ready when it decided. Nil without decisions.
+func replicaTimeline(ds []endpoint.ScalingDecision, now time.Time) *web.ReplicaTimeline {
 	if len(ds) == 0 {
-		return "", 0
+		return nil
 	}
 	ds = slices.Clone(ds)
 	slices.Reverse(ds)
 	top := 1
 	for _, d := range ds {
-		top = max(top, int(d.Before), int(d.After))
+		top = max(top, int(d.Before), int(d.After), d.Inputs.Ready)
 	}
 	t0, t1 := ds[0].At, ds[len(ds)-1].At
+	if now.After(t1) {
+		t1 = now
+	}
+	if !t1.After(t0) {
+		t1 = t0.Add(time.Minute)
+	}
 	span := t1.Sub(t0)
-	x := func(t time.Time) float64 {
-		if span <= 0 {
-			return 300
+	x := func(t time.Time) float64 { return 600 * float64(t.Sub(t0)) / float64(span) }
+	y := func(n int) float64 { return 125 - 110*float64(n)/float64(top) }
+	step := func(first int, at func(endpoint.ScalingDecision) (before, after int)) string {
+		pts := []string{fmt.Sprintf("0,%.1f", y(first))}
+		last := first
+		for _, d := range ds {
+			b, a := at(d)
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(d.At), y(b)), fmt.Sprintf("%.1f,%.1f", x(d.At), y(a)))
+			last = a
 		}
-		return 20 + 560*float64(t.Sub(t0))/float64(span)
+		return strings.Join(append(pts, fmt.Sprintf("600,%.1f", y(last))), " ")
 	}
-	y := func(n int32) float64 { return 125 - 110*float64(n)/float64(top) }
-	pts := []string{fmt.Sprintf("0,%.1f", y(ds[0].Before))}
-	for _, d := range ds {
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(d.At), y(d.Before)), fmt.Sprintf("%.1f,%.1f", x(d.At), y(d.After)))
+	out := &web.ReplicaTimeline{Max: top,
+		Wanted: step(int(ds[0].Before), func(d endpoint.ScalingDecision) (int, int) { return int(d.Before), int(d.After) }),
+		Ready:  step(ds[0].Inputs.Ready, func(d endpoint.ScalingDecision) (int, int) { return d.Inputs.Ready, d.Inputs.Ready }),
 	}
-	pts = append(pts, fmt.Sprintf("600,%.1f", y(ds[len(ds)-1].After)))
-	return strings.Join(pts, " "), top
+	for i := range 4 {
+		out.Ticks = append(out.Ticks, t0.Add(span*time.Duration(i)/3).UTC().Format("2006-01-02 15:04"))
+	}
+	return out
 }
 
 func autoscalingForm(p autoscale.PolicyDoc) web.AutoscalingForm {

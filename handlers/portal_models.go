@@ -154,36 +154,54 @@ func servingView(v registry.Version, task string) web.ServingView {
 	return out
 }
 
-// lineageGraph lays versions out by generation (depth from a root), one
-// column per generation.
+// Lineage graph geometry, in pixels: one row per version, one lane per
+// branch, the label beside the row at a readable size (13 px text, about
+// 8 px a character), so that a long chain grows down the page rather
+// than shrinking to a thumbnail.
+const (
+	lineageRow  = 32
+	lineageLane = 28
+	lineageChar = 8
+)
+
+// lineageGraph lays versions out one per row, in the order given, each on
+// its parent's lane when it is that parent's first child and on a new lane
+// otherwise (a branch), with its name beside it; the graph is sized to
+// what it holds.
 func lineageGraph(vs []registry.Version, edges []registry.LineageEdge) web.Lineage {
 	parent := map[string]string{}
 	for _, e := range edges {
 		parent[e.Child] = e.Parent
 	}
-	depth := func(name string) int {
-		d := 0
-		for seen := map[string]bool{}; parent[name] != "" && !seen[name]; d++ {
-			seen[name] = true
-			name = parent[name]
+	lane := map[string]int{}
+	continued := map[string]bool{}
+	lanes, longest := 0, 0
+	for _, v := range vs {
+		if p, ok := lane[parent[v.Name]]; ok && !continued[parent[v.Name]] {
+			lane[v.Name] = p
+			continued[parent[v.Name]] = true
+		} else {
+			lane[v.Name] = lanes
+			lanes++
 		}
-		return d
+		longest = max(longest, len([]rune(v.Name)))
 	}
 	g := web.Lineage{}
+	labelX := 20 + lanes*lineageLane
 	pos := map[string][2]int{}
-	rows := map[int]int{}
-	for _, v := range vs {
-		d := depth(v.Name)
-		x, y := 60+d*120, 24+rows[d]*40
-		rows[d]++
+	for i, v := range vs {
+		x, y := 20+lane[v.Name]*lineageLane, 20+i*lineageRow
 		pos[v.Name] = [2]int{x, y}
-		g.Nodes = append(g.Nodes, web.LineageNode{Name: v.Name, X: x, Y: y})
-		g.Width = max(g.Width, x+60)
-		g.Height = max(g.Height, y+24)
+		g.Nodes = append(g.Nodes, web.LineageNode{Name: v.Name, X: x, Y: y, LabelX: labelX})
 	}
+	g.Width = labelX + longest*lineageChar + 20
+	g.Height = 20 + len(vs)*lineageRow
 	for _, e := range edges {
-		a, b := pos[e.Parent], pos[e.Child]
-		g.Links = append(g.Links, web.LineageLink{X1: a[0] + 40, Y1: a[1], X2: b[0] - 40, Y2: b[1]})
+		a, okA := pos[e.Parent]
+		b, okB := pos[e.Child]
+		if okA && okB {
+			g.Links = append(g.Links, web.LineageLink{X1: a[0], Y1: a[1], X2: b[0], Y2: b[1]})
+		}
 	}
 	return g
 }

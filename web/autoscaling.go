@@ -15,11 +15,9 @@ type AutoscalingProps struct {
 	Form     AutoscalingForm
 	Errors   FieldErrors
 	Saved    bool
-	// Chart is the replica count over time as SVG polyline points in a
-	// 600 × 120 box, ChartMax the count at the top; empty without
-	// decisions.
-	Chart    string
-	ChartMax int
+	// Timeline is the replica count over time, nil before the first
+	// decision.
+	Timeline *ReplicaTimeline
 	// Decisions are newest first.
 	Decisions []DecisionRow
 }
@@ -33,4 +31,17 @@ type AutoscalingForm struct {
 // DecisionRow is one stored decision on the timeline.
 type DecisionRow struct {
 	At, Change, Signal, Reason string
+}
+
+// ReplicaTimeline is the endpoint's replica count over time as step lines
+// in a 600 × 130 box: the count the autoscaler wanted and the replicas
+// ready when it decided, from its stored decisions up to now.
+type ReplicaTimeline struct {
+	// Wanted and Ready are SVG polyline points; Max is the count at the
+	// top of the scale.
+	Wanted, Ready string
+	Max           int
+	// Ticks are the time axis's labels, dated ("2006-01-02 15:04" UTC),
+	// first at the left edge and last at the right.
+	Ticks []string
 }

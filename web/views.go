@@ -213,10 +213,11 @@ type ServingView struct {
 	Memory string
 }
 
-// LineageNode places a version in the lineage graph.
+// LineageNode places a version in the lineage graph: its dot at X, Y and
+// its name at LabelX on the same row.
 type LineageNode struct {
-	Name string
-	X, Y int
+	Name         string
+	X, Y, LabelX int
 }
 
 // LineageLink joins two placed versions.

@@ -101,8 +101,8 @@ func (h *heartbeats) replica(id string) busapi.ReplicaStatus {
 // replica's agent publishes carries the argv tritonserver was started
 // with, exactly, and the config.pbtxt the driver wrote into its model
 // repository, byte for byte, beside the link of version 1; neither the
-// replica's token nor the value of the operator's runtime environment is
-// in it.
+// replica's token nor a credential of the operator's runtime environment
+// is in it, while a setting such as the ONNX Runtime library path is.
 func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 	models := openDir(t)
 	if err := os.WriteFile(filepath.Join(models, "model.onnx"), []byte("onnx"), 0o644); err != nil {
@@ -116,7 +116,7 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 		c.Resolve = func(context.Context, busapi.ReplicaSpec, string) (Launch, error) {
 			return Launch{Runtime: catalog.Triton, ModelDir: models}, nil
 		}
-		c.Env = []string{"HF_TOKEN=hf_operator_secret"}
+		c.Env = []string{"HF_TOKEN=hf_operator_secret", "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so"}
 	})
 	a := startAgent(t, nc, "gpu-launch", t.TempDir(), d)
 	hb := listen(t, nc, "gpu-launch")
@@ -161,7 +161,9 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 			t.Errorf("launch shows a secret %q: %s", secret, raw)
 		}
 	}
-	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
+	// A credential is masked; a library path is a setting, shown as is.
+	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so",
+		"CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
 		if !slices.Contains(l.Env, kv) {
 			t.Errorf("env %q lacks %s", l.Env, kv)
 		}
@@ -216,5 +218,30 @@ func TestStartingVLLMReplicaShowsItsGeneratedCommandLine(t *testing.T) {
 	}
 	if !slices.Contains(o.Launch.Env, "CUDA_VISIBLE_DEVICES=0,1") {
 		t.Errorf("env %q lacks the replica's GPUs", o.Launch.Env)
+	}
+}
+
+// TestCredentialName: a launch masks a variable by what its name says it
+// holds, not by who set it.
+func TestCredentialName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"HF_TOKEN", true},
+		{"MP_REPLICA_TOKEN", true},
+		{"AWS_SECRET_ACCESS_KEY", true},
+		{"PGPASSWORD", true},
+		{"OTEL_EXPORTER_OTLP_HEADERS", true},
+		{"api_key", true},
+		{"MP_ONNXRUNTIME_LIB", false},
+		{"CUDA_VISIBLE_DEVICES", false},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", false},
+		{"MP_REPLICA_ID", false},
+	} {
+		if got := credentialName(c.name); got != c.want {
+			t.Errorf("credentialName(%q) = %t, want %t", c.name, got, c.want)
+		}
 	}
 }

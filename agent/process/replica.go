@@ -965,8 +965,9 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []busapi.LaunchFile, 
 // launchOf is the launch a heartbeat reports of a process started with
 // argv and env, with files written under dir: the replica's token never
 // in it (its variable reads busapi.LaunchSecret, and so would any argument
-// or file that held it), nor the values of the variables Config.Env adds
-// (env ends with them), which are the operator's.
+// or file that held it), nor the value of any variable whose name says it
+// is a credential (credentialName). Settings such as a library path
+// (MP_ONNXRUNTIME_LIB) are shown: an operator debugging a launch needs them.
 func (r *replica) launchOf(argv, env []string, dir string, files []busapi.LaunchFile) *busapi.Launch {
 	hide := func(s string) string {
 		if r.spec.Token == "" {
@@ -978,10 +979,8 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
-	own := len(env) - len(r.d.cfg.Env) - len(r.entry.Env)
-	for i, kv := range env {
-		// The operator's Env may hold secrets; the entry's own does not.
-		if k, _, _ := strings.Cut(kv, "="); (i >= own && i < len(env)-len(r.entry.Env)) || k == "MP_REPLICA_TOKEN" {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); credentialName(k) {
 			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))
@@ -992,4 +991,21 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	}
 	l = l.Bounded()
 	return &l
+}
+
+// credentialWords are the parts of a variable's name that say its value is
+// a credential: HF_TOKEN, AWS_SECRET_ACCESS_KEY, PGPASSWORD,
+// OTEL_EXPORTER_OTLP_HEADERS (which carries authorization headers).
+var credentialWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "HEADERS", "COOKIE", "SESSION"}
+
+// credentialName says whether an environment variable named k holds a
+// credential, so that a launch shows its value as busapi.LaunchSecret.
+func credentialName(k string) bool {
+	k = strings.ToUpper(k)
+	for _, w := range credentialWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
 }
