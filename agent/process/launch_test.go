@@ -116,7 +116,8 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 		c.Resolve = func(context.Context, busapi.ReplicaSpec, string) (Launch, error) {
 			return Launch{Runtime: catalog.Triton, ModelDir: models}, nil
 		}
-		c.Env = []string{"HF_TOKEN=hf_operator_secret", "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so"}
+		c.Env = []string{"HF_TOKEN=hf_operator_secret", "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so",
+			"DATABASE_URL=postgres://app:operator_secret@db/x"}
 	})
 	a := startAgent(t, nc, "gpu-launch", t.TempDir(), d)
 	hb := listen(t, nc, "gpu-launch")
@@ -156,13 +157,15 @@ func TestHeartbeatCarriesTritonsCommandAndConfig(t *testing.T) {
 		t.Errorf("argv %q serves on the guard's port %s", l.Argv, port)
 	}
 	raw, _ := json.Marshal(l)
-	for _, secret := range []string{s.Token, "hf_operator_secret"} {
+	for _, secret := range []string{s.Token, "hf_operator_secret", "operator_secret"} {
 		if strings.Contains(string(raw), secret) {
 			t.Errorf("launch shows a secret %q: %s", secret, raw)
 		}
 	}
-	// A credential is masked; a library path is a setting, shown as is.
-	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so",
+	// A credential is masked, and so is any other value the operator
+	// added (a secret may have any name); the library path is a setting
+	// the agent adds, shown as is.
+	for _, kv := range []string{"HF_TOKEN=" + busapi.LaunchSecret, "DATABASE_URL=" + busapi.LaunchSecret, "MP_ONNXRUNTIME_LIB=/opt/onnxruntime/lib/libonnxruntime.so",
 		"CUDA_VISIBLE_DEVICES=0", "MP_REPLICA_ID=" + s.ID} {
 		if !slices.Contains(l.Env, kv) {
 			t.Errorf("env %q lacks %s", l.Env, kv)
@@ -221,8 +224,8 @@ func TestStartingVLLMReplicaShowsItsGeneratedCommandLine(t *testing.T) {
 	}
 }
 
-// TestCredentialName: a launch masks a variable by what its name says it
-// holds, not by who set it.
+// TestCredentialName: a launch masks a variable whose name says it holds
+// a credential, whoever set it.
 func TestCredentialName(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

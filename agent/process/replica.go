@@ -966,8 +966,10 @@ func (r *replica) writeRepository(v catalog.Vars) (string, []busapi.LaunchFile, 
 // argv and env, with files written under dir: the replica's token never
 // in it (its variable reads busapi.LaunchSecret, and so would any argument
 // or file that held it), nor the value of any variable whose name says it
-// is a credential (credentialName). Settings such as a library path
-// (MP_ONNXRUNTIME_LIB) are shown: an operator debugging a launch needs them.
+// is a credential (credentialName), nor those of the variables Config.Env
+// adds (env ends with them), which are the operator's and may hold secrets
+// under any name, except the settings known to be none (shownSettings):
+// an operator debugging a launch needs the library path.
 func (r *replica) launchOf(argv, env []string, dir string, files []busapi.LaunchFile) *busapi.Launch {
 	hide := func(s string) string {
 		if r.spec.Token == "" {
@@ -979,8 +981,11 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	for i, a := range argv {
 		l.Argv[i] = hide(a)
 	}
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); credentialName(k) {
+	own := len(env) - len(r.d.cfg.Env) - len(r.entry.Env)
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		operators := i >= own && i < len(env)-len(r.entry.Env)
+		if credentialName(k) || operators && !shownSettings[k] {
 			kv = k + "=" + busapi.LaunchSecret
 		}
 		l.Env = append(l.Env, hide(kv))
@@ -992,6 +997,11 @@ func (r *replica) launchOf(argv, env []string, dir string, files []busapi.Launch
 	l = l.Bounded()
 	return &l
 }
+
+// shownSettings are the variables the agent itself adds to Config.Env
+// whose values are settings, never credentials: where the ONNX Runtime
+// library is (runtime/onnx.LibraryEnv).
+var shownSettings = map[string]bool{"MP_ONNXRUNTIME_LIB": true}
 
 // credentialWords are the parts of a variable's name that say its value is
 // a credential: HF_TOKEN, AWS_SECRET_ACCESS_KEY, PGPASSWORD,
