@@ -160,13 +160,13 @@ func (v *version) record(r *statsRecorder, o *observation) {
 // upstream is one ready replica. inFlight is shared by every table that
 // holds the replica, so least-outstanding choice survives table swaps.
 type upstream struct {
-	id       string
-	addr     string
-	token    string // sent in busapi.ReplicaTokenHeader
+	id    string
+	addr  string
+	token string // sent in busapi.ReplicaTokenHeader
 	// serverName is the name its certificate is verified against, when
 	// not addr's host (busapi.RouteReplica.ServerName).
 	serverName string
-	inFlight atomic.Int64
+	inFlight   atomic.Int64
 	// fails counts consecutive failed calls (connect errors, 5xx);
 	// ejectedUntil is the Unix nanosecond time until which the replica is
 	// skipped (see eject.go).
