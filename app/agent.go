@@ -202,6 +202,9 @@ func (c *AgentConfig) agentConfig() (agent.Config, error) {
 		for _, e := range c.Kube.validate() {
 			bad("%s", e)
 		}
+		if c.Kube.ServerName != "" && c.TLS.Cert == "" {
+			bad("MP_KUBE_SERVER_NAME (--kube-server-name) needs MP_TLS_CERT: the pods serve TLS with the agent's certificate")
+		}
 	}
 	if c.LoadDelay < 0 {
 		bad("MP_AGENT_SIM_LOAD_DELAY (--sim-load-delay) must not be negative")
@@ -431,7 +434,12 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	var stop func(context.Context)
 	switch c.Driver {
 	case DriverKubernetes:
-		drv, err := c.Kube.driver(ctx, cfg, c, sess, clock, log)
+		var podTLS *cluster.PodTLS
+		if c.TLS.Cert != "" {
+			// The agent's certificate is the pool's, which its pods serve.
+			podTLS = &cluster.PodTLS{ServerName: c.Kube.ServerName, CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, Roots: roots}
+		}
+		drv, err := c.Kube.driver(ctx, cfg, c, podTLS, sess, clock, log)
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,8 @@ func TestAgentLoopbackControlPlaneNeedsTheEgressSetting(t *testing.T) {
 
 // TestAgentConfigOfAClusterAgent: the kubernetes driver needs no --gpus or
 // --cpus (the cluster's nodes are the inventory), and names a bad pool
-// kind or runtime image setting.
+// kind or runtime image setting, and a server name that is not one or
+// comes without the pool's certificate.
 func TestAgentConfigOfAClusterAgent(t *testing.T) {
 	creds := withCreds(t)
 	for _, c := range []struct {
@@ -75,6 +76,8 @@ func TestAgentConfigOfAClusterAgent(t *testing.T) {
 		{[]string{"--runtime-images", "vllm"}, "MP_AGENT_RUNTIME_IMAGES"},
 		{[]string{"--runtime-images", "nosuch=img:1"}, "MP_AGENT_RUNTIME_IMAGES"},
 		{[]string{"--kube-image", ""}, "MP_KUBE_IMAGE"},
+		{[]string{"--kube-server-name", "gpu-pool.replicas.modelplane.internal"}, "needs MP_TLS_CERT"},
+		{[]string{"--kube-server-name", "not a name"}, "MP_KUBE_SERVER_NAME"},
 	} {
 		var cfg AgentConfig
 		fs := flag.NewFlagSet("agent", flag.ContinueOnError)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"modelplane/agent/guard"
+	"modelplane/tlscert"
 )
 
 // GuardConfig configures `modelplane guard`: the replica token check the
@@ -37,7 +38,11 @@ type GuardConfig struct {
 	// DrainTimeout bounds how long a stopping guard forwards the requests
 	// in flight (the runtime drains at the same time).
 	DrainTimeout time.Duration
-	LogLevel     string
+	// TLS is the certificate and key the guard serves (MP_TLS_CERT,
+	// MP_TLS_KEY: the pool's Secret mounted in the pod), read again when
+	// they change; none is plain HTTP. CA is not read.
+	TLS      tlscert.Files
+	LogLevel string
 }
 
 // Flags registers the settings on fs, with MP_* environment variables as
@@ -50,6 +55,8 @@ func (c *GuardConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsPath, "metrics-path", env("MP_GUARD_METRICS_PATH", ""), "path that serves --metrics-upstream's metrics without the token (MP_GUARD_METRICS_PATH)")
 	fs.StringVar(&c.MetricsUpstream, "metrics-upstream", env("MP_GUARD_METRICS_UPSTREAM", ""), "the runtime's loopback metrics address, host:port (MP_GUARD_METRICS_UPSTREAM)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration("MP_GUARD_DRAIN_TIMEOUT", DefaultRuntimeDrainTimeout), "on SIGTERM, how long requests in flight may take (MP_GUARD_DRAIN_TIMEOUT)")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", env("MP_TLS_CERT", ""), "PEM certificate the guard serves; read again when it changes (MP_TLS_CERT)")
+	fs.StringVar(&c.TLS.Key, "tls-key", env("MP_TLS_KEY", ""), "PEM private key of --tls-cert (MP_TLS_KEY)")
 	fs.StringVar(&c.LogLevel, "log-level", env("MP_LOG_LEVEL", "info"), "debug, info, warn or error (MP_LOG_LEVEL)")
 }
 
@@ -82,6 +89,9 @@ func (c GuardConfig) Validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, errors.New("MP_GUARD_DRAIN_TIMEOUT (--drain-timeout) must be a positive duration"))
+	}
+	for _, p := range c.TLS.Problems("MP_TLS_CERT (--tls-cert)", "MP_TLS_KEY (--tls-key)", "MP_TLS_CA") {
+		errs = append(errs, errors.New(p))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("MP_LOG_LEVEL (--log-level) %w", err))
@@ -124,8 +134,16 @@ func runGuard(ctx context.Context, c GuardConfig, listening func(addr string)) e
 		return err
 	}
 	log := NewLogger(c.LogLevel)
-	g, err := guard.Listen(c.Listen, c.Upstream, guard.Options{Token: string(c.Token), Open: c.open(),
-		MetricsPath: c.MetricsPath, MetricsAddr: c.MetricsUpstream, Log: log})
+	srvTLS, err := c.TLS.Server(log)
+	if err != nil {
+		return fmt.Errorf("MP_TLS_CERT (--tls-cert): %w", err)
+	}
+	opts := guard.Options{Token: string(c.Token), Open: c.open(),
+		MetricsPath: c.MetricsPath, MetricsAddr: c.MetricsUpstream, Log: log}
+	if srvTLS != nil {
+		opts.TLS = srvTLS.Config()
+	}
+	g, err := guard.Listen(c.Listen, c.Upstream, opts)
 	if err != nil {
 		return fmt.Errorf("guard: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/quartz"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +42,10 @@ type KubeConfig struct {
 	// control plane; "" is the agent's --control-plane.
 	ControlPlaneURL string
 	Resync          time.Duration
+	// ServerName is the name the pool's certificate (MP_TLS_CERT, which
+	// the pods serve) names and gateways verify; "" is
+	// <pool>.replicas.modelplane.internal.
+	ServerName string
 
 	client    kubernetes.Interface
 	inventory cluster.Inventory
@@ -54,6 +59,7 @@ func (k *KubeConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.RuntimeImages, "runtime-images", env("MP_AGENT_RUNTIME_IMAGES", ""), "kubernetes driver: catalogue images replaced, as vllm=registry.corp/vllm:v1,triton=… (MP_AGENT_RUNTIME_IMAGES)")
 	fs.StringVar(&k.NamespacePrefix, "kube-namespace-prefix", env("MP_KUBE_NAMESPACE_PREFIX", cluster.DefaultNamespacePrefix), "kubernetes driver: start of each team's namespace (MP_KUBE_NAMESPACE_PREFIX)")
 	fs.StringVar(&k.ControlPlaneURL, "kube-control-plane", env("MP_KUBE_CONTROL_PLANE_URL", ""), "kubernetes driver: the control plane's URL as pods reach it; empty for --control-plane (MP_KUBE_CONTROL_PLANE_URL)")
+	fs.StringVar(&k.ServerName, "kube-server-name", env("MP_KUBE_SERVER_NAME", ""), "kubernetes driver: the name MP_TLS_CERT, which the pods serve, names; empty for <pool>"+cluster.ServerNameSuffix+" (MP_KUBE_SERVER_NAME)")
 	fs.DurationVar(&k.Resync, "kube-resync", envDuration("MP_KUBE_RESYNC", cluster.DefaultResync), "kubernetes driver: how often every object is compared and put back (MP_KUBE_RESYNC)")
 }
 
@@ -67,6 +73,11 @@ func (k *KubeConfig) validate() []string {
 	}
 	if err := catalog.SetImages(catalog.Default(), k.RuntimeImages); err != nil {
 		errs = append(errs, fmt.Sprintf("MP_AGENT_RUNTIME_IMAGES (--runtime-images): %v", err))
+	}
+	if k.ServerName != "" {
+		for _, e := range validation.IsDNS1123Subdomain(k.ServerName) {
+			errs = append(errs, fmt.Sprintf("MP_KUBE_SERVER_NAME (--kube-server-name) %q: %s", k.ServerName, e))
+		}
 	}
 	if k.Resync <= 0 {
 		errs = append(errs, "MP_KUBE_RESYNC (--kube-resync) must be above 0")
@@ -102,7 +113,7 @@ func (k *KubeConfig) connect(ctx context.Context) error {
 }
 
 // driver builds the kubernetes driver and starts its watches.
-func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig, sess *nodeSession, clock quartz.Clock, log *slog.Logger) (*cluster.Driver, error) {
+func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig, podTLS *cluster.PodTLS, sess *nodeSession, clock quartz.Clock, log *slog.Logger) (*cluster.Driver, error) {
 	cat := catalog.Default()
 	if err := catalog.SetImages(cat, k.RuntimeImages); err != nil {
 		return nil, err
@@ -121,7 +132,7 @@ func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig
 	}
 	drv, err := cluster.New(cluster.Config{Client: k.client, Pool: cfg.Node, Kind: k.Kind, Inventory: k.inventory,
 		NamespacePrefix: k.NamespacePrefix, Image: k.Image, Catalog: cat, ControlPlaneURL: url, ArtifactToken: token,
-		Resync: k.Resync, Clock: clock, Log: log})
+		Resync: k.Resync, PodTLS: podTLS, Clock: clock, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -737,6 +737,11 @@ type RouteReplica struct {
 	// Token is the replica's token (ReplicaSpec.Token), which the gateway
 	// sends in ReplicaTokenHeader on every call to it.
 	Token string `json:"token,omitempty"`
+	// ServerName is the name the replica's certificate must name when it
+	// is not the host of Addr: a pod of a Kubernetes pool serves a
+	// certificate for its pool's name (<pool>.replicas.modelplane.internal),
+	// since no issuer can name a pod's IP in advance. Empty: Addr's host.
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // The headers between a gateway and a replica (docs/security.md,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -250,5 +251,56 @@ func decode(t *testing.T, manifest []byte) []*unstructured.Unstructured {
 		if len(o.Object) > 0 {
 			out = append(out, &o)
 		}
+	}
+}
+
+// TestChartMountsThePoolsCertificate: with agent.podTLS.secret the agent
+// mounts the Secret whole (no subPath, so renewals arrive) and points
+// MP_TLS_CERT, MP_TLS_KEY, MP_TLS_CA and MP_KUBE_SERVER_NAME at it; without
+// it, none of them is set.
+func TestChartMountsThePoolsCertificate(t *testing.T) {
+	t.Parallel()
+	agent := func(set ...string) (env map[string]string, mounts, secrets []string) {
+		env = map[string]string{}
+		for _, o := range decode(t, render(t, "modelplane", set...)) {
+			if o.GetKind() != "Deployment" || !strings.HasSuffix(o.GetName(), "-agent") {
+				continue
+			}
+			spec := o.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			ct := spec["containers"].([]any)[0].(map[string]any)
+			for _, e := range ct["env"].([]any) {
+				e := e.(map[string]any)
+				if v, ok := e["value"].(string); ok {
+					env[e["name"].(string)] = v
+				}
+			}
+			for _, m := range ct["volumeMounts"].([]any) {
+				m := m.(map[string]any)
+				if _, sub := m["subPath"]; sub {
+					t.Errorf("mount %v uses subPath", m)
+				}
+				mounts = append(mounts, m["mountPath"].(string))
+			}
+			for _, v := range spec["volumes"].([]any) {
+				if s, ok := v.(map[string]any)["secret"].(map[string]any); ok {
+					secrets = append(secrets, s["secretName"].(string))
+				}
+			}
+		}
+		return env, mounts, secrets
+	}
+	env, mounts, secrets := agent("agent.podTLS.secret=pool-tls", "agent.podTLS.serverName=gpu.replicas.corp")
+	for k, want := range map[string]string{"MP_TLS_CERT": "/etc/modelplane/tls/tls.crt", "MP_TLS_KEY": "/etc/modelplane/tls/tls.key",
+		"MP_TLS_CA": "/etc/modelplane/tls/ca.crt", "MP_KUBE_SERVER_NAME": "gpu.replicas.corp"} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q", k, env[k], want)
+		}
+	}
+	if !slices.Contains(mounts, "/etc/modelplane/tls") || !slices.Contains(secrets, "pool-tls") {
+		t.Errorf("mounts %v, secret volumes %v; want pool-tls at /etc/modelplane/tls", mounts, secrets)
+	}
+	env, mounts, secrets = agent()
+	if _, ok := env["MP_TLS_CERT"]; ok || slices.Contains(mounts, "/etc/modelplane/tls") || len(secrets) != 0 {
+		t.Errorf("without podTLS: env %v, mounts %v, secrets %v; want no TLS", env, mounts, secrets)
 	}
 }

@@ -67,9 +67,11 @@ type Config struct {
 	Transport http.RoundTripper
 	// ReplicaTLS, when set, is how replicas are reached: over https,
 	// their certificates verified against its RootCAs (MP_GATEWAY_REPLICA_CA).
-	// Every replica must then serve TLS (its node's MP_TLS_CERT). It is
-	// the default transport's TLS configuration; a Transport given is used
-	// as it is.
+	// Every replica must then serve TLS (its node's MP_TLS_CERT), its
+	// certificate naming the host of its address, or the server name its
+	// route entry gives (busapi.RouteReplica.ServerName: a Kubernetes
+	// pool's pods). It is the default transport's TLS configuration; a
+	// Transport given is used as it is, for every replica.
 	ReplicaTLS *tls.Config
 	// ClientTrustDomain is the SPIFFE trust domain of the client
 	// certificates the gateway's listener verified
@@ -244,6 +246,8 @@ type Gateway struct {
 	js        jetstream.JetStream
 	log       *slog.Logger
 	transport http.RoundTripper
+	// named are the transports of replicas with a server name (servername.go).
+	named namedTransports
 	// scheme is how replicas are called: "https://" with ReplicaTLS.
 	scheme   string
 	tracer   trace.Tracer
@@ -373,6 +377,7 @@ func (g *Gateway) Stop() {
 	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
+	g.named.closeIdle()
 }
 
 // now is the gateway's clock reading.

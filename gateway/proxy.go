@@ -525,7 +525,7 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 	req.Header.Set("X-Idempotency-Key", c.id)
 	tracing.Inject(ctx, req.Header)
 	upstreamHeaders(req.Header, u, c.team)
-	return g.transport.RoundTrip(req)
+	return g.replicaTransport(u).RoundTrip(req)
 }
 
 // upstreamHeaders sets what a replica believes of the gateway: its token,

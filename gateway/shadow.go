@@ -100,7 +100,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 		req.Header.Set("X-Request-Id", m.id)
 		req.Header.Set(ShadowHeader, "1")
 		upstreamHeaders(req.Header, u, m.caller)
-		resp, err = g.transport.RoundTrip(req)
+		resp, err = g.replicaTransport(u).RoundTrip(req)
 	}
 	if err == nil {
 		o.status = resp.StatusCode

@@ -160,10 +160,13 @@ func (v *version) record(r *statsRecorder, o *observation) {
 // upstream is one ready replica. inFlight is shared by every table that
 // holds the replica, so least-outstanding choice survives table swaps.
 type upstream struct {
-	id       string
-	addr     string
-	token    string // sent in busapi.ReplicaTokenHeader
-	inFlight atomic.Int64
+	id    string
+	addr  string
+	token string // sent in busapi.ReplicaTokenHeader
+	// serverName is the name its certificate is verified against, when
+	// not addr's host (busapi.RouteReplica.ServerName).
+	serverName string
+	inFlight   atomic.Int64
 	// fails counts consecutive failed calls (connect errors, 5xx);
 	// ejectedUntil is the Unix nanosecond time until which the replica is
 	// skipped (see eject.go).
@@ -179,7 +182,7 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 	if prev != nil {
 		for _, v := range prev.versions {
 			for _, u := range v.upstreams {
-				old[u.id+"\x00"+u.addr+"\x00"+u.token] = u
+				old[u.id+"\x00"+u.addr+"\x00"+u.token+"\x00"+u.serverName] = u
 			}
 		}
 	}
@@ -217,9 +220,9 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 			if r.Addr == "" {
 				continue
 			}
-			u := old[r.ID+"\x00"+r.Addr+"\x00"+r.Token]
+			u := old[r.ID+"\x00"+r.Addr+"\x00"+r.Token+"\x00"+r.ServerName]
 			if u == nil {
-				u = &upstream{id: r.ID, addr: r.Addr, token: r.Token}
+				u = &upstream{id: r.ID, addr: r.Addr, token: r.Token, serverName: r.ServerName}
 			}
 			v.upstreams = append(v.upstreams, u)
 		}

@@ -220,3 +220,54 @@ func TestSecurityGatewayCallsReplicasOverTLS(t *testing.T) {
 		t.Fatalf("plain HTTP to a TLS replica = %d, want a failure", r.status)
 	}
 }
+
+// TestSecurityGatewayVerifiesReplicaServerName: a replica dialled at an IP
+// whose certificate names only its pool's server name (a Kubernetes pod)
+// is reached when its route entry gives that name, and never sent a request
+// without it (the IP is verified and not named) or with another name.
+func TestSecurityGatewayVerifiesReplicaServerName(t *testing.T) {
+	t.Parallel()
+	const name = "gpu-pool.replicas.modelplane.internal"
+	ca := tlstest.NewCA(t, "pools")
+	certFile, keyFile := ca.Named(t, name).Write(t)
+	kp, err := tlscert.LoadKeypair(certFile, keyFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := replica.New(replica.Config{ReplicaID: "r-pod", Token: "tok-pod", Endpoint: "e", Version: "v1", Task: replica.TaskClassification,
+		Profile: json.RawMessage(classifierProfile), Seed: 1, TLS: (&tlscert.Server{Keypair: kp}).Config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Start(t.Context(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	wait.Eventually(t, 10*time.Second, s.Ready, "waiting for replica ready")
+	addr := a.String()
+
+	e := newEnv(t)
+	for _, c := range []struct{ endpoint, serverName string }{
+		{"named", name},
+		{"unnamed", ""},
+		{"misnamed", "other-pool.replicas.modelplane.internal"},
+	} {
+		e.putRoute(t, route(c.endpoint, "risk", "classification", 1, busapi.RouteVersion{Name: "v1", Weight: 100,
+			Replicas: []busapi.RouteReplica{{ID: "r-pod", Addr: addr, Token: "tok-pod", ServerName: c.serverName}}}))
+	}
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{ReplicaTLS: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, EjectFailures: -1})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	if r := call(t, g.url, predictPath("named"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("to the IP verified by the server name = %d (%s), want 200", r.status, r.body)
+	}
+	for _, ep := range []string{"unnamed", "misnamed"} {
+		if r := call(t, g.url, predictPath(ep), key, predictBody); r.status < 500 {
+			t.Fatalf("%s: a certificate not naming what is verified = %d (%s), want a 5xx", ep, r.status, r.body)
+		}
+	}
+	if got := s.Stats().Requests; got != 1 {
+		t.Fatalf("the replica served %d requests, want 1 (only the named route's)", got)
+	}
+}

@@ -16,8 +16,9 @@
 //   - every object it writes, by server-side apply with one field manager
 //     per pool and only where the live object's managed fields differ
 //     (a pass with nothing changed makes no write): per team a namespace,
-//     a ResourceQuota from the team's quota, a tokenless ServiceAccount
-//     and the pool's artifact Secret; per endpoint version a NetworkPolicy
+//     a ResourceQuota from the team's quota, a tokenless ServiceAccount,
+//     the pool's artifact Secret and, with PodTLS, its certificate Secret
+//     (tls.go), which the serving container mounts; per endpoint version a NetworkPolicy
 //     that admits only gateways (and the agent) and owns the version's
 //     pods; per replica a token Secret and a pod with the fetch init
 //     container (`modelplane fetch`), the catalogue entry's runtime

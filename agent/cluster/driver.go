@@ -108,7 +108,11 @@ type Config struct {
 	Resync time.Duration
 	// Grace is a pod's termination grace period: the runtime's drain.
 	Grace time.Duration
-	// HTTP reads runtimes' metrics; nil is a client with a short timeout.
+	// PodTLS, when set, makes the pods serve HTTPS with the pool's
+	// certificate (tls.go); nil is plain HTTP.
+	PodTLS *PodTLS
+	// HTTP reads runtimes' metrics; nil is a client with a short timeout
+	// (verifying PodTLS's server name with PodTLS).
 	HTTP  *http.Client
 	Clock quartz.Clock
 	Log   *slog.Logger
@@ -146,6 +150,14 @@ func (c *Config) defaults() {
 	}
 	if c.AgentSelector == nil {
 		c.AgentSelector = map[string]string{LabelComponent: "agent"}
+	}
+	if c.PodTLS != nil && c.PodTLS.ServerName == "" {
+		t := *c.PodTLS
+		t.ServerName = ServerName(c.Pool)
+		c.PodTLS = &t
+	}
+	if c.HTTP == nil && c.PodTLS != nil {
+		c.HTTP = metricsClient(c.PodTLS)
 	}
 	if c.HTTP == nil {
 		c.HTTP = &http.Client{Timeout: 2 * time.Second}
@@ -218,6 +230,11 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Image == "" {
 		return nil, errors.New("cluster driver: modelplane's image is required (the init container and the built-in runtime run it)")
+	}
+	if cfg.PodTLS != nil {
+		if err := cfg.PodTLS.check(); err != nil {
+			return nil, err
+		}
 	}
 	d := &Driver{cfg: cfg, log: cfg.Log.With(slog.String("pool", cfg.Pool)), wake: make(chan struct{}, 1),
 		replicas: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}, inv: cfg.Inventory}

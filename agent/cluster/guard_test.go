@@ -210,6 +210,10 @@ func runGuard(t *testing.T, c *kubetest.Cluster, pod *corev1.Pod, g corev1.Conta
 		t.Fatal(err)
 	}
 	cfg.Token = app.Secret(s.Data[ref.Key])
+	if cfg.TLS.Cert != "" {
+		// The kubelet's part of the tls volume: the Secret's files.
+		cfg.TLS.Cert, cfg.TLS.Key = mountTLS(t, c, pod, cfg.TLS.Cert), mountTLS(t, c, pod, cfg.TLS.Key)
+	}
 	onPod := func(addr string) string {
 		host, port, _ := net.SplitHostPort(addr)
 		if host == "" || host == "127.0.0.1" {

@@ -40,6 +40,13 @@ func pool(t *testing.T, c *kubetest.Cluster, kind string, nodes ...kubetest.Node
 // poolWithClock is pool with the driver's clock given.
 func poolWithClock(t *testing.T, c *kubetest.Cluster, kind string, clock quartz.Clock, nodes ...kubetest.Node) (*cluster.Driver, []corev1.Node) {
 	t.Helper()
+	return poolWith(t, c, kind, clock, nil, nodes...)
+}
+
+// poolWith is poolWithClock with the driver's configuration changed by
+// set (nil: none).
+func poolWith(t *testing.T, c *kubetest.Cluster, kind string, clock quartz.Clock, set func(*cluster.Config), nodes ...kubetest.Node) (*cluster.Driver, []corev1.Node) {
+	t.Helper()
 	id := uniq(t)
 	var objs []corev1.Node
 	for _, n := range nodes {
@@ -53,10 +60,14 @@ func poolWithClock(t *testing.T, c *kubetest.Cluster, kind string, clock quartz.
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := cluster.New(cluster.Config{Client: c.Client(), Pool: "pool-" + id, Kind: kind, Inventory: inv,
+	cfg := cluster.Config{Client: c.Client(), Pool: "pool-" + id, Kind: kind, Inventory: inv,
 		NamespacePrefix: id + "-", Image: "modelplane/modelplane:test", ControlPlaneURL: "http://cp.example:8080",
 		ArtifactToken: func() string { return "artifact-token" }, NodeSelector: map[string]string{testLabel: id},
-		Clock: clock})
+		Clock: clock}
+	if set != nil {
+		set(&cfg)
+	}
+	d, err := cluster.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

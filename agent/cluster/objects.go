@@ -30,6 +30,7 @@ type objects struct {
 	namespace *applycorev1.NamespaceApplyConfiguration
 	quota     *applycorev1.ResourceQuotaApplyConfiguration // nil: the team has no quota
 	artifacts *applycorev1.SecretApplyConfiguration        // nil: no artifacts to fetch
+	tls       *applycorev1.SecretApplyConfiguration        // nil: pods serve plain HTTP
 	account   *applycorev1.ServiceAccountApplyConfiguration
 	// policy admits gateways alone to the version's pods, and owns them
 	// and their tokens: deleting it removes the version (garbage
@@ -77,6 +78,12 @@ func (d *Driver) desired(r *replica) (objects, error) {
 	if fetch && d.cfg.ControlPlaneURL != "" && d.cfg.ArtifactToken != nil {
 		o.artifacts = applycorev1.Secret(d.artifactSecret(), r.ns).WithLabels(d.teamLabels(spec.Team)).
 			WithType(corev1.SecretTypeOpaque).WithData(map[string][]byte{"token": []byte(d.cfg.ArtifactToken())})
+	}
+	if d.cfg.PodTLS != nil {
+		var err error
+		if o.tls, err = d.tlsSecretIn(r.ns, d.teamLabels(spec.Team)); err != nil {
+			return objects{}, err
+		}
 	}
 	vname := versionName(spec.Endpoint, spec.Version)
 	lbl := d.labels(spec)
@@ -142,6 +149,10 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	// pod's loopback behind the guard sidecar, which holds the service
 	// port (and serves Triton's metrics from their own loopback port).
 	g := guarded(e, spec)
+	tlsOn := d.cfg.PodTLS != nil
+	if tlsOn && !g && !e.ChecksToken {
+		return nil, fmt.Errorf("runtime %s serves TLS only behind the guard, which needs the replica's token", e.Name)
+	}
 	host, port, metricsPort := "0.0.0.0", d.cfg.Port, 0
 	if g {
 		host, port = "127.0.0.1", d.cfg.InnerPort
@@ -178,6 +189,13 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	if spec.Token != "" && !g {
 		env = append(env, token())
 	}
+	// The serving container reads the pool's certificate from the
+	// Secret's volume, read again by tlscert when the kubelet updates it.
+	tlsMount := applycorev1.VolumeMount().WithName("tls").WithMountPath(TLSPath).WithReadOnly(true)
+	if tlsOn && !g {
+		env = append(env, applycorev1.EnvVar().WithName("MP_TLS_CERT").WithValue(TLSPath+"/"+corev1.TLSCertKey),
+			applycorev1.EnvVar().WithName("MP_TLS_KEY").WithValue(TLSPath+"/"+corev1.TLSPrivateKeyKey))
+	}
 	res := corev1.ResourceList{}
 	if len(spec.Slots) > 0 {
 		res[resourceOf(spec.Profile)] = quantity(int64(len(spec.Slots)))
@@ -199,8 +217,15 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 	if g {
 		probePort = intstr.FromInt32(int32(d.cfg.Port))
 	}
+	// Over TLS the probes are https (the kubelet does not verify). Plain
+	// probes leave the scheme to the API server's default, as pods made
+	// before TLS have it: a pod's probes cannot change.
 	probe := func(path string) *applycorev1.ProbeApplyConfiguration {
-		return applycorev1.Probe().WithHTTPGet(applycorev1.HTTPGetAction().WithPath(path).WithPort(probePort))
+		get := applycorev1.HTTPGetAction().WithPath(path).WithPort(probePort)
+		if tlsOn {
+			get.WithScheme(corev1.URISchemeHTTPS)
+		}
+		return applycorev1.Probe().WithHTTPGet(get)
 	}
 	servicePort := applycorev1.ContainerPort().WithName("http").WithContainerPort(int32(d.cfg.Port)).WithProtocol(corev1.ProtocolTCP)
 	runtime := applycorev1.Container().WithName("runtime").WithImage(d.image(e)).WithArgs(argv...).WithEnv(env...).
@@ -209,6 +234,9 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		WithSecurityContext(secure())
 	if !g {
 		runtime.WithPorts(servicePort)
+		if tlsOn {
+			runtime.WithVolumeMounts(tlsMount)
+		}
 	}
 	if command != nil {
 		runtime.WithCommand(command...)
@@ -227,6 +255,9 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		WithTerminationGracePeriodSeconds(int64(math.Ceil(d.cfg.Grace.Seconds()))).
 		WithVolumes(applycorev1.Volume().WithName("models").WithEmptyDir(applycorev1.EmptyDirVolumeSource())).
 		WithContainers(runtime)
+	if tlsOn {
+		ps.WithVolumes(applycorev1.Volume().WithName("tls").WithSecret(applycorev1.SecretVolumeSource().WithSecretName(d.tlsSecret())))
+	}
 	if g {
 		args := []string{"guard", "--listen", ":" + strconv.Itoa(d.cfg.Port),
 			"--upstream", "127.0.0.1:" + strconv.Itoa(d.cfg.InnerPort), "--open", strings.Join(e.Probes(spec.Model), ","),
@@ -234,8 +265,14 @@ func (d *Driver) podSpec(r *replica, fetch bool) (*applycorev1.PodSpecApplyConfi
 		if metricsPort != 0 {
 			args = append(args, "--metrics-path", e.Metrics, "--metrics-upstream", "127.0.0.1:"+strconv.Itoa(metricsPort))
 		}
+		if tlsOn {
+			args = append(args, "--tls-cert", TLSPath+"/"+corev1.TLSCertKey, "--tls-key", TLSPath+"/"+corev1.TLSPrivateKeyKey)
+		}
 		guard := applycorev1.Container().WithName("guard").WithImage(d.cfg.Image).WithArgs(args...).
 			WithEnv(token()).WithPorts(servicePort).WithSecurityContext(secure())
+		if tlsOn {
+			guard.WithVolumeMounts(tlsMount)
+		}
 		if len(gres) > 0 {
 			// None at all when empty: the API server keeps no empty
 			// lists, and a pass would find them missing and write again.
@@ -415,6 +452,14 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error
 			d.wrote()
 			if _, err := core.Secrets(r.ns).Apply(ctx, o.artifacts, opts); err != nil {
 				return fmt.Errorf("apply artifact secret: %w", err)
+			}
+		}
+	}
+	if o.tls != nil {
+		if live, err := d.secrets.Secrets(r.ns).Get(*o.tls.Name); err != nil || differs(o.tls, extract(applycorev1.ExtractSecret(live, fm))) {
+			d.wrote()
+			if _, err := core.Secrets(r.ns).Apply(ctx, o.tls, opts); err != nil {
+				return fmt.Errorf("apply pod tls secret: %w", err)
 			}
 		}
 	}

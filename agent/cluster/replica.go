@@ -158,7 +158,7 @@ func (r *replica) metrics(ctx context.Context, e catalog.Entry, p *corev1.Pod, o
 	if p.Status.PodIP == "" {
 		return
 	}
-	url := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(r.d.cfg.Port)) + e.Metrics
+	url := r.d.scheme() + "://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(r.d.cfg.Port)) + e.Metrics
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return

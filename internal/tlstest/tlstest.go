@@ -87,6 +87,17 @@ func (ca *CA) Server(t testing.TB, cn string) *Leaf {
 	})
 }
 
+// Named issues a server certificate naming only the DNS names names, no
+// address: what a pod of a Kubernetes pool serves, dialled at its IP.
+func (ca *CA) Named(t testing.TB, names ...string) *Leaf {
+	t.Helper()
+	return ca.issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: names[0]},
+		DNSNames:    names,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+}
+
 // Client issues a client certificate whose URI SANs are uris (a SPIFFE ID
 // such as spiffe://example.org/team/risk/sa/scorer).
 func (ca *CA) Client(t testing.TB, uris ...string) *Leaf {
