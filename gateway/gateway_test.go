@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -199,6 +200,38 @@ func TestRetryOnDeadReplica(t *testing.T) {
 		r := call(t, g.url, predictPath(ep), key, predictBody)
 		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
 			t.Errorf("%s: status %d Retry-After %q, want 503 with Retry-After", ep, r.status, r.header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestRetryOnReplicaClosingWithoutAnswer: a replica being stopped as its
+// endpoint scales down takes the connection and closes it without an
+// answer; the request goes to another replica instead of failing 502.
+func TestRetryOnReplicaClosingWithoutAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	live := startReplica(t, "v23", replica.TaskClassification)
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, ln.Addr().String(), live)))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	for i := range 30 {
+		if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+			t.Fatalf("request %d: status = %d (%s), want 200 from the replica that answers", i, r.status, r.body)
 		}
 	}
 }

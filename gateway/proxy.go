@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -422,7 +423,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		defer ps.End()
 	}
 	resp, err := g.send(ctx, path, u, body, c, r)
-	if err != nil && dialFailed(err) && ctx.Err() == nil {
+	if err != nil && (dialFailed(err) || unanswered(err)) && ctx.Err() == nil {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
@@ -542,6 +543,18 @@ func upstreamHeaders(h http.Header, u *upstream, team string) {
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// unanswered reports whether the replica closed or reset the connection
+// (EOF, reset, broken pipe) before any byte of an answer: a replica being stopped as the endpoint
+// scales down does so with a request on its way (net/http has already
+// tried a fresh connection to it, the request carrying an idempotency
+// key). Nothing reached the caller, so another replica may answer.
+func unanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		// net/http's own word for a reused connection the replica had
+		// closed, which it has no exported error for.
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // relay streams server-sent events to the client one by one, flushing after
