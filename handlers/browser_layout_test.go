@@ -75,7 +75,7 @@ func TestBrowserNothingOverflowsAt1280(t *testing.T) {
 		{"risk-admin@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts", "/chargeback?period=last"}},
 		{"risk-viewer@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts"}},
 		{"finance@example.com", []string{"/", "/chargeback?period=last", "/chargeback?period=last&group_by=team&group_by=endpoint&group_by=version&group_by=gpu_type&group_by=allocation", "/cost-rates", "/team"}},
-		{"admin@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts", "/chargeback?period=last", "/fleet", "/audit", "/quotas", "/team"}},
+		{"admin@example.com", []string{"/", "/endpoints/risk-endpoint", "/rollouts", "/chargeback?period=last", "/fleet", "/fleet/gpu-mig-01", "/audit", "/quotas", "/team"}},
 	} {
 		b := newBrowser(t)
 		b.do("sign in as "+c.user,

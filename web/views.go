@@ -596,6 +596,18 @@ type ExplorerProps struct {
 	Sampled          []RequestRow
 }
 
+// Traced says whether any notable request has a trace id.
+func (p ExplorerProps) Traced() bool {
+	for _, rows := range [][]RequestRow{p.Slowest, p.Failed, p.Sampled} {
+		for _, r := range rows {
+			if r.TraceID != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // OverheadRow is one version's gateway overhead.
 type OverheadRow struct {
 	Version, P50, P99 string
