@@ -95,6 +95,11 @@ type GatewayResult struct {
 	CPURatioReverseProxy *float64 `json:"cpu_ratio_vs_reverseproxy"`
 	CPURatioNginx        *float64 `json:"cpu_ratio_vs_nginx"`
 	CPURatioHAProxy      *float64 `json:"cpu_ratio_vs_haproxy"`
+	// RatioRawProxy and CPURatioRawProxy compare the gateway with the
+	// bench's raw proxy (gateway_raw.go): Go without net/http, the floor
+	// of any Go HTTP stack on this machine.
+	RatioRawProxy    float64  `json:"rps_ratio_vs_rawproxy"`
+	CPURatioRawProxy *float64 `json:"cpu_ratio_vs_rawproxy"`
 	// Versions names what ran on each path: Go's version for ours, the
 	// proxies' own version strings.
 	Versions map[string]string `json:"versions"`
@@ -153,9 +158,9 @@ type GatewayPath struct {
 
 // Settings of `modelplane bench gateway`.
 const (
-	// childEnv makes this program a bench child: "gateway" or
-	// "reverseproxy"; childNATSEnv is the gateway child's NATS and
-	// childUpstreamEnv the reverse proxy's replica.
+	// childEnv makes this program a bench child: "gateway",
+	// "reverseproxy" or "rawproxy"; childNATSEnv is the gateway child's
+	// NATS and childUpstreamEnv the proxies' replica.
 	childEnv         = "MP_BENCH_GATEWAY_CHILD"
 	childNATSEnv     = "MP_BENCH_GATEWAY_NATS"
 	childCredsEnv    = "MP_BENCH_GATEWAY_NATS_CREDS"
@@ -262,11 +267,15 @@ func runChild(ctx context.Context, mode string, out io.Writer) error {
 		return err
 	}
 	defer s.close()
-	h, err := childHandler(ctx, s, mode)
-	if err != nil {
-		return err
+	var addr string
+	if mode == "rawproxy" {
+		addr, err = startRawProxy(s, os.Getenv(childUpstreamEnv))
+	} else {
+		var h http.Handler
+		if h, err = childHandler(ctx, s, mode); err == nil {
+			addr, err = s.serve(h)
+		}
 	}
-	addr, err := s.serve(h)
 	if err != nil {
 		return err
 	}
@@ -753,6 +762,13 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	}
 	b.s.onClose(rp.stop)
 	b.rp = rp
+	raw, err := startChild(b.pin, childEnv+"=rawproxy", childUpstreamEnv+"="+b.direct)
+	if err != nil {
+		return fmt.Errorf("raw proxy: %w", err)
+	}
+	b.s.onClose(raw.stop)
+	b.res.Paths["rawproxy"] = &GatewayPath{url: "http://" + raw.addr + "/predict", pid: raw.cmd.Process.Pid}
+	b.res.Versions["rawproxy"] = runtime.Version()
 	b.res.Paths["direct"] = &GatewayPath{url: "http://" + b.direct + "/predict"}
 	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict", pid: gw.cmd.Process.Pid}
 	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict", pid: traced.cmd.Process.Pid}
@@ -769,7 +785,7 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 		b.res.Paths[name] = &GatewayPath{url: "http://" + addr + "/predict", pid: p.cmd.Process.Pid}
 		b.res.Versions[name] = version
 	}
-	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "nginx", "haproxy", "caddy"}
+	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "rawproxy", "nginx", "haproxy", "caddy"}
 	b.order = slices.DeleteFunc(b.order, func(n string) bool { return b.res.Paths[n] == nil })
 	return nil
 }
@@ -1006,6 +1022,10 @@ func (b *gatewayBench) summarize(began time.Time) {
 		return &r
 	}
 	res.CPURatioReverseProxy, res.CPURatioNginx, res.CPURatioHAProxy = cpuRatio("reverseproxy"), cpuRatio("nginx"), cpuRatio("haproxy")
+	res.CPURatioRawProxy = cpuRatio("rawproxy")
+	if r := ratio("rawproxy"); r != nil {
+		res.RatioRawProxy = *r
+	}
 	if t := res.Paths["gateway_traced"]; t != nil && g.RPSC64 > 0 && g.P99MsC64 > 0 {
 		res.TracingRPSRatio = round3(t.RPSC64 / g.RPSC64)
 		res.TracingP99RatioC64 = round3(t.P99MsC64 / g.P99MsC64)
