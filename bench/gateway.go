@@ -514,9 +514,13 @@ func proxyVersion(name, bin string) string {
 		arg = "version"
 	}
 	out, _ := exec.Command(bin, arg).CombinedOutput()
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	// "nginx version: nginx/1.22.1", "HAProxy version 2.6.12-1 2023/…",
-	// "v2.6.2 h1:…".
+	return versionIn(string(out))
+}
+
+// versionIn is the version in a proxy's version output: "nginx version:
+// nginx/1.22.1", "HAProxy version 2.6.12-1 2023/…" or "v2.6.2 h1:…".
+func versionIn(out string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	f := strings.Fields(line)
 	for i, w := range f {
 		if strings.HasPrefix(w, "version") && i+1 < len(f) {
