@@ -88,6 +88,25 @@ type GatewayResult struct {
 	SSEEvents                     int     `json:"sse_events"`
 	SSEEventGapMs                 float64 `json:"sse_event_gap_ms"`
 	SSEStallMs                    float64 `json:"sse_stall_ms"`
+	// CPURatioNginx and CPURatioHAProxy are nginx's and HAProxy's CPU
+	// time per request at 64 clients over the gateway's (above 1: the
+	// gateway spends less), CPURatioReverseProxy the bare ReverseProxy's;
+	// null where the proxy is not installed.
+	CPURatioReverseProxy *float64 `json:"cpu_ratio_vs_reverseproxy"`
+	CPURatioNginx        *float64 `json:"cpu_ratio_vs_nginx"`
+	CPURatioHAProxy      *float64 `json:"cpu_ratio_vs_haproxy"`
+	// RatioRawProxy and CPURatioRawProxy compare the gateway with the
+	// bench's raw proxy (gateway_raw.go): Go without net/http, the floor
+	// of any Go HTTP stack on this machine.
+	RatioRawProxy    float64  `json:"rps_ratio_vs_rawproxy"`
+	CPURatioRawProxy *float64 `json:"cpu_ratio_vs_rawproxy"`
+	// Versions names what ran on each path: Go's version for ours, the
+	// proxies' own version strings.
+	Versions map[string]string `json:"versions"`
+	// Workers is the worker processes or threads each proxy was given:
+	// the gateway's GOMAXPROCS, so that every proxy has the cores the
+	// gateway has.
+	Workers int `json:"proxy_workers"`
 	// Paths holds every path's numbers; Skipped why a proxy was left out.
 	Paths   map[string]*GatewayPath `json:"paths"`
 	Skipped map[string]string       `json:"skipped"`
@@ -103,7 +122,10 @@ type GatewayResult struct {
 	Seconds           float64 `json:"seconds"`
 	// Profile is the gateway's CPU profile at 64 connections in the last
 	// round; Profile+".traced" the traced gateway's in the same round, and
-	// Profile+".sse" the gateway's during that round's SSE phase.
+	// Profile+".sse" the gateway's during that round's SSE phase. Each has
+	// an allocation profile beside it (".allocs": what the process
+	// allocated since it started, read with -sample_index=alloc_space or
+	// alloc_objects).
 	Profile    string          `json:"cpu_profile,omitempty"`
 	TargetsMet map[string]bool `json:"targets_met"`
 }
@@ -118,12 +140,15 @@ type GatewayPath struct {
 	ErrorsC64   int     `json:"errors_c64"`
 	RequestsC1  int     `json:"requests_c1"`
 	RequestsC64 int     `json:"requests_c64"`
-	// CPUUsPerRequestC64 is the process's CPU time (user and system) per
-	// request at 64 clients, warm-up included; for the gateways only.
+	// CPUUsPerRequestC64 is the proxy's CPU time (user and system, its
+	// processes and their children, nginx's workers included) per request
+	// at 64 clients, warm-up included; not for the direct path, which the
+	// load generator serves. Unlike rps it does not swing with what else
+	// the machine runs, so it is the fair reading on a shared machine.
 	CPUUsPerRequestC64 float64 `json:"cpu_us_per_request_c64,omitempty"`
 
 	url    string
-	proc   *child
+	pid    int // the proxy's process, 0 for the direct path
 	cpu    time.Duration
 	sent   int
 	c1     []time.Duration
@@ -133,9 +158,9 @@ type GatewayPath struct {
 
 // Settings of `modelplane bench gateway`.
 const (
-	// childEnv makes this program a bench child: "gateway" or
-	// "reverseproxy"; childNATSEnv is the gateway child's NATS and
-	// childUpstreamEnv the reverse proxy's replica.
+	// childEnv makes this program a bench child: "gateway",
+	// "reverseproxy" or "rawproxy"; childNATSEnv is the gateway child's
+	// NATS and childUpstreamEnv the proxies' replica.
 	childEnv         = "MP_BENCH_GATEWAY_CHILD"
 	childNATSEnv     = "MP_BENCH_GATEWAY_NATS"
 	childCredsEnv    = "MP_BENCH_GATEWAY_NATS_CREDS"
@@ -242,11 +267,15 @@ func runChild(ctx context.Context, mode string, out io.Writer) error {
 		return err
 	}
 	defer s.close()
-	h, err := childHandler(ctx, s, mode)
-	if err != nil {
-		return err
+	var addr string
+	if mode == "rawproxy" {
+		addr, err = startRawProxy(s, os.Getenv(childUpstreamEnv))
+	} else {
+		var h http.Handler
+		if h, err = childHandler(ctx, s, mode); err == nil {
+			addr, err = s.serve(h)
+		}
 	}
-	addr, err := s.serve(h)
 	if err != nil {
 		return err
 	}
@@ -311,14 +340,32 @@ func profileControl() http.Handler {
 			http.Error(w, err.Error(), 500)
 		}
 	})
-	mux.HandleFunc("/stop", func(http.ResponseWriter, *http.Request) {
-		if pf != nil {
-			pprof.StopCPUProfile()
-			pf.Close()
-			pf = nil
+	mux.HandleFunc("/stop", func(w http.ResponseWriter, _ *http.Request) {
+		if pf == nil {
+			return
+		}
+		pprof.StopCPUProfile()
+		pf.Close()
+		err := writeAllocs(pf.Name() + ".allocs")
+		pf = nil
+		if err != nil {
+			http.Error(w, err.Error(), 500)
 		}
 	})
 	return mux
+}
+
+// writeAllocs writes this process's allocation profile to file.
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // proc is a child process: one of ours or a proxy.
@@ -406,58 +453,92 @@ func startChild(pin bool, env ...string) (*child, error) {
 var errProxyMissing = errors.New("not installed")
 
 // startProxy writes a plain-proxy config for name (nginx, haproxy or
-// caddy) in dir/name, starts it on a free port in front of upstream and
-// waits until it takes connections.
-func startProxy(name, dir, upstream string, pin bool) (*proc, string, error) {
+// caddy) with workers worker processes or threads in dir/name, starts it
+// on a free port in front of upstream and waits until it takes
+// connections. It returns the proxy's version string too.
+func startProxy(name, dir, upstream string, workers int, pin bool) (*proc, string, string, error) {
 	bin, err := exec.LookPath(name)
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/" + name); serr != nil {
-			return nil, "", errProxyMissing
+			return nil, "", "", errProxyMissing
 		}
 		bin = "/usr/sbin/" + name
 	}
 	port, err := freeport.Get()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	pdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(filepath.Join(pdir, "tmp"), 0o755); err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	conf, argv := proxyConfig(name, bin, pdir, addr, upstream)
+	conf, argv := proxyConfig(name, bin, pdir, addr, upstream, workers)
 	if err := os.WriteFile(filepath.Join(pdir, "proxy.conf"), []byte(conf), 0o644); err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	argv = pinned(pin, "0", argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = pdir
 	cmd.Env = append(os.Environ(), "HOME="+pdir, "XDG_DATA_HOME="+pdir, "XDG_CONFIG_HOME="+pdir)
+	// Caddy is a Go program: its workers are its GOMAXPROCS.
+	cmd.Env = append(slices.DeleteFunc(cmd.Env, func(s string) bool { return strings.HasPrefix(s, "GOMAXPROCS=") }),
+		"GOMAXPROCS="+strconv.Itoa(workers))
 	var logBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
 	// nginx's workers keep the output pipe open after their master ends.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	p := &proc{cmd: cmd}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
 			c.Close()
-			return p, addr, nil
+			return p, addr, proxyVersion(name, bin), nil
 		}
 		if time.Now().After(deadline) || (cmd.ProcessState != nil) {
 			p.stop()
-			return nil, "", fmt.Errorf("did not start: %s", strings.TrimSpace(logBuf.String()))
+			return nil, "", "", fmt.Errorf("did not start: %s", strings.TrimSpace(logBuf.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
+// proxyVersion is what bin (the proxy name) says its version is, "" when
+// it says nothing readable.
+func proxyVersion(name, bin string) string {
+	arg := "-v"
+	if name == "caddy" {
+		arg = "version"
+	}
+	out, _ := exec.Command(bin, arg).CombinedOutput()
+	return versionIn(string(out))
+}
+
+// versionIn is the version in a proxy's version output: "nginx version:
+// nginx/1.22.1", "HAProxy version 2.6.12-1 2023/…" or "v2.6.2 h1:…".
+func versionIn(out string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	f := strings.Fields(line)
+	for i, w := range f {
+		if strings.HasPrefix(w, "version") && i+1 < len(f) {
+			return strings.TrimPrefix(f[i+1], "nginx/")
+		}
+	}
+	if len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
 // proxyConfig is name's config file, serving addr in front of upstream
-// from pdir, and the command line that runs bin on it.
-func proxyConfig(name, bin, pdir, addr, upstream string) (string, []string) {
+// from pdir with workers worker processes (nginx) or threads (HAProxy),
+// and the command line that runs bin on it. Neither logs requests, as
+// the gateway and ReverseProxy children log none.
+func proxyConfig(name, bin, pdir, addr, upstream string, workers int) (string, []string) {
+	nw := strconv.Itoa(workers)
 	confFile := filepath.Join(pdir, "proxy.conf")
 	switch name {
 	case "nginx":
@@ -466,7 +547,7 @@ func proxyConfig(name, bin, pdir, addr, upstream string) (string, []string) {
 			user = "user root;\n"
 		}
 		t := filepath.Join(pdir, "tmp")
-		return user + `worker_processes 1;
+		return user + `worker_processes ` + nw + `;
 daemon off;
 master_process on;
 pid ` + pdir + `/nginx.pid;
@@ -492,7 +573,7 @@ http {
 	case "haproxy":
 		return `global
   maxconn 4000
-  nbthread 1
+  nbthread ` + nw + `
 defaults
   mode http
   timeout connect 5s
@@ -551,7 +632,7 @@ type gatewayBench struct {
 // 1 (in turn), at 64 (one after the other) and with SSE streams.
 func measureGateway(ctx context.Context, cfg Config) (GatewayResult, error) {
 	began := time.Now()
-	b := &gatewayBench{cfg: cfg, res: GatewayResult{Name: "gateway", Paths: map[string]*GatewayPath{}, Skipped: map[string]string{}, Rounds: rounds,
+	b := &gatewayBench{cfg: cfg, res: GatewayResult{Name: "gateway", Paths: map[string]*GatewayPath{}, Skipped: map[string]string{}, Versions: map[string]string{}, Rounds: rounds,
 		Cores: runtime.NumCPU(), SSEStreams: sseStreams, SSEEvents: sseEvents,
 		SSEEventGapMs: ms(sseEventGap), SSEStallMs: ms(sseStall)}}
 	s, err := newScratch("mp-bench-gw-")
@@ -685,20 +766,30 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	}
 	b.s.onClose(rp.stop)
 	b.rp = rp
+	raw, err := startChild(b.pin, childEnv+"=rawproxy", childUpstreamEnv+"="+b.direct)
+	if err != nil {
+		return fmt.Errorf("raw proxy: %w", err)
+	}
+	b.s.onClose(raw.stop)
+	b.res.Paths["rawproxy"] = &GatewayPath{url: "http://" + raw.addr + "/predict", pid: raw.cmd.Process.Pid}
+	b.res.Versions["rawproxy"] = runtime.Version()
 	b.res.Paths["direct"] = &GatewayPath{url: "http://" + b.direct + "/predict"}
-	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: gw}
-	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict", proc: traced}
-	b.res.Paths["reverseproxy"] = &GatewayPath{url: "http://" + rp.addr + "/predict"}
+	b.res.Paths["gateway"] = &GatewayPath{url: "http://" + gw.addr + "/v1/endpoints/" + predictEndpoint + "/predict", pid: gw.cmd.Process.Pid}
+	b.res.Paths["gateway_traced"] = &GatewayPath{url: "http://" + traced.addr + "/v1/endpoints/" + predictEndpoint + "/predict", pid: traced.cmd.Process.Pid}
+	b.res.Paths["reverseproxy"] = &GatewayPath{url: "http://" + rp.addr + "/predict", pid: rp.cmd.Process.Pid}
+	b.res.Versions["gateway"], b.res.Versions["reverseproxy"] = runtime.Version(), runtime.Version()
+	b.res.Workers = max(1, gw.gomaxprocs)
 	for _, name := range []string{"nginx", "haproxy", "caddy"} {
-		p, addr, err := startProxy(name, b.s.dir, b.direct, b.pin)
+		p, addr, version, err := startProxy(name, b.s.dir, b.direct, b.res.Workers, b.pin)
 		if err != nil {
 			b.res.Skipped[name] = err.Error()
 			continue
 		}
 		b.s.onClose(p.stop)
-		b.res.Paths[name] = &GatewayPath{url: "http://" + addr + "/predict"}
+		b.res.Paths[name] = &GatewayPath{url: "http://" + addr + "/predict", pid: p.cmd.Process.Pid}
+		b.res.Versions[name] = version
 	}
-	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "nginx", "haproxy", "caddy"}
+	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "rawproxy", "nginx", "haproxy", "caddy"}
 	b.order = slices.DeleteFunc(b.order, func(n string) bool { return b.res.Paths[n] == nil })
 	return nil
 }
@@ -741,9 +832,9 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 			ch, file = b.traced, b.cfg.Profile+".traced"
 		}
 		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() {
-			cpu0 := p.proc.cpuTime()
+			cpu0 := treeCPU(p.pid)
 			lat, errs, secs, sent := b.load(ctx, p.url, 64)
-			p.cpu += p.proc.cpuTime() - cpu0
+			p.cpu += treeCPU(p.pid) - cpu0
 			p.c64 = append(p.c64, lat...)
 			p.ErrorsC64 += errs
 			p.c64Sec += secs
@@ -858,13 +949,30 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int) ([]time.Durati
 // every Linux this runs on).
 const clockTick = 10 * time.Millisecond
 
-// cpuTime is c's CPU time so far (user and system), zero for a path that
-// is not a child of ours or where /proc cannot say.
-func (c *child) cpuTime() time.Duration {
-	if c == nil {
+// treeCPU is the CPU time so far (user and system) of process pid and
+// its descendants (nginx's workers), zero for pid 0 or where /proc cannot
+// say.
+func treeCPU(pid int) time.Duration {
+	if pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+	total := pidCPU(pid)
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				total += treeCPU(c)
+			}
+		}
+	}
+	return total
+}
+
+// pidCPU is process pid's own CPU time so far (user and system), zero
+// where /proc cannot say.
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
 	}
@@ -889,7 +997,7 @@ func (b *gatewayBench) summarize(began time.Time) {
 		if p.c64Sec > 0 {
 			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
 		}
-		if p.proc != nil && p.sent > 0 {
+		if p.pid != 0 && p.sent > 0 {
 			p.CPUUsPerRequestC64 = round3(float64(p.cpu.Microseconds()) / float64(p.sent))
 		}
 	}
@@ -909,6 +1017,19 @@ func (b *gatewayBench) summarize(began time.Time) {
 		res.RatioReverseProxy = *r
 	}
 	res.RatioCaddy, res.RatioNginx, res.RatioHAProxy = ratio("caddy"), ratio("nginx"), ratio("haproxy")
+	cpuRatio := func(n string) *float64 {
+		p := res.Paths[n]
+		if p == nil || p.CPUUsPerRequestC64 == 0 || g.CPUUsPerRequestC64 == 0 {
+			return nil
+		}
+		r := round3(p.CPUUsPerRequestC64 / g.CPUUsPerRequestC64)
+		return &r
+	}
+	res.CPURatioReverseProxy, res.CPURatioNginx, res.CPURatioHAProxy = cpuRatio("reverseproxy"), cpuRatio("nginx"), cpuRatio("haproxy")
+	res.CPURatioRawProxy = cpuRatio("rawproxy")
+	if r := ratio("rawproxy"); r != nil {
+		res.RatioRawProxy = *r
+	}
 	if t := res.Paths["gateway_traced"]; t != nil && g.RPSC64 > 0 && g.P99MsC64 > 0 {
 		res.TracingRPSRatio = round3(t.RPSC64 / g.RPSC64)
 		res.TracingP99RatioC64 = round3(t.P99MsC64 / g.P99MsC64)
@@ -932,6 +1053,8 @@ func (b *gatewayBench) summarize(began time.Time) {
 		"rps_at_least_1x_reverseproxy":     res.RatioReverseProxy >= 1,
 		"rps_at_least_1x_caddy":            met(res.RatioCaddy, 1),
 		"rps_at_least_0.5x_nginx":          met(res.RatioNginx, 0.5),
+		"rps_at_least_1x_nginx":            met(res.RatioNginx, 1),
+		"rps_at_least_1x_haproxy":          met(res.RatioHAProxy, 1),
 		"sse_added_ttft_p99_at_most_0.3ms": res.SSEAddedTTFTP99Ms <= 0.3,
 		"sse_no_stalls":                    res.SSEStalls == 0 && res.SSEErrors == 0,
 		"tracing_rps_at_least_0.97x":       res.TracingRPSRatio >= 0.97,

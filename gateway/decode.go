@@ -152,5 +152,19 @@ func requestID(in string) string {
 			return in
 		}
 	}
-	return strings.ToLower(rand.Text())
+	return newRequestID()
+}
+
+// idAlphabet is lower-case base32, the characters of a fresh request id.
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
+
+// newRequestID is 26 random characters of idAlphabet (130 bits), as
+// crypto/rand.Text makes them but in lower case, in one allocation.
+func newRequestID() string {
+	var b [26]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails
+	for i := range b {
+		b[i] = idAlphabet[b[i]%32]
+	}
+	return string(b[:])
 }

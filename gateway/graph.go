@@ -20,10 +20,6 @@ import (
 	"modelplane/tracing"
 )
 
-// stepCaller is the context key of a graph step's caller: the graph's team.
-// Only runGraph sets it, on requests it makes itself.
-type stepCaller struct{}
-
 // graphDepth is the context key of how many graphs a step runs inside, so
 // that graphs calling graphs end even when a cycle was saved around
 // validation (definitions changed under each other).
@@ -212,7 +208,6 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 	}
 	ctx, span := s.parent.child(ctx, "ml_serving.graph_step", trace.SpanKindInternal,
 		attribute.String("graph.node", step.Node), attribute.String("endpoint", step.Endpoint), attribute.Int("attempt", step.Attempt))
-	ctx = context.WithValue(ctx, stepCaller{}, s.who)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/endpoints/"+step.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		if span != nil {
@@ -239,7 +234,7 @@ func (s *stepCalls) Call(ctx context.Context, step graph.Step, body []byte) grap
 		}
 		w = sw
 	}
-	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true, via: s.via}
+	c := &call{id: id, endpoint: step.Endpoint, start: time.Now(), step: true, stepWho: s.who, via: s.via}
 	s.g.handle(k, c, w, req)
 	if llm {
 		// The graph's answer is the LLM's: its statistics and sample

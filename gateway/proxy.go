@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ const rolePlatformAdmin = "platform_admin"
 // call is what the gateway learnt about one request, for its log line.
 type call struct {
 	id       string
+	idh      []string // id as a header value (idHeader)
 	endpoint string
 	team     string
 	key      string
@@ -71,8 +73,9 @@ type call struct {
 	// names the endpoint, and errors have OpenAI's shape.
 	openai bool
 	// step is set on a graph's step (graph.go), served for the graph's
-	// team rather than for a key of its own.
-	step bool
+	// team, stepWho, rather than for a key of its own.
+	step    bool
+	stepWho *caller
 	// via is the graph endpoint and version a step is made for (graph.go);
 	// its statistics are a series of their own, for chargeback.
 	via graphRef
@@ -108,7 +111,7 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 // call.
 func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request) {
 	start := c.start
-	w.Header().Set("X-Request-Id", c.id)
+	w.Header()["X-Request-Id"] = c.idHeader()
 	r = g.startTrace(w, c, r)
 	g.serve(k, c, w, r)
 	end := time.Now()
@@ -143,6 +146,15 @@ func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request
 		slog.String("team", c.team), slog.String("key", c.key), slog.String("version", c.versionName()),
 		slog.String("replica", c.replica), slog.Bool("retried", c.retried), slog.Int("status", c.status), slog.String("trace_id", c.traceID),
 		slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000))
+}
+
+// idHeader is the request id as a header value, made once for the answer
+// and the call to the replica.
+func (c *call) idHeader() []string {
+	if c.idh == nil {
+		c.idh = []string{c.id}
+	}
+	return c.idh
 }
 
 // versionName is the name of the version chosen, "" before there is one.
@@ -212,14 +224,19 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 			return
 		}
 	}
-	stream, err := decodeRequest(k, body)
-	if err != nil {
-		g.fail(w, c, http.StatusBadRequest, "bad request", strings.TrimPrefix(err.Error(), errBadRequest.Error()+"\n"))
-		return
-	}
-	if bad := g.validate(rt, k, body); bad != nil {
-		g.fail(w, c, http.StatusBadRequest, "invalid input", bad.Error())
-		return
+	// Most predict bodies are checked from their bytes; the rest, and
+	// every failure, take the full path, which says what is wrong.
+	var stream bool
+	if !rt.accepts(k, body) {
+		var err error
+		if stream, err = decodeRequest(k, body); err != nil {
+			g.fail(w, c, http.StatusBadRequest, "bad request", strings.TrimPrefix(err.Error(), errBadRequest.Error()+"\n"))
+			return
+		}
+		if bad := g.validate(rt, k, body); bad != nil {
+			g.fail(w, c, http.StatusBadRequest, "invalid input", bad.Error())
+			return
+		}
 	}
 	c.mark(stepSchema)
 	if !g.admit(w, c, rt) {
@@ -286,7 +303,7 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	if len(rt.shadows) > 0 && !c.pinned {
 		g.mirror(k, c, rt, v, body, stream, r.Header.Get("Accept"))
 	}
-	w.Header().Set("X-Model-Version", v.name)
+	w.Header()["X-Model-Version"] = v.nameHeader
 	g.proxy(k, c, rt, v, body, stream, w, r)
 }
 
@@ -325,10 +342,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]b
 // authenticate checks the API key or OIDC bearer token of a request
 // locally, answering 401 when there is none or it is invalid.
 func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) (*caller, bool) {
-	// A graph's step is its graph's team calling (graph.go); the context
-	// value is set only by the gateway itself, never from a request.
-	if who, ok := r.Context().Value(stepCaller{}).(*caller); ok {
-		return who, true
+	// A graph's step is its graph's team calling (graph.go); only the
+	// gateway makes step calls, never a request.
+	if c.step {
+		return c.stepWho, true
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		// A client certificate is the request's credential (service.go).
@@ -337,11 +354,14 @@ func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) 
 	header := r.Header.Get("Authorization")
 	if raw, prefix, ok := bearerKey(header); ok {
 		key := g.keys.Load().byPrefix[prefix]
-		if key == nil || !key.matches(sha256.Sum256([]byte(raw))) ||
+		if key == nil || !key.matches(keyDigest(raw)) ||
 			(key.expiresAt != nil && !g.now().Before(*key.expiresAt)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelplane", error="invalid_token"`)
 			g.fail(w, c, http.StatusUnauthorized, "unauthenticated", "the API key is unknown, revoked or expired")
 			return nil, false
+		}
+		if key.who.name == prefix {
+			return &key.who, true // the entry names itself by its key, as it should
 		}
 		return &caller{name: prefix, team: key.team, role: key.role}, true
 	}
@@ -359,6 +379,14 @@ func (g *Gateway) authenticate(w http.ResponseWriter, c *call, r *http.Request) 
 	return nil, false
 }
 
+// keyDigest is the SHA-256 of an API key of bearerKey's shape, hashed
+// from a copy on the stack: the key is longer than what a conversion to
+// bytes keeps there, so hashing []byte(raw) allocates.
+func keyDigest(raw string) [32]byte {
+	var b [len(keyPrefix) + lookupLen + 1 + secretLen]byte
+	return sha256.Sum256(b[:copy(b[:], raw)])
+}
+
 func (g *Gateway) unavailable(w http.ResponseWriter, c *call, detail string) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(g.cfg.RetryAfter.Round(time.Second)/time.Second))))
 	g.fail(w, c, http.StatusServiceUnavailable, "no replica ready", detail)
@@ -373,10 +401,14 @@ func (g *Gateway) coldStart(w http.ResponseWriter, c *call, v *version, waited t
 	g.fail(w, c, http.StatusAccepted, "scaled to zero", "endpoint "+strconv.Quote(c.endpoint)+" has no replica running; retry later")
 }
 
-// hopHeaders are connection-level headers a proxy must not pass on.
-var hopHeaders = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
-	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+// hopHeader reports whether name (canonical) is a connection-level header
+// a proxy must not pass on.
+func hopHeader(name string) bool {
+	switch name {
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 // proxy sends the request to the least loaded replica of v, retrying once on
@@ -469,15 +501,15 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		g.v2Answer(ctx, c, rt, v, instances, &timedOut, resp, w)
 		return
 	}
+	// X-Model-Version and X-Request-Id are already the gateway's (serve
+	// and handle set them): a replica's own are not passed on.
 	h := w.Header()
 	for name, vals := range resp.Header {
-		if hopHeaders[name] {
+		if hopHeader(name) || name == "X-Model-Version" || name == "X-Request-Id" {
 			continue
 		}
 		h[name] = vals
 	}
-	h.Set("X-Model-Version", v.name)
-	h.Set("X-Request-Id", c.id)
 	c.status = resp.StatusCode
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		// The stream has started: from here the stall timeout guards it,
@@ -497,7 +529,10 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		kept = &answerBuffer{}
 		dst = io.MultiWriter(w, kept)
 	}
-	if _, err := io.Copy(dst, resp.Body); err != nil && ctx.Err() == nil {
+	buf := copyBufs.Get().(*[copyBufSize]byte)
+	_, err = io.CopyBuffer(dst, resp.Body, buf[:])
+	copyBufs.Put(buf)
+	if err != nil && ctx.Err() == nil {
 		g.log.Debug("gateway: relay cut", slog.String("request_id", c.id), slog.String("error", err.Error()))
 		c.sampled = false
 	}
@@ -506,27 +541,57 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 }
 
+// copyBufSize is the size of the buffers answers are relayed through.
+const copyBufSize = 32 << 10
+
+// copyBufs are the relay's buffers: io.Copy would allocate one per answer
+// when the writer is not the server's own (a sampled answer is also kept).
+var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
+
 // send makes one upstream call to path. Only the headers set here reach
 // the replica: none of the client's, so a client cannot set the team header.
+//
+// The request is built by hand rather than by http.NewRequest: the URL is
+// parsed once per replica and path, and the header values that are the
+// same on every call are shared slices (the transport only reads them).
 func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, c *call, in *http.Request) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+u.addr+path, bytes.NewReader(body))
+	target, err := u.urlOf(g.scheme, path)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if a := in.Header.Get("Accept"); a != "" {
-		req.Header.Set("Accept", a)
+	req := (&http.Request{Method: http.MethodPost, URL: target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, 8), Host: target.Host, ContentLength: int64(len(body))}).WithContext(ctx)
+	req.Body, req.GetBody = bodyOf(body)
+	req.Header["Content-Type"] = jsonContentType
+	if a := in.Header["Accept"]; len(a) > 0 && a[0] != "" {
+		req.Header["Accept"] = a[:1:1]
 	}
-	req.Header.Set("X-Request-Id", c.id)
+	id := c.idHeader()
+	req.Header["X-Request-Id"] = id
 	// Marks the call replayable for net/http: a pooled connection the
 	// replica closed (a replica stopping as its endpoint scales down) is
 	// then retried on a fresh one instead of failing the request with a
 	// 502; nothing of the request reached a model. A refused fresh
 	// connection then moves the request to another replica (proxy).
-	req.Header.Set("X-Idempotency-Key", c.id)
+	req.Header["X-Idempotency-Key"] = id
 	tracing.Inject(ctx, req.Header)
 	upstreamHeaders(req.Header, u, c.team)
 	return g.replicaTransport(u).RoundTrip(req)
+}
+
+// jsonContentType is the Content-Type header value of every call.
+var jsonContentType = []string{"application/json"}
+
+// bodyOf is body as a request body and its GetBody, which lets net/http
+// send it again on a fresh connection; nil for an empty body, as
+// http.NewRequest makes them.
+func bodyOf(body []byte) (io.ReadCloser, func() (io.ReadCloser, error)) {
+	if len(body) == 0 {
+		return http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	return io.NopCloser(bytes.NewReader(body)), func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(body)), nil
+	}
 }
 
 // upstreamHeaders sets what a replica believes of the gateway: its token,

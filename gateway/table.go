@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,8 +89,11 @@ type arm struct {
 
 // version is one version of an endpoint with its ready replicas.
 type version struct {
-	name   string
-	weight int
+	name string
+	// nameHeader is name as a header value, shared by every answer of
+	// the version (header values are only read once set).
+	nameHeader []string
+	weight     int
 	// shadow is the percentage of the endpoint's requests mirrored here.
 	shadow    float64
 	upstreams []*upstream
@@ -172,6 +176,30 @@ type upstream struct {
 	// skipped (see eject.go).
 	fails        atomic.Int32
 	ejectedUntil atomic.Int64
+	// target is the URL last called on the replica, parsed once and
+	// shared by the requests that call the same path (a replica serves
+	// one endpoint, so nearly always one path).
+	target atomic.Pointer[upstreamTarget]
+}
+
+// upstreamTarget is a parsed URL of a replica and the path it was made of.
+type upstreamTarget struct {
+	path string
+	url  *url.URL
+}
+
+// urlOf returns the URL of path on u, reached by scheme; requests only
+// read it.
+func (u *upstream) urlOf(scheme, path string) (*url.URL, error) {
+	if t := u.target.Load(); t != nil && t.path == path {
+		return t.url, nil
+	}
+	parsed, err := url.Parse(scheme + u.addr + path)
+	if err != nil {
+		return nil, err
+	}
+	u.target.Store(&upstreamTarget{path: path, url: parsed})
+	return parsed, nil
 }
 
 // newRoute builds a route from its entry, reusing the upstream objects (and
@@ -199,7 +227,7 @@ func newRoute(src busapi.Route, prev *route, d routeDefaults) *route {
 		rt.schema = compileSchema(src.InputSchema)
 	}
 	for _, sv := range src.Versions {
-		v := &version{name: sv.Name, weight: max(sv.Weight, 0), coldStart: time.Duration(max(sv.ColdStartMS, 0)) * time.Millisecond}
+		v := &version{name: sv.Name, nameHeader: []string{sv.Name}, weight: max(sv.Weight, 0), coldStart: time.Duration(max(sv.ColdStartMS, 0)) * time.Millisecond}
 		if src.Task == busapi.RouteTaskGraph {
 			if d, err := graph.Parse(sv.Graph); err != nil {
 				v.graphBad = err.Error()
@@ -399,6 +427,9 @@ type key struct {
 	team      string
 	role      string
 	expiresAt *time.Time
+	// who is the caller the key authenticates, built once: requests
+	// share it and never change it.
+	who caller
 }
 
 var errBadDigest = errors.New("key digest is not 64 hex characters")
@@ -408,7 +439,7 @@ func newKey(e busapi.KeyEntry) (*key, error) {
 	if err != nil || len(b) != 32 {
 		return nil, errBadDigest
 	}
-	k := &key{src: e, team: e.Team, role: e.Role, expiresAt: e.ExpiresAt}
+	k := &key{src: e, team: e.Team, role: e.Role, expiresAt: e.ExpiresAt, who: caller{name: e.Prefix, team: e.Team, role: e.Role}}
 	copy(k.sum[:], b)
 	return k, nil
 }

@@ -27,6 +27,10 @@ type inputSchema struct {
 	// without validation, and warned reports it once.
 	err    error
 	warned sync.Once
+	// fast checks predict bodies from their bytes (validate_fast.go); nil
+	// when the schema uses a keyword it does not understand, or did not
+	// compile.
+	fast *fastNode
 }
 
 // schemaURL names the schema inside its compiler; nothing is fetched.
@@ -68,6 +72,9 @@ func compileSchema(raw json.RawMessage) *inputSchema {
 	s.schema, s.err = c.Compile(schemaURL)
 	if s.err != nil && loader.asked {
 		s.err = errNoLoad
+	}
+	if s.err == nil {
+		s.fast = compileFast(raw)
 	}
 	return s
 }
@@ -245,6 +252,19 @@ func ratString(r *big.Rat) string {
 	}
 	f, _ := r.Float64()
 	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// accepts reports whether body, a call of kind k to rt, is known to pass
+// decodeRequest and validate without decoding it (validate_fast.go); false
+// means only that the full path must decide.
+func (rt *route) accepts(k kind, body []byte) bool {
+	if k != kindPredict {
+		return false
+	}
+	if rt.schema == nil {
+		return acceptPredict(body, nil)
+	}
+	return rt.schema.fast != nil && acceptPredict(body, rt.schema.fast)
 }
 
 // validate checks body against rt's input schema. An endpoint whose schema
