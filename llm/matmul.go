@@ -117,16 +117,9 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 		q := make([]int8, n*cols+32)
 		nb := cols / 32
 		d := make([]float32, n*nb)
-		dx16 := make([]float32, n*(nb/2)*16)
 		for i := range a.q {
-			r := q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb], dx16: dx16[i*(nb/2)*16 : (i+1)*(nb/2)*16]}
-			quantRowQ8_0(&r, x[i*cols:(i+1)*cols])
-			for b := range nb &^ 1 {
-				for l := range 8 {
-					r.dx16[b*8+l] = r.d[b]
-				}
-			}
-			a.q[i] = r
+			a.q[i] = q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb]}
+			quantRowQ8_0(&a.q[i], x[i*cols:(i+1)*cols])
 		}
 	case tQ4_K, tQ6_K:
 		a.q = make([]q8Row, n)
