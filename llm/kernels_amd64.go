@@ -207,8 +207,8 @@ func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 		q := a.q[i : i+xr]
 		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
 		if nb >= 2 {
-			_ = q[xr-1].dx16[nb/2*16-1]
-			q8_0Tile512(&dst[0], ds, &q[0].q[0], c, &wb[0], w.rowBytes, nb/2, xr, wr, &q[0].dx16[0], len(q[0].dx16))
+			_ = q[xr-1].d[nb-1]
+			q8_0Tile512(&dst[0], ds, &q[0].q[0], c, &wb[0], w.rowBytes, nb/2, xr, wr, &q[0].d[0], nb)
 		} else {
 			for k := range xr {
 				clear(dst[k*ds : k*ds+wr])
@@ -252,4 +252,4 @@ func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n 
 func f16Tile512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
 
 //go:noescape
-func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx16 *float32, dxs int)
+func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx *float32, dxs int)

@@ -211,3 +211,43 @@ func FuzzKernels(f *testing.F) {
 		}
 	})
 }
+
+// TestQuantRowQ8_0IsTheGoQuantiser holds quantRowQ8_0 (assembly where
+// the CPU has AVX-512) to the Go quantiser's bits, values and scales, on
+// rows of random scale with zero blocks, ties at a half step, binary16
+// subnormal and overflowing scales.
+func TestQuantRowQ8_0IsTheGoQuantiser(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for n := range 200 {
+		x := make([]float32, 32*(1+n%9))
+		scale := math.Pow(10, float64(rng.IntN(16)-9))
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * scale)
+		}
+		switch n % 5 {
+		case 1: // a zero block
+			clear(x[:32])
+		case 2: // values at a half step: 127/amax·v = k + 0.5
+			x[0] = 127
+			for i := 1; i < 32; i++ {
+				x[i] = float32(rng.IntN(254)-127) + 0.5
+			}
+		case 3: // a scale past binary16's largest
+			x[5] = 1e7
+		}
+		want := q8Row{q: make([]int8, len(x)), d: make([]float32, len(x)/32)}
+		got := q8Row{q: make([]int8, len(x)), d: make([]float32, len(x)/32)}
+		quantRowQ8_0Go(&want, x)
+		quantRowQ8_0(&got, x)
+		for i := range want.q {
+			if got.q[i] != want.q[i] {
+				t.Fatalf("row %d value %d (%v): got %d, want %d", n, i, x[i], got.q[i], want.q[i])
+			}
+		}
+		for b := range want.d {
+			if math.Float32bits(got.d[b]) != math.Float32bits(want.d[b]) {
+				t.Fatalf("row %d block %d scale: got %v, want %v", n, b, got.d[b], want.d[b])
+			}
+		}
+	}
+}

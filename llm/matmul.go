@@ -117,16 +117,9 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 		q := make([]int8, n*cols+32)
 		nb := cols / 32
 		d := make([]float32, n*nb)
-		dx16 := make([]float32, n*(nb/2)*16)
 		for i := range a.q {
-			r := q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb], dx16: dx16[i*(nb/2)*16 : (i+1)*(nb/2)*16]}
-			quantRowQ8_0(&r, x[i*cols:(i+1)*cols])
-			for b := range nb &^ 1 {
-				for l := range 8 {
-					r.dx16[b*8+l] = r.d[b]
-				}
-			}
-			a.q[i] = r
+			a.q[i] = q8Row{q: q[i*cols : (i+1)*cols], d: d[i*nb : (i+1)*nb]}
+			quantRowQ8_0(&a.q[i], x[i*cols:(i+1)*cols])
 		}
 	case tQ4_K, tQ6_K:
 		a.q = make([]q8Row, n)
@@ -166,11 +159,22 @@ func matmul(workers int, dst, x []float32, w *matrix, n int) {
 // once for all its rows.
 const matmulTile = 64
 
+// matmulBlockBytes is how many bytes of weight rows mulRows takes through
+// every tile of activation rows before the next: the block stays in the
+// L2 cache and a tile's activation rows in L1, where going through every
+// weight row for each tile of activations read the activations from L2
+// again for each weight tile. With 16 sequences on the F16 model (rows
+// of 4 KiB, 11 KiB for ffn_down) 64 KiB blocks gave 270-275 tokens per
+// CPU-second against 235-237 for one weight tile (4 rows) at a time;
+// Q8_0 359-379 against 364-368 (docs/llm.md).
+const matmulBlockBytes = 64 << 10
+
 // mulRows computes the outputs lo ≤ o < hi of every row: each weight row
 // is read once per tile of rows, and the kernels take tiles of kern.xr
-// activation rows by kern.wr weight rows; a row left over (all of them at
-// batch 1) goes against every weight row in one call, which a kernel may
-// run as one stream through the weights.
+// activation rows by kern.wr weight rows, a block of weight rows for every
+// activation tile in turn; a row left over (all of them at batch 1) goes
+// against every weight row in one call, which a kernel may run as one
+// stream through the weights.
 func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	n, out := a.n, w.rows
 	k := kern
@@ -180,15 +184,19 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 		if k.xr == 1 {
 			full = t
 		}
-		for o := lo; o < hi && full > t; {
-			wr := k.wr
-			if o+wr > hi {
-				wr = 1
-			}
+		block := max(k.wr, matmulBlockBytes/w.rowBytes/k.wr*k.wr)
+		for ob := lo; ob < hi && full > t; ob += block {
+			oe := min(hi, ob+block)
 			for i := t; i < full; i += k.xr {
-				k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, wr)
+				for o := ob; o < oe; {
+					wr := k.wr
+					if o+wr > oe {
+						wr = 1
+					}
+					k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, wr)
+					o += wr
+				}
 			}
-			o += wr
 		}
 		for i := full; i < end; i++ {
 			k.tile(dst[i*out+lo:], out, a, i, 1, w, lo, hi-lo)

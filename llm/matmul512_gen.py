@@ -135,12 +135,13 @@ p("""// q8_0Tile512 is Q8_0 weights against Q8_0 activations with AVX-512
 // each; the activation's, likewise laid out by prepare as dx16) and added
 // to the pair's accumulator. An odd last block is left to the caller.
 //
-// func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx16 *float32, dxs int)""")
+// func q8_0Tile512(dst *float32, ds int, x *int8, xs int, w *byte, ws int, nb2 int, xr int, wr int, dx *float32, dxs int)""")
 p("TEXT ·q8_0Tile512(SB), NOSPLIT, $0-88")
 p("\tMOVQ dst+0(FP), DI\n\tMOVQ ds+8(FP), R8\n\tMOVQ x+16(FP), SI\n\tMOVQ xs+24(FP), R10\n\tMOVQ w+32(FP), DX\n\tMOVQ ws+40(FP), R12\n\tMOVQ nb2+48(FP), CX")
 p("\tSHLQ $2, R8\n\tLEAQ (R8)(R8*2), R9\n\tLEAQ (R10)(R10*2), R11\n\tLEAQ (R12)(R12*2), R13")
-p("\tMOVQ dx16+72(FP), R14\n\tMOVQ dxs+80(FP), R15\n\tSHLQ $2, R15")
+p("\tMOVQ dx+72(FP), R14\n\tMOVQ dxs+80(FP), R15\n\tSHLQ $2, R15")
 p("\tMOVL $0x80808080, AX\n\tVPBROADCASTD AX, Z31\n\tVPXORD Z29, Z29, Z29")
+p("\tMOVL $0xff00, AX\n\tKMOVW AX, K1 // the upper eight lanes: the second block's")
 p("\tMOVQ xr+56(FP), AX\n\tMOVQ wr+64(FP), BX")
 for xr in (1, 4):
     for wr in (1, 4):
@@ -180,14 +181,15 @@ for xr in (1, 4):
             p(f"\tVPXORD Z25, Z25, Z25")
             p(f"\tVPDPBUSD Z24, Z31, Z25")
             p(f"\tVPSUBD Z25, Z29, Z25")  # Z29 is zero: Z25 = -128·Σx
-            p(f"\tVMOVUPS {dxaddr[i]}, Z26")
+            p(f"\tVBROADCASTSS {dxaddr[i]}, Z26")
+            p(f"\tVBROADCASTSS {off(dxaddr[i], 4)}, K1, Z26")
             for j in range(wr):
                 p(f"\tVMOVDQA64 Z25, Z27")
                 p(f"\tVPDPBUSD Z24, Z{16+j}, Z27")
                 p(f"\tVCVTDQ2PS Z27, Z27")
                 p(f"\tVMULPS Z{20+j}, Z26, Z28")
                 p(f"\tVFMADD231PS Z28, Z27, Z{4*i+j}")
-        p(f"\tADDQ $64, SI\n\tADDQ $68, DX\n\tADDQ $68, AX\n\tADDQ $64, R14\n\tDECQ CX\n\tJMP {lbl}_loop")
+        p(f"\tADDQ $64, SI\n\tADDQ $68, DX\n\tADDQ $68, AX\n\tADDQ $8, R14\n\tDECQ CX\n\tJMP {lbl}_loop")
         p(f"{lbl}_done:")
         for i in range(xr):
             for j in range(wr):
@@ -215,9 +217,9 @@ q("q80_1xN_loop:")
 q("\tTESTQ CX, CX\n\tJZ q80_1xN_sum")
 q("\tVMOVDQU32 2(DX), Y16\n\tVINSERTI64X4 $1, 36(DX), Z16, Z16\n\tVPXORD Z31, Z16, Z16")
 q("\tVPBROADCASTW (DX), X20\n\tVPBROADCASTW 34(DX), X30\n\tVINSERTI32X4 $1, X30, Y20, Y20\n\tVCVTPH2PS Y20, Z20")
-q("\tVMOVDQU64 (SI), Z24\n\tVPXORD Z25, Z25, Z25\n\tVPDPBUSD Z24, Z31, Z25\n\tVPSUBD Z25, Z29, Z25\n\tVMOVUPS (R14), Z26")
+q("\tVMOVDQU64 (SI), Z24\n\tVPXORD Z25, Z25, Z25\n\tVPDPBUSD Z24, Z31, Z25\n\tVPSUBD Z25, Z29, Z25\n\tVBROADCASTSS (R14), Z26\n\tVBROADCASTSS 4(R14), K1, Z26")
 q("\tVMOVDQA64 Z25, Z27\n\tVPDPBUSD Z24, Z16, Z27\n\tVCVTDQ2PS Z27, Z27\n\tVMULPS Z20, Z26, Z28\n\tVFMADD231PS Z28, Z27, Z0")
-q("\tADDQ $64, SI\n\tADDQ $68, DX\n\tADDQ $64, R14\n\tDECQ CX\n\tJMP q80_1xN_loop")
+q("\tADDQ $64, SI\n\tADDQ $68, DX\n\tADDQ $8, R14\n\tDECQ CX\n\tJMP q80_1xN_loop")
 q("q80_1xN_sum:")
 q("\tHSUM16(Z0, Y0, X0, Y28, X29)\n\tVMOVSS X0, (DI)\n\tVPXORD Z29, Z29, Z29")
 q("\tADDQ $4, DI\n\tADDQ R12, R13\n\tDECQ BX\n\tJMP q80_1xN_row")

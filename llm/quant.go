@@ -282,13 +282,10 @@ type q8Row struct {
 	q     []int8
 	d     []float32
 	bsums []int16
-	// dx16 is Q8_0's scales as the AVX-512 kernel reads them: for each
-	// pair of blocks, the first's scale eight times, then the second's.
-	dx16 []float32
 }
 
-// quantRowQ8_0 quantises a row of activations to Q8_0 blocks.
-func quantRowQ8_0(r *q8Row, x []float32) {
+// quantRowQ8_0Go quantises a row of activations to Q8_0 blocks, in Go.
+func quantRowQ8_0Go(r *q8Row, x []float32) {
 	nb := len(x) / 32
 	for blk := range nb {
 		xs := x[blk*32 : blk*32+32]
