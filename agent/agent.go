@@ -1017,7 +1017,7 @@ func (a *Agent) Status() busapi.NodeStatus {
 				// failures in a row of the runtime it started.
 				rs.Failures += m.obs.Failures
 			}
-			rs.Addr = m.rep.Addr()
+			rs.Addr, rs.ServerName = m.rep.Addr(), m.obs.ServerName
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct
 			rs.Requests = int64(m.obs.Requests)

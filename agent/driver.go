@@ -165,6 +165,11 @@ type Observation struct {
 	// entry running the replica, empty for a driver without one.
 	Absent  []string
 	Runtime string
+	// ServerName is the name the replica's certificate names when it is
+	// not its address's host (busapi.ReplicaStatus.ServerName): a
+	// Kubernetes pool's pods serve the pool's certificate. Empty for
+	// drivers whose replicas serve their node's name, or plain HTTP.
+	ServerName string
 	// Unallocated says the replica holds none of its pool's resources
 	// yet (a pod no node has taken); a PoolDriver's meter skips it.
 	Unallocated bool

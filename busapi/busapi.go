@@ -358,10 +358,15 @@ const (
 
 // ReplicaStatus is what an agent observes of one replica.
 type ReplicaStatus struct {
-	ID     string `json:"id"`
-	State  string `json:"state"`
-	Addr   string `json:"addr,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Addr  string `json:"addr,omitempty"`
+	// ServerName is the name the replica's certificate names when it is
+	// not Addr's host: a Kubernetes pool's pods serve one certificate for
+	// the pool's name. The control plane copies it into the replica's
+	// route entry (RouteReplica.ServerName). Empty: Addr's host, or no TLS.
+	ServerName string `json:"server_name,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 	// QueueDepth is the number of requests waiting (not yet in a batch).
 	QueueDepth int `json:"queue_depth"`
 	// KVUsedPct is the share of KV-cache pages in use (LLM replicas).
