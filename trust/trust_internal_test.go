@@ -90,7 +90,7 @@ func TestValidServerName(t *testing.T) {
 		{"localhost", true},
 		{long + "." + long + "." + long + "." + long[:61], true},
 		{long + "." + long + "." + long + "." + long[:62], false}, // 254 characters
-		{long + "a.example.com", false},                          // a 64-character label
+		{long + "a.example.com", false},                           // a 64-character label
 		{"", false},
 		{"Pool.example.com", false},
 		{"*.replicas.modelplane.internal", false},
