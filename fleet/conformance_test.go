@@ -392,7 +392,10 @@ func TestClusterQuotaRefusalIsShownOnTheEndpoint(t *testing.T) {
 		q := rq.Status.Hard["requests.nvidia.com/mig-1g.10gb"]
 		return q.Value() == 7
 	}, "no namespace quota from the team's quota: %v", wait.Show(func() any { return rq }))
-	// Someone else's pod in the team's namespace takes the other six.
+	// Someone else's pod in the team's namespace takes the other six. It
+	// runs as the namespace's replica account, which the driver may make
+	// after the quota.
+	c.WaitServiceAccount(t, ns, cluster.ReplicaAccount)
 	res := corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("6")}
 	if _, err := c.Client().CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "squatter"},
 		Spec: corev1.PodSpec{ServiceAccountName: cluster.ReplicaAccount,
