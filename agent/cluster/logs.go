@@ -106,9 +106,10 @@ func refusal(raw []byte, err error) string {
 }
 
 // logOptions is the pods/log request for ReadLog's arguments: the runtime
-// container (ReadLog names another), with time stamps, from the end (tailLines) or from a
-// position (sinceTime in whole seconds, a window of max bytes and a
-// chunk more for the time stamps and the lines before the position).
+// container (ReadLog names another), with time stamps, from the end
+// (tailLines) or from a position (sinceTime in whole seconds, a window of
+// max bytes and a chunk more for the time stamps and the lines before the
+// position).
 func logOptions(offset int64, tail, max int) *corev1.PodLogOptions {
 	opts := &corev1.PodLogOptions{Container: "runtime", Timestamps: true}
 	if offset < 0 {
