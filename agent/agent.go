@@ -1017,7 +1017,7 @@ func (a *Agent) Status() busapi.NodeStatus {
 				// failures in a row of the runtime it started.
 				rs.Failures += m.obs.Failures
 			}
-			rs.Addr = m.rep.Addr()
+			rs.Addr, rs.ServerName = m.rep.Addr(), m.obs.ServerName
 			rs.QueueDepth = m.obs.QueueDepth
 			rs.KVUsedPct = m.obs.KVUsedPct
 			rs.Requests = int64(m.obs.Requests)
@@ -1166,8 +1166,8 @@ func (a *Agent) answerLog(lr LogReader, m *nats.Msg) {
 		out.Error = "replica " + req.Replica + " does not run on node " + a.cfg.Node
 	} else if lr == nil {
 		out.Error = "node " + a.cfg.Node + " keeps no replica logs: its replicas are simulated and run no process"
-	} else if c, err := lr.ReadLog(req.Replica, req.Offset, req.Tail, busapi.MaxLogChunk); err != nil {
-		out.Error = err.Error()
+	} else if c, err := lr.ReadLog(req, busapi.MaxLogChunk); err != nil {
+		out.Error, out.Unsupported = err.Error(), errors.Is(err, ErrLogUnsupported)
 	} else {
 		out = c
 	}

@@ -44,10 +44,18 @@ type RuntimeLister interface {
 // control plane's log requests (busapi.LogsSubject) from it, so nobody needs
 // a shell on the node to read a crash-looping replica's log.
 type LogReader interface {
-	// ReadLog returns replica id's last tail lines when offset is
-	// negative, else at most max bytes from offset on.
-	ReadLog(id string, offset int64, tail, max int) (busapi.LogChunk, error)
+	// ReadLog returns replica req.Replica's last req.Tail lines when
+	// req.Offset is negative, else at most max bytes from req.Offset on,
+	// of the log req.Previous and req.Container name. A driver whose
+	// replicas have no such log returns an error wrapping
+	// ErrLogUnsupported.
+	ReadLog(req busapi.LogRequest, max int) (busapi.LogChunk, error)
 }
+
+// ErrLogUnsupported is a LogReader's answer to a request for a log its
+// replicas do not have (a previous run, another container); the agent
+// answers it busapi.LogChunk.Unsupported.
+var ErrLogUnsupported = errors.New("log not kept on this node")
 
 // PoolDriver is a Driver of a pool rather than a node: a Kubernetes
 // cluster, where a replica takes its GPUs or cores when the scheduler
@@ -165,6 +173,11 @@ type Observation struct {
 	// entry running the replica, empty for a driver without one.
 	Absent  []string
 	Runtime string
+	// ServerName is the name the replica's certificate names when it is
+	// not its address's host (busapi.ReplicaStatus.ServerName): a
+	// Kubernetes pool's pods serve the pool's certificate. Empty for
+	// drivers whose replicas serve their node's name, or plain HTTP.
+	ServerName string
 	// Unallocated says the replica holds none of its pool's resources
 	// yet (a pod no node has taken); a PoolDriver's meter skips it.
 	Unallocated bool

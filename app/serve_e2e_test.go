@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,12 +19,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/agent"
 	"modelplane/agent/cache"
 	"modelplane/agent/process"
 	"modelplane/artifact"
 	"modelplane/auth"
+	"modelplane/busapi"
 	"modelplane/controlplane"
 	"modelplane/egress"
 	"modelplane/endpoint"
@@ -60,7 +63,9 @@ print(json.dumps([float(p) for p in b.predict(xgb.DMatrix(rows))]))
 // xgboost itself gives the same transactions.
 func TestUploadedXGBoostModelServedOnACPUNode(t *testing.T) {
 	t.Parallel()
-	serveUploadedModel(t, processNode)
+	if r := serveUploadedModel(t, serving{agent: processNode}); r.ServerName != "" {
+		t.Errorf("routed %+v: a node's replica names no server name of its own", r)
+	}
 }
 
 // servingEnv is what an agent of the serving test needs: the modelplane
@@ -109,9 +114,20 @@ func processNode(t *testing.T, e servingEnv) *agent.Agent {
 	return a
 }
 
+// serving is how serveUploadedModel serves: agent starts the agent that
+// runs the replica; replicaTLS, when set, is the gateway's (it calls
+// replicas over https, verifying them with it); refused says the gateway
+// must refuse the replica's certificate rather than be answered.
+type serving struct {
+	agent      func(*testing.T, servingEnv) *agent.Agent
+	replicaTLS *tls.Config
+	refused    bool
+}
+
 // serveUploadedModel uploads a real XGBoost model and calls it through the
-// gateway on a replica the agent that run starts.
-func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Agent) {
+// gateway on a replica the agent that s starts. It returns the replica's
+// entry in the routing table the gateway served from.
+func serveUploadedModel(t *testing.T, s serving) busapi.RouteReplica {
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		// The runtime runs as nobody when the test runs as root, and must
@@ -200,14 +216,15 @@ func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Ag
 		t.Fatal(err)
 	}
 
-	a := run(t, servingEnv{bin: bin, api: api.URL, token: token, nats: ns.ClientURL(), log: log})
+	a := s.agent(t, servingEnv{bin: bin, api: api.URL, token: token, nats: ns.ClientURL(), log: log})
 
 	gnc, err := nats.Connect(ns.ClientURL(), natstest.Gateway(t, "gw-1")...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gnc.Close)
-	g, err := gateway.New(gateway.Config{StateDir: t.TempDir(), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica}, gnc, log)
+	g, err := gateway.New(gateway.Config{StateDir: t.TempDir(), MaxOutstandingPerReplica: gateway.DefaultMaxOutstandingPerReplica,
+		ReplicaTLS: s.replicaTLS}, gnc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +243,33 @@ func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Ag
 			Label string  `json:"label"`
 		} `json:"predictions"`
 	}
+	// routed is the replica's entry in the routing table, as the relay
+	// published it for gateways.
+	routed := func() busapi.RouteReplica {
+		t.Helper()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, busapi.BucketRoutes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(ctx, "fraud-scoring")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rt busapi.Route
+		if err := json.Unmarshal(e.Value(), &rt); err != nil {
+			t.Fatal(err)
+		}
+		if len(rt.Versions) != 1 || len(rt.Versions[0].Replicas) != 1 {
+			t.Fatalf("route %+v, want one version with one replica", rt)
+		}
+		return rt.Versions[0].Replicas[0]
+	}
 	var last string
+	var status int
 	wait.Eventually(t, 3*time.Minute, func() bool {
 		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/endpoints/fraud-scoring/predict", bytes.NewReader([]byte(body)))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -239,9 +282,18 @@ func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Ag
 		defer resp.Body.Close()
 		var buf bytes.Buffer
 		_, _ = buf.ReadFrom(resp.Body)
-		last = fmt.Sprintf("%d %s", resp.StatusCode, buf.String())
-		return resp.StatusCode == http.StatusOK && json.Unmarshal(buf.Bytes(), &got) == nil
-	}, "the gateway never served the uploaded model: %v", wait.Show(func() any { return last }))
+		last, status = fmt.Sprintf("%d %s", resp.StatusCode, buf.String()), resp.StatusCode
+		if s.refused {
+			// 503 while no replica is routed; the first call to the
+			// routed replica fails its handshake (after which the
+			// gateway may eject it, 503 again).
+			return status == http.StatusBadGateway
+		}
+		return status == http.StatusOK && json.Unmarshal(buf.Bytes(), &got) == nil
+	}, "the gateway never answered the uploaded model as wanted (refused %v): %v", s.refused, wait.Show(func() any { return last }))
+	if s.refused {
+		return routed()
+	}
 	if len(got.Predictions) != len(want) {
 		t.Fatalf("%d predictions, want %d: %s", len(got.Predictions), len(want), last)
 	}
@@ -263,4 +315,5 @@ func serveUploadedModel(t *testing.T, run func(*testing.T, servingEnv) *agent.Ag
 		st = a.Status()
 		return len(st.Replicas) == 1 && st.Replicas[0].LoadMS > 0 && st.Replicas[0].WarmupMS > 0
 	}, "replica cold start not reported: %v", wait.Show(func() any { return st.Replicas }))
+	return routed()
 }

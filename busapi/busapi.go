@@ -358,10 +358,15 @@ const (
 
 // ReplicaStatus is what an agent observes of one replica.
 type ReplicaStatus struct {
-	ID     string `json:"id"`
-	State  string `json:"state"`
-	Addr   string `json:"addr,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Addr  string `json:"addr,omitempty"`
+	// ServerName is the name the replica's certificate names when it is
+	// not Addr's host: a Kubernetes pool's pods serve one certificate for
+	// the pool's name. The control plane copies it into the replica's
+	// route entry (RouteReplica.ServerName). Empty: Addr's host, or no TLS.
+	ServerName string `json:"server_name,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 	// QueueDepth is the number of requests waiting (not yet in a batch).
 	QueueDepth int `json:"queue_depth"`
 	// KVUsedPct is the share of KV-cache pages in use (LLM replicas).
@@ -1048,16 +1053,43 @@ type LogRequest struct {
 	Replica string `json:"replica"`
 	Offset  int64  `json:"offset"`
 	Tail    int    `json:"tail,omitempty"`
+	// Previous asks for the container's last terminated run instead of
+	// the running one (a crash-looping pod's crash, what `kubectl logs
+	// --previous` shows). Container names the pod's container
+	// (LogContainers); "" is the runtime's. Only a pool's replicas, pods,
+	// have either: a node's replica has one log, every run of its runtime
+	// appended to it, and its agent answers LogChunk.Unsupported.
+	Previous  bool   `json:"previous,omitempty"`
+	Container string `json:"container,omitempty"`
 }
+
+// The containers of a pool replica's pod whose log may be asked for
+// (LogRequest.Container).
+const (
+	// LogContainerRuntime is the serving runtime's, the default.
+	LogContainerRuntime = "runtime"
+	// LogContainerFetch is the init container that downloads and verifies
+	// the version's files.
+	LogContainerFetch = "fetch"
+	// LogContainerGuard is the sidecar that checks the replica token in
+	// front of a runtime that does not.
+	LogContainerGuard = "guard"
+)
+
+// LogContainers lists every LogRequest.Container but "".
+var LogContainers = []string{LogContainerRuntime, LogContainerFetch, LogContainerGuard}
 
 // LogChunk answers a LogRequest: Data from Offset, Next the offset to ask
 // from to follow the log, Size the log's size when read. Error says why
 // nothing was read (no such replica on the node, a driver without logs).
 // A log that shrank (it is kept to its last bytes) starts again at 0.
+// Unsupported says the node cannot serve what the request asked
+// (LogRequest.Previous or Container of a node's replica); Error says why.
 type LogChunk struct {
-	Data   string `json:"data"`
-	Offset int64  `json:"offset"`
-	Next   int64  `json:"next"`
-	Size   int64  `json:"size"`
-	Error  string `json:"error,omitempty"`
+	Data        string `json:"data"`
+	Offset      int64  `json:"offset"`
+	Next        int64  `json:"next"`
+	Size        int64  `json:"size"`
+	Error       string `json:"error,omitempty"`
+	Unsupported bool   `json:"unsupported,omitempty"`
 }

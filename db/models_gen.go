@@ -435,6 +435,7 @@ type Replica struct {
 	Token             string
 	ColdStartRecorded bool
 	Launch            []byte
+	ServerName        string
 }
 
 type Rollout struct {

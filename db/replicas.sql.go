@@ -628,7 +628,7 @@ func (q *Queries) ReplicaListForScrape(ctx context.Context) ([]ReplicaListForScr
 }
 
 const replicaListReadyForRoute = `-- name: ReplicaListReadyForRoute :many
-SELECT endpoint_id, version_id, name, addr, token FROM replicas
+SELECT endpoint_id, version_id, name, addr, token, server_name FROM replicas
 WHERE endpoint_id = $1 AND state = 'ready' AND addr <> ''
 ORDER BY version_id, id
 `
@@ -639,6 +639,7 @@ type ReplicaListReadyForRouteRow struct {
 	Name       string
 	Addr       string
 	Token      string
+	ServerName string
 }
 
 // ReplicaListReadyForRoutes for one endpoint, with the same columns.
@@ -657,6 +658,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 			&i.Name,
 			&i.Addr,
 			&i.Token,
+			&i.ServerName,
 		); err != nil {
 			return nil, err
 		}
@@ -669,7 +671,7 @@ func (q *Queries) ReplicaListReadyForRoute(ctx context.Context, endpointID int64
 }
 
 const replicaListReadyForRoutes = `-- name: ReplicaListReadyForRoutes :many
-SELECT endpoint_id, version_id, name, addr, token FROM replicas
+SELECT endpoint_id, version_id, name, addr, token, server_name FROM replicas
 WHERE state = 'ready' AND addr <> ''
 ORDER BY endpoint_id, version_id, id
 `
@@ -680,6 +682,7 @@ type ReplicaListReadyForRoutesRow struct {
 	Name       string
 	Addr       string
 	Token      string
+	ServerName string
 }
 
 // The replicas a gateway may send requests to, for package route.
@@ -698,6 +701,7 @@ func (q *Queries) ReplicaListReadyForRoutes(ctx context.Context) ([]ReplicaListR
 			&i.Name,
 			&i.Addr,
 			&i.Token,
+			&i.ServerName,
 		); err != nil {
 			return nil, err
 		}
@@ -799,21 +803,23 @@ func (q *Queries) ReplicaNextIDs(ctx context.Context, n int32) ([]int64, error) 
 }
 
 const replicaObserve = `-- name: ReplicaObserve :many
-UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, failures = u.failures, updated_at = now()
+UPDATE replicas r SET state = u.state, addr = u.addr, server_name = u.server_name, reason = u.reason, failures = u.failures, updated_at = now()
 FROM (SELECT unnest($2::text[]) AS name, unnest($3::text[]) AS state,
-             unnest($4::text[]) AS addr, unnest($5::text[]) AS reason, unnest($6::int[]) AS failures) u
+             unnest($4::text[]) AS addr, unnest($5::text[]) AS server_name,
+             unnest($6::text[]) AS reason, unnest($7::int[]) AS failures) u
 WHERE r.name = u.name AND r.node_id = $1
-  AND (r.state, r.addr, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.reason, u.failures)
+  AND (r.state, r.addr, r.server_name, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.server_name, u.reason, u.failures)
 RETURNING r.endpoint_id
 `
 
 type ReplicaObserveParams struct {
-	NodeID   int64
-	Names    []string
-	States   []string
-	Addrs    []string
-	Reasons  []string
-	Failures []int32
+	NodeID      int64
+	Names       []string
+	States      []string
+	Addrs       []string
+	ServerNames []string
+	Reasons     []string
+	Failures    []int32
 }
 
 func (q *Queries) ReplicaObserve(ctx context.Context, arg ReplicaObserveParams) ([]int64, error) {
@@ -822,6 +828,7 @@ func (q *Queries) ReplicaObserve(ctx context.Context, arg ReplicaObserveParams) 
 		arg.Names,
 		arg.States,
 		arg.Addrs,
+		arg.ServerNames,
 		arg.Reasons,
 		arg.Failures,
 	)

@@ -201,7 +201,7 @@ func TestChartAppliesAndTheAgentsRBACSuffices(t *testing.T) {
 	must("observe its pod", err)
 	// pods/log: the pod is not bound (no node here), so the API server
 	// answers an empty log, once the agent may ask at all.
-	_, err = drv.ReadLog(rep.Spec().ID, -1, 10, busapi.MaxLogChunk)
+	_, err = drv.ReadLog(busapi.LogRequest{Replica: rep.Spec().ID, Offset: -1, Tail: 10}, busapi.MaxLogChunk)
 	must("read its pod's log", err)
 	must("stop the replica", rep.Stop(ctx))
 

@@ -37,11 +37,16 @@ type conformant struct {
 	name  string
 	agent func(t *testing.T, node, bin string) nodeAgent
 	lose  func(t *testing.T, a nodeAgent, replica string)
+	// left names what the driver made for endpoint and has not removed
+	// (nil: a driver that makes nothing outside its replicas).
+	left func(t *testing.T, a nodeAgent, endpoint string) []string
 }
 
 // TestDriverConformance runs one suite against every driver: desired →
-// ready → routed, scale up and down, a lost replica replaced, and a
-// rollout whose candidate is ready before any weight moves to it. The
+// ready → routed, scale up and down, a lost replica replaced, a rollout
+// whose candidate is ready before any weight moves to it, and the
+// endpoint's deletion leaving nothing of it behind (for the kubernetes
+// driver no pod, token Secret or NetworkPolicy of it in any namespace). The
 // control plane is the real fleet reconciler on PostgreSQL; each agent
 // talks to a real NATS; the kubernetes driver to a real API server and
 // scheduler, with the test playing the kubelet by running the fake
@@ -64,9 +69,9 @@ func TestDriverConformance(t *testing.T) {
 		t.Fatalf("driver runs no replica %s", id)
 	}
 	for _, c := range []conformant{
-		{"sim", simAgent, stopReplica},
-		{"process", func(t *testing.T, node, bin string) nodeAgent { return processAgent(t, node, bin) }, stopReplica},
-		{"kubernetes", kubeAgent, deletePod},
+		{"sim", simAgent, stopReplica, nil},
+		{"process", func(t *testing.T, node, bin string) nodeAgent { return processAgent(t, node, bin) }, stopReplica, nil},
+		{"kubernetes", kubeAgent, deletePod, kubeLeft},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -157,6 +162,57 @@ func conform(t *testing.T, c conformant, bin string) {
 	if i < 0 || rt.Versions[i].Weight != 100 || len(rt.Versions[i].Replicas) != 1 || rt.Versions[i].Replicas[0].ID != warm.Replicas[0].ID {
 		t.Fatalf("route after the weight moved = %+v, want v2 at 100 with its warmed replica %s", rt.Versions, warm.Replicas[0].ID)
 	}
+
+	// The endpoint deleted: its route goes, its replicas stop, and
+	// nothing the driver made for it is left.
+	if c.left != nil && len(c.left(t, a, "fraud-ep")) == 0 {
+		t.Fatal("no object of the endpoint found while it runs: the check below would see nothing")
+	}
+	if err := f.eps.Delete(t.Context(), f.eng, "fraud-ep"); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	wait.Eventually(t, 2*time.Minute, func() bool {
+		f.report(t, a)
+		f.reconcile(t)
+		f.deliver(t, a)
+		if c.left != nil {
+			left = c.left(t, a, "fraud-ep")
+		}
+		_, routed := f.route(t, "fraud-ep")
+		return !routed && len(a.Status().Replicas) == 0 && len(a.drv.Running()) == 0 && len(left) == 0
+	}, "the deleted endpoint left replicas or objects: %v", wait.Show(func() any { return []any{a.Status().Replicas, left} }))
+}
+
+// kubeLeft lists the pods, Secrets and NetworkPolicies the pool's driver
+// made for endpoint, in every namespace.
+func kubeLeft(t *testing.T, a nodeAgent, endpoint string) []string {
+	t.Helper()
+	c := kubetest.Shared(t)
+	sel := metav1.ListOptions{LabelSelector: cluster.LabelPool + "=" + a.node + "," + cluster.LabelEndpoint + "=" + endpoint}
+	var out []string
+	pods, err := c.Client().CoreV1().Pods("").List(t.Context(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		out = append(out, "pod "+p.Namespace+"/"+p.Name)
+	}
+	secs, err := c.Client().CoreV1().Secrets("").List(t.Context(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secs.Items {
+		out = append(out, "secret "+s.Namespace+"/"+s.Name)
+	}
+	pols, err := c.Client().NetworkingV1().NetworkPolicies("").List(t.Context(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pols.Items {
+		out = append(out, "networkpolicy "+p.Namespace+"/"+p.Name)
+	}
+	return out
 }
 
 // simAgent is a node agent with the simulated driver.
@@ -336,7 +392,10 @@ func TestClusterQuotaRefusalIsShownOnTheEndpoint(t *testing.T) {
 		q := rq.Status.Hard["requests.nvidia.com/mig-1g.10gb"]
 		return q.Value() == 7
 	}, "no namespace quota from the team's quota: %v", wait.Show(func() any { return rq }))
-	// Someone else's pod in the team's namespace takes the other six.
+	// Someone else's pod in the team's namespace takes the other six. It
+	// runs as the namespace's replica account, which the driver may make
+	// after the quota.
+	c.WaitServiceAccount(t, ns, cluster.ReplicaAccount)
 	res := corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("6")}
 	if _, err := c.Client().CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "squatter"},
 		Spec: corev1.PodSpec{ServiceAccountName: cluster.ReplicaAccount,

@@ -163,6 +163,9 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 	// offNode are the replica reports dropped for their address, counted
 	// once the transaction is done.
 	var offNode []string
+	// misnamed are the replica reports dropped for a server name no
+	// certificate could name (trust.ValidServerName), logged likewise.
+	var misnamed []string
 	// coldStarts are the replicas' cold starts measured by this heartbeat,
 	// observed once the transaction is done.
 	var coldStarts []db.VersionRecordColdStartsRow
@@ -272,7 +275,7 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			return err
 		}
-		offNode = offNode[:0]
+		offNode, misnamed = offNode[:0], misnamed[:0]
 		p := db.ReplicaObserveParams{NodeID: node.ID}
 		metrics := make(map[string]replica.Metrics, len(st.Replicas))
 		launches := make(map[string]busapi.Launch)
@@ -283,9 +286,14 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 					continue
 				}
 			}
+			if r.ServerName != "" && !trust.ValidServerName(r.ServerName) {
+				misnamed = append(misnamed, fmt.Sprintf("replica %s: server name %q is not a DNS name", r.ID, r.ServerName))
+				continue
+			}
 			p.Names = append(p.Names, r.ID)
 			p.States = append(p.States, r.State)
 			p.Addrs = append(p.Addrs, r.Addr)
+			p.ServerNames = append(p.ServerNames, r.ServerName)
 			p.Reasons = append(p.Reasons, truncate(r.Reason, 500))
 			p.Failures = append(p.Failures, int32(r.Failures))
 			metrics[r.ID] = replica.FromStatus(r, now)
@@ -340,6 +348,9 @@ func (f *Fleet) Observe(ctx context.Context, st busapi.NodeStatus) (changed bool
 	}
 	for _, c := range coldStarts {
 		f.coldStart.WithLabelValues(c.Endpoint, c.Version).Observe(float64(c.TotalMs) / 1000)
+	}
+	for _, reason := range misnamed {
+		f.log.Warn("replica report dropped", slog.String("node", st.Node), slog.String("reason", reason))
 	}
 	for _, reason := range offNode {
 		f.trust.ReplicasOffNode.Inc()

@@ -236,7 +236,7 @@ func replicasProps(e endpoint.Endpoint, p *auth.Principal) web.ReplicasProps {
 	out := web.ReplicasProps{Endpoint: e.Name, Status: e.Status, PlacementError: e.PlacementError, LinkNodes: p.PlatformAdmin()}
 	for _, r := range e.Replicas {
 		out.Rows = append(out.Rows, web.ReplicaRow{Name: r.Name, Version: r.Version, Node: r.Node, GPUType: r.GPUType, Profile: r.Profile,
-			Slots: strings.Join(r.Slots, ", "), State: r.State, Addr: r.Addr, Reason: r.Reason})
+			Slots: strings.Join(r.Slots, ", "), State: r.State, Addr: r.Addr, Reason: r.Reason, CrashLog: crashLog(r.Reason)})
 	}
 	return out
 }

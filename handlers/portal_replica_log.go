@@ -3,10 +3,14 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
 
+	"modelplane/busapi"
+	"modelplane/field"
 	"modelplane/replicalog"
 	"modelplane/web"
 )
@@ -15,14 +19,22 @@ import (
 const portalLogLines = 200
 
 // portalReplicaLog shows a replica's last lines, read from its node; with
-// fragment=1 only the log section, which the page polls.
+// fragment=1 only the log section, which the page polls. previous and
+// container name another of a pool replica's logs, as the API's do.
 func (s *Server) portalReplicaLog(w http.ResponseWriter, r *http.Request) {
 	e, f := endpointParam(r), pageFrame(r)
-	p := web.ReplicaLogProps{Endpoint: e.Name, Replica: chi.URLParam(r, "replica"), Lines: portalLogLines}
-	if s.Logs == nil {
+	var bad field.Errors
+	previous, container := logSource(r.URL.Query(), &bad)
+	p := web.ReplicaLogProps{Endpoint: e.Name, Replica: chi.URLParam(r, "replica"), Lines: portalLogLines,
+		Previous: previous, Container: container, Containers: busapi.LogContainers}
+	switch {
+	case bad.Err() != nil:
+		p.Problem = bad.Err().Error()
+	case s.Logs == nil:
 		p.Problem = "Replica logs are unavailable: the control plane has no NATS connection."
-	} else {
-		c, err := s.Logs.Read(r.Context(), f.user, e.Name, p.Replica, -1, portalLogLines)
+	default:
+		c, err := s.Logs.Read(r.Context(), f.user, e.Name, busapi.LogRequest{Replica: p.Replica, Offset: -1, Tail: portalLogLines,
+			Previous: previous, Container: container})
 		switch {
 		case err == nil:
 			p.Text = c.Data
@@ -30,6 +42,8 @@ func (s *Server) portalReplicaLog(w http.ResponseWriter, r *http.Request) {
 			p.Problem = "The replica's node did not answer; its agent may be down."
 		case errors.Is(err, replicalog.ErrNoLog):
 			p.Problem = strings.TrimPrefix(err.Error(), replicalog.ErrNoLog.Error()+": ")
+		case errors.Is(err, replicalog.ErrUnsupported):
+			p.Problem = strings.TrimPrefix(err.Error(), replicalog.ErrUnsupported.Error()+": ")
 		default:
 			s.portalError(w, r, err)
 			return
@@ -41,4 +55,26 @@ func (s *Server) portalReplicaLog(w http.ResponseWriter, r *http.Request) {
 	}
 	p.Layout = f.layout(w, p.Replica+" log", "endpoints")
 	s.render(w, r, http.StatusOK, web.ReplicaLogPage(p))
+}
+
+// crashLog is the log page query of the crash a pool replica's reason
+// names ("container runtime: CrashLoopBackOff (last exit 1, Error)",
+// "init container fetch: CrashLoopBackOff …", as the cluster driver
+// words them): the previous run of that container, which is what a
+// crash-looping container's log holds while it waits to start again. ""
+// for any other reason.
+func crashLog(reason string) string {
+	rest, ok := strings.CutPrefix(reason, "init container ")
+	if !ok {
+		rest, ok = strings.CutPrefix(reason, "container ")
+	}
+	name, why, named := strings.Cut(rest, ": ")
+	if !ok || !named || !slices.Contains(busapi.LogContainers, name) || !strings.HasPrefix(why, "CrashLoopBackOff") {
+		return ""
+	}
+	q := url.Values{"previous": {"1"}}
+	if name != busapi.LogContainerRuntime {
+		q.Set("container", name)
+	}
+	return q.Encode()
 }

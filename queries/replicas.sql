@@ -36,13 +36,13 @@ ORDER BY r.id;
 
 -- name: ReplicaListReadyForRoutes :many
 -- The replicas a gateway may send requests to, for package route.
-SELECT endpoint_id, version_id, name, addr, token FROM replicas
+SELECT endpoint_id, version_id, name, addr, token, server_name FROM replicas
 WHERE state = 'ready' AND addr <> ''
 ORDER BY endpoint_id, version_id, id;
 
 -- name: ReplicaListReadyForRoute :many
 -- ReplicaListReadyForRoutes for one endpoint, with the same columns.
-SELECT endpoint_id, version_id, name, addr, token FROM replicas
+SELECT endpoint_id, version_id, name, addr, token, server_name FROM replicas
 WHERE endpoint_id = @endpoint_id AND state = 'ready' AND addr <> ''
 ORDER BY version_id, id;
 
@@ -77,11 +77,12 @@ WHERE r.node_id = @node_id AND EXISTS (
         SELECT unnest(@gpus::int[]), unnest(@slices::int[]), unnest(@gpu_types::text[]), unnest(@profiles::text[])));
 
 -- name: ReplicaObserve :many
-UPDATE replicas r SET state = u.state, addr = u.addr, reason = u.reason, failures = u.failures, updated_at = now()
+UPDATE replicas r SET state = u.state, addr = u.addr, server_name = u.server_name, reason = u.reason, failures = u.failures, updated_at = now()
 FROM (SELECT unnest(@names::text[]) AS name, unnest(@states::text[]) AS state,
-             unnest(@addrs::text[]) AS addr, unnest(@reasons::text[]) AS reason, unnest(@failures::int[]) AS failures) u
+             unnest(@addrs::text[]) AS addr, unnest(@server_names::text[]) AS server_name,
+             unnest(@reasons::text[]) AS reason, unnest(@failures::int[]) AS failures) u
 WHERE r.name = u.name AND r.node_id = @node_id
-  AND (r.state, r.addr, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.reason, u.failures)
+  AND (r.state, r.addr, r.server_name, r.reason, r.failures) IS DISTINCT FROM (u.state, u.addr, u.server_name, u.reason, u.failures)
 RETURNING r.endpoint_id;
 
 -- name: ReplicaObserveLaunch :exec

@@ -30,6 +30,11 @@ var ErrNodeSilent = errors.New("the replica's node did not answer")
 // ErrNoLog means the node answered that it has no log to show.
 var ErrNoLog = errors.New("no log")
 
+// ErrUnsupported means the request asked for a log the replica's node
+// does not keep: a previous run or another container of a node's replica,
+// which has one log (busapi.LogChunk.Unsupported).
+var ErrUnsupported = errors.New("log not kept")
+
 // timeout bounds one request to a node.
 const timeout = 5 * time.Second
 
@@ -42,10 +47,12 @@ type Reader struct {
 // New returns a Reader asking over nc.
 func New(nc *nats.Conn, eps *endpoint.Service) *Reader { return &Reader{nc: nc, eps: eps} }
 
-// Read returns replica's log as p may see it: its last tail lines when
-// offset is negative, else the bytes from offset on (at most
-// busapi.MaxLogChunk; follow with the chunk's Next).
-func (r *Reader) Read(ctx context.Context, p *auth.Principal, endpointName, replica string, offset int64, tail int) (busapi.LogChunk, error) {
+// Read returns replica req.Replica's log as p may see it: its last
+// req.Tail lines when req.Offset is negative, else the bytes from
+// req.Offset on (at most busapi.MaxLogChunk; follow with the chunk's
+// Next), of the run and container req names.
+func (r *Reader) Read(ctx context.Context, p *auth.Principal, endpointName string, req busapi.LogRequest) (busapi.LogChunk, error) {
+	replica := req.Replica
 	reps, err := r.eps.Replicas(ctx, p, endpointName)
 	if err != nil {
 		return busapi.LogChunk{}, err
@@ -59,16 +66,19 @@ func (r *Reader) Read(ctx context.Context, p *auth.Principal, endpointName, repl
 	if node == "" {
 		return busapi.LogChunk{}, fmt.Errorf("replica %s of %s: %w", replica, endpointName, errdefs.ErrNotFound)
 	}
-	req, _ := json.Marshal(busapi.LogRequest{Replica: replica, Offset: offset, Tail: tail})
+	data, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := r.nc.RequestWithContext(ctx, busapi.LogsSubject(node), req)
+	m, err := r.nc.RequestWithContext(ctx, busapi.LogsSubject(node), data)
 	if err != nil {
 		return busapi.LogChunk{}, fmt.Errorf("%w: node %s: %v", ErrNodeSilent, node, err)
 	}
 	var c busapi.LogChunk
 	if err := json.Unmarshal(m.Data, &c); err != nil {
 		return busapi.LogChunk{}, fmt.Errorf("%w: node %s answered %v", ErrNodeSilent, node, err)
+	}
+	if c.Error != "" && c.Unsupported {
+		return c, fmt.Errorf("%w: %s", ErrUnsupported, c.Error)
 	}
 	if c.Error != "" {
 		return c, fmt.Errorf("%w: %s", ErrNoLog, c.Error)

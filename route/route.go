@@ -201,7 +201,7 @@ func build(rules []db.RoutingRuleListForRoutesRow, ready []db.ReplicaListReadyFo
 	replicas := map[versionKey][]busapi.RouteReplica{}
 	for _, r := range ready {
 		k := versionKey{r.EndpointID, r.VersionID}
-		replicas[k] = append(replicas[k], busapi.RouteReplica{ID: r.Name, Addr: r.Addr, Token: r.Token})
+		replicas[k] = append(replicas[k], busapi.RouteReplica{ID: r.Name, Addr: r.Addr, Token: r.Token, ServerName: r.ServerName})
 	}
 	experiments := map[int64]*busapi.RouteExperiment{}
 	for _, a := range arms {

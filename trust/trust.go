@@ -166,3 +166,23 @@ var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidNodeName reports whether name may name a node.
 func ValidNodeName(name string) bool { return nodeName.MatchString(name) }
+
+// serverNameLabel is one label of a DNS name, as RFC 1123 allows it.
+var serverNameLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidServerName reports whether name may be the name a replica's
+// certificate names (busapi.ReplicaStatus.ServerName): a lower-case DNS
+// name of at most 253 characters. A gateway verifies the certificate
+// against it, so it is never more than a name: no port, no IP address, no
+// wildcard.
+func ValidServerName(name string) bool {
+	if name == "" || len(name) > 253 || net.ParseIP(name) != nil {
+		return false
+	}
+	for _, l := range strings.Split(name, ".") {
+		if !serverNameLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}

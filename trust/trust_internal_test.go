@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"strings"
 	"testing"
 
 	"modelplane/db"
@@ -72,4 +73,37 @@ func nodeAddress(host string, first, last int32) func() (string, int32, int32) {
 
 func dbAddress(host string, first, last int32) db.NodeAddress {
 	return db.NodeAddress{Host: host, PortFirst: first, PortLast: last}
+}
+
+// TestValidServerName: a replica's server name is a lower-case DNS name a
+// certificate can name, nothing else a gateway would pass to its TLS
+// verification.
+func TestValidServerName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 63)
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"kubernetes.replicas.modelplane.internal", true},
+		{"pool-1.replicas.example.com", true},
+		{"localhost", true},
+		{long + "." + long + "." + long + "." + long[:61], true},
+		{long + "." + long + "." + long + "." + long[:62], false}, // 254 characters
+		{long + "a.example.com", false},                           // a 64-character label
+		{"", false},
+		{"Pool.example.com", false},
+		{"*.replicas.modelplane.internal", false},
+		{"pool.example.com:443", false},
+		{"10.0.0.7", false},
+		{"::1", false},
+		{"-pool.example.com", false},
+		{"pool..example.com", false},
+		{"pool.example.com.", false},
+		{"pool example.com", false},
+	} {
+		if got := ValidServerName(tc.name); got != tc.ok {
+			t.Errorf("ValidServerName(%q) = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
 }

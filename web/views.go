@@ -144,9 +144,12 @@ type LaunchFileRow struct {
 	Truncated           bool
 }
 
-// ReplicaRow is one replica on the endpoint page.
+// ReplicaRow is one replica on the endpoint page. CrashLog, when set, is
+// the log page's query for the crash its reason names (previous=1, and
+// the container): a crash-looping pod's current container has no log yet.
 type ReplicaRow struct {
 	Name, Version, Node, GPUType, Profile, Slots, State, Addr, Reason string
+	CrashLog                                                          string
 }
 
 // ReplicasProps fills the endpoint page's live replicas section.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,9 +22,12 @@ const logTimeout = 4 * time.Second
 
 var _ agent.LogReader = (*Driver)(nil)
 
-// ReadLog reads replica id's log for the control plane (agent.LogReader)
-// from its pod's runtime container through the API server (pods/log,
-// which the API server asks of the node's kubelet). A pod's log has no
+// ReadLog reads replica req.Replica's log for the control plane
+// (agent.LogReader) from its pod through the API server (pods/log, which
+// the API server asks of the node's kubelet): the runtime container's, or
+// req.Container's (the fetch init container, the guard sidecar), of the
+// running container or, with req.Previous, of its last terminated run
+// (the kubelet keeps one: a crash loop's crash). A pod's log has no
 // byte offsets, so the driver reads it with time stamps and the chunk's
 // offsets are positions: the time stamp of a line in nanoseconds since
 // the epoch. A negative offset reads the last tail lines (tailLines);
@@ -32,15 +36,25 @@ var _ agent.LogReader = (*Driver)(nil)
 // position dropped). Next is the last line's position, so a follower
 // asking from Next gets each line once; a log with no line yet gives
 // Next 0, the start. At most max bytes come back, whole lines.
-func (d *Driver) ReadLog(id string, offset int64, tail, max int) (busapi.LogChunk, error) {
+func (d *Driver) ReadLog(req busapi.LogRequest, max int) (busapi.LogChunk, error) {
+	id, offset, tail := req.Replica, req.Offset, req.Tail
 	d.mu.Lock()
 	r := d.replicas[id]
 	d.mu.Unlock()
 	if r == nil {
 		return busapi.LogChunk{}, fmt.Errorf("replica %s has no pod in pool %s", id, d.cfg.Pool)
 	}
+	container := req.Container
+	if container == "" {
+		container = busapi.LogContainerRuntime
+	}
+	if !slices.Contains(busapi.LogContainers, container) {
+		return busapi.LogChunk{}, fmt.Errorf("%w: a replica's pod has no container %q to read (%s)", agent.ErrLogUnsupported,
+			container, strings.Join(busapi.LogContainers, ", "))
+	}
 	max = min(max, busapi.MaxLogChunk)
 	opts := logOptions(offset, tail, max)
+	opts.Container, opts.Previous = container, req.Previous
 	ctx, cancel := context.WithTimeout(context.Background(), logTimeout)
 	defer cancel()
 	raw, err := d.cfg.Client.CoreV1().Pods(r.ns).GetLogs(r.pod, opts).DoRaw(ctx)
@@ -92,9 +106,10 @@ func refusal(raw []byte, err error) string {
 }
 
 // logOptions is the pods/log request for ReadLog's arguments: the runtime
-// container, with time stamps, from the end (tailLines) or from a
-// position (sinceTime in whole seconds, a window of max bytes and a
-// chunk more for the time stamps and the lines before the position).
+// container (ReadLog names another), with time stamps, from the end
+// (tailLines) or from a position (sinceTime in whole seconds, a window of
+// max bytes and a chunk more for the time stamps and the lines before the
+// position).
 func logOptions(offset int64, tail, max int) *corev1.PodLogOptions {
 	opts := &corev1.PodLogOptions{Container: "runtime", Timestamps: true}
 	if offset < 0 {

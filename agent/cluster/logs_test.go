@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,12 +20,30 @@ import (
 // kubeletLogs plays the part of a kubelet's API that serves container
 // logs (GET /containerLogs/NS/POD/CONTAINER), which the API server asks
 // for pods/log: the lines a container wrote, with tailLines, sinceTime,
-// limitBytes and timestamps as the kubelet reads them.
+// limitBytes and timestamps as the kubelet reads them; with previous=true
+// those of the container's last terminated run.
 type kubeletLogs struct {
 	mu    sync.Mutex
-	lines []stamped
-	asked []*url.URL
-	fail  string // when set, the answer is 400 with this message
+	lines []stamped // the runtime container's
+	// others are other logs' lines by container, with "#previous" for a
+	// last terminated run.
+	others map[string][]stamped
+	asked  []*url.URL
+	fail   string // when set, the answer is 400 with this message
+}
+
+// writeTo writes a line to another log than the running runtime's.
+func (k *kubeletLogs) writeTo(container string, previous bool, at time.Time, text string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.others == nil {
+		k.others = map[string][]stamped{}
+	}
+	key := container
+	if previous {
+		key += "#previous"
+	}
+	k.others[key] = append(k.others[key], stamped{at, text})
 }
 
 type stamped struct {
@@ -58,6 +77,13 @@ func (k *kubeletLogs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	lines := k.lines
+	key := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	if q.Get("previous") == "true" {
+		key += "#previous"
+	}
+	if key != "runtime" {
+		lines = k.others[key]
+	}
 	if v := q.Get("sinceTime"); v != "" {
 		since, err := time.Parse(time.RFC3339, v)
 		if err != nil {
@@ -99,8 +125,10 @@ func (k *kubeletLogs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // played here by an HTTPS server on the node's daemon port. The last
 // lines come with tailLines; a follower asking from the chunk's Next gets
 // each later line once (sinceTime in whole seconds, the lines up to the
-// position dropped), at most max bytes in whole lines; a kubelet's
-// refusal comes back as the error with its reason.
+// position dropped), at most max bytes in whole lines; previous and the
+// container reach the kubelet (a crash loop's crash, the fetch init
+// container), a container the pod does not have is the API server's
+// refusal; a kubelet's refusal comes back as the error with its reason.
 func TestReplicaLogReadFromThePodThroughTheAPIServer(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
@@ -125,7 +153,7 @@ func TestReplicaLogReadFromThePodThroughTheAPIServer(t *testing.T) {
 
 	read := func(offset int64, tail, max int) busapi.LogChunk {
 		t.Helper()
-		ch, err := d.ReadLog(spec.ID, offset, tail, max)
+		ch, err := d.ReadLog(busapi.LogRequest{Replica: spec.ID, Offset: offset, Tail: tail}, max)
 		if err != nil {
 			t.Fatalf("read log (offset %d, tail %d): %v", offset, tail, err)
 		}
@@ -171,13 +199,59 @@ func TestReplicaLogReadFromThePodThroughTheAPIServer(t *testing.T) {
 		t.Errorf("tail 0 = %q next %d, want no line and the end's position", ch.Data, ch.Next)
 	}
 
+	// A crash loop's crash and the pod's other containers, as `kubectl
+	// logs --previous -c` asks: the container in the path, previous=true.
+	logs.writeTo("runtime", true, t0, "panic: out of memory")
+	logs.writeTo("fetch", false, t0, "model.onnx: sha256 mismatch")
+	logs.writeTo("fetch", true, t0, "model.onnx: connection refused")
+	for _, tc := range []struct {
+		container string
+		previous  bool
+		want      string
+	}{
+		{"", true, "panic: out of memory\n"},
+		{busapi.LogContainerRuntime, true, "panic: out of memory\n"},
+		{busapi.LogContainerFetch, false, "model.onnx: sha256 mismatch\n"},
+		{busapi.LogContainerFetch, true, "model.onnx: connection refused\n"},
+	} {
+		ch, err := d.ReadLog(busapi.LogRequest{Replica: spec.ID, Offset: -1, Tail: 10, Previous: tc.previous, Container: tc.container}, busapi.MaxLogChunk)
+		if err != nil || ch.Data != tc.want {
+			t.Errorf("container %q previous %v = %q, %v; want %q", tc.container, tc.previous, ch.Data, err, tc.want)
+		}
+		u, container := logs.last(), tc.container
+		if container == "" {
+			container = busapi.LogContainerRuntime
+		}
+		if want := "/containerLogs/" + pod.Namespace + "/" + pod.Name + "/" + container; u.Path != want ||
+			(u.Query().Get("previous") == "true") != tc.previous || u.Query().Get("tailLines") != "10" {
+			t.Errorf("container %q previous %v: the kubelet was asked %s, want %s?previous=%v&tailLines=10", tc.container, tc.previous, u, want, tc.previous)
+		}
+	}
+	count := func() int { logs.mu.Lock(); defer logs.mu.Unlock(); return len(logs.asked) }
+	asked := count()
+	if _, err := d.ReadLog(busapi.LogRequest{Replica: spec.ID, Offset: -1, Tail: 10, Container: "sidecar"}, busapi.MaxLogChunk); !errors.Is(err, agent.ErrLogUnsupported) {
+		t.Errorf("a container the pod cannot have = %v, want agent.ErrLogUnsupported", err)
+	}
+	if count() != asked {
+		t.Error("a container the pod cannot have was asked of the kubelet")
+	}
+	// The built-in runtime checks the token itself: its pod has no guard,
+	// and the API server says so without asking the kubelet.
+	if _, err := d.ReadLog(busapi.LogRequest{Replica: spec.ID, Offset: -1, Tail: 10, Container: busapi.LogContainerGuard}, busapi.MaxLogChunk); err == nil ||
+		!strings.Contains(err.Error(), "container guard is not valid") {
+		t.Errorf("the guard of a pod without one = %v, want the API server's refusal", err)
+	}
+	if count() != asked {
+		t.Error("a container the pod does not have was asked of the kubelet")
+	}
+
 	logs.mu.Lock()
 	logs.fail = `container "runtime" in pod is waiting to start: ContainerCreating`
 	logs.mu.Unlock()
-	if _, err := d.ReadLog(spec.ID, -1, 10, busapi.MaxLogChunk); err == nil || !strings.Contains(err.Error(), "waiting to start") {
+	if _, err := d.ReadLog(busapi.LogRequest{Replica: spec.ID, Offset: -1, Tail: 10}, busapi.MaxLogChunk); err == nil || !strings.Contains(err.Error(), "waiting to start") {
 		t.Errorf("a kubelet's refusal = %v, want its reason", err)
 	}
-	if _, err := d.ReadLog("not-a-replica", -1, 10, busapi.MaxLogChunk); err == nil || !strings.Contains(err.Error(), "no pod") {
+	if _, err := d.ReadLog(busapi.LogRequest{Replica: "not-a-replica", Offset: -1, Tail: 10}, busapi.MaxLogChunk); err == nil || !strings.Contains(err.Error(), "no pod") {
 		t.Errorf("an unknown replica = %v, want an error naming it", err)
 	}
 }

@@ -100,6 +100,10 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	}
 	e, _ := r.d.entry(r.spec)
 	o := agent.Observation{Runtime: e.Name, Absent: slices.Clone(busapi.Metrics), Unallocated: p.Spec.NodeName == ""}
+	if r.d.cfg.PodTLS != nil {
+		// Gateways verify the pool's name at the pod's IP.
+		o.ServerName = r.d.cfg.PodTLS.ServerName
+	}
 	for _, c := range p.Status.Conditions {
 		switch {
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse:

@@ -50,9 +50,12 @@ func TestPodStatusBecomesReplicaState(t *testing.T) {
 	// Running and ready: the replica is ready at the pod's IP.
 	ip := c.NextPodIP()
 	pod = c.MarkRunning(t, pod, ip)
-	observed(t, r, "ready", func(o agent.Observation, err error) bool { return err == nil && o.Ready })
+	o = observed(t, r, "ready", func(o agent.Observation, err error) bool { return err == nil && o.Ready })
 	if r.Addr() != ip+":8000" {
 		t.Fatalf("addr = %q, want %s:8000", r.Addr(), ip)
+	}
+	if o.ServerName != "" {
+		t.Errorf("server name %q of a pod serving plain HTTP, want none", o.ServerName)
 	}
 
 	for _, tc := range []struct {

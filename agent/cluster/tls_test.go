@@ -61,8 +61,9 @@ func mountTLS(t *testing.T, c *kubetest.Cluster, pod *corev1.Pod, path string) s
 // MP_TLS_KEY; every probe is https; a second pass writes nothing. Playing
 // the kubelet, the guard runs from its own arguments with the Secret's
 // files: a client verifying the pool's server name at the pod IP is
-// served, plain HTTP is not, and the driver reads the runtime's metrics
-// over https by that name.
+// served, plain HTTP is not, the replica's observation names the server
+// name, and the driver reads the runtime's metrics over https by that
+// name.
 func TestPodsServeThePoolsCertificate(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
@@ -188,7 +189,11 @@ func TestPodsServeThePoolsCertificate(t *testing.T) {
 	}
 
 	c.MarkRunning(t, pod, ip)
-	observed(t, r, "ready", func(o agent.Observation, err error) bool { return err == nil && o.Ready })
+	// Its observation names the pool's server name, which the heartbeat
+	// carries to the route entry for gateways to verify.
+	observed(t, r, "ready by the pool's server name", func(o agent.Observation, err error) bool {
+		return err == nil && o.Ready && o.ServerName == serverName
+	})
 	wait.Eventually(t, time.Minute, func() bool {
 		_, _ = r.Observe(t.Context())
 		return metricsRead.Load() > 0

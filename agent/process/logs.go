@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"modelplane/agent"
 	"modelplane/busapi"
 )
 
@@ -19,8 +20,16 @@ const tailWindow = 256 << 10
 // ReadLog reads replica id's log for the control plane (agent.LogReader):
 // its last tail lines when offset is negative, else at most max bytes
 // from offset on. A log that shrank below offset (capped, or a new run
-// truncated it) is read again from its start.
-func (d *Driver) ReadLog(id string, offset int64, tail, max int) (busapi.LogChunk, error) {
+// truncated it) is read again from its start. A replica has one log, each
+// run of its runtime appended after the agent's "--- modelplane agent:
+// starting" line, so a crashed run is in it: there is no previous run's
+// log or other container's to read (agent.ErrLogUnsupported).
+func (d *Driver) ReadLog(req busapi.LogRequest, max int) (busapi.LogChunk, error) {
+	id, offset, tail := req.Replica, req.Offset, req.Tail
+	if req.Previous || (req.Container != "" && req.Container != busapi.LogContainerRuntime) {
+		return busapi.LogChunk{}, fmt.Errorf("%w: replica %s runs on a node, where every run of its runtime is appended to its one log; read it without previous or container",
+			agent.ErrLogUnsupported, id)
+	}
 	if id == "" || filepath.Base(id) != id || strings.HasPrefix(id, ".") {
 		return busapi.LogChunk{}, fmt.Errorf("replica %q: not a replica id", id)
 	}
