@@ -248,7 +248,7 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	// the highest of the scale-down window (each includes this one).
 	upLow := s.up.push(now, rec, p.ScaleUpStabilization, false)
 	downHigh := s.down.push(now, rec, p.ScaleDownStabilization, true)
-	downWhat := fmt.Sprintf("down window %s", p.ScaleDownStabilization)
+	downWhat := "" // what holds a scale-down, for the reason; "": the window
 	if p.ScaleDownBasis == ScaleDownMean && best >= 0 {
 		downHigh, downWhat = s.downToMean(p, now, bestLoad, current, rec, floor)
 	}
@@ -263,12 +263,12 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	case current > downHigh:
 		result = downHigh
 		if downHigh > rec {
-			notes = append(notes, fmt.Sprintf("%s holds %d", downWhat, downHigh))
+			notes = append(notes, downHolds(p, downWhat, downHigh))
 		}
 	case rec > current:
 		notes = append(notes, fmt.Sprintf("up window %s holds %d", p.ScaleUpStabilization, upLow))
 	case rec < current:
-		notes = append(notes, fmt.Sprintf("%s holds %d", downWhat, downHigh))
+		notes = append(notes, downHolds(p, downWhat, downHigh))
 	}
 	if d.Panic && rec > result {
 		result, notes = rec, nil // panic scales up at once, past the up window
@@ -354,6 +354,15 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		}
 	}
 	return s.finish(d)
+}
+
+// downHolds is the note of a scale-down held at n by what (the window's
+// highest recommendation when "").
+func downHolds(p *Policy, what string, n int) string {
+	if what == "" {
+		what = fmt.Sprintf("down window %s", p.ScaleDownStabilization)
+	}
+	return fmt.Sprintf("%s holds %d", what, n)
 }
 
 // downToMean is the lowest count a ScaleDownMean policy may scale down to
