@@ -113,7 +113,7 @@ func TestADocWithoutAScaleDownBasisScalesDownByThePeak(t *testing.T) {
 	if doc.ScaleDownBasis != "peak" {
 		t.Errorf("the default policy's doc says scale_down_basis %q, want peak", doc.ScaleDownBasis)
 	}
-	doc.ScaleDownBasis = "" // an API body or a stored row from before the field
+	doc.ScaleDownBasis = "" // a stored row from before the field
 	if got := doc.Policy().ScaleDownBasis; got != ScaleDownPeak {
 		t.Errorf("scale_down_basis left out reads %q, want peak", got)
 	}
