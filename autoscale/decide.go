@@ -92,6 +92,15 @@ type State struct {
 	backlog    [signalCount]float64 // a backlog signal's mean at the last evaluation
 	frozen     bool
 	active     int64 // unix nanoseconds of the last request or activity seen
+	// loads are the winning loads of the scale-down window, for
+	// ScaleDownMean only; lastUp is when the count last rose (0: never).
+	loads  []loadAt
+	lastUp int64
+}
+
+type loadAt struct {
+	at int64
+	x  float64
 }
 
 // Decide evaluates the endpoint once under p and updates s.
@@ -239,6 +248,10 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	// the highest of the scale-down window (each includes this one).
 	upLow := s.up.push(now, rec, p.ScaleUpStabilization, false)
 	downHigh := s.down.push(now, rec, p.ScaleDownStabilization, true)
+	downWhat := "" // what holds a scale-down, for the reason; "": the window
+	if p.ScaleDownBasis == ScaleDownMean && best >= 0 {
+		downHigh, downWhat = s.downToMean(p, now, bestLoad, current, rec, floor)
+	}
 	result := current
 	var notes []string
 	switch {
@@ -250,12 +263,12 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	case current > downHigh:
 		result = downHigh
 		if downHigh > rec {
-			notes = append(notes, fmt.Sprintf("down window %s holds %d", p.ScaleDownStabilization, downHigh))
+			notes = append(notes, downHolds(p, downWhat, downHigh))
 		}
 	case rec > current:
 		notes = append(notes, fmt.Sprintf("up window %s holds %d", p.ScaleUpStabilization, upLow))
 	case rec < current:
-		notes = append(notes, fmt.Sprintf("down window %s holds %d", p.ScaleDownStabilization, downHigh))
+		notes = append(notes, downHolds(p, downWhat, downHigh))
 	}
 	if d.Panic && rec > result {
 		result, notes = rec, nil // panic scales up at once, past the up window
@@ -321,6 +334,9 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 			notes = append(notes, note)
 		}
 	}
+	if result > current {
+		s.lastUp = now
+	}
 	d.Desired = result
 	d.Reason = fmt.Sprintf("%s → %d → %d", label, current, result)
 	if d.Panic && result > current {
@@ -338,6 +354,45 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		}
 	}
 	return s.finish(d)
+}
+
+// downHolds is the note of a scale-down held at n by what (the window's
+// highest recommendation when "").
+func downHolds(p *Policy, what string, n int) string {
+	if what == "" {
+		what = fmt.Sprintf("down window %s", p.ScaleDownStabilization)
+	}
+	return fmt.Sprintf("%s holds %d", what, n)
+}
+
+// downToMean is the lowest count a ScaleDownMean policy may scale down to
+// at now, and what holds it, for the reason: the mean winning load over the
+// scale-down window with the tolerance added, when that is below the count
+// by more than the tolerance, no sooner than a window after the last
+// scale-up, and never below this evaluation's recommendation rec.
+func (s *State) downToMean(p *Policy, now int64, x float64, current, rec, floor int) (int, string) {
+	i := 0
+	for i < len(s.loads) && now-s.loads[i].at >= int64(p.ScaleDownStabilization) {
+		i++
+	}
+	if i > 0 {
+		s.loads = append(s.loads[:0], s.loads[i:]...)
+	}
+	s.loads = append(s.loads, loadAt{now, x})
+	sum := 0.0
+	for _, l := range s.loads {
+		sum += l.x
+	}
+	mean := sum / float64(len(s.loads))
+	what := fmt.Sprintf("mean load %s over %s", num(mean), p.ScaleDownStabilization)
+	if s.lastUp != 0 && now-s.lastUp < int64(p.ScaleDownStabilization) {
+		return current, fmt.Sprintf("scaled up %s ago, down window %s", time.Duration(now-s.lastUp), p.ScaleDownStabilization)
+	}
+	to := current
+	if m := mean * (1 + p.Tolerance); m < float64(current)*(1-p.Tolerance) {
+		to = clamp(ceil(m), floor, p.MaxReplicas)
+	}
+	return max(to, rec), what
 }
 
 // atZero decides for an endpoint at zero replicas: no replica reports

@@ -182,6 +182,65 @@ func TestScaleDownWaitsForTheWindowAndTakesItsHighestDesire(t *testing.T) {
 	}
 }
 
+// TestScaleDownToTheMeanFollowsANoisyDeclineSooner runs one noisy decline
+// (10 replicas of load down to 5 in 300 s, ±4 % every other evaluation)
+// under both scale-down bases: the mean follows it with fewer
+// replica-seconds than the peak, and neither runs below the load.
+func TestScaleDownToTheMeanFollowsANoisyDeclineSooner(t *testing.T) {
+	t.Parallel()
+	seconds := map[ScaleDownBasis]float64{}
+	for _, basis := range []ScaleDownBasis{ScaleDownPeak, ScaleDownMean} {
+		p := classic(1, 100)
+		p.Tolerance, p.ScaleDownStabilization, p.ScaleDownBasis = 0.05, 120*time.Second, basis
+		e := newEndpoint(p, 10)
+		for k := 0; k < 300; k++ {
+			el := e.now.Sub(t0).Seconds()
+			replicasOfLoad := 10 - 5*min(el, 300)/300
+			noise := 1.04
+			if k%2 == 1 {
+				noise = 0.96
+			}
+			before := e.current
+			d := e.eval(2*time.Second, load(e.current, 5000*replicasOfLoad*noise), false)
+			if float64(d.Desired) < replicasOfLoad {
+				t.Fatalf("%s at %vs: %d replicas for a load of %.2f: %s", basis, el, d.Desired, replicasOfLoad, d.Reason)
+			}
+			seconds[basis] += 2 * float64(before)
+		}
+		if e.current != 6 {
+			t.Errorf("%s: %d replicas at the end of the decline to 5, want 6 (5 with the tolerance's margin)", basis, e.current)
+		}
+	}
+	if seconds[ScaleDownMean] >= 0.97*seconds[ScaleDownPeak] {
+		t.Errorf("replica-seconds: mean %v, peak %v; want the mean at least 3 %% below", seconds[ScaleDownMean], seconds[ScaleDownPeak])
+	}
+}
+
+func TestScaleDownToTheMeanWaitsAWindowAfterAScaleUp(t *testing.T) {
+	t.Parallel()
+	p := classic(1, 100)
+	p.ScaleDownStabilization, p.ScaleDownBasis = 60*time.Second, ScaleDownMean
+	e := newEndpoint(p, 4)
+	if d := e.eval(2*time.Second, load(4, 30000), false); d.Desired != 6 {
+		t.Fatalf("1.5× the count: %d, want 6: %s", d.Desired, d.Reason)
+	}
+	// Back to 4 replicas of load at once: held for the window after the
+	// scale-up, though the mean would allow 5 sooner.
+	for e.now.Before(t0.Add(60 * time.Second)) {
+		if d := e.eval(2*time.Second, load(e.current, 20000), false); d.Changed {
+			t.Fatalf("at %v: scaled to %d within a window of the scale-up: %s", e.now.Sub(t0), d.Desired, d.Reason)
+		} else if !strings.Contains(d.Reason, "scaled up") {
+			t.Fatalf("at %v: reason %q does not say the scale-up holds", e.now.Sub(t0), d.Reason)
+		}
+	}
+	// The scale-up's load has left the window: its mean is 4, with the
+	// 10 % tolerance 4.4, below 6 by more than the tolerance.
+	d := e.eval(2*time.Second, load(e.current, 20000), false)
+	if want := "rps 3333/5000 → 6 → 5 (mean load 4 over 1m0s holds 5)"; d.Reason != want {
+		t.Errorf("reason = %q, want %q", d.Reason, want)
+	}
+}
+
 func TestScaleUpWindowTakesTheLowestDesireAndPanicSkipsIt(t *testing.T) {
 	t.Parallel()
 	p := classic(1, 100)

@@ -28,6 +28,23 @@ const (
 	PredictiveOn       Predictive = "on"
 )
 
+// ScaleDownBasis is what a scale-down follows within the scale-down window.
+type ScaleDownBasis string
+
+// The scale-down bases. Peak scales down only to the highest
+// recommendation of the window: a load that swings faster than a replica
+// starts keeps the count of its peaks. Mean scales down to the window's
+// mean load plus the tolerance, never within a window of a scale-up: the
+// highest of a noisy signal over a window sits above the load it measures
+// (a 15 s request rate at 35 req/s moves ±4 % between evaluations) and a
+// declining load is followed a window late, where the mean is half a window
+// late and noise averages out. For loads that change slowly against the
+// cold start (a diurnal day), not for square waves (docs/autoscaling.md).
+const (
+	ScaleDownPeak ScaleDownBasis = "peak"
+	ScaleDownMean ScaleDownBasis = "mean"
+)
+
 // Policy is how one endpoint scales. Error field names are the API's
 // (snake_case, durations in seconds).
 type Policy struct {
@@ -43,6 +60,10 @@ type Policy struct {
 	// scale-down. It is also how long panic mode lasts after the last
 	// panic-level desire.
 	ScaleUpStabilization, ScaleDownStabilization time.Duration
+	// ScaleDownBasis is what a scale-down follows within the scale-down
+	// window: its highest recommendation (peak, the default; "" is peak)
+	// or its mean load (mean).
+	ScaleDownBasis ScaleDownBasis
 	// ScaleUpRate caps one decision at ceil(current × rate) (≥ 1);
 	// ScaleDownRate floors it at ceil(current × rate) (in (0, 1]), so a
 	// decision never removes more than that share.
@@ -106,6 +127,7 @@ func DefaultPolicy(task Task, gpu bool, minReplicas int) Policy {
 		MaxReplicas:            max(DefaultMaxReplicas, minReplicas),
 		ScaleUpStabilization:   DefaultScaleUpStabilization,
 		ScaleDownStabilization: DefaultScaleDownStabilization,
+		ScaleDownBasis:         ScaleDownPeak,
 		ScaleUpRate:            DefaultScaleUpRate,
 		ScaleDownRate:          DefaultScaleDownRate,
 		Tolerance:              DefaultTolerance,
@@ -149,6 +171,11 @@ func (p Policy) Validate(task Task, gpu bool) error {
 	}
 	if p.ScaleDownStabilization < 0 {
 		errs.Add("scale_down_stabilization_s", "must be 0 or more, got %v", p.ScaleDownStabilization.Seconds())
+	}
+	switch p.ScaleDownBasis {
+	case "", ScaleDownPeak, ScaleDownMean:
+	default:
+		errs.Add("scale_down_basis", "must be one of peak, mean, got %q", p.ScaleDownBasis)
 	}
 	if !(p.ScaleUpRate >= 1) || math.IsInf(p.ScaleUpRate, 0) {
 		errs.Add("scale_up_rate", "must be at least 1 (a multiple of the current replicas), got %v", p.ScaleUpRate)

@@ -86,6 +86,8 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"a panic threshold of 1", TaskClassification, false, func(p *Policy) { p.PanicThreshold = 1 }, []string{"panic_threshold"}},
 		{"no cold-start budget", TaskClassification, false, func(p *Policy) { p.ColdStartBudget = 0 }, []string{"cold_start_budget_s"}},
 		{"an unknown predictive mode", TaskClassification, false, func(p *Policy) { p.Predictive = "maybe" }, []string{"predictive"}},
+		{"an unknown scale-down basis", TaskClassification, false, func(p *Policy) { p.ScaleDownBasis = "median" }, []string{"scale_down_basis"}},
+		{"a scale-down to the mean is fine", TaskLLM, true, func(p *Policy) { p.ScaleDownBasis = ScaleDownMean }, nil},
 		{"every bad field at once", TaskClassification, false, func(p *Policy) {
 			p.Signals[0].Target, p.MinReplicas, p.MaxReplicas, p.ScaleUpRate = 0, 3, 2, 0.5
 		}, []string{"min_replicas", "scale_up_rate", "signals[0].target"}},
@@ -102,5 +104,22 @@ func TestValidateNamesTheBadField(t *testing.T) {
 				t.Errorf("Validate fields = %v, want %v (err: %v)", got, tt.want, err)
 			}
 		})
+	}
+}
+
+func TestADocWithoutAScaleDownBasisScalesDownByThePeak(t *testing.T) {
+	t.Parallel()
+	doc := DocOf(DefaultPolicy(TaskLLM, true, 1))
+	if doc.ScaleDownBasis != "peak" {
+		t.Errorf("the default policy's doc says scale_down_basis %q, want peak", doc.ScaleDownBasis)
+	}
+	doc.ScaleDownBasis = "" // a stored row from before the field
+	if got := doc.Policy().ScaleDownBasis; got != ScaleDownPeak {
+		t.Errorf("scale_down_basis left out reads %q, want peak", got)
+	}
+	mean := DefaultPolicy(TaskLLM, true, 1)
+	mean.ScaleDownBasis = ScaleDownMean
+	if got := StoredPolicy(StoreJSON(mean), "llm", true, 1, 100, time.Minute).ScaleDownBasis; got != ScaleDownMean {
+		t.Errorf("a stored mean policy reads back %q", got)
 	}
 }

@@ -23,6 +23,7 @@ type PolicyDoc struct {
 	MaxReplicas             int32       `json:"max_replicas" doc:"The endpoint's max_replicas."`
 	ScaleUpStabilizationS   float64     `json:"scale_up_stabilization_s"`
 	ScaleDownStabilizationS float64     `json:"scale_down_stabilization_s"`
+	ScaleDownBasis          string      `json:"scale_down_basis" enum:"peak,mean" doc:"What a scale-down follows within the scale-down window: peak (the default) its highest recommendation; mean its mean load plus the tolerance, never within a window of a scale-up, for loads that change slowly against the cold start."`
 	ScaleUpRate             float64     `json:"scale_up_rate"`
 	ScaleDownRate           float64     `json:"scale_down_rate"`
 	Tolerance               float64     `json:"tolerance"`
@@ -49,9 +50,13 @@ func seconds(s float64) time.Duration {
 func (p PolicyDoc) Policy() Policy {
 	out := Policy{MinReplicas: int(p.MinReplicas), MaxReplicas: int(p.MaxReplicas),
 		ScaleUpStabilization: seconds(p.ScaleUpStabilizationS), ScaleDownStabilization: seconds(p.ScaleDownStabilizationS),
-		ScaleUpRate: p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
+		ScaleDownBasis: ScaleDownBasis(p.ScaleDownBasis),
+		ScaleUpRate:    p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
 		ScaleToZeroGrace: seconds(p.ScaleToZeroGraceS), ColdStartBudget: seconds(p.ColdStartBudgetS),
 		Predictive: Predictive(p.Predictive), Signals: make([]Target, len(p.Signals))}
+	if out.ScaleDownBasis == "" {
+		out.ScaleDownBasis = ScaleDownPeak // left out: the default
+	}
 	for i, t := range p.Signals {
 		out.Signals[i] = Target{Signal: Signal(t.Signal), Target: t.Target}
 	}
@@ -62,7 +67,8 @@ func (p PolicyDoc) Policy() Policy {
 func DocOf(p Policy) PolicyDoc {
 	out := PolicyDoc{MinReplicas: int32(p.MinReplicas), MaxReplicas: int32(p.MaxReplicas),
 		ScaleUpStabilizationS: p.ScaleUpStabilization.Seconds(), ScaleDownStabilizationS: p.ScaleDownStabilization.Seconds(),
-		ScaleUpRate: p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
+		ScaleDownBasis: string(p.ScaleDownBasis),
+		ScaleUpRate:    p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
 		ScaleToZeroGraceS: p.ScaleToZeroGrace.Seconds(), ColdStartBudgetS: p.ColdStartBudget.Seconds(),
 		Predictive: string(p.Predictive), Signals: make([]TargetDoc, len(p.Signals))}
 	for i, t := range p.Signals {

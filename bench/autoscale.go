@@ -36,9 +36,9 @@ type AutoscaleResult struct {
 	TargetMet bool `json:"target_met"`
 	// Load1 is the machine's one-minute load average when the bench ended.
 	Load1 float64 `json:"load1"`
-	// Scenarios are the autoscaling built-ins run in virtual time at a seed
-	// they do not default to, each against the oracle; ScenariosMet says
-	// whether every one met its targets.
+	// Scenarios are the autoscaling built-ins run in virtual time at seeds
+	// 1 to 5, each against the oracle; ScenariosMet says whether every one
+	// met its targets.
 	Scenarios    []AutoscaleScenario `json:"scenarios"`
 	ScenariosMet bool                `json:"scenarios_met"`
 }
@@ -59,41 +59,61 @@ type AutoscaleScenario struct {
 	Met            bool    `json:"met"`
 }
 
-// autoscaleScenarios are the built-ins bench autoscale runs, at seed 2
-// (they default to 1), with issue 31's targets: at most 1.1× the oracle
-// and 99 % of minutes within the SLA; burst and prefill-heavy at most 2×.
-// The burst's SLA target is 90 %: the minute of its 5× step cannot be
-// within it while the new replicas start (45 s), whatever the policy.
+// autoscaleScenarios are the built-ins bench autoscale runs, each at
+// every seed of autoscaleSeeds, with issue 31's targets: at most 1.1× the
+// oracle and 99 % of minutes within the SLA; burst and prefill-heavy at
+// most 2×. The burst's SLA target is 90 %: the minute of its 5× step
+// cannot be within it while the new replicas start (45 s), whatever the
+// policy.
 var autoscaleScenarios = []AutoscaleScenario{
-	{Scenario: "seed-fleet-autoscale", Seed: 2, SLATargetPct: 99, VsOracleTarget: 1.1},
-	{Scenario: "noise", Seed: 2, SLATargetPct: 99, VsOracleTarget: 1.1},
-	{Scenario: "thrash", Seed: 2, SLATargetPct: 99, VsOracleTarget: 1.1},
-	{Scenario: "burst", Seed: 2, SLATargetPct: 90, VsOracleTarget: 2},
-	{Scenario: "prefill-heavy", Seed: 2, SLATargetPct: 99, VsOracleTarget: 2},
+	{Scenario: "seed-fleet-autoscale", SLATargetPct: 99, VsOracleTarget: 1.1},
+	{Scenario: "noise", SLATargetPct: 99, VsOracleTarget: 1.1},
+	{Scenario: "noise-inside", SLATargetPct: 99, VsOracleTarget: 1.1},
+	{Scenario: "thrash", SLATargetPct: 99, VsOracleTarget: 1.1},
+	{Scenario: "burst", SLATargetPct: 90, VsOracleTarget: 2},
+	{Scenario: "prefill-heavy", SLATargetPct: 99, VsOracleTarget: 2},
 }
 
-// measureScenarios runs autoscaleScenarios.
+// autoscaleSeeds are the seeds each scenario runs at: the built-ins
+// default to 1, and the seed day's policy was tuned at 2 to 4, so a row
+// for one seed alone would flatter it (seeds 1 and 5 miss 1.1×).
+var autoscaleSeeds = []uint64{1, 2, 3, 4, 5}
+
+// measureScenarios runs autoscaleScenarios at autoscaleSeeds.
 func measureScenarios(ctx context.Context) ([]AutoscaleScenario, bool, error) {
-	out := make([]AutoscaleScenario, 0, len(autoscaleScenarios))
+	out := make([]AutoscaleScenario, 0, len(autoscaleScenarios)*len(autoscaleSeeds))
 	all := true
-	for _, a := range autoscaleScenarios {
-		sc, err := scenario.Builtin(a.Scenario)
-		if err != nil {
-			return nil, false, err
+	for _, target := range autoscaleScenarios {
+		for _, seed := range autoscaleSeeds {
+			a := target
+			a.Seed = seed
+			m, err := measureScenario(ctx, a)
+			if err != nil {
+				return nil, false, err
+			}
+			all = all && m.Met
+			out = append(out, m)
 		}
-		sc.Seed = a.Seed
-		rep, err := scenario.Run(ctx, sc, scenario.Options{})
-		if err != nil {
-			return nil, false, fmt.Errorf("scenario %s: %w", a.Scenario, err)
-		}
-		r := rep.Autoscale
-		a.WithinSLAPct, a.GPUHours, a.OracleGPUHours = round3(r.WithinSLAPct), round3(r.GPUHours), round3(r.OracleGPUHours)
-		a.VsOracle, a.MaxReplicasUp = round3(r.GPUHoursRatio), r.MaxReplicasUp
-		a.Met = a.WithinSLAPct >= a.SLATargetPct && a.VsOracle <= a.VsOracleTarget
-		all = all && a.Met
-		out = append(out, a)
 	}
 	return out, all, nil
+}
+
+// measureScenario runs one built-in at a.Seed against a's targets.
+func measureScenario(ctx context.Context, a AutoscaleScenario) (AutoscaleScenario, error) {
+	sc, err := scenario.Builtin(a.Scenario)
+	if err != nil {
+		return a, err
+	}
+	sc.Seed = a.Seed
+	rep, err := scenario.Run(ctx, sc, scenario.Options{})
+	if err != nil {
+		return a, fmt.Errorf("scenario %s seed %d: %w", a.Scenario, a.Seed, err)
+	}
+	r := rep.Autoscale
+	a.WithinSLAPct, a.GPUHours, a.OracleGPUHours = round3(r.WithinSLAPct), round3(r.GPUHours), round3(r.OracleGPUHours)
+	a.VsOracle, a.MaxReplicasUp = round3(r.GPUHoursRatio), r.MaxReplicasUp
+	a.Met = a.WithinSLAPct >= a.SLATargetPct && a.VsOracle <= a.VsOracleTarget
+	return a, nil
 }
 
 const (

@@ -15,7 +15,7 @@ import (
 // test environment, with mod applied.
 func autoscalingBody(mod func(map[string]any)) *payload {
 	b := map[string]any{"signals": []map[string]any{{"signal": "rps", "target": 100}, {"signal": "queue_depth", "target": 10}},
-		"min_replicas": 1, "max_replicas": 5, "scale_up_stabilization_s": 0, "scale_down_stabilization_s": 60, "scale_up_rate": 4,
+		"min_replicas": 1, "max_replicas": 5, "scale_up_stabilization_s": 0, "scale_down_stabilization_s": 60, "scale_down_basis": "peak", "scale_up_rate": 4,
 		"scale_down_rate": 0.5, "tolerance": 0.1, "panic_threshold": 2, "scale_to_zero_grace_s": 900, "cold_start_budget_s": 30,
 		"predictive": "off"}
 	if mod != nil {
@@ -67,6 +67,7 @@ func TestAPIAutoscalingPolicy(t *testing.T) {
 		{"min above max", func(b map[string]any) { b["min_replicas"] = 6 }, "body.min_replicas"},
 		{"up rate below 1", func(b map[string]any) { b["scale_up_rate"] = 0.5 }, "body.scale_up_rate"},
 		{"down rate above 1", func(b map[string]any) { b["scale_down_rate"] = 1.5 }, "body.scale_down_rate"},
+		{"unknown scale-down basis", func(b map[string]any) { b["scale_down_basis"] = "median" }, "body.scale_down_basis"},
 		{"unknown signal", func(b map[string]any) { b["signals"] = []map[string]any{{"signal": "vibes", "target": 1}} }, "body.signals[0].signal"},
 		{"KV use on a classifier", func(b map[string]any) { b["signals"] = []map[string]any{{"signal": "kv_cache", "target": 0.8}} }, "body.signals[0].signal"},
 		{"tokens/s on a classifier", func(b map[string]any) {

@@ -50,6 +50,7 @@ func dayPolicy() autoscale.Policy {
 	p := chatPolicy(4.5)
 	p.Tolerance = 0.05
 	p.ScaleDownStabilization = 120 * time.Second
+	p.ScaleDownBasis = autoscale.ScaleDownMean
 	return p
 }
 
