@@ -23,7 +23,7 @@ type PolicyDoc struct {
 	MaxReplicas             int32       `json:"max_replicas" doc:"The endpoint's max_replicas."`
 	ScaleUpStabilizationS   float64     `json:"scale_up_stabilization_s"`
 	ScaleDownStabilizationS float64     `json:"scale_down_stabilization_s"`
-	ScaleDownBasis          string      `json:"scale_down_basis" enum:"peak,mean" doc:"What a scale-down follows within the scale-down window: peak (the default) its highest recommendation; mean its mean load plus the tolerance, never within a window of a scale-up, for loads that change slowly against the cold start."`
+	ScaleDownBasis          string      `json:"scale_down_basis,omitempty" enum:"peak,mean" doc:"What a scale-down follows within the scale-down window: peak (the default, also when left out) its highest recommendation; mean its mean load plus the tolerance, never within a window of a scale-up, for loads that change slowly against the cold start."`
 	ScaleUpRate             float64     `json:"scale_up_rate"`
 	ScaleDownRate           float64     `json:"scale_down_rate"`
 	Tolerance               float64     `json:"tolerance"`

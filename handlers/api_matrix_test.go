@@ -71,7 +71,7 @@ func apiFixtures() map[string][]*payload {
 		"GET /endpoints/{endpoint}/autoscaling":               {nil},
 		"GET /endpoints/{endpoint}/autoscaling/decisions":     {nil},
 		"PUT /endpoints/{endpoint}/autoscaling": {jsonPayload(map[string]any{"signals": []map[string]any{{"signal": "rps", "target": 100}},
-			"min_replicas": 1, "max_replicas": 4, "scale_up_stabilization_s": 0, "scale_down_stabilization_s": 300, "scale_down_basis": "peak", "scale_up_rate": 4,
+			"min_replicas": 1, "max_replicas": 4, "scale_up_stabilization_s": 0, "scale_down_stabilization_s": 300, "scale_up_rate": 4,
 			"scale_down_rate": 0.5, "tolerance": 0.1, "panic_threshold": 2, "scale_to_zero_grace_s": 900, "cold_start_budget_s": 30,
 			"predictive": "off"})},
 		"POST /teams":    {jsonPayload(map[string]any{"name": "matrix-team"})},
