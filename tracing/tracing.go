@@ -6,8 +6,11 @@
 // unless OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 // OTEL_TRACES_EXPORTER=otlp is set, and OTEL_SDK_DISABLED is not true.
 // The exporter speaks OTLP over HTTP (http/protobuf, the default) or gRPC
-// (OTEL_EXPORTER_OTLP_PROTOCOL=grpc); the exporters read their own
-// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout). The
+// (OTEL_EXPORTER_OTLP_PROTOCOL=grpc), each reading the
+// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout,
+// compression). Over HTTP it is this package's own (exporter.go), which
+// writes the protocol's protobuf straight from the SDK's spans; over gRPC
+// the OpenTelemetry project's. The
 // sampler is parent-based with a trace-id ratio (OTEL_TRACES_SAMPLER_ARG,
 // default 1) unless OTEL_TRACES_SAMPLER names another.
 //
@@ -23,7 +26,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -77,7 +79,7 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
+		exp, err = newHTTPExporter(getenv)
 	default:
 		return Provider{}, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: modelplane exports traces over grpc or http/protobuf", protocol)
 	}
