@@ -19,6 +19,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -120,10 +121,16 @@ func Inject(ctx context.Context, h http.Header) {
 }
 
 // Traceparent returns the traceparent header value of sc, empty when it
-// has no valid trace id.
+// has no valid trace id. It allocates only the string.
 func Traceparent(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	var b [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), [1]byte{byte(sc.TraceFlags())}
+	b[0], b[1], b[2], b[35], b[52] = '0', '0', '-', '-', '-'
+	hex.Encode(b[3:35], tid[:])
+	hex.Encode(b[36:52], sid[:])
+	hex.Encode(b[53:55], flags[:])
+	return string(b[:])
 }
