@@ -81,8 +81,8 @@ type call struct {
 	// span is the request's root span, nil without a trace; traceparent
 	// its W3C header, and traceID that header's trace id for the log line
 	// and the exemplars; tracing is set when the span records, and marks
-	// then hold when each step of the path ended and attrs the span's
-	// attributes (trace.go).
+	// then hold when each step of the path ended, attrs the span's
+	// attributes and opts its start options (trace.go).
 	span        trace.Span
 	tracer      trace.Tracer
 	traceparent string
@@ -90,6 +90,7 @@ type call struct {
 	tracing     bool
 	marks       [steps]time.Time
 	attrs       [requestAttrs]attribute.KeyValue
+	opts        [2]trace.SpanStartOption
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in
@@ -110,10 +111,10 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request) {
 	start := c.start
 	w.Header().Set("X-Request-Id", c.id)
-	r = g.startTrace(w, c, r)
+	g.startTrace(w, c, r)
 	g.serve(k, c, w, r)
 	end := time.Now()
-	c.endTrace(end)
+	c.endTrace()
 	// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 	if c.ver != nil && c.status != http.StatusAccepted {
 		o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
@@ -229,7 +230,6 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	if !g.admitGrantQuota(r.Context(), w, c, rt, g.now()) {
 		return
 	}
-	c.mark(stepRateLimit)
 	// Version choice: a pin first, then the experiment's arm of the user,
 	// then the weighted split.
 	var v *version

@@ -20,23 +20,26 @@ import (
 // request's span is the only one a request makes, and its traceparent is
 // what the replica continues from. Each span or event more cost the traced
 // gateway CPU on every request (bench gateway, docs/operations.md), and a
-// step has nothing a span would add. The step's end is taken only when the
-// request's span records, so an untraced or unsampled request pays one
-// branch a step.
+// step has nothing a span would add. The rate-limit check is counted in
+// traffic routing, both in-memory decisions of a few microseconds: the
+// SDK deduplicates a span's attributes with a map at its end, which costs
+// a third of the span once there are more than eight. The step's end is
+// taken only when the request's span records, so an untraced or unsampled
+// request pays one branch a step.
 const (
 	stepAuthn = iota
 	stepSchema
-	stepRateLimit
 	stepRouting
 	steps
 )
 
-var stepKeys = [steps]attribute.Key{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.rate_limit_check_us", "ml_serving.traffic_routing_us"}
+var stepKeys = [steps]attribute.Key{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us"}
 
 // requestAttrs is the most attributes endTrace sets on a request's span:
-// seven about the request, a step's time each, the replica call's, and a
-// stream's first event and tokens.
-const requestAttrs = 7 + steps + 3
+// four about where it went, a step's time each and the replica call's
+// (eight: what most requests carry), the two flags, and a stream's first
+// event and tokens.
+const requestAttrs = 4 + steps + 1 + 2 + 2
 
 // tracerOf returns the gateway's tracer: tp's, or a no-op one.
 func (g *Gateway) tracerOf(tp trace.TracerProvider) trace.Tracer {
@@ -46,22 +49,27 @@ func (g *Gateway) tracerOf(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer("modelplane/gateway")
 }
 
-// serverKind and the other start options every traced request uses are
-// built once: an option is an interface, and building one per request
-// allocates.
+// serverKind is built once: an option is an interface, and building one
+// per request allocates.
 var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
 // startTrace starts the request's root span, as a child of the caller's
 // traceparent when it sent one, and answers with the trace's traceparent
-// so the caller can quote one id, sampled or not.
-func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) *http.Request {
+// so the caller can quote one id, sampled or not. The span is kept in c,
+// not in the request's context: what continues the trace (inject, child)
+// reads it there, and a request with a new context is a copy.
+func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) {
 	if g.cfg.Tracer == nil && r.Header.Get("traceparent") == "" {
-		return r // tracing off and no caller's trace: the request path pays nothing
+		return // tracing off and no caller's trace: the request path pays nothing
 	}
-	ctx, span := g.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.request", serverKind, trace.WithTimestamp(c.start))
+	// The span starts when the request did, so that it covers what the
+	// latency metrics count. The options' slice is the call's: a variadic
+	// call through an interface would allocate one.
+	opts := append(c.opts[:0], serverKind, trace.WithTimestamp(c.start))
+	_, span := g.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.request", opts...)
 	sc := span.SpanContext()
 	if !sc.IsValid() {
-		return r // tracing off and no caller's trace: nothing to say
+		return // tracing off and no caller's trace: nothing to say
 	}
 	// One string serves the answer's header, the replica's (inject) and,
 	// as its trace id digits, the log line and the exemplars.
@@ -69,7 +77,6 @@ func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) *h
 	c.span, c.tracer, c.traceID = span, g.tracer, c.traceparent[3:35]
 	c.tracing = span.IsRecording()
 	w.Header()["Traceparent"] = []string{c.traceparent}
-	return r.WithContext(ctx)
 }
 
 // inject passes the request's trace to a replica: the request span's
@@ -91,10 +98,10 @@ func (c *call) mark(i int) {
 	}
 }
 
-// endTrace ends the root span at end, with what the request came to and
+// endTrace ends the root span, with what the request came to and
 // how long its steps took as attributes, all set at once: the SDK takes
 // one call's attributes in one append.
-func (c *call) endTrace(end time.Time) {
+func (c *call) endTrace() {
 	if c.span == nil {
 		return
 	}
@@ -102,7 +109,7 @@ func (c *call) endTrace(end time.Time) {
 		// The attributes are built in an array of the call's, not in a
 		// slice each request allocates, and the flags only when set.
 		a := append(c.attrs[:0], attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
-			attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status), attribute.String("request_id", c.id))
+			attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status))
 		if c.pinned {
 			a = append(a, attribute.Bool("pinned", true))
 		}
@@ -128,7 +135,7 @@ func (c *call) endTrace(end time.Time) {
 			c.span.SetStatus(codes.Error, http.StatusText(c.status))
 		}
 	}
-	c.span.End(trace.WithTimestamp(end))
+	c.span.End()
 }
 
 // child starts a child span of the request's while it records (nil
@@ -138,5 +145,5 @@ func (c *call) child(ctx context.Context, name string, kind trace.SpanKind, attr
 	if !c.tracing {
 		return ctx, nil
 	}
-	return c.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return c.tracer.Start(trace.ContextWithSpan(ctx, c.span), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }

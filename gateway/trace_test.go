@@ -77,8 +77,7 @@ func TestRequestTrace(t *testing.T) {
 	for _, a := range root.Attributes {
 		attrs[string(a.Key)] = a.Value
 	}
-	for k, v := range map[string]string{"endpoint": "fraud-scoring", "version": "v23", "http.response.status_code": "200",
-		"request_id": r.header.Get("X-Request-Id")} {
+	for k, v := range map[string]string{"endpoint": "fraud-scoring", "version": "v23", "http.response.status_code": "200"} {
 		if attrs[k].Emit() != v {
 			t.Errorf("request's attribute %s = %q, want %q", k, attrs[k].Emit(), v)
 		}
@@ -89,9 +88,11 @@ func TestRequestTrace(t *testing.T) {
 	if _, ok := attrs["pinned"]; ok {
 		t.Error("an unpinned request's span says pinned")
 	}
+	if len(attrs) > 8 {
+		t.Errorf("request span has %d attributes, want at most 8 (the SDK's deduplication map grows past eight)", len(attrs))
+	}
 	var sum int64
-	for _, k := range []string{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.rate_limit_check_us",
-		"ml_serving.traffic_routing_us", "ml_serving.model_inference_us"} {
+	for _, k := range []string{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us", "ml_serving.model_inference_us"} {
 		v, ok := attrs[k]
 		if !ok || v.Type() != attribute.INT64 || v.AsInt64() < 0 {
 			t.Errorf("request's attribute %s = %v, want the step's microseconds", k, v.Emit())
