@@ -236,13 +236,45 @@ func clamp32(n int) uint64 { return uint64(min(max(n, 0), math.MaxUint32)) }
 
 func (e *encoder) attrs(field protowire.Number, kvs []attribute.KeyValue) {
 	for _, kv := range kvs {
-		m := e.open(field)
+		n, ok := scalarSize(kv.Value)
+		if !ok {
+			m := e.open(field)
+			e.str(fKeyValueKey, string(kv.Key))
+			v := e.open(fKeyValueValue)
+			e.value(kv.Value)
+			e.close(v)
+			e.close(m)
+			continue
+		}
+		// A scalar's sizes are known before it is written: no body moves.
+		size := 1 + protowire.SizeVarint(uint64(n)) + n
+		if kv.Key != "" {
+			size += 1 + protowire.SizeBytes(len(kv.Key))
+		}
+		e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(size))
 		e.str(fKeyValueKey, string(kv.Key))
-		v := e.open(fKeyValueValue)
+		e.buf = protowire.AppendTag(e.buf, fKeyValueValue, protowire.BytesType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(n))
 		e.value(kv.Value)
-		e.close(v)
-		e.close(m)
 	}
+}
+
+// scalarSize is the size of v's AnyValue when v is no list or map.
+func scalarSize(v attribute.Value) (int, bool) {
+	switch v.Type() {
+	case attribute.EMPTY:
+		return 0, true
+	case attribute.BOOL:
+		return 2, true
+	case attribute.INT64:
+		return 1 + protowire.SizeVarint(uint64(v.AsInt64())), true
+	case attribute.FLOAT64:
+		return 1 + 8, true
+	case attribute.STRING:
+		return 1 + protowire.SizeBytes(len(v.AsString())), true
+	}
+	return 0, false
 }
 
 // value writes the fields of an AnyValue (the caller opened it).

@@ -109,8 +109,13 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 // Propagator reads and writes the W3C traceparent and tracestate headers.
 var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
-// Extract returns ctx with the remote span context of h's traceparent.
+// Extract returns ctx with the remote span context of h's traceparent. h's
+// keys are canonical, as net/http's are: a request without a traceparent
+// costs a map lookup, not the propagator's key canonicalisation.
 func Extract(ctx context.Context, h http.Header) context.Context {
+	if len(h["Traceparent"]) == 0 {
+		return ctx
+	}
 	return Propagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
