@@ -59,7 +59,9 @@ var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 // not in the request's context: what continues the trace (inject, child)
 // reads it there, and a request with a new context is a copy.
 func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) {
-	if g.cfg.Tracer == nil && r.Header.Get("traceparent") == "" {
+	// Looked up by its canonical key: Header.Get would canonicalise
+	// "traceparent" on every request, an allocation.
+	if g.cfg.Tracer == nil && len(r.Header["Traceparent"]) == 0 {
 		return // tracing off and no caller's trace: the request path pays nothing
 	}
 	// The span starts when the request did, so that it covers what the
