@@ -78,8 +78,8 @@ func TestRequestTrace(t *testing.T) {
 		attrs[string(a.Key)] = a.Value
 	}
 	for k, v := range map[string]string{"endpoint": "fraud-scoring", "version": "v23", "http.response.status_code": "200"} {
-		if attrs[k].Emit() != v {
-			t.Errorf("request's attribute %s = %q, want %q", k, attrs[k].Emit(), v)
+		if attrs[k].String() != v {
+			t.Errorf("request's attribute %s = %q, want %q", k, attrs[k].String(), v)
 		}
 	}
 	if attrs["replica"].AsString() == "" {
@@ -95,7 +95,7 @@ func TestRequestTrace(t *testing.T) {
 	for _, k := range []string{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us", "ml_serving.model_inference_us"} {
 		v, ok := attrs[k]
 		if !ok || v.Type() != attribute.INT64 || v.AsInt64() < 0 {
-			t.Errorf("request's attribute %s = %v, want the step's microseconds", k, v.Emit())
+			t.Errorf("request's attribute %s = %v, want the step's microseconds", k, v.String())
 		}
 		sum += v.AsInt64()
 	}
