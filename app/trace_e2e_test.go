@@ -31,10 +31,9 @@ import (
 // `modelplane runtime` (the demo's v23 fraud model) as two processes,
 // both exporting to a real OTLP/HTTP receiver through the standard
 // OTEL_EXPORTER_OTLP_ENDPOINT, and sends one predict: the receiver gets
-// one trace holding the gateway's request span as its root, the gateway's
-// model_inference span under it, and the runtime's span under that one,
-// each from its own service; the trace id is the one the gateway answered
-// with in traceparent.
+// one trace holding the gateway's request span as its root and the
+// runtime's span under it, each from its own service; the trace id is the
+// one the gateway answered with in traceparent.
 func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	bin := modelplaneBinary(t)
@@ -140,16 +139,12 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 
 	spans := rcv.Trace(traceID)
 	root, _ := find(spans, "modelplane-gateway", "ml_serving.request")
-	inf, ok := find(spans, "modelplane-gateway", "ml_serving.model_inference")
 	run, _ := find(spans, "modelplane-runtime", "ml_serving.runtime")
 	if root.ParentSpanID != "" {
 		t.Errorf("gateway's request span has parent %s; want the trace's root (the caller sent no traceparent)", root.ParentSpanID)
 	}
-	if !ok || inf.ParentSpanID != root.SpanID {
-		t.Errorf("gateway's model_inference span %+v; want a child of the request span %s", inf, root.SpanID)
-	}
-	if run.ParentSpanID != inf.SpanID {
-		t.Errorf("runtime's span has parent %s; want the gateway's model_inference span %s", run.ParentSpanID, inf.SpanID)
+	if run.ParentSpanID != root.SpanID {
+		t.Errorf("runtime's span has parent %s; want the gateway's request span %s", run.ParentSpanID, root.SpanID)
 	}
 	services := map[string]bool{}
 	for _, sp := range rcv.Spans() {
@@ -167,7 +162,8 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 
 // startChild runs the modelplane binary with args and env added to the
 // test's environment, and stops it (SIGTERM, which flushes its traces)
-// when the test ends.
+// when the test ends; one still running 30 seconds after the signal fails
+// the test and is killed.
 func startChild(t *testing.T, bin string, args, env []string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -180,16 +176,26 @@ func startChild(t *testing.T, bin string, args, env []string) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
+		exited := func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		}
+		// Deferred: Eventually ends a failing test's cleanup early.
+		defer func() {
+			if !exited() {
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("modelplane %s:\n%s", args[0], out.String())
+			}
+		}()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("modelplane %s:\n%s", args[0], out.String())
-		}
+		wait.Eventually(t, 30*time.Second, exited, "modelplane %s still runs 30s after SIGTERM", args[0])
 	})
 }
 

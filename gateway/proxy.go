@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
-	"modelplane/tracing"
 )
 
 // rolePlatformAdmin is the org-wide role that may call every endpoint.
@@ -82,16 +81,19 @@ type call struct {
 	// llmAnswer is set on a graph whose last step called an LLM endpoint:
 	// its answer is a chat completion, sampled as one (graph.go).
 	llmAnswer bool
-	// span is the request's root span, nil without a trace; traceID its
-	// trace's id for the log line and the exemplars; tracing is set when
-	// the span records, and marks then hold when each step of the path
-	// ended and attrs the span's attributes (trace.go).
-	span    trace.Span
-	tracer  trace.Tracer
-	traceID string
-	tracing bool
-	marks   [steps]time.Time
-	attrs   [requestAttrs]attribute.KeyValue
+	// span is the request's root span, nil without a trace; traceparent
+	// its W3C header, and traceID that header's trace id for the log line
+	// and the exemplars; tracing is set when the span records, and marks
+	// then hold when each step of the path ended, attrs the span's
+	// attributes and opts its start options (trace.go).
+	span        trace.Span
+	tracer      trace.Tracer
+	traceparent string
+	traceID     string
+	tracing     bool
+	marks       [steps]time.Time
+	attrs       [requestAttrs]attribute.KeyValue
+	opts        [2]trace.SpanStartOption
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in
@@ -112,10 +114,10 @@ func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
 func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request) {
 	start := c.start
 	w.Header()["X-Request-Id"] = c.idHeader()
-	r = g.startTrace(w, c, r)
+	g.startTrace(w, c, r)
 	g.serve(k, c, w, r)
 	end := time.Now()
-	c.endTrace(end)
+	c.endTrace()
 	// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 	if c.ver != nil && c.status != http.StatusAccepted {
 		o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
@@ -245,7 +247,6 @@ func (g *Gateway) serve(k kind, c *call, w http.ResponseWriter, r *http.Request)
 	if !g.admitGrantQuota(r.Context(), w, c, rt, g.now()) {
 		return
 	}
-	c.mark(stepRateLimit)
 	// Version choice: a pin first, then the experiment's arm of the user,
 	// then the weighted split.
 	var v *version
@@ -450,10 +451,6 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
-	ctx, ps := c.child(ctx, "ml_serving.model_inference", trace.SpanKindClient, attribute.String("selected_replica", u.id))
-	if ps != nil {
-		defer ps.End()
-	}
 	resp, err := g.send(ctx, path, u, body, c, r)
 	if err != nil && (dialFailed(err) || unanswered(err)) && ctx.Err() == nil {
 		g.outcome(v, u, true)
@@ -574,7 +571,7 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 	// 502; nothing of the request reached a model. A refused fresh
 	// connection then moves the request to another replica (proxy).
 	req.Header["X-Idempotency-Key"] = id
-	tracing.Inject(ctx, req.Header)
+	c.inject(req.Header)
 	upstreamHeaders(req.Header, u, c.team)
 	return g.replicaTransport(u).RoundTrip(req)
 }

@@ -6,8 +6,11 @@
 // unless OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 // OTEL_TRACES_EXPORTER=otlp is set, and OTEL_SDK_DISABLED is not true.
 // The exporter speaks OTLP over HTTP (http/protobuf, the default) or gRPC
-// (OTEL_EXPORTER_OTLP_PROTOCOL=grpc); the exporters read their own
-// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout). The
+// (OTEL_EXPORTER_OTLP_PROTOCOL=grpc), each reading the
+// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout,
+// compression). Over HTTP it is this package's own (exporter.go), which
+// writes the protocol's protobuf straight from the SDK's spans; over gRPC
+// the OpenTelemetry project's. The
 // sampler is parent-based with a trace-id ratio (OTEL_TRACES_SAMPLER_ARG,
 // default 1) unless OTEL_TRACES_SAMPLER names another.
 //
@@ -16,6 +19,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,7 +27,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -77,7 +80,7 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
+		exp, err = newHTTPExporter(getenv)
 	default:
 		return Provider{}, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: modelplane exports traces over grpc or http/protobuf", protocol)
 	}
@@ -106,8 +109,13 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 // Propagator reads and writes the W3C traceparent and tracestate headers.
 var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
-// Extract returns ctx with the remote span context of h's traceparent.
+// Extract returns ctx with the remote span context of h's traceparent. h's
+// keys are canonical, as net/http's are: a request without a traceparent
+// costs a map lookup, not the propagator's key canonicalisation.
 func Extract(ctx context.Context, h http.Header) context.Context {
+	if len(h["Traceparent"]) == 0 {
+		return ctx
+	}
 	return Propagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
@@ -118,10 +126,16 @@ func Inject(ctx context.Context, h http.Header) {
 }
 
 // Traceparent returns the traceparent header value of sc, empty when it
-// has no valid trace id.
+// has no valid trace id. It allocates only the string.
 func Traceparent(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	var b [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), [1]byte{byte(sc.TraceFlags())}
+	b[0], b[1], b[2], b[35], b[52] = '0', '0', '-', '-', '-'
+	hex.Encode(b[3:35], tid[:])
+	hex.Encode(b[36:52], sid[:])
+	hex.Encode(b[53:55], flags[:])
+	return string(b[:])
 }

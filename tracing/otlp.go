@@ -1,0 +1,381 @@
+package tracing
+
+import (
+	"math"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// The OTLP trace protocol's field numbers (opentelemetry-proto,
+// collector/trace/v1, trace/v1, resource/v1 and common/v1), which encode
+// writes straight from the SDK's spans: the stock exporter first builds the
+// protocol's Go structs (three allocations an attribute) and marshals them,
+// which was most of what a traced request cost the gateway beyond the span
+// itself (docs/operations.md).
+const (
+	fRequestResourceSpans = 1 // ExportTraceServiceRequest.resource_spans
+
+	fResourceSpansResource  = 1
+	fResourceSpansScopes    = 2
+	fResourceSpansSchemaURL = 3
+
+	fResourceAttributes = 1
+
+	fScopeSpansScope     = 1
+	fScopeSpansSpans     = 2
+	fScopeSpansSchemaURL = 3
+
+	fScopeName       = 1
+	fScopeVersion    = 2
+	fScopeAttributes = 3
+
+	fSpanTraceID         = 1
+	fSpanSpanID          = 2
+	fSpanTraceState      = 3
+	fSpanParentSpanID    = 4
+	fSpanName            = 5
+	fSpanKind            = 6
+	fSpanStart           = 7
+	fSpanEnd             = 8
+	fSpanAttributes      = 9
+	fSpanDroppedAttrs    = 10
+	fSpanEvents          = 11
+	fSpanDroppedEvents   = 12
+	fSpanLinks           = 13
+	fSpanDroppedLinks    = 14
+	fSpanStatus          = 15
+	fSpanFlags           = 16
+	fEventTime           = 1
+	fEventName           = 2
+	fEventAttributes     = 3
+	fEventDroppedAttrs   = 4
+	fLinkTraceID         = 1
+	fLinkSpanID          = 2
+	fLinkTraceState      = 3
+	fLinkAttributes      = 4
+	fLinkDroppedAttrs    = 5
+	fLinkFlags           = 6
+	fStatusMessage       = 2
+	fStatusCode          = 3
+	fKeyValueKey         = 1
+	fKeyValueValue       = 2
+	fAnyString           = 1
+	fAnyBool             = 2
+	fAnyInt              = 3
+	fAnyDouble           = 4
+	fAnyArray            = 5
+	fAnyKeyValueList     = 6
+	fAnyBytes            = 7
+	fArrayValues         = 1
+	fKeyValueListValues  = 1
+	fPartialSuccess      = 1 // ExportTraceServiceResponse.partial_success
+	fPartialRejected     = 1
+	fPartialErrorMessage = 2
+
+	// Span flags: the low byte is the W3C trace flags; the two bits above
+	// say that whether the parent was remote is known, and that it was.
+	flagHasIsRemote = 0x100
+	flagIsRemote    = 0x200
+
+	// Status codes in OTLP (the SDK numbers them differently).
+	statusOK    = 1
+	statusError = 2
+)
+
+// encoder writes an ExportTraceServiceRequest into buf, which it keeps
+// between batches.
+type encoder struct {
+	buf []byte
+	// groups is the batch's resource and scope pairs, reused.
+	groups []group
+}
+
+// group is a resource (told apart by its attributes, as the stock exporter
+// does) and an instrumentation scope.
+type group struct {
+	res   attribute.Distinct
+	scope instrumentation.Scope
+}
+
+func groupOf(s sdktrace.ReadOnlySpan) group {
+	return group{res: s.Resource().Equivalent(), scope: s.InstrumentationScope()}
+}
+
+// encode returns spans as the body of one OTLP/HTTP export, valid until the
+// next call.
+func (e *encoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
+	e.buf = e.buf[:0]
+	e.groups = e.groups[:0]
+	first := make(map[attribute.Distinct]*resource.Resource, 1)
+	for _, s := range spans {
+		g := groupOf(s)
+		if !slices.Contains(e.groups, g) {
+			e.groups = append(e.groups, g)
+		}
+		if _, ok := first[g.res]; !ok {
+			first[g.res] = s.Resource()
+		}
+	}
+	for i, g := range e.groups {
+		if slices.ContainsFunc(e.groups[:i], func(h group) bool { return h.res == g.res }) {
+			continue // written with the first group of its resource
+		}
+		res := first[g.res]
+		rs := e.open(fRequestResourceSpans)
+		if res != nil {
+			r := e.open(fResourceSpansResource)
+			e.attrs(fResourceAttributes, res.Attributes())
+			e.close(r)
+		}
+		for _, sg := range e.groups[i:] {
+			if sg.res != g.res {
+				continue
+			}
+			ss := e.open(fResourceSpansScopes)
+			if sg.scope != (instrumentation.Scope{}) {
+				sc := e.open(fScopeSpansScope)
+				e.str(fScopeName, sg.scope.Name)
+				e.str(fScopeVersion, sg.scope.Version)
+				e.attrs(fScopeAttributes, sg.scope.Attributes.ToSlice())
+				e.close(sc)
+			}
+			for _, s := range spans {
+				if groupOf(s) == sg {
+					e.span(s)
+				}
+			}
+			e.str(fScopeSpansSchemaURL, sg.scope.SchemaURL)
+			e.close(ss)
+		}
+		if res != nil {
+			e.str(fResourceSpansSchemaURL, res.SchemaURL())
+		}
+		e.close(rs)
+	}
+	return e.buf
+}
+
+func (e *encoder) span(s sdktrace.ReadOnlySpan) {
+	m := e.open(fScopeSpansSpans)
+	sc := s.SpanContext()
+	tid, sid := sc.TraceID(), sc.SpanID()
+	e.bytes(fSpanTraceID, tid[:])
+	e.bytes(fSpanSpanID, sid[:])
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		e.str(fSpanTraceState, ts.String())
+	}
+	parent := s.Parent()
+	if psid := parent.SpanID(); psid.IsValid() {
+		e.bytes(fSpanParentSpanID, psid[:])
+	}
+	e.str(fSpanName, s.Name())
+	if k := s.SpanKind(); k >= trace.SpanKindInternal && k <= trace.SpanKindConsumer {
+		// The SDK's kinds carry OTLP's numbers, unspecified being 0 in both.
+		e.varint(fSpanKind, uint64(k))
+	}
+	e.fixed64(fSpanStart, unixNano(s.StartTime().UnixNano()))
+	e.fixed64(fSpanEnd, unixNano(s.EndTime().UnixNano()))
+	e.attrs(fSpanAttributes, s.Attributes())
+	e.varint(fSpanDroppedAttrs, clamp32(s.DroppedAttributes()))
+	for _, ev := range s.Events() {
+		em := e.open(fSpanEvents)
+		e.fixed64(fEventTime, unixNano(ev.Time.UnixNano()))
+		e.str(fEventName, ev.Name)
+		e.attrs(fEventAttributes, ev.Attributes)
+		e.varint(fEventDroppedAttrs, clamp32(ev.DroppedAttributeCount))
+		e.close(em)
+	}
+	e.varint(fSpanDroppedEvents, clamp32(s.DroppedEvents()))
+	for _, l := range s.Links() {
+		lm := e.open(fSpanLinks)
+		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
+		e.bytes(fLinkTraceID, ltid[:])
+		e.bytes(fLinkSpanID, lsid[:])
+		if ts := l.SpanContext.TraceState(); ts.Len() > 0 {
+			e.str(fLinkTraceState, ts.String())
+		}
+		e.attrs(fLinkAttributes, l.Attributes)
+		e.varint(fLinkDroppedAttrs, clamp32(l.DroppedAttributeCount))
+		e.fixed32(fLinkFlags, flags(l.SpanContext.TraceFlags(), l.SpanContext.IsRemote()))
+		e.close(lm)
+	}
+	e.varint(fSpanDroppedLinks, clamp32(s.DroppedLinks()))
+	// The status is written even when unset, as the stock exporter does.
+	st := s.Status()
+	stm := e.open(fSpanStatus)
+	e.str(fStatusMessage, st.Description)
+	switch st.Code {
+	case codes.Ok:
+		e.varint(fStatusCode, statusOK)
+	case codes.Error:
+		e.varint(fStatusCode, statusError)
+	}
+	e.close(stm)
+	e.fixed32(fSpanFlags, flags(sc.TraceFlags(), parent.IsRemote()))
+	e.close(m)
+}
+
+func flags(tf trace.TraceFlags, remote bool) uint32 {
+	f := uint32(tf) | flagHasIsRemote
+	if remote {
+		f |= flagIsRemote
+	}
+	return f
+}
+
+func unixNano(n int64) uint64 { return uint64(max(n, 0)) }
+
+func clamp32(n int) uint64 { return uint64(min(max(n, 0), math.MaxUint32)) }
+
+func (e *encoder) attrs(field protowire.Number, kvs []attribute.KeyValue) {
+	for _, kv := range kvs {
+		n, ok := scalarSize(kv.Value)
+		if !ok {
+			m := e.open(field)
+			e.str(fKeyValueKey, string(kv.Key))
+			v := e.open(fKeyValueValue)
+			e.value(kv.Value)
+			e.close(v)
+			e.close(m)
+			continue
+		}
+		// A scalar's sizes are known before it is written: no body moves.
+		size := 1 + protowire.SizeVarint(uint64(n)) + n
+		if kv.Key != "" {
+			size += 1 + protowire.SizeBytes(len(kv.Key))
+		}
+		e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(size))
+		e.str(fKeyValueKey, string(kv.Key))
+		e.buf = protowire.AppendTag(e.buf, fKeyValueValue, protowire.BytesType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(n))
+		e.value(kv.Value)
+	}
+}
+
+// scalarSize is the size of v's AnyValue when v is no list or map.
+func scalarSize(v attribute.Value) (int, bool) {
+	switch v.Type() {
+	case attribute.EMPTY:
+		return 0, true
+	case attribute.BOOL:
+		return 2, true
+	case attribute.INT64:
+		return 1 + protowire.SizeVarint(uint64(v.AsInt64())), true
+	case attribute.FLOAT64:
+		return 1 + 8, true
+	case attribute.STRING:
+		return 1 + protowire.SizeBytes(len(v.AsString())), true
+	}
+	return 0, false
+}
+
+// value writes the fields of an AnyValue (the caller opened it).
+func (e *encoder) value(v attribute.Value) {
+	switch v.Type() {
+	case attribute.BOOL:
+		e.buf = protowire.AppendTag(e.buf, fAnyBool, protowire.VarintType)
+		e.buf = protowire.AppendVarint(e.buf, protowire.EncodeBool(v.AsBool()))
+	case attribute.INT64:
+		e.buf = protowire.AppendTag(e.buf, fAnyInt, protowire.VarintType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		e.buf = protowire.AppendTag(e.buf, fAnyDouble, protowire.Fixed64Type)
+		e.buf = protowire.AppendFixed64(e.buf, math.Float64bits(v.AsFloat64()))
+	case attribute.STRING:
+		e.buf = protowire.AppendTag(e.buf, fAnyString, protowire.BytesType)
+		e.buf = protowire.AppendString(e.buf, v.AsString())
+	case attribute.BYTESLICE:
+		e.buf = protowire.AppendTag(e.buf, fAnyBytes, protowire.BytesType)
+		e.buf = protowire.AppendBytes(e.buf, v.AsByteSlice())
+	case attribute.BOOLSLICE:
+		array(e, v.AsBoolSlice(), attribute.BoolValue)
+	case attribute.INT64SLICE:
+		array(e, v.AsInt64Slice(), attribute.Int64Value)
+	case attribute.FLOAT64SLICE:
+		array(e, v.AsFloat64Slice(), attribute.Float64Value)
+	case attribute.STRINGSLICE:
+		array(e, v.AsStringSlice(), attribute.StringValue)
+	case attribute.SLICE:
+		a := e.open(fAnyArray)
+		for _, x := range v.AsSlice() {
+			m := e.open(fArrayValues)
+			e.value(x)
+			e.close(m)
+		}
+		e.close(a)
+	case attribute.MAP:
+		a := e.open(fAnyKeyValueList)
+		e.attrs(fKeyValueListValues, v.AsMap())
+		e.close(a)
+	}
+	// EMPTY: an AnyValue with no value set.
+}
+
+// array writes xs as an AnyValue's array_value.
+func array[T any](e *encoder, xs []T, of func(T) attribute.Value) {
+	a := e.open(fAnyArray)
+	for _, x := range xs {
+		m := e.open(fArrayValues)
+		e.value(of(x))
+		e.close(m)
+	}
+	e.close(a)
+}
+
+// open starts the embedded message field and returns where its body
+// begins, for close.
+func (e *encoder) open(field protowire.Number) int {
+	e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
+	return len(e.buf)
+}
+
+// close ends the message open began: it moves the body up to make room for
+// its length, which protobuf wants before the body and in as few bytes as
+// it takes. A body is a span or less except for the two outermost ones,
+// which are moved once a batch.
+func (e *encoder) close(at int) {
+	n := len(e.buf) - at
+	k := protowire.SizeVarint(uint64(n))
+	e.buf = append(e.buf, make([]byte, k)...)
+	copy(e.buf[at+k:], e.buf[at:at+n])
+	protowire.AppendVarint(e.buf[:at], uint64(n))
+}
+
+func (e *encoder) str(field protowire.Number, s string) {
+	if s == "" {
+		return // proto3: the default is not written
+	}
+	e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
+	e.buf = protowire.AppendString(e.buf, s)
+}
+
+func (e *encoder) bytes(field protowire.Number, b []byte) {
+	e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
+	e.buf = protowire.AppendBytes(e.buf, b)
+}
+
+func (e *encoder) varint(field protowire.Number, v uint64) {
+	if v == 0 {
+		return
+	}
+	e.buf = protowire.AppendTag(e.buf, field, protowire.VarintType)
+	e.buf = protowire.AppendVarint(e.buf, v)
+}
+
+func (e *encoder) fixed64(field protowire.Number, v uint64) {
+	e.buf = protowire.AppendTag(e.buf, field, protowire.Fixed64Type)
+	e.buf = protowire.AppendFixed64(e.buf, v)
+}
+
+func (e *encoder) fixed32(field protowire.Number, v uint32) {
+	e.buf = protowire.AppendTag(e.buf, field, protowire.Fixed32Type)
+	e.buf = protowire.AppendFixed32(e.buf, v)
+}
