@@ -491,14 +491,7 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 // The runtimes' user must be able to read it: install it outside a
 // private home in production (docs/operations.md).
 func runtimeEnv() []string {
-	// The agent's OTEL_* settings go to its runtimes, so that a replica's
-	// spans join the gateway's trace and leave for the same collector.
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "OTEL_") {
-			env = append(env, kv)
-		}
-	}
+	env := tracingEnv()
 	lib, err := onnx.LibraryPath()
 	if err != nil {
 		return env
@@ -507,6 +500,19 @@ func runtimeEnv() []string {
 		return env
 	}
 	return append(env, onnx.LibraryEnv+"="+lib)
+}
+
+// tracingEnv is this process's OTEL_* settings. An agent (dev's CPU nodes
+// too) passes them to its runtimes, so that a replica's spans join the
+// gateway's trace and leave for the same collector.
+func tracingEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // isLoopbackHost reports whether host names this machine: localhost or a

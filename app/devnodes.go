@@ -128,9 +128,9 @@ func startCPUNodes(ctx context.Context, log *slog.Logger, cn cpuNodes) (stop fun
 		if err := os.MkdirAll(state, 0o755); err != nil {
 			return nil, err
 		}
-		var env []string
+		env := tracingEnv()
 		if cn.libraryEnv != "" {
-			env = []string{cn.libraryEnv}
+			env = append(env, cn.libraryEnv)
 		}
 		drv, err := process.New(process.Config{StateDir: filepath.Join(state, "process"), Node: node, Self: cn.self, Env: env,
 			Host: addr.Host, PortFirst: addr.PortFirst, PortLast: addr.PortLast, Log: nlog})
