@@ -23,6 +23,9 @@ type heldBatch struct {
 	// rowIdx is, once attribution dropped records, the index in the
 	// message of each record kept; nil while Records is the whole message.
 	rowIdx []uint32
+	// redelivered is set when JetStream delivered the message before (or
+	// cannot say): every row of it is looked up in gpu_usage.
+	redelivered bool
 }
 
 // idx is the row_idx of the i-th kept record.
@@ -42,7 +45,8 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 		err = checkBatch(msg.Subject(), &b)
 	}
 	if err == nil {
-		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now()}, true
+		md, mdErr := msg.Metadata()
+		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now(), redelivered: mdErr != nil || md.NumDelivered > 1}, true
 	}
 	u.stats.poison.Add(1)
 	var seq uint64
@@ -127,7 +131,13 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		u.retry(held)
 		return fmt.Errorf("read allocations: %w", err)
 	}
-	stored, err := u.storedSlots(ctx, uniq)
+	if err := u.known.load(ctx, u.cfg.CH, u.cfg.Clock.Now()); err != nil {
+		u.retry(held)
+		return err
+	}
+	look, n := u.known.lookups(uniq)
+	u.stats.lookedUp.Add(uint64(n))
+	stored, err := u.storedSlots(ctx, look)
 	if err != nil {
 		u.retry(held)
 		return fmt.Errorf("find stored usage rows: %w", err)
@@ -138,6 +148,7 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		return err
 	}
 	cols, ids, skip, newest := u.columns(prices, uniq, stored)
+	u.known.note(stored)
 	dupRows += skip.replayed
 	dupBatches += skip.batches
 	if n := len(cols.batchID); n > 0 {
@@ -159,13 +170,8 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 			return nil
 		}
 	}
-	// A lost ack only costs a redelivery, which the check above skips; so
-	// acks are not confirmed by the server.
-	for _, h := range held {
-		if err := h.msg.Ack(); err != nil {
-			u.log.Debug("ack usage message", "err", err)
-		}
-	}
+	// Counted before the acks, so that whoever sees a message acked sees
+	// it counted.
 	u.stats.batches.Add(uint64(len(held)))
 	u.stats.dupBatches.Add(dupBatches)
 	u.stats.dupRows.Add(dupRows)
@@ -176,6 +182,13 @@ func (u *Usage) store(ctx context.Context, held []heldBatch) error {
 		for node, n := range skip.repeatedBy {
 			u.stats.repeated.Add(n)
 			u.log.Warn("usage rows repeat slot-seconds already billed under another batch; dropped", "node", node, "rows", n)
+		}
+	}
+	// A lost ack only costs a redelivery, which the check above skips; so
+	// acks are not confirmed by the server.
+	for _, h := range held {
+		if err := h.msg.Ack(); err != nil {
+			u.log.Debug("ack usage message", "err", err)
 		}
 	}
 	u.repair.poke()
@@ -242,12 +255,13 @@ type nodeRange struct {
 	from, to int64
 }
 
-// storedSlots finds which slot-seconds of batches gpu_usage already holds,
-// and from which batch row. The query names each node and the runs of
-// seconds its rows cover, which is the table's sort key (node, ts, …), so
-// ClickHouse reads only the granules those rows could be in.
-func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slotSecond]rowID, error) {
-	ranges := heldRanges(batches)
+// storedSlots finds which slot-seconds of the nodes and seconds of secs
+// gpu_usage already holds, and from which batch row. The query names each
+// node and the runs of seconds its rows cover, which is the table's sort
+// key (node, ts, …), so ClickHouse reads only the granules those rows could
+// be in.
+func (u *Usage) storedSlots(ctx context.Context, secs map[string][]int64) (map[slotSecond]rowID, error) {
+	ranges := heldRanges(secs)
 	stored := make(map[slotSecond]rowID)
 	for len(ranges) > 0 {
 		chunk := ranges[:min(storedRanges, len(ranges))]
@@ -291,16 +305,9 @@ func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slot
 	return stored, nil
 }
 
-// heldRanges is, per node, the runs of seconds the held rows cover, split
-// where rangeGap seconds pass without one.
-func heldRanges(batches []*heldBatch) []nodeRange {
-	secs := make(map[string][]int64)
-	for _, h := range batches {
-		for i := range h.batch.Records {
-			r := &h.batch.Records[i]
-			secs[r.Node] = append(secs[r.Node], r.Time)
-		}
-	}
+// heldRanges is, per node, the runs of seconds secs holds, split where
+// rangeGap seconds pass without one.
+func heldRanges(secs map[string][]int64) []nodeRange {
 	var out []nodeRange
 	for node, ts := range secs {
 		slices.Sort(ts)
