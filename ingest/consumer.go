@@ -74,19 +74,26 @@ func (cfg *PullConfig) defaults(name, stream, durable string, batch int) error {
 	return nil
 }
 
-// loop builds the fetch loop of a consumer with these settings.
-func (cfg PullConfig) loop(name string, log *slog.Logger, store func(context.Context, []jetstream.Msg) error) pullLoop {
-	return pullLoop{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
+// newPullLoop builds the fetch loop of a consumer with cfg's settings;
+// decode and store are the consumer's (see pullLoop).
+func newPullLoop[H any](cfg PullConfig, name string, log *slog.Logger, decode func([]jetstream.Msg) []H,
+	store func(context.Context, []H) error) pullLoop[H] {
+	return pullLoop[H]{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
 		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
-		log: log, store: store}
+		log: log, decode: decode, store: store}
 }
 
 // pullLoop is the fetch loop of the small consumers (request statistics,
 // prediction samples): a durable pull consumer with explicit acks, fetched
-// in sets that store decodes, inserts and acks (or naks). Each consumer
-// embeds one for Start, Stop and Run. The usage consumer, which must go
-// much faster, has a loop of its own.
-type pullLoop struct {
+// in sets that decode turns into held messages (terminating poison) and
+// store inserts and acks (or naks). Fetching and decoding the next set
+// runs while the last one is stored: a set spends most of its time waiting
+// on JetStream and ClickHouse, and one set at a time left each of them
+// idle while the other worked (`modelplane bench ingest`). Sets are still
+// stored one at a time, in order, so a set's dedup query sees every
+// earlier set's insert. Each consumer embeds one for Start, Stop and Run.
+// The usage consumer, which must go much faster, has a loop of its own.
+type pullLoop[H any] struct {
 	name       string // in logs and errors: "reqstats", "predictions"
 	js         jetstream.JetStream
 	stream     string
@@ -100,7 +107,8 @@ type pullLoop struct {
 	maxNakDelay time.Duration
 	timeout     time.Duration
 	log         *slog.Logger
-	store       func(ctx context.Context, msgs []jetstream.Msg) error
+	decode      func(msgs []jetstream.Msg) []H
+	store       func(ctx context.Context, held []H) error
 
 	mu  sync.Mutex
 	run *usageRun // nil while stopped
@@ -110,7 +118,7 @@ type pullLoop struct {
 // background until ctx ends or Stop is called. It fails only when the
 // consumer cannot be created; later failures are logged and retried. A
 // stopped consumer can be started again.
-func (c *pullLoop) Start(ctx context.Context) error {
+func (c *pullLoop[H]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.run != nil {
@@ -124,13 +132,16 @@ func (c *pullLoop) Start(ctx context.Context) error {
 	}
 	r := &usageRun{}
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Go(func() { c.loop(ctx) })
+	sets := make(chan []H, 1)
+	r.wg.Go(func() { c.fetch(ctx, sets) })
+	r.wg.Go(func() { c.loop(ctx, sets) })
 	c.run = r
 	return nil
 }
 
-// Stop stops consuming and waits for the insert under way, if any.
-func (c *pullLoop) Stop() {
+// Stop stops consuming and waits for the insert under way, if any, and
+// for the set fetched ahead of it.
+func (c *pullLoop[H]) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.run == nil {
@@ -141,7 +152,7 @@ func (c *pullLoop) Stop() {
 	c.run = nil
 }
 
-func (c *pullLoop) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+func (c *pullLoop[H]) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
 		Durable:       c.durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -156,9 +167,11 @@ func (c *pullLoop) ensureConsumer(ctx context.Context) (jetstream.Consumer, erro
 	return cons, nil
 }
 
-// loop fetches and stores sets of messages until ctx ends. After a failed
-// fetch or insert it waits, growing the wait up to MaxNakDelay.
-func (c *pullLoop) loop(ctx context.Context) {
+// fetch fetches and decodes sets of messages and hands them to loop until
+// ctx ends, then closes sets. After a failed fetch it waits, growing the
+// wait up to MaxNakDelay.
+func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
+	defer close(sets)
 	var cons jetstream.Consumer
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
@@ -189,6 +202,7 @@ func (c *pullLoop) loop(ctx context.Context) {
 			backoff = min(max(2*backoff, 100*time.Millisecond), c.maxNakDelay)
 			continue
 		}
+		backoff = 0
 		var msgs []jetstream.Msg
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
@@ -197,11 +211,37 @@ func (c *pullLoop) loop(ctx context.Context) {
 			c.log.Debug("fetch "+c.name, "err", err)
 		}
 		if len(msgs) == 0 {
-			backoff = 0
 			continue
 		}
+		held := c.decode(msgs)
+		if len(held) == 0 {
+			continue
+		}
+		// A set fetched is handed over even when Stop comes meanwhile:
+		// loop stores it rather than leave it to a redelivery.
+		sets <- held
+	}
+}
+
+// loop stores the sets fetch hands over until fetch stops. After a failed
+// store it waits, growing the wait up to MaxNakDelay (the set's messages
+// were nakked with their own delay).
+func (c *pullLoop[H]) loop(ctx context.Context, sets <-chan []H) {
+	backoff := time.Duration(0)
+	for held := range sets {
+		if backoff > 0 && ctx.Err() != nil {
+			// Stopping while ClickHouse refuses: the messages come back
+			// after AckWait, as those of a process that died.
+			continue
+		}
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+		}
 		// An insert under way when Stop comes is finished, not abandoned.
-		if err := c.store(context.WithoutCancel(ctx), msgs); err != nil {
+		if err := c.store(context.WithoutCancel(ctx), held); err != nil {
 			backoff = min(max(2*backoff, c.nakDelay), c.maxNakDelay)
 			continue
 		}
@@ -259,4 +299,20 @@ func (q *idQuery) stored(ctx context.Context, ch driver.Conn, query string) (map
 		}
 	}
 	return stored, nil
+}
+
+// sendColumns inserts cols, typed column slices of one length in the order
+// of stmt's column list, in one INSERT.
+func sendColumns(ctx context.Context, ch driver.Conn, stmt string, cols []any) error {
+	batch, err := ch.PrepareBatch(ctx, stmt)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, col := range cols {
+		if err := batch.Column(i).Append(col); err != nil {
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return batch.Send()
 }
