@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,7 +101,7 @@ func (c *Predictions) decode(msgs []jetstream.Msg) []heldSample {
 	held := make([]heldSample, 0, len(msgs))
 	for _, m := range msgs {
 		var s busapi.PredictionSample
-		err := json.Unmarshal(m.Data(), &s)
+		err := decodeJSON(m.Data(), &s)
 		if err == nil {
 			err = checkSample(m.Subject(), &s)
 		}

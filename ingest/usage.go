@@ -474,11 +474,17 @@ func shardOf(subject string, n int) int {
 }
 
 // work gathers decoded messages until it holds BatchRows rows or the oldest
-// has waited FlushInterval, then stores them. While ClickHouse refuses
-// inserts it waits longer between attempts (up to MaxNakDelay) and holds at
-// most one insert's worth, so an outage costs neither a log line per
-// message nor memory for the whole backlog. When ctx ends it stores what it
-// holds and returns.
+// has waited FlushInterval, then prepares them (prepare) and inserts them
+// (commit) in the background while it gathers and prepares the next set:
+// an insert mostly waits on ClickHouse, and a worker that also decoded,
+// attributed and priced one set after the other left ClickHouse idle
+// meanwhile (`modelplane bench ingest`). One insert of a worker is under
+// way at a time, and a set is prepared only after the last one's rows
+// were noted, so the check before insert sees every earlier row. While
+// ClickHouse refuses inserts it waits longer between attempts (up to
+// MaxNakDelay) and holds at most one insert's worth, so an outage costs
+// neither a log line per message nor memory for the whole backlog. When
+// ctx ends it stores what it holds, waits for its insert and returns.
 func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 	var (
 		held     []heldBatch
@@ -486,6 +492,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 		timer    = time.NewTimer(time.Hour)
 		backoff  time.Duration // 0 while inserts succeed
 		failures int
+		inflight chan error // the insert under way; nil when none
 	)
 	timer.Stop()
 	add := func(msg jetstream.Msg) {
@@ -499,15 +506,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 		held = append(held, b)
 		rows += len(b.batch.Records)
 	}
-	// An insert under way when Stop comes is finished, not abandoned: its
-	// rows would be stored and its messages redelivered for nothing.
-	flush := func() {
-		timer.Stop()
-		if len(held) == 0 {
-			return
-		}
-		err := u.store(context.WithoutCancel(ctx), held)
-		held, rows = nil, 0
+	outcome := func(err error) {
 		switch {
 		case err == nil && failures > 0:
 			u.log.Info("usage inserts resumed", "failed_attempts", failures)
@@ -522,6 +521,31 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 			backoff = min(max(2*backoff, u.cfg.NakDelay), u.cfg.MaxNakDelay)
 		}
 	}
+	// settle waits for the insert under way, if any, and takes its outcome.
+	settle := func() {
+		if inflight != nil {
+			outcome(<-inflight)
+			inflight = nil
+		}
+	}
+	// An insert under way when Stop comes is finished, not abandoned: its
+	// rows would be stored and its messages redelivered for nothing.
+	flush := func() {
+		timer.Stop()
+		if len(held) == 0 {
+			return
+		}
+		p, err := u.prepare(context.WithoutCancel(ctx), held, settle)
+		held, rows = nil, 0
+		settle()
+		if err != nil {
+			outcome(err)
+			return
+		}
+		done := make(chan error, 1)
+		inflight = done
+		go func() { done <- u.commit(context.WithoutCancel(ctx), p) }()
+	}
 	for {
 		recv := in
 		if backoff > 0 && rows >= u.cfg.BatchRows {
@@ -533,6 +557,9 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 			if rows >= u.cfg.BatchRows && backoff == 0 {
 				flush()
 			}
+		case err := <-inflight:
+			inflight = nil
+			outcome(err)
 		case <-timer.C:
 			flush()
 		case <-ctx.Done():
@@ -548,6 +575,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 				}
 			}
 			flush()
+			settle()
 			return
 		}
 	}
