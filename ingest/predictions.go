@@ -254,7 +254,7 @@ func (c *Predictions) storedIDs(ctx context.Context, held []heldSample) (map[str
 		q.add(h.s.ID, h.s.Endpoint, h.s.Time)
 	}
 	return q.stored(ctx, c.cfg.CH, `SELECT DISTINCT request_id FROM prediction_samples
-		WHERE endpoint IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND request_id IN ?`)
+		WHERE endpoint IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND request_id IN held_ids`)
 }
 
 // nakDelay grows with the delivery count, as ReqStats' does.

@@ -281,7 +281,7 @@ func (c *ReqStats) storedIDs(ctx context.Context, held []heldStats) (map[string]
 		q.add(h.s.ID, h.s.Endpoint, h.s.WindowStart)
 	}
 	return q.stored(ctx, c.cfg.CH, `SELECT msg_id FROM request_stats
-		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN ?`)
+		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN held_ids`)
 }
 
 // nakDelay grows with the delivery count so that an outage is retried
