@@ -2,8 +2,8 @@ package ingest_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
