@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/ext"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -74,19 +75,26 @@ func (cfg *PullConfig) defaults(name, stream, durable string, batch int) error {
 	return nil
 }
 
-// loop builds the fetch loop of a consumer with these settings.
-func (cfg PullConfig) loop(name string, log *slog.Logger, store func(context.Context, []jetstream.Msg) error) pullLoop {
-	return pullLoop{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
+// newPullLoop builds the fetch loop of a consumer with cfg's settings;
+// decode and store are the consumer's (see pullLoop).
+func newPullLoop[H any](cfg PullConfig, name string, log *slog.Logger, decode func([]jetstream.Msg) []H,
+	store func(context.Context, []H) error) pullLoop[H] {
+	return pullLoop[H]{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
 		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
-		log: log, store: store}
+		log: log, decode: decode, store: store}
 }
 
 // pullLoop is the fetch loop of the small consumers (request statistics,
 // prediction samples): a durable pull consumer with explicit acks, fetched
-// in sets that store decodes, inserts and acks (or naks). Each consumer
-// embeds one for Start, Stop and Run. The usage consumer, which must go
-// much faster, has a loop of its own.
-type pullLoop struct {
+// in sets that decode turns into held messages (terminating poison) and
+// store inserts and acks (or naks). Fetching and decoding the next set
+// runs while the last one is stored: a set spends most of its time waiting
+// on JetStream and ClickHouse, and one set at a time left each of them
+// idle while the other worked (`modelplane bench ingest`). Sets are still
+// stored one at a time, in order, so a set's dedup query sees every
+// earlier set's insert. Each consumer embeds one for Start, Stop and Run.
+// The usage consumer, which must go much faster, has a loop of its own.
+type pullLoop[H any] struct {
 	name       string // in logs and errors: "reqstats", "predictions"
 	js         jetstream.JetStream
 	stream     string
@@ -100,7 +108,8 @@ type pullLoop struct {
 	maxNakDelay time.Duration
 	timeout     time.Duration
 	log         *slog.Logger
-	store       func(ctx context.Context, msgs []jetstream.Msg) error
+	decode      func(msgs []jetstream.Msg) []H
+	store       func(ctx context.Context, held []H) error
 
 	mu  sync.Mutex
 	run *usageRun // nil while stopped
@@ -110,7 +119,7 @@ type pullLoop struct {
 // background until ctx ends or Stop is called. It fails only when the
 // consumer cannot be created; later failures are logged and retried. A
 // stopped consumer can be started again.
-func (c *pullLoop) Start(ctx context.Context) error {
+func (c *pullLoop[H]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.run != nil {
@@ -124,13 +133,16 @@ func (c *pullLoop) Start(ctx context.Context) error {
 	}
 	r := &usageRun{}
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Go(func() { c.loop(ctx) })
+	sets := make(chan []H, 1)
+	r.wg.Go(func() { c.fetch(ctx, sets) })
+	r.wg.Go(func() { c.loop(ctx, sets) })
 	c.run = r
 	return nil
 }
 
-// Stop stops consuming and waits for the insert under way, if any.
-func (c *pullLoop) Stop() {
+// Stop stops consuming and waits for the insert under way, if any, and
+// for the set fetched ahead of it.
+func (c *pullLoop[H]) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.run == nil {
@@ -141,7 +153,7 @@ func (c *pullLoop) Stop() {
 	c.run = nil
 }
 
-func (c *pullLoop) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+func (c *pullLoop[H]) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
 		Durable:       c.durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -156,9 +168,11 @@ func (c *pullLoop) ensureConsumer(ctx context.Context) (jetstream.Consumer, erro
 	return cons, nil
 }
 
-// loop fetches and stores sets of messages until ctx ends. After a failed
-// fetch or insert it waits, growing the wait up to MaxNakDelay.
-func (c *pullLoop) loop(ctx context.Context) {
+// fetch fetches and decodes sets of messages and hands them to loop until
+// ctx ends, then closes sets. After a failed fetch it waits, growing the
+// wait up to MaxNakDelay.
+func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
+	defer close(sets)
 	var cons jetstream.Consumer
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
@@ -189,6 +203,7 @@ func (c *pullLoop) loop(ctx context.Context) {
 			backoff = min(max(2*backoff, 100*time.Millisecond), c.maxNakDelay)
 			continue
 		}
+		backoff = 0
 		var msgs []jetstream.Msg
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
@@ -197,21 +212,43 @@ func (c *pullLoop) loop(ctx context.Context) {
 			c.log.Debug("fetch "+c.name, "err", err)
 		}
 		if len(msgs) == 0 {
-			backoff = 0
 			continue
 		}
+		held := c.decode(msgs)
+		if len(held) == 0 {
+			continue
+		}
+		// A set fetched is handed over even when Stop comes meanwhile:
+		// loop stores it rather than leave it to a redelivery.
+		sets <- held
+	}
+}
+
+// loop stores the sets fetch hands over until fetch stops. After a failed
+// store it waits, growing the wait up to MaxNakDelay (the set's messages
+// were nakked with their own delay).
+func (c *pullLoop[H]) loop(ctx context.Context, sets <-chan []H) {
+	backoff := time.Duration(0)
+	for held := range sets {
+		if backoff > 0 && ctx.Err() != nil {
+			// Stopping while ClickHouse refuses: the messages come back
+			// after AckWait, as those of a process that died.
+			continue
+		}
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+		}
 		// An insert under way when Stop comes is finished, not abandoned.
-		if err := c.store(context.WithoutCancel(ctx), msgs); err != nil {
+		if err := c.store(context.WithoutCancel(ctx), held); err != nil {
 			backoff = min(max(2*backoff, c.nakDelay), c.maxNakDelay)
 			continue
 		}
 		backoff = 0
 	}
 }
-
-// idChunk bounds the ids one dedup query names: ClickHouse refuses a query
-// over 256 KiB of text by default, and a fetched set may hold 10,000 ids.
-const idChunk = 2_000
 
 // idQuery is a fetched set's message ids with the endpoints and the time
 // range (Unix milliseconds) they fall in, for a dedup query narrowed by a
@@ -234,29 +271,51 @@ func (q *idQuery) add(id, endpoint string, t int64) {
 	q.from, q.to = min(q.from, t), max(q.to, t)
 }
 
-// stored runs query, whose four parameters are the endpoints, the range's
-// first and last second and the ids, over chunks of idChunk ids, and
-// returns the ids it found.
+// stored runs query, whose three parameters are the endpoints and the
+// range's first and last second and which names the ids as the table
+// held_ids (id String), and returns the ids it found. The ids travel as
+// external data beside the query, not in its text: ClickHouse refuses a
+// query over 256 KiB by default, and chunks of a fetched set's 10,000 ids
+// each read the same granules again (five queries a set took most of the
+// predictions consumer's time in `modelplane bench ingest`).
 func (q *idQuery) stored(ctx context.Context, ch driver.Conn, query string) (map[string]bool, error) {
-	stored := make(map[string]bool)
-	for ids := range slices.Chunk(q.ids, idChunk) {
-		rows, err := ch.Query(ctx, query, set(q.endpoints), q.from/1000, q.to/1000, set(ids))
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			stored[id] = true
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
+	ids, err := ext.NewTable("held_ids", ext.Column("id", "String"))
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range q.ids {
+		if err := ids.Append(id); err != nil {
 			return nil, err
 		}
 	}
-	return stored, nil
+	rows, err := ch.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(ids)), query, set(q.endpoints), q.from/1000, q.to/1000)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	stored := make(map[string]bool)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		stored[id] = true
+	}
+	return stored, rows.Err()
+}
+
+// sendColumns inserts cols, typed column slices of one length in the order
+// of stmt's column list, in one INSERT.
+func sendColumns(ctx context.Context, ch driver.Conn, stmt string, cols []any) error {
+	batch, err := ch.PrepareBatch(ctx, stmt)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, col := range cols {
+		if err := batch.Column(i).Append(col); err != nil {
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return batch.Send()
 }

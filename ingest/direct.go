@@ -17,8 +17,8 @@ import (
 // indistinguishable from streamed ones, and the hourly rollup is fed by
 // its view as for any insert.
 
-// directChunk bounds the ids of one stored-ids query (ClickHouse's 256 KiB
-// query limit).
+// directChunk is how many statistics or samples one insert of the Store
+// functions holds.
 const directChunk = 1000
 
 // StoreUsage prices batches at prices and inserts them into gpu_usage, as

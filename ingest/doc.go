@@ -8,12 +8,21 @@
 // slot-second once: gpu_usage holds at most one row per (node, GPU and
 // slice or CPU core, replica, second), whatever batch ids an agent puts on
 // them. Exactly once rests on that one rule: no row whose slot-second is
-// already stored is ever inserted. Before each insert the consumer asks
-// ClickHouse which slot-seconds of the rows it holds are already there,
-// with a query narrowed by the table's sort key (the nodes and the runs of
-// seconds they cover), and it keeps only the first of several held rows of
-// one slot-second; only then does it insert, and only after ClickHouse
-// accepted the insert does it ack. A redelivery after a crash, a batch an
+// already stored is ever inserted. Before each insert the consumer sorts
+// the rows it holds into those gpu_usage certainly lacks and those it may
+// hold, and asks ClickHouse about the second kind only, with a query
+// narrowed by the table's sort key (the nodes and the runs of seconds they
+// cover); it keeps only the first of several held rows of one
+// slot-second; only then does it insert, and only after ClickHouse
+// accepted the insert does it ack. The sorting is the memory of one run
+// (ledgerMemory, usage_known.go): at its first store after Start the run
+// reads, per node, the newest second of the last hour gpu_usage holds, and
+// it notes every slot-second it finds or inserts; a row above its node's
+// newest second and its slot's newest noted one is stored nowhere, since
+// under the lease no one else inserts. Live rows are such rows, so only
+// redeliveries, repeats, late replays and rows older than the hour are
+// looked up (docs/security.md has the case by case argument). A
+// redelivery after a crash, a batch an
 // agent replays after the JetStream duplicate window, or an operator
 // replaying the stream find their rows stored under their own (batch_id,
 // row_idx) and are skipped as duplicates; a row stored under another batch

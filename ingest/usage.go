@@ -128,6 +128,7 @@ type Usage struct {
 	warned sync.Map     // "type/profile" → struct{}: unpriced, logged once
 
 	allocs *allocCache
+	known  ledgerMemory
 
 	db     atomic.Pointer[string] // ClickHouse database, once known; tags inserts
 	repair rollupPending
@@ -146,10 +147,10 @@ type rateTable struct{ Pricer }
 
 // usageCounters are the consumer's running totals.
 type usageCounters struct {
-	rows, dupRows, repeated, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
-	rollupRepairs, rollupKeys                                                      atomic.Uint64
-	dropped                                                                        [dropReasons]atomic.Uint64
-	lagNanos                                                                       atomic.Int64
+	rows, dupRows, repeated, lookedUp, batches, dupBatches, poison, unpriced, insertFailures atomic.Uint64
+	rollupRepairs, rollupKeys                                                                atomic.Uint64
+	dropped                                                                                  [dropReasons]atomic.Uint64
+	lagNanos                                                                                 atomic.Int64
 }
 
 // UsageStats is a snapshot of the consumer's counters since it was built.
@@ -164,6 +165,12 @@ type UsageStats struct {
 	// slice or core, replica, second) from another batch, or another row
 	// gathered with them had it: a node billing one second twice.
 	RepeatedRows uint64
+	// LookedUpRows is the number of rows whose slot-second was looked up
+	// in gpu_usage because the consumer's memory of its run could not
+	// rule out that it was stored (ledgerMemory): rows of redelivered
+	// messages, late rows, and rows older than the window read at Start.
+	// Live rows need no lookup.
+	LookedUpRows uint64
 	// Batches is the number of messages acked after their rows were stored.
 	Batches uint64
 	// DuplicateBatches is the number of messages none of whose rows needed
@@ -259,6 +266,7 @@ func (u *Usage) register(r prometheus.Registerer) error {
 		counter("mp_ingest_usage_rows_total", "Usage rows inserted into ClickHouse.", &s.rows),
 		counter("mp_ingest_usage_duplicate_rows_total", "Usage rows skipped because they were already stored.", &s.dupRows),
 		counter("mp_ingest_usage_repeated_rows_total", "Usage rows dropped, never billed, because the ledger already holds their slot-second from another batch.", &s.repeated),
+		counter("mp_ingest_usage_looked_up_rows_total", "Usage rows looked up in ClickHouse before insert because the consumer could not rule out that they were stored.", &s.lookedUp),
 		counter("mp_ingest_usage_batches_total", "Usage messages stored and acked.", &s.batches),
 		counter("mp_ingest_usage_poison_total", "Usage messages terminated because they do not decode or bill another node than their subject's.", &s.poison),
 		counter("mp_ingest_usage_unpriced_rows_total", "Usage rows stored at price 0 for want of a rate.", &s.unpriced),
@@ -292,7 +300,7 @@ func (u *Usage) register(r prometheus.Registerer) error {
 func (u *Usage) Stats() UsageStats {
 	s := &u.stats
 	return UsageStats{
-		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), RepeatedRows: s.repeated.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
+		Rows: s.rows.Load(), DuplicateRows: s.dupRows.Load(), RepeatedRows: s.repeated.Load(), LookedUpRows: s.lookedUp.Load(), Batches: s.batches.Load(), DuplicateBatches: s.dupBatches.Load(),
 		Poison: s.poison.Load(), UnpricedRows: s.unpriced.Load(), InsertFailures: s.insertFailures.Load(),
 		UnallocatedRows: s.dropped[dropUnallocated].Load(), ForeignRows: s.dropped[dropForeign].Load(),
 		RollupRepairs: s.rollupRepairs.Load(), RollupKeysRepaired: s.rollupKeys.Load(), RollupRepairPending: u.repair.pending(),
@@ -318,6 +326,9 @@ func (u *Usage) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// This run may follow another consumer's (the lease moved): it learns
+	// what gpu_usage holds afresh before its first insert.
+	u.known.reset()
 	r := &usageRun{}
 	ctx, r.cancel = context.WithCancel(ctx)
 	shards := make([]chan jetstream.Msg, u.cfg.Workers)
@@ -463,11 +474,17 @@ func shardOf(subject string, n int) int {
 }
 
 // work gathers decoded messages until it holds BatchRows rows or the oldest
-// has waited FlushInterval, then stores them. While ClickHouse refuses
-// inserts it waits longer between attempts (up to MaxNakDelay) and holds at
-// most one insert's worth, so an outage costs neither a log line per
-// message nor memory for the whole backlog. When ctx ends it stores what it
-// holds and returns.
+// has waited FlushInterval, then prepares them (prepare) and inserts them
+// (commit) in the background while it gathers and prepares the next set:
+// an insert mostly waits on ClickHouse, and a worker that also decoded,
+// attributed and priced one set after the other left ClickHouse idle
+// meanwhile (`modelplane bench ingest`). One insert of a worker is under
+// way at a time, and a set is prepared only after the last one's rows
+// were noted, so the check before insert sees every earlier row. While
+// ClickHouse refuses inserts it waits longer between attempts (up to
+// MaxNakDelay) and holds at most one insert's worth, so an outage costs
+// neither a log line per message nor memory for the whole backlog. When
+// ctx ends it stores what it holds, waits for its insert and returns.
 func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 	var (
 		held     []heldBatch
@@ -475,6 +492,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 		timer    = time.NewTimer(time.Hour)
 		backoff  time.Duration // 0 while inserts succeed
 		failures int
+		inflight chan error // the insert under way; nil when none
 	)
 	timer.Stop()
 	add := func(msg jetstream.Msg) {
@@ -488,15 +506,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 		held = append(held, b)
 		rows += len(b.batch.Records)
 	}
-	// An insert under way when Stop comes is finished, not abandoned: its
-	// rows would be stored and its messages redelivered for nothing.
-	flush := func() {
-		timer.Stop()
-		if len(held) == 0 {
-			return
-		}
-		err := u.store(context.WithoutCancel(ctx), held)
-		held, rows = nil, 0
+	outcome := func(err error) {
 		switch {
 		case err == nil && failures > 0:
 			u.log.Info("usage inserts resumed", "failed_attempts", failures)
@@ -511,6 +521,31 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 			backoff = min(max(2*backoff, u.cfg.NakDelay), u.cfg.MaxNakDelay)
 		}
 	}
+	// settle waits for the insert under way, if any, and takes its outcome.
+	settle := func() {
+		if inflight != nil {
+			outcome(<-inflight)
+			inflight = nil
+		}
+	}
+	// An insert under way when Stop comes is finished, not abandoned: its
+	// rows would be stored and its messages redelivered for nothing.
+	flush := func() {
+		timer.Stop()
+		if len(held) == 0 {
+			return
+		}
+		p, err := u.prepare(context.WithoutCancel(ctx), held, settle)
+		held, rows = nil, 0
+		settle()
+		if err != nil {
+			outcome(err)
+			return
+		}
+		done := make(chan error, 1)
+		inflight = done
+		go func() { done <- u.commit(context.WithoutCancel(ctx), p) }()
+	}
 	for {
 		recv := in
 		if backoff > 0 && rows >= u.cfg.BatchRows {
@@ -522,6 +557,9 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 			if rows >= u.cfg.BatchRows && backoff == 0 {
 				flush()
 			}
+		case err := <-inflight:
+			inflight = nil
+			outcome(err)
 		case <-timer.C:
 			flush()
 		case <-ctx.Done():
@@ -537,6 +575,7 @@ func (u *Usage) work(ctx context.Context, in <-chan jetstream.Msg) {
 				}
 			}
 			flush()
+			settle()
 			return
 		}
 	}

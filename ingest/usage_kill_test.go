@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -87,7 +88,11 @@ func TestKilledBetweenInsertAndAck(t *testing.T) {
 				default:
 					return false
 				}
-			}, "the consumer inserted nothing while agents published")
+			}, "the consumer inserted nothing while agents published: %v", wait.Show(func() any {
+				// Which of fetch, lookup and insert failed, if any; an
+				// agent that stopped publishing shows as no rows at all.
+				return fmt.Sprintf("consumer %+v, rows attempted %d", u.Stats(), e.l.rows())
+			}))
 			afterInsert++
 		} else {
 			select {

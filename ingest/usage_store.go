@@ -23,6 +23,9 @@ type heldBatch struct {
 	// rowIdx is, once attribution dropped records, the index in the
 	// message of each record kept; nil while Records is the whole message.
 	rowIdx []uint32
+	// redelivered is set when JetStream delivered the message before (or
+	// cannot say): every row of it is looked up in gpu_usage.
+	redelivered bool
 }
 
 // idx is the row_idx of the i-th kept record.
@@ -42,7 +45,8 @@ func (u *Usage) decode(msg jetstream.Msg) (heldBatch, bool) {
 		err = checkBatch(msg.Subject(), &b)
 	}
 	if err == nil {
-		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now()}, true
+		md, mdErr := msg.Metadata()
+		return heldBatch{msg: msg, batch: b, received: u.cfg.Clock.Now(), redelivered: mdErr != nil || md.NumDelivered > 1}, true
 	}
 	u.stats.poison.Add(1)
 	var seq uint64
@@ -93,89 +97,127 @@ func checkBatch(subject string, b *busapi.UsageBatch) error {
 	return nil
 }
 
-// store writes the rows of held whose slot-second gpu_usage does not hold
-// yet, then acks every message. On a ClickHouse failure it naks them all
-// with a delay and returns the error; the redelivered messages go through
-// the same check, so whatever part of the insert did land is not written
-// twice.
-func (u *Usage) store(ctx context.Context, held []heldBatch) error {
+// prepared is a gathered set of messages ready to insert: what prepare
+// decided for commit.
+type prepared struct {
+	held                []heldBatch
+	db                  string
+	cols                usageColumns
+	ids                 []string // batches with rows to insert
+	skip                skips
+	newest              int64
+	dropped             [dropReasons]uint64
+	dupRows, dupBatches uint64
+}
+
+// prepare decides which rows of held to insert: it attributes and prices
+// them and keeps those whose slot-second gpu_usage does not hold yet.
+// A worker prepares its next set while its last insert is under way, so
+// settle, which waits for that insert to end, is called before any lookup
+// in gpu_usage: the rows prepare inserts without one were ruled out by
+// the run's memory, which noted the last insert's rows before it was sent.
+// On a failure it naks every message with a delay and returns the error.
+func (u *Usage) prepare(ctx context.Context, held []heldBatch, settle func()) (*prepared, error) {
+	p := &prepared{held: held}
 	// The first copy of a batch is the one stored; later copies (a
 	// redelivery, or a replay JetStream no longer recognised as a
 	// duplicate) are acked with it.
 	seen := make(map[batchKey]bool, len(held))
 	uniq := make([]*heldBatch, 0, len(held))
-	var dupBatches, dupRows uint64
+	rows := 0
 	for i := range held {
 		b := &held[i].batch
 		if seen[keyOf(b)] {
-			dupBatches++
-			dupRows += uint64(len(b.Records))
+			p.dupBatches++
+			p.dupRows += uint64(len(b.Records))
 			continue
 		}
 		seen[keyOf(b)] = true
 		uniq = append(uniq, &held[i])
+		rows += len(b.Records)
 	}
 	prices := u.pricer()
 	if prices == nil {
 		u.retry(held)
-		return errors.New("no rate table loaded")
+		return nil, errors.New("no rate table loaded")
 	}
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
 	defer cancel()
-	dropped, err := u.attribute(ctx, uniq)
-	if err != nil {
+	var err error
+	if p.dropped, err = u.attribute(ctx, uniq); err != nil {
 		u.retry(held)
-		return fmt.Errorf("read allocations: %w", err)
+		return nil, fmt.Errorf("read allocations: %w", err)
 	}
-	stored, err := u.storedSlots(ctx, uniq)
-	if err != nil {
+	if err := u.known.load(ctx, u.cfg.CH, u.cfg.Clock.Now()); err != nil {
 		u.retry(held)
-		return fmt.Errorf("find stored usage rows: %w", err)
+		return nil, err
 	}
-	db, err := u.database(ctx)
-	if err != nil {
+	look, n := u.known.lookups(uniq)
+	u.stats.lookedUp.Add(uint64(n))
+	stored := make(map[slotSecond]rowID, rows)
+	if n > 0 {
+		settle()
+		if err := u.storedSlots(ctx, look, stored); err != nil {
+			u.retry(held)
+			return nil, fmt.Errorf("find stored usage rows: %w", err)
+		}
+	}
+	if p.db, err = u.database(ctx); err != nil {
 		u.retry(held)
-		return err
+		return nil, err
 	}
-	cols, ids, skip, newest := u.columns(prices, uniq, stored)
-	dupRows += skip.replayed
-	dupBatches += skip.batches
-	if n := len(cols.batchID); n > 0 {
-		if err := u.insert(ctx, db, cols); err != nil {
+	p.cols, p.ids, p.skip, p.newest = u.columns(prices, uniq, stored)
+	u.known.note(stored)
+	p.dupRows += p.skip.replayed
+	p.dupBatches += p.skip.batches
+	return p, nil
+}
+
+// commit inserts what prepare kept, then acks every message. On a
+// ClickHouse failure it naks them all with a delay and returns the error;
+// the redelivered messages are looked up, so whatever part of the insert
+// did land is not written twice.
+func (u *Usage) commit(ctx context.Context, p *prepared) error {
+	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+	defer cancel()
+	if n := len(p.cols.batchID); n > 0 {
+		if err := u.insert(ctx, p.db, p.cols); err != nil {
 			// ClickHouse 18.16 may have stored the rows and not fed them
 			// to the rollup's view; the redelivery will skip them as
 			// stored, so only a repair brings the rollup level.
-			oldest := slices.Min(cols.ts)
-			u.repair.add(time.Unix(oldest, 0), time.Unix(newest+1, 0))
-			u.retry(held)
+			oldest := slices.Min(p.cols.ts)
+			u.repair.add(time.Unix(oldest, 0), time.Unix(p.newest+1, 0))
+			u.retry(p.held)
 			return fmt.Errorf("insert usage rows: %w", err)
 		}
 		u.stats.rows.Add(uint64(n))
-		u.stats.lagNanos.Store(int64(u.cfg.Clock.Now().Sub(time.Unix(newest, 0))))
+		u.stats.lagNanos.Store(int64(u.cfg.Clock.Now().Sub(time.Unix(p.newest, 0))))
 	}
 	if u.cfg.AfterInsert != nil {
-		if err := u.cfg.AfterInsert(ids); err != nil {
-			u.log.Debug("usage messages abandoned after insert", "messages", len(held), "err", err)
+		if err := u.cfg.AfterInsert(p.ids); err != nil {
+			u.log.Debug("usage messages abandoned after insert", "messages", len(p.held), "err", err)
 			return nil
+		}
+	}
+	// Counted before the acks, so that whoever sees a message acked sees
+	// it counted.
+	u.stats.batches.Add(uint64(len(p.held)))
+	u.stats.dupBatches.Add(p.dupBatches)
+	u.stats.dupRows.Add(p.dupRows)
+	for reason, n := range p.dropped {
+		u.stats.dropped[reason].Add(n)
+	}
+	if len(p.skip.repeatedBy) > 0 {
+		for node, n := range p.skip.repeatedBy {
+			u.stats.repeated.Add(n)
+			u.log.Warn("usage rows repeat slot-seconds already billed under another batch; dropped", "node", node, "rows", n)
 		}
 	}
 	// A lost ack only costs a redelivery, which the check above skips; so
 	// acks are not confirmed by the server.
-	for _, h := range held {
+	for _, h := range p.held {
 		if err := h.msg.Ack(); err != nil {
 			u.log.Debug("ack usage message", "err", err)
-		}
-	}
-	u.stats.batches.Add(uint64(len(held)))
-	u.stats.dupBatches.Add(dupBatches)
-	u.stats.dupRows.Add(dupRows)
-	for reason, n := range dropped {
-		u.stats.dropped[reason].Add(n)
-	}
-	if len(skip.repeatedBy) > 0 {
-		for node, n := range skip.repeatedBy {
-			u.stats.repeated.Add(n)
-			u.log.Warn("usage rows repeat slot-seconds already billed under another batch; dropped", "node", node, "rows", n)
 		}
 	}
 	u.repair.poke()
@@ -242,13 +284,13 @@ type nodeRange struct {
 	from, to int64
 }
 
-// storedSlots finds which slot-seconds of batches gpu_usage already holds,
-// and from which batch row. The query names each node and the runs of
-// seconds its rows cover, which is the table's sort key (node, ts, …), so
-// ClickHouse reads only the granules those rows could be in.
-func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slotSecond]rowID, error) {
-	ranges := heldRanges(batches)
-	stored := make(map[slotSecond]rowID)
+// storedSlots adds to stored which slot-seconds of the nodes and seconds
+// of secs gpu_usage already holds, and from which batch row. The query
+// names each node and the runs of seconds its rows cover, which is the
+// table's sort key (node, ts, …), so ClickHouse reads only the granules
+// those rows could be in.
+func (u *Usage) storedSlots(ctx context.Context, secs map[string][]int64, stored map[slotSecond]rowID) error {
+	ranges := heldRanges(secs)
 	for len(ranges) > 0 {
 		chunk := ranges[:min(storedRanges, len(ranges))]
 		ranges = ranges[len(chunk):]
@@ -265,7 +307,7 @@ func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slot
 		}
 		rows, err := u.cfg.CH.Query(ctx, `SELECT node, replica, gpu, slice, toUInt32(ts), batch_id, row_idx FROM gpu_usage WHERE `+where.String(), args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for rows.Next() {
 			var (
@@ -275,7 +317,7 @@ func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slot
 			)
 			if err := rows.Scan(&k.node, &k.replica, &k.gpu, &k.slice, &ts, &id.batch, &id.idx); err != nil {
 				rows.Close()
-				return nil, err
+				return err
 			}
 			k.ts = int64(ts)
 			if _, ok := stored[k]; !ok {
@@ -285,22 +327,15 @@ func (u *Usage) storedSlots(ctx context.Context, batches []*heldBatch) (map[slot
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return stored, nil
+	return nil
 }
 
-// heldRanges is, per node, the runs of seconds the held rows cover, split
-// where rangeGap seconds pass without one.
-func heldRanges(batches []*heldBatch) []nodeRange {
-	secs := make(map[string][]int64)
-	for _, h := range batches {
-		for i := range h.batch.Records {
-			r := &h.batch.Records[i]
-			secs[r.Node] = append(secs[r.Node], r.Time)
-		}
-	}
+// heldRanges is, per node, the runs of seconds secs holds, split where
+// rangeGap seconds pass without one.
+func heldRanges(secs map[string][]int64) []nodeRange {
 	var out []nodeRange
 	for node, ts := range secs {
 		slices.Sort(ts)
