@@ -133,11 +133,13 @@ func normalize(seen map[Dimension]bool) []Dimension {
 type Source int
 
 const (
-	// SourceAuto reads whole hours from the hourly rollup and the partial
-	// hours at the period's ends from the raw table.
+	// SourceAuto reads whole hours from the hourly rollups (usage, and
+	// the request statistics that give tokens and caller shares) and the
+	// partial hours at the period's ends from the raw tables.
 	SourceAuto Source = iota
-	// SourceRaw reads every second from the raw table; the benchmark and
-	// tests use it to check the rollup against the records it sums.
+	// SourceRaw reads every second and every statistics window from the
+	// raw tables; the benchmark and tests use it to check the rollups
+	// against the records they sum.
 	SourceRaw
 )
 
@@ -472,7 +474,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 		return nil, err
 	}
 	if byCaller {
-		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs); err != nil {
+		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs, q.Source); err != nil {
 			return nil, err
 		}
 		if q.Graph != "" {
@@ -486,7 +488,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	}
 	var tok map[[3]string]int64
 	if tokens && len(fine) > 0 {
-		if tok, err = s.tokens(ctx, f, q.From, q.To); err != nil {
+		if tok, err = s.tokens(ctx, f, q.From, q.To, q.Source); err != nil {
 			return nil, err
 		}
 	}
