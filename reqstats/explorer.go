@@ -13,6 +13,15 @@ import (
 // ExplorerLimit is how many requests of each kind Explore returns.
 const ExplorerLimit = 20
 
+// The bounds of the explorer cache the control plane gives its Reader
+// (WithCache): the endpoint page polls every 5 s, so an answer is read
+// again in the background once 10 s old, and none older than a minute is
+// served.
+const (
+	ExplorerFresh  = 10 * time.Second
+	ExplorerMaxAge = time.Minute
+)
+
 // Request is one notable request as the explorer lists it: its ids, the
 // version and replica that served it, its status and how its time splits
 // between the gateway (OverheadMS) and the replica (UpstreamMS).
