@@ -190,6 +190,12 @@ type apiLoad struct {
 	creds           apiCreds
 	start, deadline time.Time
 
+	// targets are the requests a client cycles through for an endpoint
+	// of its team (nil: apiTargets), over perTeam endpoints of the team
+	// (0: all of its 20).
+	targets func(model int) []apiTarget
+	perTeam int
+
 	mu     sync.Mutex
 	lat    []time.Duration
 	byKind map[string][]time.Duration
@@ -234,12 +240,19 @@ func (l *apiLoad) client(client *http.Client, team int) {
 	var mine []time.Duration
 	kinds := map[string][]time.Duration{}
 	bad := 0
+	targetsOf, perTeam := l.targets, l.perTeam
+	if targetsOf == nil {
+		targetsOf = apiTargets
+	}
+	if perTeam <= 0 {
+		perTeam = apiEndpoints / apiTeams
+	}
 	for n := 0; time.Now().Before(l.deadline); n++ {
-		model := team + apiTeams*(n%(apiEndpoints/apiTeams))
+		model := team + apiTeams*(n%perTeam)
 		if model == 0 {
 			model = apiTeams
 		}
-		targets := apiTargets(model)
+		targets := targetsOf(model)
 		t := targets[n%len(targets)]
 		req, _ := http.NewRequestWithContext(l.ctx, http.MethodGet, l.base+t.path, nil)
 		if t.portal {
