@@ -70,14 +70,14 @@ type PagesResult struct {
 
 // The loaded history: 30 days of every endpoint's statistics (both
 // versions, one window per half hour) and hourly usage; for the hot
-// endpoints (one per team, the ones the clients poll) the last six hours
+// endpoints (one per team, the ones the clients poll) the last two hours
 // as four gateways publish them (a window per version every 5 s, with
 // notable requests) and a week of prediction samples. The raw usage of
 // the current hour is per second for every endpoint.
 const (
 	pagesDays          = 30
 	pagesColdEvery     = 30 * time.Minute
-	pagesHotHours      = 6
+	pagesHotHours      = 2
 	pagesHotGateways   = 4
 	pagesHotEvery      = 5 * time.Second
 	pagesSamplesPerHot = 20_000
