@@ -303,13 +303,21 @@ func loadPages(ctx context.Context, pool *pgxpool.Pool, ch driver.Conn, now time
 	hour := now.Truncate(time.Hour)
 	hotFrom := now.Add(-pagesHotHours * time.Hour)
 	buckets := busapi.LatencyBuckets
-	coldRows := int64(apiEndpoints) * 2 * int64(now.Sub(from)/pagesColdEvery)
+	coldSlots := int64(now.Sub(from) / pagesColdEvery)
 	hotSlots := int64(pagesHotHours * time.Hour / pagesHotEvery)
-	hotRows := int64(apiTeams) * pagesHotGateways * 2 * hotSlots
+	sampleEvery := 7 * 24 * time.Hour / pagesSamplesPerHot
+	// Each part is written in chunks of at most chunk slots (a slot is
+	// every row of one time step), so no INSERT runs long enough to hit
+	// the connection's read timeout on a loaded machine; q takes the
+	// chunk's first time, then its other arguments, then its row count.
 	stmts := []struct {
-		what string
-		q    string
-		args []any
+		what         string
+		q            string
+		first        time.Time
+		step         time.Duration
+		slots, chunk int64
+		perSlot      int64
+		args         []any
 	}{
 		{"cold request statistics", fmt.Sprintf(`INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, gateway,
 			endpoint, endpoint_id, team, version, requests, errors_upstream, latency_buckets, streams, ttft_buckets, tpot_buckets, tokens,
@@ -319,8 +327,8 @@ func loadPages(ctx context.Context, pool *pgxpool.Pool, ch driver.Conn, now time
 				toUInt64(100 + number %% 900) AS n, toUInt64(number %% 7), arrayMap(i -> if(i = 20 + number %% 40, n, toUInt64(0)), range(%[3]d)),
 				toUInt64(0), emptyArrayUInt64(), emptyArrayUInt64(), toUInt64(number %% 5000), concat('c', toString(number)), number,
 				arrayMap(i -> if(i = number %% 8, n, toUInt64(0)), range(%[3]d)), if(number %% 5 = 0, concat('team-', toString(1 + (e + 1) %% 50)), '')
-			FROM (SELECT number, 1 + intDiv(number, 2) %% %[4]d AS e FROM numbers(%[5]d))`,
-			apiEndpoints*2, int(pagesColdEvery/time.Second), buckets, apiEndpoints, coldRows), []any{from.Unix(), offset}},
+			FROM (SELECT number, 1 + intDiv(number, 2) %% %[4]d AS e FROM numbers(?))`,
+			apiEndpoints*2, int(pagesColdEvery/time.Second), buckets, apiEndpoints), from, pagesColdEvery, coldSlots, 48, apiEndpoints * 2, []any{offset}},
 		{"hot request statistics", fmt.Sprintf(`INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, gateway,
 			endpoint, endpoint_id, team, version, requests, errors_upstream, latency_buckets, streams, ttft_buckets, tpot_buckets, tokens,
 			msg_id, stream_seq, overhead_buckets, notable_kind, notable_request_id, notable_trace_id, notable_replica, notable_status,
@@ -333,36 +341,40 @@ func loadPages(ctx context.Context, pool *pgxpool.Pool, ch driver.Conn, now time
 				if(number %% 20 = 0, ['slowest', 'failed'], ['slowest']) AS kinds, arrayMap(k -> concat(k, toString(number)), kinds),
 				arrayMap(k -> concat('t', toString(number)), kinds), arrayMap(k -> 'r-0', kinds), arrayMap(k -> if(k = 'failed', toUInt16(503), toUInt16(200)), kinds),
 				arrayMap(k -> toInt64(toUnixTimestamp(ws)) * 1000 + 4000, kinds), arrayMap(k -> toFloat64(number %% 900), kinds), arrayMap(k -> toFloat64(number %% 800), kinds)
-			FROM (SELECT number, 1 + intDiv(number, 2) %% %[4]d AS e, intDiv(number, %[4]d * 2) %% %[6]d AS g FROM numbers(%[5]d))`,
-			apiTeams*2*pagesHotGateways, int(pagesHotEvery/time.Second), buckets, apiTeams, hotRows, pagesHotGateways), []any{hotFrom.Unix(), offset}},
+			FROM (SELECT number, 1 + intDiv(number, 2) %% %[4]d AS e, intDiv(number, %[4]d * 2) %% %[5]d AS g FROM numbers(?))`,
+			apiTeams*2*pagesHotGateways, int(pagesHotEvery/time.Second), buckets, apiTeams, pagesHotGateways), hotFrom, pagesHotEvery, hotSlots, 360, apiTeams * 2 * pagesHotGateways, []any{offset}},
 		{"hourly usage", fmt.Sprintf(`INSERT INTO gpu_usage_hourly (hour, team, endpoint, model, version, replica, gpu_type, profile,
 			gpu_seconds, cost_uusd_x3600, requests, util_pct_sum, memory_mb_sum)
 			SELECT toDateTime(? + intDiv(number, %[1]d) * 3600), concat('team-', toString(1 + e %% 50)), concat('endpoint-', toString(e)),
 				concat('model-', toString(e)), 'v10', concat('endpoint-', toString(e), '-v10-0'), 'A100-80GB', 'mig-1g.10gb',
 				toUInt64(3600), toUInt64(3600 * 500003), toUInt64(3600 * 5), toFloat64(3600 * 40), toUInt64(3600 * 5000)
-			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(%[2]d))`, apiEndpoints, int64(apiEndpoints)*int64(hour.Sub(from)/time.Hour)),
-			[]any{from.Unix()}},
+			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(?))`, apiEndpoints),
+			from, time.Hour, int64(hour.Sub(from) / time.Hour), 168, apiEndpoints, nil},
 		{"raw usage of this hour", fmt.Sprintf(`INSERT INTO gpu_usage (ts, node, gpu, slice, gpu_type, profile, team, endpoint, model, version,
 			replica, util_pct, memory_mb, requests, rate_uusd_per_hour, batch_id, row_idx)
 			SELECT toDateTime(? + intDiv(number, %[1]d)), concat('node-', toString(intDiv(e, 8))), toUInt16(e %% 8), toUInt16(1), 'A100-80GB',
 				'mig-1g.10gb', concat('team-', toString(1 + e %% 50)), concat('endpoint-', toString(e)), concat('model-', toString(e)), 'v10',
 				concat('endpoint-', toString(e), '-v10-0'), toFloat32(40), toUInt64(5000), toUInt64(5), toUInt64(500003), 'bench', toUInt32(number)
-			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(%[2]d))`, apiEndpoints, int64(apiEndpoints)*int64(now.Sub(hour)/time.Second)),
-			[]any{hour.Unix()}},
+			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(?))`, apiEndpoints),
+			hour, time.Second, int64(now.Sub(hour) / time.Second), 300, apiEndpoints, nil},
 		{"prediction samples", fmt.Sprintf(`INSERT INTO prediction_samples (ts, ts_ms, endpoint, endpoint_id, team, version, request_id, instance,
 			feature_names, feature_values, feature_strings, score, label, tokens, latency_ms)
 			SELECT toDateTime(? + intDiv(number, %[1]d) * %[2]d) AS ts, toUInt16(0), concat('endpoint-', toString(e)), toInt64(e + ?),
 				concat('team-', toString(1 + e %% 50)), if(number %% 10 = 0, 'v9', 'v10'), concat('s', toString(number)), toUInt32(0),
 				['a', 'b', 'c'], [toFloat64(number %% 97), toFloat64(number %% 13) * 1.5, toFloat64(intDiv(number, 7) %% 31)], emptyArrayString(),
 				(number %% 1000) / 1000, if(number %% 3 = 0, 'fraud', 'ok'), toUInt32(0), toFloat64(number %% 50)
-			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(%[3]d))`, apiTeams, int(7*24*time.Hour/time.Second)/pagesSamplesPerHot,
-			int64(apiTeams)*pagesSamplesPerHot), []any{now.Add(-7 * 24 * time.Hour).Unix(), offset}},
+			FROM (SELECT number, 1 + number %% %[1]d AS e FROM numbers(?))`, apiTeams, int(sampleEvery/time.Second)),
+			now.Add(-7 * 24 * time.Hour), sampleEvery, pagesSamplesPerHot, 4000, apiTeams, []any{offset}},
 	}
 	took := map[string]float64{}
 	for _, st := range stmts {
 		t0 := time.Now()
-		if err := ch.Exec(ctx, st.q, st.args...); err != nil {
-			return nil, fmt.Errorf("load %s: %w", st.what, err)
+		for s0 := int64(0); s0 < st.slots; s0 += st.chunk {
+			n := min(st.chunk, st.slots-s0)
+			args := append(append([]any{st.first.Add(time.Duration(s0) * st.step).Unix()}, st.args...), n*st.perSlot)
+			if err := ch.Exec(ctx, st.q, args...); err != nil {
+				return nil, fmt.Errorf("load %s: %w", st.what, err)
+			}
 		}
 		took[st.what] = round3(time.Since(t0).Seconds())
 	}
