@@ -195,6 +195,11 @@ type apiLoad struct {
 	// (0: all of its 20).
 	targets func(model int) []apiTarget
 	perTeam int
+	// stagger starts each client at its own place in targets, so slow
+	// routes are measured from the start rather than in lockstep;
+	// timeout is a request's (0: 10 s).
+	stagger bool
+	timeout time.Duration
 
 	mu     sync.Mutex
 	lat    []time.Duration
@@ -229,8 +234,12 @@ func apiTargets(model int) []apiTarget {
 func (l *apiLoad) run(n int) {
 	tr := &http.Transport{MaxIdleConnsPerHost: n * 2}
 	var wg sync.WaitGroup
+	timeout := l.timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
 	for c := range n {
-		wg.Go(func() { l.client(&http.Client{Transport: tr, Timeout: 10 * time.Second}, c%apiTeams) })
+		wg.Go(func() { l.client(&http.Client{Transport: tr, Timeout: timeout}, c%apiTeams) })
 	}
 	wg.Wait()
 }
@@ -247,7 +256,11 @@ func (l *apiLoad) client(client *http.Client, team int) {
 	if perTeam <= 0 {
 		perTeam = apiEndpoints / apiTeams
 	}
-	for n := 0; time.Now().Before(l.deadline); n++ {
+	first := 0
+	if l.stagger {
+		first = team
+	}
+	for n := first; time.Now().Before(l.deadline); n++ {
 		model := team + apiTeams*(n%perTeam)
 		if model == 0 {
 			model = apiTeams

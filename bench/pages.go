@@ -194,7 +194,7 @@ func measurePages(ctx context.Context, cfg Config) (PagesResult, error) {
 		}
 		start := time.Now().Add(pagesWarmup)
 		load := apiLoad{ctx: ctx, base: "http://" + addr, creds: creds, start: start, deadline: start.Add(cfg.Duration),
-			byKind: map[string][]time.Duration{}, targets: pageTargets, perTeam: 1}
+			byKind: map[string][]time.Duration{}, targets: pageTargets, perTeam: 1, stagger: true, timeout: time.Minute}
 		load.run(cfg.Clients)
 		res.SecondsPerPhase = time.Since(start).Seconds()
 		phases[i] = load.byKind
