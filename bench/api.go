@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -205,6 +206,9 @@ type apiLoad struct {
 	lat    []time.Duration
 	byKind map[string][]time.Duration
 	errs   int
+	// statuses counts each kind's answers that were not 200, by
+	// status ("error" for no answer).
+	statuses map[string]map[string]int
 }
 
 // apiTarget is one kind of request: portal pages carry the session
@@ -249,6 +253,7 @@ func (l *apiLoad) client(client *http.Client, team int) {
 	var mine []time.Duration
 	kinds := map[string][]time.Duration{}
 	bad := 0
+	statuses := map[string]map[string]int{}
 	targetsOf, perTeam := l.targets, l.perTeam
 	if targetsOf == nil {
 		targetsOf = apiTargets
@@ -287,6 +292,14 @@ func (l *apiLoad) client(client *http.Client, team int) {
 		kinds[t.kind] = append(kinds[t.kind], d)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			bad++
+			status := "error"
+			if err == nil {
+				status = strconv.Itoa(resp.StatusCode)
+			}
+			if statuses[t.kind] == nil {
+				statuses[t.kind] = map[string]int{}
+			}
+			statuses[t.kind][status]++
 		}
 	}
 	l.mu.Lock()
@@ -296,4 +309,15 @@ func (l *apiLoad) client(client *http.Client, team int) {
 		l.byKind[k] = append(l.byKind[k], v...)
 	}
 	l.errs += bad
+	for k, m := range statuses {
+		if l.statuses == nil {
+			l.statuses = map[string]map[string]int{}
+		}
+		if l.statuses[k] == nil {
+			l.statuses[k] = map[string]int{}
+		}
+		for status, n := range m {
+			l.statuses[k][status] += n
+		}
+	}
 }

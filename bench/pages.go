@@ -48,6 +48,9 @@ type PagesResult struct {
 	SlowestAfter              string  `json:"slowest_after"`
 	SlowestAfterVsBaselineP99 float64 `json:"slowest_after_vs_baseline_p99"`
 	Errors                    int     `json:"errors"`
+	// Failures counts, per phase and route, the answers that were not
+	// 200, by status ("error": no answer within a minute).
+	Failures map[string]map[string]map[string]int `json:"failures,omitempty"`
 
 	Endpoints         int     `json:"endpoints"`
 	Days              int     `json:"days"`
@@ -199,6 +202,12 @@ func measurePages(ctx context.Context, cfg Config) (PagesResult, error) {
 		res.SecondsPerPhase = time.Since(start).Seconds()
 		phases[i] = load.byKind
 		res.Errors += load.errs
+		if len(load.statuses) > 0 {
+			if res.Failures == nil {
+				res.Failures = map[string]map[string]map[string]int{}
+			}
+			res.Failures[[]string{"before", "after"}[i]] = load.statuses
+		}
 	}
 	res.Before, res.After = latencies(phases[0]), latencies(phases[1])
 	res.AfterVsBeforeP99, res.AfterVsBaselineP99 = map[string]float64{}, map[string]float64{}
