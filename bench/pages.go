@@ -21,7 +21,6 @@ import (
 	"modelplane/controlplane"
 	"modelplane/db"
 	"modelplane/drift"
-	"modelplane/handlers"
 	"modelplane/reqstats"
 	"modelplane/tenant"
 )
@@ -116,7 +115,7 @@ func runPages(ctx context.Context, cfg Config, out io.Writer) error {
 func measurePages(ctx context.Context, cfg Config) (PagesResult, error) {
 	res := PagesResult{Name: "pages", BaselineRoute: apiBaseline, Endpoints: apiEndpoints, Days: pagesDays, Clients: cfg.Clients,
 		HotEndpoints: apiTeams, StatsWindowSeconds: int(pagesHotEvery / time.Second)}
-	s, err := newScratch("mp-bench-pages-")
+	s, err := newScratch("modelplane-pages-")
 	if err != nil {
 		return res, err
 	}
@@ -160,40 +159,34 @@ func measurePages(ctx context.Context, cfg Config) (PagesResult, error) {
 		}
 	}
 
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	build := func(before bool) (*controlplane.ControlPlane, error) {
-		cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch}, controlplane.Config{Log: log,
-			ArtifactDir: filepath.Join(s.dir, "artifacts"), MaxUploadBytes: 1 << 30,
-			Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: time.Hour}})
-		if err != nil {
-			return nil, err
-		}
-		if before {
+	// One control plane serves both phases: the before phase swaps its
+	// readers for raw ones without caches (the handlers hold the
+	// control plane's services by pointer), the after phase puts its own
+	// back.
+	cp, err := controlplane.New(controlplane.Stores{Pool: pool, CH: ch}, controlplane.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ArtifactDir: filepath.Join(s.dir, "artifacts"), MaxUploadBytes: 1 << 30,
+		Sessions: auth.SessionConfig{IdleTimeout: time.Hour, AbsoluteTimeout: time.Hour}})
+	if err != nil {
+		return res, err
+	}
+	h := app.NewHTTP(cp, app.HTTPOptions{MaxUploadBytes: 1 << 30})
+	creds, err := pagesCreds(ctx, h.Tenant, h.Sessions)
+	if err != nil {
+		return res, err
+	}
+	addr, err := s.serve(h.Handler())
+	if err != nil {
+		return res, err
+	}
+	traffic, drifts, costs := cp.Traffic, cp.Drift, cp.Chargeback
+	var phases [2]map[string][]time.Duration
+	for i := range phases {
+		if i == 0 {
 			cp.Traffic = reqstats.NewReader(ch, nil).RawOnly()
 			cp.Drift = drift.NewService(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil)
 			cp.Chargeback = chargeback.New(ch, db.New(pool), nil).RawStatistics()
-		}
-		return cp, nil
-	}
-	beforeCP, err := build(true)
-	if err != nil {
-		return res, err
-	}
-	afterCP, err := build(false)
-	if err != nil {
-		return res, err
-	}
-	beforeH := app.NewHTTP(beforeCP, app.HTTPOptions{MaxUploadBytes: 1 << 30})
-	afterH := app.NewHTTP(afterCP, app.HTTPOptions{MaxUploadBytes: 1 << 30})
-	creds, err := pagesCreds(ctx, beforeH.Tenant, beforeH.Sessions)
-	if err != nil {
-		return res, err
-	}
-	var phases [2]map[string][]time.Duration
-	for i, h := range []*handlers.Server{beforeH, afterH} {
-		addr, err := s.serve(h.Handler())
-		if err != nil {
-			return res, err
+		} else {
+			cp.Traffic, cp.Drift, cp.Chargeback = traffic, drifts, costs
 		}
 		start := time.Now().Add(pagesWarmup)
 		load := apiLoad{ctx: ctx, base: "http://" + addr, creds: creds, start: start, deadline: start.Add(cfg.Duration),
