@@ -156,7 +156,7 @@ func openStores(ctx context.Context, dbURL, chURL, natsURL string, natsOpts []na
 		pool.Close()
 		return nil, nil, nil, err
 	}
-	if err := migrations.ClickHouse(ctx, ch); err != nil {
+	if err := migrations.ClickHouseLocked(ctx, pool, ch); err != nil {
 		pool.Close()
 		ch.Close()
 		return nil, nil, nil, err
@@ -303,5 +303,5 @@ func RunMigrate(ctx context.Context, cfg MigrateConfig) error {
 		return err
 	}
 	defer ch.Close()
-	return migrations.ClickHouse(ctx, ch)
+	return migrations.ClickHouseLocked(ctx, pool, ch)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -190,10 +191,24 @@ type apiLoad struct {
 	creds           apiCreds
 	start, deadline time.Time
 
+	// targets are the requests a client cycles through for an endpoint
+	// of its team (nil: apiTargets), over perTeam endpoints of the team
+	// (0: all of its 20).
+	targets func(model int) []apiTarget
+	perTeam int
+	// stagger starts each client at its own place in targets, so slow
+	// routes are measured from the start rather than in lockstep;
+	// timeout is a request's (0: 10 s).
+	stagger bool
+	timeout time.Duration
+
 	mu     sync.Mutex
 	lat    []time.Duration
 	byKind map[string][]time.Duration
 	errs   int
+	// statuses counts each kind's answers that were not 200, by
+	// status ("error" for no answer).
+	statuses map[string]map[string]int
 }
 
 // apiTarget is one kind of request: portal pages carry the session
@@ -223,8 +238,12 @@ func apiTargets(model int) []apiTarget {
 func (l *apiLoad) run(n int) {
 	tr := &http.Transport{MaxIdleConnsPerHost: n * 2}
 	var wg sync.WaitGroup
+	timeout := l.timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
 	for c := range n {
-		wg.Go(func() { l.client(&http.Client{Transport: tr, Timeout: 10 * time.Second}, c%apiTeams) })
+		wg.Go(func() { l.client(&http.Client{Transport: tr, Timeout: timeout}, c%apiTeams) })
 	}
 	wg.Wait()
 }
@@ -234,12 +253,24 @@ func (l *apiLoad) client(client *http.Client, team int) {
 	var mine []time.Duration
 	kinds := map[string][]time.Duration{}
 	bad := 0
-	for n := 0; time.Now().Before(l.deadline); n++ {
-		model := team + apiTeams*(n%(apiEndpoints/apiTeams))
+	statuses := map[string]map[string]int{}
+	targetsOf, perTeam := l.targets, l.perTeam
+	if targetsOf == nil {
+		targetsOf = apiTargets
+	}
+	if perTeam <= 0 {
+		perTeam = apiEndpoints / apiTeams
+	}
+	first := 0
+	if l.stagger {
+		first = team
+	}
+	for n := first; time.Now().Before(l.deadline); n++ {
+		model := team + apiTeams*(n%perTeam)
 		if model == 0 {
 			model = apiTeams
 		}
-		targets := apiTargets(model)
+		targets := targetsOf(model)
 		t := targets[n%len(targets)]
 		req, _ := http.NewRequestWithContext(l.ctx, http.MethodGet, l.base+t.path, nil)
 		if t.portal {
@@ -261,6 +292,14 @@ func (l *apiLoad) client(client *http.Client, team int) {
 		kinds[t.kind] = append(kinds[t.kind], d)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			bad++
+			status := "error"
+			if err == nil {
+				status = strconv.Itoa(resp.StatusCode)
+			}
+			if statuses[t.kind] == nil {
+				statuses[t.kind] = map[string]int{}
+			}
+			statuses[t.kind][status]++
 		}
 	}
 	l.mu.Lock()
@@ -270,4 +309,15 @@ func (l *apiLoad) client(client *http.Client, team int) {
 		l.byKind[k] = append(l.byKind[k], v...)
 	}
 	l.errs += bad
+	for k, m := range statuses {
+		if l.statuses == nil {
+			l.statuses = map[string]map[string]int{}
+		}
+		if l.statuses[k] == nil {
+			l.statuses[k] = map[string]int{}
+		}
+		for status, n := range m {
+			l.statuses[k][status] += n
+		}
+	}
 }

@@ -41,11 +41,23 @@ type useKey struct {
 	team, endpoint, hour string
 }
 
-// callers reads request_stats' requests and tokens per owning team,
-// endpoint, hour, caller team ("" is the owners' own) and the
+// callers reads the requests and tokens of request statistics per owning
+// team, endpoint, hour, caller team ("" is the owners' own) and the
 // graph (via_graph) and graph version (via_graph_version) as far as by
-// splits them, in [from, to).
-func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, by graphSplit) (map[useKey]map[caller]callerUse, error) {
+// splits them, in [from, to): whole hours from request_stats_hourly, the
+// partial hours at the ends from request_stats (statsSpans).
+func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, by graphSplit, src Source) (map[useKey]map[caller]callerUse, error) {
+	out := map[useKey]map[caller]callerUse{}
+	for _, sp := range statsSpans(from, to, src) {
+		if err := s.callersIn(ctx, out, f, sp, by); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// callersIn adds the callers of span sp to out.
+func (s *Service) callersIn(ctx context.Context, out map[useKey]map[caller]callerUse, f filter, sp span, by graphSplit) error {
 	cond, args := f.where()
 	graph, version := "''", "''"
 	if by >= splitGraph {
@@ -54,20 +66,20 @@ func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, by 
 	if by == splitGraphVersion {
 		version = "via_graph_version"
 	}
-	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString(toStartOfHour(window_start)) AS h, caller_team, "+graph+" AS g, "+version+" AS gv, sum(requests), sum(tokens) "+
-		"FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+" GROUP BY team, endpoint, h, caller_team, g, gv",
-		append([]any{from.UTC(), to.UTC()}, args...)...)
+	tbl, hour, at := sp.statsTable()
+	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, toString("+hour+") AS h, caller_team, "+graph+" AS g, "+version+" AS gv, sum(requests), sum(tokens) "+
+		"FROM "+tbl+" WHERE "+at+" >= ? AND "+at+" < ?"+cond+" GROUP BY team, endpoint, h, caller_team, g, gv",
+		append([]any{sp.from.UTC(), sp.to.UTC()}, args...)...)
 	if err != nil {
-		return nil, fmt.Errorf("chargeback callers: %w", err)
+		return fmt.Errorf("chargeback callers: %w", err)
 	}
 	defer rows.Close()
-	out := map[useKey]map[caller]callerUse{}
 	for rows.Next() {
 		var k useKey
 		var c caller
 		var n, tok uint64
 		if err := rows.Scan(&k.team, &k.endpoint, &k.hour, &c.team, &c.graph, &c.graphVersion, &n, &tok); err != nil {
-			return nil, fmt.Errorf("chargeback callers: %w", err)
+			return fmt.Errorf("chargeback callers: %w", err)
 		}
 		if c.team == k.team {
 			c.team = ""
@@ -83,20 +95,20 @@ func (s *Service) callers(ctx context.Context, f filter, from, to time.Time, by 
 		m[c] = u
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("chargeback callers: %w", err)
+		return fmt.Errorf("chargeback callers: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // apportion splits each usage row (at a grain with team, endpoint and
 // hour) among the teams that called its endpoint in its hour, and when
 // by says so among the graphs (and graph versions) whose steps called it,
 // and sets each part's CallerTeam, Graph and GraphVersion.
-func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time, by graphSplit) ([]Row, error) {
+func (s *Service) apportion(ctx context.Context, rows []Row, f filter, from, to time.Time, by graphSplit, src Source) ([]Row, error) {
 	if len(rows) == 0 {
 		return rows, nil
 	}
-	uses, err := s.callers(ctx, f, from, to, by)
+	uses, err := s.callers(ctx, f, from, to, by, src)
 	if err != nil {
 		return nil, err
 	}

@@ -378,30 +378,68 @@ func (s *Service) read(ctx context.Context, grain []Dimension, f filter, from, t
 	return out, nil
 }
 
-// tokens sums the tokens the gateways counted per owning team, endpoint
-// and version in [from, to), by the start of their statistics windows.
-// gpu_usage carries no endpoint id, so the team is what keeps an endpoint
-// deleted and created again under the same name by another team from
-// being credited the old one's tokens (statistics carry the owning team).
-func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time) (map[[3]string]int64, error) {
-	cond, args := f.where()
-	rows, err := s.ch.Query(ctx, "SELECT team, endpoint, version, sum(tokens) FROM request_stats WHERE window_start >= ? AND window_start < ?"+cond+
-		" GROUP BY team, endpoint, version", append([]any{from.UTC(), to.UTC()}, args...)...)
-	if err != nil {
-		return nil, fmt.Errorf("chargeback tokens: %w", err)
+// statsSpans splits [from, to) for reads of request statistics: whole
+// hours from request_stats_hourly, the partial hours at either end from
+// the raw windows (everything raw with SourceRaw). A window counts in the
+// hour its start falls in both ways, so the sums are the raw windows'
+// exactly.
+func statsSpans(from, to time.Time, src Source) []span {
+	h0 := from.Truncate(time.Hour)
+	if h0.Before(from) {
+		h0 = h0.Add(time.Hour)
 	}
-	defer rows.Close()
+	h1 := to.Truncate(time.Hour)
+	if src == SourceRaw || !h0.Before(h1) {
+		return []span{{from, to, tableRaw}}
+	}
+	var out []span
+	for _, sp := range []span{{from, h0, tableRaw}, {h0, h1, tableHourly}, {h1, to, tableRaw}} {
+		if sp.from.Before(sp.to) {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// statsTable names the request statistics table of sp, the expression of
+// a row's hour and the column its time bounds apply to.
+func (sp span) statsTable() (table, hour, at string) {
+	if sp.table == tableHourly {
+		return "request_stats_hourly", "hour", "hour"
+	}
+	return "request_stats", "toStartOfHour(window_start)", "window_start"
+}
+
+// tokens sums the tokens the gateways counted per owning team, endpoint
+// and version in [from, to), by the start of their statistics windows
+// (statsSpans). gpu_usage carries no endpoint id, so the team is what
+// keeps an endpoint deleted and created again under the same name by
+// another team from being credited the old one's tokens (statistics carry
+// the owning team).
+func (s *Service) tokens(ctx context.Context, f filter, from, to time.Time, src Source) (map[[3]string]int64, error) {
+	cond, args := f.where()
 	out := map[[3]string]int64{}
-	for rows.Next() {
-		var team, endpoint, version string
-		var n uint64
-		if err := rows.Scan(&team, &endpoint, &version, &n); err != nil {
+	for _, sp := range statsSpans(from, to, src) {
+		tbl, _, at := sp.statsTable()
+		rows, err := s.ch.Query(ctx, "SELECT team, endpoint, version, sum(tokens) FROM "+tbl+" WHERE "+at+" >= ? AND "+at+" < ?"+cond+
+			" GROUP BY team, endpoint, version", append([]any{sp.from.UTC(), sp.to.UTC()}, args...)...)
+		if err != nil {
 			return nil, fmt.Errorf("chargeback tokens: %w", err)
 		}
-		out[[3]string{team, endpoint, version}] = int64(n)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("chargeback tokens: %w", err)
+		for rows.Next() {
+			var team, endpoint, version string
+			var n uint64
+			if err := rows.Scan(&team, &endpoint, &version, &n); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("chargeback tokens: %w", err)
+			}
+			out[[3]string{team, endpoint, version}] += int64(n)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("chargeback tokens: %w", err)
+		}
 	}
 	return out, nil
 }

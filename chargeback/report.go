@@ -133,11 +133,13 @@ func normalize(seen map[Dimension]bool) []Dimension {
 type Source int
 
 const (
-	// SourceAuto reads whole hours from the hourly rollup and the partial
-	// hours at the period's ends from the raw table.
+	// SourceAuto reads whole hours from the hourly rollups (usage, and
+	// the request statistics that give tokens and caller shares) and the
+	// partial hours at the period's ends from the raw tables.
 	SourceAuto Source = iota
-	// SourceRaw reads every second from the raw table; the benchmark and
-	// tests use it to check the rollup against the records it sums.
+	// SourceRaw reads every second and every statistics window from the
+	// raw tables; the benchmark and tests use it to check the rollups
+	// against the records they sum.
 	SourceRaw
 )
 
@@ -364,6 +366,19 @@ type Service struct {
 	// beforeRead, when set (tests only), runs after a report planned its
 	// spans and before it reads them: where a reseal can strike.
 	beforeRead func()
+	// rawStats reads request statistics from the raw windows whatever the
+	// query's Source (RawStatistics).
+	rawStats bool
+}
+
+// RawStatistics returns a copy of s that reads the tokens and caller
+// shares of every report from the raw statistics windows, as reports did
+// before ClickHouse migration 0013, usage still from the rollups: the
+// benchmark's baseline for the pages that read reports.
+func (s *Service) RawStatistics() *Service {
+	c := *s
+	c.rawStats = true
+	return &c
 }
 
 // RateTable reads the cost rates: whole for advice, and the newest id for
@@ -471,8 +486,12 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	if err != nil {
 		return nil, err
 	}
+	statsSrc := q.Source
+	if s.rawStats {
+		statsSrc = SourceRaw
+	}
 	if byCaller {
-		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs); err != nil {
+		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs, statsSrc); err != nil {
 			return nil, err
 		}
 		if q.Graph != "" {
@@ -486,7 +505,7 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	}
 	var tok map[[3]string]int64
 	if tokens && len(fine) > 0 {
-		if tok, err = s.tokens(ctx, f, q.From, q.To); err != nil {
+		if tok, err = s.tokens(ctx, f, q.From, q.To, statsSrc); err != nil {
 			return nil, err
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	"modelplane/opsmetrics"
 	"modelplane/outbox"
 	"modelplane/quota"
+	"modelplane/readcache"
 	"modelplane/registry"
 	"modelplane/replicalog"
 	"modelplane/reqstats"
@@ -227,9 +228,9 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
 		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock)
-		cp.Traffic = reqstats.NewReader(st.CH, clock)
+		cp.Traffic = reqstats.NewReader(st.CH, clock).WithCache(readcache.Options{Fresh: reqstats.ExplorerFresh, MaxAge: reqstats.ExplorerMaxAge})
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
-		cp.Drift = drift.NewService(st.Pool, driftReader, clock)
+		cp.Drift = drift.NewService(st.Pool, driftReader, clock).WithCache(readcache.Options{Fresh: drift.ReportFresh, MaxAge: drift.ReportMaxAge})
 		gate = drift.NewGate(driftReader)
 		eps := cp.Endpoints
 		cp.Advisor = chargeback.NewAdvisor(cp.Chargeback, func(ctx context.Context, p *auth.Principal, name string) (int32, error) {

@@ -15,8 +15,9 @@ import (
 // TestRetentionPurgesRecreatedEndpoint checks that an endpoint deleted and
 // created again under the same name (here by the same team; it could be
 // another) never shows the old endpoint's data: retention removes samples
-// and request statistics whose endpoint id is not the current endpoint's,
-// and keeps the current one's and rows from before ids were recorded (0).
+// and request statistics (raw and pre-aggregated) whose endpoint id is not
+// the current endpoint's, and keeps the current one's and rows from before
+// ids were recorded (0).
 func TestRetentionPurgesRecreatedEndpoint(t *testing.T) {
 	t.Parallel()
 	pool, ch := pgtest.New(t), chtest.New(t)
@@ -65,6 +66,17 @@ func TestRetentionPurgesRecreatedEndpoint(t *testing.T) {
 		}
 		if oldRows != 0 || kept != 2 {
 			t.Errorf("%s after retention: %d rows of the old endpoint, %d others; want 0 and 2", table, oldRows, kept)
+		}
+	}
+	// One row per id in the pre-aggregates (the four windows share their
+	// minute and hour).
+	for _, table := range []string{"request_stats_minutely", "request_stats_hourly"} {
+		var oldRows, kept uint64
+		if err := ch.QueryRow(ctx, "SELECT countIf(endpoint_id = ?), uniqExactIf(endpoint_id, endpoint_id != ?) FROM "+table+" WHERE endpoint = 'fraud'", old, old).Scan(&oldRows, &kept); err != nil {
+			t.Fatal(err)
+		}
+		if oldRows != 0 || kept != 2 {
+			t.Errorf("%s after retention: %d rows of the old endpoint, %d other ids; want 0 and 2", table, oldRows, kept)
 		}
 	}
 }

@@ -179,9 +179,10 @@ func (r *Retention) Apply(ctx context.Context) (RetentionResult, error) {
 	}
 	// An endpoint deleted and created again under the same name has a new
 	// id: rows of any other id are the old endpoint's (perhaps another
-	// team's) and go, from samples and request statistics alike. Rows from
-	// before ids were recorded (0) stay with the name.
-	for _, table := range []string{"prediction_samples", "request_stats"} {
+	// team's) and go, from samples, request statistics and their
+	// pre-aggregates alike (which then still add up to the raw windows).
+	// Rows from before ids were recorded (0) stay with the name.
+	for _, table := range []string{"prediction_samples", "request_stats", "request_stats_minutely", "request_stats_hourly"} {
 		stale, err := r.staleIDs(ctx, table, current)
 		if err != nil {
 			return res, err

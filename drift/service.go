@@ -15,6 +15,7 @@ import (
 	"modelplane/auth"
 	"modelplane/db"
 	"modelplane/field"
+	"modelplane/readcache"
 )
 
 // Report defaults (docs/drift.md).
@@ -31,12 +32,44 @@ const (
 // parameters to give instead.
 var ErrNoStable = errors.New("drift: endpoint has no version with traffic")
 
+// The bounds of the report cache the control plane gives its Service
+// (WithCache): a report is read again in the background once a minute
+// old, and none older than ten minutes is served.
+const (
+	ReportFresh  = time.Minute
+	ReportMaxAge = 10 * time.Minute
+)
+
 // Service serves drift reports and stored scores to callers, scoped to
 // their teams in SQL.
 type Service struct {
 	pool   *pgxpool.Pool
 	reader *Reader
 	clock  quartz.Clock
+	// reports keeps computed reports (WithCache); nil computes every time.
+	reports *readcache.Cache[reportKey, Report]
+}
+
+// reportKey names everything a report depends on besides the samples and
+// the time: the endpoint (its id and creation, which clamps the windows),
+// the versions compared and the windows as asked.
+type reportKey struct {
+	endpointID          int64
+	created             time.Time
+	version, refVersion string
+	reference, current  string
+}
+
+// WithCache returns a copy of s that serves reports from a cache bounded
+// by opts (its clock s's): a report scans up to a week of samples, and no
+// pre-aggregate holds the distributions it compares. A cached report's
+// windows end when it was computed, at most opts.MaxAge ago. Scores the
+// scheduled check stores are not cached.
+func (s *Service) WithCache(opts readcache.Options) *Service {
+	c := *s
+	opts.Clock = s.clock
+	c.reports = readcache.New[reportKey, Report](opts)
+	return &c
 }
 
 // NewService returns a Service; clock ends every default window
@@ -93,6 +126,19 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 		}
 		version, refVersion = cmp.Or(version, stable), cmp.Or(refVersion, stable)
 	}
+	if s.reports == nil {
+		return s.report(ctx, endpoint, row.ID, row.CreatedAt, version, refVersion, refSpan, curSpan)
+	}
+	key := reportKey{endpointID: row.ID, created: row.CreatedAt, version: version, refVersion: refVersion, reference: q.Reference, current: q.Current}
+	a, err := s.reports.Get(ctx, key, func(ctx context.Context) (Report, error) {
+		return s.report(ctx, endpoint, row.ID, row.CreatedAt, version, refVersion, refSpan, curSpan)
+	})
+	return a.Value, err
+}
+
+// report computes the report of version against refVersion over the
+// windows the spans give now, for endpoint (id, created at created).
+func (s *Service) report(ctx context.Context, endpoint string, id int64, created time.Time, version, refVersion string, refSpan, curSpan Span) (Report, error) {
 	now := s.clock.Now().UTC()
 	defaultCur := curSpan == (Span{})
 	if defaultCur {
@@ -105,11 +151,11 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, endpoint string
 	}
 	ref := refSpan.window(refVersion, cur.From)
 	// Samples from before the endpoint existed are a deleted namesake's.
-	ref, cur = ref.Since(row.CreatedAt), cur.Since(row.CreatedAt)
+	ref, cur = ref.Since(created), cur.Since(created)
 	if defaultRef && defaultCur && !ref.From.Before(ref.To) {
-		ref, cur = youngWindows(ref, cur, row.CreatedAt, now)
+		ref, cur = youngWindows(ref, cur, created, now)
 	}
-	return s.reader.Report(ctx, endpoint, row.ID, ref, cur)
+	return s.reader.Report(ctx, endpoint, id, ref, cur)
 }
 
 // youngWindows are the default windows of an endpoint younger than the

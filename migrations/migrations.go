@@ -93,10 +93,36 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// clickHouseLockID serialises ClickHouse migrators: a migration that
+// backfills a rollup (0013) must run once, and ClickHouse has no lock.
+const clickHouseLockID = 7_316_020_002
+
+// ClickHouseLocked is ClickHouse under a PostgreSQL advisory lock, so that
+// control planes starting together apply each ClickHouse migration once.
+func ClickHouseLocked(ctx context.Context, pool *pgxpool.Pool, conn driver.Conn) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate clickhouse: %w", err)
+	}
+	defer c.Release()
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", clickHouseLockID); err != nil {
+		return fmt.Errorf("migrate clickhouse: lock: %w", err)
+	}
+	defer c.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", clickHouseLockID)
+	return ClickHouse(ctx, conn)
+}
+
 // ClickHouse applies pending ClickHouse migrations. Each file holds statements
 // separated by ";" on a line of its own end; ClickHouse has no transactions, so
-// every statement must be idempotent (IF NOT EXISTS).
+// every statement must be idempotent (IF NOT EXISTS), except a backfill, which
+// relies on the migration being recorded once it ran (ClickHouseLocked).
 func ClickHouse(ctx context.Context, conn driver.Conn) error {
+	return clickHouseUpTo(ctx, conn, 0)
+}
+
+// clickHouseUpTo applies the pending ClickHouse migrations numbered up to
+// last (every one when last is 0).
+func clickHouseUpTo(ctx context.Context, conn driver.Conn, last int) error {
 	ms, err := load("clickhouse")
 	if err != nil {
 		return err
@@ -106,6 +132,9 @@ func ClickHouse(ctx context.Context, conn driver.Conn) error {
 		return fmt.Errorf("migrate clickhouse: %w", err)
 	}
 	for _, m := range ms {
+		if last > 0 && m.version > last {
+			break
+		}
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM schema_migrations WHERE version = ?", uint32(m.version)).Scan(&n); err != nil {
 			return fmt.Errorf("migrate clickhouse %s: %w", m.name, err)

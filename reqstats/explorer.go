@@ -13,6 +13,15 @@ import (
 // ExplorerLimit is how many requests of each kind Explore returns.
 const ExplorerLimit = 20
 
+// The bounds of the explorer cache the control plane gives its Reader
+// (WithCache): the endpoint page polls every 5 s, so an answer is read
+// again in the background once 10 s old, and none older than a minute is
+// served.
+const (
+	ExplorerFresh  = 10 * time.Second
+	ExplorerMaxAge = time.Minute
+)
+
 // Request is one notable request as the explorer lists it: its ids, the
 // version and replica that served it, its status and how its time splits
 // between the gateway (OverheadMS) and the replica (UpstreamMS).
@@ -55,11 +64,31 @@ type Explorer struct {
 // (at most MaxMinutes) from request_stats: each gateway names, per window
 // and version, its slowest request, its last sampled one and its first
 // failures (busapi.ReqStats.Notable), so these are the slowest of the
-// slowest and the failures a gateway named, not every one.
+// slowest and the failures a gateway named, not every one. A Reader
+// WithCache answers from its cache, read at most the cache's MaxAge ago:
+// From is then the window's start as of that read.
 func (r *Reader) Explore(ctx context.Context, endpoint string, endpointID int64, minutes int) (Explorer, error) {
 	if minutes <= 0 || minutes > MaxMinutes {
 		return Explorer{}, fmt.Errorf("%w: %d minutes", ErrWindow, minutes)
 	}
+	if r.explorer == nil {
+		return r.explore(ctx, endpoint, endpointID, minutes)
+	}
+	a, err := r.explorer.Get(ctx, explorerKey{endpoint, endpointID, minutes}, func(ctx context.Context) (Explorer, error) {
+		return r.explore(ctx, endpoint, endpointID, minutes)
+	})
+	return a.Value, err
+}
+
+// explorerKey names one Explore answer.
+type explorerKey struct {
+	endpoint   string
+	endpointID int64
+	minutes    int
+}
+
+// explore reads what Explore returns.
+func (r *Reader) explore(ctx context.Context, endpoint string, endpointID int64, minutes int) (Explorer, error) {
 	from := r.clock.Now().Add(-time.Duration(minutes) * time.Minute)
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()

@@ -16,7 +16,8 @@ const MaxHourlySpan = 5 * autoscale.Week
 // from to to (both truncated to the hour, UTC): the requests of every
 // version (pinned ones included: they take capacity too) in windows that
 // start inside each hour, divided by 3,600. Hours without a request are
-// absent. It is the history autoscale.Forecast predicts from.
+// absent. It is the history autoscale.Forecast predicts from, read from
+// the hourly pre-aggregate.
 func (r *Reader) HourlyRates(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (autoscale.History, error) {
 	from, to = from.UTC().Truncate(time.Hour), to.UTC().Truncate(time.Hour)
 	if !from.Before(to) || to.Sub(from) > MaxHourlySpan {
@@ -24,9 +25,14 @@ func (r *Reader) HourlyRates(ctx context.Context, endpoint string, endpointID in
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	rows, err := r.ch.Query(ctx, `SELECT toUnixTimestamp(toStartOfHour(window_start)) AS hour, sum(requests)
+	q := `SELECT toUnixTimestamp(hour) AS h, sum(requests) FROM request_stats_hourly
+		WHERE endpoint = ? AND endpoint_id = ? AND hour >= ? AND hour < ? GROUP BY h HAVING sum(requests) > 0 ORDER BY h`
+	if r.raw {
+		q = `SELECT toUnixTimestamp(toStartOfHour(window_start)) AS hour, sum(requests)
 		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ?
-		GROUP BY hour ORDER BY hour`, endpoint, endpointID, from, to)
+		GROUP BY hour HAVING sum(requests) > 0 ORDER BY hour`
+	}
+	rows, err := r.ch.Query(ctx, q, endpoint, endpointID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("read hourly rates: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/judge"
+	"modelplane/readcache"
 )
 
 // queryTimeout bounds one read; the portal polls every few seconds, so a
@@ -25,10 +26,17 @@ var ErrWindow = errors.New("traffic: bad window")
 // MaxSteps is the most points one series may have.
 const MaxSteps = 360
 
-// Reader reads request_stats.
+// Reader reads request_stats and its pre-aggregates (ClickHouse migration
+// 0013): request_stats_minutely for whole minutes, request_stats_hourly for
+// whole hours, the raw windows only for what is finer than a minute (the
+// 10-second steps of the last ten minutes, the judge's partial minutes).
 type Reader struct {
 	ch    driver.Conn
 	clock quartz.Clock
+	// raw reads every figure from the raw windows (RawOnly).
+	raw bool
+	// explorer keeps Explore's answers (WithCache); nil reads every time.
+	explorer *readcache.Cache[explorerKey, Explorer]
 }
 
 // NewReader returns a Reader over ch; clock is what ends every window
@@ -38,6 +46,25 @@ func NewReader(ch driver.Conn, clock quartz.Clock) *Reader {
 		clock = quartz.NewReal()
 	}
 	return &Reader{ch: ch, clock: clock}
+}
+
+// RawOnly returns a copy of r that reads every figure from the raw
+// windows and caches nothing: what the pre-aggregates are checked against
+// and what the benchmark measures them beside.
+func (r *Reader) RawOnly() *Reader {
+	c := *r
+	c.raw, c.explorer = true, nil
+	return &c
+}
+
+// WithCache returns a copy of r whose Explore answers come from a cache
+// bounded by opts (its clock r's): the explorer lists notable requests
+// that no pre-aggregate holds, and the endpoint page polls it every 5 s.
+func (r *Reader) WithCache(opts readcache.Options) *Reader {
+	c := *r
+	opts.Clock = r.clock
+	c.explorer = readcache.New[explorerKey, Explorer](opts)
+	return &c
 }
 
 // Point is one step of one version's series. Latencies are in
@@ -90,10 +117,19 @@ func (r *Reader) Read(ctx context.Context, endpoint string, endpointID int64, st
 	from := end.Add(-time.Duration(steps) * step)
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
+	// Steps of whole minutes start on whole minutes (the window ends on a
+	// step), so the minute pre-aggregate holds them exactly.
+	q, args := `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
 		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, ttft_buckets, tpot_buckets
 		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ?`,
-		endpoint, endpointID, from.Add(-time.Second), end.Add(time.Second))
+		[]any{endpoint, endpointID, from.Add(-time.Second), end.Add(time.Second)}
+	if !r.raw && step%time.Minute == 0 {
+		q, args = `SELECT version, toUnixTimestamp(minute), toUInt16(0), sumMerge(requests), sumMerge(errors),
+			sumForEachMerge(latency_buckets), sumMerge(streams), sumForEachMerge(ttft_buckets), sumForEachMerge(tpot_buckets)
+			FROM request_stats_minutely WHERE endpoint = ? AND endpoint_id = ? AND minute >= ? AND minute < ?
+			GROUP BY version, minute`, []any{endpoint, endpointID, from, end}
+	}
+	rows, err := r.ch.Query(ctx, q, args...)
 	if err != nil {
 		return Window{}, fmt.Errorf("read traffic: %w", err)
 	}
@@ -200,22 +236,76 @@ func (r *Reader) Last(ctx context.Context, endpoint string, endpointID int64, mi
 // Totals sums each version's request statistics of endpoint over windows
 // starting in [from, to): what a rollout's judge compares. Errors are
 // upstream, timeout and shed failures, as Read counts them; histograms are
-// over busapi.LatencyBoundsUS (nil when the version recorded none).
+// over busapi.LatencyBoundsUS (nil when the version recorded none). Pinned
+// requests do not count. Whole minutes come from the minute pre-aggregate,
+// the partial minutes at either end from the raw windows, so the sums are
+// those of the raw windows exactly.
 func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error) {
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrWindow, from, to)
 	}
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
+	m0, m1 := from.Truncate(time.Minute), to.Truncate(time.Minute)
+	if m0.Before(from) {
+		m0 = m0.Add(time.Minute)
+	}
+	out := map[string]judge.Window{}
+	if r.raw || !m0.Before(m1) {
+		return out, r.rawTotals(ctx, out, endpoint, endpointID, from, to)
+	}
+	for _, edge := range [][2]time.Time{{from, m0}, {m1, to}} {
+		if edge[0].Before(edge[1]) {
+			if err := r.rawTotals(ctx, out, endpoint, endpointID, edge[0], edge[1]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rows, err := r.ch.Query(ctx, `SELECT version, sumMerge(requests), sumMerge(errors), sumForEachMerge(latency_buckets),
+		sumMerge(streams), sumForEachMerge(tpot_buckets)
+		FROM request_stats_minutely WHERE endpoint = ? AND endpoint_id = ? AND pinned = 0 AND minute >= ? AND minute < ?
+		GROUP BY version`, endpoint, endpointID, m0, m1)
+	if err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			version                 string
+			requests, errs, streams uint64
+			lat, tpot               []uint64
+		)
+		if err := rows.Scan(&version, &requests, &errs, &lat, &streams, &tpot); err != nil {
+			return nil, fmt.Errorf("read totals: %w", err)
+		}
+		out[version] = addWindow(out[version], requests, errs, streams, lat, tpot)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read totals: %w", err)
+	}
+	return out, nil
+}
+
+// addWindow adds one set of sums to w.
+func addWindow(w judge.Window, requests, errs, streams uint64, lat, tpot []uint64) judge.Window {
+	w.Requests += requests
+	w.Errors += errs
+	w.Streams += streams
+	addBuckets(&w.Latency, lat)
+	addBuckets(&w.TPOT, tpot)
+	return w
+}
+
+// rawTotals adds the raw windows of endpoint starting in [from, to) to out.
+func (r *Reader) rawTotals(ctx context.Context, out map[string]judge.Window, endpoint string, endpointID int64, from, to time.Time) error {
 	rows, err := r.ch.Query(ctx, `SELECT version, toUnixTimestamp(window_start), window_start_ms, requests,
 		errors_upstream + errors_timeout + errors_shed, latency_buckets, streams, tpot_buckets
 		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND window_start >= ? AND window_start < ? AND pinned = 0`,
 		endpoint, endpointID, from.Add(-time.Second), to.Add(time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("read totals: %w", err)
+		return fmt.Errorf("read totals: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]judge.Window{}
 	for rows.Next() {
 		var (
 			version                 string
@@ -225,22 +315,16 @@ func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, 
 			lat, tpot               []uint64
 		)
 		if err := rows.Scan(&version, &sec, &ms, &requests, &errs, &lat, &streams, &tpot); err != nil {
-			return nil, fmt.Errorf("read totals: %w", err)
+			return fmt.Errorf("read totals: %w", err)
 		}
 		at := time.Unix(int64(sec), int64(ms)*int64(time.Millisecond))
 		if at.Before(from) || !at.Before(to) {
 			continue
 		}
-		w := out[version]
-		w.Requests += requests
-		w.Errors += errs
-		w.Streams += streams
-		addBuckets(&w.Latency, lat)
-		addBuckets(&w.TPOT, tpot)
-		out[version] = w
+		out[version] = addWindow(out[version], requests, errs, streams, lat, tpot)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read totals: %w", err)
+		return fmt.Errorf("read totals: %w", err)
 	}
-	return out, nil
+	return nil
 }

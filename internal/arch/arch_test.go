@@ -67,7 +67,7 @@ type rule struct {
 
 var rules = []rule{{
 	name:      "pure packages do no I/O",
-	importers: []string{"modelplane/engine", "modelplane/sim/...", "modelplane/judge/...", "modelplane/graph/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
+	importers: []string{"modelplane/engine", "modelplane/sim/...", "modelplane/judge/...", "modelplane/graph/...", "modelplane/placement/...", "modelplane/autoscale/...", "modelplane/drift/stat/...", "modelplane/readcache/...", "modelplane/money/...", "modelplane/demo/...", "modelplane/gguf/...", "modelplane/llm/..."},
 	forbidden: ioClients,
 }, {
 	name:      "leaf contracts import only the standard library",

@@ -52,6 +52,22 @@ func URL(t testing.TB) string {
 	return url
 }
 
+// Empty returns a connection to a fresh database with no migration applied,
+// for tests of the migrations themselves.
+func Empty(t testing.TB) driver.Conn {
+	t.Helper()
+	once.Do(start)
+	if initErr != nil {
+		t.Fatalf("chtest: %v", initErr)
+	}
+	conn, err := ingest.OpenClickHouse(context.Background(), server.URL(fmt.Sprintf("e%d", seq.Add(1))))
+	if err != nil {
+		t.Fatalf("chtest: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // New returns a connection to a fresh migrated database.
 func New(t testing.TB) driver.Conn {
 	t.Helper()
