@@ -318,7 +318,9 @@ func (s *stack) wait(t *testing.T, id int64, what string, done func(rollout.Roll
 // controller, simulated agents, gateway, rollout controller and judge. The
 // chat-assistant demo's v43 (slower decode) goes to 10 percent of
 // support-chat, which v42 serves, under streamed chat completions; the judge
-// must roll it back within three evaluations with no human; no request
+// must roll it back, with no human, at the first evaluation that has enough
+// requests of both versions (how many evaluations that takes depends on
+// the machine's speed, so it is not counted); no request
 // started after the gateway serves the rollback's routing entry is answered
 // by v43, and v42 answers throughout. How fast the entry reaches gateways
 // is measured by `modelplane bench rollback`, not asserted here.
@@ -409,6 +411,14 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 		case e.Kind == "verdict":
 			verdicts++
 			t.Logf("verdict %s: %s (candidate %+v, incumbent %+v)", e.Decision, e.Message, e.Windows.Candidate, e.Windows.Incumbent)
+			// How many evaluations pass before both versions have min
+			// requests in the window depends on how fast this machine
+			// serves the load; from the first that has them, the judge
+			// must roll back.
+			if e.Windows.Candidate.Requests >= min && e.Windows.Incumbent.Requests >= min && e.Decision != "rollback" {
+				t.Errorf("verdict %s with %d candidate and %d incumbent requests in the window; want a rollback at the first evaluation with %d of each",
+					e.Decision, e.Windows.Candidate.Requests, e.Windows.Incumbent.Requests, min)
+			}
 		case e.Kind == "state" && e.Decision == "rollback":
 			rollbackAt = e.At
 			if e.Actor != "rollout-controller" || !strings.HasPrefix(e.Message, "judge: ") {
@@ -455,9 +465,6 @@ func TestCanaryRegressionRolledBackByJudge(t *testing.T) {
 			}
 		}
 	}, "no rollback event on %s", busapi.EventsSubject("search"))
-	if verdicts > 3 {
-		t.Errorf("rolled back after %d evaluations, want within 3", verdicts)
-	}
 	// Once the gateway serves the entry without v43, no request started
 	// after it reaches v43; the load goes on for 20 more answers.
 	quiet := s.switched(t, "support-chat", func(rt busapi.Route) bool { return weight(rt, "v43") == 0 })
