@@ -13,7 +13,6 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/cluster"
-	"modelplane/busapi"
 	"modelplane/internal/kubetest"
 	"modelplane/internal/wait"
 )
@@ -185,7 +184,6 @@ func TestStoppingTheLastReplicaRemovesEverythingOfTheVersion(t *testing.T) {
 	if n := len(d.Running()); n != 0 {
 		t.Fatalf("driver still runs %d replicas", n)
 	}
-	_ = busapi.StateReady
 }
 
 // TestANewDriverAdoptsThePodsOfTheLastOne: an agent restarted (a new
