@@ -3,6 +3,7 @@ package chargeback_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"modelplane/internal/chtest"
 	"modelplane/internal/natstest"
 	"modelplane/internal/pgtest"
+	"modelplane/internal/wait"
 	"modelplane/outbox"
 	"modelplane/tenant"
 )
@@ -29,8 +31,11 @@ import (
 // outbox relay sent what the database holds, as every reader of events
 // sees them.
 type eventStream struct {
-	relay *outbox.Relay
-	cons  jetstream.Consumer
+	relay   *outbox.Relay
+	stream  jetstream.Stream
+	cons    jetstream.Consumer
+	subject string
+	seen    uint64 // the stream sequence of the last event read
 }
 
 func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStream {
@@ -47,7 +52,11 @@ func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStre
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), cons: cons}
+	stream, err := js.Stream(t.Context(), busapi.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), stream: stream, cons: cons, subject: subject}
 }
 
 // next relays the outbox and returns the events that arrived since the
@@ -57,20 +66,38 @@ func (s *eventStream) next(t *testing.T) []busapi.Event {
 	if _, err := s.relay.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	batch, err := s.cons.FetchNoWait(100)
-	if err != nil {
+	// The stream holds an event before the relay's publish is acked, but
+	// the consumer learns of it a moment later, so a fetch right after the
+	// flush may find nothing: read up to the subject's last stored event.
+	last := s.seen
+	if m, err := s.stream.GetLastMsgForSubject(t.Context(), s.subject); err == nil {
+		last = m.Sequence
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatal(err)
 	}
 	var out []busapi.Event
-	for m := range batch.Messages() {
-		var e busapi.Event
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
-			t.Fatalf("event %s: %v", m.Data(), err)
+	var ferr error
+	wait.Eventually(t, 10*time.Second, func() bool {
+		batch, err := s.cons.FetchNoWait(100)
+		if err != nil {
+			ferr = err
+			return true
 		}
-		out = append(out, e)
-	}
-	if err := batch.Error(); err != nil {
-		t.Fatal(err)
+		for m := range batch.Messages() {
+			var e busapi.Event
+			if err := json.Unmarshal(m.Data(), &e); err != nil {
+				ferr = fmt.Errorf("event %s: %w", m.Data(), err)
+				return true
+			}
+			out = append(out, e)
+			if md, err := m.Metadata(); err == nil {
+				s.seen = md.Sequence.Stream
+			}
+		}
+		return s.seen >= last
+	}, "events on %s up to stream sequence %d", s.subject, last)
+	if ferr != nil {
+		t.Fatal(ferr)
 	}
 	return out
 }
