@@ -176,6 +176,10 @@ func TestTokensFromSnapshot(t *testing.T) {
 	wait.Eventually(t, 10*time.Second, func() bool {
 		return call(t, g1.url, predictPath("fraud-scoring"), tok, predictBody).status == http.StatusOK
 	}, "waiting for token accepted")
+	// A token passes once routes and identity are synced, but the gateway
+	// writes its snapshot only when the keys are too (Ready): never a
+	// partial table over a good one.
+	wait.Eventually(t, 10*time.Second, g1.Ready, "waiting for gateway ready")
 	g1.Stop()
 	ns.Shutdown()
 	g2 := startGateway(t, connectRetrying(t, ns.URL()), gateway.Config{StateDir: dir, Transport: instant{}})
