@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"modelplane/agent"
@@ -138,13 +139,25 @@ func TestNamespaceQuotaRefusesAReplica(t *testing.T) {
 	if _, err := d.Start(ctx, cpuSpec("scoring-v1-r1", 2, 1024), agent.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The quota controller has counted the first replica: the second
-	// would pass the team's two cores.
-	var err error
+	// Until the quota controller has written the quota's status, admission
+	// enforces nothing, and a pod admitted then stays: wait until the
+	// status counts the first replica's two cores. The second would pass
+	// the team's two.
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	var used any
 	wait.Eventually(t, time.Minute, func() bool {
-		_, err = d.Start(ctx, cpuSpec("scoring-v1-r2", 1, 1024), agent.StartOptions{})
-		return err != nil && strings.Contains(err.Error(), "exceeded quota")
-	}, "second replica was not refused by the quota: %v", wait.Show(func() any { return err }))
+		list, err := c.Client().CoreV1().ResourceQuotas(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		q := list.Items[0].Status.Used[corev1.ResourceRequestsCPU]
+		used = q.String()
+		return q.Cmp(resource.MustParse("2")) == 0
+	}, "quota status never counted the first replica: used %v", wait.Show(func() any { return used }))
+	_, err := d.Start(ctx, cpuSpec("scoring-v1-r2", 1, 1024), agent.StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), "exceeded quota") {
+		t.Fatalf("second replica: %v, want refused by the quota", err)
+	}
 	if !strings.Contains(err.Error(), "requests.cpu") {
 		t.Fatalf("refusal %q does not name the resource", err)
 	}
