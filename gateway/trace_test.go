@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,12 +11,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"modelplane/gateway"
 	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
+	"modelplane/tracing"
 )
 
 // tracedReplica answers /predict and keeps the traceparent and
@@ -39,6 +40,28 @@ func (tr *tracedReplica) start(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// memoryTracing is the gateway's tracing as `modelplane gateway` sets it
+// up, exporting to exp: request spans through a tracing.Recorder, child
+// spans through the SDK. Read exp through flushed.
+func memoryTracing(t *testing.T, exp *tracetest.InMemoryExporter) tracing.Provider {
+	t.Helper()
+	tp, err := tracing.New(t.Context(), exp, tracing.Options{Service: "modelplane-gateway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
+}
+
+// flushed exports what tp holds and returns every span exp has.
+func flushed(t *testing.T, tp tracing.Provider, exp *tracetest.InMemoryExporter) tracetest.SpanStubs {
+	t.Helper()
+	if err := tp.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return exp.GetSpans()
+}
+
 // TestRequestTrace: one predict makes one span, ml_serving.request, whose
 // attributes say where the request went and how long each of the seed's
 // steps and the replica call took (together within the request); the
@@ -52,7 +75,7 @@ func TestRequestTrace(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, rep.start(t))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tp := memoryTracing(t, exp)
 	g := startGateway(t, e.nc, gateway.Config{Tracer: tp})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
@@ -61,7 +84,7 @@ func TestRequestTrace(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	spans := exp.GetSpans()
+	spans := flushed(t, tp, exp)
 	if len(spans) != 1 || spans[0].Name != "ml_serving.request" {
 		t.Fatalf("spans %+v, want one ml_serving.request", spans)
 	}
