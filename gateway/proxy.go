@@ -82,7 +82,7 @@ type call struct {
 	// its answer is a chat completion, sampled as one (graph.go).
 	llmAnswer bool
 	// span is the request's root span (trace.go), its Context valid
-	// when the request has a trace; traceparent is its W3C header, and
+	// when the request has a trace; traceparent is its W3C header value, and
 	// traceID that header's trace id for the log line and the exemplars;
 	// tracing is set when the span records, and marks then hold when each
 	// step of the path ended; requests records it and tracer makes its
@@ -90,7 +90,7 @@ type call struct {
 	span        tracing.RequestSpan
 	requests    *tracing.Recorder
 	tracer      trace.Tracer
-	traceparent string
+	traceparent []string
 	traceID     string
 	tracing     bool
 	marks       [steps]time.Time

@@ -20,11 +20,11 @@ import (
 // what the replica continues from. Each span or event more cost the traced
 // gateway CPU on every request (bench gateway, docs/operations.md), and a
 // step has nothing a span would add. The rate-limit check is counted in
-// traffic routing, both in-memory decisions of a few microseconds: the
-// SDK deduplicates a span's attributes with a map at its end, which costs
-// a third of the span once there are more than eight; the request span is
-// no longer the SDK's (trace.go), but the attributes stay as they are.
-// The step's end is taken only when the request's span records, so an
+// traffic routing, both in-memory decisions of a few microseconds, so
+// that most requests carry eight attributes (tracing.MaxRequestAttrs
+// holds the most a request sets: four about where it went, three steps,
+// the replica call, two flags, a stream's first event and tokens). The
+// step's end is taken only when the request's span records, so an
 // untraced or unsampled request pays one branch a step.
 const (
 	stepAuthn = iota
@@ -70,19 +70,20 @@ func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) {
 		return // a traceparent that does not parse, and tracing off
 	}
 	// One string serves the answer's header, the replica's (inject) and,
-	// as its trace id digits, the log line and the exemplars.
-	c.traceparent = tracing.Traceparent(c.span.Context)
-	c.traceID = c.traceparent[3:35]
-	w.Header()["Traceparent"] = []string{c.traceparent}
+	// as its trace id digits, the log line and the exemplars; one header
+	// value serves both headers, as the request id's does.
+	c.traceparent = []string{tracing.Traceparent(c.span.Context)}
+	c.traceID = c.traceparent[0][3:35]
+	w.Header()["Traceparent"] = c.traceparent
 }
 
 // inject passes the request's trace to a replica: the request span's
 // traceparent, and the caller's tracestate when it sent one.
 func (c *call) inject(h http.Header) {
-	if c.traceparent == "" {
+	if c.traceparent == nil {
 		return
 	}
-	h["Traceparent"] = []string{c.traceparent}
+	h["Traceparent"] = c.traceparent
 	if ts := c.span.Context.TraceState(); ts.Len() > 0 {
 		h.Set("tracestate", ts.String())
 	}

@@ -253,3 +253,10 @@ func TestRequestSpansReachTheReceiver(t *testing.T) {
 		t.Errorf("received %+v, want %+v", got, want)
 	}
 }
+
+// queued is how many spans wait in r's queue.
+func (r *Recorder) queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cur)
+}
