@@ -69,12 +69,17 @@ type GatewayResult struct {
 	TracingP99RatioC64 float64 `json:"tracing_p99_ratio_c64"`
 	// TracingCPURatio is, over the same slices, the traced gateway's CPU
 	// time per request over the untraced one's: what tracing costs, read
-	// from the processes' own CPU time, so that it holds on a machine
-	// other work shares, where the rps and p99 ratios swing with the
-	// neighbours.
-	TracingCPURatio float64 `json:"tracing_cpu_ratio_c64"`
-	// TracingPairs is how many slice pairs the tracing figures come from.
-	TracingPairs int `json:"tracing_pairs"`
+	// from the processes' own CPU time (the scheduler's nanoseconds per
+	// thread), so that it holds on a machine other work shares, where the
+	// rps and p99 ratios swing with the neighbours.
+	// TracingCPUUsPerRequest is each one's CPU time per request (off, on),
+	// over the same slices.
+	TracingCPURatio        float64    `json:"tracing_cpu_ratio_c64"`
+	TracingCPUUsPerRequest [2]float64 `json:"tracing_cpu_us_per_request_off_on"`
+	// TracingPairs is how many slice pairs the tracing figures come from;
+	// TracingPairRatios is each pair, in the order they ran.
+	TracingPairs      int           `json:"tracing_pairs"`
+	TracingPairRatios []TracingPair `json:"tracing_pair_ratios"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -161,6 +166,16 @@ type GatewayPath struct {
 	c1     []time.Duration
 	c64    []time.Duration
 	c64Sec float64
+}
+
+// TracingPair is one pair of the tracing phase's slices, the untraced
+// gateway's and the traced one's, run one after the other: traced over
+// untraced rps, p99 and CPU time per request, and which ran first.
+type TracingPair struct {
+	First    string  `json:"first"`
+	RPSRatio float64 `json:"rps_ratio"`
+	P99Ratio float64 `json:"p99_ratio"`
+	CPURatio float64 `json:"cpu_ratio"`
 }
 
 // Settings of `modelplane bench gateway`.
@@ -644,12 +659,12 @@ type gatewayBench struct {
 	tracing tracingStats
 }
 
-// tracingStats accumulates the tracing phase: each pair's rps and p99
-// ratios, and per gateway the CPU time and requests sent.
+// tracingStats accumulates the tracing phase: each pair's ratios, and
+// per gateway the CPU time and requests sent.
 type tracingStats struct {
-	rps, p99 []float64
-	cpu      [2]time.Duration
-	sent     [2]int
+	pairs []TracingPair
+	cpu   [2]time.Duration
+	sent  [2]int
 }
 
 // measureGateway starts two replicas, NATS with the routes and a key, the
@@ -935,28 +950,60 @@ func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file st
 }
 
 // tracingPhase alternates the untraced and the traced gateway at 64
-// clients in short slices, the first of each pair taking turns.
+// clients in short slices (off, on, on, off, off, on, …), the first of
+// each pair taking turns, so that both see the same moments.
 func (b *gatewayBench) tracingPhase(ctx context.Context, round int) {
 	gws := [2]*GatewayPath{b.res.Paths["gateway"], b.res.Paths["gateway_traced"]}
 	t := &b.tracing
 	for i := range tracingSlices {
 		var rps, p99 [2]float64
+		var cpu [2]time.Duration
+		var sent [2]int
+		first := (i + round) % 2
 		for j := range 2 {
-			k := (i + round + j) % 2
-			cpu0 := treeCPU(gws[k].pid)
-			lat, _, secs, sent := b.load(ctx, gws[k].url, 64, tracingWarmup, tracingSlice)
-			t.cpu[k] += treeCPU(gws[k].pid) - cpu0
-			t.sent[k] += sent
+			k := (first + j) % 2
+			cpu0 := runTime(gws[k].pid)
+			lat, _, secs, n := b.load(ctx, gws[k].url, 64, tracingWarmup, tracingSlice)
+			cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, n
 			if secs > 0 {
 				rps[k] = float64(len(lat)) / secs
 			}
 			p99[k] = percentile(lat, 0.99)
 		}
+		t.cpu[0], t.cpu[1] = t.cpu[0]+cpu[0], t.cpu[1]+cpu[1]
+		t.sent[0], t.sent[1] = t.sent[0]+sent[0], t.sent[1]+sent[1]
 		if rps[0] > 0 && p99[0] > 0 {
-			t.rps = append(t.rps, rps[1]/rps[0])
-			t.p99 = append(t.p99, p99[1]/p99[0])
+			pair := TracingPair{First: [2]string{"off", "on"}[first], RPSRatio: round3(rps[1] / rps[0]), P99Ratio: round3(p99[1] / p99[0])}
+			if cpu[0] > 0 && sent[0] > 0 && sent[1] > 0 {
+				pair.CPURatio = round3((float64(cpu[1]) / float64(sent[1])) / (float64(cpu[0]) / float64(sent[0])))
+			}
+			t.pairs = append(t.pairs, pair)
 		}
 	}
+}
+
+// runTime is the time process pid's threads have run so far, in the
+// scheduler's nanoseconds (/proc/<pid>/task/*/schedstat), so that a slice
+// of a quarter second is measured finely; /proc/<pid>/stat's 10 ms ticks
+// where the scheduler does not say.
+func runTime(pid int) time.Duration {
+	stats, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	var total time.Duration
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		ns, err := strconv.ParseInt(string(bytes.Fields(b)[0]), 10, 64)
+		if err != nil {
+			return pidCPU(pid)
+		}
+		total += time.Duration(ns)
+	}
+	if total == 0 {
+		return pidCPU(pid)
+	}
+	return total
 }
 
 // load drives u with n concurrent clients for d after an unmeasured
@@ -1082,12 +1129,20 @@ func (b *gatewayBench) summarize(began time.Time) {
 	if r := ratio("rawproxy"); r != nil {
 		res.RatioRawProxy = *r
 	}
-	if t := &b.tracing; len(t.rps) > 0 {
-		res.TracingPairs = len(t.rps)
-		res.TracingRPSRatio = round3(medianF(t.rps))
-		res.TracingP99RatioC64 = round3(medianF(t.p99))
-		if t.cpu[0] > 0 && t.sent[0] > 0 && t.sent[1] > 0 {
-			res.TracingCPURatio = round3((float64(t.cpu[1]) / float64(t.sent[1])) / (float64(t.cpu[0]) / float64(t.sent[0])))
+	if t := &b.tracing; len(t.pairs) > 0 {
+		var rps, p99 []float64
+		for _, p := range t.pairs {
+			rps, p99 = append(rps, p.RPSRatio), append(p99, p.P99Ratio)
+		}
+		res.TracingPairs, res.TracingPairRatios = len(t.pairs), t.pairs
+		res.TracingRPSRatio = round3(medianF(rps))
+		res.TracingP99RatioC64 = round3(medianF(p99))
+		if t.sent[0] > 0 && t.sent[1] > 0 {
+			res.TracingCPUUsPerRequest = [2]float64{round3(float64(t.cpu[0].Nanoseconds()) / 1e3 / float64(t.sent[0])),
+				round3(float64(t.cpu[1].Nanoseconds()) / 1e3 / float64(t.sent[1]))}
+		}
+		if res.TracingCPUUsPerRequest[0] > 0 {
+			res.TracingCPURatio = round3(res.TracingCPUUsPerRequest[1] / res.TracingCPUUsPerRequest[0])
 		}
 	}
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
