@@ -58,23 +58,26 @@ type GatewayResult struct {
 	RatioHAProxy      *float64 `json:"rps_ratio_vs_haproxy"`
 	// The same gateway tracing every request (100 % sampling, OTLP/HTTP
 	// batches to a local sink that discards them) against the untraced
-	// one, at 64 clients, in a phase of their own: each round alternates
-	// the two in tracingSlices short slices, the first of a pair taking
-	// turns, so that both see the same moments of a shared machine.
-	// TracingRPSRatio is the median over the pairs of the traced rps over
-	// the untraced rps, TracingP99RatioC64 the median of the traced p99
-	// over the untraced p99: a neighbour's burst moves one pair, not the
-	// figure (the observability targets: at least 0.97 and at most 1.1).
+	// one, in a phase of their own: in each of tracingSlices slices a
+	// round, both are driven at once, 32 clients each on the same core,
+	// so that every moment of a shared machine (a neighbour's burst, the
+	// load generator held off its core) falls on both alike; taking turns
+	// instead left a pair's halves a slice apart, and single slices
+	// differed fiftyfold. TracingRPSRatio is the median over the slices of
+	// the traced rps over the untraced rps, TracingP99RatioC64 the median
+	// of the traced p99 over the untraced p99 (the observability targets:
+	// at least 0.97 and at most 1.1).
 	TracingRPSRatio    float64 `json:"tracing_rps_ratio"`
 	TracingP99RatioC64 float64 `json:"tracing_p99_ratio_c64"`
 	// TracingCPURatio is, over the same slices, the traced gateway's CPU
 	// time per request over the untraced one's: what tracing costs, read
-	// from the processes' own CPU time, so that it holds on a machine
-	// other work shares, where the rps and p99 ratios swing with the
-	// neighbours.
-	TracingCPURatio float64 `json:"tracing_cpu_ratio_c64"`
-	// TracingPairs is how many slice pairs the tracing figures come from.
-	TracingPairs int `json:"tracing_pairs"`
+	// from the processes' own CPU time (the scheduler's nanoseconds per
+	// thread). TracingCPUUsPerRequest is each one's CPU time per request
+	// (off, on) over the same slices.
+	TracingCPURatio        float64    `json:"tracing_cpu_ratio_c64"`
+	TracingCPUUsPerRequest [2]float64 `json:"tracing_cpu_us_per_request_off_on"`
+	// TracingSlices is each slice's ratios, in the order they ran.
+	TracingSlices []TracingSlice `json:"tracing_slices"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -163,6 +166,14 @@ type GatewayPath struct {
 	c64Sec float64
 }
 
+// TracingSlice is one slice of the tracing phase: traced over untraced
+// rps, p99 and CPU time per request, both measured over the same moments.
+type TracingSlice struct {
+	RPSRatio float64 `json:"rps_ratio"`
+	P99Ratio float64 `json:"p99_ratio"`
+	CPURatio float64 `json:"cpu_ratio"`
+}
+
 // Settings of `modelplane bench gateway`.
 const (
 	// childEnv makes this program a bench child: "gateway",
@@ -190,13 +201,13 @@ const (
  "properties":{"amount":{"type":"number","minimum":0},"country":{"type":"string","minLength":2,"maxLength":2}}}`
 )
 
-// The tracing phase: per round, tracingSlices pairs of slices of
-// tracingSlice each (after tracingWarmup unmeasured) on the untraced and
-// the traced gateway.
+// The tracing phase: per round, tracingSlices slices of tracingSlice
+// each (after tracingWarmup unmeasured), the untraced and the traced
+// gateway driven at once.
 const (
 	tracingSlices = 8
-	tracingSlice  = 250 * time.Millisecond
-	tracingWarmup = 50 * time.Millisecond
+	tracingSlice  = 500 * time.Millisecond
+	tracingWarmup = 100 * time.Millisecond
 )
 
 // runGateway runs the benchmark, or, in the child processes it starts
@@ -644,12 +655,12 @@ type gatewayBench struct {
 	tracing tracingStats
 }
 
-// tracingStats accumulates the tracing phase: each pair's rps and p99
-// ratios, and per gateway the CPU time and requests sent.
+// tracingStats accumulates the tracing phase: each slice's ratios, and
+// per gateway the CPU time and requests sent.
 type tracingStats struct {
-	rps, p99 []float64
-	cpu      [2]time.Duration
-	sent     [2]int
+	slices []TracingSlice
+	cpu    [2]time.Duration
+	sent   [2]int
 }
 
 // measureGateway starts two replicas, NATS with the routes and a key, the
@@ -873,7 +884,7 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 			b.res.Profile = abs
 		}
 	}
-	b.tracingPhase(ctx, round)
+	b.tracingPhase(ctx)
 	// SSE: direct, through the gateway and through the bare reverse
 	// proxy (the floor of a net/http proxy), rotating which goes first.
 	urls := [3]string{"http://" + b.direct + "/v1/chat/completions", "http://" + b.gw.addr + "/v1/endpoints/" + chatEndpoint + "/chat/completions",
@@ -934,29 +945,62 @@ func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file st
 	return abs, nil
 }
 
-// tracingPhase alternates the untraced and the traced gateway at 64
-// clients in short slices, the first of each pair taking turns.
-func (b *gatewayBench) tracingPhase(ctx context.Context, round int) {
+// tracingPhase drives the untraced and the traced gateway at once, 32
+// clients each, slice by slice.
+func (b *gatewayBench) tracingPhase(ctx context.Context) {
 	gws := [2]*GatewayPath{b.res.Paths["gateway"], b.res.Paths["gateway_traced"]}
 	t := &b.tracing
-	for i := range tracingSlices {
+	for range tracingSlices {
 		var rps, p99 [2]float64
-		for j := range 2 {
-			k := (i + round + j) % 2
-			cpu0 := treeCPU(gws[k].pid)
-			lat, _, secs, sent := b.load(ctx, gws[k].url, 64, tracingWarmup, tracingSlice)
-			t.cpu[k] += treeCPU(gws[k].pid) - cpu0
-			t.sent[k] += sent
-			if secs > 0 {
-				rps[k] = float64(len(lat)) / secs
-			}
-			p99[k] = percentile(lat, 0.99)
+		var cpu [2]time.Duration
+		var sent [2]int
+		var wg sync.WaitGroup
+		for k := range 2 {
+			wg.Go(func() {
+				cpu0 := runTime(gws[k].pid)
+				lat, _, secs, n := b.load(ctx, gws[k].url, 32, tracingWarmup, tracingSlice)
+				cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, n
+				if secs > 0 {
+					rps[k] = float64(len(lat)) / secs
+				}
+				p99[k] = percentile(lat, 0.99)
+			})
 		}
+		wg.Wait()
+		t.cpu[0], t.cpu[1] = t.cpu[0]+cpu[0], t.cpu[1]+cpu[1]
+		t.sent[0], t.sent[1] = t.sent[0]+sent[0], t.sent[1]+sent[1]
 		if rps[0] > 0 && p99[0] > 0 {
-			t.rps = append(t.rps, rps[1]/rps[0])
-			t.p99 = append(t.p99, p99[1]/p99[0])
+			sl := TracingSlice{RPSRatio: round3(rps[1] / rps[0]), P99Ratio: round3(p99[1] / p99[0])}
+			if cpu[0] > 0 && sent[0] > 0 && sent[1] > 0 {
+				sl.CPURatio = round3((float64(cpu[1]) / float64(sent[1])) / (float64(cpu[0]) / float64(sent[0])))
+			}
+			t.slices = append(t.slices, sl)
 		}
 	}
+}
+
+// runTime is the time process pid's threads have run so far, in the
+// scheduler's nanoseconds (/proc/<pid>/task/*/schedstat), so that a slice
+// of a quarter second is measured finely; /proc/<pid>/stat's 10 ms ticks
+// where the scheduler does not say.
+func runTime(pid int) time.Duration {
+	stats, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	var total time.Duration
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		ns, err := strconv.ParseInt(string(bytes.Fields(b)[0]), 10, 64)
+		if err != nil {
+			return pidCPU(pid)
+		}
+		total += time.Duration(ns)
+	}
+	if total == 0 {
+		return pidCPU(pid)
+	}
+	return total
 }
 
 // load drives u with n concurrent clients for d after an unmeasured
@@ -1082,12 +1126,20 @@ func (b *gatewayBench) summarize(began time.Time) {
 	if r := ratio("rawproxy"); r != nil {
 		res.RatioRawProxy = *r
 	}
-	if t := &b.tracing; len(t.rps) > 0 {
-		res.TracingPairs = len(t.rps)
-		res.TracingRPSRatio = round3(medianF(t.rps))
-		res.TracingP99RatioC64 = round3(medianF(t.p99))
-		if t.cpu[0] > 0 && t.sent[0] > 0 && t.sent[1] > 0 {
-			res.TracingCPURatio = round3((float64(t.cpu[1]) / float64(t.sent[1])) / (float64(t.cpu[0]) / float64(t.sent[0])))
+	if t := &b.tracing; len(t.slices) > 0 {
+		var rps, p99 []float64
+		for _, sl := range t.slices {
+			rps, p99 = append(rps, sl.RPSRatio), append(p99, sl.P99Ratio)
+		}
+		res.TracingSlices = t.slices
+		res.TracingRPSRatio = round3(medianF(rps))
+		res.TracingP99RatioC64 = round3(medianF(p99))
+		if t.sent[0] > 0 && t.sent[1] > 0 {
+			res.TracingCPUUsPerRequest = [2]float64{round3(float64(t.cpu[0].Nanoseconds()) / 1e3 / float64(t.sent[0])),
+				round3(float64(t.cpu[1].Nanoseconds()) / 1e3 / float64(t.sent[1]))}
+		}
+		if res.TracingCPUUsPerRequest[0] > 0 {
+			res.TracingCPURatio = round3(res.TracingCPUUsPerRequest[1] / res.TracingCPUUsPerRequest[0])
 		}
 	}
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]

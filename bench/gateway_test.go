@@ -135,3 +135,19 @@ func TestTreeCPUCountsChildren(t *testing.T) {
 		t.Error("pid 0 has CPU time")
 	}
 }
+
+// TestRunTimeReadsTheScheduler: a live process's run time is read from
+// its threads' schedstat in nanoseconds, never less than the 10 ms ticks
+// of /proc/<pid>/stat say less a tick, and it does not go back.
+func TestRunTimeReadsTheScheduler(t *testing.T) {
+	t.Parallel()
+	pid := os.Getpid()
+	first := runTime(pid)
+	ticks := pidCPU(pid)
+	if first <= 0 || first < ticks-2*clockTick {
+		t.Errorf("runTime = %v with stat's %v; want a positive figure at least stat's less its rounding", first, ticks)
+	}
+	if again := runTime(pid); again < first {
+		t.Errorf("runTime went back from %v to %v", first, again)
+	}
+}

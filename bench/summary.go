@@ -42,6 +42,10 @@ var ratioChecks = []ratioCheck{
 	{bench: "ingest", field: "reqstats_vs_clickhouse", target: 0.8},
 	{bench: "gateway", field: "rps_ratio_vs_nginx", target: 1},
 	{bench: "gateway", field: "rps_ratio_vs_haproxy", target: 1},
+	// Tracing every request against none, in interleaved slices of one
+	// run (issue 27): the medians of the pairs' ratios.
+	{bench: "gateway", field: "tracing_rps_ratio", target: 0.97},
+	{bench: "gateway", field: "tracing_p99_ratio_c64", target: 1.10, atMost: true},
 	{bench: "autoscale", field: "share_of_interval", target: 0.01, atMost: true},
 }
 

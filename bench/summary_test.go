@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -57,4 +58,32 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
 	}
+}
+
+// TestSummaryTablesTheTracingRatios: the gateway's traced/untraced rps
+// and p99 ratios are rows of their own against 0.97 and 1.10.
+func TestSummaryTablesTheTracingRatios(t *testing.T) {
+	t.Parallel()
+	in := `{"name":"gateway","rps_ratio_vs_nginx":1.2,"rps_ratio_vs_haproxy":0.9,"tracing_rps_ratio":0.985,"tracing_p99_ratio_c64":1.12,"tracing_cpu_ratio_c64":1.02}`
+	rows := summarise(map[string]map[string]any{"gateway": mustJSON(t, in)})
+	var got []string
+	for _, r := range rows {
+		if r.bench == "gateway" {
+			got = append(got, strings.Join([]string{r.what, r.value, r.target, r.result}, " "))
+		}
+	}
+	for _, want := range []string{"tracing_rps_ratio 0.985 >= 0.97 pass", "tracing_p99_ratio_c64 1.12 <= 1.1 FAIL"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("gateway rows %q lack %q", got, want)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/bus"
 	"modelplane/busapi"
@@ -76,10 +75,10 @@ type benchSetup struct {
 	handler                       http.Handler
 }
 
-func setupBench(b *testing.B) *benchSetup { return setupBenchTraced(b, nil) }
+func setupBench(b *testing.B) *benchSetup { return setupBenchTraced(b, tracing.Provider{}) }
 
 // setupBenchTraced is setupBench with a gateway tracing as tp says.
-func setupBenchTraced(b *testing.B, tp trace.TracerProvider) *benchSetup {
+func setupBenchTraced(b *testing.B, tp tracing.Provider) *benchSetup {
 	b.Helper()
 	ctx := b.Context()
 	_, nc := natstest.Connect(b)

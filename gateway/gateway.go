@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
+	"modelplane/tracing"
 )
 
 // Defaults of Config.
@@ -81,10 +82,11 @@ type Config struct {
 	// authenticate nobody, and a request carrying one is refused.
 	ClientTrustDomain string
 	// Tracer traces each request (ml_serving.request and its steps,
-	// trace.go) and carries the trace to the replica; nil traces nothing
+	// trace.go, through Tracer.Requests; its children through the SDK)
+	// and carries the trace to the replica; the zero value traces nothing
 	// (a request without a traceparent then pays nothing for tracing) but
 	// still passes a caller's traceparent on.
-	Tracer trace.TracerProvider
+	Tracer tracing.Provider
 	// ID names this gateway in its request statistics, whose message ids
 	// it starts; unique among gateways. Default: host name and a random
 	// suffix.
@@ -251,6 +253,7 @@ type Gateway struct {
 	// scheme is how replicas are called: "https://" with ReplicaTLS.
 	scheme   string
 	tracer   trace.Tracer
+	requests *tracing.Recorder // nil: no request spans
 	snapPath string
 
 	routes   atomic.Pointer[routeTable]
@@ -319,7 +322,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	if cfg.ReplicaTLS != nil {
 		g.scheme = "https://"
 	}
-	g.tracer = g.tracerOf(cfg.Tracer)
+	g.tracer, g.requests = tracerOf(cfg.Tracer.TracerProvider), cfg.Tracer.Requests
 	g.keyLimit = newLimiter(cfg.KeyRPS, cfg.KeyBurst)
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)

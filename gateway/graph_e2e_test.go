@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"modelplane/busapi"
@@ -443,7 +442,7 @@ func TestGraphTrace(t *testing.T) {
 	e.putRoute(t, graphRoute("traced-graph", "risk", 1, graphVer("g1", 100, def)))
 	key := e.newKey(t, "risk", "engineer", nil)
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tp := memoryTracing(t, exp)
 	g := startGateway(t, e.nc, gateway.Config{Tracer: tp})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 	wait.Eventually(t, 10*time.Second, func() bool { _, ok := g.RouteGeneration("traced-graph"); return ok }, "waiting for the graph's route")
@@ -452,7 +451,7 @@ func TestGraphTrace(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	spans := exp.GetSpans()
+	spans := flushed(t, tp, exp)
 	var root tracetest.SpanStub
 	steps := map[string]tracetest.SpanStub{}
 	requests := map[string]tracetest.SpanStub{} // by parent span id

@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
+	"modelplane/tracing"
 )
 
 // rolePlatformAdmin is the org-wide role that may call every endpoint.
@@ -81,19 +81,19 @@ type call struct {
 	// llmAnswer is set on a graph whose last step called an LLM endpoint:
 	// its answer is a chat completion, sampled as one (graph.go).
 	llmAnswer bool
-	// span is the request's root span, nil without a trace; traceparent
-	// its W3C header, and traceID that header's trace id for the log line
-	// and the exemplars; tracing is set when the span records, and marks
-	// then hold when each step of the path ended, attrs the span's
-	// attributes and opts its start options (trace.go).
-	span        trace.Span
+	// span is the request's root span (trace.go), its Context valid
+	// when the request has a trace; traceparent is its W3C header value, and
+	// traceID that header's trace id for the log line and the exemplars;
+	// tracing is set when the span records, and marks then hold when each
+	// step of the path ended; requests records it and tracer makes its
+	// children.
+	span        tracing.RequestSpan
+	requests    *tracing.Recorder
 	tracer      trace.Tracer
-	traceparent string
+	traceparent []string
 	traceID     string
 	tracing     bool
 	marks       [steps]time.Time
-	attrs       [requestAttrs]attribute.KeyValue
-	opts        [2]trace.SpanStartOption
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in

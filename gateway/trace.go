@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/tracing"
@@ -21,11 +20,12 @@ import (
 // what the replica continues from. Each span or event more cost the traced
 // gateway CPU on every request (bench gateway, docs/operations.md), and a
 // step has nothing a span would add. The rate-limit check is counted in
-// traffic routing, both in-memory decisions of a few microseconds: the
-// SDK deduplicates a span's attributes with a map at its end, which costs
-// a third of the span once there are more than eight. The step's end is
-// taken only when the request's span records, so an untraced or unsampled
-// request pays one branch a step.
+// traffic routing, both in-memory decisions of a few microseconds, so
+// that most requests carry eight attributes (tracing.MaxRequestAttrs
+// holds the most a request sets: four about where it went, three steps,
+// the replica call, two flags, a stream's first event and tokens). The
+// step's end is taken only when the request's span records, so an
+// untraced or unsampled request pays one branch a step.
 const (
 	stepAuthn = iota
 	stepSchema
@@ -35,60 +35,56 @@ const (
 
 var stepKeys = [steps]attribute.Key{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us"}
 
-// requestAttrs is the most attributes endTrace sets on a request's span:
-// four about where it went, a step's time each and the replica call's
-// (eight: what most requests carry), the two flags, and a stream's first
-// event and tokens.
-const requestAttrs = 4 + steps + 1 + 2 + 2
-
-// tracerOf returns the gateway's tracer: tp's, or a no-op one.
-func (g *Gateway) tracerOf(tp trace.TracerProvider) trace.Tracer {
+// tracerOf returns the tracer of the gateway's child spans: tp's, or a
+// no-op one.
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		return tracing.Off().Tracer("modelplane/gateway")
+		return tracing.Off().Tracer(tracing.GatewayScope)
 	}
-	return tp.Tracer("modelplane/gateway")
+	return tp.Tracer(tracing.GatewayScope)
 }
-
-// serverKind is built once: an option is an interface, and building one
-// per request allocates.
-var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
 // startTrace starts the request's root span, as a child of the caller's
 // traceparent when it sent one, and answers with the trace's traceparent
-// so the caller can quote one id, sampled or not. The span is kept in c,
-// not in the request's context: what continues the trace (inject, child)
-// reads it there, and a request with a new context is a copy.
+// so the caller can quote one id, sampled or not. The span is the
+// tracing package's fixed RequestSpan, kept in c, not the SDK's: a span
+// the SDK makes costs a traced request several times what this one does
+// (docs/decisions.md). What continues the trace (inject, child) reads it
+// there.
 func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) {
 	// Looked up by its canonical key: Header.Get would canonicalise
 	// "traceparent" on every request, an allocation.
-	if g.cfg.Tracer == nil && len(r.Header["Traceparent"]) == 0 {
+	if g.requests == nil && len(r.Header["Traceparent"]) == 0 {
 		return // tracing off and no caller's trace: the request path pays nothing
 	}
-	// The span starts when the request did, so that it covers what the
-	// latency metrics count. The options' slice is the call's: a variadic
-	// call through an interface would allocate one.
-	opts := append(c.opts[:0], serverKind, trace.WithTimestamp(c.start))
-	_, span := g.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.request", opts...)
-	sc := span.SpanContext()
-	if !sc.IsValid() {
-		return // tracing off and no caller's trace: nothing to say
+	parent := tracing.Parent(r.Header)
+	if g.requests != nil {
+		// The span starts when the request did, so that it covers what
+		// the latency metrics count.
+		c.tracing = g.requests.Start(&c.span, parent, "ml_serving.request", c.start)
+		c.requests, c.tracer = g.requests, g.tracer
+	} else {
+		c.span.Context = parent // passed on as it came
+	}
+	if !c.span.Context.IsValid() {
+		return // a traceparent that does not parse, and tracing off
 	}
 	// One string serves the answer's header, the replica's (inject) and,
-	// as its trace id digits, the log line and the exemplars.
-	c.traceparent = tracing.Traceparent(sc)
-	c.span, c.tracer, c.traceID = span, g.tracer, c.traceparent[3:35]
-	c.tracing = span.IsRecording()
-	w.Header()["Traceparent"] = []string{c.traceparent}
+	// as its trace id digits, the log line and the exemplars; one header
+	// value serves both headers, as the request id's does.
+	c.traceparent = []string{tracing.Traceparent(c.span.Context)}
+	c.traceID = c.traceparent[0][3:35]
+	w.Header()["Traceparent"] = c.traceparent
 }
 
 // inject passes the request's trace to a replica: the request span's
 // traceparent, and the caller's tracestate when it sent one.
 func (c *call) inject(h http.Header) {
-	if c.span == nil {
+	if c.traceparent == nil {
 		return
 	}
-	h["Traceparent"] = []string{c.traceparent}
-	if ts := c.span.SpanContext().TraceState(); ts.Len() > 0 {
+	h["Traceparent"] = c.traceparent
+	if ts := c.span.Context.TraceState(); ts.Len() > 0 {
 		h.Set("tracestate", ts.String())
 	}
 }
@@ -101,51 +97,47 @@ func (c *call) mark(i int) {
 }
 
 // endTrace ends the root span, with what the request came to and
-// how long its steps took as attributes, all set at once: the SDK takes
-// one call's attributes in one append.
+// how long its steps took as attributes.
 func (c *call) endTrace() {
-	if c.span == nil {
+	if !c.tracing {
 		return
 	}
-	if c.tracing {
-		// The attributes are built in an array of the call's, not in a
-		// slice each request allocates, and the flags only when set.
-		a := append(c.attrs[:0], attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
-			attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status))
-		if c.pinned {
-			a = append(a, attribute.Bool("pinned", true))
-		}
-		if c.retried {
-			a = append(a, attribute.Bool("retried", true))
-		}
-		from := c.start
-		for i, at := range c.marks {
-			if at.IsZero() {
-				break // the request ended before this step
-			}
-			a = append(a, stepKeys[i].Int64(at.Sub(from).Microseconds()))
-			from = at
-		}
-		if c.replica != "" {
-			a = append(a, attribute.Int64("ml_serving.model_inference_us", c.upstream.Microseconds()))
-		}
-		if c.streamed && !c.firstEvent.IsZero() {
-			a = append(a, attribute.Int64("ml_serving.ttft_us", c.firstEvent.Sub(c.start).Microseconds()), attribute.Int("tokens", c.tokens))
-		}
-		c.span.SetAttributes(a...)
-		if c.status >= 500 {
-			c.span.SetStatus(codes.Error, http.StatusText(c.status))
-		}
+	s := &c.span
+	s.SetAttributes(attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
+		attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status))
+	if c.pinned {
+		s.SetAttributes(attribute.Bool("pinned", true))
 	}
-	c.span.End()
+	if c.retried {
+		s.SetAttributes(attribute.Bool("retried", true))
+	}
+	from := c.start
+	for i, at := range c.marks {
+		if at.IsZero() {
+			break // the request ended before this step
+		}
+		s.SetAttributes(stepKeys[i].Int64(at.Sub(from).Microseconds()))
+		from = at
+	}
+	if c.replica != "" {
+		s.SetAttributes(attribute.Int64("ml_serving.model_inference_us", c.upstream.Microseconds()))
+	}
+	if c.streamed && !c.firstEvent.IsZero() {
+		s.SetAttributes(attribute.Int64("ml_serving.ttft_us", c.firstEvent.Sub(c.start).Microseconds()), attribute.Int("tokens", c.tokens))
+	}
+	if c.status >= 500 {
+		s.Error = http.StatusText(c.status)
+	}
+	s.End = time.Now()
+	c.requests.End(s)
 }
 
 // child starts a child span of the request's while it records (nil
 // otherwise): the held wait of an endpoint scaled to zero, and a graph's
-// steps.
+// steps. It is the SDK's, under the request span's context.
 func (c *call) child(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !c.tracing {
 		return ctx, nil
 	}
-	return c.tracer.Start(trace.ContextWithSpan(ctx, c.span), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return c.tracer.Start(trace.ContextWithSpanContext(ctx, c.span.Context), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }

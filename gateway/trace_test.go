@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"modelplane/gateway"
 	"modelplane/internal/promcheck"
 	"modelplane/internal/wait"
+	"modelplane/tracing"
 )
 
 // tracedReplica answers /predict and keeps the traceparent and
@@ -39,6 +41,28 @@ func (tr *tracedReplica) start(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// memoryTracing is the gateway's tracing as `modelplane gateway` sets it
+// up, exporting to exp: request spans through a tracing.Recorder, child
+// spans through the SDK. Read exp through flushed.
+func memoryTracing(t *testing.T, exp *tracetest.InMemoryExporter) tracing.Provider {
+	t.Helper()
+	tp, err := tracing.New(t.Context(), exp, tracing.Options{Service: "modelplane-gateway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
+}
+
+// flushed exports what tp holds and returns every span exp has.
+func flushed(t *testing.T, tp tracing.Provider, exp *tracetest.InMemoryExporter) tracetest.SpanStubs {
+	t.Helper()
+	if err := tp.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return exp.GetSpans()
+}
+
 // TestRequestTrace: one predict makes one span, ml_serving.request, whose
 // attributes say where the request went and how long each of the seed's
 // steps and the replica call took (together within the request); the
@@ -52,7 +76,7 @@ func TestRequestTrace(t *testing.T) {
 	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, rep.start(t))))
 	key := e.newKey(t, "risk", "engineer", nil)
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tp := memoryTracing(t, exp)
 	g := startGateway(t, e.nc, gateway.Config{Tracer: tp})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
@@ -61,7 +85,7 @@ func TestRequestTrace(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	spans := exp.GetSpans()
+	spans := flushed(t, tp, exp)
 	if len(spans) != 1 || spans[0].Name != "ml_serving.request" {
 		t.Fatalf("spans %+v, want one ml_serving.request", spans)
 	}
@@ -89,7 +113,7 @@ func TestRequestTrace(t *testing.T) {
 		t.Error("an unpinned request's span says pinned")
 	}
 	if len(attrs) > 8 {
-		t.Errorf("request span has %d attributes, want at most 8 (the SDK's deduplication map grows past eight)", len(attrs))
+		t.Errorf("request span has %d attributes, want at most 8 (where it went, the steps and the replica call)", len(attrs))
 	}
 	var sum int64
 	for _, k := range []string{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us", "ml_serving.model_inference_us"} {
@@ -205,5 +229,60 @@ func TestExemplarCarriesTraceID(t *testing.T) {
 		t.Errorf("text format carries exemplars")
 	} else {
 		promcheck.Metrics(t, plain)
+	}
+}
+
+// TestUnsampledRequestKeepsItsTraceID: a gateway tracing at ratio 0
+// exports no request span, yet answers with the request's own
+// traceparent, unsampled, and leaves that trace id as the exemplar of
+// its bucket, so a slow or failed request can still be quoted.
+func TestUnsampledRequestKeepsItsTraceID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rep := &tracedReplica{}
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v23", 100, rep.start(t))))
+	key := e.newKey(t, "risk", "engineer", nil)
+	exp := tracetest.NewInMemoryExporter()
+	tp, err := tracing.New(t.Context(), exp, tracing.Options{Service: "modelplane-gateway", Sampler: sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	g := startGateway(t, e.nc, gateway.Config{Tracer: tp})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+
+	r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	tp2 := r.header.Get("traceparent")
+	parts := strings.Split(tp2, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[3] != "00" {
+		t.Fatalf("answer traceparent %q, want the request's own, unsampled (flags 00)", tp2)
+	}
+	if spans := flushed(t, tp, exp); len(spans) != 0 {
+		t.Errorf("exported %d spans at ratio 0, want none", len(spans))
+	}
+	rep.mu.Lock()
+	if len(rep.parent) != 1 || rep.parent[0] != tp2 {
+		t.Errorf("replica got %v, want the answer's %s", rep.parent, tp2)
+	}
+	rep.mu.Unlock()
+	req, err := http.NewRequest(http.MethodGet, g.adminURL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), `# {trace_id="`+parts[1]+`"} `) {
+		t.Errorf("no exemplar names the unsampled request's trace id %s:\n%s", parts[1], text)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -166,7 +168,25 @@ func (x *httpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 	if x.stopped {
 		return errExporterStopped
 	}
-	body := x.enc.encode(spans)
+	return x.send(ctx, x.enc.encode(spans))
+}
+
+// exportRequests sends a Recorder's spans in one request, written from
+// their values, as ExportSpans sends the SDK's.
+func (x *httpExporter) exportRequests(ctx context.Context, res *resource.Resource, scope instrumentation.Scope, spans []RequestSpan) error {
+	if len(spans) == 0 {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopped {
+		return errExporterStopped
+	}
+	return x.send(ctx, x.enc.encodeRequests(res, scope, spans))
+}
+
+// send posts body (the encoder's, x.mu held), compressed when configured.
+func (x *httpExporter) send(ctx context.Context, body []byte) error {
 	if x.zw != nil {
 		x.zbuf.Reset()
 		x.zw.Reset(&x.zbuf)

@@ -162,6 +162,65 @@ func (e *encoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
 	return e.buf
 }
 
+// encodeRequests returns a Recorder's spans, all of one resource and
+// scope, as the body of one OTLP/HTTP export, valid until the next call:
+// the same message encode writes for the SDK's spans of that resource and
+// scope.
+func (e *encoder) encodeRequests(res *resource.Resource, scope instrumentation.Scope, spans []RequestSpan) []byte {
+	e.buf = e.buf[:0]
+	rs := e.open(fRequestResourceSpans)
+	if res != nil {
+		r := e.open(fResourceSpansResource)
+		e.attrs(fResourceAttributes, res.Attributes())
+		e.close(r)
+	}
+	ss := e.open(fResourceSpansScopes)
+	sc := e.open(fScopeSpansScope)
+	e.str(fScopeName, scope.Name)
+	e.str(fScopeVersion, scope.Version)
+	e.attrs(fScopeAttributes, scope.Attributes.ToSlice())
+	e.close(sc)
+	for i := range spans {
+		e.requestSpan(&spans[i])
+	}
+	e.str(fScopeSpansSchemaURL, scope.SchemaURL)
+	e.close(ss)
+	if res != nil {
+		e.str(fResourceSpansSchemaURL, res.SchemaURL())
+	}
+	e.close(rs)
+	return e.buf
+}
+
+// requestSpan writes s as span writes the SDK's: a server span with no
+// events or links.
+func (e *encoder) requestSpan(s *RequestSpan) {
+	m := e.open(fScopeSpansSpans)
+	tid, sid := s.Context.TraceID(), s.Context.SpanID()
+	e.bytes(fSpanTraceID, tid[:])
+	e.bytes(fSpanSpanID, sid[:])
+	if ts := s.Context.TraceState(); ts.Len() > 0 {
+		e.str(fSpanTraceState, ts.String())
+	}
+	if psid := s.Parent.SpanID(); psid.IsValid() {
+		e.bytes(fSpanParentSpanID, psid[:])
+	}
+	e.str(fSpanName, s.Name)
+	e.varint(fSpanKind, uint64(trace.SpanKindServer))
+	e.fixed64(fSpanStart, unixNano(s.Start.UnixNano()))
+	e.fixed64(fSpanEnd, unixNano(s.End.UnixNano()))
+	e.attrs(fSpanAttributes, s.Attributes())
+	e.varint(fSpanDroppedAttrs, clamp32(s.dropped))
+	stm := e.open(fSpanStatus)
+	if s.Error != "" {
+		e.str(fStatusMessage, s.Error)
+		e.varint(fStatusCode, statusError)
+	}
+	e.close(stm)
+	e.fixed32(fSpanFlags, flags(s.Context.TraceFlags(), s.Parent.IsRemote()))
+	e.close(m)
+}
+
 func (e *encoder) span(s sdktrace.ReadOnlySpan) {
 	m := e.open(fScopeSpansSpans)
 	sc := s.SpanContext()

@@ -9,10 +9,17 @@
 // (OTEL_EXPORTER_OTLP_PROTOCOL=grpc), each reading the
 // OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout,
 // compression). Over HTTP it is this package's own (exporter.go), which
-// writes the protocol's protobuf straight from the SDK's spans; over gRPC
+// writes the protocol's protobuf straight from the spans; over gRPC
 // the OpenTelemetry project's. The
 // sampler is parent-based with a trace-id ratio (OTEL_TRACES_SAMPLER_ARG,
 // default 1) unless OTEL_TRACES_SAMPLER names another.
+//
+// The gateway's request spans do not go through the SDK's span: a
+// Recorder (request.go) keeps them as fixed values in a preallocated
+// buffer and the exporter writes them as they are, with the SDK's sampler
+// and batch settings, so that tracing every request costs the gateway
+// little (docs/decisions.md). Everything else, the gateway's child spans
+// included, is the SDK's.
 //
 // It must not hold global state: the provider is passed to what traces.
 package tracing
@@ -20,11 +27,15 @@ package tracing
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/coder/quartz"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
@@ -38,6 +49,9 @@ import (
 // Provider is a process's tracer provider and what stops it.
 type Provider struct {
 	trace.TracerProvider
+	// Requests records the gateway's request spans without the SDK's
+	// span (request.go); nil when tracing is off.
+	Requests *Recorder
 	// Shutdown flushes and stops the exporter; a no-op when tracing is off.
 	Shutdown func(context.Context) error
 	// On reports whether spans are exported.
@@ -47,6 +61,67 @@ type Provider struct {
 // Off is the provider of a process that does not trace.
 func Off() Provider {
 	return Provider{TracerProvider: noop.NewTracerProvider(), Shutdown: func(context.Context) error { return nil }}
+}
+
+// ForceFlush exports every span ended so far: the request spans and the
+// SDK's.
+func (p Provider) ForceFlush(ctx context.Context) error {
+	if p.Requests == nil {
+		return nil
+	}
+	if err := p.Requests.ForceFlush(ctx); err != nil {
+		return err
+	}
+	if tp, ok := p.TracerProvider.(*sdktrace.TracerProvider); ok {
+		return tp.ForceFlush(ctx)
+	}
+	return nil
+}
+
+// Options are what New builds a provider from; the zero value of each is
+// its default.
+type Options struct {
+	// Service names the process (service.name), unless OTEL_SERVICE_NAME
+	// (read by the SDK's resource) names it.
+	Service string
+	// Sampler decides which traces are recorded: parent-based, sampling
+	// every root, when nil.
+	Sampler sdktrace.Sampler
+	// Clock times the request spans' batches; the real one when nil.
+	Clock quartz.Clock
+	// batch is the OTEL_BSP_* settings of the request spans' batches.
+	batch batchConfig
+}
+
+// New returns a provider exporting through exp: the SDK's spans through
+// its batch processor, and the gateway's request spans through a
+// Recorder with the same sampler, resource and batch settings.
+func New(ctx context.Context, exp sdktrace.SpanExporter, o Options) (Provider, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(o.Service)))
+	if err != nil {
+		return Provider{}, err
+	}
+	if envRes, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
+		res, _ = resource.Merge(res, envRes)
+	}
+	if o.Sampler == nil {
+		o.Sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+	}
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
+	}
+	def := defaultBatch()
+	if o.batch == (batchConfig{}) {
+		o.batch = def
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(o.Sampler),
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(o.batch.delay), sdktrace.WithMaxQueueSize(o.batch.queue),
+			sdktrace.WithMaxExportBatchSize(o.batch.batch), sdktrace.WithExportTimeout(o.batch.timeout)))
+	rec := newRecorder(exp, o.Sampler, res, o.batch, o.Clock)
+	shutdown := func(ctx context.Context) error {
+		return errors.Join(rec.Shutdown(ctx), tp.Shutdown(ctx))
+	}
+	return Provider{TracerProvider: tp, Requests: rec, Shutdown: shutdown, On: true}, nil
 }
 
 // enabled reports whether the environment asks for traces.
@@ -70,12 +145,19 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 	if !enabled(getenv) {
 		return Off(), nil
 	}
+	sampler, err := samplerFrom(getenv)
+	if err != nil {
+		return Provider{}, err
+	}
+	batch, err := batchFrom(getenv)
+	if err != nil {
+		return Provider{}, err
+	}
 	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if protocol == "" {
 		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
 	var exp sdktrace.SpanExporter
-	var err error
 	switch protocol {
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
@@ -87,23 +169,82 @@ func fromEnv(ctx context.Context, service string, getenv func(string) string) (P
 	if err != nil {
 		return Provider{}, fmt.Errorf("otlp trace exporter: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
-	if err != nil {
-		return Provider{}, err
-	}
-	if envRes, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
-		res, _ = resource.Merge(res, envRes)
-	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
-	if getenv("OTEL_TRACES_SAMPLER") == "" {
-		ratio := 1.0
-		if v, err := strconv.ParseFloat(getenv("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && v >= 0 && v <= 1 {
-			ratio = v
+	return New(ctx, exp, Options{Service: service, Sampler: sampler, batch: batch})
+}
+
+// samplerFrom is the sampler OTEL_TRACES_SAMPLER names, with its
+// OTEL_TRACES_SAMPLER_ARG: parent-based with a trace-id ratio (default 1)
+// when unset. The SDK and the request spans share it.
+func samplerFrom(getenv func(string) string) (sdktrace.Sampler, error) {
+	ratio := func() (float64, error) {
+		arg := getenv("OTEL_TRACES_SAMPLER_ARG")
+		if arg == "" {
+			return 1, nil
 		}
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+		v, err := strconv.ParseFloat(arg, 64)
+		if err != nil || v < 0 || v > 1 {
+			return 0, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio from 0 to 1", arg)
+		}
+		return v, nil
 	}
-	tp := sdktrace.NewTracerProvider(opts...)
-	return Provider{TracerProvider: tp, Shutdown: tp.Shutdown, On: true}, nil
+	switch name := getenv("OTEL_TRACES_SAMPLER"); name {
+	case "", "parentbased_traceidratio", "traceidratio":
+		r, err := ratio()
+		if err != nil {
+			return nil, err
+		}
+		if name == "traceidratio" {
+			return sdktrace.TraceIDRatioBased(r), nil
+		}
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q: want always_on, always_off, traceidratio or parentbased_ with one of them", name)
+	}
+}
+
+// defaultBatch is the batch processor's defaults in the specification.
+func defaultBatch() batchConfig {
+	return batchConfig{delay: 5 * time.Second, queue: 2048, batch: 512, timeout: 30 * time.Second}
+}
+
+// batchFrom reads the OTEL_BSP_* settings, which the SDK's batch
+// processor and the request spans' share.
+func batchFrom(getenv func(string) string) (batchConfig, error) {
+	c := defaultBatch()
+	for _, s := range []struct {
+		name string
+		ms   *time.Duration
+		n    *int
+	}{
+		{name: "OTEL_BSP_SCHEDULE_DELAY", ms: &c.delay},
+		{name: "OTEL_BSP_EXPORT_TIMEOUT", ms: &c.timeout},
+		{name: "OTEL_BSP_MAX_QUEUE_SIZE", n: &c.queue},
+		{name: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", n: &c.batch},
+	} {
+		v := getenv(s.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("%s %q: want a positive whole number", s.name, v)
+		}
+		if s.ms != nil {
+			*s.ms = time.Duration(n) * time.Millisecond
+		} else {
+			*s.n = n
+		}
+	}
+	c.batch = min(c.batch, c.queue) // as the SDK does
+	return c, nil
 }
 
 // Propagator reads and writes the W3C traceparent and tracestate headers.
@@ -117,6 +258,16 @@ func Extract(ctx context.Context, h http.Header) context.Context {
 		return ctx
 	}
 	return Propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Parent is the caller's span context h's traceparent (and tracestate)
+// carry, invalid when it has none: the parent of the gateway's request
+// span.
+func Parent(h http.Header) trace.SpanContext {
+	if len(h["Traceparent"]) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(Propagator.Extract(context.Background(), propagation.HeaderCarrier(h)))
 }
 
 // Inject writes ctx's span context into h as traceparent (and

@@ -1,0 +1,252 @@
+package tracing
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// GatewayScope is the instrumentation scope of the gateway's spans: the
+// request spans a Recorder writes and the SDK spans under them.
+const GatewayScope = "modelplane/gateway"
+
+// MaxRequestAttrs is the most attributes a RequestSpan holds; more are
+// counted as dropped, as the SDK counts what passes its limit.
+const MaxRequestAttrs = 12
+
+// RequestSpan is one server span of the gateway's hot path, a fixed value
+// of modelplane's own: ids, times, status and at most MaxRequestAttrs
+// attributes in an array, no map, no lock and nothing allocated. A
+// Recorder fills its ids and copies it into a preallocated buffer at its
+// end (docs/decisions.md: why the gateway does not use the SDK's span
+// here).
+type RequestSpan struct {
+	// Context is the span's own: the trace id, its span id, the sampled
+	// flag and the caller's trace state. Parent is the caller's, invalid
+	// for a root.
+	Context, Parent trace.SpanContext
+	Name            string
+	Start, End      time.Time
+	// Error, when not empty, makes the span's status an error with it as
+	// the description.
+	Error   string
+	attrs   [MaxRequestAttrs]attribute.KeyValue
+	n       int
+	dropped int
+}
+
+// SetAttributes adds kvs, past MaxRequestAttrs counting them as dropped.
+// Keys are not deduplicated: the caller sets each once.
+func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
+	k := copy(s.attrs[s.n:], kvs)
+	s.n += k
+	s.dropped += len(kvs) - k
+}
+
+// Attributes are the span's attributes, in the order they were set.
+func (s *RequestSpan) Attributes() []attribute.KeyValue { return s.attrs[:s.n] }
+
+// snapshot is s as the SDK's read-only span, for an exporter that is not
+// this package's (OTLP over gRPC, a test's in-memory one).
+func (s *RequestSpan) snapshot(res *resource.Resource, scope instrumentation.Scope) sdktrace.ReadOnlySpan {
+	st := sdktrace.Status{Code: codes.Unset}
+	if s.Error != "" {
+		st = sdktrace.Status{Code: codes.Error, Description: s.Error}
+	}
+	return tracetest.SpanStub{Name: s.Name, SpanContext: s.Context, Parent: s.Parent, SpanKind: trace.SpanKindServer,
+		StartTime: s.Start, EndTime: s.End, Attributes: slices.Clone(s.Attributes()), DroppedAttributes: s.dropped,
+		Status: st, Resource: res, InstrumentationScope: scope}.Snapshot()
+}
+
+// batchConfig is the OTEL_BSP_* settings: how long a span waits for its
+// export at most, how many wait at most (more are dropped), how many one
+// export carries at most, and how long one may take.
+type batchConfig struct {
+	delay   time.Duration
+	queue   int
+	batch   int
+	timeout time.Duration
+}
+
+// Recorder records the gateway's request spans and exports them in
+// batches through the process's exporter, as the SDK's batch processor
+// does its spans: a span waits at most the schedule delay, an export
+// starts when a batch is full, and a span that finds the queue full is
+// dropped, never waited for. The sampler is the provider's.
+type Recorder struct {
+	sampler sdktrace.Sampler
+	exp     sdktrace.SpanExporter
+	res     *resource.Resource
+	scope   instrumentation.Scope
+	cfg     batchConfig
+
+	mu sync.Mutex
+	// cur takes ended spans; spare is the buffer the last export emptied.
+	// Both are made at the first span, cfg.queue long, and swapped at
+	// each export: a span costs a copy into cur, nothing allocated.
+	cur, spare []RequestSpan
+	dropped    atomic.Uint64
+
+	// exporting serialises exports: the flush loop's and ForceFlush's.
+	exporting sync.Mutex
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	stopOnce  sync.Once
+}
+
+func newRecorder(exp sdktrace.SpanExporter, sampler sdktrace.Sampler, res *resource.Resource, cfg batchConfig, clock quartz.Clock) *Recorder {
+	r := &Recorder{sampler: sampler, exp: exp, res: res, scope: instrumentation.Scope{Name: GatewayScope}, cfg: cfg,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.run(clock)
+	return r
+}
+
+// Start begins s at start as a child of parent (the caller's span
+// context, invalid when it sent none), with new span (and, for a root,
+// trace) ids, and asks the sampler whether it is recorded: when not, s
+// still carries its trace id, to be quoted. It reports whether s records;
+// only then must End be called.
+func (r *Recorder) Start(s *RequestSpan, parent trace.SpanContext, name string, start time.Time) bool {
+	cfg := trace.SpanContextConfig{TraceID: parent.TraceID(), SpanID: newSpanID()}
+	if !parent.IsValid() {
+		cfg.TraceID = newTraceID()
+	}
+	ctx := context.Background()
+	if parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
+	res := r.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: cfg.TraceID, Name: name, Kind: trace.SpanKindServer})
+	cfg.TraceState = res.Tracestate
+	if res.Decision == sdktrace.RecordAndSample {
+		cfg.TraceFlags = parent.TraceFlags() | trace.FlagsSampled
+	} else {
+		cfg.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
+	}
+	s.Context, s.Parent, s.Name, s.Start = trace.NewSpanContext(cfg), parent, name, start
+	return res.Decision == sdktrace.RecordAndSample
+}
+
+// newTraceID and newSpanID are random ids, never all zeros (invalid in
+// W3C trace context), from the runtime's per-thread generator: no lock.
+func newTraceID() trace.TraceID {
+	var id trace.TraceID
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+	}
+	return id
+}
+
+func newSpanID() trace.SpanID {
+	var id trace.SpanID
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:], rand.Uint64())
+	}
+	return id
+}
+
+// End queues s (which Start said records) for export, or drops it when
+// the queue is full.
+func (r *Recorder) End(s *RequestSpan) {
+	r.mu.Lock()
+	if r.cur == nil && r.spare == nil {
+		r.cur, r.spare = make([]RequestSpan, 0, r.cfg.queue), make([]RequestSpan, 0, r.cfg.queue)
+	}
+	if len(r.cur) == cap(r.cur) {
+		r.mu.Unlock()
+		r.dropped.Add(1)
+		return
+	}
+	r.cur = append(r.cur, *s)
+	full := len(r.cur) >= r.cfg.batch
+	r.mu.Unlock()
+	if full {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Dropped is how many spans found the queue full.
+func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
+
+// run exports what is queued every schedule delay, when a batch is full,
+// and at the end.
+func (r *Recorder) run(clock quartz.Clock) {
+	defer close(r.done)
+	t := clock.NewTicker(r.cfg.delay, "tracing", "requests")
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		case <-r.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
+		_ = r.ForceFlush(ctx) // a failed export is the exporter's to report; the spans are gone
+		cancel()
+	}
+}
+
+// ForceFlush exports every span queued so far, in batches.
+func (r *Recorder) ForceFlush(ctx context.Context) error {
+	r.exporting.Lock()
+	defer r.exporting.Unlock()
+	r.mu.Lock()
+	spans := r.cur
+	r.cur, r.spare = r.spare, nil
+	r.mu.Unlock()
+	var err error
+	for rest := spans; len(rest) > 0 && err == nil; {
+		n := min(len(rest), r.cfg.batch)
+		err = r.export(ctx, rest[:n])
+		rest = rest[n:]
+	}
+	// The emptied buffer is the next swap's; its spans' strings are
+	// released as the next ones overwrite them.
+	r.mu.Lock()
+	r.spare = spans[:0]
+	r.mu.Unlock()
+	return err
+}
+
+// export writes spans with this package's exporter straight from their
+// values, or hands them to another as the SDK's read-only spans.
+func (r *Recorder) export(ctx context.Context, spans []RequestSpan) error {
+	if x, ok := r.exp.(*httpExporter); ok {
+		return x.exportRequests(ctx, r.res, r.scope, spans)
+	}
+	ro := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i := range spans {
+		ro[i] = spans[i].snapshot(r.res, r.scope)
+	}
+	return r.exp.ExportSpans(ctx, ro)
+}
+
+// Shutdown stops the flush loop and exports what is left; the exporter is
+// the provider's to shut down.
+func (r *Recorder) Shutdown(ctx context.Context) error {
+	r.stopOnce.Do(func() { close(r.stop) })
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.ForceFlush(ctx)
+}

@@ -1,0 +1,262 @@
+package tracing
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	"modelplane/internal/otlptest"
+	"modelplane/internal/wait"
+)
+
+// sampleRequests are request spans as the gateway ends them: a root, a
+// child of a remote caller with a trace state, an error, and one with
+// more attributes than it holds.
+func sampleRequests(t *testing.T) []RequestSpan {
+	t.Helper()
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	ts, err := trace.ParseTraceState("vendor=abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := func(sid string, remote bool, state trace.TraceState, flags trace.TraceFlags) trace.SpanContext {
+		id, _ := trace.SpanIDFromHex(sid)
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: id, TraceFlags: flags, TraceState: state, Remote: remote})
+	}
+	start := time.Date(2026, 12, 5, 7, 0, 0, 123, time.UTC)
+	spans := make([]RequestSpan, 4)
+	spans[0] = RequestSpan{Context: sc("00f067aa0ba902b7", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start.Add(time.Millisecond)}
+	spans[0].SetAttributes(attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200), attribute.Int64("ml_serving.authn_us", 12))
+	spans[1] = RequestSpan{Context: sc("1111111111111111", false, ts, trace.FlagsSampled), Parent: sc("2222222222222222", true, ts, trace.FlagsSampled),
+		Name: "ml_serving.request", Start: start, End: start.Add(2 * time.Millisecond)}
+	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"))
+	spans[2] = RequestSpan{Context: sc("3333333333333333", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start, Error: "Bad Gateway"}
+	spans[2].SetAttributes(attribute.Int("http.response.status_code", 502))
+	spans[3] = RequestSpan{Context: sc("4444444444444444", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start}
+	for i := range MaxRequestAttrs + 2 {
+		spans[3].SetAttributes(attribute.Int("a"+string(rune('a'+i)), i))
+	}
+	return spans
+}
+
+// TestRequestSpansMatchTheStockExporter: request spans written straight
+// from their values decode, with the OpenTelemetry project's protocol
+// types, to exactly what the project's own OTLP/HTTP exporter sends for
+// the same spans as the SDK's read-only spans; past MaxRequestAttrs an
+// attribute is counted as dropped.
+func TestRequestSpansMatchTheStockExporter(t *testing.T) {
+	t.Parallel()
+	spans := sampleRequests(t)
+	if got := spans[3].dropped; got != 2 {
+		t.Fatalf("span with %d attributes dropped %d, want 2", MaxRequestAttrs+2, got)
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", "modelplane-gateway"))
+	scope := instrumentation.Scope{Name: GatewayScope}
+	var e encoder
+	var ours coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(e.encodeRequests(res, scope, spans), &ours); err != nil {
+		t.Fatal(err)
+	}
+	ro := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i := range spans {
+		ro[i] = spans[i].snapshot(res, scope)
+	}
+	stock := bodyOf(t, ro, func(u string) sdktrace.SpanExporter {
+		x, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	})
+	if n := len(ours.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()); n != len(spans) {
+		t.Fatalf("%d spans written, want %d", n, len(spans))
+	}
+	if !proto.Equal(stock, &ours) {
+		t.Errorf("request spans differ from the stock exporter's:\nstock: %s\nours:  %s", prototext.Format(stock), prototext.Format(&ours))
+	}
+}
+
+// recorderWith is a recorder exporting to exp with a mock clock and
+// small batches: at most 4 queued, 2 an export, every second.
+func recorderWith(t *testing.T, exp sdktrace.SpanExporter, sampler sdktrace.Sampler) (*Recorder, *quartz.Mock) {
+	t.Helper()
+	clock := quartz.NewMock(t)
+	trap := clock.Trap().NewTicker("tracing", "requests")
+	defer trap.Close()
+	r := newRecorder(exp, sampler, resource.Empty(), batchConfig{delay: time.Second, queue: 4, batch: 2, timeout: time.Second}, clock)
+	trap.MustWait(t.Context()).MustRelease(t.Context())
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	return r, clock
+}
+
+// TestRecorderSamples: the recorder asks the provider's sampler: a root
+// at ratio 0 records nothing yet has a trace id of its own, unsampled; a
+// sampled caller's child records in the caller's trace with its trace
+// state; an unsampled caller's child does not record.
+func TestRecorderSamples(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	r, _ := recorderWith(t, exp, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)))
+	start := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+
+	var root RequestSpan
+	if r.Start(&root, trace.SpanContext{}, "ml_serving.request", start) {
+		t.Error("a root at ratio 0 records")
+	}
+	if !root.Context.TraceID().IsValid() || !root.Context.SpanID().IsValid() || root.Context.IsSampled() || root.Parent.IsValid() {
+		t.Errorf("unsampled root %+v, want its own valid ids, unsampled, no parent", root.Context)
+	}
+
+	ts, _ := trace.ParseTraceState("vendor=x")
+	h := map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "Tracestate": {"vendor=x"}}
+	caller := Parent(h)
+	if !caller.IsRemote() || caller.TraceState().String() != ts.String() {
+		t.Fatalf("Parent(%v) = %+v, want the remote caller with its trace state", h, caller)
+	}
+	var child RequestSpan
+	if !r.Start(&child, caller, "ml_serving.request", start) {
+		t.Error("a sampled caller's child does not record")
+	}
+	if child.Context.TraceID() != caller.TraceID() || child.Context.SpanID() == caller.SpanID() || !child.Context.IsSampled() ||
+		child.Context.TraceState().String() != "vendor=x" || !child.Parent.Equal(caller) {
+		t.Errorf("child %+v under %+v, want the caller's trace and state, a span id of its own, sampled", child.Context, caller)
+	}
+	child.End = start.Add(time.Millisecond)
+	r.End(&child)
+
+	h["Traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+	var unsampled RequestSpan
+	if r.Start(&unsampled, Parent(h), "ml_serving.request", start) {
+		t.Error("an unsampled caller's child records")
+	}
+	if err := r.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := exp.GetSpans()
+	if len(got) != 1 || !got[0].SpanContext.Equal(child.Context) || !got[0].Parent.Equal(caller) || got[0].SpanKind != trace.SpanKindServer {
+		t.Errorf("exported %+v, want the sampled child alone, a server span", got)
+	}
+}
+
+// TestRecorderBatches: spans wait for the schedule delay (the mock
+// clock's tick) or a full batch, never for more; a span that finds the
+// queue full is dropped and counted, and End does not wait for the
+// export.
+func TestRecorderBatches(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	r, clock := recorderWith(t, exp, sdktrace.AlwaysSample())
+	end := func(n int) {
+		for range n {
+			var s RequestSpan
+			r.Start(&s, trace.SpanContext{}, "ml_serving.request", clock.Now())
+			s.End = clock.Now()
+			r.End(&s)
+		}
+	}
+	end(1)
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("%d spans exported before the delay or a full batch, want 0", n)
+	}
+	clock.Advance(time.Second).MustWait(t.Context())
+	wait.Eventually(t, 10*time.Second, func() bool { return len(exp.GetSpans()) == 1 }, "the delay's tick never exported the span, have %v",
+		wait.Show(func() any { return len(exp.GetSpans()) }))
+
+	end(2) // a full batch: exported without a tick
+	wait.Eventually(t, 10*time.Second, func() bool { return len(exp.GetSpans()) == 3 }, "a full batch was not exported, have %v",
+		wait.Show(func() any { return len(exp.GetSpans()) }))
+
+	// An export that hangs: the next batch and the queue fill, and what
+	// comes after is dropped without End waiting.
+	blocked := &blockingExporter{release: make(chan struct{})}
+	r2, _ := recorderWith(t, blocked, sdktrace.AlwaysSample())
+	end2 := func(n int) {
+		for range n {
+			var s RequestSpan
+			r2.Start(&s, trace.SpanContext{}, "ml_serving.request", clock.Now())
+			r2.End(&s)
+		}
+	}
+	end2(2)
+	wait.Eventually(t, 10*time.Second, func() bool { return blocked.calls.Load() == 1 }, "the full batch's export never began")
+	end2(4 + 3)
+	if got := r2.Dropped(); got != 3 {
+		t.Errorf("%d spans dropped with the queue of 4 full, want 3", got)
+	}
+	close(blocked.release)
+	if err := r2.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := blocked.spans.Load(); got != 2+4 {
+		t.Errorf("%d spans exported, want the 6 that were queued", got)
+	}
+}
+
+// blockingExporter holds every export until release closes, counting
+// exports and spans.
+type blockingExporter struct {
+	release chan struct{}
+	calls   atomic.Int32
+	spans   atomic.Int32
+}
+
+func (b *blockingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	b.calls.Add(1)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	b.spans.Add(int32(len(spans)))
+	return nil
+}
+
+func (b *blockingExporter) Shutdown(context.Context) error { return nil }
+
+// TestRequestSpansReachTheReceiver: a provider built from the environment
+// exports its request spans, through this package's exporter, to the
+// OTLP receiver tests use, in the gateway's service and scope.
+func TestRequestSpansReachTheReceiver(t *testing.T) {
+	t.Parallel()
+	rcv := otlptest.Start(t)
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL}
+	p, err := fromEnv(context.Background(), "modelplane-gateway", func(k string) string { return env[k] })
+	if err != nil || p.Requests == nil {
+		t.Fatalf("fromEnv = %+v, %v; want a request recorder", p, err)
+	}
+	var s RequestSpan
+	if !p.Requests.Start(&s, trace.SpanContext{}, "ml_serving.request", time.Now()) {
+		t.Fatal("a root at the default ratio 1 does not record")
+	}
+	s.End = time.Now()
+	p.Requests.End(&s)
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := s.Context.TraceID().String()
+	want := []otlptest.Span{{Service: "modelplane-gateway", Name: "ml_serving.request", TraceID: id, SpanID: s.Context.SpanID().String()}}
+	if got := rcv.Trace(id); !slices.Equal(got, want) {
+		t.Errorf("received %+v, want %+v", got, want)
+	}
+}
+
+// queued is how many spans wait in r's queue.
+func (r *Recorder) queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cur)
+}
