@@ -170,7 +170,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	if rows == 0 {
 		return nil
 	}
-	if err := sendColumns(ctx, c.cfg.CH, ReqStatsInsert, cols.list()); err != nil {
+	if err := SendColumns(ctx, c.cfg.CH, ReqStatsInsert, cols.list()); err != nil {
 		return fmt.Errorf("reqstats insert: %w", err)
 	}
 	c.stats.rows.Add(uint64(rows))
