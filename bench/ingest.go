@@ -111,6 +111,10 @@ const (
 	burstSeconds = 60
 	paceSeconds  = 10
 	drainSeconds = 60
+	// The fleet's seconds: the drain's first, then the burst's, then the
+	// real pace's.
+	burstFrom = drainSeconds
+	paceFrom  = burstFrom + burstSeconds
 	// maxInFlight bounds each agent's unacknowledged publishes: 250
 	// agents × 16 × 16 KB stays under the 128 MiB a stream queues before
 	// JetStream answers 429.
@@ -138,13 +142,13 @@ func runIngest(ctx context.Context, cfg Config, out io.Writer) error {
 // measureIngest starts PostgreSQL (rates), ClickHouse and an embedded NATS
 // with file storage, all private to the run. 250 agents, one NATS
 // connection each, publish their node's records with async JetStream
-// publishes: 60 simulated seconds as fast as they can, first into a scratch
-// stream nobody reads (the raw publish rate) and then into MP_USAGE while
-// the ingest consumer runs beside them (the burst); then 10 more seconds at
-// the real pace of one batch per agent per second. Then the consumer stops,
-// the agents publish 60 more seconds, and the consumer is timed draining
-// them beside the tight writer (usageDrain); the small streams follow
-// (smallStreams). The batches are encoded beforehand so that every phase
+// publishes. First 60 simulated seconds go into MP_USAGE before the
+// consumer starts, and it is timed draining them beside the tight writer
+// (usageDrain). Then the next 60 seconds, as fast as the agents can, first
+// into a scratch stream nobody reads (the raw publish rate) and then into
+// MP_USAGE while the consumer runs beside them (the burst); then 10 more
+// seconds at the real pace of one batch per agent per second. The small
+// streams follow (smallStreams). The batches are encoded beforehand so that every phase
 // times the pipeline, not the generator. The run fails unless ClickHouse
 // ends with exactly the rows published.
 func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
@@ -173,21 +177,25 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	if err := recordAllocations(ctx, db.New(pool)); err != nil {
 		return IngestResult{}, err
 	}
-	fleet := newUsageFleet(burstSeconds + paceSeconds + drainSeconds)
+	fleet := newUsageFleet(drainSeconds + burstSeconds + paceSeconds)
 	fleet.natsOpts = s.natsOpts()
-	burst := fleet.rows(0, burstSeconds)
+	burst := fleet.rows(burstFrom, paceFrom)
 	res := IngestResult{Name: "ingest", Rows: burst, Batches: usageNodes * burstSeconds, Nodes: usageNodes, GPUs: usageNodes * gpusPerNode,
 		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds, DrainSeconds: drainSeconds,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: map[string]CPUFigures{}, LoadAvg: [2]float64{load}}
 	t0 := time.Now()
 	preds, predCols := predictionTraffic(t0)
 	stats, statsCols := reqStatsTraffic(t0)
-	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
+	lags := newLagTracker(fleet)
+	u, err := newUsage(s, js, ch, pool, lags, cfg.Profile)
+	if err != nil {
 		return res, err
 	}
-	lags := newLagTracker(fleet)
-	u, err := startUsage(ctx, s, js, ch, pool, lags, cfg.Profile)
-	if err != nil {
+	w := tightWriter{ch: ceiling, cpu: procClock{clickhouse: s.ch.PID()}}
+	if err := usageDrain(ctx, w, u, url, fleet, lags, pool, &res); err != nil {
+		return res, err
+	}
+	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
 		return res, err
 	}
 	elapsed, err := publishPhases(ctx, url, fleet, lags, &res)
@@ -202,10 +210,6 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	res.LagP99S = quantile(lags.lags[burstPhase], 0.99).Seconds()
 	res.RealtimeLagP99S = quantile(lags.lags[pacePhase], 0.99).Seconds()
 	lags.mu.Unlock()
-	w := tightWriter{ch: ceiling, cpu: procClock{clickhouse: s.ch.PID()}}
-	if err := usageDrain(ctx, w, u, url, fleet, lags, pool, &res); err != nil {
-		return res, err
-	}
 	var count uint64
 	if err := ch.QueryRow(ctx, "SELECT count() FROM gpu_usage").Scan(&count); err != nil {
 		return res, err
@@ -226,14 +230,12 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	return res, nil
 }
 
-// usageDrain stops the consumer, publishes the drain's seconds into
-// MP_USAGE, and times the consumer, started again, storing them beside
-// the tight writer sending the same rows. Starting again is what a new
-// lease holder does with a backlog: the run reads what gpu_usage holds
-// afresh.
+// usageDrain publishes the drain's seconds into MP_USAGE and times the
+// consumer, started then, storing them beside the tight writer sending
+// the same rows: a consumer catching up a backlog, as the small streams'
+// are timed. The consumer runs on after.
 func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, url string, fleet *usageFleet, lags *lagTracker, pool *pgxpool.Pool, res *IngestResult) error {
-	u.Stop()
-	from, to := burstSeconds+paceSeconds, fleet.seconds
+	from, to := 0, drainSeconds
 	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, from, to, 0, lags.stamp); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
@@ -275,17 +277,17 @@ func rawPublishRate(ctx context.Context, js jetstream.JetStream, url string, fle
 		Duplicates: 2 * time.Minute}); err != nil {
 		return 0, fmt.Errorf("scratch stream: %w", err)
 	}
-	raw, err := fleet.publish(ctx, url, func(node string) string { return "bench.raw." + node }, 0, burstSeconds, 0, nil)
+	raw, err := fleet.publish(ctx, url, func(node string) string { return "bench.raw." + node }, burstFrom, paceFrom, 0, nil)
 	if err != nil {
 		return 0, fmt.Errorf("raw publish: %w", err)
 	}
-	rate := float64(fleet.rows(0, burstSeconds)) / raw.Seconds()
+	rate := float64(fleet.rows(burstFrom, paceFrom)) / raw.Seconds()
 	return rate, js.DeleteStream(ctx, scratch)
 }
 
-// startUsage starts the ingest consumer, which reports every insert to
-// lags, and the CPU profile (profile, when set) beside it; both stop with s.
-func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) (*ingest.Usage, error) {
+// newUsage builds the ingest consumer, which reports every insert to
+// lags, and starts the CPU profile (profile, when set); both stop with s.
+func newUsage(s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) (*ingest.Usage, error) {
 	u, err := ingest.NewUsage(ingest.UsageConfig{
 		JS: js, CH: ch, Log: slog.New(slog.DiscardHandler),
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
@@ -298,9 +300,6 @@ func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driv
 	if err := s.profile(profile); err != nil {
 		return nil, err
 	}
-	if err := u.Start(ctx); err != nil {
-		return nil, err
-	}
 	s.onClose(u.Stop)
 	return u, nil
 }
@@ -310,7 +309,7 @@ func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driv
 // the burst's time from its first publish to its last insert.
 func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lagTracker, res *IngestResult) (time.Duration, error) {
 	start := time.Now()
-	pub, err := fleet.publish(ctx, url, busapi.UsageSubject, 0, burstSeconds, 0, lags.stamp)
+	pub, err := fleet.publish(ctx, url, busapi.UsageSubject, burstFrom, paceFrom, 0, lags.stamp)
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
@@ -321,7 +320,7 @@ func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lag
 	lags.mu.Lock()
 	elapsed := lags.lastDone[burstPhase].Sub(start)
 	lags.mu.Unlock()
-	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, burstSeconds, burstSeconds+paceSeconds, time.Second, lags.stamp); err != nil {
+	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, paceFrom, paceFrom+paceSeconds, time.Second, lags.stamp); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
 	return elapsed, lags.wait(ctx, pacePhase)
@@ -358,9 +357,9 @@ func (t *lagTracker) inserted(ids []string) error {
 		i := t.fleet.index[id]
 		phase := burstPhase
 		switch sec := t.fleet.second(i); {
-		case sec >= burstSeconds+paceSeconds:
+		case sec < burstFrom:
 			phase = drainPhase
-		case sec >= burstSeconds:
+		case sec >= paceFrom:
 			phase = pacePhase
 		}
 		t.lags[phase] = append(t.lags[phase], now.Sub(time.Unix(0, t.published[i].Load())))
@@ -403,10 +402,10 @@ func (f *usageFleet) rows(from, to int) int { return len(f.nodes) * (to - from) 
 func (f *usageFleet) second(i int) int { return i % f.seconds }
 
 // newUsageFleet encodes every batch of seconds seconds, the first one
-// burstSeconds ago.
+// paceFrom seconds ago.
 func newUsageFleet(seconds int) *usageFleet {
 	f := &usageFleet{seconds: seconds, index: make(map[string]int), records: gpusPerNode * slicesPerGPU}
-	t0 := time.Now().Add(-time.Duration(burstSeconds) * time.Second).Unix()
+	t0 := time.Now().Add(-time.Duration(paceFrom) * time.Second).Unix()
 	for n := range usageNodes {
 		node := fmt.Sprintf("gpu-node-%03d", n)
 		f.nodes = append(f.nodes, node)
@@ -454,7 +453,7 @@ func slotAllocation(n, g, sl int) ingest.Allocation {
 // before the first second, as placement would have: the consumer
 // attributes every row by them.
 func recordAllocations(ctx context.Context, q *db.Queries) error {
-	from := time.Now().Add(-time.Duration(burstSeconds)*time.Second - time.Hour)
+	from := time.Now().Add(-time.Duration(paceFrom)*time.Second - time.Hour)
 	var all []ingest.Allocation
 	for n := range usageNodes {
 		for g := range gpusPerNode {
