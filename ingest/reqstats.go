@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,7 +82,7 @@ func (c *ReqStats) decode(msgs []jetstream.Msg) []heldStats {
 	held := make([]heldStats, 0, len(msgs))
 	for _, m := range msgs {
 		var s busapi.ReqStats
-		err := json.Unmarshal(m.Data(), &s)
+		err := decodeExact(m.Data(), &s)
 		switch {
 		case err != nil:
 		case s.ID == "" || s.Endpoint == "" || s.Version == "":
