@@ -57,10 +57,10 @@ func (w tightWriter) send(ctx context.Context, stmt string, cols []any) error {
 	return nil
 }
 
-// Comparison is a consumer timed beside the tight writer sending the same
+// comparison is a consumer timed beside the tight writer sending the same
 // rows: rows per second of each, the first over the second, and the CPU
 // each spent per row.
-type Comparison struct {
+type comparison struct {
 	IngestRowsPerS, CeilingRowsPerS, RowsPerSRatio float64
 	CPUFigures
 }
@@ -82,7 +82,7 @@ type CPUFigures struct {
 // the same rows through a consumer and returns how long that took), then
 // the writer again, so that both see the same moments of a shared
 // machine; the ceiling is the mean of the writer's two rates.
-func (w tightWriter) compare(ctx context.Context, stmt string, cols []any, rows int, drain func() (time.Duration, error)) (Comparison, error) {
+func (w tightWriter) compare(ctx context.Context, stmt string, cols []any, rows int, drain func() (time.Duration, error)) (comparison, error) {
 	var (
 		ceil [2]cpuSpan
 		run  cpuSpan
@@ -94,16 +94,16 @@ func (w tightWriter) compare(ctx context.Context, stmt string, cols []any, rows 
 		return time.Since(start), err
 	}
 	if ceil[0], err = w.cpu.span(writer); err != nil {
-		return Comparison{}, err
+		return comparison{}, err
 	}
 	if run, err = w.cpu.span(drain); err != nil {
-		return Comparison{}, err
+		return comparison{}, err
 	}
 	if ceil[1], err = w.cpu.span(writer); err != nil {
-		return Comparison{}, err
+		return comparison{}, err
 	}
 	perRow := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows) }
-	c := Comparison{
+	c := comparison{
 		IngestRowsPerS:  float64(rows) / run.wall.Seconds(),
 		CeilingRowsPerS: (float64(rows)/ceil[0].wall.Seconds() + float64(rows)/ceil[1].wall.Seconds()) / 2,
 		CPUFigures: CPUFigures{
