@@ -46,18 +46,28 @@ type IngestResult struct {
 	RealtimeLagP99S float64 `json:"realtime_lag_p99_s"`
 	// VsRawPublish is RowsPerS over RawPublishRowsPerS.
 	VsRawPublish float64 `json:"vs_raw_publish"`
-	// ClickHouseRowsPerS is ClickHouse's own ceiling for the burst's rows:
-	// the same rows, attributed and priced, sent by one writer in inserts
-	// of 200,000 rows over the native protocol into gpu_usage (and so its
+	// UsageDrainRowsPerS is gpu_usage rows stored per second by the usage
+	// consumer draining MP_USAGE, which holds DrainSeconds more seconds of
+	// the fleet (Rows rows again) before it starts, from its Start to the
+	// insert that stored the last row: the ingest path alone, as the small
+	// streams are timed.
+	UsageDrainRowsPerS float64 `json:"usage_drain_rows_per_s"`
+	// ClickHouseRowsPerS is ClickHouse's own ceiling for the drain's rows:
+	// the same rows, attributed and priced, sent by one writer through the
+	// consumers' own insert code (ingest.SendColumns) in inserts of
+	// 200,000 rows over the native protocol into gpu_usage (and so its
 	// rollups) of a second database of the same ClickHouse, migrated
-	// alike. UsageVsClickHouse is RowsPerS over it.
+	// alike; timed right before and right after the drain, and the mean
+	// of the two, so that both see the same moments of a shared machine.
+	// UsageVsClickHouse is UsageDrainRowsPerS over it.
 	ClickHouseRowsPerS float64 `json:"clickhouse_rows_per_s"`
 	UsageVsClickHouse  float64 `json:"usage_vs_clickhouse"`
 	// PredictionRowsPerS is prediction_samples rows stored per second by
 	// the predictions consumer draining MP_PREDICTIONS, which holds
 	// PredictionSamples samples of 4 instances each before it starts;
 	// PredictionClickHouseRowsPerS the tight writer's rate for the same
-	// rows, and PredictionsVsClickHouse the first over the second.
+	// rows, timed as for usage, and PredictionsVsClickHouse the first over
+	// the second.
 	PredictionRowsPerS           float64 `json:"prediction_rows_per_s"`
 	PredictionClickHouseRowsPerS float64 `json:"prediction_clickhouse_rows_per_s"`
 	PredictionsVsClickHouse      float64 `json:"predictions_vs_clickhouse"`
@@ -68,19 +78,28 @@ type IngestResult struct {
 	ReqStatsClickHouseRowsPerS float64 `json:"reqstats_clickhouse_rows_per_s"`
 	ReqStatsVsClickHouse       float64 `json:"reqstats_vs_clickhouse"`
 	ReqStatsMessages           int     `json:"reqstats_messages"`
+	// CPU is, per stream ("usage", "predictions", "reqstats"), the CPU
+	// time the tight writer and the consumer spent per row, ClickHouse's
+	// and this process's: a figure the load of a shared machine moves far
+	// less than rows per second.
+	CPU map[string]CPUFigures `json:"cpu"`
 	// BurstPublishRowsPerS is how fast the agents published in the burst
 	// phase, with the consumer running beside them.
-	BurstPublishRowsPerS float64         `json:"burst_publish_rows_per_s"`
-	Rows                 int             `json:"rows"`
-	Batches              int             `json:"batches"`
-	Nodes                int             `json:"nodes"`
-	GPUs                 int             `json:"gpus"`
-	Allocations          int             `json:"allocations"`
-	SimSeconds           int             `json:"sim_seconds"`
-	RealtimeSeconds      int             `json:"realtime_seconds"`
-	Seconds              float64         `json:"seconds"`
-	GOMAXPROCS           int             `json:"gomaxprocs"`
-	TargetsMet           map[string]bool `json:"targets_met"`
+	BurstPublishRowsPerS float64 `json:"burst_publish_rows_per_s"`
+	Rows                 int     `json:"rows"`
+	Batches              int     `json:"batches"`
+	Nodes                int     `json:"nodes"`
+	GPUs                 int     `json:"gpus"`
+	Allocations          int     `json:"allocations"`
+	SimSeconds           int     `json:"sim_seconds"`
+	DrainSeconds         int     `json:"drain_seconds"`
+	RealtimeSeconds      int     `json:"realtime_seconds"`
+	Seconds              float64 `json:"seconds"`
+	GOMAXPROCS           int     `json:"gomaxprocs"`
+	// LoadAvg is the one-minute load average at the start and at the end:
+	// the machine may be shared.
+	LoadAvg    [2]float64      `json:"load_avg"`
+	TargetsMet map[string]bool `json:"targets_met"`
 }
 
 // The usage fleet: 250 nodes of 8 GPUs, every GPU split into seven MIG
@@ -91,6 +110,11 @@ const (
 	slicesPerGPU = 7
 	burstSeconds = 60
 	paceSeconds  = 10
+	drainSeconds = 60
+	// The fleet's seconds: the drain's first, then the burst's, then the
+	// real pace's.
+	burstFrom = drainSeconds
+	paceFrom  = burstFrom + burstSeconds
 	// maxInFlight bounds each agent's unacknowledged publishes: 250
 	// agents × 16 × 16 KB stays under the 128 MiB a stream queues before
 	// JetStream answers 429.
@@ -101,6 +125,7 @@ const (
 const (
 	burstPhase = iota
 	pacePhase
+	drainPhase
 )
 
 func runIngest(ctx context.Context, cfg Config, out io.Writer) error {
@@ -108,22 +133,26 @@ func runIngest(ctx context.Context, cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return emit(out, cfg.JSON, res, "ingest: usage %.0f rows/s end to end (%.2fx ClickHouse's %.0f rows/s, %.2fx the raw publish rate of %.0f rows/s), lag p50 %.2f s, p99 %.2f s (at real pace p99 %.2f s); %d rows from %d allocations over %d simulated seconds; "+
-		"predictions %.0f rows/s (%.2fx ClickHouse's %.0f); request statistics %.0f rows/s (%.2fx ClickHouse's %.0f)\n",
-		res.RowsPerS, res.UsageVsClickHouse, res.ClickHouseRowsPerS, res.VsRawPublish, res.RawPublishRowsPerS, res.LagP50S, res.LagP99S, res.RealtimeLagP99S, res.Rows, res.Allocations, res.SimSeconds,
-		res.PredictionRowsPerS, res.PredictionsVsClickHouse, res.PredictionClickHouseRowsPerS, res.ReqStatsRowsPerS, res.ReqStatsVsClickHouse, res.ReqStatsClickHouseRowsPerS)
+	return emit(out, cfg.JSON, res, "ingest: usage %.0f rows/s end to end (%.2fx the raw publish rate of %.0f rows/s), lag p50 %.2f s, p99 %.2f s (at real pace p99 %.2f s); %d rows from %d allocations over %d simulated seconds; "+
+		"usage drain %.0f rows/s (%.2fx ClickHouse's %.0f); predictions %.0f rows/s (%.2fx ClickHouse's %.0f); request statistics %.0f rows/s (%.2fx ClickHouse's %.0f)\n",
+		res.RowsPerS, res.VsRawPublish, res.RawPublishRowsPerS, res.LagP50S, res.LagP99S, res.RealtimeLagP99S, res.Rows, res.Allocations, res.SimSeconds,
+		res.UsageDrainRowsPerS, res.UsageVsClickHouse, res.ClickHouseRowsPerS, res.PredictionRowsPerS, res.PredictionsVsClickHouse, res.PredictionClickHouseRowsPerS, res.ReqStatsRowsPerS, res.ReqStatsVsClickHouse, res.ReqStatsClickHouseRowsPerS)
 }
 
 // measureIngest starts PostgreSQL (rates), ClickHouse and an embedded NATS
 // with file storage, all private to the run. 250 agents, one NATS
 // connection each, publish their node's records with async JetStream
-// publishes: 60 simulated seconds as fast as they can, first into a scratch
-// stream nobody reads (the raw publish rate) and then into MP_USAGE while
-// the ingest consumer runs beside them (the burst); then 10 more seconds at
-// the real pace of one batch per agent per second. The batches are encoded
-// beforehand so that every phase times the pipeline, not the generator.
-// The run fails unless ClickHouse ends with exactly the rows published.
+// publishes. First 60 simulated seconds go into MP_USAGE before the
+// consumer starts, and it is timed draining them beside the tight writer
+// (usageDrain). Then the next 60 seconds, as fast as the agents can, first
+// into a scratch stream nobody reads (the raw publish rate) and then into
+// MP_USAGE while the consumer runs beside them (the burst); then 10 more
+// seconds at the real pace of one batch per agent per second. The small
+// streams follow (smallStreams). The batches are encoded beforehand so that every phase
+// times the pipeline, not the generator. The run fails unless ClickHouse
+// ends with exactly the rows published.
 func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
+	load := load1()
 	s, err := newScratch("mp-bench-ingest-")
 	if err != nil {
 		return IngestResult{}, err
@@ -137,6 +166,10 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	if err != nil {
 		return IngestResult{}, err
 	}
+	ceiling, err := s.clickhouseDB(ctx, "ceiling")
+	if err != nil {
+		return IngestResult{}, err
+	}
 	url, js, err := s.nats(ctx)
 	if err != nil {
 		return IngestResult{}, err
@@ -144,35 +177,30 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	if err := recordAllocations(ctx, db.New(pool)); err != nil {
 		return IngestResult{}, err
 	}
-	fleet := newUsageFleet(burstSeconds + paceSeconds)
+	fleet := newUsageFleet(drainSeconds + burstSeconds + paceSeconds)
 	fleet.natsOpts = s.natsOpts()
-	burst := fleet.rows(0, burstSeconds)
+	burst := fleet.rows(burstFrom, paceFrom)
 	res := IngestResult{Name: "ingest", Rows: burst, Batches: usageNodes * burstSeconds, Nodes: usageNodes, GPUs: usageNodes * gpusPerNode,
-		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds,
-		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds, DrainSeconds: drainSeconds,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: map[string]CPUFigures{}, LoadAvg: [2]float64{load}}
 	t0 := time.Now()
 	preds, predCols := predictionTraffic(t0)
 	stats, statsCols := reqStatsTraffic(t0)
-	if err := clickhouseCeilings(ctx, s, pool, fleet, predCols, statsCols, &res); err != nil {
+	lags := newLagTracker(fleet)
+	u, err := newUsage(s, js, ch, pool, lags, cfg.Profile)
+	if err != nil {
+		return res, err
+	}
+	w := tightWriter{ch: ceiling, cpu: procClock{clickhouse: s.ch.PID()}}
+	if err := usageDrain(ctx, w, u, url, fleet, lags, pool, &res); err != nil {
 		return res, err
 	}
 	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
 		return res, err
 	}
-	lags := newLagTracker(fleet)
-	if err := startUsage(ctx, s, js, ch, pool, lags, cfg.Profile); err != nil {
-		return res, err
-	}
 	elapsed, err := publishPhases(ctx, url, fleet, lags, &res)
 	if err != nil {
 		return res, err
-	}
-	var count uint64
-	if err := ch.QueryRow(ctx, "SELECT count() FROM gpu_usage").Scan(&count); err != nil {
-		return res, err
-	}
-	if all := fleet.rows(0, burstSeconds+paceSeconds); count != uint64(all) {
-		return res, fmt.Errorf("gpu_usage holds %d rows, %d were published", count, all)
 	}
 	res.Seconds = elapsed.Seconds()
 	res.RowsPerS = float64(burst) / elapsed.Seconds()
@@ -182,10 +210,17 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	res.LagP99S = quantile(lags.lags[burstPhase], 0.99).Seconds()
 	res.RealtimeLagP99S = quantile(lags.lags[pacePhase], 0.99).Seconds()
 	lags.mu.Unlock()
-	res.UsageVsClickHouse = res.RowsPerS / res.ClickHouseRowsPerS
-	if err := smallStreams(ctx, s, js, ch, url, preds, stats, &res); err != nil {
+	var count uint64
+	if err := ch.QueryRow(ctx, "SELECT count() FROM gpu_usage").Scan(&count); err != nil {
 		return res, err
 	}
+	if all := fleet.rows(0, fleet.seconds); count != uint64(all) {
+		return res, fmt.Errorf("gpu_usage holds %d rows, %d were published", count, all)
+	}
+	if err := smallStreams(ctx, s, w, js, ch, url, preds, predCols, stats, statsCols, &res); err != nil {
+		return res, err
+	}
+	res.LoadAvg[1] = load1()
 	res.TargetsMet = map[string]bool{
 		"rows_per_s_at_least_100000":     res.RowsPerS >= 100_000,
 		"at_least_half_raw_publish_rate": res.VsRawPublish >= 0.5,
@@ -193,6 +228,44 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 		"usage_at_least_0.8_clickhouse":  res.UsageVsClickHouse >= 0.8,
 	}
 	return res, nil
+}
+
+// usageDrain publishes the drain's seconds into MP_USAGE and times the
+// consumer, started then, storing them beside the tight writer sending
+// the same rows: a consumer catching up a backlog, as the small streams'
+// are timed. The consumer runs on after.
+func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, url string, fleet *usageFleet, lags *lagTracker, pool *pgxpool.Pool, res *IngestResult) error {
+	from, to := 0, drainSeconds
+	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, from, to, 0, lags.stamp); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	prices, err := billing.LoadRates(ctx, db.New(pool))
+	if err != nil {
+		return err
+	}
+	cols, err := usageCeilingColumns(fleet, prices, from, to)
+	if err != nil {
+		return err
+	}
+	rows := fleet.rows(from, to)
+	c, err := w.compare(ctx, ingest.UsageInsert, cols, rows, func() (time.Duration, error) {
+		start := time.Now()
+		if err := u.Start(ctx); err != nil {
+			return 0, err
+		}
+		if err := lags.wait(ctx, drainPhase); err != nil {
+			return 0, err
+		}
+		lags.mu.Lock()
+		defer lags.mu.Unlock()
+		return lags.lastDone[drainPhase].Sub(start), nil
+	})
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
+	res.UsageDrainRowsPerS, res.ClickHouseRowsPerS, res.UsageVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	res.CPU["usage"] = c.CPUFigures
+	return nil
 }
 
 // rawPublishRate publishes the burst into a scratch stream with
@@ -204,17 +277,17 @@ func rawPublishRate(ctx context.Context, js jetstream.JetStream, url string, fle
 		Duplicates: 2 * time.Minute}); err != nil {
 		return 0, fmt.Errorf("scratch stream: %w", err)
 	}
-	raw, err := fleet.publish(ctx, url, func(node string) string { return "bench.raw." + node }, 0, burstSeconds, 0, nil)
+	raw, err := fleet.publish(ctx, url, func(node string) string { return "bench.raw." + node }, burstFrom, paceFrom, 0, nil)
 	if err != nil {
 		return 0, fmt.Errorf("raw publish: %w", err)
 	}
-	rate := float64(fleet.rows(0, burstSeconds)) / raw.Seconds()
+	rate := float64(fleet.rows(burstFrom, paceFrom)) / raw.Seconds()
 	return rate, js.DeleteStream(ctx, scratch)
 }
 
-// startUsage starts the ingest consumer, which reports every insert to
-// lags, and the CPU profile (profile, when set) beside it; both stop with s.
-func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) error {
+// newUsage builds the ingest consumer, which reports every insert to
+// lags, and starts the CPU profile (profile, when set); both stop with s.
+func newUsage(s *scratch, js jetstream.JetStream, ch driver.Conn, pool *pgxpool.Pool, lags *lagTracker, profile string) (*ingest.Usage, error) {
 	u, err := ingest.NewUsage(ingest.UsageConfig{
 		JS: js, CH: ch, Log: slog.New(slog.DiscardHandler),
 		LoadRates:       func(ctx context.Context) (ingest.Pricer, error) { return billing.LoadRates(ctx, db.New(pool)) },
@@ -222,16 +295,13 @@ func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driv
 		AfterInsert:     lags.inserted,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.profile(profile); err != nil {
-		return err
-	}
-	if err := u.Start(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	s.onClose(u.Stop)
-	return nil
+	return u, nil
 }
 
 // publishPhases publishes the burst and then the real pace into MP_USAGE,
@@ -239,7 +309,7 @@ func startUsage(ctx context.Context, s *scratch, js jetstream.JetStream, ch driv
 // the burst's time from its first publish to its last insert.
 func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lagTracker, res *IngestResult) (time.Duration, error) {
 	start := time.Now()
-	pub, err := fleet.publish(ctx, url, busapi.UsageSubject, 0, burstSeconds, 0, lags.stamp)
+	pub, err := fleet.publish(ctx, url, busapi.UsageSubject, burstFrom, paceFrom, 0, lags.stamp)
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
@@ -250,7 +320,7 @@ func publishPhases(ctx context.Context, url string, fleet *usageFleet, lags *lag
 	lags.mu.Lock()
 	elapsed := lags.lastDone[burstPhase].Sub(start)
 	lags.mu.Unlock()
-	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, burstSeconds, burstSeconds+paceSeconds, time.Second, lags.stamp); err != nil {
+	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, paceFrom, paceFrom+paceSeconds, time.Second, lags.stamp); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
 	return elapsed, lags.wait(ctx, pacePhase)
@@ -263,16 +333,16 @@ type lagTracker struct {
 	published []atomic.Int64 // publish call, Unix ns, by batch index
 
 	mu       sync.Mutex
-	lags     [2][]time.Duration
-	lastDone [2]time.Time
-	done     [2]chan struct{}
-	want     [2]int
+	lags     [3][]time.Duration
+	lastDone [3]time.Time
+	done     [3]chan struct{}
+	want     [3]int
 }
 
 func newLagTracker(fleet *usageFleet) *lagTracker {
 	return &lagTracker{fleet: fleet, published: make([]atomic.Int64, len(fleet.ids)),
-		done: [2]chan struct{}{make(chan struct{}), make(chan struct{})},
-		want: [2]int{usageNodes * burstSeconds, usageNodes * paceSeconds}}
+		done: [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})},
+		want: [3]int{usageNodes * burstSeconds, usageNodes * paceSeconds, usageNodes * drainSeconds}}
 }
 
 // stamp records batch i's publish call.
@@ -286,7 +356,10 @@ func (t *lagTracker) inserted(ids []string) error {
 	for _, id := range ids {
 		i := t.fleet.index[id]
 		phase := burstPhase
-		if t.fleet.second(i) >= burstSeconds {
+		switch sec := t.fleet.second(i); {
+		case sec < burstFrom:
+			phase = drainPhase
+		case sec >= paceFrom:
 			phase = pacePhase
 		}
 		t.lags[phase] = append(t.lags[phase], now.Sub(time.Unix(0, t.published[i].Load())))
@@ -329,10 +402,10 @@ func (f *usageFleet) rows(from, to int) int { return len(f.nodes) * (to - from) 
 func (f *usageFleet) second(i int) int { return i % f.seconds }
 
 // newUsageFleet encodes every batch of seconds seconds, the first one
-// burstSeconds ago.
+// paceFrom seconds ago.
 func newUsageFleet(seconds int) *usageFleet {
 	f := &usageFleet{seconds: seconds, index: make(map[string]int), records: gpusPerNode * slicesPerGPU}
-	t0 := time.Now().Add(-time.Duration(burstSeconds) * time.Second).Unix()
+	t0 := time.Now().Add(-time.Duration(paceFrom) * time.Second).Unix()
 	for n := range usageNodes {
 		node := fmt.Sprintf("gpu-node-%03d", n)
 		f.nodes = append(f.nodes, node)
@@ -380,7 +453,7 @@ func slotAllocation(n, g, sl int) ingest.Allocation {
 // before the first second, as placement would have: the consumer
 // attributes every row by them.
 func recordAllocations(ctx context.Context, q *db.Queries) error {
-	from := time.Now().Add(-time.Duration(burstSeconds)*time.Second - time.Hour)
+	from := time.Now().Add(-time.Duration(paceFrom)*time.Second - time.Hour)
 	var all []ingest.Allocation
 	for n := range usageNodes {
 		for g := range gpusPerNode {

@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"modelplane/billing"
 	"modelplane/busapi"
-	"modelplane/db"
 	"modelplane/ingest"
 )
 
@@ -33,36 +31,115 @@ const (
 	smallPublishers  = 8
 )
 
-// ceilingRate inserts cols (typed column slices of one length, in the
-// order of stmt's column list) into ch from one writer, ceilingRows rows
-// an INSERT, and returns rows per second: ClickHouse's own ceiling for
-// these rows, with nothing to decode, check or acknowledge.
-func ceilingRate(ctx context.Context, ch driver.Conn, stmt string, cols []any) (float64, error) {
-	n := reflect.ValueOf(cols[0]).Len()
-	start := time.Now()
-	for from := 0; from < n; from += ceilingRows {
-		to := min(n, from+ceilingRows)
-		batch, err := ch.PrepareBatch(ctx, stmt)
-		if err != nil {
-			return 0, fmt.Errorf("ceiling insert: %w", err)
-		}
-		for i, c := range cols {
-			if err := batch.Column(i).Append(reflect.ValueOf(c).Slice(from, to).Interface()); err != nil {
-				batch.Close()
-				return 0, fmt.Errorf("ceiling insert column %d: %w", i, err)
-			}
-		}
-		if err := batch.Send(); err != nil {
-			return 0, fmt.Errorf("ceiling insert: %w", err)
-		}
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
+// tightWriter is ClickHouse's own ceiling: one writer inserting typed
+// columns, ceilingRows rows an INSERT, into a database of the scratch
+// ClickHouse migrated like the consumers', with nothing to fetch, decode,
+// check or acknowledge.
+type tightWriter struct {
+	ch  driver.Conn
+	cpu procClock
 }
 
-// usageCeilingColumns are the burst's rows as the consumer stores them:
-// attributed by their allocation, priced, with their batch id and index.
-func usageCeilingColumns(fleet *usageFleet, prices ingest.Pricer) ([]any, error) {
-	n := fleet.rows(0, burstSeconds)
+// send inserts cols (typed column slices of one length, in the order of
+// stmt's column list) with the consumers' own insert code, ingest.SendColumns.
+func (w tightWriter) send(ctx context.Context, stmt string, cols []any) error {
+	n := reflect.ValueOf(cols[0]).Len()
+	part := make([]any, len(cols))
+	for from := 0; from < n; from += ceilingRows {
+		to := min(n, from+ceilingRows)
+		for i, c := range cols {
+			part[i] = reflect.ValueOf(c).Slice(from, to).Interface()
+		}
+		if err := ingest.SendColumns(ctx, w.ch, stmt, part); err != nil {
+			return fmt.Errorf("ceiling insert: %w", err)
+		}
+	}
+	return nil
+}
+
+// comparison is a consumer timed beside the tight writer sending the same
+// rows: rows per second of each, the first over the second, and the CPU
+// each spent per row.
+type comparison struct {
+	IngestRowsPerS, CeilingRowsPerS, RowsPerSRatio float64
+	CPUFigures
+}
+
+// CPUFigures is the CPU time, in microseconds per row, that ClickHouse and
+// this process spent while the tight writer sent the rows (the mean of its
+// two runs) and while the consumer stored them; CPUVsClickHouse is the
+// first total over the second, 1 when the consumer costs no more than one
+// native insert of large blocks.
+type CPUFigures struct {
+	CeilingClickHouseUS float64 `json:"ceiling_clickhouse_us_per_row"`
+	CeilingSelfUS       float64 `json:"ceiling_self_us_per_row"`
+	IngestClickHouseUS  float64 `json:"ingest_clickhouse_us_per_row"`
+	IngestSelfUS        float64 `json:"ingest_self_us_per_row"`
+	CPUVsClickHouse     float64 `json:"cpu_vs_clickhouse"`
+}
+
+// compare times the tight writer sending cols, then drain (which stores
+// the same rows through a consumer and returns how long that took), then
+// the writer again, so that both see the same moments of a shared
+// machine; the ceiling is the mean of the writer's two rates.
+func (w tightWriter) compare(ctx context.Context, stmt string, cols []any, rows int, drain func() (time.Duration, error)) (comparison, error) {
+	var (
+		ceil [2]cpuSpan
+		run  cpuSpan
+		err  error
+	)
+	writer := func() (time.Duration, error) {
+		start := time.Now()
+		err := w.send(ctx, stmt, cols)
+		return time.Since(start), err
+	}
+	if ceil[0], err = w.cpu.span(writer); err != nil {
+		return comparison{}, err
+	}
+	if run, err = w.cpu.span(drain); err != nil {
+		return comparison{}, err
+	}
+	if ceil[1], err = w.cpu.span(writer); err != nil {
+		return comparison{}, err
+	}
+	perRow := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows) }
+	c := comparison{
+		IngestRowsPerS:  float64(rows) / run.wall.Seconds(),
+		CeilingRowsPerS: (float64(rows)/ceil[0].wall.Seconds() + float64(rows)/ceil[1].wall.Seconds()) / 2,
+		CPUFigures: CPUFigures{
+			CeilingClickHouseUS: perRow((ceil[0].clickhouse + ceil[1].clickhouse) / 2), CeilingSelfUS: perRow((ceil[0].self + ceil[1].self) / 2),
+			IngestClickHouseUS: perRow(run.clickhouse), IngestSelfUS: perRow(run.self),
+		},
+	}
+	c.RowsPerSRatio = c.IngestRowsPerS / c.CeilingRowsPerS
+	c.CPUVsClickHouse = (c.CeilingClickHouseUS + c.CeilingSelfUS) / (c.IngestClickHouseUS + c.IngestSelfUS)
+	return c, nil
+}
+
+// procClock reads the CPU time (user and system, all threads) of this
+// process and of the scratch ClickHouse, process clickhouse.
+type procClock struct{ clickhouse int }
+
+// cpuSpan is one timed step: its wall time, and the CPU time each process
+// spent meanwhile.
+type cpuSpan struct{ wall, self, clickhouse time.Duration }
+
+// span runs f, which returns the wall time it measured, and adds the CPU
+// time spent over it.
+func (c procClock) span(f func() (time.Duration, error)) (cpuSpan, error) {
+	self, ch := pidCPU(os.Getpid()), pidCPU(c.clickhouse)
+	wall, err := f()
+	if err != nil {
+		return cpuSpan{}, err
+	}
+	return cpuSpan{wall: wall, self: pidCPU(os.Getpid()) - self, clickhouse: pidCPU(c.clickhouse) - ch}, nil
+}
+
+// usageCeilingColumns are the rows of seconds [from, to) as the consumer
+// stores them: attributed by their allocation, priced, with their batch id
+// and index.
+func usageCeilingColumns(fleet *usageFleet, prices ingest.Pricer, from, to int) ([]any, error) {
+	n := fleet.rows(from, to)
 	var (
 		ts                                                        = make([]int64, 0, n)
 		node                                                      = make([]string, 0, n)
@@ -75,7 +152,7 @@ func usageCeilingColumns(fleet *usageFleet, prices ingest.Pricer) ([]any, error)
 		rowIdx                 = make([]uint32, 0, n)
 	)
 	for ni := range fleet.nodes {
-		for s := range burstSeconds {
+		for s := from; s < to; s++ {
 			var b busapi.UsageBatch
 			if err := json.Unmarshal(fleet.batches[ni][s], &b); err != nil {
 				return nil, err
@@ -249,10 +326,11 @@ func publishSmall(ctx context.Context, url string, opts []nats.Option, msgs []sm
 	return first
 }
 
-// drainRate starts a consumer over a stream that already holds every
-// message, waits until rows() reaches want, and returns rows per second
-// from the start to then: the ingest path alone, from fetch to ack.
-func drainRate(ctx context.Context, start func(context.Context) error, stop func(), rows func() uint64, want uint64) (float64, error) {
+// drainTime starts a consumer over a stream that already holds every
+// message, waits until rows() reaches want, and returns the time from the
+// start to then: the ingest path alone, from fetch to ack. The consumer
+// is stopped after.
+func drainTime(ctx context.Context, start func(context.Context) error, stop func(), rows func() uint64, want uint64) (time.Duration, error) {
 	t0 := time.Now()
 	if err := start(ctx); err != nil {
 		return 0, err
@@ -270,41 +348,15 @@ func drainRate(ctx context.Context, start func(context.Context) error, stop func
 			return 0, ctx.Err()
 		}
 	}
-	return float64(want) / time.Since(t0).Seconds(), nil
-}
-
-// clickhouseCeilings measures the tight writer's rate for each stream's
-// rows into database ceiling of the scratch ClickHouse, before any
-// consumer runs.
-func clickhouseCeilings(ctx context.Context, s *scratch, pool *pgxpool.Pool, fleet *usageFleet, predCols, statsCols []any, res *IngestResult) error {
-	ceiling, err := s.clickhouseDB(ctx, "ceiling")
-	if err != nil {
-		return err
-	}
-	prices, err := billing.LoadRates(ctx, db.New(pool))
-	if err != nil {
-		return err
-	}
-	usageCols, err := usageCeilingColumns(fleet, prices)
-	if err != nil {
-		return err
-	}
-	if res.ClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.UsageInsert, usageCols); err != nil {
-		return fmt.Errorf("usage: %w", err)
-	}
-	if res.PredictionClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.PredictionsInsert, predCols); err != nil {
-		return fmt.Errorf("predictions: %w", err)
-	}
-	if res.ReqStatsClickHouseRowsPerS, err = ceilingRate(ctx, ceiling, ingest.ReqStatsInsert, statsCols); err != nil {
-		return fmt.Errorf("reqstats: %w", err)
-	}
-	return nil
+	return time.Since(t0), nil
 }
 
 // smallStreams publishes the prediction samples and the request
-// statistics, then times each consumer draining its stream, and checks
+// statistics, then times each consumer draining its stream beside the
+// tight writer sending the same rows (predCols, statsCols), and checks
 // that ClickHouse holds exactly the rows published.
-func smallStreams(ctx context.Context, s *scratch, js jetstream.JetStream, ch driver.Conn, url string, preds, stats []smallMsg, res *IngestResult) error {
+func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.JetStream, ch driver.Conn, url string, preds []smallMsg, predCols []any,
+	stats []smallMsg, statsCols []any, res *IngestResult) error {
 	res.PredictionSamples, res.ReqStatsMessages = len(preds), len(stats)
 	if err := publishSmall(ctx, url, s.natsOpts(), append(preds, stats...)); err != nil {
 		return fmt.Errorf("publish samples and statistics: %w", err)
@@ -314,16 +366,26 @@ func smallStreams(ctx context.Context, s *scratch, js jetstream.JetStream, ch dr
 		return err
 	}
 	predRows := uint64(len(preds) * predInstances)
-	if res.PredictionRowsPerS, err = drainRate(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows); err != nil {
+	c, err := w.compare(ctx, ingest.PredictionsInsert, predCols, int(predRows), func() (time.Duration, error) {
+		return drainTime(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows)
+	})
+	if err != nil {
 		return fmt.Errorf("predictions: %w", err)
 	}
+	res.PredictionRowsPerS, res.PredictionClickHouseRowsPerS, res.PredictionsVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	res.CPU["predictions"] = c.CPUFigures
 	r, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: js, CH: ch})
 	if err != nil {
 		return err
 	}
-	if res.ReqStatsRowsPerS, err = drainRate(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, uint64(len(stats))); err != nil {
+	c, err = w.compare(ctx, ingest.ReqStatsInsert, statsCols, len(stats), func() (time.Duration, error) {
+		return drainTime(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, uint64(len(stats)))
+	})
+	if err != nil {
 		return fmt.Errorf("reqstats: %w", err)
 	}
+	res.ReqStatsRowsPerS, res.ReqStatsClickHouseRowsPerS, res.ReqStatsVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	res.CPU["reqstats"] = c.CPUFigures
 	for table, want := range map[string]uint64{"prediction_samples": predRows, "request_stats": uint64(len(stats))} {
 		var got uint64
 		if err := ch.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&got); err != nil {
@@ -333,7 +395,5 @@ func smallStreams(ctx context.Context, s *scratch, js jetstream.JetStream, ch dr
 			return fmt.Errorf("%s holds %d rows, %d were published", table, got, want)
 		}
 	}
-	res.PredictionsVsClickHouse = res.PredictionRowsPerS / res.PredictionClickHouseRowsPerS
-	res.ReqStatsVsClickHouse = res.ReqStatsRowsPerS / res.ReqStatsClickHouseRowsPerS
 	return nil
 }

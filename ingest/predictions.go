@@ -183,7 +183,7 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
 	if rows == 0 {
 		return nil
 	}
-	if err := sendColumns(ctx, c.cfg.CH, PredictionsInsert, cols.list()); err != nil {
+	if err := SendColumns(ctx, c.cfg.CH, PredictionsInsert, cols.list()); err != nil {
 		return fmt.Errorf("prediction samples insert: %w", err)
 	}
 	c.stats.samples.Add(uint64(samples))

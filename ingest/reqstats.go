@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,7 +82,7 @@ func (c *ReqStats) decode(msgs []jetstream.Msg) []heldStats {
 	held := make([]heldStats, 0, len(msgs))
 	for _, m := range msgs {
 		var s busapi.ReqStats
-		err := json.Unmarshal(m.Data(), &s)
+		err := decodeExact(m.Data(), &s)
 		switch {
 		case err != nil:
 		case s.ID == "" || s.Endpoint == "" || s.Version == "":
@@ -170,7 +169,7 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	if rows == 0 {
 		return nil
 	}
-	if err := sendColumns(ctx, c.cfg.CH, ReqStatsInsert, cols.list()); err != nil {
+	if err := SendColumns(ctx, c.cfg.CH, ReqStatsInsert, cols.list()); err != nil {
 		return fmt.Errorf("reqstats insert: %w", err)
 	}
 	c.stats.rows.Add(uint64(rows))

@@ -82,9 +82,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 
 // FuzzDecodeSample holds decodeJSON to encoding/json for prediction
 // samples, as FuzzDecodeBatch does for usage: no panic, and what
-// encoding/json accepts decodes to the same sample. (Request statistics
-// stay on encoding/json: goccy/go-json matches their keys case-sensitively,
-// where encoding/json does not, so an "ID" key would decode differently.)
+// encoding/json accepts decodes to the same sample.
 func FuzzDecodeSample(f *testing.F) {
 	sample, _ := json.Marshal(busapi.PredictionSample{ID: "req-1", Time: 1_800_000_000_007, Endpoint: "fraud", Team: "risk", Version: "v23",
 		LatencyMS: 1.5, FeatureNames: []string{"amount", "country"},
@@ -114,6 +112,42 @@ func FuzzDecodeSample(f *testing.F) {
 		}
 		if fastErr == nil {
 			_ = checkSample(busapi.PredictionSubject(fast.Endpoint), &fast)
+		}
+	})
+}
+
+// FuzzDecodeReqStats holds decodeExact to encoding/json for request
+// statistics: no panic, the same error or none, and the same message.
+// goccy/go-json alone decodes an "ID" key differently (it matches this
+// struct's keys case-sensitively); the seeds hold such keys.
+func FuzzDecodeReqStats(f *testing.F) {
+	stats, _ := json.Marshal(busapi.ReqStats{ID: "gw-1/fraud/v23/1", WindowStart: 1_800_000_000_000, WindowEnd: 1_800_000_005_000, Gateway: "gw-1",
+		Endpoint: "fraud", Team: "risk", Version: "v23", Count: 3, Errors: busapi.ErrorCounts{Client: 1},
+		Latency: make([]uint64, busapi.LatencyBuckets), LatencySumMS: 12.5,
+		Notable: []busapi.NotableRequest{{Kind: "slow", RequestID: "r1", Status: 200, LatencyMS: 900}}})
+	for _, s := range []string{
+		string(stats),
+		`{"ID":"a","Window_Start":5,"ENDPOINT":"e","Errors":{"CLIENT":3},"Notable":[{"Kind":"k"}]}`,
+		`{"id":"a","count":1,"count":2,"latency":[1],"latency":null}`,
+		`{"id":"a","unknown":{"x":[1,2]},"count":1}`,
+		`{"id":"\ud800","window_start":9223372036854775808}`,
+		`{"id":"a","errors":{"client":-1},"pinned":"true"}`,
+		`{"id":"a","notable":[{"status":1.5}]}`,
+		`{"id":"\xff"}`,
+		`null`,
+		`{"id":"a"} {}`,
+		`{"id":"a"}  `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast, std busapi.ReqStats
+		fastErr, stdErr := decodeExact(data, &fast), json.Unmarshal(data, &std)
+		if (fastErr == nil) != (stdErr == nil) {
+			t.Fatalf("decodeExact error %v, encoding/json error %v", fastErr, stdErr)
+		}
+		if fastErr == nil && !reflect.DeepEqual(fast, std) {
+			t.Fatalf("decodeExact = %+v\nencoding/json = %+v", fast, std)
 		}
 	})
 }

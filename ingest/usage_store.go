@@ -485,15 +485,5 @@ func (u *Usage) warnUnpriced(gpuType, profile string) {
 func (u *Usage) insert(ctx context.Context, db string, c usageColumns) error {
 	u.repair.writes.RLock()
 	defer u.repair.writes.RUnlock()
-	batch, err := u.cfg.CH.PrepareBatch(writeContext(ctx, db), UsageInsert)
-	if err != nil {
-		return err
-	}
-	defer batch.Close()
-	for i, col := range c.list() {
-		if err := batch.Column(i).Append(col); err != nil {
-			return fmt.Errorf("column %d: %w", i, err)
-		}
-	}
-	return batch.Send()
+	return SendColumns(writeContext(ctx, db), u.cfg.CH, UsageInsert, c.list())
 }

@@ -38,6 +38,15 @@ func (s *Server) URL(name string) string {
 	return fmt.Sprintf("clickhouse://default@%s/%s", s.Addr(), name)
 }
 
+// PID is the server's process id, while it runs (0 before the first
+// launch): benchmarks read its CPU time from /proc.
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 const systemConfig = "/etc/clickhouse-server/config.xml"
 
 // Start starts ClickHouse with its data in dir (kept between starts).
