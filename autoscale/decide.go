@@ -136,7 +136,7 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	d.Readings = make([]Reading, len(p.Signals))
 	// raw is the largest load measured, forecasts left out: what panic
 	// is judged on. falling is each signal's load now by its trend when
-	// that trend falls past half the tolerance over the horizon, else 0.
+	// that trend falls, else 0.
 	best, bestLoad, raw := -1, 0.0, 0.0
 	falling := make([]float64, len(p.Signals))
 	var missing []Signal
@@ -234,16 +234,12 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		if r.Held {
 			label += fmt.Sprintf(" (backlog held: %d starting, %d ready, or not growing)", d.Starting, len(in.Ready))
 		}
-		switch {
-		case r.Forecast > 0 && bestLoad > float64(current):
-			// A climb is met before it arrives: the forecast asks for
-			// capacity a cold start ahead, and waiting for it to leave
-			// the band would let a queue build on the climb.
-			rec = r.Desired
+		if r.Forecast > 0 {
 			label += trendNote(r, p.TrendHorizon)
-		case math.Abs(bestLoad/float64(current)-1) <= p.Tolerance:
+		}
+		if math.Abs(bestLoad/float64(current)-1) <= p.Tolerance {
 			inBand = true
-		default:
+		} else {
 			rec = r.Desired
 		}
 		if raw >= p.PanicThreshold*float64(current) {

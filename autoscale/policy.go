@@ -86,11 +86,10 @@ type Policy struct {
 	Predictive Predictive
 	// TrendHorizon, above 0, follows the trend of each rate signal (rps,
 	// tokens_per_s, prompt_tokens_per_s) fitted over the last TrendWindow:
-	// a rising load is projected this far ahead (the version's cold start,
-	// plus the lag of the replicas' rate window) and the count raised to
-	// the projection, past the tolerance band and at most the tolerance
-	// above the load; with ScaleDownBasis mean a load falling by more than
-	// half the tolerance over the horizon is followed at once. 0 (the
+	// a rising load is projected this far ahead (about the version's cold
+	// start) and the signal's desire follows the projection, at most the
+	// tolerance above the load; with ScaleDownBasis mean a falling load is
+	// followed by the line's level rather than the window's mean. 0 (the
 	// default) is off.
 	TrendHorizon time.Duration
 }

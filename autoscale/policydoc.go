@@ -31,7 +31,7 @@ type PolicyDoc struct {
 	ScaleToZeroGraceS       float64     `json:"scale_to_zero_grace_s"`
 	ColdStartBudgetS        float64     `json:"cold_start_budget_s"`
 	Predictive              string      `json:"predictive" enum:"off,advisory,on"`
-	TrendHorizonS           float64     `json:"trend_horizon_s,omitempty" doc:"Above 0, scale on the trend of the rate signals (rps, tokens_per_s, prompt_tokens_per_s) over the last two minutes: a rising load projected this many seconds ahead (about the cold start) raises the count before it arrives; with scale_down_basis mean a falling load is followed at once. 0 or left out: off. At most 600."`
+	TrendHorizonS           float64     `json:"trend_horizon_s,omitempty" doc:"Above 0, scale on the trend of the rate signals (rps, tokens_per_s, prompt_tokens_per_s) over the last two minutes: a rising load projected this many seconds ahead (about the cold start) raises the count before it arrives; with scale_down_basis mean a falling load is followed by its trend rather than the window's mean. 0 or left out: off. At most 600."`
 }
 
 // seconds turns an API duration into a time.Duration, keeping NaN and

@@ -9,8 +9,8 @@ import (
 // load over the last TrendWindow says where the load is heading. A rising
 // line projected over the horizon (the cold start) scales up before the
 // climb arrives, since a replica asked for now serves only a cold start
-// later; a falling one lets a mean scale-down basis follow the fall at
-// once instead of half a window late. Only rate signals have a trend worth
+// later; a falling one lets a mean scale-down basis follow the fall by the
+// line's level now instead of the window's mean, half a window late. Only rate signals have a trend worth
 // following: a backlog or a level (in flight, KV use) changes with the
 // count itself.
 
@@ -77,9 +77,8 @@ func (s *State) trend(k int, now int64, x float64) (level, slope float64, ok boo
 // horizon, given the load it measures now, and r's Trend and Forecast set:
 // a rising trend's projection over the horizon when above the load, at
 // most the load plus the tolerance (a step read as a slope would ask for
-// many times what it needs; panic handles steps). fall is the load by the
-// trend now when the trend falls by more than half the tolerance over the
-// horizon (noise around a level moves the line less), else 0.
+// many times what it needs; panic handles steps). fall is the line's
+// level now when it falls, else 0.
 func (s *State) followTrend(p *Policy, r *Reading, now int64, load float64) (follow, fall float64) {
 	level, slope, ok := s.trend(r.Signal.index(), now, load)
 	if !ok {
@@ -91,13 +90,13 @@ func (s *State) followTrend(p *Policy, r *Reading, now int64, load float64) (fol
 		r.Forecast = f
 		return f, 0
 	}
-	if -slope*h >= p.Tolerance/2*level && level > 0 {
+	if slope < 0 && level > 0 {
 		return load, level
 	}
 	return load, 0
 }
 
-// trendNote is the reason's note for a recommendation raised by a trend.
+// trendNote is the reason's note for a desire that follows a rising trend.
 func trendNote(r Reading, h time.Duration) string {
 	return fmt.Sprintf(" (trend +%s/min: %s in %s)", num(r.Trend), num(r.Forecast), h)
 }

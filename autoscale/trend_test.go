@@ -80,7 +80,7 @@ func TestATrendScalesUpAheadOfAClimb(t *testing.T) {
 	on.TrendHorizon = 60 * time.Second
 	// Until two minutes in the load stays within the 10 % band of 10:
 	// without the trend nothing moves; with it the load a minute ahead
-	// asks for 11 once the trend has a minute of history, then 12.
+	// leaves the band about a minute in (10.5 + 0.5) and asks for more.
 	eOff, dOff := climb(off, 2*time.Minute)
 	eOn, dOn := climb(on, 2*time.Minute)
 	if eOff.current != 10 {
