@@ -122,4 +122,16 @@ func TestPortalAutoscalingSection(t *testing.T) {
 	if status != http.StatusOK || doc.Find("#autoscaling-saved").Length() != 1 || !strings.Contains(doc.Find("#autoscale-policy").Text(), "rps 200 per replica") {
 		t.Fatalf("good policy = %d, policy %q; want saved with rps 200", status, doc.Find("#autoscale-policy").Text())
 	}
+	// A trend horizon set through the API is shown, and a save from the
+	// form, which has no field for it, keeps it.
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPut, "/endpoints/risk-endpoint/autoscaling",
+		autoscalingBody(func(b map[string]any) { b["trend_horizon_s"] = 45 })); r.status != http.StatusOK {
+		t.Fatalf("PUT with a trend horizon = %s", r)
+	}
+	if got := u.page("/endpoints/risk-endpoint").Find("#autoscale-policy").Text(); !strings.Contains(got, "rate trend followed 45s ahead") {
+		t.Errorf("policy line = %q, want the trend horizon", got)
+	}
+	if status, doc = post("rps=150"); status != http.StatusOK || !strings.Contains(doc.Find("#autoscale-policy").Text(), "rate trend followed 45s ahead") {
+		t.Errorf("after a form save = %d, policy %q; want the trend horizon kept", status, doc.Find("#autoscale-policy").Text())
+	}
 }
