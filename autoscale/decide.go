@@ -46,6 +46,12 @@ type Reading struct {
 	// (Held).
 	Desired int  `json:"desired"`
 	Held    bool `json:"held,omitempty"`
+	// Trend is a rate signal's load trend in replicas per minute (policy
+	// trend horizon above 0, two minutes of history); Forecast, when the
+	// trend rises, the load projected over the horizon, which Desired then
+	// follows (see Policy.TrendHorizon).
+	Trend    float64 `json:"trend,omitempty"`
+	Forecast float64 `json:"forecast,omitempty"`
 }
 
 // Decision is one evaluation's result with everything it was decided from.
@@ -96,6 +102,9 @@ type State struct {
 	// ScaleDownMean only; lastUp is when the count last rose (0: never).
 	loads  []loadAt
 	lastUp int64
+	// trends are the rate signals' loads over the last TrendWindow, for
+	// a policy with a trend horizon.
+	trends [signalCount][]loadAt
 }
 
 type loadAt struct {
@@ -125,7 +134,11 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	// Per signal: the per-replica mean over the ready replicas reporting
 	// it; its desire is the load it measures, ready × mean, in replicas.
 	d.Readings = make([]Reading, len(p.Signals))
-	best, bestLoad := -1, 0.0
+	// raw is the largest load measured, forecasts left out: what panic
+	// is judged on. falling is each signal's load now by its trend when
+	// that trend falls, else 0.
+	best, bestLoad, raw := -1, 0.0, 0.0
+	falling := make([]float64, len(p.Signals))
 	var missing []Signal
 	for i, t := range p.Signals {
 		r := Reading{Signal: t.Signal, Target: t.Target}
@@ -155,6 +168,10 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 				if (2*d.Starting >= len(in.Ready) || !growing) && load > float64(current) {
 					load, r.Held = float64(current), true
 				}
+			}
+			raw = max(raw, load)
+			if p.TrendHorizon > 0 && t.Signal.rate() {
+				load, falling[i] = s.followTrend(p, &r, now, load)
 			}
 			r.Desired = ceil(load)
 			if best < 0 || load > bestLoad {
@@ -217,12 +234,15 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		if r.Held {
 			label += fmt.Sprintf(" (backlog held: %d starting, %d ready, or not growing)", d.Starting, len(in.Ready))
 		}
+		if r.Forecast > 0 {
+			label += trendNote(r, p.TrendHorizon)
+		}
 		if math.Abs(bestLoad/float64(current)-1) <= p.Tolerance {
 			inBand = true
 		} else {
 			rec = r.Desired
 		}
-		if bestLoad >= p.PanicThreshold*float64(current) {
+		if raw >= p.PanicThreshold*float64(current) {
 			s.panicUntil = now + int64(p.ScaleDownStabilization)
 			if s.panicUntil == now {
 				s.panicUntil++ // a zero window still holds this evaluation
@@ -250,7 +270,7 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	downHigh := s.down.push(now, rec, p.ScaleDownStabilization, true)
 	downWhat := "" // what holds a scale-down, for the reason; "": the window
 	if p.ScaleDownBasis == ScaleDownMean && best >= 0 {
-		downHigh, downWhat = s.downToMean(p, now, bestLoad, current, rec, floor)
+		downHigh, downWhat = s.downToMean(p, now, bestLoad, falling[best], current, rec, floor)
 	}
 	result := current
 	var notes []string
@@ -369,8 +389,11 @@ func downHolds(p *Policy, what string, n int) string {
 // at now, and what holds it, for the reason: the mean winning load over the
 // scale-down window with the tolerance added, when that is below the count
 // by more than the tolerance, no sooner than a window after the last
-// scale-up, and never below this evaluation's recommendation rec.
-func (s *State) downToMean(p *Policy, now int64, x float64, current, rec, floor int) (int, string) {
+// scale-up, and never below this evaluation's recommendation rec. A load
+// falling by its trend (fall above 0, its level now) is followed at once:
+// the trend's level stands for the window's mean, which lags it by half
+// a window.
+func (s *State) downToMean(p *Policy, now int64, x, fall float64, current, rec, floor int) (int, string) {
 	i := 0
 	for i < len(s.loads) && now-s.loads[i].at >= int64(p.ScaleDownStabilization) {
 		i++
@@ -385,6 +408,10 @@ func (s *State) downToMean(p *Policy, now int64, x float64, current, rec, floor 
 	}
 	mean := sum / float64(len(s.loads))
 	what := fmt.Sprintf("mean load %s over %s", num(mean), p.ScaleDownStabilization)
+	if fall > 0 {
+		mean = fall
+		what = fmt.Sprintf("falling load %s by its trend", num(mean))
+	}
 	if s.lastUp != 0 && now-s.lastUp < int64(p.ScaleDownStabilization) {
 		return current, fmt.Sprintf("scaled up %s ago, down window %s", time.Duration(now-s.lastUp), p.ScaleDownStabilization)
 	}

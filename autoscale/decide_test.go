@@ -442,10 +442,10 @@ func TestDecisionKeepsItsInputs(t *testing.T) {
 	ready = append(ready, Sample{}) // a ready replica that reported nothing
 	d := s.Decide(&p, Input{Now: t0, Current: 5, Ready: ready})
 	want := []Reading{
-		{InFlight, 200, 150, 3, 3, false},
-		{KVCache, 0.85, 0.9, 3, 5, false},
-		{QueueDepth, 4, 2, 3, 2, false},
-		{TokensPerSecond, 2000, 1500, 3, 3, false},
+		{Signal: InFlight, Target: 200, Value: 150, Replicas: 3, Desired: 3},
+		{Signal: KVCache, Target: 0.85, Value: 0.9, Replicas: 3, Desired: 5},
+		{Signal: QueueDepth, Target: 4, Value: 2, Replicas: 3, Desired: 2},
+		{Signal: TokensPerSecond, Target: 2000, Value: 1500, Replicas: 3, Desired: 3},
 	}
 	for i, r := range d.Readings {
 		if r != want[i] {

@@ -84,6 +84,14 @@ type Policy struct {
 	// Predictive is the predictive mode; on raises the count to the
 	// forecast's, advisory only records it in the reason.
 	Predictive Predictive
+	// TrendHorizon, above 0, follows the trend of each rate signal (rps,
+	// tokens_per_s, prompt_tokens_per_s) fitted over the last TrendWindow:
+	// a rising load is projected this far ahead (about the version's cold
+	// start) and the signal's desire follows the projection, at most the
+	// tolerance above the load; with ScaleDownBasis mean a falling load is
+	// followed by the line's level rather than the window's mean. 0 (the
+	// default) is off.
+	TrendHorizon time.Duration
 }
 
 // The seed's defaults (seed 001 section 7).
@@ -194,6 +202,9 @@ func (p Policy) Validate(task Task, gpu bool) error {
 	}
 	if p.ColdStartBudget <= 0 {
 		errs.Add("cold_start_budget_s", "must be positive, got %v", p.ColdStartBudget.Seconds())
+	}
+	if p.TrendHorizon < 0 || p.TrendHorizon > MaxTrendHorizon {
+		errs.Add("trend_horizon_s", "must be from 0 (off) to %v, got %v", MaxTrendHorizon.Seconds(), p.TrendHorizon.Seconds())
 	}
 	switch p.Predictive {
 	case PredictiveOff, PredictiveAdvisory, PredictiveOn:

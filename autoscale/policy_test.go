@@ -3,6 +3,7 @@ package autoscale
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"an unknown predictive mode", TaskClassification, false, func(p *Policy) { p.Predictive = "maybe" }, []string{"predictive"}},
 		{"an unknown scale-down basis", TaskClassification, false, func(p *Policy) { p.ScaleDownBasis = "median" }, []string{"scale_down_basis"}},
 		{"a scale-down to the mean is fine", TaskLLM, true, func(p *Policy) { p.ScaleDownBasis = ScaleDownMean }, nil},
+		{"a negative trend horizon", TaskLLM, true, func(p *Policy) { p.TrendHorizon = -time.Second }, []string{"trend_horizon_s"}},
+		{"a trend horizon past ten minutes", TaskLLM, true, func(p *Policy) { p.TrendHorizon = 11 * time.Minute }, []string{"trend_horizon_s"}},
+		{"a trend horizon of a cold start is fine", TaskLLM, true, func(p *Policy) { p.TrendHorizon = 55 * time.Second }, nil},
 		{"every bad field at once", TaskClassification, false, func(p *Policy) {
 			p.Signals[0].Target, p.MinReplicas, p.MaxReplicas, p.ScaleUpRate = 0, 3, 2, 0.5
 		}, []string{"min_replicas", "scale_up_rate", "signals[0].target"}},
@@ -121,5 +125,24 @@ func TestADocWithoutAScaleDownBasisScalesDownByThePeak(t *testing.T) {
 	mean.ScaleDownBasis = ScaleDownMean
 	if got := StoredPolicy(StoreJSON(mean), "llm", true, 1, 100, time.Minute).ScaleDownBasis; got != ScaleDownMean {
 		t.Errorf("a stored mean policy reads back %q", got)
+	}
+}
+
+func TestATrendHorizonIsOptionalAndStored(t *testing.T) {
+	t.Parallel()
+	def := DefaultPolicy(TaskLLM, true, 1)
+	if def.TrendHorizon != 0 {
+		t.Errorf("the default policy's trend horizon is %v, want 0 (off)", def.TrendHorizon)
+	}
+	if b := StoreJSON(def); strings.Contains(string(b), "trend_horizon_s") {
+		t.Errorf("a policy without a trend stores %s, want no trend_horizon_s", b)
+	}
+	trend := def
+	trend.TrendHorizon = 55 * time.Second
+	if got := StoredPolicy(StoreJSON(trend), "llm", true, 1, 100, time.Minute).TrendHorizon; got != 55*time.Second {
+		t.Errorf("a stored trend horizon of 55s reads back %v", got)
+	}
+	if got := StoredPolicy([]byte(`{"predictive":"off"}`), "llm", true, 1, 100, time.Minute).TrendHorizon; got != 0 {
+		t.Errorf("a stored policy from before the field reads trend horizon %v, want 0", got)
 	}
 }

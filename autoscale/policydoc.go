@@ -31,6 +31,7 @@ type PolicyDoc struct {
 	ScaleToZeroGraceS       float64     `json:"scale_to_zero_grace_s"`
 	ColdStartBudgetS        float64     `json:"cold_start_budget_s"`
 	Predictive              string      `json:"predictive" enum:"off,advisory,on"`
+	TrendHorizonS           float64     `json:"trend_horizon_s,omitempty" doc:"Above 0, scale on the trend of the rate signals (rps, tokens_per_s, prompt_tokens_per_s) over the last two minutes: a rising load projected this many seconds ahead (about the cold start) raises the count before it arrives; with scale_down_basis mean a falling load is followed by its trend rather than the window's mean. 0 or left out: off. At most 600."`
 }
 
 // seconds turns an API duration into a time.Duration, keeping NaN and
@@ -53,7 +54,7 @@ func (p PolicyDoc) Policy() Policy {
 		ScaleDownBasis: ScaleDownBasis(p.ScaleDownBasis),
 		ScaleUpRate:    p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
 		ScaleToZeroGrace: seconds(p.ScaleToZeroGraceS), ColdStartBudget: seconds(p.ColdStartBudgetS),
-		Predictive: Predictive(p.Predictive), Signals: make([]Target, len(p.Signals))}
+		Predictive: Predictive(p.Predictive), TrendHorizon: seconds(p.TrendHorizonS), Signals: make([]Target, len(p.Signals))}
 	if out.ScaleDownBasis == "" {
 		out.ScaleDownBasis = ScaleDownPeak // left out: the default
 	}
@@ -70,7 +71,7 @@ func DocOf(p Policy) PolicyDoc {
 		ScaleDownBasis: string(p.ScaleDownBasis),
 		ScaleUpRate:    p.ScaleUpRate, ScaleDownRate: p.ScaleDownRate, Tolerance: p.Tolerance, PanicThreshold: p.PanicThreshold,
 		ScaleToZeroGraceS: p.ScaleToZeroGrace.Seconds(), ColdStartBudgetS: p.ColdStartBudget.Seconds(),
-		Predictive: string(p.Predictive), Signals: make([]TargetDoc, len(p.Signals))}
+		Predictive: string(p.Predictive), TrendHorizonS: p.TrendHorizon.Seconds(), Signals: make([]TargetDoc, len(p.Signals))}
 	for i, t := range p.Signals {
 		out.Signals[i] = TargetDoc{Signal: string(t.Signal), Target: t.Target}
 	}

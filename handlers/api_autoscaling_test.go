@@ -68,6 +68,7 @@ func TestAPIAutoscalingPolicy(t *testing.T) {
 		{"up rate below 1", func(b map[string]any) { b["scale_up_rate"] = 0.5 }, "body.scale_up_rate"},
 		{"down rate above 1", func(b map[string]any) { b["scale_down_rate"] = 1.5 }, "body.scale_down_rate"},
 		{"unknown scale-down basis", func(b map[string]any) { b["scale_down_basis"] = "median" }, "body.scale_down_basis"},
+		{"trend horizon past ten minutes", func(b map[string]any) { b["trend_horizon_s"] = 601 }, "body.trend_horizon_s"},
 		{"unknown signal", func(b map[string]any) { b["signals"] = []map[string]any{{"signal": "vibes", "target": 1}} }, "body.signals[0].signal"},
 		{"KV use on a classifier", func(b map[string]any) { b["signals"] = []map[string]any{{"signal": "kv_cache", "target": 0.8}} }, "body.signals[0].signal"},
 		{"tokens/s on a classifier", func(b map[string]any) {
@@ -81,6 +82,13 @@ func TestAPIAutoscalingPolicy(t *testing.T) {
 	}
 	if a := get(); a.Policy.MaxReplicas != 5 || a.Policy.Signals[0].Target != 100 {
 		t.Errorf("after refused updates = %+v, want the stored policy kept", a)
+	}
+	trend := autoscalingBody(func(b map[string]any) { b["trend_horizon_s"] = 45 })
+	if r := e.call(t, admin, http.MethodPut, "/endpoints/risk-endpoint/autoscaling", trend); r.status != http.StatusOK {
+		t.Fatalf("PUT with a trend horizon = %s", r)
+	}
+	if a := get(); a.Policy.TrendHorizonS != 45 {
+		t.Errorf("trend_horizon_s = %v after a PUT of 45", a.Policy.TrendHorizonS)
 	}
 	if r := e.call(t, e.Keys["risk-viewer"], http.MethodPut, "/endpoints/risk-endpoint/autoscaling", autoscalingBody(nil)); r.status != http.StatusForbidden {
 		t.Errorf("viewer PUT = %d, want 403", r.status)
@@ -113,5 +121,17 @@ func TestPortalAutoscalingSection(t *testing.T) {
 	status, doc = post("rps=200")
 	if status != http.StatusOK || doc.Find("#autoscaling-saved").Length() != 1 || !strings.Contains(doc.Find("#autoscale-policy").Text(), "rps 200 per replica") {
 		t.Fatalf("good policy = %d, policy %q; want saved with rps 200", status, doc.Find("#autoscale-policy").Text())
+	}
+	// A trend horizon set through the API is shown, and a save from the
+	// form, which has no field for it, keeps it.
+	if r := e.call(t, e.Keys["risk-admin"], http.MethodPut, "/endpoints/risk-endpoint/autoscaling",
+		autoscalingBody(func(b map[string]any) { b["trend_horizon_s"] = 45 })); r.status != http.StatusOK {
+		t.Fatalf("PUT with a trend horizon = %s", r)
+	}
+	if got := u.page("/endpoints/risk-endpoint").Find("#autoscale-policy").Text(); !strings.Contains(got, "rate trend followed 45s ahead") {
+		t.Errorf("policy line = %q, want the trend horizon", got)
+	}
+	if status, doc = post("rps=150"); status != http.StatusOK || !strings.Contains(doc.Find("#autoscale-policy").Text(), "rate trend followed 45s ahead") {
+		t.Errorf("after a form save = %d, policy %q; want the trend horizon kept", status, doc.Find("#autoscale-policy").Text())
 	}
 }

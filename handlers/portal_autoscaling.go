@@ -43,6 +43,9 @@ func (s *Server) autoscalingProps(ctx context.Context, p *auth.Principal, e endp
 		fmt.Sprintf("up ≤ %s×, down ≥ %s× per decision", num(pol.ScaleUpRate), num(pol.ScaleDownRate)),
 		fmt.Sprintf("scale-down window %ss", num(pol.ScaleDownStabilizationS)),
 		fmt.Sprintf("tolerance %s%%", num(pol.Tolerance*100)))
+	if pol.TrendHorizonS > 0 {
+		out.Policy = append(out.Policy, fmt.Sprintf("rate trend followed %ss ahead", num(pol.TrendHorizonS)))
+	}
 	if pol.MinReplicas == 0 {
 		out.Policy = append(out.Policy, fmt.Sprintf("to zero after %ss without requests", num(pol.ScaleToZeroGraceS)))
 	}
