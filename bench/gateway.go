@@ -56,10 +56,10 @@ type GatewayResult struct {
 	// each round starting further along); RPSRatioRounds holds every
 	// round's ratio. Null where the proxy is not installed.
 	RatioReverseProxy float64              `json:"rps_ratio_vs_reverseproxy"`
+	RatioCaddy        *float64             `json:"rps_ratio_vs_caddy"`
+	RatioNginx        *float64             `json:"rps_ratio_vs_nginx"`
+	RatioHAProxy      *float64             `json:"rps_ratio_vs_haproxy"`
 	RPSRatioRounds    map[string][]float64 `json:"rps_ratio_rounds"`
-	RatioCaddy        *float64 `json:"rps_ratio_vs_caddy"`
-	RatioNginx        *float64 `json:"rps_ratio_vs_nginx"`
-	RatioHAProxy      *float64 `json:"rps_ratio_vs_haproxy"`
 	// The same gateway tracing every request (100 % sampling, OTLP/HTTP
 	// batches to a local sink that discards them) against the untraced
 	// one, in a phase of their own: in each of tracingSlices slices a
@@ -176,18 +176,18 @@ type GatewayPath struct {
 	// load generator or the backend held it back.
 	CPUShareC64 CPUShare `json:"cpu_share_c64"`
 
-	url    string
-	pid    int // the proxy's process, 0 for the direct path
-	cpu    time.Duration
+	url string
+	pid int // the proxy's process, 0 for the direct path
+	cpu time.Duration
 	// loadCPU and backendCPU are the load generator's and the backend's
 	// CPU time during this path's 64-client phases, wall their wall time.
 	loadCPU, backendCPU, wall time.Duration
 	// wrkRuns are wrk's figures of each 64-client phase.
 	wrkRuns []wrkRun
-	sent   int
-	c1     []time.Duration
-	c64    []time.Duration
-	c64Sec float64
+	sent    int
+	c1      []time.Duration
+	c64     []time.Duration
+	c64Sec  float64
 }
 
 // CPUShare is each part's CPU time over the phase's wall time: 1 is one
@@ -715,7 +715,7 @@ type gatewayBench struct {
 	// wrk is wrk's path and wrkScript its Lua script; empty: the Go client.
 	wrk, wrkScript string
 	key            string
-	client *http.Client
+	client         *http.Client
 	// order is the paths present, in the order of a round's first turn.
 	order  []string
 	paired []time.Duration
