@@ -236,8 +236,11 @@ const (
 )
 
 // The tracing phase: per round, tracingSlices slices of tracingSlice
-// each (after tracingWarmup unmeasured), the untraced and the traced
-// gateway driven at once.
+// each (whole seconds, wrk's unit), the untraced and the traced gateway
+// driven at once. The Go client, where wrk is missing, also warms up
+// for tracingWarmup unmeasured, as for c64Warmup at 64 connections; wrk
+// measures from its first request, on gateways already warm from the
+// phases before.
 const (
 	tracingSlices = 8
 	tracingSlice  = time.Second

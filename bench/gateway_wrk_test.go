@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -143,5 +144,26 @@ func TestBackendAnswersLikeTheReplica(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Errorf("%d connections for four requests to two addresses, want them kept alive", n)
+	}
+}
+
+// Without wrk the bench says so, on its standard error and in its JSON,
+// and the 64-connection phases fall back to the Go client.
+func TestWithoutWrkTheBenchFallsBackAndSaysSo(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	s, err := newScratch("mp-bench-nowrk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	b := &gatewayBench{s: s, key: "k1", res: GatewayResult{Skipped: map[string]string{}, Versions: map[string]string{}}}
+	if err := b.setUpWrk(); err != nil {
+		t.Fatal(err)
+	}
+	if b.wrk != "" || b.res.LoadGenerator != "go" || !strings.Contains(b.res.Skipped["wrk"], "wrk is not installed") {
+		t.Errorf("without wrk: wrk %q, load generator %q, skipped %q; want the Go client, named", b.wrk, b.res.LoadGenerator, b.res.Skipped["wrk"])
+	}
+	if _, err := b.wrkLoad(context.Background(), "http://127.0.0.1:1/predict", 1, time.Second); !errors.Is(err, errWrkMissing) {
+		t.Errorf("wrkLoad without wrk: %v, want errWrkMissing", err)
 	}
 }
