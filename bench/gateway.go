@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -50,12 +51,15 @@ type GatewayResult struct {
 	AddedP99PairedMsC1 float64 `json:"added_p99_paired_ms_c1"`
 	// RPSC64 is the gateway's throughput with 64 concurrent clients.
 	RPSC64 float64 `json:"rps_c64"`
-	// The ratios are the gateway's rps over each proxy's, measured in the
-	// same interleaved rounds; null where the proxy is not installed.
-	RatioReverseProxy float64  `json:"rps_ratio_vs_reverseproxy"`
-	RatioCaddy        *float64 `json:"rps_ratio_vs_caddy"`
-	RatioNginx        *float64 `json:"rps_ratio_vs_nginx"`
-	RatioHAProxy      *float64 `json:"rps_ratio_vs_haproxy"`
+	// The ratios are the medians over the rounds of the gateway's rps over
+	// each proxy's in the same round (the paths take turns, one at a time,
+	// each round starting further along); RPSRatioRounds holds every
+	// round's ratio. Null where the proxy is not installed.
+	RatioReverseProxy float64              `json:"rps_ratio_vs_reverseproxy"`
+	RatioCaddy        *float64             `json:"rps_ratio_vs_caddy"`
+	RatioNginx        *float64             `json:"rps_ratio_vs_nginx"`
+	RatioHAProxy      *float64             `json:"rps_ratio_vs_haproxy"`
+	RPSRatioRounds    map[string][]float64 `json:"rps_ratio_rounds"`
 	// The same gateway tracing every request (100 % sampling, OTLP/HTTP
 	// batches to a local sink that discards them) against the untraced
 	// one, in a phase of their own: in each of tracingSlices slices a
@@ -110,6 +114,15 @@ type GatewayResult struct {
 	// of any Go HTTP stack on this machine.
 	RatioRawProxy    float64  `json:"rps_ratio_vs_rawproxy"`
 	CPURatioRawProxy *float64 `json:"cpu_ratio_vs_rawproxy"`
+	// LoadGenerator drives the 64-connection and tracing phases: "wrk",
+	// pinned to the cores the proxies do not use, or "go" (the bench's own
+	// net/http client, which cannot saturate a proxy's core) where wrk is
+	// missing. Backend is the instant replica behind the predict paths:
+	// "nginx" (return 200 with the fixed answer, one worker, on the load
+	// generator's cores) or "go" where nginx is missing; SSE always
+	// streams from the Go replica.
+	LoadGenerator string `json:"load_generator"`
+	Backend       string `json:"backend"`
 	// Versions names what ran on each path: Go's version for ours, the
 	// proxies' own version strings.
 	Versions map[string]string `json:"versions"`
@@ -156,14 +169,33 @@ type GatewayPath struct {
 	// load generator serves. Unlike rps it does not swing with what else
 	// the machine runs, so it is the fair reading on a shared machine.
 	CPUUsPerRequestC64 float64 `json:"cpu_us_per_request_c64,omitempty"`
+	// RPSC64Rounds is each round's rps at 64 clients.
+	RPSC64Rounds []float64 `json:"rps_c64_rounds"`
+	// CPUShareC64 is how much of one core each part used while this path
+	// ran at 64 clients: whether the proxy was saturated, and whether the
+	// load generator or the backend held it back.
+	CPUShareC64 CPUShare `json:"cpu_share_c64"`
 
-	url    string
-	pid    int // the proxy's process, 0 for the direct path
-	cpu    time.Duration
-	sent   int
-	c1     []time.Duration
-	c64    []time.Duration
-	c64Sec float64
+	url string
+	pid int // the proxy's process, 0 for the direct path
+	cpu time.Duration
+	// loadCPU and backendCPU are the load generator's and the backend's
+	// CPU time during this path's 64-client phases, wall their wall time.
+	loadCPU, backendCPU, wall time.Duration
+	// wrkRuns are wrk's figures of each 64-client phase.
+	wrkRuns []wrkRun
+	sent    int
+	c1      []time.Duration
+	c64     []time.Duration
+	c64Sec  float64
+}
+
+// CPUShare is each part's CPU time over the phase's wall time: 1 is one
+// core busy throughout.
+type CPUShare struct {
+	Proxy         float64 `json:"proxy"`
+	LoadGenerator float64 `json:"load_generator"`
+	Backend       float64 `json:"backend"`
 }
 
 // TracingSlice is one slice of the tracing phase: traced over untraced
@@ -178,11 +210,13 @@ type TracingSlice struct {
 const (
 	// childEnv makes this program a bench child: "gateway",
 	// "reverseproxy" or "rawproxy"; childNATSEnv is the gateway child's
-	// NATS and childUpstreamEnv the proxies' replica.
+	// NATS, childUpstreamEnv the proxies' replica and childChatEnv the
+	// reverse proxy's streaming replica.
 	childEnv         = "MP_BENCH_GATEWAY_CHILD"
 	childNATSEnv     = "MP_BENCH_GATEWAY_NATS"
 	childCredsEnv    = "MP_BENCH_GATEWAY_NATS_CREDS"
 	childUpstreamEnv = "MP_BENCH_GATEWAY_UPSTREAM"
+	childChatEnv     = "MP_BENCH_GATEWAY_CHAT_UPSTREAM"
 	predictEndpoint  = "bench"
 	chatEndpoint     = "bench-chat"
 	rounds           = 3
@@ -202,11 +236,14 @@ const (
 )
 
 // The tracing phase: per round, tracingSlices slices of tracingSlice
-// each (after tracingWarmup unmeasured), the untraced and the traced
-// gateway driven at once.
+// each (whole seconds, wrk's unit), the untraced and the traced gateway
+// driven at once. The Go client, where wrk is missing, also warms up
+// for tracingWarmup unmeasured, as for c64Warmup at 64 connections; wrk
+// measures from its first request, on gateways already warm from the
+// phases before.
 const (
 	tracingSlices = 8
-	tracingSlice  = 500 * time.Millisecond
+	tracingSlice  = time.Second
 	tracingWarmup = 100 * time.Millisecond
 )
 
@@ -344,9 +381,22 @@ func childHandler(ctx context.Context, s *scratch, mode string) (http.Handler, e
 		if err != nil {
 			return nil, err
 		}
+		// Streams go to the Go replica, predictions to the backend.
+		chat, err := url.Parse("http://" + os.Getenv(childChatEnv))
+		if err != nil {
+			return nil, err
+		}
 		tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
-		return &httputil.ReverseProxy{Transport: tr, FlushInterval: -1, Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }}, nil
+		// Its log is discarded as the gateway's is: wrk ends a run by
+		// closing its connections mid-request, which it would log each time.
+		return &httputil.ReverseProxy{Transport: tr, FlushInterval: -1, ErrorLog: log.New(io.Discard, "", 0), Rewrite: func(pr *httputil.ProxyRequest) {
+			if strings.HasPrefix(pr.In.URL.Path, "/v1/chat/") {
+				pr.SetURL(chat)
+			} else {
+				pr.SetURL(up)
+			}
+		}}, nil
 	}
 	return nil, fmt.Errorf("unknown bench child %q", mode)
 }
@@ -484,12 +534,9 @@ var errProxyMissing = errors.New("not installed")
 // on a free port in front of upstream and waits until it takes
 // connections. It returns the proxy's version string too.
 func startProxy(name, dir, upstream string, workers int, pin bool) (*proc, string, string, error) {
-	bin, err := exec.LookPath(name)
+	bin, err := proxyBin(name)
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/" + name); serr != nil {
-			return nil, "", "", errProxyMissing
-		}
-		bin = "/usr/sbin/" + name
+		return nil, "", "", err
 	}
 	port, err := freeport.Get()
 	if err != nil {
@@ -504,7 +551,16 @@ func startProxy(name, dir, upstream string, workers int, pin bool) (*proc, strin
 	if err := os.WriteFile(filepath.Join(pdir, "proxy.conf"), []byte(conf), 0o644); err != nil {
 		return nil, "", "", err
 	}
-	argv = pinned(pin, "0", argv...)
+	p, err := launch(pinned(pin, "0", argv...), pdir, addr, workers)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return p, addr, proxyVersion(name, bin), nil
+}
+
+// launch starts argv in pdir with workers as its GOMAXPROCS and waits
+// until it takes connections on addr.
+func launch(argv []string, pdir, addr string, workers int) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = pdir
 	cmd.Env = append(os.Environ(), "HOME="+pdir, "XDG_DATA_HOME="+pdir, "XDG_CONFIG_HOME="+pdir)
@@ -516,21 +572,33 @@ func startProxy(name, dir, upstream string, workers int, pin bool) (*proc, strin
 	// nginx's workers keep the output pipe open after their master ends.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, "", "", err
+		return nil, err
 	}
 	p := &proc{cmd: cmd}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
 			c.Close()
-			return p, addr, proxyVersion(name, bin), nil
+			return p, nil
 		}
 		if time.Now().After(deadline) || (cmd.ProcessState != nil) {
 			p.stop()
-			return nil, "", "", fmt.Errorf("did not start: %s", strings.TrimSpace(logBuf.String()))
+			return nil, fmt.Errorf("did not start: %s", strings.TrimSpace(logBuf.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// proxyBin is where the proxy name is installed: on PATH or in
+// /usr/sbin; errProxyMissing where neither.
+func proxyBin(name string) (string, error) {
+	if bin, err := exec.LookPath(name); err == nil {
+		return bin, nil
+	}
+	if _, err := os.Stat("/usr/sbin/" + name); err != nil {
+		return "", errProxyMissing
+	}
+	return "/usr/sbin/" + name, nil
 }
 
 // proxyVersion is what bin (the proxy name) says its version is, "" when
@@ -643,8 +711,14 @@ type gatewayBench struct {
 	gw, rp *child
 	// traced is the gateway that traces every request.
 	traced *child
-	key    string
-	client *http.Client
+	// backend is the nginx instant backend (nil: the Go replica); chat is
+	// the Go replica that streams.
+	backend *proc
+	chat    string
+	// wrk is wrk's path and wrkScript its Lua script; empty: the Go client.
+	wrk, wrkScript string
+	key            string
+	client         *http.Client
 	// order is the paths present, in the order of a round's first turn.
 	order  []string
 	paired []time.Duration
@@ -720,15 +794,27 @@ func (b *gatewayBench) start(ctx context.Context) error {
 		}
 		replicas = append(replicas, addr)
 	}
-	b.direct = replicas[0]
+	b.chat = replicas[0]
+	predictReplicas := replicas
+	b.res.Backend = "go"
+	if p, addrs, err := startBackend(b.s.dir, b.pin); err == nil {
+		b.s.onClose(p.stop)
+		b.backend, predictReplicas, b.res.Backend = p, addrs, "nginx"
+	} else {
+		b.res.Skipped["backend"] = "nginx as the instant backend: " + err.Error() + "; the Go replica answers"
+	}
+	b.direct = predictReplicas[0]
 	natsURL, js, err := b.s.nats(ctx)
 	if err != nil {
 		return err
 	}
-	if err := putRoutes(ctx, js, replicas); err != nil {
+	if err := putRoutes(ctx, js, predictReplicas, replicas); err != nil {
 		return err
 	}
 	if b.key, err = putKey(ctx, js); err != nil {
+		return err
+	}
+	if err := b.setUpWrk(); err != nil {
 		return err
 	}
 	if err := b.startPaths(natsURL); err != nil {
@@ -739,13 +825,14 @@ func (b *gatewayBench) start(ctx context.Context) error {
 }
 
 // putRoutes writes the predict and chat endpoints' routing entries: a
-// stable and a canary version at 90/10, each on every replica.
-func putRoutes(ctx context.Context, js jetstream.JetStream, replicas []string) error {
+// stable and a canary version at 90/10, each on every replica of its
+// endpoint.
+func putRoutes(ctx context.Context, js jetstream.JetStream, predictReplicas, chatReplicas []string) error {
 	routes, err := js.KeyValue(ctx, busapi.BucketRoutes)
 	if err != nil {
 		return err
 	}
-	versions := func() []busapi.RouteVersion {
+	versions := func(replicas []string) []busapi.RouteVersion {
 		var vs []busapi.RouteVersion
 		for i, name := range []string{"stable", "canary"} {
 			v := busapi.RouteVersion{Name: name, Weight: []int{90, 10}[i]}
@@ -757,9 +844,9 @@ func putRoutes(ctx context.Context, js jetstream.JetStream, replicas []string) e
 		return vs
 	}
 	for _, rt := range []busapi.Route{
-		{Endpoint: predictEndpoint, Team: "bench", Task: "classification", Generation: 1, Versions: versions(),
+		{Endpoint: predictEndpoint, Team: "bench", Task: "classification", Generation: 1, Versions: versions(predictReplicas),
 			InputSchema: json.RawMessage(predictSchema), FeatureNames: []string{"amount", "country"}, SamplingRate: 0.01},
-		{Endpoint: chatEndpoint, Team: "bench", Task: "llm", Generation: 1, Versions: versions(), SamplingRate: 0.01},
+		{Endpoint: chatEndpoint, Team: "bench", Task: "llm", Generation: 1, Versions: versions(chatReplicas), SamplingRate: 0.01},
 	} {
 		b, _ := json.Marshal(rt)
 		if _, err := routes.Put(ctx, rt.Endpoint, b); err != nil {
@@ -797,7 +884,7 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 	b.s.onClose(traced.stop)
 	b.s.onClose(gw.stop)
 	b.gw, b.traced, b.res.GatewayGOMAXPROCS = gw, traced, gw.gomaxprocs
-	rp, err := startChild(b.pin, childEnv+"=reverseproxy", childUpstreamEnv+"="+b.direct)
+	rp, err := startChild(b.pin, childEnv+"=reverseproxy", childUpstreamEnv+"="+b.direct, childChatEnv+"="+b.chat)
 	if err != nil {
 		return fmt.Errorf("reverse proxy: %w", err)
 	}
@@ -868,17 +955,13 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 		if n == "gateway_traced" {
 			ch, file = b.traced, b.cfg.Profile+".traced"
 		}
-		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() {
-			cpu0 := treeCPU(p.pid)
-			lat, errs, secs, sent := b.load(ctx, p.url, 64, c64Warmup, c64Time)
-			p.cpu += treeCPU(p.pid) - cpu0
-			p.c64 = append(p.c64, lat...)
-			p.ErrorsC64 += errs
-			p.c64Sec += secs
-			p.sent += sent
-		})
+		var lerr error
+		abs, err := b.profiled(ctx, ch, last && (n == "gateway" || n == "gateway_traced"), file, func() { lerr = b.c64(ctx, p) })
 		if err != nil {
 			return err
+		}
+		if lerr != nil {
+			return fmt.Errorf("%s at 64 connections: %w", n, lerr)
 		}
 		if abs != "" && n == "gateway" {
 			b.res.Profile = abs
@@ -887,7 +970,7 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 	b.tracingPhase(ctx)
 	// SSE: direct, through the gateway and through the bare reverse
 	// proxy (the floor of a net/http proxy), rotating which goes first.
-	urls := [3]string{"http://" + b.direct + "/v1/chat/completions", "http://" + b.gw.addr + "/v1/endpoints/" + chatEndpoint + "/chat/completions",
+	urls := [3]string{"http://" + b.chat + "/v1/chat/completions", "http://" + b.gw.addr + "/v1/endpoints/" + chatEndpoint + "/chat/completions",
 		"http://" + b.rp.addr + "/v1/chat/completions"}
 	for i := range 3 {
 		k := (i + round) % 3
@@ -897,6 +980,52 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// c64 drives path p with 64 connections for c64Time, with wrk where it is
+// installed, and adds the figures to p's. Every part's CPU time is read
+// around the run: the proxy's, the load generator's and the backend's.
+func (b *gatewayBench) c64(ctx context.Context, p *GatewayPath) error {
+	var backendPID int
+	if b.backend != nil {
+		backendPID = b.backend.cmd.Process.Pid
+	}
+	cpu0, backend0, self0 := treeCPU(p.pid), treeCPU(backendPID), pidCPU(os.Getpid())
+	t0 := time.Now()
+	var rps float64
+	var loadCPU time.Duration
+	if b.wrk != "" {
+		r, err := b.wrkLoad(ctx, p.url, 64, c64Time)
+		if err != nil {
+			return err
+		}
+		rps, loadCPU = r.rps(), r.cpu
+		p.wrkRuns = append(p.wrkRuns, r)
+		p.ErrorsC64 += r.statusErrors + r.socketErrors
+		p.c64Sec += r.seconds
+		p.sent += r.requests
+	} else {
+		lat, errs, secs, sent := b.load(ctx, p.url, 64, c64Warmup, c64Time)
+		if secs > 0 {
+			rps = float64(len(lat)) / secs
+		}
+		p.c64 = append(p.c64, lat...)
+		p.ErrorsC64 += errs
+		p.c64Sec += secs
+		p.sent += sent
+	}
+	wall := time.Since(t0)
+	if b.wrk == "" {
+		// The Go client is this process, which also serves the Go
+		// replica when it is the backend.
+		loadCPU = pidCPU(os.Getpid()) - self0
+	}
+	p.cpu += treeCPU(p.pid) - cpu0
+	p.loadCPU += loadCPU
+	p.backendCPU += treeCPU(backendPID) - backend0
+	p.wall += wall
+	p.RPSC64Rounds = append(p.RPSC64Rounds, round3(rps))
 	return nil
 }
 
@@ -958,6 +1087,14 @@ func (b *gatewayBench) tracingPhase(ctx context.Context) {
 		for k := range 2 {
 			wg.Go(func() {
 				cpu0 := runTime(gws[k].pid)
+				if b.wrk != "" {
+					// A slice that wrk could not run counts as nothing sent,
+					// and is left out below.
+					r, _ := b.wrkLoad(ctx, gws[k].url, 32, tracingSlice)
+					cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, r.requests
+					rps[k], p99[k] = r.rps(), ms(r.p99)
+					return
+				}
 				lat, _, secs, n := b.load(ctx, gws[k].url, 32, tracingWarmup, tracingSlice)
 				cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, n
 				if secs > 0 {
@@ -969,7 +1106,7 @@ func (b *gatewayBench) tracingPhase(ctx context.Context) {
 		wg.Wait()
 		t.cpu[0], t.cpu[1] = t.cpu[0]+cpu[0], t.cpu[1]+cpu[1]
 		t.sent[0], t.sent[1] = t.sent[0]+sent[0], t.sent[1]+sent[1]
-		if rps[0] > 0 && p99[0] > 0 {
+		if rps[0] > 0 && p99[0] > 0 && rps[1] > 0 {
 			sl := TracingSlice{RPSRatio: round3(rps[1] / rps[0]), P99Ratio: round3(p99[1] / p99[0])}
 			if cpu[0] > 0 && sent[0] > 0 && sent[1] > 0 {
 				sl.CPURatio = round3((float64(cpu[1]) / float64(sent[1])) / (float64(cpu[0]) / float64(sent[0])))
@@ -1090,8 +1227,23 @@ func (b *gatewayBench) summarize(began time.Time) {
 		p.RequestsC1, p.RequestsC64 = len(p.c1), len(p.c64)
 		p.P50MsC1, p.P99MsC1 = percentile(p.c1, 0.50), percentile(p.c1, 0.99)
 		p.P99MsC64 = percentile(p.c64, 0.99)
+		if len(p.wrkRuns) > 0 {
+			// wrk's percentiles do not merge across runs: the median of
+			// the rounds' p99s.
+			var p99s []float64
+			p.RequestsC64 = 0
+			for _, r := range p.wrkRuns {
+				p.RequestsC64 += r.requests - r.statusErrors
+				p99s = append(p99s, ms(r.p99))
+			}
+			p.P99MsC64 = medianF(p99s)
+		}
 		if p.c64Sec > 0 {
-			p.RPSC64 = float64(len(p.c64)) / p.c64Sec
+			p.RPSC64 = float64(p.RequestsC64) / p.c64Sec
+		}
+		if w := p.wall.Seconds(); w > 0 {
+			p.CPUShareC64 = CPUShare{Proxy: round3(p.cpu.Seconds() / w), LoadGenerator: round3(p.loadCPU.Seconds() / w),
+				Backend: round3(p.backendCPU.Seconds() / w)}
 		}
 		if p.pid != 0 && p.sent > 0 {
 			p.CPUUsPerRequestC64 = round3(float64(p.cpu.Microseconds()) / float64(p.sent))
@@ -1101,12 +1253,23 @@ func (b *gatewayBench) summarize(began time.Time) {
 	res.AddedP99MsC1 = round3(g.P99MsC1 - res.Paths["direct"].P99MsC1)
 	res.AddedP99PairedMsC1 = round3(percentile(b.paired, 0.99))
 	res.RPSC64 = float64(int(g.RPSC64))
+	res.RPSRatioRounds = map[string][]float64{}
 	ratio := func(n string) *float64 {
 		p := res.Paths[n]
-		if p == nil || p.RPSC64 == 0 {
+		if p == nil || len(p.RPSC64Rounds) != len(g.RPSC64Rounds) {
 			return nil
 		}
-		r := round3(g.RPSC64 / p.RPSC64)
+		var rs []float64
+		for i, rps := range p.RPSC64Rounds {
+			if rps > 0 {
+				rs = append(rs, round3(g.RPSC64Rounds[i]/rps))
+			}
+		}
+		if len(rs) == 0 {
+			return nil
+		}
+		res.RPSRatioRounds[n] = rs
+		r := round3(medianF(rs))
 		return &r
 	}
 	if r := ratio("reverseproxy"); r != nil {
