@@ -88,7 +88,7 @@ func TestKernels(t *testing.T) {
 					}
 					// Every tile shape gives each pair the bits it has alone.
 					for _, xr := range []int{1, set.xr} {
-						for _, wr := range []int{1, set.wr, 3, 5, rows} {
+						for _, wr := range []int{1, 2, set.wr, 3, 5, rows} {
 							if xr > 1 && wr != 1 && wr != set.wr {
 								continue
 							}
