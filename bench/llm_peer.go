@@ -32,6 +32,10 @@ type llmPeer struct {
 	// StreamKernel the loop that measured each figure's stream bandwidth.
 	Kernels      string `json:"kernels"`
 	StreamKernel string `json:"stream_kernel"`
+	// TransparentHugePages is the kernel's setting
+	// (/sys/kernel/mm/transparent_hugepage/enabled): the weights' arena
+	// is on 2 MiB pages at "madvise" and "always", not at "never".
+	TransparentHugePages string `json:"transparent_hugepages"`
 	// Prompt tokens prefilled (not timed) before Decode tokens are timed,
 	// one at a time, alone and in each of Seqs sequences at once.
 	Prompt int `json:"prompt_tokens"`
@@ -58,6 +62,10 @@ type llmPeerFigure struct {
 	Threads     int    `json:"threads"`
 	FileBytes   int64  `json:"file_bytes"`
 	WeightBytes int64  `json:"weight_bytes"`
+	// HugePageBytes is how much more of the process was on huge pages
+	// (AnonHugePages) after the model was loaded than before: its
+	// weights' share of them.
+	HugePageBytes int64 `json:"weights_on_huge_pages_bytes"`
 
 	OursBatch1    float64 `json:"ours_tokens_per_s_batch1"`
 	OursSeqs      float64 `json:"ours_tokens_per_s_seqs"`
@@ -108,7 +116,8 @@ func defaultPeerSizes() llmPeerSizes {
 // when it can be had) and removes it.
 func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 	res := &llmPeer{Config: fmt.Sprintf("%+v", sz.Config), L3Bytes: l3Bytes(), Kernels: llm.Kernels(), StreamKernel: streamKernel(),
-		Prompt: sz.Prompt, Decode: sz.Decode, Seqs: sz.Seqs, Reps: sz.Reps, TargetBatch1: 1, TargetSeqs: 1.5}
+		TransparentHugePages: transparentHugePages(),
+		Prompt:               sz.Prompt, Decode: sz.Decode, Seqs: sz.Seqs, Reps: sz.Reps, TargetBatch1: 1, TargetSeqs: 1.5}
 	peer, err := llamacpp.Open(ctx, llamacpp.DefaultDir())
 	switch {
 	case errors.Is(err, llamacpp.ErrUnavailable):
@@ -140,14 +149,16 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 		if err != nil {
 			return nil, err
 		}
+		huge := anonHugePages()
 		m, err := llm.Load(path)
 		if err != nil {
 			return nil, err
 		}
+		huge = anonHugePages() - huge
 		stream := streamBandwidth(st.Size(), sz.Reps)
 		for _, threads := range sz.Threads {
 			f := llmPeerFigure{Type: typ.String(), Threads: threads, FileBytes: st.Size(), WeightBytes: m.WeightBytes(),
-				StreamBytesPerCPUS: round3(stream)}
+				HugePageBytes: huge, StreamBytesPerCPUS: round3(stream)}
 			for range sz.Reps {
 				if err := ctx.Err(); err != nil {
 					return nil, err
@@ -238,4 +249,36 @@ func decodeSpeed(m *llm.Model, threads int, prompt []int, decode, seqs int) (wal
 	}
 	n := float64(decode * seqs)
 	return n / time.Since(start).Seconds(), n / (cpuTime() - c0).Seconds()
+}
+
+// transparentHugePages is the bracketed word of the kernel's THP setting
+// ("always", "madvise" or "never"), or "" where there is none.
+func transparentHugePages() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	lo, hi := strings.IndexByte(s, '['), strings.IndexByte(s, ']')
+	if lo < 0 || hi < lo {
+		return ""
+	}
+	return s[lo+1 : hi]
+}
+
+// anonHugePages is the process's memory on transparent huge pages in
+// bytes (AnonHugePages of /proc/self/smaps_rollup), or 0 where there is
+// no such file.
+func anonHugePages() int64 {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(b)) {
+		var kb int64
+		if _, err := fmt.Sscanf(l, "AnonHugePages: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -259,6 +260,9 @@ func TestLLMPeerComparesOnTheSameFiles(t *testing.T) {
 	}
 	if len(res.Models) != 2 {
 		t.Fatalf("%d figures, want one a type: %+v", len(res.Models), res.Models)
+	}
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil && !slices.Contains([]string{"always", "madvise", "never"}, res.TransparentHugePages) {
+		t.Errorf("transparent_hugepages %q, want the kernel's setting", res.TransparentHugePages)
 	}
 	for _, f := range res.Models {
 		if f.OursBatch1 <= 0 || f.OursSeqs <= 0 || f.OursCPUBatch1 <= 0 || f.OursCPUSeqs <= 0 || f.WeightBytes <= 0 || f.FileBytes < f.WeightBytes {

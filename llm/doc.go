@@ -26,5 +26,5 @@
 // It does not schedule, allocate pages, sample beyond the helpers in
 // sample.go, or serve HTTP: the engine that owns the scheduler builds on
 // Forward. It imports only the standard library, package gguf and
-// golang.org/x/sys (CPU features, madvise).
+// golang.org/x/sys (CPU features, the weights' mapping and its madvise).
 package llm

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"syscall"
 	"testing"
 	"time"
@@ -52,4 +53,62 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMatmulDecode is the product of a decode step's activation rows
+// (1 or 16) with a weight matrix of 2,048 columns, as a step runs each
+// of its matrices, from the cache and from memory: "l2" is 512 KiB of
+// weights, which stay in the L2 cache between products, "mem" 256 MiB in
+// an arena (huge pages where the kernel takes the advice), which every
+// product streams from memory. cpu-GB/s is weight bytes over the
+// process's CPU time and cpu-Gmadd/s multiply-adds (rows × columns ×
+// batch) over it. At batch 1, l2 is what the kernel issues with no
+// memory wait and mem what it draws from memory, to set beside bench
+// llm's stream_bytes_per_cpu_s; at batch 16, l2 is the kernel's
+// arithmetic rate, which bounds a step of 16 sequences from below. Run
+// it with -cpu 1.
+func BenchmarkMatmulDecode(b *testing.B) {
+	const cols = 2048
+	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
+		rng := rand.New(rand.NewPCG(5, 6))
+		rowBytes, err := typ.RowBytes(cols)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hotRows := (512 << 10) / int(rowBytes)
+		x := make([]float32, hotRows*cols)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		hot := encodeTensor(x, typ)
+		for _, size := range []struct {
+			name   string
+			copies int
+		}{{"l2", 1}, {"mem", 512}} {
+			rows := hotRows * size.copies
+			data := make([]byte, 0, len(hot)*size.copies)
+			for range size.copies {
+				data = append(data, hot...)
+			}
+			w, err := newMatrix(newArena(int(matrixBytes(uint64(len(data))))), typ, rows, cols, data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, batch := range []int{1, 16} {
+				b.Run(fmt.Sprintf("%s/%s/batch=%d", typ, size.name, batch), func(b *testing.B) {
+					act := x[:batch*cols]
+					dst := make([]float32, batch*rows)
+					b.SetBytes(int64(len(data)))
+					b.ResetTimer()
+					cpu := cpuTime(b)
+					for range b.N {
+						matmul(1, dst, act, w, batch)
+					}
+					s := (cpuTime(b) - cpu).Seconds()
+					b.ReportMetric(float64(len(data))*float64(b.N)/s/1e9, "cpu-GB/s")
+					b.ReportMetric(float64(rows*cols*batch)*float64(b.N)/s/1e9, "cpu-Gmadd/s")
+				})
+			}
+		}
+	}
 }

@@ -17,7 +17,7 @@ func randomMatrix(t *testing.T, rng *rand.Rand, typ gguf.TensorType, rows, cols 
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
-	m, err := newMatrix(typ, rows, cols, encodeTensor(x, typ))
+	m, err := newMatrix(nil, typ, rows, cols, encodeTensor(x, typ))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestKernels(t *testing.T) {
 					}
 					// Every tile shape gives each pair the bits it has alone.
 					for _, xr := range []int{1, set.xr} {
-						for _, wr := range []int{1, set.wr, 3, 5, rows} {
+						for _, wr := range []int{1, 2, set.wr, 3, 5, rows} {
 							if xr > 1 && wr != 1 && wr != set.wr {
 								continue
 							}
@@ -131,7 +131,7 @@ func TestQuantRoundTrip(t *testing.T) {
 			x[i] = float32(rng.NormFloat64())
 			amax = max(amax, math.Abs(float64(x[i])))
 		}
-		m, err := newMatrix(c.typ, 1, len(x), encodeTensor(x, c.typ))
+		m, err := newMatrix(nil, c.typ, 1, len(x), encodeTensor(x, c.typ))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +177,7 @@ func FuzzKernels(f *testing.F) {
 				gt = g
 			}
 		}
-		w, err := newMatrix(gt, rows, cols, b)
+		w, err := newMatrix(nil, gt, rows, cols, b)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -48,20 +49,28 @@ func (t wtype) block() (elems, bytes int) {
 
 // matrix is a weight matrix of rows × cols (a GGUF tensor of dims [cols
 // rows]) in its file's type: F32 as float32, every other type as the
-// file's bytes, rowBytes a row.
+// file's bytes, rowBytes a row. Both are in keep, the model's arena, when
+// it has one: a matrix holds it so that the mapping lives as long as the
+// matrix is used (matmul and row keep the matrix alive to their end).
 type matrix struct {
 	typ        wtype
 	rows, cols int
 	rowBytes   int
 	f32        []float32
 	data       []byte
+	keep       *arena
 }
 
 // bytes is the memory the matrix holds.
 func (m *matrix) bytes() int64 { return int64(m.rows) * int64(m.rowBytes) }
 
-// newMatrix holds b, the bytes of a tensor of type t and rows × cols.
-func newMatrix(t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
+// matrixBytes is what newMatrix takes from an arena for a tensor of b
+// bytes: the bytes and the kernels' slack.
+func matrixBytes(b uint64) uint64 { return b + 32 + 63 }
+
+// newMatrix holds b, the bytes of a tensor of type t and rows × cols, in
+// memory from ar (the Go heap when ar is nil or full).
+func newMatrix(ar *arena, t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
 	wt, ok := wtypes[t]
 	if !ok {
 		return nil, fmt.Errorf("type %s", t)
@@ -70,22 +79,20 @@ func newMatrix(t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
 	if cols%el != 0 {
 		return nil, fmt.Errorf("rows of %d elements are not whole %s blocks of %d", cols, t, el)
 	}
-	m := &matrix{typ: wt, rows: rows, cols: cols, rowBytes: cols / el * by}
+	m := &matrix{typ: wt, rows: rows, cols: cols, rowBytes: cols / el * by, keep: ar}
 	if len(b) != rows*m.rowBytes {
 		return nil, fmt.Errorf("%d bytes for %d rows of %d", len(b), rows, m.rowBytes)
 	}
+	buf := ar.alloc(len(b) + 32) // slack: the kernels may read a vector past a row's end
 	if wt == tF32 {
-		m.f32 = make([]float32, rows*cols)
-		hugePages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.f32))), 4*len(m.f32)))
+		m.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(buf))), rows*cols)
 		for i := range m.f32 {
 			m.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 		return m, nil
 	}
-	m.data = make([]byte, len(b)+32) // slack: the kernels may read a vector past a row's end
-	hugePages(m.data)
-	copy(m.data, b)
-	m.data = m.data[:len(b)]
+	copy(buf, b)
+	m.data = buf[:len(b)]
 	return m, nil
 }
 
@@ -93,9 +100,11 @@ func newMatrix(t gguf.TensorType, rows, cols int, b []byte) (*matrix, error) {
 func (m *matrix) row(dst []float32, r int) {
 	if m.typ == tF32 {
 		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
+		runtime.KeepAlive(m)
 		return
 	}
 	dequantRow(dst[:m.cols], m.typ, m.data[r*m.rowBytes:(r+1)*m.rowBytes])
+	runtime.KeepAlive(m)
 }
 
 // acts are the n rows of activations a product reads: as float32 for F32
@@ -142,6 +151,7 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 func matmul(workers int, dst, x []float32, w *matrix, n int) {
 	a := prepare(w.typ, x, n, w.cols)
 	workers = min(workers, w.rows/16)
+	defer runtime.KeepAlive(w)
 	if workers <= 1 || n*w.cols*w.rows < 1<<16 {
 		w.mulRows(dst, &a, 0, w.rows)
 		return

@@ -28,9 +28,9 @@ p("""// The AVX-512 kernels: a tile of up to four activation rows against up to
 // Activation row i is at x + i·xs, weight row j at w + j·ws (bytes); the
 // result of pair (i, j) goes to dst + i·ds + j·4. Rows 1, 2 and 3 are
 // reached through a stride register, its double and its triple. A tile
-// of four weight rows prefetches, at the same offsets, the next four rows:
-// rows are short (a few KiB) and consecutive, so this keeps one stream
-// ahead of the four the tile reads.
+// of two or four weight rows prefetches, at the same offsets, the next
+// two or four: rows are short (a few KiB) and consecutive, so this keeps
+// one stream ahead of those the tile reads.
 
 // HSUM16 leaves the sum of Z's sixteen lanes in X's low lane: the high
 // 256 bits onto the low, then the high 128 onto the low, then lanes
@@ -62,6 +62,12 @@ def store(xr, wr, label):
             p(f"\tHSUM16(Z{z}, Y{z}, X{z}, Y28, X29)")
             p(f"\tVMOVSS X{z}, {off(daddr[i], 4*j)}")
 
+# The float tiles' shapes: 4x4 and 4x1 for batches, 1x2 and 1x1 for one
+# activation row (batch 1), where two weight rows at a time with the next
+# two prefetched drew 63-64 tokens per CPU-second from the F16 model and
+# four at a time (1x4, the next four prefetched) 57-60.
+FLOAT_SHAPES = [(1, 1), (1, 2), (4, 1), (4, 4)]
+
 def float_kernel(name, half):
     wstep = 32 if half else 64
     p(f"// func {name}(dst *float32, ds int, x *float32, xs int, w *{'byte' if half else 'float32'}, ws int, n int, xr int, wr int)")
@@ -70,16 +76,15 @@ def float_kernel(name, half):
     p("\tMOVQ dst+0(FP), DI\n\tMOVQ ds+8(FP), R8\n\tMOVQ x+16(FP), SI\n\tMOVQ xs+24(FP), R10\n\tMOVQ w+32(FP), DX\n\tMOVQ ws+40(FP), R12\n\tMOVQ n+48(FP), CX")
     p("\tSHLQ $2, R8\n\tLEAQ (R8)(R8*2), R9\n\tLEAQ (R10)(R10*2), R11\n\tLEAQ (R12)(R12*2), R13\n\tSHRQ $4, CX")
     p("\tMOVQ xr+56(FP), AX\n\tMOVQ wr+64(FP), BX")
-    for xr in (1, 4):
-        for wr in (1, 4):
-            p(f"\tCMPQ AX, ${xr}\n\tJNE {name}_not{xr}{wr}\n\tCMPQ BX, ${wr}\n\tJEQ {name}_{xr}x{wr}")
-            p(f"{name}_not{xr}{wr}:")
+    for xr, wr in FLOAT_SHAPES:
+        p(f"\tCMPQ AX, ${xr}\n\tJNE {name}_not{xr}{wr}\n\tCMPQ BX, ${wr}\n\tJEQ {name}_{xr}x{wr}")
+        p(f"{name}_not{xr}{wr}:")
     p("\tRET")
-    for xr in (1, 4):
-        for wr in (1, 4):
+    for xr, wr in FLOAT_SHAPES:
+        if True:
             lbl = f"{name}_{xr}x{wr}"
             p(f"{lbl}:")
-            p("\tLEAQ (DX)(R12*4), AX // the next tile's weight rows, to prefetch")
+            p(f"\tLEAQ (DX)(R12*{wr if wr == 2 else 4}), AX // the next tile's weight rows, to prefetch")
             for i in range(xr):
                 for j in range(wr):
                     z = 4*i+j
@@ -102,7 +107,7 @@ def float_kernel(name, half):
             st = STEP
             p(f"{lbl}_loop:")
             p(f"\tCMPQ CX, ${st}\n\tJLT {lbl}_last")
-            if wr == 4:
+            if wr > 1:
                 for c in range(0, st*wstep, 64):
                     for j in range(wr):
                         p(f"\tPREFETCHT0 {off(naddr[j], c)}")

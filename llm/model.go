@@ -129,18 +129,20 @@ func FromFile(f *gguf.File) (*Model, error) {
 	m.threads.Store(1)
 	m.template, _ = f.String("tokenizer.chat_template")
 	d, kv := cfg.Dim, cfg.KVDim()
-	if m.embd, err = loadMatrix(f, "token_embd.weight", d, cfg.Vocab); err != nil {
-		return nil, err
-	}
 	if m.outNorm, err = loadVector(f, "output_norm.weight", d); err != nil {
 		return nil, err
 	}
+	// Every matrix is checked before any is read, and all of them are
+	// read into one arena sized by what was checked.
+	type load struct {
+		dst        **matrix
+		name       string
+		cols, rows int
+		info       gguf.TensorInfo
+	}
+	loads := []load{{dst: &m.embd, name: "token_embd.weight", cols: d, rows: cfg.Vocab}}
 	if _, ok := f.Tensor("output.weight"); ok {
-		if m.output, err = loadMatrix(f, "output.weight", d, cfg.Vocab); err != nil {
-			return nil, err
-		}
-	} else {
-		m.output = m.embd
+		loads = append(loads, load{dst: &m.output, name: "output.weight", cols: d, rows: cfg.Vocab})
 	}
 	m.layers = make([]layer, cfg.Layers)
 	for i := range m.layers {
@@ -152,23 +154,31 @@ func FromFile(f *gguf.File) (*Model, error) {
 		if l.ffnNorm, err = loadVector(f, p+"ffn_norm.weight", d); err != nil {
 			return nil, err
 		}
-		for _, t := range []struct {
-			dst        **matrix
-			name       string
-			cols, rows int
-		}{
-			{&l.wq, "attn_q", d, d},
-			{&l.wk, "attn_k", d, kv},
-			{&l.wv, "attn_v", d, kv},
-			{&l.wo, "attn_output", d, d},
-			{&l.gate, "ffn_gate", d, cfg.FFN},
-			{&l.up, "ffn_up", d, cfg.FFN},
-			{&l.down, "ffn_down", cfg.FFN, d},
-		} {
-			if *t.dst, err = loadMatrix(f, p+t.name+".weight", t.cols, t.rows); err != nil {
-				return nil, err
-			}
+		loads = append(loads,
+			load{dst: &l.wq, name: p + "attn_q.weight", cols: d, rows: d},
+			load{dst: &l.wk, name: p + "attn_k.weight", cols: d, rows: kv},
+			load{dst: &l.wv, name: p + "attn_v.weight", cols: d, rows: kv},
+			load{dst: &l.wo, name: p + "attn_output.weight", cols: d, rows: d},
+			load{dst: &l.gate, name: p + "ffn_gate.weight", cols: d, rows: cfg.FFN},
+			load{dst: &l.up, name: p + "ffn_up.weight", cols: d, rows: cfg.FFN},
+			load{dst: &l.down, name: p + "ffn_down.weight", cols: cfg.FFN, rows: d})
+	}
+	var total uint64
+	for i := range loads {
+		t := &loads[i]
+		if t.info, err = tensorInfo(f, t.name, t.cols, t.rows); err != nil {
+			return nil, err
 		}
+		total += matrixBytes(t.info.Size)
+	}
+	ar := newArena(int(total))
+	for _, t := range loads {
+		if *t.dst, err = loadMatrix(f, ar, t.info, t.cols, t.rows); err != nil {
+			return nil, err
+		}
+	}
+	if m.output == nil {
+		m.output = m.embd
 	}
 	return m, nil
 }
@@ -257,32 +267,41 @@ func ReadConfig(f *gguf.File) (Config, error) {
 // supported reports whether the forward pass runs weights of type t.
 func supported(t gguf.TensorType) bool { _, ok := wtypes[t]; return ok }
 
-// tensorBytes checks a tensor's shape and type and returns its bytes.
-func tensorBytes(f *gguf.File, name string, dims ...int) (gguf.TensorInfo, []byte, error) {
+// tensorInfo checks a tensor's shape and type.
+func tensorInfo(f *gguf.File, name string, dims ...int) (gguf.TensorInfo, error) {
 	t, ok := f.Tensor(name)
 	if !ok {
-		return t, nil, fmt.Errorf("%w: tensor %s is missing", ErrInvalid, name)
+		return t, fmt.Errorf("%w: tensor %s is missing", ErrInvalid, name)
 	}
 	if err := checkShape(t, dims); err != nil {
-		return t, nil, err
+		return t, err
 	}
 	if !supported(t.Type) {
-		return t, nil, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs %s)", ErrUnsupported, name, t.Type, supportedTypes)
+		return t, fmt.Errorf("%w: tensor %s has type %s (the built-in runtime runs %s)", ErrUnsupported, name, t.Type, supportedTypes)
+	}
+	return t, nil
+}
+
+// tensorBytes checks a tensor's shape and type and returns its bytes.
+func tensorBytes(f *gguf.File, name string, dims ...int) (gguf.TensorInfo, []byte, error) {
+	t, err := tensorInfo(f, name, dims...)
+	if err != nil {
+		return t, nil, err
 	}
 	b, err := f.TensorBytes(t)
 	return t, b, err
 }
 
-// loadMatrix reads a weight matrix of rows × cols (dims [cols rows]) and
-// keeps it in its file's type.
-func loadMatrix(f *gguf.File, name string, cols, rows int) (*matrix, error) {
-	t, b, err := tensorBytes(f, name, cols, rows)
+// loadMatrix reads the weight matrix t, checked by tensorInfo, of rows ×
+// cols into ar, keeping it in its file's type.
+func loadMatrix(f *gguf.File, ar *arena, t gguf.TensorInfo, cols, rows int) (*matrix, error) {
+	b, err := f.TensorBytes(t)
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMatrix(t.Type, rows, cols, b)
+	m, err := newMatrix(ar, t.Type, rows, cols, b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tensor %s: %v", ErrInvalid, name, err)
+		return nil, fmt.Errorf("%w: tensor %s: %v", ErrInvalid, t.Name, err)
 	}
 	return m, nil
 }
