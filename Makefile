@@ -56,6 +56,7 @@ bench: deps build
 	-./$(BIN) bench gateway --json | tee -a $(BENCH_OUT)
 	-./$(BIN) bench rollback --json | tee -a $(BENCH_OUT)
 	-./$(BIN) bench chargeback --json | tee -a $(BENCH_OUT)
+	-./$(BIN) bench pages --json | tee -a $(BENCH_OUT)
 	-./$(BIN) bench drift --json | tee -a $(BENCH_OUT)
 	-./$(BIN) bench runtime --json | tee -a $(BENCH_OUT)
 	-./$(BIN) bench autoscale --json | tee -a $(BENCH_OUT)

@@ -140,13 +140,22 @@ func measureAPI(ctx context.Context, cfg Config) (APIResult, error) {
 	if len(p99s) == 0 {
 		return res, errors.New("api: no request measured")
 	}
-	slices.Sort(p99s)
-	res.MedianRouteP99Ms = p99s[len(p99s)/2]
-	if len(p99s)%2 == 0 {
-		res.MedianRouteP99Ms = (p99s[len(p99s)/2-1] + p99s[len(p99s)/2]) / 2
-	}
+	res.MedianRouteP99Ms = median(p99s)
 	res.SlowestVsMedianP99 = res.Routes[res.SlowestRoute].P99Ms / res.MedianRouteP99Ms
 	return res, nil
+}
+
+// median is the median of v (the mean of the middle two for an even
+// count), 0 for none; v is sorted in place.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 // apiCreds are each team's API key and its admin's session cookie, by

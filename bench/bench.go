@@ -93,7 +93,7 @@ const Usage = `usage: modelplane bench api [--json] [--duration 20s] [--clients 
        modelplane bench graph [--json] [--duration 20s] [--cpuprofile file]
        modelplane bench rollback [--json] [--gateways 50]
        modelplane bench chargeback [--json] [--raw-gpus 500]
-       modelplane bench pages [--json] [--duration 20s] [--clients 50]
+       modelplane bench pages [--json] [--duration 20s] [--clients 50] [--cpuprofile file]
        modelplane bench drift [--json]
        modelplane bench runtime [--json] [--runtime-clients 64] [--runtime-time 16s] [--mlp 64x4096x4096] [--cold-mb 200] [--cold-runs 3] [--link-mbps 1000]
        modelplane bench autoscale [--json]

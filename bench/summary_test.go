@@ -19,6 +19,7 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 		`{"name":"autoscale","share_of_interval":0.004,"scenarios":[{"scenario":"burst","seed":2,"gpu_hours_vs_oracle":1.63,"vs_oracle_target":2,"within_sla_pct":91.7,"sla_target_pct":90}]}`,
 		`{"name":"drift","target_met":false}`,
 		`{"name":"api","slowest_route_p99_vs_median":2.49,"routes":{}}`,
+		`{"name":"pages","slowest_route_p99_vs_median":3.4}`,
 		`{"name":"ingest","usage_vs_clickhouse":0.53,"predictions_vs_clickhouse":0.39,"reqstats_vs_clickhouse":1.01,"targets_met":{"rows_per_s_at_least_100k":true}}`,
 	}, "\n")
 	file := filepath.Join(t.TempDir(), "bench.jsonl")
@@ -31,8 +32,8 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 		t.Errorf("summary = %v, want ErrTargetsMissed (gateway and others printed nothing)", err)
 	}
 	got := out.String()
-	if n := strings.Count(got, "\n{"); n != 4 || !strings.HasPrefix(got, "{") {
-		t.Errorf("echoed %d JSON objects, want 5, one a line, first:\n%s", n+1, got)
+	if n := strings.Count(got, "\n{"); n != 5 || !strings.HasPrefix(got, "{") {
+		t.Errorf("echoed %d JSON objects, want 6, one a line, first:\n%s", n+1, got)
 	}
 	// Compare lines by their fields, not the table's padding.
 	var table []string
@@ -51,8 +52,9 @@ func TestSummaryTablesEachRatioAgainstItsTarget(t *testing.T) {
 		"ingest predictions_vs_clickhouse 0.39 >= 0.8 FAIL",
 		"ingest reqstats_vs_clickhouse 1.01 >= 0.8 pass",
 		"api slowest_route_p99_vs_median 2.49 <= 3 pass",
+		"pages slowest_route_p99_vs_median 3.4 <= 3 FAIL",
 		"gateway - - - no result",
-		"9 of 19 met",
+		"9 of 20 met",
 	} {
 		if !slices.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)

@@ -146,6 +146,26 @@ func TestChargebackByCallerTeamAddsUpToOwnersCost(t *testing.T) {
 	if fmt.Sprint(seen) != "[risk/chat/search risk/fraud/search]" {
 		t.Errorf("search sees %v, want only its shares of risk's chat and fraud", seen)
 	}
+	// search's report reads only its own endpoints' usage and that of the
+	// endpoints it called, yet its rows are finance's (which read every
+	// team's) to the micro-dollar.
+	all, err := svc.Report(ctx, finance, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimTeam, chargeback.DimEndpoint, chargeback.DimCallerTeam}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range all.Rows {
+		if r.Team == "search" || r.CallerTeam == "search" {
+			want = append(want, fmt.Sprintf("%s/%s/%s %d", r.Team, r.Endpoint, r.CallerTeam, r.CostX3600))
+		}
+	}
+	seen = nil
+	for _, r := range rep.Rows {
+		seen = append(seen, fmt.Sprintf("%s/%s/%s %d", r.Team, r.Endpoint, r.CallerTeam, r.CostX3600))
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("search's rows %v, want finance's rows of search %v", seen, want)
+	}
 	rep, err = svc.Report(ctx, riskEng, chargeback.Query{From: from, To: to, GroupBy: []chargeback.Dimension{chargeback.DimEndpoint, chargeback.DimCallerTeam}, Endpoint: "fraud"})
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,11 @@ import (
 // filter is the WHERE clause every usage read shares: the caller's teams
 // and the drill-down filters.
 type filter struct {
-	all      bool
-	teams    []string
+	all   bool
+	teams []string
+	// called are endpoints of other teams that teams called (a report
+	// split by caller team): their rows match too.
+	called   []string
 	team     string
 	endpoint string
 }
@@ -21,7 +24,12 @@ type filter struct {
 func (f filter) where() (string, []any) {
 	var b strings.Builder
 	var args []any
-	if !f.all {
+	switch {
+	case f.all:
+	case len(f.called) > 0:
+		b.WriteString(" AND (has(?, team) OR has(?, endpoint))")
+		args = append(args, f.teams, f.called)
+	default:
 		b.WriteString(" AND has(?, team)")
 		args = append(args, f.teams)
 	}
@@ -399,6 +407,42 @@ func statsSpans(from, to time.Time, src Source) []span {
 		}
 	}
 	return out
+}
+
+// calledBy lists the endpoints that teams called as a granted caller team
+// (caller_team, graphs' steps included) in [from, to), by the start of
+// the statistics windows as statsSpans reads them: whole hours from
+// request_stats_hourly, the partial hours at the ends from the raw
+// windows.
+func (s *Service) calledBy(ctx context.Context, teams []string, from, to time.Time, src Source) ([]string, error) {
+	seen := map[string]bool{}
+	for _, sp := range statsSpans(from, to, src) {
+		tbl, _, at := sp.statsTable()
+		rows, err := s.ch.Query(ctx, "SELECT DISTINCT endpoint FROM "+tbl+" WHERE "+at+" >= ? AND "+at+" < ? AND has(?, caller_team)",
+			sp.from.UTC(), sp.to.UTC(), teams)
+		if err != nil {
+			return nil, fmt.Errorf("chargeback called endpoints: %w", err)
+		}
+		for rows.Next() {
+			var e string
+			if err := rows.Scan(&e); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("chargeback called endpoints: %w", err)
+			}
+			seen[e] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("chargeback called endpoints: %w", err)
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for e := range seen {
+		out = append(out, e)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // statsTable names the request statistics table of sp, the expression of

@@ -465,10 +465,21 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	// version of a team), or team, endpoint and hour when the rows are
 	// split by caller team (the split is per endpoint and hour).
 	grain := slices.DeleteFunc(slices.Clone(q.GroupBy), func(d Dimension) bool { return d == DimCallerTeam || d == DimGraph || d == DimGraphVersion })
+	statsSrc := q.Source
+	if s.rawStats {
+		statsSrc = SourceRaw
+	}
 	if byCaller {
 		// A consumer sees its share of other teams' endpoints: the
-		// split reads every team's usage and keeps the visible rows.
-		f.all = true
+		// split reads the usage of the teams' own endpoints and of the
+		// endpoints they called, and keeps the visible rows (a row of an
+		// endpoint neither theirs nor called by them has no visible
+		// part).
+		if !all {
+			if f.called, err = s.calledBy(ctx, teams, q.From, q.To, statsSrc); err != nil {
+				return nil, err
+			}
+		}
 		for _, d := range []Dimension{DimTeam, DimEndpoint, dimHour} {
 			if !slices.Contains(grain, d) {
 				grain = append(grain, d)
@@ -485,10 +496,6 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	fine, err := s.usage(ctx, grain, f, q.From, q.To, q.Source)
 	if err != nil {
 		return nil, err
-	}
-	statsSrc := q.Source
-	if s.rawStats {
-		statsSrc = SourceRaw
 	}
 	if byCaller {
 		if fine, err = s.apportion(ctx, fine, f, q.From, q.To, graphs, statsSrc); err != nil {

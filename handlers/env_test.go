@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -88,6 +89,9 @@ type envOptions struct {
 	Clock quartz.Clock
 	// Deps, when set, changes the handlers' dependencies last.
 	Deps func(d *Deps, pool *pgxpool.Pool)
+	// Listener, when set, wraps the server's listener (to watch its
+	// connections).
+	Listener func(net.Listener) net.Listener
 }
 
 // idpKeyOnce is the one RSA key every test environment's IdP signs with.
@@ -161,6 +165,9 @@ func newTestEnvWith(t *testing.T, o envOptions) *testEnv {
 	}
 	srv := New(deps)
 	ts.Config.Handler = srv.Handler()
+	if o.Listener != nil {
+		ts.Listener = o.Listener(ts.Listener)
+	}
 	ts.Start()
 	t.Cleanup(ts.Close)
 	e := &testEnv{t: t, srv: srv, ts: ts, URL: base, idp: idp, pool: pool, Keys: map[string]string{}}

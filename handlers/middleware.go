@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -225,25 +227,59 @@ func (s *Server) apiAuth(next http.Handler) http.Handler {
 	})
 }
 
-// limitBody bounds every request body; the upload route sets its own bound.
-// readDeadline bounds reading the request (its body) to ReadTimeout from
-// now. The server has no ReadTimeout of its own because uploads and event
-// streams must not have one; they opt out with keepReading.
+// readDeadline bounds reading the request body to ReadTimeout from now,
+// and only that: the deadline is lifted once the body is read to its end,
+// and a request without a body gets none. The server has no ReadTimeout of
+// its own because uploads and event streams must not have one; they opt
+// out with keepReading.
+//
+// The deadline must not outlive the body. On HTTP/1 the server keeps
+// reading the connection while the handler runs, to notice the client
+// leave; a deadline passing there cancels the connection's context, and
+// with it the context of that request and of every later request on the
+// same keep-alive connection, which then fail at once with "context
+// canceled" (TestReadDeadlineEndsWithTheBody). One slow page poisoned
+// every page its browser loaded next over that connection.
 func (s *Server) readDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
 		// An error means the writer cannot set deadlines (a test recorder);
 		// there is no connection to bound then. The deadline is the
 		// connection's, kept by the runtime's network poller in wall-clock
 		// time, so it is read from the real clock, not s.Clock.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.ReadTimeout))
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(s.ReadTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// keepReading lifts readDeadline for a version upload, whose body may take
-// as long as its size needs, and for an event stream: on HTTP/1 the server
-// keeps reading the connection to notice the client leave, and a deadline
-// passing there would cancel the stream's context.
+// deadlineBody lifts the connection's read deadline when a read reaches
+// the body's end (io.EOF), where the server starts its background read. A
+// body left unread, or cut by the deadline, keeps it: the server starts
+// no background read then, and its discard of what is left must stay
+// bounded (TestSlowBodyIsCut).
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	once sync.Once
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
+	}
+	return n, err
+}
+
+// keepReading lifts readDeadline for an upload, whose body may take as
+// long as its size needs. (An event stream is a GET without a body, which
+// readDeadline leaves without a deadline.)
 func keepReading(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
@@ -251,6 +287,7 @@ func keepReading(next http.Handler) http.Handler {
 	})
 }
 
+// limitBody bounds every request body; the upload route sets its own bound.
 func limitBody(n int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

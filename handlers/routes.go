@@ -24,7 +24,7 @@ func (s *Server) Handler() http.Handler {
 		r.With(keepReading, s.extractModelAPI).Post("/models/{model}/versions", s.versionRegister)
 		r.Get("/models/{model}/versions/{version}/files/*", s.versionFileDownload)
 		r.Get("/endpoints/{endpoint}/replicas/{replica}/logs", s.replicaLogs)
-		r.With(keepReading).Get("/rollouts/{rollout}/events", s.rolloutEventStream)
+		r.Get("/rollouts/{rollout}/events", s.rolloutEventStream)
 		r.With(keepReading).Put("/uploads/{upload}/chunks/{sha256}", s.uploadChunk)
 	})
 	// Node agents fetch artifacts with their own credential, not a user's.
@@ -98,7 +98,7 @@ func (s *Server) portalRoutes(r chi.Router) {
 				r.Use(s.extractRollout)
 				r.Get("/rollouts/{rollout}", s.portalRollout)
 				r.Get("/rollouts/{rollout}/live", s.portalRolloutLive)
-				r.With(keepReading).Get("/rollouts/{rollout}/events", s.portalRolloutEvents)
+				r.Get("/rollouts/{rollout}/events", s.portalRolloutEvents)
 				r.Post("/rollouts/{rollout}/{action}", s.portalRolloutAction)
 			})
 			r.Get("/models", s.portalModels)

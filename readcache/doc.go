@@ -10,7 +10,9 @@
 // caller waits for a new read. A page polled at least every Fresh therefore
 // always gets an answer at most Fresh plus one read's duration old, and
 // never one older than MaxAge. Concurrent callers of a key that must wait
-// share one read. Failed reads are not kept.
+// share one read, which runs on a context of its own (bounded by
+// Options.ReadTimeout): a caller that goes away fails neither the others
+// waiting on it nor the answer kept. Failed reads are not kept.
 //
 // It knows nothing of what it caches: keys and values are the caller's,
 // and the caller scopes (a key must name everything the answer depends on,

@@ -22,8 +22,8 @@ type Options struct {
 	// MaxEntries caps the keys kept (default 1,024): past it, the oldest
 	// answer goes.
 	MaxEntries int
-	// ReadTimeout bounds a background refresh, which no caller's context
-	// limits (default 30 s).
+	// ReadTimeout bounds every read, which no caller's context limits
+	// (default 30 s).
 	ReadTimeout time.Duration
 }
 
@@ -76,9 +76,13 @@ type Answer[V any] struct {
 }
 
 // Get returns key's answer: a kept one within the bounds above, or the
-// answer of read, called now (at most once at a time per key). A
-// background refresh calls read with a context of its own, bounded by
-// Options.ReadTimeout, that keeps ctx's values but not its deadline.
+// answer of read, called now (at most once at a time per key). read never
+// runs on a caller's context: it gets one of its own, bounded by
+// Options.ReadTimeout, that keeps ctx's values but not its cancellation or
+// deadline, so a caller that goes away (a closed page, a client's
+// timeout) fails neither the other callers waiting on the same read nor
+// the answer kept for the next. A caller whose ctx ends first returns
+// ctx's error while the read goes on.
 func (c *Cache[K, V]) Get(ctx context.Context, key K, read func(context.Context) (V, error)) (Answer[V], error) {
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -86,12 +90,7 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K, read func(context.Context)
 	if e != nil && e.ok && now.Sub(e.at) < c.opts.MaxAge {
 		a := Answer[V]{Value: e.value, At: e.at}
 		if now.Sub(e.at) >= c.opts.Fresh && e.loading == nil {
-			done := c.startLocked(e)
-			bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReadTimeout)
-			go func() {
-				defer cancel()
-				c.finish(bg, e, done, read)
-			}()
+			c.startLocked(ctx, e, read)
 		}
 		c.mu.Unlock()
 		return a, nil
@@ -102,20 +101,16 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K, read func(context.Context)
 	}
 	done := e.loading
 	if done == nil {
-		done = c.startLocked(e)
+		done = c.startLocked(ctx, e, read)
 		c.evictLocked()
-		c.mu.Unlock()
-		c.finish(ctx, e, done, read)
-		c.mu.Lock()
-	} else {
-		c.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return Answer[V]{}, ctx.Err()
-		}
-		c.mu.Lock()
 	}
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Answer[V]{}, ctx.Err()
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.err != nil && !e.ok {
 		return Answer[V]{}, e.err
@@ -126,10 +121,16 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K, read func(context.Context)
 	return Answer[V]{Value: e.value, At: e.at}, nil
 }
 
-// startLocked marks a read of e under way.
-func (c *Cache[K, V]) startLocked(e *entry[V]) chan struct{} {
+// startLocked starts a read of e in the background, on a context of its
+// own (see Get), and returns the channel closed when it ends.
+func (c *Cache[K, V]) startLocked(ctx context.Context, e *entry[V], read func(context.Context) (V, error)) chan struct{} {
 	done := make(chan struct{})
 	e.loading = done
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReadTimeout)
+	go func() {
+		defer cancel()
+		c.finish(rctx, e, done, read)
+	}()
 	return done
 }
 

@@ -155,3 +155,58 @@ func TestTheOldestAnswerGoesPastMaxEntries(t *testing.T) {
 		t.Errorf("a = %d, want a new read (4): it was the oldest", a.Value)
 	}
 }
+
+// TestACallerThatGoesAwayFailsNoOneElse: the read a first caller started
+// does not run on that caller's context, so when the caller goes away
+// (a closed page, a client's timeout) the callers waiting on the same read
+// still get its answer, and the answer is kept for the next ones.
+func TestACallerThatGoesAwayFailsNoOneElse(t *testing.T) {
+	t.Parallel()
+	clk := quartz.NewMock(t)
+	c := readcache.New[string, int64](readcache.Options{Clock: clk, Fresh: 10 * time.Second, MaxAge: time.Minute})
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var n atomic.Int64
+	read := func(ctx context.Context) (int64, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return n.Add(1), nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	first, leave := context.WithCancel(t.Context())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := c.Get(first, "k", read)
+		firstErr <- err
+	}()
+	<-started
+	leave()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left got %v, want %v", err, context.Canceled)
+	}
+	// The read is still held: a second caller waits on it (or, if it
+	// comes late, finds its answer kept); either way no read starts
+	// again, and nobody gets the first caller's error.
+	second := make(chan error, 1)
+	var got readcache.Answer[int64]
+	go func() {
+		var err error
+		got, err = c.Get(t.Context(), "k", read)
+		second <- err
+	}()
+	close(release)
+	if err := <-second; err != nil || got.Value != 1 {
+		t.Fatalf("the caller waiting on the read got %+v, %v; want its answer 1", got, err)
+	}
+	if a := get(t, c, "k", &counter{}); a.Value != 1 || !a.At.Equal(clk.Now()) {
+		t.Errorf("next caller: %+v, want the kept answer 1 read at %s", a, clk.Now())
+	}
+	select {
+	case <-started:
+		t.Errorf("a second read started: the first one failed with its caller")
+	default:
+	}
+}
