@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"modelplane/internal/wait"
 	"modelplane/llm"
 	"modelplane/runtime"
+	"modelplane/runtime/llmserve"
 	"modelplane/serveapi"
 )
 
@@ -59,6 +61,61 @@ func llmRuntime(t *testing.T) string {
 }
 
 // llmStats reads the runtime's /v2/stats.
+// gatedModel is a model whose forward passes past the first free wait
+// for a value on open, so that a test decides how far a generation gets,
+// whatever the machine's load.
+type gatedModel struct {
+	llmserve.Model
+	free, n int
+	open    chan struct{}
+}
+
+func (g *gatedModel) Forward(batch []llmserve.Step) [][]float32 {
+	if g.n++; g.n > g.free {
+		<-g.open
+	}
+	return g.Model.Forward(batch)
+}
+
+// gatedLLM serves the demo model with the LLM engine on a gatedModel and
+// returns its address, the gate, and a channel closed when the first
+// chat request the runtime took has ended (answered or cancelled).
+func gatedLLM(t *testing.T) (addr string, open chan struct{}, ended <-chan struct{}) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "demo.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llm.WriteDemo(f, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, tok, err := llmserve.LoadModel(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedModel{Model: m, free: 4, open: make(chan struct{})}
+	e, err := llmserve.New(g, llmserve.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	// Runs before e.Stop: a pass held at the gate goes on.
+	t.Cleanup(func() { close(g.open) })
+	h := llmserve.NewServer(e, tok, llmserve.Options{Model: "chat"}).Handler()
+	done := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			defer once.Do(func() { close(done) })
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), g.open, done
+}
+
 func llmStats(t *testing.T, addr string) (inFlight, cancelled int) {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/v2/stats")
@@ -78,10 +135,13 @@ func llmStats(t *testing.T, addr string) (inFlight, cancelled int) {
 
 // explainGraph scores the second payment with the real XGBoost model and
 // has the LLM step write about its label: the graph's last step.
-func explainGraph(maxTokens int) string {
+func explainGraph(maxTokens int) string { return explainGraphOn("chat", maxTokens) }
+
+// explainGraphOn is explainGraph with its LLM step on endpoint llm.
+func explainGraphOn(llm string, maxTokens int) string {
 	return fmt.Sprintf(`{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["score","explain"]},
 	 {"id":"score","type":"call","endpoint":"xgb","input":{"instances":["$request/instances/1"]}},
-	 {"id":"explain","type":"call","endpoint":"chat","input":{"messages":[{"role":"user","content":"$score/predictions/0/label"}],"max_tokens":%d,"temperature":0}}]}`, maxTokens)
+	 {"id":"explain","type":"call","endpoint":%q,"input":{"messages":[{"role":"user","content":"$score/predictions/0/label"}],"max_tokens":%d,"temperature":0}}]}`, llm, maxTokens)
 }
 
 // streamed POSTs body to the graph asking for an event stream and returns
@@ -225,8 +285,11 @@ func TestGraphStreamsItsLLMStep(t *testing.T) {
 	})
 
 	t.Run("a caller that goes away cancels the generation", func(t *testing.T) {
-		ge.put(t, graphRoute("explain", "risk", 3, graphVer("g3", 100, explainGraph(1900))))
-		_, before := llmStats(t, chat)
+		// The LLM step's runtime holds its generation after a few passes,
+		// so it is still running when the caller leaves.
+		held, open, ended := gatedLLM(t)
+		ge.put(t, route("held-chat", "risk", "llm", 1, ver("v1", 100, held)))
+		ge.put(t, graphRoute("explain", "risk", 3, graphVer("g3", 100, explainGraphOn("held-chat", 1900))))
 		ctx, cancel := context.WithCancel(t.Context())
 		resp := streamed(t, ctx, ge, "explain", payments)
 		if resp.StatusCode != http.StatusOK {
@@ -236,14 +299,31 @@ func TestGraphStreamsItsLLMStep(t *testing.T) {
 		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 			t.Fatal(err)
 		}
+		if inFlight, _ := llmStats(t, held); inFlight != 1 {
+			t.Fatalf("in flight %d after the first token, want 1", inFlight)
+		}
 		cancel()
 		resp.Body.Close()
 		wait.Eventually(t, 30*time.Second, func() bool {
-			inFlight, cancelled := llmStats(t, chat)
-			return inFlight == 0 && cancelled == before+1
+			select {
+			case <-ended:
+				return true
+			default:
+				return false
+			}
+		}, "the gateway never ended the LLM step's request")
+		// The passes go on one by one until the engine takes the cancel:
+		// 1,900 tokens would take as many polls.
+		wait.Eventually(t, 30*time.Second, func() bool {
+			select {
+			case open <- struct{}{}:
+			default:
+			}
+			inFlight, cancelled := llmStats(t, held)
+			return inFlight == 0 && cancelled == 1
 		}, "the runtime never saw the generation cancelled: %v", wait.Show(func() any {
-			inFlight, cancelled := llmStats(t, chat)
-			return fmt.Sprintf("in flight %d, cancelled %d (before %d)", inFlight, cancelled, before)
+			inFlight, cancelled := llmStats(t, held)
+			return fmt.Sprintf("in flight %d, cancelled %d", inFlight, cancelled)
 		}))
 	})
 }
