@@ -103,6 +103,12 @@ func sampleSpans(t *testing.T) []sdktrace.ReadOnlySpan {
 				attribute.BoolSlice("flags", []bool{true, false}), attribute.Float64Slice("ws", []float64{0.5}),
 				attribute.ByteSlice("raw", []byte{0, 1, 2}), attribute.Slice("mixed", attribute.StringValue("x"), attribute.IntValue(3)),
 				attribute.Map("m", attribute.String("k", "v")), attribute.KeyValue{Key: "empty", Value: attribute.Value{}},
+				// Either side of the one-pass path for messages under 128
+				// bytes: 127 and 128 bytes long, a negative integer (ten
+				// bytes), false, an empty string and a 128-byte key.
+				attribute.String("s", strings.Repeat("x", 120)), attribute.String("t", strings.Repeat("x", 121)),
+				attribute.Int64("neg", -1), attribute.Bool("no", false), attribute.String("blank", ""),
+				attribute.Int(strings.Repeat("k", 128), 1),
 			},
 			DroppedAttributes: 2,
 			Events: []sdktrace.Event{

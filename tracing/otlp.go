@@ -295,6 +295,9 @@ func clamp32(n int) uint64 { return uint64(min(max(n, 0), math.MaxUint32)) }
 
 func (e *encoder) attrs(field protowire.Number, kvs []attribute.KeyValue) {
 	for _, kv := range kvs {
+		if e.short(field, kv) {
+			continue
+		}
 		n, ok := scalarSize(kv.Value)
 		if !ok {
 			m := e.open(field)
@@ -317,6 +320,67 @@ func (e *encoder) attrs(field protowire.Number, kvs []attribute.KeyValue) {
 		e.buf = protowire.AppendVarint(e.buf, uint64(n))
 		e.value(kv.Value)
 	}
+}
+
+// Tags of a KeyValue's fields and of an AnyValue's scalars, each one byte.
+const (
+	tagKey    = byte(fKeyValueKey<<3 | protowire.BytesType)
+	tagValue  = byte(fKeyValueValue<<3 | protowire.BytesType)
+	tagString = byte(fAnyString<<3 | protowire.BytesType)
+	tagBool   = byte(fAnyBool<<3 | protowire.VarintType)
+	tagInt    = byte(fAnyInt<<3 | protowire.VarintType)
+)
+
+// short writes kv as a KeyValue message in field when it is a string, an
+// integer or a bool whose message is under 128 bytes, and reports whether
+// it did: every length then takes one byte, so the message is written in
+// one go into a local slice, with no sizes worked out by type twice and
+// no append through e for each part. The gateway's request span
+// attributes all are; the rest take the general path, which writes the
+// same bytes.
+func (e *encoder) short(field protowire.Number, kv attribute.KeyValue) bool {
+	key := kv.Key
+	if field >= 16 || len(key) == 0 || len(key) >= 128 {
+		return false
+	}
+	tag := byte(protowire.EncodeTag(field, protowire.BytesType))
+	b := e.buf
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		v := kv.Value.AsString()
+		n := 2 + len(v) // the AnyValue: tag, length, v
+		size := 2 + len(key) + 2 + n
+		if size >= 128 {
+			return false
+		}
+		b = append(b, tag, byte(size), tagKey, byte(len(key)))
+		b = append(b, key...)
+		b = append(b, tagValue, byte(n), tagString, byte(len(v)))
+		b = append(b, v...)
+	case attribute.INT64:
+		v := uint64(kv.Value.AsInt64())
+		n := 1 + protowire.SizeVarint(v)
+		size := 2 + len(key) + 2 + n
+		if size >= 128 {
+			return false
+		}
+		b = append(b, tag, byte(size), tagKey, byte(len(key)))
+		b = append(b, key...)
+		b = append(b, tagValue, byte(n), tagInt)
+		b = protowire.AppendVarint(b, v)
+	case attribute.BOOL:
+		size := 2 + len(key) + 2 + 2
+		if size >= 128 {
+			return false
+		}
+		b = append(b, tag, byte(size), tagKey, byte(len(key)))
+		b = append(b, key...)
+		b = append(b, tagValue, 2, tagBool, byte(protowire.EncodeBool(kv.Value.AsBool())))
+	default:
+		return false
+	}
+	e.buf = b
+	return true
 }
 
 // scalarSize is the size of v's AnyValue when v is no list or map.
