@@ -84,16 +84,19 @@ type call struct {
 	// span is the request's root span (trace.go), its Context valid
 	// when the request has a trace; traceparent is its W3C header value, and
 	// traceID that header's trace id for the log line and the exemplars;
-	// tracing is set when the span records, and marks then hold when each
-	// step of the path ended; requests records it and tracer makes its
-	// children.
+	// tp holds that value, so that the header's slice costs no allocation
+	// of its own; tracing is set when the span records, and marks then
+	// hold how long after start each of the first marked steps of the
+	// path ended; requests records it and tracer makes its children.
 	span        tracing.RequestSpan
 	requests    *tracing.Recorder
 	tracer      trace.Tracer
 	traceparent []string
+	tp          [1]string
 	traceID     string
 	tracing     bool
-	marks       [steps]time.Time
+	marks       [steps]time.Duration
+	marked      int
 }
 
 // inference serves the per-endpoint routes, which name the endpoint in
@@ -117,7 +120,7 @@ func (g *Gateway) handle(k kind, c *call, w http.ResponseWriter, r *http.Request
 	g.startTrace(w, c, r)
 	g.serve(k, c, w, r)
 	end := time.Now()
-	c.endTrace()
+	c.endTrace(end)
 	// A 202 of a scaled-to-zero endpoint measured nothing of a version.
 	if c.ver != nil && c.status != http.StatusAccepted {
 		o := observation{endpoint: c.endpoint, team: c.owner, version: c.ver.name, status: c.status,
