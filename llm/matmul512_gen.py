@@ -66,6 +66,9 @@ def store(xr, wr, label):
 # activation row (batch 1), where two weight rows at a time with the next
 # two prefetched drew 63-64 tokens per CPU-second from the F16 model and
 # four at a time (1x4, the next four prefetched) 57-60.
+# An even number of rows past two at one activation row runs as 1x2 pairs
+# in one call (the pairs label), which drew 37.0-37.4 GB/s from memory in
+# BenchmarkMatmulDecode where a call a pair drew 32.2-36.0 (docs/llm.md).
 FLOAT_SHAPES = [(1, 1), (1, 2), (4, 1), (4, 4)]
 
 def float_kernel(name, half):
