@@ -184,10 +184,10 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 			}
 		}
 		for _, f := range p.Models {
-			if _, err := fmt.Fprintf(out, "llm vs llama.cpp %s, %d thread(s): batch 1 %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx), %d seqs %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx); batch 1 draws %.1f vs %.1f GB/s of a %.1f GB/s stream\n",
+			if _, err := fmt.Fprintf(out, "llm vs llama.cpp %s, %d thread(s): batch 1 %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx), %d seqs %.1f vs %.1f tok/s (%.2fx, CPU time %.2fx; target %.1fx); batch 1 draws %.1f vs %.1f GB/s of a %.1f GB/s stream, %.1f GB/s read ceiling\n",
 				f.Type, f.Threads, f.OursBatch1, f.PeerBatch1, f.RatioBatch1, f.RatioCPUBatch1, p.TargetBatch1,
 				p.Seqs, f.OursSeqs, f.PeerSeqs, f.RatioSeqs, f.RatioCPUSeqs, p.TargetSeqs,
-				f.OursBytesPerCPUS/1e9, f.PeerBytesPerCPUS/1e9, f.StreamBytesPerCPUS/1e9); err != nil {
+				f.OursBytesPerCPUS/1e9, f.PeerBytesPerCPUS/1e9, f.StreamBytesPerCPUS/1e9, f.ReadCeilingBytesPerCPUS/1e9); err != nil {
 				return err
 			}
 		}

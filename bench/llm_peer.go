@@ -92,6 +92,15 @@ type llmPeerFigure struct {
 	PeerBytesPerCPUS   float64 `json:"llamacpp_bytes_per_cpu_s_batch1,omitempty"`
 	OursShareOfStream  float64 `json:"ours_share_of_stream_batch1"`
 	PeerShareOfStream  float64 `json:"llamacpp_share_of_stream_batch1,omitempty"`
+	// ReadCeilingBytesPerCPUS is the most one thread read of a buffer of
+	// the file's size on huge pages, the best of ReadVariants (AVX-512
+	// loads; see readCeiling), and each engine's share of it is the
+	// fraction of the hardware it reached at batch 1. Zero, and no
+	// variants, without AVX-512.
+	ReadCeilingBytesPerCPUS float64       `json:"read_ceiling_bytes_per_cpu_s"`
+	ReadVariants            []readVariant `json:"read_variants,omitempty"`
+	OursShareOfCeiling      float64       `json:"ours_share_of_read_ceiling_batch1"`
+	PeerShareOfCeiling      float64       `json:"llamacpp_share_of_read_ceiling_batch1,omitempty"`
 }
 
 // llmPeerSizes size measurePeer; tests run it small.
@@ -156,9 +165,11 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 		}
 		huge = anonHugePages() - huge
 		stream := streamBandwidth(st.Size(), sz.Reps)
+		ceiling, variants := readCeiling(st.Size(), sz.Reps)
 		for _, threads := range sz.Threads {
 			f := llmPeerFigure{Type: typ.String(), Threads: threads, FileBytes: st.Size(), WeightBytes: m.WeightBytes(),
-				HugePageBytes: huge, StreamBytesPerCPUS: round3(stream)}
+				HugePageBytes: huge, StreamBytesPerCPUS: round3(stream),
+				ReadCeilingBytesPerCPUS: ceiling, ReadVariants: variants}
 			for range sz.Reps {
 				if err := ctx.Err(); err != nil {
 					return nil, err
@@ -193,6 +204,9 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 			}
 			if stream > 0 {
 				f.OursShareOfStream, f.PeerShareOfStream = round3(f.OursBytesPerCPUS/stream), round3(f.PeerBytesPerCPUS/stream)
+			}
+			if ceiling > 0 {
+				f.OursShareOfCeiling, f.PeerShareOfCeiling = round3(f.OursBytesPerCPUS/ceiling), round3(f.PeerBytesPerCPUS/ceiling)
 			}
 			res.Models = append(res.Models, f)
 		}

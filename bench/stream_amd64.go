@@ -27,3 +27,25 @@ func streamRead(b []byte) uint64 {
 
 //go:noescape
 func streamReadAVX2(p *byte, n int) uint64
+
+// streamRows reads b (see streamRows512) k rows of rowBytes at a time,
+// prefetching dist bytes ahead of each row when dist > 0, and what is
+// left past the last whole group with the plain loop; ok is false where
+// the CPU has no AVX-512.
+func streamRows(b []byte, k, rowBytes, dist int) (fold uint64, ok bool) {
+	if k != 1 && k != 2 && k != 4 {
+		panic("streamRows: k must be 1, 2 or 4")
+	}
+	if !cpu.X86.HasAVX512F {
+		return 0, false
+	}
+	groups := len(b) / (k * rowBytes)
+	m := groups * k * rowBytes
+	if groups > 0 {
+		fold = streamRows512(&b[0], groups, rowBytes, k, dist)
+	}
+	return fold ^ streamReadGo(b[m:]), true
+}
+
+//go:noescape
+func streamRows512(p *byte, groups, rowBytes, k, dist int) uint64

@@ -168,18 +168,16 @@ var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile}
 func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	c := w.cols
 	_ = dst[(xr-1)*ds+wr-1]
-	if xr == 1 && wr > 2 && (w.typ == tF32 || w.typ == tF16) {
+	if xr == 1 && wr > 2 && wr%2 == 1 && (w.typ == tF32 || w.typ == tF16) {
 		// One activation row (batch 1) against many weight rows: the
-		// float tiles take them two at a time, two streams with the
-		// next two rows prefetched, which drew 63-64 tokens per
-		// CPU-second from the F16 model where four at a time drew
-		// 57-60 (docs/llm.md). The Q8_0 kernel and avx2Row run a row
-		// against any number of weight rows.
-		for l := 0; l < wr; {
-			n := min(2, wr-l)
-			avx512Tile(dst[l:], ds, a, i, 1, w, o+l, n)
-			l += n
-		}
+		// float kernels take them two at a time in one call, two
+		// streams with the next two rows prefetched, which drew 63-64
+		// tokens per CPU-second from the F16 model where four at a time
+		// drew 57-60 (docs/llm.md); an odd last row goes alone. The
+		// Q8_0 kernel and avx2Row run a row against any number of
+		// weight rows.
+		avx512Tile(dst, ds, a, i, 1, w, o, wr-1)
+		avx512Tile(dst[wr-1:], ds, a, i, 1, w, o+wr-1, 1)
 		return
 	}
 	switch w.typ {

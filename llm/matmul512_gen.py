@@ -66,6 +66,9 @@ def store(xr, wr, label):
 # activation row (batch 1), where two weight rows at a time with the next
 # two prefetched drew 63-64 tokens per CPU-second from the F16 model and
 # four at a time (1x4, the next four prefetched) 57-60.
+# An even number of rows past two at one activation row runs as 1x2 pairs
+# in one call (the pairs label), which drew 37.0-37.4 GB/s from memory in
+# BenchmarkMatmulDecode where a call a pair drew 32.2-36.0 (docs/llm.md).
 FLOAT_SHAPES = [(1, 1), (1, 2), (4, 1), (4, 4)]
 
 def float_kernel(name, half):
@@ -79,11 +82,26 @@ def float_kernel(name, half):
     for xr, wr in FLOAT_SHAPES:
         p(f"\tCMPQ AX, ${xr}\n\tJNE {name}_not{xr}{wr}\n\tCMPQ BX, ${wr}\n\tJEQ {name}_{xr}x{wr}")
         p(f"{name}_not{xr}{wr}:")
+    p(f"\tCMPQ AX, $1\n\tJNE {name}_notpairs\n\tCMPQ BX, $2\n\tJGT {name}_pairs")
+    p(f"{name}_notpairs:")
     p("\tRET")
-    for xr, wr in FLOAT_SHAPES:
+    for xr, wr in FLOAT_SHAPES + [(1, 'P')]:
         if True:
-            lbl = f"{name}_{xr}x{wr}"
-            p(f"{lbl}:")
+            pairs = wr == 'P'
+            if pairs:
+                wr = 2
+            lbl = f"{name}_{xr}x{wr}" + ("p" if pairs else "")
+            if not pairs:
+                p(f"{lbl}:")
+            else:
+                # pairs: one activation row against wr (even) weight
+                # rows, two at a time as the 1x2 tile takes them, in one
+                # call: the 1x2 loop run for each pair in turn, its
+                # results stored, the next pair's started.
+                p(f"{name}_pairs:")
+                p("\tMOVQ SI, R14 // the activation row, for every pair\n\tMOVQ CX, R15\n\tMOVQ DX, R13 // the pair's first row\n\tSHRQ $1, BX")
+                p(f"{name}_pair:")
+                p("\tMOVQ R14, SI\n\tMOVQ R15, CX\n\tMOVQ R13, DX")
             p(f"\tLEAQ (DX)(R12*{wr if wr == 2 else 4}), AX // the next tile's weight rows, to prefetch")
             for i in range(xr):
                 for j in range(wr):
@@ -120,6 +138,8 @@ def float_kernel(name, half):
             p(f"\tADDQ $64, SI\n\tADDQ ${wstep}, DX\n\tADDQ ${wstep}, AX\n\tDECQ CX\n\tJMP {lbl}_last")
             p(f"{lbl}_done:")
             store(xr, wr, lbl)
+            if pairs:
+                p("\tADDQ $8, DI\n\tLEAQ (R13)(R12*2), R13\n\tDECQ BX\n\tJNZ " + f"{name}_pair")
             p("\tVZEROUPPER\n\tRET")
     p("")
 
