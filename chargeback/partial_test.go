@@ -9,11 +9,12 @@ import (
 	"modelplane/internal/chtest"
 )
 
-// TestPartialHoursFromTheRollupEqualRawSeconds: a partial hour longer
-// than half an hour is read as its hour from the hourly rollup less the
-// raw seconds of the rest of the hour; every report over such periods
-// (both ends inside hours, a part of one hour, a canary's endpoint by
-// version, splits by caller team at hour grain) equals, to the second and
+// TestPartialHoursFromTheRollupEqualRawSeconds: a partial hour with more
+// raw seconds up to now than the rest of its hour is read as its hour from
+// the hourly rollup less the raw seconds of that rest; every report over
+// such periods (both ends inside hours, a part of one hour, a canary's
+// endpoint by version up to now, splits by caller team at hour grain,
+// seconds stored past now) equals, to the second and
 // the micro-dollar, the same report read from the raw seconds alone, with
 // usage in the same hours before and after the period and CPU cores among
 // it. A second added to the rollup alone then shows in the report, so the
@@ -37,6 +38,7 @@ func TestPartialHoursFromTheRollupEqualRawSeconds(t *testing.T) {
 		{t0.Add(70 * time.Minute), t0.Add(115 * time.Minute), ""},
 		{t0.Add(2*time.Hour + 20*time.Minute + 17*time.Second), t0.Add(3*time.Hour + 40*time.Minute), "fraud"},
 		{t0.Add(3 * time.Hour), t0.Add(3*time.Hour + 50*time.Minute), ""},
+		{t0.Add(3*time.Hour + 30*time.Minute), t0.Add(3*time.Hour + 40*time.Minute), "fraud"},
 	}
 	groupings := [][]chargeback.Dimension{
 		nil,

@@ -337,18 +337,27 @@ func (s *Service) readDaily(ctx context.Context, grain []Dimension, f filter, fr
 // partialHour sums usage over [from, to), a part of one hour. Raw
 // seconds are ordered by node and time, not by team or endpoint, so a
 // read of them scans every node's seconds of its time range whatever the
-// filter. A part longer than half an hour is therefore read as its hour
-// from the hourly rollup less the raw seconds of the rest of the hour, in
-// one SELECT (both tables' parts chosen at its start): for the partial hour
-// that ends now (a report or canary up to now), that rest is the seconds
-// after now, none. Every sum but the utilisation is an integer, so the
+// filter. A part whose raw seconds up to now outnumber those of the rest
+// of its hour is therefore read as its hour from the hourly rollup less
+// the raw seconds of the rest of the hour, in one SELECT (both tables'
+// parts chosen at its start): for the partial hour that ends now (a report
+// or canary up to now), that rest is the seconds after now, none. Every sum but the utilisation is an integer, so the
 // difference equals the raw sum exactly. A group that comes out negative
 // (a raw block stored whose view block is not yet) is read again from the
 // raw seconds.
 func (s *Service) partialHour(ctx context.Context, grain []Dimension, f filter, from, to time.Time) ([]Row, error) {
 	hour := from.Truncate(time.Hour)
 	end := hour.Add(time.Hour)
-	if to.Sub(from) <= 30*time.Minute || to.After(end) {
+	// Seconds after now are not stored yet: what each way scans is its
+	// stretch of raw seconds up to now.
+	now := s.clock.Now().UTC()
+	past := func(a, b time.Time) time.Duration {
+		if b.After(now) {
+			b = now
+		}
+		return max(b.Sub(a), 0)
+	}
+	if to.After(end) || past(from, to) <= past(hour, from)+past(to, end) {
 		return s.read(ctx, grain, f, from, to, tableRaw)
 	}
 	hourly := make([]string, len(grain))
