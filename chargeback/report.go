@@ -16,6 +16,7 @@ import (
 	"modelplane/auth"
 	"modelplane/billing"
 	"modelplane/field"
+	"modelplane/readcache"
 )
 
 // Unallocated is how the CSV and the portal name the team of GPU time no
@@ -369,6 +370,43 @@ type Service struct {
 	// rawStats reads request statistics from the raw windows whatever the
 	// query's Source (RawStatistics).
 	rawStats bool
+	// closed keeps reports of periods that ended before the last
+	// LagWindow (WithCache); nil reads every report.
+	closed *readcache.Cache[reportKey, *Report]
+}
+
+// ClosedFresh and ClosedMaxAge bound a cached report of a closed period
+// (WithCache): usage still reaches such a period when ingest catches up
+// after an outage (JetStream redelivers for 7 days) or an agent replays
+// its disk spool, and shows in the report at most ClosedMaxAge after it
+// is stored.
+const (
+	ClosedFresh  = time.Minute
+	ClosedMaxAge = 10 * time.Minute
+)
+
+// reportKey names everything a report depends on besides the usage: the
+// caller's scope, the query and the rate table's version.
+type reportKey struct {
+	all                   bool
+	teams                 string
+	from, to              int64
+	groupBy               string
+	team, endpoint, graph string
+	rates                 string
+}
+
+// WithCache returns a copy of s that serves reports of periods that ended
+// before the last LagWindow from a cache bounded by opts (its clock s's):
+// a month by caller team reads the month's hourly rows of every endpoint
+// involved and splits them hour by hour, and such a period changes only
+// when late usage arrives. Reports that reach into the last LagWindow,
+// and those with SourceRaw, are read every time.
+func (s *Service) WithCache(opts readcache.Options) *Service {
+	c := *s
+	opts.Clock = s.clock
+	c.closed = readcache.New[reportKey, *Report](opts)
+	return &c
 }
 
 // RawStatistics returns a copy of s that reads the tokens and caller
@@ -378,6 +416,7 @@ type Service struct {
 func (s *Service) RawStatistics() *Service {
 	c := *s
 	c.rawStats = true
+	c.closed = nil
 	return &c
 }
 
@@ -439,13 +478,36 @@ func (s *Service) Report(ctx context.Context, p *auth.Principal, q Query) (*Repo
 	if err := q.check(); err != nil {
 		return nil, err
 	}
-	rep := &Report{From: q.From, To: q.To, GroupBy: q.GroupBy, Rows: []Row{}}
 	version, err := s.ratesVersion(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep.RatesVersion = version
 	all, teams := scope(p)
+	if s.closed == nil || q.Source != SourceAuto || q.To.After(s.clock.Now().Add(-LagWindow)) {
+		return s.report(ctx, all, teams, q, version)
+	}
+	key := reportKey{all: all, teams: strings.Join(teams, "\x00"), from: q.From.Unix(), to: q.To.Unix(),
+		team: q.Team, endpoint: q.Endpoint, graph: q.Graph, rates: version}
+	for _, d := range q.GroupBy {
+		key.groupBy += string(d) + ","
+	}
+	a, err := s.closed.Get(ctx, key, func(ctx context.Context) (*Report, error) {
+		return s.report(ctx, all, teams, q, version)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Callers may change what they get; the cached report stays as read.
+	rep := *a.Value
+	rep.GroupBy = slices.Clone(rep.GroupBy)
+	rep.Rows = slices.Clone(rep.Rows)
+	return &rep, nil
+}
+
+// report reads q for a caller who sees every team (all) or teams.
+func (s *Service) report(ctx context.Context, all bool, teams []string, q Query, version string) (*Report, error) {
+	rep := &Report{From: q.From, To: q.To, GroupBy: q.GroupBy, Rows: []Row{}, RatesVersion: version}
+	var err error
 	if !all && len(teams) == 0 {
 		return rep, nil
 	}

@@ -227,7 +227,7 @@ func New(st Stores, cfg Config) (*ControlPlane, error) {
 	var gate rollout.DriftMeasurer
 	if st.CH != nil {
 		cp.Meter = billing.NewMeter(st.CH)
-		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock)
+		cp.Chargeback = chargeback.New(st.CH, db.New(st.Pool), clock).WithCache(readcache.Options{Fresh: chargeback.ClosedFresh, MaxAge: chargeback.ClosedMaxAge})
 		cp.Traffic = reqstats.NewReader(st.CH, clock).WithCache(readcache.Options{Fresh: reqstats.ExplorerFresh, MaxAge: reqstats.ExplorerMaxAge})
 		driftReader = drift.NewReader(st.CH, drift.ReaderConfig{})
 		cp.Drift = drift.NewService(st.Pool, driftReader, clock).WithCache(readcache.Options{Fresh: drift.ReportFresh, MaxAge: drift.ReportMaxAge})
