@@ -1,106 +1,23 @@
 package chargeback_test
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/auth"
-	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/chargeback"
 	"modelplane/db"
 	"modelplane/internal/chtest"
-	"modelplane/internal/natstest"
+	"modelplane/internal/eventtest"
 	"modelplane/internal/pgtest"
-	"modelplane/internal/wait"
-	"modelplane/outbox"
 	"modelplane/tenant"
 )
-
-// eventStream reads the events of one subject from MP_EVENTS after the
-// outbox relay sent what the database holds, as every reader of events
-// sees them.
-type eventStream struct {
-	relay   *outbox.Relay
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
-	subject string
-	seen    uint64 // the stream sequence of the last event read
-}
-
-func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStream {
-	t.Helper()
-	_, nc := natstest.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.Ensure(t.Context(), js); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.CreateConsumer(t.Context(), busapi.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(t.Context(), busapi.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, slog.New(slog.DiscardHandler), quartz.NewMock(t)), stream: stream, cons: cons, subject: subject}
-}
-
-// next relays the outbox and returns the events that arrived since the
-// last call.
-func (s *eventStream) next(t *testing.T) []busapi.Event {
-	t.Helper()
-	if _, err := s.relay.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	// The stream holds an event before the relay's publish is acked, but
-	// the consumer learns of it a moment later, so a fetch right after the
-	// flush may find nothing: read up to the subject's last stored event.
-	last := s.seen
-	if m, err := s.stream.GetLastMsgForSubject(t.Context(), s.subject); err == nil {
-		last = m.Sequence
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatal(err)
-	}
-	var out []busapi.Event
-	var ferr error
-	wait.Eventually(t, 10*time.Second, func() bool {
-		batch, err := s.cons.FetchNoWait(100)
-		if err != nil {
-			ferr = err
-			return true
-		}
-		for m := range batch.Messages() {
-			var e busapi.Event
-			if err := json.Unmarshal(m.Data(), &e); err != nil {
-				ferr = fmt.Errorf("event %s: %w", m.Data(), err)
-				return true
-			}
-			out = append(out, e)
-			if md, err := m.Metadata(); err == nil {
-				s.seen = md.Sequence.Stream
-			}
-		}
-		return s.seen >= last
-	}, "events on %s up to stream sequence %d", s.subject, last)
-	if ferr != nil {
-		t.Fatal(ferr)
-	}
-	return out
-}
 
 // TestBudgets: a team admin sets a $10 budget (a viewer may not, another
 // team's admin finds no team); at $8.50 spent half-way through the month the
@@ -126,7 +43,7 @@ func TestBudgets(t *testing.T) {
 	clk := clockAt(t, now)
 	svc := chargeback.New(ch, db.New(pool), clk)
 	budgets := chargeback.NewBudgets(pool, svc, nil, nil, clk)
-	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
+	events := eventtest.New(t, pool, busapi.EventsSubject("risk"))
 
 	riskAdmin := &auth.Principal{Name: "ra", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleAdmin}}}
 	riskViewer := &auth.Principal{Name: "rv", Teams: []auth.Membership{{TeamID: risk.ID, Team: "risk", Role: auth.RoleViewer}}}
@@ -167,7 +84,7 @@ func TestBudgets(t *testing.T) {
 	if l, err := budgets.List(ctx, searchAdmin); err != nil || len(l) != 0 {
 		t.Errorf("search admin sees %+v, %v; want no budgets", l, err)
 	}
-	evs := events.next(t)
+	evs := events.Next(t)
 	if len(evs) != 1 {
 		t.Fatalf("events on mp.events.risk = %+v, want the 80 percent alert once", evs)
 	}
@@ -191,7 +108,7 @@ func TestBudgets(t *testing.T) {
 	if err := budgets.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs := events.next(t); len(evs) != 1 || evs[0].State != "100" || !strings.Contains(evs[0].Message, "no new replicas") {
+	if evs := events.Next(t); len(evs) != 1 || evs[0].State != "100" || !strings.Contains(evs[0].Message, "no new replicas") {
 		t.Errorf("events after $10 = %+v, want the 100 percent alert of a blocking budget", evs)
 	}
 	alerts, err := budgets.Alerts(ctx, riskViewer)
@@ -216,7 +133,7 @@ func TestBudgets(t *testing.T) {
 	if err := budgets.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs := events.next(t); len(evs) != 1 || evs[0].State != "80" || !strings.Contains(evs[0].Message, "of its $12.00") {
+	if evs := events.Next(t); len(evs) != 1 || evs[0].State != "80" || !strings.Contains(evs[0].Message, "of its $12.00") {
 		t.Errorf("events after raising to $12 = %+v, want the 80 percent alert against $12", evs)
 	}
 	// Setting the same amount again keeps the month's alerts.

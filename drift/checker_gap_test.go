@@ -14,6 +14,7 @@ import (
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/internal/chtest"
+	"modelplane/internal/eventtest"
 	"modelplane/internal/pgtest"
 )
 
@@ -27,7 +28,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	seed(t, pool, "fraud")
 	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
-	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
+	events := eventtest.New(t, pool, busapi.EventsSubject("risk"))
 	clk := quartz.NewMock(t)
 	clk.Set(t0)
 	c, err := drift.NewChecker(pool, drift.NewReader(ch, drift.ReaderConfig{}), nil, quiet, clk, prometheus.NewRegistry(),
@@ -41,7 +42,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if evs := events.next(t); len(evs) != 1 || evs[0].Type != "alert" {
+	if evs := events.Next(t); len(evs) != 1 || evs[0].Type != "alert" {
 		t.Fatalf("events = %+v, want the alert", evs)
 	}
 
@@ -50,7 +51,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs := events.next(t); len(evs) != 0 {
+	if evs := events.Next(t); len(evs) != 0 {
 		t.Errorf("events without data = %+v, want none (not enough data resolves nothing)", evs)
 	}
 	admin := &auth.Principal{Name: "admin", PlatformRole: auth.RolePlatformAdmin}
@@ -66,7 +67,7 @@ func TestCheckerKeepsFiredAlertsWithoutData(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs := events.next(t)
+	evs := events.Next(t)
 	if len(evs) != 1 || evs[0].Type != "resolved" || evs[0].State != "v24 "+stat.MetricW1 || !strings.Contains(evs[0].Message, "no longer serves") {
 		t.Errorf("events after v24 left = %+v, want its alert resolved because it no longer serves", evs)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -15,97 +14,19 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/coder/quartz"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"modelplane/auth"
-	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/db"
 	"modelplane/drift"
 	"modelplane/drift/stat"
 	"modelplane/field"
 	"modelplane/internal/chtest"
-	"modelplane/internal/natstest"
+	"modelplane/internal/eventtest"
 	"modelplane/internal/pgtest"
 	"modelplane/internal/wait"
-	"modelplane/outbox"
 )
-
-// eventStream reads the events of one subject from MP_EVENTS after the
-// outbox relay sent what the database holds, as every reader of events
-// sees them.
-type eventStream struct {
-	relay   *outbox.Relay
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
-	subject string
-	seen    uint64 // the stream sequence of the last event read
-}
-
-func newEventStream(t *testing.T, pool *pgxpool.Pool, subject string) *eventStream {
-	t.Helper()
-	_, nc := natstest.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.Ensure(t.Context(), js); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.CreateConsumer(t.Context(), busapi.StreamEvents, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(t.Context(), busapi.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &eventStream{relay: outbox.NewRelay(pool, js, quiet, quartz.NewMock(t)), stream: stream, cons: cons, subject: subject}
-}
-
-// next relays the outbox and returns the events that arrived since the
-// last call.
-func (s *eventStream) next(t *testing.T) []busapi.Event {
-	t.Helper()
-	if _, err := s.relay.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	// The stream holds an event before the relay's publish is acked, but
-	// the consumer learns of it a moment later, so a fetch right after the
-	// flush may find nothing: read up to the subject's last stored event.
-	last := s.seen
-	if m, err := s.stream.GetLastMsgForSubject(t.Context(), s.subject); err == nil {
-		last = m.Sequence
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatal(err)
-	}
-	var out []busapi.Event
-	var ferr error
-	wait.Eventually(t, 10*time.Second, func() bool {
-		batch, err := s.cons.FetchNoWait(100)
-		if err != nil {
-			ferr = err
-			return true
-		}
-		for m := range batch.Messages() {
-			var e busapi.Event
-			if err := json.Unmarshal(m.Data(), &e); err != nil {
-				ferr = fmt.Errorf("event %s: %w", m.Data(), err)
-				return true
-			}
-			out = append(out, e)
-			if md, err := m.Metadata(); err == nil {
-				s.seen = md.Sequence.Stream
-			}
-		}
-		return s.seen >= last
-	}, "events on %s up to stream sequence %d", s.subject, last)
-	if ferr != nil {
-		t.Fatal(ferr)
-	}
-	return out
-}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -172,7 +93,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	garbage(t, ch, "fraud", endpointID(t, pool, "fraud"), t0, 1000)
 	garbage(t, ch, "quiet", endpointID(t, pool, "quiet"), t0, 50) // too few current samples to judge
 
-	events := newEventStream(t, pool, busapi.EventsSubject("risk"))
+	events := eventtest.New(t, pool, busapi.EventsSubject("risk"))
 	clk := quartz.NewMock(t)
 	clk.Set(t0)
 	reg := prometheus.NewRegistry()
@@ -187,7 +108,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 		if err := c.Check(ctx); err != nil {
 			t.Fatalf("check at +%s: %v", step, err)
 		}
-		evs := events.next(t)
+		evs := events.Next(t)
 		switch {
 		case step < 10*time.Minute && len(evs) != 0:
 			t.Fatalf("at +%s: events %+v before the alert duration", step, evs)
@@ -285,7 +206,7 @@ func TestCheckerAlertsAfterTheDurationOnce(t *testing.T) {
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs := events.next(t); len(evs) != 1 || evs[0].Kind != drift.EventKind || evs[0].Type != "resolved" || evs[0].State != "v24 "+stat.MetricW1 {
+	if evs := events.Next(t); len(evs) != 1 || evs[0].Kind != drift.EventKind || evs[0].Type != "resolved" || evs[0].State != "v24 "+stat.MetricW1 {
 		t.Errorf("events after recovery = %+v, want the resolution of v24 %s", evs, stat.MetricW1)
 	}
 }
