@@ -140,9 +140,9 @@ func TestExplorerReadOutlivesTheCallerThatStartedIt(t *testing.T) {
 	if x, err := r.Explore(t.Context(), "fraud", 0, 60); err != nil || x.All.Requests != 5 {
 		t.Errorf("within Fresh: %d requests, %v; want the kept 5", x.All.Requests, err)
 	}
-	// One read is four queries (overhead, then slowest, failed and
-	// sampled requests); the first was announced before the page left.
-	if queries != 3 || len(conn.started) != 3 {
-		t.Errorf("%d then %d queries after the first, want the one read's 3 and no more", queries, len(conn.started))
+	// One read is two queries (overhead, then the notable requests); the
+	// first was announced before the page left.
+	if queries != 1 || len(conn.started) != 1 {
+		t.Errorf("%d then %d queries after the first, want the one read's 1 and no more", queries, len(conn.started))
 	}
 }

@@ -98,13 +98,6 @@ func TestExplore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := func(rs []reqstats.Request) string {
-		var out []string
-		for _, r := range rs {
-			out = append(out, r.RequestID)
-		}
-		return fmt.Sprint(out)
-	}
 	if ids(got.Slowest) != "[c a e]" || ids(got.Failed) != "[f b]" || ids(got.Sampled) != "[d]" {
 		t.Errorf("slowest %s, failed %s, sampled %s; want [c a e], [f b], [d]", ids(got.Slowest), ids(got.Failed), ids(got.Sampled))
 	}
@@ -127,4 +120,52 @@ func TestExplore(t *testing.T) {
 	if _, err := reqstats.NewReader(ch, clock).Explore(t.Context(), "fraud", 7, reqstats.MaxMinutes+1); err == nil {
 		t.Error("a window past MaxMinutes was read")
 	}
+}
+
+// TestExploreKeepsEachKindsOwnOrderAndLimit: the three kinds are read in one
+// scan, yet each keeps its own first ExplorerLimit: 25 failures leave the
+// 20 newest, and they do not crowd out the slowest requests or the
+// sampled one, which keep their own order.
+func TestExploreKeepsEachKindsOwnOrderAndLimit(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	clock := quartz.NewMock(t)
+	clock.Set(now)
+	t0 := now.Add(-5 * time.Minute)
+	var notable []busapi.NotableRequest
+	for i := range 25 {
+		notable = append(notable, busapi.NotableRequest{Kind: busapi.NotableFailed, RequestID: fmt.Sprintf("f%02d", i), Status: 503,
+			EndMS: t0.Add(time.Duration(i) * time.Second).UnixMilli(), LatencyMS: float64(1000 + i)})
+	}
+	notable = append(notable,
+		busapi.NotableRequest{Kind: busapi.NotableSlowest, RequestID: "s-early-slow", Status: 200, EndMS: t0.UnixMilli(), LatencyMS: 90},
+		busapi.NotableRequest{Kind: busapi.NotableSlowest, RequestID: "s-late-fast", Status: 200, EndMS: t0.Add(time.Minute).UnixMilli(), LatencyMS: 30},
+		busapi.NotableRequest{Kind: busapi.NotableSampled, RequestID: "p", Status: 200, EndMS: t0.UnixMilli(), LatencyMS: 2})
+	m := busapi.ReqStats{WindowStart: t0.UnixMilli(), WindowEnd: t0.Add(5 * time.Second).UnixMilli(), Gateway: "gw-1",
+		Endpoint: "fraud", Team: "risk", Version: "v1", Count: 28, EndpointID: 7,
+		Latency: make([]uint64, busapi.LatencyBuckets), Overhead: make([]uint64, busapi.LatencyBuckets), Notable: notable}
+	m.ID = busapi.ReqStatsID(m.Gateway, m.Endpoint, m.Version, m.WindowStart)
+	if err := ingest.StoreReqStats(t.Context(), ch, []busapi.ReqStats{m}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reqstats.NewReader(ch, clock).Explore(t.Context(), "fraud", 7, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Failed) != reqstats.ExplorerLimit || got.Failed[0].RequestID != "f24" || got.Failed[reqstats.ExplorerLimit-1].RequestID != "f05" {
+		t.Errorf("failed %s; want the %d newest, f24 down to f05", ids(got.Failed), reqstats.ExplorerLimit)
+	}
+	if ids(got.Slowest) != "[s-early-slow s-late-fast]" || ids(got.Sampled) != "[p]" {
+		t.Errorf("slowest %s, sampled %s; want [s-early-slow s-late-fast], [p]", ids(got.Slowest), ids(got.Sampled))
+	}
+}
+
+// ids lists the requests' ids in order.
+func ids(rs []reqstats.Request) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.RequestID)
+	}
+	return fmt.Sprint(out)
 }
