@@ -110,7 +110,10 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 			gone(func() error { _, err := core.Pods(ns).Get(ctx, strayV2Pod, metav1.GetOptions{}); return err }) &&
 			gone(func() error { _, err := core.Secrets(ns).Get(ctx, strayPod, metav1.GetOptions{}); return err }) &&
 			gone(func() error { _, err := core.Secrets(ns).Get(ctx, strayV2Pod, metav1.GetOptions{}); return err }) &&
-			gone(func() error { _, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v2", metav1.GetOptions{}); return err })
+			gone(func() error {
+				_, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v2", metav1.GetOptions{})
+				return err
+			})
 	}, "the strays' pods, tokens and v2 policy were not swept (swept %v)", wait.Show(func() any { return d.Swept() }))
 	if n := d.Swept(); n != 5 {
 		t.Fatalf("swept %d objects, want 5 (two pods, two tokens, one policy)", n)
@@ -125,10 +128,16 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	}
 	for _, get := range []func() error{
 		func() error { _, err := core.Secrets(ns).Get(ctx, keptPod, metav1.GetOptions{}); return err },
-		func() error { _, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v1", metav1.GetOptions{}); return err },
+		func() error {
+			_, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v1", metav1.GetOptions{})
+			return err
+		},
 		func() error { _, err := core.Pods(ns).Get(ctx, otherPod, metav1.GetOptions{}); return err },
 		func() error { _, err := core.Secrets(ns).Get(ctx, otherPod, metav1.GetOptions{}); return err },
-		func() error { _, err := netv1.NetworkPolicies(ns).Get(ctx, "scoring-v1", metav1.GetOptions{}); return err },
+		func() error {
+			_, err := netv1.NetworkPolicies(ns).Get(ctx, "scoring-v1", metav1.GetOptions{})
+			return err
+		},
 		func() error { _, err := core.Pods(ns).Get(ctx, "by-hand", metav1.GetOptions{}); return err },
 		func() error { _, err := core.Secrets(ns).Get(ctx, "by-hand", metav1.GetOptions{}); return err },
 	} {
