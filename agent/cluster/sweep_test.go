@@ -118,7 +118,11 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	if n := d.Swept(); n != 5 {
 		t.Fatalf("swept %d objects, want 5 (two pods, two tokens, one policy)", n)
 	}
-	// The named replica is the same pod, taken over, not made twice.
+	// The named replica is the same pod, taken over, not made twice, and
+	// a pass over it keeps it.
+	if _, err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	pods, err := core.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: cluster.LabelReplica + "=" + kept.ID})
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Name != keptPod || pods.Items[0].DeletionTimestamp != nil {
 		t.Fatalf("pods of %s: %v, %v; want %s alone, alive", kept.ID, err, podNames(pods), keptPod)
@@ -165,6 +169,9 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	// its state file, which takes over the same pod.
 	wait.Eventually(t, time.Minute, func() bool { n := a2.Counters(); return n.ReplicaStarts+n.ReplicaAdoptions == 1 },
 		"the restarted agent never took its replica back")
+	if _, err := d2.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	pods, err = core.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: cluster.LabelReplica + "=" + kept.ID})
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Name != keptPod || pods.Items[0].DeletionTimestamp != nil {
 		t.Fatalf("pods of %s after the restart: %v, %v; want %s alone, alive", kept.ID, err, podNames(pods), keptPod)
@@ -174,7 +181,8 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	}
 }
 
-// driverOf is a driver of pool name over the test's nodes, its watches
+// driverOf is a driver of pool name over the test's nodes, configured as
+// pool's (a pod made by one is the same spec to the other), its watches
 // running until the test ends (or Close).
 func driverOf(t *testing.T, c *kubetest.Cluster, name, prefix string, nodes []corev1.Node) *cluster.Driver {
 	t.Helper()
@@ -183,7 +191,8 @@ func driverOf(t *testing.T, c *kubetest.Cluster, name, prefix string, nodes []co
 		t.Fatal(err)
 	}
 	d, err := cluster.New(cluster.Config{Client: c.Client(), Pool: name, Kind: cluster.KindGPU, Inventory: inv,
-		NamespacePrefix: prefix, Image: "modelplane/modelplane:test", NodeSelector: map[string]string{testLabel: uniq(t)},
+		NamespacePrefix: prefix, Image: "modelplane/modelplane:test", ControlPlaneURL: "http://cp.example:8080",
+		ArtifactToken: func() string { return "artifact-token" }, NodeSelector: map[string]string{testLabel: uniq(t)},
 		Clock: quartz.NewMock(t)})
 	if err != nil {
 		t.Fatal(err)
