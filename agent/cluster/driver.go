@@ -361,7 +361,9 @@ func (d *Driver) follow() {
 	for i, n := range list {
 		nodes[i] = *n
 	}
-	inv, bad := readInventory(nodes, d.cfg.Kind)
+	// The last count's numbering is kept: a GPU stays at its index while
+	// its node stays in the pool.
+	inv, bad := readInventory(nodes, d.cfg.Kind, d.current().index)
 	for _, err := range bad {
 		d.log.Warn("node left out of the pool", slog.String("error", err.Error()))
 	}

@@ -2,6 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,4 +152,48 @@ func squat(t *testing.T, c *kubetest.Cluster, profile string, n int64) {
 		}
 	})
 	c.WaitScheduled(t, "default", name)
+}
+
+// TestGPUIndicesStayWhileTheirNodeStays: a pool of two GPU types numbers
+// each GPU once. A node added takes the next indices and moves no GPU of
+// either type, though its name sorts before every other node's (numbered
+// by name, it would push them all up); a node removed moves only the GPUs
+// at the top indices into its place, since indices have no holes.
+func TestGPUIndicesStayWhileTheirNodeStays(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	id := uniq(t)
+	const a100, h100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
+	d, nodes := pool(t, c, cluster.KindGPU,
+		kubetest.Node{Name: id + "-b", GPUs: 2, GPUProduct: a100, GPUMemoryMiB: 81920},
+		kubetest.Node{Name: id + "-c", GPUs: 2, GPUProduct: h100, GPUMemoryMiB: 81920})
+	layout := func() []string {
+		gpus, _, _ := d.PoolInventory()
+		out := make([]string, len(gpus))
+		for i, g := range gpus {
+			var ps []string
+			for _, s := range g.Slices {
+				ps = append(ps, s.Profile)
+			}
+			out[i] = fmt.Sprintf("%d %s %s", g.Index, g.Type, strings.Join(ps, "+"))
+		}
+		return out
+	}
+	want := func(what string, want ...string) {
+		t.Helper()
+		wait.Eventually(t, time.Minute, func() bool { return slices.Equal(layout(), want) },
+			"%s: pool's GPUs are %q, want %q", what, wait.Show(func() any { return layout() }), want)
+	}
+	const mig = "mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb"
+	want("at start", "0 A100-80GB full", "1 A100-80GB full", "2 H100-80GB full", "3 H100-80GB full")
+
+	c.AddNode(t, kubetest.Node{Name: id + "-a", GPUs: 1, GPUProduct: a100, GPUMemoryMiB: 81920, MIG: map[string]int{"1g.10gb": 7},
+		Labels: map[string]string{testLabel: id}})
+	want("a node added", "0 A100-80GB full", "1 A100-80GB full", "2 H100-80GB full", "3 H100-80GB full",
+		"4 A100-80GB full", "5 A100-80GB "+mig)
+
+	if err := c.Client().CoreV1().Nodes().Delete(t.Context(), nodes[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("the first node removed", "0 A100-80GB full", "1 A100-80GB "+mig, "2 H100-80GB full", "3 H100-80GB full")
 }
