@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -108,6 +109,12 @@ type Config struct {
 	Resync time.Duration
 	// Grace is a pod's termination grace period: the runtime's drain.
 	Grace time.Duration
+	// IndexFile keeps the GPUs' indices (which the driver holds while a
+	// GPU's node stays) across the agent's restarts, in its state
+	// directory: without it a restarted agent numbers the GPUs by node
+	// name again, and a node added since moves others. "" keeps them in
+	// memory only.
+	IndexFile string
 	// PodTLS, when set, makes the pods serve HTTPS with the pool's
 	// certificate (tls.go); nil is plain HTTP.
 	PodTLS *PodTLS
@@ -246,6 +253,18 @@ func New(cfg Config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, log: cfg.Log.With(slog.String("pool", cfg.Pool)), wake: make(chan struct{}, 1),
 		replicas: map[string]*replica{}, starting: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}, inv: cfg.Inventory}
+	if cfg.IndexFile != "" {
+		// One that cannot be read must not keep the agent down: the GPUs
+		// are numbered by node name, as on a first start.
+		index, err := loadIndex(cfg.IndexFile)
+		if err != nil {
+			d.log.Error("GPU indices unreadable; numbering the GPUs by node name", slog.String("error", err.Error()))
+		}
+		if index != nil {
+			// The last run's numbering; the first count (Watch) follows it.
+			d.inv.index = index
+		}
+	}
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelPool: labelValue(cfg.Pool)}).String()
 	d.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
@@ -363,13 +382,19 @@ func (d *Driver) follow() {
 	}
 	// The last count's numbering is kept: a GPU stays at its index while
 	// its node stays in the pool.
-	inv, bad := readInventory(nodes, d.cfg.Kind, d.current().index)
+	prev := d.current().index
+	inv, bad := readInventory(nodes, d.cfg.Kind, prev)
 	for _, err := range bad {
 		d.log.Warn("node left out of the pool", slog.String("error", err.Error()))
 	}
 	d.mu.Lock()
 	d.inv = inv
 	d.mu.Unlock()
+	if d.cfg.IndexFile != "" && !maps.Equal(prev, inv.index) {
+		if err := saveIndex(d.cfg.IndexFile, inv.index); err != nil {
+			d.log.Warn("GPU indices not saved; a restart may number them by node name", slog.String("error", err.Error()))
+		}
+	}
 }
 
 // current is the pool's inventory as last followed.

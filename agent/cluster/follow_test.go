@@ -3,11 +3,13 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -164,10 +166,12 @@ func TestGPUIndicesStayWhileTheirNodeStays(t *testing.T) {
 	c := kubetest.Shared(t)
 	id := uniq(t)
 	const a100, h100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
-	d, nodes := pool(t, c, cluster.KindGPU,
+	indexFile := filepath.Join(t.TempDir(), "state", "gpu-indices.json")
+	var cfg cluster.Config
+	d, nodes := poolWith(t, c, cluster.KindGPU, quartz.NewMock(t), func(c *cluster.Config) { c.IndexFile = indexFile; cfg = *c },
 		kubetest.Node{Name: id + "-b", GPUs: 2, GPUProduct: a100, GPUMemoryMiB: 81920},
 		kubetest.Node{Name: id + "-c", GPUs: 2, GPUProduct: h100, GPUMemoryMiB: 81920})
-	layout := func() []string {
+	layoutOf := func(d *cluster.Driver) []string {
 		gpus, _, _ := d.PoolInventory()
 		out := make([]string, len(gpus))
 		for i, g := range gpus {
@@ -179,6 +183,7 @@ func TestGPUIndicesStayWhileTheirNodeStays(t *testing.T) {
 		}
 		return out
 	}
+	layout := func() []string { return layoutOf(d) }
 	want := func(what string, want ...string) {
 		t.Helper()
 		wait.Eventually(t, time.Minute, func() bool { return slices.Equal(layout(), want) },
@@ -191,6 +196,27 @@ func TestGPUIndicesStayWhileTheirNodeStays(t *testing.T) {
 		Labels: map[string]string{testLabel: id}})
 	want("a node added", "0 A100-80GB full", "1 A100-80GB full", "2 H100-80GB full", "3 H100-80GB full",
 		"4 A100-80GB full", "5 A100-80GB "+mig)
+
+	// A restarted agent's driver, whose first count is by node name,
+	// follows the numbering kept in its state directory.
+	list, err := c.Client().CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: testLabel + "=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Inventory, err = cluster.ReadInventory(list.Items, cluster.KindGPU); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := cluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restarted.Close)
+	if got := layoutOf(restarted); !slices.Equal(got, layout()) {
+		t.Fatalf("restarted driver's GPUs are %q, want %q as before", got, layout())
+	}
 
 	if err := c.Client().CoreV1().Nodes().Delete(t.Context(), nodes[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,12 @@ package cluster
 
 import (
 	"cmp"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -299,3 +304,36 @@ func resourceOf(profile string) corev1.ResourceName {
 }
 
 func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+// loadIndex reads the GPUs' indices saveIndex kept; nil when there are
+// none yet.
+func loadIndex(path string) (map[string]int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpu indices: %w", err)
+	}
+	var index map[string]int
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, fmt.Errorf("gpu indices %s: %w", path, err)
+	}
+	return index, nil
+}
+
+// saveIndex keeps the GPUs' indices in path, replaced whole.
+func saveIndex(path string, index map[string]int) error {
+	b, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
