@@ -13,7 +13,9 @@
 //     nvidia.com/mig-<profile>, typed from the operator's product and
 //     memory labels, or the cores and memory of the nodes without GPUs.
 //     modelplane places counts and profiles in it; the scheduler places
-//     pods, so slot numbers are bookkeeping, never devices;
+//     pods, so slot numbers are bookkeeping, never devices, and each GPU
+//     keeps its index while its node stays (Config.IndexFile across
+//     restarts);
 //   - every object it writes, by server-side apply with one field manager
 //     per pool and only where the live object's managed fields differ
 //     (a pass with nothing changed makes no write): per team a namespace,

@@ -49,7 +49,8 @@ const (
 // are the MIG resources of its node, packed into GPUs of seven compute
 // slices. Which physical GPU holds a slice is the device plugin's and the
 // scheduler's business: the driver requests a count of a profile, never a
-// GPU index, so the slot numbers are the pool's own bookkeeping.
+// GPU index, so the slot numbers are the pool's own bookkeeping, kept for
+// each GPU while its node stays (renumber) so that its replicas stay too.
 type Inventory struct {
 	GPUs     []busapi.GPU
 	CPUCores int
