@@ -103,7 +103,11 @@ func (d *Driver) sweep(ctx context.Context) error {
 	for _, p := range pods {
 		key := p.Namespace + "/" + p.Name
 		id := p.Annotations[AnnotationReplica]
-		if !mine(p.Namespace) || id == "" || keep[key] {
+		if !mine(p.Namespace) || id == "" {
+			keep[key] = true // not the sweep's to judge: its token stays too
+			continue
+		}
+		if keep[key] {
 			continue
 		}
 		if w, ok := want[id]; ok && !running[id] && adoptable(p, id, w.hash) {
