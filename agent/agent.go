@@ -472,10 +472,12 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		if len(a.desired) == 0 {
+			a.handDesiredLocked()
 			return false
 		}
 		a.log.Info("desired state deleted; stopping every replica")
 		a.desired = nil
+		a.handDesiredLocked()
 		a.n.applied.Add(1)
 		return true
 	}
@@ -491,6 +493,11 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	if d.Generation <= a.gen {
+		if d.Generation == a.gen && a.gen > 0 {
+			// The one the agent holds, replayed: it is still the
+			// control plane's word after a restart with the state file.
+			a.handDesiredLocked()
+		}
 		a.n.ignored.Add(1)
 		a.log.Debug("stale or replayed desired state ignored", slog.Int64("generation", d.Generation), slog.Int64("applied", a.gen))
 		return false
@@ -509,9 +516,20 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 		seen[spec.ID] = true
 		a.desired = append(a.desired, spec)
 	}
+	a.handDesiredLocked()
 	a.n.applied.Add(1)
 	a.log.Info("desired state", slog.Int64("generation", d.Generation), slog.Int("replicas", len(d.Replicas)))
 	return true
+}
+
+// handDesiredLocked hands the desired set to a driver that sweeps what
+// its replicas leave behind (DesiredSetter). Only apply calls it, so
+// never before the first desired state of the run and always after
+// adoption.
+func (a *Agent) handDesiredLocked() {
+	if ds, ok := a.drv.(DesiredSetter); ok {
+		ds.SetDesired(slices.Clone(a.desired))
+	}
 }
 
 // reconcile makes the running replicas match the desired set: it stops

@@ -86,6 +86,20 @@ type QuotaSetter interface {
 	SetTeamQuotas(map[string]map[string]float64)
 }
 
+// DesiredSetter is a Driver whose replicas outlive the agent and its
+// state file: the Kubernetes driver, whose pods run on while the agent is
+// down and whose objects stay when the agent's state directory is lost.
+// The agent hands it the desired set each time it applies the control
+// plane's desired state, and again when the watch replays the one it
+// holds (an agent restarted with its state file), so the driver can
+// remove what it made for replicas neither desired nor running. The
+// agent never calls it before the first desired state of its run, after
+// its adoption: until then the driver cannot tell a leftover from a
+// replica the agent is about to adopt, and must remove nothing.
+type DesiredSetter interface {
+	SetDesired(specs []busapi.ReplicaSpec)
+}
+
 // StartOptions are what the agent gives a driver to start a replica with,
 // besides its spec.
 type StartOptions struct {

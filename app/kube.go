@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/coder/quartz"
@@ -132,7 +133,7 @@ func (k *KubeConfig) driver(ctx context.Context, cfg agent.Config, c AgentConfig
 	}
 	drv, err := cluster.New(cluster.Config{Client: k.client, Pool: cfg.Node, Kind: k.Kind, Inventory: k.inventory,
 		NamespacePrefix: k.NamespacePrefix, Image: k.Image, Catalog: cat, ControlPlaneURL: url, ArtifactToken: token,
-		Resync: k.Resync, PodTLS: podTLS, Clock: clock, Log: log})
+		Resync: k.Resync, PodTLS: podTLS, IndexFile: filepath.Join(cfg.StateDir, "kube-gpu-indices.json"), Clock: clock, Log: log})
 	if err != nil {
 		return nil, err
 	}

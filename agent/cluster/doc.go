@@ -1,7 +1,8 @@
 // Package cluster is the agent's kubernetes driver: it runs the replicas
 // of a pool, a Kubernetes cluster with the NVIDIA GPU operator, as pods
-// (agent.Driver, agent.PoolDriver, agent.InventorySource, agent.QuotaSetter). DESIGN.md section
-// 22; docs/kubernetes.md, "The cluster agent".
+// (agent.Driver, agent.PoolDriver, agent.InventorySource, agent.QuotaSetter,
+// agent.DesiredSetter). DESIGN.md section 22; docs/kubernetes.md, "The
+// cluster agent".
 //
 // It owns:
 //   - the pool's inventory read from the nodes (ReadInventory) and
@@ -12,7 +13,9 @@
 //     nvidia.com/mig-<profile>, typed from the operator's product and
 //     memory labels, or the cores and memory of the nodes without GPUs.
 //     modelplane places counts and profiles in it; the scheduler places
-//     pods, so slot numbers are bookkeeping, never devices;
+//     pods, so slot numbers are bookkeeping, never devices, and each GPU
+//     keeps its index while its node stays (Config.IndexFile across
+//     restarts);
 //   - every object it writes, by server-side apply with one field manager
 //     per pool and only where the live object's managed fields differ
 //     (a pass with nothing changed makes no write): per team a namespace,
@@ -25,6 +28,11 @@
 //     container, requests and limits, node affinity and probes;
 //   - watches of those objects by label, which wake a resync so a hand
 //     edit is put back at once, and a resync every Config.Resync;
+//   - once the agent has set the desired replicas (SetDesired), the
+//     sweep at every resync of the pods, token Secrets and
+//     NetworkPolicies of the pool that no desired or running replica
+//     owns (sweep.go), and the take-over by Start of a live pod made for
+//     a desired replica's spec whose record the agent lost;
 //   - mapping pod status to observations: Ready, the scheduler's
 //     Unschedulable, failing container states with their reasons, and a
 //     deleted or ended pod as gone (agent.ErrNotRunning), which the agent

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -108,6 +109,12 @@ type Config struct {
 	Resync time.Duration
 	// Grace is a pod's termination grace period: the runtime's drain.
 	Grace time.Duration
+	// IndexFile keeps the GPUs' indices (which the driver holds while a
+	// GPU's node stays) across the agent's restarts, in its state
+	// directory: without it a restarted agent numbers the GPUs by node
+	// name again, and a node added since moves others. "" keeps them in
+	// memory only.
+	IndexFile string
 	// PodTLS, when set, makes the pods serve HTTPS with the pool's
 	// certificate (tls.go); nil is plain HTTP.
 	PodTLS *PodTLS
@@ -205,7 +212,15 @@ type Driver struct {
 	// quotas are the teams' quotas as ResourceQuota hard limits, by team.
 	teamQuota map[string]corev1.ResourceList
 
+	// want is the agent's desired set by replica id (SetDesired), nil
+	// until the first: the sweep removes nothing before it.
+	want map[string]wanted
+	// starting are the replicas Start is making, by namespace/pod: their
+	// objects exist before the driver runs them, and the sweep keeps them.
+	starting map[string]*replica
+
 	writes    int64 // applies and deletes since New, for tests
+	swept     int64 // objects the sweep removed since New
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -237,7 +252,19 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	d := &Driver{cfg: cfg, log: cfg.Log.With(slog.String("pool", cfg.Pool)), wake: make(chan struct{}, 1),
-		replicas: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}, inv: cfg.Inventory}
+		replicas: map[string]*replica{}, starting: map[string]*replica{}, teamQuota: map[string]corev1.ResourceList{}, inv: cfg.Inventory}
+	if cfg.IndexFile != "" {
+		// One that cannot be read must not keep the agent down: the GPUs
+		// are numbered by node name, as on a first start.
+		index, err := loadIndex(cfg.IndexFile)
+		if err != nil {
+			d.log.Error("GPU indices unreadable; numbering the GPUs by node name", slog.String("error", err.Error()))
+		}
+		if index != nil {
+			// The last run's numbering; the first count (Watch) follows it.
+			d.inv.index = index
+		}
+	}
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelPool: labelValue(cfg.Pool)}).String()
 	d.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
@@ -353,13 +380,21 @@ func (d *Driver) follow() {
 	for i, n := range list {
 		nodes[i] = *n
 	}
-	inv, bad := readInventory(nodes, d.cfg.Kind)
+	// The last count's numbering is kept: a GPU stays at its index while
+	// its node stays in the pool.
+	prev := d.current().index
+	inv, bad := readInventory(nodes, d.cfg.Kind, prev)
 	for _, err := range bad {
 		d.log.Warn("node left out of the pool", slog.String("error", err.Error()))
 	}
 	d.mu.Lock()
 	d.inv = inv
 	d.mu.Unlock()
+	if d.cfg.IndexFile != "" && !maps.Equal(prev, inv.index) {
+		if err := saveIndex(d.cfg.IndexFile, inv.index); err != nil {
+			d.log.Warn("GPU indices not saved; a restart may number them by node name", slog.String("error", err.Error()))
+		}
+	}
 }
 
 // current is the pool's inventory as last followed.
@@ -448,7 +483,10 @@ func (d *Driver) image(e catalog.Entry) string {
 
 // Start makes the replica's objects and returns at once: the pod may wait
 // for the scheduler, its image and its files (Observe says). Starting an
-// id the driver runs with the same spec returns the running replica.
+// id the driver runs with the same spec returns the running replica, and
+// a live pod made for the same spec by a previous agent whose record of
+// it was lost (its state directory, or a crash before it saved) is taken
+// over instead of made twice.
 func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.StartOptions) (agent.Replica, error) {
 	h := specHash(spec)
 	d.mu.Lock()
@@ -457,14 +495,35 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 		return r, nil
 	}
 	d.mu.Unlock()
-	r := &replica{d: d, spec: spec, hash: h, ns: Namespace(d.cfg.NamespacePrefix, spec.Team),
-		pod: dnsLabel(spec.ID, 57) + "-" + randHex(2)}
+	ns := Namespace(d.cfg.NamespacePrefix, spec.Team)
+	// From the API server, not the watch's cache: a pod this driver has
+	// just deleted may still look alive there.
+	list, err := d.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: d.replicaSelector(spec.ID).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of replica %s: %w", spec.ID, err)
+	}
+	for i := range list.Items {
+		if r := d.take(spec, h, ns, &list.Items[i]); r != nil {
+			d.log.Info("took over the replica's pod", slog.String("replica", spec.ID), slog.String("pod", r.pod))
+			return r, nil
+		}
+	}
+	r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: dnsLabel(spec.ID, 57) + "-" + randHex(2)}
 	if len(spec.Slots) > 0 {
 		r.products = slices.Clone(d.current().Products[strings.ToUpper(spec.GPUType)])
 	}
 	if _, err := d.desired(r); err != nil {
 		return nil, err
 	}
+	key := r.ns + "/" + r.pod
+	d.mu.Lock()
+	d.starting[key] = r
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, key)
+		d.mu.Unlock()
+	}()
 	if err := d.syncReplica(ctx, r, true); err != nil {
 		// The agent retries under a new pod name: the token Secret made
 		// for this one goes (its version's policy would take it anyway).
@@ -481,31 +540,51 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 
 // Adopt takes over the pod a previous agent made for spec, when it is
 // still there and made for this spec.
-func (d *Driver) Adopt(ctx context.Context, spec busapi.ReplicaSpec, _ string) (agent.Replica, error) {
+func (d *Driver) Adopt(_ context.Context, spec busapi.ReplicaSpec, _ string) (agent.Replica, error) {
 	ns := Namespace(d.cfg.NamespacePrefix, spec.Team)
-	pods, err := d.pods.Pods(ns).List(labels.SelectorFromSet(labels.Set{LabelReplica: labelValue(spec.ID), LabelPool: labelValue(d.cfg.Pool)}))
+	pods, err := d.pods.Pods(ns).List(d.replicaSelector(spec.ID))
 	if err != nil {
 		return nil, err
 	}
 	h := specHash(spec)
 	for _, p := range pods {
-		if p.Annotations[AnnotationSpec] != h || p.DeletionTimestamp != nil || terminal(p) {
-			continue
+		if r := d.take(spec, h, ns, p); r != nil {
+			return r, nil
 		}
-		r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name, products: podProducts(p)}
-		d.mu.Lock()
-		d.replicas[spec.ID] = r
-		d.mu.Unlock()
-		d.poke()
-		return r, nil
 	}
 	return nil, agent.ErrNotRunning
 }
 
+// replicaSelector selects the pods of replica id in this pool.
+func (d *Driver) replicaSelector(id string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelReplica: labelValue(id), LabelPool: labelValue(d.cfg.Pool)})
+}
+
+// take runs spec (hash h) as pod p when p was made for that spec and
+// lives; nil when it cannot.
+func (d *Driver) take(spec busapi.ReplicaSpec, h, ns string, p *corev1.Pod) *replica {
+	if !adoptable(p, spec.ID, h) {
+		return nil
+	}
+	r := &replica{d: d, spec: spec, hash: h, ns: ns, pod: p.Name, products: podProducts(p)}
+	d.mu.Lock()
+	d.replicas[spec.ID] = r
+	d.mu.Unlock()
+	d.poke()
+	return r
+}
+
+// adoptable reports whether pod p can run replica id with the spec of
+// hash h: made for it, neither deleted nor ended.
+func adoptable(p *corev1.Pod, id, h string) bool {
+	return p.Annotations[AnnotationReplica] == id && p.Annotations[AnnotationSpec] == h && p.DeletionTimestamp == nil && !terminal(p)
+}
+
 // Sync compares every object of every replica with what the driver wants
-// and applies those that differ (drifted by hand, or never written);
-// it returns how many it wrote. A second Sync with nothing changed writes
-// nothing.
+// and applies those that differ (drifted by hand, or never written), then,
+// once the agent has set the desired replicas, sweeps what no replica
+// owns (sweep.go); it returns how many it wrote. A second Sync with
+// nothing changed writes nothing.
 func (d *Driver) Sync(ctx context.Context) (int, error) {
 	before := d.Writes()
 	d.mu.Lock()
@@ -519,6 +598,9 @@ func (d *Driver) Sync(ctx context.Context) (int, error) {
 		if err := d.syncReplica(ctx, r, false); err != nil {
 			errs = append(errs, fmt.Errorf("replica %s: %w", r.spec.ID, err))
 		}
+	}
+	if err := d.sweep(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	return int(d.Writes() - before), errors.Join(errs...)
 }

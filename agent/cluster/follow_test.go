@@ -2,9 +2,14 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -149,4 +154,72 @@ func squat(t *testing.T, c *kubetest.Cluster, profile string, n int64) {
 		}
 	})
 	c.WaitScheduled(t, "default", name)
+}
+
+// TestGPUIndicesStayWhileTheirNodeStays: a pool of two GPU types numbers
+// each GPU once. A node added takes the next indices and moves no GPU of
+// either type, though its name sorts before every other node's (numbered
+// by name, it would push them all up); a node removed moves only the GPUs
+// at the top indices into its place, since indices have no holes.
+func TestGPUIndicesStayWhileTheirNodeStays(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	id := uniq(t)
+	const a100, h100 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
+	indexFile := filepath.Join(t.TempDir(), "state", "gpu-indices.json")
+	var cfg cluster.Config
+	d, nodes := poolWith(t, c, cluster.KindGPU, quartz.NewMock(t), func(c *cluster.Config) { c.IndexFile = indexFile; cfg = *c },
+		kubetest.Node{Name: id + "-b", GPUs: 2, GPUProduct: a100, GPUMemoryMiB: 81920},
+		kubetest.Node{Name: id + "-c", GPUs: 2, GPUProduct: h100, GPUMemoryMiB: 81920})
+	layoutOf := func(d *cluster.Driver) []string {
+		gpus, _, _ := d.PoolInventory()
+		out := make([]string, len(gpus))
+		for i, g := range gpus {
+			var ps []string
+			for _, s := range g.Slices {
+				ps = append(ps, s.Profile)
+			}
+			out[i] = fmt.Sprintf("%d %s %s", g.Index, g.Type, strings.Join(ps, "+"))
+		}
+		return out
+	}
+	layout := func() []string { return layoutOf(d) }
+	want := func(what string, want ...string) {
+		t.Helper()
+		wait.Eventually(t, time.Minute, func() bool { return slices.Equal(layout(), want) },
+			"%s: pool's GPUs are %q, want %q", what, wait.Show(func() any { return layout() }), want)
+	}
+	const mig = "mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb+mig-1g.10gb"
+	want("at start", "0 A100-80GB full", "1 A100-80GB full", "2 H100-80GB full", "3 H100-80GB full")
+
+	c.AddNode(t, kubetest.Node{Name: id + "-a", GPUs: 1, GPUProduct: a100, GPUMemoryMiB: 81920, MIG: map[string]int{"1g.10gb": 7},
+		Labels: map[string]string{testLabel: id}})
+	want("a node added", "0 A100-80GB full", "1 A100-80GB full", "2 H100-80GB full", "3 H100-80GB full",
+		"4 A100-80GB full", "5 A100-80GB "+mig)
+
+	// A restarted agent's driver, whose first count is by node name,
+	// follows the numbering kept in its state directory.
+	list, err := c.Client().CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: testLabel + "=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Inventory, err = cluster.ReadInventory(list.Items, cluster.KindGPU); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := cluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restarted.Close)
+	if got := layoutOf(restarted); !slices.Equal(got, layout()) {
+		t.Fatalf("restarted driver's GPUs are %q, want %q as before", got, layout())
+	}
+
+	if err := c.Client().CoreV1().Nodes().Delete(t.Context(), nodes[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("the first node removed", "0 A100-80GB full", "1 A100-80GB "+mig, "2 H100-80GB full", "3 H100-80GB full")
 }

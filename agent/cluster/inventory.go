@@ -2,7 +2,12 @@ package cluster
 
 import (
 	"cmp"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -44,7 +49,8 @@ const (
 // are the MIG resources of its node, packed into GPUs of seven compute
 // slices. Which physical GPU holds a slice is the device plugin's and the
 // scheduler's business: the driver requests a count of a profile, never a
-// GPU index, so the slot numbers are the pool's own bookkeeping.
+// GPU index, so the slot numbers are the pool's own bookkeeping, kept for
+// each GPU while its node stays (renumber) so that its replicas stay too.
 type Inventory struct {
 	GPUs     []busapi.GPU
 	CPUCores int
@@ -52,6 +58,10 @@ type Inventory struct {
 	// Products are the operator's product labels of each GPU type, for the
 	// node affinity of that type's pods.
 	Products map[string][]string
+	// index is each GPU's index by its place in the cluster (gpuKey), so
+	// that the next count keeps every GPU of a node that stays where it
+	// was (renumber).
+	index map[string]int
 }
 
 var productModel = regexp.MustCompile(`([A-Z]+[0-9]+[A-Z]*)`)
@@ -79,7 +89,7 @@ func GPUType(labels map[string]string) string {
 // out; the driver's watch of the nodes (Driver.PoolInventory) counts it
 // again once it is back.
 func ReadInventory(nodes []corev1.Node, kind string) (Inventory, error) {
-	inv, bad := readInventory(nodes, kind)
+	inv, bad := readInventory(nodes, kind, nil)
 	if len(bad) > 0 {
 		return Inventory{}, bad[0]
 	}
@@ -94,10 +104,12 @@ func ReadInventory(nodes []corev1.Node, kind string) (Inventory, error) {
 
 // readInventory is ReadInventory's sum, which leaves out each node it
 // cannot read (returned as bad) and may be empty: a pool whose last node
-// was drained has no capacity until one comes back.
-func readInventory(nodes []corev1.Node, kind string) (inv Inventory, bad []error) {
+// was drained has no capacity until one comes back. The GPUs keep the
+// indices prev (the last count's Inventory.index) gave them; nil numbers
+// them in the order of their nodes' names.
+func readInventory(nodes []corev1.Node, kind string, prev map[string]int) (inv Inventory, bad []error) {
 	inv = Inventory{Products: map[string][]string{}}
-	var gpuSpecs, migSpecs []string
+	var gpuSpecs, migSpecs, keys []string
 	gpuIndex := 0
 	nodes = slices.Clone(nodes)
 	slices.SortFunc(nodes, func(a, b corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
@@ -139,11 +151,15 @@ func readInventory(nodes []corev1.Node, kind string) (inv Inventory, bad []error
 		if full > 0 {
 			gpuSpecs = append(gpuSpecs, fmt.Sprintf("%dx%s", full, typ))
 			gpuIndex += full
+			for i := range full {
+				keys = append(keys, gpuKey(n.Name, "gpu", i))
+			}
 		}
-		for _, layout := range packMIG(mig) {
+		for i, layout := range packMIG(mig) {
 			gpuSpecs = append(gpuSpecs, "1x"+typ)
 			migSpecs = append(migSpecs, fmt.Sprintf("%d:%s", gpuIndex, layout))
 			gpuIndex++
+			keys = append(keys, gpuKey(n.Name, "mig", i))
 		}
 	}
 	if kind == KindCPU || len(gpuSpecs) == 0 {
@@ -153,11 +169,53 @@ func readInventory(nodes []corev1.Node, kind string) (inv Inventory, bad []error
 	if err != nil {
 		return Inventory{Products: map[string][]string{}}, append(bad, fmt.Errorf("cluster inventory: %w", err))
 	}
-	inv.GPUs = gpus
+	inv.GPUs, inv.index = renumber(gpus, keys, prev)
 	for _, ps := range inv.Products {
 		slices.Sort(ps)
 	}
 	return inv, bad
+}
+
+// gpuKey names a GPU by its place in the cluster: its node, whether it is
+// a whole GPU or a MIG GPU, and which of the node's.
+func gpuKey(node, kind string, i int) string { return node + "/" + kind + "/" + strconv.Itoa(i) }
+
+// renumber gives gpus (keys[i] naming gpus[i]) the indices 0..n-1 and
+// returns them in that order with the indices by key. A GPU keeps its
+// index in prev while the index is below n: a node added never moves
+// another's GPUs (of any type), and a node removed moves only the GPUs
+// at the top indices into its place, since indices have no holes. The
+// rest take the free indices in order. The control plane keeps replicas
+// on slots alike at the same index, so a GPU that keeps its index keeps
+// its replicas.
+func renumber(gpus []busapi.GPU, keys []string, prev map[string]int) ([]busapi.GPU, map[string]int) {
+	n := len(gpus)
+	at := make([]int, n)
+	taken := make([]bool, n)
+	for i, k := range keys {
+		at[i] = -1
+		if j, ok := prev[k]; ok && j < n && !taken[j] {
+			at[i], taken[j] = j, true
+		}
+	}
+	free := 0
+	for i := range at {
+		if at[i] >= 0 {
+			continue
+		}
+		for taken[free] {
+			free++
+		}
+		at[i], taken[free] = free, true
+	}
+	out := make([]busapi.GPU, n)
+	index := make(map[string]int, n)
+	for i, g := range gpus {
+		g.Index = at[i]
+		out[at[i]] = g
+		index[keys[i]] = at[i]
+	}
+	return out, index
 }
 
 func nodeReady(n corev1.Node) bool {
@@ -247,3 +305,36 @@ func resourceOf(profile string) corev1.ResourceName {
 }
 
 func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+// loadIndex reads the GPUs' indices saveIndex kept; nil when there are
+// none yet.
+func loadIndex(path string) (map[string]int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpu indices: %w", err)
+	}
+	var index map[string]int
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, fmt.Errorf("gpu indices %s: %w", path, err)
+	}
+	return index, nil
+}
+
+// saveIndex keeps the GPUs' indices in path, replaced whole.
+func saveIndex(path string, index map[string]int) error {
+	b, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
