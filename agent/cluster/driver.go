@@ -624,7 +624,7 @@ func (d *Driver) forget(ctx context.Context, r *replica) error {
 		return nil
 	}
 	bg := metav1.DeletePropagationBackground
-	err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Delete(ctx, versionName(r.spec.Endpoint, r.spec.Version), metav1.DeleteOptions{PropagationPolicy: &bg})
+	err := d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Delete(ctx, versionName(d.cfg.Pool, r.spec.Endpoint, r.spec.Version), metav1.DeleteOptions{PropagationPolicy: &bg})
 	d.wrote()
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete version objects: %w", err)

@@ -77,6 +77,11 @@ func labelValue(s string) string {
 // Namespace is the namespace of a team's replicas: prefix and the team.
 func Namespace(prefix, team string) string { return dnsLabel(prefix+team, 63) }
 
-// versionName names a version's NetworkPolicy, the owner of its pods, in
-// the team's namespace.
-func versionName(endpoint, version string) string { return dnsLabel(endpoint+"-"+version, 63) }
+// versionName names a pool's NetworkPolicy of a version, the owner of the
+// pool's pods of it, in the team's namespace. Pools share a team's
+// namespace under the same prefix, so the name is the pool's: one pool
+// removing its last replica of a version must not take the policy, and
+// with it every pod it owns, from another pool serving the same version.
+func versionName(pool, endpoint, version string) string {
+	return dnsLabel(pool+"-"+endpoint+"-"+version, 63)
+}

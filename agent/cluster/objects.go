@@ -85,7 +85,7 @@ func (d *Driver) desired(r *replica) (objects, error) {
 			return objects{}, err
 		}
 	}
-	vname := versionName(spec.Endpoint, spec.Version)
+	vname := versionName(d.cfg.Pool, spec.Endpoint, spec.Version)
 	lbl := d.labels(spec)
 
 	peer := func(sel map[string]string) *applynetv1.NetworkPolicyPeerApplyConfiguration {

@@ -118,7 +118,7 @@ func TestObjectsWrittenForAPlacement(t *testing.T) {
 		pod.Annotations[cluster.AnnotationReplica] != spec.ID {
 		t.Errorf("labels = %v, annotations = %v", pod.Labels, pod.Annotations)
 	}
-	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "NetworkPolicy" || pod.OwnerReferences[0].Name != "fraud-v1" {
+	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "NetworkPolicy" || pod.OwnerReferences[0].Name != cluster.PolicyName("pool-"+uniq(t), "fraud", "v1") {
 		t.Errorf("owner references = %+v, want the version's NetworkPolicy", pod.OwnerReferences)
 	}
 	if pod.Spec.ServiceAccountName != cluster.ReplicaAccount || pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
@@ -128,7 +128,7 @@ func TestObjectsWrittenForAPlacement(t *testing.T) {
 	if err != nil || string(sec.Data["token"]) != spec.Token || len(sec.OwnerReferences) != 1 {
 		t.Errorf("token secret = %+v, %v", sec, err)
 	}
-	pol, err := c.Client().NetworkingV1().NetworkPolicies(ns).Get(ctx, "fraud-v1", metav1.GetOptions{})
+	pol, err := c.Client().NetworkingV1().NetworkPolicies(ns).Get(ctx, cluster.PolicyName("pool-"+uniq(t), "fraud", "v1"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestObjectChangedByHandIsPutBack(t *testing.T) {
 
 	// Someone opens the policy to everyone, relabels the pod and raises
 	// the quota, by hand.
-	pol, err := net.Get(ctx, "fraud-v1", metav1.GetOptions{})
+	pol, err := net.Get(ctx, cluster.PolicyName("pool-"+uniq(t), "fraud", "v1"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestObjectChangedByHandIsPutBack(t *testing.T) {
 	// The watches wake the driver: everything is put back without the
 	// resync timer (whose clock never moves in this test).
 	wait.Eventually(t, time.Minute, func() bool {
-		pol, err := net.Get(ctx, "fraud-v1", metav1.GetOptions{})
+		pol, err := net.Get(ctx, cluster.PolicyName("pool-"+uniq(t), "fraud", "v1"), metav1.GetOptions{})
 		if err != nil || len(pol.Spec.Ingress) != 1 || len(pol.Spec.Ingress[0].From) != 2 {
 			return false
 		}

@@ -236,3 +236,42 @@ func TestANewDriverAdoptsThePodsOfTheLastOne(t *testing.T) {
 		t.Fatalf("pod %s, want the same %s", got.Name, pod.Name)
 	}
 }
+
+// TestTwoPoolsServeOneVersionInATeamsNamespace: pools share a team's
+// namespace, so each names its own NetworkPolicy of a version. When one
+// pool stops its last replica of the version, the other pool's policy,
+// and the pod it owns, stay.
+func TestTwoPoolsServeOneVersionInATeamsNamespace(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	first, nodes := pool(t, c, cluster.KindGPU, gpuNode())
+	second := driverOf(t, c, "second-"+uniq(t), first.NamespacePrefix(), nodes)
+	ctx := t.Context()
+	ra, err := first.Start(ctx, migSpec("fraud-v1-a", 0), agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Start(ctx, migSpec("fraud-v1-b", 1), agent.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(first.NamespacePrefix(), "risk")
+	podB := podOf(t, c, migSpec("fraud-v1-b", 1), second)
+	if err := ra.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	netv1 := c.Client().NetworkingV1()
+	wait.Eventually(t, time.Minute, func() bool {
+		_, err := netv1.NetworkPolicies(ns).Get(ctx, cluster.PolicyName("pool-"+uniq(t), "fraud", "v1"), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, "the first pool's policy of fraud v1 remains")
+	if len(podB.OwnerReferences) != 1 || podB.OwnerReferences[0].Kind != "NetworkPolicy" {
+		t.Fatalf("second pool's pod owners = %+v, want its version's NetworkPolicy", podB.OwnerReferences)
+	}
+	owner, err := netv1.NetworkPolicies(ns).Get(ctx, podB.OwnerReferences[0].Name, metav1.GetOptions{})
+	if err != nil || owner.UID != podB.OwnerReferences[0].UID {
+		t.Fatalf("the second pool's pod lost its owner: %v, %v", owner, err)
+	}
+	if p, err := c.Client().CoreV1().Pods(ns).Get(ctx, podB.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the second pool's pod: %v, %v; want it alive", p, err)
+	}
+}

@@ -31,7 +31,7 @@ type wanted struct {
 func (d *Driver) SetDesired(specs []busapi.ReplicaSpec) {
 	want := make(map[string]wanted, len(specs))
 	for _, s := range specs {
-		want[s.ID] = wanted{hash: specHash(s), policy: Namespace(d.cfg.NamespacePrefix, s.Team) + "/" + versionName(s.Endpoint, s.Version)}
+		want[s.ID] = wanted{hash: specHash(s), policy: Namespace(d.cfg.NamespacePrefix, s.Team) + "/" + versionName(d.cfg.Pool, s.Endpoint, s.Version)}
 	}
 	d.mu.Lock()
 	d.want = want
@@ -87,11 +87,11 @@ func (d *Driver) sweep(ctx context.Context) error {
 	versions := map[string]bool{} // namespace/policy
 	for _, r := range d.replicas {
 		keep[r.ns+"/"+r.pod], running[r.spec.ID] = true, true
-		versions[r.ns+"/"+versionName(r.spec.Endpoint, r.spec.Version)] = true
+		versions[r.ns+"/"+versionName(d.cfg.Pool, r.spec.Endpoint, r.spec.Version)] = true
 	}
 	for key, r := range d.starting {
 		keep[key] = true
-		versions[r.ns+"/"+versionName(r.spec.Endpoint, r.spec.Version)] = true
+		versions[r.ns+"/"+versionName(d.cfg.Pool, r.spec.Endpoint, r.spec.Version)] = true
 	}
 	d.mu.Unlock()
 	for _, w := range want {

@@ -50,9 +50,10 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	}
 	keptPod, strayPod, strayV2Pod := podOf(t, c, kept, first).Name, podOf(t, c, stray, first).Name, podOf(t, c, strayV2, first).Name
 	// Another pool's replica in the same team namespace.
-	other := driverOf(t, c, "other-"+uniq(t), first.NamespacePrefix(), nodes)
-	otherSpec := migSpec("scoring-v1-r1", 3)
-	otherSpec.Endpoint = "scoring"
+	// It serves kept's version too: pools share the team's namespace.
+	otherPool := "other-" + uniq(t)
+	other := driverOf(t, c, otherPool, first.NamespacePrefix(), nodes)
+	otherSpec := migSpec("fraud-v1-r9", 3)
 	if _, err := other.Start(ctx, otherSpec, agent.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 			gone(func() error { _, err := core.Secrets(ns).Get(ctx, strayPod, metav1.GetOptions{}); return err }) &&
 			gone(func() error { _, err := core.Secrets(ns).Get(ctx, strayV2Pod, metav1.GetOptions{}); return err }) &&
 			gone(func() error {
-				_, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v2", metav1.GetOptions{})
+				_, err := netv1.NetworkPolicies(ns).Get(ctx, cluster.PolicyName(poolName, "fraud", "v2"), metav1.GetOptions{})
 				return err
 			})
 	}, "the strays' pods, tokens and v2 policy were not swept (swept %v)", wait.Show(func() any { return d.Swept() }))
@@ -133,13 +134,13 @@ func TestSweepRemovesWhatNoReplicaOwns(t *testing.T) {
 	for _, get := range []func() error{
 		func() error { _, err := core.Secrets(ns).Get(ctx, keptPod, metav1.GetOptions{}); return err },
 		func() error {
-			_, err := netv1.NetworkPolicies(ns).Get(ctx, "fraud-v1", metav1.GetOptions{})
+			_, err := netv1.NetworkPolicies(ns).Get(ctx, cluster.PolicyName(poolName, "fraud", "v1"), metav1.GetOptions{})
 			return err
 		},
 		func() error { _, err := core.Pods(ns).Get(ctx, otherPod, metav1.GetOptions{}); return err },
 		func() error { _, err := core.Secrets(ns).Get(ctx, otherPod, metav1.GetOptions{}); return err },
 		func() error {
-			_, err := netv1.NetworkPolicies(ns).Get(ctx, "scoring-v1", metav1.GetOptions{})
+			_, err := netv1.NetworkPolicies(ns).Get(ctx, cluster.PolicyName(otherPool, "fraud", "v1"), metav1.GetOptions{})
 			return err
 		},
 		func() error { _, err := core.Pods(ns).Get(ctx, "by-hand", metav1.GetOptions{}); return err },
