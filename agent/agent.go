@@ -495,7 +495,12 @@ func (a *Agent) apply(e jetstream.KeyValueEntry) bool {
 	if d.Generation <= a.gen {
 		if d.Generation == a.gen && a.gen > 0 {
 			// The one the agent holds, replayed: it is still the
-			// control plane's word after a restart with the state file.
+			// control plane's word after a restart with the state file,
+			// and the only word on the teams' quotas, which the state
+			// file does not keep.
+			if qs, ok := a.drv.(QuotaSetter); ok {
+				qs.SetTeamQuotas(d.Quotas)
+			}
 			a.handDesiredLocked()
 		}
 		a.n.ignored.Add(1)

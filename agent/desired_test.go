@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
@@ -79,4 +80,62 @@ func TestDriverHearsTheDesiredSetOnlyFromTheControlPlane(t *testing.T) {
 	}
 	want("the key deleted", []string{"r1", "r2"}, []string{"r1"}, []string{"r1"}, []string{})
 	wait.Eventually(t, 10*time.Second, func() bool { return len(replicas(a2)) == 0 }, "replicas left after the key was deleted")
+}
+
+// quotaDriver records the teams' quotas the agent hands a SimDriver as a
+// QuotaSetter.
+type quotaDriver struct {
+	*countingDriver
+	mu    sync.Mutex
+	heard []map[string]map[string]float64
+}
+
+func (d *quotaDriver) SetTeamQuotas(q map[string]map[string]float64) {
+	d.mu.Lock()
+	d.heard = append(d.heard, q)
+	d.mu.Unlock()
+}
+
+func (d *quotaDriver) calls() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.heard)
+}
+
+// TestQuotasHeardAgainAfterARestart: the state file keeps the desired set
+// but not the teams' quotas, so an agent restarted with it hands the
+// driver the quotas of the generation the watch replays; before, the
+// driver had none until the next generation, and a namespace made then
+// got no ResourceQuota.
+func TestQuotasHeardAgainAfterARestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	quotas := map[string]map[string]float64{"fraud": {"A100-80GB": 2}}
+	put := func(gen int64) {
+		data, err := json.Marshal(busapi.Desired{Node: "node-quota", Generation: gen, Replicas: []busapi.ReplicaSpec{classifier("r1", 0)}, Quotas: quotas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.kv.Put(t.Context(), "node-quota", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drv := &quotaDriver{countingDriver: newCountingDriver(t)}
+	cfg := testConfig(t, "node-quota", drv)
+	a := start(t, cfg, e.nc)
+	put(4)
+	wait.Eventually(t, 10*time.Second, func() bool { return drv.calls() == 1 }, "quotas of generation 4 not heard")
+	allReady(t, a, "r1")
+	a.Stop()
+
+	again := &quotaDriver{countingDriver: drv.countingDriver}
+	cfg.Driver = again
+	start(t, cfg, e.nc)
+	wait.Eventually(t, 10*time.Second, func() bool { return again.calls() == 1 }, "the replayed generation's quotas not heard after the restart")
+	again.mu.Lock()
+	got := again.heard[0]
+	again.mu.Unlock()
+	if got["fraud"]["A100-80GB"] != 2 {
+		t.Fatalf("quotas after the restart = %v, want %v", got, quotas)
+	}
 }
