@@ -121,23 +121,38 @@ func newRecorder(exp sdktrace.SpanExporter, sampler sdktrace.Sampler, res *resou
 // still carries its trace id, to be quoted. It reports whether s records;
 // only then must End be called.
 func (r *Recorder) Start(s *RequestSpan, parent trace.SpanContext, name string, start time.Time) bool {
-	cfg := trace.SpanContextConfig{TraceID: parent.TraceID(), SpanID: newSpanID()}
+	tid := parent.TraceID()
 	if !parent.IsValid() {
-		cfg.TraceID = newTraceID()
+		tid = newTraceID()
 	}
-	ctx := context.Background()
-	if parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	return r.start(s, parent, tid, name, start)
+}
+
+// start is Start in trace tid: the parent's, or a new root's.
+func (r *Recorder) start(s *RequestSpan, parent trace.SpanContext, tid trace.TraceID, name string, start time.Time) bool {
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID()}
+	var sampled bool
+	if rs, ok := r.sampler.(ratioSampler); ok {
+		// The SDK's decision without its parameters (ratioSampler).
+		sampled = rs.samples(parent, cfg.TraceID)
+		if parent.IsValid() {
+			cfg.TraceState = parent.TraceState()
+		}
+	} else {
+		ctx := context.Background()
+		if parent.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+		}
+		res := r.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: cfg.TraceID, Name: name, Kind: trace.SpanKindServer})
+		sampled, cfg.TraceState = res.Decision == sdktrace.RecordAndSample, res.Tracestate
 	}
-	res := r.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: cfg.TraceID, Name: name, Kind: trace.SpanKindServer})
-	cfg.TraceState = res.Tracestate
-	if res.Decision == sdktrace.RecordAndSample {
+	if sampled {
 		cfg.TraceFlags = parent.TraceFlags() | trace.FlagsSampled
 	} else {
 		cfg.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
 	}
 	s.Context, s.Parent, s.Name, s.Start = trace.NewSpanContext(cfg), parent, name, start
-	return res.Decision == sdktrace.RecordAndSample
+	return sampled
 }
 
 // newTraceID and newSpanID are random ids, never all zeros (invalid in

@@ -260,3 +260,70 @@ func (r *Recorder) queued() int {
 	defer r.mu.Unlock()
 	return len(r.cur)
 }
+
+// TestRecorderDecidesAsTheSDK: for every sampler OTEL_TRACES_SAMPLER
+// names, at ratios across the range, a Recorder's shortcut (ratioSampler)
+// decides each span as the SDK's sampler does through its parameters,
+// and keeps the same trace state and flags: roots, and children of
+// sampled and unsampled, remote and local callers, with and without a
+// trace state.
+func TestRecorderDecidesAsTheSDK(t *testing.T) {
+	t.Parallel()
+	ts, err := trace.ParseTraceState("vendor=x,other=y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := func(sampled, remote bool, state trace.TraceState) trace.SpanContext {
+		var flags trace.TraceFlags
+		if sampled {
+			flags = trace.FlagsSampled
+		}
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: newTraceID(), SpanID: newSpanID(), TraceFlags: flags, TraceState: state, Remote: remote})
+	}
+	parents := map[string]trace.SpanContext{
+		"root":                           {},
+		"remote sampled":                 parent(true, true, trace.TraceState{}),
+		"remote sampled with a state":    parent(true, true, ts),
+		"remote unsampled with a state":  parent(false, true, ts),
+		"local sampled":                  parent(true, false, trace.TraceState{}),
+		"local unsampled":                parent(false, false, ts),
+		"invalid with a state and flags": trace.NewSpanContext(trace.SpanContextConfig{TraceState: ts, TraceFlags: trace.FlagsSampled}),
+	}
+	start := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	for _, name := range []string{"", "parentbased_traceidratio", "traceidratio", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off"} {
+		for _, arg := range []string{"0", "0.001", "0.25", "0.5", "0.999", "1"} {
+			env := map[string]string{"OTEL_TRACES_SAMPLER": name, "OTEL_TRACES_SAMPLER_ARG": arg}
+			s, err := samplerFrom(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, ok := s.(ratioSampler)
+			if !ok {
+				t.Fatalf("%q %s: sampler %T, want a ratioSampler", name, arg, s)
+			}
+			fast, _ := recorderWith(t, tracetest.NewInMemoryExporter(), rs)
+			sdk, _ := recorderWith(t, tracetest.NewInMemoryExporter(), rs.Sampler)
+			for pname, p := range parents {
+				sampled := 0
+				for range 400 {
+					tid := p.TraceID()
+					if !p.IsValid() {
+						tid = newTraceID()
+					}
+					var a, b RequestSpan // the same trace id for both
+					got, want := fast.start(&a, p, tid, "ml_serving.request", start), sdk.start(&b, p, tid, "ml_serving.request", start)
+					if got != want || a.Context.TraceFlags() != b.Context.TraceFlags() || a.Context.TraceState().String() != b.Context.TraceState().String() {
+						t.Fatalf("%q %s, %s, trace %s: shortcut sampled %v flags %v state %q; SDK %v %v %q", name, arg, pname, a.Context.TraceID(),
+							got, a.Context.TraceFlags(), a.Context.TraceState(), want, b.Context.TraceFlags(), b.Context.TraceState())
+					}
+					if got {
+						sampled++
+					}
+				}
+				if pname == "root" && arg == "0.5" && (name == "" || name == "traceidratio") && (sampled < 120 || sampled > 280) {
+					t.Errorf("%q at 0.5: %d roots of 400 sampled, want about half", name, sampled)
+				}
+			}
+		}
+	}
+}
