@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ import (
 )
 
 // sampleRequests are request spans as the gateway ends them: a root, a
-// child of a remote caller with a trace state, an error, and one with
-// more attributes than it holds.
+// child of a remote caller with a trace state (and attributes of every
+// kind, one longer than a one-byte length), an error, and one with more
+// attributes than it holds.
 func sampleRequests(t *testing.T) []RequestSpan {
 	t.Helper()
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
@@ -43,7 +45,8 @@ func sampleRequests(t *testing.T) []RequestSpan {
 	spans[0].SetAttributes(attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200), attribute.Int64("ml_serving.authn_us", 12))
 	spans[1] = RequestSpan{Context: sc("1111111111111111", false, ts, trace.FlagsSampled), Parent: sc("2222222222222222", true, ts, trace.FlagsSampled),
 		Name: "ml_serving.request", Start: start, End: start.Add(2 * time.Millisecond)}
-	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"))
+	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"),
+		attribute.String("replica", strings.Repeat("r", 200)), attribute.Float64("score", 0.87), attribute.Int64("negative", -3))
 	spans[2] = RequestSpan{Context: sc("3333333333333333", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start, Error: "Bad Gateway"}
 	spans[2].SetAttributes(attribute.Int("http.response.status_code", 502))
 	spans[3] = RequestSpan{Context: sc("4444444444444444", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start}
@@ -325,5 +328,34 @@ func TestRecorderDecidesAsTheSDK(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRequestSpanAttributes: a request span gives back the attributes set,
+// of every kind it holds and with lengths past one byte's varint, in
+// order; a list, an attribute past maxAttrBytes and one past
+// MaxRequestAttrs are counted as dropped, not kept.
+func TestRequestSpanAttributes(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 200) // a KeyValue of more than 127 bytes
+	set := []attribute.KeyValue{attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200),
+		attribute.Int64("negative", -3), attribute.Bool("pinned", true), attribute.Bool("retried", false), attribute.Float64("score", 0.87),
+		attribute.String("replica", long), attribute.String("", "no key"), {Key: "empty"}}
+	var s RequestSpan
+	s.SetAttributes(set...)
+	s.SetAttributes(attribute.StringSlice("list", []string{"a"}))
+	if got := s.Attributes(); !slices.Equal(got, set) || s.dropped != 1 {
+		t.Fatalf("attributes %v, dropped %d; want %v, 1 dropped (the list)", got, s.dropped, set)
+	}
+	s.SetAttributes(attribute.String("too_long", strings.Repeat("x", maxAttrBytes-s.used))) // its tag and lengths pass the end
+	if s.n != len(set) || s.dropped != 2 {
+		t.Fatalf("%d attributes, %d dropped after one past %d bytes; want %d, 2", s.n, s.dropped, maxAttrBytes, len(set))
+	}
+	s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3), attribute.Int("d", 4))
+	if s.n != MaxRequestAttrs || s.dropped != 3 {
+		t.Errorf("%d attributes, %d dropped after four more; want %d, 3", s.n, s.dropped, MaxRequestAttrs)
+	}
+	if got := s.Attributes()[len(set):]; !slices.Equal(got, []attribute.KeyValue{attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3)}) {
+		t.Errorf("the last attributes %v, want a, b and c", got)
 	}
 }
