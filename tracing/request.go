@@ -155,7 +155,8 @@ func newRecorder(exp sdktrace.SpanExporter, sampler sdktrace.Sampler, res *resou
 
 // Start begins s at start as a child of parent (the caller's span
 // context, invalid when it sent none), with new span (and, for a root,
-// trace) ids, and asks the sampler whether it is recorded: when not, s
+// trace) ids, and asks the sampler whether it is recorded (a
+// ratioSampler's decision taken here, without the sampler's call): when not, s
 // still carries its trace id, to be quoted. It reports whether s records;
 // only then must End be called.
 func (r *Recorder) Start(s *RequestSpan, parent trace.SpanContext, name string, start time.Time) bool {

@@ -15,10 +15,12 @@
 // default 1) unless OTEL_TRACES_SAMPLER names another.
 //
 // The gateway's request spans do not go through the SDK's span: a
-// Recorder (request.go) keeps them as fixed values in a preallocated
-// buffer and the exporter writes them as they are, with the SDK's sampler
-// and batch settings, so that tracing every request costs the gateway
-// little (docs/decisions.md). Everything else, the gateway's child spans
+// Recorder (request.go) keeps them as fixed values, their attributes
+// already in OTLP's bytes, in a preallocated buffer and the exporter
+// writes them as they are, with the SDK's sampler (whose decision it
+// takes without the call for the samplers OTEL_TRACES_SAMPLER names) and
+// batch settings, so that tracing every request costs the gateway little
+// (docs/decisions.md). Everything else, the gateway's child spans
 // included, is the SDK's.
 //
 // It must not hold global state: the provider is passed to what traces.
