@@ -209,7 +209,7 @@ func (e *encoder) requestSpan(s *RequestSpan) {
 	e.varint(fSpanKind, uint64(trace.SpanKindServer))
 	e.fixed64(fSpanStart, unixNano(s.Start.UnixNano()))
 	e.fixed64(fSpanEnd, unixNano(s.End.UnixNano()))
-	e.attrs(fSpanAttributes, s.Attributes())
+	e.buf = append(e.buf, s.attrs[:s.used]...) // written as they were set
 	e.varint(fSpanDroppedAttrs, clamp32(s.dropped))
 	stm := e.open(fSpanStatus)
 	if s.Error != "" {
@@ -294,32 +294,39 @@ func unixNano(n int64) uint64 { return uint64(max(n, 0)) }
 func clamp32(n int) uint64 { return uint64(min(max(n, 0), math.MaxUint32)) }
 
 func (e *encoder) attrs(field protowire.Number, kvs []attribute.KeyValue) {
-	for _, kv := range kvs {
-		if e.short(field, kv) {
+	for i := range kvs {
+		kv := &kvs[i]
+		e.buf = slices.Grow(e.buf, maxShort)
+		if k, ok := putShort(e.buf[len(e.buf):cap(e.buf)], field, kv); ok {
+			e.buf = e.buf[:len(e.buf)+k]
 			continue
 		}
-		n, ok := scalarSize(kv.Value)
-		if !ok {
-			m := e.open(field)
-			e.str(fKeyValueKey, string(kv.Key))
-			v := e.open(fKeyValueValue)
-			e.value(kv.Value)
-			e.close(v)
-			e.close(m)
+		if size, ok := keyValueSize(*kv); ok {
+			e.buf = appendKeyValue(e.buf, field, *kv, size)
 			continue
 		}
-		// A scalar's sizes are known before it is written: no body moves.
-		size := 1 + protowire.SizeVarint(uint64(n)) + n
-		if kv.Key != "" {
-			size += 1 + protowire.SizeBytes(len(kv.Key))
-		}
-		e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
-		e.buf = protowire.AppendVarint(e.buf, uint64(size))
+		m := e.open(field)
 		e.str(fKeyValueKey, string(kv.Key))
-		e.buf = protowire.AppendTag(e.buf, fKeyValueValue, protowire.BytesType)
-		e.buf = protowire.AppendVarint(e.buf, uint64(n))
+		v := e.open(fKeyValueValue)
 		e.value(kv.Value)
+		e.close(v)
+		e.close(m)
 	}
+}
+
+// keyValueSize is the size of kv's KeyValue message when its value is no
+// list or map: its sizes are then known before it is written, and no body
+// moves to make room for a length.
+func keyValueSize(kv attribute.KeyValue) (int, bool) {
+	n, ok := scalarSize(kv.Value)
+	if !ok {
+		return 0, false
+	}
+	size := 1 + protowire.SizeVarint(uint64(n)) + n
+	if kv.Key != "" {
+		size += 1 + protowire.SizeBytes(len(kv.Key))
+	}
+	return size, true
 }
 
 // Tags of a KeyValue's fields and of an AnyValue's scalars, each one byte.
@@ -331,56 +338,77 @@ const (
 	tagInt    = byte(fAnyInt<<3 | protowire.VarintType)
 )
 
-// short writes kv as a KeyValue message in field when it is a string, an
-// integer or a bool whose message is under 128 bytes, and reports whether
-// it did: every length then takes one byte, so the message is written in
-// one go into a local slice, with no sizes worked out by type twice and
-// no append through e for each part. The gateway's request span
-// attributes all are; the rest take the general path, which writes the
-// same bytes.
-func (e *encoder) short(field protowire.Number, kv attribute.KeyValue) bool {
+// maxShort is the most bytes putShort writes: a field's tag and length,
+// and a message under 128 bytes.
+const maxShort = 2 + 127
+
+// putShort writes kv as a KeyValue message in field at the start of dst
+// when it is a string, an integer or a bool with a key whose message is
+// under 128 bytes, and there is room: every length then takes one byte,
+// so its sizes are worked out once and its bytes written in place. It
+// returns how many bytes it wrote, and false (having written nothing)
+// for any other attribute, which appendKeyValue or the general path
+// writes as the same bytes. The gateway's request span attributes all
+// are short.
+func putShort(dst []byte, field protowire.Number, kv *attribute.KeyValue) (int, bool) {
 	key := kv.Key
 	if field >= 16 || len(key) == 0 || len(key) >= 128 {
-		return false
+		return 0, false
 	}
 	tag := byte(protowire.EncodeTag(field, protowire.BytesType))
-	b := e.buf
+	var size, k int
 	switch kv.Value.Type() {
 	case attribute.STRING:
 		v := kv.Value.AsString()
 		n := 2 + len(v) // the AnyValue: tag, length, v
-		size := 2 + len(key) + 2 + n
-		if size >= 128 {
-			return false
+		size = 2 + len(key) + 2 + n
+		if size >= 128 || 2+size > len(dst) {
+			return 0, false
 		}
-		b = append(b, tag, byte(size), tagKey, byte(len(key)))
-		b = append(b, key...)
-		b = append(b, tagValue, byte(n), tagString, byte(len(v)))
-		b = append(b, v...)
+		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
+		k = 4 + copy(dst[4:], key)
+		dst[k], dst[k+1], dst[k+2], dst[k+3] = tagValue, byte(n), tagString, byte(len(v))
+		k += 4 + copy(dst[k+4:], v)
 	case attribute.INT64:
 		v := uint64(kv.Value.AsInt64())
 		n := 1 + protowire.SizeVarint(v)
-		size := 2 + len(key) + 2 + n
-		if size >= 128 {
-			return false
+		size = 2 + len(key) + 2 + n
+		if size >= 128 || 2+size > len(dst) {
+			return 0, false
 		}
-		b = append(b, tag, byte(size), tagKey, byte(len(key)))
-		b = append(b, key...)
-		b = append(b, tagValue, byte(n), tagInt)
-		b = protowire.AppendVarint(b, v)
+		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
+		k = 4 + copy(dst[4:], key)
+		dst[k], dst[k+1], dst[k+2] = tagValue, byte(n), tagInt
+		k += 3 + len(protowire.AppendVarint(dst[k+3:k+3], v))
 	case attribute.BOOL:
-		size := 2 + len(key) + 2 + 2
-		if size >= 128 {
-			return false
+		size = 2 + len(key) + 2 + 2
+		if size >= 128 || 2+size > len(dst) {
+			return 0, false
 		}
-		b = append(b, tag, byte(size), tagKey, byte(len(key)))
-		b = append(b, key...)
-		b = append(b, tagValue, 2, tagBool, byte(protowire.EncodeBool(kv.Value.AsBool())))
+		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
+		k = 4 + copy(dst[4:], key)
+		dst[k], dst[k+1], dst[k+2], dst[k+3] = tagValue, 2, tagBool, byte(protowire.EncodeBool(kv.Value.AsBool()))
+		k += 4
 	default:
-		return false
+		return 0, false
 	}
-	e.buf = b
-	return true
+	return k, true
+}
+
+// appendKeyValue appends kv, whose KeyValue message is size bytes
+// (keyValueSize), as field.
+func appendKeyValue(b []byte, field protowire.Number, kv attribute.KeyValue, size int) []byte {
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size))
+	if kv.Key != "" {
+		b = append(b, tagKey)
+		b = protowire.AppendVarint(b, uint64(len(kv.Key)))
+		b = append(b, kv.Key...)
+	}
+	n, _ := scalarSize(kv.Value)
+	b = append(b, tagValue)
+	b = protowire.AppendVarint(b, uint64(n))
+	return appendScalar(b, kv.Value)
 }
 
 // scalarSize is the size of v's AnyValue when v is no list or map.
@@ -400,21 +428,57 @@ func scalarSize(v attribute.Value) (int, bool) {
 	return 0, false
 }
 
+// appendScalar appends the field of v's AnyValue, v no list or map;
+// nothing for an empty value.
+func appendScalar(b []byte, v attribute.Value) []byte {
+	switch v.Type() {
+	case attribute.BOOL:
+		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+	case attribute.INT64:
+		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
+	case attribute.STRING:
+		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
+		b = protowire.AppendString(b, v.AsString())
+	}
+	return b
+}
+
+// keyValueOf reads back a KeyValue message appendKeyValue wrote.
+func keyValueOf(m []byte) attribute.KeyValue {
+	kv := attribute.KeyValue{Key: attribute.Key(field(m, fKeyValueKey))}
+	v := field(m, fKeyValueValue)
+	num, _, k := protowire.ConsumeTag(v)
+	if k < 0 {
+		return kv // an empty value
+	}
+	v = v[k:]
+	switch num {
+	case fAnyBool:
+		x, _ := protowire.ConsumeVarint(v)
+		kv.Value = attribute.BoolValue(protowire.DecodeBool(x))
+	case fAnyInt:
+		x, _ := protowire.ConsumeVarint(v)
+		kv.Value = attribute.Int64Value(int64(x))
+	case fAnyDouble:
+		x, _ := protowire.ConsumeFixed64(v)
+		kv.Value = attribute.Float64Value(math.Float64frombits(x))
+	case fAnyString:
+		x, _ := protowire.ConsumeBytes(v)
+		kv.Value = attribute.StringValue(string(x))
+	}
+	return kv
+}
+
 // value writes the fields of an AnyValue (the caller opened it).
 func (e *encoder) value(v attribute.Value) {
 	switch v.Type() {
-	case attribute.BOOL:
-		e.buf = protowire.AppendTag(e.buf, fAnyBool, protowire.VarintType)
-		e.buf = protowire.AppendVarint(e.buf, protowire.EncodeBool(v.AsBool()))
-	case attribute.INT64:
-		e.buf = protowire.AppendTag(e.buf, fAnyInt, protowire.VarintType)
-		e.buf = protowire.AppendVarint(e.buf, uint64(v.AsInt64()))
-	case attribute.FLOAT64:
-		e.buf = protowire.AppendTag(e.buf, fAnyDouble, protowire.Fixed64Type)
-		e.buf = protowire.AppendFixed64(e.buf, math.Float64bits(v.AsFloat64()))
-	case attribute.STRING:
-		e.buf = protowire.AppendTag(e.buf, fAnyString, protowire.BytesType)
-		e.buf = protowire.AppendString(e.buf, v.AsString())
+	case attribute.BOOL, attribute.INT64, attribute.FLOAT64, attribute.STRING:
+		e.buf = appendScalar(e.buf, v)
 	case attribute.BYTESLICE:
 		e.buf = protowire.AppendTag(e.buf, fAnyBytes, protowire.BytesType)
 		e.buf = protowire.AppendBytes(e.buf, v.AsByteSlice())

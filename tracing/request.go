@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // GatewayScope is the instrumentation scope of the gateway's spans: the
@@ -27,12 +27,19 @@ const GatewayScope = "modelplane/gateway"
 // counted as dropped, as the SDK counts what passes its limit.
 const MaxRequestAttrs = 12
 
+// maxAttrBytes is how many bytes of attributes a RequestSpan holds, as
+// OTLP writes them: twelve of the gateway's with names of 63 characters
+// (about 650 bytes). An attribute past it is counted as dropped.
+const maxAttrBytes = 768
+
 // RequestSpan is one server span of the gateway's hot path, a fixed value
 // of modelplane's own: ids, times, status and at most MaxRequestAttrs
-// attributes in an array, no map, no lock and nothing allocated. A
-// Recorder fills its ids and copies it into a preallocated buffer at its
-// end (docs/decisions.md: why the gateway does not use the SDK's span
-// here).
+// attributes, no map, no lock and nothing allocated. Its attributes are
+// kept as the OTLP protobuf the exporter sends, written as they are set
+// into an array that holds no pointer: what a Recorder copies at the
+// span's end is the bytes set, which the garbage collector never scans,
+// and the export copies them as they are (docs/decisions.md: why the
+// gateway does not use the SDK's span here).
 type RequestSpan struct {
 	// Context is the span's own: the trace id, its span id, the sampled
 	// flag and the caller's trace state. Parent is the caller's, invalid
@@ -42,22 +49,53 @@ type RequestSpan struct {
 	Start, End      time.Time
 	// Error, when not empty, makes the span's status an error with it as
 	// the description.
-	Error   string
-	attrs   [MaxRequestAttrs]attribute.KeyValue
+	Error string
+	// attrs[:used] is n attributes, each a Span.attributes field.
+	attrs   [maxAttrBytes]byte
+	used    int
 	n       int
 	dropped int
 }
 
-// SetAttributes adds kvs, past MaxRequestAttrs counting them as dropped.
-// Keys are not deduplicated: the caller sets each once.
+// SetAttributes adds kvs: a string, integer, float or bool each (the
+// gateway sets nothing else; a list or map is counted as dropped), past
+// MaxRequestAttrs or maxAttrBytes counting them as dropped. Keys are not
+// deduplicated: the caller sets each once.
 func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
-	k := copy(s.attrs[s.n:], kvs)
-	s.n += k
-	s.dropped += len(kvs) - k
+	for i := range kvs {
+		if s.n == MaxRequestAttrs {
+			s.dropped += len(kvs) - i
+			return
+		}
+		if k, ok := putShort(s.attrs[s.used:], fSpanAttributes, &kvs[i]); ok {
+			s.used += k
+			s.n++
+			continue
+		}
+		size, ok := keyValueSize(kvs[i])
+		if !ok || s.used+1+protowire.SizeVarint(uint64(size))+size > len(s.attrs) {
+			s.dropped++
+			continue
+		}
+		// Within the array's capacity: append writes in place.
+		s.used = len(appendKeyValue(s.attrs[:s.used], fSpanAttributes, kvs[i], size))
+		s.n++
+	}
 }
 
-// Attributes are the span's attributes, in the order they were set.
-func (s *RequestSpan) Attributes() []attribute.KeyValue { return s.attrs[:s.n] }
+// Attributes are the span's attributes, in the order they were set, read
+// back from their protobuf: for the SDK's read-only span, off the
+// request path.
+func (s *RequestSpan) Attributes() []attribute.KeyValue {
+	kvs := make([]attribute.KeyValue, 0, s.n)
+	for b := s.attrs[:s.used]; len(b) > 0; {
+		_, _, k := protowire.ConsumeTag(b)
+		m, n := protowire.ConsumeBytes(b[k:])
+		kvs = append(kvs, keyValueOf(m))
+		b = b[k+n:]
+	}
+	return kvs
+}
 
 // snapshot is s as the SDK's read-only span, for an exporter that is not
 // this package's (OTLP over gRPC, a test's in-memory one).
@@ -67,7 +105,7 @@ func (s *RequestSpan) snapshot(res *resource.Resource, scope instrumentation.Sco
 		st = sdktrace.Status{Code: codes.Error, Description: s.Error}
 	}
 	return tracetest.SpanStub{Name: s.Name, SpanContext: s.Context, Parent: s.Parent, SpanKind: trace.SpanKindServer,
-		StartTime: s.Start, EndTime: s.End, Attributes: slices.Clone(s.Attributes()), DroppedAttributes: s.dropped,
+		StartTime: s.Start, EndTime: s.End, Attributes: s.Attributes(), DroppedAttributes: s.dropped,
 		Status: st, Resource: res, InstrumentationScope: scope}.Snapshot()
 }
 
@@ -117,27 +155,43 @@ func newRecorder(exp sdktrace.SpanExporter, sampler sdktrace.Sampler, res *resou
 
 // Start begins s at start as a child of parent (the caller's span
 // context, invalid when it sent none), with new span (and, for a root,
-// trace) ids, and asks the sampler whether it is recorded: when not, s
+// trace) ids, and asks the sampler whether it is recorded (a
+// ratioSampler's decision taken here, without the sampler's call): when not, s
 // still carries its trace id, to be quoted. It reports whether s records;
 // only then must End be called.
 func (r *Recorder) Start(s *RequestSpan, parent trace.SpanContext, name string, start time.Time) bool {
-	cfg := trace.SpanContextConfig{TraceID: parent.TraceID(), SpanID: newSpanID()}
+	tid := parent.TraceID()
 	if !parent.IsValid() {
-		cfg.TraceID = newTraceID()
+		tid = newTraceID()
 	}
-	ctx := context.Background()
-	if parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	return r.start(s, parent, tid, name, start)
+}
+
+// start is Start in trace tid: the parent's, or a new root's.
+func (r *Recorder) start(s *RequestSpan, parent trace.SpanContext, tid trace.TraceID, name string, start time.Time) bool {
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID()}
+	var sampled bool
+	if rs, ok := r.sampler.(ratioSampler); ok {
+		// The SDK's decision without its parameters (ratioSampler).
+		sampled = rs.samples(parent, cfg.TraceID)
+		if parent.IsValid() {
+			cfg.TraceState = parent.TraceState()
+		}
+	} else {
+		ctx := context.Background()
+		if parent.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+		}
+		res := r.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: cfg.TraceID, Name: name, Kind: trace.SpanKindServer})
+		sampled, cfg.TraceState = res.Decision == sdktrace.RecordAndSample, res.Tracestate
 	}
-	res := r.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: cfg.TraceID, Name: name, Kind: trace.SpanKindServer})
-	cfg.TraceState = res.Tracestate
-	if res.Decision == sdktrace.RecordAndSample {
+	if sampled {
 		cfg.TraceFlags = parent.TraceFlags() | trace.FlagsSampled
 	} else {
 		cfg.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
 	}
 	s.Context, s.Parent, s.Name, s.Start = trace.NewSpanContext(cfg), parent, name, start
-	return res.Decision == sdktrace.RecordAndSample
+	return sampled
 }
 
 // newTraceID and newSpanID are random ids, never all zeros (invalid in
@@ -171,7 +225,12 @@ func (r *Recorder) End(s *RequestSpan) {
 		r.dropped.Add(1)
 		return
 	}
-	r.cur = append(r.cur, *s)
+	// Field by field, the attributes' bytes set and no more: the array's
+	// rest is most of a span and unused.
+	r.cur = r.cur[:len(r.cur)+1]
+	d := &r.cur[len(r.cur)-1]
+	d.Context, d.Parent, d.Name, d.Start, d.End, d.Error = s.Context, s.Parent, s.Name, s.Start, s.End, s.Error
+	d.used, d.n, d.dropped = copy(d.attrs[:], s.attrs[:s.used]), s.n, s.dropped
 	full := len(r.cur) >= r.cfg.batch
 	r.mu.Unlock()
 	if full {

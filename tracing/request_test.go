@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ import (
 )
 
 // sampleRequests are request spans as the gateway ends them: a root, a
-// child of a remote caller with a trace state, an error, and one with
-// more attributes than it holds.
+// child of a remote caller with a trace state (and attributes of every
+// kind, one longer than a one-byte length), an error, and one with more
+// attributes than it holds.
 func sampleRequests(t *testing.T) []RequestSpan {
 	t.Helper()
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
@@ -43,7 +45,8 @@ func sampleRequests(t *testing.T) []RequestSpan {
 	spans[0].SetAttributes(attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200), attribute.Int64("ml_serving.authn_us", 12))
 	spans[1] = RequestSpan{Context: sc("1111111111111111", false, ts, trace.FlagsSampled), Parent: sc("2222222222222222", true, ts, trace.FlagsSampled),
 		Name: "ml_serving.request", Start: start, End: start.Add(2 * time.Millisecond)}
-	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"))
+	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"),
+		attribute.String("replica", strings.Repeat("r", 200)), attribute.Float64("score", 0.87), attribute.Int64("negative", -3))
 	spans[2] = RequestSpan{Context: sc("3333333333333333", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start, Error: "Bad Gateway"}
 	spans[2].SetAttributes(attribute.Int("http.response.status_code", 502))
 	spans[3] = RequestSpan{Context: sc("4444444444444444", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start}
@@ -259,4 +262,100 @@ func (r *Recorder) queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.cur)
+}
+
+// TestRecorderDecidesAsTheSDK: for every sampler OTEL_TRACES_SAMPLER
+// names, at ratios across the range, a Recorder's shortcut (ratioSampler)
+// decides each span as the SDK's sampler does through its parameters,
+// and keeps the same trace state and flags: roots, and children of
+// sampled and unsampled, remote and local callers, with and without a
+// trace state.
+func TestRecorderDecidesAsTheSDK(t *testing.T) {
+	t.Parallel()
+	ts, err := trace.ParseTraceState("vendor=x,other=y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := func(sampled, remote bool, state trace.TraceState) trace.SpanContext {
+		var flags trace.TraceFlags
+		if sampled {
+			flags = trace.FlagsSampled
+		}
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: newTraceID(), SpanID: newSpanID(), TraceFlags: flags, TraceState: state, Remote: remote})
+	}
+	parents := map[string]trace.SpanContext{
+		"root":                           {},
+		"remote sampled":                 parent(true, true, trace.TraceState{}),
+		"remote sampled with a state":    parent(true, true, ts),
+		"remote unsampled with a state":  parent(false, true, ts),
+		"local sampled":                  parent(true, false, trace.TraceState{}),
+		"local unsampled":                parent(false, false, ts),
+		"invalid with a state and flags": trace.NewSpanContext(trace.SpanContextConfig{TraceState: ts, TraceFlags: trace.FlagsSampled}),
+	}
+	start := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	for _, name := range []string{"", "parentbased_traceidratio", "traceidratio", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off"} {
+		for _, arg := range []string{"0", "0.001", "0.25", "0.5", "0.999", "1"} {
+			env := map[string]string{"OTEL_TRACES_SAMPLER": name, "OTEL_TRACES_SAMPLER_ARG": arg}
+			s, err := samplerFrom(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, ok := s.(ratioSampler)
+			if !ok {
+				t.Fatalf("%q %s: sampler %T, want a ratioSampler", name, arg, s)
+			}
+			fast, _ := recorderWith(t, tracetest.NewInMemoryExporter(), rs)
+			sdk, _ := recorderWith(t, tracetest.NewInMemoryExporter(), rs.Sampler)
+			for pname, p := range parents {
+				sampled := 0
+				for range 400 {
+					tid := p.TraceID()
+					if !p.IsValid() {
+						tid = newTraceID()
+					}
+					var a, b RequestSpan // the same trace id for both
+					got, want := fast.start(&a, p, tid, "ml_serving.request", start), sdk.start(&b, p, tid, "ml_serving.request", start)
+					if got != want || a.Context.TraceFlags() != b.Context.TraceFlags() || a.Context.TraceState().String() != b.Context.TraceState().String() {
+						t.Fatalf("%q %s, %s, trace %s: shortcut sampled %v flags %v state %q; SDK %v %v %q", name, arg, pname, a.Context.TraceID(),
+							got, a.Context.TraceFlags(), a.Context.TraceState(), want, b.Context.TraceFlags(), b.Context.TraceState())
+					}
+					if got {
+						sampled++
+					}
+				}
+				if pname == "root" && arg == "0.5" && (name == "" || name == "traceidratio") && (sampled < 120 || sampled > 280) {
+					t.Errorf("%q at 0.5: %d roots of 400 sampled, want about half", name, sampled)
+				}
+			}
+		}
+	}
+}
+
+// TestRequestSpanAttributes: a request span gives back the attributes set,
+// of every kind it holds and with lengths past one byte's varint, in
+// order; a list, an attribute past maxAttrBytes and one past
+// MaxRequestAttrs are counted as dropped, not kept.
+func TestRequestSpanAttributes(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 200) // a KeyValue of more than 127 bytes
+	set := []attribute.KeyValue{attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200),
+		attribute.Int64("negative", -3), attribute.Bool("pinned", true), attribute.Bool("retried", false), attribute.Float64("score", 0.87),
+		attribute.String("replica", long), attribute.String("", "no key"), {Key: "empty"}}
+	var s RequestSpan
+	s.SetAttributes(set...)
+	s.SetAttributes(attribute.StringSlice("list", []string{"a"}))
+	if got := s.Attributes(); !slices.Equal(got, set) || s.dropped != 1 {
+		t.Fatalf("attributes %v, dropped %d; want %v, 1 dropped (the list)", got, s.dropped, set)
+	}
+	s.SetAttributes(attribute.String("too_long", strings.Repeat("x", maxAttrBytes-s.used))) // its tag and lengths pass the end
+	if s.n != len(set) || s.dropped != 2 {
+		t.Fatalf("%d attributes, %d dropped after one past %d bytes; want %d, 2", s.n, s.dropped, maxAttrBytes, len(set))
+	}
+	s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3), attribute.Int("d", 4))
+	if s.n != MaxRequestAttrs || s.dropped != 3 {
+		t.Errorf("%d attributes, %d dropped after four more; want %d, 3", s.n, s.dropped, MaxRequestAttrs)
+	}
+	if got := s.Attributes()[len(set):]; !slices.Equal(got, []attribute.KeyValue{attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3)}) {
+		t.Errorf("the last attributes %v, want a, b and c", got)
+	}
 }

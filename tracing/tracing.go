@@ -15,10 +15,12 @@
 // default 1) unless OTEL_TRACES_SAMPLER names another.
 //
 // The gateway's request spans do not go through the SDK's span: a
-// Recorder (request.go) keeps them as fixed values in a preallocated
-// buffer and the exporter writes them as they are, with the SDK's sampler
-// and batch settings, so that tracing every request costs the gateway
-// little (docs/decisions.md). Everything else, the gateway's child spans
+// Recorder (request.go) keeps them as fixed values, their attributes
+// already in OTLP's bytes, in a preallocated buffer and the exporter
+// writes them as they are, with the SDK's sampler (whose decision it
+// takes without the call for the samplers OTEL_TRACES_SAMPLER names) and
+// batch settings, so that tracing every request costs the gateway little
+// (docs/decisions.md). Everything else, the gateway's child spans
 // included, is the SDK's.
 //
 // It must not hold global state: the provider is passed to what traces.
@@ -26,6 +28,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -105,7 +108,7 @@ func New(ctx context.Context, exp sdktrace.SpanExporter, o Options) (Provider, e
 		res, _ = resource.Merge(res, envRes)
 	}
 	if o.Sampler == nil {
-		o.Sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+		o.Sampler = ratioSampler{sdktrace.ParentBased(sdktrace.AlwaysSample()), true, ratioBound(1)}
 	}
 	if o.Clock == nil {
 		o.Clock = quartz.NewReal()
@@ -194,20 +197,50 @@ func samplerFrom(getenv func(string) string) (sdktrace.Sampler, error) {
 			return nil, err
 		}
 		if name == "traceidratio" {
-			return sdktrace.TraceIDRatioBased(r), nil
+			return ratioSampler{sdktrace.TraceIDRatioBased(r), false, ratioBound(r)}, nil
 		}
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), nil
+		return ratioSampler{sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), true, ratioBound(r)}, nil
 	case "always_on":
-		return sdktrace.AlwaysSample(), nil
+		return ratioSampler{sdktrace.AlwaysSample(), false, ratioBound(1)}, nil
 	case "always_off":
-		return sdktrace.NeverSample(), nil
+		return ratioSampler{sdktrace.NeverSample(), false, ratioBound(0)}, nil
 	case "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+		return ratioSampler{sdktrace.ParentBased(sdktrace.AlwaysSample()), true, ratioBound(1)}, nil
 	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+		return ratioSampler{sdktrace.ParentBased(sdktrace.NeverSample()), true, ratioBound(0)}, nil
 	default:
 		return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q: want always_on, always_off, traceidratio or parentbased_ with one of them", name)
 	}
+}
+
+// ratioSampler is one of the samplers samplerFrom builds, the SDK's, with
+// what its decision comes to, so that a Recorder decides as it would
+// without building its parameters (a context holding the parent, an
+// interface call or two; Recorder.Start). Each is a trace-id ratio:
+// always_on is a ratio of 1, always_off of 0. A root, or any span when
+// the sampler is not parent-based, is sampled when its trace id's last
+// eight bytes, as a big-endian number shifted right once, are below
+// bound; a child of a parent-based one as its parent was. The answer
+// keeps the parent's trace state.
+type ratioSampler struct {
+	sdktrace.Sampler
+	parentBased bool
+	bound       uint64
+}
+
+// ratioBound is the SDK's TraceIDRatioBased bound for fraction: every
+// trace id is below it at 1 and above, none at 0 and below.
+func ratioBound(fraction float64) uint64 {
+	return uint64(min(max(fraction, 0), 1) * (1 << 63))
+}
+
+// samples reports whether a span of trace tid, child of parent (invalid
+// for a root), is sampled.
+func (s ratioSampler) samples(parent trace.SpanContext, tid trace.TraceID) bool {
+	if s.parentBased && parent.IsValid() {
+		return parent.IsSampled()
+	}
+	return binary.BigEndian.Uint64(tid[8:16])>>1 < s.bound
 }
 
 // defaultBatch is the batch processor's defaults in the specification.
