@@ -321,7 +321,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = newTransport(cfg.ReplicaTLS)
 		if cfg.ReplicaTLS == nil {
-			g.unary = newUnaryClient()
+			g.unary = newUnaryClient(cfg.Clock)
 		}
 	}
 	g.scheme = "http://"

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
 )
 
 // unaryClient calls replicas over plain HTTP/1.1 for requests whose answer
@@ -31,11 +33,19 @@ import (
 // deadline is moved into the past, and the connection is not reused).
 type unaryClient struct {
 	dialer net.Dialer
-	// maxIdle bounds the idle connections kept per replica address.
-	maxIdle int
+	clock  quartz.Clock
+	// maxIdle bounds the idle connections kept per replica address;
+	// idleTimeout is how long one is kept unused, as the Transport's
+	// IdleConnTimeout: a replica stopped for good leaves its connections
+	// half-closed, holding a descriptor each, until they are swept.
+	maxIdle     int
+	idleTimeout time.Duration
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// idle holds each address's idle connections, the most recently
+	// used last; swept is when the last sweep ran.
 	idle   map[string][]*unaryConn
+	swept  time.Time
 	closed bool
 }
 
@@ -45,6 +55,8 @@ type unaryConn struct {
 	br   *bufio.Reader
 	wbuf []byte
 	addr string
+	// since is when it was put back idle.
+	since time.Time
 }
 
 // unaryBufSize is the read buffer of a connection; answers larger than it
@@ -55,9 +67,9 @@ const unaryBufSize = 16 << 10
 // calls, so that one big body does not pin its memory.
 const maxKeptWriteBuf = 64 << 10
 
-func newUnaryClient() *unaryClient {
-	return &unaryClient{dialer: net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second},
-		maxIdle: 512, idle: map[string][]*unaryConn{}}
+func newUnaryClient(clock quartz.Clock) *unaryClient {
+	return &unaryClient{dialer: net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}, clock: clock,
+		maxIdle: 512, idleTimeout: 90 * time.Second, idle: map[string][]*unaryConn{}, swept: clock.Now()}
 }
 
 // unaryRequest is what a call sends besides its body: the path, and the
@@ -206,6 +218,7 @@ func plainPath(path string) bool {
 // which.
 func (uc *unaryClient) get(ctx context.Context, addr string) (*unaryConn, bool, error) {
 	uc.mu.Lock()
+	uc.sweep()
 	if conns := uc.idle[addr]; len(conns) > 0 {
 		conn := conns[len(conns)-1]
 		conns[len(conns)-1] = nil
@@ -230,8 +243,35 @@ func (uc *unaryClient) put(conn *unaryConn) {
 		conn.nc.Close()
 		return
 	}
+	conn.since = uc.clock.Now()
 	uc.idle[conn.addr] = append(uc.idle[conn.addr], conn)
 	uc.mu.Unlock()
+}
+
+// sweep closes the connections idle for longer than idleTimeout, at most
+// once in half that time, with mu held. It runs on calls rather than on a
+// ticker: connections are only left idle after calls.
+func (uc *unaryClient) sweep() {
+	now := uc.clock.Now()
+	if now.Sub(uc.swept) < uc.idleTimeout/2 {
+		return
+	}
+	uc.swept = now
+	for addr, conns := range uc.idle {
+		// The oldest come first: keep from the first one still fresh.
+		i := 0
+		for i < len(conns) && now.Sub(conns[i].since) > uc.idleTimeout {
+			conns[i].nc.Close()
+			i++
+		}
+		switch {
+		case i == len(conns):
+			delete(uc.idle, addr)
+		case i > 0:
+			uc.idle[addr] = append(conns[:0], conns[i:]...)
+			clear(conns[len(conns)-i:])
+		}
+	}
 }
 
 // close closes the idle connections and every connection put back later.

@@ -201,3 +201,52 @@ func TestUnaryCallerGoneCutsTheCall(t *testing.T) {
 		t.Errorf("connections = %d, want 2: the cut one is not reused", n)
 	}
 }
+
+// TestUnaryIdleConnectionsExpire: a connection left idle for longer than
+// the idle timeout (90 s, net/http's) is closed rather than kept for
+// ever, and the next call opens a fresh one.
+func TestUnaryIdleConnectionsExpire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	var opened atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v1", 100, strings.TrimPrefix(srv.URL, "http://"))))
+	key := e.newKey(t, "risk", "engineer", nil)
+	clk := newClock(t)
+	g := startGateway(t, e.nc, gateway.Config{Clock: clk})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	for i := range 2 {
+		if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	advance(t, clk, 60*time.Second)
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("call after 60s: %d %s", r.status, r.body)
+	}
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("connections after 60 s idle = %d, want 1 (still kept)", n)
+	}
+	advance(t, clk, 91*time.Second)
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("call after 91s: %d %s", r.status, r.body)
+	}
+	if n := opened.Load(); n != 2 {
+		t.Errorf("connections after 91 s idle = %d, want 2 (the idle one replaced)", n)
+	}
+	wait.Eventually(t, 10*time.Second, func() bool { return closed.Load() == 1 }, "waiting for the idle connection to be closed")
+}
