@@ -96,7 +96,7 @@ func (uc *unaryClient) roundTrip(ctx context.Context, addr string, req *unaryReq
 		if err != nil {
 			return nil, err
 		}
-		resp, err := uc.exchange(ctx, conn, req, body)
+		resp, silent, err := uc.exchange(ctx, conn, req, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -104,8 +104,9 @@ func (uc *unaryClient) roundTrip(ctx context.Context, addr string, req *unaryReq
 		// A reused connection the replica closed or reset before any byte
 		// of an answer came is what a replica's idle timeout leaves
 		// behind: the call is sent once more on a fresh connection, as
-		// net/http's Transport does for a replayable request.
-		if reused && attempt == 0 && ctx.Err() == nil && unanswered(err) {
+		// net/http's Transport does for a replayable request. A broken
+		// answer is not sent again here.
+		if reused && silent && attempt == 0 && ctx.Err() == nil && unanswered(err) {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -116,13 +117,14 @@ func (uc *unaryClient) roundTrip(ctx context.Context, addr string, req *unaryReq
 }
 
 // exchange writes the request on conn and reads the answer's status line
-// and headers; the body is read by the caller through the answer.
-func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unaryRequest, body []byte) (*http.Response, error) {
+// and headers; the body is read by the caller through the answer. silent
+// reports, with an error, that no byte of an answer had come.
+func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unaryRequest, body []byte) (resp *http.Response, silent bool, err error) {
 	stop := context.AfterFunc(ctx, func() { conn.nc.SetDeadline(aLongTimeAgo) })
 	conn.wbuf = appendRequest(conn.wbuf[:0], conn.addr, req, body)
 	if _, err := conn.nc.Write(conn.wbuf); err != nil {
 		stop()
-		return nil, err
+		return nil, true, err
 	}
 	if cap(conn.wbuf) > maxKeptWriteBuf {
 		conn.wbuf = nil
@@ -131,9 +133,9 @@ func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unary
 	// rather than a broken answer.
 	if _, err := conn.br.Peek(1); err != nil {
 		stop()
-		return nil, err
+		return nil, true, err
 	}
-	resp, err := http.ReadResponse(conn.br, nil)
+	resp, err = http.ReadResponse(conn.br, nil)
 	if err == nil && resp.StatusCode < 200 {
 		resp.Body.Close()
 		err = errUnaryInformational
@@ -143,11 +145,11 @@ func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unary
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // something was read: a broken answer
 		}
-		return nil, err
+		return nil, false, err
 	}
 	resp.Body = &unaryBody{uc: uc, conn: conn, body: resp.Body, keep: !resp.Close, stop: stop,
 		eof: resp.ContentLength == 0}
-	return resp, nil
+	return resp, false, nil
 }
 
 // aLongTimeAgo is a deadline in the past, which ends a blocked read or

@@ -250,3 +250,54 @@ func TestUnaryIdleConnectionsExpire(t *testing.T) {
 	}
 	wait.Eventually(t, 10*time.Second, func() bool { return closed.Load() == 1 }, "waiting for the idle connection to be closed")
 }
+
+// TestUnaryBrokenAnswerIsNotResent: a replica that breaks off its answer
+// on a kept connection may have run the request, so the gateway does not
+// send it to that replica again; the caller gets an error status.
+func TestUnaryBrokenAnswerIsNotResent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var requests atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if requests.Add(1) == 2 {
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n") // then close, headers unfinished
+						return
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+				}
+			}()
+		}
+	}()
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v1", 100, ln.Addr().String())))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("first call: %d %s, want 200", r.status, r.body)
+	}
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status == http.StatusOK {
+		t.Fatalf("broken answer: 200 %s, want an error status", r.body)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("requests the replica got = %d, want 2: a broken answer is not resent", n)
+	}
+}
