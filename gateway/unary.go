@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+
+	"modelplane/busapi"
 )
 
 // unaryClient calls replicas over plain HTTP/1.1 for requests whose answer
@@ -179,10 +181,10 @@ func appendRequest(b []byte, host string, req *unaryRequest, body []byte) []byte
 		b = append(b, req.extra[i+1]...)
 	}
 	if req.token != "" {
-		b = append(b, "\r\nX-Modelplane-Replica-Token: "...)
+		b = append(b, "\r\n"+busapi.ReplicaTokenHeader+": "...)
 		b = append(b, req.token...)
 	}
-	b = append(b, "\r\nX-Modelplane-Team: "...)
+	b = append(b, "\r\n"+busapi.TeamHeader+": "...)
 	b = append(b, req.team...)
 	b = append(b, "\r\n\r\n"...)
 	return append(b, body...)
