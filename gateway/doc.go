@@ -50,6 +50,12 @@
 //   - A request is retried on another replica only when the first could not
 //     be connected to, so nothing was sent; any later failure is the
 //     caller's to retry.
+//   - Calls whose answer is not a stream go to plain-HTTP replicas on the
+//     gateway's own HTTP/1.1 client (unary.go): one write a request, the
+//     answer read on the handler's goroutine, kept-alive connections per
+//     replica address with net/http's resend of a call whose kept
+//     connection the replica had closed. Streams, TLS to replicas and a
+//     Transport given in Config use net/http's Transport.
 //   - A version whose routing entry says protocol "v2" (Triton) is called on
 //     /v2/models/{m}/infer: package kserve turns the instances into one FP32
 //     tensor (or, for a model with no feature_names, one tensor per named

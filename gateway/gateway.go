@@ -250,6 +250,9 @@ type Gateway struct {
 	transport http.RoundTripper
 	// named are the transports of replicas with a server name (servername.go).
 	named namedTransports
+	// unary calls replicas for answers that are not streams (unary.go);
+	// nil with ReplicaTLS or a Transport given in Config.
+	unary *unaryClient
 	// scheme is how replicas are called: "https://" with ReplicaTLS.
 	scheme   string
 	tracer   trace.Tracer
@@ -317,6 +320,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 		snapPath: snapshotPath(cfg.StateDir), save: make(chan struct{}, 1)}
 	if g.transport == nil {
 		g.transport = newTransport(cfg.ReplicaTLS)
+		if cfg.ReplicaTLS == nil {
+			g.unary = newUnaryClient(cfg.Clock)
+		}
 	}
 	g.scheme = "http://"
 	if cfg.ReplicaTLS != nil {
@@ -381,6 +387,9 @@ func (g *Gateway) Stop() {
 		t.CloseIdleConnections()
 	}
 	g.named.closeIdle()
+	if g.unary != nil {
+		g.unary.close()
+	}
 }
 
 // now is the gateway's clock reading.

@@ -454,14 +454,14 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
-	resp, err := g.send(ctx, path, u, body, c, r)
+	resp, err := g.send(ctx, path, u, body, stream, c, r)
 	if err != nil && (dialFailed(err) || unanswered(err)) && ctx.Err() == nil {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
 			c.retried = true
 			u = next
-			resp, err = g.send(ctx, path, u, body, c, r)
+			resp, err = g.send(ctx, path, u, body, stream, c, r)
 		} else {
 			u = nil
 		}
@@ -554,7 +554,15 @@ var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 // The request is built by hand rather than by http.NewRequest: the URL is
 // parsed once per replica and path, and the header values that are the
 // same on every call are shared slices (the transport only reads them).
-func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, c *call, in *http.Request) (*http.Response, error) {
+//
+// A call whose answer is not a stream goes through the gateway's own
+// client (unary.go) when it has one and every header value is plain.
+func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, stream bool, c *call, in *http.Request) (*http.Response, error) {
+	if g.unary != nil && !stream {
+		if req, ok := unaryRequestOf(path, u, c, in); ok {
+			return g.unary.roundTrip(ctx, u.addr, &req, body)
+		}
+	}
 	target, err := u.urlOf(g.scheme, path)
 	if err != nil {
 		return nil, err
@@ -577,6 +585,30 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 	c.inject(req.Header)
 	upstreamHeaders(req.Header, u, c.team)
 	return g.replicaTransport(u).RoundTrip(req)
+}
+
+// unaryRequestOf is the call send makes as the unary client's request,
+// with the same headers; ok is false when a value is not plain (unary.go)
+// and net/http should check it.
+func unaryRequestOf(path string, u *upstream, c *call, in *http.Request) (req unaryRequest, ok bool) {
+	req = unaryRequest{path: path, id: c.idHeader()[0], token: u.token, team: c.team}
+	if a := in.Header["Accept"]; len(a) > 0 {
+		req.accept = a[0]
+	}
+	if c.traceparent != nil {
+		h := make(http.Header, 2)
+		c.inject(h)
+		for name, vals := range h {
+			for _, v := range vals {
+				req.extra = append(req.extra, name, v)
+			}
+		}
+	}
+	ok = plainPath(req.path) && plainValue(req.accept) && plainValue(req.token) && plainValue(req.team)
+	for _, s := range req.extra {
+		ok = ok && plainValue(s)
+	}
+	return req, ok
 }
 
 // jsonContentType is the Content-Type header value of every call.

@@ -1,0 +1,330 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/quartz"
+
+	"modelplane/busapi"
+)
+
+// unaryClient calls replicas over plain HTTP/1.1 for requests whose answer
+// is not a stream: the request goes out in one write from the
+// connection's own buffer, and the answer is read on the caller's
+// goroutine. net/http's Transport hands every call to a write goroutine
+// and every answer from a read goroutine of the connection; on one core
+// those hand-offs and its header map cost about as much as the gateway's
+// policies (docs/gateway.md, "Own client for unary calls"). Streams, TLS
+// and a Transport given in Config stay on net/http.
+//
+// Its semantics are the Transport's as the proxy uses them: keep-alive
+// connections per replica address, a request on a reused connection the
+// replica had closed is sent again once on a fresh one (the call carries
+// an idempotency key), a failed dial is a *net.OpError with Op "dial", and
+// the request's context ending cuts the call at once (the connection's
+// deadline is moved into the past, and the connection is not reused).
+type unaryClient struct {
+	dialer net.Dialer
+	clock  quartz.Clock
+	// maxIdle bounds the idle connections kept per replica address;
+	// idleTimeout is how long one is kept unused, as the Transport's
+	// IdleConnTimeout: a replica stopped for good leaves its connections
+	// half-closed, holding a descriptor each, until they are swept.
+	maxIdle     int
+	idleTimeout time.Duration
+
+	mu sync.Mutex
+	// idle holds each address's idle connections, the most recently
+	// used last; swept is when the last sweep ran.
+	idle   map[string][]*unaryConn
+	swept  time.Time
+	closed bool
+}
+
+// unaryConn is one kept-alive connection to a replica with its buffers.
+type unaryConn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	wbuf []byte
+	addr string
+	// since is when it was put back idle.
+	since time.Time
+}
+
+// unaryBufSize is the read buffer of a connection; answers larger than it
+// stream through it.
+const unaryBufSize = 16 << 10
+
+// maxKeptWriteBuf is the largest request buffer a connection keeps between
+// calls, so that one big body does not pin its memory.
+const maxKeptWriteBuf = 64 << 10
+
+func newUnaryClient(clock quartz.Clock) *unaryClient {
+	return &unaryClient{dialer: net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}, clock: clock,
+		maxIdle: 512, idleTimeout: 90 * time.Second, idle: map[string][]*unaryConn{}, swept: clock.Now()}
+}
+
+// unaryRequest is what a call sends besides its body: the path, and the
+// header lines, each value already checked by plainValue.
+type unaryRequest struct {
+	path   string
+	accept string // "" for none
+	id     string
+	token  string // "" for none
+	team   string
+	// extra are further header lines (a trace's), name then value.
+	extra []string
+}
+
+// errUnaryInformational is a 1xx answer, which no replica sends.
+var errUnaryInformational = errors.New("replica answered with an informational status")
+
+// roundTrip sends req with body to the replica at addr and returns its
+// answer, whose Body must be closed; it keeps the connection alive when the
+// body was read to its end and the replica did not ask to close.
+func (uc *unaryClient) roundTrip(ctx context.Context, addr string, req *unaryRequest, body []byte) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		conn, reused, err := uc.get(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		resp, silent, err := uc.exchange(ctx, conn, req, body)
+		if err == nil {
+			return resp, nil
+		}
+		conn.nc.Close()
+		// A reused connection the replica closed or reset before any byte
+		// of an answer came is what a replica's idle timeout leaves
+		// behind: the call is sent once more on a fresh connection, as
+		// net/http's Transport does for a replayable request. A broken
+		// answer is not sent again here.
+		if reused && silent && attempt == 0 && ctx.Err() == nil && unanswered(err) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("call replica %s: %w (%w)", addr, ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("call replica %s: %w", addr, err)
+	}
+}
+
+// exchange writes the request on conn and reads the answer's status line
+// and headers; the body is read by the caller through the answer. silent
+// reports, with an error, that no byte of an answer had come.
+func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unaryRequest, body []byte) (resp *http.Response, silent bool, err error) {
+	stop := context.AfterFunc(ctx, func() { conn.nc.SetDeadline(aLongTimeAgo) })
+	conn.wbuf = appendRequest(conn.wbuf[:0], conn.addr, req, body)
+	if _, err := conn.nc.Write(conn.wbuf); err != nil {
+		stop()
+		return nil, true, err
+	}
+	if cap(conn.wbuf) > maxKeptWriteBuf {
+		conn.wbuf = nil
+	}
+	// Peek first: an EOF here, with nothing read, is a closed connection
+	// rather than a broken answer.
+	if _, err := conn.br.Peek(1); err != nil {
+		stop()
+		return nil, true, err
+	}
+	resp, err = http.ReadResponse(conn.br, nil)
+	if err == nil && resp.StatusCode < 200 {
+		resp.Body.Close()
+		err = errUnaryInformational
+	}
+	if err != nil {
+		stop()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // something was read: a broken answer
+		}
+		return nil, false, err
+	}
+	resp.Body = &unaryBody{uc: uc, conn: conn, body: resp.Body, keep: !resp.Close, stop: stop,
+		eof: resp.ContentLength == 0}
+	return resp, false, nil
+}
+
+// aLongTimeAgo is a deadline in the past, which ends a blocked read or
+// write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// appendRequest appends the request's bytes to b.
+func appendRequest(b []byte, host string, req *unaryRequest, body []byte) []byte {
+	b = append(b, "POST "...)
+	b = append(b, req.path...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	if req.accept != "" {
+		b = append(b, "\r\nAccept: "...)
+		b = append(b, req.accept...)
+	}
+	b = append(b, "\r\nX-Request-Id: "...)
+	b = append(b, req.id...)
+	b = append(b, "\r\nX-Idempotency-Key: "...)
+	b = append(b, req.id...)
+	for i := 0; i+1 < len(req.extra); i += 2 {
+		b = append(b, "\r\n"...)
+		b = append(b, req.extra[i]...)
+		b = append(b, ": "...)
+		b = append(b, req.extra[i+1]...)
+	}
+	if req.token != "" {
+		b = append(b, "\r\n"+busapi.ReplicaTokenHeader+": "...)
+		b = append(b, req.token...)
+	}
+	b = append(b, "\r\n"+busapi.TeamHeader+": "...)
+	b = append(b, req.team...)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
+
+// plainValue reports whether s can be written as a header value as it is:
+// visible ASCII, spaces and tabs. Anything else goes through net/http,
+// which rejects what is invalid.
+func plainValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// plainPath reports whether path can be written in a request line as it
+// is, the same as net/http would write it: it starts with a slash and has
+// no byte that URL parsing would change (no escapes, query or fragment).
+func plainPath(path string) bool {
+	if len(path) == 0 || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/-._~:@", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// get returns an idle connection to addr, or a new one; reused says
+// which.
+func (uc *unaryClient) get(ctx context.Context, addr string) (*unaryConn, bool, error) {
+	uc.mu.Lock()
+	uc.sweep()
+	if conns := uc.idle[addr]; len(conns) > 0 {
+		conn := conns[len(conns)-1]
+		conns[len(conns)-1] = nil
+		uc.idle[addr] = conns[:len(conns)-1]
+		uc.mu.Unlock()
+		return conn, true, nil
+	}
+	uc.mu.Unlock()
+	nc, err := uc.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &unaryConn{nc: nc, br: bufio.NewReaderSize(nc, unaryBufSize), addr: addr}, false, nil
+}
+
+// put keeps conn for the next call to its address, or closes it when the
+// client is closed or enough are kept.
+func (uc *unaryClient) put(conn *unaryConn) {
+	uc.mu.Lock()
+	if uc.closed || len(uc.idle[conn.addr]) >= uc.maxIdle {
+		uc.mu.Unlock()
+		conn.nc.Close()
+		return
+	}
+	conn.since = uc.clock.Now()
+	uc.idle[conn.addr] = append(uc.idle[conn.addr], conn)
+	uc.mu.Unlock()
+}
+
+// sweep closes the connections idle for longer than idleTimeout, at most
+// once in half that time, with mu held. It runs on calls rather than on a
+// ticker: connections are only left idle after calls.
+func (uc *unaryClient) sweep() {
+	now := uc.clock.Now()
+	if now.Sub(uc.swept) < uc.idleTimeout/2 {
+		return
+	}
+	uc.swept = now
+	for addr, conns := range uc.idle {
+		// The oldest come first: keep from the first one still fresh.
+		i := 0
+		for i < len(conns) && now.Sub(conns[i].since) > uc.idleTimeout {
+			conns[i].nc.Close()
+			i++
+		}
+		switch {
+		case i == len(conns):
+			delete(uc.idle, addr)
+		case i > 0:
+			uc.idle[addr] = append(conns[:0], conns[i:]...)
+			clear(conns[len(conns)-i:])
+		}
+	}
+}
+
+// close closes the idle connections and every connection put back later.
+func (uc *unaryClient) close() {
+	uc.mu.Lock()
+	idle := uc.idle
+	uc.idle, uc.closed = map[string][]*unaryConn{}, true
+	uc.mu.Unlock()
+	for _, conns := range idle {
+		for _, conn := range conns {
+			conn.nc.Close()
+		}
+	}
+}
+
+// unaryBody is an answer's body: closing it after reading it to its end
+// puts the connection back for the next call; closing it earlier, or
+// after the call was cut, closes the connection.
+type unaryBody struct {
+	uc   *unaryClient
+	conn *unaryConn
+	body io.ReadCloser
+	stop func() bool
+	keep bool
+	eof  bool
+	done bool
+}
+
+func (b *unaryBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *unaryBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	// stop reports false when the context's function ran or runs: the
+	// connection's deadline is then in the past.
+	if b.stop() && b.eof && b.keep {
+		b.uc.put(b.conn)
+		return nil
+	}
+	return b.conn.nc.Close()
+}
