@@ -85,7 +85,8 @@ type call struct {
 	// when the request has a trace; traceparent is its W3C header value, and
 	// traceID that header's trace id for the log line and the exemplars;
 	// tp holds that value, so that the header's slice costs no allocation
-	// of its own; tracing is set when the span records, and marks then
+	// of its own, and tpExtra the unary client's header lines of the trace
+	// (unaryRequestOf); tracing is set when the span records, and marks then
 	// hold how long after start each of the first marked steps of the
 	// path ended; requests records it and tracer makes its children.
 	span        tracing.RequestSpan
@@ -93,6 +94,7 @@ type call struct {
 	tracer      trace.Tracer
 	traceparent []string
 	tp          [1]string
+	tpExtra     [4]string
 	traceID     string
 	tracing     bool
 	marks       [steps]time.Duration
@@ -596,12 +598,11 @@ func unaryRequestOf(path string, u *upstream, c *call, in *http.Request) (req un
 		req.accept = a[0]
 	}
 	if c.traceparent != nil {
-		h := make(http.Header, 2)
-		c.inject(h)
-		for name, vals := range h {
-			for _, v := range vals {
-				req.extra = append(req.extra, name, v)
-			}
+		// What inject sets, without a header map a call.
+		req.extra = c.tpExtra[:0]
+		req.extra = append(req.extra, "Traceparent", c.traceparent[0])
+		if ts := c.span.Context.TraceState(); ts.Len() > 0 {
+			req.extra = append(req.extra, "Tracestate", ts.String())
 		}
 	}
 	ok = plainPath(req.path) && plainValue(req.accept) && plainValue(req.token) && plainValue(req.team)
