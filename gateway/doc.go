@@ -48,8 +48,10 @@
 //     that replicas are never driven into preemption. The bound is per
 //     gateway, not across gateways.
 //   - A request is retried on another replica only when the first could not
-//     be connected to, so nothing was sent; any later failure is the
-//     caller's to retry.
+//     be connected to, or closed or reset the connection before any byte of
+//     an answer (a replica stopping as its endpoint scales down): no byte
+//     reached the caller, and the call carries an idempotency key. Any
+//     later failure is the caller's to retry.
 //   - Calls whose answer is not a stream go to plain-HTTP replicas on the
 //     gateway's own HTTP/1.1 client (unary.go): one write a request, the
 //     answer read on the handler's goroutine, kept-alive connections per
