@@ -204,6 +204,11 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 		_, err = fmt.Fprintf(out, "llm memory-bound: model %d bytes (L3 %d); decode step %.1f ms batch 1, %.1f ms batch 16 (%.2fx; demo %.2fx); at median latency <= %.0f ms continuous %.1f tok/s vs static %.1f (%.2fx)\n",
 			mb.ModelBytes, mb.L3Bytes, mb.DecodeStepMsBatch1, mb.DecodeStepMsBatch16, mb.Batch16OverBatch1, mb.DemoBatch16OverBatch1,
 			mb.LatencyTargetMs, mb.ContinuousTokensPerS, mb.StaticTokensPerS, mb.ContinuousOverStatic)
+		if b := mb.Bound; err == nil && b.StepMsBatch1 > 0 {
+			_, err = fmt.Fprintf(out, "llm memory-bound, at this core's limits (FMA peak %.1f G madd/s, read ceiling %.1f GB/s): step %.1f ms batch 1, %.1f ms batch 16 (%.2fx); continuous over static at most %.2fx (%.2fx at the measured steps)\n",
+				b.FMAPeakMaddsPerCPUS/1e9, b.ReadCeilingBytesPerCPUS/1e9, b.StepMsBatch1, b.StepMsBatch16, b.Batch16OverBatch1,
+				b.ContinuousOverStatic, b.ContinuousOverStaticAtMeasuredSteps)
+		}
 	}
 	return err
 }
