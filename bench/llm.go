@@ -34,6 +34,11 @@ type llmResult struct {
 	TTFTHitP99Ms        float64 `json:"ttft_prefix_hit_p99_ms"`
 	PrefixHitRatio      float64 `json:"prefix_hit_over_miss_p50"`
 
+	// FMAPeakMaddsPerCPUS is one thread's peak float32 multiply-adds per
+	// CPU-second here (fmaPeak; 0 without AVX-512): what bounds a step of
+	// many sequences, as the read ceiling bounds a step of one.
+	FMAPeakMaddsPerCPUS float64 `json:"fma_peak_madds_per_cpu_s"`
+
 	// Continuous against static batching at equal median latency on the
 	// demo model (see batchingSweep).
 	llmBatching
@@ -111,6 +116,9 @@ type llmMemoryBound struct {
 	// bigLLMSizes).
 	Sizes llmSizes `json:"sizes"`
 	llmBatching
+	// Bound is what this core allows the steps and continuous over
+	// static to be on this model (see measureBound).
+	Bound *llmBound `json:"bound"`
 }
 
 // llmPoint is one load level of the batching sweep. Its times and rates
@@ -196,6 +204,11 @@ func runLLM(ctx context.Context, cfg Config, out io.Writer) error {
 		_, err = fmt.Fprintf(out, "llm memory-bound: model %d bytes (L3 %d); decode step %.1f ms batch 1, %.1f ms batch 16 (%.2fx; demo %.2fx); at median latency <= %.0f ms continuous %.1f tok/s vs static %.1f (%.2fx)\n",
 			mb.ModelBytes, mb.L3Bytes, mb.DecodeStepMsBatch1, mb.DecodeStepMsBatch16, mb.Batch16OverBatch1, mb.DemoBatch16OverBatch1,
 			mb.LatencyTargetMs, mb.ContinuousTokensPerS, mb.StaticTokensPerS, mb.ContinuousOverStatic)
+		if b := mb.Bound; err == nil && b.StepMsBatch1 > 0 {
+			_, err = fmt.Fprintf(out, "llm memory-bound, at this core's limits (FMA peak %.1f G madd/s, read ceiling %.1f GB/s): step %.1f ms batch 1, %.1f ms batch 16 (%.2fx); continuous over static at most %.2fx (%.2fx at the measured steps)\n",
+				b.FMAPeakMaddsPerCPUS/1e9, b.ReadCeilingBytesPerCPUS/1e9, b.StepMsBatch1, b.StepMsBatch16, b.Batch16OverBatch1,
+				b.ContinuousOverStatic, b.ContinuousOverStaticAtMeasuredSteps)
+		}
 	}
 	return err
 }
@@ -210,7 +223,7 @@ func measureLLM(ctx context.Context, sz llmSizes, big *llm.Config, bigSz llmSize
 	if err != nil {
 		return llmResult{}, err
 	}
-	res := llmResult{ModelBytes: size, GOMAXPROCS: 1}
+	res := llmResult{ModelBytes: size, GOMAXPROCS: 1, FMAPeakMaddsPerCPUS: round3(fmaPeak(fmaPeakSteps, 5))}
 	m := yielding{loaded}
 	rng := rand.New(rand.NewPCG(1, 2))
 	randPrompt := promptsOf(rng)
@@ -306,12 +319,12 @@ func measureLLM(ctx context.Context, sz llmSizes, big *llm.Config, bigSz llmSize
 	res.PrefixHitRatio = round3(res.TTFTHitP50Ms / res.TTFTMissP50Ms)
 
 	// Continuous against static batching at equal median latency.
-	if err := batchingSweep(ctx, m, batchingWork(sz, randPrompt), sz, &res.llmBatching); err != nil {
+	if err := batchingSweep(ctx, m, batchingWork(sz, randPrompt), sz, cpuTime, &res.llmBatching); err != nil {
 		return llmResult{}, err
 	}
 	res.TargetsMet = res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5
 	if big != nil {
-		mb, err := measureMemoryBound(ctx, *big, bigSz, m)
+		mb, err := measureMemoryBound(ctx, *big, bigSz, m, res.FMAPeakMaddsPerCPUS)
 		if err != nil {
 			return llmResult{}, err
 		}
@@ -397,6 +410,10 @@ var bigLLMConfig = llm.Config{Layers: 6, Dim: 2048, Heads: 32, KVHeads: 4, HeadD
 var bigLLMSizes = llmSizes{Requests: 16, Warm: 8, Prompt: 1, Short: 2, Long: 48, Refine: 1,
 	Loads: []float64{0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8}}
 
+// fmaPeakSteps are the steps of one fmaPeak run: 5 G multiply-adds,
+// tens of milliseconds, long past the CPU time's resolution.
+const fmaPeakSteps = 20_000_000
+
 // decodeHistory is the positions before each sequence's token in
 // decodeStepMs's steps.
 const decodeHistory = 64
@@ -452,8 +469,8 @@ func l3Bytes() int64 {
 
 // measureMemoryBound runs the batching comparison of measureLLM on a
 // generated model of shape c, sized by sz, after timing its decode steps
-// and demo's beside them.
-func measureMemoryBound(ctx context.Context, c llm.Config, sz llmSizes, demo llmserve.Model) (*llmMemoryBound, error) {
+// and demo's beside them, and its bound given the FMA peak.
+func measureMemoryBound(ctx context.Context, c llm.Config, sz llmSizes, demo llmserve.Model, fmaPeak float64) (*llmMemoryBound, error) {
 	work := batchingWork(sz, promptsOf(rand.New(rand.NewPCG(1, 2))))
 	longest := 0
 	for _, r := range work {
@@ -473,7 +490,12 @@ func measureMemoryBound(ctx context.Context, c llm.Config, sz llmSizes, demo llm
 	mb.DemoDecodeStepMsBatch1 = decodeStepMs(demo, 1, 50)
 	mb.DemoDecodeStepMsBatch16 = decodeStepMs(demo, 16, 50)
 	mb.DemoBatch16OverBatch1 = round3(mb.DemoDecodeStepMsBatch16 / mb.DemoDecodeStepMsBatch1)
-	if err := batchingSweep(ctx, m, work, sz, &mb.llmBatching); err != nil {
+	if err := batchingSweep(ctx, m, work, sz, cpuTime, &mb.llmBatching); err != nil {
+		return nil, err
+	}
+	ceiling, _ := readCeiling(mb.WeightBytes, 3)
+	if mb.Bound, err = measureBound(ctx, m, work, sz, mb.WeightBytes, weights(c), fmaPeak, ceiling,
+		mb.DecodeStepMsBatch1, mb.DecodeStepMsBatch16); err != nil {
 		return nil, err
 	}
 	return mb, nil
@@ -520,7 +542,7 @@ func (y yielding) Forward(batch []llmserve.Step) [][]float32 {
 // sustained load. Continuous climbs from that load while it is sustained
 // within the target. Each scheduler's figure is its highest sustained load
 // within the target (for static, the target's own).
-func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Request, sz llmSizes, res *llmBatching) error {
+func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Request, sz llmSizes, src clockSource, res *llmBatching) error {
 	measured, loads := sz.Requests, sz.Loads
 	longest, tokens := 0, 0
 	for _, r := range work {
@@ -558,10 +580,10 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 		return p
 	}
 
-	sb := staticBatching(m, burst, llmBatch, pages, cpuBatchClock())
+	sb := staticBatching(m, burst, llmBatch, pages, cpuBatchClock(src))
 	res.StaticSaturatedTokensS = round3(sb.tokensPerS())
 	saturatedRPS := float64(measured) / sb.makespan.Seconds()
-	cb, err := continuousBatching(m, burst, llmBatch, pages)
+	cb, err := continuousBatching(m, burst, llmBatch, pages, src)
 	if err != nil {
 		return err
 	}
@@ -572,7 +594,7 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 			return llmPoint{}, err
 		}
 		rps := load * saturatedRPS
-		return point(staticBatching(m, level(rps), llmBatch, pages, cpuBatchClock()), load, rps), nil
+		return point(staticBatching(m, level(rps), llmBatch, pages, cpuBatchClock(src)), load, rps), nil
 	}
 	ran := map[float64]llmPoint{} // continuous climbs twice
 	runContinuous := func(load float64) (llmPoint, error) {
@@ -583,7 +605,7 @@ func batchingSweep(ctx context.Context, m llmserve.Model, work []llmserve.Reques
 			return llmPoint{}, err
 		}
 		rps := load * saturatedRPS
-		r, err := continuousBatching(m, level(rps), llmBatch, pages)
+		r, err := continuousBatching(m, level(rps), llmBatch, pages, src)
 		if err != nil {
 			return llmPoint{}, err
 		}
@@ -754,8 +776,8 @@ func (r batchRun) tokensPerS() float64 {
 // submitted when the clock reaches its arrival (at the start of a step, or
 // by a jump when the engine is idle) until the measured ones are done,
 // its latency taken from that arrival to its last token.
-func continuousBatching(m llmserve.Model, l batchLevel, batch, pages int) (batchRun, error) {
-	clk := newCPUClock()
+func continuousBatching(m llmserve.Model, l batchLevel, batch, pages int, src clockSource) (batchRun, error) {
+	clk := newCPUClock(src)
 	d := &loadDriver{l: l, clk: clk, clients: make([]client, len(l.reqs)), left: l.to - l.from}
 	d.cond = sync.NewCond(&d.mu)
 	eng, err := llmserve.New(injecting{m, d}, llmserve.Config{MaxBatch: batch, Pages: pages,
@@ -884,23 +906,28 @@ func (w injecting) Forward(batch []llmserve.Step) [][]float32 {
 // and the time the shared machine gives other processes does not count,
 // so a sweep reads the same on a busy machine and on an idle one.
 type cpuClock struct {
+	src          clockSource
 	mu           sync.Mutex
 	start, jumps time.Duration
 }
 
-func newCPUClock() *cpuClock { return &cpuClock{start: cpuTime()} }
+// cpuClock's src is the time it runs on: the process's CPU time
+// (cpuTime), or a step cost model's total (see stepCostModel).
+type clockSource func() time.Duration
+
+func newCPUClock(src clockSource) *cpuClock { return &cpuClock{src: src, start: src()} }
 
 func (c *cpuClock) now() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cpuTime() - c.start + c.jumps
+	return c.src() - c.start + c.jumps
 }
 
 // jump moves the clock on to t, if it is not there yet.
 func (c *cpuClock) jump(t time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := cpuTime() - c.start + c.jumps; t > now {
+	if now := c.src() - c.start + c.jumps; t > now {
 		c.jumps += t - now
 	}
 }
@@ -921,8 +948,8 @@ type batchClock struct {
 	wait func(until time.Duration)
 }
 
-func cpuBatchClock() batchClock {
-	c := newCPUClock()
+func cpuBatchClock(src clockSource) batchClock {
+	c := newCPUClock(src)
 	return batchClock{now: c.now, wait: c.jump}
 }
 

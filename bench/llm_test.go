@@ -206,6 +206,15 @@ func TestLLMBenchRunsASmallSweep(t *testing.T) {
 		t.Errorf("batch 16 over batch 1 = %v, want %v / %v", mb.Batch16OverBatch1, mb.DecodeStepMsBatch16, mb.DecodeStepMsBatch1)
 	}
 	checkSweep(t, "memory-bound", mb.llmBatching)
+	if b := mb.Bound; b == nil || b.MaddsPerRow != weights(tiny) {
+		t.Errorf("bound %+v, want one with %d multiply-adds a row", b, weights(tiny))
+	} else if b.FMAPeakMaddsPerCPUS > 0 && b.ReadCeilingBytesPerCPUS > 0 &&
+		(b.StepMsBatch1 <= 0 || b.StepMsBatch16 < b.StepMsBatch1 || b.ContinuousOverStatic <= 0 || b.ContinuousOverStaticAtMeasuredSteps <= 0) {
+		t.Errorf("bound %+v: want steps above 0, 16 rows no cheaper than one, and both sweeps' ratios", b)
+	}
+	if b := mb.Bound; b != nil && b.FMAPeakMaddsPerCPUS != res.FMAPeakMaddsPerCPUS {
+		t.Errorf("bound's FMA peak %v, want the run's %v", b.FMAPeakMaddsPerCPUS, res.FMAPeakMaddsPerCPUS)
+	}
 	if res.TargetsMet != (res.ContinuousOverStatic >= 3 && res.PrefixHitRatio <= 0.5) {
 		t.Errorf("targets_met %v, want it of the demo model's figures alone (%v, %v)", res.TargetsMet, res.ContinuousOverStatic, res.PrefixHitRatio)
 	}
@@ -285,5 +294,44 @@ func TestLLMPeerComparesOnTheSameFiles(t *testing.T) {
 	}
 	if res.Skipped == "" && res.Peer == "" {
 		t.Error("the peer ran but its build is not named")
+	}
+}
+
+// The bound of a step is the slower of one read of the weights and every
+// row's arithmetic at the FMA peak, and the sweep under it allows
+// continuous batching more over static when a step of many rows costs
+// what a step of one does than when it costs each row's arithmetic.
+func TestBoundIsTheSlowerOfReadAndArithmetic(t *testing.T) {
+	t.Parallel()
+	sz := llmSizes{Requests: 16, Warm: 4, Prompt: 2, Short: 2, Long: 24, Refine: 1,
+		Loads: []float64{0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8}}
+	work := batchingWork(sz, func(n int) []int { return make([]int, n) })
+	m := &stepModel{}
+	// 1 GB at 50 GB/s is 20 ms a step; 1e6 multiply-adds a row at 1e11 a
+	// second 0.01 ms a row: a step of 16 costs what a step of one does.
+	flat, err := measureBound(context.Background(), m, work, sz, 1e9, 1e6, 1e11, 50e9, 20, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flat.StepMsBatch1 != 20 || flat.StepMsBatch16 != 20 || flat.Batch16OverBatch1 != 1 {
+		t.Errorf("flat: steps %v and %v ms (%vx), want 20, 20 (1x)", flat.StepMsBatch1, flat.StepMsBatch16, flat.Batch16OverBatch1)
+	}
+	// 1e9 multiply-adds a row at 1e11 a second: 10 ms a row, so a step of
+	// one is the read's 20 ms and a step of 16 the arithmetic's 160.
+	steep, err := measureBound(context.Background(), m, work, sz, 1e9, 1e9, 1e11, 50e9, 20, 160)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steep.StepMsBatch1 != 20 || steep.StepMsBatch16 != 160 || steep.Batch16OverBatch1 != 8 {
+		t.Errorf("steep: steps %v and %v ms (%vx), want 20, 160 (8x)", steep.StepMsBatch1, steep.StepMsBatch16, steep.Batch16OverBatch1)
+	}
+	t.Logf("continuous over static: flat %v (at the measured line %v), steep %v (%v)", flat.ContinuousOverStatic,
+		flat.ContinuousOverStaticAtMeasuredSteps, steep.ContinuousOverStatic, steep.ContinuousOverStaticAtMeasuredSteps)
+	if steep.ContinuousOverStatic <= 0 || flat.ContinuousOverStatic <= steep.ContinuousOverStatic {
+		t.Errorf("continuous over static %v with flat steps, %v with steep ones: want both above 0 and flat above steep",
+			flat.ContinuousOverStatic, steep.ContinuousOverStatic)
+	}
+	if flat.ContinuousOverStaticAtMeasuredSteps <= 0 || steep.ContinuousOverStaticAtMeasuredSteps <= 0 {
+		t.Errorf("at the measured steps %v and %v, want both above 0", flat.ContinuousOverStaticAtMeasuredSteps, steep.ContinuousOverStaticAtMeasuredSteps)
 	}
 }

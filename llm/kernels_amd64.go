@@ -6,6 +6,7 @@ package llm
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -163,7 +164,52 @@ func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 
 // avx512Kernels take tiles of four activation rows by four weight rows
 // for F32, F16 and Q8_0 weights; the other types run avx2Row.
-var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile}
+var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile,
+	wide: avx512Wide, wideTypes: []wtype{tF32, tF16}}
+
+// avx512Wide runs sixteen activation rows against wr F32 or F16 weight
+// rows in one call of f32Wide512 or f16Wide512: each pair as the 4x4 tile
+// computes it, with the columns in blocks so that the block's activation
+// rows (packed by packWide) stay in L1 for every weight tile (see
+// matmul512_gen.py).
+func avx512Wide(dst []float32, ds int, a *acts, i int, w *matrix, o, wr int) {
+	if (w.typ != tF32 && w.typ != tF16) || wr%4 != 0 || wr > wideRows {
+		panic("avx512Wide: F32 or F16 weights, a multiple of four rows, at most sixteen")
+	}
+	if a.wide == nil || i%wideRows != 0 {
+		panic("avx512Wide: activations not packed for it")
+	}
+	c := w.cols
+	m := c &^ 15
+	_ = dst[(wideRows-1)*ds+wr-1]
+	x := a.x[i*c : (i+wideRows)*c]
+	group := wideRows * ((c + wideCols - 1) / wideCols) * wideCols
+	packed := (*a.wide)[i/wideRows*group : (i/wideRows+1)*group]
+	// Every pair's sixteen lanes between column blocks, 64-byte aligned.
+	var buf [wideRows*wideRows*16 + 16]float32
+	acc := buf[(64-int(uintptr(unsafe.Pointer(&buf[0]))&63)/4)&15:]
+	switch {
+	case m == 0:
+		for k := range wideRows {
+			clear(dst[k*ds : k*ds+wr])
+		}
+	case w.typ == tF32:
+		wf := w.f32[o*c : (o+wr)*c]
+		f32Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wf[0], 4*c, m, wr, &acc[0])
+	default:
+		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+		f16Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wb[0], w.rowBytes, m, wr, &acc[0])
+	}
+	for k := 0; m < c && k < wideRows; k++ { // the tail, in Go, after
+		for l := range wr {
+			if w.typ == tF32 {
+				dst[k*ds+l] += dotGo(x[k*c+m:(k+1)*c], w.f32[(o+l)*c+m:(o+l+1)*c])
+			} else {
+				dst[k*ds+l] += dotF16Go(x[k*c+m:(k+1)*c], w.data[(o+l)*w.rowBytes+2*m:(o+l+1)*w.rowBytes])
+			}
+		}
+	}
+}
 
 func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	c := w.cols
@@ -247,6 +293,12 @@ func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 
 //go:noescape
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
+
+//go:noescape
+func f32Wide512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, wr int, acc *float32)
+
+//go:noescape
+func f16Wide512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, wr int, acc *float32)
 
 //go:noescape
 func f16Tile512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)

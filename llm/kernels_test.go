@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"modelplane/gguf"
@@ -247,6 +248,49 @@ func TestQuantRowQ8_0IsTheGoQuantiser(t *testing.T) {
 		for b := range want.d {
 			if math.Float32bits(got.d[b]) != math.Float32bits(want.d[b]) {
 				t.Fatalf("row %d block %d scale: got %v, want %v", n, b, got.d[b], want.d[b])
+			}
+		}
+	}
+}
+
+// TestWideKernels holds a set's wide kernel to its tile: for each group
+// of sixteen activation rows against four to sixteen weight rows, widths that end
+// inside a column block, on one and past it, with a tail past the last
+// sixteen, every pair's result is the bits the pair has alone.
+func TestWideKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, set := range kernelSets {
+		for gt, typ := range wtypes {
+			if !slices.Contains(set.wideTypes, typ) {
+				continue
+			}
+			for _, cols := range []int{16, 17, 48, 255, 256, 272, 300, 512, 529, 1040, 2048} {
+				t.Run(fmt.Sprintf("%s/%v/%d", set.name, gt, cols), func(t *testing.T) {
+					const rows = wideRows + 3
+					w, _ := randomMatrix(t, rng, gt, rows, cols)
+					// Two groups of rows and one more, which stays unpacked.
+					x := make([]float32, (2*wideRows+1)*cols)
+					for i := range x {
+						x[i] = float32(rng.NormFloat64())
+					}
+					a := prepare(w.typ, x, 2*wideRows+1, cols)
+					for _, wr := range []int{set.wr, 2 * set.wr, 3 * set.wr, wideRows} {
+						for _, at := range [][2]int{{0, 0}, {wideRows, rows - wr}} { // activation row, weight row
+							const ds = rows + 1
+							dst := make([]float32, wideRows*ds)
+							set.wide(dst, ds, &a, at[0], w, at[1], wr)
+							for k := range wideRows {
+								for l := range wr {
+									var alone [1]float32
+									set.tile(alone[:], 1, &a, at[0]+k, 1, w, at[1]+l, 1)
+									if got := dst[k*ds+l]; math.Float32bits(got) != math.Float32bits(alone[0]) {
+										t.Fatalf("%d rows at (%d, %d): pair (%d, %d) = %v, alone %v", wr, at[0], at[1], at[0]+k, at[1]+l, got, alone[0])
+									}
+								}
+							}
+						}
+					}
+				})
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -115,11 +116,17 @@ type acts struct {
 	n    int
 	cols int
 	q    []q8Row
+	// wide is x packed for the kernel set's wide kernel (see packWide),
+	// when it takes the weights and there are wideRows rows or more.
+	wide *[]float32
 }
 
 // prepare quantises x's n rows of cols for weights of type t.
 func prepare(t wtype, x []float32, n, cols int) acts {
 	a := acts{x: x, n: n, cols: cols}
+	if n >= wideRows && slices.Contains(kern.wideTypes, t) {
+		a.wide = packWide(x, n, cols)
+	}
 	switch t {
 	case tQ8_0, tQ4_0:
 		a.q = make([]q8Row, n)
@@ -143,6 +150,36 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 	return a
 }
 
+// widePool keeps packWide's buffers from one product to the next.
+var widePool sync.Pool
+
+// packWide lays out each group of wideRows rows of x (n rows of cols) as
+// the wide kernels read them: the group's column blocks of wideCols one
+// after another, each block the group's wideRows row slices one after
+// another (wideCols apart; the last block as wide, partly unused). Group
+// g starts at g·wideRows·⌈cols/wideCols⌉·wideCols. Rows past the last
+// whole group are not packed. Release it with widePool.Put.
+func packWide(x []float32, n, cols int) *[]float32 {
+	blocks := (cols + wideCols - 1) / wideCols
+	group := wideRows * blocks * wideCols
+	size := n / wideRows * group
+	p, _ := widePool.Get().(*[]float32)
+	if p == nil || cap(*p) < size {
+		b := make([]float32, size)
+		p = &b
+	}
+	*p = (*p)[:size]
+	for g := range n / wideRows {
+		for r := range wideRows {
+			row := x[(g*wideRows+r)*cols : (g*wideRows+r+1)*cols]
+			for b := range blocks {
+				copy((*p)[g*group+(b*wideRows+r)*wideCols:], row[b*wideCols:min(cols, (b+1)*wideCols)])
+			}
+		}
+	}
+	return p
+}
+
 // matmul sets dst[i][o] = Σ_j x[i][j]·w[o][j] for the n rows of x, the
 // output rows split among workers goroutines when the product is big
 // enough to pay for them. Each output is one row-dot whose order depends
@@ -150,6 +187,9 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 // rows share a kernel call, nor the workers change a bit of it.
 func matmul(workers int, dst, x []float32, w *matrix, n int) {
 	a := prepare(w.typ, x, n, w.cols)
+	if a.wide != nil {
+		defer widePool.Put(a.wide)
+	}
 	workers = min(workers, w.rows/16)
 	defer runtime.KeepAlive(w)
 	if workers <= 1 || n*w.cols*w.rows < 1<<16 {
@@ -179,12 +219,33 @@ const matmulTile = 64
 // Q8_0 359-379 against 364-368 (docs/llm.md).
 const matmulBlockBytes = 64 << 10
 
+// mulWide computes activation rows i to i+wideRows against weight rows ob
+// to oe through the kernel set's wide kernel, the rows past the last
+// multiple of its wr through its tile.
+func (w *matrix) mulWide(dst []float32, a *acts, i, ob, oe int) {
+	k, out := kern, w.rows
+	o := ob
+	if n := (oe - o) / k.wr * k.wr; n > 0 {
+		k.wide(dst[i*out+o:], out, a, i, w, o, n)
+		o += n
+	}
+	for ; o < oe; o++ {
+		for r := i; r < i+wideRows; r += k.xr {
+			k.tile(dst[r*out+o:], out, a, r, k.xr, w, o, 1)
+		}
+	}
+}
+
 // mulRows computes the outputs lo ≤ o < hi of every row: each weight row
 // is read once per tile of rows, and the kernels take tiles of kern.xr
 // activation rows by kern.wr weight rows, a block of weight rows for every
 // activation tile in turn; a row left over (all of them at batch 1) goes
 // against every weight row in one call, which a kernel may run as one
-// stream through the weights.
+// stream through the weights. Where the set has a wide kernel for the
+// weights, each group of wideRows activation rows goes through it instead,
+// against blocks of wideRows weight rows: with 16 sequences on the F32
+// --big model it made 73-81 G multiply-adds a CPU-second from memory
+// where the 4x4 tiles made 53-55 (docs/llm.md).
 func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	n, out := a.n, w.rows
 	k := kern
@@ -195,9 +256,17 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 			full = t
 		}
 		block := max(k.wr, matmulBlockBytes/w.rowBytes/k.wr*k.wr)
+		wide := slices.Contains(k.wideTypes, w.typ) && full-t >= wideRows
+		if wide {
+			block = wideRows
+		}
 		for ob := lo; ob < hi && full > t; ob += block {
 			oe := min(hi, ob+block)
-			for i := t; i < full; i += k.xr {
+			i := t
+			for ; wide && i+wideRows <= full; i += wideRows {
+				w.mulWide(dst, a, i, ob, oe)
+			}
+			for ; i < full; i += k.xr {
 				for o := ob; o < oe; {
 					wr := k.wr
 					if o+wr > oe {
