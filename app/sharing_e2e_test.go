@@ -93,8 +93,24 @@ func TestSharingEndToEnd(t *testing.T) {
 		}
 	}
 
-	// A daily quota of 40 served through two gateways.
+	// A daily quota of 40 served through two gateways. The second starts
+	// only once the first serves under the quota: its key was rate limited
+	// to nothing there, so a 200 means the quota's entry reached NATS, and
+	// the second reads it when it starts. Started before, it could serve
+	// from the rate limit's fresh bucket of 3 before the quota reached it,
+	// requests no quota counts.
 	const quota = 40
+	if _, err := s.cp.Grants.Set(ctx, system, "fraud-scoring", "search", grant.Limits{DailyQuota: quota}); err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	wait.Eventually(t, 30*time.Second, func() bool {
+		st, _ := sharedCall(s.gateway, keys["search"])
+		if st == http.StatusOK {
+			served++
+		}
+		return st == http.StatusOK
+	}, "search never served under its quota at %s", s.gateway)
 	g2, err := gateway.New(gateway.Config{StateDir: t.TempDir(), ID: "gw-second", QuotaGateways: 2}, s.nc, NewLogger("error"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,19 +121,13 @@ func TestSharingEndToEnd(t *testing.T) {
 	t.Cleanup(g2.Stop)
 	srv2 := httptest.NewServer(g2.Handler())
 	t.Cleanup(srv2.Close)
-	if _, err := s.cp.Grants.Set(ctx, system, "fraud-scoring", "search", grant.Limits{DailyQuota: quota}); err != nil {
-		t.Fatal(err)
-	}
-	served := 0
-	for _, base := range []string{s.gateway, srv2.URL} {
-		wait.Eventually(t, 30*time.Second, func() bool {
-			st, _ := sharedCall(base, keys["search"])
-			if st == http.StatusOK {
-				served++
-			}
-			return st == http.StatusOK
-		}, "search never served under its quota at %s", base)
-	}
+	wait.Eventually(t, 30*time.Second, func() bool {
+		st, _ := sharedCall(srv2.URL, keys["search"])
+		if st == http.StatusOK {
+			served++
+		}
+		return st == http.StatusOK
+	}, "search never served under its quota at %s", srv2.URL)
 	open := map[string]bool{s.gateway: true, srv2.URL: true}
 	for len(open) > 0 && served <= quota {
 		for base := range open {
