@@ -256,7 +256,7 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
-		if a.wide != nil {
+		if a.wide != nil && slices.Contains(k.wideTypes, w.typ) {
 			for ob := lo; ob < hi; ob += wideRows {
 				for i := t; i < end; i += wideRows {
 					w.mulWide(dst, a, i, min(wideRows, end-i), ob, min(hi, ob+wideRows))
