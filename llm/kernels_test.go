@@ -316,3 +316,39 @@ func TestWideKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestMatmulEveryBatchIsAlone runs matmul at every row count from 1 to
+// 20 (the wide kernel's groups, four F16 rows through the tiles, the rows
+// left after a group of 16) for every weight type: each output is the
+// bits its activation row has alone against its weight row.
+func TestMatmulEveryBatchIsAlone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for gt := range wtypes {
+		cols := 544
+		if gt == gguf.Q4_K || gt == gguf.Q6_K {
+			cols = 512
+		}
+		t.Run(fmt.Sprint(gt), func(t *testing.T) {
+			const rows = wideRows + 7
+			w, _ := randomMatrix(t, rng, gt, rows, cols)
+			for n := 1; n <= 20; n++ {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				dst := make([]float32, n*rows)
+				matmul(1, dst, x, w, n)
+				a := prepare(w.typ, x, n, cols)
+				for i := range n {
+					for o := range rows {
+						var alone [1]float32
+						kern.tile(alone[:], 1, &a, i, 1, w, o, 1)
+						if got := dst[i*rows+o]; math.Float32bits(got) != math.Float32bits(alone[0]) {
+							t.Fatalf("%d rows: output (%d, %d) = %v, alone %v", n, i, o, got, alone[0])
+						}
+					}
+				}
+			}
+		})
+	}
+}

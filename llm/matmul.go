@@ -224,11 +224,19 @@ const matmulBlockBytes = 64 << 10
 
 // mulWide computes activation rows i to i+xr against weight rows ob to
 // oe through the kernel set's wide kernel, the rows past the last
-// multiple of its wr through its tile, a row at a time.
+// multiple of its wr through its tile, a row at a time. Four F16 rows go
+// through the set's tiles instead: four activation rows and four F16
+// weight rows whole fit L1, and the 4x4 tile made 60-64 G multiply-adds
+// a CPU-second from memory where the wide kernel made 40-57
+// (docs/llm.md).
 func (w *matrix) mulWide(dst []float32, a *acts, i, xr, ob, oe int) {
 	k, out := kern, w.rows
 	o := ob
-	if n := (oe - o) / k.wr * k.wr; n > 0 {
+	if xr == k.xr && w.typ == tF16 {
+		for ; o+k.wr <= oe; o += k.wr {
+			k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, k.wr)
+		}
+	} else if n := (oe - o) / k.wr * k.wr; n > 0 {
 		k.wide(dst[i*out+o:], out, a, i, xr, w, o, n)
 		o += n
 	}
