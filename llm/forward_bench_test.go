@@ -56,7 +56,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // BenchmarkMatmulDecode is the product of a decode step's activation rows
-// (1 or 16) with a weight matrix of 2,048 columns, as a step runs each
+// (1, 2, 4, 8 or 16) with a weight matrix of 2,048 columns, as a step runs each
 // of its matrices, from the cache and from memory: "l2" is 512 KiB of
 // weights, which stay in the L2 cache between products, "mem" 256 MiB in
 // an arena (huge pages where the kernel takes the advice), which every
@@ -65,8 +65,9 @@ func cpuTime(b *testing.B) time.Duration {
 // batch) over it. At batch 1, l2 is what the kernel issues with no
 // memory wait and mem what it draws from memory, to set beside bench
 // llm's stream_bytes_per_cpu_s; at batch 16, l2 is the kernel's
-// arithmetic rate, which bounds a step of 16 sequences from below. Run
-// it with -cpu 1.
+// arithmetic rate, which bounds a step of 16 sequences from below; 2 to
+// 8 are the steps continuous batching runs below its saturation. Run it
+// with -cpu 1.
 func BenchmarkMatmulDecode(b *testing.B) {
 	const cols = 2048
 	for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
@@ -94,7 +95,7 @@ func BenchmarkMatmulDecode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, batch := range []int{1, 16} {
+			for _, batch := range []int{1, 2, 4, 8, 16} {
 				b.Run(fmt.Sprintf("%s/%s/batch=%d", typ, size.name, batch), func(b *testing.B) {
 					act := x[:batch*cols]
 					dst := make([]float32, batch*rows)

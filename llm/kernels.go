@@ -10,16 +10,16 @@ type kernelSet struct {
 	name   string
 	xr, wr int
 	tile   func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
-	// wide, where a set has it, does what tile does for wideRows
-	// activation rows against wr weight rows (a multiple of the set's wr,
-	// at most wideRows) in one call, the same bits for every pair, for
+	// wide, where a set has it, does what tile does for xr activation
+	// rows (1 to wideRows) against wr weight rows (a multiple of the set's
+	// wr, at most wideRows) in one call, the same bits for every pair, for
 	// weights of the types in wideTypes.
-	wide      func(dst []float32, ds int, a *acts, i int, w *matrix, o, wr int)
+	wide      func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 	wideTypes []wtype
 }
 
-// wideRows is the activation rows, and the most weight rows, of a wide
-// call: a step of 16 sequences.
+// wideRows is the most activation rows, and the most weight rows, of a
+// wide call: a step of 16 sequences.
 const wideRows = 16
 
 // wideCols is the width of a wide kernel's column block (the generator's

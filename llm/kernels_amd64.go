@@ -167,40 +167,39 @@ func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 var avx512Kernels = kernelSet{name: "avx512", xr: 4, wr: 4, tile: avx512Tile,
 	wide: avx512Wide, wideTypes: []wtype{tF32, tF16}}
 
-// avx512Wide runs sixteen activation rows against wr F32 or F16 weight
-// rows in one call of f32Wide512 or f16Wide512: each pair as the 4x4 tile
-// computes it, with the columns in blocks so that the block's activation
-// rows (packed by packWide) stay in L1 for every weight tile (see
-// matmul512_gen.py).
-func avx512Wide(dst []float32, ds int, a *acts, i int, w *matrix, o, wr int) {
+// avx512Wide runs xr activation rows (1 to sixteen) against wr F32 or
+// F16 weight rows in one call of f32Wide512 or f16Wide512: each pair as
+// the tiles compute it, with the columns in blocks so that the block's
+// activation rows (packed by packWide) stay in L1 for every weight tile
+// (see matmul512_gen.py).
+func avx512Wide(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	if (w.typ != tF32 && w.typ != tF16) || wr%4 != 0 || wr > wideRows {
 		panic("avx512Wide: F32 or F16 weights, a multiple of four rows, at most sixteen")
 	}
-	if a.wide == nil || i%wideRows != 0 {
-		panic("avx512Wide: activations not packed for it")
+	if a.wide == nil || i%wideRows != 0 || xr != min(wideRows, a.n-i) {
+		panic("avx512Wide: activations not packed for it, or not one of packWide's groups")
 	}
 	c := w.cols
 	m := c &^ 15
-	_ = dst[(wideRows-1)*ds+wr-1]
-	x := a.x[i*c : (i+wideRows)*c]
-	group := wideRows * ((c + wideCols - 1) / wideCols) * wideCols
-	packed := (*a.wide)[i/wideRows*group : (i/wideRows+1)*group]
+	_ = dst[(xr-1)*ds+wr-1]
+	x := a.x[i*c : (i+xr)*c]
+	packed := (*a.wide)[i*wideBlocks(c)*wideCols : (i+xr)*wideBlocks(c)*wideCols]
 	// Every pair's sixteen lanes between column blocks, 64-byte aligned.
 	var buf [wideRows*wideRows*16 + 16]float32
 	acc := buf[(64-int(uintptr(unsafe.Pointer(&buf[0]))&63)/4)&15:]
 	switch {
 	case m == 0:
-		for k := range wideRows {
+		for k := range xr {
 			clear(dst[k*ds : k*ds+wr])
 		}
 	case w.typ == tF32:
 		wf := w.f32[o*c : (o+wr)*c]
-		f32Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wf[0], 4*c, m, wr, &acc[0])
+		f32Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wf[0], 4*c, m, xr, wr, &acc[0])
 	default:
 		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
-		f16Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wb[0], w.rowBytes, m, wr, &acc[0])
+		f16Wide512(&dst[0], ds, &packed[0], 4*wideCols, &wb[0], w.rowBytes, m, xr, wr, &acc[0])
 	}
-	for k := 0; m < c && k < wideRows; k++ { // the tail, in Go, after
+	for k := 0; m < c && k < xr; k++ { // the tail, in Go, after
 		for l := range wr {
 			if w.typ == tF32 {
 				dst[k*ds+l] += dotGo(x[k*c+m:(k+1)*c], w.f32[(o+l)*c+m:(o+l+1)*c])
@@ -295,10 +294,10 @@ func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
 
 //go:noescape
-func f32Wide512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, wr int, acc *float32)
+func f32Wide512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int, acc *float32)
 
 //go:noescape
-func f16Wide512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, wr int, acc *float32)
+func f16Wide512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int, acc *float32)
 
 //go:noescape
 func f16Tile512(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)

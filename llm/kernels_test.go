@@ -253,10 +253,12 @@ func TestQuantRowQ8_0IsTheGoQuantiser(t *testing.T) {
 	}
 }
 
-// TestWideKernels holds a set's wide kernel to its tile: for each group
-// of sixteen activation rows against four to sixteen weight rows, widths that end
-// inside a column block, on one and past it, with a tail past the last
-// sixteen, every pair's result is the bits the pair has alone.
+// TestWideKernels holds a set's wide kernel to its tile: for every group
+// packWide makes (sixteen rows, and the one to fifteen left after them or
+// alone) against four to sixteen weight rows, at widths that end inside a
+// column block, on one and past it, with a tail past the last sixteen,
+// every pair's result is the bits the pair has alone, and nothing outside
+// the group's rows and the weight rows is written.
 func TestWideKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, set := range kernelSets {
@@ -268,30 +270,85 @@ func TestWideKernels(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%v/%d", set.name, gt, cols), func(t *testing.T) {
 					const rows = wideRows + 3
 					w, _ := randomMatrix(t, rng, gt, rows, cols)
-					// Two groups of rows and one more, which stays unpacked.
-					x := make([]float32, (2*wideRows+1)*cols)
+					x := make([]float32, (wideRows+wideRows-1)*cols)
 					for i := range x {
 						x[i] = float32(rng.NormFloat64())
 					}
-					a := prepare(w.typ, x, 2*wideRows+1, cols)
-					for _, wr := range []int{set.wr, 2 * set.wr, 3 * set.wr, wideRows} {
-						for _, at := range [][2]int{{0, 0}, {wideRows, rows - wr}} { // activation row, weight row
-							const ds = rows + 1
-							dst := make([]float32, wideRows*ds)
-							set.wide(dst, ds, &a, at[0], w, at[1], wr)
-							for k := range wideRows {
-								for l := range wr {
-									var alone [1]float32
-									set.tile(alone[:], 1, &a, at[0]+k, 1, w, at[1]+l, 1)
-									if got := dst[k*ds+l]; math.Float32bits(got) != math.Float32bits(alone[0]) {
-										t.Fatalf("%d rows at (%d, %d): pair (%d, %d) = %v, alone %v", wr, at[0], at[1], at[0]+k, at[1]+l, got, alone[0])
+					for xr := 2; xr <= wideRows; xr++ {
+						// xr rows alone, and sixteen then xr-1 (a group of
+						// one to fifteen after a whole one).
+						for _, n := range []int{xr, wideRows + xr - 1} {
+							a := prepare(w.typ, x, n, cols)
+							for g := 0; g < n; g += wideRows {
+								gr := min(wideRows, n-g)
+								for _, wr := range []int{set.wr, 2 * set.wr, 3 * set.wr, wideRows} {
+									for _, o := range []int{0, rows - wr} {
+										const ds = rows + 1
+										dst := make([]float32, (gr+1)*ds)
+										for i := range dst {
+											dst[i] = float32(math.NaN())
+										}
+										set.wide(dst, ds, &a, g, gr, w, o, wr)
+										for k := range gr + 1 {
+											for l := range ds {
+												got := dst[k*ds+l]
+												if k >= gr || l >= wr {
+													if !math.IsNaN(float64(got)) {
+														t.Fatalf("%d rows of %d at (%d, %d) against %d: wrote %v at (%d, %d), outside", gr, n, g, o, wr, got, k, l)
+													}
+													continue
+												}
+												var alone [1]float32
+												set.tile(alone[:], 1, &a, g+k, 1, w, o+l, 1)
+												if math.Float32bits(got) != math.Float32bits(alone[0]) {
+													t.Fatalf("%d rows of %d at (%d, %d) against %d: pair (%d, %d) = %v, alone %v", gr, n, g, o, wr, g+k, o+l, got, alone[0])
+												}
+											}
+										}
 									}
 								}
 							}
+							widePool.Put(a.wide)
 						}
 					}
 				})
 			}
 		}
+	}
+}
+
+// TestMatmulEveryBatchIsAlone runs matmul at every row count from 1 to
+// 20 (the wide kernel's groups, four F16 rows through the tiles, the rows
+// left after a group of 16) for every weight type: each output is the
+// bits its activation row has alone against its weight row.
+func TestMatmulEveryBatchIsAlone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for gt := range wtypes {
+		cols := 544
+		if gt == gguf.Q4_K || gt == gguf.Q6_K {
+			cols = 512
+		}
+		t.Run(fmt.Sprint(gt), func(t *testing.T) {
+			const rows = wideRows + 7
+			w, _ := randomMatrix(t, rng, gt, rows, cols)
+			for n := 1; n <= 20; n++ {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				dst := make([]float32, n*rows)
+				matmul(1, dst, x, w, n)
+				a := prepare(w.typ, x, n, cols)
+				for i := range n {
+					for o := range rows {
+						var alone [1]float32
+						kern.tile(alone[:], 1, &a, i, 1, w, o, 1)
+						if got := dst[i*rows+o]; math.Float32bits(got) != math.Float32bits(alone[0]) {
+							t.Fatalf("%d rows: output (%d, %d) = %v, alone %v", n, i, o, got, alone[0])
+						}
+					}
+				}
+			}
+		})
 	}
 }

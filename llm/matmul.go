@@ -117,14 +117,14 @@ type acts struct {
 	cols int
 	q    []q8Row
 	// wide is x packed for the kernel set's wide kernel (see packWide),
-	// when it takes the weights and there are wideRows rows or more.
+	// when it takes the weights and there are two rows or more.
 	wide *[]float32
 }
 
 // prepare quantises x's n rows of cols for weights of type t.
 func prepare(t wtype, x []float32, n, cols int) acts {
 	a := acts{x: x, n: n, cols: cols}
-	if n >= wideRows && slices.Contains(kern.wideTypes, t) {
+	if n >= 2 && slices.Contains(kern.wideTypes, t) {
 		a.wide = packWide(x, n, cols)
 	}
 	switch t {
@@ -153,32 +153,35 @@ func prepare(t wtype, x []float32, n, cols int) acts {
 // widePool keeps packWide's buffers from one product to the next.
 var widePool sync.Pool
 
-// packWide lays out each group of wideRows rows of x (n rows of cols) as
-// the wide kernels read them: the group's column blocks of wideCols one
-// after another, each block the group's wideRows row slices one after
-// another (wideCols apart; the last block as wide, partly unused). Group
-// g starts at g·wideRows·⌈cols/wideCols⌉·wideCols. Rows past the last
-// whole group are not packed. Release it with widePool.Put.
+// packWide lays out x (n rows of cols) as the wide kernels read it, in
+// groups of wideRows rows, the last of what is left: each group's column
+// blocks of wideCols one after another, each block the group's row slices
+// one after another (wideCols apart; the last block as wide, partly
+// unused). The group from row i starts at i·wideBlocks(cols)·wideCols.
+// Release it with widePool.Put.
 func packWide(x []float32, n, cols int) *[]float32 {
-	blocks := (cols + wideCols - 1) / wideCols
-	group := wideRows * blocks * wideCols
-	size := n / wideRows * group
+	blocks := wideBlocks(cols)
+	size := n * blocks * wideCols
 	p, _ := widePool.Get().(*[]float32)
 	if p == nil || cap(*p) < size {
 		b := make([]float32, size)
 		p = &b
 	}
 	*p = (*p)[:size]
-	for g := range n / wideRows {
-		for r := range wideRows {
-			row := x[(g*wideRows+r)*cols : (g*wideRows+r+1)*cols]
+	for g := 0; g < n; g += wideRows {
+		rows := min(wideRows, n-g)
+		for r := range rows {
+			row := x[(g+r)*cols : (g+r+1)*cols]
 			for b := range blocks {
-				copy((*p)[g*group+(b*wideRows+r)*wideCols:], row[b*wideCols:min(cols, (b+1)*wideCols)])
+				copy((*p)[(g*blocks+b*rows+r)*wideCols:], row[b*wideCols:min(cols, (b+1)*wideCols)])
 			}
 		}
 	}
 	return p
 }
+
+// wideBlocks is the column blocks of a row of cols in packWide's layout.
+func wideBlocks(cols int) int { return (cols + wideCols - 1) / wideCols }
 
 // matmul sets dst[i][o] = Σ_j x[i][j]·w[o][j] for the n rows of x, the
 // output rows split among workers goroutines when the product is big
@@ -219,19 +222,27 @@ const matmulTile = 64
 // Q8_0 359-379 against 364-368 (docs/llm.md).
 const matmulBlockBytes = 64 << 10
 
-// mulWide computes activation rows i to i+wideRows against weight rows ob
-// to oe through the kernel set's wide kernel, the rows past the last
-// multiple of its wr through its tile.
-func (w *matrix) mulWide(dst []float32, a *acts, i, ob, oe int) {
+// mulWide computes activation rows i to i+xr against weight rows ob to
+// oe through the kernel set's wide kernel, the rows past the last
+// multiple of its wr through its tile, a row at a time. Four F16 rows go
+// through the set's tiles instead: four activation rows and four F16
+// weight rows whole fit L1, and the 4x4 tile made 60-64 G multiply-adds
+// a CPU-second from memory where the wide kernel made 40-57
+// (docs/llm.md).
+func (w *matrix) mulWide(dst []float32, a *acts, i, xr, ob, oe int) {
 	k, out := kern, w.rows
 	o := ob
-	if n := (oe - o) / k.wr * k.wr; n > 0 {
-		k.wide(dst[i*out+o:], out, a, i, w, o, n)
+	if xr == k.xr && w.typ == tF16 {
+		for ; o+k.wr <= oe; o += k.wr {
+			k.tile(dst[i*out+o:], out, a, i, k.xr, w, o, k.wr)
+		}
+	} else if n := (oe - o) / k.wr * k.wr; n > 0 {
+		k.wide(dst[i*out+o:], out, a, i, xr, w, o, n)
 		o += n
 	}
-	for ; o < oe; o++ {
-		for r := i; r < i+wideRows; r += k.xr {
-			k.tile(dst[r*out+o:], out, a, r, k.xr, w, o, 1)
+	if o < oe {
+		for r := i; r < i+xr; r++ {
+			k.tile(dst[r*out+o:], out, a, r, 1, w, o, oe-o)
 		}
 	}
 }
@@ -242,31 +253,33 @@ func (w *matrix) mulWide(dst []float32, a *acts, i, ob, oe int) {
 // activation tile in turn; a row left over (all of them at batch 1) goes
 // against every weight row in one call, which a kernel may run as one
 // stream through the weights. Where the set has a wide kernel for the
-// weights, each group of wideRows activation rows goes through it instead,
+// weights and there are two rows or more (the activations are packed),
+// each group of up to wideRows activation rows goes through it instead,
 // against blocks of wideRows weight rows: with 16 sequences on the F32
 // --big model it made 73-81 G multiply-adds a CPU-second from memory
-// where the 4x4 tiles made 53-55 (docs/llm.md).
+// where the 4x4 tiles made 53-55, and the rows a 4x4 tile left over read
+// the weights once more each (docs/llm.md).
 func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	n, out := a.n, w.rows
 	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
+		if a.wide != nil && slices.Contains(k.wideTypes, w.typ) {
+			for ob := lo; ob < hi; ob += wideRows {
+				for i := t; i < end; i += wideRows {
+					w.mulWide(dst, a, i, min(wideRows, end-i), ob, min(hi, ob+wideRows))
+				}
+			}
+			continue
+		}
 		full := t + (end-t)/k.xr*k.xr
 		if k.xr == 1 {
 			full = t
 		}
 		block := max(k.wr, matmulBlockBytes/w.rowBytes/k.wr*k.wr)
-		wide := slices.Contains(k.wideTypes, w.typ) && full-t >= wideRows
-		if wide {
-			block = wideRows
-		}
 		for ob := lo; ob < hi && full > t; ob += block {
 			oe := min(hi, ob+block)
-			i := t
-			for ; wide && i+wideRows <= full; i += wideRows {
-				w.mulWide(dst, a, i, ob, oe)
-			}
-			for ; i < full; i += k.xr {
+			for i := t; i < full; i += k.xr {
 				for o := ob; o < oe; {
 					wr := k.wr
 					if o+wr > oe {

@@ -146,52 +146,56 @@ def float_kernel(name, half):
 float_kernel("f32Tile512", False)
 float_kernel("f16Tile512", True)
 
-# The wide float kernels: sixteen activation rows (a step of 16
-# sequences) against wr weight rows (a multiple of four, at most sixteen)
-# in one call, columns taken in blocks of WIDE_CHUNKS chunks. The
-# activations come packed (packWide): each column block's sixteen row
-# slices one after another (xs apart, 1 KiB), the next block 16 KiB on.
+# The wide float kernels: xr activation rows (1 to 16, the rows of a
+# decode step) against wr weight rows (a multiple of four, at most
+# sixteen) in one call, columns taken in blocks of WIDE_CHUNKS chunks. The
+# activations come packed (packWide): each column block's xr row slices
+# one after another (xs apart, 1 KiB), the next block xr KiB on.
 # Unpacked, the rows of a block lie 8 KiB apart at width 2,048, all in
-# the same sixteen of L1's 64 sets, twelve ways each: they did not stay. Within a
-# column block every (weight tile of four rows, activation tile of four
-# rows) pair runs as the 4x4 tile does, its sixteen accumulators loaded
-# from acc before and stored there after: each pair's accumulator is fed
-# the same chunks in the same order as the 4x4 tile feeds it, and reduced
-# by the same tree at the end, so its result is the same bits. What
-# changes is what the caches hold: the 4x4 tile read four activation rows
-# and four weight rows whole (64 KiB at F32 width 2,048, more than L1),
-# so every load came from L2; here a block's sixteen activation rows (16
-# KiB at F32) stay in L1 for every weight tile, and each weight tile's
-# block (4 KiB) for the four activation tiles. While a weight tile runs,
-# each activation tile prefetches one row of the next weight tile's block
-# (of the next column block's first tile, at the last).
+# the same sixteen of L1's 64 sets, twelve ways each: they did not stay.
+# Within a column block every (weight tile of four rows, activation tile
+# of four rows, the last of xr mod 4 when that is not 0) pair runs as the
+# 4x4 tile does, its accumulators loaded from acc before and stored there
+# after: each pair's accumulator is fed the same chunks in the same order
+# as the tiles feed it, and reduced by the same tree at the end, so its
+# result is the same bits. What changes is what the caches hold: the 4x4
+# tile read four activation rows and four weight rows whole (64 KiB at
+# F32 width 2,048, more than L1), so every load came from L2; here a
+# block's activation rows (up to 16 KiB at F32) stay in L1 for every
+# weight tile, and each weight tile's block (4 KiB) for the activation
+# tiles. While a weight tile runs, its activation tiles prefetch the next
+# weight tile's block (of the next column block's first tile, at the
+# last): tile t one row, t, and the last tile the rows from its own to
+# the fourth, so that all four are asked for whatever xr is. Each xr has
+# its own code for the last activation tile (its rows and the rows it
+# prefetches), chosen by a comparison a tile.
 WIDE_CHUNKS = 16
 
 def wide_kernel(name, half):
     wstep = 32 if half else 64   # bytes of a weight row per chunk
     xblock = 64 * WIDE_CHUNKS    # bytes of an activation row per block
     wblock = wstep * WIDE_CHUNKS # bytes of a weight row per block
-    p(f"// func {name}(dst *float32, ds int, x *float32, xs int, w *{'byte' if half else 'float32'}, ws int, n int, wr int, acc *float32)")
-    p(f"// n is a multiple of 16; acc holds wr·16 accumulators of sixteen lanes.")
-    p(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
+    p(f"// func {name}(dst *float32, ds int, x *float32, xs int, w *{'byte' if half else 'float32'}, ws int, n int, xr int, wr int, acc *float32)")
+    p(f"// n is a multiple of 16; acc holds ⌈xr/4⌉·wr/4 tiles of sixteen accumulators of sixteen lanes.")
+    p(f"TEXT ·{name}(SB), NOSPLIT, $0-80")
     p("\tMOVQ xs+24(FP), R10\n\tMOVQ ws+40(FP), R12\n\tMOVQ n+48(FP), R15\n\tSHRQ $4, R15 // chunks left")
     p("\tLEAQ (R10)(R10*2), R11\n\tLEAQ (R12)(R12*2), R13\n\tXORQ R14, R14 // the block's byte offset in an activation row")
     p(f"{name}_block:")
     p(f"\tTESTQ R15, R15\n\tJZ {name}_sum")
-    p("\tMOVQ acc+64(FP), R9\n\tMOVQ w+32(FP), DX")
+    p("\tMOVQ acc+72(FP), R9\n\tMOVQ w+32(FP), DX")
     if half:
         p("\tMOVQ R14, CX\n\tSHRQ $1, CX\n\tADDQ CX, DX")
     else:
         p("\tADDQ R14, DX")
-    p("\tMOVQ wr+56(FP), BX\n\tSHRQ $2, BX")
+    p("\tMOVQ wr+64(FP), BX\n\tSHRQ $2, BX")
     p(f"{name}_wt:")
-    p("\tMOVQ R14, SI\n\tSHLQ $4, SI // the block's sixteen rows, packed\n\tADDQ x+16(FP), SI\n\tMOVQ $4, AX")
+    p("\tMOVQ R14, SI\n\tIMULQ xr+56(FP), SI // the block's xr rows, packed\n\tADDQ x+16(FP), SI\n\tMOVQ xr+56(FP), AX // activation rows left")
     p(f"{name}_at:")
-    # CX: the row of the next weight tile (or of the first tile of the
-    # next column block) this activation tile prefetches.
-    p("\tMOVQ $4, CX\n\tSUBQ AX, CX\n\tIMULQ R12, CX")
+    # CX: row t of the next weight tile (or of the first tile of the next
+    # column block), t this activation tile's index.
+    p("\tMOVQ xr+56(FP), CX\n\tSUBQ AX, CX\n\tSHRQ $2, CX\n\tIMULQ R12, CX")
     p(f"\tCMPQ BX, $1\n\tJEQ {name}_pflast")
-    p(f"\tLEAQ (DX)(R12*4), DI\n\tADDQ DI, CX\n\tJMP {name}_load")
+    p(f"\tLEAQ (DX)(R12*4), DI\n\tADDQ DI, CX\n\tJMP {name}_pick")
     p(f"{name}_pflast:")
     p("\tMOVQ w+32(FP), DI\n\tADDQ DI, CX")
     if half:
@@ -199,66 +203,90 @@ def wide_kernel(name, half):
     else:
         p("\tADDQ R14, CX")
     p(f"\tADDQ ${wblock}, CX")
-    p(f"{name}_load:")
-    p(f"\tTESTQ R14, R14\n\tJNZ {name}_restore")
-    for z in range(16):
-        p(f"\tVPXORD Z{z}, Z{z}, Z{z}")
-    p(f"\tJMP {name}_run")
-    p(f"{name}_restore:")
-    for z in range(16):
-        p(f"\tVMOVUPS {off('(R9)', 64*z)}, Z{z}")
-    p(f"{name}_run:")
-    p(f"\tCMPQ R15, ${WIDE_CHUNKS}\n\tJLT {name}_tail")
-    def chunk(xa, wa, o):
+    p(f"{name}_pick:")
+    p(f"\tCMPQ AX, $4\n\tJGT {name}_t4p1 // not the last tile")
+    p("\tMOVQ xr+56(FP), R8")
+    for xr in range(1, 17):
+        p(f"\tCMPQ R8, ${xr}\n\tJEQ {name}_t{(xr - 1) % 4 + 1}p{4 - (xr - 1) // 4}")
+    p("\tRET // not reached: xr is 1 to 16")
+
+    def chunk(xa, wa, o, rows):
         for j in range(4):
             if half:
                 p(f"\tVCVTPH2PS {off(wa[j], o*32)}, Z{16+j}")
             else:
                 p(f"\tVMOVUPS {off(wa[j], o*64)}, Z{16+j}")
-        for i in range(4):
+        for i in range(rows):
             p(f"\tVMOVUPS {off(xa[i], o*64)}, Z{20+i}")
-        for i in range(4):
+        for i in range(rows):
             for j in range(4):
                 p(f"\tVFMADD231PS Z{16+j}, Z{20+i}, Z{4*i+j}")
-    for o in range(WIDE_CHUNKS):
-        if (o * wstep) % 64 == 0:
-            p(f"\tPREFETCHT0 {off('(CX)', o*wstep)}")
-        chunk(xaddr, waddr, o)
-    p(f"\tJMP {name}_store")
-    # the last, partial block: a chunk at a time
+    paddr = ["(CX)", "(CX)(R12*1)", "(CX)(R12*2)", "(CX)(R13*1)"]
     txa = ["(DI)", "(DI)(R10*1)", "(DI)(R10*2)", "(DI)(R11*1)"]
     twa = ["(R8)", "(R8)(R12*1)", "(R8)(R12*2)", "(R8)(R13*1)"]
-    p(f"{name}_tail:")
-    p("\tMOVQ SI, DI\n\tMOVQ DX, R8\n\tMOVQ R15, CX")
-    p(f"{name}_tailchunk:")
-    chunk(txa, twa, 0)
-    p(f"\tADDQ $64, DI\n\tADDQ ${wstep}, R8\n\tDECQ CX\n\tJNZ {name}_tailchunk")
-    p(f"{name}_store:")
-    for z in range(16):
-        p(f"\tVMOVUPS Z{z}, {off('(R9)', 64*z)}")
+    # one body per (rows of the tile, rows it prefetches): 4 rows with one
+    # for the tiles before the last, and each last tile's shape
+    shapes = [(4, 1)] + [((xr - 1) % 4 + 1, 4 - (xr - 1) // 4) for xr in range(1, 17)]
+    for rows, pf in dict.fromkeys(shapes):
+        lbl = f"{name}_t{rows}p{pf}"
+        regs = range(4 * rows)
+        p(f"{lbl}:")
+        p(f"\tTESTQ R14, R14\n\tJNZ {lbl}_restore")
+        for z in regs:
+            p(f"\tVPXORD Z{z}, Z{z}, Z{z}")
+        p(f"\tJMP {lbl}_run")
+        p(f"{lbl}_restore:")
+        for z in regs:
+            p(f"\tVMOVUPS {off('(R9)', 64*z)}, Z{z}")
+        p(f"{lbl}_run:")
+        p(f"\tCMPQ R15, ${WIDE_CHUNKS}\n\tJLT {lbl}_tail")
+        for o in range(WIDE_CHUNKS):
+            if (o * wstep) % 64 == 0:
+                for r in range(pf):
+                    p(f"\tPREFETCHT0 {off(paddr[r], o*wstep)}")
+            chunk(xaddr, waddr, o, rows)
+        p(f"\tJMP {lbl}_store")
+        # the last, partial block: a chunk at a time
+        p(f"{lbl}_tail:")
+        p("\tMOVQ SI, DI\n\tMOVQ DX, R8\n\tMOVQ R15, CX")
+        p(f"{lbl}_tailchunk:")
+        chunk(txa, twa, 0, rows)
+        p(f"\tADDQ $64, DI\n\tADDQ ${wstep}, R8\n\tDECQ CX\n\tJNZ {lbl}_tailchunk")
+        p(f"{lbl}_store:")
+        for z in regs:
+            p(f"\tVMOVUPS Z{z}, {off('(R9)', 64*z)}")
+        p(f"\tJMP {name}_next")
+    p(f"{name}_next:")
     p("\tADDQ $1024, R9\n\tLEAQ (SI)(R10*4), SI")
-    p(f"\tDECQ AX\n\tJNZ {name}_at")
+    p(f"\tSUBQ $4, AX\n\tJGT {name}_at")
     p("\tLEAQ (DX)(R12*4), DX")
     p(f"\tDECQ BX\n\tJNZ {name}_wt")
     p(f"\tCMPQ R15, ${WIDE_CHUNKS}\n\tJLT {name}_sum")
     p(f"\tSUBQ ${WIDE_CHUNKS}, R15\n\tADDQ ${xblock}, R14\n\tJMP {name}_block")
     # every pair's accumulator reduced and stored, as store() does
     p(f"{name}_sum:")
-    p("\tMOVQ acc+64(FP), R9\n\tMOVQ dst+0(FP), DX\n\tMOVQ ds+8(FP), R8\n\tSHLQ $2, R8\n\tLEAQ (R8)(R8*2), R13")
-    p("\tMOVQ wr+56(FP), BX\n\tSHRQ $2, BX")
+    p("\tMOVQ acc+72(FP), R9\n\tMOVQ dst+0(FP), DX\n\tMOVQ ds+8(FP), R8\n\tSHLQ $2, R8\n\tLEAQ (R8)(R8*2), R13")
+    p("\tMOVQ wr+64(FP), BX\n\tSHRQ $2, BX")
     p(f"{name}_sumwt:")
-    p("\tMOVQ DX, DI\n\tMOVQ $4, AX")
+    p("\tMOVQ DX, DI\n\tMOVQ xr+56(FP), AX")
     p(f"{name}_sumat:")
     sda = ["(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R13*1)"]
-    for z in range(16):
-        p(f"\tVMOVUPS {off('(R9)', 64*z)}, Z{z}")
-    for i in range(4):
-        for j in range(4):
-            z = 4*i + j
-            p(f"\tHSUM16(Z{z}, Y{z}, X{z}, Y28, X29)")
-            p(f"\tVMOVSS X{z}, {off(sda[i], 4*j)}")
+    for rows in (4, 3, 2, 1):
+        if rows < 4:
+            p(f"{name}_sum{rows}:")
+        if rows > 1:
+            p(f"\tCMPQ AX, ${rows}\n\tJLT {name}_sum{rows-1}")
+        for z in range(4 * rows):
+            p(f"\tVMOVUPS {off('(R9)', 64*z)}, Z{z}")
+        for i in range(rows):
+            for j in range(4):
+                z = 4*i + j
+                p(f"\tHSUM16(Z{z}, Y{z}, X{z}, Y28, X29)")
+                p(f"\tVMOVSS X{z}, {off(sda[i], 4*j)}")
+        p(f"\tJMP {name}_sumnext")
+    p(f"{name}_sumnext:")
     p("\tADDQ $1024, R9\n\tLEAQ (DI)(R8*4), DI")
-    p(f"\tDECQ AX\n\tJNZ {name}_sumat")
+    p(f"\tSUBQ $4, AX\n\tJGT {name}_sumat")
     p("\tADDQ $16, DX")
     p(f"\tDECQ BX\n\tJNZ {name}_sumwt")
     p("\tVZEROUPPER\n\tRET")
