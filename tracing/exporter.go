@@ -196,10 +196,6 @@ func (x *httpExporter) send(ctx context.Context, body []byte) error {
 		}
 		body = x.zbuf.Bytes()
 	}
-	// The request gets a copy: net/http may still be reading a body after
-	// it has the answer, and the buffer is the next batch's. One copy a
-	// batch costs less than building a batch's buffer anew.
-	body = bytes.Clone(body)
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.timeout)
 	defer cancel()
 	backoff := firstBackoff
@@ -226,10 +222,21 @@ func (x *httpExporter) send(ctx context.Context, body []byte) error {
 // how long to wait first (0: the caller's backoff); one that is not with
 // a negative wait.
 func (x *httpExporter) post(ctx context.Context, body []byte) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.cfg.url, bytes.NewReader(body))
+	// body is the encoder's buffer, the next batch's: net/http may read a
+	// request's body after Do has returned the answer, but it closes
+	// every body it was given, on errors too (http.RoundTripper), so the
+	// buffer is free once each reader made of it is closed. Waiting for
+	// that costs nothing a batch; a copy of the body cost a batch's bytes
+	// again, allocated.
+	var reading sync.WaitGroup
+	defer reading.Wait()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.cfg.url, http.NoBody)
 	if err != nil {
 		return -1, fmt.Errorf("otlp export: %w", err)
 	}
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body, &reading), nil }
+	req.Body, _ = req.GetBody()
 	for k, v := range x.cfg.headers {
 		req.Header[k] = v
 	}
@@ -259,6 +266,27 @@ func (x *httpExporter) post(ctx context.Context, body []byte) (time.Duration, er
 	default:
 		return -1, fmt.Errorf("otlp export: receiver answered %s: %.200s", resp.Status, answer)
 	}
+}
+
+// bodyReader reads an export's body and tells reading when net/http has
+// closed it.
+type bodyReader struct {
+	bytes.Reader
+	reading *sync.WaitGroup
+	once    sync.Once
+}
+
+func newBodyReader(body []byte, reading *sync.WaitGroup) *bodyReader {
+	reading.Add(1)
+	b := &bodyReader{reading: reading}
+	b.Reset(body)
+	return b
+}
+
+// Close marks the body read; net/http may call it more than once.
+func (b *bodyReader) Close() error {
+	b.once.Do(b.reading.Done)
+	return nil
 }
 
 // partialSuccess reads an ExportTraceServiceResponse: nil unless the

@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"io"
@@ -322,4 +323,78 @@ func TestHTTPConfigRefusesBadSettings(t *testing.T) {
 	if err != nil || cfg.url != "http://c:4318/base/v1/traces" || cfg.timeout != 250*time.Millisecond {
 		t.Errorf("config %+v, %v; want the endpoint's /v1/traces and a 250ms timeout", cfg, err)
 	}
+}
+
+// TestExportBodyIsNotReusedWhileSent: the exporter posts its encoder's
+// buffer itself, no copy, and encodes the next batch into it only after
+// the transport has closed the last request's body, which net/http's
+// RoundTripper contract lets it read after answering. A transport that
+// reads each body only after it answered receives every batch, gzipped
+// and not, as it was encoded (and -race reports a batch written into the
+// buffer while the transport reads it).
+func TestExportBodyIsNotReusedWhileSent(t *testing.T) {
+	t.Parallel()
+	for _, compression := range []string{"none", "gzip"} {
+		t.Run(compression, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318", "OTEL_EXPORTER_OTLP_COMPRESSION": compression}
+			x, err := newHTTPExporter(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			late := &lateReader{}
+			x.client.Transport = late
+			res := resource.NewSchemaless(attribute.String("service.name", "modelplane-gateway"))
+			scope := instrumentation.Scope{Name: GatewayScope}
+			var want [][]byte
+			for i, s := range sampleRequests(t) {
+				batch := []RequestSpan{s, s}
+				var e encoder
+				want = append(want, bytes.Clone(e.encodeRequests(res, scope, batch)))
+				if err := x.exportRequests(context.Background(), res, scope, batch); err != nil {
+					t.Fatalf("export %d: %v", i, err)
+				}
+			}
+			late.wg.Wait()
+			late.mu.Lock()
+			defer late.mu.Unlock()
+			if len(late.got) != len(want) {
+				t.Fatalf("%d exports received, want %d", len(late.got), len(want))
+			}
+			for i := range want {
+				got := late.got[i]
+				if compression == "gzip" {
+					zr, err := gzip.NewReader(bytes.NewReader(got))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err = io.ReadAll(zr); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !bytes.Equal(got, want[i]) {
+					t.Errorf("export %d received %d bytes unlike the %d encoded", i, len(got), len(want[i]))
+				}
+			}
+		})
+	}
+}
+
+// lateReader is an http.RoundTripper that answers 200 at once and reads
+// the request's body afterwards, then closes it, as the contract allows.
+type lateReader struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	got [][]byte
+}
+
+func (l *lateReader) RoundTrip(r *http.Request) (*http.Response, error) {
+	l.wg.Go(func() {
+		b, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		l.mu.Lock()
+		l.got = append(l.got, b)
+		l.mu.Unlock()
+	})
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 }
