@@ -30,6 +30,10 @@ func (noStats) Totals(context.Context, string, int64, time.Time, time.Time) (map
 	return map[string]judge.Window{}, nil
 }
 
+func (noStats) Through(context.Context, string, int64, time.Time) (time.Time, error) {
+	return time.Time{}, nil
+}
+
 // TestPortalRolloutApproveFlow drives a blue-green rollout from the portal:
 // an engineer starts it, the page offers Approve only to a team admin who
 // did not start it, the admin's "waiting for your approval" list names it,
@@ -235,6 +239,10 @@ type fixedStats map[string]judge.Window
 
 func (f fixedStats) Totals(context.Context, string, int64, time.Time, time.Time) (map[string]judge.Window, error) {
 	return f, nil
+}
+
+func (fixedStats) Through(context.Context, string, int64, time.Time) (time.Time, error) {
+	return time.Time{}, nil
 }
 
 func latencyWindow(n uint64, bucket int) judge.Window {

@@ -286,6 +286,29 @@ func (r *Reader) Totals(ctx context.Context, endpoint string, endpointID int64, 
 	return out, nil
 }
 
+// Through is the end of the newest unpinned statistics window of endpoint
+// in ClickHouse that started at or after since; the zero time when there is
+// none. A window reaches ClickHouse a flush interval and an ingest after it
+// starts, so a judge that reads up to now reads a tail that has not arrived:
+// it reads up to Through instead.
+func (r *Reader) Through(ctx context.Context, endpoint string, endpointID int64, since time.Time) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var (
+		ms uint64
+		n  uint64
+	)
+	if err := r.ch.QueryRow(ctx, `SELECT max(toUInt64(toUnixTimestamp(window_end)) * 1000 + window_end_ms), count()
+		FROM request_stats WHERE endpoint = ? AND endpoint_id = ? AND pinned = 0 AND window_start >= ?`,
+		endpoint, endpointID, since.Truncate(time.Second)).Scan(&ms, &n); err != nil {
+		return time.Time{}, fmt.Errorf("read newest statistics: %w", err)
+	}
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(ms)), nil
+}
+
 // addWindow adds one set of sums to w.
 func addWindow(w judge.Window, requests, errs, streams uint64, lat, tpot []uint64) judge.Window {
 	w.Requests += requests

@@ -173,6 +173,35 @@ func TestLastSteps(t *testing.T) {
 	}
 }
 
+// TestThrough: how far an endpoint's statistics have arrived is the end of
+// its newest unpinned window started at or after since; nothing when none
+// has, and another endpoint's windows do not count.
+func TestThrough(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	r := reqstats.NewReader(ch, nil)
+	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	got, err := r.Through(t.Context(), "chat", 0, since)
+	if err != nil || !got.IsZero() {
+		t.Fatalf("Through with no statistics = %v, %v; want the zero time", got, err)
+	}
+	// insert's windows end 5 s after they start.
+	insert(t, ch,
+		row{at: since.Add(-10 * time.Second), endpoint: "chat", version: "v42", requests: 1},
+		row{at: since.Add(2 * time.Second), endpoint: "chat", version: "v42", requests: 1},
+		row{at: since.Add(7*time.Second + 250*time.Millisecond), endpoint: "chat", version: "v43", requests: 1},
+		row{at: since.Add(time.Hour), endpoint: "fraud", version: "v1", requests: 1},
+	)
+	got, err = r.Through(t.Context(), "chat", 0, since)
+	if want := since.Add(12*time.Second + 250*time.Millisecond); err != nil || !got.Equal(want) {
+		t.Errorf("Through = %v, %v; want %v, the end of chat's newest window", got, err, want)
+	}
+	got, err = r.Through(t.Context(), "chat", 0, since.Add(time.Minute))
+	if err != nil || !got.IsZero() {
+		t.Errorf("Through since a minute later = %v, %v; want the zero time: no window started since", got, err)
+	}
+}
+
 func TestTotals(t *testing.T) {
 	t.Parallel()
 	ch := chtest.New(t)

@@ -18,9 +18,12 @@ import (
 )
 
 // StatsReader reads each version's request statistics of an endpoint (by
-// name and id) over [from, to); package reqstats' Reader.Totals is one.
+// name and id) over [from, to), and how far they have arrived (the end of
+// the newest window started at or after since; zero when none has);
+// package reqstats' Reader is one.
 type StatsReader interface {
 	Totals(ctx context.Context, endpoint string, endpointID int64, from, to time.Time) (map[string]judge.Window, error)
+	Through(ctx context.Context, endpoint string, endpointID int64, since time.Time) (time.Time, error)
 }
 
 // ControllerConfig configures a Controller.
@@ -126,16 +129,30 @@ func (c *Controller) due(r Rollout, now time.Time) bool {
 // evaluate reads both versions' windows and asks the judge. It runs outside
 // any transaction: ClickHouse may be slow, and row locks must not wait on it.
 func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) evaluation {
-	from := now.Add(-time.Duration(r.EvaluationWindowSeconds * float64(time.Second)))
+	unavailable := func(w Windows, err error) evaluation {
+		// Missing data never advances; nor does it roll back.
+		return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics unavailable: " + err.Error(), Checks: []judge.Check{}}}
+	}
+	// The window ends where the statistics have arrived, not at now: they
+	// reach ClickHouse a flush interval and an ingest late, and a window
+	// no longer than that lag read up to now would never hold a request.
+	to := now
+	through, err := c.cfg.Stats.Through(ctx, r.Endpoint, r.EndpointID, *r.StepStartedAt)
+	if err != nil {
+		return unavailable(Windows{From: *r.StepStartedAt, To: now}, err)
+	}
+	if through.After(*r.StepStartedAt) && through.Before(now) {
+		to = through
+	}
+	from := to.Add(-time.Duration(r.EvaluationWindowSeconds * float64(time.Second)))
 	if r.StepStartedAt.After(from) {
 		// A step is judged on its own traffic only.
 		from = *r.StepStartedAt
 	}
-	w := Windows{From: from, To: now}
-	totals, err := c.cfg.Stats.Totals(ctx, r.Endpoint, r.EndpointID, from, now)
+	w := Windows{From: from, To: to}
+	totals, err := c.cfg.Stats.Totals(ctx, r.Endpoint, r.EndpointID, from, to)
 	if err != nil {
-		// Missing data never advances; nor does it roll back.
-		return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics unavailable: " + err.Error(), Checks: []judge.Check{}}}
+		return unavailable(w, err)
 	}
 	in := judge.Input{Candidate: totals[r.ToVersion], Incumbent: totals[r.FromVersion], LLM: r.Task == "llm",
 		Baked: r.BakeDeadline != nil && !now.Before(*r.BakeDeadline)}
@@ -158,7 +175,7 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	// request statistics do, and a drift verdict on a window whose latency
 	// and errors were not judged would roll back on half the evidence.
 	if (r.Criteria.Drift || r.Strategy == Shadow) && c.cfg.Drift != nil && in.Candidate.Requests >= r.Criteria.MinRequests {
-		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.EndpointID, r.ToVersion, r.FromVersion, from, now)
+		d, err := c.cfg.Drift.Drift(ctx, r.Endpoint, r.EndpointID, r.ToVersion, r.FromVersion, from, to)
 		if err != nil {
 			// Unmeasured drift holds (the judge's "drift not measured"),
 			// never rolls back.

@@ -201,6 +201,37 @@ func TestBadWindowRollsBack(t *testing.T) {
 	}
 }
 
+// TestWindowEndsWhereStatisticsArrived: the judge's window ends at the
+// newest statistics in ClickHouse, not at now. With ingest five minutes
+// behind a one-minute window, a window read up to now holds no request at
+// any evaluation, and a bad candidate would be held, never rolled back.
+func TestWindowEndsWhereStatisticsArrived(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.stats.set("v1", window(500, 0, 10))
+	f.stats.set("v2", window(500, 50, 10)) // 10 percent errors
+	r := f.canary(t)
+	f.ready(t, "fraud-scoring", "v2")
+	f.pass(t)
+	stepAt := f.get(t, r.ID).StepStartedAt
+	if stepAt == nil {
+		t.Fatal("the canary's first step has not started")
+	}
+	f.clock.Advance(6 * time.Minute)
+	arrived := stepAt.Add(time.Minute)
+	f.stats.lag(arrived)
+	f.pass(t)
+	got := f.get(t, r.ID)
+	if got.State != rollout.StateRolledBack || !strings.Contains(got.Reason, "error_rate") {
+		t.Fatalf("state %s reason %q; want rolled back on the error rate in the window that arrived", got.State, got.Reason)
+	}
+	for _, e := range got.Events {
+		if e.Kind == "verdict" && e.Windows != nil && !e.Windows.To.Equal(arrived) {
+			t.Errorf("verdict's window %s to %s; want it to end where the statistics arrived, %s", e.Windows.From, e.Windows.To, arrived)
+		}
+	}
+}
+
 func TestStartValidationAndConflict(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -42,6 +42,29 @@ type stats struct {
 	past  map[string]judge.Window
 	until time.Time
 	fail  error
+	// arrived, when set, is how far the statistics have reached
+	// ClickHouse: a window starting at or after it reads nothing (ingest
+	// lags), and Through answers it.
+	arrived time.Time
+}
+
+// lag makes the statistics arrive only up to at.
+func (s *stats) lag(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arrived = at
+}
+
+func (s *stats) Through(_ context.Context, _ string, _ int64, since time.Time) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return time.Time{}, s.fail
+	}
+	if s.arrived.After(since) {
+		return s.arrived, nil
+	}
+	return time.Time{}, nil
 }
 
 // setPast makes windows ending by until read past.
@@ -74,6 +97,9 @@ func (s *stats) Totals(_ context.Context, _ string, _ int64, from, to time.Time)
 		src = s.past
 	}
 	out := map[string]judge.Window{}
+	if !s.arrived.IsZero() && !from.Before(s.arrived) {
+		return out, nil
+	}
 	for k, v := range src {
 		out[k] = v
 	}
