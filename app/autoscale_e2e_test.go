@@ -18,13 +18,17 @@ import (
 // target in one decision (1 → 3, no one-at-a-time climb), the reconciler
 // places the replicas on the simulated agents and they serve. When the
 // burst stops the count returns to the minimum once the window has passed,
-// each change stored with its reason.
+// each change stored with its reason. The rate a heartbeat reports climbs
+// over the first heartbeats of the burst, and a decision on a reading
+// half-way up rightly asks for 2 (CI saw 2.47 requests/s: 1 → 2), so the
+// endpoint is held at one replica until its replica reports the burst
+// whole, and only then may it scale.
 func TestBurstOfChatsScalesUpAndBack(t *testing.T) {
 	t.Parallel()
 	s := newChatStack(t)
 	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
 	p.Signals = []autoscale.TargetDoc{{Signal: "rps", Target: 2}}
-	p.MinReplicas, p.MaxReplicas = 1, 3 // the stack has room for three of its MIG slices
+	p.MinReplicas, p.MaxReplicas = 1, 1
 	p.ScaleDownStabilizationS = 4
 	if _, err := s.cp.Endpoints.SetAutoscaling(s.ctx, system, "support-chat", p, fleet.DefaultWakeGrace); err != nil {
 		t.Fatal(err)
@@ -49,6 +53,24 @@ func TestBurstOfChatsScalesUpAndBack(t *testing.T) {
 
 	stop, responses := s.load(16)
 	defer stop()
+	// Above 4 requests/s on one replica the target is 3 (ceil(rps/2)).
+	var rps float64
+	wait.Eventually(t, 60*time.Second, func() bool {
+		e, err := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.Replicas) != 1 {
+			t.Fatalf("support-chat has %d replicas while held at one", len(e.Replicas))
+		}
+		rps = e.Replicas[0].Metrics.RPS
+		return rps > 4.5
+	}, "the burst never reached 4.5 requests/s on the replica: %v", wait.Show(func() any { return rps }))
+	t.Logf("the replica reports %.2f requests/s", rps)
+	p.MaxReplicas = 3 // the stack has room for three of its MIG slices
+	if _, err := s.cp.Endpoints.SetAutoscaling(s.ctx, system, "support-chat", p, fleet.DefaultWakeGrace); err != nil {
+		t.Fatal(err)
+	}
 	explain := func() string {
 		e, _ := s.cp.Endpoints.Get(s.ctx, system, "support-chat")
 		ds, _ := s.cp.Endpoints.AutoscaleDecisions(s.ctx, system, "support-chat", 0, 50)
