@@ -298,7 +298,11 @@ func (cp *ControlPlane) buildBackground(st Stores, cfg Config, clock quartz.Cloc
 	// transactions and wakes the relay, so a rollback leaves the candidate
 	// one relay hop after it commits (docs/rollouts.md); it gates
 	// classification and regression rollouts on output drift.
-	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: cp.Traffic, Log: cfg.Log,
+	var stats rollout.StatsReader // nil, not a nil *reqstats.Reader, without ClickHouse
+	if cp.Traffic != nil {
+		stats = cp.Traffic
+	}
+	rollouts := rollout.NewController(rollout.ControllerConfig{Pool: st.Pool, Stats: stats, Log: cfg.Log,
 		Drift: gate, Clock: clock, Interval: time.Second, Published: func() { published(); cp.Rollouts.Changed() }})
 	cp.Rollouts.OnChange(rollouts.Wake)
 

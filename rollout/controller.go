@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -28,7 +29,9 @@ type StatsReader interface {
 
 // ControllerConfig configures a Controller.
 type ControllerConfig struct {
-	Pool  *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Stats may be nil (no ClickHouse): every evaluation then holds, saying
+	// so.
 	Stats StatsReader
 	// Drift may be nil (the drift gate then holds when a rollout asks for
 	// it); drift.NewGate gives one.
@@ -132,6 +135,9 @@ func (c *Controller) evaluate(ctx context.Context, r Rollout, now time.Time) eva
 	unavailable := func(w Windows, err error) evaluation {
 		// Missing data never advances; nor does it roll back.
 		return evaluation{windows: w, verdict: judge.Verdict{Decision: judge.Hold, Reason: "request statistics unavailable: " + err.Error(), Checks: []judge.Check{}}}
+	}
+	if c.cfg.Stats == nil {
+		return unavailable(Windows{From: *r.StepStartedAt, To: now}, errors.New("no request statistics store is configured"))
 	}
 	// The window ends where the statistics have arrived, not at now: they
 	// reach ClickHouse a flush interval and an ingest late, and a window

@@ -232,6 +232,27 @@ func TestWindowEndsWhereStatisticsArrived(t *testing.T) {
 	}
 }
 
+// TestNoStatisticsStoreHolds: a controller without request statistics (a
+// control plane without ClickHouse) holds every evaluation and says why;
+// it neither advances nor rolls back, nor fails its pass.
+func TestNoStatisticsStoreHolds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := f.canary(t)
+	f.ready(t, "fraud-scoring", "v2")
+	for range 3 {
+		c := rollout.NewController(rollout.ControllerConfig{Pool: f.pool, Clock: f.clock})
+		if err := c.Pass(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(10 * time.Second)
+	}
+	got := f.get(t, r.ID)
+	if got.State != rollout.StateProgressing || got.StepIndex != 0 || !strings.Contains(got.Reason, "no request statistics store") {
+		t.Fatalf("state %s step %d reason %q; want held at step 0 for want of a statistics store", got.State, got.StepIndex, got.Reason)
+	}
+}
+
 func TestStartValidationAndConflict(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
