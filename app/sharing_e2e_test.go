@@ -104,13 +104,17 @@ func TestSharingEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := 0
-	wait.Eventually(t, 30*time.Second, func() bool {
-		st, _ := sharedCall(s.gateway, keys["search"])
-		if st == http.StatusOK {
-			served++
-		}
-		return st == http.StatusOK
-	}, "search never served under its quota at %s", s.gateway)
+	firstServed := func(base string) {
+		t.Helper()
+		wait.Eventually(t, 30*time.Second, func() bool {
+			st, _ := sharedCall(base, keys["search"])
+			if st == http.StatusOK {
+				served++
+			}
+			return st == http.StatusOK
+		}, "search never served under its quota at %s", base)
+	}
+	firstServed(s.gateway)
 	g2, err := gateway.New(gateway.Config{StateDir: t.TempDir(), ID: "gw-second", QuotaGateways: 2}, s.nc, NewLogger("error"))
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +125,7 @@ func TestSharingEndToEnd(t *testing.T) {
 	t.Cleanup(g2.Stop)
 	srv2 := httptest.NewServer(g2.Handler())
 	t.Cleanup(srv2.Close)
-	wait.Eventually(t, 30*time.Second, func() bool {
-		st, _ := sharedCall(srv2.URL, keys["search"])
-		if st == http.StatusOK {
-			served++
-		}
-		return st == http.StatusOK
-	}, "search never served under its quota at %s", srv2.URL)
+	firstServed(srv2.URL)
 	open := map[string]bool{s.gateway: true, srv2.URL: true}
 	for len(open) > 0 && served <= quota {
 		for base := range open {
