@@ -153,14 +153,20 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	// What Prometheus scrapes of the control plane and the gateway, with
 	// the fleet serving, passes Prometheus's own linter, and has the
 	// fleet's series the shipped alert rules read.
-	cpMetrics := get(t, d.AdminURL+"/metrics", "")
-	promcheck.Metrics(t, cpMetrics)
-	for _, want := range []string{`ml_serving_replicas{endpoint="fraud-scoring",state="ready",team="risk",version="v23"} 2`,
-		`modelplane_node_up{node="cpu-node-01"} 1`, `ml_serving_rollouts_finished_total{endpoint="fraud-scoring",state="rolled_back"}`} {
-		if !strings.Contains(cpMetrics, want) {
-			t.Errorf("control plane /metrics lacks %s", want)
+	// The fleet's series are read at most every 5 s (opsmetrics.cacheFor),
+	// and the scrape above may have read them before the fleet served.
+	var cpMetrics, lacks string
+	wait.Eventually(t, 30*time.Second, func() bool {
+		cpMetrics, lacks = get(t, d.AdminURL+"/metrics", ""), ""
+		for _, want := range []string{`ml_serving_replicas{endpoint="fraud-scoring",state="ready",team="risk",version="v23"} 2`,
+			`modelplane_node_up{node="cpu-node-01"} 1`, `ml_serving_rollouts_finished_total{endpoint="fraud-scoring",state="rolled_back"}`} {
+			if !strings.Contains(cpMetrics, want) {
+				lacks = want
+			}
 		}
-	}
+		return lacks == ""
+	}, "control plane /metrics lacks %v", wait.Show(func() any { return lacks }))
+	promcheck.Metrics(t, cpMetrics)
 	promcheck.Metrics(t, get(t, d.GatewayAdminURL+"/metrics", ""))
 	scrapeTargetsOnTheDemo(t, d.AdminURL)
 	// A CPU replica's log, read from its node through the API as its
