@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -143,10 +144,19 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// subsets returns every subset of the dimensions, in nesting order.
-func subsets() [][]chargeback.Dimension {
+// groupings returns the groupings a test checks: no dimension, each
+// dimension alone, every pair, every set but one and all of them, in
+// nesting order. That is 56 of the 512 subsets: each dimension's own
+// columns and joins (the caller-team split, the graph's) and each
+// two-way interaction are covered, as are the widest keys; all 512 made
+// the package's tests take three minutes under -race.
+func groupings() [][]chargeback.Dimension {
+	n := len(chargeback.Dimensions)
 	var out [][]chargeback.Dimension
-	for mask := range 1 << len(chargeback.Dimensions) {
+	for mask := range 1 << n {
+		if k := bits.OnesCount(uint(mask)); k > 2 && k < n-1 {
+			continue
+		}
 		var s []chargeback.Dimension
 		for i, d := range chargeback.Dimensions {
 			if mask&(1<<i) != 0 {
@@ -159,7 +169,7 @@ func subsets() [][]chargeback.Dimension {
 }
 
 // TestTotalsExactWhateverTheGrouping bills 2 h 20 min of a mixed fleet over
-// periods that start and end mid-hour, under every grouping (all subsets of Dimensions), from the
+// periods that start and end mid-hour, under each of groupings(), from the
 // rollup with raw ends and from raw rows alone: every total is the per-second
 // records' numerator divided by 3,600 and rounded once, and the rows add up
 // to it to the micro-dollar.
@@ -179,7 +189,7 @@ func TestTotalsExactWhateverTheGrouping(t *testing.T) {
 	for _, p := range periods {
 		wantSec, wantX := exact(rows, p.from, p.to, nil)
 		wantCost := (wantX + 1800) / 3600
-		for _, by := range subsets() {
+		for _, by := range groupings() {
 			for _, src := range []chargeback.Source{chargeback.SourceAuto, chargeback.SourceRaw} {
 				rep, err := svc.Report(t.Context(), finance, chargeback.Query{From: p.from, To: p.to, GroupBy: by, Source: src})
 				if err != nil {
@@ -309,7 +319,7 @@ func TestTeamScoping(t *testing.T) {
 	rows := fleetUsage(from, to)
 	insert(t, ch, rows)
 	svc := chargeback.New(ch, nil, clockAt(t, to))
-	for _, by := range subsets() {
+	for _, by := range groupings() {
 		rep, err := svc.Report(t.Context(), riskEng, chargeback.Query{From: from, To: to, GroupBy: by})
 		if err != nil {
 			t.Fatal(err)

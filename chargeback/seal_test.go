@@ -9,7 +9,7 @@ import (
 )
 
 // TestSealedDaysExact seals three days and checks reports over periods
-// around them equal the per-second records under every grouping; then late
+// around them equal the per-second records under each of groupings(); then late
 // usage lands in a sealed day (read exactly again once resealed), and a
 // day whose daily rows were lost (a rebuild that died after dropping them)
 // is read from the hourly rollup, still exactly.
@@ -46,7 +46,7 @@ func TestSealedDaysExact(t *testing.T) {
 			{t0.Add(24 * time.Hour), t0.Add(2 * 24 * time.Hour)},
 		} {
 			sec, x := exact(rows, p.from, p.to, nil)
-			for _, by := range subsets() {
+			for _, by := range groupings() {
 				rep, err := svc.Report(ctx, finance, chargeback.Query{From: p.from, To: p.to, GroupBy: by})
 				if err != nil {
 					t.Fatal(err)
