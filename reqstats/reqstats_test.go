@@ -28,6 +28,8 @@ type row struct {
 	endpoint, version       string
 	requests, errs, streams uint64
 	lat, ttft, tpot         []uint64
+	// pinned: the window's requests named their version (not the split's).
+	pinned bool
 }
 
 func insert(t *testing.T, ch driver.Conn, rows ...row) {
@@ -35,7 +37,7 @@ func insert(t *testing.T, ch driver.Conn, rows ...row) {
 	ctx := context.Background()
 	batch, err := ch.PrepareBatch(ctx, "INSERT INTO request_stats (window_start, window_start_ms, window_end, window_end_ms, "+
 		"gateway, endpoint, team, version, requests, errors_client, errors_upstream, errors_timeout, errors_shed, canceled, "+
-		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq)")
+		"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,13 +49,20 @@ func insert(t *testing.T, ch driver.Conn, rows ...row) {
 		// errors_client is 7 everywhere: a client's error is not the endpoint's.
 		if err := batch.Append(r.at.Truncate(time.Second), uint16(r.at.Nanosecond()/1e6), end.Truncate(time.Second), uint16(end.Nanosecond()/1e6),
 			"gw-1", r.endpoint, "risk", r.version, r.requests, uint64(7), r.errs, uint64(0), uint64(0), uint64(0),
-			r.lat, float64(0), r.streams, r.ttft, float64(0), r.tpot, float64(0), uint64(0), string(rune('a'+i)), uint64(i)); err != nil {
+			r.lat, float64(0), r.streams, r.ttft, float64(0), r.tpot, float64(0), uint64(0), string(rune('a'+i)), uint64(i), pinned(r.pinned)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := batch.Send(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func pinned(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // hist is a histogram with n in each of the given buckets.
@@ -191,10 +200,12 @@ func TestThrough(t *testing.T) {
 		row{at: since.Add(2 * time.Second), endpoint: "chat", version: "v42", requests: 1},
 		row{at: since.Add(7*time.Second + 250*time.Millisecond), endpoint: "chat", version: "v43", requests: 1},
 		row{at: since.Add(time.Hour), endpoint: "fraud", version: "v1", requests: 1},
+		// Pinned requests are not the split's, which the judge reads.
+		row{at: since.Add(time.Minute), endpoint: "chat", version: "v43", requests: 1, pinned: true},
 	)
 	got, err = r.Through(t.Context(), "chat", 0, since)
 	if want := since.Add(12*time.Second + 250*time.Millisecond); err != nil || !got.Equal(want) {
-		t.Errorf("Through = %v, %v; want %v, the end of chat's newest window", got, err, want)
+		t.Errorf("Through = %v, %v; want %v, the end of chat's newest unpinned window", got, err, want)
 	}
 	got, err = r.Through(t.Context(), "chat", 0, since.Add(time.Minute))
 	if err != nil || !got.IsZero() {
