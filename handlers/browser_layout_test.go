@@ -94,6 +94,11 @@ func TestBrowserNothingOverflowsAt1280(t *testing.T) {
 			if over := browserRun(b, "measure "+p, chromedp.Evaluate[[]string](overflowJS)); len(over) > 0 {
 				t.Errorf("%s %s overflows at 1280 px:\n  %s", c.user, p, strings.Join(over, "\n  "))
 			}
+			// The platform admin's links, team switch and name are wider
+			// than 1280 px: the name's part wraps, the links stay a row.
+			if rows := browserRun(b, "rows of the links of "+p, chromedp.Evaluate[int](`new Set([...document.querySelectorAll('header nav a')].map(a => a.getBoundingClientRect().top)).size`)); rows != 1 {
+				t.Errorf("%s %s: the header's links run over %d rows at 1280 px; want one", c.user, p, rows)
+			}
 			name := strings.NewReplacer("/", "-", "?", "-", "&", "-", "=", "-").Replace(strings.Trim(p, "/"))
 			if name == "" {
 				name = "landing"
