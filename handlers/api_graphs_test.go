@@ -114,7 +114,7 @@ func TestGraphPageDiagram(t *testing.T) {
 	def := `{"entry":"s","nodes":[{"id":"s","type":"sequence","steps":["pick","both"]},
 	 {"id":"pick","type":"switch","cases":[{"field":"request/instances/0/amount","op":"gt","value":1000,"then":"a"}],"default":"b"},
 	 {"id":"both","type":"ensemble","steps":["a","b"],"combine":"weighted_mean","weights":[2,1]},
-	 {"id":"a","type":"call","endpoint":"risk-endpoint","timeout_ms":40,"soft":true},{"id":"b","type":"call","endpoint":"risk-endpoint"}]}`
+	 {"id":"a","type":"call","endpoint":"risk-endpoint","timeout_ms":40,"soft":true},{"id":"b","type":"call","endpoint":"risk-endpoint","idempotent":true,"retries":1}]}`
 	if r := e.call(t, e.Keys["risk-admin"], http.MethodPost, "/graphs", graphBody("risk-graph", def)); r.status != http.StatusCreated {
 		t.Fatalf("POST /graphs = %d %s", r.status, r)
 	}
@@ -140,8 +140,11 @@ func TestGraphPageDiagram(t *testing.T) {
 	if href := a.Find("a").AttrOr("href", ""); href != "/endpoints/risk-endpoint" || !strings.Contains(a.Find(".graph-detail").Text(), "timeout 40 ms · soft") {
 		t.Errorf("node a links %q details %q; want its endpoint and timeout 40 ms · soft", href, a.Find(".graph-detail").Text())
 	}
-	if d.Find("#replicas").Length() != 0 {
-		t.Errorf("a graph endpoint's page shows a replica section")
+	if b := v1.Find(`[data-node="b"] .graph-detail`).First().Text(); !strings.Contains(b, "idempotent, 1 retry") || strings.Contains(b, "retries") {
+		t.Errorf("node b details %q; want idempotent, 1 retry", b)
+	}
+	if card := d.Find(".card").First().Text(); d.Find("#replicas").Length() != 0 || strings.Contains(card, "Replicas") || strings.Contains(card, "cpu") {
+		t.Errorf("a graph endpoint's page shows replicas or a profile: %q", card)
 	}
 }
 

@@ -92,7 +92,14 @@ func graphDetail(n *graph.Vertex) string {
 		parts = append(parts, "soft")
 	}
 	if n.Idempotent {
-		parts = append(parts, fmt.Sprintf("idempotent, %d retries", n.Retries))
+		switch n.Retries {
+		case 0:
+			parts = append(parts, "idempotent")
+		case 1:
+			parts = append(parts, "idempotent, 1 retry")
+		default:
+			parts = append(parts, fmt.Sprintf("idempotent, %d retries", n.Retries))
+		}
 	}
 	if n.Output != "" {
 		parts = append(parts, "output "+n.Output)
