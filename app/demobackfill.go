@@ -64,7 +64,16 @@ func backfillDemo(ctx context.Context, cp *controlplane.ControlPlane, ch driver.
 	if err != nil {
 		return err
 	}
-	rates, err := billing.LoadRates(ctx, db.New(cp.Pool))
+	// The demo's endpoints have served the week: drift reads no sample
+	// from before an endpoint's creation (docs/drift.md), which would
+	// leave the backfilled samples out of every reference window.
+	q := db.New(cp.Pool)
+	for _, e := range plan.Endpoints {
+		if _, err := q.EndpointBackdate(ctx, db.EndpointBackdateParams{ID: e.ID, CreatedAt: plan.Day(0)}); err != nil {
+			return fmt.Errorf("demo backfill: %w", err)
+		}
+	}
+	rates, err := billing.LoadRates(ctx, q)
 	if err != nil {
 		return fmt.Errorf("cost rates: %w", err)
 	}

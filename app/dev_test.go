@@ -218,6 +218,16 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		week.usageRows < 3*7*86400 || week.samples < 7*100 {
 		t.Errorf("backfilled %+v; want a week of each, a row per replica slot and second, 5-minute windows and some samples", week)
 	}
+	// The demo endpoints date from the backfilled week, so the drift
+	// report's default reference (the last 7 days) holds its samples.
+	var drift struct {
+		Reference struct{ From time.Time }
+		Samples   int `json:"reference_samples"`
+	}
+	if body := get(t, env["MP_API"]+"/endpoints/fraud-scoring/drift", env["MP_RISK_KEY"]); json.Unmarshal([]byte(body), &drift) != nil ||
+		drift.Reference.From.After(time.Now().Add(-6*24*time.Hour)) || drift.Samples < int(week.samples)/2 {
+		t.Errorf("fraud-scoring's drift report: %s; want a reference from a week ago with the backfilled samples (%d)", body, week.samples)
+	}
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)

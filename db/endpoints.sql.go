@@ -50,6 +50,23 @@ func (q *Queries) EndpointAutoscaleSet(ctx context.Context, arg EndpointAutoscal
 	return err
 }
 
+const endpointBackdate = `-- name: EndpointBackdate :execrows
+UPDATE endpoints SET created_at = $1 WHERE id = $2 AND created_at > $1
+`
+
+type EndpointBackdateParams struct {
+	CreatedAt time.Time
+	ID        int64
+}
+
+func (q *Queries) EndpointBackdate(ctx context.Context, arg EndpointBackdateParams) (int64, error) {
+	result, err := q.db.Exec(ctx, endpointBackdate, arg.CreatedAt, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const endpointCreate = `-- name: EndpointCreate :one
 INSERT INTO endpoints (team_id, name, model_id, runtime, instance_profile, min_replicas, max_replicas, tier,
     sampling_rate, retention_days, rate_limit_rps, rate_limit_burst, timeout_ms,

@@ -105,6 +105,7 @@ var unscoped = map[string]string{
 	"OpsVersionSLAList": "opsmetrics: the admin listener's latency targets; no caller, operators only",
 	// The fleet's control loops act for the platform, not for a caller: they
 	// read and write every team's replicas by design (fleet package).
+	"EndpointBackdate":               "dev's demo only (app.backfillDemo): the demo endpoints it backfilled a week of history for, by the ids it read as the system principal; no caller reaches it",
 	"EndpointSetPlacement":           "fleet reconciler: writes the placement outcome of every endpoint; no caller. endpoint.CreateGraph marks the graph endpoint it just created (scoped team, CanWrite checked) ready",
 	"GPUSliceListReady":              "fleet reconciler: placement sees the whole fleet and every slice's owner; no caller",
 	"ReplicaListCPUHolds":            "fleet reconciler: placement sees what every CPU replica holds on every CPU node; no caller",

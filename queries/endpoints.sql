@@ -110,3 +110,6 @@ WHERE t.name = @team AND v.graph IS NOT NULL
   AND jsonb_path_exists(v.graph, '$.nodes[*] ? (@.endpoint == $name)',
                         jsonb_build_object('name', (SELECT x.name FROM endpoints x WHERE x.id = @endpoint_id::bigint)))
 ORDER BY e.name;
+
+-- name: EndpointBackdate :execrows
+UPDATE endpoints SET created_at = @created_at WHERE id = @id AND created_at > @created_at;
