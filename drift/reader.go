@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -536,7 +537,116 @@ func (r *Reader) features(ctx context.Context, ep endpointKey, ref, cur Window, 
 		f.Flagged = enough && f.PSI > stat.PSIThreshold
 		out[i] = f
 	}
+	cats, err := r.categories(ctx, ep, ref, cur, len(s.names))
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cats {
+		if c.refRows == 0 || 2*c.refRows < refN {
+			continue // numeric: most of the reference's values are numbers
+		}
+		f := &out[i]
+		f.Histogram = c.histogram(refN, curN)
+		f.PSI = 0
+		if refN > 0 && curN > 0 {
+			f.PSI = stat.PSI(f.Histogram.Reference, f.Histogram.Current)
+		}
+		f.Flagged = enough && f.PSI > stat.PSIThreshold
+	}
 	return out, nil
+}
+
+// maxCategories is how many of a string feature's values (the most
+// frequent in both windows together, so a value new in the current one
+// shows by name) a report counts apart; the rest count as one, otherClass.
+const maxCategories = 20
+
+// otherClass is the bin of a string feature's values past maxCategories,
+// and of rows without a string value.
+const otherClass = "(other)"
+
+// category counts one string feature's values in both windows.
+type category struct {
+	values  []string
+	ref     []uint64
+	cur     []uint64
+	refRows uint64 // reference rows with a string value, all values
+}
+
+// histogram is c's values as classes, with otherClass holding the rows of
+// the windows (refN and curN) that no counted value took.
+func (c category) histogram(refN, curN uint64) Histogram {
+	h := Histogram{Classes: slices.Clone(c.values), Reference: slices.Clone(c.ref), Current: slices.Clone(c.cur)}
+	var rs, cs uint64
+	for i := range c.ref {
+		rs, cs = rs+c.ref[i], cs+c.cur[i]
+	}
+	if rs < refN || cs < curN {
+		h.Classes = append(h.Classes, otherClass)
+		h.Reference = append(h.Reference, refN-min(rs, refN))
+		h.Current = append(h.Current, curN-min(cs, curN))
+	}
+	return h
+}
+
+// categories counts each feature's string values (feature_strings; a
+// number leaves its entry empty) in both windows, the maxCategories most
+// frequent of each feature, over the rows features counts. A feature
+// whose reference values are mostly strings is scored by PSI over these
+// values' shares, as its bins.
+func (r *Reader) categories(ctx context.Context, ep endpointKey, ref, cur Window, n int) (map[int]*category, error) {
+	with, args := windows(ref, cur)
+	args = append(args, ep.name, ep.id)
+	// whereWindows, each row joined with its features' strings.
+	from := strings.Replace(whereWindows, " WHERE ", " ARRAY JOIN feature_strings AS s, arrayEnumerate(feature_strings) AS i WHERE ", 1) +
+		` AND length(feature_values) = ` + strconv.Itoa(n) + ` AND length(feature_strings) = ` + strconv.Itoa(n) + ` AND s != ''`
+	out := map[int]*category{}
+	err := r.each(ctx, with+`SELECT i, countIf(r)`+from+` GROUP BY i`, args, func(rows driver.Rows) error {
+		var i uint32
+		c := &category{}
+		if err := rows.Scan(&i, &c.refRows); err != nil {
+			return err
+		}
+		out[int(i)-1] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("drift categories of %s: %w", ep.name, err)
+	}
+	err = r.each(ctx, with+`SELECT i, s, countIf(r) AS rc, countIf(c) AS cc`+from+` GROUP BY i, s ORDER BY i, rc + cc DESC, s LIMIT `+
+		strconv.Itoa(maxCategories)+` BY i`, args, func(rows driver.Rows) error {
+		var (
+			i      uint32
+			v      string
+			rc, cc uint64
+		)
+		if err := rows.Scan(&i, &v, &rc, &cc); err != nil {
+			return err
+		}
+		if c := out[int(i)-1]; c != nil {
+			c.values, c.ref, c.cur = append(c.values, v), append(c.ref, rc), append(c.cur, cc)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("drift categories of %s: %w", ep.name, err)
+	}
+	return out, nil
+}
+
+// each runs q and calls f on each of its rows.
+func (r *Reader) each(ctx context.Context, q string, args []any, f func(driver.Rows) error) error {
+	rows, err := r.ch.Query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // at is xs[i], 0 past its end (sumForEach of no rows is empty).

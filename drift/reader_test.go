@@ -34,9 +34,12 @@ type sample struct {
 	score    float64
 	label    string
 	tokens   uint32
+	// strs are the features' string values, "" where a feature is a
+	// number; nil for none.
+	strs []string
 }
 
-var featureNames = []string{"amount", "age"}
+var featureNames = []string{"amount", "age", "country"}
 
 func insert(t *testing.T, ch driver.Conn, endpoint string, rows []sample) {
 	t.Helper()
@@ -54,6 +57,7 @@ func insertID(t *testing.T, ch driver.Conn, endpoint string, id int64, rows []sa
 	}
 	for i, r := range rows {
 		names, strs := featureNames[:len(r.features)], make([]string, len(r.features))
+		copy(strs, r.strs)
 		if r.features == nil {
 			r.features = []float64{}
 		}
