@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,6 +139,12 @@ func TestPortalDrift(t *testing.T) {
 		ref, cur := doc.Find(id+` rect[data-series="reference"]`).Length(), doc.Find(id+` rect[data-series="current"]`).Length()
 		if ref != 10 || cur != 10 {
 			t.Errorf("%s: %d reference and %d current bars, want 10 and 10", id, ref, cur)
+		}
+		// Each bin is labelled under its bars, its upper edge.
+		labels := doc.Find(id + " text.bin-label")
+		if first, last := labels.First().Contents().Last().Text(), labels.Last().Contents().Last().Text(); labels.Length() != 10 ||
+			!strings.HasPrefix(first, "≤ ") || !strings.HasPrefix(last, "> ") {
+			t.Errorf("%s: %d bin labels, first %q, last %q; want 10, from ≤ e₀ to > e₈", id, labels.Length(), first, last)
 		}
 	}
 	doc = u.page(path + "&feature=age")

@@ -117,6 +117,35 @@ func histBars(h DriftHistogram) []histBar {
 	return out
 }
 
+// histLabel is one bin's label under its bars: a class, or a bin's upper
+// edge ("≤ 0.12").
+type histLabel struct {
+	X, Y, Transform, Text, Full string
+}
+
+// histLabels places h's labels under their bins, slanted so that twenty
+// class names fit beside each other, each cut to 12 characters (the
+// whole label is the element's title). They end at their bin and run
+// down to the left, into the 45 px the chart's view box keeps left of
+// its bars.
+func histLabels(h DriftHistogram) []histLabel {
+	n := len(h.Reference)
+	if n == 0 {
+		return nil
+	}
+	slot := float64(histWidth) / float64(n)
+	var out []histLabel
+	for i, l := range h.Labels[:min(n, len(h.Labels))] {
+		x, y := f1(float64(i)*slot+slot*0.5), f1(histHeight+10)
+		text := l
+		if r := []rune(l); len(r) > 12 {
+			text = string(r[:11]) + "…"
+		}
+		out = append(out, histLabel{X: x, Y: y, Transform: "rotate(-40 " + x + " " + y + ")", Text: text, Full: l})
+	}
+	return out
+}
+
 func at(xs []float64, i int) float64 {
 	if i < len(xs) {
 		return xs[i]
