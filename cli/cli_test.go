@@ -28,6 +28,10 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 			t.Errorf("me = %v; want via api-key", me)
 		}
 		s.run(t, "mpk_000000000000_nope", "me").want(t, "me with a bad key", 1, "401")
+		// Its team as a person reads it, not the membership's field names.
+		if out := s.run(t, risk, "me").ok(t, "me as a table"); !strings.Contains(out, "TEAMS:          risk (admin)\n") {
+			t.Errorf("me = %q; want TEAMS: risk (admin)", out)
+		}
 	})
 
 	t.Run("models", func(t *testing.T) {

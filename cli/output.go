@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -161,6 +162,10 @@ func cell(v any) string {
 		}
 		parts := make([]string, len(v))
 		for i, x := range v {
+			if m, ok := x.(map[string]any); ok && m["team"] != nil && m["role"] != nil && len(m) == 2 {
+				parts[i] = fmt.Sprintf("%v (%v)", m["team"], m["role"]) // a membership
+				continue
+			}
 			if m, ok := x.(map[string]any); ok && m["version"] != nil && m["weight"] != nil {
 				parts[i] = fmt.Sprintf("%v=%v", m["version"], m["weight"])
 				if s, ok := m["shadow_percent"].(json.Number); ok && s.String() != "0" {
@@ -189,6 +194,15 @@ func cell(v any) string {
 	return fmt.Sprint(v)
 }
 
+// isSHA256 is whether s is a SHA-256 in hex, as a manifest's values are.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
 // fileNames is a manifest (path → sha256) as its sorted paths.
 func fileNames(m map[string]any) (string, bool) {
 	if len(m) == 0 {
@@ -196,7 +210,7 @@ func fileNames(m map[string]any) (string, bool) {
 	}
 	names := make([]string, 0, len(m))
 	for k, v := range m {
-		if _, ok := v.(string); !ok {
+		if sum, ok := v.(string); !ok || !isSHA256(sum) {
 			return "", false
 		}
 		names = append(names, k)
