@@ -204,8 +204,12 @@ func verbNames(cmd *cobra.Command) string {
 // args checks a verb's positional arguments by count and names them in
 // the error.
 func args(names ...string) cobra.PositionalArgs {
-	return func(_ *cobra.Command, got []string) error {
-		if len(got) != len(names) {
+	return func(cmd *cobra.Command, got []string) error {
+		switch {
+		case len(got) == len(names):
+		case len(names) == 0:
+			return usagef("%s takes no arguments, got %q", cmd.Name(), strings.Join(got, " "))
+		default:
 			return usagef("want %d argument(s) %s, got %d", len(names), strings.Join(names, " "), len(got))
 		}
 		return nil

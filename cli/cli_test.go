@@ -273,6 +273,8 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 		s.run(t, risk, "models", "fly").want(t, "an unknown verb", 2, `unknown verb "fly"`, "modelplane models --help")
 		s.run(t, risk, "models", "list", "--bogus").want(t, "an unknown flag", 2, "bogus")
 		s.run(t, risk, "models", "list", "-o", "xml").want(t, "an unknown output", 2, "xml")
+		s.run(t, risk, "audit", "list").want(t, "an argument to a noun without verbs", 2, `audit takes no arguments, got "list"`)
+		s.run(t, risk, "endpoints", "get").want(t, "a verb short of its argument", 2, "want 1 argument(s) ENDPOINT, got 0")
 		s.runEnv(t, nil, "", "models", "list").want(t, "no API configured", 2, "MP_API")
 		if out := s.run(t, risk, "rollouts", "approve", "--help").ok(t, "rollouts approve --help"); !strings.Contains(out, "--comment") {
 			t.Errorf("rollouts approve --help:\n%s", out)
