@@ -104,6 +104,15 @@ func TestCanaryStepsApprovalAndRestart(t *testing.T) {
 	if _, err := f.svc.Approve(t.Context(), f.admin2, r.ID, "me too"); !errors.Is(err, db.ErrConflict) {
 		t.Errorf("second approval: %v, want conflict", err)
 	}
+	// The approval is in the audit log, with its comment; the refused ones
+	// are not.
+	if n := f.count(t, `SELECT count(*) FROM audit_log WHERE action = 'rollout.approve' AND actor = 'ann@example.com'
+		AND after->>'decision' = 'approve' AND after->>'comment' = 'numbers look right'`); n != 1 {
+		t.Errorf("approve audit records = %d, want 1", n)
+	}
+	if n := f.count(t, "SELECT count(*) FROM audit_log WHERE action = 'rollout.approve'"); n != 1 {
+		t.Errorf("approve audit records of anyone = %d, want only the one that took", n)
+	}
 	// Restart after the approval: the new controller finds it.
 	f.pass(t)
 	f.pass(t)
@@ -372,6 +381,9 @@ func TestRejectRollsBack(t *testing.T) {
 	got := f.get(t, r.ID)
 	if got.State != rollout.StateRolledBack || len(got.Approvals) != 1 || got.Approvals[0].Decision != "reject" {
 		t.Errorf("rejected: %s with approvals %+v, want rolled back with the rejection recorded", got.State, got.Approvals)
+	}
+	if n := f.count(t, "SELECT count(*) FROM audit_log WHERE action = 'rollout.reject' AND after->>'comment' = 'not this week'"); n != 1 {
+		t.Errorf("reject audit records = %d, want 1", n)
 	}
 }
 

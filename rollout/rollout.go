@@ -847,6 +847,9 @@ func (s *Service) decide(ctx context.Context, p *auth.Principal, id int64, decis
 		if err := t.event(ctx, "approval", decision, msg, nil, nil); err != nil {
 			return err
 		}
+		if err := t.audit(ctx, decision, t.view(), decisionView{auditView: t.view(), Decision: decision, Comment: comment}); err != nil {
+			return err
+		}
 		if decision == "reject" {
 			return t.rollback(ctx, "rejected by "+p.Who())
 		}

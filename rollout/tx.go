@@ -87,8 +87,22 @@ func (t *tx) save(ctx context.Context, action, msg string) error {
 	if err := t.event(ctx, "state", action, msg, nil, nil); err != nil {
 		return err
 	}
+	return t.audit(ctx, action, before, t.view())
+}
+
+// decisionView is what an approval or a rejection records: the rollout as
+// it stood, and the decision on its step to 100 percent.
+type decisionView struct {
+	auditView
+	Decision string `json:"decision"`
+	Comment  string `json:"comment,omitempty"`
+}
+
+// audit records action ("rollout."+action) on the rollout in t's
+// transaction.
+func (t *tx) audit(ctx context.Context, action string, before, after any) error {
 	return audit.Record(ctx, t.q, t.p, audit.Entry{TeamID: &t.r.TeamID, Action: "rollout." + action, ObjectType: "rollout",
-		ObjectName: fmt.Sprintf("%s#%d", t.r.Endpoint, t.r.ID), Before: before, After: t.view()})
+		ObjectName: fmt.Sprintf("%s#%d", t.r.Endpoint, t.r.ID), Before: before, After: after})
 }
 
 // event stores one timeline entry and tells the team's live pages.
