@@ -75,3 +75,37 @@ func TestClosedReportsCachedWithinTheirBound(t *testing.T) {
 		t.Errorf("closed period past ClosedMaxAge: %d GPU-seconds, want %d", got, want)
 	}
 }
+
+// TestNewestUsageCachedWithinItsBound: with WithCache, a report reaching
+// into the last LagWindow shows the newest stored usage second as read at
+// most NewestMaxAge before, while its sums are read every time; past the
+// bound the newest second is read again.
+func TestNewestUsageCachedWithinItsBound(t *testing.T) {
+	t.Parallel()
+	ch := chtest.New(t)
+	insert(t, ch, fleetUsage(t0, t0.Add(time.Hour)))
+	clk := clockAt(t, t0.Add(time.Hour+30*time.Second))
+	svc := chargeback.New(ch, nil, clk).WithCache(readcache.Options{Fresh: chargeback.ClosedFresh, MaxAge: chargeback.ClosedMaxAge})
+	report := func() *chargeback.Report {
+		t.Helper()
+		rep, err := svc.Report(t.Context(), finance, chargeback.Query{From: t0, To: clk.Now(), GroupBy: []chargeback.Dimension{chargeback.DimTeam}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	first := report()
+	if want := t0.Add(time.Hour - time.Second); !first.Newest.Equal(want) {
+		t.Fatalf("newest %v; want %v, the last second stored", first.Newest, want)
+	}
+	insert(t, ch, fleetUsage(t0.Add(time.Hour), t0.Add(time.Hour+20*time.Second)))
+	second := report()
+	if !second.Newest.Equal(first.Newest) || second.Total.GPUSeconds <= first.Total.GPUSeconds {
+		t.Errorf("within NewestMaxAge: newest %v, %d GPU-seconds; want the kept %v and the new seconds counted (over %d)",
+			second.Newest, second.Total.GPUSeconds, first.Newest, first.Total.GPUSeconds)
+	}
+	clk.Advance(chargeback.NewestMaxAge)
+	if got, want := report().Newest, t0.Add(time.Hour+19*time.Second); !got.Equal(want) {
+		t.Errorf("past NewestMaxAge: newest %v; want %v", got, want)
+	}
+}

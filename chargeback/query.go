@@ -596,8 +596,8 @@ func (s *Service) freshness(ctx context.Context, rep *Report) error {
 	if !rep.To.After(since) {
 		return nil
 	}
-	var t time.Time
-	if err := s.ch.QueryRow(ctx, "SELECT max(ts) FROM gpu_usage WHERE ts >= ?", since).Scan(&t); err != nil {
+	t, err := s.newestUsage(ctx, since)
+	if err != nil {
 		return fmt.Errorf("chargeback newest usage: %w", err)
 	}
 	if t.Unix() > 0 && !t.Before(since) {
