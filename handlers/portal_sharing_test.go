@@ -68,6 +68,10 @@ func TestPortalSharing(t *testing.T) {
 	if !json.Valid([]byte(card.Find(".input-schema").Text())) || portalText(card.Find(".features")) != "x" {
 		t.Errorf("shared card schema %q features %q", card.Find(".input-schema").Text(), portalText(card.Find(".features")))
 	}
+	// risk-model declares no output schema: the card says so instead of "{}".
+	if got := portalText(card.Find(".output-schema")); got != "Output schema: none declared." {
+		t.Errorf("shared card output schema %q; want none declared", got)
+	}
 	// The grant lets search call, not manage: the sharing page is risk's.
 	if r := search.get("/endpoints/risk-endpoint/sharing"); r.StatusCode != http.StatusNotFound {
 		t.Errorf("search opens risk's sharing page: %d, want 404", r.StatusCode)
