@@ -303,7 +303,11 @@ func windows(ref, cur Window) (string, []any) {
 
 // whereWindows leaves out pinned samples (X-Model-Version): the caller chose
 // the version, so they say nothing about the traffic it gets in the split.
-const whereWindows = ` FROM prediction_samples WHERE endpoint = ? AND endpoint_id = ? AND (r OR c) AND pinned = 0`
+const whereWindows = ` FROM prediction_samples WHERE ` + inWindows
+
+// inWindows is whereWindows' condition, for a query that joins the rows
+// with an array before it (categories).
+const inWindows = `endpoint = ? AND endpoint_id = ? AND (r OR c) AND pinned = 0`
 
 // summary is what one scan of both windows gives.
 type summary struct {
@@ -460,23 +464,18 @@ func binsFromAbove(n uint64, above []uint64) []uint64 {
 // from the reference's, the label counts computed in ClickHouse.
 func (r *Reader) classes(ctx context.Context, ep endpointKey, ref, cur Window, d *OutputDrift) error {
 	with, args := windows(ref, cur)
-	rows, err := r.ch.Query(ctx, with+"SELECT label, countIf(r), countIf(c)"+whereWindows+" GROUP BY label ORDER BY label", append(args, ep.name, ep.id)...)
-	if err != nil {
-		return fmt.Errorf("drift classes of %s: %w", ep.name, err)
-	}
-	defer rows.Close()
 	h := Histogram{Classes: []string{}, Reference: []uint64{}, Current: []uint64{}}
-	for rows.Next() {
-		var label string
-		var rn, cn uint64
-		if err := rows.Scan(&label, &rn, &cn); err != nil {
-			return fmt.Errorf("drift classes of %s: %w", ep.name, err)
-		}
-		h.Classes = append(h.Classes, label)
-		h.Reference = append(h.Reference, rn)
-		h.Current = append(h.Current, cn)
-	}
-	if err := rows.Err(); err != nil {
+	err := r.each(ctx, with+"SELECT label, countIf(r), countIf(c)"+whereWindows+" GROUP BY label ORDER BY label", append(args, ep.name, ep.id),
+		func(rows driver.Rows) error {
+			var label string
+			var rn, cn uint64
+			if err := rows.Scan(&label, &rn, &cn); err != nil {
+				return err
+			}
+			h.Classes, h.Reference, h.Current = append(h.Classes, label), append(h.Reference, rn), append(h.Current, cn)
+			return nil
+		})
+	if err != nil {
 		return fmt.Errorf("drift classes of %s: %w", ep.name, err)
 	}
 	d.Histogram = h
@@ -597,8 +596,7 @@ func (c category) histogram(refN, curN uint64) Histogram {
 func (r *Reader) categories(ctx context.Context, ep endpointKey, ref, cur Window, n int) (map[int]*category, error) {
 	with, args := windows(ref, cur)
 	args = append(args, ep.name, ep.id)
-	// whereWindows, each row joined with its features' strings.
-	from := strings.Replace(whereWindows, " WHERE ", " ARRAY JOIN feature_strings AS s, arrayEnumerate(feature_strings) AS i WHERE ", 1) +
+	from := ` FROM prediction_samples ARRAY JOIN feature_strings AS s, arrayEnumerate(feature_strings) AS i WHERE ` + inWindows +
 		` AND length(feature_values) = ` + strconv.Itoa(n) + ` AND length(feature_strings) = ` + strconv.Itoa(n) + ` AND s != ''`
 	out := map[int]*category{}
 	err := r.each(ctx, with+`SELECT i, countIf(r)`+from+` GROUP BY i`, args, func(rows driver.Rows) error {
