@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestPortalFleetShowsCPUNodes(t *testing.T) {
 		t.Fatalf("GET /fleet/cpu-01 = %d\n%s", page.StatusCode, page.Body)
 	}
 	if s := portalText(page.doc(t).Find("#node-summary")); !strings.Contains(s, "CPU 4 / 16 cores · 6 GB / 64 GB") ||
-		strings.Contains(s, "GPUs") || strings.Contains(s, "MIG") || strings.Contains(s, "utilisation") {
-		t.Errorf("node summary = %q, want the CPU cores and memory in use and no GPU figures", s)
+		strings.Contains(s, "GPUs") || strings.Contains(s, "MIG") || strings.Contains(s, "utilisation") || regexp.MustCompile(`\S·`).MatchString(s) {
+		t.Errorf("node summary = %q, want the CPU cores and memory in use, no GPU figures, a space before each ·", s)
 	}
 }

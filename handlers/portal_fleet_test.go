@@ -174,6 +174,9 @@ func TestPortalFleet(t *testing.T) {
 	if n := doc.Find(".gpu[data-gpu]").Length(); n != 2 {
 		t.Fatalf("node page shows %d GPUs, want 2", n)
 	}
+	if s := portalText(doc.Find("#node-summary")); !strings.Contains(s, "2 GPUs") || !strings.Contains(s, "GPU utilisation") || regexp.MustCompile(`\S·`).MatchString(s) {
+		t.Errorf("node summary = %q, want its GPUs and their utilisation, a space before each ·", s)
+	}
 	gpu0 := portalText(doc.Find(`.gpu[data-gpu="0"] p`))
 	for _, want := range []string{"80 GB", "MIG yes", "utilisation 40%", "memory used 12.5 GB"} {
 		if !strings.Contains(gpu0, want) {
