@@ -262,9 +262,10 @@ func (r *replica) supervise(p *proc) {
 		switch res.kind {
 		case endStopped:
 			// The guard forwards the requests in flight until the runtime
-			// has drained them and ended.
+			// has drained them and ended, then until it has passed on the
+			// last answers.
 			r.terminate(p)
-			r.closeGuard()
+			r.drainGuard()
 			r.d.mem.remove(r.spec.ID)
 			r.finish()
 			return
@@ -394,12 +395,36 @@ func (r *replica) scheme() string {
 }
 
 // closeGuard ends the guard of the runtime process that ended.
-func (r *replica) closeGuard() {
+func (r *replica) closeGuard() { r.takeGuard().Close() }
+
+// guardDrain bounds how long a stopped replica's guard waits for the
+// answers it is still passing on.
+const guardDrain = 10 * time.Second
+
+// drainGuard ends the guard of a runtime that drained its requests and
+// ended: the runtime may have answered its last requests an instant
+// before it exited, and closing the guard at once cut those answers off
+// (EOF to 4 of 5 callers in TestStopDrainsInFlightRequests, once in CI).
+// It waits for them, at most guardDrain.
+func (r *replica) drainGuard() {
+	g := r.takeGuard()
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guardDrain)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		r.log.Warn("token guard: answers still in flight after the drain", slog.String("error", err.Error()))
+	}
+}
+
+// takeGuard removes the replica's guard and returns it (nil when none).
+func (r *replica) takeGuard() *guard.Guard {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	g := r.guard
 	r.guard = nil
-	r.mu.Unlock()
-	g.Close()
+	return g
 }
 
 // fail records one failure in a row.
