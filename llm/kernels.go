@@ -16,6 +16,21 @@ type kernelSet struct {
 	// weights of the types in wideTypes.
 	wide      func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 	wideTypes []wtype
+	// any, where a set has it, says its tile takes any xr up to the
+	// set's xr (floatXr for F32 and F16 weights) and any wr: mulRows then
+	// covers every activation row of a step with tiles, against blocks of
+	// weight rows, and leaves none to stream through the weights alone.
+	any     bool
+	floatXr int
+}
+
+// tileRows is the most activation rows the set's tile takes for weights
+// of type t.
+func (k *kernelSet) tileRows(t wtype) int {
+	if k.floatXr > 0 && (t == tF32 || t == tF16) {
+		return k.floatXr
+	}
+	return k.xr
 }
 
 // wideRows is the most activation rows, and the most weight rows, of a

@@ -3,6 +3,7 @@
 package llm
 
 //go:generate python3 matmul512_gen.py
+//go:generate python3 tileavx2_gen.py
 
 import (
 	"os"
@@ -43,13 +44,58 @@ func pickKernels() kernelSet {
 	return s[len(s)-1]
 }
 
-// avx2Kernels take one weight row against one or four activation rows.
-var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile}
+// avx2Kernels take tiles of one to four activation rows against any
+// number of F32 or F16 weight rows (f32TileAVX2, f16TileAVX2), and one
+// or four activation rows against a weight row of the other types.
+var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile, any: true}
 
 func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	_ = dst[(xr-1)*ds+wr-1]
+	if w.typ == tF32 || w.typ == tF16 {
+		for k := 0; k < xr; k += 4 {
+			avx2Float(dst[k*ds:], ds, a, i+k, min(4, xr-k), w, o, wr)
+		}
+		return
+	}
 	for l := range wr {
-		avx2Row(dst[l:], ds, a, i, xr, w, o+l)
+		k := 0
+		for ; k+4 <= xr; k += 4 {
+			avx2Row(dst[k*ds+l:], ds, a, i+k, 4, w, o+l)
+		}
+		for ; k < xr; k++ {
+			avx2Row(dst[k*ds+l:], ds, a, i+k, 1, w, o+l)
+		}
+	}
+}
+
+// avx2Float sets dst[k·ds+l], k < xr ≤ 4 and l < wr, to activation row
+// i+k against F32 or F16 weight row o+l. Elements past the last multiple
+// of eight are added after, in Go.
+func avx2Float(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	c := w.cols
+	m := c &^ 7
+	x := a.x[i*c : (i+xr)*c]
+	if m > 0 {
+		if w.typ == tF32 {
+			wf := w.f32[o*c : (o+wr)*c]
+			f32TileAVX2(&dst[0], ds, &x[0], c, &wf[0], 4*c, m, xr, wr)
+		} else {
+			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+			f16TileAVX2(&dst[0], ds, &x[0], c, &wb[0], w.rowBytes, m, xr, wr)
+		}
+	} else {
+		for k := range xr {
+			clear(dst[k*ds : k*ds+wr])
+		}
+	}
+	for k := 0; m < c && k < xr; k++ {
+		for l := range wr {
+			if w.typ == tF32 {
+				dst[k*ds+l] += dotGo(x[k*c+m:(k+1)*c], w.f32[(o+l)*c+m:(o+l+1)*c])
+			} else {
+				dst[k*ds+l] += dotF16Go(x[k*c+m:(k+1)*c], w.data[(o+l)*w.rowBytes+2*m:(o+l+1)*w.rowBytes])
+			}
+		}
 	}
 }
 
@@ -58,27 +104,6 @@ func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 	c := w.cols
 	switch w.typ {
-	case tF32, tF16:
-		m := c &^ 7
-		x := a.x[i*c : (i+xr)*c]
-		if m > 0 {
-			if w.typ == tF32 {
-				f32DotAVX2(&dst[0], ds, &x[0], c, &w.f32[o*c], m, xr)
-			} else {
-				f16DotAVX2(&dst[0], ds, &x[0], c, &w.data[o*w.rowBytes], m, xr)
-			}
-		} else {
-			for k := range xr {
-				dst[k*ds] = 0
-			}
-		}
-		for k := 0; m < c && k < xr; k++ {
-			if w.typ == tF32 {
-				dst[k*ds] += dotGo(x[k*c+m:(k+1)*c], w.f32[o*c+m:(o+1)*c])
-			} else {
-				dst[k*ds] += dotF16Go(x[k*c+m:(k+1)*c], w.data[o*w.rowBytes+2*m:(o+1)*w.rowBytes])
-			}
-		}
 	case tQ8_0, tQ4_0:
 		q := a.q[i : i+xr]
 		_ = q[xr-1].q[c-1]
@@ -273,12 +298,6 @@ func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 }
 
 //go:noescape
-func f32DotAVX2(dst *float32, ds int, x *float32, xs int, w *float32, n int, rows int)
-
-//go:noescape
-func f16DotAVX2(dst *float32, ds int, x *float32, xs int, w *byte, n int, rows int)
-
-//go:noescape
 func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
 
 //go:noescape
@@ -289,6 +308,12 @@ func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 
 //go:noescape
 func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
+
+//go:noescape
+func f32TileAVX2(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
+
+//go:noescape
+func f16TileAVX2(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
 
 //go:noescape
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)

@@ -264,6 +264,10 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
+		if k.any && end-t >= 2 {
+			w.mulTiles(dst, a, t, end, lo, hi)
+			continue
+		}
 		if a.wide != nil && slices.Contains(k.wideTypes, w.typ) {
 			for ob := lo; ob < hi; ob += wideRows {
 				for i := t; i < end; i += wideRows {
@@ -292,6 +296,31 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 		}
 		for i := full; i < end; i++ {
 			k.tile(dst[i*out+lo:], out, a, i, 1, w, lo, hi-lo)
+		}
+	}
+}
+
+// mulTiles computes the outputs lo ≤ o < hi of activation rows t to end
+// for a set whose tile takes any rows (kernelSet.any): the rows split into
+// tiles of as near the same height as the set allows (ten rows of F16 as
+// 3, 3, 4 on AVX2), every tile in turn against a block of weight rows that
+// stays in the L2 cache (whole groups of the three or two weight rows the
+// AVX2 tiles take at a time), so the weights are read from memory once a
+// step and no row is left to stream through them alone.
+func (w *matrix) mulTiles(dst []float32, a *acts, t, end, lo, hi int) {
+	k, out := kern, w.rows
+	h := k.tileRows(w.typ)
+	n := end - t
+	tiles := (n + h - 1) / h
+	block := max(1, matmulBlockBytes/w.rowBytes)
+	if block > 6 {
+		block -= block % 6 // whole groups of three or two weight rows
+	}
+	for ob := lo; ob < hi; ob += block {
+		oe := min(hi, ob+block)
+		for j := range tiles {
+			i, xr := t+n*j/tiles, n*(j+1)/tiles-n*j/tiles
+			k.tile(dst[i*out+ob:], out, a, i, xr, w, ob, oe-ob)
 		}
 	}
 }

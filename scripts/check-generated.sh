@@ -4,11 +4,12 @@
 #   - sqlc: `sqlc diff` compares db/ with what queries/ and migrations/
 #     generate;
 #   - templ: web/ is generated again in a scratch copy and compared;
-#   - llm/matmul512_amd64.s: llm/matmul512_gen.py is run again in a
-#     scratch folder (/usr/bin/python3, standard library only) and its
-#     output compared; skipped with a line when there is no python3.
+#   - llm/matmul512_amd64.s and llm/tileavx2_amd64.s: their generators
+#     (llm/*_gen.py) are run again in a scratch folder (/usr/bin/python3,
+#     standard library only) and the output compared; skipped with a line
+#     when there is no python3.
 # To fix, run `make generate` and commit db/ and web/; for the assembly,
-# `go generate ./llm` and commit llm/matmul512_amd64.s.
+# `go generate ./llm` and commit the .s files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -30,16 +31,18 @@ elif ! diff -ru web "$tmp/web"; then
 fi
 py=/usr/bin/python3
 if [ ! -x "$py" ]; then
-  echo "llm: $py not found, matmul512_amd64.s not checked" >&2
+  echo "llm: $py not found, the generated assembly is not checked" >&2
 else
   mkdir "$tmp/llm"
-  cp llm/matmul512_gen.py "$tmp/llm/"
-  if ! (cd "$tmp/llm" && "$py" matmul512_gen.py); then
-    echo "llm: matmul512_gen.py failed" >&2
-    status=1
-  elif ! diff -u llm/matmul512_amd64.s "$tmp/llm/matmul512_amd64.s" >/dev/null; then
-    echo "llm: matmul512_amd64.s is stale against matmul512_gen.py (go generate ./llm)" >&2
-    status=1
-  fi
+  for gen in matmul512 tileavx2; do
+    cp "llm/${gen}_gen.py" "$tmp/llm/"
+    if ! (cd "$tmp/llm" && "$py" "${gen}_gen.py"); then
+      echo "llm: ${gen}_gen.py failed" >&2
+      status=1
+    elif ! diff -u "llm/${gen}_amd64.s" "$tmp/llm/${gen}_amd64.s" >/dev/null; then
+      echo "llm: ${gen}_amd64.s is stale against ${gen}_gen.py (go generate ./llm)" >&2
+      status=1
+    fi
+  done
 fi
 exit $status
