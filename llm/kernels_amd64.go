@@ -57,12 +57,21 @@ func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 		}
 		return
 	}
+	full := xr &^ 3
 	for l := range wr {
-		k := 0
-		for ; k+4 <= xr; k += 4 {
+		for k := 0; k < full; k += 4 {
 			avx2Row(dst[k*ds+l:], ds, a, i+k, 4, w, o+l)
 		}
-		for ; k < xr; k++ {
+	}
+	for k := full; k < xr; k++ {
+		if w.typ == tQ8_0 && w.cols >= 32 {
+			// One row against all the weight rows: four streams.
+			q := &a.q[i+k]
+			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+			q8_0RowsAVX2(&dst[k*ds], &q.q[0], &q.d[0], &wb[0], w.rowBytes, w.cols/32, wr)
+			continue
+		}
+		for l := range wr {
 			avx2Row(dst[k*ds+l:], ds, a, i+k, 1, w, o+l)
 		}
 	}
@@ -299,6 +308,9 @@ func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 
 //go:noescape
 func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func q8_0RowsAVX2(dst *float32, xq *int8, xd *float32, w *byte, ws int, nb int, wr int)
 
 //go:noescape
 func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)

@@ -175,4 +175,83 @@ for typ in ("f32", "f16"):
     p("\tRET")
     p("")
 
+# Q8_0 weights against one Q8_0 activation row (batch 1): four weight
+# rows at a time, then one. Each pair gets q8_0DotAVX2's instructions
+# (matmul_amd64.s): x signed by w, VPMADDUBSW with |w|, VPMADDWD with
+# ones, to floats, times d_w·d_x (d_x broadcast times d_w), added to its
+# accumulator by one FMA, HSUM8 at the end; so a row's results are the
+# bits it gets among four activation rows. Four weight rows are four
+# streams and four accumulator chains, and the rows four on are
+# prefetched at the same offsets.
+Q8W = ["DX", "R9", "R13", "R14"]
+
+def q8rows(wr, nxt):
+    L = f"q80w{wr}"
+    p(f"{L}:")
+    p(f"\tCMPQ BX, ${wr}")
+    p(f"\tJLT {nxt}")
+    p("\tMOVQ xq+8(FP), SI")
+    p("\tMOVQ xd+16(FP), R10")
+    p("\tMOVQ DX, AX")
+    for r in Q8W[1:wr]:
+        p("\tADDQ R12, AX")
+        p(f"\tMOVQ AX, {r}")
+    p("\tADDQ R12, AX")
+    p("\tMOVQ AX, next-8(SP) // the next weight rows")
+    for l in range(wr):
+        p(f"\tVXORPS Y{8+l}, Y{8+l}, Y{8+l}")
+    p("\tMOVQ CX, AX // blocks left")
+    p(f"{L}loop:")
+    p("\tTESTQ AX, AX")
+    p(f"\tJZ {L}done")
+    p("\tVMOVDQU (SI), Y0")
+    p("\tVBROADCASTSS (R10), Y1")
+    for l in range(wr):
+        r = Q8W[l]
+        p(f"\tVPBROADCASTW ({r}), X2")
+        p("\tVCVTPH2PS X2, Y2")
+        p("\tVMULPS Y2, Y1, Y2")
+        p(f"\tVPABSB 2({r}), Y3")
+        p(f"\tVPSIGNB 2({r}), Y0, Y4")
+        p("\tVPMADDUBSW Y4, Y3, Y4")
+        p("\tVPMADDWD Y15, Y4, Y4")
+        p("\tVCVTDQ2PS Y4, Y4")
+        p(f"\tVFMADD231PS Y2, Y4, Y{8+l}")
+        if wr > 1:
+            p(f"\tPREFETCHT0 ({r})(R15*1)")
+    for r in Q8W[:wr]:
+        p(f"\tADDQ $34, {r}")
+    p("\tADDQ $32, SI")
+    p("\tADDQ $4, R10")
+    p("\tDECQ AX")
+    p(f"\tJMP {L}loop")
+    p(f"{L}done:")
+    for l in range(wr):
+        p(f"\tHSUM8(Y{8+l}, X{8+l}, X3)")
+        p(f"\tMOVSS X{8+l}, {4*l}(DI)" if l else f"\tMOVSS X{8+l}, (DI)")
+    p("\tMOVQ next-8(SP), DX")
+    p(f"\tADDQ ${4*wr}, DI")
+    p(f"\tSUBQ ${wr}, BX")
+    p(f"\tJMP {L}")
+
+p("// func q8_0RowsAVX2(dst *float32, xq *int8, xd *float32, w *byte, ws int, nb int, wr int)")
+p("// dst[j] is the activation row (nb blocks: values at xq, scales at xd)")
+p("// against Q8_0 weight row j (at w + j·ws), j < wr.")
+p("TEXT ·q8_0RowsAVX2(SB), NOSPLIT, $8-56")
+p("\tMOVQ dst+0(FP), DI")
+p("\tMOVQ w+24(FP), DX")
+p("\tMOVQ ws+32(FP), R12")
+p("\tLEAQ (R12)(R12*2), R15")
+p("\tADDQ R12, R15 // four rows on: what is prefetched")
+p("\tMOVQ nb+40(FP), CX")
+p("\tMOVQ wr+48(FP), BX")
+p("\tVPCMPEQW Y15, Y15, Y15")
+p("\tVPSRLW $15, Y15, Y15 // sixteen int16 ones")
+q8rows(4, "q80w1")
+q8rows(1, "q80ret")
+p("q80ret:")
+p("\tVZEROUPPER")
+p("\tRET")
+p("")
+
 open("tileavx2_amd64.s", "w").write("\n".join(out) + "\n")
