@@ -16,11 +16,13 @@ type kernelSet struct {
 	// weights of the types in wideTypes.
 	wide      func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 	wideTypes []wtype
-	// any, where a set has it, says its tile takes any xr up to the
-	// set's xr (floatXr for F32 and F16 weights) and any wr: mulRows then
-	// covers every activation row of a step with tiles, against blocks of
-	// weight rows, and leaves none to stream through the weights alone.
-	any     bool
+	// tiles, where a set has it, does what tile does for any xr up to
+	// the set's xr (floatXr for F32 and F16 weights) and any wr, and may
+	// prefetch the bytes from pf on as it goes (the weights mulTiles reads
+	// next): mulRows then covers every activation row of a step with
+	// tiles, against blocks of weight rows, and leaves none to stream
+	// through the weights alone.
+	tiles   func(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, pf *byte)
 	floatXr int
 }
 

@@ -47,13 +47,20 @@ func pickKernels() kernelSet {
 // avx2Kernels take tiles of one to four activation rows against any
 // number of F32 or F16 weight rows (f32TileAVX2, f16TileAVX2), and one
 // or four activation rows against a weight row of the other types.
-var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile, any: true}
+var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile, tiles: avx2Tiles}
 
 func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+	avx2Tiles(dst, ds, a, i, xr, w, o, wr, nil)
+}
+
+func avx2Tiles(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, pf *byte) {
 	_ = dst[(xr-1)*ds+wr-1]
 	if w.typ == tF32 || w.typ == tF16 {
+		if pf == nil {
+			pf = w.rowAt(o)
+		}
 		for k := 0; k < xr; k += 4 {
-			avx2Float(dst[k*ds:], ds, a, i+k, min(4, xr-k), w, o, wr)
+			avx2Float(dst[k*ds:], ds, a, i+k, min(4, xr-k), w, o, wr, pf)
 		}
 		return
 	}
@@ -78,19 +85,22 @@ func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 }
 
 // avx2Float sets dst[k·ds+l], k < xr ≤ 4 and l < wr, to activation row
-// i+k against F32 or F16 weight row o+l. Elements past the last multiple
-// of eight are added after, in Go.
-func avx2Float(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
+// i+k against F32 or F16 weight row o+l; two rows or more prefetch from
+// pf on, a line each 32 columns (F16; mulTiles's next block, which the
+// first tile of a block otherwise waited for: F16 from memory with 16
+// rows went from 31-32 to 35 G multiply-adds a CPU-second). Elements past
+// the last multiple of eight are added after, in Go.
+func avx2Float(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, pf *byte) {
 	c := w.cols
 	m := c &^ 7
 	x := a.x[i*c : (i+xr)*c]
 	if m > 0 {
 		if w.typ == tF32 {
 			wf := w.f32[o*c : (o+wr)*c]
-			f32TileAVX2(&dst[0], ds, &x[0], c, &wf[0], 4*c, m, xr, wr)
+			f32TileAVX2(&dst[0], ds, &x[0], c, &wf[0], 4*c, m, xr, wr, pf)
 		} else {
 			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
-			f16TileAVX2(&dst[0], ds, &x[0], c, &wb[0], w.rowBytes, m, xr, wr)
+			f16TileAVX2(&dst[0], ds, &x[0], c, &wb[0], w.rowBytes, m, xr, wr, pf)
 		}
 	} else {
 		for k := range xr {
@@ -322,10 +332,10 @@ func q4_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 func q6_KDotAVX2(xq *int8, xd *float32, w *byte, sc *int16, nb int) float32
 
 //go:noescape
-func f32TileAVX2(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
+func f32TileAVX2(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int, pf *byte)
 
 //go:noescape
-func f16TileAVX2(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
+func f16TileAVX2(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int, pf *byte)
 
 //go:noescape
 func f32Tile512(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)

@@ -40,8 +40,8 @@ func TestKernels(t *testing.T) {
 		cols []int
 	}
 	for _, c := range []tc{
-		{gguf.F32, []int{1, 3, 7, 8, 9, 15, 16, 17, 24, 63, 64, 65, 100, 192, 259}},
-		{gguf.F16, []int{1, 5, 8, 13, 16, 31, 48, 64, 72, 200}},
+		{gguf.F32, []int{1, 3, 7, 8, 9, 15, 16, 17, 24, 63, 64, 65, 100, 192, 259, 1100}},
+		{gguf.F16, []int{1, 5, 8, 13, 16, 31, 48, 64, 72, 200, 1030}},
 		{gguf.Q8_0, []int{32, 64, 96, 160, 2048}},
 		{gguf.Q4_0, []int{32, 64, 96, 160, 2048}},
 		{gguf.Q4_K, []int{256, 512, 768}},
@@ -89,12 +89,12 @@ func TestKernels(t *testing.T) {
 					}
 					// Every tile shape gives each pair the bits it has alone.
 					xrs := []int{1, set.xr}
-					if set.any { // any rows up to the set's, against any weight rows
+					if set.tiles != nil { // any rows up to the set's, against any weight rows
 						xrs = []int{1, 2, 3, 4}
 					}
 					for _, xr := range xrs {
 						for _, wr := range []int{1, 2, set.wr, 3, 5, rows} {
-							if xr > 1 && wr != 1 && wr != set.wr && !set.any {
+							if xr > 1 && wr != 1 && wr != set.wr && set.tiles == nil {
 								continue
 							}
 							if xr > n || wr > rows {
@@ -328,12 +328,14 @@ func TestWideKernels(t *testing.T) {
 func TestMatmulEveryBatchIsAlone(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for gt := range wtypes {
-		cols := 544
+		// Past two of the AVX2 float tiles' column blocks (avx2Cols), and
+		// more weight rows than one of their calls takes.
+		cols := 1088
 		if gt == gguf.Q4_K || gt == gguf.Q6_K {
-			cols = 512
+			cols = 1024
 		}
 		t.Run(fmt.Sprint(gt), func(t *testing.T) {
-			const rows = wideRows + 7
+			const rows = wideRows + 15
 			w, _ := randomMatrix(t, rng, gt, rows, cols)
 			for n := 1; n <= 20; n++ {
 				x := make([]float32, n*cols)

@@ -121,6 +121,14 @@ type acts struct {
 	wide *[]float32
 }
 
+// rowAt is where weight row o starts.
+func (m *matrix) rowAt(o int) *byte {
+	if m.typ == tF32 {
+		return (*byte)(unsafe.Pointer(&m.f32[o*m.cols]))
+	}
+	return &m.data[o*m.rowBytes]
+}
+
 // prepare quantises x's n rows of cols for weights of type t.
 func prepare(t wtype, x []float32, n, cols int) acts {
 	a := acts{x: x, n: n, cols: cols}
@@ -264,7 +272,7 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 	k := kern
 	for t := 0; t < n; t += matmulTile {
 		end := min(n, t+matmulTile)
-		if k.any && end-t >= 2 {
+		if k.tiles != nil && end-t >= 2 {
 			w.mulTiles(dst, a, t, end, lo, hi)
 			continue
 		}
@@ -301,7 +309,7 @@ func (w *matrix) mulRows(dst []float32, a *acts, lo, hi int) {
 }
 
 // mulTiles computes the outputs lo ≤ o < hi of activation rows t to end
-// for a set whose tile takes any rows (kernelSet.any): the rows split into
+// for a set whose tiles take any rows (kernelSet.tiles): the rows split into
 // tiles of as near the same height as the set allows (ten rows of F16 as
 // 3, 3, 4 on AVX2), every tile in turn against a block of weight rows that
 // stays in the L2 cache (whole groups of the three or two weight rows the
@@ -318,9 +326,15 @@ func (w *matrix) mulTiles(dst []float32, a *acts, t, end, lo, hi int) {
 	}
 	for ob := lo; ob < hi; ob += block {
 		oe := min(hi, ob+block)
+		// Each tile prefetches its share of the next block, or reads
+		// its own block again where there is none.
+		next, pf := min(hi, oe+block), w.rowAt(ob)
 		for j := range tiles {
 			i, xr := t+n*j/tiles, n*(j+1)/tiles-n*j/tiles
-			k.tile(dst[i*out+ob:], out, a, i, xr, w, ob, oe-ob)
+			if next > oe {
+				pf = (*byte)(unsafe.Add(unsafe.Pointer(w.rowAt(oe)), (next-oe)*w.rowBytes*j/tiles))
+			}
+			k.tiles(dst[i*out+ob:], out, a, i, xr, w, ob, oe-ob, pf)
 		}
 	}
 }

@@ -23,7 +23,9 @@
 // w + j·ws (bytes); pair (i, j)'s result goes to dst[i·ds + j]. Within a
 // row the tile walks 32 columns an iteration. One activation row (batch
 // 1, weights from memory) prefetches, at the same offsets, the rows four
-// on, so four streams are read and four more are asked for.
+// on, so four streams are read and four more are asked for; more rows of
+// F16 prefetch a line from pf on an iteration (the weights the caller
+// reads next).
 
 // HSUM8 leaves the sum of Y's eight lanes in X's low lane, in a fixed
 // tree: (lo128 + hi128), then (l0+l2, l1+l3), then their sum.
@@ -35,9 +37,10 @@
 	VMOVSHDUP X, T \
 	VADDSS T, X, X
 
-// func f32TileAVX2(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int)
-// n is a multiple of 8, xr is 1 to 4.
-TEXT ·f32TileAVX2(SB), NOSPLIT, $8-72
+// func f32TileAVX2(dst *float32, ds int, x *float32, xs int, w *float32, ws int, n int, xr int, wr int, pf *byte)
+// n is a multiple of 8, xr is 1 to 4; with two rows or more, a line from
+// pf on is prefetched each iteration.
+TEXT ·f32TileAVX2(SB), NOSPLIT, $8-80
 	MOVQ dst+0(FP), DI
 	MOVQ ds+8(FP), R8
 	SHLQ $2, R8
@@ -49,6 +52,9 @@ TEXT ·f32TileAVX2(SB), NOSPLIT, $8-72
 	SHLQ $2, CX
 	MOVQ wr+64(FP), BX
 	MOVQ xr+56(FP), AX
+	CMPQ AX, $1
+	JEQ f32x1w4
+	MOVQ pf+72(FP), R15
 	CMPQ AX, $4
 	JEQ f32x4w3
 	CMPQ AX, $3
@@ -1574,9 +1580,10 @@ f32ret:
 	VZEROUPPER
 	RET
 
-// func f16TileAVX2(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int)
-// n is a multiple of 8, xr is 1 to 4.
-TEXT ·f16TileAVX2(SB), NOSPLIT, $8-72
+// func f16TileAVX2(dst *float32, ds int, x *float32, xs int, w *byte, ws int, n int, xr int, wr int, pf *byte)
+// n is a multiple of 8, xr is 1 to 4; with two rows or more, a line from
+// pf on is prefetched each iteration.
+TEXT ·f16TileAVX2(SB), NOSPLIT, $8-80
 	MOVQ dst+0(FP), DI
 	MOVQ ds+8(FP), R8
 	SHLQ $2, R8
@@ -1588,6 +1595,9 @@ TEXT ·f16TileAVX2(SB), NOSPLIT, $8-72
 	SHLQ $2, CX
 	MOVQ wr+64(FP), BX
 	MOVQ xr+56(FP), AX
+	CMPQ AX, $1
+	JEQ f16x1w4
+	MOVQ pf+72(FP), R15
 	CMPQ AX, $4
 	JEQ f16x4w3
 	CMPQ AX, $3
@@ -1928,6 +1938,8 @@ f16x2w4loop:
 	VFMADD231PS Y11, Y14, Y5
 	VFMADD231PS Y11, Y13, Y6
 	VFMADD231PS Y11, Y12, Y7
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $64, DX
@@ -2064,6 +2076,8 @@ f16x2w2loop:
 	VMOVUPS 96(R10), Y13
 	VFMADD231PS Y13, Y15, Y2
 	VFMADD231PS Y13, Y14, Y3
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $64, DX
@@ -2154,6 +2168,8 @@ f16x2w1loop:
 	VFMADD231PS Y14, Y15, Y0
 	VMOVUPS 96(R10), Y14
 	VFMADD231PS Y14, Y15, Y1
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $64, DX
@@ -2281,6 +2297,8 @@ f16x3w3loop:
 	VFMADD231PS Y12, Y15, Y6
 	VFMADD231PS Y12, Y14, Y7
 	VFMADD231PS Y12, Y13, Y8
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11
@@ -2437,6 +2455,8 @@ f16x3w2loop:
 	VMOVUPS 96(R11), Y13
 	VFMADD231PS Y13, Y15, Y4
 	VFMADD231PS Y13, Y14, Y5
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11
@@ -2552,6 +2572,8 @@ f16x3w1loop:
 	VFMADD231PS Y14, Y15, Y1
 	VMOVUPS 96(R11), Y14
 	VFMADD231PS Y14, Y15, Y2
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11
@@ -2709,6 +2731,8 @@ f16x4w3loop:
 	VFMADD231PS Y12, Y15, Y9
 	VFMADD231PS Y12, Y14, Y10
 	VFMADD231PS Y12, Y13, Y11
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11
@@ -2901,6 +2925,8 @@ f16x4w2loop:
 	VMOVUPS 96(R14), Y13
 	VFMADD231PS Y13, Y15, Y6
 	VFMADD231PS Y13, Y14, Y7
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11
@@ -3042,6 +3068,8 @@ f16x4w1loop:
 	VFMADD231PS Y14, Y15, Y2
 	VMOVUPS 96(R14), Y14
 	VFMADD231PS Y14, Y15, Y3
+	PREFETCHT0 (R15)
+	ADDQ $64, R15
 	ADDQ $128, SI
 	ADDQ $128, R10
 	ADDQ $128, R11

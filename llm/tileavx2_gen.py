@@ -31,7 +31,9 @@ p("""// The AVX2 float tiles: xr activation rows (1 to 4) against wr weight
 // w + j·ws (bytes); pair (i, j)'s result goes to dst[i·ds + j]. Within a
 // row the tile walks 32 columns an iteration. One activation row (batch
 // 1, weights from memory) prefetches, at the same offsets, the rows four
-// on, so four streams are read and four more are asked for.
+// on, so four streams are read and four more are asked for; more rows of
+// F16 prefetch a line from pf on an iteration (the weights the caller
+// reads next).
 
 // HSUM8 leaves the sum of Y's eight lanes in X's low lane, in a fixed
 // tree: (lo128 + hi128), then (l0+l2, l1+l3), then their sum.
@@ -113,6 +115,9 @@ def rows(typ, xr, wr, nxt):
             for i in range(lines):
                 o = "" if i == 0 else f"{64*i}"
                 p(f"\tPREFETCHT0 {o}({r})(R15*1)")
+    elif typ == "f16":
+        p("\tPREFETCHT0 (R15)")
+        p("\tADDQ $64, R15")
     bump(typ, xp, wp, 128)
     p("\tSUBQ $128, AX")
     p(f"\tJMP {L}loop")
@@ -149,9 +154,10 @@ WIDTHS = {1: (4, 2, 1), 2: (4, 2, 1), 3: (3, 2, 1), 4: (3, 2, 1)}
 
 for typ in ("f32", "f16"):
     wt = "*byte" if typ == "f16" else "*float32"
-    p(f"// func {typ}TileAVX2(dst *float32, ds int, x *float32, xs int, w {wt}, ws int, n int, xr int, wr int)")
-    p("// n is a multiple of 8, xr is 1 to 4.")
-    p(f"TEXT ·{typ}TileAVX2(SB), NOSPLIT, $8-72")
+    p(f"// func {typ}TileAVX2(dst *float32, ds int, x *float32, xs int, w {wt}, ws int, n int, xr int, wr int, pf *byte)")
+    p("// n is a multiple of 8, xr is 1 to 4; with two rows or more, a line from")
+    p("// pf on is prefetched each iteration.")
+    p(f"TEXT ·{typ}TileAVX2(SB), NOSPLIT, $8-80")
     p("\tMOVQ dst+0(FP), DI")
     p("\tMOVQ ds+8(FP), R8")
     p("\tSHLQ $2, R8")
@@ -163,6 +169,9 @@ for typ in ("f32", "f16"):
     p("\tSHLQ $2, CX")
     p("\tMOVQ wr+64(FP), BX")
     p("\tMOVQ xr+56(FP), AX")
+    p("\tCMPQ AX, $1")
+    p(f"\tJEQ {typ}x1w4")
+    p("\tMOVQ pf+72(FP), R15")
     for xr in (4, 3, 2):
         p(f"\tCMPQ AX, ${xr}")
         p(f"\tJEQ {typ}x{xr}w{WIDTHS[xr][0]}")
