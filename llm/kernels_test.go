@@ -328,8 +328,8 @@ func TestWideKernels(t *testing.T) {
 func TestMatmulEveryBatchIsAlone(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for gt := range wtypes {
-		// Past two of the AVX2 float tiles' column blocks (avx2Cols), and
-		// more weight rows than one of their calls takes.
+		// Past four of the AVX-512 wide kernels' column blocks
+		// (wideCols), and more weight rows than a wide call takes.
 		cols := 1088
 		if gt == gguf.Q4_K || gt == gguf.Q6_K {
 			cols = 1024
