@@ -9,7 +9,7 @@ import goruntime "runtime"
 // tokens/s are. It is the bound of any float32 kernel's arithmetic on one
 // core: a step of many sequences, where each weight feeds one multiply-add
 // per sequence, costs at least its multiply-adds over this. 0 where the
-// CPU has no AVX-512.
+// CPU has neither AVX-512 nor AVX2 with FMA.
 func fmaPeak(iters, reps int) float64 {
 	prev := goruntime.GOMAXPROCS(1)
 	defer goruntime.GOMAXPROCS(prev)

@@ -35,7 +35,7 @@ type llmResult struct {
 	PrefixHitRatio      float64 `json:"prefix_hit_over_miss_p50"`
 
 	// FMAPeakMaddsPerCPUS is one thread's peak float32 multiply-adds per
-	// CPU-second here (fmaPeak; 0 without AVX-512): what bounds a step of
+	// CPU-second here (fmaPeak; 0 without AVX-512 or AVX2): what bounds a step of
 	// many sequences, as the read ceiling bounds a step of one.
 	FMAPeakMaddsPerCPUS float64 `json:"fma_peak_madds_per_cpu_s"`
 

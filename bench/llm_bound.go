@@ -45,7 +45,7 @@ func measureBound(ctx context.Context, m llmserve.Model, work []llmserve.Request
 	fmaPeak, ceiling, measured1, measured16 float64) (*llmBound, error) {
 	b := &llmBound{FMAPeakMaddsPerCPUS: round3(fmaPeak), ReadCeilingBytesPerCPUS: round3(ceiling), MaddsPerRow: madds}
 	if fmaPeak <= 0 || ceiling <= 0 {
-		return b, nil // no AVX-512: nothing to bound with
+		return b, nil // no AVX-512 or AVX2: nothing to bound with
 	}
 	read := float64(weightBytes) / ceiling
 	bound := func(rows int) time.Duration {

@@ -93,10 +93,10 @@ type llmPeerFigure struct {
 	OursShareOfStream  float64 `json:"ours_share_of_stream_batch1"`
 	PeerShareOfStream  float64 `json:"llamacpp_share_of_stream_batch1,omitempty"`
 	// ReadCeilingBytesPerCPUS is the most one thread read of a buffer of
-	// the file's size on huge pages, the best of ReadVariants (AVX-512
-	// loads; see readCeiling), and each engine's share of it is the
+	// the file's size on huge pages, the best of ReadVariants (AVX-512 or
+	// AVX2 loads; see readCeiling), and each engine's share of it is the
 	// fraction of the hardware it reached at batch 1. Zero, and no
-	// variants, without AVX-512.
+	// variants, without either.
 	ReadCeilingBytesPerCPUS float64       `json:"read_ceiling_bytes_per_cpu_s"`
 	ReadVariants            []readVariant `json:"read_variants,omitempty"`
 	OursShareOfCeiling      float64       `json:"ours_share_of_read_ceiling_batch1"`

@@ -43,7 +43,7 @@ func streamReadGo(b []byte) uint64 {
 }
 
 // readVariant is one way of reading a buffer past the caches with
-// AVX-512 loads (streamRows): Rows rows of RowBytes at a time, their lines
+// AVX-512 or AVX2 loads (streamRows): Rows rows of RowBytes at a time, their lines
 // interleaved, each line prefetched PrefetchBytes ahead of its row (none
 // at 0). BytesPerCPUS is the best of the reps.
 type readVariant struct {
@@ -67,7 +67,7 @@ var readVariants = []readVariant{
 // readCeiling is the most one thread reads here, in bytes per CPU-second:
 // the best of readVariants over a buffer of n bytes on huge pages, each
 // measured reps times. It returns every variant's figure beside it, or
-// nothing where the CPU has no AVX-512.
+// nothing where the CPU has neither AVX-512 nor AVX2.
 func readCeiling(n int64, reps int) (best float64, variants []readVariant) {
 	prev := goruntime.GOMAXPROCS(1)
 	defer goruntime.GOMAXPROCS(prev)

@@ -57,7 +57,7 @@ func TestStreamRowsReadsEveryByte(t *testing.T) {
 			for _, dist := range []int{0, k * rowBytes} {
 				got, ok := streamRows(b, k, rowBytes, dist)
 				if !ok {
-					t.Skipf("no AVX-512 here: readCeiling reports nothing")
+					t.Skipf("no AVX-512 or AVX2 here: readCeiling reports nothing")
 				}
 				if got != want {
 					t.Errorf("%d rows of %d, prefetch %d: got %#x, want %#x", k, rowBytes, dist, got, want)
@@ -78,7 +78,7 @@ func TestReadCeilingIsTheBestVariant(t *testing.T) {
 	t.Parallel()
 	best, vs := readCeiling(8<<20, 2)
 	if vs == nil {
-		t.Skip("no AVX-512 here: no ceiling")
+		t.Skip("no AVX-512 or AVX2 here: no ceiling")
 	}
 	if len(vs) != len(readVariants) {
 		t.Fatalf("%d variants measured, want %d", len(vs), len(readVariants))
