@@ -228,9 +228,7 @@ func (m *Model) forward(kv *KV, batch []Seq, workers int) [][]float32 {
 		rmsnorm(h, x, l.ffnNorm, n, d, c.NormEps)
 		matmul(workers, g, h, l.gate, n)
 		matmul(workers, u, h, l.up, n)
-		for i := range g {
-			g[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
-		}
+		siluMul(g, u)
 		matmul(workers, h, g, l.down, n)
 		for i := range x {
 			x[i] += h[i]
