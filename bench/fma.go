@@ -11,12 +11,34 @@ import goruntime "runtime"
 // per sequence, costs at least its multiply-adds over this. 0 where the
 // CPU has neither AVX-512 nor AVX2 with FMA.
 func fmaPeak(iters, reps int) float64 {
+	return peakRate(reps, func() (int64, bool) {
+		_, madds, ok := fmaSteps(iters, 1e-7, 1)
+		return madds, ok
+	})
+}
+
+// q8DotPeak is one thread's peak rate of llama.cpp's AVX2 Q8_0 block
+// product (q8DotPeakAVX2: sign, VPMADDUBSW, VPMADDWD, conversion, scale
+// and FMA, on registers only) in multiply-adds per CPU-second, the best
+// of reps runs of iters steps: what bounds the Q8_0 products of a step of
+// many sequences on a core without AVX-512 VNNI, as fmaPeak bounds the
+// float ones. 0 where the CPU has no AVX2 with FMA.
+func q8DotPeak(iters, reps int) float64 {
+	return peakRate(reps, func() (int64, bool) {
+		_, madds, ok := q8DotSteps(iters)
+		return madds, ok
+	})
+}
+
+// peakRate is the best of reps runs of run, in its multiply-adds per
+// CPU-second of one thread; 0 when run cannot run here.
+func peakRate(reps int, run func() (madds int64, ok bool)) float64 {
 	prev := goruntime.GOMAXPROCS(1)
 	defer goruntime.GOMAXPROCS(prev)
 	best := 0.0
 	for range reps {
 		c0 := cpuTime()
-		_, madds, ok := fmaSteps(iters, 1e-7, 1)
+		madds, ok := run()
 		if !ok {
 			return 0
 		}

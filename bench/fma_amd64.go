@@ -25,6 +25,19 @@ func fmaLanes() int {
 	return 8
 }
 
+// q8DotSteps runs q8DotPeakAVX2 iters times and returns its fold and the
+// multiply-adds it did (32 a block product), or ok false where the CPU
+// has no AVX2 with FMA.
+func q8DotSteps(iters int) (fold float32, madds int64, ok bool) {
+	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		return 0, 0, false
+	}
+	return q8DotPeakAVX2(iters), int64(iters) * 8 * 32, true
+}
+
+//go:noescape
+func q8DotPeakAVX2(iters int) float32
+
 //go:noescape
 func fmaPeak512(iters int, a, b float32) float32
 

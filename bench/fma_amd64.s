@@ -130,3 +130,99 @@ avx2done:
 	VMOVSS X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func q8DotPeakAVX2(iters int) float32
+// Runs iters steps of eight of llama.cpp's AVX2 Q8_0 block products on
+// registers only, each as q8_0DotAVX2 does one (llm/matmul_amd64.s):
+// activations signed by the weights (VPSIGNB), times |w| (VPMADDUBSW),
+// pairs summed (VPMADDWD with ones), to floats, times d_w·d_x (VMULPS)
+// and added by an FMA into one of eight accumulators. With every byte 1
+// and d_x·d_w = 0.5·0.25 each lane gains 0.5 a product; returns the
+// accumulators' first lanes summed (4·iters), which the caller keeps.
+TEXT ·q8DotPeakAVX2(SB), NOSPLIT, $0-12
+	MOVQ iters+0(FP), CX
+	MOVL $0x01010101, AX
+	VMOVD AX, X0
+	VPBROADCASTD X0, Y0 // the activations
+	VMOVDQU Y0, Y1 // the weights
+	VPABSB Y1, Y2 // |w|
+	VPCMPEQW Y3, Y3, Y3
+	VPSRLW $15, Y3, Y3 // sixteen int16 ones
+	MOVL $0x3f000000, AX // 0.5
+	VMOVD AX, X4
+	VBROADCASTSS X4, Y4
+	MOVL $0x3e800000, AX // 0.25
+	VMOVD AX, X5
+	VBROADCASTSS X5, Y5
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	TESTQ CX, CX
+	JZ q8done
+q8loop:
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y8
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y9
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y10
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y11
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y12
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y13
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y14
+	VPSIGNB Y1, Y0, Y6
+	VPMADDUBSW Y6, Y2, Y6
+	VPMADDWD Y3, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y5, Y4, Y7
+	VFMADD231PS Y7, Y6, Y15
+	DECQ CX
+	JNZ q8loop
+q8done:
+	VADDPS Y9, Y8, Y8
+	VADDPS Y11, Y10, Y10
+	VADDPS Y13, Y12, Y12
+	VADDPS Y15, Y14, Y14
+	VADDPS Y10, Y8, Y8
+	VADDPS Y14, Y12, Y12
+	VADDPS Y12, Y8, Y8
+	VMOVSS X8, ret+8(FP)
+	VZEROUPPER
+	RET

@@ -28,3 +28,25 @@ func TestFMAPeakRunsEveryStep(t *testing.T) {
 		t.Errorf("peak %v multiply-adds a second, want above 0", peak)
 	}
 }
+
+// The Q8_0 peak loop does every block product of every step: each of its
+// 32 products of ones adds 0.5·0.25 to a lane's four, 0.5 a step to each
+// of eight accumulators' first lanes.
+func TestQ8DotPeakRunsEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, iters := range []int{0, 1, 1000} {
+		fold, madds, ok := q8DotSteps(iters)
+		if !ok {
+			t.Skip("no AVX2 here: q8DotPeak reports 0")
+		}
+		if want := float32(4 * iters); fold != want {
+			t.Errorf("%d steps: fold %v, want %v", iters, fold, want)
+		}
+		if want := int64(256 * iters); madds != want {
+			t.Errorf("%d steps: %d multiply-adds, want %d", iters, madds, want)
+		}
+	}
+	if peak := q8DotPeak(100_000, 2); peak <= 0 {
+		t.Errorf("peak %v multiply-adds a second, want above 0", peak)
+	}
+}

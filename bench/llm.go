@@ -414,6 +414,10 @@ var bigLLMSizes = llmSizes{Requests: 16, Warm: 8, Prompt: 1, Short: 2, Long: 48,
 // tens of milliseconds, long past the CPU time's resolution.
 const fmaPeakSteps = 20_000_000
 
+// q8DotPeakSteps are the steps of one q8DotPeak run: 1.3 G multiply-adds,
+// about 40 ms at this rate on a 2-core Zen 2.
+const q8DotPeakSteps = 5_000_000
+
 // decodeHistory is the positions before each sequence's token in
 // decodeStepMs's steps.
 const decodeHistory = 64

@@ -28,6 +28,10 @@ type llmPeer struct {
 	Skipped string `json:"skipped,omitempty"`
 	Config  string `json:"config"`
 	L3Bytes int64  `json:"l3_cache_bytes"`
+	// FMAPeakMaddsPerCPUS and Q8DotPeakMaddsPerCPUS are one thread's peak
+	// rates here (fmaPeak, q8DotPeak) that bound the models' products.
+	FMAPeakMaddsPerCPUS   float64 `json:"fma_peak_madds_per_cpu_s"`
+	Q8DotPeakMaddsPerCPUS float64 `json:"q8_0_dot_peak_madds_per_cpu_s"`
 	// Kernels is the kernel set the engine chose for this CPU;
 	// StreamKernel the loop that measured each figure's stream bandwidth.
 	Kernels      string `json:"kernels"`
@@ -101,6 +105,16 @@ type llmPeerFigure struct {
 	ReadVariants            []readVariant `json:"read_variants,omitempty"`
 	OursShareOfCeiling      float64       `json:"ours_share_of_read_ceiling_batch1"`
 	PeerShareOfCeiling      float64       `json:"llamacpp_share_of_read_ceiling_batch1,omitempty"`
+	// SeqsCeilingCPU is the most tokens per CPU-second a step of Seqs
+	// sequences could give on one thread here if its weight products ran
+	// at the peak rate of their multiply-adds and nothing else took any
+	// time: the FMA peak for F16 (widened to float32), the Q8_0 block
+	// product's peak (q8DotPeak) for Q8_0 where the kernels are avx2; 0
+	// where there is no such peak. CeilingOverPeerSeqs is it over
+	// llama.cpp's CPU-time figure: below TargetSeqs, the target cannot be
+	// met on this core by any kernel of that arithmetic.
+	SeqsCeilingCPU      float64 `json:"seqs_ceiling_cpu_tokens_per_s,omitempty"`
+	CeilingOverPeerSeqs float64 `json:"ceiling_over_llamacpp_seqs,omitempty"`
 }
 
 // llmPeerSizes size measurePeer; tests run it small.
@@ -125,6 +139,7 @@ func defaultPeerSizes() llmPeerSizes {
 // when it can be had) and removes it.
 func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 	res := &llmPeer{Config: fmt.Sprintf("%+v", sz.Config), L3Bytes: l3Bytes(), Kernels: llm.Kernels(), StreamKernel: streamKernel(),
+		FMAPeakMaddsPerCPUS: round3(fmaPeak(fmaPeakSteps, 5)), Q8DotPeakMaddsPerCPUS: round3(q8DotPeak(q8DotPeakSteps, 5)),
 		TransparentHugePages: transparentHugePages(),
 		Prompt:               sz.Prompt, Decode: sz.Decode, Seqs: sz.Seqs, Reps: sz.Reps, TargetBatch1: 1, TargetSeqs: 1.5}
 	peer, err := llamacpp.Open(ctx, llamacpp.DefaultDir())
@@ -207,6 +222,19 @@ func measurePeer(ctx context.Context, sz llmPeerSizes) (*llmPeer, error) {
 			}
 			if ceiling > 0 {
 				f.OursShareOfCeiling, f.PeerShareOfCeiling = round3(f.OursBytesPerCPUS/ceiling), round3(f.PeerBytesPerCPUS/ceiling)
+			}
+			peak := res.FMAPeakMaddsPerCPUS
+			if typ == gguf.Q8_0 {
+				peak = 0
+				if res.Kernels == "avx2" {
+					peak = res.Q8DotPeakMaddsPerCPUS
+				}
+			}
+			if peak > 0 && threads == 1 {
+				f.SeqsCeilingCPU = round3(peak / float64(weights(sz.Config)))
+				if f.PeerCPUSeqs > 0 {
+					f.CeilingOverPeerSeqs = round3(f.SeqsCeilingCPU / f.PeerCPUSeqs)
+				}
 			}
 			res.Models = append(res.Models, f)
 		}
