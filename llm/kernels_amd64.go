@@ -45,9 +45,11 @@ func pickKernels() kernelSet {
 }
 
 // avx2Kernels take tiles of one to four activation rows against any
-// number of F32 or F16 weight rows (f32TileAVX2, f16TileAVX2), and one
-// or four activation rows against a weight row of the other types.
-var avx2Kernels = kernelSet{name: "avx2", xr: 4, wr: 1, tile: avx2Tile, tiles: avx2Tiles}
+// number of F32 or F16 weight rows (f32TileAVX2, f16TileAVX2), two to
+// eight against each Q8_0 weight row in turn (q8_0TileAVX2) or one
+// against four at a time (q8_0RowsAVX2), and one or four activation rows
+// against a weight row of the other types.
+var avx2Kernels = kernelSet{name: "avx2", xr: 8, wr: 1, tile: avx2Tile, tiles: avx2Tiles, floatXr: 4}
 
 func avx2Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int) {
 	avx2Tiles(dst, ds, a, i, xr, w, o, wr, nil)
@@ -61,6 +63,25 @@ func avx2Tiles(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, 
 		}
 		for k := 0; k < xr; k += 4 {
 			avx2Float(dst[k*ds:], ds, a, i+k, min(4, xr-k), w, o, wr, pf)
+		}
+		return
+	}
+	if w.typ == tQ8_0 && xr >= 2 && w.cols >= 32 {
+		// Up to eight rows against each weight row in turn.
+		if pf == nil {
+			pf = w.rowAt(o)
+		}
+		nb := w.cols / 32
+		wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
+		for k := 0; k < xr; k += 8 {
+			n := min(8, xr-k)
+			q := a.q[i+k : i+k+n]
+			_, _ = q[n-1].q[w.cols-1], q[n-1].d[nb-1]
+			if n == 1 {
+				q8_0RowsAVX2(&dst[k*ds], &q[0].q[0], &q[0].d[0], &wb[0], w.rowBytes, nb, wr)
+				continue
+			}
+			q8_0TileAVX2(&dst[k*ds], ds, &q[0].q[0], w.cols, &q[0].d[0], nb, &wb[0], w.rowBytes, nb, n, wr, pf)
 		}
 		return
 	}
@@ -318,6 +339,9 @@ func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 
 //go:noescape
 func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
+
+//go:noescape
+func q8_0TileAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, ws int, nb int, xr int, wr int, pf *byte)
 
 //go:noescape
 func q8_0RowsAVX2(dst *float32, xq *int8, xd *float32, w *byte, ws int, nb int, wr int)

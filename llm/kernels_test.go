@@ -48,7 +48,7 @@ func TestKernels(t *testing.T) {
 		{gguf.Q6_K, []int{256, 512, 768}},
 	} {
 		for _, cols := range c.cols {
-			const rows, n = 6, 6
+			const rows, n = 6, 9
 			w, wf := randomMatrix(t, rng, c.typ, rows, cols)
 			x := make([]float32, n*cols)
 			for i := range x {
@@ -90,7 +90,7 @@ func TestKernels(t *testing.T) {
 					// Every tile shape gives each pair the bits it has alone.
 					xrs := []int{1, set.xr}
 					if set.tiles != nil { // any rows up to the set's, against any weight rows
-						xrs = []int{1, 2, 3, 4}
+						xrs = []int{1, 2, 3, 4, 5, 6, 7, 8}
 					}
 					for _, xr := range xrs {
 						for _, wr := range []int{1, 2, set.wr, 3, 5, rows} {

@@ -263,4 +263,95 @@ p("\tVZEROUPPER")
 p("\tRET")
 p("")
 
+# Q8_0 weights against two to eight Q8_0 activation rows, a weight row
+# at a time: each pair gets q8_0DotAVX2's instructions (the same bits),
+# and the weight block's loads, |w| and d_w are shared by up to eight
+# rows where the four-row kernel shares them by four. Each block
+# prefetches from pf on (the weights the caller reads next).
+QX = ["(SI)", "(SI)(R10*1)", "(SI)(R10*2)", "(SI)(R11*1)", "(R9)", "(R9)(R10*1)", "(R9)(R10*2)", "(R9)(R11*1)"]
+QD = ["(BX)", "(BX)(R12*1)", "(BX)(R12*2)", "(BX)(R13*1)", "(R14)", "(R14)(R12*1)", "(R14)(R12*2)", "(R14)(R13*1)"]
+
+def q8tile(xr):
+    L = f"q8x{xr}"
+    p(f"{L}:")
+    p("\tTESTQ CX, CX")
+    p("\tJZ q8tret")
+    p("\tMOVQ xq+16(FP), SI")
+    p("\tMOVQ xd+32(FP), BX")
+    if xr > 4:
+        p("\tLEAQ (SI)(R10*4), R9")
+        p("\tLEAQ (BX)(R12*4), R14")
+    for k in range(xr):
+        p(f"\tVXORPS Y{8+k}, Y{8+k}, Y{8+k}")
+    p("\tMOVQ nb+64(FP), AX")
+    p("\tMOVQ DX, row-8(SP) // the weight row's start")
+    p(f"{L}loop:")
+    p("\tTESTQ AX, AX")
+    p(f"\tJZ {L}done")
+    p("\tVPBROADCASTW (DX), X1")
+    p("\tVCVTPH2PS X1, Y1")
+    p("\tVMOVDQU 2(DX), Y0")
+    p("\tVPABSB Y0, Y2")
+    p("\tPREFETCHT0 (R15)")
+    for k in range(xr):
+        p(f"\tVMOVDQU {QX[k]}, Y3")
+        p("\tVPSIGNB Y0, Y3, Y3")
+        p("\tVPMADDUBSW Y3, Y2, Y4")
+        p("\tVPMADDWD Y7, Y4, Y4")
+        p("\tVCVTDQ2PS Y4, Y4")
+        p(f"\tVBROADCASTSS {QD[k]}, Y5")
+        p("\tVMULPS Y1, Y5, Y5")
+        p(f"\tVFMADD231PS Y5, Y4, Y{8+k}")
+    p("\tADDQ $34, DX")
+    p("\tADDQ $34, R15")
+    p("\tADDQ $32, SI")
+    p("\tADDQ $4, BX")
+    if xr > 4:
+        p("\tADDQ $32, R9")
+        p("\tADDQ $4, R14")
+    p("\tDECQ AX")
+    p(f"\tJMP {L}loop")
+    p(f"{L}done:")
+    p("\tMOVQ row-8(SP), DX")
+    p("\tMOVQ DI, AX")
+    for k in range(xr):
+        p(f"\tHSUM8(Y{8+k}, X{8+k}, X3)")
+        p(f"\tMOVSS X{8+k}, (AX)")
+        if k + 1 < xr:
+            p("\tADDQ R8, AX")
+    p("\tADDQ ws+56(FP), DX")
+    p("\tADDQ $4, DI")
+    p("\tDECQ CX")
+    p(f"\tJMP {L}")
+
+p("// func q8_0TileAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, ws int, nb int, xr int, wr int, pf *byte)")
+p("// dst[k·ds + l] is activation row k (nb blocks: values at xq + k·xqs,")
+p("// scales at xd + k·xds, xds in floats) against Q8_0 weight row l (at")
+p("// w + l·ws), k < xr (2 to 8) and l < wr.")
+p("TEXT ·q8_0TileAVX2(SB), NOSPLIT, $8-96")
+p("\tMOVQ dst+0(FP), DI")
+p("\tMOVQ ds+8(FP), R8")
+p("\tSHLQ $2, R8")
+p("\tMOVQ xqs+24(FP), R10")
+p("\tLEAQ (R10)(R10*2), R11")
+p("\tMOVQ xds+40(FP), R12")
+p("\tSHLQ $2, R12")
+p("\tLEAQ (R12)(R12*2), R13")
+p("\tMOVQ w+48(FP), DX")
+p("\tMOVQ wr+80(FP), CX")
+p("\tMOVQ pf+88(FP), R15")
+p("\tVPCMPEQW Y7, Y7, Y7")
+p("\tVPSRLW $15, Y7, Y7 // sixteen int16 ones")
+p("\tMOVQ xr+72(FP), AX")
+for xr in range(2, 9):
+    p(f"\tCMPQ AX, ${xr}")
+    p(f"\tJEQ q8x{xr}")
+p("\tJMP q8tret")
+for xr in range(2, 9):
+    q8tile(xr)
+p("q8tret:")
+p("\tVZEROUPPER")
+p("\tRET")
+p("")
+
 open("tileavx2_amd64.s", "w").write("\n".join(out) + "\n")
