@@ -1,6 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "hsum8.h"
 
 // The AVX2 matrix-product kernels of the quantised types: one weight row
 // against one or four rows of activations (the float tiles are in
@@ -9,16 +10,6 @@
 // three others, so its result does not depend on its neighbours: the
 // batch-invariance the forward pass promises. The four-row forms read
 // each weight vector once for the four rows.
-
-// HSUM8 leaves the sum of Y's eight lanes in X's low lane, in a fixed
-// tree: (lo128 + hi128), then (l0+l2, l1+l3), then their sum.
-#define HSUM8(Y, X, T) \
-	VEXTRACTF128 $1, Y, T \
-	VADDPS T, X, X \
-	VMOVHLPS X, T, T \
-	VADDPS T, X, X \
-	VMOVSHDUP X, T \
-	VADDSS T, X, X
 
 // Q8_0 and Q4_0 weights against Q8_0 activations, as llama.cpp's AVX2
 // kernel: a block's 32 products are summed in integers (|w| times x
