@@ -1,8 +1,9 @@
-# Generates tileavx2_amd64.s, the AVX2 float tile kernels: one to four
-# activation rows against weight rows taken four or three at a time. Each
-# shape is the same per-pair instructions unrolled, which is easier to keep
-# right written once here than twenty-four times by hand. Run by go generate
-# (kernels_amd64.go) from the llm directory.
+# Generates tileavx2_amd64.s, the AVX2 tile kernels: float tiles of one to
+# four activation rows against weight rows taken four or three at a time,
+# and Q8_0 tiles of one row against four weight rows or two to eight rows
+# against one. Each shape is the same per-pair instructions unrolled, which
+# is easier to keep right written once here than thirty times by hand. Run
+# by go generate (kernels_amd64.go) from the llm directory.
 out = []
 def p(s=""): out.append(s)
 
