@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -42,6 +43,17 @@ type Env struct {
 	// OpenBrowser opens login's sign-in URL; nil runs the system's
 	// opener (xdg-open, open). Tests play the browser here.
 	OpenBrowser func(url string) error
+	// Now is the time the defaults that depend on it are taken from
+	// (chargeback's month, a key's expiry); nil is the system clock.
+	Now func() time.Time
+}
+
+// now is the client's clock: Env.Now, or the system's.
+func (a *app) now() time.Time {
+	if a.env.Now != nil {
+		return a.env.Now()
+	}
+	return time.Now()
 }
 
 // nouns are the first words main hands to Run.

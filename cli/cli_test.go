@@ -250,7 +250,15 @@ func TestVerbsAgainstAControlPlane(t *testing.T) {
 			t.Errorf("chargeback table has no TOTAL row:\n%s", out)
 		}
 		s.run(t, s.keys["finance"], "chargeback", "--from", "yesterday", "--to", "2026-12-01").want(t, "a bad date", 1, "400", "from")
-		s.run(t, s.keys["finance"], "chargeback", "--to", "2026-12-01").want(t, "no --from", 2, "from")
+		// Without dates, the calendar month the client's clock is in.
+		month := jsonOf[map[string]any](t, s.runAt(t, s.keys["finance"], time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC), "chargeback", "-o", "json").ok(t, "chargeback without dates"))
+		if month["from"] != "2026-11-01T00:00:00Z" || month["to"] != "2026-12-01T00:00:00Z" {
+			t.Errorf("chargeback without dates on 30 November covers %v to %v; want November", month["from"], month["to"])
+		}
+		from := jsonOf[map[string]any](t, s.runAt(t, s.keys["finance"], time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), "chargeback", "--from", "2026-11-15", "-o", "json").ok(t, "chargeback with --from only"))
+		if from["from"] != "2026-11-15T00:00:00Z" || from["to"] != "2027-01-01T00:00:00Z" {
+			t.Errorf("chargeback --from 2026-11-15 on 1 December covers %v to %v; want to the end of December", from["from"], from["to"])
+		}
 	})
 
 	t.Run("drift", func(t *testing.T) {

@@ -363,7 +363,7 @@ func (a *app) keysCmd() *cobra.Command {
 				body["team"] = team
 			}
 			if expires > 0 {
-				body["expires_at"] = time.Now().Add(expires).UTC().Format(time.RFC3339)
+				body["expires_at"] = a.now().Add(expires).UTC().Format(time.RFC3339)
 			}
 			return a.send(cmd, http.MethodPost, "/api-keys", body, append([]column{{"KEY", "key"}}, keyCols...))
 		},
@@ -427,14 +427,24 @@ func (a *app) chargebackCmd() *cobra.Command {
 	var from, to, groupBy, team, endpoint, graph string
 	var csv bool
 	cmd := &cobra.Command{
-		Use:     "chargeback --from DATE --to DATE [--group-by team,endpoint] [--csv]",
-		Short:   "GPU-hours and cost per group over a period",
-		Example: "  modelplane chargeback --from 2026-11-01 --to 2026-12-01 --group-by team --csv",
-		Args:    args(),
+		Use:   "chargeback [--from DATE] [--to DATE] [--group-by team,endpoint] [--csv]",
+		Short: "GPU-hours and cost per group over a period (this month by default)",
+		Example: "  modelplane chargeback --group-by team,endpoint\n" +
+			"  modelplane chargeback --from 2026-11-01 --to 2026-12-01 --group-by team --csv",
+		Args: args(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.apiClient()
 			if err != nil {
 				return err
+			}
+			// This calendar month in UTC, as the reports' days are.
+			now := a.now().UTC()
+			month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+			if from == "" {
+				from = month.Format(time.DateOnly)
+			}
+			if to == "" {
+				to = month.AddDate(0, 1, 0).Format(time.DateOnly)
 			}
 			q := url.Values{"from": {from}, "to": {to}}
 			for k, v := range map[string]string{"group_by": groupBy, "team": team, "endpoint": endpoint, "graph": graph} {
@@ -490,15 +500,13 @@ func (a *app) chargebackCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "start of the period, included: a date or RFC 3339")
-	f.StringVar(&to, "to", "", "end of the period, excluded")
+	f.StringVar(&from, "from", "", "start of the period, included: a date or RFC 3339 (default the first of this month, UTC)")
+	f.StringVar(&to, "to", "", "end of the period, excluded (default the first of next month)")
 	f.StringVar(&groupBy, "group-by", "team", "comma-separated: team, endpoint, model, version, gpu_type, allocation, caller_team (the teams that called each endpoint through a grant, charged their share of its cost), graph (the inference graphs whose steps called it)")
 	f.StringVar(&team, "team", "", "only this team")
 	f.StringVar(&endpoint, "endpoint", "", "only this endpoint")
 	f.StringVar(&graph, "graph", "", "only the shares charged to this graph endpoint (its cost by step with --group-by endpoint,graph)")
 	f.BoolVar(&csv, "csv", false, "print the API's CSV")
-	_ = cmd.MarkFlagRequired("from")
-	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 

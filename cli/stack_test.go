@@ -109,9 +109,23 @@ func (s *stack) run(t *testing.T, key string, argv ...string) result {
 // runEnv runs the client with exactly env as its environment.
 func (s *stack) runEnv(t *testing.T, env map[string]string, version string, argv ...string) result {
 	t.Helper()
+	return s.runWith(t, cli.Env{Getenv: func(k string) string { return env[k] }, Version: version}, argv...)
+}
+
+// runAt runs the client as run does, with its clock at now.
+func (s *stack) runAt(t *testing.T, key string, now time.Time, argv ...string) result {
+	t.Helper()
+	env := map[string]string{"MP_API": s.url + "/api/v1", "MP_API_KEY": key, "MP_GATEWAY": s.gateway}
+	return s.runWith(t, cli.Env{Getenv: func(k string) string { return env[k] }, Now: func() time.Time { return now }}, argv...)
+}
+
+// runWith runs the client with env, its output captured and its
+// configuration in the stack's directory.
+func (s *stack) runWith(t *testing.T, env cli.Env, argv ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := cli.Run(t.Context(), argv, cli.Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] },
-		ConfigDir: s.cfgDir, Version: version})
+	env.Stdout, env.Stderr, env.ConfigDir = &out, &errb, s.cfgDir
+	code := cli.Run(t.Context(), argv, env)
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
