@@ -66,8 +66,9 @@ func avx2Tiles(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, 
 		}
 		return
 	}
-	if w.typ == tQ8_0 && xr >= 2 && w.cols >= 32 {
-		// Up to eight rows against each weight row in turn.
+	if w.typ == tQ8_0 && w.cols > 0 {
+		// Up to eight rows against each weight row in turn; a row alone
+		// against four weight rows at a time.
 		if pf == nil {
 			pf = w.rowAt(o)
 		}
@@ -85,21 +86,12 @@ func avx2Tiles(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, 
 		}
 		return
 	}
-	full := xr &^ 3
 	for l := range wr {
-		for k := 0; k < full; k += 4 {
+		k := 0
+		for ; k+4 <= xr; k += 4 {
 			avx2Row(dst[k*ds+l:], ds, a, i+k, 4, w, o+l)
 		}
-	}
-	for k := full; k < xr; k++ {
-		if w.typ == tQ8_0 && w.cols >= 32 {
-			// One row against all the weight rows: four streams.
-			q := &a.q[i+k]
-			wb := w.data[o*w.rowBytes : (o+wr)*w.rowBytes]
-			q8_0RowsAVX2(&dst[k*ds], &q.q[0], &q.d[0], &wb[0], w.rowBytes, w.cols/32, wr)
-			continue
-		}
-		for l := range wr {
+		for ; k < xr; k++ {
 			avx2Row(dst[k*ds+l:], ds, a, i+k, 1, w, o+l)
 		}
 	}
@@ -144,17 +136,13 @@ func avx2Float(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int, 
 func avx2Row(dst []float32, ds int, a *acts, i, xr int, w *matrix, o int) {
 	c := w.cols
 	switch w.typ {
-	case tQ8_0, tQ4_0:
+	case tQ4_0:
 		q := a.q[i : i+xr]
 		_ = q[xr-1].q[c-1]
 		nb := c / 32
 		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
 		// prepare lays row i+1's values and scales right after row i's.
-		if w.typ == tQ8_0 {
-			q8_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
-		} else {
-			q4_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
-		}
+		q4_0DotAVX2(&dst[0], ds, &q[0].q[0], c, &q[0].d[0], nb, &wb[0], nb, xr)
 	case tQ4_K:
 		nb := c / qk
 		wb := w.data[o*w.rowBytes : (o+1)*w.rowBytes]
@@ -336,9 +324,6 @@ func avx512Tile(dst []float32, ds int, a *acts, i, xr int, w *matrix, o, wr int)
 		avx2Tile(dst, ds, a, i, xr, w, o, wr)
 	}
 }
-
-//go:noescape
-func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
 
 //go:noescape
 func q8_0TileAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, ws int, nb int, xr int, wr int, pf *byte)

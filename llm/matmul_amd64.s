@@ -3,16 +3,16 @@
 #include "textflag.h"
 #include "hsum8.h"
 
-// The AVX2 matrix-product kernels of the quantised types: one weight row
-// against one or four rows of activations (the float tiles are in
+// The AVX2 matrix-product kernels of Q4_0, Q4_K and Q6_K: one weight row
+// against one or four rows of activations (the float and Q8_0 tiles are in
 // tileavx2_amd64.s). Each activation row has its own accumulators and gets the
 // same instructions, in the same order, whether it runs alone or with
 // three others, so its result does not depend on its neighbours: the
 // batch-invariance the forward pass promises. The four-row forms read
 // each weight vector once for the four rows.
 
-// Q8_0 and Q4_0 weights against Q8_0 activations, as llama.cpp's AVX2
-// kernel: a block's 32 products are summed in integers (|w| times x
+// Q4_0 weights against Q8_0 activations, as llama.cpp's AVX2 kernel (and
+// the Q8_0 tiles, with Q8_0's bytes for the weights): a block's 32 products are summed in integers (|w| times x
 // signed by w, VPMADDUBSW then VPMADDWD: eight exact int32 lanes), the
 // lanes turned to floats, multiplied by the block's d_w·d_x and added to
 // the row's eight-lane accumulator; at the end HSUM8.
@@ -76,51 +76,6 @@
 	VPAND Y14, Y0, Y0 \
 	VPSUBB Y13, Y0, Y0 \
 	VPABSB Y0, Y2
-
-// func q8_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
-TEXT ·q8_0DotAVX2(SB), NOSPLIT, $0-72
-	QPROLOGUE
-	MOVQ rows+64(FP), AX
-	CMPQ AX, $4
-	JEQ q80four
-q80one:
-	TESTQ CX, CX
-	JZ q80onedone
-	VPBROADCASTW (DX), X1
-	VCVTPH2PS X1, Y1
-	VMOVDQU 2(DX), Y0
-	VPABSB Y0, Y2
-	QROW((SI), (BX), Y8)
-	ADDQ $34, DX
-	ADDQ $32, SI
-	ADDQ $4, BX
-	DECQ CX
-	JMP q80one
-q80onedone:
-	HSUM8(Y8, X8, X3)
-	MOVSS X8, (DI)
-	VZEROUPPER
-	RET
-q80four:
-	TESTQ CX, CX
-	JZ q80fourdone
-	VPBROADCASTW (DX), X1
-	VCVTPH2PS X1, Y1
-	VMOVDQU 2(DX), Y0
-	VPABSB Y0, Y2
-	QROW((SI), (BX), Y8)
-	QROW((SI)(R10*1), (BX)(R12*1), Y9)
-	QROW((SI)(R10*2), (BX)(R12*2), Y10)
-	QROW((SI)(R11*1), (BX)(R13*1), Y11)
-	ADDQ $34, DX
-	ADDQ $32, SI
-	ADDQ $4, BX
-	DECQ CX
-	JMP q80four
-q80fourdone:
-	QSTORE4
-	VZEROUPPER
-	RET
 
 // func q4_0DotAVX2(dst *float32, ds int, xq *int8, xqs int, xd *float32, xds int, w *byte, nb int, rows int)
 TEXT ·q4_0DotAVX2(SB), NOSPLIT, $0-72

@@ -177,11 +177,11 @@ for typ in ("f32", "f16"):
     p("")
 
 # Q8_0 weights against one Q8_0 activation row (batch 1): four weight
-# rows at a time, then one. Each pair gets q8_0DotAVX2's instructions
+# rows at a time, then one. Each pair gets QROW's instructions
 # (matmul_amd64.s): x signed by w, VPMADDUBSW with |w|, VPMADDWD with
 # ones, to floats, times d_w·d_x (d_x broadcast times d_w), added to its
 # accumulator by one FMA, HSUM8 at the end; so a row's results are the
-# bits it gets among four activation rows. Four weight rows are four
+# bits it gets in q8_0TileAVX2 among other rows. Four weight rows are four
 # streams and four accumulator chains, and the rows four on are
 # prefetched at the same offsets.
 Q8W = ["DX", "R9", "R13", "R14"]
@@ -256,9 +256,9 @@ p("\tRET")
 p("")
 
 # Q8_0 weights against two to eight Q8_0 activation rows, a weight row
-# at a time: each pair gets q8_0DotAVX2's instructions (the same bits),
+# at a time: each pair gets QROW's instructions (the same bits),
 # and the weight block's loads, |w| and d_w are shared by up to eight
-# rows where the four-row kernel shares them by four. Each block
+# rows (the four-row kernel these replace shared them by four). Each block
 # prefetches from pf on (the weights the caller reads next).
 QX = ["(SI)", "(SI)(R10*1)", "(SI)(R10*2)", "(SI)(R11*1)", "(R9)", "(R9)(R10*1)", "(R9)(R10*2)", "(R9)(R11*1)"]
 QD = ["(BX)", "(BX)(R12*1)", "(BX)(R12*2)", "(BX)(R13*1)", "(R14)", "(R14)(R12*1)", "(R14)(R12*2)", "(R14)(R13*1)"]
