@@ -1,0 +1,415 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// readBufSize is the read buffer of a connection: a head that does not
+// fit is net/http's.
+const readBufSize = 8 << 10
+
+// writeBufSize is the write buffer of a connection.
+const writeBufSize = 8 << 10
+
+// maxPending is what an answer may write before its head must go out:
+// an answer that ends within it gets a Content-Length.
+const maxPending = 16 << 10
+
+// maxDrain is the most of an unread request body read away after the
+// answer so that the connection can serve the next request, as net/http.
+const maxDrain = 256 << 10
+
+// watchAfter is how long a request runs before its connection is read
+// beside it, to notice a caller that leaves. net/http reads beside every
+// request; for the gateway's answers, most done in well under this, that
+// was a goroutine, a system call and a wake-up a request.
+const watchAfter = 50 * time.Millisecond
+
+// conn is one client connection served by h1.
+type conn struct {
+	s          *Server
+	nc         net.Conn
+	remoteAddr string
+	br         *bufio.Reader
+	bw         *bufio.Writer
+	// idle is true while the connection waits for a request's first
+	// byte; Shutdown closes it then.
+	idle atomic.Bool
+
+	res     response
+	pending []byte
+	num     [20]byte
+	body    body
+
+	// The watch: mu guards running (a request is in the handler),
+	// watching (the watch's read is in progress), peeked (a byte that
+	// read took) and cancel (the request's).
+	mu       sync.Mutex
+	cond     sync.Cond
+	watch    *time.Timer
+	running  bool
+	watching bool
+	peeked   int // -1 for none
+	gone     bool
+	cancel   context.CancelFunc
+	watchBuf [1]byte
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, remoteAddr: nc.RemoteAddr().String(), peeked: -1}
+	c.cond.L = &c.mu
+	c.br = bufio.NewReaderSize(connReader{c}, readBufSize)
+	c.bw = bufio.NewWriterSize(nc, writeBufSize)
+	c.watch = time.AfterFunc(time.Hour, c.watchRead)
+	c.watch.Stop()
+	return c
+}
+
+// connReader reads the connection, the watch's byte first.
+type connReader struct{ c *conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	c := r.c
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.mu.Lock()
+	if c.peeked >= 0 {
+		p[0] = byte(c.peeked)
+		c.peeked = -1
+		c.mu.Unlock()
+		return 1, nil
+	}
+	c.mu.Unlock()
+	return c.nc.Read(p)
+}
+
+// serve serves requests on c until it closes or is handed over.
+func (c *conn) serve() {
+	handed := false
+	defer func() {
+		c.watch.Stop()
+		c.s.track(c, false)
+		if !handed {
+			c.nc.Close()
+		}
+	}()
+	var h head
+	for {
+		c.idle.Store(true)
+		if c.s.closing.Load() {
+			return
+		}
+		if c.br.Buffered() == 0 {
+			if c.s.IdleTimeout > 0 {
+				_ = c.nc.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+		}
+		c.idle.Store(false)
+		n, ok, err := c.readHead()
+		if err != nil {
+			return
+		}
+		if !ok || !parseHead(c.pending[:n], &h) {
+			handed = true
+			c.handOver()
+			return
+		}
+		_, _ = c.br.Discard(n)
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if !c.serveOne(&h) {
+			return
+		}
+	}
+}
+
+// readHead reads until the buffer holds a whole head and copies it to
+// c.pending, returning its length; ok is false when the head does not
+// fit the buffer.
+func (c *conn) readHead() (n int, ok bool, err error) {
+	deadline := false
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		if i := bytes.Index(buf, headEnd); i >= 0 {
+			n = i + len(headEnd)
+			c.pending = append(c.pending[:0], buf[:n]...)
+			return n, true, nil
+		}
+		if c.br.Buffered() == c.br.Size() || bareLF(buf) {
+			// net/http ends a head at an empty line of a bare LF too
+			// ("\n\n"), where waiting for "\r\n\r\n" would hang. parseHead
+			// refuses any bare LF, so the head is net/http's as soon as
+			// one is seen.
+			return 0, false, nil
+		}
+		if !deadline {
+			// The rest of the head is ReadHeaderTimeout's alone (none
+			// without one, as net/http): IdleTimeout's deadline was for
+			// the first byte.
+			deadline = true
+			var d time.Time
+			if c.s.ReadHeaderTimeout > 0 {
+				d = time.Now().Add(c.s.ReadHeaderTimeout)
+			}
+			_ = c.nc.SetReadDeadline(d)
+		}
+		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
+			return 0, false, err
+		}
+	}
+}
+
+var headEnd = []byte("\r\n\r\n")
+
+// bareLF reports whether b has a LF that no CR comes before.
+func bareLF(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0; {
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+// handOver gives the connection, with what was read of it, to net/http.
+func (c *conn) handOver() {
+	_ = c.nc.SetReadDeadline(time.Time{})
+	c.s.handoff.give(&handedConn{Conn: c.nc, r: c.br})
+}
+
+// handedConn is a connection whose first bytes are in r's buffer.
+type handedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (h *handedConn) Read(p []byte) (int, error) {
+	if h.r != nil {
+		if h.r.Buffered() > 0 {
+			return h.r.Read(p)
+		}
+		h.r = nil
+	}
+	return h.Conn.Read(p)
+}
+
+// serveOne runs the handler for the request of h and writes its answer,
+// reporting whether the connection serves another.
+func (c *conn) serveOne(h *head) (keep bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := c.request(h, ctx)
+	c.res.reset(c, r)
+	c.body.reset(c, h.contentLength)
+
+	c.mu.Lock()
+	c.running, c.gone, c.cancel = true, false, cancel
+	c.mu.Unlock()
+	c.watch.Reset(watchAfter)
+
+	panicked := c.runHandler(r)
+
+	c.watch.Stop()
+	c.mu.Lock()
+	c.running, c.cancel = false, nil
+	if c.watching {
+		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+		for c.watching {
+			c.cond.Wait()
+		}
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	gone := c.gone
+	c.mu.Unlock()
+	if panicked {
+		return false
+	}
+	// A caller that is gone (the watch read EOF) still gets the answer,
+	// on a connection that then closes, as net/http does: one that only
+	// half-closed its side after the request waits for it, and for one
+	// that left, the write fails harmlessly.
+	keep = !gone && !h.close && !c.s.closing.Load() && c.body.remaining <= maxDrain
+	if keep && !c.res.sent && c.body.remaining > 0 {
+		// As net/http, the rest of a small unread body is read before
+		// the answer is written: a client that writes its whole request
+		// before reading is never stuck against a large answer. A body
+		// that failed to come (its deadline passed) is not waited for
+		// again: the answer goes out and the connection ends.
+		keep = c.body.err == nil
+		if keep {
+			if _, err := io.CopyN(io.Discard, c.br, c.body.remaining); err != nil {
+				keep = false
+			} else {
+				c.body.remaining = 0
+			}
+		}
+	}
+	if !c.res.finish(keep) {
+		return false
+	}
+	keep = keep && !c.res.closeAfter
+	if !keep && !gone && c.body.remaining > int64(c.br.Buffered()) {
+		// Closing with body bytes still coming makes the kernel reset
+		// the connection, which can destroy the answer before
+		// the client reads it (a 401 to a large POST came to net/http's
+		// client as "connection reset by peer"). As net/http
+		// (closeWriteAndWait): send a FIN, give the client a while to
+		// read the answer, then close.
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		time.Sleep(rstAvoidanceDelay)
+		return false
+	}
+	if keep && c.body.remaining > 0 {
+		if _, err := io.CopyN(io.Discard, c.br, c.body.remaining); err != nil {
+			return false
+		}
+	}
+	return keep
+}
+
+// request is the *http.Request of h.
+func (c *conn) request(h *head, ctx context.Context) *http.Request {
+	r := &http.Request{Method: h.method, URL: requestURL(h), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h.header, ContentLength: h.contentLength, Host: h.host, RemoteAddr: c.remoteAddr,
+		RequestURI: h.target, Close: h.close, Body: &c.body}
+	if h.contentLength == 0 {
+		r.Body = http.NoBody
+	}
+	return r.WithContext(ctx)
+}
+
+// runHandler calls the handler, reporting whether it panicked; a panic
+// is logged (but http.ErrAbortHandler's) and the connection closed, as
+// net/http does.
+func (c *conn) runHandler(r *http.Request) (panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = true
+			if v != http.ErrAbortHandler && c.s.Log != nil {
+				c.s.Log.Error("h1: panic serving", slog.String("remote", c.remoteAddr), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
+	c.s.Handler.ServeHTTP(&c.res, r)
+	return false
+}
+
+// watchRead runs watchAfter into a request: once its body is read, it
+// reads the connection until the request ends, cancelling the request
+// when the caller closed it. A byte it reads (the next request's) is kept
+// for the next read.
+func (c *conn) watchRead() {
+	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
+		return
+	}
+	if c.body.remaining > 0 || c.br.Buffered() > 0 || c.peeked >= 0 {
+		// The body is still the handler's to read, or the next request
+		// is here already: nothing to watch for now.
+		if c.body.remaining > 0 {
+			c.watch.Reset(watchAfter)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.watching = true
+	c.mu.Unlock()
+	n, err := c.nc.Read(c.watchBuf[:])
+	c.mu.Lock()
+	c.watching = false
+	if n == 1 {
+		c.peeked = int(c.watchBuf[0])
+	} else if err != nil && c.running && !isTimeout(err) {
+		c.gone = true
+		if c.cancel != nil {
+			c.cancel()
+		}
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// cancelRequest cancels the request in flight, if any.
+func (c *conn) cancelRequest() {
+	c.mu.Lock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// rstAvoidanceDelay is how long a connection closing with a request body
+// unread waits after its FIN, as net/http's.
+const rstAvoidanceDelay = 500 * time.Millisecond
+
+// aLongTimeAgo is a deadline in the past, which ends a blocked read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// body is a request's body of a known length, read from the connection.
+type body struct {
+	c         *conn
+	remaining int64
+	closed    bool
+	// err is the first error reading it, io.EOF aside.
+	err error
+}
+
+func (b *body) reset(c *conn, n int64) { *b = body{c: c, remaining: n} }
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.remaining <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
+	n, err := b.c.br.Read(p)
+	b.c.mu.Lock()
+	b.remaining -= int64(n)
+	b.c.mu.Unlock()
+	if b.remaining == 0 {
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	b.closed = true
+	return nil
+}
