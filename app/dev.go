@@ -370,7 +370,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		d.BaseURL, d.AdminURL, d.GatewayAdminURL, d.EnvFile, d.Backfilled = baseURL, adminURL, gatewayAdminURL, envFile, bfDone
 		close(d.Ready)
 	}
-	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
+	return serveWithAdmin(ctx, log, ln, httpServer(h.Handler()), apiDrain, adm, h.AdminHandler())
 }
 
 // devStores are the private PostgreSQL, ClickHouse and embedded NATS of

@@ -265,7 +265,7 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 	defer stop()
 	log.Info("modelplane gateway running", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
 		slog.String("state_dir", cfg.StateDir), slog.String("scheme", pub.Scheme()), slog.Bool("client_certificates", c.ClientCA != ""))
-	return serveWithAdmin(ctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler())
+	return serveWithAdmin(ctx, log, ln, GatewayServer(g.Handler(), log), gatewayDrain, adm, g.AdminHandler())
 }
 
 // listeners opens the public listener, serving TLS and verifying client
@@ -353,7 +353,7 @@ func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := serveWithAdmin(sctx, log, ln, g.Handler(), gatewayDrain, adm, g.AdminHandler()); err != nil {
+		if err := serveWithAdmin(sctx, log, ln, GatewayServer(g.Handler(), log), gatewayDrain, adm, g.AdminHandler()); err != nil {
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()

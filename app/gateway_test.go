@@ -2,6 +2,9 @@ package app
 
 import (
 	"flag"
+	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +169,18 @@ func TestGatewayQuotaGatewaysSetting(t *testing.T) {
 	if cfg.QuotaGateways != 3 {
 		t.Errorf("quota gateways = %d, want 3", cfg.QuotaGateways)
 	}
+}
+
+// serveGateway serves a gateway's public routes h with the server
+// RunGateway runs until the test ends, and returns their URL.
+func serveGateway(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := GatewayServer(h, slog.New(slog.DiscardHandler))
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -133,9 +132,7 @@ func newStack(t *testing.T, m demoModel, send func(s *stack) served) *stack {
 	}
 	t.Cleanup(g.Stop)
 	s.gw = g
-	gw := httptest.NewServer(g.Handler())
-	t.Cleanup(gw.Close)
-	s.gateway = gw.URL
+	s.gateway = serveGateway(t, g.Handler())
 	// The first version serving through the gateway.
 	want := m.endpoint.Version
 	wait.Eventually(t, 90*time.Second, func() bool {

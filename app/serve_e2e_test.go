@@ -232,8 +232,7 @@ func serveUploadedModel(t *testing.T, s serving) busapi.RouteReplica {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)
-	gw := httptest.NewServer(g.Handler())
-	t.Cleanup(gw.Close)
+	gw := serveGateway(t, g.Handler())
 
 	body := fmt.Sprintf(`{"instances":[{"amount":%g,"age":%g,"distance":%g},{"amount":%g,"age":%g,"distance":%g}]}`,
 		rows[0][0], rows[0][1], rows[0][2], rows[1][0], rows[1][1], rows[1][2])
@@ -271,7 +270,7 @@ func serveUploadedModel(t *testing.T, s serving) busapi.RouteReplica {
 	var last string
 	var status int
 	wait.Eventually(t, 3*time.Minute, func() bool {
-		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/endpoints/fraud-scoring/predict", bytes.NewReader([]byte(body)))
+		req, _ := http.NewRequest(http.MethodPost, gw+"/v1/endpoints/fraud-scoring/predict", bytes.NewReader([]byte(body)))
 		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)

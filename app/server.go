@@ -26,6 +26,7 @@ import (
 	"modelplane/db"
 	"modelplane/drift"
 	"modelplane/egress"
+	"modelplane/h1"
 	"modelplane/handlers"
 	"modelplane/ingest"
 	"modelplane/migrations"
@@ -94,18 +95,18 @@ func controlPlaneTracer(ctx context.Context, log *slog.Logger) (tracing.Provider
 // adminDrain is how long an admin listener waits for a scrape in flight.
 const adminDrain = 2 * time.Second
 
-// serveWithAdmin serves h on ln and admin on adm until ctx ends or either
+// serveWithAdmin serves srv on ln and admin on adm until ctx ends or either
 // fails; a failure of one stops the other, so neither runs unseen alone.
-func serveWithAdmin(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, drain time.Duration, adm net.Listener, admin http.Handler) error {
+func serveWithAdmin(ctx context.Context, log *slog.Logger, ln net.Listener, srv server, drain time.Duration, adm net.Listener, admin http.Handler) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		err := serveOn(ctx, log, adm, admin, adminDrain)
+		err := serveOn(ctx, log, adm, httpServer(admin), adminDrain)
 		cancel()
 		errc <- err
 	}()
-	err := serveOn(ctx, log, ln, h, drain)
+	err := serveOn(ctx, log, ln, srv, drain)
 	cancel()
 	if aerr := <-errc; err == nil && aerr != nil {
 		err = fmt.Errorf("admin listener: %w", aerr)
@@ -117,11 +118,31 @@ func serveWithAdmin(ctx context.Context, log *slog.Logger, ln net.Listener, h ht
 // requests when it stops.
 const apiDrain = 10 * time.Second
 
+// server is what serveOn runs: net/http's server, or h1's for the
+// gateway's public listener.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+}
+
+// httpServer is net/http's server of h. There is no write timeout: the
+// gateway's streams last as long as generations, and it cuts stalled
+// clients itself.
+func httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+}
+
+// GatewayServer serves the gateway's public routes h with h1, which
+// hands what it does not serve itself (TLS, HTTP/1.0, chunked bodies) to
+// net/http with the same timeouts (docs/gateway.md); bench gateway runs
+// the same.
+func GatewayServer(h http.Handler, log *slog.Logger) *h1.Server {
+	return &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, Log: log}
+}
+
 // serveOn is serve on a listener the caller opened; on stopping it waits up
-// to drain for in-flight requests. There is no write timeout: the gateway's
-// streams last as long as generations, and it cuts stalled clients itself.
-func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, drain time.Duration) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+// to drain for in-flight requests.
+func serveOn(ctx context.Context, log *slog.Logger, ln net.Listener, srv server, drain time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -255,7 +276,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	log.Info("modelplane server listening", slog.String("addr", ln.Addr().String()), slog.String("admin_addr", adm.Addr().String()),
 		slog.String("scheme", srvTLS.Scheme()))
-	return serveWithAdmin(ctx, log, ln, h.Handler(), apiDrain, adm, h.AdminHandler())
+	return serveWithAdmin(ctx, log, ln, httpServer(h.Handler()), apiDrain, adm, h.AdminHandler())
 }
 
 // listeners opens the portal and API listener and the admin listener,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -123,10 +122,9 @@ func TestSharingEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g2.Stop)
-	srv2 := httptest.NewServer(g2.Handler())
-	t.Cleanup(srv2.Close)
-	firstServed(srv2.URL)
-	open := map[string]bool{s.gateway: true, srv2.URL: true}
+	srv2 := serveGateway(t, g2.Handler())
+	firstServed(srv2)
+	open := map[string]bool{s.gateway: true, srv2: true}
 	for len(open) > 0 && served <= quota {
 		for base := range open {
 			switch st, body := sharedCall(base, keys["search"]); {

@@ -56,8 +56,9 @@ func httpsGet(t *testing.T, ca *tlstest.CA, url string) string {
 }
 
 // serveBoth serves a handler answering name on ln and adm until the test
-// ends, as RunServer and RunGateway do.
-func serveBoth(t *testing.T, ln, adm net.Listener) {
+// ends, as RunServer and RunGateway do: the public one with public's
+// server.
+func serveBoth(t *testing.T, ln, adm net.Listener, public func(http.Handler) server) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -65,9 +66,12 @@ func serveBoth(t *testing.T, ln, adm net.Listener) {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, s) })
 	}
 	log := slog.New(slog.DiscardHandler)
-	go func() { done <- serveWithAdmin(ctx, log, ln, say("public"), time.Second, adm, say("admin")) }()
+	go func() { done <- serveWithAdmin(ctx, log, ln, public(say("public")), time.Second, adm, say("admin")) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
+
+// apiServer is the API's server of h.
+func apiServer(h http.Handler) server { return httpServer(h) }
 
 // TestSecurityServerListenersServeTLS: with MP_TLS_CERT and MP_TLS_KEY the
 // control plane's portal/API listener and its admin listener both serve
@@ -89,7 +93,7 @@ func TestSecurityServerListenersServeTLS(t *testing.T) {
 	if s.Scheme() != "https" {
 		t.Fatalf("scheme %s, want https", s.Scheme())
 	}
-	serveBoth(t, ln, adm)
+	serveBoth(t, ln, adm, apiServer)
 	for name, a := range map[string]string{"public": ln.Addr().String(), "admin": adm.Addr().String()} {
 		if got := httpsGet(t, ca, "https://"+a+"/"); got != name {
 			t.Fatalf("https to the %s listener answered %q", name, got)
@@ -111,7 +115,7 @@ func TestSecurityServerListenersServeTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveBoth(t, pln, padm)
+	serveBoth(t, pln, padm, apiServer)
 	if ps.Scheme() != "http" || statusOf("http://"+pln.Addr().String()+"/") != http.StatusOK {
 		t.Fatal("a server without MP_TLS_CERT does not serve plain HTTP")
 	}
@@ -136,7 +140,7 @@ func TestSecurityGatewayListenersServeTLS(t *testing.T) {
 	if pub.ClientCAs == nil {
 		t.Fatal("the public listener verifies no client certificate")
 	}
-	serveBoth(t, ln, adm)
+	serveBoth(t, ln, adm, func(h http.Handler) server { return GatewayServer(h, slog.New(slog.DiscardHandler)) })
 	request := func(addr string, cert *tlstest.Leaf) error {
 		tc := tlstest.ClientConfig(ca)
 		if cert != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"modelplane/app"
 	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/db"
@@ -286,6 +287,19 @@ func (s *scratch) serve(h http.Handler) (string, error) {
 		return "", err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	s.onClose(func() { srv.Close() })
+	return ln.Addr().String(), nil
+}
+
+// serveGateway serves the gateway's routes h as serve does, with the
+// server modelplane gateway runs.
+func (s *scratch) serveGateway(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := app.GatewayServer(h, slog.New(slog.DiscardHandler))
 	go srv.Serve(ln)
 	s.onClose(func() { srv.Close() })
 	return ln.Addr().String(), nil

@@ -337,7 +337,11 @@ func runChild(ctx context.Context, mode string, out io.Writer) error {
 	} else {
 		var h http.Handler
 		if h, err = childHandler(ctx, s, mode); err == nil {
-			addr, err = s.serve(h)
+			if mode == "gateway" {
+				addr, err = s.serveGateway(h)
+			} else {
+				addr, err = s.serve(h)
+			}
 		}
 	}
 	if err != nil {

@@ -133,14 +133,14 @@ func setupBenchTraced(b *testing.B, tp tracing.Provider) *benchSetup {
 	if err := g.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	gs := httptest.NewServer(g.Handler())
-	b.Cleanup(func() { gs.Close(); g.Stop() })
+	gs := serveH1(b, g.Handler(), nil)
+	b.Cleanup(g.Stop)
 	up, _ := url.Parse("http://" + addrs[0])
 	rp := &httputil.ReverseProxy{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}, FlushInterval: -1,
 		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }, ErrorLog: log.New(io.Discard, "", 0)}
 	rs := httptest.NewServer(rp)
 	b.Cleanup(rs.Close)
-	s := &benchSetup{gateway: gs.URL, reverseProxy: rs.URL, direct: "http://" + addrs[0], key: raw, handler: g.Handler()}
+	s := &benchSetup{gateway: gs, reverseProxy: rs.URL, direct: "http://" + addrs[0], key: raw, handler: g.Handler()}
 	var st int
 	wait.Eventually(b, 10*time.Second, func() bool {
 		st, _ = benchPost(http.DefaultClient, s.gateway+predictPath("bench"), s.key, predictBody)

@@ -23,6 +23,7 @@ import (
 	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/gateway"
+	"modelplane/h1"
 	"modelplane/internal/natstest"
 	"modelplane/internal/wait"
 	"modelplane/sim/replica"
@@ -128,10 +129,27 @@ func startGateway(t *testing.T, nc *nats.Conn, cfg gateway.Config) *gw {
 	if err := g.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(g.Handler())
+	u := serveH1(t, g.Handler(), nil)
 	admin := httptest.NewServer(g.AdminHandler())
-	t.Cleanup(func() { srv.Close(); admin.Close(); g.Stop() })
-	return &gw{Gateway: g, url: srv.URL, adminURL: admin.URL}
+	t.Cleanup(func() { admin.Close(); g.Stop() })
+	return &gw{Gateway: g, url: u, adminURL: admin.URL}
+}
+
+// serveH1 serves h with h1, the server `modelplane gateway` runs, on ln
+// (a new loopback listener when nil) until the test ends, and returns its
+// URL.
+func serveH1(t testing.TB, h http.Handler, ln net.Listener) string {
+	t.Helper()
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // startReplica runs a sim replica and returns its address.

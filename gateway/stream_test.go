@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -40,15 +39,16 @@ func TestStalledStreamIsCutAndGenerationCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Stop)
-	srv := httptest.NewUnstartedServer(g.Handler())
-	srv.Listener = smallBuffers{srv.Listener}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := serveH1(t, g.Handler(), smallBuffers{ln})
 	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
 
 	// 4,000 tokens take the replica about 8 s; a client that reads nothing
 	// must be cut long before.
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestStalledStreamIsCutAndGenerationCancelled(t *testing.T) {
 		return st.InFlight == 0 && st.Cancelled == 1 && st.KVPagesUsed == 0
 	}, "replica stats %v, want the generation cancelled and its pages freed", wait.Show(func() any { return rep.Stats() }))
 	// The gateway still serves others.
-	if r := call(t, srv.URL, chatPath("support-chat"), key, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); r.status != http.StatusOK {
+	if r := call(t, u, chatPath("support-chat"), key, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); r.status != http.StatusOK {
 		t.Errorf("next request: status %d", r.status)
 	}
 }
