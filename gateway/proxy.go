@@ -329,7 +329,16 @@ func (g *Gateway) readBody(w http.ResponseWriter, c *call, r *http.Request) ([]b
 	// sets no deadlines (a test recorder).
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// A known length within the limit (checked above): one buffer of
+		// it, where reading to the end would grow one.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	}
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/quartz"
 
 	"modelplane/busapi"
+	"modelplane/h1"
 )
 
 // unaryClient calls replicas over plain HTTP/1.1 for requests whose answer
@@ -137,7 +138,7 @@ func (uc *unaryClient) exchange(ctx context.Context, conn *unaryConn, req *unary
 		stop()
 		return nil, true, err
 	}
-	resp, err = http.ReadResponse(conn.br, nil)
+	resp, err = h1.ReadResponse(conn.br)
 	if err == nil && resp.StatusCode < 200 {
 		resp.Body.Close()
 		err = errUnaryInformational
