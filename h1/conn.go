@@ -218,7 +218,7 @@ func (c *conn) serveOne(h *head) (keep bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := c.request(h, ctx)
-	c.res.reset(c, r)
+	c.res.reset(c)
 	c.body.reset(c, h.contentLength)
 
 	c.mu.Lock()

@@ -16,7 +16,6 @@ import (
 // the handler set a Content-Length).
 type response struct {
 	c      *conn
-	req    *http.Request
 	header http.Header
 	status int
 	// head is the header lines as they were at WriteHeader (net/http
@@ -35,13 +34,13 @@ type response struct {
 	err          error
 }
 
-func (w *response) reset(c *conn, r *http.Request) {
+func (w *response) reset(c *conn) {
 	h := w.header
 	if h == nil {
 		h = make(http.Header, 8)
 	}
 	clear(h)
-	*w = response{c: c, req: r, header: h, length: -1, pending: w.pending[:0], head: w.head[:0]}
+	*w = response{c: c, header: h, length: -1, pending: w.pending[:0], head: w.head[:0]}
 }
 
 func (w *response) Header() http.Header { return w.header }
@@ -191,7 +190,7 @@ func (w *response) finish(keep bool) bool {
 	if w.chunked {
 		w.writeRaw("0\r\n\r\n")
 	}
-	if w.length >= 0 && w.written != w.length && bodyAllowed(w.status) && w.req.Method != http.MethodHead {
+	if w.length >= 0 && w.written != w.length && bodyAllowed(w.status) {
 		// Fewer bytes than the Content-Length promised: the client
 		// would wait for the rest, so the connection ends.
 		w.closeAfter = true
@@ -260,9 +259,6 @@ const sniffLen = 512
 
 // writeBody writes p as the body, in a chunk when chunked.
 func (w *response) writeBody(p []byte) {
-	if w.req.Method == http.MethodHead {
-		return
-	}
 	bw := w.c.bw
 	if w.chunked {
 		_, _ = bw.Write(strconv.AppendInt(w.c.num[:0], int64(len(p)), 16))

@@ -747,8 +747,8 @@ func TestUnreadBody(t *testing.T) {
 			}))
 			c := dialRaw(t, ts.addr)
 			body := strings.Repeat("x", size)
-			// The server reads the body only after answering: write
-			// beside reading.
+			// The server reads away the unread body (before its answer,
+			// as net/http): write beside reading.
 			sent := make(chan error, 1)
 			go func() {
 				_, err := io.WriteString(c, "POST /ignore HTTP/1.1\r\nHost: test.example\r\nContent-Length: "+strconv.Itoa(size)+"\r\n\r\n"+body)
@@ -766,6 +766,27 @@ func TestUnreadBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBodyThatNeverComes: a body whose read fails (its deadline passed, as
+// the gateway bounds body reads) is not waited for again: the handler's
+// answer goes out, with Connection: close, and the connection ends.
+func TestBodyThatNeverComes(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := io.ReadAll(r.Body); err == nil {
+			t.Error("reading a body that never comes succeeded")
+		}
+		http.Error(w, "slow body", http.StatusBadRequest)
+	}))
+	c := dialRaw(t, ts.addr)
+	c.send(t, "POST /slow HTTP/1.1\r\nHost: test.example\r\nContent-Length: 1000\r\n\r\n{\"a\"")
+	resp, got := c.answer(t, http.MethodPost)
+	if resp.StatusCode != http.StatusBadRequest || got != "slow body\n" || !resp.Close {
+		t.Errorf("answer = %d %q, close %v; want 400 %q, close", resp.StatusCode, got, resp.Close, "slow body\n")
+	}
+	c.wantEOF(t)
 }
 
 // A handler that refuses a large body without reading it gets its answer
