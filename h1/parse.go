@@ -181,15 +181,16 @@ func digits(s string) bool {
 	return true
 }
 
-// canonicalName is name in its canonical form: a constant for the names
-// requests carry most, s (name as a string) when it is canonical already,
-// and a new string otherwise.
+// canonicalName is name in its canonical form: s (name as a string) when
+// it is canonical already, a constant for the names requests carry most
+// in lower case (as HTTP/2-minded clients send them), and a new string
+// otherwise.
 func canonicalName(name []byte, s string) string {
-	if c, ok := commonNames[string(name)]; ok {
-		return c
-	}
 	if canonical(name) {
 		return s
+	}
+	if c, ok := commonNames[string(name)]; ok {
+		return c
 	}
 	return http.CanonicalHeaderKey(s)
 }
@@ -206,14 +207,14 @@ func canonical(name []byte) bool {
 	return true
 }
 
-// commonNames maps the spellings of the names most requests carry to
-// their canonical form, so that they cost no string.
+// commonNames maps the lower-case spellings of the names most requests
+// and answers carry to their canonical form, so that they cost no string.
 var commonNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Connection",
 		"Content-Length", "Content-Type", "Cookie", "Host", "Origin", "Referer", "Traceparent", "Tracestate",
-		"User-Agent", "X-Forwarded-For", "X-Model-Version", "X-Model-Version-Shadow", "X-Request-Id", "X-User-Id"} {
-		m[n] = n
+		"User-Agent", "X-Forwarded-For", "X-Model-Version", "X-Model-Version-Shadow", "X-Request-Id", "X-User-Id",
+		"Date", "Server", "Keep-Alive", "Vary", "Cache-Control", "Content-Encoding"} {
 		m[strings.ToLower(n)] = n
 	}
 	return m
