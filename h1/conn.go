@@ -19,7 +19,7 @@ import (
 // fit is net/http's.
 const readBufSize = 8 << 10
 
-// writeBufSize is the write buffer of a connection.
+// writeBufSize is the write buffer of an answer.
 const writeBufSize = 8 << 10
 
 // maxPending is what an answer may write before its head must go out:
@@ -48,7 +48,6 @@ type conn struct {
 	idle atomic.Bool
 
 	res     response
-	pending []byte
 	num     [20]byte
 	body    body
 
@@ -70,7 +69,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remoteAddr: nc.RemoteAddr().String(), peeked: -1}
 	c.cond.L = &c.mu
 	c.br = bufio.NewReaderSize(connReader{c}, readBufSize)
-	c.bw = bufio.NewWriterSize(nc, writeBufSize)
 	c.watch = time.AfterFunc(time.Hour, c.watchRead)
 	c.watch.Stop()
 	return c
@@ -120,16 +118,16 @@ func (c *conn) serve() {
 			}
 		}
 		c.idle.Store(false)
-		n, ok, err := c.readHead()
+		b, ok, err := c.readHead()
 		if err != nil {
 			return
 		}
-		if !ok || !parseHead(c.pending[:n], &h) {
+		if !ok || !parseHead(b, &h) {
 			handed = true
 			c.handOver()
 			return
 		}
-		_, _ = c.br.Discard(n)
+		_, _ = c.br.Discard(len(b))
 		_ = c.nc.SetReadDeadline(time.Time{})
 		if !c.serveOne(&h) {
 			return
@@ -137,24 +135,22 @@ func (c *conn) serve() {
 	}
 }
 
-// readHead reads until the buffer holds a whole head and copies it to
-// c.pending, returning its length; ok is false when the head does not
-// fit the buffer.
-func (c *conn) readHead() (n int, ok bool, err error) {
+// readHead reads until the buffer holds a whole head and returns it, in
+// the buffer (valid until the next read); ok is false when the head does
+// not fit the buffer.
+func (c *conn) readHead() (head []byte, ok bool, err error) {
 	deadline := false
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		if i := bytes.Index(buf, headEnd); i >= 0 {
-			n = i + len(headEnd)
-			c.pending = append(c.pending[:0], buf[:n]...)
-			return n, true, nil
+			return buf[:i+len(headEnd)], true, nil
 		}
 		if c.br.Buffered() == c.br.Size() || bareLF(buf) {
 			// net/http ends a head at an empty line of a bare LF too
 			// ("\n\n"), where waiting for "\r\n\r\n" would hang. parseHead
 			// refuses any bare LF, so the head is net/http's as soon as
 			// one is seen.
-			return 0, false, nil
+			return nil, false, nil
 		}
 		if !deadline {
 			// The rest of the head is ReadHeaderTimeout's alone (none
@@ -168,7 +164,7 @@ func (c *conn) readHead() (n int, ok bool, err error) {
 			_ = c.nc.SetReadDeadline(d)
 		}
 		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
-			return 0, false, err
+			return nil, false, err
 		}
 	}
 }
@@ -218,7 +214,11 @@ func (c *conn) serveOne(h *head) (keep bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := c.request(h, ctx)
-	c.res.reset(c)
+	out := outs.Get().(*outBuffers)
+	out.w.Reset(c.nc)
+	c.bw = out.w
+	defer c.release(out)
+	c.res.reset(c, out)
 	c.body.reset(c, h.contentLength)
 
 	c.mu.Lock()
@@ -286,6 +286,23 @@ func (c *conn) serveOne(h *head) (keep bool) {
 		}
 	}
 	return keep
+}
+
+// outBuffers are an answer's buffers, taken for a request and put back
+// after it, so that a connection waiting for its next request holds none.
+type outBuffers struct {
+	w             *bufio.Writer
+	pending, head []byte
+}
+
+var outs = sync.Pool{New: func() any { return &outBuffers{w: bufio.NewWriterSize(nil, writeBufSize)} }}
+
+// release puts back the buffers of the answer just written.
+func (c *conn) release(out *outBuffers) {
+	out.w.Reset(nil)
+	out.pending, out.head = c.res.pending[:0], c.res.head[:0]
+	c.bw, c.res.pending, c.res.head = nil, nil, nil
+	outs.Put(out)
 }
 
 // request is the *http.Request of h.

@@ -34,13 +34,13 @@ type response struct {
 	err          error
 }
 
-func (w *response) reset(c *conn) {
+func (w *response) reset(c *conn, out *outBuffers) {
 	h := w.header
 	if h == nil {
 		h = make(http.Header, 8)
 	}
 	clear(h)
-	*w = response{c: c, header: h, length: -1, pending: w.pending[:0], head: w.head[:0]}
+	*w = response{c: c, header: h, length: -1, pending: out.pending, head: out.head}
 }
 
 func (w *response) Header() http.Header { return w.header }
