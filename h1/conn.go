@@ -47,9 +47,9 @@ type conn struct {
 	// byte; Shutdown closes it then.
 	idle atomic.Bool
 
-	res     response
-	num     [20]byte
-	body    body
+	res  response
+	num  [20]byte
+	body body
 
 	// The watch: mu guards running (a request is in the handler),
 	// watching (the watch's read is in progress), peeked (a byte that

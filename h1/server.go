@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -73,10 +74,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// As net/http: a temporary failure (too many open
-				// files) waits and tries again.
+			if transient(err) {
+				// As net/http: a passing failure (too many open files)
+				// waits and tries again rather than ending the server.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
 				continue
@@ -96,6 +96,22 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go c.serve()
 	}
+}
+
+// transient reports whether an Accept error passes with time: a timeout,
+// the process or the system out of descriptors or memory, or a connection
+// aborted before it was accepted (the errors net/http's Temporary covers).
+func transient(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // track adds or removes c, reporting false when the server is closing.

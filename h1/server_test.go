@@ -20,11 +20,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -1299,5 +1301,34 @@ func TestTLS(t *testing.T) {
 	}
 	if got := ts.accepted.Load(); got != 1 {
 		t.Errorf("accepted connections = %d, want 1", got)
+	}
+}
+
+// failingListener fails its first Accepts with err, as a process out of
+// descriptors does, then accepts.
+type failingListener struct {
+	net.Listener
+	fails atomic.Int32
+	err   error
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptOutOfDescriptors: Accept failing with EMFILE (too many open
+// files) makes the server wait and try again, not stop serving.
+func TestAcceptOutOfDescriptors(t *testing.T) {
+	t.Parallel()
+	ln := &failingListener{Listener: listen(t), err: &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}}
+	ln.fails.Store(3)
+	ts := startServerOn(t, ln, echoHandler)
+	c := dialRaw(t, ts.addr)
+	c.send(t, get("/after"))
+	if _, got := c.answer(t, http.MethodGet); got != "GET /after " {
+		t.Errorf("answer after EMFILE = %q, want %q", got, "GET /after ")
 	}
 }
