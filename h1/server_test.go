@@ -1332,3 +1332,95 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 		t.Errorf("answer after EMFILE = %q, want %q", got, "GET /after ")
 	}
 }
+
+// TestManyClientsMixedRequests runs clients side by side on kept-alive
+// connections, each request of a random kind: small and large answers,
+// flushed or not, slow enough to be watched, bodies read or left, a
+// close, and HTTP/1.0 (handed to net/http). Every answer must be the one
+// asked for, whole; under -race it holds the pooled buffers and the
+// watch to one request at a time.
+func TestManyClientsMixedRequests(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		size, _ := strconv.Atoi(q.Get("size"))
+		if q.Get("read") == "1" {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+		if q.Get("slow") == "1" {
+			// Past watchAfter: the connection is read beside it.
+			select {
+			case <-time.After(2 * watchAfter):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("X-Id", q.Get("id"))
+		chunk := []byte(strings.Repeat(q.Get("id")[:1], 1000))
+		for size > 0 {
+			n := min(size, len(chunk))
+			_, _ = w.Write(chunk[:n])
+			size -= n
+			if q.Get("flush") == "1" {
+				_ = http.NewResponseController(w).Flush()
+			}
+		}
+	}))
+	const clients, requests = 8, 30
+	var wg sync.WaitGroup
+	for ci := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialRaw(t, ts.addr)
+			for i := range requests {
+				n := ci*requests + i
+				id := string(rune('a'+n%26)) + strconv.Itoa(n)
+				size := []int{0, 10, 3000, 40000}[n%4]
+				flush := n%3 == 0
+				slow := n%11 == 0
+				read := n%2 == 0
+				body := strings.Repeat("b", []int{0, 5, 70000}[n%3])
+				target := fmt.Sprintf("/r?id=%s&size=%d&flush=%d&slow=%d&read=%d", id, size, b2i(flush), b2i(slow), b2i(read))
+				proto, closing := "HTTP/1.1", n%17 == 16
+				if n%13 == 12 {
+					proto = "HTTP/1.0" // net/http's from here on this connection
+				}
+				head := "POST " + target + " " + proto + "\r\nHost: test.example\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
+				switch {
+				case closing:
+					head += "Connection: close\r\n"
+				case proto == "HTTP/1.0":
+					head += "Connection: keep-alive\r\n"
+				}
+				// dialRaw's deadline bounds one request here, not the run.
+				_ = c.SetDeadline(time.Now().Add(waitLimit))
+				go func() { _, _ = io.WriteString(c, head+"\r\n"+body) }()
+				resp, got := c.answer(t, http.MethodPost)
+				want := strings.Repeat(id[:1], size)
+				if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Id") != id || got != want {
+					t.Errorf("request %s: %d, X-Id %q, %d bytes; want 200, %q, %d bytes", id, resp.StatusCode, resp.Header.Get("X-Id"), len(got), id, len(want))
+					return
+				}
+				if closing || resp.Close {
+					if b, err := c.br.ReadByte(); err != io.EOF {
+						t.Errorf("request %s (%s, read %v, body %d, size %d, flush %v, slow %v, closing %v): read after the answer = %q, %v; want EOF", id, proto, read, len(body), size, flush, slow, closing, b, err)
+						return
+					}
+					c = dialRaw(t, ts.addr)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
