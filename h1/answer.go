@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"strings"
 )
 
 // ReadResponse reads an answer from br as http.ReadResponse(br, nil) does,
@@ -71,13 +70,9 @@ func parseAnswer(b []byte) (*http.Response, bool) {
 		case "Transfer-Encoding", "Trailer":
 			return false
 		case "Connection":
-			switch {
-			case strings.EqualFold(value, "close"):
-				resp.Close = true
-			case strings.EqualFold(value, "keep-alive"):
-			default:
-				return false
-			}
+			closes, ok := connection(value)
+			resp.Close = resp.Close || closes
+			return ok
 		}
 		return true
 	})

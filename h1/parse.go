@@ -67,13 +67,9 @@ func parseHead(b []byte, h *head) bool {
 				return false
 			}
 			seenConnection = true
-			switch {
-			case strings.EqualFold(value, "close"):
-				h.close = true
-			case strings.EqualFold(value, "keep-alive"):
-			default:
-				return false
-			}
+			var ok bool
+			h.close, ok = connection(value)
+			return ok
 		}
 		return true
 	})
@@ -82,6 +78,18 @@ func parseHead(b []byte, h *head) bool {
 	}
 	h.header = hdr
 	return true
+}
+
+// connection reads a Connection value of the plain case: "close" or
+// "keep-alive" alone; ok is false for anything else (a list, an upgrade).
+func connection(value string) (closes, ok bool) {
+	switch {
+	case strings.EqualFold(value, "close"):
+		return true, true
+	case strings.EqualFold(value, "keep-alive"):
+		return false, true
+	}
+	return false, false
 }
 
 // maxHeaders is the most header lines a plain head has.
