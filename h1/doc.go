@@ -1,6 +1,7 @@
 // Package h1 serves an http.Handler over HTTP/1.1 with less work a request
-// than net/http's server, for the gateway, where that work was most of a
-// proxied request's CPU (docs/gateway.md).
+// than net/http's server, for the gateway, where that work was a third of a
+// proxied request's CPU (docs/gateway.md), and reads plain answers for the
+// gateway's client to replicas the same way (ReadResponse).
 //
 // It owns the plain case only: a GET or POST in HTTP/1.1 whose head fits
 // its buffer, with a Host, at most one Content-Length and no
@@ -18,9 +19,10 @@
 // writes more is sent chunked, and a Content-Type is sniffed when none was
 // set. Where it differs: a caller that leaves is noticed only once a
 // request has run for watchAfter (net/http reads the connection beside
-// every request), and it sends no trailers.
+// every request), and it sends no trailers or 1xx answers and offers no
+// Hijacker.
 //
-// It must not parse anything it hands to the handler more loosely than
-// net/http: the fuzz test holds its parse of every head it accepts to
-// http.ReadRequest's.
+// It must not parse anything more loosely than net/http: the fuzz tests
+// hold its parse of every head it accepts to http.ReadRequest's and of
+// every answer to http.ReadResponse's.
 package h1
