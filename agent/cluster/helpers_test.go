@@ -2,9 +2,11 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,11 +26,20 @@ const testLabel = "test.modelplane.io/pool"
 // manifest stands for a version's manifest digest.
 const manifest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// uniq is a short name of the test, for namespaces and labels.
+// uniq is a short name of the test, for namespaces and labels: the same
+// for every call of one run of a test, and new for each run, since a
+// namespace the last run (-count=2) deleted may still be terminating.
 func uniq(t *testing.T) string {
-	sum := sha256.Sum256([]byte(t.Name()))
-	return "t" + hex.EncodeToString(sum[:])[:8]
+	if id, ok := ids.Load(t); ok {
+		return id.(string)
+	}
+	sum := sha256.Sum256([]byte(t.Name() + "\x00" + rand.Text()))
+	id, _ := ids.LoadOrStore(t, "t"+hex.EncodeToString(sum[:])[:8])
+	return id.(string)
 }
+
+// ids are the runs' names uniq gave, by test.
+var ids sync.Map
 
 // pool registers the test's nodes and returns a driver for them, its
 // watches running, its namespaces removed when the test ends.
