@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coder/quartz"
 )
 
 // readBufSize is the read buffer of a connection: a head that does not
@@ -56,7 +58,7 @@ type conn struct {
 	// read took) and cancel (the request's).
 	mu       sync.Mutex
 	cond     sync.Cond
-	watch    *time.Timer
+	watch    *quartz.Timer
 	running  bool
 	watching bool
 	peeked   int // -1 for none
@@ -69,8 +71,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remoteAddr: nc.RemoteAddr().String(), peeked: -1}
 	c.cond.L = &c.mu
 	c.br = bufio.NewReaderSize(connReader{c}, readBufSize)
-	c.watch = time.AfterFunc(time.Hour, c.watchRead)
-	c.watch.Stop()
+	c.watch = s.Clock.AfterFunc(time.Hour, c.watchRead, "h1", "watch")
+	c.watch.Stop("h1", "watch")
 	return c
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/coder/quartz"
 )
 
 // Server serves Handler on listeners, as net/http's Server does.
@@ -23,6 +25,9 @@ type Server struct {
 	IdleTimeout       time.Duration
 	// Log receives handler panics; nil discards them.
 	Log *slog.Logger
+	// Clock times the watch of a running request (watchAfter); nil is the
+	// real clock. Deadlines are the kernel's, on real time.
+	Clock quartz.Clock
 
 	once     sync.Once
 	fallback *http.Server
@@ -41,6 +46,9 @@ var ErrServerClosed = http.ErrServerClosed
 
 func (s *Server) init() {
 	s.once.Do(func() {
+		if s.Clock == nil {
+			s.Clock = quartz.NewReal()
+		}
 		s.listeners, s.conns, s.done = map[net.Listener]struct{}{}, map[*conn]struct{}{}, make(chan struct{})
 		s.handoff = &handoffListener{conns: make(chan net.Conn), done: s.done}
 		s.fallback = &http.Server{Handler: s.Handler, ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout}

@@ -29,6 +29,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/quartz"
+
+	iwait "modelplane/internal/wait"
 )
 
 // waitLimit bounds every wait for something that must happen; a test
@@ -92,6 +96,25 @@ func startServerOn(t *testing.T, ln net.Listener, h http.Handler, configure ...f
 		}
 	})
 	return ts
+}
+
+// withClock has the server time its watch by clk.
+func withClock(clk quartz.Clock) func(*Server) { return func(s *Server) { s.Clock = clk } }
+
+// peeked reports whether a connection's watch holds a byte it read of the
+// next request.
+func (ts *testServer) peeked() bool {
+	ts.s.mu.Lock()
+	defer ts.s.mu.Unlock()
+	for c := range ts.s.conns {
+		c.mu.Lock()
+		p := c.peeked >= 0
+		c.mu.Unlock()
+		if p {
+			return true
+		}
+	}
+	return false
 }
 
 // serveResult waits for Serve to return and gives its error.
@@ -343,7 +366,7 @@ func TestFlushSendsBeforeHandlerEnds(t *testing.T) {
 		select {
 		case <-release:
 			io.WriteString(w, "|second")
-		case <-time.After(waitLimit):
+		case <-t.Context().Done():
 			io.WriteString(w, "|the client never read the first part")
 		}
 	}))
@@ -880,11 +903,7 @@ func TestRequestFields(t *testing.T) {
 		t.Errorf("handler saw %+v, want %+v", s, want)
 	}
 	// The context ends once the handler returned.
-	select {
-	case <-ctx.Done():
-	case <-time.After(waitLimit):
-		t.Error("request context not done after the handler returned")
-	}
+	wait(t, ctx.Done(), "the request context's end after the handler returned")
 }
 
 func TestClientConnectionClose(t *testing.T) {
@@ -907,18 +926,20 @@ func TestCallerLeaves(t *testing.T) {
 	t.Parallel()
 	entered := make(chan struct{})
 	ended := make(chan error, 1)
+	clk := quartz.NewMock(t)
 	ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		select {
 		case <-r.Context().Done():
 			ended <- r.Context().Err()
-		case <-time.After(waitLimit):
+		case <-t.Context().Done():
 			ended <- errors.New("context never ended")
 		}
-	}))
+	}), withClock(clk))
 	c := dialRaw(t, ts.addr)
 	c.send(t, get("/wait"))
 	wait(t, entered, "the handler's start")
+	clk.Advance(watchAfter) // the watch starts reading the connection
 	c.Close()
 	if err := wait(t, ended, "the handler's end"); !errors.Is(err, context.Canceled) {
 		t.Errorf("request context: %v, want %v", err, context.Canceled)
@@ -929,34 +950,41 @@ func TestCallerLeaves(t *testing.T) {
 // answer, its request's context ended, as from net/http's server.
 func TestCallerHalfCloses(t *testing.T) {
 	t.Parallel()
-	handler := func(entered chan<- struct{}) http.HandlerFunc {
+	handler := func(t *testing.T, entered chan<- struct{}) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			close(entered)
 			select {
 			case <-r.Context().Done():
 				fmt.Fprintf(w, "ended: %v", r.Context().Err())
-			case <-time.After(waitLimit):
+			case <-t.Context().Done():
 				io.WriteString(w, "context never ended")
 			}
 		}
 	}
+	// start serves h and returns its address and what moves the server's
+	// clock past watchAfter (net/http reads beside every request at once).
 	for _, tc := range []struct {
 		name  string
-		start func(t *testing.T, h http.Handler) string
+		start func(t *testing.T, h http.Handler) (addr string, watched func())
 	}{
-		{"h1", func(t *testing.T, h http.Handler) string { return startServer(t, h).addr }},
-		{"net/http", func(t *testing.T, h http.Handler) string {
+		{"h1", func(t *testing.T, h http.Handler) (string, func()) {
+			clk := quartz.NewMock(t)
+			return startServer(t, h, withClock(clk)).addr, func() { clk.Advance(watchAfter) }
+		}},
+		{"net/http", func(t *testing.T, h http.Handler) (string, func()) {
 			ts := httptest.NewServer(h)
 			t.Cleanup(ts.Close)
-			return ts.Listener.Addr().String()
+			return ts.Listener.Addr().String(), func() {}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			entered := make(chan struct{})
-			c := dialRaw(t, tc.start(t, handler(entered)))
+			addr, watched := tc.start(t, handler(t, entered))
+			c := dialRaw(t, addr)
 			c.send(t, get("/wait"))
 			wait(t, entered, "the handler's start")
+			watched()
 			if err := c.Conn.(*net.TCPConn).CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
@@ -974,6 +1002,7 @@ func TestCallerHalfCloses(t *testing.T) {
 func TestPipelinedWhileWatched(t *testing.T) {
 	t.Parallel()
 	entered, proceed := make(chan struct{}), make(chan struct{})
+	clk := quartz.NewMock(t)
 	ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			close(entered)
@@ -981,22 +1010,21 @@ func TestPipelinedWhileWatched(t *testing.T) {
 			case <-proceed:
 			case <-r.Context().Done():
 				io.WriteString(w, "cancelled ")
-			case <-time.After(waitLimit):
+			case <-t.Context().Done():
 				io.WriteString(w, "never released ")
 			}
 		}
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s", r.URL.Path, body)
-	}))
+	}), withClock(clk))
 	c := dialRaw(t, ts.addr)
 	c.send(t, get("/slow"))
 	wait(t, entered, "the handler's start")
-	// Not an assertion: time for the watch to start reading the
-	// connection, so that it takes the next request's first byte. The
-	// answers must be the same whether it did or not.
-	time.Sleep(2 * watchAfter)
+	clk.Advance(watchAfter) // the watch starts reading the connection
 	c.send(t, "POST /next HTTP/1.1\r\nHost: test.example\r\nContent-Length: 4\r\n\r\nbody")
-	time.Sleep(watchAfter)
+	// The watch takes the next request's first byte, which h1 must give
+	// back to that request.
+	iwait.Eventually(t, waitLimit, func() bool { return ts.peeked() }, "the watch never read the next request's first byte")
 	close(proceed)
 	if _, body := c.answer(t, http.MethodGet); body != "/slow " {
 		t.Errorf("first body = %q, want %q", body, "/slow ")
@@ -1074,7 +1102,7 @@ func TestShutdown(t *testing.T) {
 				close(entered)
 				select {
 				case <-release:
-				case <-time.After(waitLimit):
+				case <-t.Context().Done():
 					io.WriteString(w, "never released ")
 				}
 			}
@@ -1125,7 +1153,7 @@ func TestShutdown(t *testing.T) {
 			close(entered)
 			select {
 			case <-release:
-			case <-time.After(waitLimit):
+			case <-t.Context().Done():
 			}
 		}))
 		t.Cleanup(func() { close(release) }) // before the server's Close
@@ -1175,7 +1203,7 @@ func TestClose(t *testing.T) {
 		select {
 		case <-r.Context().Done():
 			ended <- r.Context().Err()
-		case <-time.After(waitLimit):
+		case <-t.Context().Done():
 			ended <- errors.New("context never ended")
 		}
 	}))
@@ -1221,12 +1249,14 @@ func TestIdleTimeout(t *testing.T) {
 // of its head.
 func TestIdleTimeoutSparesSlowHead(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, echoHandler, func(s *Server) { s.IdleTimeout = 100 * time.Millisecond })
+	ts := startServer(t, echoHandler, func(s *Server) { s.IdleTimeout = 200 * time.Millisecond })
 	c := dialRaw(t, ts.addr)
 	req := get("/slow-head")
 	c.send(t, req[:5])
-	// Not an assertion: the rest comes after the idle timeout.
-	time.Sleep(3 * ts.s.IdleTimeout)
+	// The rest comes once the idle timeout has passed for a connection
+	// opened after this one: the server closing that one says so.
+	idle := dialRaw(t, ts.addr)
+	idle.wantEOF(t)
 	c.send(t, req[5:])
 	if _, body := c.answer(t, http.MethodGet); body != "GET /slow-head " {
 		t.Errorf("body = %q, want %q", body, "GET /slow-head ")
@@ -1341,6 +1371,8 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 // watch to one request at a time.
 func TestManyClientsMixedRequests(t *testing.T) {
 	t.Parallel()
+	clk := quartz.NewMock(t)
+	var advancing sync.Mutex
 	ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		size, _ := strconv.Atoi(q.Get("size"))
@@ -1351,12 +1383,15 @@ func TestManyClientsMixedRequests(t *testing.T) {
 			}
 		}
 		if q.Get("slow") == "1" {
-			// Past watchAfter: the connection is read beside it.
-			select {
-			case <-time.After(2 * watchAfter):
-			case <-r.Context().Done():
-				return
+			// Past watchAfter: the connection is read beside it (every
+			// running request's is, from the moment the clock moves).
+			// Handlers move it one at a time, to the next watch due, and
+			// not while the last move's watches are still firing.
+			advancing.Lock()
+			if d, ok := clk.Peek(); ok && d > 0 {
+				clk.Advance(d)
 			}
+			advancing.Unlock()
 		}
 		w.Header().Set("X-Id", q.Get("id"))
 		chunk := []byte(strings.Repeat(q.Get("id")[:1], 1000))
@@ -1368,7 +1403,7 @@ func TestManyClientsMixedRequests(t *testing.T) {
 				_ = http.NewResponseController(w).Flush()
 			}
 		}
-	}))
+	}), withClock(clk))
 	const clients, requests = 8, 30
 	var wg sync.WaitGroup
 	for ci := range clients {
