@@ -614,11 +614,7 @@ func unaryRequestOf(path string, u *upstream, c *call, in *http.Request) (req un
 			req.extra = append(req.extra, "Tracestate", ts.String())
 		}
 	}
-	ok = plainPath(req.path) && plainValue(req.accept) && plainValue(req.token) && plainValue(req.team)
-	for _, s := range req.extra {
-		ok = ok && plainValue(s)
-	}
-	return req, ok
+	return req, req.plain()
 }
 
 // jsonContentType is the Content-Type header value of every call.

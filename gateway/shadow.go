@@ -144,7 +144,7 @@ func (g *Gateway) shadow(m *mirrored, s *version) {
 func (g *Gateway) sendShadow(ctx context.Context, path string, u *upstream, body []byte, m *mirrored) (*http.Response, error) {
 	if g.unary != nil && !m.stream {
 		req := unaryRequest{path: path, accept: m.accept, id: m.id, token: u.token, team: m.caller, extra: shadowExtra}
-		if plainPath(req.path) && plainValue(req.accept) && plainValue(req.id) && plainValue(req.token) && plainValue(req.team) {
+		if req.plain() {
 			return g.unary.roundTrip(ctx, u.addr, &req, body)
 		}
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -265,5 +267,52 @@ func TestShadowStreamConsumedNotRelayed(t *testing.T) {
 		if s := got["support-chat/"+v]; s == nil || s.Count != streams || s.Streams != streams || s.Tokens != streams*8 {
 			t.Errorf("%s statistics %+v, want %d streams of 8 tokens", v, s, streams)
 		}
+	}
+}
+
+// TestShadowCallSentAsTheServedCall: a shadow's copy goes to its replica
+// as the served call goes to the served version's, on the same client
+// (the same header lines but the shadow mark), so that the latencies the
+// judge compares are taken the same way.
+func TestShadowCallSentAsTheServedCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	headers := func(seen chan<- []string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			names := slices.Sorted(maps.Keys(r.Header))
+			select {
+			case seen <- names:
+			default:
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, primaryAnswer)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	served, shadowed := make(chan []string, 1), make(chan []string, 1)
+	sv, sh := headers(served), headers(shadowed)
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1,
+		ver("v1", 100, strings.TrimPrefix(sv.URL, "http://")), shadowOf("v2", 100, strings.TrimPrefix(sh.URL, "http://"))))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+		t.Fatalf("status %d, want 200", r.status)
+	}
+	want := <-served // v1 answered, so it has seen the call
+	var got []string
+	wait.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case got = <-shadowed:
+			return true
+		default:
+			return false
+		}
+	}, "the shadow never got its copy")
+	want = slices.Sorted(slices.Values(append(want, gateway.ShadowHeader)))
+	if !slices.Equal(got, want) {
+		t.Errorf("shadow call's header lines %v, want the served call's and the mark %v", got, want)
 	}
 }

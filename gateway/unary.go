@@ -191,6 +191,16 @@ func appendRequest(b []byte, host string, req *unaryRequest, body []byte) []byte
 	return append(b, body...)
 }
 
+// plain reports whether every part of req can be written as it is
+// (plainPath, plainValue); net/http checks any other.
+func (req *unaryRequest) plain() bool {
+	ok := plainPath(req.path) && plainValue(req.accept) && plainValue(req.id) && plainValue(req.token) && plainValue(req.team)
+	for _, s := range req.extra {
+		ok = ok && plainValue(s)
+	}
+	return ok
+}
+
 // plainValue reports whether s can be written as a header value as it is:
 // visible ASCII, spaces and tabs. Anything else goes through net/http,
 // which rejects what is invalid.
