@@ -282,24 +282,24 @@ func (s *scratch) nats(ctx context.Context) (string, jetstream.JetStream, error)
 // serve serves h on a free loopback port until close and returns its
 // address.
 func (s *scratch) serve(h http.Handler) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	s.onClose(func() { srv.Close() })
-	return ln.Addr().String(), nil
+	return s.serveWith(&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
 }
 
 // serveGateway serves the gateway's routes h as serve does, with the
 // server modelplane gateway runs.
 func (s *scratch) serveGateway(h http.Handler) (string, error) {
+	return s.serveWith(app.GatewayServer(h, slog.New(slog.DiscardHandler)))
+}
+
+// serveWith runs srv on a free loopback port until close.
+func (s *scratch) serveWith(srv interface {
+	Serve(net.Listener) error
+	Close() error
+}) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	srv := app.GatewayServer(h, slog.New(slog.DiscardHandler))
 	go srv.Serve(ln)
 	s.onClose(func() { srv.Close() })
 	return ln.Addr().String(), nil
