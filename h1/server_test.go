@@ -1441,7 +1441,11 @@ func TestManyClientsMixedRequests(t *testing.T) {
 					return
 				}
 				if closing || resp.Close {
-					if b, err := c.br.ReadByte(); err != io.EOF {
+					// Closed: an EOF, or a reset when the request's unread
+					// body was still coming as the server closed (it waits
+					// 500 ms for the client to read the answer, as net/http;
+					// a loaded machine may not read by then).
+					if b, err := c.br.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 						t.Errorf("request %s (%s, read %v, body %d, size %d, flush %v, slow %v, closing %v): read after the answer = %q, %v; want EOF", id, proto, read, len(body), size, flush, slow, closing, b, err)
 						return
 					}
