@@ -82,7 +82,7 @@ type Request struct {
 
 // TokenEvent is one generated token, to stream to the client.
 type TokenEvent struct {
-	// ID is the request's.
+	// ID is the request's; empty with Config.Lean.
 	ID string
 	// Index is the token's position in the completion, from 0. A request's
 	// events come in Index order, each index exactly once, preemptions or
@@ -291,14 +291,20 @@ type Config struct {
 	// only while some request holds them.
 	PrefixCaching bool
 	// Lean is for a caller that reads each step's result before the next
-	// step and needs neither token ids nor every token's time, as a
-	// virtual-time fleet: events carry Token 0, Finished.TokenTimes is nil
+	// step and needs neither ids nor every token's time, as a virtual-time
+	// fleet: events carry no ID and Token 0, Finished.TokenTimes is nil
 	// (FirstToken and LastToken are set), the Events and Finished of a
 	// StepResult are overwritten by the next Step or Commit, and Stats
 	// keeps no recent samples (TokensPerSecond, TTFT and TPOT stay 0).
 	// Admission, steps, times and counts are exactly those of a scheduler
 	// without it.
 	Lean bool
+	// Events, with Lean, is the buffer each step's Events are written to
+	// instead of the scheduler's own. Schedulers whose caller reads each
+	// step's events before any of them steps again may share one: a fleet
+	// of a hundred schedulers found each one's own buffer out of the CPU's
+	// cache at every step, and a shared one is in it.
+	Events *[]TokenEvent
 }
 
 // withDefaults fills cfg's zero fields and checks it.
@@ -384,6 +390,10 @@ type Scheduler struct {
 
 	nextOrder int64
 	nextAdmit int64
+	// reserve is the pages reserved for the running sequences' growth
+	// under ReserveFinal and ReserveMaxTokens: the sum of their commit
+	// less the pages they hold, kept as they change.
+	reserve int
 
 	// With Config.Lean, the buffers every step's Events and Finished reuse,
 	// and the finished sequences Submit reuses (see newSeq).
@@ -407,22 +417,25 @@ type tenantUse struct {
 	pages   int
 }
 
-// seq is one request inside the scheduler. The fields a step reads for
-// every running sequence come first, with its pages, so that a step
-// touches few cache lines per sequence.
+// seq is one request inside the scheduler. What a step reads and writes
+// for every running sequence is on its first cache line (prefill to
+// kv.tokens), and with Config.Lean nothing else is, once it decodes: a
+// fleet of schedulers finds each sequence out of the CPU's cache at every
+// step, so each line a step touches costs it a miss.
 type seq struct {
 	prefill   int // prompt tokens still to prefill; 0 when decoding
 	plan      int // prompt tokens to prefill in the current step
-	tokens    int // tokens in the KV cache while running
-	pages     int // pages held while running
 	generated int
-	target    int           // completion tokens the model produces
-	firstAt   time.Duration // the first token's time
-	lastAt    time.Duration // the last token's so far
+	target    int    // completion tokens the model produces
+	kv        kvSeq  // its pages and tokens while running (KV.allocateSeq); none after
+	id        string // req.ID
 	running   bool
 	reason    FinishReason
-	id        string // req.ID
-	kv        kvSeq  // its pages while running (KV.allocateSeq)
+	firstAt   time.Duration // the first token's time
+	// lastAt is the last token's time, kept when the sequence stops
+	// decoding: while it runs with its prefill done, it made a token in
+	// every step, the last one ending at the scheduler's clock (lastToken).
+	lastAt time.Duration
 
 	req    Request
 	order  int64      // queue position: lower goes first within a priority
@@ -706,9 +719,9 @@ func (s *Scheduler) Plan(now time.Duration) Plan {
 		w := Work{ID: q.req.ID, Tenant: q.req.Tenant, Index: q.generated}
 		switch {
 		case q.prefill == 0:
-			w.Pos, w.Tokens, w.Emits = q.tokens-1, 1, true
+			w.Pos, w.Tokens, w.Emits = q.kv.tokens-1, 1, true
 		case q.plan > 0:
-			w.Pos, w.Tokens, w.Emits = q.tokens-q.prefill, q.plan, q.plan == q.prefill
+			w.Pos, w.Tokens, w.Emits = q.kv.tokens-q.prefill, q.plan, q.plan == q.prefill
 		default:
 			continue
 		}
@@ -779,13 +792,13 @@ func (s *Scheduler) plan(now time.Duration) Plan {
 		// lowest-priority, most recently admitted sequences.
 		need := 0
 		for _, q := range s.running {
-			if emits(q) && q.tokens == q.pages*pt {
+			if emits(q) && q.full(pt) {
 				need++
 			}
 		}
 		for need > s.kv.AvailablePages() && len(s.running) > 0 {
 			v := s.victims(math.MaxInt)[0]
-			if emits(v) && v.tokens == v.pages*pt {
+			if emits(v) && v.full(pt) {
 				need--
 			}
 			s.preempt(v, &res)
@@ -823,8 +836,12 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 	var failed []*seq
 	done := false
 	lean := s.p.Lean
+	events := &s.events
+	if s.p.Events != nil {
+		events = s.p.Events
+	}
 	if lean {
-		res.Events, res.Finished = s.events[:0], s.done[:0]
+		res.Events, res.Finished = (*events)[:0], s.done[:0]
 	} else {
 		res.Events = make([]TokenEvent, 0, len(s.running))
 	}
@@ -837,12 +854,13 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 			q.prefilled += q.plan
 			q.plan = 0
 			if len(q.hashes) > 0 {
-				s.kv.MarkComputed(q.req.ID, q.tokens-q.prefill)
+				s.kv.MarkComputed(q.req.ID, q.kv.tokens-q.prefill)
 			}
 			if q.prefill > 0 {
 				continue
 			}
 		}
+		takes := q.full(pt)
 		if !s.kv.grow(&q.kv, 1) {
 			// Admission reserves against this; reaching it is a bug, made
 			// visible in Stats and survived by preempting the sequence.
@@ -850,9 +868,8 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 			failed = append(failed, q)
 			continue
 		}
-		q.tokens++
-		if q.tokens > q.pages*pt {
-			q.pages++
+		if takes {
+			s.reserve-- // a page reserved for it is now its own
 			if s.p.Reserve == ReserveStep {
 				s.charge(q, 1)
 			}
@@ -863,10 +880,22 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 		if q.generated == 0 {
 			q.firstAt = end
 		}
-		q.lastAt = end
-		ev := TokenEvent{ID: q.id, Index: q.generated, Time: end, Tokens: q.tokens}
-		reason, stop := q.reason, false
-		if o, ok := out[q.req.ID]; ok {
+		// Written in place: an event made on the stack and appended was
+		// copied in wider moves than it was written with, which the CPU
+		// could not forward from its stores (a tenth of a fleet's run).
+		res.Events = append(res.Events, TokenEvent{})
+		ev := &res.Events[len(res.Events)-1]
+		ev.Index, ev.Time, ev.Tokens = q.generated, end, q.kv.tokens
+		if !lean {
+			ev.ID = q.id
+		}
+		var reason FinishReason
+		stop := false
+		o, ok := Output{}, false
+		if out != nil { // q.id is on a line a lean step does not read
+			o, ok = out[q.id]
+		}
+		if ok {
 			ev.Token = o.Token
 			if o.Stop {
 				reason, stop = FinishStop, true
@@ -876,8 +905,12 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 		}
 		q.generated++
 		if q.generated >= q.target || stop {
+			if !stop {
+				reason = q.reason
+			}
 			ev.Last = true
 			s.release(q)
+			q.lastAt = end
 			delete(s.live, q.req.ID)
 			s.completed++
 			f := s.finished(q, reason, end)
@@ -893,7 +926,6 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 				s.spare = append(s.spare, q)
 			}
 		}
-		res.Events = append(res.Events, ev)
 	}
 	if done {
 		s.running = slices.DeleteFunc(s.running, func(q *seq) bool { return !q.running })
@@ -904,7 +936,7 @@ func (s *Scheduler) commit(p Plan, d time.Duration, out map[string]Output) StepR
 	}
 	s.clock = end
 	if lean {
-		s.events, s.done = res.Events, res.Finished
+		*events, s.done = res.Events, res.Finished
 	} else {
 		s.rec.step(p.Start, end, len(res.Events))
 	}
@@ -1014,17 +1046,28 @@ func (s *Scheduler) reserved() int {
 	if s.p.Reserve == ReserveStep {
 		pt := s.kv.PageTokens()
 		for _, q := range s.running {
-			if q.tokens == q.pages*pt {
+			if q.full(pt) {
 				n++
 			}
 		}
 		return n
 	}
-	for _, q := range s.running {
-		n += q.commit - q.pages
-	}
-	return n
+	return s.reserve
 }
+
+// lastToken is when q made its last token so far: the end of the last
+// step while it runs with its prefill done (it made one in every step
+// since), else when it stopped decoding (release keeps it).
+func (s *Scheduler) lastToken(q *seq) time.Duration {
+	if q.running && q.prefill == 0 && q.generated > 0 {
+		return s.clock
+	}
+	return q.lastAt
+}
+
+// full reports whether q's last page is full, so that its next token takes
+// a page (pt tokens a page).
+func (q *seq) full(pt int) bool { return q.kv.tokens == len(q.kv.pages)*pt }
 
 // need is the number of available pages admitting q takes, counting its
 // reservation: its pages less those it shares, plus the cached ones among
@@ -1066,11 +1109,11 @@ func (s *Scheduler) preemptFor(q *seq, need, avail int) []*seq {
 		slots--
 		freed := s.kv.exclusivePages(v.req.ID)
 		if s.p.Reserve == ReserveStep {
-			if v.tokens == v.pages*pt {
+			if v.full(pt) {
 				freed++
 			}
 		} else {
-			freed += v.commit - v.pages
+			freed += v.commit - len(v.kv.pages)
 		}
 		avail += freed
 		if slots <= 0 && need <= avail {
@@ -1120,7 +1163,8 @@ func (s *Scheduler) start(q *seq) bool {
 	}
 	q.running, q.admitted = true, s.nextAdmit
 	s.nextAdmit++
-	q.tokens, q.pages, q.prefill = tokens, len(q.kv.pages), compute
+	q.prefill = compute
+	s.reserve += q.commit - len(q.kv.pages)
 	s.running = append(s.running, q)
 	t := s.tenants[q.req.Tenant]
 	if t == nil {
@@ -1129,7 +1173,7 @@ func (s *Scheduler) start(q *seq) bool {
 	}
 	t.running++
 	if s.p.Reserve == ReserveStep {
-		s.charge(q, q.pages)
+		s.charge(q, len(q.kv.pages))
 	} else {
 		s.charge(q, q.commit)
 	}
@@ -1144,6 +1188,7 @@ func (s *Scheduler) charge(q *seq, pages int) {
 // release frees a running sequence's pages and tenant charges. The caller
 // removes it from s.running.
 func (s *Scheduler) release(q *seq) {
+	q.lastAt = s.lastToken(q)
 	s.kv.freeSeq(q.req.ID, &q.kv)
 	t := s.tenants[q.req.Tenant]
 	t.running--
@@ -1151,7 +1196,9 @@ func (s *Scheduler) release(q *seq) {
 	if t.running == 0 {
 		delete(s.tenants, q.req.Tenant)
 	}
-	q.running, q.charged, q.tokens, q.pages, q.prefill, q.plan = false, 0, 0, 0, 0, 0
+	s.reserve -= q.commit - len(q.kv.pages)
+	q.running, q.charged, q.prefill, q.plan = false, 0, 0, 0
+	q.kv.pages, q.kv.tokens = q.kv.pages[:0], 0
 }
 
 // preempt evicts a running sequence: it frees its pages and takes it out of
@@ -1178,7 +1225,7 @@ func (s *Scheduler) finished(q *seq, reason FinishReason, done time.Duration) Fi
 		Arrival:          q.req.Arrival,
 		Done:             done,
 		FirstToken:       q.firstAt,
-		LastToken:        q.lastAt,
+		LastToken:        s.lastToken(q),
 		TokenTimes:       q.times,
 	}
 }

@@ -253,6 +253,7 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 	t.Helper()
 	s := newScheduler(t, p, seed)
 	next := map[string]int{}
+	first, last := map[string]time.Duration{}, map[string]time.Duration{}
 	submitted := map[string]bool{}
 	var now time.Duration
 	i := 0
@@ -329,21 +330,33 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 				t.Fatalf("step %d: tenant %q holds %d pages; cap %d", step, name, use.pages, s.tenantPages)
 			}
 		}
+		reserve := 0
 		for _, q := range s.running {
-			if s.kv.Pages(q.req.ID) != q.pages || s.kv.Tokens(q.req.ID) != q.tokens {
-				t.Fatalf("step %d: %s thinks it holds %d pages, %d tokens; the cache says %d, %d",
-					step, q.req.ID, q.pages, q.tokens, s.kv.Pages(q.req.ID), s.kv.Tokens(q.req.ID))
+			if s.kv.Pages(q.req.ID) != len(q.kv.pages) || s.kv.Tokens(q.req.ID) != q.kv.tokens {
+				t.Fatalf("step %d: %s holds %d pages, %d tokens; the cache says %d, %d",
+					step, q.req.ID, len(q.kv.pages), q.kv.tokens, s.kv.Pages(q.req.ID), s.kv.Tokens(q.req.ID))
 			}
+			reserve += q.commit - len(q.kv.pages)
+		}
+		if s.reserve != reserve {
+			t.Fatalf("step %d: %d pages reserved as kept; %d counted", step, s.reserve, reserve)
 		}
 		for _, ev := range res.Events {
 			if ev.Index != next[ev.ID] {
 				t.Fatalf("step %d: %s token %d; want %d", step, ev.ID, ev.Index, next[ev.ID])
 			}
 			next[ev.ID]++
+			if ev.Index == 0 {
+				first[ev.ID] = ev.Time
+			}
+			last[ev.ID] = ev.Time
 		}
 		for _, f := range res.Finished {
 			if f.CompletionTokens != next[f.ID] {
 				t.Fatalf("%s: usage says %d completion tokens; %d streamed", f.ID, f.CompletionTokens, next[f.ID])
+			}
+			if f.FirstToken != first[f.ID] || f.LastToken != last[f.ID] {
+				t.Fatalf("%s: first and last token at %v, %v; streamed at %v, %v", f.ID, f.FirstToken, f.LastToken, first[f.ID], last[f.ID])
 			}
 			delete(submitted, f.ID)
 		}
@@ -459,6 +472,39 @@ func TestArrivalTimes(t *testing.T) {
 	}
 }
 
+// TestCancelPreempted cancels a sequence that decoded, was preempted by a
+// higher priority and waits: its usage keeps the time of its last token,
+// not the time it was cancelled or preempted.
+func TestCancelPreempted(t *testing.T) {
+	t.Parallel()
+	p := smallProfile(20)
+	p.MaxBatch = 1
+	s := newScheduler(t, p, 1)
+	if err := s.Submit(Request{ID: "low", PromptTokens: 40, OutputTokens: 60}); err != nil {
+		t.Fatal(err)
+	}
+	var now, lastLow time.Duration
+	for range 3 {
+		res := s.Step(now)
+		for _, ev := range res.Events {
+			lastLow = ev.Time
+		}
+		now = res.End()
+	}
+	if err := s.Submit(Request{ID: "high", PromptTokens: 40, OutputTokens: 60, Priority: 1, Arrival: now}); err != nil {
+		t.Fatal(err)
+	}
+	res := s.Step(now)
+	if !slices.Contains(res.Preempted, "low") {
+		t.Fatalf("step preempted %v; want low", res.Preempted)
+	}
+	now = res.End()
+	f, ok := s.Cancel("low")
+	if !ok || f.CompletionTokens != 3 || f.FirstToken == 0 || f.LastToken != lastLow || now == lastLow {
+		t.Fatalf("Cancel(low) = %+v, %v; want 3 tokens, the last at %v", f, ok, lastLow)
+	}
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	p := smallProfile(20)
@@ -479,8 +525,8 @@ func TestCancel(t *testing.T) {
 	before := s.kv.FreePages()
 	held := s.kv.Pages("a")
 	f, ok := s.Cancel("a")
-	if !ok || f.Reason != FinishCancelled || f.CompletionTokens != 3 {
-		t.Fatalf("Cancel(a) = %+v, %v; want cancelled after 3 tokens", f, ok)
+	if !ok || f.Reason != FinishCancelled || f.CompletionTokens != 3 || f.LastToken != now {
+		t.Fatalf("Cancel(a) = %+v, %v; want cancelled after 3 tokens, the last at %v", f, ok, now)
 	}
 	if got := s.kv.FreePages() - before; got != held {
 		t.Errorf("Cancel(a) freed %d pages at once; want %d", got, held)

@@ -20,9 +20,12 @@ type Config struct {
 	// PrefixCaching keeps the computed prefix pages of finished requests
 	// cached for later ones (engine.Config.PrefixCaching).
 	PrefixCaching bool
-	// Lean drops what a virtual-time fleet does not read: token ids, every
+	// Lean drops what a virtual-time fleet does not read: ids, every
 	// token's time, fresh result slices each step (engine.Config.Lean).
 	Lean bool
+	// Events, with Lean, is an events buffer schedulers share
+	// (engine.Config.Events).
+	Events *[]engine.TokenEvent
 }
 
 // NewScheduler returns the engine's scheduler for a simulated GPU running
@@ -35,7 +38,7 @@ func NewScheduler(cfg Config) (*engine.Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	ec.Seed, ec.PrefixCaching, ec.Lean = cfg.Seed, cfg.PrefixCaching, cfg.Lean
+	ec.Seed, ec.PrefixCaching, ec.Lean, ec.Events = cfg.Seed, cfg.PrefixCaching, cfg.Lean, cfg.Events
 	if cfg.Pages > 0 {
 		ec.Pages = cfg.Pages
 	}

@@ -324,7 +324,7 @@ func (r *autoscaleRun) heartbeat(f *fleet, now time.Duration) {
 		m.head = (m.head + 1) % r.slots
 		m.filled = min(m.filled+1, r.slots)
 		m.arrivals, m.tokens, m.prompt = 0, 0, 0
-		kv += float64(rep.res.KVPagesUsed) / float64(rep.s.KVPages())
+		kv += float64(rep.step.res.KVPagesUsed) / float64(rep.s.KVPages())
 	}
 	if n := len(f.byVersion[r.vi]); n > 0 {
 		r.maxKV = max(r.maxKV, kv/float64(n))
@@ -363,8 +363,8 @@ func (r *autoscaleRun) sample(rep *replica, now time.Duration) autoscale.Sample 
 	s.Set(autoscale.TokensPerSecond, float64(toks)/secs)
 	s.Set(autoscale.PromptTokensPerSecond, float64(prompt)/secs)
 	s.Set(autoscale.InFlight, float64(rep.outstanding))
-	s.Set(autoscale.QueueDepth, float64(max(0, rep.outstanding-rep.res.Batch)))
-	s.Set(autoscale.KVCache, float64(rep.res.KVPagesUsed)/float64(rep.s.KVPages()))
+	s.Set(autoscale.QueueDepth, float64(max(0, rep.outstanding-rep.step.res.Batch)))
+	s.Set(autoscale.KVCache, float64(rep.step.res.KVPagesUsed)/float64(rep.s.KVPages()))
 	return s
 }
 
@@ -419,12 +419,11 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 // start adds a replica that is ready after the cold start.
 func (r *autoscaleRun) start(f *fleet, now time.Duration) {
 	idx := len(f.reps)
-	p := f.sc.Versions[r.vi].Profile
-	s, err := sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true})
+	s, err := f.newScheduler(f.sc.Versions[r.vi].Profile, idx)
 	if err != nil {
 		return // the profile was checked when the fleet was made
 	}
-	f.reps = append(f.reps, replica{s: s, version: r.vi, m: r.newMetrics()})
+	f.reps = append(f.reps, replica{s: s, version: r.vi, step: &inFlight{}, m: r.newMetrics()})
 	r.starting = append(r.starting, startingReplica{rep: idx, readyAt: now + r.cfg.ColdStart})
 }
 

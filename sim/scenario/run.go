@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -138,6 +139,9 @@ type fleet struct {
 	promptSum, outputSum                  int64
 
 	prompt []int32 // prompt tokens of each request, by request number (its id)
+	// events is the buffer every replica's step writes its token events
+	// to: f.sum reads them before the next step (sim.Config.Events).
+	events []engine.TokenEvent
 
 	now     time.Duration // time of the last event handled
 	steps   int64
@@ -154,14 +158,24 @@ type fleet struct {
 	predict  *rand.Rand
 }
 
+// replica is one GPU of the fleet. It is kept small: every arrival scans
+// its version's replicas for the least outstanding, and the event heap
+// compares their times, so that a fleet's replicas fit the CPU's first
+// cache; the step in flight is behind a pointer.
 type replica struct {
 	s           *engine.Scheduler
 	version     int
-	at          time.Duration     // when the pending event is due
-	res         engine.StepResult // the step in flight, handed out at its end
-	scheduled   bool              // in the heap
-	outstanding int               // submitted and not finished
-	m           *replicaMetrics   // heartbeat counters of an autoscaled replica
+	at          time.Duration   // when the pending event is due
+	step        *inFlight       // the step in flight; nil for a classic replica
+	scheduled   bool            // in the heap
+	outstanding int             // submitted and not finished
+	m           *replicaMetrics // heartbeat counters of an autoscaled replica
+}
+
+// inFlight is a replica's step in flight, handed out at its end.
+type inFlight struct {
+	res engine.StepResult
+	sum stepSum // what res's events come to
 }
 
 type versionStats struct {
@@ -221,13 +235,11 @@ func newFleet(sc Scenario) (*fleet, error) {
 		}
 		for range v.GPUs {
 			idx := len(f.reps)
-			// Each replica's own stream: completion lengths the profile
-			// draws and token ids.
-			s, err := sim.NewScheduler(sim.Config{Profile: v.Profile, Seed: sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true})
+			s, err := f.newScheduler(v.Profile, idx)
 			if err != nil {
 				return nil, fmt.Errorf("%w: versions[%d].profile: %w", ErrInvalidScenario, vi, err)
 			}
-			f.reps = append(f.reps, replica{s: s, version: vi})
+			f.reps = append(f.reps, replica{s: s, version: vi, step: &inFlight{}})
 			f.byVersion[vi] = append(f.byVersion[vi], idx)
 		}
 	}
@@ -244,6 +256,12 @@ func newFleet(sc Scenario) (*fleet, error) {
 	f.prompt = make([]int32, 0, int(min(sc.Arrivals.Rate*sc.Duration.Seconds()*1.05+16, 1<<24)))
 	f.nextArrival = f.arrivalAfter(0, 0)
 	return f, nil
+}
+
+// newScheduler is replica idx's scheduler, with its own stream of the
+// completion lengths the profile draws, writing its events to f.events.
+func (f *fleet) newScheduler(p profile.Profile, idx int) (*engine.Scheduler, error) {
+	return sim.NewScheduler(sim.Config{Profile: p, Seed: f.sc.Seed ^ (uint64(idx+1) * 0x9e3779b97f4a7c15), Lean: true, Events: &f.events})
 }
 
 // setWeights sets the routing weights of the versions.
@@ -432,8 +450,8 @@ func pick(cum []float64, u float64) int {
 // step, if it has work.
 func (f *fleet) advance(r int) {
 	rep := &f.reps[r]
-	if rep.res.Duration > 0 {
-		f.account(rep, &rep.res)
+	if rep.step.res.Duration > 0 {
+		f.account(rep, &rep.step.res)
 	}
 	for {
 		res := rep.s.Step(rep.at)
@@ -442,10 +460,12 @@ func (f *fleet) advance(r int) {
 				f.vs[rep.version].preemptions += len(res.Preempted)
 				continue // evictions made room; the next step admits
 			}
-			rep.res = engine.StepResult{}
+			rep.step.res = engine.StepResult{}
 			return // idle until the next arrival pushes it again
 		}
-		rep.res = res
+		rep.step.res = res
+		f.sum(rep.step, rep.s.PageTokens())
+		rep.step.res.Events = nil // f.events, which the next step overwrites
 		rep.at = res.End()
 		f.push(r)
 		return
@@ -458,10 +478,11 @@ func (f *fleet) account(rep *replica, res *engine.StepResult) {
 	v := &f.vs[rep.version]
 	warmup := f.sc.Warmup
 	f.steps++
-	f.tokens += int64(len(res.Events))
+	sum := &rep.step.sum
+	f.tokens += int64(sum.tokens)
 	v.preemptions += len(res.Preempted)
 	if rep.m != nil {
-		rep.m.tokens += len(res.Events)
+		rep.m.tokens += sum.tokens
 	}
 	for i := range res.Finished {
 		fin := &res.Finished[i]
@@ -500,39 +521,67 @@ func (f *fleet) account(rep *replica, res *engine.StepResult) {
 	if res.Start < warmup {
 		return
 	}
-	v.tokensWindow += int64(len(res.Events))
-	// The KV cache after the step: every sequence that made a token and
-	// did not finish holds its prompt and its tokens so far.
-	pt := rep.s.PageTokens()
-	held, pages := 0, 0
-	lens := f.sc.ContiguousMaxLen
-	var contig [maxContiguousLen]int
-	for i := range res.Events {
-		ev := &res.Events[i]
-		if ev.Last {
-			continue
-		}
-		n := ev.Tokens
-		held += n
-		pages += (n + pt - 1) / pt
-		for k, l := range lens {
-			contig[k] += max(l, n)
-		}
-	}
-	if pages != res.KVPagesUsed {
+	v.tokensWindow += int64(sum.tokens)
+	if sum.pages != res.KVPagesUsed {
 		f.pageErr++
 	}
 	d := res.Duration.Seconds()
 	kv := float64(res.KVPagesUsed) / float64(rep.s.KVPages())
 	v.batch += d * float64(res.Batch)
 	v.kv += d * kv
-	v.pagedSlots += d * float64(pages*pt)
-	v.held += d * float64(held)
-	for k := range lens {
-		v.contig[k] += d * float64(contig[k])
+	v.pagedSlots += d * float64(sum.pages*rep.s.PageTokens())
+	v.held += d * float64(sum.held)
+	for k := range f.sc.ContiguousMaxLen {
+		v.contig[k] += d * float64(sum.contig[k])
 	}
 	v.maxBatch = max(v.maxBatch, res.Batch)
 	v.maxKV = max(v.maxKV, kv)
+}
+
+// stepSum is what a step's events come to: the tokens it made and, for a
+// step after the warmup, what the KV cache holds after it: the tokens and
+// pages of every sequence that made a token and did not finish, and the
+// slots a contiguous engine would reserve for them at each of
+// ContiguousMaxLen.
+type stepSum struct {
+	tokens, held, pages int
+	contig              [maxContiguousLen]int
+}
+
+// sum counts a step in flight as soon as it is planned, from its events in
+// f.events, which the next replica's step overwrites: account hands the
+// sum out at the step's end. pt is the replica's tokens a page.
+func (f *fleet) sum(st *inFlight, pt int) {
+	res := &st.res
+	st.sum = stepSum{tokens: len(res.Events)}
+	if res.Start < f.sc.Warmup {
+		return
+	}
+	sum := &st.sum
+	lens := f.sc.ContiguousMaxLen
+	// Pages are counted with a shift where a page's tokens are a power of
+	// two, as they are in every profile: a division for each token was a
+	// tenth of a run.
+	shift := -1
+	if pt&(pt-1) == 0 {
+		shift = bits.TrailingZeros(uint(pt))
+	}
+	for i := range res.Events {
+		ev := &res.Events[i]
+		if ev.Last {
+			continue
+		}
+		n := ev.Tokens
+		sum.held += n
+		if shift >= 0 {
+			sum.pages += (n + pt - 1) >> shift
+		} else {
+			sum.pages += (n + pt - 1) / pt
+		}
+		for k, l := range lens {
+			sum.contig[k] += max(l, n)
+		}
+	}
 }
 
 func (f *fleet) report() Report {
