@@ -384,11 +384,18 @@ func (f *fleet) arrive(t time.Duration) {
 	v.requests++
 
 	reps := f.byVersion[vi]
-	best := -1
-	for j := range reps {
-		r := reps[(f.rr[vi]+j)%len(reps)]
-		if best < 0 || f.reps[r].outstanding < f.reps[best].outstanding {
-			best = r
+	best, least := -1, math.MaxInt
+	// From the round-robin start to the end, then from the beginning: the
+	// first of the least outstanding in that order.
+	start := 0
+	if len(reps) > 0 {
+		start = f.rr[vi] % len(reps)
+	}
+	for _, part := range [2][]int{reps[start:], reps[:start]} {
+		for _, r := range part {
+			if n := f.reps[r].outstanding; n < least {
+				best, least = r, n
+			}
 		}
 	}
 	if best < 0 { // every replica of an autoscaled version draining
