@@ -420,37 +420,51 @@ func demoArtifact(model, version string) map[string][]byte {
 	}
 }
 
-// devKeys are the ready API keys written to dev.env.
+// devKeys are the ready API keys written to dev.env, each made by a demo
+// user (seedDemo's), so that what a key does is shown as that person's
+// ("risk-admin@example.com via mpk_…"). Org-wide keys are a platform
+// admin's to make, so the admin makes the finance key too.
 var devKeys = []struct {
-	env  string
-	team string
-	role auth.Role
+	env   string
+	team  string
+	role  auth.Role
+	owner string
 }{
-	{"MP_ADMIN_KEY", "", auth.RolePlatformAdmin},
-	{"MP_RISK_KEY", "risk", auth.RoleAdmin},
-	{"MP_SEARCH_KEY", "search", auth.RoleAdmin},
-	{"MP_FINANCE_KEY", "", auth.RoleFinance},
+	{"MP_ADMIN_KEY", "", auth.RolePlatformAdmin, "admin@example.com"},
+	{"MP_RISK_KEY", "risk", auth.RoleAdmin, "risk-admin@example.com"},
+	{"MP_SEARCH_KEY", "search", auth.RoleAdmin, "search-admin@example.com"},
+	{"MP_FINANCE_KEY", "", auth.RoleFinance, "admin@example.com"},
 }
 
-// writeDevEnv writes dev.env with working API keys, keeping the keys of the
-// previous run when they still authenticate.
 // devCLIKey is the dev key MP_API_KEY repeats for the command-line client:
 // the risk team's admin, who owns the demo's fraud model and endpoint.
 const devCLIKey = "MP_RISK_KEY"
 
+// writeDevEnv writes dev.env with working API keys, keeping the keys of the
+// previous run when they still authenticate and have their owner (a key an
+// older dev made as the system is replaced).
 func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
 	var cliKey string
 	b.WriteString("# modelplane dev credentials: source this file, then call $MP_API with a key.\n")
 	fmt.Fprintf(&b, "export MP_API=%s/api/v1\nexport MP_NATS_URL=%s\nexport MP_NATS_CREDS=%s\nexport MP_CLICKHOUSE_URL=%s\n", baseURL, natsURL, natsCreds, clickhouseURL)
+	q := db.New(cp.Pool)
 	for _, k := range devKeys {
 		key := old[k.env]
-		if p, err := cp.Keys.Authenticate(ctx, key); err != nil || p == nil {
-			raw, _, err := cp.Tenant.CreateKey(ctx, system, tenant.KeyRequest{Name: "dev " + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k.env, "MP_"), "_KEY")),
-				Team: k.team, Role: k.role})
+		if p, err := cp.Keys.Authenticate(ctx, key); err != nil || p == nil || p.OwnerEmail != k.owner {
+			u, err := q.UserGetByEmail(ctx, k.owner)
+			if err != nil {
+				return fmt.Errorf("dev key %s: owner %s: %w", k.env, k.owner, err)
+			}
+			owner, err := auth.LoadUser(ctx, q, u.ID, "dev-seed")
 			if err != nil {
 				return err
+			}
+			raw, _, err := cp.Tenant.CreateKey(ctx, owner, tenant.KeyRequest{Name: "dev " + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k.env, "MP_"), "_KEY")),
+				Team: k.team, Role: k.role})
+			if err != nil {
+				return fmt.Errorf("dev key %s: %w", k.env, err)
 			}
 			key = raw
 		}

@@ -137,6 +137,13 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 			t.Errorf("GET /endpoints with %s: %s; want it to list %s", key, body, want)
 		}
 	}
+	// Each dev key is a demo user's, so what it does is shown as theirs.
+	for key, owner := range map[string]string{"MP_ADMIN_KEY": "admin@example.com", "MP_RISK_KEY": "risk-admin@example.com",
+		"MP_SEARCH_KEY": "search-admin@example.com", "MP_FINANCE_KEY": "admin@example.com"} {
+		if body := get(t, env["MP_API"]+"/me", env[key]); !strings.Contains(body, `"owner":"`+owner+`"`) {
+			t.Errorf("GET /me with %s: %s; want owner %s", key, body, owner)
+		}
+	}
 	if body := get(t, env["MP_API"]+"/endpoints", env["MP_SEARCH_KEY"]); strings.Contains(body, "fraud-scoring") {
 		t.Errorf("search key sees risk's endpoint: %s", body)
 	}

@@ -511,8 +511,8 @@ func (a *app) chargebackCmd() *cobra.Command {
 }
 
 func (a *app) meCmd() *cobra.Command {
-	return a.getCmd("me", "Who the key is: name, teams and roles", nil, func([]string) string { return "/me" },
-		[]column{{"NAME", "name"}, {"VIA", "via"}, {"PLATFORM ROLE", "platform_role"}, {"TEAMS", "teams"}})
+	return a.getCmd("me", "Who the key is: name, owner, teams and roles", nil, func([]string) string { return "/me" },
+		[]column{{"NAME", "name"}, {"VIA", "via"}, {"OWNER", "owner"}, {"PLATFORM ROLE", "platform_role"}, {"TEAMS", "teams"}})
 }
 
 func (a *app) versionCmd() *cobra.Command {

@@ -563,9 +563,9 @@ func TestPortalKeyShownOnce(t *testing.T) {
 	if !strings.Contains(portalText(row), "engineer") {
 		t.Errorf("key row = %q, want role engineer", portalText(row))
 	}
-	// The key works.
-	if status, body := e.api(raw, http.MethodGet, "/me", nil); status != http.StatusOK {
-		t.Errorf("GET /api/v1/me with the new key = %d %s", status, body)
+	// The key works, and says whose it is.
+	if status, body := e.api(raw, http.MethodGet, "/me", nil); status != http.StatusOK || !strings.Contains(string(body), `"owner":"risk-admin@example.com"`) {
+		t.Errorf("GET /api/v1/me with the new key = %d %s; want 200 naming its owner", status, body)
 	}
 
 	// Loaded again, the team page does not show it.
