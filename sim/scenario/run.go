@@ -567,8 +567,8 @@ func (f *fleet) sum(st *inFlight, pt int) {
 	sum := &st.sum
 	lens := f.sc.ContiguousMaxLen
 	// Pages are counted with a shift where a page's tokens are a power of
-	// two, as they are in every profile: a division for each token was a
-	// tenth of a run.
+	// two, as they are in every profile: a division for each token was 6 %
+	// of the seed fleet's run.
 	shift := -1
 	if pt&(pt-1) == 0 {
 		shift = bits.TrailingZeros(uint(pt))
