@@ -442,7 +442,7 @@ const devCLIKey = "MP_RISK_KEY"
 
 // writeDevEnv writes dev.env with working API keys, keeping the keys of the
 // previous run when they still authenticate and have their owner (a key an
-// older dev made as the system is replaced).
+// older dev made as the system is replaced, and revoked).
 func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickhouseURL string, cp *controlplane.ControlPlane) error {
 	old := readEnvFile(path)
 	var b strings.Builder
@@ -465,6 +465,11 @@ func writeDevEnv(ctx context.Context, path, baseURL, natsURL, natsCreds, clickho
 				Team: k.team, Role: k.role})
 			if err != nil {
 				return fmt.Errorf("dev key %s: %w", k.env, err)
+			}
+			if p != nil { // the older key it replaces, which still works
+				if _, err := cp.Tenant.RevokeKey(ctx, system, p.KeyID); err != nil {
+					return fmt.Errorf("dev key %s: revoke the one it replaces: %w", k.env, err)
+				}
 			}
 			key = raw
 		}

@@ -235,9 +235,25 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 		drift.Reference.From.After(time.Now().Add(-6*24*time.Hour)) || drift.Samples < int(week.samples)/2 {
 		t.Errorf("fraud-scoring's drift report: %s; want a reference from a week ago with the backfilled samples (%d)", body, week.samples)
 	}
+	// A search key that is not search-admin's, as an older dev's keys were
+	// not, put in dev.env: the next run replaces and revokes it.
+	resp, body := postJSON(t, env["MP_API"]+"/api-keys", env["MP_ADMIN_KEY"], `{"name":"not the demo user's","team":"search","role":"admin"}`)
+	var planted struct {
+		Key string `json:"key"`
+	}
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal([]byte(body), &planted) != nil || planted.Key == "" {
+		t.Fatalf("create a search key as the platform admin: %d %s", resp.StatusCode, body)
+	}
 	stop()
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("child processes left behind after stop: pids %s", out)
+	}
+	envText, err := os.ReadFile(d.EnvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.EnvFile, bytes.ReplaceAll(envText, []byte(env["MP_SEARCH_KEY"]), []byte(planted.Key)), 0o600); err != nil {
+		t.Fatal(err)
 	}
 
 	secondStart := time.Now()
@@ -246,6 +262,17 @@ func TestDevStartsServesAndStopsCleanly(t *testing.T) {
 	again := readEnvFile(d.EnvFile)
 	if again["MP_RISK_KEY"] != env["MP_RISK_KEY"] {
 		t.Errorf("second run changed MP_RISK_KEY; want the working key kept")
+	}
+	if again["MP_SEARCH_KEY"] == planted.Key {
+		t.Errorf("second run kept a search key search-admin did not make")
+	}
+	if body := get(t, again["MP_API"]+"/me", again["MP_SEARCH_KEY"]); !strings.Contains(body, `"owner":"search-admin@example.com"`) {
+		t.Errorf("GET /me with the second run's MP_SEARCH_KEY: %s; want owner search-admin@example.com", body)
+	}
+	me, _ := http.NewRequest(http.MethodGet, again["MP_API"]+"/me", nil)
+	me.Header.Set("Authorization", "Bearer "+planted.Key)
+	if resp, err := http.DefaultClient.Do(me); err != nil || resp.Body.Close() != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /me with the replaced key: %v, %v; want 401, the key revoked", resp, err)
 	}
 	if body := get(t, again["MP_API"]+"/models/fraud-detector/versions", again["MP_RISK_KEY"]); !strings.Contains(body, `"v24"`) {
 		t.Errorf("second run lost data: %s", body)
