@@ -206,13 +206,27 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	st, err := startDevStores(ctx, dir, out, log)
+	// The addresses the caller chose are taken first, before PostgreSQL,
+	// ClickHouse and NATS pick free ports of their own, which could
+	// otherwise be one of them (a test that picked free ports for dev met
+	// "address already in use" that way).
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
-	defer st.close()
-	pool, chConn, nc := st.pool, st.ch, st.nc
-
+	defer ln.Close()
+	adm, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
+	}
+	defer adm.Close()
+	var gwLn net.Listener
+	if cfg.GatewayAddr != "" {
+		if gwLn, err = net.Listen("tcp", cfg.GatewayAddr); err != nil {
+			return fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", cfg.GatewayAddr, err)
+		}
+		defer gwLn.Close()
+	}
 	baseURL := "http://" + cfg.HTTPAddr
 	idp, err := devidp.Start(devidp.Config{Addr: cfg.IdPAddr, ClientID: "modelplane-dev", ClientSecret: "modelplane-dev-secret",
 		RedirectURLs: []string{baseURL + "/auth/callback"}, PublicClients: []string{DevCLIClientID}})
@@ -220,6 +234,13 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 		return fmt.Errorf("development identity provider: %w", err)
 	}
 	defer idp.Close()
+
+	st, err := startDevStores(ctx, dir, out, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	pool, chConn, nc := st.pool, st.ch, st.nc
 	// The one real clock of the control plane: every service and loop
 	// gets it from here.
 	clock := quartz.NewReal()
@@ -301,15 +322,6 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 	if err := writeDevEnv(ctx, envFile, baseURL, st.natsURL, st.natsCreds, st.clickhouseURL, cp); err != nil {
 		return fmt.Errorf("dev credentials: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen %s (MP_HTTP_ADDR): %w", cfg.HTTPAddr, err)
-	}
-	adm, err := net.Listen("tcp", cfg.AdminAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen %s (MP_ADMIN_ADDR): %w", cfg.AdminAddr, err)
-	}
 	adminURL := "http://" + adm.Addr().String()
 	if err := cp.Start(ctx); err != nil {
 		return err
@@ -345,7 +357,7 @@ func RunDev(ctx context.Context, cfg DevConfig, out io.Writer, d *Dev) error {
 			return fmt.Errorf("gateway: connect nats: %w", err)
 		}
 		defer gnc.Close()
-		gwAdmin, stopGateway, err := startDevGateway(ctx, log, gnc, dir, cfg.GatewayAddr, cfg.GatewayAdminAddr, envFile)
+		gwAdmin, stopGateway, err := startDevGateway(ctx, log, gnc, dir, gwLn, cfg.GatewayAdminAddr, envFile)
 		if err != nil {
 			return err
 		}

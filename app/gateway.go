@@ -315,15 +315,11 @@ func startGateway(ctx context.Context, cfg gateway.Config, nc *nats.Conn, log *s
 	}, nil
 }
 
-// startDevGateway runs the gateway of `modelplane dev` on addr, and its
+// startDevGateway runs the gateway of `modelplane dev` on ln, and its
 // admin listener on adminAddr, with its snapshot under dir/gateway, and adds
 // MP_GATEWAY to the dev.env file. It returns the admin listener's address;
 // stop ends it.
-func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir, addr, adminAddr, envFile string) (admin string, stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, fmt.Errorf("listen %s (MP_GATEWAY_ADDR): %w", addr, err)
-	}
+func startDevGateway(ctx context.Context, log *slog.Logger, nc *nats.Conn, dir string, ln net.Listener, adminAddr, envFile string) (admin string, stop func(), err error) {
 	adm, err := net.Listen("tcp", adminAddr)
 	if err != nil {
 		ln.Close()
