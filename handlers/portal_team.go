@@ -211,7 +211,9 @@ func auditWho(a audit.Row) (who, via string) {
 		return a.Actor, a.Via
 	}
 	if a.Actor != "" && a.Actor != a.ActorEmail {
-		return a.ActorEmail, "via " + a.Actor + " (" + a.Via + ")"
+		// An API key's via names the key again ("api-key mpk_…"): said once.
+		kind, _ := strings.CutSuffix(a.Via, " "+a.Actor)
+		return a.ActorEmail, "via " + a.Actor + " (" + kind + ")"
 	}
 	return a.ActorEmail, a.Via
 }
