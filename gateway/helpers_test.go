@@ -12,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,16 +182,26 @@ func startReplicaServer(t *testing.T, version string, task replica.Task) (*repli
 	return s, addr.String()
 }
 
-// deadAddr is a loopback address nothing listens on.
+// deadAddr is a loopback address that refuses connections for the rest
+// of the test: a socket bound to it and never listening holds the port,
+// so a connection is refused and no other server can take the port
+// meanwhile. (A port found free and let go was once taken by another
+// test's server, which answered 404 where a refusal was expected.)
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // newClock is a gateway clock moved by hand (Config.Clock). It logs
