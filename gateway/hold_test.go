@@ -59,15 +59,7 @@ func callAsync(ctx context.Context, base, path, key, body string) <-chan asyncRe
 // answer waits for an async call's answer.
 func answer(t *testing.T, ch <-chan asyncResult) result {
 	t.Helper()
-	var r asyncResult
-	wait.Eventually(t, 10*time.Second, func() bool {
-		select {
-		case r = <-ch:
-			return true
-		default:
-			return false
-		}
-	}, "no answer to the held request")
+	r := wait.Receive(t, 10*time.Second, ch, "no answer to the held request")
 	if r.err != nil {
 		t.Fatalf("held request: %v", r.err)
 	}
@@ -105,15 +97,7 @@ func TestScaleFromZeroServedWithinBudget(t *testing.T) {
 
 	res := callAsync(t.Context(), g.url, predictPath("sleepy"), key, predictBody)
 	holding(t, g, 1)
-	var m *nats.Msg
-	wait.Eventually(t, 10*time.Second, func() bool {
-		select {
-		case m = <-wakes:
-			return true
-		default:
-			return false
-		}
-	}, "no wake request for the held request")
+	m := wait.Receive(t, 10*time.Second, wakes, "no wake request for the held request")
 	var w busapi.Wake
 	if err := json.Unmarshal(m.Data, &w); err != nil || w.Endpoint != "sleepy" || w.Served {
 		t.Fatalf("wake request %s (%v), want one for sleepy, not served", m.Data, err)

@@ -56,14 +56,7 @@ func TestSampleQueueFullDrops(t *testing.T) {
 			offer(i)
 		}
 	}()
-	wait.Eventually(t, 10*time.Second, func() bool {
-		select {
-		case <-offered:
-			return true
-		default:
-			return false
-		}
-	}, "offering %d samples while NATS is stuck did not return", n-1)
+	wait.Receive(t, 10*time.Second, offered, "offering %d samples while NATS is stuck did not return", n-1)
 	// The queue holds 4; the one being published is not dropped yet.
 	if c := s.counters(); c.Dropped != n-5 || c.Published != 0 {
 		t.Fatalf("counters %+v; want %d dropped, none published", c, n-5)

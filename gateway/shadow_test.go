@@ -302,15 +302,7 @@ func TestShadowCallSentAsTheServedCall(t *testing.T) {
 		t.Fatalf("status %d, want 200", r.status)
 	}
 	want := <-served // v1 answered, so it has seen the call
-	var got []string
-	wait.Eventually(t, 10*time.Second, func() bool {
-		select {
-		case got = <-shadowed:
-			return true
-		default:
-			return false
-		}
-	}, "the shadow never got its copy")
+	got := wait.Receive(t, 10*time.Second, shadowed, "the shadow never got its copy")
 	want = slices.Sorted(slices.Values(append(want, gateway.ShadowHeader)))
 	if !slices.Equal(got, want) {
 		t.Errorf("shadow call's header lines %v, want the served call's and the mark %v", got, want)

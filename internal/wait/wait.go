@@ -45,3 +45,20 @@ type Show func() any
 
 // String formats the value f returns now.
 func (f Show) String() string { return fmt.Sprintf("%+v", f()) }
+
+// Receive returns the next value from ch, failing the test with the
+// message of format and args, as Eventually does, when none comes within
+// timeout.
+func Receive[T any](t testing.TB, timeout time.Duration, ch <-chan T, format string, args ...any) T {
+	t.Helper()
+	var v T
+	Eventually(t, timeout, func() bool {
+		select {
+		case v = <-ch:
+			return true
+		default:
+			return false
+		}
+	}, format, args...)
+	return v
+}

@@ -49,3 +49,24 @@ func TestEventuallyFailsWithMessageAndWait(t *testing.T) {
 		t.Fatalf("message %q, want the condition's last state and how long it waited", r.msg)
 	}
 }
+
+func TestReceiveReturnsTheValueOrFails(t *testing.T) {
+	t.Parallel()
+	ch := make(chan int, 1)
+	go func() { time.Sleep(2 * wait.Interval); ch <- 7 }()
+	if got := wait.Receive(t, time.Minute, ch, "nothing sent"); got != 7 {
+		t.Fatalf("Receive = %d, want 7", got)
+	}
+	r := &recorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != r {
+				panic(p)
+			}
+		}()
+		wait.Receive(r, 3*wait.Interval, make(chan string), "no %s", "reply")
+	}()
+	if !strings.HasPrefix(r.msg, "no reply (waited ") {
+		t.Fatalf("message %q, want the caller's and how long it waited", r.msg)
+	}
+}
