@@ -64,7 +64,8 @@ type IngestResult struct {
 	UsageVsClickHouse  float64 `json:"usage_vs_clickhouse"`
 	// PredictionRowsPerS is prediction_samples rows stored per second by
 	// the predictions consumer draining MP_PREDICTIONS, which holds
-	// PredictionSamples samples of 4 instances each before it starts;
+	// PredictionSamples samples of 4 instances each, in PredictionMessages
+	// gateway batches, before it starts;
 	// PredictionClickHouseRowsPerS the tight writer's rate for the same
 	// rows, timed as for usage, and PredictionsVsClickHouse the first over
 	// the second.
@@ -72,6 +73,7 @@ type IngestResult struct {
 	PredictionClickHouseRowsPerS float64 `json:"prediction_clickhouse_rows_per_s"`
 	PredictionsVsClickHouse      float64 `json:"predictions_vs_clickhouse"`
 	PredictionSamples            int     `json:"prediction_samples"`
+	PredictionMessages           int     `json:"prediction_messages"`
 	// ReqStatsRowsPerS and the rest are the same for request statistics,
 	// ReqStatsMessages messages of one row each.
 	ReqStatsRowsPerS           float64 `json:"reqstats_rows_per_s"`

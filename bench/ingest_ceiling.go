@@ -189,7 +189,10 @@ type smallMsg struct {
 }
 
 // predictionTraffic is predSamples samples, encoded, and the rows
-// prediction_samples gets from them, by column of PredictionsInsert.
+// prediction_samples gets from them, by column of PredictionsInsert. The
+// samples span one second, 50,000 a second from smallPublishers gateways,
+// and each gateway's go out in batches as its sampler makes them at that
+// pace: full, by count or bytes, long before the linger.
 func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 	n := predSamples * predInstances
 	var (
@@ -206,7 +209,20 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 		pinned                             = make([]uint8, 0, n)
 		endpointID                         = make([]int64, 0, n)
 	)
-	msgs := make([]smallMsg, 0, predSamples)
+	var msgs []smallMsg
+	batches := make([]struct {
+		data []byte
+		n    int
+	}, smallPublishers)
+	flush := func(g int) {
+		b := &batches[g]
+		if b.n > 0 {
+			id := fmt.Sprintf("gw-%d/%d", g, len(msgs))
+			data := fmt.Appendf(nil, `{"id":%q,"gateway":"gw-%d","samples":[%s]}`, id, g, b.data)
+			msgs = append(msgs, smallMsg{subject: busapi.PredictionBatchSubject, id: id, data: data})
+		}
+		b.data, b.n = nil, 0
+	}
 	feats := []string{"a", "b", "c"}
 	for i := range predSamples {
 		ep := i % 1000
@@ -220,7 +236,18 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 		if err != nil {
 			panic(err) // plain structs always encode
 		}
-		msgs = append(msgs, smallMsg{subject: busapi.PredictionSubject(s.Endpoint), id: s.ID, data: data})
+		g := i % smallPublishers
+		b := &batches[g]
+		if b.n > 0 && 512+len(b.data)+1+len(data) > busapi.PredictionBatchMaxBytes {
+			flush(g)
+		}
+		if b.n > 0 {
+			b.data = append(b.data, ',')
+		}
+		b.data, b.n = append(b.data, data...), b.n+1
+		if b.n == busapi.PredictionBatchMaxSamples {
+			flush(g)
+		}
 		for k, in := range s.Instances {
 			ts = append(ts, time.UnixMilli(s.Time).UTC())
 			tsMS = append(tsMS, uint16(s.Time%1000))
@@ -230,6 +257,9 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 			score, label, tokens = append(score, in.Score), append(label, in.Label), append(tokens, 0)
 			latency, seq, pinned, endpointID = append(latency, s.LatencyMS), append(seq, uint64(i+1)), append(pinned, 0), append(endpointID, s.EndpointID)
 		}
+	}
+	for g := range batches {
+		flush(g)
 	}
 	return msgs, []any{ts, tsMS, endpoint, team, version, requestID, instance, names, values, strs, score, label, tokens, latency, seq, pinned, endpointID}
 }
@@ -357,7 +387,7 @@ func drainTime(ctx context.Context, start func(context.Context) error, stop func
 // that ClickHouse holds exactly the rows published.
 func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.JetStream, ch driver.Conn, url string, preds []smallMsg, predCols []any,
 	stats []smallMsg, statsCols []any, res *IngestResult) error {
-	res.PredictionSamples, res.ReqStatsMessages = len(preds), len(stats)
+	res.PredictionSamples, res.PredictionMessages, res.ReqStatsMessages = predSamples, len(preds), len(stats)
 	if err := publishSmall(ctx, url, s.natsOpts(), append(preds, stats...)); err != nil {
 		return fmt.Errorf("publish samples and statistics: %w", err)
 	}
@@ -365,7 +395,7 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 	if err != nil {
 		return err
 	}
-	predRows := uint64(len(preds) * predInstances)
+	predRows := uint64(predSamples * predInstances)
 	c, err := w.compare(ctx, ingest.PredictionsInsert, predCols, int(predRows), func() (time.Duration, error) {
 		return drainTime(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows)
 	})

@@ -187,6 +187,7 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 		{name: "write node b's desired state", subject: busapi.KVSubject(busapi.BucketDesired, "c"), bucket: busapi.BucketDesired, key: "c"},
 		{name: "request statistics", subject: busapi.ReqStatsSubject("fraud-scoring"), stream: busapi.StreamReqStats},
 		{name: "prediction samples", subject: busapi.PredictionSubject("fraud-scoring"), stream: busapi.StreamPredictions},
+		{name: "a batch of prediction samples", subject: busapi.PredictionBatchSubject, stream: busapi.StreamPredictions},
 		{name: "a wake", subject: busapi.WakeSubject("fraud-scoring")},
 		{name: "an event", subject: busapi.EventsSubject("risk"), stream: busapi.StreamEvents},
 		{name: "purge a bucket", subject: "$JS.API.STREAM.PURGE.KV_" + busapi.BucketRoutes},
@@ -400,7 +401,7 @@ func TestLegitimateFlowsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subject := range []string{busapi.ReqStatsSubject("fraud-scoring"), busapi.PredictionSubject("fraud-scoring")} {
+	for _, subject := range []string{busapi.ReqStatsSubject("fraud-scoring"), busapi.PredictionSubject("fraud-scoring"), busapi.PredictionBatchSubject} {
 		if _, err := gjs.Publish(t.Context(), subject, []byte(`{}`)); err != nil {
 			t.Errorf("gateway publish %s: %v", subject, err)
 		}

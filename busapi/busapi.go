@@ -996,13 +996,37 @@ func ReqStatsID(gateway, endpoint, version string, windowStart int64) string {
 	return gateway + "/" + endpoint + "/" + version + "/" + strconv.FormatInt(windowStart, 10)
 }
 
-// PredictionSubject is where a gateway publishes the sampled predictions of
-// one endpoint (MP_PREDICTIONS).
+// PredictionSubject is where gateways before PredictionBatch published each
+// sample of one endpoint (MP_PREDICTIONS); the ingest still reads them.
 func PredictionSubject(endpoint string) string { return "mp.pred." + endpoint }
 
-// PredictionSample is one MP_PREDICTIONS message: one sampled request, with
-// the model's input features and its outputs, and never anything else of the
-// request or answer body. ID is the request id and the Nats-Msg-Id.
+// PredictionBatchSubject is where a gateway publishes its PredictionBatch
+// messages (MP_PREDICTIONS).
+const PredictionBatchSubject = "mp.pred.batch"
+
+// PredictionBatch is one MP_PREDICTIONS message: the samples a gateway took
+// over a short while, of any endpoints. A message per sample cost the
+// ingest more in NATS deliveries and acks than in everything else it does
+// (`modelplane bench ingest`). ID, the Nats-Msg-Id, is the first sample's
+// request id: each sample is in one batch, so no two batches share it.
+type PredictionBatch struct {
+	ID      string             `json:"id"`
+	Gateway string             `json:"gateway"`
+	Samples []PredictionSample `json:"samples"`
+}
+
+// A gateway's PredictionBatch holds at most PredictionBatchMaxSamples
+// samples, and grows past PredictionBatchMaxBytes only when its one sample
+// is larger (MaxMsgBytes bounds that).
+const (
+	PredictionBatchMaxSamples = 1000
+	PredictionBatchMaxBytes   = 256 << 10
+)
+
+// PredictionSample is one sampled request, with the model's input features
+// and its outputs, and never anything else of the request or answer body.
+// ID is the request id. Before PredictionBatch each was a message of its
+// own, on PredictionSubject(Endpoint), with ID its Nats-Msg-Id.
 type PredictionSample struct {
 	ID string `json:"id"`
 	// Time is when the request ended, in Unix milliseconds.

@@ -333,7 +333,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Gateway, error) {
 	g.bg, g.bgCancel = context.WithCancel(context.Background())
 	g.shadowSlots = make(chan struct{}, cfg.ShadowWorkers)
 	g.stats = newStatsRecorder(cfg.ID, cfg.StatsInterval, cfg.Clock, js, log)
-	g.samples = newSampler(js, log, sampleQueue)
+	g.samples = newSampler(js, log, cfg.ID, sampleQueue)
 	g.holds = newHolds(cfg.HoldQueue)
 	g.quotas = newQuotas(js, cfg.QuotaGateways)
 	g.metrics = newMetrics(g)

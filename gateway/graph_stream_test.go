@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/gguf"
 	"modelplane/internal/wait"
@@ -250,20 +247,7 @@ func TestGraphStreamsItsLLMStep(t *testing.T) {
 			t.Errorf("streamed %q in %d events (done %v); want %q token by token, then [DONE]", text.String(), events, done, want)
 		}
 		// Sampled as an LLM answer: the completion's length, no text.
-		js, _ := jetstream.New(ge.nc)
-		s, err := js.Stream(t.Context(), busapi.StreamPredictions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var msg *jetstream.RawStreamMsg
-		wait.Eventually(t, 10*time.Second, func() bool {
-			msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("explain"))
-			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
-		}, "waiting for the streamed graph's sample")
-		var got busapi.PredictionSample
-		if err := json.Unmarshal(msg.Data, &got); err != nil {
-			t.Fatal(err)
-		}
+		got := sampleOf(t, ge.nc, resp.Header.Get("X-Request-Id"))
 		// The gateway counts a stream's tokens by the events that carry
 		// content, as for an LLM endpoint: at most the chat's.
 		if got.Version != "g1" || got.Tokens < 1 || got.Tokens > wantTokens || len(got.Instances) != 0 {

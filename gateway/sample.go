@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
 	"modelplane/serveapi"
@@ -22,11 +22,20 @@ const (
 	// samples are dropped and counted.
 	sampleQueue = 1024
 	// samplePublishTimeout bounds one publish: NATS slower than this drops
-	// the sample.
+	// the batch's samples.
 	samplePublishTimeout = 2 * time.Second
 	// maxSampledAnswer bounds the answer bytes kept for a sample; a longer
 	// answer is relayed whole but not sampled.
 	maxSampledAnswer = 1 << 20
+	// sampleLinger is the longest a sample waits for others to share its
+	// message (busapi.PredictionBatch bounds a message). A message per
+	// sample cost the ingest more in NATS deliveries and acks than in
+	// everything else it does (`modelplane bench ingest`). Like the
+	// publish timeout it is wall-clock time: it paces a transport, and no
+	// test waits on it.
+	sampleLinger = 200 * time.Millisecond
+	// batchHead is room for a batch's fields before its samples.
+	batchHead = 512
 )
 
 // SampleCounters are the prediction sampler's running totals since the
@@ -35,8 +44,10 @@ type SampleCounters struct {
 	// Offered is the number of samples handed to the sampler by requests
 	// drawn for sampling; each ends up published or dropped.
 	Offered uint64
-	// Published is the number of samples JetStream acknowledged.
-	Published uint64
+	// Published is the number of samples JetStream acknowledged, and
+	// Messages the number of messages (busapi.PredictionBatch) they went
+	// out in.
+	Published, Messages uint64
 	// Dropped is the number of samples given up: queue full, NATS slow or
 	// down, or an answer that could not be read.
 	Dropped uint64
@@ -61,17 +72,20 @@ type pending struct {
 }
 
 // sampler publishes sampled predictions to MP_PREDICTIONS from one
-// goroutine, fed through a bounded queue: offer never blocks.
+// goroutine, fed through a bounded queue: offer never blocks. Samples go
+// out together, a busapi.PredictionBatch per message, sampleLinger after
+// the first of a batch was taken or sooner when the batch is full.
 type sampler struct {
-	pub   statsPublisher
-	log   *slog.Logger
-	queue chan *pending
+	pub     statsPublisher
+	log     *slog.Logger
+	gateway string
+	queue   chan *pending
 
-	offered, published, dropped atomic.Uint64
+	offered, published, messages, dropped atomic.Uint64
 }
 
-func newSampler(pub statsPublisher, log *slog.Logger, queue int) *sampler {
-	return &sampler{pub: pub, log: log, queue: make(chan *pending, queue)}
+func newSampler(pub statsPublisher, log *slog.Logger, gateway string, queue int) *sampler {
+	return &sampler{pub: pub, log: log, gateway: gateway, queue: make(chan *pending, queue)}
 }
 
 // draw reports whether a request to rt is sampled: with probability
@@ -91,15 +105,27 @@ func (s *sampler) offer(p *pending) {
 }
 
 func (s *sampler) counters() SampleCounters {
-	return SampleCounters{Offered: s.offered.Load(), Published: s.published.Load(), Dropped: s.dropped.Load()}
+	return SampleCounters{Offered: s.offered.Load(), Published: s.published.Load(), Messages: s.messages.Load(), Dropped: s.dropped.Load()}
 }
 
-// run publishes queued samples until ctx ends; what is still queued then is
-// dropped and counted.
+// sampleBatch is the message being gathered: the encoded samples, comma
+// separated, and how many.
+type sampleBatch struct {
+	samples []byte
+	n       int
+}
+
+// run publishes queued samples until ctx ends; what is still queued or
+// gathered then is dropped and counted.
 func (s *sampler) run(ctx context.Context) {
+	var (
+		b      sampleBatch
+		linger <-chan time.Time // nil while b is empty
+	)
 	for {
 		select {
 		case <-ctx.Done():
+			s.dropped.Add(uint64(b.n))
 			for {
 				select {
 				case <-s.queue:
@@ -109,34 +135,65 @@ func (s *sampler) run(ctx context.Context) {
 				}
 			}
 		case p := <-s.queue:
-			s.publish(ctx, p)
+			data, ok := p.encode()
+			if !ok {
+				s.dropped.Add(1)
+				continue
+			}
+			if b.n > 0 && batchHead+len(b.samples)+1+len(data) > busapi.PredictionBatchMaxBytes {
+				s.publish(ctx, &b)
+				linger = nil
+			}
+			if b.n > 0 {
+				b.samples = append(b.samples, ',')
+			}
+			b.samples, b.n = append(b.samples, data...), b.n+1
+			if b.n == 1 {
+				linger = time.After(sampleLinger)
+			}
+			if b.n == busapi.PredictionBatchMaxSamples {
+				s.publish(ctx, &b)
+				linger = nil
+			}
+		case <-linger:
+			s.publish(ctx, &b)
+			linger = nil
 		}
 	}
 }
 
-func (s *sampler) publish(ctx context.Context, p *pending) {
-	m, ok := p.sample()
-	if !ok {
-		s.dropped.Add(1)
-		return
-	}
-	data, err := json.Marshal(m)
-	if err != nil {
-		s.dropped.Add(1)
-		return
-	}
-	msg := &nats.Msg{Subject: busapi.PredictionSubject(m.Endpoint), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+// publish sends b as one message and empties it.
+func (s *sampler) publish(ctx context.Context, b *sampleBatch) {
+	n := uint64(b.n)
+	// The message id only has to be unique: request ids are the callers'
+	// and a shadow's sample shares its request's.
+	head, _ := json.Marshal(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})
+	data := make([]byte, 0, len(head)+len(b.samples)+16)
+	data = append(data, head[:len(head)-len(`null}`)]...) // `"samples":` ends the head
+	data = append(append(append(data, '['), b.samples...), "]}"...)
+	b.samples, b.n = b.samples[:0], 0
+	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: data}
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
-	_, err = s.pub.PublishMsg(pctx, msg)
+	_, err := s.pub.PublishMsg(pctx, msg)
 	cancel()
 	if err != nil {
-		s.dropped.Add(1)
-		// The error names no body content; the sample itself is never logged.
-		s.log.Debug("gateway: prediction sample dropped", slog.String("endpoint", m.Endpoint), slog.String("error", err.Error()))
+		s.dropped.Add(n)
+		// The error names no body content; samples are never logged.
+		s.log.Debug("gateway: prediction samples dropped", slog.Uint64("samples", n), slog.String("error", err.Error()))
 		return
 	}
-	s.published.Add(1)
+	s.published.Add(n)
+	s.messages.Add(1)
+}
+
+// encode is p's sample as JSON; ok is false when the answer cannot be read.
+func (p *pending) encode() ([]byte, bool) {
+	m, ok := p.sample()
+	if !ok {
+		return nil, false
+	}
+	data, err := json.Marshal(m)
+	return data, err == nil
 }
 
 // sample extracts the features and outputs of p; ok is false when the

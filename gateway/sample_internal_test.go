@@ -2,13 +2,18 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"modelplane/busapi"
 	"modelplane/internal/wait"
 )
 
@@ -33,7 +38,7 @@ func (s stuckNATS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.P
 func TestSampleQueueFullDrops(t *testing.T) {
 	t.Parallel()
 	pub := stuckNATS{entered: make(chan struct{}, 1)}
-	s := newSampler(pub, slog.New(slog.DiscardHandler), 4)
+	s := newSampler(pub, slog.New(slog.DiscardHandler), "gw", 4)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { s.run(ctx); close(done) }()
@@ -70,7 +75,7 @@ func TestSampleQueueFullDrops(t *testing.T) {
 
 func TestDrawRateZeroNever(t *testing.T) {
 	t.Parallel()
-	s := newSampler(stuckNATS{}, slog.New(slog.DiscardHandler), 1)
+	s := newSampler(stuckNATS{}, slog.New(slog.DiscardHandler), "gw", 1)
 	for range 100_000 {
 		if s.draw(0) {
 			t.Fatal("rate 0 sampled")
@@ -78,5 +83,94 @@ func TestDrawRateZeroNever(t *testing.T) {
 	}
 	if !s.draw(1) {
 		t.Fatal("rate 1 did not sample")
+	}
+}
+
+// recordingNATS acknowledges every publish and keeps its message.
+type recordingNATS struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (r *recordingNATS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, m)
+	return &jetstream.PubAck{}, nil
+}
+
+func (r *recordingNATS) batches(t *testing.T) []busapi.PredictionBatch {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []busapi.PredictionBatch
+	for _, m := range r.msgs {
+		if m.Subject != busapi.PredictionBatchSubject {
+			t.Fatalf("published on %s, want %s", m.Subject, busapi.PredictionBatchSubject)
+		}
+		if len(m.Data) > busapi.PredictionBatchMaxBytes {
+			t.Fatalf("a message of %d bytes, over %d", len(m.Data), busapi.PredictionBatchMaxBytes)
+		}
+		var b busapi.PredictionBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Fatalf("message %q: %v", m.Data, err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// TestSamplesBatched queues more samples than a message holds, by count
+// and by bytes: they go out in full messages first and the rest after
+// the linger, every sample once, in the order offered.
+func TestSamplesBatched(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		feature string // the value of each sample's one feature
+		n       int
+	}{
+		{"by count", "x", busapi.PredictionBatchMaxSamples + 5},
+		{"by bytes", strings.Repeat("y", 10_000), 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pub := &recordingNATS{}
+			s := newSampler(pub, slog.New(slog.DiscardHandler), "gw-7", tc.n)
+			for i := range tc.n {
+				s.offer(&pending{id: fmt.Sprintf("r%d", i), endpoint: "e", version: "v", end: time.Now(), features: []string{"f"},
+					body: fmt.Appendf(nil, `{"instances":[{"f":%q}]}`, tc.feature), answer: []byte(`{"predictions":[0.5]}`)})
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { s.run(ctx); close(done) }()
+			wait.Eventually(t, 10*time.Second, func() bool { return s.counters().Published == uint64(tc.n) }, "samples not published: %+v",
+				wait.Show(func() any { return s.counters() }))
+			cancel()
+			<-done
+			batches := pub.batches(t)
+			if c := s.counters(); c.Messages != uint64(len(batches)) || c.Dropped != 0 || len(batches) < 2 {
+				t.Fatalf("counters %+v for %d messages; want more than one message, none dropped", c, len(batches))
+			}
+			next, ids := 0, map[string]bool{}
+			for i, b := range batches {
+				if b.Gateway != "gw-7" || b.ID == "" || ids[b.ID] {
+					t.Fatalf("batch %d: gateway %q, id %q (seen %v)", i, b.Gateway, b.ID, ids[b.ID])
+				}
+				ids[b.ID] = true
+				if i < len(batches)-1 && tc.name == "by count" && len(b.Samples) != busapi.PredictionBatchMaxSamples {
+					t.Fatalf("batch %d holds %d samples, want %d", i, len(b.Samples), busapi.PredictionBatchMaxSamples)
+				}
+				for _, smp := range b.Samples {
+					if want := fmt.Sprintf("r%d", next); smp.ID != want || smp.Instances[0].Str[0] != tc.feature {
+						t.Fatalf("sample %q, want %s with its feature", smp.ID, want)
+					}
+					next++
+				}
+			}
+			if next != tc.n {
+				t.Fatalf("%d samples in the messages, want %d", next, tc.n)
+			}
+		})
 	}
 }

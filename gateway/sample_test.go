@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
@@ -62,6 +64,59 @@ func predictionsIn(t *testing.T, e *env) uint64 {
 	return info.State.Msgs
 }
 
+// streamSample is a sample found in MP_PREDICTIONS and the raw message
+// that carried it.
+type streamSample struct {
+	busapi.PredictionSample
+	raw []byte
+}
+
+// streamSamples returns every sample in MP_PREDICTIONS, failing the test
+// on a message off busapi.PredictionBatchSubject or not a batch.
+func streamSamples(t *testing.T, nc *nats.Conn) []streamSample {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []streamSample
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b busapi.PredictionBatch
+		if m.Subject != busapi.PredictionBatchSubject || json.Unmarshal(m.Data, &b) != nil || len(b.Samples) == 0 {
+			t.Fatalf("message %d on %s is no batch of samples: %s", seq, m.Subject, m.Data)
+		}
+		for _, smp := range b.Samples {
+			out = append(out, streamSample{PredictionSample: smp, raw: m.Data})
+		}
+	}
+	return out
+}
+
+// sampleOf waits for the sample of request id in MP_PREDICTIONS.
+func sampleOf(t *testing.T, nc *nats.Conn, id string) streamSample {
+	t.Helper()
+	var got streamSample
+	wait.Eventually(t, 10*time.Second, func() bool {
+		for _, smp := range streamSamples(t, nc) {
+			if smp.ID == id {
+				got = smp
+				return true
+			}
+		}
+		return false
+	}, "waiting for the sample of request %s", id)
+	return got
+}
+
 // settle waits until the gateway's sampler has published or dropped every
 // sample offered to it, and the stream holds every one it published.
 func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
@@ -71,7 +126,7 @@ func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
 	wait.Eventually(t, 10*time.Second, func() bool {
 		c = g.Samples()
 		inStream = predictionsIn(t, e)
-		return c.Published+c.Dropped == c.Offered && inStream == c.Published
+		return c.Published+c.Dropped == c.Offered && inStream == c.Messages
 	}, "sampler not settled: %v", wait.Show(func() any { return fmt.Sprintf("%+v, %d in the stream", c, inStream) }))
 	return c
 }
@@ -155,27 +210,11 @@ func TestSampleContent(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("predict: %d %s", r.status, r.body)
 	}
-	js, _ := jetstream.New(e.nc)
-	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msg *jetstream.RawStreamMsg
-	wait.Eventually(t, 10*time.Second, func() bool {
-		msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("fraud"))
-		return err == nil
-	}, "waiting for sample published")
-	if id := msg.Header.Get(jetstream.MsgIDHeader); id != r.header.Get("X-Request-Id") || id == "" {
-		t.Fatalf("Nats-Msg-Id %q, want the request id %q", id, r.header.Get("X-Request-Id"))
-	}
+	got := sampleOf(t, e.nc, r.header.Get("X-Request-Id"))
 	for _, secret := range []string{"Alice", "top-secret", `"name"`, `"debug"`, "explanation", "model_version"} {
-		if bytes.Contains(msg.Data, []byte(secret)) {
-			t.Fatalf("sample carries %q: %s", secret, msg.Data)
+		if bytes.Contains(got.raw, []byte(secret)) {
+			t.Fatalf("sample carries %q: %s", secret, got.raw)
 		}
-	}
-	var got busapi.PredictionSample
-	if err := json.Unmarshal(msg.Data, &got); err != nil {
-		t.Fatal(err)
 	}
 	if got.ID != r.header.Get("X-Request-Id") || got.Endpoint != "fraud" || got.Team != "risk" || got.Version != "v1" ||
 		got.Time == 0 || got.LatencyMS <= 0 {
@@ -202,16 +241,9 @@ func TestSampleContent(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("chat: %d", resp.StatusCode)
 		}
-		wait.Eventually(t, 10*time.Second, func() bool {
-			msg, err = s.GetLastMsgForSubject(t.Context(), busapi.PredictionSubject("chat"))
-			return err == nil && msg.Header.Get(jetstream.MsgIDHeader) == resp.Header.Get("X-Request-Id")
-		}, "waiting for chat sample")
-		if bytes.Contains(msg.Data, []byte("4111")) {
-			t.Fatalf("chat sample carries the prompt: %s", msg.Data)
-		}
-		var cs busapi.PredictionSample
-		if err := json.Unmarshal(msg.Data, &cs); err != nil {
-			t.Fatal(err)
+		cs := sampleOf(t, e.nc, resp.Header.Get("X-Request-Id"))
+		if bytes.Contains(cs.raw, []byte("4111")) {
+			t.Fatalf("chat sample carries the prompt: %s", cs.raw)
 		}
 		if cs.Tokens <= 0 || cs.Tokens > 6 || len(cs.Instances) != 0 {
 			t.Fatalf("stream %v: chat sample %+v; want 1..6 tokens and no instances", stream, cs)
@@ -279,4 +311,37 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		t.Logf("/metrics:\n%s", body)
 	}
 	promcheck.Metrics(t, string(body))
+}
+
+// TestShadowSampledBesideItsRequest samples a request and its shadow call:
+// both samples reach MP_PREDICTIONS under the request's id, one per
+// version. When each sample was a message with the request id as its
+// Nats-Msg-Id, JetStream kept whichever came first and dropped the other
+// as a duplicate.
+func TestShadowSampledBesideItsRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := fakeModel(t)
+	rt := sampledRoute("fraud", 1, addr)
+	rt.Versions = append(rt.Versions, shadowOf("v2", 100, addr))
+	e.putRoute(t, rt)
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+	r := call(t, g.url, predictPath("fraud"), key, sampledBody)
+	if r.status != http.StatusOK {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+	id := r.header.Get("X-Request-Id")
+	var versions []string
+	wait.Eventually(t, 10*time.Second, func() bool {
+		versions = versions[:0]
+		for _, smp := range streamSamples(t, e.nc) {
+			if smp.ID == id {
+				versions = append(versions, smp.Version)
+			}
+		}
+		slices.Sort(versions)
+		return slices.Equal(versions, []string{"v1", "v2"})
+	}, "samples of request %s are of versions %v; want v1 and v2", id, wait.Show(func() any { return versions }))
 }

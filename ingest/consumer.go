@@ -12,6 +12,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/ext"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"modelplane/busapi"
 )
 
 // PullConfig configures a small consumer (ReqStatsConfig, PredictionsConfig).
@@ -27,6 +29,10 @@ type PullConfig struct {
 	Durable string
 	// Batch is the most messages fetched and inserted at once.
 	Batch int
+	// MaxBytes, when set, also bounds a fetch by its messages' bytes, with
+	// their subjects and headers; it is raised to twice busapi.MaxMsgBytes
+	// at least, since a fetch smaller than a message never returns it.
+	MaxBytes int
 	// MaxWait bounds how long a fetch waits for Batch messages; default 1s.
 	MaxWait time.Duration
 	// AckWait is how long the server waits for an ack before it
@@ -60,6 +66,9 @@ func (cfg *PullConfig) defaults(name, stream, durable string, batch int) error {
 	if cfg.Batch <= 0 {
 		cfg.Batch = batch
 	}
+	if cfg.MaxBytes > 0 {
+		cfg.MaxBytes = max(cfg.MaxBytes, 2*busapi.MaxMsgBytes)
+	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = 2_000
 	}
@@ -79,7 +88,7 @@ func (cfg *PullConfig) defaults(name, stream, durable string, batch int) error {
 // decode and store are the consumer's (see pullLoop).
 func newPullLoop[H any](cfg PullConfig, name string, log *slog.Logger, decode func([]jetstream.Msg) []H,
 	store func(context.Context, []H) error) pullLoop[H] {
-	return pullLoop[H]{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxDeliver: cfg.MaxDeliver,
+	return pullLoop[H]{name: name, js: cfg.JS, stream: cfg.Stream, durable: cfg.Durable, batch: cfg.Batch, maxBytes: cfg.MaxBytes, maxDeliver: cfg.MaxDeliver,
 		maxWait: cfg.MaxWait, ackWait: cfg.AckWait, nakDelay: cfg.NakDelay, maxNakDelay: cfg.MaxNakDelay, timeout: cfg.Timeout,
 		log: log, decode: decode, store: store}
 }
@@ -104,6 +113,7 @@ type pullLoop[H any] struct {
 	stream     string
 	durable    string
 	batch      int
+	maxBytes   int
 	maxDeliver int
 	maxWait    time.Duration
 	ackWait    time.Duration
@@ -178,7 +188,7 @@ func (c *pullLoop[H]) ensureConsumer(ctx context.Context) (jetstream.Consumer, e
 func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
 	defer close(sets)
 	var cons jetstream.Consumer
-	backoff := time.Duration(0)
+	backoff, want := time.Duration(0), c.batch
 	for ctx.Err() == nil {
 		if backoff > 0 {
 			select {
@@ -198,7 +208,11 @@ func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
 				continue
 			}
 		}
-		batch, err := cons.Fetch(c.batch, jetstream.FetchMaxWait(c.maxWait))
+		opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(c.maxWait)}
+		if c.maxBytes > 0 {
+			opts = append(opts, jetstream.FetchMaxBytes(c.maxBytes))
+		}
+		batch, err := cons.Fetch(want, opts...)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Warn("fetch "+c.name, "err", err)
@@ -216,7 +230,15 @@ func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
 			c.log.Debug("fetch "+c.name, "err", err)
 		}
 		if len(msgs) == 0 {
+			want = c.batch
 			continue
+		}
+		// The end of a backlog is fetched as it is, not waited on for
+		// MaxWait until a whole set arrives: a fetch ends when it has
+		// its count.
+		want = c.batch
+		if md, err := msgs[len(msgs)-1].Metadata(); err == nil && md.NumPending > 0 && md.NumPending < uint64(c.batch) {
+			want = int(md.NumPending)
 		}
 		held := c.decode(msgs)
 		if len(held) == 0 {
@@ -300,29 +322,40 @@ func (q *idQuery) add(id, endpoint string, t int64) {
 // each read the same granules again (five queries a set took most of the
 // predictions consumer's time in `modelplane bench ingest`).
 func (q *idQuery) stored(ctx context.Context, ch driver.Conn, query string) (map[string]bool, error) {
+	stored := make(map[string]bool)
+	err := q.query(ctx, ch, query, func(rows driver.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		stored[id] = true
+		return nil
+	})
+	return stored, err
+}
+
+// query runs query as stored does and hands each row to scan.
+func (q *idQuery) query(ctx context.Context, ch driver.Conn, query string, scan func(driver.Rows) error) error {
 	ids, err := ext.NewTable("held_ids", ext.Column("id", "String"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, id := range q.ids {
 		if err := ids.Append(id); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	rows, err := ch.Query(clickhouse.Context(ctx, clickhouse.WithExternalTable(ids)), query, set(q.endpoints), q.from/1000, q.to/1000)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	stored := make(map[string]bool)
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
+		if err := scan(rows); err != nil {
+			return err
 		}
-		stored[id] = true
 	}
-	return stored, rows.Err()
+	return rows.Err()
 }
 
 // SendColumns inserts cols, typed column slices of one length in the

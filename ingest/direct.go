@@ -82,20 +82,19 @@ func StoreReqStats(ctx context.Context, ch driver.Conn, stats []busapi.ReqStats)
 }
 
 // StorePredictionSamples inserts prediction samples into
-// prediction_samples as the samples consumer does, skipping request ids
+// prediction_samples as the samples consumer does, skipping samples
 // stored already.
 func StorePredictionSamples(ctx context.Context, ch driver.Conn, samples []busapi.PredictionSample) error {
 	c := &Predictions{cfg: PredictionsConfig{CH: ch}, log: slog.New(slog.DiscardHandler)}
 	for len(samples) > 0 {
 		chunk := samples[:min(directChunk, len(samples))]
 		samples = samples[len(chunk):]
-		held := make([]heldSample, 0, len(chunk))
-		for _, s := range chunk {
-			if err := checkSample(busapi.PredictionSubject(s.Endpoint), &s); err != nil {
-				return fmt.Errorf("store prediction sample %q: %w", s.ID, err)
+		for i := range chunk {
+			if err := checkSample(&chunk[i]); err != nil {
+				return fmt.Errorf("store prediction sample %q: %w", chunk[i].ID, err)
 			}
-			held = append(held, heldSample{s: s})
 		}
+		held := []heldSamples{{samples: chunk}}
 		if err := c.insertNew(ctx, held); err != nil {
 			return err
 		}

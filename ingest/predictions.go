@@ -8,45 +8,58 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
 )
 
 // PredictionsConfig configures the prediction samples consumer: the stream
-// defaults to busapi.StreamPredictions, the durable to "ingest-predictions"
-// and the batch to 10,000 (few large inserts: 1,000 took an eighth of
-// ClickHouse's own rate in `modelplane bench ingest`).
+// defaults to busapi.StreamPredictions, the durable to
+// "ingest-predictions", the batch to 10,000 messages and MaxBytes to
+// predictionsFetchBytes (few large inserts: 1,000 samples a fetch took an
+// eighth of ClickHouse's own rate in `modelplane bench ingest`).
 type PredictionsConfig = PullConfig
+
+// predictionsFetchBytes bounds a fetch of MP_PREDICTIONS: a message holds
+// up to a gateway's batch of samples, so a count of messages bounds
+// nothing. 4 MiB is about 12,000 samples of four instances.
+const predictionsFetchBytes = 4 << 20
 
 // Predictions consumes MP_PREDICTIONS into ClickHouse prediction_samples,
 // one row per instance (one per completion for an LLM), exactly once in
 // the way ReqStats is: before it inserts a fetched set it asks
-// prediction_samples which request ids it holds already (within the set's
-// endpoints and times, the table's sort key) and skips those, and it acks
-// only after the insert. One goroutine inserts.
+// prediction_samples which of its samples it holds already, by request id
+// and version (within the set's endpoints and times, the table's sort key;
+// a shadow's sample shares its request's id), and skips those, and it
+// acks only after the insert. One goroutine inserts. A message is a
+// gateway's busapi.PredictionBatch, or a lone busapi.PredictionSample
+// from a gateway older than batches.
 type Predictions struct {
 	cfg   PredictionsConfig
 	log   *slog.Logger
 	stats predictionsCounters
 
-	pullLoop[heldSample]
+	pullLoop[heldSamples]
 }
 
 type predictionsCounters struct {
-	samples, rows, duplicates, poison, insertFailures atomic.Uint64
+	samples, rows, duplicates, poison, refused, insertFailures atomic.Uint64
 }
 
 // PredictionsStats is a snapshot of the consumer's counters.
 type PredictionsStats struct {
 	// Samples is the number of samples stored; Rows the rows they made.
 	Samples, Rows uint64
-	// Duplicates is the number of messages acked without an insert because
-	// their request id was stored already or repeated in the same fetch.
+	// Duplicates is the number of samples not inserted because their
+	// request id and version were stored already or repeated in the same
+	// fetch.
 	Duplicates uint64
 	// Poison is the number of messages terminated because they do not
-	// decode or do not describe the endpoint of their subject.
-	Poison uint64
+	// decode, hold no sample that can be stored or came on a subject not
+	// theirs; Refused the number of samples left out of a message whose
+	// other samples were stored.
+	Poison, Refused uint64
 	// InsertFailures is the number of fetched sets ClickHouse refused; their
 	// messages are redelivered.
 	InsertFailures uint64
@@ -57,6 +70,9 @@ func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
 	if err := cfg.defaults("predictions", busapi.StreamPredictions, "ingest-predictions", 10_000); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = predictionsFetchBytes
+	}
 	c := &Predictions{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
 	c.pullLoop = newPullLoop(cfg, "predictions", c.log, c.decode, c.store)
 	return c, nil
@@ -66,22 +82,45 @@ func NewPredictions(cfg PredictionsConfig) (*Predictions, error) {
 func (c *Predictions) Stats() PredictionsStats {
 	s := &c.stats
 	return PredictionsStats{Samples: s.samples.Load(), Rows: s.rows.Load(), Duplicates: s.duplicates.Load(),
-		Poison: s.poison.Load(), InsertFailures: s.insertFailures.Load()}
+		Poison: s.poison.Load(), Refused: s.refused.Load(), InsertFailures: s.insertFailures.Load()}
 }
 
-type heldSample struct {
-	msg jetstream.Msg
-	seq uint64
-	s   busapi.PredictionSample
+// heldSamples are the samples of one message, and the message (nil for
+// StorePredictionSamples) with its stream sequence.
+type heldSamples struct {
+	msg     jetstream.Msg
+	seq     uint64
+	samples []busapi.PredictionSample
+}
+
+// decodeSamples parses one MP_PREDICTIONS message published on subject.
+func decodeSamples(subject string, data []byte) ([]busapi.PredictionSample, error) {
+	var b busapi.PredictionBatch
+	if err := decodeJSON(data, &b); err != nil {
+		return nil, err
+	}
+	if len(b.Samples) > 0 {
+		if subject != busapi.PredictionBatchSubject {
+			return nil, fmt.Errorf("a batch of samples published on %s", subject)
+		}
+		return b.Samples, nil
+	}
+	// A gateway older than batches: one sample, on its endpoint's subject.
+	var s busapi.PredictionSample
+	if err := decodeJSON(data, &s); err != nil {
+		return nil, err
+	}
+	if subject != busapi.PredictionSubject(s.Endpoint) {
+		return nil, fmt.Errorf("a sample of endpoint %q published on %s", s.Endpoint, subject)
+	}
+	return []busapi.PredictionSample{s}, nil
 }
 
 // checkSample reports why a decoded sample cannot be stored, nil when it can.
-func checkSample(subject string, s *busapi.PredictionSample) error {
+func checkSample(s *busapi.PredictionSample) error {
 	switch {
 	case s.ID == "" || s.Endpoint == "" || s.Version == "":
 		return errors.New("missing id, endpoint or version")
-	case subject != busapi.PredictionSubject(s.Endpoint):
-		return fmt.Errorf("endpoint %q published on %s", s.Endpoint, subject)
 	case s.Time <= 0:
 		return errors.New("missing time")
 	case s.Tokens < 0:
@@ -95,29 +134,38 @@ func checkSample(subject string, s *busapi.PredictionSample) error {
 	return nil
 }
 
-// decode parses and checks msgs, terminating poison. Log lines name the
-// subject and the reason, never the sample's content.
-func (c *Predictions) decode(msgs []jetstream.Msg) []heldSample {
-	held := make([]heldSample, 0, len(msgs))
+// decode parses and checks msgs: a sample that cannot be stored is left
+// out of its message, and a message with none that can is terminated. Log
+// lines name the subject and the reason, never a sample's content.
+func (c *Predictions) decode(msgs []jetstream.Msg) []heldSamples {
+	held := make([]heldSamples, 0, len(msgs))
 	for _, m := range msgs {
-		var s busapi.PredictionSample
-		err := decodeJSON(m.Data(), &s)
-		if err == nil {
-			err = checkSample(m.Subject(), &s)
+		samples, err := decodeSamples(m.Subject(), m.Data())
+		kept, refused := samples[:0], uint64(0)
+		for i := range samples {
+			if serr := checkSample(&samples[i]); serr != nil {
+				err, refused = fmt.Errorf("sample %d: %w", i, serr), refused+1
+				continue
+			}
+			kept = append(kept, samples[i])
 		}
-		if err != nil {
+		if len(kept) == 0 {
 			c.stats.poison.Add(1)
-			c.log.Error("prediction sample terminated", "subject", m.Subject(), "err", err)
+			c.log.Error("prediction samples terminated", "subject", m.Subject(), "err", err)
 			if terr := m.TermWithReason(err.Error()); terr != nil {
-				c.log.Warn("terminate prediction sample", "err", terr)
+				c.log.Warn("terminate prediction samples", "err", terr)
 			}
 			continue
+		}
+		if refused > 0 {
+			c.stats.refused.Add(refused)
+			c.log.Error("prediction samples refused", "subject", m.Subject(), "refused", refused, "kept", len(kept), "last_err", err)
 		}
 		var seq uint64
 		if md, err := m.Metadata(); err == nil {
 			seq = md.Sequence.Stream
 		}
-		held = append(held, heldSample{msg: m, seq: seq, s: s})
+		held = append(held, heldSamples{msg: m, seq: seq, samples: kept})
 	}
 	return held
 }
@@ -125,7 +173,7 @@ func (c *Predictions) decode(msgs []jetstream.Msg) []heldSample {
 // store inserts what of held prediction_samples does not hold yet and
 // acks; on a ClickHouse failure it naks every message with a growing delay
 // and returns the error.
-func (c *Predictions) store(ctx context.Context, held []heldSample) error {
+func (c *Predictions) store(ctx context.Context, held []heldSamples) error {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	if err := c.insertNew(cctx, held); err != nil {
@@ -152,31 +200,34 @@ func (c *Predictions) store(ctx context.Context, held []heldSample) error {
 const PredictionsInsert = "INSERT INTO prediction_samples (ts, ts_ms, endpoint, team, version, " +
 	"request_id, instance, feature_names, feature_values, feature_strings, score, label, tokens, latency_ms, stream_seq, pinned, endpoint_id)"
 
-// insertNew inserts the held samples whose request ids prediction_samples
-// does not hold yet, each id once.
-func (c *Predictions) insertNew(ctx context.Context, held []heldSample) error {
-	stored, err := c.storedIDs(ctx, held)
+// insertNew inserts the held samples whose request id and version
+// prediction_samples does not hold yet, each once.
+func (c *Predictions) insertNew(ctx context.Context, held []heldSamples) error {
+	stored, err := c.storedSamples(ctx, held)
 	if err != nil {
 		return fmt.Errorf("prediction samples stored ids: %w", err)
 	}
 	var cols sampleColumns
 	samples := 0
 	for _, h := range held {
-		s := &h.s
-		if stored[s.ID] {
-			c.stats.duplicates.Add(1)
-			continue
-		}
-		stored[s.ID] = true
-		samples++
-		if len(s.Instances) == 0 {
-			// An LLM completion, or a predict answer without predictions:
-			// one row keeps the request counted.
-			cols.add(h, 0, busapi.SampleInstance{})
-			continue
-		}
-		for i, in := range s.Instances {
-			cols.add(h, uint32(i), in)
+		for i := range h.samples {
+			s := &h.samples[i]
+			k := sampleKey{s.ID, s.Version}
+			if stored[k] {
+				c.stats.duplicates.Add(1)
+				continue
+			}
+			stored[k] = true
+			samples++
+			if len(s.Instances) == 0 {
+				// An LLM completion, or a predict answer without
+				// predictions: one row keeps the request counted.
+				cols.add(s, h.seq, 0, busapi.SampleInstance{})
+				continue
+			}
+			for i, in := range s.Instances {
+				cols.add(s, h.seq, uint32(i), in)
+			}
 		}
 	}
 	rows := len(cols.id)
@@ -208,9 +259,9 @@ type sampleColumns struct {
 	endpointID                  []int64
 }
 
-// add appends the row of instance i of h's sample.
-func (c *sampleColumns) add(h heldSample, i uint32, in busapi.SampleInstance) {
-	s := &h.s
+// add appends the row of instance i of s, from the message of stream
+// sequence seq.
+func (c *sampleColumns) add(s *busapi.PredictionSample, seq uint64, i uint32, in busapi.SampleInstance) {
 	names := s.FeatureNames
 	if len(s.Instances) == 0 || names == nil {
 		names = []string{}
@@ -235,7 +286,7 @@ func (c *sampleColumns) add(h heldSample, i uint32, in busapi.SampleInstance) {
 	c.label = append(c.label, in.Label)
 	c.tokens = append(c.tokens, uint32(s.Tokens))
 	c.latency = append(c.latency, s.LatencyMS)
-	c.seq = append(c.seq, h.seq)
+	c.seq = append(c.seq, seq)
 	c.pinned = append(c.pinned, flag(s.Pinned))
 	c.endpointID = append(c.endpointID, s.EndpointID)
 }
@@ -245,16 +296,33 @@ func (c *sampleColumns) list() []any {
 		c.score, c.label, c.tokens, c.latency, c.seq, c.pinned, c.endpointID}
 }
 
-// storedIDs returns which of the held request ids prediction_samples
+// sampleKey is what names a sample: its request id and version (a
+// shadow's sample shares its request's id).
+type sampleKey struct{ id, version string }
+
+// storedSamples returns which of the held samples prediction_samples
 // holds, asked within the endpoints and the time range, the table's sort
 // key.
-func (c *Predictions) storedIDs(ctx context.Context, held []heldSample) (map[string]bool, error) {
-	q := idQuery{ids: make([]string, 0, len(held)), from: held[0].s.Time, to: held[0].s.Time}
+func (c *Predictions) storedSamples(ctx context.Context, held []heldSamples) (map[sampleKey]bool, error) {
+	first := held[0].samples[0].Time
+	q := idQuery{from: first, to: first}
 	for _, h := range held {
-		q.add(h.s.ID, h.s.Endpoint, h.s.Time)
+		for i := range h.samples {
+			s := &h.samples[i]
+			q.add(s.ID, s.Endpoint, s.Time)
+		}
 	}
-	return q.stored(ctx, c.cfg.CH, `SELECT DISTINCT request_id FROM prediction_samples
-		WHERE endpoint IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND request_id IN held_ids`)
+	stored := make(map[sampleKey]bool)
+	err := q.query(ctx, c.cfg.CH, `SELECT DISTINCT request_id, version FROM prediction_samples
+		WHERE endpoint IN ? AND ts >= toDateTime(?) AND ts <= toDateTime(?) AND request_id IN held_ids`, func(rows driver.Rows) error {
+		var k sampleKey
+		if err := rows.Scan(&k.id, &k.version); err != nil {
+			return err
+		}
+		stored[k] = true
+		return nil
+	})
+	return stored, err
 }
 
 // nakDelay grows with the delivery count, as ReqStats' does.

@@ -100,8 +100,54 @@ func TestPredictionsExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestPredictionsBatches stores the samples of gateways' batches, each
+// once by request id and version: a shadow's sample, which shares its
+// request's id, is stored beside it, and a batch published again stores
+// nothing more.
+func TestPredictionsBatches(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	c := e.startPredictions(t)
+	var all []busapi.PredictionSample
+	for i := range 30 {
+		all = append(all, fraudSample(i))
+		if i%3 == 0 {
+			shadow := fraudSample(i)
+			shadow.Version, shadow.Instances[0].Score = "v24", 0.7
+			all = append(all, shadow)
+		}
+	}
+	batches := []busapi.PredictionBatch{{ID: "b1", Gateway: "gw-1", Samples: all[:17]}, {ID: "b2", Gateway: "gw-2", Samples: all[17:]}}
+	for _, b := range batches {
+		e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, b), b.ID, true)
+	}
+	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Samples == uint64(len(all)) }, "waiting for the batches stored")
+	// The first batch again, without its id: a redelivery past the
+	// duplicate window.
+	e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, batches[0]), "", false)
+	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 17 }, "waiting for drained")
+
+	var rows, samples, shadows uint64
+	if err := e.ch.QueryRow(context.Background(), `SELECT count(), uniqExact(request_id, version), countIf(version = 'v24')
+		FROM prediction_samples`).Scan(&rows, &samples, &shadows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2*40 || samples != 40 || shadows != 2*10 {
+		t.Fatalf("rows %d, samples %d, shadow rows %d; want 80, 40, 20", rows, samples, shadows)
+	}
+	var score float64
+	if err := e.ch.QueryRow(context.Background(), `SELECT score FROM prediction_samples
+		WHERE request_id = 'req-27' AND version = 'v24' AND instance = 0`).Scan(&score); err != nil {
+		t.Fatal(err)
+	}
+	if score != 0.7 {
+		t.Fatalf("the shadow's score %v, want 0.7", score)
+	}
+}
+
 // TestPredictionsPoisonTerminated terminates what cannot be stored and
-// stores the rest.
+// stores the rest: a batch's samples that cannot be stored are left out
+// of it, and a batch with none that can is terminated.
 func TestPredictionsPoisonTerminated(t *testing.T) {
 	t.Parallel()
 	e := newReqStatsEnv(t)
@@ -114,9 +160,18 @@ func TestPredictionsPoisonTerminated(t *testing.T) {
 		e.publishRaw(t, busapi.PredictionSubject("fraud"), data, fmt.Sprintf("poison-%d", i), true)
 	}
 	e.publishRaw(t, busapi.PredictionSubject("fraud"), mustJSON(t, fraudSample(9)), "req-9", true)
-	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 1 }, "waiting for drained")
-	if s := c.Stats(); s.Poison != 4 || s.Rows != 2 {
-		t.Fatalf("stats %+v; want 4 poison, 2 rows", s)
+	for i, b := range []busapi.PredictionBatch{
+		{ID: "mixed", Samples: []busapi.PredictionSample{ragged, fraudSample(10), {Endpoint: "fraud"}, fraudSample(11)}},
+		{ID: "all-bad", Samples: []busapi.PredictionSample{ragged, {Endpoint: "fraud"}}},
+	} {
+		e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, b), fmt.Sprintf("batch-%d", i), true)
+	}
+	// A batch on an endpoint's subject, where only lone samples were.
+	e.publishRaw(t, busapi.PredictionSubject("fraud"), mustJSON(t, busapi.PredictionBatch{ID: "astray", Samples: []busapi.PredictionSample{fraudSample(12)}}),
+		"astray", true)
+	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 3 }, "waiting for drained")
+	if s := c.Stats(); s.Poison != 6 || s.Refused != 2 || s.Rows != 6 {
+		t.Fatalf("stats %+v; want 6 poison, 2 refused, 6 rows", s)
 	}
 }
 
@@ -127,4 +182,36 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestPredictionsBacklogEndNotWaitedOn drains a backlog that is not a
+// whole number of sets: its last, short set is fetched as it is. Waiting
+// for a whole set, the consumer stored it only when the fetch's MaxWait
+// ran out, a minute here.
+func TestPredictionsBacklogEndNotWaitedOn(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	const n = 25
+	for i := range n {
+		e.publishRaw(t, busapi.PredictionSubject("fraud"), mustJSON(t, fraudSample(i)), fmt.Sprintf("req-%d", i), true)
+	}
+	c, err := ingest.NewPredictions(ingest.PredictionsConfig{JS: e.js, CH: e.ch, Batch: 10, MaxWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Stop waits out the fetch under way, which waits for a set of new
+	// samples: a set ends it.
+	t.Cleanup(func() {
+		for i := n; i < n+10; i++ {
+			if _, err := e.js.Publish(context.Background(), busapi.PredictionSubject("fraud"), mustJSON(t, fraudSample(i))); err != nil {
+				t.Error(err)
+			}
+		}
+		c.Stop()
+	})
+	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Samples == n }, "waiting for the backlog stored: %v",
+		wait.Show(func() any { return c.Stats() }))
 }

@@ -81,8 +81,8 @@ func BenchmarkDecodeBatch(b *testing.B) {
 }
 
 // FuzzDecodeSample holds decodeJSON to encoding/json for prediction
-// samples, as FuzzDecodeBatch does for usage: no panic, and what
-// encoding/json accepts decodes to the same sample.
+// samples and their batches, as FuzzDecodeBatch does for usage: no panic,
+// and what encoding/json accepts decodes to the same sample or batch.
 func FuzzDecodeSample(f *testing.F) {
 	sample, _ := json.Marshal(busapi.PredictionSample{ID: "req-1", Time: 1_800_000_000_007, Endpoint: "fraud", Team: "risk", Version: "v23",
 		LatencyMS: 1.5, FeatureNames: []string{"amount", "country"},
@@ -99,6 +99,10 @@ func FuzzDecodeSample(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	batch, _ := json.Marshal(busapi.PredictionBatch{ID: "b", Gateway: "gw-1", Samples: []busapi.PredictionSample{{ID: "req-1", Version: "v1"}}})
+	for _, s := range []string{string(batch), `{"id":"b","samples":[]}`, `{"ID":"b","Samples":[{"ID":"a"}],"id":"c"}`, `{"samples":null,"id":"a"}`} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast, std busapi.PredictionSample
 		fastErr := decodeJSON(data, &fast)
@@ -111,7 +115,17 @@ func FuzzDecodeSample(f *testing.F) {
 			}
 		}
 		if fastErr == nil {
-			_ = checkSample(busapi.PredictionSubject(fast.Endpoint), &fast)
+			_ = checkSample(&fast)
+		}
+		var fastB, stdB busapi.PredictionBatch
+		fastErr = decodeJSON(data, &fastB)
+		if json.Unmarshal(data, &stdB) == nil {
+			if fastErr != nil {
+				t.Fatalf("decodeJSON refused a batch encoding/json accepts: %v", fastErr)
+			}
+			if !reflect.DeepEqual(fastB, stdB) {
+				t.Fatalf("decodeJSON = %+v\nencoding/json = %+v", fastB, stdB)
+			}
 		}
 	})
 }
