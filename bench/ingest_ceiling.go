@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -125,8 +126,12 @@ type procClock struct{ clickhouse int }
 type cpuSpan struct{ wall, self, clickhouse time.Duration }
 
 // span runs f, which returns the wall time it measured, and adds the CPU
-// time spent over it.
+// time spent over it. It collects the garbage first, outside the span: a
+// span that followed a drain paid to collect the drain's garbage, and the
+// writer's CPU a row moved between 0.75 and 1.85 µs from run to run with
+// nothing different in what it sent.
 func (c procClock) span(f func() (time.Duration, error)) (cpuSpan, error) {
+	runtime.GC()
 	self, ch := pidCPU(os.Getpid()), pidCPU(c.clickhouse)
 	wall, err := f()
 	if err != nil {
