@@ -75,10 +75,12 @@ type IngestResult struct {
 	PredictionSamples            int     `json:"prediction_samples"`
 	PredictionMessages           int     `json:"prediction_messages"`
 	// ReqStatsRowsPerS and the rest are the same for request statistics,
-	// ReqStatsMessages messages of one row each.
+	// ReqStatsWindows windows (a row each) in ReqStatsMessages gateway
+	// batches.
 	ReqStatsRowsPerS           float64 `json:"reqstats_rows_per_s"`
 	ReqStatsClickHouseRowsPerS float64 `json:"reqstats_clickhouse_rows_per_s"`
 	ReqStatsVsClickHouse       float64 `json:"reqstats_vs_clickhouse"`
+	ReqStatsWindows            int     `json:"reqstats_windows"`
 	ReqStatsMessages           int     `json:"reqstats_messages"`
 	// CPU is, per stream ("usage", "predictions", "reqstats"), the CPU
 	// time the tight writer and the consumer spent per row, ClickHouse's

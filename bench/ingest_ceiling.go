@@ -26,10 +26,10 @@ const ceilingRows = 200_000
 // and one request statistics message per endpoint version window, over
 // the usage fleet's 1,000 endpoints.
 const (
-	predSamples      = 50_000
-	predInstances    = 4
-	reqStatsMessages = 100_000
-	smallPublishers  = 8
+	predSamples     = 50_000
+	predInstances   = 4
+	reqStatsWindows = 100_000
+	smallPublishers = 8
 )
 
 // tightWriter is ClickHouse's own ceiling: one writer inserting typed
@@ -193,6 +193,28 @@ type smallMsg struct {
 	data        []byte
 }
 
+// gatewayBatches puts items, encoded values, into messages on subject as
+// a gateway does (gateway.batchBody, which keeps 512 bytes for the
+// message's other fields): in order, as many a message as fit in
+// busapi.BatchMaxBytes and maxItems. head gives the id of the part-th
+// message and its opening up to its items' '['.
+func gatewayBatches(subject string, items [][]byte, maxItems int, head func(part int) (id, open string)) []smallMsg {
+	var msgs []smallMsg
+	for len(items) > 0 {
+		id, open := head(len(msgs))
+		data, n, size := []byte(open), 0, 0
+		for ; n < len(items) && n < maxItems && (n == 0 || 512+size+1+len(items[n]) <= busapi.BatchMaxBytes); n++ {
+			if n > 0 {
+				data, size = append(data, ','), size+1
+			}
+			data, size = append(data, items[n]...), size+len(items[n])
+		}
+		msgs = append(msgs, smallMsg{subject: subject, id: id, data: append(data, "]}"...)})
+		items = items[n:]
+	}
+	return msgs
+}
+
 // predictionTraffic is predSamples samples, encoded, and the rows
 // prediction_samples gets from them, by column of PredictionsInsert. The
 // samples span one second, 50,000 a second from smallPublishers gateways,
@@ -214,20 +236,7 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 		pinned                             = make([]uint8, 0, n)
 		endpointID                         = make([]int64, 0, n)
 	)
-	var msgs []smallMsg
-	batches := make([]struct {
-		data []byte
-		n    int
-	}, smallPublishers)
-	flush := func(g int) {
-		b := &batches[g]
-		if b.n > 0 {
-			id := fmt.Sprintf("gw-%d/%d", g, len(msgs))
-			data := fmt.Appendf(nil, `{"id":%q,"gateway":"gw-%d","samples":[%s]}`, id, g, b.data)
-			msgs = append(msgs, smallMsg{subject: busapi.PredictionBatchSubject, id: id, data: data})
-		}
-		b.data, b.n = nil, 0
-	}
+	perGateway := make([][][]byte, smallPublishers)
 	feats := []string{"a", "b", "c"}
 	for i := range predSamples {
 		ep := i % 1000
@@ -241,18 +250,7 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 		if err != nil {
 			panic(err) // plain structs always encode
 		}
-		g := i % smallPublishers
-		b := &batches[g]
-		if b.n > 0 && 512+len(b.data)+1+len(data) > busapi.PredictionBatchMaxBytes {
-			flush(g)
-		}
-		if b.n > 0 {
-			b.data = append(b.data, ',')
-		}
-		b.data, b.n = append(b.data, data...), b.n+1
-		if b.n == busapi.PredictionBatchMaxSamples {
-			flush(g)
-		}
+		perGateway[i%smallPublishers] = append(perGateway[i%smallPublishers], data)
 		for k, in := range s.Instances {
 			ts = append(ts, time.UnixMilli(s.Time).UTC())
 			tsMS = append(tsMS, uint16(s.Time%1000))
@@ -263,16 +261,22 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 			latency, seq, pinned, endpointID = append(latency, s.LatencyMS), append(seq, uint64(i+1)), append(pinned, 0), append(endpointID, s.EndpointID)
 		}
 	}
-	for g := range batches {
-		flush(g)
+	var msgs []smallMsg
+	for g, items := range perGateway {
+		msgs = append(msgs, gatewayBatches(busapi.PredictionBatchSubject, items, busapi.PredictionBatchMaxSamples, func(part int) (string, string) {
+			id := fmt.Sprintf("gw-%d/%d", g, part)
+			return id, fmt.Sprintf(`{"id":%q,"gateway":"gw-%d","samples":[`, id, g)
+		})...)
 	}
 	return msgs, []any{ts, tsMS, endpoint, team, version, requestID, instance, names, values, strs, score, label, tokens, latency, seq, pinned, endpointID}
 }
 
-// reqStatsTraffic is reqStatsMessages gateway statistics, encoded, and the
-// rows request_stats gets from them, by column of ReqStatsInsert.
+// reqStatsTraffic is reqStatsWindows gateway statistics, encoded, and the
+// rows request_stats gets from them, by column of ReqStatsInsert: a
+// gateway's 100 windows of 1,000 endpoints, each window's statistics in
+// batches as the gateway sends them.
 func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
-	n := reqStatsMessages
+	n := reqStatsWindows
 	var (
 		wStart, wEnd                       = make([]time.Time, 0, n), make([]time.Time, 0, n)
 		wStartMS, wEndMS                   = make([]uint16, 0, n), make([]uint16, 0, n)
@@ -292,7 +296,10 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 		notableMS                          = make([][]float64, 0, n) // latency, upstream: none
 		empty                              = make([]uint64, busapi.LatencyBuckets)
 	)
-	msgs := make([]smallMsg, 0, n)
+	var (
+		msgs   []smallMsg
+		window [][]byte // the current window's statistics, encoded
+	)
 	for i := range n {
 		ep := i % 1000
 		start := t0.UnixMilli() + int64(i/1000)*5000
@@ -304,7 +311,13 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 		if err != nil {
 			panic(err) // plain structs always encode
 		}
-		msgs = append(msgs, smallMsg{subject: busapi.ReqStatsSubject(s.Endpoint), id: s.ID, data: data})
+		if window = append(window, data); ep == 999 || i == n-1 {
+			msgs = append(msgs, gatewayBatches(busapi.ReqStatsBatchSubject, window, len(window), func(part int) (string, string) {
+				id := busapi.ReqStatsBatchID(s.Gateway, s.WindowStart, part)
+				return id, fmt.Sprintf(`{"id":%q,"gateway":%q,"stats":[`, id, s.Gateway)
+			})...)
+			window = nil
+		}
 		wStart, wStartMS = append(wStart, time.UnixMilli(s.WindowStart).UTC()), append(wStartMS, uint16(s.WindowStart%1000))
 		wEnd, wEndMS = append(wEnd, time.UnixMilli(s.WindowEnd).UTC()), append(wEndMS, uint16(s.WindowEnd%1000))
 		gw, endpoint, team, version = append(gw, s.Gateway), append(endpoint, s.Endpoint), append(team, s.Team), append(version, s.Version)
@@ -392,7 +405,7 @@ func drainTime(ctx context.Context, start func(context.Context) error, stop func
 // that ClickHouse holds exactly the rows published.
 func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.JetStream, ch driver.Conn, url string, preds []smallMsg, predCols []any,
 	stats []smallMsg, statsCols []any, res *IngestResult) error {
-	res.PredictionSamples, res.PredictionMessages, res.ReqStatsMessages = predSamples, len(preds), len(stats)
+	res.PredictionSamples, res.PredictionMessages, res.ReqStatsWindows, res.ReqStatsMessages = predSamples, len(preds), reqStatsWindows, len(stats)
 	if err := publishSmall(ctx, url, s.natsOpts(), append(preds, stats...)); err != nil {
 		return fmt.Errorf("publish samples and statistics: %w", err)
 	}
@@ -413,15 +426,15 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 	if err != nil {
 		return err
 	}
-	c, err = w.compare(ctx, ingest.ReqStatsInsert, statsCols, len(stats), func() (time.Duration, error) {
-		return drainTime(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, uint64(len(stats)))
+	c, err = w.compare(ctx, ingest.ReqStatsInsert, statsCols, reqStatsWindows, func() (time.Duration, error) {
+		return drainTime(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, reqStatsWindows)
 	})
 	if err != nil {
 		return fmt.Errorf("reqstats: %w", err)
 	}
 	res.ReqStatsRowsPerS, res.ReqStatsClickHouseRowsPerS, res.ReqStatsVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
 	res.CPU["reqstats"] = c.CPUFigures
-	for table, want := range map[string]uint64{"prediction_samples": predRows, "request_stats": uint64(len(stats))} {
+	for table, want := range map[string]uint64{"prediction_samples": predRows, "request_stats": reqStatsWindows} {
 		var got uint64
 		if err := ch.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&got); err != nil {
 			return err

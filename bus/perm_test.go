@@ -186,6 +186,7 @@ func TestAgentMaySpeakOnlyForItsNode(t *testing.T) {
 		{name: "write its own desired state", subject: busapi.KVSubject(busapi.BucketDesired, "a"), bucket: busapi.BucketDesired, key: "a"},
 		{name: "write node b's desired state", subject: busapi.KVSubject(busapi.BucketDesired, "c"), bucket: busapi.BucketDesired, key: "c"},
 		{name: "request statistics", subject: busapi.ReqStatsSubject("fraud-scoring"), stream: busapi.StreamReqStats},
+		{name: "a batch of request statistics", subject: busapi.ReqStatsBatchSubject, stream: busapi.StreamReqStats},
 		{name: "prediction samples", subject: busapi.PredictionSubject("fraud-scoring"), stream: busapi.StreamPredictions},
 		{name: "a batch of prediction samples", subject: busapi.PredictionBatchSubject, stream: busapi.StreamPredictions},
 		{name: "a wake", subject: busapi.WakeSubject("fraud-scoring")},
@@ -401,7 +402,8 @@ func TestLegitimateFlowsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subject := range []string{busapi.ReqStatsSubject("fraud-scoring"), busapi.PredictionSubject("fraud-scoring"), busapi.PredictionBatchSubject} {
+	for _, subject := range []string{busapi.ReqStatsSubject("fraud-scoring"), busapi.PredictionSubject("fraud-scoring"), busapi.PredictionBatchSubject,
+		busapi.ReqStatsBatchSubject} {
 		if _, err := gjs.Publish(t.Context(), subject, []byte(`{}`)); err != nil {
 			t.Errorf("gateway publish %s: %v", subject, err)
 		}

@@ -825,9 +825,31 @@ type MemberTeam struct {
 	Role string `json:"role"`
 }
 
-// ReqStatsSubject is where a gateway publishes its statistics of one
-// endpoint (MP_REQSTATS).
+// ReqStatsSubject is where gateways before ReqStatsBatch published the
+// statistics of one endpoint (MP_REQSTATS); the ingest still reads them.
 func ReqStatsSubject(endpoint string) string { return "mp.reqstats." + endpoint }
+
+// ReqStatsBatchSubject is where a gateway publishes its ReqStatsBatch
+// messages (MP_REQSTATS).
+const ReqStatsBatchSubject = "mp.reqstats.batch"
+
+// ReqStatsBatch is one MP_REQSTATS message: a gateway's statistics of one
+// window, of as many endpoint versions as fit in BatchMaxBytes (a window
+// takes several when they do not). A message per endpoint version cost the
+// ingest as much in NATS deliveries and acks as in decoding (`modelplane
+// bench ingest`). ID, the Nats-Msg-Id, is ReqStatsBatchID's; each of Stats
+// keeps its own ID, by which the ingest stores it once.
+type ReqStatsBatch struct {
+	ID      string     `json:"id"`
+	Gateway string     `json:"gateway"`
+	Stats   []ReqStats `json:"stats"`
+}
+
+// ReqStatsBatchID is the id of the part-th message of one gateway's
+// window (start in Unix milliseconds).
+func ReqStatsBatchID(gateway string, windowStart int64, part int) string {
+	return gateway + "/" + strconv.FormatInt(windowStart, 10) + "/" + strconv.Itoa(part)
+}
 
 // latencyBoundsUS are the upper bounds, in microseconds, of the buckets of
 // every ReqStats histogram (latency, TTFT, TPOT): the E24 series from 0.1 ms
@@ -879,10 +901,11 @@ func LatencyBucket(d time.Duration) int {
 	return lo
 }
 
-// ReqStats is one MP_REQSTATS message: what one gateway served of one
-// version of one endpoint during one window. Windows of one gateway and
-// version follow each other without gap or overlap, so sums over messages
-// are exact. ID is also the Nats-Msg-Id.
+// ReqStats is what one gateway served of one version of one endpoint
+// during one window, one of a ReqStatsBatch's. Windows of one gateway and
+// version follow each other without gap or overlap, so sums over them are
+// exact. Before ReqStatsBatch each was a message of its own, on
+// ReqStatsSubject(Endpoint), with ID its Nats-Msg-Id.
 type ReqStats struct {
 	ID string `json:"id"`
 	// WindowStart and WindowEnd bound the window, in Unix milliseconds;
@@ -1016,11 +1039,12 @@ type PredictionBatch struct {
 }
 
 // A gateway's PredictionBatch holds at most PredictionBatchMaxSamples
-// samples, and grows past PredictionBatchMaxBytes only when its one sample
-// is larger (MaxMsgBytes bounds that).
+// samples. A gateway's batch message (PredictionBatch, ReqStatsBatch)
+// grows past BatchMaxBytes only when its one item is larger (MaxMsgBytes
+// bounds that).
 const (
 	PredictionBatchMaxSamples = 1000
-	PredictionBatchMaxBytes   = 256 << 10
+	BatchMaxBytes             = 256 << 10
 )
 
 // PredictionSample is one sampled request, with the model's input features

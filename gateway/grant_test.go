@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"sync"
@@ -239,26 +237,8 @@ func TestGrantedCallsAreTheirOwnStatistics(t *testing.T) {
 	// risk's 3 and search's 2 are sampled (2 instances each), ads' never.
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Samples().Published == 5 }, "waiting for samples of risk and search only")
 
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]uint64{}
-	for range 3 {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range publishedStats(t, e.nc, 3) {
 		if m.Team != "risk" || m.EndpointID != 7 {
 			t.Errorf("series %s: team %q endpoint id %d, want the owners' risk and 7", m.ID, m.Team, m.EndpointID)
 		}

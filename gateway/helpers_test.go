@@ -280,3 +280,35 @@ func ver(name string, weight int, addrs ...string) busapi.RouteVersion {
 	}
 	return v
 }
+
+// publishedStats reads MP_REQSTATS from its start until it holds windows
+// windows of endpoint versions, and returns them, failing the test on a
+// message off busapi.ReqStatsBatchSubject, not a batch or whose
+// Nats-Msg-Id is not its id.
+func publishedStats(t *testing.T, nc *nats.Conn, windows int) []busapi.ReqStats {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []busapi.ReqStats
+	for len(out) < windows {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("after %d of %d windows: %v", len(out), windows, err)
+		}
+		var b busapi.ReqStatsBatch
+		if msg.Subject() != busapi.ReqStatsBatchSubject || json.Unmarshal(msg.Data(), &b) != nil || len(b.Stats) == 0 ||
+			msg.Headers().Get(jetstream.MsgIDHeader) != b.ID {
+			t.Fatalf("message on %s with Nats-Msg-Id %q is no batch of statistics: %.300s", msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), msg.Data())
+		}
+		out = append(out, b.Stats...)
+	}
+	return out
+}

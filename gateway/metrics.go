@@ -86,7 +86,7 @@ func newMetrics(g *Gateway) *metrics {
 			func() float64 { return float64(g.shadowDropped.Load()) }),
 		inFlightCollector{g},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_request_stats_dropped_total",
-			Help: "MP_REQSTATS messages dropped because NATS did not acknowledge them in time."},
+			Help: "Request statistics windows of an endpoint version dropped because NATS did not acknowledge them in time."},
 			func() float64 { return float64(g.stats.dropped.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ml_serving_prediction_samples_dropped_total",
 			Help: "Prediction samples dropped: queue full, NATS slow or down, or an unreadable answer."},

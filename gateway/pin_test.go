@@ -1,15 +1,10 @@
 package gateway_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 )
@@ -56,33 +51,15 @@ func TestPinOnlyToServingVersions(t *testing.T) {
 	advance(t, clk, gateway.DefaultStatsInterval)
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Published == 3 }, "waiting for 3 series published")
 
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	type series struct {
 		version string
 		pinned  bool
 	}
 	got, ids := map[series]uint64{}, map[string]bool{}
-	for n := range 3 {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("message %d: %v", n, err)
-		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range publishedStats(t, e.nc, 3) {
 		got[series{m.Version, m.Pinned}] += m.Count
 		if ids[m.ID] {
-			t.Errorf("two series share the message id %q; JetStream would drop one as a duplicate", m.ID)
+			t.Errorf("two series share the id %q; the ingest would store one", m.ID)
 		}
 		ids[m.ID] = true
 	}
@@ -114,24 +91,7 @@ func TestStatsCarryEndpointID(t *testing.T) {
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == 1 }, "waiting for the request counted")
 	advance(t, clk, gateway.DefaultStatsInterval)
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Published == 1 }, "waiting for statistics published")
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m busapi.ReqStats
-	if err := json.Unmarshal(msg.Data(), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := publishedStats(t, e.nc, 1)[0]
 	if m.EndpointID != 42 {
 		t.Errorf("statistics carry endpoint id %d, want the entry's 42", m.EndpointID)
 	}

@@ -34,8 +34,6 @@ const (
 	// publish timeout it is wall-clock time: it paces a transport, and no
 	// test waits on it.
 	sampleLinger = 200 * time.Millisecond
-	// batchHead is room for a batch's fields before its samples.
-	batchHead = 512
 )
 
 // SampleCounters are the prediction sampler's running totals since the
@@ -108,18 +106,11 @@ func (s *sampler) counters() SampleCounters {
 	return SampleCounters{Offered: s.offered.Load(), Published: s.published.Load(), Messages: s.messages.Load(), Dropped: s.dropped.Load()}
 }
 
-// sampleBatch is the message being gathered: the encoded samples, comma
-// separated, and how many.
-type sampleBatch struct {
-	samples []byte
-	n       int
-}
-
 // run publishes queued samples until ctx ends; what is still queued or
 // gathered then is dropped and counted.
 func (s *sampler) run(ctx context.Context) {
 	var (
-		b      sampleBatch
+		b      batchBody
 		linger <-chan time.Time // nil while b is empty
 	)
 	for {
@@ -140,14 +131,11 @@ func (s *sampler) run(ctx context.Context) {
 				s.dropped.Add(1)
 				continue
 			}
-			if b.n > 0 && batchHead+len(b.samples)+1+len(data) > busapi.PredictionBatchMaxBytes {
+			if !b.fits(data) {
 				s.publish(ctx, &b)
 				linger = nil
 			}
-			if b.n > 0 {
-				b.samples = append(b.samples, ',')
-			}
-			b.samples, b.n = append(b.samples, data...), b.n+1
+			b.add(data)
 			if b.n == 1 {
 				linger = time.After(sampleLinger)
 			}
@@ -163,16 +151,11 @@ func (s *sampler) run(ctx context.Context) {
 }
 
 // publish sends b as one message and empties it.
-func (s *sampler) publish(ctx context.Context, b *sampleBatch) {
+func (s *sampler) publish(ctx context.Context, b *batchBody) {
 	n := uint64(b.n)
 	// The message id only has to be unique: request ids are the callers'
 	// and a shadow's sample shares its request's.
-	head, _ := json.Marshal(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})
-	data := make([]byte, 0, len(head)+len(b.samples)+16)
-	data = append(data, head[:len(head)-len(`null}`)]...) // `"samples":` ends the head
-	data = append(append(append(data, '['), b.samples...), "]}"...)
-	b.samples, b.n = b.samples[:0], 0
-	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: data}
+	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.message(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})}
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
 	_, err := s.pub.PublishMsg(pctx, msg)
 	cancel()

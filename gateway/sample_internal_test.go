@@ -108,8 +108,8 @@ func (r *recordingNATS) batches(t *testing.T) []busapi.PredictionBatch {
 		if m.Subject != busapi.PredictionBatchSubject {
 			t.Fatalf("published on %s, want %s", m.Subject, busapi.PredictionBatchSubject)
 		}
-		if len(m.Data) > busapi.PredictionBatchMaxBytes {
-			t.Fatalf("a message of %d bytes, over %d", len(m.Data), busapi.PredictionBatchMaxBytes)
+		if len(m.Data) > busapi.BatchMaxBytes {
+			t.Fatalf("a message of %d bytes, over %d", len(m.Data), busapi.BatchMaxBytes)
 		}
 		var b busapi.PredictionBatch
 		if err := json.Unmarshal(m.Data, &b); err != nil {

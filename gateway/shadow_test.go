@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -14,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
 	"modelplane/gateway"
@@ -30,30 +26,12 @@ func shadowOf(name string, pct float64, addrs ...string) busapi.RouteVersion {
 	return v
 }
 
-// readStats sums the MP_REQSTATS messages the gateway published, per
+// readStats sums the windows the gateway published to MP_REQSTATS, per
 // endpoint/version.
 func readStats(t *testing.T, e *env, g *gw) map[string]*busapi.ReqStats {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]*busapi.ReqStats{}
-	for n := range int(g.Stats().Published) {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("message %d: %v", n, err)
-		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range publishedStats(t, e.nc, int(g.Stats().Published)) {
 		a := got[m.Endpoint+"/"+m.Version]
 		if a == nil {
 			a = &busapi.ReqStats{Endpoint: m.Endpoint, Version: m.Version}

@@ -27,14 +27,16 @@ const statsPruneAfter = 60
 // StatsCounters are the statistics publisher's running totals since the
 // gateway was built.
 type StatsCounters struct {
-	// Published is the number of MP_REQSTATS messages JetStream acknowledged.
-	Published uint64
-	// PublishedRequests is the number of requests those messages counted.
+	// Published is the number of windows of an endpoint version
+	// (busapi.ReqStats) JetStream acknowledged, and Messages the number of
+	// messages (busapi.ReqStatsBatch) they went out in.
+	Published, Messages uint64
+	// PublishedRequests is the number of requests those windows counted.
 	PublishedRequests uint64
-	// Dropped is the number of messages given up because JetStream did not
+	// Dropped is the number of windows given up because JetStream did not
 	// acknowledge them in time (NATS slow or down).
 	Dropped uint64
-	// DroppedRequests is the number of requests those messages counted.
+	// DroppedRequests is the number of requests those windows counted.
 	DroppedRequests uint64
 	// Pending is the number of requests counted in the current window,
 	// which the next flush publishes: a test that waits for it knows every
@@ -207,7 +209,7 @@ type statsRecorder struct {
 	flushMu sync.Mutex
 	start   time.Time // start of the current window; under flushMu
 
-	published, publishedReqs, dropped, droppedReqs atomic.Uint64
+	published, messages, publishedReqs, dropped, droppedReqs atomic.Uint64
 }
 
 func newStatsRecorder(gatewayID string, interval time.Duration, clock quartz.Clock, pub statsPublisher, log *slog.Logger) *statsRecorder {
@@ -258,7 +260,7 @@ func (r *statsRecorder) add(k statsKey, team string) *series {
 
 // counters returns the running totals and what the current window holds.
 func (r *statsRecorder) counters() StatsCounters {
-	c := StatsCounters{Published: r.published.Load(), PublishedRequests: r.publishedReqs.Load(),
+	c := StatsCounters{Published: r.published.Load(), Messages: r.messages.Load(), PublishedRequests: r.publishedReqs.Load(),
 		Dropped: r.dropped.Load(), DroppedRequests: r.droppedReqs.Load()}
 	for _, s := range *r.series.Load() {
 		s.mu.Lock()
@@ -286,9 +288,9 @@ func (r *statsRecorder) run(ctx context.Context, t *quartz.Ticker) {
 }
 
 // flush ends the current window: it takes every series' counts and
-// publishes one message per series with traffic, each bounded by ctx. After
-// the first failed publish the rest of the round is dropped at once, since
-// NATS is evidently not answering.
+// publishes those with traffic, as many a message as fit, each publish
+// bounded by ctx. After the first failed publish the rest of the round is
+// dropped at once, since NATS is evidently not answering.
 func (r *statsRecorder) flush(ctx context.Context) {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
@@ -313,34 +315,55 @@ func (r *statsRecorder) flush(ctx context.Context) {
 		s.idle = 0
 		msgs = append(msgs, w.message(r.gateway, k, s.team, start, end))
 	}
-	failed := false
-	for i := range msgs {
-		m := &msgs[i]
+	var (
+		b      batchBody
+		in     []*busapi.ReqStats // the windows in b
+		part   int
+		failed bool
+	)
+	send := func() {
+		if b.n == 0 {
+			return
+		}
+		id := busapi.ReqStatsBatchID(r.gateway, start.UnixMilli(), part)
+		part++
+		msg := &nats.Msg{Subject: busapi.ReqStatsBatchSubject, Data: b.message(busapi.ReqStatsBatch{ID: id, Gateway: r.gateway}), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, id)
 		if !failed {
-			if err := r.publish(ctx, m); err == nil {
-				r.published.Add(1)
-				r.publishedReqs.Add(m.Count)
-				continue
+			_, err := r.pub.PublishMsg(ctx, msg)
+			if failed = err != nil; failed {
+				r.log.Warn("gateway: request statistics dropped", slog.Int("windows", len(in)), slog.String("error", err.Error()))
 			} else {
-				failed = true
-				r.log.Warn("gateway: request statistics dropped", slog.String("endpoint", m.Endpoint),
-					slog.String("version", m.Version), slog.String("error", err.Error()))
+				r.messages.Add(1)
 			}
 		}
-		r.dropped.Add(1)
-		r.droppedReqs.Add(m.Count)
+		for _, m := range in {
+			if failed {
+				r.dropped.Add(1)
+				r.droppedReqs.Add(m.Count)
+			} else {
+				r.published.Add(1)
+				r.publishedReqs.Add(m.Count)
+			}
+		}
+		in = in[:0]
 	}
-}
-
-func (r *statsRecorder) publish(ctx context.Context, m *busapi.ReqStats) error {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(m); err != nil {
-		return err
+	for i := range msgs {
+		m := &msgs[i]
+		data, err := json.Marshal(m)
+		if err != nil {
+			r.log.Error("gateway: request statistics not encoded", slog.String("endpoint", m.Endpoint), slog.String("error", err.Error()))
+			r.dropped.Add(1)
+			r.droppedReqs.Add(m.Count)
+			continue
+		}
+		if !b.fits(data) {
+			send()
+		}
+		b.add(data)
+		in = append(in, m)
 	}
-	msg := &nats.Msg{Subject: busapi.ReqStatsSubject(m.Endpoint), Data: buf.Bytes(), Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, m.ID)
-	_, err := r.pub.PublishMsg(ctx, msg)
-	return err
+	send()
 }
 
 // prune forgets a series that has had no traffic for a while, unless a

@@ -1,15 +1,11 @@
 package gateway_test
 
 import (
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"modelplane/busapi"
 	"modelplane/gateway"
@@ -76,26 +72,8 @@ func TestStatsThroughTheGateway(t *testing.T) {
 		t.Fatalf("counters %+v, want %d requests published in 2 messages", c, total)
 	}
 
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]*busapi.ReqStats{}
-	for n := range int(g.Stats().Published) {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("message %d: %v", n, err)
-		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range publishedStats(t, e.nc, int(g.Stats().Published)) {
 		if m.Gateway != "gw-e2e" {
 			t.Errorf("gateway %q, want gw-e2e", m.Gateway)
 		}

@@ -222,7 +222,8 @@ func TestStatsExactAgainstCountedLoad(t *testing.T) {
 	}
 }
 
-// readStats reads every message of MP_REQSTATS, expecting want of them.
+// readStats reads MP_REQSTATS until it holds want windows, each message a
+// batch on busapi.ReqStatsBatchSubject with its id as Nats-Msg-Id.
 func readStats(t *testing.T, js jetstream.JetStream, want int) []busapi.ReqStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -235,16 +236,16 @@ func readStats(t *testing.T, js jetstream.JetStream, want int) []busapi.ReqStats
 	for len(out) < want {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
-			t.Fatalf("after %d of %d messages: %v", len(out), want, err)
+			t.Fatalf("after %d of %d windows: %v", len(out), want, err)
 		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
+		var b busapi.ReqStatsBatch
+		if err := json.Unmarshal(msg.Data(), &b); err != nil {
 			t.Fatal(err)
 		}
-		if msg.Subject() != busapi.ReqStatsSubject(m.Endpoint) || msg.Headers().Get(jetstream.MsgIDHeader) != m.ID {
-			t.Errorf("message %s on %s with Nats-Msg-Id %q", m.ID, msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
+		if msg.Subject() != busapi.ReqStatsBatchSubject || msg.Headers().Get(jetstream.MsgIDHeader) != b.ID || len(b.Stats) == 0 {
+			t.Errorf("batch %s of %d windows on %s with Nats-Msg-Id %q", b.ID, len(b.Stats), msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader))
 		}
-		out = append(out, m)
+		out = append(out, b.Stats...)
 	}
 	return out
 }
@@ -272,12 +273,12 @@ func (p *stuckPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jet
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	var m busapi.ReqStats
-	if err := json.Unmarshal(msg.Data, &m); err != nil {
+	var b busapi.ReqStatsBatch
+	if err := json.Unmarshal(msg.Data, &b); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
-	p.got = append(p.got, m)
+	p.got = append(p.got, b.Stats...)
 	p.mu.Unlock()
 	return &jetstream.PubAck{}, nil
 }

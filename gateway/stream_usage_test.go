@@ -2,16 +2,12 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"modelplane/busapi"
 	"modelplane/gateway"
 	"modelplane/internal/wait"
 )
@@ -81,26 +77,8 @@ func TestStreamedTokensCountedFromTheReplicasUsage(t *testing.T) {
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Pending == 2 }, "waiting for 2 requests counted")
 	advance(t, clk, gateway.DefaultStatsInterval)
 	wait.Eventually(t, 10*time.Second, func() bool { return g.Stats().Published >= 1 }, "waiting for statistics published")
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, busapi.StreamReqStats, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var metered uint64
-	for range int(g.Stats().Published) {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m busapi.ReqStats
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range publishedStats(t, e.nc, int(g.Stats().Published)) {
 		metered += m.Tokens
 	}
 	if metered != 2*24 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -248,6 +249,61 @@ func (c *pullLoop[H]) fetch(ctx context.Context, sets chan<- []H) {
 		// loop stores it rather than leave it to a redelivery.
 		sets <- held
 	}
+}
+
+// held are the items of one message of a small stream (a gateway's batch,
+// or a lone item from a gateway older than batches), and the message (nil
+// for the Store functions) with its stream sequence.
+type held[T any] struct {
+	msg   jetstream.Msg
+	seq   uint64
+	items []T
+}
+
+// heldCounters are a small consumer's counts of what decodeHeld turns away.
+type heldCounters struct {
+	// poison counts messages terminated; refused, items left out of a
+	// message whose other items were kept.
+	poison, refused *atomic.Uint64
+}
+
+// decodeHeld parses msgs with decode and checks each item with check: an
+// item that cannot be stored is left out of its message, and a message
+// with none that can is terminated. Log lines name the subject and the
+// reason, never an item's content; what names the items ("prediction
+// samples").
+func decodeHeld[T any](msgs []jetstream.Msg, log *slog.Logger, what string, n heldCounters,
+	decode func(subject string, data []byte) ([]T, error), check func(*T) error) []held[T] {
+	out := make([]held[T], 0, len(msgs))
+	for _, m := range msgs {
+		items, err := decode(m.Subject(), m.Data())
+		kept, refused := items[:0], uint64(0)
+		for i := range items {
+			if ierr := check(&items[i]); ierr != nil {
+				err, refused = fmt.Errorf("item %d: %w", i, ierr), refused+1
+				continue
+			}
+			kept = append(kept, items[i])
+		}
+		if len(kept) == 0 {
+			n.poison.Add(1)
+			log.Error(what+" terminated", "subject", m.Subject(), "err", err)
+			if terr := m.TermWithReason(err.Error()); terr != nil {
+				log.Warn("terminate "+what, "err", terr)
+			}
+			continue
+		}
+		if refused > 0 {
+			n.refused.Add(refused)
+			log.Error(what+" refused", "subject", m.Subject(), "refused", refused, "kept", len(kept), "last_err", err)
+		}
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		out = append(out, held[T]{msg: m, seq: seq, items: kept})
+	}
+	return out
 }
 
 // aheadSets is how many fetched sets wait for the store under way; the

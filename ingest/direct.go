@@ -62,7 +62,6 @@ func StoreReqStats(ctx context.Context, ch driver.Conn, stats []busapi.ReqStats)
 	for len(stats) > 0 {
 		chunk := stats[:min(directChunk, len(stats))]
 		stats = stats[len(chunk):]
-		held := make([]heldStats, 0, len(chunk))
 		for _, s := range chunk {
 			switch {
 			case s.ID == "" || s.Endpoint == "" || s.Version == "":
@@ -72,8 +71,8 @@ func StoreReqStats(ctx context.Context, ch driver.Conn, stats []busapi.ReqStats)
 			case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
 				return fmt.Errorf("store request stats %q: window ends before it starts", s.ID)
 			}
-			held = append(held, heldStats{s: s})
 		}
+		held := []heldStats{{items: chunk}}
 		if err := c.insertNew(ctx, held); err != nil {
 			return err
 		}
@@ -94,7 +93,7 @@ func StorePredictionSamples(ctx context.Context, ch driver.Conn, samples []busap
 				return fmt.Errorf("store prediction sample %q: %w", chunk[i].ID, err)
 			}
 		}
-		held := []heldSamples{{samples: chunk}}
+		held := []heldSamples{{items: chunk}}
 		if err := c.insertNew(ctx, held); err != nil {
 			return err
 		}

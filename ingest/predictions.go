@@ -85,13 +85,8 @@ func (c *Predictions) Stats() PredictionsStats {
 		Poison: s.poison.Load(), Refused: s.refused.Load(), InsertFailures: s.insertFailures.Load()}
 }
 
-// heldSamples are the samples of one message, and the message (nil for
-// StorePredictionSamples) with its stream sequence.
-type heldSamples struct {
-	msg     jetstream.Msg
-	seq     uint64
-	samples []busapi.PredictionSample
-}
+// heldSamples are the samples of one message.
+type heldSamples = held[busapi.PredictionSample]
 
 // decodeSamples parses one MP_PREDICTIONS message published on subject.
 func decodeSamples(subject string, data []byte) ([]busapi.PredictionSample, error) {
@@ -134,40 +129,9 @@ func checkSample(s *busapi.PredictionSample) error {
 	return nil
 }
 
-// decode parses and checks msgs: a sample that cannot be stored is left
-// out of its message, and a message with none that can is terminated. Log
-// lines name the subject and the reason, never a sample's content.
+// decode parses and checks msgs (decodeHeld).
 func (c *Predictions) decode(msgs []jetstream.Msg) []heldSamples {
-	held := make([]heldSamples, 0, len(msgs))
-	for _, m := range msgs {
-		samples, err := decodeSamples(m.Subject(), m.Data())
-		kept, refused := samples[:0], uint64(0)
-		for i := range samples {
-			if serr := checkSample(&samples[i]); serr != nil {
-				err, refused = fmt.Errorf("sample %d: %w", i, serr), refused+1
-				continue
-			}
-			kept = append(kept, samples[i])
-		}
-		if len(kept) == 0 {
-			c.stats.poison.Add(1)
-			c.log.Error("prediction samples terminated", "subject", m.Subject(), "err", err)
-			if terr := m.TermWithReason(err.Error()); terr != nil {
-				c.log.Warn("terminate prediction samples", "err", terr)
-			}
-			continue
-		}
-		if refused > 0 {
-			c.stats.refused.Add(refused)
-			c.log.Error("prediction samples refused", "subject", m.Subject(), "refused", refused, "kept", len(kept), "last_err", err)
-		}
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
-		}
-		held = append(held, heldSamples{msg: m, seq: seq, samples: kept})
-	}
-	return held
+	return decodeHeld(msgs, c.log, "prediction samples", heldCounters{&c.stats.poison, &c.stats.refused}, decodeSamples, checkSample)
 }
 
 // store inserts what of held prediction_samples does not hold yet and
@@ -210,8 +174,8 @@ func (c *Predictions) insertNew(ctx context.Context, held []heldSamples) error {
 	var cols sampleColumns
 	samples := 0
 	for _, h := range held {
-		for i := range h.samples {
-			s := &h.samples[i]
+		for i := range h.items {
+			s := &h.items[i]
 			k := sampleKey{s.ID, s.Version}
 			if stored[k] {
 				c.stats.duplicates.Add(1)
@@ -304,11 +268,11 @@ type sampleKey struct{ id, version string }
 // holds, asked within the endpoints and the time range, the table's sort
 // key.
 func (c *Predictions) storedSamples(ctx context.Context, held []heldSamples) (map[sampleKey]bool, error) {
-	first := held[0].samples[0].Time
+	first := held[0].items[0].Time
 	q := idQuery{from: first, to: first}
 	for _, h := range held {
-		for i := range h.samples {
-			s := &h.samples[i]
+		for i := range h.items {
+			s := &h.items[i]
 			q.add(s.ID, s.Endpoint, s.Time)
 		}
 	}

@@ -14,19 +14,25 @@ import (
 )
 
 // ReqStatsConfig configures the request statistics consumer: the stream
-// defaults to busapi.StreamReqStats, the durable to "ingest-reqstats" and the
-// batch to 500 (gateways send one message per endpoint version every few
-// seconds, so one fetch usually takes everything waiting).
+// defaults to busapi.StreamReqStats, the durable to "ingest-reqstats", the
+// batch to 10,000 messages and MaxBytes to reqStatsFetchBytes.
 type ReqStatsConfig = PullConfig
+
+// reqStatsFetchBytes bounds a fetch of MP_REQSTATS: a message holds up to
+// a gateway's batch of windows (busapi.BatchMaxBytes), so a count of
+// messages bounds nothing. A window of a predict endpoint is about 2 KB.
+const reqStatsFetchBytes = 8 << 20
 
 // ReqStats consumes MP_REQSTATS into ClickHouse request_stats exactly once:
 // before it inserts a fetched set it asks request_stats which of their
-// message ids it already holds (within the set's endpoints and windows, the
-// table's sort key) and skips those, and it acks only after the insert. A
-// message redelivered after its insert succeeded (the ack lost, the process
-// killed in between) or published again after the duplicate window is
-// therefore stored once. One goroutine inserts, so no two inserts of the
-// same id can race.
+// windows' ids it already holds (within the set's endpoints and windows,
+// the table's sort key) and skips those, and it acks only after the
+// insert. A message redelivered after its insert succeeded (the ack lost,
+// the process killed in between) or published again after the duplicate
+// window is therefore stored once. One goroutine inserts, so no two
+// inserts of the same id can race. A message is a gateway's
+// busapi.ReqStatsBatch, or a lone busapi.ReqStats from a gateway older
+// than batches.
 type ReqStats struct {
 	cfg   ReqStatsConfig
 	log   *slog.Logger
@@ -36,19 +42,21 @@ type ReqStats struct {
 }
 
 type reqStatsCounters struct {
-	rows, duplicates, poison, insertFailures atomic.Uint64
+	rows, duplicates, poison, refused, insertFailures atomic.Uint64
 }
 
 // ReqStatsStats is a snapshot of the consumer's counters.
 type ReqStatsStats struct {
 	// Rows is the number of rows inserted into request_stats.
 	Rows uint64
-	// Duplicates is the number of messages acked without an insert because
-	// their id was stored already or repeated in the same fetch.
+	// Duplicates is the number of windows not inserted because their id
+	// was stored already or repeated in the same fetch.
 	Duplicates uint64
 	// Poison is the number of messages terminated because they do not
-	// decode or do not describe the endpoint of their subject.
-	Poison uint64
+	// decode, hold no window that can be stored or came on a subject not
+	// theirs; Refused the number of windows left out of a message whose
+	// other windows were stored.
+	Poison, Refused uint64
 	// InsertFailures is the number of fetched sets ClickHouse refused; their
 	// messages are redelivered.
 	InsertFailures uint64
@@ -59,6 +67,9 @@ func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
 	if err := cfg.defaults("reqstats", busapi.StreamReqStats, "ingest-reqstats", 10_000); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = reqStatsFetchBytes
+	}
 	c := &ReqStats{cfg: cfg, log: cfg.Log.With("consumer", cfg.Durable)}
 	c.pullLoop = newPullLoop(cfg, "reqstats", c.log, c.decode, c.store)
 	return c, nil
@@ -68,49 +79,53 @@ func NewReqStats(cfg ReqStatsConfig) (*ReqStats, error) {
 func (c *ReqStats) Stats() ReqStatsStats {
 	s := &c.stats
 	return ReqStatsStats{Rows: s.rows.Load(), Duplicates: s.duplicates.Load(), Poison: s.poison.Load(),
-		InsertFailures: s.insertFailures.Load()}
+		Refused: s.refused.Load(), InsertFailures: s.insertFailures.Load()}
 }
 
-type heldStats struct {
-	msg jetstream.Msg
-	seq uint64
-	s   busapi.ReqStats
-}
+// heldStats are the windows of one message.
+type heldStats = held[busapi.ReqStats]
 
-// decode parses and checks msgs, terminating poison.
-func (c *ReqStats) decode(msgs []jetstream.Msg) []heldStats {
-	held := make([]heldStats, 0, len(msgs))
-	for _, m := range msgs {
-		var s busapi.ReqStats
-		err := decodeExact(m.Data(), &s)
-		switch {
-		case err != nil:
-		case s.ID == "" || s.Endpoint == "" || s.Version == "":
-			err = errors.New("missing id, endpoint or version")
-		case m.Subject() != busapi.ReqStatsSubject(s.Endpoint):
-			err = fmt.Errorf("endpoint %q published on %s", s.Endpoint, m.Subject())
-		case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT) || !histogram(s.Overhead):
-			err = fmt.Errorf("a histogram does not have %d buckets", busapi.LatencyBuckets)
-		case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
-			err = errors.New("window ends before it starts")
-		case len(s.Notable) > busapi.MaxNotable:
-			err = fmt.Errorf("%d notable requests, more than %d", len(s.Notable), busapi.MaxNotable)
-		}
-		if err != nil {
-			c.stats.poison.Add(1)
-			c.log.Error("reqstats message terminated", "subject", m.Subject(), "err", err)
-			if terr := m.TermWithReason(err.Error()); terr != nil {
-				c.log.Warn("terminate reqstats message", "err", terr)
-			}
-			continue
-		}
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
-		}
-		held = append(held, heldStats{msg: m, seq: seq, s: s})
+// decodeStats parses one MP_REQSTATS message published on subject.
+func decodeStats(subject string, data []byte) ([]busapi.ReqStats, error) {
+	var b busapi.ReqStatsBatch
+	if err := decodeExact(data, &b); err != nil {
+		return nil, err
 	}
-	return held
+	if len(b.Stats) > 0 {
+		if subject != busapi.ReqStatsBatchSubject {
+			return nil, fmt.Errorf("a batch of statistics published on %s", subject)
+		}
+		return b.Stats, nil
+	}
+	// A gateway older than batches: one window, on its endpoint's subject.
+	var s busapi.ReqStats
+	if err := decodeExact(data, &s); err != nil {
+		return nil, err
+	}
+	if subject != busapi.ReqStatsSubject(s.Endpoint) {
+		return nil, fmt.Errorf("statistics of endpoint %q published on %s", s.Endpoint, subject)
+	}
+	return []busapi.ReqStats{s}, nil
+}
+
+// checkStats reports why a decoded window cannot be stored, nil when it can.
+func checkStats(s *busapi.ReqStats) error {
+	switch {
+	case s.ID == "" || s.Endpoint == "" || s.Version == "":
+		return errors.New("missing id, endpoint or version")
+	case !histogram(s.Latency) || !histogram(s.TTFT) || !histogram(s.TPOT) || !histogram(s.Overhead):
+		return fmt.Errorf("a histogram does not have %d buckets", busapi.LatencyBuckets)
+	case s.WindowEnd < s.WindowStart || s.WindowStart < 0:
+		return errors.New("window ends before it starts")
+	case len(s.Notable) > busapi.MaxNotable:
+		return fmt.Errorf("%d notable requests, more than %d", len(s.Notable), busapi.MaxNotable)
+	}
+	return nil
+}
+
+// decode parses and checks msgs (decodeHeld).
+func (c *ReqStats) decode(msgs []jetstream.Msg) []heldStats {
+	return decodeHeld(msgs, c.log, "reqstats windows", heldCounters{&c.stats.poison, &c.stats.refused}, decodeStats, checkStats)
 }
 
 // store inserts what of held request_stats does not hold yet and acks;
@@ -148,8 +163,8 @@ const ReqStatsInsert = "INSERT INTO request_stats (window_start, window_start_ms
 	"latency_buckets, latency_sum_ms, streams, ttft_buckets, ttft_sum_ms, tpot_buckets, tpot_sum_ms, tokens, msg_id, stream_seq, pinned, endpoint_id, caller_team, via_graph, via_graph_version, " +
 	"overhead_buckets, overhead_sum_ms, notable_kind, notable_request_id, notable_trace_id, notable_replica, notable_status, notable_end_ms, notable_latency_ms, notable_upstream_ms)"
 
-// insertNew inserts the held messages whose ids request_stats does not hold
-// yet, each id once.
+// insertNew inserts the held windows whose ids request_stats does not
+// hold yet, each id once.
 func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	stored, err := c.storedIDs(ctx, held)
 	if err != nil {
@@ -157,13 +172,15 @@ func (c *ReqStats) insertNew(ctx context.Context, held []heldStats) error {
 	}
 	var cols statsColumns
 	for _, h := range held {
-		s := &h.s
-		if stored[s.ID] {
-			c.stats.duplicates.Add(1)
-			continue
+		for i := range h.items {
+			s := &h.items[i]
+			if stored[s.ID] {
+				c.stats.duplicates.Add(1)
+				continue
+			}
+			stored[s.ID] = true
+			cols.add(s, h.seq)
 		}
-		stored[s.ID] = true
-		cols.add(h)
 	}
 	rows := len(cols.msgID)
 	if rows == 0 {
@@ -198,9 +215,8 @@ type statsColumns struct {
 	notableLatencyMS, notableUpstreamMS                           [][]float64
 }
 
-// add appends h's row.
-func (c *statsColumns) add(h heldStats) {
-	s := &h.s
+// add appends s's row, from the message of stream sequence seq.
+func (c *statsColumns) add(s *busapi.ReqStats, seq uint64) {
 	c.wStart = append(c.wStart, time.UnixMilli(s.WindowStart).UTC())
 	c.wStartMS = append(c.wStartMS, uint16(s.WindowStart%1000))
 	c.wEnd = append(c.wEnd, time.UnixMilli(s.WindowEnd).UTC())
@@ -224,7 +240,7 @@ func (c *statsColumns) add(h heldStats) {
 	c.tpotSum = append(c.tpotSum, s.TPOTSumMS)
 	c.tokens = append(c.tokens, s.Tokens)
 	c.msgID = append(c.msgID, s.ID)
-	c.seq = append(c.seq, h.seq)
+	c.seq = append(c.seq, seq)
 	c.pinned = append(c.pinned, flag(s.Pinned))
 	c.endpointID = append(c.endpointID, s.EndpointID)
 	c.caller = append(c.caller, s.CallerTeam)
@@ -275,9 +291,13 @@ func buckets(h []uint64) []uint64 {
 // storedIDs returns which of the held ids request_stats holds, asked
 // within the endpoints and the window range, the table's sort key.
 func (c *ReqStats) storedIDs(ctx context.Context, held []heldStats) (map[string]bool, error) {
-	q := idQuery{ids: make([]string, 0, len(held)), from: held[0].s.WindowStart, to: held[0].s.WindowStart}
+	first := held[0].items[0].WindowStart
+	q := idQuery{from: first, to: first}
 	for _, h := range held {
-		q.add(h.s.ID, h.s.Endpoint, h.s.WindowStart)
+		for i := range h.items {
+			s := &h.items[i]
+			q.add(s.ID, s.Endpoint, s.WindowStart)
+		}
 	}
 	return q.stored(ctx, c.cfg.CH, `SELECT msg_id FROM request_stats
 		WHERE endpoint IN ? AND window_start >= toDateTime(?) AND window_start <= toDateTime(?) AND msg_id IN held_ids`)

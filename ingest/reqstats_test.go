@@ -280,3 +280,37 @@ func TestReqStatsClickHouseFailure(t *testing.T) {
 		t.Errorf("request_stats totals %+v, want %+v", got, want)
 	}
 }
+
+// TestReqStatsBatches stores the windows of gateways' batches once each,
+// even when a batch comes again past the duplicate window; a window that
+// cannot be stored is left out of its batch, a batch with none that can is
+// terminated, and so is a batch off busapi.ReqStatsBatchSubject.
+func TestReqStatsBatches(t *testing.T) {
+	t.Parallel()
+	e := newReqStatsEnv(t)
+	var ms []busapi.ReqStats
+	for i := range 20 {
+		ms = append(ms, reqStatsMsg(i))
+	}
+	short := reqStatsMsg(40)
+	short.Latency = short.Latency[:3]
+	batches := []busapi.ReqStatsBatch{
+		{ID: "gw-1/1/0", Gateway: "gw-1", Stats: ms[:12]},
+		{ID: "gw-1/1/1", Gateway: "gw-1", Stats: append([]busapi.ReqStats{short}, ms[12:]...)},
+		{ID: "gw-1/1/2", Gateway: "gw-1", Stats: []busapi.ReqStats{short}},
+	}
+	for _, b := range batches {
+		e.publishRaw(t, busapi.ReqStatsBatchSubject, mustJSON(t, b), b.ID, true)
+	}
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, mustJSON(t, batches[0]), "", false)
+	e.publishRaw(t, busapi.ReqStatsSubject("fraud"), mustJSON(t, busapi.ReqStatsBatch{ID: "astray", Stats: []busapi.ReqStats{reqStatsMsg(41)}}), "astray", true)
+	c := e.start(t, ingest.ReqStatsConfig{})
+	wait.Eventually(t, 30*time.Second, func() bool { s := c.Stats(); return s.Rows == 20 && s.Duplicates == 12 && e.drained(t) },
+		"waiting for the batches stored: %v", wait.Show(func() any { return c.Stats() }))
+	if s := c.Stats(); s.Poison != 2 || s.Refused != 1 {
+		t.Errorf("stats %+v, want 2 poison, 1 refused", s)
+	}
+	if got, want := e.totals(t), wantTotals(ms); got != want {
+		t.Errorf("request_stats totals %+v, want %+v", got, want)
+	}
+}

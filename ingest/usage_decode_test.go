@@ -131,7 +131,8 @@ func FuzzDecodeSample(f *testing.F) {
 }
 
 // FuzzDecodeReqStats holds decodeExact to encoding/json for request
-// statistics: no panic, the same error or none, and the same message.
+// statistics and their batches: no panic, the same error or none, and the
+// same message.
 // goccy/go-json alone decodes an "ID" key differently (it matches this
 // struct's keys case-sensitively); the seeds hold such keys.
 func FuzzDecodeReqStats(f *testing.F) {
@@ -151,6 +152,9 @@ func FuzzDecodeReqStats(f *testing.F) {
 		`null`,
 		`{"id":"a"} {}`,
 		`{"id":"a"}  `,
+		`{"id":"b","gateway":"gw-1","stats":[` + string(stats) + `]}`,
+		`{"id":"b","Stats":[{"ID":"a","Count":2}],"stats":null}`,
+		`{"id":"b","stats":[{"id":"a","unknown":1}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -162,6 +166,14 @@ func FuzzDecodeReqStats(f *testing.F) {
 		}
 		if fastErr == nil && !reflect.DeepEqual(fast, std) {
 			t.Fatalf("decodeExact = %+v\nencoding/json = %+v", fast, std)
+		}
+		var fastB, stdB busapi.ReqStatsBatch
+		fastErr, stdErr = decodeExact(data, &fastB), json.Unmarshal(data, &stdB)
+		if (fastErr == nil) != (stdErr == nil) {
+			t.Fatalf("decodeExact of a batch: error %v, encoding/json error %v", fastErr, stdErr)
+		}
+		if fastErr == nil && !reflect.DeepEqual(fastB, stdB) {
+			t.Fatalf("decodeExact = %+v\nencoding/json = %+v", fastB, stdB)
 		}
 	})
 }
