@@ -106,42 +106,54 @@ func (s *sampler) counters() SampleCounters {
 	return SampleCounters{Offered: s.offered.Load(), Published: s.published.Load(), Messages: s.messages.Load(), Dropped: s.dropped.Load()}
 }
 
-// run publishes queued samples until ctx ends; what is still queued or
-// gathered then is dropped and counted.
+// run publishes queued samples until ctx ends. Then what is gathered and
+// queued goes out in a last try bounded by samplePublishTimeout, so that a
+// gateway's restart loses none of the samples waiting for their linger.
 func (s *sampler) run(ctx context.Context) {
 	var (
 		b      batchBody
 		linger <-chan time.Time // nil while b is empty
 	)
+	// take adds p to b, publishing b first when p does not fit and after
+	// when b is full; it reports whether b was published.
+	take := func(ctx context.Context, p *pending) bool {
+		data, ok := p.encode()
+		if !ok {
+			s.dropped.Add(1)
+			return false
+		}
+		published := false
+		if !b.fits(data) {
+			s.publish(ctx, &b)
+			published = true
+		}
+		b.add(data)
+		if b.n == busapi.PredictionBatchMaxSamples {
+			s.publish(ctx, &b)
+			published = true
+		}
+		return published
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			s.dropped.Add(uint64(b.n))
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), samplePublishTimeout)
+			defer cancel()
 			for {
 				select {
-				case <-s.queue:
-					s.dropped.Add(1)
+				case p := <-s.queue:
+					take(last, p)
 				default:
+					s.publish(last, &b)
 					return
 				}
 			}
 		case p := <-s.queue:
-			data, ok := p.encode()
-			if !ok {
-				s.dropped.Add(1)
-				continue
-			}
-			if !b.fits(data) {
-				s.publish(ctx, &b)
+			if take(ctx, p) {
 				linger = nil
 			}
-			b.add(data)
 			if b.n == 1 {
 				linger = time.After(sampleLinger)
-			}
-			if b.n == busapi.PredictionBatchMaxSamples {
-				s.publish(ctx, &b)
-				linger = nil
 			}
 		case <-linger:
 			s.publish(ctx, &b)
@@ -153,6 +165,9 @@ func (s *sampler) run(ctx context.Context) {
 // publish sends b as one message and empties it.
 func (s *sampler) publish(ctx context.Context, b *batchBody) {
 	n := uint64(b.n)
+	if n == 0 {
+		return
+	}
 	// The message id only has to be unique: request ids are the callers'
 	// and a shadow's sample shares its request's.
 	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.message(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})}

@@ -174,3 +174,36 @@ func TestSamplesBatched(t *testing.T) {
 		})
 	}
 }
+
+// TestSamplesFlushedAtStop stops the sampler while samples wait for their
+// linger and more are queued: every one goes out in the last try.
+func TestSamplesFlushedAtStop(t *testing.T) {
+	t.Parallel()
+	pub := &recordingNATS{}
+	s := newSampler(pub, slog.New(slog.DiscardHandler), "gw-7", 16)
+	offer := func(i int) {
+		s.offer(&pending{id: fmt.Sprintf("r%d", i), endpoint: "e", version: "v", end: time.Now(), body: []byte(`{"instances":[]}`),
+			answer: []byte(`{"predictions":[]}`)})
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.run(ctx); close(done) }()
+	offer(0)
+	// The first is taken and waits for its linger, which is far off.
+	wait.Eventually(t, 10*time.Second, func() bool { return len(s.queue) == 0 }, "the first sample not taken")
+	for i := 1; i < 6; i++ {
+		offer(i)
+	}
+	cancel()
+	<-done
+	if c := s.counters(); c.Published != 6 || c.Dropped != 0 {
+		t.Fatalf("counters %+v; want all 6 published at stop", c)
+	}
+	var n int
+	for _, b := range pub.batches(t) {
+		n += len(b.Samples)
+	}
+	if n != 6 {
+		t.Fatalf("%d samples in the messages, want 6", n)
+	}
+}
