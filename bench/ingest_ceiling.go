@@ -194,23 +194,28 @@ type smallMsg struct {
 }
 
 // gatewayBatches puts items, encoded values, into messages on subject as
-// a gateway does (gateway.batchBody, which keeps 512 bytes for the
-// message's other fields): in order, as many a message as fit in
-// busapi.BatchMaxBytes and maxItems. head gives the id of the part-th
-// message and its opening up to its items' '['.
-func gatewayBatches(subject string, items [][]byte, maxItems int, head func(part int) (id, open string)) []smallMsg {
-	var msgs []smallMsg
-	for len(items) > 0 {
-		id, open := head(len(msgs))
-		data, n, size := []byte(open), 0, 0
-		for ; n < len(items) && n < maxItems && (n == 0 || 512+size+1+len(items[n]) <= busapi.BatchMaxBytes); n++ {
-			if n > 0 {
-				data, size = append(data, ','), size+1
-			}
-			data, size = append(data, items[n]...), size+len(items[n])
+// a gateway does, with busapi.BatchBody: in order, as many a message as
+// fit and maxItems allow. head gives the part-th message's id and its
+// batch without items (busapi.BatchBody.Message).
+func gatewayBatches(subject string, items [][]byte, maxItems int, head func(part int) (id string, batch any)) []smallMsg {
+	var (
+		msgs []smallMsg
+		b    busapi.BatchBody
+	)
+	send := func() {
+		id, batch := head(len(msgs))
+		msgs = append(msgs, smallMsg{subject: subject, id: id, data: b.Message(batch)})
+	}
+	for _, item := range items {
+		if !b.Fits(item) {
+			send()
 		}
-		msgs = append(msgs, smallMsg{subject: subject, id: id, data: append(data, "]}"...)})
-		items = items[n:]
+		if b.Add(item); b.Len() == maxItems {
+			send()
+		}
+	}
+	if b.Len() > 0 {
+		send()
 	}
 	return msgs
 }
@@ -263,9 +268,9 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 	}
 	var msgs []smallMsg
 	for g, items := range perGateway {
-		msgs = append(msgs, gatewayBatches(busapi.PredictionBatchSubject, items, busapi.PredictionBatchMaxSamples, func(part int) (string, string) {
+		msgs = append(msgs, gatewayBatches(busapi.PredictionBatchSubject, items, busapi.PredictionBatchMaxSamples, func(part int) (string, any) {
 			id := fmt.Sprintf("gw-%d/%d", g, part)
-			return id, fmt.Sprintf(`{"id":%q,"gateway":"gw-%d","samples":[`, id, g)
+			return id, busapi.PredictionBatch{ID: id, Gateway: fmt.Sprintf("gw-%d", g)}
 		})...)
 	}
 	return msgs, []any{ts, tsMS, endpoint, team, version, requestID, instance, names, values, strs, score, label, tokens, latency, seq, pinned, endpointID}
@@ -312,9 +317,9 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 			panic(err) // plain structs always encode
 		}
 		if window = append(window, data); ep == 999 || i == n-1 {
-			msgs = append(msgs, gatewayBatches(busapi.ReqStatsBatchSubject, window, len(window), func(part int) (string, string) {
+			msgs = append(msgs, gatewayBatches(busapi.ReqStatsBatchSubject, window, len(window), func(part int) (string, any) {
 				id := busapi.ReqStatsBatchID(s.Gateway, s.WindowStart, part)
-				return id, fmt.Sprintf(`{"id":%q,"gateway":%q,"stats":[`, id, s.Gateway)
+				return id, busapi.ReqStatsBatch{ID: id, Gateway: s.Gateway}
 			})...)
 			window = nil
 		}

@@ -111,29 +111,9 @@ func (s *sampler) counters() SampleCounters {
 // gateway's restart loses none of the samples waiting for their linger.
 func (s *sampler) run(ctx context.Context) {
 	var (
-		b      batchBody
+		b      busapi.BatchBody
 		linger <-chan time.Time // nil while b is empty
 	)
-	// take adds p to b, publishing b first when p does not fit and after
-	// when b is full; it reports whether b was published.
-	take := func(ctx context.Context, p *pending) bool {
-		data, ok := p.encode()
-		if !ok {
-			s.dropped.Add(1)
-			return false
-		}
-		published := false
-		if !b.fits(data) {
-			s.publish(ctx, &b)
-			published = true
-		}
-		b.add(data)
-		if b.n == busapi.PredictionBatchMaxSamples {
-			s.publish(ctx, &b)
-			published = true
-		}
-		return published
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -142,18 +122,20 @@ func (s *sampler) run(ctx context.Context) {
 			for {
 				select {
 				case p := <-s.queue:
-					take(last, p)
+					s.take(last, &b, p)
 				default:
 					s.publish(last, &b)
 					return
 				}
 			}
 		case p := <-s.queue:
-			if take(ctx, p) {
+			// A batch begun, by this sample or after a publish, lingers
+			// from its first sample.
+			if s.take(ctx, &b, p) || linger == nil {
 				linger = nil
-			}
-			if b.n == 1 {
-				linger = time.After(sampleLinger)
+				if b.Len() > 0 {
+					linger = time.After(sampleLinger)
+				}
 			}
 		case <-linger:
 			s.publish(ctx, &b)
@@ -162,15 +144,36 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
+// take adds p's sample to b, publishing b first when the sample does not
+// fit and after when b is full; it reports whether it published.
+func (s *sampler) take(ctx context.Context, b *busapi.BatchBody, p *pending) bool {
+	data, ok := p.encode()
+	if !ok {
+		s.dropped.Add(1)
+		return false
+	}
+	published := false
+	if !b.Fits(data) {
+		s.publish(ctx, b)
+		published = true
+	}
+	b.Add(data)
+	if b.Len() == busapi.PredictionBatchMaxSamples {
+		s.publish(ctx, b)
+		published = true
+	}
+	return published
+}
+
 // publish sends b as one message and empties it.
-func (s *sampler) publish(ctx context.Context, b *batchBody) {
-	n := uint64(b.n)
+func (s *sampler) publish(ctx context.Context, b *busapi.BatchBody) {
+	n := uint64(b.Len())
 	if n == 0 {
 		return
 	}
 	// The message id only has to be unique: request ids are the callers'
 	// and a shadow's sample shares its request's.
-	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.message(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})}
+	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.Message(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})}
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
 	_, err := s.pub.PublishMsg(pctx, msg)
 	cancel()

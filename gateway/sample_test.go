@@ -49,10 +49,10 @@ func fakeModel(t *testing.T) string {
 
 const sampledBody = `{"instances":[{"amount":12.5,"country":"DE","name":"Alice Secret","flag":true},[900,"US"]]}`
 
-// predictionsIn returns the stream's message count.
-func predictionsIn(t *testing.T, e *env) uint64 {
+// predictionsStream returns MP_PREDICTIONS and its state now.
+func predictionsStream(t *testing.T, nc *nats.Conn) (jetstream.Stream, jetstream.StreamState) {
 	t.Helper()
-	js, _ := jetstream.New(e.nc)
+	js, _ := jetstream.New(nc)
 	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func predictionsIn(t *testing.T, e *env) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Msgs
+	return s, info.State
 }
 
 // streamSample is a sample found in MP_PREDICTIONS and the raw message
@@ -75,17 +75,9 @@ type streamSample struct {
 // on a message off busapi.PredictionBatchSubject or not a batch.
 func streamSamples(t *testing.T, nc *nats.Conn) []streamSample {
 	t.Helper()
-	js, _ := jetstream.New(nc)
-	s, err := js.Stream(t.Context(), busapi.StreamPredictions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, state := predictionsStream(t, nc)
 	var out []streamSample
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+	for seq := state.FirstSeq; seq <= state.LastSeq && state.Msgs > 0; seq++ {
 		m, err := s.GetMsg(t.Context(), seq)
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +117,8 @@ func settle(t *testing.T, e *env, g *gw) gateway.SampleCounters {
 	var inStream uint64
 	wait.Eventually(t, 10*time.Second, func() bool {
 		c = g.Samples()
-		inStream = predictionsIn(t, e)
+		_, state := predictionsStream(t, e.nc)
+		inStream = state.Msgs
 		return c.Published+c.Dropped == c.Offered && inStream == c.Messages
 	}, "sampler not settled: %v", wait.Show(func() any { return fmt.Sprintf("%+v, %d in the stream", c, inStream) }))
 	return c

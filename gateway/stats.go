@@ -316,18 +316,18 @@ func (r *statsRecorder) flush(ctx context.Context) {
 		msgs = append(msgs, w.message(r.gateway, k, s.team, start, end))
 	}
 	var (
-		b      batchBody
+		b      busapi.BatchBody
 		in     []*busapi.ReqStats // the windows in b
 		part   int
 		failed bool
 	)
 	send := func() {
-		if b.n == 0 {
+		if b.Len() == 0 {
 			return
 		}
 		id := busapi.ReqStatsBatchID(r.gateway, start.UnixMilli(), part)
 		part++
-		msg := &nats.Msg{Subject: busapi.ReqStatsBatchSubject, Data: b.message(busapi.ReqStatsBatch{ID: id, Gateway: r.gateway}), Header: nats.Header{}}
+		msg := &nats.Msg{Subject: busapi.ReqStatsBatchSubject, Data: b.Message(busapi.ReqStatsBatch{ID: id, Gateway: r.gateway}), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, id)
 		if !failed {
 			_, err := r.pub.PublishMsg(ctx, msg)
@@ -357,10 +357,10 @@ func (r *statsRecorder) flush(ctx context.Context) {
 			r.droppedReqs.Add(m.Count)
 			continue
 		}
-		if !b.fits(data) {
+		if !b.Fits(data) {
 			send()
 		}
-		b.add(data)
+		b.Add(data)
 		in = append(in, m)
 	}
 	send()

@@ -52,8 +52,10 @@ func TestEventuallyFailsWithMessageAndWait(t *testing.T) {
 
 func TestReceiveReturnsTheValueOrFails(t *testing.T) {
 	t.Parallel()
-	ch := make(chan int, 1)
-	go func() { time.Sleep(2 * wait.Interval); ch <- 7 }()
+	// Unbuffered: Receive sees the value only once the sender is ready,
+	// so it may poll several times first.
+	ch := make(chan int)
+	go func() { ch <- 7 }()
 	if got := wait.Receive(t, time.Minute, ch, "nothing sent"); got != 7 {
 		t.Fatalf("Receive = %d, want 7", got)
 	}
