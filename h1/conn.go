@@ -56,7 +56,16 @@ type conn struct {
 	// The watch: mu guards running (a request is in the handler),
 	// watching (the watch's read is in progress), peeked (a byte that
 	// read took) and cancel (the request's).
+	//
+	// It also guards the read deadline: deadline is the one asked for,
+	// applied the one the connection has. A deadline is applied only
+	// when a read goes to the connection: most requests set one for their
+	// body and clear it again with the body already read from the
+	// buffer, and each change of a connection's deadline is a change of
+	// a runtime timer.
 	mu       sync.Mutex
+	deadline time.Time
+	applied  time.Time
 	cond     sync.Cond
 	watch    *quartz.Timer
 	running  bool
@@ -91,8 +100,29 @@ func (r connReader) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		return 1, nil
 	}
+	c.applyDeadline()
 	c.mu.Unlock()
 	return c.nc.Read(p)
+}
+
+// setReadDeadline asks for t as the read deadline of the next read from
+// the connection, at once when the watch is reading it.
+func (c *conn) setReadDeadline(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	if c.watching {
+		c.applyDeadline()
+	}
+	c.mu.Unlock()
+}
+
+// applyDeadline gives the connection the read deadline asked for, with mu
+// held.
+func (c *conn) applyDeadline() {
+	if !c.deadline.Equal(c.applied) {
+		_ = c.nc.SetReadDeadline(c.deadline)
+		c.applied = c.deadline
+	}
 }
 
 // serve serves requests on c until it closes or is handed over.
@@ -113,7 +143,7 @@ func (c *conn) serve() {
 		}
 		if c.br.Buffered() == 0 {
 			if c.s.IdleTimeout > 0 {
-				_ = c.nc.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+				c.setReadDeadline(time.Now().Add(c.s.IdleTimeout))
 			}
 			if _, err := c.br.Peek(1); err != nil {
 				return
@@ -130,7 +160,7 @@ func (c *conn) serve() {
 			return
 		}
 		_, _ = c.br.Discard(len(b))
-		_ = c.nc.SetReadDeadline(time.Time{})
+		c.setReadDeadline(time.Time{})
 		if !c.serveOne(&h) {
 			return
 		}
@@ -163,7 +193,7 @@ func (c *conn) readHead() (head []byte, ok bool, err error) {
 			if c.s.ReadHeaderTimeout > 0 {
 				d = time.Now().Add(c.s.ReadHeaderTimeout)
 			}
-			_ = c.nc.SetReadDeadline(d)
+			c.setReadDeadline(d)
 		}
 		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
 			return nil, false, err
@@ -190,7 +220,10 @@ func bareLF(b []byte) bool {
 
 // handOver gives the connection, with what was read of it, to net/http.
 func (c *conn) handOver() {
-	_ = c.nc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.deadline = time.Time{}
+	c.applyDeadline()
+	c.mu.Unlock()
 	c.s.handoff.give(&handedConn{Conn: c.nc, r: c.br})
 }
 
@@ -234,11 +267,13 @@ func (c *conn) serveOne(h *head) (keep bool) {
 	c.mu.Lock()
 	c.running, c.cancel = false, nil
 	if c.watching {
+		// The watch's read ends at once; the deadline asked for is the
+		// next read's again.
 		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+		c.applied = aLongTimeAgo
 		for c.watching {
 			c.cond.Wait()
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	gone := c.gone
 	c.mu.Unlock()
@@ -354,6 +389,7 @@ func (c *conn) watchRead() {
 		return
 	}
 	c.watching = true
+	c.applyDeadline()
 	c.mu.Unlock()
 	n, err := c.nc.Read(c.watchBuf[:])
 	c.mu.Lock()

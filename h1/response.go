@@ -166,7 +166,12 @@ func (w *response) FlushError() error {
 // Flush is http.Flusher's.
 func (w *response) Flush() { _ = w.FlushError() }
 
-func (w *response) SetReadDeadline(t time.Time) error { return w.c.nc.SetReadDeadline(t) }
+// SetReadDeadline sets the deadline of the reads from the connection
+// from now on: a body already in the buffer is read whatever it says.
+func (w *response) SetReadDeadline(t time.Time) error {
+	w.c.setReadDeadline(t)
+	return nil
+}
 
 func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
 
