@@ -101,15 +101,11 @@ type call struct {
 	marked      int
 }
 
-// inference serves the per-endpoint routes, which name the endpoint in
-// the path.
-func (g *Gateway) inference(k kind) http.Handler { return g.inferenceOf(k, false) }
-
-func (g *Gateway) inferenceOf(k kind, openai bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: r.PathValue("endpoint"), start: time.Now(), openai: openai}
-		g.handle(k, c, w, r)
-	})
+// inferenceCall serves one inference request of kind k to endpoint (empty
+// on the OpenAI routes, which name it in the body's model).
+func (g *Gateway) inferenceCall(k kind, openai bool, endpoint string, w http.ResponseWriter, r *http.Request) {
+	c := &call{id: requestID(r.Header.Get("X-Request-Id")), endpoint: endpoint, start: time.Now(), openai: openai}
+	g.handle(k, c, w, r)
 }
 
 // handle serves one request described by c, from the start of its trace to
@@ -430,11 +426,8 @@ func hopHeader(name string) bool {
 // another replica when the first could not be connected to (so nothing was
 // sent), and relays the answer.
 func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(rt.timeout, func() { timedOut.Store(true); cancel() })
-	defer timer.Stop()
+	rc := &replicaCall{parent: r.Context(), deadline: time.Now().Add(rt.timeout)}
+	defer rc.end()
 	body, path, instances, ok := g.v2Request(w, c, v, k, body)
 	if !ok {
 		return
@@ -465,14 +458,14 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	sent := time.Now()
 	defer func() { c.upstream = time.Since(sent) }()
-	resp, err := g.send(ctx, path, u, body, stream, c, r)
-	if err != nil && (dialFailed(err) || unanswered(err)) && ctx.Err() == nil {
+	resp, err := g.send(rc, path, u, body, stream, c, r)
+	if err != nil && (dialFailed(err) || unanswered(err)) && !rc.ended() {
 		g.outcome(v, u, true)
 		u.inFlight.Add(-1)
 		if next, _ := v.acquire(u, g.cfg.MaxOutstandingPerReplica, g.now().UnixNano()); next != nil {
 			c.retried = true
 			u = next
-			resp, err = g.send(ctx, path, u, body, stream, c, r)
+			resp, err = g.send(rc, path, u, body, stream, c, r)
 		} else {
 			u = nil
 		}
@@ -487,7 +480,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 		// 504 does. A 500 is the model's answer to one input: counting it
 		// would let one caller with poison inputs eject healthy replicas.
 		if err != nil {
-			if !timedOut.Load() && r.Context().Err() == nil {
+			if !rc.ended() {
 				g.outcome(v, u, true)
 			}
 		} else {
@@ -496,9 +489,9 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	if err != nil {
 		switch {
-		case timedOut.Load():
+		case rc.timedOut():
 			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the replica did not answer within "+rt.timeout.String())
-		case r.Context().Err() != nil:
+		case rc.ended():
 			c.status = 499 // the caller went away; nobody reads an answer
 		case u == nil || dialFailed(err):
 			g.unavailable(w, c, "no replica of version "+strconv.Quote(v.name)+" could be reached")
@@ -509,7 +502,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	}
 	defer resp.Body.Close()
 	if v.v2 != nil {
-		g.v2Answer(ctx, c, rt, v, instances, &timedOut, resp, w)
+		g.v2Answer(rc, c, rt, v, instances, resp, w)
 		return
 	}
 	// X-Model-Version and X-Request-Id are already the gateway's (serve
@@ -525,11 +518,11 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		// The stream has started: from here the stall timeout guards it,
 		// not the request timeout.
-		timer.Stop()
+		rc.timer.Stop()
 		h.Del("Content-Length")
 		c.streamed = true
 		done := g.metrics.streaming(c.endpoint, v)
-		g.relay(ctx, cancel, c, w, resp)
+		g.relay(rc.ctx, rc.cancel, c, w, resp)
 		done()
 		return
 	}
@@ -543,7 +536,7 @@ func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, str
 	buf := copyBufs.Get().(*[copyBufSize]byte)
 	_, err = io.CopyBuffer(dst, resp.Body, buf[:])
 	copyBufs.Put(buf)
-	if err != nil && ctx.Err() == nil {
+	if err != nil && !rc.ended() {
 		g.log.Debug("gateway: relay cut", slog.String("request_id", c.id), slog.String("error", err.Error()))
 		c.sampled = false
 	}
@@ -559,6 +552,48 @@ const copyBufSize = 32 << 10
 // when the writer is not the server's own (a sampled answer is also kept).
 var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 
+// replicaCall is how a call to a replica ends early: at the route's
+// timeout, or when the caller goes. The unary client takes both as they
+// are, the request's context and a deadline (unary.go); a stream, or a
+// call on net/http, gets a context of its own with a timer, made when
+// first asked for.
+type replicaCall struct {
+	parent   context.Context
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelFunc
+	timer    *time.Timer
+	fired    atomic.Bool
+}
+
+// context is the call's own context, cancelled at the deadline.
+func (rc *replicaCall) context() context.Context {
+	if rc.ctx == nil {
+		rc.ctx, rc.cancel = context.WithCancel(rc.parent)
+		rc.timer = time.AfterFunc(time.Until(rc.deadline), func() { rc.fired.Store(true); rc.cancel() })
+	}
+	return rc.ctx
+}
+
+// end releases the call's context, if it has one.
+func (rc *replicaCall) end() {
+	if rc.ctx != nil {
+		rc.timer.Stop()
+		rc.cancel()
+	}
+}
+
+// timedOut reports whether the call was cut at its deadline.
+func (rc *replicaCall) timedOut() bool {
+	if rc.ctx != nil {
+		return rc.fired.Load()
+	}
+	return passed(rc.deadline)
+}
+
+// ended reports whether the call was cut: timed out, or the caller gone.
+func (rc *replicaCall) ended() bool { return rc.timedOut() || rc.parent.Err() != nil }
+
 // send makes one upstream call to path. Only the headers set here reach
 // the replica: none of the client's, so a client cannot set the team header.
 //
@@ -568,10 +603,10 @@ var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 //
 // A call whose answer is not a stream goes through the gateway's own
 // client (unary.go) when it has one and every header value is plain.
-func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byte, stream bool, c *call, in *http.Request) (*http.Response, error) {
+func (g *Gateway) send(rc *replicaCall, path string, u *upstream, body []byte, stream bool, c *call, in *http.Request) (*http.Response, error) {
 	if g.unary != nil && !stream {
 		if req, ok := unaryRequestOf(path, u, c, in); ok {
-			return g.unary.roundTrip(ctx, u.addr, &req, body)
+			return g.unary.roundTrip(rc.parent, rc.deadline, u.addr, &req, body)
 		}
 	}
 	target, err := u.urlOf(g.scheme, path)
@@ -579,7 +614,7 @@ func (g *Gateway) send(ctx context.Context, path string, u *upstream, body []byt
 		return nil, err
 	}
 	req := (&http.Request{Method: http.MethodPost, URL: target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: make(http.Header, 8), Host: target.Host, ContentLength: int64(len(body))}).WithContext(ctx)
+		Header: make(http.Header, 8), Host: target.Host, ContentLength: int64(len(body))}).WithContext(rc.context())
 	req.Body, req.GetBody = bodyOf(body)
 	req.Header["Content-Type"] = jsonContentType
 	if a := in.Header["Accept"]; len(a) > 0 && a[0] != "" {
