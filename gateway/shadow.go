@@ -145,7 +145,9 @@ func (g *Gateway) sendShadow(ctx context.Context, path string, u *upstream, body
 	if g.unary != nil && !m.stream {
 		req := unaryRequest{path: path, accept: m.accept, id: m.id, token: u.token, team: m.caller, extra: shadowExtra}
 		if req.plain() {
-			return g.unary.roundTrip(ctx, u.addr, &req, body)
+			// No deadline of its own: the context's is what tells a
+			// timeout (above).
+			return g.unary.roundTrip(ctx, time.Time{}, u.addr, &req, body)
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+u.addr+path, bytes.NewReader(body))

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 
 	"modelplane/gateway/kserve"
 )
@@ -41,16 +39,16 @@ func (g *Gateway) v2Request(w http.ResponseWriter, c *call, v *version, k kind, 
 // platform's predict shape: 200 with the translated predictions, the
 // runtime's own status with its message otherwise, 502 when a 200 cannot
 // be translated.
-func (g *Gateway) v2Answer(ctx context.Context, c *call, rt *route, v *version, n int, timedOut *atomic.Bool, resp *http.Response, w http.ResponseWriter) {
+func (g *Gateway) v2Answer(rc *replicaCall, c *call, rt *route, v *version, n int, resp *http.Response, w http.ResponseWriter) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxV2Answer+1))
 	if err == nil && len(b) > maxV2Answer {
 		err = errors.New("answer too large")
 	}
 	if err != nil {
 		switch {
-		case timedOut.Load():
+		case rc.timedOut():
 			g.fail(w, c, http.StatusGatewayTimeout, "upstream timeout", "the replica did not answer within "+rt.timeout.String())
-		case ctx.Err() != nil:
+		case rc.ended():
 			c.status = 499 // the caller went away; nobody reads an answer
 		default:
 			g.fail(w, c, http.StatusBadGateway, "bad gateway", "the replica failed to answer")
