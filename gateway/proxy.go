@@ -38,6 +38,9 @@ type call struct {
 	replica string
 	status  int
 	retried bool
+	// rc is the call to the replica (proxy), kept here to save an
+	// allocation a request.
+	rc replicaCall
 
 	// owner is the endpoint's team, for the statistics.
 	owner string
@@ -426,7 +429,8 @@ func hopHeader(name string) bool {
 // another replica when the first could not be connected to (so nothing was
 // sent), and relays the answer.
 func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
-	rc := &replicaCall{parent: r.Context(), deadline: time.Now().Add(rt.timeout)}
+	rc := &c.rc
+	rc.parent, rc.deadline = r.Context(), time.Now().Add(rt.timeout)
 	defer rc.end()
 	body, path, instances, ok := g.v2Request(w, c, v, k, body)
 	if !ok {

@@ -85,11 +85,11 @@ const cutAfter = 50 * time.Millisecond
 // cuts.
 func (conn *unaryConn) begin(ctx context.Context, deadline time.Time) {
 	conn.ctx, conn.deadline, conn.stop, conn.arming = ctx, deadline, nil, false
+	// The context's Done is not asked for here: a request's makes its
+	// channel when first asked.
 	d := deadline
-	if ctx.Done() != nil {
-		if a := time.Now().Add(cutAfter); d.IsZero() || a.Before(d) {
-			d, conn.arming = a, true
-		}
+	if a := time.Now().Add(cutAfter); d.IsZero() || a.Before(d) {
+		d, conn.arming = a, true
 	}
 	_ = conn.nc.SetDeadline(d)
 }
