@@ -52,6 +52,7 @@ type conn struct {
 	res  response
 	num  [20]byte
 	body body
+	tmpl http.Request
 
 	// The watch: mu guards running (a request is in the handler),
 	// watching (the watch's read is in progress), peeked (a byte that
@@ -342,15 +343,17 @@ func (c *conn) release(out *outBuffers) {
 	outs.Put(out)
 }
 
-// request is the *http.Request of h.
+// request is the *http.Request of h. It is built in the connection's
+// template and copied out by WithContext, the only way to give a request
+// its context: one allocation a request rather than two.
 func (c *conn) request(h *head, ctx context.Context) *http.Request {
-	r := &http.Request{Method: h.method, URL: requestURL(h), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	c.tmpl = http.Request{Method: h.method, URL: requestURL(h), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h.header, ContentLength: h.contentLength, Host: h.host, RemoteAddr: c.remoteAddr,
 		RequestURI: h.target, Close: h.close, Body: &c.body}
 	if h.contentLength == 0 {
-		r.Body = http.NoBody
+		c.tmpl.Body = http.NoBody
 	}
-	return r.WithContext(ctx)
+	return c.tmpl.WithContext(ctx)
 }
 
 // runHandler calls the handler, reporting whether it panicked; a panic
