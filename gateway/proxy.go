@@ -84,15 +84,18 @@ type call struct {
 	// llmAnswer is set on a graph whose last step called an LLM endpoint:
 	// its answer is a chat completion, sampled as one (graph.go).
 	llmAnswer bool
-	// span is the request's root span (trace.go), its Context valid
-	// when the request has a trace; traceparent is its W3C header value, and
+	// spanCtx is the request's root span's context (trace.go), valid when
+	// the request has a trace, and span the span while it records (from
+	// spans, so that a request that is not traced carries no span's
+	// kilobyte); traceparent is its W3C header value, and
 	// traceID that header's trace id for the log line and the exemplars;
 	// tp holds that value, so that the header's slice costs no allocation
 	// of its own, and tpExtra the unary client's header lines of the trace
 	// (unaryRequestOf); tracing is set when the span records, and marks then
 	// hold how long after start each of the first marked steps of the
 	// path ended; requests records it and tracer makes its children.
-	span        tracing.RequestSpan
+	spanCtx     trace.SpanContext
+	span        *tracing.RequestSpan
 	requests    *tracing.Recorder
 	tracer      trace.Tracer
 	traceparent []string
@@ -649,7 +652,7 @@ func unaryRequestOf(path string, u *upstream, c *call, in *http.Request) (req un
 		// What inject sets, without a header map a call.
 		req.extra = c.tpExtra[:0]
 		req.extra = append(req.extra, "Traceparent", c.traceparent[0])
-		if ts := c.span.Context.TraceState(); ts.Len() > 0 {
+		if ts := c.spanCtx.TraceState(); ts.Len() > 0 {
 			req.extra = append(req.extra, "Tracestate", ts.String())
 		}
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -61,18 +62,24 @@ func (g *Gateway) startTrace(w http.ResponseWriter, c *call, r *http.Request) {
 	if g.requests != nil {
 		// The span starts when the request did, so that it covers what
 		// the latency metrics count.
-		c.tracing = g.requests.Start(&c.span, parent, "ml_serving.request", c.start)
-		c.requests, c.tracer = g.requests, g.tracer
+		s := spans.Get().(*tracing.RequestSpan)
+		c.tracing = g.requests.Start(s, parent, "ml_serving.request", c.start)
+		c.spanCtx = s.Context
+		if c.tracing {
+			c.span, c.requests, c.tracer = s, g.requests, g.tracer
+		} else {
+			spans.Put(s)
+		}
 	} else {
-		c.span.Context = parent // passed on as it came
+		c.spanCtx = parent // passed on as it came
 	}
-	if !c.span.Context.IsValid() {
+	if !c.spanCtx.IsValid() {
 		return // a traceparent that does not parse, and tracing off
 	}
 	// One string serves the answer's header, the replica's (inject) and,
 	// as its trace id digits, the log line and the exemplars; one header
 	// value serves both headers, as the request id's does.
-	c.tp[0] = tracing.Traceparent(c.span.Context)
+	c.tp[0] = tracing.Traceparent(c.spanCtx)
 	c.traceparent, c.traceID = c.tp[:], c.tp[0][3:35]
 	w.Header()["Traceparent"] = c.traceparent
 }
@@ -84,7 +91,7 @@ func (c *call) inject(h http.Header) {
 		return
 	}
 	h["Traceparent"] = c.traceparent
-	if ts := c.span.Context.TraceState(); ts.Len() > 0 {
+	if ts := c.spanCtx.TraceState(); ts.Len() > 0 {
 		h.Set("tracestate", ts.String())
 	}
 }
@@ -105,7 +112,7 @@ func (c *call) endTrace(end time.Time) {
 	if !c.tracing {
 		return
 	}
-	s := &c.span
+	s := c.span
 	s.SetAttributes(attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
 		attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status))
 	if c.pinned {
@@ -130,7 +137,12 @@ func (c *call) endTrace(end time.Time) {
 	}
 	s.End = end
 	c.requests.End(s)
+	c.span = nil
+	spans.Put(s)
 }
+
+// spans are request spans to record into: a span's End copies it.
+var spans = sync.Pool{New: func() any { return new(tracing.RequestSpan) }}
 
 // child starts a child span of the request's while it records (nil
 // otherwise): the held wait of an endpoint scaled to zero, and a graph's
@@ -139,5 +151,5 @@ func (c *call) child(ctx context.Context, name string, kind trace.SpanKind, attr
 	if !c.tracing {
 		return ctx, nil
 	}
-	return c.tracer.Start(trace.ContextWithSpanContext(ctx, c.span.Context), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return c.tracer.Start(trace.ContextWithSpanContext(ctx, c.spanCtx), name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }

@@ -158,7 +158,8 @@ func newRecorder(exp sdktrace.SpanExporter, sampler sdktrace.Sampler, res *resou
 // trace) ids, and asks the sampler whether it is recorded (a
 // ratioSampler's decision taken here, without the sampler's call): when not, s
 // still carries its trace id, to be quoted. It reports whether s records;
-// only then must End be called.
+// only then must End be called. s may have been used before: Start clears
+// what it recorded, so that spans can be kept in a pool.
 func (r *Recorder) Start(s *RequestSpan, parent trace.SpanContext, name string, start time.Time) bool {
 	tid := parent.TraceID()
 	if !parent.IsValid() {
@@ -190,7 +191,9 @@ func (r *Recorder) start(s *RequestSpan, parent trace.SpanContext, tid trace.Tra
 	} else {
 		cfg.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
 	}
+	// A span used before starts over: its attributes, end and error too.
 	s.Context, s.Parent, s.Name, s.Start = trace.NewSpanContext(cfg), parent, name, start
+	s.End, s.Error, s.used, s.n, s.dropped = time.Time{}, "", 0, 0, 0
 	return sampled
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/quartz"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -357,5 +358,38 @@ func TestRequestSpanAttributes(t *testing.T) {
 	}
 	if got := s.Attributes()[len(set):]; !slices.Equal(got, []attribute.KeyValue{attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3)}) {
 		t.Errorf("the last attributes %v, want a, b and c", got)
+	}
+}
+
+// TestRecorderSpanUsedAgain: a span started again after its End records
+// only what is set after: no attribute, end or error of its first use.
+func TestRecorderSpanUsedAgain(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	r, _ := recorderWith(t, exp, sdktrace.AlwaysSample())
+	start := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+	var s RequestSpan
+	r.Start(&s, trace.SpanContext{}, "ml_serving.request", start)
+	s.SetAttributes(attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 502))
+	s.Error, s.End = "Bad Gateway", start.Add(time.Millisecond)
+	r.End(&s)
+	r.Start(&s, trace.SpanContext{}, "ml_serving.request", start.Add(time.Second))
+	s.SetAttributes(attribute.String("endpoint", "chat"))
+	s.End = start.Add(2 * time.Second)
+	r.End(&s)
+	if err := r.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := exp.GetSpans()
+	if len(got) != 2 {
+		t.Fatalf("exported %d spans, want 2", len(got))
+	}
+	second := got[1]
+	if len(second.Attributes) != 1 || second.Attributes[0] != attribute.String("endpoint", "chat") ||
+		second.Status.Code != codes.Unset || !second.EndTime.Equal(start.Add(2*time.Second)) || second.DroppedAttributes != 0 {
+		t.Errorf("second use: attributes %v, status %v, end %v, want its own alone", second.Attributes, second.Status, second.EndTime)
+	}
+	if len(got[0].Attributes) != 2 || got[0].Status.Code != codes.Error {
+		t.Errorf("first use: attributes %v, status %v", got[0].Attributes, got[0].Status)
 	}
 }
