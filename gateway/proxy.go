@@ -433,7 +433,7 @@ func hopHeader(name string) bool {
 // sent), and relays the answer.
 func (g *Gateway) proxy(k kind, c *call, rt *route, v *version, body []byte, stream bool, w http.ResponseWriter, r *http.Request) {
 	rc := &c.rc
-	rc.parent, rc.deadline = r.Context(), time.Now().Add(rt.timeout)
+	rc.begin(r.Context(), time.Now().Add(rt.timeout))
 	defer rc.end()
 	body, path, instances, ok := g.v2Request(w, c, v, k, body)
 	if !ok {
@@ -571,6 +571,12 @@ type replicaCall struct {
 	cancel   context.CancelFunc
 	timer    *time.Timer
 	fired    atomic.Bool
+}
+
+// begin starts the call, cut by parent's end or at deadline.
+func (rc *replicaCall) begin(parent context.Context, deadline time.Time) {
+	rc.parent, rc.deadline, rc.ctx, rc.cancel, rc.timer = parent, deadline, nil, nil, nil
+	rc.fired.Store(false)
 }
 
 // context is the call's own context, cancelled at the deadline.
