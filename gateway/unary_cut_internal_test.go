@@ -100,10 +100,13 @@ func TestUnaryCutWhenTheCallerGoes(t *testing.T) {
 			time.Sleep(after)
 			cancel()
 		}()
-		_, err := unaryCall(uc, ctx, time.Now().Add(time.Minute), addr)
+		// A deadline the cut must come well before: without the cut
+		// the call would end there, with the same error.
+		deadline := time.Now().Add(10 * time.Second)
+		_, err := unaryCall(uc, ctx, deadline, addr)
 		cancel()
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled after %v: %v, want context.Canceled", after, err)
+		if !errors.Is(err, context.Canceled) || passed(deadline) {
+			t.Fatalf("cancelled after %v: %v, want context.Canceled before the deadline", after, err)
 		}
 	}
 	if n := conns.Load(); n != 2 {
