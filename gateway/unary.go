@@ -57,6 +57,9 @@ type unaryClient struct {
 	idle   map[string][]*unaryConn
 	swept  time.Time
 	closed bool
+
+	// onRearm, when set (tests), is called as a call's cut is registered.
+	onRearm func()
 }
 
 // unaryConn is one kept-alive connection to a replica with its buffers.
@@ -75,6 +78,7 @@ type unaryConn struct {
 	deadline time.Time
 	arming   bool
 	stop     func() bool
+	onRearm  func()
 }
 
 // cutAfter is how long a call runs before its context's end is watched:
@@ -107,6 +111,9 @@ func (conn *unaryConn) rearm(err error) bool {
 	_ = conn.nc.SetDeadline(conn.deadline)
 	nc := conn.nc
 	conn.stop = context.AfterFunc(conn.ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
+	if conn.onRearm != nil {
+		conn.onRearm()
+	}
 	return true
 }
 
@@ -330,7 +337,7 @@ func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string)
 	if err != nil {
 		return nil, false, err
 	}
-	conn := &unaryConn{nc: nc, addr: addr}
+	conn := &unaryConn{nc: nc, addr: addr, onRearm: uc.onRearm}
 	conn.br = bufio.NewReaderSize(unaryReader{conn}, unaryBufSize)
 	return conn, false, nil
 }
