@@ -78,12 +78,14 @@ type sampler struct {
 	log     *slog.Logger
 	gateway string
 	queue   chan *pending
+	// linger is sampleLinger but in tests that must not race it.
+	linger time.Duration
 
 	offered, published, messages, dropped atomic.Uint64
 }
 
 func newSampler(pub statsPublisher, log *slog.Logger, gateway string, queue int) *sampler {
-	return &sampler{pub: pub, log: log, gateway: gateway, queue: make(chan *pending, queue)}
+	return &sampler{pub: pub, log: log, gateway: gateway, queue: make(chan *pending, queue), linger: sampleLinger}
 }
 
 // draw reports whether a request to rt is sampled: with probability
@@ -134,7 +136,7 @@ func (s *sampler) run(ctx context.Context) {
 			if s.take(ctx, &b, p) || linger == nil {
 				linger = nil
 				if b.Len() > 0 {
-					linger = time.After(sampleLinger)
+					linger = time.After(s.linger)
 				}
 			}
 		case <-linger:
