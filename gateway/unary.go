@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/quartz"
@@ -68,8 +69,18 @@ type unaryConn struct {
 	br   *bufio.Reader
 	wbuf []byte
 	addr string
-	// since is when it was put back idle.
+	// since is when it was put back idle; fresh is true for a call on a
+	// new connection or one idle for less than sendWaitIdle.
 	since time.Time
+	fresh bool
+
+	// send's: nc's descriptor (nil when it has none), sendStep as a
+	// function, and the write in progress.
+	rc      syscall.RawConn
+	sendFn  func(uintptr) bool
+	out     []byte
+	written bool
+	werr    error
 
 	// The call in progress: its context and deadline; arming is true
 	// while the connection's deadline is cutAfter's rather than the
@@ -135,6 +146,66 @@ func (conn *unaryConn) write(b []byte) error {
 		b = b[n:]
 	}
 }
+
+// send writes the request b and, once it went out whole, waits until the
+// answer can be read. The runtime's read tries the connection before it
+// waits, and right after a request that try finds nothing (EAGAIN) on
+// nearly every call, since no replica answers within the microseconds a
+// write takes: a system call a call for nothing. Here the write is made
+// inside the wait (syscall.RawConn.Read, which arms the wait for
+// readiness before it first calls its function), so the answer cannot
+// come between the write and the wait, and the read that follows finds
+// it.
+//
+// What came before the wait is not seen by it: a connection idle for
+// longer than sendWaitIdle, whose replica may have closed it meanwhile,
+// is written and read as usual, and so is one whose buffer holds bytes.
+// A write that does not go out whole in one system call goes on through
+// write, and the read then waits as usual.
+func (conn *unaryConn) send(b []byte) error {
+	if !conn.fresh || conn.rc == nil || conn.br.Buffered() > 0 {
+		return conn.write(b)
+	}
+	conn.out, conn.written, conn.werr = b, false, nil
+	err := conn.rc.Read(conn.sendFn)
+	b, werr := conn.out, conn.werr
+	conn.out, conn.werr = nil, nil
+	switch {
+	case werr != nil:
+		return werr
+	case !conn.written || len(b) > 0:
+		return conn.write(b) // it meets err again, if any
+	case err != nil && !conn.rearm(err):
+		return err
+	}
+	return nil
+}
+
+// sendStep is send's function for RawConn.Read: first the write, then,
+// once the connection is readable, closed or reset, the end of the wait
+// (the read that follows tells which).
+func (conn *unaryConn) sendStep(fd uintptr) bool {
+	if conn.written {
+		return true
+	}
+	conn.written = true
+	n, err := syscall.Write(int(fd), conn.out)
+	for err == syscall.EINTR {
+		n, err = syscall.Write(int(fd), conn.out)
+	}
+	if n > 0 {
+		conn.out = conn.out[n:]
+	}
+	if err != nil && err != syscall.EAGAIN {
+		conn.werr = &net.OpError{Op: "write", Net: "tcp", Source: conn.nc.LocalAddr(), Addr: conn.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
+	}
+	return conn.werr != nil || len(conn.out) > 0
+}
+
+// sendWaitIdle is how long a connection may have been idle for send to
+// wait for its answer without a read first: a replica that closes a kept
+// connection does so after seconds of idleness, not within one.
+const sendWaitIdle = time.Second
 
 // unaryReader reads a call's answer, going on past cutAfter.
 type unaryReader struct{ conn *unaryConn }
@@ -212,7 +283,7 @@ func (uc *unaryClient) roundTrip(ctx context.Context, deadline time.Time, addr s
 func (uc *unaryClient) exchange(ctx context.Context, deadline time.Time, conn *unaryConn, req *unaryRequest, body []byte) (resp *http.Response, silent bool, err error) {
 	conn.begin(ctx, deadline)
 	conn.wbuf = appendRequest(conn.wbuf[:0], conn.addr, req, body)
-	if err := conn.write(conn.wbuf); err != nil {
+	if err := conn.send(conn.wbuf); err != nil {
 		conn.end()
 		return nil, true, err
 	}
@@ -322,12 +393,13 @@ func plainPath(path string) bool {
 // which.
 func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string) (*unaryConn, bool, error) {
 	uc.mu.Lock()
-	uc.sweep()
+	now := uc.sweep()
 	if conns := uc.idle[addr]; len(conns) > 0 {
 		conn := conns[len(conns)-1]
 		conns[len(conns)-1] = nil
 		uc.idle[addr] = conns[:len(conns)-1]
 		uc.mu.Unlock()
+		conn.fresh = now.Sub(conn.since) < sendWaitIdle
 		return conn, true, nil
 	}
 	uc.mu.Unlock()
@@ -337,7 +409,11 @@ func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string)
 	if err != nil {
 		return nil, false, err
 	}
-	conn := &unaryConn{nc: nc, addr: addr, onRearm: uc.onRearm}
+	conn := &unaryConn{nc: nc, addr: addr, onRearm: uc.onRearm, fresh: true}
+	if sc, ok := nc.(syscall.Conn); ok {
+		conn.rc, _ = sc.SyscallConn()
+		conn.sendFn = conn.sendStep
+	}
 	conn.br = bufio.NewReaderSize(unaryReader{conn}, unaryBufSize)
 	return conn, false, nil
 }
@@ -357,12 +433,13 @@ func (uc *unaryClient) put(conn *unaryConn) {
 }
 
 // sweep closes the connections idle for longer than idleTimeout, at most
-// once in half that time, with mu held. It runs on calls rather than on a
-// ticker: connections are only left idle after calls.
-func (uc *unaryClient) sweep() {
+// once in half that time, with mu held, and returns the time it read. It
+// runs on calls rather than on a ticker: connections are only left idle
+// after calls.
+func (uc *unaryClient) sweep() time.Time {
 	now := uc.clock.Now()
 	if now.Sub(uc.swept) < uc.idleTimeout/2 {
-		return
+		return now
 	}
 	uc.swept = now
 	for addr, conns := range uc.idle {
@@ -380,6 +457,7 @@ func (uc *unaryClient) sweep() {
 			clear(conns[len(conns)-i:])
 		}
 	}
+	return now
 }
 
 // close closes the idle connections and every connection put back later.
