@@ -196,7 +196,7 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 		return res, err
 	}
 	w := tightWriter{ch: ceiling, cpu: procClock{clickhouse: s.ch.PID()}}
-	if err := usageDrain(ctx, w, u, url, fleet, lags, pool, &res); err != nil {
+	if err := usageDrain(ctx, w, u, js, url, fleet, lags, pool, &res); err != nil {
 		return res, err
 	}
 	if res.RawPublishRowsPerS, err = rawPublishRate(ctx, js, url, fleet); err != nil {
@@ -237,8 +237,10 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 // usageDrain publishes the drain's seconds into MP_USAGE and times the
 // consumer, started then, storing them beside the tight writer sending
 // the same rows: a consumer catching up a backlog, as the small streams'
-// are timed. The consumer runs on after.
-func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, url string, fleet *usageFleet, lags *lagTracker, pool *pgxpool.Pool, res *IngestResult) error {
+// are timed. The consumer runs on after. Then the same messages are taken
+// again by a consumer that only acknowledges them (transportFloor), for the
+// bound JetStream's own work puts on the consumer's CPU ratio.
+func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, js jetstream.JetStream, url string, fleet *usageFleet, lags *lagTracker, pool *pgxpool.Pool, res *IngestResult) error {
 	from, to := 0, drainSeconds
 	if _, err := fleet.publish(ctx, url, busapi.UsageSubject, from, to, 0, lags.stamp); err != nil {
 		return fmt.Errorf("publish: %w", err)
@@ -268,6 +270,11 @@ func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, url string,
 		return fmt.Errorf("usage: %w", err)
 	}
 	res.UsageDrainRowsPerS, res.ClickHouseRowsPerS, res.UsageVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	transport, err := transportFloor(ctx, js, busapi.StreamUsage, usageNodes*(to-from), rows, w.cpu)
+	if err != nil {
+		return err
+	}
+	c.bound(transport)
 	res.CPU["usage"] = c.CPUFigures
 	return nil
 }

@@ -77,6 +77,71 @@ type CPUFigures struct {
 	IngestClickHouseUS  float64 `json:"ingest_clickhouse_us_per_row"`
 	IngestSelfUS        float64 `json:"ingest_self_us_per_row"`
 	CPUVsClickHouse     float64 `json:"cpu_vs_clickhouse"`
+	// TransportSelfUS is this process's CPU a row for taking the same
+	// messages from JetStream and acknowledging them, and nothing else
+	// (transportFloor; the usage stream's only). A consumer pays it on
+	// top of all the writer pays, so CPUVsClickHouseBound, the writer's
+	// CPU a row over the same plus it, bounds CPUVsClickHouse.
+	TransportSelfUS      float64 `json:"transport_self_us_per_row,omitempty"`
+	CPUVsClickHouseBound float64 `json:"cpu_vs_clickhouse_bound,omitempty"`
+}
+
+// bound sets the transport's figures from its CPU a row.
+func (f *CPUFigures) bound(transportUS float64) {
+	writer := f.CeilingClickHouseUS + f.CeilingSelfUS
+	f.TransportSelfUS, f.CPUVsClickHouseBound = transportUS, writer/(writer+transportUS)
+}
+
+// transportFloor takes the first msgs messages of stream once more
+// through a durable consumer of its own that only acknowledges each one,
+// pulled as the usage consumer pulls them (up to 16 MiB ahead, explicit
+// acks), and returns this process's CPU time over rows, the rows those
+// messages hold, once the server has every ack. This process holds the
+// embedded NATS server too, so that is JetStream's whole delivery. The
+// consumer is deleted after.
+func transportFloor(ctx context.Context, js jetstream.JetStream, stream string, msgs, rows int, cpu procClock) (float64, error) {
+	const durable = "bench-transport-floor"
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy,
+		MaxAckPending: 20_000, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return 0, fmt.Errorf("transport floor consumer: %w", err)
+	}
+	defer func() { _ = js.DeleteConsumer(context.WithoutCancel(ctx), stream, durable) }()
+	span, err := cpu.span(func() (time.Duration, error) {
+		start := time.Now()
+		it, err := cons.Messages(jetstream.PullMaxBytes(16 << 20))
+		if err != nil {
+			return 0, err
+		}
+		defer it.Stop()
+		for range msgs {
+			m, err := it.Next()
+			if err != nil {
+				return 0, err
+			}
+			if err := m.Ack(); err != nil {
+				return 0, err
+			}
+		}
+		for {
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if info.NumAckPending == 0 && info.AckFloor.Consumer >= uint64(msgs) {
+				return time.Since(start), nil
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("transport floor: %w", err)
+	}
+	return float64(span.self.Microseconds()) / float64(rows), nil
 }
 
 // compare times the tight writer sending cols, then drain (which stores
