@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -123,9 +124,22 @@ func (b *browser) location() string {
 	return loc
 }
 
+// text is the visible text of the first element sel matches, read in one
+// evaluation in the page once one is shown. chromedp.Text finds the node
+// first and reads it in a second call: when an htmx swap replaced the
+// element in between (a live section fetches itself again on each of its
+// events), it read the detached node, which it takes for hidden, as "".
 func (b *browser) text(sel string) string {
 	b.t.Helper()
-	return strings.TrimSpace(browserRun(b, "read "+sel, chromedp.Text(chromedp.CSS(sel))))
+	q, err := json.Marshal(sel)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	type shown struct {
+		Text string `json:"text"`
+	}
+	expr := fmt.Sprintf(`(() => { const el = document.querySelector(%s); return el && el.getClientRects().length ? {text: el.innerText} : null })()`, q)
+	return strings.TrimSpace(browserRun(b, "read "+sel, chromedp.Poll[shown](expr, chromedp.WithPollingInterval(10*time.Millisecond))).Text)
 }
 
 func (b *browser) consoleText() string {
