@@ -82,6 +82,18 @@ type GatewayResult struct {
 	TracingCPUUsPerRequest [2]float64 `json:"tracing_cpu_us_per_request_off_on"`
 	// TracingSlices is each slice's ratios, in the order they ran.
 	TracingSlices []TracingSlice `json:"tracing_slices"`
+	// The gateway against nginx and HAProxy driven at once, as the
+	// tracing phase drives its two gateways (in each of tracingSlices
+	// slices a round, 32 clients each, all on the same core): CPU time
+	// per request of the proxy over the gateway's over the same moments,
+	// and each one's (proxy, gateway). A change of a few percent to the
+	// gateway, which the rounds' rps and CPU ratios cannot resolve on a
+	// shared machine (the same build moved them by a fifth from run to
+	// run), shows here. Null where the proxy is not installed.
+	CPURatioNginxAtOnce          *float64   `json:"cpu_ratio_vs_nginx_at_once"`
+	CPUUsPerRequestNginxAtOnce   [2]float64 `json:"cpu_us_per_request_nginx_gateway_at_once"`
+	CPURatioHAProxyAtOnce        *float64   `json:"cpu_ratio_vs_haproxy_at_once"`
+	CPUUsPerRequestHAProxyAtOnce [2]float64 `json:"cpu_us_per_request_haproxy_gateway_at_once"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -729,16 +741,29 @@ type gatewayBench struct {
 	// sse is the streams' numbers direct, through the gateway and
 	// through the reverse proxy.
 	sse [3]sseStats
-	// tracing is the tracing phase's numbers, untraced [0] and traced [1].
-	tracing tracingStats
+	// tracing is the tracing phase's numbers, untraced [0] and traced [1];
+	// vsNginx and vsHAProxy the proxy's [0] and the gateway's [1].
+	tracing, vsNginx, vsHAProxy pairStats
 }
 
-// tracingStats accumulates the tracing phase: each slice's ratios, and
-// per gateway the CPU time and requests sent.
-type tracingStats struct {
+// pairStats accumulates two paths driven at once (atOnce): each slice's
+// ratios, and per path the CPU time and requests sent.
+type pairStats struct {
 	slices []TracingSlice
 	cpu    [2]time.Duration
 	sent   [2]int
+}
+
+// usPerRequest is each path's CPU time per request, zero where it sent
+// nothing.
+func (t *pairStats) usPerRequest() [2]float64 {
+	var us [2]float64
+	for k := range 2 {
+		if t.sent[k] > 0 {
+			us[k] = round3(float64(t.cpu[k].Nanoseconds()) / 1e3 / float64(t.sent[k]))
+		}
+	}
+	return us
 }
 
 // measureGateway starts two replicas, NATS with the routes and a key, the
@@ -971,7 +996,13 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 			b.res.Profile = abs
 		}
 	}
-	b.tracingPhase(ctx)
+	b.atOnce(ctx, [2]*GatewayPath{b.res.Paths["gateway"], b.res.Paths["gateway_traced"]}, &b.tracing)
+	if p := b.res.Paths["nginx"]; p != nil {
+		b.atOnce(ctx, [2]*GatewayPath{p, b.res.Paths["gateway"]}, &b.vsNginx)
+	}
+	if p := b.res.Paths["haproxy"]; p != nil {
+		b.atOnce(ctx, [2]*GatewayPath{p, b.res.Paths["gateway"]}, &b.vsHAProxy)
+	}
 	// SSE: direct, through the gateway and through the bare reverse
 	// proxy (the floor of a net/http proxy), rotating which goes first.
 	urls := [3]string{"http://" + b.chat + "/v1/chat/completions", "http://" + b.gw.addr + "/v1/endpoints/" + chatEndpoint + "/chat/completions",
@@ -1078,11 +1109,12 @@ func (b *gatewayBench) profiled(ctx context.Context, ch *child, on bool, file st
 	return abs, nil
 }
 
-// tracingPhase drives the untraced and the traced gateway at once, 32
-// clients each, slice by slice.
-func (b *gatewayBench) tracingPhase(ctx context.Context) {
-	gws := [2]*GatewayPath{b.res.Paths["gateway"], b.res.Paths["gateway_traced"]}
-	t := &b.tracing
+// atOnce drives paths gws at once, 32 clients each, in tracingSlices
+// slices of tracingSlice, and adds each slice's ratios (the second path's
+// over the first's) and each path's CPU time and requests to t. Slices
+// in which the first path finished nothing (the machine held it off for
+// the whole slice) are left out of the ratios.
+func (b *gatewayBench) atOnce(ctx context.Context, gws [2]*GatewayPath, t *pairStats) {
 	for range tracingSlices {
 		var rps, p99 [2]float64
 		var cpu [2]time.Duration
@@ -1090,17 +1122,17 @@ func (b *gatewayBench) tracingPhase(ctx context.Context) {
 		var wg sync.WaitGroup
 		for k := range 2 {
 			wg.Go(func() {
-				cpu0 := runTime(gws[k].pid)
+				cpu0 := treeRunTime(gws[k].pid)
 				if b.wrk != "" {
 					// A slice that wrk could not run counts as nothing sent,
 					// and is left out below.
 					r, _ := b.wrkLoad(ctx, gws[k].url, 32, tracingSlice)
-					cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, r.requests
+					cpu[k], sent[k] = treeRunTime(gws[k].pid)-cpu0, r.requests
 					rps[k], p99[k] = r.rps(), ms(r.p99)
 					return
 				}
 				lat, _, secs, n := b.load(ctx, gws[k].url, 32, tracingWarmup, tracingSlice)
-				cpu[k], sent[k] = runTime(gws[k].pid)-cpu0, n
+				cpu[k], sent[k] = treeRunTime(gws[k].pid)-cpu0, n
 				if secs > 0 {
 					rps[k] = float64(len(lat)) / secs
 				}
@@ -1185,6 +1217,22 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int, warmup, d time
 // clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
 // every Linux this runs on).
 const clockTick = 10 * time.Millisecond
+
+// treeRunTime is runTime of process pid and its descendants (nginx's
+// workers).
+func treeRunTime(pid int) time.Duration {
+	total := runTime(pid)
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				total += treeRunTime(c)
+			}
+		}
+	}
+	return total
+}
 
 // treeCPU is the CPU time so far (user and system) of process pid and
 // its descendants (nginx's workers), zero for pid 0 or where /proc cannot
@@ -1301,14 +1349,22 @@ func (b *gatewayBench) summarize(began time.Time) {
 		res.TracingSlices = t.slices
 		res.TracingRPSRatio = round3(medianF(rps))
 		res.TracingP99RatioC64 = round3(medianF(p99))
-		if t.sent[0] > 0 && t.sent[1] > 0 {
-			res.TracingCPUUsPerRequest = [2]float64{round3(float64(t.cpu[0].Nanoseconds()) / 1e3 / float64(t.sent[0])),
-				round3(float64(t.cpu[1].Nanoseconds()) / 1e3 / float64(t.sent[1]))}
-		}
-		if res.TracingCPUUsPerRequest[0] > 0 {
-			res.TracingCPURatio = round3(res.TracingCPUUsPerRequest[1] / res.TracingCPUUsPerRequest[0])
+		res.TracingCPUUsPerRequest = t.usPerRequest()
+		if us := res.TracingCPUUsPerRequest; us[0] > 0 && us[1] > 0 {
+			res.TracingCPURatio = round3(us[1] / us[0])
 		}
 	}
+	// The proxy's CPU a request over the gateway's, as cpu_ratio_vs_nginx.
+	atOnce := func(t *pairStats) (*float64, [2]float64) {
+		us := t.usPerRequest()
+		if us[0] == 0 || us[1] == 0 {
+			return nil, us
+		}
+		r := round3(us[0] / us[1])
+		return &r, us
+	}
+	res.CPURatioNginxAtOnce, res.CPUUsPerRequestNginxAtOnce = atOnce(&b.vsNginx)
+	res.CPURatioHAProxyAtOnce, res.CPUUsPerRequestHAProxyAtOnce = atOnce(&b.vsHAProxy)
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
 	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)
 	res.SSEGatewayTTFTP99 = percentile(gw.ttft, 0.99)

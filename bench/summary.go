@@ -43,6 +43,9 @@ var ratioChecks = []ratioCheck{
 	{bench: "ingest", field: "reqstats_vs_clickhouse", target: 0.8},
 	{bench: "gateway", field: "rps_ratio_vs_nginx", target: 1},
 	{bench: "gateway", field: "rps_ratio_vs_haproxy", target: 1},
+	// The same comparison as CPU a request, both driven at once.
+	{bench: "gateway", field: "cpu_ratio_vs_nginx_at_once", target: 1},
+	{bench: "gateway", field: "cpu_ratio_vs_haproxy_at_once", target: 1},
 	// Tracing every request against none, in interleaved slices of one
 	// run (issue 27): the medians of the pairs' ratios.
 	{bench: "gateway", field: "tracing_rps_ratio", target: 0.97},
