@@ -1218,36 +1218,27 @@ func (b *gatewayBench) load(ctx context.Context, u string, n int, warmup, d time
 // every Linux this runs on).
 const clockTick = 10 * time.Millisecond
 
-// treeRunTime is runTime of process pid and its descendants (nginx's
-// workers).
-func treeRunTime(pid int) time.Duration {
-	total := runTime(pid)
-	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
-	for _, t := range tasks {
-		b, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				total += treeRunTime(c)
-			}
-		}
-	}
-	return total
-}
-
 // treeCPU is the CPU time so far (user and system) of process pid and
 // its descendants (nginx's workers), zero for pid 0 or where /proc cannot
-// say.
+// say; treeRunTime is the same from runTime.
 func treeCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	total := pidCPU(pid)
+	return tree(pid, pidCPU)
+}
+
+func treeRunTime(pid int) time.Duration { return tree(pid, runTime) }
+
+// tree sums f over process pid and its descendants.
+func tree(pid int, f func(int) time.Duration) time.Duration {
+	total := f(pid)
 	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
 	for _, t := range tasks {
 		b, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				total += treeCPU(c)
+		for _, c := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(c); err == nil {
+				total += tree(c, f)
 			}
 		}
 	}
