@@ -1346,7 +1346,7 @@ func (b *gatewayBench) summarize(began time.Time) {
 		}
 	}
 	// The proxy's CPU a request over the gateway's, as cpu_ratio_vs_nginx.
-	atOnce := func(t *pairStats) (*float64, [2]float64) {
+	proxyOverGateway := func(t *pairStats) (*float64, [2]float64) {
 		us := t.usPerRequest()
 		if us[0] == 0 || us[1] == 0 {
 			return nil, us
@@ -1354,8 +1354,8 @@ func (b *gatewayBench) summarize(began time.Time) {
 		r := round3(us[0] / us[1])
 		return &r, us
 	}
-	res.CPURatioNginxAtOnce, res.CPUUsPerRequestNginxAtOnce = atOnce(&b.vsNginx)
-	res.CPURatioHAProxyAtOnce, res.CPUUsPerRequestHAProxyAtOnce = atOnce(&b.vsHAProxy)
+	res.CPURatioNginxAtOnce, res.CPUUsPerRequestNginxAtOnce = proxyOverGateway(&b.vsNginx)
+	res.CPURatioHAProxyAtOnce, res.CPUUsPerRequestHAProxyAtOnce = proxyOverGateway(&b.vsHAProxy)
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
 	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)
 	res.SSEGatewayTTFTP99 = percentile(gw.ttft, 0.99)

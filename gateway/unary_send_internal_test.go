@@ -131,10 +131,11 @@ func TestUnarySendLargeRequest(t *testing.T) {
 
 // TestUnaryLongIdleConnectionIsNotFresh: a kept connection idle for
 // sendWaitIdle or longer, whose replica may have closed it meanwhile, is
-// written and read as usual rather than waited on.
+// written and read as usual rather than waited on: send returns once the
+// request is written, though the replica never answers.
 func TestUnaryLongIdleConnectionIsNotFresh(t *testing.T) {
 	t.Parallel()
-	addr, _ := rawReplica(t)
+	addr, accepted := rawReplica(t)
 	clock := quartz.NewMock(t)
 	uc := newUnaryClient(clock)
 	t.Cleanup(uc.close)
@@ -153,6 +154,21 @@ func TestUnaryLongIdleConnectionIsNotFresh(t *testing.T) {
 		if want := idle < sendWaitIdle; conn.fresh != want {
 			t.Errorf("idle %v: fresh %v, want %v", idle, conn.fresh, want)
 		}
-		uc.put(conn)
+		if conn.fresh {
+			uc.put(conn)
+			continue
+		}
+		<-accepted // the replica holds the connection open and never answers
+		sent := make(chan error, 1)
+		go func() { sent <- conn.send([]byte("POST /predict HTTP/1.1\r\nHost: r\r\nContent-Length: 2\r\n\r\n{}")) }()
+		select {
+		case err := <-sent:
+			if err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		case <-time.After(10 * time.Second): // only a failing test waits
+			conn.nc.Close()
+			t.Fatal("send on a connection idle for sendWaitIdle waited for an answer")
+		}
 	}
 }
