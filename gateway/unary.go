@@ -19,6 +19,7 @@ import (
 
 	"modelplane/busapi"
 	"modelplane/h1"
+	"modelplane/sockio"
 )
 
 // unaryClient calls replicas over plain HTTP/1.1 for requests whose answer
@@ -65,7 +66,9 @@ type unaryClient struct {
 
 // unaryConn is one kept-alive connection to a replica with its buffers.
 type unaryConn struct {
-	nc   net.Conn
+	nc net.Conn
+	// io reads and writes nc (sockio).
+	io   io.ReadWriter
 	br   *bufio.Reader
 	wbuf []byte
 	addr string
@@ -139,7 +142,7 @@ func (conn *unaryConn) end() bool {
 // write writes b, going on past cutAfter.
 func (conn *unaryConn) write(b []byte) error {
 	for {
-		n, err := conn.nc.Write(b)
+		n, err := conn.io.Write(b)
 		if err == nil || !conn.rearm(err) {
 			return err
 		}
@@ -189,14 +192,9 @@ func (conn *unaryConn) sendStep(fd uintptr) bool {
 		return true
 	}
 	conn.written = true
-	n, err := syscall.Write(int(fd), conn.out)
-	for err == syscall.EINTR {
-		n, err = syscall.Write(int(fd), conn.out)
-	}
-	if n > 0 {
-		conn.out = conn.out[n:]
-	}
-	if err != nil && err != syscall.EAGAIN {
+	n, err := sockio.Write(fd, conn.out)
+	conn.out = conn.out[n:]
+	if err != 0 && err != syscall.EAGAIN {
 		conn.werr = &net.OpError{Op: "write", Net: "tcp", Source: conn.nc.LocalAddr(), Addr: conn.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
 	}
 	return conn.werr != nil || len(conn.out) > 0
@@ -212,7 +210,7 @@ type unaryReader struct{ conn *unaryConn }
 
 func (r unaryReader) Read(p []byte) (int, error) {
 	for {
-		n, err := r.conn.nc.Read(p)
+		n, err := r.conn.io.Read(p)
 		if n > 0 || err == nil || !r.conn.rearm(err) {
 			return n, err
 		}
@@ -409,7 +407,7 @@ func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string)
 	if err != nil {
 		return nil, false, err
 	}
-	conn := &unaryConn{nc: nc, addr: addr, onRearm: uc.onRearm, fresh: true}
+	conn := &unaryConn{nc: nc, io: sockio.New(nc), addr: addr, onRearm: uc.onRearm, fresh: true}
 	if sc, ok := nc.(syscall.Conn); ok {
 		conn.rc, _ = sc.SyscallConn()
 		conn.sendFn = conn.sendStep

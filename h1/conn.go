@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+
+	"modelplane/sockio"
 )
 
 // readBufSize is the read buffer of a connection: a head that does not
@@ -42,6 +44,7 @@ const watchAfter = 50 * time.Millisecond
 type conn struct {
 	s          *Server
 	nc         net.Conn
+	io         io.ReadWriter // reads and writes nc (sockio)
 	remoteAddr string
 	br         *bufio.Reader
 	bw         *bufio.Writer
@@ -78,7 +81,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, remoteAddr: nc.RemoteAddr().String(), peeked: -1}
+	c := &conn{s: s, nc: nc, io: sockio.New(nc), remoteAddr: nc.RemoteAddr().String(), peeked: -1}
 	c.cond.L = &c.mu
 	c.br = bufio.NewReaderSize(connReader{c}, readBufSize)
 	c.watch = s.Clock.AfterFunc(time.Hour, c.watchRead, "h1", "watch")
@@ -103,7 +106,7 @@ func (r connReader) Read(p []byte) (int, error) {
 	}
 	c.applyDeadline()
 	c.mu.Unlock()
-	return c.nc.Read(p)
+	return c.io.Read(p)
 }
 
 // setReadDeadline asks for t as the read deadline of the next read from
@@ -251,7 +254,7 @@ func (c *conn) serveOne(h *head) (keep bool) {
 	defer cancel()
 	r := c.request(h, ctx)
 	out := outs.Get().(*outBuffers)
-	out.w.Reset(c.nc)
+	out.w.Reset(c.io)
 	c.bw = out.w
 	defer c.release(out)
 	c.res.reset(c, out)
