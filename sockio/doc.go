@@ -9,9 +9,10 @@
 // sleeps because every P was idle wakes it. A socket's reads and writes do
 // not block (the network poller waits for them), so for a gateway that
 // goes idle between bursts of requests this woke the monitor for nothing
-// every time and started the 20 µs polling it does after a wake: in `bench
-// gateway` the monitor thread alone spent 4 % of the gateway's CPU and was
-// switched to 270,000 times (docs/gateway.md, "The monitor thread"). Here
+// every time and started the 20 µs polling it does after a wake, and a long
+// loopback write had its P handed to a second thread: in `bench gateway`
+// the monitor thread alone spent 3.7 % of the gateway's CPU and ran 274,303
+// times (docs/gateway.md, "The monitor thread"). Here
 // the calls are made raw inside syscall.RawConn's Read and Write, which
 // wait on the poller for readiness and keep the connection's deadlines as
 // net.Conn's Read and Write do.

@@ -61,6 +61,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return c.rn, nil
 }
 
+// readStep is Read's function for RawConn.Read: true once the read is
+// done, false to wait for readiness.
 func (c *Conn) readStep(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
@@ -98,6 +100,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// writeStep is Write's function for RawConn.Write: true once all is
+// written or a write failed, false to wait for room.
 func (c *Conn) writeStep(fd uintptr) bool {
 	for len(c.wp) > 0 {
 		n, e := Write(fd, c.wp)
