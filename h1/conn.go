@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,14 @@ func (c *conn) serve() {
 			if c.s.IdleTimeout > 0 {
 				c.setReadDeadline(time.Now().Add(c.s.IdleTimeout))
 			}
+			// The caller's next request is seldom there right
+			// after the answer: a read now would find nothing and
+			// the goroutine wait for the poller to wake it. Letting
+			// the goroutines that are ready run first (they run
+			// before this one is woken anyway) often gives the
+			// request time to come (docs/gateway.md, "The read that
+			// finds nothing").
+			runtime.Gosched()
 			if _, err := c.br.Peek(1); err != nil {
 				return
 			}
