@@ -5,6 +5,8 @@
 package natstest
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,17 +80,71 @@ func options(t testing.TB) server.Options {
 func New(t testing.TB) *server.Server {
 	t.Helper()
 	o := options(t)
-	s, err := server.NewServer(&o)
+	s, log, err := start(&o, 10*time.Second)
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("natstest: server not ready")
-	}
-	t.Cleanup(s.Shutdown)
+	t.Cleanup(func() {
+		s.Shutdown()
+		if t.Failed() {
+			t.Logf("natstest: the server's warnings and errors: %s", log)
+		}
+	})
 	return s
 }
+
+// start starts a server of o and keeps its warnings and errors, failing
+// when it is not ready within wait or runs without the JetStream o asks
+// for.
+// An embedded server says only in its log why JetStream did not start or
+// was disabled (a CI run met "jetstream not enabled" from fresh servers,
+// with no reason given), so a failing test is given that log.
+func start(o *server.Options, wait time.Duration) (*server.Server, *errLog, error) {
+	s, err := server.NewServer(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	log := &errLog{}
+	s.SetLogger(log, false, false)
+	go s.Start()
+	switch {
+	case !s.ReadyForConnections(wait):
+		err = fmt.Errorf("server not ready (log: %s)", log)
+	case o.JetStream && !s.JetStreamEnabled():
+		err = fmt.Errorf("JetStream did not start (log: %s)", log)
+	default:
+		return s, log, nil
+	}
+	s.Shutdown()
+	return nil, nil, err
+}
+
+// errLog keeps the first warnings and errors a server logs.
+type errLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *errLog) add(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 20 {
+		l.lines = append(l.lines, fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *errLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "; ")
+}
+
+func (l *errLog) Warnf(format string, v ...any)  { l.add(format, v...) }
+func (l *errLog) Errorf(format string, v ...any) { l.add(format, v...) }
+func (l *errLog) Fatalf(format string, v ...any) { l.add(format, v...) }
+func (*errLog) Noticef(string, ...any)           {}
+func (*errLog) Debugf(string, ...any)            {}
+func (*errLog) Tracef(string, ...any)            {}
 
 // Connect starts a server and returns a control-plane connection to it.
 func Connect(t testing.TB) (*server.Server, *nats.Conn) {
