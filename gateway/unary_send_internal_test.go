@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+
+	"modelplane/internal/wait"
 )
 
 // rawReplica accepts one connection and hands it to the test.
@@ -161,14 +163,8 @@ func TestUnaryLongIdleConnectionIsNotFresh(t *testing.T) {
 		<-accepted // the replica holds the connection open and never answers
 		sent := make(chan error, 1)
 		go func() { sent <- conn.send([]byte("POST /predict HTTP/1.1\r\nHost: r\r\nContent-Length: 2\r\n\r\n{}")) }()
-		select {
-		case err := <-sent:
-			if err != nil {
-				t.Fatalf("send: %v", err)
-			}
-		case <-time.After(10 * time.Second): // only a failing test waits
-			conn.nc.Close()
-			t.Fatal("send on a connection idle for sendWaitIdle waited for an answer")
+		if err := wait.Receive(t, 10*time.Second, sent, "send on a connection idle for sendWaitIdle waited for an answer"); err != nil {
+			t.Fatalf("send: %v", err)
 		}
 	}
 }
