@@ -100,7 +100,6 @@ type call struct {
 	tracer      trace.Tracer
 	traceparent []string
 	tp          [1]string
-	tpExtra     [4]string
 	traceID     string
 	tracing     bool
 	marks       [steps]time.Duration
@@ -656,10 +655,9 @@ func unaryRequestOf(path string, u *upstream, c *call, in *http.Request) (req un
 	}
 	if c.traceparent != nil {
 		// What inject sets, without a header map a call.
-		req.extra = c.tpExtra[:0]
-		req.extra = append(req.extra, "Traceparent", c.traceparent[0])
+		req.traceparent = c.traceparent[0]
 		if ts := c.spanCtx.TraceState(); ts.Len() > 0 {
-			req.extra = append(req.extra, "Tracestate", ts.String())
+			req.tracestate = ts.String()
 		}
 	}
 	return req, req.plain()

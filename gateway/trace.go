@@ -34,7 +34,21 @@ const (
 	steps
 )
 
-var stepKeys = [steps]attribute.Key{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us"}
+var stepKeys = [steps]tracing.Key{tracing.NewKey("ml_serving.authn_us"), tracing.NewKey("ml_serving.schema_validation_us"),
+	tracing.NewKey("ml_serving.traffic_routing_us")}
+
+// The request span's other attributes.
+var (
+	keyEndpoint  = tracing.NewKey("endpoint")
+	keyVersion   = tracing.NewKey("version")
+	keyReplica   = tracing.NewKey("replica")
+	keyStatus    = tracing.NewKey("http.response.status_code")
+	keyPinned    = tracing.NewKey("pinned")
+	keyRetried   = tracing.NewKey("retried")
+	keyInference = tracing.NewKey("ml_serving.model_inference_us")
+	keyTTFT      = tracing.NewKey("ml_serving.ttft_us")
+	keyTokens    = tracing.NewKey("tokens")
+)
 
 // tracerOf returns the tracer of the gateway's child spans: tp's, or a
 // no-op one.
@@ -113,24 +127,27 @@ func (c *call) endTrace(end time.Time) {
 		return
 	}
 	s := c.span
-	s.SetAttributes(attribute.String("endpoint", c.endpoint), attribute.String("version", c.versionName()),
-		attribute.String("replica", c.replica), attribute.Int("http.response.status_code", c.status))
+	s.SetString(keyEndpoint, c.endpoint)
+	s.SetString(keyVersion, c.versionName())
+	s.SetString(keyReplica, c.replica)
+	s.SetInt(keyStatus, int64(c.status))
 	if c.pinned {
-		s.SetAttributes(attribute.Bool("pinned", true))
+		s.SetBool(keyPinned, true)
 	}
 	if c.retried {
-		s.SetAttributes(attribute.Bool("retried", true))
+		s.SetBool(keyRetried, true)
 	}
 	var from time.Duration
 	for i, at := range c.marks[:c.marked] { // the steps the request reached
-		s.SetAttributes(stepKeys[i].Int64((at - from).Microseconds()))
+		s.SetInt(stepKeys[i], (at - from).Microseconds())
 		from = at
 	}
 	if c.replica != "" {
-		s.SetAttributes(attribute.Int64("ml_serving.model_inference_us", c.upstream.Microseconds()))
+		s.SetInt(keyInference, c.upstream.Microseconds())
 	}
 	if c.streamed && !c.firstEvent.IsZero() {
-		s.SetAttributes(attribute.Int64("ml_serving.ttft_us", c.firstEvent.Sub(c.start).Microseconds()), attribute.Int("tokens", c.tokens))
+		s.SetInt(keyTTFT, c.firstEvent.Sub(c.start).Microseconds())
+		s.SetInt(keyTokens, int64(c.tokens))
 	}
 	if c.status >= 500 {
 		s.Error = http.StatusText(c.status)

@@ -238,7 +238,11 @@ type unaryRequest struct {
 	id     string
 	token  string // "" for none
 	team   string
-	// extra are further header lines (a trace's), name then value.
+	// traceparent is the request span's, "" for none: the gateway made
+	// it (tracing.Traceparent, lowercase hex and dashes), so plain need
+	// not look at it. tracestate is the caller's, "" for none.
+	traceparent, tracestate string
+	// extra are further header lines (a shadow's mark), name then value.
 	extra []string
 }
 
@@ -333,6 +337,14 @@ func appendRequest(b []byte, host string, req *unaryRequest, body []byte) []byte
 	b = append(b, req.id...)
 	b = append(b, "\r\nX-Idempotency-Key: "...)
 	b = append(b, req.id...)
+	if req.traceparent != "" {
+		b = append(b, "\r\nTraceparent: "...)
+		b = append(b, req.traceparent...)
+		if req.tracestate != "" {
+			b = append(b, "\r\nTracestate: "...)
+			b = append(b, req.tracestate...)
+		}
+	}
 	for i := 0; i+1 < len(req.extra); i += 2 {
 		b = append(b, "\r\n"...)
 		b = append(b, req.extra[i]...)
@@ -352,7 +364,8 @@ func appendRequest(b []byte, host string, req *unaryRequest, body []byte) []byte
 // plain reports whether every part of req can be written as it is
 // (plainPath, plainValue); net/http checks any other.
 func (req *unaryRequest) plain() bool {
-	ok := plainPath(req.path) && plainValue(req.accept) && plainValue(req.id) && plainValue(req.token) && plainValue(req.team)
+	ok := plainPath(req.path) && plainValue(req.accept) && plainValue(req.id) && plainValue(req.token) && plainValue(req.team) &&
+		plainValue(req.tracestate)
 	for _, s := range req.extra {
 		ok = ok && plainValue(s)
 	}

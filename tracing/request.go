@@ -83,6 +83,76 @@ func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
 	}
 }
 
+// Key is an attribute key with its part of the OTLP message made once
+// (NewKey): SetString, SetInt and SetBool write an attribute by it in a
+// few stores, with no attribute.KeyValue made and no switch on its type,
+// which is most of what SetAttributes costs a request (docs/operations.md,
+// "Tracing").
+type Key struct {
+	name attribute.Key
+	// field is the KeyValue message's key field: its tag, length and
+	// the key; nil for a key of 128 bytes or more.
+	field []byte
+}
+
+// NewKey makes the Key of name.
+func NewKey(name string) Key {
+	k := Key{name: attribute.Key(name)}
+	if len(name) > 0 && len(name) < 128 {
+		k.field = append([]byte{tagKey, byte(len(name))}, name...)
+	}
+	return k
+}
+
+// head writes the head of an attribute of key k whose AnyValue is n
+// bytes: the field's tag and length, the key and the value's tag and
+// length. It reports false when the attribute's message is 128 bytes or
+// more or does not fit, for SetAttributes to take.
+func (s *RequestSpan) head(k Key, n int) (int, bool) {
+	size := len(k.field) + 2 + n
+	at := s.used
+	if k.field == nil || size >= 128 || s.n == MaxRequestAttrs || at+2+size > len(s.attrs) {
+		return 0, false
+	}
+	s.attrs[at], s.attrs[at+1] = byte(fSpanAttributes<<3|protowire.BytesType), byte(size)
+	at += 2 + copy(s.attrs[at+2:], k.field)
+	s.attrs[at], s.attrs[at+1] = tagValue, byte(n)
+	return at + 2, true
+}
+
+// SetString sets the string attribute k.
+func (s *RequestSpan) SetString(k Key, v string) {
+	at, ok := s.head(k, 2+len(v))
+	if !ok {
+		s.SetAttributes(attribute.String(string(k.name), v))
+		return
+	}
+	s.attrs[at], s.attrs[at+1] = tagString, byte(len(v))
+	s.used, s.n = at+2+copy(s.attrs[at+2:], v), s.n+1
+}
+
+// SetInt sets the integer attribute k.
+func (s *RequestSpan) SetInt(k Key, v int64) {
+	at, ok := s.head(k, 1+protowire.SizeVarint(uint64(v)))
+	if !ok {
+		s.SetAttributes(attribute.Int64(string(k.name), v))
+		return
+	}
+	s.attrs[at] = tagInt
+	s.used, s.n = len(protowire.AppendVarint(s.attrs[:at+1], uint64(v))), s.n+1
+}
+
+// SetBool sets the bool attribute k.
+func (s *RequestSpan) SetBool(k Key, v bool) {
+	at, ok := s.head(k, 2)
+	if !ok {
+		s.SetAttributes(attribute.Bool(string(k.name), v))
+		return
+	}
+	s.attrs[at], s.attrs[at+1] = tagBool, byte(protowire.EncodeBool(v))
+	s.used, s.n = at+2, s.n+1
+}
+
 // Attributes are the span's attributes, in the order they were set, read
 // back from their protobuf: for the SDK's read-only span, off the
 // request path.

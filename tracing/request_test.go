@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -358,6 +359,58 @@ func TestRequestSpanAttributes(t *testing.T) {
 	}
 	if got := s.Attributes()[len(set):]; !slices.Equal(got, []attribute.KeyValue{attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3)}) {
 		t.Errorf("the last attributes %v, want a, b and c", got)
+	}
+}
+
+// TestRequestSpanKeyedSetters: SetString, SetInt and SetBool write what
+// SetAttributes writes for the same attributes, byte for byte, long
+// keys and values and the limits included.
+func TestRequestSpanKeyedSetters(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", 130)
+	type kv struct {
+		key  string
+		v    any
+		want attribute.KeyValue
+	}
+	set := []kv{
+		{"endpoint", "fraud-scoring", attribute.String("endpoint", "fraud-scoring")},
+		{"http.response.status_code", int64(200), attribute.Int("http.response.status_code", 200)},
+		{"negative", int64(-3), attribute.Int64("negative", -3)},
+		{"big", int64(1) << 62, attribute.Int64("big", 1<<62)},
+		{"pinned", true, attribute.Bool("pinned", true)},
+		{"retried", false, attribute.Bool("retried", false)},
+		{"replica", strings.Repeat("r", 200), attribute.String("replica", strings.Repeat("r", 200))},
+		{"nearly", strings.Repeat("n", 100), attribute.String("nearly", strings.Repeat("n", 100))},
+		{long, "v", attribute.String(long, "v")},
+		{"", "no key", attribute.String("", "no key")},
+		{"empty", "", attribute.String("empty", "")},
+		{"a", int64(1), attribute.Int("a", 1)},
+		{"past the limit", int64(2), attribute.Int("past the limit", 2)},
+	}
+	var keyed, plain RequestSpan
+	for _, a := range set {
+		switch v := a.v.(type) {
+		case string:
+			keyed.SetString(NewKey(a.key), v)
+		case int64:
+			keyed.SetInt(NewKey(a.key), v)
+		case bool:
+			keyed.SetBool(NewKey(a.key), v)
+		}
+		plain.SetAttributes(a.want)
+	}
+	if !bytes.Equal(keyed.attrs[:keyed.used], plain.attrs[:plain.used]) || keyed.n != plain.n || keyed.dropped != plain.dropped {
+		t.Fatalf("keyed: %d attributes, %d dropped, %x\nwant %d, %d dropped, %x", keyed.n, keyed.dropped, keyed.attrs[:keyed.used],
+			plain.n, plain.dropped, plain.attrs[:plain.used])
+	}
+	if keyed.n != MaxRequestAttrs || keyed.dropped != 1 {
+		t.Errorf("%d attributes, %d dropped; want %d, 1", keyed.n, keyed.dropped, MaxRequestAttrs)
+	}
+	full := RequestSpan{used: maxAttrBytes - 10}
+	full.SetString(NewKey("endpoint"), "fraud-scoring")
+	if full.n != 0 || full.dropped != 1 || full.used != maxAttrBytes-10 {
+		t.Errorf("a span with 10 bytes left: %d attributes, %d dropped, %d bytes used after one of 27 bytes", full.n, full.dropped, full.used)
 	}
 }
 
