@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -148,6 +150,36 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = e.encode(spans)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(spans)), "ns/span")
+}
+
+// BenchmarkEncodeRequests writes a batch of 512 request spans as the
+// gateway ends them (eight attributes each) as an export's body, as a
+// Recorder's export does.
+func BenchmarkEncodeRequests(b *testing.B) {
+	spans := make([]RequestSpan, 512)
+	start := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+	r := &Recorder{sampler: sdktrace.AlwaysSample()}
+	for i := range spans {
+		s := &spans[i]
+		r.Start(s, trace.SpanContext{}, "ml_serving.request", start)
+		s.SetString(NewKey("endpoint"), "fraud-scoring")
+		s.SetString(NewKey("version"), "v23")
+		s.SetString(NewKey("replica"), "fraud-scoring-v23-0")
+		s.SetInt(NewKey("http.response.status_code"), 200)
+		s.SetInt(NewKey("ml_serving.authn_us"), 12)
+		s.SetInt(NewKey("ml_serving.schema_validation_us"), 31)
+		s.SetInt(NewKey("ml_serving.traffic_routing_us"), 3)
+		s.SetInt(NewKey("ml_serving.model_inference_us"), 412)
+		s.End = start.Add(time.Millisecond)
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", "modelplane-gateway"))
+	scope := instrumentation.Scope{Name: GatewayScope}
+	var e encoder
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.encodeRequests(res, scope, spans)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(spans)), "ns/span")
 }

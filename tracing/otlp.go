@@ -93,6 +93,11 @@ const (
 // between batches.
 type encoder struct {
 	buf []byte
+	// body and head are encodeRequests' buffers, reused: the export's
+	// body, and the resource and scope written before it; sizes its
+	// spans' sizes.
+	body, head []byte
+	sizes      []int
 	// groups is the batch's resource and scope pairs, reused.
 	groups []group
 }
@@ -165,37 +170,96 @@ func (e *encoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
 // encodeRequests returns a Recorder's spans, all of one resource and
 // scope, as the body of one OTLP/HTTP export, valid until the next call:
 // the same message encode writes for the SDK's spans of that resource and
-// scope.
+// scope. Every length is known before its body is written (the spans'
+// sizes are counted first), so no body is moved to make room for its
+// length, as close does: the outer two messages hold the whole batch.
 func (e *encoder) encodeRequests(res *resource.Resource, scope instrumentation.Scope, spans []RequestSpan) []byte {
-	e.buf = e.buf[:0]
-	rs := e.open(fRequestResourceSpans)
+	// The resource and the scope, small, are written apart first.
+	e.buf = e.head[:0]
 	if res != nil {
 		r := e.open(fResourceSpansResource)
 		e.attrs(fResourceAttributes, res.Attributes())
 		e.close(r)
 	}
-	ss := e.open(fResourceSpansScopes)
+	resourceEnd := len(e.buf)
 	sc := e.open(fScopeSpansScope)
 	e.str(fScopeName, scope.Name)
 	e.str(fScopeVersion, scope.Version)
 	e.attrs(fScopeAttributes, scope.Attributes.ToSlice())
 	e.close(sc)
+	e.head = e.buf
+
+	e.sizes = e.sizes[:0]
+	scopeSpans := len(e.head) - resourceEnd + strSize(fScopeSpansSchemaURL, scope.SchemaURL)
 	for i := range spans {
-		e.requestSpan(&spans[i])
+		n := requestSpanSize(&spans[i])
+		e.sizes = append(e.sizes, n)
+		scopeSpans += protowire.SizeTag(fScopeSpansSpans) + protowire.SizeBytes(n)
+	}
+	resourceSpans := resourceEnd + protowire.SizeTag(fResourceSpansScopes) + protowire.SizeBytes(scopeSpans)
+	if res != nil {
+		resourceSpans += strSize(fResourceSpansSchemaURL, res.SchemaURL())
+	}
+
+	e.buf = e.body[:0]
+	e.buf = protowire.AppendTag(e.buf, fRequestResourceSpans, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(resourceSpans))
+	e.buf = append(e.buf, e.head[:resourceEnd]...)
+	e.buf = protowire.AppendTag(e.buf, fResourceSpansScopes, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(scopeSpans))
+	e.buf = append(e.buf, e.head[resourceEnd:]...)
+	for i := range spans {
+		e.requestSpan(&spans[i], e.sizes[i])
 	}
 	e.str(fScopeSpansSchemaURL, scope.SchemaURL)
-	e.close(ss)
 	if res != nil {
 		e.str(fResourceSpansSchemaURL, res.SchemaURL())
 	}
-	e.close(rs)
+	e.body = e.buf
 	return e.buf
 }
 
-// requestSpan writes s as span writes the SDK's: a server span with no
-// events or links.
-func (e *encoder) requestSpan(s *RequestSpan) {
-	m := e.open(fScopeSpansSpans)
+// requestSpanSize is the size of the Span message requestSpan writes for
+// s, without its tag and length.
+func requestSpanSize(s *RequestSpan) int {
+	n := protowire.SizeTag(fSpanTraceID) + protowire.SizeBytes(len(trace.TraceID{})) +
+		protowire.SizeTag(fSpanSpanID) + protowire.SizeBytes(len(trace.SpanID{})) +
+		strSize(fSpanName, s.Name) + protowire.SizeTag(fSpanKind) + protowire.SizeVarint(uint64(trace.SpanKindServer)) +
+		2*(protowire.SizeTag(fSpanStart)+protowire.SizeFixed64()) + s.used +
+		protowire.SizeTag(fSpanStatus) + protowire.SizeBytes(statusSize(s)) + protowire.SizeTag(fSpanFlags) + protowire.SizeFixed32()
+	if ts := s.Context.TraceState(); ts.Len() > 0 {
+		n += strSize(fSpanTraceState, ts.String())
+	}
+	if s.Parent.SpanID().IsValid() {
+		n += protowire.SizeTag(fSpanParentSpanID) + protowire.SizeBytes(len(trace.SpanID{}))
+	}
+	if d := clamp32(s.dropped); d != 0 {
+		n += protowire.SizeTag(fSpanDroppedAttrs) + protowire.SizeVarint(d)
+	}
+	return n
+}
+
+// statusSize is the size of the Status message of s.
+func statusSize(s *RequestSpan) int {
+	if s.Error == "" {
+		return 0
+	}
+	return strSize(fStatusMessage, s.Error) + protowire.SizeTag(fStatusCode) + protowire.SizeVarint(statusError)
+}
+
+// strSize is the size of a string field as str writes it.
+func strSize(field protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(field) + protowire.SizeBytes(len(s))
+}
+
+// requestSpan writes s, whose message is size bytes (requestSpanSize), as
+// span writes the SDK's: a server span with no events or links.
+func (e *encoder) requestSpan(s *RequestSpan, size int) {
+	e.buf = protowire.AppendTag(e.buf, fScopeSpansSpans, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(size))
 	tid, sid := s.Context.TraceID(), s.Context.SpanID()
 	e.bytes(fSpanTraceID, tid[:])
 	e.bytes(fSpanSpanID, sid[:])
@@ -211,14 +275,13 @@ func (e *encoder) requestSpan(s *RequestSpan) {
 	e.fixed64(fSpanEnd, unixNano(s.End.UnixNano()))
 	e.buf = append(e.buf, s.attrs[:s.used]...) // written as they were set
 	e.varint(fSpanDroppedAttrs, clamp32(s.dropped))
-	stm := e.open(fSpanStatus)
+	e.buf = protowire.AppendTag(e.buf, fSpanStatus, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(statusSize(s)))
 	if s.Error != "" {
 		e.str(fStatusMessage, s.Error)
 		e.varint(fStatusCode, statusError)
 	}
-	e.close(stm)
 	e.fixed32(fSpanFlags, flags(s.Context.TraceFlags(), s.Parent.IsRemote()))
-	e.close(m)
 }
 
 func (e *encoder) span(s sdktrace.ReadOnlySpan) {

@@ -69,29 +69,36 @@ func TestRequestSpansMatchTheStockExporter(t *testing.T) {
 	if got := spans[3].dropped; got != 2 {
 		t.Fatalf("span with %d attributes dropped %d, want 2", MaxRequestAttrs+2, got)
 	}
+	// A batch of 600, whose outer messages need lengths of three bytes.
+	many := make([]RequestSpan, 0, 600)
+	for len(many) < cap(many) {
+		many = append(many, spans...)
+	}
 	res := resource.NewSchemaless(attribute.String("service.name", "modelplane-gateway"))
 	scope := instrumentation.Scope{Name: GatewayScope}
 	var e encoder
-	var ours coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(e.encodeRequests(res, scope, spans), &ours); err != nil {
-		t.Fatal(err)
-	}
-	ro := make([]sdktrace.ReadOnlySpan, len(spans))
-	for i := range spans {
-		ro[i] = spans[i].snapshot(res, scope)
-	}
-	stock := bodyOf(t, ro, func(u string) sdktrace.SpanExporter {
-		x, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(u))
-		if err != nil {
+	for _, batch := range [][]RequestSpan{spans, many, spans} { // the encoder's buffers used again
+		var ours coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(e.encodeRequests(res, scope, batch), &ours); err != nil {
 			t.Fatal(err)
 		}
-		return x
-	})
-	if n := len(ours.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()); n != len(spans) {
-		t.Fatalf("%d spans written, want %d", n, len(spans))
-	}
-	if !proto.Equal(stock, &ours) {
-		t.Errorf("request spans differ from the stock exporter's:\nstock: %s\nours:  %s", prototext.Format(stock), prototext.Format(&ours))
+		ro := make([]sdktrace.ReadOnlySpan, len(batch))
+		for i := range batch {
+			ro[i] = batch[i].snapshot(res, scope)
+		}
+		stock := bodyOf(t, ro, func(u string) sdktrace.SpanExporter {
+			x, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x
+		})
+		if n := len(ours.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()); n != len(batch) {
+			t.Fatalf("%d spans written, want %d", n, len(batch))
+		}
+		if !proto.Equal(stock, &ours) {
+			t.Errorf("%d request spans differ from the stock exporter's:\nstock: %s\nours:  %s", len(batch), prototext.Format(stock), prototext.Format(&ours))
+		}
 	}
 }
 
