@@ -86,8 +86,8 @@ func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
 // Key is an attribute key with its part of the OTLP message made once
 // (NewKey): SetString, SetInt and SetBool write an attribute by it in a
 // few stores, with no attribute.KeyValue made and no switch on its type,
-// which is most of what SetAttributes costs a request (docs/operations.md,
-// "Tracing").
+// which SetAttributes does for each attribute (docs/operations.md,
+// "Tracing": 1–2 % of a traced gateway request).
 type Key struct {
 	name attribute.Key
 	// field is the KeyValue message's key field: its tag, length and
