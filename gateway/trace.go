@@ -34,21 +34,7 @@ const (
 	steps
 )
 
-var stepKeys = [steps]tracing.Key{tracing.NewKey("ml_serving.authn_us"), tracing.NewKey("ml_serving.schema_validation_us"),
-	tracing.NewKey("ml_serving.traffic_routing_us")}
-
-// The request span's other attributes.
-var (
-	keyEndpoint  = tracing.NewKey("endpoint")
-	keyVersion   = tracing.NewKey("version")
-	keyReplica   = tracing.NewKey("replica")
-	keyStatus    = tracing.NewKey("http.response.status_code")
-	keyPinned    = tracing.NewKey("pinned")
-	keyRetried   = tracing.NewKey("retried")
-	keyInference = tracing.NewKey("ml_serving.model_inference_us")
-	keyTTFT      = tracing.NewKey("ml_serving.ttft_us")
-	keyTokens    = tracing.NewKey("tokens")
-)
+var stepKeys = [steps]string{"ml_serving.authn_us", "ml_serving.schema_validation_us", "ml_serving.traffic_routing_us"}
 
 // tracerOf returns the tracer of the gateway's child spans: tp's, or a
 // no-op one.
@@ -127,15 +113,15 @@ func (c *call) endTrace(end time.Time) {
 		return
 	}
 	s := c.span
-	s.SetString(keyEndpoint, c.endpoint)
-	s.SetString(keyVersion, c.versionName())
-	s.SetString(keyReplica, c.replica)
-	s.SetInt(keyStatus, int64(c.status))
+	s.SetString("endpoint", c.endpoint)
+	s.SetString("version", c.versionName())
+	s.SetString("replica", c.replica)
+	s.SetInt("http.response.status_code", int64(c.status))
 	if c.pinned {
-		s.SetBool(keyPinned, true)
+		s.SetBool("pinned", true)
 	}
 	if c.retried {
-		s.SetBool(keyRetried, true)
+		s.SetBool("retried", true)
 	}
 	var from time.Duration
 	for i, at := range c.marks[:c.marked] { // the steps the request reached
@@ -143,11 +129,11 @@ func (c *call) endTrace(end time.Time) {
 		from = at
 	}
 	if c.replica != "" {
-		s.SetInt(keyInference, c.upstream.Microseconds())
+		s.SetInt("ml_serving.model_inference_us", c.upstream.Microseconds())
 	}
 	if c.streamed && !c.firstEvent.IsZero() {
-		s.SetInt(keyTTFT, c.firstEvent.Sub(c.start).Microseconds())
-		s.SetInt(keyTokens, int64(c.tokens))
+		s.SetInt("ml_serving.ttft_us", c.firstEvent.Sub(c.start).Microseconds())
+		s.SetInt("tokens", int64(c.tokens))
 	}
 	if c.status >= 500 {
 		s.Error = http.StatusText(c.status)

@@ -164,14 +164,14 @@ func BenchmarkEncodeRequests(b *testing.B) {
 	for i := range spans {
 		s := &spans[i]
 		r.Start(s, trace.SpanContext{}, "ml_serving.request", start)
-		s.SetString(NewKey("endpoint"), "fraud-scoring")
-		s.SetString(NewKey("version"), "v23")
-		s.SetString(NewKey("replica"), "fraud-scoring-v23-0")
-		s.SetInt(NewKey("http.response.status_code"), 200)
-		s.SetInt(NewKey("ml_serving.authn_us"), 12)
-		s.SetInt(NewKey("ml_serving.schema_validation_us"), 31)
-		s.SetInt(NewKey("ml_serving.traffic_routing_us"), 3)
-		s.SetInt(NewKey("ml_serving.model_inference_us"), 412)
+		s.SetString("endpoint", "fraud-scoring")
+		s.SetString("version", "v23")
+		s.SetString("replica", "fraud-scoring-v23-0")
+		s.SetInt("http.response.status_code", 200)
+		s.SetInt("ml_serving.authn_us", 12)
+		s.SetInt("ml_serving.schema_validation_us", 31)
+		s.SetInt("ml_serving.traffic_routing_us", 3)
+		s.SetInt("ml_serving.model_inference_us", 412)
 		s.End = start.Add(time.Millisecond)
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", "modelplane-gateway"))

@@ -414,48 +414,61 @@ const maxShort = 2 + 127
 // writes as the same bytes. The gateway's request span attributes all
 // are short.
 func putShort(dst []byte, field protowire.Number, kv *attribute.KeyValue) (int, bool) {
-	key := kv.Key
-	if field >= 16 || len(key) == 0 || len(key) >= 128 {
-		return 0, false
-	}
-	tag := byte(protowire.EncodeTag(field, protowire.BytesType))
-	var size, k int
 	switch kv.Value.Type() {
 	case attribute.STRING:
-		v := kv.Value.AsString()
-		n := 2 + len(v) // the AnyValue: tag, length, v
-		size = 2 + len(key) + 2 + n
-		if size >= 128 || 2+size > len(dst) {
-			return 0, false
-		}
-		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
-		k = 4 + copy(dst[4:], key)
-		dst[k], dst[k+1], dst[k+2], dst[k+3] = tagValue, byte(n), tagString, byte(len(v))
-		k += 4 + copy(dst[k+4:], v)
+		return putShortString(dst, field, string(kv.Key), kv.Value.AsString())
 	case attribute.INT64:
-		v := uint64(kv.Value.AsInt64())
-		n := 1 + protowire.SizeVarint(v)
-		size = 2 + len(key) + 2 + n
-		if size >= 128 || 2+size > len(dst) {
-			return 0, false
-		}
-		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
-		k = 4 + copy(dst[4:], key)
-		dst[k], dst[k+1], dst[k+2] = tagValue, byte(n), tagInt
-		k += 3 + len(protowire.AppendVarint(dst[k+3:k+3], v))
+		return putShortInt(dst, field, string(kv.Key), kv.Value.AsInt64())
 	case attribute.BOOL:
-		size = 2 + len(key) + 2 + 2
-		if size >= 128 || 2+size > len(dst) {
-			return 0, false
-		}
-		dst[0], dst[1], dst[2], dst[3] = tag, byte(size), tagKey, byte(len(key))
-		k = 4 + copy(dst[4:], key)
-		dst[k], dst[k+1], dst[k+2], dst[k+3] = tagValue, 2, tagBool, byte(protowire.EncodeBool(kv.Value.AsBool()))
-		k += 4
-	default:
+		return putShortBool(dst, field, string(kv.Key), kv.Value.AsBool())
+	}
+	return 0, false
+}
+
+// putShortString, putShortInt and putShortBool are putShort for a value
+// of their type: a RequestSpan's typed setters call them without an
+// attribute.KeyValue.
+func putShortString(dst []byte, field protowire.Number, key, v string) (int, bool) {
+	k, ok := shortHead(dst, field, key, 2+len(v))
+	if !ok {
 		return 0, false
 	}
-	return k, true
+	dst[k], dst[k+1] = tagString, byte(len(v))
+	return k + 2 + copy(dst[k+2:], v), true
+}
+
+func putShortInt(dst []byte, field protowire.Number, key string, v int64) (int, bool) {
+	k, ok := shortHead(dst, field, key, 1+protowire.SizeVarint(uint64(v)))
+	if !ok {
+		return 0, false
+	}
+	dst[k] = tagInt
+	return k + 1 + len(protowire.AppendVarint(dst[k+1:k+1], uint64(v))), true
+}
+
+func putShortBool(dst []byte, field protowire.Number, key string, v bool) (int, bool) {
+	k, ok := shortHead(dst, field, key, 2)
+	if !ok {
+		return 0, false
+	}
+	dst[k], dst[k+1] = tagBool, byte(protowire.EncodeBool(v))
+	return k + 2, true
+}
+
+// shortHead writes the head of a short KeyValue message whose AnyValue is
+// n bytes (putShort): field's tag, the message's length, the key and the
+// value's tag and length. It returns where the value goes, and false,
+// having written nothing, when the message would be 128 bytes or more,
+// the key is empty or dst has no room.
+func shortHead(dst []byte, field protowire.Number, key string, n int) (int, bool) {
+	size := 2 + len(key) + 2 + n
+	if field >= 16 || len(key) == 0 || size >= 128 || 2+size > len(dst) {
+		return 0, false
+	}
+	dst[0], dst[1], dst[2], dst[3] = byte(protowire.EncodeTag(field, protowire.BytesType)), byte(size), tagKey, byte(len(key))
+	k := 4 + copy(dst[4:], key)
+	dst[k], dst[k+1] = tagValue, byte(n)
+	return k + 2, true
 }
 
 // appendKeyValue appends kv, whose KeyValue message is size bytes

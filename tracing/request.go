@@ -83,74 +83,38 @@ func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
 	}
 }
 
-// Key is an attribute key with its part of the OTLP message made once
-// (NewKey): SetString, SetInt and SetBool write an attribute by it in a
-// few stores, with no attribute.KeyValue made and no switch on its type,
-// which SetAttributes does for each attribute (docs/operations.md,
-// "Tracing": 1–2 % of a traced gateway request).
-type Key struct {
-	name attribute.Key
-	// field is the KeyValue message's key field: its tag, length and
-	// the key; nil for a key of 128 bytes or more.
-	field []byte
+// SetString, SetInt and SetBool set one attribute of their type, as
+// SetAttributes does, without an attribute.KeyValue made and switched on,
+// which is what they save a traced gateway request (docs/operations.md,
+// "Tracing": 1–2 % of its CPU).
+func (s *RequestSpan) SetString(key, v string) {
+	if s.n < MaxRequestAttrs {
+		if k, ok := putShortString(s.attrs[s.used:], fSpanAttributes, key, v); ok {
+			s.used, s.n = s.used+k, s.n+1
+			return
+		}
+	}
+	s.SetAttributes(attribute.String(key, v))
 }
 
-// NewKey makes the Key of name.
-func NewKey(name string) Key {
-	k := Key{name: attribute.Key(name)}
-	if len(name) > 0 && len(name) < 128 {
-		k.field = append([]byte{tagKey, byte(len(name))}, name...)
+func (s *RequestSpan) SetInt(key string, v int64) {
+	if s.n < MaxRequestAttrs {
+		if k, ok := putShortInt(s.attrs[s.used:], fSpanAttributes, key, v); ok {
+			s.used, s.n = s.used+k, s.n+1
+			return
+		}
 	}
-	return k
+	s.SetAttributes(attribute.Int64(key, v))
 }
 
-// head writes the head of an attribute of key k whose AnyValue is n
-// bytes: the field's tag and length, the key and the value's tag and
-// length. It reports false when the attribute's message is 128 bytes or
-// more or does not fit, for SetAttributes to take.
-func (s *RequestSpan) head(k Key, n int) (int, bool) {
-	size := len(k.field) + 2 + n
-	at := s.used
-	if k.field == nil || size >= 128 || s.n == MaxRequestAttrs || at+2+size > len(s.attrs) {
-		return 0, false
+func (s *RequestSpan) SetBool(key string, v bool) {
+	if s.n < MaxRequestAttrs {
+		if k, ok := putShortBool(s.attrs[s.used:], fSpanAttributes, key, v); ok {
+			s.used, s.n = s.used+k, s.n+1
+			return
+		}
 	}
-	s.attrs[at], s.attrs[at+1] = byte(fSpanAttributes<<3|protowire.BytesType), byte(size)
-	at += 2 + copy(s.attrs[at+2:], k.field)
-	s.attrs[at], s.attrs[at+1] = tagValue, byte(n)
-	return at + 2, true
-}
-
-// SetString sets the string attribute k.
-func (s *RequestSpan) SetString(k Key, v string) {
-	at, ok := s.head(k, 2+len(v))
-	if !ok {
-		s.SetAttributes(attribute.String(string(k.name), v))
-		return
-	}
-	s.attrs[at], s.attrs[at+1] = tagString, byte(len(v))
-	s.used, s.n = at+2+copy(s.attrs[at+2:], v), s.n+1
-}
-
-// SetInt sets the integer attribute k.
-func (s *RequestSpan) SetInt(k Key, v int64) {
-	at, ok := s.head(k, 1+protowire.SizeVarint(uint64(v)))
-	if !ok {
-		s.SetAttributes(attribute.Int64(string(k.name), v))
-		return
-	}
-	s.attrs[at] = tagInt
-	s.used, s.n = len(protowire.AppendVarint(s.attrs[:at+1], uint64(v))), s.n+1
-}
-
-// SetBool sets the bool attribute k.
-func (s *RequestSpan) SetBool(k Key, v bool) {
-	at, ok := s.head(k, 2)
-	if !ok {
-		s.SetAttributes(attribute.Bool(string(k.name), v))
-		return
-	}
-	s.attrs[at], s.attrs[at+1] = tagBool, byte(protowire.EncodeBool(v))
-	s.used, s.n = at+2, s.n+1
+	s.SetAttributes(attribute.Bool(key, v))
 }
 
 // Attributes are the span's attributes, in the order they were set, read

@@ -44,11 +44,18 @@ func sampleRequests(t *testing.T) []RequestSpan {
 	start := time.Date(2026, 12, 5, 7, 0, 0, 123, time.UTC)
 	spans := make([]RequestSpan, 4)
 	spans[0] = RequestSpan{Context: sc("00f067aa0ba902b7", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start.Add(time.Millisecond)}
-	spans[0].SetAttributes(attribute.String("endpoint", "fraud-scoring"), attribute.Int("http.response.status_code", 200), attribute.Int64("ml_serving.authn_us", 12))
+	// The first two set theirs as the gateway does, one at a time by
+	// type; the others through SetAttributes.
+	spans[0].SetString("endpoint", "fraud-scoring")
+	spans[0].SetInt("http.response.status_code", 200)
+	spans[0].SetInt("ml_serving.authn_us", 12)
 	spans[1] = RequestSpan{Context: sc("1111111111111111", false, ts, trace.FlagsSampled), Parent: sc("2222222222222222", true, ts, trace.FlagsSampled),
 		Name: "ml_serving.request", Start: start, End: start.Add(2 * time.Millisecond)}
-	spans[1].SetAttributes(attribute.Bool("pinned", true), attribute.String("version", "v23"),
-		attribute.String("replica", strings.Repeat("r", 200)), attribute.Float64("score", 0.87), attribute.Int64("negative", -3))
+	spans[1].SetBool("pinned", true)
+	spans[1].SetString("version", "v23")
+	spans[1].SetString("replica", strings.Repeat("r", 200))
+	spans[1].SetAttributes(attribute.Float64("score", 0.87))
+	spans[1].SetInt("negative", -3)
 	spans[2] = RequestSpan{Context: sc("3333333333333333", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start, Error: "Bad Gateway"}
 	spans[2].SetAttributes(attribute.Int("http.response.status_code", 502))
 	spans[3] = RequestSpan{Context: sc("4444444444444444", false, trace.TraceState{}, trace.FlagsSampled), Name: "ml_serving.request", Start: start, End: start}
@@ -369,10 +376,10 @@ func TestRequestSpanAttributes(t *testing.T) {
 	}
 }
 
-// TestRequestSpanKeyedSetters: SetString, SetInt and SetBool write what
+// TestRequestSpanTypedSetters: SetString, SetInt and SetBool write what
 // SetAttributes writes for the same attributes, byte for byte, long
 // keys and values and the limits included.
-func TestRequestSpanKeyedSetters(t *testing.T) {
+func TestRequestSpanTypedSetters(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("k", 130)
 	type kv struct {
@@ -395,27 +402,34 @@ func TestRequestSpanKeyedSetters(t *testing.T) {
 		{"a", int64(1), attribute.Int("a", 1)},
 		{"past the limit", int64(2), attribute.Int("past the limit", 2)},
 	}
-	var keyed, plain RequestSpan
+	var typed, plain RequestSpan
 	for _, a := range set {
 		switch v := a.v.(type) {
 		case string:
-			keyed.SetString(NewKey(a.key), v)
+			typed.SetString(a.key, v)
 		case int64:
-			keyed.SetInt(NewKey(a.key), v)
+			typed.SetInt(a.key, v)
 		case bool:
-			keyed.SetBool(NewKey(a.key), v)
+			typed.SetBool(a.key, v)
 		}
 		plain.SetAttributes(a.want)
 	}
-	if !bytes.Equal(keyed.attrs[:keyed.used], plain.attrs[:plain.used]) || keyed.n != plain.n || keyed.dropped != plain.dropped {
-		t.Fatalf("keyed: %d attributes, %d dropped, %x\nwant %d, %d dropped, %x", keyed.n, keyed.dropped, keyed.attrs[:keyed.used],
+	if !bytes.Equal(typed.attrs[:typed.used], plain.attrs[:plain.used]) || typed.n != plain.n || typed.dropped != plain.dropped {
+		t.Fatalf("typed: %d attributes, %d dropped, %x\nwant %d, %d dropped, %x", typed.n, typed.dropped, typed.attrs[:typed.used],
 			plain.n, plain.dropped, plain.attrs[:plain.used])
 	}
-	if keyed.n != MaxRequestAttrs || keyed.dropped != 1 {
-		t.Errorf("%d attributes, %d dropped; want %d, 1", keyed.n, keyed.dropped, MaxRequestAttrs)
+	var want []attribute.KeyValue
+	for _, a := range set[:MaxRequestAttrs] {
+		want = append(want, a.want)
+	}
+	if got := typed.Attributes(); !slices.Equal(got, want) { // read back apart from how they were written
+		t.Errorf("attributes read back %v, want %v", got, want)
+	}
+	if typed.n != MaxRequestAttrs || typed.dropped != 1 {
+		t.Errorf("%d attributes, %d dropped; want %d, 1", typed.n, typed.dropped, MaxRequestAttrs)
 	}
 	full := RequestSpan{used: maxAttrBytes - 10}
-	full.SetString(NewKey("endpoint"), "fraud-scoring")
+	full.SetString("endpoint", "fraud-scoring")
 	if full.n != 0 || full.dropped != 1 || full.used != maxAttrBytes-10 {
 		t.Errorf("a span with 10 bytes left: %d attributes, %d dropped, %d bytes used after one of 27 bytes", full.n, full.dropped, full.used)
 	}
