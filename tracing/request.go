@@ -67,9 +67,8 @@ func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
 			s.dropped += len(kvs) - i
 			return
 		}
-		if k, ok := putShort(s.attrs[s.used:], fSpanAttributes, &kvs[i]); ok {
-			s.used += k
-			s.n++
+		if k, ok := putShort(s.free(), fSpanAttributes, &kvs[i]); ok {
+			s.took(k)
 			continue
 		}
 		size, ok := keyValueSize(kvs[i])
@@ -88,34 +87,40 @@ func (s *RequestSpan) SetAttributes(kvs ...attribute.KeyValue) {
 // which is what they save a traced gateway request (docs/operations.md,
 // "Tracing": 1–2 % of its CPU).
 func (s *RequestSpan) SetString(key, v string) {
-	if s.n < MaxRequestAttrs {
-		if k, ok := putShortString(s.attrs[s.used:], fSpanAttributes, key, v); ok {
-			s.used, s.n = s.used+k, s.n+1
-			return
-		}
+	if k, ok := putShortString(s.free(), fSpanAttributes, key, v); ok {
+		s.took(k)
+		return
 	}
 	s.SetAttributes(attribute.String(key, v))
 }
 
 func (s *RequestSpan) SetInt(key string, v int64) {
-	if s.n < MaxRequestAttrs {
-		if k, ok := putShortInt(s.attrs[s.used:], fSpanAttributes, key, v); ok {
-			s.used, s.n = s.used+k, s.n+1
-			return
-		}
+	if k, ok := putShortInt(s.free(), fSpanAttributes, key, v); ok {
+		s.took(k)
+		return
 	}
 	s.SetAttributes(attribute.Int64(key, v))
 }
 
 func (s *RequestSpan) SetBool(key string, v bool) {
-	if s.n < MaxRequestAttrs {
-		if k, ok := putShortBool(s.attrs[s.used:], fSpanAttributes, key, v); ok {
-			s.used, s.n = s.used+k, s.n+1
-			return
-		}
+	if k, ok := putShortBool(s.free(), fSpanAttributes, key, v); ok {
+		s.took(k)
+		return
 	}
 	s.SetAttributes(attribute.Bool(key, v))
 }
+
+// free is where the next attribute's bytes go, nil when s holds
+// MaxRequestAttrs (putShort then writes nothing); took counts an
+// attribute of k bytes written there.
+func (s *RequestSpan) free() []byte {
+	if s.n == MaxRequestAttrs {
+		return nil
+	}
+	return s.attrs[s.used:]
+}
+
+func (s *RequestSpan) took(k int) { s.used, s.n = s.used+k, s.n+1 }
 
 // Attributes are the span's attributes, in the order they were set, read
 // back from their protobuf: for the SDK's read-only span, off the
