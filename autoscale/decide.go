@@ -376,6 +376,22 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 	return s.finish(d)
 }
 
+// HoldFirstWindow is d kept at the current count when it scales down to
+// a count above zero within a scale-down window of since, when the caller
+// began deciding for the endpoint under p: the windows kept by whoever
+// decided before (a leader that stopped, the policy before a change, or
+// nobody at a simulation's start) are not in s, so a reading of one
+// moment must not take replicas away. The autoscaler's loop and the
+// simulation apply it to every decision, after Decide; a decision alone
+// (Decide) is what a full window would decide.
+func HoldFirstWindow(p *Policy, d Decision, since time.Time) Decision {
+	if d.Desired < d.Current && d.Desired > 0 && d.At.Sub(since) < p.ScaleDownStabilization {
+		d.Desired, d.Changed = d.Current, false
+		d.Reason += fmt.Sprintf(" (deciding for %s: no scale-down within the first window %s)", d.At.Sub(since), p.ScaleDownStabilization)
+	}
+	return d
+}
+
 // downHolds is the note of a scale-down held at n by what (the window's
 // highest recommendation when "").
 func downHolds(p *Policy, what string, n int) string {

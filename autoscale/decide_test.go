@@ -517,3 +517,25 @@ func TestBacklogRaisesOnlyWhileItGrowsWithNothingStarting(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldFirstWindowKeepsTheCountWithinIt(t *testing.T) {
+	p := classic(0, 20)
+	since := t0
+	down := Decision{At: t0.Add(p.ScaleDownStabilization - time.Second), Current: 8, Desired: 5, Changed: true, Reason: "rps 1/5 → 8 → 5"}
+	if d := HoldFirstWindow(&p, down, since); d.Desired != 8 || d.Changed || !strings.Contains(d.Reason, "no scale-down within the first window") {
+		t.Errorf("a scale-down within the first window: %+v, want it held at 8", d)
+	}
+	after := down
+	after.At = t0.Add(p.ScaleDownStabilization)
+	if d := HoldFirstWindow(&p, after, since); d.Desired != 5 || !d.Changed || d.Reason != after.Reason {
+		t.Errorf("a scale-down a window after the first decision: %+v, want it as it was", d)
+	}
+	up := Decision{At: t0, Current: 3, Desired: 6, Changed: true}
+	if d := HoldFirstWindow(&p, up, since); d.Desired != 6 || !d.Changed {
+		t.Errorf("a scale-up: %+v, want it as it was", d)
+	}
+	zero := Decision{At: t0, Current: 2, Desired: 0, Changed: true}
+	if d := HoldFirstWindow(&p, zero, since); d.Desired != 0 || !d.Changed {
+		t.Errorf("to zero (the idle grace, which does not need the window): %+v, want it as it was", d)
+	}
+}

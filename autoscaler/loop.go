@@ -221,13 +221,9 @@ func (a *Loop) evaluate(ctx context.Context) (Round, error) {
 			in.LastRequest = *e.WokenAt
 			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.grace
 		}
-		d := s.st.Decide(&p, in)
-		if d.Desired < current && d.Desired > 0 && now.Sub(s.since) < p.ScaleDownStabilization {
-			// A leader that just took over has not seen the window its
-			// predecessor kept: it holds the count for one window.
-			d.Desired, d.Changed = current, false
-			d.Reason += fmt.Sprintf(" (resumed %s ago: no scale-down within the first window %s)", now.Sub(s.since), p.ScaleDownStabilization)
-		}
+		// A leader that just took over has not seen the window its
+		// predecessor kept: it holds the count for one window.
+		d := autoscale.HoldFirstWindow(&p, s.st.Decide(&p, in), s.since)
 		if d.Event != "" {
 			round.Events[e.Name] = d.Event
 		}

@@ -387,7 +387,9 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 		rps, ok, why := autoscale.Forecast(cfg.History, cfg.Clock.At(now), horizon)
 		in.Forecast = &autoscale.Prediction{RPS: rps, OK: ok, Why: why}
 	}
-	d := r.state.Decide(&cfg.Policy, in)
+	// The autoscaler starts with the run: as a new leader, it takes no
+	// replica away within its first scale-down window.
+	d := autoscale.HoldFirstWindow(&cfg.Policy, r.state.Decide(&cfg.Policy, in), time.Unix(0, 0))
 	if r.onDecision != nil {
 		r.onDecision(d)
 	}

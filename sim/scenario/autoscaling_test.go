@@ -58,6 +58,27 @@ func TestAutoscaleNoiseInsideTheToleranceChangesNothing(t *testing.T) {
 	}
 }
 
+// The autoscaler starts with the run, as a new leader does: replicas
+// beyond the load stay until a scale-down window has passed, then go.
+func TestAutoscaleTakesNothingAwayWithinTheFirstWindow(t *testing.T) {
+	t.Parallel()
+	sc := chatScenario("overprovisioned-small", "", 10, 8, 7*time.Minute, &Autoscale{})
+	window := sc.Autoscale.Policy.ScaleDownStabilization
+	a := runAutoscale(t, sc)
+	down := false
+	for _, d := range a.Decisions {
+		if d.To < d.From {
+			down = true
+			if at := time.Duration(d.AtSeconds * float64(time.Second)); at < window {
+				t.Errorf("scaled down at %s, within the first window %s: %+v", at, window, d)
+			}
+		}
+	}
+	if !down {
+		t.Errorf("8 replicas for 10 req/s never scaled down after the first window: %+v", a.Decisions)
+	}
+}
+
 func TestAutoscaleNoiseReversesAtMostOncePerTenMinutes(t *testing.T) {
 	t.Parallel()
 	for _, load := range []struct {
