@@ -20,12 +20,15 @@ run: deps build
 test: deps-test lint verify
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# lint: formatting, vet, staticcheck and the import directions of
-# DESIGN.md section 3 (internal/arch). Generated *_templ.go are gofmt-clean,
-# so nothing is excluded.
+# lint: formatting, vet (the client's binary also for macOS and Windows),
+# staticcheck and the import directions of DESIGN.md section 3
+# (internal/arch). Generated *_templ.go are gofmt-clean, so nothing is
+# excluded.
 lint:
 	@out=$$($(GOFMT) -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./cmd/modelplane
+	GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/modelplane
 	$(GO) tool staticcheck ./...
 	$(GO) test -count=1 -run TestImportDirections ./internal/arch
 
