@@ -98,6 +98,12 @@ type State struct {
 	backlog    [signalCount]float64 // a backlog signal's mean at the last evaluation
 	frozen     bool
 	active     int64 // unix nanoseconds of the last request or activity seen
+	// first is the first evaluation: for a scale-down window after it
+	// nothing scales down (to a count above zero), since the windows of
+	// whoever decided before (a leader that stopped, the policy before a
+	// change, nobody at a simulation's start) are not in this state, and a
+	// reading of one moment must not take replicas away.
+	first int64
 	// loads are the winning loads of the scale-down window, for
 	// ScaleDownMean only; lastUp is when the count last rose (0: never).
 	loads  []loadAt
@@ -116,6 +122,9 @@ type loadAt struct {
 func (s *State) Decide(p *Policy, in Input) Decision {
 	now := in.Now.UnixNano()
 	d := Decision{At: in.Now, Current: in.Current, Ready: len(in.Ready), Starting: max(0, in.Current-len(in.Ready))}
+	if s.first == 0 {
+		s.first = now
+	}
 	if s.active == 0 {
 		s.active = now // the idle clock starts at the first evaluation
 	}
@@ -299,6 +308,9 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 			result, notes = current, []string{fmt.Sprintf("panic: no scale-down until %s", time.Unix(0, s.panicUntil).UTC().Format(time.RFC3339))}
 		case len(missing) > 0:
 			result, notes = current, []string{fmt.Sprintf("%s missing: no scale-down", joinSignals(missing))}
+		case now-s.first < int64(p.ScaleDownStabilization):
+			result, notes = current, []string{fmt.Sprintf("deciding for %s: no scale-down within the first window %s",
+				time.Duration(now-s.first), p.ScaleDownStabilization)}
 		}
 	}
 
@@ -374,22 +386,6 @@ func (s *State) Decide(p *Policy, in Input) Decision {
 		}
 	}
 	return s.finish(d)
-}
-
-// HoldFirstWindow is d kept at the current count when it scales down to
-// a count above zero within a scale-down window of since, when the caller
-// began deciding for the endpoint under p: the windows kept by whoever
-// decided before (a leader that stopped, the policy before a change, or
-// nobody at a simulation's start) are not in s, so a reading of one
-// moment must not take replicas away. The autoscaler's loop and the
-// simulation apply it to every decision, after Decide; a decision alone
-// (Decide) is what a full window would decide.
-func HoldFirstWindow(p *Policy, d Decision, since time.Time) Decision {
-	if d.Desired < d.Current && d.Desired > 0 && d.At.Sub(since) < p.ScaleDownStabilization {
-		d.Desired, d.Changed = d.Current, false
-		d.Reason += fmt.Sprintf(" (deciding for %s: no scale-down within the first window %s)", d.At.Sub(since), p.ScaleDownStabilization)
-	}
-	return d
 }
 
 // downHolds is the note of a scale-down held at n by what (the window's

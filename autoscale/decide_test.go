@@ -101,7 +101,7 @@ func TestOneDecision(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var s State
+			s := deciding(t0)
 			tt.in.Now = t0
 			d := s.Decide(&tt.policy, tt.in)
 			if d.Desired != tt.want || d.Changed != tt.changed || d.Signal != tt.signal {
@@ -518,24 +518,36 @@ func TestBacklogRaisesOnlyWhileItGrowsWithNothingStarting(t *testing.T) {
 	}
 }
 
-func TestHoldFirstWindowKeepsTheCountWithinIt(t *testing.T) {
+// deciding is a state that has decided since an hour before now, with
+// nothing in its windows: a decision of it is one a full window makes.
+func deciding(now time.Time) State { return State{first: now.Add(-time.Hour).UnixNano()} }
+
+// A new state (a new leader, a changed policy, a simulation's start) takes
+// nothing away for a scale-down window after its first evaluation: it
+// scales up, and goes to zero after the idle grace, at once.
+func TestNothingScalesDownWithinTheFirstWindow(t *testing.T) {
+	t.Parallel()
 	p := classic(0, 20)
-	since := t0
-	down := Decision{At: t0.Add(p.ScaleDownStabilization - time.Second), Current: 8, Desired: 5, Changed: true, Reason: "rps 1/5 → 8 → 5"}
-	if d := HoldFirstWindow(&p, down, since); d.Desired != 8 || d.Changed || !strings.Contains(d.Reason, "no scale-down within the first window") {
-		t.Errorf("a scale-down within the first window: %+v, want it held at 8", d)
+	p.ScaleToZeroGrace = time.Minute
+	low := func(at time.Duration) Input {
+		return Input{Now: t0.Add(at), Current: 8, Ready: replicas(8, RPS, 100, QueueDepth, 0), LastRequest: t0.Add(at)}
 	}
-	after := down
-	after.At = t0.Add(p.ScaleDownStabilization)
-	if d := HoldFirstWindow(&p, after, since); d.Desired != 5 || !d.Changed || d.Reason != after.Reason {
-		t.Errorf("a scale-down a window after the first decision: %+v, want it as it was", d)
+	var s State
+	for _, at := range []time.Duration{0, 2 * time.Second, p.ScaleDownStabilization - time.Second} {
+		if d := s.Decide(&p, low(at)); d.Desired != 8 || d.Changed || !strings.Contains(d.Reason, "no scale-down within the first window 5m0s") {
+			t.Errorf("at %s: desired %d (%s), want 8 held", at, d.Desired, d.Reason)
+		}
 	}
-	up := Decision{At: t0, Current: 3, Desired: 6, Changed: true}
-	if d := HoldFirstWindow(&p, up, since); d.Desired != 6 || !d.Changed {
-		t.Errorf("a scale-up: %+v, want it as it was", d)
+	if d := s.Decide(&p, low(p.ScaleDownStabilization)); d.Desired >= 8 || !d.Changed {
+		t.Errorf("a window after the first evaluation: desired %d (%s), want fewer than 8", d.Desired, d.Reason)
 	}
-	zero := Decision{At: t0, Current: 2, Desired: 0, Changed: true}
-	if d := HoldFirstWindow(&p, zero, since); d.Desired != 0 || !d.Changed {
-		t.Errorf("to zero (the idle grace, which does not need the window): %+v, want it as it was", d)
+	var up State
+	if d := up.Decide(&p, Input{Now: t0, Current: 2, Ready: replicas(2, RPS, 9000, QueueDepth, 0)}); d.Desired <= 2 {
+		t.Errorf("first evaluation under load: desired %d (%s), want a scale-up", d.Desired, d.Reason)
+	}
+	var idle State
+	idle.Decide(&p, Input{Now: t0, Current: 2, Ready: replicas(2, RPS, 0, QueueDepth, 0)})
+	if d := idle.Decide(&p, Input{Now: t0.Add(2 * time.Minute), Current: 2, Ready: replicas(2, RPS, 0, QueueDepth, 0)}); d.Desired != 0 {
+		t.Errorf("idle past the grace within the first window: desired %d (%s), want 0", d.Desired, d.Reason)
 	}
 }

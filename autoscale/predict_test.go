@@ -74,23 +74,23 @@ func TestPredictiveOnRaisesAndAdvisoryOnlyRecords(t *testing.T) {
 		return Input{Now: t0, Current: 4, Ready: replicas(4, RPS, 2500, QueueDepth, 0),
 			Forecast: &Prediction{RPS: 40000, OK: true}}
 	}
-	// rps 2500/5000 on 4 wants 2 (a first evaluation: nothing in the down
-	// window holds it); the forecast of 40,000 req/s wants 8.
+	// rps 2500/5000 on 4 wants 2 (a state deciding for an hour with
+	// nothing in the down window to hold it); the forecast of 40,000 req/s wants 8.
 	p := classic(1, 100)
 	p.Predictive = PredictiveAdvisory
-	var s State
+	s := deciding(t0)
 	d := s.Decide(&p, in())
 	if d.Desired != 2 || d.Predicted != 8 || !strings.Contains(d.Reason, "predictive would have asked 8 (forecast 40000 req/s)") {
 		t.Errorf("advisory: desired %d predicted %d: %s", d.Desired, d.Predicted, d.Reason)
 	}
 	p.Predictive = PredictiveOn
-	s = State{}
+	s = deciding(t0)
 	d = s.Decide(&p, in())
 	if d.Desired != 8 || !d.Changed || !strings.Contains(d.Reason, "predictive: forecast 40000 req/s asks 8") {
 		t.Errorf("on: desired %d: %s", d.Desired, d.Reason)
 	}
 	// On never lowers: a forecast below the load keeps what the load wants.
-	s = State{}
+	s = deciding(t0)
 	low := in()
 	low.Ready = replicas(4, RPS, 10000, QueueDepth, 0)
 	low.Forecast = &Prediction{RPS: 5000, OK: true}
@@ -98,21 +98,21 @@ func TestPredictiveOnRaisesAndAdvisoryOnlyRecords(t *testing.T) {
 		t.Errorf("on, low forecast: desired %d predicted %d, want 8 and 1: %s", d.Desired, d.Predicted, d.Reason)
 	}
 	// max_replicas clamps the forecast too.
-	s = State{}
+	s = deciding(t0)
 	capped := classic(1, 6)
 	capped.Predictive = PredictiveOn
 	if d := s.Decide(&capped, in()); d.Desired != 6 {
 		t.Errorf("on, max 6: desired %d: %s", d.Desired, d.Reason)
 	}
 	// No forecast: nothing changes and the reason says why.
-	s = State{}
+	s = deciding(t0)
 	none := in()
 	none.Forecast = &Prediction{Why: "history covers 72h0m0s, a forecast needs 168h0m0s"}
 	if d := s.Decide(&p, none); d.Desired != 2 || !strings.Contains(d.Reason, "predictive: no forecast: history covers 72h") {
 		t.Errorf("on, no forecast: desired %d: %s", d.Desired, d.Reason)
 	}
 	// Off ignores a forecast.
-	s = State{}
+	s = deciding(t0)
 	off := classic(1, 100)
 	if d := s.Decide(&off, in()); d.Desired != 2 || d.Predicted != 0 || strings.Contains(d.Reason, "predictive") {
 		t.Errorf("off: desired %d predicted %d: %s", d.Desired, d.Predicted, d.Reason)

@@ -77,10 +77,6 @@ type scaleState struct {
 	st autoscale.State
 	// key is the policy the state was built under; another starts afresh.
 	key string
-	// since is when this process started evaluating the endpoint under
-	// key: for a window after it, nothing scales down, since the windows
-	// of the leader before were not handed over.
-	since time.Time
 }
 
 // Options configure a Loop. Clock and Grace are required.
@@ -198,7 +194,7 @@ func (a *Loop) evaluate(ctx context.Context) (Round, error) {
 		key := fmt.Sprintf("%s|%d|%d", e.AutoscalePolicy, e.MinReplicas, e.MaxReplicas)
 		s := a.states[e.ID]
 		if s == nil || s.key != key {
-			s = &scaleState{key: key, since: now}
+			s = &scaleState{key: key}
 			a.states[e.ID] = s
 		}
 		l := loads[e.ID]
@@ -221,9 +217,9 @@ func (a *Loop) evaluate(ctx context.Context) (Round, error) {
 			in.LastRequest = *e.WokenAt
 			in.Wake = current == 0 && now.Sub(*e.WokenAt) < a.grace
 		}
-		// A leader that just took over has not seen the window its
-		// predecessor kept: it holds the count for one window.
-		d := autoscale.HoldFirstWindow(&p, s.st.Decide(&p, in), s.since)
+		// A new state (a leader that just took over, a changed policy)
+		// scales nothing down for its first window (autoscale.State).
+		d := s.st.Decide(&p, in)
 		if d.Event != "" {
 			round.Events[e.Name] = d.Event
 		}

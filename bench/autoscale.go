@@ -121,9 +121,10 @@ const (
 	// autoscaleInterval is the evaluation interval: the lower end of the
 	// issue's 2–5 s, so the 1 % target is the stricter 20 ms.
 	autoscaleInterval = 2 * time.Second
-	// autoscaleWarmup fills every endpoint's 300 s scale-down window
-	// before the timed rounds, as a leader that has run a while has.
-	autoscaleWarmup = 150
+	// autoscaleWarmup runs a new leader's first 300 s scale-down window,
+	// in which nothing scales down, and fills the next one before the
+	// timed rounds, as a leader that has run a while has.
+	autoscaleWarmup = 300
 	autoscaleRounds = 50
 )
 

@@ -389,7 +389,7 @@ func (r *autoscaleRun) evaluate(f *fleet, now time.Duration) {
 	}
 	// The autoscaler starts with the run: as a new leader, it takes no
 	// replica away within its first scale-down window.
-	d := autoscale.HoldFirstWindow(&cfg.Policy, r.state.Decide(&cfg.Policy, in), time.Unix(0, 0))
+	d := r.state.Decide(&cfg.Policy, in)
 	if r.onDecision != nil {
 		r.onDecision(d)
 	}
