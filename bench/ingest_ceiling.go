@@ -306,8 +306,17 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 		pinned                             = make([]uint8, 0, n)
 		endpointID                         = make([]int64, 0, n)
 	)
-	perGateway := make([][][]byte, smallPublishers)
-	feats := []string{"a", "b", "c"}
+	var (
+		msgs  []smallMsg
+		b     = make([]busapi.SampleBody, smallPublishers)
+		feats = []string{"a", "b", "c"}
+	)
+	// send makes gateway g's message of what it gathered, as its sampler
+	// does.
+	send := func(g int) {
+		id := fmt.Sprintf("gw-%d/%d", g, len(msgs))
+		msgs = append(msgs, smallMsg{subject: busapi.PredictionBatchSubject, id: id, data: b[g].Message(id, fmt.Sprintf("gw-%d", g))})
+	}
 	for i := range predSamples {
 		ep := i % 1000
 		s := busapi.PredictionSample{ID: fmt.Sprintf("req-%07d", i), Time: t0.UnixMilli() + int64(i/50), Endpoint: fmt.Sprintf("endpoint-%d", ep),
@@ -316,11 +325,12 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 			s.Instances = append(s.Instances, busapi.SampleInstance{Num: []float64{float64(k), float64(i % 13), 0.25}, Str: []string{"", "", ""},
 				Score: float64((i+k)%100) / 100, Label: []string{"cat", "dog"}[(i+k)%2]})
 		}
-		data, err := json.Marshal(s)
-		if err != nil {
-			panic(err) // plain structs always encode
+		if g := i % smallPublishers; !b[g].Add(&s) {
+			send(g)
+			b[g].Add(&s)
+		} else if b[g].Len() == busapi.PredictionBatchMaxSamples {
+			send(g)
 		}
-		perGateway[i%smallPublishers] = append(perGateway[i%smallPublishers], data)
 		for k, in := range s.Instances {
 			ts = append(ts, time.UnixMilli(s.Time).UTC())
 			tsMS = append(tsMS, uint16(s.Time%1000))
@@ -331,12 +341,10 @@ func predictionTraffic(t0 time.Time) ([]smallMsg, []any) {
 			latency, seq, pinned, endpointID = append(latency, s.LatencyMS), append(seq, uint64(i+1)), append(pinned, 0), append(endpointID, s.EndpointID)
 		}
 	}
-	var msgs []smallMsg
-	for g, items := range perGateway {
-		msgs = append(msgs, gatewayBatches(busapi.PredictionBatchSubject, items, busapi.PredictionBatchMaxSamples, func(part int) (string, any) {
-			id := fmt.Sprintf("gw-%d/%d", g, part)
-			return id, busapi.PredictionBatch{ID: id, Gateway: fmt.Sprintf("gw-%d", g)}
-		})...)
+	for g := range b {
+		if b[g].Len() > 0 {
+			send(g)
+		}
 	}
 	return msgs, []any{ts, tsMS, endpoint, team, version, requestID, instance, names, values, strs, score, label, tokens, latency, seq, pinned, endpointID}
 }

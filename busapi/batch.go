@@ -6,9 +6,9 @@ import "encoding/json"
 const batchHead = 512
 
 // BatchBody gathers encoded JSON values, the items of one batch message
-// (PredictionBatch, ReqStatsBatch), up to BatchMaxBytes: a gateway builds
-// its messages with it, and `modelplane bench ingest` the messages it
-// publishes as gateways would.
+// (ReqStatsBatch; a PredictionBatch goes in binary, SampleBody), up to
+// BatchMaxBytes: a gateway builds its messages with it, and `modelplane
+// bench ingest` the messages it publishes as gateways would.
 type BatchBody struct {
 	items []byte // comma separated
 	n     int

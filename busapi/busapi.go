@@ -1030,8 +1030,10 @@ const PredictionBatchSubject = "mp.pred.batch"
 // PredictionBatch is one MP_PREDICTIONS message: the samples a gateway took
 // over a short while, of any endpoints. A message per sample cost the
 // ingest more in NATS deliveries and acks than in everything else it does
-// (`modelplane bench ingest`). ID, the Nats-Msg-Id, is the first sample's
-// request id: each sample is in one batch, so no two batches share it.
+// (`modelplane bench ingest`). ID, the Nats-Msg-Id, is random: request ids
+// are the callers' and can repeat. A gateway sends it in binary
+// (SampleBody); gateways of earlier versions sent it as JSON, with these
+// field names.
 type PredictionBatch struct {
 	ID      string             `json:"id"`
 	Gateway string             `json:"gateway"`

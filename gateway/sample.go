@@ -113,7 +113,7 @@ func (s *sampler) counters() SampleCounters {
 // gateway's restart loses none of the samples waiting for their linger.
 func (s *sampler) run(ctx context.Context) {
 	var (
-		b      busapi.BatchBody
+		b      busapi.SampleBody
 		linger <-chan time.Time // nil while b is empty
 	)
 	for {
@@ -148,18 +148,18 @@ func (s *sampler) run(ctx context.Context) {
 
 // take adds p's sample to b, publishing b first when the sample does not
 // fit and after when b is full; it reports whether it published.
-func (s *sampler) take(ctx context.Context, b *busapi.BatchBody, p *pending) bool {
-	data, ok := p.encode()
+func (s *sampler) take(ctx context.Context, b *busapi.SampleBody, p *pending) bool {
+	m, ok := p.sample()
 	if !ok {
 		s.dropped.Add(1)
 		return false
 	}
 	published := false
-	if !b.Fits(data) {
+	if !b.Add(&m) {
 		s.publish(ctx, b)
 		published = true
+		b.Add(&m) // the first always fits
 	}
-	b.Add(data)
 	if b.Len() == busapi.PredictionBatchMaxSamples {
 		s.publish(ctx, b)
 		published = true
@@ -168,14 +168,14 @@ func (s *sampler) take(ctx context.Context, b *busapi.BatchBody, p *pending) boo
 }
 
 // publish sends b as one message and empties it.
-func (s *sampler) publish(ctx context.Context, b *busapi.BatchBody) {
+func (s *sampler) publish(ctx context.Context, b *busapi.SampleBody) {
 	n := uint64(b.Len())
 	if n == 0 {
 		return
 	}
 	// The message id only has to be unique: request ids are the callers'
 	// and a shadow's sample shares its request's.
-	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.Message(busapi.PredictionBatch{ID: crand.Text(), Gateway: s.gateway})}
+	msg := &nats.Msg{Subject: busapi.PredictionBatchSubject, Data: b.Message(crand.Text(), s.gateway)}
 	pctx, cancel := context.WithTimeout(ctx, samplePublishTimeout)
 	_, err := s.pub.PublishMsg(pctx, msg)
 	cancel()
@@ -187,16 +187,6 @@ func (s *sampler) publish(ctx context.Context, b *busapi.BatchBody) {
 	}
 	s.published.Add(n)
 	s.messages.Add(1)
-}
-
-// encode is p's sample as JSON; ok is false when the answer cannot be read.
-func (p *pending) encode() ([]byte, bool) {
-	m, ok := p.sample()
-	if !ok {
-		return nil, false
-	}
-	data, err := json.Marshal(m)
-	return data, err == nil
 }
 
 // sample extracts the features and outputs of p; ok is false when the

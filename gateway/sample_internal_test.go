@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -111,8 +110,8 @@ func (r *recordingNATS) batches(t *testing.T) []busapi.PredictionBatch {
 		if len(m.Data) > busapi.BatchMaxBytes {
 			t.Fatalf("a message of %d bytes, over %d", len(m.Data), busapi.BatchMaxBytes)
 		}
-		var b busapi.PredictionBatch
-		if err := json.Unmarshal(m.Data, &b); err != nil {
+		b, err := busapi.DecodeSamples(m.Data)
+		if err != nil {
 			t.Fatalf("message %q: %v", m.Data, err)
 		}
 		out = append(out, b)

@@ -82,8 +82,8 @@ func streamSamples(t *testing.T, nc *nats.Conn) []streamSample {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b busapi.PredictionBatch
-		if m.Subject != busapi.PredictionBatchSubject || json.Unmarshal(m.Data, &b) != nil || len(b.Samples) == 0 {
+		b, err := busapi.DecodeSamples(m.Data)
+		if m.Subject != busapi.PredictionBatchSubject || err != nil || len(b.Samples) == 0 {
 			t.Fatalf("message %d on %s is no batch of samples: %s", seq, m.Subject, m.Data)
 		}
 		for _, smp := range b.Samples {

@@ -117,14 +117,15 @@ func TestPredictionsBatches(t *testing.T) {
 			all = append(all, shadow)
 		}
 	}
-	batches := []busapi.PredictionBatch{{ID: "b1", Gateway: "gw-1", Samples: all[:17]}, {ID: "b2", Gateway: "gw-2", Samples: all[17:]}}
-	for _, b := range batches {
-		e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, b), b.ID, true)
-	}
+	// The first in binary, as gateways send them; the second in JSON, as
+	// gateways of an earlier version do.
+	first := binaryBatch("b1", all[:17]...)
+	e.publishRaw(t, busapi.PredictionBatchSubject, first, "b1", true)
+	e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, busapi.PredictionBatch{ID: "b2", Gateway: "gw-2", Samples: all[17:]}), "b2", true)
 	wait.Eventually(t, 30*time.Second, func() bool { return c.Stats().Samples == uint64(len(all)) }, "waiting for the batches stored")
 	// The first batch again, without its id: a redelivery past the
 	// duplicate window.
-	e.publishRaw(t, busapi.PredictionBatchSubject, mustJSON(t, batches[0]), "", false)
+	e.publishRaw(t, busapi.PredictionBatchSubject, first, "", false)
 	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Duplicates == 17 }, "waiting for drained")
 
 	var rows, samples, shadows uint64
@@ -169,10 +170,26 @@ func TestPredictionsPoisonTerminated(t *testing.T) {
 	// A batch on an endpoint's subject, where only lone samples were.
 	e.publishRaw(t, busapi.PredictionSubject("fraud"), mustJSON(t, busapi.PredictionBatch{ID: "astray", Samples: []busapi.PredictionSample{fraudSample(12)}}),
 		"astray", true)
-	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 3 }, "waiting for drained")
-	if s := c.Stats(); s.Poison != 6 || s.Refused != 2 || s.Rows != 6 {
-		t.Fatalf("stats %+v; want 6 poison, 2 refused, 6 rows", s)
+	// Binary batches: cut short, astray, of no samples, and one sample of
+	// two that can be stored.
+	cut := binaryBatch("cut", fraudSample(13))
+	e.publishRaw(t, busapi.PredictionBatchSubject, cut[:len(cut)-3], "cut", true)
+	e.publishRaw(t, busapi.PredictionSubject("fraud"), binaryBatch("astray-binary", fraudSample(14)), "astray-binary", true)
+	e.publishRaw(t, busapi.PredictionBatchSubject, binaryBatch("none"), "none", true)
+	e.publishRaw(t, busapi.PredictionBatchSubject, binaryBatch("mixed-binary", ragged, fraudSample(15)), "mixed-binary", true)
+	wait.Eventually(t, 30*time.Second, func() bool { return e.predictionsDrained(t) && c.Stats().Samples == 4 }, "waiting for drained")
+	if s := c.Stats(); s.Poison != 9 || s.Refused != 3 || s.Rows != 8 {
+		t.Fatalf("stats %+v; want 9 poison, 3 refused, 8 rows", s)
 	}
+}
+
+// binaryBatch is samples in one batch as a gateway sends it.
+func binaryBatch(id string, samples ...busapi.PredictionSample) []byte {
+	var b busapi.SampleBody
+	for i := range samples {
+		b.Add(&samples[i])
+	}
+	return b.Message(id, "gw-1")
 }
 
 func mustJSON(t *testing.T, v any) []byte {

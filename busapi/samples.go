@@ -1,0 +1,297 @@
+package busapi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// A gateway's PredictionBatch goes over the bus in a binary form of its own
+// rather than as JSON: the ingest spent more of its CPU on reading the JSON
+// (its numbers above all) than on everything else it did with a sample
+// (docs/decisions.md, "Prediction samples travel in binary"). The ingest still reads
+// a JSON batch or lone sample, what gateways of earlier versions publish.
+//
+// The form, every integer a varint (encoding/binary's), every float64 its
+// IEEE 754 bits in 8 bytes little-endian, every string its length (a
+// uvarint) and its bytes:
+//
+//	"MPS1" id gateway count sample…
+//	sample: ID Time Endpoint Team Version LatencyMS Tokens flags EndpointID
+//	        len(FeatureNames) name… len(Instances) instance…
+//	instance: len(Num) num… len(Str) str… Score Label
+//
+// flags is one byte: 1 when Pinned.
+const samplesMagic = "MPS1"
+
+// IsBinarySamples reports whether data is a binary PredictionBatch
+// (SampleBody.Message), not JSON.
+func IsBinarySamples(data []byte) bool {
+	return len(data) >= len(samplesMagic) && string(data[:len(samplesMagic)]) == samplesMagic
+}
+
+// SampleBody gathers encoded samples for one binary PredictionBatch message,
+// up to BatchMaxBytes: a gateway's sampler builds its messages with it, and
+// `modelplane bench ingest` the messages it publishes as gateways would.
+type SampleBody struct {
+	items []byte
+	n     int
+}
+
+// Len is the number of samples gathered.
+func (b *SampleBody) Len() int { return b.n }
+
+// Add encodes s into b and reports true, unless b holds samples already and
+// the message would grow past BatchMaxBytes with s, in which case b is left
+// as it was; the first sample is always added.
+func (b *SampleBody) Add(s *PredictionSample) bool {
+	mark := len(b.items)
+	b.items = appendSample(b.items, s)
+	if b.n > 0 && batchHead+len(b.items) > BatchMaxBytes {
+		b.items = b.items[:mark]
+		return false
+	}
+	b.n++
+	return true
+}
+
+// Message returns the batch of the samples gathered, with id and gateway,
+// and empties b.
+func (b *SampleBody) Message(id, gateway string) []byte {
+	data := make([]byte, 0, len(samplesMagic)+len(id)+len(gateway)+3*binary.MaxVarintLen64+len(b.items))
+	data = append(data, samplesMagic...)
+	data = appendString(appendString(data, id), gateway)
+	data = binary.AppendUvarint(data, uint64(b.n))
+	data = append(data, b.items...)
+	b.items, b.n = b.items[:0], 0
+	return data
+}
+
+func appendSample(b []byte, s *PredictionSample) []byte {
+	b = appendString(b, s.ID)
+	b = binary.AppendVarint(b, s.Time)
+	b = appendString(appendString(appendString(b, s.Endpoint), s.Team), s.Version)
+	b = appendFloat(b, s.LatencyMS)
+	b = binary.AppendVarint(b, int64(s.Tokens))
+	var flags byte
+	if s.Pinned {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendVarint(b, s.EndpointID)
+	b = binary.AppendUvarint(b, uint64(len(s.FeatureNames)))
+	for _, n := range s.FeatureNames {
+		b = appendString(b, n)
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.Instances)))
+	for i := range s.Instances {
+		in := &s.Instances[i]
+		b = binary.AppendUvarint(b, uint64(len(in.Num)))
+		for _, v := range in.Num {
+			b = appendFloat(b, v)
+		}
+		b = binary.AppendUvarint(b, uint64(len(in.Str)))
+		for _, v := range in.Str {
+			b = appendString(b, v)
+		}
+		b = appendString(appendFloat(b, in.Score), in.Label)
+	}
+	return b
+}
+
+// DecodeSamples parses a binary PredictionBatch (IsBinarySamples). The
+// message is copied once: every string of the batch is a part of that copy,
+// and the instances and their numbers and strings are cut from one array
+// each, so that a batch of a thousand samples is a handful of allocations
+// rather than tens of thousands. A batch that does not parse is an error,
+// never a panic (FuzzDecodeSamples).
+func DecodeSamples(data []byte) (PredictionBatch, error) {
+	if !IsBinarySamples(data) {
+		return PredictionBatch{}, errors.New("not a binary batch of samples")
+	}
+	body := data[len(samplesMagic):]
+	d := sampleDecoder{b: body, s: string(body)}
+	b := PredictionBatch{ID: d.str(), Gateway: d.str()}
+	n := d.count(minSampleBytes)
+	if d.err != nil {
+		return PredictionBatch{}, d.err
+	}
+	b.Samples = make([]PredictionSample, n)
+	for i := range b.Samples {
+		d.sample(&b.Samples[i])
+		if d.err != nil {
+			return PredictionBatch{}, fmt.Errorf("sample %d: %w", i, d.err)
+		}
+	}
+	if d.i != len(d.b) {
+		return PredictionBatch{}, fmt.Errorf("%d bytes after the last sample", len(d.b)-d.i)
+	}
+	return b, nil
+}
+
+// The fewest bytes each part takes, which bound a count before anything is
+// made for it.
+const (
+	minSampleBytes   = 4 + 1 + 8 + 1 + 1 + 1 + 2 // four strings, time, latency, tokens, flags, endpoint id, two counts
+	minInstanceBytes = 2 + 8 + 1                 // two counts, score, label
+)
+
+// sampleDecoder reads one binary batch from b, its strings from s, a copy
+// of b; the first error stops it (every read after returns zero values) and
+// stays in err.
+type sampleDecoder struct {
+	b   []byte
+	s   string
+	i   int
+	err error
+	// The arrays the batch's slices are cut from, grown a chunk at a time.
+	nums  []float64
+	strs  []string
+	insts []SampleInstance
+}
+
+// arenaChunk is how many elements each array gets at least when it runs
+// out.
+const arenaChunk = 1024
+
+func (d *sampleDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%s at byte %d: truncated or malformed", what, len(samplesMagic)+d.i)
+	}
+}
+
+func (d *sampleDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b[d.i:])
+	if n <= 0 {
+		d.fail("a number")
+		return 0
+	}
+	d.i += n
+	return x
+}
+
+func (d *sampleDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Varint(d.b[d.i:])
+	if n <= 0 {
+		d.fail("a number")
+		return 0
+	}
+	d.i += n
+	return x
+}
+
+// count reads a count of parts of at least min bytes each, refusing one
+// the bytes left cannot hold.
+func (d *sampleDecoder) count(min int) int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(d.left()/min) {
+		d.fail("a count")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *sampleDecoder) str() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(d.left()) {
+		d.fail("a string")
+		return ""
+	}
+	s := d.s[d.i : d.i+int(n)]
+	d.i += int(n)
+	return s
+}
+
+func (d *sampleDecoder) float() float64 {
+	if d.err != nil || d.left() < 8 {
+		d.fail("a float")
+		return 0
+	}
+	f := math.Float64frombits(binary.LittleEndian.Uint64(d.b[d.i:]))
+	d.i += 8
+	return f
+}
+
+func (d *sampleDecoder) sample(s *PredictionSample) {
+	s.ID = d.str()
+	s.Time = d.varint()
+	s.Endpoint, s.Team, s.Version = d.str(), d.str(), d.str()
+	s.LatencyMS = d.float()
+	s.Tokens = int(d.varint())
+	if d.err == nil && d.i < len(d.b) {
+		s.Pinned = d.b[d.i]&1 != 0
+		d.i++
+	} else {
+		d.fail("flags")
+	}
+	s.EndpointID = d.varint()
+	if n := d.count(1); n > 0 {
+		s.FeatureNames = d.strings(n)
+	}
+	if n := d.count(minInstanceBytes); n > 0 {
+		s.Instances = d.instances(n)
+		for i := range s.Instances {
+			in := &s.Instances[i]
+			in.Num = d.floats(d.count(8))
+			in.Str = d.strings(d.count(1))
+			in.Score, in.Label = d.float(), d.str()
+		}
+	}
+}
+
+// floats reads n numbers into a slice of d.nums.
+func (d *sampleDecoder) floats(n int) []float64 {
+	d.nums = grow(d.nums, n, d.left()/8)
+	out := d.nums[len(d.nums) : len(d.nums)+n : len(d.nums)+n]
+	for i := range out {
+		out[i] = d.float()
+	}
+	d.nums = d.nums[:len(d.nums)+n]
+	return out
+}
+
+// strings reads n strings into a slice of d.strs.
+func (d *sampleDecoder) strings(n int) []string {
+	d.strs = grow(d.strs, n, d.left())
+	out := d.strs[len(d.strs) : len(d.strs)+n : len(d.strs)+n]
+	for i := range out {
+		out[i] = d.str()
+	}
+	d.strs = d.strs[:len(d.strs)+n]
+	return out
+}
+
+func (d *sampleDecoder) instances(n int) []SampleInstance {
+	d.insts = grow(d.insts, n, d.left()/minInstanceBytes)
+	out := d.insts[len(d.insts) : len(d.insts)+n : len(d.insts)+n]
+	d.insts = d.insts[:len(d.insts)+n]
+	return out
+}
+
+// left is the number of bytes not read yet.
+func (d *sampleDecoder) left() int { return len(d.b) - d.i }
+
+// grow returns a with room for n more, in a new array when a has none (the
+// slices cut before stay in the old one), of arenaChunk elements or as many
+// as the bytes left can hold (fit), whichever is fewer, and at least n.
+func grow[T any](a []T, n, fit int) []T {
+	if cap(a)-len(a) >= n {
+		return a
+	}
+	return make([]T, 0, max(n, min(arenaChunk, fit)))
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}

@@ -1,0 +1,175 @@
+package busapi_test
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"modelplane/busapi"
+)
+
+// testSamples are a predict sample (numeric and string features, two
+// instances, pinned), an LLM completion's and one with odd values: what a
+// gateway's sampler sends.
+func testSamples() []busapi.PredictionSample {
+	return []busapi.PredictionSample{
+		{ID: "req-1", Time: 1_765_000_000_123, Endpoint: "fraud-scoring", Team: "risk", Version: "v23", LatencyMS: 3.25,
+			FeatureNames: []string{"amount", "country", "is_new"}, Pinned: true, EndpointID: 7,
+			Instances: []busapi.SampleInstance{
+				{Num: []float64{120.5, 0, 1}, Str: []string{"", "DE", ""}, Score: 0.93, Label: "fraud"},
+				{Num: []float64{-3e-9, 0, 0}, Str: []string{"", "ünïcödé", ""}, Score: 0.01, Label: "legit"},
+			}},
+		{ID: "chat-9", Time: 1_765_000_000_999, Endpoint: "chat", Team: "search", Version: "v3", LatencyMS: 1840.5, Tokens: 312, EndpointID: 1 << 40},
+		{ID: strings.Repeat("x", 300), Time: -1, Endpoint: "e", Team: "", Version: "v", LatencyMS: math.MaxFloat64, Tokens: -2,
+			FeatureNames: []string{""}, Instances: []busapi.SampleInstance{{Num: []float64{math.Inf(-1)}, Str: []string{"a\x00b"}}}},
+	}
+}
+
+// normal is s with every empty slice nil, as a decoded batch holds them.
+func normal(s []busapi.PredictionSample) []busapi.PredictionSample {
+	out := make([]busapi.PredictionSample, len(s))
+	for i, x := range s {
+		if len(x.FeatureNames) == 0 {
+			x.FeatureNames = nil
+		}
+		if len(x.Instances) == 0 {
+			x.Instances = nil
+		}
+		ins := make([]busapi.SampleInstance, len(x.Instances))
+		for k, in := range x.Instances {
+			if len(in.Num) == 0 {
+				in.Num = nil
+			}
+			if len(in.Str) == 0 {
+				in.Str = nil
+			}
+			ins[k] = in
+		}
+		if x.Instances != nil {
+			x.Instances = ins
+		}
+		out[i] = x
+	}
+	return out
+}
+
+// TestSampleBodyRoundTrip: a message holds the samples added, with the
+// batch's id and gateway, and decodes to them exactly.
+func TestSampleBodyRoundTrip(t *testing.T) {
+	var b busapi.SampleBody
+	want := testSamples()
+	for i := range want {
+		if !b.Add(&want[i]) {
+			t.Fatalf("sample %d did not fit", i)
+		}
+	}
+	data := b.Message("b1", "gw-1")
+	if !busapi.IsBinarySamples(data) {
+		t.Fatal("the message is not a binary batch")
+	}
+	got, err := busapi.DecodeSamples(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "b1" || got.Gateway != "gw-1" || !reflect.DeepEqual(got.Samples, normal(want)) {
+		t.Fatalf("decoded %+v, want id b1, gateway gw-1 and %+v", got, want)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("Len %d after Message, want 0", b.Len())
+	}
+	empty, err := busapi.DecodeSamples(b.Message("b2", "gw-1"))
+	if err != nil || empty.ID != "b2" || len(empty.Samples) != 0 {
+		t.Fatalf("an empty batch decoded to %+v, %v", empty, err)
+	}
+}
+
+// TestSampleBodyFull fills a body past BatchMaxBytes: the samples that fit
+// make a message within it that decodes to them; the one refused leaves
+// the body as it was, and the first always fits.
+func TestSampleBodyFull(t *testing.T) {
+	var b busapi.SampleBody
+	s := busapi.PredictionSample{ID: "r", Endpoint: "e", Version: strings.Repeat("v", 10_000)}
+	n := 0
+	for b.Add(&s) {
+		n++
+	}
+	if b.Len() != n || n < 2 {
+		t.Fatalf("Len %d after %d added", b.Len(), n)
+	}
+	data := b.Message("b1", "gw-1")
+	got, err := busapi.DecodeSamples(data)
+	if err != nil || len(data) > busapi.BatchMaxBytes || len(got.Samples) != n {
+		t.Fatalf("a message of %d bytes with %d of %d samples: %v", len(data), len(got.Samples), n, err)
+	}
+	big := busapi.PredictionSample{ID: strings.Repeat("r", busapi.BatchMaxBytes)}
+	if !b.Add(&big) || b.Len() != 1 {
+		t.Fatal("the first sample does not fit")
+	}
+}
+
+// TestDecodeSamplesRefusesEveryCut: each shorter prefix of a message, and
+// the message with a byte more, is an error, not a panic or a batch.
+func TestDecodeSamplesRefusesEveryCut(t *testing.T) {
+	var b busapi.SampleBody
+	for _, s := range testSamples() {
+		b.Add(&s)
+	}
+	data := b.Message("b1", "gw-1")
+	for n := range len(data) {
+		if got, err := busapi.DecodeSamples(data[:n]); err == nil {
+			t.Fatalf("%d of %d bytes decoded to %+v", n, len(data), got)
+		}
+	}
+	if _, err := busapi.DecodeSamples(append(data, 0)); err == nil {
+		t.Fatal("a trailing byte decoded")
+	}
+	if _, err := busapi.DecodeSamples([]byte(`{"id":"b1","samples":[]}`)); err == nil {
+		t.Fatal("JSON decoded as a binary batch")
+	}
+}
+
+// FuzzDecodeSamples: no input panics, and what decodes encodes to a
+// message that decodes to the same batch: compared encoded, so that every
+// float is compared by its bits (a NaN is not equal to itself).
+func FuzzDecodeSamples(f *testing.F) {
+	var b busapi.SampleBody
+	for _, s := range testSamples() {
+		b.Add(&s)
+		f.Add(b.Message("b", "g"))
+	}
+	for _, s := range testSamples() {
+		b.Add(&s)
+	}
+	f.Add(b.Message("b1", "gw-1"))
+	f.Add([]byte("MPS1\x00\x00\x05"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := busapi.DecodeSamples(data)
+		if err != nil {
+			return
+		}
+		once, ok := encode(got)
+		if !ok {
+			return // past BatchMaxBytes: not a batch a gateway sends
+		}
+		back, err := busapi.DecodeSamples(once)
+		if err != nil {
+			t.Fatalf("a decoded batch encodes to one that does not decode: %v", err)
+		}
+		if twice, _ := encode(back); string(twice) != string(once) {
+			t.Fatalf("decoded again to %q, want %q", twice, once)
+		}
+	})
+}
+
+// encode is b as a SampleBody makes it; ok is false when it does not fit
+// one message.
+func encode(b busapi.PredictionBatch) ([]byte, bool) {
+	var body busapi.SampleBody
+	for i := range b.Samples {
+		if !body.Add(&b.Samples[i]) {
+			return nil, false
+		}
+	}
+	return body.Message(b.ID, b.Gateway), true
+}
