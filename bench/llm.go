@@ -23,8 +23,10 @@ import (
 // llmResult is `modelplane bench llm`: the built-in LLM engine on the
 // demo GGUF, on one core.
 type llmResult struct {
-	ModelBytes int64 `json:"model_bytes"`
-	GOMAXPROCS int   `json:"gomaxprocs"`
+	// Name is "llm", by which `bench summary` finds the result.
+	Name       string `json:"name"`
+	ModelBytes int64  `json:"model_bytes"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
 
 	TokensPerSecBatch1  float64 `json:"tokens_per_s_batch1"`
 	TokensPerSecStreams float64 `json:"tokens_per_s_16_streams"`
@@ -223,7 +225,7 @@ func measureLLM(ctx context.Context, sz llmSizes, big *llm.Config, bigSz llmSize
 	if err != nil {
 		return llmResult{}, err
 	}
-	res := llmResult{ModelBytes: size, GOMAXPROCS: 1, FMAPeakMaddsPerCPUS: round3(fmaPeak(fmaPeakSteps, 5))}
+	res := llmResult{Name: "llm", ModelBytes: size, GOMAXPROCS: 1, FMAPeakMaddsPerCPUS: round3(fmaPeak(fmaPeakSteps, 5))}
 	m := yielding{loaded}
 	rng := rand.New(rand.NewPCG(1, 2))
 	randPrompt := promptsOf(rng)

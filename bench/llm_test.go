@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -187,6 +189,11 @@ func TestLLMBenchRunsASmallSweep(t *testing.T) {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, b)
 		}
+	}
+	// `make bench`'s table finds it: without a name it reported the llm
+	// benchmark as printing no result, and failed.
+	if results, err := readResults(bytes.NewReader(b), io.Discard); err != nil || results["llm"] == nil {
+		t.Errorf("bench summary does not find the result (%v): %.200s", err, b)
 	}
 	checkSweep(t, "demo", res.llmBatching)
 	mb := res.MemoryBound
