@@ -161,24 +161,16 @@ func (d *sampleDecoder) fail(what string) {
 	}
 }
 
-func (d *sampleDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(d.b[d.i:])
-	if n <= 0 {
-		d.fail("a number")
-		return 0
-	}
-	d.i += n
-	return x
-}
+func (d *sampleDecoder) uvarint() uint64 { return number(d, binary.Uvarint) }
 
-func (d *sampleDecoder) varint() int64 {
+func (d *sampleDecoder) varint() int64 { return number(d, binary.Varint) }
+
+// number reads one varint with read (binary.Uvarint or binary.Varint).
+func number[T uint64 | int64](d *sampleDecoder, read func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	x, n := binary.Varint(d.b[d.i:])
+	x, n := read(d.b[d.i:])
 	if n <= 0 {
 		d.fail("a number")
 		return 0
