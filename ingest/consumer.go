@@ -286,6 +286,9 @@ func decodeHeld[T any](msgs []jetstream.Msg, log *slog.Logger, what string, n he
 			kept = append(kept, items[i])
 		}
 		if len(kept) == 0 {
+			if err == nil { // a message that decodes to no item
+				err = errors.New("no " + what + " in the message")
+			}
 			n.poison.Add(1)
 			log.Error(what+" terminated", "subject", m.Subject(), "err", err)
 			if terr := m.TermWithReason(err.Error()); terr != nil {

@@ -98,9 +98,6 @@ func decodeSamples(subject string, data []byte) ([]busapi.PredictionSample, erro
 			return nil, fmt.Errorf("a batch of samples published on %s", subject)
 		}
 		b, err := busapi.DecodeSamples(data)
-		if err == nil && len(b.Samples) == 0 {
-			err = errors.New("a batch of no samples")
-		}
 		return b.Samples, err
 	}
 	var b busapi.PredictionBatch
