@@ -2,9 +2,11 @@ package busapi_test
 
 import (
 	"math"
+	"math/rand"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/quick"
 
 	"modelplane/busapi"
 )
@@ -26,7 +28,8 @@ func testSamples() []busapi.PredictionSample {
 	}
 }
 
-// normal is s with every empty slice nil, as a decoded batch holds them.
+// normal is s with every empty slice nil: the binary form does not tell an
+// empty slice from a nil one, nor does anything that reads a sample.
 func normal(s []busapi.PredictionSample) []busapi.PredictionSample {
 	out := make([]busapi.PredictionSample, len(s))
 	for i, x := range s {
@@ -72,7 +75,7 @@ func TestSampleBodyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != "b1" || got.Gateway != "gw-1" || !reflect.DeepEqual(got.Samples, normal(want)) {
+	if got.ID != "b1" || got.Gateway != "gw-1" || !reflect.DeepEqual(normal(got.Samples), normal(want)) {
 		t.Fatalf("decoded %+v, want id b1, gateway gw-1 and %+v", got, want)
 	}
 	if b.Len() != 0 {
@@ -81,6 +84,30 @@ func TestSampleBodyRoundTrip(t *testing.T) {
 	empty, err := busapi.DecodeSamples(b.Message("b2", "gw-1"))
 	if err != nil || empty.ID != "b2" || len(empty.Samples) != 0 {
 		t.Fatalf("an empty batch decoded to %+v, %v", empty, err)
+	}
+}
+
+// TestSampleBodyCarriesEveryField round-trips samples whose every field,
+// nested ones too, is drawn at random: a field added to PredictionSample or
+// SampleInstance that the binary form does not carry fails it.
+func TestSampleBodyCarriesEveryField(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	typ := reflect.TypeFor[busapi.PredictionSample]()
+	for i := range 200 {
+		v, ok := quick.Value(typ, r)
+		if !ok {
+			t.Fatalf("no random %v", typ)
+		}
+		want := v.Interface().(busapi.PredictionSample)
+		var b busapi.SampleBody
+		b.Add(&want)
+		got, err := busapi.DecodeSamples(b.Message("b", "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normal(got.Samples), normal([]busapi.PredictionSample{want})) {
+			t.Fatalf("sample %d decoded to %#v, want %#v", i, got.Samples, want)
+		}
 	}
 }
 
