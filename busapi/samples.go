@@ -151,8 +151,7 @@ type sampleDecoder struct {
 	insts []SampleInstance
 }
 
-// arenaChunk is how many elements each array gets at least when it runs
-// out.
+// arenaChunk is how many elements a new array of a decoder gets (cut).
 const arenaChunk = 1024
 
 func (d *sampleDecoder) fail(what string) {
@@ -240,44 +239,40 @@ func (d *sampleDecoder) sample(s *PredictionSample) {
 
 // floats reads n numbers into a slice of d.nums.
 func (d *sampleDecoder) floats(n int) []float64 {
-	d.nums = grow(d.nums, n, d.left()/8)
-	out := d.nums[len(d.nums) : len(d.nums)+n : len(d.nums)+n]
+	out := cut(&d.nums, n, d.left()/8)
 	for i := range out {
 		out[i] = d.float()
 	}
-	d.nums = d.nums[:len(d.nums)+n]
 	return out
 }
 
 // strings reads n strings into a slice of d.strs.
 func (d *sampleDecoder) strings(n int) []string {
-	d.strs = grow(d.strs, n, d.left())
-	out := d.strs[len(d.strs) : len(d.strs)+n : len(d.strs)+n]
+	out := cut(&d.strs, n, d.left())
 	for i := range out {
 		out[i] = d.str()
 	}
-	d.strs = d.strs[:len(d.strs)+n]
 	return out
 }
 
 func (d *sampleDecoder) instances(n int) []SampleInstance {
-	d.insts = grow(d.insts, n, d.left()/minInstanceBytes)
-	out := d.insts[len(d.insts) : len(d.insts)+n : len(d.insts)+n]
-	d.insts = d.insts[:len(d.insts)+n]
-	return out
+	return cut(&d.insts, n, d.left()/minInstanceBytes)
 }
 
 // left is the number of bytes not read yet.
 func (d *sampleDecoder) left() int { return len(d.b) - d.i }
 
-// grow returns a with room for n more, in a new array when a has none (the
-// slices cut before stay in the old one), of arenaChunk elements or as many
-// as the bytes left can hold (fit), whichever is fewer, and at least n.
-func grow[T any](a []T, n, fit int) []T {
-	if cap(a)-len(a) >= n {
-		return a
+// cut returns the next n elements of *arena. When it has no room for them
+// they come from a new array (the slices cut before stay in the old one)
+// of at least n elements: arenaChunk, or fewer when the bytes left cannot
+// hold as many (fit).
+func cut[T any](arena *[]T, n, fit int) []T {
+	a := *arena
+	if cap(a)-len(a) < n {
+		a = make([]T, 0, max(n, min(arenaChunk, fit)))
 	}
-	return make([]T, 0, max(n, min(arenaChunk, fit)))
+	*arena = a[:len(a)+n]
+	return a[len(a) : len(a)+n : len(a)+n]
 }
 
 func appendString(b []byte, s string) []byte {
