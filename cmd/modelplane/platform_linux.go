@@ -18,105 +18,39 @@ import (
 // control plane, gateway, agent and runtime, and the tools beside them.
 func platform(ctx context.Context, cmd string, args []string) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	var err error
 	switch cmd {
 	case "dev":
-		var cfg app.DevConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunDev(ctx, cfg, os.Stdout, nil)
+		return command(fs, args, 0, func(c app.DevConfig, _ []string) error { return app.RunDev(ctx, c, os.Stdout, nil) })
 	case "server":
-		var cfg app.ServerConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunServer(ctx, cfg)
+		return command(fs, args, 0, func(c app.ServerConfig, _ []string) error { return app.RunServer(ctx, c) })
 	case "gateway":
-		var cfg app.GatewayConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunGateway(ctx, cfg)
+		return command(fs, args, 0, func(c app.GatewayConfig, _ []string) error { return app.RunGateway(ctx, c) })
 	case "agent":
-		var cfg app.AgentConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunAgent(ctx, cfg)
+		return command(fs, args, 0, func(c app.AgentConfig, _ []string) error { return app.RunAgent(ctx, c) })
 	case "runtime":
 		if len(args) > 0 && args[0] == "validate" {
-			var cfg app.RuntimeValidateConfig
-			cfg.Flags(fs)
-			if err := fs.Parse(args[1:]); err != nil {
-				return parseExit(err)
+			code := 0
+			if parsed := command(fs, args[1:], 0, func(c app.RuntimeValidateConfig, _ []string) error {
+				code = app.RunRuntimeValidate(ctx, c)
+				return nil
+			}); parsed != 0 {
+				return parsed
 			}
-			return app.RunRuntimeValidate(ctx, cfg)
+			return code
 		}
-		var cfg app.RuntimeConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunRuntime(ctx, cfg)
+		return command(fs, args, 0, func(c app.RuntimeConfig, _ []string) error { return app.RunRuntime(ctx, c) })
 	case "fetch":
-		var cfg app.FetchConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunFetch(ctx, cfg)
+		return command(fs, args, 0, func(c app.FetchConfig, _ []string) error { return app.RunFetch(ctx, c) })
 	case "guard":
-		var cfg app.GuardConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunGuard(ctx, cfg)
+		return command(fs, args, 0, func(c app.GuardConfig, _ []string) error { return app.RunGuard(ctx, c) })
 	case "migrate":
-		var cfg app.MigrateConfig
-		cfg.Flags(fs)
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunMigrate(ctx, cfg)
-	case "nats":
-		var cfg app.NATSConfig
-		cfg.Flags(fs)
-		var words []string
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			words, args = args[:1], args[1:] // nats init|creds [flags]
-		}
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunNATS(cfg, append(words, fs.Args()...), os.Stdout)
-	case "bench":
-		var cfg bench.Config
-		cfg.Flags(fs)
-		var names []string
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			names, args = args[:1], args[1:] // bench NAME [flags]
-		}
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = bench.Run(ctx, cfg, append(names, fs.Args()...), os.Stdout)
-	case "sim":
-		var cfg app.SimConfig
-		cfg.Flags(fs)
-		var words []string
-		for len(args) > 0 && len(words) < 2 && !strings.HasPrefix(args[0], "-") {
-			words, args = append(words, args[0]), args[1:] // sim run NAME [flags]
-		}
-		if err := fs.Parse(args); err != nil {
-			return parseExit(err)
-		}
-		err = app.RunSim(ctx, cfg, append(words, fs.Args()...), os.Stdout)
+		return command(fs, args, 0, func(c app.MigrateConfig, _ []string) error { return app.RunMigrate(ctx, c) })
+	case "nats": // nats init|creds [flags]
+		return command(fs, args, 1, func(c app.NATSConfig, words []string) error { return app.RunNATS(c, words, os.Stdout) })
+	case "bench": // bench NAME [flags]
+		return command(fs, args, 1, func(c bench.Config, words []string) error { return bench.Run(ctx, c, words, os.Stdout) })
+	case "sim": // sim run NAME [flags]
+		return command(fs, args, 2, func(c app.SimConfig, words []string) error { return app.RunSim(ctx, c, words, os.Stdout) })
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0
@@ -124,7 +58,25 @@ func platform(ctx context.Context, cmd string, args []string) int {
 		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s\n", cmd, usage)
 		return 2
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+}
+
+// command parses args into a C, its flags registered on fs, and runs it
+// with run, which gets the words before the flags (at most lead of them)
+// and those after; it returns the process's exit code.
+func command[C any, P interface {
+	*C
+	Flags(*flag.FlagSet)
+}](fs *flag.FlagSet, args []string, lead int, run func(C, []string) error) int {
+	var cfg C
+	P(&cfg).Flags(fs)
+	var words []string
+	for len(args) > 0 && len(words) < lead && !strings.HasPrefix(args[0], "-") {
+		words, args = append(words, args[0]), args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if err := run(cfg, append(words, fs.Args()...)); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "modelplane:", err)
 		return 1
 	}
