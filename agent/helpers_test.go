@@ -282,8 +282,8 @@ func tryReadUsage(js jetstream.JetStream) ([]usageMsg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("get %d: %w", seq, err)
 		}
-		var b busapi.UsageBatch
-		if err := json.Unmarshal(m.Data, &b); err != nil {
+		b, err := busapi.DecodeUsage(m.Data)
+		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", seq, err)
 		}
 		out = append(out, usageMsg{msgID: m.Header.Get(jetstream.MsgIDHeader), batch: b})
@@ -309,8 +309,8 @@ func spooledIDs(t *testing.T, stateDir string) []string {
 		if err != nil {
 			continue // acknowledged and removed meanwhile
 		}
-		var b busapi.UsageBatch
-		if err := json.Unmarshal(data, &b); err != nil {
+		b, err := busapi.DecodeUsage(data)
+		if err != nil {
 			t.Fatalf("spool file %s: %v", de.Name(), err)
 		}
 		ids = append(ids, b.ID)

@@ -3,7 +3,6 @@ package agent
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -193,10 +192,7 @@ func (a *Agent) spoolBatches(sec int64, recs []busapi.Usage, durable bool) {
 	for chunk := 0; chunk*a.cfg.BatchRecords < len(recs); chunk++ {
 		part := recs[chunk*a.cfg.BatchRecords : min((chunk+1)*a.cfg.BatchRecords, len(recs))]
 		b := busapi.UsageBatch{ID: BatchID(a.cfg.Node, sec, chunk), Node: a.cfg.Node, Records: part}
-		data, err := json.Marshal(b)
-		if err == nil {
-			err = a.spool.append(b.ID, data, durable)
-		}
+		err := a.spool.append(b.ID, busapi.AppendUsageBatch(nil, &b), durable)
 		a.n.batches.Add(1)
 		a.n.records.Add(uint64(len(part)))
 		if err != nil {

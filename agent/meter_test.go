@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -157,8 +156,8 @@ func TestBatchIDsAreDeterministicAndChunked(t *testing.T) {
 		if string(a[i]) != string(b[i]) {
 			t.Fatalf("batch %d differs between two builds", i)
 		}
-		var batch busapi.UsageBatch
-		if err := json.Unmarshal(a[i], &batch); err != nil {
+		batch, err := busapi.DecodeUsage(a[i])
+		if err != nil {
 			t.Fatal(err)
 		}
 		if want := BatchID("n", 100, i); batch.ID != want {
@@ -275,13 +274,18 @@ func TestSpoolSurvivesReopenAndBoundsItsSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first and last as an agent before the binary form spooled them.
 	for i := range 3 {
 		id := BatchID("n", int64(i), 0)
-		if err := sp.append(id, []byte(`{"id":"`+id+`","node":"n","records":[]}`), i == 0); err != nil {
+		data := []byte(`{"id":"` + id + `","node":"n","records":[]}`)
+		if i == 1 {
+			data = busapi.AppendUsageBatch(nil, &busapi.UsageBatch{ID: id, Node: "n"})
+		}
+		if err := sp.append(id, data, i == 0); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if err := sp.append("x", make([]byte, 60), false); err != errSpoolFull {
+	if err := sp.append("x", make([]byte, 150-sp.size.Load()+1), false); err != errSpoolFull {
 		t.Fatalf("append past the bound: %v, want errSpoolFull", err)
 	}
 	// A crash mid-write leaves a temporary file; reopening clears it and

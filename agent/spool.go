@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"modelplane/busapi"
 )
 
 // errSpoolFull is append's answer when the batch would pass the bound.
@@ -151,15 +153,25 @@ func (s *spool) read(e spoolEntry) ([]byte, string, error) {
 	}
 	id := e.id
 	if id == "" {
-		var head struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(data, &head); err != nil || head.ID == "" {
+		if id = batchID(data); id == "" {
 			return nil, "", fmt.Errorf("usage spool: %s is not a usage batch", s.path(e.seq))
 		}
-		id = head.ID
 	}
 	return data, id, nil
+}
+
+// batchID is the id of a spooled batch: binary, or JSON as agents before
+// the binary form spooled it; empty when data is neither.
+func batchID(data []byte) string {
+	if busapi.IsBinaryUsage(data) {
+		b, _ := busapi.DecodeUsage(data)
+		return b.ID
+	}
+	var head struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(data, &head)
+	return head.ID
 }
 
 // remove drops an acknowledged (or unreadable) batch. Its removal need not

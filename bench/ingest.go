@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -433,11 +432,7 @@ func newUsageFleet(seconds int) *usageFleet {
 						MemoryMB: int64(4000 + (s*11+sl)%6000), Requests: int64((s*31 + g*7 + sl) % 40)})
 				}
 			}
-			data, err := json.Marshal(b)
-			if err != nil {
-				panic(err) // plain structs always encode
-			}
-			perNode[s] = data
+			perNode[s] = busapi.AppendUsageBatch(nil, &b)
 			f.index[b.ID] = len(f.ids)
 			f.ids = append(f.ids, b.ID)
 		}

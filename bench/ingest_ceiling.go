@@ -223,8 +223,8 @@ func usageCeilingColumns(fleet *usageFleet, prices ingest.Pricer, from, to int) 
 	)
 	for ni := range fleet.nodes {
 		for s := from; s < to; s++ {
-			var b busapi.UsageBatch
-			if err := json.Unmarshal(fleet.batches[ni][s], &b); err != nil {
+			b, err := busapi.DecodeUsage(fleet.batches[ni][s])
+			if err != nil {
 				return nil, err
 			}
 			for i, r := range b.Records {

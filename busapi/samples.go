@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 )
 
 // A gateway's PredictionBatch goes over the bus in a binary form of its own
@@ -13,9 +12,7 @@ import (
 // (docs/decisions.md, "Prediction samples travel in binary"). The ingest still reads
 // a JSON batch or lone sample, what gateways of earlier versions publish.
 //
-// The form, every integer a varint (encoding/binary's), every float64 its
-// IEEE 754 bits in 8 bytes little-endian, every string its length (a
-// uvarint) and its bytes:
+// The form, in the parts of binary.go:
 //
 //	"MPS1" id gateway count sample…
 //	sample: ID Time Endpoint Team Version LatencyMS Tokens flags EndpointID
@@ -28,7 +25,7 @@ const samplesMagic = "MPS1"
 // IsBinarySamples reports whether data is a binary PredictionBatch
 // (SampleBody.Message), not JSON.
 func IsBinarySamples(data []byte) bool {
-	return len(data) >= len(samplesMagic) && string(data[:len(samplesMagic)]) == samplesMagic
+	return hasMagic(data, samplesMagic)
 }
 
 // SampleBody gathers encoded samples for one binary PredictionBatch message,
@@ -110,8 +107,7 @@ func DecodeSamples(data []byte) (PredictionBatch, error) {
 	if !IsBinarySamples(data) {
 		return PredictionBatch{}, errors.New("not a binary batch of samples")
 	}
-	body := data[len(samplesMagic):]
-	d := sampleDecoder{b: body, s: string(body)}
+	d := sampleDecoder{decoder: newDecoder(data[len(samplesMagic):])}
 	b := PredictionBatch{ID: d.str(), Gateway: d.str()}
 	n := d.count(minSampleBytes)
 	if d.err != nil {
@@ -124,8 +120,8 @@ func DecodeSamples(data []byte) (PredictionBatch, error) {
 			return PredictionBatch{}, fmt.Errorf("sample %d: %w", i, d.err)
 		}
 	}
-	if d.i != len(d.b) {
-		return PredictionBatch{}, fmt.Errorf("%d bytes after the last sample", len(d.b)-d.i)
+	if err := d.end("sample"); err != nil {
+		return PredictionBatch{}, err
 	}
 	return b, nil
 }
@@ -137,77 +133,13 @@ const (
 	minInstanceBytes = 2 + 8 + 1                 // two counts, score, label
 )
 
-// sampleDecoder reads one binary batch from b, its strings from s, a copy
-// of b; the first error stops it (every read after returns zero values) and
-// stays in err.
+// sampleDecoder is a decoder with the arrays a batch's slices are cut
+// from, grown a chunk at a time.
 type sampleDecoder struct {
-	b   []byte
-	s   string
-	i   int
-	err error
-	// The arrays the batch's slices are cut from, grown a chunk at a time.
+	decoder
 	nums  []float64
 	strs  []string
 	insts []SampleInstance
-}
-
-// arenaChunk is how many elements a new array of a decoder gets (cut).
-const arenaChunk = 1024
-
-func (d *sampleDecoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%s at byte %d: truncated or malformed", what, len(samplesMagic)+d.i)
-	}
-}
-
-func (d *sampleDecoder) uvarint() uint64 { return number(d, binary.Uvarint) }
-
-func (d *sampleDecoder) varint() int64 { return number(d, binary.Varint) }
-
-// number reads one varint with read (binary.Uvarint or binary.Varint).
-func number[T uint64 | int64](d *sampleDecoder, read func([]byte) (T, int)) T {
-	if d.err != nil {
-		return 0
-	}
-	x, n := read(d.b[d.i:])
-	if n <= 0 {
-		d.fail("a number")
-		return 0
-	}
-	d.i += n
-	return x
-}
-
-// count reads a count of parts of at least min bytes each, refusing one
-// the bytes left cannot hold.
-func (d *sampleDecoder) count(min int) int {
-	n := d.uvarint()
-	if d.err == nil && n > uint64(d.left()/min) {
-		d.fail("a count")
-		return 0
-	}
-	return int(n)
-}
-
-func (d *sampleDecoder) str() string {
-	n := d.uvarint()
-	if d.err != nil || n > uint64(d.left()) {
-		d.fail("a string")
-		return ""
-	}
-	s := d.s[d.i : d.i+int(n)]
-	d.i += int(n)
-	return s
-}
-
-func (d *sampleDecoder) float() float64 {
-	if d.err != nil || d.left() < 8 {
-		d.fail("a float")
-		return 0
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(d.b[d.i:]))
-	d.i += 8
-	return f
 }
 
 func (d *sampleDecoder) sample(s *PredictionSample) {
@@ -237,6 +169,10 @@ func (d *sampleDecoder) sample(s *PredictionSample) {
 	}
 }
 
+func (d *sampleDecoder) instances(n int) []SampleInstance {
+	return cut(&d.insts, n, d.left()/minInstanceBytes)
+}
+
 // floats reads n numbers into a slice of d.nums.
 func (d *sampleDecoder) floats(n int) []float64 {
 	out := cut(&d.nums, n, d.left()/8)
@@ -253,32 +189,4 @@ func (d *sampleDecoder) strings(n int) []string {
 		out[i] = d.str()
 	}
 	return out
-}
-
-func (d *sampleDecoder) instances(n int) []SampleInstance {
-	return cut(&d.insts, n, d.left()/minInstanceBytes)
-}
-
-// left is the number of bytes not read yet.
-func (d *sampleDecoder) left() int { return len(d.b) - d.i }
-
-// cut returns the next n elements of *arena. When it has no room for them
-// they come from a new array (the slices cut before stay in the old one)
-// of at least n elements: arenaChunk, or fewer when the bytes left cannot
-// hold as many (fit).
-func cut[T any](arena *[]T, n, fit int) []T {
-	a := *arena
-	if cap(a)-len(a) < n {
-		a = make([]T, 0, max(n, min(arenaChunk, fit)))
-	}
-	*arena = a[:len(a)+n]
-	return a[len(a) : len(a)+n : len(a)+n]
-}
-
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-func appendFloat(b []byte, f float64) []byte {
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }

@@ -287,10 +287,7 @@ func newEnv(t *testing.T, ch driver.Conn, dupWindow time.Duration) *env {
 // publish publishes b with its id as Nats-Msg-Id and records the outcome.
 func (e *env) publish(t *testing.T, js jetstream.JetStream, b busapi.UsageBatch) *jetstream.PubAck {
 	t.Helper()
-	data, err := json.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := busapi.AppendUsageBatch(nil, &b)
 	e.l.attempt(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -300,6 +297,17 @@ func (e *env) publish(t *testing.T, js jetstream.JetStream, b busapi.UsageBatch)
 	}
 	e.l.ack(b)
 	return ack
+}
+
+// encodeBatch is the i-th of batches published at once: binary, as agents
+// send it, but every third as JSON, as agents of earlier versions send
+// it, so that every test publishing many batches stores both forms side by
+// side, as during an upgrade.
+func encodeBatch(b busapi.UsageBatch, i int) ([]byte, error) {
+	if i%3 == 2 {
+		return json.Marshal(b)
+	}
+	return busapi.AppendUsageBatch(nil, &b), nil
 }
 
 // publishAsync publishes batches without waiting for each ack, as agents
@@ -315,7 +323,7 @@ func (e *env) publishAsync(t *testing.T, js jetstream.JetStream, batches []busap
 func (e *env) publishAll(js jetstream.JetStream, batches []busapi.UsageBatch) error {
 	futures := make([]jetstream.PubAckFuture, len(batches))
 	for i, b := range batches {
-		data, err := json.Marshal(b)
+		data, err := encodeBatch(b, i)
 		if err != nil {
 			return err
 		}

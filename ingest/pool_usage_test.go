@@ -169,8 +169,8 @@ func meteredBy(t *testing.T, cfg agent.Config, drv agent.Driver, running func(),
 	}
 	var out []busapi.UsageBatch
 	for m := range msgs.Messages() {
-		var b busapi.UsageBatch
-		if err := json.Unmarshal(m.Data(), &b); err != nil {
+		b, err := busapi.DecodeUsage(m.Data())
+		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, b)

@@ -19,7 +19,9 @@ import (
 // prediction samples go through it. Invalid UTF-8 (which agents and
 // gateways never send) goes to encoding/json, whose replacement of bad
 // bytes goccy does not copy; FuzzDecodeBatch and FuzzDecodeSample hold the
-// result to encoding/json's. Request statistics go through decodeExact.
+// result to encoding/json's. Agents and gateways now publish binary batches
+// (busapi.DecodeUsage, busapi.DecodeSamples); JSON is what earlier versions
+// send. Request statistics go through decodeExact.
 func decodeJSON(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return json.Unmarshal(data, v)
@@ -27,8 +29,15 @@ func decodeJSON(data []byte, v any) error {
 	return gojson.Unmarshal(data, v)
 }
 
-// decodeBatch parses one MP_USAGE message.
-func decodeBatch(data []byte, b *busapi.UsageBatch) error { return decodeJSON(data, b) }
+// decodeBatch parses one MP_USAGE message: a binary batch, or JSON from an
+// agent older than the binary form (busapi.IsBinaryUsage).
+func decodeBatch(data []byte, b *busapi.UsageBatch) (err error) {
+	if busapi.IsBinaryUsage(data) {
+		*b, err = busapi.DecodeUsage(data)
+		return err
+	}
+	return decodeJSON(data, b)
+}
 
 // decodeExact parses one message into v (a pointer to a struct) with
 // goccy/go-json where every key names a field exactly, else with

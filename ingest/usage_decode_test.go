@@ -50,8 +50,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodeBatch compares the decoder with encoding/json on a node's
-// second (56 allocations).
+// BenchmarkDecodeBatch compares the decoder of JSON batches and of binary
+// ones with encoding/json on a node's second (56 allocations).
 func BenchmarkDecodeBatch(b *testing.B) {
 	batch := busapi.UsageBatch{ID: "gpu-node-007/1764500000/0", Node: "gpu-node-007"}
 	for i := range 56 {
@@ -65,6 +65,16 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		for b.Loop() {
 			var v busapi.UsageBatch
 			if err := decodeBatch(data, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bin := busapi.AppendUsageBatch(nil, &batch)
+	b.Run("binary", func(b *testing.B) {
+		b.SetBytes(int64(len(bin)))
+		for b.Loop() {
+			var v busapi.UsageBatch
+			if err := decodeBatch(bin, &v); err != nil {
 				b.Fatal(err)
 			}
 		}

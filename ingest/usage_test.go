@@ -258,8 +258,9 @@ func TestPricesAtRateInForce(t *testing.T) {
 	}
 }
 
-// TestPoisonTerminated publishes a message that is not JSON and one that
-// bills another node than its subject names: both are terminated and
+// TestPoisonTerminated publishes a message that is neither JSON nor a
+// binary batch, a batch that bills another node than its subject names (in
+// JSON and in binary) and a binary batch cut short: each is terminated and
 // counted, never redelivered, and the good batches around them land.
 func TestPoisonTerminated(t *testing.T) {
 	t.Parallel()
@@ -276,10 +277,20 @@ func TestPoisonTerminated(t *testing.T) {
 	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), data, jetstream.WithMsgID(forged.ID)); err != nil {
 		t.Fatal(err)
 	}
+	// The same in binary, and a binary batch cut short.
+	bin := busapi.AppendUsageBatch(nil, &forged)
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), bin, jetstream.WithMsgID(forged.ID+"/bin")); err != nil {
+		t.Fatal(err)
+	}
+	cut := nodeSecond("n-1", 2, 4)
+	bin = busapi.AppendUsageBatch(nil, &cut)
+	if _, err := e.js.Publish(ctx, busapi.UsageSubject("n-1"), bin[:len(bin)-1], jetstream.WithMsgID(cut.ID)); err != nil {
+		t.Fatal(err)
+	}
 	e.publish(t, e.js, nodeSecond("n-1", 1, 4))
 	e.waitDrained(t, "", 30*time.Second)
-	if st := u.Stats(); st.Poison != 2 {
-		t.Errorf("poison = %d, want 2", st.Poison)
+	if st := u.Stats(); st.Poison != 4 {
+		t.Errorf("poison = %d, want 4", st.Poison)
 	}
 	e.l.check(t, e.ch)
 }

@@ -94,8 +94,8 @@ func TestUsageIsMeteredOnlyForPodsOnANode(t *testing.T) {
 	}
 	records := 0
 	for m := range batch.Messages() {
-		var b busapi.UsageBatch
-		if err := json.Unmarshal(m.Data(), &b); err != nil {
+		b, err := busapi.DecodeUsage(m.Data())
+		if err != nil {
 			t.Fatal(err)
 		}
 		for _, u := range b.Records {
