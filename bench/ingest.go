@@ -187,8 +187,6 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 		Allocations: usageNodes * gpusPerNode * slicesPerGPU, SimSeconds: burstSeconds, RealtimeSeconds: paceSeconds, DrainSeconds: drainSeconds,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: map[string]CPUFigures{}, LoadAvg: [2]float64{load}}
 	t0 := time.Now()
-	preds, predCols := predictionTraffic(t0)
-	stats, statsCols := reqStatsTraffic(t0)
 	lags := newLagTracker(fleet)
 	u, err := newUsage(s, js, ch, pool, lags, cfg.Profile)
 	if err != nil {
@@ -220,7 +218,8 @@ func measureIngest(ctx context.Context, cfg Config) (IngestResult, error) {
 	if all := fleet.rows(0, fleet.seconds); count != uint64(all) {
 		return res, fmt.Errorf("gpu_usage holds %d rows, %d were published", count, all)
 	}
-	if err := smallStreams(ctx, s, w, js, ch, url, preds, predCols, stats, statsCols, &res); err != nil {
+	fleet.batches = nil // sent: no span after this pays to collect them
+	if err := smallStreams(ctx, s, w, js, ch, url, t0, &res); err != nil {
 		return res, err
 	}
 	res.LoadAvg[1] = load1()

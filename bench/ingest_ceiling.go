@@ -478,11 +478,19 @@ func drainTime(ctx context.Context, start func(context.Context) error, stop func
 }
 
 // smallStreams publishes the prediction samples and the request
-// statistics, then times each consumer draining its stream beside the
-// tight writer sending the same rows (predCols, statsCols), and checks
-// that ClickHouse holds exactly the rows published.
-func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.JetStream, ch driver.Conn, url string, preds []smallMsg, predCols []any,
-	stats []smallMsg, statsCols []any, res *IngestResult) error {
+// statistics of t0, then times each consumer draining its stream beside the
+// tight writer sending the same rows, and checks that ClickHouse holds
+// exactly the rows published.
+//
+// Each stream's columns for the writer are made again just before its
+// comparison, and nothing the benchmark made for an earlier phase is held
+// meanwhile: what the process holds sets when the collector runs, and
+// held traffic without pointers (the usage batches as JSON were 460 MB)
+// kept every cycle out of the drains, which no consumer in production
+// enjoys (docs/operations.md, "Usage batches in binary").
+func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.JetStream, ch driver.Conn, url string, t0 time.Time, res *IngestResult) error {
+	preds, _ := predictionTraffic(t0)
+	stats, _ := reqStatsTraffic(t0)
 	res.PredictionSamples, res.PredictionMessages, res.ReqStatsWindows, res.ReqStatsMessages = predSamples, len(preds), reqStatsWindows, len(stats)
 	if err := publishSmall(ctx, url, s.natsOpts(), append(preds, stats...)); err != nil {
 		return fmt.Errorf("publish samples and statistics: %w", err)
@@ -492,6 +500,7 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 		return err
 	}
 	predRows := uint64(predSamples * predInstances)
+	_, predCols := predictionTraffic(t0)
 	c, err := w.compare(ctx, ingest.PredictionsInsert, predCols, int(predRows), func() (time.Duration, error) {
 		return drainTime(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows)
 	})
@@ -504,6 +513,7 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 	if err != nil {
 		return err
 	}
+	_, statsCols := reqStatsTraffic(t0)
 	c, err = w.compare(ctx, ingest.ReqStatsInsert, statsCols, reqStatsWindows, func() (time.Duration, error) {
 		return drainTime(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, reqStatsWindows)
 	})
