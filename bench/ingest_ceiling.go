@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"reflect"
@@ -258,33 +257,6 @@ type smallMsg struct {
 	data        []byte
 }
 
-// gatewayBatches puts items, encoded values, into messages on subject as
-// a gateway does, with busapi.BatchBody: in order, as many a message as
-// fit and maxItems allow. head gives the part-th message's id and its
-// batch without items (busapi.BatchBody.Message).
-func gatewayBatches(subject string, items [][]byte, maxItems int, head func(part int) (id string, batch any)) []smallMsg {
-	var (
-		msgs []smallMsg
-		b    busapi.BatchBody
-	)
-	send := func() {
-		id, batch := head(len(msgs))
-		msgs = append(msgs, smallMsg{subject: subject, id: id, data: b.Message(batch)})
-	}
-	for _, item := range items {
-		if !b.Fits(item) {
-			send()
-		}
-		if b.Add(item); b.Len() == maxItems {
-			send()
-		}
-	}
-	if b.Len() > 0 {
-		send()
-	}
-	return msgs
-}
-
 // predictionTraffic is predSamples samples, encoded, and the rows
 // prediction_samples gets from them, by column of PredictionsInsert. The
 // samples span one second, 50,000 a second from smallPublishers gateways,
@@ -375,9 +347,15 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 		empty                              = make([]uint64, busapi.LatencyBuckets)
 	)
 	var (
-		msgs   []smallMsg
-		window [][]byte // the current window's statistics, encoded
+		msgs []smallMsg
+		body busapi.StatsBody // the current window's statistics, as the gateway gathers them
+		part int
 	)
+	send := func(gateway string, start int64) {
+		id := busapi.ReqStatsBatchID(gateway, start, part)
+		msgs = append(msgs, smallMsg{subject: busapi.ReqStatsBatchSubject, id: id, data: body.Message(id, gateway)})
+		part++
+	}
 	for i := range n {
 		ep := i % 1000
 		start := t0.UnixMilli() + int64(i/1000)*5000
@@ -385,16 +363,13 @@ func reqStatsTraffic(t0 time.Time) ([]smallMsg, []any) {
 			Endpoint: fmt.Sprintf("endpoint-%d", ep), Team: fmt.Sprintf("team-%d", ep%50), Version: "v10", Count: 100,
 			Errors: busapi.ErrorCounts{Client: uint64(i % 3)}, Latency: make([]uint64, busapi.LatencyBuckets), LatencySumMS: 1234.5, EndpointID: int64(ep + 1)}
 		s.Latency[i%busapi.LatencyBuckets] = s.Count
-		data, err := json.Marshal(s)
-		if err != nil {
-			panic(err) // plain structs always encode
+		if !body.Add(&s) {
+			send(s.Gateway, s.WindowStart)
+			body.Add(&s)
 		}
-		if window = append(window, data); ep == 999 || i == n-1 {
-			msgs = append(msgs, gatewayBatches(busapi.ReqStatsBatchSubject, window, len(window), func(part int) (string, any) {
-				id := busapi.ReqStatsBatchID(s.Gateway, s.WindowStart, part)
-				return id, busapi.ReqStatsBatch{ID: id, Gateway: s.Gateway}
-			})...)
-			window = nil
+		if ep == 999 || i == n-1 { // the window's end
+			send(s.Gateway, s.WindowStart)
+			part = 0
 		}
 		wStart, wStartMS = append(wStart, time.UnixMilli(s.WindowStart).UTC()), append(wStartMS, uint16(s.WindowStart%1000))
 		wEnd, wEndMS = append(wEnd, time.UnixMilli(s.WindowEnd).UTC()), append(wEndMS, uint16(s.WindowEnd%1000))

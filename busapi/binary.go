@@ -12,6 +12,10 @@ import (
 // its bytes, after a magic of magicLen bytes that names the form.
 const magicLen = 4
 
+// batchHead is room for a batch message's fields before its items
+// (SampleBody, StatsBody).
+const batchHead = 512
+
 // hasMagic reports whether data starts with magic.
 func hasMagic(data []byte, magic string) bool {
 	return len(data) >= len(magic) && string(data[:len(magic)]) == magic
@@ -115,14 +119,14 @@ func (d *decoder) end(after string) error {
 // arenaChunk is how many elements a new array of a decoder gets (cut).
 const arenaChunk = 1024
 
-// cut returns the next n elements of *arena. When it has no room for them
-// they come from a new array (the slices cut before stay in the old one)
-// of at least n elements: arenaChunk, or fewer when the bytes left cannot
-// hold as many (fit).
-func cut[T any](arena *[]T, n, fit int) []T {
+// cut returns the next n elements of *arena, zero. When it has no room for
+// them they come from a new array (the slices cut before stay in the old
+// one) of chunk elements, or n if more: callers pass arenaChunk, or fewer
+// when the bytes left cannot hold as many.
+func cut[T any](arena *[]T, n, chunk int) []T {
 	a := *arena
 	if cap(a)-len(a) < n {
-		a = make([]T, 0, max(n, min(arenaChunk, fit)))
+		a = make([]T, 0, max(n, chunk))
 	}
 	*arena = a[:len(a)+n]
 	return a[len(a) : len(a)+n : len(a)+n]

@@ -170,12 +170,12 @@ func (d *sampleDecoder) sample(s *PredictionSample) {
 }
 
 func (d *sampleDecoder) instances(n int) []SampleInstance {
-	return cut(&d.insts, n, d.left()/minInstanceBytes)
+	return cut(&d.insts, n, min(arenaChunk, d.left()/minInstanceBytes))
 }
 
 // floats reads n numbers into a slice of d.nums.
 func (d *sampleDecoder) floats(n int) []float64 {
-	out := cut(&d.nums, n, d.left()/8)
+	out := cut(&d.nums, n, min(arenaChunk, d.left()/8))
 	for i := range out {
 		out[i] = d.float()
 	}
@@ -184,7 +184,7 @@ func (d *sampleDecoder) floats(n int) []float64 {
 
 // strings reads n strings into a slice of d.strs.
 func (d *sampleDecoder) strings(n int) []string {
-	out := cut(&d.strs, n, d.left())
+	out := cut(&d.strs, n, min(arenaChunk, d.left()))
 	for i := range out {
 		out[i] = d.str()
 	}

@@ -303,8 +303,8 @@ func publishedStats(t *testing.T, nc *nats.Conn, windows int) []busapi.ReqStats 
 		if err != nil {
 			t.Fatalf("after %d of %d windows: %v", len(out), windows, err)
 		}
-		var b busapi.ReqStatsBatch
-		if msg.Subject() != busapi.ReqStatsBatchSubject || json.Unmarshal(msg.Data(), &b) != nil || len(b.Stats) == 0 ||
+		b, err := busapi.DecodeReqStats(msg.Data())
+		if msg.Subject() != busapi.ReqStatsBatchSubject || err != nil || len(b.Stats) == 0 ||
 			msg.Headers().Get(jetstream.MsgIDHeader) != b.ID {
 			t.Fatalf("message on %s with Nats-Msg-Id %q is no batch of statistics: %.300s", msg.Subject(), msg.Headers().Get(jetstream.MsgIDHeader), msg.Data())
 		}

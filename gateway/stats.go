@@ -316,7 +316,7 @@ func (r *statsRecorder) flush(ctx context.Context) {
 		msgs = append(msgs, w.message(r.gateway, k, s.team, start, end))
 	}
 	var (
-		b      busapi.BatchBody
+		b      busapi.StatsBody
 		in     []*busapi.ReqStats // the windows in b
 		part   int
 		failed bool
@@ -327,7 +327,7 @@ func (r *statsRecorder) flush(ctx context.Context) {
 		}
 		id := busapi.ReqStatsBatchID(r.gateway, start.UnixMilli(), part)
 		part++
-		msg := &nats.Msg{Subject: busapi.ReqStatsBatchSubject, Data: b.Message(busapi.ReqStatsBatch{ID: id, Gateway: r.gateway}), Header: nats.Header{}}
+		msg := &nats.Msg{Subject: busapi.ReqStatsBatchSubject, Data: b.Message(id, r.gateway), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, id)
 		if !failed {
 			_, err := r.pub.PublishMsg(ctx, msg)
@@ -350,17 +350,10 @@ func (r *statsRecorder) flush(ctx context.Context) {
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		data, err := json.Marshal(m)
-		if err != nil {
-			r.log.Error("gateway: request statistics not encoded", slog.String("endpoint", m.Endpoint), slog.String("error", err.Error()))
-			r.dropped.Add(1)
-			r.droppedReqs.Add(m.Count)
-			continue
-		}
-		if !b.Fits(data) {
+		if !b.Add(m) {
 			send()
+			b.Add(m) // the first always fits
 		}
-		b.Add(data)
 		in = append(in, m)
 	}
 	send()

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -238,8 +237,8 @@ func readStats(t *testing.T, js jetstream.JetStream, want int) []busapi.ReqStats
 		if err != nil {
 			t.Fatalf("after %d of %d windows: %v", len(out), want, err)
 		}
-		var b busapi.ReqStatsBatch
-		if err := json.Unmarshal(msg.Data(), &b); err != nil {
+		b, err := busapi.DecodeReqStats(msg.Data())
+		if err != nil {
 			t.Fatal(err)
 		}
 		if msg.Subject() != busapi.ReqStatsBatchSubject || msg.Headers().Get(jetstream.MsgIDHeader) != b.ID || len(b.Stats) == 0 {
@@ -273,8 +272,8 @@ func (p *stuckPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jet
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	var b busapi.ReqStatsBatch
-	if err := json.Unmarshal(msg.Data, &b); err != nil {
+	b, err := busapi.DecodeReqStats(msg.Data)
+	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()

@@ -86,8 +86,21 @@ func (c *ReqStats) Stats() ReqStatsStats {
 // heldStats are the windows of one message.
 type heldStats = held[busapi.ReqStats]
 
-// decodeStats parses one MP_REQSTATS message published on subject.
+// decodeStats parses one MP_REQSTATS message published on subject: a
+// binary batch, or JSON from a gateway older than the binary form.
 func decodeStats(subject string, data []byte) ([]busapi.ReqStats, error) {
+	if busapi.IsBinaryReqStats(data) {
+		b, err := busapi.DecodeReqStats(data)
+		switch {
+		case err != nil:
+			return nil, err
+		case len(b.Stats) == 0:
+			return nil, errors.New("a batch of no windows")
+		case subject != busapi.ReqStatsBatchSubject:
+			return nil, fmt.Errorf("a batch of statistics published on %s", subject)
+		}
+		return b.Stats, nil
+	}
 	var b busapi.ReqStatsBatch
 	if err := decodeExact(data, &b); err != nil {
 		return nil, err

@@ -281,10 +281,12 @@ func TestReqStatsClickHouseFailure(t *testing.T) {
 	}
 }
 
-// TestReqStatsBatches stores the windows of gateways' batches once each,
-// even when a batch comes again past the duplicate window; a window that
-// cannot be stored is left out of its batch, a batch with none that can is
-// terminated, and so is a batch off busapi.ReqStatsBatchSubject.
+// TestReqStatsBatches stores the windows of gateways' batches, binary as
+// gateways send them and JSON as older ones did, once each, even when a
+// batch comes again past the duplicate window; a window that cannot be
+// stored is left out of its batch, a batch with none that can is
+// terminated, and so is a batch off busapi.ReqStatsBatchSubject, a binary
+// batch cut short and one of no windows.
 func TestReqStatsBatches(t *testing.T) {
 	t.Parallel()
 	e := newReqStatsEnv(t)
@@ -299,18 +301,35 @@ func TestReqStatsBatches(t *testing.T) {
 		{ID: "gw-1/1/1", Gateway: "gw-1", Stats: append([]busapi.ReqStats{short}, ms[12:]...)},
 		{ID: "gw-1/1/2", Gateway: "gw-1", Stats: []busapi.ReqStats{short}},
 	}
-	for _, b := range batches {
-		e.publishRaw(t, busapi.ReqStatsBatchSubject, mustJSON(t, b), b.ID, true)
-	}
-	e.publishRaw(t, busapi.ReqStatsBatchSubject, mustJSON(t, batches[0]), "", false)
-	e.publishRaw(t, busapi.ReqStatsSubject("fraud"), mustJSON(t, busapi.ReqStatsBatch{ID: "astray", Stats: []busapi.ReqStats{reqStatsMsg(41)}}), "astray", true)
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, binaryStats(batches[0]), batches[0].ID, true)
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, mustJSON(t, batches[1]), batches[1].ID, true)
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, binaryStats(batches[2]), batches[2].ID, true)
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, binaryStats(batches[0]), "", false)
+	astray := busapi.ReqStatsBatch{ID: "astray", Stats: []busapi.ReqStats{reqStatsMsg(41)}}
+	e.publishRaw(t, busapi.ReqStatsSubject("fraud"), mustJSON(t, astray), "astray", true)
+	e.publishRaw(t, busapi.ReqStatsSubject("fraud"), binaryStats(astray), "astray-bin", true)
+	cut := binaryStats(busapi.ReqStatsBatch{ID: "cut", Stats: []busapi.ReqStats{reqStatsMsg(42)}})
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, cut[:len(cut)-1], "cut", true)
+	e.publishRaw(t, busapi.ReqStatsBatchSubject, binaryStats(busapi.ReqStatsBatch{ID: "none"}), "none", true)
 	c := e.start(t, ingest.ReqStatsConfig{})
-	wait.Eventually(t, 30*time.Second, func() bool { s := c.Stats(); return s.Rows == 20 && s.Duplicates == 12 && e.drained(t) },
+	wait.Eventually(t, 30*time.Second, func() bool {
+		s := c.Stats()
+		return s.Rows == 20 && s.Duplicates == 12 && s.Poison == 5 && e.drained(t)
+	},
 		"waiting for the batches stored: %v", wait.Show(func() any { return c.Stats() }))
-	if s := c.Stats(); s.Poison != 2 || s.Refused != 1 {
-		t.Errorf("stats %+v, want 2 poison, 1 refused", s)
+	if s := c.Stats(); s.Poison != 5 || s.Refused != 1 {
+		t.Errorf("stats %+v, want 5 poison, 1 refused", s)
 	}
 	if got, want := e.totals(t), wantTotals(ms); got != want {
 		t.Errorf("request_stats totals %+v, want %+v", got, want)
 	}
+}
+
+// binaryStats is b as a gateway sends it.
+func binaryStats(b busapi.ReqStatsBatch) []byte {
+	var body busapi.StatsBody
+	for i := range b.Stats {
+		body.Add(&b.Stats[i])
+	}
+	return body.Message(b.ID, b.Gateway)
 }
