@@ -16,6 +16,41 @@ const magicLen = 4
 // (SampleBody, StatsBody).
 const batchHead = 512
 
+// body gathers the encoded items of one batch message of a gateway, up to
+// BatchMaxBytes (SampleBody, StatsBody).
+type body struct {
+	items []byte
+	n     int
+}
+
+// Len is the number of items gathered.
+func (b *body) Len() int { return b.n }
+
+// keep ends an Add whose item was appended after mark: it counts the item
+// and reports true, unless b held items already and the message would
+// grow past BatchMaxBytes with it, in which case it takes the item out;
+// the first item always stays.
+func (b *body) keep(mark int) bool {
+	if b.n > 0 && batchHead+len(b.items) > BatchMaxBytes {
+		b.items = b.items[:mark]
+		return false
+	}
+	b.n++
+	return true
+}
+
+// message returns the batch of the items gathered, after magic, id and
+// gateway, and empties b.
+func (b *body) message(magic, id, gateway string) []byte {
+	data := make([]byte, 0, len(magic)+len(id)+len(gateway)+3*binary.MaxVarintLen64+len(b.items))
+	data = append(data, magic...)
+	data = appendString(appendString(data, id), gateway)
+	data = binary.AppendUvarint(data, uint64(b.n))
+	data = append(data, b.items...)
+	b.items, b.n = b.items[:0], 0
+	return data
+}
+
 // hasMagic reports whether data starts with magic.
 func hasMagic(data []byte, magic string) bool {
 	return len(data) >= len(magic) && string(data[:len(magic)]) == magic

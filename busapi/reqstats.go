@@ -36,13 +36,7 @@ func IsBinaryReqStats(data []byte) bool { return hasMagic(data, statsMagic) }
 // StatsBody gathers encoded windows for one binary ReqStatsBatch message,
 // up to BatchMaxBytes: a gateway builds its messages with it, and
 // `modelplane bench ingest` the messages it publishes as gateways would.
-type StatsBody struct {
-	items []byte
-	n     int
-}
-
-// Len is the number of windows gathered.
-func (b *StatsBody) Len() int { return b.n }
+type StatsBody struct{ body }
 
 // Add encodes s into b and reports true, unless b holds windows already and
 // the message would grow past BatchMaxBytes with s, in which case b is left
@@ -50,25 +44,12 @@ func (b *StatsBody) Len() int { return b.n }
 func (b *StatsBody) Add(s *ReqStats) bool {
 	mark := len(b.items)
 	b.items = appendStats(b.items, s)
-	if b.n > 0 && batchHead+len(b.items) > BatchMaxBytes {
-		b.items = b.items[:mark]
-		return false
-	}
-	b.n++
-	return true
+	return b.keep(mark)
 }
 
 // Message returns the batch of the windows gathered, with id and gateway,
 // and empties b.
-func (b *StatsBody) Message(id, gateway string) []byte {
-	data := make([]byte, 0, len(statsMagic)+len(id)+len(gateway)+3*binary.MaxVarintLen64+len(b.items))
-	data = append(data, statsMagic...)
-	data = appendString(appendString(data, id), gateway)
-	data = binary.AppendUvarint(data, uint64(b.n))
-	data = append(data, b.items...)
-	b.items, b.n = b.items[:0], 0
-	return data
-}
+func (b *StatsBody) Message(id, gateway string) []byte { return b.message(statsMagic, id, gateway) }
 
 func appendStats(b []byte, s *ReqStats) []byte {
 	b = appendString(b, s.ID)

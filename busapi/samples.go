@@ -31,13 +31,7 @@ func IsBinarySamples(data []byte) bool {
 // SampleBody gathers encoded samples for one binary PredictionBatch message,
 // up to BatchMaxBytes: a gateway's sampler builds its messages with it, and
 // `modelplane bench ingest` the messages it publishes as gateways would.
-type SampleBody struct {
-	items []byte
-	n     int
-}
-
-// Len is the number of samples gathered.
-func (b *SampleBody) Len() int { return b.n }
+type SampleBody struct{ body }
 
 // Add encodes s into b and reports true, unless b holds samples already and
 // the message would grow past BatchMaxBytes with s, in which case b is left
@@ -45,25 +39,12 @@ func (b *SampleBody) Len() int { return b.n }
 func (b *SampleBody) Add(s *PredictionSample) bool {
 	mark := len(b.items)
 	b.items = appendSample(b.items, s)
-	if b.n > 0 && batchHead+len(b.items) > BatchMaxBytes {
-		b.items = b.items[:mark]
-		return false
-	}
-	b.n++
-	return true
+	return b.keep(mark)
 }
 
 // Message returns the batch of the samples gathered, with id and gateway,
 // and empties b.
-func (b *SampleBody) Message(id, gateway string) []byte {
-	data := make([]byte, 0, len(samplesMagic)+len(id)+len(gateway)+3*binary.MaxVarintLen64+len(b.items))
-	data = append(data, samplesMagic...)
-	data = appendString(appendString(data, id), gateway)
-	data = binary.AppendUvarint(data, uint64(b.n))
-	data = append(data, b.items...)
-	b.items, b.n = b.items[:0], 0
-	return data
-}
+func (b *SampleBody) Message(id, gateway string) []byte { return b.message(samplesMagic, id, gateway) }
 
 func appendSample(b []byte, s *PredictionSample) []byte {
 	b = appendString(b, s.ID)

@@ -1,0 +1,60 @@
+package busapi_test
+
+import (
+	"math/rand"
+	"reflect"
+	"testing"
+	"testing/quick"
+)
+
+// carriesEveryField round-trips 200 values of T whose every field, nested
+// ones too, is drawn at random: a field added to T that its binary form
+// does not carry fails it. roundTrip encodes a value and decodes it;
+// normal makes a value's empty slices nil, as the binary forms do.
+func carriesEveryField[T any](t *testing.T, roundTrip func(T) (T, error), normal func(T) T) {
+	t.Helper()
+	r := rand.New(rand.NewSource(1))
+	typ := reflect.TypeFor[T]()
+	for i := range 200 {
+		v, ok := quick.Value(typ, r)
+		if !ok {
+			t.Fatalf("no random %v", typ)
+		}
+		want := v.Interface().(T)
+		got, err := roundTrip(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normal(got), normal(want)) {
+			t.Fatalf("value %d decoded to %#v, want %#v", i, got, want)
+		}
+	}
+}
+
+// fuzzRoundTrip fuzzes decode from seeds: no input panics, and what decodes
+// encodes to a message that decodes to the same value, compared encoded so
+// that every float is compared by its bits (a NaN is not equal to itself).
+// encode is false for a value too big for one message, which no gateway
+// or agent sends.
+func fuzzRoundTrip[T any](f *testing.F, seeds [][]byte, decode func([]byte) (T, error), encode func(T) ([]byte, bool)) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := decode(data)
+		if err != nil {
+			return
+		}
+		once, ok := encode(got)
+		if !ok {
+			return
+		}
+		back, err := decode(once)
+		if err != nil {
+			t.Fatalf("a decoded value encodes to one that does not decode: %v", err)
+		}
+		if twice, _ := encode(back); string(twice) != string(once) {
+			t.Fatalf("decoded again to %q, want %q", twice, once)
+		}
+	})
+}
