@@ -581,7 +581,9 @@ type CacheStatus struct {
 }
 
 // UsageBatch is one MP_USAGE message. ID is also its Nats-Msg-Id; a batch
-// spooled during an outage is replayed with the same ID.
+// spooled during an outage is replayed with the same ID. An agent sends it
+// in binary (AppendUsageBatch); agents of earlier versions sent it as JSON,
+// with these field names.
 type UsageBatch struct {
 	ID      string  `json:"id"`
 	Node    string  `json:"node"`
@@ -838,7 +840,9 @@ const ReqStatsBatchSubject = "mp.reqstats.batch"
 // takes several when they do not). A message per endpoint version cost the
 // ingest as much in NATS deliveries and acks as in decoding (`modelplane
 // bench ingest`). ID, the Nats-Msg-Id, is ReqStatsBatchID's; each of Stats
-// keeps its own ID, by which the ingest stores it once.
+// keeps its own ID, by which the ingest stores it once. A gateway sends it
+// in binary (StatsBody); gateways of earlier versions sent it as JSON, with
+// these field names.
 type ReqStatsBatch struct {
 	ID      string     `json:"id"`
 	Gateway string     `json:"gateway"`

@@ -32,8 +32,9 @@ const reqStatsFetchBytes = 8 << 20
 // the process killed in between) or published again after the duplicate
 // window is therefore stored once. One goroutine inserts, so no two
 // inserts of the same id can race. A message is a gateway's
-// busapi.ReqStatsBatch, or a lone busapi.ReqStats from a gateway older
-// than batches.
+// busapi.ReqStatsBatch in binary (busapi.StatsBody), in JSON from a
+// gateway older than that, or a lone busapi.ReqStats in JSON from one
+// older than batches.
 type ReqStats struct {
 	cfg   ReqStatsConfig
 	log   *slog.Logger
