@@ -247,10 +247,7 @@ func usageDrain(ctx context.Context, w tightWriter, u *ingest.Usage, js jetstrea
 	if err != nil {
 		return err
 	}
-	cols, err := usageCeilingColumns(fleet, prices, from, to)
-	if err != nil {
-		return err
-	}
+	cols := func() ([]any, error) { return usageCeilingColumns(fleet, prices, from, to) }
 	rows := fleet.rows(from, to)
 	c, err := w.compare(ctx, ingest.UsageInsert, cols, rows, func() (time.Duration, error) {
 		start := time.Now()

@@ -143,28 +143,37 @@ func transportFloor(ctx context.Context, js jetstream.JetStream, stream string, 
 	return float64(span.self.Microseconds()) / float64(rows), nil
 }
 
-// compare times the tight writer sending cols, then drain (which stores
-// the same rows through a consumer and returns how long that took), then
-// the writer again, so that both see the same moments of a shared
-// machine; the ceiling is the mean of the writer's two rates.
-func (w tightWriter) compare(ctx context.Context, stmt string, cols []any, rows int, drain func() (time.Duration, error)) (comparison, error) {
+// compare times the tight writer sending the columns columns makes, then
+// drain (which stores the same rows through a consumer and returns how
+// long that took), then the writer again, so that both see the same
+// moments of a shared machine; the ceiling is the mean of the writer's two
+// rates. The writer's columns are made before each of its spans, outside
+// it, and let go after: held through the drain, they were a heap of
+// pointers the collector marked on the consumer's time (docs/operations.md).
+func (w tightWriter) compare(ctx context.Context, stmt string, columns func() ([]any, error), rows int, drain func() (time.Duration, error)) (comparison, error) {
 	var (
 		ceil [2]cpuSpan
 		run  cpuSpan
 		err  error
 	)
-	writer := func() (time.Duration, error) {
-		start := time.Now()
-		err := w.send(ctx, stmt, cols)
-		return time.Since(start), err
+	writer := func() (cpuSpan, error) {
+		cols, err := columns()
+		if err != nil {
+			return cpuSpan{}, err
+		}
+		return w.cpu.span(func() (time.Duration, error) {
+			start := time.Now()
+			err := w.send(ctx, stmt, cols)
+			return time.Since(start), err
+		})
 	}
-	if ceil[0], err = w.cpu.span(writer); err != nil {
+	if ceil[0], err = writer(); err != nil {
 		return comparison{}, err
 	}
 	if run, err = w.cpu.span(drain); err != nil {
 		return comparison{}, err
 	}
-	if ceil[1], err = w.cpu.span(writer); err != nil {
+	if ceil[1], err = writer(); err != nil {
 		return comparison{}, err
 	}
 	perRow := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows) }
@@ -457,9 +466,9 @@ func drainTime(ctx context.Context, start func(context.Context) error, stop func
 // tight writer sending the same rows, and checks that ClickHouse holds
 // exactly the rows published.
 //
-// Each stream's columns for the writer are made again just before its
-// comparison, and nothing the benchmark made for an earlier phase is held
-// meanwhile: what the process holds sets when the collector runs, and
+// Each stream's columns for the writer are made again before each of the
+// writer's spans (compare), and nothing the benchmark made for an earlier
+// phase is held meanwhile: what the process holds sets when the collector runs, and
 // held traffic without pointers (the usage batches as JSON were 460 MB)
 // kept every cycle out of the drains, which no consumer in production
 // enjoys (docs/operations.md, "Usage batches in binary").
@@ -475,7 +484,7 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 		return err
 	}
 	predRows := uint64(predSamples * predInstances)
-	_, predCols := predictionTraffic(t0)
+	predCols := func() ([]any, error) { _, cols := predictionTraffic(t0); return cols, nil }
 	c, err := w.compare(ctx, ingest.PredictionsInsert, predCols, int(predRows), func() (time.Duration, error) {
 		return drainTime(ctx, p.Start, p.Stop, func() uint64 { return p.Stats().Rows }, predRows)
 	})
@@ -488,7 +497,7 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 	if err != nil {
 		return err
 	}
-	_, statsCols := reqStatsTraffic(t0)
+	statsCols := func() ([]any, error) { _, cols := reqStatsTraffic(t0); return cols, nil }
 	c, err = w.compare(ctx, ingest.ReqStatsInsert, statsCols, reqStatsWindows, func() (time.Duration, error) {
 		return drainTime(ctx, r.Start, r.Stop, func() uint64 { return r.Stats().Rows }, reqStatsWindows)
 	})
