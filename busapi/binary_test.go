@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"testing/quick"
+
+	"modelplane/busapi"
 )
 
 // carriesEveryField round-trips 200 values of T whose every field, nested
@@ -57,4 +59,34 @@ func fuzzRoundTrip[T any](f *testing.F, seeds [][]byte, decode func([]byte) (T, 
 			t.Fatalf("decoded again to %q, want %q", twice, once)
 		}
 	})
+}
+
+// batchBody is a gateway's message body of items of type T (SampleBody,
+// StatsBody).
+type batchBody[T any] interface {
+	Add(*T) bool
+	Len() int
+	Message(id, gateway string) []byte
+}
+
+// fillsToTheBound fills b with item past BatchMaxBytes: the items that fit
+// make a message within it that decode reads back as as many; the one
+// refused leaves b as it was, and the first, big, always fits.
+func fillsToTheBound[T any](t *testing.T, b batchBody[T], item, big T, decode func([]byte) (int, error)) {
+	t.Helper()
+	n := 0
+	for b.Add(&item) {
+		n++
+	}
+	if b.Len() != n || n < 2 {
+		t.Fatalf("Len %d after %d added", b.Len(), n)
+	}
+	data := b.Message("b1", "gw-1")
+	got, err := decode(data)
+	if err != nil || len(data) > busapi.BatchMaxBytes || got != n {
+		t.Fatalf("a message of %d bytes with %d of %d items: %v", len(data), got, n, err)
+	}
+	if !b.Add(&big) || b.Len() != 1 {
+		t.Fatal("the first item does not fit")
+	}
 }

@@ -120,25 +120,10 @@ func TestStatsBodyCarriesEveryField(t *testing.T) {
 // make a message within it that decodes to them; the one refused leaves the
 // body as it was, and the first always fits.
 func TestStatsBodyFull(t *testing.T) {
-	var b busapi.StatsBody
 	s := testStats()[0]
 	s.Endpoint = strings.Repeat("e", 10_000)
-	n := 0
-	for b.Add(&s) {
-		n++
-	}
-	if b.Len() != n || n < 2 {
-		t.Fatalf("Len %d after %d added", b.Len(), n)
-	}
-	data := b.Message("b1", "gw-1")
-	got, err := busapi.DecodeReqStats(data)
-	if err != nil || len(data) > busapi.BatchMaxBytes || len(got.Stats) != n {
-		t.Fatalf("a message of %d bytes with %d of %d windows: %v", len(data), len(got.Stats), n, err)
-	}
-	big := busapi.ReqStats{ID: strings.Repeat("r", busapi.BatchMaxBytes)}
-	if !b.Add(&big) || b.Len() != 1 {
-		t.Fatal("the first window does not fit")
-	}
+	fillsToTheBound(t, &busapi.StatsBody{}, s, busapi.ReqStats{ID: strings.Repeat("r", busapi.BatchMaxBytes)},
+		func(data []byte) (int, error) { b, err := busapi.DecodeReqStats(data); return len(b.Stats), err })
 }
 
 // TestDecodeReqStatsRefuses: each shorter prefix of a message, the message

@@ -107,24 +107,9 @@ func TestSampleBodyCarriesEveryField(t *testing.T) {
 // make a message within it that decodes to them; the one refused leaves
 // the body as it was, and the first always fits.
 func TestSampleBodyFull(t *testing.T) {
-	var b busapi.SampleBody
-	s := busapi.PredictionSample{ID: "r", Endpoint: "e", Version: strings.Repeat("v", 10_000)}
-	n := 0
-	for b.Add(&s) {
-		n++
-	}
-	if b.Len() != n || n < 2 {
-		t.Fatalf("Len %d after %d added", b.Len(), n)
-	}
-	data := b.Message("b1", "gw-1")
-	got, err := busapi.DecodeSamples(data)
-	if err != nil || len(data) > busapi.BatchMaxBytes || len(got.Samples) != n {
-		t.Fatalf("a message of %d bytes with %d of %d samples: %v", len(data), len(got.Samples), n, err)
-	}
-	big := busapi.PredictionSample{ID: strings.Repeat("r", busapi.BatchMaxBytes)}
-	if !b.Add(&big) || b.Len() != 1 {
-		t.Fatal("the first sample does not fit")
-	}
+	fillsToTheBound(t, &busapi.SampleBody{}, busapi.PredictionSample{ID: "r", Endpoint: "e", Version: strings.Repeat("v", 10_000)},
+		busapi.PredictionSample{ID: strings.Repeat("r", busapi.BatchMaxBytes)},
+		func(data []byte) (int, error) { b, err := busapi.DecodeSamples(data); return len(b.Samples), err })
 }
 
 // TestDecodeSamplesRefusesEveryCut: each shorter prefix of a message, and
