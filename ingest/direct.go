@@ -41,7 +41,7 @@ func StoreUsage(ctx context.Context, ch driver.Conn, prices Pricer, batches []bu
 		ptrs = append(ptrs, &heldBatch{batch: *b})
 	}
 	u := &Usage{cfg: UsageConfig{CH: ch}, log: slog.New(slog.DiscardHandler)}
-	cols, _, _, _ := u.columns(prices, ptrs, nil)
+	cols, _, _, _ := u.columns(prices, ptrs, make(map[slotSecond]rowID))
 	if len(cols.batchID) == 0 {
 		return 0, nil
 	}

@@ -17,9 +17,11 @@
 // accepted the insert does it ack. The sorting is the memory of one run
 // (ledgerMemory, usage_known.go): at its first store after Start the run
 // reads, per node, the newest second of the last hour gpu_usage holds, and
-// it notes every slot-second it finds or inserts; a row above its node's
-// newest second and its slot's newest noted one is stored nowhere, since
-// under the lease no one else inserts. Live rows are such rows, so only
+// it notes every slot-second it is handed before storing it; a row above
+// its node's newest second and its slot's newest noted one is stored
+// nowhere, since under the lease no one else inserts, and is the first of
+// its slot-second in its set. A set with no row to look up therefore needs
+// no comparing at all. Live rows are such rows, so only
 // redeliveries, repeats, late replays and rows older than the hour are
 // looked up (docs/security.md has the case by case argument). A
 // redelivery after a crash, a batch an

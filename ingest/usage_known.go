@@ -25,10 +25,11 @@ const knownWindow = time.Hour
 // rows only: live rows stay above the floors.
 const knownSlotsMax = 1 << 18
 
-// slotID is a slot of a slotSecond: the second left out.
-type slotID struct {
-	node, replica string
-	gpu, slice    uint16
+// replicaSlot is a slot of one node: a slotSecond without its node and
+// second.
+type replicaSlot struct {
+	replica    string
+	gpu, slice uint16
 }
 
 // ledgerMemory is what a Usage knows, for one run from Start to Stop, of
@@ -41,7 +42,7 @@ type slotID struct {
 // gpu_usage holds of the last knownWindow: every row stored before the run
 // lies at or below its node's floor (base for a node without one), as
 // the lease makes this run the only writer from then on. Every row the
-// run inserts, or tries to, raises its slot's top first. So a row above
+// run sees raises its slot's top before it is stored. So a row above
 // both its node's floor and its slot's top is stored nowhere, and only
 // the others are looked up. Rows arrive per slot in time order but for
 // an agent's replays, so live rows always clear both.
@@ -51,10 +52,16 @@ type ledgerMemory struct {
 	// base is the floor of every node: seconds at or below it were not
 	// read at load and are always looked up.
 	base  int64
-	floor map[string]int64
-	top   map[slotID]int64
-	// limit is the most slots top holds (knownSlotsMax).
-	limit int
+	nodes map[string]*nodeMemory
+	// slots is how many slots the nodes hold together, at most limit
+	// (knownSlotsMax) between sets.
+	slots, limit int
+}
+
+// nodeMemory is what a run knows of one node.
+type nodeMemory struct {
+	floor int64
+	top   map[replicaSlot]*int64
 }
 
 // reset forgets everything: a new run (a new lease) starts from what
@@ -62,7 +69,7 @@ type ledgerMemory struct {
 func (m *ledgerMemory) reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.loaded, m.base, m.floor, m.top = false, 0, nil, nil
+	m.loaded, m.base, m.nodes, m.slots = false, 0, nil, 0
 }
 
 // load reads the floors once per run, before the run's first insert.
@@ -78,7 +85,8 @@ func (m *ledgerMemory) load(ctx context.Context, ch driver.Conn, now time.Time) 
 		return fmt.Errorf("newest stored usage seconds: %w", err)
 	}
 	defer rows.Close()
-	floor := make(map[string]int64)
+	from--
+	nodes := make(map[string]*nodeMemory)
 	for rows.Next() {
 		var (
 			node string
@@ -87,79 +95,89 @@ func (m *ledgerMemory) load(ctx context.Context, ch driver.Conn, now time.Time) 
 		if err := rows.Scan(&node, &ts); err != nil {
 			return fmt.Errorf("newest stored usage seconds: %w", err)
 		}
-		floor[node] = int64(ts)
+		nodes[node] = &nodeMemory{floor: max(int64(ts), from), top: make(map[replicaSlot]*int64)}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("newest stored usage seconds: %w", err)
 	}
-	m.loaded, m.base, m.floor, m.top, m.limit = true, from-1, floor, make(map[slotID]int64), knownSlotsMax
+	m.loaded, m.base, m.nodes, m.slots, m.limit = true, from, nodes, 0, knownSlotsMax
 	return nil
 }
 
-// lookups returns, per node, the seconds of the rows of batches that may
-// be stored already, which the caller looks up in gpu_usage. Every row of
-// a redelivered message is looked up: a run that died, in this process or
-// another, may have stored it after this run's floors were read.
-func (m *ledgerMemory) lookups(batches []*heldBatch) (secs map[string][]int64, n int) {
+// classify notes every row of batches and returns, per node, the seconds
+// of those gpu_usage may hold already, which the caller looks up, and how
+// many there are. The others are fresh: stored nowhere, and each the first
+// of its slot-second among batches, since every row raises its slot's top
+// before it is stored. So when n is 0 the rows of batches are distinct
+// slot-seconds that gpu_usage lacks, and nothing needs comparing. Every row
+// of a redelivered message is looked up: a run that died, in this process
+// or another, may have stored it after this run's floors were read.
+func (m *ledgerMemory) classify(batches []*heldBatch) (secs map[string][]int64, n int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	secs = make(map[string][]int64)
 	for _, h := range batches {
+		if len(h.batch.Records) == 0 {
+			continue
+		}
+		node := m.node(h.batch.Node) // every record's (checkBatch)
 		for i := range h.batch.Records {
 			r := &h.batch.Records[i]
-			if h.redelivered || m.mayBeStored(r) {
+			if fresh := m.note(node, r); !fresh || h.redelivered {
+				if secs == nil {
+					secs = make(map[string][]int64)
+				}
 				secs[r.Node] = append(secs[r.Node], r.Time)
 				n++
 			}
 		}
 	}
+	// Forgotten after the set, not within it: folding the set's own
+	// seconds into the floors would have its later live rows looked up.
+	if m.slots > m.limit {
+		m.forget()
+	}
 	return secs, n
 }
 
-// mayBeStored is false only for a row gpu_usage certainly does not hold.
-// Callers hold mu.
-func (m *ledgerMemory) mayBeStored(r *busapi.Usage) bool {
-	floor := m.base
-	if f, ok := m.floor[r.Node]; ok {
-		floor = max(floor, f)
+// node returns the memory of the node of that name, made at the floor
+// base when the load found no row of it. Callers hold mu.
+func (m *ledgerMemory) node(name string) *nodeMemory {
+	node := m.nodes[name]
+	if node == nil {
+		// The name comes from a decoded message; the memory outlives it.
+		node = &nodeMemory{floor: m.base, top: make(map[replicaSlot]*int64)}
+		m.nodes[strings.Clone(name)] = node
 	}
-	if r.Time <= floor {
-		return true
-	}
-	top, ok := m.top[slotID{node: r.Node, replica: r.Replica, gpu: uint16(r.GPU), slice: uint16(r.Slice)}]
-	return ok && r.Time <= top
+	return node
 }
 
-// note records the slot-seconds of stored, which columns filled with the
-// rows found in gpu_usage and those about to be inserted, before the
-// insert: an insert that fails may still have stored some of them.
-func (m *ledgerMemory) note(stored map[slotSecond]rowID) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for s := range stored {
-		k := slotID{node: s.node, replica: s.replica, gpu: s.gpu, slice: s.slice}
-		top, ok := m.top[k]
-		if !ok {
-			if len(m.top) >= m.limit {
-				m.forget()
-			}
-			// The strings come from a decoded message; the memory
-			// outlives it.
-			k.node, k.replica = strings.Clone(k.node), strings.Clone(k.replica)
-		}
-		if !ok || s.ts > top {
-			m.top[k] = s.ts
-		}
+// note raises r's slot's top to r's second and reports whether r was
+// fresh: above its node's floor and its slot's top before. Callers hold mu.
+func (m *ledgerMemory) note(node *nodeMemory, r *busapi.Usage) (fresh bool) {
+	if r.Time <= node.floor {
+		return false
 	}
+	k := replicaSlot{replica: r.Replica, gpu: uint16(r.GPU), slice: uint16(r.Slice)}
+	if top := node.top[k]; top != nil {
+		fresh = r.Time > *top
+		*top = max(*top, r.Time)
+		return fresh
+	}
+	k.replica = strings.Clone(k.replica)
+	top := r.Time
+	node.top[k] = &top
+	m.slots++
+	return true
 }
 
 // forget folds every slot's top into its node's floor and drops the slots.
 // Callers hold mu.
 func (m *ledgerMemory) forget() {
-	for k, top := range m.top {
-		if top > m.floor[k.node] {
-			m.floor[k.node] = top
+	for _, node := range m.nodes {
+		for _, top := range node.top {
+			node.floor = max(node.floor, *top)
 		}
+		clear(node.top)
 	}
-	clear(m.top)
+	m.slots = 0
 }

@@ -152,10 +152,13 @@ func (u *Usage) prepare(ctx context.Context, held []heldBatch, settle func()) (*
 		u.retry(held)
 		return nil, err
 	}
-	look, n := u.known.lookups(uniq)
+	look, n := u.known.classify(uniq)
 	u.stats.lookedUp.Add(uint64(n))
-	stored := make(map[slotSecond]rowID, rows)
+	// With nothing to look up every row is a slot-second of its own that
+	// gpu_usage lacks (classify), so columns compares none.
+	var stored map[slotSecond]rowID
 	if n > 0 {
+		stored = make(map[slotSecond]rowID, rows)
 		settle()
 		if err := u.storedSlots(ctx, look, stored); err != nil {
 			u.retry(held)
@@ -167,7 +170,6 @@ func (u *Usage) prepare(ctx context.Context, held []heldBatch, settle func()) (*
 		return nil, err
 	}
 	p.cols, p.ids, p.skip, p.newest = u.columns(prices, uniq, stored)
-	u.known.note(stored)
 	p.dupRows += p.skip.replayed
 	p.dupBatches += p.skip.batches
 	return p, nil
@@ -399,12 +401,10 @@ type skips struct {
 // columns prices the rows whose slot-second is not stored yet and lays them
 // out by column; of several held rows of one slot-second only the first is
 // kept. It returns the ids of the batches with rows to insert, what it
-// skipped, and the newest second among the rows. stored may be nil (none
-// stored); columns adds the slot-seconds it keeps to it.
+// skipped, and the newest second among the rows. columns adds the
+// slot-seconds it keeps to stored; a nil stored says that the rows are
+// distinct slot-seconds none of which is stored, and keeps every one.
 func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[slotSecond]rowID) (c usageColumns, ids []string, skip skips, newest int64) {
-	if stored == nil {
-		stored = make(map[slotSecond]rowID)
-	}
 	n := 0
 	for _, h := range batches {
 		n += len(h.batch.Records)
@@ -423,19 +423,21 @@ func (u *Usage) columns(prices Pricer, batches []*heldBatch, stored map[slotSeco
 		for i := range b.Records {
 			r := &b.Records[i]
 			idx := h.idx(i)
-			k := slotOf(r)
-			if by, ok := stored[k]; ok {
-				if by == (rowID{b.ID, idx}) {
-					skip.replayed++
-				} else {
-					if skip.repeatedBy == nil {
-						skip.repeatedBy = make(map[string]uint64)
+			if stored != nil {
+				k := slotOf(r)
+				if by, ok := stored[k]; ok {
+					if by == (rowID{b.ID, idx}) {
+						skip.replayed++
+					} else {
+						if skip.repeatedBy == nil {
+							skip.repeatedBy = make(map[string]uint64)
+						}
+						skip.repeatedBy[r.Node]++
 					}
-					skip.repeatedBy[r.Node]++
+					continue
 				}
-				continue
+				stored[k] = rowID{b.ID, idx}
 			}
-			stored[k] = rowID{b.ID, idx}
 			rate, ok := prices.At(r.GPUType, r.Profile, time.Unix(r.Time, 0))
 			if !ok {
 				unpriced++
