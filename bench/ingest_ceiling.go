@@ -78,7 +78,7 @@ type CPUFigures struct {
 	CPUVsClickHouse     float64 `json:"cpu_vs_clickhouse"`
 	// TransportSelfUS is this process's CPU a row for taking the same
 	// messages from JetStream and acknowledging them, and nothing else
-	// (transportFloor; the usage stream's only). A consumer pays it on
+	// (transportFloor; every stream). A consumer pays it on
 	// top of all the writer pays, so CPUVsClickHouseBound, the writer's
 	// CPU a row over the same plus it, bounds CPUVsClickHouse.
 	TransportSelfUS      float64 `json:"transport_self_us_per_row,omitempty"`
@@ -93,8 +93,8 @@ func (f *CPUFigures) bound(transportUS float64) {
 
 // transportFloor takes the first msgs messages of stream once more
 // through a durable consumer of its own that only acknowledges each one,
-// pulled as the usage consumer pulls them (up to 16 MiB ahead, explicit
-// acks), and returns this process's CPU time over rows, the rows those
+// pulled as the usage consumer pulls its stream (up to 16 MiB ahead,
+// explicit acks), and returns this process's CPU time over rows, the rows those
 // messages hold, once the server has every ack. This process holds the
 // embedded NATS server too, so that is JetStream's whole delivery. The
 // consumer is deleted after.
@@ -492,6 +492,11 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 		return fmt.Errorf("predictions: %w", err)
 	}
 	res.PredictionRowsPerS, res.PredictionClickHouseRowsPerS, res.PredictionsVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	transport, err := transportFloor(ctx, js, busapi.StreamPredictions, res.PredictionMessages, int(predRows), w.cpu)
+	if err != nil {
+		return err
+	}
+	c.bound(transport)
 	res.CPU["predictions"] = c.CPUFigures
 	r, err := ingest.NewReqStats(ingest.ReqStatsConfig{JS: js, CH: ch})
 	if err != nil {
@@ -505,6 +510,10 @@ func smallStreams(ctx context.Context, s *scratch, w tightWriter, js jetstream.J
 		return fmt.Errorf("reqstats: %w", err)
 	}
 	res.ReqStatsRowsPerS, res.ReqStatsClickHouseRowsPerS, res.ReqStatsVsClickHouse = c.IngestRowsPerS, c.CeilingRowsPerS, c.RowsPerSRatio
+	if transport, err = transportFloor(ctx, js, busapi.StreamReqStats, res.ReqStatsMessages, reqStatsWindows, w.cpu); err != nil {
+		return err
+	}
+	c.bound(transport)
 	res.CPU["reqstats"] = c.CPUFigures
 	for table, want := range map[string]uint64{"prediction_samples": predRows, "request_stats": reqStatsWindows} {
 		var got uint64
