@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -1132,6 +1133,35 @@ const (
 
 // LogContainers lists every LogRequest.Container but "".
 var LogContainers = []string{LogContainerRuntime, LogContainerFetch, LogContainerGuard}
+
+// ContainerReason is a pool replica's failure reason (ReplicaStatus.Reason)
+// for one container of its pod: "container runtime: why", or "init
+// container fetch: why" for an init container. The cluster driver words
+// every container's failure with it, and CrashedContainer reads it back.
+func ContainerReason(initContainer bool, container, why string) string {
+	kind := "container "
+	if initContainer {
+		kind = "init container "
+	}
+	return kind + container + ": " + why
+}
+
+// CrashedContainer is the container of the pod whose crash loop reason
+// names (ContainerReason with a why that starts with CrashLoopBackOff,
+// Kubernetes' waiting reason): its previous run's log holds the crash while
+// it waits to start again. ok is false for any other reason, and for a
+// container not in LogContainers.
+func CrashedContainer(reason string) (container string, ok bool) {
+	rest, ok := strings.CutPrefix(reason, "init container ")
+	if !ok {
+		rest, ok = strings.CutPrefix(reason, "container ")
+	}
+	name, why, named := strings.Cut(rest, ": ")
+	if !ok || !named || !slices.Contains(LogContainers, name) || !strings.HasPrefix(why, "CrashLoopBackOff") {
+		return "", false
+	}
+	return name, true
+}
 
 // LogChunk answers a LogRequest: Data from Offset, Next the offset to ask
 // from to follow the log, Size the log's size when read. Error says why

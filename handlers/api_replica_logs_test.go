@@ -114,9 +114,9 @@ func TestReplicaLogsOfAPodsOtherRuns(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ reason, link string }{
-		{"container runtime: CrashLoopBackOff (last exit 1, Error): back-off 40s restarting failed container", "/log?previous=1"},
-		{"init container fetch: CrashLoopBackOff (last exit 1, Error: model.onnx: sha256 mismatch)", "/log?container=fetch&amp;previous=1"},
-		{"container runtime: OOMKilled (exit 137)", ""},
+		{busapi.ContainerReason(false, busapi.LogContainerRuntime, "CrashLoopBackOff (last exit 1, Error): back-off 40s restarting failed container"), "/log?previous=1"},
+		{busapi.ContainerReason(true, busapi.LogContainerFetch, "CrashLoopBackOff (last exit 1, Error: model.onnx: sha256 mismatch)"), "/log?container=fetch&amp;previous=1"},
+		{busapi.ContainerReason(false, busapi.LogContainerRuntime, "OOMKilled (exit 137)"), ""},
 	} {
 		e.heartbeat(t, rep.Node, busapi.ReplicaStatus{ID: rep.Name, State: busapi.StateFailed, Reason: tc.reason, Failures: 1})
 		page := e.portal(t, viewer, http.MethodGet, "/endpoints/risk-endpoint/replicas", nil).String()

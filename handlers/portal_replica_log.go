@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -58,18 +57,12 @@ func (s *Server) portalReplicaLog(w http.ResponseWriter, r *http.Request) {
 }
 
 // crashLog is the log page query of the crash a pool replica's reason
-// names ("container runtime: CrashLoopBackOff (last exit 1, Error)",
-// "init container fetch: CrashLoopBackOff …", as the cluster driver
-// words them): the previous run of that container, which is what a
-// crash-looping container's log holds while it waits to start again. ""
-// for any other reason.
+// names (busapi.CrashedContainer): the previous run of that container,
+// which is what a crash-looping container's log holds while it waits to
+// start again. "" for any other reason.
 func crashLog(reason string) string {
-	rest, ok := strings.CutPrefix(reason, "init container ")
+	name, ok := busapi.CrashedContainer(reason)
 	if !ok {
-		rest, ok = strings.CutPrefix(reason, "container ")
-	}
-	name, why, named := strings.Cut(rest, ": ")
-	if !ok || !named || !slices.Contains(busapi.LogContainers, name) || !strings.HasPrefix(why, "CrashLoopBackOff") {
 		return ""
 	}
 	q := url.Values{"previous": {"1"}}

@@ -112,13 +112,13 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 			o.Ready = true
 		}
 	}
-	check := func(kind string, cs []corev1.ContainerStatus) {
+	check := func(initContainer bool, cs []corev1.ContainerStatus) {
 		for _, s := range cs {
 			o.Restarts += int(s.RestartCount)
-			if t := s.State.Terminated; t != nil && (t.ExitCode != 0 || t.Reason == "OOMKilled") && kind == "container" {
+			if t := s.State.Terminated; t != nil && (t.ExitCode != 0 || t.Reason == "OOMKilled") && !initContainer {
 				// Ended and about to restart: OOMKilled, or a crash.
 				o.Failures = max(o.Failures, 1, int(s.RestartCount))
-				o.Reason = fmt.Sprintf("%s %s: %s (exit %d)", kind, s.Name, t.Reason, t.ExitCode)
+				o.Reason = busapi.ContainerReason(false, s.Name, fmt.Sprintf("%s (exit %d)", t.Reason, t.ExitCode))
 				if msg := strings.TrimSpace(t.Message); msg != "" {
 					o.Reason += ": " + msg
 				}
@@ -140,11 +140,11 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 				why += ": " + w.Message
 			}
 			o.Failures = max(o.Failures, 1, int(s.RestartCount))
-			o.Reason = fmt.Sprintf("%s %s: %s", kind, s.Name, why)
+			o.Reason = busapi.ContainerReason(initContainer, s.Name, why)
 		}
 	}
-	check("init container", p.Status.InitContainerStatuses)
-	check("container", p.Status.ContainerStatuses)
+	check(true, p.Status.InitContainerStatuses)
+	check(false, p.Status.ContainerStatuses)
 	if o.Ready {
 		o.Failures, o.Reason = 0, ""
 		// Behind a guard a runtime's metrics are on the pod's port (Triton's

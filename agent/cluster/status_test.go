@@ -14,6 +14,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/agent/cluster"
+	"modelplane/busapi"
 	"modelplane/internal/kubetest"
 	"modelplane/internal/wait"
 )
@@ -73,6 +74,11 @@ func TestPodStatusBecomesReplicaState(t *testing.T) {
 		})
 		if o.Ready || o.Failures < 1 {
 			t.Fatalf("%s: observation = %+v, want failed with the reason", tc.name, o)
+		}
+		// The portal links a crash loop's reason, and only it, to the
+		// runtime's previous run.
+		if name, crashed := busapi.CrashedContainer(o.Reason); crashed != (tc.want == "CrashLoopBackOff") || crashed && name != busapi.LogContainerRuntime {
+			t.Errorf("%s: CrashedContainer(%q) = %q, %v", tc.name, o.Reason, name, crashed)
 		}
 	}
 
