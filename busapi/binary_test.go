@@ -69,6 +69,29 @@ type batchBody[T any] interface {
 	Message(id, gateway string) []byte
 }
 
+// bodyMessage is the message b makes of items, with id and gateway; ok is
+// false when they do not fit one.
+func bodyMessage[T any](b batchBody[T], id, gateway string, items []T) ([]byte, bool) {
+	for i := range items {
+		if !b.Add(&items[i]) {
+			return nil, false
+		}
+	}
+	return b.Message(id, gateway), true
+}
+
+// bodySeeds are fuzzing seeds of b's messages: each of items alone, all of
+// them together, and magic with a cut short head.
+func bodySeeds[T any](b batchBody[T], items []T, magic string) [][]byte {
+	var seeds [][]byte
+	for i := range items {
+		msg, _ := bodyMessage(b, "b", "g", items[i:i+1])
+		seeds = append(seeds, msg)
+	}
+	all, _ := bodyMessage(b, "b1", "gw-1", items)
+	return append(seeds, all, []byte(magic+"\x00\x00\x05"))
+}
+
 // fillsToTheBound fills b with item past BatchMaxBytes: the items that fit
 // make a message within it that decode reads back as as many; the one
 // refused leaves b as it was, and the first, big, always fits.

@@ -172,27 +172,8 @@ func TestDecodeReqStatsRefuses(t *testing.T) {
 // FuzzDecodeReqStats: no input panics, and what decodes encodes back to
 // the same batch (fuzzRoundTrip).
 func FuzzDecodeReqStats(f *testing.F) {
-	var b busapi.StatsBody
-	var seeds [][]byte
-	for _, s := range testStats() {
-		b.Add(&s)
-		seeds = append(seeds, b.Message("b", "g"))
-	}
-	for _, s := range testStats() {
-		b.Add(&s)
-	}
-	seeds = append(seeds, b.Message("b1", "gw-1"), []byte("MPR1\x00\x00\x05"))
-	fuzzRoundTrip(f, seeds, busapi.DecodeReqStats, encodeStats)
-}
-
-// encodeStats is b as a StatsBody makes it; ok is false when it does not
-// fit one message.
-func encodeStats(b busapi.ReqStatsBatch) ([]byte, bool) {
-	var body busapi.StatsBody
-	for i := range b.Stats {
-		if !body.Add(&b.Stats[i]) {
-			return nil, false
-		}
-	}
-	return body.Message(b.ID, b.Gateway), true
+	fuzzRoundTrip(f, bodySeeds(&busapi.StatsBody{}, testStats(), "MPR1"), busapi.DecodeReqStats,
+		func(b busapi.ReqStatsBatch) ([]byte, bool) {
+			return bodyMessage(&busapi.StatsBody{}, b.ID, b.Gateway, b.Stats)
+		})
 }

@@ -136,27 +136,8 @@ func TestDecodeSamplesRefusesEveryCut(t *testing.T) {
 // FuzzDecodeSamples: no input panics, and what decodes encodes back to the
 // same batch (fuzzRoundTrip).
 func FuzzDecodeSamples(f *testing.F) {
-	var b busapi.SampleBody
-	var seeds [][]byte
-	for _, s := range testSamples() {
-		b.Add(&s)
-		seeds = append(seeds, b.Message("b", "g"))
-	}
-	for _, s := range testSamples() {
-		b.Add(&s)
-	}
-	seeds = append(seeds, b.Message("b1", "gw-1"), []byte("MPS1\x00\x00\x05"))
-	fuzzRoundTrip(f, seeds, busapi.DecodeSamples, encode)
-}
-
-// encode is b as a SampleBody makes it; ok is false when it does not fit
-// one message.
-func encode(b busapi.PredictionBatch) ([]byte, bool) {
-	var body busapi.SampleBody
-	for i := range b.Samples {
-		if !body.Add(&b.Samples[i]) {
-			return nil, false
-		}
-	}
-	return body.Message(b.ID, b.Gateway), true
+	fuzzRoundTrip(f, bodySeeds(&busapi.SampleBody{}, testSamples(), "MPS1"), busapi.DecodeSamples,
+		func(b busapi.PredictionBatch) ([]byte, bool) {
+			return bodyMessage(&busapi.SampleBody{}, b.ID, b.Gateway, b.Samples)
+		})
 }
