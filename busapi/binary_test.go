@@ -33,6 +33,24 @@ func carriesEveryField[T any](t *testing.T, roundTrip func(T) (T, error), normal
 	}
 }
 
+// refusesEveryCut checks that every shorter prefix of data, data with a
+// byte more and the JSON batch json are errors from decode, not a panic or
+// a batch.
+func refusesEveryCut[T any](t *testing.T, data []byte, json string, decode func([]byte) (T, error)) {
+	t.Helper()
+	for n := range len(data) {
+		if got, err := decode(data[:n]); err == nil {
+			t.Fatalf("%d of %d bytes decoded to %+v", n, len(data), got)
+		}
+	}
+	if _, err := decode(append(data, 0)); err == nil {
+		t.Fatal("a trailing byte decoded")
+	}
+	if _, err := decode([]byte(json)); err == nil {
+		t.Fatal("JSON decoded as a binary batch")
+	}
+}
+
 // fuzzRoundTrip fuzzes decode from seeds: no input panics, and what decodes
 // encodes to a message that decodes to the same value, compared encoded so
 // that every float is compared by its bits (a NaN is not equal to itself).

@@ -115,22 +115,8 @@ func TestSampleBodyFull(t *testing.T) {
 // TestDecodeSamplesRefusesEveryCut: each shorter prefix of a message, and
 // the message with a byte more, is an error, not a panic or a batch.
 func TestDecodeSamplesRefusesEveryCut(t *testing.T) {
-	var b busapi.SampleBody
-	for _, s := range testSamples() {
-		b.Add(&s)
-	}
-	data := b.Message("b1", "gw-1")
-	for n := range len(data) {
-		if got, err := busapi.DecodeSamples(data[:n]); err == nil {
-			t.Fatalf("%d of %d bytes decoded to %+v", n, len(data), got)
-		}
-	}
-	if _, err := busapi.DecodeSamples(append(data, 0)); err == nil {
-		t.Fatal("a trailing byte decoded")
-	}
-	if _, err := busapi.DecodeSamples([]byte(`{"id":"b1","samples":[]}`)); err == nil {
-		t.Fatal("JSON decoded as a binary batch")
-	}
+	data, _ := bodyMessage(&busapi.SampleBody{}, "b1", "gw-1", testSamples())
+	refusesEveryCut(t, data, `{"id":"b1","samples":[]}`, busapi.DecodeSamples)
 }
 
 // FuzzDecodeSamples: no input panics, and what decodes encodes back to the
