@@ -141,17 +141,26 @@ func proxy(target string, o Options) *httputil.ReverseProxy {
 }
 
 // liftAtEOF lifts the connection's read deadline once the request body
-// has been read to its end.
+// has been read to its end, and answers every later read with io.EOF
+// without reading the server's body again. The transport forwarding the
+// body reads once more past its Content-Length to check nothing follows;
+// by then the runtime may have answered, and writing that answer's header
+// makes the HTTP/1 server close the request body, so the read would fail,
+// the transport would close its connection to the runtime and cut the
+// answer in flight (a stream after its first event).
 type liftAtEOF struct {
 	io.ReadCloser
-	rc     *http.ResponseController
-	lifted bool
+	rc  *http.ResponseController
+	eof bool
 }
 
 func (b *liftAtEOF) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.lifted {
-		b.lifted = true
+	if errors.Is(err, io.EOF) {
+		b.eof = true
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
