@@ -70,6 +70,9 @@ type Loop struct {
 	mu        sync.Mutex
 	states    map[int64]*scaleState
 	histories map[int64]*history
+	// rates are the ready replicas' requests per second over
+	// autoscale.RateWindow, from the counters in their heartbeats.
+	rates autoscale.Counters
 }
 
 // scaleState is what the autoscaler remembers of one endpoint.
@@ -177,9 +180,10 @@ func (a *Loop) evaluate(ctx context.Context) (Round, error) {
 			loads[r.EndpointID] = l
 		}
 		if r.State == busapi.StateReady {
-			l.ready = append(l.ready, sampleOf(r.Name, replica.ParseMetrics(r.Metrics), now))
+			l.ready = append(l.ready, sampleOf(r.Name, replica.ParseMetrics(r.Metrics), now, &a.rates))
 		}
 	}
+	a.rates.Retain()
 	round := Round{Endpoints: len(eps), Decisions: map[string]autoscale.Decision{}, Events: map[string]string{}}
 	type write struct {
 		e       db.AutoscaleEndpointListRow
@@ -306,7 +310,11 @@ func (a *Loop) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEndpointL
 // and neither does a field the replica's runtime does not report
 // (replica.Metrics.Absent), so a signal no fresh replica reports is
 // missing, never zero; the Sample says why, for the freeze's reason.
-func sampleOf(name string, m replica.Metrics, now time.Time) autoscale.Sample {
+// Requests per second are rates' over autoscale.RateWindow; until rates
+// has two readings of a replica that was there before (a leader's first
+// round), the stored rate between its last two heartbeats. Neither is
+// made across a heartbeat whose requests counter could not be read.
+func sampleOf(name string, m replica.Metrics, now time.Time, rates *autoscale.Counters) autoscale.Sample {
 	var s autoscale.Sample
 	if m.ObservedAtMS == 0 || now.Sub(time.UnixMilli(m.ObservedAtMS)) > staleMetrics {
 		why := "no metrics from replica " + name + " yet"
@@ -317,6 +325,13 @@ func sampleOf(name string, m replica.Metrics, now time.Time) autoscale.Sample {
 			s.Missing(sig, why)
 		}
 		return s
+	}
+	if m.Reports(busapi.MetricRequests) {
+		if rps, ok := rates.Rate(name, now, time.UnixMilli(m.ObservedAtMS), m.Requests); ok {
+			m.RPS = rps
+		}
+	} else {
+		rates.Reset(name, now)
 	}
 	for _, f := range []struct {
 		sig   autoscale.Signal

@@ -442,3 +442,43 @@ func TestRoundTraced(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoscalerMeasuresRequestsOverTheRateWindow: a replica's requests/s
+// are the counter's growth over autoscale.RateWindow, as the scenarios
+// measure them, not between its last two heartbeats: after 15 s at 90
+// req/s, 3 s at 300 read 132 (4 × 270 + 900 requests over 15 s) and ask
+// for 2 replicas, where the rate between the two heartbeats (300) asked 3.
+func TestAutoscalerMeasuresRequestsOverTheRateWindow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
+	f.reconcile(t)
+	counts := map[string]int64{}
+	f.serve(t, "node-a", inv, counts, 0)
+	f.evaluate(t, a)
+	for range 5 { // 90 req/s, a heartbeat every 3 s
+		f.clock.Advance(3 * time.Second)
+		f.serve(t, "node-a", inv, counts, 270)
+		if r := f.evaluate(t, a); len(r.Decisions) != 0 {
+			t.Fatalf("at 90 req/s decided %+v, want nothing", r.Decisions)
+		}
+	}
+	f.clock.Advance(3 * time.Second)
+	f.serve(t, "node-a", inv, counts, 900)
+	d, ok := f.evaluate(t, a).Decisions["fraud-ep"]
+	if !ok || d.Desired != 2 {
+		t.Fatalf("after 3 s at 300 req/s decided %+v, want 1 → 2", d)
+	}
+	if i := slices.IndexFunc(d.Readings, func(r autoscale.Reading) bool { return r.Signal == autoscale.RPS }); i < 0 || d.Readings[i].Value != 132 {
+		t.Fatalf("readings %+v; want rps 132 over the window", d.Readings)
+	}
+	if m := f.get(t, "fraud-ep").Replicas[0].Metrics; m.RPS != 300 {
+		t.Fatalf("stored rps %v; want 300 between the last two heartbeats (what the replica page shows)", m.RPS)
+	}
+}

@@ -25,7 +25,8 @@ type Autoscale struct {
 	Policy autoscale.Policy
 	// Interval is the time between evaluations (2 to 5 s); Heartbeat the
 	// time between replica heartbeats; RateWindow how far back a heartbeat's
-	// requests/s and tokens/s look (as the replicas' /v2/stats).
+	// requests/s and tokens/s look: the built-ins take the control plane's
+	// own, autoscale.RateWindow, which its loop measures requests/s over.
 	Interval, Heartbeat, RateWindow time.Duration
 	// ColdStart is how long an added replica takes to become ready: the
 	// version's measured or profiled start time.

@@ -72,7 +72,7 @@ func chatScenario(name, desc string, rate float64, replicas int, d time.Duration
 		a.Heartbeat = time.Second
 	}
 	if a.RateWindow == 0 {
-		a.RateWindow = 30 * time.Second
+		a.RateWindow = autoscale.RateWindow
 	}
 	if a.ColdStart == 0 {
 		a.ColdStart = 45 * time.Second
@@ -178,7 +178,7 @@ func autoscaleBuiltins() []Scenario {
 	return []Scenario{
 		chatScenario("seed-fleet-autoscale",
 			"The seed fleet's diurnal day (trough to peak, compressed into 2 hours) scaled 1/10: 100 req/s at the peak on about 22 GPUs (210 to 230 at full scale).",
-			peak, 8, day, &Autoscale{Policy: dayPolicy(), RateWindow: 15 * time.Second, Load: curve(day, 30*time.Second, dayShare)}),
+			peak, 8, day, &Autoscale{Policy: dayPolicy(), Load: curve(day, 30*time.Second, dayShare)}),
 		chatScenario("burst", "A 1x to 5x step at 5 minutes: 10 to 50 req/s.",
 			10, 3, 12*time.Minute, &Autoscale{
 				Load:  []LoadPoint{{At: 5 * time.Minute, Mult: 1}, {At: 5*time.Minute + time.Millisecond, Mult: 5}},
@@ -226,9 +226,8 @@ func prefillHeavy() Scenario {
 	sc := chatScenario("prefill-heavy",
 		"Long prompts (1,000 tokens), 4-token answers, chunked prefill, 8 to 32 req/s at 2 minutes: the queue grows while KV use stays near 0.3 (llm-d#662).",
 		8, 2, 8*time.Minute, &Autoscale{Policy: p, SLA: SLA{TTFTP99: 2 * time.Second, TPOTP99: 300 * time.Millisecond},
-			RateWindow: 10 * time.Second,
-			Load:       []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 4}},
-			Steps:      []time.Duration{2 * time.Minute}})
+			Load:  []LoadPoint{{At: 2 * time.Minute, Mult: 1}, {At: 2*time.Minute + time.Millisecond, Mult: 4}},
+			Steps: []time.Duration{2 * time.Minute}})
 	out := profile.LengthDist{Mean: 4}
 	sc.PromptTokens = profile.LengthDist{Mean: 1000, SD: 100, Max: 1024}
 	sc.OutputTokens = &out

@@ -1,0 +1,108 @@
+package autoscale
+
+import "time"
+
+// RateWindow is how far back a replica's requests per second (RPS) are
+// measured: by the control plane's loop from the requests counter in the
+// replica's heartbeats (Counters), and by the simulated replicas of the
+// scenarios, whose figures are therefore the loop's. The counter's growth
+// between two heartbeats (3 s apart) swings with each second's arrivals,
+// and the scale-down window then holds the highest swing: at 3 s every
+// built-in scenario but burst held more replicas (docs/autoscaling.md,
+// "One rate window").
+const RateWindow = 15 * time.Second
+
+// Counters turns each replica's requests counter, as its heartbeats report
+// it, into requests per second over the last RateWindow, as the scenarios
+// measure it. A replica that appeared after the first round is measured
+// over the whole window for its first window (over the rounds so far when
+// they are fewer): least-outstanding routing sends a new replica every
+// arrival until it catches up, and its rate over its own short life would
+// ask for a second scale-up. A replica there at the first round, or
+// whose readings started over, is measured over its readings until they
+// span the window. The zero Counters is ready; it is not safe for
+// concurrent use.
+type Counters struct {
+	start   time.Time // the first round
+	history map[string]*counter
+}
+
+type counter struct {
+	// first is the round the replica was first seen in; later is whether
+	// that was after the first round (the replica is new)
+	first time.Time
+	later bool
+	// readings within the window, oldest first, and the newest before it
+	readings []reading
+	seen     bool // since the last Retain
+}
+
+type reading struct {
+	at time.Time
+	n  int64
+}
+
+// Rate records, in the round at now, replica's requests counter n
+// reported by a heartbeat observed at at, and returns its requests per
+// second; false when it cannot tell yet: one reading of a replica that
+// was there at the first round (or whose readings started over), which
+// the caller measures otherwise. A counter that went down (the runtime
+// restarted) starts over from n; a heartbeat seen before (the loop reads
+// the stored one each round) adds nothing.
+func (c *Counters) Rate(replica string, now, at time.Time, n int64) (float64, bool) {
+	h := c.of(replica, now)
+	if k := len(h.readings); k == 0 || n < h.readings[k-1].n {
+		h.readings = append(h.readings[:0], reading{at, n})
+	} else if at.After(h.readings[k-1].at) {
+		h.readings = append(h.readings, reading{at, n})
+	}
+	last := h.readings[len(h.readings)-1]
+	// Keep the newest reading at or before the window's start as the base.
+	from := last.at.Add(-RateWindow)
+	drop := 0
+	for drop+1 < len(h.readings) && !h.readings[drop+1].at.After(from) {
+		drop++
+	}
+	h.readings = append(h.readings[:0], h.readings[drop:]...)
+	base := h.readings[0]
+	over := last.at.Sub(base.at)
+	young := h.later && now.Sub(h.first) < RateWindow
+	if young && base.at.After(from) {
+		over = min(RateWindow, now.Sub(c.start))
+	}
+	if over <= 0 {
+		return 0, young
+	}
+	return float64(last.n-base.n) / over.Seconds(), true
+}
+
+// Reset drops replica's readings in the round at now: its counter could
+// not be read, so no rate is made across the gap.
+func (c *Counters) Reset(replica string, now time.Time) {
+	h := c.of(replica, now)
+	h.readings = h.readings[:0]
+}
+
+func (c *Counters) of(replica string, now time.Time) *counter {
+	if c.history == nil {
+		c.history, c.start = map[string]*counter{}, now
+	}
+	h := c.history[replica]
+	if h == nil {
+		h = &counter{first: now, later: now.After(c.start)}
+		c.history[replica] = h
+	}
+	h.seen = true
+	return h
+}
+
+// Retain forgets every replica neither Rate nor Reset saw since the last
+// Retain: it ends a round of the loop.
+func (c *Counters) Retain() {
+	for name, h := range c.history {
+		if !h.seen {
+			delete(c.history, name)
+		}
+		h.seen = false
+	}
+}
