@@ -28,10 +28,7 @@ type Counters struct {
 }
 
 type counter struct {
-	// first is the round the replica was first seen in; later is whether
-	// that was after the first round (the replica is new)
-	first time.Time
-	later bool
+	first time.Time // the round the replica was first seen in
 	// readings within the window, oldest first, and the newest before it
 	readings []reading
 	seen     bool // since the last Retain
@@ -66,7 +63,8 @@ func (c *Counters) Rate(replica string, now, at time.Time, n int64) (float64, bo
 	h.readings = append(h.readings[:0], h.readings[drop:]...)
 	base := h.readings[0]
 	over := last.at.Sub(base.at)
-	young := h.later && now.Sub(h.first) < RateWindow
+	// New: first seen after the first round, less than a window ago.
+	young := h.first.After(c.start) && now.Sub(h.first) < RateWindow
 	if young && base.at.After(from) {
 		over = min(RateWindow, now.Sub(c.start))
 	}
@@ -89,7 +87,7 @@ func (c *Counters) of(replica string, now time.Time) *counter {
 	}
 	h := c.history[replica]
 	if h == nil {
-		h = &counter{first: now, later: now.After(c.start)}
+		h = &counter{first: now}
 		c.history[replica] = h
 	}
 	h.seen = true

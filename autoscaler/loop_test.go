@@ -29,6 +29,16 @@ func rpsPolicy(target float64, lo, hi int32, down time.Duration) autoscale.Polic
 	return p
 }
 
+// scaledFraud makes endpoint fraud-ep (fraud's v1 on a 1g MIG slice, one
+// replica) and sets its autoscaling policy p.
+func (f *fixture) scaledFraud(t *testing.T, p autoscale.PolicyDoc) {
+	t.Helper()
+	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", p, f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // serve reports every replica of node's desired state ready, each having
 // answered served more requests than at the last call (counts keeps the
 // counters), so that the intake reads served / elapsed requests/s.
@@ -62,10 +72,7 @@ func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	woke := 0
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(), Changed: func() { woke++ }})
 	f.reconcile(t)
@@ -129,10 +136,7 @@ func TestRestartedAutoscalerResumesWithoutDoublePlacement(t *testing.T) {
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 300*time.Second), f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(100, 1, 6, 300*time.Second))
 	old := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	counts := map[string]int64{}
@@ -228,11 +232,7 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 		inv[i] = gpus(0, 8, "A100-80GB", seven1g())
 		f.heartbeat(t, []string{"node-a", "node-b", "node-c"}[i], inv[i])
 	}
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	p := rpsPolicy(1000, 150, 200, 300*time.Second)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", p, f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(1000, 150, 200, 300*time.Second))
 	if _, err := f.eps.SetTraffic(t.Context(), f.eng, "fraud-ep", []endpoint.Weight{{Version: "v1", Weight: 100}, {Version: "v2"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -362,10 +362,7 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	r := ready(f.desired(t, "node-a"))[0]
@@ -406,10 +403,7 @@ func TestRoundTraced(t *testing.T) {
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	exp := tracetest.NewInMemoryExporter()
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(),
 		Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
@@ -453,10 +447,7 @@ func TestAutoscalerMeasuresRequestsOverTheRateWindow(t *testing.T) {
 	f := newFixture(t)
 	inv := gpus(0, 1, "A100-80GB", seven1g())
 	f.heartbeat(t, "node-a", inv)
-	f.endpoint(t, "fraud-ep", "fraud", "v1", "mig-1g.10gb", "standard", 1)
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "fraud-ep", rpsPolicy(100, 1, 6, 10*time.Second), f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
 	f.reconcile(t)
 	counts := map[string]int64{}
