@@ -1046,6 +1046,7 @@ func (a *Agent) Status() busapi.NodeStatus {
 			rs.Requests = int64(m.obs.Requests)
 			rs.InFlight, rs.BatchSize = m.obs.InFlight, m.obs.BatchSize
 			rs.TokensPerSecond, rs.TTFTMS = m.obs.TokensPerSecond, m.obs.TTFTMS
+			rs.Tokens, rs.PromptTokens = m.obs.Tokens, m.obs.PromptTokens
 			rs.BatchQueueMS, rs.GPUUtil = m.obs.BatchQueueMS, m.obs.GPUUtil
 			rs.Absent, rs.Runtime = slices.Clone(m.obs.Absent), m.obs.Runtime
 			if rs.GPUUtil == 0 && !isCPU(m.spec) && rs.Reports(busapi.MetricGPUUtil) {

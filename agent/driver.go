@@ -161,6 +161,10 @@ type Observation struct {
 	// mean time to first token over the last few seconds; 0 when unknown.
 	TokensPerSecond float64
 	TTFTMS          float64
+	// Tokens and PromptTokens are an LLM runtime's counters of generated
+	// and prompt tokens since it started; nil when unknown
+	// (busapi.ReplicaStatus.Tokens).
+	Tokens, PromptTokens *int64
 	// BatchQueueMS is the mean wait of requests in the runtime's batcher
 	// and GPUUtil the replica's GPU utilisation, 0 to 1, over the last few
 	// seconds; 0 when unknown (a GPUUtil of 0 falls back to UtilPct,

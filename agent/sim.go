@@ -292,7 +292,20 @@ func (r *simReplica) Observe(ctx context.Context) (Observation, error) {
 	if st.Ready {
 		o.UtilPct = util
 	}
+	if st.Task == replica.TaskLLM {
+		o.Tokens, o.PromptTokens = counter(st.Tokens), counter(st.PromptTokens)
+	}
 	return o, nil
+}
+
+// counter is a replica's counter as the heartbeat carries it; nil stays
+// nil (a replica older than the counter).
+func counter(n *uint64) *int64 {
+	if n == nil {
+		return nil
+	}
+	v := int64(*n)
+	return &v
 }
 
 // memoryUsedMB models what the runtime holds on its slots. An LLM runtime

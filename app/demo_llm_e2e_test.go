@@ -235,6 +235,26 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 		}
 		return stats.InFlight == 0 && stats.KVPagesUsed == 0
 	}, "chat-cpu's replica %+v; want nothing in flight and its pages free", wait.Show(func() any { return stats }))
+	// The runtime's token counters (vLLM's names, read by the agent)
+	// reach the control plane in the heartbeat, which the autoscaler's
+	// tokens/s and prompt tokens/s are measured from: the client's calls
+	// above sent prompts and took tokens.
+	var counted struct {
+		Replicas []struct {
+			Metrics struct {
+				Tokens       int64    `json:"tokens"`
+				PromptTokens int64    `json:"prompt_tokens"`
+				Absent       []string `json:"absent"`
+			} `json:"metrics"`
+		}
+	}
+	wait.Eventually(t, 30*time.Second, func() bool {
+		if err := json.Unmarshal([]byte(get(t, env["MP_API"]+"/endpoints/"+DemoLLMEndpoint, key)), &counted); err != nil || len(counted.Replicas) != 1 {
+			t.Fatalf("chat-cpu's replicas: %+v, %v; want one", counted, err)
+		}
+		m := counted.Replicas[0].Metrics
+		return m.Tokens > 0 && m.PromptTokens > 0
+	}, "chat-cpu's stored metrics %+v; want its token and prompt-token counters above 0", wait.Show(func() any { return counted }))
 	wantErr := func(name string, got llmError, status int, class, code, param string) {
 		t.Helper()
 		want := llmError{Class: class, Status: status, Type: &[]string{"invalid_request_error"}[0], Code: &code, Param: &param}

@@ -9,7 +9,7 @@ import (
 // TargetDoc is one signal of an autoscaling policy as the API and the
 // database write it.
 type TargetDoc struct {
-	Signal string  `json:"signal" enum:"rps,in_flight,queue_depth,batch_queue_ms,gpu_util,kv_cache,tokens_per_s" doc:"The per-replica metric scaled on."`
+	Signal string  `json:"signal" enum:"rps,in_flight,queue_depth,batch_queue_ms,gpu_util,kv_cache,tokens_per_s,prompt_tokens_per_s" doc:"The per-replica metric scaled on: prompt_tokens_per_s is the prompt tokens a replica takes in per second, the prefill work asked of it (LLMs)."`
 	Target float64 `json:"target" doc:"The per-replica value aimed for; gpu_util and kv_cache are shares from 0 to 1."`
 }
 

@@ -310,10 +310,13 @@ func (a *Loop) raise(ctx context.Context, q *db.Queries, e db.AutoscaleEndpointL
 // and neither does a field the replica's runtime does not report
 // (replica.Metrics.Absent), so a signal no fresh replica reports is
 // missing, never zero; the Sample says why, for the freeze's reason.
-// Requests per second are rates' over autoscale.RateWindow; until rates
-// has two readings of a replica that was there before (a leader's first
-// round), the stored rate between its last two heartbeats. Neither is
-// made across a heartbeat whose requests counter could not be read.
+// Requests, tokens and prompt tokens per second are rates' over
+// autoscale.RateWindow, from the replica's counters. Until rates has two
+// readings of a replica that was there before (a leader's first round),
+// requests/s are the stored rate between its last two heartbeats and
+// tokens/s the agent's between its last two readings, and prompt tokens/s
+// are missing; none is made across a heartbeat whose counter could not be
+// read.
 func sampleOf(name string, m replica.Metrics, now time.Time, rates *autoscale.Counters) autoscale.Sample {
 	var s autoscale.Sample
 	if m.ObservedAtMS == 0 || now.Sub(time.UnixMilli(m.ObservedAtMS)) > staleMetrics {
@@ -326,35 +329,61 @@ func sampleOf(name string, m replica.Metrics, now time.Time, rates *autoscale.Co
 		}
 		return s
 	}
-	if m.Reports(busapi.MetricRequests) {
-		if rps, ok := rates.Rate(name, now, time.UnixMilli(m.ObservedAtMS), m.Requests); ok {
-			m.RPS = rps
-		}
-	} else {
-		rates.Reset(name, now)
+	if rps, ok := windowRate(rates, name, busapi.MetricRequests, m, m.Requests, now); ok {
+		m.RPS = rps
+	}
+	if tps, ok := windowRate(rates, name, busapi.MetricTokens, m, m.Tokens, now); ok {
+		m.TokensPerSecond = tps
+	}
+	prompt, ok := windowRate(rates, name, busapi.MetricPromptTokens, m, m.PromptTokens, now)
+	promptWhy := ""
+	if !ok {
+		promptWhy = fmt.Sprintf("%s of replica %s read once so far", busapi.MetricPromptTokens, name)
 	}
 	for _, f := range []struct {
 		sig   autoscale.Signal
 		field string
 		v     float64
+		// early says why a reported field makes no value yet.
+		early string
 	}{
-		{autoscale.RPS, replica.MetricRPS, m.RPS},
-		{autoscale.InFlight, busapi.MetricInFlight, float64(m.InFlight)},
-		{autoscale.QueueDepth, busapi.MetricQueueDepth, float64(m.QueueDepth)},
-		{autoscale.BatchQueueMS, busapi.MetricBatchQueueMS, m.BatchQueueMS},
-		{autoscale.GPUUtil, busapi.MetricGPUUtil, m.GPUUtil},
-		{autoscale.KVCache, busapi.MetricKVUsedPct, m.KVUsedPct / 100},
-		{autoscale.TokensPerSecond, busapi.MetricTokensPerSecond, m.TokensPerSecond},
+		{autoscale.RPS, replica.MetricRPS, m.RPS, ""},
+		{autoscale.InFlight, busapi.MetricInFlight, float64(m.InFlight), ""},
+		{autoscale.QueueDepth, busapi.MetricQueueDepth, float64(m.QueueDepth), ""},
+		{autoscale.BatchQueueMS, busapi.MetricBatchQueueMS, m.BatchQueueMS, ""},
+		{autoscale.GPUUtil, busapi.MetricGPUUtil, m.GPUUtil, ""},
+		{autoscale.KVCache, busapi.MetricKVUsedPct, m.KVUsedPct / 100, ""},
+		{autoscale.TokensPerSecond, busapi.MetricTokensPerSecond, m.TokensPerSecond, ""},
+		{autoscale.PromptTokensPerSecond, busapi.MetricPromptTokens, prompt, promptWhy},
 	} {
-		if m.Reports(f.field) {
+		switch {
+		case !m.Reports(f.field):
+			why := fmt.Sprintf("%s not reported by replica %s", f.field, name)
+			if m.Runtime != "" {
+				why += " (" + m.Runtime + ")"
+			}
+			s.Missing(f.sig, why)
+		case f.early != "":
+			s.Missing(f.sig, f.early)
+		default:
 			s.Set(f.sig, f.v)
-			continue
 		}
-		why := fmt.Sprintf("%s not reported by replica %s", f.field, name)
-		if m.Runtime != "" {
-			why += " (" + m.Runtime + ")"
-		}
-		s.Missing(f.sig, why)
 	}
 	return s
+}
+
+// windowRate is rates' measure over autoscale.RateWindow of replica name's
+// counter field (a busapi.Metric* name), whose reading in m is n; false
+// while rates cannot tell yet, or when this heartbeat did not report the
+// counter, which then starts over.
+func windowRate(rates *autoscale.Counters, name, field string, m replica.Metrics, n int64, now time.Time) (float64, bool) {
+	key := name
+	if field != busapi.MetricRequests {
+		key += "\x00" + field
+	}
+	if !m.Reports(field) {
+		rates.Reset(key, now)
+		return 0, false
+	}
+	return rates.Rate(key, now, time.UnixMilli(m.ObservedAtMS), n)
 }

@@ -473,3 +473,74 @@ func TestAutoscalerMeasuresRequestsOverTheRateWindow(t *testing.T) {
 		t.Fatalf("stored rps %v; want 300 between the last two heartbeats (what the replica page shows)", m.RPS)
 	}
 }
+
+// TestAutoscalerScalesOnPromptTokensOverTheRateWindow: an LLM endpoint
+// scaled on prompt tokens/s (the prefill work asked of a replica) is
+// measured from the replica's prompt-token counter over the rate window:
+// a first reading makes no value yet, a steady 6,000 a second asks
+// nothing, and a busy 3 s after 12 steady ones reads 16,800 over the
+// window (not the 60,000 between the last two heartbeats) and asks 1 → 2.
+// An agent that sends no counter (older than it) leaves the signal
+// missing, never 0: the endpoint freezes naming the replica.
+func TestAutoscalerScalesOnPromptTokensOverTheRateWindow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	inv := gpus(0, 2, "H100-80GB", nil)
+	f.heartbeat(t, "node-b", inv)
+	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
+	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.Signals = []autoscale.TargetDoc{{Signal: "prompt_tokens_per_s", Target: 12000}}
+	p.MinReplicas, p.MaxReplicas, p.ScaleDownStabilizationS = 1, 4, 10
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
+	f.reconcile(t)
+	rs := ready(f.desired(t, "node-b"))
+	if len(rs) != 1 {
+		t.Fatalf("replicas = %+v, want one", rs)
+	}
+	r := rs[0]
+	var prompt int64
+	beat := func(n int64) {
+		t.Helper()
+		prompt += n
+		r.PromptTokens = &prompt
+		f.heartbeat(t, "node-b", inv, r)
+	}
+	beat(0)
+	f.evaluate(t, a)
+	for range 5 { // 6,000 prompt tokens a second, a heartbeat every 3 s
+		f.clock.Advance(3 * time.Second)
+		beat(18000)
+		if d := f.evaluate(t, a).Decisions; len(d) != 0 {
+			t.Fatalf("at 6,000 prompt tokens/s decided %+v, want nothing", d)
+		}
+	}
+	f.clock.Advance(3 * time.Second)
+	beat(180000)
+	d, ok := f.evaluate(t, a).Decisions["chat-ep"]
+	if !ok || d.Current != 1 || d.Desired != 2 || d.Signal != autoscale.PromptTokensPerSecond {
+		t.Fatalf("after 3 s at 60,000 prompt tokens/s decided %+v, want 1 → 2 on prompt_tokens_per_s", d)
+	}
+	if i := slices.IndexFunc(d.Readings, func(r autoscale.Reading) bool { return r.Signal == autoscale.PromptTokensPerSecond }); i < 0 || d.Readings[i].Value != 16800 {
+		t.Fatalf("readings %+v; want prompt_tokens_per_s 16800 over the window", d.Readings)
+	}
+	if m := f.get(t, "chat-ep").Replicas[0].Metrics; m.PromptTokens != prompt || !m.Reports(busapi.MetricPromptTokens) {
+		t.Fatalf("stored metrics = %+v, want the prompt-token counter %d", m, prompt)
+	}
+
+	// A heartbeat without the counter: missing, the endpoint freezes.
+	r.PromptTokens = nil
+	var events []string
+	for range 3 {
+		f.clock.Advance(3 * time.Second)
+		f.heartbeat(t, "node-b", inv, r)
+		if ev, ok := f.evaluate(t, a).Events["chat-ep"]; ok {
+			events = append(events, ev)
+		}
+	}
+	if len(events) != 1 || !strings.Contains(events[0], "prompt_tokens not reported by replica "+r.ID) {
+		t.Fatalf("events without the counter = %q, want a freeze naming prompt_tokens and the replica", events)
+	}
+}

@@ -387,6 +387,14 @@ type ReplicaStatus struct {
 	// whose metrics say; 0 otherwise.
 	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 	TTFTMS          float64 `json:"ttft_ms,omitempty"`
+	// Tokens counts the tokens an LLM replica generated since it started
+	// and PromptTokens the prompt tokens of the requests it took in:
+	// counters, which the autoscaler's loop turns into tokens/s and
+	// prompt tokens/s over its rate window (autoscale.RateWindow). Nil
+	// where the runtime does not say, and from an agent older than them:
+	// missing, never 0.
+	Tokens       *int64 `json:"tokens,omitempty"`
+	PromptTokens *int64 `json:"prompt_tokens,omitempty"`
 	// BatchQueueMS is how long requests waited in the runtime's batcher
 	// before they executed, in milliseconds, over the last few seconds;
 	// GPUUtil the replica's GPU utilisation as a share from 0 to 1. The
@@ -444,6 +452,8 @@ const (
 	MetricBatchSize       = "batch_size"
 	MetricKVUsedPct       = "kv_used_pct"
 	MetricTokensPerSecond = "tokens_per_second"
+	MetricTokens          = "tokens"
+	MetricPromptTokens    = "prompt_tokens"
 	MetricTTFTMS          = "ttft_ms"
 	MetricBatchQueueMS    = "batch_queue_ms"
 	MetricGPUUtil         = "gpu_util"
@@ -451,11 +461,16 @@ const (
 
 // Metrics lists every name ReplicaStatus.Absent may hold.
 var Metrics = []string{MetricQueueDepth, MetricInFlight, MetricRequests, MetricBatchSize, MetricKVUsedPct,
-	MetricTokensPerSecond, MetricTTFTMS, MetricBatchQueueMS, MetricGPUUtil}
+	MetricTokensPerSecond, MetricTTFTMS, MetricBatchQueueMS, MetricGPUUtil, MetricTokens, MetricPromptTokens}
 
 // Reports says whether the replica's runtime reports the metrics field
-// named (a Metric* constant).
+// named (a Metric* constant). A counter left nil is not reported, whatever
+// Absent says: an agent older than the field does not name it there.
 func (r ReplicaStatus) Reports(field string) bool {
+	switch {
+	case field == MetricTokens && r.Tokens == nil, field == MetricPromptTokens && r.PromptTokens == nil:
+		return false
+	}
 	for _, a := range r.Absent {
 		if a == field {
 			return false

@@ -29,6 +29,8 @@ func checkReplicaMetrics(r busapi.ReplicaStatus) error {
 		{"verify_ms", r.VerifyMS, maxReplicaMS},
 		{"load_ms", r.LoadMS, maxReplicaMS},
 		{"warmup_ms", r.WarmupMS, maxReplicaMS},
+		{"tokens", deref(r.Tokens), math.MaxInt64},
+		{"prompt_tokens", deref(r.PromptTokens), math.MaxInt64},
 	}
 	for _, c := range counts {
 		if c.v < 0 || c.v > c.max {
@@ -56,6 +58,14 @@ func checkReplicaMetrics(r busapi.ReplicaStatus) error {
 		return fmt.Errorf("%d absent metrics, more than any runtime has", len(r.Absent))
 	}
 	return nil
+}
+
+// deref is a counter's value, 0 for none.
+func deref(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }
 
 // checkCache refuses a cache report that cannot be true.

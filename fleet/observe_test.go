@@ -29,7 +29,8 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 	}
 	r := rs[0]
 	r.QueueDepth, r.InFlight, r.BatchSize, r.Requests, r.KVUsedPct = 3, 7, 2.5, 41, 12
-	r.TokensPerSecond, r.TTFTMS = 950, 120
+	tokens, prompt := int64(9500), int64(20000)
+	r.TokensPerSecond, r.TTFTMS, r.Tokens, r.PromptTokens = 950, 120, &tokens, &prompt
 	r.BatchQueueMS, r.GPUUtil = 4.5, 0.62
 	r.DownloadMS, r.VerifyMS, r.LoadMS, r.WarmupMS = 1500, 200, 300, 40
 	cache := &busapi.CacheStatus{BytesUsed: 3 << 20, BytesLimit: 1 << 30, Versions: 2, Hits: 5, Misses: 2, Evictions: 1}
@@ -46,7 +47,7 @@ func TestHeartbeatMetricsAndCacheAreKeptAndShown(t *testing.T) {
 		t.Error("first ready heartbeat reported no change")
 	}
 	want := replica.Metrics{QueueDepth: 3, InFlight: 7, BatchSize: 2.5, Requests: 41, KVUsedPct: 12, TokensPerSecond: 950, TTFTMS: 120,
-		BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.clock.Now().UnixMilli(),
+		Tokens: 9500, PromptTokens: 20000, BatchQueueMS: 4.5, GPUUtil: 0.62, ObservedAtMS: f.clock.Now().UnixMilli(),
 		ColdStart: replica.ColdStart{DownloadMS: 1500, VerifyMS: 200, LoadMS: 300, WarmupMS: 40}}
 	n, err := f.fleet.Node(t.Context(), f.root, "node-a")
 	if err != nil {
@@ -104,11 +105,15 @@ func TestHeartbeatMetricsNoRuntimeProducesAreRefused(t *testing.T) {
 		return busapi.NodeStatus{Node: "node-a", LeaseSeconds: 15, GPUs: inv, Replicas: []busapi.ReplicaStatus{r}}
 	}
 	for name, st := range map[string]busapi.NodeStatus{
-		"negative in-flight":  rep(func(r *busapi.ReplicaStatus) { r.InFlight = -1 }),
-		"negative queue":      rep(func(r *busapi.ReplicaStatus) { r.QueueDepth = -2 }),
-		"NaN batch":           rep(func(r *busapi.ReplicaStatus) { r.BatchSize = math.NaN() }),
-		"KV above 100":        rep(func(r *busapi.ReplicaStatus) { r.KVUsedPct = 101 }),
-		"negative tokens/s":   rep(func(r *busapi.ReplicaStatus) { r.TokensPerSecond = -5 }),
+		"negative in-flight": rep(func(r *busapi.ReplicaStatus) { r.InFlight = -1 }),
+		"negative queue":     rep(func(r *busapi.ReplicaStatus) { r.QueueDepth = -2 }),
+		"NaN batch":          rep(func(r *busapi.ReplicaStatus) { r.BatchSize = math.NaN() }),
+		"KV above 100":       rep(func(r *busapi.ReplicaStatus) { r.KVUsedPct = 101 }),
+		"negative tokens/s":  rep(func(r *busapi.ReplicaStatus) { r.TokensPerSecond = -5 }),
+		"negative prompt tokens": rep(func(r *busapi.ReplicaStatus) {
+			n := int64(-1)
+			r.PromptTokens = &n
+		}),
 		"GPU use above 1":     rep(func(r *busapi.ReplicaStatus) { r.GPUUtil = 1.5 }),
 		"NaN batch queue":     rep(func(r *busapi.ReplicaStatus) { r.BatchQueueMS = math.NaN() }),
 		"negative download":   rep(func(r *busapi.ReplicaStatus) { r.DownloadMS = -1 }),

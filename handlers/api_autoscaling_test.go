@@ -80,6 +80,16 @@ func TestAPIAutoscalingPolicy(t *testing.T) {
 			t.Errorf("%s: errors at %v; want %s", c.name, doc.locations(), c.location)
 		}
 	}
+	// prompt_tokens_per_s is a signal the API knows, refused here by the
+	// task's rule (LLM endpoints only), not as an unknown name.
+	prefill := autoscalingBody(func(b map[string]any) {
+		b["signals"] = []map[string]any{{"signal": "prompt_tokens_per_s", "target": 12000}}
+	})
+	doc := problem(t, "prompt tokens/s on a classifier", e.call(t, admin, http.MethodPut, "/endpoints/risk-endpoint/autoscaling", prefill), http.StatusBadRequest)
+	if len(doc.Errors) != 1 || doc.Errors[0].Location != "body.signals[0].signal" ||
+		!strings.Contains(doc.Errors[0].Message, "a classification endpoint does not report prompt_tokens_per_s") {
+		t.Errorf("prompt tokens/s on a classifier: errors %+v; want the task's rule at body.signals[0].signal", doc.Errors)
+	}
 	if a := get(); a.Policy.MaxReplicas != 5 || a.Policy.Signals[0].Target != 100 {
 		t.Errorf("after refused updates = %+v, want the stored policy kept", a)
 	}

@@ -29,6 +29,11 @@ type Metrics struct {
 	// time to first token over the last few seconds.
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	TTFTMS          float64 `json:"ttft_ms"`
+	// Tokens and PromptTokens count an LLM replica's generated tokens and
+	// the prompt tokens it took in since it started: the autoscaler's
+	// loop measures their rates over its rate window.
+	Tokens       int64 `json:"tokens,omitempty"`
+	PromptTokens int64 `json:"prompt_tokens,omitempty"`
 	// BatchQueueMS is the mean wait in the runtime's batcher, GPUUtil the
 	// replica's GPU utilisation (0 to 1), as the agent reported them.
 	BatchQueueMS float64 `json:"batch_queue_ms"`
@@ -83,6 +88,12 @@ func FromStatus(r busapi.ReplicaStatus, now time.Time) Metrics {
 		BatchQueueMS: r.BatchQueueMS, GPUUtil: r.GPUUtil, ObservedAtMS: now.UnixMilli(),
 		ColdStart: ColdStart{DownloadMS: r.DownloadMS, VerifyMS: r.VerifyMS, LoadMS: r.LoadMS, WarmupMS: r.WarmupMS},
 		Runtime:   truncate(r.Runtime, maxRuntimeName)}
+	if r.Tokens != nil {
+		m.Tokens = *r.Tokens
+	}
+	if r.PromptTokens != nil {
+		m.PromptTokens = *r.PromptTokens
+	}
 	// The names this control plane knows, in their order, once each: a
 	// newer agent's other names mean nothing to it.
 	for _, f := range busapi.Metrics {

@@ -8,6 +8,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"modelplane/busapi"
 )
 
 // Field names one of Metrics' fields in Metrics.Has.
@@ -22,6 +24,7 @@ const (
 	FieldTTFT
 	FieldGPUUtil
 	FieldBatchQueue
+	FieldPromptTokens
 )
 
 // Metrics are the heartbeat's fields an adapter reads from a runtime's
@@ -52,6 +55,9 @@ type Metrics struct {
 	Tokens      float64
 	TTFTSeconds float64
 	TTFTCount   float64
+	// PromptTokens counts the prompt tokens of the requests the runtime
+	// took in since it started (LLM runtimes), a counter too.
+	PromptTokens float64
 	// GPUUtil is the mean utilisation of the GPUs the runtime sees, a
 	// share 0–1 (Triton's nv_gpu_utilization).
 	GPUUtil float64
@@ -63,6 +69,49 @@ type Metrics struct {
 
 // Reports says whether the runtime exported f.
 func (m Metrics) Reports(f Field) bool { return m.Has&f != 0 }
+
+// optional are the heartbeat's fields an adapter may find missing, by
+// their JSON names (busapi.ReplicaStatus.Absent). The token counter
+// stands behind two of them: the rate the driver makes and the counter.
+var optional = []struct {
+	f    Field
+	name string
+}{
+	{FieldKV, busapi.MetricKVUsedPct},
+	{FieldTokens, busapi.MetricTokensPerSecond},
+	{FieldTokens, busapi.MetricTokens},
+	{FieldTTFT, busapi.MetricTTFTMS},
+	{FieldGPUUtil, busapi.MetricGPUUtil},
+	{FieldBatchQueue, busapi.MetricBatchQueueMS},
+	{FieldPromptTokens, busapi.MetricPromptTokens},
+}
+
+// Absent names the fields of the heartbeat that m's runtime does not
+// export (busapi.ReplicaStatus.Absent): they read 0 and mean unknown.
+func (m Metrics) Absent() []string {
+	var out []string
+	for _, o := range optional {
+		if !m.Reports(o.f) {
+			out = append(out, o.name)
+		}
+	}
+	return out
+}
+
+// TokenCounters are m's token counters as the heartbeat carries them
+// (busapi.ReplicaStatus.Tokens and PromptTokens): nil where the runtime
+// does not export one.
+func (m Metrics) TokenCounters() (tokens, prompt *int64) {
+	if m.Reports(FieldTokens) {
+		n := int64(m.Tokens)
+		tokens = &n
+	}
+	if m.Reports(FieldPromptTokens) {
+		n := int64(m.PromptTokens)
+		prompt = &n
+	}
+	return tokens, prompt
+}
 
 // Metric names the adapters read. Triton's are the built-in runtime's too.
 const (
@@ -91,12 +140,14 @@ const (
 	vllmKVOld   = "vllm:gpu_cache_usage_perc"
 	vllmSuccess = "vllm:request_success_total"
 	vllmTokens  = "vllm:generation_tokens_total"
+	vllmPrompt  = "vllm:prompt_tokens_total"
 	vllmTTFT    = "vllm:time_to_first_token_seconds"
 
 	llamaProcessing = "llamacpp:requests_processing"
 	llamaDeferred   = "llamacpp:requests_deferred"
 	llamaKV         = "llamacpp:kv_cache_usage_ratio"
 	llamaTokens     = "llamacpp:tokens_predicted_total"
+	llamaPrompt     = "llamacpp:prompt_tokens_total"
 )
 
 // maxMetricsBytes bounds what a metrics body may be; a runtime with more
@@ -162,6 +213,10 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 			m.Has |= FieldTokens
 			m.Tokens = sum(vllmTokens)
 		}
+		if has(vllmPrompt) {
+			m.Has |= FieldPromptTokens
+			m.PromptTokens = sum(vllmPrompt)
+		}
 		if has(vllmTTFT) {
 			m.Has |= FieldTTFT
 			m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])
@@ -176,6 +231,10 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 		if has(llamaTokens) {
 			m.Has |= FieldTokens
 			m.Tokens = sum(llamaTokens)
+		}
+		if has(llamaPrompt) {
+			m.Has |= FieldPromptTokens
+			m.PromptTokens = sum(llamaPrompt)
 		}
 		// llama-server exports no request counter (it counts tokens), so
 		// Requests stays zero until the LLM-runtime issue decides what its

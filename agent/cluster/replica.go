@@ -183,16 +183,8 @@ func (r *replica) metrics(ctx context.Context, e catalog.Entry, p *corev1.Pod, o
 	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
 	o.GPUUtil = m.GPUUtil
 	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
-	o.Absent = nil
-	for _, f := range []struct {
-		f    catalog.Field
-		name string
-	}{{catalog.FieldKV, busapi.MetricKVUsedPct}, {catalog.FieldTokens, busapi.MetricTokensPerSecond},
-		{catalog.FieldTTFT, busapi.MetricTTFTMS}, {catalog.FieldGPUUtil, busapi.MetricGPUUtil}, {catalog.FieldBatchQueue, busapi.MetricBatchQueueMS}} {
-		if !m.Reports(f.f) {
-			o.Absent = append(o.Absent, f.name)
-		}
-	}
+	o.Absent = m.Absent()
+	o.Tokens, o.PromptTokens = m.TokenCounters()
 	// The rates from this reading and the last, as the process driver
 	// makes them.
 	r.mu.Lock()

@@ -43,12 +43,17 @@ func TestHeartbeatNamesWhatTheRuntimeDoesNotExport(t *testing.T) {
 	}, "replicas never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
 
 	rs := replicaStatus(a, llama.ID)
-	want := []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricGPUUtil, busapi.MetricBatchQueueMS}
+	want := []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricGPUUtil, busapi.MetricBatchQueueMS, busapi.MetricPromptTokens}
 	if !slices.Equal(rs.Absent, want) || rs.Runtime != "fake-llama" {
 		t.Errorf("llama-server without KV: absent %q, runtime %q; want %q from fake-llama", rs.Absent, rs.Runtime, want)
 	}
 	if !rs.Reports(busapi.MetricTokensPerSecond) || rs.Reports(busapi.MetricKVUsedPct) || rs.KVUsedPct != 0 {
 		t.Errorf("heartbeat %+v: want tokens/s reported and KV use absent", rs)
+	}
+	// Its token counter travels, at 0 before any request; the
+	// prompt-token counter it does not export is nil, not 0.
+	if rs.Tokens == nil || *rs.Tokens != 0 || rs.PromptTokens != nil {
+		t.Errorf("counters: tokens %v, prompt tokens %v; want a reported 0 and none", rs.Tokens, rs.PromptTokens)
 	}
 	// The GPU fallback of a simulated replica (its utilisation) does not
 	// fill a field the runtime named absent.

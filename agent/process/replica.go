@@ -156,7 +156,8 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	}
 	o.QueueDepth, o.InFlight, o.Requests, o.BatchSize, o.KVUsedPct = m.QueueDepth, m.InFlight, m.Requests, m.BatchSize, m.KVUsedPct
 	o.GPUUtil = m.GPUUtil
-	o.Absent = absent(m)
+	o.Absent = m.Absent()
+	o.Tokens, o.PromptTokens = m.TokenCounters()
 	// Milliseconds rounded up: a phase measured at all is never shown as 0,
 	// which means unknown.
 	o.LoadMS, o.WarmupMS = int64(math.Ceil(m.LoadSeconds*1000)), int64(math.Ceil(m.WarmupSeconds*1000))
@@ -165,31 +166,6 @@ func (r *replica) Observe(ctx context.Context) (agent.Observation, error) {
 	r.mu.Unlock()
 	o.TokensPerSecond, o.TTFTMS, o.BatchQueueMS = rr.TokensPerSecond, rr.TTFTMS, rr.BatchQueueMS
 	return o, nil
-}
-
-// optional are the heartbeat's fields an adapter may find missing
-// (catalog.Field), by their JSON names.
-var optional = []struct {
-	f    catalog.Field
-	name string
-}{
-	{catalog.FieldKV, busapi.MetricKVUsedPct},
-	{catalog.FieldTokens, busapi.MetricTokensPerSecond},
-	{catalog.FieldTTFT, busapi.MetricTTFTMS},
-	{catalog.FieldGPUUtil, busapi.MetricGPUUtil},
-	{catalog.FieldBatchQueue, busapi.MetricBatchQueueMS},
-}
-
-// absent names the fields of the heartbeat that m's runtime does not
-// export (busapi.ReplicaStatus.Absent): they read 0 and mean unknown.
-func absent(m catalog.Metrics) []string {
-	var out []string
-	for _, o := range optional {
-		if !m.Reports(o.f) {
-			out = append(out, o.name)
-		}
-	}
-	return out
 }
 
 // Stop drains the replica: it stops reporting ready (so the agent's next

@@ -172,7 +172,7 @@ func TestTritonHeartbeatReadsItsMetricsPort(t *testing.T) {
 	if rs.BatchSize != 2 || rs.GPUUtil != 0.25 || rs.QueueDepth != 0 {
 		t.Errorf("heartbeat = %+v, want batch 2, GPU use 0.25, nothing queued", rs)
 	}
-	want := []string{busapi.MetricKVUsedPct, busapi.MetricTokensPerSecond, busapi.MetricTTFTMS}
+	want := []string{busapi.MetricKVUsedPct, busapi.MetricTokensPerSecond, busapi.MetricTokens, busapi.MetricTTFTMS, busapi.MetricPromptTokens}
 	if !slices.Equal(rs.Absent, want) {
 		t.Errorf("absent = %q, want %q: what Triton exports is there, what it does not is absent", rs.Absent, want)
 	}

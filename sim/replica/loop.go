@@ -142,6 +142,7 @@ func (s *Server) apply(active map[string]*generation, ops []op) {
 				continue
 			}
 			active[g.seq.ID] = g
+			s.stats.prompt(g.seq.PromptTokens)
 			continue
 		}
 		if g, ok := active[o.cancel]; ok {

@@ -34,6 +34,12 @@ type Stats struct {
 	// TokensPerSecond is generated tokens over the window (or since Start,
 	// when that is shorter, but at least one second).
 	TokensPerSecond float64 `json:"tokens_per_second"`
+	// Tokens counts the tokens generated since Start and PromptTokens the
+	// prompt tokens of the chat requests the engine took in: counters,
+	// which the autoscaler's loop turns into rates over its own window.
+	// Nil from a replica older than them (an adopted one).
+	Tokens       *uint64 `json:"tokens,omitempty"`
+	PromptTokens *uint64 `json:"prompt_tokens,omitempty"`
 	// TTFT is from the request's arrival to its first token; TPOT is a
 	// request's mean time per output token after the first,
 	// (last - first) / (tokens - 1). Latency is predict's time from a parsed
@@ -89,6 +95,9 @@ type recorder struct {
 	requests  uint64
 	errors    uint64
 	cancels   uint64
+	// generated and prompted count tokens since start (Stats.Tokens,
+	// Stats.PromptTokens).
+	generated, prompted uint64
 }
 
 type bucket struct {
@@ -163,6 +172,14 @@ func (r *recorder) tokens(at time.Time, n int) {
 		*b = bucket{sec: sec}
 	}
 	b.n += float64(n)
+	r.generated += uint64(n)
+	r.mu.Unlock()
+}
+
+// prompt adds the n prompt tokens of a sequence the engine took in.
+func (r *recorder) prompt(n int) {
+	r.mu.Lock()
+	r.prompted += uint64(n)
 	r.mu.Unlock()
 }
 
@@ -181,6 +198,9 @@ func (r *recorder) snapshot() Stats {
 		Cancelled:     r.cancels,
 		WindowSeconds: r.window.Seconds(),
 	}
+	// Copies: the recorder's own fields change under its lock.
+	generated, prompted := r.generated, r.prompted
+	st.Tokens, st.PromptTokens = &generated, &prompted
 	if r.eng.KVPagesTotal > 0 {
 		st.KVUtilization = float64(r.eng.KVPagesUsed) / float64(r.eng.KVPagesTotal)
 	}

@@ -87,7 +87,12 @@ func TestRecorderWindow(t *testing.T) {
 	r.cancelled()
 	r.engine(EngineStats{Waiting: 3, Running: 7, KVPagesUsed: 255, KVPagesTotal: 1020})
 
+	r.prompt(700)
 	got := r.snapshot()
+	if got.Tokens == nil || *got.Tokens != 1500 || got.PromptTokens == nil || *got.PromptTokens != 700 {
+		t.Errorf("counters: tokens %v, prompt tokens %v; want 1500 and 700 since start", got.Tokens, got.PromptTokens)
+	}
+	got.Tokens, got.PromptTokens = nil, nil
 	want := Stats{
 		QueueDepth: 3, BatchSize: 7, KVPagesUsed: 255, KVPagesTotal: 1020, KVUtilization: 0.25,
 		TokensPerSecond: 50, // 500 tokens in the last 10 s; the 1000 before it dropped out
