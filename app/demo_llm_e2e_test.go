@@ -235,13 +235,15 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 		}
 		return stats.InFlight == 0 && stats.KVPagesUsed == 0
 	}, "chat-cpu's replica %+v; want nothing in flight and its pages free", wait.Show(func() any { return stats }))
-	// The runtime's token counters (vLLM's names, read by the agent)
-	// reach the control plane in the heartbeat, which the autoscaler's
-	// tokens/s and prompt tokens/s are measured from: the client's calls
-	// above sent prompts and took tokens.
+	// The runtime's counters (vLLM's names, read by the agent) reach the
+	// control plane in the heartbeat, which the autoscaler's requests/s,
+	// tokens/s and prompt tokens/s are measured from and the meter counts
+	// requests by: the client's calls above finished, sent prompts and
+	// took tokens.
 	var counted struct {
 		Replicas []struct {
 			Metrics struct {
+				Requests     int64    `json:"requests"`
 				Tokens       int64    `json:"tokens"`
 				PromptTokens int64    `json:"prompt_tokens"`
 				Absent       []string `json:"absent"`
@@ -253,8 +255,8 @@ func TestDemoLLMOpenAIClient(t *testing.T) {
 			t.Fatalf("chat-cpu's replicas: %+v, %v; want one", counted, err)
 		}
 		m := counted.Replicas[0].Metrics
-		return m.Tokens > 0 && m.PromptTokens > 0
-	}, "chat-cpu's stored metrics %+v; want its token and prompt-token counters above 0", wait.Show(func() any { return counted }))
+		return m.Requests > 0 && m.Tokens > 0 && m.PromptTokens > 0
+	}, "chat-cpu's stored metrics %+v; want its request, token and prompt-token counters above 0", wait.Show(func() any { return counted }))
 	wantErr := func(name string, got llmError, status int, class, code, param string) {
 		t.Helper()
 		want := llmError{Class: class, Status: status, Type: &[]string{"invalid_request_error"}[0], Code: &code, Param: &param}

@@ -94,7 +94,7 @@ nv_inference_pending_request_count{model="fraud",version="1"} 7
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := catalog.Metrics{QueueDepth: 7, InFlight: 7, Requests: 100, BatchSize: 4}
+	want := catalog.Metrics{Has: catalog.FieldRequests, QueueDepth: 7, InFlight: 7, Requests: 100, BatchSize: 4}
 	if m != want {
 		t.Errorf("metrics = %+v, want %+v", m, want)
 	}
@@ -126,7 +126,7 @@ vllm:time_to_first_token_seconds_count{model_name="m"} 40
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT,
+	want := catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT,
 		QueueDepth: 2, InFlight: 5, Requests: 40, KVUsedPct: 25, Tokens: 1234, TTFTSeconds: 6, TTFTCount: 40}
 	if m != want {
 		t.Errorf("metrics = %+v, want %+v", m, want)

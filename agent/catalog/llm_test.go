@@ -125,9 +125,9 @@ func TestAdaptersOnDocumentedFixtures(t *testing.T) {
 		file, adapter string
 		want          catalog.Metrics
 	}{
-		{"vllm-0.11.metrics.txt", catalog.AdapterVLLM, catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT | catalog.FieldPromptTokens,
+		{"vllm-0.11.metrics.txt", catalog.AdapterVLLM, catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT | catalog.FieldPromptTokens,
 			QueueDepth: 3, InFlight: 15, Requests: 200, KVUsedPct: 42, Tokens: 51200, TTFTSeconds: 24, TTFTCount: 200, PromptTokens: 102400}},
-		{"triton-25.metrics.txt", catalog.AdapterTriton, catalog.Metrics{Has: catalog.FieldGPUUtil | catalog.FieldBatchQueue,
+		{"triton-25.metrics.txt", catalog.AdapterTriton, catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldGPUUtil | catalog.FieldBatchQueue,
 			QueueDepth: 4, InFlight: 4, Requests: 1000, BatchSize: 16, GPUUtil: 0.6, BatchQueueMS: 2.5}},
 		{"llamacpp.metrics.txt", catalog.AdapterLlamaCPP, catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldPromptTokens,
 			QueueDepth: 1, InFlight: 3, KVUsedPct: 12.5, Tokens: 900, PromptTokens: 4096}},
@@ -148,7 +148,7 @@ func TestAdaptersOnDocumentedFixtures(t *testing.T) {
 		}
 	}
 	m, _ := catalog.Parse(catalog.AdapterLlamaCPP, strings.NewReader("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"))
-	if m.Reports(catalog.FieldKV) || m.Reports(catalog.FieldTokens) || m.Reports(catalog.FieldPromptTokens) {
+	if m.Reports(catalog.FieldKV) || m.Reports(catalog.FieldTokens) || m.Reports(catalog.FieldPromptTokens) || m.Reports(catalog.FieldRequests) {
 		t.Errorf("a runtime exporting neither KV nor tokens reports %b", m.Has)
 	}
 	// A Triton that has answered nothing yet reports its queue time as 0,

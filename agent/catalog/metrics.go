@@ -25,6 +25,7 @@ const (
 	FieldGPUUtil
 	FieldBatchQueue
 	FieldPromptTokens
+	FieldRequests
 )
 
 // Metrics are the heartbeat's fields an adapter reads from a runtime's
@@ -77,6 +78,7 @@ var optional = []struct {
 	f    Field
 	name string
 }{
+	{FieldRequests, busapi.MetricRequests},
 	{FieldKV, busapi.MetricKVUsedPct},
 	{FieldTokens, busapi.MetricTokensPerSecond},
 	{FieldTokens, busapi.MetricTokens},
@@ -181,6 +183,7 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 		if has(InFlightMetric) {
 			m.InFlight = int(sum(InFlightMetric))
 		}
+		m.Has |= FieldRequests
 		m.Requests = uint64(sum(tritonSuccess) + sum(tritonFailure))
 		if e := sum(tritonExec); e > 0 {
 			m.BatchSize = sum(tritonCount) / e
@@ -208,7 +211,10 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 			m.Has |= FieldKV
 			m.KVUsedPct = 100 * sum(vllmKVOld)
 		}
-		m.Requests = uint64(sum(vllmSuccess))
+		if has(vllmSuccess) {
+			m.Has |= FieldRequests
+			m.Requests = uint64(sum(vllmSuccess))
+		}
 		if has(vllmTokens) {
 			m.Has |= FieldTokens
 			m.Tokens = sum(vllmTokens)
@@ -236,9 +242,9 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 			m.Has |= FieldPromptTokens
 			m.PromptTokens = sum(llamaPrompt)
 		}
-		// llama-server exports no request counter (it counts tokens), so
-		// Requests stays zero until the LLM-runtime issue decides what its
-		// meter reads.
+		// llama-server exports no request counter (it counts tokens):
+		// Requests is absent, so requests/s is missing rather than 0, and
+		// the meter counts no requests of it.
 	default:
 		return Metrics{}, fmt.Errorf("unknown metrics adapter %q", adapter)
 	}

@@ -43,7 +43,7 @@ func TestHeartbeatNamesWhatTheRuntimeDoesNotExport(t *testing.T) {
 	}, "replicas never ready: %v", wait.Show(func() any { return a.Status().Replicas }))
 
 	rs := replicaStatus(a, llama.ID)
-	want := []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricGPUUtil, busapi.MetricBatchQueueMS, busapi.MetricPromptTokens}
+	want := []string{busapi.MetricRequests, busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricGPUUtil, busapi.MetricBatchQueueMS, busapi.MetricPromptTokens}
 	if !slices.Equal(rs.Absent, want) || rs.Runtime != "fake-llama" {
 		t.Errorf("llama-server without KV: absent %q, runtime %q; want %q from fake-llama", rs.Absent, rs.Runtime, want)
 	}

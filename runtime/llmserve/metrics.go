@@ -40,10 +40,39 @@ func newMetrics(model string, eng *Engine) *metrics {
 		func() float64 { return float64(eng.SchedulerStats().PrefixHits) })
 	counter("vllm:num_preemptions_total", "Sequences preempted and re-prefilled later.", read(&c.preemptions))
 	counter("modelplane:prefill_computed_tokens_total", "Prompt tokens computed, re-prefills included.", read(&c.computedPrompt))
+	m.reg.MustRegister(finishedCollector{desc: prometheus.NewDesc("vllm:request_success_total",
+		"Requests finished, by finish reason.", []string{"finished_reason"}, l), c: c})
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds", Help: "Time to first token.",
 		ConstLabels: l, Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}})
 	m.reg.MustRegister(m.ttft)
 	return m
+}
+
+// finishedCollector is vllm:request_success_total: the generations the
+// engine ended, by vLLM's finish reasons (a cancelled one is "abort"),
+// each series there from the start so that an idle runtime reports 0
+// requests rather than none. The agent reads it as the replica's requests
+// counter, which requests/s and the meter's request counts come from.
+type finishedCollector struct {
+	desc *prometheus.Desc
+	c    *counters
+}
+
+// finishReasons are the series, the engine's reason to vLLM's.
+var finishReasons = [...][2]string{{"stop", "stop"}, {"length", "length"}, {"cancelled", "abort"}, {"error", "error"}}
+
+func (f finishedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f finishedCollector) Collect(ch chan<- prometheus.Metric) {
+	var n [len(finishReasons)]int64
+	f.c.mu.Lock()
+	for i, r := range finishReasons {
+		n[i] = f.c.finished[r[0]]
+	}
+	f.c.mu.Unlock()
+	for i, r := range finishReasons {
+		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.CounterValue, float64(n[i]), r[1])
+	}
 }
 
 func (m *metrics) handler() http.Handler {

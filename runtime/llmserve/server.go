@@ -188,6 +188,9 @@ type params struct {
 	N                   *int            `json:"n"`
 	Stop                json.RawMessage `json:"stop"`
 	User                string          `json:"user"`
+	// IgnoreEOS is vLLM's extra sampling parameter: generate to max_tokens
+	// (or a stop string) past the model's end of sequence.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 type streamOptions struct {
@@ -290,7 +293,7 @@ func (s *Server) build(p params, field string, prompt []int) (*job, error) {
 			}
 		}
 	}
-	j.req = Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: samp}
+	j.req = Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: samp, IgnoreEOS: p.IgnoreEOS}
 	if len(j.stops) > 0 {
 		j.req.Stop = func(c []int) bool { _, hit := cutStop(s.tok.Decode(c), j.stops); return hit }
 	}
