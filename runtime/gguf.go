@@ -20,9 +20,10 @@ const FormatGGUF = "gguf"
 
 // generative is a loaded GGUF model: the engine and its OpenAI server.
 type generative struct {
-	eng     *llmserve.Engine
-	srv     *llmserve.Server
-	handler http.Handler
+	eng            *llmserve.Engine
+	srv            *llmserve.Server
+	handler        http.Handler
+	model, version string
 }
 
 // ggufModel finds the GGUF file a model directory asks for: the
@@ -108,7 +109,7 @@ func (s *Server) loadGGUF(name, version, path string, set llmserve.Settings) err
 	}
 	srv := llmserve.NewServer(eng, tok, llmserve.Options{Model: name, Token: s.opt.Token,
 		MaxBodyBytes: s.opt.MaxBodyBytes, ReplicaID: s.opt.ReplicaID, Version: version})
-	s.gen.Store(&generative{eng: eng, srv: srv, handler: srv.Handler()})
+	s.gen.Store(&generative{eng: eng, srv: srv, handler: srv.Handler(), model: name, version: version})
 	return nil
 }
 

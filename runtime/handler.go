@@ -59,7 +59,11 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g := s.gen.Load(); g != nil {
 			// A GGUF LLM: its server has the OpenAI routes and its own token check.
-			g.handler.ServeHTTP(w, r)
+			if r.Method != http.MethodPost {
+				g.handler.ServeHTTP(w, r) // probes, models, metrics: not traced
+				return
+			}
+			s.traced(w, r, s.clock.Now("runtime", "request"), g.model, g.version, g.handler.ServeHTTP)
 			return
 		}
 		if len(want) > 0 && !probe(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(busapi.ReplicaTokenHeader)), want) != 1 {
@@ -122,29 +126,38 @@ func (s *Server) inference(h http.HandlerFunc) http.HandlerFunc {
 		}
 		l.metrics.inFlight.Set(float64(l.inFlight.Add(1)))
 		defer func() { l.metrics.inFlight.Set(float64(l.inFlight.Add(-1))) }()
-		ctx, span := s.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.runtime", trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithTimestamp(start))
-		r = r.WithContext(ctx)
-		sw := &statusWriter{ResponseWriter: w}
 		if l.cfg.Version != "" {
-			sw.Header().Set("X-Model-Version", l.cfg.Version)
+			w.Header().Set("X-Model-Version", l.cfg.Version)
 		}
-		h(sw, r)
-		if sw.status == 0 {
-			sw.status = statusClientGone
-		}
-		s.stats.request(sw.status, s.clock.Since(start, "runtime", "request"))
-		if span.IsRecording() {
-			span.SetAttributes(attribute.String("model", l.cfg.Model), attribute.String("version", l.cfg.Version),
-				attribute.Int("http.response.status_code", sw.status))
-			if sw.status >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(sw.status))
-			}
-		}
-		span.End()
+		status := s.traced(w, r, start, l.cfg.Model, l.cfg.Version, h)
+		s.stats.request(status, s.clock.Since(start, "runtime", "request"))
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request", slog.String("request_id", r.Header.Get("X-Request-Id")),
-			slog.String("route", r.Pattern), slog.Int("status", sw.status))
+			slog.String("route", r.Pattern), slog.Int("status", status))
 	}
+}
+
+// traced serves r with h under the runtime's span (ml_serving.runtime,
+// from start), a child of the caller's traceparent, and returns the status answered
+// (statusClientGone when none was). What h adds to the trace (the
+// batcher's wait and execution; an LLM's queue wait, prefill and decode)
+// goes under the span, which h finds in r's context.
+func (s *Server) traced(w http.ResponseWriter, r *http.Request, start time.Time, model, version string, h http.HandlerFunc) int {
+	ctx, span := s.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.runtime", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithTimestamp(start))
+	sw := &statusWriter{ResponseWriter: w}
+	h(sw, r.WithContext(ctx))
+	if sw.status == 0 {
+		sw.status = statusClientGone
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("model", model), attribute.String("version", version),
+			attribute.Int("http.response.status_code", sw.status))
+		if sw.status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(sw.status))
+		}
+	}
+	span.End()
+	return sw.status
 }
 
 func (s *Server) retryLater(w http.ResponseWriter, detail string) {

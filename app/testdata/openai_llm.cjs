@@ -38,9 +38,10 @@ async function main() {
     process.stdout.write(JSON.stringify({ err_429: err }) + '\n');
     return;
   }
-  // ignore_eos (vLLM's, which the built-in runtime takes): the model is
-  // trained on the repository's docs, so where a sample reaches its end of
-  // sequence moves with every docs change; the answer is always 24 tokens.
+  // ignore_eos (vLLM's, which the built-in runtime takes) in each call that
+  // wants text: the model is trained on the repository's docs, so where a
+  // sample reaches its end of sequence moves with every docs change (one
+  // ended this chat after four tokens); the answers are always max_tokens.
   const req = { model, messages, max_tokens: 24, temperature: 0.9, top_p: 0.95, seed: 7, ignore_eos: true };
   const first = await client.chat.completions.create(req);
   const second = await client.chat.completions.create(req);
@@ -58,7 +59,7 @@ async function main() {
   const one = (r) => ({ content: r.choices[0].message.content, finish_reason: r.choices[0].finish_reason, usage: r.usage, model: r.model });
   const out = { first: one(first), second: one(second), stream: { content, chunks, token_chunks: tokenChunks, usage, finish_reason: finish } };
 
-  const creq = { model, prompt: 'The gateway', max_tokens: 8, temperature: 0, seed: 7 };
+  const creq = { model, prompt: 'The gateway', max_tokens: 8, temperature: 0, seed: 7, ignore_eos: true };
   const comp = await client.completions.create(creq);
   out.completion = { object: comp.object, text: comp.choices[0].text, finish_reason: comp.choices[0].finish_reason, usage: comp.usage };
   const cstream = await client.completions.create({ ...creq, stream: true, stream_options: { include_usage: true } });
@@ -77,7 +78,7 @@ async function main() {
   // Cancel mid-stream: read a few chunks of a long generation, then abort.
   const ac = new AbortController();
   const long = await client.chat.completions.create(
-    { model, messages, max_tokens: 1500, temperature: 0, stream: true }, { signal: ac.signal });
+    { model, messages, max_tokens: 1500, temperature: 0, stream: true, ignore_eos: true }, { signal: ac.signal });
   let seen = 0;
   try {
     for await (const chunk of long) {

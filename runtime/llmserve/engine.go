@@ -77,6 +77,12 @@ type Event struct {
 	Done   bool
 	Reason string
 	Err    error
+	// At is when the token existed (the end of the step that made it) or
+	// the generation ended, on the engine's clock (Engine.Wall turns it
+	// into a time). The first token also says when the engine took the
+	// request in (Arrival) and first scheduled it (Admitted): a trace's
+	// queue wait and prefill.
+	At, Arrival, Admitted time.Duration
 }
 
 // Errors of Submit.
@@ -156,8 +162,10 @@ type gen struct {
 	tokens []int // prompt, then completion
 	rng    *rand.Rand
 	events chan Event
-	// arrival is when the scheduler took it, on its clock.
-	arrival time.Duration
+	// arrival is when the scheduler took it, on its clock; admitted when
+	// a step first ran it (scheduled says it has).
+	arrival, admitted time.Duration
+	scheduled         bool
 }
 
 // counters are the engine's totals, read by metrics.
@@ -328,6 +336,9 @@ func (e *Engine) SchedulerStats() engine.Stats { return e.sched.Stats(e.since())
 
 func (e *Engine) since() time.Duration { return e.clock.Now().Sub(e.t0) }
 
+// Wall is the time of d on the engine's clock (Event.At).
+func (e *Engine) Wall(d time.Duration) time.Time { return e.t0.Add(d) }
+
 func (e *Engine) loop() {
 	defer close(e.done)
 	for {
@@ -394,6 +405,7 @@ func (e *Engine) apply() {
 
 func (e *Engine) end(g *gen, ev Event) {
 	delete(e.live, g.id)
+	ev.At = e.since()
 	g.events <- ev
 	close(g.events)
 	e.stats.mu.Lock()
@@ -428,8 +440,12 @@ func (e *Engine) step() bool {
 	}
 	batch := make([]Step, len(plan.Work))
 	var held, used int64
+	now := e.since()
 	for i, w := range plan.Work {
 		g := e.live[w.ID]
+		if !g.scheduled {
+			g.scheduled, g.admitted = true, now
+		}
 		batch[i] = Step{Tokens: g.tokens[w.Pos : w.Pos+w.Tokens], Pos: w.Pos, Pages: w.Pages}
 		held += int64(len(w.Pages) * PageTokens)
 		used += int64(w.Pos + w.Tokens)
@@ -475,7 +491,11 @@ func (e *Engine) step() bool {
 			e.stats.ttft = append(e.stats.ttft, (ev.Time - g.arrival).Seconds())
 			e.stats.mu.Unlock()
 		}
-		g.events <- Event{Token: ev.Token}
+		tok := Event{Token: ev.Token, At: ev.Time}
+		if ev.Index == 0 {
+			tok.Arrival, tok.Admitted = g.arrival, g.admitted
+		}
+		g.events <- tok
 	}
 	for _, f := range res.Finished {
 		g := e.live[f.ID]

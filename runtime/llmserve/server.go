@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"modelplane/busapi"
 	"modelplane/engine"
 	"modelplane/llm"
@@ -493,6 +495,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 	}
 	st := &relay{s: s, j: j, created: time.Now().Unix(), model: j.p.Model,
 		id: fmt.Sprintf("%s-%d", map[string]string{"chat": "chatcmpl", "text": "cmpl"}[j.kind], s.nextID.Add(1))}
+	st.trace.on = trace.SpanFromContext(r.Context()).IsRecording()
+	defer st.trace.spans(r.Context(), s.eng, len(j.prompt))
 	if st.model == "" {
 		st.model = s.opt.Model
 	}
@@ -517,7 +521,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		if ev.Done {
 			break
 		}
-		st.add(ev.Token)
+		st.add(ev)
 		select {
 		case ev = <-events:
 		case <-ctx.Done():
@@ -529,7 +533,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		writeError(w, http.StatusInternalServerError, "server_error", "", ev.Err.Error())
 		return
 	}
-	text, reason := st.final(ev.Reason)
+	text, reason := st.final(ev)
 	u := st.usage()
 	if j.kind == "chat" {
 		writeJSON(w, http.StatusOK, map[string]any{"id": st.id, "object": "chat.completion", "created": st.created, "model": st.model,
@@ -557,9 +561,12 @@ type relay struct {
 	text    strings.Builder // the valid text so far
 	emitted bool            // a token has added bytes (SentencePiece's first)
 	sent    int             // bytes of text sent
+	trace   genTrace
 }
 
-func (st *relay) add(tok int) {
+func (st *relay) add(ev Event) {
+	st.trace.event(ev)
+	tok := ev.Token
 	st.tokens = append(st.tokens, tok)
 	b := st.s.tok.TokenBytes(tok, !st.emitted)
 	if len(b) == 0 {
@@ -587,11 +594,13 @@ func (st *relay) delta() string {
 }
 
 // final is the whole text, an unfinished character at its end flushed as
-// U+FFFD and cut at a stop string, and the finish reason.
-func (st *relay) final(reason string) (string, string) {
+// U+FFFD and cut at a stop string, and the finish reason of end, the
+// generation's last event.
+func (st *relay) final(end Event) (string, string) {
+	st.trace.event(end)
 	st.text.WriteString(st.utf.Flush())
 	text, _ := cutStop(st.text.String(), st.j.stops)
-	return text, reason
+	return text, end.Reason
 }
 
 func (st *relay) usage() usage {
@@ -632,7 +641,7 @@ func (st *relay) stream(w http.ResponseWriter, r *http.Request, id string, ev Ev
 	}
 	first := true
 	for !ev.Done {
-		st.add(ev.Token)
+		st.add(ev)
 		if !send(st.chunk(st.delta(), first, nil)) {
 			st.s.eng.Cancel(id)
 			return
@@ -649,7 +658,7 @@ func (st *relay) stream(w http.ResponseWriter, r *http.Request, id string, ev Ev
 		send(map[string]any{"error": map[string]any{"message": ev.Err.Error(), "type": "server_error"}})
 		return
 	}
-	text, reason := st.final(ev.Reason)
+	text, reason := st.final(ev)
 	rest := ""
 	if len(text) > st.sent {
 		rest = text[st.sent:]

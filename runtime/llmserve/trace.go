@@ -1,0 +1,87 @@
+package llmserve
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// MaxDecodeEvents bounds the events of a generation's decode span: one a
+// token (its index) for the first tokens after the first, the rest
+// counted in its dropped_events attribute.
+const MaxDecodeEvents = 64
+
+// genTrace collects, from a traced generation's events, what its spans
+// are made of: when the engine took the request in, first ran it and had
+// each token, on the engine's clock. The zero value (not traced) records
+// nothing.
+type genTrace struct {
+	on                      bool
+	arrival, admitted, last time.Duration
+	tokens                  int
+	at                      [MaxDecodeEvents + 1]time.Duration // the first token's, then each decode step's
+	reason                  string
+}
+
+// event records ev: a token, or the end.
+func (t *genTrace) event(ev Event) {
+	if !t.on {
+		return
+	}
+	if ev.Done {
+		t.reason = ev.Reason
+		return
+	}
+	if t.tokens == 0 {
+		t.arrival, t.admitted = ev.Arrival, ev.Admitted
+	}
+	if t.tokens < len(t.at) {
+		t.at[t.tokens] = ev.At
+	}
+	t.tokens++
+	t.last = ev.At
+}
+
+// spans writes the generation's spans under the runtime's span in ctx, as
+// the seed asks of a runtime (queue wait, batch execution) in an LLM's
+// terms: ml_serving.batch_queue_wait until a step first ran the request,
+// ml_serving.prefill until its first token, ml_serving.decode until its
+// last, with one event a decode step (bounded); and the request's token
+// counts and finish reason on the runtime's span. A generation that made
+// no token (refused, or its caller gone while it waited) has only the
+// counts.
+func (t *genTrace) spans(ctx context.Context, eng *Engine, promptTokens int) {
+	span := trace.SpanFromContext(ctx)
+	if !t.on || !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.Int("prompt_tokens", promptTokens), attribute.Int("completion_tokens", t.tokens))
+	if t.reason != "" {
+		span.SetAttributes(attribute.String("finish_reason", t.reason))
+	}
+	if t.tokens == 0 {
+		return
+	}
+	tr := span.TracerProvider().Tracer("modelplane/runtime")
+	child := func(name string, from, to time.Duration, attrs ...attribute.KeyValue) trace.Span {
+		_, s := tr.Start(ctx, name, trace.WithTimestamp(eng.Wall(from)), trace.WithAttributes(attrs...))
+		return s
+	}
+	end := func(s trace.Span, at time.Duration) { s.End(trace.WithTimestamp(eng.Wall(at))) }
+	end(child("ml_serving.batch_queue_wait", t.arrival, t.admitted), t.admitted)
+	end(child("ml_serving.prefill", t.admitted, t.at[0], attribute.Int("prompt_tokens", promptTokens)), t.at[0])
+	if t.tokens < 2 {
+		return
+	}
+	d := child("ml_serving.decode", t.at[0], t.last, attribute.Int("tokens", t.tokens-1))
+	steps := min(t.tokens, len(t.at))
+	for i := 1; i < steps; i++ {
+		d.AddEvent("decode_step", trace.WithTimestamp(eng.Wall(t.at[i])), trace.WithAttributes(attribute.Int("index", i)))
+	}
+	if dropped := t.tokens - steps; dropped > 0 {
+		d.SetAttributes(attribute.Int("dropped_events", dropped))
+	}
+	end(d, t.last)
+}
