@@ -20,10 +20,12 @@ import (
 	"modelplane/bus"
 	"modelplane/busapi"
 	"modelplane/demo/fraud"
+	"modelplane/gguf"
 	"modelplane/internal/freeport"
 	"modelplane/internal/natstest"
 	"modelplane/internal/otlptest"
 	"modelplane/internal/wait"
+	"modelplane/llm"
 	"modelplane/serveapi"
 )
 
@@ -33,7 +35,9 @@ import (
 // OTEL_EXPORTER_OTLP_ENDPOINT, and sends one predict: the receiver gets
 // one trace holding the gateway's request span as its root and the
 // runtime's span under it, each from its own service; the trace id is the
-// one the gateway answered with in traceparent.
+// one the gateway answered with in traceparent. A streamed chat to a
+// second runtime serving a GGUF LLM does the same, with the generation's
+// prefill and decode spans under the runtime's.
 func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	bin := modelplaneBinary(t)
@@ -62,7 +66,23 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	startChild(t, bin, []string{"runtime", "--model-dir", dir, "--port", itoa(rtPort)}, append(otel, "MP_REPLICA_TOKEN="+token))
 	wait.Eventually(t, 2*time.Minute, func() bool { return httpOK("http://" + rtAddr + "/v2/health/ready") }, "runtime on %s never ready", rtAddr)
 
-	// NATS with the route to it and a key of its team, as the control
+	// A second runtime serving a GGUF LLM (the engine's demo model, the
+	// directory's only file) for a chat's trace.
+	llmDir := t.TempDir()
+	gg, err := os.Create(filepath.Join(llmDir, "model.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llm.WriteDemo(gg, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	gg.Close()
+	llmPort, _ := freeport.Get()
+	llmAddr := "127.0.0.1:" + itoa(llmPort)
+	startChild(t, bin, []string{"runtime", "--model-dir", llmDir, "--port", itoa(llmPort)}, append(otel, "MP_REPLICA_TOKEN="+token))
+	wait.Eventually(t, 2*time.Minute, func() bool { return httpOK("http://" + llmAddr + "/v2/health/ready") }, "LLM runtime on %s never ready", llmAddr)
+
+	// NATS with the routes to them and a key of their team, as the control
 	// plane would publish them.
 	s := natstest.New(t)
 	nc, err := nats.Connect(s.ClientURL(), natstest.ControlPlane(t)...)
@@ -80,6 +100,9 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	rt := busapi.Route{Endpoint: "fraud-scoring", Team: "risk", Task: "classification", Generation: 1, Versions: []busapi.RouteVersion{{
 		Name: v23.Name, Weight: 100, Replicas: []busapi.RouteReplica{{ID: "fraud-scoring-v23-a", Addr: rtAddr, Token: token}}}}}
 	kvPut(t, js, busapi.BucketRoutes, rt.Endpoint, rt)
+	chat := busapi.Route{Endpoint: "chat", Team: "risk", Task: "llm", Generation: 1, Versions: []busapi.RouteVersion{{
+		Name: "c1", Weight: 100, Replicas: []busapi.RouteReplica{{ID: "chat-c1-a", Addr: llmAddr, Token: token}}}}}
+	kvPut(t, js, busapi.BucketRoutes, chat.Endpoint, chat)
 	key, prefix, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +180,37 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	}
 	if len(services) != 2 {
 		t.Errorf("trace %s holds spans of %v; want the gateway's and the runtime's alone", traceID, services)
+	}
+
+	// A streamed chat: the LLM runtime's span under the gateway's, and
+	// the generation's prefill and decode under it.
+	req, _ = http.NewRequest(http.MethodPost, gwURL+"/v1/endpoints/chat/chat/completions",
+		strings.NewReader(`{"messages":[{"role":"user","content":"hello"}],"max_tokens":8,"ignore_eos":true,"stream":true}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	answer.Reset()
+	answer.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(answer.String(), "[DONE]") {
+		t.Fatalf("chat = %d %s", resp.StatusCode, answer.String())
+	}
+	chatTrace := strings.Split(resp.Header.Get("traceparent"), "-")[1]
+	wait.Eventually(t, time.Minute, func() bool {
+		_, gw := find(rcv.Trace(chatTrace), "modelplane-gateway", "ml_serving.request")
+		_, dec := find(rcv.Trace(chatTrace), "modelplane-runtime", "ml_serving.decode")
+		return gw && dec
+	}, "receiver never got the chat's request and decode spans in trace %s: %v", chatTrace, wait.Show(func() any { return rcv.Spans() }))
+	spans = rcv.Trace(chatTrace)
+	root, _ = find(spans, "modelplane-gateway", "ml_serving.request")
+	run, _ = find(spans, "modelplane-runtime", "ml_serving.runtime")
+	prefill, _ := find(spans, "modelplane-runtime", "ml_serving.prefill")
+	decode, _ := find(spans, "modelplane-runtime", "ml_serving.decode")
+	if root.SpanID == "" || run.ParentSpanID != root.SpanID || prefill.ParentSpanID != run.SpanID || decode.ParentSpanID != run.SpanID {
+		t.Errorf("chat trace: gateway %q, runtime %q under %q, prefill and decode under %q and %q; want gateway → runtime → prefill, decode",
+			root.SpanID, run.SpanID, run.ParentSpanID, prefill.ParentSpanID, decode.ParentSpanID)
 	}
 }
 
