@@ -125,8 +125,9 @@ func TestAdaptersOnDocumentedFixtures(t *testing.T) {
 		file, adapter string
 		want          catalog.Metrics
 	}{
-		{"vllm-0.11.metrics.txt", catalog.AdapterVLLM, catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT | catalog.FieldPromptTokens,
-			QueueDepth: 3, InFlight: 15, Requests: 200, KVUsedPct: 42, Tokens: 51200, TTFTSeconds: 24, TTFTCount: 200, PromptTokens: 102400}},
+		{"vllm-0.11.metrics.txt", catalog.AdapterVLLM, catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldKV | catalog.FieldTokens | catalog.FieldTTFT |
+			catalog.FieldPromptTokens | catalog.FieldBatchQueue, QueueDepth: 3, InFlight: 15, Requests: 200, KVUsedPct: 42, Tokens: 51200,
+			TTFTSeconds: 24, TTFTCount: 200, PromptTokens: 102400, BatchQueueMS: 25, QueueCount: 200}},
 		{"triton-25.metrics.txt", catalog.AdapterTriton, catalog.Metrics{Has: catalog.FieldRequests | catalog.FieldGPUUtil | catalog.FieldBatchQueue,
 			QueueDepth: 4, InFlight: 4, Requests: 1000, BatchSize: 16, GPUUtil: 0.6, BatchQueueMS: 2.5}},
 		{"llamacpp.metrics.txt", catalog.AdapterLlamaCPP, catalog.Metrics{Has: catalog.FieldKV | catalog.FieldTokens | catalog.FieldPromptTokens,

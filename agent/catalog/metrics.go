@@ -64,8 +64,12 @@ type Metrics struct {
 	GPUUtil float64
 	// BatchQueueMS is the mean time a request waited in the queue before
 	// it executed, in milliseconds, since start (Triton's
-	// nv_inference_queue_duration_us over its requests).
+	// nv_inference_queue_duration_us over its requests, vLLM's
+	// vllm:request_queue_time_seconds histogram). QueueCount is how many
+	// requests that mean is over where it is not Requests (vLLM's
+	// histogram count); 0: Requests.
 	BatchQueueMS float64
+	QueueCount   float64
 }
 
 // Reports says whether the runtime exported f.
@@ -144,6 +148,7 @@ const (
 	vllmTokens  = "vllm:generation_tokens_total"
 	vllmPrompt  = "vllm:prompt_tokens_total"
 	vllmTTFT    = "vllm:time_to_first_token_seconds"
+	vllmQueue   = "vllm:request_queue_time_seconds"
 
 	llamaProcessing = "llamacpp:requests_processing"
 	llamaDeferred   = "llamacpp:requests_deferred"
@@ -226,6 +231,14 @@ func Parse(adapter string, body io.Reader) (Metrics, error) {
 		if has(vllmTTFT) {
 			m.Has |= FieldTTFT
 			m.TTFTSeconds, m.TTFTCount = histogram(fams[vllmTTFT])
+		}
+		if has(vllmQueue) {
+			// Before the first request nobody has waited: 0, reported.
+			m.Has |= FieldBatchQueue
+			sum, n := histogram(fams[vllmQueue])
+			if n > 0 {
+				m.BatchQueueMS, m.QueueCount = 1000*sum/n, n
+			}
 		}
 	case AdapterLlamaCPP:
 		m.QueueDepth = int(sum(llamaDeferred))

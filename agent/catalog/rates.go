@@ -11,14 +11,15 @@ import "time"
 // closer together keep the last result, and a counter that went down (the
 // runtime restarted) starts over.
 //
-// The batcher's queue time is the mean wait of the requests answered in
-// between (0 when none was: nobody waited); at the first reading it is
-// the runtime's mean since it started, which is all there is to go by.
+// The batcher's queue time is the mean wait of the requests answered (or,
+// from vLLM's histogram, started) in between (0 when none was: nobody
+// waited); at the first reading it is the runtime's mean since it
+// started, which is all there is to go by.
 type Rates struct {
 	at                    time.Time
 	tokens, ttftS, ttftN  float64
 	tokensPerSecond, ttft float64
-	requests              uint64
+	queueN                float64 // the requests the queue total is over
 	queueMS, batchQueue   float64
 }
 
@@ -30,10 +31,14 @@ type Rate struct {
 
 // Update takes a reading made at now and returns the rates.
 func (r *Rates) Update(now time.Time, m Metrics) Rate {
-	queueMS := m.BatchQueueMS * float64(m.Requests) // the counter behind the mean
-	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN || m.Requests < r.requests {
+	queueN := float64(m.Requests)
+	if m.QueueCount > 0 {
+		queueN = m.QueueCount
+	}
+	queueMS := m.BatchQueueMS * queueN // the counter behind the mean
+	if r.at.IsZero() || m.Tokens < r.tokens || m.TTFTCount < r.ttftN || queueN < r.queueN {
 		r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-		r.requests, r.queueMS = m.Requests, queueMS
+		r.queueN, r.queueMS = queueN, queueMS
 		r.tokensPerSecond, r.ttft, r.batchQueue = 0, 0, m.BatchQueueMS
 		return Rate{BatchQueueMS: r.batchQueue}
 	}
@@ -46,10 +51,10 @@ func (r *Rates) Update(now time.Time, m Metrics) Rate {
 		r.ttft = 1000 * (m.TTFTSeconds - r.ttftS) / n
 	}
 	r.batchQueue = 0
-	if n := m.Requests - r.requests; n > 0 {
-		r.batchQueue = max(queueMS-r.queueMS, 0) / float64(n)
+	if n := queueN - r.queueN; n > 0 {
+		r.batchQueue = max(queueMS-r.queueMS, 0) / n
 	}
 	r.at, r.tokens, r.ttftS, r.ttftN = now, m.Tokens, m.TTFTSeconds, m.TTFTCount
-	r.requests, r.queueMS = m.Requests, queueMS
+	r.queueN, r.queueMS = queueN, queueMS
 	return Rate{r.tokensPerSecond, r.ttft, r.batchQueue}
 }

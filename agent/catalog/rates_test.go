@@ -57,3 +57,20 @@ func TestRatesTurnTheSinceStartQueueMeanIntoTheLastSeconds(t *testing.T) {
 		}
 	}
 }
+
+// From vLLM's queue-time histogram the heartbeat's queue time is the mean
+// wait of the requests that started in between: its sum and count, not
+// the requests answered.
+func TestRatesTakeVLLMQueueTimeOverItsOwnCount(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var r catalog.Rates
+	// 40 requests waited 2 ms each; 10 answered.
+	if got := r.Update(t0, catalog.Metrics{Requests: 10, BatchQueueMS: 2, QueueCount: 40}).BatchQueueMS; got != 2 {
+		t.Errorf("first reading: %v ms, want the mean since start, 2", got)
+	}
+	// 60 more started, waiting 300 ms in all (5 ms each); 90 more answered.
+	if got := r.Update(t0.Add(2*time.Second), catalog.Metrics{Requests: 100, BatchQueueMS: 3.8, QueueCount: 100}).BatchQueueMS; got != 5 {
+		t.Errorf("after 60 more: %v ms, want 5, the mean of those 60", got)
+	}
+}

@@ -177,6 +177,7 @@ type counters struct {
 	generationTokens int64
 	steps            int64
 	ttft             []float64 // seconds, drained by metrics
+	queued           []float64 // seconds from arrival to a first step, drained by metrics
 	finished         map[string]int64
 	preemptions      int64
 	wasteSlots       int64 // page slots held but empty, summed over steps
@@ -489,6 +490,7 @@ func (e *Engine) step() bool {
 		if ev.Index == 0 && len(e.stats.ttft) < 1<<16 {
 			e.stats.mu.Lock()
 			e.stats.ttft = append(e.stats.ttft, (ev.Time - g.arrival).Seconds())
+			e.stats.queued = append(e.stats.queued, (g.admitted - g.arrival).Seconds())
 			e.stats.mu.Unlock()
 		}
 		tok := Event{Token: ev.Token, At: ev.Time}

@@ -10,9 +10,9 @@ import (
 // metrics are the engine's series under vLLM's names and its model_name
 // label, so the vLLM adapter reads this runtime as it reads vLLM.
 type metrics struct {
-	reg  *prometheus.Registry
-	eng  *Engine
-	ttft prometheus.Histogram
+	reg          *prometheus.Registry
+	eng          *Engine
+	ttft, queued prometheus.Histogram
 }
 
 func newMetrics(model string, eng *Engine) *metrics {
@@ -43,8 +43,10 @@ func newMetrics(model string, eng *Engine) *metrics {
 	m.reg.MustRegister(finishedCollector{desc: prometheus.NewDesc("vllm:request_success_total",
 		"Requests finished, by finish reason.", []string{"finished_reason"}, l), c: c})
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds", Help: "Time to first token.",
-		ConstLabels: l, Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}})
-	m.reg.MustRegister(m.ttft)
+		ConstLabels: l, Buckets: latencyBuckets})
+	m.queued = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:request_queue_time_seconds",
+		Help: "Time requests waited before a step first ran them.", ConstLabels: l, Buckets: latencyBuckets})
+	m.reg.MustRegister(m.ttft, m.queued)
 	return m
 }
 
@@ -75,6 +77,9 @@ func (f finishedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// latencyBuckets are the histograms' bounds, in seconds.
+var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+
 func (m *metrics) handler() http.Handler {
 	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,7 +88,10 @@ func (m *metrics) handler() http.Handler {
 		for _, v := range c.ttft {
 			m.ttft.Observe(v)
 		}
-		c.ttft = c.ttft[:0]
+		for _, v := range c.queued {
+			m.queued.Observe(v)
+		}
+		c.ttft, c.queued = c.ttft[:0], c.queued[:0]
 		c.mu.Unlock()
 		h.ServeHTTP(w, r)
 	})

@@ -13,10 +13,13 @@ import (
 // TestRequestsFinishedAreCounted: vllm:request_success_total, the
 // requests counter the agent reads in vLLM's names, has a series for each
 // finish reason at 0 before any request (an idle replica reports 0
-// requests, not none) and counts each generation once as it ends.
+// requests, not none) and counts each generation once as it ends; each
+// request's wait for its first step lands in
+// vllm:request_queue_time_seconds.
 func TestRequestsFinishedAreCounted(t *testing.T) {
 	t.Parallel()
 	ts, _ := server(t, "")
+	var queued uint64 // vllm:request_queue_time_seconds' count
 	finished := func() map[string]float64 {
 		t.Helper()
 		resp, err := http.Get(ts.URL + "/metrics")
@@ -28,6 +31,11 @@ func TestRequestsFinishedAreCounted(t *testing.T) {
 		fams, err := p.TextToMetricFamilies(resp.Body)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if q := fams["vllm:request_queue_time_seconds"]; q == nil || len(q.GetMetric()) != 1 {
+			t.Fatal("/metrics lacks vllm:request_queue_time_seconds")
+		} else {
+			queued = q.GetMetric()[0].GetHistogram().GetSampleCount()
 		}
 		out := map[string]float64{}
 		f := fams["vllm:request_success_total"]
@@ -53,8 +61,8 @@ func TestRequestsFinishedAreCounted(t *testing.T) {
 			t.Fatalf("completion = %d", resp.StatusCode)
 		}
 	}
-	if got := finished(); got["length"] != 3 || got["stop"]+got["abort"]+got["error"] != 0 {
-		t.Errorf("after three completions cut at max_tokens: %v; want length 3", got)
+	if got := finished(); got["length"] != 3 || got["stop"]+got["abort"]+got["error"] != 0 || queued != 3 {
+		t.Errorf("after three completions cut at max_tokens: %v, %d queue times; want length 3 and 3 queue times", got, queued)
 	}
 }
 
