@@ -39,6 +39,28 @@ func (f *fixture) scaledFraud(t *testing.T, p autoscale.PolicyDoc) {
 	}
 }
 
+// scaledChat makes endpoint chat-ep (chat's c1 on a 3g MIG slice of
+// node-b's H100s, one replica) with the LLM policy mod sets, 1 to 4
+// replicas, places it, and returns node-b's GPUs and the replica as ready.
+func (f *fixture) scaledChat(t *testing.T, mod func(*autoscale.PolicyDoc)) ([]busapi.GPU, busapi.ReplicaStatus) {
+	t.Helper()
+	inv := gpus(0, 2, "H100-80GB", nil)
+	f.heartbeat(t, "node-b", inv)
+	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
+	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
+	p.MinReplicas, p.MaxReplicas = 1, 4
+	mod(&p)
+	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	rs := ready(f.desired(t, "node-b"))
+	if len(rs) != 1 {
+		t.Fatalf("replicas = %+v, want one", rs)
+	}
+	return inv, rs[0]
+}
+
 // serve reports every replica of node's desired state ready, each having
 // answered served more requests than at the last call (counts keeps the
 // counters), so that the intake reads served / elapsed requests/s.
@@ -297,23 +319,12 @@ func TestCanarySizingFollowsTrafficShare(t *testing.T) {
 func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 2, "H100-80GB", nil)
-	f.heartbeat(t, "node-b", inv)
-	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
-	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
-	p.Signals = []autoscale.TargetDoc{{Signal: "kv_cache", Target: 0.85}, {Signal: "in_flight", Target: 200}}
-	p.MinReplicas, p.MaxReplicas = 1, 4
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	inv, r := f.scaledChat(t, func(p *autoscale.PolicyDoc) {
+		p.Signals = []autoscale.TargetDoc{{Signal: "kv_cache", Target: 0.85}, {Signal: "in_flight", Target: 200}}
+	})
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
-	f.reconcile(t)
-	rs := ready(f.desired(t, "node-b"))
-	if len(rs) != 1 {
-		t.Fatalf("replicas = %+v, want one", rs)
-	}
-	id := rs[0].ID
-	noKV := rs[0]
+	id := r.ID
+	noKV := r
 	noKV.InFlight, noKV.Runtime = 150, "llama-server"
 	noKV.Absent = []string{busapi.MetricKVUsedPct, busapi.MetricTTFTMS, busapi.MetricBatchQueueMS, busapi.MetricGPUUtil}
 	var events []string
@@ -485,22 +496,11 @@ func TestAutoscalerMeasuresRequestsOverTheRateWindow(t *testing.T) {
 func TestAutoscalerScalesOnPromptTokensOverTheRateWindow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 2, "H100-80GB", nil)
-	f.heartbeat(t, "node-b", inv)
-	f.endpoint(t, "chat-ep", "chat", "c1", "mig-3g.40gb", "standard", 1)
-	p := autoscale.DocOf(autoscale.DefaultPolicy(autoscale.TaskLLM, true, 1))
-	p.Signals = []autoscale.TargetDoc{{Signal: "prompt_tokens_per_s", Target: 12000}}
-	p.MinReplicas, p.MaxReplicas, p.ScaleDownStabilizationS = 1, 4, 10
-	if _, err := f.eps.SetAutoscaling(t.Context(), f.eng, "chat-ep", p, f.fleet.Grace()); err != nil {
-		t.Fatal(err)
-	}
+	inv, r := f.scaledChat(t, func(p *autoscale.PolicyDoc) {
+		p.Signals = []autoscale.TargetDoc{{Signal: "prompt_tokens_per_s", Target: 12000}}
+		p.ScaleDownStabilizationS = 10
+	})
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
-	f.reconcile(t)
-	rs := ready(f.desired(t, "node-b"))
-	if len(rs) != 1 {
-		t.Fatalf("replicas = %+v, want one", rs)
-	}
-	r := rs[0]
 	var prompt int64
 	beat := func(n int64) {
 		t.Helper()
