@@ -96,9 +96,13 @@ func (s *Server) nodeProps(r *http.Request, name string) (web.NodeProps, error) 
 	}
 	for _, r := range n.Replicas {
 		m, c := r.Metrics, r.Metrics.ColdStart
+		requests := "–" // a runtime without a request counter (llama-server)
+		if m.Reports(busapi.MetricRequests) {
+			requests = strconv.FormatInt(m.Requests, 10)
+		}
 		props.Replicas = append(props.Replicas, web.NodeReplicaRow{Name: r.Name, Team: r.Team, Endpoint: r.Endpoint, Version: r.Version,
 			State: r.State, Reason: r.Reason, Failures: r.Failures, QueueDepth: m.QueueDepth, InFlight: m.InFlight,
-			Batch: fmt.Sprintf("%.1f", m.BatchSize), Requests: strconv.FormatInt(m.Requests, 10),
+			Batch: fmt.Sprintf("%.1f", m.BatchSize), Requests: requests,
 			TokensPerSecond: dashIfZero(m.TokensPerSecond, "%.0f"), TTFT: dashIfZero(m.TTFTMS, "%.0f ms"),
 			ColdStart: millis(c.TotalMS()), Download: millis(c.DownloadMS), Verify: millis(c.VerifyMS), Load: millis(c.LoadMS), Warmup: millis(c.WarmupMS)})
 	}

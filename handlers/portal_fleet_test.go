@@ -212,6 +212,18 @@ func TestPortalFleet(t *testing.T) {
 			t.Errorf("slice of %s: replica state %q, want %q", rep[0].Name, got, rep[0].State)
 		}
 	}
+	// A replica's requests, or a dash where its runtime counts none
+	// (llama-server reports the counter absent): not a measured 0.
+	risk, search := e.replicas(t, "risk-endpoint")[0], e.replicas(t, "search-endpoint")[0]
+	e.heartbeat(t, "gpu-mig-01", busapi.ReplicaStatus{ID: risk.Name, State: busapi.StateReady, Requests: 41},
+		busapi.ReplicaStatus{ID: search.Name, State: busapi.StateReady, Runtime: "llama-server", Absent: []string{busapi.MetricRequests}})
+	doc = admin.page("/fleet/gpu-mig-01")
+	for name, want := range map[string]string{risk.Name: "41", search.Name: "–"} {
+		row := doc.Find("#node tbody tr").FilterFunction(func(_ int, s *goquery.Selection) bool { return portalText(s.Find("td").First()) == name })
+		if got := portalText(row.Find("td.requests")); got != want {
+			t.Errorf("replica %s: requests %q, want %q", name, got, want)
+		}
+	}
 	if doc := admin.page("/fleet/gpu-full-01"); doc.Find(".slice.g7.free").Length() != 1 {
 		t.Errorf("whole-GPU node: want one free g7 box:\n%s", portalText(doc.Find("#node")))
 	}
