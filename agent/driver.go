@@ -187,7 +187,7 @@ type Observation struct {
 	Launch *busapi.Launch
 	// Absent names the metrics fields the runtime does not report, by the
 	// heartbeat's JSON names (busapi.ReplicaStatus.Absent); nil when it
-	// reports them all, as the simulator does. Runtime is the catalogue
+	// reports them all. Runtime is the catalogue
 	// entry running the replica, empty for a driver without one.
 	Absent  []string
 	Runtime string

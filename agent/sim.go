@@ -295,6 +295,9 @@ func (r *simReplica) Observe(ctx context.Context) (Observation, error) {
 	if st.Task == replica.TaskLLM {
 		o.Tokens, o.PromptTokens = counter(st.Tokens), counter(st.PromptTokens)
 	}
+	// The simulator models no batcher's queue time: absent, not a
+	// measured 0 a policy on batch_queue_ms would scale down on.
+	o.Absent = []string{busapi.MetricBatchQueueMS}
 	return o, nil
 }
 

@@ -435,7 +435,7 @@ type ReplicaStatus struct {
 	// not be read this time reports none of them. Such a field reads 0
 	// here, and the control plane takes it as missing, never as 0 (the
 	// autoscaler freezes on a signal no replica reports). Empty when every
-	// field is reported, as the simulator does.
+	// field is reported; the simulator names batch_queue_ms alone.
 	Absent []string `json:"absent,omitempty"`
 	// Runtime is the catalogue entry running the replica ("vllm",
 	// "triton", "llama-server", "builtin"); empty for a simulated one. The
