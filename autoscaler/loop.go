@@ -377,10 +377,7 @@ func sampleOf(name string, m replica.Metrics, now time.Time, rates *autoscale.Co
 // while rates cannot tell yet, or when this heartbeat did not report the
 // counter, which then starts over.
 func windowRate(rates *autoscale.Counters, name, field string, m replica.Metrics, n int64, now time.Time) (float64, bool) {
-	key := name
-	if field != busapi.MetricRequests {
-		key += "\x00" + field
-	}
+	key := name + "\x00" + field
 	if !m.Reports(field) {
 		rates.Reset(key, now)
 		return 0, false

@@ -39,6 +39,17 @@ func (f *fixture) scaledFraud(t *testing.T, p autoscale.PolicyDoc) {
 	}
 }
 
+// placedFraud is scaledFraud on node-a's one A100 in seven 1g slices,
+// placed; it returns node-a's GPUs.
+func (f *fixture) placedFraud(t *testing.T, p autoscale.PolicyDoc) []busapi.GPU {
+	t.Helper()
+	inv := gpus(0, 1, "A100-80GB", seven1g())
+	f.heartbeat(t, "node-a", inv)
+	f.scaledFraud(t, p)
+	f.reconcile(t)
+	return inv
+}
+
 // scaledChat makes endpoint chat-ep (chat's c1 on a 3g MIG slice of
 // node-b's H100s, one replica) with the LLM policy mod sets, 1 to 4
 // replicas, places it, and returns node-b's GPUs and the replica as ready.
@@ -92,12 +103,9 @@ func (f *fixture) evaluate(t *testing.T, a *autoscaler.Loop) autoscaler.Round {
 func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 1, "A100-80GB", seven1g())
-	f.heartbeat(t, "node-a", inv)
-	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
+	inv := f.placedFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	woke := 0
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(), Changed: func() { woke++ }})
-	f.reconcile(t)
 	counts := map[string]int64{}
 	f.serve(t, "node-a", inv, counts, 0)
 	if r := f.evaluate(t, a); len(r.Decisions) != 0 {
@@ -156,11 +164,8 @@ func TestAutoscalerScalesUpAtOnceAndBackAfterTheWindow(t *testing.T) {
 func TestRestartedAutoscalerResumesWithoutDoublePlacement(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 1, "A100-80GB", seven1g())
-	f.heartbeat(t, "node-a", inv)
-	f.scaledFraud(t, rpsPolicy(100, 1, 6, 300*time.Second))
+	inv := f.placedFraud(t, rpsPolicy(100, 1, 6, 300*time.Second))
 	old := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
-	f.reconcile(t)
 	counts := map[string]int64{}
 	first := f.serve(t, "node-a", inv, counts, 0)
 	f.clock.Advance(2 * time.Second)
@@ -371,11 +376,8 @@ func TestAbsentSignalFreezesNamingTheReplica(t *testing.T) {
 func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 1, "A100-80GB", seven1g())
-	f.heartbeat(t, "node-a", inv)
-	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
+	inv := f.placedFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
-	f.reconcile(t)
 	r := ready(f.desired(t, "node-a"))[0]
 	r.Requests = 5000
 	f.heartbeat(t, "node-a", inv, r)
@@ -412,13 +414,10 @@ func TestAbsentRequestCounterMakesNoRate(t *testing.T) {
 func TestRoundTraced(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 1, "A100-80GB", seven1g())
-	f.heartbeat(t, "node-a", inv)
-	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
+	inv := f.placedFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	exp := tracetest.NewInMemoryExporter()
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace(),
 		Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
-	f.reconcile(t)
 	counts := map[string]int64{}
 	f.serve(t, "node-a", inv, counts, 0)
 	f.evaluate(t, a)
@@ -456,11 +455,8 @@ func TestRoundTraced(t *testing.T) {
 func TestAutoscalerMeasuresRequestsOverTheRateWindow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	inv := gpus(0, 1, "A100-80GB", seven1g())
-	f.heartbeat(t, "node-a", inv)
-	f.scaledFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
+	inv := f.placedFraud(t, rpsPolicy(100, 1, 6, 10*time.Second))
 	a := autoscaler.New(f.pool, autoscaler.Options{Clock: f.clock, Grace: f.fleet.Grace()})
-	f.reconcile(t)
 	counts := map[string]int64{}
 	f.serve(t, "node-a", inv, counts, 0)
 	f.evaluate(t, a)

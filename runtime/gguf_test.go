@@ -21,25 +21,7 @@ import (
 // the replica token still required.
 func TestGGUFDirectoryServesChat(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	s := New(Options{Token: "tok"})
-	if err := s.Load(dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Warm(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
+	ts := serveGGUF(t, demoGGUFDir(t), Options{Token: "tok"})
 
 	for path, want := range map[string]int{"/health": 200, "/v2/health/ready": 200, "/v2/stats": 200, "/metrics": 200} {
 		resp, err := http.Get(ts.URL + path)
@@ -93,27 +75,13 @@ func TestGGUFDirectoryServesChat(t *testing.T) {
 // sizes the engine: context window, KV cache (a window per sequence).
 func TestGGUFSettingsSizeTheEngine(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	dir := demoGGUFDir(t)
 	cfg := `{"model":"chat","version":"v1","format":"gguf","file":"demo.gguf",
 		"llm":{"max_model_len":1024,"max_num_seqs":2,"max_queued_requests":5}}`
 	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{})
-	if err := s.Load(dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
+	ts := serveGGUF(t, dir, Options{})
 	get := func(path string, v any) {
 		t.Helper()
 		resp, err := http.Get(ts.URL + path)
@@ -141,4 +109,37 @@ func TestGGUFSettingsSizeTheEngine(t *testing.T) {
 	if len(models.Data) != 1 || models.Data[0].MaxModelLen != 1024 {
 		t.Errorf("/v1/models = %+v; want max_model_len 1024", models)
 	}
+}
+
+// demoGGUFDir is a model directory holding the LLM engine's demo model
+// (demo.gguf) alone.
+func demoGGUFDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := llm.WriteDemo(f, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// serveGGUF loads dir into a runtime made with opt, warms it and serves
+// it over HTTP until the test ends.
+func serveGGUF(t *testing.T, dir string, opt Options) *httptest.Server {
+	t.Helper()
+	s := New(opt)
+	if err := s.Load(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return ts
 }

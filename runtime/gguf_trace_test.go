@@ -1,12 +1,8 @@
 package runtime
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,8 +10,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"modelplane/busapi"
-	"modelplane/gguf"
-	"modelplane/llm"
 	"modelplane/runtime/llmserve"
 )
 
@@ -27,26 +21,8 @@ import (
 // Probes are not traced.
 func TestGGUFChatContinuesTheCallersTrace(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	exp := tracetest.NewInMemoryExporter()
-	s := New(Options{Token: "tok", Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
-	if err := s.Load(dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Warm(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
+	ts := serveGGUF(t, demoGGUFDir(t), Options{Token: "tok", Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))})
 	if resp, err := http.Get(ts.URL + "/v2/health/ready"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("ready probe: %v, %v", resp, err)
 	}

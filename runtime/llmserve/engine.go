@@ -77,9 +77,9 @@ type Event struct {
 	Done   bool
 	Reason string
 	Err    error
-	// At is when the token existed (the end of the step that made it) or
-	// the generation ended, on the engine's clock (Engine.Wall turns it
-	// into a time). The first token also says when the engine took the
+	// At is when the token existed (the end of the step that made it),
+	// on the engine's clock (Engine.Wall turns it into a time); 0 on the
+	// last event. The first token also says when the engine took the
 	// request in (Arrival) and first scheduled it (Admitted): a trace's
 	// queue wait and prefill.
 	At, Arrival, Admitted time.Duration
@@ -406,7 +406,6 @@ func (e *Engine) apply() {
 
 func (e *Engine) end(g *gen, ev Event) {
 	delete(e.live, g.id)
-	ev.At = e.since()
 	g.events <- ev
 	close(g.events)
 	e.stats.mu.Lock()

@@ -21,7 +21,7 @@ type genTrace struct {
 	on                      bool
 	arrival, admitted, last time.Duration
 	tokens                  int
-	at                      [MaxDecodeEvents + 1]time.Duration // the first token's, then each decode step's
+	at                      []time.Duration // the first token's, then the first decode steps'
 	reason                  string
 }
 
@@ -37,8 +37,8 @@ func (t *genTrace) event(ev Event) {
 	if t.tokens == 0 {
 		t.arrival, t.admitted = ev.Arrival, ev.Admitted
 	}
-	if t.tokens < len(t.at) {
-		t.at[t.tokens] = ev.At
+	if len(t.at) <= MaxDecodeEvents {
+		t.at = append(t.at, ev.At)
 	}
 	t.tokens++
 	t.last = ev.At
@@ -76,11 +76,10 @@ func (t *genTrace) spans(ctx context.Context, eng *Engine, promptTokens int) {
 		return
 	}
 	d := child("ml_serving.decode", t.at[0], t.last, attribute.Int("tokens", t.tokens-1))
-	steps := min(t.tokens, len(t.at))
-	for i := 1; i < steps; i++ {
-		d.AddEvent("decode_step", trace.WithTimestamp(eng.Wall(t.at[i])), trace.WithAttributes(attribute.Int("index", i)))
+	for i, at := range t.at[1:] {
+		d.AddEvent("decode_step", trace.WithTimestamp(eng.Wall(at)), trace.WithAttributes(attribute.Int("index", i+1)))
 	}
-	if dropped := t.tokens - steps; dropped > 0 {
+	if dropped := t.tokens - len(t.at); dropped > 0 {
 		d.SetAttributes(attribute.Int("dropped_events", dropped))
 	}
 	end(d, t.last)
