@@ -218,6 +218,10 @@ type Driver struct {
 	// starting are the replicas Start is making, by namespace/pod: their
 	// objects exist before the driver runs them, and the sweep keeps them.
 	starting map[string]*replica
+	// versions is held while a replica is registered as starting and
+	// while the last replica of a version deletes its objects, so a
+	// version's policy is never deleted under a replica being made.
+	versions sync.Mutex
 
 	writes    int64 // applies and deletes since New, for tests
 	swept     int64 // objects the sweep removed since New
@@ -516,9 +520,11 @@ func (d *Driver) Start(ctx context.Context, spec busapi.ReplicaSpec, _ agent.Sta
 		return nil, err
 	}
 	key := r.ns + "/" + r.pod
+	d.versions.Lock()
 	d.mu.Lock()
 	d.starting[key] = r
 	d.mu.Unlock()
+	d.versions.Unlock()
 	defer func() {
 		d.mu.Lock()
 		delete(d.starting, key)
@@ -605,18 +611,22 @@ func (d *Driver) Sync(ctx context.Context) (int, error) {
 	return int(d.Writes() - before), errors.Join(errs...)
 }
 
-// forget drops r and, when it was its version's last replica, the
-// version's NetworkPolicy, whose deletion takes anything left over of the
-// version with it (owner references).
+// forget drops r and, when it was its version's last replica and no
+// other is starting, the version's NetworkPolicy, whose deletion takes
+// anything left over of the version with it (owner references).
 func (d *Driver) forget(ctx context.Context, r *replica) error {
+	d.versions.Lock()
+	defer d.versions.Unlock()
 	d.mu.Lock()
 	if d.replicas[r.spec.ID] == r {
 		delete(d.replicas, r.spec.ID)
 	}
 	last := true
-	for _, o := range d.replicas {
-		if o.ns == r.ns && o.spec.Endpoint == r.spec.Endpoint && o.spec.Version == r.spec.Version {
-			last = false
+	for _, set := range []map[string]*replica{d.replicas, d.starting} {
+		for _, o := range set {
+			if o.ns == r.ns && o.spec.Endpoint == r.spec.Endpoint && o.spec.Version == r.spec.Version {
+				last = false
+			}
 		}
 	}
 	d.mu.Unlock()

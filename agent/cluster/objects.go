@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	netv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -420,6 +421,11 @@ func (d *Driver) hardLimits(lim map[string]float64) corev1.ResourceList {
 // cluster holds; once r's pod is gone, it leaves the pod to
 // the agent, which replaces the lost replica with a new one.
 func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error {
+	r.writing.Lock()
+	defer r.writing.Unlock()
+	if r.stopped {
+		return nil
+	}
 	o, err := d.desired(r)
 	if err != nil {
 		return err
@@ -463,7 +469,15 @@ func (d *Driver) syncReplica(ctx context.Context, r *replica, create bool) error
 			}
 		}
 	}
-	live, err := d.policies.NetworkPolicies(r.ns).Get(*o.policy.Name)
+	// Start reads the policy from the API server: the watch's cache may
+	// still hold one the version's last replica has just deleted, whose
+	// uid would make the new pod an orphan for the garbage collector.
+	var live *netv1.NetworkPolicy
+	if create {
+		live, err = d.cfg.Client.NetworkingV1().NetworkPolicies(r.ns).Get(ctx, *o.policy.Name, metav1.GetOptions{})
+	} else {
+		live, err = d.policies.NetworkPolicies(r.ns).Get(*o.policy.Name)
+	}
 	var uid types.UID
 	if err == nil {
 		uid = live.UID

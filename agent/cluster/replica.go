@@ -37,8 +37,14 @@ type replica struct {
 	// replica is lost from then on, and no resync makes the pod again.
 	gone bool
 	// rates turns the runtime's counters into the heartbeat's rates.
-	rates    catalog.Rates
-	stopOnce sync.Once
+	rates catalog.Rates
+
+	// writing is held while the driver writes the replica's objects, so
+	// a resync (whose list of replicas may predate Stop) and Stop never
+	// interleave; stopped is set by Stop, after which nothing writes
+	// them again.
+	writing sync.Mutex
+	stopped bool
 }
 
 func (r *replica) Spec() busapi.ReplicaSpec { return r.spec }
@@ -197,20 +203,24 @@ func (r *replica) metrics(ctx context.Context, e catalog.Entry, p *corev1.Pod, o
 // (the agent has taken it out of the routes already), and its token; the
 // version's last replica takes the version's objects with it.
 func (r *replica) Stop(ctx context.Context) error {
+	r.writing.Lock()
+	defer r.writing.Unlock()
+	if r.stopped {
+		return nil
+	}
+	r.stopped = true
+	core := r.d.cfg.Client.CoreV1()
 	var err error
-	r.stopOnce.Do(func() {
-		core := r.d.cfg.Client.CoreV1()
-		r.d.wrote()
-		if e := core.Pods(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) {
-			err = fmt.Errorf("delete pod %s/%s: %w", r.ns, r.pod, e)
-		}
-		r.d.wrote()
-		if e := core.Secrets(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) && err == nil {
-			err = fmt.Errorf("delete token %s/%s: %w", r.ns, r.pod, e)
-		}
-		if e := r.d.forget(ctx, r); e != nil && err == nil {
-			err = e
-		}
-	})
+	r.d.wrote()
+	if e := core.Pods(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) {
+		err = fmt.Errorf("delete pod %s/%s: %w", r.ns, r.pod, e)
+	}
+	r.d.wrote()
+	if e := core.Secrets(r.ns).Delete(ctx, r.pod, metav1.DeleteOptions{}); e != nil && !apierrors.IsNotFound(e) && err == nil {
+		err = fmt.Errorf("delete token %s/%s: %w", r.ns, r.pod, e)
+	}
+	if e := r.d.forget(ctx, r); e != nil && err == nil {
+		err = e
+	}
 	return err
 }

@@ -192,16 +192,105 @@ func TestStoppingTheLastReplicaRemovesEverythingOfTheVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitNoObjects(t, c, ns, sel)
+	if n := len(d.Running()); n != 0 {
+		t.Fatalf("driver still runs %d replicas", n)
+	}
+}
+
+// waitNoObjects waits until no pod, Secret, ConfigMap or NetworkPolicy
+// of namespace ns matches sel, and names those left when they stay.
+func waitNoObjects(t *testing.T, c *kubetest.Cluster, ns string, sel metav1.ListOptions) {
+	t.Helper()
+	ctx := t.Context()
 	core := c.Client().CoreV1()
+	var left []string
 	wait.Eventually(t, time.Minute, func() bool {
 		pods, e1 := core.Pods(ns).List(ctx, sel)
 		secs, e2 := core.Secrets(ns).List(ctx, sel)
 		cms, e3 := core.ConfigMaps(ns).List(ctx, sel)
 		pols, e4 := c.Client().NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
-		return errors.Join(e1, e2, e3, e4) == nil && len(pods.Items)+len(secs.Items)+len(cms.Items)+len(pols.Items) == 0
-	}, "objects of the endpoint remain")
-	if n := len(d.Running()); n != 0 {
-		t.Fatalf("driver still runs %d replicas", n)
+		if err := errors.Join(e1, e2, e3, e4); err != nil {
+			left = []string{err.Error()}
+			return false
+		}
+		left = nil
+		for _, p := range pods.Items {
+			left = append(left, "pod "+p.Name)
+		}
+		for _, s := range secs.Items {
+			left = append(left, "secret "+s.Name)
+		}
+		for _, m := range cms.Items {
+			left = append(left, "configmap "+m.Name)
+		}
+		for _, p := range pols.Items {
+			left = append(left, "networkpolicy "+p.Name)
+		}
+		return len(left) == 0
+	}, "objects of the endpoint remain: %v", wait.Show(func() any { return left }))
+}
+
+// TestAResyncBehindStopWritesNothing: the resync loop lists the replicas
+// and then writes each; one that Stop removed meanwhile must not be
+// written back (CI once saw a resync put back the policy and token the
+// last Stop had just deleted, which then stayed).
+func TestAResyncBehindStopWritesNothing(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	ctx := t.Context()
+	r, err := d.Start(ctx, migSpec("fraud-v1-r1", 0), agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	c.MarkRunning(t, c.WaitScheduled(t, ns, podOf(t, c, r.Spec(), d).Name), "")
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark := c.AuditMark(t)
+	if err := cluster.Resync(ctx, d, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range c.AuditSince(t, mark) {
+		// The harness deletes the stopped pod for good, as a kubelet
+		// would; anything else written is the driver's.
+		if e.User.Username == "kubetest-admin" && e.ObjectRef.Namespace == ns && e.Verb != "delete" {
+			t.Errorf("written after Stop: %s", e)
+		}
+	}
+	waitNoObjects(t, c, ns, metav1.ListOptions{LabelSelector: cluster.LabelEndpoint + "=fraud"})
+}
+
+// TestAVersionStartedAgainRightAfterItsLastStop: the version's policy
+// the last Stop deleted may still be in the watch's cache when the next
+// replica of the version starts; the new pod must belong to the policy
+// that exists, or the garbage collector deletes it as an orphan.
+func TestAVersionStartedAgainRightAfterItsLastStop(t *testing.T) {
+	t.Parallel()
+	c := kubetest.Shared(t)
+	d, _ := pool(t, c, cluster.KindGPU, gpuNode())
+	ctx := t.Context()
+	first, err := d.Start(ctx, migSpec("fraud-v1-r1", 0), agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := d.Start(ctx, migSpec("fraud-v1-r2", 1), agent.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(d.NamespacePrefix(), "risk")
+	pol, err := c.Client().NetworkingV1().NetworkPolicies(ns).Get(ctx, cluster.PolicyName("pool-"+uniq(t), "fraud", "v1"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the version's policy: %v", err)
+	}
+	pod := podOf(t, c, next.Spec(), d)
+	if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != pol.UID {
+		t.Fatalf("pod %s owned by %+v, want the live policy %s (uid %s)", pod.Name, pod.OwnerReferences, pol.Name, pol.UID)
 	}
 }
 

@@ -339,7 +339,7 @@ func (c *Cluster) AutoRun(t testing.TB, match func(*corev1.Pod) bool, onRunning 
 	}
 	go func() {
 		defer close(done)
-		c.runPodInformer(ctx, fields.Everything(), cache.ResourceEventHandlerFuncs{
+		c.runPodInformer(ctx, fields.Everything(), 0, cache.ResourceEventHandlerFuncs{
 			AddFunc:    handle,
 			UpdateFunc: func(_, obj any) { handle(obj) },
 		})
@@ -361,17 +361,20 @@ func (c *Cluster) finalizeDeletedPods(ctx context.Context) {
 		_ = c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	}
-	c.runPodInformer(ctx, fields.OneTermNotEqualSelector("spec.nodeName", ""), cache.ResourceEventHandlerFuncs{
+	// The resync hands every pod to handle again now and then, so a delete
+	// the API server failed (a loaded machine) is tried again.
+	c.runPodInformer(ctx, fields.OneTermNotEqualSelector("spec.nodeName", ""), 2*time.Second, cache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
 		UpdateFunc: func(_, obj any) { handle(obj) },
 	})
 }
 
-// runPodInformer watches pods matching sel with handler until ctx ends.
-func (c *Cluster) runPodInformer(ctx context.Context, sel fields.Selector, handler cache.ResourceEventHandler) {
+// runPodInformer watches pods matching sel with handler until ctx ends,
+// handing it every pod again each resync (0: never).
+func (c *Cluster) runPodInformer(ctx context.Context, sel fields.Selector, resync time.Duration, handler cache.ResourceEventHandler) {
 	lw := cache.NewListWatchFromClient(c.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, sel)
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &corev1.Pod{}, Handler: handler,
+		ListerWatcher: lw, ObjectType: &corev1.Pod{}, Handler: handler, ResyncPeriod: resync,
 	})
 	ctrl.Run(ctx.Done())
 }
