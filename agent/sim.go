@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"modelplane/busapi"
 	"modelplane/sim/replica"
 )
@@ -38,6 +40,9 @@ type SimDriverConfig struct {
 	// plain HTTP.
 	TLS       *tls.Config
 	ClientTLS *tls.Config
+	// Tracer, when set, is what the replicas continue their callers'
+	// traces with (sim/replica's Config.Tracer); nil traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // SimDriver serves each replica as a sim/replica HTTP server in this
@@ -98,6 +103,7 @@ func (d *SimDriver) Start(ctx context.Context, spec busapi.ReplicaSpec, opts Sta
 		LoadDelay: d.cfg.LoadDelay,
 		Log:       d.log,
 		TLS:       d.cfg.TLS,
+		Tracer:    d.cfg.Tracer,
 	})
 	if err != nil {
 		return nil, err

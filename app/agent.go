@@ -462,7 +462,12 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 			stop = drv.Close
 		}
 	default:
-		drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log, TLS: replicaTLS, ClientTLS: clientTLS})
+		tp, err := simReplicaTracer(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+		drv := agent.NewSimDriver(agent.SimDriverConfig{LoadDelay: c.LoadDelay, Log: log, TLS: replicaTLS, ClientTLS: clientTLS, Tracer: tp})
 		cfg.Driver = drv
 		// The sim driver's replicas live in this process; end them cleanly.
 		stop = drv.Close

@@ -78,18 +78,24 @@ func NewHTTP(cp *controlplane.ControlPlane, o HTTPOptions) *handlers.Server {
 	})
 }
 
-// controlPlaneTracer is the control plane's tracer provider, as the
-// OTEL_* variables say (package tracing): its API calls, reconcile passes
-// and autoscaler rounds. Shutdown flushes it.
-func controlPlaneTracer(ctx context.Context, log *slog.Logger) (tracing.Provider, error) {
-	tp, err := tracing.FromEnv(ctx, "modelplane-server")
+// processTracer is a process's tracer provider for service, as the OTEL_*
+// variables say (package tracing), logging that it traces what when on.
+// Shutdown flushes it.
+func processTracer(ctx context.Context, log *slog.Logger, service, what string) (tracing.Provider, error) {
+	tp, err := tracing.FromEnv(ctx, service)
 	if err != nil {
 		return tracing.Provider{}, err
 	}
 	if tp.On {
-		log.Info("tracing API calls and control loops over OTLP (OTEL_* variables)")
+		log.Info("tracing " + what + " over OTLP (OTEL_* variables)")
 	}
 	return tp, nil
+}
+
+// controlPlaneTracer is the control plane's: its API calls, reconcile
+// passes and autoscaler rounds.
+func controlPlaneTracer(ctx context.Context, log *slog.Logger) (tracing.Provider, error) {
+	return processTracer(ctx, log, "modelplane-server", "API calls and control loops")
 }
 
 // adminDrain is how long an admin listener waits for a scrape in flight.

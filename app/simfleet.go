@@ -10,6 +10,7 @@ import (
 
 	"modelplane/agent"
 	"modelplane/enrollment"
+	"modelplane/tracing"
 	"modelplane/trust"
 )
 
@@ -65,6 +66,10 @@ const SimPortsPerNode = 100
 // They reach the control plane only through NATS, with the permissions
 // remote agents have.
 func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop func(), err error) {
+	tp, err := simReplicaTracer(ctx, log)
+	if err != nil {
+		return nil, fmt.Errorf("sim fleet: %w", err)
+	}
 	var agents []*agent.Agent
 	var drivers []*agent.SimDriver
 	var conns []*nats.Conn
@@ -78,6 +83,7 @@ func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop fun
 		for _, nc := range conns {
 			nc.Close()
 		}
+		_ = tp.Shutdown(context.WithoutCancel(ctx))
 	}
 	for i := range sf.nodes {
 		spec, mig := simFleetLayout(i, sf.gpus)
@@ -94,7 +100,7 @@ func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop fun
 			return nil, fmt.Errorf("sim fleet: %w", err)
 		}
 		conns = append(conns, nc)
-		driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log, PortFirst: addr.PortFirst, PortLast: addr.PortLast})
+		driver := agent.NewSimDriver(agent.SimDriverConfig{Log: log, PortFirst: addr.PortFirst, PortLast: addr.PortLast, Tracer: tp})
 		drivers = append(drivers, driver)
 		a, err := agent.New(agent.Config{Node: node, GPUs: inv, StateDir: filepath.Join(sf.dir, node), Driver: driver}, nc, log.With(slog.String("node", node)))
 		if err != nil {
@@ -108,4 +114,10 @@ func startSimFleet(ctx context.Context, log *slog.Logger, sf simFleet) (stop fun
 		agents = append(agents, a)
 	}
 	return stop, nil
+}
+
+// simReplicaTracer is the tracer of the simulated replicas a process
+// serves: a service of its own, so a trace shows which hop was simulated.
+func simReplicaTracer(ctx context.Context, log *slog.Logger) (tracing.Provider, error) {
+	return processTracer(ctx, log, "modelplane-sim-replica", "the simulated replicas' requests")
 }

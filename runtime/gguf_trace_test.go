@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"modelplane/busapi"
-	"modelplane/runtime/llmserve"
+	"modelplane/tracing"
 )
 
 // TestGGUFChatContinuesTheCallersTrace: a chat carrying the gateway's
@@ -27,7 +27,7 @@ func TestGGUFChatContinuesTheCallersTrace(t *testing.T) {
 		t.Fatalf("ready probe: %v, %v", resp, err)
 	}
 
-	const tokens = llmserve.MaxDecodeEvents + 10
+	const tokens = tracing.MaxDecodeEvents + 10
 	body := `{"messages":[{"role":"user","content":"hello"}],"max_tokens":74,"ignore_eos":true,"stream":true}`
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set(busapi.ReplicaTokenHeader, "tok")
@@ -70,8 +70,8 @@ func TestGGUFChatContinuesTheCallersTrace(t *testing.T) {
 		t.Errorf("queue %v–%v, prefill %v–%v, decode %v–%v in %v–%v; want them in turn inside the request",
 			q.StartTime, q.EndTime, p.StartTime, p.EndTime, d.StartTime, d.EndTime, root.StartTime, root.EndTime)
 	}
-	if len(d.Events) != llmserve.MaxDecodeEvents || d.Events[0].Name != "decode_step" {
-		t.Fatalf("decode events %d (%v); want %d decode steps", len(d.Events), d.Events[0].Name, llmserve.MaxDecodeEvents)
+	if len(d.Events) != tracing.MaxDecodeEvents || d.Events[0].Name != "decode_step" {
+		t.Fatalf("decode events %d (%v); want %d decode steps", len(d.Events), d.Events[0].Name, tracing.MaxDecodeEvents)
 	}
 	var dropped int64
 	for _, a := range d.Attributes {
@@ -79,8 +79,8 @@ func TestGGUFChatContinuesTheCallersTrace(t *testing.T) {
 			dropped = a.Value.AsInt64()
 		}
 	}
-	if dropped != tokens-1-llmserve.MaxDecodeEvents {
-		t.Errorf("dropped_events %d; want %d (73 decode steps, %d kept)", dropped, tokens-1-llmserve.MaxDecodeEvents, llmserve.MaxDecodeEvents)
+	if dropped != tokens-1-tracing.MaxDecodeEvents {
+		t.Errorf("dropped_events %d; want %d (73 decode steps, %d kept)", dropped, tokens-1-tracing.MaxDecodeEvents, tracing.MaxDecodeEvents)
 	}
 	for i, e := range d.Events {
 		if e.Time.Before(d.StartTime) || e.Time.After(d.EndTime) || i > 0 && e.Time.Before(d.Events[i-1].Time) {

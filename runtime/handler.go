@@ -209,7 +209,7 @@ func (s *Server) account(ctx context.Context, l *loaded, start time.Time, rows i
 	if span := trace.SpanFromContext(ctx); err == nil && span.IsRecording() {
 		// The batcher measured the wait and the batch's execution; they
 		// become the seed's batch_queue_wait and gpu_inference spans.
-		tr := span.TracerProvider().Tracer("modelplane/runtime")
+		tr := span.TracerProvider().Tracer(tracing.RuntimeScope)
 		_, q := tr.Start(ctx, "ml_serving.batch_queue_wait", trace.WithTimestamp(start))
 		q.End(trace.WithTimestamp(start.Add(queue)))
 		_, x := tr.Start(ctx, "ml_serving.gpu_inference", trace.WithTimestamp(start.Add(queue)),

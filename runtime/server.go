@@ -123,7 +123,7 @@ func New(opt Options) *Server {
 	if opt.Tracer == nil {
 		opt.Tracer = tracing.Off()
 	}
-	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats(), tracer: opt.Tracer.Tracer("modelplane/runtime")}
+	return &Server{opt: opt, log: opt.Log, clock: opt.Clock, stats: newStats(), tracer: opt.Tracer.Tracer(tracing.RuntimeScope)}
 }
 
 // Open is New and Load.

@@ -6,12 +6,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// MaxDecodeEvents bounds the events of a generation's decode span: one a
-// token (its index) for the first tokens after the first, the rest
-// counted in its dropped_events attribute.
-const MaxDecodeEvents = 64
+	"modelplane/tracing"
+)
 
 // genTrace collects, from a traced generation's events, what its spans
 // are made of: when the engine took the request in, first ran it and had
@@ -37,7 +34,7 @@ func (t *genTrace) event(ev Event) {
 	if t.tokens == 0 {
 		t.arrival, t.admitted = ev.Arrival, ev.Admitted
 	}
-	if len(t.at) <= MaxDecodeEvents {
+	if len(t.at) <= tracing.MaxDecodeEvents {
 		t.at = append(t.at, ev.At)
 	}
 	t.tokens++
@@ -64,7 +61,7 @@ func (t *genTrace) spans(ctx context.Context, eng *Engine, promptTokens int) {
 	if t.tokens == 0 {
 		return
 	}
-	tr := span.TracerProvider().Tracer("modelplane/runtime")
+	tr := span.TracerProvider().Tracer(tracing.RuntimeScope)
 	child := func(name string, from, to time.Duration, attrs ...attribute.KeyValue) trace.Span {
 		_, s := tr.Start(ctx, name, trace.WithTimestamp(eng.Wall(from)), trace.WithAttributes(attrs...))
 		return s

@@ -253,16 +253,31 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 		},
 		arrived: s.clock.Now(),
 		tokens:  make(chan struct{}, s.cfg.StreamBuffer),
+		trace:   traceOf(r.Context()),
 	}
 	s.inbox.push(op{submit: g})
 
 	h := hashBytes(s.cfg.Seed, []byte("text"), p.key)
 	ctx := r.Context()
+	finish := "stop"
+	if p.capped {
+		finish = "length"
+	}
+	// The spans are written once the loop has closed the tokens, after
+	// which it no longer writes the generation; a request left earlier
+	// has its span alone.
+	closed := false
+	defer func() {
+		if closed {
+			s.genSpans(ctx, g, p.promptTokens, finish)
+		}
+	}()
 	// Wait for the first token before answering, so a rejection can still
 	// be a status code.
 	select {
 	case _, open := <-g.tokens:
 		if !open {
+			closed = true
 			writeGenerationError(w, g.err, p.text)
 			return
 		}
@@ -276,12 +291,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 		model = s.cfg.Version
 	}
 	head := chatCompletion{ID: g.seq.ID, Created: s.clock.Now().Unix(), Model: model}
-	finish := "stop"
-	if p.capped {
-		finish = "length"
-	}
 	if p.stream {
-		s.stream(w, r, g, p, head, finish, h)
+		closed = s.stream(w, r, g, p, head, finish, h)
 		return
 	}
 
@@ -302,6 +313,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 		}
 		break
 	}
+	closed = true
 	if g.err != nil {
 		writeGenerationError(w, g.err, p.text)
 		return
@@ -321,8 +333,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 // stream relays the tokens as server-sent events: one chunk per token, then
 // a chunk with finish_reason and usage, then [DONE]. The first token has
 // already arrived. A failed write (a client gone or stalled past
-// WriteTimeout) cancels the generation.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p chatParams, head chatCompletion, finish string, h uint64) {
+// WriteTimeout) cancels the generation. It reports whether it saw the
+// loop close the tokens.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p chatParams, head chatCompletion, finish string, h uint64) (closed bool) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -375,6 +388,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 		}
 		break
 	}
+	closed = true
 	if g.err != nil {
 		// The status is sent; say what happened in the stream and stop
 		// without [DONE], as OpenAI does.
@@ -410,6 +424,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, p
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 		_ = rc.Flush()
 	}
+	return closed
 }
 
 // writeGenerationError answers a generation that ended before its first

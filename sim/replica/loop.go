@@ -27,9 +27,11 @@ type generation struct {
 	// handler after; nil means every token was delivered.
 	err error
 
-	// Owned by the loop goroutine.
+	// Owned by the loop goroutine until it closes tokens.
 	sent    int
 	firstAt time.Time
+	// trace, when set, asks the loop for when its tokens came (trace.go).
+	trace *genTrace
 }
 
 // inbox hands submits and cancels from handlers to the loop without ever
@@ -182,6 +184,7 @@ func (s *Server) deliver(active map[string]*generation, tokens []Token) {
 		}
 		n++
 		g.sent++
+		g.trace.token(now)
 		if g.sent == 1 {
 			g.firstAt = now
 			s.stats.ttftSample(now.Sub(g.arrived))

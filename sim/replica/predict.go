@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"modelplane/serveapi"
 )
 
@@ -110,7 +113,11 @@ func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte
 			return nil, false // the client left; nothing to write
 		}
 	}
-	s.stats.latencySample(s.clock.Now().Sub(start))
+	end := s.clock.Now()
+	s.stats.latencySample(end.Sub(start))
+	if trace.SpanFromContext(r.Context()).IsRecording() {
+		s.child(r.Context(), "ml_serving.gpu_inference", start, attribute.Int("rows", len(instances))).End(trace.WithTimestamp(end))
+	}
 	if fail {
 		writeProblem(w, http.StatusInternalServerError, "simulated model failure")
 		return nil, false

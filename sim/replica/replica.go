@@ -18,8 +18,11 @@ import (
 
 	"github.com/coder/quartz"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"modelplane/busapi"
 	"modelplane/sim"
+	"modelplane/tracing"
 )
 
 // Task is what a version does; the values are the registry's task names.
@@ -98,6 +101,10 @@ type Config struct {
 	// line each, without payloads: the gateway in front already logs every
 	// request at info.
 	Log *slog.Logger
+	// Tracer, when set, continues the caller's trace (the gateway's
+	// traceparent) as the built-in runtime does: a server span a request
+	// and, under it, the simulated work (trace.go). Nil traces nothing.
+	Tracer trace.TracerProvider
 }
 
 func (c *Config) defaults() {
@@ -130,6 +137,9 @@ func (c *Config) defaults() {
 	}
 	if c.Clock == nil {
 		c.Clock = quartz.NewReal()
+	}
+	if c.Tracer == nil {
+		c.Tracer = tracing.Off()
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -184,6 +194,8 @@ type Server struct {
 	log   *slog.Logger
 	clock quartz.Clock
 	stats *recorder
+	// tracer makes the request spans (trace.go).
+	tracer trace.Tracer
 
 	loaded   atomic.Bool
 	draining atomic.Bool
@@ -219,12 +231,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("replica config: %w", err)
 	}
 	s := &Server{
-		cfg:   cfg,
-		model: model,
-		log:   cfg.Log.With(slog.String("replica", cfg.ReplicaID), slog.String("version", cfg.Version)),
-		clock: cfg.Clock,
-		quit:  make(chan struct{}),
-		inbox: inbox{wake: make(chan struct{}, 1)},
+		cfg:    cfg,
+		model:  model,
+		log:    cfg.Log.With(slog.String("replica", cfg.ReplicaID), slog.String("version", cfg.Version)),
+		clock:  cfg.Clock,
+		tracer: cfg.Tracer.Tracer(tracing.RuntimeScope),
+		quit:   make(chan struct{}),
+		inbox:  inbox{wake: make(chan struct{}, 1)},
 	}
 	s.stats = newRecorder(cfg.Clock, cfg.StatsWindow)
 	return s, nil
@@ -391,6 +404,8 @@ func (s *Server) inference(route string, h http.HandlerFunc) http.Handler {
 		start := s.clock.Now()
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
+		ctx, span := s.startSpan(r, start)
+		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		sw.Header().Set("X-Model-Version", s.cfg.Version)
 		if !s.loaded.Load() {
@@ -402,6 +417,7 @@ func (s *Server) inference(route string, h http.HandlerFunc) http.Handler {
 		if sw.status == 0 {
 			sw.status = statusClientGone
 		}
+		s.endSpan(span, sw.status)
 		s.stats.request(sw.status)
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 			slog.String("request_id", r.Header.Get("X-Request-Id")),
