@@ -266,7 +266,10 @@ func TestAResyncBehindStopWritesNothing(t *testing.T) {
 // TestAVersionStartedAgainRightAfterItsLastStop: the version's policy
 // the last Stop deleted may still be in the watch's cache when the next
 // replica of the version starts; the new pod must belong to the policy
-// that exists, or the garbage collector deletes it as an orphan.
+// that exists, or the garbage collector deletes it as an orphan. (On
+// this machine the watch has caught up by the time Start reads, with or
+// without the read from the API server: the test holds the outcome, it
+// does not reproduce the stale cache.)
 func TestAVersionStartedAgainRightAfterItsLastStop(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
-
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
