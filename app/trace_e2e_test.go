@@ -69,14 +69,9 @@ func TestOneRequestOneTraceAcrossProcesses(t *testing.T) {
 	// A second runtime serving a GGUF LLM (the engine's demo model, the
 	// directory's only file) for a chat's trace.
 	llmDir := t.TempDir()
-	gg, err := os.Create(filepath.Join(llmDir, "model.gguf"))
-	if err != nil {
+	if err := llm.WriteDemoFile(filepath.Join(llmDir, "model.gguf"), gguf.F32); err != nil {
 		t.Fatal(err)
 	}
-	if err := llm.WriteDemo(gg, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	gg.Close()
 	llmPort, _ := freeport.Get()
 	llmAddr := "127.0.0.1:" + itoa(llmPort)
 	startChild(t, bin, []string{"runtime", "--model-dir", llmDir, "--port", itoa(llmPort)}, append(otel, "MP_REPLICA_TOKEN="+token))

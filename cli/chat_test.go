@@ -3,7 +3,6 @@ package cli_test
 import (
 	"bytes"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,14 +22,9 @@ func TestChatStreamsThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
+	if err := llm.WriteDemoFile(filepath.Join(dir, "demo.gguf"), gguf.F32); err != nil {
 		t.Fatal(err)
 	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	rt := runtime.New(runtime.Options{Token: "tok"})
 	if err := rt.Load(dir, nil); err != nil {
 		t.Fatal(err)

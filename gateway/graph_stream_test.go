@@ -28,14 +28,9 @@ import (
 func llmRuntime(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
+	if err := llm.WriteDemoFile(filepath.Join(dir, "demo.gguf"), gguf.F32); err != nil {
 		t.Fatal(err)
 	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	cfg := `{"model":"chat","version":"v1","format":"gguf","file":"demo.gguf"}`
 	if err := os.WriteFile(filepath.Join(dir, serveapi.ConfigFile), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -80,14 +75,9 @@ func (g *gatedModel) Forward(batch []llmserve.Step) [][]float32 {
 func gatedLLM(t *testing.T) (addr string, open chan struct{}, ended <-chan struct{}) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "demo.gguf")
-	f, err := os.Create(path)
-	if err != nil {
+	if err := llm.WriteDemoFile(path, gguf.F32); err != nil {
 		t.Fatal(err)
 	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	m, tok, err := llmserve.LoadModel(path, 0)
 	if err != nil {
 		t.Fatal(err)

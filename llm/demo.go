@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 
 	"modelplane/gguf"
@@ -28,6 +29,19 @@ const ChatMLTemplate = "{% for message in messages %}{{'<|im_start|>' + message[
 // token id b is byte b.
 func WriteDemo(w io.Writer, typ gguf.TensorType) error {
 	return WriteModel(w, DemoConfig, typ)
+}
+
+// WriteDemoFile writes the demo model (WriteDemo) to a new file at path.
+func WriteDemoFile(path string, typ gguf.TensorType) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteDemo(f, typ); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // WriteModel writes a llama model of shape c the way WriteDemo writes the

@@ -116,12 +116,7 @@ func TestGGUFSettingsSizeTheEngine(t *testing.T) {
 func demoGGUFDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "demo.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
+	if err := llm.WriteDemoFile(filepath.Join(dir, "demo.gguf"), gguf.F32); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
@@ -142,21 +141,13 @@ func (s *Server) inference(h http.HandlerFunc) http.HandlerFunc {
 // batcher's wait and execution; an LLM's queue wait, prefill and decode)
 // goes under the span, which h finds in r's context.
 func (s *Server) traced(w http.ResponseWriter, r *http.Request, start time.Time, model, version string, h http.HandlerFunc) int {
-	ctx, span := s.tracer.Start(tracing.Extract(r.Context(), r.Header), "ml_serving.runtime", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithTimestamp(start))
+	ctx, span := tracing.StartReplica(s.tracer, r, start)
 	sw := &statusWriter{ResponseWriter: w}
 	h(sw, r.WithContext(ctx))
 	if sw.status == 0 {
 		sw.status = statusClientGone
 	}
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("model", model), attribute.String("version", version),
-			attribute.Int("http.response.status_code", sw.status))
-		if sw.status >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(sw.status))
-		}
-	}
-	span.End()
+	tracing.EndReplica(span, time.Now(), model, version, sw.status)
 	return sw.status
 }
 

@@ -27,11 +27,6 @@ const GatewayScope = "modelplane/gateway"
 // built-in runtime's and the simulated replicas'.
 const RuntimeScope = "modelplane/runtime"
 
-// MaxDecodeEvents bounds the events of a generation's decode span: one a
-// token (its index) for the first tokens after the first, the rest
-// counted in its dropped_events attribute.
-const MaxDecodeEvents = 64
-
 // MaxRequestAttrs is the most attributes a RequestSpan holds; more are
 // counted as dropped, as the SDK counts what passes its limit.
 const MaxRequestAttrs = 12

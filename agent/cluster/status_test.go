@@ -266,10 +266,9 @@ func TestAResyncBehindStopWritesNothing(t *testing.T) {
 // TestAVersionStartedAgainRightAfterItsLastStop: the version's policy
 // the last Stop deleted may still be in the watch's cache when the next
 // replica of the version starts; the new pod must belong to the policy
-// that exists, or the garbage collector deletes it as an orphan. (On
-// this machine the watch has caught up by the time Start reads, with or
-// without the read from the API server: the test holds the outcome, it
-// does not reproduce the stale cache.)
+// that exists, or the garbage collector deletes it as an orphan. The
+// watches are stopped once they hold the policy, so their cache keeps the
+// deleted one for certain.
 func TestAVersionStartedAgainRightAfterItsLastStop(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
@@ -279,6 +278,9 @@ func TestAVersionStartedAgainRightAfterItsLastStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wait.Eventually(t, time.Minute, func() bool { n, err := d.Sync(ctx); return err == nil && n == 0 },
+		"the watches never saw the replica's objects")
+	d.Close()
 	if err := first.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

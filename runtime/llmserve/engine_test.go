@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,14 +25,7 @@ import (
 func demoPath(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "demo.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llm.WriteDemo(f, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := llm.WriteDemoFile(path, gguf.F32); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -496,7 +496,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 	st := &relay{s: s, j: j, created: time.Now().Unix(), model: j.p.Model,
 		id: fmt.Sprintf("%s-%d", map[string]string{"chat": "chatcmpl", "text": "cmpl"}[j.kind], s.nextID.Add(1))}
 	st.trace.on = trace.SpanFromContext(r.Context()).IsRecording()
-	defer st.trace.spans(r.Context(), s.eng, len(j.prompt))
+	defer st.trace.spans(r.Context(), len(j.prompt))
 	if st.model == "" {
 		st.model = s.opt.Model
 	}
@@ -565,7 +565,7 @@ type relay struct {
 }
 
 func (st *relay) add(ev Event) {
-	st.trace.event(ev)
+	st.trace.event(st.s.eng, ev)
 	tok := ev.Token
 	st.tokens = append(st.tokens, tok)
 	b := st.s.tok.TokenBytes(tok, !st.emitted)
@@ -597,7 +597,7 @@ func (st *relay) delta() string {
 // U+FFFD and cut at a stop string, and the finish reason of end, the
 // generation's last event.
 func (st *relay) final(end Event) (string, string) {
-	st.trace.event(end)
+	st.trace.event(st.s.eng, end)
 	st.text.WriteString(st.utf.Flush())
 	text, _ := cutStop(st.text.String(), st.j.stops)
 	return text, end.Reason

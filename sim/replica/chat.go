@@ -269,7 +269,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p chatParams, 
 	closed := false
 	defer func() {
 		if closed {
-			s.genSpans(ctx, g, p.promptTokens, finish)
+			genSpans(ctx, g, p.promptTokens, finish)
 		}
 	}()
 	// Wait for the first token before answering, so a rejection can still

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"modelplane/tracing"
 )
 
 // Why a generation ended without its last token. The loop sets one on the
@@ -30,8 +32,9 @@ type generation struct {
 	// Owned by the loop goroutine until it closes tokens.
 	sent    int
 	firstAt time.Time
-	// trace, when set, asks the loop for when its tokens came (trace.go).
-	trace *genTrace
+	// trace, when set, is where the loop records when its tokens came
+	// (trace.go).
+	trace *tracing.Generation
 }
 
 // inbox hands submits and cancels from handlers to the loop without ever
@@ -184,7 +187,9 @@ func (s *Server) deliver(active map[string]*generation, tokens []Token) {
 		}
 		n++
 		g.sent++
-		g.trace.token(now)
+		if g.trace != nil {
+			g.trace.Token(now)
+		}
 		if g.sent == 1 {
 			g.firstAt = now
 			s.stats.ttftSample(now.Sub(g.arrived))

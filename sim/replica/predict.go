@@ -116,7 +116,9 @@ func (s *Server) draw(w http.ResponseWriter, r *http.Request, instances [][]byte
 	end := s.clock.Now()
 	s.stats.latencySample(end.Sub(start))
 	if trace.SpanFromContext(r.Context()).IsRecording() {
-		s.child(r.Context(), "ml_serving.gpu_inference", start, attribute.Int("rows", len(instances))).End(trace.WithTimestamp(end))
+		_, span := s.tracer.Start(r.Context(), "ml_serving.gpu_inference", trace.WithTimestamp(start),
+			trace.WithAttributes(attribute.Int("rows", len(instances))))
+		span.End(trace.WithTimestamp(end))
 	}
 	if fail {
 		writeProblem(w, http.StatusInternalServerError, "simulated model failure")

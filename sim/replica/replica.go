@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"modelplane/busapi"
@@ -403,7 +404,7 @@ func (s *Server) inference(route string, h http.HandlerFunc) http.Handler {
 		start := s.clock.Now()
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
-		ctx, span := s.startSpan(r, start)
+		ctx, span := tracing.StartReplica(s.tracer, r, start)
 		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		sw.Header().Set("X-Model-Version", s.cfg.Version)
@@ -416,7 +417,7 @@ func (s *Server) inference(route string, h http.HandlerFunc) http.Handler {
 		if sw.status == 0 {
 			sw.status = statusClientGone
 		}
-		s.endSpan(span, sw.status)
+		tracing.EndReplica(span, s.clock.Now(), s.cfg.Endpoint, s.cfg.Version, sw.status, attribute.Bool("simulated", true))
 		s.stats.request(sw.status)
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 			slog.String("request_id", r.Header.Get("X-Request-Id")),
