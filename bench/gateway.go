@@ -55,11 +55,18 @@ type GatewayResult struct {
 	// each proxy's in the same round (the paths take turns, one at a time,
 	// each round starting further along); RPSRatioRounds holds every
 	// round's ratio. Null where the proxy is not installed.
-	RatioReverseProxy float64              `json:"rps_ratio_vs_reverseproxy"`
-	RatioCaddy        *float64             `json:"rps_ratio_vs_caddy"`
-	RatioNginx        *float64             `json:"rps_ratio_vs_nginx"`
-	RatioHAProxy      *float64             `json:"rps_ratio_vs_haproxy"`
-	RPSRatioRounds    map[string][]float64 `json:"rps_ratio_rounds"`
+	RatioReverseProxy float64  `json:"rps_ratio_vs_reverseproxy"`
+	RatioCaddy        *float64 `json:"rps_ratio_vs_caddy"`
+	RatioNginx        *float64 `json:"rps_ratio_vs_nginx"`
+	RatioHAProxy      *float64 `json:"rps_ratio_vs_haproxy"`
+	// RatioNginxLua is against the peer on the same work: nginx
+	// authenticating, validating, limiting, counting and sampling in Lua
+	// as the gateway does (gateway_peer.go); NginxLuaVsNginx is the
+	// peer's rps over plain nginx's, the median over the rounds: what
+	// that work costs nginx.
+	RatioNginxLua   *float64             `json:"rps_ratio_vs_nginx_lua"`
+	NginxLuaVsNginx *float64             `json:"nginx_lua_rps_vs_nginx"`
+	RPSRatioRounds  map[string][]float64 `json:"rps_ratio_rounds"`
 	// The same gateway tracing every request (100 % sampling, OTLP/HTTP
 	// batches to a local sink that discards them) against the untraced
 	// one, in a phase of their own: in each of tracingSlices slices a
@@ -90,10 +97,12 @@ type GatewayResult struct {
 	// gateway, which the rounds' rps and CPU ratios cannot resolve on a
 	// shared machine (the same build moved them by a fifth from run to
 	// run), shows here. Null where the proxy is not installed.
-	CPURatioNginxAtOnce          *float64   `json:"cpu_ratio_vs_nginx_at_once"`
-	CPUUsPerRequestNginxAtOnce   [2]float64 `json:"cpu_us_per_request_nginx_gateway_at_once"`
-	CPURatioHAProxyAtOnce        *float64   `json:"cpu_ratio_vs_haproxy_at_once"`
-	CPUUsPerRequestHAProxyAtOnce [2]float64 `json:"cpu_us_per_request_haproxy_gateway_at_once"`
+	CPURatioNginxAtOnce           *float64   `json:"cpu_ratio_vs_nginx_at_once"`
+	CPUUsPerRequestNginxAtOnce    [2]float64 `json:"cpu_us_per_request_nginx_gateway_at_once"`
+	CPURatioHAProxyAtOnce         *float64   `json:"cpu_ratio_vs_haproxy_at_once"`
+	CPUUsPerRequestHAProxyAtOnce  [2]float64 `json:"cpu_us_per_request_haproxy_gateway_at_once"`
+	CPURatioNginxLuaAtOnce        *float64   `json:"cpu_ratio_vs_nginx_lua_at_once"`
+	CPUUsPerRequestNginxLuaAtOnce [2]float64 `json:"cpu_us_per_request_nginx_lua_gateway_at_once"`
 	// SSEAddedTTFTP99Ms is the gateway's p99 time to first event minus
 	// the direct path's, with SSEStreams streams open at once (each of
 	// SSEEvents events SSEEventGapMs apart). A stall is a stream that ended
@@ -121,6 +130,7 @@ type GatewayResult struct {
 	CPURatioReverseProxy *float64 `json:"cpu_ratio_vs_reverseproxy"`
 	CPURatioNginx        *float64 `json:"cpu_ratio_vs_nginx"`
 	CPURatioHAProxy      *float64 `json:"cpu_ratio_vs_haproxy"`
+	CPURatioNginxLua     *float64 `json:"cpu_ratio_vs_nginx_lua"`
 	// RatioRawProxy and CPURatioRawProxy compare the gateway with the
 	// bench's raw proxy (gateway_raw.go): Go without net/http, the floor
 	// of any Go HTTP stack on this machine.
@@ -724,7 +734,9 @@ type gatewayBench struct {
 	s      *scratch
 	pin    bool
 	direct string // the first replica's address
-	gw, rp *child
+	// replicas are the predict endpoint's replicas' addresses.
+	replicas []string
+	gw, rp   *child
 	// traced is the gateway that traces every request.
 	traced *child
 	// backend is the nginx instant backend (nil: the Go replica); chat is
@@ -743,7 +755,7 @@ type gatewayBench struct {
 	sse [3]sseStats
 	// tracing is the tracing phase's numbers, untraced [0] and traced [1];
 	// vsNginx and vsHAProxy the proxy's [0] and the gateway's [1].
-	tracing, vsNginx, vsHAProxy pairStats
+	tracing, vsNginx, vsHAProxy, vsNginxLua pairStats
 }
 
 // pairStats accumulates two paths driven at once (atOnce): each slice's
@@ -832,7 +844,7 @@ func (b *gatewayBench) start(ctx context.Context) error {
 	} else {
 		b.res.Skipped["backend"] = "nginx as the instant backend: " + err.Error() + "; the Go replica answers"
 	}
-	b.direct = predictReplicas[0]
+	b.direct, b.replicas = predictReplicas[0], predictReplicas
 	natsURL, js, err := b.s.nats(ctx)
 	if err != nil {
 		return err
@@ -942,7 +954,14 @@ func (b *gatewayBench) startPaths(natsURL string) error {
 		b.res.Paths[name] = &GatewayPath{url: "http://" + addr + "/predict", pid: p.cmd.Process.Pid}
 		b.res.Versions[name] = version
 	}
-	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "rawproxy", "nginx", "haproxy", "caddy"}
+	if p, addr, version, err := startPeer(b.s.dir, b.key, b.replicas, b.res.Workers, b.pin); err != nil {
+		b.res.Skipped["nginx_lua"] = err.Error()
+	} else {
+		b.s.onClose(p.stop)
+		b.res.Paths["nginx_lua"] = &GatewayPath{url: "http://" + addr + "/v1/endpoints/" + predictEndpoint + "/predict", pid: p.cmd.Process.Pid}
+		b.res.Versions["nginx_lua"] = version
+	}
+	b.order = []string{"direct", "gateway", "gateway_traced", "reverseproxy", "rawproxy", "nginx", "haproxy", "caddy", "nginx_lua"}
 	b.order = slices.DeleteFunc(b.order, func(n string) bool { return b.res.Paths[n] == nil })
 	return nil
 }
@@ -1002,6 +1021,9 @@ func (b *gatewayBench) round(ctx context.Context, round int) error {
 	}
 	if p := b.res.Paths["haproxy"]; p != nil {
 		b.atOnce(ctx, [2]*GatewayPath{p, b.res.Paths["gateway"]}, &b.vsHAProxy)
+	}
+	if p := b.res.Paths["nginx_lua"]; p != nil {
+		b.atOnce(ctx, [2]*GatewayPath{p, b.res.Paths["gateway"]}, &b.vsNginxLua)
 	}
 	// SSE: direct, through the gateway and through the bare reverse
 	// proxy (the floor of a net/http proxy), rotating which goes first.
@@ -1319,6 +1341,19 @@ func (b *gatewayBench) summarize(began time.Time) {
 		res.RatioReverseProxy = *r
 	}
 	res.RatioCaddy, res.RatioNginx, res.RatioHAProxy = ratio("caddy"), ratio("nginx"), ratio("haproxy")
+	res.RatioNginxLua = ratio("nginx_lua")
+	if peer, plain := res.Paths["nginx_lua"], res.Paths["nginx"]; peer != nil && plain != nil && len(peer.RPSC64Rounds) == len(plain.RPSC64Rounds) {
+		var rs []float64
+		for i, rps := range plain.RPSC64Rounds {
+			if rps > 0 {
+				rs = append(rs, peer.RPSC64Rounds[i]/rps)
+			}
+		}
+		if len(rs) > 0 {
+			r := round3(medianF(rs))
+			res.NginxLuaVsNginx = &r
+		}
+	}
 	cpuRatio := func(n string) *float64 {
 		p := res.Paths[n]
 		if p == nil || p.CPUUsPerRequestC64 == 0 || g.CPUUsPerRequestC64 == 0 {
@@ -1328,6 +1363,7 @@ func (b *gatewayBench) summarize(began time.Time) {
 		return &r
 	}
 	res.CPURatioReverseProxy, res.CPURatioNginx, res.CPURatioHAProxy = cpuRatio("reverseproxy"), cpuRatio("nginx"), cpuRatio("haproxy")
+	res.CPURatioNginxLua = cpuRatio("nginx_lua")
 	res.CPURatioRawProxy = cpuRatio("rawproxy")
 	if r := ratio("rawproxy"); r != nil {
 		res.RatioRawProxy = *r
@@ -1356,6 +1392,7 @@ func (b *gatewayBench) summarize(began time.Time) {
 	}
 	res.CPURatioNginxAtOnce, res.CPUUsPerRequestNginxAtOnce = proxyOverGateway(&b.vsNginx)
 	res.CPURatioHAProxyAtOnce, res.CPUUsPerRequestHAProxyAtOnce = proxyOverGateway(&b.vsHAProxy)
+	res.CPURatioNginxLuaAtOnce, res.CPUUsPerRequestNginxLuaAtOnce = proxyOverGateway(&b.vsNginxLua)
 	direct, gw, rp := &b.sse[0], &b.sse[1], &b.sse[2]
 	res.SSEDirectTTFTP99Ms = percentile(direct.ttft, 0.99)
 	res.SSEGatewayTTFTP99 = percentile(gw.ttft, 0.99)

@@ -46,6 +46,10 @@ var ratioChecks = []ratioCheck{
 	// The same comparison as CPU a request, both driven at once.
 	{bench: "gateway", field: "cpu_ratio_vs_nginx_at_once", target: 1},
 	{bench: "gateway", field: "cpu_ratio_vs_haproxy_at_once", target: 1},
+	// Against nginx doing the gateway's work in Lua (gateway_peer.go):
+	// the peer on the same work.
+	{bench: "gateway", field: "rps_ratio_vs_nginx_lua", target: 1},
+	{bench: "gateway", field: "cpu_ratio_vs_nginx_lua_at_once", target: 1},
 	// Tracing every request against none, in interleaved slices of one
 	// run (issue 27): the medians of the pairs' ratios.
 	{bench: "gateway", field: "tracing_rps_ratio", target: 0.97},

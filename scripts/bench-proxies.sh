@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the reference proxies and load tool that `modelplane bench gateway`
 # compares the gateway with (DESIGN.md section 13): nginx, HAProxy, Caddy and
-# wrk, from the distribution's packages. Idempotent: a tool already on PATH is
-# left alone. Needs root (or sudo) and apt-get; elsewhere it says what is
+# wrk, and nginx's Lua module and lua-cjson for the peer that does the
+# gateway's work in nginx (bench/gateway_peer.go), from the distribution's
+# packages. Idempotent: what is already installed is left alone. Needs root (or sudo) and apt-get; elsewhere it says what is
 # missing and exits 0, since the benchmark skips proxies that are absent.
 set -euo pipefail
 
@@ -12,8 +13,14 @@ for tool in nginx haproxy caddy wrk; do
 		want+=("$tool")
 	fi
 done
+if [ ! -e /usr/lib/nginx/modules/ngx_http_lua_module.so ]; then
+	want+=(libnginx-mod-http-lua)
+fi
+if ! compgen -G "/usr/lib/*/lua/5.1/cjson.so" >/dev/null; then
+	want+=(lua-cjson)
+fi
 if [ ${#want[@]} -eq 0 ]; then
-	echo "bench-proxies: nginx, haproxy, caddy and wrk already installed"
+	echo "bench-proxies: nginx (with its Lua module and lua-cjson), haproxy, caddy and wrk already installed"
 	exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
