@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -160,6 +162,11 @@ func TestPeerDoesTheGatewaysWork(t *testing.T) {
 	}
 	if len(versions) != 2 || versions["canary"] < n/20 || versions["canary"] > n/5 {
 		t.Errorf("versions %v over %d requests, want stable and about 10 %% canary", versions, n)
+	}
+	// Every phase's Lua ran without an error (a failing log phase would
+	// only show in nginx's log).
+	if log, err := os.ReadFile(filepath.Join(s.dir, "nginx_lua", "error.log")); err != nil || strings.Contains(string(log), "[error]") {
+		t.Errorf("the peer's log: %v %s", err, log)
 	}
 	mu.Lock()
 	defer mu.Unlock()
