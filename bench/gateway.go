@@ -663,25 +663,9 @@ func proxyConfig(name, bin, pdir, addr, upstream string, workers int) (string, [
 	confFile := filepath.Join(pdir, "proxy.conf")
 	switch name {
 	case "nginx":
-		user := ""
-		if os.Geteuid() == 0 {
-			user = "user root;\n"
-		}
-		t := filepath.Join(pdir, "tmp")
-		return user + `worker_processes ` + nw + `;
-daemon off;
-master_process on;
-pid ` + pdir + `/nginx.pid;
-error_log ` + pdir + `/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path ` + t + `/body; proxy_temp_path ` + t + `/proxy; fastcgi_temp_path ` + t + `/fcgi;
-  uwsgi_temp_path ` + t + `/uwsgi; scgi_temp_path ` + t + `/scgi;
-  keepalive_requests 1000000;
-  upstream replica { server ` + upstream + `; keepalive 1024; keepalive_requests 1000000; }
+		return nginxConf(pdir, workers, nil, `  upstream replica { server `+upstream+`; keepalive 1024; keepalive_requests 1000000; }
   server {
-    listen ` + addr + `;
+    listen `+addr+`;
     location / {
       proxy_pass http://replica;
       proxy_http_version 1.1;
@@ -689,8 +673,7 @@ http {
       proxy_buffering off;
     }
   }
-}
-`, []string{bin, "-e", pdir + "/error.log", "-p", pdir, "-c", confFile}
+`), []string{bin, "-e", pdir + "/error.log", "-p", pdir, "-c", confFile}
 	case "haproxy":
 		return `global
   maxconn 4000
@@ -724,6 +707,35 @@ http://` + addr + ` {
 `, []string{bin, "run", "--adapter", "caddyfile", "--config", confFile}
 	}
 	return "", nil
+}
+
+// nginxConf is an nginx config run from pdir, as every nginx of the
+// benchmark runs: workers worker processes in the foreground, the modules
+// loaded, no request log, temporary files in pdir/tmp, connections kept
+// for a million requests, and http inside the http block.
+func nginxConf(pdir string, workers int, modules []string, http string) string {
+	var b strings.Builder
+	if os.Geteuid() == 0 {
+		b.WriteString("user root;\n")
+	}
+	for _, m := range modules {
+		b.WriteString("load_module " + m + ";\n")
+	}
+	t := filepath.Join(pdir, "tmp")
+	b.WriteString(`worker_processes ` + strconv.Itoa(workers) + `;
+daemon off;
+master_process on;
+pid ` + pdir + `/nginx.pid;
+error_log ` + pdir + `/error.log warn;
+events { worker_connections 8192; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path ` + t + `/body; proxy_temp_path ` + t + `/proxy; fastcgi_temp_path ` + t + `/fcgi;
+  uwsgi_temp_path ` + t + `/uwsgi; scgi_temp_path ` + t + `/scgi;
+  keepalive_requests 1000000;
+` + http + `}
+`)
+	return b.String()
 }
 
 // gatewayBench is one run of the gateway benchmark: the paths it measures

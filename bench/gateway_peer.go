@@ -121,31 +121,13 @@ func peerConfig(f peerFiles, pdir, addr, key string, replicas []string, workers 
 	for _, r := range replicas {
 		fmt.Fprintf(&servers, " server %s;", r)
 	}
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;\n"
-	}
-	t := filepath.Join(pdir, "tmp")
 	location := `proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
       proxy_set_header X-Request-Id $request_id;`
-	return user + `load_module ` + f.ndk + `;
-load_module ` + f.lua + `;
-worker_processes ` + fmt.Sprint(workers) + `;
-daemon off;
-master_process on;
-pid ` + pdir + `/nginx.pid;
-error_log ` + pdir + `/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path ` + t + `/body; proxy_temp_path ` + t + `/proxy; fastcgi_temp_path ` + t + `/fcgi;
-  uwsgi_temp_path ` + t + `/uwsgi; scgi_temp_path ` + t + `/scgi;
-  keepalive_requests 1000000;
-  client_body_buffer_size 64k;
+	return nginxConf(pdir, workers, []string{f.ndk, f.lua}, `  client_body_buffer_size 64k;
   client_max_body_size 64k;
-  lua_package_cpath "` + filepath.Dir(f.cjson) + `/?.so;;";
+  lua_package_cpath "`+filepath.Dir(f.cjson)+`/?.so;;";
   lua_shared_dict limits 16m;
   lua_shared_dict samples 16m;
   init_by_lua_block {
@@ -153,11 +135,11 @@ http {
     local nkeys = require "table.nkeys"
     local cjson = require "cjson.safe"
     ffi.cdef[[ unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md); ]]
-    local crypto = ffi.load("` + f.crypto + `")
+    local crypto = ffi.load("`+f.crypto+`")
     local md = ffi.new("unsigned char[32]")
     local function unhex(h) return (h:gsub("..", function(c) return string.char(tonumber(c, 16)) end)) end
-    local keys = { ["` + prefix + `"] = { digest = unhex("` + hex.EncodeToString(sum[:]) + `"), team = "bench" } }
-    local endpoints = { ["` + predictEndpoint + `"] = { team = "bench", canary = 10, limit = 1e9 } }
+    local keys = { ["`+prefix+`"] = { digest = unhex("`+hex.EncodeToString(sum[:])+`"), team = "bench" } }
+    local endpoints = { ["`+predictEndpoint+`"] = { team = "bench", canary = 10, limit = 1e9 } }
     local limits, samples = ngx.shared.limits, ngx.shared.samples
     local function fail(status, title)
       ngx.status = status
@@ -176,7 +158,7 @@ http {
       local h = ngx.var.http_authorization
       if not h or h:sub(1, 7) ~= "Bearer " then return fail(401, "unauthenticated") end
       local raw = h:sub(8)
-      local prefix = raw:sub(1, ` + fmt.Sprint(len(prefix)) + `)
+      local prefix = raw:sub(1, `+fmt.Sprint(len(prefix))+`)
       local k = keys[prefix]
       if not k then return fail(401, "unauthenticated") end
       crypto.SHA256(raw, #raw, md)
@@ -218,20 +200,19 @@ http {
   init_worker_by_lua_block {
     ngx.timer.every(1, function() local s = ngx.shared.samples; while s:lpop("q") do end end)
   }
-  upstream stable { least_conn;` + servers.String() + ` keepalive 1024; keepalive_requests 1000000; }
-  upstream canary { least_conn;` + servers.String() + ` keepalive 1024; keepalive_requests 1000000; }
+  upstream stable { least_conn;`+servers.String()+` keepalive 1024; keepalive_requests 1000000; }
+  upstream canary { least_conn;`+servers.String()+` keepalive 1024; keepalive_requests 1000000; }
   server {
-    listen ` + addr + `;
+    listen `+addr+`;
     location ~ ^/v1/endpoints/([A-Za-z0-9_.~-]+)/predict$ {
       set $version "";
       access_by_lua_block { admit(ngx.var[1]) }
       proxy_pass http://$version/predict;
-      ` + location + `
+      `+location+`
       add_header X-Request-Id $request_id always;
       add_header X-Model-Version $version always;
       log_by_lua_block { record(ngx.var[1]) }
     }
   }
-}
-`
+`)
 }

@@ -143,34 +143,17 @@ func wrkVersion(bin string) string {
 // backendConfig is the nginx config of the instant backend: addrs each
 // answer POST /predict with predictOut at once, one worker, no log.
 func backendConfig(pdir string, addrs []string) string {
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;\n"
-	}
-	t := filepath.Join(pdir, "tmp")
 	var listen strings.Builder
 	for _, a := range addrs {
 		listen.WriteString("    listen " + a + ";\n")
 	}
-	return user + `worker_processes 1;
-daemon off;
-master_process on;
-pid ` + pdir + `/nginx.pid;
-error_log ` + pdir + `/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path ` + t + `/body; proxy_temp_path ` + t + `/proxy; fastcgi_temp_path ` + t + `/fcgi;
-  uwsgi_temp_path ` + t + `/uwsgi; scgi_temp_path ` + t + `/scgi;
-  keepalive_requests 1000000;
-  server {
-` + listen.String() + `    location = /predict {
+	return nginxConf(pdir, 1, nil, `  server {
+`+listen.String()+`    location = /predict {
       default_type application/json;
-      return 200 '` + predictOut + `';
+      return 200 '`+predictOut+`';
     }
   }
-}
-`
+`)
 }
 
 // startBackend starts nginx as the instant backend, listening on two free
