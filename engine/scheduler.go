@@ -197,6 +197,9 @@ type StepResult struct {
 	// Preempted are the ids evicted back to the waiting queue; they re-
 	// prefill their prompt and output so far when readmitted.
 	Preempted []string
+	// FirstAdmitted are the ids admitted for the first time in this step
+	// (a re-admission after a preemption is not); nil with Config.Lean.
+	FirstAdmitted []string
 }
 
 // End is Start + Duration: when the step's tokens exist.
@@ -986,8 +989,12 @@ func (s *Scheduler) admit(start time.Duration, budget int, res *StepResult) {
 				break
 			}
 		}
+		first := !q.first
 		if !s.start(q) {
 			break
+		}
+		if first && !s.p.Lean {
+			res.FirstAdmitted = append(res.FirstAdmitted, q.req.ID)
 		}
 		q.plan = min(q.prefill, budget)
 		budget -= q.plan

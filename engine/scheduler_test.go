@@ -581,11 +581,12 @@ func TestPriorityPreemption(t *testing.T) {
 			if err := s.Submit(Request{ID: "high", Priority: tt.priority, Arrival: first.End(), PromptTokens: 48, OutputTokens: 16}); err != nil {
 				t.Fatal(err)
 			}
-			var preempted []string
+			var preempted, admitted []string
 			next := map[string]int{}
 			var low2 Finished
 			for _, res := range append([]StepResult{first}, stepAll(t, s)...) {
 				preempted = append(preempted, res.Preempted...)
+				admitted = append(admitted, res.FirstAdmitted...)
 				for _, ev := range res.Events {
 					if ev.Index != next[ev.ID] {
 						t.Fatalf("%s: token %d; want %d", ev.ID, ev.Index, next[ev.ID])
@@ -601,6 +602,10 @@ func TestPriorityPreemption(t *testing.T) {
 			if !slices.Equal(preempted, tt.wantPreempted) {
 				t.Errorf("preempted %v; want %v", preempted, tt.wantPreempted)
 			}
+			// A re-admission after a preemption is not a first one.
+			if !slices.Equal(admitted, []string{"low1", "low2", "high"}) {
+				t.Errorf("first admitted %v; want low1, low2, high, once each", admitted)
+			}
 			if low2.CompletionTokens != 16 || next["low2"] != 16 {
 				t.Errorf("low2 finished with %d tokens, %d streamed; want 16", low2.CompletionTokens, next["low2"])
 			}
@@ -609,6 +614,24 @@ func TestPriorityPreemption(t *testing.T) {
 					low2.Preemptions, low2.PrefillTokens, 48+48+1)
 			}
 		})
+	}
+}
+
+// A lean scheduler, whose results a caller reads and drops, lists no
+// first admissions.
+func TestLeanListsNoFirstAdmission(t *testing.T) {
+	t.Parallel()
+	cfg := profileConfig(t, smallProfile(10), 1)
+	cfg.Lean = true
+	s, err := NewScheduler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(Request{ID: "a", PromptTokens: 48, OutputTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if res := s.Step(0); res.Admitted != 1 || res.FirstAdmitted != nil {
+		t.Errorf("admitted %d, first admitted %v; want 1 and none listed", res.Admitted, res.FirstAdmitted)
 	}
 }
 

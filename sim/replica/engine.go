@@ -65,6 +65,10 @@ type StepResult struct {
 	Duration time.Duration
 	// Tokens are the tokens generated in this pass, in order per sequence.
 	Tokens []Token
+	// Admitted are the sequences this pass admitted for the first time: a
+	// trace's queue wait ends there. An engine that does not say leaves it
+	// empty, and a trace's prefill then holds the queue.
+	Admitted []string
 }
 
 // Token is one generated token of one sequence.

@@ -28,6 +28,10 @@ type testEngine struct {
 	tenants   []string // each submitted sequence's tenant
 	cancelled []string
 	steps     int
+	// pause, when set, is received from before every Step after the
+	// first that ran a sequence: a test holds the engine mid-generation
+	// until it closes pause.
+	pause chan struct{}
 }
 
 type testSeq struct {
@@ -64,6 +68,11 @@ func (e *testEngine) Submit(seq Sequence) error {
 
 func (e *testEngine) Step() StepResult {
 	e.mu.Lock()
+	if e.pause != nil && e.steps > 0 {
+		e.mu.Unlock()
+		<-e.pause
+		e.mu.Lock()
+	}
 	defer e.mu.Unlock()
 	var res StepResult
 	// Admit while the prompt's pages fit after reserving one growth page
@@ -79,6 +88,7 @@ func (e *testEngine) Step() StepResult {
 		s.pages = need
 		e.used += need
 		e.running = append(e.running, s)
+		res.Admitted = append(res.Admitted, s.seq.ID)
 		res.Duration += time.Duration(ctxTokens) * e.prefillPerToken
 	}
 	if len(e.running) == 0 {

@@ -96,8 +96,14 @@ func (s *Server) run() {
 			}
 			continue
 		}
+		at := s.clock.Now()
 		res := eng.Step()
 		s.stats.engine(eng.Stats())
+		for _, id := range res.Admitted {
+			if g := active[id]; g != nil && g.trace != nil && g.trace.Admitted.IsZero() {
+				g.trace.Admitted = at
+			}
+		}
 		if res.Duration == 0 && len(res.Tokens) == 0 {
 			if !s.idle() {
 				s.abort(active)

@@ -31,7 +31,7 @@ func (e *SchedulerEngine) Step() StepResult {
 	if r.Duration > 0 {
 		e.now = r.End()
 	}
-	out := StepResult{Duration: r.Duration, Tokens: make([]Token, len(r.Events))}
+	out := StepResult{Duration: r.Duration, Tokens: make([]Token, len(r.Events)), Admitted: r.FirstAdmitted}
 	for i, ev := range r.Events {
 		out.Tokens[i] = Token{ID: ev.ID, Last: ev.Last}
 	}

@@ -13,9 +13,9 @@ import (
 // "Tracing"), so that a trace through the gateway reaches a simulated GPU
 // replica too: ml_serving.runtime, a child of the caller's traceparent, and
 // under it what the simulation modelled. A prediction's wait is
-// ml_serving.gpu_inference; a generation's are tracing.Generation's, with
-// the engine's queue inside the prefill span, as the engine does not say
-// when it admitted a sequence.
+// ml_serving.gpu_inference; a generation's are tracing.Generation's: the
+// queue wait until the step that first admitted it (StepResult.Admitted),
+// prefill and decode.
 
 // traceOf returns the generation's trace when ctx's span records, nil
 // otherwise: the step loop records its tokens' times there.

@@ -1,8 +1,11 @@
 package replica
 
 import (
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,16 +26,25 @@ const (
 // tracedPost sends body to url as the gateway does, with its traceparent.
 func tracedPost(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
-	resp, err := newClient(t).Do(req)
+	code, raw, err := postInTrace(newClient(t), url, body, callerTrace)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return code, raw
+}
+
+// postInTrace sends body to url in the caller's trace traceID.
+func postInTrace(c *http.Client, url, body, traceID string) (int, string, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	return resp.StatusCode, string(raw), nil
 }
 
 // recorded waits until the replica has ended its span for the request
@@ -62,9 +74,9 @@ func attrsOf(s tracetest.SpanStub) map[string]string {
 // TestSimulatedChatContinuesTheCallersTrace: a simulated LLM replica
 // traces a generation as the built-in runtime does, so a trace through
 // the gateway reaches the demo's GPU endpoints: its span under the
-// caller's, prefill then decode inside it, one decode event a token up to
-// the bound and the rest counted, the counts and finish reason on its
-// span. Streamed and not.
+// caller's, its queue wait, prefill then decode inside it, one decode
+// event a token up to the bound and the rest counted, the counts and
+// finish reason on its span. Streamed and not.
 func TestSimulatedChatContinuesTheCallersTrace(t *testing.T) {
 	t.Parallel()
 	const tokens = tracing.MaxDecodeEvents + 10
@@ -79,8 +91,8 @@ func TestSimulatedChatContinuesTheCallersTrace(t *testing.T) {
 			if code, raw := tracedPost(t, base+"/v1/chat/completions", chatBody("Where is my parcel?", tokens, stream)); code != http.StatusOK {
 				t.Fatalf("chat = %d %s", code, raw)
 			}
-			spans := recorded(t, exp, 3)
-			root, prefill, decode := spans["ml_serving.runtime"], spans["ml_serving.prefill"], spans["ml_serving.decode"]
+			spans := recorded(t, exp, 4)
+			root, queue, prefill, decode := spans["ml_serving.runtime"], spans["ml_serving.batch_queue_wait"], spans["ml_serving.prefill"], spans["ml_serving.decode"]
 			if root.SpanContext.TraceID().String() != callerTrace || root.Parent.SpanID().String() != callerSpan {
 				t.Fatalf("runtime span in trace %s under %s; want the caller's", root.SpanContext.TraceID(), root.Parent.SpanID())
 			}
@@ -89,15 +101,16 @@ func TestSimulatedChatContinuesTheCallersTrace(t *testing.T) {
 				a["completion_tokens"] != strconv.Itoa(tokens) || a["prompt_tokens"] != "5" || a["finish_reason"] != "length" {
 				t.Errorf("runtime span attributes %v", a)
 			}
-			for _, c := range []tracetest.SpanStub{prefill, decode} {
+			for _, c := range []tracetest.SpanStub{queue, prefill, decode} {
 				if c.Parent.SpanID() != root.SpanContext.SpanID() {
 					t.Errorf("%s under %s; want the runtime span", c.Name, c.Parent.SpanID())
 				}
 			}
-			if prefill.StartTime.Before(root.StartTime) || decode.StartTime.Before(prefill.EndTime) || root.EndTime.Before(decode.EndTime) ||
+			if queue.StartTime.Before(root.StartTime) || queue.EndTime.Before(queue.StartTime) || !prefill.StartTime.Equal(queue.EndTime) ||
+				decode.StartTime.Before(prefill.EndTime) || root.EndTime.Before(decode.EndTime) ||
 				!prefill.EndTime.After(prefill.StartTime) || !decode.EndTime.After(decode.StartTime) {
-				t.Errorf("runtime %v–%v, prefill %v–%v, decode %v–%v; want prefill then decode inside the runtime's",
-					root.StartTime, root.EndTime, prefill.StartTime, prefill.EndTime, decode.StartTime, decode.EndTime)
+				t.Errorf("runtime %v–%v, queue %v–%v, prefill %v–%v, decode %v–%v; want queue, prefill then decode inside the runtime's",
+					root.StartTime, root.EndTime, queue.StartTime, queue.EndTime, prefill.StartTime, prefill.EndTime, decode.StartTime, decode.EndTime)
 			}
 			if got := attrsOf(decode); got["tokens"] != strconv.Itoa(tokens-1) || got["dropped_events"] != strconv.Itoa(tokens-1-tracing.MaxDecodeEvents) {
 				t.Errorf("decode attributes %v; want %d tokens, %d dropped", got, tokens-1, tokens-1-tracing.MaxDecodeEvents)
@@ -106,6 +119,62 @@ func TestSimulatedChatContinuesTheCallersTrace(t *testing.T) {
 				t.Errorf("decode events %d; want %d decode steps", len(decode.Events), tracing.MaxDecodeEvents)
 			}
 		})
+	}
+}
+
+// TestSimulatedQueueWaitEndsAtAdmission: on an engine that runs one
+// sequence at a time, a chat sent while another generates waits in the
+// queue until the other's last token, and its trace says so: its
+// batch_queue_wait starts before the first chat's decode ends and ends
+// after it, where its prefill starts.
+func TestSimulatedQueueWaitEndsAtAdmission(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	eng := newTestEngine()
+	eng.maxBatch = 1
+	eng.pause = make(chan struct{})
+	srv, base := startLLM(t, eng, func(c *Config) {
+		c.Tracer = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	})
+	const first, second = "11111111111111111111111111111111", "22222222222222222222222222222222"
+	c := newClient(t)
+	done := make(chan error, 2)
+	post := func(trace string) {
+		code, raw, err := postInTrace(c, base+"/v1/chat/completions", chatBody("Where is my parcel?", 20, false), trace)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d %s", code, raw)
+		}
+		done <- err
+	}
+	go post(first)
+	// The first chat has run a step and the engine holds before its next.
+	wait.Eventually(t, 10*time.Second, func() bool { eng.mu.Lock(); defer eng.mu.Unlock(); return eng.steps > 0 }, "the first chat's first step")
+	go post(second)
+	wait.Eventually(t, 10*time.Second, func() bool {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		return len(eng.submitted) == 2 || srv.inbox.waiting() == 1
+	}, "the second chat sent")
+	close(eng.pause)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.Eventually(t, 10*time.Second, func() bool { return len(exp.GetSpans()) >= 8 }, "spans: %v, want 8",
+		wait.Show(func() any { return len(exp.GetSpans()) }))
+	spans := map[string]tracetest.SpanStub{}
+	for _, s := range exp.GetSpans() {
+		spans[s.SpanContext.TraceID().String()+" "+s.Name] = s
+	}
+	firstDecode := spans[first+" ml_serving.decode"]
+	queue, prefill := spans[second+" ml_serving.batch_queue_wait"], spans[second+" ml_serving.prefill"]
+	if firstDecode.Name == "" || queue.Name == "" || prefill.Name == "" {
+		t.Fatalf("spans %v; want each chat's queue wait, prefill and decode", slices.Sorted(maps.Keys(spans)))
+	}
+	if !queue.StartTime.Before(firstDecode.EndTime) || queue.EndTime.Before(firstDecode.EndTime) || !prefill.StartTime.Equal(queue.EndTime) {
+		t.Errorf("second chat queued %v–%v, prefilled from %v; the first's decode ended %v: want the wait across it",
+			queue.StartTime, queue.EndTime, prefill.StartTime, firstDecode.EndTime)
 	}
 }
 

@@ -67,6 +67,12 @@ func Check(t *testing.T, newEngine func() replica.Engine) {
 			if !got.last[s.ID] {
 				t.Errorf("%s: no token marked Last", s.ID)
 			}
+			// Admissions are optional; an engine that reports them reports
+			// each sequence once, no later than its first token's step.
+			if len(got.admitted) > 0 && (got.admitted[s.ID] != 1 || got.admittedAt[s.ID] > got.firstAt[s.ID]) {
+				t.Errorf("%s: admitted %d times, at step %d, first token at step %d; want once, no later",
+					s.ID, got.admitted[s.ID], got.admittedAt[s.ID], got.firstAt[s.ID])
+			}
 		}
 		if st := e.Stats(); st.Waiting != 0 || st.Running != 0 || st.KVPagesUsed != 0 {
 			t.Errorf("Stats() after every sequence finished = %+v; want nothing waiting, running or held", st)
@@ -133,15 +139,24 @@ func Check(t *testing.T, newEngine func() replica.Engine) {
 type tally struct {
 	count map[string]int
 	last  map[string]bool
+	// admitted counts each sequence's reported admissions; admittedAt and
+	// firstAt are the steps (from 1) of its admission and first token.
+	admitted            map[string]int
+	admittedAt, firstAt map[string]int
 }
 
 // run steps until a Step reports nothing, checking each result; after is
 // called after every step.
 func run(t *testing.T, e replica.Engine, after func()) tally {
 	t.Helper()
-	got := tally{count: map[string]int{}, last: map[string]bool{}}
-	for range maxSteps {
+	got := tally{count: map[string]int{}, last: map[string]bool{}, admitted: map[string]int{},
+		admittedAt: map[string]int{}, firstAt: map[string]int{}}
+	for step := 1; step <= maxSteps; step++ {
 		res := e.Step()
+		for _, id := range res.Admitted {
+			got.admitted[id]++
+			got.admittedAt[id] = step
+		}
 		if len(res.Tokens) == 0 && res.Duration == 0 {
 			return got
 		}
@@ -154,6 +169,9 @@ func run(t *testing.T, e replica.Engine, after func()) tally {
 		for _, tok := range res.Tokens {
 			if got.last[tok.ID] {
 				t.Fatalf("%s: a token after its Last one", tok.ID)
+			}
+			if got.count[tok.ID] == 0 {
+				got.firstAt[tok.ID] = step
 			}
 			got.count[tok.ID]++
 			got.last[tok.ID] = tok.Last
