@@ -766,7 +766,8 @@ type gatewayBench struct {
 	// through the reverse proxy.
 	sse [3]sseStats
 	// tracing is the tracing phase's numbers, untraced [0] and traced [1];
-	// vsNginx and vsHAProxy the proxy's [0] and the gateway's [1].
+	// vsNginx, vsHAProxy and vsNginxLua the proxy's [0] and the
+	// gateway's [1].
 	tracing, vsNginx, vsHAProxy, vsNginxLua pairStats
 }
 
