@@ -564,24 +564,38 @@ func startProxy(name, dir, upstream string, workers int, pin bool) (*proc, strin
 	if err != nil {
 		return nil, "", "", err
 	}
-	port, err := freeport.Get()
-	if err != nil {
-		return nil, "", "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	pdir := filepath.Join(dir, name)
-	if err := os.MkdirAll(filepath.Join(pdir, "tmp"), 0o755); err != nil {
-		return nil, "", "", err
-	}
-	conf, argv := proxyConfig(name, bin, pdir, addr, upstream, workers)
-	if err := os.WriteFile(filepath.Join(pdir, "proxy.conf"), []byte(conf), 0o644); err != nil {
-		return nil, "", "", err
-	}
-	p, err := launch(pinned(pin, "0", argv...), pdir, addr, workers)
+	p, addr, err := runProxy(name, dir, workers, pin, func(pdir, addr string) (string, []string) {
+		return proxyConfig(name, bin, pdir, addr, upstream, workers)
+	})
 	if err != nil {
 		return nil, "", "", err
 	}
 	return p, addr, proxyVersion(name, bin), nil
+}
+
+// runProxy starts a proxy in dir/name on a free port, pinned to core 0:
+// config gives its config file's text for its directory and address, and
+// the command line that runs it on dir/name/proxy.conf. It waits until
+// the proxy takes connections.
+func runProxy(name, dir string, workers int, pin bool, config func(pdir, addr string) (string, []string)) (*proc, string, error) {
+	port, err := freeport.Get()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	pdir := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Join(pdir, "tmp"), 0o755); err != nil {
+		return nil, "", err
+	}
+	conf, argv := config(pdir, addr)
+	if err := os.WriteFile(filepath.Join(pdir, "proxy.conf"), []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	p, err := launch(pinned(pin, "0", argv...), pdir, addr, workers)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, nil
 }
 
 // launch starts argv in pdir with workers as its GOMAXPROCS and waits
@@ -673,7 +687,7 @@ func proxyConfig(name, bin, pdir, addr, upstream string, workers int) (string, [
       proxy_buffering off;
     }
   }
-`), []string{bin, "-e", pdir + "/error.log", "-p", pdir, "-c", confFile}
+`), nginxArgv(bin, pdir, confFile)
 	case "haproxy":
 		return `global
   maxconn 4000
@@ -707,6 +721,12 @@ http://` + addr + ` {
 `, []string{bin, "run", "--adapter", "caddyfile", "--config", confFile}
 	}
 	return "", nil
+}
+
+// nginxArgv is the command line that runs nginx (bin) from pdir on the
+// config file conf, logging its errors there.
+func nginxArgv(bin, pdir, conf string) []string {
+	return []string{bin, "-e", pdir + "/error.log", "-p", pdir, "-c", conf}
 }
 
 // nginxConf is an nginx config run from pdir, as every nginx of the

@@ -5,11 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-
-	"modelplane/internal/freeport"
 )
 
 // The peer on the same work: nginx doing per request what the gateway
@@ -91,21 +88,9 @@ func startPeer(dir, key string, replicas []string, workers int, pin bool) (*proc
 	if err != nil {
 		return nil, "", "", err
 	}
-	port, err := freeport.Get()
-	if err != nil {
-		return nil, "", "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	pdir := filepath.Join(dir, "nginx_lua")
-	if err := os.MkdirAll(filepath.Join(pdir, "tmp"), 0o755); err != nil {
-		return nil, "", "", err
-	}
-	conf := peerConfig(files, pdir, addr, key, replicas, workers)
-	confFile := filepath.Join(pdir, "proxy.conf")
-	if err := os.WriteFile(confFile, []byte(conf), 0o600); err != nil {
-		return nil, "", "", err
-	}
-	p, err := launch(pinned(pin, "0", bin, "-e", pdir+"/error.log", "-p", pdir, "-c", confFile), pdir, addr, workers)
+	p, addr, err := runProxy("nginx_lua", dir, workers, pin, func(pdir, addr string) (string, []string) {
+		return peerConfig(files, pdir, addr, key, replicas, workers), nginxArgv(bin, pdir, filepath.Join(pdir, "proxy.conf"))
+	})
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -180,7 +180,7 @@ func startBackend(dir string, pin bool) (*proc, []string, error) {
 	if err := os.WriteFile(conf, []byte(backendConfig(pdir, addrs)), 0o644); err != nil {
 		return nil, nil, err
 	}
-	p, err := launch(pinned(pin, otherCores(), bin, "-e", pdir+"/error.log", "-p", pdir, "-c", conf), pdir, addrs[1], 1)
+	p, err := launch(pinned(pin, otherCores(), nginxArgv(bin, pdir, conf)...), pdir, addrs[1], 1)
 	if err != nil {
 		return nil, nil, err
 	}
