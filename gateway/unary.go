@@ -254,12 +254,14 @@ var errUnaryInformational = errors.New("replica answered with an informational s
 // body was read to its end and the replica did not ask to close. The call,
 // answer included, ends at ctx's end or at deadline (none when zero).
 func (uc *unaryClient) roundTrip(ctx context.Context, deadline time.Time, addr string, req *unaryRequest, body []byte) (*http.Response, error) {
+	conn, reused, err := uc.get(ctx, deadline, addr)
 	for attempt := 0; ; attempt++ {
-		conn, reused, err := uc.get(ctx, deadline, addr)
 		if err != nil {
 			return nil, err
 		}
-		resp, silent, err := uc.exchange(ctx, deadline, conn, req, body)
+		var resp *http.Response
+		var silent bool
+		resp, silent, err = uc.exchange(ctx, deadline, conn, req, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -268,8 +270,16 @@ func (uc *unaryClient) roundTrip(ctx context.Context, deadline time.Time, addr s
 		// of an answer came is what a replica's idle timeout leaves
 		// behind: the call is sent once more on a fresh connection, as
 		// net/http's Transport does for a replayable request. A broken
-		// answer is not sent again here.
+		// answer is not sent again here. What closed it (an idle timeout:
+		// nginx's 75 s, vLLM's 5 s; a guard or runtime restarting) closed
+		// every connection idle as long or longer too, so those are
+		// dropped rather than tried one by one: taking the next idle one
+		// instead failed a few calls of the first burst after it with a
+		// 502.
 		if reused && silent && attempt == 0 && ctx.Err() == nil && !passed(deadline) && unanswered(err) {
+			uc.dropIdle(addr, conn.since)
+			reused = false
+			conn, err = uc.dial(ctx, deadline, addr)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -414,11 +424,17 @@ func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string)
 		return conn, true, nil
 	}
 	uc.mu.Unlock()
+	conn, err := uc.dial(ctx, deadline, addr)
+	return conn, false, err
+}
+
+// dial opens a new connection to addr.
+func (uc *unaryClient) dial(ctx context.Context, deadline time.Time, addr string) (*unaryConn, error) {
 	d := uc.dialer
 	d.Deadline = deadline
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	conn := &unaryConn{nc: nc, io: sockio.New(nc), addr: addr, onRearm: uc.onRearm, fresh: true}
 	if sc, ok := nc.(syscall.Conn); ok {
@@ -426,7 +442,32 @@ func (uc *unaryClient) get(ctx context.Context, deadline time.Time, addr string)
 		conn.sendFn = conn.sendStep
 	}
 	conn.br = bufio.NewReaderSize(unaryReader{conn}, unaryBufSize)
-	return conn, false, nil
+	return conn, nil
+}
+
+// dropIdle closes addr's idle connections put back no later than since.
+func (uc *unaryClient) dropIdle(addr string, since time.Time) {
+	uc.mu.Lock()
+	conns := uc.idle[addr]
+	var stale []*unaryConn
+	kept := conns[:0]
+	for _, conn := range conns {
+		if conn.since.After(since) {
+			kept = append(kept, conn)
+		} else {
+			stale = append(stale, conn)
+		}
+	}
+	clear(conns[len(kept):])
+	if len(kept) == 0 {
+		delete(uc.idle, addr)
+	} else {
+		uc.idle[addr] = kept
+	}
+	uc.mu.Unlock()
+	for _, conn := range stale {
+		conn.nc.Close()
+	}
 }
 
 // put keeps conn for the next call to its address, or closes it when the

@@ -251,6 +251,80 @@ func TestUnaryIdleConnectionsExpire(t *testing.T) {
 	wait.Eventually(t, 10*time.Second, func() bool { return closed.Load() == 1 }, "waiting for the idle connection to be closed")
 }
 
+// TestUnaryIdleTimeoutDropsTheKeptConnections: a replica's idle timeout
+// closes every connection the gateway keeps to it at once, after a burst
+// as many as the burst had calls. The next call finds the first one closed
+// and goes out on a fresh connection, the others kept as long dropped
+// unused: no call fails, where sending again on the next kept connection
+// failed it.
+func TestUnaryIdleTimeoutDropsTheKeptConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const burst = 4
+	var arrived atomic.Int64
+	all := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if arrived.Add(1) == burst {
+			close(all)
+		}
+		// The burst's calls are held until all of them arrived, each on a
+		// connection of its own; the later ones pass.
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second): // a gateway that sends them one by one fails below
+		}
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	var opened atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	e.putRoute(t, route("fraud-scoring", "risk", "classification", 1, ver("v1", 100, strings.TrimPrefix(srv.URL, "http://"))))
+	key := e.newKey(t, "risk", "engineer", nil)
+	g := startGateway(t, e.nc, gateway.Config{})
+	wait.Eventually(t, 10*time.Second, g.Ready, "waiting for gateway ready")
+
+	statuses := make(chan string, burst)
+	for range burst {
+		go func() {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+predictPath("fraud-scoring"), strings.NewReader(predictBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses <- err.Error()
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses <- resp.Status
+		}()
+	}
+	for range burst {
+		if s := <-statuses; s != "200 OK" {
+			t.Fatalf("a call of the burst: %s, want 200 OK", s)
+		}
+	}
+	if n := opened.Load(); n != burst {
+		t.Fatalf("connections after the burst = %d, want %d", n, burst)
+	}
+
+	srv.CloseClientConnections() // the replica's idle timeout
+	for i := range 3 {
+		if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
+			t.Fatalf("call %d after the replica closed its kept connections: %d %s, want 200", i, r.status, r.body)
+		}
+	}
+	if n := opened.Load(); n != burst+1 {
+		t.Errorf("connections = %d, want %d: one fresh for the calls after the timeout", n, burst+1)
+	}
+}
+
 // TestUnaryBrokenAnswerIsNotResent: a replica that breaks off its answer
 // on a kept connection may have run the request, so the gateway does not
 // send it to that replica again; the caller gets an error status.
