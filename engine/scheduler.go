@@ -393,6 +393,11 @@ type Scheduler struct {
 
 	nextOrder int64
 	nextAdmit int64
+	// priorities counts the running sequences of each priority, so that
+	// victims knows without reading every running sequence (a cache line
+	// a step does not otherwise touch) when none is below a priority: a
+	// queue whose head does not fit asks at every step.
+	priorities []priorityCount
 	// reserve is the pages reserved for the running sequences' growth
 	// under ReserveFinal and ReserveMaxTokens: the sum of their commit
 	// less the pages they hold, kept as they change.
@@ -414,6 +419,8 @@ type Scheduler struct {
 	prefixQueries       int64
 	prefixHits          int64
 }
+
+type priorityCount struct{ priority, running int }
 
 type tenantUse struct {
 	running int
@@ -1134,6 +1141,9 @@ func (s *Scheduler) preemptFor(q *seq, need, avail int) []*seq {
 // them when limit is math.MaxInt) in eviction order: lowest priority first,
 // then most recently admitted.
 func (s *Scheduler) victims(limit int) []*seq {
+	if !slices.ContainsFunc(s.priorities, func(p priorityCount) bool { return p.priority < limit || limit == math.MaxInt }) {
+		return nil
+	}
 	var v []*seq
 	for _, q := range s.running {
 		if q.req.Priority < limit || limit == math.MaxInt {
@@ -1179,6 +1189,7 @@ func (s *Scheduler) start(q *seq) bool {
 		s.tenants[q.req.Tenant] = t
 	}
 	t.running++
+	s.countRunning(q.req.Priority, 1)
 	if s.p.Reserve == ReserveStep {
 		s.charge(q, len(q.kv.pages))
 	} else {
@@ -1203,9 +1214,22 @@ func (s *Scheduler) release(q *seq) {
 	if t.running == 0 {
 		delete(s.tenants, q.req.Tenant)
 	}
+	s.countRunning(q.req.Priority, -1)
 	s.reserve -= q.commit - len(q.kv.pages)
 	q.running, q.charged, q.prefill, q.plan = false, 0, 0, 0
 	q.kv.pages, q.kv.tokens = q.kv.pages[:0], 0
+}
+
+// countRunning adds d to the running sequences of priority p.
+func (s *Scheduler) countRunning(p, d int) {
+	i := slices.IndexFunc(s.priorities, func(c priorityCount) bool { return c.priority == p })
+	if i < 0 {
+		s.priorities = append(s.priorities, priorityCount{priority: p})
+		i = len(s.priorities) - 1
+	}
+	if s.priorities[i].running += d; s.priorities[i].running == 0 {
+		s.priorities = slices.Delete(s.priorities, i, i+1)
+	}
 }
 
 // preempt evicts a running sequence: it frees its pages and takes it out of

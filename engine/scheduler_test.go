@@ -331,7 +331,12 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 			}
 		}
 		reserve := 0
+		byPriority := map[int]int{}
+		for _, c := range s.priorities {
+			byPriority[c.priority] = c.running
+		}
 		for _, q := range s.running {
+			byPriority[q.req.Priority]--
 			if s.kv.Pages(q.req.ID) != len(q.kv.pages) || s.kv.Tokens(q.req.ID) != q.kv.tokens {
 				t.Fatalf("step %d: %s holds %d pages, %d tokens; the cache says %d, %d",
 					step, q.req.ID, len(q.kv.pages), q.kv.tokens, s.kv.Pages(q.req.ID), s.kv.Tokens(q.req.ID))
@@ -340,6 +345,11 @@ func checkRun(t *testing.T, p profile.Profile, reqs []Request, seed uint64) {
 		}
 		if s.reserve != reserve {
 			t.Fatalf("step %d: %d pages reserved as kept; %d counted", step, s.reserve, reserve)
+		}
+		for prio, n := range byPriority {
+			if n != 0 {
+				t.Fatalf("step %d: running sequences of priority %d counted %+d off (%+v)", step, prio, n, s.priorities)
+			}
 		}
 		for _, ev := range res.Events {
 			if ev.Index != next[ev.ID] {
