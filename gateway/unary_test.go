@@ -254,9 +254,11 @@ func TestUnaryIdleConnectionsExpire(t *testing.T) {
 // TestUnaryIdleTimeoutDropsTheKeptConnections: a replica's idle timeout
 // closes every connection the gateway keeps to it at once, after a burst
 // as many as the burst had calls. The next call finds the first one closed
-// and goes out on a fresh connection, the others kept as long dropped
-// unused: no call fails, where sending again on the next kept connection
-// failed it.
+// and goes out on a fresh connection: no call fails, where sending again
+// on the next kept connection failed it. (That the others are dropped
+// unused is TestUnaryClosedKeptConnectionDropsTheOthers': here a
+// connection the gateway puts back after its answer reached the test may
+// be put back after the close, and be found closed by a later call.)
 func TestUnaryIdleTimeoutDropsTheKeptConnections(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -319,9 +321,6 @@ func TestUnaryIdleTimeoutDropsTheKeptConnections(t *testing.T) {
 		if r := call(t, g.url, predictPath("fraud-scoring"), key, predictBody); r.status != http.StatusOK {
 			t.Fatalf("call %d after the replica closed its kept connections: %d %s, want 200", i, r.status, r.body)
 		}
-	}
-	if n := opened.Load(); n != burst+1 {
-		t.Errorf("connections = %d, want %d: one fresh for the calls after the timeout", n, burst+1)
 	}
 }
 
