@@ -271,10 +271,12 @@ func TestUnaryIdleTimeoutDropsTheKeptConnections(t *testing.T) {
 			close(all)
 		}
 		// The burst's calls are held until all of them arrived, each on a
-		// connection of its own; the later ones pass.
+		// connection of its own; the later ones pass. A gateway that sent
+		// them one by one would hold the first until its call timed out,
+		// and the burst would fail below.
 		select {
 		case <-all:
-		case <-time.After(10 * time.Second): // a gateway that sends them one by one fails below
+		case <-r.Context().Done():
 		}
 		_, _ = io.WriteString(w, `{}`)
 	}))
